@@ -1,0 +1,148 @@
+/* GFLOP/s of the fp32 matmul kernel of every available backend, called directly through the
+ * backend table (no tensor or dispatch overhead), row-major operands.
+ *
+ * usage: bench_gemm_f32 [size ...]        default sizes 256 1024 2048
+ * env:   BENCH_BACKENDS="avx2 avx512"     only these backends (default: all available)
+ *        BENCH_THREADS="1 2"              thread counts (default: 1 2)
+ *        BENCH_SECONDS=1.0                time budget per measurement (at least 3 reps)
+ * Prints the median of the repetitions after one warm-up run, as wall-clock GFLOP/s and as
+ * GFLOP/s per CPU second (useful on a shared machine, where wall time includes preemption).
+ */
+#define _POSIX_C_SOURCE 200112L /* clock_gettime */
+
+#include "core/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double clock_s(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+/* CPU time of the whole process: on a shared machine, wall time includes the time our
+ * threads were descheduled, CPU time does not. */
+static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int listed(const char *env, const char *word)
+{
+    const char *list = getenv(env);
+    if (!list || !*list) return 1;
+    const size_t n = strlen(word);
+    for (const char *p = strstr(list, word); p; p = strstr(p + 1, word))
+        if ((p == list || p[-1] == ' ' || p[-1] == ',') && (p[n] == '\0' || p[n] == ' ' || p[n] == ','))
+            return 1;
+    return 0;
+}
+
+/* Median wall seconds of one n^3 product (and in *cpu the median CPU seconds per thread);
+ * -1 on a kernel error. */
+static double time_matmul(fx_kernel k, int64_t n, const float *a, const float *b, float *y,
+                          int nthreads, double budget, double *cpu)
+{
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = FX_OP_MATMUL;
+    c.nin = 2;
+    for (int i = 0; i < 2; i++) {
+        c.in[i].data = i == 0 ? a : b;
+        c.in[i].fmt = FMT_FP32;
+        c.in[i].ndim = 2;
+        c.in[i].shape[0] = c.in[i].shape[1] = n;
+        c.in[i].strides[0] = n;
+        c.in[i].strides[1] = 1;
+    }
+    c.out_ndim = 2;
+    c.out_shape[0] = c.out_shape[1] = n;
+    c.out_numel = n * n;
+    c.out_f32 = y;
+    c.nthreads = nthreads;
+
+    double t0 = now_s();
+    if (k(&c) != FX_OK) return -1.0;
+    const double warm = now_s() - t0;
+    int reps = warm > 0 ? (int)(budget / warm) : 50;
+    if (reps < 3) reps = 3;
+    if (reps > 50) reps = 50;
+    double t[50], tc[50];
+    for (int r = 0; r < reps; r++) {
+        t0 = now_s();
+        const double c0 = cpu_s();
+        if (k(&c) != FX_OK) return -1.0;
+        t[r] = now_s() - t0;
+        tc[r] = (cpu_s() - c0) / nthreads;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    qsort(tc, (size_t)reps, sizeof tc[0], cmp_double);
+    *cpu = tc[reps / 2];
+    return t[reps / 2];
+}
+
+int main(int argc, char **argv)
+{
+    int64_t sizes[16] = {256, 1024, 2048};
+    int nsizes = 3;
+    if (argc > 1) {
+        nsizes = 0;
+        for (int i = 1; i < argc && nsizes < 16; i++) sizes[nsizes++] = strtoll(argv[i], NULL, 10);
+    }
+    const char *bs = getenv("BENCH_SECONDS");
+    const double budget = bs ? atof(bs) : 1.0;
+    int threads[2] = {1, 2}, nthreads_list = 0;
+    for (int t = 1; t <= 2; t++) {
+        char w[4];
+        snprintf(w, sizeof w, "%d", t);
+        if (listed("BENCH_THREADS", w)) threads[nthreads_list++] = t;
+    }
+
+    printf("GFLOP/s = 2n^3 / median wall time; cpu GFLOP/s = 2n^3 / median (CPU time / threads)\n");
+    printf("backend  threads      n   median ms   GFLOP/s   cpu GFLOP/s\n");
+    for (int s = 0; s < nsizes; s++) {
+        const int64_t n = sizes[s];
+        if (n <= 0) continue;
+        float *a = malloc(sizeof(float) * (size_t)(n * n));
+        float *b = malloc(sizeof(float) * (size_t)(n * n));
+        float *y = malloc(sizeof(float) * (size_t)(n * n));
+        if (!a || !b || !y) {
+            fprintf(stderr, "out of memory for n=%lld\n", (long long)n);
+            return 1;
+        }
+        uint64_t x = 12345;
+        for (int64_t i = 0; i < n * n; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            a[i] = (float)((double)(x >> 40) / (double)(1 << 24) - 0.5);
+            b[i] = (float)((double)((x >> 16) & 0xffffff) / (double)(1 << 24) - 0.5);
+        }
+        for (int bi = 0; bi < FX_BACKEND_COUNT; bi++) {
+            const fx_backend *be = fx_backend_get(bi);
+            if (!be || !be->available || !listed("BENCH_BACKENDS", be->name)) continue;
+            for (int ti = 0; ti < nthreads_list; ti++) {
+                double cpu = 0.0;
+                const double sec = time_matmul(be->kernels[FX_OP_MATMUL][FMT_FP32], n, a, b, y,
+                                               threads[ti], budget, &cpu);
+                if (sec < 0) {
+                    printf("%-8s %7d %6lld   kernel error\n", be->name, threads[ti], (long long)n);
+                    continue;
+                }
+                const double gflop = 2.0 * (double)n * (double)n * (double)n * 1e-9;
+                printf("%-8s %7d %6lld %11.3f %9.1f %13.1f\n", be->name, threads[ti],
+                       (long long)n, sec * 1e3, gflop / sec, gflop / cpu);
+                fflush(stdout);
+            }
+        }
+        free(a);
+        free(b);
+        free(y);
+    }
+    return 0;
+}

@@ -1,0 +1,146 @@
+/* Per-write trace of shared-exponent tensors: in memory, and as CSV for plotting the exponent
+ * and the maxima over training (AUTOFLEX.md, "What to expose"). */
+#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* getpid */
+#endif
+
+#include "trace.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _WIN32
+#include <process.h>
+#define fx_getpid() ((long)_getpid())
+#else
+#include <unistd.h>
+#define fx_getpid() ((long)getpid())
+#endif
+
+int fx_trace_append(fx_trace *tr, const fx_trace_record *rec)
+{
+    if (!tr->enabled) return FX_OK;
+    if (tr->len == tr->cap) {
+        int64_t cap = tr->cap > 0 ? tr->cap * 2 : 64;
+        if (cap <= tr->cap || (uint64_t)cap > SIZE_MAX / sizeof(fx_trace_record))
+            return FX_FAIL(FX_ENOMEM, "trace of %" PRId64 " records cannot grow", tr->len);
+        fx_trace_record *grown = realloc(tr->rec, (size_t)cap * sizeof(fx_trace_record));
+        if (!grown)
+            return FX_FAIL(FX_ENOMEM, "cannot grow the trace to %" PRId64 " records", cap);
+        tr->rec = grown;
+        tr->cap = cap;
+    }
+    tr->rec[tr->len++] = *rec;
+    return FX_OK;
+}
+
+void fx_trace_free(fx_trace *tr)
+{
+    free(tr->rec);
+    tr->rec = NULL;
+    tr->len = tr->cap = 0;
+    tr->enabled = 0;
+}
+
+/* The trace lives in the storage, shared by all views of it. */
+static int check_shared(const tensor_t *t, const char *func)
+{
+    if (!t) return fx_error(FX_EINVAL, func, "tensor is NULL");
+    if (t->st->fmt != FMT_FLEX16_5 && t->st->fmt != FMT_DFP16) {
+        const char *name = fmt_name(t->st->fmt);
+        return fx_error(FX_EFORMAT, func,
+                        "write traces exist for shared-exponent formats only, got %s",
+                        name ? name : "an unknown format");
+    }
+    return FX_OK;
+}
+
+int tensor_trace_enable(tensor_t *t, int on)
+{
+    int rc = check_shared(t, __func__);
+    if (rc != FX_OK) return rc;
+    fx_trace *tr = &t->st->trace;
+    if (on) tr->len = 0; /* starting clears; the allocation is reused */
+    tr->enabled = on != 0;
+    return FX_OK;
+}
+
+int64_t tensor_trace_len(const tensor_t *t)
+{
+    int rc = check_shared(t, __func__);
+    if (rc != FX_OK) return rc;
+    return t->st->trace.len;
+}
+
+int tensor_trace_get(const tensor_t *t, int64_t i, fx_trace_record *rec)
+{
+    int rc = check_shared(t, __func__);
+    if (rc != FX_OK) return rc;
+    if (!rec) return FX_FAIL(FX_EINVAL, "rec is NULL");
+    const fx_trace *tr = &t->st->trace;
+    if (i < 0 || i >= tr->len)
+        return FX_FAIL(FX_ERANGE, "record %" PRId64 " is outside [0, %" PRId64 ")", i, tr->len);
+    *rec = tr->rec[i];
+    return FX_OK;
+}
+
+static int write_rows(FILE *f, const fx_trace *tr)
+{
+    if (fputs("write,exp,clamped,overflow,recomputed,saturated,nonfinite,underflow,true_max,"
+              "stored_max\n", f) == EOF)
+        return -1;
+    for (int64_t i = 0; i < tr->len; i++) {
+        const fx_trace_record *r = &tr->rec[i];
+        if (fprintf(f, "%" PRId64 ",%d,%d,%d,%d,%" PRId64 ",%" PRId64 ",%" PRId64 ",%.17g,%.17g\n",
+                    r->write, r->exp, r->clamped, r->overflow, r->recomputed, r->saturated,
+                    r->nonfinite, r->underflow, r->true_max, r->stored_max) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int tensor_trace_write_csv(const tensor_t *t, const char *path)
+{
+    int rc = check_shared(t, __func__);
+    if (rc != FX_OK) return rc;
+    if (!path || !path[0]) return FX_FAIL(FX_EINVAL, "path is NULL or empty");
+
+    /* Write next to the target and rename, so that a reader never sees a half-written file. */
+    size_t n = strlen(path) + 32;
+    char *tmp = malloc(n);
+    if (!tmp) return FX_FAIL(FX_ENOMEM, "cannot allocate a temporary file name for '%s'", path);
+    snprintf(tmp, n, "%s.tmp.%ld", path, fx_getpid());
+
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        int err = errno;
+        rc = FX_FAIL(FX_EIO, "cannot create '%s': %s", tmp, strerror(err));
+        free(tmp);
+        return rc;
+    }
+    errno = 0;
+    int bad = write_rows(f, &t->st->trace) != 0 || ferror(f);
+    int err = errno;
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        err = errno;
+    }
+    if (bad) {
+        rc = FX_FAIL(FX_EIO, "cannot write '%s': %s", tmp, err ? strerror(err) : "write error");
+        remove(tmp);
+        free(tmp);
+        return rc;
+    }
+    if (rename(tmp, path) != 0) {
+        err = errno;
+        rc = FX_FAIL(FX_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(err));
+        remove(tmp);
+        free(tmp);
+        return rc;
+    }
+    free(tmp);
+    return FX_OK;
+}

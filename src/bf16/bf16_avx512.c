@@ -1,0 +1,73 @@
+/* fp32 <-> bf16 bulk conversions on 16-lane AVX-512 integer vectors.
+ *
+ * Same integer rounding as the definition (bf16_scalar.c), NaN lanes fixed under a mask,
+ * vpmovdw to narrow, and masked loads and stores for the tail so no byte outside [0, n) is
+ * touched (the 16-bit masked forms need AVX-512BW and VL).
+ *
+ * Registration also installs the vcvtneps2bf16 path (bf16_avx512bf16.c) for fp32 -> bf16 when
+ * the CPU has AVX512_BF16. */
+#include "../core/backend.h"
+#include "bf16_kernels.h"
+
+#include <immintrin.h>
+
+static inline __mmask16 fx_tail_mask16(int64_t r) { return (__mmask16)((1u << r) - 1u); }
+
+static inline __m256i fx_bf16_round16(__m512i u)
+{
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+    __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+    __mmask16 is_nan = _mm512_cmpgt_epi32_mask(mag, _mm512_set1_epi32(0x7F800000));
+    __m512i canon = _mm512_or_si512(
+        _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)),
+        _mm512_set1_epi32(0x7FC0));
+    r = _mm512_mask_mov_epi32(r, is_nan, canon);
+    return _mm512_cvtepi32_epi16(r);
+}
+
+void fx_cvt_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i h0 = fx_bf16_round16(_mm512_loadu_si512(src + i));
+        __m256i h1 = fx_bf16_round16(_mm512_loadu_si512(src + i + 16));
+        _mm256_storeu_si256((__m256i *)(dst + i), h0);
+        _mm256_storeu_si256((__m256i *)(dst + i + 16), h1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : fx_tail_mask16(n - i);
+        __m256i h = fx_bf16_round16(_mm512_maskz_loadu_epi32(k, src + i));
+        _mm256_mask_storeu_epi16(dst + i, k, h);
+    }
+}
+
+static inline __m512i fx_bf16_widen16(__m256i h)
+{
+    return _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+}
+
+void fx_cvt_bf16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512i f0 = fx_bf16_widen16(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m512i f1 = fx_bf16_widen16(_mm256_loadu_si256((const __m256i *)(src + i + 16)));
+        _mm512_storeu_si512(dst + i, f0);
+        _mm512_storeu_si512(dst + i + 16, f1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : fx_tail_mask16(n - i);
+        __m512i f = fx_bf16_widen16(_mm256_maskz_loadu_epi16(k, src + i));
+        _mm512_mask_storeu_epi32(dst + i, k, f);
+    }
+}
+
+void fx_register_bf16_avx512(fx_backend *b, const fx_cpu_features *cpu)
+{
+    if (!(cpu->avx512f && cpu->avx512bw && cpu->avx512vl)) return; /* keep the avx2 entries */
+    b->cvt.f32_to_bf16 = cpu->avx512bf16 ? fx_cvt_f32_to_bf16_avx512bf16
+                                         : fx_cvt_f32_to_bf16_avx512;
+    b->cvt.bf16_to_f32 = fx_cvt_bf16_to_f32_avx512;
+}

@@ -1,0 +1,57 @@
+/* fp32 -> bf16 with AVX512_BF16 vcvtneps2bf16, 16 lanes, fixed up to the definition's bits.
+ *
+ * Intel documents vcvtneps2bf16 as: round to nearest even, MXCSR neither consulted nor
+ * updated, input denormals treated as zero, output denormals flushed to zero, and a NaN
+ * truncated to its top 16 bits with the quiet bit (bit 6) set. Against the definition
+ * (bf16_scalar.c) that differs on two kinds of input only:
+ *  - NaN: the definition drops the payload (sign | 0x7FC0);
+ *  - fp32 subnormals (exponent field 0, fraction != 0): the definition rounds them like any
+ *    other value to a bf16 subnormal (or a carry to the smallest normal 0x0080), never to 0.
+ * A normal input can never round to a subnormal (2^-126 is a bf16 value), so output flushing
+ * only ever concerns subnormal inputs. Zeros and infinities already match.
+ * A block of 16 that holds any such lane is converted again by the integer path
+ * (fx_cvt_f32_to_bf16_avx512), which is bit-exact for every input; in ordinary data this never
+ * happens, so the fast path is one instruction per 16 values.
+ *
+ * This file is compiled with -mavx512bf16 and only installed when the CPU reports
+ * AVX512_BF16 (bf16_avx512.c). */
+#include "../core/backend.h"
+#include "bf16_kernels.h"
+
+#include <immintrin.h>
+
+/* Lanes where vcvtneps2bf16 and the definition can differ: NaN or nonzero subnormal. */
+static inline __mmask16 fx_bf16_special_lanes(__m512i u)
+{
+    __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+    __mmask16 is_nan = _mm512_cmpgt_epi32_mask(mag, _mm512_set1_epi32(0x7F800000));
+    /* mag in [1, 0x007FFFFF] <=> mag - 1 < 0x007FFFFF unsigned (mag = 0 wraps around). */
+    __mmask16 is_sub = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(mag, _mm512_set1_epi32(1)),
+                                               _mm512_set1_epi32(0x007FFFFF));
+    return is_nan | is_sub;
+}
+
+static inline __m256i fx_bf16_cvtne16(__m512i u)
+{
+    return (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(u));
+}
+
+void fx_cvt_f32_to_bf16_avx512bf16(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i u = _mm512_loadu_si512(src + i);
+        if (fx_bf16_special_lanes(u))
+            fx_cvt_f32_to_bf16_avx512(src + i, dst + i, 16);
+        else
+            _mm256_storeu_si256((__m256i *)(dst + i), fx_bf16_cvtne16(u));
+    }
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+        __m512i u = _mm512_maskz_loadu_epi32(k, src + i); /* masked-off lanes read as +0 */
+        if (fx_bf16_special_lanes(u))
+            fx_cvt_f32_to_bf16_avx512(src + i, dst + i, n - i);
+        else
+            _mm256_mask_storeu_epi16(dst + i, k, fx_bf16_cvtne16(u));
+    }
+}

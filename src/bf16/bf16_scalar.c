@@ -1,0 +1,66 @@
+/* bfloat16 <-> binary32: the scalar definitions every other path reproduces.
+ *
+ * bf16 is the top half of a binary32, so both directions are integer operations on the bits;
+ * they do not depend on MXCSR (rounding mode, FTZ, DAZ).
+ *
+ * fp32 -> bf16: round to nearest, ties to even, on the low 16 bits. A carry ripples into the
+ * exponent, which is the next binade; from the largest finite values it reaches the Inf
+ * pattern, which is the correct overflow. Subnormals round like any other value (they are
+ * never flushed). NaN gives sign | 0x7FC0: the quiet NaN with the sign kept and the payload
+ * dropped (the Eigen / ml_dtypes convention). -0 stays -0.
+ * bf16 -> fp32: exact (shift left by 16), NaN payloads and signalling NaNs included. */
+#include "../core/backend.h"
+#include "bf16_kernels.h"
+
+#include <string.h>
+
+/* Bit patterns travel through memcpy so that a signalling NaN is never loaded into a float
+ * register (where some ABIs would quiet it). */
+static inline uint16_t fx_bf16_from_bits(uint32_t u)
+{
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7FC0u);
+    /* Adding 0x7FFF rounds up exactly when the low half exceeds 0x8000; the extra 1 taken
+     * from bit 16 (the lowest kept bit) turns the tie 0x8000 into a round-up only when the
+     * kept part is odd. The sum cannot wrap: the largest non-NaN pattern is 0xFF800000. */
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+uint16_t fx_f32_to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return fx_bf16_from_bits(u);
+}
+
+float fx_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+void fx_cvt_f32_to_bf16_scalar(const float *src, uint16_t *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, sizeof u);
+        dst[i] = fx_bf16_from_bits(u);
+    }
+}
+
+void fx_cvt_bf16_to_f32_scalar(const uint16_t *src, float *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(dst + i, &u, sizeof u);
+    }
+}
+
+void fx_register_bf16_scalar(fx_backend *b, const fx_cpu_features *cpu)
+{
+    (void)cpu;
+    b->cvt.f32_to_bf16 = fx_cvt_f32_to_bf16_scalar;
+    b->cvt.bf16_to_f32 = fx_cvt_bf16_to_f32_scalar;
+}

@@ -1,0 +1,133 @@
+/* Kernel interface and backend registry.
+ *
+ * A backend is a table of kernels [op][compute format] plus a table of conversion routines.
+ * Tables are filled BLIS-style: "scalar" is registered from the *_scalar.c files, "avx2" starts
+ * as a copy of scalar and the *_avx2.c files overwrite entries, "avx512" starts as a copy of
+ * avx2. Every level is therefore complete by construction.
+ *
+ * Kernels never see tensors, Autoflex or the output's format. They read operands (already in
+ * the compute format) and write a *stage*: fp32 values (float compute) or int64 values at an
+ * exponent they report (integer compute), in row-major order of the output's logical shape.
+ * The dispatcher then performs the one write into the output (src/core/store.c).
+ */
+#ifndef FX_CORE_BACKEND_H
+#define FX_CORE_BACKEND_H
+
+#include "internal.h"
+
+typedef enum {
+    FX_OP_COPY = 0, /* out = a */
+    FX_OP_ADD,
+    FX_OP_SUB,
+    FX_OP_MUL,
+    FX_OP_SCALE,
+    FX_OP_RELU,
+    FX_OP_SUM,
+    FX_OP_MATMUL,
+    FX_OP_COUNT
+} fx_op;
+
+#define FX_MAX_INPUTS 4
+
+typedef struct fx_operand {
+    const void *data; /* element [0, ..., 0] */
+    fmt_t fmt;        /* compute format of this operand (FP32, FP16, BF16, or int16 formats) */
+    int exp;          /* shared exponent (int16 formats) */
+    int ndim;
+    int64_t shape[FX_MAX_DIMS];
+    int64_t strides[FX_MAX_DIMS]; /* elements */
+} fx_operand;
+
+typedef struct fx_op_call {
+    fx_op op;
+    int nin;
+    fx_operand in[FX_MAX_INPUTS];
+
+    /* output stage, row-major over the output's logical shape, out_numel elements */
+    int out_ndim;
+    int64_t out_shape[FX_MAX_DIMS];
+    int64_t out_numel;
+    float *out_f32;   /* float compute kernels write here */
+    int64_t *out_i64; /* integer compute kernels write here ... */
+    int *out_exp;     /* ... and store the exponent of the int64 values here */
+
+    /* op parameters */
+    float scalar_f32;     /* FX_OP_SCALE, float compute */
+    int64_t scalar_mant;  /* FX_OP_SCALE, integer compute: s = scalar_mant * 2^scalar_exp, */
+    int scalar_exp;       /*   |scalar_mant| < 2^31 */
+    int64_t red_outer, red_len, red_inner; /* FX_OP_SUM: out[o*inner+i] = sum_k a[(o*len+k)*inner+i] */
+
+    int nthreads; /* OpenMP threads the kernel may use (>= 1) */
+} fx_op_call;
+
+/* Operand contract per op:
+ *  COPY, RELU, SCALE, SUM:  in[0] contiguous, numel = product of its shape.
+ *  ADD, SUB, MUL:           in[0], in[1] contiguous, each with out_numel elements (the
+ *                           dispatcher has already broadcast them).
+ *  MATMUL:                  in[0] [M,K], in[1] [K,N], any strides (transposed views arrive as
+ *                           strides); out [M,N].
+ * Integer kernels: products exact, sums exact (as if in int64), add/sub aligned with
+ * fx_align_exp/fx_align_to; *out_exp is the exponent of the exact int64 results. */
+typedef int (*fx_kernel)(const fx_op_call *c);
+
+/* Conversion routines. All single-threaded; the dispatcher splits large arrays across
+ * threads and merges statistics. Lengths may be 0 and pointers need not be aligned. */
+typedef struct fx_cvt_table {
+    void (*f32_to_fp16)(const float *src, uint16_t *dst, int64_t n);
+    void (*fp16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    void (*f32_to_bf16)(const float *src, uint16_t *dst, int64_t n);
+    void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    /* fp32 -> int16 mantissas at exponent e (FORMATS.md steps 1-5). dst may be NULL (a trial:
+     * statistics only). index0 is the global element index of src[0], for stochastic rounding.
+     * *st is overwritten (not merged). */
+    void (*quant_f32)(const float *src, int16_t *dst, int64_t n, int e, const fx_rounding *r,
+                      int64_t index0, fx_qstats *st);
+    /* int16 mantissas at exponent e -> fp32 (exact unless beyond the fp32 range). */
+    void (*dequant)(const int16_t *src, float *dst, int64_t n, int e);
+    /* int64 values -> int16 by fx_requant(v, shift) (shift = e_out - e_acc); dst may be NULL.
+     * *st is overwritten; max_abs_in is the largest |v| as a double. */
+    void (*quant_i64)(const int64_t *src, int16_t *dst, int64_t n, int shift, fx_qstats *st);
+    /* largest finite |x| (0 if none) and the number of NaN/Inf values */
+    void (*maxabs_f32)(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
+} fx_cvt_table;
+
+typedef struct fx_cpu_features {
+    int sse2, avx, avx2, fma, f16c;
+    int avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
+} fx_cpu_features;
+
+typedef struct fx_backend {
+    const char *name;
+    int available;
+    fx_kernel kernels[FX_OP_COUNT][FMT_COUNT];
+    fx_cvt_table cvt;
+} fx_backend;
+
+enum { FX_BACKEND_SCALAR = 0, FX_BACKEND_AVX2 = 1, FX_BACKEND_AVX512 = 2, FX_BACKEND_COUNT = 3 };
+
+/* Registry access (src/core/backend.c). Backends are built once, at first use. */
+const fx_backend *fx_backend_get(int index); /* NULL for a bad index */
+const fx_backend *fx_backend_active(void);
+const fx_cpu_features *fx_cpu(void);
+
+/* Registration hooks, one per (format family, ISA level). Each fills its entries of b. */
+void fx_register_fp32_scalar(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_fp32_avx2(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_fp32_avx512(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_fp16_scalar(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_fp16_avx2(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_fp16_avx512(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_bf16_scalar(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_bf16_avx2(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_bf16_avx512(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_flex_scalar(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_flex_avx2(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_flex_avx512(fx_backend *b, const fx_cpu_features *cpu);
+
+/* Scalar reference conversions (the definitions; src/fp16, src/bf16). */
+uint16_t fx_f32_to_fp16(float x);
+float fx_fp16_to_f32(uint16_t h);
+uint16_t fx_f32_to_bf16(float x);
+float fx_bf16_to_f32(uint16_t h);
+
+#endif

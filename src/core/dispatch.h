@@ -1,0 +1,67 @@
+/* The dispatcher's internal interface: stages, the one write path, and input preparation. */
+#ifndef FX_CORE_DISPATCH_H
+#define FX_CORE_DISPATCH_H
+
+#include "backend.h"
+
+enum { FX_STAGE_F32 = 0, FX_STAGE_I64 = 1 };
+
+/* A pending write: n values in row-major order of the destination's logical shape, either
+ * fp32 values or exact int64 values at exponent `exp`. */
+typedef struct fx_stage {
+    int kind;
+    int64_t n;
+    const float *f32;
+    const int64_t *i64;
+    int exp;
+} fx_stage;
+
+/* The one write path (src/core/store.c): float outputs round once to their format; shared-
+ * exponent outputs choose the exponent (DFP16 exact, FLEX16_5 Autoflex), quantise with
+ * statistics, and update the tensor's counters and trace. Nothing is written on failure. */
+int fx_write(tensor_t *out, const fx_stage *s, const char *func);
+
+/* Scratch allocations of one op call, freed together. */
+#define FX_SCRATCH_MAX 32
+typedef struct fx_scratch {
+    void *p[FX_SCRATCH_MAX];
+    int n;
+} fx_scratch;
+void *fx_scratch_alloc(fx_scratch *s, int64_t n, size_t sz); /* NULL on failure or when full */
+void fx_scratch_free(fx_scratch *s);
+
+/* Bring tensor x into a compute format as a kernel operand (src/core/dispatch.c), converting
+ * where needed (the one documented place for mixed inputs):
+ *   int_compute: int16 mantissas + exponent (float inputs quantised at their exact exponent);
+ *   else: format cf (x->fmt == cf: used directly; otherwise widened to fp32, cf must be FP32).
+ * strided_ok: the kernel reads strides, so a view is passed without copying when no
+ * conversion is needed; otherwise the operand is contiguous. bc_shape (may be NULL): broadcast
+ * x to that shape first (NumPy rules, already validated). */
+int fx_operand_make(const tensor_t *x, int int_compute, fmt_t cf, int strided_ok, int bc_ndim,
+                    const int64_t *bc_shape, fx_operand *o, fx_scratch *tmp, const char *func);
+
+/* Convert a contiguous array of `src_fmt` elements to fp32 (exact widening / dequantising). */
+void fx_widen_to_f32(const fx_backend *be, fmt_t src_fmt, int exp, const void *src, float *dst,
+                     int64_t n);
+
+/* Quantise contiguous fp32 values to int16 at their exact exponent (clamped to the DFP16
+ * range); *exp receives it. Used for float inputs to integer ops. */
+void fx_quantize_exact(const fx_backend *be, const float *src, int16_t *dst, int64_t n, int *exp);
+
+/* Chunked, OpenMP-parallel wrappers of the single-threaded conversion routines. Results do
+ * not depend on the thread count (chunks are fixed; statistics are merged in chunk order). */
+void fx_par_quant_f32(const fx_backend *be, const float *src, int16_t *dst, int64_t n, int e,
+                      const fx_rounding *r, fx_qstats *st);
+void fx_par_quant_i64(const fx_backend *be, const int64_t *src, int16_t *dst, int64_t n,
+                      int shift, fx_qstats *st);
+void fx_par_maxabs_f32(const fx_backend *be, const float *src, int64_t n, float *maxabs,
+                       int64_t *nonfinite);
+
+/* Strided copy between a view and a contiguous buffer (row-major), elem size of t's format. */
+void fx_strided_copy(const tensor_t *t, void *buf, int to_view);
+
+/* Round a double to fp32 with round-to-odd, so that a following fp32 -> fp16/bf16 rounding
+ * is a single correct rounding of the double. */
+float fx_f64_to_f32_round_odd(double d);
+
+#endif

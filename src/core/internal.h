@@ -1,0 +1,78 @@
+/* Internal core types: the tensor object, its storage and the error helpers.
+ * Never include ISA intrinsics here: this header is shared by every translation unit. */
+#ifndef FX_CORE_INTERNAL_H
+#define FX_CORE_INTERNAL_H
+
+#include "flexpoint.h"
+#include "../autoflex/autoflex.h"
+#include "../flex/flex_math.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+/* Statistics of the last write into a shared-exponent storage. */
+typedef struct fx_write_info {
+    int64_t saturated;
+    int64_t nonfinite;
+    int64_t underflow;
+    int clamped;
+    double true_max;
+    double stored_max;
+} fx_write_info;
+
+typedef struct fx_trace {
+    int enabled;
+    int64_t len, cap;
+    fx_trace_record *rec;
+} fx_trace;
+
+/* Storage: the bytes plus everything that belongs to the data rather than to a view
+ * (the shared exponent is a property of all the int16 values together). Reference-counted so
+ * that views keep it alive. */
+typedef struct fx_storage {
+    void *data;
+    int64_t numel; /* elements allocated */
+    int refcount;  /* atomically updated */
+    fmt_t fmt;
+
+    /* shared-exponent state (FLEX16_5, DFP16) */
+    int exp;
+    int win_lo, win_hi;
+    int rounding;
+    uint64_t seed;
+    uint64_t write_counter; /* writes since tensor_set_rounding: keys stochastic rounding */
+    fx_af_state af;         /* FLEX16_5 only */
+    fx_write_info last;
+    int64_t writes, overflows, clamped_total, nonfinite_total;
+    fx_trace trace;
+} fx_storage;
+
+struct tensor {
+    fmt_t fmt;
+    int ndim;
+    int64_t shape[FX_MAX_DIMS];
+    int64_t strides[FX_MAX_DIMS]; /* in elements */
+    int64_t offset;               /* in elements from st->data */
+    fx_storage *st;
+};
+
+/* Errors: set the thread-local message ("func: ...") and return the code. */
+int fx_error(int code, const char *func, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+#define FX_FAIL(code, ...) fx_error((code), __func__, __VA_ARGS__)
+
+/* Helpers shared by the core files. */
+bool fx_fmt_valid(int fmt);
+int64_t fx_numel_of(int ndim, const int64_t *shape);
+bool fx_tensor_is_contiguous(const tensor_t *t);
+bool fx_tensor_covers_storage(const tensor_t *t); /* contiguous and spans all of its storage */
+void *fx_tensor_base(const tensor_t *t);          /* address of element [0,..,0] */
+char *fx_shape_str(const tensor_t *t, char *buf, size_t n); /* "[2, 3]" */
+
+/* Overflow-checked allocation of n elements of size sz (NULL on overflow or failure). */
+void *fx_alloc_array(int64_t n, size_t sz);
+
+#endif

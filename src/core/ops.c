@@ -1,0 +1,167 @@
+/* Public op wrappers: validate everything (so a failing op writes nothing), then fill one
+ * request for the dispatcher. Adding an op: an enum entry in backend.h, a wrapper here, a
+ * kernel per compute format, a reference and a case in the tests. */
+#include "ops_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#define FX_NEED(p, name)                                                                       \
+    do {                                                                                       \
+        if (!(p)) return FX_FAIL(FX_EINVAL, "%s is NULL", name);                               \
+    } while (0)
+
+static int fx_same_shape_check(const char *func, const tensor_t *out, const tensor_t *a)
+{
+    bool same = out->ndim == a->ndim;
+    for (int d = 0; same && d < a->ndim; d++) same = out->shape[d] == a->shape[d];
+    if (!same) {
+        char b1[160], b2[160];
+        return fx_error(FX_ESHAPE, func, "out.shape=%s != a.shape=%s",
+                        fx_shape_str(out, b1, sizeof b1), fx_shape_str(a, b2, sizeof b2));
+    }
+    return FX_OK;
+}
+
+/* NumPy broadcasting: out's shape must equal broadcast(a.shape, b.shape). */
+static int fx_broadcast_check(const char *func, const tensor_t *out, const tensor_t *a,
+                              const tensor_t *b)
+{
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    char b1[160], b2[160], b3[160];
+    if (out->ndim != nd)
+        return fx_error(FX_ESHAPE, func, "out.shape=%s does not match the broadcast of "
+                        "a.shape=%s and b.shape=%s", fx_shape_str(out, b1, sizeof b1),
+                        fx_shape_str(a, b2, sizeof b2), fx_shape_str(b, b3, sizeof b3));
+    for (int d = 0; d < nd; d++) {
+        int da = d - (nd - a->ndim), db = d - (nd - b->ndim);
+        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+        if (sa != sb && sa != 1 && sb != 1)
+            return fx_error(FX_ESHAPE, func, "a.shape=%s and b.shape=%s cannot broadcast "
+                            "(dimension %d: %lld vs %lld)", fx_shape_str(a, b2, sizeof b2),
+                            fx_shape_str(b, b3, sizeof b3), d, (long long)sa, (long long)sb);
+        int64_t want = sa == 1 ? sb : sa;
+        if (out->shape[d] != want)
+            return fx_error(FX_ESHAPE, func, "out.shape[%d]=%lld but broadcasting a.shape=%s "
+                            "and b.shape=%s gives %lld", d, (long long)out->shape[d],
+                            fx_shape_str(a, b2, sizeof b2), fx_shape_str(b, b3, sizeof b3),
+                            (long long)want);
+    }
+    return FX_OK;
+}
+
+static int fx_binary(fx_op op, const char *func, tensor_t *out, const tensor_t *a,
+                     const tensor_t *b)
+{
+    if (!out || !a || !b)
+        return fx_error(FX_EINVAL, func, "%s is NULL", !out ? "out" : (!a ? "a" : "b"));
+    int rc = fx_broadcast_check(func, out, a, b);
+    if (rc) return rc;
+    fx_op_request rq = {.op = op, .func = func, .out = out, .nin = 2, .in = {a, b},
+                        .broadcast = 1};
+    return fx_dispatch(&rq);
+}
+
+int tensor_add(tensor_t *out, const tensor_t *a, const tensor_t *b)
+{
+    return fx_binary(FX_OP_ADD, __func__, out, a, b);
+}
+
+int tensor_sub(tensor_t *out, const tensor_t *a, const tensor_t *b)
+{
+    return fx_binary(FX_OP_SUB, __func__, out, a, b);
+}
+
+int tensor_mul(tensor_t *out, const tensor_t *a, const tensor_t *b)
+{
+    return fx_binary(FX_OP_MUL, __func__, out, a, b);
+}
+
+static int fx_unary(fx_op op, const char *func, tensor_t *out, const tensor_t *a, double s)
+{
+    if (!out || !a) return fx_error(FX_EINVAL, func, "%s is NULL", !out ? "out" : "a");
+    int rc = fx_same_shape_check(func, out, a);
+    if (rc) return rc;
+    fx_op_request rq = {.op = op, .func = func, .out = out, .nin = 1, .in = {a}, .scalar = s};
+    return fx_dispatch(&rq);
+}
+
+int tensor_scale(tensor_t *out, const tensor_t *a, double s)
+{
+    if (!isfinite(s)) return FX_FAIL(FX_EINVAL, "scalar %g is not finite", s);
+    return fx_unary(FX_OP_SCALE, __func__, out, a, s);
+}
+
+int tensor_relu(tensor_t *out, const tensor_t *a) { return fx_unary(FX_OP_RELU, __func__, out, a, 0); }
+
+int tensor_copy(tensor_t *out, const tensor_t *a) { return fx_unary(FX_OP_COPY, __func__, out, a, 0); }
+
+int tensor_sum(tensor_t *out, const tensor_t *a, int axis)
+{
+    FX_NEED(out, "out");
+    FX_NEED(a, "a");
+    char b1[160], b2[160];
+    fx_op_request rq = {.op = FX_OP_SUM, .func = __func__, .out = out, .nin = 1, .in = {a}};
+    int64_t n = fx_numel_of(a->ndim, a->shape);
+    if (axis == FX_AXIS_ALL) {
+        if (fx_numel_of(out->ndim, out->shape) != 1)
+            return FX_FAIL(FX_ESHAPE, "reducing everything needs an output with 1 element, "
+                           "out.shape=%s", fx_shape_str(out, b1, sizeof b1));
+        rq.red_outer = 1;
+        rq.red_len = n;
+        rq.red_inner = 1;
+        return fx_dispatch(&rq);
+    }
+    int ax = axis < 0 ? axis + a->ndim : axis;
+    if (ax < 0 || ax >= a->ndim)
+        return FX_FAIL(FX_EINVAL, "axis=%d is out of range for a %d-D tensor (or FX_AXIS_ALL)",
+                       axis, a->ndim);
+    /* out: a's shape without the axis, or with it kept as 1 */
+    bool dropped = out->ndim == a->ndim - 1, kept = out->ndim == a->ndim;
+    for (int d = 0, od = 0; d < a->ndim && (dropped || kept); d++) {
+        if (d == ax) {
+            if (kept) {
+                kept = out->shape[d] == 1;
+                od++;
+            }
+            continue;
+        }
+        if (dropped && out->shape[od] != a->shape[d]) dropped = false;
+        if (kept && out->shape[d] != a->shape[d]) kept = false;
+        od++;
+    }
+    if (a->ndim == 1 && out->ndim == 1 && out->shape[0] == 1) kept = true;
+    if (!dropped && !kept)
+        return FX_FAIL(FX_ESHAPE, "out.shape=%s does not match a.shape=%s reduced along "
+                       "axis %d", fx_shape_str(out, b1, sizeof b1),
+                       fx_shape_str(a, b2, sizeof b2), ax);
+    rq.red_outer = 1;
+    for (int d = 0; d < ax; d++) rq.red_outer *= a->shape[d];
+    rq.red_len = a->shape[ax];
+    rq.red_inner = 1;
+    for (int d = ax + 1; d < a->ndim; d++) rq.red_inner *= a->shape[d];
+    return fx_dispatch(&rq);
+}
+
+int tensor_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b)
+{
+    FX_NEED(out, "out");
+    FX_NEED(a, "a");
+    FX_NEED(b, "b");
+    char b1[160], b2[160], b3[160];
+    if (a->ndim != 2 || b->ndim != 2 || out->ndim != 2)
+        return FX_FAIL(FX_ESHAPE, "matmul needs 2-D tensors, got a.shape=%s b.shape=%s "
+                       "out.shape=%s", fx_shape_str(a, b1, sizeof b1),
+                       fx_shape_str(b, b2, sizeof b2), fx_shape_str(out, b3, sizeof b3));
+    if (a->shape[1] != b->shape[0])
+        return FX_FAIL(FX_ESHAPE, "a.shape[1]=%lld != b.shape[0]=%lld",
+                       (long long)a->shape[1], (long long)b->shape[0]);
+    if (out->shape[0] != a->shape[0] || out->shape[1] != b->shape[1])
+        return FX_FAIL(FX_ESHAPE, "out.shape=%s but a.shape=%s x b.shape=%s gives [%lld, %lld]",
+                       fx_shape_str(out, b1, sizeof b1), fx_shape_str(a, b2, sizeof b2),
+                       fx_shape_str(b, b3, sizeof b3), (long long)a->shape[0],
+                       (long long)b->shape[1]);
+    fx_op_request rq = {.op = FX_OP_MATMUL, .func = __func__, .out = out, .nin = 2,
+                        .in = {a, b}, .strided_ok = 1};
+    return fx_dispatch(&rq);
+}

@@ -1,0 +1,21 @@
+/* The request an op wrapper fills after validation; fx_dispatch executes it. */
+#ifndef FX_CORE_OPS_INTERNAL_H
+#define FX_CORE_OPS_INTERNAL_H
+
+#include "backend.h"
+
+typedef struct fx_op_request {
+    fx_op op;
+    const char *func; /* public function name, for messages */
+    tensor_t *out;
+    int nin;
+    const tensor_t *in[FX_MAX_INPUTS];
+    int broadcast;  /* inputs are broadcast to out's shape (elementwise binary ops) */
+    int strided_ok; /* the kernel reads any strides (no gather needed) */
+    double scalar;
+    int64_t red_outer, red_len, red_inner;
+} fx_op_request;
+
+int fx_dispatch(const fx_op_request *rq);
+
+#endif

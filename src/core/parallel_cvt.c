@@ -1,0 +1,147 @@
+/* Chunked parallel drivers for the single-threaded conversion routines. The chunking is fixed
+ * (independent of the thread count) and statistics are merged in chunk order, so results and
+ * statistics are identical for every thread count. */
+#include "dispatch.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define FX_CHUNK ((int64_t)1 << 16)
+
+static int fx_threads_for(int64_t n)
+{
+    if (n < 2 * FX_CHUNK) return 1;
+    return flexpoint_num_threads();
+}
+
+void fx_par_quant_f32(const fx_backend *be, const float *src, int16_t *dst, int64_t n, int e,
+                      const fx_rounding *r, fx_qstats *st)
+{
+    int64_t nchunks = (n + FX_CHUNK - 1) / FX_CHUNK;
+    int nt = fx_threads_for(n);
+    fx_qstats *part = nt > 1 ? malloc((size_t)nchunks * sizeof *part) : NULL;
+    if (!part) {
+        be->cvt.quant_f32(src, dst, n, e, r, 0, st);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (int64_t c = 0; c < nchunks; c++) {
+        int64_t lo = c * FX_CHUNK, len = n - lo < FX_CHUNK ? n - lo : FX_CHUNK;
+        be->cvt.quant_f32(src + lo, dst ? dst + lo : NULL, len, e, r, lo, &part[c]);
+    }
+    fx_qstats_init(st);
+    for (int64_t c = 0; c < nchunks; c++) fx_qstats_merge(st, &part[c]);
+    free(part);
+}
+
+void fx_par_quant_i64(const fx_backend *be, const int64_t *src, int16_t *dst, int64_t n,
+                      int shift, fx_qstats *st)
+{
+    int64_t nchunks = (n + FX_CHUNK - 1) / FX_CHUNK;
+    int nt = fx_threads_for(n);
+    fx_qstats *part = nt > 1 ? malloc((size_t)nchunks * sizeof *part) : NULL;
+    if (!part) {
+        be->cvt.quant_i64(src, dst, n, shift, st);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (int64_t c = 0; c < nchunks; c++) {
+        int64_t lo = c * FX_CHUNK, len = n - lo < FX_CHUNK ? n - lo : FX_CHUNK;
+        be->cvt.quant_i64(src + lo, dst ? dst + lo : NULL, len, shift, &part[c]);
+    }
+    fx_qstats_init(st);
+    for (int64_t c = 0; c < nchunks; c++) fx_qstats_merge(st, &part[c]);
+    free(part);
+}
+
+void fx_par_maxabs_f32(const fx_backend *be, const float *src, int64_t n, float *maxabs,
+                       int64_t *nonfinite)
+{
+    int64_t nchunks = (n + FX_CHUNK - 1) / FX_CHUNK;
+    int nt = fx_threads_for(n);
+    float *pm = nt > 1 ? malloc((size_t)nchunks * sizeof *pm) : NULL;
+    int64_t *pn = nt > 1 ? malloc((size_t)nchunks * sizeof *pn) : NULL;
+    if (!pm || !pn) {
+        free(pm);
+        free(pn);
+        be->cvt.maxabs_f32(src, n, maxabs, nonfinite);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (int64_t c = 0; c < nchunks; c++) {
+        int64_t lo = c * FX_CHUNK, len = n - lo < FX_CHUNK ? n - lo : FX_CHUNK;
+        be->cvt.maxabs_f32(src + lo, len, &pm[c], &pn[c]);
+    }
+    *maxabs = 0.0f;
+    *nonfinite = 0;
+    for (int64_t c = 0; c < nchunks; c++) {
+        if (pm[c] > *maxabs) *maxabs = pm[c];
+        *nonfinite += pn[c];
+    }
+    free(pm);
+    free(pn);
+}
+
+/* Widening conversions for float compute. Chunked in parallel for large arrays. */
+void fx_widen_to_f32(const fx_backend *be, fmt_t src_fmt, int exp, const void *src, float *dst,
+                     int64_t n)
+{
+    int64_t nchunks = (n + FX_CHUNK - 1) / FX_CHUNK;
+    int nt = fx_threads_for(n);
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t c = 0; c < nchunks; c++) {
+        int64_t lo = c * FX_CHUNK, len = n - lo < FX_CHUNK ? n - lo : FX_CHUNK;
+        switch (src_fmt) {
+        case FMT_FP32:
+            for (int64_t i = 0; i < len; i++) dst[lo + i] = ((const float *)src)[lo + i];
+            break;
+        case FMT_FP16: be->cvt.fp16_to_f32((const uint16_t *)src + lo, dst + lo, len); break;
+        case FMT_BF16: be->cvt.bf16_to_f32((const uint16_t *)src + lo, dst + lo, len); break;
+        case FMT_FLEX16_5:
+        case FMT_DFP16: be->cvt.dequant((const int16_t *)src + lo, dst + lo, len, exp); break;
+        default: break;
+        }
+    }
+}
+
+void fx_quantize_exact(const fx_backend *be, const float *src, int16_t *dst, int64_t n, int *exp)
+{
+    float mx;
+    int64_t nonfinite;
+    fx_par_maxabs_f32(be, src, n, &mx, &nonfinite);
+    int e = fx_exact_exp_f64((double)mx);
+    if (e == FX_EXP_NONE) e = 0;
+    e = fx_clamp_exp(e, FX_DFP_EXP_MIN, FX_DFP_EXP_MAX, NULL);
+    fx_rounding r = {FX_ROUND_NEAREST_EVEN, 0, 0};
+    fx_qstats st;
+    fx_par_quant_f32(be, src, dst, n, e, &r, &st);
+    *exp = e;
+}
+
+float fx_f64_to_f32_round_odd(double d)
+{
+    if (d != d) return (float)d;
+    float f = (float)d; /* nearest */
+    if ((double)f == d) return f;
+    /* truncate toward zero, then set the sticky lowest bit */
+    if (fabs((double)f) > fabs(d)) f = nextafterf(f, 0.0f);
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u |= 1u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}

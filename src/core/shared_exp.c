@@ -1,0 +1,119 @@
+/* Public accessors of the shared-exponent state: exponent, window, rounding, statistics. */
+#include "dispatch.h"
+
+#include <string.h>
+
+static int fx_need_shared(const tensor_t *t, const char *func)
+{
+    if (!t) return fx_error(FX_EINVAL, func, "tensor is NULL");
+    if (!fmt_is_shared_exponent(t->fmt))
+        return fx_error(FX_EFORMAT, func, "tensor format %s has no shared exponent (needs "
+                        "flex16_5 or dfp16)", fmt_name(t->fmt));
+    return FX_OK;
+}
+
+int tensor_exp(const tensor_t *t)
+{
+    if (fx_need_shared(t, __func__)) return 0;
+    return t->st->exp;
+}
+
+/* Move every stored mantissa from exponent `from` to `to`, keeping values (one rounding). */
+static int64_t fx_rescale_storage(fx_storage *st, int from, int to)
+{
+    int16_t *m = st->data;
+    int64_t sat = 0;
+    for (int64_t i = 0; i < st->numel; i++) {
+        int16_t v;
+        memcpy(&v, m + i, sizeof v);
+        int32_t w = fx_requant(v, to - from, &sat);
+        v = (int16_t)w;
+        memcpy(m + i, &v, sizeof v);
+    }
+    return sat;
+}
+
+int tensor_set_exp(tensor_t *t, int e)
+{
+    int rc = fx_need_shared(t, __func__);
+    if (rc) return rc;
+    fx_storage *st = t->st;
+    if (e < st->win_lo || e > st->win_hi)
+        return FX_FAIL(FX_ERANGE, "exponent %d is outside the %s window [%d, %d]", e,
+                       fmt_name(t->fmt), st->win_lo, st->win_hi);
+    if (e != st->exp) {
+        int64_t sat = fx_rescale_storage(st, st->exp, e);
+        st->last.saturated = sat;
+        st->exp = e;
+    }
+    return FX_OK;
+}
+
+int tensor_set_exp_window(tensor_t *t, int lo)
+{
+    if (!t) return FX_FAIL(FX_EINVAL, "tensor is NULL");
+    if (t->fmt != FMT_FLEX16_5)
+        return FX_FAIL(FX_EFORMAT, "only flex16_5 tensors have a settable window (got %s)",
+                       fmt_name(t->fmt));
+    if (lo < FX_DFP_EXP_MIN || lo + FX_FLEX_WINDOW - 1 > FX_DFP_EXP_MAX)
+        return FX_FAIL(FX_ERANGE, "window start %d is outside [%d, %d]", lo, FX_DFP_EXP_MIN,
+                       FX_DFP_EXP_MAX - FX_FLEX_WINDOW + 1);
+    fx_storage *st = t->st;
+    st->win_lo = lo;
+    st->win_hi = lo + FX_FLEX_WINDOW - 1;
+    int e = fx_clamp_exp(st->exp, st->win_lo, st->win_hi, NULL);
+    if (e != st->exp) {
+        st->last.saturated = fx_rescale_storage(st, st->exp, e);
+        st->exp = e;
+    }
+    return FX_OK;
+}
+
+int tensor_exp_window(const tensor_t *t, int *lo, int *hi)
+{
+    int rc = fx_need_shared(t, __func__);
+    if (rc) return rc;
+    if (!lo || !hi) return FX_FAIL(FX_EINVAL, "lo or hi is NULL");
+    *lo = t->st->win_lo;
+    *hi = t->st->win_hi;
+    return FX_OK;
+}
+
+int tensor_set_rounding(tensor_t *t, int mode, uint64_t seed)
+{
+    int rc = fx_need_shared(t, __func__);
+    if (rc) return rc;
+    if (mode != FX_ROUND_NEAREST_EVEN && mode != FX_ROUND_STOCHASTIC)
+        return FX_FAIL(FX_EINVAL, "rounding mode %d is unknown (0 nearest-even, 1 stochastic)",
+                       mode);
+    t->st->rounding = mode;
+    t->st->seed = seed;
+    t->st->write_counter = 0;
+    return FX_OK;
+}
+
+int tensor_stat(const tensor_t *t, const char *name, double *value)
+{
+    int rc = fx_need_shared(t, __func__);
+    if (rc) return rc;
+    if (!name || !value) return FX_FAIL(FX_EINVAL, "%s is NULL", !name ? "name" : "value");
+    const fx_storage *st = t->st;
+    static const char *const names[] = {"saturated", "true_max",      "nonfinite",
+                                        "underflow", "clamped",       "overflows",
+                                        "clamped_total", "nonfinite_total", "writes",
+                                        "exp",       "stored_max"};
+    double v[] = {(double)st->last.saturated, st->last.true_max,
+                  (double)st->last.nonfinite, (double)st->last.underflow,
+                  (double)st->last.clamped,   (double)st->overflows,
+                  (double)st->clamped_total,  (double)st->nonfinite_total,
+                  (double)st->writes,         (double)st->exp,
+                  st->last.stored_max};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strcmp(name, names[i]) == 0) {
+            *value = v[i];
+            return FX_OK;
+        }
+    return FX_FAIL(FX_ENAME, "unknown statistic '%.64s' (known: saturated, true_max, "
+                   "nonfinite, underflow, clamped, overflows, clamped_total, nonfinite_total, "
+                   "writes, exp, stored_max)", name);
+}

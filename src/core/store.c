@@ -1,0 +1,235 @@
+/* The one write path. Every value that lands in a tensor (tensor_from_f32 and every op
+ * output) goes through fx_write, so exponent management, statistics and traces live in one
+ * place and kernels only compute. */
+#include "dispatch.h"
+#include "../autoflex/trace.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest finite |value| of a stage in real units, and its count of NaN/Inf. */
+static void fx_stage_maxabs(const fx_backend *be, const fx_stage *s, double *true_max,
+                            int64_t *nonfinite)
+{
+    if (s->kind == FX_STAGE_F32) {
+        float m;
+        fx_par_maxabs_f32(be, s->f32, s->n, &m, nonfinite);
+        *true_max = m;
+        return;
+    }
+    uint64_t mx = 0;
+    for (int64_t i = 0; i < s->n; i++) {
+        int64_t v = s->i64[i];
+        uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+        if (a > mx) mx = a;
+    }
+    *true_max = ldexp((double)mx, s->exp);
+    *nonfinite = 0;
+}
+
+/* Quantise a stage at exponent e (dst NULL: statistics only). */
+static void fx_stage_quantize(const fx_backend *be, const fx_stage *s, int e,
+                              const fx_rounding *r, int16_t *dst, fx_qstats *st)
+{
+    if (s->kind == FX_STAGE_F32) {
+        fx_par_quant_f32(be, s->f32, dst, s->n, e, r, st);
+    } else {
+        /* e - exp can exceed int range only for absurd exponents; both are within +-2^16 */
+        fx_par_quant_i64(be, s->i64, dst, s->n, e - s->exp, st);
+    }
+}
+
+typedef struct fx_trial_ctx {
+    const fx_backend *be;
+    const fx_stage *s;
+    const fx_rounding *r;
+} fx_trial_ctx;
+
+static void fx_trial(void *ctx, int e, fx_qstats *st)
+{
+    fx_trial_ctx *c = ctx;
+    fx_stage_quantize(c->be, c->s, e, c->r, NULL, st);
+}
+
+/* Exact exponent of data with real maximum true_max, or FX_EXP_NONE. For an int64 stage it is
+ * computed on the integers, so no double rounding can move it. */
+static int fx_stage_exact_exp(const fx_stage *s, double true_max)
+{
+    if (s->kind == FX_STAGE_F32) return fx_exact_exp_f64(true_max);
+    uint64_t mx = 0;
+    for (int64_t i = 0; i < s->n; i++) {
+        int64_t v = s->i64[i];
+        uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+        if (a > mx) mx = a;
+    }
+    return fx_exact_exp_u64(mx, s->exp);
+}
+
+static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
+{
+    const fx_backend *be = fx_backend_active();
+    fx_storage *st = out->st;
+    int64_t n = s->n;
+    bool whole = fx_tensor_covers_storage(out);
+    int16_t *direct = whole ? (int16_t *)fx_tensor_base(out) : NULL;
+    int16_t *tmp = NULL;
+    if (!direct) {
+        tmp = fx_alloc_array(n, sizeof *tmp);
+        if (!tmp) return fx_error(FX_ENOMEM, func, "cannot allocate %lld int16 values",
+                                  (long long)n);
+    }
+    int16_t *dst = direct ? direct : tmp;
+
+    double true_max;
+    int64_t nonfinite;
+    fx_stage_maxabs(be, s, &true_max, &nonfinite);
+    fx_rounding r = {st->rounding, st->seed, st->write_counter};
+
+    int clamped = 0, e;
+    if (!whole) {
+        /* A partial view shares its exponent with the rest of the storage: keep it. */
+        e = st->exp;
+    } else if (st->fmt == FMT_DFP16) {
+        int want = fx_stage_exact_exp(s, true_max);
+        e = want == FX_EXP_NONE ? st->exp : fx_clamp_exp(want, st->win_lo, st->win_hi, &clamped);
+    } else {
+        fx_trial_ctx ctx = {be, s, &r};
+        fx_af_writer w = {&ctx, fx_trial, true_max};
+        if (st->af.cfg.init_mode == FX_AF_INIT_EXACT && s->kind == FX_STAGE_I64) {
+            /* exact initialisation from the integers (avoids a double-rounded maximum) */
+            int want = fx_stage_exact_exp(s, true_max);
+            w.true_max = want == FX_EXP_NONE ? 0.0 : true_max;
+        }
+        e = fx_af_predict(&st->af, st->exp, st->win_lo, st->win_hi, &w, &clamped);
+    }
+
+    fx_qstats q;
+    fx_stage_quantize(be, s, e, &r, dst, &q);
+    int overflowed = q.saturated > 0, recomputed = 0;
+    if (whole && st->fmt == FMT_FLEX16_5) {
+        int redo;
+        if (fx_af_wants_recompute(&st->af, e, &q, true_max, st->win_lo, st->win_hi, &redo)) {
+            e = redo;
+            fx_stage_quantize(be, s, e, &r, dst, &q);
+            recomputed = 1;
+        }
+        fx_af_observe(&st->af, e, &q, true_max, overflowed);
+    }
+    if (tmp) {
+        fx_strided_copy(out, tmp, 1);
+        free(tmp);
+    }
+
+    st->exp = e;
+    st->last.saturated = q.saturated;
+    st->last.nonfinite = q.nonfinite;
+    st->last.underflow = q.underflow;
+    st->last.clamped = clamped;
+    st->last.true_max = true_max;
+    st->last.stored_max = ldexp((double)q.max_abs_out, e);
+    if (st->trace.enabled) {
+        fx_trace_record rec = {st->writes, e, clamped, overflowed, recomputed, q.saturated,
+                               q.nonfinite, q.underflow, true_max, st->last.stored_max};
+        fx_trace_append(&st->trace, &rec); /* on ENOMEM the record is dropped, data is kept */
+    }
+    st->writes++;
+    st->write_counter++;
+    st->overflows += overflowed;
+    st->clamped_total += clamped;
+    st->nonfinite_total += q.nonfinite;
+    return FX_OK;
+}
+
+/* fp32 values of an int64 stage: v * 2^exp. For fp16/bf16 targets the double is rounded to
+ * fp32 with round-to-odd, so that the later 16-bit rounding is the only effective rounding. */
+static void fx_stage_i64_to_f32(const fx_stage *s, float *dst, int odd)
+{
+    for (int64_t i = 0; i < s->n; i++) {
+        double d = ldexp((double)s->i64[i], s->exp);
+        dst[i] = odd ? fx_f64_to_f32_round_odd(d) : (float)d;
+    }
+}
+
+static int fx_write_float(tensor_t *out, const fx_stage *s, const char *func)
+{
+    const fx_backend *be = fx_backend_active();
+    int64_t n = s->n;
+    bool contig = fx_tensor_is_contiguous(out);
+    const float *vals = s->f32;
+    float *ftmp = NULL;
+    void *tmp16 = NULL;
+    if (s->kind == FX_STAGE_I64) {
+        ftmp = fx_alloc_array(n, sizeof *ftmp);
+        if (!ftmp) return fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
+        fx_stage_i64_to_f32(s, ftmp, out->fmt != FMT_FP32);
+        vals = ftmp;
+    }
+    if (out->fmt == FMT_FP32) {
+        if (vals != fx_tensor_base(out)) fx_strided_copy(out, (void *)vals, 1);
+        free(ftmp);
+        return FX_OK;
+    }
+    uint16_t *dst = contig ? (uint16_t *)fx_tensor_base(out) : NULL;
+    if (!dst) {
+        tmp16 = fx_alloc_array(n, sizeof(uint16_t));
+        if (!tmp16) {
+            free(ftmp);
+            return fx_error(FX_ENOMEM, func, "cannot allocate %lld 16-bit values",
+                            (long long)n);
+        }
+        dst = tmp16;
+    }
+    void (*cvt)(const float *, uint16_t *, int64_t) =
+        out->fmt == FMT_FP16 ? be->cvt.f32_to_fp16 : be->cvt.f32_to_bf16;
+    const int64_t chunk = (int64_t)1 << 16;
+    int64_t nchunks = (n + chunk - 1) / chunk;
+    int nt = n >= 2 * chunk ? flexpoint_num_threads() : 1;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t c = 0; c < nchunks; c++) {
+        int64_t lo = c * chunk, len = n - lo < chunk ? n - lo : chunk;
+        cvt(vals + lo, dst + lo, len);
+    }
+    if (tmp16) fx_strided_copy(out, tmp16, 1);
+    free(tmp16);
+    free(ftmp);
+    return FX_OK;
+}
+
+int fx_write(tensor_t *out, const fx_stage *s, const char *func)
+{
+    if (fmt_is_shared_exponent(out->fmt)) return fx_write_shared(out, s, func);
+    return fx_write_float(out, s, func);
+}
+
+int tensor_from_f32(tensor_t *t, const float *src)
+{
+    if (!t || !src) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "tensor" : "src");
+    fx_stage s = {FX_STAGE_F32, fx_numel_of(t->ndim, t->shape), src, NULL, 0};
+    return fx_write(t, &s, __func__);
+}
+
+int tensor_to_f32(const tensor_t *t, float *dst)
+{
+    if (!t || !dst) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "tensor" : "dst");
+    int64_t n = fx_numel_of(t->ndim, t->shape);
+    const fx_backend *be = fx_backend_active();
+    if (t->fmt == FMT_FP32) {
+        fx_strided_copy(t, dst, 0);
+        return FX_OK;
+    }
+    const void *src = fx_tensor_base(t);
+    void *tmp = NULL;
+    if (!fx_tensor_is_contiguous(t)) {
+        tmp = fx_alloc_array(n, 2);
+        if (!tmp) return FX_FAIL(FX_ENOMEM, "cannot allocate %lld elements", (long long)n);
+        fx_strided_copy(t, tmp, 0);
+        src = tmp;
+    }
+    fx_widen_to_f32(be, t->fmt, t->st->exp, src, dst, n);
+    free(tmp);
+    return FX_OK;
+}

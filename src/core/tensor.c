@@ -1,0 +1,247 @@
+/* Tensor objects: creation, storage reference counting, accessors, raw access. */
+#include "internal.h"
+#include "backend.h"
+#include "../autoflex/trace.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void *fx_alloc_array(int64_t n, size_t sz)
+{
+    if (n < 0 || sz == 0) return NULL;
+    if (n == 0) n = 1; /* always hand out a valid pointer */
+    if ((uint64_t)n > (uint64_t)(SIZE_MAX / sz) || (uint64_t)n * sz > ((uint64_t)1 << 46))
+        return NULL;
+    return malloc((size_t)n * sz);
+}
+
+int64_t fx_numel_of(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+char *fx_shape_str(const tensor_t *t, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    used += (size_t)snprintf(buf, n, "[");
+    for (int i = 0; t && i < t->ndim && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? ", " : "",
+                                 (long long)t->shape[i]);
+    if (used < n) snprintf(buf + used, n - used, "]");
+    return buf;
+}
+
+/* Validate a shape; on success *numel_out is the element count. */
+static int fx_check_shape(const char *func, int ndim, const int64_t *shape, int64_t *numel_out)
+{
+    if (ndim < 1 || ndim > FX_MAX_DIMS)
+        return fx_error(FX_EINVAL, func, "ndim=%d is outside [1, %d]", ndim, FX_MAX_DIMS);
+    if (!shape) return fx_error(FX_EINVAL, func, "shape is NULL");
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return fx_error(FX_EINVAL, func, "shape[%d]=%lld is negative", i,
+                            (long long)shape[i]);
+        if (shape[i] > 0 && n > (((int64_t)1 << 46) / shape[i]))
+            return fx_error(FX_ENOMEM, func, "shape[%d]=%lld makes the element count overflow "
+                                             "(limit 2^46)", i, (long long)shape[i]);
+        n *= shape[i];
+    }
+    *numel_out = n;
+    return FX_OK;
+}
+
+static void fx_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+}
+
+tensor_t *tensor_new(fmt_t fmt, int ndim, const int64_t *shape)
+{
+    if (!fx_fmt_valid((int)fmt)) {
+        FX_FAIL(FX_EFORMAT, "format %d is not a known format (0..%d)", (int)fmt, FMT_COUNT - 1);
+        return NULL;
+    }
+    int64_t numel = 0;
+    if (fx_check_shape(__func__, ndim, shape, &numel) != FX_OK) return NULL;
+    tensor_t *t = calloc(1, sizeof *t);
+    fx_storage *st = calloc(1, sizeof *st);
+    void *data = fx_alloc_array(numel, fmt_elem_size(fmt));
+    if (!t || !st || !data) {
+        free(t);
+        free(st);
+        free(data);
+        FX_FAIL(FX_ENOMEM, "cannot allocate %lld elements of %s", (long long)numel,
+                fmt_name(fmt));
+        return NULL;
+    }
+    memset(data, 0, (size_t)(numel ? numel : 1) * fmt_elem_size(fmt));
+    st->data = data;
+    st->numel = numel;
+    st->refcount = 1;
+    st->fmt = fmt;
+    if (fmt == FMT_FLEX16_5) {
+        fx_autoflex_config cfg;
+        fx_af_default_config(&cfg);
+        fx_af_reset(&st->af, &cfg);
+        st->win_lo = -31;
+        st->win_hi = 0;
+        st->exp = fx_clamp_exp(cfg.init_exp, st->win_lo, st->win_hi, NULL);
+    } else if (fmt == FMT_DFP16) {
+        st->win_lo = FX_DFP_EXP_MIN;
+        st->win_hi = FX_DFP_EXP_MAX;
+        st->exp = 0;
+    }
+    t->fmt = fmt;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    fx_contiguous_strides(ndim, shape, t->strides);
+    t->offset = 0;
+    t->st = st;
+    return t;
+}
+
+static void fx_storage_release(fx_storage *st)
+{
+    if (__atomic_sub_fetch(&st->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+        fx_trace_free(&st->trace);
+        free(st->data);
+        free(st);
+    }
+}
+
+void fx_storage_retain(fx_storage *st) { __atomic_add_fetch(&st->refcount, 1, __ATOMIC_RELAXED); }
+
+void tensor_free(tensor_t *t)
+{
+    if (!t) return;
+    fx_storage_release(t->st);
+    free(t);
+}
+
+int64_t tensor_numel(const tensor_t *t)
+{
+    if (!t) return FX_FAIL(-1, "tensor is NULL");
+    return fx_numel_of(t->ndim, t->shape);
+}
+
+int tensor_ndim(const tensor_t *t) { return t ? t->ndim : FX_FAIL(FX_EINVAL, "tensor is NULL"); }
+
+const int64_t *tensor_shape(const tensor_t *t)
+{
+    if (!t) { FX_FAIL(FX_EINVAL, "tensor is NULL"); return NULL; }
+    return t->shape;
+}
+
+const int64_t *tensor_strides(const tensor_t *t)
+{
+    if (!t) { FX_FAIL(FX_EINVAL, "tensor is NULL"); return NULL; }
+    return t->strides;
+}
+
+fmt_t tensor_fmt(const tensor_t *t)
+{
+    if (!t) return (fmt_t)FX_FAIL(FX_EINVAL, "tensor is NULL");
+    return t->fmt;
+}
+
+bool fx_tensor_is_contiguous(const tensor_t *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] == 0) return true;
+        if (t->shape[i] != 1 && t->strides[i] != s) return false;
+        s *= t->shape[i];
+    }
+    return true;
+}
+
+int tensor_is_contiguous(const tensor_t *t)
+{
+    if (!t) return FX_FAIL(FX_EINVAL, "tensor is NULL");
+    return fx_tensor_is_contiguous(t) ? 1 : 0;
+}
+
+bool fx_tensor_covers_storage(const tensor_t *t)
+{
+    return t->offset == 0 && fx_tensor_is_contiguous(t) &&
+           fx_numel_of(t->ndim, t->shape) == t->st->numel;
+}
+
+void *fx_tensor_base(const tensor_t *t)
+{
+    return (char *)t->st->data + (size_t)t->offset * fmt_elem_size(t->fmt);
+}
+
+void *tensor_data(tensor_t *t)
+{
+    if (!t) { FX_FAIL(FX_EINVAL, "tensor is NULL"); return NULL; }
+    return fx_tensor_base(t);
+}
+
+/* Visit every element of a view in row-major order, copying elem_size bytes between the view
+ * and a contiguous buffer. to_view selects the direction. */
+void fx_strided_copy(const tensor_t *t, void *buf, int to_view)
+{
+    size_t es = fmt_elem_size(t->fmt);
+    int64_t n = fx_numel_of(t->ndim, t->shape);
+    if (n == 0) return;
+    char *base = fx_tensor_base(t);
+    if (fx_tensor_is_contiguous(t)) {
+        if (to_view) memmove(base, buf, (size_t)n * es);
+        else memmove(buf, base, (size_t)n * es);
+        return;
+    }
+    int64_t idx[FX_MAX_DIMS] = {0};
+    int nd = t->ndim;
+    int64_t inner = t->shape[nd - 1], inner_stride = t->strides[nd - 1];
+    char *b = buf;
+    for (int64_t done = 0; done < n; done += inner) {
+        int64_t off = 0;
+        for (int d = 0; d < nd - 1; d++) off += idx[d] * t->strides[d];
+        for (int64_t i = 0; i < inner; i++) {
+            char *p = base + (size_t)(off + i * inner_stride) * es;
+            if (to_view) memcpy(p, b, es);
+            else memcpy(b, p, es);
+            b += es;
+        }
+        for (int d = nd - 2; d >= 0; d--) {
+            if (++idx[d] < t->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+int tensor_get_raw(const tensor_t *t, void *dst)
+{
+    if (!t || !dst) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "tensor" : "dst");
+    fx_strided_copy(t, dst, 0);
+    return FX_OK;
+}
+
+int tensor_set_raw(tensor_t *t, const void *src)
+{
+    if (!t || !src) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "tensor" : "src");
+    int64_t n = fx_numel_of(t->ndim, t->shape);
+    if (fmt_is_shared_exponent(t->fmt)) {
+        const int16_t *m = src;
+        for (int64_t i = 0; i < n; i++) {
+            int16_t v;
+            memcpy(&v, m + i, sizeof v);
+            if (v < -FX_MANT_MAX)
+                return FX_FAIL(FX_ERANGE, "element %lld is %d; %s mantissas lie in "
+                               "[-32767, 32767]", (long long)i, v, fmt_name(t->fmt));
+        }
+    }
+    fx_strided_copy(t, (void *)src, 1);
+    return FX_OK;
+}

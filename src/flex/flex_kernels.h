@@ -1,0 +1,71 @@
+/* Shared-exponent (FLEX16_5, DFP16) kernels: declarations shared by the files of src/flex and
+ * by the tests. No intrinsics here: this header is included by generic and ISA files alike.
+ *
+ * The *_scalar functions are the definitions (FORMATS.md made executable). Every other level
+ * gives exactly their bits and statistics, for any length n >= 0 and any (unaligned) pointers,
+ * and never touches src[n..] or dst[n..]. A *_avx2 function may only run on a CPU with
+ * AVX2+FMA+F16C, an *_avx512 one on a CPU with AVX-512 F/BW/VL/DQ (and *_vnni with VNNI).
+ *
+ * The SIMD conversions vectorise the exponents every tensor can have, e in [-128, 127]
+ * (FX_DFP_EXP_MIN..MAX); other exponents and stochastic rounding go to the scalar definition.
+ */
+#ifndef FX_FLEX_KERNELS_H
+#define FX_FLEX_KERNELS_H
+
+#include "../core/backend.h"
+
+/* ---- conversions (fx_cvt_table entries) ------------------------------------------------- */
+void fx_flex_quant_f32_scalar(const float *src, int16_t *dst, int64_t n, int e,
+                              const fx_rounding *r, int64_t index0, fx_qstats *st);
+void fx_flex_dequant_scalar(const int16_t *src, float *dst, int64_t n, int e);
+void fx_flex_quant_i64_scalar(const int64_t *src, int16_t *dst, int64_t n, int shift,
+                              fx_qstats *st);
+void fx_flex_maxabs_f32_scalar(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
+
+void fx_flex_quant_f32_avx2(const float *src, int16_t *dst, int64_t n, int e,
+                            const fx_rounding *r, int64_t index0, fx_qstats *st);
+void fx_flex_dequant_avx2(const int16_t *src, float *dst, int64_t n, int e);
+void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shift,
+                            fx_qstats *st);
+void fx_flex_maxabs_f32_avx2(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
+
+void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
+                              const fx_rounding *r, int64_t index0, fx_qstats *st);
+void fx_flex_dequant_avx512(const int16_t *src, float *dst, int64_t n, int e);
+void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int shift,
+                              fx_qstats *st);
+void fx_flex_maxabs_f32_avx512(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
+
+/* ---- integer-only op kernels (fx_kernel; operand data are const int16_t *) ---------------- */
+int fx_flex_copy_scalar(const fx_op_call *c);
+int fx_flex_add_scalar(const fx_op_call *c);
+int fx_flex_sub_scalar(const fx_op_call *c);
+int fx_flex_mul_scalar(const fx_op_call *c);
+int fx_flex_scale_scalar(const fx_op_call *c);
+int fx_flex_relu_scalar(const fx_op_call *c);
+int fx_flex_sum_scalar(const fx_op_call *c);
+int fx_flex_matmul_scalar(const fx_op_call *c);
+
+int fx_flex_matmul_avx2(const fx_op_call *c);
+int fx_flex_matmul_avx512bw(const fx_op_call *c);   /* vpmaddwd + vpaddd */
+int fx_flex_matmul_avx512vnni(const fx_op_call *c); /* vpdpwssd */
+
+/* Install the integer kernels of one level into b, for both int16 formats (intops_*.c). */
+void fx_flex_install_intops_scalar(fx_backend *b);
+void fx_flex_install_intops_avx2(fx_backend *b, const fx_cpu_features *cpu);
+void fx_flex_install_intops_avx512(fx_backend *b, const fx_cpu_features *cpu);
+
+static inline void fx_flex_set_kernel(fx_backend *b, fx_op op, fx_kernel k)
+{
+    b->kernels[op][FMT_FLEX16_5] = k;
+    b->kernels[op][FMT_DFP16] = k;
+}
+
+/* Matmuls with fewer multiply-adds than this run the scalar kernel on every level: packing
+ * would cost more than it saves, and the scalar kernel needs no scratch memory. */
+#define FX_FLEX_MATMUL_SIMD_MIN_MACS 2048
+
+/* Elementwise kernels use threads only above this many elements (they are memory-bound). */
+#define FX_FLEX_PAR_MIN_ELEMS ((int64_t)1 << 17)
+
+#endif

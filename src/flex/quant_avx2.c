@@ -1,0 +1,301 @@
+/* AVX2 shared-exponent conversions: the bits and statistics of quant_scalar.c.
+ *
+ * quant_f32, nearest-even, e in [-128, 127]: q = (x * 2^a) * 2^b with a + b = -e, a and b of
+ * the same sign and |a|, |b| <= 64 (so both factors are normal floats). Scaling up, every step
+ * is exact until it overflows, and an intermediate overflow implies the true q overflows
+ * (saturated either way). Scaling down, a step is inexact only below 2^-126, where the true q
+ * is below 2^-126 too and rounds to 0 either way. q is then clamped to [-32768, 32768] (huge
+ * values and +-Inf convert without the "integer indefinite"), rounded with an explicit
+ * round-to-nearest-even (independent of MXCSR), and |r| > 32767 counts as saturated for finite
+ * inputs. NaN lanes are zeroed afterwards. Tails go through a zero-padded buffer: a 0.0 (or 0)
+ * lane adds nothing to any statistic. */
+#include "flex_kernels.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+/* 2^k as a float, for k in [-126, 127] */
+static inline float fx_pow2f(int k)
+{
+    const uint32_t bits = (uint32_t)(127 + k) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline int fx_mask_count_ps(__m256 m) { return __builtin_popcount((unsigned)_mm256_movemask_ps(m)); }
+static inline int fx_mask_count_epi32(__m256i m) { return fx_mask_count_ps(_mm256_castsi256_ps(m)); }
+static inline int fx_mask_count_epi64(__m256i m)
+{
+    return __builtin_popcount((unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(m)));
+}
+
+static float fx_hmax_ps(__m256 v)
+{
+    float t[8], m = 0.0f;
+    _mm256_storeu_ps(t, v);
+    for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
+    return m;
+}
+
+static int32_t fx_hmax_epi32(__m256i v)
+{
+    int32_t t[8], m = 0;
+    _mm256_storeu_si256((__m256i *)t, v);
+    for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
+    return m;
+}
+
+/* ---- fp32 -> int16 ------------------------------------------------------------------------ */
+
+typedef struct fx_q8_state {
+    __m256 s1, s2;     /* 2^a, 2^b */
+    __m256 max_in;     /* finite |x| */
+    __m256i max_out;   /* |m| */
+    int64_t saturated, nonfinite, underflow;
+} fx_q8_state;
+
+static inline __m256i fx_quant8(__m256 x, fx_q8_state *q8)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 inf = _mm256_set1_ps(__builtin_inff());
+    const __m256 lim = _mm256_set1_ps(32768.0f), nlim = _mm256_set1_ps(-32768.0f);
+    const __m256i mmax = _mm256_set1_epi32(FX_MANT_MAX), mmin = _mm256_set1_epi32(-FX_MANT_MAX);
+
+    const __m256 ax = _mm256_and_ps(x, absmask);
+    const __m256 fin = _mm256_cmp_ps(ax, inf, _CMP_LT_OQ); /* false for NaN, Inf */
+    const __m256 num = _mm256_cmp_ps(x, x, _CMP_ORD_Q);    /* false for NaN */
+    q8->max_in = _mm256_max_ps(q8->max_in, _mm256_and_ps(ax, fin));
+    q8->nonfinite += 8 - fx_mask_count_ps(fin);
+
+    __m256 q = _mm256_mul_ps(_mm256_mul_ps(x, q8->s1), q8->s2);
+    q = _mm256_min_ps(_mm256_max_ps(q, nlim), lim);
+    q = _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i rq = _mm256_cvttps_epi32(q); /* exact: q is an integer in [-32768, 32768] */
+    const __m256i sat = _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_abs_epi32(rq), mmax),
+                                         _mm256_castps_si256(fin));
+    q8->saturated += fx_mask_count_epi32(sat);
+    __m256i m = _mm256_max_epi32(_mm256_min_epi32(rq, mmax), mmin);
+    m = _mm256_and_si256(m, _mm256_castps_si256(num));
+
+    const __m256 nonzero_x = _mm256_and_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_OQ), fin);
+    const __m256i zero_m = _mm256_cmpeq_epi32(m, _mm256_setzero_si256());
+    q8->underflow += fx_mask_count_epi32(_mm256_and_si256(zero_m, _mm256_castps_si256(nonzero_x)));
+    q8->max_out = _mm256_max_epi32(q8->max_out, _mm256_abs_epi32(m));
+    return m;
+}
+
+static inline __m128i fx_pack8_epi32(__m256i m)
+{
+    return _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+}
+
+void fx_flex_quant_f32_avx2(const float *src, int16_t *dst, int64_t n, int e,
+                            const fx_rounding *r, int64_t index0, fx_qstats *st)
+{
+    if ((r != NULL && r->mode == FX_ROUND_STOCHASTIC) || e < FX_DFP_EXP_MIN || e > FX_DFP_EXP_MAX) {
+        fx_flex_quant_f32_scalar(src, dst, n, e, r, index0, st);
+        return;
+    }
+    const int a = -e / 2, b = -e - a; /* same sign, each in [-64, 64] */
+    fx_q8_state q8 = {_mm256_set1_ps(fx_pow2f(a)), _mm256_set1_ps(fx_pow2f(b)), _mm256_setzero_ps(),
+                      _mm256_setzero_si256(), 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i m0 = fx_quant8(_mm256_loadu_ps(src + i), &q8);
+        const __m256i m1 = fx_quant8(_mm256_loadu_ps(src + i + 8), &q8);
+        /* packs works per 128-bit lane: [m0 lo, m1 lo, m0 hi, m1 hi] -> reorder the quarters */
+        const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(m0, m1), 0xD8);
+        if (dst) _mm256_storeu_si256((__m256i *)(dst + i), p);
+    }
+    for (; i < n; i += 8) {
+        const int64_t len = n - i < 8 ? n - i : 8;
+        float x[8] = {0};
+        memcpy(x, src + i, (size_t)len * sizeof *x);
+        int16_t m[8];
+        _mm_storeu_si128((__m128i *)m, fx_pack8_epi32(fx_quant8(_mm256_loadu_ps(x), &q8)));
+        if (dst) memcpy(dst + i, m, (size_t)len * sizeof *m);
+    }
+    st->saturated = q8.saturated;
+    st->nonfinite = q8.nonfinite;
+    st->underflow = q8.underflow;
+    st->max_abs_in = (double)fx_hmax_ps(q8.max_in);
+    st->max_abs_out = fx_hmax_epi32(q8.max_out);
+}
+
+/* ---- int16 -> fp32 ------------------------------------------------------------------------ */
+
+/* m * 2^a * 2^b, a + b = e, |a|, |b| <= 64: the first product is exact (normal range), the
+ * second rounds once, exactly like the scalar double -> float conversion of m * 2^e. */
+static inline __m256 fx_dequant8(__m128i m16, __m256 s1, __m256 s2)
+{
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(m16));
+    return _mm256_mul_ps(_mm256_mul_ps(f, s1), s2);
+}
+
+void fx_flex_dequant_avx2(const int16_t *src, float *dst, int64_t n, int e)
+{
+    if (e < FX_DFP_EXP_MIN || e > FX_DFP_EXP_MAX) {
+        fx_flex_dequant_scalar(src, dst, n, e);
+        return;
+    }
+    const int a = e / 2, b = e - a;
+    const __m256 s1 = _mm256_set1_ps(fx_pow2f(a)), s2 = _mm256_set1_ps(fx_pow2f(b));
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, fx_dequant8(_mm_loadu_si128((const __m128i *)(src + i)), s1, s2));
+    if (i < n) {
+        const int64_t len = n - i;
+        int16_t m[8] = {0};
+        float f[8];
+        memcpy(m, src + i, (size_t)len * sizeof *m);
+        _mm256_storeu_ps(f, fx_dequant8(_mm_loadu_si128((const __m128i *)m), s1, s2));
+        memcpy(dst + i, f, (size_t)len * sizeof *f);
+    }
+}
+
+/* ---- int64 -> int16 ----------------------------------------------------------------------- */
+
+typedef struct fx_r4_state {
+    int right;       /* shift >= 1 */
+    int zero_all;    /* shift >= 64: everything rounds to 0 */
+    __m128i cnt;     /* shift count */
+    __m256i rmask, half, thr;
+    __m256i max_in;  /* |v| read unsigned */
+    int64_t saturated, underflow;
+} fx_r4_state;
+
+static inline __m256i fx_abs_epi64(__m256i v, __m256i sgn)
+{
+    return _mm256_sub_epi64(_mm256_xor_si256(v, sgn), sgn);
+}
+
+/* unsigned x > y for 64-bit lanes */
+static inline __m256i fx_cmpgt_epu64(__m256i x, __m256i y)
+{
+    const __m256i bias = _mm256_set1_epi64x((long long)0x8000000000000000ULL);
+    return _mm256_cmpgt_epi64(_mm256_xor_si256(x, bias), _mm256_xor_si256(y, bias));
+}
+
+/* fx_requant on 4 lanes (see fx_flex_quant_i64_avx512 for the case split). */
+static inline __m256i fx_requant4(__m256i v, fx_r4_state *s4)
+{
+    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi64x(1);
+    const __m256i mmax = _mm256_set1_epi64x(FX_MANT_MAX), mmin = _mm256_set1_epi64x(-FX_MANT_MAX);
+    const __m256i sgn = _mm256_cmpgt_epi64(zero, v);
+    const __m256i av = fx_abs_epi64(v, sgn); /* INT64_MIN stays 2^63 read unsigned */
+    s4->max_in = _mm256_blendv_epi8(s4->max_in, av, fx_cmpgt_epu64(av, s4->max_in));
+    __m256i q, sat;
+    if (s4->zero_all) {
+        q = zero;
+        sat = zero;
+    } else if (s4->right) {
+        /* arithmetic shift = logical shift of the one's complement for negative lanes */
+        q = _mm256_xor_si256(_mm256_srl_epi64(_mm256_xor_si256(v, sgn), s4->cnt), sgn);
+        const __m256i rem = _mm256_and_si256(v, s4->rmask); /* < 2^63: signed compare is fine */
+        const __m256i odd = _mm256_cmpeq_epi64(_mm256_and_si256(q, one), one);
+        const __m256i up = _mm256_or_si256(_mm256_cmpgt_epi64(rem, s4->half),
+                                           _mm256_and_si256(_mm256_cmpeq_epi64(rem, s4->half), odd));
+        q = _mm256_sub_epi64(q, up); /* up is -1 where the quotient rounds up */
+        const __m256i hi = _mm256_cmpgt_epi64(q, mmax), lo = _mm256_cmpgt_epi64(mmin, q);
+        sat = _mm256_or_si256(hi, lo);
+        q = _mm256_blendv_epi8(_mm256_blendv_epi8(q, mmax, hi), mmin, lo);
+    } else {
+        sat = fx_cmpgt_epu64(av, s4->thr);
+        q = _mm256_sll_epi64(v, s4->cnt); /* valid wherever it is kept */
+        q = _mm256_blendv_epi8(q, mmax, _mm256_andnot_si256(sgn, sat));
+        q = _mm256_blendv_epi8(q, mmin, _mm256_and_si256(sgn, sat));
+    }
+    s4->saturated += fx_mask_count_epi64(sat);
+    const __m256i uf = _mm256_andnot_si256(_mm256_cmpeq_epi64(v, zero), _mm256_cmpeq_epi64(q, zero));
+    s4->underflow += fx_mask_count_epi64(uf);
+    return q;
+}
+
+/* Two vectors of 4 int64 lanes in [-32767, 32767] -> 8 int32 lanes (their low halves). */
+static inline __m256i fx_narrow8(__m256i q0, __m256i q1)
+{
+    const __m256i idx = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    const __m256i p0 = _mm256_permutevar8x32_epi32(q0, idx), p1 = _mm256_permutevar8x32_epi32(q1, idx);
+    return _mm256_permute2x128_si256(p0, p1, 0x20);
+}
+
+void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shift,
+                            fx_qstats *st)
+{
+    fx_r4_state s4;
+    s4.right = shift >= 1;
+    s4.zero_all = shift >= 64;
+    const int s = s4.zero_all ? 0 : (s4.right ? shift : (shift < -64 ? 64 : -shift));
+    s4.cnt = _mm_cvtsi32_si128(s);
+    s4.rmask = _mm256_set1_epi64x(s4.right && !s4.zero_all ? (long long)(((uint64_t)1 << s) - 1) : 0);
+    s4.half = _mm256_set1_epi64x(s4.right && !s4.zero_all ? (long long)((uint64_t)1 << (s - 1)) : 0);
+    s4.thr = _mm256_set1_epi64x(!s4.right && s < 16 ? (FX_MANT_MAX >> s) : 0);
+    s4.max_in = _mm256_setzero_si256();
+    s4.saturated = s4.underflow = 0;
+    __m256i max_out = _mm256_setzero_si256();
+
+    for (int64_t i = 0; i < n; i += 8) {
+        const int64_t len = n - i < 8 ? n - i : 8;
+        __m256i v0, v1;
+        if (len == 8) {
+            v0 = _mm256_loadu_si256((const __m256i *)(src + i));
+            v1 = _mm256_loadu_si256((const __m256i *)(src + i + 4));
+        } else {
+            int64_t t[8] = {0};
+            memcpy(t, src + i, (size_t)len * sizeof *t);
+            v0 = _mm256_loadu_si256((const __m256i *)t);
+            v1 = _mm256_loadu_si256((const __m256i *)(t + 4));
+        }
+        const __m256i m = fx_narrow8(fx_requant4(v0, &s4), fx_requant4(v1, &s4));
+        max_out = _mm256_max_epi32(max_out, _mm256_abs_epi32(m));
+        if (dst) {
+            int16_t m16[8];
+            _mm_storeu_si128((__m128i *)m16, fx_pack8_epi32(m));
+            memcpy(dst + i, m16, (size_t)len * sizeof *m16);
+        }
+    }
+    uint64_t mi[4], max_in = 0;
+    _mm256_storeu_si256((__m256i *)mi, s4.max_in);
+    for (int k = 0; k < 4; k++) max_in = mi[k] > max_in ? mi[k] : max_in;
+    st->saturated = s4.saturated;
+    st->nonfinite = 0;
+    st->underflow = s4.underflow;
+    st->max_abs_in = (double)max_in;
+    st->max_abs_out = fx_hmax_epi32(max_out);
+}
+
+/* ---- largest finite |x| -------------------------------------------------------------------- */
+
+void fx_flex_maxabs_f32_avx2(const float *src, int64_t n, float *maxabs, int64_t *nonfinite)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 inf = _mm256_set1_ps(__builtin_inff());
+    __m256 mx = _mm256_setzero_ps();
+    int64_t nf = 0;
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256 x;
+        if (n - i >= 8) {
+            x = _mm256_loadu_ps(src + i);
+        } else {
+            float t[8] = {0};
+            memcpy(t, src + i, (size_t)(n - i) * sizeof *t);
+            x = _mm256_loadu_ps(t);
+        }
+        const __m256 ax = _mm256_and_ps(x, absmask);
+        const __m256 fin = _mm256_cmp_ps(ax, inf, _CMP_LT_OQ);
+        mx = _mm256_max_ps(mx, _mm256_and_ps(ax, fin));
+        nf += 8 - fx_mask_count_ps(fin);
+    }
+    *maxabs = fx_hmax_ps(mx);
+    *nonfinite = nf;
+}
+
+void fx_register_flex_avx2(fx_backend *b, const fx_cpu_features *cpu)
+{
+    b->cvt.quant_f32 = fx_flex_quant_f32_avx2;
+    b->cvt.dequant = fx_flex_dequant_avx2;
+    b->cvt.quant_i64 = fx_flex_quant_i64_avx2;
+    b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx2;
+    fx_flex_install_intops_avx2(b, cpu);
+}

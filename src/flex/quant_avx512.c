@@ -1,0 +1,164 @@
+/* AVX-512 shared-exponent conversions: the bits and statistics of quant_scalar.c.
+ *
+ * quant_f32, nearest-even, e in [-128, 127]: q = scalef(x, -e) = x * 2^-e in fp32 is exact
+ * unless it overflows (|q| >= 2^128: saturates either way) or falls below 2^-126 (then
+ * |q| < 1/2 and it rounds to 0 either way). q is clamped to [-32768, 32768] so that huge
+ * values and +-Inf convert without the "integer indefinite", rounded with an embedded
+ * round-to-nearest-even (independent of MXCSR), and |r| > 32767 counts as saturated for
+ * finite inputs. NaN lanes are zeroed afterwards. Padding lanes of a masked tail load as 0.0,
+ * which adds nothing to any statistic. */
+#include "flex_kernels.h"
+
+#include <immintrin.h>
+
+static inline int64_t fx_popcnt16(__mmask16 k) { return __builtin_popcount((unsigned)k); }
+
+static inline __mmask16 fx_tail16(int64_t left)
+{
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
+                              const fx_rounding *r, int64_t index0, fx_qstats *st)
+{
+    if ((r != NULL && r->mode == FX_ROUND_STOCHASTIC) || e < FX_DFP_EXP_MIN || e > FX_DFP_EXP_MAX) {
+        fx_flex_quant_f32_scalar(src, dst, n, e, r, index0, st);
+        return;
+    }
+    const __m512 neg_e = _mm512_set1_ps((float)-e);
+    const __m512 inf = _mm512_set1_ps(__builtin_inff());
+    const __m512 lim = _mm512_set1_ps(32768.0f), nlim = _mm512_set1_ps(-32768.0f);
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512i mmax = _mm512_set1_epi32(FX_MANT_MAX), mmin = _mm512_set1_epi32(-FX_MANT_MAX);
+    __m512 max_in = zero;
+    __m512i max_out = _mm512_setzero_si512();
+    int64_t saturated = 0, nonfinite = 0, underflow = 0;
+
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 live = fx_tail16(n - i);
+        const __m512 x = _mm512_maskz_loadu_ps(live, src + i);
+        const __m512 ax = _mm512_abs_ps(x);
+        const __mmask16 fin = _mm512_cmp_ps_mask(ax, inf, _CMP_LT_OQ); /* false for NaN, Inf */
+        const __mmask16 num = _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q);    /* false for NaN */
+        max_in = _mm512_mask_max_ps(max_in, fin, max_in, ax);
+        nonfinite += fx_popcnt16((__mmask16)(live & ~fin));
+
+        __m512 q = _mm512_scalef_round_ps(x, neg_e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q = _mm512_min_ps(_mm512_max_ps(q, nlim), lim);
+        const __m512i rq = _mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        saturated += fx_popcnt16(_mm512_mask_cmpgt_epi32_mask(fin, _mm512_abs_epi32(rq), mmax));
+        const __m512i m = _mm512_maskz_mov_epi32(num, _mm512_max_epi32(_mm512_min_epi32(rq, mmax), mmin));
+
+        const __mmask16 nonzero_x = _mm512_mask_cmp_ps_mask(fin, x, zero, _CMP_NEQ_OQ);
+        underflow += fx_popcnt16(_mm512_mask_cmpeq_epi32_mask(nonzero_x, m, _mm512_setzero_si512()));
+        max_out = _mm512_max_epi32(max_out, _mm512_abs_epi32(m));
+        if (dst) _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, m);
+    }
+    st->saturated = saturated;
+    st->nonfinite = nonfinite;
+    st->underflow = underflow;
+    st->max_abs_in = (double)_mm512_reduce_max_ps(max_in);
+    st->max_abs_out = _mm512_reduce_max_epi32(max_out);
+}
+
+/* m * 2^e: the int16 -> fp32 conversion is exact and scalef rounds once, so the result is the
+ * exactly representable value, or +-Inf above the fp32 range (see fx_flex_dequant_scalar). */
+void fx_flex_dequant_avx512(const int16_t *src, float *dst, int64_t n, int e)
+{
+    if (e < FX_DFP_EXP_MIN || e > FX_DFP_EXP_MAX) {
+        fx_flex_dequant_scalar(src, dst, n, e);
+        return;
+    }
+    const __m512 ev = _mm512_set1_ps((float)e);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 live = fx_tail16(n - i);
+        const __m256i m = _mm256_maskz_loadu_epi16(live, src + i);
+        const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(m));
+        _mm512_mask_storeu_ps(dst + i, live,
+                              _mm512_scalef_round_ps(f, ev, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+}
+
+/* fx_requant on 8 lanes: shift >= 1 is the rounding right shift of fx_rshift_rne (floor by an
+ * arithmetic shift, then +1 when the remainder is above half, or equal to it with an odd
+ * quotient); shift <= 0 is a left shift that saturates when |v| > 32767 >> -shift. */
+void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int shift,
+                              fx_qstats *st)
+{
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi64(1);
+    const __m512i mmax = _mm512_set1_epi64(FX_MANT_MAX), mmin = _mm512_set1_epi64(-FX_MANT_MAX);
+    const int right = shift >= 1;
+    const int s = shift >= 64 ? 64 : (right ? shift : (shift < -64 ? 64 : -shift));
+    const __m128i cnt = _mm_cvtsi32_si128(s);
+    /* right shift: remainder mask and half; left shift: largest |v| that does not saturate */
+    const uint64_t maskv = right && s < 64 ? (((uint64_t)1 << s) - 1) : 0;
+    const __m512i rmask = _mm512_set1_epi64((long long)maskv);
+    const __m512i half = _mm512_set1_epi64(right && s < 64 ? (long long)((uint64_t)1 << (s - 1)) : 0);
+    const __m512i thr = _mm512_set1_epi64(!right && s < 16 ? (FX_MANT_MAX >> s) : 0);
+    __m512i max_in = zero, max_out = zero;
+    int64_t saturated = 0, underflow = 0;
+
+    for (int64_t i = 0; i < n; i += 8) {
+        const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
+        const __m512i v = _mm512_maskz_loadu_epi64(live, src + i);
+        const __m512i av = _mm512_abs_epi64(v); /* INT64_MIN stays 2^63 read unsigned */
+        max_in = _mm512_max_epu64(max_in, av);
+        __m512i q;
+        __mmask8 sat;
+        if (right) {
+            if (s >= 64) {
+                q = zero; /* |v| / 2^s <= 1/2, and a tie rounds to the even value 0 */
+            } else {
+                q = _mm512_sra_epi64(v, cnt);
+                const __m512i rem = _mm512_and_si512(v, rmask);
+                const __mmask8 up = _mm512_cmpgt_epu64_mask(rem, half) |
+                                    (_mm512_cmpeq_epu64_mask(rem, half) &
+                                     _mm512_test_epi64_mask(q, one));
+                q = _mm512_mask_add_epi64(q, up, q, one);
+            }
+            sat = _mm512_cmpgt_epi64_mask(_mm512_abs_epi64(q), mmax);
+            q = _mm512_max_epi64(_mm512_min_epi64(q, mmax), mmin);
+        } else {
+            sat = _mm512_cmpgt_epu64_mask(av, thr);
+            q = _mm512_sll_epi64(v, cnt); /* valid wherever it is kept */
+            const __mmask8 neg = _mm512_cmplt_epi64_mask(v, zero);
+            q = _mm512_mask_mov_epi64(q, sat & ~neg, mmax);
+            q = _mm512_mask_mov_epi64(q, sat & neg, mmin);
+        }
+        saturated += __builtin_popcount((unsigned)sat);
+        const __mmask8 uf = _mm512_cmpeq_epi64_mask(q, zero) & _mm512_cmpneq_epi64_mask(v, zero);
+        underflow += __builtin_popcount((unsigned)uf);
+        max_out = _mm512_max_epi64(max_out, _mm512_abs_epi64(q));
+        if (dst) _mm512_mask_cvtepi64_storeu_epi16(dst + i, live, q);
+    }
+    st->saturated = saturated;
+    st->nonfinite = 0;
+    st->underflow = underflow;
+    st->max_abs_in = (double)_mm512_reduce_max_epu64(max_in);
+    st->max_abs_out = (int32_t)_mm512_reduce_max_epi64(max_out);
+}
+
+void fx_flex_maxabs_f32_avx512(const float *src, int64_t n, float *maxabs, int64_t *nonfinite)
+{
+    const __m512 inf = _mm512_set1_ps(__builtin_inff());
+    __m512 mx = _mm512_setzero_ps();
+    int64_t nf = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 live = fx_tail16(n - i);
+        const __m512 ax = _mm512_abs_ps(_mm512_maskz_loadu_ps(live, src + i));
+        const __mmask16 fin = _mm512_cmp_ps_mask(ax, inf, _CMP_LT_OQ);
+        mx = _mm512_mask_max_ps(mx, fin, mx, ax);
+        nf += fx_popcnt16((__mmask16)(live & ~fin));
+    }
+    *maxabs = _mm512_reduce_max_ps(mx);
+    *nonfinite = nf;
+}
+
+void fx_register_flex_avx512(fx_backend *b, const fx_cpu_features *cpu)
+{
+    b->cvt.quant_f32 = fx_flex_quant_f32_avx512;
+    b->cvt.dequant = fx_flex_dequant_avx512;
+    b->cvt.quant_i64 = fx_flex_quant_i64_avx512;
+    b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx512;
+    fx_flex_install_intops_avx512(b, cpu);
+}

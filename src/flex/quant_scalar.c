@@ -1,0 +1,124 @@
+/* The definitions of the shared-exponent conversions (FORMATS.md, "fp32 to a shared-exponent
+ * tensor"). Every SIMD level reproduces these bits and statistics exactly.
+ *
+ * Why double: a float x has at most 24 significant bits and |x| in [2^-149, 2^128), and the
+ * exponents of a tensor lie in [-128, 127], so q = x * 2^-e lies in [2^-276, 2^256) and keeps
+ * all 24 bits: in double the scaling is exact. The split q = floor(q) + frac is exact too
+ * (Sterbenz for |q| >= 1; frac = q for q in [0, 1)), except for tiny negative q, where
+ * frac = 1 - |q| may round, possibly to 1.0: for nearest-even that still rounds to 0, as it
+ * must, and for stochastic rounding it moves the probability by at most 2^-53. */
+#include "flex_kernels.h"
+
+#include <math.h>
+
+void fx_flex_quant_f32_scalar(const float *src, int16_t *dst, int64_t n, int e,
+                              const fx_rounding *r, int64_t index0, fx_qstats *st)
+{
+    const int stochastic = r != NULL && r->mode == FX_ROUND_STOCHASTIC;
+    const double scale = ldexp(1.0, -e); /* a power of two: multiplying by it is exact */
+    int64_t saturated = 0, nonfinite = 0, underflow = 0;
+    double max_in = 0.0;
+    int32_t max_out = 0;
+
+    for (int64_t i = 0; i < n; i++) {
+        const float x = src[i];
+        int32_t m;
+        if (isnan(x)) {
+            m = 0;
+            nonfinite++;
+        } else if (isinf(x)) {
+            m = x > 0 ? FX_MANT_MAX : -FX_MANT_MAX;
+            nonfinite++;
+        } else {
+            const double ax = fabs((double)x);
+            if (ax > max_in) max_in = ax;
+            const double q = (double)x * scale;
+            const double fl = floor(q);
+            const double frac = q - fl; /* in [0, 1] (see the top of the file) */
+            int up;
+            if (stochastic) {
+                /* round up with probability frac; frac == 0 never rounds up */
+                up = fx_rng_unit(r->seed, r->counter, (uint64_t)index0 + (uint64_t)i) < frac;
+            } else {
+                /* a tie has |q| < 2^52, so fl is an exact integer whose parity fmod sees */
+                up = frac > 0.5 || (frac == 0.5 && fmod(fl, 2.0) != 0.0);
+            }
+            const double rq = up ? fl + 1.0 : fl;
+            if (rq > FX_MANT_MAX) {
+                m = FX_MANT_MAX;
+                saturated++;
+            } else if (rq < -FX_MANT_MAX) {
+                m = -FX_MANT_MAX;
+                saturated++;
+            } else {
+                m = (int32_t)rq;
+            }
+            if (m == 0 && x != 0.0f) underflow++;
+        }
+        const int32_t am = m < 0 ? -m : m;
+        if (am > max_out) max_out = am;
+        if (dst) dst[i] = (int16_t)m;
+    }
+    st->saturated = saturated;
+    st->nonfinite = nonfinite;
+    st->underflow = underflow;
+    st->max_abs_in = max_in;
+    st->max_abs_out = max_out;
+}
+
+/* m * 2^e with |m| <= 32767 (15 bits) and e in [-128, 127]: the lowest bit weighs >= 2^-128,
+ * above the smallest fp32 subnormal 2^-149, and 15 bits fit the 24-bit significand, so the
+ * value is exactly representable unless it is >= 2^128, where the conversion gives +-Inf. */
+void fx_flex_dequant_scalar(const int16_t *src, float *dst, int64_t n, int e)
+{
+    const double scale = ldexp(1.0, e);
+    for (int64_t i = 0; i < n; i++) dst[i] = (float)((double)src[i] * scale);
+}
+
+void fx_flex_quant_i64_scalar(const int64_t *src, int16_t *dst, int64_t n, int shift,
+                              fx_qstats *st)
+{
+    int64_t saturated = 0, underflow = 0;
+    uint64_t max_in = 0; /* |INT64_MIN| = 2^63 fits only unsigned */
+    int32_t max_out = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t v = src[i];
+        const uint64_t av = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+        if (av > max_in) max_in = av;
+        const int32_t m = fx_requant(v, shift, &saturated);
+        if (m == 0 && v != 0) underflow++;
+        const int32_t am = m < 0 ? -m : m;
+        if (am > max_out) max_out = am;
+        if (dst) dst[i] = (int16_t)m;
+    }
+    st->saturated = saturated;
+    st->nonfinite = 0;
+    st->underflow = underflow;
+    st->max_abs_in = (double)max_in;
+    st->max_abs_out = max_out;
+}
+
+void fx_flex_maxabs_f32_scalar(const float *src, int64_t n, float *maxabs, int64_t *nonfinite)
+{
+    float mx = 0.0f;
+    int64_t nf = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float ax = fabsf(src[i]);
+        if (!isfinite(ax))
+            nf++;
+        else if (ax > mx)
+            mx = ax;
+    }
+    *maxabs = mx;
+    *nonfinite = nf;
+}
+
+void fx_register_flex_scalar(fx_backend *b, const fx_cpu_features *cpu)
+{
+    (void)cpu;
+    b->cvt.quant_f32 = fx_flex_quant_f32_scalar;
+    b->cvt.dequant = fx_flex_dequant_scalar;
+    b->cvt.quant_i64 = fx_flex_quant_i64_scalar;
+    b->cvt.maxabs_f32 = fx_flex_maxabs_f32_scalar;
+    fx_flex_install_intops_scalar(b);
+}

@@ -1,0 +1,73 @@
+/* fp32 <-> fp16 bulk conversions with AVX-512F vcvtps2ph / vcvtph2ps on 16 lanes.
+ *
+ * Same instructions as the AVX2 path (see fp16_avx2.c for why their bits match the definition
+ * apart from NaNs), with the NaN fix-ups done under mask registers, and masked loads and stores
+ * for the tail so no byte outside [0, n) is touched. Mask compares on 16-bit lanes and the
+ * 16-bit masked store need AVX-512BW and VL. */
+#include "../core/backend.h"
+#include "fp16_kernels.h"
+
+#include <immintrin.h>
+
+static inline __mmask16 fx_tail_mask16(int64_t r) { return (__mmask16)((1u << r) - 1u); }
+
+/* vcvtps2ph on 16 lanes, NaN lanes rewritten to sign | 0x7E00. */
+static inline __m256i fx_f32_to_fp16_16(__m512 x)
+{
+    __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF));
+    __mmask16 is_nan = _mm256_cmpgt_epi16_mask(mag, _mm256_set1_epi16(0x7C00));
+    __m256i canon = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16((short)0x8000)),
+                                    _mm256_set1_epi16(0x7E00));
+    return _mm256_mask_mov_epi16(h, is_nan, canon);
+}
+
+void fx_cvt_f32_to_fp16_avx512(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i h0 = fx_f32_to_fp16_16(_mm512_loadu_ps(src + i));
+        __m256i h1 = fx_f32_to_fp16_16(_mm512_loadu_ps(src + i + 16));
+        _mm256_storeu_si256((__m256i *)(dst + i), h0);
+        _mm256_storeu_si256((__m256i *)(dst + i + 16), h1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : fx_tail_mask16(n - i);
+        __m256i h = fx_f32_to_fp16_16(_mm512_maskz_loadu_ps(k, src + i));
+        _mm256_mask_storeu_epi16(dst + i, k, h);
+    }
+}
+
+/* vcvtph2ps on 16 lanes; signalling NaN inputs get the quiet bit cleared again. */
+static inline __m512 fx_fp16_to_f32_16(__m256i h)
+{
+    __m512i f = _mm512_castps_si512(_mm512_cvtph_ps(h));
+    __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF));
+    __mmask16 is_snan = _mm256_cmpgt_epi16_mask(mag, _mm256_set1_epi16(0x7C00)) &
+                        _mm256_cmplt_epi16_mask(mag, _mm256_set1_epi16(0x7E00));
+    f = _mm512_mask_andnot_epi32(f, is_snan, _mm512_set1_epi32(0x00400000), f);
+    return _mm512_castsi512_ps(f);
+}
+
+void fx_cvt_fp16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 f0 = fx_fp16_to_f32_16(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m512 f1 = fx_fp16_to_f32_16(_mm256_loadu_si256((const __m256i *)(src + i + 16)));
+        _mm512_storeu_ps(dst + i, f0);
+        _mm512_storeu_ps(dst + i + 16, f1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : fx_tail_mask16(n - i);
+        __m512 f = fx_fp16_to_f32_16(_mm256_maskz_loadu_epi16(k, src + i));
+        _mm512_mask_storeu_ps(dst + i, k, f);
+    }
+}
+
+void fx_register_fp16_avx512(fx_backend *b, const fx_cpu_features *cpu)
+{
+    if (!(cpu->avx512f && cpu->avx512bw && cpu->avx512vl)) return; /* keep the avx2 entries */
+    b->cvt.f32_to_fp16 = fx_cvt_f32_to_fp16_avx512;
+    b->cvt.fp16_to_f32 = fx_cvt_fp16_to_f32_avx512;
+}

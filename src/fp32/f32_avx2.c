@@ -1,0 +1,236 @@
+/* fp32 compute kernels, AVX2 + FMA level (the file is compiled with -mavx2 -mfma -mf16c).
+ * Overwrites the scalar entries with 256-bit versions of the same operations; semantics and
+ * bounds as in f32_scalar.c (RELU, SUM) and f32_kernels.h (MATMUL). COPY stays the scalar
+ * level's memcpy, which libc already vectorises.
+ *
+ * MATMUL micro-kernel: 6 x 16. Per k step it loads two 8-float vectors of B, broadcasts 6
+ * values of A and issues 12 independent FMAs: 12 accumulators cover the 4-cycle FMA latency on
+ * two FMA ports (8 needed), and 12 + 2 (B) + 1 (broadcast) = 15 of the 16 ymm registers.
+ * Each output is one FMA chain over k, so the bits equal those of the AVX-512 kernel.
+ *
+ * SUM (contiguous): blocks of 128 in 4 x 8 lanes (<= 3 roundings each), a 2-level tree over
+ * the accumulators and a 3-level horizontal tree: 8; then the balanced tree over blocks.
+ * D = 8 + ceil(log2(ceil(n/128))). Strided: 16 rows in order over 64 columns, as the scalar
+ * level: D = 15 + ceil(log2(ceil(n/16))).
+ */
+#include "f32_kernels.h"
+
+#include <immintrin.h>
+
+/* ---- elementwise ---------------------------------------------------------------------------- */
+
+static const float *in_f32(const fx_op_call *c, int i) { return (const float *)c->in[i].data; }
+
+/* all-ones in lanes [0, n) of an 8-lane vector, n <= 8 (n <= 0 gives none) */
+static __m256i tail_mask(int64_t n)
+{
+    const int32_t k = n <= 0 ? 0 : n >= 8 ? 8 : (int32_t)n;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+#define FX_AVX2_BINARY_RANGE(name, vop)                                                          \
+    static void name(const fx_op_call *c, int64_t lo, int64_t hi)                                \
+    {                                                                                            \
+        const float *a = in_f32(c, 0), *b = in_f32(c, 1);                                        \
+        float *y = c->out_f32;                                                                   \
+        int64_t i = lo;                                                                          \
+        for (; i + 16 <= hi; i += 16) {                                                          \
+            __m256 r0 = vop(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));                     \
+            __m256 r1 = vop(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8));             \
+            _mm256_storeu_ps(y + i, r0);                                                         \
+            _mm256_storeu_ps(y + i + 8, r1);                                                     \
+        }                                                                                        \
+        for (; i < hi; i += 8) {                                                                 \
+            const __m256i m = tail_mask(hi - i);                                                 \
+            __m256 r = vop(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m));          \
+            _mm256_maskstore_ps(y + i, m, r);                                                    \
+        }                                                                                        \
+    }
+FX_AVX2_BINARY_RANGE(add_range, _mm256_add_ps)
+FX_AVX2_BINARY_RANGE(sub_range, _mm256_sub_ps)
+FX_AVX2_BINARY_RANGE(mul_range, _mm256_mul_ps)
+
+static inline __m256 scale_vec(__m256 x, __m256 s) { return _mm256_mul_ps(x, s); }
+/* x > 0 or NaN (unordered "not less or equal"): keep x, else +0 */
+static inline __m256 relu_vec(__m256 x, __m256 zero)
+{
+    return _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_NLE_UQ), x);
+}
+
+#define FX_AVX2_UNARY_RANGE(name, vfn, param)                                                    \
+    static void name(const fx_op_call *c, int64_t lo, int64_t hi)                                \
+    {                                                                                            \
+        const float *a = in_f32(c, 0);                                                           \
+        float *y = c->out_f32;                                                                   \
+        const __m256 p = (param);                                                                \
+        int64_t i = lo;                                                                          \
+        for (; i + 16 <= hi; i += 16) {                                                          \
+            _mm256_storeu_ps(y + i, vfn(_mm256_loadu_ps(a + i), p));                             \
+            _mm256_storeu_ps(y + i + 8, vfn(_mm256_loadu_ps(a + i + 8), p));                     \
+        }                                                                                        \
+        for (; i < hi; i += 8) {                                                                 \
+            const __m256i m = tail_mask(hi - i);                                                 \
+            _mm256_maskstore_ps(y + i, m, vfn(_mm256_maskload_ps(a + i, m), p));                 \
+        }                                                                                        \
+    }
+FX_AVX2_UNARY_RANGE(scale_range, scale_vec, _mm256_set1_ps(c->scalar_f32))
+FX_AVX2_UNARY_RANGE(relu_range, relu_vec, _mm256_setzero_ps())
+
+#define FX_AVX2_EW_KERNEL(kname, range)                                                          \
+    static int kname(const fx_op_call *c)                                                        \
+    {                                                                                            \
+        fx_f32_parallel_ranges(c, c->out_numel, FX_F32_EW_CHUNK, FX_F32_EW_MIN_PARALLEL, range); \
+        return FX_OK;                                                                            \
+    }
+FX_AVX2_EW_KERNEL(k_add, add_range)
+FX_AVX2_EW_KERNEL(k_sub, sub_range)
+FX_AVX2_EW_KERNEL(k_mul, mul_range)
+FX_AVX2_EW_KERNEL(k_scale, scale_range)
+FX_AVX2_EW_KERNEL(k_relu, relu_range)
+
+/* ---- sum ------------------------------------------------------------------------------------ */
+
+#define SUM_BLOCK 128
+#define SUM_ROWS 16
+#define SUM_COLS 64
+#define COL_VECS (SUM_COLS / 8)
+
+/* ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)): a 3-level tree */
+static float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static float sum_contig_leaf(const float *x, int64_t n)
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    int64_t i = 0;
+    int v = 0;
+    for (; i + 8 <= n; i += 8, v = (v + 1) & 3) acc[v] = _mm256_add_ps(acc[v], _mm256_loadu_ps(x + i));
+    if (i < n) acc[v] = _mm256_add_ps(acc[v], _mm256_maskload_ps(x + i, tail_mask(n - i)));
+    return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+static float sum_contig(const float *x, int64_t n)
+{
+    if (n <= SUM_BLOCK) return sum_contig_leaf(x, n);
+    const int64_t blocks = (n + SUM_BLOCK - 1) / SUM_BLOCK;
+    const int64_t left = (blocks + 1) / 2 * SUM_BLOCK;
+    return sum_contig(x, left) + sum_contig(x + left, n - left);
+}
+
+static void sum_cols(const float *x, int64_t len, int64_t stride, const __m256i m[COL_VECS],
+                     float *out)
+{
+    if (len <= SUM_ROWS) {
+        __m256 acc[COL_VECS];
+        for (int v = 0; v < COL_VECS; v++) acc[v] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < len; k++)
+            for (int v = 0; v < COL_VECS; v++)
+                acc[v] = _mm256_add_ps(acc[v], _mm256_maskload_ps(x + k * stride + 8 * v, m[v]));
+        for (int v = 0; v < COL_VECS; v++) _mm256_maskstore_ps(out + 8 * v, m[v], acc[v]);
+        return;
+    }
+    const int64_t blocks = (len + SUM_ROWS - 1) / SUM_ROWS;
+    const int64_t left = (blocks + 1) / 2 * SUM_ROWS;
+    _Alignas(32) float right[SUM_COLS];
+    sum_cols(x, left, stride, m, out);
+    sum_cols(x + left * stride, len - left, stride, m, right);
+    for (int v = 0; v < COL_VECS; v++) {
+        const __m256 s = _mm256_add_ps(_mm256_maskload_ps(out + 8 * v, m[v]),
+                                       _mm256_maskload_ps(right + 8 * v, m[v]));
+        _mm256_maskstore_ps(out + 8 * v, m[v], s);
+    }
+}
+
+static void sum_range(const fx_op_call *c, int64_t lo, int64_t hi)
+{
+    const float *a = in_f32(c, 0);
+    const int64_t len = c->red_len, inner = c->red_inner;
+    if (inner == 1) {
+        for (int64_t o = lo; o < hi; o++) c->out_f32[o] = sum_contig(a + o * len, len);
+        return;
+    }
+    const int64_t chunks = (inner + SUM_COLS - 1) / SUM_COLS;
+    for (int64_t t = lo; t < hi; t++) {
+        const int64_t o = t / chunks, j0 = (t % chunks) * SUM_COLS;
+        __m256i m[COL_VECS];
+        for (int v = 0; v < COL_VECS; v++) m[v] = tail_mask(inner - j0 - 8 * v);
+        sum_cols(a + o * len * inner + j0, len, inner, m, c->out_f32 + o * inner + j0);
+    }
+}
+
+static int k_sum(const fx_op_call *c)
+{
+    const int64_t inner = c->red_inner;
+    const int64_t items = c->red_outer * (inner == 1 ? 1 : (inner + SUM_COLS - 1) / SUM_COLS);
+    const int64_t per_item = c->red_len * (inner == 1 ? 1 : SUM_COLS);
+    int64_t chunk = per_item >= FX_F32_EW_CHUNK ? 1 : FX_F32_EW_CHUNK / (per_item + 1) + 1;
+    const int64_t min_items = FX_F32_EW_MIN_PARALLEL / (per_item + 1) + 1;
+    fx_f32_parallel_ranges(c, items, chunk, min_items, sum_range);
+    return FX_OK;
+}
+
+/* ---- matmul --------------------------------------------------------------------------------- */
+
+#define MR 6
+#define NR 16
+
+static void ukernel_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                         int accumulate)
+{
+    __m256 acc[MR][2];
+    if (accumulate) {
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            acc[r][0] = _mm256_loadu_ps(c + r * ldc);
+            acc[r][1] = _mm256_loadu_ps(c + r * ldc + 8);
+        }
+    } else {
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            const __m256 ar = _mm256_broadcast_ss(a + r);
+            acc[r][0] = _mm256_fmadd_ps(ar, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(ar, b1, acc[r][1]);
+        }
+        a += MR;
+        b += NR;
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        _mm256_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
+    }
+}
+
+/* kc: the A micro-panel (6 x 256 floats, 6 KiB) stays in L1; nc: the packed B block
+ * (256 x 512 floats, 512 KiB) in L2; mc: A block in L2/L3. */
+static const fx_f32_gemm_params gemm_avx2 = {
+    .mr = MR, .nr = NR, .kc = 256, .mc = 1200, .nc = 512, .min_par_work = 1 << 21,
+    .kernel = ukernel_6x16,
+};
+
+static int k_matmul(const fx_op_call *c) { return fx_f32_gemm(&gemm_avx2, c); }
+
+/* ---- registration --------------------------------------------------------------------------- */
+
+void fx_register_fp32_avx2(fx_backend *b, const fx_cpu_features *cpu)
+{
+    (void)cpu;
+    b->kernels[FX_OP_ADD][FMT_FP32] = k_add;
+    b->kernels[FX_OP_SUB][FMT_FP32] = k_sub;
+    b->kernels[FX_OP_MUL][FMT_FP32] = k_mul;
+    b->kernels[FX_OP_SCALE][FMT_FP32] = k_scale;
+    b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
+    b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
+    b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
+}

@@ -1,0 +1,220 @@
+/* Portable fp32 GEMM framework: packing, cache blocking and threading around a per-ISA
+ * micro-kernel (see f32_kernels.h for the summation order and error bound).
+ *
+ * Loop nest (BLIS order, with A on the broadcast side and B on the vector side):
+ *   for each block of mc rows of A                        packed A block: mc x kc, L2/L3
+ *     for each depth block of kc                          (in order: the k chain continues)
+ *       pack the A block (threads split its micro-panels)
+ *       for each task = (column block of B, group of A micro-panels), split over threads
+ *         pack the B column block (kc x nc, per thread, L2)
+ *         for each A micro-panel (mr x kc, stays in L1)
+ *           for each B micro-panel (kc x nr, streamed from L2)
+ *             micro-kernel on one mr x nr tile of C
+ * Packing reads any element strides, so transposed or sliced operands cost nothing extra.
+ */
+#include "f32_kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* 64-byte aligned scratch (cache lines; full AVX-512 vectors). */
+static float *alloc_floats(int64_t n)
+{
+    size_t bytes = (size_t)round_up(n > 0 ? n : 1, 16) * sizeof(float);
+    return (float *)aligned_alloc(64, bytes);
+}
+
+static inline void pack_rows(float *restrict dst, const float *restrict src, int64_t s0,
+                             int64_t kb, int64_t mr)
+{
+    for (int64_t k = 0; k < kb; k++)
+        for (int64_t r = 0; r < mr; r++) dst[k * mr + r] = src[r * s0 + k];
+}
+
+/* One A micro-panel: dst[k*mr + r] = A[i0 + r][k0 + k], rows >= mrows zero. The loop order
+ * follows the operand's unit stride, so that reads are sequential for both A and A^T. */
+static void pack_a_panel(float *dst, const fx_operand *A, int64_t i0, int64_t mrows, int64_t k0,
+                         int64_t kb, int64_t mr)
+{
+    const int64_t s0 = A->strides[0], s1 = A->strides[1];
+    const float *base = (const float *)A->data + i0 * s0 + k0 * s1;
+    if (s1 == 1 && mrows == mr) {
+        /* k outer: mr sequential read streams, one sequential write stream. A constant mr
+         * lets the compiler unroll the rows. */
+        switch (mr) {
+        case 4: pack_rows(dst, base, s0, kb, 4); break;
+        case 6: pack_rows(dst, base, s0, kb, 6); break;
+        case 12: pack_rows(dst, base, s0, kb, 12); break;
+        default: pack_rows(dst, base, s0, kb, mr); break;
+        }
+    } else if (s1 == 1) {
+        for (int64_t r = 0; r < mrows; r++) {
+            const float *row = base + r * s0;
+            for (int64_t k = 0; k < kb; k++) dst[k * mr + r] = row[k];
+        }
+    } else {
+        for (int64_t k = 0; k < kb; k++) {
+            const float *col = base + k * s1;
+            for (int64_t r = 0; r < mrows; r++) dst[k * mr + r] = col[r * s0];
+        }
+    }
+    if (mrows < mr)
+        for (int64_t k = 0; k < kb; k++)
+            for (int64_t r = mrows; r < mr; r++) dst[k * mr + r] = 0.0f;
+}
+
+/* A column block of B as consecutive micro-panels: panel jp holds
+ * dst[jp*nr*kb + k*nr + j] = B[k0 + k][n0 + jp*nr + j], columns past the block zero.
+ * Row-major B is read one whole block row at a time (long sequential reads); otherwise one
+ * column at a time, which is sequential for a transposed B. */
+static void pack_b_block(float *dst, const fx_operand *B, int64_t k0, int64_t kb, int64_t n0,
+                         int64_t nw, int64_t nr)
+{
+    const int64_t s0 = B->strides[0], s1 = B->strides[1];
+    const float *base = (const float *)B->data + k0 * s0 + n0 * s1;
+    const int64_t npanels = (nw + nr - 1) / nr, full = nw / nr;
+    if (s1 == 1) {
+        for (int64_t k = 0; k < kb; k++) {
+            const float *row = base + k * s0;
+            for (int64_t jp = 0; jp < full; jp++) {
+                float *d = dst + jp * nr * kb + k * nr;
+                const float *s = row + jp * nr;
+                for (int64_t j = 0; j < nr; j++) d[j] = s[j];
+            }
+        }
+    } else {
+        for (int64_t j = 0; j < full * nr; j++) {
+            const float *col = base + j * s1;
+            float *d = dst + (j / nr) * nr * kb + j % nr;
+            for (int64_t k = 0; k < kb; k++) d[k * nr] = col[k * s0];
+        }
+    }
+    if (full < npanels) { /* the last, partial panel */
+        const int64_t ncols = nw - full * nr;
+        float *d = dst + full * nr * kb;
+        for (int64_t k = 0; k < kb; k++)
+            for (int64_t j = 0; j < nr; j++)
+                d[k * nr + j] = j < ncols ? base[k * s0 + (full * nr + j) * s1] : 0.0f;
+    }
+}
+
+/* A partial tile at the right or bottom edge of C: run the full kernel on a scratch tile, then
+ * copy the valid part. The kernel's arithmetic per element is the same as for a full tile. */
+static void edge_tile(const fx_f32_gemm_params *p, int64_t kb, const float *ap, const float *bp,
+                      float *ct, int64_t ldc, int64_t mrows, int64_t ncols, int accumulate)
+{
+    _Alignas(64) float tile[FX_F32_GEMM_MAX_MR * FX_F32_GEMM_MAX_NR];
+    const int64_t nr = p->nr;
+    memset(tile, 0, sizeof(float) * (size_t)(p->mr * nr));
+    if (accumulate)
+        for (int64_t r = 0; r < mrows; r++)
+            memcpy(tile + r * nr, ct + r * ldc, sizeof(float) * (size_t)ncols);
+    p->kernel(kb, ap, bp, tile, nr, accumulate);
+    for (int64_t r = 0; r < mrows; r++)
+        memcpy(ct + r * ldc, tile + r * nr, sizeof(float) * (size_t)ncols);
+}
+
+int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c)
+{
+    const fx_operand *A = &c->in[0], *B = &c->in[1];
+    const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
+    float *C = c->out_f32;
+    if (M <= 0 || N <= 0) return FX_OK;
+    if (K <= 0) {
+        memset(C, 0, sizeof(float) * (size_t)(M * N));
+        return FX_OK;
+    }
+    const int64_t mr = p->mr, nr = p->nr;
+    const int64_t kc = min64(p->kc, K);
+    const int64_t mc = min64(p->mc, round_up(M, mr));
+
+    /* Threads split the N dimension into column blocks when there are enough columns, else
+     * every column block into groups of A micro-panels (so that tall, thin products still use
+     * every thread). Either way a thread owns whole tiles of C. */
+    int nt = 1;
+#ifdef _OPENMP
+    if (c->nthreads > 1 && (double)M * (double)N * (double)K >= p->min_par_work) nt = c->nthreads;
+#endif
+    int64_t nblocks = ceil_div(N, p->nc), groups = 1;
+    if (nt > 1) {
+        if (nblocks >= nt)
+            nblocks = round_up(nblocks, nt);
+        else if (ceil_div(N, nt) >= 4 * nr)
+            nblocks = nt;
+        else
+            groups = nt;
+    }
+    const int64_t ncb = round_up(ceil_div(N, nblocks), nr);
+    nblocks = ceil_div(N, ncb);
+    const int64_t ntasks = nblocks * groups;
+    if (nt > ntasks) nt = (int)ntasks;
+
+    float *abuf = alloc_floats(mc * kc);
+    float *bbuf = alloc_floats((int64_t)nt * kc * ncb);
+    if (!abuf || !bbuf) {
+        free(abuf);
+        free(bbuf);
+        return FX_ENOMEM;
+    }
+
+    FX_F32_OMP(parallel num_threads(nt) if (nt > 1))
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        float *my_b = bbuf + (int64_t)tid * kc * ncb;
+        for (int64_t m0 = 0; m0 < M; m0 += mc) {
+            const int64_t mb = min64(mc, M - m0);
+            const int64_t npm = ceil_div(mb, mr);
+            for (int64_t k0 = 0; k0 < K; k0 += kc) {
+                const int64_t kb = min64(kc, K - k0);
+                const int accumulate = k0 > 0;
+
+                FX_F32_OMP(for schedule(static))
+                for (int64_t ip = 0; ip < npm; ip++)
+                    pack_a_panel(abuf + ip * mr * kb, A, m0 + ip * mr, min64(mr, mb - ip * mr),
+                                 k0, kb, mr);
+
+                int64_t packed = -1; /* column block currently in my_b */
+                FX_F32_OMP(for schedule(static))
+                for (int64_t t = 0; t < ntasks; t++) {
+                    const int64_t nbi = t / groups, g = t % groups;
+                    const int64_t n0 = nbi * ncb, nw = min64(ncb, N - n0);
+                    const int64_t npn = ceil_div(nw, nr);
+                    if (packed != nbi) {
+                        pack_b_block(my_b, B, k0, kb, n0, nw, nr);
+                        packed = nbi;
+                    }
+                    const int64_t ip_end = npm * (g + 1) / groups;
+                    for (int64_t ip = npm * g / groups; ip < ip_end; ip++) {
+                        const float *ap = abuf + ip * mr * kb;
+                        const int64_t i0 = m0 + ip * mr, mrows = min64(mr, M - i0);
+                        for (int64_t jp = 0; jp < npn; jp++) {
+                            const float *bp = my_b + jp * nr * kb;
+                            const int64_t j0 = n0 + jp * nr, ncols = min64(nr, N - j0);
+                            float *ct = C + i0 * N + j0;
+                            if (mrows == mr && ncols == nr)
+                                p->kernel(kb, ap, bp, ct, N, accumulate);
+                            else
+                                edge_tile(p, kb, ap, bp, ct, N, mrows, ncols, accumulate);
+                        }
+                    }
+                }
+                /* the implicit barrier above keeps the next depth block's A packing from
+                 * overwriting panels that another thread is still using */
+            }
+        }
+    }
+    free(abuf);
+    free(bbuf);
+    return FX_OK;
+}

@@ -1,0 +1,69 @@
+/* Shared, ISA-free pieces of the fp32 compute kernels (src/fp32/f32_*.c).
+ *
+ * 1. A portable GEMM framework (BLIS style, f32_gemm.c): blocking loops, operand packing and
+ *    OpenMP threading in plain C around one register-blocked micro-kernel per ISA level.
+ * 2. A chunked parallel loop for the elementwise kernels and reductions (f32_scalar.c).
+ * No intrinsics here: this header is included by the scalar, AVX2 and AVX-512 files.
+ *
+ * GEMM summation order, and why the bits depend only on the micro-kernel's arithmetic:
+ * every output element is one chain over k = 0, 1, ..., K-1 in order, started from 0. A K
+ * block continues the chain of the previous block (the micro-kernel reloads the tile it left in
+ * C), and threads split only M and N. So the result does not depend on the thread count nor on
+ * the block sizes, and the error bound is that of a recursive dot product (with or without
+ * FMA): |C - fl(C)| <= gamma_K (|A||B|) elementwise, gamma_K = K u / (1 - K u), u = 2^-24.
+ */
+#ifndef FX_FP32_KERNELS_H
+#define FX_FP32_KERNELS_H
+
+#include "core/backend.h"
+
+#ifdef _OPENMP
+#define FX_F32_PRAGMA(x) _Pragma(#x)
+#define FX_F32_OMP(x) FX_F32_PRAGMA(omp x)
+#else
+#define FX_F32_OMP(x)
+#endif
+
+/* ---- GEMM framework ---------------------------------------------------------------------- */
+
+/* Largest micro-tile any kernel may use (sizes the edge-tile scratch on the stack). */
+#define FX_F32_GEMM_MAX_MR 16
+#define FX_F32_GEMM_MAX_NR 64
+
+/* Micro-kernel: tile[mr][nr] (row stride ldc) = (or +=) a_panel x b_panel over kc steps.
+ *   a: packed A micro-panel, kc groups of mr floats (a[k*mr + r] = A[r][k]);
+ *   b: packed B micro-panel, kc groups of nr floats (b[k*nr + j] = B[k][j]), 64-byte aligned;
+ *   c: the tile, any alignment; accumulate = 0 starts from zero, 1 continues from c's values.
+ * Packed panels are zero-padded to mr rows and nr columns, so a kernel always does full tiles;
+ * the framework runs partial tiles on a scratch tile. */
+typedef void (*fx_f32_ukernel)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                               int accumulate);
+
+typedef struct fx_f32_gemm_params {
+    int mr, nr;           /* micro-tile: rows broadcast from A, columns loaded from B */
+    int64_t kc;           /* depth of one packed block (the A micro-panel kc*mr stays in L1) */
+    int64_t mc;           /* rows of A packed at once, a multiple of mr (L2/L3 resident) */
+    int64_t nc;           /* widest column block of packed B (kc*nc stays in L2) */
+    double min_par_work;  /* M*N*K below which one thread is used */
+    fx_f32_ukernel kernel;
+} fx_f32_gemm_params;
+
+/* c->out_f32[M,N] (row-major) = in[0][M,K] x in[1][K,N], fp32 operands with any element
+ * strides. Uses up to c->nthreads OpenMP threads. Returns FX_OK or FX_ENOMEM (scratch). */
+int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c);
+
+/* ---- chunked parallel loop --------------------------------------------------------------- */
+
+/* Calls fn(c, lo, hi) on consecutive ranges covering [0, n), each at most `chunk` long, on up
+ * to c->nthreads threads when n >= min_parallel. Chunks never split a unit that fn needs whole,
+ * so results are identical for every thread count. */
+typedef void (*fx_f32_range_fn)(const fx_op_call *c, int64_t lo, int64_t hi);
+void fx_f32_parallel_ranges(const fx_op_call *c, int64_t n, int64_t chunk, int64_t min_parallel,
+                            fx_f32_range_fn fn);
+
+/* Elements per chunk and the size from which elementwise kernels use several threads
+ * (below it the fork/join costs more than the memory traffic it could overlap). */
+#define FX_F32_EW_CHUNK 16384
+#define FX_F32_EW_MIN_PARALLEL (1 << 18)
+
+#endif

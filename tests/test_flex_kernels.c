@@ -1,0 +1,537 @@
+/* Integer-only kernels of the shared-exponent formats (COPY, ADD, SUB, MUL, SCALE, RELU, SUM,
+ * MATMUL). Every kernel installed in any available backend (both int16 format slots), plus
+ * each SIMD matmul variant by name, must
+ *   - equal an independent exact reference written here (__int128 loops), output ints and
+ *     exponent: matmul up to K = 8192 with operands full of +-32767 (the worst case for int32
+ *     accumulators), random, sparse, odd shapes around the tile sizes, transposed and strided
+ *     operand views; add/sub with exponent gaps beyond the exact alignment span are checked
+ *     through the final rounding (fx_requant) to every nearby output exponent;
+ *   - give the same bits with 1 and 2 threads;
+ *   - never write outside the output stage. */
+#include "flex/flex_kernels.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const NAME = "test_flex_kernels";
+
+/* ---- kernels under test ------------------------------------------------------------------- */
+
+typedef struct named_kernel {
+    char name[48];
+    fx_kernel k;
+} named_kernel;
+
+#define MAXK 16
+static named_kernel g_k[FX_OP_COUNT][MAXK];
+static int g_nk[FX_OP_COUNT];
+
+static void add_kernel(fx_op op, const char *name, fx_kernel k)
+{
+    if (!k) return;
+    for (int i = 0; i < g_nk[op]; i++)
+        if (g_k[op][i].k == k) return; /* the same function in another slot or level */
+    named_kernel *nk = &g_k[op][g_nk[op]++];
+    snprintf(nk->name, sizeof nk->name, "%s", name);
+    nk->k = k;
+}
+
+static void collect_kernels(void)
+{
+    const fx_cpu_features *cpu = fx_cpu();
+    for (int i = 0; i < FX_BACKEND_COUNT; i++) {
+        const fx_backend *b = fx_backend_get(i);
+        if (!b || !b->available) continue;
+        for (int op = 0; op < FX_OP_COUNT; op++) {
+            char nm[48];
+            snprintf(nm, sizeof nm, "%s/flex16_5", b->name);
+            add_kernel((fx_op)op, nm, b->kernels[op][FMT_FLEX16_5]);
+            snprintf(nm, sizeof nm, "%s/dfp16", b->name);
+            add_kernel((fx_op)op, nm, b->kernels[op][FMT_DFP16]);
+        }
+        if (i == FX_BACKEND_AVX2) add_kernel(FX_OP_MATMUL, "matmul_avx2", fx_flex_matmul_avx2);
+        if (i == FX_BACKEND_AVX512) {
+            add_kernel(FX_OP_MATMUL, "matmul_avx512bw", fx_flex_matmul_avx512bw);
+            if (cpu->avx512vnni)
+                add_kernel(FX_OP_MATMUL, "matmul_avx512vnni", fx_flex_matmul_avx512vnni);
+        }
+    }
+    for (int op = 0; op < FX_OP_COUNT; op++)
+        CHECK(g_nk[op] >= 1 && g_k[op][0].k != NULL, "op %d has a scalar integer kernel", op);
+}
+
+/* ---- calls -------------------------------------------------------------------------------- */
+
+static fx_operand operand(const int16_t *data, int exp, int64_t d0, int64_t d1, int64_t s0,
+                          int64_t s1)
+{
+    fx_operand o;
+    memset(&o, 0, sizeof o);
+    o.data = data;
+    o.fmt = FMT_DFP16;
+    o.exp = exp;
+    o.ndim = 2;
+    o.shape[0] = d0;
+    o.shape[1] = d1;
+    o.strides[0] = s0;
+    o.strides[1] = s1;
+    return o;
+}
+
+static fx_operand operand1(const int16_t *data, int exp, int64_t n)
+{
+    fx_operand o = operand(data, exp, n, 1, 1, 1);
+    o.ndim = 1;
+    return o;
+}
+
+#define GUARD 24
+#define SENTINEL ((int64_t)0x5EED5EED5EED5EEDLL)
+#define EXP_SENTINEL (-999999)
+
+/* Run k on *c into a fresh guarded stage; returns the stage (caller frees) or NULL. */
+static int64_t *run_kernel(const named_kernel *k, fx_op_call *c, int nthreads, int *exp)
+{
+    int64_t *buf = malloc((size_t)(c->out_numel + 2 * GUARD) * sizeof *buf);
+    for (int64_t i = 0; i < c->out_numel + 2 * GUARD; i++) buf[i] = SENTINEL;
+    *exp = EXP_SENTINEL;
+    c->out_i64 = buf + GUARD;
+    c->out_exp = exp;
+    c->nthreads = nthreads;
+    const int rc = k->k(c);
+    CHECK(rc == FX_OK, "%s returned %d", k->name, rc);
+    int guard_ok = 1;
+    for (int i = 0; i < GUARD; i++)
+        guard_ok &= buf[i] == SENTINEL && buf[GUARD + c->out_numel + i] == SENTINEL;
+    CHECK(guard_ok, "%s wrote outside its output stage", k->name);
+    CHECK(*exp != EXP_SENTINEL, "%s did not set the exponent", k->name);
+    memmove(buf, buf + GUARD, (size_t)c->out_numel * sizeof *buf);
+    return buf;
+}
+
+static int64_t first_mismatch(const int64_t *x, const int64_t *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] != y[i]) return i;
+    return -1;
+}
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+enum { DATA_RANDOM, DATA_MAX, DATA_MAX_OPPOSITE, DATA_SIGNS, DATA_SPARSE, DATA_SMALL, DATA_MIN16,
+       DATA_KINDS };
+static const char *const data_names[] = {"random", "all+32767", "a=+32767,b=-32767", "+-32767",
+                                         "sparse", "small", "all-32768"};
+
+static int16_t gen_value(test_rng *r, int kind, int is_b)
+{
+    switch (kind) {
+    case DATA_MAX: return 32767;
+    case DATA_MAX_OPPOSITE: return is_b ? -32767 : 32767;
+    case DATA_SIGNS: return (test_rng_u64(r) & 1) ? 32767 : -32767;
+    case DATA_SPARSE: return test_rng_range(r, 0, 9) ? 0 : (int16_t)test_rng_range(r, -32767, 32767);
+    case DATA_SMALL: return (int16_t)test_rng_range(r, -3, 3);
+    case DATA_MIN16: return -32768; /* outside the format; the exactness proof still covers it */
+    default: return (int16_t)test_rng_range(r, -32767, 32767);
+    }
+}
+
+enum { LAYOUT_ROWMAJOR, LAYOUT_TRANSPOSED, LAYOUT_STRIDED, LAYOUTS };
+static const char *const layout_names[] = {"row-major", "transposed", "strided"};
+
+/* A logical [R, C] matrix stored in a larger buffer according to the layout; unused storage
+ * holds junk so that reading a wrong element shows. */
+typedef struct view16 {
+    int16_t *store;
+    const int16_t *base;
+    int64_t s0, s1;
+} view16;
+
+static view16 make_view(const int16_t *logical, int64_t R, int64_t C, int layout, test_rng *r)
+{
+    view16 v;
+    int64_t rows, cols, off;
+    switch (layout) {
+    case LAYOUT_TRANSPOSED: /* storage [C, R]: a transposed view */
+        rows = C; cols = R; v.s0 = 1; v.s1 = R; off = 0;
+        break;
+    case LAYOUT_STRIDED: /* every 2nd row and 3rd column of [2R+1, 3C+2], offset (1, 2) */
+        rows = 2 * R + 1; cols = 3 * C + 2; v.s0 = 2 * cols; v.s1 = 3; off = cols + 2;
+        break;
+    default:
+        rows = R; cols = C; v.s0 = C; v.s1 = 1; off = 0;
+        break;
+    }
+    const int64_t total = rows * cols + 1;
+    v.store = malloc((size_t)total * sizeof *v.store);
+    for (int64_t i = 0; i < total; i++) v.store[i] = (int16_t)test_rng_range(r, -32767, 32767);
+    int16_t *b = v.store + off;
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < C; j++) b[i * v.s0 + j * v.s1] = logical[i * C + j];
+    v.base = b;
+    return v;
+}
+
+static void ref_matmul(const int16_t *A, const int16_t *B, int64_t M, int64_t K, int64_t N,
+                       int64_t *C)
+{
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            __int128 s = 0;
+            for (int64_t k = 0; k < K; k++) s += (__int128)A[i * K + k] * B[k * N + j];
+            C[i * N + j] = (int64_t)s; /* |s| <= 8192 * 2^30: fits */
+        }
+}
+
+static void check_matmul(int64_t M, int64_t K, int64_t N, int kind, int layout, int check_threads,
+                         test_rng *r)
+{
+    int16_t *A = malloc((size_t)(M * K + 1) * sizeof *A), *B = malloc((size_t)(K * N + 1) * sizeof *B);
+    for (int64_t i = 0; i < M * K; i++) A[i] = gen_value(r, kind, 0);
+    for (int64_t i = 0; i < K * N; i++) B[i] = gen_value(r, kind, 1);
+    int64_t *want = malloc((size_t)(M * N + 1) * sizeof *want);
+    ref_matmul(A, B, M, K, N, want);
+    view16 va = make_view(A, M, K, layout, r), vb = make_view(B, K, N, layout, r);
+    const int ea = (int)test_rng_range(r, -128, 127), eb = (int)test_rng_range(r, -128, 127);
+
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = FX_OP_MATMUL;
+    c.nin = 2;
+    c.in[0] = operand(va.base, ea, M, K, va.s0, va.s1);
+    c.in[1] = operand(vb.base, eb, K, N, vb.s0, vb.s1);
+    c.out_ndim = 2;
+    c.out_shape[0] = M;
+    c.out_shape[1] = N;
+    c.out_numel = M * N;
+
+    for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++) {
+        const named_kernel *k = &g_k[FX_OP_MATMUL][ki];
+        int exp;
+        int64_t *got = run_kernel(k, &c, 1, &exp);
+        const int64_t bad = first_mismatch(got, want, M * N);
+        CHECK(bad < 0 && exp == ea + eb,
+              "%s M=%lld K=%lld N=%lld %s %s: exp %d (want %d), first bad [%lld]: %lld vs %lld",
+              k->name, (long long)M, (long long)K, (long long)N, data_names[kind],
+              layout_names[layout], exp, ea + eb, (long long)bad, bad >= 0 ? (long long)got[bad] : 0LL,
+              bad >= 0 ? (long long)want[bad] : 0LL);
+        if (check_threads) {
+            int exp2;
+            int64_t *got2 = run_kernel(k, &c, 2, &exp2);
+            CHECK(first_mismatch(got2, got, M * N) < 0 && exp2 == exp,
+                  "%s M=%lld K=%lld N=%lld: 2 threads differ from 1", k->name, (long long)M,
+                  (long long)K, (long long)N);
+            free(got2);
+        }
+        free(got);
+    }
+    free(va.store);
+    free(vb.store);
+    free(A);
+    free(B);
+    free(want);
+}
+
+static void test_matmul(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 2718);
+    int idx = 0;
+
+    /* odd shapes around the register tiles (6 x 32, 6 x 8) and the K blocks (256) */
+    static const int64_t Ms[] = {1, 2, 5, 6, 7, 13};
+    static const int64_t Ns[] = {1, 7, 8, 9, 31, 33, 65};
+    static const int64_t Ks[] = {1, 2, 3, 17, 255, 256, 257, 513, 1000};
+    for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; a++)
+        for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; b++)
+            for (size_t k = 0; k < sizeof Ks / sizeof Ks[0]; k++, idx++)
+                check_matmul(Ms[a], Ks[k], Ns[b], idx % DATA_KINDS, idx % LAYOUTS, 0, &r);
+
+    /* worst case for int32 accumulators: K up to 8192 of +-32767 (and -32768) */
+    static const int worst[] = {DATA_MAX, DATA_MAX_OPPOSITE, DATA_SIGNS, DATA_MIN16};
+    for (size_t w = 0; w < sizeof worst / sizeof worst[0]; w++) {
+        check_matmul(7, 8192, 37, worst[w], (int)w % LAYOUTS, 0, &r);
+        check_matmul(13, 4099, 64, worst[w], LAYOUT_ROWMAJOR, 0, &r);
+    }
+    check_matmul(1, 8192, 1, DATA_MAX, LAYOUT_ROWMAJOR, 0, &r);
+
+    /* blocks beyond one row block / column block, every layout; threads 1 vs 2 */
+    for (int layout = 0; layout < LAYOUTS; layout++) {
+        check_matmul(150, 300, 2050, DATA_RANDOM, layout, 1, &r);
+        check_matmul(301, 520, 97, layout == 1 ? DATA_SPARSE : DATA_SIGNS, layout, 1, &r);
+    }
+    check_matmul(64, 2048, 64, DATA_MAX, LAYOUT_TRANSPOSED, 1, &r);
+
+    /* degenerate shapes */
+    check_matmul(0, 5, 3, DATA_RANDOM, LAYOUT_ROWMAJOR, 0, &r);
+    check_matmul(4, 5, 0, DATA_RANDOM, LAYOUT_ROWMAJOR, 0, &r);
+    check_matmul(40, 0, 50, DATA_RANDOM, LAYOUT_ROWMAJOR, 1, &r); /* K = 0: zeros */
+}
+
+/* ---- elementwise ops ---------------------------------------------------------------------- */
+
+static void fill16(int16_t *x, int64_t n, test_rng *r, int zeros_pct)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const int kind = (int)test_rng_range(r, 0, 99);
+        if (kind < zeros_pct) x[i] = 0;
+        else if (kind < zeros_pct + 5) x[i] = (test_rng_u64(r) & 1) ? 32767 : -32767;
+        else x[i] = (int16_t)test_rng_range(r, -32767, 32767);
+    }
+}
+
+static fx_op_call unary_call(fx_op op, const int16_t *a, int ea, int64_t n)
+{
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = op;
+    c.nin = 1;
+    c.in[0] = operand1(a, ea, n);
+    c.out_ndim = 1;
+    c.out_shape[0] = n;
+    c.out_numel = n;
+    return c;
+}
+
+static void test_unary_ops(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 31);
+    static const int64_t sizes[] = {0, 1, 7, 64, 1001, 300000};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const int64_t n = sizes[si];
+        int16_t *a = malloc((size_t)(n + 1) * sizeof *a);
+        fill16(a, n, &r, 10);
+        const int ea = (int)test_rng_range(&r, -128, 127);
+        int64_t *want = malloc((size_t)(n + 1) * sizeof *want);
+
+        /* COPY and RELU */
+        static const fx_op copy_relu[] = {FX_OP_COPY, FX_OP_RELU};
+        for (int oi = 0; oi < 2; oi++) {
+            const fx_op op = copy_relu[oi];
+            for (int64_t i = 0; i < n; i++) want[i] = op == FX_OP_RELU && a[i] < 0 ? 0 : a[i];
+            fx_op_call c = unary_call((fx_op)op, a, ea, n);
+            for (int ki = 0; ki < g_nk[op]; ki++) {
+                int exp;
+                int64_t *got = run_kernel(&g_k[op][ki], &c, 1 + (int)(si % 2), &exp);
+                CHECK(first_mismatch(got, want, n) < 0 && exp == ea, "%s op %d n=%lld",
+                      g_k[op][ki].name, (int)op, (long long)n);
+                free(got);
+            }
+        }
+
+        /* SCALE by m * 2^k with |m| < 2^31 */
+        static const int64_t mants[] = {0, 1, -1, 3, 2147483647, -2147483647, 1073741824, -12345};
+        for (size_t mi = 0; mi < sizeof mants / sizeof mants[0]; mi++) {
+            fx_op_call c = unary_call(FX_OP_SCALE, a, ea, n);
+            c.scalar_mant = mants[mi];
+            c.scalar_exp = (int)test_rng_range(&r, -200, 200);
+            for (int64_t i = 0; i < n; i++) want[i] = (int64_t)((__int128)a[i] * mants[mi]);
+            for (int ki = 0; ki < g_nk[FX_OP_SCALE]; ki++) {
+                int exp;
+                int64_t *got = run_kernel(&g_k[FX_OP_SCALE][ki], &c, 1, &exp);
+                CHECK(first_mismatch(got, want, n) < 0 && exp == ea + c.scalar_exp,
+                      "%s scale by %lld n=%lld", g_k[FX_OP_SCALE][ki].name, (long long)mants[mi],
+                      (long long)n);
+                free(got);
+            }
+        }
+        free(a);
+        free(want);
+    }
+}
+
+static void test_mul(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 32);
+    static const int64_t sizes[] = {0, 1, 9, 4096, 300000};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const int64_t n = sizes[si];
+        int16_t *a = malloc((size_t)(n + 1) * 2), *b = malloc((size_t)(n + 1) * 2);
+        fill16(a, n, &r, 10);
+        fill16(b, n, &r, 10);
+        int64_t *want = malloc((size_t)(n + 1) * sizeof *want);
+        for (int64_t i = 0; i < n; i++) want[i] = (int64_t)((__int128)a[i] * b[i]);
+        fx_op_call c = unary_call(FX_OP_MUL, a, -128, n);
+        c.nin = 2;
+        c.in[1] = operand1(b, -7, n);
+        for (int ki = 0; ki < g_nk[FX_OP_MUL]; ki++)
+            for (int nt = 1; nt <= 2; nt++) {
+                int exp;
+                int64_t *got = run_kernel(&g_k[FX_OP_MUL][ki], &c, nt, &exp);
+                CHECK(first_mismatch(got, want, n) < 0 && exp == -135, "%s mul n=%lld threads %d",
+                      g_k[FX_OP_MUL][ki].name, (long long)n, nt);
+                free(got);
+            }
+        free(a);
+        free(b);
+        free(want);
+    }
+}
+
+static void test_sum(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 33);
+    static const int64_t shapes[][3] = {
+        {1, 1, 1}, {1, 0, 5}, {3, 0, 1}, {1, 1000, 1}, {7, 13, 1}, {1, 17, 33}, {5, 9, 11},
+        {64, 4096, 1}, {2, 70000, 3}, {300, 7, 257}, {1, 100000, 1}, {1000, 300, 1},
+    };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t outer = shapes[si][0], len = shapes[si][1], inner = shapes[si][2];
+        const int64_t n = outer * len * inner, no = outer * inner;
+        int16_t *a = malloc((size_t)(n + 1) * 2);
+        fill16(a, n, &r, si % 2 ? 50 : 0);
+        if (si % 3 == 2)
+            for (int64_t i = 0; i < n; i++) a[i] = 32767; /* the largest possible sums */
+        int64_t *want = malloc((size_t)(no + 1) * sizeof *want);
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < inner; i++) {
+                __int128 s = 0;
+                for (int64_t k = 0; k < len; k++) s += a[(o * len + k) * inner + i];
+                want[o * inner + i] = (int64_t)s;
+            }
+        fx_op_call c = unary_call(FX_OP_SUM, a, 42, n);
+        c.out_shape[0] = no;
+        c.out_numel = no;
+        c.red_outer = outer;
+        c.red_len = len;
+        c.red_inner = inner;
+        for (int ki = 0; ki < g_nk[FX_OP_SUM]; ki++)
+            for (int nt = 1; nt <= 2; nt++) {
+                int exp;
+                int64_t *got = run_kernel(&g_k[FX_OP_SUM][ki], &c, nt, &exp);
+                CHECK(first_mismatch(got, want, no) < 0 && exp == 42,
+                      "%s sum (%lld, %lld, %lld) threads %d", g_k[FX_OP_SUM][ki].name,
+                      (long long)outer, (long long)len, (long long)inner, nt);
+                free(got);
+            }
+        free(a);
+        free(want);
+    }
+}
+
+/* ---- add / sub ---------------------------------------------------------------------------- */
+
+/* x * 2^-s rounded to nearest even and saturated to [-32767, 32767]: the correct result of
+ * writing the exact value x (an integer at some exponent) at an exponent s higher. */
+static int32_t ref_round128(__int128 x, int s)
+{
+    __int128 q;
+    if (s <= 0) {
+        q = x;
+        for (int i = 0; i < -s && q != 0 && q < 1000000 && q > -1000000; i++) q *= 2;
+    } else if (s >= 126) {
+        q = 0; /* |x| < 2^120 in this test */
+    } else {
+        const __int128 unit = (__int128)1 << s;
+        __int128 fl = x / unit, rem = x - fl * unit;
+        if (rem < 0) {
+            fl -= 1;
+            rem += unit;
+        }
+        q = fl;
+        if (2 * rem > unit || (2 * rem == unit && (fl & 1) != 0)) q += 1;
+    }
+    return q > 32767 ? 32767 : q < -32767 ? -32767 : (int32_t)q;
+}
+
+static void check_addsub(fx_op op, const int16_t *a, int ea, const int16_t *b, int eb, int64_t n,
+                         int nthreads)
+{
+    const int emin = ea < eb ? ea : eb, emax = ea < eb ? eb : ea, gap = emax - emin;
+    const int16_t *big = ea >= eb ? a : b;
+    int big_all_zero = 1;
+    for (int64_t i = 0; i < n; i++) big_all_zero &= big[i] == 0;
+    fx_op_call c = unary_call(op, a, ea, n);
+    c.nin = 2;
+    c.in[1] = operand1(b, eb, n);
+    for (int ki = 0; ki < g_nk[op]; ki++) {
+        const named_kernel *k = &g_k[op][ki];
+        int eo;
+        int64_t *got = run_kernel(k, &c, nthreads, &eo);
+        int64_t bad = 0;
+        if (gap <= FX_ALIGN_SPAN) {
+            /* exact at the smaller exponent */
+            CHECK(eo == emin, "%s ea=%d eb=%d: exponent %d, want %d", k->name, ea, eb, eo, emin);
+            for (int64_t i = 0; i < n; i++) {
+                const __int128 x = (__int128)a[i] * ((__int128)1 << (ea - emin));
+                const __int128 y = (__int128)b[i] * ((__int128)1 << (eb - emin));
+                bad += (__int128)got[i] != (op == FX_OP_ADD ? x + y : x - y);
+            }
+            CHECK(bad == 0, "%s ea=%d eb=%d: %lld inexact sums", k->name, ea, eb, (long long)bad);
+        } else {
+            /* beyond the span the stage may be jammed: check what matters, the one rounding
+             * to each output exponent near the values, against the exact value */
+            CHECK(eo >= emin && eo <= emax, "%s ea=%d eb=%d: exponent %d outside [%d, %d]",
+                  k->name, ea, eb, eo, emin, emax);
+            for (int eout = emin - 4; eout <= emax + 18; eout++) {
+                for (int64_t i = 0; i < n; i++) {
+                    const __int128 x = (__int128)a[i] * ((__int128)1 << (ea - emin));
+                    const __int128 y = (__int128)b[i] * ((__int128)1 << (eb - emin));
+                    const int32_t want = ref_round128(op == FX_OP_ADD ? x + y : x - y, eout - emin);
+                    int64_t sat = 0;
+                    const int32_t have = fx_requant(got[i], eout - eo, &sat);
+                    /* guaranteed: output exponents >= eo + 2 (round to odd), any output
+                     * exponent when the larger-exponent element is nonzero (it saturates
+                     * either way), and everything when that whole operand is zero */
+                    const int guaranteed = eout >= eo + 2 || big[i] != 0 || big_all_zero;
+                    if (guaranteed && have != want) bad++;
+                }
+            }
+            CHECK(bad == 0, "%s ea=%d eb=%d: %lld wrong roundings", k->name, ea, eb, (long long)bad);
+        }
+        free(got);
+    }
+}
+
+static void test_addsub(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 34);
+    enum { N = 97 };
+    int16_t a[N], b[N], zeros[N];
+    memset(zeros, 0, sizeof zeros);
+    for (int op = FX_OP_ADD; op <= FX_OP_SUB; op++) {
+        for (int gap = 0; gap <= 100; gap++) {
+            for (int rep = 0; rep < 3; rep++) {
+                const int emin = (int)test_rng_range(&r, -128, 127 - gap);
+                const int swap = rep % 2;
+                const int ea = swap ? emin + gap : emin, eb = swap ? emin : emin + gap;
+                fill16(a, N, &r, 20);
+                fill16(b, N, &r, 20);
+                check_addsub((fx_op)op, a, ea, b, eb, N, 1);
+            }
+            /* the larger-exponent operand all zero: the result is the other one */
+            const int emin = (int)test_rng_range(&r, -128, 127 - gap);
+            fill16(b, N, &r, 10);
+            check_addsub((fx_op)op, zeros, emin + gap, b, emin, N, 1);
+            check_addsub((fx_op)op, b, emin, zeros, emin + gap, N, 1);
+        }
+        /* large arrays (the kernels may use threads above FX_FLEX_PAR_MIN_ELEMS) */
+        const int64_t n = 300000;
+        int16_t *x = malloc((size_t)n * 2), *y = malloc((size_t)n * 2);
+        fill16(x, n, &r, 5);
+        fill16(y, n, &r, 5);
+        check_addsub((fx_op)op, x, -20, y, -3, n, 2);
+        check_addsub((fx_op)op, x, 90, y, 30, 20000, 2);
+        free(x);
+        free(y);
+    }
+}
+
+int main(void)
+{
+    collect_kernels();
+    printf("%s: matmul kernels:", NAME);
+    for (int i = 0; i < g_nk[FX_OP_MATMUL]; i++) printf(" %s", g_k[FX_OP_MATMUL][i].name);
+    printf("\n");
+    test_unary_ops();
+    test_mul();
+    test_sum();
+    test_addsub();
+    test_matmul();
+    return test_finish(NAME);
+}

@@ -1,0 +1,43 @@
+/* Minimal test harness shared by every test program. A CHECK failure prints the location and
+ * counts; test_finish() returns the process exit code (0 pass, 1 fail, 77 skip). */
+#ifndef FX_TESTUTIL_H
+#define FX_TESTUTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+extern long fx_test_failures;
+extern long fx_test_checks;
+
+#define CHECK(cond, ...)                                                                    \
+    do {                                                                                    \
+        fx_test_checks++;                                                                   \
+        if (!(cond)) {                                                                      \
+            fx_test_failures++;                                                             \
+            if (fx_test_failures <= 50) {                                                   \
+                fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);    \
+                fprintf(stderr, __VA_ARGS__);                                               \
+                fprintf(stderr, "\n");                                                      \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
+
+/* Status check: expr must return want; prints the library's last error otherwise. */
+#define CHECK_STATUS(expr, want) test_check_status((expr), (want), #expr, __FILE__, __LINE__)
+void test_check_status(int got, int want, const char *expr, const char *file, int line);
+
+/* Print a summary and return 0 if every check passed, 1 otherwise. Fails when no check ran. */
+int test_finish(const char *name);
+
+/* Print the reason and return 77 (ctest's skip code). */
+int test_skip(const char *name, const char *reason);
+
+/* Deterministic pseudo-random numbers for tests (xorshift-based). */
+typedef struct { uint64_t s; } test_rng;
+void test_rng_seed(test_rng *r, uint64_t seed);
+uint64_t test_rng_u64(test_rng *r);
+double test_rng_uniform(test_rng *r);          /* [0, 1) */
+double test_rng_normal(test_rng *r);           /* standard normal */
+int64_t test_rng_range(test_rng *r, int64_t lo, int64_t hi); /* [lo, hi] */
+
+#endif

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: setup, a Release build (with CUDA when nvcc exists) and
+# its ctest, an AddressSanitizer + UndefinedBehaviorSanitizer build and its ctest, then an
+# install and a consumer program built against the installed package (CMake and pkg-config).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+bash tools/setup.sh
+if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+JOBS="${JOBS:-$(nproc)}"
+
+echo "== Release build"
+cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build/release -j "$JOBS"
+ctest --test-dir build/release --output-on-failure -j "$JOBS"
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
+cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLEXPOINT_SANITIZE=address,undefined \
+  -DFLEXPOINT_CUDA=OFF -DFLEXPOINT_BUILD_BENCH=OFF >/dev/null
+cmake --build build/asan -j "$JOBS"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build/asan --output-on-failure -j "$JOBS"
+
+echo "== Install and build a consumer against the installed package"
+rm -rf build/prefix build/consumer
+cmake --install build/release --prefix "$ROOT/build/prefix" >/dev/null
+cmake -S examples/consumer -B build/consumer -DCMAKE_PREFIX_PATH="$ROOT/build/prefix" >/dev/null
+cmake --build build/consumer
+LD_LIBRARY_PATH="$ROOT/build/prefix/lib:${LD_LIBRARY_PATH:-}" ./build/consumer/consumer
+PKG_CONFIG_PATH="$ROOT/build/prefix/lib/pkgconfig" \
+  cc -std=c11 examples/consumer/main.c $(PKG_CONFIG_PATH="$ROOT/build/prefix/lib/pkgconfig" pkg-config --cflags --libs flexpoint) \
+  -o build/consumer/consumer_pc
+LD_LIBRARY_PATH="$ROOT/build/prefix/lib:${LD_LIBRARY_PATH:-}" ./build/consumer/consumer_pc
+
+if [ -d python/tests ]; then
+  echo "== Python binding tests"
+  FLEXPOINT_LIBRARY="$ROOT/build/release/libflexpoint.so" python3 -m pytest -q python/tests
+fi
+echo "== all tests passed"
