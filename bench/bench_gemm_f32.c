@@ -6,7 +6,8 @@
  *        BENCH_THREADS="1 2"              thread counts (default: 1 2)
  *        BENCH_SECONDS=1.0                time budget per measurement (at least 3 reps)
  * Prints the median of the repetitions after one warm-up run, as wall-clock GFLOP/s and as
- * GFLOP/s per CPU second (useful on a shared machine, where wall time includes preemption).
+ * GFLOP per CPU second of all threads (the rate per busy core; useful on a shared machine,
+ * where wall time includes time spent descheduled).
  */
 #define _POSIX_C_SOURCE 200112L /* clock_gettime */
 
@@ -45,7 +46,7 @@ static int listed(const char *env, const char *word)
     return 0;
 }
 
-/* Median wall seconds of one n^3 product (and in *cpu the median CPU seconds per thread);
+/* Median wall seconds of one n^3 product (and in *cpu the median CPU seconds of all threads);
  * -1 on a kernel error. */
 static double time_matmul(fx_kernel k, int64_t n, const float *a, const float *b, float *y,
                           int nthreads, double budget, double *cpu)
@@ -80,7 +81,7 @@ static double time_matmul(fx_kernel k, int64_t n, const float *a, const float *b
         const double c0 = cpu_s();
         if (k(&c) != FX_OK) return -1.0;
         t[r] = now_s() - t0;
-        tc[r] = (cpu_s() - c0) / nthreads;
+        tc[r] = cpu_s() - c0;
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);
     qsort(tc, (size_t)reps, sizeof tc[0], cmp_double);
@@ -105,8 +106,9 @@ int main(int argc, char **argv)
         if (listed("BENCH_THREADS", w)) threads[nthreads_list++] = t;
     }
 
-    printf("GFLOP/s = 2n^3 / median wall time; cpu GFLOP/s = 2n^3 / median (CPU time / threads)\n");
-    printf("backend  threads      n   median ms   GFLOP/s   cpu GFLOP/s\n");
+    printf("GFLOP/s = 2n^3 / median wall time; GFLOP/cpu-s = 2n^3 / median CPU time of all threads\n"
+           "(the rate per busy core: on a shared machine it leaves out time spent descheduled)\n");
+    printf("backend  threads      n   median ms   GFLOP/s   GFLOP/cpu-s\n");
     for (int s = 0; s < nsizes; s++) {
         const int64_t n = sizes[s];
         if (n <= 0) continue;

@@ -72,9 +72,10 @@ FX_API fx_dataset *fx_dataset_cifar10(const char *dir, int train);
  *  channel (half of it shared by all classes, so classes overlap); an image is its class's
  *  template, circularly shifted by up to height/4 and width/4 pixels, with a random contrast and
  *  brightness and per-pixel noise (sigma 0.2), clamped to [0, 1]. A nearest-class-mean
- *  classifier reaches only about 45% on 3x32x32 with 10 classes; a CNN can do far better. Labels
+ *  classifier reaches only 35-45% on 3x32x32 with 10 classes; a CNN can do far better. Labels
  *  are balanced (i % classes, then shuffled). The result depends only on the arguments: the
- *  same arguments give the same bytes on every machine and thread count.
+ *  same arguments give the same bytes (no libm calls, no threads; the same on other machines
+ *  unless a compiler fuses multiply-adds into FMA).
  *  Limits: n >= 1, channels 1..64, height and width 1..1024, classes 2..1000, and n*c*h*w must
  *  fit in memory (FX_EINVAL for bad values, FX_ENOMEM when too large). The usual CIFAR-shaped
  *  call is fx_dataset_synthetic(n, 3, 32, 32, 10, seed). NULL on failure. */

@@ -23,17 +23,17 @@ extern "C" {
 /* --- convolution (2-D, NCHW) ------------------------------------------------------------- */
 
 /** y[N,O,OH,OW] = conv(x[N,C,H,W], w[O,C,KH,KW]) with stride (sh, sw) >= 1, zero padding
- *  (ph, pw) >= 0 and dilation (dh, dw) >= 1; OH = (H + 2ph - dh(KH-1) - 1)/sh + 1, likewise
+ *  (ph, pw) >= 0 and dilation (dil_h, dil_w) >= 1; OH = (H + 2ph - dil_h(KH-1) - 1)/sh + 1, likewise
  *  OW. No bias (add it with tensor_add and a [O,1,1] tensor). FX_ESHAPE on shape mismatch,
  *  FX_EINVAL on bad parameters. */
 FX_API int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int sw,
-                         int ph, int pw, int dh, int dw);
+                         int ph, int pw, int dil_h, int dil_w);
 /** dx[N,C,H,W] = gradient of the convolution with respect to x, given dy and w. */
 FX_API int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
-                                        int sh, int sw, int ph, int pw, int dh, int dw);
+                                        int sh, int sw, int ph, int pw, int dil_h, int dil_w);
 /** dw[O,C,KH,KW] = gradient with respect to the weights, given x and dy (summed over N). */
 FX_API int tensor_conv2d_backward_weight(tensor_t *dw, const tensor_t *x, const tensor_t *dy,
-                                         int sh, int sw, int ph, int pw, int dh, int dw);
+                                         int sh, int sw, int ph, int pw, int dil_h, int dil_w);
 
 /* --- pooling -------------------------------------------------------------------------------- */
 

@@ -5,16 +5,18 @@
  *  1. All 65,536 fp16 and all 65,536 bf16 patterns decode to the value an independent decoder
  *     (ldexp of the fields) gives, and encode back to the same pattern; NaNs keep their sign
  *     and payload on the way up and come back as the quiet pattern.
- *  2. Published encodings of landmark values (1, 65504, the 65520 overflow boundary, the
+ *  2. Known encodings of landmark values (1, 65504, the 65520 overflow boundary, the
  *     smallest subnormals, ties).
  *  3. fp32 -> 16 bit is the *nearest* value with ties to even: for random and edge fp32
  *     inputs the result is compared with its two neighbours using the independent decoder.
  *  4. Every bulk path equals the scalar definition for lengths 0..100 at misaligned source
  *     and destination offsets, over random bit patterns and edge values, without touching a
  *     guard element after dst[n-1] or before dst[0]; plus one long run over every 16-bit pattern
- *     (16 -> 32 bit) and over the whole input pool (32 -> 16 bit).
- *  5. Items 1 and 4 again with MXCSR set to flush-to-zero, denormals-are-zero and round toward
- *     zero: the conversions must not depend on the floating-point environment.
+ *     (16 -> 32 bit) and over the whole input pool (32 -> 16 bit), and one run long enough for
+ *     the streaming-store path (FX_CVT_STREAM_MIN_BYTES of output), at misaligned pointers.
+ *  5. Items 1 and 4 (without the streaming run) again with MXCSR set to flush-to-zero,
+ *     denormals-are-zero and round toward zero: the conversions must not depend on the
+ *     floating-point environment.
  * The exhaustive fp32 -> 16 bit check lives in test_slow_convert_f32_all.c. */
 #include "bf16/bf16_kernels.h"
 #include "core/backend.h"
@@ -22,7 +24,6 @@
 #include "testutil.h"
 
 #include <fenv.h>
-#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -491,7 +492,52 @@ static int run_long(const path_t *p)
     return bad;
 }
 
-static void check_bulk_paths(const char *env)
+/* A run long enough for the streaming-store path (output of FX_CVT_STREAM_MIN_BYTES or more),
+ * at src + 1 and dst + 1 so the kernels' alignment head is exercised, with guards after. */
+static int run_streaming(const path_t *p)
+{
+    int bad = 0;
+    if (p->to16) {
+        int64_t n = FX_CVT_STREAM_MIN_BYTES / 2 + 45;
+        float *src = malloc((size_t)(n + 1) * sizeof *src);
+        uint16_t *dst = malloc((size_t)(n + 1 + GUARD) * sizeof *dst);
+        for (int64_t i = 0; i < n + 1; i++) {
+            uint32_t u = pool[(size_t)i % pool_n];
+            memcpy(src + i, &u, sizeof u);
+        }
+        for (int64_t i = 0; i < n + 1 + GUARD; i++) dst[i] = GUARD16;
+        p->to16(src + 1, dst + 1, n);
+        for (int64_t i = 0; i < n + 1 + GUARD; i++) {
+            uint16_t want = (i >= 1 && i <= n) ? ref16(p->kind, f2u(src[i])) : GUARD16;
+            if (dst[i] != want && bad++ < 3)
+                fprintf(stderr, "%s streaming run: dst[%lld] = %04x, want %04x\n", p->name,
+                        (long long)i - 1, dst[i], want);
+        }
+        free(src);
+        free(dst);
+    } else {
+        int64_t n = FX_CVT_STREAM_MIN_BYTES / 4 + 45;
+        uint16_t *src = malloc((size_t)(n + 1) * sizeof *src);
+        float *dst = malloc((size_t)(n + 1 + GUARD) * sizeof *dst);
+        for (int64_t i = 0; i < n + 1; i++) src[i] = (uint16_t)(i * 40503u);
+        for (int64_t i = 0; i < n + 1 + GUARD; i++) {
+            uint32_t g = GUARD32;
+            memcpy(dst + i, &g, sizeof g);
+        }
+        p->from16(src + 1, dst + 1, n);
+        for (int64_t i = 0; i < n + 1 + GUARD; i++) {
+            uint32_t want = (i >= 1 && i <= n) ? ref32(p->kind, src[i]) : GUARD32;
+            if (f2u(dst[i]) != want && bad++ < 3)
+                fprintf(stderr, "%s streaming run: dst[%lld] = %08x, want %08x\n", p->name,
+                        (long long)i - 1, f2u(dst[i]), want);
+        }
+        free(src);
+        free(dst);
+    }
+    return bad;
+}
+
+static void check_bulk_paths(const char *env, int with_streaming)
 {
     static const int src_offs[] = {0, 1, 3}, dst_offs[] = {0, 1};
     for (int pi = 0; pi < npaths; pi++) {
@@ -505,6 +551,7 @@ static void check_bulk_paths(const char *env)
                     start = (start + 131) % pool_n;
                 }
         bad += run_long(p);
+        if (with_streaming) bad += run_streaming(p);
         CHECK(bad == 0, "[%s] %s: %ld elements differ from the scalar definition", env,
               p->name, bad);
     }
@@ -531,7 +578,7 @@ static void check_env_independence(void)
     long bad = 0;
     for (size_t i = 0; i < pool_n; i++)
         bad += fx_f32_to_fp16(u2f(pool[i])) != h16[i] || fx_f32_to_bf16(u2f(pool[i])) != hb[i];
-    check_bulk_paths("FTZ+DAZ+round-toward-zero");
+    check_bulk_paths("FTZ+DAZ+round-toward-zero", 0);
     unsigned csr_during = _mm_getcsr();
 
     _mm_setcsr(saved);
@@ -566,7 +613,7 @@ int main(void)
     collect_paths();
     for (int i = 0; i < npaths; i++) printf("  %s\n", paths[i].name);
     CHECK(npaths >= 8, "at least the scalar backend and scalar kernels are checked (%d)", npaths);
-    check_bulk_paths("default");
+    check_bulk_paths("default", 1);
     check_env_independence();
 
     free(pool);

@@ -29,19 +29,23 @@ static char g_root[256]; /* temporary directory for this run */
 static int msg_has(const char *needle) { return strstr(flexpoint_last_error(), needle) != NULL; }
 
 /* A dataset constructor must have failed with a message holding both substrings. */
-#define CHECK_FAILS(ds_expr, sub1, sub2)                                                       \
-    do {                                                                                       \
-        flexpoint_clear_error();                                                               \
-        fx_dataset *ds_ = (ds_expr);                                                           \
-        CHECK(ds_ == NULL && msg_has(sub1) && msg_has(sub2),                                   \
-              "%s: want NULL with \"%s\" and \"%s\"; got %p, message \"%s\"", #ds_expr, sub1,  \
-              sub2, (void *)ds_, flexpoint_last_error());                                      \
-        fx_dataset_free(ds_);                                                                  \
+#define CHECK_FAILS(ds_expr, sub1, sub2)                                                           \
+    do {                                                                                           \
+        flexpoint_clear_error();                                                                   \
+        fx_dataset *ds_ = (ds_expr);                                                               \
+        CHECK(ds_ == NULL && msg_has(sub1) && msg_has(sub2),                                       \
+              "%s: want NULL with \"%s\" and \"%s\"; got %p, message \"%s\"", #ds_expr, sub1,      \
+              sub2, (void *)ds_, flexpoint_last_error());                                          \
+        fx_dataset_free(ds_);                                                                      \
     } while (0)
 
 static void path_in(char *out, size_t n, const char *dir, const char *name)
 {
-    snprintf(out, n, "%s/%s", dir, name);
+    int len = snprintf(out, n, "%s/%s", dir, name);
+    if (len < 0 || (size_t)len >= n) {
+        fprintf(stderr, "path too long: %s/%s\n", dir, name);
+        exit(1);
+    }
 }
 
 static void make_dir(char *out, size_t n, const char *name)
@@ -116,7 +120,10 @@ static void put_be32(uint8_t *p, uint32_t v)
 }
 
 /* IDX images file: magic, n, rows, cols, then pixel (i, r, c) = (i*31 + r*7 + c*3 + 1) & 255. */
-static uint8_t pixel_byte(size_t i, size_t r, size_t c) { return (uint8_t)((i * 31 + r * 7 + c * 3 + 1) & 255); }
+static uint8_t pixel_byte(size_t i, size_t r, size_t c)
+{
+    return (uint8_t)((i * 31 + r * 7 + c * 3 + 1) & 255);
+}
 
 static uint8_t *idx_images(uint32_t magic, uint32_t n, uint32_t rows, uint32_t cols, size_t *len)
 {
@@ -128,7 +135,8 @@ static uint8_t *idx_images(uint32_t magic, uint32_t n, uint32_t rows, uint32_t c
     put_be32(b + 12, cols);
     for (size_t i = 0; i < n; i++)
         for (size_t r = 0; r < rows; r++)
-            for (size_t c = 0; c < cols; c++) b[16 + (i * rows + r) * cols + c] = pixel_byte(i, r, c);
+            for (size_t c = 0; c < cols; c++)
+                b[16 + (i * rows + r) * cols + c] = pixel_byte(i, r, c);
     return b;
 }
 
@@ -183,7 +191,8 @@ static void fashion_mnist_good(void)
 
     fx_dataset *ds = fx_dataset_fashion_mnist(dir, 1);
     check_mnist_contents(ds, "gzip train");
-    CHECK(ds && strstr(fx_dataset_source(ds), "train"), "source: %s", ds ? fx_dataset_source(ds) : "");
+    CHECK(ds && strstr(fx_dataset_source(ds), "train"), "source: %s",
+          ds ? fx_dataset_source(ds) : "");
     fx_dataset_free(ds);
     ds = fx_dataset_fashion_mnist(dir, 0);
     check_mnist_contents(ds, "plain t10k");
@@ -222,8 +231,8 @@ static void fashion_mnist_good(void)
 /* One bad pair: checked through the in-memory parser (status, message) and through the files
  * (NULL, message naming the bad file's path and the problem). `bad_is_labels` says which file
  * the message must name. */
-static void bad_pair(const char *tag, const uint8_t *img, size_t il, const uint8_t *lab,
-                     size_t ll, int bad_is_labels, int want_status, const char *problem)
+static void bad_pair(const char *tag, const uint8_t *img, size_t il, const uint8_t *lab, size_t ll,
+                     int bad_is_labels, int want_status, const char *problem)
 {
     fx_dataset *ds = NULL;
     flexpoint_clear_error();
@@ -231,7 +240,8 @@ static void bad_pair(const char *tag, const uint8_t *img, size_t il, const uint8
     CHECK(rc == want_status && ds == NULL, "%s: parser status %s, want %s", tag,
           flexpoint_status_str(rc), flexpoint_status_str(want_status));
     CHECK(msg_has(bad_is_labels ? "LAB" : "IMG") && msg_has(problem),
-          "%s: parser message \"%s\" lacks the file or \"%s\"", tag, flexpoint_last_error(), problem);
+          "%s: parser message \"%s\" lacks the file or \"%s\"", tag, flexpoint_last_error(),
+          problem);
     fx_dataset_free(ds);
 
     char dir[512], bad_path[600];
@@ -267,7 +277,8 @@ static void fashion_mnist_bad(void)
     bad_pair("empty_images", img, 0, lab, ll, 0, FX_ECORRUPT, "empty file");
     bad_pair("empty_labels", img, il, lab, 0, 1, FX_ECORRUPT, "empty file");
     bad_pair("short_magic", img, 3, lab, ll, 0, FX_ECORRUPT, "truncated header");
-    bad_pair("short_header", img, 12, lab, ll, 0, FX_ECORRUPT, "truncated header (12 bytes, want 16)");
+    bad_pair("short_header", img, 12, lab, ll, 0, FX_ECORRUPT,
+             "truncated header (12 bytes, want 16)");
     bad_pair("short_label_header", img, il, lab, 6, 1, FX_ECORRUPT, "truncated header");
     bad_pair("truncated_images", img, il - 1, lab, ll, 0, FX_ECORRUPT, "truncated");
     bad_pair("truncated_labels", img, il, lab, ll - 2, 1, FX_ECORRUPT, "truncated");
@@ -331,8 +342,9 @@ static void fashion_mnist_bad(void)
     uint8_t *got = NULL;
     size_t got_len = 0;
     CHECK_STATUS(fx_data_read_file(p, "fx_test", 1 << 20, &got, &got_len), FX_EIO);
-    CHECK_STATUS(fx_data_read_file("/nonexistent/flexpoint/x.gz", "fx_test", 1 << 20, &got, &got_len),
-                 FX_EIO);
+    CHECK_STATUS(
+        fx_data_read_file("/nonexistent/flexpoint/x.gz", "fx_test", 1 << 20, &got, &got_len),
+        FX_EIO);
     CHECK(msg_has("/nonexistent/flexpoint/x.gz") && msg_has("cannot open"), "missing: %s",
           flexpoint_last_error());
     rmdir(p);
@@ -367,6 +379,37 @@ static void fashion_mnist_bad(void)
     free(lab);
 }
 
+/* Files larger than the reader's first buffer: the buffer grows (gzip: the on-disk size is far
+ * below the data size) or is exactly the file size (plain), and the limit still applies. */
+static void file_reader_sizes(void)
+{
+    char dir[512], p[600];
+    make_dir(dir, sizeof dir, "reader");
+    const size_t n = 3000001; /* > 2 MiB, odd */
+    uint8_t *big = malloc(n);
+    for (size_t i = 0; i < n; i++) big[i] = (uint8_t)((i * 7 + i / 4096) & 255);
+    write_gz(dir, "big.gz", big, n);
+    write_plain(dir, "big.bin", big, n);
+    const char *names[2] = {"big.gz", "big.bin"};
+    for (int k = 0; k < 2; k++) {
+        path_in(p, sizeof p, dir, names[k]);
+        uint8_t *got = NULL;
+        size_t len = 0;
+        CHECK_STATUS(fx_data_read_file(p, "fx_test", FX_DATA_MAX_FILE_BYTES, &got, &len), FX_OK);
+        CHECK(got && len == n && memcmp(got, big, n) == 0, "%s: %zu bytes read back", names[k],
+              len);
+        free(got);
+        got = NULL;
+        CHECK_STATUS(fx_data_read_file(p, "fx_test", 2000000, &got, &len), FX_ECORRUPT);
+        CHECK(got == NULL && msg_has("more than 2000000 bytes") && msg_has(names[k]), "limit: %s",
+              flexpoint_last_error());
+        CHECK_STATUS(fx_data_read_file(p, "fx_test", (int64_t)n, &got, &len), FX_OK);
+        CHECK(len == n, "%s: limit equal to the size is accepted", names[k]);
+        free(got);
+    }
+    free(big);
+}
+
 /* ---- CIFAR-10 ----------------------------------------------------------------------------- */
 
 static uint8_t cifar_byte(size_t rec, size_t k) { return (uint8_t)((rec * 13 + k * 7 + 5) & 255); }
@@ -389,7 +432,8 @@ static void check_cifar(const fx_dataset *ds, size_t n, const char *what)
     CHECK(ds != NULL, "%s: %s", what, flexpoint_last_error());
     if (!ds) return;
     CHECK(fx_dataset_len(ds) == (int64_t)n && fx_dataset_channels(ds) == 3 &&
-              fx_dataset_height(ds) == 32 && fx_dataset_width(ds) == 32 && fx_dataset_classes(ds) == 10,
+              fx_dataset_height(ds) == 32 && fx_dataset_width(ds) == 32 &&
+              fx_dataset_classes(ds) == 10,
           "%s: shape", what);
     const float *x = fx_dataset_images(ds);
     int bad = 0;
@@ -458,7 +502,8 @@ static void cifar10(void)
     write_plain(dir, "test_batch.bin", test, 0);
     CHECK_FAILS(fx_dataset_cifar10(dir, 0), p, "empty file");
     write_plain(dir, "test_batch.bin", test, len - 100);
-    CHECK_FAILS(fx_dataset_cifar10(dir, 0), p, "not a multiple of the 3073-byte record (3 records and 2973 extra bytes");
+    CHECK_FAILS(fx_dataset_cifar10(dir, 0), p,
+                "not a multiple of the 3073-byte record (3 records and 2973 extra bytes");
     uint8_t *longer = malloc(len + 1);
     memcpy(longer, test, len);
     longer[len] = 0;
@@ -483,7 +528,8 @@ static void cifar10(void)
     CHECK(out == NULL && msg_has("B.bin"), "size error names B.bin: %s", flexpoint_last_error());
     lens[1] = len;
     CHECK_STATUS(fx_cifar_from_buffers(bufs, lens, names, 2, "fx_test", &out), FX_OK);
-    CHECK(out && fx_dataset_len(out) == 8 && fx_dataset_labels(out)[6] == 2, "two buffers concatenate");
+    CHECK(out && fx_dataset_len(out) == 8 && fx_dataset_labels(out)[6] == 2,
+          "two buffers concatenate");
     fx_dataset_free(out);
     out = NULL;
     CHECK_STATUS(fx_cifar_from_buffers(bufs, lens, names, 0, "fx_test", &out), FX_EINVAL);
@@ -496,8 +542,8 @@ static void cifar10(void)
 /* Nearest class mean, fitted on the first half, scored on the second. */
 static double nearest_mean_accuracy(const fx_dataset *ds)
 {
-    int64_t n = fx_dataset_len(ds), half = n / 2, d = (int64_t)fx_dataset_channels(ds) *
-                                                      fx_dataset_height(ds) * fx_dataset_width(ds);
+    int64_t n = fx_dataset_len(ds), half = n / 2,
+            d = (int64_t)fx_dataset_channels(ds) * fx_dataset_height(ds) * fx_dataset_width(ds);
     int k = fx_dataset_classes(ds);
     const float *x = fx_dataset_images(ds);
     const int32_t *y = fx_dataset_labels(ds);
@@ -541,7 +587,8 @@ static void synthetic(void)
               memcmp(fx_dataset_labels(a), fx_dataset_labels(b), (size_t)n * 4) == 0,
           "same seed gives the same bytes");
     CHECK(memcmp(fx_dataset_images(a), fx_dataset_images(c), bytes) != 0, "seed changes images");
-    CHECK(memcmp(fx_dataset_labels(a), fx_dataset_labels(c), (size_t)n * 4) != 0, "seed changes labels");
+    CHECK(memcmp(fx_dataset_labels(a), fx_dataset_labels(c), (size_t)n * 4) != 0,
+          "seed changes labels");
     CHECK(fx_dataset_len(a) == n && fx_dataset_channels(a) == 3 && fx_dataset_height(a) == 32 &&
               fx_dataset_width(a) == 32 && fx_dataset_classes(a) == 10,
           "shape");
@@ -551,7 +598,8 @@ static void synthetic(void)
         lo = x[i] < lo ? x[i] : lo;
         hi = x[i] > hi ? x[i] : hi;
     }
-    CHECK(lo >= 0.0f && hi <= 1.0f && hi - lo > 0.5f, "pixels in [0, 1] and spread: %g..%g", lo, hi);
+    CHECK(lo >= 0.0f && hi <= 1.0f && hi - lo > 0.5f, "pixels in [0, 1] and spread: %g..%g", lo,
+          hi);
     int64_t counts[10];
     CHECK_STATUS(fx_dataset_class_counts(a, counts), FX_OK);
     int balanced = 1;
@@ -645,7 +693,8 @@ static void helpers(void)
                     }
         CHECK(bad == 0, "pad places images and zeros (%d wrong)", bad);
         CHECK(memcmp(fx_dataset_labels(p), lab, sizeof lab) == 0, "pad keeps labels");
-        CHECK(strstr(fx_dataset_source(p), "pad(2)") != NULL, "pad source: %s", fx_dataset_source(p));
+        CHECK(strstr(fx_dataset_source(p), "pad(2)") != NULL, "pad source: %s",
+              fx_dataset_source(p));
     }
     fx_dataset_free(p);
     p = fx_dataset_pad(ds, 0);
@@ -693,7 +742,8 @@ static void helpers(void)
     CHECK_STATUS(fx_dataset_normalize(ds, mean, sd), FX_OK);
     double m2[AC], s2[AC];
     CHECK_STATUS(fx_dataset_channel_stats(ds, m2, s2), FX_OK);
-    CHECK(fabs(m2[0]) < 1e-6 && fabs(m2[1]) < 1e-6 && fabs(s2[0] - 1) < 1e-6 && fabs(s2[1] - 1) < 1e-6,
+    CHECK(fabs(m2[0]) < 1e-6 && fabs(m2[1]) < 1e-6 && fabs(s2[0] - 1) < 1e-6 &&
+              fabs(s2[1] - 1) < 1e-6,
           "normalised stats %g %g %g %g", m2[0], m2[1], s2[0], s2[1]);
     CHECK_STATUS(fx_dataset_channel_stats(ds, NULL, sd), FX_EINVAL);
     CHECK_STATUS(fx_dataset_normalize(NULL, mean, sd), FX_EINVAL);
@@ -716,8 +766,10 @@ static void helpers(void)
     CHECK_FAILS(fx_dataset_from_arrays(AN, AC, AH, AW, 3, img, bad_lab), "labels[2] = 3", "0..2");
     img[5] = NAN;
     CHECK_FAILS(fx_dataset_from_arrays(AN, AC, AH, AW, 3, img, lab), "images[5]", "not finite");
-    CHECK_FAILS(fx_dataset_from_arrays(AN, AC, AH, AW, 3, NULL, lab), "fx_dataset_from_arrays", "NULL");
-    CHECK_FAILS(fx_dataset_from_arrays(0, AC, AH, AW, 3, img, lab), "fx_dataset_from_arrays", "n = 0");
+    CHECK_FAILS(fx_dataset_from_arrays(AN, AC, AH, AW, 3, NULL, lab), "fx_dataset_from_arrays",
+                "NULL");
+    CHECK_FAILS(fx_dataset_from_arrays(0, AC, AH, AW, 3, img, lab), "fx_dataset_from_arrays",
+                "n = 0");
 }
 
 /* ---- the real Fashion-MNIST, when installed ------------------------------------------------ */
@@ -775,13 +827,15 @@ static void real_fashion_mnist(void)
 
 int main(void)
 {
-    snprintf(g_root, sizeof g_root, "%s/fx_test_data_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(g_root, sizeof g_root, "%s/fx_test_data_XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(g_root)) {
         fprintf(stderr, "mkdtemp failed\n");
         return 1;
     }
     fashion_mnist_good();
     fashion_mnist_bad();
+    file_reader_sizes();
     cifar10();
     synthetic();
     helpers();

@@ -71,7 +71,8 @@ static void check_file(int is_idx, const char *dir, const char *name, corpus_cou
     CHECK(rc != FX_FUZZ_BROKEN && rc <= 0, "%s: broken property (status %d, message \"%s\")", path,
           rc, flexpoint_last_error());
     if (rc < 0)
-        CHECK(strncmp(flexpoint_last_error(), "fuzz: ", 6) == 0 && strlen(flexpoint_last_error()) > 8,
+        CHECK(strncmp(flexpoint_last_error(), "fuzz: ", 6) == 0 &&
+                  strlen(flexpoint_last_error()) > 8,
               "%s: %s without a proper message: \"%s\"", path, flexpoint_status_str(rc),
               flexpoint_last_error());
     if (strncmp(name, "ok-", 3) == 0) {

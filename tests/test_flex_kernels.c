@@ -239,10 +239,10 @@ static void test_matmul(void)
     test_rng_seed(&r, 2718);
     int idx = 0;
 
-    /* odd shapes around the register tiles (6 x 32, 6 x 8) and the K blocks (256) */
+    /* odd shapes around the register tiles (6 x 32, 6 x 8) and the K blocks (384) */
     static const int64_t Ms[] = {1, 2, 5, 6, 7, 13};
     static const int64_t Ns[] = {1, 7, 8, 9, 31, 33, 65};
-    static const int64_t Ks[] = {1, 2, 3, 17, 255, 256, 257, 513, 1000};
+    static const int64_t Ks[] = {1, 2, 3, 17, 255, 256, 383, 384, 385, 1000};
     for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; a++)
         for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; b++)
             for (size_t k = 0; k < sizeof Ks / sizeof Ks[0]; k++, idx++)

@@ -12,9 +12,11 @@
  *                        level. A plain running sum breaks this on the 2^20-element cases.
  *   MATMUL               |y - r| <= (gamma_K + gamma_K(fp64)) * (|A||B|) per output: the
  *                        recursive dot product bound, plus the fp64 reference's own error.
- *                        Also reported normwise as max|y - r| / max|r| in units of u.
+ *                        Normwise, max|y - r| / max|r| <= 4 K u is checked as well.
+ * SUM and MATMUL results with 1 and 2 threads must be bit-identical.
  * Every matmul shape runs with row-major, transposed, sliced (step 2) and padded operands, and
  * with 1 and 2 threads, whose results must be bit-identical (each output is one k-ordered chain).
+ * The two FMA levels (avx2, avx512) must also agree bit for bit with each other.
  * Outputs carry guard elements after out_numel that must stay untouched.
  */
 #include "testutil.h"
@@ -362,6 +364,8 @@ static const mm_case mm_cases[] = {
     {257, 3, 9}, {1201, 20, 40}, {7, 20, 513}, {30, 40, 1030},
     /* large enough for two threads: column split, and a tall thin product (row-group split) */
     {130, 520, 260}, {2000, 64, 20}, {40, 100, 1030},
+    /* narrow C (few columns, many rows): kernels may compute C^T = B^T A^T instead */
+    {128, 30, 10}, {300, 50, 3}, {97, 40, 1}, {500, 700, 10}, {3000, 100, 10},
     /* empty */
     {3, 0, 4}, {0, 5, 3}, {4, 6, 0},
 };
@@ -470,6 +474,51 @@ static void check_matmul_nonfinite(const fx_backend *b)
           (long long)bad);
 }
 
+/* The FMA levels (avx2, avx512) compute each output as the same chain of fused multiply-adds
+ * over k, so they must agree bit for bit (f32_kernels.h); the scalar level rounds products
+ * separately and is only held to the bound. */
+static void check_matmul_fma_levels_agree(void)
+{
+    const mm_case cases[] = {{65, 97, 129}, {25, 385, 65}, {300, 50, 3}, {130, 520, 260}};
+    for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++) {
+        const int64_t M = cases[s].m, K = cases[s].k, N = cases[s].n;
+        test_rng rng;
+        test_rng_seed(&rng, 77 + s);
+        float *A = malloc(sizeof(float) * (size_t)(M * K)), *B = malloc(sizeof(float) * (size_t)(K * N));
+        for (int64_t i = 0; i < M * K; i++) A[i] = (float)test_rng_normal(&rng);
+        for (int64_t i = 0; i < K * N; i++) B[i] = (float)test_rng_normal(&rng);
+        int64_t as0, as1;
+        float *At = lay_out(A, M, K, LAYOUT_TRANS, &as0, &as1);
+        float *first = NULL;
+        const char *first_name = NULL;
+        for (int bi = FX_BACKEND_AVX2; bi < FX_BACKEND_COUNT; bi++) {
+            const fx_backend *b = fx_backend_get(bi);
+            if (!b || !b->available || !b->kernels[FX_OP_MATMUL][FMT_FP32]) continue;
+            float *y = out_alloc(M * N);
+            fx_op_call c = call_new(FX_OP_MATMUL, y, M * N, 2);
+            c.nin = 2;
+            const int64_t ashape[2] = {M, K}, astr[2] = {as0, as1};
+            const int64_t bshape[2] = {K, N}, bstr[2] = {N, 1};
+            set_operand(&c.in[0], At, 2, ashape, astr);
+            set_operand(&c.in[1], B, 2, bshape, bstr);
+            CHECK_STATUS(b->kernels[FX_OP_MATMUL][FMT_FP32](&c), FX_OK);
+            if (!first) {
+                first = y;
+                first_name = b->name;
+                continue;
+            }
+            CHECK(memcmp(first, y, sizeof(float) * (size_t)(M * N)) == 0,
+                  "matmul %lldx%lldx%lld: %s and %s differ", (long long)M, (long long)K,
+                  (long long)N, first_name, b->name);
+            free(y);
+        }
+        free(first);
+        free(At);
+        free(A);
+        free(B);
+    }
+}
+
 int main(void)
 {
     int tested = 0;
@@ -513,6 +562,8 @@ int main(void)
          * orders of magnitude for nearly constant data) */
         check_sum(b, 1, (1 << 20) + 3, 1, 1, &rng);
         check_sum(b, 1, (1 << 20) + 3, 1, 2, &rng);
+        for (int rep = 0; rep < 4; rep++) /* one long signed sum split over threads */
+            check_sum(b, 1, 3 * (1 << 18) + 77 * rep, 1, 0, &rng);
         check_sum(b, 1, 100003, 3, 1, &rng);
         check_sum(b, 2, 100003, 3, 2, &rng);
         check_sum_nonfinite(b);
@@ -521,6 +572,7 @@ int main(void)
             check_matmul_case(b, &mm_cases[s], &rng);
         check_matmul_nonfinite(b);
     }
+    check_matmul_fma_levels_agree();
     CHECK(tested > 0, "no backend was available");
     return test_finish("test_fp32_kernels");
 }

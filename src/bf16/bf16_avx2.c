@@ -3,41 +3,66 @@
  * The rounding is the definition's own integer arithmetic (bf16_scalar.c) done lane-wise:
  * add 0x7FFF plus the lowest kept bit, keep the high half; NaN lanes become sign | 0x7FC0.
  * Being integer-only, it is independent of MXCSR. No bf16 instruction exists at this level.
+ * NaN lanes are detected per block of 16 and fixed only when present (never, in ordinary
+ * data). Outputs of FX_CVT_STREAM_MIN_BYTES or more are written with streaming stores.
  * Tails (fewer than 8 elements) go through the scalar definition. */
 #include "../core/backend.h"
 #include "bf16_kernels.h"
 
 #include <immintrin.h>
 
-/* 8 fp32 bit patterns -> 8 bf16 patterns, each in the low half of its 32-bit lane. */
+/* 8 fp32 bit patterns -> 8 bf16 patterns rounded to nearest even, each in the low half of its
+ * 32-bit lane (NaN lanes not yet canonical). */
 static inline __m256i fx_bf16_round8(__m256i u)
 {
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     __m256i bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
-    /* The magnitude fits in 31 bits, so the signed compare is an unsigned one here. */
+    return _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+}
+
+/* All-ones lanes where u is a NaN. The magnitude fits in 31 bits, so the signed compare is an
+ * unsigned one here. */
+static inline __m256i fx_bf16_nan_lanes8(__m256i u)
+{
     __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
-    __m256i is_nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7F800000));
+    return _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7F800000));
+}
+
+/* r with its NaN lanes replaced by sign | 0x7FC0. */
+static inline __m256i fx_bf16_fix_nan8(__m256i r, __m256i u, __m256i is_nan)
+{
     __m256i canon = _mm256_or_si256(
         _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000)),
         _mm256_set1_epi32(0x7FC0));
     return _mm256_blendv_epi8(r, canon, is_nan);
 }
 
-void fx_cvt_f32_to_bf16_avx2(const float *src, uint16_t *dst, int64_t n)
+/* 16 fp32 -> 16 bf16 in order. */
+static inline __m256i fx_f32_to_bf16_16(const float *src)
+{
+    __m256i u0 = _mm256_loadu_si256((const __m256i *)src);
+    __m256i u1 = _mm256_loadu_si256((const __m256i *)(src + 8));
+    __m256i r0 = fx_bf16_round8(u0), r1 = fx_bf16_round8(u1);
+    __m256i n0 = fx_bf16_nan_lanes8(u0), n1 = fx_bf16_nan_lanes8(u1);
+    __m256i any = _mm256_or_si256(n0, n1);
+    if (!_mm256_testz_si256(any, any)) {
+        r0 = fx_bf16_fix_nan8(r0, u0, n0);
+        r1 = fx_bf16_fix_nan8(r1, u1, n1);
+    }
+    /* packus works within 128-bit halves: [r0 0-3, r1 0-3, r0 4-7, r1 4-7]; the 64-bit
+     * permute puts the quarters back in order. Values are <= 0xFFFF: no saturation. */
+    __m256i p = _mm256_packus_epi32(r0, r1);
+    return _mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+static void fx_f32_to_bf16_cached(const float *src, uint16_t *dst, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256i r0 = fx_bf16_round8(_mm256_loadu_si256((const __m256i *)(src + i)));
-        __m256i r1 = fx_bf16_round8(_mm256_loadu_si256((const __m256i *)(src + i + 8)));
-        /* packus works within 128-bit halves: [r0 0-3, r1 0-3, r0 4-7, r1 4-7]; the 64-bit
-         * permute puts the quarters back in order. Values are <= 0xFFFF: no saturation. */
-        __m256i p = _mm256_packus_epi32(r0, r1);
-        p = _mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 2, 0));
-        _mm256_storeu_si256((__m256i *)(dst + i), p);
-    }
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), fx_f32_to_bf16_16(src + i));
     if (i + 8 <= n) {
-        __m256i r = fx_bf16_round8(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m256i u = _mm256_loadu_si256((const __m256i *)(src + i));
+        __m256i r = fx_bf16_fix_nan8(fx_bf16_round8(u), u, fx_bf16_nan_lanes8(u));
         __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
         _mm_storeu_si128((__m128i *)(dst + i), p);
         i += 8;
@@ -45,24 +70,52 @@ void fx_cvt_f32_to_bf16_avx2(const float *src, uint16_t *dst, int64_t n)
     fx_cvt_f32_to_bf16_scalar(src + i, dst + i, n - i);
 }
 
-static inline void fx_bf16_to_f32_8(const uint16_t *src, float *dst)
+void fx_cvt_f32_to_bf16_avx2(const float *src, uint16_t *dst, int64_t n)
+{
+    if (n * 2 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 1)) {
+        fx_f32_to_bf16_cached(src, dst, n);
+        return;
+    }
+    /* Streaming stores need 32-byte aligned destinations: convert a head up to that. */
+    int64_t i = (int64_t)((32 - ((uintptr_t)dst & 31)) & 31) / 2;
+    fx_f32_to_bf16_cached(src, dst, i);
+    for (; i + 16 <= n; i += 16)
+        _mm256_stream_si256((__m256i *)(dst + i), fx_f32_to_bf16_16(src + i));
+    _mm_sfence(); /* order the streaming stores before anything the caller writes next */
+    fx_f32_to_bf16_cached(src + i, dst + i, n - i);
+}
+
+static inline __m256i fx_bf16_widen8(const uint16_t *src)
 {
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)src));
-    _mm256_storeu_si256((__m256i *)dst, _mm256_slli_epi32(w, 16));
+    return _mm256_slli_epi32(w, 16);
+}
+
+static void fx_bf16_to_f32_cached(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_si256((__m256i *)(dst + i), fx_bf16_widen8(src + i));
+        _mm256_storeu_si256((__m256i *)(dst + i + 8), fx_bf16_widen8(src + i + 8));
+    }
+    if (i + 8 <= n) {
+        _mm256_storeu_si256((__m256i *)(dst + i), fx_bf16_widen8(src + i));
+        i += 8;
+    }
+    fx_cvt_bf16_to_f32_scalar(src + i, dst + i, n - i);
 }
 
 void fx_cvt_bf16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n)
 {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        fx_bf16_to_f32_8(src + i, dst + i);
-        fx_bf16_to_f32_8(src + i + 8, dst + i + 8);
+    if (n * 4 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 3)) {
+        fx_bf16_to_f32_cached(src, dst, n);
+        return;
     }
-    if (i + 8 <= n) {
-        fx_bf16_to_f32_8(src + i, dst + i);
-        i += 8;
-    }
-    fx_cvt_bf16_to_f32_scalar(src + i, dst + i, n - i);
+    int64_t i = (int64_t)((32 - ((uintptr_t)dst & 31)) & 31) / 4;
+    fx_bf16_to_f32_cached(src, dst, i);
+    for (; i + 8 <= n; i += 8) _mm256_stream_si256((__m256i *)(dst + i), fx_bf16_widen8(src + i));
+    _mm_sfence();
+    fx_bf16_to_f32_cached(src + i, dst + i, n - i);
 }
 
 void fx_register_bf16_avx2(fx_backend *b, const fx_cpu_features *cpu)

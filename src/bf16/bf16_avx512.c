@@ -2,7 +2,8 @@
  *
  * Same integer rounding as the definition (bf16_scalar.c), NaN lanes fixed under a mask,
  * vpmovdw to narrow, and masked loads and stores for the tail so no byte outside [0, n) is
- * touched (the 16-bit masked forms need AVX-512BW and VL).
+ * touched (the 16-bit masked forms need AVX-512BW and VL). Outputs of FX_CVT_STREAM_MIN_BYTES
+ * or more are written with streaming stores.
  *
  * Registration also installs the vcvtneps2bf16 path (bf16_avx512bf16.c) for fp32 -> bf16 when
  * the CPU has AVX512_BF16. */
@@ -27,7 +28,7 @@ static inline __m256i fx_bf16_round16(__m512i u)
     return _mm512_cvtepi32_epi16(r);
 }
 
-void fx_cvt_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n)
+static void fx_f32_to_bf16_cached(const float *src, uint16_t *dst, int64_t n)
 {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -43,12 +44,31 @@ void fx_cvt_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n)
     }
 }
 
+void fx_cvt_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n)
+{
+    if (n * 2 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 1)) {
+        fx_f32_to_bf16_cached(src, dst, n);
+        return;
+    }
+    /* Streaming stores of whole 64-byte lines: convert a head up to the line boundary. */
+    int64_t i = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63) / 2;
+    fx_f32_to_bf16_cached(src, dst, i);
+    for (; i + 32 <= n; i += 32) {
+        __m256i h0 = fx_bf16_round16(_mm512_loadu_si512(src + i));
+        __m256i h1 = fx_bf16_round16(_mm512_loadu_si512(src + i + 16));
+        _mm512_stream_si512((void *)(dst + i),
+                            _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
+    }
+    _mm_sfence(); /* order the streaming stores before anything the caller writes next */
+    fx_f32_to_bf16_cached(src + i, dst + i, n - i);
+}
+
 static inline __m512i fx_bf16_widen16(__m256i h)
 {
     return _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
 }
 
-void fx_cvt_bf16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n)
+static void fx_bf16_to_f32_cached(const uint16_t *src, float *dst, int64_t n)
 {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -62,6 +82,21 @@ void fx_cvt_bf16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n)
         __m512i f = fx_bf16_widen16(_mm256_maskz_loadu_epi16(k, src + i));
         _mm512_mask_storeu_epi32(dst + i, k, f);
     }
+}
+
+void fx_cvt_bf16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n)
+{
+    if (n * 4 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 3)) {
+        fx_bf16_to_f32_cached(src, dst, n);
+        return;
+    }
+    int64_t i = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63) / 4;
+    fx_bf16_to_f32_cached(src, dst, i);
+    for (; i + 16 <= n; i += 16)
+        _mm512_stream_si512((void *)(dst + i),
+                            fx_bf16_widen16(_mm256_loadu_si256((const __m256i *)(src + i))));
+    _mm_sfence();
+    fx_bf16_to_f32_cached(src + i, dst + i, n - i);
 }
 
 void fx_register_bf16_avx512(fx_backend *b, const fx_cpu_features *cpu)

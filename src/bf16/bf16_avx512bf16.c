@@ -31,27 +31,50 @@ static inline __mmask16 fx_bf16_special_lanes(__m512i u)
     return is_nan | is_sub;
 }
 
-static inline __m256i fx_bf16_cvtne16(__m512i u)
+/* 16 fp32 from src -> 16 bf16 with the definition's bits. */
+static inline __m256i fx_bf16_block16(const float *src)
 {
+    __m512i u = _mm512_loadu_si512(src);
+    if (fx_bf16_special_lanes(u)) {
+        /* Rare: redo the block with the integer path, through a small stack buffer. */
+        uint16_t tmp[16];
+        fx_cvt_f32_to_bf16_avx512(src, tmp, 16);
+        return _mm256_loadu_si256((const __m256i *)tmp);
+    }
     return (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(u));
 }
 
-void fx_cvt_f32_to_bf16_avx512bf16(const float *src, uint16_t *dst, int64_t n)
+/* Whole blocks, then a masked tail. */
+static void fx_f32_to_bf16_cached(const float *src, uint16_t *dst, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512i u = _mm512_loadu_si512(src + i);
-        if (fx_bf16_special_lanes(u))
-            fx_cvt_f32_to_bf16_avx512(src + i, dst + i, 16);
-        else
-            _mm256_storeu_si256((__m256i *)(dst + i), fx_bf16_cvtne16(u));
-    }
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), fx_bf16_block16(src + i));
     if (i < n) {
         __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
         __m512i u = _mm512_maskz_loadu_epi32(k, src + i); /* masked-off lanes read as +0 */
         if (fx_bf16_special_lanes(u))
             fx_cvt_f32_to_bf16_avx512(src + i, dst + i, n - i);
         else
-            _mm256_mask_storeu_epi16(dst + i, k, fx_bf16_cvtne16(u));
+            _mm256_mask_storeu_epi16(dst + i, k,
+                                     (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(u)));
     }
+}
+
+void fx_cvt_f32_to_bf16_avx512bf16(const float *src, uint16_t *dst, int64_t n)
+{
+    if (n * 2 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 1)) {
+        fx_f32_to_bf16_cached(src, dst, n);
+        return;
+    }
+    /* Streaming stores of whole 64-byte lines: convert a head up to the line boundary. */
+    int64_t i = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63) / 2;
+    fx_f32_to_bf16_cached(src, dst, i);
+    for (; i + 32 <= n; i += 32) {
+        __m256i h0 = fx_bf16_block16(src + i), h1 = fx_bf16_block16(src + i + 16);
+        _mm512_stream_si512((void *)(dst + i),
+                            _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
+    }
+    _mm_sfence(); /* order the streaming stores before anything the caller writes next */
+    fx_f32_to_bf16_cached(src + i, dst + i, n - i);
 }

@@ -4,6 +4,9 @@
 #define FX_CORE_INTERNAL_H
 
 #include "flexpoint.h"
+/* Every public declaration, so that each definition carries FX_API (default visibility) in the
+ * shared library, whichever file defines it. */
+#include "flexpoint_train.h"
 #include "../autoflex/autoflex.h"
 #include "../flex/flex_math.h"
 

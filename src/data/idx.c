@@ -33,15 +33,15 @@ int fx_idx_parse(const uint8_t *buf, size_t len, uint32_t want_magic, fx_idx_vie
     size_t header = 4 + 4 * (size_t)ndim;
     if (len == 0) return fx_error(FX_ECORRUPT, func, "%s: empty file", name);
     if (len < 4)
-        return fx_error(FX_ECORRUPT, func, "%s: truncated header (%zu bytes, want %zu)", name,
-                        len, header);
+        return fx_error(FX_ECORRUPT, func, "%s: truncated header (%zu bytes, want %zu)", name, len,
+                        header);
     uint32_t magic = load_be32(buf);
     if (magic != want_magic)
         return fx_error(FX_ECORRUPT, func, "%s: bad magic 0x%08" PRIX32 " (want 0x%08" PRIX32 ")%s",
                         name, magic, want_magic, magic_hint(magic, want_magic));
     if (len < header)
-        return fx_error(FX_ECORRUPT, func, "%s: truncated header (%zu bytes, want %zu)", name,
-                        len, header);
+        return fx_error(FX_ECORRUPT, func, "%s: truncated header (%zu bytes, want %zu)", name, len,
+                        header);
 
     fx_idx_view v = {.ndim = ndim, .item_bytes = 1};
     for (int d = 0; d < ndim; d++) v.dims[d] = load_be32(buf + 4 + 4 * (size_t)d);
@@ -49,7 +49,8 @@ int fx_idx_parse(const uint8_t *buf, size_t len, uint32_t want_magic, fx_idx_vie
         if (v.dims[1] < 1 || v.dims[1] > FX_IDX_MAX_SIDE || v.dims[2] < 1 ||
             v.dims[2] > FX_IDX_MAX_SIDE)
             return fx_error(FX_ECORRUPT, func,
-                            "%s: bad image size %" PRIu32 " x %" PRIu32 " (want 1..%" PRIu32 " each)",
+                            "%s: bad image size %" PRIu32 " x %" PRIu32 " (want 1..%" PRIu32
+                            " each)",
                             name, v.dims[1], v.dims[2], FX_IDX_MAX_SIDE);
         v.item_bytes = (uint64_t)v.dims[1] * v.dims[2];
     }
@@ -64,7 +65,8 @@ int fx_idx_parse(const uint8_t *buf, size_t len, uint32_t want_magic, fx_idx_vie
                         name, v.dims[0], what, want_payload, payload);
     if (payload > want_payload)
         return fx_error(FX_ECORRUPT, func,
-                        "%s: %" PRIu64 " trailing bytes after the %" PRIu32 " %s the header announces",
+                        "%s: %" PRIu64 " trailing bytes after the %" PRIu32
+                        " %s the header announces",
                         name, payload - want_payload, v.dims[0], what);
     v.data = buf + header;
     v.data_len = (size_t)want_payload;
@@ -80,19 +82,21 @@ int fx_mnist_from_buffers(const uint8_t *img, size_t img_len, const char *img_na
     *out = NULL;
     if (!img_name) img_name = "(images buffer)";
     if (!lab_name) lab_name = "(labels buffer)";
-    fx_idx_view iv, lv;
+    fx_idx_view iv = {0}, lv = {0};
     int rc = fx_idx_parse(img, img_len, FX_IDX_MAGIC_IMAGES, &iv, func, img_name);
     if (rc != FX_OK) return rc;
     rc = fx_idx_parse(lab, lab_len, FX_IDX_MAGIC_LABELS, &lv, func, lab_name);
     if (rc != FX_OK) return rc;
     if (iv.dims[0] != lv.dims[0])
-        return fx_error(FX_ECORRUPT, func, "%s has %" PRIu32 " images but %s has %" PRIu32 " labels",
-                        img_name, iv.dims[0], lab_name, lv.dims[0]);
+        return fx_error(FX_ECORRUPT, func,
+                        "%s has %" PRIu32 " images but %s has %" PRIu32 " labels", img_name,
+                        iv.dims[0], lab_name, lv.dims[0]);
     if (iv.dims[0] == 0) return fx_error(FX_ECORRUPT, func, "%s: no images", img_name);
     for (size_t i = 0; i < lv.data_len; i++)
         if (lv.data[i] >= FX_DATA_CLASSES)
-            return fx_error(FX_ECORRUPT, func, "%s: label %u at index %zu is out of range (want 0..%d)",
-                            lab_name, (unsigned)lv.data[i], i, FX_DATA_CLASSES - 1);
+            return fx_error(FX_ECORRUPT, func,
+                            "%s: label %u at index %zu is out of range (want 0..%d)", lab_name,
+                            (unsigned)lv.data[i], i, FX_DATA_CLASSES - 1);
 
     fx_dataset *ds = fx_ds_alloc(func, (int64_t)iv.dims[0], 1, (int)iv.dims[1], (int)iv.dims[2],
                                  FX_DATA_CLASSES);

@@ -3,7 +3,7 @@
  *   jc: column blocks of NC        (packed B block: KC x NC, shared by the threads)
  *    pc: K blocks of KC            (at most FX_GEMM_I16_MAX_KP pairs: the int32 chains flush)
  *     ic: row blocks of MC         (packed A block: MC x KC, one per thread; threads split ic)
- *      jr, ir: micro-kernel tiles  (the B micro-panel stays in L1 across the ir loop)
+ *      jr, ir: micro-kernel tiles  (each B micro-panel is reused across the ir loop)
  * Each output element belongs to exactly one (ic, jr, ir) tile and receives the exact partial
  * sums of its K blocks in order, so the result is the exact int64 sum for any thread count.
  */
@@ -19,7 +19,7 @@
 #define FX_OMP(...)
 #endif
 
-#define FX_GEMM_KC 256  /* K elements per block: even, <= 2 * FX_GEMM_I16_MAX_KP */
+#define FX_GEMM_KC 384  /* K elements per block: even, <= 2 * FX_GEMM_I16_MAX_KP */
 #define FX_GEMM_MC 144  /* rows per packed A block (rounded down to a multiple of mr) */
 #define FX_GEMM_NC 2048 /* columns per packed B block (rounded down to a multiple of nr) */
 

@@ -3,10 +3,11 @@
  *
  * Why double: a float x has at most 24 significant bits and |x| in [2^-149, 2^128), and the
  * exponents of a tensor lie in [-128, 127], so q = x * 2^-e lies in [2^-276, 2^256) and keeps
- * all 24 bits: in double the scaling is exact. The split q = floor(q) + frac is exact too
- * (Sterbenz for |q| >= 1; frac = q for q in [0, 1)), except for tiny negative q, where
- * frac = 1 - |q| may round, possibly to 1.0: for nearest-even that still rounds to 0, as it
- * must, and for stochastic rounding it moves the probability by at most 2^-53. */
+ * all 24 bits: in double the scaling is exact. Beyond 2^16 units every rounding saturates;
+ * below, the split q = floor(q) + frac is exact (Sterbenz for |q| >= 1, frac = q for q in
+ * [0, 1)), except for tiny negative q, where frac = 1 - |q| may round, possibly to 1.0: for
+ * nearest-even that still rounds to 0, as it must, and for stochastic rounding it moves the
+ * probability by at most 2^-53. */
 #include "flex_kernels.h"
 
 #include <math.h>
@@ -15,6 +16,8 @@ void fx_flex_quant_f32_scalar(const float *src, int16_t *dst, int64_t n, int e,
                               const fx_rounding *r, int64_t index0, fx_qstats *st)
 {
     const int stochastic = r != NULL && r->mode == FX_ROUND_STOCHASTIC;
+    /* locals, so that the key mixing of (seed, counter) is hoisted out of the loop */
+    const uint64_t seed = stochastic ? r->seed : 0, counter = stochastic ? r->counter : 0;
     const double scale = ldexp(1.0, -e); /* a power of two: multiplying by it is exact */
     int64_t saturated = 0, nonfinite = 0, underflow = 0;
     double max_in = 0.0;
@@ -33,25 +36,32 @@ void fx_flex_quant_f32_scalar(const float *src, int16_t *dst, int64_t n, int e,
             const double ax = fabs((double)x);
             if (ax > max_in) max_in = ax;
             const double q = (double)x * scale;
-            const double fl = floor(q);
-            const double frac = q - fl; /* in [0, 1] (see the top of the file) */
-            int up;
-            if (stochastic) {
-                /* round up with probability frac; frac == 0 never rounds up */
-                up = fx_rng_unit(r->seed, r->counter, (uint64_t)index0 + (uint64_t)i) < frac;
-            } else {
-                /* a tie has |q| < 2^52, so fl is an exact integer whose parity fmod sees */
-                up = frac > 0.5 || (frac == 0.5 && fmod(fl, 2.0) != 0.0);
-            }
-            const double rq = up ? fl + 1.0 : fl;
-            if (rq > FX_MANT_MAX) {
-                m = FX_MANT_MAX;
-                saturated++;
-            } else if (rq < -FX_MANT_MAX) {
-                m = -FX_MANT_MAX;
+            if (!(fabs(q) < 65536.0)) {
+                /* beyond 2^16 units every rounding mode saturates */
+                m = q > 0 ? FX_MANT_MAX : -FX_MANT_MAX;
                 saturated++;
             } else {
-                m = (int32_t)rq;
+                int64_t fl = (int64_t)q;  /* toward zero, exact here; then floor */
+                fl -= (double)fl > q;      /* branchless: the sign is data-dependent */
+                const double frac = q - (double)fl; /* in [0, 1] (see the top of the file) */
+                int up;
+                if (stochastic) {
+                    /* round up with probability frac; frac == 0 never rounds up */
+                    up = fx_rng_unit(seed, counter, (uint64_t)index0 + (uint64_t)i) < frac;
+                } else {
+                    /* bitwise, not short-circuit: the choice is data-dependent, keep it branchless */
+                    up = (frac > 0.5) | ((frac == 0.5) & (int)(fl & 1));
+                }
+                const int64_t rq = fl + up;
+                if (rq > FX_MANT_MAX) {
+                    m = FX_MANT_MAX;
+                    saturated++;
+                } else if (rq < -FX_MANT_MAX) {
+                    m = -FX_MANT_MAX;
+                    saturated++;
+                } else {
+                    m = (int32_t)rq;
+                }
             }
             if (m == 0 && x != 0.0f) underflow++;
         }

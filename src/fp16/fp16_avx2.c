@@ -10,13 +10,18 @@
  * 22). The definition keeps the bits, so the quiet bit is cleared again on lanes whose input
  * was a signalling NaN.
  *
+ * Both fix-ups are detected on 16 lanes at a time and applied only when a block holds such a
+ * lane (never, in ordinary data), which keeps the common path short enough to run at cache
+ * speed. Outputs of FX_CVT_STREAM_MIN_BYTES or more are written with streaming stores.
  * Tails (fewer than 8 elements) go through the scalar definition. */
 #include "../core/backend.h"
 #include "fp16_kernels.h"
 
 #include <immintrin.h>
 
-/* NaN lanes of a vcvtps2ph result -> sign | 0x7E00. A NaN result is any pattern whose
+#define FX_RNE _MM_FROUND_TO_NEAREST_INT /* imm8 rounding, MXCSR.RC ignored */
+
+/* NaN lanes of vcvtps2ph results -> sign | 0x7E00. A NaN result is any pattern whose
  * magnitude is above the Inf pattern 0x7C00. */
 static inline __m128i fx_fp16_canonical_nan8(__m128i h)
 {
@@ -27,53 +32,116 @@ static inline __m128i fx_fp16_canonical_nan8(__m128i h)
     return _mm_blendv_epi8(h, canon, is_nan);
 }
 
-static inline void fx_f32_to_fp16_8(const float *src, uint16_t *dst)
+static inline __m256i fx_f32_to_fp16_16(const float *src)
 {
-    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src), _MM_FROUND_TO_NEAREST_INT);
-    _mm_storeu_si128((__m128i *)dst, fx_fp16_canonical_nan8(h));
+    __m128i lo = _mm256_cvtps_ph(_mm256_loadu_ps(src), FX_RNE);
+    __m128i hi = _mm256_cvtps_ph(_mm256_loadu_ps(src + 8), FX_RNE);
+    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF));
+    __m256i is_nan = _mm256_cmpgt_epi16(mag, _mm256_set1_epi16(0x7C00));
+    if (!_mm256_testz_si256(is_nan, is_nan)) {
+        __m256i canon = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16((short)0x8000)),
+                                        _mm256_set1_epi16(0x7E00));
+        h = _mm256_blendv_epi8(h, canon, is_nan);
+    }
+    return h;
 }
 
-void fx_cvt_f32_to_fp16_avx2(const float *src, uint16_t *dst, int64_t n)
+/* Whole vectors from src/dst as they are, then the tail. */
+static void fx_f32_to_fp16_cached(const float *src, uint16_t *dst, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        fx_f32_to_fp16_8(src + i, dst + i);
-        fx_f32_to_fp16_8(src + i + 8, dst + i + 8);
-    }
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), fx_f32_to_fp16_16(src + i));
     if (i + 8 <= n) {
-        fx_f32_to_fp16_8(src + i, dst + i);
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), FX_RNE);
+        _mm_storeu_si128((__m128i *)(dst + i), fx_fp16_canonical_nan8(h));
         i += 8;
     }
     fx_cvt_f32_to_fp16_scalar(src + i, dst + i, n - i);
 }
 
-static inline void fx_fp16_to_f32_8(const uint16_t *src, float *dst)
+void fx_cvt_f32_to_fp16_avx2(const float *src, uint16_t *dst, int64_t n)
 {
-    __m128i h = _mm_loadu_si128((const __m128i *)src);
-    __m256i f = _mm256_castps_si256(_mm256_cvtph_ps(h));
-    /* Signalling NaN inputs: magnitude in (0x7C00, 0x7E00), i.e. NaN with the quiet bit 0x200
-     * clear. Their fp32 results get the quiet bit 0x00400000 cleared again. */
-    __m128i mag = _mm_and_si128(h, _mm_set1_epi16(0x7FFF));
-    __m128i is_snan = _mm_and_si128(_mm_cmpgt_epi16(mag, _mm_set1_epi16(0x7C00)),
-                                    _mm_cmpgt_epi16(_mm_set1_epi16(0x7E00), mag));
-    __m256i quiet_bit = _mm256_and_si256(_mm256_cvtepi16_epi32(is_snan),
+    if (n * 2 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 1)) {
+        fx_f32_to_fp16_cached(src, dst, n);
+        return;
+    }
+    /* Streaming stores need 32-byte aligned destinations: convert a head up to that. */
+    int64_t i = (int64_t)((32 - ((uintptr_t)dst & 31)) & 31) / 2;
+    fx_f32_to_fp16_cached(src, dst, i);
+    for (; i + 16 <= n; i += 16)
+        _mm256_stream_si256((__m256i *)(dst + i), fx_f32_to_fp16_16(src + i));
+    _mm_sfence(); /* order the streaming stores before anything the caller writes next */
+    fx_f32_to_fp16_cached(src + i, dst + i, n - i);
+}
+
+/* fp32 images of 8 halves; lanes flagged in is_snan (16-bit lanes, all ones) get their quiet
+ * bit 0x00400000 cleared again. */
+static inline __m256 fx_fp16_to_f32_8(__m128i h, __m128i is_snan, int fix)
+{
+    __m256 f = _mm256_cvtph_ps(h);
+    if (fix) {
+        __m256i quiet = _mm256_and_si256(_mm256_cvtepi16_epi32(is_snan),
                                          _mm256_set1_epi32(0x00400000));
-    f = _mm256_andnot_si256(quiet_bit, f);
-    _mm256_storeu_si256((__m256i *)dst, f);
+        f = _mm256_castsi256_ps(_mm256_andnot_si256(quiet, _mm256_castps_si256(f)));
+    }
+    return f;
+}
+
+/* Signalling NaN halves: magnitude in (0x7C00, 0x7E00), i.e. NaN with the quiet bit clear. */
+static inline __m128i fx_fp16_snan8(__m128i h)
+{
+    __m128i mag = _mm_and_si128(h, _mm_set1_epi16(0x7FFF));
+    return _mm_and_si128(_mm_cmpgt_epi16(mag, _mm_set1_epi16(0x7C00)),
+                         _mm_cmpgt_epi16(_mm_set1_epi16(0x7E00), mag));
+}
+
+static inline void fx_fp16_to_f32_16(const uint16_t *src, __m256 *f0, __m256 *f1)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)src);
+    __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF));
+    __m256i is_snan = _mm256_and_si256(_mm256_cmpgt_epi16(mag, _mm256_set1_epi16(0x7C00)),
+                                       _mm256_cmpgt_epi16(_mm256_set1_epi16(0x7E00), mag));
+    int fix = !_mm256_testz_si256(is_snan, is_snan);
+    *f0 = fx_fp16_to_f32_8(_mm256_castsi256_si128(h), _mm256_castsi256_si128(is_snan), fix);
+    *f1 = fx_fp16_to_f32_8(_mm256_extracti128_si256(h, 1), _mm256_extracti128_si256(is_snan, 1),
+                           fix);
+}
+
+static void fx_fp16_to_f32_cached(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 f0, f1;
+        fx_fp16_to_f32_16(src + i, &f0, &f1);
+        _mm256_storeu_ps(dst + i, f0);
+        _mm256_storeu_ps(dst + i + 8, f1);
+    }
+    if (i + 8 <= n) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
+        _mm256_storeu_ps(dst + i, fx_fp16_to_f32_8(h, fx_fp16_snan8(h), 1));
+        i += 8;
+    }
+    fx_cvt_fp16_to_f32_scalar(src + i, dst + i, n - i);
 }
 
 void fx_cvt_fp16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n)
 {
-    int64_t i = 0;
+    if (n * 4 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 3)) {
+        fx_fp16_to_f32_cached(src, dst, n);
+        return;
+    }
+    int64_t i = (int64_t)((32 - ((uintptr_t)dst & 31)) & 31) / 4;
+    fx_fp16_to_f32_cached(src, dst, i);
     for (; i + 16 <= n; i += 16) {
-        fx_fp16_to_f32_8(src + i, dst + i);
-        fx_fp16_to_f32_8(src + i + 8, dst + i + 8);
+        __m256 f0, f1;
+        fx_fp16_to_f32_16(src + i, &f0, &f1);
+        _mm256_stream_ps(dst + i, f0);
+        _mm256_stream_ps(dst + i + 8, f1);
     }
-    if (i + 8 <= n) {
-        fx_fp16_to_f32_8(src + i, dst + i);
-        i += 8;
-    }
-    fx_cvt_fp16_to_f32_scalar(src + i, dst + i, n - i);
+    _mm_sfence();
+    fx_fp16_to_f32_cached(src + i, dst + i, n - i);
 }
 
 void fx_register_fp16_avx2(fx_backend *b, const fx_cpu_features *cpu)

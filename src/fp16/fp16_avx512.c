@@ -3,7 +3,8 @@
  * Same instructions as the AVX2 path (see fp16_avx2.c for why their bits match the definition
  * apart from NaNs), with the NaN fix-ups done under mask registers, and masked loads and stores
  * for the tail so no byte outside [0, n) is touched. Mask compares on 16-bit lanes and the
- * 16-bit masked store need AVX-512BW and VL. */
+ * 16-bit masked store need AVX-512BW and VL. Outputs of FX_CVT_STREAM_MIN_BYTES or more are
+ * written with streaming stores. */
 #include "../core/backend.h"
 #include "fp16_kernels.h"
 
@@ -22,7 +23,7 @@ static inline __m256i fx_f32_to_fp16_16(__m512 x)
     return _mm256_mask_mov_epi16(h, is_nan, canon);
 }
 
-void fx_cvt_f32_to_fp16_avx512(const float *src, uint16_t *dst, int64_t n)
+static void fx_f32_to_fp16_cached(const float *src, uint16_t *dst, int64_t n)
 {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -38,6 +39,25 @@ void fx_cvt_f32_to_fp16_avx512(const float *src, uint16_t *dst, int64_t n)
     }
 }
 
+void fx_cvt_f32_to_fp16_avx512(const float *src, uint16_t *dst, int64_t n)
+{
+    if (n * 2 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 1)) {
+        fx_f32_to_fp16_cached(src, dst, n);
+        return;
+    }
+    /* Streaming stores of whole 64-byte lines: convert a head up to the line boundary. */
+    int64_t i = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63) / 2;
+    fx_f32_to_fp16_cached(src, dst, i);
+    for (; i + 32 <= n; i += 32) {
+        __m256i h0 = fx_f32_to_fp16_16(_mm512_loadu_ps(src + i));
+        __m256i h1 = fx_f32_to_fp16_16(_mm512_loadu_ps(src + i + 16));
+        _mm512_stream_si512((void *)(dst + i),
+                            _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
+    }
+    _mm_sfence(); /* order the streaming stores before anything the caller writes next */
+    fx_f32_to_fp16_cached(src + i, dst + i, n - i);
+}
+
 /* vcvtph2ps on 16 lanes; signalling NaN inputs get the quiet bit cleared again. */
 static inline __m512 fx_fp16_to_f32_16(__m256i h)
 {
@@ -49,7 +69,7 @@ static inline __m512 fx_fp16_to_f32_16(__m256i h)
     return _mm512_castsi512_ps(f);
 }
 
-void fx_cvt_fp16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n)
+static void fx_fp16_to_f32_cached(const uint16_t *src, float *dst, int64_t n)
 {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -63,6 +83,21 @@ void fx_cvt_fp16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n)
         __m512 f = fx_fp16_to_f32_16(_mm256_maskz_loadu_epi16(k, src + i));
         _mm512_mask_storeu_ps(dst + i, k, f);
     }
+}
+
+void fx_cvt_fp16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n)
+{
+    if (n * 4 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 3)) {
+        fx_fp16_to_f32_cached(src, dst, n);
+        return;
+    }
+    int64_t i = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63) / 4;
+    fx_fp16_to_f32_cached(src, dst, i);
+    for (; i + 16 <= n; i += 16)
+        _mm512_stream_ps(dst + i,
+                         fx_fp16_to_f32_16(_mm256_loadu_si256((const __m256i *)(src + i))));
+    _mm_sfence();
+    fx_fp16_to_f32_cached(src + i, dst + i, n - i);
 }
 
 void fx_register_fp16_avx512(fx_backend *b, const fx_cpu_features *cpu)

@@ -16,6 +16,7 @@
 #include "f32_kernels.h"
 
 #include <immintrin.h>
+#include <stdint.h>
 
 /* ---- elementwise ---------------------------------------------------------------------------- */
 
@@ -104,15 +105,26 @@ static float hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* Vector i of the block goes to accumulator i % 4 (so with n <= 128 each lane adds <= 4). */
 static float sum_contig_leaf(const float *x, int64_t n)
 {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
-    int v = 0;
-    for (; i + 8 <= n; i += 8, v = (v + 1) & 3) acc[v] = _mm256_add_ps(acc[v], _mm256_loadu_ps(x + i));
-    if (i < n) acc[v] = _mm256_add_ps(acc[v], _mm256_maskload_ps(x + i, tail_mask(n - i)));
-    return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+    }
+    /* fewer than 32 left: up to four vectors, the last one partial */
+    if (i < n) a0 = _mm256_add_ps(a0, _mm256_maskload_ps(x + i, tail_mask(n - i)));
+    i += 8;
+    if (i < n) a1 = _mm256_add_ps(a1, _mm256_maskload_ps(x + i, tail_mask(n - i)));
+    i += 8;
+    if (i < n) a2 = _mm256_add_ps(a2, _mm256_maskload_ps(x + i, tail_mask(n - i)));
+    i += 8;
+    if (i < n) a3 = _mm256_add_ps(a3, _mm256_maskload_ps(x + i, tail_mask(n - i)));
+    return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
 static float sum_contig(const float *x, int64_t n)
@@ -167,6 +179,11 @@ static void sum_range(const fx_op_call *c, int64_t lo, int64_t hi)
 static int k_sum(const fx_op_call *c)
 {
     const int64_t inner = c->red_inner;
+    if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
+        c->out_f32[0] = fx_f32_sum_tree_parallel(in_f32(c, 0), c->red_len, SUM_BLOCK, sum_contig,
+                                                 c->nthreads);
+        return FX_OK;
+    }
     const int64_t items = c->red_outer * (inner == 1 ? 1 : (inner + SUM_COLS - 1) / SUM_COLS);
     const int64_t per_item = c->red_len * (inner == 1 ? 1 : SUM_COLS);
     int64_t chunk = per_item >= FX_F32_EW_CHUNK ? 1 : FX_F32_EW_CHUNK / (per_item + 1) + 1;
@@ -194,6 +211,12 @@ static void ukernel_6x16(int64_t kc, const float *a, const float *b, float *c, i
 #pragma GCC unroll 6
         for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     }
+    /* the framework's next tile is usually the one to the right: fetch its C rows early (the
+     * address is formed as an integer: it may lie past the end of C, and prefetches never
+     * fault) */
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+        _mm_prefetch((const char *)((uintptr_t)(c + r * ldc) + NR * sizeof(float)), _MM_HINT_T0);
     for (int64_t k = 0; k < kc; k++) {
         const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6

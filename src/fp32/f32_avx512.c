@@ -16,6 +16,7 @@
 #include "f32_kernels.h"
 
 #include <immintrin.h>
+#include <stdint.h>
 
 /* ---- elementwise ---------------------------------------------------------------------------- */
 
@@ -91,17 +92,26 @@ FX_AVX512_EW_KERNEL(k_relu, relu_range)
 #define SUM_ROWS 16
 #define SUM_COLS 64
 
+/* Vector i of the block goes to accumulator i % 4 (so with n <= 128 each lane adds <= 2). */
 static float sum_contig_leaf(const float *x, int64_t n)
 {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                     _mm512_setzero_ps()};
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
-    for (int v = 0; i < n; i += 16, v = (v + 1) & 3) {
-        const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
-        acc[v] = _mm512_add_ps(acc[v], _mm512_maskz_loadu_ps(m, x + i));
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
+        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(x + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(x + i + 48));
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]),
-                                              _mm512_add_ps(acc[2], acc[3])));
+    /* fewer than 64 left: up to four vectors, the last one partial */
+    if (i < n) a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(tail_mask(n - i < 16 ? n - i : 16), x + i));
+    i += 16;
+    if (i < n) a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(tail_mask(n - i < 16 ? n - i : 16), x + i));
+    i += 16;
+    if (i < n) a2 = _mm512_add_ps(a2, _mm512_maskz_loadu_ps(tail_mask(n - i < 16 ? n - i : 16), x + i));
+    i += 16;
+    if (i < n) a3 = _mm512_add_ps(a3, _mm512_maskz_loadu_ps(tail_mask(n - i), x + i));
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
 static float sum_contig(const float *x, int64_t n)
@@ -165,6 +175,11 @@ static void sum_range(const fx_op_call *c, int64_t lo, int64_t hi)
 static int k_sum(const fx_op_call *c)
 {
     const int64_t inner = c->red_inner;
+    if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
+        c->out_f32[0] = fx_f32_sum_tree_parallel(in_f32(c, 0), c->red_len, SUM_BLOCK, sum_contig,
+                                                 c->nthreads);
+        return FX_OK;
+    }
     const int64_t items = c->red_outer * (inner == 1 ? 1 : (inner + SUM_COLS - 1) / SUM_COLS);
     const int64_t per_item = c->red_len * (inner == 1 ? 1 : SUM_COLS);
     int64_t chunk = per_item >= FX_F32_EW_CHUNK ? 1 : FX_F32_EW_CHUNK / (per_item + 1) + 1;
@@ -193,11 +208,13 @@ static void ukernel_12x32(int64_t kc, const float *a, const float *b, float *c, 
         for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     }
     /* The framework's next tile is usually the one to the right: start fetching its C rows
-     * now, so that its first loads do not wait for L3 (prefetches never fault). */
+     * now, so that its first loads do not wait for L3. The address is formed as an integer:
+     * it may lie past the end of C, and prefetches never fault. */
 #pragma GCC unroll 12
     for (int r = 0; r < MR; r++) {
-        _mm_prefetch((const char *)(c + r * ldc + NR), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + r * ldc + NR + 16), _MM_HINT_T0);
+        const uintptr_t next = (uintptr_t)(c + r * ldc) + NR * sizeof(float);
+        _mm_prefetch((const char *)next, _MM_HINT_T0);
+        _mm_prefetch((const char *)(next + 64), _MM_HINT_T0);
     }
     for (int64_t k = 0; k < kc; k++) {
         const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);

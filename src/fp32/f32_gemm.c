@@ -11,6 +11,7 @@
  *           for each B micro-panel (kc x nr, streamed from L2)
  *             micro-kernel on one mr x nr tile of C
  * Packing reads any element strides, so transposed or sliced operands cost nothing extra.
+ * A narrow C is computed as C^T = B^T A^T (see fx_f32_gemm), with the same bits.
  */
 #include "f32_kernels.h"
 
@@ -106,32 +107,28 @@ static void pack_b_block(float *dst, const fx_operand *B, int64_t k0, int64_t kb
     }
 }
 
-/* A partial tile at the right or bottom edge of C: run the full kernel on a scratch tile, then
- * copy the valid part. The kernel's arithmetic per element is the same as for a full tile. */
-static void edge_tile(const fx_f32_gemm_params *p, int64_t kb, const float *ap, const float *bp,
-                      float *ct, int64_t ldc, int64_t mrows, int64_t ncols, int accumulate)
+/* A tile that the kernel cannot write in place (partial at the right or bottom edge of C, or C
+ * with a non-unit column stride): run the full kernel on a scratch tile, then copy the valid
+ * part. The kernel's arithmetic per element is the same as for a full tile. */
+static void scratch_tile(const fx_f32_gemm_params *p, int64_t kb, const float *ap, const float *bp,
+                         float *ct, int64_t rs, int64_t cs, int64_t mrows, int64_t ncols,
+                         int accumulate)
 {
     _Alignas(64) float tile[FX_F32_GEMM_MAX_MR * FX_F32_GEMM_MAX_NR];
     const int64_t nr = p->nr;
     memset(tile, 0, sizeof(float) * (size_t)(p->mr * nr));
     if (accumulate)
         for (int64_t r = 0; r < mrows; r++)
-            memcpy(tile + r * nr, ct + r * ldc, sizeof(float) * (size_t)ncols);
+            for (int64_t j = 0; j < ncols; j++) tile[r * nr + j] = ct[r * rs + j * cs];
     p->kernel(kb, ap, bp, tile, nr, accumulate);
     for (int64_t r = 0; r < mrows; r++)
-        memcpy(ct + r * ldc, tile + r * nr, sizeof(float) * (size_t)ncols);
+        for (int64_t j = 0; j < ncols; j++) ct[r * rs + j * cs] = tile[r * nr + j];
 }
 
-int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c)
+/* C[i*rs + j*cs] = sum_k A[i][k] B[k][j] for an M x N x K product (K >= 1). */
+static int gemm_run(const fx_f32_gemm_params *p, const fx_operand *A, const fx_operand *B,
+                    int64_t M, int64_t N, int64_t K, float *C, int64_t rs, int64_t cs, int nthreads)
 {
-    const fx_operand *A = &c->in[0], *B = &c->in[1];
-    const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
-    float *C = c->out_f32;
-    if (M <= 0 || N <= 0) return FX_OK;
-    if (K <= 0) {
-        memset(C, 0, sizeof(float) * (size_t)(M * N));
-        return FX_OK;
-    }
     const int64_t mr = p->mr, nr = p->nr;
     const int64_t kc = min64(p->kc, K);
     const int64_t mc = min64(p->mc, round_up(M, mr));
@@ -140,8 +137,9 @@ int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c)
      * every column block into groups of A micro-panels (so that tall, thin products still use
      * every thread). Either way a thread owns whole tiles of C. */
     int nt = 1;
-#ifdef _OPENMP
-    if (c->nthreads > 1 && (double)M * (double)N * (double)K >= p->min_par_work) nt = c->nthreads;
+    if (nthreads > 1 && (double)M * (double)N * (double)K >= p->min_par_work) nt = nthreads;
+#ifndef _OPENMP
+    nt = 1; /* serial build */
 #endif
     int64_t nblocks = ceil_div(N, p->nc), groups = 1;
     if (nt > 1) {
@@ -201,11 +199,11 @@ int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c)
                         for (int64_t jp = 0; jp < npn; jp++) {
                             const float *bp = my_b + jp * nr * kb;
                             const int64_t j0 = n0 + jp * nr, ncols = min64(nr, N - j0);
-                            float *ct = C + i0 * N + j0;
-                            if (mrows == mr && ncols == nr)
-                                p->kernel(kb, ap, bp, ct, N, accumulate);
+                            float *ct = C + i0 * rs + j0 * cs;
+                            if (mrows == mr && ncols == nr && cs == 1)
+                                p->kernel(kb, ap, bp, ct, rs, accumulate);
                             else
-                                edge_tile(p, kb, ap, bp, ct, N, mrows, ncols, accumulate);
+                                scratch_tile(p, kb, ap, bp, ct, rs, cs, mrows, ncols, accumulate);
                         }
                     }
                 }
@@ -217,4 +215,32 @@ int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c)
     free(abuf);
     free(bbuf);
     return FX_OK;
+}
+
+/* Share of a micro-tile dimension t that n actually fills. */
+static double tile_use(int64_t n, int64_t t) { return (double)n / (double)round_up(n, t); }
+
+int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c)
+{
+    const fx_operand *A = &c->in[0], *B = &c->in[1];
+    const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
+    float *C = c->out_f32;
+    if (M <= 0 || N <= 0) return FX_OK;
+    if (K <= 0) {
+        memset(C, 0, sizeof(float) * (size_t)(M * N));
+        return FX_OK;
+    }
+    /* A narrow C (N small against the kernel's vector width nr, e.g. a 10-class output layer)
+     * would leave most vector lanes idle: compute C^T = B^T A^T instead, which only swaps the
+     * operands' strides and writes C through a transposed tile. Each output is still the same
+     * k-ordered chain of the same products (a*b = b*a exactly), so the bits do not change. */
+    const double use = tile_use(N, p->nr) * tile_use(M, p->mr);
+    const double use_swapped = tile_use(M, p->nr) * tile_use(N, p->mr);
+    if (use_swapped > 1.25 * use) {
+        fx_operand At = *B, Bt = *A; /* At = B^T [N,K], Bt = A^T [K,M] */
+        At.shape[0] = N, At.shape[1] = K, At.strides[0] = B->strides[1], At.strides[1] = B->strides[0];
+        Bt.shape[0] = K, Bt.shape[1] = M, Bt.strides[0] = A->strides[1], Bt.strides[1] = A->strides[0];
+        return gemm_run(p, &At, &Bt, N, M, K, C, 1, N, c->nthreads);
+    }
+    return gemm_run(p, A, B, M, N, K, C, N, 1, c->nthreads);
 }

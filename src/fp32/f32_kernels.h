@@ -8,9 +8,11 @@
  * GEMM summation order, and why the bits depend only on the micro-kernel's arithmetic:
  * every output element is one chain over k = 0, 1, ..., K-1 in order, started from 0. A K
  * block continues the chain of the previous block (the micro-kernel reloads the tile it left in
- * C), and threads split only M and N. So the result does not depend on the thread count nor on
- * the block sizes, and the error bound is that of a recursive dot product (with or without
- * FMA): |C - fl(C)| <= gamma_K (|A||B|) elementwise, gamma_K = K u / (1 - K u), u = 2^-24.
+ * C), and threads split only M and N. So the result does not depend on the thread count, the
+ * block sizes or the operands' layout, and the error bound is that of a recursive dot product
+ * (with or without FMA): |C - fl(C)| <= gamma_K (|A||B|) elementwise,
+ * gamma_K = K u / (1 - K u), u = 2^-24. The AVX2 and AVX-512 kernels (one FMA per step) give
+ * identical bits; the scalar kernel (multiply, then add) differs from them in the last bits.
  */
 #ifndef FX_FP32_KERNELS_H
 #define FX_FP32_KERNELS_H
@@ -60,6 +62,14 @@ int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c);
 typedef void (*fx_f32_range_fn)(const fx_op_call *c, int64_t lo, int64_t hi);
 void fx_f32_parallel_ranges(const fx_op_call *c, int64_t n, int64_t chunk, int64_t min_parallel,
                             fx_f32_range_fn fn);
+
+/* Sum of x[0, n) as the balanced tree over blocks that every level's contiguous SUM uses: a
+ * range of more than `block` elements splits after ceil(blocks / 2) blocks; `leaf_tree(x, n)`
+ * is the level's own (sequential) evaluation of that same tree. The top subtrees run on up to
+ * nthreads threads, so the bits equal leaf_tree(x, n) for every thread count. */
+typedef float (*fx_f32_sum_fn)(const float *x, int64_t n);
+float fx_f32_sum_tree_parallel(const float *x, int64_t n, int64_t block, fx_f32_sum_fn leaf_tree,
+                               int nthreads);
 
 /* Elements per chunk and the size from which elementwise kernels use several threads
  * (below it the fork/join costs more than the memory traffic it could overlap). */

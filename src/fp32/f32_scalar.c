@@ -19,8 +19,9 @@
  *   - strided rows (red_inner > 1): blocks of 16 rows summed in order (15), then the same tree
  *     over blocks.  D = 15 + ceil(log2(ceil(n/16))).
  * Both are <= max(18, 11 + ceil(log2 n)): logarithmic in n, versus n-1 for a plain loop.
- * The tree over blocks splits at a block boundary that depends only on n, so splitting
- * independent outputs over threads never changes a result.
+ * The tree over blocks splits at a block boundary that depends only on n, so neither splitting
+ * independent outputs over threads nor computing one long sum's subtrees on several threads
+ * changes a result.
  */
 #include "f32_kernels.h"
 
@@ -34,15 +35,42 @@ void fx_f32_parallel_ranges(const fx_op_call *c, int64_t n, int64_t chunk, int64
     if (n <= 0) return;
     const int64_t nchunks = (n + chunk - 1) / chunk;
     int nt = 1;
-#ifdef _OPENMP
     if (c->nthreads > 1 && n >= min_parallel && nchunks > 1)
         nt = nchunks < c->nthreads ? (int)nchunks : c->nthreads;
+#ifndef _OPENMP
+    (void)nt; /* serial build: the loop below runs on this thread */
 #endif
     FX_F32_OMP(parallel for num_threads(nt) if (nt > 1) schedule(static))
     for (int64_t i = 0; i < nchunks; i++) {
         const int64_t lo = i * chunk;
         fn(c, lo, n - lo < chunk ? n : lo + chunk);
     }
+}
+
+static float sum_tree_split(const float *x, int64_t n, int64_t block, fx_f32_sum_fn leaf_tree,
+                            int depth)
+{
+    if (depth == 0 || n <= block) return leaf_tree(x, n);
+    const int64_t blocks = (n + block - 1) / block;
+    const int64_t left = (blocks + 1) / 2 * block;
+    float l = 0.0f, r;
+    FX_F32_OMP(task shared(l))
+    l = sum_tree_split(x, left, block, leaf_tree, depth - 1);
+    r = sum_tree_split(x + left, n - left, block, leaf_tree, depth - 1);
+    FX_F32_OMP(taskwait)
+    return l + r;
+}
+
+float fx_f32_sum_tree_parallel(const float *x, int64_t n, int64_t block, fx_f32_sum_fn leaf_tree,
+                               int nthreads)
+{
+    int depth = 0;
+    while ((1 << depth) < nthreads && depth < 16) depth++;
+    float s = 0.0f;
+    FX_F32_OMP(parallel num_threads(nthreads) if (nthreads > 1))
+    FX_F32_OMP(single)
+    s = sum_tree_split(x, n, block, leaf_tree, depth);
+    return s;
 }
 
 /* ---- elementwise ---------------------------------------------------------------------------- */
@@ -159,6 +187,11 @@ static void sum_range(const fx_op_call *c, int64_t lo, int64_t hi)
 static int k_sum(const fx_op_call *c)
 {
     const int64_t inner = c->red_inner;
+    if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
+        c->out_f32[0] = fx_f32_sum_tree_parallel(in_f32(c, 0), c->red_len, SUM_BLOCK, sum_contig,
+                                                 c->nthreads);
+        return FX_OK;
+    }
     const int64_t items = c->red_outer * (inner == 1 ? 1 : (inner + SUM_COLS - 1) / SUM_COLS);
     const int64_t per_item = c->red_len * (inner == 1 ? 1 : SUM_COLS);
     /* one item per chunk when items are large; several small items per chunk otherwise */

@@ -10,7 +10,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     int rc = fx_fuzz_cifar_input(data, size);
     if (rc == FX_FUZZ_BROKEN) {
-        fprintf(stderr, "fuzz_cifar: broken property; last error: \"%s\"\n", flexpoint_last_error());
+        fprintf(stderr, "fuzz_cifar: broken property; last error: \"%s\"\n",
+                flexpoint_last_error());
         abort();
     }
     return 0;

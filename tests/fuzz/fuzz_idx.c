@@ -12,6 +12,11 @@ static char tmp_path[64];
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static void remove_tmp(void)
+{
+    if (tmp_path[0]) unlink(tmp_path);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
@@ -24,6 +29,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         return 0;
     }
     close(fd);
+    atexit(remove_tmp);
     return 0;
 }
 

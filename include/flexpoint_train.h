@@ -1,0 +1,114 @@
+/*
+ * flexpoint training API: build a model, train it in one number format, evaluate, read
+ * metrics and Autoflex statistics, save and resume checkpoints. The command-line tool
+ * flexpoint-train and the Python binding are thin layers over these functions.
+ *
+ * Conventions are those of flexpoint.h. A trainer owns its model, optimiser state and
+ * buffers; it borrows the datasets (they must outlive it).
+ */
+#ifndef FLEXPOINT_TRAIN_H
+#define FLEXPOINT_TRAIN_H
+
+#include "flexpoint.h"
+#include "flexpoint_data.h"
+#include "flexpoint_nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { FX_LR_CONSTANT = 0, FX_LR_COSINE = 1, FX_LR_STEP = 2 };
+
+/** Training configuration. Passed by pointer; fill it with fx_train_config_default first. */
+typedef struct fx_train_config {
+    char model[16];          /**< "mlp", "cnn" or "resnet20" */
+    int fmt;                 /**< fmt_t of the weights, activations and gradients of every
+                                  GEMM and conv */
+    int master_weights;      /**< 1: fp32 master weights (default); 0: update in the format */
+    int loss_scaling;        /**< dynamic loss scaling: -1 auto (on for fp16 only), 0 off, 1 on */
+    int stochastic_rounding; /**< stochastic rounding of weight writes without master weights */
+    char autoflex[16];       /**< Autoflex preset of flex16_5 tensors */
+    int grad_window_lo;      /**< flex16_5 window start for gradient tensors (default -44) */
+    int act_window_lo;       /**< ... for activations (default -31) */
+    int weight_window_lo;    /**< ... for weights (default -31) */
+    int batch_size;          /**< default 128 */
+    double lr;               /**< default 0.02 */
+    double momentum;         /**< default 0.9 */
+    double weight_decay;     /**< default 0 */
+    int lr_schedule;         /**< FX_LR_CONSTANT (default), FX_LR_COSINE, FX_LR_STEP */
+    int epochs;              /**< planned epochs (for the schedule); default 5 */
+    int augment;             /**< 1: random crop (pad 4) + horizontal flip (CIFAR); default 0 */
+    uint64_t seed;           /**< initial weights, batch order, augmentation */
+    int threads;             /**< 0: library default */
+} fx_train_config;
+
+/** Defaults matching the PyTorch baseline of EXPERIMENTS.md (batch 128, SGD lr 0.02,
+ *  momentum 0.9). */
+FX_API void fx_train_config_default(fx_train_config *cfg);
+
+typedef struct fx_trainer fx_trainer;
+
+/** Build a model for the datasets' image shape and classes and prepare training in
+ *  cfg->fmt. Initial weights are drawn in fp32 from cfg->seed and then converted, so every
+ *  format starts from the same point. test may be NULL. NULL on error (message set). */
+FX_API fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
+                                  const fx_dataset *test);
+FX_API void fx_trainer_free(fx_trainer *t);
+
+/** Metrics of one epoch (or of an evaluation). */
+typedef struct fx_epoch_metrics {
+    int epoch;               /**< 1-based epoch just finished */
+    double train_loss;       /**< mean training loss over the epoch's steps */
+    double train_accuracy;   /**< accuracy on the training batches as they were trained */
+    double test_loss;        /**< -1 when there is no test set */
+    double test_accuracy;    /**< -1 when there is no test set */
+    double seconds;          /**< training time of the epoch (evaluation excluded) */
+    double images_per_second;
+    int64_t steps;           /**< optimiser steps in the epoch */
+    int64_t skipped_steps;   /**< steps skipped by the loss scaler */
+    int64_t nonfinite_losses;/**< steps whose loss was NaN/Inf */
+    double loss_scale;       /**< loss scale at the end of the epoch (1 when off) */
+} fx_epoch_metrics;
+
+/** One optimiser step on the next batch (batches follow the seeded order; an epoch drops the
+ *  last partial batch). *loss receives the batch loss (may be NULL). */
+FX_API int fx_trainer_step(fx_trainer *t, float *loss);
+/** Train the rest of the current epoch, then evaluate on the test set; fills *m. */
+FX_API int fx_trainer_epoch(fx_trainer *t, fx_epoch_metrics *m);
+/** Evaluate on a dataset (inference mode); accuracy in [0, 1], mean loss. */
+FX_API int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accuracy,
+                               double *loss);
+
+/** Steps taken so far, the current epoch (0-based) and step within it. */
+FX_API int64_t fx_trainer_global_step(const fx_trainer *t);
+FX_API int fx_trainer_epoch_index(const fx_trainer *t);
+FX_API const fx_loss_scaler *fx_trainer_loss_scaler(const fx_trainer *t);
+
+/** The trainer's tensors (weights "<layer>.w", gradients "<layer>.w.grad", activations
+ *  "<layer>.out", input gradients "<layer>.dx"), for statistics and traces. The tensors stay
+ *  owned by the trainer. */
+FX_API int fx_trainer_tensor_count(const fx_trainer *t);
+FX_API const char *fx_trainer_tensor_name(const fx_trainer *t, int i);
+FX_API tensor_t *fx_trainer_tensor(fx_trainer *t, int i);
+/** Index of a tensor by name, or FX_ENAME. */
+FX_API int fx_trainer_tensor_find(const fx_trainer *t, const char *name);
+
+/** Number of parameters (weights) of the model. */
+FX_API int64_t fx_trainer_param_count(const fx_trainer *t);
+/** Copy all fp32 master weights (or the dequantised working weights when there are none)
+ *  into dst (fx_trainer_param_count floats, in tensor order). */
+FX_API int fx_trainer_get_params(const fx_trainer *t, float *dst);
+
+/** Save everything needed to resume bit for bit (weights, optimiser and loss-scaler state,
+ *  every tensor's exponent and Autoflex history, the position in the data order). Written
+ *  atomically: a temporary file, then rename. FX_EIO names the path on failure. */
+FX_API int fx_trainer_save(const fx_trainer *t, const char *path);
+/** Restore a checkpoint written by a trainer with the same configuration and data shapes.
+ *  Checks magic, version, size and checksum: FX_ECORRUPT (message names the file and the
+ *  problem) and the trainer unchanged on any mismatch. */
+FX_API int fx_trainer_load(fx_trainer *t, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,114 @@
+"""flexpoint: 16-bit training number formats (fp16, bf16, flex16+5, DFP-16, fp32) from Python.
+
+A ctypes binding of the libflexpoint C library. Typical use::
+
+    import numpy as np
+    import flexpoint as fx
+
+    a = fx.from_numpy(np.random.randn(64, 32), fmt="flex16_5")
+    b = fx.from_numpy(np.random.randn(32, 16), fmt="flex16_5")
+    c = a @ b                      # integer GEMM, one rounding, in a's format
+    print(c.exp, c.stats["saturated"], c.numpy()[0, :4])
+
+See python/README.md for a tutorial, :mod:`flexpoint.ops` for the op set,
+:mod:`flexpoint.data` and :mod:`flexpoint.train` for data sets and training.
+"""
+from __future__ import annotations
+
+from typing import List
+
+from . import data, ops, optim, train
+from ._lib import LibraryNotFoundError, lib, library_path
+from .autoflex import PRESETS, AutoflexConfig, TraceRecord, autoflex_preset, trace_to_arrays
+from .data import Dataset
+from .errors import (CorruptError, DeviceError, FlexpointError, FlexpointIOError, FormatError,
+                     InvalidArgumentError, OutOfMemoryError, RangeError, ShapeError,
+                     StateError, UnknownNameError, UnsupportedError, check)
+from .formats import (FORMATS, Format, elem_size, fmt_id, fmt_name, is_shared_exponent,
+                      raw_dtype)
+from .ops import (AXIS_ALL, add, avgpool2d, avgpool2d_backward, batchnorm, batchnorm_backward,
+                  conv2d, conv2d_backward_input, conv2d_backward_weight, copy, dropout,
+                  dropout_backward, global_avgpool, global_avgpool_backward, matmul, maxpool2d,
+                  maxpool2d_backward, mean, mul, relu, relu_backward, scale,
+                  softmax_cross_entropy, sub)
+from .ops import sum  # noqa: A004 - mirrors tensor_sum; shadows the builtin only as fx.sum
+from .optim import SGD, Adam, LossScaler, adam_step, sgd_step
+from .tensor import MAX_DIMS, STAT_NAMES, Tensor, from_numpy, from_raw, tensor, zeros
+from .train import EpochMetrics, TrainConfig, Trainer
+
+__version__ = "0.1.0"
+
+
+def version() -> str:
+    """Version of the loaded C library ("MAJOR.MINOR.PATCH")."""
+    return lib().flexpoint_version().decode()
+
+
+def backends() -> List[str]:
+    """Names of the CPU backends compiled into the library ("scalar", "avx2", "avx512")."""
+    L = lib()
+    return [L.flexpoint_backend_name(i).decode() for i in range(L.flexpoint_backend_count())]
+
+
+def available_backends() -> List[str]:
+    """The compiled-in backends this CPU can run."""
+    L = lib()
+    return [L.flexpoint_backend_name(i).decode() for i in range(L.flexpoint_backend_count())
+            if L.flexpoint_backend_available(i)]
+
+
+def backend() -> str:
+    """Name of the backend in use."""
+    return lib().flexpoint_backend().decode()
+
+
+def set_backend(name: str) -> None:
+    """Select a backend by name (UnknownNameError, UnsupportedError if the CPU cannot run it)."""
+    check(lib().flexpoint_set_backend(name.encode()), "flexpoint_set_backend")
+
+
+def cpu_features() -> List[str]:
+    """CPU features the library detected ("avx2", "fma", "f16c", "avx512f", ...)."""
+    return lib().flexpoint_cpu_features().decode().split()
+
+
+def set_num_threads(n: int) -> int:
+    """Threads used by ops (n <= 0 restores the default); returns the previous setting."""
+    return int(lib().flexpoint_set_num_threads(int(n)))
+
+
+def num_threads() -> int:
+    """Threads used by ops."""
+    return int(lib().flexpoint_num_threads())
+
+
+def gpu_device_count() -> int:
+    """Number of CUDA devices visible to the library (0 without CUDA)."""
+    return int(lib().flexpoint_gpu_device_count())
+
+
+__all__ = [
+    # tensors
+    "Tensor", "tensor", "zeros", "from_numpy", "from_raw", "STAT_NAMES", "MAX_DIMS",
+    # formats
+    "Format", "FORMATS", "fmt_id", "fmt_name", "is_shared_exponent", "raw_dtype", "elem_size",
+    # Autoflex
+    "AutoflexConfig", "TraceRecord", "PRESETS", "autoflex_preset", "trace_to_arrays",
+    # ops
+    "add", "sub", "mul", "scale", "relu", "relu_backward", "copy", "sum", "mean", "matmul",
+    "conv2d", "conv2d_backward_input", "conv2d_backward_weight", "maxpool2d",
+    "maxpool2d_backward", "avgpool2d", "avgpool2d_backward", "global_avgpool",
+    "global_avgpool_backward", "softmax_cross_entropy", "batchnorm", "batchnorm_backward",
+    "dropout", "dropout_backward", "AXIS_ALL",
+    # optimisers
+    "sgd_step", "adam_step", "SGD", "Adam", "LossScaler",
+    # data and training
+    "Dataset", "TrainConfig", "EpochMetrics", "Trainer", "data", "ops", "optim", "train",
+    # errors
+    "FlexpointError", "InvalidArgumentError", "ShapeError", "FormatError", "UnsupportedError",
+    "OutOfMemoryError", "RangeError", "FlexpointIOError", "CorruptError", "DeviceError",
+    "UnknownNameError", "StateError", "LibraryNotFoundError",
+    # library
+    "version", "backends", "available_backends", "backend", "set_backend", "cpu_features",
+    "set_num_threads", "num_threads", "gpu_device_count", "library_path",
+]

@@ -1,0 +1,106 @@
+"""ctypes mirrors of the C structs of the public headers, field for field.
+
+Each Structure lists the fields in the order and with the types of its C declaration; the test
+suite parses the headers and compares (python/tests/test_structs.py), and, where a C compiler is
+present, also compares every offset and the size with the C compiler's. Structs are only ever
+passed to the library by pointer.
+"""
+from __future__ import annotations
+
+from ctypes import Structure, c_char, c_double, c_int, c_int64, c_uint64
+
+
+class AutoflexConfigC(Structure):
+    """struct fx_autoflex_config (flexpoint.h)."""
+    _fields_ = [
+        ("managed", c_int),
+        ("history_len", c_int),
+        ("beta", c_double),
+        ("gamma", c_double),
+        ("alpha", c_double),
+        ("init_mode", c_int),
+        ("stat_mode", c_int),
+        ("overflow_mode", c_int),
+        ("init_exp", c_int),
+        ("probe_tries", c_int),
+    ]
+
+
+class TraceRecordC(Structure):
+    """struct fx_trace_record (flexpoint.h)."""
+    _fields_ = [
+        ("write", c_int64),
+        ("exp", c_int),
+        ("clamped", c_int),
+        ("overflow", c_int),
+        ("recomputed", c_int),
+        ("saturated", c_int64),
+        ("nonfinite", c_int64),
+        ("underflow", c_int64),
+        ("true_max", c_double),
+        ("stored_max", c_double),
+    ]
+
+
+class LossScalerC(Structure):
+    """struct fx_loss_scaler (flexpoint_nn.h)."""
+    _fields_ = [
+        ("scale", c_double),
+        ("growth_factor", c_double),
+        ("backoff_factor", c_double),
+        ("growth_interval", c_int64),
+        ("good_steps", c_int64),
+        ("skipped_steps", c_int64),
+        ("enabled", c_int),
+    ]
+
+
+class TrainConfigC(Structure):
+    """struct fx_train_config (flexpoint_train.h)."""
+    _fields_ = [
+        ("model", c_char * 16),
+        ("fmt", c_int),
+        ("master_weights", c_int),
+        ("loss_scaling", c_int),
+        ("stochastic_rounding", c_int),
+        ("autoflex", c_char * 16),
+        ("grad_window_lo", c_int),
+        ("act_window_lo", c_int),
+        ("weight_window_lo", c_int),
+        ("batch_size", c_int),
+        ("lr", c_double),
+        ("momentum", c_double),
+        ("weight_decay", c_double),
+        ("lr_schedule", c_int),
+        ("epochs", c_int),
+        ("augment", c_int),
+        ("seed", c_uint64),
+        ("threads", c_int),
+    ]
+
+
+class EpochMetricsC(Structure):
+    """struct fx_epoch_metrics (flexpoint_train.h)."""
+    _fields_ = [
+        ("epoch", c_int),
+        ("train_loss", c_double),
+        ("train_accuracy", c_double),
+        ("test_loss", c_double),
+        ("test_accuracy", c_double),
+        ("seconds", c_double),
+        ("images_per_second", c_double),
+        ("steps", c_int64),
+        ("skipped_steps", c_int64),
+        ("nonfinite_losses", c_int64),
+        ("loss_scale", c_double),
+    ]
+
+
+#: C struct name -> (header file, ctypes mirror); used by the layout tests.
+STRUCTS = {
+    "fx_autoflex_config": ("flexpoint.h", AutoflexConfigC),
+    "fx_trace_record": ("flexpoint.h", TraceRecordC),
+    "fx_loss_scaler": ("flexpoint_nn.h", LossScalerC),
+    "fx_train_config": ("flexpoint_train.h", TrainConfigC),
+    "fx_epoch_metrics": ("flexpoint_train.h", EpochMetricsC),
+}

@@ -1,0 +1,190 @@
+"""Optimiser steps and dynamic loss scaling (flexpoint_nn.h).
+
+The arithmetic is the library's (fx_sgd_step, fx_adam_step, fx_loss_scaler_*); the classes here
+only own the state buffers (fp32 master weights, momentum, Adam moments) as NumPy arrays.
+"""
+from __future__ import annotations
+
+import ctypes
+from ctypes import POINTER, c_float, c_int, c_void_p
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._lib import lib
+from ._structs import LossScalerC
+from .errors import InvalidArgumentError, check
+from .ops import _f32_buffer, _tensor
+from .tensor import Tensor
+
+__all__ = ["sgd_step", "adam_step", "SGD", "Adam", "LossScaler"]
+
+_fp = POINTER(c_float)
+_U64 = 2**64 - 1
+
+
+def _opt_ptr(a: Optional[np.ndarray], n: int, name: str):
+    if a is None:
+        return None
+    return _f32_buffer(a, n, name).ctypes.data_as(_fp)
+
+
+def sgd_step(w: Tensor, grad: Tensor, momentum_buf: np.ndarray, lr: float,
+             momentum: float = 0.0, weight_decay: float = 0.0, grad_scale: float = 1.0,
+             master: Optional[np.ndarray] = None, stochastic: bool = False, seed: int = 0,
+             step: int = 0) -> None:
+    """One SGD step with momentum and weight decay (PyTorch semantics) on w, in place.
+
+    momentum_buf and master are float32 arrays of w.size elements, updated in place; with
+    master (fp32 master weights) the result is written to w once, in w's format; without it w's
+    own values are updated (stochastic rounding keyed by seed and step if asked)."""
+    w, grad = _tensor(w, "w"), _tensor(grad, "grad")
+    n = w.size
+    check(lib().fx_sgd_step(w._h, grad._h, _opt_ptr(master, n, "master"),
+                            _opt_ptr(momentum_buf, n, "momentum_buf"), float(lr),
+                            float(momentum), float(weight_decay), float(grad_scale),
+                            int(bool(stochastic)), int(seed) & _U64, int(step) & _U64),
+          "fx_sgd_step")
+
+
+def adam_step(w: Tensor, grad: Tensor, m: np.ndarray, v: np.ndarray, lr: float, step: int,
+              beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+              weight_decay: float = 0.0, grad_scale: float = 1.0,
+              master: Optional[np.ndarray] = None, stochastic: bool = False,
+              seed: int = 0) -> None:
+    """One bias-corrected Adam step on w (weight decay added to the gradient, as
+    torch.optim.Adam). m and v are float32 arrays of w.size elements; step counts from 1."""
+    w, grad = _tensor(w, "w"), _tensor(grad, "grad")
+    n = w.size
+    check(lib().fx_adam_step(w._h, grad._h, _opt_ptr(master, n, "master"), _opt_ptr(m, n, "m"),
+                             _opt_ptr(v, n, "v"), float(lr), float(beta1), float(beta2),
+                             float(eps), float(weight_decay), float(grad_scale),
+                             int(bool(stochastic)), int(seed) & _U64, int(step) & _U64),
+          "fx_adam_step")
+
+
+class _Optimizer:
+    def __init__(self, params: Sequence[Tensor], master_weights: bool, stochastic: bool,
+                 seed: int) -> None:
+        self.params: List[Tensor] = [_tensor(p, "param") for p in params]
+        self.master: List[Optional[np.ndarray]] = [
+            p.numpy().reshape(-1).copy() if master_weights else None for p in self.params]
+        self.stochastic = bool(stochastic)
+        self.seed = int(seed)
+        self.steps = 0
+
+    def _grads(self, grads: Sequence[Tensor]) -> List[Tensor]:
+        grads = list(grads)
+        if len(grads) != len(self.params):
+            raise InvalidArgumentError(f"{len(grads)} gradients for {len(self.params)} "
+                                       "parameters", -1)
+        return grads
+
+
+class SGD(_Optimizer):
+    """SGD with momentum and weight decay over a list of weight tensors.
+
+    ``opt.step(grads, grad_scale=1.0)`` updates every weight from its gradient (same order).
+    With master_weights (default) fp32 copies of the weights are kept and each step writes the
+    weights once in their format."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float, momentum: float = 0.0,
+                 weight_decay: float = 0.0, master_weights: bool = True,
+                 stochastic: bool = False, seed: int = 0) -> None:
+        super().__init__(params, master_weights, stochastic, seed)
+        self.lr, self.momentum, self.weight_decay = float(lr), float(momentum), float(weight_decay)
+        self.momentum_buf = [np.zeros(p.size, dtype=np.float32) for p in self.params]
+
+    def step(self, grads: Sequence[Tensor], grad_scale: float = 1.0) -> None:
+        """Apply one step; grad_scale multiplies the gradients (1 / loss scale to unscale)."""
+        for w, g, mb, ms in zip(self.params, self._grads(grads), self.momentum_buf, self.master):
+            sgd_step(w, g, mb, self.lr, self.momentum, self.weight_decay, grad_scale, ms,
+                     self.stochastic, self.seed, self.steps)
+        self.steps += 1
+
+
+class Adam(_Optimizer):
+    """Adam (bias-corrected) over a list of weight tensors; see :class:`SGD`."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, beta1: float = 0.9,
+                 beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0,
+                 master_weights: bool = True, stochastic: bool = False, seed: int = 0) -> None:
+        super().__init__(params, master_weights, stochastic, seed)
+        self.lr, self.beta1, self.beta2 = float(lr), float(beta1), float(beta2)
+        self.eps, self.weight_decay = float(eps), float(weight_decay)
+        self.m = [np.zeros(p.size, dtype=np.float32) for p in self.params]
+        self.v = [np.zeros(p.size, dtype=np.float32) for p in self.params]
+
+    def step(self, grads: Sequence[Tensor], grad_scale: float = 1.0) -> None:
+        """Apply one step (the step counter starts at 1)."""
+        self.steps += 1
+        for w, g, m, v, ms in zip(self.params, self._grads(grads), self.m, self.v, self.master):
+            adam_step(w, g, m, v, self.lr, self.steps, self.beta1, self.beta2, self.eps,
+                      self.weight_decay, grad_scale, ms, self.stochastic, self.seed)
+
+
+class LossScaler:
+    """Dynamic loss scaling (fx_loss_scaler): initial scale 2**16, x2 after 2000 clean steps,
+    x0.5 and skip the step on Inf/NaN. Disabled, the scale stays 1 and nothing is skipped.
+
+    Use: multiply the loss gradient by :attr:`scale`; then ``unscaled, found_inf =
+    scaler.unscale(grads)``; ``if scaler.update(found_inf): apply the step``."""
+
+    _FIELDS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "good_steps",
+               "skipped_steps", "enabled")
+
+    def __init__(self, enabled: bool = True) -> None:
+        self._c = LossScalerC()
+        lib().fx_loss_scaler_init(ctypes.byref(self._c), int(bool(enabled)))
+
+    @classmethod
+    def from_c(cls, c: LossScalerC) -> "LossScaler":
+        """A scaler holding a copy of a C scaler's state."""
+        s = cls.__new__(cls)
+        s._c = LossScalerC.from_buffer_copy(c)
+        return s
+
+    def __getattr__(self, name: str) -> Any:
+        if name in LossScaler._FIELDS:
+            v = getattr(self.__dict__["_c"], name)
+            return bool(v) if name == "enabled" else v
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in LossScaler._FIELDS:
+            setattr(self._c, name, int(value) if name == "enabled" else value)
+        else:
+            object.__setattr__(self, name, value)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The state as a dict (plain data; :meth:`load_state_dict` restores it)."""
+        return {k: getattr(self._c, k) for k in self._FIELDS}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict`."""
+        for k in self._FIELDS:
+            setattr(self._c, k, state[k])
+
+    def unscale(self, grads: Sequence[Tensor]) -> Tuple[List[np.ndarray], bool]:
+        """(grad / scale for each gradient as float32 arrays of its shape, found_inf): found_inf
+        is True if any value is NaN/Inf or a shared-exponent gradient's last write counted
+        non-finite inputs."""
+        gs = [_tensor(g, "grad") for g in grads]
+        outs = [np.empty(g.shape, dtype=np.float32) for g in gs]
+        n = len(gs)
+        handles = (c_void_p * max(n, 1))(*[g._h for g in gs])
+        ptrs = (_fp * max(n, 1))(*[o.ctypes.data_as(_fp) for o in outs])
+        found = c_int(0)
+        check(lib().fx_loss_scaler_unscale(ctypes.byref(self._c), handles, n, ptrs,
+                                           ctypes.byref(found)), "fx_loss_scaler_unscale")
+        return outs, bool(found.value)
+
+    def update(self, found_inf: bool) -> bool:
+        """Adjust the scale after a step; True if the step should be applied, False if it must
+        be skipped."""
+        return bool(check(lib().fx_loss_scaler_update(ctypes.byref(self._c),
+                                                      int(bool(found_inf))),
+                          "fx_loss_scaler_update"))
+
+    def __repr__(self) -> str:
+        return "LossScaler(" + ", ".join(f"{k}={v!r}" for k, v in self.state_dict().items()) + ")"

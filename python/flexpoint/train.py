@@ -1,0 +1,361 @@
+"""Training through the C training API (flexpoint_train.h).
+
+:class:`TrainConfig` maps field for field onto ``struct fx_train_config``; a field left as None
+keeps the library's default (fx_train_config_default), so the defaults live in one place, the C
+library. :class:`Trainer` wraps ``fx_trainer``: steps, epochs, evaluation, the registry of
+named tensors (weights, gradients, activations) and checkpoints. Nothing here computes: every
+number comes from the library.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import weakref
+from ctypes import POINTER, c_double, c_float
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+from ._lib import lib
+from ._structs import EpochMetricsC, TrainConfigC
+from .data import Dataset
+from .errors import InvalidArgumentError, StateError, check, raise_last
+from .formats import FORMATS, FormatLike, fmt_id
+from .optim import LossScaler
+from .tensor import Tensor
+
+__all__ = ["TrainConfig", "EpochMetrics", "Trainer", "MODELS", "LR_SCHEDULES"]
+
+#: Model names of fx_train_config.model.
+MODELS = ("mlp", "cnn", "resnet20")
+#: Learning-rate schedules (FX_LR_CONSTANT, FX_LR_COSINE, FX_LR_STEP).
+LR_SCHEDULES = ("constant", "cosine", "step")
+
+_fp = POINTER(c_float)
+
+
+def _encode_name(value: str, field: str, size: int = 16) -> bytes:
+    b = str(value).encode()
+    if len(b) >= size:
+        raise InvalidArgumentError(f"TrainConfig.{field}={value!r} is longer than {size - 1} "
+                                   "bytes", -1)
+    return b
+
+
+@dataclass
+class TrainConfig:
+    """Training configuration; None means the library default (shown in brackets).
+
+    model: "mlp" | "cnn" | "resnet20" ["cnn"]; fmt: format of the weights, activations and
+    gradients of every GEMM and conv ["fp32"]; master_weights: fp32 master weights [True];
+    loss_scaling: None/"auto" (on for fp16 only), True or False ["auto"]; stochastic_rounding of
+    weight writes without master weights [False]; autoflex: preset of flex16_5 tensors
+    ["published"]; grad/act/weight_window_lo: flex16_5 window starts [-44, -31, -31];
+    batch_size [128]; lr [0.02]; momentum [0.9]; weight_decay [0]; lr_schedule: "constant" |
+    "cosine" | "step" ["constant"]; epochs: planned epochs, for the schedule [5]; augment: random
+    crop and flip [False]; seed: weights, batch order and augmentation [0]; threads: 0 for the
+    library default [0].
+    """
+    model: Optional[str] = None
+    fmt: Optional[FormatLike] = None
+    master_weights: Optional[bool] = None
+    loss_scaling: Union[None, str, bool, int] = None
+    stochastic_rounding: Optional[bool] = None
+    autoflex: Optional[str] = None
+    grad_window_lo: Optional[int] = None
+    act_window_lo: Optional[int] = None
+    weight_window_lo: Optional[int] = None
+    batch_size: Optional[int] = None
+    lr: Optional[float] = None
+    momentum: Optional[float] = None
+    weight_decay: Optional[float] = None
+    lr_schedule: Union[None, str, int] = None
+    epochs: Optional[int] = None
+    augment: Optional[bool] = None
+    seed: Optional[int] = None
+    threads: Optional[int] = None
+
+    def to_c(self) -> TrainConfigC:
+        """The C struct: the library's defaults overridden by every field that is not None."""
+        c = TrainConfigC()
+        lib().fx_train_config_default(ctypes.byref(c))
+        if self.model is not None:
+            c.model = _encode_name(self.model, "model")
+        if self.fmt is not None:
+            c.fmt = fmt_id(self.fmt)
+        if self.master_weights is not None:
+            c.master_weights = int(bool(self.master_weights))
+        if self.loss_scaling is not None:
+            ls = self.loss_scaling
+            c.loss_scaling = -1 if ls == "auto" else int(ls)
+        if self.stochastic_rounding is not None:
+            c.stochastic_rounding = int(bool(self.stochastic_rounding))
+        if self.autoflex is not None:
+            c.autoflex = _encode_name(self.autoflex, "autoflex")
+        for f in ("grad_window_lo", "act_window_lo", "weight_window_lo", "batch_size", "epochs",
+                  "threads"):
+            v = getattr(self, f)
+            if v is not None:
+                setattr(c, f, int(v))
+        for f in ("lr", "momentum", "weight_decay"):
+            v = getattr(self, f)
+            if v is not None:
+                setattr(c, f, float(v))
+        if self.lr_schedule is not None:
+            s = self.lr_schedule
+            if isinstance(s, str):
+                if s not in LR_SCHEDULES:
+                    raise InvalidArgumentError(f"TrainConfig.lr_schedule={s!r}: expected one of "
+                                               f"{LR_SCHEDULES}", -1)
+                s = LR_SCHEDULES.index(s)
+            c.lr_schedule = int(s)
+        if self.augment is not None:
+            c.augment = int(bool(self.augment))
+        if self.seed is not None:
+            c.seed = int(self.seed) & (2**64 - 1)
+        return c
+
+    @classmethod
+    def from_c(cls, c: TrainConfigC) -> "TrainConfig":
+        """A fully specified configuration from the C struct."""
+        sched = c.lr_schedule
+        return cls(model=c.model.decode(), fmt=FORMATS[c.fmt] if 0 <= c.fmt < len(FORMATS)
+                   else c.fmt, master_weights=bool(c.master_weights),
+                   loss_scaling="auto" if c.loss_scaling < 0 else bool(c.loss_scaling),
+                   stochastic_rounding=bool(c.stochastic_rounding),
+                   autoflex=c.autoflex.decode(), grad_window_lo=c.grad_window_lo,
+                   act_window_lo=c.act_window_lo, weight_window_lo=c.weight_window_lo,
+                   batch_size=c.batch_size, lr=c.lr, momentum=c.momentum,
+                   weight_decay=c.weight_decay,
+                   lr_schedule=LR_SCHEDULES[sched] if 0 <= sched < len(LR_SCHEDULES) else sched,
+                   epochs=c.epochs, augment=bool(c.augment), seed=c.seed, threads=c.threads)
+
+    def resolved(self) -> "TrainConfig":
+        """This configuration with every None replaced by the library default."""
+        return TrainConfig.from_c(self.to_c())
+
+    @classmethod
+    def default(cls) -> "TrainConfig":
+        """The library's default configuration, fully specified."""
+        return cls().resolved()
+
+
+@dataclass(frozen=True)
+class EpochMetrics:
+    """Metrics of one epoch (fx_epoch_metrics). test_loss/test_accuracy are -1 without a test
+    set."""
+    epoch: int
+    train_loss: float
+    train_accuracy: float
+    test_loss: float
+    test_accuracy: float
+    seconds: float
+    images_per_second: float
+    steps: int
+    skipped_steps: int
+    nonfinite_losses: int
+    loss_scale: float
+
+    @classmethod
+    def from_c(cls, m: EpochMetricsC) -> "EpochMetrics":
+        return cls(**{f.name: getattr(m, f.name) for f in dataclasses.fields(cls)})
+
+    def as_dict(self) -> Dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+class Trainer:
+    """A model trained in one number format (fx_trainer).
+
+    ``Trainer(config, train, test=None)`` builds the model for the data sets' image shape and
+    classes; the initial weights are drawn in fp32 from config.seed and converted, so every
+    format starts from the same point. The trainer borrows the data sets and keeps them alive.
+
+    Tensors from :meth:`tensor` belong to the trainer: they keep it alive, and :meth:`close`
+    refuses to free it while any of them is still referenced.
+    """
+
+    def __init__(self, config: Optional[TrainConfig], train: Dataset,
+                 test: Optional[Dataset] = None) -> None:
+        self._ptr: Optional[int] = None
+        self._borrowed: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
+        if not isinstance(train, Dataset) or (test is not None and not isinstance(test, Dataset)):
+            raise InvalidArgumentError("train and test must be flexpoint Datasets", -1)
+        self.config = (config or TrainConfig()).resolved()
+        self._cfg_c = self.config.to_c()
+        self.train_set = train
+        self.test_set = test
+        L = lib()
+        L.flexpoint_clear_error()
+        p = L.fx_trainer_new(ctypes.byref(self._cfg_c), train.handle,
+                             test.handle if test is not None else None)
+        if not p:
+            raise_last(_trainer_new_status(), "fx_trainer_new")
+        self._ptr = p
+
+    # lifetime -------------------------------------------------------------------------------
+    @property
+    def _h(self) -> int:
+        if not self._ptr:
+            raise StateError("the trainer was closed", -11)
+        return self._ptr
+
+    def close(self) -> None:
+        """Free the trainer now. StateError while tensors from :meth:`tensor` are alive."""
+        if not self._ptr:
+            return
+        alive = [t for t in self._borrowed if t._ptr]
+        if alive:
+            raise StateError(f"close: {len(alive)} tensor(s) from Trainer.tensor() are still "
+                             "referenced; delete them first", -11)
+        ptr, self._ptr = self._ptr, None
+        lib().fx_trainer_free(ptr)
+
+    def __del__(self) -> None:
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr:
+            try:
+                lib().fx_trainer_free(ptr)
+            except Exception:  # interpreter shutdown
+                pass
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # training -------------------------------------------------------------------------------
+    def step(self) -> float:
+        """One optimiser step on the next batch; returns the batch loss."""
+        loss = c_float()
+        check(lib().fx_trainer_step(self._h, ctypes.byref(loss)), "fx_trainer_step")
+        return float(loss.value)
+
+    def epoch(self) -> EpochMetrics:
+        """Train the rest of the current epoch, then evaluate on the test set."""
+        m = EpochMetricsC()
+        check(lib().fx_trainer_epoch(self._h, ctypes.byref(m)), "fx_trainer_epoch")
+        return EpochMetrics.from_c(m)
+
+    def fit(self, epochs: Optional[int] = None,
+            callback: Optional[Callable[[EpochMetrics], None]] = None) -> List[EpochMetrics]:
+        """Run `epochs` epochs (default: config.epochs minus those done); returns their
+        metrics, calling callback(metrics) after each."""
+        if epochs is None:
+            epochs = max(int(self.config.epochs or 0) - self.epoch_index, 0)
+        out = []
+        for _ in range(int(epochs)):
+            m = self.epoch()
+            out.append(m)
+            if callback is not None:
+                callback(m)
+        return out
+
+    def evaluate(self, dataset: Optional[Dataset] = None) -> Tuple[float, float]:
+        """(accuracy in [0, 1], mean loss) on a data set (default: the test set), in inference
+        mode."""
+        ds = self.test_set if dataset is None else dataset
+        if ds is None:
+            raise InvalidArgumentError("evaluate: no data set given and the trainer has no test "
+                                       "set", -1)
+        acc, loss = c_double(), c_double()
+        check(lib().fx_trainer_evaluate(self._h, ds.handle, ctypes.byref(acc),
+                                        ctypes.byref(loss)), "fx_trainer_evaluate")
+        return float(acc.value), float(loss.value)
+
+    @property
+    def global_step(self) -> int:
+        """Optimiser steps taken so far."""
+        return int(check(lib().fx_trainer_global_step(self._h), "fx_trainer_global_step"))
+
+    @property
+    def epoch_index(self) -> int:
+        """The current epoch, 0-based."""
+        return int(check(lib().fx_trainer_epoch_index(self._h), "fx_trainer_epoch_index"))
+
+    @property
+    def loss_scaler(self) -> LossScaler:
+        """A snapshot of the trainer's loss-scaler state."""
+        p = lib().fx_trainer_loss_scaler(self._h)
+        if not p:
+            check(-1, "fx_trainer_loss_scaler")
+        return LossScaler.from_c(p.contents)
+
+    # tensors and parameters -----------------------------------------------------------------
+    def tensor_names(self) -> List[str]:
+        """Names of the trainer's tensors: "<layer>.w", "<layer>.w.grad", "<layer>.out", ..."""
+        L = lib()
+        h = self._h
+        n = check(L.fx_trainer_tensor_count(h), "fx_trainer_tensor_count")
+        return [L.fx_trainer_tensor_name(h, i).decode() for i in range(n)]
+
+    def tensor(self, name: Union[str, int]) -> Tensor:
+        """The trainer's tensor with this name (or index), for statistics, traces and reads.
+        It stays owned by the trainer and keeps the trainer alive. UnknownNameError for an
+        unknown name."""
+        L = lib()
+        h = self._h
+        if isinstance(name, str):
+            i = check(L.fx_trainer_tensor_find(h, name.encode()), "fx_trainer_tensor_find")
+        else:
+            i = int(name)
+        L.flexpoint_clear_error()
+        p = L.fx_trainer_tensor(h, i)
+        if not p:
+            raise_last(-6, "fx_trainer_tensor")
+        t = Tensor._wrap(p, self, owned=False)
+        self._borrowed.add(t)
+        return t
+
+    def tensors(self) -> Dict[str, Tensor]:
+        """All the trainer's tensors by name."""
+        return {n: self.tensor(i) for i, n in enumerate(self.tensor_names())}
+
+    @property
+    def param_count(self) -> int:
+        """Number of parameters (weights) of the model."""
+        return int(check(lib().fx_trainer_param_count(self._h), "fx_trainer_param_count"))
+
+    def params(self) -> np.ndarray:
+        """All fp32 master weights (or the dequantised working weights without them), float32
+        [param_count], in tensor order."""
+        out = np.empty(self.param_count, dtype=np.float32)
+        check(lib().fx_trainer_get_params(self._h, out.ctypes.data_as(_fp)),
+              "fx_trainer_get_params")
+        return out
+
+    # checkpoints ----------------------------------------------------------------------------
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Save everything needed to resume bit for bit (atomically)."""
+        check(lib().fx_trainer_save(self._h, os.fsencode(path)), "fx_trainer_save")
+
+    def load(self, path: Union[str, os.PathLike]) -> None:
+        """Restore a checkpoint of a trainer with the same configuration and data shapes;
+        CorruptError (trainer unchanged) on any mismatch."""
+        check(lib().fx_trainer_load(self._h, os.fsencode(path)), "fx_trainer_load")
+
+    def __repr__(self) -> str:
+        c = self.config
+        state = f"step={self.global_step}" if self._ptr else "closed"
+        return f"Trainer(model={c.model!r}, fmt={c.fmt!r}, {state})"
+
+
+def _trainer_new_status() -> Optional[int]:
+    # fx_trainer_new returns NULL without a code; its messages (trainer.c) say which it was.
+    msg = lib().flexpoint_last_error().decode("utf-8", "replace")
+    if "out of memory" in msg or "cannot allocate" in msg:
+        return -5
+    if "is not a format" in msg:
+        return -3
+    if "not supported" in msg:
+        return -4
+    if "window" in msg:
+        return -6
+    if "preset" in msg or "unknown model" in msg:
+        return -10
+    if "fewer than one batch" in msg or "differs from" in msg:
+        return -2
+    return -1

@@ -1,0 +1,94 @@
+/* Building blocks for composite ops; see compose.h. */
+#include "compose.h"
+
+#include <string.h>
+
+int fx_is_int_compute(const tensor_t *t) { return fmt_is_shared_exponent(t->fmt); }
+
+int fx_read_f32(const tensor_t *t, float **out, fx_scratch *s, const char *func)
+{
+    int64_t n = fx_numel_of(t->ndim, t->shape);
+    float *buf = fx_scratch_alloc(s, n, sizeof *buf);
+    if (!buf) return fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
+    int rc = tensor_to_f32(t, buf);
+    if (rc) return rc;
+    *out = buf;
+    return FX_OK;
+}
+
+int fx_read_i16(const tensor_t *t, int16_t **out, int *exp, fx_scratch *s, const char *func)
+{
+    fx_operand o;
+    int rc = fx_operand_make(t, 1, t->fmt, 0, 0, NULL, &o, s, func);
+    if (rc) return rc;
+    if (o.data == fx_tensor_base(t)) { /* contiguous view of the storage: copy it anyway so
+                                          callers may modify their buffer */
+        int64_t n = fx_numel_of(t->ndim, t->shape);
+        int16_t *b = fx_scratch_alloc(s, n, sizeof *b);
+        if (!b) return fx_error(FX_ENOMEM, func, "cannot allocate %lld int16", (long long)n);
+        memcpy(b, o.data, (size_t)n * sizeof *b);
+        o.data = b;
+    }
+    *out = (int16_t *)o.data;
+    *exp = o.exp;
+    return FX_OK;
+}
+
+int fx_write_f32(tensor_t *out, const float *vals, const char *func)
+{
+    fx_stage st = {FX_STAGE_F32, fx_numel_of(out->ndim, out->shape), vals, NULL, 0};
+    return fx_write(out, &st, func);
+}
+
+int fx_write_i64(tensor_t *out, const int64_t *vals, int exp, const char *func)
+{
+    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp};
+    return fx_write(out, &st, func);
+}
+
+int fx_matmul_stage(const fx_operand *a, const fx_operand *b, int int_compute, float *out_f32,
+                    int64_t *out_i64, int *out_exp, const char *func)
+{
+    const fx_backend *be = fx_backend_active();
+    fmt_t cf = int_compute ? FMT_DFP16 : FMT_FP32;
+    fx_kernel k = be->kernels[FX_OP_MATMUL][cf];
+    if (!k) return fx_error(FX_EUNSUPPORTED, func, "backend %s has no matmul kernel", be->name);
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = FX_OP_MATMUL;
+    c.nin = 2;
+    c.in[0] = *a;
+    c.in[1] = *b;
+    c.out_ndim = 2;
+    c.out_shape[0] = a->shape[0];
+    c.out_shape[1] = b->shape[1];
+    c.out_numel = a->shape[0] * b->shape[1];
+    c.out_f32 = out_f32;
+    c.out_i64 = out_i64;
+    c.out_exp = out_exp;
+    c.nthreads = flexpoint_num_threads();
+    return k(&c);
+}
+
+fx_operand fx_operand_2d(const void *data, int int_compute, int exp, int64_t rows, int64_t cols,
+                         int64_t ld, int trans)
+{
+    fx_operand o;
+    memset(&o, 0, sizeof o);
+    o.data = data;
+    o.fmt = int_compute ? FMT_DFP16 : FMT_FP32;
+    o.exp = exp;
+    o.ndim = 2;
+    if (!trans) {
+        o.shape[0] = rows;
+        o.shape[1] = cols;
+        o.strides[0] = ld;
+        o.strides[1] = 1;
+    } else {
+        o.shape[0] = cols;
+        o.shape[1] = rows;
+        o.strides[0] = 1;
+        o.strides[1] = ld;
+    }
+    return o;
+}

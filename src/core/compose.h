@@ -1,0 +1,35 @@
+/* Building blocks for composite ops (convolution, pooling, losses, optimisers, layers):
+ * they read inputs into the compute format, run kernels into stages, and write results
+ * through the one write path, exactly as the simple ops do. */
+#ifndef FX_CORE_COMPOSE_H
+#define FX_CORE_COMPOSE_H
+
+#include "dispatch.h"
+
+/* 1 if an op whose first input is t computes on integers (FLEX16_5/DFP16), else 0. */
+int fx_is_int_compute(const tensor_t *t);
+
+/* Contiguous fp32 copy of all of t (row-major), allocated in s. */
+int fx_read_f32(const tensor_t *t, float **out, fx_scratch *s, const char *func);
+
+/* Contiguous int16 mantissas of a FLEX16_5/DFP16 tensor (or of a float tensor quantised at its
+ * exact exponent), allocated in s; *exp receives the exponent. */
+int fx_read_i16(const tensor_t *t, int16_t **out, int *exp, fx_scratch *s, const char *func);
+
+/* Write all of out from fp32 values / exact int64 values at exponent exp (one write:
+ * rounding, exponent choice, statistics, as tensor_from_f32). */
+int fx_write_f32(tensor_t *out, const float *vals, const char *func);
+int fx_write_i64(tensor_t *out, const int64_t *vals, int exp, const char *func);
+
+/* out[M,N] = a[M,K] x b[K,N] with the active backend's matmul kernel: fp32 operands into
+ * out_f32 (int_compute 0), or int16 operands into exact int64 out_i64 at *out_exp. Operands
+ * carry their own strides, so transposes are free. */
+int fx_matmul_stage(const fx_operand *a, const fx_operand *b, int int_compute, float *out_f32,
+                    int64_t *out_i64, int *out_exp, const char *func);
+
+/* A 2-D operand over a contiguous buffer: rows x cols with row stride ld (elements).
+ * trans != 0 describes the transpose of that buffer (cols x rows) without copying. */
+fx_operand fx_operand_2d(const void *data, int int_compute, int exp, int64_t rows, int64_t cols,
+                         int64_t ld, int trans);
+
+#endif

@@ -1,0 +1,299 @@
+/* Batch normalisation, forward (training and inference) and backward, PyTorch semantics.
+ *
+ * Layout: x is [N, C, H, W] (statistics per channel over N, H, W) or [N, F] (per feature over
+ * N). gamma, beta (and dgamma, dbeta) are tensors of any format and shape with C elements.
+ *
+ * Precision (FORMATS.md: normalisation statistics are not fixed-point in nature): every input
+ * is dequantised/widened exactly to fp32; the statistics are two-pass (mean, then the mean
+ * squared deviation) accumulated in double, the per-element arithmetic is done in double, and
+ * each output is rounded once by the one write path (through fp32 with round-to-odd when the
+ * output is not fp32). This holds for the shared-exponent formats too: the op dequantises.
+ *   training:  y = (x - mean) * invstd * gamma + beta,  invstd = 1 / sqrt(var + eps) with the
+ *              biased batch variance; running_mean/var <- (1 - momentum) * running +
+ *              momentum * batch, using the unbiased variance (M / (M - 1)), M = N*H*W;
+ *              save_mean/save_invstd receive the batch mean and invstd (rounded to fp32).
+ *   inference: the same with running_mean/running_var in place of the batch statistics.
+ *   backward:  with xhat = (x - mean) * invstd and sums over the channel's M elements,
+ *              dbeta = sum dy, dgamma = sum dy * xhat,
+ *              dx = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M).
+ * Training needs M >= 2 (as PyTorch: the variance of one value is undefined). In training,
+ * running_mean/running_var may both be NULL (no running statistics are kept) and
+ * save_mean/save_invstd may be NULL (not stored); inference needs the running statistics and
+ * leaves save_* untouched. Channels are independent and each is reduced by one thread in a
+ * fixed order, so the results do not depend on the thread count or the backend.
+ */
+#include "nn_stage.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Geometry: element (n, c, s) is at (n * C + c) * S + s. */
+typedef struct nn_bn_dims {
+    int64_t N, C, S, M; /* M = N * S values per channel */
+} nn_bn_dims;
+
+static int nn_bn_dims_of(const tensor_t *x, nn_bn_dims *d, const char *func)
+{
+    char b1[160];
+    if (x->ndim != 2 && x->ndim != 4)
+        return fx_error(FX_ESHAPE, func, "x must be [N, C, H, W] or [N, F], got x.shape=%s",
+                        fx_shape_str(x, b1, sizeof b1));
+    d->N = x->shape[0];
+    d->C = x->shape[1];
+    d->S = x->ndim == 4 ? x->shape[2] * x->shape[3] : 1;
+    d->M = d->N * d->S;
+    return FX_OK;
+}
+
+static int nn_bn_per_channel(const char *func, const char *name, const tensor_t *t, int64_t C)
+{
+    if (fx_numel_of(t->ndim, t->shape) == C) return FX_OK;
+    char b1[160];
+    return fx_error(FX_ESHAPE, func, "%s.shape=%s must have C=%lld elements", name,
+                    fx_shape_str(t, b1, sizeof b1), (long long)C);
+}
+
+static int nn_bn_need_batch(const char *func, const nn_bn_dims *d, const tensor_t *x)
+{
+    if (d->M >= 2) return FX_OK;
+    char b1[160];
+    return fx_error(FX_ESHAPE, func, "training needs more than one value per channel, "
+                    "x.shape=%s gives %lld", fx_shape_str(x, b1, sizeof b1), (long long)d->M);
+}
+
+/* Threads for a loop over the channels. */
+static int nn_bn_threads(const nn_bn_dims *d)
+{
+    return d->C > 1 ? nn_threads_for(d->C * d->M) : 1;
+}
+
+/* Channel sums. Each keeps four partial sums over interleaved elements (a scalar loop
+ * otherwise serialises on the latency of one addition chain), combined as (0+1)+(2+3) at the
+ * end. The order is fixed, so the results do not depend on the thread count. */
+
+/* sum of f(p[s]) for one row of S values into the four partial sums a0..a3 */
+#define NN_BN_ROW_SUM(S, EXPR, a0, a1, a2, a3)                                                 \
+    do {                                                                                       \
+        int64_t s_ = 0;                                                                        \
+        for (; s_ + 4 <= (S); s_ += 4) {                                                       \
+            { const int64_t s = s_; a0 += (EXPR); }                                            \
+            { const int64_t s = s_ + 1; a1 += (EXPR); }                                        \
+            { const int64_t s = s_ + 2; a2 += (EXPR); }                                        \
+            { const int64_t s = s_ + 3; a3 += (EXPR); }                                        \
+        }                                                                                      \
+        for (; s_ < (S); s_++) {                                                               \
+            const int64_t s = s_;                                                              \
+            a0 += (EXPR);                                                                      \
+        }                                                                                      \
+    } while (0)
+
+/* Two-pass mean and biased variance of channel c. */
+static void nn_bn_channel_stats(const float *x, const nn_bn_dims *d, int64_t c, double *mean,
+                                double *var)
+{
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (int64_t n = 0; n < d->N; n++) {
+        const float *p = x + (n * d->C + c) * d->S;
+        NN_BN_ROW_SUM(d->S, (double)p[s], a0, a1, a2, a3);
+    }
+    const double mu = ((a0 + a1) + (a2 + a3)) / (double)d->M;
+    double q0 = 0, q1 = 0, q2 = 0, q3 = 0;
+    for (int64_t n = 0; n < d->N; n++) {
+        const float *p = x + (n * d->C + c) * d->S;
+        NN_BN_ROW_SUM(d->S, ((double)p[s] - mu) * ((double)p[s] - mu), q0, q1, q2, q3);
+    }
+    *mean = mu;
+    *var = ((q0 + q1) + (q2 + q3)) / (double)d->M;
+}
+
+/* sum dy and sum dy * xhat over channel c, xhat = (x - mu) * is. */
+static void nn_bn_grad_sums(const float *x, const float *dy, const nn_bn_dims *d, int64_t c,
+                            double mu, double is, double *sdy, double *sdyx)
+{
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+    for (int64_t n = 0; n < d->N; n++) {
+        const float *px = x + (n * d->C + c) * d->S, *pg = dy + (n * d->C + c) * d->S;
+        NN_BN_ROW_SUM(d->S, (double)pg[s], a0, a1, a2, a3);
+        NN_BN_ROW_SUM(d->S, (double)pg[s] * (((double)px[s] - mu) * is), b0, b1, b2, b3);
+    }
+    *sdy = (a0 + a1) + (a2 + a3);
+    *sdyx = (b0 + b1) + (b2 + b3);
+}
+
+static int nn_bn_validate(const tensor_t *y, const tensor_t *x, const tensor_t *gamma,
+                          const tensor_t *beta, const float *running_mean,
+                          const float *running_var, double momentum, double eps, int training,
+                          nn_bn_dims *d, const char *func)
+{
+    if (!y || !x || !gamma || !beta)
+        return fx_error(FX_EINVAL, func, "%s is NULL",
+                        !y ? "y" : (!x ? "x" : (!gamma ? "gamma" : "beta")));
+    int rc = nn_bn_dims_of(x, d, func);
+    if (!rc) rc = nn_same_shape(func, "y", y, "x", x);
+    if (!rc) rc = nn_bn_per_channel(func, "gamma", gamma, d->C);
+    if (!rc) rc = nn_bn_per_channel(func, "beta", beta, d->C);
+    if (rc) return rc;
+    if (!(eps >= 0.0) || !isfinite(eps))
+        return fx_error(FX_EINVAL, func, "eps=%g must be finite and >= 0", eps);
+    if (training) {
+        if (!(momentum >= 0.0 && momentum <= 1.0))
+            return fx_error(FX_EINVAL, func, "momentum=%g is outside [0, 1]", momentum);
+        if (!running_mean != !running_var)
+            return fx_error(FX_EINVAL, func, "%s is NULL but %s is not (give both running "
+                            "statistics or neither)",
+                            !running_mean ? "running_mean" : "running_var",
+                            !running_mean ? "running_var" : "running_mean");
+        return nn_bn_need_batch(func, d, x);
+    }
+    if (!running_mean || !running_var)
+        return fx_error(FX_EINVAL, func, "inference needs the running statistics, but %s is "
+                        "NULL", !running_mean ? "running_mean" : "running_var");
+    return FX_OK;
+}
+
+int tensor_batchnorm(tensor_t *y, const tensor_t *x, const tensor_t *gamma,
+                     const tensor_t *beta, float *running_mean, float *running_var,
+                     float *save_mean, float *save_invstd, double momentum, double eps,
+                     int training)
+{
+    nn_bn_dims d;
+    int rc = nn_bn_validate(y, x, gamma, beta, running_mean, running_var, momentum, eps,
+                            training, &d, __func__);
+    if (rc) return rc;
+
+    const int64_t C = d.C, S = d.S;
+    fx_scratch sc = {.n = 0};
+    const float *xv, *gv, *bv;
+    /* per channel: mean, invstd and unbiased variance, for the caller's float arrays */
+    double *mean = fx_scratch_alloc(&sc, C, sizeof *mean);
+    double *invstd = fx_scratch_alloc(&sc, C, sizeof *invstd);
+    double *uvar = fx_scratch_alloc(&sc, C, sizeof *uvar);
+    if (!mean || !invstd || !uvar) {
+        rc = FX_FAIL(FX_ENOMEM, "cannot allocate statistics for %lld channels", (long long)C);
+        goto done;
+    }
+    const tensor_t *ins[3] = {x, gamma, beta};
+    if ((rc = nn_in_f32(x, &xv, &sc, __func__))) goto done;
+    if ((rc = nn_in_f32(gamma, &gv, &sc, __func__))) goto done;
+    if ((rc = nn_in_f32(beta, &bv, &sc, __func__))) goto done;
+    /* y may overwrite a private copy of x: channel c's statistics are taken before its
+     * elements are normalised, and each element only reads its own x */
+    float *yv = nn_out_f32(y, ins, 3, nn_private_f32(x, xv), &sc);
+    if (!yv) {
+        rc = FX_FAIL(FX_ENOMEM, "cannot allocate the output stage");
+        goto done;
+    }
+
+    const int nt = nn_bn_threads(&d);
+    (void)nt;
+    const fmt_t yf = y->fmt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t c = 0; c < C; c++) {
+        double mu, var;
+        if (training) {
+            nn_bn_channel_stats(xv, &d, c, &mu, &var);
+            uvar[c] = var * (double)d.M / (double)(d.M - 1);
+        } else {
+            mu = running_mean[c];
+            var = running_var[c];
+        }
+        const double is = 1.0 / sqrt(var + eps);
+        mean[c] = mu;
+        invstd[c] = is;
+        /* y = (x - mu) * a + b: the subtraction first, so that a large mean cancels exactly
+         * in double before scaling */
+        const double a = is * (double)gv[c], b = bv[c];
+        for (int64_t n = 0; n < d.N; n++) {
+            const float *p = xv + (n * C + c) * S;
+            float *q = yv + (n * C + c) * S;
+            for (int64_t s = 0; s < S; s++) q[s] = nn_stage_f32(((double)p[s] - mu) * a + b, yf);
+        }
+    }
+    if ((rc = fx_write_f32(y, yv, __func__))) goto done;
+    if (training) {
+        for (int64_t c = 0; c < C; c++) {
+            if (running_mean) {
+                running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean[c]);
+                running_var[c] = (float)((1.0 - momentum) * running_var[c] + momentum * uvar[c]);
+            }
+            if (save_mean) save_mean[c] = (float)mean[c];
+            if (save_invstd) save_invstd[c] = (float)invstd[c];
+        }
+    }
+done:
+    fx_scratch_free(&sc);
+    return rc;
+}
+
+int tensor_batchnorm_backward(tensor_t *dx, tensor_t *dgamma, tensor_t *dbeta,
+                              const tensor_t *dy, const tensor_t *x, const tensor_t *gamma,
+                              const float *save_mean, const float *save_invstd)
+{
+    const char *func = __func__;
+    if (!dx || !dy || !x || !gamma || !save_mean || !save_invstd)
+        return FX_FAIL(FX_EINVAL, "%s is NULL",
+                       !dx ? "dx" : !dy ? "dy" : !x ? "x" : !gamma ? "gamma"
+                                                   : !save_mean ? "save_mean" : "save_invstd");
+    nn_bn_dims d;
+    int rc = nn_bn_dims_of(x, &d, func);
+    if (!rc) rc = nn_same_shape(func, "dy", dy, "x", x);
+    if (!rc) rc = nn_same_shape(func, "dx", dx, "x", x);
+    if (!rc) rc = nn_bn_per_channel(func, "gamma", gamma, d.C);
+    if (!rc && dgamma) rc = nn_bn_per_channel(func, "dgamma", dgamma, d.C);
+    if (!rc && dbeta) rc = nn_bn_per_channel(func, "dbeta", dbeta, d.C);
+    if (!rc) rc = nn_bn_need_batch(func, &d, x);
+    if (rc) return rc;
+
+    const int64_t C = d.C, S = d.S;
+    const double M = (double)d.M;
+    fx_scratch sc = {.n = 0};
+    const float *xv, *gyv, *gv;
+    float *dg = fx_scratch_alloc(&sc, C, sizeof *dg), *db = fx_scratch_alloc(&sc, C, sizeof *db);
+    if (!dg || !db) {
+        rc = FX_FAIL(FX_ENOMEM, "cannot allocate gradients for %lld channels", (long long)C);
+        goto done;
+    }
+    const tensor_t *ins[3] = {dy, x, gamma};
+    if ((rc = nn_in_f32(x, &xv, &sc, func))) goto done;
+    if ((rc = nn_in_f32(dy, &gyv, &sc, func))) goto done;
+    if ((rc = nn_in_f32(gamma, &gv, &sc, func))) goto done;
+    /* dx may overwrite a private copy of dy: channel c's sums are taken before its dx, and
+     * each element only reads its own dy and x */
+    float *dxv = nn_out_f32(dx, ins, 3, nn_private_f32(dy, gyv), &sc);
+    if (!dxv) {
+        rc = FX_FAIL(FX_ENOMEM, "cannot allocate the output stage");
+        goto done;
+    }
+
+    const int nt = nn_bn_threads(&d);
+    (void)nt;
+    const fmt_t xf = dx->fmt;
+    const fmt_t gf = dgamma ? dgamma->fmt : FMT_FP32, bf = dbeta ? dbeta->fmt : FMT_FP32;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t c = 0; c < C; c++) {
+        const double mu = save_mean[c], is = save_invstd[c];
+        double sdy, sdyx;
+        nn_bn_grad_sums(xv, gyv, &d, c, mu, is, &sdy, &sdyx);
+        dg[c] = nn_stage_f32(sdyx, gf);
+        db[c] = nn_stage_f32(sdy, bf);
+        const double k = (double)gv[c] * is, mdy = sdy / M, mdyx = sdyx / M;
+        for (int64_t n = 0; n < d.N; n++) {
+            const float *px = xv + (n * C + c) * S, *pg = gyv + (n * C + c) * S;
+            float *q = dxv + (n * C + c) * S;
+            for (int64_t s = 0; s < S; s++) {
+                double xhat = ((double)px[s] - mu) * is;
+                q[s] = nn_stage_f32(k * ((double)pg[s] - mdy - xhat * mdyx), xf);
+            }
+        }
+    }
+    rc = fx_write_f32(dx, dxv, func);
+    if (!rc && dgamma) rc = fx_write_f32(dgamma, dg, func);
+    if (!rc && dbeta) rc = fx_write_f32(dbeta, db, func);
+done:
+    fx_scratch_free(&sc);
+    return rc;
+}

@@ -1,0 +1,437 @@
+/* 2-D convolution (NCHW), forward and both gradients, as im2col + the format's GEMM.
+ *
+ * Compute rule (as every op, include/flexpoint.h): the first input decides.
+ *   - FLEX16_5/DFP16 first input: integer compute. im2col copies int16 mantissas (padding is
+ *     0, the exponent is unchanged), the backend's exact int16 GEMM produces int64 sums at
+ *     exponent e_a + e_b, col2im and the sums over batch chunks add int64 values, and the only
+ *     rounding is the one write of the output (fx_write_i64). The result is the exact sum
+ *     rounded once, hence bit-identical on every backend and thread count. A float second
+ *     input is quantised at its exact exponent first (as a DFP16 write would).
+ *   - otherwise fp32 compute: inputs widened to fp32 (exact for fp16/bf16, dequantised for
+ *     shared-exponent inputs), fp32 GEMM, fp32 col2im and chunk sums, one rounding on write.
+ *
+ * Scheme. The batch is cut into chunks of nb samples (patch matrix of CKK = C*KH*KW rows and
+ * Pc = nb*OH*OW pixel columns, about FX_CONV_CHUNK_ELEMS elements, so that a chunk's working
+ * set stays in the core's L2). Per chunk:
+ *   forward:      Y^T[Pc, O]   = colT[Pc, CKK] x W^T[CKK, O]   then per-sample transposes to NCHW
+ *   grad input:   col[CKK, Pc] = W^T[CKK, O] x dY[O, Pc]       then col2im adds into dx
+ *   grad weight:  dW^T[CKK, O] += col[CKK, Pc] x dY^T[Pc, O]   then one transpose to [O, CKK]
+ * The large operand (the patch matrix, CKK x Pc) is always the GEMM's row-major A operand or
+ * its output: A panels pack cheaply (the integer GEMM splits every B value into two parts
+ * while packing, and packing a transposed A reads across rows). colT is written directly by
+ * a pixel-major im2col; dY[O, Pc] is gathered from NCHW in runs of OH*OW; the small operands'
+ * transposes are strides. Threads take whole chunks, each running im2col, a single-threaded
+ * GEMM and col2im on data that stays in its cache; with a single chunk the GEMM and the
+ * transforms use the threads instead. Chunk boundaries depend only on the shapes, never on
+ * the thread count, and the weight gradient sums chunks within FX_CONV_WGRAD_GROUPS fixed
+ * groups, then the groups in order, so the fp32 results do not depend on the thread count.
+ *
+ * Error bounds of the fp32 path (u = 2^-24, gamma_n = n u / (1 - n u)), elementwise, before the
+ * output rounding: forward gamma_{C KH KW} sum|terms| (one GEMM chain); grad input
+ * gamma_{O + KH KW} sum|terms| (a GEMM chain of O terms, then at most KH KW col entries added);
+ * grad weight gamma_{N OH OW} sum|terms| (GEMM chains, then chunk and group sums). The integer
+ * path has no error before the one rounding of the write.
+ */
+#include "im2col.h"
+#include "../core/compose.h"
+
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#define FX_CONV_THREAD_ID() omp_get_thread_num()
+#define FX_CONV_PARALLEL_FOR                                                                   \
+    _Pragma("omp parallel for schedule(dynamic, 1) num_threads(plan.outer) if (plan.outer > 1)")
+#else
+#define FX_CONV_THREAD_ID() 0
+#define FX_CONV_PARALLEL_FOR
+#endif
+
+/* Target size of one chunk's patch matrix, in elements (1 MiB of int16, 2 MiB of fp32). */
+#define FX_CONV_CHUNK_ELEMS ((int64_t)1 << 19)
+/* At least this many chunks (when the batch allows), so that up to this many threads have
+ * work. A constant rather than the thread count: chunking must not depend on threads. */
+#define FX_CONV_MIN_CHUNKS 16
+/* The weight gradient's partial sums: chunks are summed within this many fixed groups. */
+#define FX_CONV_WGRAD_GROUPS 16
+
+/* Integer path: each product of two int16 mantissas is below 2^30 in magnitude, so up to 2^32
+ * of them sum exactly in int64 (below 2^62). */
+#define FX_CONV_MAX_INT_TERMS ((int64_t)1 << 32)
+
+/* ---- validation ---------------------------------------------------------------------------- */
+
+typedef struct conv_names {
+    const char *x, *w, *y; /* the names the caller uses for the three tensors */
+} conv_names;
+
+static int conv_params_check(const char *func, int sh, int sw, int ph, int pw, int dh, int dw)
+{
+    if (sh < 1 || sw < 1)
+        return fx_error(FX_EINVAL, func, "stride (%d, %d) must be >= 1", sh, sw);
+    if (dh < 1 || dw < 1)
+        return fx_error(FX_EINVAL, func, "dilation (%d, %d) must be >= 1", dh, dw);
+    if (ph < 0 || pw < 0)
+        return fx_error(FX_EINVAL, func, "padding (%d, %d) must be >= 0", ph, pw);
+    return FX_OK;
+}
+
+/* Output size of one spatial dimension, or 0 if the dilated kernel does not fit. */
+static int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
+{
+    const int64_t padded = in + 2 * p;
+    if (padded < 1 || k - 1 > (padded - 1) / d) return 0;
+    return (padded - d * (k - 1) - 1) / s + 1;
+}
+
+/* x: [N,C,H,W], w: [O,C,KH,KW], y: [N,O,OH,OW] (whichever of them are inputs or outputs). */
+static int conv_geometry(const char *func, const conv_names *nm, const tensor_t *x,
+                         const tensor_t *w, const tensor_t *y, int sh, int sw, int ph, int pw,
+                         int dh, int dw, fx_conv_geom *g)
+{
+    if (!x || !w || !y)
+        return fx_error(FX_EINVAL, func, "%s is NULL", !x ? nm->x : (!w ? nm->w : nm->y));
+    int rc = conv_params_check(func, sh, sw, ph, pw, dh, dw);
+    if (rc) return rc;
+    char b1[160], b2[160], b3[160];
+    const tensor_t *t[3] = {x, w, y};
+    const char *n[3] = {nm->x, nm->w, nm->y};
+    for (int i = 0; i < 3; i++)
+        if (t[i]->ndim != 4)
+            return fx_error(FX_ESHAPE, func, "%s must be 4-D (%s), got shape %s", n[i],
+                            i == 1 ? "O, C, KH, KW" : "N, C, H, W",
+                            fx_shape_str(t[i], b1, sizeof b1));
+    *g = (fx_conv_geom){.N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3],
+                        .O = w->shape[0], .KH = w->shape[2], .KW = w->shape[3],
+                        .sh = sh, .sw = sw, .ph = ph, .pw = pw, .dh = dh, .dw = dw};
+    if (w->shape[1] != g->C)
+        return fx_error(FX_ESHAPE, func, "channel mismatch: %s.shape=%s has %lld channels but "
+                        "%s.shape=%s expects %lld", nm->x, fx_shape_str(x, b1, sizeof b1),
+                        (long long)g->C, nm->w, fx_shape_str(w, b2, sizeof b2),
+                        (long long)w->shape[1]);
+    if (g->N == 0)
+        return fx_error(FX_ESHAPE, func, "empty batch: %s.shape=%s", nm->x,
+                        fx_shape_str(x, b1, sizeof b1));
+    if (g->C == 0 || g->O == 0 || g->KH == 0 || g->KW == 0)
+        return fx_error(FX_ESHAPE, func, "%s.shape=%s has a zero channel or kernel size", nm->w,
+                        fx_shape_str(w, b1, sizeof b1));
+    g->OH = conv_out_size(g->H, g->KH, sh, ph, dh);
+    g->OW = conv_out_size(g->W, g->KW, sw, pw, dw);
+    if (g->OH < 1 || g->OW < 1)
+        return fx_error(FX_ESHAPE, func, "the kernel %lldx%lld with dilation (%d, %d) does not "
+                        "fit the input %lldx%lld with padding (%d, %d)", (long long)g->KH,
+                        (long long)g->KW, dh, dw, (long long)g->H, (long long)g->W, ph, pw);
+    if (y->shape[0] != g->N || y->shape[1] != g->O || y->shape[2] != g->OH ||
+        y->shape[3] != g->OW)
+        return fx_error(FX_ESHAPE, func, "%s.shape=%s, but %s.shape=%s and %s.shape=%s with "
+                        "stride (%d, %d), padding (%d, %d), dilation (%d, %d) give "
+                        "[%lld, %lld, %lld, %lld]", nm->y, fx_shape_str(y, b1, sizeof b1), nm->x,
+                        fx_shape_str(x, b2, sizeof b2), nm->w, fx_shape_str(w, b3, sizeof b3),
+                        sh, sw, ph, pw, dh, dw, (long long)g->N, (long long)g->O,
+                        (long long)g->OH, (long long)g->OW);
+    return FX_OK;
+}
+
+static int conv_int_limit(const char *func, int int_compute, int64_t terms, const char *what)
+{
+    if (int_compute && terms > FX_CONV_MAX_INT_TERMS)
+        return fx_error(FX_EUNSUPPORTED, func, "%s sums %lld products, more than the exact "
+                        "int64 accumulation allows (2^32)", what, (long long)terms);
+    return FX_OK;
+}
+
+/* ---- shared machinery ---------------------------------------------------------------------- */
+
+typedef struct conv_plan {
+    int64_t nb, nchunks; /* samples per chunk (the last chunk may hold fewer), chunk count */
+    int outer, inner;    /* threads over chunks (or groups); threads inside one chunk */
+} conv_plan;
+
+/* Chunking for g; wgrad != 0: threads split the weight gradient's groups, not chunks. */
+static conv_plan conv_plan_make(const fx_conv_geom *g, int wgrad)
+{
+    conv_plan p;
+    const int64_t per_sample = g->C * g->KH * g->KW * g->OH * g->OW;
+    int64_t want = (g->N * per_sample + FX_CONV_CHUNK_ELEMS - 1) / FX_CONV_CHUNK_ELEMS;
+    const int64_t min_chunks = g->N < FX_CONV_MIN_CHUNKS ? g->N : FX_CONV_MIN_CHUNKS;
+    if (want < min_chunks) want = min_chunks;
+    if (want > g->N) want = g->N;
+    p.nb = (g->N + want - 1) / want;
+    p.nchunks = (g->N + p.nb - 1) / p.nb;
+    const int64_t units = wgrad && p.nchunks > FX_CONV_WGRAD_GROUPS ? FX_CONV_WGRAD_GROUPS
+                                                                     : p.nchunks;
+    const int nt = flexpoint_num_threads();
+    p.outer = units < nt ? (int)units : nt;
+    if (p.outer < 1) p.outer = 1;
+    p.inner = p.outer > 1 ? 1 : nt;
+    return p;
+}
+
+/* Contiguous compute-format view of an input (no copy when it already is one). */
+static int conv_operand(const tensor_t *t, int int_compute, fx_operand *o, fx_scratch *s,
+                        const char *func)
+{
+    return fx_operand_make(t, int_compute, int_compute ? FMT_DFP16 : FMT_FP32, 0, 0, NULL, o, s,
+                           func);
+}
+
+static void *conv_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char *func)
+{
+    if (*rc) return NULL;
+    void *p = fx_scratch_alloc(s, n > 0 ? n : 1, sz);
+    if (!p)
+        *rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld elements of %zu bytes",
+                       (long long)n, sz);
+    return p;
+}
+
+/* out = a x b with the active backend's GEMM kernel, on nthreads threads: int16 operands into
+ * an exact int64 stage, or fp32 operands into an fp32 stage. This is fx_matmul_stage with an
+ * explicit thread count (the kernel is called from inside this file's parallel loop over
+ * chunks, where it must stay single-threaded). The int64 stage's exponent is a.exp + b.exp. */
+static int conv_matmul(fx_operand a, fx_operand b, int int_compute, void *out, int nthreads)
+{
+    const fx_backend *be = fx_backend_active();
+    fx_kernel k = be->kernels[FX_OP_MATMUL][int_compute ? FMT_DFP16 : FMT_FP32];
+    if (!k) return FX_EUNSUPPORTED;
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = FX_OP_MATMUL;
+    c.nin = 2;
+    c.in[0] = a;
+    c.in[1] = b;
+    c.out_ndim = 2;
+    c.out_shape[0] = a.shape[0];
+    c.out_shape[1] = b.shape[1];
+    c.out_numel = a.shape[0] * b.shape[1];
+    int e = 0;
+    c.out_f32 = int_compute ? NULL : (float *)out;
+    c.out_i64 = int_compute ? (int64_t *)out : NULL;
+    c.out_exp = &e;
+    c.nthreads = nthreads;
+    return k(&c);
+}
+
+/* The first failed chunk's status as an error of the calling thread (kernels may fail only for
+ * want of memory, inside the parallel loop, where no message can be set for the caller). */
+static int conv_chunk_status(const int *status, int64_t n, const char *func)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (status[i])
+            return fx_error(status[i], func, "the GEMM of chunk %lld failed (%s)", (long long)i,
+                            flexpoint_status_str(status[i]));
+    return FX_OK;
+}
+
+/* The chunk's patch matrix, channel-major (col) or pixel-major (colT), via the padded chunk
+ * xp (scratch of fx_conv_padded_numel elements). */
+static void conv_patches(const fx_conv_geom *g, const void *x, int int_compute, int64_t n0,
+                         int64_t nb, void *xp, void *col, int pixel_major, int nt)
+{
+    fx_conv_pad(g, x, n0, nb, xp, int_compute ? sizeof(int16_t) : sizeof(float));
+    if (int_compute && pixel_major)
+        fx_im2row_i16(g, xp, nb, col, nt);
+    else if (int_compute)
+        fx_im2col_i16(g, xp, nb, col, nt);
+    else if (pixel_major)
+        fx_im2row_f32(g, xp, nb, col, nt);
+    else
+        fx_im2col_f32(g, xp, nb, col, nt);
+}
+
+static int conv_write(tensor_t *out, const void *stage, int int_compute, int e, const char *func)
+{
+    return int_compute ? fx_write_i64(out, stage, e, func) : fx_write_f32(out, stage, func);
+}
+
+/* ---- forward ------------------------------------------------------------------------------- */
+
+int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int sw, int ph,
+                  int pw, int dh, int dw)
+{
+    static const conv_names nm = {"x", "w", "y"};
+    fx_conv_geom g;
+    int rc = conv_geometry(__func__, &nm, x, w, y, sh, sw, ph, pw, dh, dw, &g);
+    if (rc) return rc;
+    const int ic = fx_is_int_compute(x);
+    rc = conv_int_limit(__func__, ic, g.C * g.KH * g.KW, "each output");
+    if (rc) return rc;
+    const conv_plan plan = conv_plan_make(&g, 0);
+    const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
+    const int64_t col_n = CKK * plan.nb * P, ych_n = g.O * plan.nb * P;
+    const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
+    const size_t esz = ic ? sizeof(int16_t) : sizeof(float);
+    const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
+
+    fx_scratch s = {.n = 0};
+    fx_operand xo, wo;
+    rc = conv_operand(x, ic, &xo, &s, __func__);
+    if (!rc) rc = conv_operand(w, ic, &wo, &s, __func__);
+    char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, __func__);
+    if (xp) memset(xp, 0, (size_t)(xp_n * plan.outer) * esz); /* the slack, read by im2col */
+    char *col = conv_alloc(&s, col_n * plan.outer, esz, &rc, __func__);
+    char *ych = conv_alloc(&s, ych_n * plan.outer, ssz, &rc, __func__);
+    char *ystage = conv_alloc(&s, g.N * g.O * P, ssz, &rc, __func__);
+    int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, __func__);
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    FX_CONV_PARALLEL_FOR
+    for (int64_t ch = 0; ch < plan.nchunks; ch++) {
+        const int tid = FX_CONV_THREAD_ID();
+        const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
+        const int64_t Pc = nbc * P;
+        char *mycol = col + (size_t)(tid * col_n) * esz, *myy = ych + (size_t)(tid * ych_n) * ssz;
+        conv_patches(&g, xo.data, ic, n0, nbc, xp + (size_t)(tid * xp_n) * esz, mycol, 1,
+                     plan.inner);
+        status[ch] = conv_matmul(fx_operand_2d(mycol, ic, xo.exp, Pc, CKK, CKK, 0),
+                                 fx_operand_2d(wo.data, ic, wo.exp, g.O, CKK, CKK, 1), ic, myy,
+                                 plan.inner);
+        if (status[ch] == FX_OK) fx_chunk_scatter_t(myy, n0, nbc, g.O, P, ystage, ssz);
+    }
+    rc = conv_chunk_status(status, plan.nchunks, __func__);
+    if (rc == FX_OK) rc = conv_write(y, ystage, ic, xo.exp + wo.exp, __func__);
+    fx_scratch_free(&s);
+    return rc;
+}
+
+/* ---- gradient with respect to the input ------------------------------------------------------ */
+
+int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_t *w, int sh,
+                                 int sw, int ph, int pw, int dh, int dw)
+{
+    static const conv_names nm = {"dx", "w", "dy"};
+    fx_conv_geom g;
+    int rc = conv_geometry(__func__, &nm, dx, w, dy, sh, sw, ph, pw, dh, dw, &g);
+    if (rc) return rc;
+    const int ic = fx_is_int_compute(dy);
+    rc = conv_int_limit(__func__, ic, g.O * g.KH * g.KW, "each input gradient");
+    if (rc) return rc;
+    const conv_plan plan = conv_plan_make(&g, 0);
+    const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, CHW = g.C * g.H * g.W;
+    const int64_t col_n = CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
+    const int64_t dxp_n = fx_conv_padded_numel(&g, plan.nb);
+    const size_t esz = ic ? sizeof(int16_t) : sizeof(float);
+    const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
+
+    fx_scratch s = {.n = 0};
+    fx_operand dyo, wo;
+    rc = conv_operand(dy, ic, &dyo, &s, __func__);
+    if (!rc) rc = conv_operand(w, ic, &wo, &s, __func__);
+    char *dyg = conv_alloc(&s, dyg_n * plan.outer, esz, &rc, __func__);
+    char *col = conv_alloc(&s, col_n * plan.outer, ssz, &rc, __func__);
+    char *dxp = conv_alloc(&s, dxp_n * plan.outer, ssz, &rc, __func__);
+    char *dxstage = conv_alloc(&s, g.N * CHW, ssz, &rc, __func__);
+    int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, __func__);
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    FX_CONV_PARALLEL_FOR
+    for (int64_t ch = 0; ch < plan.nchunks; ch++) {
+        const int tid = FX_CONV_THREAD_ID();
+        const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
+        const int64_t Pc = nbc * P;
+        char *mydy = dyg + (size_t)(tid * dyg_n) * esz, *mycol = col + (size_t)(tid * col_n) * ssz;
+        char *mydxp = dxp + (size_t)(tid * dxp_n) * ssz;
+        fx_chunk_gather(dyo.data, n0, nbc, g.O, P, mydy, esz);
+        status[ch] = conv_matmul(fx_operand_2d(wo.data, ic, wo.exp, g.O, CKK, CKK, 1),
+                                 fx_operand_2d(mydy, ic, dyo.exp, g.O, Pc, Pc, 0), ic, mycol,
+                                 plan.inner);
+        if (status[ch] != FX_OK) continue;
+        /* the padded accumulator starts at zero (zero bytes are 0 and 0.0f) */
+        memset(mydxp, 0, (size_t)fx_conv_padded_numel(&g, nbc) * ssz);
+        if (ic)
+            fx_col2im_i64(&g, (const int64_t *)mycol, nbc, (int64_t *)mydxp, plan.inner);
+        else
+            fx_col2im_f32(&g, (const float *)mycol, nbc, (float *)mydxp, plan.inner);
+        fx_conv_unpad(&g, mydxp, n0, nbc, dxstage, ssz);
+    }
+    rc = conv_chunk_status(status, plan.nchunks, __func__);
+    if (rc == FX_OK) rc = conv_write(dx, dxstage, ic, dyo.exp + wo.exp, __func__);
+    fx_scratch_free(&s);
+    return rc;
+}
+
+/* ---- gradient with respect to the weights ---------------------------------------------------- */
+
+/* acc[i] += part[i] for n values of the stage type (int64: exact, |sum| < 2^62). */
+static void conv_accumulate(void *acc, const void *part, int64_t n, int int_compute)
+{
+    if (int_compute) {
+        int64_t *a = acc;
+        const int64_t *p = part;
+        for (int64_t i = 0; i < n; i++) a[i] += p[i];
+    } else {
+        float *a = acc;
+        const float *p = part;
+        for (int64_t i = 0; i < n; i++) a[i] += p[i];
+    }
+}
+
+int tensor_conv2d_backward_weight(tensor_t *dw_out, const tensor_t *x, const tensor_t *dy,
+                                  int sh, int sw, int ph, int pw, int dh, int dw)
+{
+    static const conv_names nm = {"x", "dw", "dy"};
+    fx_conv_geom g;
+    int rc = conv_geometry(__func__, &nm, x, dw_out, dy, sh, sw, ph, pw, dh, dw, &g);
+    if (rc) return rc;
+    const int ic = fx_is_int_compute(x);
+    rc = conv_int_limit(__func__, ic, g.N * g.OH * g.OW, "each weight gradient");
+    if (rc) return rc;
+    const conv_plan plan = conv_plan_make(&g, 1);
+    const int64_t groups = plan.nchunks < FX_CONV_WGRAD_GROUPS ? plan.nchunks
+                                                                : FX_CONV_WGRAD_GROUPS;
+    const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, nw = g.O * CKK;
+    const int64_t col_n = CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
+    const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
+    const size_t esz = ic ? sizeof(int16_t) : sizeof(float);
+    const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
+
+    fx_scratch s = {.n = 0};
+    fx_operand xo, dyo;
+    rc = conv_operand(x, ic, &xo, &s, __func__);
+    if (!rc) rc = conv_operand(dy, ic, &dyo, &s, __func__);
+    char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, __func__);
+    if (xp) memset(xp, 0, (size_t)(xp_n * plan.outer) * esz); /* the slack, read by im2col */
+    char *col = conv_alloc(&s, col_n * plan.outer, esz, &rc, __func__);
+    char *dyg = conv_alloc(&s, dyg_n * plan.outer, esz, &rc, __func__);
+    char *part = conv_alloc(&s, nw * plan.outer, ssz, &rc, __func__);
+    char *slots = conv_alloc(&s, nw * groups, ssz, &rc, __func__); /* one dW^T per group */
+    char *dwstage = conv_alloc(&s, nw, ssz, &rc, __func__);
+    int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, __func__);
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    memset(status, 0, sizeof(int) * (size_t)plan.nchunks);
+    FX_CONV_PARALLEL_FOR
+    for (int64_t grp = 0; grp < groups; grp++) {
+        const int tid = FX_CONV_THREAD_ID();
+        char *mycol = col + (size_t)(tid * col_n) * esz, *mydy = dyg + (size_t)(tid * dyg_n) * esz;
+        char *mypart = part + (size_t)(tid * nw) * ssz, *slot = slots + (size_t)(grp * nw) * ssz;
+        char *myxp = xp + (size_t)(tid * xp_n) * esz;
+        const int64_t c0 = grp * plan.nchunks / groups, c1 = (grp + 1) * plan.nchunks / groups;
+        for (int64_t ch = c0; ch < c1; ch++) {
+            const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
+            const int64_t Pc = nbc * P;
+            conv_patches(&g, xo.data, ic, n0, nbc, myxp, mycol, 0, plan.inner);
+            fx_chunk_gather(dyo.data, n0, nbc, g.O, P, mydy, esz);
+            status[ch] = conv_matmul(fx_operand_2d(mycol, ic, xo.exp, CKK, Pc, Pc, 0),
+                                     fx_operand_2d(mydy, ic, dyo.exp, g.O, Pc, Pc, 1), ic,
+                                     ch == c0 ? slot : mypart, plan.inner);
+            if (status[ch] != FX_OK) break;
+            if (ch > c0) conv_accumulate(slot, mypart, nw, ic);
+        }
+    }
+    rc = conv_chunk_status(status, plan.nchunks, __func__);
+    if (rc == FX_OK) {
+        for (int64_t grp = 1; grp < groups; grp++) /* in group order: fixed fp32 sums */
+            conv_accumulate(slots, slots + (size_t)(grp * nw) * ssz, nw, ic);
+        fx_chunk_scatter_t(slots, 0, 1, g.O, CKK, dwstage, ssz); /* [CKK, O] -> [O, CKK] */
+        rc = conv_write(dw_out, dwstage, ic, dyo.exp + xo.exp, __func__);
+    }
+    fx_scratch_free(&s);
+    return rc;
+}

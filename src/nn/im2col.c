@@ -1,0 +1,258 @@
+/* Layout transforms for convolution as GEMM; see im2col.h. Copies only: no arithmetic on the
+ * values except the adds of col2im, which are done in the caller's accumulator type. */
+#include "im2col.h"
+
+#include <string.h>
+
+/* Below this many elements moved, a transform runs on one thread (fork/join would cost more
+ * than the memory traffic it overlaps). */
+#define FX_IM2COL_PAR_MIN ((int64_t)1 << 15)
+
+#ifdef _OPENMP
+#define FX_PARALLEL_FOR_NT _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
+#else
+#define FX_PARALLEL_FOR_NT
+#endif
+
+static int fx_im2col_threads(int nthreads, int64_t work, int64_t units)
+{
+    int nt = nthreads > 1 && work >= FX_IM2COL_PAR_MIN ? nthreads : 1;
+    if (nt > units) nt = units > 1 ? (int)units : 1;
+    return nt;
+}
+
+/* Strided copy of a short run (a row of the output, a row of the kernel). GCC turns a
+ * unit-stride copy loop (even one it versions for stride 1) into a call to memmove, which costs
+ * several times the copy at these lengths (5 to 30 elements), so that transformation is
+ * switched off for the functions below. */
+#define FX_RUN_BLOCK 8
+#if defined(__GNUC__) && !defined(__clang__)
+#define FX_SHORT_RUNS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define FX_SHORT_RUNS
+#endif
+#define FX_RUN_HELPERS(T, SUF)                                                                 \
+    static inline void fx_copy_##SUF(T *restrict d, const T *restrict s, int64_t n,            \
+                                     int64_t stride)                                           \
+    {                                                                                          \
+        for (int64_t i = 0; i < n; i++) d[i] = s[i * stride];                                  \
+    }                                                                                          \
+    /* Unit-stride copy in whole blocks of FX_RUN_BLOCK elements: reads and writes up to       \
+     * FX_RUN_BLOCK - 1 elements past the run. Used only where the next run, written next by   \
+     * the same thread, starts right after this one, and where the source has slack. */        \
+    static inline void fx_copy_blocks_##SUF(T *restrict d, const T *restrict s, int64_t n)     \
+    {                                                                                          \
+        for (int64_t i = 0; i < n; i += FX_RUN_BLOCK)                                          \
+            memcpy(d + i, s + i, FX_RUN_BLOCK * sizeof(T));                                    \
+    }
+FX_RUN_HELPERS(int16_t, i16)
+FX_RUN_HELPERS(float, f32)
+
+int64_t fx_conv_padded_numel(const fx_conv_geom *g, int64_t nb)
+{
+    return nb * g->C * (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
+}
+
+void fx_conv_pad(const fx_conv_geom *g, const void *xv, int64_t n0, int64_t nb, void *xpv,
+                 size_t esz)
+{
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    const char *x = xv;
+    char *xp = xpv;
+    for (int64_t pl = 0; pl < nb * g->C; pl++) {
+        char *dp = xp + (size_t)(pl * Hp * Wp) * esz;
+        const char *sp = x + (size_t)((n0 * g->C + pl) * g->H * g->W) * esz;
+        memset(dp, 0, (size_t)(g->ph * Wp) * esz);
+        for (int64_t ih = 0; ih < g->H; ih++) {
+            char *d = dp + (size_t)((ih + g->ph) * Wp) * esz;
+            memset(d, 0, (size_t)g->pw * esz);
+            memcpy(d + (size_t)g->pw * esz, sp + (size_t)(ih * g->W) * esz, (size_t)g->W * esz);
+            memset(d + (size_t)(g->pw + g->W) * esz, 0, (size_t)g->pw * esz);
+        }
+        memset(dp + (size_t)((g->ph + g->H) * Wp) * esz, 0, (size_t)(g->ph * Wp) * esz);
+    }
+}
+
+void fx_conv_unpad(const fx_conv_geom *g, const void *xpv, int64_t n0, int64_t nb, void *xv,
+                   size_t esz)
+{
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    const char *xp = xpv;
+    char *x = xv;
+    for (int64_t pl = 0; pl < nb * g->C; pl++)
+        for (int64_t ih = 0; ih < g->H; ih++)
+            memcpy(x + (size_t)(((n0 * g->C + pl) * g->H + ih) * g->W) * esz,
+                   xp + (size_t)((pl * Hp + ih + g->ph) * Wp + g->pw) * esz, (size_t)g->W * esz);
+}
+
+/* Standard im2col from the padded chunk: every row r is, per sample and output row, one run
+ * of OW taps (stride sw) of one padded input row. Threads split the rows r. */
+#define FX_IM2COL_BODY(T, SUF)                                                                 \
+    const int64_t KK = g->KH * g->KW, CKK = g->C * KK, P = g->OH * g->OW, ld = nb * P;        \
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, OW = g->OW;                    \
+    const int nt = fx_im2col_threads(nthreads, CKK * ld, CKK);                                 \
+    (void)nt;                                                                                  \
+    FX_PARALLEL_FOR_NT                                                                         \
+    for (int64_t r = 0; r < CKK; r++) {                                                        \
+        const int64_t c = r / KK, kh = (r % KK) / g->KW, kw = r % g->KW;                       \
+        for (int64_t n = 0; n < nb; n++) {                                                     \
+            const T *src = xp + ((n * g->C + c) * Hp + kh * g->dh) * Wp + kw * g->dw;          \
+            T *dst = col + r * ld + n * P;                                                     \
+            /* runs whose block copy would spill past the (r, n) block are copied exactly */  \
+            const int64_t blocked = OW * g->OH - (OW + FX_RUN_BLOCK - 1) / FX_RUN_BLOCK * FX_RUN_BLOCK; \
+            for (int64_t oh = 0; oh < g->OH; oh++)                                             \
+                if (g->sw == 1 && oh * OW <= blocked)                                          \
+                    fx_copy_blocks_##SUF(dst + oh * OW, src + oh * g->sh * Wp, OW);            \
+                else                                                                           \
+                    fx_copy_##SUF(dst + oh * OW, src + oh * g->sh * Wp, OW, g->sw);            \
+        }                                                                                      \
+    }
+
+FX_SHORT_RUNS void fx_im2col_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int16_t *col,
+                   int nthreads)
+{
+    FX_IM2COL_BODY(int16_t, i16)
+}
+
+FX_SHORT_RUNS void fx_im2col_f32(const fx_conv_geom *g, const float *xp, int64_t nb, float *col, int nthreads)
+{
+    FX_IM2COL_BODY(float, f32)
+}
+
+/* Pixel-major im2col from the padded chunk: each pixel's row is C*KH runs of KW taps (stride
+ * dw). Threads split the (sample, output row) pairs. */
+#define FX_IM2ROW_BODY(T, SUF)                                                                 \
+    const int64_t KK = g->KH * g->KW, CKK = g->C * KK, P = g->OH * g->OW;                     \
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, KW = g->KW;                    \
+    const int nt = fx_im2col_threads(nthreads, nb * P * CKK, nb * g->OH);                      \
+    (void)nt;                                                                                  \
+    FX_PARALLEL_FOR_NT                                                                         \
+    for (int64_t nh = 0; nh < nb * g->OH; nh++) {                                              \
+        const int64_t n = nh / g->OH, oh = nh % g->OH;                                         \
+        const T *rows = xp + (n * g->C * Hp + oh * g->sh) * Wp;                                \
+        T *d = colT + (n * P + oh * g->OW) * CKK;                                              \
+        /* runs whose block copy would spill past the pixel's row are copied exactly */        \
+        const int64_t blocked = CKK - (KW + FX_RUN_BLOCK - 1) / FX_RUN_BLOCK * FX_RUN_BLOCK;   \
+        for (int64_t ow = 0; ow < g->OW; ow++) {                                               \
+            const T *s = rows + ow * g->sw;                                                    \
+            int64_t at = 0; /* offset of the run in the pixel's row */                         \
+            for (int64_t c = 0; c < g->C; c++)                                                 \
+                for (int64_t kh = 0; kh < g->KH; kh++, at += KW) {                             \
+                    const T *sj = s + (c * Hp + kh * g->dh) * Wp;                              \
+                    if (g->dw == 1 && at <= blocked)                                           \
+                        fx_copy_blocks_##SUF(d + at, sj, KW);                                  \
+                    else                                                                       \
+                        fx_copy_##SUF(d + at, sj, KW, g->dw);                                  \
+                }                                                                              \
+            d += CKK;                                                                          \
+        }                                                                                      \
+    }
+
+FX_SHORT_RUNS void fx_im2row_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int16_t *colT,
+                   int nthreads)
+{
+    FX_IM2ROW_BODY(int16_t, i16)
+}
+
+FX_SHORT_RUNS void fx_im2row_f32(const fx_conv_geom *g, const float *xp, int64_t nb, float *colT,
+                   int nthreads)
+{
+    FX_IM2ROW_BODY(float, f32)
+}
+
+/* col2im into the padded chunk: the mirror image of im2col's runs, adding instead of copying.
+ * Threads own channels, so no two threads touch one element, and each element's terms arrive
+ * in increasing (kh, kw) order: the same sums for any thread count. */
+#define FX_COL2IM_BODY(T)                                                                      \
+    const int64_t KK = g->KH * g->KW, P = g->OH * g->OW, ld = nb * P;                         \
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, OW = g->OW, sw = g->sw;        \
+    const int nt = fx_im2col_threads(nthreads, g->C * KK * ld, g->C);                          \
+    (void)nt;                                                                                  \
+    FX_PARALLEL_FOR_NT                                                                         \
+    for (int64_t c = 0; c < g->C; c++)                                                         \
+        for (int64_t kh = 0; kh < g->KH; kh++)                                                 \
+            for (int64_t kw = 0; kw < g->KW; kw++) {                                           \
+                const T *src = col + ((c * g->KH + kh) * g->KW + kw) * ld;                     \
+                for (int64_t n = 0; n < nb; n++) {                                             \
+                    T *dst = dxp + ((n * g->C + c) * Hp + kh * g->dh) * Wp + kw * g->dw;       \
+                    const T *s = src + n * P;                                                  \
+                    for (int64_t oh = 0; oh < g->OH; oh++) {                                   \
+                        T *restrict d = dst + oh * g->sh * Wp;                                 \
+                        const T *restrict so = s + oh * OW;                                    \
+                        if (sw == 1)                                                           \
+                            for (int64_t ow = 0; ow < OW; ow++) d[ow] += so[ow];               \
+                        else                                                                   \
+                            for (int64_t ow = 0; ow < OW; ow++) d[ow * sw] += so[ow];          \
+                    }                                                                          \
+                }                                                                              \
+            }
+
+void fx_col2im_i64(const fx_conv_geom *g, const int64_t *col, int64_t nb, int64_t *dxp,
+                   int nthreads)
+{
+    FX_COL2IM_BODY(int64_t)
+}
+
+void fx_col2im_f32(const fx_conv_geom *g, const float *col, int64_t nb, float *dxp,
+                   int nthreads)
+{
+    FX_COL2IM_BODY(float)
+}
+
+void fx_chunk_gather(const void *nchw, int64_t n0, int64_t nb, int64_t O, int64_t P, void *chunk,
+                     size_t esz)
+{
+    const char *src = nchw;
+    char *dst = chunk;
+    for (int64_t n = 0; n < nb; n++)
+        for (int64_t o = 0; o < O; o++)
+            memcpy(dst + (size_t)(o * nb * P + n * P) * esz,
+                   src + (size_t)(((n0 + n) * O + o) * P) * esz, (size_t)P * esz);
+}
+
+void fx_chunk_scatter(const void *chunk, int64_t n0, int64_t nb, int64_t O, int64_t P,
+                      void *nchw, size_t esz)
+{
+    const char *src = chunk;
+    char *dst = nchw;
+    for (int64_t n = 0; n < nb; n++)
+        for (int64_t o = 0; o < O; o++)
+            memcpy(dst + (size_t)(((n0 + n) * O + o) * P) * esz,
+                   src + (size_t)(o * nb * P + n * P) * esz, (size_t)P * esz);
+}
+
+/* dst[j*rows + i] = src[i*cols + j] for elements of esz bytes, in 32 x 32 tiles so that both
+ * sides move whole cache lines. */
+#define FX_TILE 32
+#define FX_TRANSPOSE_LOOP(T)                                                                   \
+    do {                                                                                       \
+        const T *s = src;                                                                      \
+        T *d = dst;                                                                            \
+        for (int64_t i0 = 0; i0 < rows; i0 += FX_TILE)                                         \
+            for (int64_t j0 = 0; j0 < cols; j0 += FX_TILE) {                                   \
+                const int64_t i1 = i0 + FX_TILE < rows ? i0 + FX_TILE : rows;                  \
+                const int64_t j1 = j0 + FX_TILE < cols ? j0 + FX_TILE : cols;                  \
+                for (int64_t i = i0; i < i1; i++)                                              \
+                    for (int64_t j = j0; j < j1; j++) d[j * rows + i] = s[i * cols + j];       \
+            }                                                                                  \
+    } while (0)
+
+static void fx_transpose(void *dst, const void *src, int64_t rows, int64_t cols, size_t esz)
+{
+    if (esz == 2)
+        FX_TRANSPOSE_LOOP(uint16_t);
+    else if (esz == 4)
+        FX_TRANSPOSE_LOOP(uint32_t);
+    else
+        FX_TRANSPOSE_LOOP(uint64_t);
+}
+
+void fx_chunk_scatter_t(const void *pix, int64_t n0, int64_t nb, int64_t O, int64_t P,
+                        void *nchw, size_t esz)
+{
+    const char *src = pix;
+    char *dst = nchw;
+    for (int64_t n = 0; n < nb; n++)
+        fx_transpose(dst + (size_t)((n0 + n) * O * P) * esz, src + (size_t)(n * P * O) * esz, P,
+                     O, esz);
+}

@@ -1,0 +1,537 @@
+/* Pooling (NCHW): max pool with argmax, average pool (count_include_pad), global average pool,
+ * and their gradients.
+ *
+ * Compute rule: the first input decides (include/flexpoint.h).
+ *   FLEX16_5/DFP16: integer only.
+ *     - max pool compares int16 mantissas (exact) and stages the winners as int64 at the input
+ *       exponent, so the write keeps them exactly unless the output's exponent must differ.
+ *     - its gradient scatter-adds dy's mantissas into an int64 stage (exact, also where
+ *       overlapping windows send several gradients to one input).
+ *     - average pools sum in int64 (exact) and divide by the window count with
+ *       pool_divide_exact: a power-of-two count only moves the exponent; any other count gives
+ *       a round-to-odd quotient with 51 to 53 significant bits, whose one rounding in the write
+ *       is then the correctly rounded average. So there is no reciprocal error at all: the
+ *       result equals the exact average rounded once (ties to even) to the output exponent.
+ *   other formats: fp32 values; max pool compares them (NaN wins, the first NaN in scan order,
+ *   so that NaN propagates), sums add in fp32 and are divided by the count in fp32 (error
+ *   gamma_{m-1} sum|x| / count + one rounding, m = terms), one rounding on write.
+ *
+ * Window: rows oh*sh - ph .. + kh - 1 (likewise columns), clipped to the input. Padding is at
+ * most half the window (as in PyTorch), so every window holds at least one input element and
+ * max pooling never selects padding. Average pools divide by kh*kw (count_include_pad; without
+ * ceil mode every window lies inside the padded input, so the count is the same everywhere).
+ *
+ * Argmax: per output element the flat index into x (row-major over x's logical shape), int32.
+ * The backward pass requires each index to lie in its own (n, c) plane, which is what the
+ * forward pass produces; this lets threads split planes without ever adding to the same
+ * element, and keeps the order of additions fixed.
+ */
+#include "../core/compose.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Below this many elements touched, pooling runs on one thread. */
+#define FX_POOL_PAR_MIN ((int64_t)1 << 15)
+
+#ifdef _OPENMP
+#define FX_POOL_PARALLEL_FOR _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
+#else
+#define FX_POOL_PARALLEL_FOR
+#endif
+
+typedef struct pool_geom {
+    int64_t N, C, H, W, KH, KW, OH, OW, sh, sw, ph, pw;
+} pool_geom;
+
+static int pool_threads(int64_t work, int64_t units)
+{
+    int nt = work >= FX_POOL_PAR_MIN ? flexpoint_num_threads() : 1;
+    if (nt > units) nt = units > 1 ? (int)units : 1;
+    return nt < 1 ? 1 : nt;
+}
+
+/* ---- validation ---------------------------------------------------------------------------- */
+
+static int pool_params_check(const char *func, int kh, int kw, int sh, int sw, int ph, int pw)
+{
+    if (kh < 1 || kw < 1)
+        return fx_error(FX_EINVAL, func, "kernel (%d, %d) must be >= 1", kh, kw);
+    if (sh < 1 || sw < 1)
+        return fx_error(FX_EINVAL, func, "stride (%d, %d) must be >= 1", sh, sw);
+    if (ph < 0 || pw < 0)
+        return fx_error(FX_EINVAL, func, "padding (%d, %d) must be >= 0", ph, pw);
+    if (ph > kh / 2 || pw > kw / 2)
+        return fx_error(FX_EINVAL, func, "padding (%d, %d) must be at most half the kernel "
+                        "(%d, %d)", ph, pw, kh, kw);
+    return FX_OK;
+}
+
+static int pool_4d(const char *func, const tensor_t *t, const char *name)
+{
+    char b[160];
+    if (t->ndim != 4)
+        return fx_error(FX_ESHAPE, func, "%s must be 4-D (N, C, H, W), got shape %s", name,
+                        fx_shape_str(t, b, sizeof b));
+    return FX_OK;
+}
+
+/* x: [N,C,H,W] and y: [N,C,OH,OW] under the window parameters. */
+static int pool_geometry(const char *func, const tensor_t *x, const char *xn, const tensor_t *y,
+                         const char *yn, int kh, int kw, int sh, int sw, int ph, int pw,
+                         pool_geom *g)
+{
+    if (!x || !y) return fx_error(FX_EINVAL, func, "%s is NULL", !x ? xn : yn);
+    int rc = pool_params_check(func, kh, kw, sh, sw, ph, pw);
+    if (!rc) rc = pool_4d(func, x, xn);
+    if (!rc) rc = pool_4d(func, y, yn);
+    if (rc) return rc;
+    char b1[160], b2[160];
+    *g = (pool_geom){.N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3],
+                     .KH = kh, .KW = kw, .sh = sh, .sw = sw, .ph = ph, .pw = pw};
+    if (g->N == 0 || g->C == 0)
+        return fx_error(FX_ESHAPE, func, "empty batch or no channels: %s.shape=%s", xn,
+                        fx_shape_str(x, b1, sizeof b1));
+    if (g->H + 2 * ph < kh || g->W + 2 * pw < kw)
+        return fx_error(FX_ESHAPE, func, "the window %dx%d does not fit %s.shape=%s with "
+                        "padding (%d, %d)", kh, kw, xn, fx_shape_str(x, b1, sizeof b1), ph, pw);
+    g->OH = (g->H + 2 * ph - kh) / sh + 1;
+    g->OW = (g->W + 2 * pw - kw) / sw + 1;
+    if (y->shape[0] != g->N || y->shape[1] != g->C || y->shape[2] != g->OH ||
+        y->shape[3] != g->OW)
+        return fx_error(FX_ESHAPE, func, "%s.shape=%s, but %s.shape=%s with window (%d, %d), "
+                        "stride (%d, %d), padding (%d, %d) gives [%lld, %lld, %lld, %lld]", yn,
+                        fx_shape_str(y, b1, sizeof b1), xn, fx_shape_str(x, b2, sizeof b2), kh,
+                        kw, sh, sw, ph, pw, (long long)g->N, (long long)g->C, (long long)g->OH,
+                        (long long)g->OW);
+    return FX_OK;
+}
+
+/* Window of output (oh, ow) clipped to the input: rows [*h0, *h1), columns [*w0, *w1). */
+static void pool_window(const pool_geom *g, int64_t oh, int64_t ow, int64_t *h0, int64_t *h1,
+                        int64_t *w0, int64_t *w1)
+{
+    const int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw;
+    *h0 = hs < 0 ? 0 : hs;
+    *h1 = hs + g->KH < g->H ? hs + g->KH : g->H;
+    *w0 = ws < 0 ? 0 : ws;
+    *w1 = ws + g->KW < g->W ? ws + g->KW : g->W;
+}
+
+/* ---- shared machinery ---------------------------------------------------------------------- */
+
+static int pool_operand(const tensor_t *t, int int_compute, fx_operand *o, fx_scratch *s,
+                        const char *func)
+{
+    return fx_operand_make(t, int_compute, int_compute ? FMT_DFP16 : FMT_FP32, 0, 0, NULL, o, s,
+                           func);
+}
+
+static void *pool_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char *func)
+{
+    if (*rc) return NULL;
+    void *p = fx_scratch_alloc(s, n > 0 ? n : 1, sz);
+    if (!p)
+        *rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld elements of %zu bytes",
+                       (long long)n, sz);
+    return p;
+}
+
+static int bitlen_u64(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
+
+/* v[i] <- v[i] / count for exact int64 values at exponent *e, so that the write's one rounding
+ * (to any output exponent at least 2 above the new *e, see below) is the correctly rounded
+ * quotient; *e is updated.
+ *   - count = 2^L: the quotient is exact, v stays and *e drops by L.
+ *   - otherwise, with b = bitlen(max|v|) and L = floor(log2 count), k = 53 - b + L: every
+ *     |v| * 2^k / count < 2^53, and the largest is >= 2^51. Each quotient is truncated and its
+ *     lowest bit set when the remainder is nonzero (round to odd). A later round-to-nearest at
+ *     a grid 4 or more times coarser is then exactly the correct rounding of the true quotient
+ *     (the odd value sits strictly on the same side of every rounding midpoint as the true
+ *     value, and it is exact when the true value is on the grid). The write picks its
+ *     exponent from the largest value (>= 2^51 units, so 36 or more bits coarser), and values
+ *     below 2^53 convert to double exactly, so float outputs are rounded once as well.
+ * The long division runs in steps that keep the shifted remainder below 2^63. */
+static void pool_divide_exact(int64_t *v, int64_t n, int64_t count, int *e)
+{
+    const int L = bitlen_u64((uint64_t)count) - 1;
+    if (((uint64_t)count & ((uint64_t)count - 1)) == 0) {
+        *e -= L;
+        return;
+    }
+    uint64_t mx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t a = v[i] < 0 ? (uint64_t)0 - (uint64_t)v[i] : (uint64_t)v[i];
+        if (a > mx) mx = a;
+    }
+    if (mx == 0) return;
+    const int k = 53 - bitlen_u64(mx) + L;
+    const int step = 63 - (L + 1); /* remainder < count < 2^(L+1): r << step < 2^63 */
+    const uint64_t cnt = (uint64_t)count;
+    for (int64_t i = 0; i < n; i++) {
+        const int neg = v[i] < 0;
+        const uint64_t a = neg ? (uint64_t)0 - (uint64_t)v[i] : (uint64_t)v[i];
+        uint64_t q = a / cnt, r = a % cnt;
+        for (int left = k; left > 0;) {
+            const int sft = left < step ? left : step;
+            r <<= sft;
+            q = (q << sft) + r / cnt;
+            r %= cnt;
+            left -= sft;
+        }
+        if (r) q |= 1;
+        v[i] = neg ? -(int64_t)q : (int64_t)q; /* q < 2^53 */
+    }
+    *e -= k;
+}
+
+/* Largest averaging count: pool_divide_exact needs count < 2^41 to keep its quotients'
+ * remainders in range; real windows and planes are far smaller. */
+#define FX_POOL_MAX_COUNT ((int64_t)1 << 40)
+
+static int pool_write(tensor_t *out, const void *stage, int int_compute, int e, const char *func)
+{
+    return int_compute ? fx_write_i64(out, stage, e, func) : fx_write_f32(out, stage, func);
+}
+
+/* ---- max pool ------------------------------------------------------------------------------ */
+
+int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, int kw, int sh,
+                     int sw, int ph, int pw)
+{
+    pool_geom g;
+    int rc = pool_geometry(__func__, x, "x", y, "y", kh, kw, sh, sw, ph, pw, &g);
+    if (rc) return rc;
+    const int64_t HW = g.H * g.W, P = g.OH * g.OW, planes = g.N * g.C, ny = planes * P;
+    if (argmax && planes * HW > INT32_MAX)
+        return FX_FAIL(FX_EUNSUPPORTED, "x has %lld elements; int32 argmax indices need fewer "
+                       "than 2^31", (long long)(planes * HW));
+    const int ic = fx_is_int_compute(x);
+    fx_scratch s = {.n = 0};
+    fx_operand xo;
+    rc = pool_operand(x, ic, &xo, &s, __func__);
+    void *stage = pool_alloc(&s, ny, ic ? sizeof(int64_t) : sizeof(float), &rc, __func__);
+    int32_t *idx = argmax ? pool_alloc(&s, ny, sizeof(int32_t), &rc, __func__) : NULL;
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    const int nt = pool_threads(planes * P * g.KH * g.KW, planes);
+    (void)nt;
+    FX_POOL_PARALLEL_FOR
+    for (int64_t pl = 0; pl < planes; pl++) {
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                int64_t h0, h1, w0, w1, o = pl * P + oh * g.OW + ow;
+                pool_window(&g, oh, ow, &h0, &h1, &w0, &w1);
+                int64_t best_at = pl * HW + h0 * g.W + w0; /* windows are never empty */
+                if (ic) {
+                    const int16_t *xp = (const int16_t *)xo.data;
+                    int32_t best = xp[best_at];
+                    for (int64_t ih = h0; ih < h1; ih++)
+                        for (int64_t iw = w0; iw < w1; iw++) {
+                            const int64_t at = pl * HW + ih * g.W + iw;
+                            if (xp[at] > best) {
+                                best = xp[at];
+                                best_at = at;
+                            }
+                        }
+                    ((int64_t *)stage)[o] = best;
+                } else {
+                    const float *xp = (const float *)xo.data;
+                    float best = xp[best_at];
+                    for (int64_t ih = h0; ih < h1; ih++)
+                        for (int64_t iw = w0; iw < w1; iw++) {
+                            const int64_t at = pl * HW + ih * g.W + iw;
+                            const float v = xp[at];
+                            if (v > best || (isnan(v) && !isnan(best))) {
+                                best = v;
+                                best_at = at;
+                            }
+                        }
+                    ((float *)stage)[o] = best;
+                }
+                if (idx) idx[o] = (int32_t)best_at;
+            }
+    }
+    rc = pool_write(y, stage, ic, xo.exp, __func__);
+    if (rc == FX_OK && argmax) memcpy(argmax, idx, (size_t)ny * sizeof *idx);
+    fx_scratch_free(&s);
+    return rc;
+}
+
+int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *argmax)
+{
+    if (!dx || !dy || !argmax)
+        return FX_FAIL(FX_EINVAL, "%s is NULL", !dx ? "dx" : (!dy ? "dy" : "argmax"));
+    int rc = pool_4d(__func__, dx, "dx");
+    if (!rc) rc = pool_4d(__func__, dy, "dy");
+    if (rc) return rc;
+    char b1[160], b2[160];
+    if (dx->shape[0] != dy->shape[0] || dx->shape[1] != dy->shape[1])
+        return FX_FAIL(FX_ESHAPE, "dx.shape=%s and dy.shape=%s differ in batch or channels",
+                       fx_shape_str(dx, b1, sizeof b1), fx_shape_str(dy, b2, sizeof b2));
+    if (dx->shape[0] == 0 || dx->shape[1] == 0)
+        return FX_FAIL(FX_ESHAPE, "empty batch or no channels: dx.shape=%s",
+                       fx_shape_str(dx, b1, sizeof b1));
+    const int64_t planes = dx->shape[0] * dx->shape[1], HW = dx->shape[2] * dx->shape[3];
+    const int64_t P = dy->shape[2] * dy->shape[3], nx = planes * HW, ny = planes * P;
+    if (nx > INT32_MAX)
+        return FX_FAIL(FX_EUNSUPPORTED, "dx has %lld elements; int32 argmax indices need "
+                       "fewer than 2^31", (long long)nx);
+    for (int64_t i = 0; i < ny; i++) {
+        const int64_t pl = i / P, lo = pl * HW;
+        if (argmax[i] < lo || argmax[i] >= lo + HW)
+            return FX_FAIL(FX_ERANGE, "argmax[%lld]=%d is outside the (n, c) plane of that "
+                           "output, [%lld, %lld) in dx.shape=%s", (long long)i, argmax[i],
+                           (long long)lo, (long long)(lo + HW), fx_shape_str(dx, b1, sizeof b1));
+    }
+    const int ic = fx_is_int_compute(dy);
+    const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
+    fx_scratch s = {.n = 0};
+    fx_operand dyo;
+    rc = pool_operand(dy, ic, &dyo, &s, __func__);
+    void *stage = pool_alloc(&s, nx, ssz, &rc, __func__);
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    memset(stage, 0, (size_t)nx * ssz);
+    const int nt = pool_threads(nx + ny, planes);
+    (void)nt;
+    FX_POOL_PARALLEL_FOR
+    for (int64_t pl = 0; pl < planes; pl++) {
+        if (ic) {
+            const int16_t *d = (const int16_t *)dyo.data;
+            int64_t *st = stage;
+            for (int64_t i = pl * P; i < (pl + 1) * P; i++) st[argmax[i]] += d[i];
+        } else {
+            const float *d = (const float *)dyo.data;
+            float *st = stage;
+            for (int64_t i = pl * P; i < (pl + 1) * P; i++) st[argmax[i]] += d[i];
+        }
+    }
+    rc = pool_write(dx, stage, ic, dyo.exp, __func__);
+    fx_scratch_free(&s);
+    return rc;
+}
+
+/* ---- average pool -------------------------------------------------------------------------- */
+
+int tensor_avgpool2d(tensor_t *y, const tensor_t *x, int kh, int kw, int sh, int sw, int ph,
+                     int pw)
+{
+    pool_geom g;
+    int rc = pool_geometry(__func__, x, "x", y, "y", kh, kw, sh, sw, ph, pw, &g);
+    if (rc) return rc;
+    const int64_t HW = g.H * g.W, P = g.OH * g.OW, planes = g.N * g.C, ny = planes * P;
+    const int64_t count = (int64_t)kh * kw;
+    if (count > FX_POOL_MAX_COUNT)
+        return FX_FAIL(FX_EUNSUPPORTED, "window %dx%d: more than 2^40 elements cannot be "
+                       "averaged with one correct rounding", kh, kw);
+    const int ic = fx_is_int_compute(x);
+    fx_scratch s = {.n = 0};
+    fx_operand xo;
+    rc = pool_operand(x, ic, &xo, &s, __func__);
+    void *stage = pool_alloc(&s, ny, ic ? sizeof(int64_t) : sizeof(float), &rc, __func__);
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    const int nt = pool_threads(ny * count, planes);
+    (void)nt;
+    FX_POOL_PARALLEL_FOR
+    for (int64_t pl = 0; pl < planes; pl++) {
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                int64_t h0, h1, w0, w1, o = pl * P + oh * g.OW + ow;
+                pool_window(&g, oh, ow, &h0, &h1, &w0, &w1);
+                if (ic) {
+                    const int16_t *xp = (const int16_t *)xo.data + pl * HW;
+                    int64_t sum = 0;
+                    for (int64_t ih = h0; ih < h1; ih++)
+                        for (int64_t iw = w0; iw < w1; iw++) sum += xp[ih * g.W + iw];
+                    ((int64_t *)stage)[o] = sum;
+                } else {
+                    const float *xp = (const float *)xo.data + pl * HW;
+                    float sum = 0.0f;
+                    for (int64_t ih = h0; ih < h1; ih++)
+                        for (int64_t iw = w0; iw < w1; iw++) sum += xp[ih * g.W + iw];
+                    ((float *)stage)[o] = sum / (float)count;
+                }
+            }
+    }
+    int e = xo.exp;
+    if (ic) pool_divide_exact(stage, ny, count, &e);
+    rc = pool_write(y, stage, ic, e, __func__);
+    fx_scratch_free(&s);
+    return rc;
+}
+
+int tensor_avgpool2d_backward(tensor_t *dx, const tensor_t *dy, int kh, int kw, int sh, int sw,
+                              int ph, int pw)
+{
+    pool_geom g;
+    int rc = pool_geometry(__func__, dx, "dx", dy, "dy", kh, kw, sh, sw, ph, pw, &g);
+    if (rc) return rc;
+    const int64_t HW = g.H * g.W, P = g.OH * g.OW, planes = g.N * g.C, nx = planes * HW;
+    const int64_t count = (int64_t)kh * kw;
+    if (count > FX_POOL_MAX_COUNT)
+        return FX_FAIL(FX_EUNSUPPORTED, "window %dx%d: more than 2^40 elements cannot be "
+                       "averaged with one correct rounding", kh, kw);
+    const int ic = fx_is_int_compute(dy);
+    const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
+    fx_scratch s = {.n = 0};
+    fx_operand dyo;
+    rc = pool_operand(dy, ic, &dyo, &s, __func__);
+    void *stage = pool_alloc(&s, nx, ssz, &rc, __func__);
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    memset(stage, 0, (size_t)nx * ssz);
+    const int nt = pool_threads(planes * P * count, planes);
+    (void)nt;
+    /* every input element sums the gradients of the windows that contain it (exactly in
+     * int64, or in fp32 in scan order), then one division by the count */
+    FX_POOL_PARALLEL_FOR
+    for (int64_t pl = 0; pl < planes; pl++) {
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                int64_t h0, h1, w0, w1, o = pl * P + oh * g.OW + ow;
+                pool_window(&g, oh, ow, &h0, &h1, &w0, &w1);
+                if (ic) {
+                    int64_t *st = (int64_t *)stage + pl * HW;
+                    const int64_t d = ((const int16_t *)dyo.data)[o];
+                    for (int64_t ih = h0; ih < h1; ih++)
+                        for (int64_t iw = w0; iw < w1; iw++) st[ih * g.W + iw] += d;
+                } else {
+                    float *st = (float *)stage + pl * HW;
+                    const float d = ((const float *)dyo.data)[o];
+                    for (int64_t ih = h0; ih < h1; ih++)
+                        for (int64_t iw = w0; iw < w1; iw++) st[ih * g.W + iw] += d;
+                }
+            }
+    }
+    int e = dyo.exp;
+    if (ic) {
+        pool_divide_exact(stage, nx, count, &e);
+    } else {
+        float *st = stage;
+        for (int64_t i = 0; i < nx; i++) st[i] /= (float)count;
+    }
+    rc = pool_write(dx, stage, ic, e, __func__);
+    fx_scratch_free(&s);
+    return rc;
+}
+
+/* ---- global average pool ----------------------------------------------------------------- */
+
+/* x: [N,C,H,W]; y: [N,C] or [N,C,1,1]. */
+static int global_geometry(const char *func, const tensor_t *x, const char *xn, const tensor_t *y,
+                           const char *yn, int64_t *planes, int64_t *HW)
+{
+    if (!x || !y) return fx_error(FX_EINVAL, func, "%s is NULL", !x ? xn : yn);
+    int rc = pool_4d(func, x, xn);
+    if (rc) return rc;
+    char b1[160], b2[160];
+    const int64_t *xs = x->shape, *ys = y->shape;
+    const int ok = (y->ndim == 2 || (y->ndim == 4 && ys[2] == 1 && ys[3] == 1)) &&
+                   ys[0] == xs[0] && ys[1] == xs[1];
+    if (!ok)
+        return fx_error(FX_ESHAPE, func, "%s.shape=%s must be [%lld, %lld] or [%lld, %lld, 1, 1] "
+                        "for %s.shape=%s", yn, fx_shape_str(y, b1, sizeof b1), (long long)xs[0],
+                        (long long)xs[1], (long long)xs[0], (long long)xs[1], xn,
+                        fx_shape_str(x, b2, sizeof b2));
+    if (xs[0] == 0 || xs[1] == 0 || xs[2] == 0 || xs[3] == 0)
+        return fx_error(FX_ESHAPE, func, "%s.shape=%s is empty", xn,
+                        fx_shape_str(x, b1, sizeof b1));
+    *planes = xs[0] * xs[1];
+    *HW = xs[2] * xs[3];
+    if (*HW > FX_POOL_MAX_COUNT)
+        return fx_error(FX_EUNSUPPORTED, func, "%lld elements per plane: more than 2^40 cannot "
+                        "be averaged with one correct rounding", (long long)*HW);
+    return FX_OK;
+}
+
+int tensor_global_avgpool(tensor_t *y, const tensor_t *x)
+{
+    int64_t planes, HW;
+    int rc = global_geometry(__func__, x, "x", y, "y", &planes, &HW);
+    if (rc) return rc;
+    const int ic = fx_is_int_compute(x);
+    fx_scratch s = {.n = 0};
+    fx_operand xo;
+    rc = pool_operand(x, ic, &xo, &s, __func__);
+    void *stage = pool_alloc(&s, planes, ic ? sizeof(int64_t) : sizeof(float), &rc, __func__);
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    const int nt = pool_threads(planes * HW, planes);
+    (void)nt;
+    FX_POOL_PARALLEL_FOR
+    for (int64_t pl = 0; pl < planes; pl++) {
+        if (ic) {
+            const int16_t *xp = (const int16_t *)xo.data + pl * HW;
+            int64_t sum = 0;
+            for (int64_t i = 0; i < HW; i++) sum += xp[i];
+            ((int64_t *)stage)[pl] = sum;
+        } else {
+            const float *xp = (const float *)xo.data + pl * HW;
+            float sum = 0.0f;
+            for (int64_t i = 0; i < HW; i++) sum += xp[i];
+            ((float *)stage)[pl] = sum / (float)HW;
+        }
+    }
+    int e = xo.exp;
+    if (ic) pool_divide_exact(stage, planes, HW, &e);
+    rc = pool_write(y, stage, ic, e, __func__);
+    fx_scratch_free(&s);
+    return rc;
+}
+
+int tensor_global_avgpool_backward(tensor_t *dx, const tensor_t *dy)
+{
+    int64_t planes, HW;
+    int rc = global_geometry(__func__, dx, "dx", dy, "dy", &planes, &HW);
+    if (rc) return rc;
+    const int ic = fx_is_int_compute(dy);
+    const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
+    fx_scratch s = {.n = 0};
+    fx_operand dyo;
+    rc = pool_operand(dy, ic, &dyo, &s, __func__);
+    void *quot = pool_alloc(&s, planes, ssz, &rc, __func__);
+    void *stage = pool_alloc(&s, planes * HW, ssz, &rc, __func__);
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    int e = dyo.exp;
+    if (ic) { /* each plane's gradient dy / HW, rounded once, then broadcast */
+        int64_t *q = quot;
+        for (int64_t pl = 0; pl < planes; pl++) q[pl] = ((const int16_t *)dyo.data)[pl];
+        pool_divide_exact(q, planes, HW, &e);
+    } else {
+        float *q = quot;
+        for (int64_t pl = 0; pl < planes; pl++)
+            q[pl] = ((const float *)dyo.data)[pl] / (float)HW;
+    }
+    const int nt = pool_threads(planes * HW, planes);
+    (void)nt;
+    FX_POOL_PARALLEL_FOR
+    for (int64_t pl = 0; pl < planes; pl++) {
+        if (ic) {
+            int64_t *st = (int64_t *)stage + pl * HW;
+            const int64_t v = ((const int64_t *)quot)[pl];
+            for (int64_t i = 0; i < HW; i++) st[i] = v;
+        } else {
+            float *st = (float *)stage + pl * HW;
+            const float v = ((const float *)quot)[pl];
+            for (int64_t i = 0; i < HW; i++) st[i] = v;
+        }
+    }
+    rc = pool_write(dx, stage, ic, e, __func__);
+    fx_scratch_free(&s);
+    return rc;
+}

@@ -1,0 +1,189 @@
+/* Mean along an axis (or of everything): tensor_sum's shapes and sum kernels, then a division
+ * by the count.
+ *
+ *   - a FLEX16_5/DFP16 (integer compute, no dequantisation): the backend's exact int64 sum S
+ *     at a's exponent e, then the exact quotient S * 2^e / count rounded ONCE into out.
+ *     There is no reciprocal: the quotient is formed by integer long division with a sticky
+ *     bit (round to odd) on a grid at least 2 bits finer than the final one, so the final
+ *     round-to-nearest-even equals the correct rounding of the exact mean:
+ *       shared-exponent out: int64 quotients on one common grid, written by fx_write_i64;
+ *       float out: per element, a 53-bit round-to-odd double, then fp32 (round-to-odd again
+ *       for fp16/bf16), so small means keep their relative precision.
+ *     Bit-identical on every backend and thread count (integers only up to the final step).
+ *   - a fp32/fp16/bf16: the backend's sum kernel (fp32 accumulation, as tensor_sum), then
+ *     sum / count in double, rounded once into out's format (through fp32 with round-to-odd
+ *     when out is not fp32).
+ * A mean over zero elements is undefined: FX_ESHAPE when out would have any element.
+ */
+#include "nn_stage.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The reduction geometry of tensor_sum (FX_OP_SUM): out[o*inner + i] is the reduction of
+ * a[(o*len + k)*inner + i] over k. Validates out's shape exactly as tensor_sum does. */
+static int nn_reduce_geometry(const tensor_t *out, const tensor_t *a, int axis, int64_t *outer,
+                              int64_t *len, int64_t *inner, const char *func)
+{
+    char b1[160], b2[160];
+    if (axis == FX_AXIS_ALL) {
+        if (fx_numel_of(out->ndim, out->shape) != 1)
+            return fx_error(FX_ESHAPE, func, "reducing everything needs an output with 1 "
+                            "element, out.shape=%s", fx_shape_str(out, b1, sizeof b1));
+        *outer = *inner = 1;
+        *len = fx_numel_of(a->ndim, a->shape);
+        return FX_OK;
+    }
+    int ax = axis < 0 ? axis + a->ndim : axis;
+    if (ax < 0 || ax >= a->ndim)
+        return fx_error(FX_EINVAL, func, "axis=%d is out of range for a %d-D tensor (or "
+                        "FX_AXIS_ALL)", axis, a->ndim);
+    /* out: a's shape without the axis, or with the axis kept as size 1 */
+    bool dropped = out->ndim == a->ndim - 1, kept = out->ndim == a->ndim;
+    for (int d = 0, od = 0; d < a->ndim; d++) {
+        if (d == ax) {
+            if (kept && out->shape[d] != 1) kept = false;
+            if (out->ndim == a->ndim) od++;
+            continue;
+        }
+        if (dropped && out->shape[od] != a->shape[d]) dropped = false;
+        if (kept && out->shape[d] != a->shape[d]) kept = false;
+        od++;
+    }
+    if (a->ndim == 1 && out->ndim == 1 && out->shape[0] == 1) kept = true;
+    if (!dropped && !kept)
+        return fx_error(FX_ESHAPE, func, "out.shape=%s does not match a.shape=%s reduced "
+                        "along axis %d", fx_shape_str(out, b1, sizeof b1),
+                        fx_shape_str(a, b2, sizeof b2), ax);
+    *outer = 1;
+    for (int d = 0; d < ax; d++) *outer *= a->shape[d];
+    *len = a->shape[ax];
+    *inner = 1;
+    for (int d = ax + 1; d < a->ndim; d++) *inner *= a->shape[d];
+    return FX_OK;
+}
+
+static int nn_bit_length(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
+
+/* floor(a * 2^frac / d) with its lowest bit ORed with "remainder != 0" (round to odd);
+ * frac >= 0, and the caller guarantees that the quotient is below 2^64. Long division in
+ * chunks, so that the shifted remainder (< d) never overflows 64 bits. */
+static uint64_t nn_udiv_round_odd(uint64_t a, uint64_t d, int frac)
+{
+    uint64_t q = a / d, r = a % d;
+    const int step = 63 - nn_bit_length(d); /* r < d < 2^bitlen, so r << step < 2^63 */
+    for (int left = frac; left > 0;) {
+        int k = left < step ? left : step;
+        uint64_t rs = r << k;
+        q = (q << k) | (rs / d);
+        r = rs % d;
+        left -= k;
+    }
+    return r ? q | 1 : q;
+}
+
+static uint64_t nn_magnitude(int64_t v) { return v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v; }
+
+/* s * 2^e / d as a double rounded to odd at 53 bits. The quotient is formed with 60 to 62
+ * significant bits and the sticky bit, then jammed down to 53 bits (rounding to odd twice is
+ * rounding to odd once), so the double is exact and any later rounding to 51 bits or fewer
+ * (fp32 nearest; fp32 round-to-odd and then 16 bits) is the correct rounding of s * 2^e / d. */
+static double nn_quotient_f64_odd(int64_t s, uint64_t d, int e)
+{
+    if (s == 0) return 0.0;
+    const uint64_t a = nn_magnitude(s);
+    int k = 61 + nn_bit_length(d) - nn_bit_length(a); /* a * 2^k / d in [2^60, 2^62) */
+    if (k < 0) k = 0;                                  /* a / d >= 2^60 already */
+    uint64_t q = nn_udiv_round_odd(a, d, k);
+    const int sh = nn_bit_length(q) > 53 ? nn_bit_length(q) - 53 : 0;
+    if (sh) q = (q >> sh) | ((q & (((uint64_t)1 << sh) - 1)) != 0);
+    const double v = ldexp((double)q, e - k + sh);
+    return s < 0 ? -v : v;
+}
+
+int tensor_mean(tensor_t *out, const tensor_t *a, int axis)
+{
+    if (!out || !a) return FX_FAIL(FX_EINVAL, "%s is NULL", !out ? "out" : "a");
+    int64_t outer = 0, len = 0, inner = 0;
+    int rc = nn_reduce_geometry(out, a, axis, &outer, &len, &inner, __func__);
+    if (rc) return rc;
+    const int64_t nout = outer * inner;
+    if (len == 0 && nout > 0) {
+        char b1[160];
+        return FX_FAIL(FX_ESHAPE, "the mean over zero elements is undefined (a.shape=%s, "
+                       "axis=%d)", fx_shape_str(a, b1, sizeof b1), axis);
+    }
+
+    const fx_backend *be = fx_backend_active();
+    const int int_compute = fx_is_int_compute(a);
+    fmt_t cf = FMT_FP32;
+    if (int_compute) cf = a->fmt;
+    else if (be->kernels[FX_OP_SUM][a->fmt]) cf = a->fmt; /* e.g. fp16 read directly */
+    fx_kernel k = be->kernels[FX_OP_SUM][cf];
+    if (!k) return FX_FAIL(FX_EUNSUPPORTED, "backend %s has no sum kernel", be->name);
+
+    fx_scratch sc = {.n = 0};
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = FX_OP_SUM;
+    c.nin = 1;
+    if ((rc = fx_operand_make(a, int_compute, cf, 0, 0, NULL, &c.in[0], &sc, __func__)))
+        goto done;
+    c.out_ndim = out->ndim;
+    memcpy(c.out_shape, out->shape, sizeof c.out_shape);
+    c.out_numel = nout;
+    c.red_outer = outer;
+    c.red_len = len;
+    c.red_inner = inner;
+    c.nthreads = flexpoint_num_threads();
+    int sum_exp = 0;
+    if (int_compute) {
+        c.out_i64 = fx_scratch_alloc(&sc, nout, sizeof(int64_t));
+        c.out_exp = &sum_exp;
+    } else {
+        c.out_f32 = fx_scratch_alloc(&sc, nout, sizeof(float));
+    }
+    if (!c.out_i64 && !c.out_f32) {
+        rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld sums", (long long)nout);
+        goto done;
+    }
+    if ((rc = k(&c))) goto done;
+
+    if (int_compute && fmt_is_shared_exponent(out->fmt)) {
+        /* |S| <= 32767 * len, so |S| / len < 2^15 units of 2^sum_exp: with the integer part
+         * of the largest quotient taking b bits, F = 62 - b fraction bits keep every quotient
+         * below 2^62, on one grid 2^(sum_exp - F). The largest quotient is >= 2^62 / len
+         * (>= 2^17 for any len < 2^45), so out's exponent, which keeps 15 bits of it, is 2 or
+         * more bits coarser than that grid. */
+        uint64_t maxq = 0;
+        for (int64_t i = 0; i < nout; i++) {
+            uint64_t m = nn_magnitude(c.out_i64[i]) / (uint64_t)len;
+            if (m > maxq) maxq = m;
+        }
+        const int frac = 62 - nn_bit_length(maxq);
+        for (int64_t i = 0; i < nout; i++) {
+            const int64_t v = c.out_i64[i];
+            const int64_t q = (int64_t)nn_udiv_round_odd(nn_magnitude(v), (uint64_t)len, frac);
+            c.out_i64[i] = v < 0 ? -q : q;
+        }
+        rc = fx_write_i64(out, c.out_i64, sum_exp - frac, __func__);
+    } else if (int_compute) {
+        /* a float output keeps each element's own precision: one rounded quotient each */
+        float *st = fx_scratch_alloc(&sc, nout, sizeof *st);
+        if (!st) {
+            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld floats", (long long)nout);
+            goto done;
+        }
+        for (int64_t i = 0; i < nout; i++)
+            st[i] = nn_stage_f32(nn_quotient_f64_odd(c.out_i64[i], (uint64_t)len, sum_exp),
+                                 out->fmt);
+        rc = fx_write_f32(out, st, __func__);
+    } else {
+        for (int64_t i = 0; i < nout; i++)
+            c.out_f32[i] = nn_stage_f32((double)c.out_f32[i] / (double)len, out->fmt);
+        rc = fx_write_f32(out, c.out_f32, __func__);
+    }
+done:
+    fx_scratch_free(&sc);
+    return rc;
+}

@@ -1,0 +1,593 @@
+/* Model builders (MLP, small CNN, ResNet-20) and the layer list's forward and backward.
+ * Every GEMM/conv operand (weights, activations, gradients) is in the run's format; batch
+ * norm parameters and statistics are fp32 (EXPERIMENTS.md). */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- building ---------------- */
+
+static int fx_add_param(fx_model *m, const char *name, fmt_t fmt, int ndim, const int64_t *shape,
+                        int fan_in, int decay)
+{
+    if (m->nparams == m->pcap) {
+        int cap = m->pcap ? 2 * m->pcap : 32;
+        fx_param *p = realloc(m->params, (size_t)cap * sizeof *p);
+        if (!p) return FX_FAIL(FX_ENOMEM, "out of memory");
+        m->params = p;
+        m->pcap = cap;
+    }
+    fx_param *p = &m->params[m->nparams];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->w = tensor_new(fmt, ndim, shape);
+    p->g = tensor_new(fmt, ndim, shape);
+    if (!p->w || !p->g) return FX_ENOMEM;
+    p->n = tensor_numel(p->w);
+    p->fan_in = fan_in;
+    p->decay = decay;
+    p->mom = calloc((size_t)p->n, sizeof(float));
+    p->unscaled = calloc((size_t)p->n, sizeof(float));
+    if (!p->mom || !p->unscaled) return FX_FAIL(FX_ENOMEM, "out of memory");
+    int rc = fx_model_flex_setup(&m->cfg, p->w, m->cfg.weight_window_lo);
+    if (!rc) rc = fx_model_flex_setup(&m->cfg, p->g, m->cfg.grad_window_lo);
+    if (rc) return rc;
+    return m->nparams++;
+}
+
+static fx_layer *fx_add_layer(fx_model *m, fx_layer_kind kind, const char *name, int in0, int in1)
+{
+    if (m->nlayers == m->cap) {
+        int cap = m->cap ? 2 * m->cap : 32;
+        fx_layer *l = realloc(m->layers, (size_t)cap * sizeof *l);
+        if (!l) return NULL;
+        m->layers = l;
+        m->cap = cap;
+    }
+    fx_layer *l = &m->layers[m->nlayers++];
+    memset(l, 0, sizeof *l);
+    l->kind = kind;
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->in[0] = in0;
+    l->in[1] = in1;
+    l->nin = in1 == -2 ? 1 : 2;
+    l->w = l->b = -1;
+    return l;
+}
+
+static const int64_t *fx_in_shape(const fx_model *m, int idx, int *ndim)
+{
+    if (idx < 0) {
+        *ndim = m->in_ndim;
+        return m->in_shape;
+    }
+    *ndim = m->layers[idx].ndim;
+    return m->layers[idx].shape;
+}
+
+/* A copy of the input shape: adding a layer may move the layer array. */
+static void fx_in_shape_copy(const fx_model *m, int idx, int *ndim, int64_t out[4])
+{
+    memcpy(out, fx_in_shape(m, idx, ndim), 4 * sizeof(int64_t));
+}
+
+#define LAST(m) ((m)->nlayers - 1)
+
+static int fx_conv(fx_model *m, const char *name, int in, int out_ch, int k, int stride, int pad,
+                   int bias)
+{
+    int nd;
+    int64_t is[4];
+    fx_in_shape_copy(m, in, &nd, is);
+    fx_layer *l = fx_add_layer(m, FX_L_CONV, name, in, -2);
+    if (!l) return FX_FAIL(FX_ENOMEM, "out of memory");
+    l->k = k;
+    l->stride = stride;
+    l->pad = pad;
+    l->ndim = 4;
+    l->shape[0] = is[0];
+    l->shape[1] = out_ch;
+    l->shape[2] = (is[2] + 2 * pad - k) / stride + 1;
+    l->shape[3] = (is[3] + 2 * pad - k) / stride + 1;
+    char pn[48];
+    int64_t ws[4] = {out_ch, is[1], k, k};
+    int fan_in = (int)(is[1] * k * k);
+    snprintf(pn, sizeof pn, "%s.w", name);
+    int li = LAST(m);
+    int w = fx_add_param(m, pn, (fmt_t)m->cfg.fmt, 4, ws, fan_in, 1);
+    if (w < 0) return w;
+    m->layers[li].w = w;
+    if (bias) {
+        int64_t bs[3] = {out_ch, 1, 1};
+        snprintf(pn, sizeof pn, "%s.b", name);
+        int b = fx_add_param(m, pn, (fmt_t)m->cfg.fmt, 3, bs, fan_in, 0);
+        if (b < 0) return b;
+        m->layers[li].b = b;
+    }
+    return li;
+}
+
+static int fx_linear(fx_model *m, const char *name, int in, int out_f)
+{
+    int nd;
+    int64_t is[4];
+    fx_in_shape_copy(m, in, &nd, is);
+    int64_t in_f = 1;
+    for (int d = 1; d < nd; d++) in_f *= is[d];
+    fx_layer *l = fx_add_layer(m, FX_L_LINEAR, name, in, -2);
+    if (!l) return FX_FAIL(FX_ENOMEM, "out of memory");
+    l->ndim = 2;
+    l->shape[0] = is[0];
+    l->shape[1] = out_f;
+    int li = LAST(m);
+    char pn[48];
+    int64_t ws[2] = {out_f, in_f}, bs[1] = {out_f};
+    snprintf(pn, sizeof pn, "%s.w", name);
+    int w = fx_add_param(m, pn, (fmt_t)m->cfg.fmt, 2, ws, (int)in_f, 1);
+    if (w < 0) return w;
+    snprintf(pn, sizeof pn, "%s.b", name);
+    int b = fx_add_param(m, pn, (fmt_t)m->cfg.fmt, 1, bs, (int)in_f, 0);
+    if (b < 0) return b;
+    m->layers[li].w = w;
+    m->layers[li].b = b;
+    return li;
+}
+
+static int fx_simple(fx_model *m, fx_layer_kind kind, const char *name, int in)
+{
+    int nd;
+    int64_t is[4];
+    fx_in_shape_copy(m, in, &nd, is);
+    fx_layer *l = fx_add_layer(m, kind, name, in, -2);
+    if (!l) return FX_FAIL(FX_ENOMEM, "out of memory");
+    l->ndim = nd;
+    memcpy(l->shape, is, sizeof l->shape);
+    if (kind == FX_L_MAXPOOL) {
+        l->k = 2;
+        l->stride = 2;
+        l->shape[2] = is[2] / 2;
+        l->shape[3] = is[3] / 2;
+    } else if (kind == FX_L_GAP) {
+        l->ndim = 2;
+    }
+    return LAST(m);
+}
+
+static int fx_bn(fx_model *m, const char *name, int in)
+{
+    int li = fx_simple(m, FX_L_BN, name, in);
+    if (li < 0) return li;
+    int64_t C = m->layers[li].shape[1];
+    char pn[48];
+    int64_t s[1] = {C};
+    snprintf(pn, sizeof pn, "%s.gamma", name);
+    int g = fx_add_param(m, pn, FMT_FP32, 1, s, 0, 0);
+    if (g < 0) return g;
+    snprintf(pn, sizeof pn, "%s.beta", name);
+    int b = fx_add_param(m, pn, FMT_FP32, 1, s, 0, 0);
+    if (b < 0) return b;
+    fx_layer *l = &m->layers[li];
+    l->w = g;
+    l->b = b;
+    l->channels = C;
+    l->run_mean = calloc((size_t)C, sizeof(float));
+    l->run_var = malloc((size_t)C * sizeof(float));
+    l->save_mean = calloc((size_t)C, sizeof(float));
+    l->save_invstd = calloc((size_t)C, sizeof(float));
+    if (!l->run_mean || !l->run_var || !l->save_mean || !l->save_invstd)
+        return FX_FAIL(FX_ENOMEM, "out of memory");
+    for (int64_t c = 0; c < C; c++) l->run_var[c] = 1.0f;
+    return li;
+}
+
+static int fx_add(fx_model *m, const char *name, int a, int b)
+{
+    int nd;
+    int64_t is[4];
+    fx_in_shape_copy(m, a, &nd, is);
+    fx_layer *l = fx_add_layer(m, FX_L_ADD, name, a, b);
+    if (!l) return FX_FAIL(FX_ENOMEM, "out of memory");
+    l->ndim = nd;
+    memcpy(l->shape, is, sizeof l->shape);
+    return LAST(m);
+}
+
+#define TRY(x)                                                                                 \
+    do {                                                                                       \
+        int r_ = (x);                                                                          \
+        if (r_ < 0) return r_;                                                                 \
+        cur = r_;                                                                              \
+    } while (0)
+
+static int fx_build_mlp(fx_model *m)
+{
+    int cur = -1;
+    TRY(fx_linear(m, "fc1", cur, 256));
+    TRY(fx_simple(m, FX_L_RELU, "relu1", cur));
+    TRY(fx_linear(m, "fc2", cur, 256));
+    TRY(fx_simple(m, FX_L_RELU, "relu2", cur));
+    TRY(fx_linear(m, "fc3", cur, m->classes));
+    return FX_OK;
+}
+
+static int fx_build_cnn(fx_model *m)
+{
+    int cur = -1;
+    TRY(fx_conv(m, "conv1", cur, 32, 5, 1, 2, 1));
+    TRY(fx_simple(m, FX_L_RELU, "relu1", cur));
+    TRY(fx_simple(m, FX_L_MAXPOOL, "pool1", cur));
+    TRY(fx_conv(m, "conv2", cur, 64, 5, 1, 2, 1));
+    TRY(fx_simple(m, FX_L_RELU, "relu2", cur));
+    TRY(fx_simple(m, FX_L_MAXPOOL, "pool2", cur));
+    TRY(fx_linear(m, "fc1", cur, 128));
+    TRY(fx_simple(m, FX_L_RELU, "relu3", cur));
+    TRY(fx_linear(m, "fc2", cur, m->classes));
+    return FX_OK;
+}
+
+/* CIFAR ResNet-20 (He et al. 2016): 3 stages x 3 basic blocks, 16/32/64 channels; the
+ * downsampling shortcut is a 1x1 convolution with batch norm (option B). */
+static int fx_build_resnet20(fx_model *m)
+{
+    int cur = -1;
+    char n[32];
+    TRY(fx_conv(m, "conv0", cur, 16, 3, 1, 1, 0));
+    TRY(fx_bn(m, "bn0", cur));
+    TRY(fx_simple(m, FX_L_RELU, "relu0", cur));
+    int ch[3] = {16, 32, 64};
+    for (int s = 0; s < 3; s++)
+        for (int b = 0; b < 3; b++) {
+            int stride = (s > 0 && b == 0) ? 2 : 1;
+            int block_in = cur, shortcut = cur;
+            snprintf(n, sizeof n, "s%db%d.conv1", s + 1, b + 1);
+            TRY(fx_conv(m, n, block_in, ch[s], 3, stride, 1, 0));
+            snprintf(n, sizeof n, "s%db%d.bn1", s + 1, b + 1);
+            TRY(fx_bn(m, n, cur));
+            snprintf(n, sizeof n, "s%db%d.relu1", s + 1, b + 1);
+            TRY(fx_simple(m, FX_L_RELU, n, cur));
+            snprintf(n, sizeof n, "s%db%d.conv2", s + 1, b + 1);
+            TRY(fx_conv(m, n, cur, ch[s], 3, 1, 1, 0));
+            snprintf(n, sizeof n, "s%db%d.bn2", s + 1, b + 1);
+            TRY(fx_bn(m, n, cur));
+            int main_path = cur;
+            if (stride != 1) {
+                snprintf(n, sizeof n, "s%db%d.down", s + 1, b + 1);
+                TRY(fx_conv(m, n, block_in, ch[s], 1, stride, 0, 0));
+                snprintf(n, sizeof n, "s%db%d.downbn", s + 1, b + 1);
+                TRY(fx_bn(m, n, cur));
+                shortcut = cur;
+            }
+            snprintf(n, sizeof n, "s%db%d.add", s + 1, b + 1);
+            TRY(fx_add(m, n, main_path, shortcut));
+            snprintf(n, sizeof n, "s%db%d.relu", s + 1, b + 1);
+            TRY(fx_simple(m, FX_L_RELU, n, cur));
+        }
+    TRY(fx_simple(m, FX_L_GAP, "gap", cur));
+    TRY(fx_linear(m, "fc", cur, m->classes));
+    return FX_OK;
+}
+
+int fx_model_flex_setup(const fx_train_config *cfg, tensor_t *t, int window_lo)
+{
+    if (tensor_fmt(t) != FMT_FLEX16_5) return FX_OK;
+    int rc = tensor_set_exp_window(t, window_lo);
+    if (!rc) rc = tensor_set_autoflex(t, cfg->autoflex);
+    return rc;
+}
+
+/* Initial weights: PyTorch's defaults (uniform in +-1/sqrt(fan_in) for conv and linear
+ * weights and biases; batch norm gamma 1, beta 0), drawn in fp32 from the seed with a
+ * counter-based generator keyed by the parameter's index, then written in the run format. */
+static int fx_init_params(fx_model *m)
+{
+    for (int i = 0; i < m->nparams; i++) {
+        fx_param *p = &m->params[i];
+        float *v = malloc((size_t)p->n * sizeof(float));
+        if (!v) return FX_FAIL(FX_ENOMEM, "out of memory");
+        bool is_gamma = strstr(p->name, ".gamma") != NULL, is_beta = strstr(p->name, ".beta");
+        double bound = p->fan_in > 0 ? 1.0 / sqrt((double)p->fan_in) : 0.0;
+        for (int64_t j = 0; j < p->n; j++) {
+            double u = fx_rng_unit(m->cfg.seed, 0x1000 + (uint64_t)i, (uint64_t)j);
+            v[j] = is_gamma ? 1.0f : (is_beta ? 0.0f : (float)((2.0 * u - 1.0) * bound));
+        }
+        if (m->cfg.master_weights && tensor_fmt(p->w) != FMT_FP32) {
+            p->master = v;
+        }
+        int rc = tensor_from_f32(p->w, v);
+        if (p->master != v) free(v);
+        if (rc) return rc;
+    }
+    return FX_OK;
+}
+
+int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W, int classes)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->classes = classes;
+    m->in_ndim = 4;
+    m->in_shape[0] = cfg->batch_size;
+    m->in_shape[1] = C;
+    m->in_shape[2] = H;
+    m->in_shape[3] = W;
+    int rc;
+    if (strcmp(cfg->model, "mlp") == 0) rc = fx_build_mlp(m);
+    else if (strcmp(cfg->model, "cnn") == 0) {
+        if (H % 4 || W % 4)
+            return FX_FAIL(FX_ESHAPE, "the cnn needs H and W divisible by 4 (got %dx%d)", H, W);
+        rc = fx_build_cnn(m);
+    } else if (strcmp(cfg->model, "resnet20") == 0) {
+        if (H % 4 || W % 4)
+            return FX_FAIL(FX_ESHAPE, "resnet20 needs H and W divisible by 4 (got %dx%d)", H, W);
+        rc = fx_build_resnet20(m);
+    } else
+        return FX_FAIL(FX_ENAME, "unknown model '%.16s' (known: mlp, cnn, resnet20)", cfg->model);
+    if (rc < 0) return rc;
+    for (int i = 0; i < m->nlayers; i++)
+        for (int j = 0; j < m->layers[i].nin; j++)
+            if (m->layers[i].in[j] >= 0) m->layers[m->layers[i].in[j]].consumers++;
+    return fx_init_params(m);
+}
+
+static void fx_free_t(tensor_t **t)
+{
+    tensor_free(*t);
+    *t = NULL;
+}
+
+void fx_model_free_ctx(fx_model *m, int ctx)
+{
+    fx_free_t(&m->input[ctx]);
+    for (int i = 0; i < m->nlayers; i++) {
+        fx_layer *l = &m->layers[i];
+        fx_free_t(&l->out[ctx]);
+        fx_free_t(&l->tmp[ctx]);
+        if (ctx == FX_CTX_TRAIN) {
+            for (int j = 0; j < 2; j++) {
+                if (l->dx_owned[j]) tensor_free(l->dx[j]);
+                l->dx[j] = NULL;
+                l->dx_owned[j] = 0;
+            }
+            fx_free_t(&l->dy_sum);
+            free(l->argmax);
+            l->argmax = NULL;
+        }
+    }
+}
+
+void fx_model_free(fx_model *m)
+{
+    fx_model_free_ctx(m, FX_CTX_TRAIN);
+    fx_model_free_ctx(m, FX_CTX_EVAL);
+    for (int i = 0; i < m->nlayers; i++) {
+        fx_layer *l = &m->layers[i];
+        free(l->run_mean);
+        free(l->run_var);
+        free(l->save_mean);
+        free(l->save_invstd);
+    }
+    for (int i = 0; i < m->nparams; i++) {
+        fx_param *p = &m->params[i];
+        tensor_free(p->w);
+        tensor_free(p->g);
+        free(p->master);
+        free(p->mom);
+        free(p->unscaled);
+    }
+    free(m->layers);
+    free(m->params);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---------------------------------------------------------------- contexts ---------------- */
+
+static tensor_t *fx_new_act(fx_model *m, int ndim, const int64_t *shape, int grad)
+{
+    tensor_t *t = tensor_new((fmt_t)m->cfg.fmt, ndim, shape);
+    if (t && fx_model_flex_setup(&m->cfg, t, grad ? m->cfg.grad_window_lo : m->cfg.act_window_lo)) {
+        tensor_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+static const int64_t *fx_layer_in_shape(const fx_model *m, const fx_layer *l, int j, int *nd)
+{
+    return fx_in_shape(m, l->in[j], nd);
+}
+
+int fx_model_alloc_ctx(fx_model *m, int ctx)
+{
+    m->input[ctx] = fx_new_act(m, m->in_ndim, m->in_shape, 0);
+    if (!m->input[ctx]) return FX_ENOMEM;
+    for (int i = 0; i < m->nlayers; i++) {
+        fx_layer *l = &m->layers[i];
+        l->out[ctx] = fx_new_act(m, l->ndim, l->shape, 0);
+        if (!l->out[ctx]) return FX_ENOMEM;
+        if ((l->kind == FX_L_CONV || l->kind == FX_L_LINEAR) && l->b >= 0) {
+            l->tmp[ctx] = fx_new_act(m, l->ndim, l->shape, 0);
+            if (!l->tmp[ctx]) return FX_ENOMEM;
+        }
+        if (ctx != FX_CTX_TRAIN) continue;
+        if (l->kind == FX_L_MAXPOOL) {
+            l->argmax = malloc((size_t)tensor_numel(l->out[ctx]) * sizeof(int32_t));
+            if (!l->argmax) return FX_FAIL(FX_ENOMEM, "out of memory");
+        }
+        for (int j = 0; j < l->nin; j++) {
+            if (l->in[j] < 0) continue; /* no gradient w.r.t. the images */
+            if (l->kind == FX_L_ADD) continue; /* add passes its output gradient through */
+            int nd;
+            const int64_t *s = fx_layer_in_shape(m, l, j, &nd);
+            l->dx[j] = fx_new_act(m, nd, s, 1);
+            l->dx_owned[j] = 1;
+            if (!l->dx[j]) return FX_ENOMEM;
+        }
+        if (l->consumers > 1) {
+            l->dy_sum = fx_new_act(m, l->ndim, l->shape, 1);
+            if (!l->dy_sum) return FX_ENOMEM;
+        }
+    }
+    return FX_OK;
+}
+
+/* ---------------------------------------------------------------- forward ----------------- */
+
+static const tensor_t *fx_input_of(fx_model *m, const fx_layer *l, int j, int ctx)
+{
+    return l->in[j] < 0 ? m->input[ctx] : m->layers[l->in[j]].out[ctx];
+}
+
+/* A [B, features] view of a batch-first tensor. */
+static tensor_t *fx_flat_view(const tensor_t *t)
+{
+    int64_t s[2] = {tensor_shape(t)[0], 0};
+    s[1] = s[0] ? tensor_numel(t) / s[0] : 0;
+    return tensor_view_reshape(t, 2, s);
+}
+
+static int fx_linear_forward(fx_model *m, fx_layer *l, const tensor_t *x, int ctx)
+{
+    tensor_t *xf = fx_flat_view(x);
+    tensor_t *wt = tensor_view_transpose(m->params[l->w].w, 0, 1);
+    int rc = (!xf || !wt) ? FX_ENOMEM : tensor_matmul(l->tmp[ctx], xf, wt);
+    if (!rc) rc = tensor_add(l->out[ctx], l->tmp[ctx], m->params[l->b].w);
+    tensor_free(xf);
+    tensor_free(wt);
+    return rc;
+}
+
+static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
+{
+    const tensor_t *x = fx_input_of(m, l, 0, ctx);
+    int training = ctx == FX_CTX_TRAIN;
+    switch (l->kind) {
+    case FX_L_CONV: {
+        tensor_t *dst = l->b >= 0 ? l->tmp[ctx] : l->out[ctx];
+        int rc = tensor_conv2d(dst, x, m->params[l->w].w, l->stride, l->stride, l->pad, l->pad,
+                               1, 1);
+        if (!rc && l->b >= 0) rc = tensor_add(l->out[ctx], dst, m->params[l->b].w);
+        return rc;
+    }
+    case FX_L_LINEAR: return fx_linear_forward(m, l, x, ctx);
+    case FX_L_RELU: return tensor_relu(l->out[ctx], x);
+    case FX_L_MAXPOOL:
+        return tensor_maxpool2d(l->out[ctx], training ? l->argmax : NULL, x, l->k, l->k,
+                                l->stride, l->stride, 0, 0);
+    case FX_L_GAP: return tensor_global_avgpool(l->out[ctx], x);
+    case FX_L_BN:
+        return tensor_batchnorm(l->out[ctx], x, m->params[l->w].w, m->params[l->b].w,
+                                l->run_mean, l->run_var, training ? l->save_mean : NULL,
+                                training ? l->save_invstd : NULL, 0.1, 1e-5, training);
+    case FX_L_ADD: return tensor_add(l->out[ctx], x, fx_input_of(m, l, 1, ctx));
+    }
+    return FX_FAIL(FX_EINVAL, "unknown layer kind %d", (int)l->kind);
+}
+
+int fx_model_forward(fx_model *m, int ctx, tensor_t **logits)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        int rc = fx_layer_forward(m, &m->layers[i], ctx);
+        if (rc) return rc;
+    }
+    *logits = m->layers[m->nlayers - 1].out[ctx];
+    return FX_OK;
+}
+
+/* ---------------------------------------------------------------- backward ---------------- */
+
+/* Sum over all axes but axis 1 of a [N, C, H, W] gradient: the conv bias gradient [C,1,1]. */
+static int fx_bias_grad_nchw(const tensor_t *dy, tensor_t *db)
+{
+    const int64_t *s = tensor_shape(dy);
+    int64_t s3[3] = {s[0], s[1], s[2] * s[3]}, s2[2] = {s[0], s[1]}, s1[1] = {s[1]};
+    tensor_t *v = tensor_view_reshape(dy, 3, s3);
+    tensor_t *t = tensor_new(FMT_FP32, 2, s2); /* partial sums kept in fp32: one rounding */
+    tensor_t *dbv = tensor_view_reshape(db, 1, s1);
+    int rc = (!v || !t || !dbv) ? FX_ENOMEM : tensor_sum(t, v, 2);
+    if (!rc) rc = tensor_sum(dbv, t, 0);
+    tensor_free(v);
+    tensor_free(t);
+    tensor_free(dbv);
+    return rc;
+}
+
+static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
+{
+    int ctx = FX_CTX_TRAIN;
+    const tensor_t *x = fx_input_of(m, l, 0, ctx);
+    tensor_t *dx = l->dx[0];
+    switch (l->kind) {
+    case FX_L_CONV: {
+        fx_param *w = &m->params[l->w];
+        int rc = tensor_conv2d_backward_weight(w->g, x, dy, l->stride, l->stride, l->pad, l->pad,
+                                               1, 1);
+        if (!rc && l->b >= 0) rc = fx_bias_grad_nchw(dy, m->params[l->b].g);
+        if (!rc && dx)
+            rc = tensor_conv2d_backward_input(dx, dy, w->w, l->stride, l->stride, l->pad, l->pad,
+                                              1, 1);
+        return rc;
+    }
+    case FX_L_LINEAR: {
+        fx_param *w = &m->params[l->w];
+        tensor_t *xf = fx_flat_view(x), *dyt = tensor_view_transpose(dy, 0, 1);
+        tensor_t *dxf = dx ? fx_flat_view(dx) : NULL;
+        int rc = (!xf || !dyt || (dx && !dxf)) ? FX_ENOMEM : tensor_matmul(w->g, dyt, xf);
+        if (!rc) rc = tensor_sum(m->params[l->b].g, dy, 0);
+        if (!rc && dxf) rc = tensor_matmul(dxf, dy, w->w);
+        tensor_free(xf);
+        tensor_free(dyt);
+        tensor_free(dxf);
+        return rc;
+    }
+    case FX_L_RELU: return dx ? tensor_relu_backward(dx, dy, x) : FX_OK;
+    case FX_L_MAXPOOL: return dx ? tensor_maxpool2d_backward(dx, dy, l->argmax) : FX_OK;
+    case FX_L_GAP: return dx ? tensor_global_avgpool_backward(dx, dy) : FX_OK;
+    case FX_L_BN:
+        return tensor_batchnorm_backward(dx, m->params[l->w].g, m->params[l->b].g, dy, x,
+                                         m->params[l->w].w, l->save_mean, l->save_invstd);
+    case FX_L_ADD:
+        /* the gradient of a sum reaches both inputs unchanged */
+        l->dx[0] = (tensor_t *)dy;
+        l->dx[1] = (tensor_t *)dy;
+        return FX_OK;
+    }
+    return FX_FAIL(FX_EINVAL, "unknown layer kind %d", (int)l->kind);
+}
+
+/* Gradient of layer i's output: from its single consumer, or the sum over two consumers. */
+static int fx_output_grad(fx_model *m, int i, const tensor_t *dlogits, const tensor_t **dy)
+{
+    if (i == m->nlayers - 1) {
+        *dy = dlogits;
+        return FX_OK;
+    }
+    const tensor_t *found[2] = {NULL, NULL};
+    int nf = 0;
+    for (int k = i + 1; k < m->nlayers && nf < 2; k++)
+        for (int j = 0; j < m->layers[k].nin; j++)
+            if (m->layers[k].in[j] == i && nf < 2) found[nf++] = m->layers[k].dx[j];
+    if (nf == 1) {
+        *dy = found[0];
+        return FX_OK;
+    }
+    if (nf != 2 || !found[0] || !found[1])
+        return FX_FAIL(FX_ESTATE, "layer %s: missing output gradient", m->layers[i].name);
+    fx_layer *l = &m->layers[i];
+    int rc = tensor_add(l->dy_sum, found[0], found[1]);
+    *dy = l->dy_sum;
+    return rc;
+}
+
+int fx_model_backward(fx_model *m, const tensor_t *dlogits)
+{
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        const tensor_t *dy = NULL;
+        int rc = fx_output_grad(m, i, dlogits, &dy);
+        if (!rc) rc = fx_layer_backward(m, &m->layers[i], dy);
+        if (rc) return rc;
+    }
+    return FX_OK;
+}

@@ -1,0 +1,87 @@
+/* Models as a list of layers (darknet style: each layer has forward and backward), with
+ * explicit input links so residual blocks are plain "add" layers. */
+#ifndef FX_TRAIN_MODEL_H
+#define FX_TRAIN_MODEL_H
+
+#include "flexpoint_train.h"
+#include "../core/internal.h"
+
+#define FX_CTX_TRAIN 0
+#define FX_CTX_EVAL 1
+
+typedef struct fx_param {
+    char name[48];
+    tensor_t *w, *g;  /* working copy and gradient (run format; fp32 for batch-norm) */
+    float *master;    /* fp32 master weights, or NULL */
+    float *mom;       /* momentum buffer */
+    float *unscaled;  /* loss-scaler output buffer */
+    int64_t n;
+    int decay;        /* weight decay applies */
+    int fan_in;
+} fx_param;
+
+typedef enum {
+    FX_L_CONV,
+    FX_L_LINEAR,
+    FX_L_RELU,
+    FX_L_MAXPOOL,
+    FX_L_GAP,
+    FX_L_BN,
+    FX_L_ADD
+} fx_layer_kind;
+
+typedef struct fx_layer {
+    fx_layer_kind kind;
+    char name[32];
+    int in[2];   /* producing layer index, -1 for the network input */
+    int nin;
+    int ndim;    /* output rank */
+    int64_t shape[4]; /* output shape (batch first) */
+    /* parameters (indices into the model's params, -1 if none) */
+    int w, b;
+    int k, stride, pad; /* conv / pool geometry */
+    int relu_after;     /* unused flag kept for clarity of model builders */
+    /* batch norm */
+    float *run_mean, *run_var, *save_mean, *save_invstd;
+    int64_t channels;
+    /* per context: output, pre-bias temporary, maxpool argmax */
+    tensor_t *out[2], *tmp[2];
+    int32_t *argmax;
+    /* training only: gradient w.r.t. each input, and the summed gradient of this layer's
+     * output when two consumers feed it */
+    tensor_t *dx[2];
+    int dx_owned[2];
+    tensor_t *dy_sum;
+    int consumers;
+} fx_layer;
+
+typedef struct fx_model {
+    fx_layer *layers;
+    int nlayers, cap;
+    fx_param *params;
+    int nparams, pcap;
+    int in_ndim;
+    int64_t in_shape[4]; /* [B, C, H, W] */
+    tensor_t *input[2];
+    int classes;
+    fx_train_config cfg;
+} fx_model;
+
+/* Build the architecture named in cfg->model for inputs [B,C,H,W]; allocates tensors in
+ * cfg->fmt and draws the initial weights from cfg->seed. */
+int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W, int classes);
+void fx_model_free(fx_model *m);
+
+/* Allocate / free the tensors of a context (train: also gradients). */
+int fx_model_alloc_ctx(fx_model *m, int ctx);
+void fx_model_free_ctx(fx_model *m, int ctx);
+
+/* Forward from m->input[ctx]; returns the logits tensor in *logits. */
+int fx_model_forward(fx_model *m, int ctx, tensor_t **logits);
+/* Backward from dlogits (train context); fills every parameter gradient. */
+int fx_model_backward(fx_model *m, const tensor_t *dlogits);
+
+/* Set a FLEX16_5 tensor's window and preset per the config (no-op for other formats). */
+int fx_model_flex_setup(const fx_train_config *cfg, tensor_t *t, int window_lo);
+
+#endif

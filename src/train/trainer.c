@@ -1,0 +1,444 @@
+/* The training loop: seeded batch order and augmentation, forward, loss, backward, loss
+ * scaling, optimiser step, evaluation and the tensor registry. */
+#define _POSIX_C_SOURCE 200809L
+#include "trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+void fx_train_config_default(fx_train_config *cfg)
+{
+    if (!cfg) return;
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->model, sizeof cfg->model, "cnn");
+    cfg->fmt = FMT_FP32;
+    cfg->master_weights = 1;
+    cfg->loss_scaling = -1;
+    snprintf(cfg->autoflex, sizeof cfg->autoflex, "published");
+    cfg->grad_window_lo = -44;
+    cfg->act_window_lo = -31;
+    cfg->weight_window_lo = -31;
+    cfg->batch_size = 128;
+    cfg->lr = 0.02;
+    cfg->momentum = 0.9;
+    cfg->weight_decay = 0.0;
+    cfg->lr_schedule = FX_LR_CONSTANT;
+    cfg->epochs = 5;
+    cfg->seed = 0;
+}
+
+static double fx_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int fx_validate_config(const fx_train_config *c)
+{
+    if (!fx_fmt_valid(c->fmt)) return FX_FAIL(FX_EFORMAT, "fmt=%d is not a format", c->fmt);
+    if (c->batch_size < 1 || c->batch_size > 65536)
+        return FX_FAIL(FX_EINVAL, "batch_size=%d is outside [1, 65536]", c->batch_size);
+    if (!(c->lr > 0) || !isfinite(c->lr)) return FX_FAIL(FX_EINVAL, "lr=%g must be > 0", c->lr);
+    if (!(c->momentum >= 0 && c->momentum < 1))
+        return FX_FAIL(FX_EINVAL, "momentum=%g is outside [0, 1)", c->momentum);
+    if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
+        return FX_FAIL(FX_EINVAL, "weight_decay=%g must be >= 0", c->weight_decay);
+    if (c->epochs < 1) return FX_FAIL(FX_EINVAL, "epochs=%d must be >= 1", c->epochs);
+    if (c->lr_schedule < FX_LR_CONSTANT || c->lr_schedule > FX_LR_STEP)
+        return FX_FAIL(FX_EINVAL, "lr_schedule=%d is unknown", c->lr_schedule);
+    int windows[3] = {c->grad_window_lo, c->act_window_lo, c->weight_window_lo};
+    for (int i = 0; i < 3; i++)
+        if (windows[i] < -128 || windows[i] > 96)
+            return FX_FAIL(FX_ERANGE, "flex window start %d is outside [-128, 96]", windows[i]);
+    fx_autoflex_config af;
+    if (fx_autoflex_preset(c->autoflex, &af) != FX_OK) return FX_ENAME;
+    return FX_OK;
+}
+
+void fx_trainer_make_perm(fx_trainer *t, int epoch)
+{
+    int64_t n = fx_dataset_len(t->train);
+    for (int64_t i = 0; i < n; i++) t->perm[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) { /* Fisher-Yates with counter-based draws */
+        uint64_t r = fx_rng_u64(t->cfg.seed ^ 0x5eedba7c4ULL, (uint64_t)epoch, (uint64_t)i);
+        int64_t j = (int64_t)(r % (uint64_t)(i + 1));
+        int64_t tmp = t->perm[i];
+        t->perm[i] = t->perm[j];
+        t->perm[j] = tmp;
+    }
+}
+
+static int fx_reg_add(fx_trainer *t, const char *name, const char *suffix, tensor_t *x, int *cap)
+{
+    if (!x) return FX_OK;
+    if (t->nreg == *cap) {
+        int c = *cap ? 2 * *cap : 64;
+        fx_named_tensor *r = realloc(t->reg, (size_t)c * sizeof *r);
+        if (!r) return FX_FAIL(FX_ENOMEM, "out of memory");
+        t->reg = r;
+        *cap = c;
+    }
+    snprintf(t->reg[t->nreg].name, sizeof t->reg[t->nreg].name, "%s%s", name, suffix);
+    t->reg[t->nreg++].t = x;
+    return FX_OK;
+}
+
+static int fx_build_registry(fx_trainer *t)
+{
+    int cap = 0, rc = FX_OK;
+    fx_model *m = &t->m;
+    for (int i = 0; i < m->nparams && !rc; i++) {
+        rc = fx_reg_add(t, m->params[i].name, "", m->params[i].w, &cap);
+        if (!rc) rc = fx_reg_add(t, m->params[i].name, ".grad", m->params[i].g, &cap);
+    }
+    if (!rc) rc = fx_reg_add(t, "input", "", m->input[FX_CTX_TRAIN], &cap);
+    for (int i = 0; i < m->nlayers && !rc; i++) {
+        fx_layer *l = &m->layers[i];
+        rc = fx_reg_add(t, l->name, ".out", l->out[FX_CTX_TRAIN], &cap);
+        if (!rc) rc = fx_reg_add(t, l->name, ".pre", l->tmp[FX_CTX_TRAIN], &cap);
+        if (!rc && l->dx_owned[0]) rc = fx_reg_add(t, l->name, ".dx", l->dx[0], &cap);
+        if (!rc && l->dy_sum) rc = fx_reg_add(t, l->name, ".dy", l->dy_sum, &cap);
+    }
+    if (!rc) rc = fx_reg_add(t, "loss", ".dlogits", t->dlogits, &cap);
+    return rc;
+}
+
+fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
+                           const fx_dataset *test)
+{
+    if (!cfg || !train) {
+        FX_FAIL(FX_EINVAL, "%s is NULL", !cfg ? "cfg" : "train");
+        return NULL;
+    }
+    if (fx_validate_config(cfg)) return NULL;
+    int C = fx_dataset_channels(train), H = fx_dataset_height(train), W = fx_dataset_width(train);
+    int classes = fx_dataset_classes(train);
+    if (C < 1 || C > 4) {
+        FX_FAIL(FX_EUNSUPPORTED, "datasets with %d channels are not supported (1..4)", C);
+        return NULL;
+    }
+    if (test && (fx_dataset_channels(test) != C || fx_dataset_height(test) != H ||
+                 fx_dataset_width(test) != W || fx_dataset_classes(test) != classes)) {
+        FX_FAIL(FX_ESHAPE, "test set shape %dx%dx%d/%d classes differs from training set "
+                "%dx%dx%d/%d", fx_dataset_channels(test), fx_dataset_height(test),
+                fx_dataset_width(test), fx_dataset_classes(test), C, H, W, classes);
+        return NULL;
+    }
+    int64_t n = fx_dataset_len(train);
+    if (n < cfg->batch_size) {
+        FX_FAIL(FX_ESHAPE, "the training set has %lld images, fewer than one batch of %d",
+                (long long)n, cfg->batch_size);
+        return NULL;
+    }
+    fx_trainer *t = calloc(1, sizeof *t);
+    if (!t) {
+        FX_FAIL(FX_ENOMEM, "out of memory");
+        return NULL;
+    }
+    t->cfg = *cfg;
+    t->train = train;
+    t->test = test;
+    t->C = C;
+    t->H = H;
+    t->W = W;
+    t->classes = classes;
+    t->steps_per_epoch = n / cfg->batch_size;
+    if (cfg->threads > 0) flexpoint_set_num_threads(cfg->threads);
+    int rc = fx_dataset_channel_stats(train, t->mean, t->stdv);
+    for (int c = 0; c < C && !rc; c++)
+        if (!(t->stdv[c] > 0)) t->stdv[c] = 1.0;
+    if (!rc) rc = fx_model_build(&t->m, cfg, C, H, W, classes);
+    if (!rc) rc = fx_model_alloc_ctx(&t->m, FX_CTX_TRAIN);
+    int64_t B = cfg->batch_size, img = (int64_t)C * H * W;
+    t->perm = malloc((size_t)n * sizeof *t->perm);
+    t->xbuf = malloc((size_t)(B * img) * sizeof(float));
+    t->ybuf = malloc((size_t)B * sizeof(int32_t));
+    t->logits_buf = malloc((size_t)(B * classes) * sizeof(float));
+    int64_t ls[2] = {B, classes};
+    t->dlogits = tensor_new((fmt_t)cfg->fmt, 2, ls);
+    if (!rc && (!t->perm || !t->xbuf || !t->ybuf || !t->logits_buf || !t->dlogits))
+        rc = FX_FAIL(FX_ENOMEM, "out of memory");
+    if (!rc) rc = fx_model_flex_setup(cfg, t->dlogits, cfg->grad_window_lo);
+    t->scaling = cfg->loss_scaling < 0 ? cfg->fmt == FMT_FP16 : cfg->loss_scaling;
+    fx_loss_scaler_init(&t->scaler, t->scaling);
+    if (!rc) rc = fx_build_registry(t);
+    if (rc) {
+        fx_trainer_free(t);
+        return NULL;
+    }
+    fx_trainer_make_perm(t, 0);
+    return t;
+}
+
+void fx_trainer_free(fx_trainer *t)
+{
+    if (!t) return;
+    fx_model_free(&t->m);
+    tensor_free(t->dlogits);
+    free(t->perm);
+    free(t->xbuf);
+    free(t->ybuf);
+    free(t->logits_buf);
+    free(t->reg);
+    free(t);
+}
+
+/* Random crop (zero padding 4) and horizontal flip, keyed by (seed, epoch, image index), so
+ * every format sees the same augmented images. */
+static void fx_augment(const fx_trainer *t, float *img, int64_t index)
+{
+    int C = t->C, H = t->H, W = t->W, pad = 4;
+    uint64_t r = fx_rng_u64(t->cfg.seed ^ 0xa7a7a7a7ULL, (uint64_t)t->epoch, (uint64_t)index);
+    int dy = (int)(r % (2 * pad + 1)) - pad, dx = (int)((r >> 8) % (2 * pad + 1)) - pad;
+    int flip = (int)((r >> 16) & 1);
+    float tmp[4096];
+    for (int c = 0; c < C; c++) {
+        float *p = img + (int64_t)c * H * W;
+        if ((int64_t)H * W > 4096) return;
+        memcpy(tmp, p, sizeof(float) * (size_t)(H * W));
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++) {
+                int sy = y + dy, sx0 = flip ? W - 1 - x : x, sx = sx0 + dx;
+                p[y * W + x] = (sy < 0 || sy >= H || sx < 0 || sx >= W) ? 0.0f : tmp[sy * W + sx];
+            }
+    }
+}
+
+static void fx_normalize(const fx_trainer *t, float *x, int64_t n_img)
+{
+    int64_t hw = (int64_t)t->H * t->W;
+    for (int64_t i = 0; i < n_img; i++)
+        for (int c = 0; c < t->C; c++) {
+            float *p = x + (i * t->C + c) * hw;
+            float mu = (float)t->mean[c], inv = (float)(1.0 / t->stdv[c]);
+            for (int64_t k = 0; k < hw; k++) p[k] = (p[k] - mu) * inv;
+        }
+}
+
+static double fx_lr_at(const fx_trainer *t)
+{
+    const fx_train_config *c = &t->cfg;
+    double total = (double)c->epochs * (double)t->steps_per_epoch;
+    double pos = (double)t->global_step;
+    switch (c->lr_schedule) {
+    case FX_LR_COSINE: return pos >= total ? 0.0 : c->lr * 0.5 * (1.0 + cos(M_PI * pos / total));
+    case FX_LR_STEP: return c->lr * (pos >= 0.75 * total ? 0.01 : (pos >= 0.5 * total ? 0.1 : 1.0));
+    default: return c->lr;
+    }
+}
+
+static int64_t fx_count_correct(const float *logits, const int32_t *y, int64_t n, int k)
+{
+    int64_t correct = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int best = 0;
+        for (int j = 1; j < k; j++)
+            if (logits[i * k + j] > logits[i * k + best]) best = j;
+        correct += best == y[i];
+    }
+    return correct;
+}
+
+static void fx_begin_epoch_if_needed(fx_trainer *t)
+{
+    if (t->step_in_epoch < t->steps_per_epoch) return;
+    t->epoch++;
+    t->step_in_epoch = 0;
+    t->epoch_reported = 0;
+    t->loss_sum = t->seconds = 0;
+    t->correct = t->seen = t->skipped = t->nonfinite = 0;
+    fx_trainer_make_perm(t, t->epoch);
+}
+
+int fx_trainer_step(fx_trainer *t, float *loss_out)
+{
+    if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
+    fx_begin_epoch_if_needed(t);
+    double t0 = fx_now();
+    int64_t B = t->cfg.batch_size, img = (int64_t)t->C * t->H * t->W;
+    const int64_t *idx = t->perm + t->step_in_epoch * B;
+    int rc = fx_dataset_batch(t->train, idx, B, t->xbuf, t->ybuf);
+    if (rc) return rc;
+    if (t->cfg.augment)
+        for (int64_t i = 0; i < B; i++) fx_augment(t, t->xbuf + i * img, idx[i]);
+    fx_normalize(t, t->xbuf, B);
+    fx_model *m = &t->m;
+    rc = tensor_from_f32(m->input[FX_CTX_TRAIN], t->xbuf);
+    tensor_t *logits = NULL;
+    if (!rc) rc = fx_model_forward(m, FX_CTX_TRAIN, &logits);
+    float loss = 0;
+    double scale = t->scaling ? t->scaler.scale : 1.0;
+    if (!rc) rc = tensor_softmax_cross_entropy(&loss, t->dlogits, logits, t->ybuf, scale);
+    if (!rc) rc = tensor_to_f32(logits, t->logits_buf);
+    if (!rc) rc = fx_model_backward(m, t->dlogits);
+    if (rc) return rc;
+
+    int apply = 1;
+    if (t->scaling) {
+        const tensor_t *grads[512];
+        float *outs[512];
+        int n = m->nparams < 512 ? m->nparams : 512, found_inf = 0;
+        for (int i = 0; i < n; i++) {
+            grads[i] = m->params[i].g;
+            outs[i] = m->params[i].unscaled;
+        }
+        rc = fx_loss_scaler_unscale(&t->scaler, grads, n, outs, &found_inf);
+        if (rc) return rc;
+        apply = fx_loss_scaler_update(&t->scaler, found_inf);
+        if (apply < 0) return apply;
+    }
+    if (apply) {
+        double lr = fx_lr_at(t);
+        for (int i = 0; i < m->nparams && !rc; i++) {
+            fx_param *p = &m->params[i];
+            rc = fx_sgd_step(p->w, p->g, p->master, p->mom, lr, t->cfg.momentum,
+                             p->decay ? t->cfg.weight_decay : 0.0, 1.0 / scale,
+                             t->cfg.stochastic_rounding, t->cfg.seed ^ (0x9000ULL + (uint64_t)i),
+                             (uint64_t)t->global_step);
+        }
+        if (rc) return rc;
+    } else {
+        t->skipped++;
+    }
+    if (!isfinite(loss)) t->nonfinite++;
+    else t->loss_sum += loss;
+    t->correct += fx_count_correct(t->logits_buf, t->ybuf, B, t->classes);
+    t->seen += B;
+    t->step_in_epoch++;
+    t->global_step++;
+    t->seconds += fx_now() - t0;
+    if (loss_out) *loss_out = loss;
+    return FX_OK;
+}
+
+int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accuracy, double *loss)
+{
+    if (!t || !ds) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "dataset");
+    if (fx_dataset_channels(ds) != t->C || fx_dataset_height(ds) != t->H ||
+        fx_dataset_width(ds) != t->W || fx_dataset_classes(ds) != t->classes)
+        return FX_FAIL(FX_ESHAPE, "dataset shape differs from the training set's");
+    fx_model *m = &t->m;
+    int rc = fx_model_alloc_ctx(m, FX_CTX_EVAL);
+    int64_t B = t->cfg.batch_size, n = fx_dataset_len(ds), img = (int64_t)t->C * t->H * t->W;
+    int64_t *idx = malloc((size_t)B * sizeof *idx);
+    if (!rc && !idx) rc = FX_FAIL(FX_ENOMEM, "out of memory");
+    int64_t correct = 0;
+    double loss_sum = 0;
+    for (int64_t s = 0; s < n && !rc; s += B) {
+        int64_t cnt = n - s < B ? n - s : B;
+        for (int64_t i = 0; i < B; i++) idx[i] = s + (i < cnt ? i : 0);
+        rc = fx_dataset_batch(ds, idx, B, t->xbuf, t->ybuf);
+        if (rc) break;
+        /* a short last batch is padded with zeros; its extra rows are ignored */
+        memset(t->xbuf + cnt * img, 0, sizeof(float) * (size_t)((B - cnt) * img));
+        fx_normalize(t, t->xbuf, cnt);
+        tensor_t *logits;
+        rc = tensor_from_f32(m->input[FX_CTX_EVAL], t->xbuf);
+        if (!rc) rc = fx_model_forward(m, FX_CTX_EVAL, &logits);
+        if (!rc) rc = tensor_to_f32(logits, t->logits_buf);
+        if (rc) break;
+        correct += fx_count_correct(t->logits_buf, t->ybuf, cnt, t->classes);
+        for (int64_t i = 0; i < cnt; i++) { /* log-softmax in double */
+            const float *z = t->logits_buf + i * t->classes;
+            double mx = z[0], se = 0;
+            for (int j = 1; j < t->classes; j++) mx = z[j] > mx ? z[j] : mx;
+            for (int j = 0; j < t->classes; j++) se += exp((double)z[j] - mx);
+            loss_sum += mx + log(se) - (double)z[t->ybuf[i]];
+        }
+    }
+    free(idx);
+    fx_model_free_ctx(m, FX_CTX_EVAL);
+    if (rc) return rc;
+    if (accuracy) *accuracy = n ? (double)correct / (double)n : 0.0;
+    if (loss) *loss = n ? loss_sum / (double)n : 0.0;
+    return FX_OK;
+}
+
+int fx_trainer_epoch(fx_trainer *t, fx_epoch_metrics *mt)
+{
+    if (!t || !mt) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "metrics");
+    /* an epoch whose steps were all taken by fx_trainer_step is reported, not retrained */
+    if (t->epoch_reported) fx_begin_epoch_if_needed(t);
+    while (t->step_in_epoch < t->steps_per_epoch) {
+        int rc = fx_trainer_step(t, NULL);
+        if (rc) return rc;
+    }
+    memset(mt, 0, sizeof *mt);
+    t->epoch_reported = 1;
+    mt->epoch = t->epoch + 1;
+    int64_t good = t->steps_per_epoch - t->nonfinite;
+    mt->train_loss = good > 0 ? t->loss_sum / (double)good : NAN;
+    mt->train_accuracy = t->seen ? (double)t->correct / (double)t->seen : 0.0;
+    mt->seconds = t->seconds;
+    mt->images_per_second = t->seconds > 0 ? (double)t->seen / t->seconds : 0.0;
+    mt->steps = t->steps_per_epoch;
+    mt->skipped_steps = t->skipped;
+    mt->nonfinite_losses = t->nonfinite;
+    mt->loss_scale = t->scaling ? t->scaler.scale : 1.0;
+    mt->test_loss = mt->test_accuracy = -1;
+    if (t->test) return fx_trainer_evaluate(t, t->test, &mt->test_accuracy, &mt->test_loss);
+    return FX_OK;
+}
+
+int64_t fx_trainer_global_step(const fx_trainer *t) { return t ? t->global_step : FX_EINVAL; }
+int fx_trainer_epoch_index(const fx_trainer *t)
+{
+    if (!t) return FX_EINVAL;
+    return t->step_in_epoch >= t->steps_per_epoch ? t->epoch + 1 : t->epoch;
+}
+const fx_loss_scaler *fx_trainer_loss_scaler(const fx_trainer *t) { return t ? &t->scaler : NULL; }
+
+int fx_trainer_tensor_count(const fx_trainer *t) { return t ? t->nreg : FX_EINVAL; }
+
+const char *fx_trainer_tensor_name(const fx_trainer *t, int i)
+{
+    return (t && i >= 0 && i < t->nreg) ? t->reg[i].name : NULL;
+}
+
+tensor_t *fx_trainer_tensor(fx_trainer *t, int i)
+{
+    if (!t || i < 0 || i >= t->nreg) {
+        FX_FAIL(FX_EINVAL, "tensor index %d is out of range", i);
+        return NULL;
+    }
+    return t->reg[i].t;
+}
+
+int fx_trainer_tensor_find(const fx_trainer *t, const char *name)
+{
+    if (!t || !name) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "name");
+    for (int i = 0; i < t->nreg; i++)
+        if (strcmp(t->reg[i].name, name) == 0) return i;
+    return FX_FAIL(FX_ENAME, "no tensor named '%.64s'", name);
+}
+
+int64_t fx_trainer_param_count(const fx_trainer *t)
+{
+    if (!t) return FX_EINVAL;
+    int64_t n = 0;
+    for (int i = 0; i < t->m.nparams; i++) n += t->m.params[i].n;
+    return n;
+}
+
+int fx_trainer_get_params(const fx_trainer *t, float *dst)
+{
+    if (!t || !dst) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "dst");
+    for (int i = 0; i < t->m.nparams; i++) {
+        const fx_param *p = &t->m.params[i];
+        if (p->master) memcpy(dst, p->master, (size_t)p->n * sizeof(float));
+        else {
+            int rc = tensor_to_f32(p->w, dst);
+            if (rc) return rc;
+        }
+        dst += p->n;
+    }
+    return FX_OK;
+}
