@@ -4,6 +4,9 @@
 
 #include "backend.h"
 
+#include <math.h>
+#include <string.h>
+
 enum { FX_STAGE_F32 = 0, FX_STAGE_I64 = 1 };
 
 /* A pending write: n values in row-major order of the destination's logical shape, either
@@ -60,8 +63,23 @@ void fx_par_maxabs_f32(const fx_backend *be, const float *src, int64_t n, float 
 /* Strided copy between a view and a contiguous buffer (row-major), elem size of t's format. */
 void fx_strided_copy(const tensor_t *t, void *buf, int to_view);
 
-/* Round a double to fp32 with round-to-odd, so that a following fp32 -> fp16/bf16 rounding
- * is a single correct rounding of the double. */
-float fx_f64_to_f32_round_odd(double d);
+/* Round a double to fp32 with round-to-odd, so that a following fp32 -> fp16/bf16 (or int16
+ * mantissa) rounding is a single correct rounding of the double. Truncate toward zero, then set
+ * the lowest bit if anything was discarded; branch-free because it runs once per element. The
+ * float's magnitude bits are an integer, so "one step toward zero" is u - 1 (taken only when
+ * |f| > |d|, so f != 0); an overflow to Inf steps back to FLT_MAX; a nonzero value below the
+ * smallest subnormal becomes it; NaN and exact values pass unchanged. */
+static inline float fx_f64_to_f32_round_odd(double d)
+{
+    float f = (float)d;
+    double back = (double)f;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t inexact = (uint32_t)((back != d) & (d == d));
+    uint32_t away = (uint32_t)(fabs(back) > fabs(d));
+    u = (u - away) | inexact;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 #endif

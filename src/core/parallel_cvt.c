@@ -131,17 +131,3 @@ void fx_quantize_exact(const fx_backend *be, const float *src, int16_t *dst, int
     fx_par_quant_f32(be, src, dst, n, e, &r, &st);
     *exp = e;
 }
-
-float fx_f64_to_f32_round_odd(double d)
-{
-    if (d != d) return (float)d;
-    float f = (float)d; /* nearest */
-    if ((double)f == d) return f;
-    /* truncate toward zero, then set the sticky lowest bit */
-    if (fabs((double)f) > fabs(d)) f = nextafterf(f, 0.0f);
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    u |= 1u;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}

@@ -8,23 +8,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Largest finite |value| of a stage in real units, and its count of NaN/Inf. */
-static void fx_stage_maxabs(const fx_backend *be, const fx_stage *s, double *true_max,
-                            int64_t *nonfinite)
+/* Largest |value| of an int64 stage, in integer units (one parallel pass). */
+static uint64_t fx_stage_maxabs_i64(const fx_stage *s)
 {
+    uint64_t mx = 0;
+    int nt = s->n >= ((int64_t)1 << 17) ? flexpoint_num_threads() : 1;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(max : mx)
+#endif
+    for (int64_t i = 0; i < s->n; i++) {
+        int64_t v = s->i64[i];
+        uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+        mx = a > mx ? a : mx;
+    }
+    return mx;
+}
+
+/* Largest finite |value| of a stage in real units, its count of NaN/Inf, and (int64 stages)
+ * the integer maximum, kept for the exact exponent. */
+static void fx_stage_maxabs(const fx_backend *be, const fx_stage *s, double *true_max,
+                            int64_t *nonfinite, uint64_t *imax)
+{
+    *imax = 0;
     if (s->kind == FX_STAGE_F32) {
         float m;
         fx_par_maxabs_f32(be, s->f32, s->n, &m, nonfinite);
         *true_max = m;
         return;
     }
-    uint64_t mx = 0;
-    for (int64_t i = 0; i < s->n; i++) {
-        int64_t v = s->i64[i];
-        uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-        if (a > mx) mx = a;
-    }
-    *true_max = ldexp((double)mx, s->exp);
+    *imax = fx_stage_maxabs_i64(s);
+    *true_max = ldexp((double)*imax, s->exp);
     *nonfinite = 0;
 }
 
@@ -54,16 +68,10 @@ static void fx_trial(void *ctx, int e, fx_qstats *st)
 
 /* Exact exponent of data with real maximum true_max, or FX_EXP_NONE. For an int64 stage it is
  * computed on the integers, so no double rounding can move it. */
-static int fx_stage_exact_exp(const fx_stage *s, double true_max)
+static int fx_stage_exact_exp(const fx_stage *s, double true_max, uint64_t imax)
 {
     if (s->kind == FX_STAGE_F32) return fx_exact_exp_f64(true_max);
-    uint64_t mx = 0;
-    for (int64_t i = 0; i < s->n; i++) {
-        int64_t v = s->i64[i];
-        uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-        if (a > mx) mx = a;
-    }
-    return fx_exact_exp_u64(mx, s->exp);
+    return fx_exact_exp_u64(imax, s->exp);
 }
 
 static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
@@ -83,7 +91,8 @@ static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
 
     double true_max;
     int64_t nonfinite;
-    fx_stage_maxabs(be, s, &true_max, &nonfinite);
+    uint64_t imax;
+    fx_stage_maxabs(be, s, &true_max, &nonfinite, &imax);
     fx_rounding r = {st->rounding, st->seed, st->write_counter};
 
     int clamped = 0, e;
@@ -91,14 +100,14 @@ static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
         /* A partial view shares its exponent with the rest of the storage: keep it. */
         e = st->exp;
     } else if (st->fmt == FMT_DFP16) {
-        int want = fx_stage_exact_exp(s, true_max);
+        int want = fx_stage_exact_exp(s, true_max, imax);
         e = want == FX_EXP_NONE ? st->exp : fx_clamp_exp(want, st->win_lo, st->win_hi, &clamped);
     } else {
         fx_trial_ctx ctx = {be, s, &r};
         fx_af_writer w = {&ctx, fx_trial, true_max};
         if (st->af.cfg.init_mode == FX_AF_INIT_EXACT && s->kind == FX_STAGE_I64) {
             /* exact initialisation from the integers (avoids a double-rounded maximum) */
-            int want = fx_stage_exact_exp(s, true_max);
+            int want = fx_stage_exact_exp(s, true_max, imax);
             w.true_max = want == FX_EXP_NONE ? 0.0 : true_max;
         }
         e = fx_af_predict(&st->af, st->exp, st->win_lo, st->win_hi, &w, &clamped);
@@ -145,8 +154,18 @@ static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
  * fp32 with round-to-odd, so that the later 16-bit rounding is the only effective rounding. */
 static void fx_stage_i64_to_f32(const fx_stage *s, float *dst, int odd)
 {
+    /* (double)v is exact for |v| < 2^53: every product, and every sum of fewer than 2^23
+     * products. Only add/sub of operands whose exponents differ by more than 38 can exceed it,
+     * and then the double adds one more rounding. Multiplying by 2^exp is exact in double for
+     * every exponent the formats produce. */
+    const double scale = ldexp(1.0, s->exp);
+    int nt = s->n >= ((int64_t)1 << 17) ? flexpoint_num_threads() : 1;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
     for (int64_t i = 0; i < s->n; i++) {
-        double d = ldexp((double)s->i64[i], s->exp);
+        double d = (double)s->i64[i] * scale;
         dst[i] = odd ? fx_f64_to_f32_round_odd(d) : (float)d;
     }
 }

@@ -4,11 +4,16 @@
  *    pc: K blocks of KC            (at most FX_GEMM_I16_MAX_KP pairs: the int32 chains flush)
  *     ic: row blocks of MC         (packed A block: MC x KC, one per thread; threads split ic)
  *      jr, ir: micro-kernel tiles  (each B micro-panel is reused across the ir loop)
+ * Packing also computes the segment norms of every A micro-panel and B micro-panel; from them
+ * each (tile, K block) takes the fast kernel with the longest chain the norms prove safe, or the
+ * split kernel (its split B panel is made from the plain one by the thread that needs it, at
+ * most once per thread and B block).
  * Each output element belongs to exactly one (ic, jr, ir) tile and receives the exact partial
  * sums of its K blocks in order, so the result is the exact int64 sum for any thread count.
  */
 #include "gemm_i16.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,30 +44,65 @@ static inline void fx_split_b(int32_t v, int16_t *hi, int16_t *lo)
     *hi = (int16_t)((v - l) / 256); /* exact: v - l is a multiple of 256 */
 }
 
-/* Pack a kc x n block of B (n <= nr valid columns) into one micro-panel of nr columns. */
+/* ceil(sqrt(x)) for 0 <= x < 2^62, exactly (bitwise integer square root, no floating point). */
+static int64_t fx_ceil_sqrt(uint64_t x)
+{
+    uint64_t r = 0, bit = (uint64_t)1 << 62;
+    while (bit > x) bit >>= 2;
+    while (bit) {
+        if (x >= r + bit) {
+            x -= r + bit;
+            r = (r >> 1) + bit;
+        } else {
+            r >>= 1;
+        }
+        bit >>= 2;
+    }
+    return (int64_t)r + (x != 0); /* x is now the remainder x0 - floor(sqrt(x0))^2 */
+}
+
+/* Pack a kc x n block of B (n <= nr valid columns) into one plain micro-panel of nr columns,
+ * and write nb[s] = ceil(sqrt(max_j sum_{k in segment s} B[k][j]^2)) for its segments. */
 static void fx_pack_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t kc, int64_t n, int nr,
-                      int16_t *bp)
+                      int16_t *bp, int32_t *nb)
 {
     const int64_t kp = (kc + 1) / 2;
     for (int64_t p = 0; p < kp; p++) {
-        int16_t *hi = bp + p * 4 * nr, *lo = hi + 2 * nr;
+        int16_t *dst = bp + p * 2 * nr;
         const int16_t *r0 = b + 2 * p * sbk;
         const int16_t *r1 = 2 * p + 1 < kc ? r0 + sbk : NULL;
         int64_t j = 0;
         for (; j < n; j++) {
-            fx_split_b(r0[j * sbn], &hi[2 * j], &lo[2 * j]);
-            if (r1)
-                fx_split_b(r1[j * sbn], &hi[2 * j + 1], &lo[2 * j + 1]);
-            else
-                hi[2 * j + 1] = lo[2 * j + 1] = 0;
+            dst[2 * j] = r0[j * sbn];
+            dst[2 * j + 1] = r1 ? r1[j * sbn] : 0;
         }
-        for (; j < nr; j++) hi[2 * j] = hi[2 * j + 1] = lo[2 * j] = lo[2 * j + 1] = 0;
+        for (; j < nr; j++) dst[2 * j] = dst[2 * j + 1] = 0;
+    }
+    for (int64_t s = 0, p0 = 0; p0 < kp; s++, p0 += FX_GEMM_I16_SEG) {
+        const int64_t p1 = fx_min64(kp, p0 + FX_GEMM_I16_SEG);
+        int64_t sq[FX_GEMM_I16_MAX_NR] = {0}, mx = 0;
+        for (int64_t p = p0; p < p1; p++)
+            for (int j = 0; j < 2 * nr; j++) {
+                const int32_t v = bp[p * 2 * nr + j];
+                sq[j / 2] += v * v; /* <= 2 SEG 2^30 */
+            }
+        for (int j = 0; j < nr; j++) mx = sq[j] > mx ? sq[j] : mx;
+        nb[s] = (int32_t)fx_ceil_sqrt((uint64_t)mx); /* <= sqrt(2 SEG) 2^15 = 2^17 */
     }
 }
 
-/* Pack an m x kc block of A (m <= mr valid rows) into one micro-panel of mr rows. */
+/* Turn a plain B micro-panel into the split layout of the split kernel. */
+static void fx_split_panel(const int16_t *bp, int64_t kp, int nr, int16_t *bs)
+{
+    for (int64_t p = 0; p < kp; p++)
+        for (int q = 0; q < 2 * nr; q++)
+            fx_split_b(bp[p * 2 * nr + q], &bs[p * 4 * nr + q], &bs[p * 4 * nr + 2 * nr + q]);
+}
+
+/* Pack an m x kc block of A (m <= mr valid rows) into one micro-panel of mr rows, and write
+ * na[s] = ceil(sqrt(max_i sum_{k in segment s} A[i][k]^2)) for its segments. */
 static void fx_pack_a(const int16_t *a, int64_t sam, int64_t sak, int64_t kc, int64_t m, int mr,
-                      int32_t *ap)
+                      int32_t *ap, int32_t *na)
 {
     const int64_t kp = (kc + 1) / 2;
     for (int64_t p = 0; p < kp; p++) {
@@ -77,6 +117,51 @@ static void fx_pack_a(const int16_t *a, int64_t sam, int64_t sak, int64_t kc, in
         }
         for (; i < mr; i++) dst[i] = 0;
     }
+    for (int64_t s = 0, p0 = 0; p0 < kp; s++, p0 += FX_GEMM_I16_SEG) {
+        const int64_t p1 = fx_min64(kp, p0 + FX_GEMM_I16_SEG);
+        int64_t sq[FX_GEMM_I16_MAX_MR] = {0}, mx = 0;
+        for (int64_t p = p0; p < p1; p++)
+            for (int i = 0; i < mr; i++) {
+                const uint32_t w = (uint32_t)ap[p * mr + i];
+                const int32_t lo = (int16_t)(uint16_t)(w & 0xFFFFu), hi = (int16_t)(uint16_t)(w >> 16);
+                sq[i] += (int64_t)lo * lo + (int64_t)hi * hi; /* 2^31 for two -32768: int64 */
+            }
+        for (int i = 0; i < mr; i++) mx = sq[i] > mx ? sq[i] : mx;
+        na[s] = (int32_t)fx_ceil_sqrt((uint64_t)mx);
+    }
+}
+
+/* Chain length (pairs) the fast kernel may use on a tile, from the segment norms (see
+ * gemm_i16.h): c whole segments with c * max_s na[s] nb[s] < 2^31; 0 when even one segment may
+ * reach 2^31 (the tile takes the split kernel). */
+static int64_t fx_fast_chain(const int32_t *na, const int32_t *nb, int64_t nseg, int64_t kp)
+{
+    int64_t t = 0;
+    for (int64_t s = 0; s < nseg; s++) {
+        const int64_t x = (int64_t)na[s] * nb[s]; /* each norm <= 2^17: fits */
+        t = x > t ? x : t;
+    }
+    const int64_t lim = ((int64_t)1 << 31) - 1;
+    if (t > lim) return 0;
+    if (t == 0) return kp;
+    return fx_min64(kp, lim / t * FX_GEMM_I16_SEG);
+}
+
+static _Atomic int g_mode = FX_GEMM_I16_AUTO;
+static _Atomic int64_t g_fast_tiles, g_split_tiles;
+
+void fx_gemm_i16_set_mode(int mode) { g_mode = mode; }
+
+void fx_gemm_i16_tile_counts(int64_t *fast, int64_t *split)
+{
+    *fast = g_fast_tiles;
+    *split = g_split_tiles;
+}
+
+void fx_gemm_i16_reset_tile_counts(void)
+{
+    g_fast_tiles = 0;
+    g_split_tiles = 0;
 }
 
 static void *fx_gemm_alloc(size_t bytes)
@@ -93,6 +178,9 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     const int64_t sbk = c->in[1].strides[0], sbn = c->in[1].strides[1];
     int64_t *out = c->out_i64;
     const int mr = kd->mr, nr = kd->nr;
+    if (mr < 1 || mr > FX_GEMM_I16_MAX_MR || nr < 1 || nr > FX_GEMM_I16_MAX_NR || !kd->ukr)
+        return FX_EUNSUPPORTED;
+    const int use_fast = kd->fast != NULL && g_mode == FX_GEMM_I16_AUTO;
 
     *c->out_exp = c->in[0].exp + c->in[1].exp;
     if (M == 0 || N == 0) return FX_OK;
@@ -103,6 +191,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
 
     const int64_t kc = fx_min64(FX_GEMM_KC, K);
     const int64_t kp_max = (kc + 1) / 2;
+    const int64_t nseg_max = (kp_max + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
     const int64_t mc = fx_min64(FX_GEMM_MC / mr * mr, (M + mr - 1) / mr * mr);
     const int64_t nc = fx_min64(FX_GEMM_NC / nr * nr, (N + nr - 1) / nr * nr);
     const int64_t nmb = (M + mc - 1) / mc;
@@ -110,34 +199,53 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     if (nt < 1 || M * N * K < FX_GEMM_PAR_MIN_MACS) nt = 1;
     if (nt > nmb) nt = (int)nmb; /* threads split the row blocks */
 
-    const size_t a_elems = (size_t)(kp_max * mc);          /* int32 per thread */
-    const size_t a_stride = (a_elems * sizeof(int32_t) + 63) / 64 * 64 / sizeof(int32_t);
-    int16_t *bpack = fx_gemm_alloc((size_t)(kp_max * 4 * nc) * sizeof(int16_t));
-    int32_t *apack = fx_gemm_alloc(a_stride * (size_t)nt * sizeof(int32_t));
-    if (!bpack || !apack) {
+    /* per thread: split B block (panels split on demand, each at most once per B block; tags
+     * say which panel holds the current block), packed A block, its segment norms */
+    const int64_t npan_max = nc / nr;
+    const size_t bs_elems = (size_t)(kp_max * 4 * nc);                  /* int16 */
+    const size_t a_elems = (size_t)(kp_max * mc);                       /* int32 */
+    const size_t na_elems = (size_t)(mc / mr * nseg_max);               /* int32 */
+    const size_t tag_elems = (size_t)npan_max;                          /* int64 */
+    const size_t bs_bytes = (bs_elems * 2 + 63) / 64 * 64;
+    const size_t t_stride = (bs_bytes + tag_elems * 8 + (a_elems + na_elems) * 4 + 63) / 64 * 64;
+    int16_t *bpack = fx_gemm_alloc((size_t)(kp_max * 2 * nc) * sizeof(int16_t));
+    int32_t *bnorm = fx_gemm_alloc((size_t)(nc / nr * nseg_max) * sizeof(int32_t));
+    unsigned char *tpack = fx_gemm_alloc(t_stride * (size_t)nt);
+    if (!bpack || !bnorm || !tpack) {
         free(bpack);
-        free(apack);
+        free(bnorm);
+        free(tpack);
         return FX_ENOMEM;
     }
+    int64_t fast_tiles = 0, split_tiles = 0;
 
-    FX_OMP(omp parallel num_threads(nt) if (nt > 1))
+    FX_OMP(omp parallel num_threads(nt) if (nt > 1) reduction(+ : fast_tiles, split_tiles))
     {
         int tid = 0;
 #ifdef _OPENMP
         tid = omp_get_thread_num();
 #endif
-        int32_t *ap = apack + (size_t)tid * a_stride;
+        /* this thread's scratch: split B block (64-byte aligned), panel tags, A block, A norms */
+        unsigned char *tbase = tpack + (size_t)tid * t_stride;
+        int16_t *bsplit = (int16_t *)tbase;
+        int64_t *split_tag = (int64_t *)(tbase + bs_bytes);
+        int32_t *ap = (int32_t *)(split_tag + tag_elems);
+        int32_t *anorm = ap + a_elems;
+        int64_t block_id = 0; /* counts B blocks; split_tag[jp] == block_id: panel jp is split */
+        memset(split_tag, 0, tag_elems * sizeof *split_tag);
         for (int64_t jc = 0; jc < N; jc += nc) {
             const int64_t ncur = fx_min64(nc, N - jc);
             const int64_t npan = (ncur + nr - 1) / nr;
             for (int64_t pc = 0; pc < K; pc += kc) {
                 const int64_t kcur = fx_min64(kc, K - pc), kp = (kcur + 1) / 2;
+                const int64_t nseg = (kp + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
                 const int16_t *bblk = b + pc * sbk + jc * sbn;
+                block_id++;
 
                 FX_OMP(omp for schedule(static))
                 for (int64_t jp = 0; jp < npan; jp++)
                     fx_pack_b(bblk + jp * nr * sbn, sbk, sbn, kcur, fx_min64(nr, ncur - jp * nr),
-                              nr, bpack + jp * kp * 4 * nr);
+                              nr, bpack + jp * kp * 2 * nr, bnorm + jp * nseg);
                 /* implicit barrier: the B block is complete before any thread reads it */
 
                 FX_OMP(omp for schedule(dynamic, 1))
@@ -145,21 +253,42 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                     const int64_t i0 = ib * mc, mcur = fx_min64(mc, M - i0);
                     for (int64_t ir = 0; ir < mcur; ir += mr)
                         fx_pack_a(a + (i0 + ir) * sam + pc * sak, sam, sak, kcur,
-                                  fx_min64(mr, mcur - ir), mr, ap + ir * kp);
+                                  fx_min64(mr, mcur - ir), mr, ap + ir * kp,
+                                  anorm + ir / mr * nseg);
                     for (int64_t jp = 0; jp < npan; jp++) {
                         const int64_t j0 = jp * nr;
                         const int n = (int)fx_min64(nr, ncur - j0);
-                        const int16_t *bp = bpack + jp * kp * 4 * nr;
-                        for (int64_t ir = 0; ir < mcur; ir += mr)
-                            kd->ukr(kp, ap + ir * kp, bp, out + (i0 + ir) * N + jc + j0, N,
-                                    (int)fx_min64(mr, mcur - ir), n, pc > 0);
+                        const int16_t *bp = bpack + jp * kp * 2 * nr;
+                        int16_t *bsp = bsplit + jp * kp * 4 * nr;
+                        for (int64_t ir = 0; ir < mcur; ir += mr) {
+                            int64_t *ct = out + (i0 + ir) * N + jc + j0;
+                            const int m = (int)fx_min64(mr, mcur - ir);
+                            const int64_t chain =
+                                use_fast ? fx_fast_chain(anorm + ir / mr * nseg, bnorm + jp * nseg,
+                                                         nseg, kp)
+                                         : 0;
+                            if (chain > 0) {
+                                kd->fast(kp, chain, ap + ir * kp, bp, ct, N, m, n, pc > 0);
+                                fast_tiles++;
+                            } else {
+                                if (split_tag[jp] != block_id) {
+                                    fx_split_panel(bp, kp, nr, bsp);
+                                    split_tag[jp] = block_id;
+                                }
+                                kd->ukr(kp, ap + ir * kp, bsp, ct, N, m, n, pc > 0);
+                                split_tiles++;
+                            }
+                        }
                     }
                 }
                 /* implicit barrier: nobody still reads the B block when it is repacked */
             }
         }
     }
+    g_fast_tiles += fast_tiles;
+    g_split_tiles += split_tiles;
     free(bpack);
-    free(apack);
+    free(bnorm);
+    free(tpack);
     return FX_OK;
 }

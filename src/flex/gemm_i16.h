@@ -1,49 +1,107 @@
 /* Exact int16 x int16 -> int64 GEMM: the portable driver (blocking, packing, threads) shared
- * by the SIMD levels, which supply only a register-tile micro-kernel. No intrinsics here.
+ * by the SIMD levels, which supply only register-tile micro-kernels. No intrinsics here.
  *
  * Why the result is exact although SIMD lanes accumulate in int32
  * ----------------------------------------------------------------
- * The pair-product instructions (vpmaddwd, vpdpwssd) add a0*b0 + a1*b1 into an int32 lane.
- * With full-range int16 operands one pair sum is up to 2 * 2^30 = 2^31 and two of them already
- * wrap. So the packing splits every B value into two small signed parts,
+ * The pair-product instructions (vpmaddwd, vpdpwssd) add a0*b0 + a1*b1 into an int32 lane, and
+ * lane j of the accumulator of tile row i only ever receives terms A[i][k]*B[k][j] of the one
+ * output C[i][j]. All of vpmaddwd, vpaddd and (non-saturating) vpdpwssd compute modulo 2^32, so
+ * a lane always holds its true partial sum modulo 2^32 (even the one pair sum that does not fit,
+ * (-32768)^2 * 2 = 2^31, wraps consistently). Hence: if the true value of a chain's sum lies in
+ * [-2^31, 2^31), the lane holds it exactly, whatever happened in between. Two micro-kernels use
+ * this in two ways.
+ *
+ * 1. The fast kernel: plain int16 operands, one vpdpwssd per pair, data-dependent chain length.
+ *    The K block is cut into segments of FX_GEMM_I16_SEG pairs (2*SEG values of k). While
+ *    packing, the driver computes for every segment s
+ *        nA[s] = ceil(sqrt(max over the tile's rows i    of sum_{k in s} A[i][k]^2))
+ *        nB[s] = ceil(sqrt(max over the panel's columns j of sum_{k in s} B[k][j]^2)),
+ *    exactly in int64 (ceil of an integer square root, no floating point). By Cauchy-Schwarz, for
+ *    every (i, j) of the tile, sum_{k in s} |A[i][k] B[k][j]| <= ||A[i][s]|| ||B[s][j]|| <=
+ *    nA[s] nB[s]. With t = max_s nA[s] nB[s], a chain of c = floor((2^31 - 1) / t) whole
+ *    segments therefore has |chain sum| <= sum over its segments of nA nB <= c t < 2^31 (every
+ *    partial sum too), so it is exact in int32. After each chain the kernel adds the chain value
+ *    d into two int32 words per output, Lo += d (mod 2^32) and Hi += d >> 16 (floor division by
+ *    2^16). With T the exact sum of all chains so far:
+ *        T == Lo (mod 2^32)  and  T - 2^16 Hi = sum of (d mod 2^16) in [0, F 2^16),
+ *    F being the number of chains, F <= kp <= FX_GEMM_I16_MAX_KP < 2^16, so T - 2^16 Hi lies in
+ *    [0, 2^32) and equals (uint32)(Lo - 2^16 Hi): T = 2^16 Hi + (uint32)(Lo - 2^16 Hi), exactly,
+ *    computed in int64 at the end of the K block (|Hi| <= F (2^15 + 1) < 2^23 never wraps). If some
+ *    single segment has nA nB >= 2^31 (values too large for even one segment), the tile takes:
+ * 2. The split kernel: every B value is split into two small signed parts,
  *     b = 256 * bh + bl,   bl = ((b + 128) mod 256) - 128 in [-128, 127],   bh in [-128, 128],
- * and the micro-kernel keeps two int32 accumulators per lane, Sh = sum a*bh and Sl = sum a*bl.
- * Each pair sum in either chain is at most 2 * 2^15 * 2^7 = 2^23 in magnitude (even for the
- * out-of-format value -32768), so a chain of FX_GEMM_I16_MAX_KP <= 255 pair steps stays below
- * 255 * 2^23 < 2^31: no int32 lane ever wraps. After at most that many steps the micro-kernel
- * widens both chains to int64 and adds 256 * Sh + Sl = sum a*b into C. Every step is exact, so
- * the int64 result equals the mathematical sum, whatever the blocking, ISA or thread count.
+ *    and the micro-kernel keeps two int32 accumulators per lane, Sh = sum a*bh and Sl = sum a*bl.
+ *    Each pair sum in either chain is at most 2 * 2^15 * 2^7 = 2^23 in magnitude (even for the
+ *    out-of-format value -32768), so a chain of FX_GEMM_I16_MAX_KP <= 255 pair steps stays below
+ *    255 * 2^23 < 2^31: no int32 lane ever wraps. At the end of the K block the micro-kernel
+ *    widens both chains to int64 and adds 256 * Sh + Sl = sum a*b into C. This costs two
+ *    multiply instructions per pair instead of one, whatever the data.
+ * Every step of both kernels is exact, so the int64 result equals the mathematical sum, whatever
+ * the blocking, ISA, thread count or the path each tile takes.
  *
  * Packed layouts (K is walked in pairs k = 2p, 2p+1; a missing odd element is packed as 0):
  *   A micro-panel (mr rows, kp pairs): int32 ap[p*mr + i] holds A[i][2p] in its low 16 bits
  *     and A[i][2p+1] in its high 16 bits, ready for a 32-bit broadcast.
- *   B micro-panel (nr columns, kp pairs): 4*nr int16 per pair p:
+ *   B micro-panel, plain (fast kernel; nr columns, kp pairs): 2*nr int16 per pair p:
+ *     bp[p*2nr + 2j + t]        = B[2p+t][j]
+ *   B micro-panel, split (split kernel): 4*nr int16 per pair p:
  *     bp[p*4nr + 2j + t]        = bh(B[2p+t][j])   (the high parts, pair-interleaved)
  *     bp[p*4nr + 2nr + 2j + t]  = bl(B[2p+t][j])   (the low parts)
- *   Rows beyond M and columns beyond N are packed as zeros.
+ *   Rows beyond M and columns beyond N are packed as zeros (they add 0 to the norms too).
  */
 #ifndef FX_FLEX_GEMM_I16_H
 #define FX_FLEX_GEMM_I16_H
 
 #include "flex_kernels.h"
 
-/* Longest int32 chain, in K pairs, that provably cannot wrap (see above). */
+/* Longest int32 chain of the split kernel, in K pairs, that provably cannot wrap (see above);
+ * also the most pairs one micro-kernel call receives. */
 #define FX_GEMM_I16_MAX_KP 255
 
-/* Micro-kernel: C[0..m, 0..n] (row stride ldc, int64) = (accumulate ? C : 0) + the exact
- * products of an mr x kp A micro-panel and a kp x nr B micro-panel. kp <= FX_GEMM_I16_MAX_KP;
- * m <= mr and n <= nr are the valid part of the tile (only it is read and written). The
- * packed panels are 64-byte aligned. */
+/* Pairs per norm segment of the fast kernel: its chains are whole numbers of segments. With
+ * Gaussian-like data whose maximum sits at 2^14..2^15 (the exact exponent), one segment of 16
+ * products of two such operands stays well under 2^31 while chains of 8..40 pairs pass: see
+ * the report of bench_gemm_i16 (fast-tile fraction). */
+#define FX_GEMM_I16_SEG 8
+
+/* Largest register tiles the driver supports (sizes its norm scratch). */
+#define FX_GEMM_I16_MAX_MR 16
+#define FX_GEMM_I16_MAX_NR 64
+
+/* Split micro-kernel: C[0..m, 0..n] (row stride ldc, int64) = (accumulate ? C : 0) + the exact
+ * products of an mr x kp A micro-panel and a kp x nr split B micro-panel. kp <=
+ * FX_GEMM_I16_MAX_KP; m <= mr and n <= nr are the valid part of the tile (only it is read and
+ * written). The packed panels are 64-byte aligned. */
 typedef void (*fx_gemm_i16_ukr)(int64_t kp, const int32_t *ap, const int16_t *bp, int64_t *c,
                                 int64_t ldc, int m, int n, int accumulate);
 
+/* Fast micro-kernel: the same contract with a plain B micro-panel; the int32 lanes are flushed
+ * (see above) after every `chain` pairs (1 <= chain; the last chain may be shorter). The caller
+ * guarantees that every chain's exact sum is below 2^31 in magnitude. */
+typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *ap,
+                                     const int16_t *bp, int64_t *c, int64_t ldc, int m, int n,
+                                     int accumulate);
+
 typedef struct fx_gemm_i16_kernel {
-    int mr, nr; /* register tile */
-    fx_gemm_i16_ukr ukr;
+    int mr, nr; /* register tile, mr <= FX_GEMM_I16_MAX_MR, nr <= FX_GEMM_I16_MAX_NR */
+    fx_gemm_i16_ukr ukr;       /* split kernel: any data */
+    fx_gemm_i16_fast_ukr fast; /* plain kernel: tiles whose norms allow it (NULL: never) */
 } fx_gemm_i16_kernel;
 
-/* Run an FX_OP_MATMUL call (operand contract of backend.h) with micro-kernel k.
- * Returns FX_OK, or FX_ENOMEM if the packing buffers cannot be allocated. */
+/* Run an FX_OP_MATMUL call (operand contract of backend.h) with micro-kernels k.
+ * Returns FX_OK, FX_ENOMEM if the packing buffers cannot be allocated, or FX_EUNSUPPORTED for a
+ * register tile beyond the limits above (a programming error of the level). */
 int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *k);
+
+/* ---- instrumentation for tests and benchmarks --------------------------------------------- */
+
+/* Path selection: AUTO (the norm test picks per tile and K block) or SPLIT_ONLY (every tile
+ * takes the split kernel; the behaviour before the fast kernel existed). Process-wide. */
+enum { FX_GEMM_I16_AUTO = 0, FX_GEMM_I16_SPLIT_ONLY = 1 };
+void fx_gemm_i16_set_mode(int mode);
+
+/* Tile x K-block counts taken by each kernel since the last reset (summed over threads). */
+void fx_gemm_i16_tile_counts(int64_t *fast, int64_t *split);
+void fx_gemm_i16_reset_tile_counts(void);
 
 #endif

@@ -129,6 +129,15 @@ static int conv_geometry(const char *func, const conv_names *nm, const tensor_t 
                         fx_shape_str(x, b2, sizeof b2), nm->w, fx_shape_str(w, b3, sizeof b3),
                         sh, sw, ph, pw, dh, dw, (long long)g->N, (long long)g->O,
                         (long long)g->OH, (long long)g->OW);
+    /* one sample's patch matrix and padded input must be addressable (sizes below 2^58, so
+     * that chunk sizes and byte counts cannot overflow); real layers are far below */
+    const int64_t lim = (int64_t)1 << 58, CKK = g->C * g->KH * g->KW; /* <= numel(w) */
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    if (CKK > lim / (g->OH * g->OW) || Hp > lim / Wp || g->C > lim / (Hp * Wp))
+        return fx_error(FX_ENOMEM, func, "the patch matrix (%lld x %lld) or the padded input "
+                        "(%lld x %lld x %lld) of one sample is too large", (long long)CKK,
+                        (long long)(g->OH * g->OW), (long long)g->C, (long long)Hp,
+                        (long long)Wp);
     return FX_OK;
 }
 
@@ -151,8 +160,10 @@ typedef struct conv_plan {
 static conv_plan conv_plan_make(const fx_conv_geom *g, int wgrad)
 {
     conv_plan p;
-    const int64_t per_sample = g->C * g->KH * g->KW * g->OH * g->OW;
-    int64_t want = (g->N * per_sample + FX_CONV_CHUNK_ELEMS - 1) / FX_CONV_CHUNK_ELEMS;
+    const int64_t per_sample = g->C * g->KH * g->KW * g->OH * g->OW; /* < 2^58, validated */
+    int64_t fit = FX_CONV_CHUNK_ELEMS / per_sample;                   /* samples per target */
+    if (fit < 1) fit = 1;
+    int64_t want = (g->N + fit - 1) / fit;
     const int64_t min_chunks = g->N < FX_CONV_MIN_CHUNKS ? g->N : FX_CONV_MIN_CHUNKS;
     if (want < min_chunks) want = min_chunks;
     if (want > g->N) want = g->N;

@@ -9,7 +9,8 @@
 #define FX_IM2COL_PAR_MIN ((int64_t)1 << 15)
 
 #ifdef _OPENMP
-#define FX_PARALLEL_FOR_NT _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
+#define FX_PARALLEL_FOR_NT                                                                     \
+    _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
 #else
 #define FX_PARALLEL_FOR_NT
 #endif
@@ -21,25 +22,29 @@ static int fx_im2col_threads(int nthreads, int64_t work, int64_t units)
     return nt;
 }
 
-/* Strided copy of a short run (a row of the output, a row of the kernel). GCC turns a
- * unit-stride copy loop (even one it versions for stride 1) into a call to memmove, which costs
- * several times the copy at these lengths (5 to 30 elements), so that transformation is
- * switched off for the functions below. */
+/* ---- short runs ----------------------------------------------------------------------------
+ * The transforms move runs of 1 to 30 elements (a kernel row, an output row). At these lengths
+ * a call to memcpy costs several times the copy, and GCC turns unit-stride copy loops (even
+ * ones it versions for stride 1) into such calls; FX_SHORT_RUNS switches that off for the
+ * functions that copy runs. Unit-stride runs are moreover copied in whole blocks of
+ * FX_RUN_BLOCK elements (one or two vector moves), overshooting by up to FX_RUN_BLOCK - 1
+ * elements: only where the same thread writes the next run right after (so the overshoot is
+ * overwritten) and the source has slack (FX_CONV_PAD_SLACK). */
 #define FX_RUN_BLOCK 8
 #if defined(__GNUC__) && !defined(__clang__)
 #define FX_SHORT_RUNS __attribute__((optimize("no-tree-loop-distribute-patterns")))
 #else
 #define FX_SHORT_RUNS
 #endif
+
+_Static_assert(FX_CONV_PAD_SLACK >= FX_RUN_BLOCK, "block copies read past the padded input");
+
 #define FX_RUN_HELPERS(T, SUF)                                                                 \
     static inline void fx_copy_##SUF(T *restrict d, const T *restrict s, int64_t n,            \
                                      int64_t stride)                                           \
     {                                                                                          \
         for (int64_t i = 0; i < n; i++) d[i] = s[i * stride];                                  \
     }                                                                                          \
-    /* Unit-stride copy in whole blocks of FX_RUN_BLOCK elements: reads and writes up to       \
-     * FX_RUN_BLOCK - 1 elements past the run. Used only where the next run, written next by   \
-     * the same thread, starts right after this one, and where the source has slack. */        \
     static inline void fx_copy_blocks_##SUF(T *restrict d, const T *restrict s, int64_t n)     \
     {                                                                                          \
         for (int64_t i = 0; i < n; i += FX_RUN_BLOCK)                                          \
@@ -47,6 +52,15 @@ static int fx_im2col_threads(int nthreads, int64_t work, int64_t units)
     }
 FX_RUN_HELPERS(int16_t, i16)
 FX_RUN_HELPERS(float, f32)
+
+/* Runs of length len, one after another in the destination, from offset 0 to total: the
+ * largest start offset whose block copy stays inside [0, total). */
+static int64_t fx_last_blocked(int64_t len, int64_t total)
+{
+    return total - (len + FX_RUN_BLOCK - 1) / FX_RUN_BLOCK * FX_RUN_BLOCK;
+}
+
+/* ---- padding -------------------------------------------------------------------------------- */
 
 int64_t fx_conv_padded_numel(const fx_conv_geom *g, int64_t nb)
 {
@@ -85,11 +99,13 @@ void fx_conv_unpad(const fx_conv_geom *g, const void *xpv, int64_t n0, int64_t n
                    xp + (size_t)((pl * Hp + ih + g->ph) * Wp + g->pw) * esz, (size_t)g->W * esz);
 }
 
-/* Standard im2col from the padded chunk: every row r is, per sample and output row, one run
- * of OW taps (stride sw) of one padded input row. Threads split the rows r. */
+/* ---- im2col (channel-major) -----------------------------------------------------------------
+ * Row r of col is, per sample and output row, one run of OW taps (stride sw) of one padded
+ * input row. Threads split the rows r. */
 #define FX_IM2COL_BODY(T, SUF)                                                                 \
     const int64_t KK = g->KH * g->KW, CKK = g->C * KK, P = g->OH * g->OW, ld = nb * P;        \
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, OW = g->OW;                    \
+    const int64_t blocked = fx_last_blocked(OW, P); /* within one (r, n) block */             \
     const int nt = fx_im2col_threads(nthreads, CKK * ld, CKK);                                 \
     (void)nt;                                                                                  \
     FX_PARALLEL_FOR_NT                                                                         \
@@ -98,32 +114,35 @@ void fx_conv_unpad(const fx_conv_geom *g, const void *xpv, int64_t n0, int64_t n
         for (int64_t n = 0; n < nb; n++) {                                                     \
             const T *src = xp + ((n * g->C + c) * Hp + kh * g->dh) * Wp + kw * g->dw;          \
             T *dst = col + r * ld + n * P;                                                     \
-            /* runs whose block copy would spill past the (r, n) block are copied exactly */  \
-            const int64_t blocked = OW * g->OH - (OW + FX_RUN_BLOCK - 1) / FX_RUN_BLOCK * FX_RUN_BLOCK; \
-            for (int64_t oh = 0; oh < g->OH; oh++)                                             \
+            for (int64_t oh = 0; oh < g->OH; oh++) {                                           \
+                const T *s = src + oh * g->sh * Wp;                                            \
                 if (g->sw == 1 && oh * OW <= blocked)                                          \
-                    fx_copy_blocks_##SUF(dst + oh * OW, src + oh * g->sh * Wp, OW);            \
+                    fx_copy_blocks_##SUF(dst + oh * OW, s, OW);                                \
                 else                                                                           \
-                    fx_copy_##SUF(dst + oh * OW, src + oh * g->sh * Wp, OW, g->sw);            \
+                    fx_copy_##SUF(dst + oh * OW, s, OW, g->sw);                                \
+            }                                                                                  \
         }                                                                                      \
     }
 
-FX_SHORT_RUNS void fx_im2col_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int16_t *col,
-                   int nthreads)
+FX_SHORT_RUNS void fx_im2col_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb,
+                                 int16_t *col, int nthreads)
 {
     FX_IM2COL_BODY(int16_t, i16)
 }
 
-FX_SHORT_RUNS void fx_im2col_f32(const fx_conv_geom *g, const float *xp, int64_t nb, float *col, int nthreads)
+FX_SHORT_RUNS void fx_im2col_f32(const fx_conv_geom *g, const float *xp, int64_t nb, float *col,
+                                 int nthreads)
 {
     FX_IM2COL_BODY(float, f32)
 }
 
-/* Pixel-major im2col from the padded chunk: each pixel's row is C*KH runs of KW taps (stride
- * dw). Threads split the (sample, output row) pairs. */
+/* ---- im2row (pixel-major) -------------------------------------------------------------------
+ * Each pixel's row is C*KH runs of KW taps (stride dw). Threads split the (sample, output row)
+ * pairs. */
 #define FX_IM2ROW_BODY(T, SUF)                                                                 \
     const int64_t KK = g->KH * g->KW, CKK = g->C * KK, P = g->OH * g->OW;                     \
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, KW = g->KW;                    \
+    const int64_t blocked = fx_last_blocked(KW, CKK); /* within one pixel's row */            \
     const int nt = fx_im2col_threads(nthreads, nb * P * CKK, nb * g->OH);                      \
     (void)nt;                                                                                  \
     FX_PARALLEL_FOR_NT                                                                         \
@@ -131,38 +150,36 @@ FX_SHORT_RUNS void fx_im2col_f32(const fx_conv_geom *g, const float *xp, int64_t
         const int64_t n = nh / g->OH, oh = nh % g->OH;                                         \
         const T *rows = xp + (n * g->C * Hp + oh * g->sh) * Wp;                                \
         T *d = colT + (n * P + oh * g->OW) * CKK;                                              \
-        /* runs whose block copy would spill past the pixel's row are copied exactly */        \
-        const int64_t blocked = CKK - (KW + FX_RUN_BLOCK - 1) / FX_RUN_BLOCK * FX_RUN_BLOCK;   \
-        for (int64_t ow = 0; ow < g->OW; ow++) {                                               \
+        for (int64_t ow = 0; ow < g->OW; ow++, d += CKK) {                                     \
             const T *s = rows + ow * g->sw;                                                    \
             int64_t at = 0; /* offset of the run in the pixel's row */                         \
             for (int64_t c = 0; c < g->C; c++)                                                 \
                 for (int64_t kh = 0; kh < g->KH; kh++, at += KW) {                             \
-                    const T *sj = s + (c * Hp + kh * g->dh) * Wp;                              \
+                    const T *sr = s + (c * Hp + kh * g->dh) * Wp;                              \
                     if (g->dw == 1 && at <= blocked)                                           \
-                        fx_copy_blocks_##SUF(d + at, sj, KW);                                  \
+                        fx_copy_blocks_##SUF(d + at, sr, KW);                                  \
                     else                                                                       \
-                        fx_copy_##SUF(d + at, sj, KW, g->dw);                                  \
+                        fx_copy_##SUF(d + at, sr, KW, g->dw);                                  \
                 }                                                                              \
-            d += CKK;                                                                          \
         }                                                                                      \
     }
 
-FX_SHORT_RUNS void fx_im2row_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int16_t *colT,
-                   int nthreads)
+FX_SHORT_RUNS void fx_im2row_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb,
+                                 int16_t *colT, int nthreads)
 {
     FX_IM2ROW_BODY(int16_t, i16)
 }
 
 FX_SHORT_RUNS void fx_im2row_f32(const fx_conv_geom *g, const float *xp, int64_t nb, float *colT,
-                   int nthreads)
+                                 int nthreads)
 {
     FX_IM2ROW_BODY(float, f32)
 }
 
-/* col2im into the padded chunk: the mirror image of im2col's runs, adding instead of copying.
- * Threads own channels, so no two threads touch one element, and each element's terms arrive
- * in increasing (kh, kw) order: the same sums for any thread count. */
+/* ---- col2im -----------------------------------------------------------------------------------
+ * The mirror image of im2col's runs, adding into the padded chunk instead of copying. Threads
+ * own channels, so no two threads touch one element, and each element's terms arrive in
+ * increasing (kh, kw) order: the same sums for any thread count. */
 #define FX_COL2IM_BODY(T)                                                                      \
     const int64_t KK = g->KH * g->KW, P = g->OH * g->OW, ld = nb * P;                         \
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, OW = g->OW, sw = g->sw;        \
@@ -199,6 +216,8 @@ void fx_col2im_f32(const fx_conv_geom *g, const float *col, int64_t nb, float *d
     FX_COL2IM_BODY(float)
 }
 
+/* ---- NCHW <-> chunk orders ------------------------------------------------------------------ */
+
 void fx_chunk_gather(const void *nchw, int64_t n0, int64_t nb, int64_t O, int64_t P, void *chunk,
                      size_t esz)
 {
@@ -208,17 +227,6 @@ void fx_chunk_gather(const void *nchw, int64_t n0, int64_t nb, int64_t O, int64_
         for (int64_t o = 0; o < O; o++)
             memcpy(dst + (size_t)(o * nb * P + n * P) * esz,
                    src + (size_t)(((n0 + n) * O + o) * P) * esz, (size_t)P * esz);
-}
-
-void fx_chunk_scatter(const void *chunk, int64_t n0, int64_t nb, int64_t O, int64_t P,
-                      void *nchw, size_t esz)
-{
-    const char *src = chunk;
-    char *dst = nchw;
-    for (int64_t n = 0; n < nb; n++)
-        for (int64_t o = 0; o < O; o++)
-            memcpy(dst + (size_t)(((n0 + n) * O + o) * P) * esz,
-                   src + (size_t)(o * nb * P + n * P) * esz, (size_t)P * esz);
 }
 
 /* dst[j*rows + i] = src[i*cols + j] for elements of esz bytes, in 32 x 32 tiles so that both

@@ -59,15 +59,12 @@ void fx_col2im_i64(const fx_conv_geom *g, const int64_t *col, int64_t nb, int64_
 void fx_col2im_f32(const fx_conv_geom *g, const float *col, int64_t nb, float *dxp,
                    int nthreads);
 
-/* Between NCHW [N][O][P] and a chunk in channel-major order [O][nb*P] or pixel-major order
- * [nb*P][O], elements of esz bytes (2, 4 or 8):
- *   gather:    chunk[o*nb*P + n*P + p] = nchw[((n0 + n)*O + o)*P + p]     (runs of P)
- *   scatter:   nchw[((n0 + n)*O + o)*P + p] = chunk[o*nb*P + n*P + p]     (runs of P)
- *   scatter_t: nchw[((n0 + n)*O + o)*P + p] = pix[(n*P + p)*O + o]        (tiled transposes) */
+/* Between NCHW [N][O][P] and a chunk, elements of esz bytes (2, 4 or 8):
+ *   gather:    chunk[o*nb*P + n*P + p] = nchw[((n0 + n)*O + o)*P + p]    (channel-major, runs)
+ *   scatter_t: nchw[((n0 + n)*O + o)*P + p] = pix[(n*P + p)*O + o]       (pixel-major, tiled
+ *                                                                          transposes) */
 void fx_chunk_gather(const void *nchw, int64_t n0, int64_t nb, int64_t O, int64_t P, void *chunk,
                      size_t esz);
-void fx_chunk_scatter(const void *chunk, int64_t n0, int64_t nb, int64_t O, int64_t P,
-                      void *nchw, size_t esz);
 void fx_chunk_scatter_t(const void *pix, int64_t n0, int64_t nb, int64_t O, int64_t P,
                         void *nchw, size_t esz);
 

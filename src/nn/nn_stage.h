@@ -70,24 +70,8 @@ static inline float *nn_out_f32(tensor_t *out, const tensor_t *const *in, int n,
     return fx_scratch_alloc(s, fx_numel_of(out->ndim, out->shape), sizeof(float));
 }
 
-/* Round-to-odd double -> fp32: truncate toward zero, then set the lowest bit if anything was
- * discarded. The same function as fx_f64_to_f32_round_odd (src/core/parallel_cvt.c), inline
- * and branch-free because these ops call it once per element. The float's magnitude bits are
- * an integer, so "one step toward zero" is u - 1 (only taken when |f| > |d|, so f != 0); an
- * overflow to Inf steps back to FLT_MAX; a nonzero value below the smallest subnormal becomes
- * it; NaN and exact values pass unchanged. */
-static inline float nn_f64_to_f32_odd(double d)
-{
-    float f = (float)d;
-    double back = (double)f;
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    uint32_t inexact = (uint32_t)((back != d) & (d == d));
-    uint32_t away = (uint32_t)(fabs(back) > fabs(d));
-    u = (u - away) | inexact;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+/* Round-to-odd double -> fp32 (the core's inline definition, src/core/dispatch.h). */
+static inline float nn_f64_to_f32_odd(double d) { return fx_f64_to_f32_round_odd(d); }
 
 /* Rounding of a double into the fp32 stage of a write into format f: to nearest for an fp32
  * output; otherwise round-to-odd, so that the write's rounding to 16 bits (or to an int16

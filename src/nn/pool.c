@@ -35,7 +35,8 @@
 #define FX_POOL_PAR_MIN ((int64_t)1 << 15)
 
 #ifdef _OPENMP
-#define FX_POOL_PARALLEL_FOR _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
+#define FX_POOL_PARALLEL_FOR                                                                   \
+    _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
 #else
 #define FX_POOL_PARALLEL_FOR
 #endif
@@ -43,6 +44,12 @@
 typedef struct pool_geom {
     int64_t N, C, H, W, KH, KW, OH, OW, sh, sw, ph, pw;
 } pool_geom;
+
+/* elements * window, saturating (only used to decide whether threads are worth it) */
+static int64_t pool_work(int64_t elements, int64_t window)
+{
+    return window > 0 && elements > INT64_MAX / window ? INT64_MAX : elements * window;
+}
 
 static int pool_threads(int64_t work, int64_t units)
 {
@@ -149,9 +156,12 @@ static int bitlen_u64(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
  *     a grid 4 or more times coarser is then exactly the correct rounding of the true quotient
  *     (the odd value sits strictly on the same side of every rounding midpoint as the true
  *     value, and it is exact when the true value is on the grid). The write picks its
- *     exponent from the largest value (>= 2^51 units, so 36 or more bits coarser), and values
- *     below 2^53 convert to double exactly, so float outputs are rounded once as well.
- * The long division runs in steps that keep the shifted remainder below 2^63. */
+ *     exponent from the largest value (>= 2^51 units, so at least 37 bits coarser; an
+ *     Autoflex exponent predicted up to 35 below that still qualifies, and one further below
+ *     would saturate the largest value anyway), and values below 2^53 convert to double
+ *     exactly, so float outputs are rounded once as well.
+ * Callers pass sums of at most `count` int16 mantissas, |v| < 2^15 count, so k >= 37 > 0. The
+ * long division runs in steps that keep the shifted remainder below 2^63. */
 static void pool_divide_exact(int64_t *v, int64_t n, int64_t count, int *e)
 {
     const int L = bitlen_u64((uint64_t)count) - 1;
@@ -216,7 +226,7 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
         fx_scratch_free(&s);
         return rc;
     }
-    const int nt = pool_threads(planes * P * g.KH * g.KW, planes);
+    const int nt = pool_threads(pool_work(ny, g.KH * g.KW), planes);
     (void)nt;
     FX_POOL_PARALLEL_FOR
     for (int64_t pl = 0; pl < planes; pl++) {
@@ -279,12 +289,14 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
     if (nx > INT32_MAX)
         return FX_FAIL(FX_EUNSUPPORTED, "dx has %lld elements; int32 argmax indices need "
                        "fewer than 2^31", (long long)nx);
-    for (int64_t i = 0; i < ny; i++) {
-        const int64_t pl = i / P, lo = pl * HW;
-        if (argmax[i] < lo || argmax[i] >= lo + HW)
-            return FX_FAIL(FX_ERANGE, "argmax[%lld]=%d is outside the (n, c) plane of that "
-                           "output, [%lld, %lld) in dx.shape=%s", (long long)i, argmax[i],
-                           (long long)lo, (long long)(lo + HW), fx_shape_str(dx, b1, sizeof b1));
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const int64_t lo = pl * HW;
+        for (int64_t i = pl * P; i < (pl + 1) * P; i++)
+            if (argmax[i] < lo || argmax[i] >= lo + HW)
+                return FX_FAIL(FX_ERANGE, "argmax[%lld]=%d is outside the (n, c) plane of that "
+                               "output, [%lld, %lld) in dx.shape=%s", (long long)i, argmax[i],
+                               (long long)lo, (long long)(lo + HW),
+                               fx_shape_str(dx, b1, sizeof b1));
     }
     const int ic = fx_is_int_compute(dy);
     const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
@@ -338,7 +350,7 @@ int tensor_avgpool2d(tensor_t *y, const tensor_t *x, int kh, int kw, int sh, int
         fx_scratch_free(&s);
         return rc;
     }
-    const int nt = pool_threads(ny * count, planes);
+    const int nt = pool_threads(pool_work(ny, count), planes);
     (void)nt;
     FX_POOL_PARALLEL_FOR
     for (int64_t pl = 0; pl < planes; pl++) {
@@ -390,7 +402,7 @@ int tensor_avgpool2d_backward(tensor_t *dx, const tensor_t *dy, int kh, int kw, 
         return rc;
     }
     memset(stage, 0, (size_t)nx * ssz);
-    const int nt = pool_threads(planes * P * count, planes);
+    const int nt = pool_threads(pool_work(planes * P, count), planes);
     (void)nt;
     /* every input element sums the gradients of the windows that contain it (exactly in
      * int64, or in fp32 in scan order), then one division by the count */

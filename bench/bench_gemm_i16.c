@@ -1,0 +1,246 @@
+/* GOP/s of the exact int16 GEMM (the FLEX16_5 / DFP16 matmul kernel) of every available
+ * backend, called directly through the backend table, row-major operands. Each SIMD case runs
+ * twice in the same process, alternating repetitions: "split" forces the split kernel on every
+ * tile (the kernel before the norm-bounded fast path), "auto" lets the norm test choose; the
+ * ratio auto/split is printed, with the fraction of (tile, K block) steps that took the fast
+ * kernel.
+ *
+ * usage: bench_gemm_i16 [size ...]        square sizes (default 256 1024 2048) and then the
+ *                                         small CNN's GEMM shapes at batch 128
+ * env:   BENCH_BACKENDS="avx2 avx512"     only these backends (default: all available)
+ *        BENCH_THREADS="1 2"              thread counts (default: 1 2)
+ *        BENCH_DATA="gauss gauss-hi full" data kinds (default: all three)
+ *        BENCH_SECONDS=0.6                time budget per measurement (at least 3 reps)
+ *        BENCH_NO_CNN=1                   skip the CNN shapes
+ * Data: "gauss" = N(0,1) quantised at its exact exponent (the maximum lands near 2^14.2),
+ *       "gauss-hi" = N(0,1.6^2) likewise (maximum near 2^14.9: the hardest typical case),
+ *       "full" = uniform in [-32767, 32767] (always the split kernel: the norms are too large).
+ * GOP = 2 M N K (one multiply and one add per term). Times are medians after one warm-up run:
+ * wall clock, and CPU time (the calling thread's CLOCK_THREAD_CPUTIME_ID with 1 thread, the
+ * process's CPU time of all threads with 2), so GOP/cpu-s is the rate per busy core on a
+ * shared machine, where wall time includes time spent descheduled.
+ */
+#define _POSIX_C_SOURCE 200112L /* clock_gettime */
+
+#include "core/backend.h"
+#include "flex/gemm_i16.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double clock_s(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int listed(const char *env, const char *word)
+{
+    const char *list = getenv(env);
+    if (!list || !*list) return 1;
+    const size_t n = strlen(word);
+    for (const char *p = strstr(list, word); p; p = strstr(p + 1, word))
+        if ((p == list || p[-1] == ' ' || p[-1] == ',') && (p[n] == '\0' || p[n] == ' ' || p[n] == ','))
+            return 1;
+    return 0;
+}
+
+/* ---- data ----------------------------------------------------------------------------------- */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ULL;
+static double uniform01(void)
+{
+    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return ((double)(g_rng >> 11) + 0.5) / 9007199254740992.0;
+}
+
+/* n values: kind 0/1 Gaussian (sigma 1 / 1.6) quantised at the exact exponent (the smallest e
+ * with max|x| 2^-e <= 32767, round to nearest), kind 2 uniform full range. */
+static void fill(int16_t *x, int64_t n, int kind)
+{
+    if (kind == 2) {
+        for (int64_t i = 0; i < n; i++) x[i] = (int16_t)(uniform01() * 65535.0 - 32767.5);
+        return;
+    }
+    const double sigma = kind == 0 ? 1.0 : 1.6;
+    double *g = malloc((size_t)n * sizeof *g), mx = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double u = uniform01(), v = uniform01();
+        g[i] = sigma * sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+        mx = fabs(g[i]) > mx ? fabs(g[i]) : mx;
+    }
+    int e = -40;
+    while (ldexp(mx, -e) > 32767.0) e++;
+    for (int64_t i = 0; i < n; i++) {
+        double q = nearbyint(ldexp(g[i], -e));
+        x[i] = (int16_t)(q > 32767 ? 32767 : q < -32767 ? -32767 : q);
+    }
+    free(g);
+}
+
+/* ---- timing --------------------------------------------------------------------------------- */
+
+typedef struct timing {
+    double wall, cpu, fast_frac;
+} timing;
+
+static int run_once(fx_kernel k, fx_op_call *c, int split_only, double *wall, double *cpu)
+{
+    fx_gemm_i16_set_mode(split_only ? FX_GEMM_I16_SPLIT_ONLY : FX_GEMM_I16_AUTO);
+    const clockid_t cid = c->nthreads > 1 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID;
+    const double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(cid);
+    const int rc = k(c);
+    *wall = clock_s(CLOCK_MONOTONIC) - w0;
+    *cpu = clock_s(cid) - c0;
+    return rc;
+}
+
+/* Median times of the split and auto runs of kernel k, alternating; -1 on a kernel error. */
+static int time_pair(fx_kernel k, fx_op_call *c, double budget, timing *split, timing *aut)
+{
+    double w, cp;
+    if (run_once(k, c, 1, &w, &cp) != FX_OK || run_once(k, c, 0, &w, &cp) != FX_OK) return -1;
+    int reps = w > 0 ? (int)(budget / (2.0 * w)) : 40;
+    reps = reps < 3 ? 3 : reps > 40 ? 40 : reps;
+    double ws[40], cs[40], wa[40], ca[40];
+    int64_t f0, s0, f1, s1;
+    fx_gemm_i16_reset_tile_counts();
+    for (int r = 0; r < reps; r++) {
+        if (run_once(k, c, 1, &ws[r], &cs[r]) != FX_OK) return -1;
+        fx_gemm_i16_tile_counts(&f0, &s0);
+        if (run_once(k, c, 0, &wa[r], &ca[r]) != FX_OK) return -1;
+    }
+    fx_gemm_i16_tile_counts(&f1, &s1);
+    fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
+    qsort(ws, (size_t)reps, sizeof ws[0], cmp_double);
+    qsort(cs, (size_t)reps, sizeof cs[0], cmp_double);
+    qsort(wa, (size_t)reps, sizeof wa[0], cmp_double);
+    qsort(ca, (size_t)reps, sizeof ca[0], cmp_double);
+    split->wall = ws[reps / 2];
+    split->cpu = cs[reps / 2];
+    split->fast_frac = 0.0;
+    aut->wall = wa[reps / 2];
+    aut->cpu = ca[reps / 2];
+    /* counts of the last auto repetition only (all repetitions take the same paths) */
+    const int64_t fa = f1 - f0, sa = s1 - s0;
+    aut->fast_frac = fa + sa > 0 ? (double)fa / (double)(fa + sa) : 0.0;
+    return 0;
+}
+
+static void bench_shape(const char *label, int64_t M, int64_t K, int64_t N, int kind,
+                        double budget, const int *threads, int nthr)
+{
+    int16_t *a = malloc((size_t)(M * K) * sizeof *a), *b = malloc((size_t)(K * N) * sizeof *b);
+    int64_t *y = malloc((size_t)(M * N) * sizeof *y);
+    if (!a || !b || !y) {
+        fprintf(stderr, "out of memory for %s\n", label);
+        exit(1);
+    }
+    fill(a, M * K, kind);
+    fill(b, K * N, kind);
+    int exp;
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = FX_OP_MATMUL;
+    c.nin = 2;
+    const int64_t sh[2][2] = {{M, K}, {K, N}};
+    for (int i = 0; i < 2; i++) {
+        c.in[i].data = i == 0 ? (const void *)a : (const void *)b;
+        c.in[i].fmt = FMT_DFP16;
+        c.in[i].ndim = 2;
+        c.in[i].shape[0] = sh[i][0];
+        c.in[i].shape[1] = sh[i][1];
+        c.in[i].strides[0] = sh[i][1];
+        c.in[i].strides[1] = 1;
+    }
+    c.out_ndim = 2;
+    c.out_shape[0] = M;
+    c.out_shape[1] = N;
+    c.out_numel = M * N;
+    c.out_i64 = y;
+    c.out_exp = &exp;
+    static const char *const kinds[] = {"gauss", "gauss-hi", "full"};
+    const double gop = 2.0 * (double)M * (double)N * (double)K * 1e-9;
+
+    for (int bi = 0; bi < FX_BACKEND_COUNT; bi++) {
+        const fx_backend *be = fx_backend_get(bi);
+        if (!be || !be->available || !listed("BENCH_BACKENDS", be->name)) continue;
+        const fx_kernel k = be->kernels[FX_OP_MATMUL][FMT_DFP16];
+        if (!k) continue;
+        for (int ti = 0; ti < nthr; ti++) {
+            c.nthreads = threads[ti];
+            timing ts, ta;
+            if (time_pair(k, &c, budget, &ts, &ta) < 0) {
+                printf("%-8s %-20s kernel error\n", be->name, label);
+                continue;
+            }
+            printf("%-8s %-9s %-22s %2d  %8.2f %7.1f %7.1f   %8.2f %7.1f %7.1f   %5.2f %5.2f  %5.3f\n",
+                   be->name, kinds[kind], label, threads[ti], ts.wall * 1e3, gop / ts.wall,
+                   gop / ts.cpu, ta.wall * 1e3, gop / ta.wall, gop / ta.cpu, ts.wall / ta.wall,
+                   ts.cpu / ta.cpu, ta.fast_frac);
+            fflush(stdout);
+        }
+    }
+    free(a);
+    free(b);
+    free(y);
+}
+
+int main(int argc, char **argv)
+{
+    int64_t sizes[16] = {256, 1024, 2048};
+    int nsizes = 3;
+    if (argc > 1) {
+        nsizes = 0;
+        for (int i = 1; i < argc && nsizes < 16; i++) sizes[nsizes++] = strtoll(argv[i], NULL, 10);
+    }
+    const char *bs = getenv("BENCH_SECONDS");
+    const double budget = bs ? atof(bs) : 0.6;
+    int threads[2], nthr = 0;
+    for (int t = 1; t <= 2; t++) {
+        char w[4];
+        snprintf(w, sizeof w, "%d", t);
+        if (listed("BENCH_THREADS", w)) threads[nthr++] = t;
+    }
+    static const char *const kinds[] = {"gauss", "gauss-hi", "full"};
+    /* the small CNN (conv5x5x32 pad 2, pool, conv5x5x64 pad 2, pool, fc 128, fc 10), batch
+     * 128, as im2col GEMMs: forward, and conv2's weight and input gradients */
+    static const struct { const char *name; int64_t M, K, N; } cnn[] = {
+        {"conv1 fwd", 128 * 784, 25, 32},   {"conv2 fwd", 128 * 196, 800, 64},
+        {"conv2 dW", 800, 128 * 196, 64},   {"conv2 dX", 128 * 196, 64, 800},
+        {"fc1 fwd", 128, 3136, 128},
+    };
+    const char *nocnn = getenv("BENCH_NO_CNN");
+
+    printf("exact int16 GEMM; split = split kernel on every tile, auto = norm test per tile\n"
+           "GOP/s = 2MNK / median wall; GOP/cpu-s = 2MNK / median CPU time; ratio = split/auto\n");
+    printf("backend  data      shape                  th  split ms   GOP/s GOP/cpu    auto ms"
+           "   GOP/s GOP/cpu   wall  cpu   fast tiles\n");
+    for (int kind = 0; kind < 3; kind++) {
+        if (!listed("BENCH_DATA", kinds[kind])) continue;
+        for (int s = 0; s < nsizes; s++) {
+            if (sizes[s] <= 0) continue;
+            char label[48];
+            snprintf(label, sizeof label, "%lld^3", (long long)sizes[s]);
+            bench_shape(label, sizes[s], sizes[s], sizes[s], kind, budget, threads, nthr);
+        }
+        if (nocnn && *nocnn == '1') continue;
+        for (size_t i = 0; i < sizeof cnn / sizeof cnn[0]; i++) {
+            char label[48];
+            snprintf(label, sizeof label, "%s %lldx%lldx%lld", cnn[i].name, (long long)cnn[i].M,
+                     (long long)cnn[i].K, (long long)cnn[i].N);
+            bench_shape(label, cnn[i].M, cnn[i].K, cnn[i].N, kind, budget, threads, nthr);
+        }
+    }
+    return 0;
+}
