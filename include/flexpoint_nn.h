@@ -37,14 +37,19 @@ FX_API int tensor_conv2d_backward_weight(tensor_t *dw, const tensor_t *x, const 
 
 /* --- pooling -------------------------------------------------------------------------------- */
 
-/** Max pooling with window (kh, kw), stride (sh, sw), padding (ph, pw) (padding never wins).
- *  argmax (may be NULL) receives, per output element, the flat index into x of the maximum,
- *  for the backward pass; it must hold numel(y) int32 values. */
+/** Max pooling with window (kh, kw), stride (sh, sw), padding (ph, pw) (padding never wins;
+ *  padding may be at most half the window, as in PyTorch, else FX_EINVAL; N = 0 gives
+ *  FX_ESHAPE). argmax (may be NULL) receives, per output element, the flat index into x of the
+ *  maximum, for the backward pass; it must hold numel(y) int32 values (FX_EUNSUPPORTED when
+ *  numel(x) >= 2^31 and argmax is requested). Integer formats compare mantissas exactly. */
 FX_API int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, int kw,
                             int sh, int sw, int ph, int pw);
-/** dx = scatter-add of dy at argmax (dx is overwritten, zeros elsewhere). */
+/** dx = scatter-add of dy at argmax (dx is overwritten, zeros elsewhere). Each index must lie
+ *  in its own (n, c) plane of dx, as the forward pass produces (FX_ERANGE otherwise). */
 FX_API int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *argmax);
-/** Average pooling; padded positions count in the divisor (count_include_pad). */
+/** Average pooling; padded positions count in the divisor (count_include_pad). Integer
+ *  formats: exact int64 sums, and the division is folded into the single rounding of the write
+ *  (correctly rounded average, see src/nn/pool.c). */
 FX_API int tensor_avgpool2d(tensor_t *y, const tensor_t *x, int kh, int kw, int sh, int sw,
                             int ph, int pw);
 FX_API int tensor_avgpool2d_backward(tensor_t *dx, const tensor_t *dy, int kh, int kw, int sh,
@@ -74,7 +79,8 @@ FX_API int tensor_softmax_cross_entropy(float *loss, tensor_t *dlogits, const te
  *  (float[C], momentum as in PyTorch: r = (1-m) r + m batch, unbiased variance) and store
  *  save_mean/save_invstd (float[C], may be NULL when not training) for the backward pass.
  *  training == 0: normalise with the running statistics. gamma, beta: [C] tensors of any
- *  format. Statistics and normalisation run in fp32; y is written once in its format. */
+ *  format. Statistics and normalisation run in fp32 (accumulated in double); y is written once
+ *  in its format. Needs N*H*W >= 2 in training (FX_ESHAPE). */
 FX_API int tensor_batchnorm(tensor_t *y, const tensor_t *x, const tensor_t *gamma,
                             const tensor_t *beta, float *running_mean, float *running_var,
                             float *save_mean, float *save_invstd, double momentum, double eps,
@@ -103,10 +109,12 @@ FX_API int tensor_mean(tensor_t *out, const tensor_t *a, int axis);
 
 /** SGD with momentum and weight decay (PyTorch semantics: g = grad*grad_scale + wd*w;
  *  buf = momentum*buf + g; w -= lr*buf). momentum_buf: float[numel(w)], caller-owned, zero at
- *  start. master: float[numel(w)] fp32 master weights, updated and then written to w once in
- *  w's format; master NULL updates w in place (its 16-bit values are read, updated in fp32
- *  and written back; stochastic != 0 rounds that write stochastically, keyed by (seed, step)).
- *  w and grad must have the same shape (grad of any format). */
+ *  start (may be NULL when momentum is 0). master: float[numel(w)] fp32 master weights (the
+ *  caller fills it from w once), updated and then written to w once in w's format; master NULL
+ *  updates w in place (its 16-bit values are read, updated in fp32 and written back).
+ *  stochastic != 0 rounds the write of w stochastically, with or without a master, keyed by
+ *  (seed, step, element index); fp32 ignores it. w and grad must have the same shape (grad of
+ *  any format). A failing step changes nothing. */
 FX_API int fx_sgd_step(tensor_t *w, const tensor_t *grad, float *master, float *momentum_buf,
                        double lr, double momentum, double weight_decay, double grad_scale,
                        int stochastic, uint64_t seed, uint64_t step);
@@ -138,7 +146,8 @@ FX_API void fx_loss_scaler_init(fx_loss_scaler *s, int enabled);
 FX_API int fx_loss_scaler_unscale(const fx_loss_scaler *s, const tensor_t *const *grads, int n,
                                   float *const *out, int *found_inf);
 /** Update after a step: returns 1 if the step should be applied, 0 if it must be skipped
- *  (found_inf); adjusts the scale. Negative status for a NULL scaler. */
+ *  (found_inf); adjusts the scale (kept representable in fp32: growth that would overflow is
+ *  refused, as in torch). FX_EINVAL for a NULL or inconsistent scaler state. */
 FX_API int fx_loss_scaler_update(fx_loss_scaler *s, int found_inf);
 
 #ifdef __cplusplus

@@ -7,8 +7,13 @@
  *     operand views; add/sub with exponent gaps beyond the exact alignment span are checked
  *     through the final rounding (fx_requant) to every nearby output exponent;
  *   - give the same bits with 1 and 2 threads;
+ *   - matmul, on every SIMD level, in both GEMM modes (the norm test choosing per tile, and the
+ *     split kernel forced): Gaussian-like data must take the fast kernel, full-range data the
+ *     split kernel, data with large and small K stretches both; values built so that chain sums
+ *     land just below 2^31 (the exact limit of the norm test) and just past a segment's limit;
  *   - never write outside the output stage. */
 #include "flex/flex_kernels.h"
+#include "flex/gemm_i16.h"
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -120,13 +125,36 @@ static int64_t first_mismatch(const int64_t *x, const int64_t *y, int64_t n)
 /* ---- matmul ------------------------------------------------------------------------------- */
 
 enum { DATA_RANDOM, DATA_MAX, DATA_MAX_OPPOSITE, DATA_SIGNS, DATA_SPARSE, DATA_SMALL, DATA_MIN16,
-       DATA_KINDS };
-static const char *const data_names[] = {"random", "all+32767", "a=+32767,b=-32767", "+-32767",
-                                         "sparse", "small", "all-32768"};
+       DATA_KINDS, /* the kinds above rotate through the shape sweep; those below are explicit */
+       DATA_GAUSS = DATA_KINDS, DATA_GAUSS_HI, DATA_EDGE_FAST, DATA_EDGE_FAST_NEG, DATA_EDGE_SPLIT,
+       DATA_BURSTS };
+static const char *const data_names[] = {
+    "random", "all+32767", "a=+32767,b=-32767", "+-32767", "sparse", "small", "all-32768",
+    "gaussian-like, max ~2^14.5", "gaussian-like, max ~32767", "all 11585 (fast limit)",
+    "11585 x -11585", "all 11586 (split limit)", "gaussian with +-32767 bursts"};
+
+/* Approximately Gaussian (sum of four uniforms) scaled so that 4 standard deviations reach
+ * `peak`: the shape of data quantised at its exact exponent. */
+static int16_t gauss_like(test_rng *r, int peak)
+{
+    int64_t s = 0;
+    for (int i = 0; i < 4; i++) s += test_rng_range(r, -8192, 8192);
+    /* sd of s = 8192 sqrt(4/3) = 9459: 4 sd (37837) map to peak */
+    const int64_t v = s * peak / 37837;
+    return (int16_t)(v > 32767 ? 32767 : v < -32767 ? -32767 : v);
+}
 
 static int16_t gen_value(test_rng *r, int kind, int is_b)
 {
     switch (kind) {
+    case DATA_GAUSS: return gauss_like(r, 23000);
+    case DATA_GAUSS_HI: return gauss_like(r, 32767);
+    /* 16 products of 11585^2 sum to 2147395600 = 2^31 - 88047: the largest segment bound that
+     * passes (chains of one segment whose sum is within 0.005 % of the int32 limit) */
+    case DATA_EDGE_FAST: return 11585;
+    case DATA_EDGE_FAST_NEG: return is_b ? -11585 : 11585;
+    case DATA_EDGE_SPLIT: return 11586; /* 16 * 11586^2 > 2^31 - 1: every tile must split */
+    case DATA_BURSTS: return gauss_like(r, 3000); /* + the full-range stretches of gen_at */
     case DATA_MAX: return 32767;
     case DATA_MAX_OPPOSITE: return is_b ? -32767 : 32767;
     case DATA_SIGNS: return (test_rng_u64(r) & 1) ? 32767 : -32767;
@@ -184,12 +212,25 @@ static void ref_matmul(const int16_t *A, const int16_t *B, int64_t M, int64_t K,
         }
 }
 
-static void check_matmul(int64_t M, int64_t K, int64_t N, int kind, int layout, int check_threads,
-                         test_rng *r)
+/* DATA_BURSTS puts full-range values in the second K block of the GEMM (k in [384, 768)) of
+ * A and B: its tiles must split while those of the other K blocks go fast. */
+static int16_t gen_at(test_rng *r, int kind, int is_b, int64_t k)
+{
+    if (kind == DATA_BURSTS && k >= 384 && k < 768)
+        return (int16_t)test_rng_range(r, -32767, 32767);
+    return gen_value(r, kind, is_b);
+}
+
+/* What the norm test must choose for the data (checked through the tile counters, on the SIMD
+ * GEMM only: small products run the scalar kernel and count nothing). */
+enum { EXPECT_ANY, EXPECT_FAST, EXPECT_SPLIT };
+
+static void check_matmul_expect(int64_t M, int64_t K, int64_t N, int kind, int layout,
+                                int check_threads, int expect, test_rng *r)
 {
     int16_t *A = malloc((size_t)(M * K + 1) * sizeof *A), *B = malloc((size_t)(K * N + 1) * sizeof *B);
-    for (int64_t i = 0; i < M * K; i++) A[i] = gen_value(r, kind, 0);
-    for (int64_t i = 0; i < K * N; i++) B[i] = gen_value(r, kind, 1);
+    for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(r, kind, 0, i % (K ? K : 1));
+    for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(r, kind, 1, i / (N ? N : 1));
     int64_t *want = malloc((size_t)(M * N + 1) * sizeof *want);
     ref_matmul(A, B, M, K, N, want);
     view16 va = make_view(A, M, K, layout, r), vb = make_view(B, K, N, layout, r);
@@ -206,31 +247,108 @@ static void check_matmul(int64_t M, int64_t K, int64_t N, int kind, int layout, 
     c.out_shape[1] = N;
     c.out_numel = M * N;
 
-    for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++) {
-        const named_kernel *k = &g_k[FX_OP_MATMUL][ki];
-        int exp;
-        int64_t *got = run_kernel(k, &c, 1, &exp);
-        const int64_t bad = first_mismatch(got, want, M * N);
-        CHECK(bad < 0 && exp == ea + eb,
-              "%s M=%lld K=%lld N=%lld %s %s: exp %d (want %d), first bad [%lld]: %lld vs %lld",
-              k->name, (long long)M, (long long)K, (long long)N, data_names[kind],
-              layout_names[layout], exp, ea + eb, (long long)bad, bad >= 0 ? (long long)got[bad] : 0LL,
-              bad >= 0 ? (long long)want[bad] : 0LL);
-        if (check_threads) {
-            int exp2;
-            int64_t *got2 = run_kernel(k, &c, 2, &exp2);
-            CHECK(first_mismatch(got2, got, M * N) < 0 && exp2 == exp,
-                  "%s M=%lld K=%lld N=%lld: 2 threads differ from 1", k->name, (long long)M,
-                  (long long)K, (long long)N);
-            free(got2);
+    static const char *const mode_names[] = {"auto", "split-only"};
+    for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++)
+        for (int mode = FX_GEMM_I16_AUTO; mode <= FX_GEMM_I16_SPLIT_ONLY; mode++) {
+            const named_kernel *k = &g_k[FX_OP_MATMUL][ki];
+            int exp;
+            int64_t fast, split;
+            fx_gemm_i16_set_mode(mode);
+            fx_gemm_i16_reset_tile_counts();
+            int64_t *got = run_kernel(k, &c, 1, &exp);
+            fx_gemm_i16_tile_counts(&fast, &split);
+            const int64_t bad = first_mismatch(got, want, M * N);
+            CHECK(bad < 0 && exp == ea + eb,
+                  "%s (%s) M=%lld K=%lld N=%lld %s %s: exp %d (want %d), first bad [%lld]: %lld vs %lld",
+                  k->name, mode_names[mode], (long long)M, (long long)K, (long long)N,
+                  data_names[kind], layout_names[layout], exp, ea + eb, (long long)bad,
+                  bad >= 0 ? (long long)got[bad] : 0LL, bad >= 0 ? (long long)want[bad] : 0LL);
+            if (fast + split > 0) {
+                if (mode == FX_GEMM_I16_SPLIT_ONLY)
+                    CHECK(fast == 0, "%s split-only mode ran %lld fast tiles", k->name,
+                          (long long)fast);
+                else if (expect == EXPECT_FAST)
+                    CHECK(split == 0, "%s M=%lld K=%lld N=%lld %s: %lld of %lld tiles split, "
+                          "want all fast", k->name, (long long)M, (long long)K, (long long)N,
+                          data_names[kind], (long long)split, (long long)(fast + split));
+                else if (expect == EXPECT_SPLIT)
+                    CHECK(fast == 0, "%s M=%lld K=%lld N=%lld %s: %lld fast tiles, want none",
+                          k->name, (long long)M, (long long)K, (long long)N, data_names[kind],
+                          (long long)fast);
+            }
+            if (check_threads) {
+                int exp2;
+                int64_t *got2 = run_kernel(k, &c, 2, &exp2);
+                CHECK(first_mismatch(got2, got, M * N) < 0 && exp2 == exp,
+                      "%s (%s) M=%lld K=%lld N=%lld: 2 threads differ from 1", k->name,
+                      mode_names[mode], (long long)M, (long long)K, (long long)N);
+                free(got2);
+            }
+            free(got);
         }
-        free(got);
-    }
+    fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
     free(va.store);
     free(vb.store);
     free(A);
     free(B);
     free(want);
+}
+
+static void check_matmul(int64_t M, int64_t K, int64_t N, int kind, int layout, int check_threads,
+                         test_rng *r)
+{
+    check_matmul_expect(M, K, N, kind, layout, check_threads, EXPECT_ANY, r);
+}
+
+/* The norm-bounded fast kernel: both paths must be taken where the data says so, and agree with
+ * the reference bit for bit (check_matmul_expect runs every kernel in both modes). */
+static void test_matmul_paths(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 4242);
+    /* typical data: every tile fast (Gaussian-like, peak ~2^14.5 and ~2^15) */
+    check_matmul_expect(37, 800, 70, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_FAST, &r);
+    check_matmul_expect(64, 1024, 64, DATA_GAUSS, LAYOUT_TRANSPOSED, 1, EXPECT_FAST, &r);
+    check_matmul_expect(13, 1000, 33, DATA_GAUSS, LAYOUT_STRIDED, 0, EXPECT_FAST, &r);
+    check_matmul_expect(150, 777, 97, DATA_GAUSS_HI, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
+    /* the exact limits: one segment of 16 products at 2^31 - 88047 passes (chains of one
+     * segment, sums within 0.005 % of the int32 range, both signs); one more unit splits */
+    check_matmul_expect(12, 1000, 64, DATA_EDGE_FAST, LAYOUT_ROWMAJOR, 1, EXPECT_FAST, &r);
+    check_matmul_expect(7, 385, 33, DATA_EDGE_FAST_NEG, LAYOUT_STRIDED, 0, EXPECT_FAST, &r);
+    check_matmul_expect(12, 1000, 64, DATA_EDGE_SPLIT, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
+    /* adversarial: full-range values must fall back to the split kernel everywhere */
+    check_matmul_expect(30, 2048, 40, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
+    check_matmul_expect(13, 4099, 64, DATA_MAX, LAYOUT_TRANSPOSED, 0, EXPECT_SPLIT, &r);
+    check_matmul_expect(7, 1500, 37, DATA_MIN16, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
+    /* mixed: full-range stretches of K among small values split some K blocks' tiles only */
+    int64_t fast = 0, split = 0;
+    fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
+    check_matmul_expect(100, 1300, 90, DATA_BURSTS, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
+    /* one SIMD kernel alone, to see that this data really mixes the paths in one product */
+    for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++) {
+        if (!strstr(g_k[FX_OP_MATMUL][ki].name, "matmul_")) continue;
+        int16_t *A = malloc(100 * 1300 * sizeof *A), *B = malloc(1300 * 90 * sizeof *B);
+        for (int64_t i = 0; i < 100 * 1300; i++) A[i] = gen_at(&r, DATA_BURSTS, 0, i % 1300);
+        for (int64_t i = 0; i < 1300 * 90; i++) B[i] = gen_at(&r, DATA_BURSTS, 1, i / 90);
+        fx_op_call c;
+        memset(&c, 0, sizeof c);
+        c.op = FX_OP_MATMUL;
+        c.nin = 2;
+        c.in[0] = operand(A, 0, 100, 1300, 1300, 1);
+        c.in[1] = operand(B, 0, 1300, 90, 90, 1);
+        c.out_ndim = 2;
+        c.out_shape[0] = 100;
+        c.out_shape[1] = 90;
+        c.out_numel = 100 * 90;
+        int exp;
+        fx_gemm_i16_reset_tile_counts();
+        free(run_kernel(&g_k[FX_OP_MATMUL][ki], &c, 1, &exp));
+        fx_gemm_i16_tile_counts(&fast, &split);
+        CHECK(fast > 0 && split > 0, "%s: bursts data took %lld fast and %lld split tiles, want both",
+              g_k[FX_OP_MATMUL][ki].name, (long long)fast, (long long)split);
+        free(A);
+        free(B);
+    }
 }
 
 static void test_matmul(void)
@@ -533,5 +651,6 @@ int main(void)
     test_sum();
     test_addsub();
     test_matmul();
+    test_matmul_paths();
     return test_finish(NAME);
 }

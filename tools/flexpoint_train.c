@@ -7,6 +7,9 @@
 #include "flexpoint_train.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -474,6 +477,12 @@ int main(int argc, char **argv)
 {
     options o;
     if (parse_args(argc, argv, &o)) return 2;
+#ifdef __GLIBC__
+    /* Training allocates and frees the same large scratch buffers every step. Keep them in the
+     * heap instead of fresh mmap()s, which would page-fault them in again each time. */
+    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+    mallopt(M_TRIM_THRESHOLD, 512 * 1024 * 1024);
+#endif
     if (mkdir(o.out, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "flexpoint-train: cannot create %s: %s\n", o.out, strerror(errno));
         return 1;

@@ -1,0 +1,168 @@
+/* GEMM throughput of every flexpoint format against the peers, in the same process and
+ * alternating: oneDNN sgemm and bf16 GEMM, OpenBLAS sgemm (peers are loaded with dlopen, so the
+ * benchmark builds without them and reports "n/a" when absent).
+ *
+ *   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./build/release/bench/bench_gemm [threads]
+ *
+ * Our numbers go through the public tensor_matmul (validation, the kernel, and the one write
+ * into the output tensor in the same format), which is what users call. Each figure is the
+ * median of BENCH_REPS timed repetitions after a warm-up; GFLOP/s counts 2*M*N*K. */
+#define _POSIX_C_SOURCE 200809L
+#include "flexpoint.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                             const float *, int64_t, float, float *, int64_t);
+typedef int (*dnnl_bf16_fn)(char, char, int64_t, int64_t, int64_t, float, const uint16_t *,
+                            int64_t, const uint16_t *, int64_t, float, float *, int64_t);
+typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
+                               const float *, int, float, float *, int);
+typedef void (*set_threads_fn)(int);
+typedef const char *(*get_core_fn)(void);
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct peer {
+    dnnl_sgemm_fn dnnl_sgemm;
+    dnnl_bf16_fn dnnl_bf16;
+    cblas_sgemm_fn cblas_sgemm;
+    set_threads_fn oblas_threads;
+    get_core_fn oblas_core;
+} peer;
+
+enum { P_OURS_FP32, P_OURS_FP16, P_OURS_BF16, P_OURS_FLEX, P_OURS_DFP, P_DNNL_S, P_DNNL_BF16,
+       P_OBLAS_S, P_COUNT };
+static const char *NAMES[P_COUNT] = {"fp32", "fp16", "bf16", "flex16_5", "dfp16",
+                                     "onednn-sgemm", "onednn-bf16", "openblas-sgemm"};
+
+int main(int argc, char **argv)
+{
+    int threads = argc > 1 ? atoi(argv[1]) : 1;
+    int reps = getenv("BENCH_REPS") ? atoi(getenv("BENCH_REPS")) : 5;
+    if (threads < 1 || reps < 1) {
+        fprintf(stderr, "usage: bench_gemm [threads]   (BENCH_REPS=n)\n");
+        return 2;
+    }
+    flexpoint_set_num_threads(threads);
+    peer p = {0};
+    void *hd = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (hd) {
+        p.dnnl_sgemm = (dnnl_sgemm_fn)dlsym(hd, "dnnl_sgemm");
+        p.dnnl_bf16 = (dnnl_bf16_fn)dlsym(hd, "dnnl_gemm_bf16bf16f32");
+    }
+    void *ho = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (ho) {
+        p.cblas_sgemm = (cblas_sgemm_fn)dlsym(ho, "cblas_sgemm");
+        p.oblas_threads = (set_threads_fn)dlsym(ho, "openblas_set_num_threads");
+        p.oblas_core = (get_core_fn)dlsym(ho, "openblas_get_corename");
+        if (p.oblas_threads) p.oblas_threads(threads);
+    }
+    char env_threads[32];
+    snprintf(env_threads, sizeof env_threads, "%d", threads);
+    setenv("OMP_NUM_THREADS", env_threads, 0); /* oneDNN's OpenMP runtime */
+    printf("bench_gemm: backend %s, %d thread(s), CPU features: %s\n", flexpoint_backend(),
+           threads, flexpoint_cpu_features());
+    printf("peers: oneDNN %s, OpenBLAS %s (core %s, OPENBLAS_CORETYPE=%s)\n",
+           p.dnnl_sgemm ? "yes" : "not found", p.cblas_sgemm ? "yes" : "not found",
+           p.oblas_core ? p.oblas_core() : "-",
+           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
+    /* square sizes, then the small CNN's layers as GEMMs (batch 128):
+     * conv1 fwd: [32 x 25] x [25 x 100352]; conv2 fwd: [64 x 800] x [800 x 25088];
+     * conv2 weight grad: [64 x 25088] x [25088 x 800]; fc1 fwd: [128 x 3136] x [3136 x 128] */
+    int64_t shapes[][3] = {{256, 256, 256}, {1024, 1024, 1024}, {2048, 2048, 2048},
+                           {32, 100352, 25},  {64, 25088, 800},  {64, 800, 25088},
+                           {128, 128, 3136}};
+    int nshapes = sizeof shapes / sizeof *shapes;
+    if (getenv("BENCH_QUICK")) nshapes = 2;
+    printf("\n%-22s", "M x N x K");
+    for (int k = 0; k < P_COUNT; k++) printf(" %14s", NAMES[k]);
+    printf("   (GFLOP/s; ratio = ours / onednn-sgemm)\n");
+    for (int si = 0; si < nshapes; si++) {
+        int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+        float *a = malloc(sizeof(float) * (size_t)(M * K)), *b = malloc(sizeof(float) * (size_t)(K * N));
+        float *c = malloc(sizeof(float) * (size_t)(M * N));
+        uint16_t *a16 = malloc(2 * (size_t)(M * K)), *b16 = malloc(2 * (size_t)(K * N));
+        for (int64_t i = 0; i < M * K; i++) a[i] = (float)((i * 7919 % 2001) - 1000) / 1000.0f;
+        for (int64_t i = 0; i < K * N; i++) b[i] = (float)((i * 104729 % 2001) - 1000) / 1000.0f;
+        for (int64_t i = 0; i < M * K; i++) { uint32_t u; memcpy(&u, &a[i], 4); a16[i] = (uint16_t)(u >> 16); }
+        for (int64_t i = 0; i < K * N; i++) { uint32_t u; memcpy(&u, &b[i], 4); b16[i] = (uint16_t)(u >> 16); }
+        tensor_t *ta[5] = {0}, *tb[5] = {0}, *tc[5] = {0};
+        int64_t sa[2] = {M, K}, sb[2] = {K, N}, sc[2] = {M, N};
+        for (int f = 0; f < 5; f++) {
+            ta[f] = tensor_new((fmt_t)f, 2, sa);
+            tb[f] = tensor_new((fmt_t)f, 2, sb);
+            tc[f] = tensor_new((fmt_t)f, 2, sc);
+            tensor_from_f32(ta[f], a);
+            tensor_from_f32(tb[f], b);
+        }
+        double times[P_COUNT][64];
+        int avail[P_COUNT] = {1, 1, 1, 1, 1, p.dnnl_sgemm != NULL, p.dnnl_bf16 != NULL,
+                              p.cblas_sgemm != NULL};
+        if (reps > 64) reps = 64;
+        for (int r = -1; r < reps; r++) /* r = -1 is the warm-up; peers alternate with ours */
+            for (int k = 0; k < P_COUNT; k++) {
+                if (!avail[k]) continue;
+                double t0 = now();
+                if (k <= P_OURS_DFP) {
+                    if (tensor_matmul(tc[k], ta[k], tb[k]) != FX_OK) {
+                        fprintf(stderr, "%s: %s\n", NAMES[k], flexpoint_last_error());
+                        return 1;
+                    }
+                } else if (k == P_DNNL_S) {
+                    p.dnnl_sgemm('N', 'N', M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
+                } else if (k == P_DNNL_BF16) {
+                    p.dnnl_bf16('N', 'N', M, N, K, 1.0f, a16, K, b16, N, 0.0f, c, N);
+                } else {
+                    p.cblas_sgemm(101, 111, 111, (int)M, (int)N, (int)K, 1.0f, a, (int)K, b,
+                                  (int)N, 0.0f, c, (int)N); /* row-major, no transposes */
+                }
+                if (r >= 0) times[k][r] = now() - t0;
+            }
+        char label[64];
+        snprintf(label, sizeof label, "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+        printf("%-22s", label);
+        double gf[P_COUNT] = {0};
+        for (int k = 0; k < P_COUNT; k++) {
+            if (!avail[k]) {
+                printf(" %14s", "n/a");
+                continue;
+            }
+            qsort(times[k], (size_t)reps, sizeof(double), cmp_d);
+            gf[k] = 2.0 * (double)M * (double)N * (double)K / times[k][reps / 2] * 1e-9;
+            printf(" %14.1f", gf[k]);
+        }
+        if (gf[P_DNNL_S] > 0) {
+            printf("\n%-22s", "  ratio to onednn-sgemm");
+            for (int k = 0; k < P_COUNT; k++)
+                printf(" %13.2fx", avail[k] ? gf[k] / gf[P_DNNL_S] : 0.0);
+        }
+        printf("\n");
+        for (int f = 0; f < 5; f++) {
+            tensor_free(ta[f]);
+            tensor_free(tb[f]);
+            tensor_free(tc[f]);
+        }
+        free(a);
+        free(b);
+        free(c);
+        free(a16);
+        free(b16);
+    }
+    return 0;
+}
