@@ -110,7 +110,8 @@ typedef struct tensor tensor_t;
 
 /** New zero-filled, contiguous (row-major) tensor. `shape` has `ndim` entries, each >= 0,
  *  with 1 <= ndim <= FX_MAX_DIMS. A shared-exponent tensor starts at exponent -8 (FLEX16_5,
- *  window [-31, 0], Autoflex preset from FLEXPOINT_AUTOFLEX or "published") or 0 (DFP16).
+ *  window [-31, 0], Autoflex preset from FLEXPOINT_AUTOFLEX or "robust", the default chosen by
+ *  the experiments in the README) or 0 (DFP16).
  *  Returns NULL on bad arguments (FX_EINVAL / FX_EFORMAT) or allocation failure (FX_ENOMEM);
  *  see flexpoint_last_error(). The caller frees it with tensor_free. */
 FX_API tensor_t *tensor_new(fmt_t fmt, int ndim, const int64_t *shape);

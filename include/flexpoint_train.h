@@ -27,7 +27,7 @@ typedef struct fx_train_config {
     int master_weights;      /**< 1: fp32 master weights (default); 0: update in the format */
     int loss_scaling;        /**< dynamic loss scaling: -1 auto (on for fp16 only), 0 off, 1 on */
     int stochastic_rounding; /**< stochastic rounding of weight writes without master weights */
-    char autoflex[16];       /**< Autoflex preset of flex16_5 tensors */
+    char autoflex[16];       /**< Autoflex preset of flex16_5 tensors (default "robust") */
     int grad_window_lo;      /**< flex16_5 window start for gradient tensors (default -44) */
     int act_window_lo;       /**< ... for activations (default -31) */
     int weight_window_lo;    /**< ... for weights (default -31) */

@@ -333,9 +333,9 @@ static void test_env_default(void)
     t = new_flex4(NULL);
     if (t) {
         CHECK_STATUS(tensor_get_autoflex_config(t, &got), FX_OK);
-        CHECK(got.init_mode == FX_AF_INIT_PROBE && got.managed == 1 &&
-                  got.stat_mode == FX_AF_STAT_SATURATED_MAX,
-              "unknown FLEXPOINT_AUTOFLEX falls back to the default");
+        CHECK(got.init_mode == FX_AF_INIT_EXACT && got.managed == 1 &&
+                  got.stat_mode == FX_AF_STAT_TRUE_MAX,
+              "unknown FLEXPOINT_AUTOFLEX falls back to the default (robust)");
         tensor_free(t);
     }
     unsetenv("FLEXPOINT_AUTOFLEX");

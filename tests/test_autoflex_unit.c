@@ -845,20 +845,21 @@ static void test_default_config(void)
     fx_autoflex_config cfg;
     unsetenv("FLEXPOINT_AUTOFLEX");
     fx_af_default_config(&cfg);
-    CHECK(cfg.managed == 1 && cfg.stat_mode == FX_AF_STAT_SATURATED_MAX &&
-              cfg.init_mode == FX_AF_INIT_PROBE,
-          "default is published");
-    setenv("FLEXPOINT_AUTOFLEX", "robust", 1);
+    CHECK(cfg.managed == 1 && cfg.stat_mode == FX_AF_STAT_TRUE_MAX &&
+              cfg.init_mode == FX_AF_INIT_EXACT && cfg.overflow_mode == FX_AF_OVERFLOW_RECOMPUTE,
+          "default is robust");
+    setenv("FLEXPOINT_AUTOFLEX", "published", 1);
     fx_af_default_config(&cfg);
-    CHECK(cfg.overflow_mode == FX_AF_OVERFLOW_RECOMPUTE, "FLEXPOINT_AUTOFLEX=robust");
+    CHECK(cfg.overflow_mode == FX_AF_OVERFLOW_KEEP && cfg.init_mode == FX_AF_INIT_PROBE,
+          "FLEXPOINT_AUTOFLEX=published");
     setenv("FLEXPOINT_AUTOFLEX", "fixed", 1);
     fx_af_default_config(&cfg);
     CHECK(cfg.managed == 0, "FLEXPOINT_AUTOFLEX=fixed");
     setenv("FLEXPOINT_AUTOFLEX", "no_such_preset", 1);
     fx_af_default_config(&cfg);
-    CHECK(cfg.managed == 1 && cfg.overflow_mode == FX_AF_OVERFLOW_KEEP &&
-              cfg.stat_mode == FX_AF_STAT_SATURATED_MAX,
-          "an unknown name is ignored");
+    CHECK(cfg.managed == 1 && cfg.overflow_mode == FX_AF_OVERFLOW_RECOMPUTE &&
+              cfg.stat_mode == FX_AF_STAT_TRUE_MAX,
+          "an unknown name is ignored (the default, robust, is used)");
     unsetenv("FLEXPOINT_AUTOFLEX");
 }
 

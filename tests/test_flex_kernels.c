@@ -7,8 +7,8 @@
  *     operand views; add/sub with exponent gaps beyond the exact alignment span are checked
  *     through the final rounding (fx_requant) to every nearby output exponent;
  *   - give the same bits with 1 and 2 threads;
- *   - matmul, on every SIMD level, in both GEMM modes (the norm test choosing per tile, and the
- *     split kernel forced): Gaussian-like data must take the fast kernel, full-range data the
+ *   - matmul, on every SIMD level, in every GEMM mode (the norm test choosing per tile with and
+ *     without the size gates, and the split kernel forced): Gaussian-like data must take the fast kernel, full-range data the
  *     split kernel, data with large and small K stretches both; values built so that chain sums
  *     land just below 2^31 (the exact limit of the norm test) and just past a segment's limit;
  *   - never write outside the output stage. */
@@ -223,7 +223,7 @@ static int16_t gen_at(test_rng *r, int kind, int is_b, int64_t k)
 
 /* What the norm test must choose for the data (checked through the tile counters, on the SIMD
  * GEMM only: small products run the scalar kernel and count nothing). */
-enum { EXPECT_ANY, EXPECT_FAST, EXPECT_SPLIT };
+enum { EXPECT_ANY, EXPECT_FAST, EXPECT_SPLIT, EXPECT_FAST_EVEN_AUTO /* above the size gates */ };
 
 static void check_matmul_expect(int64_t M, int64_t K, int64_t N, int kind, int layout,
                                 int check_threads, int expect, test_rng *r)
@@ -247,9 +247,9 @@ static void check_matmul_expect(int64_t M, int64_t K, int64_t N, int kind, int l
     c.out_shape[1] = N;
     c.out_numel = M * N;
 
-    static const char *const mode_names[] = {"auto", "split-only"};
+    static const char *const mode_names[] = {"auto", "split-only", "norm-always"};
     for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++)
-        for (int mode = FX_GEMM_I16_AUTO; mode <= FX_GEMM_I16_SPLIT_ONLY; mode++) {
+        for (int mode = FX_GEMM_I16_AUTO; mode <= FX_GEMM_I16_NORM_ALWAYS; mode++) {
             const named_kernel *k = &g_k[FX_OP_MATMUL][ki];
             int exp;
             int64_t fast, split;
@@ -267,7 +267,9 @@ static void check_matmul_expect(int64_t M, int64_t K, int64_t N, int kind, int l
                 if (mode == FX_GEMM_I16_SPLIT_ONLY)
                     CHECK(fast == 0, "%s split-only mode ran %lld fast tiles", k->name,
                           (long long)fast);
-                else if (expect == EXPECT_FAST)
+                else if (mode == FX_GEMM_I16_AUTO && expect != EXPECT_FAST_EVEN_AUTO)
+                    ; /* the size gates decide; the bits were checked above */
+                else if (expect == EXPECT_FAST || expect == EXPECT_FAST_EVEN_AUTO)
                     CHECK(split == 0, "%s M=%lld K=%lld N=%lld %s: %lld of %lld tiles split, "
                           "want all fast", k->name, (long long)M, (long long)K, (long long)N,
                           data_names[kind], (long long)split, (long long)(fast + split));
@@ -301,45 +303,48 @@ static void check_matmul(int64_t M, int64_t K, int64_t N, int kind, int layout, 
 }
 
 /* The norm-bounded fast kernel: both paths must be taken where the data says so, and agree with
- * the reference bit for bit (check_matmul_expect runs every kernel in both modes). */
+ * the reference bit for bit (check_matmul_expect runs every kernel in all three modes; the path
+ * expectations are checked in mode NORM_ALWAYS, which applies the norm test to every size). */
 static void test_matmul_paths(void)
 {
     test_rng r;
     test_rng_seed(&r, 4242);
     /* typical data: every tile fast (Gaussian-like, peak ~2^14.5 and ~2^15) */
-    check_matmul_expect(37, 800, 70, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_FAST, &r);
-    check_matmul_expect(64, 1024, 64, DATA_GAUSS, LAYOUT_TRANSPOSED, 1, EXPECT_FAST, &r);
-    check_matmul_expect(13, 1000, 33, DATA_GAUSS, LAYOUT_STRIDED, 0, EXPECT_FAST, &r);
-    check_matmul_expect(150, 777, 97, DATA_GAUSS_HI, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
+    check_matmul_expect(37, 831, 130, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_FAST, &r);
+    check_matmul_expect(64, 1024, 128, DATA_GAUSS, LAYOUT_TRANSPOSED, 1, EXPECT_FAST, &r);
+    check_matmul_expect(13, 1000, 161, DATA_GAUSS, LAYOUT_STRIDED, 0, EXPECT_FAST, &r);
+    check_matmul_expect(150, 777, 197, DATA_GAUSS_HI, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
     /* the exact limits: one segment of 16 products at 2^31 - 88047 passes (chains of one
      * segment, sums within 0.005 % of the int32 range, both signs); one more unit splits */
-    check_matmul_expect(12, 1000, 64, DATA_EDGE_FAST, LAYOUT_ROWMAJOR, 1, EXPECT_FAST, &r);
-    check_matmul_expect(7, 385, 33, DATA_EDGE_FAST_NEG, LAYOUT_STRIDED, 0, EXPECT_FAST, &r);
-    check_matmul_expect(12, 1000, 64, DATA_EDGE_SPLIT, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
+    check_matmul_expect(12, 1000, 128, DATA_EDGE_FAST, LAYOUT_ROWMAJOR, 1, EXPECT_FAST, &r);
+    check_matmul_expect(7, 449, 129, DATA_EDGE_FAST_NEG, LAYOUT_STRIDED, 0, EXPECT_FAST, &r);
+    check_matmul_expect(12, 1000, 128, DATA_EDGE_SPLIT, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
     /* adversarial: full-range values must fall back to the split kernel everywhere */
-    check_matmul_expect(30, 2048, 40, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
-    check_matmul_expect(13, 4099, 64, DATA_MAX, LAYOUT_TRANSPOSED, 0, EXPECT_SPLIT, &r);
-    check_matmul_expect(7, 1500, 37, DATA_MIN16, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
+    check_matmul_expect(30, 2048, 140, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
+    check_matmul_expect(13, 4099, 128, DATA_MAX, LAYOUT_TRANSPOSED, 0, EXPECT_SPLIT, &r);
+    check_matmul_expect(7, 1500, 137, DATA_MIN16, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
     /* mixed: full-range stretches of K among small values split some K blocks' tiles only */
     int64_t fast = 0, split = 0;
-    fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
-    check_matmul_expect(100, 1300, 90, DATA_BURSTS, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
+    check_matmul_expect(100, 1300, 140, DATA_BURSTS, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
+    /* one product above the size gates, so that mode AUTO itself takes the fast kernel */
+    check_matmul_expect(520, 300, 260, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_FAST_EVEN_AUTO, &r);
+    fx_gemm_i16_set_mode(FX_GEMM_I16_NORM_ALWAYS);
     /* one SIMD kernel alone, to see that this data really mixes the paths in one product */
     for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++) {
         if (!strstr(g_k[FX_OP_MATMUL][ki].name, "matmul_")) continue;
-        int16_t *A = malloc(100 * 1300 * sizeof *A), *B = malloc(1300 * 90 * sizeof *B);
+        int16_t *A = malloc(100 * 1300 * sizeof *A), *B = malloc(1300 * 140 * sizeof *B);
         for (int64_t i = 0; i < 100 * 1300; i++) A[i] = gen_at(&r, DATA_BURSTS, 0, i % 1300);
-        for (int64_t i = 0; i < 1300 * 90; i++) B[i] = gen_at(&r, DATA_BURSTS, 1, i / 90);
+        for (int64_t i = 0; i < 1300 * 140; i++) B[i] = gen_at(&r, DATA_BURSTS, 1, i / 140);
         fx_op_call c;
         memset(&c, 0, sizeof c);
         c.op = FX_OP_MATMUL;
         c.nin = 2;
         c.in[0] = operand(A, 0, 100, 1300, 1300, 1);
-        c.in[1] = operand(B, 0, 1300, 90, 90, 1);
+        c.in[1] = operand(B, 0, 1300, 140, 140, 1);
         c.out_ndim = 2;
         c.out_shape[0] = 100;
-        c.out_shape[1] = 90;
-        c.out_numel = 100 * 90;
+        c.out_shape[1] = 140;
+        c.out_numel = 100 * 140;
         int exp;
         fx_gemm_i16_reset_tile_counts();
         free(run_kernel(&g_k[FX_OP_MATMUL][ki], &c, 1, &exp));
@@ -349,6 +354,7 @@ static void test_matmul_paths(void)
         free(A);
         free(B);
     }
+    fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
 }
 
 static void test_matmul(void)

@@ -49,7 +49,7 @@ static void usage(FILE *f)
 "  --formats LIST        comma list of fp32,fp16,bf16,flex16_5,dfp16; flex16_5 may name an\n"
 "                        Autoflex preset as flex16_5:PRESET       (default all five)\n"
 "  --autoflex PRESET     default preset for flex16_5 runs: published | truemax | exact_init |\n"
-"                        robust | fixed                              (default published)\n"
+"                        robust | fixed                              (default robust)\n"
 "  --epochs N            epochs                                        (default 5)\n"
 "  --batch N             batch size                                    (default 128)\n"
 "  --lr X                learning rate                                 (default 0.02)\n"
@@ -155,7 +155,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->momentum = 0.9;
     o->synthetic_n = 10000;
     const char *formats = "fp32,fp16,bf16,flex16_5,dfp16";
-    const char *preset = "published";
+    const char *preset = "robust";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -157,7 +157,7 @@ def test_struct_offsets_match_the_compiler(tmp_path):
 def test_train_config_defaults_read_through_the_struct():
     # Garbage here would mean the ctypes layout does not match the library's.
     c = fx.TrainConfig.default()
-    assert c.model == "cnn" and c.fmt == "fp32" and c.autoflex == "published"
+    assert c.model == "cnn" and c.fmt == "fp32" and c.autoflex == "robust"
     assert c.batch_size == 128 and c.lr == pytest.approx(0.02) and c.momentum == 0.9
     assert (c.grad_window_lo, c.act_window_lo, c.weight_window_lo) == (-44, -31, -31)
     assert c.loss_scaling == "auto" and c.master_weights is True and c.epochs == 5

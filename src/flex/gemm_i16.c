@@ -13,6 +13,7 @@
  */
 #include "gemm_i16.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,17 @@
 #define FX_GEMM_KC 384  /* K elements per block: even, <= 2 * FX_GEMM_I16_MAX_KP */
 #define FX_GEMM_MC 144  /* rows per packed A block (rounded down to a multiple of mr) */
 #define FX_GEMM_NC 2048 /* columns per packed B block (rounded down to a multiple of nr) */
+
+/* Size gates of the fast kernel (mode AUTO): it is tried only when M >= FX_GEMM_FAST_MIN_M,
+ * the B block has >= FX_GEMM_FAST_MIN_N columns and the K block >= FX_GEMM_FAST_MIN_KP pairs.
+ * The norms cost a scalar pass over every packed A element (paid back in proportion to N) and
+ * B element (in proportion to M); the fast kernel's per-call Lo/Hi work is paid back in
+ * proportion to K. Measured with bench_gemm_i16: fc1 (M = 128), the CNN's N = 64 layers and
+ * conv2's K = 64 product lost 10-45 % with the norms, 1024^3 and 2048^3 gained. Below the gates
+ * no norms are computed and every tile takes the split kernel. */
+#define FX_GEMM_FAST_MIN_M 512
+#define FX_GEMM_FAST_MIN_N 256
+#define FX_GEMM_FAST_MIN_KP 64
 
 /* Below this many multiply-adds one thread does the work (thread start-up would dominate). */
 #define FX_GEMM_PAR_MIN_MACS ((int64_t)1 << 21)
@@ -44,27 +56,20 @@ static inline void fx_split_b(int32_t v, int16_t *hi, int16_t *lo)
     *hi = (int16_t)((v - l) / 256); /* exact: v - l is a multiple of 256 */
 }
 
-/* ceil(sqrt(x)) for 0 <= x < 2^62, exactly (bitwise integer square root, no floating point). */
-static int64_t fx_ceil_sqrt(uint64_t x)
+/* ceil(sqrt(x)) for 0 <= x <= 2^40, exactly: the double square root is within one unit of the
+ * true root (x is exact in a double), and the integer fix-ups make it exact. */
+static int64_t fx_ceil_sqrt(int64_t x)
 {
-    uint64_t r = 0, bit = (uint64_t)1 << 62;
-    while (bit > x) bit >>= 2;
-    while (bit) {
-        if (x >= r + bit) {
-            x -= r + bit;
-            r = (r >> 1) + bit;
-        } else {
-            r >>= 1;
-        }
-        bit >>= 2;
-    }
-    return (int64_t)r + (x != 0); /* x is now the remainder x0 - floor(sqrt(x0))^2 */
+    int64_t r = (int64_t)sqrt((double)x);
+    while (r > 0 && r * r >= x) r--; /* now r^2 < x, or r = 0 */
+    while (r * r < x) r++;           /* the smallest r with r^2 >= x */
+    return r;
 }
 
 /* Pack a kc x n block of B (n <= nr valid columns) into one plain micro-panel of nr columns,
  * and write nb[s] = ceil(sqrt(max_j sum_{k in segment s} B[k][j]^2)) for its segments. */
 static void fx_pack_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t kc, int64_t n, int nr,
-                      int16_t *bp, int32_t *nb)
+                      int16_t *bp, int32_t *nb /* NULL: no norms */)
 {
     const int64_t kp = (kc + 1) / 2;
     for (int64_t p = 0; p < kp; p++) {
@@ -78,16 +83,20 @@ static void fx_pack_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t kc, in
         }
         for (; j < nr; j++) dst[2 * j] = dst[2 * j + 1] = 0;
     }
-    for (int64_t s = 0, p0 = 0; p0 < kp; s++, p0 += FX_GEMM_I16_SEG) {
+    for (int64_t s = 0, p0 = 0; nb && p0 < kp; s++, p0 += FX_GEMM_I16_SEG) {
         const int64_t p1 = fx_min64(kp, p0 + FX_GEMM_I16_SEG);
+        /* per column: int32 pair sums (b0^2 + b1^2 <= 2^31 as uint32), summed in int64; the
+         * loops are simple enough for the compiler to vectorise */
         int64_t sq[FX_GEMM_I16_MAX_NR] = {0}, mx = 0;
-        for (int64_t p = p0; p < p1; p++)
-            for (int j = 0; j < 2 * nr; j++) {
-                const int32_t v = bp[p * 2 * nr + j];
-                sq[j / 2] += v * v; /* <= 2 SEG 2^30 */
+        for (int64_t p = p0; p < p1; p++) {
+            const int16_t *row = bp + p * 2 * nr;
+            for (int j = 0; j < nr; j++) {
+                const int32_t b0 = row[2 * j], b1 = row[2 * j + 1];
+                sq[j] += (int64_t)((uint32_t)(b0 * b0) + (uint32_t)(b1 * b1));
             }
+        }
         for (int j = 0; j < nr; j++) mx = sq[j] > mx ? sq[j] : mx;
-        nb[s] = (int32_t)fx_ceil_sqrt((uint64_t)mx); /* <= sqrt(2 SEG) 2^15 = 2^17 */
+        nb[s] = (int32_t)fx_ceil_sqrt(mx); /* <= sqrt(2 SEG) 2^15 = 2^17 */
     }
 }
 
@@ -102,7 +111,7 @@ static void fx_split_panel(const int16_t *bp, int64_t kp, int nr, int16_t *bs)
 /* Pack an m x kc block of A (m <= mr valid rows) into one micro-panel of mr rows, and write
  * na[s] = ceil(sqrt(max_i sum_{k in segment s} A[i][k]^2)) for its segments. */
 static void fx_pack_a(const int16_t *a, int64_t sam, int64_t sak, int64_t kc, int64_t m, int mr,
-                      int32_t *ap, int32_t *na)
+                      int32_t *ap, int32_t *na /* NULL: no norms */)
 {
     const int64_t kp = (kc + 1) / 2;
     for (int64_t p = 0; p < kp; p++) {
@@ -117,17 +126,18 @@ static void fx_pack_a(const int16_t *a, int64_t sam, int64_t sak, int64_t kc, in
         }
         for (; i < mr; i++) dst[i] = 0;
     }
-    for (int64_t s = 0, p0 = 0; p0 < kp; s++, p0 += FX_GEMM_I16_SEG) {
+    for (int64_t s = 0, p0 = 0; na && p0 < kp; s++, p0 += FX_GEMM_I16_SEG) {
         const int64_t p1 = fx_min64(kp, p0 + FX_GEMM_I16_SEG);
         int64_t sq[FX_GEMM_I16_MAX_MR] = {0}, mx = 0;
         for (int64_t p = p0; p < p1; p++)
             for (int i = 0; i < mr; i++) {
                 const uint32_t w = (uint32_t)ap[p * mr + i];
                 const int32_t lo = (int16_t)(uint16_t)(w & 0xFFFFu), hi = (int16_t)(uint16_t)(w >> 16);
-                sq[i] += (int64_t)lo * lo + (int64_t)hi * hi; /* 2^31 for two -32768: int64 */
+                /* lo^2 + hi^2 <= 2^31 (two -32768): exact as uint32 */
+                sq[i] += (int64_t)((uint32_t)(lo * lo) + (uint32_t)(hi * hi));
             }
         for (int i = 0; i < mr; i++) mx = sq[i] > mx ? sq[i] : mx;
-        na[s] = (int32_t)fx_ceil_sqrt((uint64_t)mx);
+        na[s] = (int32_t)fx_ceil_sqrt(mx);
     }
 }
 
@@ -180,7 +190,10 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     const int mr = kd->mr, nr = kd->nr;
     if (mr < 1 || mr > FX_GEMM_I16_MAX_MR || nr < 1 || nr > FX_GEMM_I16_MAX_NR || !kd->ukr)
         return FX_EUNSUPPORTED;
-    const int use_fast = kd->fast != NULL && g_mode == FX_GEMM_I16_AUTO;
+    const int mode = g_mode;
+    const int use_fast = kd->fast != NULL && mode != FX_GEMM_I16_SPLIT_ONLY &&
+                         (mode == FX_GEMM_I16_NORM_ALWAYS || M >= FX_GEMM_FAST_MIN_M);
+    const int gated = mode != FX_GEMM_I16_NORM_ALWAYS;
 
     *c->out_exp = c->in[0].exp + c->in[1].exp;
     if (M == 0 || N == 0) return FX_OK;
@@ -240,12 +253,14 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                 const int64_t kcur = fx_min64(kc, K - pc), kp = (kcur + 1) / 2;
                 const int64_t nseg = (kp + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
                 const int16_t *bblk = b + pc * sbk + jc * sbn;
+                const int fast_ok =
+                    use_fast && (!gated || (ncur >= FX_GEMM_FAST_MIN_N && kp >= FX_GEMM_FAST_MIN_KP));
                 block_id++;
 
                 FX_OMP(omp for schedule(static))
                 for (int64_t jp = 0; jp < npan; jp++)
                     fx_pack_b(bblk + jp * nr * sbn, sbk, sbn, kcur, fx_min64(nr, ncur - jp * nr),
-                              nr, bpack + jp * kp * 2 * nr, bnorm + jp * nseg);
+                              nr, bpack + jp * kp * 2 * nr, fast_ok ? bnorm + jp * nseg : NULL);
                 /* implicit barrier: the B block is complete before any thread reads it */
 
                 FX_OMP(omp for schedule(dynamic, 1))
@@ -254,7 +269,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                     for (int64_t ir = 0; ir < mcur; ir += mr)
                         fx_pack_a(a + (i0 + ir) * sam + pc * sak, sam, sak, kcur,
                                   fx_min64(mr, mcur - ir), mr, ap + ir * kp,
-                                  anorm + ir / mr * nseg);
+                                  fast_ok ? anorm + ir / mr * nseg : NULL);
                     for (int64_t jp = 0; jp < npan; jp++) {
                         const int64_t j0 = jp * nr;
                         const int n = (int)fx_min64(nr, ncur - j0);
@@ -264,7 +279,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                             int64_t *ct = out + (i0 + ir) * N + jc + j0;
                             const int m = (int)fx_min64(mr, mcur - ir);
                             const int64_t chain =
-                                use_fast ? fx_fast_chain(anorm + ir / mr * nseg, bnorm + jp * nseg,
+                                fast_ok ? fx_fast_chain(anorm + ir / mr * nseg, bnorm + jp * nseg,
                                                          nseg, kp)
                                          : 0;
                             if (chain > 0) {

@@ -95,9 +95,11 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *k);
 
 /* ---- instrumentation for tests and benchmarks --------------------------------------------- */
 
-/* Path selection: AUTO (the norm test picks per tile and K block) or SPLIT_ONLY (every tile
- * takes the split kernel; the behaviour before the fast kernel existed). Process-wide. */
-enum { FX_GEMM_I16_AUTO = 0, FX_GEMM_I16_SPLIT_ONLY = 1 };
+/* Path selection, process-wide: AUTO (the norm test picks per tile and K block, on products
+ * large enough to pay for the norms: see FX_GEMM_FAST_MIN_* in gemm_i16.c), SPLIT_ONLY (every
+ * tile takes the split kernel: the behaviour before the fast kernel existed), NORM_ALWAYS (the
+ * norm test on every size: lets tests reach both kernels with small products). */
+enum { FX_GEMM_I16_AUTO = 0, FX_GEMM_I16_SPLIT_ONLY = 1, FX_GEMM_I16_NORM_ALWAYS = 2 };
 void fx_gemm_i16_set_mode(int mode);
 
 /* Tile x K-block counts taken by each kernel since the last reset (summed over threads). */

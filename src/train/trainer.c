@@ -21,7 +21,7 @@ void fx_train_config_default(fx_train_config *cfg)
     cfg->fmt = FMT_FP32;
     cfg->master_weights = 1;
     cfg->loss_scaling = -1;
-    snprintf(cfg->autoflex, sizeof cfg->autoflex, "published");
+    snprintf(cfg->autoflex, sizeof cfg->autoflex, "robust");
     cfg->grad_window_lo = -44;
     cfg->act_window_lo = -31;
     cfg->weight_window_lo = -31;
