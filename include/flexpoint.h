@@ -69,7 +69,11 @@ FX_API const char *flexpoint_status_str(int status);
  *  The pointer stays valid until the next library call in the same thread. */
 FX_API const char *flexpoint_last_error(void);
 
-/** Clear the thread-local error message. */
+/** Status code of the last failure in this thread (FX_OK if none since the last clear). Useful
+ *  after a constructor returned NULL. */
+FX_API int flexpoint_last_status(void);
+
+/** Clear the thread-local error message and status. */
 FX_API void flexpoint_clear_error(void);
 
 /** Library version as "MAJOR.MINOR.PATCH". */

@@ -54,10 +54,14 @@ static void constructors(void)
           flexpoint_last_error());
     CHECK(tensor_new(FMT_FP32, FX_MAX_DIMS + 1, good) == NULL, "ndim too large");
     CHECK(tensor_new(FMT_FP32, 2, NULL) == NULL && msg_has("shape is NULL"), "NULL shape");
+    CHECK(flexpoint_last_status() == FX_EINVAL, "last status %d", flexpoint_last_status());
+    flexpoint_clear_error();
+    CHECK(flexpoint_last_status() == FX_OK && flexpoint_last_error()[0] == '\0', "cleared");
     CHECK(tensor_new(FMT_FP32, 2, neg) == NULL && msg_has("shape[1]=-1"), "negative: %s",
           flexpoint_last_error());
     CHECK(tensor_new(FMT_FP32, 3, huge) == NULL && msg_has("overflow"), "overflow: %s",
           flexpoint_last_error());
+    CHECK(flexpoint_last_status() == FX_ENOMEM, "overflow status %d", flexpoint_last_status());
 
     int64_t empty[2] = {0, 5};
     tensor_t *e = tensor_new(FMT_DFP16, 2, empty);
@@ -104,12 +108,18 @@ static void views(void)
     CHECK(tensor_view_slice(t, 0, 0, 2, 0) == NULL && msg_has("step=0"), "slice step 0");
 
     /* writing through a view changes the parent; the view keeps storage alive */
-    float ones[3] = {-1, -2, -3};
+    float ones[12]; /* the slice is [4, 3]: columns 1, 3, 5 of every row */
+    for (int i = 0; i < 12; i++) ones[i] = (float)(-1 - i);
     CHECK_STATUS(tensor_from_f32(sl, ones), FX_OK);
     tensor_free(t);
     tensor_free(re);
     tensor_to_f32(tr, y); /* parent freed: the views still work */
-    CHECK(y[1 * 4 + 0] == -1 && y[3 * 4 + 0] == -2 && y[5 * 4 + 0] == -3, "write via slice");
+    /* tr is the transpose [6, 4]: tr[c][r] = t[r][c]; slice element (r, j) is t[r][1 + 2j] */
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < 3; j++)
+            CHECK(y[(1 + 2 * j) * 4 + r] == (float)(-1 - (r * 3 + j)), "write via slice (%d, %d)",
+                  r, j);
+    CHECK(y[0 * 4 + 1] == 6.0f, "unsliced column 0 kept: %g", y[0 * 4 + 1]);
     tensor_free(tr);
     tensor_free(sl);
 }

@@ -5,9 +5,11 @@
 #include <string.h>
 
 static _Thread_local char fx_last_msg[1024];
+static _Thread_local int fx_last_code;
 
 int fx_error(int code, const char *func, const char *fmt, ...)
 {
+    fx_last_code = code;
     int n = snprintf(fx_last_msg, sizeof fx_last_msg, "%s: ", func ? func : "flexpoint");
     if (n < 0 || (size_t)n >= sizeof fx_last_msg) n = 0;
     va_list ap;
@@ -19,7 +21,13 @@ int fx_error(int code, const char *func, const char *fmt, ...)
 
 const char *flexpoint_last_error(void) { return fx_last_msg; }
 
-void flexpoint_clear_error(void) { fx_last_msg[0] = '\0'; }
+void flexpoint_clear_error(void)
+{
+    fx_last_msg[0] = '\0';
+    fx_last_code = FX_OK;
+}
+
+int flexpoint_last_status(void) { return fx_last_code; }
 
 const char *flexpoint_status_str(int status)
 {
