@@ -96,34 +96,30 @@ int tensor_relu(tensor_t *out, const tensor_t *a) { return fx_unary(FX_OP_RELU, 
 
 int tensor_copy(tensor_t *out, const tensor_t *a) { return fx_unary(FX_OP_COPY, __func__, out, a, 0); }
 
-int tensor_sum(tensor_t *out, const tensor_t *a, int axis)
+/* The reduction geometry of tensor_sum (FX_OP_SUM): out[o*inner + i] is the reduction of
+ * a[(o*len + k)*inner + i] over k. Validates out's shape exactly as tensor_sum does. */
+int fx_reduce_geometry(const tensor_t *out, const tensor_t *a, int axis, int64_t *outer,
+                              int64_t *len, int64_t *inner, const char *func)
 {
-    FX_NEED(out, "out");
-    FX_NEED(a, "a");
     char b1[160], b2[160];
-    fx_op_request rq = {.op = FX_OP_SUM, .func = __func__, .out = out, .nin = 1, .in = {a}};
-    int64_t n = fx_numel_of(a->ndim, a->shape);
     if (axis == FX_AXIS_ALL) {
         if (fx_numel_of(out->ndim, out->shape) != 1)
-            return FX_FAIL(FX_ESHAPE, "reducing everything needs an output with 1 element, "
-                           "out.shape=%s", fx_shape_str(out, b1, sizeof b1));
-        rq.red_outer = 1;
-        rq.red_len = n;
-        rq.red_inner = 1;
-        return fx_dispatch(&rq);
+            return fx_error(FX_ESHAPE, func, "reducing everything needs an output with 1 "
+                            "element, out.shape=%s", fx_shape_str(out, b1, sizeof b1));
+        *outer = *inner = 1;
+        *len = fx_numel_of(a->ndim, a->shape);
+        return FX_OK;
     }
     int ax = axis < 0 ? axis + a->ndim : axis;
     if (ax < 0 || ax >= a->ndim)
-        return FX_FAIL(FX_EINVAL, "axis=%d is out of range for a %d-D tensor (or FX_AXIS_ALL)",
-                       axis, a->ndim);
-    /* out: a's shape without the axis, or with it kept as 1 */
+        return fx_error(FX_EINVAL, func, "axis=%d is out of range for a %d-D tensor (or "
+                        "FX_AXIS_ALL)", axis, a->ndim);
+    /* out: a's shape without the axis, or with the axis kept as size 1 */
     bool dropped = out->ndim == a->ndim - 1, kept = out->ndim == a->ndim;
-    for (int d = 0, od = 0; d < a->ndim && (dropped || kept); d++) {
+    for (int d = 0, od = 0; d < a->ndim; d++) {
         if (d == ax) {
-            if (kept) {
-                kept = out->shape[d] == 1;
-                od++;
-            }
+            if (kept && out->shape[d] != 1) kept = false;
+            if (out->ndim == a->ndim) od++;
             continue;
         }
         if (dropped && out->shape[od] != a->shape[d]) dropped = false;
@@ -132,15 +128,25 @@ int tensor_sum(tensor_t *out, const tensor_t *a, int axis)
     }
     if (a->ndim == 1 && out->ndim == 1 && out->shape[0] == 1) kept = true;
     if (!dropped && !kept)
-        return FX_FAIL(FX_ESHAPE, "out.shape=%s does not match a.shape=%s reduced along "
-                       "axis %d", fx_shape_str(out, b1, sizeof b1),
-                       fx_shape_str(a, b2, sizeof b2), ax);
-    rq.red_outer = 1;
-    for (int d = 0; d < ax; d++) rq.red_outer *= a->shape[d];
-    rq.red_len = a->shape[ax];
-    rq.red_inner = 1;
-    for (int d = ax + 1; d < a->ndim; d++) rq.red_inner *= a->shape[d];
-    return fx_dispatch(&rq);
+        return fx_error(FX_ESHAPE, func, "out.shape=%s does not match a.shape=%s reduced "
+                        "along axis %d", fx_shape_str(out, b1, sizeof b1),
+                        fx_shape_str(a, b2, sizeof b2), ax);
+    *outer = 1;
+    for (int d = 0; d < ax; d++) *outer *= a->shape[d];
+    *len = a->shape[ax];
+    *inner = 1;
+    for (int d = ax + 1; d < a->ndim; d++) *inner *= a->shape[d];
+    return FX_OK;
+}
+
+int tensor_sum(tensor_t *out, const tensor_t *a, int axis)
+{
+    FX_NEED(out, "out");
+    FX_NEED(a, "a");
+    fx_op_request rq = {.op = FX_OP_SUM, .func = __func__, .out = out, .nin = 1, .in = {a}};
+    int rc = fx_reduce_geometry(out, a, axis, &rq.red_outer, &rq.red_len, &rq.red_inner,
+                                __func__);
+    return rc ? rc : fx_dispatch(&rq);
 }
 
 int tensor_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b)

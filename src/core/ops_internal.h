@@ -18,4 +18,10 @@ typedef struct fx_op_request {
 
 int fx_dispatch(const fx_op_request *rq);
 
+/* The reduction geometry of tensor_sum / tensor_mean: out[o*inner + i] reduces
+ * a[(o*len + k)*inner + i] over k. Validates axis and out's shape (the axis removed, or kept
+ * as size 1; FX_AXIS_ALL needs a 1-element out), with messages naming func. */
+int fx_reduce_geometry(const tensor_t *out, const tensor_t *a, int axis, int64_t *outer,
+                       int64_t *len, int64_t *inner, const char *func);
+
 #endif

@@ -172,6 +172,27 @@ static inline int fx_exact_exp_u64(uint64_t maxabs, int e_acc)
     return e;
 }
 
+/* Number of significant bits of v (0 for 0). */
+static inline int fx_bitlen_u64(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
+
+/* floor(a * 2^frac / d) with its lowest bit ORed with "remainder != 0" (round to odd), for
+ * frac >= 0 and d > 0; the caller guarantees the quotient fits 64 bits. Long division in
+ * chunks, so the shifted remainder (< d < 2^bitlen(d)) never overflows. Exact integer averages
+ * (pooling, mean) divide with it and leave the single correct rounding to the write. */
+static inline uint64_t fx_udiv_round_odd(uint64_t a, uint64_t d, int frac)
+{
+    uint64_t q = a / d, r = a % d;
+    const int step = 63 - fx_bitlen_u64(d);
+    for (int left = frac; left > 0;) {
+        int k = left < step ? left : step;
+        uint64_t rs = r << k;
+        q = (q << k) | (rs / d);
+        r = rs % d;
+        left -= k;
+    }
+    return r ? q | 1 : q;
+}
+
 static inline int fx_clamp_exp(int e, int lo, int hi, int *clamped)
 {
     if (e < lo) { if (clamped) *clamped = 1; return lo; }

@@ -144,8 +144,6 @@ static void *pool_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char
     return p;
 }
 
-static int bitlen_u64(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
-
 /* v[i] <- v[i] / count for exact int64 values at exponent *e, so that the write's one rounding
  * (to any output exponent at least 2 above the new *e, see below) is the correctly rounded
  * quotient; *e is updated.
@@ -161,10 +159,10 @@ static int bitlen_u64(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
  *     would saturate the largest value anyway), and values below 2^53 convert to double
  *     exactly, so float outputs are rounded once as well.
  * Callers pass sums of at most `count` int16 mantissas, |v| < 2^15 count, so k >= 37 > 0. The
- * long division runs in steps that keep the shifted remainder below 2^63. */
+ * long division (fx_udiv_round_odd) keeps the shifted remainder below 2^63. */
 static void pool_divide_exact(int64_t *v, int64_t n, int64_t count, int *e)
 {
-    const int L = bitlen_u64((uint64_t)count) - 1;
+    const int L = fx_bitlen_u64((uint64_t)count) - 1;
     if (((uint64_t)count & ((uint64_t)count - 1)) == 0) {
         *e -= L;
         return;
@@ -175,21 +173,12 @@ static void pool_divide_exact(int64_t *v, int64_t n, int64_t count, int *e)
         if (a > mx) mx = a;
     }
     if (mx == 0) return;
-    const int k = 53 - bitlen_u64(mx) + L;
-    const int step = 63 - (L + 1); /* remainder < count < 2^(L+1): r << step < 2^63 */
+    const int k = 53 - fx_bitlen_u64(mx) + L;
     const uint64_t cnt = (uint64_t)count;
     for (int64_t i = 0; i < n; i++) {
         const int neg = v[i] < 0;
         const uint64_t a = neg ? (uint64_t)0 - (uint64_t)v[i] : (uint64_t)v[i];
-        uint64_t q = a / cnt, r = a % cnt;
-        for (int left = k; left > 0;) {
-            const int sft = left < step ? left : step;
-            r <<= sft;
-            q = (q << sft) + r / cnt;
-            r %= cnt;
-            left -= sft;
-        }
-        if (r) q |= 1;
+        const uint64_t q = fx_udiv_round_odd(a, cnt, k);
         v[i] = neg ? -(int64_t)q : (int64_t)q; /* q < 2^53 */
     }
     *e -= k;

@@ -17,70 +17,10 @@
  */
 #include "nn_stage.h"
 
+#include "../core/ops_internal.h"
+
 #include <math.h>
 #include <string.h>
-
-/* The reduction geometry of tensor_sum (FX_OP_SUM): out[o*inner + i] is the reduction of
- * a[(o*len + k)*inner + i] over k. Validates out's shape exactly as tensor_sum does. */
-static int nn_reduce_geometry(const tensor_t *out, const tensor_t *a, int axis, int64_t *outer,
-                              int64_t *len, int64_t *inner, const char *func)
-{
-    char b1[160], b2[160];
-    if (axis == FX_AXIS_ALL) {
-        if (fx_numel_of(out->ndim, out->shape) != 1)
-            return fx_error(FX_ESHAPE, func, "reducing everything needs an output with 1 "
-                            "element, out.shape=%s", fx_shape_str(out, b1, sizeof b1));
-        *outer = *inner = 1;
-        *len = fx_numel_of(a->ndim, a->shape);
-        return FX_OK;
-    }
-    int ax = axis < 0 ? axis + a->ndim : axis;
-    if (ax < 0 || ax >= a->ndim)
-        return fx_error(FX_EINVAL, func, "axis=%d is out of range for a %d-D tensor (or "
-                        "FX_AXIS_ALL)", axis, a->ndim);
-    /* out: a's shape without the axis, or with the axis kept as size 1 */
-    bool dropped = out->ndim == a->ndim - 1, kept = out->ndim == a->ndim;
-    for (int d = 0, od = 0; d < a->ndim; d++) {
-        if (d == ax) {
-            if (kept && out->shape[d] != 1) kept = false;
-            if (out->ndim == a->ndim) od++;
-            continue;
-        }
-        if (dropped && out->shape[od] != a->shape[d]) dropped = false;
-        if (kept && out->shape[d] != a->shape[d]) kept = false;
-        od++;
-    }
-    if (a->ndim == 1 && out->ndim == 1 && out->shape[0] == 1) kept = true;
-    if (!dropped && !kept)
-        return fx_error(FX_ESHAPE, func, "out.shape=%s does not match a.shape=%s reduced "
-                        "along axis %d", fx_shape_str(out, b1, sizeof b1),
-                        fx_shape_str(a, b2, sizeof b2), ax);
-    *outer = 1;
-    for (int d = 0; d < ax; d++) *outer *= a->shape[d];
-    *len = a->shape[ax];
-    *inner = 1;
-    for (int d = ax + 1; d < a->ndim; d++) *inner *= a->shape[d];
-    return FX_OK;
-}
-
-static int nn_bit_length(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
-
-/* floor(a * 2^frac / d) with its lowest bit ORed with "remainder != 0" (round to odd);
- * frac >= 0, and the caller guarantees that the quotient is below 2^64. Long division in
- * chunks, so that the shifted remainder (< d) never overflows 64 bits. */
-static uint64_t nn_udiv_round_odd(uint64_t a, uint64_t d, int frac)
-{
-    uint64_t q = a / d, r = a % d;
-    const int step = 63 - nn_bit_length(d); /* r < d < 2^bitlen, so r << step < 2^63 */
-    for (int left = frac; left > 0;) {
-        int k = left < step ? left : step;
-        uint64_t rs = r << k;
-        q = (q << k) | (rs / d);
-        r = rs % d;
-        left -= k;
-    }
-    return r ? q | 1 : q;
-}
 
 static uint64_t nn_magnitude(int64_t v) { return v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v; }
 
@@ -92,10 +32,10 @@ static double nn_quotient_f64_odd(int64_t s, uint64_t d, int e)
 {
     if (s == 0) return 0.0;
     const uint64_t a = nn_magnitude(s);
-    int k = 61 + nn_bit_length(d) - nn_bit_length(a); /* a * 2^k / d in [2^60, 2^62) */
+    int k = 61 + fx_bitlen_u64(d) - fx_bitlen_u64(a); /* a * 2^k / d in [2^60, 2^62) */
     if (k < 0) k = 0;                                  /* a / d >= 2^60 already */
-    uint64_t q = nn_udiv_round_odd(a, d, k);
-    const int sh = nn_bit_length(q) > 53 ? nn_bit_length(q) - 53 : 0;
+    uint64_t q = fx_udiv_round_odd(a, d, k);
+    const int sh = fx_bitlen_u64(q) > 53 ? fx_bitlen_u64(q) - 53 : 0;
     if (sh) q = (q >> sh) | ((q & (((uint64_t)1 << sh) - 1)) != 0);
     const double v = ldexp((double)q, e - k + sh);
     return s < 0 ? -v : v;
@@ -105,7 +45,7 @@ int tensor_mean(tensor_t *out, const tensor_t *a, int axis)
 {
     if (!out || !a) return FX_FAIL(FX_EINVAL, "%s is NULL", !out ? "out" : "a");
     int64_t outer = 0, len = 0, inner = 0;
-    int rc = nn_reduce_geometry(out, a, axis, &outer, &len, &inner, __func__);
+    int rc = fx_reduce_geometry(out, a, axis, &outer, &len, &inner, __func__);
     if (rc) return rc;
     const int64_t nout = outer * inner;
     if (len == 0 && nout > 0) {
@@ -160,10 +100,10 @@ int tensor_mean(tensor_t *out, const tensor_t *a, int axis)
             uint64_t m = nn_magnitude(c.out_i64[i]) / (uint64_t)len;
             if (m > maxq) maxq = m;
         }
-        const int frac = 62 - nn_bit_length(maxq);
+        const int frac = 62 - fx_bitlen_u64(maxq);
         for (int64_t i = 0; i < nout; i++) {
             const int64_t v = c.out_i64[i];
-            const int64_t q = (int64_t)nn_udiv_round_odd(nn_magnitude(v), (uint64_t)len, frac);
+            const int64_t q = (int64_t)fx_udiv_round_odd(nn_magnitude(v), (uint64_t)len, frac);
             c.out_i64[i] = v < 0 ? -q : q;
         }
         rc = fx_write_i64(out, c.out_i64, sum_exp - frac, __func__);

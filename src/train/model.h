@@ -40,7 +40,6 @@ typedef struct fx_layer {
     /* parameters (indices into the model's params, -1 if none) */
     int w, b;
     int k, stride, pad; /* conv / pool geometry */
-    int relu_after;     /* unused flag kept for clarity of model builders */
     /* batch norm */
     float *run_mean, *run_var, *save_mean, *save_invstd;
     int64_t channels;
