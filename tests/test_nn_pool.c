@@ -51,6 +51,7 @@ static const pool_case CASES[] = {
     {"whole image 5x5", 3, 4, 5, 5, 5, 5, 1, 1, 0, 0, 0},
     {"3x3 stride 3, 10x11 (floor)", 2, 2, 10, 11, 3, 3, 3, 3, 0, 0, 0},
     {"views 2x2 stride 2", 2, 3, 6, 8, 2, 2, 2, 2, 0, 0, 1},
+    {"2x2 stride 2, 7x9 (floor: last row and column unused)", 2, 3, 7, 9, 2, 2, 2, 2, 0, 0, 0},
 };
 
 typedef struct {
@@ -939,6 +940,31 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* NaN and ties in 2x2 windows (the CNN's pooling, which has its own loop): a NaN anywhere in a
+ * window wins and its index is reported; among equal maxima the first in scan order wins. */
+static void nan_and_ties_2x2(void)
+{
+    /* windows: (1 3 / 2 3) -> 3 at 1, the first of the ties; (3 0 / NaN 5) -> NaN at 6;
+     * (-1 -1 / -1 -1) -> -1 at 8; (4 4 / 4 NaN) -> NaN at 15 */
+    const float v[16] = {1, 3, 3, 0, 2, 3, NAN, 5, -1, -1, 4, 4, -1, -1, 4, NAN};
+    int64_t sx[4] = {1, 1, 4, 4}, sy[4] = {1, 1, 2, 2};
+    tensor_t *x = tensor_new(FMT_FP32, 4, sx), *y = tensor_new(FMT_FP32, 4, sy);
+    CHECK(x && y, "allocation");
+    if (!x || !y) return;
+    CHECK_STATUS(tensor_from_f32(x, v), FX_OK);
+    int32_t am[4] = {0};
+    CHECK_STATUS(tensor_maxpool2d(y, am, x, 2, 2, 2, 2, 0, 0), FX_OK);
+    float out[4];
+    CHECK_STATUS(tensor_to_f32(y, out), FX_OK);
+    CHECK(out[0] == 3.0f && am[0] == 1, "ties: got %g at %d, want 3 at 1", out[0], am[0]);
+    CHECK(isnan(out[1]) && am[1] == 6, "NaN window: got %g at %d, want NaN at 6", out[1], am[1]);
+    CHECK(out[2] == -1.0f && am[2] == 8, "equal window: got %g at %d, want -1 at 8", out[2],
+          am[2]);
+    CHECK(isnan(out[3]) && am[3] == 15, "late NaN: got %g at %d, want NaN at 15", out[3], am[3]);
+    tensor_free(x);
+    tensor_free(y);
+}
+
 int main(void)
 {
     double t0 = now_s();
@@ -956,6 +982,7 @@ int main(void)
         for (int f = 0; f < FMT_COUNT; f++) run_case(&CASES[ci], (fmt_t)f, &last_backend);
     for (size_t ci = 0; ci < sizeof GCASES / sizeof *GCASES; ci++)
         for (int f = 0; f < FMT_COUNT; f++) run_global(&GCASES[ci], (fmt_t)f, &last_backend);
+    nan_and_ties_2x2();
     exact_rounding();
     format_pairs();
     bad_arguments();

@@ -42,12 +42,14 @@ static inline void pack_rows(float *restrict dst, const float *restrict src, int
 
 /* One A micro-panel: dst[k*mr + r] = A[i0 + r][k0 + k], rows >= mrows zero. The loop order
  * follows the operand's unit stride, so that reads are sequential for both A and A^T. */
-static void pack_a_panel(float *dst, const fx_operand *A, int64_t i0, int64_t mrows, int64_t k0,
-                         int64_t kb, int64_t mr)
+static void pack_a_panel(const fx_f32_gemm_params *p, float *dst, const fx_operand *A, int64_t i0,
+                         int64_t mrows, int64_t k0, int64_t kb, int64_t mr)
 {
     const int64_t s0 = A->strides[0], s1 = A->strides[1];
     const float *base = (const float *)A->data + i0 * s0 + k0 * s1;
-    if (s1 == 1 && mrows == mr) {
+    if (s1 == 1 && mrows == mr && p->pack_rows) {
+        p->pack_rows(dst, base, s0, kb, mr);
+    } else if (s1 == 1 && mrows == mr) {
         /* k outer: mr sequential read streams, one sequential write stream. A constant mr
          * lets the compiler unroll the rows. */
         switch (mr) {
@@ -76,8 +78,8 @@ static void pack_a_panel(float *dst, const fx_operand *A, int64_t i0, int64_t mr
  * dst[jp*nr*kb + k*nr + j] = B[k0 + k][n0 + jp*nr + j], columns past the block zero.
  * Row-major B is read one whole block row at a time (long sequential reads); otherwise one
  * column at a time, which is sequential for a transposed B. */
-static void pack_b_block(float *dst, const fx_operand *B, int64_t k0, int64_t kb, int64_t n0,
-                         int64_t nw, int64_t nr)
+static void pack_b_block(const fx_f32_gemm_params *p, float *dst, const fx_operand *B, int64_t k0,
+                         int64_t kb, int64_t n0, int64_t nw, int64_t nr)
 {
     const int64_t s0 = B->strides[0], s1 = B->strides[1];
     const float *base = (const float *)B->data + k0 * s0 + n0 * s1;
@@ -91,6 +93,9 @@ static void pack_b_block(float *dst, const fx_operand *B, int64_t k0, int64_t kb
                 for (int64_t j = 0; j < nr; j++) d[j] = s[j];
             }
         }
+    } else if (s0 == 1 && p->pack_rows) { /* column-major: each panel is a transpose */
+        for (int64_t jp = 0; jp < full; jp++)
+            p->pack_rows(dst + jp * nr * kb, base + jp * nr * s1, s1, kb, nr);
     } else {
         for (int64_t j = 0; j < full * nr; j++) {
             const float *col = base + j * s1;
@@ -179,7 +184,7 @@ static int gemm_run(const fx_f32_gemm_params *p, const fx_operand *A, const fx_o
 
                 FX_F32_OMP(for schedule(static))
                 for (int64_t ip = 0; ip < npm; ip++)
-                    pack_a_panel(abuf + ip * mr * kb, A, m0 + ip * mr, min64(mr, mb - ip * mr),
+                    pack_a_panel(p, abuf + ip * mr * kb, A, m0 + ip * mr, min64(mr, mb - ip * mr),
                                  k0, kb, mr);
 
                 int64_t packed = -1; /* column block currently in my_b */
@@ -189,7 +194,7 @@ static int gemm_run(const fx_f32_gemm_params *p, const fx_operand *A, const fx_o
                     const int64_t n0 = nbi * ncb, nw = min64(ncb, N - n0);
                     const int64_t npn = ceil_div(nw, nr);
                     if (packed != nbi) {
-                        pack_b_block(my_b, B, k0, kb, n0, nw, nr);
+                        pack_b_block(p, my_b, B, k0, kb, n0, nw, nr);
                         packed = nbi;
                     }
                     const int64_t ip_end = npm * (g + 1) / groups;

@@ -41,6 +41,12 @@
 typedef void (*fx_f32_ukernel)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                int accumulate);
 
+/* Optional transposing pack (NULL: the framework's scalar loops): dst[k*R + r] = src[r*ld + k]
+ * for r < R, k < kb. It packs a full A micro-panel of a row-major A (R = mr) and a full B
+ * micro-panel of a column-major B (R = nr): both gather R unit-stride rows into k-major groups,
+ * which the compiler does not vectorise on its own. dst is 64-byte aligned when R*kb is. */
+typedef void (*fx_f32_pack_fn)(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R);
+
 typedef struct fx_f32_gemm_params {
     int mr, nr;           /* micro-tile: rows broadcast from A, columns loaded from B */
     int64_t kc;           /* depth of one packed block (the A micro-panel kc*mr stays in L1) */
@@ -48,6 +54,7 @@ typedef struct fx_f32_gemm_params {
     int64_t nc;           /* widest column block of packed B (kc*nc stays in L2) */
     double min_par_work;  /* M*N*K below which one thread is used */
     fx_f32_ukernel kernel;
+    fx_f32_pack_fn pack_rows; /* optional, see fx_f32_pack_fn */
 } fx_f32_gemm_params;
 
 /* c->out_f32[M,N] (row-major) = in[0][M,K] x in[1][K,N], fp32 operands with any element

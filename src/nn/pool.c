@@ -195,6 +195,65 @@ static int pool_write(tensor_t *out, const void *stage, int int_compute, int e, 
 
 /* ---- max pool ------------------------------------------------------------------------------ */
 
+/* The CNN's pooling (2x2 windows, stride 2, no padding, every window inside the input) is the
+ * one that dominates training time; it gets a loop without the per-window clipping of the
+ * general path. Same visiting order, same strict comparison (the first maximum wins), same NaN
+ * rule, so the outputs and argmax indices are those of the general loop. */
+static int pool_is_plain_2x2(const pool_geom *g)
+{
+    return g->KH == 2 && g->KW == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0 &&
+           2 * g->OH <= g->H && 2 * g->OW <= g->W;
+}
+
+static inline int pool_f32_better(float v, float best)
+{
+    return v > best || (isnan(v) && !isnan(best));
+}
+
+static void maxpool_2x2_plane_f32(const float *x, const pool_geom *g, int64_t pl, float *out,
+                                  int32_t *idx)
+{
+    const int64_t W = g->W, base = pl * g->H * W;
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+        const int64_t r0 = base + 2 * oh * W, o0 = (pl * g->OH + oh) * g->OW;
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            const int64_t at[4] = {r0 + 2 * ow, r0 + 2 * ow + 1, r0 + W + 2 * ow,
+                                   r0 + W + 2 * ow + 1};
+            int64_t best_at = at[0];
+            float best = x[at[0]];
+            for (int t = 1; t < 4; t++)
+                if (pool_f32_better(x[at[t]], best)) {
+                    best = x[at[t]];
+                    best_at = at[t];
+                }
+            out[o0 + ow] = best;
+            if (idx) idx[o0 + ow] = (int32_t)best_at;
+        }
+    }
+}
+
+static void maxpool_2x2_plane_i16(const int16_t *x, const pool_geom *g, int64_t pl,
+                                  int64_t *out, int32_t *idx)
+{
+    const int64_t W = g->W, base = pl * g->H * W;
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+        const int64_t r0 = base + 2 * oh * W, o0 = (pl * g->OH + oh) * g->OW;
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            const int64_t at[4] = {r0 + 2 * ow, r0 + 2 * ow + 1, r0 + W + 2 * ow,
+                                   r0 + W + 2 * ow + 1};
+            int64_t best_at = at[0];
+            int32_t best = x[at[0]];
+            for (int t = 1; t < 4; t++)
+                if (x[at[t]] > best) {
+                    best = x[at[t]];
+                    best_at = at[t];
+                }
+            out[o0 + ow] = best;
+            if (idx) idx[o0 + ow] = (int32_t)best_at;
+        }
+    }
+}
+
 int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, int kw, int sh,
                      int sw, int ph, int pw)
 {
@@ -217,8 +276,16 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
     }
     const int nt = pool_threads(pool_work(ny, g.KH * g.KW), planes);
     (void)nt;
+    const int fast2x2 = pool_is_plain_2x2(&g);
     FX_POOL_PARALLEL_FOR
     for (int64_t pl = 0; pl < planes; pl++) {
+        if (fast2x2) {
+            if (ic)
+                maxpool_2x2_plane_i16((const int16_t *)xo.data, &g, pl, (int64_t *)stage, idx);
+            else
+                maxpool_2x2_plane_f32((const float *)xo.data, &g, pl, (float *)stage, idx);
+            continue;
+        }
         for (int64_t oh = 0; oh < g.OH; oh++)
             for (int64_t ow = 0; ow < g.OW; ow++) {
                 int64_t h0, h1, w0, w1, o = pl * P + oh * g.OW + ow;
