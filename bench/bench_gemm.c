@@ -2,11 +2,17 @@
  * alternating: oneDNN sgemm and bf16 GEMM, OpenBLAS sgemm (peers are loaded with dlopen, so the
  * benchmark builds without them and reports "n/a" when absent).
  *
- *   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./build/release/bench/bench_gemm [threads]
+ *   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./build/release/bench/bench_gemm [threads...]
  *
- * Our numbers go through the public tensor_matmul (validation, the kernel, and the one write
- * into the output tensor in the same format), which is what users call. Each figure is the
- * median of BENCH_REPS timed repetitions after a warm-up; GFLOP/s counts 2*M*N*K. */
+ * Thread counts default to "1 2". Our numbers go through the public tensor_matmul (validation,
+ * the kernel, and the one write into the output tensor in the same format), which is what users
+ * call. Each figure is the median of BENCH_REPS timed repetitions after a warm-up; GFLOP/s
+ * counts 2*M*N*K (GOP/s for the integer formats). Printed per shape: GFLOP/s, the ratio of each
+ * of our formats to each peer, and the share of the instruction limit, which the benchmark
+ * measures itself at start-up (a dependency-free loop of 512-bit FMA and of vpdpwssd, or 256-bit
+ * FMA / vpmaddwd+vpaddd on CPUs without AVX-512): fp32, fp16 and bf16 against the FMA limit (this
+ * CPU has no vdpbf16ps, so bf16 and fp16 compute in fp32), the integer formats against the
+ * int16 pair-product limit. */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 
@@ -32,6 +38,44 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- instruction limits ------------------------------------------------------------------
+ * Twelve independent accumulators per iteration (more than latency x ports on current x86), in
+ * inline assembly so the compiler can neither drop nor reorder the work; the caller checks the
+ * CPU features first, the instructions are never executed on a CPU without them. */
+#define FX_R12(op) op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
+#define FX_FMA_Z(i) "vfmadd231ps %%zmm30, %%zmm31, %%zmm" #i "\n"
+#define FX_DPW_Z(i) "vpdpwssd %%zmm30, %%zmm31, %%zmm" #i "\n"
+#define FX_FMA_Y(i) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #i "\n"
+
+typedef enum { LIM_FMA512, LIM_DPW512, LIM_FMA256 } limit_kind;
+
+/* Instructions per second of one thread. */
+static double instr_rate(limit_kind k)
+{
+    const long iters = 20000000;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now();
+        for (long it = 0; it < iters; it++) {
+            if (k == LIM_FMA512) __asm__ volatile(FX_R12(FX_FMA_Z)::: "memory");
+            else if (k == LIM_DPW512) __asm__ volatile(FX_R12(FX_DPW_Z)::: "memory");
+            else __asm__ volatile(FX_R12(FX_FMA_Y)::: "memory");
+        }
+        double r = 12.0 * (double)iters / (now() - t0);
+        best = r > best ? r : best;
+    }
+    return best;
+}
+
+static int has_feature(const char *f)
+{
+    const char *list = flexpoint_cpu_features();
+    const size_t n = strlen(f);
+    for (const char *q = strstr(list, f); q; q = strstr(q + 1, f))
+        if ((q == list || q[-1] == ' ') && (q[n] == ' ' || q[n] == '\0')) return 1;
+    return 0;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -39,6 +83,7 @@ static int cmp_d(const void *a, const void *b)
 }
 
 typedef struct peer {
+    set_threads_fn omp_threads;
     dnnl_sgemm_fn dnnl_sgemm;
     dnnl_bf16_fn dnnl_bf16;
     cblas_sgemm_fn cblas_sgemm;
@@ -51,15 +96,25 @@ enum { P_OURS_FP32, P_OURS_FP16, P_OURS_BF16, P_OURS_FLEX, P_OURS_DFP, P_DNNL_S,
 static const char *NAMES[P_COUNT] = {"fp32", "fp16", "bf16", "flex16_5", "dfp16",
                                      "onednn-sgemm", "onednn-bf16", "openblas-sgemm"};
 
+/* One table (every shape) at one thread count. fma_peak, int_peak: per-thread limits in
+ * GFLOP/s and GOP/s (0: unknown). */
+static int run_table(const peer *p, int threads, int reps, double fma_peak, double int_peak);
+
 int main(int argc, char **argv)
 {
-    int threads = argc > 1 ? atoi(argv[1]) : 1;
     int reps = getenv("BENCH_REPS") ? atoi(getenv("BENCH_REPS")) : 5;
-    if (threads < 1 || reps < 1) {
-        fprintf(stderr, "usage: bench_gemm [threads]   (BENCH_REPS=n)\n");
+    int tlist[8] = {1, 2}, nt = 2;
+    if (argc > 1) {
+        nt = 0;
+        for (int i = 1; i < argc && nt < 8; i++) tlist[nt++] = atoi(argv[i]);
+    }
+    for (int i = 0; i < nt; i++)
+        if (tlist[i] < 1) reps = 0;
+    if (reps < 1) {
+        fprintf(stderr, "usage: bench_gemm [threads ...]   (default 1 2; BENCH_REPS=n, "
+                        "BENCH_QUICK=1 for the square sizes only)\n");
         return 2;
     }
-    flexpoint_set_num_threads(threads);
     peer p = {0};
     void *hd = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
     if (hd) {
@@ -71,28 +126,48 @@ int main(int argc, char **argv)
         p.cblas_sgemm = (cblas_sgemm_fn)dlsym(ho, "cblas_sgemm");
         p.oblas_threads = (set_threads_fn)dlsym(ho, "openblas_set_num_threads");
         p.oblas_core = (get_core_fn)dlsym(ho, "openblas_get_corename");
-        if (p.oblas_threads) p.oblas_threads(threads);
     }
-    char env_threads[32];
-    snprintf(env_threads, sizeof env_threads, "%d", threads);
-    setenv("OMP_NUM_THREADS", env_threads, 0); /* oneDNN's OpenMP runtime */
-    printf("bench_gemm: backend %s, %d thread(s), CPU features: %s\n", flexpoint_backend(),
-           threads, flexpoint_cpu_features());
+    /* oneDNN's OpenMP runtime is the one libflexpoint already loaded */
+    p.omp_threads = (set_threads_fn)dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    printf("bench_gemm: backend %s, CPU features: %s\n", flexpoint_backend(),
+           flexpoint_cpu_features());
     printf("peers: oneDNN %s, OpenBLAS %s (core %s, OPENBLAS_CORETYPE=%s)\n",
            p.dnnl_sgemm ? "yes" : "not found", p.cblas_sgemm ? "yes" : "not found",
            p.oblas_core ? p.oblas_core() : "-",
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
+    double fma_peak = 0, int_peak = 0;
+    if (has_feature("avx512f")) {
+        fma_peak = instr_rate(LIM_FMA512) * 32e-9;
+        if (has_feature("avx512vnni")) int_peak = instr_rate(LIM_DPW512) * 64e-9;
+    } else if (has_feature("fma")) {
+        fma_peak = instr_rate(LIM_FMA256) * 16e-9;
+    }
+    printf("instruction limit per thread (measured): fp32 FMA %.1f GFLOP/s, int16 pair products "
+           "%s%.1f GOP/s\n", fma_peak, int_peak > 0 ? "(vpdpwssd) " : "", int_peak);
+    for (int i = 0; i < nt; i++)
+        if (run_table(&p, tlist[i], reps, fma_peak, int_peak)) return 1;
+    return 0;
+}
+
+static int run_table(const peer *pp, int threads, int reps, double fma_peak, double int_peak)
+{
+    peer p = *pp;
+    flexpoint_set_num_threads(threads);
+    if (p.oblas_threads) p.oblas_threads(threads);
+    if (p.omp_threads) p.omp_threads(threads);
+    printf("\n== %d thread(s) ==\n", threads);
     /* square sizes, then the small CNN's layers as GEMMs (batch 128):
      * conv1 fwd: [32 x 25] x [25 x 100352]; conv2 fwd: [64 x 800] x [800 x 25088];
-     * conv2 weight grad: [64 x 25088] x [25088 x 800]; fc1 fwd: [128 x 3136] x [3136 x 128] */
+     * conv2 weight grad: [64 x 25088] x [25088 x 800]; conv2 input grad: [800 x 64] x
+     * [64 x 25088]; fc1 fwd: [128 x 3136] x [3136 x 128] */
     int64_t shapes[][3] = {{256, 256, 256}, {1024, 1024, 1024}, {2048, 2048, 2048},
                            {32, 100352, 25},  {64, 25088, 800},  {64, 800, 25088},
-                           {128, 128, 3136}};
+                           {800, 25088, 64}, {128, 128, 3136}};
     int nshapes = sizeof shapes / sizeof *shapes;
-    if (getenv("BENCH_QUICK")) nshapes = 2;
+    if (getenv("BENCH_QUICK")) nshapes = 3;
     printf("\n%-22s", "M x N x K");
     for (int k = 0; k < P_COUNT; k++) printf(" %14s", NAMES[k]);
-    printf("   (GFLOP/s; ratio = ours / onednn-sgemm)\n");
+    printf("   (GFLOP/s)\n");
     for (int si = 0; si < nshapes; si++) {
         int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
         float *a = malloc(sizeof(float) * (size_t)(M * K)), *b = malloc(sizeof(float) * (size_t)(K * N));
@@ -147,12 +222,25 @@ int main(int argc, char **argv)
             gf[k] = 2.0 * (double)M * (double)N * (double)K / times[k][reps / 2] * 1e-9;
             printf(" %14.1f", gf[k]);
         }
-        if (gf[P_DNNL_S] > 0) {
-            printf("\n%-22s", "  ratio to onednn-sgemm");
-            for (int k = 0; k < P_COUNT; k++)
-                printf(" %13.2fx", avail[k] ? gf[k] / gf[P_DNNL_S] : 0.0);
-        }
         printf("\n");
+        for (int peer_k = P_DNNL_S; peer_k < P_COUNT; peer_k++) {
+            if (gf[peer_k] <= 0) continue;
+            char what[40];
+            snprintf(what, sizeof what, "  / %s", NAMES[peer_k]);
+            printf("%-22s", what);
+            for (int k = 0; k <= P_OURS_DFP; k++) printf(" %13.2fx", gf[k] / gf[peer_k]);
+            printf("\n");
+        }
+        if (fma_peak > 0) {
+            printf("%-22s", "  share of limit");
+            for (int k = 0; k < P_COUNT; k++) {
+                const int is_int = k == P_OURS_FLEX || k == P_OURS_DFP;
+                const double lim = (is_int ? int_peak : fma_peak) * threads;
+                if (avail[k] && lim > 0) printf(" %13.0f%%", 100.0 * gf[k] / lim);
+                else printf(" %14s", "-");
+            }
+            printf("\n");
+        }
         for (int f = 0; f < 5; f++) {
             tensor_free(ta[f]);
             tensor_free(tb[f]);

@@ -43,6 +43,9 @@
 /* Below this many multiply-adds one thread does the work (thread start-up would dominate). */
 #define FX_GEMM_PAR_MIN_MACS ((int64_t)1 << 21)
 
+/* Norm segments of one K block (sizes the hooks' output). */
+#define FX_GEMM_I16_MAX_SEGS ((FX_GEMM_KC / 2 + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG)
+
 _Static_assert(FX_GEMM_KC % 2 == 0 && FX_GEMM_KC / 2 <= FX_GEMM_I16_MAX_KP,
                "a K block must not exceed the exact int32 chain length");
 
@@ -68,10 +71,17 @@ static int64_t fx_ceil_sqrt(int64_t x)
 
 /* Pack a kc x n block of B (n <= nr valid columns) into one plain micro-panel of nr columns,
  * and write nb[s] = ceil(sqrt(max_j sum_{k in segment s} B[k][j]^2)) for its segments. */
-static void fx_pack_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t kc, int64_t n, int nr,
-                      int16_t *bp, int32_t *nb /* NULL: no norms */)
+static void fx_pack_b(const fx_gemm_i16_kernel *kd, const int16_t *b, int64_t sbk, int64_t sbn,
+                      int64_t kc, int64_t n, int nr, int16_t *bp, int32_t *nb /* NULL: no norms */)
 {
     const int64_t kp = (kc + 1) / 2;
+    if (kd->pack && kd->pack->pack_b && n == nr && sbn == 1) {
+        int64_t sq[FX_GEMM_I16_MAX_SEGS];
+        kd->pack->pack_b(b, sbk, kc, bp, nb ? sq : NULL);
+        for (int64_t s = 0; nb && s * FX_GEMM_I16_SEG < kp; s++)
+            nb[s] = (int32_t)fx_ceil_sqrt(sq[s]);
+        return;
+    }
     for (int64_t p = 0; p < kp; p++) {
         int16_t *dst = bp + p * 2 * nr;
         const int16_t *r0 = b + 2 * p * sbk;
@@ -101,8 +111,13 @@ static void fx_pack_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t kc, in
 }
 
 /* Turn a plain B micro-panel into the split layout of the split kernel. */
-static void fx_split_panel(const int16_t *bp, int64_t kp, int nr, int16_t *bs)
+static void fx_split_panel(const fx_gemm_i16_kernel *kd, const int16_t *bp, int64_t kp, int nr,
+                           int16_t *bs)
 {
+    if (kd->pack && kd->pack->split_panel) {
+        kd->pack->split_panel(bp, kp, bs);
+        return;
+    }
     for (int64_t p = 0; p < kp; p++)
         for (int q = 0; q < 2 * nr; q++)
             fx_split_b(bp[p * 2 * nr + q], &bs[p * 4 * nr + q], &bs[p * 4 * nr + 2 * nr + q]);
@@ -110,10 +125,17 @@ static void fx_split_panel(const int16_t *bp, int64_t kp, int nr, int16_t *bs)
 
 /* Pack an m x kc block of A (m <= mr valid rows) into one micro-panel of mr rows, and write
  * na[s] = ceil(sqrt(max_i sum_{k in segment s} A[i][k]^2)) for its segments. */
-static void fx_pack_a(const int16_t *a, int64_t sam, int64_t sak, int64_t kc, int64_t m, int mr,
-                      int32_t *ap, int32_t *na /* NULL: no norms */)
+static void fx_pack_a(const fx_gemm_i16_kernel *kd, const int16_t *a, int64_t sam, int64_t sak,
+                      int64_t kc, int64_t m, int mr, int32_t *ap, int32_t *na /* NULL: no norms */)
 {
     const int64_t kp = (kc + 1) / 2;
+    if (kd->pack && kd->pack->pack_a && m == mr && sak == 1) {
+        int64_t sq[FX_GEMM_I16_MAX_SEGS];
+        kd->pack->pack_a(a, sam, kc, ap, na ? sq : NULL);
+        for (int64_t s = 0; na && s * FX_GEMM_I16_SEG < kp; s++)
+            na[s] = (int32_t)fx_ceil_sqrt(sq[s]);
+        return;
+    }
     for (int64_t p = 0; p < kp; p++) {
         int32_t *dst = ap + p * mr;
         const int64_t k0 = 2 * p;
@@ -259,7 +281,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
 
                 FX_OMP(omp for schedule(static))
                 for (int64_t jp = 0; jp < npan; jp++)
-                    fx_pack_b(bblk + jp * nr * sbn, sbk, sbn, kcur, fx_min64(nr, ncur - jp * nr),
+                    fx_pack_b(kd, bblk + jp * nr * sbn, sbk, sbn, kcur, fx_min64(nr, ncur - jp * nr),
                               nr, bpack + jp * kp * 2 * nr, fast_ok ? bnorm + jp * nseg : NULL);
                 /* implicit barrier: the B block is complete before any thread reads it */
 
@@ -267,7 +289,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                 for (int64_t ib = 0; ib < nmb; ib++) {
                     const int64_t i0 = ib * mc, mcur = fx_min64(mc, M - i0);
                     for (int64_t ir = 0; ir < mcur; ir += mr)
-                        fx_pack_a(a + (i0 + ir) * sam + pc * sak, sam, sak, kcur,
+                        fx_pack_a(kd, a + (i0 + ir) * sam + pc * sak, sam, sak, kcur,
                                   fx_min64(mr, mcur - ir), mr, ap + ir * kp,
                                   fast_ok ? anorm + ir / mr * nseg : NULL);
                     for (int64_t jp = 0; jp < npan; jp++) {
@@ -287,7 +309,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                                 fast_tiles++;
                             } else {
                                 if (split_tag[jp] != block_id) {
-                                    fx_split_panel(bp, kp, nr, bsp);
+                                    fx_split_panel(kd, bp, kp, nr, bsp);
                                     split_tag[jp] = block_id;
                                 }
                                 kd->ukr(kp, ap + ir * kp, bsp, ct, N, m, n, pc > 0);

@@ -82,11 +82,28 @@ typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *a
                                      const int16_t *bp, int64_t *c, int64_t ldc, int m, int n,
                                      int accumulate);
 
+/* Optional SIMD packing of one level (any member may be NULL: the driver's portable loops).
+ * Each packs one FULL micro-panel in the layouts above, and when sq != NULL also writes, per
+ * norm segment s of its kp pairs, sq[s] = max over the panel's rows (A) or columns (B) of the
+ * exact sum of squares of the segment's values (the driver takes the ceiling square root). */
+typedef struct fx_gemm_i16_pack {
+    /* mr rows of a unit-stride A (row stride sam), kc values each */
+    void (*pack_a)(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, int64_t *sq);
+    /* nr columns of a row-major B (row stride sbk), kc rows */
+    void (*pack_b)(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq);
+    /* plain B micro-panel of kp pairs -> split layout */
+    void (*split_panel)(const int16_t *bp, int64_t kp, int16_t *bs);
+} fx_gemm_i16_pack;
+
 typedef struct fx_gemm_i16_kernel {
     int mr, nr; /* register tile, mr <= FX_GEMM_I16_MAX_MR, nr <= FX_GEMM_I16_MAX_NR */
     fx_gemm_i16_ukr ukr;       /* split kernel: any data */
     fx_gemm_i16_fast_ukr fast; /* plain kernel: tiles whose norms allow it (NULL: never) */
+    const fx_gemm_i16_pack *pack; /* packing for this mr x nr (NULL: portable loops) */
 } fx_gemm_i16_kernel;
+
+/* AVX-512BW packing for a 6 x 32 tile (gemm_i16_pack_avx512.c). */
+extern const fx_gemm_i16_pack fx_gemm_i16_pack_avx512_6x32;
 
 /* Run an FX_OP_MATMUL call (operand contract of backend.h) with micro-kernels k.
  * Returns FX_OK, FX_ENOMEM if the packing buffers cannot be allocated, or FX_EUNSUPPORTED for a

@@ -191,13 +191,15 @@ static int fx_small_matmul(const fx_op_call *c)
 
 int fx_flex_matmul_avx512vnni(const fx_op_call *c)
 {
-    static const fx_gemm_i16_kernel k = {FX_MR, FX_NR, fx_ukr_avx512vnni, fx_fast_avx512vnni};
+    static const fx_gemm_i16_kernel k = {FX_MR, FX_NR, fx_ukr_avx512vnni, fx_fast_avx512vnni,
+                                          &fx_gemm_i16_pack_avx512_6x32};
     return fx_small_matmul(c) ? fx_flex_matmul_scalar(c) : fx_gemm_i16(c, &k);
 }
 
 int fx_flex_matmul_avx512bw(const fx_op_call *c)
 {
-    static const fx_gemm_i16_kernel k = {FX_MR, FX_NR, fx_ukr_avx512bw, fx_fast_avx512bw};
+    static const fx_gemm_i16_kernel k = {FX_MR, FX_NR, fx_ukr_avx512bw, fx_fast_avx512bw,
+                                          &fx_gemm_i16_pack_avx512_6x32};
     return fx_small_matmul(c) ? fx_flex_matmul_scalar(c) : fx_gemm_i16(c, &k);
 }
 

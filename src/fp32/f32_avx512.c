@@ -14,6 +14,7 @@
  * columns, as the scalar level: D = 15 + ceil(log2(ceil(n/16))).
  */
 #include "f32_kernels.h"
+#include "core/transpose_avx512.h"
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -234,37 +235,6 @@ static void ukernel_12x32(int64_t kc, const float *a, const float *b, float *c, 
     }
 }
 
-/* In-register transpose of a 16 x 16 block: r[i] holds row i on entry, column i on exit.
- * Three rounds: 32-bit interleave of row pairs, 64-bit interleave of pair pairs (now each
- * 128-bit lane l of v[4g + c] holds rows 4g..4g+3 of column 4l + c), then two 128-bit lane
- * shuffles gather the four row groups of each column. */
-static inline void transpose16(__m512 r[16])
-{
-    __m512 a[16], b[16];
-    for (int i = 0; i < 8; i++) {
-        a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int g = 0; g < 4; g++) {
-        const __m512d lo = _mm512_castps_pd(a[4 * g]), hi = _mm512_castps_pd(a[4 * g + 1]);
-        const __m512d lo2 = _mm512_castps_pd(a[4 * g + 2]), hi2 = _mm512_castps_pd(a[4 * g + 3]);
-        b[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, lo2));
-        b[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, lo2));
-        b[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi, hi2));
-        b[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi, hi2));
-    }
-    for (int c = 0; c < 4; c++) {
-        const __m512 u0 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0x44);
-        const __m512 u1 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0xEE);
-        const __m512 v0 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0x44);
-        const __m512 v1 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0xEE);
-        r[c] = _mm512_shuffle_f32x4(u0, v0, 0x88);
-        r[4 + c] = _mm512_shuffle_f32x4(u0, v0, 0xDD);
-        r[8 + c] = _mm512_shuffle_f32x4(u1, v1, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(u1, v1, 0xDD);
-    }
-}
-
 /* dst[k*R + r] = src[r*ld + k] (fx_f32_pack_fn): 16 x 16 blocks through registers, masked
  * loads for the k tail (nothing past a row is read) and masked stores for R % 16 rows. */
 static void pack_rows_avx512(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R)
@@ -279,7 +249,7 @@ static void pack_rows_avx512(float *dst, const float *src, int64_t ld, int64_t k
             for (int i = 0; i < 16; i++)
                 v[i] = i < rows ? _mm512_maskz_loadu_ps(k_mask, src + (r0 + i) * ld + k0)
                                 : _mm512_setzero_ps();
-            transpose16(v);
+            fx_transpose16x16_ps(v);
             for (int t = 0; t < ks; t++) _mm512_mask_storeu_ps(dst + (k0 + t) * R + r0, row_mask, v[t]);
         }
     }

@@ -1,0 +1,40 @@
+/* 16 x 16 transpose of 32-bit elements in AVX-512 registers. Include only from files compiled
+ * with the AVX-512 flags (*_avx512.c). Shuffles move bits unchanged, so any 32-bit data
+ * (floats, int32, pairs of int16) can go through the float-typed registers. */
+#ifndef FX_CORE_TRANSPOSE_AVX512_H
+#define FX_CORE_TRANSPOSE_AVX512_H
+
+#include <immintrin.h>
+
+/* r[i] holds row i on entry, column i on exit. Three rounds: 32-bit interleave of row pairs,
+ * 64-bit interleave of pair pairs (then each 128-bit lane l of b[4g + c] holds rows 4g..4g+3
+ * of column 4l + c), and two 128-bit lane shuffles that gather the four row groups of each
+ * column. 64 shuffles in all. */
+static inline void fx_transpose16x16_ps(__m512 r[16])
+{
+    __m512 a[16], b[16];
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) {
+        const __m512d lo = _mm512_castps_pd(a[4 * g]), hi = _mm512_castps_pd(a[4 * g + 1]);
+        const __m512d lo2 = _mm512_castps_pd(a[4 * g + 2]), hi2 = _mm512_castps_pd(a[4 * g + 3]);
+        b[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, lo2));
+        b[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, lo2));
+        b[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi, hi2));
+        b[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi, hi2));
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512 u0 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0x44);
+        const __m512 u1 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0xEE);
+        const __m512 v0 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0x44);
+        const __m512 v1 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_f32x4(u0, v0, 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(u0, v0, 0xDD);
+        r[8 + c] = _mm512_shuffle_f32x4(u1, v1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(u1, v1, 0xDD);
+    }
+}
+
+#endif

@@ -1,0 +1,124 @@
+/* AVX-512 packing for the exact int16 GEMM's 6 x 32 register tile (see gemm_i16.h for the
+ * layouts and for what the segment norms are for). The portable loops in gemm_i16.c define
+ * the results; these produce the same bytes and the same exact sums of squares, only with
+ * vector instructions: packing with norms used to cost more than the fast kernel saved on the
+ * CNN's narrow products (N = 64), which therefore always took the two-multiply split kernel. */
+#include "gemm_i16.h"
+#include "core/transpose_avx512.h"
+
+#include <immintrin.h>
+
+#define FX_PACK_MR 6
+#define FX_PACK_NR 32
+
+_Static_assert(FX_GEMM_I16_SEG == 8, "segments are taken as halves of 16-pair blocks");
+_Static_assert(FX_PACK_MR <= 8, "row norms use the 8 int64 lanes of one register");
+
+/* Exact sums of squares of pairs: vpmaddwd(x, x) gives lo^2 + hi^2 per 32-bit lane, at most
+ * 2 * 2^30 = 2^31, which is exact when read as unsigned; lanes are then widened to uint64. */
+static inline __m512i fx_sq_pairs_lo8(__m512i x)
+{
+    const __m512i q = _mm512_madd_epi16(x, x);
+    return _mm512_cvtepu32_epi64(_mm512_castsi512_si256(q));
+}
+
+static inline __m512i fx_sq_pairs_hi8(__m512i x)
+{
+    const __m512i q = _mm512_madd_epi16(x, x);
+    return _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(q, 1));
+}
+
+/* A: ap[p*6 + i] = (A[i][2p], A[i][2p+1]) as one int32; 16 pairs of all rows at a time go
+ * through a register transpose (rows 6..15 are zeros). Masked loads stop at the row's last
+ * value, so an odd kc leaves the last pair's high half 0, as the portable loop does. */
+static void fx_pack_a_6(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, int64_t *sq)
+{
+    const int64_t kp = (kc + 1) / 2;
+    const __mmask16 rows = (__mmask16)((1u << FX_PACK_MR) - 1);
+    for (int64_t k0 = 0; k0 < kp; k0 += 16) {
+        const int64_t left = kc - 2 * k0; /* int16 values left in each row */
+        const __mmask32 m = left >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << left) - 1);
+        const int ks = kp - k0 < 16 ? (int)(kp - k0) : 16;
+        __m512 v[16];
+        for (int i = 0; i < 16; i++)
+            v[i] = i < FX_PACK_MR
+                       ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, a + i * sam + 2 * k0))
+                       : _mm512_setzero_ps();
+        fx_transpose16x16_ps(v); /* v[t]: pair k0 + t of every row, row i in lane i */
+        for (int t = 0; t < ks; t++)
+            _mm512_mask_storeu_epi32(ap + (k0 + t) * FX_PACK_MR, rows, _mm512_castps_si512(v[t]));
+        if (!sq) continue;
+        for (int t0 = 0; t0 < ks; t0 += FX_GEMM_I16_SEG) {
+            __m512i acc = _mm512_setzero_si512(); /* lane i: row i's sum of squares */
+            for (int t = t0; t < t0 + FX_GEMM_I16_SEG && t < ks; t++)
+                acc = _mm512_add_epi64(acc, fx_sq_pairs_lo8(_mm512_castps_si512(v[t])));
+            sq[(k0 + t0) / FX_GEMM_I16_SEG] =
+                (int64_t)_mm512_mask_reduce_max_epu64((__mmask8)rows, acc);
+        }
+    }
+}
+
+/* B: bp[p*64 + 2j + t] = B[2p + t][j] for the 32 columns j: two rows interleaved by one
+ * two-source word permute per 32 outputs. An odd kc pairs the last row with zeros. */
+static void fx_pack_b_32(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq)
+{
+    const int64_t kp = (kc + 1) / 2;
+    /* output word 2j + t takes column j (+16 for the upper half) of row t; in vpermt2w
+     * indices 0..31 name the first source, 32..63 the second */
+    __m512i idx_lo, idx_hi;
+    {
+        short lo[32], hi[32];
+        for (int j = 0; j < 16; j++) {
+            lo[2 * j] = (short)j;
+            lo[2 * j + 1] = (short)(32 + j);
+            hi[2 * j] = (short)(16 + j);
+            hi[2 * j + 1] = (short)(48 + j);
+        }
+        idx_lo = _mm512_loadu_si512((const void *)lo);
+        idx_hi = _mm512_loadu_si512((const void *)hi);
+    }
+    __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                      _mm512_setzero_si512()};
+    for (int64_t p = 0; p < kp; p++) {
+        const __m512i r0 = _mm512_loadu_si512((const void *)(b + 2 * p * sbk));
+        const __m512i r1 = 2 * p + 1 < kc ? _mm512_loadu_si512((const void *)(b + (2 * p + 1) * sbk))
+                                          : _mm512_setzero_si512();
+        const __m512i lo = _mm512_permutex2var_epi16(r0, idx_lo, r1);
+        const __m512i hi = _mm512_permutex2var_epi16(r0, idx_hi, r1);
+        _mm512_storeu_si512((void *)(bp + p * 2 * FX_PACK_NR), lo);
+        _mm512_storeu_si512((void *)(bp + p * 2 * FX_PACK_NR + 32), hi);
+        if (!sq) continue;
+        /* lane j of lo/hi is column j / 16 + j: four uint64 accumulators of 8 columns */
+        acc[0] = _mm512_add_epi64(acc[0], fx_sq_pairs_lo8(lo));
+        acc[1] = _mm512_add_epi64(acc[1], fx_sq_pairs_hi8(lo));
+        acc[2] = _mm512_add_epi64(acc[2], fx_sq_pairs_lo8(hi));
+        acc[3] = _mm512_add_epi64(acc[3], fx_sq_pairs_hi8(hi));
+        if ((p + 1) % FX_GEMM_I16_SEG == 0 || p + 1 == kp) {
+            const __m512i mx = _mm512_max_epu64(_mm512_max_epu64(acc[0], acc[1]),
+                                                _mm512_max_epu64(acc[2], acc[3]));
+            sq[p / FX_GEMM_I16_SEG] = (int64_t)_mm512_reduce_max_epu64(mx);
+            acc[0] = acc[1] = acc[2] = acc[3] = _mm512_setzero_si512();
+        }
+    }
+}
+
+/* Split layout: b = 256 bh + bl with bl = ((b + 128) mod 256) - 128 and bh = (b - bl) / 256,
+ * on 16-bit lanes without overflow: bl = ((b & 255) ^ 128) - 128, and bh = (b >> 8) + 1 exactly
+ * when (b & 255) >= 128, i.e. bh = (b >> 8) + (((b & 255) + 128) >> 8) (up to 127 + 1 = 128). */
+static void fx_split_panel_32(const int16_t *bp, int64_t kp, int16_t *bs)
+{
+    const __m512i lo8 = _mm512_set1_epi16(255), half = _mm512_set1_epi16(128);
+    for (int64_t p = 0; p < kp; p++)
+        for (int v = 0; v < 2; v++) {
+            const __m512i x = _mm512_loadu_si512((const void *)(bp + p * 2 * FX_PACK_NR + 32 * v));
+            const __m512i low = _mm512_and_si512(x, lo8);
+            const __m512i bl = _mm512_sub_epi16(_mm512_xor_si512(low, half), half);
+            const __m512i bh = _mm512_add_epi16(_mm512_srai_epi16(x, 8),
+                                                _mm512_srli_epi16(_mm512_add_epi16(low, half), 8));
+            _mm512_storeu_si512((void *)(bs + p * 4 * FX_PACK_NR + 32 * v), bh);
+            _mm512_storeu_si512((void *)(bs + p * 4 * FX_PACK_NR + 2 * FX_PACK_NR + 32 * v), bl);
+        }
+}
+
+const fx_gemm_i16_pack fx_gemm_i16_pack_avx512_6x32 = {fx_pack_a_6, fx_pack_b_32,
+                                                       fx_split_panel_32};
