@@ -161,4 +161,5 @@ void fx_register_flex_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.quant_i64 = fx_flex_quant_i64_avx512;
     b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx512;
     fx_flex_install_intops_avx512(b, cpu);
+    fx_flex_install_ew_avx512(b);
 }

@@ -1,0 +1,164 @@
+/* AVX-512 elementwise and reduction kernels of the shared-exponent formats: relu, add, sub and
+ * sum, the integer ops of every training step (activations, bias adds, bias gradients). They
+ * produce exactly the int64 values of the definitions in intops_scalar.c: integer arithmetic
+ * has no rounding, so only the order of the (exact) additions differs. Cases outside the fast
+ * shape (add/sub whose exponents are more than FX_ALIGN_SPAN apart, which need the jammed
+ * alignment) call the definitions themselves. */
+#include "flex_kernels.h"
+
+#include <immintrin.h>
+
+#ifdef _OPENMP
+#define FX_EW_PARALLEL_FOR _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
+#else
+#define FX_EW_PARALLEL_FOR
+#endif
+
+/* Elements per parallel block (a multiple of 16: blocks never split a vector). */
+#define FX_EW_BLOCK 8192
+
+static int fx_ew_threads(const fx_op_call *c, int64_t n)
+{
+    return (c->nthreads > 1 && n >= FX_FLEX_PAR_MIN_ELEMS) ? c->nthreads : 1;
+}
+
+/* 16 int16 -> two vectors of 8 int64 (masked: only the first `left` of 16 exist). */
+static inline void fx_load16_i64(const int16_t *p, int64_t left, __m512i *lo, __m512i *hi)
+{
+    const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    const __m256i v = _mm256_maskz_loadu_epi16(m, p);
+    *lo = _mm512_cvtepi16_epi64(_mm256_castsi256_si128(v));
+    *hi = _mm512_cvtepi16_epi64(_mm256_extracti128_si256(v, 1));
+}
+
+static inline void fx_store16_i64(int64_t *p, int64_t left, __m512i lo, __m512i hi)
+{
+    const __mmask8 m0 = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
+    const __mmask8 m1 = left >= 16 ? (__mmask8)0xFF : left > 8 ? (__mmask8)((1u << (left - 8)) - 1) : 0;
+    _mm512_mask_storeu_epi64(p, m0, lo);
+    _mm512_mask_storeu_epi64(p + 8, m1, hi);
+}
+
+static int fx_flex_relu_avx512(const fx_op_call *c)
+{
+    const int16_t *a = (const int16_t *)c->in[0].data;
+    int64_t *o = c->out_i64;
+    const int64_t n = c->out_numel, nblocks = (n + FX_EW_BLOCK - 1) / FX_EW_BLOCK;
+    const int nt = fx_ew_threads(c, n);
+    (void)nt;
+    FX_EW_PARALLEL_FOR
+    for (int64_t blk = 0; blk < nblocks; blk++) {
+        const int64_t end = (blk + 1) * FX_EW_BLOCK < n ? (blk + 1) * FX_EW_BLOCK : n;
+        for (int64_t i = blk * FX_EW_BLOCK; i < end; i += 16) {
+            __m512i lo, hi;
+            fx_load16_i64(a + i, end - i, &lo, &hi);
+            lo = _mm512_max_epi64(lo, _mm512_setzero_si512());
+            hi = _mm512_max_epi64(hi, _mm512_setzero_si512());
+            fx_store16_i64(o + i, end - i, lo, hi);
+        }
+    }
+    *c->out_exp = c->in[0].exp;
+    return FX_OK;
+}
+
+/* a +- b with both operands within FX_ALIGN_SPAN of each other: each is shifted left to the
+ * smaller exponent, exactly (|m| 2^40 < 2^56), as fx_align_to does in that case. */
+static int fx_addsub_avx512(const fx_op_call *c, int negate_b)
+{
+    const int ea = c->in[0].exp, eb = c->in[1].exp;
+    const int gap = ea > eb ? ea - eb : eb - ea;
+    if (gap > FX_ALIGN_SPAN) return negate_b ? fx_flex_sub_scalar(c) : fx_flex_add_scalar(c);
+    const int ec = ea < eb ? ea : eb;
+    const __m128i sa = _mm_cvtsi32_si128(ea - ec), sb = _mm_cvtsi32_si128(eb - ec);
+    const int16_t *a = (const int16_t *)c->in[0].data, *b = (const int16_t *)c->in[1].data;
+    int64_t *o = c->out_i64;
+    const int64_t n = c->out_numel, nblocks = (n + FX_EW_BLOCK - 1) / FX_EW_BLOCK;
+    const int nt = fx_ew_threads(c, n);
+    (void)nt;
+    FX_EW_PARALLEL_FOR
+    for (int64_t blk = 0; blk < nblocks; blk++) {
+        const int64_t end = (blk + 1) * FX_EW_BLOCK < n ? (blk + 1) * FX_EW_BLOCK : n;
+        for (int64_t i = blk * FX_EW_BLOCK; i < end; i += 16) {
+            __m512i alo, ahi, blo, bhi;
+            fx_load16_i64(a + i, end - i, &alo, &ahi);
+            fx_load16_i64(b + i, end - i, &blo, &bhi);
+            alo = _mm512_sll_epi64(alo, sa);
+            ahi = _mm512_sll_epi64(ahi, sa);
+            blo = _mm512_sll_epi64(blo, sb);
+            bhi = _mm512_sll_epi64(bhi, sb);
+            if (negate_b) {
+                alo = _mm512_sub_epi64(alo, blo);
+                ahi = _mm512_sub_epi64(ahi, bhi);
+            } else {
+                alo = _mm512_add_epi64(alo, blo);
+                ahi = _mm512_add_epi64(ahi, bhi);
+            }
+            fx_store16_i64(o + i, end - i, alo, ahi);
+        }
+    }
+    *c->out_exp = ec;
+    return FX_OK;
+}
+
+static int fx_flex_add_avx512(const fx_op_call *c) { return fx_addsub_avx512(c, 0); }
+static int fx_flex_sub_avx512(const fx_op_call *c) { return fx_addsub_avx512(c, 1); }
+
+/* Sum of n contiguous int16: vpmaddwd against ones adds pairs into int32 lanes (each step adds
+ * at most 2^16 in magnitude per lane), and the lanes are widened to int64 every
+ * FX_SUM_FLUSH steps, long before they could reach 2^31. */
+#define FX_SUM_FLUSH 16384
+static int64_t fx_sum_row_i16(const int16_t *x, int64_t n)
+{
+    const __m512i ones = _mm512_set1_epi16(1);
+    __m512i total = _mm512_setzero_si512();
+    int64_t i = 0;
+    while (i < n) {
+        __m512i acc = _mm512_setzero_si512();
+        for (int64_t steps = 0; steps < FX_SUM_FLUSH && i < n; steps++, i += 32) {
+            const int64_t left = n - i;
+            const __mmask32 m = left >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << left) - 1);
+            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maskz_loadu_epi16(m, x + i), ones));
+        }
+        total = _mm512_add_epi64(total, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc)));
+        total = _mm512_add_epi64(total, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1)));
+    }
+    return _mm512_reduce_add_epi64(total);
+}
+
+static int fx_flex_sum_avx512(const fx_op_call *c)
+{
+    const int16_t *a = (const int16_t *)c->in[0].data;
+    const int64_t outer = c->red_outer, len = c->red_len, inner = c->red_inner;
+    int64_t *out = c->out_i64;
+    const int nt = fx_ew_threads(c, outer * len * inner) > 1 && outer > 1 ? c->nthreads : 1;
+    (void)nt;
+    FX_EW_PARALLEL_FOR
+    for (int64_t o = 0; o < outer; o++) {
+        const int16_t *src = a + o * len * inner;
+        int64_t *dst = out + o * inner;
+        if (inner == 1) {
+            dst[0] = fx_sum_row_i16(src, len);
+            continue;
+        }
+        /* rows of `inner` values added one after the other, 8 int64 lanes at a time */
+        for (int64_t i = 0; i < inner; i += 8) {
+            const int64_t left = inner - i;
+            const __mmask8 m = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
+            __m512i acc = _mm512_setzero_si512();
+            for (int64_t k = 0; k < len; k++)
+                acc = _mm512_add_epi64(
+                    acc, _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(m, src + k * inner + i)));
+            _mm512_mask_storeu_epi64(dst + i, m, acc);
+        }
+    }
+    *c->out_exp = c->in[0].exp;
+    return FX_OK;
+}
+
+void fx_flex_install_ew_avx512(fx_backend *b)
+{
+    fx_flex_set_kernel(b, FX_OP_RELU, fx_flex_relu_avx512);
+    fx_flex_set_kernel(b, FX_OP_ADD, fx_flex_add_avx512);
+    fx_flex_set_kernel(b, FX_OP_SUB, fx_flex_sub_avx512);
+    fx_flex_set_kernel(b, FX_OP_SUM, fx_flex_sum_avx512);
+}
