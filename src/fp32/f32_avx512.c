@@ -15,6 +15,8 @@
  */
 #include "f32_kernels.h"
 #include "core/transpose_avx512.h"
+#include "bf16/bf16_kernels.h"
+#include "fp16/fp16_kernels.h"
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -235,10 +237,27 @@ static void ukernel_12x32(int64_t kc, const float *a, const float *b, float *c, 
     }
 }
 
-/* dst[k*R + r] = src[r*ld + k] (fx_f32_pack_fn): 16 x 16 blocks through registers, masked
- * loads for the k tail (nothing past a row is read) and masked stores for R % 16 rows. */
-static void pack_rows_avx512(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R)
+/* 16 source values of a row (only the first `ks` exist) as 16 floats, per source kind. */
+enum { SRC_F32, SRC_FP16, SRC_BF16 };
+
+static inline __m512 load_row16(const void *src, int kind, __mmask16 k_mask)
 {
+    if (kind == SRC_F32) return _mm512_maskz_loadu_ps(k_mask, src);
+    const __m256i h = _mm256_maskz_loadu_epi16(k_mask, src);
+    if (kind == SRC_BF16) /* bf16 is the upper half of the fp32 bits */
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    /* vcvtph2ps is exact except that it quiets signalling NaNs (the definition keeps them
+     * signalling); packed values only ever feed the kernel's FMAs, which quiet them anyway */
+    return _mm512_cvtph_ps(h);
+}
+
+/* dst[k*R + r] = widen(src[r*ld + k]) (fx_f32_pack_fn and fx_f32_pack16_fn): 16 x 16 blocks
+ * through registers, masked loads for the k tail (nothing past a row is read) and masked
+ * stores for R % 16 rows. */
+static inline void pack_rows_any(float *dst, const void *src, size_t esz, int kind, int64_t ld,
+                                 int64_t kb, int64_t R)
+{
+    const char *s = (const char *)src;
     for (int64_t r0 = 0; r0 < R; r0 += 16) {
         const int rows = R - r0 < 16 ? (int)(R - r0) : 16;
         const __mmask16 row_mask = (__mmask16)((1u << rows) - 1);
@@ -247,7 +266,7 @@ static void pack_rows_avx512(float *dst, const float *src, int64_t ld, int64_t k
             const __mmask16 k_mask = (__mmask16)((1u << ks) - 1);
             __m512 v[16];
             for (int i = 0; i < 16; i++)
-                v[i] = i < rows ? _mm512_maskz_loadu_ps(k_mask, src + (r0 + i) * ld + k0)
+                v[i] = i < rows ? load_row16(s + (size_t)((r0 + i) * ld + k0) * esz, kind, k_mask)
                                 : _mm512_setzero_ps();
             fx_transpose16x16_ps(v);
             for (int t = 0; t < ks; t++) _mm512_mask_storeu_ps(dst + (k0 + t) * R + r0, row_mask, v[t]);
@@ -255,11 +274,30 @@ static void pack_rows_avx512(float *dst, const float *src, int64_t ld, int64_t k
     }
 }
 
+static void pack_rows_avx512(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R)
+{
+    pack_rows_any(dst, src, sizeof(float), SRC_F32, ld, kb, R);
+}
+
+static void pack_rows_fp16_avx512(float *dst, const uint16_t *src, int64_t ld, int64_t kb,
+                                  int64_t R)
+{
+    pack_rows_any(dst, src, sizeof(uint16_t), SRC_FP16, ld, kb, R);
+}
+
+static void pack_rows_bf16_avx512(float *dst, const uint16_t *src, int64_t ld, int64_t kb,
+                                  int64_t R)
+{
+    pack_rows_any(dst, src, sizeof(uint16_t), SRC_BF16, ld, kb, R);
+}
+
 /* kc: the A micro-panel (12 x 384 floats, 18 KiB) stays in L1; nc: the packed B block
  * (384 x 512 floats, 768 KiB) in the 1 MiB L2 of the development Xeon; mc: A block in L3. */
 static const fx_f32_gemm_params gemm_avx512 = {
     .mr = MR, .nr = NR, .kc = 384, .mc = 1200, .nc = 512, .min_par_work = 1 << 21,
     .kernel = ukernel_12x32, .pack_rows = pack_rows_avx512,
+    .pack_rows_fp16 = pack_rows_fp16_avx512, .pack_rows_bf16 = pack_rows_bf16_avx512,
+    .widen_fp16 = fx_cvt_fp16_to_f32_avx512, .widen_bf16 = fx_cvt_bf16_to_f32_avx512,
 };
 
 static int k_matmul(const fx_op_call *c) { return fx_f32_gemm(&gemm_avx512, c); }
@@ -276,4 +314,7 @@ void fx_register_fp32_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
     b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
     b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
+    /* fp16 x fp16 and bf16 x bf16: widened while packed (no vdpbf16ps path yet; see README) */
+    b->kernels[FX_OP_MATMUL][FMT_FP16] = k_matmul;
+    b->kernels[FX_OP_MATMUL][FMT_BF16] = k_matmul;
 }

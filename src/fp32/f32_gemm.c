@@ -40,11 +40,77 @@ static inline void pack_rows(float *restrict dst, const float *restrict src, int
         for (int64_t r = 0; r < mr; r++) dst[k * mr + r] = src[r * s0 + k];
 }
 
+/* Element idx of a 16-bit operand, widened by the scalar definitions (exact). */
+static inline float load16(fmt_t fmt, const uint16_t *base, int64_t idx)
+{
+    return fmt == FMT_FP16 ? fx_fp16_to_f32(base[idx]) : fx_bf16_to_f32(base[idx]);
+}
+
+static fx_f32_pack16_fn pack16_hook(const fx_f32_gemm_params *p, fmt_t fmt)
+{
+    return fmt == FMT_FP16 ? p->pack_rows_fp16 : p->pack_rows_bf16;
+}
+
+static fx_f32_widen16_fn widen16_hook(const fx_f32_gemm_params *p, fmt_t fmt)
+{
+    return fmt == FMT_FP16 ? p->widen_fp16 : p->widen_bf16;
+}
+
+/* pack_a_panel for a 16-bit A. */
+static void pack_a_panel16(const fx_f32_gemm_params *p, float *dst, const fx_operand *A,
+                           int64_t i0, int64_t mrows, int64_t k0, int64_t kb, int64_t mr)
+{
+    const int64_t s0 = A->strides[0], s1 = A->strides[1];
+    const uint16_t *base = (const uint16_t *)A->data + i0 * s0 + k0 * s1;
+    const fx_f32_pack16_fn hook = pack16_hook(p, A->fmt);
+    if (s1 == 1 && mrows == mr && hook) {
+        hook(dst, base, s0, kb, mr);
+        return;
+    }
+    for (int64_t k = 0; k < kb; k++)
+        for (int64_t r = 0; r < mr; r++)
+            dst[k * mr + r] = r < mrows ? load16(A->fmt, base, r * s0 + k * s1) : 0.0f;
+}
+
+/* pack_b_block for a 16-bit B. */
+static void pack_b_block16(const fx_f32_gemm_params *p, float *dst, const fx_operand *B,
+                           int64_t k0, int64_t kb, int64_t n0, int64_t nw, int64_t nr)
+{
+    const int64_t s0 = B->strides[0], s1 = B->strides[1];
+    const uint16_t *base = (const uint16_t *)B->data + k0 * s0 + n0 * s1;
+    const int64_t npanels = (nw + nr - 1) / nr, full = nw / nr;
+    const fx_f32_pack16_fn hook = pack16_hook(p, B->fmt);
+    const fx_f32_widen16_fn widen = widen16_hook(p, B->fmt);
+    if (s1 == 1 && widen) { /* row-major: each panel row is nr contiguous values */
+        for (int64_t k = 0; k < kb; k++)
+            for (int64_t jp = 0; jp < full; jp++)
+                widen(base + k * s0 + jp * nr, dst + jp * nr * kb + k * nr, nr);
+    } else if (s0 == 1 && hook) { /* column-major: each panel is a transpose */
+        for (int64_t jp = 0; jp < full; jp++) hook(dst + jp * nr * kb, base + jp * nr * s1, s1, kb, nr);
+    } else {
+        for (int64_t jp = 0; jp < full; jp++)
+            for (int64_t k = 0; k < kb; k++)
+                for (int64_t j = 0; j < nr; j++)
+                    dst[jp * nr * kb + k * nr + j] = load16(B->fmt, base, k * s0 + (jp * nr + j) * s1);
+    }
+    if (full < npanels) { /* the last, partial panel */
+        const int64_t ncols = nw - full * nr;
+        float *d = dst + full * nr * kb;
+        for (int64_t k = 0; k < kb; k++)
+            for (int64_t j = 0; j < nr; j++)
+                d[k * nr + j] = j < ncols ? load16(B->fmt, base, k * s0 + (full * nr + j) * s1) : 0.0f;
+    }
+}
+
 /* One A micro-panel: dst[k*mr + r] = A[i0 + r][k0 + k], rows >= mrows zero. The loop order
  * follows the operand's unit stride, so that reads are sequential for both A and A^T. */
 static void pack_a_panel(const fx_f32_gemm_params *p, float *dst, const fx_operand *A, int64_t i0,
                          int64_t mrows, int64_t k0, int64_t kb, int64_t mr)
 {
+    if (A->fmt != FMT_FP32) {
+        pack_a_panel16(p, dst, A, i0, mrows, k0, kb, mr);
+        return;
+    }
     const int64_t s0 = A->strides[0], s1 = A->strides[1];
     const float *base = (const float *)A->data + i0 * s0 + k0 * s1;
     if (s1 == 1 && mrows == mr && p->pack_rows) {
@@ -81,6 +147,10 @@ static void pack_a_panel(const fx_f32_gemm_params *p, float *dst, const fx_opera
 static void pack_b_block(const fx_f32_gemm_params *p, float *dst, const fx_operand *B, int64_t k0,
                          int64_t kb, int64_t n0, int64_t nw, int64_t nr)
 {
+    if (B->fmt != FMT_FP32) {
+        pack_b_block16(p, dst, B, k0, kb, n0, nw, nr);
+        return;
+    }
     const int64_t s0 = B->strides[0], s1 = B->strides[1];
     const float *base = (const float *)B->data + k0 * s0 + n0 * s1;
     const int64_t npanels = (nw + nr - 1) / nr, full = nw / nr;

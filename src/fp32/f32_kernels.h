@@ -47,6 +47,12 @@ typedef void (*fx_f32_ukernel)(int64_t kc, const float *a, const float *b, float
  * which the compiler does not vectorise on its own. dst is 64-byte aligned when R*kb is. */
 typedef void (*fx_f32_pack_fn)(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R);
 
+/* The same transposing pack from 16-bit sources (fp16 or bf16 bits), widened exactly. */
+typedef void (*fx_f32_pack16_fn)(float *dst, const uint16_t *src, int64_t ld, int64_t kb,
+                                 int64_t R);
+/* Exact widening of n contiguous 16-bit values (the bulk conversions of src/fp16, src/bf16). */
+typedef void (*fx_f32_widen16_fn)(const uint16_t *src, float *dst, int64_t n);
+
 typedef struct fx_f32_gemm_params {
     int mr, nr;           /* micro-tile: rows broadcast from A, columns loaded from B */
     int64_t kc;           /* depth of one packed block (the A micro-panel kc*mr stays in L1) */
@@ -55,10 +61,16 @@ typedef struct fx_f32_gemm_params {
     double min_par_work;  /* M*N*K below which one thread is used */
     fx_f32_ukernel kernel;
     fx_f32_pack_fn pack_rows; /* optional, see fx_f32_pack_fn */
+    /* fp16 and bf16 operands (all optional: NULL takes the scalar definitions per element) */
+    fx_f32_pack16_fn pack_rows_fp16, pack_rows_bf16;
+    fx_f32_widen16_fn widen_fp16, widen_bf16;
 } fx_f32_gemm_params;
 
-/* c->out_f32[M,N] (row-major) = in[0][M,K] x in[1][K,N], fp32 operands with any element
- * strides. Uses up to c->nthreads OpenMP threads. Returns FX_OK or FX_ENOMEM (scratch). */
+/* c->out_f32[M,N] (row-major) = in[0][M,K] x in[1][K,N], with any element strides. Operands are
+ * fp32, or fp16 / bf16 widened exactly to fp32 while they are packed (so the products and sums
+ * are those of the fp32 kernel on the widened values, bit for bit, without a separate widening
+ * pass over the operands). Uses up to c->nthreads OpenMP threads. Returns FX_OK or FX_ENOMEM
+ * (scratch). */
 int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c);
 
 /* ---- chunked parallel loop --------------------------------------------------------------- */
