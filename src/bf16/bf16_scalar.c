@@ -11,20 +11,9 @@
  * bf16 -> fp32: exact (shift left by 16), NaN payloads and signalling NaNs included. */
 #include "../core/backend.h"
 #include "bf16_kernels.h"
+#include "bf16_scalar.h"
 
 #include <string.h>
-
-/* Bit patterns travel through memcpy so that a signalling NaN is never loaded into a float
- * register (where some ABIs would quiet it). */
-static inline uint16_t fx_bf16_from_bits(uint32_t u)
-{
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7FC0u);
-    /* Adding 0x7FFF rounds up exactly when the low half exceeds 0x8000; the extra 1 taken
-     * from bit 16 (the lowest kept bit) turns the tie 0x8000 into a round-up only when the
-     * kept part is odd. The sum cannot wrap: the largest non-NaN pattern is 0xFF800000. */
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 uint16_t fx_f32_to_bf16(float x)
 {
@@ -35,7 +24,7 @@ uint16_t fx_f32_to_bf16(float x)
 
 float fx_bf16_to_f32(uint16_t h)
 {
-    uint32_t u = (uint32_t)h << 16;
+    uint32_t u = fx_bf16_to_bits(h);
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
@@ -53,7 +42,7 @@ void fx_cvt_f32_to_bf16_scalar(const float *src, uint16_t *dst, int64_t n)
 void fx_cvt_bf16_to_f32_scalar(const uint16_t *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
+        uint32_t u = fx_bf16_to_bits(src[i]);
         memcpy(dst + i, &u, sizeof u);
     }
 }

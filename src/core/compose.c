@@ -7,6 +7,9 @@ int fx_is_int_compute(const tensor_t *t) { return fmt_is_shared_exponent(t->fmt)
 
 int fx_read_f32(const tensor_t *t, float **out, fx_scratch *s, const char *func)
 {
+    int rc0 = fx_need_host(t, "an input", FX_EUNSUPPORTED,
+                           "this op is not implemented on the device", func);
+    if (rc0) return rc0;
     int64_t n = fx_numel_of(t->ndim, t->shape);
     float *buf = fx_scratch_alloc(s, n, sizeof *buf);
     if (!buf) return fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);

@@ -14,10 +14,12 @@
 #include "dispatch.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops_internal.h"
+#include "../gpu/gpu.h"
 
 void *fx_scratch_alloc(fx_scratch *t, int64_t n, size_t sz)
 {
@@ -58,6 +60,11 @@ static bool fx_same_shape(const tensor_t *a, int ndim, const int64_t *shape)
 int fx_operand_make(const tensor_t *x, int int_compute, fmt_t cf, int strided_ok, int bc_ndim,
                     const int64_t *bc_shape, fx_operand *o, fx_scratch *tmp, const char *func)
 {
+    /* device tensors reach here only from composite ops (flexpoint_nn.h): fx_dispatch sends
+     * the simple ops to the device backend before this point */
+    int rc = fx_need_host(x, "an input", FX_EUNSUPPORTED,
+                          "this op is not implemented on the device", func);
+    if (rc) return rc;
     const fx_backend *be = fx_backend_active();
     bool bcast = bc_shape && !fx_same_shape(x, bc_ndim, bc_shape);
     tensor_t v = bcast ? fx_broadcast_view(x, bc_ndim, bc_shape) : *x;
@@ -112,8 +119,33 @@ int fx_operand_make(const tensor_t *x, int int_compute, fmt_t cf, int strided_ok
     return FX_OK;
 }
 
+/* Where the op runs: 0 host, 1 device (all tensors on one device). Mixed placements fail with
+ * a message naming the operands and where each lives. */
+static int fx_placement(const fx_op_request *rq, int *on_device)
+{
+    static const char *const names[FX_MAX_INPUTS] = {"a", "b", "c", "d"};
+    const fx_storage *o = rq->out->st;
+    for (int i = 0; i < rq->nin; i++) {
+        const fx_storage *x = rq->in[i]->st;
+        if (x->on_device == o->on_device && (!o->on_device || x->device == o->device)) continue;
+        char wo[32], wx[32];
+        snprintf(wo, sizeof wo, o->on_device ? "CUDA device %d" : "the host", o->device);
+        snprintf(wx, sizeof wx, x->on_device ? "CUDA device %d" : "the host", x->device);
+        return fx_error(FX_EINVAL, rq->func, "out lives on %s but %s lives on %s; all tensors "
+                        "of an op must live in one place (move them with tensor_to_device / "
+                        "tensor_to_host, flexpoint_gpu.h)", wo, names[i], wx);
+    }
+    *on_device = o->on_device;
+    return FX_OK;
+}
+
 int fx_dispatch(const fx_op_request *rq)
 {
+    int on_device = 0;
+    int prc = fx_placement(rq, &on_device);
+    if (prc) return prc;
+    if (on_device) return fx_gpu_dispatch(rq);
+
     const fx_backend *be = fx_backend_active();
     tensor_t *out = rq->out;
     int int_compute = fmt_is_shared_exponent(rq->in[0]->fmt);

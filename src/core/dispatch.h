@@ -3,6 +3,7 @@
 #define FX_CORE_DISPATCH_H
 
 #include "backend.h"
+#include "fx_hd.h"
 
 #include <math.h>
 #include <string.h>
@@ -23,6 +24,29 @@ typedef struct fx_stage {
  * exponent outputs choose the exponent (DFP16 exact, FLEX16_5 Autoflex), quantise with
  * statistics, and update the tensor's counters and trace. Nothing is written on failure. */
 int fx_write(tensor_t *out, const fx_stage *s, const char *func);
+
+/* A pending write into a shared-exponent tensor as the exponent logic sees it, wherever its
+ * values live: statistics already reduced over the staged values, and a quantiser. fx_write
+ * (host stages) and the CUDA write path (src/gpu) both end in fx_write_shared_with, so the
+ * exponent choice (DFP16 exact, FLEX16_5 Autoflex with trials and recompute), the statistics
+ * and the trace are one code for every device. */
+typedef struct fx_shared_src {
+    int kind;          /* FX_STAGE_F32 or FX_STAGE_I64 */
+    int exp;           /* exponent of int64 values */
+    double true_max;   /* largest finite |value|, real units (0 if none) */
+    int64_t nonfinite; /* NaN/Inf values */
+    uint64_t imax;     /* int64 stages: largest |value| in integer units */
+    void *ctx;
+    /* Quantise the staged values at exponent e with rounding r, filling *q (overwritten).
+     * keep != 0 stores the mantissas into the destination; keep == 0 is a statistics-only
+     * trial. Returns FX_OK or a status (with the message set). */
+    int (*quantize)(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q);
+} fx_shared_src;
+
+/* Choose the exponent of out's storage (kept for partial views), quantise through src, and
+ * update the storage's exponent, Autoflex state, statistics, counters and trace. On a failed
+ * quantise the state is unchanged (the destination's elements may not be). */
+int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *func);
 
 /* Scratch allocations of one op call, freed together. */
 #define FX_SCRATCH_MAX 32
@@ -63,23 +87,6 @@ void fx_par_maxabs_f32(const fx_backend *be, const float *src, int64_t n, float 
 /* Strided copy between a view and a contiguous buffer (row-major), elem size of t's format. */
 void fx_strided_copy(const tensor_t *t, void *buf, int to_view);
 
-/* Round a double to fp32 with round-to-odd, so that a following fp32 -> fp16/bf16 (or int16
- * mantissa) rounding is a single correct rounding of the double. Truncate toward zero, then set
- * the lowest bit if anything was discarded; branch-free because it runs once per element. The
- * float's magnitude bits are an integer, so "one step toward zero" is u - 1 (taken only when
- * |f| > |d|, so f != 0); an overflow to Inf steps back to FLT_MAX; a nonzero value below the
- * smallest subnormal becomes it; NaN and exact values pass unchanged. */
-static inline float fx_f64_to_f32_round_odd(double d)
-{
-    float f = (float)d;
-    double back = (double)f;
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    uint32_t inexact = (uint32_t)((back != d) & (d == d));
-    uint32_t away = (uint32_t)(fabs(back) > fabs(d));
-    u = (u - away) | inexact;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+/* fx_f64_to_f32_round_odd: src/core/fx_hd.h (shared with the CUDA kernels). */
 
 #endif

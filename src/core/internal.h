@@ -7,6 +7,7 @@
 /* Every public declaration, so that each definition carries FX_API (default visibility) in the
  * shared library, whichever file defines it. */
 #include "flexpoint_train.h"
+#include "flexpoint_gpu.h"
 #include "../autoflex/autoflex.h"
 #include "../flex/flex_math.h"
 
@@ -37,6 +38,8 @@ typedef struct fx_storage {
     int64_t numel; /* elements allocated */
     int refcount;  /* atomically updated */
     fmt_t fmt;
+    bool on_device; /* data is CUDA device memory (src/gpu) rather than host memory */
+    int device;     /* CUDA device ordinal when on_device */
 
     /* shared-exponent state (FLEX16_5, DFP16) */
     int exp;
@@ -74,6 +77,17 @@ bool fx_tensor_is_contiguous(const tensor_t *t);
 bool fx_tensor_covers_storage(const tensor_t *t); /* contiguous and spans all of its storage */
 void *fx_tensor_base(const tensor_t *t);          /* address of element [0,..,0] */
 char *fx_shape_str(const tensor_t *t, char *buf, size_t n); /* "[2, 3]" */
+
+/* Device placement (src/gpu). A host-only path given a device tensor fails with a message
+ * "<func>: <what> lives on CUDA device <d>; <hint>" and returns `code`; FX_OK for host tensors. */
+static inline bool fx_on_device(const tensor_t *t) { return t->st->on_device; }
+int fx_need_host(const tensor_t *t, const char *what, int code, const char *hint,
+                 const char *func);
+
+/* tensor_new's constructor with a placement: device < 0 allocates host memory, otherwise the
+ * memory of that CUDA device (src/gpu). Zero-filled; NULL on failure with the error set. */
+tensor_t *fx_tensor_create(fmt_t fmt, int ndim, const int64_t *shape, int device,
+                           const char *func);
 
 /* Overflow-checked allocation of n elements of size sz (NULL on overflow or failure). */
 void *fx_alloc_array(int64_t n, size_t sz);

@@ -41,6 +41,10 @@ int tensor_set_exp(tensor_t *t, int e)
     if (e < st->win_lo || e > st->win_hi)
         return FX_FAIL(FX_ERANGE, "exponent %d is outside the %s window [%d, %d]", e,
                        fmt_name(t->fmt), st->win_lo, st->win_hi);
+    if (e != st->exp && st->on_device)
+        return FX_FAIL(FX_EUNSUPPORTED, "rescaling the mantissas of a tensor on CUDA device %d "
+                       "is not implemented on the device (set the exponent on the host)",
+                       st->device);
     if (e != st->exp) {
         int64_t sat = fx_rescale_storage(st, st->exp, e);
         st->last.saturated = sat;
@@ -59,6 +63,11 @@ int tensor_set_exp_window(tensor_t *t, int lo)
         return FX_FAIL(FX_ERANGE, "window start %d is outside [%d, %d]", lo, FX_DFP_EXP_MIN,
                        FX_DFP_EXP_MAX - FX_FLEX_WINDOW + 1);
     fx_storage *st = t->st;
+    int moved = fx_clamp_exp(st->exp, lo, lo + FX_FLEX_WINDOW - 1, NULL) != st->exp;
+    if (moved && st->on_device)
+        return FX_FAIL(FX_EUNSUPPORTED, "the window moves the exponent, and rescaling the "
+                       "mantissas of a tensor on CUDA device %d is not implemented on the device",
+                       st->device);
     st->win_lo = lo;
     st->win_hi = lo + FX_FLEX_WINDOW - 1;
     int e = fx_clamp_exp(st->exp, st->win_lo, st->win_hi, NULL);

@@ -54,82 +54,76 @@ static void fx_stage_quantize(const fx_backend *be, const fx_stage *s, int e,
     }
 }
 
+/* Exact exponent of data with real maximum true_max, or FX_EXP_NONE. For an int64 stage it is
+ * computed on the integers, so no double rounding can move it. */
+static int fx_stage_exact_exp(int kind, int acc_exp, double true_max, uint64_t imax)
+{
+    if (kind == FX_STAGE_F32) return fx_exact_exp_f64(true_max);
+    return fx_exact_exp_u64(imax, acc_exp);
+}
+
+/* Autoflex trials through the source's quantiser; the first failure is kept for the caller. */
 typedef struct fx_trial_ctx {
-    const fx_backend *be;
-    const fx_stage *s;
+    const fx_shared_src *src;
     const fx_rounding *r;
+    int rc;
 } fx_trial_ctx;
 
 static void fx_trial(void *ctx, int e, fx_qstats *st)
 {
     fx_trial_ctx *c = ctx;
-    fx_stage_quantize(c->be, c->s, e, c->r, NULL, st);
-}
-
-/* Exact exponent of data with real maximum true_max, or FX_EXP_NONE. For an int64 stage it is
- * computed on the integers, so no double rounding can move it. */
-static int fx_stage_exact_exp(const fx_stage *s, double true_max, uint64_t imax)
-{
-    if (s->kind == FX_STAGE_F32) return fx_exact_exp_f64(true_max);
-    return fx_exact_exp_u64(imax, s->exp);
-}
-
-static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
-{
-    const fx_backend *be = fx_backend_active();
-    fx_storage *st = out->st;
-    int64_t n = s->n;
-    bool whole = fx_tensor_covers_storage(out);
-    int16_t *direct = whole ? (int16_t *)fx_tensor_base(out) : NULL;
-    int16_t *tmp = NULL;
-    if (!direct) {
-        tmp = fx_alloc_array(n, sizeof *tmp);
-        if (!tmp) return fx_error(FX_ENOMEM, func, "cannot allocate %lld int16 values",
-                                  (long long)n);
+    int rc = c->src->quantize(c->src->ctx, e, c->r, 0, st);
+    if (rc) {
+        if (!c->rc) c->rc = rc;
+        fx_qstats_init(st);
     }
-    int16_t *dst = direct ? direct : tmp;
+}
 
-    double true_max;
-    int64_t nonfinite;
-    uint64_t imax;
-    fx_stage_maxabs(be, s, &true_max, &nonfinite, &imax);
+int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *func)
+{
+    fx_storage *st = out->st;
+    bool whole = fx_tensor_covers_storage(out);
+    const double true_max = src->true_max;
     fx_rounding r = {st->rounding, st->seed, st->write_counter};
 
+    /* Autoflex works on a copy that is committed with the rest of the state, so that a failed
+     * quantisation (a device error) leaves the tensor's state as it was */
+    fx_af_state af = st->af;
     int clamped = 0, e;
     if (!whole) {
         /* A partial view shares its exponent with the rest of the storage: keep it. */
         e = st->exp;
     } else if (st->fmt == FMT_DFP16) {
-        int want = fx_stage_exact_exp(s, true_max, imax);
+        int want = fx_stage_exact_exp(src->kind, src->exp, true_max, src->imax);
         e = want == FX_EXP_NONE ? st->exp : fx_clamp_exp(want, st->win_lo, st->win_hi, &clamped);
     } else {
-        fx_trial_ctx ctx = {be, s, &r};
+        fx_trial_ctx ctx = {src, &r, FX_OK};
         fx_af_writer w = {&ctx, fx_trial, true_max};
-        if (st->af.cfg.init_mode == FX_AF_INIT_EXACT && s->kind == FX_STAGE_I64) {
+        if (af.cfg.init_mode == FX_AF_INIT_EXACT && src->kind == FX_STAGE_I64) {
             /* exact initialisation from the integers (avoids a double-rounded maximum) */
-            int want = fx_stage_exact_exp(s, true_max, imax);
+            int want = fx_stage_exact_exp(src->kind, src->exp, true_max, src->imax);
             w.true_max = want == FX_EXP_NONE ? 0.0 : true_max;
         }
-        e = fx_af_predict(&st->af, st->exp, st->win_lo, st->win_hi, &w, &clamped);
+        e = fx_af_predict(&af, st->exp, st->win_lo, st->win_hi, &w, &clamped);
+        if (ctx.rc) return ctx.rc;
     }
 
     fx_qstats q;
-    fx_stage_quantize(be, s, e, &r, dst, &q);
+    int rc = src->quantize(src->ctx, e, &r, 1, &q);
+    if (rc) return rc;
     int overflowed = q.saturated > 0, recomputed = 0;
     if (whole && st->fmt == FMT_FLEX16_5) {
         int redo;
-        if (fx_af_wants_recompute(&st->af, e, &q, true_max, st->win_lo, st->win_hi, &redo)) {
+        if (fx_af_wants_recompute(&af, e, &q, true_max, st->win_lo, st->win_hi, &redo)) {
             e = redo;
-            fx_stage_quantize(be, s, e, &r, dst, &q);
+            rc = src->quantize(src->ctx, e, &r, 1, &q);
+            if (rc) return rc;
             recomputed = 1;
         }
-        fx_af_observe(&st->af, e, &q, true_max, overflowed);
-    }
-    if (tmp) {
-        fx_strided_copy(out, tmp, 1);
-        free(tmp);
+        fx_af_observe(&af, e, &q, true_max, overflowed);
     }
 
+    st->af = af;
     st->exp = e;
     st->last.saturated = q.saturated;
     st->last.nonfinite = q.nonfinite;
@@ -147,7 +141,50 @@ static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
     st->overflows += overflowed;
     st->clamped_total += clamped;
     st->nonfinite_total += q.nonfinite;
+    (void)func;
     return FX_OK;
+}
+
+/* The host stage's quantiser: into dst (keep) or statistics only. */
+typedef struct fx_host_quant_ctx {
+    const fx_backend *be;
+    const fx_stage *s;
+    int16_t *dst;
+} fx_host_quant_ctx;
+
+static int fx_host_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    fx_host_quant_ctx *c = ctx;
+    fx_stage_quantize(c->be, c->s, e, r, keep ? c->dst : NULL, q);
+    return FX_OK;
+}
+
+static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
+{
+    const fx_backend *be = fx_backend_active();
+    int64_t n = s->n;
+    bool whole = fx_tensor_covers_storage(out);
+    int16_t *direct = whole ? (int16_t *)fx_tensor_base(out) : NULL;
+    int16_t *tmp = NULL;
+    if (!direct) {
+        tmp = fx_alloc_array(n, sizeof *tmp);
+        if (!tmp) return fx_error(FX_ENOMEM, func, "cannot allocate %lld int16 values",
+                                  (long long)n);
+    }
+    fx_host_quant_ctx qc = {be, s, direct ? direct : tmp};
+    fx_shared_src src;
+    memset(&src, 0, sizeof src);
+    src.kind = s->kind;
+    src.exp = s->exp;
+    fx_stage_maxabs(be, s, &src.true_max, &src.nonfinite, &src.imax);
+    src.ctx = &qc;
+    src.quantize = fx_host_quantize;
+    int rc = fx_write_shared_with(out, &src, func);
+    if (tmp) {
+        if (rc == FX_OK) fx_strided_copy(out, tmp, 1);
+        free(tmp);
+    }
+    return rc;
 }
 
 /* fp32 values of an int64 stage: v * 2^exp. For fp16/bf16 targets the double is rounded to
@@ -220,6 +257,10 @@ static int fx_write_float(tensor_t *out, const fx_stage *s, const char *func)
 
 int fx_write(tensor_t *out, const fx_stage *s, const char *func)
 {
+    /* composite ops (flexpoint_nn.h) reach here with host stages only */
+    int rc = fx_need_host(out, "the output", FX_EUNSUPPORTED,
+                          "this op is not implemented on the device", func);
+    if (rc) return rc;
     if (fmt_is_shared_exponent(out->fmt)) return fx_write_shared(out, s, func);
     return fx_write_float(out, s, func);
 }
@@ -227,6 +268,10 @@ int fx_write(tensor_t *out, const fx_stage *s, const char *func)
 int tensor_from_f32(tensor_t *t, const float *src)
 {
     if (!t || !src) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "tensor" : "src");
+    int rc = fx_need_host(t, "the tensor", FX_EINVAL,
+                          "write a host tensor and copy it (tensor_copy_to_device, "
+                          "flexpoint_gpu.h)", __func__);
+    if (rc) return rc;
     fx_stage s = {FX_STAGE_F32, fx_numel_of(t->ndim, t->shape), src, NULL, 0};
     return fx_write(t, &s, __func__);
 }
@@ -234,6 +279,10 @@ int tensor_from_f32(tensor_t *t, const float *src)
 int tensor_to_f32(const tensor_t *t, float *dst)
 {
     if (!t || !dst) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "tensor" : "dst");
+    int rc = fx_need_host(t, "the tensor", FX_EINVAL,
+                          "copy it to the host first (tensor_to_host, flexpoint_gpu.h)",
+                          __func__);
+    if (rc) return rc;
     int64_t n = fx_numel_of(t->ndim, t->shape);
     const fx_backend *be = fx_backend_active();
     if (t->fmt == FMT_FP32) {

@@ -2,6 +2,7 @@
 #include "internal.h"
 #include "backend.h"
 #include "../autoflex/trace.h"
+#include "../gpu/gpu.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -65,26 +66,41 @@ static void fx_contiguous_strides(int ndim, const int64_t *shape, int64_t *strid
     }
 }
 
-tensor_t *tensor_new(fmt_t fmt, int ndim, const int64_t *shape)
+tensor_t *fx_tensor_create(fmt_t fmt, int ndim, const int64_t *shape, int device,
+                           const char *func)
 {
     if (!fx_fmt_valid((int)fmt)) {
-        FX_FAIL(FX_EFORMAT, "format %d is not a known format (0..%d)", (int)fmt, FMT_COUNT - 1);
+        fx_error(FX_EFORMAT, func, "format %d is not a known format (0..%d)", (int)fmt,
+                 FMT_COUNT - 1);
         return NULL;
     }
     int64_t numel = 0;
-    if (fx_check_shape(__func__, ndim, shape, &numel) != FX_OK) return NULL;
+    if (fx_check_shape(func, ndim, shape, &numel) != FX_OK) return NULL;
     tensor_t *t = calloc(1, sizeof *t);
     fx_storage *st = calloc(1, sizeof *st);
-    void *data = fx_alloc_array(numel, fmt_elem_size(fmt));
+    void *data = NULL;
+    if (t && st && device >= 0) {
+        /* device memory: fx_gpu_alloc_zero sets its own message (no CUDA, no device, OOM) */
+        size_t bytes = (size_t)(numel ? numel : 1) * fmt_elem_size(fmt);
+        if (fx_gpu_alloc_zero(device, bytes, &data, func) != FX_OK) {
+            free(t);
+            free(st);
+            return NULL;
+        }
+    } else if (t && st) {
+        data = fx_alloc_array(numel, fmt_elem_size(fmt));
+        if (data) memset(data, 0, (size_t)(numel ? numel : 1) * fmt_elem_size(fmt));
+    }
     if (!t || !st || !data) {
         free(t);
         free(st);
         free(data);
-        FX_FAIL(FX_ENOMEM, "cannot allocate %lld elements of %s", (long long)numel,
-                fmt_name(fmt));
+        fx_error(FX_ENOMEM, func, "cannot allocate %lld elements of %s", (long long)numel,
+                 fmt_name(fmt));
         return NULL;
     }
-    memset(data, 0, (size_t)(numel ? numel : 1) * fmt_elem_size(fmt));
+    st->on_device = device >= 0;
+    st->device = device >= 0 ? device : 0;
     st->data = data;
     st->numel = numel;
     st->refcount = 1;
@@ -110,11 +126,32 @@ tensor_t *tensor_new(fmt_t fmt, int ndim, const int64_t *shape)
     return t;
 }
 
+tensor_t *tensor_new(fmt_t fmt, int ndim, const int64_t *shape)
+{
+    return fx_tensor_create(fmt, ndim, shape, -1, __func__);
+}
+
+int tensor_device(const tensor_t *t)
+{
+    if (!t) return FX_FAIL(FX_EINVAL, "tensor is NULL");
+    return t->st->on_device ? t->st->device : -1;
+}
+
+int fx_need_host(const tensor_t *t, const char *what, int code, const char *hint,
+                 const char *func)
+{
+    if (!t->st->on_device) return FX_OK;
+    return fx_error(code, func, "%s lives on CUDA device %d; %s", what, t->st->device, hint);
+}
+
 static void fx_storage_release(fx_storage *st)
 {
     if (__atomic_sub_fetch(&st->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
         fx_trace_free(&st->trace);
-        free(st->data);
+        if (st->on_device)
+            fx_gpu_free(st->device, st->data);
+        else
+            free(st->data);
         free(st);
     }
 }
@@ -185,6 +222,10 @@ void *fx_tensor_base(const tensor_t *t)
 void *tensor_data(tensor_t *t)
 {
     if (!t) { FX_FAIL(FX_EINVAL, "tensor is NULL"); return NULL; }
+    if (fx_need_host(t, "the tensor", FX_EINVAL,
+                     "its device memory is not addressable from the host (tensor_to_host, "
+                     "flexpoint_gpu.h)", __func__))
+        return NULL;
     return fx_tensor_base(t);
 }
 
@@ -224,6 +265,9 @@ void fx_strided_copy(const tensor_t *t, void *buf, int to_view)
 int tensor_get_raw(const tensor_t *t, void *dst)
 {
     if (!t || !dst) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "tensor" : "dst");
+    int rc = fx_need_host(t, "the tensor", FX_EINVAL,
+                          "copy it to the host first (tensor_to_host, flexpoint_gpu.h)", __func__);
+    if (rc) return rc;
     fx_strided_copy(t, dst, 0);
     return FX_OK;
 }
@@ -231,6 +275,10 @@ int tensor_get_raw(const tensor_t *t, void *dst)
 int tensor_set_raw(tensor_t *t, const void *src)
 {
     if (!t || !src) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "tensor" : "src");
+    int rc = fx_need_host(t, "the tensor", FX_EINVAL,
+                          "write a host tensor and copy it (tensor_copy_to_device, "
+                          "flexpoint_gpu.h)", __func__);
+    if (rc) return rc;
     int64_t n = fx_numel_of(t->ndim, t->shape);
     if (fmt_is_shared_exponent(t->fmt)) {
         const int16_t *m = src;

@@ -62,6 +62,10 @@ typedef struct fx_tensor_header {
 
 int fx_tensor_state_put(fx_buf *b, const tensor_t *t)
 {
+    int rc = fx_need_host(t, "the tensor", FX_EINVAL,
+                          "copy it to the host (tensor_to_host, flexpoint_gpu.h) to save it",
+                          __func__);
+    if (rc) return rc;
     if (!fx_tensor_covers_storage(t))
         return FX_FAIL(FX_EINVAL, "only whole tensors can be saved");
     const fx_storage *st = t->st;
@@ -88,6 +92,10 @@ int fx_tensor_state_put(fx_buf *b, const tensor_t *t)
 
 int fx_tensor_state_get(fx_reader *r, tensor_t *t, const char *what)
 {
+    int rc = fx_need_host(t, what, FX_EINVAL,
+                          "restore into a host tensor, then copy it (tensor_copy_to_device)",
+                          __func__);
+    if (rc) return rc;
     if (!fx_tensor_covers_storage(t))
         return FX_FAIL(FX_EINVAL, "%s: only whole tensors can be restored", what);
     fx_tensor_header h;

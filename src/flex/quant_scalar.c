@@ -25,45 +25,18 @@ void fx_flex_quant_f32_scalar(const float *src, int16_t *dst, int64_t n, int e,
 
     for (int64_t i = 0; i < n; i++) {
         const float x = src[i];
-        int32_t m;
-        if (isnan(x)) {
-            m = 0;
-            nonfinite++;
-        } else if (isinf(x)) {
-            m = x > 0 ? FX_MANT_MAX : -FX_MANT_MAX;
+        /* the element's rounding draw; negative selects nearest-even */
+        const double u =
+            stochastic ? fx_rng_unit(seed, counter, (uint64_t)index0 + (uint64_t)i) : -1.0;
+        int flags = 0;
+        const int32_t m = fx_quant1_f32(x, scale, u, &flags); /* flex_math.h: the definition */
+        if (flags & FX_Q_NONFINITE) {
             nonfinite++;
         } else {
             const double ax = fabs((double)x);
             if (ax > max_in) max_in = ax;
-            const double q = (double)x * scale;
-            if (!(fabs(q) < 65536.0)) {
-                /* beyond 2^16 units every rounding mode saturates */
-                m = q > 0 ? FX_MANT_MAX : -FX_MANT_MAX;
-                saturated++;
-            } else {
-                int64_t fl = (int64_t)q;  /* toward zero, exact here; then floor */
-                fl -= (double)fl > q;      /* branchless: the sign is data-dependent */
-                const double frac = q - (double)fl; /* in [0, 1] (see the top of the file) */
-                int up;
-                if (stochastic) {
-                    /* round up with probability frac; frac == 0 never rounds up */
-                    up = fx_rng_unit(seed, counter, (uint64_t)index0 + (uint64_t)i) < frac;
-                } else {
-                    /* bitwise, not short-circuit: the choice is data-dependent, keep it branchless */
-                    up = (frac > 0.5) | ((frac == 0.5) & (int)(fl & 1));
-                }
-                const int64_t rq = fl + up;
-                if (rq > FX_MANT_MAX) {
-                    m = FX_MANT_MAX;
-                    saturated++;
-                } else if (rq < -FX_MANT_MAX) {
-                    m = -FX_MANT_MAX;
-                    saturated++;
-                } else {
-                    m = (int32_t)rq;
-                }
-            }
-            if (m == 0 && x != 0.0f) underflow++;
+            saturated += (flags & FX_Q_SATURATED) != 0;
+            underflow += (flags & FX_Q_UNDERFLOW) != 0;
         }
         const int32_t am = m < 0 ? -m : m;
         if (am > max_out) max_out = am;

@@ -1,4 +1,80 @@
-/* Built when CUDA is off: the library reports no GPU. */
-#include "flexpoint.h"
+/* Built when CUDA is off: the library has no GPU. Every device call reports FX_EDEVICE with a
+ * message saying so; nothing here can crash. */
+#include "../core/internal.h"
+#include "gpu.h"
+
+#define FX_NO_CUDA "this build of flexpoint has no CUDA backend (built with FLEXPOINT_CUDA=OFF " \
+                   "or without nvcc)"
 
 int flexpoint_gpu_device_count(void) { return 0; }
+int flexpoint_gpu_built(void) { return 0; }
+
+int flexpoint_gpu_set_device(int ordinal)
+{
+    return FX_FAIL(FX_EDEVICE, "cannot select device %d: " FX_NO_CUDA, ordinal);
+}
+
+int flexpoint_gpu_device(void) { return FX_FAIL(FX_EDEVICE, FX_NO_CUDA); }
+
+const char *flexpoint_gpu_device_name(void)
+{
+    FX_FAIL(FX_EDEVICE, FX_NO_CUDA);
+    return NULL;
+}
+
+tensor_t *tensor_new_device(fmt_t fmt, int ndim, const int64_t *shape)
+{
+    (void)fmt;
+    (void)ndim;
+    (void)shape;
+    FX_FAIL(FX_EDEVICE, FX_NO_CUDA);
+    return NULL;
+}
+
+tensor_t *tensor_to_device(const tensor_t *t)
+{
+    (void)t;
+    FX_FAIL(FX_EDEVICE, FX_NO_CUDA);
+    return NULL;
+}
+
+tensor_t *tensor_to_host(const tensor_t *t)
+{
+    /* no device tensor can exist in this build */
+    if (!t) FX_FAIL(FX_EINVAL, "tensor is NULL");
+    else FX_FAIL(FX_EDEVICE, FX_NO_CUDA);
+    return NULL;
+}
+
+int tensor_copy_to_device(tensor_t *dst, const tensor_t *src)
+{
+    (void)dst;
+    (void)src;
+    return FX_FAIL(FX_EDEVICE, FX_NO_CUDA);
+}
+
+int tensor_copy_to_host(tensor_t *dst, const tensor_t *src)
+{
+    (void)dst;
+    (void)src;
+    return FX_FAIL(FX_EDEVICE, FX_NO_CUDA);
+}
+
+int fx_gpu_alloc_zero(int device, size_t bytes, void **p, const char *func)
+{
+    (void)bytes;
+    *p = NULL;
+    return fx_error(FX_EDEVICE, func, "cannot allocate on device %d: " FX_NO_CUDA, device);
+}
+
+void fx_gpu_free(int device, void *p)
+{
+    (void)device;
+    (void)p;
+}
+
+int fx_gpu_dispatch(const struct fx_op_request *rq)
+{
+    (void)rq;
+    return FX_FAIL(FX_EDEVICE, FX_NO_CUDA);
+}

@@ -94,6 +94,9 @@ int fx_loss_scaler_unscale(const fx_loss_scaler *s, const tensor_t *const *grads
         if (!grads[i]) return FX_FAIL(FX_EINVAL, "grads[%d] is NULL", i);
         if (!out[i] && fx_numel_of(grads[i]->ndim, grads[i]->shape) > 0)
             return FX_FAIL(FX_EINVAL, "out[%d] is NULL", i);
+        rc = fx_need_host(grads[i], "a gradient", FX_EUNSUPPORTED,
+                          "the loss scaler is not implemented on the device", func);
+        if (rc) return rc;
     }
 
     const fx_backend *be = fx_backend_active();

@@ -1,0 +1,98 @@
+/*
+ * flexpoint GPU (CUDA) device API: device selection, tensors whose elements live in device
+ * memory, and transfers between host and device.
+ *
+ * Conventions (in addition to those of flexpoint.h)
+ * -------------------------------------------------
+ * - A device tensor is an ordinary tensor_t: the same shape, strides, views, format, shared
+ *   exponent, Autoflex state and statistics. Only its elements live in device memory; the
+ *   shared-exponent state stays on the host, so tensor_exp, tensor_stat, Autoflex and traces
+ *   work on it as on a host tensor. Views of a device tensor are device tensors.
+ * - Ops (tensor_add, tensor_sub, tensor_mul, tensor_scale, tensor_relu, tensor_copy,
+ *   tensor_sum, tensor_matmul) run on the device when all their tensors live on the same
+ *   device, with the same semantics as on the CPU: FLEX16_5/DFP16 results are bit-identical to
+ *   the CPU (exact integer sums, one rounding, the same exponent choice and statistics);
+ *   fp32/fp16/bf16 elementwise ops and conversions are bit-identical too; fp32-accumulated sums
+ *   and matmuls (cuBLAS) differ from the CPU only by the order of summation.
+ * - Mixing host and device tensors (or two devices) in one op fails with FX_EINVAL and a
+ *   message naming the operands and where each lives. Move data explicitly with the functions
+ *   below.
+ * - Functions that hand element data to the host (tensor_to_f32, tensor_from_f32,
+ *   tensor_get_raw, tensor_set_raw, tensor_data, checkpoint save/load) fail on a device tensor
+ *   with FX_EINVAL and a message; tensor_set_exp / tensor_set_exp_window fail with
+ *   FX_EUNSUPPORTED when they would have to rescale the mantissas (a changed exponent). Ops of
+ *   flexpoint_nn.h are not implemented on the device yet: they fail with FX_EUNSUPPORTED and a
+ *   message that names the op and the device.
+ * - Status codes: FX_EDEVICE when the library was built without CUDA, when no CUDA device is
+ *   present at run time, or when a CUDA/cuBLAS call fails (the message carries the CUDA error
+ *   text). Nothing here aborts or crashes without a device; cuBLAS is initialised lazily, on
+ *   the first float matmul on the device.
+ * - Ops on device tensors are synchronous with respect to the host: when an op returns, its
+ *   output is written (the shared-exponent write path reads a few bytes of statistics back per
+ *   write, which also orders the work).
+ * - Threads: the device in use is per host thread (as in the CUDA runtime). A device tensor
+ *   remembers its device; ops switch to that device for their work.
+ */
+#ifndef FLEXPOINT_GPU_H
+#define FLEXPOINT_GPU_H
+
+#include "flexpoint.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* flexpoint_gpu_device_count() (number of CUDA devices visible, 0 without CUDA or without a
+ * device) is declared in flexpoint.h. */
+
+/** 1 if this build of the library contains the CUDA backend, else 0. */
+FX_API int flexpoint_gpu_built(void);
+
+/** Select the CUDA device used by this thread for new device tensors (0 <= ordinal < count).
+ *  FX_EDEVICE without CUDA or when no device exists; FX_EINVAL for a bad ordinal. */
+FX_API int flexpoint_gpu_set_device(int ordinal);
+
+/** Ordinal of the CUDA device in use by this thread (>= 0), or FX_EDEVICE. */
+FX_API int flexpoint_gpu_device(void);
+
+/** Name of the device in use ("NVIDIA H100 80GB HBM3", ...), in a thread-local buffer valid
+ *  until the next call from the same thread. NULL (with FX_EDEVICE set) without a device. */
+FX_API const char *flexpoint_gpu_device_name(void);
+
+/** New zero-filled, contiguous tensor in the memory of the device in use, with the same
+ *  initial exponent state as tensor_new. NULL on failure: FX_EDEVICE (no CUDA, no device, out
+ *  of device memory), FX_EINVAL / FX_EFORMAT (bad arguments, as tensor_new). The caller frees
+ *  it with tensor_free, which releases the device memory with the last view. */
+FX_API tensor_t *tensor_new_device(fmt_t fmt, int ndim, const int64_t *shape);
+
+/** Where t's elements live: -1 for host memory, else the CUDA device ordinal.
+ *  FX_EINVAL for NULL. Works in every build. */
+FX_API int tensor_device(const tensor_t *t);
+
+/** New device tensor (on the device in use) holding a copy of host tensor t: the same format
+ *  and shape, contiguous, bit-identical elements (any view strides are gathered), and a copy of
+ *  the shared-exponent state of t's storage (exponent, window, rounding mode and seed, write
+ *  counter, Autoflex state and statistics; not the write trace). Copying moves no values
+ *  through a write: nothing is rounded, no statistic changes. NULL on failure (FX_EINVAL if t
+ *  is NULL or already on a device, FX_EDEVICE). The caller frees it with tensor_free. */
+FX_API tensor_t *tensor_to_device(const tensor_t *t);
+
+/** New host tensor holding a copy of device tensor t (the mirror of tensor_to_device).
+ *  NULL on failure (FX_EINVAL if t is NULL or on the host, FX_EDEVICE). */
+FX_API tensor_t *tensor_to_host(const tensor_t *t);
+
+/** Copy the elements and the shared-exponent state (as tensor_to_device) of host tensor src
+ *  into the existing device tensor dst, or of device tensor src into host tensor dst
+ *  (tensor_copy_to_host). dst and src need the same format (FX_EFORMAT) and shape (FX_ESHAPE).
+ *  For FLEX16_5/DFP16 dst must span its whole storage, because the exponent it receives is
+ *  shared by all of the storage (FX_EINVAL otherwise); a device dst must be contiguous
+ *  (FX_EUNSUPPORTED otherwise). FX_EINVAL for NULL or tensors in the wrong places. On failure
+ *  dst is unchanged, except after a failed CUDA copy (FX_EDEVICE), when its elements are
+ *  undefined. */
+FX_API int tensor_copy_to_device(tensor_t *dst, const tensor_t *src);
+FX_API int tensor_copy_to_host(tensor_t *dst, const tensor_t *src);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLEXPOINT_GPU_H */

@@ -1,0 +1,362 @@
+/* The device dispatcher and write path: the CUDA counterpart of src/core/dispatch.c and of
+ * fx_write (src/core/store.c), for ops whose tensors all live on one device.
+ *
+ * Same compute rule as the host (dispatch.c): first input FLEX16_5/DFP16 -> integer compute
+ * (float inputs quantised at their exact exponent, as a DFP16 write would); otherwise fp32
+ * compute (every input widened exactly, per element, inside the kernels).
+ *
+ * Write path: the op's kernel writes a stage (exact int64 values at an exponent, or fp32
+ * values) into device memory and reduces the stage's statistics (largest magnitude, NaN/Inf
+ * count) in its epilogue. For a FLEX16_5/DFP16 output the host reads those statistics (one
+ * small copy) and hands them to fx_write_shared_with (store.c): the exponent choice, Autoflex
+ * trials, the recompute rule and the bookkeeping are the host's own code; only the
+ * quantisation runs on the device, reading back its statistics (one more small copy per
+ * quantisation). Float outputs are rounded by one device kernel. */
+#include "../core/dispatch.h"
+#include "../core/ops_internal.h"
+#include "gpu.h"
+#include "gpu_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Device allocations of one op call, freed together. */
+#define FX_GPU_SCRATCH_MAX 16
+typedef struct fx_gpu_scratch {
+    void *p[FX_GPU_SCRATCH_MAX];
+    int n;
+} fx_gpu_scratch;
+
+/* Device memory for the op (NULL with *rc set on failure; *rc must be FX_OK on entry, and a
+ * call with *rc already failed does nothing, so that allocations can be chained). */
+static void *fx_gs_alloc(fx_gpu_scratch *s, size_t bytes, int *rc, const char *func)
+{
+    if (*rc) return NULL;
+    if (s->n >= FX_GPU_SCRATCH_MAX) {
+        *rc = fx_error(FX_ENOMEM, func, "too many device temporaries in one op");
+        return NULL;
+    }
+    void *p = NULL;
+    *rc = fx_gr_malloc(bytes, &p, func);
+    if (*rc == FX_OK) s->p[s->n++] = p;
+    return p;
+}
+
+static void fx_gs_free(fx_gpu_scratch *s)
+{
+    for (int i = 0; i < s->n; i++) fx_gr_free(s->p[i]);
+    s->n = 0;
+}
+
+/* Device-side statistics of one op call. */
+typedef struct fx_gpu_stats {
+    fx_dstage_stats stage; /* of the op's stage */
+    fx_dquant_stats quant; /* of the latest quantisation */
+    fx_dstage_stats aux;   /* operand preparation */
+} fx_gpu_stats;
+
+fx_dview fx_gpu_view_of(const tensor_t *t)
+{
+    fx_dview v;
+    memset(&v, 0, sizeof v);
+    v.base = fx_tensor_base(t); /* address arithmetic only: the memory is the device's */
+    v.fmt = t->fmt;
+    v.exp = fmt_is_shared_exponent(t->fmt) ? t->st->exp : 0;
+    v.ndim = t->ndim;
+    v.contiguous = fx_tensor_is_contiguous(t);
+    memcpy(v.shape, t->shape, sizeof v.shape);
+    memcpy(v.strides, t->strides, sizeof v.strides);
+    return v;
+}
+
+/* x expanded (stride 0) to out's shape by NumPy broadcasting (validated by ops.c). */
+static fx_dview fx_gpu_broadcast_view(const tensor_t *x, const tensor_t *out)
+{
+    fx_dview v = fx_gpu_view_of(x);
+    const int nd = out->ndim;
+    bool same = x->ndim == nd;
+    for (int d = 0; same && d < nd; d++) same = x->shape[d] == out->shape[d];
+    if (same) return v;
+    for (int d = 0; d < nd; d++) {
+        int xd = d - (nd - x->ndim);
+        v.shape[d] = out->shape[d];
+        v.strides[d] = (xd >= 0 && x->shape[xd] == out->shape[d]) ? x->strides[xd] : 0;
+    }
+    v.ndim = nd;
+    v.contiguous = 0;
+    return v;
+}
+
+static int64_t fx_view_numel(const fx_dview *v)
+{
+    int64_t n = 1;
+    for (int d = 0; d < v->ndim; d++) n *= v->shape[d];
+    return n;
+}
+
+/* A float input of an integer op: quantised at its exact exponent, nearest-even, clamped to
+ * the DFP16 range (fx_quantize_exact on the host), into a contiguous int16 temporary. */
+static int fx_gpu_quantize_exact(fx_dview *v, fx_gpu_stats *ds, fx_gpu_scratch *s,
+                                 const char *func)
+{
+    const int64_t n = fx_view_numel(v);
+    int rc = FX_OK;
+    float *f = fx_gs_alloc(s, (size_t)n * sizeof *f, &rc, func);
+    int16_t *q = fx_gs_alloc(s, (size_t)n * sizeof *q, &rc, func);
+    if (!rc) rc = fx_gr_memset0(&ds->aux, sizeof ds->aux, func);
+    if (!rc) rc = fx_gk_float_ew(FX_GEW_COPY, v, NULL, 0.0f, f, n, &ds->aux, func);
+    fx_dstage_stats h;
+    if (!rc) rc = fx_gr_memcpy(&h, &ds->aux, sizeof h, FX_GR_D2H, func);
+    if (rc) return rc;
+    float mx;
+    memcpy(&mx, &h.fmax, sizeof mx);
+    int e = fx_exact_exp_f64((double)mx);
+    if (e == FX_EXP_NONE) e = 0;
+    e = fx_clamp_exp(e, FX_DFP_EXP_MIN, FX_DFP_EXP_MAX, NULL);
+
+    fx_dview qv = *v;
+    qv.base = q;
+    qv.fmt = FMT_DFP16;
+    qv.exp = e;
+    qv.contiguous = 1;
+    int64_t st = 1;
+    for (int d = qv.ndim - 1; d >= 0; d--) {
+        qv.strides[d] = st;
+        st *= qv.shape[d] > 0 ? qv.shape[d] : 1;
+    }
+    fx_rounding r = {FX_ROUND_NEAREST_EVEN, 0, 0};
+    rc = fx_gr_memset0(&ds->quant, sizeof ds->quant, func);
+    if (!rc) rc = fx_gk_quant_f32(f, n, e, &r, &qv, &ds->quant, func);
+    if (!rc) *v = qv;
+    return rc;
+}
+
+/* ---- the write path ------------------------------------------------------------------------ */
+
+typedef struct fx_gpu_stage {
+    int kind; /* FX_STAGE_F32 or FX_STAGE_I64 */
+    int64_t n;
+    float *f32;
+    int64_t *i64;
+    int exp;
+} fx_gpu_stage;
+
+typedef struct fx_gpu_quant_ctx {
+    const fx_gpu_stage *sg;
+    const fx_dview *dst;
+    fx_gpu_stats *ds;
+    const char *func;
+} fx_gpu_quant_ctx;
+
+/* fx_shared_src.quantize for a device stage: one kernel, one small copy of its statistics. */
+static int fx_gpu_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    fx_gpu_quant_ctx *c = ctx;
+    const fx_gpu_stage *sg = c->sg;
+    const fx_dview *dst = keep ? c->dst : NULL;
+    int rc = fx_gr_memset0(&c->ds->quant, sizeof c->ds->quant, c->func);
+    if (!rc) {
+        if (sg->kind == FX_STAGE_F32)
+            rc = fx_gk_quant_f32(sg->f32, sg->n, e, r, dst, &c->ds->quant, c->func);
+        else
+            rc = fx_gk_quant_i64(sg->i64, sg->n, e - sg->exp, dst, &c->ds->quant, c->func);
+    }
+    fx_dquant_stats h;
+    if (!rc) rc = fx_gr_memcpy(&h, &c->ds->quant, sizeof h, FX_GR_D2H, c->func);
+    if (rc) return rc;
+    q->saturated = (int64_t)h.saturated;
+    q->nonfinite = (int64_t)h.nonfinite;
+    q->underflow = (int64_t)h.underflow;
+    if (sg->kind == FX_STAGE_F32) {
+        float mx;
+        memcpy(&mx, &h.in_fmax, sizeof mx);
+        q->max_abs_in = mx;
+    } else {
+        q->max_abs_in = (double)h.in_imax;
+    }
+    q->max_abs_out = (int32_t)h.max_out;
+    return FX_OK;
+}
+
+/* The one write of a device stage into out. ds->stage must hold the stage's statistics when
+ * out has a shared exponent. */
+static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
+                        const char *func)
+{
+    fx_dview dst = fx_gpu_view_of(out);
+    if (!fmt_is_shared_exponent(out->fmt))
+        return fx_gk_store_float(sg->f32, sg->i64, sg->exp, sg->n, &dst, func);
+
+    fx_dstage_stats h;
+    int rc = fx_gr_memcpy(&h, &ds->stage, sizeof h, FX_GR_D2H, func);
+    if (rc) return rc;
+    fx_shared_src src;
+    memset(&src, 0, sizeof src);
+    src.kind = sg->kind;
+    src.exp = sg->exp;
+    if (sg->kind == FX_STAGE_F32) {
+        float mx;
+        memcpy(&mx, &h.fmax, sizeof mx);
+        src.true_max = mx;
+        src.nonfinite = (int64_t)h.nonfinite;
+    } else {
+        src.imax = h.imax;
+        src.true_max = ldexp((double)h.imax, sg->exp);
+    }
+    fx_gpu_quant_ctx qc = {sg, &dst, ds, func};
+    src.ctx = &qc;
+    src.quantize = fx_gpu_quantize;
+    return fx_write_shared_with(out, &src, func);
+}
+
+/* ---- ops ------------------------------------------------------------------------------------ */
+
+static int fx_gpu_ew_op(fx_op op)
+{
+    switch (op) {
+    case FX_OP_COPY: return FX_GEW_COPY;
+    case FX_OP_ADD: return FX_GEW_ADD;
+    case FX_OP_SUB: return FX_GEW_SUB;
+    case FX_OP_MUL: return FX_GEW_MUL;
+    case FX_OP_SCALE: return FX_GEW_SCALE;
+    case FX_OP_RELU: return FX_GEW_RELU;
+    default: return -1;
+    }
+}
+
+/* Integer elementwise op into an int64 stage (src/flex/intops_scalar.c, op by op). */
+static int fx_gpu_int_ew(const fx_op_request *rq, fx_dview *in, fx_gpu_stage *sg,
+                         fx_gpu_stats *ds, fx_dstage_stats *sst)
+{
+    const char *func = rq->func;
+    int op = fx_gpu_ew_op(rq->op);
+    const int ea = in[0].exp, eb = rq->nin > 1 ? in[1].exp : 0;
+    int64_t smant = 0;
+    int ec = ea;
+    const fx_dview *a = &in[0], *b = rq->nin > 1 ? &in[1] : NULL;
+    switch (rq->op) {
+    case FX_OP_SCALE:
+        if (rq->scalar != 0.0) { /* s = f * 2^k, f in [0.5, 1): 31-bit mantissa (dispatch.c) */
+            int k2;
+            double f = frexp(rq->scalar, &k2);
+            smant = (int64_t)nearbyint(f * 1073741824.0);
+            ec = ea + k2 - 30;
+        }
+        break;
+    case FX_OP_MUL: ec = ea + eb; break;
+    case FX_OP_ADD:
+    case FX_OP_SUB: {
+        const int gap = ea > eb ? ea - eb : eb - ea;
+        ec = fx_align_exp(ea, eb);
+        if (gap > FX_ALIGN_SPAN) {
+            /* the operand with the larger exponent all zero: the result is the other operand,
+             * exactly, at its own exponent (see fx_addsub in intops_scalar.c for why) */
+            const fx_dview *big = ea > eb ? a : b;
+            fx_dstage_stats h;
+            int rc = fx_gr_memset0(&ds->aux, sizeof ds->aux, func);
+            if (!rc) rc = fx_gk_any_nonzero(big, sg->n, &ds->aux, func);
+            if (!rc) rc = fx_gr_memcpy(&h, &ds->aux, sizeof h, FX_GR_D2H, func);
+            if (rc) return rc;
+            if (!h.nonzero) {
+                if (ea > eb) {
+                    op = rq->op == FX_OP_SUB ? FX_GEW_NEG : FX_GEW_COPY;
+                    a = b;
+                    ec = eb;
+                } else {
+                    op = FX_GEW_COPY;
+                    ec = ea;
+                }
+                b = NULL;
+            }
+        }
+        break;
+    }
+    default: break; /* COPY, RELU: the input's exponent */
+    }
+    sg->exp = ec;
+    return fx_gk_int_ew(op, a, b, ec, smant, sg->i64, sg->n, sst, func);
+}
+
+/* Make the calling thread's current device `device` for the op, remembering the previous one
+ * (CUDA's current device is per thread and belongs to the caller). */
+static int fx_gpu_enter(int device, int *prev, const char *func)
+{
+    int rc = fx_gr_get_device(prev, func);
+    if (!rc && *prev != device) rc = fx_gr_set_device(device, func);
+    return rc;
+}
+
+static void fx_gpu_leave(int device, int prev)
+{
+    if (prev != device) fx_gr_set_device(prev, "fx_gpu_leave");
+}
+
+int fx_gpu_dispatch(const fx_op_request *rq)
+{
+    const char *func = rq->func;
+    tensor_t *out = rq->out;
+    const int device = out->st->device;
+    if (fx_gpu_ew_op(rq->op) < 0 && rq->op != FX_OP_SUM && rq->op != FX_OP_MATMUL)
+        return fx_error(FX_EUNSUPPORTED, func, "op %d is not implemented on the device",
+                        (int)rq->op);
+    int prev = device;
+    int rc = fx_gpu_enter(device, &prev, func);
+    if (rc) return rc;
+
+    const int int_compute = fmt_is_shared_exponent(rq->in[0]->fmt);
+    const bool shared_out = fmt_is_shared_exponent(out->fmt) != 0;
+    fx_gpu_scratch s = {.n = 0};
+    fx_gpu_stats *ds = fx_gs_alloc(&s, sizeof *ds, &rc, func);
+    if (!rc) rc = fx_gr_memset0(ds, sizeof *ds, func);
+
+    fx_dview in[FX_MAX_INPUTS];
+    for (int i = 0; i < rq->nin && !rc; i++) {
+        in[i] = rq->broadcast ? fx_gpu_broadcast_view(rq->in[i], out)
+                              : fx_gpu_view_of(rq->in[i]);
+        if (int_compute && !fmt_is_shared_exponent(rq->in[i]->fmt))
+            rc = fx_gpu_quantize_exact(&in[i], ds, &s, func);
+    }
+
+    fx_gpu_stage sg = {int_compute ? FX_STAGE_I64 : FX_STAGE_F32,
+                       fx_numel_of(out->ndim, out->shape), NULL, NULL, 0};
+    void *buf =
+        fx_gs_alloc(&s, (size_t)sg.n * (int_compute ? sizeof(int64_t) : sizeof(float)), &rc, func);
+    if (int_compute)
+        sg.i64 = buf;
+    else
+        sg.f32 = buf;
+    /* statistics are reduced by the kernels only when the write needs them */
+    fx_dstage_stats *sst = shared_out && ds ? &ds->stage : NULL;
+
+    if (!rc) {
+        switch (rq->op) {
+        case FX_OP_SUM:
+            rc = fx_gk_sum(&in[0], int_compute, rq->red_outer, rq->red_len, rq->red_inner, buf,
+                           sst, func);
+            sg.exp = int_compute ? in[0].exp : 0;
+            break;
+        case FX_OP_MATMUL:
+            if (int_compute) {
+                rc = fx_gk_matmul_i16(&in[0], &in[1], sg.i64, sst, func);
+                sg.exp = in[0].exp + in[1].exp;
+            } else {
+                rc = fx_gr_gemm_float(&in[0], &in[1], sg.f32, func);
+                /* cuBLAS has no epilogue hook: the statistics take one pass over the stage */
+                if (!rc && sst) rc = fx_gk_maxabs_f32(sg.f32, sg.n, sst, func);
+            }
+            break;
+        default:
+            if (int_compute)
+                rc = fx_gpu_int_ew(rq, in, &sg, ds, sst);
+            else
+                rc = fx_gk_float_ew(fx_gpu_ew_op(rq->op), &in[0], rq->nin > 1 ? &in[1] : NULL,
+                                    (float)rq->scalar, sg.f32, sg.n, sst, func);
+            break;
+        }
+    }
+    if (!rc) rc = fx_gpu_write(out, &sg, ds, func);
+    if (!rc) rc = fx_gr_sync(func);
+    fx_gs_free(&s);
+    fx_gpu_leave(device, prev);
+    return rc;
+}

@@ -1,0 +1,145 @@
+/* The CUDA backend's kernel launchers and runtime wrappers, callable from C (the gpu_*.c files) and
+ * implemented in the .cu files behind extern "C". Everything here works on device memory and
+ * knows nothing about tensors, Autoflex or the write path; src/gpu/gpu_dispatch.c does.
+ *
+ * Status: every function returns FX_OK, FX_EDEVICE (a launch or CUDA call failed; the message,
+ * set through fx_error, names `func` and carries the CUDA error text), or FX_EUNSUPPORTED for
+ * sizes one launch or cuBLAS cannot take (said where it applies). Launchers
+ * with n == 0 do nothing. Work is issued on the legacy default stream of the current device;
+ * the D2H copies of statistics (fx_gr_memcpy) order it with the host. */
+#ifndef FX_GPU_KERNELS_H
+#define FX_GPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flexpoint.h"
+#include "../flex/flex_math.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library's error setter (src/core/error.c), declared here for the C++ side. */
+int fx_error(int code, const char *func, const char *fmt, ...);
+
+/* A strided view of elements in device memory: element i of the row-major order of `shape`
+ * lives at base + offset(i) elements, offset(i) = sum_d idx_d(i) * strides[d] (stride 0 for
+ * broadcast dimensions). */
+typedef struct fx_dview {
+    void *base;     /* element [0, ..., 0] */
+    int fmt;        /* fmt_t of the stored elements */
+    int exp;        /* shared exponent (FLEX16_5, DFP16) */
+    int ndim;
+    int contiguous; /* 1: offset(i) = i (saves the index arithmetic) */
+    int64_t shape[FX_MAX_DIMS];
+    int64_t strides[FX_MAX_DIMS];
+} fx_dview;
+
+/* Statistics of a staged result, reduced on the device by the kernel that produces the stage
+ * (in its epilogue) or by fx_gk_maxabs_* for stages written by cuBLAS. */
+typedef struct fx_dstage_stats {
+    unsigned long long imax;      /* int64 stage: largest |v| */
+    unsigned long long nonfinite; /* fp32 stage: NaN/Inf values */
+    unsigned int fmax;            /* fp32 stage: largest finite |x|, as float bits (ordered
+                                     like the values, since they are >= 0) */
+    unsigned int nonzero;         /* fx_gk_any_nonzero: 1 if any element is nonzero */
+} fx_dstage_stats;
+
+/* Statistics of one quantisation (fx_qstats, reduced on the device). */
+typedef struct fx_dquant_stats {
+    unsigned long long saturated, nonfinite, underflow;
+    unsigned long long in_imax; /* int64 input: largest |v| */
+    unsigned int in_fmax;       /* fp32 input: largest finite |x| as float bits */
+    unsigned int max_out;       /* largest |m| stored */
+} fx_dquant_stats;
+
+/* ---- runtime (gpu_runtime.cu) ------------------------------------------------------------ */
+int fx_gr_device_count(void); /* 0 when there is no driver or device */
+int fx_gr_set_device(int device, const char *func);
+int fx_gr_get_device(int *device, const char *func);
+int fx_gr_device_name(int device, char *buf, size_t n, const char *func);
+int fx_gr_malloc(size_t bytes, void **p, const char *func);
+void fx_gr_free(void *p);
+enum { FX_GR_H2D = 0, FX_GR_D2H = 1, FX_GR_D2D = 2 };
+int fx_gr_memcpy(void *dst, const void *src, size_t bytes, int dir, const char *func);
+int fx_gr_memset0(void *p, size_t bytes, const char *func);
+/* Wait for the device's work and report any asynchronous kernel failure. */
+int fx_gr_sync(const char *func);
+
+/* out[M,N] (fp32, row-major, contiguous) = a[M,K] x b[K,N] with cuBLAS (cublasGemmEx, fp32
+ * compute and accumulation). a and b are FP32, FP16 or BF16 views with any 2-D strides; when
+ * both have the same 16-bit format and a cuBLAS-compatible layout they are used directly,
+ * otherwise they are widened into contiguous fp32 copies first. The cuBLAS handle of the current
+ * device is created on the first call. */
+int fx_gr_gemm_float(const fx_dview *a, const fx_dview *b, float *out, const char *func);
+
+/* ---- kernels (gpu_kernels.cu) ------------------------------------------------------------ */
+
+/* Elementwise ops, also the conversions (COPY). */
+enum {
+    FX_GEW_COPY = 0, /* a */
+    FX_GEW_NEG,      /* -a (integer only) */
+    FX_GEW_RELU,
+    FX_GEW_ADD,
+    FX_GEW_SUB,
+    FX_GEW_MUL,
+    FX_GEW_SCALE
+};
+
+/* Float compute: every input element is widened to fp32 exactly as on the CPU (fp16/bf16
+ * exact, shared-exponent m * 2^e through double), then one IEEE fp32 operation (ADD, SUB, MUL:
+ * a op b; SCALE: a * scalar; RELU: x > 0 || NaN ? x : +0; COPY: a) into out[i] (contiguous).
+ * b is used by ADD/SUB/MUL only. st (may be NULL): largest finite |out| and NaN/Inf count. */
+int fx_gk_float_ew(int op, const fx_dview *a, const fx_dview *b, float scalar, float *out,
+                   int64_t n, fx_dstage_stats *st, const char *func);
+
+/* Integer compute on int16 mantissas, exact int64 results (src/flex/intops_scalar.c):
+ * COPY a; NEG -a; RELU max(a, 0); ADD/SUB a, b aligned to exponent ec (fx_align_to);
+ * MUL a*b; SCALE a*smant. st (may be NULL): largest |out| (imax). */
+int fx_gk_int_ew(int op, const fx_dview *a, const fx_dview *b, int ec, int64_t smant,
+                 int64_t *out, int64_t n, fx_dstage_stats *st, const char *func);
+
+/* st->nonzero = 1 if any of the n int16 elements of a is nonzero (st must be zeroed first). */
+int fx_gk_any_nonzero(const fx_dview *a, int64_t n, fx_dstage_stats *st, const char *func);
+
+/* out[o*inner + i] = sum_k a[(o*len + k)*inner + i] (indices in a's row-major order).
+ * int_compute: exact int64 sums of the int16 mantissas into out (int64_t *), stats imax;
+ * else fp32 sums of the widened elements into out (float *), stats fmax/nonfinite. Each sum:
+ * 256 threads add every 256th term in order, then a balanced tree of 8 levels. */
+int fx_gk_sum(const fx_dview *a, int int_compute, int64_t outer, int64_t len, int64_t inner,
+              void *out, fx_dstage_stats *st, const char *func);
+
+/* out[M,N] (int64, row-major, contiguous) = a[M,K] x b[K,N], int16 mantissas with any strides;
+ * the exact sums of the products (the integer GEMM scheme is described in gpu_gemm_i16.cu).
+ * st (may be NULL): largest |out|, reduced in the kernel's epilogue. */
+int fx_gk_matmul_i16(const fx_dview *a, const fx_dview *b, int64_t *out, fx_dstage_stats *st,
+                     const char *func);
+
+/* Stage statistics of a contiguous fp32 or int64 array (for stages cuBLAS wrote). */
+int fx_gk_maxabs_f32(const float *src, int64_t n, fx_dstage_stats *st, const char *func);
+
+/* fp32 -> int16 mantissas at exponent e (fx_quant1_f32 per element, stochastic draws keyed by
+ * the element index as on the CPU), into dst (any strides; NULL: statistics only). q must be
+ * zeroed first. */
+int fx_gk_quant_f32(const float *src, int64_t n, int e, const fx_rounding *r,
+                    const fx_dview *dst, fx_dquant_stats *q, const char *func);
+
+/* int64 -> int16 mantissas by fx_requant(v, shift) into dst (any strides; NULL: statistics
+ * only). q must be zeroed first. */
+int fx_gk_quant_i64(const int64_t *src, int64_t n, int shift, const fx_dview *dst,
+                    fx_dquant_stats *q, const char *func);
+
+/* Store a stage into a float-format destination (FP32, FP16, BF16; any strides): fp32 values
+ * (f32 != NULL) round once to the format; int64 values at exponent exp become v * 2^exp in
+ * double, then fp32 (round-to-odd when the destination is 16-bit), then the format. */
+int fx_gk_store_float(const float *f32, const int64_t *i64, int exp, int64_t n,
+                      const fx_dview *dst, const char *func);
+
+/* Raw copy of the n elements of v (2 or 4 bytes each, row-major order) into contiguous dst. */
+int fx_gk_gather(const fx_dview *v, int64_t n, void *dst, const char *func);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,268 @@
+/* The public device API (include/flexpoint_gpu.h) of the CUDA build: device selection, device
+ * tensors, host <-> device transfers, and the core's memory hooks (src/gpu/gpu.h). */
+#include "../core/dispatch.h"
+#include "gpu.h"
+#include "gpu_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* FX_OK when a device exists, else FX_EDEVICE with a message. */
+static int fx_need_device(const char *func)
+{
+    if (fx_gr_device_count() > 0) return FX_OK;
+    return fx_error(FX_EDEVICE, func, "no CUDA device is available (no GPU, no driver, or "
+                    "CUDA_VISIBLE_DEVICES hides them)");
+}
+
+int flexpoint_gpu_built(void) { return 1; }
+
+int flexpoint_gpu_set_device(int ordinal)
+{
+    int rc = fx_need_device(__func__);
+    if (rc) return rc;
+    int n = fx_gr_device_count();
+    if (ordinal < 0 || ordinal >= n)
+        return FX_FAIL(FX_EINVAL, "device ordinal %d is outside [0, %d)", ordinal, n);
+    return fx_gr_set_device(ordinal, __func__);
+}
+
+int flexpoint_gpu_device(void)
+{
+    int rc = fx_need_device(__func__);
+    if (rc) return rc;
+    int d = 0;
+    rc = fx_gr_get_device(&d, __func__);
+    return rc ? rc : d;
+}
+
+const char *flexpoint_gpu_device_name(void)
+{
+    static _Thread_local char name[256];
+    int d = flexpoint_gpu_device();
+    if (d < 0) return NULL;
+    if (fx_gr_device_name(d, name, sizeof name, __func__)) return NULL;
+    return name;
+}
+
+/* ---- memory hooks of the core ---------------------------------------------------------------- */
+
+int fx_gpu_alloc_zero(int device, size_t bytes, void **p, const char *func)
+{
+    *p = NULL;
+    int prev = 0;
+    int rc = fx_gr_get_device(&prev, func);
+    if (!rc && prev != device) rc = fx_gr_set_device(device, func);
+    if (rc) return rc;
+    rc = fx_gr_malloc(bytes, p, func);
+    if (!rc) rc = fx_gr_memset0(*p, bytes, func);
+    if (rc && *p) {
+        fx_gr_free(*p);
+        *p = NULL;
+    }
+    if (prev != device) fx_gr_set_device(prev, func);
+    return rc;
+}
+
+void fx_gpu_free(int device, void *p)
+{
+    /* freed with its own device current; the caller's current device is kept */
+    int prev = device;
+    if (fx_gr_get_device(&prev, "tensor_free") == FX_OK && prev != device)
+        fx_gr_set_device(device, "tensor_free");
+    fx_gr_free(p);
+    if (prev != device) fx_gr_set_device(prev, "tensor_free");
+}
+
+/* ---- transfers ----------------------------------------------------------------------------- */
+
+/* The shared-exponent state travels with the elements (not the trace, which stays with its
+ * tensor). */
+static void fx_copy_exp_state(fx_storage *d, const fx_storage *s)
+{
+    if (!fmt_is_shared_exponent(s->fmt)) return;
+    d->exp = s->exp;
+    d->win_lo = s->win_lo;
+    d->win_hi = s->win_hi;
+    d->rounding = s->rounding;
+    d->seed = s->seed;
+    d->write_counter = s->write_counter;
+    d->af = s->af;
+    d->last = s->last;
+    d->writes = s->writes;
+    d->overflows = s->overflows;
+    d->clamped_total = s->clamped_total;
+    d->nonfinite_total = s->nonfinite_total;
+}
+
+static bool fx_same_shape(const tensor_t *a, const tensor_t *b)
+{
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+/* Checks shared by both copy directions. */
+static int fx_check_copy(const tensor_t *dst, const tensor_t *src, int to_device,
+                         const char *func)
+{
+    if (!dst || !src) return fx_error(FX_EINVAL, func, "%s is NULL", !dst ? "dst" : "src");
+    if (fx_on_device(src) == to_device || fx_on_device(dst) != to_device)
+        return fx_error(FX_EINVAL, func, "needs %s (dst on %s, src on %s)",
+                        to_device ? "a host src and a device dst" : "a device src and a host dst",
+                        fx_on_device(dst) ? "a device" : "the host",
+                        fx_on_device(src) ? "a device" : "the host");
+    if (dst->fmt != src->fmt)
+        return fx_error(FX_EFORMAT, func, "dst is %s but src is %s (use tensor_copy to convert "
+                        "on one side)", fmt_name(dst->fmt), fmt_name(src->fmt));
+    if (!fx_same_shape(dst, src)) {
+        char b1[160], b2[160];
+        return fx_error(FX_ESHAPE, func, "dst.shape=%s != src.shape=%s",
+                        fx_shape_str(dst, b1, sizeof b1), fx_shape_str(src, b2, sizeof b2));
+    }
+    if (fmt_is_shared_exponent(dst->fmt) && !fx_tensor_covers_storage(dst))
+        return fx_error(FX_EINVAL, func, "a %s dst must span its whole storage: the exponent "
+                        "it receives is shared by all of it", fmt_name(dst->fmt));
+    if (to_device && !fx_tensor_is_contiguous(dst))
+        return fx_error(FX_EUNSUPPORTED, func, "a strided device dst is not supported; copy "
+                        "into a contiguous device tensor and use tensor_copy on the device");
+    return FX_OK;
+}
+
+static int fx_h2d(tensor_t *dst, const tensor_t *src, const char *func)
+{
+    const int64_t n = fx_numel_of(src->ndim, src->shape);
+    const size_t bytes = (size_t)n * fmt_elem_size(src->fmt);
+    const void *host = fx_tensor_base(src);
+    void *tmp = NULL;
+    if (!fx_tensor_is_contiguous(src)) {
+        tmp = fx_alloc_array(n, fmt_elem_size(src->fmt));
+        if (!tmp) return fx_error(FX_ENOMEM, func, "cannot allocate %lld elements",
+                                  (long long)n);
+        fx_strided_copy(src, tmp, 0);
+        host = tmp;
+    }
+    int rc = fx_gr_memcpy(fx_tensor_base(dst), host, bytes, FX_GR_H2D, func);
+    free(tmp);
+    if (!rc) fx_copy_exp_state(dst->st, src->st);
+    return rc;
+}
+
+static int fx_d2h(tensor_t *dst, const tensor_t *src, const char *func)
+{
+    const int64_t n = fx_numel_of(src->ndim, src->shape);
+    const size_t bytes = (size_t)n * fmt_elem_size(src->fmt);
+    const void *dev = fx_tensor_base(src);
+    void *dtmp = NULL, *htmp = NULL;
+    int rc = FX_OK;
+    if (!fx_tensor_is_contiguous(src)) { /* gather on the device first */
+        fx_dview v = fx_gpu_view_of(src);
+        rc = fx_gr_malloc(bytes, &dtmp, func);
+        if (!rc) rc = fx_gk_gather(&v, n, dtmp, func);
+        dev = dtmp;
+    }
+    void *host = fx_tensor_base(dst);
+    if (!rc && !fx_tensor_is_contiguous(dst)) {
+        htmp = fx_alloc_array(n, fmt_elem_size(src->fmt));
+        if (!htmp) rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld elements", (long long)n);
+        host = htmp;
+    }
+    if (!rc) rc = fx_gr_memcpy(host, dev, bytes, FX_GR_D2H, func);
+    if (!rc && htmp) fx_strided_copy(dst, htmp, 1);
+    fx_gr_free(dtmp);
+    free(htmp);
+    if (!rc) fx_copy_exp_state(dst->st, src->st);
+    return rc;
+}
+
+/* Device of an op on tensor t: its own. The caller's current device is kept. */
+static int fx_enter(int device, int *prev, const char *func)
+{
+    int rc = fx_gr_get_device(prev, func);
+    if (!rc && *prev != device) rc = fx_gr_set_device(device, func);
+    return rc;
+}
+
+static void fx_leave(int device, int prev)
+{
+    if (prev != device) fx_gr_set_device(prev, "fx_leave");
+}
+
+tensor_t *tensor_new_device(fmt_t fmt, int ndim, const int64_t *shape)
+{
+    int d = flexpoint_gpu_device();
+    if (d < 0) return NULL;
+    return fx_tensor_create(fmt, ndim, shape, d, __func__);
+}
+
+tensor_t *tensor_to_device(const tensor_t *t)
+{
+    if (!t) {
+        FX_FAIL(FX_EINVAL, "tensor is NULL");
+        return NULL;
+    }
+    if (fx_on_device(t)) {
+        FX_FAIL(FX_EINVAL, "the tensor already lives on CUDA device %d", t->st->device);
+        return NULL;
+    }
+    int d = flexpoint_gpu_device();
+    if (d < 0) return NULL;
+    tensor_t *out = fx_tensor_create(t->fmt, t->ndim, t->shape, d, __func__);
+    if (!out) return NULL;
+    if (fx_h2d(out, t, __func__) != FX_OK) {
+        tensor_free(out);
+        return NULL;
+    }
+    return out;
+}
+
+tensor_t *tensor_to_host(const tensor_t *t)
+{
+    if (!t) {
+        FX_FAIL(FX_EINVAL, "tensor is NULL");
+        return NULL;
+    }
+    if (!fx_on_device(t)) {
+        FX_FAIL(FX_EINVAL, "the tensor already lives on the host");
+        return NULL;
+    }
+    tensor_t *out = fx_tensor_create(t->fmt, t->ndim, t->shape, -1, __func__);
+    if (!out) return NULL;
+    int prev = 0;
+    int rc = fx_enter(t->st->device, &prev, __func__);
+    if (!rc) {
+        rc = fx_d2h(out, t, __func__);
+        fx_leave(t->st->device, prev);
+    }
+    if (rc) {
+        tensor_free(out);
+        return NULL;
+    }
+    return out;
+}
+
+int tensor_copy_to_device(tensor_t *dst, const tensor_t *src)
+{
+    int rc = fx_check_copy(dst, src, 1, __func__);
+    if (rc) return rc;
+    int prev = 0;
+    rc = fx_enter(dst->st->device, &prev, __func__);
+    if (rc) return rc;
+    rc = fx_h2d(dst, src, __func__);
+    fx_leave(dst->st->device, prev);
+    return rc;
+}
+
+int tensor_copy_to_host(tensor_t *dst, const tensor_t *src)
+{
+    int rc = fx_check_copy(dst, src, 0, __func__);
+    if (rc) return rc;
+    int prev = 0;
+    rc = fx_enter(src->st->device, &prev, __func__);
+    if (rc) return rc;
+    rc = fx_d2h(dst, src, __func__);
+    fx_leave(src->st->device, prev);
+    return rc;
+}
