@@ -89,6 +89,9 @@ typedef struct fx_cvt_table {
     void (*quant_i64)(const int64_t *src, int16_t *dst, int64_t n, int shift, fx_qstats *st);
     /* largest finite |x| (0 if none) and the number of NaN/Inf values */
     void (*maxabs_f32)(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
+    /* largest |v| of int64 values, as uint64 (|INT64_MIN| = 2^63 included); NULL: the portable
+     * loop of fx_par_maxabs_i64 */
+    uint64_t (*maxabs_i64)(const int64_t *src, int64_t n);
 } fx_cvt_table;
 
 typedef struct fx_cpu_features {

@@ -8,19 +8,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Largest |value| of an int64 stage, in integer units (one parallel pass). */
-static uint64_t fx_stage_maxabs_i64(const fx_stage *s)
+/* Largest |value| of an int64 stage, in integer units: one pass, in parallel chunks, with the
+ * backend's kernel where it has one (the maximum does not depend on the chunking). */
+static uint64_t fx_stage_maxabs_i64(const fx_backend *be, const fx_stage *s)
 {
+    const int64_t chunk = (int64_t)1 << 16, nchunks = (s->n + chunk - 1) / chunk;
     uint64_t mx = 0;
     int nt = s->n >= ((int64_t)1 << 17) ? flexpoint_num_threads() : 1;
     (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(max : mx)
 #endif
-    for (int64_t i = 0; i < s->n; i++) {
-        int64_t v = s->i64[i];
-        uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-        mx = a > mx ? a : mx;
+    for (int64_t c = 0; c < nchunks; c++) {
+        const int64_t lo = c * chunk, len = s->n - lo < chunk ? s->n - lo : chunk;
+        const int64_t *v = s->i64 + lo;
+        uint64_t m = 0;
+        if (be->cvt.maxabs_i64) {
+            m = be->cvt.maxabs_i64(v, len);
+        } else {
+            for (int64_t i = 0; i < len; i++) {
+                const uint64_t a = v[i] < 0 ? (uint64_t)0 - (uint64_t)v[i] : (uint64_t)v[i];
+                m = a > m ? a : m;
+            }
+        }
+        mx = m > mx ? m : mx;
     }
     return mx;
 }
@@ -37,7 +48,7 @@ static void fx_stage_maxabs(const fx_backend *be, const fx_stage *s, double *tru
         *true_max = m;
         return;
     }
-    *imax = fx_stage_maxabs_i64(s);
+    *imax = fx_stage_maxabs_i64(be, s);
     *true_max = ldexp((double)*imax, s->exp);
     *nonfinite = 0;
 }

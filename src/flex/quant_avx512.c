@@ -154,12 +154,28 @@ void fx_flex_maxabs_f32_avx512(const float *src, int64_t n, float *maxabs, int64
     *nonfinite = nf;
 }
 
+/* Largest |v| of an int64 stage (the exact exponent of every integer-op write): vpabsq maps
+ * INT64_MIN to itself, which read as unsigned is its magnitude 2^63. */
+static uint64_t fx_flex_maxabs_i64_avx512(const int64_t *src, int64_t n)
+{
+    __m512i mx = _mm512_setzero_si512();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        mx = _mm512_max_epu64(mx, _mm512_abs_epi64(_mm512_loadu_si512((const void *)(src + i))));
+    if (i < n) {
+        const __mmask8 m = (__mmask8)((1u << (n - i)) - 1);
+        mx = _mm512_max_epu64(mx, _mm512_abs_epi64(_mm512_maskz_loadu_epi64(m, src + i)));
+    }
+    return _mm512_reduce_max_epu64(mx);
+}
+
 void fx_register_flex_avx512(fx_backend *b, const fx_cpu_features *cpu)
 {
     b->cvt.quant_f32 = fx_flex_quant_f32_avx512;
     b->cvt.dequant = fx_flex_dequant_avx512;
     b->cvt.quant_i64 = fx_flex_quant_i64_avx512;
     b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx512;
+    b->cvt.maxabs_i64 = fx_flex_maxabs_i64_avx512;
     fx_flex_install_intops_avx512(b, cpu);
     fx_flex_install_ew_avx512(b);
 }
