@@ -229,8 +229,49 @@ void *tensor_data(tensor_t *t)
     return fx_tensor_base(t);
 }
 
+/* One run of n elements of size es at element stride `stride` in the view, to or from
+ * consecutive elements of buf. Typed loops for the element sizes of the formats (a memcpy call
+ * per 2- or 4-byte element cost more than the copy); a stride-0 run read from a broadcast view
+ * is a fill, a unit-stride run one memcpy. */
+#define FX_RUN_COPY(T)                                                                         \
+    do {                                                                                       \
+        T *v = (T *)view;                                                                      \
+        T *c = (T *)buf;                                                                       \
+        if (to_view) {                                                                         \
+            for (int64_t i = 0; i < n; i++) memcpy(&v[i * stride], &c[i], sizeof(T));          \
+        } else if (stride == 0) {                                                              \
+            T x;                                                                               \
+            memcpy(&x, v, sizeof(T));                                                          \
+            for (int64_t i = 0; i < n; i++) memcpy(&c[i], &x, sizeof(T));                      \
+        } else {                                                                               \
+            for (int64_t i = 0; i < n; i++) memcpy(&c[i], &v[i * stride], sizeof(T));          \
+        }                                                                                      \
+    } while (0)
+
+static void fx_copy_run(char *view, char *buf, int64_t n, int64_t stride, size_t es, int to_view)
+{
+    if (stride == 1) {
+        if (to_view) memmove(view, buf, (size_t)n * es);
+        else memmove(buf, view, (size_t)n * es);
+        return;
+    }
+    switch (es) {
+    case 2: FX_RUN_COPY(uint16_t); break;
+    case 4: FX_RUN_COPY(uint32_t); break;
+    default:
+        for (int64_t i = 0; i < n; i++) {
+            char *p = view + (size_t)(i * stride) * es;
+            if (to_view) memcpy(p, buf + (size_t)i * es, es);
+            else memcpy(buf + (size_t)i * es, p, es);
+        }
+    }
+}
+#undef FX_RUN_COPY
+
 /* Visit every element of a view in row-major order, copying elem_size bytes between the view
- * and a contiguous buffer. to_view selects the direction. */
+ * and a contiguous buffer. to_view selects the direction. Adjacent dimensions that step
+ * through memory as one (stride[d] == shape[d+1] * stride[d+1], e.g. the trailing stride-0
+ * dimensions of a per-channel broadcast) are merged first, so runs are as long as possible. */
 void fx_strided_copy(const tensor_t *t, void *buf, int to_view)
 {
     size_t es = fmt_elem_size(t->fmt);
@@ -242,21 +283,34 @@ void fx_strided_copy(const tensor_t *t, void *buf, int to_view)
         else memmove(buf, base, (size_t)n * es);
         return;
     }
+    int64_t shape[FX_MAX_DIMS], strides[FX_MAX_DIMS];
+    int nd = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] == 1) continue; /* a unit dimension never moves the position */
+        if (nd > 0 && strides[nd - 1] == t->shape[d] * t->strides[d]) {
+            shape[nd - 1] *= t->shape[d];
+            strides[nd - 1] = t->strides[d];
+        } else {
+            shape[nd] = t->shape[d];
+            strides[nd] = t->strides[d];
+            nd++;
+        }
+    }
+    if (nd == 0) { /* a single element */
+        shape[0] = 1;
+        strides[0] = 1;
+        nd = 1;
+    }
     int64_t idx[FX_MAX_DIMS] = {0};
-    int nd = t->ndim;
-    int64_t inner = t->shape[nd - 1], inner_stride = t->strides[nd - 1];
+    const int64_t inner = shape[nd - 1], inner_stride = strides[nd - 1];
     char *b = buf;
     for (int64_t done = 0; done < n; done += inner) {
         int64_t off = 0;
-        for (int d = 0; d < nd - 1; d++) off += idx[d] * t->strides[d];
-        for (int64_t i = 0; i < inner; i++) {
-            char *p = base + (size_t)(off + i * inner_stride) * es;
-            if (to_view) memcpy(p, b, es);
-            else memcpy(b, p, es);
-            b += es;
-        }
+        for (int d = 0; d < nd - 1; d++) off += idx[d] * strides[d];
+        fx_copy_run(base + (size_t)off * es, b, inner, inner_stride, es, to_view);
+        b += (size_t)inner * es;
         for (int d = nd - 2; d >= 0; d--) {
-            if (++idx[d] < t->shape[d]) break;
+            if (++idx[d] < shape[d]) break;
             idx[d] = 0;
         }
     }
