@@ -50,6 +50,12 @@ typedef struct fx_op_call {
     float *out_f32;   /* float compute kernels write here */
     int64_t *out_i64; /* integer compute kernels write here ... */
     int *out_exp;     /* ... and store the exponent of the int64 values here */
+    /* Optional, integer kernels: when out_imax is not NULL, a kernel that saw every final
+     * output value in passing may store max |out_i64[i]| in *out_imax and set *out_imax_known
+     * to 1, which spares the write path its own pass over the stage (the exact exponent needs
+     * only this maximum). Kernels that do not know it leave both alone. */
+    uint64_t *out_imax;
+    int *out_imax_known;
 
     /* op parameters */
     float scalar_f32;     /* FX_OP_SCALE, float compute */

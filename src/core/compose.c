@@ -39,14 +39,33 @@ int fx_read_i16(const tensor_t *t, int16_t **out, int *exp, fx_scratch *s, const
 
 int fx_write_f32(tensor_t *out, const float *vals, const char *func)
 {
-    fx_stage st = {FX_STAGE_F32, fx_numel_of(out->ndim, out->shape), vals, NULL, 0};
+    fx_stage st = {FX_STAGE_F32, fx_numel_of(out->ndim, out->shape), vals, NULL, 0, 0, 0};
     return fx_write(out, &st, func);
 }
 
 int fx_write_i64(tensor_t *out, const int64_t *vals, int exp, const char *func)
 {
-    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp};
+    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp, 0, 0};
     return fx_write(out, &st, func);
+}
+
+int fx_write_i64_max(tensor_t *out, const int64_t *vals, int exp, uint64_t imax,
+                     const char *func)
+{
+    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp, 1, imax};
+    return fx_write(out, &st, func);
+}
+
+uint64_t fx_maxabs_i64(const int64_t *vals, int64_t n)
+{
+    const fx_backend *be = fx_backend_active();
+    if (be->cvt.maxabs_i64) return be->cvt.maxabs_i64(vals, n);
+    uint64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t a = vals[i] < 0 ? (uint64_t)0 - (uint64_t)vals[i] : (uint64_t)vals[i];
+        m = a > m ? a : m;
+    }
+    return m;
 }
 
 int fx_matmul_stage(const fx_operand *a, const fx_operand *b, int int_compute, float *out_f32,

@@ -198,8 +198,11 @@ int fx_dispatch(const fx_op_request *rq)
     }
     c.nthreads = flexpoint_num_threads();
 
-    fx_stage s = {int_compute ? FX_STAGE_I64 : FX_STAGE_F32, c.out_numel, NULL, NULL, 0};
-    int out_exp = 0;
+    fx_stage s = {int_compute ? FX_STAGE_I64 : FX_STAGE_F32, c.out_numel, NULL, NULL, 0, 0, 0};
+    int out_exp = 0, imax_known = 0;
+    uint64_t imax = 0;
+    c.out_imax = &imax;
+    c.out_imax_known = &imax_known;
     if (int_compute) {
         c.out_i64 = fx_scratch_alloc(&tmp, c.out_numel, sizeof(int64_t));
         c.out_exp = &out_exp;
@@ -219,6 +222,8 @@ int fx_dispatch(const fx_op_request *rq)
         s.f32 = c.out_f32;
         s.i64 = c.out_i64;
         s.exp = out_exp;
+        s.imax_known = int_compute && imax_known;
+        s.imax = imax;
         rc = fx_write(out, &s, rq->func);
     } else if (rc != FX_OK && flexpoint_last_error()[0] == '\0') {
         fx_error(rc, rq->func, "kernel failed");

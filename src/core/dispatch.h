@@ -18,6 +18,8 @@ typedef struct fx_stage {
     const float *f32;
     const int64_t *i64;
     int exp;
+    int imax_known; /* int64 stages: imax = max |i64[i]|, computed by the producer */
+    uint64_t imax;
 } fx_stage;
 
 /* The one write path (src/core/store.c): float outputs round once to their format; shared-

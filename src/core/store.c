@@ -48,7 +48,7 @@ static void fx_stage_maxabs(const fx_backend *be, const fx_stage *s, double *tru
         *true_max = m;
         return;
     }
-    *imax = fx_stage_maxabs_i64(be, s);
+    *imax = s->imax_known ? s->imax : fx_stage_maxabs_i64(be, s);
     *true_max = ldexp((double)*imax, s->exp);
     *nonfinite = 0;
 }
@@ -283,7 +283,7 @@ int tensor_from_f32(tensor_t *t, const float *src)
                           "write a host tensor and copy it (tensor_copy_to_device, "
                           "flexpoint_gpu.h)", __func__);
     if (rc) return rc;
-    fx_stage s = {FX_STAGE_F32, fx_numel_of(t->ndim, t->shape), src, NULL, 0};
+    fx_stage s = {FX_STAGE_F32, fx_numel_of(t->ndim, t->shape), src, NULL, 0, 0, 0};
     return fx_write(t, &s, __func__);
 }
 

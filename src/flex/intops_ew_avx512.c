@@ -9,10 +9,22 @@
 #include <immintrin.h>
 
 #ifdef _OPENMP
+#define FX_EW_PRAGMA(x) _Pragma(#x)
 #define FX_EW_PARALLEL_FOR _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
+#define FX_EW_PARALLEL_FOR_MAX(v)                                                              \
+    FX_EW_PRAGMA(omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(max : v))
 #else
 #define FX_EW_PARALLEL_FOR
+#define FX_EW_PARALLEL_FOR_MAX(v)
 #endif
+
+/* Report the outputs' maximum magnitude to the write path (see fx_op_call.out_imax). */
+static inline void fx_set_out_imax(const fx_op_call *c, uint64_t imax)
+{
+    if (!c->out_imax) return;
+    *c->out_imax = imax;
+    *c->out_imax_known = 1;
+}
 
 /* Elements per parallel block (a multiple of 16: blocks never split a vector). */
 #define FX_EW_BLOCK 8192
@@ -45,19 +57,25 @@ static int fx_flex_relu_avx512(const fx_op_call *c)
     int64_t *o = c->out_i64;
     const int64_t n = c->out_numel, nblocks = (n + FX_EW_BLOCK - 1) / FX_EW_BLOCK;
     const int nt = fx_ew_threads(c, n);
+    uint64_t imax = 0; /* the outputs' maximum, for the write path (they are >= 0) */
     (void)nt;
-    FX_EW_PARALLEL_FOR
+    FX_EW_PARALLEL_FOR_MAX(imax)
     for (int64_t blk = 0; blk < nblocks; blk++) {
         const int64_t end = (blk + 1) * FX_EW_BLOCK < n ? (blk + 1) * FX_EW_BLOCK : n;
+        __m512i mx = _mm512_setzero_si512();
         for (int64_t i = blk * FX_EW_BLOCK; i < end; i += 16) {
             __m512i lo, hi;
-            fx_load16_i64(a + i, end - i, &lo, &hi);
+            fx_load16_i64(a + i, end - i, &lo, &hi); /* missing lanes load as 0 */
             lo = _mm512_max_epi64(lo, _mm512_setzero_si512());
             hi = _mm512_max_epi64(hi, _mm512_setzero_si512());
+            mx = _mm512_max_epi64(mx, _mm512_max_epi64(lo, hi));
             fx_store16_i64(o + i, end - i, lo, hi);
         }
+        const uint64_t m = (uint64_t)_mm512_reduce_max_epi64(mx);
+        imax = m > imax ? m : imax;
     }
     *c->out_exp = c->in[0].exp;
+    fx_set_out_imax(c, imax);
     return FX_OK;
 }
 
@@ -74,10 +92,12 @@ static int fx_addsub_avx512(const fx_op_call *c, int negate_b)
     int64_t *o = c->out_i64;
     const int64_t n = c->out_numel, nblocks = (n + FX_EW_BLOCK - 1) / FX_EW_BLOCK;
     const int nt = fx_ew_threads(c, n);
+    uint64_t imax = 0; /* max |output| (missing tail lanes load as 0 and add 0) */
     (void)nt;
-    FX_EW_PARALLEL_FOR
+    FX_EW_PARALLEL_FOR_MAX(imax)
     for (int64_t blk = 0; blk < nblocks; blk++) {
         const int64_t end = (blk + 1) * FX_EW_BLOCK < n ? (blk + 1) * FX_EW_BLOCK : n;
+        __m512i mx = _mm512_setzero_si512();
         for (int64_t i = blk * FX_EW_BLOCK; i < end; i += 16) {
             __m512i alo, ahi, blo, bhi;
             fx_load16_i64(a + i, end - i, &alo, &ahi);
@@ -93,10 +113,14 @@ static int fx_addsub_avx512(const fx_op_call *c, int negate_b)
                 alo = _mm512_add_epi64(alo, blo);
                 ahi = _mm512_add_epi64(ahi, bhi);
             }
+            mx = _mm512_max_epu64(mx, _mm512_max_epu64(_mm512_abs_epi64(alo), _mm512_abs_epi64(ahi)));
             fx_store16_i64(o + i, end - i, alo, ahi);
         }
+        const uint64_t m = _mm512_reduce_max_epu64(mx);
+        imax = m > imax ? m : imax;
     }
     *c->out_exp = ec;
+    fx_set_out_imax(c, imax);
     return FX_OK;
 }
 

@@ -284,6 +284,9 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     char *ych = conv_alloc(&s, ych_n * plan.outer, ssz, &rc, __func__);
     char *ystage = conv_alloc(&s, g.N * g.O * P, ssz, &rc, __func__);
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, __func__);
+    /* integer path: each chunk's largest |sum|, taken while the chunk is in cache, so that
+     * the write needs no pass of its own over the int64 stage for the exponent */
+    uint64_t *chunk_max = conv_alloc(&s, plan.nchunks, sizeof(uint64_t), &rc, __func__);
     if (rc) {
         fx_scratch_free(&s);
         return rc;
@@ -299,10 +302,18 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
         status[ch] = conv_matmul(fx_operand_2d(mycol, ic, xo.exp, Pc, CKK, CKK, 0),
                                  fx_operand_2d(wo.data, ic, wo.exp, g.O, CKK, CKK, 1), ic, myy,
                                  plan.inner);
+        chunk_max[ch] = 0;
+        if (status[ch] == FX_OK && ic) chunk_max[ch] = fx_maxabs_i64((const int64_t *)myy, Pc * g.O);
         if (status[ch] == FX_OK) fx_chunk_scatter_t(myy, n0, nbc, g.O, P, ystage, ssz);
     }
     rc = conv_chunk_status(status, plan.nchunks, __func__);
-    if (rc == FX_OK) rc = conv_write(y, ystage, ic, xo.exp + wo.exp, __func__);
+    if (rc == FX_OK && ic) {
+        uint64_t imax = 0;
+        for (int64_t ch = 0; ch < plan.nchunks; ch++) imax = chunk_max[ch] > imax ? chunk_max[ch] : imax;
+        rc = fx_write_i64_max(y, (const int64_t *)ystage, xo.exp + wo.exp, imax, __func__);
+    } else if (rc == FX_OK) {
+        rc = conv_write(y, ystage, ic, xo.exp + wo.exp, __func__);
+    }
     fx_scratch_free(&s);
     return rc;
 }
