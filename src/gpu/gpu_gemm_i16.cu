@@ -11,9 +11,9 @@
 //   (2) dp2a: its operands are 16-bit x 8-bit, so it also needs a split, at SIMT speed;
 //   (3) plain IMAD: int16 x int16 products in int32 on the CUDA cores.
 // This first version is (3), chosen because it is obviously exact and could only be compiled,
-// not run, when it was written: two products at a time are summed in int32 (|m| <= 32767, so
-// |p0 + p1| <= 2 * 32767^2 < 2^31: the format excludes -32768 for exactly this), and each pair
-// sum is added to an int64 accumulator. The IMMA split is the follow-up once it can be tested
+// not run, when it was written: each product is exact in int32 (|p| <= 2^30, even for a
+// -32768 written through tensor_data, which the format excludes but the CPU kernels still sum
+// exactly) and is added to an int64 accumulator. The IMMA split is the follow-up once it can be tested
 // on hardware against this kernel; bench/bench_gpu_gemm measures the gap to cuBLAS int8.
 //
 // Tiling: a 64 x 64 output tile per block of 16 x 16 threads, each thread owning a 4 x 4 grid
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(FX_G_TX *FX_G_TY)
             }
             for (int r = 0; r < 4; r++)
                 for (int c = 0; c < 4; c++)
-                    acc[r][c] += (int64_t)(a0[r] * b0[c] + a1[r] * b1[c]); // exact (see top)
+                    acc[r][c] += (int64_t)(a0[r] * b0[c]) + (int64_t)(a1[r] * b1[c]); // exact
         }
         __syncthreads();
     }

@@ -7,6 +7,17 @@
 
 // ---- float elementwise ----------------------------------------------------------------------
 
+// A NaN result with the x86 (SSE/AVX) rule the CPU paths follow: an input NaN propagates,
+// quieted and with its sign (the first operand's when both are NaN); an invalid operation
+// (Inf - Inf, 0 * Inf) gives the default NaN 0xFFC00000. CUDA's arithmetic returns the
+// canonical 0x7FFFFFFF instead, whose sign differs.
+__device__ static inline float fx_x86_nan(float x, float b)
+{
+    if (x != x) return __uint_as_float(__float_as_uint(x) | 0x00400000u);
+    if (b != b) return __uint_as_float(__float_as_uint(b) | 0x00400000u);
+    return __uint_as_float(0xFFC00000u);
+}
+
 // The IEEE operations are spelled with the _rn intrinsics so that nvcc can never contract them
 // into FMAs or change their rounding: one fp32 operation per element, as on the CPU.
 __global__ void fx_k_float_ew(int op, fx_dview a, fx_dview b, double sa, double sb, float s,
@@ -17,15 +28,16 @@ __global__ void fx_k_float_ew(int op, fx_dview a, fx_dview b, double sa, double 
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float x = fx_dv_load_f32(a, i, sa);
-        float y;
+        float y, bv = 0.0f;
         switch (op) {
-        case FX_GEW_ADD: y = __fadd_rn(x, fx_dv_load_f32(b, i, sb)); break;
-        case FX_GEW_SUB: y = __fsub_rn(x, fx_dv_load_f32(b, i, sb)); break;
-        case FX_GEW_MUL: y = __fmul_rn(x, fx_dv_load_f32(b, i, sb)); break;
-        case FX_GEW_SCALE: y = __fmul_rn(x, s); break;
+        case FX_GEW_ADD: bv = fx_dv_load_f32(b, i, sb); y = __fadd_rn(x, bv); break;
+        case FX_GEW_SUB: bv = fx_dv_load_f32(b, i, sb); y = __fsub_rn(x, bv); break;
+        case FX_GEW_MUL: bv = fx_dv_load_f32(b, i, sb); y = __fmul_rn(x, bv); break;
+        case FX_GEW_SCALE: bv = s; y = __fmul_rn(x, s); break;
         case FX_GEW_RELU: y = (x > 0.0f || x != x) ? x : 0.0f; break;
         default: y = x; break; // COPY: the widened value, bits kept
         }
+        if (y != y && op != FX_GEW_RELU && op != FX_GEW_COPY) y = fx_x86_nan(x, bv);
         out[i] = y;
         if (st) fx_f32_stat1(y, &fmax, &nonfinite);
     }
