@@ -21,20 +21,6 @@
 #include "ops_internal.h"
 #include "../gpu/gpu.h"
 
-void *fx_scratch_alloc(fx_scratch *t, int64_t n, size_t sz)
-{
-    if (t->n >= FX_SCRATCH_MAX) return NULL;
-    void *p = fx_alloc_array(n, sz);
-    if (p) t->p[t->n++] = p;
-    return p;
-}
-
-void fx_scratch_free(fx_scratch *t)
-{
-    for (int i = 0; i < t->n; i++) free(t->p[i]);
-    t->n = 0;
-}
-
 /* A view of x expanded (stride 0) to `ndim`/`shape` by NumPy broadcasting rules; the caller
  * has already checked compatibility. */
 static tensor_t fx_broadcast_view(const tensor_t *x, int ndim, const int64_t *shape)

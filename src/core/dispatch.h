@@ -50,10 +50,13 @@ typedef struct fx_shared_src {
  * quantise the state is unchanged (the destination's elements may not be). */
 int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *func);
 
-/* Scratch allocations of one op call, freed together. */
+/* Scratch allocations of one op call, freed together (src/core/scratch.c). Large blocks go back
+ * to a small process-wide cache instead of the system, so that an op called again (every
+ * training step) reuses memory whose pages are already mapped. Contents are uninitialised. */
 #define FX_SCRATCH_MAX 32
 typedef struct fx_scratch {
     void *p[FX_SCRATCH_MAX];
+    size_t cap[FX_SCRATCH_MAX]; /* bytes usable at p[i] */
     int n;
 } fx_scratch;
 void *fx_scratch_alloc(fx_scratch *s, int64_t n, size_t sz); /* NULL on failure or when full */
