@@ -56,9 +56,8 @@ int fx_write_i64_max(tensor_t *out, const int64_t *vals, int exp, uint64_t imax,
     return fx_write(out, &st, func);
 }
 
-uint64_t fx_maxabs_i64(const int64_t *vals, int64_t n)
+uint64_t fx_maxabs_i64(const fx_backend *be, const int64_t *vals, int64_t n)
 {
-    const fx_backend *be = fx_backend_active();
     if (be->cvt.maxabs_i64) return be->cvt.maxabs_i64(vals, n);
     uint64_t m = 0;
     for (int64_t i = 0; i < n; i++) {

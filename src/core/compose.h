@@ -24,8 +24,9 @@ int fx_write_i64(tensor_t *out, const int64_t *vals, int exp, const char *func);
  * were in cache): the write path then skips its own pass for the exponent. */
 int fx_write_i64_max(tensor_t *out, const int64_t *vals, int exp, uint64_t imax,
                      const char *func);
-/* max |vals[i]| with the active backend's kernel (one thread; for producers on their chunks). */
-uint64_t fx_maxabs_i64(const int64_t *vals, int64_t n);
+/* max |vals[i]| with backend be's kernel, or the portable loop (one thread: for the write
+ * path's chunks and for producers on theirs). */
+uint64_t fx_maxabs_i64(const fx_backend *be, const int64_t *vals, int64_t n);
 
 /* out[M,N] = a[M,K] x b[K,N] with the active backend's matmul kernel: fp32 operands into
  * out_f32 (int_compute 0), or int16 operands into exact int64 out_i64 at *out_exp. Operands

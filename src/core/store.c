@@ -2,6 +2,7 @@
  * output) goes through fx_write, so exponent management, statistics and traces live in one
  * place and kernels only compute. */
 #include "dispatch.h"
+#include "compose.h"
 #include "../autoflex/trace.h"
 
 #include <math.h>
@@ -21,16 +22,7 @@ static uint64_t fx_stage_maxabs_i64(const fx_backend *be, const fx_stage *s)
 #endif
     for (int64_t c = 0; c < nchunks; c++) {
         const int64_t lo = c * chunk, len = s->n - lo < chunk ? s->n - lo : chunk;
-        const int64_t *v = s->i64 + lo;
-        uint64_t m = 0;
-        if (be->cvt.maxabs_i64) {
-            m = be->cvt.maxabs_i64(v, len);
-        } else {
-            for (int64_t i = 0; i < len; i++) {
-                const uint64_t a = v[i] < 0 ? (uint64_t)0 - (uint64_t)v[i] : (uint64_t)v[i];
-                m = a > m ? a : m;
-            }
-        }
+        const uint64_t m = fx_maxabs_i64(be, s->i64 + lo, len);
         mx = m > mx ? m : mx;
     }
     return mx;

@@ -303,7 +303,7 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
                                  fx_operand_2d(wo.data, ic, wo.exp, g.O, CKK, CKK, 1), ic, myy,
                                  plan.inner);
         chunk_max[ch] = 0;
-        if (status[ch] == FX_OK && ic) chunk_max[ch] = fx_maxabs_i64((const int64_t *)myy, Pc * g.O);
+        if (status[ch] == FX_OK && ic) chunk_max[ch] = fx_maxabs_i64(fx_backend_active(), (const int64_t *)myy, Pc * g.O);
         if (status[ch] == FX_OK) fx_chunk_scatter_t(myy, n0, nbc, g.O, P, ystage, ssz);
     }
     rc = conv_chunk_status(status, plan.nchunks, __func__);

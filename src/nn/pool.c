@@ -210,49 +210,34 @@ static inline int pool_f32_better(float v, float best)
     return v > best || (isnan(v) && !isnan(best));
 }
 
-static void maxpool_2x2_plane_f32(const float *x, const pool_geom *g, int64_t pl, float *out,
-                                  int32_t *idx)
-{
-    const int64_t W = g->W, base = pl * g->H * W;
-    for (int64_t oh = 0; oh < g->OH; oh++) {
-        const int64_t r0 = base + 2 * oh * W, o0 = (pl * g->OH + oh) * g->OW;
-        for (int64_t ow = 0; ow < g->OW; ow++) {
-            const int64_t at[4] = {r0 + 2 * ow, r0 + 2 * ow + 1, r0 + W + 2 * ow,
-                                   r0 + W + 2 * ow + 1};
-            int64_t best_at = at[0];
-            float best = x[at[0]];
-            for (int t = 1; t < 4; t++)
-                if (pool_f32_better(x[at[t]], best)) {
-                    best = x[at[t]];
-                    best_at = at[t];
-                }
-            out[o0 + ow] = best;
-            if (idx) idx[o0 + ow] = (int32_t)best_at;
-        }
-    }
-}
+static inline int pool_i16_better(int32_t v, int32_t best) { return v > best; }
 
-static void maxpool_2x2_plane_i16(const int16_t *x, const pool_geom *g, int64_t pl,
-                                  int64_t *out, int32_t *idx)
-{
-    const int64_t W = g->W, base = pl * g->H * W;
-    for (int64_t oh = 0; oh < g->OH; oh++) {
-        const int64_t r0 = base + 2 * oh * W, o0 = (pl * g->OH + oh) * g->OW;
-        for (int64_t ow = 0; ow < g->OW; ow++) {
-            const int64_t at[4] = {r0 + 2 * ow, r0 + 2 * ow + 1, r0 + W + 2 * ow,
-                                   r0 + W + 2 * ow + 1};
-            int64_t best_at = at[0];
-            int32_t best = x[at[0]];
-            for (int t = 1; t < 4; t++)
-                if (x[at[t]] > best) {
-                    best = x[at[t]];
-                    best_at = at[t];
-                }
-            out[o0 + ow] = best;
-            if (idx) idx[o0 + ow] = (int32_t)best_at;
-        }
+/* One (n, c) plane of 2x2 / stride-2 windows, visited in the general loop's order. T: input
+ * element, S: stage element, BETTER: the comparison of the general loop for that type. */
+#define FX_MAXPOOL_2X2_PLANE(NAME, T, S, BETTER)                                               \
+    static void NAME(const T *x, const pool_geom *g, int64_t pl, S *out, int32_t *idx)         \
+    {                                                                                          \
+        const int64_t W = g->W, base = pl * g->H * W;                                          \
+        for (int64_t oh = 0; oh < g->OH; oh++) {                                               \
+            const int64_t r0 = base + 2 * oh * W, o0 = (pl * g->OH + oh) * g->OW;              \
+            for (int64_t ow = 0; ow < g->OW; ow++) {                                           \
+                const int64_t at[4] = {r0 + 2 * ow, r0 + 2 * ow + 1, r0 + W + 2 * ow,          \
+                                       r0 + W + 2 * ow + 1};                                   \
+                int64_t best_at = at[0];                                                       \
+                T best = x[at[0]];                                                             \
+                for (int t = 1; t < 4; t++)                                                    \
+                    if (BETTER(x[at[t]], best)) {                                              \
+                        best = x[at[t]];                                                       \
+                        best_at = at[t];                                                       \
+                    }                                                                          \
+                out[o0 + ow] = best;                                                           \
+                if (idx) idx[o0 + ow] = (int32_t)best_at;                                      \
+            }                                                                                  \
+        }                                                                                      \
     }
-}
+FX_MAXPOOL_2X2_PLANE(maxpool_2x2_plane_f32, float, float, pool_f32_better)
+FX_MAXPOOL_2X2_PLANE(maxpool_2x2_plane_i16, int16_t, int64_t, pool_i16_better)
+#undef FX_MAXPOOL_2X2_PLANE
 
 int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, int kw, int sh,
                      int sw, int ph, int pw)
