@@ -39,21 +39,44 @@ int fx_read_i16(const tensor_t *t, int16_t **out, int *exp, fx_scratch *s, const
 
 int fx_write_f32(tensor_t *out, const float *vals, const char *func)
 {
-    fx_stage st = {FX_STAGE_F32, fx_numel_of(out->ndim, out->shape), vals, NULL, 0, 0, 0};
+    fx_stage st = {FX_STAGE_F32, fx_numel_of(out->ndim, out->shape), vals, NULL, 0, 0, 0, NULL};
     return fx_write(out, &st, func);
 }
 
 int fx_write_i64(tensor_t *out, const int64_t *vals, int exp, const char *func)
 {
-    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp, 0, 0};
+    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp, 0, 0, NULL};
     return fx_write(out, &st, func);
 }
 
 int fx_write_i64_max(tensor_t *out, const int64_t *vals, int exp, uint64_t imax,
                      const char *func)
 {
-    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp, 1, imax};
+    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp, 1, imax, NULL};
     return fx_write(out, &st, func);
+}
+
+int fx_write_i16(tensor_t *out, const int16_t *vals, int exp, const char *func)
+{
+    fx_stage st = {FX_STAGE_I16, fx_numel_of(out->ndim, out->shape), NULL, NULL, exp, 0, 0, vals};
+    return fx_write(out, &st, func);
+}
+
+int fx_write_i16_max(tensor_t *out, const int16_t *vals, int exp, uint64_t imax, const char *func)
+{
+    fx_stage st = {FX_STAGE_I16, fx_numel_of(out->ndim, out->shape), NULL, NULL, exp, 1, imax,
+                   vals};
+    return fx_write(out, &st, func);
+}
+
+uint64_t fx_maxabs_i16(const int16_t *vals, int64_t n)
+{
+    int32_t mx = 0; /* a plain loop: GCC vectorises it (vpabsw, vpmaxsw on widened lanes) */
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t a = vals[i] < 0 ? -(int32_t)vals[i] : vals[i];
+        mx = a > mx ? a : mx;
+    }
+    return (uint64_t)mx;
 }
 
 uint64_t fx_maxabs_i64(const fx_backend *be, const int64_t *vals, int64_t n)

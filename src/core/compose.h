@@ -24,6 +24,14 @@ int fx_write_i64(tensor_t *out, const int64_t *vals, int exp, const char *func);
  * were in cache): the write path then skips its own pass for the exponent. */
 int fx_write_i64_max(tensor_t *out, const int64_t *vals, int exp, uint64_t imax,
                      const char *func);
+/* Write all of out from int16 mantissas at exponent exp: for outputs that select or mask their
+ * input's mantissas (relu, max-pooling and their gradients), which need no int64 stage. The
+ * result is that of fx_write_i64 on the same values widened; _max as fx_write_i64_max. */
+int fx_write_i16(tensor_t *out, const int16_t *vals, int exp, const char *func);
+int fx_write_i16_max(tensor_t *out, const int16_t *vals, int exp, uint64_t imax,
+                     const char *func);
+/* max |vals[i]| (one thread). */
+uint64_t fx_maxabs_i16(const int16_t *vals, int64_t n);
 /* max |vals[i]| with backend be's kernel, or the portable loop (one thread: for the write
  * path's chunks and for producers on theirs). */
 uint64_t fx_maxabs_i64(const fx_backend *be, const int64_t *vals, int64_t n);

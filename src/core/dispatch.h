@@ -8,7 +8,10 @@
 #include <math.h>
 #include <string.h>
 
-enum { FX_STAGE_F32 = 0, FX_STAGE_I64 = 1 };
+/* Stage kinds: fp32 values; exact int64 values at an exponent; int16 mantissas at an exponent
+ * (FX_STAGE_I16: outputs that select or mask their input's mantissas, such as relu and max-
+ * pooling, whose values need no widening; 2 bytes per value instead of 8 through the write). */
+enum { FX_STAGE_F32 = 0, FX_STAGE_I64 = 1, FX_STAGE_I16 = 2 };
 
 /* A pending write: n values in row-major order of the destination's logical shape, either
  * fp32 values or exact int64 values at exponent `exp`. */
@@ -18,8 +21,9 @@ typedef struct fx_stage {
     const float *f32;
     const int64_t *i64;
     int exp;
-    int imax_known; /* int64 stages: imax = max |i64[i]|, computed by the producer */
+    int imax_known; /* integer stages: imax = max |value|, computed by the producer */
     uint64_t imax;
+    const int16_t *i16; /* FX_STAGE_I16 values (at exponent exp) */
 } fx_stage;
 
 /* The one write path (src/core/store.c): float outputs round once to their format; shared-
@@ -85,6 +89,10 @@ void fx_quantize_exact(const fx_backend *be, const float *src, int16_t *dst, int
 void fx_par_quant_f32(const fx_backend *be, const float *src, int16_t *dst, int64_t n, int e,
                       const fx_rounding *r, fx_qstats *st);
 void fx_par_quant_i64(const fx_backend *be, const int64_t *src, int16_t *dst, int64_t n,
+                      int shift, fx_qstats *st);
+/* fx_par_quant_i64 of int16 values (bit-identical to quantising them widened to int64): a copy
+ * when shift is 0, else blocks widened in L1 through the backend's quant_i64. */
+void fx_par_quant_i16(const fx_backend *be, const int16_t *src, int16_t *dst, int64_t n,
                       int shift, fx_qstats *st);
 void fx_par_maxabs_f32(const fx_backend *be, const float *src, int64_t n, float *maxabs,
                        int64_t *nonfinite);

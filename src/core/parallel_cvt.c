@@ -63,6 +63,60 @@ void fx_par_quant_i64(const fx_backend *be, const int64_t *src, int16_t *dst, in
     free(part);
 }
 
+/* One chunk of fx_par_quant_i16. */
+static void fx_quant_i16_chunk(const fx_backend *be, const int16_t *src, int16_t *dst, int64_t n,
+                               int shift, fx_qstats *st)
+{
+    if (shift == 0) {
+        /* The values are kept as they are unless one is -32768 (outside the symmetric range,
+         * so it saturates): check the range while copying. */
+        int32_t mx = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const int32_t a = src[i] < 0 ? -(int32_t)src[i] : src[i];
+            mx = a > mx ? a : mx;
+            if (dst) dst[i] = src[i];
+        }
+        if (mx <= FX_MANT_MAX) {
+            fx_qstats_init(st);
+            st->max_abs_in = (double)mx;
+            st->max_abs_out = mx;
+            return;
+        }
+    }
+    enum { BLOCK = 1024 }; /* 8 KiB of int64: stays in L1 */
+    int64_t wide[BLOCK];
+    fx_qstats_init(st);
+    for (int64_t lo = 0; lo < n; lo += BLOCK) {
+        const int64_t len = n - lo < BLOCK ? n - lo : BLOCK;
+        for (int64_t i = 0; i < len; i++) wide[i] = src[lo + i];
+        fx_qstats part;
+        be->cvt.quant_i64(wide, dst ? dst + lo : NULL, len, shift, &part);
+        fx_qstats_merge(st, &part);
+    }
+}
+
+void fx_par_quant_i16(const fx_backend *be, const int16_t *src, int16_t *dst, int64_t n,
+                      int shift, fx_qstats *st)
+{
+    int64_t nchunks = (n + FX_CHUNK - 1) / FX_CHUNK;
+    int nt = fx_threads_for(n);
+    fx_qstats *part = nt > 1 ? malloc((size_t)nchunks * sizeof *part) : NULL;
+    if (!part) {
+        fx_quant_i16_chunk(be, src, dst, n, shift, st);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (int64_t c = 0; c < nchunks; c++) {
+        int64_t lo = c * FX_CHUNK, len = n - lo < FX_CHUNK ? n - lo : FX_CHUNK;
+        fx_quant_i16_chunk(be, src + lo, dst ? dst + lo : NULL, len, shift, &part[c]);
+    }
+    fx_qstats_init(st);
+    for (int64_t c = 0; c < nchunks; c++) fx_qstats_merge(st, &part[c]);
+    free(part);
+}
+
 void fx_par_maxabs_f32(const fx_backend *be, const float *src, int64_t n, float *maxabs,
                        int64_t *nonfinite)
 {

@@ -40,7 +40,12 @@ static void fx_stage_maxabs(const fx_backend *be, const fx_stage *s, double *tru
         *true_max = m;
         return;
     }
-    *imax = s->imax_known ? s->imax : fx_stage_maxabs_i64(be, s);
+    if (s->imax_known)
+        *imax = s->imax;
+    else if (s->kind == FX_STAGE_I16)
+        *imax = fx_maxabs_i16(s->i16, s->n);
+    else
+        *imax = fx_stage_maxabs_i64(be, s);
     *true_max = ldexp((double)*imax, s->exp);
     *nonfinite = 0;
 }
@@ -51,6 +56,8 @@ static void fx_stage_quantize(const fx_backend *be, const fx_stage *s, int e,
 {
     if (s->kind == FX_STAGE_F32) {
         fx_par_quant_f32(be, s->f32, dst, s->n, e, r, st);
+    } else if (s->kind == FX_STAGE_I16) {
+        fx_par_quant_i16(be, s->i16, dst, s->n, e - s->exp, st);
     } else {
         /* e - exp can exceed int range only for absurd exponents; both are within +-2^16 */
         fx_par_quant_i64(be, s->i64, dst, s->n, e - s->exp, st);
@@ -177,7 +184,7 @@ static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
     fx_host_quant_ctx qc = {be, s, direct ? direct : tmp};
     fx_shared_src src;
     memset(&src, 0, sizeof src);
-    src.kind = s->kind;
+    src.kind = s->kind == FX_STAGE_F32 ? FX_STAGE_F32 : FX_STAGE_I64; /* integers at exp */
     src.exp = s->exp;
     fx_stage_maxabs(be, s, &src.true_max, &src.nonfinite, &src.imax);
     src.ctx = &qc;
@@ -265,6 +272,18 @@ int fx_write(tensor_t *out, const fx_stage *s, const char *func)
                           "this op is not implemented on the device", func);
     if (rc) return rc;
     if (fmt_is_shared_exponent(out->fmt)) return fx_write_shared(out, s, func);
+    if (s->kind == FX_STAGE_I16) { /* a float output: through the int64 conversion */
+        int64_t *wide = fx_alloc_array(s->n, sizeof *wide);
+        if (!wide) return fx_error(FX_ENOMEM, func, "cannot allocate %lld int64 values",
+                                   (long long)s->n);
+        for (int64_t i = 0; i < s->n; i++) wide[i] = s->i16[i];
+        fx_stage w = *s;
+        w.kind = FX_STAGE_I64;
+        w.i64 = wide;
+        rc = fx_write_float(out, &w, func);
+        free(wide);
+        return rc;
+    }
     return fx_write_float(out, s, func);
 }
 
@@ -275,7 +294,7 @@ int tensor_from_f32(tensor_t *t, const float *src)
                           "write a host tensor and copy it (tensor_copy_to_device, "
                           "flexpoint_gpu.h)", __func__);
     if (rc) return rc;
-    fx_stage s = {FX_STAGE_F32, fx_numel_of(t->ndim, t->shape), src, NULL, 0, 0, 0};
+    fx_stage s = {FX_STAGE_F32, fx_numel_of(t->ndim, t->shape), src, NULL, 0, 0, 0, NULL};
     return fx_write(t, &s, __func__);
 }
 

@@ -69,9 +69,10 @@ int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
     if (fx_is_int_compute(dy)) {
         const int16_t *g;
         int e;
-        int64_t *v = fx_scratch_alloc(&s, n, sizeof *v);
+        /* masked mantissas: an int16 stage (fx_write_i16), no widening */
+        int16_t *v = fx_scratch_alloc(&s, n, sizeof *v);
         if (!v) {
-            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld int64 values", (long long)n);
+            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld int16 values", (long long)n);
             goto done;
         }
         if ((rc = nn_in_i16(dy, &g, &e, &s, __func__))) goto done;
@@ -79,7 +80,7 @@ int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
         for (int64_t i = 0; i < n; i++) v[i] = keep[i] ? g[i] : 0;
-        rc = fx_write_i64(dx, v, e, __func__);
+        rc = fx_write_i16(dx, v, e, __func__);
     } else {
         const float *g;
         const tensor_t *ins[2] = {dy, x};

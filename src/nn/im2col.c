@@ -101,25 +101,26 @@ void fx_conv_unpad(const fx_conv_geom *g, const void *xpv, int64_t n0, int64_t n
 
 /* ---- im2col (channel-major) -----------------------------------------------------------------
  * Row r of col is, per sample and output row, one run of OW taps (stride sw) of one padded
- * input row. Threads split the rows r. */
+ * input row. Threads split the rows r. Geometry in locals, as in im2row below. */
 #define FX_IM2COL_BODY(T, SUF)                                                                 \
-    const int64_t KK = g->KH * g->KW, CKK = g->C * KK, P = g->OH * g->OW, ld = nb * P;        \
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, OW = g->OW;                    \
+    const int64_t C = g->C, KH = g->KH, KW = g->KW, OH = g->OH, OW = g->OW;                   \
+    const int64_t KK = KH * KW, CKK = C * KK, P = OH * OW, ld = nb * P;                       \
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;                                \
+    const int64_t sw = g->sw, rowstep = g->sh * Wp, dh = g->dh, dw = g->dw;                    \
     const int64_t blocked = fx_last_blocked(OW, P); /* within one (r, n) block */             \
     const int nt = fx_im2col_threads(nthreads, CKK * ld, CKK);                                 \
     (void)nt;                                                                                  \
     FX_PARALLEL_FOR_NT                                                                         \
     for (int64_t r = 0; r < CKK; r++) {                                                        \
-        const int64_t c = r / KK, kh = (r % KK) / g->KW, kw = r % g->KW;                       \
+        const int64_t c = r / KK, kh = (r % KK) / KW, kw = r % KW;                             \
         for (int64_t n = 0; n < nb; n++) {                                                     \
-            const T *src = xp + ((n * g->C + c) * Hp + kh * g->dh) * Wp + kw * g->dw;          \
+            const T *s = xp + ((n * C + c) * Hp + kh * dh) * Wp + kw * dw;                     \
             T *dst = col + r * ld + n * P;                                                     \
-            for (int64_t oh = 0; oh < g->OH; oh++) {                                           \
-                const T *s = src + oh * g->sh * Wp;                                            \
-                if (g->sw == 1 && oh * OW <= blocked)                                          \
+            for (int64_t oh = 0; oh < OH; oh++, s += rowstep) {                                \
+                if (sw == 1 && oh * OW <= blocked)                                             \
                     fx_copy_blocks_##SUF(dst + oh * OW, s, OW);                                \
                 else                                                                           \
-                    fx_copy_##SUF(dst + oh * OW, s, OW, g->sw);                                \
+                    fx_copy_##SUF(dst + oh * OW, s, OW, sw);                                   \
             }                                                                                  \
         }                                                                                      \
     }
@@ -138,29 +139,41 @@ FX_SHORT_RUNS void fx_im2col_f32(const fx_conv_geom *g, const float *xp, int64_t
 
 /* ---- im2row (pixel-major) -------------------------------------------------------------------
  * Each pixel's row is C*KH runs of KW taps (stride dw). Threads split the (sample, output row)
- * pairs. */
+ * pairs. The geometry is read into locals first: the run copies store through char-typed
+ * memcpy, which may alias *g, so fields read inside the loops would be reloaded per run. */
 #define FX_IM2ROW_BODY(T, SUF)                                                                 \
-    const int64_t KK = g->KH * g->KW, CKK = g->C * KK, P = g->OH * g->OW;                     \
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, KW = g->KW;                    \
+    const int64_t C = g->C, KH = g->KH, KW = g->KW, OH = g->OH, OW = g->OW;                   \
+    const int64_t sh = g->sh, sw = g->sw, dw = g->dw;                                          \
+    const int64_t CKK = C * KH * KW, P = OH * OW;                                              \
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;                                \
+    const int64_t plane = Hp * Wp, khstep = g->dh * Wp;                                        \
     const int64_t blocked = fx_last_blocked(KW, CKK); /* within one pixel's row */            \
-    const int nt = fx_im2col_threads(nthreads, nb * P * CKK, nb * g->OH);                      \
+    const int nt = fx_im2col_threads(nthreads, nb * P * CKK, nb * OH);                         \
     (void)nt;                                                                                  \
     FX_PARALLEL_FOR_NT                                                                         \
-    for (int64_t nh = 0; nh < nb * g->OH; nh++) {                                              \
-        const int64_t n = nh / g->OH, oh = nh % g->OH;                                         \
-        const T *rows = xp + (n * g->C * Hp + oh * g->sh) * Wp;                                \
-        T *d = colT + (n * P + oh * g->OW) * CKK;                                              \
-        for (int64_t ow = 0; ow < g->OW; ow++, d += CKK) {                                     \
-            const T *s = rows + ow * g->sw;                                                    \
+    for (int64_t nh = 0; nh < nb * OH; nh++) {                                                 \
+        const int64_t n = nh / OH, oh = nh % OH;                                               \
+        const T *rows = xp + (n * C * Hp + oh * sh) * Wp;                                      \
+        T *d = colT + (n * P + oh * OW) * CKK;                                                 \
+        for (int64_t ow = 0; ow < OW; ow++, d += CKK) {                                        \
+            const T *s = rows + ow * sw;                                                       \
             int64_t at = 0; /* offset of the run in the pixel's row */                         \
-            for (int64_t c = 0; c < g->C; c++)                                                 \
-                for (int64_t kh = 0; kh < g->KH; kh++, at += KW) {                             \
-                    const T *sr = s + (c * Hp + kh * g->dh) * Wp;                              \
-                    if (g->dw == 1 && at <= blocked)                                           \
-                        fx_copy_blocks_##SUF(d + at, sr, KW);                                  \
-                    else                                                                       \
-                        fx_copy_##SUF(d + at, sr, KW, g->dw);                                  \
+            if (dw == 1) {                                                                     \
+                const T *sc = s;                                                               \
+                for (int64_t c = 0; c < C; c++, sc += plane) {                                 \
+                    const T *sr = sc;                                                          \
+                    for (int64_t kh = 0; kh < KH; kh++, at += KW, sr += khstep) {              \
+                        if (at <= blocked)                                                     \
+                            fx_copy_blocks_##SUF(d + at, sr, KW);                              \
+                        else                                                                   \
+                            fx_copy_##SUF(d + at, sr, KW, 1);                                  \
+                    }                                                                          \
                 }                                                                              \
+            } else {                                                                           \
+                for (int64_t c = 0; c < C; c++)                                                \
+                    for (int64_t kh = 0; kh < KH; kh++, at += KW)                              \
+                        fx_copy_##SUF(d + at, s + c * plane + kh * khstep, KW, dw);            \
+            }                                                                                  \
         }                                                                                      \
     }
 
@@ -176,28 +189,38 @@ FX_SHORT_RUNS void fx_im2row_f32(const fx_conv_geom *g, const float *xp, int64_t
     FX_IM2ROW_BODY(float, f32)
 }
 
+/* d[i] += s[i]: restrict-qualified, so that the compiler vectorises it without aliasing checks. */
+static inline void fx_add_run_i64(int64_t *restrict d, const int64_t *restrict s, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) d[i] += s[i];
+}
+static inline void fx_add_run_f32(float *restrict d, const float *restrict s, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) d[i] += s[i];
+}
+
 /* ---- col2im -----------------------------------------------------------------------------------
  * The mirror image of im2col's runs, adding into the padded chunk instead of copying. Threads
  * own channels, so no two threads touch one element, and each element's terms arrive in
  * increasing (kh, kw) order: the same sums for any thread count. */
-#define FX_COL2IM_BODY(T)                                                                      \
-    const int64_t KK = g->KH * g->KW, P = g->OH * g->OW, ld = nb * P;                         \
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, OW = g->OW, sw = g->sw;        \
-    const int nt = fx_im2col_threads(nthreads, g->C * KK * ld, g->C);                          \
+#define FX_COL2IM_BODY(T, SUF)                                                                 \
+    const int64_t C = g->C, KH = g->KH, KW = g->KW, OH = g->OH, OW = g->OW;                   \
+    const int64_t KK = KH * KW, P = OH * OW, ld = nb * P;                                     \
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, sw = g->sw;                    \
+    const int64_t rowstep = g->sh * Wp, dh = g->dh, dw = g->dw;                                \
+    const int nt = fx_im2col_threads(nthreads, C * KK * ld, C);                                \
     (void)nt;                                                                                  \
     FX_PARALLEL_FOR_NT                                                                         \
-    for (int64_t c = 0; c < g->C; c++)                                                         \
-        for (int64_t kh = 0; kh < g->KH; kh++)                                                 \
-            for (int64_t kw = 0; kw < g->KW; kw++) {                                           \
-                const T *src = col + ((c * g->KH + kh) * g->KW + kw) * ld;                     \
+    for (int64_t c = 0; c < C; c++)                                                            \
+        for (int64_t kh = 0; kh < KH; kh++)                                                    \
+            for (int64_t kw = 0; kw < KW; kw++) {                                              \
+                const T *src = col + ((c * KH + kh) * KW + kw) * ld;                           \
                 for (int64_t n = 0; n < nb; n++) {                                             \
-                    T *dst = dxp + ((n * g->C + c) * Hp + kh * g->dh) * Wp + kw * g->dw;       \
-                    const T *s = src + n * P;                                                  \
-                    for (int64_t oh = 0; oh < g->OH; oh++) {                                   \
-                        T *restrict d = dst + oh * g->sh * Wp;                                 \
-                        const T *restrict so = s + oh * OW;                                    \
+                    T *d = dxp + ((n * C + c) * Hp + kh * dh) * Wp + kw * dw;                  \
+                    const T *so = src + n * P;                                                 \
+                    for (int64_t oh = 0; oh < OH; oh++, d += rowstep, so += OW) {              \
                         if (sw == 1)                                                           \
-                            for (int64_t ow = 0; ow < OW; ow++) d[ow] += so[ow];               \
+                            fx_add_run_##SUF(d, so, OW);                                        \
                         else                                                                   \
                             for (int64_t ow = 0; ow < OW; ow++) d[ow * sw] += so[ow];          \
                     }                                                                          \
@@ -207,13 +230,13 @@ FX_SHORT_RUNS void fx_im2row_f32(const fx_conv_geom *g, const float *xp, int64_t
 void fx_col2im_i64(const fx_conv_geom *g, const int64_t *col, int64_t nb, int64_t *dxp,
                    int nthreads)
 {
-    FX_COL2IM_BODY(int64_t)
+    FX_COL2IM_BODY(int64_t, i64)
 }
 
 void fx_col2im_f32(const fx_conv_geom *g, const float *col, int64_t nb, float *dxp,
                    int nthreads)
 {
-    FX_COL2IM_BODY(float)
+    FX_COL2IM_BODY(float, f32)
 }
 
 /* ---- NCHW <-> chunk orders ------------------------------------------------------------------ */

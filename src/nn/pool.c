@@ -236,7 +236,7 @@ static inline int pool_i16_better(int32_t v, int32_t best) { return v > best; }
         }                                                                                      \
     }
 FX_MAXPOOL_2X2_PLANE(maxpool_2x2_plane_f32, float, float, pool_f32_better)
-FX_MAXPOOL_2X2_PLANE(maxpool_2x2_plane_i16, int16_t, int64_t, pool_i16_better)
+FX_MAXPOOL_2X2_PLANE(maxpool_2x2_plane_i16, int16_t, int16_t, pool_i16_better)
 #undef FX_MAXPOOL_2X2_PLANE
 
 int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, int kw, int sh,
@@ -253,7 +253,8 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
     fx_scratch s = {.n = 0};
     fx_operand xo;
     rc = pool_operand(x, ic, &xo, &s, __func__);
-    void *stage = pool_alloc(&s, ny, ic ? sizeof(int64_t) : sizeof(float), &rc, __func__);
+    /* integer path: the outputs are input mantissas, staged as int16 (fx_write_i16) */
+    void *stage = pool_alloc(&s, ny, ic ? sizeof(int16_t) : sizeof(float), &rc, __func__);
     int32_t *idx = argmax ? pool_alloc(&s, ny, sizeof(int32_t), &rc, __func__) : NULL;
     if (rc) {
         fx_scratch_free(&s);
@@ -266,7 +267,7 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
     for (int64_t pl = 0; pl < planes; pl++) {
         if (fast2x2) {
             if (ic)
-                maxpool_2x2_plane_i16((const int16_t *)xo.data, &g, pl, (int64_t *)stage, idx);
+                maxpool_2x2_plane_i16((const int16_t *)xo.data, &g, pl, (int16_t *)stage, idx);
             else
                 maxpool_2x2_plane_f32((const float *)xo.data, &g, pl, (float *)stage, idx);
             continue;
@@ -287,7 +288,7 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
                                 best_at = at;
                             }
                         }
-                    ((int64_t *)stage)[o] = best;
+                    ((int16_t *)stage)[o] = (int16_t)best;
                 } else {
                     const float *xp = (const float *)xo.data;
                     float best = xp[best_at];
@@ -305,7 +306,7 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
                 if (idx) idx[o] = (int32_t)best_at;
             }
     }
-    rc = pool_write(y, stage, ic, xo.exp, __func__);
+    rc = ic ? fx_write_i16(y, stage, xo.exp, __func__) : fx_write_f32(y, stage, __func__);
     if (rc == FX_OK && argmax) memcpy(argmax, idx, (size_t)ny * sizeof *idx);
     fx_scratch_free(&s);
     return rc;
@@ -340,10 +341,38 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
                                fx_shape_str(dx, b1, sizeof b1));
     }
     const int ic = fx_is_int_compute(dy);
-    const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
     fx_scratch s = {.n = 0};
     fx_operand dyo;
     rc = pool_operand(dy, ic, &dyo, &s, __func__);
+    if (rc == FX_OK && ic) {
+        /* Where no two nonzero gradients meet at one input (windows that do not overlap), the
+         * sums are single values and fit int16: an int16 stage, a quarter of int64's traffic.
+         * A meeting (overlapping windows) is detected, and then the int64 sums are made. */
+        int16_t *st16 = pool_alloc(&s, nx, sizeof(int16_t), &rc, __func__);
+        if (rc) {
+            fx_scratch_free(&s);
+            return rc;
+        }
+        memset(st16, 0, (size_t)nx * sizeof *st16);
+        const int16_t *d = (const int16_t *)dyo.data;
+        int met = 0;
+        const int nt16 = pool_threads(nx + ny, planes);
+        (void)nt16;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt16) if (nt16 > 1) reduction(| : met)
+#endif
+        for (int64_t pl = 0; pl < planes; pl++)
+            for (int64_t i = pl * P; i < (pl + 1) * P; i++) {
+                met |= (st16[argmax[i]] != 0) & (d[i] != 0);
+                st16[argmax[i]] = (int16_t)(st16[argmax[i]] | d[i]); /* exact when not met */
+            }
+        if (!met) {
+            rc = fx_write_i16(dx, st16, dyo.exp, __func__);
+            fx_scratch_free(&s);
+            return rc;
+        }
+    }
+    const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
     void *stage = pool_alloc(&s, nx, ssz, &rc, __func__);
     if (rc) {
         fx_scratch_free(&s);
