@@ -69,6 +69,24 @@ int fx_write_i16_max(tensor_t *out, const int16_t *vals, int exp, uint64_t imax,
     return fx_write(out, &st, func);
 }
 
+int fx_write_half_bits(tensor_t *out, const uint16_t *bits, const char *func)
+{
+    int rc = fx_need_host(out, "the output", FX_EUNSUPPORTED,
+                          "this op is not implemented on the device", func);
+    if (rc) return rc;
+    if (out->fmt != FMT_FP16 && out->fmt != FMT_BF16)
+        return fx_error(FX_EFORMAT, func, "internal: 16-bit patterns written into a %s tensor",
+                        fmt_name(out->fmt));
+    if (!fx_tensor_is_contiguous(out)) {
+        fx_strided_copy(out, (void *)bits, 1);
+        return FX_OK;
+    }
+    void *base = fx_tensor_base(out);
+    if (base != (const void *)bits)
+        memmove(base, bits, (size_t)fx_numel_of(out->ndim, out->shape) * sizeof *bits);
+    return FX_OK;
+}
+
 uint64_t fx_maxabs_i16(const int16_t *vals, int64_t n)
 {
     int32_t mx = 0; /* a plain loop: GCC vectorises it (vpabsw, vpmaxsw on widened lanes) */

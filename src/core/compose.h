@@ -30,6 +30,10 @@ int fx_write_i64_max(tensor_t *out, const int64_t *vals, int exp, uint64_t imax,
 int fx_write_i16(tensor_t *out, const int16_t *vals, int exp, const char *func);
 int fx_write_i16_max(tensor_t *out, const int16_t *vals, int exp, uint64_t imax,
                      const char *func);
+/* Write all of out (FP16 or BF16) from patterns of its own format, as they are: for outputs
+ * that select their input's values, made with src/core/half_bits.h so that they equal the
+ * fp32 route's (a float write rounds a widened 16-bit value back to itself, NaN aside). */
+int fx_write_half_bits(tensor_t *out, const uint16_t *bits, const char *func);
 /* max |vals[i]| (one thread). */
 uint64_t fx_maxabs_i16(const int16_t *vals, int64_t n);
 /* max |vals[i]| with backend be's kernel, or the portable loop (one thread: for the write

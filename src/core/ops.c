@@ -3,6 +3,7 @@
  * kernel per compute format, a reference and a case in the tests. */
 #include "ops_internal.h"
 #include "compose.h"
+#include "half_bits.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -126,11 +127,43 @@ static int fx_relu_int16(tensor_t *out, const tensor_t *a, const char *func)
     return rc;
 }
 
+/* relu of an fp16/bf16 tensor into one of the same format, on bit patterns (half_bits.h):
+ * the fp32 route (widen, x > 0 ? x : +0 with NaN kept, round back) gives these same bits. */
+static int fx_relu_half(tensor_t *out, const tensor_t *a, const char *func)
+{
+    fx_scratch s = {.n = 0};
+    fx_operand o;
+    int rc = fx_operand_make(a, 0, a->fmt, 0, 0, NULL, &o, &s, func);
+    const int64_t n = fx_numel_of(a->ndim, a->shape);
+    uint16_t *v = rc ? NULL : fx_scratch_alloc(&s, n, sizeof *v);
+    if (!rc && !v) rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld 16-bit values", (long long)n);
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    const uint16_t *h = o.data;
+    const fmt_t f = a->fmt;
+    const int nt = n >= ((int64_t)1 << 16) ? flexpoint_num_threads() : 1;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t i = 0; i < n; i++)
+        v[i] = fx_half_positive(f, h[i]) ? h[i]
+                                         : (fx_half_isnan(f, h[i]) ? fx_half_canonical(f, h[i]) : 0);
+    rc = fx_write_half_bits(out, v, func);
+    fx_scratch_free(&s);
+    return rc;
+}
+
 int tensor_relu(tensor_t *out, const tensor_t *a)
 {
-    if (out && a && fmt_is_shared_exponent(a->fmt) && !a->st->on_device && !out->st->on_device &&
-        fx_same_shape_check(__func__, out, a) == FX_OK)
-        return fx_relu_int16(out, a, __func__);
+    if (out && a && !a->st->on_device && !out->st->on_device &&
+        fx_same_shape_check(__func__, out, a) == FX_OK) {
+        if (fmt_is_shared_exponent(a->fmt)) return fx_relu_int16(out, a, __func__);
+        if ((a->fmt == FMT_FP16 || a->fmt == FMT_BF16) && out->fmt == a->fmt)
+            return fx_relu_half(out, a, __func__);
+    }
     return fx_unary(FX_OP_RELU, __func__, out, a, 0);
 }
 

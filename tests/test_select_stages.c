@@ -1,18 +1,23 @@
-/* The int16 stage of the write path (fx_write_i16, fx_par_quant_i16): relu, max-pooling and
- * their gradients stage their outputs as int16 mantissas instead of widening them to int64.
- * The claim is that nothing observable changes, so everything is compared with the int64
- * route on the same values:
+/* Selection ops (relu, max-pooling and their gradients) keep their outputs in 16 bits:
+ * shared-exponent formats stage int16 mantissas instead of int64 values (fx_write_i16,
+ * fx_par_quant_i16), and fp16/bf16 into the same format work on bit patterns instead of an fp32
+ * copy (src/core/half_bits.h, fx_write_half_bits). The claim is that nothing observable
+ * changes, so everything is compared with the wide route on the same values:
  *   - fx_par_quant_i16 against the backend's quant_i64 on the widened values, exhaustively:
  *     every int16 value (-32768 included, which saturates) at every shift from -20 to 70,
  *     on every available backend, mantissas and all statistics;
  *   - fx_write_i16 against fx_write_i64 into tensors of every format, over sequences of
  *     writes (Autoflex history, DFP16 exact exponents, float outputs), bits, exponent and
- *     every statistic. */
+ *     every statistic;
+ *   - relu, relu_backward, 2x2 max-pool and its gradient on fp16/bf16, on every one of the 65536
+ *     bit patterns (NaNs, infinities, signed zeros, subnormals), against the same op written
+ *     into an fp32 tensor and then rounded to the format: bits and argmax indices. */
 #include "testutil.h"
 
 #include "core/backend.h"
 #include "core/compose.h"
 #include "core/dispatch.h"
+#include "flexpoint_nn.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +156,119 @@ static void test_write_pair(fmt_t f, const char *fname)
     free(rb);
 }
 
+/* ---- fp16/bf16 on bit patterns ---------------------------------------------------------------- */
+
+/* The fp32 route's bits: the fp32 result rounded into a tensor of format f. */
+static void round_like(fmt_t f, const tensor_t *wide, uint16_t *bits, int64_t n)
+{
+    float *v = malloc((size_t)n * sizeof *v);
+    tensor_t *t = tensor_new(f, wide->ndim, wide->shape);
+    CHECK_STATUS(tensor_to_f32(wide, v), FX_OK);
+    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
+    CHECK_STATUS(tensor_get_raw(t, bits), FX_OK);
+    tensor_free(t);
+    free(v);
+}
+
+static int64_t count_diff(const uint16_t *a, const uint16_t *b, int64_t n, int64_t *first)
+{
+    int64_t d = 0;
+    *first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (a[i] != b[i]) {
+            if (*first < 0) *first = i;
+            d++;
+        }
+    return d;
+}
+
+static void test_half_patterns(fmt_t f, const char *fname)
+{
+    const int64_t n = NVALS, shape4[4] = {4, 4, 64, 64}, pshape[4] = {4, 4, 32, 32};
+    const int64_t np = 4 * 4 * 32 * 32;
+    uint16_t *pat = malloc((size_t)n * sizeof *pat), *pat2 = malloc((size_t)n * sizeof *pat2);
+    uint16_t *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+    test_rng r;
+    test_rng_seed(&r, 23);
+    for (int64_t i = 0; i < n; i++) pat[i] = pat2[i] = (uint16_t)i;
+    for (int64_t i = n - 1; i > 0; i--) { /* pat2: a shuffled copy, for the second operand */
+        int64_t j = (int64_t)(test_rng_u64(&r) % (uint64_t)(i + 1));
+        uint16_t t = pat2[i];
+        pat2[i] = pat2[j];
+        pat2[j] = t;
+    }
+    tensor_t *x = tensor_new(f, 4, shape4), *x2 = tensor_new(f, 4, shape4);
+    tensor_t *y = tensor_new(f, 4, shape4), *y32 = tensor_new(FMT_FP32, 4, shape4);
+    CHECK_STATUS(tensor_set_raw(x, pat), FX_OK);
+    CHECK_STATUS(tensor_set_raw(x2, pat2), FX_OK);
+    int64_t first, d;
+
+    /* relu */
+    CHECK_STATUS(tensor_relu(y, x), FX_OK);
+    CHECK_STATUS(tensor_relu(y32, x), FX_OK);
+    CHECK_STATUS(tensor_get_raw(y, got), FX_OK);
+    round_like(f, y32, want, n);
+    d = count_diff(got, want, n, &first);
+    CHECK(d == 0, "%s relu: %lld patterns differ, first 0x%04x -> 0x%04x, want 0x%04x", fname,
+          (long long)d, first >= 0 ? pat[first] : 0, first >= 0 ? got[first] : 0,
+          first >= 0 ? want[first] : 0);
+
+    /* relu_backward: dy every pattern, x (the mask) every pattern in another order */
+    CHECK_STATUS(tensor_relu_backward(y, x, x2), FX_OK);
+    CHECK_STATUS(tensor_relu_backward(y32, x, x2), FX_OK);
+    CHECK_STATUS(tensor_get_raw(y, got), FX_OK);
+    round_like(f, y32, want, n);
+    d = count_diff(got, want, n, &first);
+    CHECK(d == 0, "%s relu_backward: %lld patterns differ (first at %lld)", fname, (long long)d,
+          (long long)first);
+
+    /* 2x2 max-pool: windows over shuffled patterns (NaN against numbers, -0 against +0) */
+    tensor_t *p = tensor_new(f, 4, pshape), *p32 = tensor_new(FMT_FP32, 4, pshape);
+    int32_t *ia = malloc((size_t)np * sizeof *ia), *ib = malloc((size_t)np * sizeof *ib);
+    CHECK_STATUS(tensor_maxpool2d(p, ia, x2, 2, 2, 2, 2, 0, 0), FX_OK);
+    CHECK_STATUS(tensor_maxpool2d(p32, ib, x2, 2, 2, 2, 2, 0, 0), FX_OK);
+    CHECK(memcmp(ia, ib, (size_t)np * sizeof *ia) == 0, "%s maxpool: argmax differs", fname);
+    CHECK_STATUS(tensor_get_raw(p, got), FX_OK);
+    round_like(f, p32, want, np);
+    d = count_diff(got, want, np, &first);
+    CHECK(d == 0, "%s maxpool: %lld outputs differ (first at %lld)", fname, (long long)d,
+          (long long)first);
+
+    /* its gradient: dy = a quarter of the patterns, each sent to one input (no meetings) */
+    tensor_t *dy = tensor_new(f, 4, pshape);
+    CHECK_STATUS(tensor_set_raw(dy, pat2 + 3 * np), FX_OK);
+    CHECK_STATUS(tensor_maxpool2d_backward(y, dy, ia), FX_OK);
+    CHECK_STATUS(tensor_maxpool2d_backward(y32, dy, ia), FX_OK);
+    CHECK_STATUS(tensor_get_raw(y, got), FX_OK);
+    round_like(f, y32, want, n);
+    d = count_diff(got, want, n, &first);
+    CHECK(d == 0, "%s maxpool_backward: %lld inputs differ (first at %lld)", fname, (long long)d,
+          (long long)first);
+    /* indices that send two gradients to one input: the summing route, same as fp32 */
+    for (int64_t i = 0; i < np; i += 2) ia[i + 1] = ia[i]; /* i, i + 1: one plane (1024 each) */
+    CHECK_STATUS(tensor_maxpool2d_backward(y, dy, ia), FX_OK);
+    CHECK_STATUS(tensor_maxpool2d_backward(y32, dy, ia), FX_OK);
+    CHECK_STATUS(tensor_get_raw(y, got), FX_OK);
+    round_like(f, y32, want, n);
+    d = count_diff(got, want, n, &first);
+    CHECK(d == 0, "%s maxpool_backward (meeting gradients): %lld inputs differ", fname,
+          (long long)d);
+
+    tensor_free(x);
+    tensor_free(x2);
+    tensor_free(y);
+    tensor_free(y32);
+    tensor_free(p);
+    tensor_free(p32);
+    tensor_free(dy);
+    free(ia);
+    free(ib);
+    free(pat);
+    free(pat2);
+    free(got);
+    free(want);
+}
+
 int main(void)
 {
     test_quant_exhaustive();
@@ -160,6 +278,8 @@ int main(void)
         if (!flexpoint_backend_available(b)) continue;
         CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(b)), FX_OK);
         for (int i = 0; i < 5; i++) test_write_pair(fmts[i], names[i]);
+        test_half_patterns(FMT_FP16, "fp16");
+        test_half_patterns(FMT_BF16, "bf16");
     }
-    return test_finish("test_stage_i16");
+    return test_finish("test_select_stages");
 }
