@@ -98,6 +98,10 @@ typedef struct fx_cvt_table {
     /* largest |v| of int64 values, as uint64 (|INT64_MIN| = 2^63 included); NULL: the portable
      * loop of fx_par_maxabs_i64 */
     uint64_t (*maxabs_i64)(const int64_t *src, int64_t n);
+    /* dst[j*rows + i] = src[i*cols + j] for 32-bit / 64-bit elements (bits moved unchanged;
+     * the buffers do not overlap); NULL: the portable tiled loop (src/nn/im2col.c) */
+    void (*transpose32)(const void *src, void *dst, int64_t rows, int64_t cols);
+    void (*transpose64)(const void *src, void *dst, int64_t rows, int64_t cols);
 } fx_cvt_table;
 
 typedef struct fx_cpu_features {
@@ -132,6 +136,7 @@ void fx_register_bf16_avx512(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_flex_scalar(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_flex_avx2(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_flex_avx512(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_layout_avx512(fx_backend *b, const fx_cpu_features *cpu);
 
 /* Scalar reference conversions (the definitions; src/fp16, src/bf16). */
 uint16_t fx_f32_to_fp16(float x);

@@ -1,6 +1,7 @@
 /* Layout transforms for convolution as GEMM; see im2col.h. Copies only: no arithmetic on the
  * values except the adds of col2im, which are done in the caller's accumulator type. */
 #include "im2col.h"
+#include "../core/backend.h"
 
 #include <string.h>
 
@@ -270,6 +271,15 @@ void fx_chunk_gather(const void *nchw, int64_t n0, int64_t nb, int64_t O, int64_
 
 static void fx_transpose(void *dst, const void *src, int64_t rows, int64_t cols, size_t esz)
 {
+    const fx_backend *be = fx_backend_active();
+    if (esz == 4 && be->cvt.transpose32) {
+        be->cvt.transpose32(src, dst, rows, cols);
+        return;
+    }
+    if (esz == 8 && be->cvt.transpose64) {
+        be->cvt.transpose64(src, dst, rows, cols);
+        return;
+    }
     if (esz == 2)
         FX_TRANSPOSE_LOOP(uint16_t);
     else if (esz == 4)

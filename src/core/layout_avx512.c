@@ -1,0 +1,86 @@
+/* AVX-512 matrix transposes for the layout changes around convolution GEMMs
+ * (fx_chunk_scatter_t: a chunk's pixel-major GEMM output to NCHW). Shuffles move bits
+ * unchanged, so the results equal the portable loops' for any data; only the speed differs
+ * (the portable loops move one element per load/store pair). */
+#include "backend.h"
+#include "transpose_avx512.h"
+
+#include <immintrin.h>
+
+/* 8 x 8 transpose of 64-bit elements: r[i] row i in, column i out. Interleave row pairs,
+ * then two rounds of 128-bit lane gathers. */
+static inline void fx_transpose8x8_epi64(__m512i r[8])
+{
+    __m512i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm512_unpacklo_epi64(r[2 * i], r[2 * i + 1]);     /* cols 0,2,4,6 */
+        t[2 * i + 1] = _mm512_unpackhi_epi64(r[2 * i], r[2 * i + 1]); /* cols 1,3,5,7 */
+    }
+    for (int h = 0; h < 2; h++) { /* rows 0-3 (h = 0) and 4-7 (h = 1) */
+        const __m512i *tt = t + 4 * h;
+        u[4 * h + 0] = _mm512_shuffle_i64x2(tt[0], tt[2], 0x88); /* cols 0, 4 */
+        u[4 * h + 1] = _mm512_shuffle_i64x2(tt[0], tt[2], 0xDD); /* cols 2, 6 */
+        u[4 * h + 2] = _mm512_shuffle_i64x2(tt[1], tt[3], 0x88); /* cols 1, 5 */
+        u[4 * h + 3] = _mm512_shuffle_i64x2(tt[1], tt[3], 0xDD); /* cols 3, 7 */
+    }
+    r[0] = _mm512_shuffle_i64x2(u[0], u[4], 0x88);
+    r[4] = _mm512_shuffle_i64x2(u[0], u[4], 0xDD);
+    r[2] = _mm512_shuffle_i64x2(u[1], u[5], 0x88);
+    r[6] = _mm512_shuffle_i64x2(u[1], u[5], 0xDD);
+    r[1] = _mm512_shuffle_i64x2(u[2], u[6], 0x88);
+    r[5] = _mm512_shuffle_i64x2(u[2], u[6], 0xDD);
+    r[3] = _mm512_shuffle_i64x2(u[3], u[7], 0x88);
+    r[7] = _mm512_shuffle_i64x2(u[3], u[7], 0xDD);
+}
+
+/* dst[j*rows + i] = src[i*cols + j], 64-bit elements, in 8 x 8 register tiles (masked at the
+ * edges: nothing outside the two matrices is read or written). */
+static void fx_transpose64_avx512(const void *srcv, void *dstv, int64_t rows, int64_t cols)
+{
+    const int64_t *src = srcv;
+    int64_t *dst = dstv;
+    for (int64_t i0 = 0; i0 < rows; i0 += 8) {
+        const int nr = rows - i0 < 8 ? (int)(rows - i0) : 8;
+        const __mmask8 rmask = (__mmask8)((1u << nr) - 1);
+        for (int64_t j0 = 0; j0 < cols; j0 += 8) {
+            const int nc = cols - j0 < 8 ? (int)(cols - j0) : 8;
+            const __mmask8 cmask = (__mmask8)((1u << nc) - 1);
+            __m512i r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = i < nr ? _mm512_maskz_loadu_epi64(cmask, src + (i0 + i) * cols + j0)
+                              : _mm512_setzero_si512();
+            fx_transpose8x8_epi64(r);
+            for (int j = 0; j < nc; j++)
+                _mm512_mask_storeu_epi64(dst + (j0 + j) * rows + i0, rmask, r[j]);
+        }
+    }
+}
+
+/* The same for 32-bit elements, in 16 x 16 tiles. */
+static void fx_transpose32_avx512(const void *srcv, void *dstv, int64_t rows, int64_t cols)
+{
+    const float *src = srcv; /* bits only: shuffles never interpret them */
+    float *dst = dstv;
+    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+        const int nr = rows - i0 < 16 ? (int)(rows - i0) : 16;
+        const __mmask16 rmask = (__mmask16)((1u << nr) - 1);
+        for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+            const int nc = cols - j0 < 16 ? (int)(cols - j0) : 16;
+            const __mmask16 cmask = (__mmask16)((1u << nc) - 1);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = i < nr ? _mm512_maskz_loadu_ps(cmask, src + (i0 + i) * cols + j0)
+                              : _mm512_setzero_ps();
+            fx_transpose16x16_ps(r);
+            for (int j = 0; j < nc; j++)
+                _mm512_mask_storeu_ps(dst + (j0 + j) * rows + i0, rmask, r[j]);
+        }
+    }
+}
+
+void fx_register_layout_avx512(fx_backend *b, const fx_cpu_features *cpu)
+{
+    (void)cpu;
+    b->cvt.transpose32 = fx_transpose32_avx512;
+    b->cvt.transpose64 = fx_transpose64_avx512;
+}
