@@ -69,6 +69,16 @@ int fx_write_i16_max(tensor_t *out, const int16_t *vals, int exp, uint64_t imax,
     return fx_write(out, &st, func);
 }
 
+uint16_t *fx_half_direct(tensor_t *out, const tensor_t *const *in, int n)
+{
+    if ((out->fmt != FMT_FP16 && out->fmt != FMT_BF16) || out->st->on_device ||
+        !fx_tensor_is_contiguous(out))
+        return NULL;
+    for (int i = 0; i < n; i++)
+        if (in[i] && in[i]->st == out->st) return NULL;
+    return (uint16_t *)fx_tensor_base(out);
+}
+
 int fx_write_half_bits(tensor_t *out, const uint16_t *bits, const char *func)
 {
     int rc = fx_need_host(out, "the output", FX_EUNSUPPORTED,

@@ -34,6 +34,10 @@ int fx_write_i16_max(tensor_t *out, const int16_t *vals, int exp, uint64_t imax,
  * that select their input's values, made with src/core/half_bits.h so that they equal the
  * fp32 route's (a float write rounds a widened 16-bit value back to itself, NaN aside). */
 int fx_write_half_bits(tensor_t *out, const uint16_t *bits, const char *func);
+/* out's own elements when an op may build its 16-bit patterns there directly (out FP16/BF16,
+ * on the host, contiguous, sharing storage with none of the n inputs), else NULL. Passing that
+ * buffer to fx_write_half_bits then copies nothing. */
+uint16_t *fx_half_direct(tensor_t *out, const tensor_t *const *in, int n);
 /* max |vals[i]| (one thread). */
 uint64_t fx_maxabs_i16(const int16_t *vals, int64_t n);
 /* max |vals[i]| with backend be's kernel, or the portable loop (one thread: for the write

@@ -135,22 +135,26 @@ static int fx_relu_half(tensor_t *out, const tensor_t *a, const char *func)
     fx_operand o;
     int rc = fx_operand_make(a, 0, a->fmt, 0, 0, NULL, &o, &s, func);
     const int64_t n = fx_numel_of(a->ndim, a->shape);
-    uint16_t *v = rc ? NULL : fx_scratch_alloc(&s, n, sizeof *v);
+    const tensor_t *ins[1] = {a};
+    uint16_t *v = rc ? NULL : fx_half_direct(out, ins, 1);
+    if (!rc && !v) v = fx_scratch_alloc(&s, n, sizeof *v);
     if (!rc && !v) rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld 16-bit values", (long long)n);
     if (rc) {
         fx_scratch_free(&s);
         return rc;
     }
     const uint16_t *h = o.data;
-    const fmt_t f = a->fmt;
+    const uint16_t inf = fx_half_inf(a->fmt), qnan = fx_half_qnan(a->fmt);
     const int nt = n >= ((int64_t)1 << 16) ? flexpoint_num_threads() : 1;
     (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
-    for (int64_t i = 0; i < n; i++)
-        v[i] = fx_half_positive(f, h[i]) ? h[i]
-                                         : (fx_half_isnan(f, h[i]) ? fx_half_canonical(f, h[i]) : 0);
+    for (int64_t i = 0; i < n; i++) { /* kept: x > 0 or NaN (sign clear and nonzero, or NaN) */
+        const uint16_t mag = (uint16_t)(h[i] & 0x7FFFu);
+        const uint16_t keep = (uint16_t)-(uint16_t)((h[i] != 0 && h[i] <= inf) | (mag > inf));
+        v[i] = (uint16_t)(fx_half_canonical_c(h[i], inf, qnan) & keep);
+    }
     rc = fx_write_half_bits(out, v, func);
     fx_scratch_free(&s);
     return rc;
