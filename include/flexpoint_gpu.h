@@ -20,9 +20,28 @@
  * - Functions that hand element data to the host (tensor_to_f32, tensor_from_f32,
  *   tensor_get_raw, tensor_set_raw, tensor_data, checkpoint save/load) fail on a device tensor
  *   with FX_EINVAL and a message; tensor_set_exp / tensor_set_exp_window fail with
- *   FX_EUNSUPPORTED when they would have to rescale the mantissas (a changed exponent). Ops of
- *   flexpoint_nn.h are not implemented on the device yet: they fail with FX_EUNSUPPORTED and a
- *   message that names the op and the device.
+ *   FX_EUNSUPPORTED when they would have to rescale the mantissas (a changed exponent).
+ * - The training ops of flexpoint_nn.h other than convolution (pooling and their gradients,
+ *   tensor_relu_backward, tensor_softmax_cross_entropy, tensor_batchnorm(+_backward),
+ *   tensor_dropout(+_backward), tensor_mean, fx_sgd_step, fx_adam_step,
+ *   fx_loss_scaler_unscale) run on the device when all their tensors live on one device, with
+ *   the CPU's semantics: FLEX16_5/DFP16 bit-identical (mantissas, exponent, statistics); the
+ *   float formats repeat the CPU's per-element IEEE operations, so they are bit-identical too,
+ *   except tensor_mean's fp32 sums (tensor_sum's order) and softmax cross-entropy (the device's
+ *   exp/log, within a few fp32 ulps). Their raw pointer arguments follow one rule:
+ *     * buffers with one entry per tensor element live in DEVICE memory of the tensors' device:
+ *       the argmax of tensor_maxpool2d(+_backward), master / momentum_buf of fx_sgd_step,
+ *       master / m / v of fx_adam_step, out[i] of fx_loss_scaler_unscale. Allocate them with
+ *       flexpoint_gpu_malloc (zero-filled, as the optimisers need at start) and move their
+ *       contents with flexpoint_gpu_memcpy_to_device / _to_host (e.g. to fill a master copy
+ *       from tensor_to_f32 of a host tensor, or to checkpoint it);
+ *     * small per-row, per-channel and scalar arrays stay in HOST memory: the labels and *loss
+ *       of tensor_softmax_cross_entropy, running_mean / running_var / save_mean / save_invstd
+ *       of batch norm, *found_inf of the loss scaler.
+ *   A pointer in the wrong place (host memory where device memory is needed, memory of another
+ *   device, device memory where host memory is needed) fails with FX_EINVAL naming the
+ *   argument, checked before any work; managed memory is accepted in both places. Sizes cannot
+ *   be checked: as on the host, the caller provides the documented number of elements.
  * - Status codes: FX_EDEVICE when the library was built without CUDA, when no CUDA device is
  *   present at run time, or when a CUDA/cuBLAS call fails (the message carries the CUDA error
  *   text). Nothing here aborts or crashes without a device; cuBLAS is initialised lazily, on
@@ -91,6 +110,26 @@ FX_API tensor_t *tensor_to_host(const tensor_t *t);
  *  undefined. */
 FX_API int tensor_copy_to_device(tensor_t *dst, const tensor_t *src);
 FX_API int tensor_copy_to_host(tensor_t *dst, const tensor_t *src);
+
+/* --- device memory for the raw buffers of flexpoint_nn.h ops (see the rule above) ---------- */
+
+/** Allocate `bytes` (> 0) of zero-filled memory on the CUDA device in use by this thread.
+ *  *p receives the device pointer, or NULL on failure. The caller owns the memory and releases
+ *  it with flexpoint_gpu_free. FX_EINVAL: p is NULL or bytes is 0; FX_EDEVICE: no CUDA, no
+ *  device, or the device is out of memory (message set). */
+FX_API int flexpoint_gpu_malloc(void **p, size_t bytes);
+
+/** Release memory from flexpoint_gpu_malloc (on whichever device it lives; the caller's
+ *  current device is kept). NULL is a no-op (FX_OK). FX_EINVAL for a pointer that is not
+ *  device memory (nothing is released); FX_EDEVICE without CUDA. */
+FX_API int flexpoint_gpu_free(void *p);
+
+/** Copy `bytes` from host memory src to device memory dst / from device memory src to host
+ *  memory dst. bytes == 0 does nothing (FX_OK). FX_EINVAL for NULL pointers with bytes > 0 or
+ *  pointers in the wrong places (named in the message); FX_EDEVICE without CUDA or when the
+ *  copy fails. Synchronous: the data is in place when the call returns. */
+FX_API int flexpoint_gpu_memcpy_to_device(void *dst, const void *src, size_t bytes);
+FX_API int flexpoint_gpu_memcpy_to_host(void *dst, const void *src, size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include "../core/ops_internal.h"
 #include "gpu.h"
 #include "gpu_internal.h"
+#include "gpu_nn.h"
 
 #include <math.h>
 #include <string.h>
@@ -358,5 +359,46 @@ int fx_gpu_dispatch(const fx_op_request *rq)
     if (!rc) rc = fx_gr_sync(func);
     fx_gs_free(&s);
     fx_gpu_leave(device, prev);
+    return rc;
+}
+
+/* ---- operand preparation for the other ops of the backend (declared in gpu_kernels.h) ------ */
+
+int fx_gpu_quantize_exact_owned(fx_dview *v, void **owned, const char *func)
+{
+    *owned = NULL;
+    fx_gpu_scratch s = {.n = 0};
+    int rc = FX_OK;
+    fx_gpu_stats *ds = fx_gs_alloc(&s, sizeof *ds, &rc, func);
+    if (!rc) rc = fx_gr_memset0(ds, sizeof *ds, func);
+    if (!rc) rc = fx_gpu_quantize_exact(v, ds, &s, func);
+    /* keep the int16 copy that v now views; the other temporaries go */
+    for (int i = 0; i < s.n && !rc; i++)
+        if (s.p[i] == v->base) {
+            *owned = s.p[i];
+            s.p[i] = NULL;
+        }
+    fx_gs_free(&s); /* fx_gr_free(NULL) does nothing */
+    return rc;
+}
+
+/* ---- the write path for composite ops (src/gpu/gpu_nn.c; declared in gpu_nn.h) ------------ */
+
+/* One write of a device stage (fp32 values, or exact int64 values at exponent exp) into out,
+ * through the same fx_gpu_write as the simple ops. stats: device memory holding the stage's
+ * statistics, reduced by the kernel that produced it; read only when out has a shared
+ * exponent (it may be NULL otherwise). */
+int fx_gpu_write_stage(tensor_t *out, int kind, int64_t n, float *f32, int64_t *i64, int exp,
+                       const fx_dstage_stats *stats, const char *func)
+{
+    fx_gpu_scratch s = {.n = 0};
+    int rc = FX_OK;
+    fx_gpu_stats *ds = fx_gs_alloc(&s, sizeof *ds, &rc, func);
+    if (!rc) rc = fx_gr_memset0(ds, sizeof *ds, func);
+    if (!rc && stats && fmt_is_shared_exponent(out->fmt))
+        rc = fx_gr_memcpy(&ds->stage, stats, sizeof ds->stage, FX_GR_D2D, func);
+    fx_gpu_stage sg = {kind, n, f32, i64, exp};
+    if (!rc) rc = fx_gpu_write(out, &sg, ds, func);
+    fx_gs_free(&s);
     return rc;
 }

@@ -139,6 +139,13 @@ int fx_gk_store_float(const float *f32, const int64_t *i64, int exp, int64_t n,
 /* Raw copy of the n elements of v (2 or 4 bytes each, row-major order) into contiguous dst. */
 int fx_gk_gather(const fx_dview *v, int64_t n, void *dst, const char *func);
 
+/* ---- operand preparation (gpu_dispatch.c), for the C files of the backend -----------------
+ * A float view used as an operand of an integer op, quantised at its exact exponent (as the
+ * host's fx_quantize_exact and the elementwise ops and matmul on the device): *v becomes a
+ * contiguous DFP16 view of new device memory *owned, which the caller releases with
+ * fx_gr_free. Uses the current device. */
+int fx_gpu_quantize_exact_owned(fx_dview *v, void **owned, const char *func);
+
 #ifdef __cplusplus
 }
 #endif

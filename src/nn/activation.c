@@ -1,15 +1,37 @@
 /* ReLU backward: dx = dy where x > 0, else 0 (PyTorch's threshold_backward: x == 0 gives 0).
  *
  * The op is a selection, so no value is ever computed, only kept or dropped:
- *   - dy FLEX16_5/DFP16 (integer compute): dy's int16 mantissas are kept as exact int64
- *     values at dy's exponent and written once; the write is exact whenever dx's exponent is
- *     not coarser than dy's (always for a DFP16 dx, which picks the exact exponent).
+ *   - dy FLEX16_5/DFP16 (integer compute): dy's int16 mantissas are kept as they are (an
+ *     int16 stage at dy's exponent, fx_write_i16) and written once; the write is exact
+ *     whenever dx's exponent is not coarser than dy's (always for a DFP16 dx, which picks the
+ *     exact exponent).
  *   - dy fp32/fp16/bf16: dy is widened exactly to fp32, the kept values are written once (an
  *     exact copy when dx has dy's format). A NaN in dy is kept where x > 0, as in PyTorch.
  * x may have any format; only its sign is used (a NaN x counts as "not > 0"), read from its
  * stored values without conversion.
  */
 #include "nn_stage.h"
+#include "../gpu/gpu_nn.h"
+#include "../core/half_bits.h"
+
+/* The mask loops, one per source type, over [lo, hi). Plain functions with restrict pointers:
+ * inside an OpenMP region the shared pointers are read through the region's data block, which
+ * the uint8 stores may alias, so the loop would reload them per element and not vectorise. */
+static void nn_mask_i16(const int16_t *restrict m, uint8_t *restrict keep, int64_t lo, int64_t hi)
+{
+    for (int64_t i = lo; i < hi; i++) keep[i] = m[i] > 0;
+}
+static void nn_mask_f32(const float *restrict v, uint8_t *restrict keep, int64_t lo, int64_t hi)
+{
+    for (int64_t i = lo; i < hi; i++) keep[i] = v[i] > 0.0f;
+}
+static void nn_mask_half(const uint16_t *restrict h, uint16_t inf, uint8_t *restrict keep,
+                         int64_t lo, int64_t hi)
+{
+    for (int64_t i = lo; i < hi; i++) keep[i] = h[i] != 0 && h[i] <= inf;
+}
+
+#define NN_MASK_BLOCK ((int64_t)1 << 14)
 
 /* keep[i] = 1 where x[i] > 0, read from x's own values without widening: int16 mantissas,
  * fp32 values, or fp16/bf16 bit patterns (positive: sign clear, nonzero, at most +Inf, which
@@ -19,30 +41,38 @@ static int nn_positive_mask(const tensor_t *x, uint8_t *keep, int64_t n, int nt,
 {
     int rc;
     (void)nt;
+    const void *src;
+    int kind; /* 0 int16, 1 fp32, 2 16-bit patterns */
     if (fmt_is_shared_exponent(x->fmt)) {
         const int16_t *m;
         int e;
         if ((rc = nn_in_i16(x, &m, &e, s, func))) return rc;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-        for (int64_t i = 0; i < n; i++) keep[i] = m[i] > 0;
+        src = m;
+        kind = 0;
     } else if (x->fmt == FMT_FP32) {
         const float *v;
         if ((rc = nn_in_f32(x, &v, s, func))) return rc;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-        for (int64_t i = 0; i < n; i++) keep[i] = v[i] > 0.0f;
+        src = v;
+        kind = 1;
     } else {
         fx_operand o; /* contiguous 16-bit patterns, not converted */
         if ((rc = fx_operand_make(x, 0, x->fmt, 0, 0, NULL, &o, s, func))) return rc;
-        const uint16_t *h = o.data;
-        const uint16_t inf = x->fmt == FMT_FP16 ? 0x7c00 : 0x7f80;
+        src = o.data;
+        kind = 2;
+    }
+    const uint16_t inf = x->fmt == FMT_FP16 ? 0x7c00 : 0x7f80;
+    const int64_t nblocks = (n + NN_MASK_BLOCK - 1) / NN_MASK_BLOCK;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
-        for (int64_t i = 0; i < n; i++) keep[i] = h[i] != 0 && h[i] <= inf;
+    for (int64_t b = 0; b < nblocks; b++) {
+        const int64_t lo = b * NN_MASK_BLOCK, hi = lo + NN_MASK_BLOCK < n ? lo + NN_MASK_BLOCK : n;
+        if (kind == 0)
+            nn_mask_i16(src, keep, lo, hi);
+        else if (kind == 1)
+            nn_mask_f32(src, keep, lo, hi);
+        else
+            nn_mask_half(src, inf, keep, lo, hi);
     }
     return FX_OK;
 }
@@ -54,6 +84,11 @@ int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
     int rc = nn_same_shape(__func__, "dy", dy, "x", x);
     if (!rc) rc = nn_same_shape(__func__, "dx", dx, "dy", dy);
     if (rc) return rc;
+    const tensor_t *ts[3] = {dx, dy, x};
+    static const char *const names[3] = {"dx", "dy", "x"};
+    int device = -1;
+    if ((rc = fx_nn_placement(__func__, 3, ts, names, &device))) return rc;
+    if (device >= 0) return fx_gnn_relu_backward(dx, dy, x, __func__);
 
     const int64_t n = fx_numel_of(dy->ndim, dy->shape);
     const int nt = nn_threads_for(n);
@@ -76,11 +111,35 @@ int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
             goto done;
         }
         if ((rc = nn_in_i16(dy, &g, &e, &s, __func__))) goto done;
+        int32_t mx = 0; /* the stage maximum, so that the write makes no pass for it */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(max : mx)
+#endif
+        for (int64_t i = 0; i < n; i++) {
+            v[i] = (int16_t)(g[i] & -(int16_t)keep[i]); /* no branch */
+            const int32_t a = v[i] < 0 ? -(int32_t)v[i] : v[i];
+            mx = a > mx ? a : mx;
+        }
+        rc = fx_write_i16_max(dx, v, e, (uint64_t)mx, __func__);
+    } else if ((dy->fmt == FMT_FP16 || dy->fmt == FMT_BF16) && dx->fmt == dy->fmt) {
+        /* 16-bit patterns kept or zeroed as they are (half_bits.h: the fp32 route's bits) */
+        fx_operand o;
+        if ((rc = fx_operand_make(dy, 0, dy->fmt, 0, 0, NULL, &o, &s, __func__))) goto done;
+        const tensor_t *ins[2] = {dy, x};
+        uint16_t *v = fx_half_direct(dx, ins, 2);
+        if (!v) v = fx_scratch_alloc(&s, n, sizeof *v);
+        if (!v) {
+            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld 16-bit values", (long long)n);
+            goto done;
+        }
+        const uint16_t *g = o.data;
+        const uint16_t inf = fx_half_inf(dy->fmt), qnan = fx_half_qnan(dy->fmt);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
-        for (int64_t i = 0; i < n; i++) v[i] = keep[i] ? g[i] : 0;
-        rc = fx_write_i16(dx, v, e, __func__);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (uint16_t)(fx_half_canonical_c(g[i], inf, qnan) & (uint16_t)-(uint16_t)keep[i]);
+        rc = fx_write_half_bits(dx, v, __func__);
     } else {
         const float *g;
         const tensor_t *ins[2] = {dy, x};

@@ -23,14 +23,14 @@
  * fixed order, so the results do not depend on the thread count or the backend.
  */
 #include "nn_stage.h"
+#include "../gpu/gpu_nn.h"
 
 #include <math.h>
 #include <string.h>
 
-/* Geometry: element (n, c, s) is at (n * C + c) * S + s. */
-typedef struct nn_bn_dims {
-    int64_t N, C, S, M; /* M = N * S values per channel */
-} nn_bn_dims;
+/* Geometry: element (n, c, s) is at (n * C + c) * S + s; M = N * S values per channel
+ * (shared with the device implementation, src/gpu/gpu_nn.h). */
+typedef fx_bn_dims nn_bn_dims;
 
 static int nn_bn_dims_of(const tensor_t *x, nn_bn_dims *d, const char *func)
 {
@@ -160,6 +160,13 @@ int tensor_batchnorm(tensor_t *y, const tensor_t *x, const tensor_t *gamma,
     int rc = nn_bn_validate(y, x, gamma, beta, running_mean, running_var, momentum, eps,
                             training, &d, __func__);
     if (rc) return rc;
+    const tensor_t *ts[4] = {y, x, gamma, beta};
+    static const char *const names[4] = {"y", "x", "gamma", "beta"};
+    int device = -1;
+    if ((rc = fx_nn_placement(__func__, 4, ts, names, &device))) return rc;
+    if (device >= 0) /* the per-channel float arrays stay host memory */
+        return fx_gnn_batchnorm(y, x, gamma, beta, running_mean, running_var, save_mean,
+                                save_invstd, momentum, eps, training, &d, __func__);
 
     const int64_t C = d.C, S = d.S;
     fx_scratch sc = {.n = 0};
@@ -245,6 +252,13 @@ int tensor_batchnorm_backward(tensor_t *dx, tensor_t *dgamma, tensor_t *dbeta,
     if (!rc && dbeta) rc = nn_bn_per_channel(func, "dbeta", dbeta, d.C);
     if (!rc) rc = nn_bn_need_batch(func, &d, x);
     if (rc) return rc;
+    const tensor_t *ts[6] = {dx, dgamma, dbeta, dy, x, gamma};
+    static const char *const names[6] = {"dx", "dgamma", "dbeta", "dy", "x", "gamma"};
+    int device = -1;
+    if ((rc = fx_nn_placement(func, 6, ts, names, &device))) return rc;
+    if (device >= 0)
+        return fx_gnn_batchnorm_backward(dx, dgamma, dbeta, dy, x, gamma, save_mean,
+                                         save_invstd, &d, func);
 
     const int64_t C = d.C, S = d.S;
     const double M = (double)d.M;

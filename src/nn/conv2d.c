@@ -31,10 +31,16 @@
  * gamma_{O + KH KW} sum|terms| (a GEMM chain of O terms, then at most KH KW col entries added);
  * grad weight gamma_{N OH OW} sum|terms| (GEMM chains, then chunk and group sums). The integer
  * path has no error before the one rounding of the write.
+ *
+ * Device tensors. When all three tensors live on one CUDA device, each op validates as below
+ * and then runs on that device (src/gpu/gpu_conv.c: the same scheme with device kernels, the
+ * same semantics; integer results bit-identical). Tensors in different places: FX_EINVAL.
  */
 #include "im2col.h"
 #include "../core/compose.h"
+#include "../gpu/gpu_conv.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #ifdef _OPENMP
@@ -138,6 +144,27 @@ static int conv_geometry(const char *func, const conv_names *nm, const tensor_t 
                         "(%lld x %lld x %lld) of one sample is too large", (long long)CKK,
                         (long long)(g->OH * g->OW), (long long)g->C, (long long)Hp,
                         (long long)Wp);
+    return FX_OK;
+}
+
+/* Where the op runs: *on_device = 0 when x, w and y all live on the host, 1 when all live on
+ * one CUDA device; otherwise FX_EINVAL naming the operands and where they live. */
+static int conv_placement(const char *func, const conv_names *nm, const tensor_t *x,
+                          const tensor_t *w, const tensor_t *y, int *on_device)
+{
+    const tensor_t *t[3] = {x, w, y};
+    const char *n[3] = {nm->x, nm->w, nm->y};
+    for (int i = 1; i < 3; i++) {
+        const fx_storage *a = t[0]->st, *b = t[i]->st;
+        if (a->on_device == b->on_device && (!a->on_device || a->device == b->device)) continue;
+        char wa[32], wb[32];
+        snprintf(wa, sizeof wa, a->on_device ? "CUDA device %d" : "the host", a->device);
+        snprintf(wb, sizeof wb, b->on_device ? "CUDA device %d" : "the host", b->device);
+        return fx_error(FX_EINVAL, func, "%s lives on %s but %s lives on %s; all tensors of an "
+                        "op must live in one place (move them with tensor_to_device / "
+                        "tensor_to_host, flexpoint_gpu.h)", n[0], wa, n[i], wb);
+    }
+    *on_device = x->st->on_device;
     return FX_OK;
 }
 
@@ -263,10 +290,13 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     static const conv_names nm = {"x", "w", "y"};
     fx_conv_geom g;
     int rc = conv_geometry(__func__, &nm, x, w, y, sh, sw, ph, pw, dh, dw, &g);
+    int on_device = 0;
+    if (!rc) rc = conv_placement(__func__, &nm, x, w, y, &on_device);
     if (rc) return rc;
     const int ic = fx_is_int_compute(x);
     rc = conv_int_limit(__func__, ic, g.C * g.KH * g.KW, "each output");
     if (rc) return rc;
+    if (on_device) return fx_gpu_conv2d(FX_GCONV_FORWARD, y, x, w, &g, __func__);
     const conv_plan plan = conv_plan_make(&g, 0);
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
     const int64_t col_n = CKK * plan.nb * P, ych_n = g.O * plan.nb * P;
@@ -326,10 +356,13 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
     static const conv_names nm = {"dx", "w", "dy"};
     fx_conv_geom g;
     int rc = conv_geometry(__func__, &nm, dx, w, dy, sh, sw, ph, pw, dh, dw, &g);
+    int on_device = 0;
+    if (!rc) rc = conv_placement(__func__, &nm, dx, w, dy, &on_device);
     if (rc) return rc;
     const int ic = fx_is_int_compute(dy);
     rc = conv_int_limit(__func__, ic, g.O * g.KH * g.KW, "each input gradient");
     if (rc) return rc;
+    if (on_device) return fx_gpu_conv2d(FX_GCONV_BACKWARD_INPUT, dx, dy, w, &g, __func__);
     const conv_plan plan = conv_plan_make(&g, 0);
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, CHW = g.C * g.H * g.W;
     const int64_t col_n = CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
@@ -398,10 +431,13 @@ int tensor_conv2d_backward_weight(tensor_t *dw_out, const tensor_t *x, const ten
     static const conv_names nm = {"x", "dw", "dy"};
     fx_conv_geom g;
     int rc = conv_geometry(__func__, &nm, x, dw_out, dy, sh, sw, ph, pw, dh, dw, &g);
+    int on_device = 0;
+    if (!rc) rc = conv_placement(__func__, &nm, x, dw_out, dy, &on_device);
     if (rc) return rc;
     const int ic = fx_is_int_compute(x);
     rc = conv_int_limit(__func__, ic, g.N * g.OH * g.OW, "each weight gradient");
     if (rc) return rc;
+    if (on_device) return fx_gpu_conv2d(FX_GCONV_BACKWARD_WEIGHT, dw_out, x, dy, &g, __func__);
     const conv_plan plan = conv_plan_make(&g, 1);
     const int64_t groups = plan.nchunks < FX_CONV_WGRAD_GROUPS ? plan.nchunks
                                                                 : FX_CONV_WGRAD_GROUPS;

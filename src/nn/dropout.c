@@ -19,6 +19,7 @@
  * Backward: dx = dy * mask / (1 - p) with the same mask: the same computation applied to dy.
  */
 #include "nn_stage.h"
+#include "../gpu/gpu_nn.h"
 
 #include <math.h>
 
@@ -45,6 +46,16 @@ static int nn_dropout(const char *func, const char *yname, tensor_t *y, const ch
     const int64_t n = fx_numel_of(x->ndim, x->shape);
     const double factor = 1.0 / (1.0 - p);
     const uint64_t thr = nn_drop_threshold(p);
+    /* factor = f * 2^k2, f in [0.5, 1): mantissa round(f * 2^30) <= 2^30, so each integer
+     * product |m * ms| <= 2^45 is exact */
+    int k2;
+    const double f = frexp(factor, &k2);
+    const int64_t ms = (int64_t)nearbyint(f * 1073741824.0);
+    const tensor_t *ts[2] = {y, x};
+    const char *names[2] = {yname, xname};
+    int device = -1;
+    if ((rc = fx_nn_placement(func, 2, ts, names, &device))) return rc;
+    if (device >= 0) return fx_gnn_dropout(y, x, thr, factor, ms, k2, seed, step, func);
     const int nt = nn_threads_for(n);
     (void)nt;
     fx_scratch sc = {.n = 0};
@@ -57,11 +68,6 @@ static int nn_dropout(const char *func, const char *yname, tensor_t *y, const ch
             goto done;
         }
         if ((rc = nn_in_i16(x, &m, &e, &sc, func))) goto done;
-        /* factor = f * 2^k2, f in [0.5, 1): mantissa round(f * 2^30) <= 2^30, so each
-         * product |m * ms| <= 2^45 is exact */
-        int k2;
-        const double f = frexp(factor, &k2);
-        const int64_t ms = (int64_t)nearbyint(f * 1073741824.0);
         const int64_t mul[2] = {ms, 0}; /* [dropped] */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)

@@ -23,6 +23,7 @@
  */
 #include "flexpoint_nn.h"
 #include "../core/dispatch.h"
+#include "../gpu/gpu_nn.h"
 
 #include <float.h>
 #include <math.h>
@@ -94,14 +95,22 @@ int fx_loss_scaler_unscale(const fx_loss_scaler *s, const tensor_t *const *grads
         if (!grads[i]) return FX_FAIL(FX_EINVAL, "grads[%d] is NULL", i);
         if (!out[i] && fx_numel_of(grads[i]->ndim, grads[i]->shape) > 0)
             return FX_FAIL(FX_EINVAL, "out[%d] is NULL", i);
-        rc = fx_need_host(grads[i], "a gradient", FX_EUNSUPPORTED,
-                          "the loss scaler is not implemented on the device", func);
-        if (rc) return rc;
+    }
+    /* all gradients in one place: the host, or one device (then out[i] are device memory,
+     * include/flexpoint_gpu.h) */
+    int device = -1;
+    for (int i = 1; i < n; i++) {
+        const tensor_t *ts[2] = {grads[0], grads[i]};
+        char name[32];
+        snprintf(name, sizeof name, "grads[%d]", i);
+        const char *names[2] = {"grads[0]", name};
+        if ((rc = fx_nn_placement(func, 2, ts, names, &device))) return rc;
     }
 
-    const fx_backend *be = fx_backend_active();
     /* torch: inv_scale = scale.double().reciprocal().float() */
     const float inv = s->enabled ? (float)(1.0 / s->scale) : 1.0f;
+    if (n > 0 && fx_on_device(grads[0])) return fx_gnn_unscale(inv, grads, n, out, found_inf, func);
+    const fx_backend *be = fx_backend_active();
     int bad = 0;
     for (int i = 0; i < n; i++) {
         const tensor_t *g = grads[i];

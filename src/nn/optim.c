@@ -29,6 +29,7 @@
 #include "flexpoint_nn.h"
 #include "../core/compose.h"
 #include "stochastic_round.h"
+#include "../gpu/gpu_nn.h"
 
 #include <math.h>
 #include <string.h>
@@ -60,6 +61,16 @@ static int fx_optim_check(const char *func, const tensor_t *w, const tensor_t *g
     if (!rc) rc = fx_need_finite(func, "weight_decay", weight_decay, 1);
     if (!rc) rc = fx_need_finite(func, "grad_scale", grad_scale, 0);
     return rc;
+}
+
+/* Placement of an optimiser step's tensors: *device -1 (host) or the CUDA device of both;
+ * FX_EINVAL naming them otherwise. On a device, the float buffers are device memory
+ * (include/flexpoint_gpu.h), checked by the device implementation. */
+static int fx_optim_where(const char *func, const tensor_t *w, const tensor_t *grad, int *device)
+{
+    const tensor_t *ts[2] = {w, grad};
+    static const char *const names[2] = {"w", "grad"};
+    return fx_nn_placement(func, 2, ts, names, device);
 }
 
 /* Two caller buffers given as the same pointer would be updated twice. */
@@ -169,7 +180,12 @@ int fx_sgd_step(tensor_t *w, const tensor_t *grad, float *master, float *momentu
                        "for momentum 0)", momentum);
     rc = fx_distinct(func, master, "master", momentum_buf, "momentum_buf");
     if (rc) return rc;
+    int device = -1;
+    if ((rc = fx_optim_where(func, w, grad, &device))) return rc;
     if (fx_numel_of(w->ndim, w->shape) == 0) return FX_OK;
+    if (device >= 0)
+        return fx_gnn_sgd_step(w, grad, master, momentum_buf, lr, momentum, weight_decay,
+                               grad_scale, stochastic, seed, step, func);
 
     fx_optim_io io;
     float *new_buf = NULL;
@@ -218,7 +234,16 @@ int fx_adam_step(tensor_t *w, const tensor_t *grad, float *master, float *m, flo
     if (!rc) rc = fx_distinct(func, master, "master", m, "m");
     if (!rc) rc = fx_distinct(func, master, "master", v, "v");
     if (rc) return rc;
+    int device = -1;
+    if ((rc = fx_optim_where(func, w, grad, &device))) return rc;
     if (fx_numel_of(w->ndim, w->shape) == 0) return FX_OK;
+    /* bias corrections of torch.optim.Adam: step size lr / (1 - beta1^t), denominator
+     * sqrt(v) / sqrt(1 - beta2^t) + eps */
+    const double bc1 = 1.0 - pow(beta1, (double)step);
+    const double sqrt_bc2 = sqrt(1.0 - pow(beta2, (double)step));
+    if (device >= 0)
+        return fx_gnn_adam_step(w, grad, master, m, v, lr, beta1, beta2, eps, weight_decay,
+                                grad_scale, bc1, sqrt_bc2, stochastic, seed, step, func);
 
     fx_optim_io io;
     float *nbufs[2] = {NULL, NULL};
@@ -227,10 +252,6 @@ int fx_adam_step(tensor_t *w, const tensor_t *grad, float *master, float *m, flo
         fx_scratch_free(&io.s);
         return rc;
     }
-    /* bias corrections of torch.optim.Adam: step size lr / (1 - beta1^t), denominator
-     * sqrt(v) / sqrt(1 - beta2^t) + eps */
-    const double bc1 = 1.0 - pow(beta1, (double)step);
-    const double sqrt_bc2 = sqrt(1.0 - pow(beta2, (double)step));
     const double step_size = lr / bc1;
     const float *restrict g = io.g, *restrict p = io.p, *restrict mo = m, *restrict vo = v;
     float *restrict np = io.new_p, *restrict nm = nbufs[0], *restrict nv = nbufs[1];

@@ -3,10 +3,12 @@
  *
  * Compute rule: the first input decides (include/flexpoint.h).
  *   FLEX16_5/DFP16: integer only.
- *     - max pool compares int16 mantissas (exact) and stages the winners as int64 at the input
- *       exponent, so the write keeps them exactly unless the output's exponent must differ.
- *     - its gradient scatter-adds dy's mantissas into an int64 stage (exact, also where
- *       overlapping windows send several gradients to one input).
+ *     - max pool compares int16 mantissas (exact) and stages the winners as int16 at the input
+ *       exponent (fx_write_i16), so the write keeps them exactly unless the output's exponent
+ *       must differ.
+ *     - its gradient scatters dy's mantissas into an int16 stage while no two nonzero ones
+ *       meet at one input; where they do (overlapping windows), it scatter-adds into an int64
+ *       stage instead (exact).
  *     - average pools sum in int64 (exact) and divide by the window count with
  *       pool_divide_exact: a power-of-two count only moves the exponent; any other count gives
  *       a round-to-odd quotient with 51 to 53 significant bits, whose one rounding in the write
@@ -27,6 +29,8 @@
  * element, and keeps the order of additions fixed.
  */
 #include "../core/compose.h"
+#include "../core/half_bits.h"
+#include "../gpu/gpu_nn.h"
 
 #include <math.h>
 #include <string.h>
@@ -41,9 +45,18 @@
 #define FX_POOL_PARALLEL_FOR
 #endif
 
-typedef struct pool_geom {
-    int64_t N, C, H, W, KH, KW, OH, OW, sh, sw, ph, pw;
-} pool_geom;
+/* The geometry is shared with the device implementation (src/gpu/gpu_nn_math.h). */
+typedef fx_pool_geom pool_geom;
+
+/* Placement of a pooling op's two tensors: *device -1 (host) or the CUDA device; FX_EINVAL
+ * naming them when they live in different places. */
+static int pool_where(const char *func, const tensor_t *a, const char *an, const tensor_t *b,
+                      const char *bn, int *device)
+{
+    const tensor_t *ts[2] = {a, b};
+    const char *names[2] = {an, bn};
+    return fx_nn_placement(func, 2, ts, names, device);
+}
 
 /* elements * window, saturating (only used to decide whether threads are worth it) */
 static int64_t pool_work(int64_t elements, int64_t window)
@@ -173,14 +186,9 @@ static void pool_divide_exact(int64_t *v, int64_t n, int64_t count, int *e)
         if (a > mx) mx = a;
     }
     if (mx == 0) return;
-    const int k = 53 - fx_bitlen_u64(mx) + L;
     const uint64_t cnt = (uint64_t)count;
-    for (int64_t i = 0; i < n; i++) {
-        const int neg = v[i] < 0;
-        const uint64_t a = neg ? (uint64_t)0 - (uint64_t)v[i] : (uint64_t)v[i];
-        const uint64_t q = fx_udiv_round_odd(a, cnt, k);
-        v[i] = neg ? -(int64_t)q : (int64_t)q; /* q < 2^53 */
-    }
+    const int k = fx_div_odd_shift(mx, cnt); /* 53 - bitlen(mx) + L, shared with the device */
+    for (int64_t i = 0; i < n; i++) v[i] = fx_div_odd_signed(v[i], cnt, k); /* |q| < 2^53 */
     *e -= k;
 }
 
@@ -213,30 +221,40 @@ static inline int pool_f32_better(float v, float best)
 static inline int pool_i16_better(int32_t v, int32_t best) { return v > best; }
 
 /* One (n, c) plane of 2x2 / stride-2 windows, visited in the general loop's order. T: input
- * element, S: stage element, BETTER: the comparison of the general loop for that type. */
+ * element, S: stage element, BETTER: the comparison of the general loop for that type. The
+ * four candidates are compared with selects rather than branches (the comparisons are data-
+ * dependent coin flips), which also lets the compiler vectorise the row. */
 #define FX_MAXPOOL_2X2_PLANE(NAME, T, S, BETTER)                                               \
-    static void NAME(const T *x, const pool_geom *g, int64_t pl, S *out, int32_t *idx)         \
+    static void NAME(const T *restrict x, const pool_geom *g, int64_t pl, S *restrict out,     \
+                     int32_t *restrict idx)                                                    \
     {                                                                                          \
-        const int64_t W = g->W, base = pl * g->H * W;                                          \
-        for (int64_t oh = 0; oh < g->OH; oh++) {                                               \
-            const int64_t r0 = base + 2 * oh * W, o0 = (pl * g->OH + oh) * g->OW;              \
-            for (int64_t ow = 0; ow < g->OW; ow++) {                                           \
-                const int64_t at[4] = {r0 + 2 * ow, r0 + 2 * ow + 1, r0 + W + 2 * ow,          \
-                                       r0 + W + 2 * ow + 1};                                   \
-                int64_t best_at = at[0];                                                       \
-                T best = x[at[0]];                                                             \
-                for (int t = 1; t < 4; t++)                                                    \
-                    if (BETTER(x[at[t]], best)) {                                              \
-                        best = x[at[t]];                                                       \
-                        best_at = at[t];                                                       \
-                    }                                                                          \
+        const int64_t W = g->W, OH = g->OH, OW = g->OW, base = pl * g->H * W;                  \
+        for (int64_t oh = 0; oh < OH; oh++) {                                                  \
+            const int64_t r0 = base + 2 * oh * W, o0 = (pl * OH + oh) * OW;                    \
+            const T *restrict x0 = x + r0, *restrict x1 = x + r0 + W;                          \
+            for (int64_t ow = 0; ow < OW; ow++) {                                              \
+                T best = x0[2 * ow];                                                           \
+                int32_t at = (int32_t)(r0 + 2 * ow);                                           \
+                const T v1 = x0[2 * ow + 1], v2 = x1[2 * ow], v3 = x1[2 * ow + 1];             \
+                const int b1 = BETTER(v1, best);                                               \
+                best = b1 ? v1 : best;                                                         \
+                at = b1 ? (int32_t)(r0 + 2 * ow + 1) : at;                                     \
+                const int b2 = BETTER(v2, best);                                               \
+                best = b2 ? v2 : best;                                                         \
+                at = b2 ? (int32_t)(r0 + W + 2 * ow) : at;                                     \
+                const int b3 = BETTER(v3, best);                                               \
+                best = b3 ? v3 : best;                                                         \
+                at = b3 ? (int32_t)(r0 + W + 2 * ow + 1) : at;                                 \
                 out[o0 + ow] = best;                                                           \
-                if (idx) idx[o0 + ow] = (int32_t)best_at;                                      \
+                if (idx) idx[o0 + ow] = at;                                                    \
             }                                                                                  \
         }                                                                                      \
     }
 FX_MAXPOOL_2X2_PLANE(maxpool_2x2_plane_f32, float, float, pool_f32_better)
 FX_MAXPOOL_2X2_PLANE(maxpool_2x2_plane_i16, int16_t, int16_t, pool_i16_better)
+
+
+static int pool_is_half(fmt_t f) { return f == FMT_FP16 || f == FMT_BF16; }
 #undef FX_MAXPOOL_2X2_PLANE
 
 int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, int kw, int sh,
@@ -249,7 +267,13 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
     if (argmax && planes * HW > INT32_MAX)
         return FX_FAIL(FX_EUNSUPPORTED, "x has %lld elements; int32 argmax indices need fewer "
                        "than 2^31", (long long)(planes * HW));
+    int device = -1;
+    if ((rc = pool_where(__func__, y, "y", x, "x", &device))) return rc;
+    if (device >= 0) return fx_gnn_maxpool2d(y, argmax, x, &g, __func__); /* argmax: device */
     const int ic = fx_is_int_compute(x);
+    const int fast2x2 = pool_is_plain_2x2(&g);
+    /* (fp16/bf16 stay on the fp32 route here: comparing patterns in this scalar loop measured
+     * slower than widening, comparing floats and rounding back) */
     fx_scratch s = {.n = 0};
     fx_operand xo;
     rc = pool_operand(x, ic, &xo, &s, __func__);
@@ -262,7 +286,6 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
     }
     const int nt = pool_threads(pool_work(ny, g.KH * g.KW), planes);
     (void)nt;
-    const int fast2x2 = pool_is_plain_2x2(&g);
     FX_POOL_PARALLEL_FOR
     for (int64_t pl = 0; pl < planes; pl++) {
         if (fast2x2) {
@@ -331,6 +354,10 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
     if (nx > INT32_MAX)
         return FX_FAIL(FX_EUNSUPPORTED, "dx has %lld elements; int32 argmax indices need "
                        "fewer than 2^31", (long long)nx);
+    int device = -1;
+    if ((rc = pool_where(__func__, dx, "dx", dy, "dy", &device))) return rc;
+    /* on a device, argmax is device memory, checked there before anything is written */
+    if (device >= 0) return fx_gnn_maxpool2d_backward(dx, dy, argmax, __func__);
     for (int64_t pl = 0; pl < planes; pl++) {
         const int64_t lo = pl * HW;
         for (int64_t i = pl * P; i < (pl + 1) * P; i++)
@@ -341,20 +368,25 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
                                fx_shape_str(dx, b1, sizeof b1));
     }
     const int ic = fx_is_int_compute(dy);
+    const int half = !ic && pool_is_half(dy->fmt) && dx->fmt == dy->fmt;
     fx_scratch s = {.n = 0};
     fx_operand dyo;
-    rc = pool_operand(dy, ic, &dyo, &s, __func__);
-    if (rc == FX_OK && ic) {
-        /* Where no two nonzero gradients meet at one input (windows that do not overlap), the
-         * sums are single values and fit int16: an int16 stage, a quarter of int64's traffic.
-         * A meeting (overlapping windows) is detected, and then the int64 sums are made. */
-        int16_t *st16 = pool_alloc(&s, nx, sizeof(int16_t), &rc, __func__);
+    rc = half ? fx_operand_make(dy, 0, dy->fmt, 0, 0, NULL, &dyo, &s, __func__)
+              : pool_operand(dy, ic, &dyo, &s, __func__);
+    if (rc == FX_OK && (ic || half)) {
+        /* Where no two nonzero gradients meet at one input (windows that do not overlap), each
+         * input's sum is 0 or a single gradient, which a 16-bit stage holds exactly: int16
+         * mantissas, or fp16/bf16 patterns as the fp32 route leaves them (-0 + +0 = +0, NaN
+         * canonical). A meeting (overlapping windows) is detected, and then the sums are made
+         * in int64 or fp32 below. */
+        uint16_t *st16 = pool_alloc(&s, nx, sizeof(uint16_t), &rc, __func__);
         if (rc) {
             fx_scratch_free(&s);
             return rc;
         }
         memset(st16, 0, (size_t)nx * sizeof *st16);
-        const int16_t *d = (const int16_t *)dyo.data;
+        const uint16_t *d = (const uint16_t *)dyo.data;
+        const uint16_t inf = half ? fx_half_inf(dy->fmt) : 0, qnan = half ? fx_half_qnan(dy->fmt) : 0;
         int met = 0;
         const int nt16 = pool_threads(nx + ny, planes);
         (void)nt16;
@@ -363,14 +395,18 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
 #endif
         for (int64_t pl = 0; pl < planes; pl++)
             for (int64_t i = pl * P; i < (pl + 1) * P; i++) {
-                met |= (st16[argmax[i]] != 0) & (d[i] != 0);
-                st16[argmax[i]] = (int16_t)(st16[argmax[i]] | d[i]); /* exact when not met */
+                uint16_t u = d[i];
+                if (half) u = (u & 0x7FFFu) == 0 ? 0 : fx_half_canonical_c(u, inf, qnan);
+                met |= (st16[argmax[i]] != 0) & (u != 0);
+                st16[argmax[i]] = (uint16_t)(st16[argmax[i]] | u); /* exact when not met */
             }
         if (!met) {
-            rc = fx_write_i16(dx, st16, dyo.exp, __func__);
+            rc = ic ? fx_write_i16(dx, (const int16_t *)st16, dyo.exp, __func__)
+                    : fx_write_half_bits(dx, st16, __func__);
             fx_scratch_free(&s);
             return rc;
         }
+        if (half) rc = pool_operand(dy, 0, &dyo, &s, __func__); /* the fp32 sums below */
     }
     const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
     void *stage = pool_alloc(&s, nx, ssz, &rc, __func__);
@@ -411,6 +447,9 @@ int tensor_avgpool2d(tensor_t *y, const tensor_t *x, int kh, int kw, int sh, int
     if (count > FX_POOL_MAX_COUNT)
         return FX_FAIL(FX_EUNSUPPORTED, "window %dx%d: more than 2^40 elements cannot be "
                        "averaged with one correct rounding", kh, kw);
+    int device = -1;
+    if ((rc = pool_where(__func__, y, "y", x, "x", &device))) return rc;
+    if (device >= 0) return fx_gnn_avgpool2d(y, x, &g, __func__);
     const int ic = fx_is_int_compute(x);
     fx_scratch s = {.n = 0};
     fx_operand xo;
@@ -461,6 +500,9 @@ int tensor_avgpool2d_backward(tensor_t *dx, const tensor_t *dy, int kh, int kw, 
     if (count > FX_POOL_MAX_COUNT)
         return FX_FAIL(FX_EUNSUPPORTED, "window %dx%d: more than 2^40 elements cannot be "
                        "averaged with one correct rounding", kh, kw);
+    int device = -1;
+    if ((rc = pool_where(__func__, dx, "dx", dy, "dy", &device))) return rc;
+    if (device >= 0) return fx_gnn_avgpool2d_backward(dx, dy, &g, __func__);
     const int ic = fx_is_int_compute(dy);
     const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
     fx_scratch s = {.n = 0};
@@ -541,6 +583,9 @@ int tensor_global_avgpool(tensor_t *y, const tensor_t *x)
     int64_t planes, HW;
     int rc = global_geometry(__func__, x, "x", y, "y", &planes, &HW);
     if (rc) return rc;
+    int device = -1;
+    if ((rc = pool_where(__func__, y, "y", x, "x", &device))) return rc;
+    if (device >= 0) return fx_gnn_global_avgpool(y, x, planes, HW, __func__);
     const int ic = fx_is_int_compute(x);
     fx_scratch s = {.n = 0};
     fx_operand xo;
@@ -578,6 +623,9 @@ int tensor_global_avgpool_backward(tensor_t *dx, const tensor_t *dy)
     int64_t planes, HW;
     int rc = global_geometry(__func__, dx, "dx", dy, "dy", &planes, &HW);
     if (rc) return rc;
+    int device = -1;
+    if ((rc = pool_where(__func__, dx, "dx", dy, "dy", &device))) return rc;
+    if (device >= 0) return fx_gnn_global_avgpool_backward(dx, dy, planes, HW, __func__);
     const int ic = fx_is_int_compute(dy);
     const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
     fx_scratch s = {.n = 0};

@@ -16,6 +16,7 @@
  * A mean over zero elements is undefined: FX_ESHAPE when out would have any element.
  */
 #include "nn_stage.h"
+#include "../gpu/gpu_nn.h"
 
 #include "../core/ops_internal.h"
 
@@ -24,21 +25,12 @@
 
 static uint64_t nn_magnitude(int64_t v) { return v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v; }
 
-/* s * 2^e / d as a double rounded to odd at 53 bits. The quotient is formed with 60 to 62
- * significant bits and the sticky bit, then jammed down to 53 bits (rounding to odd twice is
- * rounding to odd once), so the double is exact and any later rounding to 51 bits or fewer
- * (fp32 nearest; fp32 round-to-odd and then 16 bits) is the correct rounding of s * 2^e / d. */
+/* s * 2^e / d as a double rounded to odd at 53 bits, so that any later rounding to 51 bits or
+ * fewer (fp32 nearest; fp32 round-to-odd and then 16 bits) is the correct rounding of
+ * s * 2^e / d: fx_quotient_f64_odd (src/gpu/gpu_nn_math.h, shared with the device). */
 static double nn_quotient_f64_odd(int64_t s, uint64_t d, int e)
 {
-    if (s == 0) return 0.0;
-    const uint64_t a = nn_magnitude(s);
-    int k = 61 + fx_bitlen_u64(d) - fx_bitlen_u64(a); /* a * 2^k / d in [2^60, 2^62) */
-    if (k < 0) k = 0;                                  /* a / d >= 2^60 already */
-    uint64_t q = fx_udiv_round_odd(a, d, k);
-    const int sh = fx_bitlen_u64(q) > 53 ? fx_bitlen_u64(q) - 53 : 0;
-    if (sh) q = (q >> sh) | ((q & (((uint64_t)1 << sh) - 1)) != 0);
-    const double v = ldexp((double)q, e - k + sh);
-    return s < 0 ? -v : v;
+    return fx_quotient_f64_odd(s, d, e);
 }
 
 int tensor_mean(tensor_t *out, const tensor_t *a, int axis)
@@ -53,6 +45,11 @@ int tensor_mean(tensor_t *out, const tensor_t *a, int axis)
         return FX_FAIL(FX_ESHAPE, "the mean over zero elements is undefined (a.shape=%s, "
                        "axis=%d)", fx_shape_str(a, b1, sizeof b1), axis);
     }
+    const tensor_t *ts[2] = {out, a};
+    static const char *const names[2] = {"out", "a"};
+    int device = -1;
+    if ((rc = fx_nn_placement(__func__, 2, ts, names, &device))) return rc;
+    if (device >= 0) return fx_gnn_mean(out, a, outer, len, inner, __func__);
 
     const fx_backend *be = fx_backend_active();
     const int int_compute = fx_is_int_compute(a);

@@ -18,6 +18,7 @@
  * row order, so the results do not depend on the thread count or the backend.
  */
 #include "nn_stage.h"
+#include "../gpu/gpu_nn.h"
 
 #include <math.h>
 
@@ -54,8 +55,18 @@ static int nn_ce_validate(const float *loss, const tensor_t *dlogits, const tens
 int tensor_softmax_cross_entropy(float *loss, tensor_t *dlogits, const tensor_t *logits,
                                  const int32_t *labels, double grad_scale)
 {
-    int rc = nn_ce_validate(loss, dlogits, logits, labels, grad_scale, __func__);
+    int rc, device = -1;
+    if (loss && logits && labels) {
+        /* the placement first: with device tensors, labels must be host memory before the
+         * validation reads them (flexpoint_gpu.h) */
+        const tensor_t *ts[2] = {logits, dlogits};
+        static const char *const names[2] = {"logits", "dlogits"};
+        if ((rc = fx_nn_placement(__func__, 2, ts, names, &device))) return rc;
+        if (device >= 0 && (rc = fx_gnn_host_ptr(labels, "labels", __func__))) return rc;
+    }
+    rc = nn_ce_validate(loss, dlogits, logits, labels, grad_scale, __func__);
     if (rc) return rc;
+    if (device >= 0) return fx_gnn_softmax_ce(loss, dlogits, logits, labels, grad_scale, __func__);
     const int64_t N = logits->shape[0], K = logits->shape[1];
     fx_scratch s = {.n = 0};
     const float *x;
