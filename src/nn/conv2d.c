@@ -205,12 +205,45 @@ static conv_plan conv_plan_make(const fx_conv_geom *g, int wgrad)
     return p;
 }
 
+/* The operand format of an op's GEMMs: int16 mantissas (integer compute), or for float
+ * compute fp32, or fp16/bf16 as they are stored when both GEMM inputs have that format and the
+ * backend's GEMM widens such operands while it packs them (the widening is exact, so the GEMM
+ * sees the same fp32 values as after a separate widening pass: the same results, without the
+ * fp32 copy of the input and with half the bytes through im2col). */
+typedef struct conv_compute {
+    int ic;     /* integer compute */
+    fmt_t cf;   /* operand format: FMT_DFP16 (int16) , FMT_FP32, FMT_FP16 or FMT_BF16 */
+    size_t esz; /* bytes per operand element */
+    size_t ssz; /* bytes per stage element (int64 or fp32) */
+} conv_compute;
+
+static conv_compute conv_compute_for(const tensor_t *a, const tensor_t *b)
+{
+    conv_compute c;
+    c.ic = fx_is_int_compute(a);
+    c.cf = c.ic ? FMT_DFP16 : FMT_FP32;
+    if (!c.ic && (a->fmt == FMT_FP16 || a->fmt == FMT_BF16) && b->fmt == a->fmt &&
+        fx_backend_active()->kernels[FX_OP_MATMUL][a->fmt])
+        c.cf = a->fmt;
+    c.esz = c.cf == FMT_FP32 ? sizeof(float) : sizeof(int16_t);
+    c.ssz = c.ic ? sizeof(int64_t) : sizeof(float);
+    return c;
+}
+
 /* Contiguous compute-format view of an input (no copy when it already is one). */
-static int conv_operand(const tensor_t *t, int int_compute, fx_operand *o, fx_scratch *s,
+static int conv_operand(const tensor_t *t, const conv_compute *cc, fx_operand *o, fx_scratch *s,
                         const char *func)
 {
-    return fx_operand_make(t, int_compute, int_compute ? FMT_DFP16 : FMT_FP32, 0, 0, NULL, o, s,
-                           func);
+    return fx_operand_make(t, cc->ic, cc->cf, 0, 0, NULL, o, s, func);
+}
+
+/* fx_operand_2d in the op's operand format. */
+static fx_operand conv_op2d(const conv_compute *cc, const void *data, int exp, int64_t rows,
+                            int64_t cols, int64_t ld, int trans)
+{
+    fx_operand o = fx_operand_2d(data, cc->ic, exp, rows, cols, ld, trans);
+    o.fmt = cc->cf;
+    return o;
 }
 
 static void *conv_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char *func)
@@ -230,7 +263,7 @@ static void *conv_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char
 static int conv_matmul(fx_operand a, fx_operand b, int int_compute, void *out, int nthreads)
 {
     const fx_backend *be = fx_backend_active();
-    fx_kernel k = be->kernels[FX_OP_MATMUL][int_compute ? FMT_DFP16 : FMT_FP32];
+    fx_kernel k = be->kernels[FX_OP_MATMUL][a.fmt];
     if (!k) return FX_EUNSUPPORTED;
     fx_op_call c;
     memset(&c, 0, sizeof c);
@@ -263,13 +296,14 @@ static int conv_chunk_status(const int *status, int64_t n, const char *func)
 
 /* The chunk's patch matrix, channel-major (col) or pixel-major (colT), via the padded chunk
  * xp (scratch of fx_conv_padded_numel elements). */
-static void conv_patches(const fx_conv_geom *g, const void *x, int int_compute, int64_t n0,
+static void conv_patches(const fx_conv_geom *g, const void *x, size_t esz, int64_t n0,
                          int64_t nb, void *xp, void *col, int pixel_major, int nt)
 {
-    fx_conv_pad(g, x, n0, nb, xp, int_compute ? sizeof(int16_t) : sizeof(float));
-    if (int_compute && pixel_major)
+    fx_conv_pad(g, x, n0, nb, xp, esz);
+    /* 16-bit elements (int16 mantissas, fp16/bf16 patterns) are copied as bits */
+    if (esz == 2 && pixel_major)
         fx_im2row_i16(g, xp, nb, col, nt);
-    else if (int_compute)
+    else if (esz == 2)
         fx_im2col_i16(g, xp, nb, col, nt);
     else if (pixel_major)
         fx_im2row_f32(g, xp, nb, col, nt);
@@ -293,7 +327,8 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     int on_device = 0;
     if (!rc) rc = conv_placement(__func__, &nm, x, w, y, &on_device);
     if (rc) return rc;
-    const int ic = fx_is_int_compute(x);
+    const conv_compute cc = conv_compute_for(x, w);
+    const int ic = cc.ic;
     rc = conv_int_limit(__func__, ic, g.C * g.KH * g.KW, "each output");
     if (rc) return rc;
     if (on_device) return fx_gpu_conv2d(FX_GCONV_FORWARD, y, x, w, &g, __func__);
@@ -301,13 +336,12 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
     const int64_t col_n = CKK * plan.nb * P, ych_n = g.O * plan.nb * P;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
-    const size_t esz = ic ? sizeof(int16_t) : sizeof(float);
-    const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
+    const size_t esz = cc.esz, ssz = cc.ssz;
 
     fx_scratch s = {.n = 0};
     fx_operand xo, wo;
-    rc = conv_operand(x, ic, &xo, &s, __func__);
-    if (!rc) rc = conv_operand(w, ic, &wo, &s, __func__);
+    rc = conv_operand(x, &cc, &xo, &s, __func__);
+    if (!rc) rc = conv_operand(w, &cc, &wo, &s, __func__);
     char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, __func__);
     if (xp) memset(xp, 0, (size_t)(xp_n * plan.outer) * esz); /* the slack, read by im2col */
     char *col = conv_alloc(&s, col_n * plan.outer, esz, &rc, __func__);
@@ -327,10 +361,10 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
         const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
         const int64_t Pc = nbc * P;
         char *mycol = col + (size_t)(tid * col_n) * esz, *myy = ych + (size_t)(tid * ych_n) * ssz;
-        conv_patches(&g, xo.data, ic, n0, nbc, xp + (size_t)(tid * xp_n) * esz, mycol, 1,
+        conv_patches(&g, xo.data, esz, n0, nbc, xp + (size_t)(tid * xp_n) * esz, mycol, 1,
                      plan.inner);
-        status[ch] = conv_matmul(fx_operand_2d(mycol, ic, xo.exp, Pc, CKK, CKK, 0),
-                                 fx_operand_2d(wo.data, ic, wo.exp, g.O, CKK, CKK, 1), ic, myy,
+        status[ch] = conv_matmul(conv_op2d(&cc, mycol, xo.exp, Pc, CKK, CKK, 0),
+                                 conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic, myy,
                                  plan.inner);
         chunk_max[ch] = 0;
         if (status[ch] == FX_OK && ic) chunk_max[ch] = fx_maxabs_i64(fx_backend_active(), (const int64_t *)myy, Pc * g.O);
@@ -359,7 +393,8 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
     int on_device = 0;
     if (!rc) rc = conv_placement(__func__, &nm, dx, w, dy, &on_device);
     if (rc) return rc;
-    const int ic = fx_is_int_compute(dy);
+    const conv_compute cc = conv_compute_for(dy, w);
+    const int ic = cc.ic;
     rc = conv_int_limit(__func__, ic, g.O * g.KH * g.KW, "each input gradient");
     if (rc) return rc;
     if (on_device) return fx_gpu_conv2d(FX_GCONV_BACKWARD_INPUT, dx, dy, w, &g, __func__);
@@ -367,13 +402,12 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, CHW = g.C * g.H * g.W;
     const int64_t col_n = CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
     const int64_t dxp_n = fx_conv_padded_numel(&g, plan.nb);
-    const size_t esz = ic ? sizeof(int16_t) : sizeof(float);
-    const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
+    const size_t esz = cc.esz, ssz = cc.ssz;
 
     fx_scratch s = {.n = 0};
     fx_operand dyo, wo;
-    rc = conv_operand(dy, ic, &dyo, &s, __func__);
-    if (!rc) rc = conv_operand(w, ic, &wo, &s, __func__);
+    rc = conv_operand(dy, &cc, &dyo, &s, __func__);
+    if (!rc) rc = conv_operand(w, &cc, &wo, &s, __func__);
     char *dyg = conv_alloc(&s, dyg_n * plan.outer, esz, &rc, __func__);
     char *col = conv_alloc(&s, col_n * plan.outer, ssz, &rc, __func__);
     char *dxp = conv_alloc(&s, dxp_n * plan.outer, ssz, &rc, __func__);
@@ -391,8 +425,8 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
         char *mydy = dyg + (size_t)(tid * dyg_n) * esz, *mycol = col + (size_t)(tid * col_n) * ssz;
         char *mydxp = dxp + (size_t)(tid * dxp_n) * ssz;
         fx_chunk_gather(dyo.data, n0, nbc, g.O, P, mydy, esz);
-        status[ch] = conv_matmul(fx_operand_2d(wo.data, ic, wo.exp, g.O, CKK, CKK, 1),
-                                 fx_operand_2d(mydy, ic, dyo.exp, g.O, Pc, Pc, 0), ic, mycol,
+        status[ch] = conv_matmul(conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1),
+                                 conv_op2d(&cc, mydy, dyo.exp, g.O, Pc, Pc, 0), ic, mycol,
                                  plan.inner);
         if (status[ch] != FX_OK) continue;
         /* the padded accumulator starts at zero (zero bytes are 0 and 0.0f) */
@@ -434,7 +468,8 @@ int tensor_conv2d_backward_weight(tensor_t *dw_out, const tensor_t *x, const ten
     int on_device = 0;
     if (!rc) rc = conv_placement(__func__, &nm, x, dw_out, dy, &on_device);
     if (rc) return rc;
-    const int ic = fx_is_int_compute(x);
+    const conv_compute cc = conv_compute_for(x, dy);
+    const int ic = cc.ic;
     rc = conv_int_limit(__func__, ic, g.N * g.OH * g.OW, "each weight gradient");
     if (rc) return rc;
     if (on_device) return fx_gpu_conv2d(FX_GCONV_BACKWARD_WEIGHT, dw_out, x, dy, &g, __func__);
@@ -444,13 +479,12 @@ int tensor_conv2d_backward_weight(tensor_t *dw_out, const tensor_t *x, const ten
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, nw = g.O * CKK;
     const int64_t col_n = CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
-    const size_t esz = ic ? sizeof(int16_t) : sizeof(float);
-    const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
+    const size_t esz = cc.esz, ssz = cc.ssz;
 
     fx_scratch s = {.n = 0};
     fx_operand xo, dyo;
-    rc = conv_operand(x, ic, &xo, &s, __func__);
-    if (!rc) rc = conv_operand(dy, ic, &dyo, &s, __func__);
+    rc = conv_operand(x, &cc, &xo, &s, __func__);
+    if (!rc) rc = conv_operand(dy, &cc, &dyo, &s, __func__);
     char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, __func__);
     if (xp) memset(xp, 0, (size_t)(xp_n * plan.outer) * esz); /* the slack, read by im2col */
     char *col = conv_alloc(&s, col_n * plan.outer, esz, &rc, __func__);
@@ -474,10 +508,10 @@ int tensor_conv2d_backward_weight(tensor_t *dw_out, const tensor_t *x, const ten
         for (int64_t ch = c0; ch < c1; ch++) {
             const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
             const int64_t Pc = nbc * P;
-            conv_patches(&g, xo.data, ic, n0, nbc, myxp, mycol, 0, plan.inner);
+            conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 0, plan.inner);
             fx_chunk_gather(dyo.data, n0, nbc, g.O, P, mydy, esz);
-            status[ch] = conv_matmul(fx_operand_2d(mycol, ic, xo.exp, CKK, Pc, Pc, 0),
-                                     fx_operand_2d(mydy, ic, dyo.exp, g.O, Pc, Pc, 1), ic,
+            status[ch] = conv_matmul(conv_op2d(&cc, mycol, xo.exp, CKK, Pc, Pc, 0),
+                                     conv_op2d(&cc, mydy, dyo.exp, g.O, Pc, Pc, 1), ic,
                                      ch == c0 ? slot : mypart, plan.inner);
             if (status[ch] != FX_OK) break;
             if (ch > c0) conv_accumulate(slot, mypart, nw, ic);
