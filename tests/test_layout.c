@@ -2,10 +2,13 @@
  * (fx_cvt_table.transpose32/64) and fx_chunk_scatter_t (pixel-major chunk -> NCHW), against
  * plain index loops written here, on every available backend, for odd and tile-sized shapes.
  * Guard words around every destination catch writes outside it (and ASan, reads outside the
- * source). */
+ * source). Also: a convolution written into a whole tensor (rounded in the GEMM's pixel-major
+ * order, then transposed) equals the same convolution written into a strided view (transposed
+ * first, then written as a stage): bits, exponent and statistics, for every format. */
 #include "testutil.h"
 
 #include "core/backend.h"
+#include "flexpoint_nn.h"
 #include "nn/im2col.h"
 
 #include <stdlib.h>
@@ -74,6 +77,52 @@ static void check_scatter(const char *be_name, size_t esz, int64_t n0, int64_t n
     free(want);
 }
 
+/* y = conv(x, w) into a whole tensor and into a slice view of a larger one (the stage route). */
+static void check_conv_routes(fmt_t f, const char *fname, test_rng *r)
+{
+    const int64_t xs[4] = {5, 3, 9, 8}, ws[4] = {6, 3, 3, 3}, ys[4] = {5, 6, 9, 8};
+    const int64_t big[4] = {7, 6, 9, 8}, nx = 5 * 3 * 9 * 8, nw = 6 * 3 * 3 * 3, ny = 5 * 6 * 9 * 8;
+    float *vx = malloc(nx * sizeof *vx), *vw = malloc(nw * sizeof *vw);
+    tensor_t *x = tensor_new(f, 4, xs), *w = tensor_new(f, 4, ws), *y = tensor_new(f, 4, ys);
+    tensor_t *yb = tensor_new(f, 4, big);
+    tensor_t *yv = tensor_view_slice(yb, 0, 1, 6, 1);
+    unsigned char *a = malloc(ny * sizeof(float)), *b = malloc(ny * sizeof(float));
+    for (int rep = 0; rep < 4; rep++) { /* several writes: Autoflex history */
+        const double scale = rep == 2 ? 1e3 : 1.0;
+        for (int64_t i = 0; i < nx; i++) vx[i] = (float)(scale * (test_rng_uniform(r) - 0.3));
+        for (int64_t i = 0; i < nw; i++) vw[i] = (float)(test_rng_uniform(r) - 0.5);
+        CHECK_STATUS(tensor_from_f32(x, vx), FX_OK);
+        CHECK_STATUS(tensor_from_f32(w, vw), FX_OK);
+        CHECK_STATUS(tensor_conv2d(y, x, w, 1, 1, 1, 1, 1, 1), FX_OK);
+        /* a view shares its storage's exponent, which the write keeps: give yb the exponent
+         * the whole tensor chose, so that both routes quantise at the same one */
+        if (fmt_is_shared_exponent(f)) CHECK_STATUS(tensor_set_exp(yb, tensor_exp(y)), FX_OK);
+        CHECK_STATUS(tensor_conv2d(yv, x, w, 1, 1, 1, 1, 1, 1), FX_OK);
+        if (fmt_is_shared_exponent(f)) {
+            CHECK(tensor_exp(yv) == tensor_exp(y), "%s: exponents %d vs %d", fname,
+                  tensor_exp(yv), tensor_exp(y));
+            double s1 = -1, s2 = -2;
+            tensor_stat(y, "saturated", &s1);
+            tensor_stat(yb, "saturated", &s2);
+            CHECK(s1 == s2, "%s write %d: saturated %g vs %g", fname, rep, s1, s2);
+        }
+        /* same exponent: equal values are equal mantissas; fp32 values are exact widenings */
+        CHECK_STATUS(tensor_to_f32(y, (float *)a), FX_OK);
+        CHECK_STATUS(tensor_to_f32(yv, (float *)b), FX_OK);
+        CHECK(memcmp(a, b, ny * sizeof(float)) == 0,
+              "%s conv write %d: direct and view routes differ", fname, rep);
+    }
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(y);
+    tensor_free(yv);
+    tensor_free(yb);
+    free(vx);
+    free(vw);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     test_rng r;
@@ -100,6 +149,13 @@ int main(void)
         for (int k = 0; k < 5; k++)
             for (size_t esz = 2; esz <= 8; esz *= 2)
                 check_scatter(be->name, esz, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], &r);
+    }
+    const fmt_t fmts[] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
+    const char *names[] = {"fp32", "fp16", "bf16", "flex16_5", "dfp16"};
+    for (int b = 0; b < FX_BACKEND_COUNT; b++) {
+        if (!flexpoint_backend_available(b)) continue;
+        CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(b)), FX_OK);
+        for (int i = 0; i < 5; i++) check_conv_routes(fmts[i], names[i], &r);
     }
     /* on a CPU with AVX-512 the vector transposes must have been exercised */
     if (flexpoint_backend_available(FX_BACKEND_AVX512))

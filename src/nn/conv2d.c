@@ -40,7 +40,9 @@
 #include "../core/compose.h"
 #include "../gpu/gpu_conv.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef _OPENMP
@@ -316,6 +318,101 @@ static int conv_write(tensor_t *out, const void *stage, int int_compute, int e, 
     return int_compute ? fx_write_i64(out, stage, e, func) : fx_write_f32(out, stage, func);
 }
 
+/* ---- forward output --------------------------------------------------------------------------
+ * The forward GEMMs leave y pixel-major, ypix[(n*P + p)*O + o]. Where y is a whole contiguous
+ * host tensor, its values are rounded in that order and only then transposed to NCHW, so the
+ * transpose moves 16-bit values instead of int64/fp32 ones; otherwise ypix is transposed into
+ * an NCHW stage and written as any stage. Rounding is elementwise and the statistics are counts
+ * and maxima, so the order changes nothing in the result. */
+
+typedef struct conv_yquant_ctx {
+    const fx_backend *be;
+    const int64_t *pix; /* [N*P, O] exact sums at exponent exp */
+    int exp;
+    int64_t N, O, P;
+    int16_t *tmp;       /* [N*P, O] mantissas before the transpose */
+    int16_t *dst;       /* y's elements */
+    int nt;
+} conv_yquant_ctx;
+
+/* fx_shared_src.quantize: per sample, quantise its [P, O] block and transpose it into y. The
+ * per-sample statistics are merged in sample order. */
+static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    (void)r; /* int64 stages round to nearest even (fx_requant), whatever the tensor's mode */
+    conv_yquant_ctx *c = vctx;
+    const int64_t block = c->P * c->O;
+    fx_qstats *part = malloc((size_t)c->N * sizeof *part);
+    if (!part) return fx_error(FX_ENOMEM, "tensor_conv2d", "cannot allocate %lld statistics",
+                               (long long)c->N);
+    const int nt = c->nt;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t n = 0; n < c->N; n++) {
+        int16_t *t = keep ? c->tmp + n * block : NULL;
+        c->be->cvt.quant_i64(c->pix + n * block, t, block, e - c->exp, &part[n]);
+        if (keep) fx_chunk_scatter_t(t, n, 1, c->O, c->P, c->dst, sizeof(int16_t));
+    }
+    fx_qstats_init(q);
+    for (int64_t n = 0; n < c->N; n++) fx_qstats_merge(q, &part[n]);
+    free(part);
+    return FX_OK;
+}
+
+/* Write y from the pixel-major stage ypix (int64 at exponent exp, imax its largest |value|, or
+ * fp32). */
+static int conv_write_y(tensor_t *y, const fx_conv_geom *g, const conv_compute *cc,
+                        const void *ypix, int exp, uint64_t imax, fx_scratch *s, const char *func)
+{
+    const int64_t P = g->OH * g->OW, ny = g->N * g->O * P;
+    const int nt = flexpoint_num_threads();
+    const int direct = fx_tensor_covers_storage(y) && !y->st->on_device;
+    int rc = FX_OK;
+    if (direct && cc->ic && fmt_is_shared_exponent(y->fmt)) {
+        int16_t *tmp = conv_alloc(s, ny, sizeof(int16_t), &rc, func);
+        if (rc) return rc;
+        conv_yquant_ctx c = {fx_backend_active(), ypix, exp, g->N, g->O, P, tmp,
+                             (int16_t *)fx_tensor_base(y), nt};
+        fx_shared_src src;
+        memset(&src, 0, sizeof src);
+        src.kind = FX_STAGE_I64;
+        src.exp = exp;
+        src.imax = imax;
+        src.true_max = ldexp((double)imax, exp);
+        src.ctx = &c;
+        src.quantize = conv_yquant;
+        return fx_write_shared_with(y, &src, func);
+    }
+    if (direct && !cc->ic && y->fmt == FMT_FP32) { /* the transpose is the write */
+        fx_chunk_scatter_t(ypix, 0, g->N, g->O, P, fx_tensor_base(y), sizeof(float));
+        return FX_OK;
+    }
+    if (direct && !cc->ic && (y->fmt == FMT_FP16 || y->fmt == FMT_BF16)) {
+        const fx_backend *be = fx_backend_active();
+        void (*cvt)(const float *, uint16_t *, int64_t) =
+            y->fmt == FMT_FP16 ? be->cvt.f32_to_fp16 : be->cvt.f32_to_bf16;
+        uint16_t *tmp = conv_alloc(s, ny, sizeof(uint16_t), &rc, func);
+        if (rc) return rc;
+        const int64_t block = P * g->O;
+        (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+        for (int64_t n = 0; n < g->N; n++) {
+            cvt((const float *)ypix + n * block, tmp + n * block, block);
+            fx_chunk_scatter_t(tmp + n * block, n, 1, g->O, P, fx_tensor_base(y), sizeof(uint16_t));
+        }
+        return FX_OK;
+    }
+    char *ystage = conv_alloc(s, ny, cc->ssz, &rc, func);
+    if (rc) return rc;
+    fx_chunk_scatter_t(ypix, 0, g->N, g->O, P, ystage, cc->ssz);
+    if (cc->ic) return fx_write_i64_max(y, (const int64_t *)ystage, exp, imax, func);
+    return fx_write_f32(y, (const float *)ystage, func);
+}
+
 /* ---- forward ------------------------------------------------------------------------------- */
 
 int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int sw, int ph,
@@ -334,7 +431,7 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     if (on_device) return fx_gpu_conv2d(FX_GCONV_FORWARD, y, x, w, &g, __func__);
     const conv_plan plan = conv_plan_make(&g, 0);
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
-    const int64_t col_n = CKK * plan.nb * P, ych_n = g.O * plan.nb * P;
+    const int64_t col_n = CKK * plan.nb * P;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
     const size_t esz = cc.esz, ssz = cc.ssz;
 
@@ -345,8 +442,7 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, __func__);
     if (xp) memset(xp, 0, (size_t)(xp_n * plan.outer) * esz); /* the slack, read by im2col */
     char *col = conv_alloc(&s, col_n * plan.outer, esz, &rc, __func__);
-    char *ych = conv_alloc(&s, ych_n * plan.outer, ssz, &rc, __func__);
-    char *ystage = conv_alloc(&s, g.N * g.O * P, ssz, &rc, __func__);
+    char *ypix = conv_alloc(&s, g.N * g.O * P, ssz, &rc, __func__); /* [N*P, O] */
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, __func__);
     /* integer path: each chunk's largest |sum|, taken while the chunk is in cache, so that
      * the write needs no pass of its own over the int64 stage for the exponent */
@@ -360,23 +456,22 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
         const int tid = FX_CONV_THREAD_ID();
         const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
         const int64_t Pc = nbc * P;
-        char *mycol = col + (size_t)(tid * col_n) * esz, *myy = ych + (size_t)(tid * ych_n) * ssz;
+        char *mycol = col + (size_t)(tid * col_n) * esz, *myy = ypix + (size_t)(n0 * P * g.O) * ssz;
         conv_patches(&g, xo.data, esz, n0, nbc, xp + (size_t)(tid * xp_n) * esz, mycol, 1,
                      plan.inner);
         status[ch] = conv_matmul(conv_op2d(&cc, mycol, xo.exp, Pc, CKK, CKK, 0),
                                  conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic, myy,
                                  plan.inner);
         chunk_max[ch] = 0;
-        if (status[ch] == FX_OK && ic) chunk_max[ch] = fx_maxabs_i64(fx_backend_active(), (const int64_t *)myy, Pc * g.O);
-        if (status[ch] == FX_OK) fx_chunk_scatter_t(myy, n0, nbc, g.O, P, ystage, ssz);
+        if (status[ch] == FX_OK && ic)
+            chunk_max[ch] = fx_maxabs_i64(fx_backend_active(), (const int64_t *)myy, Pc * g.O);
     }
     rc = conv_chunk_status(status, plan.nchunks, __func__);
-    if (rc == FX_OK && ic) {
+    if (rc == FX_OK) {
         uint64_t imax = 0;
-        for (int64_t ch = 0; ch < plan.nchunks; ch++) imax = chunk_max[ch] > imax ? chunk_max[ch] : imax;
-        rc = fx_write_i64_max(y, (const int64_t *)ystage, xo.exp + wo.exp, imax, __func__);
-    } else if (rc == FX_OK) {
-        rc = conv_write(y, ystage, ic, xo.exp + wo.exp, __func__);
+        for (int64_t ch = 0; ic && ch < plan.nchunks; ch++)
+            imax = chunk_max[ch] > imax ? chunk_max[ch] : imax;
+        rc = conv_write_y(y, &g, &cc, ypix, xo.exp + wo.exp, imax, &s, __func__);
     }
     fx_scratch_free(&s);
     return rc;
