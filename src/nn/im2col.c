@@ -159,7 +159,18 @@ FX_SHORT_RUNS void fx_im2col_f32(const fx_conv_geom *g, const float *xp, int64_t
         for (int64_t ow = 0; ow < OW; ow++, d += CKK) {                                        \
             const T *s = rows + ow * sw;                                                       \
             int64_t at = 0; /* offset of the run in the pixel's row */                         \
-            if (dw == 1) {                                                                     \
+            if (dw == 1 && KW <= FX_RUN_BLOCK) { /* each run is one block move */            \
+                const T *sc = s;                                                               \
+                for (int64_t c = 0; c < C; c++, sc += plane) {                                 \
+                    const T *sr = sc;                                                          \
+                    for (int64_t kh = 0; kh < KH; kh++, at += KW, sr += khstep) {              \
+                        if (at <= blocked)                                                     \
+                            memcpy(d + at, sr, FX_RUN_BLOCK * sizeof(T));                      \
+                        else                                                                   \
+                            fx_copy_##SUF(d + at, sr, KW, 1);                                  \
+                    }                                                                          \
+                }                                                                              \
+            } else if (dw == 1) {                                                              \
                 const T *sc = s;                                                               \
                 for (int64_t c = 0; c < C; c++, sc += plane) {                                 \
                     const T *sr = sc;                                                          \
