@@ -479,6 +479,44 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
 
 /* ---- gradient with respect to the input ------------------------------------------------------ */
 
+/* With stride 1, the input gradient is itself a convolution: of dy, with the kernel flipped in
+ * both spatial dimensions and its channel axes swapped (w'[c][o][kh][kw] = w[o][c][KH-1-kh]
+ * [KW-1-kw]), padding (K-1)*d - p and the same dilation; each dx element is then the sum of the
+ * same products. The integer path takes this route: its sums are exact, so the result is the
+ * same bits, and it skips the col2im of an int64 patch matrix (C*KH*KW values per pixel, 8 bytes
+ * each, far beyond the cache) in favour of the forward path's int16 im2row. The float path keeps
+ * col2im, whose summation order its stated bound and earlier results refer to. */
+static int conv_backward_input_as_forward(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
+                                          const fx_conv_geom *g, const char *func)
+{
+    const conv_compute cc = {1, FMT_DFP16, sizeof(int16_t), sizeof(int64_t)};
+    fx_scratch s = {.n = 0};
+    fx_operand wo;
+    int rc = conv_operand(w, &cc, &wo, &s, func); /* int16 mantissas (float w: exact exponent) */
+    const int64_t shape[4] = {g->C, g->O, g->KH, g->KW};
+    tensor_t *wt = rc ? NULL : tensor_new(FMT_DFP16, 4, shape);
+    if (!rc && !wt) rc = fx_error(FX_ENOMEM, func, "cannot allocate the flipped kernel");
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    const int16_t *src = wo.data;
+    int16_t *dst = fx_tensor_base(wt);
+    const int64_t C = g->C, O = g->O, KH = g->KH, KW = g->KW;
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t kh = 0; kh < KH; kh++)
+                for (int64_t kw = 0; kw < KW; kw++)
+                    dst[((c * O + o) * KH + kh) * KW + kw] =
+                        src[((o * C + c) * KH + (KH - 1 - kh)) * KW + (KW - 1 - kw)];
+    wt->st->exp = wo.exp; /* the mantissas' own exponent: no rescaling */
+    rc = tensor_conv2d(dx, dy, wt, 1, 1, (int)((KH - 1) * g->dh - g->ph),
+                       (int)((KW - 1) * g->dw - g->pw), (int)g->dh, (int)g->dw);
+    tensor_free(wt);
+    fx_scratch_free(&s);
+    return rc;
+}
+
 int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_t *w, int sh,
                                  int sw, int ph, int pw, int dh, int dw)
 {
@@ -493,6 +531,8 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
     rc = conv_int_limit(__func__, ic, g.O * g.KH * g.KW, "each input gradient");
     if (rc) return rc;
     if (on_device) return fx_gpu_conv2d(FX_GCONV_BACKWARD_INPUT, dx, dy, w, &g, __func__);
+    if (ic && g.sh == 1 && g.sw == 1 && (g.KH - 1) * g.dh >= g.ph && (g.KW - 1) * g.dw >= g.pw)
+        return conv_backward_input_as_forward(dx, dy, w, &g, __func__);
     const conv_plan plan = conv_plan_make(&g, 0);
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, CHW = g.C * g.H * g.W;
     const int64_t col_n = CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
