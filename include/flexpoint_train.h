@@ -5,6 +5,23 @@
  *
  * Conventions are those of flexpoint.h. A trainer owns its model, optimiser state and
  * buffers; it borrows the datasets (they must outlive it).
+ *
+ * Devices (fx_train_config.device >= 0, flexpoint_gpu.h): the model's parameters, gradients,
+ * activations and op buffers (maxpool argmax, fp32 master weights, momentum, loss-scaler
+ * outputs) live in the memory of that CUDA device, and every op runs there. Initial weights
+ * are drawn on the host exactly as for a host run, then copied, so both start from the same
+ * point. Each batch is assembled and normalised on the host as for a host run, written in the
+ * run format into a host staging tensor (registered as "input", so its statistics and trace
+ * are those of the host run) and copied to the device; logits are copied back for accuracy
+ * and the evaluation loss. Batch-norm running statistics stay on the host. The other named
+ * tensors of fx_trainer_tensor are device tensors: their exponent state, Autoflex history,
+ * statistics and traces live on the host and read as usual (tensor_exp, tensor_stat,
+ * tensor_trace_*), their elements need tensor_to_host. Checkpoints go through host copies
+ * and have the host format: a host checkpoint resumes on a device and vice versa. Calls on a
+ * device trainer make its device current on the calling thread. How close a device run
+ * stays to the host run is the ops' guarantee (flexpoint_gpu.h): flex16_5/dfp16 GEMMs and
+ * convolutions are exact, the float formats' matmuls and fp32 sums differ in summation
+ * order, softmax cross-entropy in the device's exp/log.
  */
 #ifndef FLEXPOINT_TRAIN_H
 #define FLEXPOINT_TRAIN_H
@@ -40,6 +57,9 @@ typedef struct fx_train_config {
     int augment;             /**< 1: random crop (pad 4) + horizontal flip (CIFAR); default 0 */
     uint64_t seed;           /**< initial weights, batch order, augmentation */
     int threads;             /**< 0: library default */
+    int device;              /**< -1: host (default); >= 0: CUDA device ordinal to train on.
+                                  fx_trainer_new fails with FX_EDEVICE and a message when the
+                                  library has no CUDA backend or the device does not exist */
 } fx_train_config;
 
 /** Defaults matching the PyTorch baseline of EXPERIMENTS.md (batch 128, SGD lr 0.02,
@@ -49,8 +69,9 @@ FX_API void fx_train_config_default(fx_train_config *cfg);
 typedef struct fx_trainer fx_trainer;
 
 /** Build a model for the datasets' image shape and classes and prepare training in
- *  cfg->fmt. Initial weights are drawn in fp32 from cfg->seed and then converted, so every
- *  format starts from the same point. test may be NULL. NULL on error (message set). */
+ *  cfg->fmt on cfg->device. Initial weights are drawn in fp32 from cfg->seed and then
+ *  converted, so every format and every device starts from the same point. test may be NULL.
+ *  NULL on error (message set; FX_EDEVICE when cfg->device cannot be used). */
 FX_API fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
                                   const fx_dataset *test);
 FX_API void fx_trainer_free(fx_trainer *t);
@@ -96,7 +117,8 @@ FX_API int fx_trainer_tensor_find(const fx_trainer *t, const char *name);
 /** Number of parameters (weights) of the model. */
 FX_API int64_t fx_trainer_param_count(const fx_trainer *t);
 /** Copy all fp32 master weights (or the dequantised working weights when there are none)
- *  into dst (fx_trainer_param_count floats, in tensor order). */
+ *  into dst (fx_trainer_param_count floats, in tensor order; host memory, also for a device
+ *  trainer). */
 FX_API int fx_trainer_get_params(const fx_trainer *t, float *dst);
 
 /** Save everything needed to resume bit for bit (weights, optimiser and loss-scaler state,

@@ -1,10 +1,11 @@
 /* The training API: every format learns a small synthetic problem; runs are bit-identical
  * when repeated; a run resumed from a checkpoint equals the uninterrupted run bit for bit;
  * corrupt checkpoints are refused and leave the trainer unchanged; bad configurations fail
- * with messages. */
+ * with messages; asking for a device the library cannot use fails cleanly (FX_EDEVICE). */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "flexpoint_data.h"
+#include "flexpoint_gpu.h"
 #include "flexpoint_train.h"
 #include "testutil.h"
 
@@ -216,6 +217,54 @@ static void bad_configs(const fx_dataset *tr)
     CHECK_STATUS(fx_trainer_step(NULL, NULL), FX_EINVAL);
 }
 
+/* A device the library cannot use fails at creation with FX_EDEVICE and a message, before
+ * anything is allocated (this suite runs under ASan: a leak would fail it). Without CUDA in
+ * the build or without a GPU every ordinal is such a device; with GPUs, the first ordinal past
+ * the last one is. test_train_device covers training on a device that exists. */
+static void unusable_device(const fx_dataset *tr)
+{
+    fx_train_config c;
+    fx_train_config_default(&c);
+    CHECK(c.device == -1, "default device %d, wanted -1 (the host)", c.device);
+    int missing = flexpoint_gpu_device_count();
+    const int ordinals[2] = {missing, missing + 7};
+    for (int i = 0; i < 2; i++) {
+        fx_train_config_default(&c);
+        snprintf(c.model, sizeof c.model, "cnn");
+        c.batch_size = 32;
+        c.device = ordinals[i];
+        flexpoint_clear_error();
+        fx_trainer *t = fx_trainer_new(&c, tr, NULL);
+        CHECK(t == NULL, "device %d: a trainer on a device that cannot be used", ordinals[i]);
+        CHECK(flexpoint_last_status() == FX_EDEVICE, "device %d: status %d, wanted FX_EDEVICE",
+              ordinals[i], flexpoint_last_status());
+        char want[32];
+        snprintf(want, sizeof want, "device=%d", ordinals[i]);
+        CHECK(strstr(flexpoint_last_error(), want) && strstr(flexpoint_last_error(), "CUDA") &&
+                  strstr(flexpoint_last_error(), "fx_trainer_new"),
+              "device %d: message '%s'", ordinals[i], flexpoint_last_error());
+        fx_trainer_free(t);
+    }
+    fx_train_config_default(&c);
+    c.device = -2;
+    flexpoint_clear_error();
+    CHECK(fx_trainer_new(&c, tr, NULL) == NULL && flexpoint_last_status() == FX_EINVAL &&
+              strstr(flexpoint_last_error(), "device=-2"),
+          "device -2: status %d, '%s'", flexpoint_last_status(), flexpoint_last_error());
+    /* the host, named explicitly, is the default */
+    fx_train_config_default(&c);
+    c.batch_size = 32;
+    c.device = -1;
+    fx_trainer *h = fx_trainer_new(&c, tr, NULL);
+    CHECK(h != NULL, "device -1: %s", flexpoint_last_error());
+    if (h) {
+        int i = fx_trainer_tensor_find(h, "conv1.w");
+        CHECK(i >= 0 && tensor_device(fx_trainer_tensor(h, i)) == -1, "host trainer's weights "
+              "are not on the host");
+    }
+    fx_trainer_free(h);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/fx_test_train_XXXXXX");
@@ -236,6 +285,7 @@ int main(void)
     fx_dataset_free(small);
     fx_dataset_free(small_te);
     bad_configs(tr);
+    unusable_device(tr);
     fx_dataset_free(tr);
     fx_dataset_free(te);
     rmdir(tmpdir);

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "flexpoint_data.h"
+#include "flexpoint_gpu.h"
 #include "flexpoint_train.h"
 
 #include <errno.h>
@@ -30,6 +31,7 @@ typedef struct options {
     run_spec runs[MAX_RUNS];
     int nruns;
     int epochs, batch, master, loss_scaling, stochastic, schedule, augment, pad, threads, resume;
+    int device; /* -1: the host; else a CUDA ordinal */
     double lr, momentum, wd;
     int64_t train_subset, test_subset, synthetic_n;
     uint64_t seed;
@@ -66,6 +68,8 @@ static void usage(FILE *f)
 "  --synthetic-n N       synthetic training set size (test: N/5)       (default 10000)\n"
 "  --seed N              seed of weights, batch order, augmentation    (default 0)\n"
 "  --threads N           threads (default: all cores)\n"
+"  --device DEV          cpu | cuda | cuda:N: train on the host or on CUDA device N (cuda is\n"
+"                        cuda:0); batches are prepared on the host       (default cpu)\n"
 "  --out DIR             write CSV results here                        (default results)\n"
 "  --trace LIST          comma list of tensors whose per-write Autoflex trace is saved, e.g.\n"
 "                        conv1.out,conv1.w.grad (flex16_5/dfp16 runs; default: a few)\n"
@@ -141,6 +145,58 @@ static int parse_double(const char *opt, const char *v, double lo, double *out)
     return 0;
 }
 
+/* "cpu" -> -1, "cuda" -> 0, "cuda:N" -> N. */
+static int parse_device(const char *v, int *out)
+{
+    if (!strcmp(v, "cpu")) {
+        *out = -1;
+        return 0;
+    }
+    if (!strcmp(v, "cuda")) {
+        *out = 0;
+        return 0;
+    }
+    if (!strncmp(v, "cuda:", 5) && v[5] >= '0' && v[5] <= '9') {
+        char *end;
+        errno = 0;
+        long x = strtol(v + 5, &end, 10);
+        if (!errno && !*end && x <= 1023) {
+            *out = (int)x;
+            return 0;
+        }
+    }
+    fprintf(stderr, "flexpoint-train: --device: '%s' is not cpu, cuda or cuda:N (N a device "
+                    "number, 0..1023)\n", v);
+    return -1;
+}
+
+/* Fail early, with the reason, when the requested device cannot be used. */
+static int check_device(const options *o)
+{
+    if (o->device < 0) return 0;
+    if (!flexpoint_gpu_built()) {
+        fprintf(stderr, "flexpoint-train: --device cuda:%d: this build of flexpoint has no CUDA "
+                        "backend (rebuild with nvcc installed), use --device cpu\n", o->device);
+        return -1;
+    }
+    int count = flexpoint_gpu_device_count();
+    if (o->device >= count) {
+        if (count == 0)
+            fprintf(stderr, "flexpoint-train: --device cuda:%d: no CUDA device is visible on "
+                            "this machine, use --device cpu\n", o->device);
+        else
+            fprintf(stderr, "flexpoint-train: --device cuda:%d: there is no CUDA device %d "
+                            "(%d visible: 0..%d)\n", o->device, o->device, count, count - 1);
+        return -1;
+    }
+    if (flexpoint_gpu_set_device(o->device) != FX_OK) {
+        fprintf(stderr, "flexpoint-train: --device cuda:%d: %s\n", o->device,
+                flexpoint_last_error());
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
@@ -154,6 +210,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->lr = 0.02;
     o->momentum = 0.9;
     o->synthetic_n = 10000;
+    o->device = -1;
     const char *formats = "fp32,fp16,bf16,flex16_5,dfp16";
     const char *preset = "robust";
     for (int i = 1; i < argc; i++) {
@@ -263,6 +320,9 @@ static int parse_args(int argc, char **argv, options *o)
             NEEDV();
             if (parse_int(a, v, 1, 1024, &x)) return -1;
             o->threads = (int)x;
+        } else if (!strcmp(a, "--device")) {
+            NEEDV();
+            if (parse_device(v, &o->device)) return -1;
         } else if (!strcmp(a, "--out")) {
             NEEDV();
             snprintf(o->out, sizeof o->out, "%s", v);
@@ -388,6 +448,7 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     cfg.augment = o->augment;
     cfg.seed = o->seed;
     cfg.threads = o->threads;
+    cfg.device = o->device;
     fx_trainer *t = fx_trainer_new(&cfg, train, test);
     if (!t) {
         fprintf(stderr, "flexpoint-train: %s: %s\n", rs->label, flexpoint_last_error());
@@ -477,6 +538,7 @@ int main(int argc, char **argv)
 {
     options o;
     if (parse_args(argc, argv, &o)) return 2;
+    if (check_device(&o)) return 1; /* before creating directories or loading data */
 #ifdef __GLIBC__
     /* Training allocates and frees the same large scratch buffers every step. Keep them in the
      * heap instead of fresh mmap()s, which would page-fault them in again each time. */
@@ -494,13 +556,19 @@ int main(int argc, char **argv)
     if (o.threads > 0) flexpoint_set_num_threads(o.threads);
     fx_dataset *train, *test;
     if (load_data(&o, &train, &test)) return 1;
-    if (!o.quiet)
+    if (!o.quiet) {
+        char where[192] = "";
+        if (o.device >= 0) {
+            const char *name = flexpoint_gpu_device_name();
+            snprintf(where, sizeof where, ", device cuda:%d (%s)", o.device, name ? name : "?");
+        }
         fprintf(stderr, "flexpoint-train: %s on %s (%lld train / %lld test images, %dx%dx%d), "
-                        "%d epochs, batch %d, lr %g, backend %s, %d threads\n", o.model,
+                        "%d epochs, batch %d, lr %g, backend %s, %d threads%s\n", o.model,
                 fx_dataset_source(train), (long long)fx_dataset_len(train),
                 (long long)fx_dataset_len(test), fx_dataset_channels(train),
                 fx_dataset_height(train), fx_dataset_width(train), o.epochs, o.batch, o.lr,
-                flexpoint_backend(), flexpoint_num_threads());
+                flexpoint_backend(), flexpoint_num_threads(), where);
+    }
     char p1[2048], p2[2048];
     snprintf(p1, sizeof p1, "%s/epochs.csv", o.out);
     snprintf(p2, sizeof p2, "%s/steps.csv", o.out);

@@ -76,6 +76,7 @@ class TrainConfigC(Structure):
         ("augment", c_int),
         ("seed", c_uint64),
         ("threads", c_int),
+        ("device", c_int),
     ]
 
 

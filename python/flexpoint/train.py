@@ -44,6 +44,28 @@ def _encode_name(value: str, field: str, size: int = 16) -> bytes:
     return b
 
 
+def _device_ordinal(value: Union[str, int]) -> int:
+    """fx_train_config.device of "cpu", "cuda", "cuda:N" or an integer (-1 is the host)."""
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"TrainConfig.device={value!r}: expected 'cpu', 'cuda', "
+                                   "'cuda:N' or an integer", -1)
+    if isinstance(value, int):
+        ordinal = value
+    elif value == "cpu":
+        ordinal = -1
+    elif value == "cuda":
+        ordinal = 0
+    elif isinstance(value, str) and value.startswith("cuda:") and value[5:].isdigit():
+        ordinal = int(value[5:])
+    else:
+        raise InvalidArgumentError(f"TrainConfig.device={value!r}: expected 'cpu', 'cuda', "
+                                   "'cuda:N' or an integer", -1)
+    if ordinal < -1 or ordinal > 2**31 - 1:
+        raise InvalidArgumentError(f"TrainConfig.device={value!r}: the ordinal must be -1 (the "
+                                   "host) or a CUDA device number >= 0", -1)
+    return ordinal
+
+
 @dataclass
 class TrainConfig:
     """Training configuration; None means the library default (shown in brackets).
@@ -56,7 +78,9 @@ class TrainConfig:
     batch_size [128]; lr [0.02]; momentum [0.9]; weight_decay [0]; lr_schedule: "constant" |
     "cosine" | "step" ["constant"]; epochs: planned epochs, for the schedule [5]; augment: random
     crop and flip [False]; seed: weights, batch order and augmentation [0]; threads: 0 for the
-    library default [0].
+    library default [0]; device: where to train, "cpu" or -1 (the host), "cuda" (device 0),
+    "cuda:N" or N (CUDA device N) [-1]; a device the library cannot use makes Trainer raise
+    DeviceError.
     """
     model: Optional[str] = None
     fmt: Optional[FormatLike] = None
@@ -76,6 +100,7 @@ class TrainConfig:
     augment: Optional[bool] = None
     seed: Optional[int] = None
     threads: Optional[int] = None
+    device: Union[None, str, int] = None
 
     def to_c(self) -> TrainConfigC:
         """The C struct: the library's defaults overridden by every field that is not None."""
@@ -115,6 +140,8 @@ class TrainConfig:
             c.augment = int(bool(self.augment))
         if self.seed is not None:
             c.seed = int(self.seed) & (2**64 - 1)
+        if self.device is not None:
+            c.device = _device_ordinal(self.device)
         return c
 
     @classmethod
@@ -130,7 +157,8 @@ class TrainConfig:
                    batch_size=c.batch_size, lr=c.lr, momentum=c.momentum,
                    weight_decay=c.weight_decay,
                    lr_schedule=LR_SCHEDULES[sched] if 0 <= sched < len(LR_SCHEDULES) else sched,
-                   epochs=c.epochs, augment=bool(c.augment), seed=c.seed, threads=c.threads)
+                   epochs=c.epochs, augment=bool(c.augment), seed=c.seed, threads=c.threads,
+                   device=c.device)
 
     def resolved(self) -> "TrainConfig":
         """This configuration with every None replaced by the library default."""
@@ -346,6 +374,8 @@ class Trainer:
 def _trainer_new_status() -> Optional[int]:
     # fx_trainer_new returns NULL without a code; its messages (trainer.c) say which it was.
     msg = lib().flexpoint_last_error().decode("utf-8", "replace")
+    if "CUDA backend" in msg or "CUDA device" in msg:  # fx_place_select (placement.c)
+        return -9
     if "out of memory" in msg or "cannot allocate" in msg:
         return -5
     if "is not a format" in msg:

@@ -193,6 +193,23 @@ def test_trainer_steps_epochs_and_evaluates(tiny_data, fmt):
     assert [x.epoch for x in more] == [2]
 
 
+def test_unusable_device_raises_device_error(tiny_data):
+    train, _ = tiny_data
+    # the first ordinal that does not exist: every machine has one, with or without a GPU
+    missing = fx.gpu_device_count()
+    with pytest.raises(fx.DeviceError, match="CUDA"):
+        fx.Trainer(cfg(device=missing), train)
+
+
+@pytest.mark.skipif(fx.gpu_device_count() == 0, reason="no CUDA device")
+def test_device_run_starts_where_the_host_run_starts(tiny_data):
+    train, test = tiny_data
+    host = fx.Trainer(cfg(fmt="flex16_5"), train, test)
+    dev = fx.Trainer(cfg(fmt="flex16_5", device="cuda"), train, test)
+    assert np.array_equal(host.params(), dev.params())
+    assert np.isfinite(dev.step()) and 0 <= dev.evaluate()[0] <= 1
+
+
 def test_same_seed_same_start_in_every_format(tiny_data):
     train, _ = tiny_data
     starts = [fx.Trainer(cfg(fmt=f), train).params() for f in fx.FORMATS]

@@ -166,15 +166,21 @@ def test_train_config_defaults_read_through_the_struct():
                         stochastic_rounding=True, autoflex="robust", grad_window_lo=-50,
                         act_window_lo=-30, weight_window_lo=-29, batch_size=7, lr=0.5,
                         momentum=0.25, weight_decay=1e-4, lr_schedule="cosine", epochs=9,
-                        augment=True, seed=2**63 + 5, threads=2).resolved()
+                        augment=True, seed=2**63 + 5, threads=2, device="cuda:1").resolved()
     assert c2 == fx.TrainConfig(model="mlp", fmt="flex16_5", master_weights=False,
                                 loss_scaling=True, stochastic_rounding=True, autoflex="robust",
                                 grad_window_lo=-50, act_window_lo=-30, weight_window_lo=-29,
                                 batch_size=7, lr=0.5, momentum=0.25, weight_decay=1e-4,
                                 lr_schedule="cosine", epochs=9, augment=True, seed=2**63 + 5,
-                                threads=2)
+                                threads=2, device=1)
     with pytest.raises(fx.InvalidArgumentError):
         fx.TrainConfig(model="x" * 16).to_c()
+    assert fx.TrainConfig.default().device == -1
+    assert [fx.TrainConfig(device=d).resolved().device for d in ("cpu", "cuda", "cuda:3", 2)] \
+        == [-1, 0, 3, 2]
+    for bad in ("gpu", "cuda:", "cuda:x", "cuda:-1", -2, True):
+        with pytest.raises(fx.InvalidArgumentError):
+            fx.TrainConfig(device=bad).to_c()
 
 
 def test_autoflex_presets_through_the_struct():

@@ -5,10 +5,16 @@
  * epoch accumulators, then every parameter (working copy, gradient, master, momentum), batch
  * norm statistics and every training tensor's full state (data, exponent, Autoflex history),
  * in the model's fixed order. Files are written to a temporary name and renamed, so a crash
- * never leaves a half-written checkpoint under the real name. */
+ * never leaves a half-written checkpoint under the real name.
+ *
+ * A trainer on a CUDA device saves and restores through host copies (its device tensors and
+ * buffers are copied out, serialised, and copied back), so the file is the same as a host
+ * trainer's: a checkpoint written on the host resumes on a device and vice versa. The
+ * configuration's device field is recorded but not compared. */
 #define _POSIX_C_SOURCE 200809L
 #include "trainer.h"
 #include "../core/tensor_io.h"
+#include "placement.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -53,15 +59,67 @@ static int fx_visit_tensors(fx_trainer *t, fx_tensor_visit fn, void *ctx)
     return rc;
 }
 
+/* A host copy of a device tensor, for (de)serialising through it. */
+static tensor_t *fx_host_copy(const tensor_t *x)
+{
+    tensor_t *h = tensor_to_host(x);
+    if (!h && !flexpoint_last_status()) FX_FAIL(FX_EDEVICE, "cannot copy a tensor to the host");
+    return h;
+}
+
 static int fx_put_tensor(void *ctx, tensor_t *x, const char *what)
 {
     (void)what;
-    return fx_tensor_state_put(ctx, x);
+    if (tensor_device(x) < 0) return fx_tensor_state_put(ctx, x);
+    tensor_t *h = fx_host_copy(x);
+    if (!h) return flexpoint_last_status();
+    int rc = fx_tensor_state_put(ctx, h);
+    tensor_free(h);
+    return rc;
 }
 
 static int fx_get_tensor(void *ctx, tensor_t *x, const char *what)
 {
-    return fx_tensor_state_get(ctx, x, what);
+    if (tensor_device(x) < 0) return fx_tensor_state_get(ctx, x, what);
+    /* restored into a host copy (same format and shape), then copied back with its state */
+    tensor_t *h = fx_host_copy(x);
+    if (!h) return flexpoint_last_status();
+    int rc = fx_tensor_state_get(ctx, h, what);
+    if (!rc) rc = tensor_copy_to_device(x, h);
+    tensor_free(h);
+    return rc;
+}
+
+/* Master / momentum buffers live where the model does; `tmp` is a host array of at least n
+ * floats (unused on the host). */
+static int fx_put_placed(fx_buf *b, const fx_model *m, const float *p, int64_t n, float *tmp)
+{
+    if (!p || m->device < 0) {
+        fx_put_floats(b, p, n);
+        return FX_OK;
+    }
+    int rc = fx_place_download(m, tmp, p, n);
+    if (!rc) fx_put_floats(b, tmp, n);
+    return rc;
+}
+
+static int fx_get_placed(fx_reader *r, const fx_model *m, float *p, int64_t n, float *tmp,
+                         const char *what)
+{
+    if (!p || m->device < 0) return fx_get_floats(r, p, n, what);
+    int rc = fx_get_floats(r, tmp, n, what);
+    return rc ? rc : fx_place_upload(m, p, tmp, n);
+}
+
+/* A host array for the largest parameter buffer when the model is on a device (else NULL). */
+static int fx_param_scratch(const fx_model *m, float **tmp)
+{
+    *tmp = NULL;
+    if (m->device < 0) return FX_OK;
+    int64_t n = 1;
+    for (int i = 0; i < m->nparams; i++) n = m->params[i].n > n ? m->params[i].n : n;
+    *tmp = malloc((size_t)n * sizeof(float));
+    return *tmp ? FX_OK : FX_FAIL(FX_ENOMEM, "out of memory (%lld floats)", (long long)n);
 }
 
 static int fx_serialize(fx_trainer *t, fx_buf *b)
@@ -72,11 +130,15 @@ static int fx_serialize(fx_trainer *t, fx_buf *b)
                        t->loss_sum, t->seconds};
     fx_buf_put(b, &pos, sizeof pos);
     fx_buf_put(b, &t->scaler, sizeof t->scaler);
-    for (int i = 0; i < t->m.nparams; i++) {
+    float *tmp;
+    int rc = fx_param_scratch(&t->m, &tmp);
+    for (int i = 0; i < t->m.nparams && !rc; i++) {
         fx_param *p = &t->m.params[i];
-        fx_put_floats(b, p->master, p->n);
-        fx_put_floats(b, p->mom, p->n);
+        rc = fx_put_placed(b, &t->m, p->master, p->n, tmp);
+        if (!rc) rc = fx_put_placed(b, &t->m, p->mom, p->n, tmp);
     }
+    free(tmp);
+    if (rc) return rc;
     for (int i = 0; i < t->m.nlayers; i++) {
         fx_layer *l = &t->m.layers[i];
         if (l->kind != FX_L_BN) continue;
@@ -85,7 +147,7 @@ static int fx_serialize(fx_trainer *t, fx_buf *b)
         fx_put_floats(b, l->save_mean, l->channels);
         fx_put_floats(b, l->save_invstd, l->channels);
     }
-    int rc = fx_visit_tensors(t, fx_put_tensor, b);
+    rc = fx_visit_tensors(t, fx_put_tensor, b);
     if (!rc && b->failed) rc = FX_FAIL(FX_ENOMEM, "out of memory while serialising");
     return rc;
 }
@@ -115,12 +177,14 @@ static int fx_deserialize(fx_trainer *t, fx_reader *r, const char *path)
                        "this data (%lld steps per epoch)", path, pos.epoch,
                        (long long)pos.step_in_epoch, (long long)pos.steps_per_epoch,
                        (long long)t->steps_per_epoch);
-    int rc = FX_OK;
+    float *tmp;
+    int rc = fx_param_scratch(&t->m, &tmp);
     for (int i = 0; i < t->m.nparams && !rc; i++) {
         fx_param *p = &t->m.params[i];
-        rc = fx_get_floats(r, p->master, p->n, p->name);
-        if (!rc) rc = fx_get_floats(r, p->mom, p->n, p->name);
+        rc = fx_get_placed(r, &t->m, p->master, p->n, tmp, p->name);
+        if (!rc) rc = fx_get_placed(r, &t->m, p->mom, p->n, tmp, p->name);
     }
+    free(tmp);
     for (int i = 0; i < t->m.nlayers && !rc; i++) {
         fx_layer *l = &t->m.layers[i];
         if (l->kind != FX_L_BN) continue;
@@ -153,8 +217,10 @@ int fx_trainer_save(const fx_trainer *tc, const char *path)
 {
     if (!tc || !path) return FX_FAIL(FX_EINVAL, "%s is NULL", !tc ? "trainer" : "path");
     fx_trainer *t = (fx_trainer *)tc; /* serialising only reads */
+    int rc = fx_trainer_use_device(t);
+    if (rc) return rc;
     fx_buf b = {0};
-    int rc = fx_serialize(t, &b);
+    rc = fx_serialize(t, &b);
     if (rc) {
         fx_buf_free(&b);
         return rc;
@@ -193,6 +259,8 @@ int fx_trainer_save(const fx_trainer *tc, const char *path)
 int fx_trainer_load(fx_trainer *t, const char *path)
 {
     if (!t || !path) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "path");
+    int use = fx_trainer_use_device(t);
+    if (use) return use;
     FILE *f = fopen(path, "rb");
     if (!f) return FX_FAIL(FX_EIO, "%s: cannot open: %s", path, strerror(errno));
     char magic[8];

@@ -2,6 +2,7 @@
  * Every GEMM/conv operand (weights, activations, gradients) is in the run's format; batch
  * norm parameters and statistics are fp32 (EXPERIMENTS.md). */
 #include "model.h"
+#include "placement.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,19 +24,18 @@ static int fx_add_param(fx_model *m, const char *name, fmt_t fmt, int ndim, cons
     fx_param *p = &m->params[m->nparams];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
-    p->w = tensor_new(fmt, ndim, shape);
-    p->g = tensor_new(fmt, ndim, shape);
-    if (!p->w || !p->g) return FX_ENOMEM;
+    /* counted at once, so that fx_model_free releases whatever part was allocated */
+    m->nparams++;
+    p->w = fx_place_tensor(m, fmt, ndim, shape, m->cfg.weight_window_lo);
+    p->g = fx_place_tensor(m, fmt, ndim, shape, m->cfg.grad_window_lo);
+    if (!p->w || !p->g) return flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
     p->n = tensor_numel(p->w);
     p->fan_in = fan_in;
     p->decay = decay;
-    p->mom = calloc((size_t)p->n, sizeof(float));
-    p->unscaled = calloc((size_t)p->n, sizeof(float));
-    if (!p->mom || !p->unscaled) return FX_FAIL(FX_ENOMEM, "out of memory");
-    int rc = fx_model_flex_setup(&m->cfg, p->w, m->cfg.weight_window_lo);
-    if (!rc) rc = fx_model_flex_setup(&m->cfg, p->g, m->cfg.grad_window_lo);
+    int rc = fx_place_zeros(m, (void **)&p->mom, p->n, sizeof(float));
+    if (!rc) rc = fx_place_zeros(m, (void **)&p->unscaled, p->n, sizeof(float));
     if (rc) return rc;
-    return m->nparams++;
+    return m->nparams - 1;
 }
 
 static fx_layer *fx_add_layer(fx_model *m, fx_layer_kind kind, const char *name, int in0, int in1)
@@ -278,9 +278,30 @@ int fx_model_flex_setup(const fx_train_config *cfg, tensor_t *t, int window_lo)
     return rc;
 }
 
+/* A device parameter receives the weights the host run starts from: written in the run
+ * format on a host tensor with the same window and preset, then copied with its exponent
+ * state; the fp32 master copy is uploaded as drawn. */
+static int fx_init_param_on_device(fx_model *m, fx_param *p, const float *v, int with_master)
+{
+    int rc = FX_OK;
+    if (with_master) {
+        rc = fx_place_zeros(m, (void **)&p->master, p->n, sizeof(float));
+        if (!rc) rc = fx_place_upload(m, p->master, v, p->n);
+        if (rc) return rc;
+    }
+    tensor_t *h = fx_place_host_tensor(&m->cfg, tensor_fmt(p->w), tensor_ndim(p->w),
+                                       tensor_shape(p->w), m->cfg.weight_window_lo);
+    if (!h) return flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
+    rc = tensor_from_f32(h, v);
+    if (!rc) rc = tensor_copy_to_device(p->w, h);
+    tensor_free(h);
+    return rc;
+}
+
 /* Initial weights: PyTorch's defaults (uniform in +-1/sqrt(fan_in) for conv and linear
  * weights and biases; batch norm gamma 1, beta 0), drawn in fp32 from the seed with a
- * counter-based generator keyed by the parameter's index, then written in the run format. */
+ * counter-based generator keyed by the parameter's index, then written in the run format.
+ * Drawn on the host for every placement, so a device run starts from the host run's point. */
 static int fx_init_params(fx_model *m)
 {
     for (int i = 0; i < m->nparams; i++) {
@@ -293,9 +314,14 @@ static int fx_init_params(fx_model *m)
             double u = fx_rng_unit(m->cfg.seed, 0x1000 + (uint64_t)i, (uint64_t)j);
             v[j] = is_gamma ? 1.0f : (is_beta ? 0.0f : (float)((2.0 * u - 1.0) * bound));
         }
-        if (m->cfg.master_weights && tensor_fmt(p->w) != FMT_FP32) {
-            p->master = v;
+        int with_master = m->cfg.master_weights && tensor_fmt(p->w) != FMT_FP32;
+        if (m->device >= 0) {
+            int rc = fx_init_param_on_device(m, p, v, with_master);
+            free(v);
+            if (rc) return rc;
+            continue;
         }
+        if (with_master) p->master = v;
         int rc = tensor_from_f32(p->w, v);
         if (p->master != v) free(v);
         if (rc) return rc;
@@ -307,6 +333,7 @@ int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W,
 {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
+    m->device = cfg->device < 0 ? -1 : cfg->device; /* before any allocation: frees follow it */
     m->classes = classes;
     m->in_ndim = 4;
     m->in_shape[0] = cfg->batch_size;
@@ -341,6 +368,7 @@ static void fx_free_t(tensor_t **t)
 void fx_model_free_ctx(fx_model *m, int ctx)
 {
     fx_free_t(&m->input[ctx]);
+    fx_free_t(&m->stage[ctx]);
     for (int i = 0; i < m->nlayers; i++) {
         fx_layer *l = &m->layers[i];
         fx_free_t(&l->out[ctx]);
@@ -352,7 +380,7 @@ void fx_model_free_ctx(fx_model *m, int ctx)
                 l->dx_owned[j] = 0;
             }
             fx_free_t(&l->dy_sum);
-            free(l->argmax);
+            fx_place_release(m, l->argmax);
             l->argmax = NULL;
         }
     }
@@ -373,9 +401,9 @@ void fx_model_free(fx_model *m)
         fx_param *p = &m->params[i];
         tensor_free(p->w);
         tensor_free(p->g);
-        free(p->master);
-        free(p->mom);
-        free(p->unscaled);
+        fx_place_release(m, p->master);
+        fx_place_release(m, p->mom);
+        fx_place_release(m, p->unscaled);
     }
     free(m->layers);
     free(m->params);
@@ -386,12 +414,8 @@ void fx_model_free(fx_model *m)
 
 static tensor_t *fx_new_act(fx_model *m, int ndim, const int64_t *shape, int grad)
 {
-    tensor_t *t = tensor_new((fmt_t)m->cfg.fmt, ndim, shape);
-    if (t && fx_model_flex_setup(&m->cfg, t, grad ? m->cfg.grad_window_lo : m->cfg.act_window_lo)) {
-        tensor_free(t);
-        return NULL;
-    }
-    return t;
+    return fx_place_tensor(m, (fmt_t)m->cfg.fmt, ndim, shape,
+                           grad ? m->cfg.grad_window_lo : m->cfg.act_window_lo);
 }
 
 static const int64_t *fx_layer_in_shape(const fx_model *m, const fx_layer *l, int j, int *nd)
@@ -403,6 +427,11 @@ int fx_model_alloc_ctx(fx_model *m, int ctx)
 {
     m->input[ctx] = fx_new_act(m, m->in_ndim, m->in_shape, 0);
     if (!m->input[ctx]) return FX_ENOMEM;
+    if (m->device >= 0) {
+        m->stage[ctx] = fx_place_host_tensor(&m->cfg, (fmt_t)m->cfg.fmt, m->in_ndim, m->in_shape,
+                                             m->cfg.act_window_lo);
+        if (!m->stage[ctx]) return FX_ENOMEM;
+    }
     for (int i = 0; i < m->nlayers; i++) {
         fx_layer *l = &m->layers[i];
         l->out[ctx] = fx_new_act(m, l->ndim, l->shape, 0);
@@ -413,8 +442,9 @@ int fx_model_alloc_ctx(fx_model *m, int ctx)
         }
         if (ctx != FX_CTX_TRAIN) continue;
         if (l->kind == FX_L_MAXPOOL) {
-            l->argmax = malloc((size_t)tensor_numel(l->out[ctx]) * sizeof(int32_t));
-            if (!l->argmax) return FX_FAIL(FX_ENOMEM, "out of memory");
+            int rc = fx_place_zeros(m, (void **)&l->argmax, tensor_numel(l->out[ctx]),
+                                    sizeof(int32_t));
+            if (rc) return rc;
         }
         for (int j = 0; j < l->nin; j++) {
             if (l->in[j] < 0) continue; /* no gradient w.r.t. the images */
@@ -499,12 +529,13 @@ int fx_model_forward(fx_model *m, int ctx, tensor_t **logits)
 /* ---------------------------------------------------------------- backward ---------------- */
 
 /* Sum over all axes but axis 1 of a [N, C, H, W] gradient: the conv bias gradient [C,1,1]. */
-static int fx_bias_grad_nchw(const tensor_t *dy, tensor_t *db)
+static int fx_bias_grad_nchw(const fx_model *m, const tensor_t *dy, tensor_t *db)
 {
     const int64_t *s = tensor_shape(dy);
     int64_t s3[3] = {s[0], s[1], s[2] * s[3]}, s2[2] = {s[0], s[1]}, s1[1] = {s[1]};
     tensor_t *v = tensor_view_reshape(dy, 3, s3);
-    tensor_t *t = tensor_new(FMT_FP32, 2, s2); /* partial sums kept in fp32: one rounding */
+    /* partial sums kept in fp32: one rounding */
+    tensor_t *t = fx_place_tensor(m, FMT_FP32, 2, s2, 0);
     tensor_t *dbv = tensor_view_reshape(db, 1, s1);
     int rc = (!v || !t || !dbv) ? FX_ENOMEM : tensor_sum(t, v, 2);
     if (!rc) rc = tensor_sum(dbv, t, 0);
@@ -524,7 +555,7 @@ static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
         fx_param *w = &m->params[l->w];
         int rc = tensor_conv2d_backward_weight(w->g, x, dy, l->stride, l->stride, l->pad, l->pad,
                                                1, 1);
-        if (!rc && l->b >= 0) rc = fx_bias_grad_nchw(dy, m->params[l->b].g);
+        if (!rc && l->b >= 0) rc = fx_bias_grad_nchw(m, dy, m->params[l->b].g);
         if (!rc && dx)
             rc = tensor_conv2d_backward_input(dx, dy, w->w, l->stride, l->stride, l->pad, l->pad,
                                               1, 1);

@@ -12,6 +12,7 @@
 typedef struct fx_param {
     char name[48];
     tensor_t *w, *g;  /* working copy and gradient (run format; fp32 for batch-norm) */
+    /* raw fp32 buffers where the model lives (host, or device memory: placement.h) */
     float *master;    /* fp32 master weights, or NULL */
     float *mom;       /* momentum buffer */
     float *unscaled;  /* loss-scaler output buffer */
@@ -40,12 +41,12 @@ typedef struct fx_layer {
     /* parameters (indices into the model's params, -1 if none) */
     int w, b;
     int k, stride, pad; /* conv / pool geometry */
-    /* batch norm */
+    /* batch norm (host memory on every placement, as the batch-norm ops want) */
     float *run_mean, *run_var, *save_mean, *save_invstd;
     int64_t channels;
     /* per context: output, pre-bias temporary, maxpool argmax */
     tensor_t *out[2], *tmp[2];
-    int32_t *argmax;
+    int32_t *argmax; /* where the model lives (placement.h) */
     /* training only: gradient w.r.t. each input, and the summed gradient of this layer's
      * output when two consumers feed it */
     tensor_t *dx[2];
@@ -62,12 +63,17 @@ typedef struct fx_model {
     int in_ndim;
     int64_t in_shape[4]; /* [B, C, H, W] */
     tensor_t *input[2];
+    /* With a device: host tensors the batches are written into before being copied to
+     * input[ctx] (same format, window and Autoflex state; NULL on the host) */
+    tensor_t *stage[2];
     int classes;
+    int device; /* -1: host memory; else the CUDA device holding every tensor and buffer */
     fx_train_config cfg;
 } fx_model;
 
 /* Build the architecture named in cfg->model for inputs [B,C,H,W]; allocates tensors in
- * cfg->fmt and draws the initial weights from cfg->seed. */
+ * cfg->fmt where cfg->device says (the caller has checked and selected the device with
+ * fx_place_select) and draws the initial weights from cfg->seed on the host. */
 int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W, int classes);
 void fx_model_free(fx_model *m);
 

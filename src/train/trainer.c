@@ -2,6 +2,8 @@
  * scaling, optimiser step, evaluation and the tensor registry. */
 #define _POSIX_C_SOURCE 200809L
 #include "trainer.h"
+#include "placement.h"
+#include "flexpoint_gpu.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +34,7 @@ void fx_train_config_default(fx_train_config *cfg)
     cfg->lr_schedule = FX_LR_CONSTANT;
     cfg->epochs = 5;
     cfg->seed = 0;
+    cfg->device = -1;
 }
 
 static double fx_now(void)
@@ -60,6 +63,9 @@ static int fx_validate_config(const fx_train_config *c)
             return FX_FAIL(FX_ERANGE, "flex window start %d is outside [-128, 96]", windows[i]);
     fx_autoflex_config af;
     if (fx_autoflex_preset(c->autoflex, &af) != FX_OK) return FX_ENAME;
+    if (c->device < -1)
+        return FX_FAIL(FX_EINVAL, "device=%d: use -1 for the host or a CUDA ordinal >= 0",
+                       c->device);
     return FX_OK;
 }
 
@@ -99,7 +105,9 @@ static int fx_build_registry(fx_trainer *t)
         rc = fx_reg_add(t, m->params[i].name, "", m->params[i].w, &cap);
         if (!rc) rc = fx_reg_add(t, m->params[i].name, ".grad", m->params[i].g, &cap);
     }
-    if (!rc) rc = fx_reg_add(t, "input", "", m->input[FX_CTX_TRAIN], &cap);
+    /* with a device, the batch is written (and traced) in the host staging tensor */
+    tensor_t *input = m->stage[FX_CTX_TRAIN] ? m->stage[FX_CTX_TRAIN] : m->input[FX_CTX_TRAIN];
+    if (!rc) rc = fx_reg_add(t, "input", "", input, &cap);
     for (int i = 0; i < m->nlayers && !rc; i++) {
         fx_layer *l = &m->layers[i];
         rc = fx_reg_add(t, l->name, ".out", l->out[FX_CTX_TRAIN], &cap);
@@ -138,12 +146,15 @@ fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
                 (long long)n, cfg->batch_size);
         return NULL;
     }
+    /* before any allocation: no device means a clean failure with nothing to undo */
+    if (fx_place_select(cfg->device, __func__)) return NULL;
     fx_trainer *t = calloc(1, sizeof *t);
     if (!t) {
         FX_FAIL(FX_ENOMEM, "out of memory");
         return NULL;
     }
     t->cfg = *cfg;
+    t->m.device = -1; /* until fx_model_build: nothing is placed yet */
     t->train = train;
     t->test = test;
     t->C = C;
@@ -163,10 +174,16 @@ fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
     t->ybuf = malloc((size_t)B * sizeof(int32_t));
     t->logits_buf = malloc((size_t)(B * classes) * sizeof(float));
     int64_t ls[2] = {B, classes};
-    t->dlogits = tensor_new((fmt_t)cfg->fmt, 2, ls);
-    if (!rc && (!t->perm || !t->xbuf || !t->ybuf || !t->logits_buf || !t->dlogits))
+    if (!rc) {
+        t->dlogits = fx_place_tensor(&t->m, (fmt_t)cfg->fmt, 2, ls, cfg->grad_window_lo);
+        if (!t->dlogits) rc = flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
+    }
+    if (!rc && t->m.device >= 0) {
+        t->logits_host = tensor_new((fmt_t)cfg->fmt, 2, ls);
+        if (!t->logits_host) rc = flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
+    }
+    if (!rc && (!t->perm || !t->xbuf || !t->ybuf || !t->logits_buf))
         rc = FX_FAIL(FX_ENOMEM, "out of memory");
-    if (!rc) rc = fx_model_flex_setup(cfg, t->dlogits, cfg->grad_window_lo);
     t->scaling = cfg->loss_scaling < 0 ? cfg->fmt == FMT_FP16 : cfg->loss_scaling;
     fx_loss_scaler_init(&t->scaler, t->scaling);
     if (!rc) rc = fx_build_registry(t);
@@ -183,6 +200,7 @@ void fx_trainer_free(fx_trainer *t)
     if (!t) return;
     fx_model_free(&t->m);
     tensor_free(t->dlogits);
+    tensor_free(t->logits_host);
     free(t->perm);
     free(t->xbuf);
     free(t->ybuf);
@@ -258,26 +276,33 @@ static void fx_begin_epoch_if_needed(fx_trainer *t)
     fx_trainer_make_perm(t, t->epoch);
 }
 
+int fx_trainer_use_device(const fx_trainer *t)
+{
+    return t->m.device < 0 ? FX_OK : flexpoint_gpu_set_device(t->m.device);
+}
+
 int fx_trainer_step(fx_trainer *t, float *loss_out)
 {
     if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
+    int rc = fx_trainer_use_device(t);
+    if (rc) return rc;
     fx_begin_epoch_if_needed(t);
     double t0 = fx_now();
     int64_t B = t->cfg.batch_size, img = (int64_t)t->C * t->H * t->W;
     const int64_t *idx = t->perm + t->step_in_epoch * B;
-    int rc = fx_dataset_batch(t->train, idx, B, t->xbuf, t->ybuf);
+    rc = fx_dataset_batch(t->train, idx, B, t->xbuf, t->ybuf);
     if (rc) return rc;
     if (t->cfg.augment)
         for (int64_t i = 0; i < B; i++) fx_augment(t, t->xbuf + i * img, idx[i]);
     fx_normalize(t, t->xbuf, B);
     fx_model *m = &t->m;
-    rc = tensor_from_f32(m->input[FX_CTX_TRAIN], t->xbuf);
+    rc = fx_place_write_input(m, FX_CTX_TRAIN, t->xbuf);
     tensor_t *logits = NULL;
     if (!rc) rc = fx_model_forward(m, FX_CTX_TRAIN, &logits);
     float loss = 0;
     double scale = t->scaling ? t->scaler.scale : 1.0;
     if (!rc) rc = tensor_softmax_cross_entropy(&loss, t->dlogits, logits, t->ybuf, scale);
-    if (!rc) rc = tensor_to_f32(logits, t->logits_buf);
+    if (!rc) rc = fx_place_read_f32(m, logits, t->logits_host, t->logits_buf);
     if (!rc) rc = fx_model_backward(m, t->dlogits);
     if (rc) return rc;
 
@@ -326,7 +351,9 @@ int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accuracy, d
         fx_dataset_width(ds) != t->W || fx_dataset_classes(ds) != t->classes)
         return FX_FAIL(FX_ESHAPE, "dataset shape differs from the training set's");
     fx_model *m = &t->m;
-    int rc = fx_model_alloc_ctx(m, FX_CTX_EVAL);
+    int rc = fx_trainer_use_device(t);
+    if (rc) return rc;
+    rc = fx_model_alloc_ctx(m, FX_CTX_EVAL);
     int64_t B = t->cfg.batch_size, n = fx_dataset_len(ds), img = (int64_t)t->C * t->H * t->W;
     int64_t *idx = malloc((size_t)B * sizeof *idx);
     if (!rc && !idx) rc = FX_FAIL(FX_ENOMEM, "out of memory");
@@ -341,9 +368,9 @@ int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accuracy, d
         memset(t->xbuf + cnt * img, 0, sizeof(float) * (size_t)((B - cnt) * img));
         fx_normalize(t, t->xbuf, cnt);
         tensor_t *logits;
-        rc = tensor_from_f32(m->input[FX_CTX_EVAL], t->xbuf);
+        rc = fx_place_write_input(m, FX_CTX_EVAL, t->xbuf);
         if (!rc) rc = fx_model_forward(m, FX_CTX_EVAL, &logits);
-        if (!rc) rc = tensor_to_f32(logits, t->logits_buf);
+        if (!rc) rc = fx_place_read_f32(m, logits, t->logits_host, t->logits_buf);
         if (rc) break;
         correct += fx_count_correct(t->logits_buf, t->ybuf, cnt, t->classes);
         for (int64_t i = 0; i < cnt; i++) { /* log-softmax in double */
@@ -431,14 +458,12 @@ int64_t fx_trainer_param_count(const fx_trainer *t)
 int fx_trainer_get_params(const fx_trainer *t, float *dst)
 {
     if (!t || !dst) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "dst");
-    for (int i = 0; i < t->m.nparams; i++) {
+    int rc = fx_trainer_use_device(t);
+    for (int i = 0; i < t->m.nparams && !rc; i++) {
         const fx_param *p = &t->m.params[i];
-        if (p->master) memcpy(dst, p->master, (size_t)p->n * sizeof(float));
-        else {
-            int rc = tensor_to_f32(p->w, dst);
-            if (rc) return rc;
-        }
+        if (p->master) rc = fx_place_download(&t->m, dst, p->master, p->n);
+        else rc = fx_place_read_f32(&t->m, p->w, NULL, dst);
         dst += p->n;
     }
-    return FX_OK;
+    return rc;
 }

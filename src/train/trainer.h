@@ -25,6 +25,7 @@ struct fx_trainer {
     int32_t *ybuf;
     float *logits_buf;
     tensor_t *dlogits;
+    tensor_t *logits_host;     /* with a device: host copy of the logits, for accuracy */
     fx_loss_scaler scaler;
     int scaling;
     /* accumulators of the current epoch */
@@ -37,5 +38,9 @@ struct fx_trainer {
 
 /* Batch order of epoch e (a pure function of the seed and e). */
 void fx_trainer_make_perm(fx_trainer *t, int epoch);
+
+/* Make the trainer's CUDA device current on the calling thread (new device tensors and
+ * buffers go to the thread's current device); FX_OK at once on the host. */
+int fx_trainer_use_device(const fx_trainer *t);
 
 #endif
