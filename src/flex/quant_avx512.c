@@ -82,58 +82,99 @@ void fx_flex_dequant_avx512(const int16_t *src, float *dst, int64_t n, int e)
 /* fx_requant on 8 lanes: shift >= 1 is the rounding right shift of fx_rshift_rne (floor by an
  * arithmetic shift, then +1 when the remainder is above half, or equal to it with an odd
  * quotient); shift <= 0 is a left shift that saturates when |v| > 32767 >> -shift. */
+/* One vector of fx_flex_quant_i64_avx512: the requantised lanes (clamped to +-32767), with the
+ * lanes that saturated and underflowed in *sat, *uf. Constants as set up by the caller. */
+typedef struct fx_q64_consts {
+    __m512i zero, one, mmax, mmin, rmask, half, thr;
+    __m128i cnt;
+    int right, s;
+} fx_q64_consts;
+
+static inline __m512i fx_q64_step(const fx_q64_consts *k, __m512i v, __mmask8 live,
+                                  __mmask8 *sat, __mmask8 *uf)
+{
+    __m512i q;
+    if (k->right) {
+        if (k->s >= 64) {
+            q = k->zero; /* |v| / 2^s <= 1/2, and a tie rounds to the even value 0 */
+        } else {
+            q = _mm512_sra_epi64(v, k->cnt);
+            const __m512i rem = _mm512_and_si512(v, k->rmask);
+            const __mmask8 up = _mm512_cmpgt_epu64_mask(rem, k->half) |
+                                (_mm512_cmpeq_epu64_mask(rem, k->half) &
+                                 _mm512_test_epi64_mask(q, k->one));
+            q = _mm512_mask_add_epi64(q, up, q, k->one);
+        }
+        *sat = _mm512_mask_cmpgt_epi64_mask(live, _mm512_abs_epi64(q), k->mmax);
+        q = _mm512_max_epi64(_mm512_min_epi64(q, k->mmax), k->mmin);
+    } else {
+        *sat = _mm512_mask_cmpgt_epu64_mask(live, _mm512_abs_epi64(v), k->thr);
+        q = _mm512_sll_epi64(v, k->cnt); /* valid wherever it is kept */
+        const __mmask8 neg = _mm512_cmplt_epi64_mask(v, k->zero);
+        q = _mm512_mask_mov_epi64(q, *sat & ~neg, k->mmax);
+        q = _mm512_mask_mov_epi64(q, *sat & neg, k->mmin);
+    }
+    *uf = _mm512_mask_cmpeq_epi64_mask(live, q, k->zero) & _mm512_cmpneq_epi64_mask(v, k->zero);
+    return q;
+}
+
+/* Counts are kept in vector lanes (one subtraction of -1 per counted lane) rather than by a
+ * popcount per vector, and full iterations handle 16 values with one 256-bit store: the
+ * scalar mask-to-count chain and the masked narrowing stores were what bound this loop. */
 void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int shift,
                               fx_qstats *st)
 {
-    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi64(1);
-    const __m512i mmax = _mm512_set1_epi64(FX_MANT_MAX), mmin = _mm512_set1_epi64(-FX_MANT_MAX);
-    const int right = shift >= 1;
-    const int s = shift >= 64 ? 64 : (right ? shift : (shift < -64 ? 64 : -shift));
-    const __m128i cnt = _mm_cvtsi32_si128(s);
+    fx_q64_consts k;
+    k.zero = _mm512_setzero_si512();
+    k.one = _mm512_set1_epi64(1);
+    k.mmax = _mm512_set1_epi64(FX_MANT_MAX);
+    k.mmin = _mm512_set1_epi64(-FX_MANT_MAX);
+    k.right = shift >= 1;
+    k.s = shift >= 64 ? 64 : (k.right ? shift : (shift < -64 ? 64 : -shift));
+    k.cnt = _mm_cvtsi32_si128(k.s);
     /* right shift: remainder mask and half; left shift: largest |v| that does not saturate */
-    const uint64_t maskv = right && s < 64 ? (((uint64_t)1 << s) - 1) : 0;
-    const __m512i rmask = _mm512_set1_epi64((long long)maskv);
-    const __m512i half = _mm512_set1_epi64(right && s < 64 ? (long long)((uint64_t)1 << (s - 1)) : 0);
-    const __m512i thr = _mm512_set1_epi64(!right && s < 16 ? (FX_MANT_MAX >> s) : 0);
-    __m512i max_in = zero, max_out = zero;
-    int64_t saturated = 0, underflow = 0;
+    const uint64_t maskv = k.right && k.s < 64 ? (((uint64_t)1 << k.s) - 1) : 0;
+    k.rmask = _mm512_set1_epi64((long long)maskv);
+    k.half = _mm512_set1_epi64(k.right && k.s < 64 ? (long long)((uint64_t)1 << (k.s - 1)) : 0);
+    k.thr = _mm512_set1_epi64(!k.right && k.s < 16 ? (FX_MANT_MAX >> k.s) : 0);
+    const __m512i minus1 = _mm512_set1_epi64(-1);
+    __m512i max_in = k.zero, max_out = k.zero, nsat = k.zero, nuf = k.zero;
 
-    for (int64_t i = 0; i < n; i += 8) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i v0 = _mm512_loadu_si512((const void *)(src + i));
+        const __m512i v1 = _mm512_loadu_si512((const void *)(src + i + 8));
+        max_in = _mm512_max_epu64(max_in, _mm512_abs_epi64(v0)); /* INT64_MIN: 2^63 unsigned */
+        max_in = _mm512_max_epu64(max_in, _mm512_abs_epi64(v1));
+        __mmask8 s0, u0, s1, u1;
+        const __m512i q0 = fx_q64_step(&k, v0, 0xFF, &s0, &u0);
+        const __m512i q1 = fx_q64_step(&k, v1, 0xFF, &s1, &u1);
+        nsat = _mm512_mask_sub_epi64(nsat, s0, nsat, minus1);
+        nsat = _mm512_mask_sub_epi64(nsat, s1, nsat, minus1);
+        nuf = _mm512_mask_sub_epi64(nuf, u0, nuf, minus1);
+        nuf = _mm512_mask_sub_epi64(nuf, u1, nuf, minus1);
+        max_out = _mm512_max_epi64(max_out, _mm512_abs_epi64(q0));
+        max_out = _mm512_max_epi64(max_out, _mm512_abs_epi64(q1));
+        if (dst) {
+            const __m256i w = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm512_cvtepi64_epi16(q0)), _mm512_cvtepi64_epi16(q1), 1);
+            _mm256_storeu_si256((__m256i *)(dst + i), w);
+        }
+    }
+    for (; i < n; i += 8) {
         const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
         const __m512i v = _mm512_maskz_loadu_epi64(live, src + i);
-        const __m512i av = _mm512_abs_epi64(v); /* INT64_MIN stays 2^63 read unsigned */
-        max_in = _mm512_max_epu64(max_in, av);
-        __m512i q;
-        __mmask8 sat;
-        if (right) {
-            if (s >= 64) {
-                q = zero; /* |v| / 2^s <= 1/2, and a tie rounds to the even value 0 */
-            } else {
-                q = _mm512_sra_epi64(v, cnt);
-                const __m512i rem = _mm512_and_si512(v, rmask);
-                const __mmask8 up = _mm512_cmpgt_epu64_mask(rem, half) |
-                                    (_mm512_cmpeq_epu64_mask(rem, half) &
-                                     _mm512_test_epi64_mask(q, one));
-                q = _mm512_mask_add_epi64(q, up, q, one);
-            }
-            sat = _mm512_cmpgt_epi64_mask(_mm512_abs_epi64(q), mmax);
-            q = _mm512_max_epi64(_mm512_min_epi64(q, mmax), mmin);
-        } else {
-            sat = _mm512_cmpgt_epu64_mask(av, thr);
-            q = _mm512_sll_epi64(v, cnt); /* valid wherever it is kept */
-            const __mmask8 neg = _mm512_cmplt_epi64_mask(v, zero);
-            q = _mm512_mask_mov_epi64(q, sat & ~neg, mmax);
-            q = _mm512_mask_mov_epi64(q, sat & neg, mmin);
-        }
-        saturated += __builtin_popcount((unsigned)sat);
-        const __mmask8 uf = _mm512_cmpeq_epi64_mask(q, zero) & _mm512_cmpneq_epi64_mask(v, zero);
-        underflow += __builtin_popcount((unsigned)uf);
+        max_in = _mm512_max_epu64(max_in, _mm512_abs_epi64(v));
+        __mmask8 sat, uf;
+        const __m512i q = fx_q64_step(&k, v, live, &sat, &uf);
+        nsat = _mm512_mask_sub_epi64(nsat, sat, nsat, minus1);
+        nuf = _mm512_mask_sub_epi64(nuf, uf, nuf, minus1);
         max_out = _mm512_max_epi64(max_out, _mm512_abs_epi64(q));
         if (dst) _mm512_mask_cvtepi64_storeu_epi16(dst + i, live, q);
     }
-    st->saturated = saturated;
+    st->saturated = _mm512_reduce_add_epi64(nsat);
     st->nonfinite = 0;
-    st->underflow = underflow;
+    st->underflow = _mm512_reduce_add_epi64(nuf);
     st->max_abs_in = (double)_mm512_reduce_max_epu64(max_in);
     st->max_abs_out = (int32_t)_mm512_reduce_max_epi64(max_out);
 }
