@@ -6,9 +6,8 @@
  *   fx_div_odd_shift        the shift of pool.c's exact average (pool_divide_exact)
  *   fx_div_odd_signed       one quotient of that average
  *   fx_quotient_f64_odd     one mean of reduce.c as a round-to-odd double
- *   fx_sr_round_hd          stochastic rounding onto the fp16/bf16 grids, the same
- *                           computation as src/nn/stochastic_round.c (which the host keeps;
- *                           tests/test_gpu_nn.c compares the two bit for bit)
+ *   fx_sr_round_hd          stochastic rounding onto the fp16/bf16 grids: the definition
+ *                           behind src/nn/stochastic_round.c's fx_sr_round
  */
 #ifndef FX_GPU_NN_MATH_H
 #define FX_GPU_NN_MATH_H

@@ -39,9 +39,9 @@
 #include "im2col.h"
 #include "../core/compose.h"
 #include "../gpu/gpu_conv.h"
+#include "../gpu/gpu_nn.h" /* fx_nn_placement */
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -156,18 +156,10 @@ static int conv_placement(const char *func, const conv_names *nm, const tensor_t
 {
     const tensor_t *t[3] = {x, w, y};
     const char *n[3] = {nm->x, nm->w, nm->y};
-    for (int i = 1; i < 3; i++) {
-        const fx_storage *a = t[0]->st, *b = t[i]->st;
-        if (a->on_device == b->on_device && (!a->on_device || a->device == b->device)) continue;
-        char wa[32], wb[32];
-        snprintf(wa, sizeof wa, a->on_device ? "CUDA device %d" : "the host", a->device);
-        snprintf(wb, sizeof wb, b->on_device ? "CUDA device %d" : "the host", b->device);
-        return fx_error(FX_EINVAL, func, "%s lives on %s but %s lives on %s; all tensors of an "
-                        "op must live in one place (move them with tensor_to_device / "
-                        "tensor_to_host, flexpoint_gpu.h)", n[0], wa, n[i], wb);
-    }
-    *on_device = x->st->on_device;
-    return FX_OK;
+    int device = -1;
+    int rc = fx_nn_placement(func, 3, t, n, &device);
+    *on_device = device >= 0;
+    return rc;
 }
 
 static int conv_int_limit(const char *func, int int_compute, int64_t terms, const char *what)
