@@ -26,65 +26,18 @@
 #include "flexpoint_gpu.h"
 #include "flexpoint_nn.h"
 #include "testutil.h"
+#include "gpu_testutil.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int g_on_host; /* FX_GPU_TEST_ON_HOST: stand-ins instead of device tensors */
 static const char *g_alt_backend = "scalar";
 
 static int is_int(fmt_t f) { return fmt_is_shared_exponent(f); }
 
 /* ---- host/device helpers (as test_gpu_ops.c) ------------------------------------------------- */
 
-/* A host copy of t (its logical contents, contiguous) with its exponent state. */
-static tensor_t *host_clone(const tensor_t *t)
-{
-    tensor_t *c = tensor_new(t->fmt, t->ndim, t->shape);
-    if (!c) return NULL;
-    int64_t n = tensor_numel(t);
-    void *buf = malloc((size_t)(n ? n : 1) * fmt_elem_size(t->fmt));
-    tensor_get_raw(t, buf);
-    tensor_set_raw(c, buf);
-    free(buf);
-    fx_storage *d = c->st;
-    const fx_storage *s = t->st;
-    d->exp = s->exp;
-    d->win_lo = s->win_lo;
-    d->win_hi = s->win_hi;
-    d->rounding = s->rounding;
-    d->seed = s->seed;
-    d->write_counter = s->write_counter;
-    d->af = s->af;
-    d->last = s->last;
-    d->writes = s->writes;
-    d->overflows = s->overflows;
-    d->clamped_total = s->clamped_total;
-    d->nonfinite_total = s->nonfinite_total;
-    return c;
-}
-
-static tensor_t *to_dev(const tensor_t *h)
-{
-    tensor_t *d = g_on_host ? host_clone(h) : tensor_to_device(h);
-    CHECK(d != NULL, "to device: %s", flexpoint_last_error());
-    return d;
-}
-
-static tensor_t *new_dev(fmt_t f, int ndim, const int64_t *shape)
-{
-    tensor_t *d = g_on_host ? tensor_new(f, ndim, shape) : tensor_new_device(f, ndim, shape);
-    CHECK(d != NULL, "new device tensor: %s", flexpoint_last_error());
-    return d;
-}
-
-static tensor_t *to_host(const tensor_t *d)
-{
-    tensor_t *h = g_on_host ? host_clone(d) : tensor_to_host(d);
-    CHECK(h != NULL, "to host: %s", flexpoint_last_error());
-    return h;
-}
 
 /* Values of many magnitudes: sign * u * 2^k, u in [0.01, 2.01), k in [-kspan, kspan]. */
 static void fill(float *v, int64_t n, test_rng *r, int kspan)
@@ -106,7 +59,7 @@ static void fill_near_max(float *v, int64_t n, int mod)
 /* Identical bits, exponent and write statistics; d is the device result. */
 static void check_same(const tensor_t *h, const tensor_t *d, const char *what)
 {
-    tensor_t *b = to_host(d);
+    tensor_t *b = gpu_test_to_host(d);
     if (!b) return;
     fmt_t f = tensor_fmt(h);
     int64_t n = tensor_numel(h);
@@ -302,8 +255,8 @@ static tensor_t *make_input(fmt_t f, const int64_t s[4], const float *v, int str
 static tensor_t *input_to_dev(tensor_t *h, tensor_t *hbase, tensor_t **dbase)
 {
     *dbase = NULL;
-    if (!hbase) return to_dev(h);
-    *dbase = to_dev(hbase);
+    if (!hbase) return gpu_test_to_dev(h);
+    *dbase = gpu_test_to_dev(hbase);
     return *dbase ? tensor_view_transpose(*dbase, 2, 3) : NULL;
 }
 
@@ -333,7 +286,7 @@ static void run_case(test_rng *r, const geom *g, const conv_case *cc, int64_t ch
     float *fa = malloc((size_t)na * sizeof *fa), *fb = malloc((size_t)nb * sizeof *fb);
     double *ref = malloc((size_t)no * sizeof *ref), *mag = malloc((size_t)no * sizeof *mag);
     double *bh = malloc((size_t)no * sizeof *bh), *bd = malloc((size_t)no * sizeof *bd);
-    tensor_t *oh = tensor_new(cc->fo, 4, so), *od = new_dev(cc->fo, 4, so);
+    tensor_t *oh = tensor_new(cc->fo, 4, so), *od = gpu_test_new_dev(cc->fo, 4, so);
     const int writes = cc->near_max ? 1 : 2;
     const int64_t prev_chunk = fx_gpu_conv_chunk_elems(chunk_elems);
     for (int w = 0; w < writes && oh && od; w++) {
@@ -344,7 +297,7 @@ static void run_case(test_rng *r, const geom *g, const conv_case *cc, int64_t ch
             fill(va, na, r, 2 + 3 * w); /* the second write spans other magnitudes */
             fill(vb, nb, r, 2 + 3 * w);
         }
-        tensor_t *hab, *hbb, *dab, *dbb;
+        tensor_t *hab = NULL, *hbb = NULL, *dab = NULL, *dbb = NULL;
         tensor_t *ha = make_input(cc->fa, sa, va, cc->strided, &hab);
         tensor_t *hb = make_input(cc->fb, sb, vb, cc->strided, &hbb);
         tensor_t *da = ha ? input_to_dev(ha, hab, &dab) : NULL;
@@ -368,7 +321,7 @@ static void run_case(test_rng *r, const geom *g, const conv_case *cc, int64_t ch
                 tensor_to_f32(hb, fb);
                 reference(cc->op, g, fa, fb, ref, mag, no);
                 const double gam = gamma_n(fp32_depth(cc->op, g));
-                tensor_t *odh = to_host(od);
+                tensor_t *odh = gpu_test_to_host(od);
                 const double qh = is_int(cc->fo) ? ldexp(1.0, tensor_exp(oh)) : 0.0;
                 const double qd = is_int(cc->fo) && odh ? ldexp(1.0, tensor_exp(odh)) : 0.0;
                 for (int64_t i = 0; i < no; i++) {
@@ -586,17 +539,17 @@ static void test_placement_device(void)
 int main(void)
 {
     const char *env = getenv("FX_GPU_TEST_ON_HOST");
-    g_on_host = env && env[0] == '1';
+    gpu_test_on_host = env && env[0] == '1';
     const int have_device = flexpoint_gpu_device_count() > 0;
     if (!have_device) {
         test_placement_marked(); /* needs no device: runs everywhere */
         if (fx_test_failures) return test_finish("test_gpu_conv");
-        if (!g_on_host)
+        if (!gpu_test_on_host)
             return test_skip("test_gpu_conv", "no CUDA device (or built without CUDA); the "
                              "placement checks passed; set FX_GPU_TEST_ON_HOST=1 to check the "
                              "comparisons themselves on the CPU");
     }
-    if (g_on_host) {
+    if (gpu_test_on_host) {
         /* the stand-in side runs on the best CPU backend */
         for (int i = flexpoint_backend_count() - 1; i >= 0; i--)
             if (flexpoint_backend_available(i)) {
@@ -613,6 +566,6 @@ int main(void)
     test_all_cases(&r);
     test_strided_inputs(&r);
     test_near_max(&r);
-    if (!g_on_host && have_device) test_placement_device();
+    if (!gpu_test_on_host && have_device) test_placement_device();
     return test_finish("test_gpu_conv");
 }

@@ -27,12 +27,12 @@
 #include "gpu/gpu_nn_math.h"
 #include "nn/stochastic_round.h"
 #include "testutil.h"
+#include "gpu_testutil.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int g_on_host; /* FX_GPU_TEST_ON_HOST: stand-ins instead of device tensors */
 static const char *g_alt_backend = "scalar";
 
 static const fmt_t ALL[5] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
@@ -41,51 +41,12 @@ static int is_int(fmt_t f) { return fmt_is_shared_exponent(f); }
 
 /* ---- host/device helpers ------------------------------------------------------------------ */
 
-static tensor_t *host_clone(const tensor_t *t)
-{
-    tensor_t *c = tensor_new(t->fmt, t->ndim, t->shape);
-    if (!c) return NULL;
-    int64_t n = tensor_numel(t);
-    void *buf = malloc((size_t)(n ? n : 1) * fmt_elem_size(t->fmt));
-    tensor_get_raw(t, buf);
-    tensor_set_raw(c, buf);
-    free(buf);
-    fx_storage *d = c->st;
-    const fx_storage *s = t->st;
-    d->exp = s->exp;
-    d->win_lo = s->win_lo;
-    d->win_hi = s->win_hi;
-    d->rounding = s->rounding;
-    d->seed = s->seed;
-    d->write_counter = s->write_counter;
-    d->af = s->af;
-    d->last = s->last;
-    d->writes = s->writes;
-    d->overflows = s->overflows;
-    d->clamped_total = s->clamped_total;
-    d->nonfinite_total = s->nonfinite_total;
-    return c;
-}
-
-static tensor_t *to_dev(const tensor_t *h)
-{
-    tensor_t *d = g_on_host ? host_clone(h) : tensor_to_device(h);
-    CHECK(d != NULL, "to device: %s", flexpoint_last_error());
-    return d;
-}
-
-static tensor_t *to_host(const tensor_t *d)
-{
-    tensor_t *h = g_on_host ? host_clone(d) : tensor_to_host(d);
-    CHECK(h != NULL, "to host: %s", flexpoint_last_error());
-    return h;
-}
 
 /* A device buffer holding a copy of `bytes` of host memory src (src NULL: zero-filled). */
 static void *dev_buf(const void *src, size_t bytes)
 {
     void *p = NULL;
-    if (g_on_host) {
+    if (gpu_test_on_host) {
         p = calloc(1, bytes ? bytes : 1);
         if (p && src) memcpy(p, src, bytes);
     } else {
@@ -98,7 +59,7 @@ static void *dev_buf(const void *src, size_t bytes)
 
 static void dev_read(void *dst, const void *dev, size_t bytes)
 {
-    if (g_on_host)
+    if (gpu_test_on_host)
         memcpy(dst, dev, bytes);
     else
         CHECK_STATUS(flexpoint_gpu_memcpy_to_host(dst, dev, bytes), FX_OK);
@@ -106,7 +67,7 @@ static void dev_read(void *dst, const void *dev, size_t bytes)
 
 static void dev_free(void *p)
 {
-    if (g_on_host)
+    if (gpu_test_on_host)
         free(p);
     else if (p)
         CHECK_STATUS(flexpoint_gpu_free(p), FX_OK);
@@ -175,7 +136,7 @@ static pair make_pair(fmt_t f, int ndim, const int64_t *shape, test_rng *r, int 
     if (specials) add_specials(v, n);
     pair p;
     p.h = host_tensor(f, ndim, shape, v);
-    p.d = p.h ? to_dev(p.h) : NULL;
+    p.d = p.h ? gpu_test_to_dev(p.h) : NULL;
     free(v);
     return p;
 }
@@ -185,7 +146,7 @@ static pair out_pair(fmt_t f, int ndim, const int64_t *shape)
 {
     pair p;
     p.h = tensor_new(f, ndim, shape);
-    p.d = g_on_host ? tensor_new(f, ndim, shape) : tensor_new_device(f, ndim, shape);
+    p.d = gpu_test_on_host ? tensor_new(f, ndim, shape) : tensor_new_device(f, ndim, shape);
     CHECK(p.h && p.d, "output tensors: %s", flexpoint_last_error());
     return p;
 }
@@ -200,7 +161,7 @@ static void free_pair(pair p)
 static void check_same(const tensor_t *h, const tensor_t *d, const char *what)
 {
     if (!h || !d) return;
-    tensor_t *b = to_host(d);
+    tensor_t *b = gpu_test_to_host(d);
     if (!b) return;
     fmt_t f = tensor_fmt(h);
     int64_t n = tensor_numel(h);
@@ -253,7 +214,7 @@ static void check_same_buf(const void *host, const void *dev, size_t bytes, cons
 static void check_bound(const tensor_t *t, const double *ref, const double *bound,
                         const char *what)
 {
-    tensor_t *b = fx_on_device(t) ? to_host(t) : host_clone(t);
+    tensor_t *b = fx_on_device(t) ? gpu_test_to_host(t) : gpu_test_host_clone(t);
     if (!b) return;
     int64_t n = tensor_numel(b);
     float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
@@ -841,7 +802,7 @@ static void test_pointer_rules(test_rng *r)
     int32_t bad[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     bad[5] = 3; /* plane 1 is [16, 32) */
     int32_t *d_am = dev_buf(bad, sizeof bad);
-    tensor_t *before = to_host(dx.d);
+    tensor_t *before = gpu_test_to_host(dx.d);
     CHECK_STATUS(tensor_maxpool2d_backward(dx.d, y.d, d_am), FX_ERANGE);
     CHECK(msg_has("argmax[4]=4") || msg_has("argmax[5]=3"), "'%s'", flexpoint_last_error());
     check_same(before, dx.d, "dx unchanged after FX_ERANGE");
@@ -860,7 +821,7 @@ static void test_pointer_rules(test_rng *r)
 
     float host_master[12] = {0};
     pair w = make_pair(FMT_FP16, 2, s2, r, 1, 0), g = make_pair(FMT_FP16, 2, s2, r, 1, 0);
-    tensor_t *w_before = to_host(w.d);
+    tensor_t *w_before = gpu_test_to_host(w.d);
     CHECK_STATUS(fx_sgd_step(w.d, g.d, host_master, NULL, 0.1, 0, 0, 1, 0, 0, 1), FX_EINVAL);
     CHECK(msg_has("master is host memory"), "'%s'", flexpoint_last_error());
     check_same(w_before, w.d, "w unchanged after a refused step");
@@ -923,19 +884,19 @@ static void test_sr_definition(test_rng *r)
 int main(void)
 {
     const char *env = getenv("FX_GPU_TEST_ON_HOST");
-    g_on_host = env && env[0] == '1';
+    gpu_test_on_host = env && env[0] == '1';
     test_rng r;
     test_rng_seed(&r, 20261123);
     /* checks that need no device */
     test_sr_definition(&r);
     test_mixed_placement();
     test_memory_api();
-    if (!g_on_host && flexpoint_gpu_device_count() <= 0) {
+    if (!gpu_test_on_host && flexpoint_gpu_device_count() <= 0) {
         if (fx_test_failures) return test_finish("test_gpu_nn");
         return test_skip("test_gpu_nn", "no CUDA device (or built without CUDA); set "
                          "FX_GPU_TEST_ON_HOST=1 to check the test itself on the CPU");
     }
-    if (g_on_host) {
+    if (gpu_test_on_host) {
         for (int i = flexpoint_backend_count() - 1; i >= 0; i--)
             if (flexpoint_backend_available(i)) {
                 g_alt_backend = flexpoint_backend_name(i);
@@ -953,6 +914,6 @@ int main(void)
     test_batchnorm(&r);
     test_optimisers(&r);
     test_unscale(&r);
-    if (!g_on_host) test_pointer_rules(&r);
+    if (!gpu_test_on_host) test_pointer_rules(&r);
     return test_finish("test_gpu_nn");
 }

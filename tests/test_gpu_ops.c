@@ -17,12 +17,12 @@
 #include "core/internal.h" /* host stand-ins copy the exponent state as tensor_to_host does */
 #include "flexpoint_nn.h"
 #include "testutil.h"
+#include "gpu_testutil.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int g_on_host; /* FX_GPU_TEST_ON_HOST: stand-ins instead of device tensors */
 static const char *g_alt_backend = "scalar";
 
 static const fmt_t ALL[5] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
@@ -31,55 +31,6 @@ static int is_int(fmt_t f) { return fmt_is_shared_exponent(f); }
 
 /* ---- host/device helpers ------------------------------------------------------------------ */
 
-/* A host copy of t with its bits and exponent state (what tensor_to_host/_to_device copy). */
-static tensor_t *host_clone(const tensor_t *t)
-{
-    tensor_t *c = tensor_new(t->fmt, t->ndim, t->shape);
-    if (!c) return NULL;
-    int64_t n = tensor_numel(t);
-    void *buf = malloc((size_t)(n ? n : 1) * fmt_elem_size(t->fmt));
-    tensor_get_raw(t, buf);
-    tensor_set_raw(c, buf);
-    free(buf);
-    fx_storage *d = c->st;
-    const fx_storage *s = t->st;
-    d->exp = s->exp;
-    d->win_lo = s->win_lo;
-    d->win_hi = s->win_hi;
-    d->rounding = s->rounding;
-    d->seed = s->seed;
-    d->write_counter = s->write_counter;
-    d->af = s->af;
-    d->last = s->last;
-    d->writes = s->writes;
-    d->overflows = s->overflows;
-    d->clamped_total = s->clamped_total;
-    d->nonfinite_total = s->nonfinite_total;
-    return c;
-}
-
-/* The "device" copy of a host tensor. */
-static tensor_t *to_dev(const tensor_t *h)
-{
-    tensor_t *d = g_on_host ? host_clone(h) : tensor_to_device(h);
-    CHECK(d != NULL, "to device: %s", flexpoint_last_error());
-    return d;
-}
-
-static tensor_t *new_dev(fmt_t f, int ndim, const int64_t *shape)
-{
-    tensor_t *d = g_on_host ? tensor_new(f, ndim, shape) : tensor_new_device(f, ndim, shape);
-    CHECK(d != NULL, "new device tensor: %s", flexpoint_last_error());
-    return d;
-}
-
-/* A host copy of a device result (a clone in host mode). */
-static tensor_t *to_host(const tensor_t *d)
-{
-    tensor_t *h = g_on_host ? host_clone(d) : tensor_to_host(d);
-    CHECK(h != NULL, "to host: %s", flexpoint_last_error());
-    return h;
-}
 
 /* Run op on host under the scalar backend, on device (or the stand-in under the best CPU
  * backend). */
@@ -129,7 +80,7 @@ static tensor_t *host_tensor(fmt_t f, int ndim, const int64_t *shape, const floa
 /* Exactly equal results: bits, exponent, statistics. d is a device result. */
 static void check_same(const tensor_t *h, const tensor_t *d, const char *what)
 {
-    tensor_t *b = to_host(d);
+    tensor_t *b = gpu_test_to_host(d);
     if (!b) return;
     fmt_t f = tensor_fmt(h);
     int64_t n = tensor_numel(h);
@@ -171,7 +122,7 @@ static void check_same(const tensor_t *h, const tensor_t *d, const char *what)
 static void check_bound(const tensor_t *d, const double *ref, const double *bound,
                         const char *what)
 {
-    tensor_t *b = to_host(d);
+    tensor_t *b = gpu_test_to_host(d);
     if (!b) return;
     int64_t n = tensor_numel(b);
     float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
@@ -215,12 +166,12 @@ static void test_copy_all_formats(test_rng *r)
     float *v = malloc(n * sizeof *v);
     for (int a = 0; a < 5; a++)
         for (int o = 0; o < 5; o++) {
-            tensor_t *oh = tensor_new(ALL[o], 2, shape), *od = new_dev(ALL[o], 2, shape);
+            tensor_t *oh = tensor_new(ALL[o], 2, shape), *od = gpu_test_new_dev(ALL[o], 2, shape);
             /* three writes, so that Autoflex history and counters take part */
             for (int w = 0; w < 3 && oh && od; w++) {
                 fill(v, n, r, 6 + 4 * w);
                 add_specials(v, n);
-                tensor_t *ah = host_tensor(ALL[a], 2, shape, v), *ad = to_dev(ah);
+                tensor_t *ah = host_tensor(ALL[a], 2, shape, v), *ad = gpu_test_to_dev(ah);
                 int rh, rd;
                 RUN_BOTH(rh, rd, tensor_copy(oh, ah), tensor_copy(od, ad));
                 CHECK(rh == FX_OK && rd == FX_OK, "copy %s->%s: %d %d", fmt_name(ALL[a]),
@@ -254,9 +205,9 @@ static void test_binary_ops(test_rng *r)
                 int bnd = variant ? 2 : 1;
                 const int64_t *sb = variant ? sb_col : sb_row;
                 tensor_t *ah = host_tensor(fa, 2, sa, va), *bh = host_tensor(fb, bnd, sb, vb);
-                tensor_t *ad = to_dev(ah), *bd = to_dev(bh);
+                tensor_t *ad = gpu_test_to_dev(ah), *bd = gpu_test_to_dev(bh);
                 for (int op = 0; op < 3; op++) {
-                    tensor_t *oh = tensor_new(fo, 2, sa), *od = new_dev(fo, 2, sa);
+                    tensor_t *oh = tensor_new(fo, 2, sa), *od = gpu_test_new_dev(fo, 2, sa);
                     int rh, rd;
                     if (op == 0)
                         RUN_BOTH(rh, rd, tensor_add(oh, ah, bh), tensor_add(od, ad, bd));
@@ -292,10 +243,10 @@ static void test_addsub_far_exponents(test_rng *r)
     tensor_t *zh = tensor_new(FMT_DFP16, 1, s);
     tensor_set_exp(zh, 20); /* all zero at a large exponent */
     tensor_t *th = host_tensor(FMT_DFP16, 1, s, tiny);
-    tensor_t *zd = to_dev(zh), *td = to_dev(th);
+    tensor_t *zd = gpu_test_to_dev(zh), *td = gpu_test_to_dev(th);
     for (int order = 0; order < 2; order++)
         for (int op = 0; op < 2; op++) {
-            tensor_t *oh = tensor_new(FMT_DFP16, 1, s), *od = new_dev(FMT_DFP16, 1, s);
+            tensor_t *oh = tensor_new(FMT_DFP16, 1, s), *od = gpu_test_new_dev(FMT_DFP16, 1, s);
             const tensor_t *a_h = order ? th : zh, *b_h = order ? zh : th;
             const tensor_t *a_d = order ? td : zd, *b_d = order ? zd : td;
             int rh, rd;
@@ -308,7 +259,7 @@ static void test_addsub_far_exponents(test_rng *r)
         }
     /* nonzero big operand, far exponents: the jammed path */
     for (int i = 0; i < 40; i++) big[i] = (float)(i % 7) - 3.0f;
-    tensor_t *bh = host_tensor(FMT_DFP16, 1, s, big), *bd = to_dev(bh);
+    tensor_t *bh = host_tensor(FMT_DFP16, 1, s, big), *bd = gpu_test_to_dev(bh);
     int rh, rd;
     RUN_BOTH(rh, rd, tensor_add(bh, bh, th), tensor_add(bd, bd, td)); /* in place */
     CHECK(rh == FX_OK && rd == FX_OK, "in-place add: %d %d", rh, rd);
@@ -329,8 +280,8 @@ static void test_unary_ops(test_rng *r)
     for (int ia = 0; ia < 5; ia++)
         for (int io = 0; io < 5; io++) {
             fill(v, 9 * 31, r, 10);
-            tensor_t *ah = host_tensor(ALL[ia], 2, s, v), *ad = to_dev(ah);
-            tensor_t *oh = tensor_new(ALL[io], 2, s), *od = new_dev(ALL[io], 2, s);
+            tensor_t *ah = host_tensor(ALL[ia], 2, s, v), *ad = gpu_test_to_dev(ah);
+            tensor_t *oh = tensor_new(ALL[io], 2, s), *od = gpu_test_new_dev(ALL[io], 2, s);
             for (int k = 0; k < 6; k++) {
                 int rh, rd;
                 char what[96];
@@ -369,9 +320,9 @@ static void test_sum(test_rng *r)
             for (int oo = 0; oo < 2; oo++) {
                 fmt_t fa = ALL[ia], fo = oo ? FMT_FP32 : fa;
                 fill(v, n, r, 3);
-                tensor_t *ah = host_tensor(fa, 3, s, v), *ad = to_dev(ah);
+                tensor_t *ah = host_tensor(fa, 3, s, v), *ad = gpu_test_to_dev(ah);
                 tensor_t *oh = tensor_new(fo, cases[c].ndim, cases[c].shape);
-                tensor_t *od = new_dev(fo, cases[c].ndim, cases[c].shape);
+                tensor_t *od = gpu_test_new_dev(fo, cases[c].ndim, cases[c].shape);
                 int rh, rd;
                 const int ax = cases[c].axis;
                 RUN_BOTH(rh, rd, tensor_sum(oh, ah, ax), tensor_sum(od, ad, ax));
@@ -437,10 +388,10 @@ static void matmul_case(test_rng *r, fmt_t fa, fmt_t fb, fmt_t fo, int64_t M, in
             vb[i] = (i % 3 ? 1.0f : -1.0f) * (1.0f - (float)(i % 7) * 1e-5f);
     }
     tensor_t *ah = host_tensor(fa, 2, sa, va), *bh0 = host_tensor(fb, 2, sb, vb);
-    tensor_t *ad = to_dev(ah), *bd0 = to_dev(bh0);
+    tensor_t *ad = gpu_test_to_dev(ah), *bd0 = gpu_test_to_dev(bh0);
     tensor_t *bh = btrans ? tensor_view_transpose(bh0, 0, 1) : bh0;
     tensor_t *bd = btrans ? tensor_view_transpose(bd0, 0, 1) : bd0;
-    tensor_t *oh = tensor_new(fo, 2, so), *od = new_dev(fo, 2, so);
+    tensor_t *oh = tensor_new(fo, 2, so), *od = gpu_test_new_dev(fo, 2, so);
     int rh, rd;
     RUN_BOTH(rh, rd, tensor_matmul(oh, ah, bh), tensor_matmul(od, ad, bd));
     char what[128];
@@ -459,7 +410,7 @@ static void matmul_case(test_rng *r, fmt_t fa, fmt_t fb, fmt_t fo, int64_t M, in
         double *ref = malloc(M * N * sizeof *ref), *bound = malloc(M * N * sizeof *bound);
         double quantum = 0;
         if (is_int(fo)) {
-            tensor_t *b = to_host(od);
+            tensor_t *b = gpu_test_to_host(od);
             quantum = b ? ldexp(1.0, tensor_exp(b)) : 0;
             tensor_free(b);
         }
@@ -534,11 +485,11 @@ static void test_autoflex_sequences(test_rng *r)
     const int64_t s[2] = {16, 40};
     float v[16 * 40];
     for (int p = 0; p < 3; p++) {
-        tensor_t *oh = tensor_new(FMT_FLEX16_5, 2, s), *od = new_dev(FMT_FLEX16_5, 2, s);
+        tensor_t *oh = tensor_new(FMT_FLEX16_5, 2, s), *od = gpu_test_new_dev(FMT_FLEX16_5, 2, s);
         CHECK_STATUS(tensor_set_autoflex(oh, presets[p]), FX_OK);
         CHECK_STATUS(tensor_set_autoflex(od, presets[p]), FX_OK);
         fill(v, 16 * 40, r, 2);
-        tensor_t *ah = host_tensor(FMT_FP32, 2, s, v), *ad = to_dev(ah);
+        tensor_t *ah = host_tensor(FMT_FP32, 2, s, v), *ad = gpu_test_to_dev(ah);
         /* growing, then shrinking magnitudes: overflows, recomputes, clamps */
         const double scale[8] = {1e-3, 1e-2, 0.5, 8, 300, 0.01, 1e-6, 2};
         for (int w = 0; w < 8; w++) {
@@ -561,12 +512,12 @@ static void test_stochastic_rounding(test_rng *r)
     const int64_t s[1] = {5000};
     float *v = malloc(5000 * sizeof *v);
     for (int f = 3; f < 5; f++) {
-        tensor_t *oh = tensor_new(ALL[f], 1, s), *od = new_dev(ALL[f], 1, s);
+        tensor_t *oh = tensor_new(ALL[f], 1, s), *od = gpu_test_new_dev(ALL[f], 1, s);
         CHECK_STATUS(tensor_set_rounding(oh, FX_ROUND_STOCHASTIC, 0xfeedULL), FX_OK);
         CHECK_STATUS(tensor_set_rounding(od, FX_ROUND_STOCHASTIC, 0xfeedULL), FX_OK);
         for (int w = 0; w < 3; w++) {
             fill(v, 5000, r, 5);
-            tensor_t *ah = host_tensor(FMT_FP32, 1, s, v), *ad = to_dev(ah);
+            tensor_t *ah = host_tensor(FMT_FP32, 1, s, v), *ad = gpu_test_to_dev(ah);
             int rh, rd;
             RUN_BOTH(rh, rd, tensor_copy(oh, ah), tensor_copy(od, ad));
             CHECK(rh == FX_OK && rd == FX_OK, "stochastic copy: %d %d", rh, rd);
@@ -588,8 +539,8 @@ static void test_partial_view_output(test_rng *r)
     fill(v, 300, r, 3);
     fill(w, 100, r, 6);
     for (int f = 3; f < 5; f++) {
-        tensor_t *oh = host_tensor(ALL[f], 2, s, v), *od = to_dev(oh);
-        tensor_t *ah = host_tensor(FMT_FP32, 2, rs, w), *ad = to_dev(ah);
+        tensor_t *oh = host_tensor(ALL[f], 2, s, v), *od = gpu_test_to_dev(oh);
+        tensor_t *ah = host_tensor(FMT_FP32, 2, rs, w), *ad = gpu_test_to_dev(ah);
         tensor_t *vh = tensor_view_slice(oh, 0, 1, 5, 2), *vd = tensor_view_slice(od, 0, 1, 5, 2);
         int rh, rd;
         RUN_BOTH(rh, rd, tensor_copy(vh, ah), tensor_copy(vd, ad));
@@ -709,11 +660,11 @@ static void test_misuse(void)
 int main(void)
 {
     const char *env = getenv("FX_GPU_TEST_ON_HOST");
-    g_on_host = env && env[0] == '1';
-    if (!g_on_host && flexpoint_gpu_device_count() <= 0)
+    gpu_test_on_host = env && env[0] == '1';
+    if (!gpu_test_on_host && flexpoint_gpu_device_count() <= 0)
         return test_skip("test_gpu_ops", "no CUDA device (or built without CUDA); set "
                          "FX_GPU_TEST_ON_HOST=1 to check the test itself on the CPU");
-    if (g_on_host) {
+    if (gpu_test_on_host) {
         /* the stand-in side runs on the best CPU backend */
         for (int i = flexpoint_backend_count() - 1; i >= 0; i--)
             if (flexpoint_backend_available(i)) {
@@ -736,7 +687,7 @@ int main(void)
     test_autoflex_sequences(&r);
     test_stochastic_rounding(&r);
     test_partial_view_output(&r);
-    if (!g_on_host) {
+    if (!gpu_test_on_host) {
         test_transfers(&r);
         test_misuse();
     }

@@ -1,0 +1,23 @@
+/* Helpers shared by the device tests (test_gpu_ops.c, test_gpu_conv.c, test_gpu_nn.c). Each
+ * test compares an op on a device with the same op on the host under the scalar backend. With
+ * FX_GPU_TEST_ON_HOST=1 (gpu_test_on_host set), host tensors stand in for device tensors, so
+ * the comparison harness and its bounds run on a machine without a GPU. */
+#ifndef FX_GPU_TESTUTIL_H
+#define FX_GPU_TESTUTIL_H
+
+#include "flexpoint.h"
+#include "flexpoint_gpu.h"
+
+extern int gpu_test_on_host; /* stand-ins instead of device tensors */
+
+/* A host copy of t (its logical contents, contiguous) with its exponent state: what
+ * tensor_to_host / tensor_to_device copy. NULL on allocation failure. */
+tensor_t *gpu_test_host_clone(const tensor_t *t);
+
+/* The "device" copy of a host tensor, a new "device" tensor, and a host copy of a "device"
+ * tensor (clones in host mode). Each CHECKs its result and returns NULL on failure. */
+tensor_t *gpu_test_to_dev(const tensor_t *h);
+tensor_t *gpu_test_new_dev(fmt_t f, int ndim, const int64_t *shape);
+tensor_t *gpu_test_to_host(const tensor_t *d);
+
+#endif
