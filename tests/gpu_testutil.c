@@ -5,6 +5,7 @@
 #include "testutil.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 int gpu_test_on_host;
 
@@ -21,20 +22,7 @@ tensor_t *gpu_test_host_clone(const tensor_t *t)
     tensor_get_raw(t, buf);
     tensor_set_raw(c, buf);
     free(buf);
-    fx_storage *d = c->st;
-    const fx_storage *s = t->st;
-    d->exp = s->exp;
-    d->win_lo = s->win_lo;
-    d->win_hi = s->win_hi;
-    d->rounding = s->rounding;
-    d->seed = s->seed;
-    d->write_counter = s->write_counter;
-    d->af = s->af;
-    d->last = s->last;
-    d->writes = s->writes;
-    d->overflows = s->overflows;
-    d->clamped_total = s->clamped_total;
-    d->nonfinite_total = s->nonfinite_total;
+    fx_storage_copy_exp_state(c->st, t->st);
     return c;
 }
 
@@ -57,4 +45,45 @@ tensor_t *gpu_test_to_host(const tensor_t *d)
     tensor_t *h = gpu_test_on_host ? gpu_test_host_clone(d) : tensor_to_host(d);
     CHECK(h != NULL, "to host: %s", flexpoint_last_error());
     return h;
+}
+
+void gpu_test_check_same(const tensor_t *h, const tensor_t *d, const char *what)
+{
+    if (!h || !d) return;
+    tensor_t *b = gpu_test_to_host(d);
+    if (!b) return;
+    fmt_t f = tensor_fmt(h);
+    int64_t n = tensor_numel(h);
+    size_t es = fmt_elem_size(f);
+    unsigned char *x = malloc((size_t)(n ? n : 1) * es), *y = malloc((size_t)(n ? n : 1) * es);
+    tensor_get_raw(h, x);
+    tensor_get_raw(b, y);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n && bad < 0; i++)
+        if (memcmp(x + i * es, y + i * es, es) != 0) bad = i;
+    if (bad >= 0) {
+        uint32_t xv = 0, yv = 0;
+        memcpy(&xv, x + bad * es, es);
+        memcpy(&yv, y + bad * es, es);
+        CHECK(0, "%s (%s): element %lld differs: host 0x%x, device 0x%x", what, fmt_name(f),
+              (long long)bad, xv, yv);
+    } else {
+        CHECK(1, "%s", what);
+    }
+    if (fmt_is_shared_exponent(f)) {
+        CHECK(tensor_exp(h) == tensor_exp(b), "%s: exp host %d device %d", what, tensor_exp(h),
+              tensor_exp(b));
+        static const char *const stats[] = {"saturated", "nonfinite", "underflow", "clamped",
+                                            "true_max",  "stored_max", "writes",   "overflows",
+                                            "clamped_total", "nonfinite_total"};
+        for (size_t s = 0; s < sizeof stats / sizeof *stats; s++) {
+            double a = -1, c = -2;
+            tensor_stat(h, stats[s], &a);
+            tensor_stat(b, stats[s], &c);
+            CHECK(a == c, "%s: stat %s host %.17g device %.17g", what, stats[s], a, c);
+        }
+    }
+    free(x);
+    free(y);
+    tensor_free(b);
 }

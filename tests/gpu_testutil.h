@@ -20,4 +20,9 @@ tensor_t *gpu_test_to_dev(const tensor_t *h);
 tensor_t *gpu_test_new_dev(fmt_t f, int ndim, const int64_t *shape);
 tensor_t *gpu_test_to_host(const tensor_t *d);
 
+/* CHECKs that the device result d equals the host result h exactly: every element's bits and,
+ * for the shared-exponent formats, the exponent and every write statistic. NULL h or d: no
+ * check (the allocation failure was reported where it happened). */
+void gpu_test_check_same(const tensor_t *h, const tensor_t *d, const char *what);
+
 #endif

@@ -56,46 +56,6 @@ static void fill_near_max(float *v, int64_t n, int mod)
         v[i] = (i % 3 ? 1.0f : -1.0f) * (1.0f - (float)(i % mod) * 1e-5f);
 }
 
-/* Identical bits, exponent and write statistics; d is the device result. */
-static void check_same(const tensor_t *h, const tensor_t *d, const char *what)
-{
-    tensor_t *b = gpu_test_to_host(d);
-    if (!b) return;
-    fmt_t f = tensor_fmt(h);
-    int64_t n = tensor_numel(h);
-    size_t es = fmt_elem_size(f);
-    unsigned char *x = malloc((size_t)(n ? n : 1) * es), *y = malloc((size_t)(n ? n : 1) * es);
-    tensor_get_raw(h, x);
-    tensor_get_raw(b, y);
-    int64_t bad = -1;
-    for (int64_t i = 0; i < n && bad < 0; i++)
-        if (memcmp(x + i * es, y + i * es, es) != 0) bad = i;
-    if (bad >= 0) {
-        uint32_t xv = 0, yv = 0;
-        memcpy(&xv, x + bad * es, es);
-        memcpy(&yv, y + bad * es, es);
-        CHECK(0, "%s (%s): element %lld differs: host 0x%x, device 0x%x", what, fmt_name(f),
-              (long long)bad, xv, yv);
-    } else {
-        CHECK(1, "%s", what);
-    }
-    if (is_int(f)) {
-        CHECK(tensor_exp(h) == tensor_exp(b), "%s: exp host %d device %d", what, tensor_exp(h),
-              tensor_exp(b));
-        static const char *const stats[] = {"saturated", "nonfinite", "underflow", "clamped",
-                                            "true_max",  "stored_max", "writes",   "overflows",
-                                            "clamped_total", "nonfinite_total"};
-        for (size_t s = 0; s < sizeof stats / sizeof *stats; s++) {
-            double a = -1, c = -2;
-            tensor_stat(h, stats[s], &a);
-            tensor_stat(b, stats[s], &c);
-            CHECK(a == c, "%s: stat %s host %.17g device %.17g", what, stats[s], a, c);
-        }
-    }
-    free(x);
-    free(y);
-    tensor_free(b);
-}
 
 /* Unit roundoff of a float format and half its smallest subnormal step (absolute). */
 static double fmt_u(fmt_t f)
@@ -314,7 +274,7 @@ static void run_case(test_rng *r, const geom *g, const conv_case *cc, int64_t ch
             if (is_int(cc->fa)) {
                 char ww[300];
                 snprintf(ww, sizeof ww, "%s write %d", what, w);
-                check_same(oh, od, ww); /* exact sums, one rounding */
+                gpu_test_check_same(oh, od, ww); /* exact sums, one rounding */
             } else {
                 /* the inputs as stored (the op widens them exactly) */
                 tensor_to_f32(ha, fa);

@@ -157,49 +157,8 @@ static void free_pair(pair p)
     tensor_free(p.d);
 }
 
-/* Exactly equal results: bits, exponent, statistics. */
-static void check_same(const tensor_t *h, const tensor_t *d, const char *what)
-{
-    if (!h || !d) return;
-    tensor_t *b = gpu_test_to_host(d);
-    if (!b) return;
-    fmt_t f = tensor_fmt(h);
-    int64_t n = tensor_numel(h);
-    size_t es = fmt_elem_size(f);
-    unsigned char *x = malloc((size_t)(n ? n : 1) * es), *y = malloc((size_t)(n ? n : 1) * es);
-    tensor_get_raw(h, x);
-    tensor_get_raw(b, y);
-    int64_t bad = -1;
-    for (int64_t i = 0; i < n && bad < 0; i++)
-        if (memcmp(x + i * es, y + i * es, es) != 0) bad = i;
-    if (bad >= 0) {
-        uint32_t xv = 0, yv = 0;
-        memcpy(&xv, x + bad * es, es);
-        memcpy(&yv, y + bad * es, es);
-        CHECK(0, "%s (%s): element %lld differs: host 0x%x, device 0x%x", what, fmt_name(f),
-              (long long)bad, xv, yv);
-    } else {
-        CHECK(1, "%s", what);
-    }
-    if (is_int(f)) {
-        CHECK(tensor_exp(h) == tensor_exp(b), "%s: exp host %d device %d", what, tensor_exp(h),
-              tensor_exp(b));
-        static const char *const stats[] = {"saturated", "nonfinite", "underflow", "clamped",
-                                            "true_max",  "stored_max", "writes",   "overflows",
-                                            "clamped_total", "nonfinite_total"};
-        for (size_t s = 0; s < sizeof stats / sizeof *stats; s++) {
-            double a = -1, c = -2;
-            tensor_stat(h, stats[s], &a);
-            tensor_stat(b, stats[s], &c);
-            CHECK(a == c, "%s: stat %s host %.17g device %.17g", what, stats[s], a, c);
-        }
-    }
-    free(x);
-    free(y);
-    tensor_free(b);
-}
 
-static void check_same_pair(pair o, const char *what) { check_same(o.h, o.d, what); }
+static void check_same_pair(pair o, const char *what) { gpu_test_check_same(o.h, o.d, what); }
 
 /* Identical bytes of a host array and a device buffer. */
 static void check_same_buf(const void *host, const void *dev, size_t bytes, const char *what)
@@ -805,7 +764,7 @@ static void test_pointer_rules(test_rng *r)
     tensor_t *before = gpu_test_to_host(dx.d);
     CHECK_STATUS(tensor_maxpool2d_backward(dx.d, y.d, d_am), FX_ERANGE);
     CHECK(msg_has("argmax[4]=4") || msg_has("argmax[5]=3"), "'%s'", flexpoint_last_error());
-    check_same(before, dx.d, "dx unchanged after FX_ERANGE");
+    gpu_test_check_same(before, dx.d, "dx unchanged after FX_ERANGE");
     tensor_free(before);
     dev_free(d_am);
 
@@ -824,7 +783,7 @@ static void test_pointer_rules(test_rng *r)
     tensor_t *w_before = gpu_test_to_host(w.d);
     CHECK_STATUS(fx_sgd_step(w.d, g.d, host_master, NULL, 0.1, 0, 0, 1, 0, 0, 1), FX_EINVAL);
     CHECK(msg_has("master is host memory"), "'%s'", flexpoint_last_error());
-    check_same(w_before, w.d, "w unchanged after a refused step");
+    gpu_test_check_same(w_before, w.d, "w unchanged after a refused step");
     tensor_free(w_before);
     float *d_m = dev_buf(NULL, sizeof host_master);
     CHECK_STATUS(fx_adam_step(w.d, g.d, NULL, d_m, host_master, 0.1, 0.9, 0.99, 1e-8, 0, 1, 0,

@@ -77,46 +77,6 @@ static tensor_t *host_tensor(fmt_t f, int ndim, const int64_t *shape, const floa
     return t;
 }
 
-/* Exactly equal results: bits, exponent, statistics. d is a device result. */
-static void check_same(const tensor_t *h, const tensor_t *d, const char *what)
-{
-    tensor_t *b = gpu_test_to_host(d);
-    if (!b) return;
-    fmt_t f = tensor_fmt(h);
-    int64_t n = tensor_numel(h);
-    size_t es = fmt_elem_size(f);
-    unsigned char *x = malloc((size_t)(n ? n : 1) * es), *y = malloc((size_t)(n ? n : 1) * es);
-    tensor_get_raw(h, x);
-    tensor_get_raw(b, y);
-    int64_t bad = -1;
-    for (int64_t i = 0; i < n && bad < 0; i++)
-        if (memcmp(x + i * es, y + i * es, es) != 0) bad = i;
-    if (bad >= 0) {
-        uint32_t xv = 0, yv = 0;
-        memcpy(&xv, x + bad * es, es);
-        memcpy(&yv, y + bad * es, es);
-        CHECK(0, "%s (%s): element %lld differs: host 0x%x, device 0x%x", what, fmt_name(f),
-              (long long)bad, xv, yv);
-    } else {
-        CHECK(1, "%s", what);
-    }
-    if (is_int(f)) {
-        CHECK(tensor_exp(h) == tensor_exp(b), "%s: exp host %d device %d", what, tensor_exp(h),
-              tensor_exp(b));
-        static const char *const stats[] = {"saturated", "nonfinite", "underflow", "clamped",
-                                            "true_max",  "stored_max", "writes",   "overflows",
-                                            "clamped_total", "nonfinite_total"};
-        for (size_t s = 0; s < sizeof stats / sizeof *stats; s++) {
-            double a = -1, c = -2;
-            tensor_stat(h, stats[s], &a);
-            tensor_stat(b, stats[s], &c);
-            CHECK(a == c, "%s: stat %s host %.17g device %.17g", what, stats[s], a, c);
-        }
-    }
-    free(x);
-    free(y);
-    tensor_free(b);
-}
 
 /* |device - ref| <= bound[i] elementwise, values read as fp32. */
 static void check_bound(const tensor_t *d, const double *ref, const double *bound,
@@ -179,7 +139,7 @@ static void test_copy_all_formats(test_rng *r)
                 char what[96];
                 snprintf(what, sizeof what, "copy %s -> %s write %d", fmt_name(ALL[a]),
                          fmt_name(ALL[o]), w);
-                check_same(oh, od, what);
+                gpu_test_check_same(oh, od, what);
                 tensor_free(ah);
                 tensor_free(ad);
             }
@@ -221,7 +181,7 @@ static void test_binary_ops(test_rng *r)
                     snprintf(what, sizeof what, "%s %s x %s%s -> %s",
                              op == 0 ? "add" : op == 1 ? "sub" : "mul", fmt_name(fa), fmt_name(fb),
                              variant ? "[5,1]" : "[67]", fmt_name(fo));
-                    check_same(oh, od, what);
+                    gpu_test_check_same(oh, od, what);
                     tensor_free(oh);
                     tensor_free(od);
                 }
@@ -253,7 +213,7 @@ static void test_addsub_far_exponents(test_rng *r)
             if (op == 0) RUN_BOTH(rh, rd, tensor_add(oh, a_h, b_h), tensor_add(od, a_d, b_d));
             else RUN_BOTH(rh, rd, tensor_sub(oh, a_h, b_h), tensor_sub(od, a_d, b_d));
             CHECK(rh == FX_OK && rd == FX_OK, "far add/sub: %d %d", rh, rd);
-            check_same(oh, od, op ? "sub, far exponents" : "add, far exponents");
+            gpu_test_check_same(oh, od, op ? "sub, far exponents" : "add, far exponents");
             tensor_free(oh);
             tensor_free(od);
         }
@@ -263,7 +223,7 @@ static void test_addsub_far_exponents(test_rng *r)
     int rh, rd;
     RUN_BOTH(rh, rd, tensor_add(bh, bh, th), tensor_add(bd, bd, td)); /* in place */
     CHECK(rh == FX_OK && rd == FX_OK, "in-place add: %d %d", rh, rd);
-    check_same(bh, bd, "in-place add, far exponents");
+    gpu_test_check_same(bh, bd, "in-place add, far exponents");
     tensor_free(bh);
     tensor_free(bd);
     tensor_free(zh);
@@ -296,7 +256,7 @@ static void test_unary_ops(test_rng *r)
                              fmt_name(ALL[io]));
                 }
                 CHECK(rh == FX_OK && rd == FX_OK, "%s: %d %d", what, rh, rd);
-                check_same(oh, od, what);
+                gpu_test_check_same(oh, od, what);
             }
             tensor_free(ah);
             tensor_free(ad);
@@ -332,7 +292,7 @@ static void test_sum(test_rng *r)
                 snprintf(what, sizeof what, "sum axis %d %s -> %s", cases[c].axis, fmt_name(fa),
                          fmt_name(fo));
                 if (is_int(fa)) {
-                    check_same(oh, od, what); /* exact sums, one rounding */
+                    gpu_test_check_same(oh, od, what); /* exact sums, one rounding */
                 } else {
                     /* fp32 accumulation in some order: within gamma_len * sum|x| of fp64 */
                     float *fv = malloc(n * sizeof *fv);
@@ -400,7 +360,7 @@ static void matmul_case(test_rng *r, fmt_t fa, fmt_t fb, fmt_t fo, int64_t M, in
              btrans ? " (transposed view)" : "", fmt_name(fo));
     CHECK(rh == FX_OK && rd == FX_OK, "%s: %d %d (%s)", what, rh, rd, flexpoint_last_error());
     if (is_int(fa)) {
-        check_same(oh, od, what);
+        gpu_test_check_same(oh, od, what);
     } else {
         /* fp32 products and accumulation: within gamma_K * sum|a||b| of fp64 (inputs as
          * stored), plus the output's rounding (one quantum for shared-exponent outputs) */
@@ -498,7 +458,7 @@ static void test_autoflex_sequences(test_rng *r)
             CHECK(rh == FX_OK && rd == FX_OK, "autoflex write: %d %d", rh, rd);
             char what[96];
             snprintf(what, sizeof what, "autoflex %s write %d (x%g)", presets[p], w, scale[w]);
-            check_same(oh, od, what);
+            gpu_test_check_same(oh, od, what);
         }
         tensor_free(ah);
         tensor_free(ad);
@@ -521,7 +481,7 @@ static void test_stochastic_rounding(test_rng *r)
             int rh, rd;
             RUN_BOTH(rh, rd, tensor_copy(oh, ah), tensor_copy(od, ad));
             CHECK(rh == FX_OK && rd == FX_OK, "stochastic copy: %d %d", rh, rd);
-            check_same(oh, od, ALL[f] == FMT_DFP16 ? "stochastic dfp16" : "stochastic flex16_5");
+            gpu_test_check_same(oh, od, ALL[f] == FMT_DFP16 ? "stochastic dfp16" : "stochastic flex16_5");
             tensor_free(ah);
             tensor_free(ad);
         }
@@ -545,7 +505,7 @@ static void test_partial_view_output(test_rng *r)
         int rh, rd;
         RUN_BOTH(rh, rd, tensor_copy(vh, ah), tensor_copy(vd, ad));
         CHECK(rh == FX_OK && rd == FX_OK, "copy into a slice: %d %d", rh, rd);
-        check_same(oh, od, "write into a strided row slice");
+        gpu_test_check_same(oh, od, "write into a strided row slice");
         tensor_free(vh);
         tensor_free(vd);
         tensor_free(ah);
@@ -571,7 +531,7 @@ static void test_transfers(test_rng *r)
             tensor_free(h);
             continue;
         }
-        check_same(h, d, "round trip"); /* bits, exponent and statistics */
+        gpu_test_check_same(h, d, "round trip"); /* bits, exponent and statistics */
         /* a strided host view goes over as its logical contents */
         tensor_t *th = tensor_view_transpose(h, 0, 1);
         tensor_t *td = tensor_to_device(th);
@@ -595,10 +555,10 @@ static void test_transfers(test_rng *r)
         /* into existing tensors */
         tensor_t *h2 = tensor_new(ALL[f], 2, s);
         CHECK_STATUS(tensor_copy_to_host(h2, d), FX_OK);
-        check_same(h2, d, "copy_to_host");
+        gpu_test_check_same(h2, d, "copy_to_host");
         tensor_t *d2 = tensor_new_device(ALL[f], 2, s);
         CHECK_STATUS(tensor_copy_to_device(d2, h), FX_OK);
-        check_same(h, d2, "copy_to_device");
+        gpu_test_check_same(h, d2, "copy_to_device");
         /* misuse */
         const int64_t s3[2] = {9, 7};
         tensor_t *wrong_shape = tensor_new(ALL[f], 2, s3);

@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static char tmpdir[256];
+static char tmpdir[] = "/tmp/fx_test_train_device_XXXXXX"; /* mkdtemp template */
 
 static fx_trainer *make(const char *model, int fmt, int device, const fx_dataset *tr,
                         const fx_dataset *te)
@@ -241,7 +241,6 @@ int main(void)
         return test_skip("test_train_device", "this build has no CUDA backend");
     if (flexpoint_gpu_device_count() < 1)
         return test_skip("test_train_device", "no CUDA device is visible");
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/fx_test_train_device_XXXXXX");
     if (!mkdtemp(tmpdir))
         return test_skip("test_train_device", "cannot create a temporary directory");
     flexpoint_set_num_threads(4);

@@ -7,8 +7,8 @@ int fx_is_int_compute(const tensor_t *t) { return fmt_is_shared_exponent(t->fmt)
 
 int fx_read_f32(const tensor_t *t, float **out, fx_scratch *s, const char *func)
 {
-    int rc0 = fx_need_host(t, "an input", FX_EUNSUPPORTED,
-                           "this op is not implemented on the device", func);
+    int rc0 = fx_need_host(t, "an input", FX_EUNSUPPORTED, FX_HOST_PATH_HINT,
+                           func);
     if (rc0) return rc0;
     int64_t n = fx_numel_of(t->ndim, t->shape);
     float *buf = fx_scratch_alloc(s, n, sizeof *buf);
@@ -81,8 +81,8 @@ uint16_t *fx_half_direct(tensor_t *out, const tensor_t *const *in, int n)
 
 int fx_write_half_bits(tensor_t *out, const uint16_t *bits, const char *func)
 {
-    int rc = fx_need_host(out, "the output", FX_EUNSUPPORTED,
-                          "this op is not implemented on the device", func);
+    int rc = fx_need_host(out, "the output", FX_EUNSUPPORTED, FX_HOST_PATH_HINT,
+                          func);
     if (rc) return rc;
     if (out->fmt != FMT_FP16 && out->fmt != FMT_BF16)
         return fx_error(FX_EFORMAT, func, "internal: 16-bit patterns written into a %s tensor",

@@ -46,10 +46,10 @@ static bool fx_same_shape(const tensor_t *a, int ndim, const int64_t *shape)
 int fx_operand_make(const tensor_t *x, int int_compute, fmt_t cf, int strided_ok, int bc_ndim,
                     const int64_t *bc_shape, fx_operand *o, fx_scratch *tmp, const char *func)
 {
-    /* device tensors reach here only from composite ops (flexpoint_nn.h): fx_dispatch sends
-     * the simple ops to the device backend before this point */
-    int rc = fx_need_host(x, "an input", FX_EUNSUPPORTED,
-                          "this op is not implemented on the device", func);
+    /* host operands only: fx_dispatch and every composite op send device tensors to src/gpu
+     * first */
+    int rc = fx_need_host(x, "an input", FX_EUNSUPPORTED, FX_HOST_PATH_HINT,
+                          func);
     if (rc) return rc;
     const fx_backend *be = fx_backend_active();
     bool bcast = bc_shape && !fx_same_shape(x, bc_ndim, bc_shape);

@@ -75,6 +75,10 @@ bool fx_fmt_valid(int fmt);
 int64_t fx_numel_of(int ndim, const int64_t *shape);
 bool fx_tensor_is_contiguous(const tensor_t *t);
 bool fx_tensor_covers_storage(const tensor_t *t); /* contiguous and spans all of its storage */
+/* Copy the shared-exponent state (exponent, window, rounding, Autoflex state, statistics; not
+ * the trace, which stays with its tensor) of s into d, for copies of a tensor's elements such
+ * as host <-> device transfers. Nothing for float formats. */
+void fx_storage_copy_exp_state(fx_storage *d, const fx_storage *s);
 void *fx_tensor_base(const tensor_t *t);          /* address of element [0,..,0] */
 char *fx_shape_str(const tensor_t *t, char *buf, size_t n); /* "[2, 3]" */
 
@@ -83,6 +87,10 @@ char *fx_shape_str(const tensor_t *t, char *buf, size_t n); /* "[2, 3]" */
 static inline bool fx_on_device(const tensor_t *t) { return t->st->on_device; }
 int fx_need_host(const tensor_t *t, const char *what, int code, const char *hint,
                  const char *func);
+/* The hint of the guards on the host implementations of ops: every op branches to its device
+ * implementation before it reaches them, so a device tensor there is a library bug. */
+#define FX_HOST_PATH_HINT                                                                      \
+    "internal error: the host implementation was reached with a device tensor"
 
 /* tensor_new's constructor with a placement: device < 0 allocates host memory, otherwise the
  * memory of that CUDA device (src/gpu). Zero-filled; NULL on failure with the error set. */

@@ -19,51 +19,7 @@ static int fx_threads_for(int64_t n)
     return flexpoint_num_threads();
 }
 
-void fx_par_quant_f32(const fx_backend *be, const float *src, int16_t *dst, int64_t n, int e,
-                      const fx_rounding *r, fx_qstats *st)
-{
-    int64_t nchunks = (n + FX_CHUNK - 1) / FX_CHUNK;
-    int nt = fx_threads_for(n);
-    fx_qstats *part = nt > 1 ? malloc((size_t)nchunks * sizeof *part) : NULL;
-    if (!part) {
-        be->cvt.quant_f32(src, dst, n, e, r, 0, st);
-        return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
-#endif
-    for (int64_t c = 0; c < nchunks; c++) {
-        int64_t lo = c * FX_CHUNK, len = n - lo < FX_CHUNK ? n - lo : FX_CHUNK;
-        be->cvt.quant_f32(src + lo, dst ? dst + lo : NULL, len, e, r, lo, &part[c]);
-    }
-    fx_qstats_init(st);
-    for (int64_t c = 0; c < nchunks; c++) fx_qstats_merge(st, &part[c]);
-    free(part);
-}
-
-void fx_par_quant_i64(const fx_backend *be, const int64_t *src, int16_t *dst, int64_t n,
-                      int shift, fx_qstats *st)
-{
-    int64_t nchunks = (n + FX_CHUNK - 1) / FX_CHUNK;
-    int nt = fx_threads_for(n);
-    fx_qstats *part = nt > 1 ? malloc((size_t)nchunks * sizeof *part) : NULL;
-    if (!part) {
-        be->cvt.quant_i64(src, dst, n, shift, st);
-        return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
-#endif
-    for (int64_t c = 0; c < nchunks; c++) {
-        int64_t lo = c * FX_CHUNK, len = n - lo < FX_CHUNK ? n - lo : FX_CHUNK;
-        be->cvt.quant_i64(src + lo, dst ? dst + lo : NULL, len, shift, &part[c]);
-    }
-    fx_qstats_init(st);
-    for (int64_t c = 0; c < nchunks; c++) fx_qstats_merge(st, &part[c]);
-    free(part);
-}
-
-/* One chunk of fx_par_quant_i16. */
+/* fx_par_quant_i16 on one range. */
 static void fx_quant_i16_chunk(const fx_backend *be, const int16_t *src, int16_t *dst, int64_t n,
                                int shift, fx_qstats *st)
 {
@@ -95,14 +51,35 @@ static void fx_quant_i16_chunk(const fx_backend *be, const int16_t *src, int16_t
     }
 }
 
-void fx_par_quant_i16(const fx_backend *be, const int16_t *src, int16_t *dst, int64_t n,
-                      int shift, fx_qstats *st)
+/* One quantisation, whatever its source: the three drivers below share the chunking. */
+enum { FX_QSRC_F32, FX_QSRC_I64, FX_QSRC_I16 };
+typedef struct fx_quant_job {
+    const fx_backend *be;
+    int kind;                /* FX_QSRC_* */
+    const void *src;
+    int16_t *dst;            /* NULL: statistics only */
+    int e;                   /* f32: the exponent; integer sources: the shift */
+    const fx_rounding *r;    /* f32 only */
+} fx_quant_job;
+
+static void fx_quant_range(const fx_quant_job *j, int64_t lo, int64_t len, fx_qstats *st)
+{
+    int16_t *d = j->dst ? j->dst + lo : NULL;
+    if (j->kind == FX_QSRC_F32)
+        j->be->cvt.quant_f32((const float *)j->src + lo, d, len, j->e, j->r, lo, st);
+    else if (j->kind == FX_QSRC_I64)
+        j->be->cvt.quant_i64((const int64_t *)j->src + lo, d, len, j->e, st);
+    else
+        fx_quant_i16_chunk(j->be, (const int16_t *)j->src + lo, d, len, j->e, st);
+}
+
+static void fx_par_quant(const fx_quant_job *j, int64_t n, fx_qstats *st)
 {
     int64_t nchunks = (n + FX_CHUNK - 1) / FX_CHUNK;
     int nt = fx_threads_for(n);
     fx_qstats *part = nt > 1 ? malloc((size_t)nchunks * sizeof *part) : NULL;
     if (!part) {
-        fx_quant_i16_chunk(be, src, dst, n, shift, st);
+        fx_quant_range(j, 0, n, st);
         return;
     }
 #ifdef _OPENMP
@@ -110,11 +87,32 @@ void fx_par_quant_i16(const fx_backend *be, const int16_t *src, int16_t *dst, in
 #endif
     for (int64_t c = 0; c < nchunks; c++) {
         int64_t lo = c * FX_CHUNK, len = n - lo < FX_CHUNK ? n - lo : FX_CHUNK;
-        fx_quant_i16_chunk(be, src + lo, dst ? dst + lo : NULL, len, shift, &part[c]);
+        fx_quant_range(j, lo, len, &part[c]);
     }
     fx_qstats_init(st);
     for (int64_t c = 0; c < nchunks; c++) fx_qstats_merge(st, &part[c]);
     free(part);
+}
+
+void fx_par_quant_f32(const fx_backend *be, const float *src, int16_t *dst, int64_t n, int e,
+                      const fx_rounding *r, fx_qstats *st)
+{
+    const fx_quant_job j = {be, FX_QSRC_F32, src, dst, e, r};
+    fx_par_quant(&j, n, st);
+}
+
+void fx_par_quant_i64(const fx_backend *be, const int64_t *src, int16_t *dst, int64_t n,
+                      int shift, fx_qstats *st)
+{
+    const fx_quant_job j = {be, FX_QSRC_I64, src, dst, shift, NULL};
+    fx_par_quant(&j, n, st);
+}
+
+void fx_par_quant_i16(const fx_backend *be, const int16_t *src, int16_t *dst, int64_t n,
+                      int shift, fx_qstats *st)
+{
+    const fx_quant_job j = {be, FX_QSRC_I16, src, dst, shift, NULL};
+    fx_par_quant(&j, n, st);
 }
 
 void fx_par_maxabs_f32(const fx_backend *be, const float *src, int64_t n, float *maxabs,

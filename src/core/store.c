@@ -268,8 +268,8 @@ static int fx_write_float(tensor_t *out, const fx_stage *s, const char *func)
 int fx_write(tensor_t *out, const fx_stage *s, const char *func)
 {
     /* composite ops (flexpoint_nn.h) reach here with host stages only */
-    int rc = fx_need_host(out, "the output", FX_EUNSUPPORTED,
-                          "this op is not implemented on the device", func);
+    int rc = fx_need_host(out, "the output", FX_EUNSUPPORTED, FX_HOST_PATH_HINT,
+                          func);
     if (rc) return rc;
     if (fmt_is_shared_exponent(out->fmt)) return fx_write_shared(out, s, func);
     if (s->kind == FX_STAGE_I16) { /* a float output: through the int64 conversion */

@@ -347,3 +347,20 @@ int tensor_set_raw(tensor_t *t, const void *src)
     fx_strided_copy(t, (void *)src, 1);
     return FX_OK;
 }
+
+void fx_storage_copy_exp_state(fx_storage *d, const fx_storage *s)
+{
+    if (!fmt_is_shared_exponent(s->fmt)) return;
+    d->exp = s->exp;
+    d->win_lo = s->win_lo;
+    d->win_hi = s->win_hi;
+    d->rounding = s->rounding;
+    d->seed = s->seed;
+    d->write_counter = s->write_counter;
+    d->af = s->af;
+    d->last = s->last;
+    d->writes = s->writes;
+    d->overflows = s->overflows;
+    d->clamped_total = s->clamped_total;
+    d->nonfinite_total = s->nonfinite_total;
+}

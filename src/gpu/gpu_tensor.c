@@ -77,25 +77,6 @@ void fx_gpu_free(int device, void *p)
 
 /* ---- transfers ----------------------------------------------------------------------------- */
 
-/* The shared-exponent state travels with the elements (not the trace, which stays with its
- * tensor). */
-static void fx_copy_exp_state(fx_storage *d, const fx_storage *s)
-{
-    if (!fmt_is_shared_exponent(s->fmt)) return;
-    d->exp = s->exp;
-    d->win_lo = s->win_lo;
-    d->win_hi = s->win_hi;
-    d->rounding = s->rounding;
-    d->seed = s->seed;
-    d->write_counter = s->write_counter;
-    d->af = s->af;
-    d->last = s->last;
-    d->writes = s->writes;
-    d->overflows = s->overflows;
-    d->clamped_total = s->clamped_total;
-    d->nonfinite_total = s->nonfinite_total;
-}
-
 static bool fx_same_shape(const tensor_t *a, const tensor_t *b)
 {
     if (a->ndim != b->ndim) return false;
@@ -146,7 +127,7 @@ static int fx_h2d(tensor_t *dst, const tensor_t *src, const char *func)
     }
     int rc = fx_gr_memcpy(fx_tensor_base(dst), host, bytes, FX_GR_H2D, func);
     free(tmp);
-    if (!rc) fx_copy_exp_state(dst->st, src->st);
+    if (!rc) fx_storage_copy_exp_state(dst->st, src->st);
     return rc;
 }
 
@@ -173,7 +154,7 @@ static int fx_d2h(tensor_t *dst, const tensor_t *src, const char *func)
     if (!rc && htmp) fx_strided_copy(dst, htmp, 1);
     fx_gr_free(dtmp);
     free(htmp);
-    if (!rc) fx_copy_exp_state(dst->st, src->st);
+    if (!rc) fx_storage_copy_exp_state(dst->st, src->st);
     return rc;
 }
 
