@@ -123,6 +123,8 @@ static void fx_split_panel(const fx_gemm_i16_kernel *kd, const int16_t *bp, int6
             fx_split_b(bp[p * 2 * nr + q], &bs[p * 4 * nr + q], &bs[p * 4 * nr + 2 * nr + q]);
 }
 
+static void fx_panel_norms(const int32_t *ap, int64_t kp, int mr, int32_t *na);
+
 /* Pack an m x kc block of A (m <= mr valid rows) into one micro-panel of mr rows, and write
  * na[s] = ceil(sqrt(max_i sum_{k in segment s} A[i][k]^2)) for its segments. */
 static void fx_pack_a(const fx_gemm_i16_kernel *kd, const int16_t *a, int64_t sam, int64_t sak,
@@ -148,7 +150,13 @@ static void fx_pack_a(const fx_gemm_i16_kernel *kd, const int16_t *a, int64_t sa
         }
         for (; i < mr; i++) dst[i] = 0;
     }
-    for (int64_t s = 0, p0 = 0; na && p0 < kp; s++, p0 += FX_GEMM_I16_SEG) {
+    if (na) fx_panel_norms(ap, kp, mr, na);
+}
+
+/* na[s] = ceil(sqrt(max_i sum_{k in segment s} A[i][k]^2)) of a packed A micro-panel. */
+static void fx_panel_norms(const int32_t *ap, int64_t kp, int mr, int32_t *na)
+{
+    for (int64_t s = 0, p0 = 0; p0 < kp; s++, p0 += FX_GEMM_I16_SEG) {
         const int64_t p1 = fx_min64(kp, p0 + FX_GEMM_I16_SEG);
         int64_t sq[FX_GEMM_I16_MAX_MR] = {0}, mx = 0;
         for (int64_t p = p0; p < p1; p++)
@@ -212,6 +220,11 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     const int mr = kd->mr, nr = kd->nr;
     if (mr < 1 || mr > FX_GEMM_I16_MAX_MR || nr < 1 || nr > FX_GEMM_I16_MAX_NR || !kd->ukr)
         return FX_EUNSUPPORTED;
+    /* pre-packed A panels (a convolution's, backend.h): panel of row i0 at K block pc is at
+     * a_panels + (i0 / mr) * kp_all * mr + (pc / 2) * mr (K blocks start at even k) */
+    const int32_t *apan = c->a_panels;
+    if (apan && c->a_panels_mr != mr) return FX_EUNSUPPORTED;
+    const int64_t kp_all = (K + 1) / 2;
     const int mode = g_mode;
     const int use_fast = kd->fast != NULL && mode != FX_GEMM_I16_SPLIT_ONLY &&
                          (mode == FX_GEMM_I16_NORM_ALWAYS || M >= FX_GEMM_FAST_MIN_M);
@@ -288,10 +301,16 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                 FX_OMP(omp for schedule(dynamic, 1))
                 for (int64_t ib = 0; ib < nmb; ib++) {
                     const int64_t i0 = ib * mc, mcur = fx_min64(mc, M - i0);
-                    for (int64_t ir = 0; ir < mcur; ir += mr)
-                        fx_pack_a(kd, a + (i0 + ir) * sam + pc * sak, sam, sak, kcur,
-                                  fx_min64(mr, mcur - ir), mr, ap + ir * kp,
-                                  fast_ok ? anorm + ir / mr * nseg : NULL);
+                    const int32_t *ablk = apan ? apan + i0 * kp_all + pc / 2 * mr : ap;
+                    const int64_t ald = apan ? kp_all : kp; /* pairs between two panels */
+                    for (int64_t ir = 0; ir < mcur; ir += mr) {
+                        if (!apan)
+                            fx_pack_a(kd, a + (i0 + ir) * sam + pc * sak, sam, sak, kcur,
+                                      fx_min64(mr, mcur - ir), mr, ap + ir * kp,
+                                      fast_ok ? anorm + ir / mr * nseg : NULL);
+                        else if (fast_ok)
+                            fx_panel_norms(ablk + ir * ald, kp, mr, anorm + ir / mr * nseg);
+                    }
                     for (int64_t jp = 0; jp < npan; jp++) {
                         const int64_t j0 = jp * nr;
                         const int n = (int)fx_min64(nr, ncur - j0);
@@ -305,14 +324,14 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                                                          nseg, kp)
                                          : 0;
                             if (chain > 0) {
-                                kd->fast(kp, chain, ap + ir * kp, bp, ct, N, m, n, pc > 0);
+                                kd->fast(kp, chain, ablk + ir * ald, bp, ct, N, m, n, pc > 0);
                                 fast_tiles++;
                             } else {
                                 if (split_tag[jp] != block_id) {
                                     fx_split_panel(kd, bp, kp, nr, bsp);
                                     split_tag[jp] = block_id;
                                 }
-                                kd->ukr(kp, ap + ir * kp, bsp, ct, N, m, n, pc > 0);
+                                kd->ukr(kp, ablk + ir * ald, bsp, ct, N, m, n, pc > 0);
                                 split_tiles++;
                             }
                         }

@@ -37,6 +37,7 @@
  * same semantics; integer results bit-identical). Tensors in different places: FX_EINVAL.
  */
 #include "im2col.h"
+#include "conv_panels.h"
 #include "../core/compose.h"
 #include "../gpu/gpu_conv.h"
 #include "../gpu/gpu_nn.h" /* fx_nn_placement */
@@ -254,7 +255,8 @@ static void *conv_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char
  * an exact int64 stage, or fp32 operands into an fp32 stage. This is fx_matmul_stage with an
  * explicit thread count (the kernel is called from inside this file's parallel loop over
  * chunks, where it must stay single-threaded). The int64 stage's exponent is a.exp + b.exp. */
-static int conv_matmul(fx_operand a, fx_operand b, int int_compute, void *out, int nthreads)
+static int conv_matmul_with(fx_operand a, const int32_t *a_panels, int a_panels_mr,
+                            fx_operand b, int int_compute, void *out, int nthreads)
 {
     const fx_backend *be = fx_backend_active();
     fx_kernel k = be->kernels[FX_OP_MATMUL][a.fmt];
@@ -274,7 +276,14 @@ static int conv_matmul(fx_operand a, fx_operand b, int int_compute, void *out, i
     c.out_i64 = int_compute ? (int64_t *)out : NULL;
     c.out_exp = &e;
     c.nthreads = nthreads;
+    c.a_panels = a_panels;
+    c.a_panels_mr = a_panels_mr;
     return k(&c);
+}
+
+static int conv_matmul(fx_operand a, fx_operand b, int int_compute, void *out, int nthreads)
+{
+    return conv_matmul_with(a, NULL, 0, b, int_compute, out, nthreads);
 }
 
 /* The first failed chunk's status as an error of the calling thread (kernels may fail only for
@@ -423,8 +432,17 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     if (on_device) return fx_gpu_conv2d(FX_GCONV_FORWARD, y, x, w, &g, __func__);
     const conv_plan plan = conv_plan_make(&g, 0);
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
-    const int64_t col_n = CKK * plan.nb * P;
-    const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
+    /* integer compute with a GEMM that takes pre-packed A panels: build them straight from the
+     * padded input (conv_panels.h) instead of im2row + packing; the same values, so the same
+     * exact sums */
+    const int panel_mr = ic && fx_conv_panels_fit(&g, fx_backend_active()->gemm_i16_panel_mr)
+                             ? fx_backend_active()->gemm_i16_panel_mr
+                             : 0;
+    const int64_t col_n = panel_mr ? 2 * fx_conv_panels_numel(&g, plan.nb, panel_mr)
+                                   : CKK * plan.nb * P;
+    const int64_t slack = FX_CONV_PAD_SLACK > FX_CONV_PANEL_SLACK ? FX_CONV_PAD_SLACK
+                                                                  : FX_CONV_PANEL_SLACK;
+    const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + slack;
     const size_t esz = cc.esz, ssz = cc.ssz;
 
     fx_scratch s = {.n = 0};
@@ -449,11 +467,22 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
         const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
         const int64_t Pc = nbc * P;
         char *mycol = col + (size_t)(tid * col_n) * esz, *myy = ypix + (size_t)(n0 * P * g.O) * ssz;
-        conv_patches(&g, xo.data, esz, n0, nbc, xp + (size_t)(tid * xp_n) * esz, mycol, 1,
-                     plan.inner);
-        status[ch] = conv_matmul(conv_op2d(&cc, mycol, xo.exp, Pc, CKK, CKK, 0),
-                                 conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic, myy,
-                                 plan.inner);
+        char *myxp = xp + (size_t)(tid * xp_n) * esz;
+        if (panel_mr) {
+            int32_t *pan = (int32_t *)(void *)mycol;
+            fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+            if (!fx_conv_panels_i16_avx512(&g, (const int16_t *)myxp, nbc, panel_mr, pan))
+                fx_conv_panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan);
+            status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), pan,
+                                          panel_mr,
+                                          conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
+                                          myy, plan.inner);
+        } else {
+            conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 1, plan.inner);
+            status[ch] = conv_matmul(conv_op2d(&cc, mycol, xo.exp, Pc, CKK, CKK, 0),
+                                     conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic, myy,
+                                     plan.inner);
+        }
         chunk_max[ch] = 0;
         if (status[ch] == FX_OK && ic)
             chunk_max[ch] = fx_maxabs_i64(fx_backend_active(), (const int64_t *)myy, Pc * g.O);

@@ -1,0 +1,50 @@
+/* Portable definition of the implicit-GEMM A panels (conv_panels.h). */
+#include "conv_panels.h"
+
+int64_t fx_conv_panels_numel(const fx_conv_geom *g, int64_t nb, int mr)
+{
+    const int64_t Pc = nb * g->OH * g->OW, K = g->C * g->KH * g->KW;
+    return (Pc + mr - 1) / mr * mr * ((K + 1) / 2);
+}
+
+/* Offset in xp of pixel m's tap 0, and of tap k relative to it. */
+static int64_t fx_pixel_base(const fx_conv_geom *g, int64_t m)
+{
+    const int64_t P = g->OH * g->OW, n = m / P, p = m % P, oh = p / g->OW, ow = p % g->OW;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    return (n * g->C * Hp + oh * g->sh) * Wp + ow * g->sw;
+}
+
+static int64_t fx_tap_offset(const fx_conv_geom *g, int64_t k)
+{
+    const int64_t KK = g->KH * g->KW, c = k / KK, kh = (k % KK) / g->KW, kw = k % g->KW;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    return (c * Hp + kh * g->dh) * Wp + kw * g->dw;
+}
+
+void fx_conv_panel_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int mr, int64_t q,
+                       int32_t *ap)
+{
+    const int64_t Pc = nb * g->OH * g->OW, K = g->C * g->KH * g->KW, kp = (K + 1) / 2;
+    int32_t *dst = ap + q * kp * mr;
+    for (int i = 0; i < mr; i++) {
+        const int64_t m = q * mr + i;
+        if (m >= Pc) {
+            for (int64_t p = 0; p < kp; p++) dst[p * mr + i] = 0;
+            continue;
+        }
+        const int16_t *base = xp + fx_pixel_base(g, m);
+        for (int64_t p = 0; p < kp; p++) {
+            const uint32_t lo = (uint16_t)base[fx_tap_offset(g, 2 * p)];
+            const uint32_t hi = 2 * p + 1 < K ? (uint16_t)base[fx_tap_offset(g, 2 * p + 1)] : 0u;
+            dst[p * mr + i] = (int32_t)(lo | (hi << 16));
+        }
+    }
+}
+
+void fx_conv_panels_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int mr,
+                        int32_t *ap)
+{
+    const int64_t Pc = nb * g->OH * g->OW;
+    for (int64_t q = 0; q * mr < Pc; q++) fx_conv_panel_i16(g, xp, nb, mr, q, ap);
+}

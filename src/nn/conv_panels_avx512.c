@@ -1,0 +1,119 @@
+/* AVX-512BW builder of the implicit-GEMM A panels (conv_panels.h) for the 6-row register tile.
+ *
+ * A panel of 6 output pixels is "regular" when, relative to its first pixel's base in the
+ * padded input, pixel r starts at d_r >= 0 with d_5 + (KW-1)*dw <= 31: then one 32-element load
+ * at a kernel row holds the KW taps of all 6 pixels (a panel that wraps to the next output row
+ * still qualifies; one that crosses into the next sample, or the chunk's last partial panel,
+ * does not and takes the portable loop). K is walked two kernel rows ("groups" (c, kh)) at a
+ * time: their 2*KW taps are KW whole pairs (a pair straddles the two rows when KW is odd), i.e.
+ * 12*KW int16 of the panel, gathered by vpermt2w from the two rows' loads with indices that
+ * depend only on KW, dw and the panel's d_r. */
+#include "conv_panels.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+
+#define FX_PANEL_MR 6
+#define FX_PANEL_MAX_KW 10 /* 12*KW int16 per two groups: at most 4 vectors of 32 */
+#define FX_PANEL_MAX_VEC ((12 * FX_PANEL_MAX_KW + 31) / 32)
+
+static int64_t fx_base_of(const fx_conv_geom *g, int64_t m, int64_t P, int64_t Hp, int64_t Wp)
+{
+    const int64_t n = m / P, p = m % P, oh = p / g->OW, ow = p % g->OW;
+    return (n * g->C * Hp + oh * g->sh) * Wp + ow * g->sw;
+}
+
+/* An irregular panel (rows from two samples, or the chunk's partial last panel): each row's
+ * taps one by one from the group offsets, written straight to their panel positions (the
+ * portable fx_conv_panel_i16 recomputes every tap's offset with divisions: 30x slower). */
+static void fx_panel_rows(const fx_conv_geom *g, const int16_t *xp, int64_t Pc, int64_t m0,
+                          const int64_t *goff, int64_t G, int64_t kp, int64_t P, int64_t Hp,
+                          int64_t Wp, int16_t *dst)
+{
+    const int64_t KW = g->KW, dw = g->dw;
+    for (int r = 0; r < FX_PANEL_MR; r++) {
+        if (m0 + r >= Pc) {
+            for (int64_t p = 0; p < kp; p++) dst[p * 12 + 2 * r] = dst[p * 12 + 2 * r + 1] = 0;
+            continue;
+        }
+        const int16_t *b = xp + fx_base_of(g, m0 + r, P, Hp, Wp);
+        int64_t k = 0;
+        for (int64_t gi = 0; gi < G; gi++)
+            for (int64_t kw = 0; kw < KW; kw++, k++)
+                dst[(k >> 1) * 12 + 2 * r + (k & 1)] = b[goff[gi] + kw * dw];
+        if (k & 1) dst[(k >> 1) * 12 + 2 * r + 1] = 0; /* odd K: the last pair's high half */
+    }
+}
+
+int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int mr,
+                              int32_t *ap)
+{
+    const int64_t KW = g->KW, dw = g->dw;
+    _Static_assert(FX_PANEL_MAX_KW == 10, "fx_conv_panels_fit states the same limits");
+    if (!fx_conv_panels_fit(g, mr)) return 0;
+    const int64_t G = g->C * g->KH, K = G * KW, kp = (K + 1) / 2;
+    const int64_t P = g->OH * g->OW, Pc = nb * P;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    const int64_t dmax = 31 - (KW - 1) * dw; /* largest pixel offset a load still covers */
+    int64_t *goff = malloc((size_t)G * sizeof *goff);
+    if (!goff) return 0;
+    for (int64_t gi = 0; gi < G; gi++)
+        goff[gi] = ((gi / g->KH) * Hp + (gi % g->KH) * g->dh) * Wp;
+
+    /* Output word w of a group pair: pair w / 12 of the pair, row r = (w % 12) / 2, half
+     * h = w % 2, i.e. tap t = 2 * (w / 12) + h of the 2*KW: source row t / KW (vpermt2w index
+     * bit 5), element (t % KW) * dw + d_r. */
+    const int npos = (int)(12 * KW), npos_lone = (int)(12 * ((KW + 1) / 2));
+    const int nvec = (npos + 31) / 32;
+    __m512i tapc[FX_PANEL_MAX_VEC], rsel[FX_PANEL_MAX_VEC];
+    __mmask32 mfull[FX_PANEL_MAX_VEC], mlone[FX_PANEL_MAX_VEC];
+    for (int v = 0; v < nvec; v++) {
+        short tc[32], rs[32];
+        for (int l = 0; l < 32; l++) {
+            const int w = 32 * v + l, t = 2 * (w / 12) + w % 2;
+            tc[l] = w < npos ? (short)((t / KW) * 32 + (t % KW) * dw) : 0;
+            rs[l] = w < npos ? (short)((w % 12) / 2) : 0;
+        }
+        tapc[v] = _mm512_loadu_si512((const void *)tc);
+        rsel[v] = _mm512_loadu_si512((const void *)rs);
+        const int left = npos - 32 * v, left_lone = npos_lone - 32 * v;
+        mfull[v] = left >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << left) - 1);
+        mlone[v] = left_lone >= 32 ? (__mmask32)0xFFFFFFFFu
+                                   : left_lone <= 0 ? 0 : (__mmask32)((1u << left_lone) - 1);
+    }
+
+    for (int64_t q = 0; q * FX_PANEL_MR < Pc; q++) {
+        const int64_t m0 = q * FX_PANEL_MR;
+        int regular = m0 + FX_PANEL_MR <= Pc;
+        const int64_t base0 = fx_base_of(g, m0, P, Hp, Wp);
+        short d[32] = {0};
+        for (int r = 1; regular && r < FX_PANEL_MR; r++) {
+            const int64_t dr = fx_base_of(g, m0 + r, P, Hp, Wp) - base0;
+            regular = dr >= 0 && dr <= dmax;
+            d[r] = (short)dr;
+        }
+        if (!regular) {
+            fx_panel_rows(g, xp, Pc, m0, goff, G, kp, P, Hp, Wp,
+                          (int16_t *)(ap + q * kp * FX_PANEL_MR));
+            continue;
+        }
+        const __m512i dv = _mm512_loadu_si512((const void *)d);
+        __m512i idx[FX_PANEL_MAX_VEC];
+        for (int v = 0; v < nvec; v++)
+            idx[v] = _mm512_add_epi16(tapc[v], _mm512_permutexvar_epi16(rsel[v], dv));
+        const int16_t *b = xp + base0;
+        int16_t *dst = (int16_t *)(ap + q * kp * FX_PANEL_MR);
+        for (int64_t gi = 0; gi < G; gi += 2, dst += npos) {
+            const __m512i v0 = _mm512_loadu_si512((const void *)(b + goff[gi]));
+            const int lone = gi + 1 == G; /* the last group of an odd count pairs with zeros */
+            const __m512i v1 = lone ? _mm512_setzero_si512()
+                                    : _mm512_loadu_si512((const void *)(b + goff[gi + 1]));
+            const __mmask32 *mk = lone ? mlone : mfull;
+            for (int v = 0; v < nvec; v++)
+                _mm512_mask_storeu_epi16(dst + 32 * v, mk[v],
+                                         _mm512_permutex2var_epi16(v0, idx[v], v1));
+        }
+    }
+    free(goff);
+    return 1;
+}
