@@ -9,7 +9,9 @@
  *     exactly the geometries fx_conv_panels_fit rejects;
  *   - the exact GEMM fed with the panels gives the same int64 sums as the GEMM fed with the
  *     patch matrix, for the split kernel and for the norm-checked fast kernel;
- *   - kernels that cannot take panels refuse them with FX_EUNSUPPORTED.
+ *   - kernels that cannot take panels refuse them with FX_EUNSUPPORTED;
+ *   - the fp32 GEMM's panels from fp32, fp16 and bf16 inputs (any bit patterns, widened
+ *     exactly) likewise, and the fp32 GEMM from them gives the same bits.
  * The convolution's own results are checked against fp64 and across backends in
  * test_nn_conv. */
 #include "core/backend.h"
@@ -167,6 +169,115 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512)
     free(vec);
 }
 
+/* Elements whose bits differ; with nan_any, two NaNs of the same sign count as equal: the
+ * vector widening of fp16 (vcvtph2ps, as in the GEMM's own packing, src/fp32/f32_avx512.c)
+ * quiets signalling NaNs, which the scalar definition keeps. */
+static int64_t same_floats(const float *a, const float *b, int64_t n, int nan_any)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t x, y;
+        memcpy(&x, &a[i], 4);
+        memcpy(&y, &b[i], 4);
+        if (x == y) continue;
+        if (nan_any && a[i] != a[i] && b[i] != b[i] && (x >> 31) == (y >> 31)) continue;
+        bad++;
+    }
+    return bad;
+}
+
+/* fp32 GEMM panels from fp32, fp16 and bf16 inputs: portable and AVX-512 against the im2row
+ * matrix widened by the scalar definitions, and the fp32 GEMM from panels against the GEMM
+ * from the im2row matrix, bit for bit. */
+static void check_case_f32(const geo_case *cs, test_rng *rng, int avx512)
+{
+    static const fmt_t fmts[3] = {FMT_FP32, FMT_FP16, FMT_BF16};
+    const fx_conv_geom g = geom_of(cs);
+    const int64_t nb = cs->nb, K = g.C * g.KH * g.KW, Pc = nb * g.OH * g.OW, mr = 12;
+    const int64_t npan = (Pc + mr - 1) / mr, xn = g.N * g.C * g.H * g.W;
+    const int64_t xpn = fx_conv_padded_numel(&g, nb) + FX_CONV_PANEL_SLACK;
+    const int64_t pn = fx_conv_panels_f32_numel(&g, nb, (int)mr);
+    CHECK(pn == npan * mr * K, "fp32 panel size %lld", (long long)pn);
+    float *x = malloc((size_t)xn * 4), *xp = calloc((size_t)xpn, 4);
+    float *colT = malloc((size_t)(Pc * K + FX_CONV_PAD_SLACK) * 4);
+    float *ref = malloc((size_t)pn * 4), *port = malloc((size_t)pn * 4), *vec = malloc((size_t)pn * 4);
+    const int64_t N = 40;
+    float *w = malloc((size_t)(K * N) * 4), *c0 = malloc((size_t)(Pc * N) * 4), *c1 = malloc((size_t)(Pc * N) * 4);
+    for (int64_t i = 0; i < K * N; i++) w[i] = (float)test_rng_normal(rng);
+    for (int f = 0; f < 3; f++) {
+        const fmt_t fmt = fmts[f];
+        const size_t esz = fmt == FMT_FP32 ? 4 : 2;
+        /* inputs: random bit patterns of the format (NaN and Inf included: bits are moved) */
+        for (int64_t i = 0; i < xn; i++) {
+            const uint64_t r = test_rng_u64(rng);
+            if (esz == 4) {
+                const uint32_t b32 = (uint32_t)r;
+                memcpy(&x[i], &b32, 4);
+            } else {
+                ((uint16_t *)x)[i] = (uint16_t)r;
+            }
+        }
+        memset(xp, 0, (size_t)xpn * 4);
+        fx_conv_pad(&g, x, 0, nb, xp, esz);
+        if (esz == 4)
+            fx_im2row_f32(&g, xp, nb, colT, 1);
+        else
+            fx_im2row_i16(&g, (const int16_t *)xp, nb, (int16_t *)colT, 1);
+        for (int64_t q = 0; q < npan; q++)
+            for (int64_t k = 0; k < K; k++)
+                for (int i = 0; i < mr; i++) {
+                    const int64_t m = q * mr + i;
+                    float v = 0.0f;
+                    if (m < Pc && esz == 4) v = colT[m * K + k];
+                    if (m < Pc && esz == 2) {
+                        const uint16_t h = ((const uint16_t *)colT)[m * K + k];
+                        v = fmt == FMT_FP16 ? fx_fp16_to_f32(h) : fx_bf16_to_f32(h);
+                    }
+                    ref[(q * K + k) * mr + i] = v;
+                }
+        memset(port, 0x5A, (size_t)pn * 4);
+        fx_conv_panels_f32(&g, xp, fmt, nb, (int)mr, port);
+        CHECK(memcmp(port, ref, (size_t)pn * 4) == 0, "fmt %d C%lld KW%lld: portable fp32 panels differ",
+              (int)fmt, (long long)g.C, (long long)g.KW);
+        if (!avx512) continue;
+        memset(vec, 0x5A, (size_t)pn * 4);
+        const int took = fx_conv_panels_f32_avx512(&g, xp, fmt, nb, (int)mr, vec);
+        CHECK(took == fx_conv_panels_f32_fit(&g, (int)mr), "fp32 builder took %d", took);
+        if (took)
+            CHECK(same_floats(vec, ref, pn, fmt == FMT_FP16) == 0,
+                  "fmt %d C%lld KW%lld sw%lld dw%lld: AVX-512 fp32 panels differ", (int)fmt,
+                  (long long)g.C, (long long)g.KW, (long long)g.sw, (long long)g.dw);
+        CHECK(fx_conv_panels_f32_avx512(&g, xp, fmt, nb, 6, vec) == 0, "mr 6 is declined");
+        if (fmt != FMT_FP32) continue;
+        /* the fp32 GEMM on finite values: from panels and from the patch matrix, same bits */
+        for (int64_t i = 0; i < pn; i++)
+            if (!(ref[i] == ref[i]) || ref[i] > 1e30f || ref[i] < -1e30f) ref[i] = 1.0f;
+        for (int64_t m = 0; m < Pc; m++)
+            for (int64_t k = 0; k < K; k++) colT[m * K + k] = ref[((m / mr) * K + k) * mr + m % mr];
+        fx_operand A, B;
+        memset(&A, 0, sizeof A);
+        A.data = colT, A.fmt = FMT_FP32, A.ndim = 2, A.shape[0] = Pc, A.shape[1] = K;
+        A.strides[0] = K, A.strides[1] = 1;
+        B = A;
+        B.data = w, B.shape[0] = K, B.shape[1] = N, B.strides[0] = N;
+        const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
+        fx_op_call c;
+        memset(&c, 0, sizeof c);
+        int e = 0;
+        c.op = FX_OP_MATMUL, c.nin = 2, c.in[0] = A, c.in[1] = B, c.out_ndim = 2;
+        c.out_shape[0] = Pc, c.out_shape[1] = N, c.out_numel = Pc * N, c.out_exp = &e;
+        c.nthreads = 1, c.out_f32 = c0;
+        CHECK_STATUS(be->kernels[FX_OP_MATMUL][FMT_FP32](&c), FX_OK);
+        c.in[0].data = NULL, c.a_panels = ref, c.a_panels_mr = (int)mr, c.out_f32 = c1;
+        CHECK_STATUS(be->kernels[FX_OP_MATMUL][FMT_FP32](&c), FX_OK);
+        CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 4) == 0, "C%lld KW%lld: fp32 GEMM from panels differs",
+              (long long)g.C, (long long)g.KW);
+        c.a_panels_mr = 6;
+        CHECK(be->kernels[FX_OP_MATMUL][FMT_FP32](&c) == FX_EUNSUPPORTED, "wrong mr refused");
+    }
+    free(x), free(xp), free(colT), free(ref), free(port), free(vec), free(w), free(c0), free(c1);
+}
+
 int main(void)
 {
     const fx_cpu_features *cpu = fx_cpu();
@@ -174,6 +285,9 @@ int main(void)
     if (!avx512) printf("test_conv_panels: no AVX-512BW here; portable panels only\n");
     test_rng rng;
     test_rng_seed(&rng, 20261122);
-    for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) check_case(&g_cases[i], &rng, avx512);
+    for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
+        check_case(&g_cases[i], &rng, avx512);
+        check_case_f32(&g_cases[i], &rng, avx512);
+    }
     return test_finish("test_conv_panels");
 }

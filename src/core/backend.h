@@ -56,12 +56,13 @@ typedef struct fx_op_call {
      * only this maximum). Kernels that do not know it leave both alone. */
     uint64_t *out_imax;
     int *out_imax_known;
-    /* Optional, integer MATMUL: in[0] already packed as the exact GEMM's A micro-panels of
-     * a_panels_mr rows over the whole K (src/nn/conv_panels.h: panel q at
-     * a_panels + q * ceil(K/2) * a_panels_mr), built by the convolution straight from its
-     * input. Set only when the backend's gemm_i16_panel_mr equals a_panels_mr; in[0] then
-     * supplies only its shape and exponent. */
-    const int32_t *a_panels;
+    /* Optional, MATMUL: in[0] already packed as the GEMM's A micro-panels of a_panels_mr rows
+     * over the whole K, built by the convolution straight from its input (src/nn/
+     * conv_panels.h). Integer GEMM: int32 pairs, panel q at a_panels + q * ceil(K/2) * mr;
+     * fp32 GEMM: floats, panel q at a_panels + q * K * mr. Set only when the backend's
+     * gemm_i16_panel_mr / gemm_f32_panel_mr equals a_panels_mr; in[0] then supplies only its
+     * shape and exponent. */
+    const void *a_panels;
     int a_panels_mr;
 
     /* op parameters */
@@ -124,6 +125,7 @@ typedef struct fx_backend {
     /* The register-tile height of the integer MATMUL kernel when it accepts pre-packed A
      * panels (fx_op_call.a_panels); 0 when it does not. */
     int gemm_i16_panel_mr;
+    int gemm_f32_panel_mr; /* the same for the fp32 MATMUL kernels (fp32, fp16, bf16 operands) */
 } fx_backend;
 
 enum { FX_BACKEND_SCALAR = 0, FX_BACKEND_AVX2 = 1, FX_BACKEND_AVX512 = 2, FX_BACKEND_COUNT = 3 };

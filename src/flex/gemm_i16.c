@@ -222,7 +222,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         return FX_EUNSUPPORTED;
     /* pre-packed A panels (a convolution's, backend.h): panel of row i0 at K block pc is at
      * a_panels + (i0 / mr) * kp_all * mr + (pc / 2) * mr (K blocks start at even k) */
-    const int32_t *apan = c->a_panels;
+    const int32_t *apan = (const int32_t *)c->a_panels;
     if (apan && c->a_panels_mr != mr) return FX_EUNSUPPORTED;
     const int64_t kp_all = (K + 1) / 2;
     const int mode = g_mode;

@@ -317,4 +317,5 @@ void fx_register_fp32_avx512(fx_backend *b, const fx_cpu_features *cpu)
     /* fp16 x fp16 and bf16 x bf16: widened while packed (no vdpbf16ps path yet; see README) */
     b->kernels[FX_OP_MATMUL][FMT_FP16] = k_matmul;
     b->kernels[FX_OP_MATMUL][FMT_BF16] = k_matmul;
+    b->gemm_f32_panel_mr = MR;
 }

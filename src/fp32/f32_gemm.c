@@ -201,8 +201,9 @@ static void scratch_tile(const fx_f32_gemm_params *p, int64_t kb, const float *a
 }
 
 /* C[i*rs + j*cs] = sum_k A[i][k] B[k][j] for an M x N x K product (K >= 1). */
-static int gemm_run(const fx_f32_gemm_params *p, const fx_operand *A, const fx_operand *B,
-                    int64_t M, int64_t N, int64_t K, float *C, int64_t rs, int64_t cs, int nthreads)
+static int gemm_run(const fx_f32_gemm_params *p, const fx_operand *A, const float *apan,
+                    const fx_operand *B, int64_t M, int64_t N, int64_t K, float *C, int64_t rs,
+                    int64_t cs, int nthreads)
 {
     const int64_t mr = p->mr, nr = p->nr;
     const int64_t kc = min64(p->kc, K);
@@ -252,10 +253,16 @@ static int gemm_run(const fx_f32_gemm_params *p, const fx_operand *A, const fx_o
                 const int64_t kb = min64(kc, K - k0);
                 const int accumulate = k0 > 0;
 
-                FX_F32_OMP(for schedule(static))
-                for (int64_t ip = 0; ip < npm; ip++)
-                    pack_a_panel(p, abuf + ip * mr * kb, A, m0 + ip * mr, min64(mr, mb - ip * mr),
-                                 k0, kb, mr);
+                /* pre-packed panels (a convolution's A): panel of row m0 + ip*mr at depth k0
+                 * is at apan + ((m0 / mr + ip) * K + k0) * mr */
+                const float *ablk = apan ? apan + (m0 / mr * K + k0) * mr : abuf;
+                const int64_t astep = apan ? mr * K : mr * kb; /* floats between panels */
+                if (!apan) {
+                    FX_F32_OMP(for schedule(static))
+                    for (int64_t ip = 0; ip < npm; ip++)
+                        pack_a_panel(p, abuf + ip * mr * kb, A, m0 + ip * mr,
+                                     min64(mr, mb - ip * mr), k0, kb, mr);
+                }
 
                 int64_t packed = -1; /* column block currently in my_b */
                 FX_F32_OMP(for schedule(static))
@@ -269,7 +276,7 @@ static int gemm_run(const fx_f32_gemm_params *p, const fx_operand *A, const fx_o
                     }
                     const int64_t ip_end = npm * (g + 1) / groups;
                     for (int64_t ip = npm * g / groups; ip < ip_end; ip++) {
-                        const float *ap = abuf + ip * mr * kb;
+                        const float *ap = ablk + ip * astep;
                         const int64_t i0 = m0 + ip * mr, mrows = min64(mr, M - i0);
                         for (int64_t jp = 0; jp < npn; jp++) {
                             const float *bp = my_b + jp * nr * kb;
@@ -309,13 +316,15 @@ int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c)
      * would leave most vector lanes idle: compute C^T = B^T A^T instead, which only swaps the
      * operands' strides and writes C through a transposed tile. Each output is still the same
      * k-ordered chain of the same products (a*b = b*a exactly), so the bits do not change. */
+    const float *apan = (const float *)c->a_panels;
+    if (apan && c->a_panels_mr != p->mr) return FX_EUNSUPPORTED;
     const double use = tile_use(N, p->nr) * tile_use(M, p->mr);
     const double use_swapped = tile_use(M, p->nr) * tile_use(N, p->mr);
-    if (use_swapped > 1.25 * use) {
+    if (!apan && use_swapped > 1.25 * use) {
         fx_operand At = *B, Bt = *A; /* At = B^T [N,K], Bt = A^T [K,M] */
         At.shape[0] = N, At.shape[1] = K, At.strides[0] = B->strides[1], At.strides[1] = B->strides[0];
         Bt.shape[0] = K, Bt.shape[1] = M, Bt.strides[0] = A->strides[1], Bt.strides[1] = A->strides[0];
-        return gemm_run(p, &At, &Bt, N, M, K, C, 1, N, c->nthreads);
+        return gemm_run(p, &At, NULL, &Bt, N, M, K, C, 1, N, c->nthreads);
     }
-    return gemm_run(p, A, B, M, N, K, C, N, 1, c->nthreads);
+    return gemm_run(p, A, apan, B, M, N, K, C, N, 1, c->nthreads);
 }

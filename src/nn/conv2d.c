@@ -255,7 +255,7 @@ static void *conv_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char
  * an exact int64 stage, or fp32 operands into an fp32 stage. This is fx_matmul_stage with an
  * explicit thread count (the kernel is called from inside this file's parallel loop over
  * chunks, where it must stay single-threaded). The int64 stage's exponent is a.exp + b.exp. */
-static int conv_matmul_with(fx_operand a, const int32_t *a_panels, int a_panels_mr,
+static int conv_matmul_with(fx_operand a, const void *a_panels, int a_panels_mr,
                             fx_operand b, int int_compute, void *out, int nthreads)
 {
     const fx_backend *be = fx_backend_active();
@@ -435,11 +435,19 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     /* integer compute with a GEMM that takes pre-packed A panels: build them straight from the
      * padded input (conv_panels.h) instead of im2row + packing; the same values, so the same
      * exact sums */
-    const int panel_mr = ic && fx_conv_panels_fit(&g, fx_backend_active()->gemm_i16_panel_mr)
-                             ? fx_backend_active()->gemm_i16_panel_mr
+    const fx_backend *be = fx_backend_active();
+    const int panel_mr = ic && fx_conv_panels_fit(&g, be->gemm_i16_panel_mr)
+                             ? be->gemm_i16_panel_mr
                              : 0;
-    const int64_t col_n = panel_mr ? 2 * fx_conv_panels_numel(&g, plan.nb, panel_mr)
-                                   : CKK * plan.nb * P;
+    /* float compute likewise: fp32 panels for the fp32 GEMM, widened from the input's storage
+     * format (cc.cf) while they are built */
+    const int fpanel_mr = !ic && fx_conv_panels_f32_fit(&g, be->gemm_f32_panel_mr)
+                              ? be->gemm_f32_panel_mr
+                              : 0;
+    const int64_t col_n =
+        panel_mr    ? 2 * fx_conv_panels_numel(&g, plan.nb, panel_mr)
+        : fpanel_mr ? fx_conv_panels_f32_numel(&g, plan.nb, fpanel_mr) * (int64_t)(4 / cc.esz)
+                    : CKK * plan.nb * P;
     const int64_t slack = FX_CONV_PAD_SLACK > FX_CONV_PANEL_SLACK ? FX_CONV_PAD_SLACK
                                                                   : FX_CONV_PANEL_SLACK;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + slack;
@@ -475,6 +483,15 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
                 fx_conv_panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan);
             status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), pan,
                                           panel_mr,
+                                          conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
+                                          myy, plan.inner);
+        } else if (fpanel_mr) {
+            float *pan = (float *)(void *)mycol;
+            fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+            if (!fx_conv_panels_f32_avx512(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan))
+                fx_conv_panels_f32(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan);
+            status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), pan,
+                                          fpanel_mr,
                                           conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
                                           myy, plan.inner);
         } else {

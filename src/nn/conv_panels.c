@@ -1,5 +1,6 @@
 /* Portable definition of the implicit-GEMM A panels (conv_panels.h). */
 #include "conv_panels.h"
+#include "../core/backend.h" /* the scalar fp16/bf16 definitions */
 
 int64_t fx_conv_panels_numel(const fx_conv_geom *g, int64_t nb, int mr)
 {
@@ -47,4 +48,35 @@ void fx_conv_panels_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, in
 {
     const int64_t Pc = nb * g->OH * g->OW;
     for (int64_t q = 0; q * mr < Pc; q++) fx_conv_panel_i16(g, xp, nb, mr, q, ap);
+}
+
+int64_t fx_conv_panels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr)
+{
+    const int64_t Pc = nb * g->OH * g->OW, K = g->C * g->KH * g->KW;
+    return (Pc + mr - 1) / mr * mr * K;
+}
+
+static float fx_widen_elem(const void *xp, int fmt, int64_t i)
+{
+    if (fmt == FMT_FP32) return ((const float *)xp)[i];
+    const uint16_t h = ((const uint16_t *)xp)[i];
+    return fmt == FMT_FP16 ? fx_fp16_to_f32(h) : fx_bf16_to_f32(h);
+}
+
+void fx_conv_panels_f32(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
+                        float *ap)
+{
+    const int64_t Pc = nb * g->OH * g->OW, K = g->C * g->KH * g->KW;
+    for (int64_t q = 0; q * mr < Pc; q++)
+        for (int i = 0; i < mr; i++) {
+            const int64_t m = q * mr + i;
+            float *dst = ap + q * K * mr + i;
+            if (m >= Pc) {
+                for (int64_t k = 0; k < K; k++) dst[k * mr] = 0.0f;
+                continue;
+            }
+            const int64_t base = fx_pixel_base(g, m);
+            for (int64_t k = 0; k < K; k++)
+                dst[k * mr] = fx_widen_elem(xp, fmt, base + fx_tap_offset(g, k));
+        }
 }

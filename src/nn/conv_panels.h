@@ -46,4 +46,20 @@ void fx_conv_panel_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int
 int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int mr,
                               int32_t *ap);
 
+/* ---- fp32 GEMM panels (fp32, fp16 and bf16 inputs) -------------------------------------------
+ * The fp32 GEMM's A micro-panels over the whole K (src/fp32/f32_gemm.c): panel q at
+ * ap + q*K*mr, ap[q*K*mr + k*mr + i] = A[q*mr+i][k] widened exactly to fp32 (the same values
+ * the GEMM's packing makes of the im2row matrix, so the same products in the same order: the
+ * same bits), rows past Pc 0. fmt is the input's storage format (FP32, FP16 or BF16). */
+static inline int fx_conv_panels_f32_fit(const fx_conv_geom *g, int mr)
+{
+    return mr == 12 && g->KW >= 1 && (g->KW - 1) * g->dw <= 31;
+}
+int64_t fx_conv_panels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr);
+void fx_conv_panels_f32(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
+                        float *ap);
+/* AVX-512 builder for mr = 12; 0 (nothing written) outside fx_conv_panels_f32_fit. */
+int fx_conv_panels_f32_avx512(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb,
+                              int mr, float *ap);
+
 #endif

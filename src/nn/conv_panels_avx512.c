@@ -9,6 +9,7 @@
  * 12*KW int16 of the panel, gathered by vpermt2w from the two rows' loads with indices that
  * depend only on KW, dw and the panel's d_r. */
 #include "conv_panels.h"
+#include "../core/backend.h" /* the scalar fp16/bf16 definitions */
 
 #include <immintrin.h>
 #include <stdlib.h>
@@ -82,13 +83,27 @@ int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t 
                                    : left_lone <= 0 ? 0 : (__mmask32)((1u << left_lone) - 1);
     }
 
+    /* the pixel of row m as (n, oh, ow), advanced row by row (no divisions per panel) */
+    int64_t pn = 0, poh = 0, pow_ = 0;
+    const int64_t nstep = g->C * Hp * Wp, hstep = g->sh * Wp;
     for (int64_t q = 0; q * FX_PANEL_MR < Pc; q++) {
         const int64_t m0 = q * FX_PANEL_MR;
         int regular = m0 + FX_PANEL_MR <= Pc;
-        const int64_t base0 = fx_base_of(g, m0, P, Hp, Wp);
+        int64_t base[FX_PANEL_MR];
+        for (int r = 0; r < FX_PANEL_MR; r++) {
+            base[r] = pn * nstep + poh * hstep + pow_ * g->sw;
+            if (++pow_ == g->OW) {
+                pow_ = 0;
+                if (++poh == g->OH) {
+                    poh = 0;
+                    pn++;
+                }
+            }
+        }
+        const int64_t base0 = base[0];
         short d[32] = {0};
         for (int r = 1; regular && r < FX_PANEL_MR; r++) {
-            const int64_t dr = fx_base_of(g, m0 + r, P, Hp, Wp) - base0;
+            const int64_t dr = base[r] - base0;
             regular = dr >= 0 && dr <= dmax;
             d[r] = (short)dr;
         }
@@ -112,6 +127,101 @@ int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t 
             for (int v = 0; v < nvec; v++)
                 _mm512_mask_storeu_epi16(dst + 32 * v, mk[v],
                                          _mm512_permutex2var_epi16(v0, idx[v], v1));
+        }
+    }
+    free(goff);
+    return 1;
+}
+
+/* ---- fp32 GEMM panels ------------------------------------------------------------------------
+ * 12-pixel panels. A panel is regular when d_11 + (KW-1)*dw <= 31: one 32-element load (two
+ * of 16 floats for fp32 input) at a kernel row then holds that row's taps for all 12 pixels,
+ * and tap kw is a word (float) permute with indices d_r + kw*dw, widened to fp32 in registers
+ * (bf16: a 16-bit shift; fp16: vcvtph2ps, exact). Irregular panels take a scalar loop. */
+#define FX_FPANEL_MR 12
+
+static inline float fx_widen1(const void *xp, int fmt, int64_t i)
+{
+    if (fmt == FMT_FP32) return ((const float *)xp)[i];
+    const uint16_t h = ((const uint16_t *)xp)[i];
+    return fmt == FMT_FP16 ? fx_fp16_to_f32(h) : fx_bf16_to_f32(h);
+}
+
+int fx_conv_panels_f32_avx512(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb,
+                              int mr, float *ap)
+{
+    if (!fx_conv_panels_f32_fit(g, mr) || (fmt != FMT_FP32 && fmt != FMT_FP16 && fmt != FMT_BF16))
+        return 0;
+    const int64_t KW = g->KW, dw = g->dw, G = g->C * g->KH, K = G * KW;
+    const int64_t Pc = nb * g->OH * g->OW;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    const int64_t dmax = 31 - (KW - 1) * dw;
+    int64_t *goff = malloc((size_t)G * sizeof *goff);
+    if (!goff) return 0;
+    for (int64_t gi = 0; gi < G; gi++)
+        goff[gi] = ((gi / g->KH) * Hp + (gi % g->KH) * g->dh) * Wp;
+    const __mmask16 m12 = (__mmask16)0x0FFF;
+    const int16_t *x16 = xp;
+    const float *x32 = xp;
+
+    int64_t pn = 0, poh = 0, pow_ = 0;
+    const int64_t nstep = g->C * Hp * Wp, hstep = g->sh * Wp;
+    for (int64_t q = 0; q * FX_FPANEL_MR < Pc; q++) {
+        const int64_t m0 = q * FX_FPANEL_MR;
+        int regular = m0 + FX_FPANEL_MR <= Pc;
+        int64_t base[FX_FPANEL_MR];
+        for (int r = 0; r < FX_FPANEL_MR; r++) {
+            base[r] = pn * nstep + poh * hstep + pow_ * g->sw;
+            if (++pow_ == g->OW) {
+                pow_ = 0;
+                if (++poh == g->OH) {
+                    poh = 0;
+                    pn++;
+                }
+            }
+        }
+        float *dst = ap + q * K * FX_FPANEL_MR;
+        int32_t d[16] = {0};
+        for (int r = 1; regular && r < FX_FPANEL_MR; r++) {
+            const int64_t dr = base[r] - base[0];
+            regular = dr >= 0 && dr <= dmax;
+            d[r] = (int32_t)dr;
+        }
+        if (!regular) {
+            for (int r = 0; r < FX_FPANEL_MR; r++) {
+                const int valid = m0 + r < Pc;
+                int64_t k = 0;
+                for (int64_t gi = 0; gi < G; gi++)
+                    for (int64_t kw = 0; kw < KW; kw++, k++)
+                        dst[k * FX_FPANEL_MR + r] =
+                            valid ? fx_widen1(xp, fmt, base[r] + goff[gi] + kw * dw) : 0.0f;
+            }
+            continue;
+        }
+        const __m512i d32 = _mm512_loadu_si512((const void *)d);
+        if (fmt == FMT_FP32) {
+            for (int64_t gi = 0; gi < G; gi++) {
+                const float *row = x32 + base[0] + goff[gi];
+                const __m512 lo = _mm512_loadu_ps(row), hi = _mm512_loadu_ps(row + 16);
+                for (int64_t kw = 0; kw < KW; kw++, dst += FX_FPANEL_MR) {
+                    const __m512i idx = _mm512_add_epi32(d32, _mm512_set1_epi32((int)(kw * dw)));
+                    _mm512_mask_storeu_ps(dst, m12, _mm512_permutex2var_ps(lo, idx, hi));
+                }
+            }
+        } else {
+            /* word indices: d_r + kw*dw in the low 12 words */
+            const __m512i d16 = _mm512_zextsi256_si512(_mm512_cvtepi32_epi16(d32));
+            for (int64_t gi = 0; gi < G; gi++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(x16 + base[0] + goff[gi]));
+                for (int64_t kw = 0; kw < KW; kw++, dst += FX_FPANEL_MR) {
+                    const __m512i idx = _mm512_add_epi16(d16, _mm512_set1_epi16((short)(kw * dw)));
+                    const __m256i w = _mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, v));
+                    const __m512 f = fmt == FMT_BF16
+                                         ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(w), 16))
+                                         : _mm512_cvtph_ps(w);
+                    _mm512_mask_storeu_ps(dst, m12, f);
+                }
+            }
         }
     }
     free(goff);
