@@ -64,6 +64,11 @@ typedef struct fx_op_call {
      * shape and exponent. */
     const void *a_panels;
     int a_panels_mr;
+    /* Optional, integer MATMUL: in[1] already split for the split kernel by
+     * fx_gemm_i16_split_b (src/flex/gemm_i16.h) for b_split_nr columns per panel; set only when
+     * the backend's gemm_i16_panel_nr equals b_split_nr. */
+    const int16_t *b_split;
+    int b_split_nr;
 
     /* op parameters */
     float scalar_f32;     /* FX_OP_SCALE, float compute */
@@ -125,6 +130,7 @@ typedef struct fx_backend {
     /* The register-tile height of the integer MATMUL kernel when it accepts pre-packed A
      * panels (fx_op_call.a_panels); 0 when it does not. */
     int gemm_i16_panel_mr;
+    int gemm_i16_panel_nr; /* its register-tile width, for pre-split B (fx_op_call.b_split) */
     int gemm_f32_panel_mr; /* the same for the fp32 MATMUL kernels (fp32, fp16, bf16 operands) */
 } fx_backend;
 

@@ -25,7 +25,7 @@
 #define FX_OMP(...)
 #endif
 
-#define FX_GEMM_KC 384  /* K elements per block: even, <= 2 * FX_GEMM_I16_MAX_KP */
+#define FX_GEMM_KC FX_GEMM_I16_KC /* K elements per block: even, <= 2 * FX_GEMM_I16_MAX_KP */
 #define FX_GEMM_MC 144  /* rows per packed A block (rounded down to a multiple of mr) */
 #define FX_GEMM_NC 2048 /* columns per packed B block (rounded down to a multiple of nr) */
 
@@ -187,6 +187,42 @@ static int64_t fx_fast_chain(const int32_t *na, const int32_t *nb, int64_t nseg,
     return fx_min64(kp, lim / t * FX_GEMM_I16_SEG);
 }
 
+int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr)
+{
+    return (K + 1) / 2 * 4 * nr * ((N + nr - 1) / nr); /* K blocks are even but the last */
+}
+
+void fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,
+                         int16_t *out)
+{
+    static const fx_gemm_i16_kernel portable = {0}; /* pack NULL: the portable loops */
+    const int64_t np = (N + nr - 1) / nr;
+    int16_t *plain = malloc((size_t)(FX_GEMM_KC * nr) * sizeof *plain);
+    if (!plain) { /* never fails for real sizes (24 KiB); splitting per element needs none */
+        for (int64_t pc = 0; pc < K; pc += FX_GEMM_KC) {
+            const int64_t kcur = fx_min64(FX_GEMM_KC, K - pc), kp = (kcur + 1) / 2;
+            for (int64_t j = 0; j < np; j++)
+                for (int64_t p = 0; p < kp; p++)
+                    for (int64_t q = 0; q < 2 * nr; q++) {
+                        const int64_t col = j * nr + q / 2, row = pc + 2 * p + q % 2;
+                        const int16_t v = col < N && row < K ? b[row * sbk + col * sbn] : 0;
+                        int16_t *d = out + pc / 2 * 4 * nr * np + j * kp * 4 * nr + p * 4 * nr;
+                        fx_split_b(v, &d[q], &d[2 * nr + q]);
+                    }
+        }
+        return;
+    }
+    for (int64_t pc = 0; pc < K; pc += FX_GEMM_KC) {
+        const int64_t kcur = fx_min64(FX_GEMM_KC, K - pc), kp = (kcur + 1) / 2;
+        for (int64_t j = 0; j < np; j++) {
+            fx_pack_b(&portable, b + pc * sbk + j * nr * sbn, sbk, sbn, kcur,
+                      fx_min64(nr, N - j * nr), nr, plain, NULL);
+            fx_split_panel(&portable, plain, kp, nr, out + pc / 2 * 4 * nr * np + j * kp * 4 * nr);
+        }
+    }
+    free(plain);
+}
+
 static _Atomic int g_mode = FX_GEMM_I16_AUTO;
 static _Atomic int64_t g_fast_tiles, g_split_tiles;
 
@@ -224,9 +260,12 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
      * a_panels + (i0 / mr) * kp_all * mr + (pc / 2) * mr (K blocks start at even k) */
     const int32_t *apan = (const int32_t *)c->a_panels;
     if (apan && c->a_panels_mr != mr) return FX_EUNSUPPORTED;
+    const int16_t *bpre = c->b_split; /* pre-split B (fx_gemm_i16_split_b) */
+    if (bpre && (c->b_split_nr != nr || ((uintptr_t)bpre & 63))) return FX_EUNSUPPORTED;
+    const int64_t np_all = (N + nr - 1) / nr;
     const int64_t kp_all = (K + 1) / 2;
     const int mode = g_mode;
-    const int use_fast = kd->fast != NULL && mode != FX_GEMM_I16_SPLIT_ONLY &&
+    const int use_fast = kd->fast != NULL && !c->b_split && mode != FX_GEMM_I16_SPLIT_ONLY &&
                          (mode == FX_GEMM_I16_NORM_ALWAYS || M >= FX_GEMM_FAST_MIN_M);
     const int gated = mode != FX_GEMM_I16_NORM_ALWAYS;
 
@@ -292,11 +331,14 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                     use_fast && (!gated || (ncur >= FX_GEMM_FAST_MIN_N && kp >= FX_GEMM_FAST_MIN_KP));
                 block_id++;
 
-                FX_OMP(omp for schedule(static))
-                for (int64_t jp = 0; jp < npan; jp++)
-                    fx_pack_b(kd, bblk + jp * nr * sbn, sbk, sbn, kcur, fx_min64(nr, ncur - jp * nr),
-                              nr, bpack + jp * kp * 2 * nr, fast_ok ? bnorm + jp * nseg : NULL);
-                /* implicit barrier: the B block is complete before any thread reads it */
+                if (!bpre) {
+                    FX_OMP(omp for schedule(static))
+                    for (int64_t jp = 0; jp < npan; jp++)
+                        fx_pack_b(kd, bblk + jp * nr * sbn, sbk, sbn, kcur,
+                                  fx_min64(nr, ncur - jp * nr), nr, bpack + jp * kp * 2 * nr,
+                                  fast_ok ? bnorm + jp * nseg : NULL);
+                    /* implicit barrier: the B block is complete before any thread reads it */
+                }
 
                 FX_OMP(omp for schedule(dynamic, 1))
                 for (int64_t ib = 0; ib < nmb; ib++) {
@@ -326,6 +368,11 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                             if (chain > 0) {
                                 kd->fast(kp, chain, ablk + ir * ald, bp, ct, N, m, n, pc > 0);
                                 fast_tiles++;
+                            } else if (bpre) {
+                                kd->ukr(kp, ablk + ir * ald,
+                                        bpre + pc / 2 * 4 * nr * np_all + (jc / nr + jp) * kp * 4 * nr,
+                                        ct, N, m, n, pc > 0);
+                                split_tiles++;
                             } else {
                                 if (split_tag[jp] != block_id) {
                                     fx_split_panel(kd, bp, kp, nr, bsp);

@@ -110,6 +110,18 @@ extern const fx_gemm_i16_pack fx_gemm_i16_pack_avx512_6x32;
  * register tile beyond the limits above (a programming error of the level). */
 int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *k);
 
+/* Pre-split B, for many products with one B (a convolution's chunks, whose GEMMs would each
+ * pack and split the same weights again): every K block of FX_GEMM_I16_KC values and every
+ * nr-column panel in the split layout above; block pc (a multiple of FX_GEMM_I16_KC) starts at
+ * out + (pc/2) * 4*nr * NP and its panel j at + j * kp * 4*nr, kp being the block's pairs and
+ * NP = ceil(N/nr). out must be 64-byte aligned (the micro-kernels load whole aligned vectors).
+ * An FX_OP_MATMUL call with fx_op_call.b_split (and b_split_nr = nr) then skips B packing and
+ * takes the split kernel on every tile. */
+#define FX_GEMM_I16_KC 384
+int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr);
+void fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,
+                         int16_t *out);
+
 /* ---- instrumentation for tests and benchmarks --------------------------------------------- */
 
 /* Path selection, process-wide: AUTO (the norm test picks per tile and K block, on products

@@ -124,7 +124,8 @@ int fx_flex_matmul_avx2(const fx_op_call *c)
 {
     static const fx_gemm_i16_kernel k = {FX_MR, FX_NR, fx_ukr_avx2, fx_fast_avx2, NULL};
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
-    if (!c->a_panels && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS) return fx_flex_matmul_scalar(c);
+    if (!c->a_panels && !c->b_split && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS)
+        return fx_flex_matmul_scalar(c);
     return fx_gemm_i16(c, &k);
 }
 

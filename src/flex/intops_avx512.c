@@ -187,7 +187,7 @@ static int fx_small_matmul(const fx_op_call *c)
 {
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
     /* pre-packed panels (a convolution's A) exist only for the register-tile kernels */
-    return c->a_panels == NULL && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS;
+    return c->a_panels == NULL && c->b_split == NULL && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS;
 }
 
 int fx_flex_matmul_avx512vnni(const fx_op_call *c)
@@ -209,4 +209,5 @@ void fx_flex_install_intops_avx512(fx_backend *b, const fx_cpu_features *cpu)
     fx_flex_set_kernel(b, FX_OP_MATMUL,
                        cpu->avx512vnni ? fx_flex_matmul_avx512vnni : fx_flex_matmul_avx512bw);
     b->gemm_i16_panel_mr = FX_MR;
+    b->gemm_i16_panel_nr = FX_NR;
 }

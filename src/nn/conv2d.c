@@ -38,6 +38,7 @@
  */
 #include "im2col.h"
 #include "conv_panels.h"
+#include "../flex/gemm_i16.h"
 #include "../core/compose.h"
 #include "../gpu/gpu_conv.h"
 #include "../gpu/gpu_nn.h" /* fx_nn_placement */
@@ -255,8 +256,17 @@ static void *conv_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char
  * an exact int64 stage, or fp32 operands into an fp32 stage. This is fx_matmul_stage with an
  * explicit thread count (the kernel is called from inside this file's parallel loop over
  * chunks, where it must stay single-threaded). The int64 stage's exponent is a.exp + b.exp. */
-static int conv_matmul_with(fx_operand a, const void *a_panels, int a_panels_mr,
-                            fx_operand b, int int_compute, void *out, int nthreads)
+/* Pre-packed operands of a convolution's chunk GEMMs (backend.h): A panels and a pre-split B,
+ * each NULL when the GEMM packs that operand itself. */
+typedef struct conv_prepacked {
+    const void *a_panels;
+    int a_mr;
+    const int16_t *b_split;
+    int b_nr;
+} conv_prepacked;
+
+static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b,
+                            int int_compute, void *out, int nthreads)
 {
     const fx_backend *be = fx_backend_active();
     fx_kernel k = be->kernels[FX_OP_MATMUL][a.fmt];
@@ -276,14 +286,18 @@ static int conv_matmul_with(fx_operand a, const void *a_panels, int a_panels_mr,
     c.out_i64 = int_compute ? (int64_t *)out : NULL;
     c.out_exp = &e;
     c.nthreads = nthreads;
-    c.a_panels = a_panels;
-    c.a_panels_mr = a_panels_mr;
+    if (pp) {
+        c.a_panels = pp->a_panels;
+        c.a_panels_mr = pp->a_mr;
+        c.b_split = pp->b_split;
+        c.b_split_nr = pp->b_nr;
+    }
     return k(&c);
 }
 
 static int conv_matmul(fx_operand a, fx_operand b, int int_compute, void *out, int nthreads)
 {
-    return conv_matmul_with(a, NULL, 0, b, int_compute, out, nthreads);
+    return conv_matmul_with(a, NULL, b, int_compute, out, nthreads);
 }
 
 /* The first failed chunk's status as an error of the calling thread (kernels may fail only for
@@ -465,10 +479,19 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     /* integer path: each chunk's largest |sum|, taken while the chunk is in cache, so that
      * the write needs no pass of its own over the int64 stage for the exponent */
     uint64_t *chunk_max = conv_alloc(&s, plan.nchunks, sizeof(uint64_t), &rc, __func__);
+    /* integer compute: the weights split once for all chunks (each chunk's GEMM would split
+     * the same B again) */
+    const int b_nr = ic ? be->gemm_i16_panel_nr : 0;
+    int16_t *wsplit = b_nr ? conv_alloc(&s, fx_gemm_i16_split_b_numel(CKK, g.O, b_nr) + 32,
+                                        sizeof(int16_t), &rc, __func__)
+                           : NULL;
     if (rc) {
         fx_scratch_free(&s);
         return rc;
     }
+    if (wsplit) /* 64-byte aligned (gemm_i16.h); 32 spare int16 cover the shift */
+        wsplit = (int16_t *)(void *)((char *)wsplit + ((64 - ((uintptr_t)wsplit & 63)) & 63));
+    if (wsplit) fx_gemm_i16_split_b(wo.data, 1, CKK, CKK, g.O, b_nr, wsplit);
     FX_CONV_PARALLEL_FOR
     for (int64_t ch = 0; ch < plan.nchunks; ch++) {
         const int tid = FX_CONV_THREAD_ID();
@@ -481,8 +504,8 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
             fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
             if (!fx_conv_panels_i16_avx512(&g, (const int16_t *)myxp, nbc, panel_mr, pan))
                 fx_conv_panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan);
-            status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), pan,
-                                          panel_mr,
+            const conv_prepacked pp = {pan, panel_mr, wsplit, b_nr};
+            status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), &pp,
                                           conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
                                           myy, plan.inner);
         } else if (fpanel_mr) {
@@ -490,15 +513,16 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
             fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
             if (!fx_conv_panels_f32_avx512(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan))
                 fx_conv_panels_f32(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan);
-            status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), pan,
-                                          fpanel_mr,
+            const conv_prepacked pp = {pan, fpanel_mr, NULL, 0};
+            status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), &pp,
                                           conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
                                           myy, plan.inner);
         } else {
+            const conv_prepacked pp = {NULL, 0, wsplit, b_nr};
             conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 1, plan.inner);
-            status[ch] = conv_matmul(conv_op2d(&cc, mycol, xo.exp, Pc, CKK, CKK, 0),
-                                     conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic, myy,
-                                     plan.inner);
+            status[ch] = conv_matmul_with(conv_op2d(&cc, mycol, xo.exp, Pc, CKK, CKK, 0), &pp,
+                                          conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
+                                          myy, plan.inner);
         }
         chunk_max[ch] = 0;
         if (status[ch] == FX_OK && ic)
