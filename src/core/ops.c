@@ -4,6 +4,7 @@
 #include "ops_internal.h"
 #include "compose.h"
 #include "half_bits.h"
+#include "half_binary.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -59,6 +60,8 @@ static int fx_binary(fx_op op, const char *func, tensor_t *out, const tensor_t *
         return fx_error(FX_EINVAL, func, "%s is NULL", !out ? "out" : (!a ? "a" : "b"));
     int rc = fx_broadcast_check(func, out, a, b);
     if (rc) return rc;
+    rc = fx_half_binary(op, out, a, b); /* 16-bit floats, common shapes: one pass */
+    if (rc != FX_HALF_BINARY_NOT_TAKEN) return rc;
     fx_op_request rq = {.op = op, .func = func, .out = out, .nin = 2, .in = {a, b},
                         .broadcast = 1};
     return fx_dispatch(&rq);

@@ -1,0 +1,116 @@
+/* add / sub / mul of fp16 or bf16 tensors in one pass (ops.c calls this before the dispatcher).
+ *
+ * Why: the dispatcher's float route widens each 16-bit input into a full fp32 copy, runs the
+ * fp32 kernel into an fp32 stage and narrows the stage: four passes over n elements plus a
+ * materialised broadcast operand. For the common shapes (a conv's per-channel bias, a
+ * residual add) this file does the same arithmetic chunk by chunk in L1: widen (exact), one fp32
+ * operation, narrow with the backend's conversion (the write path's round-to-nearest-even and
+ * NaN rule), so the result is the dispatcher's bit for bit. Anything else returns
+ * FX_HALF_BINARY_NOT_TAKEN and goes through the dispatcher. */
+#include "half_binary.h"
+#include "backend.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define FX_HB_CHUNK 2048                 /* elements per step: 8 KiB of fp32 per operand */
+#define FX_HB_PAR_MIN ((int64_t)1 << 16) /* below this, one thread */
+
+typedef void (*fx_widen_fn)(const uint16_t *, float *, int64_t);
+typedef void (*fx_narrow_fn)(const float *, uint16_t *, int64_t);
+
+static inline void fx_hb_apply(fx_op op, float *restrict x, const float *restrict y, int64_t n)
+{
+    if (op == FX_OP_ADD)
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] + y[i];
+    else if (op == FX_OP_SUB)
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] - y[i];
+    else
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] * y[i];
+}
+
+static inline void fx_hb_apply_scalar(fx_op op, float *restrict x, float y, int64_t n)
+{
+    if (op == FX_OP_ADD)
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] + y;
+    else if (op == FX_OP_SUB)
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] - y;
+    else
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] * y;
+}
+
+/* b holds out.shape[1] values and broadcasts along every other axis ([C], [C,1,1], ...). */
+static bool fx_hb_per_channel(const tensor_t *out, const tensor_t *b)
+{
+    if (out->ndim < 2 || b->ndim > out->ndim) return false;
+    for (int d = 0; d < out->ndim; d++) {
+        const int db = d - (out->ndim - b->ndim);
+        const int64_t sb = db >= 0 ? b->shape[db] : 1;
+        if (sb != (d == 1 ? out->shape[1] : 1)) return false;
+    }
+    return true;
+}
+
+static bool fx_hb_same_shape(const tensor_t *x, const tensor_t *y)
+{
+    if (x->ndim != y->ndim) return false;
+    for (int d = 0; d < x->ndim; d++)
+        if (x->shape[d] != y->shape[d]) return false;
+    return true;
+}
+
+int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b)
+{
+    if (op != FX_OP_ADD && op != FX_OP_SUB && op != FX_OP_MUL) return FX_HALF_BINARY_NOT_TAKEN;
+    const fmt_t f = out->fmt;
+    if ((f != FMT_FP16 && f != FMT_BF16) || a->fmt != f || b->fmt != f)
+        return FX_HALF_BINARY_NOT_TAKEN;
+    if (out->st->on_device || a->st->on_device || b->st->on_device || b->st == out->st)
+        return FX_HALF_BINARY_NOT_TAKEN;
+    if (!fx_tensor_is_contiguous(out) || !fx_tensor_is_contiguous(a) ||
+        !fx_tensor_is_contiguous(b) || !fx_hb_same_shape(out, a))
+        return FX_HALF_BINARY_NOT_TAKEN;
+    const bool same = fx_hb_same_shape(out, b);
+    if (!same && !fx_hb_per_channel(out, b)) return FX_HALF_BINARY_NOT_TAKEN;
+    /* a may be out itself (each chunk of a is read before the same chunk of out is written),
+     * but not an overlapping view of it */
+    if (a->st == out->st && fx_tensor_base(a) != fx_tensor_base(out))
+        return FX_HALF_BINARY_NOT_TAKEN;
+
+    const fx_backend *be = fx_backend_active();
+    const fx_widen_fn widen = f == FMT_FP16 ? be->cvt.fp16_to_f32 : be->cvt.bf16_to_f32;
+    const fx_narrow_fn narrow = f == FMT_FP16 ? be->cvt.f32_to_fp16 : be->cvt.f32_to_bf16;
+    const int64_t n = fx_numel_of(out->ndim, out->shape);
+    const int64_t C = same ? 1 : out->shape[1];
+    if (n == 0) return FX_OK;
+    const int64_t planes = same ? 1 : out->shape[0] * C; /* >= 1: n > 0 */
+    /* work units: per-channel planes (each one value of b), or chunks of the same-shape op */
+    const int64_t inner = same ? FX_HB_CHUNK : n / planes;
+    const int64_t units = same ? (n + FX_HB_CHUNK - 1) / FX_HB_CHUNK : planes;
+    const uint16_t *ap = fx_tensor_base(a), *bp = fx_tensor_base(b);
+    uint16_t *op16 = fx_tensor_base(out);
+    const int nt = n >= FX_HB_PAR_MIN ? flexpoint_num_threads() : 1;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t u = 0; u < units; u++) {
+        float x[FX_HB_CHUNK], y[FX_HB_CHUNK];
+        const int64_t lo = u * inner, hi = lo + inner < n ? lo + inner : n;
+        float bval = 0.0f;
+        if (!same) widen(bp + u % C, &bval, 1);
+        for (int64_t i = lo; i < hi; i += FX_HB_CHUNK) {
+            const int64_t len = hi - i < FX_HB_CHUNK ? hi - i : FX_HB_CHUNK;
+            widen(ap + i, x, len);
+            if (same) {
+                widen(bp + i, y, len);
+                fx_hb_apply(op, x, y, len);
+            } else {
+                fx_hb_apply_scalar(op, x, bval, len);
+            }
+            narrow(x, op16 + i, len);
+        }
+    }
+    return FX_OK;
+}

@@ -1,0 +1,116 @@
+/* The one-pass fp16/bf16 add/sub/mul (src/core/half_binary.c) against the definition: widen
+ * with the scalar conversions, one fp32 operation, narrow with the scalar round-to-nearest-even
+ * (NaN canonical). Operands are random 16-bit patterns (NaN, Inf, subnormals and zeros of both
+ * signs included), for same-shape operands, per-channel operands of shape [C], [C,1,1] and
+ * [1,C,1,1] against [N,C,H,W], in place (out = a), and sizes around the 2048-element chunk.
+ * Shapes the fast path does not take (a strided view, a broadcast along another axis) must give
+ * the same values through the dispatcher. */
+#include "flexpoint.h"
+#include "core/backend.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uint16_t ref_op(fmt_t f, fx_op op, uint16_t x, uint16_t y)
+{
+    const float a = f == FMT_FP16 ? fx_fp16_to_f32(x) : fx_bf16_to_f32(x);
+    const float b = f == FMT_FP16 ? fx_fp16_to_f32(y) : fx_bf16_to_f32(y);
+    const float r = op == FX_OP_ADD ? a + b : op == FX_OP_SUB ? a - b : a * b;
+    return f == FMT_FP16 ? fx_f32_to_fp16(r) : fx_f32_to_bf16(r);
+}
+
+static int call(fx_op op, tensor_t *o, const tensor_t *a, const tensor_t *b)
+{
+    return op == FX_OP_ADD ? tensor_add(o, a, b) : op == FX_OP_SUB ? tensor_sub(o, a, b)
+                                                                   : tensor_mul(o, a, b);
+}
+
+static void fill(tensor_t *t, test_rng *r)
+{
+    uint16_t *p = tensor_data(t);
+    const int64_t n = tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t v = (uint16_t)test_rng_u64(r);
+        if (i % 3 == 0) v &= 0xBFFF; /* many ordinary magnitudes too */
+        p[i] = v;
+    }
+}
+
+/* out[N,C,H,W] = a op b with b of shape bshape (same as out, or per channel). */
+static void check(fmt_t f, fx_op op, const int64_t *shape, int bnd, const int64_t *bshape,
+                  int inplace, test_rng *r)
+{
+    tensor_t *a = tensor_new(f, 4, shape), *b = tensor_new(f, bnd, bshape);
+    tensor_t *o = inplace ? a : tensor_new(f, 4, shape);
+    fill(a, r);
+    fill(b, r);
+    const int64_t n = tensor_numel(a), C = shape[1], HW = shape[2] * shape[3];
+    uint16_t *a0 = malloc((size_t)n * 2);
+    memcpy(a0, tensor_data(a), (size_t)n * 2);
+    const uint16_t *bp = tensor_data(b);
+    const int same = tensor_numel(b) == n;
+    CHECK_STATUS(call(op, o, a, b), FX_OK);
+    const uint16_t *op16 = tensor_data(o);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += op16[i] != ref_op(f, op, a0[i], same ? bp[i] : bp[(i / HW) % C]);
+    CHECK(bad == 0, "fmt %d op %d shape [%lld,%lld,%lld,%lld] b %s%s: %lld values differ", (int)f,
+          (int)op, (long long)shape[0], (long long)shape[1], (long long)shape[2],
+          (long long)shape[3], same ? "same shape" : "per channel", inplace ? " in place" : "",
+          (long long)bad);
+    free(a0);
+    if (!inplace) tensor_free(o);
+    tensor_free(a);
+    tensor_free(b);
+}
+
+int main(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 77);
+    const fmt_t fmts[2] = {FMT_FP16, FMT_BF16};
+    const fx_op ops[3] = {FX_OP_ADD, FX_OP_SUB, FX_OP_MUL};
+    const int64_t shapes[4][4] = {{2, 3, 5, 7}, {3, 4, 33, 31}, {1, 1, 1, 2049}, {4, 16, 28, 28}};
+    for (int fi = 0; fi < 2; fi++)
+        for (int oi = 0; oi < 3; oi++)
+            for (int si = 0; si < 4; si++) {
+                const int64_t *s = shapes[si];
+                const int64_t c1[1] = {s[1]}, c3[3] = {s[1], 1, 1}, c4[4] = {1, s[1], 1, 1};
+                check(fmts[fi], ops[oi], s, 4, s, 0, &r);
+                check(fmts[fi], ops[oi], s, 4, s, 1, &r);
+                check(fmts[fi], ops[oi], s, 3, c3, 0, &r);
+                check(fmts[fi], ops[oi], s, 3, c3, 1, &r);
+                check(fmts[fi], ops[oi], s, 4, c4, 0, &r);
+                if (s[3] == s[1]) check(fmts[fi], ops[oi], s, 1, c1, 0, &r);
+            }
+    /* not taken: a transposed a, and b broadcast along the last axis; the dispatcher's values */
+    for (int fi = 0; fi < 2; fi++) {
+        const int64_t s[2] = {37, 41}, st[2] = {41, 37}, bl[2] = {37, 1};
+        tensor_t *a = tensor_new(fmts[fi], 2, st), *b = tensor_new(fmts[fi], 2, s);
+        tensor_t *o = tensor_new(fmts[fi], 2, s), *bc = tensor_new(fmts[fi], 2, bl);
+        fill(a, &r);
+        fill(b, &r);
+        fill(bc, &r);
+        tensor_t *at = tensor_view_transpose(a, 0, 1);
+        CHECK_STATUS(tensor_add(o, at, b), FX_OK);
+        const uint16_t *A = tensor_data(a), *B = tensor_data(b), *O = tensor_data(o);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < 37; i++)
+            for (int64_t j = 0; j < 41; j++)
+                bad += O[i * 41 + j] != ref_op(fmts[fi], FX_OP_ADD, A[j * 37 + i], B[i * 41 + j]);
+        CHECK(bad == 0, "fmt %d transposed a: %lld values differ", (int)fmts[fi], (long long)bad);
+        CHECK_STATUS(tensor_mul(o, b, bc), FX_OK);
+        const uint16_t *BC = tensor_data(bc);
+        bad = 0;
+        for (int64_t i = 0; i < 37 * 41; i++)
+            bad += O[i] != ref_op(fmts[fi], FX_OP_MUL, B[i], BC[i / 41]);
+        CHECK(bad == 0, "fmt %d row broadcast: %lld values differ", (int)fmts[fi], (long long)bad);
+        tensor_free(at);
+        tensor_free(a);
+        tensor_free(b);
+        tensor_free(o);
+        tensor_free(bc);
+    }
+    return test_finish("test_half_binary");
+}
