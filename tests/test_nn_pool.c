@@ -52,6 +52,7 @@ static const pool_case CASES[] = {
     {"3x3 stride 3, 10x11 (floor)", 2, 2, 10, 11, 3, 3, 3, 3, 0, 0, 0},
     {"views 2x2 stride 2", 2, 3, 6, 8, 2, 2, 2, 2, 0, 0, 1},
     {"2x2 stride 2, 7x9 (floor: last row and column unused)", 2, 3, 7, 9, 2, 2, 2, 2, 0, 0, 0},
+    {"2x2 stride 2, planes of 5,293 values (fp16/bf16: row pairs)", 1, 2, 67, 79, 2, 2, 2, 2, 0, 0, 0},
 };
 
 typedef struct {

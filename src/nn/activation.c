@@ -77,6 +77,22 @@ static int nn_positive_mask(const tensor_t *x, uint8_t *keep, int64_t n, int nt,
     return FX_OK;
 }
 
+/* v[i] = keep[i] ? g[i] : 0, branch-free. A function of its own with restrict pointers: in the
+ * OpenMP body the shared pointers were reloaded after every store (a float store may alias
+ * them), which kept the loop scalar (18 ms for 3.2M values, now memory speed). */
+static void fx_masked_copy_f32(float *restrict v, const float *restrict g,
+                               const uint8_t *restrict keep, int64_t n, int nt)
+{
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t i = 0; i < n; i++) {
+        const float gi = g[i]; /* loaded unconditionally, so that the select is a blend */
+        v[i] = keep[i] ? gi : 0.0f;
+    }
+}
+
 int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
 {
     if (!dx || !dy || !x)
@@ -149,10 +165,7 @@ int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
             rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld floats", (long long)n);
             goto done;
         }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-        for (int64_t i = 0; i < n; i++) v[i] = keep[i] ? g[i] : 0.0f;
+        fx_masked_copy_f32(v, g, keep, n, nt);
         rc = fx_write_f32(dx, v, __func__);
     }
 done:

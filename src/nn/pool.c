@@ -255,6 +255,37 @@ FX_MAXPOOL_2X2_PLANE(maxpool_2x2_plane_i16, int16_t, int16_t, pool_i16_better)
 
 
 static int pool_is_half(fmt_t f) { return f == FMT_FP16 || f == FMT_BF16; }
+
+/* fp16/bf16 2x2 max pool of one plane without the fp32 copy of x and stage of y: the plane
+ * (or, for large planes, each pair of input rows) is widened into L1, pooled by the fp32
+ * route's own plane loop (same comparisons, same argmax) and the output narrowed with the
+ * conversion the write path uses, so y and argmax are the fp32 route's bit for bit. Whole
+ * planes up to FX_POOL_HALF_PLANE values (few conversion calls), rows up to FX_POOL_HALF_MAX_W. */
+#define FX_POOL_HALF_PLANE 4096
+#define FX_POOL_HALF_MAX_W 1024
+static void maxpool_2x2_plane_half(const uint16_t *x, const pool_geom *g, int64_t pl,
+                                   uint16_t *y, int32_t *idx,
+                                   void (*widen)(const uint16_t *, float *, int64_t),
+                                   void (*narrow)(const float *, uint16_t *, int64_t))
+{
+    float in[FX_POOL_HALF_PLANE], out[FX_POOL_HALF_PLANE / 4];
+    const int64_t W = g->W, OW = g->OW, HW = g->H * W, P = g->OH * OW;
+    pool_geom g1 = *g;
+    const int whole = HW <= FX_POOL_HALF_PLANE;
+    if (!whole) { /* one output row of a one-plane, two-row image at a time */
+        g1.H = 2;
+        g1.OH = 1;
+    }
+    const int64_t steps = whole ? 1 : g->OH, rows = whole ? HW : 2 * W, outs = whole ? P : OW;
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t r0 = pl * HW + 2 * t * W, o0 = pl * P + t * OW;
+        widen(x + r0, in, rows);
+        maxpool_2x2_plane_f32(in, &g1, 0, out, idx ? idx + o0 : NULL);
+        if (idx) /* positions in the widened rows -> flat indices into x */
+            for (int64_t o = 0; o < outs; o++) idx[o0 + o] += (int32_t)r0;
+        narrow(out, y + o0, outs);
+    }
+}
 #undef FX_MAXPOOL_2X2_PLANE
 
 int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, int kw, int sh,
@@ -272,8 +303,24 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
     if (device >= 0) return fx_gnn_maxpool2d(y, argmax, x, &g, __func__); /* argmax: device */
     const int ic = fx_is_int_compute(x);
     const int fast2x2 = pool_is_plain_2x2(&g);
-    /* (fp16/bf16 stay on the fp32 route here: comparing patterns in this scalar loop measured
-     * slower than widening, comparing floats and rounding back) */
+    if (fast2x2 && pool_is_half(x->fmt) && y->fmt == x->fmt && g.W <= FX_POOL_HALF_MAX_W &&
+        fx_tensor_is_contiguous(x) && fx_tensor_covers_storage(y) && y->st != x->st) {
+        const fx_backend *be = fx_backend_active();
+        const int half_fp16 = x->fmt == FMT_FP16;
+        void (*widen)(const uint16_t *, float *, int64_t) =
+            half_fp16 ? be->cvt.fp16_to_f32 : be->cvt.bf16_to_f32;
+        void (*narrow)(const float *, uint16_t *, int64_t) =
+            half_fp16 ? be->cvt.f32_to_fp16 : be->cvt.f32_to_bf16;
+        const uint16_t *xh = fx_tensor_base(x);
+        uint16_t *yh = fx_tensor_base(y);
+        const int nt = pool_threads(pool_work(ny, 4), planes);
+        (void)nt;
+        FX_POOL_PARALLEL_FOR
+        for (int64_t pl = 0; pl < planes; pl++) maxpool_2x2_plane_half(xh, &g, pl, yh, argmax, widen, narrow);
+        return FX_OK;
+    }
+    /* (other fp16/bf16 pools take the fp32 route: comparing patterns in the scalar loop below
+     * measured slower than widening, comparing floats and rounding back) */
     fx_scratch s = {.n = 0};
     fx_operand xo;
     rc = pool_operand(x, ic, &xo, &s, __func__);
