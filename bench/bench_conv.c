@@ -1,0 +1,107 @@
+/* Convolution benchmark: the Fashion-MNIST CNN's two layers (5x5, padding 2, batch 128), forward
+ * and both gradients, in every format.
+ *   ./build/release/bench/bench_conv [threads] [repetitions]
+ * Prints, per layer, format and pass, the best wall time and the best process CPU time of the
+ * repetitions. This VM's wall times move by tens of percent between identical runs (other
+ * guests); with one thread the CPU time is the steadier measure. Inputs are ReLU-like
+ * (non-negative) activations, small weights and small gradients, as in training. */
+#include "flexpoint.h"
+#include "flexpoint_nn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double clock_s(clockid_t id)
+{
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static tensor_t *random_tensor(fmt_t f, const int64_t *shape, float scale, int relu,
+                               unsigned *seed)
+{
+    tensor_t *t = tensor_new(f, 4, shape);
+    if (!t) return NULL;
+    const int64_t n = tensor_numel(t);
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) {
+        tensor_free(t);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        *seed = *seed * 1664525u + 1013904223u;
+        const float u = (float)(*seed >> 8) / 16777216.0f * 2.0f - 1.0f;
+        v[i] = scale * (relu && u < 0 ? 0.0f : u);
+    }
+    const int rc = tensor_from_f32(t, v);
+    free(v);
+    if (rc) {
+        tensor_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+typedef struct layer {
+    const char *name;
+    int64_t C, HW, O;
+} layer;
+
+int main(int argc, char **argv)
+{
+    const int threads = argc > 1 ? atoi(argv[1]) : 1, reps = argc > 2 ? atoi(argv[2]) : 7;
+    if (threads < 1 || reps < 1) {
+        fprintf(stderr, "usage: bench_conv [threads >= 1] [repetitions >= 1]\n");
+        return 2;
+    }
+    flexpoint_set_num_threads(threads);
+    static const layer layers[2] = {{"conv1 1->32 28x28", 1, 28, 32},
+                                     {"conv2 32->64 14x14", 32, 14, 64}};
+    static const fmt_t fmts[5] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
+    printf("bench_conv: batch 128, 5x5 kernels, padding 2, %d thread(s), best of %d; "
+           "wall ms (CPU ms)\n", threads, reps);
+    printf("%-20s %-9s %18s %18s %18s %18s\n", "layer", "format", "forward", "grad input",
+           "grad weight", "total");
+    unsigned seed = 12345;
+    for (int li = 0; li < 2; li++)
+        for (int fi = 0; fi < 5; fi++) {
+            const layer *L = &layers[li];
+            const fmt_t f = fmts[fi];
+            const int64_t xs[4] = {128, L->C, L->HW, L->HW}, ws[4] = {L->O, L->C, 5, 5};
+            const int64_t ys[4] = {128, L->O, L->HW, L->HW};
+            tensor_t *x = random_tensor(f, xs, 1.0f, 1, &seed);
+            tensor_t *w = random_tensor(f, ws, 0.1f, 0, &seed);
+            tensor_t *dy = random_tensor(f, ys, 0.01f, 0, &seed);
+            tensor_t *y = tensor_new(f, 4, ys), *dx = tensor_new(f, 4, xs),
+                     *dw = tensor_new(f, 4, ws);
+            if (!x || !w || !dy || !y || !dx || !dw) {
+                fprintf(stderr, "bench_conv: out of memory\n");
+                return 1;
+            }
+            double wall[3] = {1e30, 1e30, 1e30}, cpu[3] = {1e30, 1e30, 1e30};
+            for (int r = 0; r < reps; r++)
+                for (int pass = 0; pass < 3; pass++) {
+                    const double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+                    int rc = pass == 0   ? tensor_conv2d(y, x, w, 1, 1, 2, 2, 1, 1)
+                             : pass == 1 ? tensor_conv2d_backward_input(dx, dy, w, 1, 1, 2, 2, 1, 1)
+                                         : tensor_conv2d_backward_weight(dw, x, dy, 1, 1, 2, 2, 1, 1);
+                    const double w1 = clock_s(CLOCK_MONOTONIC), c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+                    if (rc) {
+                        fprintf(stderr, "bench_conv: %s\n", flexpoint_last_error());
+                        return 1;
+                    }
+                    if (w1 - w0 < wall[pass]) wall[pass] = w1 - w0;
+                    if (c1 - c0 < cpu[pass]) cpu[pass] = c1 - c0;
+                }
+            printf("%-20s %-9s", L->name, fmt_name(f));
+            for (int pass = 0; pass < 3; pass++)
+                printf("  %7.1f (%7.1f)", 1e3 * wall[pass], 1e3 * cpu[pass]);
+            printf("  %7.1f (%7.1f)\n", 1e3 * (wall[0] + wall[1] + wall[2]),
+                   1e3 * (cpu[0] + cpu[1] + cpu[2]));
+            tensor_free(x), tensor_free(w), tensor_free(dy), tensor_free(y), tensor_free(dx),
+                tensor_free(dw);
+        }
+    return 0;
+}
