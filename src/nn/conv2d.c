@@ -252,10 +252,6 @@ static void *conv_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char
     return p;
 }
 
-/* out = a x b with the active backend's GEMM kernel, on nthreads threads: int16 operands into
- * an exact int64 stage, or fp32 operands into an fp32 stage. This is fx_matmul_stage with an
- * explicit thread count (the kernel is called from inside this file's parallel loop over
- * chunks, where it must stay single-threaded). The int64 stage's exponent is a.exp + b.exp. */
 /* Pre-packed operands of a convolution's chunk GEMMs (backend.h): A panels and a pre-split B,
  * each NULL when the GEMM packs that operand itself. */
 typedef struct conv_prepacked {
@@ -265,6 +261,11 @@ typedef struct conv_prepacked {
     int b_nr;
 } conv_prepacked;
 
+/* out = a x b with the active backend's GEMM kernel, on nthreads threads: int16 operands into
+ * an exact int64 stage, or fp32 operands into an fp32 stage. This is fx_matmul_stage with an
+ * explicit thread count (the kernel is called from inside this file's parallel loop over
+ * chunks, where it must stay single-threaded) and optional pre-packed operands pp. The int64
+ * stage's exponent is a.exp + b.exp. */
 static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b,
                             int int_compute, void *out, int nthreads)
 {
