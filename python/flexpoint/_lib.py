@@ -48,6 +48,7 @@ _PROTOTYPES: Dict[str, tuple] = {
     # flexpoint.h: status, version
     "flexpoint_status_str": (c_char_p, [c_int]),
     "flexpoint_last_error": (c_char_p, []),
+    "flexpoint_last_status": (c_int, []),
     "flexpoint_clear_error": (None, []),
     "flexpoint_version": (c_char_p, []),
     # formats

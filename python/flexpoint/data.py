@@ -34,10 +34,13 @@ class _MemHolder:
 
 
 def _null_status(default: int) -> int:
-    """Status of a constructor that returned NULL. The C constructors return no status code, only
-    a message, so this reads the kind of failure from the message's wording (flexpoint_data.h
+    """Status of a constructor that returned NULL: flexpoint_last_status(), which the failure sets
+    with its message. Should it be unset, the message's wording decides (flexpoint_data.h
     documents the classes): an unreadable file is FX_EIO, an allocation failure FX_ENOMEM, and
     anything else the constructor's `default` (FX_ECORRUPT for loaders: bad contents)."""
+    status = lib().flexpoint_last_status()  # set together with the message by the failure
+    if status < 0:
+        return status
     msg = lib().flexpoint_last_error().decode("utf-8", "replace")
     if any(w in msg for w in ("cannot allocate", "do not fit in memory", "out of memory")):
         return -5

@@ -594,10 +594,12 @@ def _ops():
 
 
 def _raise_view_error(fn: str) -> None:
-    msg = lib().flexpoint_last_error().decode("utf-8", "replace")
-    # View constructors return NULL: EINVAL covers every argument problem they report, ENOMEM
-    # the allocation failure ("out of memory").
-    raise_last(-5 if "out of memory" in msg else -1, fn)
+    # View constructors return NULL; the failure set the library's status with its message.
+    status = lib().flexpoint_last_status()
+    if status >= 0:  # unset: EINVAL covers every argument problem they report, ENOMEM the
+        msg = lib().flexpoint_last_error().decode("utf-8", "replace")  # allocation failure
+        status = -5 if "out of memory" in msg else -1
+    raise_last(status, fn)
 
 
 def _rebuild(fmt: str, shape: Tuple[int, ...], raw: np.ndarray, exp: Optional[int],

@@ -372,7 +372,11 @@ class Trainer:
 
 
 def _trainer_new_status() -> Optional[int]:
-    # fx_trainer_new returns NULL without a code; its messages (trainer.c) say which it was.
+    # fx_trainer_new returns NULL; the library's thread-local status (set with the message by
+    # the same failure) says which error it was. The wording below is only a fallback.
+    status = lib().flexpoint_last_status()
+    if status < 0:
+        return status
     msg = lib().flexpoint_last_error().decode("utf-8", "replace")
     if "CUDA backend" in msg or "CUDA device" in msg:  # fx_place_select (placement.c)
         return -9

@@ -197,8 +197,24 @@ def test_unusable_device_raises_device_error(tiny_data):
     train, _ = tiny_data
     # the first ordinal that does not exist: every machine has one, with or without a GPU
     missing = fx.gpu_device_count()
-    with pytest.raises(fx.DeviceError, match="CUDA"):
+    with pytest.raises(fx.DeviceError, match="CUDA") as ei:
         fx.Trainer(cfg(device=missing), train)
+    # the status comes from the library (flexpoint_last_status), not from the message's wording
+    from flexpoint._lib import lib
+    assert ei.value.status == lib().flexpoint_last_status() == -9
+
+
+def test_null_constructor_status_is_the_librarys(tmp_path):
+    from flexpoint._lib import lib
+    write_idx(tmp_path / "t10k-images-idx3-ubyte", 0x802, [1, 2, 2], bytes(4), False)
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte", 0x801, [1], bytes(1), False)
+    with pytest.raises(fx.CorruptError) as ei:
+        fx.data.fashion_mnist(tmp_path, train=False)
+    assert ei.value.status == lib().flexpoint_last_status() == -8
+    t = fx.Tensor((2, 3), "fp32")
+    with pytest.raises(fx.FlexpointError) as ei:
+        t.transpose(0, 5)  # a view constructor that returns NULL
+    assert ei.value.status == lib().flexpoint_last_status() < 0
 
 
 @pytest.mark.skipif(fx.gpu_device_count() == 0, reason="no CUDA device")
