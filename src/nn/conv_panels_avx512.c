@@ -18,18 +18,13 @@
 #define FX_PANEL_MAX_KW 10 /* 12*KW int16 per two groups: at most 4 vectors of 32 */
 #define FX_PANEL_MAX_VEC ((12 * FX_PANEL_MAX_KW + 31) / 32)
 
-static int64_t fx_base_of(const fx_conv_geom *g, int64_t m, int64_t P, int64_t Hp, int64_t Wp)
-{
-    const int64_t n = m / P, p = m % P, oh = p / g->OW, ow = p % g->OW;
-    return (n * g->C * Hp + oh * g->sh) * Wp + ow * g->sw;
-}
 
 /* An irregular panel (rows from two samples, or the chunk's partial last panel): each row's
  * taps one by one from the group offsets, written straight to their panel positions (the
  * portable fx_conv_panel_i16 recomputes every tap's offset with divisions: 30x slower). */
 static void fx_panel_rows(const fx_conv_geom *g, const int16_t *xp, int64_t Pc, int64_t m0,
-                          const int64_t *goff, int64_t G, int64_t kp, int64_t P, int64_t Hp,
-                          int64_t Wp, int16_t *dst)
+                          const int64_t *base, const int64_t *goff, int64_t G, int64_t kp,
+                          int16_t *dst)
 {
     const int64_t KW = g->KW, dw = g->dw;
     for (int r = 0; r < FX_PANEL_MR; r++) {
@@ -37,13 +32,52 @@ static void fx_panel_rows(const fx_conv_geom *g, const int16_t *xp, int64_t Pc, 
             for (int64_t p = 0; p < kp; p++) dst[p * 12 + 2 * r] = dst[p * 12 + 2 * r + 1] = 0;
             continue;
         }
-        const int16_t *b = xp + fx_base_of(g, m0 + r, P, Hp, Wp);
+        const int16_t *b = xp + base[r];
         int64_t k = 0;
         for (int64_t gi = 0; gi < G; gi++)
             for (int64_t kw = 0; kw < KW; kw++, k++)
                 dst[(k >> 1) * 12 + 2 * r + (k & 1)] = b[goff[gi] + kw * dw];
         if (k & 1) dst[(k >> 1) * 12 + 2 * r + 1] = 0; /* odd K: the last pair's high half */
     }
+}
+
+/* Output pixels in order, as (sample, row, column) counters: the padded-input offsets of the
+ * next `rows` pixels, without a division per pixel. */
+typedef struct fx_pixel_cursor {
+    const fx_conv_geom *g;
+    int64_t n, oh, ow, nstep, hstep;
+} fx_pixel_cursor;
+
+static fx_pixel_cursor fx_cursor_start(const fx_conv_geom *g)
+{
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    return (fx_pixel_cursor){g, 0, 0, 0, g->C * Hp * Wp, g->sh * Wp};
+}
+
+static void fx_cursor_next(fx_pixel_cursor *c, int rows, int64_t *base)
+{
+    for (int r = 0; r < rows; r++) {
+        base[r] = c->n * c->nstep + c->oh * c->hstep + c->ow * c->g->sw;
+        if (++c->ow == c->g->OW) {
+            c->ow = 0;
+            if (++c->oh == c->g->OH) {
+                c->oh = 0;
+                c->n++;
+            }
+        }
+    }
+}
+
+/* Offset of each kernel row ("group" gi = c*KH + kh) in the padded input, relative to a
+ * pixel's base; NULL when out of memory (the caller then leaves the work to the portable
+ * builder). */
+static int64_t *fx_group_offsets(const fx_conv_geom *g)
+{
+    const int64_t G = g->C * g->KH, Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    int64_t *goff = malloc((size_t)G * sizeof *goff);
+    for (int64_t gi = 0; goff && gi < G; gi++)
+        goff[gi] = ((gi / g->KH) * Hp + (gi % g->KH) * g->dh) * Wp;
+    return goff;
 }
 
 int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int mr,
@@ -54,12 +88,9 @@ int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t 
     if (!fx_conv_panels_fit(g, mr)) return 0;
     const int64_t G = g->C * g->KH, K = G * KW, kp = (K + 1) / 2;
     const int64_t P = g->OH * g->OW, Pc = nb * P;
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
     const int64_t dmax = 31 - (KW - 1) * dw; /* largest pixel offset a load still covers */
-    int64_t *goff = malloc((size_t)G * sizeof *goff);
+    int64_t *goff = fx_group_offsets(g);
     if (!goff) return 0;
-    for (int64_t gi = 0; gi < G; gi++)
-        goff[gi] = ((gi / g->KH) * Hp + (gi % g->KH) * g->dh) * Wp;
 
     /* Output word w of a group pair: pair w / 12 of the pair, row r = (w % 12) / 2, half
      * h = w % 2, i.e. tap t = 2 * (w / 12) + h of the 2*KW: source row t / KW (vpermt2w index
@@ -83,23 +114,12 @@ int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t 
                                    : left_lone <= 0 ? 0 : (__mmask32)((1u << left_lone) - 1);
     }
 
-    /* the pixel of row m as (n, oh, ow), advanced row by row (no divisions per panel) */
-    int64_t pn = 0, poh = 0, pow_ = 0;
-    const int64_t nstep = g->C * Hp * Wp, hstep = g->sh * Wp;
+    fx_pixel_cursor cur = fx_cursor_start(g);
     for (int64_t q = 0; q * FX_PANEL_MR < Pc; q++) {
         const int64_t m0 = q * FX_PANEL_MR;
         int regular = m0 + FX_PANEL_MR <= Pc;
         int64_t base[FX_PANEL_MR];
-        for (int r = 0; r < FX_PANEL_MR; r++) {
-            base[r] = pn * nstep + poh * hstep + pow_ * g->sw;
-            if (++pow_ == g->OW) {
-                pow_ = 0;
-                if (++poh == g->OH) {
-                    poh = 0;
-                    pn++;
-                }
-            }
-        }
+        fx_cursor_next(&cur, FX_PANEL_MR, base);
         const int64_t base0 = base[0];
         short d[32] = {0};
         for (int r = 1; regular && r < FX_PANEL_MR; r++) {
@@ -108,8 +128,7 @@ int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t 
             d[r] = (short)dr;
         }
         if (!regular) {
-            fx_panel_rows(g, xp, Pc, m0, goff, G, kp, P, Hp, Wp,
-                          (int16_t *)(ap + q * kp * FX_PANEL_MR));
+            fx_panel_rows(g, xp, Pc, m0, base, goff, G, kp, (int16_t *)(ap + q * kp * FX_PANEL_MR));
             continue;
         }
         const __m512i dv = _mm512_loadu_si512((const void *)d);
@@ -154,32 +173,19 @@ int fx_conv_panels_f32_avx512(const fx_conv_geom *g, const void *xp, int fmt, in
         return 0;
     const int64_t KW = g->KW, dw = g->dw, G = g->C * g->KH, K = G * KW;
     const int64_t Pc = nb * g->OH * g->OW;
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
     const int64_t dmax = 31 - (KW - 1) * dw;
-    int64_t *goff = malloc((size_t)G * sizeof *goff);
+    int64_t *goff = fx_group_offsets(g);
     if (!goff) return 0;
-    for (int64_t gi = 0; gi < G; gi++)
-        goff[gi] = ((gi / g->KH) * Hp + (gi % g->KH) * g->dh) * Wp;
     const __mmask16 m12 = (__mmask16)0x0FFF;
     const int16_t *x16 = xp;
     const float *x32 = xp;
 
-    int64_t pn = 0, poh = 0, pow_ = 0;
-    const int64_t nstep = g->C * Hp * Wp, hstep = g->sh * Wp;
+    fx_pixel_cursor cur = fx_cursor_start(g);
     for (int64_t q = 0; q * FX_FPANEL_MR < Pc; q++) {
         const int64_t m0 = q * FX_FPANEL_MR;
         int regular = m0 + FX_FPANEL_MR <= Pc;
         int64_t base[FX_FPANEL_MR];
-        for (int r = 0; r < FX_FPANEL_MR; r++) {
-            base[r] = pn * nstep + poh * hstep + pow_ * g->sw;
-            if (++pow_ == g->OW) {
-                pow_ = 0;
-                if (++poh == g->OH) {
-                    poh = 0;
-                    pn++;
-                }
-            }
-        }
+        fx_cursor_next(&cur, FX_FPANEL_MR, base);
         float *dst = ap + q * K * FX_FPANEL_MR;
         int32_t d[16] = {0};
         for (int r = 1; regular && r < FX_FPANEL_MR; r++) {
