@@ -4,6 +4,7 @@
 #include "core/internal.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,4 +87,13 @@ void gpu_test_check_same(const tensor_t *h, const tensor_t *d, const char *what)
     free(x);
     free(y);
     tensor_free(b);
+}
+
+void gpu_test_fill(float *v, int64_t n, test_rng *r, int kspan)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double u = test_rng_uniform(r) * 2.0 + 0.01;
+        int k = (int)test_rng_range(r, -kspan, kspan);
+        v[i] = (float)((test_rng_uniform(r) < 0.5 ? -u : u) * ldexp(1.0, k));
+    }
 }

@@ -7,6 +7,7 @@
 
 #include "flexpoint.h"
 #include "flexpoint_gpu.h"
+#include "testutil.h"
 
 extern int gpu_test_on_host; /* stand-ins instead of device tensors */
 
@@ -24,5 +25,8 @@ tensor_t *gpu_test_to_host(const tensor_t *d);
  * for the shared-exponent formats, the exponent and every write statistic. NULL h or d: no
  * check (the allocation failure was reported where it happened). */
 void gpu_test_check_same(const tensor_t *h, const tensor_t *d, const char *what);
+
+/* Values of many magnitudes: sign * u * 2^k, u in [0.01, 2.01), k in [-kspan, kspan]. */
+void gpu_test_fill(float *v, int64_t n, test_rng *r, int kspan);
 
 #endif

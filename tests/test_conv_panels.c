@@ -158,7 +158,7 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512)
                   (long long)g.KW, ki, mode);
             /* B split once (the convolution's weights), with and without A panels */
             int16_t *bs = aligned_alloc(64, ((size_t)fx_gemm_i16_split_b_numel(K, N, 32) * 2 + 63) / 64 * 64);
-            fx_gemm_i16_split_b(w, N, 1, K, N, 32, bs);
+            CHECK_STATUS(fx_gemm_i16_split_b(w, N, 1, K, N, 32, bs), FX_OK);
             CHECK_STATUS(run_gemm(kers[ki], A, NULL, B, bs, c1), FX_OK);
             CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 8) == 0,
                   "C%lld KW%lld kernel %d: GEMM with pre-split B differs", (long long)g.C,
@@ -172,7 +172,7 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512)
             int16_t *wt = malloc((size_t)(K * N) * 2), *bs2 = aligned_alloc(64, ((size_t)fx_gemm_i16_split_b_numel(K, N, 32) * 2 + 63) / 64 * 64);
             for (int64_t k = 0; k < K; k++)
                 for (int64_t j = 0; j < N; j++) wt[j * K + k] = w[k * N + j];
-            fx_gemm_i16_split_b(wt, 1, K, K, N, 32, bs2);
+            CHECK_STATUS(fx_gemm_i16_split_b(wt, 1, K, K, N, 32, bs2), FX_OK);
             CHECK(memcmp(bs, bs2, (size_t)fx_gemm_i16_split_b_numel(K, N, 32) * 2) == 0,
                   "split of B and of its transposed storage agree");
             CHECK(run_gemm(kers[ki], A, NULL, B, bs + 1, c1) == FX_EUNSUPPORTED,

@@ -39,16 +39,6 @@ static int is_int(fmt_t f) { return fmt_is_shared_exponent(f); }
 /* ---- host/device helpers (as test_gpu_ops.c) ------------------------------------------------- */
 
 
-/* Values of many magnitudes: sign * u * 2^k, u in [0.01, 2.01), k in [-kspan, kspan]. */
-static void fill(float *v, int64_t n, test_rng *r, int kspan)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double u = test_rng_uniform(r) * 2.0 + 0.01;
-        int k = (int)test_rng_range(r, -kspan, kspan);
-        v[i] = (float)((test_rng_uniform(r) < 0.5 ? -u : u) * ldexp(1.0, k));
-    }
-}
-
 /* Magnitudes just below 1 everywhere: int16 mantissas near +-32767 at exponent -15. */
 static void fill_near_max(float *v, int64_t n, int mod)
 {
@@ -254,8 +244,8 @@ static void run_case(test_rng *r, const geom *g, const conv_case *cc, int64_t ch
             fill_near_max(va, na, 5);
             fill_near_max(vb, nb, 7);
         } else {
-            fill(va, na, r, 2 + 3 * w); /* the second write spans other magnitudes */
-            fill(vb, nb, r, 2 + 3 * w);
+            gpu_test_fill(va, na, r, 2 + 3 * w); /* the second write spans other magnitudes */
+            gpu_test_fill(vb, nb, r, 2 + 3 * w);
         }
         tensor_t *hab = NULL, *hbb = NULL, *dab = NULL, *dbb = NULL;
         tensor_t *ha = make_input(cc->fa, sa, va, cc->strided, &hab);

@@ -89,16 +89,6 @@ static void dev_free(void *p)
               eh_buf_, rd_, rd_ ? flexpoint_last_error() : "");                                 \
     } while (0)
 
-/* Values of many magnitudes: sign * u * 2^k, k in [-kspan, kspan]. */
-static void fill(float *v, int64_t n, test_rng *r, int kspan)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double u = test_rng_uniform(r) * 2.0 + 0.01;
-        int k = (int)test_rng_range(r, -kspan, kspan);
-        v[i] = (float)((test_rng_uniform(r) < 0.5 ? -u : u) * ldexp(1.0, k));
-    }
-}
-
 /* IEEE special values and ties at the start of v (n >= 8). */
 static void add_specials(float *v, int64_t n)
 {
@@ -132,7 +122,7 @@ static pair make_pair(fmt_t f, int ndim, const int64_t *shape, test_rng *r, int 
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
     float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    fill(v, n, r, kspan);
+    gpu_test_fill(v, n, r, kspan);
     if (specials) add_specials(v, n);
     pair p;
     p.h = host_tensor(f, ndim, shape, v);

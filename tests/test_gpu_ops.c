@@ -43,16 +43,6 @@ static int is_int(fmt_t f) { return fmt_is_shared_exponent(f); }
         flexpoint_set_backend("scalar");                                                        \
     } while (0)
 
-/* Values of many magnitudes: sign * u * 2^k, k in [-kspan, kspan]. */
-static void fill(float *v, int64_t n, test_rng *r, int kspan)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double u = test_rng_uniform(r) * 2.0 + 0.01;
-        int k = (int)test_rng_range(r, -kspan, kspan);
-        v[i] = (float)((test_rng_uniform(r) < 0.5 ? -u : u) * ldexp(1.0, k));
-    }
-}
-
 /* A few IEEE special values at the start of v (n >= 10). */
 static void add_specials(float *v, int64_t n)
 {
@@ -129,7 +119,7 @@ static void test_copy_all_formats(test_rng *r)
             tensor_t *oh = tensor_new(ALL[o], 2, shape), *od = gpu_test_new_dev(ALL[o], 2, shape);
             /* three writes, so that Autoflex history and counters take part */
             for (int w = 0; w < 3 && oh && od; w++) {
-                fill(v, n, r, 6 + 4 * w);
+                gpu_test_fill(v, n, r, 6 + 4 * w);
                 add_specials(v, n);
                 tensor_t *ah = host_tensor(ALL[a], 2, shape, v), *ad = gpu_test_to_dev(ah);
                 int rh, rd;
@@ -160,8 +150,8 @@ static void test_binary_ops(test_rng *r)
             for (int variant = 0; variant < 2; variant++) {
                 fmt_t fa = ALL[ia], fb = ALL[ib];
                 fmt_t fo = variant ? ALL[(ia + ib) % 5] : fa;
-                fill(va, 5 * 67, r, 8);
-                fill(vb, 67, r, 8);
+                gpu_test_fill(va, 5 * 67, r, 8);
+                gpu_test_fill(vb, 67, r, 8);
                 int bnd = variant ? 2 : 1;
                 const int64_t *sb = variant ? sb_col : sb_row;
                 tensor_t *ah = host_tensor(fa, 2, sa, va), *bh = host_tensor(fb, bnd, sb, vb);
@@ -198,7 +188,7 @@ static void test_addsub_far_exponents(test_rng *r)
 {
     const int64_t s[1] = {40};
     float big[40] = {0}, tiny[40];
-    fill(tiny, 40, r, 2);
+    gpu_test_fill(tiny, 40, r, 2);
     for (int i = 0; i < 40; i++) tiny[i] *= 1e-25f;
     tensor_t *zh = tensor_new(FMT_DFP16, 1, s);
     tensor_set_exp(zh, 20); /* all zero at a large exponent */
@@ -239,7 +229,7 @@ static void test_unary_ops(test_rng *r)
     const double scales[5] = {0.0, 1.5, -3.25e-3, 0.1, 12345.678};
     for (int ia = 0; ia < 5; ia++)
         for (int io = 0; io < 5; io++) {
-            fill(v, 9 * 31, r, 10);
+            gpu_test_fill(v, 9 * 31, r, 10);
             tensor_t *ah = host_tensor(ALL[ia], 2, s, v), *ad = gpu_test_to_dev(ah);
             tensor_t *oh = tensor_new(ALL[io], 2, s), *od = gpu_test_new_dev(ALL[io], 2, s);
             for (int k = 0; k < 6; k++) {
@@ -279,7 +269,7 @@ static void test_sum(test_rng *r)
         for (int c = 0; c < 4; c++)
             for (int oo = 0; oo < 2; oo++) {
                 fmt_t fa = ALL[ia], fo = oo ? FMT_FP32 : fa;
-                fill(v, n, r, 3);
+                gpu_test_fill(v, n, r, 3);
                 tensor_t *ah = host_tensor(fa, 3, s, v), *ad = gpu_test_to_dev(ah);
                 tensor_t *oh = tensor_new(fo, cases[c].ndim, cases[c].shape);
                 tensor_t *od = gpu_test_new_dev(fo, cases[c].ndim, cases[c].shape);
@@ -339,8 +329,8 @@ static void matmul_case(test_rng *r, fmt_t fa, fmt_t fb, fmt_t fo, int64_t M, in
 {
     const int64_t sa[2] = {M, K}, sb[2] = {btrans ? N : K, btrans ? K : N}, so[2] = {M, N};
     float *va = malloc(M * K * sizeof *va), *vb = malloc(K * N * sizeof *vb);
-    fill(va, M * K, r, kspan);
-    fill(vb, K * N, r, kspan);
+    gpu_test_fill(va, M * K, r, kspan);
+    gpu_test_fill(vb, K * N, r, kspan);
     if (near_max) { /* mantissas near +-32767 everywhere: int64 accumulation is needed */
         for (int64_t i = 0; i < M * K; i++)
             va[i] = (i % 3 ? 1.0f : -1.0f) * (1.0f - (float)(i % 5) * 1e-5f);
@@ -448,7 +438,7 @@ static void test_autoflex_sequences(test_rng *r)
         tensor_t *oh = tensor_new(FMT_FLEX16_5, 2, s), *od = gpu_test_new_dev(FMT_FLEX16_5, 2, s);
         CHECK_STATUS(tensor_set_autoflex(oh, presets[p]), FX_OK);
         CHECK_STATUS(tensor_set_autoflex(od, presets[p]), FX_OK);
-        fill(v, 16 * 40, r, 2);
+        gpu_test_fill(v, 16 * 40, r, 2);
         tensor_t *ah = host_tensor(FMT_FP32, 2, s, v), *ad = gpu_test_to_dev(ah);
         /* growing, then shrinking magnitudes: overflows, recomputes, clamps */
         const double scale[8] = {1e-3, 1e-2, 0.5, 8, 300, 0.01, 1e-6, 2};
@@ -476,7 +466,7 @@ static void test_stochastic_rounding(test_rng *r)
         CHECK_STATUS(tensor_set_rounding(oh, FX_ROUND_STOCHASTIC, 0xfeedULL), FX_OK);
         CHECK_STATUS(tensor_set_rounding(od, FX_ROUND_STOCHASTIC, 0xfeedULL), FX_OK);
         for (int w = 0; w < 3; w++) {
-            fill(v, 5000, r, 5);
+            gpu_test_fill(v, 5000, r, 5);
             tensor_t *ah = host_tensor(FMT_FP32, 1, s, v), *ad = gpu_test_to_dev(ah);
             int rh, rd;
             RUN_BOTH(rh, rd, tensor_copy(oh, ah), tensor_copy(od, ad));
@@ -496,8 +486,8 @@ static void test_partial_view_output(test_rng *r)
 {
     const int64_t s[2] = {6, 50}, rs[2] = {2, 50};
     float v[6 * 50], w[2 * 50];
-    fill(v, 300, r, 3);
-    fill(w, 100, r, 6);
+    gpu_test_fill(v, 300, r, 3);
+    gpu_test_fill(w, 100, r, 6);
     for (int f = 3; f < 5; f++) {
         tensor_t *oh = host_tensor(ALL[f], 2, s, v), *od = gpu_test_to_dev(oh);
         tensor_t *ah = host_tensor(FMT_FP32, 2, rs, w), *ad = gpu_test_to_dev(ah);
@@ -522,7 +512,7 @@ static void test_transfers(test_rng *r)
     const int64_t s[2] = {7, 9};
     float v[63];
     for (int f = 0; f < 5; f++) {
-        fill(v, 63, r, 12);
+        gpu_test_fill(v, 63, r, 12);
         add_specials(v, 63);
         tensor_t *h = host_tensor(ALL[f], 2, s, v);
         tensor_t *d = tensor_to_device(h);

@@ -28,7 +28,9 @@
 #include <string.h>
 #include <unistd.h>
 
-static char tmpdir[] = "/tmp/fx_test_train_device_XXXXXX"; /* mkdtemp template */
+/* The checkpoint directory: main() creates it with mkdtemp, which replaces the trailing X's
+ * with a unique name, and removes it at the end. */
+static char tmpdir[] = "/tmp/fx_test_train_device_XXXXXX";
 
 static fx_trainer *make(const char *model, int fmt, int device, const fx_dataset *tr,
                         const fx_dataset *te)

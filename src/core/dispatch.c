@@ -35,14 +35,6 @@ static tensor_t fx_broadcast_view(const tensor_t *x, int ndim, const int64_t *sh
     return v;
 }
 
-static bool fx_same_shape(const tensor_t *a, int ndim, const int64_t *shape)
-{
-    if (a->ndim != ndim) return false;
-    for (int d = 0; d < ndim; d++)
-        if (a->shape[d] != shape[d]) return false;
-    return true;
-}
-
 int fx_operand_make(const tensor_t *x, int int_compute, fmt_t cf, int strided_ok, int bc_ndim,
                     const int64_t *bc_shape, fx_operand *o, fx_scratch *tmp, const char *func)
 {
@@ -52,7 +44,7 @@ int fx_operand_make(const tensor_t *x, int int_compute, fmt_t cf, int strided_ok
                           func);
     if (rc) return rc;
     const fx_backend *be = fx_backend_active();
-    bool bcast = bc_shape && !fx_same_shape(x, bc_ndim, bc_shape);
+    bool bcast = bc_shape && !fx_shape_is(x, bc_ndim, bc_shape);
     tensor_t v = bcast ? fx_broadcast_view(x, bc_ndim, bc_shape) : *x;
     bool shared = fmt_is_shared_exponent(x->fmt) != 0;
     bool convert = int_compute ? !shared : x->fmt != cf;

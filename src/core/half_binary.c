@@ -52,14 +52,6 @@ static bool fx_hb_per_channel(const tensor_t *out, const tensor_t *b)
     return true;
 }
 
-static bool fx_hb_same_shape(const tensor_t *x, const tensor_t *y)
-{
-    if (x->ndim != y->ndim) return false;
-    for (int d = 0; d < x->ndim; d++)
-        if (x->shape[d] != y->shape[d]) return false;
-    return true;
-}
-
 int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b)
 {
     if (op != FX_OP_ADD && op != FX_OP_SUB && op != FX_OP_MUL) return FX_HALF_BINARY_NOT_TAKEN;
@@ -69,9 +61,9 @@ int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b
     if (out->st->on_device || a->st->on_device || b->st->on_device || b->st == out->st)
         return FX_HALF_BINARY_NOT_TAKEN;
     if (!fx_tensor_is_contiguous(out) || !fx_tensor_is_contiguous(a) ||
-        !fx_tensor_is_contiguous(b) || !fx_hb_same_shape(out, a))
+        !fx_tensor_is_contiguous(b) || !fx_shape_is(a, out->ndim, out->shape))
         return FX_HALF_BINARY_NOT_TAKEN;
-    const bool same = fx_hb_same_shape(out, b);
+    const bool same = fx_shape_is(b, out->ndim, out->shape);
     if (!same && !fx_hb_per_channel(out, b)) return FX_HALF_BINARY_NOT_TAKEN;
     /* a may be out itself (each chunk of a is read before the same chunk of out is written),
      * but not an overlapping view of it */

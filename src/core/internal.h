@@ -73,6 +73,14 @@ int fx_error(int code, const char *func, const char *fmt, ...)
 /* Helpers shared by the core files. */
 bool fx_fmt_valid(int fmt);
 int64_t fx_numel_of(int ndim, const int64_t *shape);
+/* Whether a's logical shape is ndim/shape. */
+static inline bool fx_shape_is(const tensor_t *a, int ndim, const int64_t *shape)
+{
+    if (a->ndim != ndim) return false;
+    for (int d = 0; d < ndim; d++)
+        if (a->shape[d] != shape[d]) return false;
+    return true;
+}
 bool fx_tensor_is_contiguous(const tensor_t *t);
 bool fx_tensor_covers_storage(const tensor_t *t); /* contiguous and spans all of its storage */
 /* Copy the shared-exponent state (exponent, window, rounding, Autoflex state, statistics; not

@@ -192,26 +192,13 @@ int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr)
     return (K + 1) / 2 * 4 * nr * ((N + nr - 1) / nr); /* K blocks are even but the last */
 }
 
-void fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,
-                         int16_t *out)
+int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,
+                        int16_t *out)
 {
     static const fx_gemm_i16_kernel portable = {0}; /* pack NULL: the portable loops */
     const int64_t np = (N + nr - 1) / nr;
-    int16_t *plain = malloc((size_t)(FX_GEMM_KC * nr) * sizeof *plain);
-    if (!plain) { /* never fails for real sizes (24 KiB); splitting per element needs none */
-        for (int64_t pc = 0; pc < K; pc += FX_GEMM_KC) {
-            const int64_t kcur = fx_min64(FX_GEMM_KC, K - pc), kp = (kcur + 1) / 2;
-            for (int64_t j = 0; j < np; j++)
-                for (int64_t p = 0; p < kp; p++)
-                    for (int64_t q = 0; q < 2 * nr; q++) {
-                        const int64_t col = j * nr + q / 2, row = pc + 2 * p + q % 2;
-                        const int16_t v = col < N && row < K ? b[row * sbk + col * sbn] : 0;
-                        int16_t *d = out + pc / 2 * 4 * nr * np + j * kp * 4 * nr + p * 4 * nr;
-                        fx_split_b(v, &d[q], &d[2 * nr + q]);
-                    }
-        }
-        return;
-    }
+    int16_t *plain = malloc((size_t)(FX_GEMM_KC * nr) * sizeof *plain); /* one plain panel */
+    if (!plain) return FX_ENOMEM;
     for (int64_t pc = 0; pc < K; pc += FX_GEMM_KC) {
         const int64_t kcur = fx_min64(FX_GEMM_KC, K - pc), kp = (kcur + 1) / 2;
         for (int64_t j = 0; j < np; j++) {
@@ -221,6 +208,7 @@ void fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, 
         }
     }
     free(plain);
+    return FX_OK;
 }
 
 static _Atomic int g_mode = FX_GEMM_I16_AUTO;
@@ -289,13 +277,14 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     /* per thread: split B block (panels split on demand, each at most once per B block; tags
      * say which panel holds the current block), packed A block, its segment norms */
     const int64_t npan_max = nc / nr;
-    const size_t bs_elems = (size_t)(kp_max * 4 * nc);                  /* int16 */
-    const size_t a_elems = (size_t)(kp_max * mc);                       /* int32 */
+    /* pre-packed operands need no packing buffers of their own */
+    const size_t bs_elems = bpre ? 0 : (size_t)(kp_max * 4 * nc);       /* int16 */
+    const size_t a_elems = apan ? 0 : (size_t)(kp_max * mc);            /* int32 */
     const size_t na_elems = (size_t)(mc / mr * nseg_max);               /* int32 */
     const size_t tag_elems = (size_t)npan_max;                          /* int64 */
     const size_t bs_bytes = (bs_elems * 2 + 63) / 64 * 64;
     const size_t t_stride = (bs_bytes + tag_elems * 8 + (a_elems + na_elems) * 4 + 63) / 64 * 64;
-    int16_t *bpack = fx_gemm_alloc((size_t)(kp_max * 2 * nc) * sizeof(int16_t));
+    int16_t *bpack = fx_gemm_alloc(bpre ? 0 : (size_t)(kp_max * 2 * nc) * sizeof(int16_t));
     int32_t *bnorm = fx_gemm_alloc((size_t)(nc / nr * nseg_max) * sizeof(int32_t));
     unsigned char *tpack = fx_gemm_alloc(t_stride * (size_t)nt);
     if (!bpack || !bnorm || !tpack) {

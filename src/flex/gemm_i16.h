@@ -119,8 +119,8 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *k);
  * takes the split kernel on every tile. */
 #define FX_GEMM_I16_KC 384
 int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr);
-void fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,
-                         int16_t *out);
+int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,
+                        int16_t *out); /* FX_OK, or FX_ENOMEM (nothing usable written) */
 
 /* ---- instrumentation for tests and benchmarks --------------------------------------------- */
 

@@ -231,7 +231,7 @@ static int gemm_run(const fx_f32_gemm_params *p, const fx_operand *A, const floa
     const int64_t ntasks = nblocks * groups;
     if (nt > ntasks) nt = (int)ntasks;
 
-    float *abuf = alloc_floats(mc * kc);
+    float *abuf = alloc_floats(apan ? 0 : mc * kc); /* pre-packed A needs no packing buffer */
     float *bbuf = alloc_floats((int64_t)nt * kc * ncb);
     if (!abuf || !bbuf) {
         free(abuf);

@@ -492,7 +492,8 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     }
     if (wsplit) /* 64-byte aligned (gemm_i16.h); 32 spare int16 cover the shift */
         wsplit = (int16_t *)(void *)((char *)wsplit + ((64 - ((uintptr_t)wsplit & 63)) & 63));
-    if (wsplit) fx_gemm_i16_split_b(wo.data, 1, CKK, CKK, g.O, b_nr, wsplit);
+    if (wsplit && fx_gemm_i16_split_b(wo.data, 1, CKK, CKK, g.O, b_nr, wsplit) != FX_OK)
+        wsplit = NULL; /* the chunks' GEMMs split the weights themselves */
     FX_CONV_PARALLEL_FOR
     for (int64_t ch = 0; ch < plan.nchunks; ch++) {
         const int tid = FX_CONV_THREAD_ID();

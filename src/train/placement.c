@@ -73,24 +73,27 @@ void fx_place_release(const fx_model *m, void *p)
     else flexpoint_gpu_free(p);
 }
 
-int fx_place_upload(const fx_model *m, float *buf, const float *host, int64_t n)
+/* n floats between a host array and a model buffer, in the direction the model's placement
+ * needs (a plain copy when the model lives on the host). */
+static int fx_place_copy(const fx_model *m, float *dst, const float *src, int64_t n, int to_model)
 {
-    size_t bytes = (size_t)n * sizeof(float);
+    const size_t bytes = (size_t)n * sizeof(float);
     if (m->device < 0) {
-        memcpy(buf, host, bytes);
+        memcpy(dst, src, bytes);
         return FX_OK;
     }
-    return flexpoint_gpu_memcpy_to_device(buf, host, bytes);
+    return to_model ? flexpoint_gpu_memcpy_to_device(dst, src, bytes)
+                    : flexpoint_gpu_memcpy_to_host(dst, src, bytes);
+}
+
+int fx_place_upload(const fx_model *m, float *buf, const float *host, int64_t n)
+{
+    return fx_place_copy(m, buf, host, n, 1);
 }
 
 int fx_place_download(const fx_model *m, float *host, const float *buf, int64_t n)
 {
-    size_t bytes = (size_t)n * sizeof(float);
-    if (m->device < 0) {
-        memcpy(host, buf, bytes);
-        return FX_OK;
-    }
-    return flexpoint_gpu_memcpy_to_host(host, buf, bytes);
+    return fx_place_copy(m, host, buf, n, 0);
 }
 
 int fx_place_write_input(fx_model *m, int ctx, const float *x)
