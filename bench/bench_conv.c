@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double clock_s(clockid_t id)
@@ -52,8 +53,22 @@ typedef struct layer {
 int main(int argc, char **argv)
 {
     const int threads = argc > 1 ? atoi(argv[1]) : 1, reps = argc > 2 ? atoi(argv[2]) : 7;
+    /* optional third argument: the formats to run, comma-separated (default: all) */
+    int wanted[FMT_COUNT] = {0}, any = 0;
+    if (argc > 3) {
+        char list[256];
+        snprintf(list, sizeof list, "%s", argv[3]);
+        for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+            const int f = fmt_from_name(tok);
+            if (f < 0) {
+                fprintf(stderr, "bench_conv: unknown format '%s'\n", tok);
+                return 2;
+            }
+            wanted[f] = any = 1;
+        }
+    }
     if (threads < 1 || reps < 1) {
-        fprintf(stderr, "usage: bench_conv [threads >= 1] [repetitions >= 1]\n");
+        fprintf(stderr, "usage: bench_conv [threads >= 1] [repetitions >= 1] [formats]\n");
         return 2;
     }
     flexpoint_set_num_threads(threads);
@@ -69,6 +84,7 @@ int main(int argc, char **argv)
         for (int fi = 0; fi < 5; fi++) {
             const layer *L = &layers[li];
             const fmt_t f = fmts[fi];
+            if (any && !wanted[f]) continue;
             const int64_t xs[4] = {128, L->C, L->HW, L->HW}, ws[4] = {L->O, L->C, 5, 5};
             const int64_t ys[4] = {128, L->O, L->HW, L->HW};
             tensor_t *x = random_tensor(f, xs, 1.0f, 1, &seed);

@@ -735,6 +735,135 @@ static void bad_arguments(void)
     free(before);
 }
 
+/* ---- 5. repeated writes of a FLEX16_5 output --------------------------------------------------
+ * From its second write on, the exponent of a FLEX16_5 output is predicted before the op, and
+ * the forward convolution rounds each batch chunk while its sums are in cache (conv2d.c). Each
+ * write is checked against the exact integer sum rounded (ties to even, saturating) at the
+ * exponent the write reports: steady writes, an overflow that the robust preset recomputes at
+ * another exponent, and one that the published preset keeps saturated. */
+
+/* s * 2^-shift rounded to nearest even, saturated to [-32767, 32767] (counted in *sat). */
+static int64_t ref_requant(int64_t s, int shift, int64_t *sat)
+{
+    int64_t q;
+    if (shift >= 1) {
+        const int64_t d = (int64_t)1 << shift, fl = s >= 0 ? s / d : -((-s + d - 1) / d);
+        const int64_t r = s - fl * d, half = d / 2; /* 0 <= r < d */
+        q = fl + (r > half || (r == half && (fl & 1)));
+    } else {
+        const double v = ldexp((double)s, -shift);
+        q = fabs(v) > 32767 ? (v > 0 ? 32768 : -32768) : (int64_t)v;
+    }
+    if (q > 32767 || q < -32767) {
+        ++*sat;
+        return q > 0 ? 32767 : -32767;
+    }
+    return q;
+}
+
+/* Exact integer forward convolution of the mantissas (stride 1, no dilation). */
+static void ref_forward_int(const geom *g, const int16_t *x, const int16_t *w, int64_t *y)
+{
+    for (int64_t n = 0; n < g->N; n++)
+        for (int64_t o = 0; o < g->O; o++)
+            for (int64_t oh = 0; oh < g->OH; oh++)
+                for (int64_t ow = 0; ow < g->OW; ow++) {
+                    int64_t acc = 0;
+                    for (int64_t c = 0; c < g->C; c++)
+                        for (int64_t kh = 0; kh < g->KH; kh++)
+                            for (int64_t kw = 0; kw < g->KW; kw++) {
+                                const int64_t ih = oh - g->ph + kh, iw = ow - g->pw + kw;
+                                if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W) continue;
+                                acc += (int64_t)x[((n * g->C + c) * g->H + ih) * g->W + iw] *
+                                       w[((o * g->C + c) * g->KH + kh) * g->KW + kw];
+                            }
+                    y[((n * g->O + o) * g->OH + oh) * g->OW + ow] = acc;
+                }
+}
+
+/* One write y = conv(x, w); checks y's mantissas and the trace record of that write. */
+static void flex_write_check(const char *what, tensor_t *y, const tensor_t *x, const tensor_t *w,
+                             const geom *g, int64_t write, int want_overflow, int want_recompute)
+{
+    const int64_t nx = g->N * g->C * g->H * g->W, nw = g->O * g->C * g->KH * g->KW;
+    const int64_t ny = g->N * g->O * g->OH * g->OW;
+    int16_t *xm = malloc(sizeof(int16_t) * (size_t)nx), *wm = malloc(sizeof(int16_t) * (size_t)nw);
+    int16_t *ym = malloc(sizeof(int16_t) * (size_t)ny);
+    int64_t *sum = malloc(sizeof(int64_t) * (size_t)ny);
+    CHECK_STATUS(tensor_conv2d(y, x, w, 1, 1, (int)g->ph, (int)g->pw, 1, 1), FX_OK);
+    CHECK_STATUS(tensor_get_raw(x, xm), FX_OK);
+    CHECK_STATUS(tensor_get_raw(w, wm), FX_OK);
+    CHECK_STATUS(tensor_get_raw(y, ym), FX_OK);
+    ref_forward_int(g, xm, wm, sum);
+    const int e = tensor_exp(y), shift = e - (tensor_exp(x) + tensor_exp(w));
+    int64_t sat = 0, bad = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        const int64_t want = ref_requant(sum[i], shift, &sat);
+        if (ym[i] != want && bad++ < 3)
+            CHECK(0, "%s, write %lld: element %lld is %d, the exact sum rounded at 2^%d is %lld",
+                  what, (long long)write, (long long)i, ym[i], e, (long long)want);
+    }
+    CHECK(bad == 0, "%s, write %lld: %lld elements differ", what, (long long)write,
+          (long long)bad);
+    fx_trace_record rec;
+    CHECK_STATUS(tensor_trace_get(y, write, &rec), FX_OK);
+    CHECK(rec.exp == e && rec.saturated == sat && rec.overflow == want_overflow &&
+              rec.recomputed == want_recompute,
+          "%s, write %lld: trace exp %d (tensor %d), saturated %lld (reference %lld), overflow "
+          "%d (want %d), recomputed %d (want %d)", what, (long long)write, rec.exp, e,
+          (long long)rec.saturated, (long long)sat, rec.overflow, want_overflow,
+          rec.recomputed, want_recompute);
+    free(xm);
+    free(wm);
+    free(ym);
+    free(sum);
+}
+
+static void flex_repeated_writes(void)
+{
+    /* conv2 of the CNN on 3 samples: panels (KW = 5) and several chunks of one sample */
+    const geom g = {.N = 3, .C = 32, .H = 14, .W = 14, .O = 64, .KH = 5, .KW = 5, .ph = 2,
+                    .pw = 2, .OH = 14, .OW = 14};
+    const int64_t xs[4] = {g.N, g.C, g.H, g.W}, ws[4] = {g.O, g.C, g.KH, g.KW};
+    const int64_t ys[4] = {g.N, g.O, g.OH, g.OW};
+    const int64_t nx = g.N * g.C * g.H * g.W, nw = g.O * g.C * g.KH * g.KW;
+    float *xv = malloc(sizeof(float) * (size_t)nx), *wv = malloc(sizeof(float) * (size_t)nw);
+    test_rng r;
+    test_rng_seed(&r, 5150);
+    for (int64_t i = 0; i < nx; i++) xv[i] = (float)test_rng_normal(&r);
+    for (int64_t i = 0; i < nw; i++) wv[i] = (float)test_rng_normal(&r);
+    tensor_t *x = tensor_new(FMT_FLEX16_5, 4, xs), *w = tensor_new(FMT_FLEX16_5, 4, ws);
+    tensor_t *xbig = tensor_new(FMT_FLEX16_5, 4, xs);
+    CHECK_STATUS(tensor_from_f32(x, xv), FX_OK);
+    CHECK_STATUS(tensor_from_f32(w, wv), FX_OK);
+    for (int64_t i = 0; i < nx; i++) xv[i] *= 64.0f; /* outputs 64x larger: an overflow */
+    CHECK_STATUS(tensor_from_f32(xbig, xv), FX_OK);
+    const char *presets[2] = {"robust", "published"};
+    for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
+        if (!flexpoint_backend_available(bi)) continue;
+        CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
+        for (int pi = 0; pi < 2; pi++) {
+            const int robust = pi == 0;
+            char what[96];
+            snprintf(what, sizeof what, "repeated flex16_5 writes, %s, %s",
+                     flexpoint_backend_name(bi), presets[pi]);
+            tensor_t *y = tensor_new(FMT_FLEX16_5, 4, ys);
+            CHECK_STATUS(tensor_set_autoflex(y, presets[pi]), FX_OK);
+            CHECK_STATUS(tensor_trace_enable(y, 1), FX_OK);
+            flex_write_check(what, y, x, w, &g, 0, 0, 0);    /* first write: initialisation */
+            flex_write_check(what, y, x, w, &g, 1, 0, 0);    /* predicted exponent */
+            flex_write_check(what, y, xbig, w, &g, 2, 1, robust); /* overflow */
+            flex_write_check(what, y, x, w, &g, 3, 0, 0);
+            tensor_free(y);
+        }
+    }
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(xbig);
+    free(xv);
+    free(wv);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -755,6 +884,7 @@ int main(void)
         fd_check_case(&FD_CASES[ci]);
     for (size_t ci = 0; ci < sizeof CASES / sizeof *CASES; ci++) run_case(&CASES[ci]);
     mixed_formats();
+    flex_repeated_writes();
     bad_arguments();
     printf("test_nn_conv: %.1f s\n", now_s() - t0);
     return test_finish("test_nn_conv");

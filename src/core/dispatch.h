@@ -54,6 +54,14 @@ typedef struct fx_shared_src {
  * quantise the state is unchanged (the destination's elements may not be). */
 int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *func);
 
+/* The exponent that the next fx_write_shared_with into out will choose, when it is decided by
+ * out's state alone: out is a whole host FLEX16_5 tensor whose Autoflex state is unmanaged or
+ * already initialised (the prediction then reads only the history). Returns 1 and sets *e, or 0
+ * (DFP16, partial views, device tensors, a first write). An op may round its results at *e
+ * while they are still in cache; the write still decides, and asks for another exponent only
+ * when a saturated write is recomputed. */
+int fx_write_shared_peek_exp(const tensor_t *out, int *e);
+
 /* Scratch allocations of one op call, freed together (src/core/scratch.c). Large blocks go back
  * to a small process-wide cache instead of the system, so that an op called again (every
  * training step) reuses memory whose pages are already mapped. Contents are uninitialised. */

@@ -155,6 +155,17 @@ int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *fu
     return FX_OK;
 }
 
+int fx_write_shared_peek_exp(const tensor_t *out, int *e)
+{
+    const fx_storage *st = out->st;
+    if (st->fmt != FMT_FLEX16_5 || st->on_device || !fx_tensor_covers_storage(out)) return 0;
+    fx_af_state af = st->af; /* fx_af_predict marks a first write initialised: work on a copy */
+    if (af.cfg.managed && !af.initialized) return 0;
+    int clamped = 0;
+    *e = fx_af_predict(&af, st->exp, st->win_lo, st->win_hi, NULL, &clamped);
+    return 1;
+}
+
 /* The host stage's quantiser: into dst (keep) or statistics only. */
 typedef struct fx_host_quant_ctx {
     const fx_backend *be;

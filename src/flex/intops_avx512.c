@@ -27,6 +27,15 @@ static FX_ALWAYS_INLINE __m512i fx_dot_pairs(__m512i acc, __m512i a, __m512i b, 
     return acc;
 }
 
+/* The epilogue of a K block after the first adds the tile's int64 outputs, often not in L1
+ * (rows ldc apart): fetch them while the multiplies run. */
+static FX_ALWAYS_INLINE void fx_prefetch_c(const int64_t *c, int64_t ldc, int m, int accumulate)
+{
+    if (!accumulate) return;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < FX_NR; j += 8) _mm_prefetch((const char *)(c + i * ldc + j), _MM_HINT_T0);
+}
+
 /* The accumulators are indexed with constants only (fully unrolled loops), so they live in
  * registers: 6 rows x 2 column vectors x {hi, lo} = 24 zmm, plus 4 for B and 1 broadcast. */
 static FX_ALWAYS_INLINE void fx_ukr_body(int64_t kp, const int32_t *ap, const int16_t *bp,
@@ -34,6 +43,7 @@ static FX_ALWAYS_INLINE void fx_ukr_body(int64_t kp, const int32_t *ap, const in
                                          const int vnni)
 {
     __m512i h[FX_MR][2], l[FX_MR][2];
+    fx_prefetch_c(c, ldc, m, accumulate);
 #pragma GCC unroll 6
     for (int i = 0; i < FX_MR; i++) h[i][0] = h[i][1] = l[i][0] = l[i][1] = _mm512_setzero_si512();
 
@@ -84,7 +94,7 @@ static FX_ALWAYS_INLINE void fx_ukr_body(int64_t kp, const int32_t *ap, const in
  * register copy per accumulator and pair step, which costs as much as the multiplies. */
 #define FX_FAST_ROW(i, S0, S1)                                                                 \
     do {                                                                                       \
-        const __m512i ai_ = _mm512_set1_epi32(ap[i]);                                          \
+        const __m512i ai_ = _mm512_set1_epi32(arow[i]);                                        \
         S0 = fx_dot_pairs(S0, ai_, b0, vnni);                                                  \
         S1 = fx_dot_pairs(S1, ai_, b1, vnni);                                                  \
     } while (0)
@@ -114,21 +124,25 @@ static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32
     _Static_assert(FX_MR == 6 && FX_NR == 32, "the fast kernel is written out for 6 x 32");
     __m512i lo[FX_MR][2], hi[FX_MR][2]; /* 32 int32 words per row each */
 
+    fx_prefetch_c(c, ldc, m, accumulate);
     for (int64_t p0 = 0; p0 < kp; p0 += chain) {
         const int64_t len = kp - p0 < chain ? kp - p0 : chain;
         __m512i s00 = _mm512_setzero_si512(), s01 = s00, s10 = s00, s11 = s00, s20 = s00,
                 s21 = s00, s30 = s00, s31 = s00, s40 = s00, s41 = s00, s50 = s00, s51 = s00;
+        /* chain-local pointers indexed by p: with bp itself advanced inside the loop GCC kept
+         * it on the stack, a store-to-load round trip on every pair step */
+        const int16_t *bq = bp + p0 * 2 * FX_NR;
+        const int32_t *aq = ap + p0 * FX_MR;
         for (int64_t p = 0; p < len; p++) {
-            const __m512i b0 = _mm512_load_si512((const void *)bp);
-            const __m512i b1 = _mm512_load_si512((const void *)(bp + 32));
-            bp += 2 * FX_NR;
+            const __m512i b0 = _mm512_load_si512((const void *)(bq + p * 2 * FX_NR));
+            const __m512i b1 = _mm512_load_si512((const void *)(bq + p * 2 * FX_NR + 32));
+            const int32_t *arow = aq + p * FX_MR; /* FX_FAST_ROW reads arow */
             FX_FAST_ROW(0, s00, s01);
             FX_FAST_ROW(1, s10, s11);
             FX_FAST_ROW(2, s20, s21);
             FX_FAST_ROW(3, s30, s31);
             FX_FAST_ROW(4, s40, s41);
             FX_FAST_ROW(5, s50, s51);
-            ap += FX_MR;
         }
         FX_FAST_FLUSH(0, s00, s01);
         FX_FAST_FLUSH(1, s10, s11);

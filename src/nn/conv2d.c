@@ -59,6 +59,14 @@
 
 /* Target size of one chunk's patch matrix, in elements (1 MiB of int16, 2 MiB of fp32). */
 #define FX_CONV_CHUNK_ELEMS ((int64_t)1 << 19)
+/* The integer forward's int64 output stage, counted at this many int16 patch elements per
+ * value in the chunk size (conv_plan_make): 8 keeps a chunk's sums within half of a 1 MiB L2,
+ * so they are still there when the chunk is rounded. It matters for layers with few input
+ * channels (the CNN's conv1: 8 samples per chunk before, 2 now); conv1 forward measured
+ * 15-17 ms against 15-18 ms with factor 0, within this VM's noise. The float stages keep the
+ * patch-based chunks. */
+#define FX_CONV_OUT_FACTOR 8
+#define FX_CONV_FWD_OUT_UNITS(ic) ((ic) ? FX_CONV_OUT_FACTOR : 0)
 /* At least this many chunks (when the batch allows), so that up to this many threads have
  * work. A constant rather than the thread count: chunking must not depend on threads. */
 #define FX_CONV_MIN_CHUNKS 16
@@ -179,11 +187,16 @@ typedef struct conv_plan {
     int outer, inner;    /* threads over chunks (or groups); threads inside one chunk */
 } conv_plan;
 
-/* Chunking for g; wgrad != 0: threads split the weight gradient's groups, not chunks. */
-static conv_plan conv_plan_make(const fx_conv_geom *g, int wgrad)
+/* Chunking for g; wgrad != 0: threads split the weight gradient's groups, not chunks.
+ * out_units: the forward's output stage per pixel and output channel, in patch-element units
+ * (4 for int64 sums next to int16 patches), so that a chunk's sums also stay in cache; 0 for
+ * the passes whose chunk size is the patch matrix alone. */
+static conv_plan conv_plan_make(const fx_conv_geom *g, int wgrad, int out_units)
 {
     conv_plan p;
-    const int64_t per_sample = g->C * g->KH * g->KW * g->OH * g->OW; /* < 2^58, validated */
+    int64_t per_sample = g->C * g->KH * g->KW * g->OH * g->OW; /* < 2^58, validated */
+    const int64_t out_per_sample = out_units * g->O * g->OH * g->OW;
+    if (out_per_sample > per_sample) per_sample = out_per_sample;
     int64_t fit = FX_CONV_CHUNK_ELEMS / per_sample;                   /* samples per target */
     if (fit < 1) fit = 1;
     int64_t want = (g->N + fit - 1) / fit;
@@ -348,56 +361,80 @@ typedef struct conv_yquant_ctx {
     int64_t N, O, P;
     int16_t *tmp;       /* [N*P, O] mantissas before the transpose */
     int16_t *dst;       /* y's elements */
+    fx_qstats *part;    /* [N] per-sample statistics */
+    int fused_e;        /* y already holds the rounding at this exponent (else FX_EXP_NONE) */
     int nt;
 } conv_yquant_ctx;
 
-/* fx_shared_src.quantize: per sample, quantise its [P, O] block and transpose it into y. The
- * per-sample statistics are merged in sample order. */
-static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+/* Round samples [n0, n0 + nb) at exponent e into part[]; keep: also into tmp, and with
+ * scatter, transposed into y. */
+static void conv_yquant_samples(const conv_yquant_ctx *c, int e, int keep, int scatter,
+                                int64_t n0, int64_t nb, int nt)
 {
-    (void)r; /* int64 stages round to nearest even (fx_requant), whatever the tensor's mode */
-    conv_yquant_ctx *c = vctx;
     const int64_t block = c->P * c->O;
-    fx_qstats *part = malloc((size_t)c->N * sizeof *part);
-    if (!part) return fx_error(FX_ENOMEM, "tensor_conv2d", "cannot allocate %lld statistics",
-                               (long long)c->N);
-    const int nt = c->nt;
     (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
-    for (int64_t n = 0; n < c->N; n++) {
+    for (int64_t n = n0; n < n0 + nb; n++) {
         int16_t *t = keep ? c->tmp + n * block : NULL;
-        c->be->cvt.quant_i64(c->pix + n * block, t, block, e - c->exp, &part[n]);
-        if (keep) fx_chunk_scatter_t(t, n, 1, c->O, c->P, c->dst, sizeof(int16_t));
+        c->be->cvt.quant_i64(c->pix + n * block, t, block, e - c->exp, &c->part[n]);
+        if (keep && scatter) fx_chunk_scatter_t(t, n, 1, c->O, c->P, c->dst, sizeof(int16_t));
+    }
+}
+
+/* fx_shared_src.quantize: per sample, quantise its [P, O] block and transpose it into y. The
+ * per-sample statistics are merged in sample order. When the forward loop already rounded
+ * every chunk at e into tmp while its sums were in cache (fused_e), only the transposes are
+ * left. Never fails: every buffer is allocated before the op computes. */
+static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    (void)r; /* int64 stages round to nearest even (fx_requant), whatever the tensor's mode */
+    conv_yquant_ctx *c = vctx;
+    if (keep && e == c->fused_e) {
+        const int64_t block = c->P * c->O;
+        const int nt = c->nt;
+        (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+        for (int64_t n = 0; n < c->N; n++)
+            fx_chunk_scatter_t(c->tmp + n * block, n, 1, c->O, c->P, c->dst, sizeof(int16_t));
+    } else {
+        c->fused_e = FX_EXP_NONE; /* part[] and tmp now describe exponent e */
+        conv_yquant_samples(c, e, keep, 1, 0, c->N, c->nt);
     }
     fx_qstats_init(q);
-    for (int64_t n = 0; n < c->N; n++) fx_qstats_merge(q, &part[n]);
-    free(part);
+    for (int64_t n = 0; n < c->N; n++) fx_qstats_merge(q, &c->part[n]);
     return FX_OK;
 }
 
+/* Whether y is written by per-sample rounding of the int64 stage (conv_yquant): a whole host
+ * shared-exponent tensor under integer compute. */
+static int conv_y_direct_shared(const tensor_t *y, const conv_compute *cc)
+{
+    return cc->ic && fmt_is_shared_exponent(y->fmt) && fx_tensor_covers_storage(y) &&
+           !y->st->on_device;
+}
+
 /* Write y from the pixel-major stage ypix (int64 at exponent exp, imax its largest |value|, or
- * fp32). */
+ * fp32). yq: the rounding context when conv_y_direct_shared(y), else NULL. */
 static int conv_write_y(tensor_t *y, const fx_conv_geom *g, const conv_compute *cc,
-                        const void *ypix, int exp, uint64_t imax, fx_scratch *s, const char *func)
+                        const void *ypix, int exp, uint64_t imax, conv_yquant_ctx *yq,
+                        fx_scratch *s, const char *func)
 {
     const int64_t P = g->OH * g->OW, ny = g->N * g->O * P;
     const int nt = flexpoint_num_threads();
     const int direct = fx_tensor_covers_storage(y) && !y->st->on_device;
     int rc = FX_OK;
-    if (direct && cc->ic && fmt_is_shared_exponent(y->fmt)) {
-        int16_t *tmp = conv_alloc(s, ny, sizeof(int16_t), &rc, func);
-        if (rc) return rc;
-        conv_yquant_ctx c = {fx_backend_active(), ypix, exp, g->N, g->O, P, tmp,
-                             (int16_t *)fx_tensor_base(y), nt};
+    if (yq) {
         fx_shared_src src;
         memset(&src, 0, sizeof src);
         src.kind = FX_STAGE_I64;
         src.exp = exp;
         src.imax = imax;
         src.true_max = ldexp((double)imax, exp);
-        src.ctx = &c;
+        src.ctx = yq;
         src.quantize = conv_yquant;
         return fx_write_shared_with(y, &src, func);
     }
@@ -445,7 +482,7 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     rc = conv_int_limit(__func__, ic, g.C * g.KH * g.KW, "each output");
     if (rc) return rc;
     if (on_device) return fx_gpu_conv2d(FX_GCONV_FORWARD, y, x, w, &g, __func__);
-    const conv_plan plan = conv_plan_make(&g, 0);
+    const conv_plan plan = conv_plan_make(&g, 0, FX_CONV_FWD_OUT_UNITS(ic));
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
     /* integer compute with a GEMM that takes pre-packed A panels: build them straight from the
      * padded input (conv_panels.h) instead of im2row + packing; the same values, so the same
@@ -477,6 +514,24 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     char *col = conv_alloc(&s, col_n * plan.outer, esz, &rc, __func__);
     char *ypix = conv_alloc(&s, g.N * g.O * P, ssz, &rc, __func__); /* [N*P, O] */
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, __func__);
+    /* A whole shared-exponent y is rounded per sample (conv_yquant). When its exponent is known
+     * before the op (fx_write_shared_peek_exp: an initialised Autoflex state), each chunk is
+     * rounded right after its GEMM, while its int64 sums are in cache, into the pixel-major
+     * int16 buffer; the write then only transposes it into y (so y stays untouched if a chunk
+     * fails), unless it picks another exponent (a recomputed overflow), which rounds again
+     * from the stage. */
+    conv_yquant_ctx yq = {be, NULL, xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
+                          FX_EXP_NONE, flexpoint_num_threads()};
+    const int yshared = conv_y_direct_shared(y, &cc);
+    if (yshared) {
+        yq.pix = (const int64_t *)(const void *)ypix;
+        yq.tmp = conv_alloc(&s, g.N * g.O * P, sizeof(int16_t), &rc, __func__);
+        yq.part = conv_alloc(&s, g.N, sizeof(fx_qstats), &rc, __func__);
+        yq.dst = (int16_t *)fx_tensor_base(y);
+    }
+    int fuse_e = FX_EXP_NONE;
+    if (yshared && !rc && fx_write_shared_peek_exp(y, &fuse_e) == 0)
+        fuse_e = FX_EXP_NONE;
     /* integer path: each chunk's largest |sum|, taken while the chunk is in cache, so that
      * the write needs no pass of its own over the int64 stage for the exponent */
     uint64_t *chunk_max = conv_alloc(&s, plan.nchunks, sizeof(uint64_t), &rc, __func__);
@@ -529,13 +584,17 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
         chunk_max[ch] = 0;
         if (status[ch] == FX_OK && ic)
             chunk_max[ch] = fx_maxabs_i64(fx_backend_active(), (const int64_t *)myy, Pc * g.O);
+        if (status[ch] == FX_OK && fuse_e != FX_EXP_NONE)
+            conv_yquant_samples(&yq, fuse_e, 1, 0, n0, nbc, plan.inner);
     }
     rc = conv_chunk_status(status, plan.nchunks, __func__);
     if (rc == FX_OK) {
         uint64_t imax = 0;
         for (int64_t ch = 0; ic && ch < plan.nchunks; ch++)
             imax = chunk_max[ch] > imax ? chunk_max[ch] : imax;
-        rc = conv_write_y(y, &g, &cc, ypix, xo.exp + wo.exp, imax, &s, __func__);
+        yq.fused_e = fuse_e;
+        rc = conv_write_y(y, &g, &cc, ypix, xo.exp + wo.exp, imax, yshared ? &yq : NULL, &s,
+                          __func__);
     }
     fx_scratch_free(&s);
     return rc;
@@ -603,7 +662,7 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
     if (ic && g.C >= FX_CONV_BWD_AS_FWD_MIN_C && g.sh == 1 && g.sw == 1 &&
         (g.KH - 1) * g.dh >= g.ph && (g.KW - 1) * g.dw >= g.pw)
         return conv_backward_input_as_forward(dx, dy, w, &g, __func__);
-    const conv_plan plan = conv_plan_make(&g, 0);
+    const conv_plan plan = conv_plan_make(&g, 0, 0);
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, CHW = g.C * g.H * g.W;
     const int64_t col_n = CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
     const int64_t dxp_n = fx_conv_padded_numel(&g, plan.nb);
@@ -678,7 +737,7 @@ int tensor_conv2d_backward_weight(tensor_t *dw_out, const tensor_t *x, const ten
     rc = conv_int_limit(__func__, ic, g.N * g.OH * g.OW, "each weight gradient");
     if (rc) return rc;
     if (on_device) return fx_gpu_conv2d(FX_GCONV_BACKWARD_WEIGHT, dw_out, x, dy, &g, __func__);
-    const conv_plan plan = conv_plan_make(&g, 1);
+    const conv_plan plan = conv_plan_make(&g, 1, 0);
     const int64_t groups = plan.nchunks < FX_CONV_WGRAD_GROUPS ? plan.nchunks
                                                                 : FX_CONV_WGRAD_GROUPS;
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, nw = g.O * CKK;
