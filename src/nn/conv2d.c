@@ -417,11 +417,26 @@ static int conv_y_direct_shared(const tensor_t *y, const conv_compute *cc)
            !y->st->on_device;
 }
 
+/* Whether y is a whole host fp16/bf16 tensor under float compute: its values are the fp32
+ * stage rounded to 16 bits, a conversion that does not depend on when it runs. */
+static int conv_y_direct_half(const tensor_t *y, const conv_compute *cc)
+{
+    return !cc->ic && (y->fmt == FMT_FP16 || y->fmt == FMT_BF16) &&
+           fx_tensor_covers_storage(y) && !y->st->on_device;
+}
+
+static void (*conv_half_cvt(fmt_t f))(const float *, uint16_t *, int64_t)
+{
+    const fx_backend *be = fx_backend_active();
+    return f == FMT_FP16 ? be->cvt.f32_to_fp16 : be->cvt.f32_to_bf16;
+}
+
 /* Write y from the pixel-major stage ypix (int64 at exponent exp, imax its largest |value|, or
- * fp32). yq: the rounding context when conv_y_direct_shared(y), else NULL. */
+ * fp32). yq: the rounding context when conv_y_direct_shared(y), else NULL. half_done: for a
+ * conv_y_direct_half(y), the stage already converted pixel-major (NULL: convert here). */
 static int conv_write_y(tensor_t *y, const fx_conv_geom *g, const conv_compute *cc,
                         const void *ypix, int exp, uint64_t imax, conv_yquant_ctx *yq,
-                        fx_scratch *s, const char *func)
+                        uint16_t *half_done, fx_scratch *s, const char *func)
 {
     const int64_t P = g->OH * g->OW, ny = g->N * g->O * P;
     const int nt = flexpoint_num_threads();
@@ -443,10 +458,9 @@ static int conv_write_y(tensor_t *y, const fx_conv_geom *g, const conv_compute *
         return FX_OK;
     }
     if (direct && !cc->ic && (y->fmt == FMT_FP16 || y->fmt == FMT_BF16)) {
-        const fx_backend *be = fx_backend_active();
-        void (*cvt)(const float *, uint16_t *, int64_t) =
-            y->fmt == FMT_FP16 ? be->cvt.f32_to_fp16 : be->cvt.f32_to_bf16;
-        uint16_t *tmp = conv_alloc(s, ny, sizeof(uint16_t), &rc, func);
+        void (*cvt)(const float *, uint16_t *, int64_t) = conv_half_cvt(y->fmt);
+        uint16_t *tmp = half_done;
+        if (!tmp) tmp = conv_alloc(s, ny, sizeof(uint16_t), &rc, func);
         if (rc) return rc;
         const int64_t block = P * g->O;
         (void)nt;
@@ -454,7 +468,7 @@ static int conv_write_y(tensor_t *y, const fx_conv_geom *g, const conv_compute *
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
         for (int64_t n = 0; n < g->N; n++) {
-            cvt((const float *)ypix + n * block, tmp + n * block, block);
+            if (!half_done) cvt((const float *)ypix + n * block, tmp + n * block, block);
             fx_chunk_scatter_t(tmp + n * block, n, 1, g->O, P, fx_tensor_base(y), sizeof(uint16_t));
         }
         return FX_OK;
@@ -529,6 +543,12 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
         yq.part = conv_alloc(&s, g.N, sizeof(fx_qstats), &rc, __func__);
         yq.dst = (int16_t *)fx_tensor_base(y);
     }
+    /* A whole fp16/bf16 y: each chunk is converted while its fp32 sums are in cache, into a
+     * pixel-major buffer that the write transposes into y (untouched if a chunk fails). */
+    uint16_t *yhalf = conv_y_direct_half(y, &cc)
+                          ? conv_alloc(&s, g.N * g.O * P, sizeof(uint16_t), &rc, __func__)
+                          : NULL;
+    void (*half_cvt)(const float *, uint16_t *, int64_t) = yhalf ? conv_half_cvt(y->fmt) : NULL;
     int fuse_e = FX_EXP_NONE;
     if (yshared && !rc && fx_write_shared_peek_exp(y, &fuse_e) == 0)
         fuse_e = FX_EXP_NONE;
@@ -586,6 +606,8 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
             chunk_max[ch] = fx_maxabs_i64(fx_backend_active(), (const int64_t *)myy, Pc * g.O);
         if (status[ch] == FX_OK && fuse_e != FX_EXP_NONE)
             conv_yquant_samples(&yq, fuse_e, 1, 0, n0, nbc, plan.inner);
+        if (status[ch] == FX_OK && yhalf)
+            half_cvt((const float *)(const void *)myy, yhalf + n0 * P * g.O, Pc * g.O);
     }
     rc = conv_chunk_status(status, plan.nchunks, __func__);
     if (rc == FX_OK) {
@@ -593,8 +615,8 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
         for (int64_t ch = 0; ic && ch < plan.nchunks; ch++)
             imax = chunk_max[ch] > imax ? chunk_max[ch] : imax;
         yq.fused_e = fuse_e;
-        rc = conv_write_y(y, &g, &cc, ypix, xo.exp + wo.exp, imax, yshared ? &yq : NULL, &s,
-                          __func__);
+        rc = conv_write_y(y, &g, &cc, ypix, xo.exp + wo.exp, imax, yshared ? &yq : NULL, yhalf,
+                          &s, __func__);
     }
     fx_scratch_free(&s);
     return rc;
