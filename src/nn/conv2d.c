@@ -534,7 +534,7 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
      * int16 buffer; the write then only transposes it into y (so y stays untouched if a chunk
      * fails), unless it picks another exponent (a recomputed overflow), which rounds again
      * from the stage. */
-    conv_yquant_ctx yq = {be, NULL, xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
+    conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
                           FX_EXP_NONE, flexpoint_num_threads()};
     const int yshared = conv_y_direct_shared(y, &cc);
     if (yshared) {
