@@ -24,6 +24,7 @@
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "testutil.h"
+#include "core/dispatch.h" /* fx_write_shared_peek_exp: is the in-cache rounding taken? */
 
 #include <math.h>
 #include <stdlib.h>
@@ -790,6 +791,11 @@ static void flex_write_check(const char *what, tensor_t *y, const tensor_t *x, c
     int16_t *xm = malloc(sizeof(int16_t) * (size_t)nx), *wm = malloc(sizeof(int16_t) * (size_t)nw);
     int16_t *ym = malloc(sizeof(int16_t) * (size_t)ny);
     int64_t *sum = malloc(sizeof(int64_t) * (size_t)ny);
+    /* from the second write on, the exponent is known before the op: the fused path runs */
+    int peek_e = 0;
+    const int peeked = fx_write_shared_peek_exp(y, &peek_e);
+    CHECK(peeked == (write > 0), "%s, write %lld: exponent known before the op: %d", what,
+          (long long)write, peeked);
     CHECK_STATUS(tensor_conv2d(y, x, w, 1, 1, (int)g->ph, (int)g->pw, 1, 1), FX_OK);
     CHECK_STATUS(tensor_get_raw(x, xm), FX_OK);
     CHECK_STATUS(tensor_get_raw(w, wm), FX_OK);
@@ -813,18 +819,22 @@ static void flex_write_check(const char *what, tensor_t *y, const tensor_t *x, c
           "%d (want %d), recomputed %d (want %d)", what, (long long)write, rec.exp, e,
           (long long)rec.saturated, (long long)sat, rec.overflow, want_overflow,
           rec.recomputed, want_recompute);
+    CHECK(!peeked || rec.recomputed || rec.exp == peek_e,
+          "%s, write %lld: written at 2^%d, predicted 2^%d before the op", what,
+          (long long)write, rec.exp, peek_e);
     free(xm);
     free(wm);
     free(ym);
     free(sum);
 }
 
-static void flex_repeated_writes(void)
+static void flex_repeated_writes_case(int64_t N, int64_t HW, int threads)
 {
-    /* 5x5 kernels (the vector panels), 2 samples in 2 chunks, 40 output channels (a partial
-     * column tile); small enough for the sanitizer build */
-    const geom g = {.N = 2, .C = 16, .H = 10, .W = 10, .O = 40, .KH = 5, .KW = 5, .ph = 2,
-                    .pw = 2, .OH = 10, .OW = 10};
+    /* 5x5 kernels (the vector panels), 40 output channels (a partial column tile); N = 1: one
+     * chunk whose rounding uses the threads inside it; N = 17 at 6x6: chunks of 2 samples and a
+     * last chunk of 1 (conv2d.c's chunking); small enough for the sanitizer build */
+    const geom g = {.N = N, .C = 16, .H = HW, .W = HW, .O = 40, .KH = 5, .KW = 5, .ph = 2,
+                    .pw = 2, .OH = HW, .OW = HW};
     const int64_t xs[4] = {g.N, g.C, g.H, g.W}, ws[4] = {g.O, g.C, g.KH, g.KW};
     const int64_t ys[4] = {g.N, g.O, g.OH, g.OW};
     const int64_t nx = g.N * g.C * g.H * g.W, nw = g.O * g.C * g.KH * g.KW;
@@ -840,13 +850,15 @@ static void flex_repeated_writes(void)
     for (int64_t i = 0; i < nx; i++) xv[i] *= 64.0f; /* outputs 64x larger: an overflow */
     CHECK_STATUS(tensor_from_f32(xbig, xv), FX_OK);
     const char *presets[2] = {"robust", "published"};
+    flexpoint_set_num_threads(threads);
     for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
         if (!flexpoint_backend_available(bi)) continue;
         CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
         for (int pi = 0; pi < 2; pi++) {
             const int robust = pi == 0;
-            char what[96];
-            snprintf(what, sizeof what, "repeated flex16_5 writes, %s, %s",
+            char what[128];
+            snprintf(what, sizeof what, "repeated flex16_5 writes, N=%lld %lldx%lld, %d thread(s), "
+                     "%s, %s", (long long)N, (long long)HW, (long long)HW, threads,
                      flexpoint_backend_name(bi), presets[pi]);
             tensor_t *y = tensor_new(FMT_FLEX16_5, 4, ys);
             CHECK_STATUS(tensor_set_autoflex(y, presets[pi]), FX_OK);
@@ -863,6 +875,14 @@ static void flex_repeated_writes(void)
     tensor_free(xbig);
     free(xv);
     free(wv);
+    flexpoint_set_num_threads(2);
+}
+
+static void flex_repeated_writes(void)
+{
+    flex_repeated_writes_case(2, 10, 2);
+    flex_repeated_writes_case(1, 10, 2);
+    flex_repeated_writes_case(17, 6, 1);
 }
 
 static double now_s(void)

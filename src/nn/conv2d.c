@@ -189,8 +189,8 @@ typedef struct conv_plan {
 
 /* Chunking for g; wgrad != 0: threads split the weight gradient's groups, not chunks.
  * out_units: the forward's output stage per pixel and output channel, in patch-element units
- * (4 for int64 sums next to int16 patches), so that a chunk's sums also stay in cache; 0 for
- * the passes whose chunk size is the patch matrix alone. */
+ * (FX_CONV_OUT_FACTOR for int64 sums next to int16 patches), so that a chunk's sums also stay
+ * in cache; 0 for the passes whose chunk size is the patch matrix alone. */
 static conv_plan conv_plan_make(const fx_conv_geom *g, int wgrad, int out_units)
 {
     conv_plan p;
@@ -362,7 +362,8 @@ typedef struct conv_yquant_ctx {
     int16_t *tmp;       /* [N*P, O] mantissas before the transpose */
     int16_t *dst;       /* y's elements */
     fx_qstats *part;    /* [N] per-sample statistics */
-    int fused_e;        /* y already holds the rounding at this exponent (else FX_EXP_NONE) */
+    int fused_e;        /* tmp and part[] already hold the rounding at this exponent (else
+                         * FX_EXP_NONE); y itself is written only by the write */
     int nt;
 } conv_yquant_ctx;
 
