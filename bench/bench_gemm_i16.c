@@ -1,7 +1,8 @@
 /* GOP/s of the exact int16 GEMM (the FLEX16_5 / DFP16 matmul kernel) of every available
  * backend, called directly through the backend table, row-major operands. Each SIMD case runs
- * twice in the same process, alternating repetitions: "split" forces the split kernel on every
- * tile (the kernel before the norm-bounded fast path), "auto" lets the norm test choose (on
+ * twice in the same process, alternating repetitions: "split" forces the any-data kernel on
+ * every tile (the wrap kernel where the CPU has AVX512_VNNI, else the split kernel: the kernel
+ * before the norm-bounded fast path), "auto" lets the norm test choose (on
  * products above the size gates FX_GEMM_FAST_MIN_* of gemm_i16.c; below them auto is the split
  * kernel too, and the fast-tile fraction prints 0); the ratio split/auto is printed, with the
  * fraction of (tile, K block) steps that took the fast kernel.

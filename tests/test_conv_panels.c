@@ -68,7 +68,7 @@ static fx_operand op2d(const int16_t *data, int64_t rows, int64_t cols, int64_t 
 }
 
 static int run_gemm(fx_kernel k, fx_operand a, const int32_t *panels, fx_operand b,
-                    const int16_t *bsplit, int64_t *out)
+                    const int16_t *bsplit, int blayout, int64_t *out)
 {
     fx_op_call c;
     memset(&c, 0, sizeof c);
@@ -88,6 +88,7 @@ static int run_gemm(fx_kernel k, fx_operand a, const int32_t *panels, fx_operand
     c.a_panels_mr = panels ? 6 : 0;
     c.b_split = bsplit;
     c.b_split_nr = bsplit ? 32 : 0;
+    c.b_split_layout = blayout;
     return k(&c);
 }
 
@@ -151,38 +152,42 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512)
     for (int ki = 0; ki < nk; ki++)
         for (int mode = 0; mode < 2; mode++) {
             fx_gemm_i16_set_mode(mode ? FX_GEMM_I16_NORM_ALWAYS : FX_GEMM_I16_AUTO);
-            CHECK_STATUS(run_gemm(kers[ki], A, NULL, B, NULL, c0), FX_OK);
-            CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, B, NULL, c1), FX_OK);
+            CHECK_STATUS(run_gemm(kers[ki], A, NULL, B, NULL, 0, c0), FX_OK);
+            CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, B, NULL, 0, c1), FX_OK);
             CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 8) == 0,
                   "C%lld KW%lld kernel %d mode %d: GEMM from panels differs", (long long)g.C,
                   (long long)g.KW, ki, mode);
-            /* B split once (the convolution's weights), with and without A panels */
-            int16_t *bs = aligned_alloc(64, ((size_t)fx_gemm_i16_split_b_numel(K, N, 32) * 2 + 63) / 64 * 64);
-            CHECK_STATUS(fx_gemm_i16_split_b(w, N, 1, K, N, 32, bs), FX_OK);
-            CHECK_STATUS(run_gemm(kers[ki], A, NULL, B, bs, c1), FX_OK);
+            /* B split once (the convolution's weights), with and without A panels, in the
+             * layout of the kernel's any-data path: split (BW), wrap (VNNI) */
+            const int lay = ki ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
+            const size_t bsn = (size_t)fx_gemm_i16_split_b_numel(K, N, 32, lay);
+            int16_t *bs = aligned_alloc(64, (bsn * 2 + 63) / 64 * 64);
+            CHECK_STATUS(fx_gemm_i16_split_b(w, N, 1, K, N, 32, lay, bs), FX_OK);
+            CHECK_STATUS(run_gemm(kers[ki], A, NULL, B, bs, lay, c1), FX_OK);
             CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 8) == 0,
                   "C%lld KW%lld kernel %d: GEMM with pre-split B differs", (long long)g.C,
                   (long long)g.KW, ki);
             memset(c1, 0, (size_t)(Pc * N) * 8);
-            CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, B, bs, c1), FX_OK);
+            CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, B, bs, lay, c1), FX_OK);
             CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 8) == 0,
                   "C%lld KW%lld kernel %d: GEMM from panels and pre-split B differs",
                   (long long)g.C, (long long)g.KW, ki);
             /* a transposed B (the convolution passes W^T as strides) splits the same way */
-            int16_t *wt = malloc((size_t)(K * N) * 2), *bs2 = aligned_alloc(64, ((size_t)fx_gemm_i16_split_b_numel(K, N, 32) * 2 + 63) / 64 * 64);
+            int16_t *wt = malloc((size_t)(K * N) * 2), *bs2 = aligned_alloc(64, (bsn * 2 + 63) / 64 * 64);
             for (int64_t k = 0; k < K; k++)
                 for (int64_t j = 0; j < N; j++) wt[j * K + k] = w[k * N + j];
-            CHECK_STATUS(fx_gemm_i16_split_b(wt, 1, K, K, N, 32, bs2), FX_OK);
-            CHECK(memcmp(bs, bs2, (size_t)fx_gemm_i16_split_b_numel(K, N, 32) * 2) == 0,
-                  "split of B and of its transposed storage agree");
-            CHECK(run_gemm(kers[ki], A, NULL, B, bs + 1, c1) == FX_EUNSUPPORTED,
+            CHECK_STATUS(fx_gemm_i16_split_b(wt, 1, K, K, N, 32, lay, bs2), FX_OK);
+            CHECK(memcmp(bs, bs2, bsn * 2) == 0, "split of B and of its transposed storage agree");
+            CHECK(run_gemm(kers[ki], A, NULL, B, bs + 1, lay, c1) == FX_EUNSUPPORTED,
                   "a misaligned pre-split B is refused");
+            CHECK(run_gemm(kers[ki], A, NULL, B, bs, !lay, c1) == FX_EUNSUPPORTED,
+                  "a pre-split B in the other kernel's layout is refused");
             free(bs);
             free(bs2);
             free(wt);
         }
     fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
-    CHECK(run_gemm(fx_flex_matmul_scalar, Ashape, ref, B, NULL, c1) == FX_EUNSUPPORTED,
+    CHECK(run_gemm(fx_flex_matmul_scalar, Ashape, ref, B, NULL, 0, c1) == FX_EUNSUPPORTED,
           "the scalar kernel refuses panels");
     free(w);
     free(c0);

@@ -127,11 +127,12 @@ static int64_t first_mismatch(const int64_t *x, const int64_t *y, int64_t n)
 enum { DATA_RANDOM, DATA_MAX, DATA_MAX_OPPOSITE, DATA_SIGNS, DATA_SPARSE, DATA_SMALL, DATA_MIN16,
        DATA_KINDS, /* the kinds above rotate through the shape sweep; those below are explicit */
        DATA_GAUSS = DATA_KINDS, DATA_GAUSS_HI, DATA_EDGE_FAST, DATA_EDGE_FAST_NEG, DATA_EDGE_SPLIT,
-       DATA_BURSTS };
+       DATA_BURSTS, DATA_WRAP_LOW };
 static const char *const data_names[] = {
     "random", "all+32767", "a=+32767,b=-32767", "+-32767", "sparse", "small", "all-32768",
     "gaussian-like, max ~2^14.5", "gaussian-like, max ~32767", "all 11585 (fast limit)",
-    "11585 x -11585", "all 11586 (split limit)", "gaussian with +-32767 bursts"};
+    "11585 x -11585", "all 11586 (split limit)", "gaussian with +-32767 bursts",
+    "all -32513 (wrap kernel's lowest error)"};
 
 /* Approximately Gaussian (sum of four uniforms) scaled so that 4 standard deviations reach
  * `peak`: the shape of data quantised at its exact exponent. */
@@ -155,6 +156,10 @@ static int16_t gen_value(test_rng *r, int kind, int is_b)
     case DATA_EDGE_FAST_NEG: return is_b ? -11585 : 11585;
     case DATA_EDGE_SPLIT: return 11586; /* 16 * 11586^2 > 2^31 - 1: every tile must split */
     case DATA_BURSTS: return gauss_like(r, 3000); /* + the full-range stretches of gen_at */
+    /* the wrap kernel's extreme high-byte errors (gemm_i16.h): a = b = 32767 (DATA_MAX) gives
+     * the largest positive one, a = b = -32513 the largest negative one; a whole chunk of them
+     * lands within 0.8 % of the int32 range */
+    case DATA_WRAP_LOW: return -32513;
     case DATA_MAX: return 32767;
     case DATA_MAX_OPPOSITE: return is_b ? -32767 : 32767;
     case DATA_SIGNS: return (test_rng_u64(r) & 1) ? 32767 : -32767;
@@ -323,6 +328,7 @@ static void test_matmul_paths(void)
     check_matmul_expect(30, 2048, 140, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
     check_matmul_expect(13, 4099, 128, DATA_MAX, LAYOUT_TRANSPOSED, 0, EXPECT_SPLIT, &r);
     check_matmul_expect(7, 1500, 137, DATA_MIN16, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
+    check_matmul_expect(11, 1535, 67, DATA_WRAP_LOW, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
     /* mixed: full-range stretches of K among small values split some K blocks' tiles only */
     int64_t fast = 0, split = 0;
     check_matmul_expect(100, 1300, 140, DATA_BURSTS, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);

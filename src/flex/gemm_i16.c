@@ -123,6 +123,71 @@ static void fx_split_panel(const fx_gemm_i16_kernel *kd, const int16_t *bp, int6
             fx_split_b(bp[p * 2 * nr + q], &bs[p * 4 * nr + q], &bs[p * 4 * nr + 2 * nr + q]);
 }
 
+int64_t fx_gemm_i16_wrap_panel_numel(int64_t kp, int nr)
+{
+    const int64_t nq = (kp + 1) / 2;
+    const int64_t nch = (nq + FX_GEMM_I16_WRAP_CHUNK_QUADS - 1) / FX_GEMM_I16_WRAP_CHUNK_QUADS;
+    return (nq * 6 + nch * 2) * nr;
+}
+
+/* Turn a plain B micro-panel into the wrap layout of the wrap kernel (gemm_i16.h). The int32
+ * and byte parts go through memcpy: the panel is an int16 buffer. */
+static void fx_wrap_panel(const fx_gemm_i16_kernel *kd, const int16_t *bp, int64_t kp, int nr,
+                          int16_t *bw)
+{
+    if (kd->pack && kd->pack->wrap_panel) {
+        kd->pack->wrap_panel(bp, kp, bw);
+        return;
+    }
+    const int64_t nq = (kp + 1) / 2;
+    for (int64_t q0 = 0; q0 < nq; q0 += FX_GEMM_I16_WRAP_CHUNK_QUADS) {
+        const int64_t q1 = fx_min64(nq, q0 + FX_GEMM_I16_WRAP_CHUNK_QUADS);
+        int32_t corr[FX_GEMM_I16_MAX_NR] = {0};
+        int16_t *corr_at = bw;
+        bw += 2 * nr;
+        for (int64_t q = q0; q < q1; q++, bw += 6 * nr) {
+            signed char hb[4 * FX_GEMM_I16_MAX_NR];
+            for (int u = 0; u < 2; u++) {
+                const int64_t p = 2 * q + u;
+                int16_t *dst = bw + 2 * nr + u * 2 * nr;
+                for (int j = 0; j < nr; j++)
+                    for (int t = 0; t < 2; t++) {
+                        const int16_t v = p < kp ? bp[p * 2 * nr + 2 * j + t] : 0;
+                        const int h = v >> 8; /* arithmetic: v = 256 h + (v & 255) */
+                        hb[4 * j + 2 * u + t] = (signed char)h;
+                        corr[j] += 128 * h;
+                        dst[2 * j + t] = v;
+                    }
+            }
+            memcpy(bw, hb, (size_t)(4 * nr));
+        }
+        memcpy(corr_at, corr, (size_t)nr * sizeof corr[0]);
+    }
+}
+
+/* The high panel of an A micro-panel of kp pairs (gemm_i16.h): byte t of quad q, row i =
+ * (A[i][4q + t] >> 8) + 128, i.e. the value's high byte with its sign bit flipped. */
+static void fx_a_high(const fx_gemm_i16_kernel *kd, const int32_t *ap, int64_t kp, int mr,
+                      int32_t *ahi)
+{
+    if (kd->pack && kd->pack->a_high) {
+        kd->pack->a_high(ap, kp, ahi);
+        return;
+    }
+    const int64_t nq = (kp + 1) / 2;
+    for (int64_t q = 0; q < nq; q++)
+        for (int i = 0; i < mr; i++) {
+            uint32_t w = 0;
+            for (int u = 0; u < 2; u++) {
+                const int64_t p = 2 * q + u;
+                const uint32_t x = p < kp ? (uint32_t)ap[p * mr + i] : 0u;
+                const uint32_t h0 = ((x >> 8) & 0xFFu) ^ 0x80u, h1 = (x >> 24) ^ 0x80u;
+                w |= (h0 | (h1 << 8)) << (16 * u);
+            }
+            ahi[q * mr + i] = (int32_t)w;
+        }
+}
+
 static void fx_panel_norms(const int32_t *ap, int64_t kp, int mr, int32_t *na);
 
 /* Pack an m x kc block of A (m <= mr valid rows) into one micro-panel of mr rows, and write
@@ -187,13 +252,21 @@ static int64_t fx_fast_chain(const int32_t *na, const int32_t *nb, int64_t nseg,
     return fx_min64(kp, lim / t * FX_GEMM_I16_SEG);
 }
 
-int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr)
+/* int16 units of one pre-packed B micro-panel of kp pairs in the given layout */
+static int64_t fx_b_panel_numel(int64_t kp, int nr, int layout)
 {
-    return (K + 1) / 2 * 4 * nr * ((N + nr - 1) / nr); /* K blocks are even but the last */
+    return layout == FX_GEMM_I16_B_WRAP ? fx_gemm_i16_wrap_panel_numel(kp, nr) : kp * 4 * nr;
+}
+
+int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr, int layout)
+{
+    const int64_t np = (N + nr - 1) / nr, full = K / FX_GEMM_KC, rest = K % FX_GEMM_KC;
+    return np * (full * fx_b_panel_numel(FX_GEMM_KC / 2, nr, layout) +
+                 (rest ? fx_b_panel_numel((rest + 1) / 2, nr, layout) : 0));
 }
 
 int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,
-                        int16_t *out)
+                        int layout, int16_t *out)
 {
     static const fx_gemm_i16_kernel portable = {0}; /* pack NULL: the portable loops */
     const int64_t np = (N + nr - 1) / nr;
@@ -201,10 +274,15 @@ int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, i
     if (!plain) return FX_ENOMEM;
     for (int64_t pc = 0; pc < K; pc += FX_GEMM_KC) {
         const int64_t kcur = fx_min64(FX_GEMM_KC, K - pc), kp = (kcur + 1) / 2;
+        int16_t *blk = out + pc / FX_GEMM_KC * np * fx_b_panel_numel(FX_GEMM_KC / 2, nr, layout);
         for (int64_t j = 0; j < np; j++) {
+            int16_t *dst = blk + j * fx_b_panel_numel(kp, nr, layout);
             fx_pack_b(&portable, b + pc * sbk + j * nr * sbn, sbk, sbn, kcur,
                       fx_min64(nr, N - j * nr), nr, plain, NULL);
-            fx_split_panel(&portable, plain, kp, nr, out + pc / 2 * 4 * nr * np + j * kp * 4 * nr);
+            if (layout == FX_GEMM_I16_B_WRAP)
+                fx_wrap_panel(&portable, plain, kp, nr, dst);
+            else
+                fx_split_panel(&portable, plain, kp, nr, dst);
         }
     }
     free(plain);
@@ -249,7 +327,11 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     const int32_t *apan = (const int32_t *)c->a_panels;
     if (apan && c->a_panels_mr != mr) return FX_EUNSUPPORTED;
     const int16_t *bpre = c->b_split; /* pre-split B (fx_gemm_i16_split_b) */
-    if (bpre && (c->b_split_nr != nr || ((uintptr_t)bpre & 63))) return FX_EUNSUPPORTED;
+    /* the any-data kernel: wrap (its own B layout, plus A high panels) or split */
+    const int use_wrap = kd->wrap != NULL;
+    const int blayout = use_wrap ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
+    if (bpre && (c->b_split_nr != nr || c->b_split_layout != blayout || ((uintptr_t)bpre & 63)))
+        return FX_EUNSUPPORTED;
     const int64_t np_all = (N + nr - 1) / nr;
     const int64_t kp_all = (K + 1) / 2;
     const int mode = g_mode;
@@ -274,16 +356,21 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     if (nt < 1 || M * N * K < FX_GEMM_PAR_MIN_MACS) nt = 1;
     if (nt > nmb) nt = (int)nmb; /* threads split the row blocks */
 
-    /* per thread: split B block (panels split on demand, each at most once per B block; tags
-     * say which panel holds the current block), packed A block, its segment norms */
+    /* per thread: split (or wrap) B block (panels made on demand, each at most once per B
+     * block; tags say which panel holds the current block), packed A block, its high panels
+     * (wrap kernel), its segment norms */
     const int64_t npan_max = nc / nr;
+    const int64_t nq_max = (kp_max + 1) / 2;
     /* pre-packed operands need no packing buffers of their own */
-    const size_t bs_elems = bpre ? 0 : (size_t)(kp_max * 4 * nc);       /* int16 */
+    const size_t bs_elems =
+        bpre ? 0 : (size_t)(npan_max * fx_b_panel_numel(kp_max, nr, blayout));  /* int16 */
     const size_t a_elems = apan ? 0 : (size_t)(kp_max * mc);            /* int32 */
+    const size_t ah_elems = use_wrap ? (size_t)(nq_max * mc) : 0;       /* int32 */
     const size_t na_elems = (size_t)(mc / mr * nseg_max);               /* int32 */
     const size_t tag_elems = (size_t)npan_max;                          /* int64 */
     const size_t bs_bytes = (bs_elems * 2 + 63) / 64 * 64;
-    const size_t t_stride = (bs_bytes + tag_elems * 8 + (a_elems + na_elems) * 4 + 63) / 64 * 64;
+    const size_t t_stride =
+        (bs_bytes + tag_elems * 8 + (a_elems + ah_elems + na_elems) * 4 + 63) / 64 * 64;
     int16_t *bpack = fx_gemm_alloc(bpre ? 0 : (size_t)(kp_max * 2 * nc) * sizeof(int16_t));
     int32_t *bnorm = fx_gemm_alloc((size_t)(nc / nr * nseg_max) * sizeof(int32_t));
     unsigned char *tpack = fx_gemm_alloc(t_stride * (size_t)nt);
@@ -306,14 +393,16 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         int16_t *bsplit = (int16_t *)tbase;
         int64_t *split_tag = (int64_t *)(tbase + bs_bytes);
         int32_t *ap = (int32_t *)(split_tag + tag_elems);
-        int32_t *anorm = ap + a_elems;
+        int32_t *ahi = ap + a_elems;
+        int32_t *anorm = ahi + ah_elems;
         int64_t block_id = 0; /* counts B blocks; split_tag[jp] == block_id: panel jp is split */
         memset(split_tag, 0, tag_elems * sizeof *split_tag);
         for (int64_t jc = 0; jc < N; jc += nc) {
             const int64_t ncur = fx_min64(nc, N - jc);
             const int64_t npan = (ncur + nr - 1) / nr;
             for (int64_t pc = 0; pc < K; pc += kc) {
-                const int64_t kcur = fx_min64(kc, K - pc), kp = (kcur + 1) / 2;
+                const int64_t kcur = fx_min64(kc, K - pc), kp = (kcur + 1) / 2, nq = (kp + 1) / 2;
+                const int64_t bpanel = fx_b_panel_numel(kp, nr, blayout);
                 const int64_t nseg = (kp + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
                 const int16_t *bblk = b + pc * sbk + jc * sbn;
                 const int fast_ok =
@@ -341,12 +430,18 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                                       fast_ok ? anorm + ir / mr * nseg : NULL);
                         else if (fast_ok)
                             fx_panel_norms(ablk + ir * ald, kp, mr, anorm + ir / mr * nseg);
+                        if (use_wrap) fx_a_high(kd, ablk + ir * ald, kp, mr, ahi + ir / mr * nq * mr);
                     }
                     for (int64_t jp = 0; jp < npan; jp++) {
                         const int64_t j0 = jp * nr;
                         const int n = (int)fx_min64(nr, ncur - j0);
                         const int16_t *bp = bpack + jp * kp * 2 * nr;
-                        int16_t *bsp = bsplit + jp * kp * 4 * nr;
+                        int16_t *bsp = bsplit + jp * bpanel;
+                        const int16_t *bpre_p =
+                            bpre ? bpre + pc / FX_GEMM_KC * np_all *
+                                              fx_b_panel_numel(FX_GEMM_KC / 2, nr, blayout) +
+                                       (jc / nr + jp) * bpanel
+                                 : NULL;
                         for (int64_t ir = 0; ir < mcur; ir += mr) {
                             int64_t *ct = out + (i0 + ir) * N + jc + j0;
                             const int m = (int)fx_min64(mr, mcur - ir);
@@ -357,17 +452,20 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                             if (chain > 0) {
                                 kd->fast(kp, chain, ablk + ir * ald, bp, ct, N, m, n, pc > 0);
                                 fast_tiles++;
-                            } else if (bpre) {
-                                kd->ukr(kp, ablk + ir * ald,
-                                        bpre + pc / 2 * 4 * nr * np_all + (jc / nr + jp) * kp * 4 * nr,
-                                        ct, N, m, n, pc > 0);
-                                split_tiles++;
                             } else {
-                                if (split_tag[jp] != block_id) {
-                                    fx_split_panel(kd, bp, kp, nr, bsp);
+                                const int16_t *bany = bpre_p ? bpre_p : bsp;
+                                if (!bpre_p && split_tag[jp] != block_id) {
+                                    if (use_wrap)
+                                        fx_wrap_panel(kd, bp, kp, nr, bsp);
+                                    else
+                                        fx_split_panel(kd, bp, kp, nr, bsp);
                                     split_tag[jp] = block_id;
                                 }
-                                kd->ukr(kp, ablk + ir * ald, bsp, ct, N, m, n, pc > 0);
+                                if (use_wrap)
+                                    kd->wrap(kp, ablk + ir * ald, ahi + ir / mr * nq * mr, bany,
+                                             ct, N, m, n, pc > 0);
+                                else
+                                    kd->ukr(kp, ablk + ir * ald, bany, ct, N, m, n, pc > 0);
                                 split_tiles++;
                             }
                         }

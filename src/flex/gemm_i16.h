@@ -8,8 +8,8 @@
  * output C[i][j]. All of vpmaddwd, vpaddd and (non-saturating) vpdpwssd compute modulo 2^32, so
  * a lane always holds its true partial sum modulo 2^32 (even the one pair sum that does not fit,
  * (-32768)^2 * 2 = 2^31, wraps consistently). Hence: if the true value of a chain's sum lies in
- * [-2^31, 2^31), the lane holds it exactly, whatever happened in between. Two micro-kernels use
- * this in two ways.
+ * [-2^31, 2^31), the lane holds it exactly, whatever happened in between. Three micro-kernels
+ * build on this.
  *
  * 1. The fast kernel: plain int16 operands, one vpdpwssd per pair, data-dependent chain length.
  *    The K block is cut into segments of FX_GEMM_I16_SEG pairs (2*SEG values of k). While
@@ -36,8 +36,26 @@
  *    255 * 2^23 < 2^31: no int32 lane ever wraps. At the end of the K block the micro-kernel
  *    widens both chains to int64 and adds 256 * Sh + Sl = sum a*b into C. This costs two
  *    multiply instructions per pair instead of one, whatever the data.
- * Every step of both kernels is exact, so the int64 result equals the mathematical sum, whatever
- * the blocking, ISA, thread count or the path each tile takes.
+ * 3. The wrap kernel (AVX512_VNNI; it replaces the split kernel where the level provides it):
+ *    one vpdpwssd per pair and one vpdpbusd per two pairs, for any data. Per output it keeps
+ *    two int32 lanes: L, the plain sum of a*b modulo 2^32 (one vpdpwssd per pair, left to
+ *    wrap), and G, which at every chunk boundary holds floor(S / 2^16) of the exact partial sum
+ *    S. Inside a chunk G gathers the products of the high bytes, ah = a >> 8 and bh = b >> 8
+ *    (arithmetic shifts, so a = 256 ah + al with al in [0, 255]), four per int32 lane and
+ *    instruction. vpdpbusd multiplies unsigned by signed bytes, so A's high bytes are stored
+ *    offset, ah + 128, and the chunk's column sums 128 * sum bh, stored with B, are subtracted.
+ *    Each product's error |a b - 2^16 ah bh| is at most 16,646,655 (exhaustive search over all
+ *    int16 pairs: +16,646,145 at a = b = 32767, -16,646,655 at a = b = -32513), so after a
+ *    chunk of at most 128 products (FX_GEMM_I16_WRAP_CHUNK_QUADS quads of 4 k values)
+ *    r = S_new - 2^16 G lies in [-2,130,771,840, 2,130,772,095] (the 65,535 carried over from
+ *    the floor included), inside [-2^31, 2^31). As L = S_new mod 2^32, r is the int32 value
+ *    L - (G << 16) (mod 2^32) read as signed, exactly, and the fold G += r >> 16 (arithmetic)
+ *    restores G = floor(S_new / 2^16): five register operations per accumulator and chunk, no
+ *    memory. At the end of the K block S = 2^16 G + (L mod 2^16), widened to int64 once. This
+ *    needs no norm test and costs 1.5 multiply instructions per pair instead of the split
+ *    kernel's 2.
+ * Every step of the three kernels is exact, so the int64 result equals the mathematical sum,
+ * whatever the blocking, ISA, thread count or the path each tile takes.
  *
  * Packed layouts (K is walked in pairs k = 2p, 2p+1; a missing odd element is packed as 0):
  *   A micro-panel (mr rows, kp pairs): int32 ap[p*mr + i] holds A[i][2p] in its low 16 bits
@@ -47,6 +65,16 @@
  *   B micro-panel, split (split kernel): 4*nr int16 per pair p:
  *     bp[p*4nr + 2j + t]        = bh(B[2p+t][j])   (the high parts, pair-interleaved)
  *     bp[p*4nr + 2nr + 2j + t]  = bl(B[2p+t][j])   (the low parts)
+ *   B micro-panel, wrap (wrap kernel; nr columns, kp pairs, nq = ceil(kp / 2) quads of 4 k
+ *     values, cut into chunks of FX_GEMM_I16_WRAP_CHUNK_QUADS quads). Per chunk, in int16 units:
+ *       2*nr    nr int32: 128 * (sum over the chunk's k of bh(B[k][j])), the offset correction
+ *       per quad q of the chunk, 6*nr:
+ *         2*nr  nr int32 of 4 signed bytes: byte t of column j = B[4q + t][j] >> 8
+ *         2*nr  pair 2q in the plain layout above
+ *         2*nr  pair 2q + 1 in the plain layout (zeros when 2q + 1 = kp)
+ *     k values beyond K are zeros, so they add nothing to L, G or the correction.
+ *   A high micro-panel (wrap kernel; mr rows, nq quads): int32 ahi[q*mr + i], byte t =
+ *     (A[i][4q + t] >> 8) + 128 (k beyond the panel's pairs: 128, multiplied by a zero bh).
  *   Rows beyond M and columns beyond N are packed as zeros (they add 0 to the norms too).
  */
 #ifndef FX_FLEX_GEMM_I16_H
@@ -82,6 +110,19 @@ typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *a
                                      const int16_t *bp, int64_t *c, int64_t ldc, int m, int n,
                                      int accumulate);
 
+/* Quads (4 k values) per chunk of the wrap kernel: 128 products keep every chunk's error below
+ * 2^31 (see above). */
+#define FX_GEMM_I16_WRAP_CHUNK_QUADS 32
+
+/* Wrap micro-kernel: the contract of fx_gemm_i16_ukr with a wrap B micro-panel bw and, besides
+ * the A micro-panel ap, its high panel ahi (both layouts above). */
+typedef void (*fx_gemm_i16_wrap_ukr)(int64_t kp, const int32_t *ap, const int32_t *ahi,
+                                     const int16_t *bw, int64_t *c, int64_t ldc, int m, int n,
+                                     int accumulate);
+
+/* int16 units of one wrap B micro-panel of kp pairs and nr columns (a multiple of 2*nr). */
+int64_t fx_gemm_i16_wrap_panel_numel(int64_t kp, int nr);
+
 /* Optional SIMD packing of one level (any member may be NULL: the driver's portable loops).
  * Each packs one FULL micro-panel in the layouts above, and when sq != NULL also writes, per
  * norm segment s of its kp pairs, sq[s] = max over the panel's rows (A) or columns (B) of the
@@ -93,6 +134,10 @@ typedef struct fx_gemm_i16_pack {
     void (*pack_b)(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq);
     /* plain B micro-panel of kp pairs -> split layout */
     void (*split_panel)(const int16_t *bp, int64_t kp, int16_t *bs);
+    /* plain B micro-panel of kp pairs -> wrap layout */
+    void (*wrap_panel)(const int16_t *bp, int64_t kp, int16_t *bw);
+    /* A micro-panel of kp pairs (mr rows) -> its high panel; reads no pair beyond kp */
+    void (*a_high)(const int32_t *ap, int64_t kp, int32_t *ahi);
 } fx_gemm_i16_pack;
 
 typedef struct fx_gemm_i16_kernel {
@@ -100,7 +145,11 @@ typedef struct fx_gemm_i16_kernel {
     fx_gemm_i16_ukr ukr;       /* split kernel: any data */
     fx_gemm_i16_fast_ukr fast; /* plain kernel: tiles whose norms allow it (NULL: never) */
     const fx_gemm_i16_pack *pack; /* packing for this mr x nr (NULL: portable loops) */
+    fx_gemm_i16_wrap_ukr wrap; /* when set, takes the split kernel's place on every tile */
 } fx_gemm_i16_kernel;
+
+/* Layouts of a pre-packed B (fx_gemm_i16_split_b; fx_op_call.b_split_layout). */
+enum { FX_GEMM_I16_B_SPLIT = 0, FX_GEMM_I16_B_WRAP = 1 };
 
 /* AVX-512BW packing for a 6 x 32 tile (gemm_i16_pack_avx512.c). */
 extern const fx_gemm_i16_pack fx_gemm_i16_pack_avx512_6x32;
@@ -112,15 +161,18 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *k);
 
 /* Pre-split B, for many products with one B (a convolution's chunks, whose GEMMs would each
  * pack and split the same weights again): every K block of FX_GEMM_I16_KC values and every
- * nr-column panel in the split layout above; block pc (a multiple of FX_GEMM_I16_KC) starts at
- * out + (pc/2) * 4*nr * NP and its panel j at + j * kp * 4*nr, kp being the block's pairs and
- * NP = ceil(N/nr). out must be 64-byte aligned (the micro-kernels load whole aligned vectors).
- * An FX_OP_MATMUL call with fx_op_call.b_split (and b_split_nr = nr) then skips B packing and
- * takes the split kernel on every tile. */
+ * nr-column panel in the split or the wrap layout above (layout: FX_GEMM_I16_B_*); with PS(kp)
+ * the size of one panel of kp pairs (4*nr*kp, or fx_gemm_i16_wrap_panel_numel), block pc (a
+ * multiple of FX_GEMM_I16_KC) starts at out + (pc / FX_GEMM_I16_KC) * NP * PS(FX_GEMM_I16_KC/2)
+ * and its panel j at + j * PS(kp), kp being the block's pairs and NP = ceil(N/nr). out must be
+ * 64-byte aligned (the micro-kernels load whole aligned vectors). An FX_OP_MATMUL call with
+ * fx_op_call.b_split (b_split_nr = nr, b_split_layout = the level's fx_backend
+ * gemm_i16_b_layout) then skips B packing and takes the split or wrap kernel on every tile. */
 #define FX_GEMM_I16_KC 384
-int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr);
+int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr, int layout);
 int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,
-                        int16_t *out); /* FX_OK, or FX_ENOMEM (nothing usable written) */
+                        int layout, int16_t *out); /* FX_OK, or FX_ENOMEM (nothing usable
+                                                      written) */
 
 /* ---- instrumentation for tests and benchmarks --------------------------------------------- */
 

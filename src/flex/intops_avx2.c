@@ -122,7 +122,7 @@ static void fx_fast_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int
 
 int fx_flex_matmul_avx2(const fx_op_call *c)
 {
-    static const fx_gemm_i16_kernel k = {FX_MR, FX_NR, fx_ukr_avx2, fx_fast_avx2, NULL};
+    static const fx_gemm_i16_kernel k = {FX_MR, FX_NR, fx_ukr_avx2, fx_fast_avx2, NULL, NULL};
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
     if (!c->a_panels && !c->b_split && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS)
         return fx_flex_matmul_scalar(c);

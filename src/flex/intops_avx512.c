@@ -1,8 +1,10 @@
 /* AVX-512 integer kernels of the shared-exponent formats: the exact int16 GEMM micro-kernels.
  * Two variants share each body: vpdpwssd (AVX512_VNNI, installed only when the CPU has it) and
- * vpmaddwd + vpaddd (AVX-512BW). Exactness: see gemm_i16.h (fast kernel: norm-bounded int32
- * chains folded into Lo/Hi words; split kernel: split B, int32 chains of at most 255 pair
- * steps, widened to int64 at the end of every K block). */
+ * vpmaddwd + vpaddd (AVX-512BW). With VNNI the wrap kernel (vpdpwssd + vpdpbusd) replaces the
+ * split kernel on every tile the fast kernel does not take. Exactness: see gemm_i16.h (fast
+ * kernel: norm-bounded int32 chains folded into Lo/Hi words; split kernel: split B, int32
+ * chains of at most 255 pair steps, widened to int64 at the end of every K block; wrap
+ * kernel: sums mod 2^32 plus a high-byte estimate folded to floor(S / 2^16) per chunk). */
 #include "gemm_i16.h"
 
 #include <immintrin.h>
@@ -173,6 +175,114 @@ static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32
     }
 }
 
+/* acc += the products of 4 unsigned bytes of au by 4 signed bytes of bs per int32 lane (the
+ * wrap kernel's high bytes; inline asm for the reason given at fx_dot_pairs). */
+static FX_ALWAYS_INLINE __m512i fx_dot_quads(__m512i acc, __m512i au, __m512i bs)
+{
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(au), "v"(bs));
+    return acc;
+}
+
+/* Wrap kernel (gemm_i16.h, kernel 3): Lrv the plain sums mod 2^32 and Grv the high estimate,
+ * folded to floor(S / 2^16) after every chunk, for row r and column vector v: 24 accumulators,
+ * 2 B vectors and one broadcast in registers. The accumulators are named variables, not an
+ * array: with an array inside the chunk and quad loops GCC 12 kept half of them on the stack
+ * and copied the rest on every step (seen in the disassembly), as in the fast kernel. */
+#define FX_WRAP_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define FX_WRAP_DECL(r)                                                                        \
+    __m512i L##r##0 = _mm512_setzero_si512(), L##r##1 = L##r##0, G##r##0 = L##r##0,            \
+            G##r##1 = L##r##0;
+#define FX_WRAP_CORR(r)                                                                        \
+    G##r##0 = _mm512_sub_epi32(G##r##0, c0);                                                   \
+    G##r##1 = _mm512_sub_epi32(G##r##1, c1);
+#define FX_WRAP_HIGH(r)                                                                        \
+    {                                                                                          \
+        const __m512i a_ = _mm512_set1_epi32(aq[r]);                                           \
+        G##r##0 = fx_dot_quads(G##r##0, a_, b0);                                               \
+        G##r##1 = fx_dot_quads(G##r##1, a_, b1);                                               \
+    }
+#define FX_WRAP_PAIR(r)                                                                        \
+    {                                                                                          \
+        const __m512i a_ = _mm512_set1_epi32(aq[r]);                                           \
+        L##r##0 = fx_dot_pairs(L##r##0, a_, b0, 1);                                            \
+        L##r##1 = fx_dot_pairs(L##r##1, a_, b1, 1);                                            \
+    }
+/* r = L - 2^16 G read as signed is S - 2^16 G exactly; G += floor(r / 2^16) */
+#define FX_WRAP_FOLD1(L, G)                                                                    \
+    G = _mm512_add_epi32(G, _mm512_srai_epi32(_mm512_sub_epi32(L, _mm512_slli_epi32(G, 16)), 16));
+#define FX_WRAP_FOLD(r) FX_WRAP_FOLD1(L##r##0, G##r##0) FX_WRAP_FOLD1(L##r##1, G##r##1)
+#define FX_WRAP_SPILL(r)                                                                       \
+    _mm512_store_si512((void *)&gs[r][0], G##r##0);                                            \
+    _mm512_store_si512((void *)&gs[r][16], G##r##1);                                           \
+    _mm512_store_si512((void *)&ls[r][0], L##r##0);                                            \
+    _mm512_store_si512((void *)&ls[r][16], L##r##1);
+
+static void fx_wrap_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *ahi,
+                               const int16_t *bw, int64_t *c, int64_t ldc, int m, int n,
+                               int accumulate)
+{
+    _Static_assert(FX_MR == 6 && FX_NR == 32, "the wrap kernel is written out for 6 x 32");
+    fx_prefetch_c(c, ldc, m, accumulate);
+    FX_WRAP_ROWS(FX_WRAP_DECL)
+
+    const int64_t nq = (kp + 1) / 2, nfull = kp / 2; /* quads; the last is half when kp is odd */
+    for (int64_t q0 = 0; q0 < nq; q0 += FX_GEMM_I16_WRAP_CHUNK_QUADS) {
+        const int64_t q1 = q0 + FX_GEMM_I16_WRAP_CHUNK_QUADS < nq ? q0 + FX_GEMM_I16_WRAP_CHUNK_QUADS : nq;
+        /* chunk-local pointers indexed by q (see fx_fast_body) */
+        const int16_t *bq = bw + q0 * 6 * FX_NR + (q0 / FX_GEMM_I16_WRAP_CHUNK_QUADS + 1) * 2 * FX_NR;
+        {   /* the chunk's offset correction: G counted (ah + 128) bh */
+            const __m512i c0 = _mm512_load_si512((const void *)(bq - 2 * FX_NR));
+            const __m512i c1 = _mm512_load_si512((const void *)(bq - FX_NR));
+            FX_WRAP_ROWS(FX_WRAP_CORR)
+        }
+        const int64_t qf = q1 < nfull ? q1 : nfull; /* whole quads of this chunk end here */
+        for (int64_t q = q0; q < qf; q++) {
+            const int16_t *bb = bq + (q - q0) * 6 * FX_NR;
+            __m512i b0 = _mm512_load_si512((const void *)bb);
+            __m512i b1 = _mm512_load_si512((const void *)(bb + 32));
+            const int32_t *aq = ahi + q * FX_MR;
+            FX_WRAP_ROWS(FX_WRAP_HIGH)
+            b0 = _mm512_load_si512((const void *)(bb + 64));
+            b1 = _mm512_load_si512((const void *)(bb + 96));
+            aq = ap + 2 * q * FX_MR;
+            FX_WRAP_ROWS(FX_WRAP_PAIR)
+            b0 = _mm512_load_si512((const void *)(bb + 128));
+            b1 = _mm512_load_si512((const void *)(bb + 160));
+            aq += FX_MR;
+            FX_WRAP_ROWS(FX_WRAP_PAIR)
+        }
+        if (qf < q1) { /* kp odd: the last quad has one pair (pair 2q + 1 is not in the panel) */
+            const int16_t *bb = bq + (qf - q0) * 6 * FX_NR;
+            __m512i b0 = _mm512_load_si512((const void *)bb);
+            __m512i b1 = _mm512_load_si512((const void *)(bb + 32));
+            const int32_t *aq = ahi + qf * FX_MR;
+            FX_WRAP_ROWS(FX_WRAP_HIGH)
+            b0 = _mm512_load_si512((const void *)(bb + 64));
+            b1 = _mm512_load_si512((const void *)(bb + 96));
+            aq = ap + 2 * qf * FX_MR;
+            FX_WRAP_ROWS(FX_WRAP_PAIR)
+        }
+        FX_WRAP_ROWS(FX_WRAP_FOLD)
+    }
+
+    /* S = 2^16 G + (L mod 2^16): spill, then widen only the valid part */
+    int32_t gs[FX_MR][FX_NR] __attribute__((aligned(64)));
+    int32_t ls[FX_MR][FX_NR] __attribute__((aligned(64)));
+    FX_WRAP_ROWS(FX_WRAP_SPILL)
+    const __m512i low16 = _mm512_set1_epi64(0xFFFF);
+    for (int i = 0; i < m; i++) {
+        int64_t *ci = c + i * ldc;
+        for (int j = 0; j < n; j += 8) {
+            const __mmask8 k = n - j >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - j)) - 1);
+            const __m512i g = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)&gs[i][j]));
+            const __m512i l = _mm512_cvtepu32_epi64(_mm256_load_si256((const void *)&ls[i][j]));
+            __m512i s = _mm512_or_si512(_mm512_slli_epi64(g, 16), _mm512_and_si512(l, low16));
+            if (accumulate) s = _mm512_add_epi64(s, _mm512_maskz_loadu_epi64(k, ci + j));
+            _mm512_mask_storeu_epi64(ci + j, k, s);
+        }
+    }
+}
+
 static void fx_fast_avx512vnni(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
                                int64_t *c, int64_t ldc, int m, int n, int accumulate)
 {
@@ -207,14 +317,14 @@ static int fx_small_matmul(const fx_op_call *c)
 int fx_flex_matmul_avx512vnni(const fx_op_call *c)
 {
     static const fx_gemm_i16_kernel k = {FX_MR, FX_NR, fx_ukr_avx512vnni, fx_fast_avx512vnni,
-                                          &fx_gemm_i16_pack_avx512_6x32};
+                                          &fx_gemm_i16_pack_avx512_6x32, fx_wrap_avx512vnni};
     return fx_small_matmul(c) ? fx_flex_matmul_scalar(c) : fx_gemm_i16(c, &k);
 }
 
 int fx_flex_matmul_avx512bw(const fx_op_call *c)
 {
     static const fx_gemm_i16_kernel k = {FX_MR, FX_NR, fx_ukr_avx512bw, fx_fast_avx512bw,
-                                          &fx_gemm_i16_pack_avx512_6x32};
+                                          &fx_gemm_i16_pack_avx512_6x32, NULL};
     return fx_small_matmul(c) ? fx_flex_matmul_scalar(c) : fx_gemm_i16(c, &k);
 }
 
@@ -224,4 +334,6 @@ void fx_flex_install_intops_avx512(fx_backend *b, const fx_cpu_features *cpu)
                        cpu->avx512vnni ? fx_flex_matmul_avx512vnni : fx_flex_matmul_avx512bw);
     b->gemm_i16_panel_mr = FX_MR;
     b->gemm_i16_panel_nr = FX_NR;
+    /* VNNI: the wrap kernel takes every tile the fast kernel does not (its own B layout) */
+    b->gemm_i16_b_layout = cpu->avx512vnni ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
 }

@@ -271,7 +271,7 @@ typedef struct conv_prepacked {
     const void *a_panels;
     int a_mr;
     const int16_t *b_split;
-    int b_nr;
+    int b_nr, b_layout;
 } conv_prepacked;
 
 /* out = a x b with the active backend's GEMM kernel, on nthreads threads: int16 operands into
@@ -305,6 +305,7 @@ static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b
         c.a_panels_mr = pp->a_mr;
         c.b_split = pp->b_split;
         c.b_split_nr = pp->b_nr;
+        c.b_split_layout = pp->b_layout;
     }
     return k(&c);
 }
@@ -558,8 +559,8 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     uint64_t *chunk_max = conv_alloc(&s, plan.nchunks, sizeof(uint64_t), &rc, __func__);
     /* integer compute: the weights split once for all chunks (each chunk's GEMM would split
      * the same B again) */
-    const int b_nr = ic ? be->gemm_i16_panel_nr : 0;
-    int16_t *wsplit = b_nr ? conv_alloc(&s, fx_gemm_i16_split_b_numel(CKK, g.O, b_nr) + 32,
+    const int b_nr = ic ? be->gemm_i16_panel_nr : 0, b_layout = be->gemm_i16_b_layout;
+    int16_t *wsplit = b_nr ? conv_alloc(&s, fx_gemm_i16_split_b_numel(CKK, g.O, b_nr, b_layout) + 32,
                                         sizeof(int16_t), &rc, __func__)
                            : NULL;
     if (rc) {
@@ -568,7 +569,7 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     }
     if (wsplit) /* 64-byte aligned (gemm_i16.h); 32 spare int16 cover the shift */
         wsplit = (int16_t *)(void *)((char *)wsplit + ((64 - ((uintptr_t)wsplit & 63)) & 63));
-    if (wsplit && fx_gemm_i16_split_b(wo.data, 1, CKK, CKK, g.O, b_nr, wsplit) != FX_OK)
+    if (wsplit && fx_gemm_i16_split_b(wo.data, 1, CKK, CKK, g.O, b_nr, b_layout, wsplit) != FX_OK)
         wsplit = NULL; /* the chunks' GEMMs split the weights themselves */
     FX_CONV_PARALLEL_FOR
     for (int64_t ch = 0; ch < plan.nchunks; ch++) {
@@ -582,7 +583,7 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
             fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
             if (!fx_conv_panels_i16_avx512(&g, (const int16_t *)myxp, nbc, panel_mr, pan))
                 fx_conv_panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan);
-            const conv_prepacked pp = {pan, panel_mr, wsplit, b_nr};
+            const conv_prepacked pp = {pan, panel_mr, wsplit, b_nr, b_layout};
             status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), &pp,
                                           conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
                                           myy, plan.inner);
@@ -591,12 +592,12 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
             fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
             if (!fx_conv_panels_f32_avx512(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan))
                 fx_conv_panels_f32(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan);
-            const conv_prepacked pp = {pan, fpanel_mr, NULL, 0};
+            const conv_prepacked pp = {pan, fpanel_mr, NULL, 0, 0};
             status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), &pp,
                                           conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
                                           myy, plan.inner);
         } else {
-            const conv_prepacked pp = {NULL, 0, wsplit, b_nr};
+            const conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout};
             conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 1, plan.inner);
             status[ch] = conv_matmul_with(conv_op2d(&cc, mycol, xo.exp, Pc, CKK, CKK, 0), &pp,
                                           conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
