@@ -180,8 +180,21 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512)
             CHECK(memcmp(bs, bs2, bsn * 2) == 0, "split of B and of its transposed storage agree");
             CHECK(run_gemm(kers[ki], A, NULL, B, bs + 1, lay, c1) == FX_EUNSUPPORTED,
                   "a misaligned pre-split B is refused");
-            CHECK(run_gemm(kers[ki], A, NULL, B, bs, !lay, c1) == FX_EUNSUPPORTED,
-                  "a pre-split B in the other kernel's layout is refused");
+            if (!ki)
+                CHECK(run_gemm(kers[ki], A, NULL, B, bs, FX_GEMM_I16_B_WRAP, c1) == FX_EUNSUPPORTED,
+                      "the wrap layout is refused by a level without the wrap kernel");
+            CHECK(run_gemm(kers[ki], A, NULL, B, bs, 7, c1) == FX_EUNSUPPORTED,
+                  "an unknown pre-split layout is refused");
+            if (ki) { /* the VNNI kernel takes the split layout too */
+                int16_t *bsp = aligned_alloc(64, ((size_t)fx_gemm_i16_split_b_numel(K, N, 32, FX_GEMM_I16_B_SPLIT) * 2 + 63) / 64 * 64);
+                CHECK_STATUS(fx_gemm_i16_split_b(w, N, 1, K, N, 32, FX_GEMM_I16_B_SPLIT, bsp), FX_OK);
+                memset(c1, 0, (size_t)(Pc * N) * 8);
+                CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, B, bsp, FX_GEMM_I16_B_SPLIT, c1), FX_OK);
+                CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 8) == 0,
+                      "C%lld KW%lld: VNNI GEMM with split-layout B differs", (long long)g.C,
+                      (long long)g.KW);
+                free(bsp);
+            }
             free(bs);
             free(bs2);
             free(wt);

@@ -66,8 +66,9 @@ typedef struct fx_op_call {
     int a_panels_mr;
     /* Optional, integer MATMUL: in[1] already packed for the split or wrap kernel by
      * fx_gemm_i16_split_b (src/flex/gemm_i16.h) for b_split_nr columns per panel in layout
-     * b_split_layout; set only when the backend's gemm_i16_panel_nr and gemm_i16_b_layout
-     * equal them (a kernel refuses a mismatch with FX_EUNSUPPORTED). */
+     * b_split_layout; set only when the backend's gemm_i16_panel_nr equals b_split_nr, and
+     * the wrap layout only when its gemm_i16_b_layout is the wrap layout (a kernel refuses
+     * anything else with FX_EUNSUPPORTED). */
     const int16_t *b_split;
     int b_split_nr;
     int b_split_layout;
@@ -133,7 +134,9 @@ typedef struct fx_backend {
      * panels (fx_op_call.a_panels); 0 when it does not. */
     int gemm_i16_panel_mr;
     int gemm_i16_panel_nr; /* its register-tile width, for pre-split B (fx_op_call.b_split) */
-    int gemm_i16_b_layout; /* the layout it takes pre-split B in (FX_GEMM_I16_B_*) */
+    /* FX_GEMM_I16_B_WRAP when it has the wrap kernel and so takes pre-split B in the wrap
+     * layout too (wanted where fx_gemm_i16_wrap_pays); FX_GEMM_I16_B_SPLIT otherwise */
+    int gemm_i16_b_layout;
     int gemm_f32_panel_mr; /* the same for the fp32 MATMUL kernels (fp32, fp16, bf16 operands) */
 } fx_backend;
 

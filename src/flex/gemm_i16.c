@@ -327,11 +327,15 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     const int32_t *apan = (const int32_t *)c->a_panels;
     if (apan && c->a_panels_mr != mr) return FX_EUNSUPPORTED;
     const int16_t *bpre = c->b_split; /* pre-split B (fx_gemm_i16_split_b) */
-    /* the any-data kernel: wrap (its own B layout, plus A high panels) or split */
-    const int use_wrap = kd->wrap != NULL;
+    /* the any-data kernel: wrap (its own B layout, plus A high panels) or split; a pre-split B
+     * names it by its layout */
+    const int use_wrap = bpre ? c->b_split_layout == FX_GEMM_I16_B_WRAP
+                              : kd->wrap != NULL && fx_gemm_i16_wrap_pays(K);
     const int blayout = use_wrap ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
-    if (bpre && (c->b_split_nr != nr || c->b_split_layout != blayout || ((uintptr_t)bpre & 63)))
+    if (bpre && (c->b_split_nr != nr || ((uintptr_t)bpre & 63) ||
+                 (c->b_split_layout != FX_GEMM_I16_B_SPLIT && c->b_split_layout != FX_GEMM_I16_B_WRAP)))
         return FX_EUNSUPPORTED;
+    if (use_wrap && !kd->wrap) return FX_EUNSUPPORTED; /* a level without the wrap kernel */
     const int64_t np_all = (N + nr - 1) / nr;
     const int64_t kp_all = (K + 1) / 2;
     const int mode = g_mode;

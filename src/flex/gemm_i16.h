@@ -110,6 +110,9 @@ typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *a
                                      const int16_t *bp, int64_t *c, int64_t ldc, int m, int n,
                                      int accumulate);
 
+/* K values per K block of the driver (even, at most 2 * FX_GEMM_I16_MAX_KP). */
+#define FX_GEMM_I16_KC 384
+
 /* Quads (4 k values) per chunk of the wrap kernel: 128 products keep every chunk's error below
  * 2^31 (see above). */
 #define FX_GEMM_I16_WRAP_CHUNK_QUADS 32
@@ -119,6 +122,21 @@ typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *a
 typedef void (*fx_gemm_i16_wrap_ukr)(int64_t kp, const int32_t *ap, const int32_t *ahi,
                                      const int16_t *bw, int64_t *c, int64_t ldc, int m, int n,
                                      int accumulate);
+
+/* The wrap kernel pays only on K blocks of at least this many pairs: its per-call work (the
+ * chunk corrections and folds, the A high panels made per A block) is paid back in proportion
+ * to K. Measured with bench_gemm_i16 (best of 8 alternating runs, full-range data, one
+ * thread), wrap against split: 1024^3 1.25x, conv2 forward (K = 800, N = 64) 1.03x, conv2 dX
+ * as a product (K = 64) 1.03x, conv1 forward (K = 25) 0.82x. A product whose K block is
+ * shorter takes the split kernel (and a convolution pre-splits its weights for it). */
+#define FX_GEMM_I16_WRAP_MIN_KP 64
+
+/* 1 when a product with inner dimension K takes the wrap kernel (on a level that has one). */
+static inline int fx_gemm_i16_wrap_pays(int64_t K)
+{
+    const int64_t kc = K < FX_GEMM_I16_KC ? K : FX_GEMM_I16_KC;
+    return (kc + 1) / 2 >= FX_GEMM_I16_WRAP_MIN_KP;
+}
 
 /* int16 units of one wrap B micro-panel of kp pairs and nr columns (a multiple of 2*nr). */
 int64_t fx_gemm_i16_wrap_panel_numel(int64_t kp, int nr);
@@ -145,7 +163,9 @@ typedef struct fx_gemm_i16_kernel {
     fx_gemm_i16_ukr ukr;       /* split kernel: any data */
     fx_gemm_i16_fast_ukr fast; /* plain kernel: tiles whose norms allow it (NULL: never) */
     const fx_gemm_i16_pack *pack; /* packing for this mr x nr (NULL: portable loops) */
-    fx_gemm_i16_wrap_ukr wrap; /* when set, takes the split kernel's place on every tile */
+    fx_gemm_i16_wrap_ukr wrap; /* when set, takes the split kernel's place on every tile of
+                                * products where fx_gemm_i16_wrap_pays, and with a pre-split B
+                                * in the wrap layout */
 } fx_gemm_i16_kernel;
 
 /* Layouts of a pre-packed B (fx_gemm_i16_split_b; fx_op_call.b_split_layout). */
@@ -167,8 +187,8 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *k);
  * and its panel j at + j * PS(kp), kp being the block's pairs and NP = ceil(N/nr). out must be
  * 64-byte aligned (the micro-kernels load whole aligned vectors). An FX_OP_MATMUL call with
  * fx_op_call.b_split (b_split_nr = nr, b_split_layout = the level's fx_backend
- * gemm_i16_b_layout) then skips B packing and takes the split or wrap kernel on every tile. */
-#define FX_GEMM_I16_KC 384
+ * gemm_i16_b_layout, or the split layout) then skips B packing and takes the split or wrap
+ * kernel on every tile the fast kernel does not take. */
 int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr, int layout);
 int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,
                         int layout, int16_t *out); /* FX_OK, or FX_ENOMEM (nothing usable

@@ -334,6 +334,6 @@ void fx_flex_install_intops_avx512(fx_backend *b, const fx_cpu_features *cpu)
                        cpu->avx512vnni ? fx_flex_matmul_avx512vnni : fx_flex_matmul_avx512bw);
     b->gemm_i16_panel_mr = FX_MR;
     b->gemm_i16_panel_nr = FX_NR;
-    /* VNNI: the wrap kernel takes every tile the fast kernel does not (its own B layout) */
+    /* VNNI: the wrap kernel takes the split kernel's tiles where it pays (its own B layout) */
     b->gemm_i16_b_layout = cpu->avx512vnni ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
 }

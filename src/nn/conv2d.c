@@ -559,7 +559,10 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     uint64_t *chunk_max = conv_alloc(&s, plan.nchunks, sizeof(uint64_t), &rc, __func__);
     /* integer compute: the weights split once for all chunks (each chunk's GEMM would split
      * the same B again) */
-    const int b_nr = ic ? be->gemm_i16_panel_nr : 0, b_layout = be->gemm_i16_b_layout;
+    const int b_nr = ic ? be->gemm_i16_panel_nr : 0;
+    const int b_layout = be->gemm_i16_b_layout == FX_GEMM_I16_B_WRAP && fx_gemm_i16_wrap_pays(CKK)
+                             ? FX_GEMM_I16_B_WRAP
+                             : FX_GEMM_I16_B_SPLIT;
     int16_t *wsplit = b_nr ? conv_alloc(&s, fx_gemm_i16_split_b_numel(CKK, g.O, b_nr, b_layout) + 32,
                                         sizeof(int16_t), &rc, __func__)
                            : NULL;
