@@ -332,6 +332,14 @@ static void test_matmul_paths(void)
     /* mixed: full-range stretches of K among small values split some K blocks' tiles only */
     int64_t fast = 0, split = 0;
     check_matmul_expect(100, 1300, 140, DATA_BURSTS, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
+    /* the portable packing loops (they define the packed bytes) under the SIMD kernels:
+     * plain, split and wrap B panels, A panels, A high panels, odd K and partial tiles */
+    fx_gemm_i16_set_portable_packing(1);
+    check_matmul_expect(13, 4099, 128, DATA_MAX, LAYOUT_TRANSPOSED, 0, EXPECT_SPLIT, &r);
+    check_matmul_expect(11, 1535, 67, DATA_WRAP_LOW, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
+    check_matmul_expect(37, 831, 130, DATA_GAUSS, LAYOUT_ROWMAJOR, 0, EXPECT_FAST, &r);
+    check_matmul_expect(29, 901, 97, DATA_RANDOM, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
+    fx_gemm_i16_set_portable_packing(0);
     /* one product above the size gates, so that mode AUTO itself takes the fast kernel */
     check_matmul_expect(520, 300, 260, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_FAST_EVEN_AUTO, &r);
     fx_gemm_i16_set_mode(FX_GEMM_I16_NORM_ALWAYS);

@@ -51,6 +51,17 @@ _Static_assert(FX_GEMM_KC % 2 == 0 && FX_GEMM_KC / 2 <= FX_GEMM_I16_MAX_KP,
 
 static inline int64_t fx_min64(int64_t x, int64_t y) { return x < y ? x : y; }
 
+/* Test hook (fx_gemm_i16_set_portable_packing): the portable packing loops define the packed
+ * bytes, and the tests run the SIMD kernels on them too. */
+static _Atomic int g_portable_packing;
+
+void fx_gemm_i16_set_portable_packing(int on) { g_portable_packing = on != 0; }
+
+static inline int fx_simd_pack(const fx_gemm_i16_kernel *kd)
+{
+    return kd->pack != NULL && !g_portable_packing;
+}
+
 /* b = 256 * hi + lo with lo in [-128, 127] and hi in [-128, 128]. */
 static inline void fx_split_b(int32_t v, int16_t *hi, int16_t *lo)
 {
@@ -75,7 +86,7 @@ static void fx_pack_b(const fx_gemm_i16_kernel *kd, const int16_t *b, int64_t sb
                       int64_t kc, int64_t n, int nr, int16_t *bp, int32_t *nb /* NULL: no norms */)
 {
     const int64_t kp = (kc + 1) / 2;
-    if (kd->pack && kd->pack->pack_b && n == nr && sbn == 1) {
+    if (fx_simd_pack(kd) && kd->pack->pack_b && n == nr && sbn == 1) {
         int64_t sq[FX_GEMM_I16_MAX_SEGS];
         kd->pack->pack_b(b, sbk, kc, bp, nb ? sq : NULL);
         for (int64_t s = 0; nb && s * FX_GEMM_I16_SEG < kp; s++)
@@ -114,7 +125,7 @@ static void fx_pack_b(const fx_gemm_i16_kernel *kd, const int16_t *b, int64_t sb
 static void fx_split_panel(const fx_gemm_i16_kernel *kd, const int16_t *bp, int64_t kp, int nr,
                            int16_t *bs)
 {
-    if (kd->pack && kd->pack->split_panel) {
+    if (fx_simd_pack(kd) && kd->pack->split_panel) {
         kd->pack->split_panel(bp, kp, bs);
         return;
     }
@@ -135,7 +146,7 @@ int64_t fx_gemm_i16_wrap_panel_numel(int64_t kp, int nr)
 static void fx_wrap_panel(const fx_gemm_i16_kernel *kd, const int16_t *bp, int64_t kp, int nr,
                           int16_t *bw)
 {
-    if (kd->pack && kd->pack->wrap_panel) {
+    if (fx_simd_pack(kd) && kd->pack->wrap_panel) {
         kd->pack->wrap_panel(bp, kp, bw);
         return;
     }
@@ -147,6 +158,7 @@ static void fx_wrap_panel(const fx_gemm_i16_kernel *kd, const int16_t *bp, int64
         bw += 2 * nr;
         for (int64_t q = q0; q < q1; q++, bw += 6 * nr) {
             signed char hb[4 * FX_GEMM_I16_MAX_NR];
+            static const int slot[2][2] = {{0, 2}, {1, 3}}; /* [pair u][half t]: byte order */
             for (int u = 0; u < 2; u++) {
                 const int64_t p = 2 * q + u;
                 int16_t *dst = bw + 2 * nr + u * 2 * nr;
@@ -154,7 +166,7 @@ static void fx_wrap_panel(const fx_gemm_i16_kernel *kd, const int16_t *bp, int64
                     for (int t = 0; t < 2; t++) {
                         const int16_t v = p < kp ? bp[p * 2 * nr + 2 * j + t] : 0;
                         const int h = v >> 8; /* arithmetic: v = 256 h + (v & 255) */
-                        hb[4 * j + 2 * u + t] = (signed char)h;
+                        hb[4 * j + slot[u][t]] = (signed char)h;
                         corr[j] += 128 * h;
                         dst[2 * j + t] = v;
                     }
@@ -165,26 +177,22 @@ static void fx_wrap_panel(const fx_gemm_i16_kernel *kd, const int16_t *bp, int64
     }
 }
 
-/* The high panel of an A micro-panel of kp pairs (gemm_i16.h): byte t of quad q, row i =
- * (A[i][4q + t] >> 8) + 128, i.e. the value's high byte with its sign bit flipped. */
+/* The high panel of an A micro-panel of kp pairs (gemm_i16.h): entry (p, i) holds the high
+ * bytes, sign bit flipped (= (x >> 8) + 128), of A[i][2p], A[i][2p+2], A[i][2p+1], A[i][2p+3]. */
 static void fx_a_high(const fx_gemm_i16_kernel *kd, const int32_t *ap, int64_t kp, int mr,
                       int32_t *ahi)
 {
-    if (kd->pack && kd->pack->a_high) {
+    if (fx_simd_pack(kd) && kd->pack->a_high) {
         kd->pack->a_high(ap, kp, ahi);
         return;
     }
-    const int64_t nq = (kp + 1) / 2;
-    for (int64_t q = 0; q < nq; q++)
+    for (int64_t p = 0; p < kp; p++)
         for (int i = 0; i < mr; i++) {
-            uint32_t w = 0;
-            for (int u = 0; u < 2; u++) {
-                const int64_t p = 2 * q + u;
-                const uint32_t x = p < kp ? (uint32_t)ap[p * mr + i] : 0u;
-                const uint32_t h0 = ((x >> 8) & 0xFFu) ^ 0x80u, h1 = (x >> 24) ^ 0x80u;
-                w |= (h0 | (h1 << 8)) << (16 * u);
-            }
-            ahi[q * mr + i] = (int32_t)w;
+            const uint32_t x = (uint32_t)ap[p * mr + i];
+            const uint32_t y = p + 1 < kp ? (uint32_t)ap[(p + 1) * mr + i] : 0u;
+            /* bytes 1, 3 of x to bytes 0, 2; bytes 1, 3 of y stay */
+            const uint32_t w = ((x >> 8) & 0x00FF00FFu) | (y & 0xFF00FF00u);
+            ahi[p * mr + i] = (int32_t)(w ^ 0x80808080u);
         }
 }
 
@@ -196,7 +204,7 @@ static void fx_pack_a(const fx_gemm_i16_kernel *kd, const int16_t *a, int64_t sa
                       int64_t kc, int64_t m, int mr, int32_t *ap, int32_t *na /* NULL: no norms */)
 {
     const int64_t kp = (kc + 1) / 2;
-    if (kd->pack && kd->pack->pack_a && m == mr && sak == 1) {
+    if (fx_simd_pack(kd) && kd->pack->pack_a && m == mr && sak == 1) {
         int64_t sq[FX_GEMM_I16_MAX_SEGS];
         kd->pack->pack_a(a, sam, kc, ap, na ? sq : NULL);
         for (int64_t s = 0; na && s * FX_GEMM_I16_SEG < kp; s++)
@@ -364,12 +372,11 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
      * block; tags say which panel holds the current block), packed A block, its high panels
      * (wrap kernel), its segment norms */
     const int64_t npan_max = nc / nr;
-    const int64_t nq_max = (kp_max + 1) / 2;
     /* pre-packed operands need no packing buffers of their own */
     const size_t bs_elems =
         bpre ? 0 : (size_t)(npan_max * fx_b_panel_numel(kp_max, nr, blayout));  /* int16 */
     const size_t a_elems = apan ? 0 : (size_t)(kp_max * mc);            /* int32 */
-    const size_t ah_elems = use_wrap ? (size_t)(nq_max * mc) : 0;       /* int32 */
+    const size_t ah_elems = use_wrap ? (size_t)(kp_max * mc) : 0;       /* int32 */
     const size_t na_elems = (size_t)(mc / mr * nseg_max);               /* int32 */
     const size_t tag_elems = (size_t)npan_max;                          /* int64 */
     const size_t bs_bytes = (bs_elems * 2 + 63) / 64 * 64;
@@ -405,7 +412,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
             const int64_t ncur = fx_min64(nc, N - jc);
             const int64_t npan = (ncur + nr - 1) / nr;
             for (int64_t pc = 0; pc < K; pc += kc) {
-                const int64_t kcur = fx_min64(kc, K - pc), kp = (kcur + 1) / 2, nq = (kp + 1) / 2;
+                const int64_t kcur = fx_min64(kc, K - pc), kp = (kcur + 1) / 2;
                 const int64_t bpanel = fx_b_panel_numel(kp, nr, blayout);
                 const int64_t nseg = (kp + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
                 const int16_t *bblk = b + pc * sbk + jc * sbn;
@@ -434,7 +441,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                                       fast_ok ? anorm + ir / mr * nseg : NULL);
                         else if (fast_ok)
                             fx_panel_norms(ablk + ir * ald, kp, mr, anorm + ir / mr * nseg);
-                        if (use_wrap) fx_a_high(kd, ablk + ir * ald, kp, mr, ahi + ir / mr * nq * mr);
+                        if (use_wrap) fx_a_high(kd, ablk + ir * ald, kp, mr, ahi + ir * kp);
                     }
                     for (int64_t jp = 0; jp < npan; jp++) {
                         const int64_t j0 = jp * nr;
@@ -466,7 +473,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                                     split_tag[jp] = block_id;
                                 }
                                 if (use_wrap)
-                                    kd->wrap(kp, ablk + ir * ald, ahi + ir / mr * nq * mr, bany,
+                                    kd->wrap(kp, ablk + ir * ald, ahi + ir * kp, bany,
                                              ct, N, m, n, pc > 0);
                                 else
                                     kd->ukr(kp, ablk + ir * ald, bany, ct, N, m, n, pc > 0);

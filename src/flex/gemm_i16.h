@@ -69,12 +69,17 @@
  *     values, cut into chunks of FX_GEMM_I16_WRAP_CHUNK_QUADS quads). Per chunk, in int16 units:
  *       2*nr    nr int32: 128 * (sum over the chunk's k of bh(B[k][j])), the offset correction
  *       per quad q of the chunk, 6*nr:
- *         2*nr  nr int32 of 4 signed bytes: byte t of column j = B[4q + t][j] >> 8
+ *         2*nr  nr int32 of 4 signed bytes: bytes of column j = the high bytes >> 8 of
+ *               B[4q][j], B[4q+2][j], B[4q+1][j], B[4q+3][j] (the order that the A high panel
+ *               gets from two pairs without a byte shuffle)
  *         2*nr  pair 2q in the plain layout above
  *         2*nr  pair 2q + 1 in the plain layout (zeros when 2q + 1 = kp)
  *     k values beyond K are zeros, so they add nothing to L, G or the correction.
- *   A high micro-panel (wrap kernel; mr rows, nq quads): int32 ahi[q*mr + i], byte t =
- *     (A[i][4q + t] >> 8) + 128 (k beyond the panel's pairs: 128, multiplied by a zero bh).
+ *   A high micro-panel (wrap kernel; mr rows): int32 ahi[p*mr + i] for every pair p, its bytes
+ *     (x >> 8) + 128 of x = A[i][2p], A[i][2p+2], A[i][2p+1], A[i][2p+3]: bytes 1 and 3 of
+ *     the packed words of pairs p and p + 1 of row i, merged by a mask (k beyond the panel's
+ *     pairs count as 0). The kernel reads the even p = 2q only; the odd entries are a by-product
+ *     of building all of them with whole vectors.
  *   Rows beyond M and columns beyond N are packed as zeros (they add 0 to the norms too).
  */
 #ifndef FX_FLEX_GEMM_I16_H
@@ -202,6 +207,10 @@ int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, i
  * norm test on every size: lets tests reach both kernels with small products). */
 enum { FX_GEMM_I16_AUTO = 0, FX_GEMM_I16_SPLIT_ONLY = 1, FX_GEMM_I16_NORM_ALWAYS = 2 };
 void fx_gemm_i16_set_mode(int mode);
+
+/* Process-wide: when on, the driver packs with its portable loops even where the level has
+ * SIMD packing (the tests check that both give the same products). */
+void fx_gemm_i16_set_portable_packing(int on);
 
 /* Tile x K-block counts taken by each kernel since the last reset (summed over threads). */
 void fx_gemm_i16_tile_counts(int64_t *fast, int64_t *split);

@@ -120,22 +120,19 @@ static void fx_split_panel_32(const int16_t *bp, int64_t kp, int16_t *bs)
         }
 }
 
-/* Wrap layout (gemm_i16.h) from a plain panel: the high bytes of a column's two pairs are
- * bytes 1 and 3 of its int32 lane in each pair's vector, gathered by one in-lane byte shuffle
- * per pair; the chunk's column sums of those signed bytes come from vpdpbusd with all-ones
- * unsigned bytes (exact: at most 128 terms of magnitude <= 128). */
+/* Bytes 1 and 3 of each int32 lane of x moved to bytes 0 and 2, bytes 1 and 3 of y kept: the
+ * high bytes of two pairs' words, merged by one bit-select (vpternlogd). */
+static inline __m512i fx_high_bytes_of_pairs(__m512i x, __m512i y)
+{
+    return _mm512_ternarylogic_epi32(_mm512_set1_epi32(0x00FF00FF), _mm512_srli_epi32(x, 8), y,
+                                     0xCA); /* mask ? (x >> 8) : y, bit by bit */
+}
+
+/* Wrap layout (gemm_i16.h) from a plain panel: a column's high bytes are those of its int32
+ * lanes in the two pairs' vectors; the chunk's column sums of those signed bytes come from
+ * vpdpbusd with all-ones unsigned bytes (exact: at most 128 terms of magnitude <= 128). */
 static void fx_wrap_panel_32(const int16_t *bp, int64_t kp, int16_t *bw)
 {
-    const __m512i pick0 = _mm512_set1_epi32((int)0x80800301u); /* bytes 1, 3 -> 0, 1 */
-    const __m512i pick1 = _mm512_set1_epi32((int)0x03018080u); /* bytes 1, 3 -> 2, 3 */
-    /* vpshufb indexes within each 16-byte lane: add the lane's dword base to each index */
-    const __m512i base = _mm512_set_epi32(12 * 0x01010101, 8 * 0x01010101, 4 * 0x01010101, 0,
-                                          12 * 0x01010101, 8 * 0x01010101, 4 * 0x01010101, 0,
-                                          12 * 0x01010101, 8 * 0x01010101, 4 * 0x01010101, 0,
-                                          12 * 0x01010101, 8 * 0x01010101, 4 * 0x01010101, 0);
-    /* 0x80 bytes (zeroing) must stay 0x80: add the base only to the real indices */
-    const __m512i idx0 = _mm512_or_si512(pick0, _mm512_and_si512(base, _mm512_set1_epi32(0x0000FFFF)));
-    const __m512i idx1 = _mm512_or_si512(pick1, _mm512_and_si512(base, _mm512_set1_epi32((int)0xFFFF0000u)));
     const __m512i ones = _mm512_set1_epi8(1);
     const int64_t nq = (kp + 1) / 2;
     for (int64_t q0 = 0; q0 < nq; q0 += FX_GEMM_I16_WRAP_CHUNK_QUADS) {
@@ -150,8 +147,7 @@ static void fx_wrap_panel_32(const int16_t *bp, int64_t kp, int16_t *bw)
                 const __m512i x1 = has1 ? _mm512_loadu_si512(
                                               (const void *)(bp + (2 * q + 1) * 2 * FX_PACK_NR + 32 * v))
                                         : _mm512_setzero_si512();
-                const __m512i hi = _mm512_or_si512(_mm512_shuffle_epi8(x0, idx0),
-                                                   _mm512_shuffle_epi8(x1, idx1));
+                const __m512i hi = fx_high_bytes_of_pairs(x0, x1);
                 corr[v] = _mm512_dpbusd_epi32(corr[v], ones, hi);
                 _mm512_store_si512((void *)(bw + 32 * v), hi);
                 _mm512_store_si512((void *)(bw + 2 * FX_PACK_NR + 32 * v), x0);
@@ -163,25 +159,22 @@ static void fx_wrap_panel_32(const int16_t *bp, int64_t kp, int16_t *bw)
     }
 }
 
-/* A high panel (gemm_i16.h) of a 6-row micro-panel: one quad is 24 words (two pairs of six
- * rows), reordered to row-major quads by one word permute; their high bytes, sign-flipped.
- * Masked loads read no pair beyond kp. */
+/* A high panel (gemm_i16.h) of a 6-row micro-panel: entry d = 6p + i merges the high bytes of
+ * entries d and d + 6 (pair p + 1, same row), so 16 entries take two loads and three vector
+ * operations, with no shuffle. Masked loads read nothing beyond the kp pairs (the last pair
+ * merges with zeros). */
 static void fx_a_high_6(const int32_t *ap, int64_t kp, int32_t *ahi)
 {
-    short ix[32];
-    for (int w = 0; w < 32; w++) {
-        const int i = (w / 4) % FX_PACK_MR, u = w % 4; /* output word 4i + u */
-        ix[w] = (short)(w < 24 ? (u < 2 ? 2 * i + u : 12 + 2 * i + (u - 2)) : 0);
-    }
-    const __m512i idx = _mm512_loadu_si512((const void *)ix);
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
-    const int64_t nq = (kp + 1) / 2;
-    for (int64_t q = 0; q < nq; q++) {
-        const __mmask32 m = 2 * q + 1 < kp ? (__mmask32)0xFFFFFF : (__mmask32)0xFFF;
-        const __m512i x = _mm512_maskz_loadu_epi16(m, ap + 2 * q * FX_PACK_MR);
-        const __m512i y = _mm512_srli_epi16(_mm512_permutexvar_epi16(idx, x), 8);
-        const __m256i b = _mm256_xor_si256(_mm512_cvtepi16_epi8(y), flip);
-        _mm256_mask_storeu_epi8(ahi + q * FX_PACK_MR, (__mmask32)0xFFFFFF, b);
+    const int64_t n = kp * FX_PACK_MR;
+    const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
+    for (int64_t d = 0; d < n; d += 16) {
+        const int64_t left = n - d, left1 = left - FX_PACK_MR;
+        const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        const __mmask16 m1 = left1 >= 16 ? (__mmask16)0xFFFF
+                                         : left1 <= 0 ? 0 : (__mmask16)((1u << left1) - 1);
+        const __m512i x = _mm512_maskz_loadu_epi32(m, ap + d);
+        const __m512i y = _mm512_maskz_loadu_epi32(m1, ap + d + FX_PACK_MR);
+        _mm512_mask_storeu_epi32(ahi + d, m, _mm512_xor_si512(fx_high_bytes_of_pairs(x, y), flip));
     }
 }
 

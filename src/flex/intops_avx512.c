@@ -240,7 +240,7 @@ static void fx_wrap_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *ahi
             const int16_t *bb = bq + (q - q0) * 6 * FX_NR;
             __m512i b0 = _mm512_load_si512((const void *)bb);
             __m512i b1 = _mm512_load_si512((const void *)(bb + 32));
-            const int32_t *aq = ahi + q * FX_MR;
+            const int32_t *aq = ahi + 2 * q * FX_MR; /* the even pair's entries */
             FX_WRAP_ROWS(FX_WRAP_HIGH)
             b0 = _mm512_load_si512((const void *)(bb + 64));
             b1 = _mm512_load_si512((const void *)(bb + 96));
@@ -255,7 +255,7 @@ static void fx_wrap_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *ahi
             const int16_t *bb = bq + (qf - q0) * 6 * FX_NR;
             __m512i b0 = _mm512_load_si512((const void *)bb);
             __m512i b1 = _mm512_load_si512((const void *)(bb + 32));
-            const int32_t *aq = ahi + qf * FX_MR;
+            const int32_t *aq = ahi + 2 * qf * FX_MR;
             FX_WRAP_ROWS(FX_WRAP_HIGH)
             b0 = _mm512_load_si512((const void *)(bb + 64));
             b1 = _mm512_load_si512((const void *)(bb + 96));
