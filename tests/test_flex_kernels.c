@@ -329,6 +329,10 @@ static void test_matmul_paths(void)
     check_matmul_expect(13, 4099, 128, DATA_MAX, LAYOUT_TRANSPOSED, 0, EXPECT_SPLIT, &r);
     check_matmul_expect(7, 1500, 137, DATA_MIN16, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
     check_matmul_expect(11, 1535, 67, DATA_WRAP_LOW, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
+    /* the wrap kernel's half quad (odd pair count) at the end of a K block: K blocks of
+     * 384 + 133 and 384 + 5 values */
+    check_matmul_expect(17, 517, 45, DATA_MAX, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
+    check_matmul_expect(9, 389, 70, DATA_RANDOM, LAYOUT_STRIDED, 1, EXPECT_ANY, &r);
     /* mixed: full-range stretches of K among small values split some K blocks' tiles only */
     int64_t fast = 0, split = 0;
     check_matmul_expect(100, 1300, 140, DATA_BURSTS, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
