@@ -41,6 +41,8 @@ static const geo_case g_cases[] = {
     {2, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 4},    /* OW 3: every panel spans rows and samples */
     {1, 4, 4, 3, 3, 1, 1, 0, 0, 1, 1, 5},    /* P = 4 < 6 */
     {64, 14, 14, 5, 5, 1, 1, 2, 2, 1, 1, 1}, /* the flipped-kernel input gradient of conv2 */
+    {17, 6, 6, 5, 5, 1, 1, 2, 2, 1, 1, 2},   /* K = 425: a last K block of 41 values (21
+                                                pairs: the wrap kernel's half quad) */
 };
 
 static fx_conv_geom geom_of(const geo_case *c)
@@ -177,6 +179,10 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512)
             for (int64_t k = 0; k < K; k++)
                 for (int64_t j = 0; j < N; j++) wt[j * K + k] = w[k * N + j];
             CHECK_STATUS(fx_gemm_i16_split_b(wt, 1, K, K, N, 32, lay, bs2), FX_OK);
+            CHECK(fx_gemm_i16_split_b(w, N, 1, K, N, FX_GEMM_I16_MAX_NR + 1, lay, bs2) == FX_EUNSUPPORTED &&
+                      fx_gemm_i16_split_b(w, N, 1, K, N, 0, lay, bs2) == FX_EUNSUPPORTED &&
+                      fx_gemm_i16_split_b(w, N, 1, K, N, 32, 7, bs2) == FX_EUNSUPPORTED,
+                  "pre-splitting refuses a panel width beyond its scratch and an unknown layout");
             CHECK(memcmp(bs, bs2, bsn * 2) == 0, "split of B and of its transposed storage agree");
             CHECK(run_gemm(kers[ki], A, NULL, B, bs + 1, lay, c1) == FX_EUNSUPPORTED,
                   "a misaligned pre-split B is refused");

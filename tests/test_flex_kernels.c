@@ -333,6 +333,8 @@ static void test_matmul_paths(void)
      * 384 + 133 and 384 + 5 values */
     check_matmul_expect(17, 517, 45, DATA_MAX, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
     check_matmul_expect(9, 389, 70, DATA_RANDOM, LAYOUT_STRIDED, 1, EXPECT_ANY, &r);
+    /* two row blocks (M > 144), so that two threads share the wrap kernel's tiles */
+    check_matmul_expect(300, 517, 70, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
     /* mixed: full-range stretches of K among small values split some K blocks' tiles only */
     int64_t fast = 0, split = 0;
     check_matmul_expect(100, 1300, 140, DATA_BURSTS, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);

@@ -277,6 +277,9 @@ int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, i
                         int layout, int16_t *out)
 {
     static const fx_gemm_i16_kernel portable = {0}; /* pack NULL: the portable loops */
+    if (nr < 1 || nr > FX_GEMM_I16_MAX_NR || K < 0 || N < 0 ||
+        (layout != FX_GEMM_I16_B_SPLIT && layout != FX_GEMM_I16_B_WRAP))
+        return FX_EUNSUPPORTED; /* the builders' scratch holds at most FX_GEMM_I16_MAX_NR */
     const int64_t np = (N + nr - 1) / nr;
     int16_t *plain = malloc((size_t)(FX_GEMM_KC * nr) * sizeof *plain); /* one plain panel */
     if (!plain) return FX_ENOMEM;

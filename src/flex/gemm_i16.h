@@ -128,11 +128,12 @@ typedef void (*fx_gemm_i16_wrap_ukr)(int64_t kp, const int32_t *ap, const int32_
                                      const int16_t *bw, int64_t *c, int64_t ldc, int m, int n,
                                      int accumulate);
 
-/* The wrap kernel pays only on K blocks of at least this many pairs: its per-call work (the
- * chunk corrections and folds, the A high panels made per A block) is paid back in proportion
- * to K. Measured with bench_gemm_i16 (best of 8 alternating runs, full-range data, one
- * thread), wrap against split: 1024^3 1.25x, conv2 forward (K = 800, N = 64) 1.03x, conv2 dX
- * as a product (K = 64) 1.03x, conv1 forward (K = 25) 0.82x. A product whose K block is
+/* The wrap kernel pays only on K blocks of at least this many pairs (K >= 127): its per-call
+ * work (the chunk corrections and folds, the A high panels made per A block) is paid back in
+ * proportion to K. Measured with bench_gemm_i16 (best of 8 alternating runs, full-range data,
+ * one thread), wrap against split on every product: 1024^3 1.25x, conv2 forward (K = 800,
+ * N = 64) 1.03x, conv2 dX as a product (K = 64, 32 pairs) 1.03x, within noise, conv1 forward
+ * (K = 25, 13 pairs) 0.82x. The gate sits above both short ones: a product whose K block is
  * shorter takes the split kernel (and a convolution pre-splits its weights for it). */
 #define FX_GEMM_I16_WRAP_MIN_KP 64
 
@@ -196,8 +197,9 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *k);
  * kernel on every tile the fast kernel does not take. */
 int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr, int layout);
 int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,
-                        int layout, int16_t *out); /* FX_OK, or FX_ENOMEM (nothing usable
-                                                      written) */
+                        int layout, int16_t *out); /* FX_OK, FX_ENOMEM (nothing usable
+                                                      written), or FX_EUNSUPPORTED for nr outside
+                                                      1..FX_GEMM_I16_MAX_NR or an unknown layout */
 
 /* ---- instrumentation for tests and benchmarks --------------------------------------------- */
 
