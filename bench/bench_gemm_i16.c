@@ -1,11 +1,12 @@
 /* GOP/s of the exact int16 GEMM (the FLEX16_5 / DFP16 matmul kernel) of every available
  * backend, called directly through the backend table, row-major operands. Each SIMD case runs
- * twice in the same process, alternating repetitions: "split" forces the any-data kernel on
- * every tile (the wrap kernel where the CPU has AVX512_VNNI, else the split kernel: the kernel
- * before the norm-bounded fast path), "auto" lets the norm test choose (on
- * products above the size gates FX_GEMM_FAST_MIN_* of gemm_i16.c; below them auto is the split
- * kernel too, and the fast-tile fraction prints 0); the ratio split/auto is printed, with the
- * fraction of (tile, K block) steps that took the fast kernel.
+ * three times in the same process, alternating repetitions: "split" forces the split kernel on
+ * every tile (the kernel before the norm-bounded fast path), "wrap" the wrap kernel (where the
+ * level has it, AVX512_VNNI, and K qualifies; see FX_GEMM_I16_WRAP_MIN_KP), "auto" lets the
+ * norm test choose (on products above the size gates FX_GEMM_FAST_MIN_* of gemm_i16.c; below
+ * them auto is the wrap or split kernel, as in training, and the fast-tile fraction prints 0);
+ * the ratios split/wrap and split/auto of the median CPU times are printed, with the fraction
+ * of (tile, K block) steps that took the fast kernel.
  *
  * usage: bench_gemm_i16 [size ...]        square sizes (default 256 1024 2048) and then the
  *                                         small CNN's GEMM shapes at batch 128
@@ -96,9 +97,15 @@ typedef struct timing {
     double wall, cpu, fast_frac;
 } timing;
 
-static int run_once(fx_kernel k, fx_op_call *c, int split_only, double *wall, double *cpu)
+/* The three ways of running one product, alternated: the split kernel on every tile, the wrap
+ * kernel on every tile (where the level has one and K qualifies; else the split kernel again),
+ * and the norm test's choice (fast kernel where it passes, the any-data kernel elsewhere). */
+enum { RUN_SPLIT, RUN_WRAP, RUN_AUTO, RUN_KINDS };
+
+static int run_once(fx_kernel k, fx_op_call *c, int how, double *wall, double *cpu)
 {
-    fx_gemm_i16_set_mode(split_only ? FX_GEMM_I16_SPLIT_ONLY : FX_GEMM_I16_AUTO);
+    fx_gemm_i16_set_mode(how == RUN_AUTO ? FX_GEMM_I16_AUTO : FX_GEMM_I16_SPLIT_ONLY);
+    fx_gemm_i16_set_wrap(how != RUN_SPLIT);
     const clockid_t cid = c->nthreads > 1 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID;
     const double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(cid);
     const int rc = k(c);
@@ -107,35 +114,37 @@ static int run_once(fx_kernel k, fx_op_call *c, int split_only, double *wall, do
     return rc;
 }
 
-/* Median times of the split and auto runs of kernel k, alternating; -1 on a kernel error. */
-static int time_pair(fx_kernel k, fx_op_call *c, double budget, timing *split, timing *aut)
+/* Median times of the three runs of kernel k, alternating; -1 on a kernel error. */
+static int time_runs(fx_kernel k, fx_op_call *c, double budget, timing t[RUN_KINDS])
 {
-    double w, cp;
-    if (run_once(k, c, 1, &w, &cp) != FX_OK || run_once(k, c, 0, &w, &cp) != FX_OK) return -1;
-    int reps = w > 0 ? (int)(budget / (2.0 * w)) : 40;
+    double w = 0, cp;
+    for (int h = 0; h < RUN_KINDS; h++)
+        if (run_once(k, c, h, &w, &cp) != FX_OK) return -1;
+    int reps = w > 0 ? (int)(budget / (3.0 * w)) : 40;
     reps = reps < 3 ? 3 : reps > 40 ? 40 : reps;
-    double ws[40], cs[40], wa[40], ca[40];
-    int64_t f0, s0, f1, s1;
-    fx_gemm_i16_reset_tile_counts();
-    for (int r = 0; r < reps; r++) {
-        if (run_once(k, c, 1, &ws[r], &cs[r]) != FX_OK) return -1;
-        fx_gemm_i16_tile_counts(&f0, &s0);
-        if (run_once(k, c, 0, &wa[r], &ca[r]) != FX_OK) return -1;
-    }
-    fx_gemm_i16_tile_counts(&f1, &s1);
+    double ws[RUN_KINDS][40], cs[RUN_KINDS][40];
+    int64_t f0 = 0, s0 = 0, f1 = 0, s1 = 0;
+    for (int r = 0; r < reps; r++)
+        for (int h = 0; h < RUN_KINDS; h++) {
+            if (h == RUN_AUTO) {
+                fx_gemm_i16_reset_tile_counts();
+                fx_gemm_i16_tile_counts(&f0, &s0);
+            }
+            if (run_once(k, c, h, &ws[h][r], &cs[h][r]) != FX_OK) return -1;
+            if (h == RUN_AUTO) fx_gemm_i16_tile_counts(&f1, &s1);
+        }
     fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
-    qsort(ws, (size_t)reps, sizeof ws[0], cmp_double);
-    qsort(cs, (size_t)reps, sizeof cs[0], cmp_double);
-    qsort(wa, (size_t)reps, sizeof wa[0], cmp_double);
-    qsort(ca, (size_t)reps, sizeof ca[0], cmp_double);
-    split->wall = ws[reps / 2];
-    split->cpu = cs[reps / 2];
-    split->fast_frac = 0.0;
-    aut->wall = wa[reps / 2];
-    aut->cpu = ca[reps / 2];
+    fx_gemm_i16_set_wrap(1);
+    for (int h = 0; h < RUN_KINDS; h++) {
+        qsort(ws[h], (size_t)reps, sizeof ws[h][0], cmp_double);
+        qsort(cs[h], (size_t)reps, sizeof cs[h][0], cmp_double);
+        t[h].wall = ws[h][reps / 2];
+        t[h].cpu = cs[h][reps / 2];
+        t[h].fast_frac = 0.0;
+    }
     /* counts of the last auto repetition only (all repetitions take the same paths) */
     const int64_t fa = f1 - f0, sa = s1 - s0;
-    aut->fast_frac = fa + sa > 0 ? (double)fa / (double)(fa + sa) : 0.0;
+    t[RUN_AUTO].fast_frac = fa + sa > 0 ? (double)fa / (double)(fa + sa) : 0.0;
     return 0;
 }
 
@@ -179,17 +188,23 @@ static void bench_shape(const char *label, int64_t M, int64_t K, int64_t N, int 
         if (!be || !be->available || !listed("BENCH_BACKENDS", be->name)) continue;
         const fx_kernel k = be->kernels[FX_OP_MATMUL][FMT_DFP16];
         if (!k) continue;
+        const int has_wrap = be->gemm_i16_b_layout == FX_GEMM_I16_B_WRAP && fx_gemm_i16_wrap_pays(K);
         for (int ti = 0; ti < nthr; ti++) {
             c.nthreads = threads[ti];
-            timing ts, ta;
-            if (time_pair(k, &c, budget, &ts, &ta) < 0) {
+            timing t[RUN_KINDS];
+            if (time_runs(k, &c, budget, t) < 0) {
                 printf("%-8s %-20s kernel error\n", be->name, label);
                 continue;
             }
-            printf("%-8s %-9s %-22s %2d  %8.2f %7.1f %7.1f   %8.2f %7.1f %7.1f   %5.2f %5.2f  %5.3f\n",
-                   be->name, kinds[kind], label, threads[ti], ts.wall * 1e3, gop / ts.wall,
-                   gop / ts.cpu, ta.wall * 1e3, gop / ta.wall, gop / ta.cpu, ts.wall / ta.wall,
-                   ts.cpu / ta.cpu, ta.fast_frac);
+            printf("%-8s %-9s %-22s %2d  %7.1f %7.1f", be->name, kinds[kind], label, threads[ti],
+                   gop / t[RUN_SPLIT].wall, gop / t[RUN_SPLIT].cpu);
+            if (has_wrap)
+                printf("  %7.1f %7.1f", gop / t[RUN_WRAP].wall, gop / t[RUN_WRAP].cpu);
+            else
+                printf("  %7s %7s", "-", "-");
+            printf("  %7.1f %7.1f   %5.2f %5.2f  %5.3f\n", gop / t[RUN_AUTO].wall,
+                   gop / t[RUN_AUTO].cpu, has_wrap ? t[RUN_SPLIT].cpu / t[RUN_WRAP].cpu : 1.0,
+                   t[RUN_SPLIT].cpu / t[RUN_AUTO].cpu, t[RUN_AUTO].fast_frac);
             fflush(stdout);
         }
     }
@@ -224,10 +239,12 @@ int main(int argc, char **argv)
     };
     const char *nocnn = getenv("BENCH_NO_CNN");
 
-    printf("exact int16 GEMM; split = split kernel on every tile, auto = norm test per tile\n"
-           "GOP/s = 2MNK / median wall; GOP/cpu-s = 2MNK / median CPU time; ratio = split/auto\n");
-    printf("backend  data      shape                  th  split ms   GOP/s GOP/cpu    auto ms"
-           "   GOP/s GOP/cpu   wall  cpu   fast tiles\n");
+    printf("exact int16 GEMM; split / wrap = that kernel on every tile (wrap: AVX512_VNNI, K >= 127;"
+           " '-' where it does not run),\nauto = norm test per tile (fast kernel where it passes,"
+           " else wrap or split as in training)\n"
+           "GOP/s = 2MNK / median wall; cpu = 2MNK / median CPU time; ratios of CPU times\n");
+    printf("backend  data      shape                  th    split     cpu     wrap     cpu     auto"
+           "     cpu  s/wrap s/auto  fast tiles\n");
     for (int kind = 0; kind < 3; kind++) {
         if (!listed("BENCH_DATA", kinds[kind])) continue;
         for (int s = 0; s < nsizes; s++) {

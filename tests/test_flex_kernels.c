@@ -346,6 +346,12 @@ static void test_matmul_paths(void)
     check_matmul_expect(37, 831, 130, DATA_GAUSS, LAYOUT_ROWMAJOR, 0, EXPECT_FAST, &r);
     check_matmul_expect(29, 901, 97, DATA_RANDOM, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
     fx_gemm_i16_set_portable_packing(0);
+    /* the split kernel where the wrap kernel would run (VNNI machines reach it otherwise only
+     * below the wrap gate, K < 127) */
+    fx_gemm_i16_set_wrap(0);
+    check_matmul_expect(13, 4099, 128, DATA_MAX, LAYOUT_TRANSPOSED, 0, EXPECT_SPLIT, &r);
+    check_matmul_expect(300, 517, 70, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
+    fx_gemm_i16_set_wrap(1);
     /* one product above the size gates, so that mode AUTO itself takes the fast kernel */
     check_matmul_expect(520, 300, 260, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_FAST_EVEN_AUTO, &r);
     fx_gemm_i16_set_mode(FX_GEMM_I16_NORM_ALWAYS);

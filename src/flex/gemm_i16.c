@@ -57,6 +57,12 @@ static _Atomic int g_portable_packing;
 
 void fx_gemm_i16_set_portable_packing(int on) { g_portable_packing = on != 0; }
 
+/* Test and benchmark switch (fx_gemm_i16_set_wrap): 0 keeps the split kernel where the wrap
+ * kernel would run, so that both can be measured and checked on one machine. */
+static _Atomic int g_wrap_enabled = 1;
+
+void fx_gemm_i16_set_wrap(int on) { g_wrap_enabled = on != 0; }
+
 static inline int fx_simd_pack(const fx_gemm_i16_kernel *kd)
 {
     return kd->pack != NULL && !g_portable_packing;
@@ -341,7 +347,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     /* the any-data kernel: wrap (its own B layout, plus A high panels) or split; a pre-split B
      * names it by its layout */
     const int use_wrap = bpre ? c->b_split_layout == FX_GEMM_I16_B_WRAP
-                              : kd->wrap != NULL && fx_gemm_i16_wrap_pays(K);
+                              : kd->wrap != NULL && g_wrap_enabled && fx_gemm_i16_wrap_pays(K);
     const int blayout = use_wrap ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
     if (bpre && (c->b_split_nr != nr || ((uintptr_t)bpre & 63) ||
                  (c->b_split_layout != FX_GEMM_I16_B_SPLIT && c->b_split_layout != FX_GEMM_I16_B_WRAP)))

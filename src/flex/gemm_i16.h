@@ -214,6 +214,11 @@ void fx_gemm_i16_set_mode(int mode);
  * SIMD packing (the tests check that both give the same products). */
 void fx_gemm_i16_set_portable_packing(int on);
 
+/* Process-wide, default on: when off, products whose B is not pre-split take the split kernel
+ * where the wrap kernel would run (a pre-split B still takes the kernel of its layout). For the
+ * tests and bench_gemm_i16, which compare the two kernels on one machine. */
+void fx_gemm_i16_set_wrap(int on);
+
 /* Tile x K-block counts taken by each kernel since the last reset (summed over threads). */
 void fx_gemm_i16_tile_counts(int64_t *fast, int64_t *split);
 void fx_gemm_i16_reset_tile_counts(void);
