@@ -127,12 +127,13 @@ static int64_t first_mismatch(const int64_t *x, const int64_t *y, int64_t n)
 enum { DATA_RANDOM, DATA_MAX, DATA_MAX_OPPOSITE, DATA_SIGNS, DATA_SPARSE, DATA_SMALL, DATA_MIN16,
        DATA_KINDS, /* the kinds above rotate through the shape sweep; those below are explicit */
        DATA_GAUSS = DATA_KINDS, DATA_GAUSS_HI, DATA_EDGE_FAST, DATA_EDGE_FAST_NEG, DATA_EDGE_SPLIT,
-       DATA_BURSTS, DATA_WRAP_LOW };
+       DATA_BURSTS, DATA_WRAP_LOW, DATA_FULL_FIRST };
 static const char *const data_names[] = {
     "random", "all+32767", "a=+32767,b=-32767", "+-32767", "sparse", "small", "all-32768",
     "gaussian-like, max ~2^14.5", "gaussian-like, max ~32767", "all 11585 (fast limit)",
     "11585 x -11585", "all 11586 (split limit)", "gaussian with +-32767 bursts",
-    "all -32513 (wrap kernel's lowest error)"};
+    "all -32513 (wrap kernel's lowest error)",
+    "full range in the first K block, gaussian after"};
 
 /* Approximately Gaussian (sum of four uniforms) scaled so that 4 standard deviations reach
  * `peak`: the shape of data quantised at its exact exponent. */
@@ -156,6 +157,7 @@ static int16_t gen_value(test_rng *r, int kind, int is_b)
     case DATA_EDGE_FAST_NEG: return is_b ? -11585 : 11585;
     case DATA_EDGE_SPLIT: return 11586; /* 16 * 11586^2 > 2^31 - 1: every tile must split */
     case DATA_BURSTS: return gauss_like(r, 3000); /* + the full-range stretches of gen_at */
+    case DATA_FULL_FIRST: return gauss_like(r, 3000); /* after gen_at's first K block */
     /* the wrap kernel's extreme high-byte errors (gemm_i16.h): a = b = 32767 (DATA_MAX) gives
      * the largest positive one, a = b = -32513 the largest negative one; a whole chunk of them
      * lands within 0.8 % of the int32 range */
@@ -221,7 +223,7 @@ static void ref_matmul(const int16_t *A, const int16_t *B, int64_t M, int64_t K,
  * A and B: its tiles must split while those of the other K blocks go fast. */
 static int16_t gen_at(test_rng *r, int kind, int is_b, int64_t k)
 {
-    if (kind == DATA_BURSTS && k >= 384 && k < 768)
+    if ((kind == DATA_BURSTS && k >= 384 && k < 768) || (kind == DATA_FULL_FIRST && k < 384))
         return (int16_t)test_rng_range(r, -32767, 32767);
     return gen_value(r, kind, is_b);
 }
@@ -352,6 +354,42 @@ static void test_matmul_paths(void)
     check_matmul_expect(13, 4099, 128, DATA_MAX, LAYOUT_TRANSPOSED, 0, EXPECT_SPLIT, &r);
     check_matmul_expect(300, 517, 70, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
     fx_gemm_i16_set_wrap(1);
+    /* mode AUTO probes the first norm-tested K block: when no tile there passes, the later
+     * blocks skip the norms (so Gaussian blocks after a full-range one take the any-data
+     * kernel), exactly as before; NORM_ALWAYS tests every block */
+    check_matmul_expect(520, 1152, 260, DATA_FULL_FIRST, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
+    for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++) {
+        if (!strstr(g_k[FX_OP_MATMUL][ki].name, "matmul_")) continue;
+        const int64_t M = 520, K = 1152, N = 260;
+        int16_t *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
+        for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(&r, DATA_FULL_FIRST, 0, i % K);
+        for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(&r, DATA_FULL_FIRST, 1, i / N);
+        fx_op_call c;
+        memset(&c, 0, sizeof c);
+        c.op = FX_OP_MATMUL;
+        c.nin = 2;
+        c.in[0] = operand(A, 0, M, K, K, 1);
+        c.in[1] = operand(B, 0, K, N, N, 1);
+        c.out_ndim = 2;
+        c.out_shape[0] = M;
+        c.out_shape[1] = N;
+        c.out_numel = M * N;
+        int64_t counts[2][2];
+        for (int mode = 0; mode < 2; mode++) {
+            int exp;
+            fx_gemm_i16_set_mode(mode ? FX_GEMM_I16_NORM_ALWAYS : FX_GEMM_I16_AUTO);
+            fx_gemm_i16_reset_tile_counts();
+            free(run_kernel(&g_k[FX_OP_MATMUL][ki], &c, 2, &exp));
+            fx_gemm_i16_tile_counts(&counts[mode][0], &counts[mode][1]);
+        }
+        fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
+        CHECK(counts[0][0] == 0 && counts[0][1] > 0 && counts[1][0] > 0,
+              "%s: full-range first K block: auto took %lld fast tiles (want 0), norm-always %lld "
+              "(want some)", g_k[FX_OP_MATMUL][ki].name, (long long)counts[0][0],
+              (long long)counts[1][0]);
+        free(A);
+        free(B);
+    }
     /* one product above the size gates, so that mode AUTO itself takes the fast kernel */
     check_matmul_expect(520, 300, 260, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_FAST_EVEN_AUTO, &r);
     fx_gemm_i16_set_mode(FX_GEMM_I16_NORM_ALWAYS);

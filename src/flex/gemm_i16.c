@@ -36,6 +36,11 @@
  * proportion to K. Measured with bench_gemm_i16: fc1 (M = 128), the CNN's N = 64 layers and
  * conv2's K = 64 product lost 10-45 % with the norms, 1024^3 and 2048^3 gained. Below the gates
  * no norms are computed and every tile takes the split kernel. */
+/* Besides, in mode AUTO the first K block whose tiles took the norm test is a probe: when not
+ * one of its tiles passed (full-range data, as in bench_gemm), the remaining blocks skip the
+ * norms, which would only cost time (measured 3-5 % of a 1024^3 product). The probe counts
+ * tiles over all threads, so the choice does not depend on the thread count; either way every
+ * result is exact. */
 #define FX_GEMM_FAST_MIN_M 512
 #define FX_GEMM_FAST_MIN_N 256
 #define FX_GEMM_FAST_MIN_KP 64
@@ -401,6 +406,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         return FX_ENOMEM;
     }
     int64_t fast_tiles = 0, split_tiles = 0;
+    _Atomic int64_t probe_fast = 0; /* fast tiles of the first norm-tested K block (all threads) */
 
     FX_OMP(omp parallel num_threads(nt) if (nt > 1) reduction(+ : fast_tiles, split_tiles))
     {
@@ -416,6 +422,8 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         int32_t *ahi = ap + a_elems;
         int32_t *anorm = ahi + ah_elems;
         int64_t block_id = 0; /* counts B blocks; split_tag[jp] == block_id: panel jp is split */
+        int probed = !gated;  /* the probe block is behind us (no probe outside mode AUTO) */
+        int norms_off = 0;    /* the probe found no fast tile: no more norms */
         memset(split_tag, 0, tag_elems * sizeof *split_tag);
         for (int64_t jc = 0; jc < N; jc += nc) {
             const int64_t ncur = fx_min64(nc, N - jc);
@@ -425,8 +433,8 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                 const int64_t bpanel = fx_b_panel_numel(kp, nr, blayout);
                 const int64_t nseg = (kp + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
                 const int16_t *bblk = b + pc * sbk + jc * sbn;
-                const int fast_ok =
-                    use_fast && (!gated || (ncur >= FX_GEMM_FAST_MIN_N && kp >= FX_GEMM_FAST_MIN_KP));
+                const int fast_ok = use_fast && !norms_off &&
+                                    (!gated || (ncur >= FX_GEMM_FAST_MIN_N && kp >= FX_GEMM_FAST_MIN_KP));
                 block_id++;
 
                 if (!bpre) {
@@ -472,6 +480,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                             if (chain > 0) {
                                 kd->fast(kp, chain, ablk + ir * ald, bp, ct, N, m, n, pc > 0);
                                 fast_tiles++;
+                                if (!probed) probe_fast++;
                             } else {
                                 const int16_t *bany = bpre_p ? bpre_p : bsp;
                                 if (!bpre_p && split_tag[jp] != block_id) {
@@ -491,7 +500,12 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                         }
                     }
                 }
-                /* implicit barrier: nobody still reads the B block when it is repacked */
+                /* implicit barrier: nobody still reads the B block when it is repacked, and
+                 * every thread's probe count is in */
+                if (fast_ok && !probed) {
+                    probed = 1;
+                    norms_off = probe_fast == 0;
+                }
             }
         }
     }
