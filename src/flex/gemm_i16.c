@@ -375,11 +375,15 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     const int64_t kc = fx_min64(FX_GEMM_KC, K);
     const int64_t kp_max = (kc + 1) / 2;
     const int64_t nseg_max = (kp_max + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
-    const int64_t mc = fx_min64(FX_GEMM_MC / mr * mr, (M + mr - 1) / mr * mr);
-    const int64_t nc = fx_min64(FX_GEMM_NC / nr * nr, (N + nr - 1) / nr * nr);
-    const int64_t nmb = (M + mc - 1) / mc;
     int nt = c->nthreads;
     if (nt < 1 || M * N * K < FX_GEMM_PAR_MIN_MACS) nt = 1;
+    int64_t mc = fx_min64(FX_GEMM_MC / mr * mr, (M + mr - 1) / mr * mr);
+    /* threads split the row blocks: a product with fewer rows than nt blocks (a batch of 128,
+     * the fully connected layers) gets smaller blocks, one per thread, instead of leaving all
+     * but one thread idle */
+    if (nt > 1 && (M + mc - 1) / mc < nt) mc = ((M + nt - 1) / nt + mr - 1) / mr * mr;
+    const int64_t nc = fx_min64(FX_GEMM_NC / nr * nr, (N + nr - 1) / nr * nr);
+    const int64_t nmb = (M + mc - 1) / mc;
     if (nt > nmb) nt = (int)nmb; /* threads split the row blocks */
 
     /* per thread: split (or wrap) B block (panels made on demand, each at most once per B
