@@ -188,7 +188,8 @@ static void bench_shape(const char *label, int64_t M, int64_t K, int64_t N, int 
         if (!be || !be->available || !listed("BENCH_BACKENDS", be->name)) continue;
         const fx_kernel k = be->kernels[FX_OP_MATMUL][FMT_DFP16];
         if (!k) continue;
-        const int has_wrap = be->gemm_i16_b_layout == FX_GEMM_I16_B_WRAP && fx_gemm_i16_wrap_pays(K);
+        const int has_wrap =
+            fx_gemm_i16_b_layout_for(be->gemm_i16_b_layout, K) == FX_GEMM_I16_B_WRAP;
         for (int ti = 0; ti < nthr; ti++) {
             c.nthreads = threads[ti];
             timing t[RUN_KINDS];

@@ -277,6 +277,19 @@ static int64_t fx_b_panel_numel(int64_t kp, int nr, int layout)
     return layout == FX_GEMM_I16_B_WRAP ? fx_gemm_i16_wrap_panel_numel(kp, nr) : kp * 4 * nr;
 }
 
+static int fx_b_layout_known(int layout)
+{
+    return layout == FX_GEMM_I16_B_SPLIT || layout == FX_GEMM_I16_B_WRAP;
+}
+
+/* Where panel j of the K block starting at pc (kp pairs) lies in a pre-split B of np panels per
+ * block (gemm_i16.h): every block before it is a full one of FX_GEMM_KC values. */
+static int64_t fx_b_pre_offset(int64_t pc, int64_t j, int64_t kp, int64_t np, int nr, int layout)
+{
+    return pc / FX_GEMM_KC * np * fx_b_panel_numel(FX_GEMM_KC / 2, nr, layout) +
+           j * fx_b_panel_numel(kp, nr, layout);
+}
+
 int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr, int layout)
 {
     const int64_t np = (N + nr - 1) / nr, full = K / FX_GEMM_KC, rest = K % FX_GEMM_KC;
@@ -288,17 +301,15 @@ int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, i
                         int layout, int16_t *out)
 {
     static const fx_gemm_i16_kernel portable = {0}; /* pack NULL: the portable loops */
-    if (nr < 1 || nr > FX_GEMM_I16_MAX_NR || K < 0 || N < 0 ||
-        (layout != FX_GEMM_I16_B_SPLIT && layout != FX_GEMM_I16_B_WRAP))
+    if (nr < 1 || nr > FX_GEMM_I16_MAX_NR || K < 0 || N < 0 || !fx_b_layout_known(layout))
         return FX_EUNSUPPORTED; /* the builders' scratch holds at most FX_GEMM_I16_MAX_NR */
     const int64_t np = (N + nr - 1) / nr;
     int16_t *plain = malloc((size_t)(FX_GEMM_KC * nr) * sizeof *plain); /* one plain panel */
     if (!plain) return FX_ENOMEM;
     for (int64_t pc = 0; pc < K; pc += FX_GEMM_KC) {
         const int64_t kcur = fx_min64(FX_GEMM_KC, K - pc), kp = (kcur + 1) / 2;
-        int16_t *blk = out + pc / FX_GEMM_KC * np * fx_b_panel_numel(FX_GEMM_KC / 2, nr, layout);
         for (int64_t j = 0; j < np; j++) {
-            int16_t *dst = blk + j * fx_b_panel_numel(kp, nr, layout);
+            int16_t *dst = out + fx_b_pre_offset(pc, j, kp, np, nr, layout);
             fx_pack_b(&portable, b + pc * sbk + j * nr * sbn, sbk, sbn, kcur,
                       fx_min64(nr, N - j * nr), nr, plain, NULL);
             if (layout == FX_GEMM_I16_B_WRAP)
@@ -354,8 +365,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     const int use_wrap = bpre ? c->b_split_layout == FX_GEMM_I16_B_WRAP
                               : kd->wrap != NULL && g_wrap_enabled && fx_gemm_i16_wrap_pays(K);
     const int blayout = use_wrap ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
-    if (bpre && (c->b_split_nr != nr || ((uintptr_t)bpre & 63) ||
-                 (c->b_split_layout != FX_GEMM_I16_B_SPLIT && c->b_split_layout != FX_GEMM_I16_B_WRAP)))
+    if (bpre && (c->b_split_nr != nr || ((uintptr_t)bpre & 63) || !fx_b_layout_known(c->b_split_layout)))
         return FX_EUNSUPPORTED;
     if (use_wrap && !kd->wrap) return FX_EUNSUPPORTED; /* a level without the wrap kernel */
     const int64_t np_all = (N + nr - 1) / nr;
@@ -388,7 +398,8 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
 
     /* per thread: split (or wrap) B block (panels made on demand, each at most once per B
      * block; tags say which panel holds the current block), packed A block, its high panels
-     * (wrap kernel), its segment norms */
+     * (wrap kernel; made on demand too, as tiles that all take the fast kernel need none), its
+     * segment norms */
     const int64_t npan_max = nc / nr;
     /* pre-packed operands need no packing buffers of their own */
     const size_t bs_elems =
@@ -396,7 +407,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     const size_t a_elems = apan ? 0 : (size_t)(kp_max * mc);            /* int32 */
     const size_t ah_elems = use_wrap ? (size_t)(kp_max * mc) : 0;       /* int32 */
     const size_t na_elems = (size_t)(mc / mr * nseg_max);               /* int32 */
-    const size_t tag_elems = (size_t)npan_max;                          /* int64 */
+    const size_t tag_elems = (size_t)(npan_max + mc / mr);              /* int64 */
     const size_t bs_bytes = (bs_elems * 2 + 63) / 64 * 64;
     const size_t t_stride =
         (bs_bytes + tag_elems * 8 + (a_elems + ah_elems + na_elems) * 4 + 63) / 64 * 64;
@@ -426,6 +437,8 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         int32_t *ahi = ap + a_elems;
         int32_t *anorm = ahi + ah_elems;
         int64_t block_id = 0; /* counts B blocks; split_tag[jp] == block_id: panel jp is split */
+        int64_t *ahi_tag = split_tag + npan_max; /* == a_block: micro-panel's high panel made */
+        int64_t a_block = 0;                     /* counts this thread's A blocks */
         int probed = !gated;  /* the probe block is behind us (no probe outside mode AUTO) */
         int norms_off = 0;    /* the probe found no fast tile: no more norms */
         memset(split_tag, 0, tag_elems * sizeof *split_tag);
@@ -462,17 +475,15 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                                       fast_ok ? anorm + ir / mr * nseg : NULL);
                         else if (fast_ok)
                             fx_panel_norms(ablk + ir * ald, kp, mr, anorm + ir / mr * nseg);
-                        if (use_wrap) fx_a_high(kd, ablk + ir * ald, kp, mr, ahi + ir * kp);
                     }
+                    a_block++;
                     for (int64_t jp = 0; jp < npan; jp++) {
                         const int64_t j0 = jp * nr;
                         const int n = (int)fx_min64(nr, ncur - j0);
                         const int16_t *bp = bpack + jp * kp * 2 * nr;
                         int16_t *bsp = bsplit + jp * bpanel;
                         const int16_t *bpre_p =
-                            bpre ? bpre + pc / FX_GEMM_KC * np_all *
-                                              fx_b_panel_numel(FX_GEMM_KC / 2, nr, blayout) +
-                                       (jc / nr + jp) * bpanel
+                            bpre ? bpre + fx_b_pre_offset(pc, jc / nr + jp, kp, np_all, nr, blayout)
                                  : NULL;
                         for (int64_t ir = 0; ir < mcur; ir += mr) {
                             int64_t *ct = out + (i0 + ir) * N + jc + j0;
@@ -494,10 +505,14 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                                         fx_split_panel(kd, bp, kp, nr, bsp);
                                     split_tag[jp] = block_id;
                                 }
-                                if (use_wrap)
+                                if (use_wrap) {
+                                    if (ahi_tag[ir / mr] != a_block) {
+                                        fx_a_high(kd, ablk + ir * ald, kp, mr, ahi + ir * kp);
+                                        ahi_tag[ir / mr] = a_block;
+                                    }
                                     kd->wrap(kp, ablk + ir * ald, ahi + ir * kp, bany,
                                              ct, N, m, n, pc > 0);
-                                else
+                                } else
                                     kd->ukr(kp, ablk + ir * ald, bany, ct, N, m, n, pc > 0);
                                 split_tiles++;
                             }

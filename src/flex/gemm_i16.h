@@ -177,6 +177,15 @@ typedef struct fx_gemm_i16_kernel {
 /* Layouts of a pre-packed B (fx_gemm_i16_split_b; fx_op_call.b_split_layout). */
 enum { FX_GEMM_I16_B_SPLIT = 0, FX_GEMM_I16_B_WRAP = 1 };
 
+/* The B layout a product with inner dimension K takes on a level whose fx_backend
+ * gemm_i16_b_layout is level_layout: the wrap layout where the level has the wrap kernel and it
+ * pays for this K, else the split layout (what a convolution pre-splits its weights in). */
+static inline int fx_gemm_i16_b_layout_for(int level_layout, int64_t K)
+{
+    return level_layout == FX_GEMM_I16_B_WRAP && fx_gemm_i16_wrap_pays(K) ? FX_GEMM_I16_B_WRAP
+                                                                          : FX_GEMM_I16_B_SPLIT;
+}
+
 /* AVX-512BW packing for a 6 x 32 tile (gemm_i16_pack_avx512.c). */
 extern const fx_gemm_i16_pack fx_gemm_i16_pack_avx512_6x32;
 

@@ -38,6 +38,30 @@ static FX_ALWAYS_INLINE void fx_prefetch_c(const int64_t *c, int64_t ldc, int m,
         for (int j = 0; j < FX_NR; j += 8) _mm_prefetch((const char *)(c + i * ldc + j), _MM_HINT_T0);
 }
 
+/* C[0..m, 0..n] (row stride ldc) = (accumulate ? C : 0) + the tile's int64 values rebuilt from
+ * two spilled int32 words per output: hs * 2^8 + ls (split kernel: 256 Sh + Sl, both signed),
+ * or hs * 2^16 + (ls mod 2^16) (wrap kernel: 2^16 G + the low 16 bits of L). Only the valid
+ * part is read and written. */
+static FX_ALWAYS_INLINE void fx_store_tile(const int32_t hs[FX_MR][FX_NR],
+                                           const int32_t ls[FX_MR][FX_NR], const int wrap,
+                                           int64_t *c, int64_t ldc, int m, int n, int accumulate)
+{
+    const __m512i low16 = _mm512_set1_epi64(0xFFFF);
+    for (int i = 0; i < m; i++) {
+        int64_t *ci = c + i * ldc;
+        for (int j = 0; j < n; j += 8) {
+            const __mmask8 k = n - j >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - j)) - 1);
+            const __m512i h = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)&hs[i][j]));
+            const __m256i l8 = _mm256_load_si256((const void *)&ls[i][j]);
+            __m512i s = wrap ? _mm512_or_si512(_mm512_slli_epi64(h, 16),
+                                               _mm512_and_si512(_mm512_cvtepu32_epi64(l8), low16))
+                             : _mm512_add_epi64(_mm512_slli_epi64(h, 8), _mm512_cvtepi32_epi64(l8));
+            if (accumulate) s = _mm512_add_epi64(s, _mm512_maskz_loadu_epi64(k, ci + j));
+            _mm512_mask_storeu_epi64(ci + j, k, s);
+        }
+    }
+}
+
 /* The accumulators are indexed with constants only (fully unrolled loops), so they live in
  * registers: 6 rows x 2 column vectors x {hi, lo} = 24 zmm, plus 4 for B and 1 broadcast. */
 static FX_ALWAYS_INLINE void fx_ukr_body(int64_t kp, const int32_t *ap, const int16_t *bp,
@@ -76,17 +100,8 @@ static FX_ALWAYS_INLINE void fx_ukr_body(int64_t kp, const int32_t *ap, const in
         _mm512_store_si512((void *)&ls[i][0], l[i][0]);
         _mm512_store_si512((void *)&ls[i][16], l[i][1]);
     }
-    for (int i = 0; i < m; i++) {
-        int64_t *ci = c + i * ldc;
-        for (int j = 0; j < n; j += 8) {
-            const __mmask8 k = n - j >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - j)) - 1);
-            const __m512i sh = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)&hs[i][j]));
-            const __m512i sl = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)&ls[i][j]));
-            __m512i s = _mm512_add_epi64(_mm512_slli_epi64(sh, 8), sl); /* 256*Sh + Sl */
-            if (accumulate) s = _mm512_add_epi64(s, _mm512_maskz_loadu_epi64(k, ci + j));
-            _mm512_mask_storeu_epi64(ci + j, k, s);
-        }
-    }
+    fx_store_tile((const int32_t(*)[FX_NR])hs, (const int32_t(*)[FX_NR])ls, 0, c, ldc, m, n,
+                  accumulate);
 }
 
 /* Fast kernel: plain B, one multiply per pair; 12 int32 chain accumulators in registers, the
@@ -235,8 +250,7 @@ static void fx_wrap_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *ahi
             const __m512i c1 = _mm512_load_si512((const void *)(bq - FX_NR));
             FX_WRAP_ROWS(FX_WRAP_CORR)
         }
-        const int64_t qf = q1 < nfull ? q1 : nfull; /* whole quads of this chunk end here */
-        for (int64_t q = q0; q < qf; q++) {
+        for (int64_t q = q0; q < q1; q++) {
             const int16_t *bb = bq + (q - q0) * 6 * FX_NR;
             __m512i b0 = _mm512_load_si512((const void *)bb);
             __m512i b1 = _mm512_load_si512((const void *)(bb + 32));
@@ -246,20 +260,10 @@ static void fx_wrap_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *ahi
             b1 = _mm512_load_si512((const void *)(bb + 96));
             aq = ap + 2 * q * FX_MR;
             FX_WRAP_ROWS(FX_WRAP_PAIR)
+            if (q == nfull) break; /* kp odd: the last quad has one pair (2q + 1 is not in A) */
             b0 = _mm512_load_si512((const void *)(bb + 128));
             b1 = _mm512_load_si512((const void *)(bb + 160));
             aq += FX_MR;
-            FX_WRAP_ROWS(FX_WRAP_PAIR)
-        }
-        if (qf < q1) { /* kp odd: the last quad has one pair (pair 2q + 1 is not in the panel) */
-            const int16_t *bb = bq + (qf - q0) * 6 * FX_NR;
-            __m512i b0 = _mm512_load_si512((const void *)bb);
-            __m512i b1 = _mm512_load_si512((const void *)(bb + 32));
-            const int32_t *aq = ahi + 2 * qf * FX_MR;
-            FX_WRAP_ROWS(FX_WRAP_HIGH)
-            b0 = _mm512_load_si512((const void *)(bb + 64));
-            b1 = _mm512_load_si512((const void *)(bb + 96));
-            aq = ap + 2 * qf * FX_MR;
             FX_WRAP_ROWS(FX_WRAP_PAIR)
         }
         FX_WRAP_ROWS(FX_WRAP_FOLD)
@@ -269,18 +273,8 @@ static void fx_wrap_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *ahi
     int32_t gs[FX_MR][FX_NR] __attribute__((aligned(64)));
     int32_t ls[FX_MR][FX_NR] __attribute__((aligned(64)));
     FX_WRAP_ROWS(FX_WRAP_SPILL)
-    const __m512i low16 = _mm512_set1_epi64(0xFFFF);
-    for (int i = 0; i < m; i++) {
-        int64_t *ci = c + i * ldc;
-        for (int j = 0; j < n; j += 8) {
-            const __mmask8 k = n - j >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - j)) - 1);
-            const __m512i g = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)&gs[i][j]));
-            const __m512i l = _mm512_cvtepu32_epi64(_mm256_load_si256((const void *)&ls[i][j]));
-            __m512i s = _mm512_or_si512(_mm512_slli_epi64(g, 16), _mm512_and_si512(l, low16));
-            if (accumulate) s = _mm512_add_epi64(s, _mm512_maskz_loadu_epi64(k, ci + j));
-            _mm512_mask_storeu_epi64(ci + j, k, s);
-        }
-    }
+    fx_store_tile((const int32_t(*)[FX_NR])gs, (const int32_t(*)[FX_NR])ls, 1, c, ldc, m, n,
+                  accumulate);
 }
 
 static void fx_fast_avx512vnni(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,

@@ -560,9 +560,7 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     /* integer compute: the weights split once for all chunks (each chunk's GEMM would split
      * the same B again) */
     const int b_nr = ic ? be->gemm_i16_panel_nr : 0;
-    const int b_layout = be->gemm_i16_b_layout == FX_GEMM_I16_B_WRAP && fx_gemm_i16_wrap_pays(CKK)
-                             ? FX_GEMM_I16_B_WRAP
-                             : FX_GEMM_I16_B_SPLIT;
+    const int b_layout = fx_gemm_i16_b_layout_for(be->gemm_i16_b_layout, CKK);
     int16_t *wsplit = b_nr ? conv_alloc(&s, fx_gemm_i16_split_b_numel(CKK, g.O, b_nr, b_layout) + 32,
                                         sizeof(int16_t), &rc, __func__)
                            : NULL;
