@@ -5,6 +5,7 @@
 #include "compose.h"
 #include "half_bits.h"
 #include "half_binary.h"
+#include "shared_binary.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -62,6 +63,8 @@ static int fx_binary(fx_op op, const char *func, tensor_t *out, const tensor_t *
     if (rc) return rc;
     rc = fx_half_binary(op, out, a, b); /* 16-bit floats, common shapes: one pass */
     if (rc != FX_HALF_BINARY_NOT_TAKEN) return rc;
+    rc = fx_shared_binary(op, out, a, b); /* FLEX16_5/DFP16 add/sub: no int64 stage */
+    if (rc != FX_SHARED_BINARY_NOT_TAKEN) return rc;
     fx_op_request rq = {.op = op, .func = func, .out = out, .nin = 2, .in = {a, b},
                         .broadcast = 1};
     return fx_dispatch(&rq);

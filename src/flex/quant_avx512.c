@@ -210,8 +210,115 @@ static uint64_t fx_flex_maxabs_i64_avx512(const int64_t *src, int64_t n)
     return _mm512_reduce_max_epu64(mx);
 }
 
+/* ---- aligned add/sub of int16 mantissas (fx_sum2) in int32 lanes ------------------------------
+ * |v| <= 2^30 + 2^15 < 2^31 by the contract on the shifts, so 16 int32 lanes hold every value
+ * exactly; the rounding below is fx_requant's (the int64 steps of fx_q64_step, in 32 bits).
+ * Tail lanes beyond n are masked out of every statistic (with a broadcast b they would hold b). */
+typedef struct fx_s2_consts {
+    __m128i ca, cb;
+    __m512i bconst; /* b << sb when b is broadcast */
+} fx_s2_consts;
+
+static inline fx_s2_consts fx_s2_setup(const fx_sum2 *p)
+{
+    fx_s2_consts k;
+    k.ca = _mm_cvtsi32_si128(p->sa);
+    k.cb = _mm_cvtsi32_si128(p->sb);
+    k.bconst = _mm512_set1_epi32(p->b_inc ? 0 : (int32_t)p->b[0] * (1 << p->sb));
+    return k;
+}
+
+static inline __m512i fx_s2_values(const fx_sum2 *p, const fx_s2_consts *k, int64_t i,
+                                   __mmask16 live)
+{
+    const __m512i va =
+        _mm512_sll_epi32(_mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(live, p->a + i)), k->ca);
+    const __m512i vb =
+        p->b_inc ? _mm512_sll_epi32(_mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(live, p->b + i)),
+                                    k->cb)
+                 : k->bconst;
+    return p->negate_b ? _mm512_sub_epi32(va, vb) : _mm512_add_epi32(va, vb);
+}
+
+uint32_t fx_flex_sum2_maxabs_avx512(const fx_sum2 *p, int64_t n)
+{
+    if (n <= 0) return 0;
+    const fx_s2_consts k = fx_s2_setup(p);
+    __m512i mx = _mm512_setzero_si512();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        mx = _mm512_max_epu32(mx, _mm512_abs_epi32(fx_s2_values(p, &k, i, 0xFFFF)));
+    if (i < n) {
+        const __mmask16 live = fx_tail16(n - i);
+        mx = _mm512_mask_max_epu32(mx, live, mx, _mm512_abs_epi32(fx_s2_values(p, &k, i, live)));
+    }
+    return _mm512_reduce_max_epu32(mx);
+}
+
+void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
+                               fx_qstats *st)
+{
+    const fx_s2_consts k = fx_s2_setup(p);
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+    const __m512i mmax = _mm512_set1_epi32(FX_MANT_MAX), mmin = _mm512_set1_epi32(-FX_MANT_MAX);
+    const __m512i minus1 = _mm512_set1_epi32(-1);
+    /* right: 1 <= shift <= 31 (beyond, |v| < 2^31 <= half and everything rounds to 0);
+     * left: shift <= 0, saturating above thr = 32767 >> -shift (0 from a shift of 16 on) */
+    const int right = shift >= 1, gone = shift >= 32;
+    const int s = right ? (gone ? 31 : shift) : (shift < -31 ? 32 : -shift);
+    const __m128i cnt = _mm_cvtsi32_si128(s);
+    const __m512i rmask = _mm512_set1_epi32(right ? (int32_t)(((uint32_t)1 << s) - 1) : 0);
+    const __m512i half = _mm512_set1_epi32(right ? (int32_t)((uint32_t)1 << (s - 1)) : 0);
+    const __m512i thr = _mm512_set1_epi32(!right && s < 16 ? (FX_MANT_MAX >> s) : 0);
+    __m512i max_in = zero, max_out = zero, nsat = zero, nuf = zero;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 live = fx_tail16(n - i);
+        const __m512i v = fx_s2_values(p, &k, i, live);
+        const __m512i av = _mm512_abs_epi32(v);
+        __m512i q;
+        __mmask16 sat;
+        if (right) {
+            if (gone) {
+                q = zero;
+            } else {
+                q = _mm512_sra_epi32(v, cnt);
+                const __m512i rem = _mm512_and_si512(v, rmask);
+                const __mmask16 up = _mm512_cmpgt_epu32_mask(rem, half) |
+                                     (_mm512_cmpeq_epu32_mask(rem, half) &
+                                      _mm512_test_epi32_mask(q, one));
+                q = _mm512_mask_add_epi32(q, up, q, one);
+            }
+            sat = _mm512_mask_cmpgt_epi32_mask(live, _mm512_abs_epi32(q), mmax);
+            q = _mm512_max_epi32(_mm512_min_epi32(q, mmax), mmin);
+        } else {
+            sat = _mm512_mask_cmpgt_epu32_mask(live, av, thr);
+            q = _mm512_sll_epi32(v, cnt); /* valid wherever it is kept */
+            const __mmask16 neg = _mm512_cmplt_epi32_mask(v, zero);
+            q = _mm512_mask_mov_epi32(q, sat & ~neg, mmax);
+            q = _mm512_mask_mov_epi32(q, sat & neg, mmin);
+        }
+        const __mmask16 uf =
+            _mm512_mask_cmpeq_epi32_mask(live, q, zero) & _mm512_cmpneq_epi32_mask(v, zero);
+        nsat = _mm512_mask_sub_epi32(nsat, sat, nsat, minus1);
+        nuf = _mm512_mask_sub_epi32(nuf, uf, nuf, minus1);
+        max_in = _mm512_mask_max_epu32(max_in, live, max_in, av);
+        max_out = _mm512_mask_max_epi32(max_out, live, max_out, _mm512_abs_epi32(q));
+        if (dst) _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, q);
+    }
+    /* per-lane counts are < 2^27 for any n below 2^31 elements per call; sum them in int64 */
+    st->saturated = _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(nsat))) +
+                    _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(nsat, 1)));
+    st->underflow = _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(nuf))) +
+                    _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(nuf, 1)));
+    st->nonfinite = 0;
+    st->max_abs_in = (double)_mm512_reduce_max_epu32(max_in);
+    st->max_abs_out = _mm512_reduce_max_epi32(max_out);
+}
+
 void fx_register_flex_avx512(fx_backend *b, const fx_cpu_features *cpu)
 {
+    b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_avx512;
+    b->cvt.sum2_quant = fx_flex_sum2_quant_avx512;
     b->cvt.quant_f32 = fx_flex_quant_f32_avx512;
     b->cvt.dequant = fx_flex_dequant_avx512;
     b->cvt.quant_i64 = fx_flex_quant_i64_avx512;

@@ -81,6 +81,42 @@ void fx_flex_quant_i64_scalar(const int64_t *src, int16_t *dst, int64_t n, int s
     st->max_abs_out = max_out;
 }
 
+/* The aligned sum of fx_sum2, exact (|v| <= 2^30 + 2^15 by the contract on sa, sb). */
+static inline int64_t fx_sum2_at(const fx_sum2 *p, int64_t i)
+{
+    const int64_t x = (int64_t)p->a[i] * ((int64_t)1 << p->sa);
+    const int64_t y = (int64_t)p->b[i * p->b_inc] * ((int64_t)1 << p->sb);
+    return p->negate_b ? x - y : x + y;
+}
+
+uint32_t fx_flex_sum2_maxabs_scalar(const fx_sum2 *p, int64_t n)
+{
+    uint32_t mx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t v = fx_sum2_at(p, i);
+        const uint32_t av = (uint32_t)(v < 0 ? -v : v);
+        mx = av > mx ? av : mx;
+    }
+    return mx;
+}
+
+/* Defined as quant_i64 of the widened values, in blocks that stay in L1. */
+void fx_flex_sum2_quant_scalar(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
+                               fx_qstats *st)
+{
+    enum { BLOCK = 512 };
+    int64_t wide[BLOCK];
+    fx_qstats_init(st);
+    for (int64_t lo = 0; lo < n; lo += BLOCK) {
+        const int64_t len = n - lo < BLOCK ? n - lo : BLOCK;
+        const fx_sum2 q = {p->a + lo, p->b + lo * p->b_inc, p->b_inc, p->sa, p->sb, p->negate_b};
+        for (int64_t i = 0; i < len; i++) wide[i] = fx_sum2_at(&q, i);
+        fx_qstats part;
+        fx_flex_quant_i64_scalar(wide, dst ? dst + lo : NULL, len, shift, &part);
+        fx_qstats_merge(st, &part);
+    }
+}
+
 void fx_flex_maxabs_f32_scalar(const float *src, int64_t n, float *maxabs, int64_t *nonfinite)
 {
     float mx = 0.0f;
@@ -103,5 +139,7 @@ void fx_register_flex_scalar(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.dequant = fx_flex_dequant_scalar;
     b->cvt.quant_i64 = fx_flex_quant_i64_scalar;
     b->cvt.maxabs_f32 = fx_flex_maxabs_f32_scalar;
+    b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_scalar;
+    b->cvt.sum2_quant = fx_flex_sum2_quant_scalar;
     fx_flex_install_intops_scalar(b);
 }

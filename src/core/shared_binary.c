@@ -1,0 +1,189 @@
+/* add / sub of FLEX16_5 and DFP16 tensors without an int64 stage (ops.c calls this before the
+ * dispatcher).
+ *
+ * Why: the dispatcher's integer route writes the exact sums into an int64 stage (8 bytes per
+ * element, four times the int16 output) and the write reads it back twice, for the maximum and
+ * to round. A conv's bias add on the CNN's first layer ([128, 32, 28, 28]) spent more time there
+ * than an fp32 add. When the exponents of a and b are at most 15 apart, every aligned sum
+ * (a << sa) +- (b << sb) fits int32, so this file recomputes the sums from the int16 inputs
+ * instead of storing them: one pass for their maximum, then the write's quantisations (the
+ * backend's sum2_maxabs / sum2_quant). The exponent choice, statistics, trace and rounding are
+ * those of the write path (fx_write_shared_with) on the same exact values at the same exponent,
+ * min(ea, eb), so the result is the dispatcher's bit for bit (tests/test_shared_binary.c).
+ * Anything else returns FX_SHARED_BINARY_NOT_TAKEN and goes through the dispatcher. */
+#include "shared_binary.h"
+#include "dispatch.h"
+#include "../flex/flex_math.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define FX_SB_CHUNK 16384                /* elements per work unit of a same-shape op */
+#define FX_SB_PAR_MIN ((int64_t)1 << 16) /* below this, one thread */
+#define FX_SB_MAX_GAP 15                 /* |ea - eb|: (int16 << 15) + int16 fits int32 */
+
+static int fx_sb_enabled = 1;
+static int64_t fx_sb_taken; /* ops done here: a test hook (not synchronised; tests are serial) */
+
+void fx_shared_binary_set_enabled(int on) { fx_sb_enabled = on != 0; }
+int64_t fx_shared_binary_taken(void) { return fx_sb_taken; }
+
+/* The op as work units: unit u covers a[lo(u) .. lo(u) + len(u)) and reads b from b_at(u). */
+typedef struct fx_sb_plan {
+    const fx_backend *be;
+    const int16_t *a, *b;
+    int16_t *dst;
+    int64_t n, units, inner; /* inner: elements per unit (the last one may be shorter) */
+    int64_t C;               /* per_plane: b holds C values, unit u (one plane) uses b[u % C] */
+    int per_plane;           /* 0: b advances with a, from b[lo % b_period] */
+    int64_t b_period;        /* n (same shape), or C for rows of a per-column b (inner = C) */
+    int sa, sb, negate_b, nt;
+    int ec; /* the exponent of the aligned sums: min(ea, eb) */
+} fx_sb_plan;
+
+static fx_sum2 fx_sb_unit(const fx_sb_plan *p, int64_t u, int64_t *lo, int64_t *len)
+{
+    *lo = u * p->inner;
+    *len = p->n - *lo < p->inner ? p->n - *lo : p->inner;
+    const int16_t *b = p->per_plane ? p->b + u % p->C : p->b + *lo % p->b_period;
+    const fx_sum2 s = {p->a + *lo, b, p->per_plane ? 0 : 1, p->sa, p->sb, p->negate_b};
+    return s;
+}
+
+static uint32_t fx_sb_maxabs(const fx_sb_plan *p)
+{
+    uint32_t mx = 0;
+    const int nt = p->nt;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(max : mx)
+#endif
+    for (int64_t u = 0; u < p->units; u++) {
+        int64_t lo, len;
+        const fx_sum2 s = fx_sb_unit(p, u, &lo, &len);
+        const uint32_t m = p->be->cvt.sum2_maxabs(&s, len);
+        mx = m > mx ? m : mx;
+    }
+    return mx;
+}
+
+/* fx_shared_src.quantize: the statistics (and with keep the mantissas) at exponent e. Integer
+ * values round by fx_requant alone, so r is not used (as for the dispatcher's int64 stage). The
+ * statistics are sums and maxima: merging them in any order gives the same result. */
+static int fx_sb_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    (void)r;
+    const fx_sb_plan *p = ctx;
+    const int shift = e - p->ec;
+    fx_qstats_init(q);
+    const int nt = p->nt;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        fx_qstats mine;
+        fx_qstats_init(&mine);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t u = 0; u < p->units; u++) {
+            int64_t lo, len;
+            const fx_sum2 s = fx_sb_unit(p, u, &lo, &len);
+            fx_qstats part;
+            p->be->cvt.sum2_quant(&s, len, keep ? p->dst + lo : NULL, shift, &part);
+            fx_qstats_merge(&mine, &part);
+        }
+#ifdef _OPENMP
+#pragma omp critical(fx_shared_binary_merge)
+#endif
+        fx_qstats_merge(q, &mine);
+    }
+    return FX_OK;
+}
+
+/* b holds out.shape[1] values and broadcasts along every other axis ([C], [C,1,1], ...). */
+static bool fx_sb_per_channel(const tensor_t *out, const tensor_t *b)
+{
+    if (out->ndim < 2 || b->ndim > out->ndim) return false;
+    for (int d = 0; d < out->ndim; d++) {
+        const int db = d - (out->ndim - b->ndim);
+        const int64_t sb = db >= 0 ? b->shape[db] : 1;
+        if (sb != (d == 1 ? out->shape[1] : 1)) return false;
+    }
+    return true;
+}
+
+int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b)
+{
+    if (!fx_sb_enabled || (op != FX_OP_ADD && op != FX_OP_SUB))
+        return FX_SHARED_BINARY_NOT_TAKEN;
+    if (!fmt_is_shared_exponent(out->fmt) || !fmt_is_shared_exponent(a->fmt) ||
+        !fmt_is_shared_exponent(b->fmt))
+        return FX_SHARED_BINARY_NOT_TAKEN;
+    if (out->st->on_device || a->st->on_device || b->st->on_device)
+        return FX_SHARED_BINARY_NOT_TAKEN;
+    /* The write may quantise twice (an Autoflex recompute reads the inputs again), so out must
+     * share storage with neither input; a partial view of out keeps another exponent path. */
+    if (a->st == out->st || b->st == out->st || !fx_tensor_covers_storage(out) ||
+        !fx_tensor_is_contiguous(a) || !fx_tensor_is_contiguous(b) ||
+        !fx_shape_is(a, out->ndim, out->shape))
+        return FX_SHARED_BINARY_NOT_TAKEN;
+    const int ea = a->st->exp, eb = b->st->exp;
+    if (ea - eb > FX_SB_MAX_GAP || eb - ea > FX_SB_MAX_GAP) return FX_SHARED_BINARY_NOT_TAKEN;
+    const int64_t n = fx_numel_of(out->ndim, out->shape);
+    if (n == 0) return FX_SHARED_BINARY_NOT_TAKEN;
+
+    fx_sb_plan p;
+    memset(&p, 0, sizeof p);
+    p.be = fx_backend_active();
+    if (!p.be->cvt.sum2_maxabs || !p.be->cvt.sum2_quant) return FX_SHARED_BINARY_NOT_TAKEN;
+    p.a = fx_tensor_base(a);
+    p.b = fx_tensor_base(b);
+    p.dst = fx_tensor_base(out);
+    p.n = n;
+    p.ec = ea < eb ? ea : eb;
+    p.sa = ea - p.ec;
+    p.sb = eb - p.ec;
+    p.negate_b = op == FX_OP_SUB;
+    if (fx_shape_is(b, out->ndim, out->shape)) {
+        p.inner = FX_SB_CHUNK;
+        p.b_period = n;
+    } else if (fx_sb_per_channel(out, b)) {
+        const int64_t C = out->shape[1], planes = out->shape[0] * C;
+        const int64_t inner = n / planes; /* planes >= 1: n > 0 */
+        if (inner >= 16) { /* planes of one b value each (a conv's bias) */
+            p.per_plane = 1;
+            p.C = C;
+            p.inner = inner;
+        } else if (inner == 1) { /* rows of a [N, C] tensor plus a [C] vector (a linear bias) */
+            p.inner = C;
+            p.b_period = C;
+        } else {
+            return FX_SHARED_BINARY_NOT_TAKEN;
+        }
+    } else {
+        return FX_SHARED_BINARY_NOT_TAKEN;
+    }
+    p.units = (n + p.inner - 1) / p.inner;
+    p.nt = n >= FX_SB_PAR_MIN ? flexpoint_num_threads() : 1;
+
+    flexpoint_clear_error(); /* as the dispatcher does before its kernel */
+    fx_sb_taken++;
+    const uint32_t imax = fx_sb_maxabs(&p);
+    fx_shared_src src;
+    memset(&src, 0, sizeof src);
+    src.kind = FX_STAGE_I64; /* exact integers at exponent ec, as the dispatcher's stage */
+    src.exp = p.ec;
+    src.imax = imax;
+    src.true_max = ldexp((double)imax, p.ec);
+    src.nonfinite = 0;
+    src.ctx = &p;
+    src.quantize = fx_sb_quantize;
+    return fx_write_shared_with(out, &src, op == FX_OP_ADD ? "tensor_add" : "tensor_sub");
+}

@@ -1,0 +1,21 @@
+/* One-pass add/sub of FLEX16_5 / DFP16 tensors for same-shape, per-channel and per-column
+ * operands whose exponents are at most 15 apart (shared_binary.c); the same bits, exponent,
+ * statistics and trace as the dispatcher's int64-stage route. */
+#ifndef FX_CORE_SHARED_BINARY_H
+#define FX_CORE_SHARED_BINARY_H
+
+#include "backend.h"
+
+#define FX_SHARED_BINARY_NOT_TAKEN (-1)
+
+/* The write's status when done (shapes already validated by the caller, out is not NULL),
+ * FX_SHARED_BINARY_NOT_TAKEN when the operands are not of a form handled here (nothing
+ * written, no state changed). */
+int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b);
+
+/* Test hook: 0 sends every add/sub through the dispatcher (to compare the two routes). */
+void fx_shared_binary_set_enabled(int on);
+/* Test hook: how many add/sub ops this file has done since the process started. */
+int64_t fx_shared_binary_taken(void);
+
+#endif

@@ -1,0 +1,255 @@
+/* The one-pass add/sub of FLEX16_5 / DFP16 tensors (src/core/shared_binary.c).
+ *
+ * 1. Kernels: every backend's sum2_maxabs / sum2_quant against the definition (the aligned sums
+ *    widened to int64, then the scalar quant_i64): mantissas and every statistic, for all
+ *    shifts from -34 to 40, both shifted operands, a broadcast or advancing b, add and sub,
+ *    lengths around the 16-lane vectors, and the extreme mantissas +-32767 and -32768.
+ * 2. The op: on every backend, sequences of tensor_add / tensor_sub into FLEX16_5 (Autoflex,
+ *    with a jump that overflows and recomputes) and DFP16 outputs, same-shape, per-channel and
+ *    per-column operands, exponent gaps 0 to 15, compared with the dispatcher's int64-stage
+ *    route (the fast path switched off): the same mantissas, exponent, statistics and trace
+ *    record after every write. The path must actually be taken (its counter moves), and the
+ *    cases it must not take (gaps above 15, in place, a partial view, a transposed operand)
+ *    still give the dispatcher's results. */
+#include "flexpoint.h"
+#include "core/backend.h"
+#include "core/shared_binary.h"
+#include "flex/flex_kernels.h"
+#include "flex/flex_math.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int16_t rand_mant(test_rng *r)
+{
+    switch (test_rng_range(r, 0, 7)) {
+    case 0: return 32767;
+    case 1: return -32767;
+    case 2: return -32768;
+    case 3: return 0;
+    case 4: return (int16_t)test_rng_range(r, -3, 3);
+    default: return (int16_t)test_rng_range(r, -32768, 32767);
+    }
+}
+
+static void check_kernels(const fx_backend *be, test_rng *r)
+{
+    enum { NMAX = 1100 };
+    int16_t a[NMAX], b[NMAX], got[NMAX], want[NMAX];
+    const int64_t lens[] = {0, 1, 15, 16, 17, 31, 33, 64, 1000, 1100};
+    long bad = 0, cases = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const int64_t n = lens[li];
+        for (int64_t i = 0; i < NMAX; i++) {
+            a[i] = rand_mant(r);
+            b[i] = rand_mant(r);
+        }
+        for (int gap = 0; gap <= 15; gap += (gap < 3 ? 1 : 4)) {
+            for (int side = 0; side < 2; side++)
+                for (int b_inc = 0; b_inc <= 1; b_inc++)
+                    for (int neg = 0; neg <= 1; neg++) {
+                        const fx_sum2 p = {a, b, b_inc, side ? gap : 0, side ? 0 : gap, neg};
+                        CHECK(be->cvt.sum2_maxabs(&p, n) == fx_flex_sum2_maxabs_scalar(&p, n),
+                              "%s maxabs n %lld gap %d", be->name, (long long)n, gap);
+                        for (int shift = -34; shift <= 40; shift++) {
+                            fx_qstats sg, sw;
+                            memset(got, 0x55, sizeof got);
+                            memset(want, 0x55, sizeof want);
+                            be->cvt.sum2_quant(&p, n, got, shift, &sg);
+                            fx_flex_sum2_quant_scalar(&p, n, want, shift, &sw);
+                            cases++;
+                            const int same = memcmp(got, want, sizeof got) == 0 &&
+                                             sg.saturated == sw.saturated &&
+                                             sg.underflow == sw.underflow &&
+                                             sg.nonfinite == sw.nonfinite &&
+                                             sg.max_abs_in == sw.max_abs_in &&
+                                             sg.max_abs_out == sw.max_abs_out;
+                            if (!same && bad++ < 5)
+                                fprintf(stderr, "%s n %lld gap %d side %d b_inc %d neg %d shift %d\n",
+                                        be->name, (long long)n, gap, side, b_inc, neg, shift);
+                            /* a statistics-only trial gives the same statistics */
+                            fx_qstats st;
+                            be->cvt.sum2_quant(&p, n, NULL, shift, &st);
+                            CHECK(st.saturated == sw.saturated && st.max_abs_out == sw.max_abs_out,
+                                  "%s trial statistics, shift %d", be->name, shift);
+                        }
+                    }
+        }
+    }
+    CHECK(bad == 0, "%s: %ld of %ld sum2_quant cases differ from the definition", be->name, bad,
+          cases);
+    /* the definition itself, on one hand-checked case: (3 << 2) - (-5) = 17 at shift 1 -> 8
+     * (8.5 ties to even), and 32767 << 15 at shift -1 saturates */
+    const int16_t x[2] = {3, 32767}, y[2] = {-5, 0};
+    const fx_sum2 q = {x, y, 1, 2, 0, 1};
+    int16_t o[2];
+    fx_qstats s;
+    fx_flex_sum2_quant_scalar(&q, 1, o, 1, &s);
+    CHECK(o[0] == 8 && s.max_abs_in == 17.0 && s.saturated == 0, "17 >> 1 gave %d", o[0]);
+    const fx_sum2 q2 = {x + 1, y + 1, 1, 15, 0, 0};
+    fx_flex_sum2_quant_scalar(&q2, 1, o, -1, &s);
+    CHECK(o[0] == 32767 && s.saturated == 1, "saturation gave %d (%lld)", o[0],
+          (long long)s.saturated);
+}
+
+static void fill(tensor_t *t, double scale, test_rng *r)
+{
+    const int64_t n = tensor_numel(t);
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * test_rng_normal(r));
+    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
+    free(v);
+}
+
+static int same_tensor(tensor_t *x, tensor_t *y, const char *what, int step)
+{
+    const int64_t n = tensor_numel(x);
+    int ok = memcmp(tensor_data(x), tensor_data(y), (size_t)n * 2) == 0 &&
+             tensor_exp(x) == tensor_exp(y);
+    static const char *const stats[] = {"saturated", "true_max", "underflow", "clamped",
+                                        "overflows", "writes"};
+    for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++) {
+        double u = 0, w = 0;
+        tensor_stat(x, stats[i], &u);
+        tensor_stat(y, stats[i], &w);
+        ok = ok && u == w;
+    }
+    const int64_t len = tensor_trace_len(x);
+    ok = ok && len == tensor_trace_len(y);
+    if (ok && len > 0) {
+        fx_trace_record p, q;
+        tensor_trace_get(x, len - 1, &p);
+        tensor_trace_get(y, len - 1, &q);
+        ok = p.exp == q.exp && p.overflow == q.overflow && p.recomputed == q.recomputed &&
+             p.saturated == q.saturated && p.underflow == q.underflow &&
+             p.true_max == q.true_max && p.stored_max == q.stored_max && p.clamped == q.clamped;
+    }
+    CHECK(ok, "%s, write %d: the one-pass result differs from the dispatcher's", what, step);
+    return ok;
+}
+
+/* A sequence of writes out = a op b (b of shape bshape), through this file and through the
+ * dispatcher, into two outputs with the same history. */
+static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int ndim, const int64_t *shape,
+                           int bnd, const int64_t *bshape, int expect_taken, test_rng *r)
+{
+    tensor_t *a = tensor_new(fa, ndim, shape), *b = tensor_new(fb, bnd, bshape);
+    tensor_t *fast = tensor_new(fo, ndim, shape), *ref = tensor_new(fo, ndim, shape);
+    tensor_trace_enable(fast, 1);
+    tensor_trace_enable(ref, 1);
+    char what[160];
+    snprintf(what, sizeof what, "fmt %d = fmt %d op fmt %d, %d-d, b %d-d", (int)fo, (int)fa,
+             (int)fb, ndim, bnd);
+    /* scales: steady, a jump of 2^7 (FLEX16_5 overflows and recomputes), and exponent gaps
+     * between a and b from 0 to beyond 15 */
+    const double sa[] = {1.0, 1.1, 0.9, 128.0, 100.0, 1.0, 1.0, 3e4, 1.0, 1.0};
+    const double sb[] = {1.0, 0.5, 1e-3, 1.0, 4e-5, 7.0, 3e-4, 1.0, 1e-7, 1.0};
+    for (int step = 0; step < 10; step++) {
+        fill(a, sa[step], r);
+        fill(b, sb[step], r);
+        const fx_op op = step % 3 == 2 ? FX_OP_SUB : FX_OP_ADD;
+        const int64_t before = fx_shared_binary_taken();
+        CHECK_STATUS(op == FX_OP_ADD ? tensor_add(fast, a, b) : tensor_sub(fast, a, b), FX_OK);
+        const int gap = abs(tensor_exp(a) - tensor_exp(b));
+        const int taken = fx_shared_binary_taken() > before;
+        CHECK(taken == (expect_taken && gap <= 15), "%s, write %d (gap %d): taken %d", what, step,
+              gap, taken);
+        fx_shared_binary_set_enabled(0);
+        CHECK_STATUS(op == FX_OP_ADD ? tensor_add(ref, a, b) : tensor_sub(ref, a, b), FX_OK);
+        fx_shared_binary_set_enabled(1);
+        if (!same_tensor(fast, ref, what, step)) break;
+    }
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(fast);
+    tensor_free(ref);
+}
+
+static void check_not_taken(test_rng *r)
+{
+    /* in place: out = a + b, both routes through the dispatcher */
+    const int64_t s[2] = {40, 70}, st[2] = {70, 40};
+    tensor_t *a1 = tensor_new(FMT_FLEX16_5, 2, s), *a2 = tensor_new(FMT_FLEX16_5, 2, s);
+    tensor_t *b = tensor_new(FMT_FLEX16_5, 2, s);
+    fill(a1, 1.0, r);
+    fill(b, 0.3, r);
+    CHECK_STATUS(tensor_copy(a2, a1), FX_OK);
+    const int64_t before = fx_shared_binary_taken();
+    CHECK_STATUS(tensor_add(a1, a1, b), FX_OK);
+    CHECK(fx_shared_binary_taken() == before, "in-place add was taken");
+    fx_shared_binary_set_enabled(0);
+    CHECK_STATUS(tensor_add(a2, a2, b), FX_OK);
+    fx_shared_binary_set_enabled(1);
+    same_tensor(a1, a2, "in place", 0);
+    /* a transposed operand */
+    tensor_t *t = tensor_new(FMT_DFP16, 2, st), *o1 = tensor_new(FMT_DFP16, 2, s);
+    tensor_t *o2 = tensor_new(FMT_DFP16, 2, s);
+    fill(t, 2.0, r);
+    tensor_t *tv = tensor_view_transpose(t, 0, 1);
+    CHECK_STATUS(tensor_sub(o1, tv, b), FX_OK);
+    CHECK(fx_shared_binary_taken() == before, "transposed operand was taken");
+    fx_shared_binary_set_enabled(0);
+    CHECK_STATUS(tensor_sub(o2, tv, b), FX_OK);
+    fx_shared_binary_set_enabled(1);
+    same_tensor(o1, o2, "transposed a", 0);
+    /* a partial view of the output keeps the storage's exponent */
+    const int64_t half[2] = {20, 70};
+    tensor_t *ah = tensor_new(FMT_FLEX16_5, 2, half), *bh = tensor_new(FMT_FLEX16_5, 2, half);
+    fill(ah, 1.0, r);
+    fill(bh, 1.0, r);
+    tensor_t *v1 = tensor_view_slice(o1, 0, 0, 20, 1), *v2 = tensor_view_slice(o2, 0, 0, 20, 1);
+    if (v1 && v2) {
+        CHECK_STATUS(tensor_add(v1, ah, bh), FX_OK);
+        CHECK(fx_shared_binary_taken() == before, "partial output view was taken");
+        fx_shared_binary_set_enabled(0);
+        CHECK_STATUS(tensor_add(v2, ah, bh), FX_OK);
+        fx_shared_binary_set_enabled(1);
+        same_tensor(o1, o2, "partial view", 0);
+    }
+    tensor_free(v1);
+    tensor_free(v2);
+    tensor_free(ah);
+    tensor_free(bh);
+    tensor_free(tv);
+    tensor_free(t);
+    tensor_free(o1);
+    tensor_free(o2);
+    tensor_free(a1);
+    tensor_free(a2);
+    tensor_free(b);
+}
+
+int main(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 2026);
+    for (int i = 0; i < FX_BACKEND_COUNT; i++) {
+        const fx_backend *be = fx_backend_get(i);
+        if (be && be->available) check_kernels(be, &r);
+    }
+    const int64_t nchw[4] = {3, 5, 9, 11}, big[4] = {4, 8, 40, 40}, c3[3] = {5, 1, 1};
+    const int64_t big_c[3] = {8, 1, 1}, rows[2] = {37, 23}, cols[1] = {23}, one[4] = {1, 1, 1, 16385};
+    const int64_t mid_s[4] = {2, 3, 2, 4}, mid_b[3] = {3, 1, 1};
+    for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
+        if (!flexpoint_backend_available(bi)) continue;
+        CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
+        for (int nt = 1; nt <= 2; nt++) {
+            flexpoint_set_num_threads(nt);
+            const fmt_t fo[2] = {FMT_FLEX16_5, FMT_DFP16};
+            for (int k = 0; k < 2; k++) {
+                check_sequence(fo[k], FMT_FLEX16_5, FMT_FLEX16_5, 4, nchw, 4, nchw, 1, &r);
+                check_sequence(fo[k], FMT_FLEX16_5, FMT_DFP16, 4, nchw, 3, c3, 1, &r);
+                check_sequence(fo[k], FMT_DFP16, FMT_FLEX16_5, 4, big, 3, big_c, 1, &r);
+                check_sequence(fo[k], FMT_DFP16, FMT_DFP16, 2, rows, 1, cols, 1, &r);
+                check_sequence(fo[k], FMT_FLEX16_5, FMT_FLEX16_5, 4, one, 4, one, 1, &r);
+                /* planes of 8 values: a broadcast this file leaves to the dispatcher */
+                check_sequence(fo[k], FMT_FLEX16_5, FMT_FLEX16_5, 4, mid_s, 3, mid_b, 0, &r);
+            }
+        }
+        check_not_taken(&r);
+    }
+    flexpoint_set_num_threads(0);
+    return test_finish("test_shared_binary");
+}
