@@ -23,32 +23,11 @@ static int fx_threads_for(int64_t n)
 static void fx_quant_i16_chunk(const fx_backend *be, const int16_t *src, int16_t *dst, int64_t n,
                                int shift, fx_qstats *st)
 {
-    if (shift == 0) {
-        /* The values are kept as they are unless one is -32768 (outside the symmetric range,
-         * so it saturates): check the range while copying. */
-        int32_t mx = 0;
-        for (int64_t i = 0; i < n; i++) {
-            const int32_t a = src[i] < 0 ? -(int32_t)src[i] : src[i];
-            mx = a > mx ? a : mx;
-            if (dst) dst[i] = src[i];
-        }
-        if (mx <= FX_MANT_MAX) {
-            fx_qstats_init(st);
-            st->max_abs_in = (double)mx;
-            st->max_abs_out = mx;
-            return;
-        }
-    }
-    enum { BLOCK = 1024 }; /* 8 KiB of int64: stays in L1 */
-    int64_t wide[BLOCK];
-    fx_qstats_init(st);
-    for (int64_t lo = 0; lo < n; lo += BLOCK) {
-        const int64_t len = n - lo < BLOCK ? n - lo : BLOCK;
-        for (int64_t i = 0; i < len; i++) wide[i] = src[lo + i];
-        fx_qstats part;
-        be->cvt.quant_i64(wide, dst ? dst + lo : NULL, len, shift, &part);
-        fx_qstats_merge(st, &part);
-    }
+    /* src[i] + 0 as an aligned sum (fx_sum2): by its contract, quant_i64 of the widened values,
+     * computed in int32 lanes */
+    static const int16_t zero = 0;
+    const fx_sum2 p = {src, &zero, 0, 0, 0, 0};
+    be->cvt.sum2_quant(&p, n, dst, shift, st);
 }
 
 /* One quantisation, whatever its source: the three drivers below share the chunking. */

@@ -21,6 +21,10 @@ void fx_flex_dequant_scalar(const int16_t *src, float *dst, int64_t n, int e);
 void fx_flex_quant_i64_scalar(const int64_t *src, int16_t *dst, int64_t n, int shift,
                               fx_qstats *st);
 void fx_flex_maxabs_f32_scalar(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
+typedef void (*fx_quant_i64_fn)(const int64_t *src, int16_t *dst, int64_t n, int shift,
+                                fx_qstats *st);
+void fx_flex_sum2_quant_with(fx_quant_i64_fn quant_i64, const fx_sum2 *p, int64_t n,
+                             int16_t *dst, int shift, fx_qstats *st);
 uint32_t fx_flex_sum2_maxabs_scalar(const fx_sum2 *p, int64_t n);
 void fx_flex_sum2_quant_scalar(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                fx_qstats *st);

@@ -291,11 +291,19 @@ void fx_flex_maxabs_f32_avx2(const float *src, int64_t n, float *maxabs, int64_t
     *nonfinite = nf;
 }
 
+/* The aligned sums widened in L1 blocks, through this level's quant_i64. */
+static void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
+                                    fx_qstats *st)
+{
+    fx_flex_sum2_quant_with(fx_flex_quant_i64_avx2, p, n, dst, shift, st);
+}
+
 void fx_register_flex_avx2(fx_backend *b, const fx_cpu_features *cpu)
 {
     b->cvt.quant_f32 = fx_flex_quant_f32_avx2;
     b->cvt.dequant = fx_flex_dequant_avx2;
     b->cvt.quant_i64 = fx_flex_quant_i64_avx2;
     b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx2;
+    b->cvt.sum2_quant = fx_flex_sum2_quant_avx2;
     fx_flex_install_intops_avx2(b, cpu);
 }

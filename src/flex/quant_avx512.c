@@ -255,64 +255,141 @@ uint32_t fx_flex_sum2_maxabs_avx512(const fx_sum2 *p, int64_t n)
     return _mm512_reduce_max_epu32(mx);
 }
 
+/* Plain int16 values (sa = 0 and b = 0: an int16 stage) at a shift >= 0, in 32 int16 lanes:
+ * a right shift of an int16 cannot saturate (|q| <= 2^14), and at shift 0 only -32768 does. */
+static void fx_sum2_quant_plain(const int16_t *src, int64_t n, int16_t *dst, int shift,
+                                fx_qstats *st)
+{
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi16(1);
+    const __m512i mmin = _mm512_set1_epi16(-FX_MANT_MAX), lowest = _mm512_set1_epi16(INT16_MIN);
+    const int s = shift >= 16 ? 16 : shift;
+    const __m128i cnt = _mm_cvtsi32_si128(s);
+    const __m512i rmask = _mm512_set1_epi16((int16_t)(s >= 1 && s < 16 ? (1 << s) - 1 : 0));
+    const __m512i half = _mm512_set1_epi16((int16_t)(s >= 1 && s < 16 ? 1 << (s - 1) : 0));
+    __m512i max_in = zero, max_out = zero;
+    int64_t nsat = 0, nuf = 0;
+    for (int64_t i = 0; i < n; i += 32) {
+        const __mmask32 live =
+            n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1);
+        const __m512i v = _mm512_maskz_loadu_epi16(live, src + i); /* dead lanes: 0 */
+        __m512i q;
+        if (s == 0) {
+            q = _mm512_max_epi16(v, mmin);
+            nsat += __builtin_popcount((unsigned)_mm512_cmpeq_epi16_mask(v, lowest));
+        } else if (s < 16) {
+            q = _mm512_sra_epi16(v, cnt);
+            const __m512i rem = _mm512_and_si512(v, rmask);
+            const __mmask32 up = _mm512_cmpgt_epu16_mask(rem, half) |
+                                 (_mm512_cmpeq_epu16_mask(rem, half) &
+                                  _mm512_test_epi16_mask(q, one));
+            q = _mm512_mask_add_epi16(q, up, q, one);
+            nuf += __builtin_popcount(
+                (unsigned)(_mm512_cmpeq_epi16_mask(q, zero) & _mm512_test_epi16_mask(v, v)));
+        } else { /* |v| <= 2^15 = half of 2^16: everything rounds to 0 */
+            q = zero;
+            nuf += __builtin_popcount((unsigned)_mm512_test_epi16_mask(v, v));
+        }
+        max_in = _mm512_max_epu16(max_in, _mm512_abs_epi16(v)); /* |-32768| = 0x8000 unsigned */
+        max_out = _mm512_max_epu16(max_out, _mm512_abs_epi16(q));
+        if (dst) _mm512_mask_storeu_epi16(dst + i, live, q);
+    }
+    const __m512i in32 = _mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(max_in)),
+                                          _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(max_in, 1)));
+    const __m512i out32 = _mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(max_out)),
+                                           _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(max_out, 1)));
+    st->saturated = nsat;
+    st->underflow = nuf;
+    st->nonfinite = 0;
+    st->max_abs_in = (double)_mm512_reduce_max_epu32(in32);
+    st->max_abs_out = (int32_t)_mm512_reduce_max_epu32(out32);
+}
+
+typedef struct fx_s2q_consts {
+    __m512i zero, one, mmax, mmin, minus1, rmask, half, thr;
+    __m128i cnt;
+    int right, gone;
+} fx_s2q_consts;
+
+typedef struct fx_s2q_acc {
+    __m512i max_in, max_out, nsat, nuf;
+} fx_s2q_acc;
+
+/* One vector of fx_flex_sum2_quant_avx512 (lanes outside live count nowhere). */
+static inline void fx_s2q_step(const fx_sum2 *p, const fx_s2_consts *k, const fx_s2q_consts *c,
+                               fx_s2q_acc *acc, int64_t i, __mmask16 live, int16_t *dst)
+{
+    const __m512i v = fx_s2_values(p, k, i, live);
+    const __m512i av = _mm512_abs_epi32(v);
+    __m512i q;
+    __mmask16 sat;
+    if (c->right) {
+        if (c->gone) {
+            q = c->zero;
+        } else {
+            q = _mm512_sra_epi32(v, c->cnt);
+            const __m512i rem = _mm512_and_si512(v, c->rmask);
+            const __mmask16 up = _mm512_cmpgt_epu32_mask(rem, c->half) |
+                                 (_mm512_cmpeq_epu32_mask(rem, c->half) &
+                                  _mm512_test_epi32_mask(q, c->one));
+            q = _mm512_mask_add_epi32(q, up, q, c->one);
+        }
+        sat = _mm512_mask_cmpgt_epi32_mask(live, _mm512_abs_epi32(q), c->mmax);
+        q = _mm512_max_epi32(_mm512_min_epi32(q, c->mmax), c->mmin);
+    } else {
+        sat = _mm512_mask_cmpgt_epu32_mask(live, av, c->thr);
+        q = _mm512_sll_epi32(v, c->cnt); /* valid wherever it is kept */
+        const __mmask16 neg = _mm512_cmplt_epi32_mask(v, c->zero);
+        q = _mm512_mask_mov_epi32(q, sat & ~neg, c->mmax);
+        q = _mm512_mask_mov_epi32(q, sat & neg, c->mmin);
+    }
+    const __mmask16 uf =
+        _mm512_mask_cmpeq_epi32_mask(live, q, c->zero) & _mm512_cmpneq_epi32_mask(v, c->zero);
+    acc->nsat = _mm512_mask_sub_epi32(acc->nsat, sat, acc->nsat, c->minus1);
+    acc->nuf = _mm512_mask_sub_epi32(acc->nuf, uf, acc->nuf, c->minus1);
+    acc->max_in = _mm512_mask_max_epu32(acc->max_in, live, acc->max_in, av);
+    acc->max_out = _mm512_mask_max_epi32(acc->max_out, live, acc->max_out, _mm512_abs_epi32(q));
+    if (dst) _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, q);
+}
+
+static inline int64_t fx_sum_lanes32(__m512i v)
+{
+    return _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(v))) +
+           _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1)));
+}
+
 void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                fx_qstats *st)
 {
+    if (p->sa == 0 && p->b_inc == 0 && p->b[0] == 0 && shift >= 0) {
+        fx_sum2_quant_plain(p->a, n, dst, shift, st);
+        return;
+    }
     const fx_s2_consts k = fx_s2_setup(p);
-    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
-    const __m512i mmax = _mm512_set1_epi32(FX_MANT_MAX), mmin = _mm512_set1_epi32(-FX_MANT_MAX);
-    const __m512i minus1 = _mm512_set1_epi32(-1);
+    fx_s2q_consts c;
+    c.zero = _mm512_setzero_si512();
+    c.one = _mm512_set1_epi32(1);
+    c.mmax = _mm512_set1_epi32(FX_MANT_MAX);
+    c.mmin = _mm512_set1_epi32(-FX_MANT_MAX);
+    c.minus1 = _mm512_set1_epi32(-1);
     /* right: 1 <= shift <= 31 (beyond, |v| < 2^31 <= half and everything rounds to 0);
      * left: shift <= 0, saturating above thr = 32767 >> -shift (0 from a shift of 16 on) */
-    const int right = shift >= 1, gone = shift >= 32;
-    const int s = right ? (gone ? 31 : shift) : (shift < -31 ? 32 : -shift);
-    const __m128i cnt = _mm_cvtsi32_si128(s);
-    const __m512i rmask = _mm512_set1_epi32(right ? (int32_t)(((uint32_t)1 << s) - 1) : 0);
-    const __m512i half = _mm512_set1_epi32(right ? (int32_t)((uint32_t)1 << (s - 1)) : 0);
-    const __m512i thr = _mm512_set1_epi32(!right && s < 16 ? (FX_MANT_MAX >> s) : 0);
-    __m512i max_in = zero, max_out = zero, nsat = zero, nuf = zero;
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 live = fx_tail16(n - i);
-        const __m512i v = fx_s2_values(p, &k, i, live);
-        const __m512i av = _mm512_abs_epi32(v);
-        __m512i q;
-        __mmask16 sat;
-        if (right) {
-            if (gone) {
-                q = zero;
-            } else {
-                q = _mm512_sra_epi32(v, cnt);
-                const __m512i rem = _mm512_and_si512(v, rmask);
-                const __mmask16 up = _mm512_cmpgt_epu32_mask(rem, half) |
-                                     (_mm512_cmpeq_epu32_mask(rem, half) &
-                                      _mm512_test_epi32_mask(q, one));
-                q = _mm512_mask_add_epi32(q, up, q, one);
-            }
-            sat = _mm512_mask_cmpgt_epi32_mask(live, _mm512_abs_epi32(q), mmax);
-            q = _mm512_max_epi32(_mm512_min_epi32(q, mmax), mmin);
-        } else {
-            sat = _mm512_mask_cmpgt_epu32_mask(live, av, thr);
-            q = _mm512_sll_epi32(v, cnt); /* valid wherever it is kept */
-            const __mmask16 neg = _mm512_cmplt_epi32_mask(v, zero);
-            q = _mm512_mask_mov_epi32(q, sat & ~neg, mmax);
-            q = _mm512_mask_mov_epi32(q, sat & neg, mmin);
-        }
-        const __mmask16 uf =
-            _mm512_mask_cmpeq_epi32_mask(live, q, zero) & _mm512_cmpneq_epi32_mask(v, zero);
-        nsat = _mm512_mask_sub_epi32(nsat, sat, nsat, minus1);
-        nuf = _mm512_mask_sub_epi32(nuf, uf, nuf, minus1);
-        max_in = _mm512_mask_max_epu32(max_in, live, max_in, av);
-        max_out = _mm512_mask_max_epi32(max_out, live, max_out, _mm512_abs_epi32(q));
-        if (dst) _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, q);
-    }
-    /* per-lane counts are < 2^27 for any n below 2^31 elements per call; sum them in int64 */
-    st->saturated = _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(nsat))) +
-                    _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(nsat, 1)));
-    st->underflow = _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(nuf))) +
-                    _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(nuf, 1)));
+    c.right = shift >= 1;
+    c.gone = shift >= 32;
+    const int s = c.right ? (c.gone ? 31 : shift) : (shift < -31 ? 32 : -shift);
+    c.cnt = _mm_cvtsi32_si128(s);
+    c.rmask = _mm512_set1_epi32(c.right ? (int32_t)(((uint32_t)1 << s) - 1) : 0);
+    c.half = _mm512_set1_epi32(c.right ? (int32_t)((uint32_t)1 << (s - 1)) : 0);
+    c.thr = _mm512_set1_epi32(!c.right && s < 16 ? (FX_MANT_MAX >> s) : 0);
+    fx_s2q_acc acc = {c.zero, c.zero, c.zero, c.zero};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) fx_s2q_step(p, &k, &c, &acc, i, 0xFFFF, dst);
+    if (i < n) fx_s2q_step(p, &k, &c, &acc, i, fx_tail16(n - i), dst);
+    /* per-lane counts are < 2^27 for any n below 2^31 elements per call */
+    st->saturated = fx_sum_lanes32(acc.nsat);
+    st->underflow = fx_sum_lanes32(acc.nuf);
     st->nonfinite = 0;
-    st->max_abs_in = (double)_mm512_reduce_max_epu32(max_in);
-    st->max_abs_out = _mm512_reduce_max_epi32(max_out);
+    st->max_abs_in = (double)_mm512_reduce_max_epu32(acc.max_in);
+    st->max_abs_out = _mm512_reduce_max_epi32(acc.max_out);
 }
 
 void fx_register_flex_avx512(fx_backend *b, const fx_cpu_features *cpu)

@@ -100,9 +100,10 @@ uint32_t fx_flex_sum2_maxabs_scalar(const fx_sum2 *p, int64_t n)
     return mx;
 }
 
-/* Defined as quant_i64 of the widened values, in blocks that stay in L1. */
-void fx_flex_sum2_quant_scalar(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
-                               fx_qstats *st)
+/* Defined as quant_i64 of the widened values, in blocks that stay in L1 (with the given
+ * level's quant_i64: the AVX2 backend's sum2_quant). */
+void fx_flex_sum2_quant_with(fx_quant_i64_fn quant_i64, const fx_sum2 *p, int64_t n,
+                             int16_t *dst, int shift, fx_qstats *st)
 {
     enum { BLOCK = 512 };
     int64_t wide[BLOCK];
@@ -112,9 +113,15 @@ void fx_flex_sum2_quant_scalar(const fx_sum2 *p, int64_t n, int16_t *dst, int sh
         const fx_sum2 q = {p->a + lo, p->b + lo * p->b_inc, p->b_inc, p->sa, p->sb, p->negate_b};
         for (int64_t i = 0; i < len; i++) wide[i] = fx_sum2_at(&q, i);
         fx_qstats part;
-        fx_flex_quant_i64_scalar(wide, dst ? dst + lo : NULL, len, shift, &part);
+        quant_i64(wide, dst ? dst + lo : NULL, len, shift, &part);
         fx_qstats_merge(st, &part);
     }
+}
+
+void fx_flex_sum2_quant_scalar(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
+                               fx_qstats *st)
+{
+    fx_flex_sum2_quant_with(fx_flex_quant_i64_scalar, p, n, dst, shift, st);
 }
 
 void fx_flex_maxabs_f32_scalar(const float *src, int64_t n, float *maxabs, int64_t *nonfinite)
