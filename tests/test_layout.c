@@ -1,5 +1,5 @@
 /* The layout transforms around the convolution GEMMs: the backends' matrix transposes
- * (fx_cvt_table.transpose32/64) and fx_chunk_scatter_t (pixel-major chunk -> NCHW), against
+ * (fx_cvt_table.transpose16/32/64) and fx_chunk_scatter_t (pixel-major chunk -> NCHW), against
  * plain index loops written here, on every available backend, for odd and tile-sized shapes.
  * Guard words around every destination catch writes outside it (and ASan, reads outside the
  * source). Also: a convolution written into a whole tensor (rounded in the GEMM's pixel-major
@@ -139,10 +139,11 @@ int main(void)
         for (int i = 0; i < ns; i++)
             for (int j = 0; j < ns; j++) {
                 if (sizes[i] * sizes[j] > 60000) continue;
+                if (be->cvt.transpose16) check_transpose(be->name, 16, be->cvt.transpose16, sizes[i], sizes[j], &r);
                 if (be->cvt.transpose32) check_transpose(be->name, 32, be->cvt.transpose32, sizes[i], sizes[j], &r);
                 if (be->cvt.transpose64) check_transpose(be->name, 64, be->cvt.transpose64, sizes[i], sizes[j], &r);
             }
-        tested += be->cvt.transpose32 != NULL;
+        tested += be->cvt.transpose32 != NULL && be->cvt.transpose16 != NULL;
         CHECK_STATUS(flexpoint_set_backend(be->name), FX_OK);
         static const int64_t shapes[][4] = {{0, 1, 32, 784}, {3, 2, 64, 196}, {1, 3, 10, 7},
                                             {0, 2, 17, 33}, {2, 1, 1, 1}};

@@ -128,8 +128,9 @@ typedef struct fx_cvt_table {
     /* largest |v| of int64 values, as uint64 (|INT64_MIN| = 2^63 included); NULL: the portable
      * loop of fx_par_maxabs_i64 */
     uint64_t (*maxabs_i64)(const int64_t *src, int64_t n);
-    /* dst[j*rows + i] = src[i*cols + j] for 32-bit / 64-bit elements (bits moved unchanged;
+    /* dst[j*rows + i] = src[i*cols + j] for 16-, 32- and 64-bit elements (bits moved unchanged;
      * the buffers do not overlap); NULL: the portable tiled loop (src/nn/im2col.c) */
+    void (*transpose16)(const void *src, void *dst, int64_t rows, int64_t cols);
     void (*transpose32)(const void *src, void *dst, int64_t rows, int64_t cols);
     void (*transpose64)(const void *src, void *dst, int64_t rows, int64_t cols);
 } fx_cvt_table;

@@ -78,9 +78,56 @@ static void fx_transpose32_avx512(const void *srcv, void *dstv, int64_t rows, in
     }
 }
 
+/* The same for 16-bit elements, in tiles of 8 rows x 32 columns: within each 128-bit lane
+ * (8 columns) three rounds of unpacks (16-, 32-, then 64-bit) make an 8 x 8 transpose, after
+ * which lane L of vector j holds column 8L + j of the 8 rows, stored as 16 bytes. */
+static void fx_transpose16_avx512(const void *srcv, void *dstv, int64_t rows, int64_t cols)
+{
+    const int16_t *src = srcv;
+    int16_t *dst = dstv;
+    for (int64_t i0 = 0; i0 < rows; i0 += 8) {
+        const int nr = rows - i0 < 8 ? (int)(rows - i0) : 8;
+        const __mmask8 rmask = (__mmask8)((1u << nr) - 1);
+        for (int64_t j0 = 0; j0 < cols; j0 += 32) {
+            const int nc = cols - j0 < 32 ? (int)(cols - j0) : 32;
+            const __mmask32 cmask = nc == 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << nc) - 1);
+            __m512i r[8], a[8], b[8], c[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = i < nr ? _mm512_maskz_loadu_epi16(cmask, src + (i0 + i) * cols + j0)
+                              : _mm512_setzero_si512();
+            for (int i = 0; i < 4; i++) { /* row pairs: (r2i[c], r2i+1[c]) */
+                a[2 * i] = _mm512_unpacklo_epi16(r[2 * i], r[2 * i + 1]);     /* cols 0-3 */
+                a[2 * i + 1] = _mm512_unpackhi_epi16(r[2 * i], r[2 * i + 1]); /* cols 4-7 */
+            }
+            for (int h = 0; h < 2; h++) { /* rows 0-3 (h = 0), 4-7 (h = 1): 4 rows per column */
+                const __m512i *aa = a + 4 * h;
+                b[4 * h + 0] = _mm512_unpacklo_epi32(aa[0], aa[2]); /* cols 0, 1 */
+                b[4 * h + 1] = _mm512_unpackhi_epi32(aa[0], aa[2]); /* cols 2, 3 */
+                b[4 * h + 2] = _mm512_unpacklo_epi32(aa[1], aa[3]); /* cols 4, 5 */
+                b[4 * h + 3] = _mm512_unpackhi_epi32(aa[1], aa[3]); /* cols 6, 7 */
+            }
+            for (int k = 0; k < 4; k++) { /* all 8 rows of columns 2k and 2k + 1 */
+                c[2 * k] = _mm512_unpacklo_epi64(b[k], b[4 + k]);
+                c[2 * k + 1] = _mm512_unpackhi_epi64(b[k], b[4 + k]);
+            }
+            for (int j = 0; j < 8; j++) {
+                const __m128i l0 = _mm512_castsi512_si128(c[j]);
+                const __m128i l1 = _mm512_extracti32x4_epi32(c[j], 1);
+                const __m128i l2 = _mm512_extracti32x4_epi32(c[j], 2);
+                const __m128i l3 = _mm512_extracti32x4_epi32(c[j], 3);
+                if (j < nc) _mm_mask_storeu_epi16(dst + (j0 + j) * rows + i0, rmask, l0);
+                if (8 + j < nc) _mm_mask_storeu_epi16(dst + (j0 + 8 + j) * rows + i0, rmask, l1);
+                if (16 + j < nc) _mm_mask_storeu_epi16(dst + (j0 + 16 + j) * rows + i0, rmask, l2);
+                if (24 + j < nc) _mm_mask_storeu_epi16(dst + (j0 + 24 + j) * rows + i0, rmask, l3);
+            }
+        }
+    }
+}
+
 void fx_register_layout_avx512(fx_backend *b, const fx_cpu_features *cpu)
 {
     (void)cpu;
+    b->cvt.transpose16 = fx_transpose16_avx512;
     b->cvt.transpose32 = fx_transpose32_avx512;
     b->cvt.transpose64 = fx_transpose64_avx512;
 }

@@ -283,6 +283,10 @@ void fx_chunk_gather(const void *nchw, int64_t n0, int64_t nb, int64_t O, int64_
 static void fx_transpose(void *dst, const void *src, int64_t rows, int64_t cols, size_t esz)
 {
     const fx_backend *be = fx_backend_active();
+    if (esz == 2 && be->cvt.transpose16) {
+        be->cvt.transpose16(src, dst, rows, cols);
+        return;
+    }
     if (esz == 4 && be->cvt.transpose32) {
         be->cvt.transpose32(src, dst, rows, cols);
         return;
