@@ -255,15 +255,18 @@ uint32_t fx_flex_sum2_maxabs_avx512(const fx_sum2 *p, int64_t n)
     return _mm512_reduce_max_epu32(mx);
 }
 
-/* Plain int16 values (sa = 0 and b = 0: an int16 stage) at a shift >= 0, in 32 int16 lanes:
- * a right shift of an int16 cannot saturate (|q| <= 2^14), and at shift 0 only -32768 does. */
+/* Plain int16 values (sa = 0 and b = 0: an int16 stage), in 32 int16 lanes: a right shift of
+ * an int16 cannot saturate (|q| <= 2^14), at shift 0 only -32768 does, and a left shift by t
+ * saturates exactly the |v| > 32767 >> t (every nonzero v from t = 16 on) and underflows none. */
 static void fx_sum2_quant_plain(const int16_t *src, int64_t n, int16_t *dst, int shift,
                                 fx_qstats *st)
 {
     const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi16(1);
+    const __m512i mmax = _mm512_set1_epi16(FX_MANT_MAX);
     const __m512i mmin = _mm512_set1_epi16(-FX_MANT_MAX), lowest = _mm512_set1_epi16(INT16_MIN);
-    const int s = shift >= 16 ? 16 : shift;
-    const __m128i cnt = _mm_cvtsi32_si128(s);
+    const int s = shift >= 16 ? 16 : (shift <= -16 ? -16 : shift);
+    const __m128i cnt = _mm_cvtsi32_si128(s >= 0 ? s : -s);
+    const __m512i thr = _mm512_set1_epi16((int16_t)(s < 0 && s > -16 ? FX_MANT_MAX >> -s : 0));
     const __m512i rmask = _mm512_set1_epi16((int16_t)(s >= 1 && s < 16 ? (1 << s) - 1 : 0));
     const __m512i half = _mm512_set1_epi16((int16_t)(s >= 1 && s < 16 ? 1 << (s - 1) : 0));
     __m512i max_in = zero, max_out = zero;
@@ -273,7 +276,14 @@ static void fx_sum2_quant_plain(const int16_t *src, int64_t n, int16_t *dst, int
             n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1);
         const __m512i v = _mm512_maskz_loadu_epi16(live, src + i); /* dead lanes: 0 */
         __m512i q;
-        if (s == 0) {
+        if (s < 0) {
+            const __mmask32 sat = _mm512_cmpgt_epu16_mask(_mm512_abs_epi16(v), thr);
+            const __mmask32 neg = _mm512_cmplt_epi16_mask(v, zero);
+            q = _mm512_sll_epi16(v, cnt); /* valid wherever it is kept (0 from t = 16 on) */
+            q = _mm512_mask_mov_epi16(q, sat & ~neg, mmax);
+            q = _mm512_mask_mov_epi16(q, sat & neg, mmin);
+            nsat += __builtin_popcount((unsigned)sat);
+        } else if (s == 0) {
             q = _mm512_max_epi16(v, mmin);
             nsat += __builtin_popcount((unsigned)_mm512_cmpeq_epi16_mask(v, lowest));
         } else if (s < 16) {
@@ -360,7 +370,7 @@ static inline int64_t fx_sum_lanes32(__m512i v)
 void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                fx_qstats *st)
 {
-    if (p->sa == 0 && p->b_inc == 0 && p->b[0] == 0 && shift >= 0) {
+    if (p->sa == 0 && p->b_inc == 0 && p->b[0] == 0) {
         fx_sum2_quant_plain(p->a, n, dst, shift, st);
         return;
     }
