@@ -405,14 +405,28 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
     if ((rc = pool_where(__func__, dx, "dx", dy, "dy", &device))) return rc;
     /* on a device, argmax is device memory, checked there before anything is written */
     if (device >= 0) return fx_gnn_maxpool2d_backward(dx, dy, argmax, __func__);
+    /* every index inside its own plane (the first one that is not is named); in parallel, as
+     * it reads all of argmax */
+    int64_t first_bad = ny;
+    const int ntv = pool_threads(ny, planes);
+    (void)ntv;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(ntv) if (ntv > 1) reduction(min : first_bad)
+#endif
     for (int64_t pl = 0; pl < planes; pl++) {
         const int64_t lo = pl * HW;
         for (int64_t i = pl * P; i < (pl + 1) * P; i++)
-            if (argmax[i] < lo || argmax[i] >= lo + HW)
-                return FX_FAIL(FX_ERANGE, "argmax[%lld]=%d is outside the (n, c) plane of that "
-                               "output, [%lld, %lld) in dx.shape=%s", (long long)i, argmax[i],
-                               (long long)lo, (long long)(lo + HW),
-                               fx_shape_str(dx, b1, sizeof b1));
+            if (argmax[i] < lo || argmax[i] >= lo + HW) {
+                first_bad = i < first_bad ? i : first_bad;
+                break;
+            }
+    }
+    if (first_bad < ny) {
+        const int64_t lo = first_bad / P * HW;
+        return FX_FAIL(FX_ERANGE, "argmax[%lld]=%d is outside the (n, c) plane of that "
+                       "output, [%lld, %lld) in dx.shape=%s", (long long)first_bad,
+                       argmax[first_bad], (long long)lo, (long long)(lo + HW),
+                       fx_shape_str(dx, b1, sizeof b1));
     }
     const int ic = fx_is_int_compute(dy);
     const int half = !ic && pool_is_half(dy->fmt) && dx->fmt == dy->fmt;
@@ -431,24 +445,30 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
             fx_scratch_free(&s);
             return rc;
         }
-        memset(st16, 0, (size_t)nx * sizeof *st16);
         const uint16_t *d = (const uint16_t *)dyo.data;
         const uint16_t inf = half ? fx_half_inf(dy->fmt) : 0, qnan = half ? fx_half_qnan(dy->fmt) : 0;
         int met = 0;
+        int32_t mx = 0; /* integer path: max |mantissa| of dy, which is that of st16 when not met */
         const int nt16 = pool_threads(nx + ny, planes);
         (void)nt16;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt16) if (nt16 > 1) reduction(| : met)
+#pragma omp parallel for schedule(static) num_threads(nt16) if (nt16 > 1) \
+    reduction(| : met) reduction(max : mx)
 #endif
-        for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t pl = 0; pl < planes; pl++) {
+            /* each plane's indices stay in its plane (checked above): clear it here, in cache */
+            memset(st16 + pl * HW, 0, (size_t)HW * sizeof *st16);
             for (int64_t i = pl * P; i < (pl + 1) * P; i++) {
                 uint16_t u = d[i];
                 if (half) u = (u & 0x7FFFu) == 0 ? 0 : fx_half_canonical_c(u, inf, qnan);
+                const int32_t v = (int16_t)u, av = v < 0 ? -v : v;
+                mx = av > mx ? av : mx;
                 met |= (st16[argmax[i]] != 0) & (u != 0);
                 st16[argmax[i]] = (uint16_t)(st16[argmax[i]] | u); /* exact when not met */
             }
+        }
         if (!met) {
-            rc = ic ? fx_write_i16(dx, (const int16_t *)st16, dyo.exp, __func__)
+            rc = ic ? fx_write_i16_max(dx, (const int16_t *)st16, dyo.exp, (uint64_t)mx, __func__)
                     : fx_write_half_bits(dx, st16, __func__);
             fx_scratch_free(&s);
             return rc;
