@@ -69,6 +69,7 @@ static void fx_backends_build(void)
     fx_register_bf16_avx512(a5, &fx_cpu_info);
     fx_register_flex_avx512(a5, &fx_cpu_info);
     fx_register_layout_avx512(a5, &fx_cpu_info);
+    fx_register_nn_avx512(a5, &fx_cpu_info);
 
     int best = FX_BACKEND_SCALAR;
     for (int i = 0; i < FX_BACKEND_COUNT; i++) {

@@ -333,10 +333,14 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
     }
     const int nt = pool_threads(pool_work(ny, g.KH * g.KW), planes);
     (void)nt;
+    const fx_backend *be = fx_backend_active();
     FX_POOL_PARALLEL_FOR
     for (int64_t pl = 0; pl < planes; pl++) {
         if (fast2x2) {
-            if (ic)
+            if (ic && be->cvt.maxpool2x2_i16)
+                be->cvt.maxpool2x2_i16((const int16_t *)xo.data + pl * HW, pl * HW, g.W, g.OH,
+                                       g.OW, (int16_t *)stage + pl * P, idx ? idx + pl * P : NULL);
+            else if (ic)
                 maxpool_2x2_plane_i16((const int16_t *)xo.data, &g, pl, (int16_t *)stage, idx);
             else
                 maxpool_2x2_plane_f32((const float *)xo.data, &g, pl, (float *)stage, idx);

@@ -1,0 +1,53 @@
+/* AVX-512 2x2 / stride-2 max pooling of one int16 plane: the values and argmax indices of the
+ * portable plane loop (pool.c, maxpool_2x2_plane_i16), 16 windows per step. In int32 lanes, lane
+ * k holds the pair (x[2k], x[2k+1]) of each of the two input rows; the four candidates are
+ * compared in the portable loop's order with strict '>', so the first largest one wins, as
+ * there. */
+#include "../core/backend.h"
+
+#include <immintrin.h>
+
+static void fx_maxpool2x2_i16_avx512(const int16_t *x, int64_t x_base, int64_t W, int64_t OH,
+                                     int64_t OW, int16_t *out, int32_t *idx)
+{
+    const __m512i lane2 = _mm512_slli_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1);
+    const __m512i one = _mm512_set1_epi32(1), offW = _mm512_set1_epi32((int32_t)W),
+                  offW1 = _mm512_set1_epi32((int32_t)W + 1);
+    for (int64_t oh = 0; oh < OH; oh++) {
+        const int16_t *x0 = x + 2 * oh * W, *x1 = x0 + W;
+        for (int64_t ow = 0; ow < OW; ow += 16) {
+            const int64_t left = OW - ow < 16 ? OW - ow : 16;
+            const __mmask16 live = (__mmask16)((1u << left) - 1);
+            const __mmask32 live2 = (__mmask32)(((uint64_t)1 << (2 * left)) - 1);
+            const __m512i p0 = _mm512_maskz_loadu_epi16(live2, x0 + 2 * ow);
+            const __m512i p1 = _mm512_maskz_loadu_epi16(live2, x1 + 2 * ow);
+            const __m512i v0 = _mm512_srai_epi32(_mm512_slli_epi32(p0, 16), 16);
+            const __m512i v1 = _mm512_srai_epi32(p0, 16);
+            const __m512i v2 = _mm512_srai_epi32(_mm512_slli_epi32(p1, 16), 16);
+            const __m512i v3 = _mm512_srai_epi32(p1, 16);
+            __m512i best = v0, off = _mm512_setzero_si512();
+            __mmask16 m = _mm512_cmpgt_epi32_mask(v1, best);
+            best = _mm512_mask_mov_epi32(best, m, v1);
+            off = _mm512_mask_mov_epi32(off, m, one);
+            m = _mm512_cmpgt_epi32_mask(v2, best);
+            best = _mm512_mask_mov_epi32(best, m, v2);
+            off = _mm512_mask_mov_epi32(off, m, offW);
+            m = _mm512_cmpgt_epi32_mask(v3, best);
+            best = _mm512_mask_mov_epi32(best, m, v3);
+            off = _mm512_mask_mov_epi32(off, m, offW1);
+            _mm512_mask_cvtepi32_storeu_epi16(out + oh * OW + ow, live, best);
+            if (idx) {
+                const int32_t r0 = (int32_t)(x_base + 2 * oh * W + 2 * ow);
+                const __m512i at = _mm512_add_epi32(_mm512_add_epi32(_mm512_set1_epi32(r0), lane2), off);
+                _mm512_mask_storeu_epi32(idx + oh * OW + ow, live, at);
+            }
+        }
+    }
+}
+
+void fx_register_nn_avx512(fx_backend *b, const fx_cpu_features *cpu)
+{
+    (void)cpu;
+    b->cvt.maxpool2x2_i16 = fx_maxpool2x2_i16_avx512;
+}
