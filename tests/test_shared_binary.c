@@ -1,17 +1,21 @@
-/* The one-pass add/sub of FLEX16_5 / DFP16 tensors (src/core/shared_binary.c).
+/* The one-pass add/sub, relu and relu gradient of FLEX16_5 / DFP16 tensors
+ * (src/core/shared_binary.c).
  *
  * 1. Kernels: every backend's sum2_maxabs / sum2_quant against the definition (the aligned sums
  *    widened to int64, then the scalar quant_i64): mantissas and every statistic, for all
  *    shifts from -34 to 40, both shifted operands, a broadcast or advancing b, add and sub,
+ *    with and without a gate,
  *    lengths around the 16-lane vectors, and the extreme mantissas +-32767 and -32768.
  * 2. The op: on every backend, sequences of tensor_add / tensor_sub into FLEX16_5 (Autoflex,
  *    with a jump that overflows and recomputes) and DFP16 outputs, same-shape, per-channel and
  *    per-column operands, exponent gaps 0 to 15, compared with the dispatcher's int64-stage
  *    route (the fast path switched off): the same mantissas, exponent, statistics and trace
- *    record after every write. The path must actually be taken (its counter moves), and the
+ *    record after every write; relu and relu_backward likewise against their int16-stage
+ *    route. The path must actually be taken (its counter moves), and the
  *    cases it must not take (gaps above 15, in place, a partial view, a transposed operand)
  *    still give the dispatcher's results. */
 #include "flexpoint.h"
+#include "flexpoint_nn.h"
 #include "core/backend.h"
 #include "core/shared_binary.h"
 #include "flex/flex_kernels.h"
@@ -37,7 +41,7 @@ static int16_t rand_mant(test_rng *r)
 static void check_kernels(const fx_backend *be, test_rng *r)
 {
     enum { NMAX = 1100 };
-    int16_t a[NMAX], b[NMAX], got[NMAX], want[NMAX];
+    int16_t a[NMAX], b[NMAX], g[NMAX], got[NMAX], want[NMAX];
     const int64_t lens[] = {0, 1, 15, 16, 17, 31, 33, 64, 1000, 1100};
     long bad = 0, cases = 0;
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
@@ -45,12 +49,14 @@ static void check_kernels(const fx_backend *be, test_rng *r)
         for (int64_t i = 0; i < NMAX; i++) {
             a[i] = rand_mant(r);
             b[i] = rand_mant(r);
+            g[i] = rand_mant(r);
         }
         for (int gap = 0; gap <= 15; gap += (gap < 3 ? 1 : 4)) {
-            for (int side = 0; side < 2; side++)
+            for (int side = 0; side < 4; side++) /* 2, 3: gated by g */
                 for (int b_inc = 0; b_inc <= 1; b_inc++)
                     for (int neg = 0; neg <= 1; neg++) {
-                        const fx_sum2 p = {a, b, b_inc, side ? gap : 0, side ? 0 : gap, neg};
+                        const fx_sum2 p = {a, b, b_inc, side & 1 ? gap : 0, side & 1 ? 0 : gap,
+                                           neg, side >= 2 ? g : NULL};
                         CHECK(be->cvt.sum2_maxabs(&p, n) == fx_flex_sum2_maxabs_scalar(&p, n),
                               "%s maxabs n %lld gap %d", be->name, (long long)n, gap);
                         for (int shift = -34; shift <= 40; shift++) {
@@ -83,9 +89,12 @@ static void check_kernels(const fx_backend *be, test_rng *r)
     static const int16_t zero = 0;
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
         const int64_t n = lens[li];
-        for (int64_t i = 0; i < NMAX; i++) a[i] = rand_mant(r);
-        for (int neg = 0; neg <= 1; neg++) {
-            const fx_sum2 p = {a, &zero, 0, 0, 0, neg};
+        for (int64_t i = 0; i < NMAX; i++) {
+            a[i] = rand_mant(r);
+            g[i] = rand_mant(r);
+        }
+        for (int neg = 0; neg <= 3; neg++) { /* 2, 3: gated by g, and by a itself (ReLU) */
+            const fx_sum2 p = {a, &zero, 0, 0, 0, neg & 1, neg == 2 ? g : neg == 3 ? a : NULL};
             for (int shift = -18; shift <= 20; shift++) {
                 fx_qstats sg, sw;
                 memset(got, 0x55, sizeof got);
@@ -106,15 +115,22 @@ static void check_kernels(const fx_backend *be, test_rng *r)
     /* the definition itself, on one hand-checked case: (3 << 2) - (-5) = 17 at shift 1 -> 8
      * (8.5 ties to even), and 32767 << 15 at shift -1 saturates */
     const int16_t x[2] = {3, 32767}, y[2] = {-5, 0};
-    const fx_sum2 q = {x, y, 1, 2, 0, 1};
+    const fx_sum2 q = {x, y, 1, 2, 0, 1, NULL};
     int16_t o[2];
     fx_qstats s;
     fx_flex_sum2_quant_scalar(&q, 1, o, 1, &s);
     CHECK(o[0] == 8 && s.max_abs_in == 17.0 && s.saturated == 0, "17 >> 1 gave %d", o[0]);
-    const fx_sum2 q2 = {x + 1, y + 1, 1, 15, 0, 0};
+    const fx_sum2 q2 = {x + 1, y + 1, 1, 15, 0, 0, NULL};
     fx_flex_sum2_quant_scalar(&q2, 1, o, -1, &s);
     CHECK(o[0] == 32767 && s.saturated == 1, "saturation gave %d (%lld)", o[0],
           (long long)s.saturated);
+    /* gated: kept where the gate is > 0 only (0 and negative gates zero the value) */
+    const int16_t xs[3] = {5, 6, 7}, gs[3] = {1, 0, -1}, zero1 = 0;
+    const fx_sum2 q3 = {xs, &zero1, 0, 0, 0, 0, gs};
+    int16_t o3[3];
+    fx_flex_sum2_quant_scalar(&q3, 3, o3, 0, &s);
+    CHECK(o3[0] == 5 && o3[1] == 0 && o3[2] == 0 && s.max_abs_in == 5.0, "gate gave %d %d %d",
+          o3[0], o3[1], o3[2]);
 }
 
 static void fill(tensor_t *t, double scale, test_rng *r)
@@ -188,6 +204,40 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int ndim, const int64_t
     tensor_free(b);
     tensor_free(fast);
     tensor_free(ref);
+}
+
+/* relu and relu_backward of FLEX16_5/DFP16 tensors (fx_shared_gated) against the int16-stage
+ * route, over a sequence of writes (a jump overflows and recomputes a FLEX16_5 output). */
+static void check_gated(fmt_t fo, fmt_t fx, const int64_t *shape, test_rng *r)
+{
+    tensor_t *x = tensor_new(fx, 4, shape), *dy = tensor_new(fx, 4, shape);
+    tensor_t *y1 = tensor_new(fo, 4, shape), *y2 = tensor_new(fo, 4, shape);
+    tensor_t *d1 = tensor_new(fo, 4, shape), *d2 = tensor_new(fo, 4, shape);
+    tensor_trace_enable(y1, 1);
+    tensor_trace_enable(y2, 1);
+    tensor_trace_enable(d1, 1);
+    tensor_trace_enable(d2, 1);
+    const double sx[] = {1.0, 1.2, 300.0, 1.0, 0.01, 1.0};
+    for (int step = 0; step < 6; step++) {
+        fill(x, sx[step], r);
+        fill(dy, 1e-3 * sx[5 - step], r);
+        const int64_t before = fx_shared_binary_taken();
+        CHECK_STATUS(tensor_relu(y1, x), FX_OK);
+        CHECK_STATUS(tensor_relu_backward(d1, dy, x), FX_OK);
+        CHECK(fx_shared_binary_taken() == before + 2, "relu and its gradient were not taken");
+        fx_shared_binary_set_enabled(0);
+        CHECK_STATUS(tensor_relu(y2, x), FX_OK);
+        CHECK_STATUS(tensor_relu_backward(d2, dy, x), FX_OK);
+        fx_shared_binary_set_enabled(1);
+        if (!same_tensor(y1, y2, "relu", step) || !same_tensor(d1, d2, "relu_backward", step))
+            break;
+    }
+    tensor_free(x);
+    tensor_free(dy);
+    tensor_free(y1);
+    tensor_free(y2);
+    tensor_free(d1);
+    tensor_free(d2);
 }
 
 static void check_not_taken(test_rng *r)
@@ -271,6 +321,10 @@ int main(void)
                 check_sequence(fo[k], FMT_FLEX16_5, FMT_FLEX16_5, 4, mid_s, 3, mid_b, 0, &r);
             }
         }
+        check_gated(FMT_FLEX16_5, FMT_FLEX16_5, nchw, &r);
+        check_gated(FMT_FLEX16_5, FMT_FLEX16_5, big, &r);
+        check_gated(FMT_DFP16, FMT_FLEX16_5, nchw, &r);
+        check_gated(FMT_FLEX16_5, FMT_DFP16, big, &r);
         check_not_taken(&r);
     }
     flexpoint_set_num_threads(0);

@@ -94,11 +94,14 @@ typedef int (*fx_kernel)(const fx_op_call *c);
 
 /* Operands of an aligned add/sub of int16 mantissas (src/core/shared_binary.c): b advances by
  * b_inc elements per element of a (0: one value for all), and both are shifted left onto their
- * common exponent by sa, sb in [0, 15], so every |v| <= 2^30 + 2^15 fits int32 exactly. */
+ * common exponent by sa, sb in [0, 15], so every |v| <= 2^30 + 2^15 fits int32 exactly. With a
+ * gate (advancing with a), v[i] is kept where gate[i] > 0 and is 0 elsewhere (ReLU and its
+ * gradient: gate = the ReLU's input). */
 typedef struct fx_sum2 {
     const int16_t *a, *b;
     int64_t b_inc;
     int sa, sb, negate_b;
+    const int16_t *gate; /* NULL: none */
 } fx_sum2;
 
 /* Conversion routines. All single-threaded; the dispatcher splits large arrays across
@@ -120,8 +123,8 @@ typedef struct fx_cvt_table {
     void (*quant_i64)(const int64_t *src, int16_t *dst, int64_t n, int shift, fx_qstats *st);
     /* largest finite |x| (0 if none) and the number of NaN/Inf values */
     void (*maxabs_f32)(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
-    /* The values v[i] = (a[i] << sa) +- (b[i * b_inc] << sb) of an aligned add/sub of int16
-     * mantissas (fx_sum2): sum2_maxabs returns max |v[i]|; sum2_quant is quant_i64 on the
+    /* The values v[i] = (a[i] << sa) +- (b[i * b_inc] << sb) (gated) of an aligned add/sub of
+     * int16 mantissas (fx_sum2): sum2_maxabs returns max |v[i]|; sum2_quant is quant_i64 on the
      * v[i] (the same mantissas and statistics as widening them to int64 first). */
     uint32_t (*sum2_maxabs)(const fx_sum2 *p, int64_t n);
     void (*sum2_quant)(const fx_sum2 *p, int64_t n, int16_t *dst, int shift, fx_qstats *st);

@@ -106,6 +106,8 @@ int tensor_scale(tensor_t *out, const tensor_t *a, double s)
  * kernels (whose definition is max(m, 0)); only the memory traffic differs. */
 static int fx_relu_int16(tensor_t *out, const tensor_t *a, const char *func)
 {
+    int done = fx_shared_gated(out, a, a, func); /* from a itself, no int16 stage */
+    if (done != FX_SHARED_BINARY_NOT_TAKEN) return done;
     fx_scratch s = {.n = 0};
     fx_operand o;
     int rc = fx_operand_make(a, 1, a->fmt, 0, 0, NULL, &o, &s, func);

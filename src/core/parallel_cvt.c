@@ -26,7 +26,7 @@ static void fx_quant_i16_chunk(const fx_backend *be, const int16_t *src, int16_t
     /* src[i] + 0 as an aligned sum (fx_sum2): by its contract, quant_i64 of the widened values,
      * computed in int32 lanes */
     static const int16_t zero = 0;
-    const fx_sum2 p = {src, &zero, 0, 0, 0, 0};
+    const fx_sum2 p = {src, &zero, 0, 0, 0, 0, NULL};
     be->cvt.sum2_quant(&p, n, dst, shift, st);
 }
 

@@ -36,7 +36,7 @@ int64_t fx_shared_binary_taken(void) { return fx_sb_taken; }
 /* The op as work units: unit u covers a[lo(u) .. lo(u) + len(u)) and reads b from b_at(u). */
 typedef struct fx_sb_plan {
     const fx_backend *be;
-    const int16_t *a, *b;
+    const int16_t *a, *b, *gate; /* gate: NULL, or advancing with a */
     int16_t *dst;
     int64_t n, units, inner; /* inner: elements per unit (the last one may be shorter) */
     int64_t C;               /* per_plane: b holds C values, unit u (one plane) uses b[u % C] */
@@ -51,7 +51,8 @@ static fx_sum2 fx_sb_unit(const fx_sb_plan *p, int64_t u, int64_t *lo, int64_t *
     *lo = u * p->inner;
     *len = p->n - *lo < p->inner ? p->n - *lo : p->inner;
     const int16_t *b = p->per_plane ? p->b + u % p->C : p->b + *lo % p->b_period;
-    const fx_sum2 s = {p->a + *lo, b, p->per_plane ? 0 : 1, p->sa, p->sb, p->negate_b};
+    const fx_sum2 s = {p->a + *lo, b, p->per_plane ? 0 : 1, p->sa, p->sb, p->negate_b,
+                       p->gate ? p->gate + *lo : NULL};
     return s;
 }
 
@@ -105,6 +106,27 @@ static int fx_sb_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_q
         fx_qstats_merge(q, &mine);
     }
     return FX_OK;
+}
+
+/* The write of the planned values: their maximum first (the exponent logic needs it before any
+ * rounding), then fx_write_shared_with with this file's quantiser. */
+static int fx_sb_write(tensor_t *out, fx_sb_plan *p, const char *func)
+{
+    p->units = (p->n + p->inner - 1) / p->inner;
+    p->nt = p->n >= FX_SB_PAR_MIN ? flexpoint_num_threads() : 1;
+    flexpoint_clear_error(); /* as the dispatcher does before its kernel */
+    fx_sb_taken++;
+    const uint32_t imax = fx_sb_maxabs(p);
+    fx_shared_src src;
+    memset(&src, 0, sizeof src);
+    src.kind = FX_STAGE_I64; /* exact integers at exponent ec, as the dispatcher's stage */
+    src.exp = p->ec;
+    src.imax = imax;
+    src.true_max = ldexp((double)imax, p->ec);
+    src.nonfinite = 0;
+    src.ctx = p;
+    src.quantize = fx_sb_quantize;
+    return fx_write_shared_with(out, &src, func);
 }
 
 /* b holds out.shape[1] values and broadcasts along every other axis ([C], [C,1,1], ...). */
@@ -170,20 +192,36 @@ int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t 
     } else {
         return FX_SHARED_BINARY_NOT_TAKEN;
     }
-    p.units = (n + p.inner - 1) / p.inner;
-    p.nt = n >= FX_SB_PAR_MIN ? flexpoint_num_threads() : 1;
+    return fx_sb_write(out, &p, op == FX_OP_ADD ? "tensor_add" : "tensor_sub");
+}
 
-    flexpoint_clear_error(); /* as the dispatcher does before its kernel */
-    fx_sb_taken++;
-    const uint32_t imax = fx_sb_maxabs(&p);
-    fx_shared_src src;
-    memset(&src, 0, sizeof src);
-    src.kind = FX_STAGE_I64; /* exact integers at exponent ec, as the dispatcher's stage */
-    src.exp = p.ec;
-    src.imax = imax;
-    src.true_max = ldexp((double)imax, p.ec);
-    src.nonfinite = 0;
-    src.ctx = &p;
-    src.quantize = fx_sb_quantize;
-    return fx_write_shared_with(out, &src, op == FX_OP_ADD ? "tensor_add" : "tensor_sub");
+int fx_shared_gated(tensor_t *out, const tensor_t *a, const tensor_t *gate, const char *func)
+{
+    if (!fx_sb_enabled) return FX_SHARED_BINARY_NOT_TAKEN;
+    if (!fmt_is_shared_exponent(out->fmt) || !fmt_is_shared_exponent(a->fmt) ||
+        !fmt_is_shared_exponent(gate->fmt))
+        return FX_SHARED_BINARY_NOT_TAKEN;
+    if (out->st->on_device || a->st->on_device || gate->st->on_device)
+        return FX_SHARED_BINARY_NOT_TAKEN;
+    if (a->st == out->st || gate->st == out->st || !fx_tensor_covers_storage(out) ||
+        !fx_tensor_is_contiguous(a) || !fx_tensor_is_contiguous(gate) ||
+        !fx_shape_is(a, out->ndim, out->shape) || !fx_shape_is(gate, out->ndim, out->shape))
+        return FX_SHARED_BINARY_NOT_TAKEN;
+    const int64_t n = fx_numel_of(out->ndim, out->shape);
+    if (n == 0) return FX_SHARED_BINARY_NOT_TAKEN;
+    static const int16_t zero = 0;
+    fx_sb_plan p;
+    memset(&p, 0, sizeof p);
+    p.be = fx_backend_active();
+    if (!p.be->cvt.sum2_maxabs || !p.be->cvt.sum2_quant) return FX_SHARED_BINARY_NOT_TAKEN;
+    p.a = fx_tensor_base(a);
+    p.b = &zero; /* a + 0 at a's exponent, gated */
+    p.gate = fx_tensor_base(gate);
+    p.dst = fx_tensor_base(out);
+    p.n = n;
+    p.ec = a->st->exp;
+    p.inner = FX_SB_CHUNK;
+    p.per_plane = 1; /* one b value (0) for every unit */
+    p.C = 1;
+    return fx_sb_write(out, &p, func);
 }

@@ -13,9 +13,15 @@
  * written, no state changed). */
 int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b);
 
-/* Test hook: 0 sends every add/sub through the dispatcher (to compare the two routes). */
+/* out = a where gate > 0, else 0, at a's exponent (ReLU: gate = a; its gradient: a = dy,
+ * gate = x), for whole FLEX16_5/DFP16 outputs that share storage with neither input and
+ * contiguous FLEX16_5/DFP16 inputs of out's shape: the same write as an int16 stage of those
+ * values (fx_write_i16). Otherwise FX_SHARED_BINARY_NOT_TAKEN (nothing written). */
+int fx_shared_gated(tensor_t *out, const tensor_t *a, const tensor_t *gate, const char *func);
+
+/* Test hook: 0 sends every add/sub (and gated write) through the dispatcher (to compare the two routes). */
 void fx_shared_binary_set_enabled(int on);
-/* Test hook: how many add/sub ops this file has done since the process started. */
+/* Test hook: how many ops this file has done since the process started. */
 int64_t fx_shared_binary_taken(void);
 
 #endif

@@ -237,7 +237,10 @@ static inline __m512i fx_s2_values(const fx_sum2 *p, const fx_s2_consts *k, int6
         p->b_inc ? _mm512_sll_epi32(_mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(live, p->b + i)),
                                     k->cb)
                  : k->bconst;
-    return p->negate_b ? _mm512_sub_epi32(va, vb) : _mm512_add_epi32(va, vb);
+    const __m512i v = p->negate_b ? _mm512_sub_epi32(va, vb) : _mm512_add_epi32(va, vb);
+    if (!p->gate) return v;
+    const __m512i g = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(live, p->gate + i));
+    return _mm512_maskz_mov_epi32(_mm512_cmpgt_epi32_mask(g, _mm512_setzero_si512()), v);
 }
 
 uint32_t fx_flex_sum2_maxabs_avx512(const fx_sum2 *p, int64_t n)
@@ -258,8 +261,8 @@ uint32_t fx_flex_sum2_maxabs_avx512(const fx_sum2 *p, int64_t n)
 /* Plain int16 values (sa = 0 and b = 0: an int16 stage), in 32 int16 lanes: a right shift of
  * an int16 cannot saturate (|q| <= 2^14), at shift 0 only -32768 does, and a left shift by t
  * saturates exactly the |v| > 32767 >> t (every nonzero v from t = 16 on) and underflows none. */
-static void fx_sum2_quant_plain(const int16_t *src, int64_t n, int16_t *dst, int shift,
-                                fx_qstats *st)
+static void fx_sum2_quant_plain(const int16_t *src, const int16_t *gate, int64_t n,
+                                int16_t *dst, int shift, fx_qstats *st)
 {
     const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi16(1);
     const __m512i mmax = _mm512_set1_epi16(FX_MANT_MAX);
@@ -274,7 +277,10 @@ static void fx_sum2_quant_plain(const int16_t *src, int64_t n, int16_t *dst, int
     for (int64_t i = 0; i < n; i += 32) {
         const __mmask32 live =
             n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1);
-        const __m512i v = _mm512_maskz_loadu_epi16(live, src + i); /* dead lanes: 0 */
+        __m512i v = _mm512_maskz_loadu_epi16(live, src + i); /* dead lanes: 0 */
+        if (gate)
+            v = _mm512_maskz_mov_epi16(
+                _mm512_cmpgt_epi16_mask(_mm512_maskz_loadu_epi16(live, gate + i), zero), v);
         __m512i q;
         if (s < 0) {
             const __mmask32 sat = _mm512_cmpgt_epu16_mask(_mm512_abs_epi16(v), thr);
@@ -371,7 +377,7 @@ void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int sh
                                fx_qstats *st)
 {
     if (p->sa == 0 && p->b_inc == 0 && p->b[0] == 0) {
-        fx_sum2_quant_plain(p->a, n, dst, shift, st);
+        fx_sum2_quant_plain(p->a, p->gate, n, dst, shift, st);
         return;
     }
     const fx_s2_consts k = fx_s2_setup(p);

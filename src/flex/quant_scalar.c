@@ -84,6 +84,7 @@ void fx_flex_quant_i64_scalar(const int64_t *src, int16_t *dst, int64_t n, int s
 /* The aligned sum of fx_sum2, exact (|v| <= 2^30 + 2^15 by the contract on sa, sb). */
 static inline int64_t fx_sum2_at(const fx_sum2 *p, int64_t i)
 {
+    if (p->gate && p->gate[i] <= 0) return 0;
     const int64_t x = (int64_t)p->a[i] * ((int64_t)1 << p->sa);
     const int64_t y = (int64_t)p->b[i * p->b_inc] * ((int64_t)1 << p->sb);
     return p->negate_b ? x - y : x + y;
@@ -110,7 +111,8 @@ void fx_flex_sum2_quant_with(fx_quant_i64_fn quant_i64, const fx_sum2 *p, int64_
     fx_qstats_init(st);
     for (int64_t lo = 0; lo < n; lo += BLOCK) {
         const int64_t len = n - lo < BLOCK ? n - lo : BLOCK;
-        const fx_sum2 q = {p->a + lo, p->b + lo * p->b_inc, p->b_inc, p->sa, p->sb, p->negate_b};
+        const fx_sum2 q = {p->a + lo, p->b + lo * p->b_inc, p->b_inc, p->sa, p->sb, p->negate_b,
+                           p->gate ? p->gate + lo : NULL};
         for (int64_t i = 0; i < len; i++) wide[i] = fx_sum2_at(&q, i);
         fx_qstats part;
         quant_i64(wide, dst ? dst + lo : NULL, len, shift, &part);

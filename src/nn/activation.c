@@ -13,6 +13,7 @@
 #include "nn_stage.h"
 #include "../gpu/gpu_nn.h"
 #include "../core/half_bits.h"
+#include "../core/shared_binary.h"
 
 /* The mask loops, one per source type, over [lo, hi). Plain functions with restrict pointers:
  * inside an OpenMP region the shared pointers are read through the region's data block, which
@@ -106,6 +107,10 @@ int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
     if ((rc = fx_nn_placement(__func__, 3, ts, names, &device))) return rc;
     if (device >= 0) return fx_gnn_relu_backward(dx, dy, x, __func__);
 
+    if (fx_is_int_compute(dy)) { /* dy where x > 0, straight from both (shared_binary.c) */
+        rc = fx_shared_gated(dx, dy, x, __func__);
+        if (rc != FX_SHARED_BINARY_NOT_TAKEN) return rc;
+    }
     const int64_t n = fx_numel_of(dy->ndim, dy->shape);
     const int nt = nn_threads_for(n);
     (void)nt;
