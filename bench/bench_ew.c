@@ -1,0 +1,148 @@
+/* Elementwise training ops of the small CNN, per format: the conv bias add (per-channel), ReLU,
+ * 2x2 max pooling and the gradients of both, at the CNN's two activation shapes (batch 128).
+ *   ./build/release/bench/bench_ew [threads] [repetitions] [formats]
+ * Prints the best wall time (ms) of the repetitions per op. For FLEX16_5 and DFP16 it also
+ * times the dispatcher's int64/int16-stage route (the one-pass add/sub/ReLU of
+ * src/core/shared_binary.c switched off), alternating with the default route in the same
+ * process, so the two columns see the same machine phase. Inputs are Gaussian; the times do not
+ * depend on the values beyond the exponent choices. */
+#include "flexpoint.h"
+#include "flexpoint_nn.h"
+#include "core/shared_binary.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { OP_ADD, OP_RELU, OP_RELU_BWD, OP_POOL, OP_POOL_BWD, NOPS };
+static const char *const op_names[NOPS] = {"bias add", "relu", "relu grad", "maxpool",
+                                           "maxpool grad"};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int fill_gauss(tensor_t *t, double scale, unsigned *seed)
+{
+    const int64_t n = tensor_numel(t);
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) return FX_ENOMEM;
+    for (int64_t i = 0; i < n; i += 2) {
+        *seed = *seed * 1664525u + 1013904223u;
+        const double u1 = ((*seed >> 8) + 1.0) / 16777217.0;
+        *seed = *seed * 1664525u + 1013904223u;
+        const double u2 = (*seed >> 8) / 16777216.0, r = sqrt(-2.0 * log(u1));
+        v[i] = (float)(scale * r * cos(6.283185307179586 * u2));
+        if (i + 1 < n) v[i + 1] = (float)(scale * r * sin(6.283185307179586 * u2));
+    }
+    const int rc = tensor_from_f32(t, v);
+    free(v);
+    return rc;
+}
+
+typedef struct layer_bufs {
+    tensor_t *x, *bias, *y, *r, *p, *dp, *dr, *dx;
+    int32_t *argmax;
+} layer_bufs;
+
+static int run_op(int op, layer_bufs *b)
+{
+    switch (op) {
+    case OP_ADD: return tensor_add(b->y, b->x, b->bias);
+    case OP_RELU: return tensor_relu(b->r, b->y);
+    case OP_RELU_BWD: return tensor_relu_backward(b->dx, b->dr, b->y);
+    case OP_POOL: return tensor_maxpool2d(b->p, b->argmax, b->r, 2, 2, 2, 2, 0, 0);
+    default: return tensor_maxpool2d_backward(b->dr, b->dp, b->argmax);
+    }
+}
+
+static void free_bufs(layer_bufs *b)
+{
+    tensor_t *ts[8] = {b->x, b->bias, b->y, b->r, b->p, b->dp, b->dr, b->dx};
+    for (int i = 0; i < 8; i++) tensor_free(ts[i]);
+    free(b->argmax);
+}
+
+static int bench_layer(fmt_t f, const char *fname, int64_t C, int64_t HW, int reps)
+{
+    const int64_t s[4] = {128, C, HW, HW}, sp[4] = {128, C, HW / 2, HW / 2}, sb[3] = {C, 1, 1};
+    layer_bufs b = {tensor_new(f, 4, s), tensor_new(f, 3, sb), tensor_new(f, 4, s),
+                    tensor_new(f, 4, s), tensor_new(f, 4, sp), tensor_new(f, 4, sp),
+                    tensor_new(f, 4, s), tensor_new(f, 4, s),
+                    malloc((size_t)(128 * C * HW * HW / 4) * sizeof(int32_t))};
+    unsigned seed = 12345u;
+    int rc = (!b.x || !b.bias || !b.y || !b.r || !b.p || !b.dp || !b.dr || !b.dx || !b.argmax)
+                 ? FX_ENOMEM
+                 : FX_OK;
+    if (!rc) rc = fill_gauss(b.x, 1.0, &seed);
+    if (!rc) rc = fill_gauss(b.bias, 0.1, &seed);
+    if (!rc) rc = fill_gauss(b.dp, 1e-3, &seed);
+    const int shared = fmt_is_shared_exponent(f);
+    double best[2][NOPS];
+    for (int k = 0; k < 2; k++)
+        for (int op = 0; op < NOPS; op++) best[k][op] = INFINITY;
+    for (int it = 0; it < 2 * reps && !rc; it++) {
+        const int staged = shared && (it & 1); /* alternate the routes */
+        fx_shared_binary_set_enabled(!staged);
+        for (int op = 0; op < NOPS && !rc; op++) {
+            const double t0 = now_s();
+            rc = run_op(op, &b);
+            const double dt = now_s() - t0;
+            if (dt < best[staged][op]) best[staged][op] = dt;
+        }
+    }
+    fx_shared_binary_set_enabled(1);
+    if (rc) {
+        fprintf(stderr, "bench_ew: %s: %s\n", fname, flexpoint_last_error());
+        free_bufs(&b);
+        return 1;
+    }
+    printf("%-9s [128,%lld,%lld,%lld]", fname, (long long)C, (long long)HW, (long long)HW);
+    for (int op = 0; op < NOPS; op++) {
+        if (shared)
+            printf("  %s %.2f (staged %.2f)", op_names[op], best[0][op] * 1e3, best[1][op] * 1e3);
+        else
+            printf("  %s %.2f", op_names[op], best[0][op] * 1e3);
+    }
+    printf("\n");
+    free_bufs(&b);
+    return 0;
+}
+
+/* 1 if the comma-separated list holds name as a whole item */
+static int has_item(const char *list, const char *name)
+{
+    const size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return 1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const int threads = argc > 1 ? atoi(argv[1]) : 2;
+    const int reps = argc > 2 ? atoi(argv[2]) : 7;
+    const char *formats = argc > 3 ? argv[3] : "fp32,bf16,flex16_5,dfp16";
+    if (threads < 1 || reps < 1) {
+        fprintf(stderr, "usage: bench_ew [threads >= 1] [repetitions >= 1] [formats]\n");
+        return 2;
+    }
+    flexpoint_set_num_threads(threads);
+    printf("bench_ew: batch 128, %d thread(s), best of %d, wall ms; \"staged\": the dispatcher's "
+           "stage route, alternating in this process\n", threads, reps);
+    static const struct { const char *name; fmt_t f; } all[] = {
+        {"fp32", FMT_FP32}, {"fp16", FMT_FP16}, {"bf16", FMT_BF16},
+        {"flex16_5", FMT_FLEX16_5}, {"dfp16", FMT_DFP16}};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (!has_item(formats, all[i].name)) continue;
+        rc |= bench_layer(all[i].f, all[i].name, 32, 28, reps);
+        rc |= bench_layer(all[i].f, all[i].name, 64, 14, reps);
+    }
+    return rc;
+}
