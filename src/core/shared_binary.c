@@ -27,11 +27,16 @@
 #define FX_SB_PAR_MIN ((int64_t)1 << 16) /* below this, one thread */
 #define FX_SB_MAX_GAP 15                 /* |ea - eb|: (int16 << 15) + int16 fits int32 */
 
-static int fx_sb_enabled = 1;
-static int64_t fx_sb_taken; /* ops done here: a test hook (not synchronised; tests are serial) */
+/* test hooks, read by every op: relaxed atomics, so that ops on several threads stay race-free */
+static int fx_sb_enabled_flag = 1;
+static int64_t fx_sb_taken; /* ops done here */
 
-void fx_shared_binary_set_enabled(int on) { fx_sb_enabled = on != 0; }
-int64_t fx_shared_binary_taken(void) { return fx_sb_taken; }
+void fx_shared_binary_set_enabled(int on)
+{
+    __atomic_store_n(&fx_sb_enabled_flag, on != 0, __ATOMIC_RELAXED);
+}
+int64_t fx_shared_binary_taken(void) { return __atomic_load_n(&fx_sb_taken, __ATOMIC_RELAXED); }
+static int fx_sb_enabled(void) { return __atomic_load_n(&fx_sb_enabled_flag, __ATOMIC_RELAXED); }
 
 /* The op as work units: unit u covers a[lo(u) .. lo(u) + len(u)) and reads b from b_at(u). */
 typedef struct fx_sb_plan {
@@ -115,7 +120,7 @@ static int fx_sb_write(tensor_t *out, fx_sb_plan *p, const char *func)
     p->units = (p->n + p->inner - 1) / p->inner;
     p->nt = p->n >= FX_SB_PAR_MIN ? flexpoint_num_threads() : 1;
     flexpoint_clear_error(); /* as the dispatcher does before its kernel */
-    fx_sb_taken++;
+    __atomic_fetch_add(&fx_sb_taken, 1, __ATOMIC_RELAXED);
     const uint32_t imax = fx_sb_maxabs(p);
     fx_shared_src src;
     memset(&src, 0, sizeof src);
@@ -143,7 +148,7 @@ static bool fx_sb_per_channel(const tensor_t *out, const tensor_t *b)
 
 int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b)
 {
-    if (!fx_sb_enabled || (op != FX_OP_ADD && op != FX_OP_SUB))
+    if (!fx_sb_enabled() || (op != FX_OP_ADD && op != FX_OP_SUB))
         return FX_SHARED_BINARY_NOT_TAKEN;
     if (!fmt_is_shared_exponent(out->fmt) || !fmt_is_shared_exponent(a->fmt) ||
         !fmt_is_shared_exponent(b->fmt))
@@ -197,7 +202,7 @@ int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t 
 
 int fx_shared_gated(tensor_t *out, const tensor_t *a, const tensor_t *gate, const char *func)
 {
-    if (!fx_sb_enabled) return FX_SHARED_BINARY_NOT_TAKEN;
+    if (!fx_sb_enabled()) return FX_SHARED_BINARY_NOT_TAKEN;
     if (!fmt_is_shared_exponent(out->fmt) || !fmt_is_shared_exponent(a->fmt) ||
         !fmt_is_shared_exponent(gate->fmt))
         return FX_SHARED_BINARY_NOT_TAKEN;
