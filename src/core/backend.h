@@ -133,11 +133,13 @@ typedef struct fx_cvt_table {
     uint64_t (*maxabs_i64)(const int64_t *src, int64_t n);
     /* dst[j*rows + i] = src[i*cols + j] for 16-, 32- and 64-bit elements (bits moved unchanged;
      * the buffers do not overlap); NULL: the portable tiled loop (src/nn/im2col.c) */
-    /* 2x2 / stride-2 max pooling of one plane of int16 values x (H >= 2 OH rows of W): the
+    /* 2x2 / stride-2 max pooling of one plane of int16 (fp32) values x (H >= 2 OH rows of W): the
      * OH x OW maxima into out and, when idx is not NULL, their flat indices x_base + h W + w;
      * NULL: the portable loop (src/nn/pool.c) */
     void (*maxpool2x2_i16)(const int16_t *x, int64_t x_base, int64_t W, int64_t OH, int64_t OW,
                            int16_t *out, int32_t *idx);
+    void (*maxpool2x2_f32)(const float *x, int64_t x_base, int64_t W, int64_t OH, int64_t OW,
+                           float *out, int32_t *idx);
     void (*transpose16)(const void *src, void *dst, int64_t rows, int64_t cols);
     void (*transpose32)(const void *src, void *dst, int64_t rows, int64_t cols);
     void (*transpose64)(const void *src, void *dst, int64_t rows, int64_t cols);

@@ -254,6 +254,20 @@ FX_MAXPOOL_2X2_PLANE(maxpool_2x2_plane_f32, float, float, pool_f32_better)
 FX_MAXPOOL_2X2_PLANE(maxpool_2x2_plane_i16, int16_t, int16_t, pool_i16_better)
 
 
+/* One fp32 plane with the backend's kernel where the level has one (the same values and
+ * argmax, src/nn/pool_avx512.c), else the portable loop. */
+static void maxpool_2x2_plane_f32_any(const fx_backend *be, const float *x, const pool_geom *g,
+                                      int64_t pl, float *out, int32_t *idx)
+{
+    if (be->cvt.maxpool2x2_f32) {
+        const int64_t HW = g->H * g->W, P = g->OH * g->OW;
+        be->cvt.maxpool2x2_f32(x + pl * HW, pl * HW, g->W, g->OH, g->OW, out + pl * P,
+                               idx ? idx + pl * P : NULL);
+    } else {
+        maxpool_2x2_plane_f32(x, g, pl, out, idx);
+    }
+}
+
 static int pool_is_half(fmt_t f) { return f == FMT_FP16 || f == FMT_BF16; }
 
 /* fp16/bf16 2x2 max pool of one plane without the fp32 copy of x and stage of y: the plane
@@ -280,7 +294,7 @@ static void maxpool_2x2_plane_half(const uint16_t *x, const pool_geom *g, int64_
     for (int64_t t = 0; t < steps; t++) {
         const int64_t r0 = pl * HW + 2 * t * W, o0 = pl * P + t * OW;
         widen(x + r0, in, rows);
-        maxpool_2x2_plane_f32(in, &g1, 0, out, idx ? idx + o0 : NULL);
+        maxpool_2x2_plane_f32_any(fx_backend_active(), in, &g1, 0, out, idx ? idx + o0 : NULL);
         if (idx) /* positions in the widened rows -> flat indices into x */
             for (int64_t o = 0; o < outs; o++) idx[o0 + o] += (int32_t)r0;
         narrow(out, y + o0, outs);
@@ -343,7 +357,7 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
             else if (ic)
                 maxpool_2x2_plane_i16((const int16_t *)xo.data, &g, pl, (int16_t *)stage, idx);
             else
-                maxpool_2x2_plane_f32((const float *)xo.data, &g, pl, (float *)stage, idx);
+                maxpool_2x2_plane_f32_any(be, (const float *)xo.data, &g, pl, (float *)stage, idx);
             continue;
         }
         for (int64_t oh = 0; oh < g.OH; oh++)

@@ -1,4 +1,4 @@
-/* AVX-512 2x2 / stride-2 max pooling of one int16 plane: the values and argmax indices of the
+/* AVX-512 2x2 / stride-2 max pooling of one int16 or fp32 plane: the values and argmax indices of the
  * portable plane loop (pool.c, maxpool_2x2_plane_i16), 16 windows per step. In int32 lanes, lane
  * k holds the pair (x[2k], x[2k+1]) of each of the two input rows; the four candidates are
  * compared in the portable loop's order with strict '>', so the first largest one wins, as
@@ -46,8 +46,60 @@ static void fx_maxpool2x2_i16_avx512(const int16_t *x, int64_t x_base, int64_t W
     }
 }
 
+/* The same for fp32 planes, with the portable loop's comparison: a candidate wins when it is
+ * greater, or when it is NaN and the best so far is not (so the first NaN wins). The even and
+ * odd columns of 32 consecutive values are separated with two-source permutes. */
+static void fx_maxpool2x2_f32_avx512(const float *x, int64_t x_base, int64_t W, int64_t OH,
+                                     int64_t OW, float *out, int32_t *idx)
+{
+    const __m512i lane2 = _mm512_slli_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1);
+    const __m512i even = _mm512_add_epi32(lane2, _mm512_setzero_si512());
+    const __m512i odd = _mm512_add_epi32(lane2, _mm512_set1_epi32(1));
+    const __m512i one = _mm512_set1_epi32(1), offW = _mm512_set1_epi32((int32_t)W),
+                  offW1 = _mm512_set1_epi32((int32_t)W + 1);
+    for (int64_t oh = 0; oh < OH; oh++) {
+        const float *x0 = x + 2 * oh * W, *x1 = x0 + W;
+        for (int64_t ow = 0; ow < OW; ow += 16) {
+            const int64_t left = OW - ow < 16 ? OW - ow : 16;
+            const __mmask16 live = (__mmask16)((1u << left) - 1);
+            /* 2 * left values per row: the first 16 and the rest */
+            const int64_t lo_n = 2 * left < 16 ? 2 * left : 16, hi_n = 2 * left - lo_n;
+            const __mmask16 mlo = (__mmask16)((1u << lo_n) - 1);
+            const __mmask16 mhi = (__mmask16)((1u << hi_n) - 1);
+            const __m512 a0 = _mm512_maskz_loadu_ps(mlo, x0 + 2 * ow);
+            const __m512 a1 = _mm512_maskz_loadu_ps(mhi, x0 + 2 * ow + 16);
+            const __m512 b0 = _mm512_maskz_loadu_ps(mlo, x1 + 2 * ow);
+            const __m512 b1 = _mm512_maskz_loadu_ps(mhi, x1 + 2 * ow + 16);
+            const __m512 v0 = _mm512_permutex2var_ps(a0, even, a1);
+            const __m512 v1 = _mm512_permutex2var_ps(a0, odd, a1);
+            const __m512 v2 = _mm512_permutex2var_ps(b0, even, b1);
+            const __m512 v3 = _mm512_permutex2var_ps(b0, odd, b1);
+            __m512 best = v0;
+            __m512i off = _mm512_setzero_si512();
+            const __m512 cand[3] = {v1, v2, v3};
+            const __m512i offs[3] = {one, offW, offW1};
+            for (int k = 0; k < 3; k++) {
+                const __mmask16 m =
+                    _mm512_cmp_ps_mask(cand[k], best, _CMP_GT_OQ) |
+                    (_mm512_cmp_ps_mask(cand[k], cand[k], _CMP_UNORD_Q) &
+                     _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q));
+                best = _mm512_mask_mov_ps(best, m, cand[k]);
+                off = _mm512_mask_mov_epi32(off, m, offs[k]);
+            }
+            _mm512_mask_storeu_ps(out + oh * OW + ow, live, best);
+            if (idx) {
+                const int32_t r0 = (int32_t)(x_base + 2 * oh * W + 2 * ow);
+                const __m512i at = _mm512_add_epi32(_mm512_add_epi32(_mm512_set1_epi32(r0), lane2), off);
+                _mm512_mask_storeu_epi32(idx + oh * OW + ow, live, at);
+            }
+        }
+    }
+}
+
 void fx_register_nn_avx512(fx_backend *b, const fx_cpu_features *cpu)
 {
     (void)cpu;
     b->cvt.maxpool2x2_i16 = fx_maxpool2x2_i16_avx512;
+    b->cvt.maxpool2x2_f32 = fx_maxpool2x2_f32_avx512;
 }
