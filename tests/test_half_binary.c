@@ -20,16 +20,20 @@ static uint16_t ref_op(fmt_t f, fx_op op, uint16_t x, uint16_t y)
     return f == FMT_FP16 ? fx_f32_to_fp16(r) : fx_f32_to_bf16(r);
 }
 
-/* Equal patterns, or NaNs that differ only in the sign: when both operands are NaN, which one
- * the fp32 operation propagates (so the result's sign) depends on the operand order the
- * compiler emits for a commutative operation (a Debug build of this test swaps them), and no
- * format here gives a NaN's sign a meaning. */
-static int same_bits(fmt_t f, uint16_t got, uint16_t want)
+static int is_nan16(fmt_t f, uint16_t v)
+{
+    return (v & 0x7fff) > (f == FMT_FP16 ? 0x7c00 : 0x7f80);
+}
+
+/* Equal patterns, or, when both operands x and y are NaN, NaNs that differ only in the sign:
+ * which operand the fp32 operation then propagates (so the result's sign) depends on the
+ * operand order the compiler emits for a commutative operation (a Debug build of this test
+ * swaps them). With one NaN operand the result is fully determined and must match. */
+static int same_bits(fmt_t f, uint16_t got, uint16_t want, uint16_t x, uint16_t y)
 {
     if (got == want) return 1;
-    const uint16_t inf = f == FMT_FP16 ? 0x7c00 : 0x7f80;
-    const int got_nan = (got & 0x7fff) > inf, want_nan = (want & 0x7fff) > inf;
-    return got_nan && want_nan && (got & 0x7fff) == (want & 0x7fff);
+    return is_nan16(f, x) && is_nan16(f, y) && is_nan16(f, got) && is_nan16(f, want) &&
+           (got & 0x7fff) == (want & 0x7fff);
 }
 
 static int call(fx_op op, tensor_t *o, const tensor_t *a, const tensor_t *b)
@@ -65,8 +69,10 @@ static void check(fmt_t f, fx_op op, const int64_t *shape, int bnd, const int64_
     CHECK_STATUS(call(op, o, a, b), FX_OK);
     const uint16_t *op16 = tensor_data(o);
     int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++)
-        bad += !same_bits(f, op16[i], ref_op(f, op, a0[i], same ? bp[i] : bp[(i / HW) % C]));
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t y = same ? bp[i] : bp[(i / HW) % C];
+        bad += !same_bits(f, op16[i], ref_op(f, op, a0[i], y), a0[i], y);
+    }
     CHECK(bad == 0, "fmt %d op %d shape [%lld,%lld,%lld,%lld] b %s%s: %lld values differ", (int)f,
           (int)op, (long long)shape[0], (long long)shape[1], (long long)shape[2],
           (long long)shape[3], same ? "same shape" : "per channel", inplace ? " in place" : "",
@@ -111,13 +117,15 @@ int main(void)
         for (int64_t i = 0; i < 37; i++)
             for (int64_t j = 0; j < 41; j++)
                 bad += !same_bits(fmts[fi], O[i * 41 + j],
-                                  ref_op(fmts[fi], FX_OP_ADD, A[j * 37 + i], B[i * 41 + j]));
+                                  ref_op(fmts[fi], FX_OP_ADD, A[j * 37 + i], B[i * 41 + j]),
+                                  A[j * 37 + i], B[i * 41 + j]);
         CHECK(bad == 0, "fmt %d transposed a: %lld values differ", (int)fmts[fi], (long long)bad);
         CHECK_STATUS(tensor_mul(o, b, bc), FX_OK);
         const uint16_t *BC = tensor_data(bc);
         bad = 0;
         for (int64_t i = 0; i < 37 * 41; i++)
-            bad += !same_bits(fmts[fi], O[i], ref_op(fmts[fi], FX_OP_MUL, B[i], BC[i / 41]));
+            bad += !same_bits(fmts[fi], O[i], ref_op(fmts[fi], FX_OP_MUL, B[i], BC[i / 41]), B[i],
+                              BC[i / 41]);
         CHECK(bad == 0, "fmt %d row broadcast: %lld values differ", (int)fmts[fi], (long long)bad);
         tensor_free(at);
         tensor_free(a);

@@ -1,9 +1,10 @@
 /* The layout transforms around the convolution GEMMs: the backends' matrix transposes
  * (fx_cvt_table.transpose16/32/64) and fx_chunk_scatter_t (pixel-major chunk -> NCHW), against
  * plain index loops written here, on every available backend, for odd and tile-sized shapes.
- * Guard words around every destination catch writes outside it (and ASan, reads outside the
- * source). Also: a convolution written into a whole tensor (rounded in the GEMM's pixel-major
- * order, then transposed) equals the same convolution written into a strided view (transposed
+ * Guard words around every destination catch writes outside it (ASan checks the portable loops'
+ * reads; the AVX-512 transposes read with masked loads, which it does not see, so their source
+ * bounds rest on the masks). Also: a convolution written into a whole tensor (rounded in the
+ * GEMM's pixel-major order, then transposed) equals the same convolution written into a strided view (transposed
  * first, then written as a stage): bits, exponent and statistics, for every format. */
 #include "testutil.h"
 

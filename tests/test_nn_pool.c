@@ -903,6 +903,27 @@ static void bad_arguments(void)
     am[95] = 384; /* past the end */
     expect_fail(tensor_maxpool2d_backward(dx, y, am), FX_ERANGE, MB, "argmax[95]=384", dx,
                 dxbefore, "max backward argmax past the end");
+    {
+        /* a check large enough for two threads: bad indices in planes 200 and 5, the message
+         * must name the first one (plane 5's), whichever thread sees its own first */
+        const int64_t bx[4] = {4, 64, 32, 32}, by[4] = {4, 64, 16, 16};
+        const int64_t nyb = 4 * 64 * 16 * 16;
+        tensor_t *bdx = tensor_new(FMT_FLEX16_5, 4, bx), *bdy = tensor_new(FMT_FLEX16_5, 4, by);
+        int32_t *bam = malloc((size_t)nyb * sizeof *bam);
+        float *bbefore = calloc((size_t)(4 * 64 * 32 * 32), sizeof(float));
+        for (int64_t i = 0; i < nyb; i++) bam[i] = (int32_t)((i / 256) * 1024 + (i % 256) * 2);
+        bam[200 * 256 + 7] = 0;  /* plane 200 pointing into plane 0 */
+        bam[5 * 256 + 9] = 9999; /* plane 5 pointing into plane 9 */
+        CHECK_STATUS(tensor_from_f32(bdx, bbefore), FX_OK);
+        const int prev = flexpoint_set_num_threads(2);
+        expect_fail(tensor_maxpool2d_backward(bdx, bdy, bam), FX_ERANGE, MB, "argmax[1289]=9999",
+                    bdx, bbefore, "max backward first bad index, two threads");
+        flexpoint_set_num_threads(prev);
+        free(bam);
+        free(bbefore);
+        tensor_free(bdx);
+        tensor_free(bdy);
+    }
 
     expect_fail(tensor_avgpool2d(y, x, 2, 2, 2, 2, 2, 0), FX_EINVAL, A, "padding (2, 0)", y,
                 before, "avg padding > kernel/2");

@@ -78,7 +78,10 @@ static void check_kernels(const fx_backend *be, test_rng *r)
                             /* a statistics-only trial gives the same statistics */
                             fx_qstats st;
                             be->cvt.sum2_quant(&p, n, NULL, shift, &st);
-                            CHECK(st.saturated == sw.saturated && st.max_abs_out == sw.max_abs_out,
+                            CHECK(st.saturated == sw.saturated && st.max_abs_out == sw.max_abs_out &&
+                                      st.underflow == sw.underflow &&
+                                      st.max_abs_in == sw.max_abs_in &&
+                                      st.nonfinite == sw.nonfinite,
                                   "%s trial statistics, shift %d", be->name, shift);
                         }
                     }
@@ -321,6 +324,11 @@ int main(void)
                 check_sequence(fo[k], FMT_FLEX16_5, FMT_FLEX16_5, 4, mid_s, 3, mid_b, 0, &r);
             }
         }
+        /* above the parallel thresholds (2^16 and 2 x 2^16 elements): the threads' maxima and
+         * statistics are merged */
+        const int64_t large[4] = {2, 16, 70, 70}, large_c[3] = {16, 1, 1};
+        check_sequence(FMT_FLEX16_5, FMT_FLEX16_5, FMT_FLEX16_5, 4, large, 3, large_c, 1, &r);
+        check_gated(FMT_FLEX16_5, FMT_FLEX16_5, large, &r);
         check_gated(FMT_FLEX16_5, FMT_FLEX16_5, nchw, &r);
         check_gated(FMT_FLEX16_5, FMT_FLEX16_5, big, &r);
         check_gated(FMT_DFP16, FMT_FLEX16_5, nchw, &r);

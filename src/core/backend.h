@@ -92,8 +92,8 @@ typedef struct fx_op_call {
  * fx_align_exp/fx_align_to; *out_exp is the exponent of the exact int64 results. */
 typedef int (*fx_kernel)(const fx_op_call *c);
 
-/* Operands of an aligned add/sub of int16 mantissas (src/core/shared_binary.c): b advances by
- * b_inc elements per element of a (0: one value for all), and both are shifted left onto their
+/* Operands of an aligned add/sub of int16 mantissas (src/core/shared_binary.c): b advances with
+ * a (b_inc 1) or holds one value for all (b_inc 0; no other value is allowed), and both are shifted left onto their
  * common exponent by sa, sb in [0, 15], so every |v| <= 2^30 + 2^15 fits int32 exactly. With a
  * gate (advancing with a), v[i] is kept where gate[i] > 0 and is 0 elsewhere (ReLU and its
  * gradient: gate = the ReLU's input). */
@@ -131,8 +131,6 @@ typedef struct fx_cvt_table {
     /* largest |v| of int64 values, as uint64 (|INT64_MIN| = 2^63 included); NULL: the portable
      * loop of fx_par_maxabs_i64 */
     uint64_t (*maxabs_i64)(const int64_t *src, int64_t n);
-    /* dst[j*rows + i] = src[i*cols + j] for 16-, 32- and 64-bit elements (bits moved unchanged;
-     * the buffers do not overlap); NULL: the portable tiled loop (src/nn/im2col.c) */
     /* 2x2 / stride-2 max pooling of one plane of int16 (fp32) values x (H >= 2 OH rows of W): the
      * OH x OW maxima into out and, when idx is not NULL, their flat indices x_base + h W + w;
      * NULL: the portable loop (src/nn/pool.c) */
@@ -140,6 +138,8 @@ typedef struct fx_cvt_table {
                            int16_t *out, int32_t *idx);
     void (*maxpool2x2_f32)(const float *x, int64_t x_base, int64_t W, int64_t OH, int64_t OW,
                            float *out, int32_t *idx);
+    /* dst[j*rows + i] = src[i*cols + j] for 16-, 32- and 64-bit elements (bits moved unchanged;
+     * the buffers do not overlap); NULL: the portable tiled loop (src/nn/im2col.c) */
     void (*transpose16)(const void *src, void *dst, int64_t rows, int64_t cols);
     void (*transpose32)(const void *src, void *dst, int64_t rows, int64_t cols);
     void (*transpose64)(const void *src, void *dst, int64_t rows, int64_t cols);

@@ -23,8 +23,8 @@ static int fx_threads_for(int64_t n)
 static void fx_quant_i16_chunk(const fx_backend *be, const int16_t *src, int16_t *dst, int64_t n,
                                int shift, fx_qstats *st)
 {
-    /* src[i] + 0 as an aligned sum (fx_sum2): by its contract, quant_i64 of the widened values,
-     * computed in int32 lanes */
+    /* src[i] + 0 as an aligned sum (fx_sum2): by its contract, quant_i64 of the widened values
+     * (AVX-512: in int16 lanes; other levels widen to int64 in L1 blocks, or copy at shift 0) */
     static const int16_t zero = 0;
     const fx_sum2 p = {src, &zero, 0, 0, 0, 0, NULL};
     be->cvt.sum2_quant(&p, n, dst, shift, st);

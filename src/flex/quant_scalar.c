@@ -90,8 +90,22 @@ static inline int64_t fx_sum2_at(const fx_sum2 *p, int64_t i)
     return p->negate_b ? x - y : x + y;
 }
 
+/* Plain int16 values (a + 0, no shift, no gate): the write path's int16 stages. */
+static int fx_sum2_is_plain(const fx_sum2 *p)
+{
+    return p->sa == 0 && p->b_inc == 0 && p->b[0] == 0 && !p->gate;
+}
+
 uint32_t fx_flex_sum2_maxabs_scalar(const fx_sum2 *p, int64_t n)
 {
+    if (fx_sum2_is_plain(p)) { /* a loop the compiler vectorises on any level */
+        int32_t m = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const int32_t v = p->a[i] < 0 ? -(int32_t)p->a[i] : p->a[i];
+            m = v > m ? v : m;
+        }
+        return (uint32_t)m;
+    }
     uint32_t mx = 0;
     for (int64_t i = 0; i < n; i++) {
         const int64_t v = fx_sum2_at(p, i);
@@ -106,6 +120,22 @@ uint32_t fx_flex_sum2_maxabs_scalar(const fx_sum2 *p, int64_t n)
 void fx_flex_sum2_quant_with(fx_quant_i64_fn quant_i64, const fx_sum2 *p, int64_t n,
                              int16_t *dst, int shift, fx_qstats *st)
 {
+    if (shift == 0 && fx_sum2_is_plain(p)) {
+        /* plain int16 values at their own exponent are kept as they are unless one is -32768
+         * (outside the symmetric range, so it saturates): check the range while copying */
+        int32_t mx = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const int32_t a = p->a[i] < 0 ? -(int32_t)p->a[i] : p->a[i];
+            mx = a > mx ? a : mx;
+            if (dst) dst[i] = p->a[i];
+        }
+        if (mx <= FX_MANT_MAX) {
+            fx_qstats_init(st);
+            st->max_abs_in = (double)mx;
+            st->max_abs_out = mx;
+            return;
+        }
+    }
     enum { BLOCK = 512 };
     int64_t wide[BLOCK];
     fx_qstats_init(st);
