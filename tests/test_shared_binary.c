@@ -38,10 +38,32 @@ static int16_t rand_mant(test_rng *r)
     }
 }
 
+enum { NMAX = 1100 };
+
+static int same_stats(const fx_qstats *x, const fx_qstats *y)
+{
+    return x->saturated == y->saturated && x->underflow == y->underflow &&
+           x->nonfinite == y->nonfinite && x->max_abs_in == y->max_abs_in &&
+           x->max_abs_out == y->max_abs_out;
+}
+
+/* be's sum2_quant against the definition on n <= NMAX values: mantissas (nothing written past
+ * n either) and statistics; *want_st receives the definition's statistics. */
+static int quant_matches(const fx_backend *be, const fx_sum2 *p, int64_t n, int shift,
+                         fx_qstats *want_st)
+{
+    int16_t got[NMAX], want[NMAX];
+    fx_qstats sg;
+    memset(got, 0x55, sizeof got);
+    memset(want, 0x55, sizeof want);
+    be->cvt.sum2_quant(p, n, got, shift, &sg);
+    fx_flex_sum2_quant_scalar(p, n, want, shift, want_st);
+    return memcmp(got, want, sizeof got) == 0 && same_stats(&sg, want_st);
+}
+
 static void check_kernels(const fx_backend *be, test_rng *r)
 {
-    enum { NMAX = 1100 };
-    int16_t a[NMAX], b[NMAX], g[NMAX], got[NMAX], want[NMAX];
+    int16_t a[NMAX], b[NMAX], g[NMAX];
     const int64_t lens[] = {0, 1, 15, 16, 17, 31, 33, 64, 1000, 1100};
     long bad = 0, cases = 0;
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
@@ -60,29 +82,15 @@ static void check_kernels(const fx_backend *be, test_rng *r)
                         CHECK(be->cvt.sum2_maxabs(&p, n) == fx_flex_sum2_maxabs_scalar(&p, n),
                               "%s maxabs n %lld gap %d", be->name, (long long)n, gap);
                         for (int shift = -34; shift <= 40; shift++) {
-                            fx_qstats sg, sw;
-                            memset(got, 0x55, sizeof got);
-                            memset(want, 0x55, sizeof want);
-                            be->cvt.sum2_quant(&p, n, got, shift, &sg);
-                            fx_flex_sum2_quant_scalar(&p, n, want, shift, &sw);
+                            fx_qstats sw, st;
                             cases++;
-                            const int same = memcmp(got, want, sizeof got) == 0 &&
-                                             sg.saturated == sw.saturated &&
-                                             sg.underflow == sw.underflow &&
-                                             sg.nonfinite == sw.nonfinite &&
-                                             sg.max_abs_in == sw.max_abs_in &&
-                                             sg.max_abs_out == sw.max_abs_out;
-                            if (!same && bad++ < 5)
+                            if (!quant_matches(be, &p, n, shift, &sw) && bad++ < 5)
                                 fprintf(stderr, "%s n %lld gap %d side %d b_inc %d neg %d shift %d\n",
                                         be->name, (long long)n, gap, side, b_inc, neg, shift);
                             /* a statistics-only trial gives the same statistics */
-                            fx_qstats st;
                             be->cvt.sum2_quant(&p, n, NULL, shift, &st);
-                            CHECK(st.saturated == sw.saturated && st.max_abs_out == sw.max_abs_out &&
-                                      st.underflow == sw.underflow &&
-                                      st.max_abs_in == sw.max_abs_in &&
-                                      st.nonfinite == sw.nonfinite,
-                                  "%s trial statistics, shift %d", be->name, shift);
+                            CHECK(same_stats(&st, &sw), "%s trial statistics, shift %d", be->name,
+                                  shift);
                         }
                     }
         }
@@ -99,16 +107,9 @@ static void check_kernels(const fx_backend *be, test_rng *r)
         for (int neg = 0; neg <= 3; neg++) { /* 2, 3: gated by g, and by a itself (ReLU) */
             const fx_sum2 p = {a, &zero, 0, 0, 0, neg & 1, neg == 2 ? g : neg == 3 ? a : NULL};
             for (int shift = -18; shift <= 20; shift++) {
-                fx_qstats sg, sw;
-                memset(got, 0x55, sizeof got);
-                memset(want, 0x55, sizeof want);
-                be->cvt.sum2_quant(&p, n, got, shift, &sg);
-                fx_flex_sum2_quant_scalar(&p, n, want, shift, &sw);
+                fx_qstats sw;
                 cases++;
-                if (!(memcmp(got, want, sizeof got) == 0 && sg.saturated == sw.saturated &&
-                      sg.underflow == sw.underflow && sg.max_abs_in == sw.max_abs_in &&
-                      sg.max_abs_out == sw.max_abs_out) &&
-                    bad++ < 5)
+                if (!quant_matches(be, &p, n, shift, &sw) && bad++ < 5)
                     fprintf(stderr, "%s plain n %lld shift %d\n", be->name, (long long)n, shift);
             }
         }

@@ -40,18 +40,6 @@ static inline void fx_hb_apply_scalar(fx_op op, float *restrict x, float y, int6
         for (int64_t i = 0; i < n; i++) x[i] = x[i] * y;
 }
 
-/* b holds out.shape[1] values and broadcasts along every other axis ([C], [C,1,1], ...). */
-static bool fx_hb_per_channel(const tensor_t *out, const tensor_t *b)
-{
-    if (out->ndim < 2 || b->ndim > out->ndim) return false;
-    for (int d = 0; d < out->ndim; d++) {
-        const int db = d - (out->ndim - b->ndim);
-        const int64_t sb = db >= 0 ? b->shape[db] : 1;
-        if (sb != (d == 1 ? out->shape[1] : 1)) return false;
-    }
-    return true;
-}
-
 int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b)
 {
     if (op != FX_OP_ADD && op != FX_OP_SUB && op != FX_OP_MUL) return FX_HALF_BINARY_NOT_TAKEN;
@@ -64,7 +52,7 @@ int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b
         !fx_tensor_is_contiguous(b) || !fx_shape_is(a, out->ndim, out->shape))
         return FX_HALF_BINARY_NOT_TAKEN;
     const bool same = fx_shape_is(b, out->ndim, out->shape);
-    if (!same && !fx_hb_per_channel(out, b)) return FX_HALF_BINARY_NOT_TAKEN;
+    if (!same && !fx_broadcasts_per_channel(out, b)) return FX_HALF_BINARY_NOT_TAKEN;
     /* a may be out itself (each chunk of a is read before the same chunk of out is written),
      * but not an overlapping view of it */
     if (a->st == out->st && fx_tensor_base(a) != fx_tensor_base(out))

@@ -81,6 +81,18 @@ static inline bool fx_shape_is(const tensor_t *a, int ndim, const int64_t *shape
         if (a->shape[d] != shape[d]) return false;
     return true;
 }
+/* b holds out.shape[1] values and broadcasts along every other axis ([C], [C,1,1], ...):
+ * a per-channel operand, such as a convolution's bias. */
+static inline bool fx_broadcasts_per_channel(const tensor_t *out, const tensor_t *b)
+{
+    if (out->ndim < 2 || b->ndim > out->ndim) return false;
+    for (int d = 0; d < out->ndim; d++) {
+        const int db = d - (out->ndim - b->ndim);
+        const int64_t sb = db >= 0 ? b->shape[db] : 1;
+        if (sb != (d == 1 ? out->shape[1] : 1)) return false;
+    }
+    return true;
+}
 bool fx_tensor_is_contiguous(const tensor_t *t);
 bool fx_tensor_covers_storage(const tensor_t *t); /* contiguous and spans all of its storage */
 /* Copy the shared-exponent state (exponent, window, rounding, Autoflex state, statistics; not

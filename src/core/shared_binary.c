@@ -134,46 +134,38 @@ static int fx_sb_write(tensor_t *out, fx_sb_plan *p, const char *func)
     return fx_write_shared_with(out, &src, func);
 }
 
-/* b holds out.shape[1] values and broadcasts along every other axis ([C], [C,1,1], ...). */
-static bool fx_sb_per_channel(const tensor_t *out, const tensor_t *b)
+/* What both ops need: the path on, FLEX16_5/DFP16 host tensors, out whole and sharing storage
+ * with neither input (the write may quantise twice: an Autoflex recompute reads the inputs
+ * again; a partial view of out keeps another exponent path), contiguous inputs, a of out's
+ * shape, and the backend's sum2 kernels. Fills the plan's common fields. */
+static bool fx_sb_begin(fx_sb_plan *p, tensor_t *out, const tensor_t *a, const tensor_t *b)
 {
-    if (out->ndim < 2 || b->ndim > out->ndim) return false;
-    for (int d = 0; d < out->ndim; d++) {
-        const int db = d - (out->ndim - b->ndim);
-        const int64_t sb = db >= 0 ? b->shape[db] : 1;
-        if (sb != (d == 1 ? out->shape[1] : 1)) return false;
-    }
-    return true;
+    if (!fx_sb_enabled()) return false;
+    if (!fmt_is_shared_exponent(out->fmt) || !fmt_is_shared_exponent(a->fmt) ||
+        !fmt_is_shared_exponent(b->fmt))
+        return false;
+    if (out->st->on_device || a->st->on_device || b->st->on_device) return false;
+    if (a->st == out->st || b->st == out->st || !fx_tensor_covers_storage(out) ||
+        !fx_tensor_is_contiguous(a) || !fx_tensor_is_contiguous(b) ||
+        !fx_shape_is(a, out->ndim, out->shape))
+        return false;
+    memset(p, 0, sizeof *p);
+    p->be = fx_backend_active();
+    p->n = fx_numel_of(out->ndim, out->shape);
+    p->a = fx_tensor_base(a);
+    p->dst = fx_tensor_base(out);
+    return p->n > 0 && p->be->cvt.sum2_maxabs && p->be->cvt.sum2_quant;
 }
 
 int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b)
 {
-    if (!fx_sb_enabled() || (op != FX_OP_ADD && op != FX_OP_SUB))
-        return FX_SHARED_BINARY_NOT_TAKEN;
-    if (!fmt_is_shared_exponent(out->fmt) || !fmt_is_shared_exponent(a->fmt) ||
-        !fmt_is_shared_exponent(b->fmt))
-        return FX_SHARED_BINARY_NOT_TAKEN;
-    if (out->st->on_device || a->st->on_device || b->st->on_device)
-        return FX_SHARED_BINARY_NOT_TAKEN;
-    /* The write may quantise twice (an Autoflex recompute reads the inputs again), so out must
-     * share storage with neither input; a partial view of out keeps another exponent path. */
-    if (a->st == out->st || b->st == out->st || !fx_tensor_covers_storage(out) ||
-        !fx_tensor_is_contiguous(a) || !fx_tensor_is_contiguous(b) ||
-        !fx_shape_is(a, out->ndim, out->shape))
+    fx_sb_plan p;
+    if ((op != FX_OP_ADD && op != FX_OP_SUB) || !fx_sb_begin(&p, out, a, b))
         return FX_SHARED_BINARY_NOT_TAKEN;
     const int ea = a->st->exp, eb = b->st->exp;
     if (ea - eb > FX_SB_MAX_GAP || eb - ea > FX_SB_MAX_GAP) return FX_SHARED_BINARY_NOT_TAKEN;
-    const int64_t n = fx_numel_of(out->ndim, out->shape);
-    if (n == 0) return FX_SHARED_BINARY_NOT_TAKEN;
-
-    fx_sb_plan p;
-    memset(&p, 0, sizeof p);
-    p.be = fx_backend_active();
-    if (!p.be->cvt.sum2_maxabs || !p.be->cvt.sum2_quant) return FX_SHARED_BINARY_NOT_TAKEN;
-    p.a = fx_tensor_base(a);
+    const int64_t n = p.n;
     p.b = fx_tensor_base(b);
-    p.dst = fx_tensor_base(out);
-    p.n = n;
     p.ec = ea < eb ? ea : eb;
     p.sa = ea - p.ec;
     p.sb = eb - p.ec;
@@ -181,7 +173,7 @@ int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t 
     if (fx_shape_is(b, out->ndim, out->shape)) {
         p.inner = FX_SB_CHUNK;
         p.b_period = n;
-    } else if (fx_sb_per_channel(out, b)) {
+    } else if (fx_broadcasts_per_channel(out, b)) {
         const int64_t C = out->shape[1], planes = out->shape[0] * C;
         const int64_t inner = n / planes; /* planes >= 1: n > 0 */
         if (inner >= 16) { /* planes of one b value each (a conv's bias) */
@@ -202,28 +194,12 @@ int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t 
 
 int fx_shared_gated(tensor_t *out, const tensor_t *a, const tensor_t *gate, const char *func)
 {
-    if (!fx_sb_enabled()) return FX_SHARED_BINARY_NOT_TAKEN;
-    if (!fmt_is_shared_exponent(out->fmt) || !fmt_is_shared_exponent(a->fmt) ||
-        !fmt_is_shared_exponent(gate->fmt))
-        return FX_SHARED_BINARY_NOT_TAKEN;
-    if (out->st->on_device || a->st->on_device || gate->st->on_device)
-        return FX_SHARED_BINARY_NOT_TAKEN;
-    if (a->st == out->st || gate->st == out->st || !fx_tensor_covers_storage(out) ||
-        !fx_tensor_is_contiguous(a) || !fx_tensor_is_contiguous(gate) ||
-        !fx_shape_is(a, out->ndim, out->shape) || !fx_shape_is(gate, out->ndim, out->shape))
-        return FX_SHARED_BINARY_NOT_TAKEN;
-    const int64_t n = fx_numel_of(out->ndim, out->shape);
-    if (n == 0) return FX_SHARED_BINARY_NOT_TAKEN;
-    static const int16_t zero = 0;
     fx_sb_plan p;
-    memset(&p, 0, sizeof p);
-    p.be = fx_backend_active();
-    if (!p.be->cvt.sum2_maxabs || !p.be->cvt.sum2_quant) return FX_SHARED_BINARY_NOT_TAKEN;
-    p.a = fx_tensor_base(a);
+    if (!fx_sb_begin(&p, out, a, gate) || !fx_shape_is(gate, out->ndim, out->shape))
+        return FX_SHARED_BINARY_NOT_TAKEN;
+    static const int16_t zero = 0;
     p.b = &zero; /* a + 0 at a's exponent, gated */
     p.gate = fx_tensor_base(gate);
-    p.dst = fx_tensor_base(out);
-    p.n = n;
     p.ec = a->st->exp;
     p.inner = FX_SB_CHUNK;
     p.per_plane = 1; /* one b value (0) for every unit */

@@ -479,8 +479,10 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
             for (int64_t i = pl * P; i < (pl + 1) * P; i++) {
                 uint16_t u = d[i];
                 if (half) u = (u & 0x7FFFu) == 0 ? 0 : fx_half_canonical_c(u, inf, qnan);
-                const int32_t v = (int16_t)u, av = v < 0 ? -v : v;
-                mx = av > mx ? av : mx;
+                if (ic) {
+                    const int32_t v = (int16_t)u, av = v < 0 ? -v : v;
+                    mx = av > mx ? av : mx;
+                }
                 met |= (st16[argmax[i]] != 0) & (u != 0);
                 st16[argmax[i]] = (uint16_t)(st16[argmax[i]] | u); /* exact when not met */
             }

@@ -7,13 +7,22 @@
 
 #include <immintrin.h>
 
+/* lane k of a row step: window ow + k, whose first candidate is at flat index r0 + 2k; off
+ * holds the chosen candidate's offset from it (0, 1, W or W + 1) */
+static const int32_t fx_pool_lane2[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+
+static inline void fx_pool_store_idx(int32_t *idx, int32_t r0, __m512i off, __mmask16 live)
+{
+    const __m512i lane2 = _mm512_loadu_si512((const void *)fx_pool_lane2);
+    _mm512_mask_storeu_epi32(idx, live,
+                             _mm512_add_epi32(_mm512_add_epi32(_mm512_set1_epi32(r0), lane2), off));
+}
+
 static void fx_maxpool2x2_i16_avx512(const int16_t *x, int64_t x_base, int64_t W, int64_t OH,
                                      int64_t OW, int16_t *out, int32_t *idx)
 {
-    const __m512i lane2 = _mm512_slli_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1);
-    const __m512i one = _mm512_set1_epi32(1), offW = _mm512_set1_epi32((int32_t)W),
-                  offW1 = _mm512_set1_epi32((int32_t)W + 1);
+    const __m512i offs[3] = {_mm512_set1_epi32(1), _mm512_set1_epi32((int32_t)W),
+                             _mm512_set1_epi32((int32_t)W + 1)};
     for (int64_t oh = 0; oh < OH; oh++) {
         const int16_t *x0 = x + 2 * oh * W, *x1 = x0 + W;
         for (int64_t ow = 0; ow < OW; ow += 16) {
@@ -26,22 +35,17 @@ static void fx_maxpool2x2_i16_avx512(const int16_t *x, int64_t x_base, int64_t W
             const __m512i v1 = _mm512_srai_epi32(p0, 16);
             const __m512i v2 = _mm512_srai_epi32(_mm512_slli_epi32(p1, 16), 16);
             const __m512i v3 = _mm512_srai_epi32(p1, 16);
+            const __m512i cand[3] = {v1, v2, v3};
             __m512i best = v0, off = _mm512_setzero_si512();
-            __mmask16 m = _mm512_cmpgt_epi32_mask(v1, best);
-            best = _mm512_mask_mov_epi32(best, m, v1);
-            off = _mm512_mask_mov_epi32(off, m, one);
-            m = _mm512_cmpgt_epi32_mask(v2, best);
-            best = _mm512_mask_mov_epi32(best, m, v2);
-            off = _mm512_mask_mov_epi32(off, m, offW);
-            m = _mm512_cmpgt_epi32_mask(v3, best);
-            best = _mm512_mask_mov_epi32(best, m, v3);
-            off = _mm512_mask_mov_epi32(off, m, offW1);
-            _mm512_mask_cvtepi32_storeu_epi16(out + oh * OW + ow, live, best);
-            if (idx) {
-                const int32_t r0 = (int32_t)(x_base + 2 * oh * W + 2 * ow);
-                const __m512i at = _mm512_add_epi32(_mm512_add_epi32(_mm512_set1_epi32(r0), lane2), off);
-                _mm512_mask_storeu_epi32(idx + oh * OW + ow, live, at);
+            for (int k = 0; k < 3; k++) {
+                const __mmask16 m = _mm512_cmpgt_epi32_mask(cand[k], best);
+                best = _mm512_mask_mov_epi32(best, m, cand[k]);
+                off = _mm512_mask_mov_epi32(off, m, offs[k]);
             }
+            _mm512_mask_cvtepi32_storeu_epi16(out + oh * OW + ow, live, best);
+            if (idx)
+                fx_pool_store_idx(idx + oh * OW + ow, (int32_t)(x_base + 2 * oh * W + 2 * ow), off,
+                                  live);
         }
     }
 }
@@ -52,12 +56,10 @@ static void fx_maxpool2x2_i16_avx512(const int16_t *x, int64_t x_base, int64_t W
 static void fx_maxpool2x2_f32_avx512(const float *x, int64_t x_base, int64_t W, int64_t OH,
                                      int64_t OW, float *out, int32_t *idx)
 {
-    const __m512i lane2 = _mm512_slli_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1);
-    const __m512i even = _mm512_add_epi32(lane2, _mm512_setzero_si512());
-    const __m512i odd = _mm512_add_epi32(lane2, _mm512_set1_epi32(1));
-    const __m512i one = _mm512_set1_epi32(1), offW = _mm512_set1_epi32((int32_t)W),
-                  offW1 = _mm512_set1_epi32((int32_t)W + 1);
+    const __m512i even = _mm512_loadu_si512((const void *)fx_pool_lane2);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const __m512i offs[3] = {_mm512_set1_epi32(1), _mm512_set1_epi32((int32_t)W),
+                             _mm512_set1_epi32((int32_t)W + 1)};
     for (int64_t oh = 0; oh < OH; oh++) {
         const float *x0 = x + 2 * oh * W, *x1 = x0 + W;
         for (int64_t ow = 0; ow < OW; ow += 16) {
@@ -78,7 +80,6 @@ static void fx_maxpool2x2_f32_avx512(const float *x, int64_t x_base, int64_t W, 
             __m512 best = v0;
             __m512i off = _mm512_setzero_si512();
             const __m512 cand[3] = {v1, v2, v3};
-            const __m512i offs[3] = {one, offW, offW1};
             for (int k = 0; k < 3; k++) {
                 const __mmask16 m =
                     _mm512_cmp_ps_mask(cand[k], best, _CMP_GT_OQ) |
@@ -88,11 +89,9 @@ static void fx_maxpool2x2_f32_avx512(const float *x, int64_t x_base, int64_t W, 
                 off = _mm512_mask_mov_epi32(off, m, offs[k]);
             }
             _mm512_mask_storeu_ps(out + oh * OW + ow, live, best);
-            if (idx) {
-                const int32_t r0 = (int32_t)(x_base + 2 * oh * W + 2 * ow);
-                const __m512i at = _mm512_add_epi32(_mm512_add_epi32(_mm512_set1_epi32(r0), lane2), off);
-                _mm512_mask_storeu_epi32(idx + oh * OW + ow, live, at);
-            }
+            if (idx)
+                fx_pool_store_idx(idx + oh * OW + ow, (int32_t)(x_base + 2 * oh * W + 2 * ow), off,
+                                  live);
         }
     }
 }
