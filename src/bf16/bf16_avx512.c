@@ -8,6 +8,7 @@
  * Registration also installs the vcvtneps2bf16 path (bf16_avx512bf16.c) for fp32 -> bf16 when
  * the CPU has AVX512_BF16. */
 #include "../core/backend.h"
+#include "bf16_gemm.h"
 #include "bf16_kernels.h"
 
 #include <immintrin.h>
@@ -105,4 +106,8 @@ void fx_register_bf16_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.f32_to_bf16 = cpu->avx512bf16 ? fx_cvt_f32_to_bf16_avx512bf16
                                          : fx_cvt_f32_to_bf16_avx512;
     b->cvt.bf16_to_f32 = fx_cvt_bf16_to_f32_avx512;
+    if (cpu->avx512bf16) { /* bf16 x bf16 products with vdpbf16ps (bf16_gemm_avx512bf16.c) */
+        b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_avx512bf16;
+        b->gemm_bf16_pair_panel_mr = FX_BF16_PAIR_MR;
+    }
 }

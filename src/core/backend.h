@@ -163,6 +163,9 @@ typedef struct fx_backend {
      * layout too (wanted where fx_gemm_i16_wrap_pays); FX_GEMM_I16_B_SPLIT otherwise */
     int gemm_i16_b_layout;
     int gemm_f32_panel_mr; /* the same for the fp32 MATMUL kernels (fp32, fp16, bf16 operands) */
+    /* nonzero when the bf16 x bf16 MATMUL kernel runs on bf16 pairs (src/bf16/bf16_gemm.h) and
+     * takes pre-packed A panels of this height in the integer GEMM's pair layout instead */
+    int gemm_bf16_pair_panel_mr;
 } fx_backend;
 
 enum { FX_BACKEND_SCALAR = 0, FX_BACKEND_AVX2 = 1, FX_BACKEND_AVX512 = 2, FX_BACKEND_COUNT = 3 };

@@ -274,7 +274,7 @@ static inline void pack_rows_any(float *dst, const void *src, size_t esz, int ki
     }
 }
 
-static void pack_rows_avx512(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R)
+void fx_f32_pack_rows_avx512(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R)
 {
     pack_rows_any(dst, src, sizeof(float), SRC_F32, ld, kb, R);
 }
@@ -295,12 +295,12 @@ static void pack_rows_bf16_avx512(float *dst, const uint16_t *src, int64_t ld, i
  * (384 x 512 floats, 768 KiB) in the 1 MiB L2 of the development Xeon; mc: A block in L3. */
 static const fx_f32_gemm_params gemm_avx512 = {
     .mr = MR, .nr = NR, .kc = 384, .mc = 1200, .nc = 512, .min_par_work = 1 << 21,
-    .kernel = ukernel_12x32, .pack_rows = pack_rows_avx512,
+    .kernel = ukernel_12x32, .pack_rows = fx_f32_pack_rows_avx512,
     .pack_rows_fp16 = pack_rows_fp16_avx512, .pack_rows_bf16 = pack_rows_bf16_avx512,
     .widen_fp16 = fx_cvt_fp16_to_f32_avx512, .widen_bf16 = fx_cvt_bf16_to_f32_avx512,
 };
 
-static int k_matmul(const fx_op_call *c) { return fx_f32_gemm(&gemm_avx512, c); }
+int fx_f32_matmul_avx512(const fx_op_call *c) { return fx_f32_gemm(&gemm_avx512, c); }
 
 /* ---- registration --------------------------------------------------------------------------- */
 
@@ -313,9 +313,10 @@ void fx_register_fp32_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_SCALE][FMT_FP32] = k_scale;
     b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
     b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
-    b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
-    /* fp16 x fp16 and bf16 x bf16: widened while packed (no vdpbf16ps path yet; see README) */
-    b->kernels[FX_OP_MATMUL][FMT_FP16] = k_matmul;
-    b->kernels[FX_OP_MATMUL][FMT_BF16] = k_matmul;
+    b->kernels[FX_OP_MATMUL][FMT_FP32] = fx_f32_matmul_avx512;
+    /* fp16 x fp16 and bf16 x bf16: widened while packed (bf16 x bf16 becomes the vdpbf16ps
+     * pair GEMM where the CPU has AVX512_BF16: fx_register_bf16_avx512) */
+    b->kernels[FX_OP_MATMUL][FMT_FP16] = fx_f32_matmul_avx512;
+    b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_f32_matmul_avx512;
     b->gemm_f32_panel_mr = MR;
 }

@@ -182,12 +182,107 @@ static void pack_b_block(const fx_f32_gemm_params *p, float *dst, const fx_opera
     }
 }
 
+/* ---- bf16 pair mode (f32_kernels.h) -------------------------------------------------------- */
+
+uint32_t fx_bf16_minkey_scalar(const uint16_t *x, int64_t n)
+{
+    uint32_t m = 0x7FFF;
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t mag = x[i] & 0x7FFFu;
+        const uint32_t key = mag ? mag >> 7 : 0x7FFFu;
+        m = key < m ? key : m;
+    }
+    return m;
+}
+
+static uint32_t pair_minkey(const fx_bf16_pair_kernels *pk, const void *x, int64_t n16)
+{
+    return (pk->minkey ? pk->minkey : fx_bf16_minkey_scalar)((const uint16_t *)x, n16);
+}
+
+/* Whether vdpbf16ps gives the chain's exact bits for an A panel and B block with these keys:
+ * conditions (i) and (ii) of f32_kernels.h. */
+static int pair_dot_exact(uint32_t ka, uint32_t kb)
+{
+    return ka >= 1 && kb >= 1 && ka + kb >= FX_BF16_DOT_MIN_KEYSUM;
+}
+
+/* One A micro-panel of pair words: dst[p*mr + r] = A[i0+r][k0+2p] | A[i0+r][k0+2p+1] << 16,
+ * an odd kb's last high half and rows >= mrows zero. */
+static void pack_a_pairs(const fx_bf16_pair_kernels *pk, uint32_t *dst, const fx_operand *A,
+                         int64_t i0, int64_t mrows, int64_t k0, int64_t kb, int64_t mr)
+{
+    const int64_t s0 = A->strides[0], s1 = A->strides[1], kp = kb / 2;
+    const uint16_t *base = (const uint16_t *)A->data + i0 * s0 + k0 * s1;
+    if (s1 == 1 && mrows == mr && s0 % 2 == 0 && ((uintptr_t)base & 3) == 0 && pk->pack_words &&
+        kp > 0) {
+        /* each row's pairs are whole aligned words: a 32-bit transpose */
+        pk->pack_words((float *)(void *)dst, (const float *)(const void *)base, s0 / 2, kp, mr);
+    } else {
+        for (int64_t q = 0; q < kp; q++)
+            for (int64_t r = 0; r < mr; r++)
+                dst[q * mr + r] = r < mrows ? (uint32_t)base[r * s0 + 2 * q * s1] |
+                                                  (uint32_t)base[r * s0 + (2 * q + 1) * s1] << 16
+                                            : 0u;
+    }
+    if (kb & 1)
+        for (int64_t r = 0; r < mr; r++)
+            dst[kp * mr + r] = r < mrows ? (uint32_t)base[r * s0 + (kb - 1) * s1] : 0u;
+}
+
+/* A column block of B as micro-panels of pair words: panel jp holds
+ * dst[jp*nr*kq + p*nr + j] = B[k0+2p][n0+jp*nr+j] | B[k0+2p+1][...] << 16 (kq = ceil(kb/2)),
+ * an odd kb's last high half and columns past the block zero. */
+static void pack_b_pairs(const fx_bf16_pair_kernels *pk, uint32_t *dst, const fx_operand *B,
+                         int64_t k0, int64_t kb, int64_t n0, int64_t nw, int64_t nr)
+{
+    const int64_t s0 = B->strides[0], s1 = B->strides[1];
+    const uint16_t *base = (const uint16_t *)B->data + k0 * s0 + n0 * s1;
+    const int64_t kp = kb / 2, kq = (kb + 1) / 2, full = nw / nr, npanels = (nw + nr - 1) / nr;
+    int64_t done = 0; /* full panels packed by a fast route */
+    if (s1 == 1 && pk->interleave) { /* row-major: two rows make one row of pair words */
+        for (int64_t jp = 0; jp < full; jp++)
+            for (int64_t q = 0; q < kp; q++)
+                pk->interleave((uint16_t *)(void *)(dst + jp * nr * kq + q * nr),
+                               base + 2 * q * s0 + jp * nr, base + (2 * q + 1) * s0 + jp * nr, nr);
+        done = full;
+    } else if (s0 == 1 && s1 % 2 == 0 && ((uintptr_t)base & 3) == 0 && pk->pack_words && kp > 0) {
+        /* column-major: each column's pairs are whole aligned words, a 32-bit transpose */
+        for (int64_t jp = 0; jp < full; jp++)
+            pk->pack_words((float *)(void *)(dst + jp * nr * kq),
+                           (const float *)(const void *)(base + jp * nr * s1), s1 / 2, kp, nr);
+        done = full;
+    }
+    for (int64_t jp = 0; jp < npanels; jp++) {
+        uint32_t *d = dst + jp * nr * kq;
+        const int64_t ncols = jp < full ? nr : nw - full * nr;
+        for (int64_t q = jp < done ? kp : 0; q < kq; q++)
+            for (int64_t j = 0; j < nr; j++) {
+                const int64_t col = (jp * nr + j) * s1;
+                const uint32_t lo = j < ncols ? base[2 * q * s0 + col] : 0u;
+                const uint32_t hi = j < ncols && 2 * q + 1 < kb ? base[(2 * q + 1) * s0 + col] : 0u;
+                d[q * nr + j] = lo | hi << 16;
+            }
+    }
+}
+
+/* One tile's kernel call in either mode. ku: depth in the packed units (k, or pairs). */
+static void run_kernel(const fx_f32_gemm_params *p, int pm, int dot, int64_t ku, const void *ap,
+                       const void *bp, float *c, int64_t ldc, int accumulate)
+{
+    if (!pm)
+        p->kernel(ku, (const float *)ap, (const float *)bp, c, ldc, accumulate);
+    else
+        (dot ? p->pairs->dot : p->pairs->exact)(ku, (const uint32_t *)ap, (const uint32_t *)bp, c,
+                                                ldc, accumulate);
+}
+
 /* A tile that the kernel cannot write in place (partial at the right or bottom edge of C, or C
  * with a non-unit column stride): run the full kernel on a scratch tile, then copy the valid
  * part. The kernel's arithmetic per element is the same as for a full tile. */
-static void scratch_tile(const fx_f32_gemm_params *p, int64_t kb, const float *ap, const float *bp,
-                         float *ct, int64_t rs, int64_t cs, int64_t mrows, int64_t ncols,
-                         int accumulate)
+static void scratch_tile(const fx_f32_gemm_params *p, int pm, int dot, int64_t ku, const void *ap,
+                         const void *bp, float *ct, int64_t rs, int64_t cs, int64_t mrows,
+                         int64_t ncols, int accumulate)
 {
     _Alignas(64) float tile[FX_F32_GEMM_MAX_MR * FX_F32_GEMM_MAX_NR];
     const int64_t nr = p->nr;
@@ -195,19 +290,22 @@ static void scratch_tile(const fx_f32_gemm_params *p, int64_t kb, const float *a
     if (accumulate)
         for (int64_t r = 0; r < mrows; r++)
             for (int64_t j = 0; j < ncols; j++) tile[r * nr + j] = ct[r * rs + j * cs];
-    p->kernel(kb, ap, bp, tile, nr, accumulate);
+    run_kernel(p, pm, dot, ku, ap, bp, tile, nr, accumulate);
     for (int64_t r = 0; r < mrows; r++)
         for (int64_t j = 0; j < ncols; j++) ct[r * rs + j * cs] = tile[r * nr + j];
 }
 
-/* C[i*rs + j*cs] = sum_k A[i][k] B[k][j] for an M x N x K product (K >= 1). */
-static int gemm_run(const fx_f32_gemm_params *p, const fx_operand *A, const float *apan,
+/* C[i*rs + j*cs] = sum_k A[i][k] B[k][j] for an M x N x K product (K >= 1). pm: pair mode
+ * (f32_kernels.h); packed buffers are then counted in pair words, which take the place of
+ * floats one for one (ku = ceil(kb / 2) words per row instead of kb floats). */
+static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, const void *apan,
                     const fx_operand *B, int64_t M, int64_t N, int64_t K, float *C, int64_t rs,
                     int64_t cs, int nthreads)
 {
     const int64_t mr = p->mr, nr = p->nr;
     const int64_t kc = min64(p->kc, K);
     const int64_t mc = min64(p->mc, round_up(M, mr));
+    const int64_t kcu = pm ? (kc + 1) / 2 : kc, Ku = pm ? (K + 1) / 2 : K;
 
     /* Threads split the N dimension into column blocks when there are enough columns, else
      * every column block into groups of A micro-panels (so that tall, thin products still use
@@ -231,11 +329,14 @@ static int gemm_run(const fx_f32_gemm_params *p, const fx_operand *A, const floa
     const int64_t ntasks = nblocks * groups;
     if (nt > ntasks) nt = (int)ntasks;
 
-    float *abuf = alloc_floats(apan ? 0 : mc * kc); /* pre-packed A needs no packing buffer */
-    float *bbuf = alloc_floats((int64_t)nt * kc * ncb);
-    if (!abuf || !bbuf) {
+    /* pre-packed A needs no packing buffer; words and floats have the same size */
+    float *abuf = alloc_floats(apan ? 0 : mc * kcu);
+    float *bbuf = alloc_floats((int64_t)nt * kcu * ncb);
+    uint32_t *akey = pm ? malloc(sizeof(uint32_t) * (size_t)ceil_div(mc, mr)) : NULL;
+    if (!abuf || !bbuf || (pm && !akey)) {
         free(abuf);
         free(bbuf);
+        free(akey);
         return FX_ENOMEM;
     }
 
@@ -245,57 +346,71 @@ static int gemm_run(const fx_f32_gemm_params *p, const fx_operand *A, const floa
 #ifdef _OPENMP
         tid = omp_get_thread_num();
 #endif
-        float *my_b = bbuf + (int64_t)tid * kc * ncb;
+        float *my_b = bbuf + (int64_t)tid * kcu * ncb;
         for (int64_t m0 = 0; m0 < M; m0 += mc) {
             const int64_t mb = min64(mc, M - m0);
             const int64_t npm = ceil_div(mb, mr);
             for (int64_t k0 = 0; k0 < K; k0 += kc) {
-                const int64_t kb = min64(kc, K - k0);
+                const int64_t kb = min64(kc, K - k0), ku = pm ? (kb + 1) / 2 : kb;
                 const int accumulate = k0 > 0;
 
                 /* pre-packed panels (a convolution's A): panel of row m0 + ip*mr at depth k0
-                 * is at apan + ((m0 / mr + ip) * K + k0) * mr */
-                const float *ablk = apan ? apan + (m0 / mr * K + k0) * mr : abuf;
-                const int64_t astep = apan ? mr * K : mr * kb; /* floats between panels */
-                if (!apan) {
-                    FX_F32_OMP(for schedule(static))
-                    for (int64_t ip = 0; ip < npm; ip++)
-                        pack_a_panel(p, abuf + ip * mr * kb, A, m0 + ip * mr,
+                 * is at apan + ((m0 / mr + ip) * Ku + k0u) * mr units (kc is even) */
+                const float *ablk =
+                    apan ? (const float *)apan + (m0 / mr * Ku + (pm ? k0 / 2 : k0)) * mr : abuf;
+                const int64_t astep = apan ? mr * Ku : mr * ku; /* units between panels */
+                FX_F32_OMP(for schedule(static))
+                for (int64_t ip = 0; ip < npm; ip++) {
+                    if (!apan && pm)
+                        pack_a_pairs(p->pairs, (uint32_t *)(void *)(abuf + ip * mr * ku), A,
+                                     m0 + ip * mr, min64(mr, mb - ip * mr), k0, kb, mr);
+                    else if (!apan)
+                        pack_a_panel(p, abuf + ip * mr * ku, A, m0 + ip * mr,
                                      min64(mr, mb - ip * mr), k0, kb, mr);
+                    if (pm) akey[ip] = pair_minkey(p->pairs, ablk + ip * astep, 2 * mr * ku);
                 }
 
                 int64_t packed = -1; /* column block currently in my_b */
+                uint32_t bkey = 0;
                 FX_F32_OMP(for schedule(static))
                 for (int64_t t = 0; t < ntasks; t++) {
                     const int64_t nbi = t / groups, g = t % groups;
                     const int64_t n0 = nbi * ncb, nw = min64(ncb, N - n0);
                     const int64_t npn = ceil_div(nw, nr);
                     if (packed != nbi) {
-                        pack_b_block(p, my_b, B, k0, kb, n0, nw, nr);
+                        if (pm) {
+                            pack_b_pairs(p->pairs, (uint32_t *)(void *)my_b, B, k0, kb, n0, nw, nr);
+                            bkey = pair_minkey(p->pairs, my_b, 2 * npn * nr * ku);
+                        } else {
+                            pack_b_block(p, my_b, B, k0, kb, n0, nw, nr);
+                        }
                         packed = nbi;
                     }
                     const int64_t ip_end = npm * (g + 1) / groups;
                     for (int64_t ip = npm * g / groups; ip < ip_end; ip++) {
                         const float *ap = ablk + ip * astep;
                         const int64_t i0 = m0 + ip * mr, mrows = min64(mr, M - i0);
+                        const int dot = pm && !p->force_exact && pair_dot_exact(akey[ip], bkey);
                         for (int64_t jp = 0; jp < npn; jp++) {
-                            const float *bp = my_b + jp * nr * kb;
+                            const float *bp = my_b + jp * nr * ku;
                             const int64_t j0 = n0 + jp * nr, ncols = min64(nr, N - j0);
                             float *ct = C + i0 * rs + j0 * cs;
                             if (mrows == mr && ncols == nr && cs == 1)
-                                p->kernel(kb, ap, bp, ct, rs, accumulate);
+                                run_kernel(p, pm, dot, ku, ap, bp, ct, rs, accumulate);
                             else
-                                scratch_tile(p, kb, ap, bp, ct, rs, cs, mrows, ncols, accumulate);
+                                scratch_tile(p, pm, dot, ku, ap, bp, ct, rs, cs, mrows, ncols,
+                                             accumulate);
                         }
                     }
                 }
                 /* the implicit barrier above keeps the next depth block's A packing from
-                 * overwriting panels that another thread is still using */
+                 * overwriting panels (and keys) that another thread is still using */
             }
         }
     }
     free(abuf);
     free(bbuf);
+    free(akey);
     return FX_OK;
 }
 
@@ -316,15 +431,17 @@ int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c)
      * would leave most vector lanes idle: compute C^T = B^T A^T instead, which only swaps the
      * operands' strides and writes C through a transposed tile. Each output is still the same
      * k-ordered chain of the same products (a*b = b*a exactly), so the bits do not change. */
-    const float *apan = (const float *)c->a_panels;
+    const void *apan = c->a_panels;
     if (apan && c->a_panels_mr != p->mr) return FX_EUNSUPPORTED;
+    const int pm = p->pairs && A->fmt == FMT_BF16 && B->fmt == FMT_BF16;
+    if (!pm && !p->kernel) return FX_EUNSUPPORTED;
     const double use = tile_use(N, p->nr) * tile_use(M, p->mr);
     const double use_swapped = tile_use(M, p->nr) * tile_use(N, p->mr);
     if (!apan && use_swapped > 1.25 * use) {
         fx_operand At = *B, Bt = *A; /* At = B^T [N,K], Bt = A^T [K,M] */
         At.shape[0] = N, At.shape[1] = K, At.strides[0] = B->strides[1], At.strides[1] = B->strides[0];
         Bt.shape[0] = K, Bt.shape[1] = M, Bt.strides[0] = A->strides[1], Bt.strides[1] = A->strides[0];
-        return gemm_run(p, &At, NULL, &Bt, N, M, K, C, 1, N, c->nthreads);
+        return gemm_run(p, pm, &At, NULL, &Bt, N, M, K, C, 1, N, c->nthreads);
     }
-    return gemm_run(p, A, apan, B, M, N, K, C, N, 1, c->nthreads);
+    return gemm_run(p, pm, A, apan, B, M, N, K, C, N, 1, c->nthreads);
 }

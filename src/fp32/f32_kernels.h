@@ -53,6 +53,51 @@ typedef void (*fx_f32_pack16_fn)(float *dst, const uint16_t *src, int64_t ld, in
 /* Exact widening of n contiguous 16-bit values (the bulk conversions of src/fp16, src/bf16). */
 typedef void (*fx_f32_widen16_fn)(const uint16_t *src, float *dst, int64_t n);
 
+/* ---- bf16 pair mode (AVX512_BF16 vdpbf16ps) ------------------------------------------------
+ * With both operands bf16, a level may run the GEMM on bf16 pairs instead of widened floats.
+ * The arithmetic, per output: a chain over the pairs p = 0, 1, ... of K (an odd K's last pair
+ * padded with a zero), started from 0, each pair adding two fp32 FMAs rounded to nearest even,
+ * the odd element first:
+ *     acc = fma(A[i][2p+1], B[2p+1][j], acc);  acc = fma(A[i][2p], B[2p][j], acc);
+ * That is what vdpbf16ps computes (Intel's pseudocode; measured bit for bit on Zen 4), except
+ * that vdpbf16ps treats subnormal inputs as zero and flushes subnormal results to zero. Every
+ * product of bf16 values is exact in fp32, so the error bound is the fp32 GEMM's, gamma_K with
+ * K rounded up to even (the pad step adds zero exactly).
+ * Flushing can never matter when (i) no operand value is subnormal, (ii) every product is a
+ * multiple of 2^-126 (biased exponents fa + fb >= 142: fa - 127 - 7 + fb - 127 - 7 >= -126),
+ * and (iii) every fp32 value the chain continues from is 0 or a multiple of 2^-126 (biased
+ * exponent >= 24). Then every partial sum is 0 or a multiple of 2^-126: either representable
+ * as it is (below 2^-102 it has at most 24 significant bits) or rounded to a normal multiple,
+ * so by induction no input, intermediate or result is ever subnormal, and vdpbf16ps gives the
+ * chain's exact bits. The driver checks (i) and (ii) per packed A micro-panel and B block (the
+ * smallest biased exponent of their nonzero values: fx_bf16_minkey) and runs `dot` only there;
+ * `dot` checks (iii) on the tile it continues; everywhere else `exact` computes the same chain
+ * with FMAs on the widened values. So the bits depend on the data only, never on the blocking,
+ * the thread count or which kernel ran. */
+#define FX_BF16_DOT_MIN_KEYSUM 142
+
+/* Packed pair layouts (uint32 words w = x[2p] | x[2p+1] << 16):
+ *   a: kp groups of mr words, a[p*mr + r] = pair p of row r of A (the integer GEMM's A
+ *      micro-panel layout, so a convolution's int16 panel builder serves bf16 bits as well);
+ *   b: kp groups of nr words, b[p*nr + j] = pair p of column j of B, 64-byte aligned.
+ * c, ldc, accumulate as for fx_f32_ukernel. */
+typedef void (*fx_bf16_pair_ukernel)(int64_t kp, const uint32_t *a, const uint32_t *b, float *c,
+                                     int64_t ldc, int accumulate);
+/* Smallest biased exponent field over the nonzero values of x[0, n) (bf16 bits; subnormals
+ * give 0), 0x7FFF when every value is zero. */
+typedef uint32_t (*fx_bf16_minkey_fn)(const uint16_t *x, int64_t n);
+uint32_t fx_bf16_minkey_scalar(const uint16_t *x, int64_t n);
+
+typedef struct fx_bf16_pair_kernels {
+    fx_bf16_pair_ukernel dot;   /* vdpbf16ps; runs `exact` itself where (iii) fails */
+    fx_bf16_pair_ukernel exact; /* the chain in FMAs, no flushing */
+    fx_bf16_minkey_fn minkey;
+    /* optional 32-bit transposing pack (fx_f32_pack_fn on words): dst[k*R + r] = src[r*ld + k] */
+    fx_f32_pack_fn pack_words;
+    /* optional: dst[2j + t] = (t ? r1 : r0)[j] for j < n (two B rows into pair words) */
+    void (*interleave)(uint16_t *dst, const uint16_t *r0, const uint16_t *r1, int64_t n);
+} fx_bf16_pair_kernels;
+
 typedef struct fx_f32_gemm_params {
     int mr, nr;           /* micro-tile: rows broadcast from A, columns loaded from B */
     int64_t kc;           /* depth of one packed block (the A micro-panel kc*mr stays in L1) */
@@ -64,14 +109,25 @@ typedef struct fx_f32_gemm_params {
     /* fp16 and bf16 operands (all optional: NULL takes the scalar definitions per element) */
     fx_f32_pack16_fn pack_rows_fp16, pack_rows_bf16;
     fx_f32_widen16_fn widen_fp16, widen_bf16;
+    /* bf16 pair mode (optional): used when both operands are bf16; mr, nr, kc (even), mc and
+     * nc then describe the pair kernels, and `kernel` is not used */
+    const fx_bf16_pair_kernels *pairs;
+    int force_exact; /* pair mode: `exact` everywhere (tests and benchmarks compare the two) */
 } fx_f32_gemm_params;
 
 /* c->out_f32[M,N] (row-major) = in[0][M,K] x in[1][K,N], with any element strides. Operands are
- * fp32, or fp16 / bf16 widened exactly to fp32 while they are packed (so the products and sums
+ * bf16 pairs in pair mode (above; a_panels then hold pair words, panel q at
+ * a_panels + q * ceil(K/2) * mr), or fp32, or fp16 / bf16 widened exactly to fp32 while they are packed (so the products and sums
  * are those of the fp32 kernel on the widened values, bit for bit, without a separate widening
  * pass over the operands). Uses up to c->nthreads OpenMP threads. Returns FX_OK or FX_ENOMEM
  * (scratch). */
 int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c);
+
+/* The AVX-512 level's pieces that the AVX512_BF16 pair GEMM (src/bf16) builds on: the 16 x 16
+ * transposing fp32 pack (bits moved unchanged, so it serves 32-bit pair words too) and the
+ * fp32 MATMUL kernel. Only on CPUs with AVX-512 F/BW/VL. */
+void fx_f32_pack_rows_avx512(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R);
+int fx_f32_matmul_avx512(const fx_op_call *c);
 
 /* ---- chunked parallel loop --------------------------------------------------------------- */
 

@@ -1,0 +1,19 @@
+/* The bf16 x bf16 MATMUL kernel on bf16 pairs (AVX512_BF16 vdpbf16ps; the arithmetic is the
+ * fp32 GEMM framework's pair mode, src/fp32/f32_kernels.h). Installed in the AVX-512 level's
+ * [MATMUL][BF16] slot only on CPUs with AVX512_BF16, with 6-row pre-packed A panels in the
+ * integer GEMM's pair layout (fx_backend.gemm_bf16_pair_panel_mr). */
+#ifndef FX_BF16_GEMM_H
+#define FX_BF16_GEMM_H
+
+#include "core/backend.h"
+
+#define FX_BF16_PAIR_MR 6
+
+int fx_bf16_matmul_avx512bf16(const fx_op_call *c);
+
+/* Test and benchmark hook, process-wide: 0 runs the exact FMA pair kernel everywhere instead of
+ * vdpbf16ps (the same bits by construction, which the tests check); 1 (the default) lets the
+ * driver pick vdpbf16ps wherever it is exact. */
+void fx_bf16_dot_set_enabled(int on);
+
+#endif

@@ -1,0 +1,183 @@
+/* bf16 x bf16 GEMM on bf16 pairs with AVX512_BF16 vdpbf16ps: the micro-kernels and helpers of
+ * the fp32 GEMM framework's pair mode (src/fp32/f32_kernels.h states the arithmetic and when
+ * vdpbf16ps gives its exact bits).
+ *
+ * Why pairs: vdpbf16ps does 32 multiply-adds per instruction against 16 for an fp32 FMA, at the
+ * same rate on the CPUs that have it (Zen 4: 1 per cycle each, measured by bench_gemm), so a
+ * bf16 GEMM can run at twice the fp32 limit. The widening route (bf16 -> fp32 while packing,
+ * then FMAs) is capped at the fp32 limit.
+ *
+ * Register tile 6 x 32: 12 accumulators of 16 floats, two B vectors of 16 pair words, one
+ * broadcast pair word per row; 6 rows because the convolution's int16 panel builder
+ * (src/nn/conv_panels_avx512.c) makes 6-row panels in this very layout, from bf16 bits as from
+ * int16 mantissas.
+ *
+ * This file is compiled with -mavx512bf16 and only installed when the CPU reports AVX512_BF16
+ * (fx_register_bf16_avx512). */
+#include "../core/backend.h"
+#include "../fp32/f32_kernels.h"
+#include "bf16_gemm.h"
+
+#include <immintrin.h>
+#include <stdatomic.h>
+
+#define MR FX_BF16_PAIR_MR
+#define NR 32
+
+/* Lanes of c that are not 0 and below 2^-103 (biased exponent 0..23): where the chain could
+ * continue from a value that is not a multiple of 2^-126 (condition (iii)). */
+static inline __mmask16 not_multiple_lanes(__m512 c)
+{
+    const __m512i mag = _mm512_and_si512(_mm512_castps_si512(c), _mm512_set1_epi32(0x7FFFFFFF));
+    const __mmask16 nonzero = _mm512_test_epi32_mask(mag, mag);
+    return nonzero & _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(24 << 23));
+}
+
+/* The chain in FMAs: per pair, the odd element's product first (as vdpbf16ps), each widened
+ * exactly (a bf16 is the top half of its fp32), no flushing. */
+static void exact_6x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc,
+                       int accumulate)
+{
+    const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512 acc[MR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        acc[r][0] = accumulate ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
+        acc[r][1] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t p = 0; p < kp; p++) {
+        const __m512i w0 = _mm512_load_si512(b), w1 = _mm512_load_si512(b + 16);
+        const __m512 b0o = _mm512_castsi512_ps(_mm512_and_si512(w0, hi_mask));
+        const __m512 b0e = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16));
+        const __m512 b1o = _mm512_castsi512_ps(_mm512_and_si512(w1, hi_mask));
+        const __m512 b1e = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            const __m512i w = _mm512_set1_epi32((int)a[r]);
+            const __m512 ao = _mm512_castsi512_ps(_mm512_and_si512(w, hi_mask));
+            const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+            acc[r][0] = _mm512_fmadd_ps(ae, b0e, _mm512_fmadd_ps(ao, b0o, acc[r][0]));
+            acc[r][1] = _mm512_fmadd_ps(ae, b1e, _mm512_fmadd_ps(ao, b1o, acc[r][1]));
+        }
+        a += MR;
+        b += NR;
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
+    }
+}
+
+/* vdpbf16ps: one instruction per row, 16 columns and one pair. The driver calls it only where
+ * conditions (i) and (ii) hold; a tile it continues from must meet (iii), else the exact kernel
+ * runs (checked on the loaded accumulators, a few instructions per tile and depth block). */
+static void dot_6x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc,
+                     int accumulate)
+{
+    __m512 acc[MR][2];
+    if (accumulate) {
+        __mmask16 bad = 0;
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            acc[r][0] = _mm512_loadu_ps(c + r * ldc);
+            acc[r][1] = _mm512_loadu_ps(c + r * ldc + 16);
+            bad |= not_multiple_lanes(acc[r][0]) | not_multiple_lanes(acc[r][1]);
+        }
+        if (bad) {
+            exact_6x32(kp, a, b, c, ldc, accumulate);
+            return;
+        }
+    } else {
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    }
+    /* the next tile to the right is usually next: fetch its C rows early (as the fp32 kernel) */
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        const uintptr_t next = (uintptr_t)(c + r * ldc) + NR * sizeof(float);
+        _mm_prefetch((const char *)next, _MM_HINT_T0);
+        _mm_prefetch((const char *)(next + 64), _MM_HINT_T0);
+    }
+    for (int64_t p = 0; p < kp; p++) {
+        const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            const __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r]);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
+        }
+        a += MR;
+        b += NR;
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
+    }
+}
+
+/* fx_bf16_minkey_fn in 32 lanes of 16 bits. */
+static uint32_t minkey_avx512(const uint16_t *x, int64_t n)
+{
+    const __m512i mag_mask = _mm512_set1_epi16(0x7FFF);
+    __m512i m = mag_mask;
+    for (int64_t i = 0; i < n; i += 32) {
+        const __mmask32 k = n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1u);
+        const __m512i mag = _mm512_and_si512(_mm512_maskz_loadu_epi16(k, x + i), mag_mask);
+        /* zeros (and masked-off lanes) keep 0x7FFF; others give their exponent field */
+        const __m512i key = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(mag, mag), mag_mask,
+                                                    _mm512_srli_epi16(mag, 7));
+        m = _mm512_min_epu16(m, key);
+    }
+    __m256i h = _mm256_min_epu16(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
+    __m128i q = _mm_min_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    return (uint32_t)_mm_extract_epi16(_mm_minpos_epu16(q), 0);
+}
+
+/* Two B rows into pair words: dst[2j + t] = (t ? r1 : r0)[j]. */
+static void interleave_avx512(uint16_t *dst, const uint16_t *r0, const uint16_t *r1, int64_t n)
+{
+    static const uint16_t lo_idx[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i lo = _mm512_loadu_si512(lo_idx);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        const __m512i x0 = _mm512_loadu_si512(r0 + j), x1 = _mm512_loadu_si512(r1 + j);
+        _mm512_storeu_si512(dst + 2 * j, _mm512_permutex2var_epi16(x0, lo, x1));
+        _mm512_storeu_si512(dst + 2 * j + 32, _mm512_permutex2var_epi16(x0, hi, x1));
+    }
+    for (; j < n; j++) {
+        dst[2 * j] = r0[j];
+        dst[2 * j + 1] = r1[j];
+    }
+}
+
+static const fx_bf16_pair_kernels pairs_avx512bf16 = {
+    .dot = dot_6x32, .exact = exact_6x32, .minkey = minkey_avx512,
+    .pack_words = fx_f32_pack_rows_avx512, .interleave = interleave_avx512,
+};
+
+/* kc: the A micro-panel (6 x 512 bf16, 6 KiB) stays in L1 while B micro-panels (32 x 512 bf16,
+ * 32 KiB) stream from the packed B block (512 x 512 bf16, 512 KiB) in L2. */
+#define PAIR_PARAMS(exact)                                                                       \
+    {.mr = MR, .nr = NR, .kc = 512, .mc = 1200, .nc = 512, .min_par_work = 1 << 21,             \
+     .pairs = &pairs_avx512bf16, .force_exact = (exact)}
+static const fx_f32_gemm_params gemm_pairs = PAIR_PARAMS(0);
+static const fx_f32_gemm_params gemm_pairs_exact = PAIR_PARAMS(1);
+
+static atomic_int dot_enabled = 1;
+
+void fx_bf16_dot_set_enabled(int on) { atomic_store_explicit(&dot_enabled, on != 0, memory_order_relaxed); }
+
+int fx_bf16_matmul_avx512bf16(const fx_op_call *c)
+{
+    if (c->in[0].fmt != FMT_BF16 || c->in[1].fmt != FMT_BF16) {
+        if (c->a_panels) return FX_EUNSUPPORTED; /* pair panels cannot feed the fp32 GEMM */
+        return fx_f32_matmul_avx512(c);
+    }
+    const int on = atomic_load_explicit(&dot_enabled, memory_order_relaxed);
+    return fx_f32_gemm(on ? &gemm_pairs : &gemm_pairs_exact, c);
+}

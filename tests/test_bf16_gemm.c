@@ -1,0 +1,256 @@
+/* The bf16 pair GEMM (AVX512_BF16 vdpbf16ps, src/bf16/bf16_gemm.h): every bf16 x bf16 product
+ * and convolution on that path must give the bits of the pair-chain definition in
+ * src/fp32/f32_kernels.h, computed here in scalar fmaf:
+ *     per pair p: acc = fma(a[2p+1], b[2p+1], acc); acc = fma(a[2p], b[2p], acc)
+ * with vdpbf16ps (driver's choice) and with the exact FMA kernel everywhere, at 1 and 2 threads,
+ * for odd K, K beyond one depth block, edge tiles and transposed views. Data where vdpbf16ps
+ * would flush (subnormal inputs, products below 2^-126, a chain continuing from a subnormal
+ * partial sum) must still give the definition's bits: that checks the driver's and kernel's
+ * guards. Skips on CPUs without AVX512_BF16, where bf16 products take the widening route
+ * (checked against fp64 by test_ops). */
+#include "flexpoint.h"
+#include "flexpoint_nn.h"
+#include "bf16/bf16_gemm.h"
+#include "core/backend.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float bf(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* The definition: a[k*sa], b[k*sb] for k < K. */
+static float pair_chain(const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb, int64_t K)
+{
+    float acc = 0.0f;
+    for (int64_t k = 0; k < K; k += 2) {
+        const float ao = k + 1 < K ? bf(a[(k + 1) * sa]) : 0.0f;
+        const float bo = k + 1 < K ? bf(b[(k + 1) * sb]) : 0.0f;
+        acc = fmaf(ao, bo, acc);
+        acc = fmaf(bf(a[k * sa]), bf(b[k * sb]), acc);
+    }
+    return acc;
+}
+
+/* Data kinds. */
+enum { DATA_NORMAL, DATA_TINY, DATA_SUBNORMAL, DATA_CARRY, DATA_MIXED };
+
+/* A bf16 value for position k of a chain of length K. */
+static uint16_t draw(test_rng *r, int kind, int64_t k)
+{
+    const uint16_t sign = (uint16_t)(test_rng_u64(r) & 1) << 15, man = (uint16_t)(test_rng_u64(r) & 127);
+    int e;
+    switch (kind) {
+    case DATA_TINY: e = (int)test_rng_range(r, 50, 70); break;          /* products ~2^-140 */
+    case DATA_SUBNORMAL: /* one in eight a subnormal */
+        if (test_rng_u64(r) % 8 == 0) return (uint16_t)(sign | (man ? man : 1));
+        e = (int)test_rng_range(r, 110, 135);
+        break;
+    case DATA_CARRY: /* the first 600 k tiny (subnormal partial sums), then zeros: the next
+                      * depth blocks pass the driver's test but continue from subnormals */
+        if (k >= 600) return 0;
+        e = (int)test_rng_range(r, 60, 66);
+        break;
+    case DATA_MIXED: e = (int)test_rng_range(r, 1, 200); break;
+    default: e = (int)test_rng_range(r, 115, 133); break;
+    }
+    if (test_rng_u64(r) % 16 == 0) return 0; /* some exact zeros */
+    return (uint16_t)(sign | e << 7 | man);
+}
+
+static tensor_t *new2d(fmt_t f, int64_t r, int64_t c)
+{
+    const int64_t sh[2] = {r, c};
+    return tensor_new(f, 2, sh);
+}
+
+/* C = A x B through tensor_matmul, A [M,K] (transA: stored [K,M] and viewed transposed),
+ * B [K,N] (transB likewise), compared bit for bit with the definition. */
+static void check_matmul(int64_t M, int64_t N, int64_t K, int transA, int transB, int kind,
+                         uint64_t seed)
+{
+    test_rng r;
+    test_rng_seed(&r, seed);
+    uint16_t *a = malloc(sizeof(uint16_t) * (size_t)(M * K));
+    uint16_t *b = malloc(sizeof(uint16_t) * (size_t)(K * N));
+    float *c = malloc(sizeof(float) * (size_t)(M * N));
+    /* logical A[i][k] at a[i*K + k] (or a[k*M + i] when stored transposed); B likewise */
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++) a[transA ? k * M + i : i * K + k] = draw(&r, kind, k);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t j = 0; j < N; j++) b[transB ? j * K + k : k * N + j] = draw(&r, kind, k);
+    tensor_t *ta = transA ? new2d(FMT_BF16, K, M) : new2d(FMT_BF16, M, K);
+    tensor_t *tb = transB ? new2d(FMT_BF16, N, K) : new2d(FMT_BF16, K, N);
+    tensor_t *tc = new2d(FMT_FP32, M, N);
+    CHECK_STATUS(tensor_set_raw(ta, a), FX_OK);
+    CHECK_STATUS(tensor_set_raw(tb, b), FX_OK);
+    tensor_t *va = transA ? tensor_view_transpose(ta, 0, 1) : ta;
+    tensor_t *vb = transB ? tensor_view_transpose(tb, 0, 1) : tb;
+    for (int threads = 1; threads <= 2; threads++)
+        for (int dot = 0; dot <= 1; dot++) {
+            flexpoint_set_num_threads(threads);
+            fx_bf16_dot_set_enabled(dot);
+            CHECK_STATUS(tensor_matmul(tc, va, vb), FX_OK);
+            CHECK_STATUS(tensor_to_f32(tc, c), FX_OK);
+            long bad = 0;
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    const float want = transA ? pair_chain(a + i, M, transB ? b + j * K : b + j,
+                                                           transB ? 1 : N, K)
+                                              : pair_chain(a + i * K, 1, transB ? b + j * K : b + j,
+                                                           transB ? 1 : N, K);
+                    if (fbits(want) != fbits(c[i * N + j]) && bad++ < 3)
+                        fprintf(stderr, "  [%lld,%lld]: %a, want %a\n", (long long)i, (long long)j,
+                                (double)c[i * N + j], (double)want);
+                }
+            CHECK(bad == 0, "%lldx%lldx%lld transA %d transB %d data %d, %d threads, dot %d: %ld "
+                  "outputs differ from the pair-chain definition",
+                  (long long)M, (long long)N, (long long)K, transA, transB, kind, threads, dot, bad);
+        }
+    fx_bf16_dot_set_enabled(1);
+    if (va != ta) tensor_free(va);
+    if (vb != tb) tensor_free(vb);
+    tensor_free(ta);
+    tensor_free(tb);
+    tensor_free(tc);
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* A bf16 convolution (the implicit-GEMM panel route) against the definition over each output's
+ * patch, tap order k = (c*KH + kh)*KW + kw. */
+static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
+                       int64_t KW, int pad, int stride, uint64_t seed)
+{
+    const int64_t OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
+    const int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C, KH, KW}, ys[4] = {N, O, OH, OW};
+    const int64_t nx = N * C * H * W, nw = O * C * KH * KW, ny = N * O * OH * OW, K = C * KH * KW;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)nx), *w = malloc(sizeof(uint16_t) * (size_t)nw);
+    uint16_t *pa = malloc(sizeof(uint16_t) * (size_t)K);
+    float *y = malloc(sizeof(float) * (size_t)ny);
+    for (int64_t i = 0; i < nx; i++) x[i] = draw(&r, DATA_NORMAL, 0);
+    for (int64_t i = 0; i < nw; i++) w[i] = draw(&r, DATA_NORMAL, 0);
+    tensor_t *tx = tensor_new(FMT_BF16, 4, xs), *tw = tensor_new(FMT_BF16, 4, ws);
+    tensor_t *ty = tensor_new(FMT_FP32, 4, ys);
+    CHECK_STATUS(tensor_set_raw(tx, x), FX_OK);
+    CHECK_STATUS(tensor_set_raw(tw, w), FX_OK);
+    for (int threads = 1; threads <= 2; threads++)
+        for (int dot = 0; dot <= 1; dot++) {
+            flexpoint_set_num_threads(threads);
+            fx_bf16_dot_set_enabled(dot);
+            CHECK_STATUS(tensor_conv2d(ty, tx, tw, stride, stride, pad, pad, 1, 1), FX_OK);
+            CHECK_STATUS(tensor_to_f32(ty, y), FX_OK);
+            long bad = 0;
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t oh = 0; oh < OH; oh++)
+                    for (int64_t ow = 0; ow < OW; ow++) {
+                        for (int64_t c = 0; c < C; c++)
+                            for (int64_t kh = 0; kh < KH; kh++)
+                                for (int64_t kw = 0; kw < KW; kw++) {
+                                    const int64_t ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
+                                    const int in = ih >= 0 && ih < H && iw >= 0 && iw < W;
+                                    pa[(c * KH + kh) * KW + kw] =
+                                        in ? x[((n * C + c) * H + ih) * W + iw] : 0;
+                                }
+                        for (int64_t o = 0; o < O; o++) {
+                            const float want = pair_chain(pa, 1, w + o * K, 1, K);
+                            const float got = y[((n * O + o) * OH + oh) * OW + ow];
+                            bad += fbits(want) != fbits(got);
+                        }
+                    }
+            CHECK(bad == 0, "conv N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %d, %d "
+                  "threads, dot %d: %ld outputs differ from the pair-chain definition",
+                  (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
+                  (long long)KH, (long long)KW, pad, stride, threads, dot, bad);
+        }
+    fx_bf16_dot_set_enabled(1);
+    tensor_free(tx);
+    tensor_free(tw);
+    tensor_free(ty);
+    free(x);
+    free(w);
+    free(pa);
+    free(y);
+}
+
+/* The driver's exponent test at its boundary: with biased exponents fa + fb = 141 (one below
+ * FX_BF16_DOT_MIN_KEYSUM) two products can cancel to 2^-127, a subnormal that vdpbf16ps would
+ * flush: 129*129 - 130*128 = 1 in units of 2^-127. At fa + fb = 142 the same data gives 2^-126,
+ * a normal number, on either kernel. */
+static void check_keysum_boundary(void)
+{
+    for (int fb = 71; fb <= 72; fb++) {
+        const int fa = 70;
+        const int64_t M = 18, N = 64, K = 2;
+        uint16_t a[18 * 2], b[2 * 64];
+        for (int64_t i = 0; i < M; i++) {
+            a[i * K] = (uint16_t)(fa << 7 | 1);     /* 129 * 2^(fa-134) */
+            a[i * K + 1] = (uint16_t)(fa << 7 | 2); /* 130 * 2^(fa-134) */
+        }
+        for (int64_t j = 0; j < N; j++) {
+            b[j] = (uint16_t)(fb << 7 | 1);                 /* 129 * 2^(fb-134) */
+            b[N + j] = (uint16_t)(0x8000 | fb << 7 | 0);    /* -128 * 2^(fb-134) */
+        }
+        tensor_t *ta = new2d(FMT_BF16, M, K), *tb = new2d(FMT_BF16, K, N), *tc = new2d(FMT_FP32, M, N);
+        float c[18 * 64];
+        CHECK_STATUS(tensor_set_raw(ta, a), FX_OK);
+        CHECK_STATUS(tensor_set_raw(tb, b), FX_OK);
+        CHECK_STATUS(tensor_matmul(tc, ta, tb), FX_OK);
+        CHECK_STATUS(tensor_to_f32(tc, c), FX_OK);
+        const float want = ldexpf(1.0f, -268 + fa + fb); /* 2^-127 or 2^-126 */
+        CHECK(fbits(pair_chain(a, 1, b, N, K)) == fbits(want), "definition %a, want %a",
+              (double)pair_chain(a, 1, b, N, K), (double)want);
+        long bad = 0;
+        for (int64_t i = 0; i < M * N; i++) bad += fbits(c[i]) != fbits(want);
+        CHECK(bad == 0, "fa + fb = %d: %ld outputs are not %a (flushed?)", fa + fb, bad, (double)want);
+        tensor_free(ta);
+        tensor_free(tb);
+        tensor_free(tc);
+    }
+}
+
+int main(void)
+{
+    const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
+    if (!be || !be->available || !be->gemm_bf16_pair_panel_mr)
+        return test_skip("test_bf16_gemm", "this CPU has no AVX512_BF16 (bf16 products are "
+                                           "widened to fp32; test_ops checks them)");
+    CHECK_STATUS(flexpoint_set_backend("avx512"), FX_OK);
+    /* shapes: edge tiles in M and N, odd K, K across depth blocks (512), the narrow-C swap */
+    static const int64_t shapes[][3] = {{6, 32, 2},    {7, 33, 1},   {13, 70, 5},  {64, 64, 64},
+                                        {37, 95, 129}, {100, 40, 1100}, {200, 300, 515},
+                                        {50, 10, 77},  {3, 200, 31}};
+    uint64_t seed = 1;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++)
+            check_matmul(shapes[s][0], shapes[s][1], shapes[s][2], t & 1, t >> 1, DATA_NORMAL, seed++);
+    /* where vdpbf16ps would flush: the guards must give the definition's bits */
+    for (int kind = DATA_TINY; kind <= DATA_MIXED; kind++) {
+        check_matmul(37, 95, 129, 0, 0, kind, seed++);
+        check_matmul(64, 64, 1300, 0, 1, kind, seed++);
+    }
+    check_keysum_boundary();
+    /* convolutions: 5x5 (odd K) and 3x3, padding, stride, and the CNN's conv2 shape in small */
+    check_conv(3, 1, 12, 12, 32, 5, 5, 2, 1, seed++);
+    check_conv(2, 32, 10, 10, 64, 5, 5, 2, 1, seed++);
+    check_conv(2, 16, 9, 9, 24, 3, 3, 1, 2, seed++);
+    check_conv(2, 3, 8, 8, 8, 1, 1, 0, 1, seed++);
+    return test_finish("test_bf16_gemm");
+}
