@@ -9,10 +9,11 @@
  * call. Each figure is the median of BENCH_REPS timed repetitions after a warm-up; GFLOP/s
  * counts 2*M*N*K (GOP/s for the integer formats). Printed per shape: GFLOP/s, the ratio of each
  * of our formats to each peer, and the share of the instruction limit, which the benchmark
- * measures itself at start-up (a dependency-free loop of 512-bit FMA and of vpdpwssd, or 256-bit
- * FMA / vpmaddwd+vpaddd on CPUs without AVX-512): fp32, fp16 and bf16 against the FMA limit (this
- * CPU has no vdpbf16ps, so bf16 and fp16 compute in fp32), the integer formats against the
- * int16 pair-product limit. */
+ * measures itself at start-up (a dependency-free loop of 512-bit FMA, of vpdpwssd and, where the
+ * CPU has AVX512_BF16, of vdpbf16ps; 256-bit FMA on CPUs without AVX-512): fp32 and fp16 against
+ * the FMA limit, bf16 (ours and oneDNN's) against the vdpbf16ps limit where the CPU has it (our
+ * bf16 x bf16 GEMM runs on it there) and the FMA limit otherwise, the integer formats against
+ * the int16 pair-product limit. */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 
@@ -46,8 +47,9 @@ static double now(void)
 #define FX_FMA_Z(i) "vfmadd231ps %%zmm30, %%zmm31, %%zmm" #i "\n"
 #define FX_DPW_Z(i) "vpdpwssd %%zmm30, %%zmm31, %%zmm" #i "\n"
 #define FX_FMA_Y(i) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #i "\n"
+#define FX_DPB_Z(i) "vdpbf16ps %%zmm30, %%zmm31, %%zmm" #i "\n"
 
-typedef enum { LIM_FMA512, LIM_DPW512, LIM_FMA256 } limit_kind;
+typedef enum { LIM_FMA512, LIM_DPW512, LIM_FMA256, LIM_DPB512 } limit_kind;
 
 /* Instructions per second of one thread. */
 static double instr_rate(limit_kind k)
@@ -59,6 +61,7 @@ static double instr_rate(limit_kind k)
         for (long it = 0; it < iters; it++) {
             if (k == LIM_FMA512) __asm__ volatile(FX_R12(FX_FMA_Z)::: "memory");
             else if (k == LIM_DPW512) __asm__ volatile(FX_R12(FX_DPW_Z)::: "memory");
+            else if (k == LIM_DPB512) __asm__ volatile(FX_R12(FX_DPB_Z)::: "memory");
             else __asm__ volatile(FX_R12(FX_FMA_Y)::: "memory");
         }
         double r = 12.0 * (double)iters / (now() - t0);
@@ -96,9 +99,10 @@ enum { P_OURS_FP32, P_OURS_FP16, P_OURS_BF16, P_OURS_FLEX, P_OURS_DFP, P_DNNL_S,
 static const char *NAMES[P_COUNT] = {"fp32", "fp16", "bf16", "flex16_5", "dfp16",
                                      "onednn-sgemm", "onednn-bf16", "openblas-sgemm"};
 
-/* One table (every shape) at one thread count. fma_peak, int_peak: per-thread limits in
+/* One table (every shape) at one thread count. fma_peak, int_peak, bf16_peak: per-thread limits in
  * GFLOP/s and GOP/s (0: unknown). */
-static int run_table(const peer *p, int threads, int reps, double fma_peak, double int_peak);
+static int run_table(const peer *p, int threads, int reps, double fma_peak, double int_peak,
+                     double bf16_peak);
 
 int main(int argc, char **argv)
 {
@@ -135,21 +139,26 @@ int main(int argc, char **argv)
            p.dnnl_sgemm ? "yes" : "not found", p.cblas_sgemm ? "yes" : "not found",
            p.oblas_core ? p.oblas_core() : "-",
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
-    double fma_peak = 0, int_peak = 0;
+    double fma_peak = 0, int_peak = 0, bf16_peak = 0;
     if (has_feature("avx512f")) {
         fma_peak = instr_rate(LIM_FMA512) * 32e-9;
         if (has_feature("avx512vnni")) int_peak = instr_rate(LIM_DPW512) * 64e-9;
+        if (has_feature("avx512bf16")) bf16_peak = instr_rate(LIM_DPB512) * 64e-9;
     } else if (has_feature("fma")) {
         fma_peak = instr_rate(LIM_FMA256) * 16e-9;
     }
     printf("instruction limit per thread (measured): fp32 FMA %.1f GFLOP/s, int16 pair products "
-           "%s%.1f GOP/s\n", fma_peak, int_peak > 0 ? "(vpdpwssd) " : "", int_peak);
+           "%s%.1f GOP/s, bf16 pair products %s%.1f GFLOP/s\n", fma_peak,
+           int_peak > 0 ? "(vpdpwssd) " : "", int_peak, bf16_peak > 0 ? "(vdpbf16ps) " : "(FMA) ",
+           bf16_peak > 0 ? bf16_peak : fma_peak);
+    if (bf16_peak <= 0) bf16_peak = fma_peak;
     for (int i = 0; i < nt; i++)
-        if (run_table(&p, tlist[i], reps, fma_peak, int_peak)) return 1;
+        if (run_table(&p, tlist[i], reps, fma_peak, int_peak, bf16_peak)) return 1;
     return 0;
 }
 
-static int run_table(const peer *pp, int threads, int reps, double fma_peak, double int_peak)
+static int run_table(const peer *pp, int threads, int reps, double fma_peak, double int_peak,
+                     double bf16_peak)
 {
     peer p = *pp;
     flexpoint_set_num_threads(threads);
@@ -235,7 +244,8 @@ static int run_table(const peer *pp, int threads, int reps, double fma_peak, dou
             printf("%-22s", "  share of limit");
             for (int k = 0; k < P_COUNT; k++) {
                 const int is_int = k == P_OURS_FLEX || k == P_OURS_DFP;
-                const double lim = (is_int ? int_peak : fma_peak) * threads;
+                const int is_bf16 = k == P_OURS_BF16 || k == P_DNNL_BF16;
+                const double lim = (is_int ? int_peak : is_bf16 ? bf16_peak : fma_peak) * threads;
                 if (avail[k] && lim > 0) printf(" %13.0f%%", 100.0 * gf[k] / lim);
                 else printf(" %14s", "-");
             }
