@@ -2,7 +2,7 @@
 # The main job: train the small CNN on Fashion-MNIST in fp32, fp16, bf16, flex16+5 and DFP-16
 # side by side from identical starting points, print the comparison table, write CSVs and a
 # plot to results/cnn_fashion/. Installs what it needs first (tools/setup.sh).
-# Environment knobs: EPOCHS (default 1: about 6 minutes on 2 cores, build included), FORMATS, EXTRA (more
+# Environment knobs: EPOCHS (default 1: 3-6 minutes on 2 cores, build included), FORMATS, EXTRA (more
 # flexpoint-train options), FLEXPOINT_BASELINE=1 to also run the PyTorch baseline (needs
 # Debian's python3-torch).
 set -euo pipefail

@@ -33,6 +33,25 @@ static inline __mmask16 not_multiple_lanes(__m512 c)
     return nonzero & _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(24 << 23));
 }
 
+/* The tile's accumulators from C (accumulate) or zero, and back. */
+static inline void load_tile(__m512 acc[MR][2], const float *c, int64_t ldc, int accumulate)
+{
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        acc[r][0] = accumulate ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
+        acc[r][1] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
+    }
+}
+
+static inline void store_tile(__m512 acc[MR][2], float *c, int64_t ldc)
+{
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
+    }
+}
+
 /* The chain in FMAs: per pair, the odd element's product first (as vdpbf16ps), each widened
  * exactly (a bf16 is the top half of its fp32), no flushing. */
 static void exact_6x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc,
@@ -40,11 +59,7 @@ static void exact_6x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *
 {
     const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
     __m512 acc[MR][2];
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) {
-        acc[r][0] = accumulate ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
-        acc[r][1] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
-    }
+    load_tile(acc, c, ldc, accumulate);
     for (int64_t p = 0; p < kp; p++) {
         const __m512i w0 = _mm512_load_si512(b), w1 = _mm512_load_si512(b + 16);
         const __m512 b0o = _mm512_castsi512_ps(_mm512_and_si512(w0, hi_mask));
@@ -62,11 +77,7 @@ static void exact_6x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *
         a += MR;
         b += NR;
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) {
-        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
-        _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
-    }
+    store_tile(acc, c, ldc);
 }
 
 /* vdpbf16ps: one instruction per row, 16 columns and one pair. The driver calls it only where
@@ -76,21 +87,16 @@ static void dot_6x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c,
                      int accumulate)
 {
     __m512 acc[MR][2];
+    load_tile(acc, c, ldc, accumulate);
     if (accumulate) {
         __mmask16 bad = 0;
 #pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) {
-            acc[r][0] = _mm512_loadu_ps(c + r * ldc);
-            acc[r][1] = _mm512_loadu_ps(c + r * ldc + 16);
+        for (int r = 0; r < MR; r++)
             bad |= not_multiple_lanes(acc[r][0]) | not_multiple_lanes(acc[r][1]);
-        }
         if (bad) {
             exact_6x32(kp, a, b, c, ldc, accumulate);
             return;
         }
-    } else {
-#pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     }
     /* the next tile to the right is usually next: fetch its C rows early (as the fp32 kernel) */
 #pragma GCC unroll 6
@@ -110,11 +116,7 @@ static void dot_6x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c,
         a += MR;
         b += NR;
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) {
-        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
-        _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
-    }
+    store_tile(acc, c, ldc);
 }
 
 /* fx_bf16_minkey_fn in 32 lanes of 16 bits. */
