@@ -60,9 +60,9 @@ typedef void (*fx_f32_widen16_fn)(const uint16_t *src, float *dst, int64_t n);
  * the odd element first:
  *     acc = fma(A[i][2p+1], B[2p+1][j], acc);  acc = fma(A[i][2p], B[2p][j], acc);
  * That is what vdpbf16ps computes (Intel's pseudocode; measured bit for bit on Zen 4), except
- * that vdpbf16ps treats subnormal inputs as zero and flushes subnormal results to zero. Every
- * product of bf16 values is exact in fp32, so the error bound is the fp32 GEMM's, gamma_K with
- * K rounded up to even (the pad step adds zero exactly).
+ * that vdpbf16ps treats subnormal inputs as zero and flushes subnormal results to zero. Each
+ * step is one FMA (the product itself is never rounded), so the error bound is the fp32 GEMM's,
+ * gamma_K with K rounded up to even (the pad step adds zero exactly).
  * Flushing can never matter when (i) no operand value is subnormal, (ii) every product is a
  * multiple of 2^-126 (biased exponents fa + fb >= 142: fa - 127 - 7 + fb - 127 - 7 >= -126),
  * and (iii) every fp32 value the chain continues from is 0 or a multiple of 2^-126 (biased
