@@ -16,32 +16,16 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
-
-static float bf(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
 
 /* The definition: a[k*sa], b[k*sb] for k < K. */
 static float pair_chain(const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb, int64_t K)
 {
     float acc = 0.0f;
     for (int64_t k = 0; k < K; k += 2) {
-        const float ao = k + 1 < K ? bf(a[(k + 1) * sa]) : 0.0f;
-        const float bo = k + 1 < K ? bf(b[(k + 1) * sb]) : 0.0f;
+        const float ao = k + 1 < K ? fx_bf16_to_f32(a[(k + 1) * sa]) : 0.0f;
+        const float bo = k + 1 < K ? fx_bf16_to_f32(b[(k + 1) * sb]) : 0.0f;
         acc = fmaf(ao, bo, acc);
-        acc = fmaf(bf(a[k * sa]), bf(b[k * sb]), acc);
+        acc = fmaf(fx_bf16_to_f32(a[k * sa]), fx_bf16_to_f32(b[k * sb]), acc);
     }
     return acc;
 }
@@ -113,7 +97,7 @@ static void check_matmul(int64_t M, int64_t N, int64_t K, int transA, int transB
                                                            transB ? 1 : N, K)
                                               : pair_chain(a + i * K, 1, transB ? b + j * K : b + j,
                                                            transB ? 1 : N, K);
-                    if (fbits(want) != fbits(c[i * N + j]) && bad++ < 3)
+                    if (test_f32_bits(want) != test_f32_bits(c[i * N + j]) && bad++ < 3)
                         fprintf(stderr, "  [%lld,%lld]: %a, want %a\n", (long long)i, (long long)j,
                                 (double)c[i * N + j], (double)want);
                 }
@@ -172,7 +156,7 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
                         for (int64_t o = 0; o < O; o++) {
                             const float want = pair_chain(pa, 1, w + o * K, 1, K);
                             const float got = y[((n * O + o) * OH + oh) * OW + ow];
-                            bad += fbits(want) != fbits(got);
+                            bad += test_f32_bits(want) != test_f32_bits(got);
                         }
                     }
             CHECK(bad == 0, "conv N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %d, %d "
@@ -215,10 +199,10 @@ static void check_keysum_boundary(void)
         CHECK_STATUS(tensor_matmul(tc, ta, tb), FX_OK);
         CHECK_STATUS(tensor_to_f32(tc, c), FX_OK);
         const float want = ldexpf(1.0f, -268 + fa + fb); /* 2^-127 or 2^-126 */
-        CHECK(fbits(pair_chain(a, 1, b, N, K)) == fbits(want), "definition %a, want %a",
+        CHECK(test_f32_bits(pair_chain(a, 1, b, N, K)) == test_f32_bits(want), "definition %a, want %a",
               (double)pair_chain(a, 1, b, N, K), (double)want);
         long bad = 0;
-        for (int64_t i = 0; i < M * N; i++) bad += fbits(c[i]) != fbits(want);
+        for (int64_t i = 0; i < M * N; i++) bad += test_f32_bits(c[i]) != test_f32_bits(want);
         CHECK(bad == 0, "fa + fb = %d: %ld outputs are not %a (flushed?)", fa + fb, bad, (double)want);
         tensor_free(ta);
         tensor_free(tb);

@@ -3,6 +3,7 @@
 #include "flexpoint.h"
 
 #include <math.h>
+#include <string.h>
 
 long fx_test_failures = 0;
 long fx_test_checks = 0;
@@ -61,4 +62,11 @@ int64_t test_rng_range(test_rng *r, int64_t lo, int64_t hi)
 {
     uint64_t span = (uint64_t)(hi - lo) + 1;
     return lo + (int64_t)(span ? test_rng_u64(r) % span : test_rng_u64(r));
+}
+
+uint32_t test_f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
 }

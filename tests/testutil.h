@@ -40,4 +40,7 @@ double test_rng_uniform(test_rng *r);          /* [0, 1) */
 double test_rng_normal(test_rng *r);           /* standard normal */
 int64_t test_rng_range(test_rng *r, int64_t lo, int64_t hi); /* [lo, hi] */
 
+/* The bits of an fp32 value (for bit-for-bit comparisons). */
+uint32_t test_f32_bits(float x);
+
 #endif

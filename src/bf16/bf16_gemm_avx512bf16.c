@@ -158,15 +158,14 @@ static void interleave_avx512(uint16_t *dst, const uint16_t *r0, const uint16_t 
 }
 
 static const fx_bf16_pair_kernels pairs_avx512bf16 = {
-    .dot = dot_6x32, .exact = exact_6x32, .minkey = minkey_avx512,
-    .pack_words = fx_f32_pack_rows_avx512, .interleave = interleave_avx512,
+    .dot = dot_6x32, .exact = exact_6x32, .minkey = minkey_avx512, .interleave = interleave_avx512,
 };
 
 /* kc: the A micro-panel (6 x 512 bf16, 6 KiB) stays in L1 while B micro-panels (32 x 512 bf16,
  * 32 KiB) stream from the packed B block (512 x 512 bf16, 512 KiB) in L2. */
 #define PAIR_PARAMS(exact)                                                                       \
     {.mr = MR, .nr = NR, .kc = 512, .mc = 1200, .nc = 512, .min_par_work = 1 << 21,             \
-     .pairs = &pairs_avx512bf16, .force_exact = (exact)}
+     .pack_rows = fx_f32_pack_rows_avx512, .pairs = &pairs_avx512bf16, .force_exact = (exact)}
 static const fx_f32_gemm_params gemm_pairs = PAIR_PARAMS(0);
 static const fx_f32_gemm_params gemm_pairs_exact = PAIR_PARAMS(1);
 
@@ -176,10 +175,8 @@ void fx_bf16_dot_set_enabled(int on) { atomic_store_explicit(&dot_enabled, on !=
 
 int fx_bf16_matmul_avx512bf16(const fx_op_call *c)
 {
-    if (c->in[0].fmt != FMT_BF16 || c->in[1].fmt != FMT_BF16) {
-        if (c->a_panels) return FX_EUNSUPPORTED; /* pair panels cannot feed the fp32 GEMM */
-        return fx_f32_matmul_avx512(c);
-    }
+    /* The [MATMUL][BF16] slot is called with bf16 operands only (both inputs bf16: the
+     * dispatcher and the convolution); the pair GEMM refuses anything else (FX_EUNSUPPORTED). */
     const int on = atomic_load_explicit(&dot_enabled, memory_order_relaxed);
     return fx_f32_gemm(on ? &gemm_pairs : &gemm_pairs_exact, c);
 }

@@ -300,7 +300,7 @@ static const fx_f32_gemm_params gemm_avx512 = {
     .widen_fp16 = fx_cvt_fp16_to_f32_avx512, .widen_bf16 = fx_cvt_bf16_to_f32_avx512,
 };
 
-int fx_f32_matmul_avx512(const fx_op_call *c) { return fx_f32_gemm(&gemm_avx512, c); }
+static int k_matmul(const fx_op_call *c) { return fx_f32_gemm(&gemm_avx512, c); }
 
 /* ---- registration --------------------------------------------------------------------------- */
 
@@ -313,10 +313,10 @@ void fx_register_fp32_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_SCALE][FMT_FP32] = k_scale;
     b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
     b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
-    b->kernels[FX_OP_MATMUL][FMT_FP32] = fx_f32_matmul_avx512;
+    b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
     /* fp16 x fp16 and bf16 x bf16: widened while packed (bf16 x bf16 becomes the vdpbf16ps
      * pair GEMM where the CPU has AVX512_BF16: fx_register_bf16_avx512) */
-    b->kernels[FX_OP_MATMUL][FMT_FP16] = fx_f32_matmul_avx512;
-    b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_f32_matmul_avx512;
+    b->kernels[FX_OP_MATMUL][FMT_FP16] = k_matmul;
+    b->kernels[FX_OP_MATMUL][FMT_BF16] = k_matmul;
     b->gemm_f32_panel_mr = MR;
 }

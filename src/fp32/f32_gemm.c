@@ -184,7 +184,7 @@ static void pack_b_block(const fx_f32_gemm_params *p, float *dst, const fx_opera
 
 /* ---- bf16 pair mode (f32_kernels.h) -------------------------------------------------------- */
 
-uint32_t fx_bf16_minkey_scalar(const uint16_t *x, int64_t n)
+static uint32_t minkey_scalar(const uint16_t *x, int64_t n)
 {
     uint32_t m = 0x7FFF;
     for (int64_t i = 0; i < n; i++) {
@@ -197,7 +197,7 @@ uint32_t fx_bf16_minkey_scalar(const uint16_t *x, int64_t n)
 
 static uint32_t pair_minkey(const fx_bf16_pair_kernels *pk, const void *x, int64_t n16)
 {
-    return (pk->minkey ? pk->minkey : fx_bf16_minkey_scalar)((const uint16_t *)x, n16);
+    return (pk->minkey ? pk->minkey : minkey_scalar)((const uint16_t *)x, n16);
 }
 
 /* Whether vdpbf16ps gives the chain's exact bits for an A panel and B block with these keys:
@@ -209,15 +209,15 @@ static int pair_dot_exact(uint32_t ka, uint32_t kb)
 
 /* One A micro-panel of pair words: dst[p*mr + r] = A[i0+r][k0+2p] | A[i0+r][k0+2p+1] << 16,
  * an odd kb's last high half and rows >= mrows zero. */
-static void pack_a_pairs(const fx_bf16_pair_kernels *pk, uint32_t *dst, const fx_operand *A,
+static void pack_a_pairs(const fx_f32_gemm_params *p, uint32_t *dst, const fx_operand *A,
                          int64_t i0, int64_t mrows, int64_t k0, int64_t kb, int64_t mr)
 {
     const int64_t s0 = A->strides[0], s1 = A->strides[1], kp = kb / 2;
     const uint16_t *base = (const uint16_t *)A->data + i0 * s0 + k0 * s1;
-    if (s1 == 1 && mrows == mr && s0 % 2 == 0 && ((uintptr_t)base & 3) == 0 && pk->pack_words &&
+    if (s1 == 1 && mrows == mr && s0 % 2 == 0 && ((uintptr_t)base & 3) == 0 && p->pack_rows &&
         kp > 0) {
         /* each row's pairs are whole aligned words: a 32-bit transpose */
-        pk->pack_words((float *)(void *)dst, (const float *)(const void *)base, s0 / 2, kp, mr);
+        p->pack_rows((float *)(void *)dst, (const float *)(const void *)base, s0 / 2, kp, mr);
     } else {
         for (int64_t q = 0; q < kp; q++)
             for (int64_t r = 0; r < mr; r++)
@@ -233,12 +233,13 @@ static void pack_a_pairs(const fx_bf16_pair_kernels *pk, uint32_t *dst, const fx
 /* A column block of B as micro-panels of pair words: panel jp holds
  * dst[jp*nr*kq + p*nr + j] = B[k0+2p][n0+jp*nr+j] | B[k0+2p+1][...] << 16 (kq = ceil(kb/2)),
  * an odd kb's last high half and columns past the block zero. */
-static void pack_b_pairs(const fx_bf16_pair_kernels *pk, uint32_t *dst, const fx_operand *B,
+static void pack_b_pairs(const fx_f32_gemm_params *p, uint32_t *dst, const fx_operand *B,
                          int64_t k0, int64_t kb, int64_t n0, int64_t nw, int64_t nr)
 {
     const int64_t s0 = B->strides[0], s1 = B->strides[1];
     const uint16_t *base = (const uint16_t *)B->data + k0 * s0 + n0 * s1;
     const int64_t kp = kb / 2, kq = (kb + 1) / 2, full = nw / nr, npanels = (nw + nr - 1) / nr;
+    const fx_bf16_pair_kernels *pk = p->pairs;
     int64_t done = 0; /* full panels packed by a fast route */
     if (s1 == 1 && pk->interleave) { /* row-major: two rows make one row of pair words */
         for (int64_t jp = 0; jp < full; jp++)
@@ -246,10 +247,10 @@ static void pack_b_pairs(const fx_bf16_pair_kernels *pk, uint32_t *dst, const fx
                 pk->interleave((uint16_t *)(void *)(dst + jp * nr * kq + q * nr),
                                base + 2 * q * s0 + jp * nr, base + (2 * q + 1) * s0 + jp * nr, nr);
         done = full;
-    } else if (s0 == 1 && s1 % 2 == 0 && ((uintptr_t)base & 3) == 0 && pk->pack_words && kp > 0) {
+    } else if (s0 == 1 && s1 % 2 == 0 && ((uintptr_t)base & 3) == 0 && p->pack_rows && kp > 0) {
         /* column-major: each column's pairs are whole aligned words, a 32-bit transpose */
         for (int64_t jp = 0; jp < full; jp++)
-            pk->pack_words((float *)(void *)(dst + jp * nr * kq),
+            p->pack_rows((float *)(void *)(dst + jp * nr * kq),
                            (const float *)(const void *)(base + jp * nr * s1), s1 / 2, kp, nr);
         done = full;
     }
@@ -306,6 +307,7 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
     const int64_t kc = min64(p->kc, K);
     const int64_t mc = min64(p->mc, round_up(M, mr));
     const int64_t kcu = pm ? (kc + 1) / 2 : kc, Ku = pm ? (K + 1) / 2 : K;
+    const int choose = pm && !p->force_exact; /* pick dot or exact per tile, from the keys */
 
     /* Threads split the N dimension into column blocks when there are enough columns, else
      * every column block into groups of A micro-panels (so that tall, thin products still use
@@ -332,8 +334,8 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
     /* pre-packed A needs no packing buffer; words and floats have the same size */
     float *abuf = alloc_floats(apan ? 0 : mc * kcu);
     float *bbuf = alloc_floats((int64_t)nt * kcu * ncb);
-    uint32_t *akey = pm ? malloc(sizeof(uint32_t) * (size_t)ceil_div(mc, mr)) : NULL;
-    if (!abuf || !bbuf || (pm && !akey)) {
+    uint32_t *akey = choose ? malloc(sizeof(uint32_t) * (size_t)ceil_div(mc, mr)) : NULL;
+    if (!abuf || !bbuf || (choose && !akey)) {
         free(abuf);
         free(bbuf);
         free(akey);
@@ -362,12 +364,12 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
                 FX_F32_OMP(for schedule(static))
                 for (int64_t ip = 0; ip < npm; ip++) {
                     if (!apan && pm)
-                        pack_a_pairs(p->pairs, (uint32_t *)(void *)(abuf + ip * mr * ku), A,
+                        pack_a_pairs(p, (uint32_t *)(void *)(abuf + ip * mr * ku), A,
                                      m0 + ip * mr, min64(mr, mb - ip * mr), k0, kb, mr);
                     else if (!apan)
                         pack_a_panel(p, abuf + ip * mr * ku, A, m0 + ip * mr,
                                      min64(mr, mb - ip * mr), k0, kb, mr);
-                    if (pm) akey[ip] = pair_minkey(p->pairs, ablk + ip * astep, 2 * mr * ku);
+                    if (choose) akey[ip] = pair_minkey(p->pairs, ablk + ip * astep, 2 * mr * ku);
                 }
 
                 int64_t packed = -1; /* column block currently in my_b */
@@ -379,8 +381,8 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
                     const int64_t npn = ceil_div(nw, nr);
                     if (packed != nbi) {
                         if (pm) {
-                            pack_b_pairs(p->pairs, (uint32_t *)(void *)my_b, B, k0, kb, n0, nw, nr);
-                            bkey = pair_minkey(p->pairs, my_b, 2 * npn * nr * ku);
+                            pack_b_pairs(p, (uint32_t *)(void *)my_b, B, k0, kb, n0, nw, nr);
+                            if (choose) bkey = pair_minkey(p->pairs, my_b, 2 * npn * nr * ku);
                         } else {
                             pack_b_block(p, my_b, B, k0, kb, n0, nw, nr);
                         }
@@ -390,7 +392,7 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
                     for (int64_t ip = npm * g / groups; ip < ip_end; ip++) {
                         const float *ap = ablk + ip * astep;
                         const int64_t i0 = m0 + ip * mr, mrows = min64(mr, M - i0);
-                        const int dot = pm && !p->force_exact && pair_dot_exact(akey[ip], bkey);
+                        const int dot = choose && pair_dot_exact(akey[ip], bkey);
                         for (int64_t jp = 0; jp < npn; jp++) {
                             const float *bp = my_b + jp * nr * ku;
                             const int64_t j0 = n0 + jp * nr, ncols = min64(nr, N - j0);

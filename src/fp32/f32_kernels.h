@@ -86,14 +86,11 @@ typedef void (*fx_bf16_pair_ukernel)(int64_t kp, const uint32_t *a, const uint32
 /* Smallest biased exponent field over the nonzero values of x[0, n) (bf16 bits; subnormals
  * give 0), 0x7FFF when every value is zero. */
 typedef uint32_t (*fx_bf16_minkey_fn)(const uint16_t *x, int64_t n);
-uint32_t fx_bf16_minkey_scalar(const uint16_t *x, int64_t n);
 
 typedef struct fx_bf16_pair_kernels {
     fx_bf16_pair_ukernel dot;   /* vdpbf16ps; runs `exact` itself where (iii) fails */
     fx_bf16_pair_ukernel exact; /* the chain in FMAs, no flushing */
-    fx_bf16_minkey_fn minkey;
-    /* optional 32-bit transposing pack (fx_f32_pack_fn on words): dst[k*R + r] = src[r*ld + k] */
-    fx_f32_pack_fn pack_words;
+    fx_bf16_minkey_fn minkey;   /* optional (NULL: a portable loop) */
     /* optional: dst[2j + t] = (t ? r1 : r0)[j] for j < n (two B rows into pair words) */
     void (*interleave)(uint16_t *dst, const uint16_t *r0, const uint16_t *r1, int64_t n);
 } fx_bf16_pair_kernels;
@@ -110,7 +107,8 @@ typedef struct fx_f32_gemm_params {
     fx_f32_pack16_fn pack_rows_fp16, pack_rows_bf16;
     fx_f32_widen16_fn widen_fp16, widen_bf16;
     /* bf16 pair mode (optional): used when both operands are bf16; mr, nr, kc (even), mc and
-     * nc then describe the pair kernels, and `kernel` is not used */
+     * nc then describe the pair kernels, `kernel` is not used, and pack_rows (a transpose that
+     * moves bits unchanged) packs 32-bit pair words */
     const fx_bf16_pair_kernels *pairs;
     int force_exact; /* pair mode: `exact` everywhere (tests and benchmarks compare the two) */
 } fx_f32_gemm_params;
@@ -123,11 +121,9 @@ typedef struct fx_f32_gemm_params {
  * (scratch). */
 int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c);
 
-/* The AVX-512 level's pieces that the AVX512_BF16 pair GEMM (src/bf16) builds on: the 16 x 16
- * transposing fp32 pack (bits moved unchanged, so it serves 32-bit pair words too) and the
- * fp32 MATMUL kernel. Only on CPUs with AVX-512 F/BW/VL. */
+/* The AVX-512 level's 16 x 16 transposing fp32 pack, which the AVX512_BF16 pair GEMM (src/bf16)
+ * uses for 32-bit pair words (it moves bits unchanged). Only on CPUs with AVX-512 F/BW/VL. */
 void fx_f32_pack_rows_avx512(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R);
-int fx_f32_matmul_avx512(const fx_op_call *c);
 
 /* ---- chunked parallel loop --------------------------------------------------------------- */
 

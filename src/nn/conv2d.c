@@ -502,25 +502,20 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
     /* integer compute with a GEMM that takes pre-packed A panels: build them straight from the
      * padded input (conv_panels.h) instead of im2row + packing; the same values, so the same
-     * exact sums */
+     * exact sums. bf16 x bf16 on a pair GEMM (vdpbf16ps) takes the same int32 pair panels,
+     * built from the bf16 bits by the same builder. */
     const fx_backend *be = fx_backend_active();
-    const int panel_mr = ic && fx_conv_panels_fit(&g, be->gemm_i16_panel_mr)
-                             ? be->gemm_i16_panel_mr
-                             : 0;
-    /* bf16 x bf16 on a pair GEMM (vdpbf16ps) takes the same int32 pair panels, built from the
-     * bf16 bits by the same builder */
-    const int bpanel_mr = !ic && cc.cf == FMT_BF16 && be->gemm_bf16_pair_panel_mr &&
-                                  fx_conv_panels_fit(&g, be->gemm_bf16_pair_panel_mr)
-                              ? be->gemm_bf16_pair_panel_mr
-                              : 0;
+    const int pair_mr = ic                  ? be->gemm_i16_panel_mr
+                        : cc.cf == FMT_BF16 ? be->gemm_bf16_pair_panel_mr
+                                            : 0;
+    const int panel_mr = fx_conv_panels_fit(&g, pair_mr) ? pair_mr : 0;
     /* float compute likewise: fp32 panels for the fp32 GEMM, widened from the input's storage
      * format (cc.cf) while they are built */
-    const int fpanel_mr = !ic && !bpanel_mr && fx_conv_panels_f32_fit(&g, be->gemm_f32_panel_mr)
+    const int fpanel_mr = !ic && !panel_mr && fx_conv_panels_f32_fit(&g, be->gemm_f32_panel_mr)
                               ? be->gemm_f32_panel_mr
                               : 0;
     const int64_t col_n =
         panel_mr    ? 2 * fx_conv_panels_numel(&g, plan.nb, panel_mr)
-        : bpanel_mr ? 2 * fx_conv_panels_numel(&g, plan.nb, bpanel_mr)
         : fpanel_mr ? fx_conv_panels_f32_numel(&g, plan.nb, fpanel_mr) * (int64_t)(4 / cc.esz)
                     : CKK * plan.nb * P;
     const int64_t slack = FX_CONV_PAD_SLACK > FX_CONV_PANEL_SLACK ? FX_CONV_PAD_SLACK
@@ -586,13 +581,12 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
         const int64_t Pc = nbc * P;
         char *mycol = col + (size_t)(tid * col_n) * esz, *myy = ypix + (size_t)(n0 * P * g.O) * ssz;
         char *myxp = xp + (size_t)(tid * xp_n) * esz;
-        if (panel_mr || bpanel_mr) {
-            const int mr = panel_mr ? panel_mr : bpanel_mr;
+        if (panel_mr) {
             int32_t *pan = (int32_t *)(void *)mycol;
             fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
-            if (!fx_conv_panels_i16_avx512(&g, (const int16_t *)myxp, nbc, mr, pan))
-                fx_conv_panels_i16(&g, (const int16_t *)myxp, nbc, mr, pan);
-            const conv_prepacked pp = {pan, mr, wsplit, b_nr, b_layout};
+            if (!fx_conv_panels_i16_avx512(&g, (const int16_t *)myxp, nbc, panel_mr, pan))
+                fx_conv_panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan);
+            const conv_prepacked pp = {pan, panel_mr, wsplit, b_nr, b_layout};
             status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), &pp,
                                           conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
                                           myy, plan.inner);
