@@ -6,6 +6,10 @@
 
 #include <cuda_runtime.h>
 
+#include <stdio.h>  // snprintf: not pulled in by the CUDA headers with every host compiler
+#include <stdlib.h>
+#include <string.h>
+
 #include "gpu_kernels.h"
 #include "../bf16/bf16_scalar.h"
 #include "../fp16/fp16_scalar.h"

@@ -567,8 +567,8 @@ extern "C" int fx_gnk_mean_f32(float *f32, int64_t n, double len, int out_fmt,
 // softmax_ce.c's row loop, one thread per row. exp/log/log1p are CUDA's (within 1-2 ulp of
 // double, not glibc's): the one place where these kernels may differ from the CPU beyond
 // summation order, by far less than the fp32 rounding of the results.
-__global__ void fxn_k_softmax_ce(fx_dview logits, const int32_t *labels, int64_t N, int64_t K,
-                                 double gscale, double *row_loss, float *g, int g_fmt,
+__global__ void fxn_k_softmax_ce(fx_dview logits, double xscale, const int32_t *labels,
+                                 int64_t N, int64_t K, double gscale, double *row_loss, float *g, int g_fmt,
                                  fx_dstage_stats *st)
 {
     unsigned long long nonfinite = 0;
@@ -577,17 +577,17 @@ __global__ void fxn_k_softmax_ce(fx_dview logits, const int32_t *labels, int64_t
     {
         double m = -INFINITY; // a NaN never wins; it reaches the sums and poisons the row
         for (int64_t j = 0; j < K; j++) {
-            const double x = fxn_f2d(fx_dv_load_f32(logits, i * K + j, 1.0));
+            const double x = fxn_f2d(fx_dv_load_f32(logits, i * K + j, xscale));
             if (x > m) m = x;
         }
         const int32_t lab = labels[i];
-        const double xl = fxn_f2d(fx_dv_load_f32(logits, i * K + lab, 1.0));
+        const double xl = fxn_f2d(fx_dv_load_f32(logits, i * K + lab, xscale));
         const double e_lab = exp(fxn_sub(xl, m));
         double others = 0.0;
         for (int64_t j = 0; j < K; j++)
             if (j != lab)
                 others = fxn_add(others, exp(fxn_sub(fxn_f2d(fx_dv_load_f32(logits, i * K + j,
-                                                                           1.0)), m)));
+                                                                           xscale)), m)));
         const double sum = fxn_add(e_lab, others);
         row_loss[i] = fxn_sub(xl, m) > -1.0 ? log1p(fxn_div(others, e_lab))
                                             : fxn_sub(fxn_add(m, log(sum)), xl);
@@ -598,7 +598,7 @@ __global__ void fxn_k_softmax_ce(fx_dview logits, const int32_t *labels, int64_t
                 if (j == lab)
                     v = fxn_mul(-others, c);
                 else
-                    v = fxn_mul(exp(fxn_sub(fxn_f2d(fx_dv_load_f32(logits, i * K + j, 1.0)), m)),
+                    v = fxn_mul(exp(fxn_sub(fxn_f2d(fx_dv_load_f32(logits, i * K + j, xscale)), m)),
                                 c);
                 const float y = fxn_stage(v, g_fmt);
                 g[i * K + j] = y;
@@ -614,8 +614,9 @@ extern "C" int fx_gnk_softmax_ce(const fx_dview *logits, const int32_t *labels, 
                                  int g_fmt, fx_dstage_stats *st, const char *func)
 {
     if (N <= 0) return FX_OK;
-    fxn_k_softmax_ce<<<fx_gpu_blocks(N), FX_GPU_THREADS>>>(*logits, labels, N, K, gscale,
-                                                           row_loss, g, g_fmt, st);
+    // A shared-exponent input is m * 2^exp (the kernel widens m with this scale, as the CPU does).
+    fxn_k_softmax_ce<<<fx_gpu_blocks(N), FX_GPU_THREADS>>>(*logits, fxn_scale(logits), labels, N,
+                                                           K, gscale, row_loss, g, g_fmt, st);
     return fxn_check(func, "softmax_ce");
 }
 
