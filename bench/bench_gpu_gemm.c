@@ -77,7 +77,7 @@ int main(int argc, char **argv)
         printf("bench_gpu_gemm: no CUDA device; nothing to measure\n");
         return 0;
     }
-    int sizes[16] = {1024, 2048, 4096}, ns = 3;
+    int sizes[16] = {256, 512, 1024, 2048, 4096}, ns = 5;
     if (argc > 1) {
         ns = 0;
         for (int i = 1; i < argc && ns < 16; i++) {

@@ -124,6 +124,16 @@ FX_API int flexpoint_gpu_malloc(void **p, size_t bytes);
  *  device memory (nothing is released); FX_EDEVICE without CUDA. */
 FX_API int flexpoint_gpu_free(void *p);
 
+/** Give the device memory that the library keeps for reuse back to CUDA, on every device.
+ *  Device tensors, temporaries and flexpoint_gpu_malloc buffers come from a cache: memory
+ *  released by the library is kept, per device and size class, and handed out again, because
+ *  cudaMalloc/cudaFree cost far more than most ops (cudaFree waits for the device). The cache
+ *  holds at most FLEXPOINT_GPU_CACHE_MB megabytes per device (environment variable, read at the
+ *  first allocation; default 4096; 0 disables it), and is emptied by itself when an
+ *  allocation fails. Call this to hand the memory to another library sharing the GPU. Live
+ *  allocations are untouched. Always FX_OK (also without CUDA, where nothing is cached). */
+FX_API int flexpoint_gpu_release_cache(void);
+
 /** Copy `bytes` from host memory src to device memory dst / from device memory src to host
  *  memory dst. bytes == 0 does nothing (FX_OK). FX_EINVAL for NULL pointers with bytes > 0 or
  *  pointers in the wrong places (named in the message); FX_EDEVICE without CUDA or when the

@@ -27,6 +27,7 @@
 #include "flexpoint_nn.h"
 #include "testutil.h"
 #include "gpu_testutil.h"
+#include "gpu/gpu_kernels.h" /* the device integer GEMM scheme switch */
 
 #include <math.h>
 #include <stdlib.h>
@@ -513,9 +514,15 @@ int main(void)
     }
     test_rng r;
     test_rng_seed(&r, 20261123);
-    test_all_cases(&r);
-    test_strided_inputs(&r);
-    test_near_max(&r);
+    /* the integer GEMMs under each device scheme (the automatic choice would give these small
+     * shapes to the IMAD kernel alone); float cases are repeated too, which costs little */
+    for (int path = FX_GK_I16_IMAD; path <= FX_GK_I16_TC; path++) {
+        fx_gk_matmul_i16_set_path(path);
+        test_all_cases(&r);
+        test_strided_inputs(&r);
+        test_near_max(&r);
+    }
+    fx_gk_matmul_i16_set_path(FX_GK_I16_AUTO);
     if (!gpu_test_on_host && have_device) test_placement_device();
     return test_finish("test_gpu_conv");
 }

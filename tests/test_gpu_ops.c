@@ -15,6 +15,7 @@
  * with host tensors standing in for device tensors, under the best CPU backend, which checks the
  * test's own logic and bounds on a machine without a GPU. */
 #include "core/internal.h" /* host stand-ins copy the exponent state as tensor_to_host does */
+#include "gpu/gpu_kernels.h" /* the device integer GEMM scheme switch */
 #include "flexpoint_nn.h"
 #include "testutil.h"
 #include "gpu_testutil.h"
@@ -404,11 +405,17 @@ static void test_matmul(test_rng *r)
     for (int d = 0; d < 4; d++)
         for (int bt = 0; bt < 2; bt++) {
             const int64_t M = dims[d][0], K = dims[d][1], N = dims[d][2];
-            for (int fa = 0; fa < 2; fa++)
-                for (int fb = 0; fb < 2; fb++)
-                    for (int o = 0; o < 4; o++)
-                        matmul_case(r, fa ? FMT_DFP16 : FMT_FLEX16_5,
-                                    fb ? FMT_DFP16 : FMT_FLEX16_5, int_out[o], M, K, N, bt, 6, 0);
+            /* both device integer GEMM schemes (these sizes alone would all take IMAD) */
+            for (int path = FX_GK_I16_IMAD; path <= FX_GK_I16_TC; path++) {
+                fx_gk_matmul_i16_set_path(path);
+                for (int fa = 0; fa < 2; fa++)
+                    for (int fb = 0; fb < 2; fb++)
+                        for (int o = 0; o < 4; o++)
+                            matmul_case(r, fa ? FMT_DFP16 : FMT_FLEX16_5,
+                                        fb ? FMT_DFP16 : FMT_FLEX16_5, int_out[o], M, K, N, bt,
+                                        6, 0);
+            }
+            fx_gk_matmul_i16_set_path(FX_GK_I16_AUTO);
             /* a float operand of an integer matmul: quantised at its exact exponent */
             matmul_case(r, FMT_DFP16, FMT_FP32, FMT_DFP16, M, K, N, bt, 6, 0);
             matmul_case(r, FMT_FLEX16_5, FMT_BF16, FMT_FP32, M, K, N, bt, 6, 0);
@@ -422,9 +429,13 @@ static void test_matmul(test_rng *r)
             matmul_case(r, FMT_FP32, FMT_DFP16, FMT_FP32, M, K, N, bt, 3, 0);   /* dequantised */
             matmul_case(r, FMT_BF16, FMT_BF16, FMT_DFP16, M, K, N, bt, 3, 0);   /* stats pass */
         }
-    /* int64 accumulation: 3000 products of magnitude ~2^30 */
-    matmul_case(r, FMT_DFP16, FMT_DFP16, FMT_DFP16, 33, 3000, 17, 0, 0, 1);
-    matmul_case(r, FMT_FLEX16_5, FMT_DFP16, FMT_FP32, 17, 3000, 33, 1, 0, 1);
+    /* int64 accumulation: 3000 products of magnitude ~2^30, under both schemes */
+    for (int path = FX_GK_I16_IMAD; path <= FX_GK_I16_TC; path++) {
+        fx_gk_matmul_i16_set_path(path);
+        matmul_case(r, FMT_DFP16, FMT_DFP16, FMT_DFP16, 33, 3000, 17, 0, 0, 1);
+        matmul_case(r, FMT_FLEX16_5, FMT_DFP16, FMT_FP32, 17, 3000, 33, 1, 0, 1);
+    }
+    fx_gk_matmul_i16_set_path(FX_GK_I16_AUTO);
 }
 
 /* ---- write-path state: Autoflex, stochastic rounding, partial views ------------------------- */

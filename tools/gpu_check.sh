@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one command: build with CUDA, run the device tests, the GPU
-# GEMM benchmark, and the same short training run on the device and on the host.
+# GEMM benchmark, and the same training run on the device and on the host (and PyTorch's).
 #
 #   bash tools/gpu_check.sh              # all steps
 #   STEPS="build test" bash tools/gpu_check.sh
 #
 # Environment: OUT (where logs go; default out/gpu_check), ARCH (CUDA architectures; default 90),
 # DATA (Fashion-MNIST directory; default .devdata when present, else the Debian package's),
-# TRAIN_N (training images of the training comparison; default 12800), BENCH_SIZES (default
-# "1024 2048 4096"). Each step has its own time limit so that one hang cannot eat the rest.
+# TRAIN_N (training images of the training runs; default 12800), EPOCHS (default 1),
+# BENCH_SIZES (default "256 512 1024 2048 4096"), PYTHON (with PyTorch, for the torch step;
+# default python3). Steps: build test memcheck bench train trainhost resnet torch (default:
+# all but memcheck, resnet and torch). Each step has its own time limit so that one hang cannot eat the rest.
 # Every step's output goes to $OUT/log.txt; the training CSVs are packed into $OUT/train.tar.gz.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 OUT="${OUT:-$ROOT/out/gpu_check}"
 ARCH="${ARCH:-90}"
-STEPS="${STEPS:-build test bench train}"
+STEPS="${STEPS:-build test bench train trainhost}"
+EPOCHS="${EPOCHS:-1}"
 TRAIN_N="${TRAIN_N:-12800}"
-BENCH_SIZES="${BENCH_SIZES:-1024 2048 4096}"
+BENCH_SIZES="${BENCH_SIZES:-256 512 1024 2048 4096}"
 if [ -z "${DATA:-}" ]; then
   if [ -d "$ROOT/.devdata" ]; then DATA="$ROOT/.devdata"; else DATA=/usr/share/datasets/fashion-mnist; fi
 fi
@@ -56,23 +59,46 @@ fi
 if has test; then
   step "device tests" 420 ctest --test-dir "$BUILD" -R 'gpu|device' --output-on-failure --timeout 300
 fi
-if has memcheck; then # compute-sanitizer over the op tests (slow: tens of times the plain run)
-  for t in test_gpu_ops test_gpu_nn; do
-    step "memcheck $t" 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/$t"
+if has memcheck; then # compute-sanitizer over the op tests (API errors are not reported:
+  # test_gpu_gemm asks for an impossible allocation on purpose)
+  for t in test_gpu_gemm test_gpu_ops test_gpu_nn; do
+    step "memcheck $t" 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$BUILD/tests/$t"
   done
 fi
 if has bench; then
   step "GPU GEMM benchmark" 240 "$BUILD/bench/bench_gpu_gemm" $BENCH_SIZES
 fi
+# train: flexpoint-train on the device; trainhost: the same run on the host (the integer
+# formats' steps.csv and traces must match it byte for byte); torch: PyTorch's CNN on the same
+# device, fp32 and bf16 autocast, for the seconds per epoch.
+common=(--model cnn --epochs "$EPOCHS" --train-subset "$TRAIN_N" --test-subset 2000 --data-dir "$DATA" --quiet)
 if has train; then
-  common=(--model cnn --epochs 1 --train-subset "$TRAIN_N" --test-subset 2000 --data-dir "$DATA" --quiet)
-  step "train on cuda" 240 "$BUILD/tools/flexpoint-train" "${common[@]}" --device cuda --out "$OUT/train_cuda"
-  step "train on host" 240 "$BUILD/tools/flexpoint-train" "${common[@]}" --device cpu --out "$OUT/train_host"
-  for d in train_cuda train_host; do
-    [ -f "$OUT/$d/epochs.csv" ] && { echo "-- $d epochs.csv"; cat "$OUT/$d/epochs.csv"; } | tee -a "$LOG"
-  done
-  tar -C "$OUT" -czf "$OUT/train.tar.gz" train_cuda train_host 2>/dev/null && rm -rf "$OUT/train_cuda" "$OUT/train_host"
+  step "train on cuda" 300 "$BUILD/tools/flexpoint-train" "${common[@]}" --device cuda --out "$OUT/train_cuda"
 fi
+if has trainhost; then
+  step "train on host" 300 "$BUILD/tools/flexpoint-train" "${common[@]}" --device cpu --out "$OUT/train_host"
+fi
+if has resnet; then # ResNet-20 (32x32 after padding) on the device, no host counterpart (slow there)
+  step "ResNet-20 on cuda" 300 "$BUILD/tools/flexpoint-train" --model resnet20 --pad 2 --epochs 1 \
+    --train-subset "$TRAIN_N" --test-subset 2000 --data-dir "$DATA" --quiet \
+    --formats fp32,bf16,flex16_5,dfp16 --device cuda --out "$OUT/train_resnet"
+fi
+if has torch; then
+  step "PyTorch on cuda" 300 "${PYTHON:-python3}" tools/pytorch_baseline.py --model cnn --epochs "$EPOCHS" \
+    --train-subset "$TRAIN_N" --test-subset 2000 --data-dir "$DATA" --device cuda --out "$OUT/train_torch"
+fi
+for d in train_cuda train_host train_resnet train_torch; do
+  for f in "$OUT/$d/epochs.csv" "$OUT/$d/pytorch_epochs.csv"; do
+    [ -f "$f" ] && { echo "-- $d/$(basename "$f")"; cat "$f"; } | tee -a "$LOG"
+  done
+done
+if [ -f "$OUT/train_cuda/steps.csv" ] && [ -f "$OUT/train_host/steps.csv" ]; then
+  for f in "$OUT"/train_cuda/trace_*.csv; do
+    cmp -s "$f" "$OUT/train_host/$(basename "$f")" && r=same || { r=DIFFERENT; status=1; }
+    echo "trace $(basename "$f"): $r on device and host" | tee -a "$LOG"
+  done
+fi
+ls "$OUT" | grep -q '^train_' && tar -C "$OUT" -czf "$OUT/train.tar.gz" $(cd "$OUT" && ls -d train_*) && rm -rf "$OUT"/train_*/
 say "done: status $status"
-grep -E 'tests passed|tests failed|\*\*\*|Not Run|FAIL|Test +#' "$LOG" | tail -40
+grep -E 'tests passed|tests failed|\*\*\*|Not Run|FAIL|Test +#|DIFFERENT' "$LOG" | tail -40
 exit $status

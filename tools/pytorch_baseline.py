@@ -4,7 +4,8 @@
 Trains the same MLP (784-256-256-10) and small CNN as flexpoint-train on Fashion-MNIST with the
 same hyperparameters (batch 128, SGD lr 0.02, momentum 0.9, PyTorch's default initialisation,
 per-channel normalisation from the training set, the last partial batch dropped) in fp32 and
-with bf16 autocast, on CPU, and prints the same summary table. It is an outside reference for
+with bf16 autocast, on the CPU (or with --device cuda on a GPU, next to flexpoint-train
+--device cuda), and prints the same summary table. It is an outside reference for
 fp32 accuracy and for speed; run it with Debian's python3-torch:
 
     /usr/bin/python3 tools/pytorch_baseline.py --model cnn --epochs 5 --threads 2
@@ -78,7 +79,7 @@ def make_model(name):
 def evaluate(model, x, y, bf16):
     model.eval()
     correct, loss = 0, 0.0
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    with torch.no_grad(), torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
         for i in range(0, len(x), 1000):
             out = model(x[i:i + 1000]).float()
             loss += F.cross_entropy(out, y[i:i + 1000], reduction="sum").item()
@@ -89,26 +90,29 @@ def evaluate(model, x, y, bf16):
 
 def run(args, name, bf16, train, test, writer):
     torch.manual_seed(args.seed)
-    model = make_model(args.model)
+    model = make_model(args.model).to(args.device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     x, y = train
+    dev = torch.device(args.device)
     gen = torch.Generator().manual_seed(args.seed)
     steps = len(x) // args.batch
     acc = 0.0
     total = 0.0
     for epoch in range(1, args.epochs + 1):
-        perm = torch.randperm(len(x), generator=gen)
+        perm = torch.randperm(len(x), generator=gen).to(dev)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         loss_sum = 0.0
         for s in range(steps):
             idx = perm[s * args.batch:(s + 1) * args.batch]
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
                 out = model(x[idx])
                 loss = F.cross_entropy(out.float(), y[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            loss_sum += loss.item()
+            loss_sum += loss.item()  # a host sync per step, as flexpoint-train's loss readout
         secs = time.perf_counter() - t0
         total += secs
         acc, tloss = evaluate(model, *test, bf16)
@@ -127,6 +131,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda[:N] for a GPU")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=os.environ.get("FLEXPOINT_FASHION_MNIST_DIR", DEFAULT_DIR))
     ap.add_argument("--train-subset", type=int, default=0)
@@ -140,6 +145,8 @@ def main():
         train = (train[0][:args.train_subset], train[1][:args.train_subset])
     if args.test_subset:
         test = (test[0][:args.test_subset], test[1][:args.test_subset])
+    train = tuple(t.to(args.device) for t in train)
+    test = tuple(t.to(args.device) for t in test)
     os.makedirs(args.out, exist_ok=True)
     results = []
     with open(os.path.join(args.out, "pytorch_epochs.csv"), "w", newline="") as f:
@@ -155,7 +162,9 @@ def main():
     print(f"\n{'format':20s} {'test acc':>10s} {'gap to fp32':>12s} {'s/epoch':>12s} {'time ratio':>10s}")
     for name, acc, spe in results:
         print(f"{name:20s} {acc:10.4f} {100 * (acc - ref[1]):+9.2f} pts {spe:12.1f} {spe / ref[2]:9.2f}x")
-    print(f"(torch {torch.__version__}, {args.threads} threads)")
+    where = (torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")
+             else f"{args.threads} threads")
+    print(f"(torch {torch.__version__}, {where})")
 
 
 if __name__ == "__main__":

@@ -59,8 +59,12 @@ int fx_gr_device_count(void); /* 0 when there is no driver or device */
 int fx_gr_set_device(int device, const char *func);
 int fx_gr_get_device(int *device, const char *func);
 int fx_gr_device_name(int device, char *buf, size_t n, const char *func);
+/* Device memory through the caching allocator (gpu_alloc.cu): fx_gr_free keeps the block for
+ * reuse by a later fx_gr_malloc of the same size class on the same device (safe because all
+ * work runs on the legacy default stream); fx_gr_release_cache gives every cached block back. */
 int fx_gr_malloc(size_t bytes, void **p, const char *func);
 void fx_gr_free(void *p);
+void fx_gr_release_cache(void);
 enum { FX_GR_H2D = 0, FX_GR_D2H = 1, FX_GR_D2D = 2 };
 int fx_gr_memcpy(void *dst, const void *src, size_t bytes, int dir, const char *func);
 int fx_gr_memset0(void *p, size_t bytes, const char *func);
@@ -73,6 +77,12 @@ int fx_gr_sync(const char *func);
  * otherwise they are widened into contiguous fp32 copies first. The cuBLAS handle of the current
  * device is created on the first call. */
 int fx_gr_gemm_float(const fx_dview *a, const fx_dview *b, float *out, const char *func);
+
+/* out[M][N] (int32, row-major) = (accumulate ? out : 0) + sum over k of a[m][k] * b[n][k], for
+ * int8 a [M][K] and b [N][K] (row-major, row length K) on the int8 tensor cores through cuBLAS.
+ * Exact while no sum leaves int32 (the caller's K chunking). Asynchronous. */
+int fx_gr_gemm_s8_tn(int64_t N, int64_t M, int64_t K, const int8_t *b, const int8_t *a,
+                     int accumulate, int32_t *out, const char *func);
 
 /* ---- kernels (gpu_kernels.cu) ------------------------------------------------------------ */
 
@@ -115,6 +125,16 @@ int fx_gk_sum(const fx_dview *a, int int_compute, int64_t outer, int64_t len, in
  * st (may be NULL): largest |out|, reduced in the kernel's epilogue. */
 int fx_gk_matmul_i16(const fx_dview *a, const fx_dview *b, int64_t *out, fx_dstage_stats *st,
                      const char *func);
+
+/* Which scheme fx_gk_matmul_i16 uses (tests and benchmarks compare them; both give the same
+ * bits): AUTO picks by size, IMAD is the CUDA-core kernel, TC the int8 tensor-core split. */
+enum { FX_GK_I16_AUTO = 0, FX_GK_I16_IMAD = 1, FX_GK_I16_TC = 2 };
+void fx_gk_matmul_i16_set_path(int path);
+/* The tensor-core split's K chunk (the depth summed in one int32 pass; rounded down to a
+ * multiple of 16, at most and by default FX_GK_I16_TC_CHUNK). Tests shrink it to exercise the
+ * chunk loop; 0 restores the default. */
+#define FX_GK_I16_TC_CHUNK 32768
+void fx_gk_matmul_i16_set_chunk(int64_t k);
 
 /* Stage statistics of a contiguous fp32 or int64 array (for stages cuBLAS wrote). */
 int fx_gk_maxabs_f32(const float *src, int64_t n, fx_dstage_stats *st, const char *func);

@@ -69,6 +69,12 @@ int flexpoint_gpu_free(void *p)
     return FX_OK;
 }
 
+int flexpoint_gpu_release_cache(void)
+{
+    fx_gr_release_cache();
+    return FX_OK;
+}
+
 /* Checks and the copy for both directions: dev is the device side, host the host side. */
 static int fx_mem_copy(void *dst, const void *src, size_t bytes, int to_device, const char *func)
 {

@@ -52,23 +52,7 @@ extern "C" int fx_gr_device_name(int device, char *buf, size_t n, const char *fu
 
 // ---- memory ---------------------------------------------------------------------------------
 
-extern "C" int fx_gr_malloc(size_t bytes, void **p, const char *func)
-{
-    *p = NULL;
-    cudaError_t err = cudaMalloc(p, bytes ? bytes : 1);
-    if (err != cudaSuccess) {
-        *p = NULL;
-        cudaGetLastError();
-        return fx_error(FX_EDEVICE, func, "cudaMalloc of %zu bytes failed: %s", bytes,
-                        cudaGetErrorString(err));
-    }
-    return FX_OK;
-}
-
-extern "C" void fx_gr_free(void *p)
-{
-    if (p && cudaFree(p) != cudaSuccess) cudaGetLastError();
-}
+// fx_gr_malloc / fx_gr_free: the caching allocator in gpu_alloc.cu
 
 extern "C" int fx_gr_memcpy(void *dst, const void *src, size_t bytes, int dir, const char *func)
 {
@@ -203,11 +187,34 @@ extern "C" int fx_gr_gemm_float(const fx_dview *a, const fx_dview *b, float *out
                                     &alpha, vb.base, fx_blas_type(vb.fmt), (int)Lb.ld, va.base,
                                     fx_blas_type(va.fmt), (int)La.ld, &beta, out, CUDA_R_32F,
                                     (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    // cuBLAS runs asynchronously: the temporaries are freed after it (cudaFree waits)
+    // cuBLAS runs asynchronously: wait for it and report its failures before returning
     if (s == CUBLAS_STATUS_SUCCESS) rc = fx_gr_sync(func);
     fx_gr_free(wa);
     fx_gr_free(wb);
     if (s != CUBLAS_STATUS_SUCCESS)
         return fx_error(FX_EDEVICE, func, "cublasGemmEx failed: %s", cublasGetStatusString(s));
     return rc;
+}
+
+// out (int32, column-major N x M with ld N, i.e. row-major [M][N]) = beta * out + b . a^T over
+// K: b is int8 [N][K] and a int8 [M][K], both row-major with row length K (the "TN" layout of
+// cuBLAS's int8 tensor-core kernels). Integer arithmetic: exact while no sum leaves int32, which
+// the caller guarantees by its K chunking. Runs asynchronously on the default stream.
+extern "C" int fx_gr_gemm_s8_tn(int64_t N, int64_t M, int64_t K, const int8_t *b, const int8_t *a,
+                                int accumulate, int32_t *out, const char *func)
+{
+    if (M > 2147483647 || N > 2147483647 || K > 2147483647)
+        return fx_error(FX_EUNSUPPORTED, func, "int8 GEMM dimensions M=%lld N=%lld K=%lld exceed "
+                        "cuBLAS's int range", (long long)M, (long long)N, (long long)K);
+    cublasHandle_t h = NULL;
+    int rc = fx_cublas_handle(&h, func);
+    if (rc) return rc;
+    const int32_t alpha = 1, beta = accumulate ? 1 : 0;
+    cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, b,
+                                    CUDA_R_8I, (int)K, a, CUDA_R_8I, (int)K, &beta, out,
+                                    CUDA_R_32I, (int)N, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return fx_error(FX_EDEVICE, func, "cublasGemmEx (int8) failed: %s",
+                        cublasGetStatusString(s));
+    return FX_OK;
 }
