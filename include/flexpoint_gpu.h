@@ -46,9 +46,14 @@
  *   present at run time, or when a CUDA/cuBLAS call fails (the message carries the CUDA error
  *   text). Nothing here aborts or crashes without a device; cuBLAS is initialised lazily, on
  *   the first float matmul on the device.
- * - Ops on device tensors are synchronous with respect to the host: when an op returns, its
- *   output is written (the shared-exponent write path reads a few bytes of statistics back per
- *   write, which also orders the work).
+ * - Ops on device tensors are asynchronous: an op returns once its work is queued on the
+ *   device's (legacy default) stream, and later ops, copies to the host and tensor_free are
+ *   ordered after it, so results read through this API are always complete. Writes into
+ *   FLEX16_5/DFP16 outputs read a few bytes of statistics back (the exponent choice needs
+ *   them), which waits for that op; float-format ops do not wait at all. A fault inside a
+ *   kernel is therefore reported by a later call (with FLEXPOINT_GPU_SYNC=1 in the
+ *   environment every op waits and reports its own faults). Call flexpoint_gpu_synchronize
+ *   before reading managed memory that an op writes, on the host.
  * - Threads: the device in use is per host thread (as in the CUDA runtime). A device tensor
  *   remembers its device; ops switch to that device for their work.
  */
@@ -77,6 +82,10 @@ FX_API int flexpoint_gpu_device(void);
 /** Name of the device in use ("NVIDIA H100 80GB HBM3", ...), in a thread-local buffer valid
  *  until the next call from the same thread. NULL (with FX_EDEVICE set) without a device. */
 FX_API const char *flexpoint_gpu_device_name(void);
+
+/** Wait until all work queued on the device in use by this thread has finished. FX_OK, or
+ *  FX_EDEVICE (no CUDA, no device, or a kernel failed; the message carries CUDA's text). */
+FX_API int flexpoint_gpu_synchronize(void);
 
 /** New zero-filled, contiguous tensor in the memory of the device in use, with the same
  *  initial exponent state as tensor_new. NULL on failure: FX_EDEVICE (no CUDA, no device, out

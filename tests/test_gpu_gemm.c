@@ -177,6 +177,7 @@ static void test_alloc_cache(void)
     CHECK(p1 != p3, "one cached block was handed out twice");
     fx_gr_free(p1);
     fx_gr_free(p3);
+    CHECK_STATUS(flexpoint_gpu_synchronize(), FX_OK);
     CHECK_STATUS(flexpoint_gpu_release_cache(), FX_OK);
     void *big = NULL;
     flexpoint_clear_error();

@@ -26,6 +26,10 @@ static void test_device_api_fails_cleanly(void)
     CHECK_STATUS(flexpoint_gpu_set_device(0), FX_EDEVICE);
     CHECK(flexpoint_last_error()[0] != '\0', "set_device left no message");
     CHECK_STATUS(flexpoint_gpu_device(), FX_EDEVICE);
+    flexpoint_clear_error();
+    CHECK_STATUS(flexpoint_gpu_synchronize(), FX_EDEVICE);
+    CHECK(message_has("CUDA"), "synchronize: message '%s'", flexpoint_last_error());
+    CHECK_STATUS(flexpoint_gpu_release_cache(), FX_OK); /* nothing cached: not an error */
 
     flexpoint_clear_error();
     CHECK(flexpoint_gpu_device_name() == NULL, "a device name without a device");

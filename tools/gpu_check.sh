@@ -8,6 +8,7 @@
 # Environment: OUT (where logs go; default out/gpu_check), ARCH (CUDA architectures; default 90),
 # DATA (Fashion-MNIST directory; default .devdata when present, else the Debian package's),
 # TRAIN_N (training images of the training runs; default 12800), EPOCHS (default 1),
+# RESNET_N and RESNET_LIMIT (ResNet-20 images, default 2560, and seconds, default 150),
 # BENCH_SIZES (default "256 512 1024 2048 4096"), PYTHON (with PyTorch, for the torch step;
 # default python3). Steps: build test memcheck bench train trainhost resnet torch (default:
 # all but memcheck, resnet and torch). Each step has its own time limit so that one hang cannot eat the rest.
@@ -79,8 +80,8 @@ if has trainhost; then
   step "train on host" 300 "$BUILD/tools/flexpoint-train" "${common[@]}" --device cpu --out "$OUT/train_host"
 fi
 if has resnet; then # ResNet-20 (32x32 after padding) on the device, no host counterpart (slow there)
-  step "ResNet-20 on cuda" 300 "$BUILD/tools/flexpoint-train" --model resnet20 --pad 2 --epochs 1 \
-    --train-subset "$TRAIN_N" --test-subset 2000 --data-dir "$DATA" --quiet \
+  step "ResNet-20 on cuda" "${RESNET_LIMIT:-150}" "$BUILD/tools/flexpoint-train" --model resnet20 --pad 2 --epochs 1 \
+    --train-subset "${RESNET_N:-2560}" --test-subset 1000 --data-dir "$DATA" --quiet \
     --formats fp32,bf16,flex16_5,dfp16 --device cuda --out "$OUT/train_resnet"
 fi
 if has torch; then

@@ -310,7 +310,7 @@ int fx_gpu_conv2d(int kind, tensor_t *out, const tensor_t *a, const tensor_t *b,
                                 fx_numel_of(out->ndim, out->shape),
                                 c.ic ? NULL : (float *)stage, c.ic ? (int64_t *)stage : NULL,
                                 c.ic ? va.exp + vb.exp : 0, c.st, func);
-    if (!rc) rc = fx_gr_sync(func);
+    if (!rc) rc = fx_gr_op_done(func);
     gconv_free(&bufs);
     if (prev != device) fx_gr_set_device(prev, func);
     return rc;

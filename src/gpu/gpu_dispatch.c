@@ -356,7 +356,7 @@ int fx_gpu_dispatch(const fx_op_request *rq)
         }
     }
     if (!rc) rc = fx_gpu_write(out, &sg, ds, func);
-    if (!rc) rc = fx_gr_sync(func);
+    if (!rc) rc = fx_gr_op_done(func);
     fx_gs_free(&s);
     fx_gpu_leave(device, prev);
     return rc;

@@ -70,6 +70,9 @@ int fx_gr_memcpy(void *dst, const void *src, size_t bytes, int dir, const char *
 int fx_gr_memset0(void *p, size_t bytes, const char *func);
 /* Wait for the device's work and report any asynchronous kernel failure. */
 int fx_gr_sync(const char *func);
+/* The end of an op: report errors already known without waiting for the device (ops are
+ * asynchronous), or wait as fx_gr_sync when FLEXPOINT_GPU_SYNC=1. */
+int fx_gr_op_done(const char *func);
 
 /* out[M,N] (fp32, row-major, contiguous) = a[M,K] x b[K,N] with cuBLAS (cublasGemmEx, fp32
  * compute and accumulation). a and b are FP32, FP16 or BF16 views with any 2-D strides; when

@@ -75,11 +75,11 @@ static void gnn_copy(gnn *g, void *dst, const void *src, size_t bytes, int dir)
     if (!g->rc) g->rc = fx_gr_memcpy(dst, src, bytes, dir, g->func);
 }
 
-/* Wait for the work (reporting asynchronous kernel failures), free the temporaries, restore
- * the caller's device; the call's status. */
+/* Report known errors (the work itself runs on asynchronously), free the temporaries into the
+ * cache (their reuse is ordered on the stream), restore the caller's device; the status. */
 static int gnn_end(gnn *g)
 {
-    if (!g->rc) g->rc = fx_gr_sync(g->func);
+    if (!g->rc) g->rc = fx_gr_op_done(g->func);
     for (int i = 0; i < g->ntmp; i++) fx_gr_free(g->tmp[i]);
     g->ntmp = 0;
     if (g->prev != g->device) fx_gr_set_device(g->prev, g->func);

@@ -622,23 +622,73 @@ extern "C" int fx_gnk_softmax_ce(const fx_dview *logits, const int32_t *labels, 
 
 // ---- batch norm -----------------------------------------------------------------------------
 
-// batchnorm.c's NN_BN_ROW_SUM: four partial sums over interleaved elements of one row, the
-// tail into the first. F(s) is the term of row element s.
-#define FXN_ROW_SUM(S, F, a0, a1, a2, a3)                                                      \
-    do {                                                                                       \
-        int64_t s_ = 0;                                                                        \
-        for (; s_ + 4 <= (S); s_ += 4) {                                                       \
-            a0 = fxn_add(a0, F(s_));                                                           \
-            a1 = fxn_add(a1, F(s_ + 1));                                                       \
-            a2 = fxn_add(a2, F(s_ + 2));                                                       \
-            a3 = fxn_add(a3, F(s_ + 3));                                                       \
-        }                                                                                      \
-        for (; s_ < (S); s_++) a0 = fxn_add(a0, F(s_));                                        \
-    } while (0)
+// batchnorm.c's NN_BN_ROW_SUM, per channel: four running sums a0..a3 that continue from row
+// to row (rows n = 0..N-1 of S elements); within a row, element s of the first S - S%4 goes to
+// a[s % 4] in order of s, the last S%4 elements to a0; the result is (a0 + a1) + (a2 + a3).
+// These are sequential chains of double additions, so the GPU keeps them: one warp per
+// channel, in which all 32 lanes compute the terms of 128 elements at a time into shared
+// memory and lanes 0..3 each run one chain over them (lane j: a_j). Compared with one thread
+// per channel walking global memory, the loads are coalesced and off the chains' critical
+// path; the additions, and so the bits, are the CPU's.
+#define FXN_CHAIN_BLOCK 128
+#define FXN_WARPS (FX_GPU_THREADS / 32)
+
+// NS sums at once over the terms term(n, s, v) (v[0..NS-1]); every lane of the warp calls it
+// and gets the finished sums. buf: this warp's NS * FXN_CHAIN_BLOCK doubles of shared memory.
+template <int NS, class Term>
+static __device__ void fxn_warp_chain_sums(int64_t N, int64_t S, const Term &term, double *buf,
+                                           double *out)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t S4 = S - S % 4;
+    double acc[NS];
+    for (int k = 0; k < NS; k++) acc[k] = 0.0;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t s0 = 0; s0 < S4; s0 += FXN_CHAIN_BLOCK) {
+            const int lim = (int)(S4 - s0 < FXN_CHAIN_BLOCK ? S4 - s0 : FXN_CHAIN_BLOCK);
+            for (int e = lane; e < lim; e += 32) {
+                double v[NS];
+                term(n, s0 + e, v);
+                for (int k = 0; k < NS; k++) buf[k * FXN_CHAIN_BLOCK + e] = v[k];
+            }
+            __syncwarp();
+            if (lane < 4)
+#pragma unroll 8
+                for (int e = lane; e < lim; e += 4)
+                    for (int k = 0; k < NS; k++)
+                        acc[k] = fxn_add(acc[k], buf[k * FXN_CHAIN_BLOCK + e]);
+            __syncwarp();
+        }
+        if (lane == 0)
+            for (int64_t t = S4; t < S; t++) { // the row's tail, into a0
+                double v[NS];
+                term(n, t, v);
+                for (int k = 0; k < NS; k++) acc[k] = fxn_add(acc[k], v[k]);
+            }
+    }
+    for (int k = 0; k < NS; k++) {
+        const double a1 = __shfl_sync(0xffffffffu, acc[k], 1),
+                     a2 = __shfl_sync(0xffffffffu, acc[k], 2),
+                     a3 = __shfl_sync(0xffffffffu, acc[k], 3),
+                     a0 = __shfl_sync(0xffffffffu, acc[k], 0);
+        out[k] = fxn_add(fxn_add(a0, a1), fxn_add(a2, a3));
+    }
+}
 
 static __device__ __forceinline__ double fxn_ld(const fx_dview &v, int64_t i, double scale)
 {
     return fxn_f2d(fx_dv_load_f32(v, i, scale));
+}
+
+// Channels per warp: c = global warp index, striding by the number of warps in the grid.
+#define FXN_FOR_CHANNEL(c, C)                                                                  \
+    for (int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; c < (C);           \
+         c += ((int64_t)gridDim.x * blockDim.x) / 32)
+
+static inline unsigned fxn_channel_blocks(int64_t C)
+{
+    const int64_t b = (C + FXN_WARPS - 1) / FXN_WARPS;
+    return (unsigned)(b < FX_GPU_MAX_BLOCKS ? b : FX_GPU_MAX_BLOCKS);
 }
 
 __global__ void fxn_k_bn_channels(fx_dview x, double sx, fx_dview gamma, double sg,
@@ -646,38 +696,38 @@ __global__ void fxn_k_bn_channels(fx_dview x, double sx, fx_dview gamma, double 
                                   const float *run_var, int64_t N, int64_t C, int64_t S,
                                   double eps, double *chan)
 {
+    __shared__ double bufs[FXN_WARPS][FXN_CHAIN_BLOCK];
+    double *buf = bufs[threadIdx.x / 32];
+    const bool lead = (threadIdx.x & 31) == 0;
     const double M = (double)(N * S);
-    FXN_FOR(c, C)
+    FXN_FOR_CHANNEL(c, C)
     {
         double mu, var;
         if (!run_mean) {
-            double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-            for (int64_t n = 0; n < N; n++) {
-                const int64_t base = (n * C + c) * S;
-#define FXN_X(s) fxn_ld(x, base + (s), sx)
-                FXN_ROW_SUM(S, FXN_X, a0, a1, a2, a3);
-#undef FXN_X
-            }
-            mu = fxn_div(fxn_add(fxn_add(a0, a1), fxn_add(a2, a3)), M);
-            double q0 = 0, q1 = 0, q2 = 0, q3 = 0;
-            for (int64_t n = 0; n < N; n++) {
-                const int64_t base = (n * C + c) * S;
-#define FXN_D2(s) fxn_mul(fxn_sub(fxn_ld(x, base + (s), sx), mu), fxn_sub(fxn_ld(x, base + (s), sx), mu))
-                FXN_ROW_SUM(S, FXN_D2, q0, q1, q2, q3);
-#undef FXN_D2
-            }
-            var = fxn_div(fxn_add(fxn_add(q0, q1), fxn_add(q2, q3)), M);
-            chan[c * FX_BN_FWD + FX_BN_UVAR] = fxn_div(fxn_mul(var, M), (double)(N * S - 1));
+            auto xterm = [&](int64_t n, int64_t s, double *v) {
+                v[0] = fxn_ld(x, (n * C + c) * S + s, sx);
+            };
+            fxn_warp_chain_sums<1>(N, S, xterm, buf, &mu);
+            mu = fxn_div(mu, M);
+            auto d2term = [&](int64_t n, int64_t s, double *v) {
+                const double d = fxn_sub(fxn_ld(x, (n * C + c) * S + s, sx), mu);
+                v[0] = fxn_mul(d, d);
+            };
+            fxn_warp_chain_sums<1>(N, S, d2term, buf, &var);
+            var = fxn_div(var, M);
+            if (lead) chan[c * FX_BN_FWD + FX_BN_UVAR] = fxn_div(fxn_mul(var, M), (double)(N * S - 1));
         } else {
             mu = fxn_f2d(run_mean[c]);
             var = fxn_f2d(run_var[c]);
-            chan[c * FX_BN_FWD + FX_BN_UVAR] = 0.0;
+            if (lead) chan[c * FX_BN_FWD + FX_BN_UVAR] = 0.0;
         }
-        const double is = fxn_div(1.0, fxn_sqrt(fxn_add(var, eps)));
-        chan[c * FX_BN_FWD + FX_BN_MU] = mu;
-        chan[c * FX_BN_FWD + FX_BN_IS] = is;
-        chan[c * FX_BN_FWD + FX_BN_A] = fxn_mul(is, fxn_ld(gamma, c, sg));
-        chan[c * FX_BN_FWD + FX_BN_B] = fxn_ld(beta, c, sb);
+        if (lead) {
+            const double is = fxn_div(1.0, fxn_sqrt(fxn_add(var, eps)));
+            chan[c * FX_BN_FWD + FX_BN_MU] = mu;
+            chan[c * FX_BN_FWD + FX_BN_IS] = is;
+            chan[c * FX_BN_FWD + FX_BN_A] = fxn_mul(is, fxn_ld(gamma, c, sg));
+            chan[c * FX_BN_FWD + FX_BN_B] = fxn_ld(beta, c, sb);
+        }
     }
 }
 
@@ -687,7 +737,7 @@ extern "C" int fx_gnk_bn_channels(const fx_dview *x, const fx_dview *gamma, cons
                                   const char *func)
 {
     if (C <= 0) return FX_OK;
-    fxn_k_bn_channels<<<fx_gpu_blocks(C), FX_GPU_THREADS>>>(
+    fxn_k_bn_channels<<<fxn_channel_blocks(C), FX_GPU_THREADS>>>(
         *x, fxn_scale(x), *gamma, fxn_scale(gamma), *beta, fxn_scale(beta), run_mean, run_var,
         N, C, S, eps, chan);
     return fxn_check(func, "bn_channels");
@@ -726,35 +776,37 @@ __global__ void fxn_k_bn_grad_channels(fx_dview x, double sx, fx_dview dy, doubl
                                        int64_t S, float *dg, int g_fmt, fx_dstage_stats *gst,
                                        float *db, int b_fmt, fx_dstage_stats *bst, double *chan)
 {
+    __shared__ double bufs[FXN_WARPS][2 * FXN_CHAIN_BLOCK];
+    double *buf = bufs[threadIdx.x / 32];
+    const bool lead = (threadIdx.x & 31) == 0;
     const double M = (double)(N * S);
     unsigned long long gnf = 0, bnf = 0;
     unsigned gmax = 0, bmax = 0;
-    FXN_FOR(c, C)
+    FXN_FOR_CHANNEL(c, C)
     {
         const double mu = fxn_f2d(save_mean[c]), is = fxn_f2d(save_invstd[c]);
-        double a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
-        for (int64_t n = 0; n < N; n++) {
-            const int64_t base = (n * C + c) * S;
-#define FXN_G(s) fxn_ld(dy, base + (s), sdy_scale)
-#define FXN_GX(s) fxn_mul(FXN_G(s), fxn_mul(fxn_sub(fxn_ld(x, base + (s), sx), mu), is))
-            FXN_ROW_SUM(S, FXN_G, a0, a1, a2, a3);
-            FXN_ROW_SUM(S, FXN_GX, b0, b1, b2, b3);
-#undef FXN_GX
-#undef FXN_G
+        // sum dy and sum dy * xhat, as the CPU's two chains per row (a and b)
+        auto terms = [&](int64_t n, int64_t s, double *v) {
+            const int64_t i = (n * C + c) * S + s;
+            v[0] = fxn_ld(dy, i, sdy_scale);
+            v[1] = fxn_mul(v[0], fxn_mul(fxn_sub(fxn_ld(x, i, sx), mu), is));
+        };
+        double sums[2];
+        fxn_warp_chain_sums<2>(N, S, terms, buf, sums);
+        const double sdy = sums[0], sdyx = sums[1];
+        if (lead) {
+            const float gq = fxn_stage(sdyx, g_fmt), bq = fxn_stage(sdy, b_fmt);
+            dg[c] = gq;
+            db[c] = bq;
+            fx_f32_stat1(gq, &gmax, &gnf);
+            fx_f32_stat1(bq, &bmax, &bnf);
+            double *ch = chan + c * FX_BN_BWD;
+            ch[FX_BNB_MU] = mu;
+            ch[FX_BNB_IS] = is;
+            ch[FX_BNB_K] = fxn_mul(fxn_ld(gamma, c, sg), is);
+            ch[FX_BNB_MDY] = fxn_div(sdy, M);
+            ch[FX_BNB_MDYX] = fxn_div(sdyx, M);
         }
-        const double sdy = fxn_add(fxn_add(a0, a1), fxn_add(a2, a3));
-        const double sdyx = fxn_add(fxn_add(b0, b1), fxn_add(b2, b3));
-        const float gq = fxn_stage(sdyx, g_fmt), bq = fxn_stage(sdy, b_fmt);
-        dg[c] = gq;
-        db[c] = bq;
-        fx_f32_stat1(gq, &gmax, &gnf);
-        fx_f32_stat1(bq, &bmax, &bnf);
-        double *ch = chan + c * FX_BN_BWD;
-        ch[FX_BNB_MU] = mu;
-        ch[FX_BNB_IS] = is;
-        ch[FX_BNB_K] = fxn_mul(fxn_ld(gamma, c, sg), is);
-        ch[FX_BNB_MDY] = fxn_div(sdy, M);
-        ch[FX_BNB_MDYX] = fxn_div(sdyx, M);
     }
     fx_stats_f32(gst, gmax, gnf);
     fx_stats_f32(bst, bmax, bnf);
@@ -768,7 +820,7 @@ extern "C" int fx_gnk_bn_grad_channels(const fx_dview *x, const fx_dview *dy,
                                        const char *func)
 {
     if (C <= 0) return FX_OK;
-    fxn_k_bn_grad_channels<<<fx_gpu_blocks(C), FX_GPU_THREADS>>>(
+    fxn_k_bn_grad_channels<<<fxn_channel_blocks(C), FX_GPU_THREADS>>>(
         *x, fxn_scale(x), *dy, fxn_scale(dy), *gamma, fxn_scale(gamma), save_mean, save_invstd,
         N, C, S, dg, g_fmt, gst, db, b_fmt, bst, chan);
     return fxn_check(func, "bn_grad_channels");

@@ -17,6 +17,8 @@ int flexpoint_gpu_set_device(int ordinal)
 
 int flexpoint_gpu_device(void) { return FX_FAIL(FX_EDEVICE, FX_NO_CUDA); }
 
+int flexpoint_gpu_synchronize(void) { return FX_FAIL(FX_EDEVICE, FX_NO_CUDA); }
+
 const char *flexpoint_gpu_device_name(void)
 {
     FX_FAIL(FX_EDEVICE, FX_NO_CUDA);

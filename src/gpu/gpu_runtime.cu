@@ -78,6 +78,26 @@ extern "C" int fx_gr_sync(const char *func)
     return err == cudaSuccess ? FX_OK : fx_cuda_fail(err, func, "a CUDA kernel");
 }
 
+// FLEXPOINT_GPU_SYNC=1 (read once): every op waits for its work, so that an asynchronous
+// kernel fault is reported by the op that caused it (a debugging mode; slower).
+static int fx_gr_sync_each_op(void)
+{
+    static int mode = -1;
+    if (mode < 0) {
+        const char *env = getenv("FLEXPOINT_GPU_SYNC");
+        mode = env && env[0] == '1';
+    }
+    return mode;
+}
+
+extern "C" int fx_gr_op_done(const char *func)
+{
+    if (fx_gr_sync_each_op()) return fx_gr_sync(func);
+    // no wait: only errors already known (launch errors, and sticky faults of earlier work)
+    cudaError_t err = cudaGetLastError();
+    return err == cudaSuccess ? FX_OK : fx_cuda_fail(err, func, "a CUDA kernel");
+}
+
 // ---- cuBLAS ---------------------------------------------------------------------------------
 
 #define FX_GPU_MAX_DEVICES 64
@@ -187,8 +207,8 @@ extern "C" int fx_gr_gemm_float(const fx_dview *a, const fx_dview *b, float *out
                                     &alpha, vb.base, fx_blas_type(vb.fmt), (int)Lb.ld, va.base,
                                     fx_blas_type(va.fmt), (int)La.ld, &beta, out, CUDA_R_32F,
                                     (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    // cuBLAS runs asynchronously: wait for it and report its failures before returning
-    if (s == CUBLAS_STATUS_SUCCESS) rc = fx_gr_sync(func);
+    // cuBLAS runs asynchronously; its temporaries go back to the cache, ordered on the stream
+    if (s == CUBLAS_STATUS_SUCCESS) rc = fx_gr_op_done(func);
     fx_gr_free(wa);
     fx_gr_free(wb);
     if (s != CUBLAS_STATUS_SUCCESS)

@@ -37,6 +37,12 @@ int flexpoint_gpu_device(void)
     return rc ? rc : d;
 }
 
+int flexpoint_gpu_synchronize(void)
+{
+    int rc = fx_need_device(__func__);
+    return rc ? rc : fx_gr_sync(__func__);
+}
+
 const char *flexpoint_gpu_device_name(void)
 {
     static _Thread_local char name[256];
