@@ -129,8 +129,11 @@ FX_API int tensor_copy_to_host(tensor_t *dst, const tensor_t *src);
 FX_API int flexpoint_gpu_malloc(void **p, size_t bytes);
 
 /** Release memory from flexpoint_gpu_malloc (on whichever device it lives; the caller's
- *  current device is kept). NULL is a no-op (FX_OK). FX_EINVAL for a pointer that is not
- *  device memory (nothing is released); FX_EDEVICE without CUDA. */
+ *  current device is kept). It waits for the device first (the memory goes back to the
+ *  library's cache, and work of the caller's on other streams may still use it). NULL is a
+ *  no-op (FX_OK). FX_EINVAL for a pointer that is not
+ *  device memory (nothing is released); FX_EDEVICE without CUDA, or when the wait reports a
+ *  failed kernel (the memory is released all the same). */
 FX_API int flexpoint_gpu_free(void *p);
 
 /** Give the device memory that the library keeps for reuse back to CUDA, on every device.
@@ -139,7 +142,8 @@ FX_API int flexpoint_gpu_free(void *p);
  *  cudaMalloc/cudaFree cost far more than most ops (cudaFree waits for the device). The cache
  *  holds at most FLEXPOINT_GPU_CACHE_MB megabytes per device (environment variable, read at the
  *  first allocation; default 4096; 0 disables it), and is emptied by itself when an
- *  allocation fails. Call this to hand the memory to another library sharing the GPU. Live
+ *  allocation fails. Call this to hand the memory to another library sharing the GPU, and
+ *  before cudaDeviceReset (the cache would otherwise keep pointers of the old context). Live
  *  allocations are untouched. Always FX_OK (also without CUDA, where nothing is cached). */
 FX_API int flexpoint_gpu_release_cache(void);
 

@@ -28,6 +28,18 @@ extern "C" {
  *  FX_EINVAL on bad parameters. */
 FX_API int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int sw,
                          int ph, int pw, int dil_h, int dil_w);
+/** y = relu(conv(x, w) + bias), with the bits of the unfused sequence tensor_conv2d into a
+ *  tensor of y's format, tensor_add of bias, tensor_relu, in one write: for a float y (FP32,
+ *  FP16, BF16) on the host under float compute (x not FLEX16_5/DFP16) the bias and the ReLU are
+ *  applied to each chunk of the GEMM's results while they are in cache (no extra passes over y);
+ *  elsewhere (device tensors, y a partial view, integer compute, a shared-exponent bias) the
+ *  three ops run in sequence through a temporary. bias: NULL (no bias) or shape [O, 1, 1], any
+ *  format; relu: 0 or 1. FX_EUNSUPPORTED for a FLEX16_5/DFP16 y: its three writes would each
+ *  need their own Autoflex state, so call the three ops. FX_ESHAPE for a bias of another shape;
+ *  otherwise as tensor_conv2d. */
+FX_API int tensor_conv2d_bias_relu(tensor_t *y, const tensor_t *x, const tensor_t *w,
+                                   const tensor_t *bias, int relu, int sh, int sw, int ph, int pw,
+                                   int dil_h, int dil_w);
 /** dx[N,C,H,W] = gradient of the convolution with respect to x, given dy and w. */
 FX_API int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
                                         int sh, int sw, int ph, int pw, int dil_h, int dil_w);

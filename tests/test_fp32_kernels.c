@@ -232,6 +232,50 @@ static void check_nonfinite_propagation(const fx_backend *b)
     }
 }
 
+/* Two NaN operands: the result is the first one, quieted, on every backend and lane (the
+ * scalar backend's a op b on x86; the SIMD kernels must not let the compiler's operand order
+ * decide). One NaN: that NaN, quieted. */
+static void check_nan_first(const fx_backend *b)
+{
+    enum { N = 37 };
+    const uint32_t an[4] = {0xFFC00001u, 0x7F800003u, 0x7FC12345u, 0xFFA00000u};
+    const uint32_t bn[4] = {0x7FC00000u, 0xFFC00002u, 0xFF800005u, 0x3F800000u};
+    float a[N], z[N];
+    for (int i = 0; i < N; i++) {
+        uint32_t ua = an[i % 4], ub = bn[(i / 4) % 4];
+        memcpy(&a[i], &ua, 4);
+        memcpy(&z[i], &ub, 4);
+    }
+    const fx_op ops[] = {FX_OP_ADD, FX_OP_SUB, FX_OP_MUL};
+    for (int k = 0; k < 3; k++) {
+        float y[N];
+        fx_op_call c = call_new(ops[k], y, N, 1);
+        c.nin = 2;
+        set_contig(&c.in[0], a, N);
+        set_contig(&c.in[1], z, N);
+        CHECK_STATUS(b->kernels[ops[k]][FMT_FP32](&c), FX_OK);
+        for (int i = 0; i < N; i++) {
+            const uint32_t want = an[i % 4] | 0x00400000u;
+            CHECK(bits_of(y[i]) == want, "%s op %d lane %d: %08x, want the first NaN %08x",
+                  b->name, (int)ops[k], i, bits_of(y[i]), want);
+        }
+        /* only the second operand NaN: it survives, quieted */
+        float one[N], y2[N];
+        for (int i = 0; i < N; i++) one[i] = 2.0f;
+        fx_op_call c2 = call_new(ops[k], y2, N, 1);
+        c2.nin = 2;
+        set_contig(&c2.in[0], one, N);
+        set_contig(&c2.in[1], z, N);
+        CHECK_STATUS(b->kernels[ops[k]][FMT_FP32](&c2), FX_OK);
+        for (int i = 0; i < N; i++) {
+            const uint32_t zb = bn[(i / 4) % 4];
+            if ((zb & 0x7FFFFFFFu) <= 0x7F800000u) continue;
+            CHECK(bits_of(y2[i]) == (zb | 0x00400000u), "%s op %d lane %d: %08x from b's NaN "
+                  "%08x", b->name, (int)ops[k], i, bits_of(y2[i]), zb);
+        }
+    }
+}
+
 /* ---- sum -------------------------------------------------------------------------------- */
 
 static void check_sum(const fx_backend *b, int64_t outer, int64_t len, int64_t inner, int data,
@@ -544,6 +588,7 @@ int main(void)
         for (size_t s = 0; s < sizeof ew_sizes / sizeof ew_sizes[0]; s++)
             for (int nt = 1; nt <= 2; nt++) check_elementwise(b, ew_sizes[s], nt, &rng);
         check_nonfinite_propagation(b);
+        check_nan_first(b);
 
         check_sum(b, 1, 0, 1, 0, &rng);
         check_sum(b, 2, 0, 5, 0, &rng);

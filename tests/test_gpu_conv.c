@@ -382,6 +382,56 @@ static void test_strided_inputs(test_rng *r)
 }
 
 /* Hundreds of products of magnitude ~2^30 per sum: int32 would overflow, int64 must not. */
+/* tensor_conv2d_bias_relu on the device, where it runs the three ops through a device
+ * temporary: the same bits as tensor_conv2d + tensor_add + tensor_relu called there, and no
+ * negative output. */
+static void test_bias_relu(test_rng *r)
+{
+    const int64_t xs[4] = {2, 3, 9, 9}, ws[4] = {5, 3, 3, 3}, ys[4] = {2, 5, 9, 9},
+                  bs[3] = {5, 1, 1};
+    const fmt_t fs[3] = {FMT_FP32, FMT_FP16, FMT_BF16};
+    float xv[2 * 3 * 81], wv[5 * 27], bv[5];
+    for (int i = 0; i < 2 * 3 * 81; i++) xv[i] = (float)test_rng_normal(r);
+    for (int i = 0; i < 5 * 27; i++) wv[i] = (float)test_rng_normal(r);
+    for (int i = 0; i < 5; i++) bv[i] = (float)test_rng_normal(r);
+    for (int f = 0; f < 3; f++) {
+        tensor_t *x = tensor_new(fs[f], 4, xs), *w = tensor_new(fs[f], 4, ws),
+                 *b = tensor_new(fs[f], 3, bs);
+        if (!x || !w || !b) {
+            CHECK(0, "host tensors");
+            tensor_free(x), tensor_free(w), tensor_free(b);
+            continue;
+        }
+        CHECK_STATUS(tensor_from_f32(x, xv), FX_OK);
+        CHECK_STATUS(tensor_from_f32(w, wv), FX_OK);
+        CHECK_STATUS(tensor_from_f32(b, bv), FX_OK);
+        tensor_t *xd = gpu_test_to_dev(x), *wd = gpu_test_to_dev(w), *bd = gpu_test_to_dev(b);
+        tensor_t *y1 = gpu_test_new_dev(fs[f], 4, ys), *y2 = gpu_test_new_dev(fs[f], 4, ys),
+                 *t = gpu_test_new_dev(fs[f], 4, ys);
+        if (xd && wd && bd && y1 && y2 && t) {
+            CHECK_STATUS(tensor_conv2d_bias_relu(y1, xd, wd, bd, 1, 1, 1, 1, 1, 1, 1), FX_OK);
+            CHECK_STATUS(tensor_conv2d(t, xd, wd, 1, 1, 1, 1, 1, 1), FX_OK);
+            CHECK_STATUS(tensor_add(t, t, bd), FX_OK);
+            CHECK_STATUS(tensor_relu(y2, t), FX_OK);
+            tensor_t *h1 = gpu_test_to_host(y1), *h2 = gpu_test_to_host(y2);
+            float a1[2 * 5 * 81], a2[2 * 5 * 81];
+            if (h1 && h2) {
+                CHECK_STATUS(tensor_to_f32(h1, a1), FX_OK);
+                CHECK_STATUS(tensor_to_f32(h2, a2), FX_OK);
+                CHECK(memcmp(a1, a2, sizeof a1) == 0, "conv2d_bias_relu %s on the device differs "
+                      "from conv2d + add + relu there", fmt_name(fs[f]));
+                int neg = 0;
+                for (int i = 0; i < 2 * 5 * 81; i++) neg += a1[i] < 0.0f;
+                CHECK(neg == 0, "conv2d_bias_relu %s on the device: %d negative outputs",
+                      fmt_name(fs[f]), neg);
+            }
+            tensor_free(h1), tensor_free(h2);
+        }
+        tensor_free(xd), tensor_free(wd), tensor_free(bd), tensor_free(y1), tensor_free(y2);
+        tensor_free(t), tensor_free(x), tensor_free(w), tensor_free(b);
+    }
+}
+
 static void test_near_max(test_rng *r)
 {
     const geom g = {3, 64, 6, 5, 7, 3, 3, 1, 1, 1, 1, 1, 1}; /* 576 / 90 / 63 terms */
@@ -523,6 +573,7 @@ int main(void)
         test_near_max(&r);
     }
     fx_gk_matmul_i16_set_path(FX_GK_I16_AUTO);
+    test_bias_relu(&r);
     if (!gpu_test_on_host && have_device) test_placement_device();
     return test_finish("test_gpu_conv");
 }

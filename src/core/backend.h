@@ -166,6 +166,10 @@ typedef struct fx_backend {
     /* nonzero when the bf16 x bf16 MATMUL kernel runs on bf16 pairs (src/bf16/bf16_gemm.h) and
      * takes pre-packed A panels of this height in the integer GEMM's pair layout instead */
     int gemm_bf16_pair_panel_mr;
+    /* The fused convolution epilogue (tensor_conv2d_bias_relu) on rows x cols fp32 values,
+     * in place: v = v + bias[col] (when bias is not NULL; the ADD kernel's arithmetic and NaN
+     * rule, v first), then the RELU kernel's x > 0 ? x : +0 with NaN kept (when relu). */
+    void (*bias_relu_f32)(float *v, int64_t rows, int64_t cols, const float *bias, int relu);
 } fx_backend;
 
 enum { FX_BACKEND_SCALAR = 0, FX_BACKEND_AVX2 = 1, FX_BACKEND_AVX512 = 2, FX_BACKEND_COUNT = 3 };

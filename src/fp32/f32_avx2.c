@@ -47,9 +47,20 @@ static __m256i tail_mask(int64_t n)
             _mm256_maskstore_ps(y + i, m, r);                                                    \
         }                                                                                        \
     }
-FX_AVX2_BINARY_RANGE(add_range, _mm256_add_ps)
-FX_AVX2_BINARY_RANGE(sub_range, _mm256_sub_ps)
-FX_AVX2_BINARY_RANGE(mul_range, _mm256_mul_ps)
+/* a op b with the first-NaN rule of f32_scalar.c: lanes where a is NaN take a, quieted (the
+ * compiler may emit the instruction with its operands swapped, and then b's NaN would win) */
+static inline __m256 nan_first(__m256 a, __m256 r)
+{
+    const __m256 an = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
+    const __m256 qa = _mm256_or_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x00400000)));
+    return _mm256_blendv_ps(r, qa, an);
+}
+static inline __m256 add_nf(__m256 a, __m256 b) { return nan_first(a, _mm256_add_ps(a, b)); }
+static inline __m256 sub_nf(__m256 a, __m256 b) { return nan_first(a, _mm256_sub_ps(a, b)); }
+static inline __m256 mul_nf(__m256 a, __m256 b) { return nan_first(a, _mm256_mul_ps(a, b)); }
+FX_AVX2_BINARY_RANGE(add_range, add_nf)
+FX_AVX2_BINARY_RANGE(sub_range, sub_nf)
+FX_AVX2_BINARY_RANGE(mul_range, mul_nf)
 
 static inline __m256 scale_vec(__m256 x, __m256 s) { return _mm256_mul_ps(x, s); }
 /* x > 0 or NaN (unordered "not less or equal"): keep x, else +0 */
@@ -246,6 +257,23 @@ static int k_matmul(const fx_op_call *c) { return fx_f32_gemm(&gemm_avx2, c); }
 
 /* ---- registration --------------------------------------------------------------------------- */
 
+/* ---- the fused convolution epilogue (backend.h) ------------------------------------------- */
+
+static void bias_relu(float *v, int64_t rows, int64_t cols, const float *bias, int relu)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = v + r * cols;
+        for (int64_t j = 0; j < cols; j += 8) {
+            const __m256i m = tail_mask(cols - j);
+            __m256 x = _mm256_maskload_ps(row + j, m);
+            if (bias) x = add_nf(x, _mm256_maskload_ps(bias + j, m));
+            if (relu) x = relu_vec(x, zero);
+            _mm256_maskstore_ps(row + j, m, x);
+        }
+    }
+}
+
 void fx_register_fp32_avx2(fx_backend *b, const fx_cpu_features *cpu)
 {
     (void)cpu;
@@ -256,4 +284,5 @@ void fx_register_fp32_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
     b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
     b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
+    b->bias_relu_f32 = bias_relu;
 }

@@ -46,9 +46,21 @@ static __mmask16 tail_mask(int64_t n) { return (__mmask16)((1u << n) - 1u); }
             _mm512_mask_storeu_ps(y + i, m, r);                                                  \
         }                                                                                        \
     }
-FX_AVX512_BINARY_RANGE(add_range, _mm512_add_ps)
-FX_AVX512_BINARY_RANGE(sub_range, _mm512_sub_ps)
-FX_AVX512_BINARY_RANGE(mul_range, _mm512_mul_ps)
+/* a op b with the first-NaN rule of f32_scalar.c: lanes where a is NaN take a, quieted (the
+ * compiler may emit the instruction with its operands swapped, and then b's NaN would win) */
+static inline __m512 nan_first(__m512 a, __m512 r)
+{
+    const __mmask16 an = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    const __m512 qa = _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x00400000)));
+    return _mm512_mask_mov_ps(r, an, qa);
+}
+static inline __m512 add_nf(__m512 a, __m512 b) { return nan_first(a, _mm512_add_ps(a, b)); }
+static inline __m512 sub_nf(__m512 a, __m512 b) { return nan_first(a, _mm512_sub_ps(a, b)); }
+static inline __m512 mul_nf(__m512 a, __m512 b) { return nan_first(a, _mm512_mul_ps(a, b)); }
+FX_AVX512_BINARY_RANGE(add_range, add_nf)
+FX_AVX512_BINARY_RANGE(sub_range, sub_nf)
+FX_AVX512_BINARY_RANGE(mul_range, mul_nf)
 
 /* x * s */
 static inline __m512 scale_vec(__m512 x, __m512 s) { return _mm512_mul_ps(x, s); }
@@ -304,6 +316,23 @@ static int k_matmul(const fx_op_call *c) { return fx_f32_gemm(&gemm_avx512, c); 
 
 /* ---- registration --------------------------------------------------------------------------- */
 
+/* ---- the fused convolution epilogue (backend.h) ------------------------------------------- */
+
+static void bias_relu(float *v, int64_t rows, int64_t cols, const float *bias, int relu)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = v + r * cols;
+        for (int64_t j = 0; j < cols; j += 16) {
+            const __mmask16 m = tail_mask(cols - j < 16 ? cols - j : 16);
+            __m512 x = _mm512_maskz_loadu_ps(m, row + j);
+            if (bias) x = add_nf(x, _mm512_maskz_loadu_ps(m, bias + j));
+            if (relu) x = relu_vec(x, zero);
+            _mm512_mask_storeu_ps(row + j, m, x);
+        }
+    }
+}
+
 void fx_register_fp32_avx512(fx_backend *b, const fx_cpu_features *cpu)
 {
     (void)cpu;
@@ -319,4 +348,5 @@ void fx_register_fp32_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_MATMUL][FMT_FP16] = k_matmul;
     b->kernels[FX_OP_MATMUL][FMT_BF16] = k_matmul;
     b->gemm_f32_panel_mr = MR;
+    b->bias_relu_f32 = bias_relu;
 }

@@ -4,6 +4,9 @@
  * Semantics shared by every level:
  *   COPY            bit copy (NaN payloads kept).
  *   ADD, SUB, MUL   one IEEE fp32 operation per element (round to nearest even, no FTZ/DAZ).
+ *                   A NaN result from NaN operands is the first NaN operand, quieted (x86's
+ *                   rule for a op b); written out, because compilers swap the operands of a
+ *                   commutative op, which decides which of two NaNs survives.
  *   SCALE           x * c->scalar_f32, one rounding.
  *   RELU            x > 0 ? x : +0, and NaN stays NaN (same bits). So relu(-0) = +0 and
  *                   relu(-x) = +0: one documented choice instead of whatever max() gives.
@@ -89,9 +92,19 @@ static void copy_range(const fx_op_call *c, int64_t lo, int64_t hi)
         float *restrict y = c->out_f32;                                                          \
         for (int64_t i = lo; i < hi; i++) y[i] = (expr);                                         \
     }
-FX_F32_BINARY_RANGE(add_range, a[i] + b[i])
-FX_F32_BINARY_RANGE(sub_range, a[i] - b[i])
-FX_F32_BINARY_RANGE(mul_range, a[i] * b[i])
+/* r, or a quieted when a is NaN (the first-NaN rule above) */
+static inline float nan_first(float a, float r)
+{
+    if (a == a) return r;
+    uint32_t u;
+    memcpy(&u, &a, 4);
+    u |= 0x00400000u;
+    memcpy(&a, &u, 4);
+    return a;
+}
+FX_F32_BINARY_RANGE(add_range, nan_first(a[i], a[i] + b[i]))
+FX_F32_BINARY_RANGE(sub_range, nan_first(a[i], a[i] - b[i]))
+FX_F32_BINARY_RANGE(mul_range, nan_first(a[i], a[i] * b[i]))
 
 static void scale_range(const fx_op_call *c, int64_t lo, int64_t hi)
 {
@@ -230,6 +243,22 @@ static const fx_f32_gemm_params gemm_scalar = {
 
 static int k_matmul(const fx_op_call *c) { return fx_f32_gemm(&gemm_scalar, c); }
 
+/* ---- the fused convolution epilogue (backend.h) ------------------------------------------- */
+
+static float relu1(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
+
+static void bias_relu(float *v, int64_t rows, int64_t cols, const float *bias, int relu)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = v + r * cols;
+        for (int64_t j = 0; j < cols; j++) {
+            float x = row[j];
+            if (bias) x = nan_first(x, x + bias[j]);
+            row[j] = relu ? relu1(x) : x;
+        }
+    }
+}
+
 /* ---- registration --------------------------------------------------------------------------- */
 
 void fx_register_fp32_scalar(fx_backend *b, const fx_cpu_features *cpu)
@@ -243,4 +272,5 @@ void fx_register_fp32_scalar(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
     b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
     b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
+    b->bias_relu_f32 = bias_relu;
 }

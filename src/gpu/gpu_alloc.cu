@@ -54,24 +54,37 @@ size_t fx_cache_limit_bytes()
     if (fx_cache_limit < 0) {
         const char *env = getenv("FLEXPOINT_GPU_CACHE_MB");
         long long mb = env && *env ? atoll(env) : 4096;
-        fx_cache_limit = (mb < 0 ? 0 : mb) * 1024LL * 1024LL;
+        if (mb < 0) mb = 0;
+        if (mb > (1LL << 40)) mb = 1LL << 40; // no overflow below
+        fx_cache_limit = mb * 1024LL * 1024LL;
     }
     return (size_t)fx_cache_limit;
 }
 
 // Release the cached blocks of one device (all devices: device < 0). Caller holds the lock.
+// Each block is freed with its own device current (cudaFree then waits for that device's
+// queued work, which may still use the block); the caller's device is restored.
 void fx_release_cached(int device)
 {
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) {
+        cudaGetLastError();
+        prev = -1;
+    }
+    int current = prev;
     for (auto it = fx_free_blocks.begin(); it != fx_free_blocks.end();) {
         if (device >= 0 && it->first.first != device) {
             ++it;
             continue;
         }
+        if (it->first.first != current && cudaSetDevice(it->first.first) == cudaSuccess)
+            current = it->first.first;
         if (cudaFree(it->second) != cudaSuccess) cudaGetLastError();
         fx_cached_bytes[it->first.first] -= it->first.second;
         fx_blocks.erase(it->second);
         it = fx_free_blocks.erase(it);
     }
+    if (prev >= 0 && current != prev && cudaSetDevice(prev) != cudaSuccess) cudaGetLastError();
 }
 
 } // namespace

@@ -64,9 +64,12 @@ int flexpoint_gpu_free(void *p)
     int prev = 0;
     rc = fx_mem_enter(where, &prev, __func__);
     if (rc) return rc;
+    /* The block goes back to the library's cache, whose reuse is ordered only on the default
+     * stream: wait first, in case the caller's own work on other streams still uses it. */
+    rc = fx_gr_sync(__func__);
     fx_gr_free(p);
     fx_mem_leave(where, prev);
-    return FX_OK;
+    return rc; /* a failed kernel is reported; the memory is released all the same */
 }
 
 int flexpoint_gpu_release_cache(void)

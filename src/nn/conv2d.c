@@ -482,22 +482,60 @@ static int conv_write_y(tensor_t *y, const fx_conv_geom *g, const conv_compute *
     return fx_write_f32(y, (const float *)ystage, func);
 }
 
+/* ---- fused bias and ReLU (tensor_conv2d_bias_relu) -------------------------------------------
+ * The unfused sequence is three writes: t = conv(x, w) rounded to y's format, u = t + bias (one
+ * fp32 addition of the widened values, rounded to y's format), y = relu(u). For a float y the
+ * same per-element steps run on each chunk of fp32 sums while it is in cache, so the result is
+ * those bits without the two extra passes over y. For fp16/bf16 the ReLU runs on the fp32 sum
+ * before the one rounding: relu and rounding to a 16-bit format commute exactly (a positive
+ * value rounds to a value >= +0, a non-positive one to <= 0 or -0, NaN stays NaN with its
+ * sign), so cvt(relu(r)) is relu(cvt(r)). */
+typedef struct conv_epilogue {
+    const float *bias; /* [O], widened (exact), or NULL */
+    int relu;
+} conv_epilogue;
+
+/* Apply ep to a chunk of rows x O fp32 sums (pixel-major, in place); half: y is fp16/bf16 and
+ * the chunk's 16-bit values go there (else y is fp32 and v is its values). */
+static void conv_epilogue_chunk(const conv_epilogue *ep, const fx_backend *be, fmt_t yfmt,
+                                float *v, int64_t rows, int64_t O, uint16_t *half)
+{
+    const int64_t n = rows * O;
+    if (half && ep->bias) { /* t = the convolution rounded to y's format, widened back */
+        if (yfmt == FMT_FP16) {
+            be->cvt.f32_to_fp16(v, half, n);
+            be->cvt.fp16_to_f32(half, v, n);
+        } else {
+            be->cvt.f32_to_bf16(v, half, n);
+            be->cvt.bf16_to_f32(half, v, n);
+        }
+    }
+    if (ep->bias || ep->relu) be->bias_relu_f32(v, rows, O, ep->bias, ep->relu);
+    if (half) {
+        if (yfmt == FMT_FP16)
+            be->cvt.f32_to_fp16(v, half, n);
+        else
+            be->cvt.f32_to_bf16(v, half, n);
+    }
+}
+
 /* ---- forward ------------------------------------------------------------------------------- */
 
-int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int sw, int ph,
-                  int pw, int dh, int dw)
+static int conv2d_forward(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int sw,
+                          int ph, int pw, int dh, int dw, const conv_epilogue *ep,
+                          const char *func)
 {
     static const conv_names nm = {"x", "w", "y"};
     fx_conv_geom g;
-    int rc = conv_geometry(__func__, &nm, x, w, y, sh, sw, ph, pw, dh, dw, &g);
+    int rc = conv_geometry(func, &nm, x, w, y, sh, sw, ph, pw, dh, dw, &g);
     int on_device = 0;
-    if (!rc) rc = conv_placement(__func__, &nm, x, w, y, &on_device);
+    if (!rc) rc = conv_placement(func, &nm, x, w, y, &on_device);
     if (rc) return rc;
     const conv_compute cc = conv_compute_for(x, w);
     const int ic = cc.ic;
-    rc = conv_int_limit(__func__, ic, g.C * g.KH * g.KW, "each output");
+    rc = conv_int_limit(func, ic, g.C * g.KH * g.KW, "each output");
     if (rc) return rc;
-    if (on_device) return fx_gpu_conv2d(FX_GCONV_FORWARD, y, x, w, &g, __func__);
+    if (on_device) return fx_gpu_conv2d(FX_GCONV_FORWARD, y, x, w, &g, func);
     const conv_plan plan = conv_plan_make(&g, 0, FX_CONV_FWD_OUT_UNITS(ic));
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
     /* integer compute with a GEMM that takes pre-packed A panels: build them straight from the
@@ -525,13 +563,13 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
 
     fx_scratch s = {.n = 0};
     fx_operand xo, wo;
-    rc = conv_operand(x, &cc, &xo, &s, __func__);
-    if (!rc) rc = conv_operand(w, &cc, &wo, &s, __func__);
-    char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, __func__);
+    rc = conv_operand(x, &cc, &xo, &s, func);
+    if (!rc) rc = conv_operand(w, &cc, &wo, &s, func);
+    char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, func);
     if (xp) memset(xp, 0, (size_t)(xp_n * plan.outer) * esz); /* the slack, read by im2col */
-    char *col = conv_alloc(&s, col_n * plan.outer, esz, &rc, __func__);
-    char *ypix = conv_alloc(&s, g.N * g.O * P, ssz, &rc, __func__); /* [N*P, O] */
-    int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, __func__);
+    char *col = conv_alloc(&s, col_n * plan.outer, esz, &rc, func);
+    char *ypix = conv_alloc(&s, g.N * g.O * P, ssz, &rc, func); /* [N*P, O] */
+    int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     /* A whole shared-exponent y is rounded per sample (conv_yquant). When its exponent is known
      * before the op (fx_write_shared_peek_exp: an initialised Autoflex state), each chunk is
      * rounded right after its GEMM, while its int64 sums are in cache, into the pixel-major
@@ -543,14 +581,14 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     const int yshared = conv_y_direct_shared(y, &cc);
     if (yshared) {
         yq.pix = (const int64_t *)(const void *)ypix;
-        yq.tmp = conv_alloc(&s, g.N * g.O * P, sizeof(int16_t), &rc, __func__);
-        yq.part = conv_alloc(&s, g.N, sizeof(fx_qstats), &rc, __func__);
+        yq.tmp = conv_alloc(&s, g.N * g.O * P, sizeof(int16_t), &rc, func);
+        yq.part = conv_alloc(&s, g.N, sizeof(fx_qstats), &rc, func);
         yq.dst = (int16_t *)fx_tensor_base(y);
     }
     /* A whole fp16/bf16 y: each chunk is converted while its fp32 sums are in cache, into a
      * pixel-major buffer that the write transposes into y (untouched if a chunk fails). */
     uint16_t *yhalf = conv_y_direct_half(y, &cc)
-                          ? conv_alloc(&s, g.N * g.O * P, sizeof(uint16_t), &rc, __func__)
+                          ? conv_alloc(&s, g.N * g.O * P, sizeof(uint16_t), &rc, func)
                           : NULL;
     void (*half_cvt)(const float *, uint16_t *, int64_t) = yhalf ? conv_half_cvt(y->fmt) : NULL;
     int fuse_e = FX_EXP_NONE;
@@ -558,13 +596,13 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
         fuse_e = FX_EXP_NONE;
     /* integer path: each chunk's largest |sum|, taken while the chunk is in cache, so that
      * the write needs no pass of its own over the int64 stage for the exponent */
-    uint64_t *chunk_max = conv_alloc(&s, plan.nchunks, sizeof(uint64_t), &rc, __func__);
+    uint64_t *chunk_max = conv_alloc(&s, plan.nchunks, sizeof(uint64_t), &rc, func);
     /* integer compute: the weights split once for all chunks (each chunk's GEMM would split
      * the same B again) */
     const int b_nr = ic ? be->gemm_i16_panel_nr : 0;
     const int b_layout = fx_gemm_i16_b_layout_for(be->gemm_i16_b_layout, CKK);
     int16_t *wsplit = b_nr ? conv_alloc(&s, fx_gemm_i16_split_b_numel(CKK, g.O, b_nr, b_layout) + 32,
-                                        sizeof(int16_t), &rc, __func__)
+                                        sizeof(int16_t), &rc, func)
                            : NULL;
     if (rc) {
         fx_scratch_free(&s);
@@ -611,19 +649,85 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
             chunk_max[ch] = fx_maxabs_i64(fx_backend_active(), (const int64_t *)myy, Pc * g.O);
         if (status[ch] == FX_OK && fuse_e != FX_EXP_NONE)
             conv_yquant_samples(&yq, fuse_e, 1, 0, n0, nbc, plan.inner);
-        if (status[ch] == FX_OK && yhalf)
+        if (status[ch] == FX_OK && ep)
+            conv_epilogue_chunk(ep, be, y->fmt, (float *)(void *)myy, Pc, g.O,
+                                yhalf ? yhalf + n0 * P * g.O : NULL);
+        else if (status[ch] == FX_OK && yhalf)
             half_cvt((const float *)(const void *)myy, yhalf + n0 * P * g.O, Pc * g.O);
     }
-    rc = conv_chunk_status(status, plan.nchunks, __func__);
+    rc = conv_chunk_status(status, plan.nchunks, func);
     if (rc == FX_OK) {
         uint64_t imax = 0;
         for (int64_t ch = 0; ic && ch < plan.nchunks; ch++)
             imax = chunk_max[ch] > imax ? chunk_max[ch] : imax;
         yq.fused_e = fuse_e;
         rc = conv_write_y(y, &g, &cc, ypix, xo.exp + wo.exp, imax, yshared ? &yq : NULL, yhalf,
-                          &s, __func__);
+                          &s, func);
     }
     fx_scratch_free(&s);
+    return rc;
+}
+
+int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int sw, int ph,
+                  int pw, int dh, int dw)
+{
+    return conv2d_forward(y, x, w, sh, sw, ph, pw, dh, dw, NULL, __func__);
+}
+
+/* The unfused sequence, for the cases the fused path does not take (device tensors, views that
+ * do not cover their storage, integer compute into a float y, a bias in a shared-exponent
+ * format): the same three writes, through a temporary of y's format. */
+static int conv2d_bias_relu_unfused(tensor_t *y, const tensor_t *x, const tensor_t *w,
+                                    const tensor_t *bias, int relu, int sh, int sw, int ph, int pw,
+                                    int dh, int dw)
+{
+    if (!bias && !relu) return tensor_conv2d(y, x, w, sh, sw, ph, pw, dh, dw);
+    tensor_t *t = y->st->on_device ? tensor_new_device(y->fmt, y->ndim, y->shape)
+                                   : tensor_new(y->fmt, y->ndim, y->shape);
+    if (!t) return flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
+    int rc = tensor_conv2d(t, x, w, sh, sw, ph, pw, dh, dw);
+    if (!rc && bias) rc = tensor_add(relu ? t : y, t, bias);
+    if (!rc && relu) rc = tensor_relu(y, t);
+    tensor_free(t);
+    return rc;
+}
+
+int tensor_conv2d_bias_relu(tensor_t *y, const tensor_t *x, const tensor_t *w,
+                            const tensor_t *bias, int relu, int sh, int sw, int ph, int pw,
+                            int dh, int dw)
+{
+    if (!y || !x || !w) return FX_FAIL(FX_EINVAL, "%s is NULL", !y ? "y" : !x ? "x" : "w");
+    if (fmt_is_shared_exponent(y->fmt))
+        return FX_FAIL(FX_EUNSUPPORTED, "y is %s: the convolution, the bias sum and the ReLU of "
+                       "a shared-exponent result are three writes, each with its own exponent "
+                       "(Autoflex) state; call tensor_conv2d, tensor_add and tensor_relu",
+                       fmt_name(y->fmt));
+    if (bias) {
+        const int64_t O = w->ndim == 4 ? w->shape[0] : -1;
+        if (bias->ndim != 3 || bias->shape[0] != O || bias->shape[1] != 1 || bias->shape[2] != 1)
+            return FX_FAIL(FX_ESHAPE, "bias must have shape [O, 1, 1] = [%lld, 1, 1] (got %d-D "
+                           "with first dimension %lld)", (long long)O, bias->ndim,
+                           (long long)(bias->ndim ? bias->shape[0] : 0));
+    }
+    const conv_compute cc = conv_compute_for(x, w);
+    const int fused = !cc.ic && fx_tensor_covers_storage(y) && !y->st->on_device &&
+                      !x->st->on_device && !w->st->on_device &&
+                      (!bias || (!bias->st->on_device && !fmt_is_shared_exponent(bias->fmt)));
+    if (!fused) return conv2d_bias_relu_unfused(y, x, w, bias, relu, sh, sw, ph, pw, dh, dw);
+    float *b32 = NULL;
+    if (bias) {
+        b32 = malloc((size_t)bias->shape[0] * sizeof *b32 + 1);
+        if (!b32) return FX_FAIL(FX_ENOMEM, "cannot allocate %lld bias values",
+                                 (long long)bias->shape[0]);
+        int rc = tensor_to_f32(bias, b32); /* exact for the float formats */
+        if (rc) {
+            free(b32);
+            return rc;
+        }
+    }
+    const conv_epilogue ep = {b32, relu != 0};
+    int rc = conv2d_forward(y, x, w, sh, sw, ph, pw, dh, dw, &ep, __func__);
+    free(b32);
     return rc;
 }
 

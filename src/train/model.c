@@ -329,6 +329,22 @@ static int fx_init_params(fx_model *m)
     return FX_OK;
 }
 
+/* Fuse each convolution whose only consumer is the ReLU right after it, for the float
+ * formats: the same bits (tensor_conv2d_bias_relu), two passes over the activation fewer. The
+ * shared-exponent formats keep three writes, each with its own Autoflex state (fusing them
+ * would change the results). FLEXPOINT_NO_FUSION=1 turns it off (to compare). */
+static void fx_fuse_conv_relu(fx_model *m)
+{
+    const fmt_t f = (fmt_t)m->cfg.fmt;
+    const char *off = getenv("FLEXPOINT_NO_FUSION");
+    if (fmt_is_shared_exponent(f) || (off && off[0] == '1')) return;
+    for (int i = 0; i + 1 < m->nlayers; i++) {
+        fx_layer *c = &m->layers[i], *r = &m->layers[i + 1];
+        if (c->kind == FX_L_CONV && r->kind == FX_L_RELU && r->in[0] == i && c->consumers == 1)
+            c->fused_relu = r->fused_relu = 1;
+    }
+}
+
 int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W, int classes)
 {
     memset(m, 0, sizeof *m);
@@ -356,6 +372,7 @@ int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W,
     for (int i = 0; i < m->nlayers; i++)
         for (int j = 0; j < m->layers[i].nin; j++)
             if (m->layers[i].in[j] >= 0) m->layers[m->layers[i].in[j]].consumers++;
+    fx_fuse_conv_relu(m);
     return fx_init_params(m);
 }
 
@@ -495,6 +512,10 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
     int training = ctx == FX_CTX_TRAIN;
     switch (l->kind) {
     case FX_L_CONV: {
+        if (l->fused_relu)
+            return tensor_conv2d_bias_relu(l[1].out[ctx], x, m->params[l->w].w,
+                                           l->b >= 0 ? m->params[l->b].w : NULL, 1, l->stride,
+                                           l->stride, l->pad, l->pad, 1, 1);
         tensor_t *dst = l->b >= 0 ? l->tmp[ctx] : l->out[ctx];
         int rc = tensor_conv2d(dst, x, m->params[l->w].w, l->stride, l->stride, l->pad, l->pad,
                                1, 1);
@@ -502,7 +523,7 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
         return rc;
     }
     case FX_L_LINEAR: return fx_linear_forward(m, l, x, ctx);
-    case FX_L_RELU: return tensor_relu(l->out[ctx], x);
+    case FX_L_RELU: return l->fused_relu ? FX_OK : tensor_relu(l->out[ctx], x);
     case FX_L_MAXPOOL:
         return tensor_maxpool2d(l->out[ctx], training ? l->argmax : NULL, x, l->k, l->k,
                                 l->stride, l->stride, 0, 0);
@@ -573,7 +594,8 @@ static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
         tensor_free(dxf);
         return rc;
     }
-    case FX_L_RELU: return dx ? tensor_relu_backward(dx, dy, x) : FX_OK;
+    case FX_L_RELU: /* fused: x (the conv's output) was never written; relu(x) > 0 iff x > 0 */
+        return dx ? tensor_relu_backward(dx, dy, l->fused_relu ? l->out[ctx] : x) : FX_OK;
     case FX_L_MAXPOOL: return dx ? tensor_maxpool2d_backward(dx, dy, l->argmax) : FX_OK;
     case FX_L_GAP: return dx ? tensor_global_avgpool_backward(dx, dy) : FX_OK;
     case FX_L_BN:

@@ -53,6 +53,11 @@ typedef struct fx_layer {
     int dx_owned[2];
     tensor_t *dy_sum;
     int consumers;
+    /* conv + ReLU fused (float formats): on the CONV layer, its forward writes relu(conv + b)
+     * into the next (RELU) layer's output with tensor_conv2d_bias_relu; on that RELU layer, the
+     * forward is already done and the backward masks by its own output (x > 0 exactly where
+     * relu(x) > 0). The conv layer's own output is then never written. */
+    int fused_relu;
 } fx_layer;
 
 typedef struct fx_model {
