@@ -55,11 +55,12 @@ typedef struct fx_shared_src {
 int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *func);
 
 /* The exponent that the next fx_write_shared_with into out will choose, when it is decided by
- * out's state alone: out is a whole host FLEX16_5 tensor whose Autoflex state is unmanaged or
- * already initialised (the prediction then reads only the history). Returns 1 and sets *e, or 0
- * (DFP16, partial views, device tensors, a first write). An op may round its results at *e
- * while they are still in cache; the write still decides, and asks for another exponent only
- * when a saturated write is recomputed. */
+ * out's state alone: out is a whole FLEX16_5 tensor (host or device) whose Autoflex state is
+ * unmanaged or already initialised (the prediction then reads only the history). Returns 1 and
+ * sets *e, or 0 (DFP16, partial views, a first write). An op may round its results at *e
+ * while they are still in cache (host) or before it reads any statistics back (device); the
+ * write still decides, and asks for another exponent only when a saturated write is
+ * recomputed. */
 int fx_write_shared_peek_exp(const tensor_t *out, int *e);
 
 /* Scratch allocations of one op call, freed together (src/core/scratch.c). Large blocks go back

@@ -158,7 +158,7 @@ int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *fu
 int fx_write_shared_peek_exp(const tensor_t *out, int *e)
 {
     const fx_storage *st = out->st;
-    if (st->fmt != FMT_FLEX16_5 || st->on_device || !fx_tensor_covers_storage(out)) return 0;
+    if (st->fmt != FMT_FLEX16_5 || !fx_tensor_covers_storage(out)) return 0;
     fx_af_state af = st->af; /* fx_af_predict marks a first write initialised: work on a copy */
     if (af.cfg.managed && !af.initialized) return 0;
     int clamped = 0;

@@ -18,6 +18,7 @@
 #include "gpu_internal.h"
 #include "gpu_nn.h"
 
+#include <stddef.h> /* offsetof */
 #include <math.h>
 #include <string.h>
 
@@ -147,12 +148,17 @@ typedef struct fx_gpu_quant_ctx {
     const fx_dview *dst;
     fx_gpu_stats *ds;
     const char *func;
+    /* a rounding already done into dst (the predicted exponent of a FLEX16_5 write, launched
+     * before the statistics were read back), reused when the write asks for exactly it */
+    int spec, spec_e;
+    fx_rounding spec_r;
+    fx_qstats spec_q;
 } fx_gpu_quant_ctx;
 
-/* fx_shared_src.quantize for a device stage: one kernel, one small copy of its statistics. */
-static int fx_gpu_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+/* Launch the rounding of the stage at e (into dst when keep) with its statistics into
+ * ds->quant, without reading them back. */
+static int fx_gpu_quantize_launch(fx_gpu_quant_ctx *c, int e, const fx_rounding *r, int keep)
 {
-    fx_gpu_quant_ctx *c = ctx;
     const fx_gpu_stage *sg = c->sg;
     const fx_dview *dst = keep ? c->dst : NULL;
     int rc = fx_gr_memset0(&c->ds->quant, sizeof c->ds->quant, c->func);
@@ -162,20 +168,40 @@ static int fx_gpu_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_
         else
             rc = fx_gk_quant_i64(sg->i64, sg->n, e - sg->exp, dst, &c->ds->quant, c->func);
     }
+    return rc;
+}
+
+static void fx_gpu_qstats_of(const fx_gpu_stage *sg, const fx_dquant_stats *h, fx_qstats *q)
+{
+    q->saturated = (int64_t)h->saturated;
+    q->nonfinite = (int64_t)h->nonfinite;
+    q->underflow = (int64_t)h->underflow;
+    if (sg->kind == FX_STAGE_F32) {
+        float mx;
+        memcpy(&mx, &h->in_fmax, sizeof mx);
+        q->max_abs_in = mx;
+    } else {
+        q->max_abs_in = (double)h->in_imax;
+    }
+    q->max_abs_out = (int32_t)h->max_out;
+}
+
+/* fx_shared_src.quantize for a device stage: one kernel, one small copy of its statistics. */
+static int fx_gpu_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    fx_gpu_quant_ctx *c = ctx;
+    if (c->spec && keep && e == c->spec_e && r->mode == c->spec_r.mode &&
+        r->seed == c->spec_r.seed && r->counter == c->spec_r.counter) {
+        c->spec = 0; /* dst holds exactly this rounding already */
+        *q = c->spec_q;
+        return FX_OK;
+    }
+    c->spec = 0; /* any other rounding (into dst or not) makes the speculative one stale */
+    int rc = fx_gpu_quantize_launch(c, e, r, keep);
     fx_dquant_stats h;
     if (!rc) rc = fx_gr_memcpy(&h, &c->ds->quant, sizeof h, FX_GR_D2H, c->func);
     if (rc) return rc;
-    q->saturated = (int64_t)h.saturated;
-    q->nonfinite = (int64_t)h.nonfinite;
-    q->underflow = (int64_t)h.underflow;
-    if (sg->kind == FX_STAGE_F32) {
-        float mx;
-        memcpy(&mx, &h.in_fmax, sizeof mx);
-        q->max_abs_in = mx;
-    } else {
-        q->max_abs_in = (double)h.in_imax;
-    }
-    q->max_abs_out = (int32_t)h.max_out;
+    fx_gpu_qstats_of(c->sg, &h, q);
     return FX_OK;
 }
 
@@ -188,8 +214,33 @@ static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
     if (!fmt_is_shared_exponent(out->fmt))
         return fx_gk_store_float(sg->f32, sg->i64, sg->exp, sg->n, &dst, func);
 
+    /* A FLEX16_5 write whose exponent the Autoflex history already decides: round at it now,
+     * then read the stage's and the rounding's statistics back in one copy (one wait instead
+     * of two). The write path below still decides; when it picks this exponent (every write
+     * but a recomputed overflow) the rounding is reused. */
+    fx_gpu_quant_ctx qc = {sg, &dst, ds, func, 0, 0, {0}, {0}};
+    int rc = FX_OK;
+    if (fx_write_shared_peek_exp(out, &qc.spec_e)) {
+        const fx_storage *st = out->st;
+        qc.spec_r = (fx_rounding){st->rounding, st->seed, st->write_counter};
+        rc = fx_gpu_quantize_launch(&qc, qc.spec_e, &qc.spec_r, 1);
+        if (rc) return rc;
+        qc.spec = 1;
+    }
+    struct {
+        fx_dstage_stats stage;
+        fx_dquant_stats quant;
+    } hs;
     fx_dstage_stats h;
-    int rc = fx_gr_memcpy(&h, &ds->stage, sizeof h, FX_GR_D2H, func);
+    if (qc.spec) { /* stage and quant are adjacent in fx_gpu_stats: one copy */
+        rc = fx_gr_memcpy(&hs, &ds->stage,
+                          offsetof(fx_gpu_stats, quant) + sizeof ds->quant -
+                              offsetof(fx_gpu_stats, stage), FX_GR_D2H, func);
+        h = hs.stage;
+        fx_gpu_qstats_of(sg, &hs.quant, &qc.spec_q);
+    } else {
+        rc = fx_gr_memcpy(&h, &ds->stage, sizeof h, FX_GR_D2H, func);
+    }
     if (rc) return rc;
     fx_shared_src src;
     memset(&src, 0, sizeof src);
@@ -204,7 +255,6 @@ static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
         src.imax = h.imax;
         src.true_max = ldexp((double)h.imax, sg->exp);
     }
-    fx_gpu_quant_ctx qc = {sg, &dst, ds, func};
     src.ctx = &qc;
     src.quantize = fx_gpu_quantize;
     return fx_write_shared_with(out, &src, func);
