@@ -27,7 +27,8 @@ from .errors import (CorruptError, DeviceError, FlexpointError, FlexpointIOError
 from .formats import (FORMATS, Format, elem_size, fmt_id, fmt_name, is_shared_exponent,
                       raw_dtype)
 from .ops import (AXIS_ALL, add, avgpool2d, avgpool2d_backward, batchnorm, batchnorm_backward,
-                  conv2d, conv2d_backward_input, conv2d_backward_weight, copy, dropout,
+                  conv2d, conv2d_backward_input, conv2d_backward_weight, conv2d_bias_relu,
+                  copy, dropout,
                   dropout_backward, global_avgpool, global_avgpool_backward, matmul, maxpool2d,
                   maxpool2d_backward, mean, mul, relu, relu_backward, scale,
                   softmax_cross_entropy, sub)
@@ -87,6 +88,17 @@ def gpu_device_count() -> int:
     return int(lib().flexpoint_gpu_device_count())
 
 
+def gpu_synchronize() -> None:
+    """Wait for the device work queued by this thread (device ops are asynchronous);
+    DeviceError without a device or when a kernel failed."""
+    check(lib().flexpoint_gpu_synchronize(), "flexpoint_gpu_synchronize")
+
+
+def gpu_release_cache() -> None:
+    """Give the device memory the library keeps for reuse back to CUDA."""
+    check(lib().flexpoint_gpu_release_cache(), "flexpoint_gpu_release_cache")
+
+
 __all__ = [
     # tensors
     "Tensor", "tensor", "zeros", "from_numpy", "from_raw", "STAT_NAMES", "MAX_DIMS",
@@ -96,7 +108,7 @@ __all__ = [
     "AutoflexConfig", "TraceRecord", "PRESETS", "autoflex_preset", "trace_to_arrays",
     # ops
     "add", "sub", "mul", "scale", "relu", "relu_backward", "copy", "sum", "mean", "matmul",
-    "conv2d", "conv2d_backward_input", "conv2d_backward_weight", "maxpool2d",
+    "conv2d", "conv2d_bias_relu", "conv2d_backward_input", "conv2d_backward_weight", "maxpool2d",
     "maxpool2d_backward", "avgpool2d", "avgpool2d_backward", "global_avgpool",
     "global_avgpool_backward", "softmax_cross_entropy", "batchnorm", "batchnorm_backward",
     "dropout", "dropout_backward", "AXIS_ALL",
@@ -110,5 +122,6 @@ __all__ = [
     "UnknownNameError", "StateError", "LibraryNotFoundError",
     # library
     "version", "backends", "available_backends", "backend", "set_backend", "cpu_features",
-    "set_num_threads", "num_threads", "gpu_device_count", "library_path",
+    "set_num_threads", "num_threads", "gpu_device_count", "gpu_synchronize", "gpu_release_cache",
+    "library_path",
 ]

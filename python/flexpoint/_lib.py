@@ -108,8 +108,12 @@ _PROTOTYPES: Dict[str, tuple] = {
     "flexpoint_set_num_threads": (c_int, [c_int]),
     "flexpoint_num_threads": (c_int, []),
     "flexpoint_gpu_device_count": (c_int, []),
+    "flexpoint_gpu_synchronize": (c_int, []),
+    "flexpoint_gpu_release_cache": (c_int, []),
     # flexpoint_nn.h
     "tensor_conv2d": (c_int, [_p, _p, _p, c_int, c_int, c_int, c_int, c_int, c_int]),
+    "tensor_conv2d_bias_relu": (c_int, [_p, _p, _p, _p, c_int, c_int, c_int, c_int, c_int, c_int,
+                                        c_int]),
     "tensor_conv2d_backward_input": (c_int, [_p, _p, _p, c_int, c_int, c_int, c_int, c_int,
                                              c_int]),
     "tensor_conv2d_backward_weight": (c_int, [_p, _p, _p, c_int, c_int, c_int, c_int, c_int,

@@ -24,7 +24,8 @@ from .tensor import Tensor
 
 __all__ = [
     "add", "sub", "mul", "scale", "relu", "relu_backward", "copy", "sum", "mean", "matmul",
-    "conv2d", "conv2d_backward_input", "conv2d_backward_weight", "conv2d_output_shape",
+    "conv2d", "conv2d_bias_relu", "conv2d_backward_input", "conv2d_backward_weight",
+    "conv2d_output_shape",
     "maxpool2d", "maxpool2d_backward", "avgpool2d", "avgpool2d_backward", "pool2d_output_shape",
     "global_avgpool", "global_avgpool_backward", "softmax_cross_entropy", "batchnorm",
     "batchnorm_backward", "dropout", "dropout_backward", "AXIS_ALL",
@@ -226,6 +227,22 @@ def conv2d(x: Tensor, w: Tensor, stride: Pair = 1, padding: Pair = 0, dilation: 
     o = _out(out, shape, fmt, x)
     check(lib().tensor_conv2d(o._h, x._h, w._h, *_conv_args(stride, padding, dilation)),
           "tensor_conv2d")
+    return o
+
+
+def conv2d_bias_relu(x: Tensor, w: Tensor, bias: Optional[Tensor] = None, relu: bool = True,
+                     stride: Pair = 1, padding: Pair = 0, dilation: Pair = 1,
+                     out: Optional[Tensor] = None, fmt: Optional[FormatLike] = None) -> Tensor:
+    """relu(conv2d(x, w) + bias) in one write, with the bits of conv2d, add and relu called one
+    after the other (tensor_conv2d_bias_relu). bias: None or shape (O, 1, 1). The output must be
+    fp32, fp16 or bf16 (UnsupportedError for flex16_5/dfp16: call the three ops)."""
+    x, w = _tensor(x, "x"), _tensor(w, "w")
+    b = _tensor(bias, "bias") if bias is not None else None
+    shape = conv2d_output_shape(x.shape, w.shape, stride, padding, dilation) or (1, 1, 1, 1)
+    o = _out(out, shape, fmt, x)
+    check(lib().tensor_conv2d_bias_relu(o._h, x._h, w._h, b._h if b is not None else None,
+                                        1 if relu else 0, *_conv_args(stride, padding, dilation)),
+          "tensor_conv2d_bias_relu")
     return o
 
 

@@ -178,6 +178,34 @@ def conv_ref(x, w, stride, pad, dil):
     return y
 
 
+@needs("tensor_conv2d_bias_relu")
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("relu", [True, False])
+def test_conv2d_bias_relu_is_the_three_ops(rng, fmt, relu):
+    x = fx.from_numpy(rng.standard_normal((2, 3, 9, 8)), fmt)
+    w = fx.from_numpy(rng.standard_normal((5, 3, 3, 3)) * 0.3, fmt)
+    b = fx.from_numpy(rng.standard_normal((5, 1, 1)), fmt)
+    y = fx.conv2d_bias_relu(x, w, b, relu=relu, padding=1)
+    t = fx.add(fx.conv2d(x, w, padding=1), b)
+    want = fx.relu(t) if relu else t
+    assert y.fmt == fmt and y.shape == (2, 5, 9, 8)
+    assert np.array_equal(y.raw(), want.raw())
+    if relu:
+        assert (y.numpy() >= 0).all() and (y.numpy() > 0).any()
+    with pytest.raises(fx.UnsupportedError):
+        fx.conv2d_bias_relu(x, w, b, out=fx.tensor((2, 5, 9, 8), "flex16_5"), padding=1)
+    with pytest.raises(fx.ShapeError):
+        fx.conv2d_bias_relu(x, w, fx.tensor((4, 1, 1), fmt), padding=1)
+
+
+def test_gpu_helpers_without_a_device():
+    if fx.gpu_device_count() > 0:
+        pytest.skip("a device is present")
+    fx.gpu_release_cache()  # nothing cached: not an error
+    with pytest.raises(fx.DeviceError):
+        fx.gpu_synchronize()
+
+
 @needs("tensor_conv2d", "tensor_conv2d_backward_input", "tensor_conv2d_backward_weight")
 @pytest.mark.parametrize("stride,pad,dil", [(1, 1, 1), (2, 0, 1), (1, 2, 2)])
 def test_conv2d_forward_and_adjoint_backward(rng, stride, pad, dil):
