@@ -5,7 +5,8 @@
 #   bash tools/gpu_check.sh              # all steps
 #   STEPS="build test" bash tools/gpu_check.sh
 #
-# Environment: OUT (where logs go; default out/gpu_check), ARCH (CUDA architectures; default 90),
+# Environment: OUT (where logs go; default out/gpu_check), COMMIT (the commit to print in the
+# log, for trees copied without an up-to-date .git), ARCH (CUDA architectures; default 90),
 # DATA (Fashion-MNIST directory; default .devdata when present, else the Debian package's),
 # TRAIN_N (training images of the training runs; default 12800), EPOCHS (default 1),
 # RESNET_N and RESNET_LIMIT (ResNet-20 images, default 2560, and seconds, default 150),
@@ -49,7 +50,8 @@ fi
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
   nvcc --version 2>&1 | tail -2
-  git -C "$ROOT" rev-parse --short HEAD 2>/dev/null
+  # the commit under test: COMMIT when given (a copied tree's .git may be stale), else git's
+  echo "commit: ${COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 } | tee -a "$LOG"
 
 if has build; then
