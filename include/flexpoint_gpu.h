@@ -52,7 +52,9 @@
  *   FLEX16_5/DFP16 outputs read a few bytes of statistics back (the exponent choice needs
  *   them), which waits for that op; float-format ops do not wait at all. A fault inside a
  *   kernel is therefore reported by a later call (with FLEXPOINT_GPU_SYNC=1 in the
- *   environment every op waits and reports its own faults). Call flexpoint_gpu_synchronize
+ *   environment every op waits and reports its own faults). An op that fails with FX_EDEVICE
+ *   may have changed its output's elements (a FLEX16_5 output is rounded at its predicted
+ *   exponent before the statistics are read back); its exponent state is left as it was. Call flexpoint_gpu_synchronize
  *   before reading managed memory that an op writes, on the host.
  * - Threads: the device in use is per host thread (as in the CUDA runtime). A device tensor
  *   remembers its device; ops switch to that device for their work.

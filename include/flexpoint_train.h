@@ -106,8 +106,11 @@ FX_API int fx_trainer_epoch_index(const fx_trainer *t);
 FX_API const fx_loss_scaler *fx_trainer_loss_scaler(const fx_trainer *t);
 
 /** The trainer's tensors (weights "<layer>.w", gradients "<layer>.w.grad", activations
- *  "<layer>.out", input gradients "<layer>.dx"), for statistics and traces. The tensors stay
- *  owned by the trainer. */
+ *  "<layer>.out", pre-bias outputs "<layer>.pre", input gradients "<layer>.dx"), for
+ *  statistics and traces. The tensors stay owned by the trainer. In fp32/fp16/bf16 runs a
+ *  convolution followed by its ReLU is one fused op (tensor_conv2d_bias_relu) writing the
+ *  ReLU's output, so that convolution has no "<layer>.out" / ".pre" of its own (set
+ *  FLEXPOINT_NO_FUSION=1 to keep them). */
 FX_API int fx_trainer_tensor_count(const fx_trainer *t);
 FX_API const char *fx_trainer_tensor_name(const fx_trainer *t, int i);
 FX_API tensor_t *fx_trainer_tensor(fx_trainer *t, int i);

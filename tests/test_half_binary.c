@@ -16,24 +16,19 @@ static uint16_t ref_op(fmt_t f, fx_op op, uint16_t x, uint16_t y)
 {
     const float a = f == FMT_FP16 ? fx_fp16_to_f32(x) : fx_bf16_to_f32(x);
     const float b = f == FMT_FP16 ? fx_fp16_to_f32(y) : fx_bf16_to_f32(y);
-    const float r = op == FX_OP_ADD ? a + b : op == FX_OP_SUB ? a - b : a * b;
+    float r = op == FX_OP_ADD ? a + b : op == FX_OP_SUB ? a - b : a * b;
+    if (a != a) r = a; /* two NaNs: the first survives (the fp32 kernels' rule) */
     return f == FMT_FP16 ? fx_f32_to_fp16(r) : fx_f32_to_bf16(r);
 }
 
-static int is_nan16(fmt_t f, uint16_t v)
-{
-    return (v & 0x7fff) > (f == FMT_FP16 ? 0x7c00 : 0x7f80);
-}
-
-/* Equal patterns, or, when both operands x and y are NaN, NaNs that differ only in the sign:
- * which operand the fp32 operation then propagates (so the result's sign) depends on the
- * operand order the compiler emits for a commutative operation (a Debug build of this test
- * swaps them). With one NaN operand the result is fully determined and must match. */
+/* Equal patterns. Two NaN operands included: the first one's sign survives (the fp32 kernels'
+ * rule), whatever operand order the compiler emits. */
 static int same_bits(fmt_t f, uint16_t got, uint16_t want, uint16_t x, uint16_t y)
 {
-    if (got == want) return 1;
-    return is_nan16(f, x) && is_nan16(f, y) && is_nan16(f, got) && is_nan16(f, want) &&
-           (got & 0x7fff) == (want & 0x7fff);
+    (void)f;
+    (void)x;
+    (void)y;
+    return got == want;
 }
 
 static int call(fx_op op, tensor_t *o, const tensor_t *a, const tensor_t *b)
@@ -83,8 +78,43 @@ static void check(fmt_t f, fx_op op, const int64_t *shape, int bnd, const int64_
     tensor_free(b);
 }
 
+/* Two NaN operands in every position of a per-channel plane with a leftover tail (9 elements:
+ * vectorised iterations and the scalar rest are compiled differently): the first operand's
+ * NaN survives everywhere, in every op. */
+static void check_nan_pairs(void)
+{
+    const fmt_t fmts[2] = {FMT_FP16, FMT_BF16};
+    const fx_op ops[3] = {FX_OP_ADD, FX_OP_SUB, FX_OP_MUL};
+    const int64_t shape[4] = {2, 3, 3, 3}, bshape[3] = {3, 1, 1};
+    for (int fi = 0; fi < 2; fi++)
+        for (int k = 0; k < 3; k++)
+            for (int same = 0; same < 2; same++) {
+                const fmt_t f = fmts[fi];
+                const uint16_t neg_nan = f == FMT_FP16 ? 0xFE00 : 0xFFC0;
+                const uint16_t pos_nan = f == FMT_FP16 ? 0x7E01 : 0x7FC1;
+                tensor_t *a = tensor_new(f, 4, shape), *o = tensor_new(f, 4, shape);
+                tensor_t *b = same ? tensor_new(f, 4, shape) : tensor_new(f, 3, bshape);
+                if (!a || !o || !b) {
+                    CHECK(0, "tensor_new");
+                    tensor_free(a), tensor_free(b), tensor_free(o);
+                    continue;
+                }
+                uint16_t *pa = tensor_data(a), *pb = tensor_data(b);
+                for (int64_t i = 0; i < 54; i++) pa[i] = neg_nan;
+                for (int64_t i = 0; i < tensor_numel(b); i++) pb[i] = pos_nan;
+                CHECK_STATUS(call(ops[k], o, a, b), FX_OK);
+                const uint16_t *po = tensor_data(o);
+                int bad = 0;
+                for (int64_t i = 0; i < 54; i++) bad += po[i] != neg_nan;
+                CHECK(bad == 0, "%s op %d (%s b): %d of 54 results are not the first NaN",
+                      fmt_name(f), (int)ops[k], same ? "same-shape" : "per-channel", bad);
+                tensor_free(a), tensor_free(b), tensor_free(o);
+            }
+}
+
 int main(void)
 {
+    check_nan_pairs();
     test_rng r;
     test_rng_seed(&r, 77);
     const fmt_t fmts[2] = {FMT_FP16, FMT_BF16};

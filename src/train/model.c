@@ -451,9 +451,14 @@ int fx_model_alloc_ctx(fx_model *m, int ctx)
     }
     for (int i = 0; i < m->nlayers; i++) {
         fx_layer *l = &m->layers[i];
-        l->out[ctx] = fx_new_act(m, l->ndim, l->shape, 0);
-        if (!l->out[ctx]) return FX_ENOMEM;
-        if ((l->kind == FX_L_CONV || l->kind == FX_L_LINEAR) && l->b >= 0) {
+        /* a conv fused with its ReLU writes the ReLU layer's output: it has neither an output
+         * nor a pre-bias tensor of its own (none would ever be written, so none is listed) */
+        const int own_out = !(l->kind == FX_L_CONV && l->fused_relu);
+        if (own_out) {
+            l->out[ctx] = fx_new_act(m, l->ndim, l->shape, 0);
+            if (!l->out[ctx]) return FX_ENOMEM;
+        }
+        if (own_out && (l->kind == FX_L_CONV || l->kind == FX_L_LINEAR) && l->b >= 0) {
             l->tmp[ctx] = fx_new_act(m, l->ndim, l->shape, 0);
             if (!l->tmp[ctx]) return FX_ENOMEM;
         }
