@@ -9,6 +9,7 @@
  * FX_HALF_BINARY_NOT_TAKEN and goes through the dispatcher. */
 #include "half_binary.h"
 #include "backend.h"
+#include "../fp32/f32_kernels.h" /* fx_f32_nan_first: the fp32 ops' NaN rule */
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -20,30 +21,24 @@
 typedef void (*fx_widen_fn)(const uint16_t *, float *, int64_t);
 typedef void (*fx_narrow_fn)(const float *, uint16_t *, int64_t);
 
-/* r, or a when a is NaN: the fp32 kernels' rule that of two NaN operands the first survives
- * (src/fp32/f32_scalar.c). Written out because the compiler may emit a commutative operation
- * with its operands swapped, and does so differently in vectorised and leftover iterations.
- * (The narrowing canonicalises the NaN, so only its sign matters here.) */
-static inline float fx_hb_nan_first(float a, float r) { return a != a ? a : r; }
-
 static inline void fx_hb_apply(fx_op op, float *restrict x, const float *restrict y, int64_t n)
 {
     if (op == FX_OP_ADD)
-        for (int64_t i = 0; i < n; i++) x[i] = fx_hb_nan_first(x[i], x[i] + y[i]);
+        for (int64_t i = 0; i < n; i++) x[i] = fx_f32_nan_first(x[i], x[i] + y[i]);
     else if (op == FX_OP_SUB)
-        for (int64_t i = 0; i < n; i++) x[i] = fx_hb_nan_first(x[i], x[i] - y[i]);
+        for (int64_t i = 0; i < n; i++) x[i] = fx_f32_nan_first(x[i], x[i] - y[i]);
     else
-        for (int64_t i = 0; i < n; i++) x[i] = fx_hb_nan_first(x[i], x[i] * y[i]);
+        for (int64_t i = 0; i < n; i++) x[i] = fx_f32_nan_first(x[i], x[i] * y[i]);
 }
 
 static inline void fx_hb_apply_scalar(fx_op op, float *restrict x, float y, int64_t n)
 {
     if (op == FX_OP_ADD)
-        for (int64_t i = 0; i < n; i++) x[i] = fx_hb_nan_first(x[i], x[i] + y);
+        for (int64_t i = 0; i < n; i++) x[i] = fx_f32_nan_first(x[i], x[i] + y);
     else if (op == FX_OP_SUB)
-        for (int64_t i = 0; i < n; i++) x[i] = fx_hb_nan_first(x[i], x[i] - y);
+        for (int64_t i = 0; i < n; i++) x[i] = fx_f32_nan_first(x[i], x[i] - y);
     else
-        for (int64_t i = 0; i < n; i++) x[i] = fx_hb_nan_first(x[i], x[i] * y);
+        for (int64_t i = 0; i < n; i++) x[i] = fx_f32_nan_first(x[i], x[i] * y);
 }
 
 int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b)

@@ -19,6 +19,25 @@
 
 #include "core/backend.h"
 
+#include <stdint.h>
+#include <string.h>
+
+/* r = a op b under the ADD/SUB/MUL NaN rule (f32_scalar.c): when a is NaN the result is a,
+ * quieted, whatever b is. Written out because a compiler may emit a commutative operation with
+ * its operands swapped (and differently in vectorised and leftover iterations), which would
+ * let b's NaN win. */
+static inline float fx_f32_nan_first(float a, float r)
+{
+    /* a select on the bits, without a branch, so that loops over it still vectorise */
+    uint32_t ua, ur;
+    memcpy(&ua, &a, 4);
+    memcpy(&ur, &r, 4);
+    const uint32_t a_nan = (uint32_t)0 - (uint32_t)((ua & 0x7FFFFFFFu) > 0x7F800000u);
+    ur = (ur & ~a_nan) | ((ua | 0x00400000u) & a_nan);
+    memcpy(&r, &ur, 4);
+    return r;
+}
+
 #ifdef _OPENMP
 #define FX_F32_PRAGMA(x) _Pragma(#x)
 #define FX_F32_OMP(x) FX_F32_PRAGMA(omp x)

@@ -92,19 +92,9 @@ static void copy_range(const fx_op_call *c, int64_t lo, int64_t hi)
         float *restrict y = c->out_f32;                                                          \
         for (int64_t i = lo; i < hi; i++) y[i] = (expr);                                         \
     }
-/* r, or a quieted when a is NaN (the first-NaN rule above) */
-static inline float nan_first(float a, float r)
-{
-    if (a == a) return r;
-    uint32_t u;
-    memcpy(&u, &a, 4);
-    u |= 0x00400000u;
-    memcpy(&a, &u, 4);
-    return a;
-}
-FX_F32_BINARY_RANGE(add_range, nan_first(a[i], a[i] + b[i]))
-FX_F32_BINARY_RANGE(sub_range, nan_first(a[i], a[i] - b[i]))
-FX_F32_BINARY_RANGE(mul_range, nan_first(a[i], a[i] * b[i]))
+FX_F32_BINARY_RANGE(add_range, fx_f32_nan_first(a[i], a[i] + b[i]))
+FX_F32_BINARY_RANGE(sub_range, fx_f32_nan_first(a[i], a[i] - b[i]))
+FX_F32_BINARY_RANGE(mul_range, fx_f32_nan_first(a[i], a[i] * b[i]))
 
 static void scale_range(const fx_op_call *c, int64_t lo, int64_t hi)
 {
@@ -253,7 +243,7 @@ static void bias_relu(float *v, int64_t rows, int64_t cols, const float *bias, i
         float *row = v + r * cols;
         for (int64_t j = 0; j < cols; j++) {
             float x = row[j];
-            if (bias) x = nan_first(x, x + bias[j]);
+            if (bias) x = fx_f32_nan_first(x, x + bias[j]);
             row[j] = relu ? relu1(x) : x;
         }
     }

@@ -227,21 +227,17 @@ static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
         if (rc) return rc;
         qc.spec = 1;
     }
+    /* stage and quant are adjacent in fx_gpu_stats: one copy (quant is read only if rounded) */
     struct {
         fx_dstage_stats stage;
         fx_dquant_stats quant;
     } hs;
-    fx_dstage_stats h;
-    if (qc.spec) { /* stage and quant are adjacent in fx_gpu_stats: one copy */
-        rc = fx_gr_memcpy(&hs, &ds->stage,
-                          offsetof(fx_gpu_stats, quant) + sizeof ds->quant -
-                              offsetof(fx_gpu_stats, stage), FX_GR_D2H, func);
-        h = hs.stage;
-        fx_gpu_qstats_of(sg, &hs.quant, &qc.spec_q);
-    } else {
-        rc = fx_gr_memcpy(&h, &ds->stage, sizeof h, FX_GR_D2H, func);
-    }
+    rc = fx_gr_memcpy(&hs, &ds->stage,
+                      offsetof(fx_gpu_stats, quant) + sizeof ds->quant -
+                          offsetof(fx_gpu_stats, stage), FX_GR_D2H, func);
     if (rc) return rc;
+    if (qc.spec) fx_gpu_qstats_of(sg, &hs.quant, &qc.spec_q);
+    const fx_dstage_stats h = hs.stage;
     fx_shared_src src;
     memset(&src, 0, sizeof src);
     src.kind = sg->kind;

@@ -157,17 +157,25 @@ static cudaDataType_t fx_blas_type(int fmt)
     return fmt == FMT_FP16 ? CUDA_R_16F : fmt == FMT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
+// The handle of the current device for a GEMM of M x N x K, which cuBLAS's int arguments must
+// hold (FX_EUNSUPPORTED otherwise).
+static int fx_cublas_gemm_handle(int64_t M, int64_t N, int64_t K, const char *what,
+                                 cublasHandle_t *h, const char *func)
+{
+    if (M > 2147483647 || N > 2147483647 || K > 2147483647)
+        return fx_error(FX_EUNSUPPORTED, func, "%s dimensions M=%lld N=%lld K=%lld exceed "
+                        "cuBLAS's int range", what, (long long)M, (long long)N, (long long)K);
+    return fx_cublas_handle(h, func);
+}
+
 extern "C" int fx_gr_gemm_float(const fx_dview *a, const fx_dview *b, float *out,
                                 const char *func)
 {
     const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
     if (M <= 0 || N <= 0) return FX_OK;
     if (K == 0) return fx_gr_memset0(out, (size_t)(M * N) * sizeof(float), func);
-    if (M > 2147483647 || N > 2147483647 || K > 2147483647)
-        return fx_error(FX_EUNSUPPORTED, func, "matmul dimensions M=%lld N=%lld K=%lld exceed "
-                        "cuBLAS's int range", (long long)M, (long long)N, (long long)K);
     cublasHandle_t h = NULL;
-    int rc = fx_cublas_handle(&h, func);
+    int rc = fx_cublas_gemm_handle(M, N, K, "matmul", &h, func);
     if (rc) return rc;
 
     // Operands go to cuBLAS as they are when both have the same format and a layout cuBLAS
@@ -223,11 +231,8 @@ extern "C" int fx_gr_gemm_float(const fx_dview *a, const fx_dview *b, float *out
 extern "C" int fx_gr_gemm_s8_tn(int64_t N, int64_t M, int64_t K, const int8_t *b, const int8_t *a,
                                 int accumulate, int32_t *out, const char *func)
 {
-    if (M > 2147483647 || N > 2147483647 || K > 2147483647)
-        return fx_error(FX_EUNSUPPORTED, func, "int8 GEMM dimensions M=%lld N=%lld K=%lld exceed "
-                        "cuBLAS's int range", (long long)M, (long long)N, (long long)K);
     cublasHandle_t h = NULL;
-    int rc = fx_cublas_handle(&h, func);
+    int rc = fx_cublas_gemm_handle(M, N, K, "int8 GEMM", &h, func);
     if (rc) return rc;
     const int32_t alpha = 1, beta = accumulate ? 1 : 0;
     cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, b,

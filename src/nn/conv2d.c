@@ -495,28 +495,19 @@ typedef struct conv_epilogue {
     int relu;
 } conv_epilogue;
 
-/* Apply ep to a chunk of rows x O fp32 sums (pixel-major, in place); half: y is fp16/bf16 and
- * the chunk's 16-bit values go there (else y is fp32 and v is its values). */
+/* Apply ep to a chunk of rows x O fp32 sums (pixel-major, in place), before they are written
+ * to y. half: y is fp16/bf16 and this is the chunk's 16-bit buffer (its final conversion is
+ * the forward loop's, as without ep); with a bias, the sums are first rounded to y's format
+ * through it and widened back, as the unfused convolution's own write would round them. */
 static void conv_epilogue_chunk(const conv_epilogue *ep, const fx_backend *be, fmt_t yfmt,
                                 float *v, int64_t rows, int64_t O, uint16_t *half)
 {
-    const int64_t n = rows * O;
-    if (half && ep->bias) { /* t = the convolution rounded to y's format, widened back */
-        if (yfmt == FMT_FP16) {
-            be->cvt.f32_to_fp16(v, half, n);
-            be->cvt.fp16_to_f32(half, v, n);
-        } else {
-            be->cvt.f32_to_bf16(v, half, n);
-            be->cvt.bf16_to_f32(half, v, n);
-        }
+    if (half && ep->bias) {
+        const int64_t n = rows * O;
+        conv_half_cvt(yfmt)(v, half, n);
+        (yfmt == FMT_FP16 ? be->cvt.fp16_to_f32 : be->cvt.bf16_to_f32)(half, v, n);
     }
     if (ep->bias || ep->relu) be->bias_relu_f32(v, rows, O, ep->bias, ep->relu);
-    if (half) {
-        if (yfmt == FMT_FP16)
-            be->cvt.f32_to_fp16(v, half, n);
-        else
-            be->cvt.f32_to_bf16(v, half, n);
-    }
 }
 
 /* ---- forward ------------------------------------------------------------------------------- */
@@ -652,7 +643,7 @@ static int conv2d_forward(tensor_t *y, const tensor_t *x, const tensor_t *w, int
         if (status[ch] == FX_OK && ep)
             conv_epilogue_chunk(ep, be, y->fmt, (float *)(void *)myy, Pc, g.O,
                                 yhalf ? yhalf + n0 * P * g.O : NULL);
-        else if (status[ch] == FX_OK && yhalf)
+        if (status[ch] == FX_OK && yhalf)
             half_cvt((const float *)(const void *)myy, yhalf + n0 * P * g.O, Pc * g.O);
     }
     rc = conv_chunk_status(status, plan.nchunks, func);
@@ -716,7 +707,7 @@ int tensor_conv2d_bias_relu(tensor_t *y, const tensor_t *x, const tensor_t *w,
     if (!fused) return conv2d_bias_relu_unfused(y, x, w, bias, relu, sh, sw, ph, pw, dh, dw);
     float *b32 = NULL;
     if (bias) {
-        b32 = malloc((size_t)bias->shape[0] * sizeof *b32 + 1);
+        b32 = malloc((size_t)bias->shape[0] * sizeof *b32);
         if (!b32) return FX_FAIL(FX_ENOMEM, "cannot allocate %lld bias values",
                                  (long long)bias->shape[0]);
         int rc = tensor_to_f32(bias, b32); /* exact for the float formats */
