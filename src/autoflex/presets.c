@@ -85,6 +85,8 @@ int tensor_set_autoflex_config(tensor_t *t, const fx_autoflex_config *cfg)
     if (rc != FX_OK) return rc;
     rc = fx_af_config_validate(cfg);
     if (rc != FX_OK) return rc;
+    /* a launched write is observed under the configuration it was written with */
+    if ((rc = fx_storage_settle(t->st, __func__))) return rc;
     /* The exponent stays: a new configuration restarts the history and the initialisation
      * from the tensor's current exponent. */
     fx_af_reset(&t->st->af, cfg);
@@ -100,6 +102,7 @@ int tensor_set_autoflex(tensor_t *t, const char *preset)
     if (fx_af_preset(preset, &cfg) != FX_OK)
         return FX_FAIL(FX_ENAME, "unknown Autoflex preset '%s' (known: published, fixed, "
                        "truemax, exact_init, robust)", preset);
+    if ((rc = fx_storage_settle(t->st, __func__))) return rc;
     fx_af_reset(&t->st->af, &cfg);
     return FX_OK;
 }

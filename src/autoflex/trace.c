@@ -55,7 +55,8 @@ static int check_shared(const tensor_t *t, const char *func)
                         "write traces exist for shared-exponent formats only, got %s",
                         name ? name : "an unknown format");
     }
-    return FX_OK;
+    /* every caller reads or resets the trace, which a pending write still has to extend */
+    return fx_storage_settle(t->st, func);
 }
 
 int tensor_trace_enable(tensor_t *t, int on)

@@ -63,6 +63,33 @@ int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *fu
  * recomputed. */
 int fx_write_shared_peek_exp(const tensor_t *out, int *e);
 
+/* ---- writes whose statistics arrive later ----------------------------------------------------
+ * A FLEX16_5 write whose exponent the Autoflex state alone decides, and whose configuration
+ * never revisits that decision (overflow_mode KEEP, or unmanaged), needs its own statistics
+ * only for bookkeeping: the Autoflex history, the statistics, the counters and the trace. A
+ * backend whose statistics arrive late (the GPU: a copy from device memory) launches such a
+ * write without waiting: fx_write_shared_defer_exp gives the exponent and the rounding, the
+ * backend rounds at them and arranges for the statistics to be collected, and
+ * fx_write_shared_launched commits the exponent and the write count. fx_storage_settle
+ * (internal.h) completes the bookkeeping later, from the collected statistics, exactly as
+ * fx_write_shared_with would have done at once; it runs before the next write into the
+ * storage and before anything reads the state, so every result and every trace is the same.
+ * fx_pending_write and fx_pending_ops are in internal.h, with the storage that owns them. */
+
+/* 1 when the next write into out can be launched before its statistics are known (see above),
+ * with the exponent *e, *clamped and the rounding *r it must use; 0 otherwise (then write
+ * through fx_write_shared_with). out's storage must have no pending write (settle first). */
+int fx_write_shared_defer_exp(const tensor_t *out, int *e, int *clamped, fx_rounding *r);
+
+/* Commit a launched write into out (decided by fx_write_shared_defer_exp): the exponent and the
+ * write counters move now; p (owned by out's storage from now on, as st->pending) is completed
+ * by fx_storage_settle. */
+void fx_write_shared_launched(tensor_t *out, fx_pending_write *p, int e, int clamped);
+
+/* Tests: host writes into FLEX16_5 tensors take the deferred path too (statistics kept in a
+ * host record until settled), so that every reader's settle is exercised without a GPU. */
+void fx_store_defer_host_writes(int on);
+
 /* Scratch allocations of one op call, freed together (src/core/scratch.c). Large blocks go back
  * to a small process-wide cache instead of the system, so that an op called again (every
  * training step) reuses memory whose pages are already mapped. Contents are uninitialised. */

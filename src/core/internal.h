@@ -33,6 +33,23 @@ typedef struct fx_trace {
 /* Storage: the bytes plus everything that belongs to the data rather than to a view
  * (the shared exponent is a property of all the int16 values together). Reference-counted so
  * that views keep it alive. */
+/* A write into a storage whose bookkeeping waits for its statistics (dispatch.h: "writes
+ * whose statistics arrive later"). A backend embeds it as the first member of its own record. */
+typedef struct fx_pending_write fx_pending_write;
+typedef struct fx_pending_ops {
+    /* Wait for the launched write's statistics: the quantisation's *q, and the real maximum
+     * of the staged values *true_max. FX_OK or a status with the message set. */
+    int (*collect)(fx_pending_write *p, fx_qstats *q, double *true_max, const char *func);
+    /* Free the record (its storage is being freed; a launched write may be uncollected). */
+    void (*destroy)(fx_pending_write *p);
+} fx_pending_ops;
+struct fx_pending_write {
+    const fx_pending_ops *ops;
+    int active;     /* a launched write awaits fx_storage_settle */
+    int e, clamped; /* the exponent chosen at launch, and whether the window clamped it */
+    int64_t index;  /* the write's number (st->writes at launch), for its trace record */
+};
+
 typedef struct fx_storage {
     void *data;
     int64_t numel; /* elements allocated */
@@ -51,7 +68,18 @@ typedef struct fx_storage {
     fx_write_info last;
     int64_t writes, overflows, clamped_total, nonfinite_total;
     fx_trace trace;
+    /* A write launched before its statistics were known (a FLEX16_5 device write that does not
+     * wait for its own statistics, src/core/dispatch.h): its Autoflex observation, statistics
+     * and trace record are completed by fx_storage_settle. NULL until the first such write;
+     * owned by the storage and destroyed with it. */
+    struct fx_pending_write *pending;
 } fx_storage;
+
+/* Complete st's pending write, if any (src/core/store.c), so that its Autoflex state,
+ * statistics, counters and trace are those of every write launched so far. Every reader of
+ * that state calls it first. FX_OK, or the backend's status (FX_EDEVICE) when the statistics
+ * cannot be collected; the pending write is then dropped. */
+int fx_storage_settle(fx_storage *st, const char *func);
 
 struct tensor {
     fmt_t fmt;

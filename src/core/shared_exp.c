@@ -38,6 +38,7 @@ int tensor_set_exp(tensor_t *t, int e)
     int rc = fx_need_shared(t, __func__);
     if (rc) return rc;
     fx_storage *st = t->st;
+    if ((rc = fx_storage_settle(st, __func__))) return rc;
     if (e < st->win_lo || e > st->win_hi)
         return FX_FAIL(FX_ERANGE, "exponent %d is outside the %s window [%d, %d]", e,
                        fmt_name(t->fmt), st->win_lo, st->win_hi);
@@ -63,6 +64,8 @@ int tensor_set_exp_window(tensor_t *t, int lo)
         return FX_FAIL(FX_ERANGE, "window start %d is outside [%d, %d]", lo, FX_DFP_EXP_MIN,
                        FX_DFP_EXP_MAX - FX_FLEX_WINDOW + 1);
     fx_storage *st = t->st;
+    int rc = fx_storage_settle(st, __func__);
+    if (rc) return rc;
     int moved = fx_clamp_exp(st->exp, lo, lo + FX_FLEX_WINDOW - 1, NULL) != st->exp;
     if (moved && st->on_device)
         return FX_FAIL(FX_EUNSUPPORTED, "the window moves the exponent, and rescaling the "
@@ -106,6 +109,7 @@ int tensor_stat(const tensor_t *t, const char *name, double *value)
     int rc = fx_need_shared(t, __func__);
     if (rc) return rc;
     if (!name || !value) return FX_FAIL(FX_EINVAL, "%s is NULL", !name ? "name" : "value");
+    if ((rc = fx_storage_settle(t->st, __func__))) return rc;
     const fx_storage *st = t->st;
     static const char *const names[] = {"saturated", "true_max",      "nonfinite",
                                         "underflow", "clamped",       "overflows",

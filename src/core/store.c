@@ -89,9 +89,34 @@ static void fx_trial(void *ctx, int e, fx_qstats *st)
     }
 }
 
+/* The bookkeeping of a finished write numbered `index` at exponent e with statistics q:
+ * the last-write statistics, the trace record and the totals. The exponent, the Autoflex
+ * history and the write counters are the caller's. */
+static void fx_write_shared_account(fx_storage *st, int64_t index, int e, int clamped,
+                                    int overflowed, int recomputed, const fx_qstats *q,
+                                    double true_max)
+{
+    st->last.saturated = q->saturated;
+    st->last.nonfinite = q->nonfinite;
+    st->last.underflow = q->underflow;
+    st->last.clamped = clamped;
+    st->last.true_max = true_max;
+    st->last.stored_max = ldexp((double)q->max_abs_out, e);
+    if (st->trace.enabled) {
+        fx_trace_record rec = {index, e, clamped, overflowed, recomputed, q->saturated,
+                               q->nonfinite, q->underflow, true_max, st->last.stored_max};
+        fx_trace_append(&st->trace, &rec); /* on ENOMEM the record is dropped, data is kept */
+    }
+    st->overflows += overflowed;
+    st->clamped_total += clamped;
+    st->nonfinite_total += q->nonfinite;
+}
+
 int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *func)
 {
     fx_storage *st = out->st;
+    int rc = fx_storage_settle(st, func); /* an earlier write's bookkeeping comes first */
+    if (rc) return rc;
     bool whole = fx_tensor_covers_storage(out);
     const double true_max = src->true_max;
     fx_rounding r = {st->rounding, st->seed, st->write_counter};
@@ -119,7 +144,7 @@ int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *fu
     }
 
     fx_qstats q;
-    int rc = src->quantize(src->ctx, e, &r, 1, &q);
+    rc = src->quantize(src->ctx, e, &r, 1, &q);
     if (rc) return rc;
     int overflowed = q.saturated > 0, recomputed = 0;
     if (whole && st->fmt == FMT_FLEX16_5) {
@@ -135,22 +160,9 @@ int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *fu
 
     st->af = af;
     st->exp = e;
-    st->last.saturated = q.saturated;
-    st->last.nonfinite = q.nonfinite;
-    st->last.underflow = q.underflow;
-    st->last.clamped = clamped;
-    st->last.true_max = true_max;
-    st->last.stored_max = ldexp((double)q.max_abs_out, e);
-    if (st->trace.enabled) {
-        fx_trace_record rec = {st->writes, e, clamped, overflowed, recomputed, q.saturated,
-                               q.nonfinite, q.underflow, true_max, st->last.stored_max};
-        fx_trace_append(&st->trace, &rec); /* on ENOMEM the record is dropped, data is kept */
-    }
+    fx_write_shared_account(st, st->writes, e, clamped, overflowed, recomputed, &q, true_max);
     st->writes++;
     st->write_counter++;
-    st->overflows += overflowed;
-    st->clamped_total += clamped;
-    st->nonfinite_total += q.nonfinite;
     (void)func;
     return FX_OK;
 }
@@ -159,10 +171,108 @@ int fx_write_shared_peek_exp(const tensor_t *out, int *e)
 {
     const fx_storage *st = out->st;
     if (st->fmt != FMT_FLEX16_5 || !fx_tensor_covers_storage(out)) return 0;
+    if (st->pending && st->pending->active) return 0; /* its history is not complete yet */
     fx_af_state af = st->af; /* fx_af_predict marks a first write initialised: work on a copy */
     if (af.cfg.managed && !af.initialized) return 0;
     int clamped = 0;
     *e = fx_af_predict(&af, st->exp, st->win_lo, st->win_hi, NULL, &clamped);
+    return 1;
+}
+
+int fx_write_shared_defer_exp(const tensor_t *out, int *e, int *clamped, fx_rounding *r)
+{
+    const fx_storage *st = out->st;
+    if (st->fmt != FMT_FLEX16_5 || !fx_tensor_covers_storage(out)) return 0;
+    if (st->pending && st->pending->active) return 0;
+    const fx_autoflex_config *cfg = &st->af.cfg;
+    /* a first write probes or measures its own data; a recomputing configuration may revisit
+     * the exponent after seeing the statistics */
+    if (cfg->managed && (!st->af.initialized || cfg->overflow_mode != FX_AF_OVERFLOW_KEEP))
+        return 0;
+    fx_af_state af = st->af; /* a prediction from the history changes nothing, but stay safe */
+    *clamped = 0;
+    *e = fx_af_predict(&af, st->exp, st->win_lo, st->win_hi, NULL, clamped);
+    *r = (fx_rounding){st->rounding, st->seed, st->write_counter};
+    return 1;
+}
+
+void fx_write_shared_launched(tensor_t *out, fx_pending_write *p, int e, int clamped)
+{
+    fx_storage *st = out->st;
+    p->active = 1;
+    p->e = e;
+    p->clamped = clamped;
+    p->index = st->writes;
+    st->pending = p;
+    st->exp = e;
+    st->writes++;
+    st->write_counter++;
+}
+
+int fx_storage_settle(fx_storage *st, const char *func)
+{
+    fx_pending_write *p = st->pending;
+    if (!p || !p->active) return FX_OK;
+    p->active = 0; /* collected or failed, it is settled once */
+    fx_qstats q;
+    fx_qstats_init(&q);
+    double true_max = 0.0;
+    int rc = p->ops->collect(p, &q, &true_max, func);
+    if (rc) return rc;
+    const int overflowed = q.saturated > 0;
+    fx_af_observe(&st->af, p->e, &q, true_max, overflowed); /* as fx_write_shared_with: KEEP */
+    fx_write_shared_account(st, p->index, p->e, p->clamped, overflowed, 0, &q, true_max);
+    return FX_OK;
+}
+
+/* ---- the deferred path on the host (tests only) -------------------------------------------- */
+
+static int fx_defer_host;
+
+void fx_store_defer_host_writes(int on) { fx_defer_host = on != 0; }
+
+/* The host's statistics are known at once; the record only holds them until settled. */
+typedef struct fx_host_pending {
+    fx_pending_write base;
+    fx_qstats q;
+    double true_max;
+} fx_host_pending;
+
+static int fx_host_pending_collect(fx_pending_write *p, fx_qstats *q, double *true_max,
+                                   const char *func)
+{
+    (void)func;
+    const fx_host_pending *h = (const fx_host_pending *)p;
+    *q = h->q;
+    *true_max = h->true_max;
+    return FX_OK;
+}
+
+static void fx_host_pending_destroy(fx_pending_write *p) { free(p); }
+
+static const fx_pending_ops fx_host_pending_ops = {fx_host_pending_collect,
+                                                   fx_host_pending_destroy};
+
+/* Write a host stage through the deferred protocol when it applies: 1 if written. */
+static int fx_write_shared_deferred_host(tensor_t *out, const fx_stage *s, double true_max,
+                                         int16_t *dst, const char *func, int *rc)
+{
+    fx_storage *st = out->st;
+    *rc = fx_storage_settle(st, func);
+    if (*rc) return 1;
+    int e, clamped;
+    fx_rounding r;
+    if (!fx_write_shared_defer_exp(out, &e, &clamped, &r)) return 0;
+    if (!st->pending) {
+        fx_host_pending *h = calloc(1, sizeof *h);
+        if (!h) return 0; /* the ordinary path needs no record */
+        h->base.ops = &fx_host_pending_ops;
+        st->pending = &h->base;
+    }
+    fx_host_pending *h = (fx_host_pending *)st->pending;
+    fx_stage_quantize(fx_backend_active(), s, e, &r, dst, &h->q);
+    h->true_max = true_max;
+    fx_write_shared_launched(out, &h->base, e, clamped);
     return 1;
 }
 
@@ -198,9 +308,13 @@ static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
     src.kind = s->kind == FX_STAGE_F32 ? FX_STAGE_F32 : FX_STAGE_I64; /* integers at exp */
     src.exp = s->exp;
     fx_stage_maxabs(be, s, &src.true_max, &src.nonfinite, &src.imax);
+    int rc;
+    if (fx_defer_host && direct &&
+        fx_write_shared_deferred_host(out, s, src.true_max, direct, func, &rc))
+        return rc;
     src.ctx = &qc;
     src.quantize = fx_host_quantize;
-    int rc = fx_write_shared_with(out, &src, func);
+    rc = fx_write_shared_with(out, &src, func);
     if (tmp) {
         if (rc == FX_OK) fx_strided_copy(out, tmp, 1);
         free(tmp);

@@ -147,6 +147,7 @@ int fx_need_host(const tensor_t *t, const char *what, int code, const char *hint
 static void fx_storage_release(fx_storage *st)
 {
     if (__atomic_sub_fetch(&st->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+        if (st->pending) st->pending->ops->destroy(st->pending);
         fx_trace_free(&st->trace);
         if (st->on_device)
             fx_gpu_free(st->device, st->data);

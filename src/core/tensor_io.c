@@ -68,6 +68,7 @@ int fx_tensor_state_put(fx_buf *b, const tensor_t *t)
     if (rc) return rc;
     if (!fx_tensor_covers_storage(t))
         return FX_FAIL(FX_EINVAL, "only whole tensors can be saved");
+    if ((rc = fx_storage_settle(t->st, __func__))) return rc;
     const fx_storage *st = t->st;
     fx_tensor_header h;
     memset(&h, 0, sizeof h);
@@ -98,6 +99,8 @@ int fx_tensor_state_get(fx_reader *r, tensor_t *t, const char *what)
     if (rc) return rc;
     if (!fx_tensor_covers_storage(t))
         return FX_FAIL(FX_EINVAL, "%s: only whole tensors can be restored", what);
+    /* the restored state replaces the current one, which must be complete (its trace stays) */
+    if ((rc = fx_storage_settle(t->st, __func__))) return rc;
     fx_tensor_header h;
     fx_reader_get(r, &h, sizeof h);
     if (r->failed) return FX_FAIL(FX_ECORRUPT, "%s: truncated tensor header", what);

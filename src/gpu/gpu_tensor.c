@@ -131,7 +131,10 @@ static int fx_h2d(tensor_t *dst, const tensor_t *src, const char *func)
         fx_strided_copy(src, tmp, 0);
         host = tmp;
     }
-    int rc = fx_gr_memcpy(fx_tensor_base(dst), host, bytes, FX_GR_H2D, func);
+    /* the state copied with the elements is complete; dst's own pending write is done first */
+    int rc = fx_storage_settle(src->st, func);
+    if (!rc) rc = fx_storage_settle(dst->st, func);
+    if (!rc) rc = fx_gr_memcpy(fx_tensor_base(dst), host, bytes, FX_GR_H2D, func);
     free(tmp);
     if (!rc) fx_storage_copy_exp_state(dst->st, src->st);
     return rc;
@@ -143,8 +146,9 @@ static int fx_d2h(tensor_t *dst, const tensor_t *src, const char *func)
     const size_t bytes = (size_t)n * fmt_elem_size(src->fmt);
     const void *dev = fx_tensor_base(src);
     void *dtmp = NULL, *htmp = NULL;
-    int rc = FX_OK;
-    if (!fx_tensor_is_contiguous(src)) { /* gather on the device first */
+    int rc = fx_storage_settle(src->st, func); /* the state copied with the elements */
+    if (!rc) rc = fx_storage_settle(dst->st, func);
+    if (!rc && !fx_tensor_is_contiguous(src)) { /* gather on the device first */
         fx_dview v = fx_gpu_view_of(src);
         rc = fx_gr_malloc(bytes, &dtmp, func);
         if (!rc) rc = fx_gk_gather(&v, n, dtmp, func);

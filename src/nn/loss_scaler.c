@@ -116,6 +116,7 @@ int fx_loss_scaler_unscale(const fx_loss_scaler *s, const tensor_t *const *grads
         const tensor_t *g = grads[i];
         const int64_t numel = fx_numel_of(g->ndim, g->shape);
         if (numel == 0) continue;
+        if ((rc = fx_storage_settle(g->st, func))) return rc;
         if (fmt_is_shared_exponent(g->fmt) && g->st->last.nonfinite > 0) bad = 1;
         float *o = out[i];
         if (!fx_tensor_is_contiguous(g)) {
