@@ -48,9 +48,17 @@
  *   the first float matmul on the device.
  * - Ops on device tensors are asynchronous: an op returns once its work is queued on the
  *   device's (legacy default) stream, and later ops, copies to the host and tensor_free are
- *   ordered after it, so results read through this API are always complete. Writes into
- *   FLEX16_5/DFP16 outputs read a few bytes of statistics back (the exponent choice needs
- *   them), which waits for that op; float-format ops do not wait at all. A fault inside a
+ *   ordered after it, so results read through this API are always complete. Float-format ops
+ *   do not wait at all. A FLEX16_5 write whose exponent Autoflex predicts from its history and
+ *   never revisits (presets "published", "truemax", "exact_init", "fixed": overflow_mode KEEP,
+ *   after the tensor's first write) does not wait either: its statistics are copied back
+ *   asynchronously, and its Autoflex history, statistics and trace are completed when the
+ *   tensor is next written or its state is read (tensor_stat, traces, Autoflex calls,
+ *   checkpoints, host copies), which then waits only for that copy, typically one training
+ *   step old. The results are those of the host, bit for bit. Writes that decide from their
+ *   own data read their statistics back at once, which waits for the op: DFP16 (exact
+ *   exponent), a FLEX16_5 first write, and the "robust" preset (the default; it recomputes a
+ *   saturated write at the exact exponent). flexpoint_gpu_host_waits counts the waits. A fault inside a
  *   kernel is therefore reported by a later call (with FLEXPOINT_GPU_SYNC=1 in the
  *   environment every op waits and reports its own faults). An op that fails with FX_EDEVICE
  *   may have changed its output's elements (a FLEX16_5 output is rounded at its predicted
@@ -148,6 +156,13 @@ FX_API int flexpoint_gpu_free(void *p);
  *  before cudaDeviceReset (the cache would otherwise keep pointers of the old context). Live
  *  allocations are untouched. Always FX_OK (also without CUDA, where nothing is cached). */
 FX_API int flexpoint_gpu_release_cache(void);
+
+/** How many times this process has waited for a CUDA device inside the library so far: every
+ *  copy between host and device memory (a synchronous copy waits for the work queued before
+ *  it), every synchronisation, and every read of write statistics that had not yet arrived.
+ *  For profiling a training step (a FLEX16_5 write under a KEEP Autoflex preset adds none; see
+ *  the conventions above). 0 without CUDA. Never fails. */
+FX_API long long flexpoint_gpu_host_waits(void);
 
 /** Copy `bytes` from host memory src to device memory dst / from device memory src to host
  *  memory dst. bytes == 0 does nothing (FX_OK). FX_EINVAL for NULL pointers with bytes > 0 or

@@ -468,6 +468,73 @@ static void test_autoflex_sequences(test_rng *r)
     }
 }
 
+/* Deferred writes (flexpoint_gpu.h): FLEX16_5 writes under a KEEP preset never wait for the
+ * device after their first write, while "robust" reads every write's statistics back; both
+ * end bit-identical to the host, state and traces included (read after many pending writes).
+ * The wait counts are only checked on a real device. */
+static void test_deferred_waits(test_rng *r)
+{
+    const int64_t s[2] = {48, 48};
+    float v[48 * 48];
+    const char *presets[2] = {"published", "robust"};
+    for (int p = 0; p < 2; p++) {
+        gpu_test_fill(v, 48 * 48, r, 2);
+        tensor_t *ah = host_tensor(FMT_FLEX16_5, 2, s, v), *ad = gpu_test_to_dev(ah);
+        tensor_t *h[3], *d[3];
+        for (int i = 0; i < 3; i++) {
+            h[i] = tensor_new(FMT_FLEX16_5, 2, s);
+            d[i] = gpu_test_new_dev(FMT_FLEX16_5, 2, s);
+            CHECK_STATUS(tensor_set_autoflex(h[i], presets[p]), FX_OK);
+            CHECK_STATUS(tensor_set_autoflex(d[i], presets[p]), FX_OK);
+            CHECK_STATUS(tensor_trace_enable(h[i], 1), FX_OK);
+            CHECK_STATUS(tensor_trace_enable(d[i], 1), FX_OK);
+        }
+        long long waits0 = 0;
+        const int warm = 2, steps = 12;
+        for (int it = 0; it < warm + steps; it++) {
+            if (it == warm) waits0 = flexpoint_gpu_host_waits();
+            int rh, rd;
+            RUN_BOTH(rh, rd, tensor_matmul(h[0], ah, ah), tensor_matmul(d[0], ad, ad));
+            CHECK(rh == FX_OK && rd == FX_OK, "deferred matmul: %d %d", rh, rd);
+            RUN_BOTH(rh, rd, tensor_relu(h[1], h[0]), tensor_relu(d[1], d[0]));
+            CHECK(rh == FX_OK && rd == FX_OK, "deferred relu: %d %d", rh, rd);
+            RUN_BOTH(rh, rd, tensor_add(h[2], h[1], h[2]), tensor_add(d[2], d[1], d[2]));
+            CHECK(rh == FX_OK && rd == FX_OK, "deferred add: %d %d", rh, rd);
+        }
+        const long long waits = flexpoint_gpu_host_waits() - waits0;
+        if (!gpu_test_on_host) {
+            if (p == 0)
+                CHECK(waits == 0, "published: %lld host waits in %d steps of 3 writes", waits,
+                      steps);
+            else
+                CHECK(waits >= 3 * steps, "robust: %lld host waits in %d steps of 3 writes "
+                      "(each write reads its statistics)", waits, steps);
+            printf("test_gpu_ops: %s: %lld host waits in %d steps of 3 FLEX16_5 writes\n",
+                   presets[p], waits, steps);
+        }
+        for (int i = 0; i < 3; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "deferred %s output %d", presets[p], i);
+            CHECK(tensor_trace_len(h[i]) == warm + steps &&
+                      tensor_trace_len(d[i]) == warm + steps,
+                  "%s: trace lengths %lld / %lld", what, (long long)tensor_trace_len(h[i]),
+                  (long long)tensor_trace_len(d[i]));
+            for (int64_t k = 0; k < tensor_trace_len(h[i]) && k < tensor_trace_len(d[i]); k++) {
+                fx_trace_record th, td;
+                CHECK_STATUS(tensor_trace_get(h[i], k, &th), FX_OK);
+                CHECK_STATUS(tensor_trace_get(d[i], k, &td), FX_OK);
+                CHECK(memcmp(&th, &td, sizeof th) == 0, "%s: trace record %lld differs", what,
+                      (long long)k);
+            }
+            gpu_test_check_same(h[i], d[i], what);
+            tensor_free(h[i]);
+            tensor_free(d[i]);
+        }
+        tensor_free(ah);
+        tensor_free(ad);
+    }
+}
+
 static void test_stochastic_rounding(test_rng *r)
 {
     const int64_t s[1] = {5000};
@@ -646,6 +713,7 @@ int main(void)
     test_sum(&r);
     test_matmul(&r);
     test_autoflex_sequences(&r);
+    test_deferred_waits(&r);
     test_stochastic_rounding(&r);
     test_partial_view_output(&r);
     if (!gpu_test_on_host) {

@@ -237,6 +237,73 @@ done:
     fx_trainer_free(d);
 }
 
+/* Host waits per CNN training step on the device (flexpoint_gpu_host_waits), after warm-up
+ * steps: FLEX16_5 under a KEEP preset ("published") defers its writes' statistics and must wait
+ * less than under "robust", which reads every write's statistics back; fp32 is printed for
+ * reference (its waits are the step's own copies: labels, loss, argmax checks). The published
+ * device run also counts the same writes per tensor as the host run; its exponents are
+ * reported (later steps are not guaranteed identical, see the top of the file). */
+static long long waits_per_steps(fx_trainer *t, int steps)
+{
+    float l = 0;
+    for (int s = 0; s < 2; s++) CHECK_STATUS(fx_trainer_step(t, &l), FX_OK);
+    long long w0 = flexpoint_gpu_host_waits();
+    for (int s = 0; s < steps; s++) CHECK_STATUS(fx_trainer_step(t, &l), FX_OK);
+    return flexpoint_gpu_host_waits() - w0;
+}
+
+static fx_trainer *make_preset(int fmt, const char *preset, int device, const fx_dataset *tr,
+                               const fx_dataset *te)
+{
+    fx_train_config c;
+    fx_train_config_default(&c);
+    snprintf(c.model, sizeof c.model, "cnn");
+    snprintf(c.autoflex, sizeof c.autoflex, "%s", preset);
+    c.fmt = fmt;
+    c.batch_size = 32;
+    c.lr = 0.05;
+    c.seed = 5;
+    c.device = device;
+    fx_trainer *t = fx_trainer_new(&c, tr, te);
+    CHECK(t != NULL, "cnn/%s/%s: %s", fmt_name((fmt_t)fmt), preset, flexpoint_last_error());
+    return t;
+}
+
+static void step_waits(const fx_dataset *tr, const fx_dataset *te)
+{
+    const int steps = 6;
+    fx_trainer *pub = make_preset(FMT_FLEX16_5, "published", 0, tr, te);
+    fx_trainer *rob = make_preset(FMT_FLEX16_5, "robust", 0, tr, te);
+    fx_trainer *f32 = make_preset(FMT_FP32, "robust", 0, tr, te);
+    fx_trainer *host = make_preset(FMT_FLEX16_5, "published", -1, tr, te);
+    if (pub && rob && f32 && host) {
+        long long wp = waits_per_steps(pub, steps), wr = waits_per_steps(rob, steps);
+        long long wf = waits_per_steps(f32, steps);
+        printf("host waits per CNN step: flex16_5 published %.1f, flex16_5 robust %.1f, "
+               "fp32 %.1f\n", (double)wp / steps, (double)wr / steps, (double)wf / steps);
+        CHECK(wp < wr, "published waits %lld times in %d steps, robust %lld", wp, steps, wr);
+        float l = 0;
+        for (int s = 0; s < steps + 2; s++) CHECK_STATUS(fx_trainer_step(host, &l), FX_OK);
+        int exp_differ = 0;
+        for (int i = 0; i < fx_trainer_tensor_count(host); i++) {
+            tensor_t *x = fx_trainer_tensor(host, i), *y = fx_trainer_tensor(pub, i);
+            if (!fmt_is_shared_exponent(tensor_fmt(x))) continue;
+            double wx = -1, wy = -2;
+            CHECK_STATUS(tensor_stat(x, "writes", &wx), FX_OK);
+            CHECK_STATUS(tensor_stat(y, "writes", &wy), FX_OK);
+            CHECK(wx == wy, "published %s: %g writes on the host, %g on the device",
+                  fx_trainer_tensor_name(host, i), wx, wy);
+            exp_differ += tensor_exp(x) != tensor_exp(y);
+        }
+        printf("published, after %d steps: %d tensors' exponents differ from the host's\n",
+               steps + 2, exp_differ);
+    }
+    fx_trainer_free(pub);
+    fx_trainer_free(rob);
+    fx_trainer_free(f32);
+    fx_trainer_free(host);
+}
+
 int main(void)
 {
     if (!flexpoint_gpu_built())
@@ -259,6 +326,7 @@ int main(void)
         }
         host_vs_device("resnet20", FMT_FLEX16_5, tr, te);
         host_vs_device("resnet20", FMT_FP32, tr, te);
+        step_waits(tr, te);
     }
     fx_dataset_free(all);
     fx_dataset_free(tr);

@@ -11,7 +11,15 @@
  * small copy) and hands them to fx_write_shared_with (store.c): the exponent choice, Autoflex
  * trials, the recompute rule and the bookkeeping are the host's own code; only the
  * quantisation runs on the device, reading back its statistics (one more small copy per
- * quantisation). Float outputs are rounded by one device kernel. */
+ * quantisation). Float outputs are rounded by one device kernel.
+ *
+ * Two shortcuts keep the host from waiting, with the same results:
+ * - deferred writes: a FLEX16_5 write that Autoflex decides from its history alone and never
+ *   revisits (KEEP presets, after the first write) is rounded at once and its statistics are
+ *   copied back asynchronously; the bookkeeping completes later (fx_storage_settle);
+ * - speculation: any other FLEX16_5 write with a predictable exponent (the "robust" preset) is
+ *   rounded at the prediction before the statistics are read, so stage and rounding statistics
+ *   come back in one copy, and the rounding is kept unless the write is recomputed. */
 #include "../core/dispatch.h"
 #include "../core/ops_internal.h"
 #include "gpu.h"
@@ -19,6 +27,7 @@
 #include "gpu_nn.h"
 
 #include <stddef.h> /* offsetof */
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -54,6 +63,7 @@ static void fx_gs_free(fx_gpu_scratch *s)
 typedef struct fx_gpu_stats {
     fx_dstage_stats stage; /* of the op's stage */
     fx_dquant_stats quant; /* of the latest quantisation */
+    int dev_e[2];          /* [0]: an exponent chosen on the device (DFP16); [1]: padding */
     fx_dstage_stats aux;   /* operand preparation */
 } fx_gpu_stats;
 
@@ -128,7 +138,7 @@ static int fx_gpu_quantize_exact(fx_dview *v, fx_gpu_stats *ds, fx_gpu_scratch *
     }
     fx_rounding r = {FX_ROUND_NEAREST_EVEN, 0, 0};
     rc = fx_gr_memset0(&ds->quant, sizeof ds->quant, func);
-    if (!rc) rc = fx_gk_quant_f32(f, n, e, &r, &qv, &ds->quant, func);
+    if (!rc) rc = fx_gk_quant_f32(f, n, e, NULL, &r, &qv, &ds->quant, func);
     if (!rc) *v = qv;
     return rc;
 }
@@ -155,18 +165,20 @@ typedef struct fx_gpu_quant_ctx {
     fx_qstats spec_q;
 } fx_gpu_quant_ctx;
 
-/* Launch the rounding of the stage at e (into dst when keep) with its statistics into
- * ds->quant, without reading them back. */
-static int fx_gpu_quantize_launch(fx_gpu_quant_ctx *c, int e, const fx_rounding *r, int keep)
+/* Launch the rounding of the stage at e (or at the exponent in device memory e_dev, when not
+ * NULL) into dst when keep, with its statistics into ds->quant, without reading them back. */
+static int fx_gpu_quantize_launch(fx_gpu_quant_ctx *c, int e, const int *e_dev,
+                                  const fx_rounding *r, int keep)
 {
     const fx_gpu_stage *sg = c->sg;
     const fx_dview *dst = keep ? c->dst : NULL;
     int rc = fx_gr_memset0(&c->ds->quant, sizeof c->ds->quant, c->func);
     if (!rc) {
         if (sg->kind == FX_STAGE_F32)
-            rc = fx_gk_quant_f32(sg->f32, sg->n, e, r, dst, &c->ds->quant, c->func);
+            rc = fx_gk_quant_f32(sg->f32, sg->n, e, e_dev, r, dst, &c->ds->quant, c->func);
         else
-            rc = fx_gk_quant_i64(sg->i64, sg->n, e - sg->exp, dst, &c->ds->quant, c->func);
+            rc = fx_gk_quant_i64(sg->i64, sg->n, sg->exp, e, e_dev, dst, &c->ds->quant,
+                                 c->func);
     }
     return rc;
 }
@@ -197,11 +209,113 @@ static int fx_gpu_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_
         return FX_OK;
     }
     c->spec = 0; /* any other rounding (into dst or not) makes the speculative one stale */
-    int rc = fx_gpu_quantize_launch(c, e, r, keep);
+    int rc = fx_gpu_quantize_launch(c, e, NULL, r, keep);
     fx_dquant_stats h;
     if (!rc) rc = fx_gr_memcpy(&h, &c->ds->quant, sizeof h, FX_GR_D2H, c->func);
     if (rc) return rc;
     fx_gpu_qstats_of(c->sg, &h, q);
+    return FX_OK;
+}
+
+/* The stage's and the latest rounding's statistics and a device-chosen exponent, adjacent in
+ * fx_gpu_stats, as one copy. */
+typedef struct fx_gpu_stats_pair {
+    fx_dstage_stats stage;
+    fx_dquant_stats quant;
+    int dev_e[2];
+} fx_gpu_stats_pair;
+#define FX_GPU_PAIR_BYTES (offsetof(fx_gpu_stats, aux) - offsetof(fx_gpu_stats, stage))
+_Static_assert(sizeof(fx_gpu_stats_pair) == FX_GPU_PAIR_BYTES &&
+                   offsetof(fx_gpu_stats_pair, quant) ==
+                       offsetof(fx_gpu_stats, quant) - offsetof(fx_gpu_stats, stage) &&
+                   offsetof(fx_gpu_stats_pair, dev_e) ==
+                       offsetof(fx_gpu_stats, dev_e) - offsetof(fx_gpu_stats, stage),
+               "one copy of fx_gpu_stats' first members fills fx_gpu_stats_pair");
+
+/* The real maximum of a stage from its statistics (int64 stages: exact integers at exp). */
+static double fx_gpu_stage_true_max(int kind, int exp, const fx_dstage_stats *h)
+{
+    if (kind == FX_STAGE_F32) {
+        float mx;
+        memcpy(&mx, &h->fmax, sizeof mx);
+        return mx;
+    }
+    return ldexp((double)h->imax, exp);
+}
+
+/* ---- deferred writes (dispatch.h: "writes whose statistics arrive later") ------------------
+ * A FLEX16_5 write that Autoflex decides from its history alone is rounded at that exponent,
+ * and its statistics travel to a pinned statistics slot asynchronously (gpu_stats_slot.cu);
+ * the op returns without waiting. The storage keeps one record (slot and event) for all its
+ * deferred writes, from its first until it is freed. */
+typedef struct fx_gpu_pending {
+    fx_pending_write base;
+    int device;
+    void *host;  /* the slot: fx_gpu_stats_pair, pinned */
+    void *event; /* recorded behind the copy into it */
+    int kind;    /* the stage of the launched write: FX_STAGE_F32 or FX_STAGE_I64 */
+    int exp;     /* its exponent (int64 stages) */
+} fx_gpu_pending;
+
+static int fx_gpu_pending_collect(fx_pending_write *p, fx_qstats *q, double *true_max,
+                                  const char *func)
+{
+    fx_gpu_pending *g = (fx_gpu_pending *)p;
+    int rc = fx_gr_slot_wait(g->event, func);
+    if (rc) return rc;
+    fx_gpu_stats_pair h;
+    memcpy(&h, g->host, FX_GPU_PAIR_BYTES);
+    const fx_gpu_stage sg = {g->kind, 0, NULL, NULL, g->exp};
+    fx_gpu_qstats_of(&sg, &h.quant, q);
+    *true_max = fx_gpu_stage_true_max(g->kind, g->exp, &h.stage);
+    return FX_OK;
+}
+
+static void fx_gpu_pending_destroy(fx_pending_write *p)
+{
+    fx_gpu_pending *g = (fx_gpu_pending *)p;
+    fx_gr_slot_put(g->device, g->host, g->event);
+    free(g);
+}
+
+static const fx_pending_ops fx_gpu_pending_ops = {fx_gpu_pending_collect,
+                                                  fx_gpu_pending_destroy};
+
+/* The storage's record (made on its first deferred write), or NULL with *rc set. */
+static fx_gpu_pending *fx_gpu_pending_of(fx_storage *st, int *rc, const char *func)
+{
+    if (st->pending) return (fx_gpu_pending *)st->pending;
+    fx_gpu_pending *g = calloc(1, sizeof *g);
+    if (!g) {
+        *rc = fx_error(FX_ENOMEM, func, "cannot allocate a statistics record");
+        return NULL;
+    }
+    *rc = fx_gr_slot_get(sizeof(fx_gpu_stats_pair), &g->host, &g->event, func);
+    if (*rc) {
+        free(g);
+        return NULL;
+    }
+    g->base.ops = &fx_gpu_pending_ops;
+    g->device = st->device;
+    st->pending = &g->base;
+    return g;
+}
+
+/* Round the stage at the decided exponent and queue its statistics; no wait. */
+static int fx_gpu_write_deferred(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
+                                 const fx_dview *dst, int e, int clamped, const fx_rounding *r,
+                                 const char *func)
+{
+    int rc = FX_OK;
+    fx_gpu_pending *g = fx_gpu_pending_of(out->st, &rc, func);
+    if (!g) return rc;
+    fx_gpu_quant_ctx qc = {sg, dst, ds, func, 0, 0, {0}, {0}};
+    rc = fx_gpu_quantize_launch(&qc, e, NULL, r, 1);
+    if (!rc) rc = fx_gr_slot_fill(g->host, &ds->stage, FX_GPU_PAIR_BYTES, g->event, func);
+    if (rc) return rc; /* nothing committed: the state is as before the write */
+    g->kind = sg->kind;
+    g->exp = sg->exp;
+    fx_write_shared_launched(out, &g->base, e, clamped);
     return FX_OK;
 }
 
@@ -214,43 +328,54 @@ static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
     if (!fmt_is_shared_exponent(out->fmt))
         return fx_gk_store_float(sg->f32, sg->i64, sg->exp, sg->n, &dst, func);
 
-    /* A FLEX16_5 write whose exponent the Autoflex history already decides: round at it now,
-     * then read the stage's and the rounding's statistics back in one copy (one wait instead
-     * of two). The write path below still decides; when it picks this exponent (every write
-     * but a recomputed overflow) the rounding is reused. */
+    /* the previous write's bookkeeping comes first (its Autoflex observation decides this
+     * write's exponent) */
+    int rc = fx_storage_settle(out->st, func);
+    if (rc) return rc;
+    int de, dclamped;
+    fx_rounding dr;
+    if (fx_write_shared_defer_exp(out, &de, &dclamped, &dr))
+        return fx_gpu_write_deferred(out, sg, ds, &dst, de, dclamped, &dr, func);
+
+    /* Speculation: round before the statistics are read, then read the stage's and the
+     * rounding's statistics back in one copy (one wait instead of two). A FLEX16_5 write whose
+     * exponent the Autoflex history already decides is rounded at it; a whole DFP16 write at
+     * its exact exponent, chosen on the device from the stage's maximum by the same function
+     * as store.c and copied back with the statistics. The write path below still decides;
+     * when it picks the speculated exponent (every write but a recomputed overflow) the
+     * rounding is reused, and otherwise it rounds again. */
     fx_gpu_quant_ctx qc = {sg, &dst, ds, func, 0, 0, {0}, {0}};
-    int rc = FX_OK;
-    if (fx_write_shared_peek_exp(out, &qc.spec_e)) {
-        const fx_storage *st = out->st;
+    const fx_storage *st = out->st;
+    const int dfp_spec = out->fmt == FMT_DFP16 && fx_tensor_covers_storage(out);
+    if (dfp_spec || fx_write_shared_peek_exp(out, &qc.spec_e)) {
         qc.spec_r = (fx_rounding){st->rounding, st->seed, st->write_counter};
-        rc = fx_gpu_quantize_launch(&qc, qc.spec_e, &qc.spec_r, 1);
+        if (dfp_spec)
+            rc = fx_gk_dfp16_exp(&ds->stage, sg->kind == FX_STAGE_F32, sg->exp, st->exp,
+                                 st->win_lo, st->win_hi, &ds->dev_e[0], func);
+        if (!rc)
+            rc = fx_gpu_quantize_launch(&qc, qc.spec_e, dfp_spec ? &ds->dev_e[0] : NULL,
+                                        &qc.spec_r, 1);
         if (rc) return rc;
         qc.spec = 1;
     }
     /* stage and quant are adjacent in fx_gpu_stats: one copy (quant is read only if rounded) */
-    struct {
-        fx_dstage_stats stage;
-        fx_dquant_stats quant;
-    } hs;
-    rc = fx_gr_memcpy(&hs, &ds->stage,
-                      offsetof(fx_gpu_stats, quant) + sizeof ds->quant -
-                          offsetof(fx_gpu_stats, stage), FX_GR_D2H, func);
+    fx_gpu_stats_pair hs;
+    rc = fx_gr_memcpy(&hs, &ds->stage, FX_GPU_PAIR_BYTES, FX_GR_D2H, func);
     if (rc) return rc;
-    if (qc.spec) fx_gpu_qstats_of(sg, &hs.quant, &qc.spec_q);
+    if (qc.spec) {
+        fx_gpu_qstats_of(sg, &hs.quant, &qc.spec_q);
+        if (dfp_spec) qc.spec_e = hs.dev_e[0];
+    }
     const fx_dstage_stats h = hs.stage;
     fx_shared_src src;
     memset(&src, 0, sizeof src);
     src.kind = sg->kind;
     src.exp = sg->exp;
-    if (sg->kind == FX_STAGE_F32) {
-        float mx;
-        memcpy(&mx, &h.fmax, sizeof mx);
-        src.true_max = mx;
+    src.true_max = fx_gpu_stage_true_max(sg->kind, sg->exp, &h);
+    if (sg->kind == FX_STAGE_F32)
         src.nonfinite = (int64_t)h.nonfinite;
-    } else {
+    else
         src.imax = h.imax;
-        src.true_max = ldexp((double)h.imax, sg->exp);
-    }
     src.ctx = &qc;
     src.quantize = fx_gpu_quantize;
     return fx_write_shared_with(out, &src, func);

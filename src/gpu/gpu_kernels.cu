@@ -228,10 +228,11 @@ static __device__ __forceinline__ void fx_qstats_merge_dev(fx_dquant_stats *q,
 
 // fx_flex_quant_f32_scalar per element: fx_quant1_f32 (flex_math.h), draws keyed by the
 // element's index in the write (index0 = 0: the whole write is one launch).
-__global__ void fx_k_quant_f32(const float *src, int64_t n, double scale, int stochastic,
-                               uint64_t seed, uint64_t counter, fx_dview dst, int keep,
-                               fx_dquant_stats *q)
+__global__ void fx_k_quant_f32(const float *src, int64_t n, double scale, const int *e_dev,
+                               int stochastic, uint64_t seed, uint64_t counter, fx_dview dst,
+                               int keep, fx_dquant_stats *q)
 {
+    if (e_dev) scale = ldexp(1.0, -*e_dev); /* exact: a power of two in double's range */
     unsigned long long sat = 0, nonfinite = 0, under = 0;
     unsigned in_fmax = 0, max_out = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -255,8 +256,9 @@ __global__ void fx_k_quant_f32(const float *src, int64_t n, double scale, int st
     fx_qstats_merge_dev(q, sat, nonfinite, under, 0, in_fmax, max_out);
 }
 
-extern "C" int fx_gk_quant_f32(const float *src, int64_t n, int e, const fx_rounding *r,
-                               const fx_dview *dst, fx_dquant_stats *q, const char *func)
+extern "C" int fx_gk_quant_f32(const float *src, int64_t n, int e, const int *e_dev,
+                               const fx_rounding *r, const fx_dview *dst, fx_dquant_stats *q,
+                               const char *func)
 {
     if (n <= 0) return FX_OK;
     const int stochastic = r && r->mode == FX_ROUND_STOCHASTIC;
@@ -266,15 +268,16 @@ extern "C" int fx_gk_quant_f32(const float *src, int64_t n, int e, const fx_roun
     else
         memset(&d, 0, sizeof d);
     fx_k_quant_f32<<<fx_gpu_blocks(n), FX_GPU_THREADS>>>(
-        src, n, ldexp(1.0, -e), stochastic, stochastic ? r->seed : 0,
+        src, n, ldexp(1.0, -e), e_dev, stochastic, stochastic ? r->seed : 0,
         stochastic ? r->counter : 0, d, dst != NULL, q);
     return fx_gpu_launch_check(func, "quant_f32");
 }
 
 // fx_flex_quant_i64_scalar per element: fx_requant (flex_math.h).
-__global__ void fx_k_quant_i64(const int64_t *src, int64_t n, int shift, fx_dview dst, int keep,
-                               fx_dquant_stats *q)
+__global__ void fx_k_quant_i64(const int64_t *src, int64_t n, int src_exp, int e,
+                               const int *e_dev, fx_dview dst, int keep, fx_dquant_stats *q)
 {
+    const int shift = (e_dev ? *e_dev : e) - src_exp; /* both within +-2^16 */
     unsigned long long sat = 0, under = 0, in_imax = 0;
     unsigned max_out = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -293,8 +296,9 @@ __global__ void fx_k_quant_i64(const int64_t *src, int64_t n, int shift, fx_dvie
     fx_qstats_merge_dev(q, sat, 0, under, in_imax, 0, max_out);
 }
 
-extern "C" int fx_gk_quant_i64(const int64_t *src, int64_t n, int shift, const fx_dview *dst,
-                               fx_dquant_stats *q, const char *func)
+extern "C" int fx_gk_quant_i64(const int64_t *src, int64_t n, int src_exp, int e,
+                               const int *e_dev, const fx_dview *dst, fx_dquant_stats *q,
+                               const char *func)
 {
     if (n <= 0) return FX_OK;
     fx_dview d;
@@ -302,8 +306,25 @@ extern "C" int fx_gk_quant_i64(const int64_t *src, int64_t n, int shift, const f
         d = *dst;
     else
         memset(&d, 0, sizeof d);
-    fx_k_quant_i64<<<fx_gpu_blocks(n), FX_GPU_THREADS>>>(src, n, shift, d, dst != NULL, q);
+    fx_k_quant_i64<<<fx_gpu_blocks(n), FX_GPU_THREADS>>>(src, n, src_exp, e, e_dev, d,
+                                                         dst != NULL, q);
     return fx_gpu_launch_check(func, "quant_i64");
+}
+
+// store.c's DFP16 choice (fx_stage_exact_exp, then the window), from the stage's statistics.
+__global__ void fx_k_dfp16_exp(const fx_dstage_stats *st, int f32, int stage_exp, int cur_e,
+                               int lo, int hi, int *e_out)
+{
+    const int want = f32 ? fx_exact_exp_f64((double)__uint_as_float(st->fmax))
+                         : fx_exact_exp_u64(st->imax, stage_exp);
+    *e_out = want == FX_EXP_NONE ? cur_e : fx_clamp_exp(want, lo, hi, NULL);
+}
+
+extern "C" int fx_gk_dfp16_exp(const fx_dstage_stats *st, int f32, int stage_exp, int cur_e,
+                               int lo, int hi, int *e_out, const char *func)
+{
+    fx_k_dfp16_exp<<<1, 1>>>(st, f32, stage_exp, cur_e, lo, hi, e_out);
+    return fx_gpu_launch_check(func, "dfp16_exp");
 }
 
 // ---- float stores ---------------------------------------------------------------------------

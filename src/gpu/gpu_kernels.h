@@ -73,6 +73,18 @@ int fx_gr_sync(const char *func);
 /* The end of an op: report errors already known without waiting for the device (ops are
  * asynchronous), or wait as fx_gr_sync when FLEXPOINT_GPU_SYNC=1. */
 int fx_gr_op_done(const char *func);
+/* Count one wait of the host for the device (flexpoint_gpu_host_waits). */
+void fx_gr_count_wait(void);
+
+/* Statistics slots (gpu_stats_slot.cu): pinned host memory of up to 256 bytes with a CUDA
+ * event, pooled per device. get: a slot of the current device for `bytes`; put: back to the
+ * pool of `device` (no wait needed: see the file); fill: queue an asynchronous copy of `bytes`
+ * of device memory into the slot and record its event; wait: until that copy has landed
+ * (counted as a host wait only when it had not). */
+int fx_gr_slot_get(size_t bytes, void **host, void **event, const char *func);
+void fx_gr_slot_put(int device, void *host, void *event);
+int fx_gr_slot_fill(void *host, const void *dev, size_t bytes, void *event, const char *func);
+int fx_gr_slot_wait(void *event, const char *func);
 
 /* out[M,N] (fp32, row-major, contiguous) = a[M,K] x b[K,N] with cuBLAS (cublasGemmEx, fp32
  * compute and accumulation). a and b are FP32, FP16 or BF16 views with any 2-D strides; when
@@ -144,14 +156,23 @@ int fx_gk_maxabs_f32(const float *src, int64_t n, fx_dstage_stats *st, const cha
 
 /* fp32 -> int16 mantissas at exponent e (fx_quant1_f32 per element, stochastic draws keyed by
  * the element index as on the CPU), into dst (any strides; NULL: statistics only). q must be
- * zeroed first. */
-int fx_gk_quant_f32(const float *src, int64_t n, int e, const fx_rounding *r,
+ * zeroed first. e_dev: NULL, or device memory holding the exponent to use instead of e (an
+ * exponent chosen on the device, fx_gk_dfp16_exp). */
+int fx_gk_quant_f32(const float *src, int64_t n, int e, const int *e_dev, const fx_rounding *r,
                     const fx_dview *dst, fx_dquant_stats *q, const char *func);
 
-/* int64 -> int16 mantissas by fx_requant(v, shift) into dst (any strides; NULL: statistics
- * only). q must be zeroed first. */
-int fx_gk_quant_i64(const int64_t *src, int64_t n, int shift, const fx_dview *dst,
-                    fx_dquant_stats *q, const char *func);
+/* int64 values at exponent src_exp -> int16 mantissas at exponent e by fx_requant(v, e -
+ * src_exp) into dst (any strides; NULL: statistics only). q must be zeroed first. e_dev as in
+ * fx_gk_quant_f32. */
+int fx_gk_quant_i64(const int64_t *src, int64_t n, int src_exp, int e, const int *e_dev,
+                    const fx_dview *dst, fx_dquant_stats *q, const char *func);
+
+/* DFP16's exponent for a stage (store.c's choice, on the device): the exact exponent of the
+ * stage's maximum (st: fp32 stage when f32, else int64 values at stage_exp), clamped to
+ * [lo, hi]; cur_e when the stage is all zero. Written to *e_out (device memory) by one thread,
+ * in stream order before the kernels that read it. */
+int fx_gk_dfp16_exp(const fx_dstage_stats *st, int f32, int stage_exp, int cur_e, int lo,
+                    int hi, int *e_out, const char *func);
 
 /* Store a stage into a float-format destination (FP32, FP16, BF16; any strides): fp32 values
  * (f32 != NULL) round once to the format; int64 values at exponent exp become v * 2^exp in

@@ -80,6 +80,8 @@ int flexpoint_gpu_free(void *p)
 
 int flexpoint_gpu_release_cache(void) { return FX_OK; /* nothing is cached without CUDA */ }
 
+long long flexpoint_gpu_host_waits(void) { return 0; /* no device to wait for */ }
+
 int flexpoint_gpu_memcpy_to_device(void *dst, const void *src, size_t bytes)
 {
     (void)dst;

@@ -3,6 +3,7 @@
 // as "no GPU", and the cuBLAS handle of a device is created on its first float matmul.
 #include <cublas_v2.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "gpu_common.cuh"
@@ -54,9 +55,21 @@ extern "C" int fx_gr_device_name(int device, char *buf, size_t n, const char *fu
 
 // fx_gr_malloc / fx_gr_free: the caching allocator in gpu_alloc.cu
 
+// Times the host waited for a device: synchronous copies to or from host memory (cudaMemcpy
+// waits for the stream's earlier work), synchronisations, and statistics that had not arrived.
+static std::atomic<long long> fx_host_waits(0);
+
+extern "C" void fx_gr_count_wait(void) { fx_host_waits.fetch_add(1, std::memory_order_relaxed); }
+
+extern "C" long long flexpoint_gpu_host_waits(void)
+{
+    return fx_host_waits.load(std::memory_order_relaxed);
+}
+
 extern "C" int fx_gr_memcpy(void *dst, const void *src, size_t bytes, int dir, const char *func)
 {
     if (bytes == 0) return FX_OK;
+    if (dir != FX_GR_D2D) fx_gr_count_wait();
     const cudaMemcpyKind kind = dir == FX_GR_H2D   ? cudaMemcpyHostToDevice
                                 : dir == FX_GR_D2H ? cudaMemcpyDeviceToHost
                                                    : cudaMemcpyDeviceToDevice;
@@ -73,6 +86,7 @@ extern "C" int fx_gr_memset0(void *p, size_t bytes, const char *func)
 
 extern "C" int fx_gr_sync(const char *func)
 {
+    fx_gr_count_wait();
     cudaError_t err = cudaDeviceSynchronize();
     if (err == cudaSuccess) err = cudaGetLastError();
     return err == cudaSuccess ? FX_OK : fx_cuda_fail(err, func, "a CUDA kernel");
