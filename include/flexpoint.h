@@ -180,11 +180,13 @@ FX_API int tensor_exp(const tensor_t *t);
 /** Set the shared exponent. The stored mantissas are rescaled to keep their values (rounding
  *  shift, ties to even, saturating; saturation is counted). FX_ERANGE if e is outside the
  *  tensor's window ([lo, lo+31] for FLEX16_5, [-128, 127] for DFP16), FX_EFORMAT for other
- *  formats, FX_EINVAL for NULL. */
+ *  formats, FX_EINVAL for NULL. A device tensor is rescaled on its device (the call waits for
+ *  it); FX_EDEVICE if that fails, with the exponent unchanged. */
 FX_API int tensor_set_exp(tensor_t *t, int e);
 
 /** FLEX16_5 only: set the exponent window to [lo, lo+31], lo in [-128, 96] (FX_ERANGE
- *  otherwise). The current exponent is clamped into the window. */
+ *  otherwise). The current exponent is clamped into the window (rescaling the mantissas as
+ *  tensor_set_exp does; on FX_EDEVICE neither the window nor the exponent changes). */
 FX_API int tensor_set_exp_window(tensor_t *t, int lo);
 /** Window of a shared-exponent tensor: writes *lo and *hi. FX_EFORMAT for float formats. */
 FX_API int tensor_exp_window(const tensor_t *t, int *lo, int *hi);

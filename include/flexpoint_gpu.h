@@ -19,8 +19,8 @@
  *   below.
  * - Functions that hand element data to the host (tensor_to_f32, tensor_from_f32,
  *   tensor_get_raw, tensor_set_raw, tensor_data, checkpoint save/load) fail on a device tensor
- *   with FX_EINVAL and a message; tensor_set_exp / tensor_set_exp_window fail with
- *   FX_EUNSUPPORTED when they would have to rescale the mantissas (a changed exponent).
+ *   with FX_EINVAL and a message. tensor_set_exp / tensor_set_exp_window rescale the mantissas
+ *   on the device, with the host's rounding (bit-identical).
  * - The training ops of flexpoint_nn.h other than convolution (pooling and their gradients,
  *   tensor_relu_backward, tensor_softmax_cross_entropy, tensor_batchnorm(+_backward),
  *   tensor_dropout(+_backward), tensor_mean, fx_sgd_step, fx_adam_step,

@@ -535,6 +535,49 @@ static void test_deferred_waits(test_rng *r)
     }
 }
 
+/* tensor_set_exp / tensor_set_exp_window on device tensors rescale the mantissas on the
+ * device, bit-identical to the host: down (rounding, ties included), up (saturating, counted),
+ * and a window that moves the exponent. */
+static void test_set_exp(test_rng *r)
+{
+    const int64_t s[2] = {33, 65};
+    float v[33 * 65];
+    for (int f = 3; f < 5; f++) {
+        gpu_test_fill(v, 33 * 65, r, 6);
+        v[0] = 0.0f;
+        tensor_t *h = host_tensor(ALL[f], 2, s, v), *d = gpu_test_to_dev(h);
+        if (!h || !d) {
+            tensor_free(h);
+            tensor_free(d);
+            continue;
+        }
+        const int e0 = tensor_exp(h);
+        int lo = 0, hi = 0;
+        CHECK_STATUS(tensor_exp_window(h, &lo, &hi), FX_OK);
+        int moves[4] = {e0 + 3, e0 - 6, e0 - 1, e0 + 17};
+        for (int k = 0; k < 4; k++) moves[k] = moves[k] < lo ? lo : moves[k] > hi ? hi : moves[k];
+        for (int k = 0; k < 4; k++) {
+            int rh, rd;
+            RUN_BOTH(rh, rd, tensor_set_exp(h, moves[k]), tensor_set_exp(d, moves[k]));
+            CHECK(rh == FX_OK && rd == FX_OK, "%s set_exp(%d): %d %d", fmt_name(ALL[f]),
+                  moves[k], rh, rd);
+            char what[64];
+            snprintf(what, sizeof what, "%s set_exp(%d)", fmt_name(ALL[f]), moves[k]);
+            gpu_test_check_same(h, d, what);
+        }
+        if (ALL[f] == FMT_FLEX16_5) {
+            const int wlo = tensor_exp(h) + 2; /* the exponent must move up to wlo */
+            int rh, rd;
+            RUN_BOTH(rh, rd, tensor_set_exp_window(h, wlo), tensor_set_exp_window(d, wlo));
+            CHECK(rh == FX_OK && rd == FX_OK, "set_exp_window(%d): %d %d", wlo, rh, rd);
+            CHECK(tensor_exp(d) == wlo, "window start %d, exponent %d", wlo, tensor_exp(d));
+            gpu_test_check_same(h, d, "flex16_5 set_exp_window");
+        }
+        tensor_free(h);
+        tensor_free(d);
+    }
+}
+
 static void test_stochastic_rounding(test_rng *r)
 {
     const int64_t s[1] = {5000};
@@ -667,7 +710,6 @@ static void test_misuse(void)
     CHECK_STATUS(tensor_from_f32(d, buf), FX_EINVAL);
     CHECK_STATUS(tensor_get_raw(d, buf), FX_EINVAL);
     CHECK(tensor_data(d) == NULL, "tensor_data of a device tensor");
-    CHECK_STATUS(tensor_set_exp(q, 3), FX_EUNSUPPORTED);
     tensor_t *y = tensor_new_device(FMT_FP32, 2, s);
     CHECK_STATUS(tensor_relu_backward(y, d, h), FX_EINVAL); /* x on the host, the rest not */
     CHECK(strstr(flexpoint_last_error(), "lives on") != NULL, "'%s'", flexpoint_last_error());
@@ -714,6 +756,7 @@ int main(void)
     test_matmul(&r);
     test_autoflex_sequences(&r);
     test_deferred_waits(&r);
+    test_set_exp(&r);
     test_stochastic_rounding(&r);
     test_partial_view_output(&r);
     if (!gpu_test_on_host) {

@@ -1,5 +1,6 @@
 /* Public accessors of the shared-exponent state: exponent, window, rounding, statistics. */
 #include "dispatch.h"
+#include "../gpu/gpu.h"
 
 #include <string.h>
 
@@ -33,6 +34,15 @@ static int64_t fx_rescale_storage(fx_storage *st, int from, int to)
     return sat;
 }
 
+/* The same for a storage wherever it lives (device mantissas are rescaled on their device). */
+static int fx_rescale(fx_storage *st, int from, int to, int64_t *sat, const char *func)
+{
+    if (st->on_device)
+        return fx_gpu_rescale(st->device, st->data, st->numel, from, to, sat, func);
+    *sat = fx_rescale_storage(st, from, to);
+    return FX_OK;
+}
+
 int tensor_set_exp(tensor_t *t, int e)
 {
     int rc = fx_need_shared(t, __func__);
@@ -42,12 +52,9 @@ int tensor_set_exp(tensor_t *t, int e)
     if (e < st->win_lo || e > st->win_hi)
         return FX_FAIL(FX_ERANGE, "exponent %d is outside the %s window [%d, %d]", e,
                        fmt_name(t->fmt), st->win_lo, st->win_hi);
-    if (e != st->exp && st->on_device)
-        return FX_FAIL(FX_EUNSUPPORTED, "rescaling the mantissas of a tensor on CUDA device %d "
-                       "is not implemented on the device (set the exponent on the host)",
-                       st->device);
     if (e != st->exp) {
-        int64_t sat = fx_rescale_storage(st, st->exp, e);
+        int64_t sat = 0;
+        if ((rc = fx_rescale(st, st->exp, e, &sat, __func__))) return rc;
         st->last.saturated = sat;
         st->exp = e;
     }
@@ -66,18 +73,16 @@ int tensor_set_exp_window(tensor_t *t, int lo)
     fx_storage *st = t->st;
     int rc = fx_storage_settle(st, __func__);
     if (rc) return rc;
-    int moved = fx_clamp_exp(st->exp, lo, lo + FX_FLEX_WINDOW - 1, NULL) != st->exp;
-    if (moved && st->on_device)
-        return FX_FAIL(FX_EUNSUPPORTED, "the window moves the exponent, and rescaling the "
-                       "mantissas of a tensor on CUDA device %d is not implemented on the device",
-                       st->device);
-    st->win_lo = lo;
-    st->win_hi = lo + FX_FLEX_WINDOW - 1;
-    int e = fx_clamp_exp(st->exp, st->win_lo, st->win_hi, NULL);
+    /* rescale first: a failure (on a device) leaves the window and the exponent as they were */
+    const int e = fx_clamp_exp(st->exp, lo, lo + FX_FLEX_WINDOW - 1, NULL);
     if (e != st->exp) {
-        st->last.saturated = fx_rescale_storage(st, st->exp, e);
+        int64_t sat = 0;
+        if ((rc = fx_rescale(st, st->exp, e, &sat, __func__))) return rc;
+        st->last.saturated = sat;
         st->exp = e;
     }
+    st->win_lo = lo;
+    st->win_hi = lo + FX_FLEX_WINDOW - 1;
     return FX_OK;
 }
 

@@ -5,6 +5,7 @@
 #define FX_GPU_GPU_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct fx_op_request;
 
@@ -19,5 +20,12 @@ void fx_gpu_free(int device, void *p);
  * checked the placement). Same status codes as the host dispatcher, plus FX_EDEVICE and
  * FX_EUNSUPPORTED for what the device backend does not do. */
 int fx_gpu_dispatch(const struct fx_op_request *rq);
+
+/* Move every mantissa of a device storage (data, numel elements of int16) from exponent
+ * `from` to `to` (tensor_set_exp): one rounding each, as on the host; *saturated counts the
+ * mantissas that saturated. FX_OK, or FX_EDEVICE (no CUDA, no such device, a CUDA failure)
+ * with nothing changed. */
+int fx_gpu_rescale(int device, void *data, int64_t numel, int from, int to, int64_t *saturated,
+                   const char *func);
 
 #endif

@@ -311,6 +311,28 @@ extern "C" int fx_gk_quant_i64(const int64_t *src, int64_t n, int src_exp, int e
     return fx_gpu_launch_check(func, "quant_i64");
 }
 
+// shared_exp.c's fx_rescale_storage per element: the mantissa requantised by fx_requant.
+__global__ void fx_k_rescale_i16(int16_t *m, int64_t n, int shift, unsigned long long *sat)
+{
+    unsigned long long s_total = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t s = 0;
+        m[i] = (int16_t)fx_requant((int64_t)m[i], shift, &s);
+        s_total += (unsigned long long)s;
+    }
+    s_total = fx_warp_sum_u64(s_total);
+    if (fx_lane0() && s_total) atomicAdd(sat, s_total);
+}
+
+extern "C" int fx_gk_rescale_i16(int16_t *m, int64_t n, int shift, unsigned long long *sat,
+                                 const char *func)
+{
+    if (n <= 0) return FX_OK;
+    fx_k_rescale_i16<<<fx_gpu_blocks(n), FX_GPU_THREADS>>>(m, n, shift, sat);
+    return fx_gpu_launch_check(func, "rescale_i16");
+}
+
 // store.c's DFP16 choice (fx_stage_exact_exp, then the window), from the stage's statistics.
 __global__ void fx_k_dfp16_exp(const fx_dstage_stats *st, int f32, int stage_exp, int cur_e,
                                int lo, int hi, int *e_out)

@@ -167,6 +167,11 @@ int fx_gk_quant_f32(const float *src, int64_t n, int e, const int *e_dev, const 
 int fx_gk_quant_i64(const int64_t *src, int64_t n, int src_exp, int e, const int *e_dev,
                     const fx_dview *dst, fx_dquant_stats *q, const char *func);
 
+/* Requantise n contiguous mantissas in place by fx_requant(m, shift) (shared_exp.c's rescale
+ * of a storage to another exponent), adding the saturated count to *sat (device memory). */
+int fx_gk_rescale_i16(int16_t *m, int64_t n, int shift, unsigned long long *sat,
+                      const char *func);
+
 /* DFP16's exponent for a stage (store.c's choice, on the device): the exact exponent of the
  * stage's maximum (st: fp32 stage when f32, else int64 values at stage_exp), clamped to
  * [lo, hi]; cur_e when the stage is all zero. Written to *e_out (device memory) by one thread,

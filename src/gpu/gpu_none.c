@@ -111,6 +111,18 @@ void fx_gpu_free(int device, void *p)
     (void)p;
 }
 
+int fx_gpu_rescale(int device, void *data, int64_t numel, int from, int to, int64_t *saturated,
+                   const char *func)
+{
+    (void)data;
+    (void)numel;
+    (void)from;
+    (void)to;
+    *saturated = 0;
+    return fx_error(FX_EDEVICE, func, "cannot rescale the mantissas on CUDA device %d: " FX_NO_CUDA,
+                    device);
+}
+
 int fx_gpu_dispatch(const struct fx_op_request *rq)
 {
     (void)rq;

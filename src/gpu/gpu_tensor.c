@@ -181,6 +181,30 @@ static void fx_leave(int device, int prev)
     if (prev != device) fx_gr_set_device(prev, "fx_leave");
 }
 
+int fx_gpu_rescale(int device, void *data, int64_t numel, int from, int to, int64_t *saturated,
+                   const char *func)
+{
+    *saturated = 0;
+    int prev = device;
+    int rc = fx_enter(device, &prev, func);
+    if (rc) { /* name the device: the runtime's text may not */
+        char why[256];
+        snprintf(why, sizeof why, "%s", flexpoint_last_error());
+        return fx_error(rc, func, "cannot rescale the mantissas on CUDA device %d (%s)", device,
+                        why);
+    }
+    unsigned long long *dsat = NULL, hsat = 0;
+    rc = fx_gr_malloc(sizeof *dsat, (void **)&dsat, func);
+    if (!rc) rc = fx_gr_memset0(dsat, sizeof *dsat, func);
+    if (!rc) rc = fx_gk_rescale_i16(data, numel, to - from, dsat, func);
+    if (!rc) rc = fx_gr_memcpy(&hsat, dsat, sizeof hsat, FX_GR_D2H, func);
+    if (!rc) rc = fx_gr_op_done(func);
+    fx_gr_free(dsat);
+    fx_leave(device, prev);
+    if (!rc) *saturated = (int64_t)hsat;
+    return rc;
+}
+
 tensor_t *tensor_new_device(fmt_t fmt, int ndim, const int64_t *shape)
 {
     int d = flexpoint_gpu_device();
