@@ -24,7 +24,10 @@
  *
  * fp32 compute: inputs widened exactly to fp32 inside im2col/gather (the weight by one copy
  * kernel), cuBLAS SGEMM-class GEMM (cublasGemmEx, fp32 compute and accumulation, through
- * fx_gr_gemm_float), fp32 col2im (at most KH*KW additions per element) and chunk accumulation
+ * fx_gr_gemm_float), except when both inputs are fp16 or both bf16: then im2col and the
+ * gathers copy their bits as they are (as for the integer formats), and cublasGemmEx takes the
+ * 16-bit operands directly, on tensor cores with fp32 accumulation (the products of two fp16
+ * or bf16 values are exact in fp32, so the bounds below hold unchanged); fp32 col2im (at most KH*KW additions per element) and chunk accumulation
  * (nchunks - 1 additions), one rounding on write. Error bounds, elementwise, before the output
  * rounding (u = 2^-24, gamma_n = n u / (1 - n u); +1 in each index for the product's
  * rounding): forward gamma_{C KH KW + 1} sum|terms| (one GEMM sum, in cuBLAS's order); input
@@ -36,8 +39,7 @@
  * cuDNN was not used for the float formats: it would add a library dependency (CMake, the
  * pkg-config file, the install) for them alone, and one scheme for both compute types keeps
  * them on the same chunking, layouts and already-reviewed GEMM wrappers. It is the natural
- * replacement for the fp32 path once speed matters (and fp16/bf16 inputs could then use
- * tensor cores instead of being widened to fp32 here).
+ * replacement for the fp32 path once speed matters.
  *
  * Statistics for shared-exponent outputs are reduced by the kernel that writes the final stage
  * values (scatter, col2im, the last accumulation, or the single GEMM's epilogue), never by an
@@ -134,10 +136,11 @@ static void gconv_set_packed(fx_dview *v)
 
 /* An input as the kernels read it. A float input of an integer op is quantised at its exact
  * exponent (contiguous). With pack != 0 (the weight, a GEMM operand) the result is contiguous
- * in the compute format: int16 mantissas, or fp32 widened once (so that cuBLAS gets two fp32
- * operands and never has to widen the large patch matrix itself). */
-static int gconv_operand(const tensor_t *t, int ic, int pack, fx_dview *v, gconv_bufs *b,
-                         const char *func)
+ * in the operand format: int16 mantissas or fp16/bf16 bits when raw (copied as they are), else
+ * fp32 widened once (so that cuBLAS gets two fp32 operands and never has to widen the large
+ * patch matrix itself). */
+static int gconv_operand(const tensor_t *t, int ic, int raw, int pack, fx_dview *v,
+                         gconv_bufs *b, const char *func)
 {
     *v = fx_gpu_view_of(t);
     const int64_t n = fx_numel_of(t->ndim, t->shape);
@@ -149,7 +152,7 @@ static int gconv_operand(const tensor_t *t, int ic, int pack, fx_dview *v, gconv
         return rc ? rc : krc;
     }
     if (!pack) return FX_OK;
-    if (ic) {
+    if (raw) {
         if (v->contiguous) return FX_OK;
         void *buf = gconv_alloc(b, n, sizeof(int16_t), &rc, func);
         if (!rc) rc = fx_gk_gather(v, n, buf, func);
@@ -182,7 +185,10 @@ static int gconv_gemm(int ic, const fx_dview *a, const fx_dview *b, void *out,
 typedef struct gconv_ctx {
     const fx_conv_geom *g;
     int ic;
-    size_t esz, ssz;       /* element sizes: operands (int16 / fp32), sums (int64 / fp32) */
+    int raw;               /* operands keep their 16 bits: integer compute, or fp16 x fp16 /
+                              bf16 x bf16 (cuBLAS then multiplies them on tensor cores) */
+    int opfmt;             /* the operands' format in the chunk buffers */
+    size_t esz, ssz;       /* element sizes: operands (2 raw, else 4), sums (int64 / fp32) */
     int64_t nb, nchunks;   /* samples per chunk (the last may hold fewer), chunk count */
     fx_dstage_stats *st;   /* device statistics of the final stage */
     gconv_bufs *bufs;
@@ -199,9 +205,8 @@ static int gconv_forward(const gconv_ctx *c, const fx_dview *x, const fx_dview *
     const fx_dview w2 = gconv_2d(w->base, w->fmt, w->exp, g->O, CKK, CKK, 0);
     for (int64_t ch = 0; ch < c->nchunks && !rc; ch++) {
         const int64_t n0 = ch * c->nb, nb = c->nb < g->N - n0 ? c->nb : g->N - n0;
-        const fx_dview colv = gconv_2d(col, c->ic ? FMT_DFP16 : FMT_FP32, x->exp, CKK, nb * P,
-                                       nb * P, 0);
-        rc = fx_gk_conv_im2col(x, c->ic, g, n0, nb, col, c->func);
+        const fx_dview colv = gconv_2d(col, c->opfmt, x->exp, CKK, nb * P, nb * P, 0);
+        rc = fx_gk_conv_im2col(x, c->raw, g, n0, nb, col, c->func);
         if (!rc) rc = gconv_gemm(c->ic, &w2, &colv, ych, NULL, c->func);
         if (!rc) rc = fx_gk_conv_scatter(ych, c->ic, g->O, P, n0, nb, stage, c->st, c->func);
     }
@@ -219,9 +224,8 @@ static int gconv_backward_input(const gconv_ctx *c, const fx_dview *dy, const fx
     const fx_dview wt = gconv_2d(w->base, w->fmt, w->exp, g->O, CKK, CKK, 1); /* [CKK, O] */
     for (int64_t ch = 0; ch < c->nchunks && !rc; ch++) {
         const int64_t n0 = ch * c->nb, nb = c->nb < g->N - n0 ? c->nb : g->N - n0;
-        const fx_dview dyv = gconv_2d(dyc, c->ic ? FMT_DFP16 : FMT_FP32, dy->exp, g->O, nb * P,
-                                      nb * P, 0);
-        rc = fx_gk_conv_gather(dy, c->ic, n0, nb, dyc, c->func);
+        const fx_dview dyv = gconv_2d(dyc, c->opfmt, dy->exp, g->O, nb * P, nb * P, 0);
+        rc = fx_gk_conv_gather(dy, c->raw, n0, nb, dyc, c->func);
         if (!rc) rc = gconv_gemm(c->ic, &wt, &dyv, col, NULL, c->func);
         if (!rc) rc = fx_gk_conv_col2im(col, c->ic, g, n0, nb, stage, c->st, c->func);
     }
@@ -241,11 +245,10 @@ static int gconv_backward_weight(const gconv_ctx *c, const fx_dview *x, const fx
     for (int64_t ch = 0; ch < c->nchunks && !rc; ch++) {
         const int64_t n0 = ch * c->nb, nb = c->nb < g->N - n0 ? c->nb : g->N - n0;
         const int last = ch == c->nchunks - 1;
-        const int fmt = c->ic ? FMT_DFP16 : FMT_FP32;
-        const fx_dview dyv = gconv_2d(dyc, fmt, dy->exp, g->O, nb * P, nb * P, 0);
-        const fx_dview colt = gconv_2d(col, fmt, x->exp, CKK, nb * P, nb * P, 1); /* [Pc, CKK] */
-        rc = fx_gk_conv_im2col(x, c->ic, g, n0, nb, col, c->func);
-        if (!rc) rc = fx_gk_conv_gather(dy, c->ic, n0, nb, dyc, c->func);
+        const fx_dview dyv = gconv_2d(dyc, c->opfmt, dy->exp, g->O, nb * P, nb * P, 0);
+        const fx_dview colt = gconv_2d(col, c->opfmt, x->exp, CKK, nb * P, nb * P, 1);
+        rc = fx_gk_conv_im2col(x, c->raw, g, n0, nb, col, c->func);
+        if (!rc) rc = fx_gk_conv_gather(dy, c->raw, n0, nb, dyc, c->func);
         /* dW[O, CKK] is dw's own layout: the stage needs no transpose */
         if (!rc && ch == 0) {
             rc = gconv_gemm(c->ic, &dyv, &colt, stage, last ? c->st : NULL, c->func);
@@ -272,7 +275,10 @@ int fx_gpu_conv2d(int kind, tensor_t *out, const tensor_t *a, const tensor_t *b,
     memset(&c, 0, sizeof c);
     c.g = g;
     c.ic = fmt_is_shared_exponent(a->fmt);
-    c.esz = c.ic ? sizeof(int16_t) : sizeof(float);
+    const int half = !c.ic && a->fmt == b->fmt && (a->fmt == FMT_FP16 || a->fmt == FMT_BF16);
+    c.raw = c.ic || half;
+    c.opfmt = c.ic ? FMT_DFP16 : half ? (int)a->fmt : FMT_FP32;
+    c.esz = c.raw ? sizeof(int16_t) : sizeof(float);
     c.ssz = c.ic ? sizeof(int64_t) : sizeof(float);
     c.bufs = &bufs;
     c.func = func;
@@ -294,8 +300,8 @@ int fx_gpu_conv2d(int kind, tensor_t *out, const tensor_t *a, const tensor_t *b,
 
     fx_dview va, vb;
     const int kind_w = kind == FX_GCONV_BACKWARD_WEIGHT;
-    if (!rc) rc = gconv_operand(a, c.ic, 0, &va, &bufs, func);
-    if (!rc) rc = gconv_operand(b, c.ic, !kind_w, &vb, &bufs, func); /* w packs; dy does not */
+    if (!rc) rc = gconv_operand(a, c.ic, c.raw, 0, &va, &bufs, func);
+    if (!rc) rc = gconv_operand(b, c.ic, c.raw, !kind_w, &vb, &bufs, func); /* w packs, dy not */
     void *stage = gconv_alloc(&bufs, fx_numel_of(out->ndim, out->shape), c.ssz, &rc, func);
     if (!rc) {
         switch (kind) {

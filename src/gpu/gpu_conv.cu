@@ -174,12 +174,12 @@ __global__ void fx_k_conv_accumulate(T *acc, const T *part, int64_t n, fx_dstage
 
 // ---- launchers ----------------------------------------------------------------------------------
 
-extern "C" int fx_gk_conv_im2col(const fx_dview *x, int int_compute, const fx_conv_geom *g,
+extern "C" int fx_gk_conv_im2col(const fx_dview *x, int raw, const fx_conv_geom *g,
                                  int64_t n0, int64_t nb, void *col, const char *func)
 {
     const int64_t n = g->C * g->KH * g->KW * nb * g->OH * g->OW;
     if (n <= 0) return FX_OK;
-    if (int_compute)
+    if (raw)
         fx_k_conv_im2col<int16_t><<<fx_gpu_blocks(n), FX_GPU_THREADS>>>(*x, *g, n0, nb, 1.0,
                                                                         (int16_t *)col);
     else
@@ -188,12 +188,12 @@ extern "C" int fx_gk_conv_im2col(const fx_dview *x, int int_compute, const fx_co
     return fx_gpu_launch_check(func, "conv_im2col");
 }
 
-extern "C" int fx_gk_conv_gather(const fx_dview *t, int int_compute, int64_t n0, int64_t nb,
+extern "C" int fx_gk_conv_gather(const fx_dview *t, int raw, int64_t n0, int64_t nb,
                                  void *chunk, const char *func)
 {
     const int64_t n = t->shape[1] * nb * t->shape[2] * t->shape[3];
     if (n <= 0) return FX_OK;
-    if (int_compute)
+    if (raw)
         fx_k_conv_gather<int16_t><<<fx_gpu_blocks(n), FX_GPU_THREADS>>>(*t, n0, nb, 1.0,
                                                                         (int16_t *)chunk);
     else

@@ -46,14 +46,16 @@ int64_t fx_gpu_conv_chunk_elems(int64_t elems);
  * in gpu_kernels.h. */
 
 /* col[r*Pc + q] = the tap r of pixel q of x (a 4-D view [N,C,H,W]); taps in the padding are 0.
- * int_compute: x's int16 mantissas (x must be FLEX16_5/DFP16) into int16_t col; else x widened
- * to fp32 exactly as the CPU widens it, into float col. */
-int fx_gk_conv_im2col(const fx_dview *x, int int_compute, const fx_conv_geom *g, int64_t n0,
+ * raw: x's 16-bit elements copied as they are (int16 mantissas of FLEX16_5/DFP16, or fp16/bf16
+ * bits; a tap in the padding is 0, which is +0.0 in both) into 16-bit col; else x widened to
+ * fp32 exactly as the CPU widens it, into float col. */
+int fx_gk_conv_im2col(const fx_dview *x, int raw, const fx_conv_geom *g, int64_t n0,
                       int64_t nb, void *col, const char *func);
 
 /* chunk[(o*nb + n)*P + p] = t[n0 + n][o][p] for a 4-D view t [N, O, OH, OW] (P = OH*OW): the
- * channel-major [O, Pc] matrix of the chunk (int16 mantissas, or widened fp32). */
-int fx_gk_conv_gather(const fx_dview *t, int int_compute, int64_t n0, int64_t nb, void *chunk,
+ * channel-major [O, Pc] matrix of the chunk (raw: 16-bit elements as they are; else widened
+ * fp32). */
+int fx_gk_conv_gather(const fx_dview *t, int raw, int64_t n0, int64_t nb, void *chunk,
                       const char *func);
 
 /* The inverse order into an NCHW stage: stage[((n0 + n)*O + o)*P + p] = chunk[(o*nb + n)*P + p]
