@@ -58,12 +58,15 @@
  *   step old. The results are those of the host, bit for bit. Writes that decide from their
  *   own data read their statistics back at once, which waits for the op: DFP16 (exact
  *   exponent), a FLEX16_5 first write, and the "robust" preset (the default; it recomputes a
- *   saturated write at the exact exponent). flexpoint_gpu_host_waits counts the waits. A fault inside a
- *   kernel is therefore reported by a later call (with FLEXPOINT_GPU_SYNC=1 in the
- *   environment every op waits and reports its own faults). An op that fails with FX_EDEVICE
- *   may have changed its output's elements (a FLEX16_5 output is rounded at its predicted
- *   exponent before the statistics are read back); its exponent state is left as it was. Call flexpoint_gpu_synchronize
- *   before reading managed memory that an op writes, on the host.
+ *   saturated write at the exact exponent). flexpoint_gpu_host_waits counts the waits.
+ *   A fault inside a kernel is therefore reported by a later call (with FLEXPOINT_GPU_SYNC=1
+ *   in the environment every op waits and reports its own faults). An op that fails with
+ *   FX_EDEVICE may have changed its output's elements (a FLEX16_5 output is rounded at its
+ *   predicted exponent before the statistics are read back); its exponent state is left as it
+ *   was. If collecting a deferred write's statistics fails (FX_EDEVICE from the call that
+ *   needed them), that write's statistics and Autoflex observation are lost; its exponent
+ *   stays. Call flexpoint_gpu_synchronize before reading managed memory that an op writes, on
+ *   the host.
  * - Threads: the device in use is per host thread (as in the CUDA runtime). A device tensor
  *   remembers its device; ops switch to that device for their work.
  */

@@ -99,6 +99,13 @@ def gpu_release_cache() -> None:
     check(lib().flexpoint_gpu_release_cache(), "flexpoint_gpu_release_cache")
 
 
+def gpu_host_waits() -> int:
+    """How many times the library has waited for a CUDA device in this process (copies
+    between host and device, synchronisations, write statistics not yet arrived); 0 without
+    CUDA. Take differences around a training step to profile it."""
+    return int(lib().flexpoint_gpu_host_waits())
+
+
 __all__ = [
     # tensors
     "Tensor", "tensor", "zeros", "from_numpy", "from_raw", "STAT_NAMES", "MAX_DIMS",
@@ -123,5 +130,5 @@ __all__ = [
     # library
     "version", "backends", "available_backends", "backend", "set_backend", "cpu_features",
     "set_num_threads", "num_threads", "gpu_device_count", "gpu_synchronize", "gpu_release_cache",
-    "library_path",
+    "gpu_host_waits", "library_path",
 ]

@@ -110,6 +110,7 @@ _PROTOTYPES: Dict[str, tuple] = {
     "flexpoint_gpu_device_count": (c_int, []),
     "flexpoint_gpu_synchronize": (c_int, []),
     "flexpoint_gpu_release_cache": (c_int, []),
+    "flexpoint_gpu_host_waits": (c_int64, []),  # long long: 64 bits on every supported ABI
     # flexpoint_nn.h
     "tensor_conv2d": (c_int, [_p, _p, _p, c_int, c_int, c_int, c_int, c_int, c_int]),
     "tensor_conv2d_bias_relu": (c_int, [_p, _p, _p, _p, c_int, c_int, c_int, c_int, c_int, c_int,

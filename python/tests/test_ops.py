@@ -204,6 +204,8 @@ def test_gpu_helpers_without_a_device():
     fx.gpu_release_cache()  # nothing cached: not an error
     with pytest.raises(fx.DeviceError):
         fx.gpu_synchronize()
+    # nothing was ever waited for: no device to wait on
+    assert fx.gpu_host_waits() == 0
 
 
 @needs("tensor_conv2d", "tensor_conv2d_backward_input", "tensor_conv2d_backward_weight")

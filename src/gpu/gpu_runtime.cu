@@ -6,6 +6,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "flexpoint_gpu.h" /* the public declarations: their export attribute */
 #include "gpu_common.cuh"
 
 // ---- devices --------------------------------------------------------------------------------
