@@ -195,24 +195,6 @@ static void sequences(void)
 
 /* ---- training ------------------------------------------------------------------------------ */
 
-static fx_dataset *patches(int64_t n, uint64_t seed)
-{
-    float *x = malloc((size_t)n * 144 * sizeof(float));
-    int32_t *y = malloc((size_t)n * sizeof(int32_t));
-    test_rng r;
-    test_rng_seed(&r, seed);
-    for (int64_t i = 0; i < n; i++) {
-        int c = (int)(i % 10);
-        y[i] = c;
-        for (int k = 0; k < 144; k++) x[i * 144 + k] = (float)(0.3 * test_rng_normal(&r));
-        for (int k = 0; k < 9; k++) x[i * 144 + 13 * c + (k / 3) * 12 + k % 3] += 1.0f;
-    }
-    fx_dataset *d = fx_dataset_from_arrays(n, 1, 12, 12, 10, x, y);
-    free(x);
-    free(y);
-    return d;
-}
-
 static fx_trainer *trainer(const char *model, const char *preset, const fx_dataset *tr,
                            const fx_dataset *te)
 {
@@ -293,7 +275,7 @@ static obs_log run_training(const char *model, const char *preset, int defer,
 
 static void training(void)
 {
-    fx_dataset *tr = patches(320, 21), *te = patches(64, 22);
+    fx_dataset *tr = test_patch_dataset(320, 21), *te = test_patch_dataset(64, 22);
     CHECK(tr && te, "synthetic data: %s", flexpoint_last_error());
     if (!tr || !te) return;
     static const char *const models[] = {"mlp", "cnn"};

@@ -16,28 +16,6 @@
 
 static char tmpdir[256];
 
-/* An easy, learnable problem written here: class c lights a 3x3 patch at its own position of a
- * 12x12 image, plus Gaussian noise (sd 0.3). A working trainer in any format separates it. */
-static fx_dataset *patches(int64_t n, uint64_t seed)
-{
-    float *x = malloc((size_t)n * 144 * sizeof(float));
-    int32_t *y = malloc((size_t)n * sizeof(int32_t));
-    test_rng r;
-    test_rng_seed(&r, seed);
-    for (int64_t i = 0; i < n; i++) {
-        int c = (int)(i % 10);
-        y[i] = c;
-        int py = 1 + 3 * (c / 4), px = 1 + 3 * (c % 4) - (c / 4 == 2 ? 0 : 0);
-        for (int k = 0; k < 144; k++) x[i * 144 + k] = (float)(0.3 * test_rng_normal(&r));
-        for (int dy = 0; dy < 3; dy++)
-            for (int dx = 0; dx < 3; dx++) x[i * 144 + (py + dy) * 12 + px + dx] += 1.0f;
-    }
-    fx_dataset *d = fx_dataset_from_arrays(n, 1, 12, 12, 10, x, y);
-    free(x);
-    free(y);
-    return d;
-}
-
 static fx_trainer *make(const char *model, int fmt, const fx_dataset *tr, const fx_dataset *te)
 {
     fx_train_config c;
@@ -271,7 +249,7 @@ int main(void)
     if (!mkdtemp(tmpdir)) return test_skip("test_train", "cannot create a temporary directory");
     flexpoint_set_num_threads(2);
     /* small synthetic 1x12x12 images, 10 classes */
-    fx_dataset *tr = patches(1280, 11), *te = patches(320, 12);
+    fx_dataset *tr = test_patch_dataset(1280, 11), *te = test_patch_dataset(320, 12);
     CHECK(tr && te, "synthetic data: %s", flexpoint_last_error());
     if (!tr || !te) return test_finish("test_train");
     learns(tr, te);

@@ -32,21 +32,28 @@
  * with a unique name, and removes it at the end. */
 static char tmpdir[] = "/tmp/fx_test_train_device_XXXXXX";
 
-static fx_trainer *make(const char *model, int fmt, int device, const fx_dataset *tr,
-                        const fx_dataset *te)
+static fx_trainer *make_preset(const char *model, int fmt, const char *preset, int device,
+                               const fx_dataset *tr, const fx_dataset *te)
 {
     fx_train_config c;
     fx_train_config_default(&c);
     snprintf(c.model, sizeof c.model, "%s", model);
+    if (preset) snprintf(c.autoflex, sizeof c.autoflex, "%s", preset);
     c.fmt = fmt;
     c.batch_size = 32;
     c.lr = 0.05;
     c.seed = 5;
     c.device = device;
     fx_trainer *t = fx_trainer_new(&c, tr, te);
-    CHECK(t != NULL, "trainer %s/%s on device %d: %s", model, fmt_name((fmt_t)fmt), device,
-          flexpoint_last_error());
+    CHECK(t != NULL, "trainer %s/%s (%s) on device %d: %s", model, fmt_name((fmt_t)fmt),
+          preset ? preset : "default preset", device, flexpoint_last_error());
     return t;
+}
+
+static fx_trainer *make(const char *model, int fmt, int device, const fx_dataset *tr,
+                        const fx_dataset *te)
+{
+    return make_preset(model, fmt, NULL, device, tr, te);
 }
 
 static float *params_of(const fx_trainer *t)
@@ -252,30 +259,13 @@ static long long waits_per_steps(fx_trainer *t, int steps)
     return flexpoint_gpu_host_waits() - w0;
 }
 
-static fx_trainer *make_preset(int fmt, const char *preset, int device, const fx_dataset *tr,
-                               const fx_dataset *te)
-{
-    fx_train_config c;
-    fx_train_config_default(&c);
-    snprintf(c.model, sizeof c.model, "cnn");
-    snprintf(c.autoflex, sizeof c.autoflex, "%s", preset);
-    c.fmt = fmt;
-    c.batch_size = 32;
-    c.lr = 0.05;
-    c.seed = 5;
-    c.device = device;
-    fx_trainer *t = fx_trainer_new(&c, tr, te);
-    CHECK(t != NULL, "cnn/%s/%s: %s", fmt_name((fmt_t)fmt), preset, flexpoint_last_error());
-    return t;
-}
-
 static void step_waits(const fx_dataset *tr, const fx_dataset *te)
 {
     const int steps = 6;
-    fx_trainer *pub = make_preset(FMT_FLEX16_5, "published", 0, tr, te);
-    fx_trainer *rob = make_preset(FMT_FLEX16_5, "robust", 0, tr, te);
-    fx_trainer *f32 = make_preset(FMT_FP32, "robust", 0, tr, te);
-    fx_trainer *host = make_preset(FMT_FLEX16_5, "published", -1, tr, te);
+    fx_trainer *pub = make_preset("cnn", FMT_FLEX16_5, "published", 0, tr, te);
+    fx_trainer *rob = make_preset("cnn", FMT_FLEX16_5, "robust", 0, tr, te);
+    fx_trainer *f32 = make_preset("cnn", FMT_FP32, NULL, 0, tr, te);
+    fx_trainer *host = make_preset("cnn", FMT_FLEX16_5, "published", -1, tr, te);
     if (pub && rob && f32 && host) {
         long long wp = waits_per_steps(pub, steps), wr = waits_per_steps(rob, steps);
         long long wf = waits_per_steps(f32, steps);

@@ -1,8 +1,10 @@
 #include "testutil.h"
 
 #include "flexpoint.h"
+#include "flexpoint_data.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 long fx_test_failures = 0;
@@ -69,4 +71,27 @@ uint32_t test_f32_bits(float x)
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
+}
+
+fx_dataset *test_patch_dataset(int64_t n, uint64_t seed)
+{
+    float *x = malloc((size_t)n * 144 * sizeof(float));
+    int32_t *y = malloc((size_t)n * sizeof(int32_t));
+    fx_dataset *d = NULL;
+    if (x && y) {
+        test_rng r;
+        test_rng_seed(&r, seed);
+        for (int64_t i = 0; i < n; i++) {
+            const int c = (int)(i % 10);
+            y[i] = c;
+            const int py = 1 + 3 * (c / 4), px = 1 + 3 * (c % 4);
+            for (int k = 0; k < 144; k++) x[i * 144 + k] = (float)(0.3 * test_rng_normal(&r));
+            for (int dy = 0; dy < 3; dy++)
+                for (int dx = 0; dx < 3; dx++) x[i * 144 + (py + dy) * 12 + px + dx] += 1.0f;
+        }
+        d = fx_dataset_from_arrays(n, 1, 12, 12, 10, x, y);
+    }
+    free(x);
+    free(y);
+    return d;
 }

@@ -40,6 +40,12 @@ double test_rng_uniform(test_rng *r);          /* [0, 1) */
 double test_rng_normal(test_rng *r);           /* standard normal */
 int64_t test_rng_range(test_rng *r, int64_t lo, int64_t hi); /* [lo, hi] */
 
+/* An easy, learnable problem: class c (of 10) lights a 3x3 patch at its own position of a
+ * 12x12 one-channel image, plus Gaussian noise (sd 0.3). A working trainer in any format
+ * separates it. NULL on allocation failure. */
+struct fx_dataset;
+struct fx_dataset *test_patch_dataset(int64_t n, uint64_t seed);
+
 /* The bits of an fp32 value (for bit-for-bit comparisons). */
 uint32_t test_f32_bits(float x);
 
