@@ -15,8 +15,10 @@
  * - Numeric events (saturation, clamped exponents, NaN/Inf inputs, underflow) are not errors:
  *   they are counted per tensor and readable with tensor_stat().
  * - Shapes are int64_t, at most FX_MAX_DIMS dimensions, each >= 0 (empty tensors are allowed).
- * - Thread safety: distinct tensors may be used from distinct threads. The error message is
- *   thread-local. Backend selection (flexpoint_set_backend) is global.
+ * - Thread safety: distinct tensors may be used from distinct threads, as long as they do not
+ *   share storage: views of one tensor are one storage, and even reading its state (tensor_stat,
+ *   traces) may complete a write's bookkeeping, so one storage is used by one thread at a
+ *   time. The error message is thread-local. Backend selection (flexpoint_set_backend) is global.
  */
 #ifndef FLEXPOINT_H
 #define FLEXPOINT_H

@@ -23,8 +23,9 @@ int fx_gpu_dispatch(const struct fx_op_request *rq);
 
 /* Move every mantissa of a device storage (data, numel elements of int16) from exponent
  * `from` to `to` (tensor_set_exp): one rounding each, as on the host; *saturated counts the
- * mantissas that saturated. FX_OK, or FX_EDEVICE (no CUDA, no such device, a CUDA failure)
- * with nothing changed. */
+ * mantissas that saturated. FX_OK, or FX_EDEVICE (no CUDA, no such device, a CUDA failure);
+ * the caller then keeps the old exponent (a kernel that failed part-way is a device fault,
+ * which every later call reports too). */
 int fx_gpu_rescale(int device, void *data, int64_t numel, int from, int to, int64_t *saturated,
                    const char *func);
 

@@ -27,7 +27,10 @@
  * fx_gr_gemm_float), except when both inputs are fp16 or both bf16: then im2col and the
  * gathers copy their bits as they are (as for the integer formats), and cublasGemmEx takes the
  * 16-bit operands directly, on tensor cores with fp32 accumulation (the products of two fp16
- * or bf16 values are exact in fp32, so the bounds below hold unchanged); fp32 col2im (at most KH*KW additions per element) and chunk accumulation
+ * values are exact in fp32, and those of two bf16 values unless they overflow or fall below
+ * fp32's subnormals; tensor cores are reported to truncate inside their fp32 accumulation, so
+ * strictly u doubles in the bounds below; the device tests keep the round-to-nearest bound,
+ * which cuBLAS's 16-bit matmuls met on the H100); fp32 col2im (at most KH*KW additions per element) and chunk accumulation
  * (nchunks - 1 additions), one rounding on write. Error bounds, elementwise, before the output
  * rounding (u = 2^-24, gamma_n = n u / (1 - n u); +1 in each index for the product's
  * rounding): forward gamma_{C KH KW + 1} sum|terms| (one GEMM sum, in cuBLAS's order); input

@@ -307,7 +307,7 @@ static int fx_gpu_write_deferred(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_s
                                  const char *func)
 {
     int rc = FX_OK;
-    fx_gpu_pending *g = fx_gpu_pending_of(out->st, &rc, func);
+    fx_gpu_pending *g = fx_gpu_pending_of(out->st, &rc, func); /* made by the caller */
     if (!g) return rc;
     fx_gpu_quant_ctx qc = {sg, dst, ds, func, 0, 0, {0}, {0}};
     rc = fx_gpu_quantize_launch(&qc, e, NULL, r, 1);
@@ -334,8 +334,14 @@ static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
     if (rc) return rc;
     int de, dclamped;
     fx_rounding dr;
-    if (fx_write_shared_defer_exp(out, &de, &dclamped, &dr))
-        return fx_gpu_write_deferred(out, sg, ds, &dst, de, dclamped, &dr, func);
+    if (fx_write_shared_defer_exp(out, &de, &dclamped, &dr)) {
+        int srec = FX_OK;
+        if (fx_gpu_pending_of(out->st, &srec, func))
+            return fx_gpu_write_deferred(out, sg, ds, &dst, de, dclamped, &dr, func);
+        /* no statistics slot (pinned memory or an event could not be made): the waiting path
+         * below gives the same result */
+        flexpoint_clear_error();
+    }
 
     /* Speculation: round before the statistics are read, then read the stage's and the
      * rounding's statistics back in one copy (one wait instead of two). A FLEX16_5 write whose

@@ -597,8 +597,9 @@ int fx_gnn_unscale(float inv, const tensor_t *const *grads, int n, float *const 
         const tensor_t *t = grads[i];
         const int64_t numel = fx_numel_of(t->ndim, t->shape);
         if (numel == 0) continue;
-        if (!g.rc) g.rc = fx_storage_settle(t->st, func);
-        if (!g.rc && fmt_is_shared_exponent(t->fmt) && t->st->last.nonfinite > 0) bad = 1;
+        g.rc = fx_storage_settle(t->st, func); /* its last write's statistics are needed */
+        if (g.rc) break;
+        if (fmt_is_shared_exponent(t->fmt) && t->st->last.nonfinite > 0) bad = 1;
         const fx_dview tv = fx_gpu_view_of(t);
         g.rc = fx_gnk_unscale(&tv, numel, inv, out[i], dbad, func);
     }

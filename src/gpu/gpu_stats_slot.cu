@@ -107,6 +107,9 @@ extern "C" int fx_gr_slot_wait(void *event, const char *func)
 {
     cudaError_t err = cudaEventQuery((cudaEvent_t)event);
     if (err == cudaErrorNotReady) {
+        // "not ready" is an answer, not a failure: keep it from being reported by the next
+        // launch check as the last error
+        (void)cudaGetLastError();
         fx_gr_count_wait();
         err = cudaEventSynchronize((cudaEvent_t)event);
     }

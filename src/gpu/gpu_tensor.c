@@ -197,8 +197,9 @@ int fx_gpu_rescale(int device, void *data, int64_t numel, int from, int to, int6
     rc = fx_gr_malloc(sizeof *dsat, (void **)&dsat, func);
     if (!rc) rc = fx_gr_memset0(dsat, sizeof *dsat, func);
     if (!rc) rc = fx_gk_rescale_i16(data, numel, to - from, dsat, func);
+    /* the copy waits for the kernel and reports its failure; once it has succeeded the
+     * mantissas are rescaled, so nothing after it may fail the call */
     if (!rc) rc = fx_gr_memcpy(&hsat, dsat, sizeof hsat, FX_GR_D2H, func);
-    if (!rc) rc = fx_gr_op_done(func);
     fx_gr_free(dsat);
     fx_leave(device, prev);
     if (!rc) *saturated = (int64_t)hsat;
