@@ -11,8 +11,11 @@
 # TRAIN_N (training images of the training runs; default 12800), EPOCHS (default 1),
 # RESNET_N and RESNET_LIMIT (ResNet-20 images, default 2560, and seconds, default 150),
 # BENCH_SIZES (default "256 512 1024 2048 4096"), PYTHON (with PyTorch, for the torch step;
-# default python3). Steps: build test memcheck bench train trainhost resnet torch (default:
-# all but memcheck, resnet and torch). Each step has its own time limit so that one hang cannot eat the rest.
+# default python3). Steps: build test memcheck bench train trainhost presets resnet torch
+# (default: all but memcheck, presets, resnet and torch). presets: flex16_5 on the device under
+# the "published" preset (deferred writes: no wait for a write's own statistics) and under
+# "robust" (one wait per write), the same run on the host under "published" (its traces must
+# match the device's), for the seconds per epoch that deferral saves. Each step has its own time limit so that one hang cannot eat the rest.
 # Every step's output goes to $OUT/log.txt; the training CSVs are packed into $OUT/train.tar.gz.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -81,6 +84,14 @@ fi
 if has trainhost; then
   step "train on host" 300 "$BUILD/tools/flexpoint-train" "${common[@]}" --device cpu --out "$OUT/train_host"
 fi
+if has presets; then
+  for preset in published robust; do
+    step "flex16_5 $preset on cuda" 300 "$BUILD/tools/flexpoint-train" "${common[@]}" --formats flex16_5 \
+      --autoflex "$preset" --device cuda --out "$OUT/train_cuda_$preset"
+  done
+  step "flex16_5 published on host" 300 "$BUILD/tools/flexpoint-train" "${common[@]}" --formats flex16_5 \
+    --autoflex published --device cpu --out "$OUT/train_host_published"
+fi
 if has resnet; then # ResNet-20 (32x32 after padding) on the device, no host counterpart (slow there)
   step "ResNet-20 on cuda" "${RESNET_LIMIT:-150}" "$BUILD/tools/flexpoint-train" --model resnet20 --pad 2 --epochs 1 \
     --train-subset "${RESNET_N:-2560}" --test-subset 1000 --data-dir "$DATA" --quiet \
@@ -90,17 +101,21 @@ if has torch; then
   step "PyTorch on cuda" 300 "${PYTHON:-python3}" tools/pytorch_baseline.py --model cnn --epochs "$EPOCHS" \
     --train-subset "$TRAIN_N" --test-subset 2000 --data-dir "$DATA" --device cuda --out "$OUT/train_torch"
 fi
-for d in train_cuda train_host train_resnet train_torch; do
+for d in train_cuda train_host train_cuda_published train_cuda_robust train_host_published \
+    train_resnet train_torch; do
   for f in "$OUT/$d/epochs.csv" "$OUT/$d/pytorch_epochs.csv"; do
     [ -f "$f" ] && { echo "-- $d/$(basename "$f")"; cat "$f"; } | tee -a "$LOG"
   done
 done
-if [ -f "$OUT/train_cuda/steps.csv" ] && [ -f "$OUT/train_host/steps.csv" ]; then
-  for f in "$OUT"/train_cuda/trace_*.csv; do
-    cmp -s "$f" "$OUT/train_host/$(basename "$f")" && r=same || { r=DIFFERENT; status=1; }
-    echo "trace $(basename "$f"): $r on device and host" | tee -a "$LOG"
-  done
-fi
+for pair in "train_cuda train_host" "train_cuda_published train_host_published"; do
+  set -- $pair
+  if [ -f "$OUT/$1/steps.csv" ] && [ -f "$OUT/$2/steps.csv" ]; then
+    for f in "$OUT/$1"/trace_*.csv; do
+      cmp -s "$f" "$OUT/$2/$(basename "$f")" && r=same || { r=DIFFERENT; status=1; }
+      echo "trace $1/$(basename "$f"): $r on device and host" | tee -a "$LOG"
+    done
+  fi
+done
 ls "$OUT" | grep -q '^train_' && tar -C "$OUT" -czf "$OUT/train.tar.gz" $(cd "$OUT" && ls -d train_*) && rm -rf "$OUT"/train_*/
 say "done: status $status"
 grep -E 'tests passed|tests failed|\*\*\*|Not Run|FAIL|Test +#|DIFFERENT' "$LOG" | tail -40
