@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import List
 
-from . import data, ops, optim, train
+from . import data, device, ops, optim, train
 from ._lib import LibraryNotFoundError, lib, library_path
 from .autoflex import PRESETS, AutoflexConfig, TraceRecord, autoflex_preset, trace_to_arrays
 from .data import Dataset
@@ -83,27 +83,11 @@ def num_threads() -> int:
     return int(lib().flexpoint_num_threads())
 
 
-def gpu_device_count() -> int:
-    """Number of CUDA devices visible to the library (0 without CUDA)."""
-    return int(lib().flexpoint_gpu_device_count())
-
-
-def gpu_synchronize() -> None:
-    """Wait for the device work queued by this thread (device ops are asynchronous);
-    DeviceError without a device or when a kernel failed."""
-    check(lib().flexpoint_gpu_synchronize(), "flexpoint_gpu_synchronize")
-
-
-def gpu_release_cache() -> None:
-    """Give the device memory the library keeps for reuse back to CUDA."""
-    check(lib().flexpoint_gpu_release_cache(), "flexpoint_gpu_release_cache")
-
-
-def gpu_host_waits() -> int:
-    """How many times the library has waited for a CUDA device in this process (copies
-    between host and device, synchronisations, write statistics not yet arrived); 0 without
-    CUDA. Take differences around a training step to profile it."""
-    return int(lib().flexpoint_gpu_host_waits())
+# The device API also lives in flexpoint.device; these names predate it.
+gpu_device_count = device.device_count
+gpu_synchronize = device.synchronize
+gpu_release_cache = device.release_cache
+gpu_host_waits = device.host_waits
 
 
 __all__ = [
@@ -122,7 +106,7 @@ __all__ = [
     # optimisers
     "sgd_step", "adam_step", "SGD", "Adam", "LossScaler",
     # data and training
-    "Dataset", "TrainConfig", "EpochMetrics", "Trainer", "data", "ops", "optim", "train",
+    "Dataset", "TrainConfig", "EpochMetrics", "Trainer", "data", "device", "ops", "optim", "train",
     # errors
     "FlexpointError", "InvalidArgumentError", "ShapeError", "FormatError", "UnsupportedError",
     "OutOfMemoryError", "RangeError", "FlexpointIOError", "CorruptError", "DeviceError",

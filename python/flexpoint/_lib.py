@@ -108,6 +108,15 @@ _PROTOTYPES: Dict[str, tuple] = {
     "flexpoint_set_num_threads": (c_int, [c_int]),
     "flexpoint_num_threads": (c_int, []),
     "flexpoint_gpu_device_count": (c_int, []),
+    # flexpoint_gpu.h
+    "flexpoint_gpu_built": (c_int, []),
+    "flexpoint_gpu_set_device": (c_int, [c_int]),
+    "flexpoint_gpu_device": (c_int, []),
+    "flexpoint_gpu_device_name": (c_char_p, []),
+    "tensor_new_device": (_p, [c_int, c_int, _i64p]),
+    "tensor_device": (c_int, [_p]),
+    "tensor_to_device": (_p, [_p]),
+    "tensor_to_host": (_p, [_p]),
     "flexpoint_gpu_synchronize": (c_int, []),
     "flexpoint_gpu_release_cache": (c_int, []),
     "flexpoint_gpu_host_waits": (c_int64, []),  # long long: 64 bits on every supported ABI

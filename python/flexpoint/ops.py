@@ -20,7 +20,7 @@ import numpy as np
 from ._lib import lib
 from .errors import InvalidArgumentError, check
 from .formats import FormatLike
-from .tensor import Tensor
+from .tensor import Tensor, _new_on
 
 __all__ = [
     "add", "sub", "mul", "scale", "relu", "relu_backward", "copy", "sum", "mean", "matmul",
@@ -50,7 +50,8 @@ def _out(out: Optional[Tensor], shape: Sequence[int], fmt: Optional[FormatLike],
          like: Tensor) -> Tensor:
     if out is not None:
         return _tensor(out, "out")
-    return Tensor(tuple(shape), like.fmt_id if fmt is None else fmt)
+    # where the operand lives: an op on device tensors writes a device tensor
+    return _new_on(tuple(shape), like.fmt_id if fmt is None else fmt, like._ordinal())
 
 
 def _pair(v: Pair, name: str) -> Tuple[int, int]:

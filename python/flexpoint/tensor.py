@@ -18,6 +18,7 @@ import numpy as np
 from ._lib import lib
 from ._structs import AutoflexConfigC, TraceRecordC
 from .autoflex import AutoflexConfig, TraceRecord, trace_to_arrays
+from .device import DeviceLike, device_name, device_ordinal
 from .errors import InvalidArgumentError, ShapeError, StateError, check, raise_last
 from .formats import FORMATS, FormatLike, fmt_id, raw_dtype
 
@@ -79,8 +80,12 @@ class Tensor:
 
     Operators: ``a + b``, ``a - b``, ``a * b`` (elementwise with broadcasting), ``a @ b``
     (2-D matrix product), ``s * a`` and ``-a`` (scaling by a number). Each allocates its result in
-    the left operand's format; the functions in :mod:`flexpoint.ops` take an ``out=`` tensor of
-    any format instead.
+    the left operand's format, where the left operand lives; the functions in
+    :mod:`flexpoint.ops` take an ``out=`` tensor of any format instead.
+
+    A tensor lives on the host (:attr:`device` ``"cpu"``) or on a CUDA device (``"cuda:N"``);
+    :meth:`to` moves a copy (bits and exponent state). Ops whose tensors all live on one device
+    run there. Element access (:meth:`numpy`, :meth:`assign`, raw storage) needs a host tensor.
     """
 
     __slots__ = ("_ptr", "_base", "_owned", "_shape", "_fmt", "__weakref__")
@@ -199,6 +204,41 @@ class Tensor:
         return FORMATS[self.fmt_id]
 
     @property
+    def device(self) -> str:
+        """Where the elements live: "cpu" or "cuda:N"."""
+        return device_name(self._ordinal())
+
+    def to(self, device: DeviceLike) -> "Tensor":
+        """This tensor on `device` ("cpu", "cuda", "cuda:N" or an ordinal): itself when it
+        already lives there, else a new contiguous copy with the same bits and exponent state
+        (tensor_to_device / tensor_to_host). DeviceError when the device cannot be used."""
+        want, here = device_ordinal(device), self._ordinal()
+        if want == here:
+            return self
+        if want >= 0 and here >= 0:  # device to device, through the host
+            return self.to("cpu").to(want)
+        L = lib()
+        L.flexpoint_clear_error()
+        if want < 0:
+            ptr = L.tensor_to_host(self._h)
+            if not ptr:
+                raise_last(None, "tensor_to_host")
+            return Tensor._wrap(ptr, None)
+        with _on_device(want):
+            ptr = L.tensor_to_device(self._h)
+            if not ptr:
+                raise_last(None, "tensor_to_device")
+        return Tensor._wrap(ptr, None)
+
+    def cpu(self) -> "Tensor":
+        """``to("cpu")``."""
+        return self.to("cpu")
+
+    def cuda(self, device: DeviceLike = "cuda") -> "Tensor":
+        """``to(device)``, device 0 by default."""
+        return self.to(device)
+
+    @property
     def is_shared_exponent(self) -> bool:
         """True for flex16_5 and dfp16 (int16 mantissas with one shared exponent)."""
         return self.fmt_id in (3, 4)
@@ -314,7 +354,7 @@ class Tensor:
     def astype(self, fmt: FormatLike) -> "Tensor":
         """A new contiguous tensor in `fmt` holding this tensor's values (tensor_copy: a write
         into the new tensor, with its rounding and exponent choice)."""
-        out = Tensor(self.shape, fmt)
+        out = _new_on(self.shape, fmt, self._ordinal())
         check(lib().tensor_copy(out._h, self._h), "tensor_copy")
         return out
 
@@ -326,6 +366,9 @@ class Tensor:
     def clone(self) -> "Tensor":
         """A bit-exact contiguous duplicate: same format, raw storage, exponent and window. The
         Autoflex history and statistics are not copied."""
+        where = self._ordinal()
+        if where >= 0:
+            return self.to("cpu").clone().to(where)
         out = Tensor(self.shape, self.fmt_id)
         if self.fmt_id == 3:
             out.set_exp_window(self.exp_window[0])
@@ -335,7 +378,13 @@ class Tensor:
         out.set_raw(self.get_raw())
         return out
 
+    def _ordinal(self) -> int:
+        """-1 on the host, else the CUDA device (tensor_device; the handle is never NULL)."""
+        return int(lib().tensor_device(self._h))
+
     def __reduce__(self):
+        if self._ordinal() >= 0:  # pickles hold host data: load them with .to(device)
+            return self.to("cpu").__reduce__()
         window = self.exp_window[0] if self.fmt_id == 3 else None
         return (_rebuild, (self.fmt, self.shape, self.get_raw(),
                            self.exp if self.is_shared_exponent else None, window))
@@ -602,6 +651,40 @@ def _raise_view_error(fn: str) -> None:
     raise_last(status, fn)
 
 
+class _on_device:
+    """Make CUDA device n this thread's device for a block, then restore the previous one."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.prev = -1
+
+    def __enter__(self) -> None:
+        L = lib()
+        prev = L.flexpoint_gpu_device()
+        self.prev = prev if prev >= 0 else -1
+        check(L.flexpoint_gpu_set_device(self.n), "flexpoint_gpu_set_device")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.prev >= 0 and self.prev != self.n:
+            lib().flexpoint_gpu_set_device(self.prev)
+
+
+def _new_on(shape: Sequence[int], fmt: FormatLike, ordinal: int) -> Tensor:
+    """A new zero-filled contiguous tensor on the host (ordinal -1) or on CUDA device
+    `ordinal`."""
+    if ordinal < 0:
+        return Tensor(shape, fmt)
+    dims = _shape_tuple(shape)
+    f = fmt_id(fmt)
+    L = lib()
+    with _on_device(ordinal):
+        L.flexpoint_clear_error()
+        ptr = L.tensor_new_device(f, len(dims), _c_shape(dims))
+        if not ptr:
+            raise_last(None, "tensor_new_device")
+    return Tensor._wrap(ptr, None)
+
+
 def _rebuild(fmt: str, shape: Tuple[int, ...], raw: np.ndarray, exp: Optional[int],
              window_lo: Optional[int]) -> Tensor:
     t = Tensor(shape, fmt)
@@ -617,13 +700,14 @@ def _rebuild(fmt: str, shape: Tuple[int, ...], raw: np.ndarray, exp: Optional[in
 # module-level constructors
 # ----------------------------------------------------------------------------------------
 def tensor(shape: ShapeLike, fmt: FormatLike = "flex16_5", *, autoflex: Optional[str] = None,
-           exp: Optional[int] = None, window_lo: Optional[int] = None) -> Tensor:
-    """A new zero-filled contiguous tensor.
+           exp: Optional[int] = None, window_lo: Optional[int] = None,
+           device: DeviceLike = "cpu") -> Tensor:
+    """A new zero-filled contiguous tensor, on the host or on `device` ("cuda", "cuda:N").
 
     A shared-exponent tensor starts at exponent -8 (flex16_5, window [-31, 0], Autoflex preset
-    from FLEXPOINT_AUTOFLEX or "published") or 0 (dfp16); `window_lo`, `exp` and `autoflex`
+    from FLEXPOINT_AUTOFLEX or "robust") or 0 (dfp16); `window_lo`, `exp` and `autoflex`
     change that (flex16_5 only for the window and preset)."""
-    t = Tensor(shape, fmt)
+    t = _new_on(_shape_tuple(shape), fmt, device_ordinal(device))
     if window_lo is not None:
         t.set_exp_window(window_lo)
     if exp is not None:
@@ -638,8 +722,10 @@ zeros = tensor
 
 def from_numpy(a: Any, fmt: FormatLike = "flex16_5", *, autoflex: Optional[str] = None,
                window_lo: Optional[int] = None, exp: Optional[int] = None,
-               rounding: Optional[str] = None, seed: int = 0) -> Tensor:
-    """A new tensor of `a`'s shape holding its values in `fmt` (a 0-d array becomes shape (1,)).
+               rounding: Optional[str] = None, seed: int = 0,
+               device: DeviceLike = "cpu") -> Tensor:
+    """A new tensor of `a`'s shape holding its values in `fmt` (a 0-d array becomes shape (1,)),
+    on the host or, written there and then copied, on `device`.
 
     The values are converted to float32 and written once (tensor_from_f32): fp16 and bf16 round
     to nearest even; dfp16 picks the exact exponent; flex16_5 picks it with Autoflex (the first
@@ -651,7 +737,8 @@ def from_numpy(a: Any, fmt: FormatLike = "flex16_5", *, autoflex: Optional[str] 
     t = tensor(arr.shape, fmt, autoflex=autoflex, exp=exp, window_lo=window_lo)
     if rounding is not None:
         t.set_rounding(rounding, seed)
-    return t.assign(arr)
+    t.assign(arr)
+    return t.to(device)
 
 
 def from_raw(raw: Any, fmt: FormatLike, exp: Optional[int] = None,

@@ -21,6 +21,7 @@ import numpy as np
 from ._lib import lib
 from ._structs import EpochMetricsC, TrainConfigC
 from .data import Dataset
+from .device import device_ordinal
 from .errors import InvalidArgumentError, StateError, check, raise_last
 from .formats import FORMATS, FormatLike, fmt_id
 from .optim import LossScaler
@@ -46,24 +47,7 @@ def _encode_name(value: str, field: str, size: int = 16) -> bytes:
 
 def _device_ordinal(value: Union[str, int]) -> int:
     """fx_train_config.device of "cpu", "cuda", "cuda:N" or an integer (-1 is the host)."""
-    if isinstance(value, bool):
-        raise InvalidArgumentError(f"TrainConfig.device={value!r}: expected 'cpu', 'cuda', "
-                                   "'cuda:N' or an integer", -1)
-    if isinstance(value, int):
-        ordinal = value
-    elif value == "cpu":
-        ordinal = -1
-    elif value == "cuda":
-        ordinal = 0
-    elif isinstance(value, str) and value.startswith("cuda:") and value[5:].isdigit():
-        ordinal = int(value[5:])
-    else:
-        raise InvalidArgumentError(f"TrainConfig.device={value!r}: expected 'cpu', 'cuda', "
-                                   "'cuda:N' or an integer", -1)
-    if ordinal < -1 or ordinal > 2**31 - 1:
-        raise InvalidArgumentError(f"TrainConfig.device={value!r}: the ordinal must be -1 (the "
-                                   "host) or a CUDA device number >= 0", -1)
-    return ordinal
+    return device_ordinal(value, "TrainConfig.device")
 
 
 @dataclass

@@ -1,0 +1,107 @@
+"""Device placement from Python (flexpoint.device, Tensor.to / .device, device= arguments).
+
+Without a CUDA device (CI, this machine) the tests check places, parsing, and that every call
+that needs a device raises DeviceError with the library's message and leaves the host tensor
+as it was. With a device they also check transfers bit for bit, that ops run where their
+operands live, and that flex16_5 results on the device equal the host's bit for bit."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import flexpoint as fx
+
+from conftest import needs
+
+NO_DEVICE = fx.device.device_count() == 0
+pytestmark = needs("tensor_to_device", "tensor_device", "flexpoint_gpu_built")
+
+
+def test_places_parse():
+    dev = fx.device
+    assert dev.device_ordinal("cpu") == -1
+    assert dev.device_ordinal("cuda") == 0
+    assert dev.device_ordinal("cuda:3") == 3
+    assert dev.device_ordinal(2) == 2 and dev.device_ordinal(-1) == -1
+    assert dev.device_name(-1) == "cpu" and dev.device_name(1) == "cuda:1"
+    for bad in ("gpu", "cuda:", "cuda:-1", "cuda:x", "", True, 1.0, -2, None):
+        with pytest.raises(fx.InvalidArgumentError):
+            dev.device_ordinal(bad)  # type: ignore[arg-type]
+
+
+def test_host_tensors_stay_put(rng):
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    t = fx.from_numpy(a, "dfp16")
+    assert t.device == "cpu"
+    assert t.to("cpu") is t and t.cpu() is t and t.to(-1) is t
+    c = t + t
+    assert c.device == "cpu"
+    np.testing.assert_array_equal(c.numpy(), (t.numpy() * 2))
+
+
+def test_build_and_count_are_consistent():
+    assert isinstance(fx.device.built(), bool)
+    assert fx.device.device_count() >= 0
+    if not fx.device.built():
+        assert fx.device.device_count() == 0
+
+
+@pytest.mark.skipif(not NO_DEVICE, reason="a CUDA device is present")
+def test_without_a_device_everything_raises_device_error(rng):
+    a = rng.standard_normal((4, 4)).astype(np.float32)
+    t = fx.from_numpy(a, "flex16_5")
+    raw = t.get_raw().copy()
+    exp = t.exp
+    for call in (lambda: t.to("cuda"), lambda: t.cuda(), lambda: t.to(0),
+                 lambda: fx.tensor((2, 2), "fp16", device="cuda"),
+                 lambda: fx.from_numpy(a, "bf16", device="cuda:0"),
+                 lambda: fx.device.current_device(), lambda: fx.device.current_device_name(),
+                 lambda: fx.device.set_device(0), lambda: fx.device.synchronize()):
+        with pytest.raises(fx.DeviceError) as e:
+            call()
+        assert str(e.value)  # the library's message
+    with pytest.raises(fx.InvalidArgumentError):
+        fx.device.set_device("cpu")
+    with pytest.raises(fx.InvalidArgumentError):
+        t.to("gpu")
+    # the host tensor is untouched by the failed moves
+    np.testing.assert_array_equal(t.get_raw(), raw)
+    assert t.exp == exp and t.device == "cpu"
+    assert fx.device.host_waits() == 0
+
+
+@pytest.mark.skipif(NO_DEVICE, reason="no CUDA device")
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16", "flex16_5", "dfp16"])
+def test_round_trip_is_bit_exact(rng, fmt):
+    a = (rng.standard_normal((7, 9)) * 10).astype(np.float32)
+    h = fx.from_numpy(a, fmt)
+    d = h.to("cuda")
+    assert d.device == "cuda:0" and d.fmt == fmt and d.shape == h.shape
+    with pytest.raises(fx.InvalidArgumentError):
+        d.numpy()  # element access needs the host
+    back = d.cpu()
+    np.testing.assert_array_equal(back.get_raw(), h.get_raw())
+    if h.is_shared_exponent:
+        assert back.exp == h.exp
+    assert pickle.loads(pickle.dumps(d)).device == "cpu"
+    assert d.astype("fp32").device == "cuda:0"
+    np.testing.assert_array_equal(d.clone().cpu().get_raw(), h.get_raw())
+
+
+@pytest.mark.skipif(NO_DEVICE, reason="no CUDA device")
+def test_ops_run_where_their_operands_live(rng):
+    a = rng.standard_normal((33, 20)).astype(np.float32)
+    b = rng.standard_normal((20, 17)).astype(np.float32)
+    ha, hb = fx.from_numpy(a, "flex16_5"), fx.from_numpy(b, "flex16_5")
+    da, db = ha.to("cuda"), hb.to("cuda")
+    for hc, dc in ((ha @ hb, da @ db), (fx.relu(ha), fx.relu(da)), (ha * 0.5, da * 0.5)):
+        assert dc.device == "cuda:0"
+        back = dc.cpu()
+        np.testing.assert_array_equal(back.get_raw(), hc.get_raw())
+        assert back.exp == hc.exp
+    with pytest.raises(fx.InvalidArgumentError):
+        ha + da  # mixed places
+    fx.device.synchronize()
+    assert fx.device.host_waits() > 0
