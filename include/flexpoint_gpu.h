@@ -58,7 +58,8 @@
  *   step old. The results are those of the host, bit for bit. Writes that decide from their
  *   own data read their statistics back at once, which waits for the op: DFP16 (exact
  *   exponent), a FLEX16_5 first write, and the "robust" preset (the default; it recomputes a
- *   saturated write at the exact exponent). flexpoint_gpu_host_waits counts the waits.
+ *   saturated write at the exact exponent). flexpoint_gpu_host_waits counts the waits;
+ *   FLEXPOINT_GPU_DEFER=0 in the environment turns deferral off (same results, more waits).
  *   A fault inside a kernel is therefore reported by a later call (with FLEXPOINT_GPU_SYNC=1
  *   in the environment every op waits and reports its own faults). An op that fails with
  *   FX_EDEVICE may have changed its output's elements (a FLEX16_5 output is rounded at its

@@ -474,7 +474,7 @@ static void test_autoflex_sequences(test_rng *r)
  * Each step ends with flexpoint_gpu_synchronize (one counted wait), so that a settle finds the
  * previous step's statistics arrived however far the device lagged: the published steps then
  * wait exactly once each. The wait counts are only checked on a real device, and not with
- * FLEXPOINT_GPU_SYNC=1 (every op waits). */
+ * FLEXPOINT_GPU_SYNC=1 (every op waits) or FLEXPOINT_GPU_DEFER=0 (deferral off). */
 static void test_deferred_waits(test_rng *r)
 {
     const int64_t s[2] = {48, 48};
@@ -508,7 +508,9 @@ static void test_deferred_waits(test_rng *r)
         /* the writes' own waits: all but the one synchronisation per step */
         const long long waits = flexpoint_gpu_host_waits() - waits0 - steps;
         const char *sync_env = getenv("FLEXPOINT_GPU_SYNC");
-        if (!gpu_test_on_host && !(sync_env && sync_env[0] == '1')) {
+        const char *defer_env = getenv("FLEXPOINT_GPU_DEFER");
+        if (!gpu_test_on_host && !(sync_env && sync_env[0] == '1') &&
+            !(defer_env && defer_env[0] == '0')) {
             if (p == 0)
                 CHECK(waits == 0, "published: %lld host waits in %d steps of 3 writes", waits,
                       steps);

@@ -281,6 +281,19 @@ static void fx_gpu_pending_destroy(fx_pending_write *p)
 static const fx_pending_ops fx_gpu_pending_ops = {fx_gpu_pending_collect,
                                                   fx_gpu_pending_destroy};
 
+/* FLEXPOINT_GPU_DEFER=0 in the environment (read once) turns deferred writes off: every
+ * FLEX16_5 write then reads its statistics back at once, as before the tenth session. Results
+ * are the same either way; it is there to measure what deferral saves, and to rule it out. */
+static int fx_gpu_defer_enabled(void)
+{
+    static int mode = -1;
+    if (mode < 0) {
+        const char *env = getenv("FLEXPOINT_GPU_DEFER");
+        mode = !(env && env[0] == '0');
+    }
+    return mode;
+}
+
 /* The storage's record (made on its first deferred write), or NULL with *rc set. */
 static fx_gpu_pending *fx_gpu_pending_of(fx_storage *st, int *rc, const char *func)
 {
@@ -334,7 +347,7 @@ static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
     if (rc) return rc;
     int de, dclamped;
     fx_rounding dr;
-    if (fx_write_shared_defer_exp(out, &de, &dclamped, &dr)) {
+    if (fx_gpu_defer_enabled() && fx_write_shared_defer_exp(out, &de, &dclamped, &dr)) {
         int srec = FX_OK;
         if (fx_gpu_pending_of(out->st, &srec, func))
             return fx_gpu_write_deferred(out, sg, ds, &dst, de, dclamped, &dr, func);
