@@ -541,6 +541,37 @@ static void test_deferred_waits(test_rng *r)
         tensor_free(ah);
         tensor_free(ad);
     }
+
+    /* A float matmul into a deferred FLEX16_5 output skips the statistics pass after cuBLAS:
+     * the write's true maximum then comes from its rounding kernel, and must be the maximum of
+     * the same product written to fp32 (cuBLAS's order, so compared within 1e-6, not bits). */
+    gpu_test_fill(v, 48 * 48, r, 2);
+    tensor_t *fh = host_tensor(FMT_FP32, 2, s, v), *fd = gpu_test_to_dev(fh);
+    tensor_t *yf = gpu_test_new_dev(FMT_FP32, 2, s), *yq = gpu_test_new_dev(FMT_FLEX16_5, 2, s);
+    if (fh && fd && yf && yq) {
+        CHECK_STATUS(tensor_set_autoflex(yq, "published"), FX_OK);
+        CHECK_STATUS(tensor_trace_enable(yq, 1), FX_OK);
+        for (int w = 0; w < 3; w++) CHECK_STATUS(tensor_matmul(yq, fd, fd), FX_OK);
+        CHECK_STATUS(tensor_matmul(yf, fd, fd), FX_OK);
+        tensor_t *yh = gpu_test_to_host(yf);
+        float *y = malloc(48 * 48 * sizeof *y);
+        fx_trace_record rec;
+        memset(&rec, 0, sizeof rec);
+        CHECK_STATUS(tensor_trace_get(yq, 2, &rec), FX_OK);
+        if (yh && y && tensor_to_f32(yh, y) == FX_OK) {
+            double mx = 0.0;
+            for (int i = 0; i < 48 * 48; i++) mx = fmax(mx, fabs((double)y[i]));
+            CHECK(mx > 0.0 && fabs(rec.true_max - mx) <= 1e-6 * mx,
+                  "deferred float matmul: true_max %.9g, fp32 product's maximum %.9g",
+                  rec.true_max, mx);
+        }
+        free(y);
+        tensor_free(yh);
+    }
+    tensor_free(fh);
+    tensor_free(fd);
+    tensor_free(yf);
+    tensor_free(yq);
 }
 
 /* tensor_set_exp / tensor_set_exp_window on device tensors rescale the mantissas on the

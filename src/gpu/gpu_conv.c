@@ -194,6 +194,7 @@ typedef struct gconv_ctx {
     size_t esz, ssz;       /* element sizes: operands (2 raw, else 4), sums (int64 / fp32) */
     int64_t nb, nchunks;   /* samples per chunk (the last may hold fewer), chunk count */
     fx_dstage_stats *st;   /* device statistics of the final stage */
+    int gemm_stats;        /* a GEMM that writes the final stage needs a statistics pass */
     gconv_bufs *bufs;
     const char *func;
 } gconv_ctx;
@@ -254,7 +255,8 @@ static int gconv_backward_weight(const gconv_ctx *c, const fx_dview *x, const fx
         if (!rc) rc = fx_gk_conv_gather(dy, c->raw, n0, nb, dyc, c->func);
         /* dW[O, CKK] is dw's own layout: the stage needs no transpose */
         if (!rc && ch == 0) {
-            rc = gconv_gemm(c->ic, &dyv, &colt, stage, last ? c->st : NULL, c->func);
+            rc = gconv_gemm(c->ic, &dyv, &colt, stage, last && c->gemm_stats ? c->st : NULL,
+                            c->func);
         } else if (!rc) {
             rc = gconv_gemm(c->ic, &dyv, &colt, part, NULL, c->func);
             if (!rc)
@@ -297,6 +299,9 @@ int fx_gpu_conv2d(int kind, tensor_t *out, const tensor_t *a, const tensor_t *b,
     if (c.nb > g->N) c.nb = g->N;
     c.nchunks = (g->N + c.nb - 1) / c.nb;
 
+    /* cuBLAS writing the final stage (a one-chunk fp32 weight gradient) needs a statistics
+     * pass, except for a deferred write, whose rounding kernel reports the maximum */
+    c.gemm_stats = fmt_is_shared_exponent(out->fmt) && !fx_gpu_write_defers(out, func);
     /* the statistics first: the first device allocation, before anything reads the tensors */
     c.st = gconv_alloc(&bufs, 1, sizeof *c.st, &rc, func);
     if (!rc) rc = fx_gr_memset0(c.st, sizeof *c.st, func);

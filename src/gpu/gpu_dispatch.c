@@ -267,7 +267,9 @@ static int fx_gpu_pending_collect(fx_pending_write *p, fx_qstats *q, double *tru
     memcpy(&h, g->host, FX_GPU_PAIR_BYTES);
     const fx_gpu_stage sg = {g->kind, 0, NULL, NULL, g->exp};
     fx_gpu_qstats_of(&sg, &h.quant, q);
-    *true_max = fx_gpu_stage_true_max(g->kind, g->exp, &h.stage);
+    /* the rounding kernel saw every staged value: its input maximum is the stage's (the same
+     * finite values, the same |.|), so a deferred write needs no stage statistics at all */
+    *true_max = g->kind == FX_STAGE_F32 ? q->max_abs_in : ldexp(q->max_abs_in, g->exp);
     return FX_OK;
 }
 
@@ -332,8 +334,25 @@ static int fx_gpu_write_deferred(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_s
     return FX_OK;
 }
 
+/* Whether the write of an op into out will be deferred (fx_gpu_write decides the same way):
+ * then the stage needs no statistics, and a pass that would only compute them (after cuBLAS)
+ * can be skipped. Settles out's previous write, as fx_gpu_write would. */
+int fx_gpu_write_defers(tensor_t *out, const char *func)
+{
+    if (out->fmt != FMT_FLEX16_5 || !fx_gpu_defer_enabled()) return 0;
+    if (fx_storage_settle(out->st, func)) return 0; /* fx_gpu_write reports it again */
+    int e, clamped, rc = FX_OK;
+    fx_rounding r;
+    if (!fx_write_shared_defer_exp(out, &e, &clamped, &r)) return 0;
+    /* the statistics slot too: without one fx_gpu_write would take the waiting path, which
+     * needs the stage statistics */
+    if (fx_gpu_pending_of(out->st, &rc, func)) return 1;
+    flexpoint_clear_error();
+    return 0;
+}
+
 /* The one write of a device stage into out. ds->stage must hold the stage's statistics when
- * out has a shared exponent. */
+ * out has a shared exponent, unless fx_gpu_write_defers(out) said 1. */
 static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
                         const char *func)
 {
@@ -532,8 +551,10 @@ int fx_gpu_dispatch(const fx_op_request *rq)
                 sg.exp = in[0].exp + in[1].exp;
             } else {
                 rc = fx_gr_gemm_float(&in[0], &in[1], sg.f32, func);
-                /* cuBLAS has no epilogue hook: the statistics take one pass over the stage */
-                if (!rc && sst) rc = fx_gk_maxabs_f32(sg.f32, sg.n, sst, func);
+                /* cuBLAS has no epilogue hook: the statistics take one pass over the stage,
+                 * unless the write is deferred (its rounding kernel reports the maximum) */
+                if (!rc && sst && !fx_gpu_write_defers(out, func))
+                    rc = fx_gk_maxabs_f32(sg.f32, sg.n, sst, func);
             }
             break;
         default:
