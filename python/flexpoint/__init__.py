@@ -21,6 +21,7 @@ from . import data, device, ops, optim, train
 from ._lib import LibraryNotFoundError, lib, library_path
 from .autoflex import PRESETS, AutoflexConfig, TraceRecord, autoflex_preset, trace_to_arrays
 from .data import Dataset
+from .device import DeviceBuffer
 from .errors import (CorruptError, DeviceError, FlexpointError, FlexpointIOError, FormatError,
                      InvalidArgumentError, OutOfMemoryError, RangeError, ShapeError,
                      StateError, UnknownNameError, UnsupportedError, check)
@@ -106,7 +107,8 @@ __all__ = [
     # optimisers
     "sgd_step", "adam_step", "SGD", "Adam", "LossScaler",
     # data and training
-    "Dataset", "TrainConfig", "EpochMetrics", "Trainer", "data", "device", "ops", "optim", "train",
+    "Dataset", "TrainConfig", "EpochMetrics", "Trainer", "data", "device", "DeviceBuffer", "ops",
+    "optim", "train",
     # errors
     "FlexpointError", "InvalidArgumentError", "ShapeError", "FormatError", "UnsupportedError",
     "OutOfMemoryError", "RangeError", "FlexpointIOError", "CorruptError", "DeviceError",

@@ -117,6 +117,10 @@ _PROTOTYPES: Dict[str, tuple] = {
     "tensor_device": (c_int, [_p]),
     "tensor_to_device": (_p, [_p]),
     "tensor_to_host": (_p, [_p]),
+    "flexpoint_gpu_malloc": (c_int, [POINTER(c_void_p), c_size_t]),
+    "flexpoint_gpu_free": (c_int, [c_void_p]),
+    "flexpoint_gpu_memcpy_to_device": (c_int, [c_void_p, c_void_p, c_size_t]),
+    "flexpoint_gpu_memcpy_to_host": (c_int, [c_void_p, c_void_p, c_size_t]),
     "flexpoint_gpu_synchronize": (c_int, []),
     "flexpoint_gpu_release_cache": (c_int, []),
     "flexpoint_gpu_host_waits": (c_int64, []),  # long long: 64 bits on every supported ABI

@@ -9,14 +9,18 @@ call that needs one raises :class:`DeviceError` with the library's message.
 """
 from __future__ import annotations
 
-from typing import Union
+import ctypes
+from ctypes import c_void_p
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 from ._lib import lib
-from .errors import InvalidArgumentError, check
+from .errors import InvalidArgumentError, StateError, check
 
-__all__ = ["DeviceLike", "device_ordinal", "device_name", "built", "device_count",
-           "current_device", "set_device", "current_device_name", "synchronize",
-           "release_cache", "host_waits"]
+__all__ = ["DeviceLike", "DeviceBuffer", "device_ordinal", "device_name", "built",
+           "device_count", "current_device", "set_device", "current_device_name",
+           "synchronize", "release_cache", "host_waits"]
 
 DeviceLike = Union[str, int]
 
@@ -97,3 +101,108 @@ def host_waits() -> int:
     between host and device, synchronisations, write statistics not yet arrived); 0 without
     CUDA. Take differences around a training step to profile it."""
     return int(lib().flexpoint_gpu_host_waits())
+
+
+class on_device:
+    """Make CUDA device n this thread's device for a block, then restore the previous one (if
+    there was none, nothing is restored)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.prev = -1
+
+    def __enter__(self) -> None:
+        L = lib()
+        prev = L.flexpoint_gpu_device()
+        self.prev = prev if prev >= 0 else -1
+        L.flexpoint_clear_error()
+        check(L.flexpoint_gpu_set_device(self.n), "flexpoint_gpu_set_device")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.prev >= 0 and self.prev != self.n:
+            lib().flexpoint_gpu_set_device(self.prev)
+
+
+class DeviceBuffer:
+    """A typed array in CUDA device memory (flexpoint_gpu_malloc: zero-filled, freed with the
+    object), for the raw-pointer arguments that device ops take in device memory: the max-pool
+    argmax, optimiser state (master weights, momentum, Adam moments) and the loss scaler's
+    unscaled outputs. :meth:`numpy` copies it to the host; :meth:`from_numpy` makes one from
+    host data."""
+
+    __slots__ = ("_ptr", "shape", "dtype", "device", "__weakref__")
+
+    def __init__(self, shape: Union[int, Sequence[int]], dtype: Any = np.float32,
+                 device: DeviceLike = "cuda") -> None:
+        self._ptr: Optional[int] = None
+        self.shape: Tuple[int, ...] = (int(shape),) if isinstance(shape, (int, np.integer)) \
+            else tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        n = device_ordinal(device, "device")
+        if n < 0:
+            raise InvalidArgumentError("a DeviceBuffer lives on a CUDA device, not 'cpu'", -1)
+        self.device = device_name(n)
+        p = c_void_p()
+        with on_device(n):  # flexpoint_gpu_malloc uses the thread's device
+            check(lib().flexpoint_gpu_malloc(ctypes.byref(p), max(self.nbytes, 1)),
+                  "flexpoint_gpu_malloc")
+        self._ptr = p.value
+
+    @classmethod
+    def from_numpy(cls, a: Any, dtype: Any = np.float32,
+                   device: DeviceLike = "cuda") -> "DeviceBuffer":
+        """A device copy of the array a (converted to dtype)."""
+        arr = np.ascontiguousarray(a, dtype=dtype)
+        buf = cls(arr.shape, arr.dtype, device)
+        buf.copy_from(arr)
+        return buf
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def ptr(self) -> int:
+        """The device address, for the library's raw-pointer arguments."""
+        if not self._ptr:
+            raise StateError("the device buffer was freed", -11)
+        return self._ptr
+
+    def copy_from(self, a: Any) -> "DeviceBuffer":
+        """Overwrite the contents with the array a (same number of elements)."""
+        arr = np.ascontiguousarray(a, dtype=self.dtype)
+        if arr.size != self.size:
+            raise InvalidArgumentError(f"{arr.size} elements for a device buffer of {self.size}",
+                                       -1)
+        check(lib().flexpoint_gpu_memcpy_to_device(self.ptr, arr.ctypes.data, arr.nbytes),
+              "flexpoint_gpu_memcpy_to_device")
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """A host copy (waits for the device work that writes the buffer)."""
+        out = np.empty(self.shape, dtype=self.dtype)
+        check(lib().flexpoint_gpu_memcpy_to_host(out.ctypes.data, self.ptr, out.nbytes),
+              "flexpoint_gpu_memcpy_to_host")
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer(shape={self.shape}, dtype={self.dtype.name}, device={self.device!r})"
+
+    def __del__(self) -> None:
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr:
+            try:
+                lib().flexpoint_gpu_free(ptr)
+            except Exception:  # interpreter shutdown: module globals may already be gone
+                pass

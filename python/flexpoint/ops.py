@@ -20,6 +20,7 @@ import numpy as np
 from ._lib import lib
 from .errors import InvalidArgumentError, check
 from .formats import FormatLike
+from .device import DeviceBuffer
 from .tensor import Tensor, _new_on
 
 __all__ = [
@@ -297,12 +298,19 @@ def _pool_args(kernel_size: Pair, stride: Optional[Pair], padding: Pair) -> Tupl
     return kh, kw, sh, sw, ph, pw
 
 
+def _dev_ptr(buf: DeviceBuffer, ptype: Any) -> Any:
+    """A DeviceBuffer's address as the pointer type of a library argument."""
+    return ctypes.cast(ctypes.c_void_p(buf.ptr), ptype)
+
+
 def maxpool2d(x: Tensor, kernel_size: Pair = 2, stride: Optional[Pair] = None, padding: Pair = 0,
               return_indices: bool = False, out: Optional[Tensor] = None,
-              fmt: Optional[FormatLike] = None) -> Union[Tensor, Tuple[Tensor, np.ndarray]]:
+              fmt: Optional[FormatLike] = None
+              ) -> Union[Tensor, Tuple[Tensor, Union[np.ndarray, DeviceBuffer]]]:
     """Max pooling (stride defaults to the kernel size; padding never wins). With
-    return_indices, also returns the int32 argmax array (flat indices into x) that
-    :func:`maxpool2d_backward` needs."""
+    return_indices, also returns the int32 argmax (flat indices into x) that
+    :func:`maxpool2d_backward` needs: a NumPy array for host tensors, a
+    :class:`~flexpoint.device.DeviceBuffer` on x's device for device tensors."""
     x = _tensor(x, "x")
     args = _pool_args(kernel_size, stride, padding)
     shape = pool2d_output_shape(x.shape, kernel_size, stride, padding) or (1, 1, 1, 1)
@@ -310,17 +318,32 @@ def maxpool2d(x: Tensor, kernel_size: Pair = 2, stride: Optional[Pair] = None, p
     if not return_indices:
         check(lib().tensor_maxpool2d(o._h, None, x._h, *args), "tensor_maxpool2d")
         return o
+    if x._ordinal() >= 0:
+        dev = DeviceBuffer(o.shape, np.int32, x._ordinal())
+        check(lib().tensor_maxpool2d(o._h, _dev_ptr(dev, _i32p), x._h, *args),
+              "tensor_maxpool2d")
+        return o, dev
     argmax = np.empty(o.shape, dtype=np.int32)
     ptr: Any = argmax.ctypes.data_as(_i32p) if argmax.size else (c_int32 * 1)()
     check(lib().tensor_maxpool2d(o._h, ptr, x._h, *args), "tensor_maxpool2d")
     return o, argmax
 
 
-def maxpool2d_backward(dy: Tensor, argmax: np.ndarray, input_shape: Sequence[int],
-                       out: Optional[Tensor] = None, fmt: Optional[FormatLike] = None) -> Tensor:
-    """dx (input_shape) = scatter-add of dy at argmax, zeros elsewhere."""
+def maxpool2d_backward(dy: Tensor, argmax: Union[np.ndarray, DeviceBuffer],
+                       input_shape: Sequence[int], out: Optional[Tensor] = None,
+                       fmt: Optional[FormatLike] = None) -> Tensor:
+    """dx (input_shape) = scatter-add of dy at argmax, zeros elsewhere. For device tensors
+    argmax is the DeviceBuffer that maxpool2d returned (a host array is copied to the device
+    after its range check); the library checks a device argmax's range on the device."""
     dy = _tensor(dy, "dy")
     o = _out(out, tuple(input_shape), fmt, dy)
+    if isinstance(argmax, DeviceBuffer):
+        if argmax.size != dy.size or argmax.dtype != np.int32:
+            raise InvalidArgumentError(f"argmax is a {argmax!r}; dy has {dy.size} elements "
+                                       "(int32 needed)", -1)
+        check(lib().tensor_maxpool2d_backward(o._h, dy._h, _dev_ptr(argmax, _i32p)),
+              "tensor_maxpool2d_backward")
+        return o
     am = np.ascontiguousarray(argmax, dtype=np.int32)
     if am.size != dy.size:
         raise InvalidArgumentError(f"argmax has {am.size} entries, dy has {dy.size} elements",
@@ -328,6 +351,9 @@ def maxpool2d_backward(dy: Tensor, argmax: np.ndarray, input_shape: Sequence[int
     if am.size and (int(am.min()) < 0 or int(am.max()) >= o.size):
         raise InvalidArgumentError(
             f"argmax holds indices outside [0, {o.size}) (dx has {o.size} elements)", -1)
+    if dy._ordinal() >= 0:  # a host array for device tensors: checked above, then copied
+        return maxpool2d_backward(dy, DeviceBuffer.from_numpy(am, np.int32, dy._ordinal()),
+                                  input_shape, o)
     ptr: Any = am.ctypes.data_as(_i32p) if am.size else (c_int32 * 1)()
     check(lib().tensor_maxpool2d_backward(o._h, dy._h, ptr), "tensor_maxpool2d_backward")
     return o

@@ -1,7 +1,8 @@
 """Optimiser steps and dynamic loss scaling (flexpoint_nn.h).
 
 The arithmetic is the library's (fx_sgd_step, fx_adam_step, fx_loss_scaler_*); the classes here
-only own the state buffers (fp32 master weights, momentum, Adam moments) as NumPy arrays.
+only own the state buffers (fp32 master weights, momentum, Adam moments): NumPy arrays for host
+weights, :class:`~flexpoint.device.DeviceBuffer` on the weights' device for device weights.
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import numpy as np
 
 from ._lib import lib
 from ._structs import LossScalerC
+from .device import DeviceBuffer
 from .errors import InvalidArgumentError, check
-from .ops import _f32_buffer, _tensor
+from .ops import _dev_ptr, _f32_buffer, _tensor
 from .tensor import Tensor
 
 __all__ = ["sgd_step", "adam_step", "SGD", "Adam", "LossScaler"]
@@ -23,10 +25,26 @@ _fp = POINTER(c_float)
 _U64 = 2**64 - 1
 
 
-def _opt_ptr(a: Optional[np.ndarray], n: int, name: str):
+def _opt_ptr(a: Any, n: int, name: str):
     if a is None:
         return None
+    if isinstance(a, DeviceBuffer):
+        if a.size != n or a.dtype != np.float32:
+            raise InvalidArgumentError(f"{name} is a {a!r}; the op needs {n} float32 elements",
+                                       -1)
+        return _dev_ptr(a, _fp)
     return _f32_buffer(a, n, name).ctypes.data_as(_fp)
+
+
+def _state(p: Tensor, values: Optional[np.ndarray] = None) -> Any:
+    """An optimiser state buffer of p.size float32 values (zeros, or a copy of values) where p
+    lives."""
+    where = p._ordinal()
+    if where < 0:
+        return np.zeros(p.size, dtype=np.float32) if values is None else values
+    if values is None:
+        return DeviceBuffer((p.size,), np.float32, where)  # zero-filled
+    return DeviceBuffer.from_numpy(values, np.float32, where)
 
 
 def sgd_step(w: Tensor, grad: Tensor, momentum_buf: np.ndarray, lr: float,
@@ -67,8 +85,9 @@ class _Optimizer:
     def __init__(self, params: Sequence[Tensor], master_weights: bool, stochastic: bool,
                  seed: int) -> None:
         self.params: List[Tensor] = [_tensor(p, "param") for p in params]
-        self.master: List[Optional[np.ndarray]] = [
-            p.numpy().reshape(-1).copy() if master_weights else None for p in self.params]
+        self.master: List[Any] = [
+            _state(p, p.cpu().numpy().reshape(-1).copy()) if master_weights else None
+            for p in self.params]
         self.stochastic = bool(stochastic)
         self.seed = int(seed)
         self.steps = 0
@@ -93,7 +112,7 @@ class SGD(_Optimizer):
                  stochastic: bool = False, seed: int = 0) -> None:
         super().__init__(params, master_weights, stochastic, seed)
         self.lr, self.momentum, self.weight_decay = float(lr), float(momentum), float(weight_decay)
-        self.momentum_buf = [np.zeros(p.size, dtype=np.float32) for p in self.params]
+        self.momentum_buf = [_state(p) for p in self.params]
 
     def step(self, grads: Sequence[Tensor], grad_scale: float = 1.0) -> None:
         """Apply one step; grad_scale multiplies the gradients (1 / loss scale to unscale)."""
@@ -112,8 +131,8 @@ class Adam(_Optimizer):
         super().__init__(params, master_weights, stochastic, seed)
         self.lr, self.beta1, self.beta2 = float(lr), float(beta1), float(beta2)
         self.eps, self.weight_decay = float(eps), float(weight_decay)
-        self.m = [np.zeros(p.size, dtype=np.float32) for p in self.params]
-        self.v = [np.zeros(p.size, dtype=np.float32) for p in self.params]
+        self.m = [_state(p) for p in self.params]
+        self.v = [_state(p) for p in self.params]
 
     def step(self, grads: Sequence[Tensor], grad_scale: float = 1.0) -> None:
         """Apply one step (the step counter starts at 1)."""
@@ -165,15 +184,17 @@ class LossScaler:
         for k in self._FIELDS:
             setattr(self._c, k, state[k])
 
-    def unscale(self, grads: Sequence[Tensor]) -> Tuple[List[np.ndarray], bool]:
+    def unscale(self, grads: Sequence[Tensor]) -> Tuple[List[Any], bool]:
         """(grad / scale for each gradient as float32 arrays of its shape, found_inf): found_inf
         is True if any value is NaN/Inf or a shared-exponent gradient's last write counted
-        non-finite inputs."""
+        non-finite inputs. For device gradients the arrays are DeviceBuffers on their device."""
         gs = [_tensor(g, "grad") for g in grads]
-        outs = [np.empty(g.shape, dtype=np.float32) for g in gs]
+        outs: List[Any] = [np.empty(g.shape, dtype=np.float32) if g._ordinal() < 0
+                           else DeviceBuffer(g.shape, np.float32, g._ordinal()) for g in gs]
         n = len(gs)
         handles = (c_void_p * max(n, 1))(*[g._h for g in gs])
-        ptrs = (_fp * max(n, 1))(*[o.ctypes.data_as(_fp) for o in outs])
+        ptrs = (_fp * max(n, 1))(*[_dev_ptr(o, _fp) if isinstance(o, DeviceBuffer)
+                                   else o.ctypes.data_as(_fp) for o in outs])
         found = c_int(0)
         check(lib().fx_loss_scaler_unscale(ctypes.byref(self._c), handles, n, ptrs,
                                            ctypes.byref(found)), "fx_loss_scaler_unscale")

@@ -19,6 +19,7 @@ from ._lib import lib
 from ._structs import AutoflexConfigC, TraceRecordC
 from .autoflex import AutoflexConfig, TraceRecord, trace_to_arrays
 from .device import DeviceLike, device_name, device_ordinal
+from .device import on_device as _on_device
 from .errors import InvalidArgumentError, ShapeError, StateError, check, raise_last
 from .formats import FORMATS, FormatLike, fmt_id, raw_dtype
 
@@ -649,24 +650,6 @@ def _raise_view_error(fn: str) -> None:
         msg = lib().flexpoint_last_error().decode("utf-8", "replace")  # allocation failure
         status = -5 if "out of memory" in msg else -1
     raise_last(status, fn)
-
-
-class _on_device:
-    """Make CUDA device n this thread's device for a block, then restore the previous one."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.prev = -1
-
-    def __enter__(self) -> None:
-        L = lib()
-        prev = L.flexpoint_gpu_device()
-        self.prev = prev if prev >= 0 else -1
-        check(L.flexpoint_gpu_set_device(self.n), "flexpoint_gpu_set_device")
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.prev >= 0 and self.prev != self.n:
-            lib().flexpoint_gpu_set_device(self.prev)
 
 
 def _new_on(shape: Sequence[int], fmt: FormatLike, ordinal: int) -> Tensor:

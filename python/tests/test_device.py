@@ -62,6 +62,10 @@ def test_without_a_device_everything_raises_device_error(rng):
         with pytest.raises(fx.DeviceError) as e:
             call()
         assert str(e.value)  # the library's message
+    with pytest.raises(fx.DeviceError):
+        fx.DeviceBuffer((3,))
+    with pytest.raises(fx.InvalidArgumentError):
+        fx.DeviceBuffer((3,), device="cpu")
     with pytest.raises(fx.InvalidArgumentError):
         fx.device.set_device("cpu")
     with pytest.raises(fx.InvalidArgumentError):
@@ -105,3 +109,46 @@ def test_ops_run_where_their_operands_live(rng):
         ha + da  # mixed places
     fx.device.synchronize()
     assert fx.device.host_waits() > 0
+
+
+@pytest.mark.skipif(NO_DEVICE, reason="no CUDA device")
+def test_device_buffers_round_trip(rng):
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    b = fx.DeviceBuffer.from_numpy(a)
+    assert b.device == "cuda:0" and b.shape == (3, 4) and b.dtype == np.float32
+    np.testing.assert_array_equal(b.numpy(), a)
+    z = fx.DeviceBuffer((5,), np.int32)
+    np.testing.assert_array_equal(z.numpy(), np.zeros(5, np.int32))  # zero-filled
+
+
+@pytest.mark.skipif(NO_DEVICE, reason="no CUDA device")
+def test_training_ops_with_device_state_match_the_host(rng):
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    hx = fx.from_numpy(x, "flex16_5")
+    dx = hx.to("cuda")
+    hy, ha = fx.maxpool2d(hx, 2, return_indices=True)
+    dy, da = fx.maxpool2d(dx, 2, return_indices=True)
+    assert isinstance(da, fx.DeviceBuffer)
+    np.testing.assert_array_equal(da.numpy(), ha)
+    np.testing.assert_array_equal(dy.cpu().get_raw(), hy.get_raw())
+    hg = fx.maxpool2d_backward(hy, ha, hx.shape)
+    for am in (da, ha):  # the device buffer, and a host array copied to the device
+        dg = fx.maxpool2d_backward(dy, am, dx.shape)
+        np.testing.assert_array_equal(dg.cpu().get_raw(), hg.get_raw())
+        assert dg.exp == hg.exp
+    # SGD with master weights on both sides: the same weights, bit for bit
+    w = rng.standard_normal((6, 5)).astype(np.float32)
+    g = rng.standard_normal((6, 5)).astype(np.float32)
+    hw, hgr = fx.from_numpy(w, "flex16_5"), fx.from_numpy(g, "flex16_5")
+    dw, dgr = hw.to("cuda"), hgr.to("cuda")
+    hopt, dopt = fx.SGD([hw], lr=0.1, momentum=0.9), fx.SGD([dw], lr=0.1, momentum=0.9)
+    assert isinstance(dopt.master[0], fx.DeviceBuffer)
+    for _ in range(3):
+        hopt.step([hgr])
+        dopt.step([dgr])
+    np.testing.assert_array_equal(dw.cpu().get_raw(), hw.get_raw())
+    np.testing.assert_array_equal(dopt.master[0].numpy(), hopt.master[0])
+    hu, hinf = fx.LossScaler().unscale([hgr])
+    du, dinf = fx.LossScaler().unscale([dgr])
+    assert isinstance(du[0], fx.DeviceBuffer) and hinf == dinf
+    np.testing.assert_array_equal(du[0].numpy(), hu[0])
