@@ -551,7 +551,20 @@ static void test_deferred_waits(test_rng *r)
     if (fh && fd && yf && yq) {
         CHECK_STATUS(tensor_set_autoflex(yq, "published"), FX_OK);
         CHECK_STATUS(tensor_trace_enable(yq, 1), FX_OK);
-        for (int w = 0; w < 3; w++) CHECK_STATUS(tensor_matmul(yq, fd, fd), FX_OK);
+        /* the second and third writes are deferred: no wait of their own (one sync between,
+         * so that the third's settle finds the second's statistics arrived) */
+        CHECK_STATUS(tensor_matmul(yq, fd, fd), FX_OK);
+        if (!gpu_test_on_host) CHECK_STATUS(flexpoint_gpu_synchronize(), FX_OK);
+        const long long w0 = flexpoint_gpu_host_waits();
+        CHECK_STATUS(tensor_matmul(yq, fd, fd), FX_OK);
+        if (!gpu_test_on_host) CHECK_STATUS(flexpoint_gpu_synchronize(), FX_OK);
+        CHECK_STATUS(tensor_matmul(yq, fd, fd), FX_OK);
+        const long long dw = flexpoint_gpu_host_waits() - w0 - (gpu_test_on_host ? 0 : 1);
+        const char *sync_env = getenv("FLEXPOINT_GPU_SYNC");
+        const char *defer_env = getenv("FLEXPOINT_GPU_DEFER");
+        if (!gpu_test_on_host && !(sync_env && sync_env[0] == '1') &&
+            !(defer_env && defer_env[0] == '0'))
+            CHECK(dw == 0, "deferred float matmuls waited %lld times", dw);
         CHECK_STATUS(tensor_matmul(yf, fd, fd), FX_OK);
         tensor_t *yh = gpu_test_to_host(yf);
         float *y = malloc(48 * 48 * sizeof *y);

@@ -128,7 +128,9 @@ class DeviceBuffer:
     object), for the raw-pointer arguments that device ops take in device memory: the max-pool
     argmax, optimiser state (master weights, momentum, Adam moments) and the loss scaler's
     unscaled outputs. :meth:`numpy` copies it to the host; :meth:`from_numpy` makes one from
-    host data."""
+    host data. Freeing one waits for the device (flexpoint_gpu_free), so a training loop
+    should reuse its buffers (``maxpool2d(..., indices=buf)``, ``LossScaler.unscale(...,
+    out=bufs)``) rather than make new ones every step."""
 
     __slots__ = ("_ptr", "shape", "dtype", "device", "__weakref__")
 
@@ -195,6 +197,17 @@ class DeviceBuffer:
 
     def __len__(self) -> int:
         return self.shape[0]
+
+    # Copies own their own memory (two owners of one pointer would free it twice); a pickle
+    # holds the values and is loaded onto the same device.
+    def __copy__(self) -> "DeviceBuffer":
+        return DeviceBuffer.from_numpy(self.numpy(), self.dtype, self.device)
+
+    def __deepcopy__(self, memo: Any) -> "DeviceBuffer":
+        return self.__copy__()
+
+    def __reduce__(self) -> Any:
+        return (DeviceBuffer.from_numpy, (self.numpy(), self.dtype, self.device))
 
     def __repr__(self) -> str:
         return f"DeviceBuffer(shape={self.shape}, dtype={self.dtype.name}, device={self.device!r})"

@@ -305,12 +305,13 @@ def _dev_ptr(buf: DeviceBuffer, ptype: Any) -> Any:
 
 def maxpool2d(x: Tensor, kernel_size: Pair = 2, stride: Optional[Pair] = None, padding: Pair = 0,
               return_indices: bool = False, out: Optional[Tensor] = None,
-              fmt: Optional[FormatLike] = None
+              fmt: Optional[FormatLike] = None, indices: Optional[DeviceBuffer] = None
               ) -> Union[Tensor, Tuple[Tensor, Union[np.ndarray, DeviceBuffer]]]:
     """Max pooling (stride defaults to the kernel size; padding never wins). With
     return_indices, also returns the int32 argmax (flat indices into x) that
     :func:`maxpool2d_backward` needs: a NumPy array for host tensors, a
-    :class:`~flexpoint.device.DeviceBuffer` on x's device for device tensors."""
+    :class:`~flexpoint.device.DeviceBuffer` on x's device for device tensors (written into
+    `indices` when given, so that a training loop reuses one buffer)."""
     x = _tensor(x, "x")
     args = _pool_args(kernel_size, stride, padding)
     shape = pool2d_output_shape(x.shape, kernel_size, stride, padding) or (1, 1, 1, 1)
@@ -319,7 +320,11 @@ def maxpool2d(x: Tensor, kernel_size: Pair = 2, stride: Optional[Pair] = None, p
         check(lib().tensor_maxpool2d(o._h, None, x._h, *args), "tensor_maxpool2d")
         return o
     if x._ordinal() >= 0:
-        dev = DeviceBuffer(o.shape, np.int32, x._ordinal())
+        if indices is not None and (not isinstance(indices, DeviceBuffer) or
+                                    indices.size != o.size or indices.dtype != np.int32):
+            raise InvalidArgumentError(f"indices must be an int32 DeviceBuffer of {o.size} "
+                                       f"elements, got {indices!r}", -1)
+        dev = indices if indices is not None else DeviceBuffer(o.shape, np.int32, x._ordinal())
         check(lib().tensor_maxpool2d(o._h, _dev_ptr(dev, _i32p), x._h, *args),
               "tensor_maxpool2d")
         return o, dev

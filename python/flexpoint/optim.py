@@ -184,13 +184,25 @@ class LossScaler:
         for k in self._FIELDS:
             setattr(self._c, k, state[k])
 
-    def unscale(self, grads: Sequence[Tensor]) -> Tuple[List[Any], bool]:
+    def unscale(self, grads: Sequence[Tensor],
+                out: Optional[Sequence[Any]] = None) -> Tuple[List[Any], bool]:
         """(grad / scale for each gradient as float32 arrays of its shape, found_inf): found_inf
         is True if any value is NaN/Inf or a shared-exponent gradient's last write counted
-        non-finite inputs. For device gradients the arrays are DeviceBuffers on their device."""
+        non-finite inputs. For device gradients the arrays are DeviceBuffers on their device.
+        `out`: the arrays / DeviceBuffers to write (one per gradient, reused across steps)."""
         gs = [_tensor(g, "grad") for g in grads]
-        outs: List[Any] = [np.empty(g.shape, dtype=np.float32) if g._ordinal() < 0
-                           else DeviceBuffer(g.shape, np.float32, g._ordinal()) for g in gs]
+        if out is not None:
+            outs = list(out)
+            if len(outs) != len(gs):
+                raise InvalidArgumentError(f"{len(outs)} outputs for {len(gs)} gradients", -1)
+            for i, (g, o) in enumerate(zip(gs, outs)):
+                if isinstance(o, DeviceBuffer):
+                    _opt_ptr(o, g.size, f"out[{i}]")  # checks its size and type
+                else:
+                    outs[i] = _f32_buffer(o, g.size, f"out[{i}]")
+        else:
+            outs = [np.empty(g.shape, dtype=np.float32) if g._ordinal() < 0
+                    else DeviceBuffer(g.shape, np.float32, g._ordinal()) for g in gs]
         n = len(gs)
         handles = (c_void_p * max(n, 1))(*[g._h for g in gs])
         ptrs = (_fp * max(n, 1))(*[_dev_ptr(o, _fp) if isinstance(o, DeviceBuffer)

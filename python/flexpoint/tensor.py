@@ -223,12 +223,12 @@ class Tensor:
         if want < 0:
             ptr = L.tensor_to_host(self._h)
             if not ptr:
-                raise_last(None, "tensor_to_host")
+                raise_last(L.flexpoint_last_status() or None, "tensor_to_host")
             return Tensor._wrap(ptr, None)
         with _on_device(want):
             ptr = L.tensor_to_device(self._h)
             if not ptr:
-                raise_last(None, "tensor_to_device")
+                raise_last(L.flexpoint_last_status() or None, "tensor_to_device")
         return Tensor._wrap(ptr, None)
 
     def cpu(self) -> "Tensor":
@@ -382,6 +382,12 @@ class Tensor:
     def _ordinal(self) -> int:
         """-1 on the host, else the CUDA device (tensor_device; the handle is never NULL)."""
         return int(lib().tensor_device(self._h))
+
+    def __copy__(self) -> "Tensor":
+        return self.clone()  # where it lives (a pickle, below, holds host data)
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "Tensor":
+        return self.clone()
 
     def __reduce__(self):
         if self._ordinal() >= 0:  # pickles hold host data: load them with .to(device)
@@ -664,7 +670,7 @@ def _new_on(shape: Sequence[int], fmt: FormatLike, ordinal: int) -> Tensor:
         L.flexpoint_clear_error()
         ptr = L.tensor_new_device(f, len(dims), _c_shape(dims))
         if not ptr:
-            raise_last(None, "tensor_new_device")
+            raise_last(L.flexpoint_last_status() or None, "tensor_new_device")
     return Tensor._wrap(ptr, None)
 
 

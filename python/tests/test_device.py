@@ -152,3 +152,26 @@ def test_training_ops_with_device_state_match_the_host(rng):
     du, dinf = fx.LossScaler().unscale([dgr])
     assert isinstance(du[0], fx.DeviceBuffer) and hinf == dinf
     np.testing.assert_array_equal(du[0].numpy(), hu[0])
+
+
+def test_unscale_writes_into_given_buffers(rng):
+    g = fx.from_numpy(rng.standard_normal((4, 3)).astype(np.float32), "fp32")
+    buf = np.full(12, np.nan, dtype=np.float32)
+    outs, found = fx.LossScaler(enabled=True).unscale([g], out=[buf])
+    assert outs[0] is buf and not found
+    np.testing.assert_array_equal(buf.reshape(4, 3), g.numpy() / np.float32(2.0**16))
+    with pytest.raises(fx.InvalidArgumentError):
+        fx.LossScaler().unscale([g], out=[np.zeros(5, np.float32)])
+    with pytest.raises(fx.InvalidArgumentError):
+        fx.LossScaler().unscale([g], out=[])
+
+
+@pytest.mark.skipif(NO_DEVICE, reason="no CUDA device")
+def test_device_buffer_copies_own_their_memory(rng):
+    import copy
+    b = fx.DeviceBuffer.from_numpy(rng.standard_normal(6).astype(np.float32))
+    for c in (copy.copy(b), copy.deepcopy(b), pickle.loads(pickle.dumps(b))):
+        assert c.ptr != b.ptr and c.device == b.device
+        np.testing.assert_array_equal(c.numpy(), b.numpy())
+    d = fx.tensor((2, 2), "dfp16", device="cuda")
+    assert copy.deepcopy(d).device == "cuda:0"

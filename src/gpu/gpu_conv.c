@@ -301,7 +301,9 @@ int fx_gpu_conv2d(int kind, tensor_t *out, const tensor_t *a, const tensor_t *b,
 
     /* cuBLAS writing the final stage (a one-chunk fp32 weight gradient) needs a statistics
      * pass, except for a deferred write, whose rounding kernel reports the maximum */
-    c.gemm_stats = fmt_is_shared_exponent(out->fmt) && !fx_gpu_write_defers(out, func);
+    int defers = 0;
+    if (!rc) rc = fx_gpu_write_defers(out, &defers, func);
+    c.gemm_stats = fmt_is_shared_exponent(out->fmt) && !defers;
     /* the statistics first: the first device allocation, before anything reads the tensors */
     c.st = gconv_alloc(&bufs, 1, sizeof *c.st, &rc, func);
     if (!rc) rc = fx_gr_memset0(c.st, sizeof *c.st, func);

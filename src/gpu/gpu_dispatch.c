@@ -288,12 +288,14 @@ static const fx_pending_ops fx_gpu_pending_ops = {fx_gpu_pending_collect,
  * are the same either way; it is there to measure what deferral saves, and to rule it out. */
 static int fx_gpu_defer_enabled(void)
 {
-    static int mode = -1;
-    if (mode < 0) {
+    static int mode = -1; /* every thread computes the same value: a benign, atomic race */
+    int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
+    if (m < 0) {
         const char *env = getenv("FLEXPOINT_GPU_DEFER");
-        mode = !(env && env[0] == '0');
+        m = !(env && env[0] == '0');
+        __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
     }
-    return mode;
+    return m;
 }
 
 /* The storage's record (made on its first deferred write), or NULL with *rc set. */
@@ -336,23 +338,28 @@ static int fx_gpu_write_deferred(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_s
 
 /* Whether the write of an op into out will be deferred (fx_gpu_write decides the same way):
  * then the stage needs no statistics, and a pass that would only compute them (after cuBLAS)
- * can be skipped. Settles out's previous write, as fx_gpu_write would. */
-int fx_gpu_write_defers(tensor_t *out, const char *func)
+ * can be skipped. Settles out's previous write, as fx_gpu_write would; a failure to collect
+ * its statistics is returned (settling again would not report it). */
+int fx_gpu_write_defers(tensor_t *out, int *defers, const char *func)
 {
-    if (out->fmt != FMT_FLEX16_5 || !fx_gpu_defer_enabled()) return 0;
-    if (fx_storage_settle(out->st, func)) return 0; /* fx_gpu_write reports it again */
-    int e, clamped, rc = FX_OK;
+    *defers = 0;
+    if (out->fmt != FMT_FLEX16_5 || !fx_gpu_defer_enabled()) return FX_OK;
+    int rc = fx_storage_settle(out->st, func);
+    if (rc) return rc;
+    int e, clamped;
     fx_rounding r;
-    if (!fx_write_shared_defer_exp(out, &e, &clamped, &r)) return 0;
+    if (!fx_write_shared_defer_exp(out, &e, &clamped, &r)) return FX_OK;
     /* the statistics slot too: without one fx_gpu_write would take the waiting path, which
      * needs the stage statistics */
-    if (fx_gpu_pending_of(out->st, &rc, func)) return 1;
-    flexpoint_clear_error();
-    return 0;
+    if (fx_gpu_pending_of(out->st, &rc, func))
+        *defers = 1;
+    else
+        flexpoint_clear_error();
+    return FX_OK;
 }
 
 /* The one write of a device stage into out. ds->stage must hold the stage's statistics when
- * out has a shared exponent, unless fx_gpu_write_defers(out) said 1. */
+ * out has a shared exponent, unless fx_gpu_write_defers said it defers. */
 static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
                         const char *func)
 {
@@ -553,8 +560,9 @@ int fx_gpu_dispatch(const fx_op_request *rq)
                 rc = fx_gr_gemm_float(&in[0], &in[1], sg.f32, func);
                 /* cuBLAS has no epilogue hook: the statistics take one pass over the stage,
                  * unless the write is deferred (its rounding kernel reports the maximum) */
-                if (!rc && sst && !fx_gpu_write_defers(out, func))
-                    rc = fx_gk_maxabs_f32(sg.f32, sg.n, sst, func);
+                int defers = 0;
+                if (!rc && sst) rc = fx_gpu_write_defers(out, &defers, func);
+                if (!rc && sst && !defers) rc = fx_gk_maxabs_f32(sg.f32, sg.n, sst, func);
             }
             break;
         default:

@@ -51,14 +51,15 @@ static inline int fx_nn_placement(const char *func, int n, const tensor_t *const
  * managed memory, else FX_EINVAL naming `name` (CUDA-less builds: always FX_OK). */
 int fx_gnn_host_ptr(const void *p, const char *name, const char *func);
 
+/* *defers = 1 when the next write into out will not wait for its statistics (a deferred
+ * FLEX16_5 write, gpu_dispatch.c): its stage then needs no statistics, so a pass that would only
+ * compute them can be skipped. Completes out's previous write first: FX_OK, or the status of
+ * collecting that write's statistics (FX_EDEVICE), which the op must return. */
+int fx_gpu_write_defers(tensor_t *out, int *defers, const char *func);
+
 /* The device write path for composite ops, defined in gpu_dispatch.c next to the write path it
  * wraps (CUDA builds only): one write of a device stage into out; stats: the stage's device
  * statistics, needed when out has a shared exponent. */
-/* 1 when the next write into out will not wait for its statistics (a deferred FLEX16_5
- * write, gpu_dispatch.c): its stage then needs no statistics, so a pass that would only
- * compute them can be skipped. Completes out's previous write first. */
-int fx_gpu_write_defers(tensor_t *out, const char *func);
-
 int fx_gpu_write_stage(tensor_t *out, int kind, int64_t n, float *f32, int64_t *i64, int exp,
                        const fx_dstage_stats *stats, const char *func);
 
