@@ -27,11 +27,11 @@ DeviceLike = Union[str, int]
 
 def device_ordinal(value: DeviceLike, what: str = "device") -> int:
     """The ordinal of a place: -1 for "cpu", N for "cuda:N" (0 for "cuda") or an integer."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (str, int, np.integer)):
         raise InvalidArgumentError(f"{what}={value!r}: expected 'cpu', 'cuda', 'cuda:N' or an "
                                    "integer", -1)
-    if isinstance(value, int):
-        ordinal = value
+    if isinstance(value, (int, np.integer)):
+        ordinal = int(value)
     elif value == "cpu":
         ordinal = -1
     elif value == "cuda":

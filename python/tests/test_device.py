@@ -25,8 +25,9 @@ def test_places_parse():
     assert dev.device_ordinal("cuda") == 0
     assert dev.device_ordinal("cuda:3") == 3
     assert dev.device_ordinal(2) == 2 and dev.device_ordinal(-1) == -1
+    assert dev.device_ordinal(np.int64(1)) == 1
     assert dev.device_name(-1) == "cpu" and dev.device_name(1) == "cuda:1"
-    for bad in ("gpu", "cuda:", "cuda:-1", "cuda:x", "", True, 1.0, -2, None):
+    for bad in ("gpu", "cuda:", "cuda:-1", "cuda:x", "", True, np.bool_(True), 1.0, -2, None):
         with pytest.raises(fx.InvalidArgumentError):
             dev.device_ordinal(bad)  # type: ignore[arg-type]
 
