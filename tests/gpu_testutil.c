@@ -23,7 +23,10 @@ tensor_t *gpu_test_host_clone(const tensor_t *t)
     tensor_get_raw(t, buf);
     tensor_set_raw(c, buf);
     free(buf);
-    fx_storage_copy_exp_state(c->st, t->st);
+    if (fx_storage_copy_exp_state(c->st, t->st, __func__) != FX_OK) {
+        tensor_free(c);
+        return NULL;
+    }
     return c;
 }
 

@@ -87,7 +87,9 @@ int fx_write_shared_defer_exp(const tensor_t *out, int *e, int *clamped, fx_roun
 void fx_write_shared_launched(tensor_t *out, fx_pending_write *p, int e, int clamped);
 
 /* Tests: host writes into FLEX16_5 tensors take the deferred path too (statistics kept in a
- * host record until settled), so that every reader's settle is exercised without a GPU. */
+ * host record until settled), so that every reader's settle is exercised without a GPU.
+ * FLEXPOINT_TEST_DEFER_HOST=1 in the environment does the same for a whole process (ctest
+ * runs the suite again that way: the *_deferred tests). */
 void fx_store_defer_host_writes(int on);
 
 /* Scratch allocations of one op call, freed together (src/core/scratch.c). Large blocks go back

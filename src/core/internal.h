@@ -125,8 +125,10 @@ bool fx_tensor_is_contiguous(const tensor_t *t);
 bool fx_tensor_covers_storage(const tensor_t *t); /* contiguous and spans all of its storage */
 /* Copy the shared-exponent state (exponent, window, rounding, Autoflex state, statistics; not
  * the trace, which stays with its tensor) of s into d, for copies of a tensor's elements such
- * as host <-> device transfers. Nothing for float formats. */
-void fx_storage_copy_exp_state(fx_storage *d, const fx_storage *s);
+ * as host <-> device transfers. Both are settled first (a pending write of s belongs to the
+ * state copied; one of d would land after the copy). Nothing for float formats. FX_OK, or the
+ * status of a failed settle (nothing copied). */
+int fx_storage_copy_exp_state(fx_storage *d, fx_storage *s, const char *func);
 void *fx_tensor_base(const tensor_t *t);          /* address of element [0,..,0] */
 char *fx_shape_str(const tensor_t *t, char *buf, size_t n); /* "[2, 3]" */
 

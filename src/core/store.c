@@ -227,9 +227,22 @@ int fx_storage_settle(fx_storage *st, const char *func)
 
 /* ---- the deferred path on the host (tests only) -------------------------------------------- */
 
-static int fx_defer_host;
+/* -1: not decided yet; FLEXPOINT_TEST_DEFER_HOST=1 in the environment turns it on for a whole
+ * process (the test suite runs again that way, so that every reader is seen to settle). */
+static int fx_defer_host = -1;
 
-void fx_store_defer_host_writes(int on) { fx_defer_host = on != 0; }
+void fx_store_defer_host_writes(int on) { __atomic_store_n(&fx_defer_host, on != 0, __ATOMIC_RELAXED); }
+
+static int fx_defer_host_on(void)
+{
+    int v = __atomic_load_n(&fx_defer_host, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *env = getenv("FLEXPOINT_TEST_DEFER_HOST");
+        v = env && env[0] == '1';
+        __atomic_store_n(&fx_defer_host, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
 
 /* The host's statistics are known at once; the record only holds them until settled. */
 typedef struct fx_host_pending {
@@ -309,7 +322,7 @@ static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
     src.exp = s->exp;
     fx_stage_maxabs(be, s, &src.true_max, &src.nonfinite, &src.imax);
     int rc;
-    if (fx_defer_host && direct &&
+    if (direct && fx_defer_host_on() &&
         fx_write_shared_deferred_host(out, s, src.true_max, direct, func, &rc))
         return rc;
     src.ctx = &qc;

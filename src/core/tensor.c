@@ -349,9 +349,12 @@ int tensor_set_raw(tensor_t *t, const void *src)
     return FX_OK;
 }
 
-void fx_storage_copy_exp_state(fx_storage *d, const fx_storage *s)
+int fx_storage_copy_exp_state(fx_storage *d, fx_storage *s, const char *func)
 {
-    if (!fmt_is_shared_exponent(s->fmt)) return;
+    if (!fmt_is_shared_exponent(s->fmt)) return FX_OK;
+    int rc = fx_storage_settle(s, func);
+    if (!rc) rc = fx_storage_settle(d, func);
+    if (rc) return rc;
     d->exp = s->exp;
     d->win_lo = s->win_lo;
     d->win_hi = s->win_hi;
@@ -364,4 +367,5 @@ void fx_storage_copy_exp_state(fx_storage *d, const fx_storage *s)
     d->overflows = s->overflows;
     d->clamped_total = s->clamped_total;
     d->nonfinite_total = s->nonfinite_total;
+    return FX_OK;
 }

@@ -136,7 +136,7 @@ static int fx_h2d(tensor_t *dst, const tensor_t *src, const char *func)
     if (!rc) rc = fx_storage_settle(dst->st, func);
     if (!rc) rc = fx_gr_memcpy(fx_tensor_base(dst), host, bytes, FX_GR_H2D, func);
     free(tmp);
-    if (!rc) fx_storage_copy_exp_state(dst->st, src->st);
+    if (!rc) rc = fx_storage_copy_exp_state(dst->st, src->st, func);
     return rc;
 }
 
@@ -164,7 +164,7 @@ static int fx_d2h(tensor_t *dst, const tensor_t *src, const char *func)
     if (!rc && htmp) fx_strided_copy(dst, htmp, 1);
     fx_gr_free(dtmp);
     free(htmp);
-    if (!rc) fx_storage_copy_exp_state(dst->st, src->st);
+    if (!rc) rc = fx_storage_copy_exp_state(dst->st, src->st, func);
     return rc;
 }
 
