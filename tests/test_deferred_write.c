@@ -199,13 +199,8 @@ static fx_trainer *trainer(const char *model, const char *preset, const fx_datas
                            const fx_dataset *te)
 {
     fx_train_config c;
-    fx_train_config_default(&c);
-    snprintf(c.model, sizeof c.model, "%s", model);
+    test_train_config(&c, model, FMT_FLEX16_5, 3);
     snprintf(c.autoflex, sizeof c.autoflex, "%s", preset);
-    c.fmt = FMT_FLEX16_5;
-    c.batch_size = 32;
-    c.lr = 0.05;
-    c.seed = 3;
     fx_trainer *t = fx_trainer_new(&c, tr, te);
     CHECK(t != NULL, "trainer %s/%s: %s", model, preset, flexpoint_last_error());
     if (t)

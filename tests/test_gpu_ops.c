@@ -475,6 +475,15 @@ static void test_autoflex_sequences(test_rng *r)
  * previous step's statistics arrived however far the device lagged: the published steps then
  * wait exactly once each. The wait counts are only checked on a real device, and not with
  * FLEXPOINT_GPU_SYNC=1 (every op waits) or FLEXPOINT_GPU_DEFER=0 (deferral off). */
+/* Whether host-wait counts mean what the deferred-write checks assume: a real device, ops that
+ * do not each wait (FLEXPOINT_GPU_SYNC=1) and deferral on (not FLEXPOINT_GPU_DEFER=0). */
+static int wait_counts_checkable(void)
+{
+    const char *sync_env = getenv("FLEXPOINT_GPU_SYNC"), *defer_env = getenv("FLEXPOINT_GPU_DEFER");
+    return !gpu_test_on_host && !(sync_env && sync_env[0] == '1') &&
+           !(defer_env && defer_env[0] == '0');
+}
+
 static void test_deferred_waits(test_rng *r)
 {
     const int64_t s[2] = {48, 48};
@@ -507,10 +516,7 @@ static void test_deferred_waits(test_rng *r)
         }
         /* the writes' own waits: all but the one synchronisation per step */
         const long long waits = flexpoint_gpu_host_waits() - waits0 - steps;
-        const char *sync_env = getenv("FLEXPOINT_GPU_SYNC");
-        const char *defer_env = getenv("FLEXPOINT_GPU_DEFER");
-        if (!gpu_test_on_host && !(sync_env && sync_env[0] == '1') &&
-            !(defer_env && defer_env[0] == '0')) {
+        if (wait_counts_checkable()) {
             if (p == 0)
                 CHECK(waits == 0, "published: %lld host waits in %d steps of 3 writes", waits,
                       steps);
@@ -560,10 +566,7 @@ static void test_deferred_waits(test_rng *r)
         if (!gpu_test_on_host) CHECK_STATUS(flexpoint_gpu_synchronize(), FX_OK);
         CHECK_STATUS(tensor_matmul(yq, fd, fd), FX_OK);
         const long long dw = flexpoint_gpu_host_waits() - w0 - (gpu_test_on_host ? 0 : 1);
-        const char *sync_env = getenv("FLEXPOINT_GPU_SYNC");
-        const char *defer_env = getenv("FLEXPOINT_GPU_DEFER");
-        if (!gpu_test_on_host && !(sync_env && sync_env[0] == '1') &&
-            !(defer_env && defer_env[0] == '0'))
+        if (wait_counts_checkable())
             CHECK(dw == 0, "deferred float matmuls waited %lld times", dw);
         CHECK_STATUS(tensor_matmul(yf, fd, fd), FX_OK);
         tensor_t *yh = gpu_test_to_host(yf);

@@ -19,12 +19,7 @@ static char tmpdir[256];
 static fx_trainer *make(const char *model, int fmt, const fx_dataset *tr, const fx_dataset *te)
 {
     fx_train_config c;
-    fx_train_config_default(&c);
-    snprintf(c.model, sizeof c.model, "%s", model);
-    c.fmt = fmt;
-    c.batch_size = 32;
-    c.lr = 0.05;
-    c.seed = 7;
+    test_train_config(&c, model, fmt, 7);
     fx_trainer *t = fx_trainer_new(&c, tr, te);
     CHECK(t != NULL, "trainer %s/%s: %s", model, fmt_name((fmt_t)fmt), flexpoint_last_error());
     return t;

@@ -36,13 +36,8 @@ static fx_trainer *make_preset(const char *model, int fmt, const char *preset, i
                                const fx_dataset *tr, const fx_dataset *te)
 {
     fx_train_config c;
-    fx_train_config_default(&c);
-    snprintf(c.model, sizeof c.model, "%s", model);
+    test_train_config(&c, model, fmt, 5);
     if (preset) snprintf(c.autoflex, sizeof c.autoflex, "%s", preset);
-    c.fmt = fmt;
-    c.batch_size = 32;
-    c.lr = 0.05;
-    c.seed = 5;
     c.device = device;
     fx_trainer *t = fx_trainer_new(&c, tr, te);
     CHECK(t != NULL, "trainer %s/%s (%s) on device %d: %s", model, fmt_name((fmt_t)fmt),

@@ -2,8 +2,10 @@
 
 #include "flexpoint.h"
 #include "flexpoint_data.h"
+#include "flexpoint_train.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,4 +96,14 @@ fx_dataset *test_patch_dataset(int64_t n, uint64_t seed)
     free(x);
     free(y);
     return d;
+}
+
+void test_train_config(fx_train_config *c, const char *model, int fmt, uint64_t seed)
+{
+    fx_train_config_default(c);
+    snprintf(c->model, sizeof c->model, "%s", model);
+    c->fmt = fmt;
+    c->batch_size = 32;
+    c->lr = 0.05;
+    c->seed = seed;
 }

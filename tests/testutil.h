@@ -46,6 +46,11 @@ int64_t test_rng_range(test_rng *r, int64_t lo, int64_t hi); /* [lo, hi] */
 struct fx_dataset;
 struct fx_dataset *test_patch_dataset(int64_t n, uint64_t seed);
 
+/* The training tests' configuration: the defaults with `model` in `fmt`, batches of 32,
+ * lr 0.05 and `seed`. */
+struct fx_train_config;
+void test_train_config(struct fx_train_config *c, const char *model, int fmt, uint64_t seed);
+
 /* The bits of an fp32 value (for bit-for-bit comparisons). */
 uint32_t test_f32_bits(float x);
 

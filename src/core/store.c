@@ -167,31 +167,33 @@ int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *fu
     return FX_OK;
 }
 
-int fx_write_shared_peek_exp(const tensor_t *out, int *e)
+/* The exponent (and whether the window clamped it) of out's next write when the Autoflex
+ * state alone decides it: a whole FLEX16_5 tensor, unmanaged or past its first write, with no
+ * write still pending (its history would not be complete). 0 otherwise. */
+static int fx_history_exp(const tensor_t *out, int *e, int *clamped)
 {
     const fx_storage *st = out->st;
     if (st->fmt != FMT_FLEX16_5 || !fx_tensor_covers_storage(out)) return 0;
-    if (st->pending && st->pending->active) return 0; /* its history is not complete yet */
+    if (st->pending && st->pending->active) return 0;
     fx_af_state af = st->af; /* fx_af_predict marks a first write initialised: work on a copy */
     if (af.cfg.managed && !af.initialized) return 0;
-    int clamped = 0;
-    *e = fx_af_predict(&af, st->exp, st->win_lo, st->win_hi, NULL, &clamped);
+    *clamped = 0;
+    *e = fx_af_predict(&af, st->exp, st->win_lo, st->win_hi, NULL, clamped);
     return 1;
+}
+
+int fx_write_shared_peek_exp(const tensor_t *out, int *e)
+{
+    int clamped;
+    return fx_history_exp(out, e, &clamped);
 }
 
 int fx_write_shared_defer_exp(const tensor_t *out, int *e, int *clamped, fx_rounding *r)
 {
     const fx_storage *st = out->st;
-    if (st->fmt != FMT_FLEX16_5 || !fx_tensor_covers_storage(out)) return 0;
-    if (st->pending && st->pending->active) return 0;
-    const fx_autoflex_config *cfg = &st->af.cfg;
-    /* a first write probes or measures its own data; a recomputing configuration may revisit
-     * the exponent after seeing the statistics */
-    if (cfg->managed && (!st->af.initialized || cfg->overflow_mode != FX_AF_OVERFLOW_KEEP))
-        return 0;
-    fx_af_state af = st->af; /* a prediction from the history changes nothing, but stay safe */
-    *clamped = 0;
-    *e = fx_af_predict(&af, st->exp, st->win_lo, st->win_hi, NULL, clamped);
+    /* a recomputing configuration may revisit the exponent after seeing the statistics */
+    if (st->af.cfg.managed && st->af.cfg.overflow_mode != FX_AF_OVERFLOW_KEEP) return 0;
+    if (!fx_history_exp(out, e, clamped)) return 0;
     *r = (fx_rounding){st->rounding, st->seed, st->write_counter};
     return 1;
 }

@@ -25,6 +25,15 @@ static inline unsigned fx_gpu_blocks(int64_t n)
 }
 
 // FX_OK, or FX_EDEVICE with the CUDA error text after a launch.
+// A failed CUDA runtime call as FX_EDEVICE naming it; clears a non-sticky error so that later
+// calls are not blamed for it.
+static inline int fx_cuda_fail(cudaError_t err, const char *func, const char *what)
+{
+    cudaGetLastError();
+    return fx_error(FX_EDEVICE, func, "%s failed: %s (%s)", what, cudaGetErrorString(err),
+                    cudaGetErrorName(err));
+}
+
 static inline int fx_gpu_launch_check(const char *func, const char *kernel)
 {
     cudaError_t err = cudaGetLastError();

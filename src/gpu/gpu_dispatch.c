@@ -323,11 +323,9 @@ static int fx_gpu_write_deferred(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_s
                                  const fx_dview *dst, int e, int clamped, const fx_rounding *r,
                                  const char *func)
 {
-    int rc = FX_OK;
-    fx_gpu_pending *g = fx_gpu_pending_of(out->st, &rc, func); /* made by the caller */
-    if (!g) return rc;
+    fx_gpu_pending *g = (fx_gpu_pending *)out->st->pending; /* fx_gpu_deferrable made it */
     fx_gpu_quant_ctx qc = {sg, dst, ds, func, 0, 0, {0}, {0}};
-    rc = fx_gpu_quantize_launch(&qc, e, NULL, r, 1);
+    int rc = fx_gpu_quantize_launch(&qc, e, NULL, r, 1);
     if (!rc) rc = fx_gr_slot_fill(g->host, &ds->stage, FX_GPU_PAIR_BYTES, g->event, func);
     if (rc) return rc; /* nothing committed: the state is as before the write */
     g->kind = sg->kind;
@@ -336,26 +334,31 @@ static int fx_gpu_write_deferred(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_s
     return FX_OK;
 }
 
-/* Whether the write of an op into out will be deferred (fx_gpu_write decides the same way):
- * then the stage needs no statistics, and a pass that would only compute them (after cuBLAS)
- * can be skipped. Settles out's previous write, as fx_gpu_write would; a failure to collect
- * its statistics is returned (settling again would not report it). */
+/* The one decision whether a write into out is deferred, for fx_gpu_write and
+ * fx_gpu_write_defers alike: 1 with the exponent, clamp flag and rounding to launch it with,
+ * and out's statistics slot made. Settles out's previous write first (its observation decides
+ * this write's exponent); *rc is FX_OK, or that settle's failure (then 0). Without a slot
+ * (pinned memory or an event could not be made) the waiting path gives the same result. */
+static int fx_gpu_deferrable(tensor_t *out, int *e, int *clamped, fx_rounding *r, int *rc,
+                             const char *func)
+{
+    if ((*rc = fx_storage_settle(out->st, func))) return 0;
+    if (!fx_gpu_defer_enabled() || !fx_write_shared_defer_exp(out, e, clamped, r)) return 0;
+    int src = FX_OK;
+    if (fx_gpu_pending_of(out->st, &src, func)) return 1;
+    flexpoint_clear_error();
+    return 0;
+}
+
+/* Whether the write of an op into out will be deferred: then the stage needs no statistics, and
+ * a pass that would only compute them (after cuBLAS) can be skipped. A failure to settle out's
+ * previous write is returned (settling again would not report it). */
 int fx_gpu_write_defers(tensor_t *out, int *defers, const char *func)
 {
-    *defers = 0;
-    if (out->fmt != FMT_FLEX16_5 || !fx_gpu_defer_enabled()) return FX_OK;
-    int rc = fx_storage_settle(out->st, func);
-    if (rc) return rc;
-    int e, clamped;
+    int e, clamped, rc;
     fx_rounding r;
-    if (!fx_write_shared_defer_exp(out, &e, &clamped, &r)) return FX_OK;
-    /* the statistics slot too: without one fx_gpu_write would take the waiting path, which
-     * needs the stage statistics */
-    if (fx_gpu_pending_of(out->st, &rc, func))
-        *defers = 1;
-    else
-        flexpoint_clear_error();
-    return FX_OK;
+    *defers = fx_gpu_deferrable(out, &e, &clamped, &r, &rc, func);
+    return rc;
 }
 
 /* The one write of a device stage into out. ds->stage must hold the stage's statistics when
@@ -367,20 +370,11 @@ static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
     if (!fmt_is_shared_exponent(out->fmt))
         return fx_gk_store_float(sg->f32, sg->i64, sg->exp, sg->n, &dst, func);
 
-    /* the previous write's bookkeeping comes first (its Autoflex observation decides this
-     * write's exponent) */
-    int rc = fx_storage_settle(out->st, func);
-    if (rc) return rc;
-    int de, dclamped;
+    int de, dclamped, rc;
     fx_rounding dr;
-    if (fx_gpu_defer_enabled() && fx_write_shared_defer_exp(out, &de, &dclamped, &dr)) {
-        int srec = FX_OK;
-        if (fx_gpu_pending_of(out->st, &srec, func))
-            return fx_gpu_write_deferred(out, sg, ds, &dst, de, dclamped, &dr, func);
-        /* no statistics slot (pinned memory or an event could not be made): the waiting path
-         * below gives the same result */
-        flexpoint_clear_error();
-    }
+    if (fx_gpu_deferrable(out, &de, &dclamped, &dr, &rc, func))
+        return fx_gpu_write_deferred(out, sg, ds, &dst, de, dclamped, &dr, func);
+    if (rc) return rc;
 
     /* Speculation: round before the statistics are read, then read the stage's and the
      * rounding's statistics back in one copy (one wait instead of two). A FLEX16_5 write whose

@@ -24,13 +24,6 @@ extern "C" int fx_gr_device_count(void)
 
 extern "C" int flexpoint_gpu_device_count(void) { return fx_gr_device_count(); }
 
-static int fx_cuda_fail(cudaError_t err, const char *func, const char *what)
-{
-    cudaGetLastError(); // clear a non-sticky error so later calls are not blamed for it
-    return fx_error(FX_EDEVICE, func, "%s failed: %s (%s)", what, cudaGetErrorString(err),
-                    cudaGetErrorName(err));
-}
-
 extern "C" int fx_gr_set_device(int device, const char *func)
 {
     cudaError_t err = cudaSetDevice(device);

@@ -31,19 +31,12 @@ struct fx_slot {
 std::mutex fx_slot_lock;
 std::vector<std::vector<fx_slot>> fx_free_slots; // per device
 
-int fx_slot_fail(cudaError_t err, const char *func, const char *what)
-{
-    cudaGetLastError();
-    return fx_error(FX_EDEVICE, func, "%s failed: %s (%s)", what, cudaGetErrorString(err),
-                    cudaGetErrorName(err));
-}
-
 // A new chunk of slots for `device` (the current device) into the free list; lock held.
 int fx_slot_grow(int device, const char *func)
 {
     void *chunk = nullptr;
     cudaError_t err = cudaMallocHost(&chunk, FX_SLOT_BYTES * FX_SLOTS_PER_CHUNK);
-    if (err != cudaSuccess) return fx_slot_fail(err, func, "cudaMallocHost (statistics slots)");
+    if (err != cudaSuccess) return fx_cuda_fail(err, func, "cudaMallocHost (statistics slots)");
     std::vector<fx_slot> &list = fx_free_slots[(size_t)device];
     for (int i = 0; i < FX_SLOTS_PER_CHUNK; i++) {
         fx_slot s;
@@ -51,7 +44,7 @@ int fx_slot_grow(int device, const char *func)
         err = cudaEventCreateWithFlags(&s.event, cudaEventDisableTiming);
         if (err != cudaSuccess) {
             // the chunk's remaining slots stay unused; the ones made so far are kept
-            return list.empty() ? fx_slot_fail(err, func, "cudaEventCreate") : FX_OK;
+            return list.empty() ? fx_cuda_fail(err, func, "cudaEventCreate") : FX_OK;
         }
         list.push_back(s);
     }
@@ -69,7 +62,7 @@ extern "C" int fx_gr_slot_get(size_t bytes, void **host, void **event, const cha
                         bytes, FX_SLOT_BYTES);
     int device = 0;
     cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) return fx_slot_fail(err, func, "cudaGetDevice");
+    if (err != cudaSuccess) return fx_cuda_fail(err, func, "cudaGetDevice");
     std::lock_guard<std::mutex> g(fx_slot_lock);
     if (fx_free_slots.size() <= (size_t)device) fx_free_slots.resize((size_t)device + 1);
     if (fx_free_slots[(size_t)device].empty()) {
@@ -98,9 +91,9 @@ extern "C" int fx_gr_slot_fill(void *host, const void *dev, size_t bytes, void *
                                const char *func)
 {
     cudaError_t err = cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, 0);
-    if (err != cudaSuccess) return fx_slot_fail(err, func, "cudaMemcpyAsync (statistics)");
+    if (err != cudaSuccess) return fx_cuda_fail(err, func, "cudaMemcpyAsync (statistics)");
     err = cudaEventRecord((cudaEvent_t)event, 0);
-    return err == cudaSuccess ? FX_OK : fx_slot_fail(err, func, "cudaEventRecord");
+    return err == cudaSuccess ? FX_OK : fx_cuda_fail(err, func, "cudaEventRecord");
 }
 
 extern "C" int fx_gr_slot_wait(void *event, const char *func)
@@ -113,5 +106,5 @@ extern "C" int fx_gr_slot_wait(void *event, const char *func)
         fx_gr_count_wait();
         err = cudaEventSynchronize((cudaEvent_t)event);
     }
-    return err == cudaSuccess ? FX_OK : fx_slot_fail(err, func, "waiting for statistics");
+    return err == cudaSuccess ? FX_OK : fx_cuda_fail(err, func, "waiting for statistics");
 }

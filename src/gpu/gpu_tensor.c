@@ -131,7 +131,8 @@ static int fx_h2d(tensor_t *dst, const tensor_t *src, const char *func)
         fx_strided_copy(src, tmp, 0);
         host = tmp;
     }
-    /* the state copied with the elements is complete; dst's own pending write is done first */
+    /* settled before anything is copied, so that a failure leaves dst as it was (the state copy
+     * below would settle them too, after the elements) */
     int rc = fx_storage_settle(src->st, func);
     if (!rc) rc = fx_storage_settle(dst->st, func);
     if (!rc) rc = fx_gr_memcpy(fx_tensor_base(dst), host, bytes, FX_GR_H2D, func);
@@ -146,7 +147,7 @@ static int fx_d2h(tensor_t *dst, const tensor_t *src, const char *func)
     const size_t bytes = (size_t)n * fmt_elem_size(src->fmt);
     const void *dev = fx_tensor_base(src);
     void *dtmp = NULL, *htmp = NULL;
-    int rc = fx_storage_settle(src->st, func); /* the state copied with the elements */
+    int rc = fx_storage_settle(src->st, func); /* before anything is copied, as in fx_h2d */
     if (!rc) rc = fx_storage_settle(dst->st, func);
     if (!rc && !fx_tensor_is_contiguous(src)) { /* gather on the device first */
         fx_dview v = fx_gpu_view_of(src);
