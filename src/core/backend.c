@@ -55,21 +55,29 @@ static void fx_backends_build(void)
     fx_register_bf16_scalar(s, &fx_cpu_info);
     fx_register_flex_scalar(s, &fx_cpu_info);
 
+    /* The registration functions live in files compiled for their instruction set, so the
+     * compiler may use it anywhere in them, registration included (gcc does: AVX-512 moves
+     * when filling the table). They are therefore called only on a CPU that runs that set;
+     * a backend the CPU cannot run stays a copy of the one below it, marked unavailable. */
     fx_backend *a2 = &fx_backends[FX_BACKEND_AVX2];
     *a2 = *s;
-    fx_register_fp32_avx2(a2, &fx_cpu_info);
-    fx_register_fp16_avx2(a2, &fx_cpu_info);
-    fx_register_bf16_avx2(a2, &fx_cpu_info);
-    fx_register_flex_avx2(a2, &fx_cpu_info);
+    if (fx_backend_runnable(FX_BACKEND_AVX2, &fx_cpu_info)) {
+        fx_register_fp32_avx2(a2, &fx_cpu_info);
+        fx_register_fp16_avx2(a2, &fx_cpu_info);
+        fx_register_bf16_avx2(a2, &fx_cpu_info);
+        fx_register_flex_avx2(a2, &fx_cpu_info);
+    }
 
     fx_backend *a5 = &fx_backends[FX_BACKEND_AVX512];
     *a5 = *a2;
-    fx_register_fp32_avx512(a5, &fx_cpu_info);
-    fx_register_fp16_avx512(a5, &fx_cpu_info);
-    fx_register_bf16_avx512(a5, &fx_cpu_info);
-    fx_register_flex_avx512(a5, &fx_cpu_info);
-    fx_register_layout_avx512(a5, &fx_cpu_info);
-    fx_register_nn_avx512(a5, &fx_cpu_info);
+    if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info)) {
+        fx_register_fp32_avx512(a5, &fx_cpu_info);
+        fx_register_fp16_avx512(a5, &fx_cpu_info);
+        fx_register_bf16_avx512(a5, &fx_cpu_info);
+        fx_register_flex_avx512(a5, &fx_cpu_info);
+        fx_register_layout_avx512(a5, &fx_cpu_info);
+        fx_register_nn_avx512(a5, &fx_cpu_info);
+    }
 
     int best = FX_BACKEND_SCALAR;
     for (int i = 0; i < FX_BACKEND_COUNT; i++) {
