@@ -176,7 +176,9 @@ FX_API tensor_t *tensor_view_slice(const tensor_t *t, int dim, int64_t start, in
 /* ------------------------------------------------------------------------------------------ */
 
 /** Current shared exponent of a FLEX16_5/DFP16 tensor (value = m * 2^exp). For other formats or
- *  NULL it returns 0 and sets the error message; check tensor_fmt first. */
+ *  NULL it returns 0 and sets the error message; check tensor_fmt first. A device tensor whose
+ *  last write chose its exponent on the device (flexpoint_gpu.h) waits for that write's
+ *  statistics first. */
 FX_API int tensor_exp(const tensor_t *t);
 
 /** Set the shared exponent. The stored mantissas are rescaled to keep their values (rounding

@@ -9,8 +9,11 @@
  *     switch, a trace restart and an exponent change in the middle;
  *   - training runs (MLP and CNN, two presets), including a checkpoint saved with a write
  *     pending and resumed.
- * It also checks that the deferred path is taken exactly where it applies (KEEP presets and
- * unmanaged tensors after their first write) and never under "robust" (recompute). */
+ * It also checks that the launched path is taken exactly where it applies: FLEX16_5 writes after
+ * the first (every preset: KEEP presets and unmanaged tensors at the history's exponent,
+ * "robust" with its recompute rule applied by the backend) and every whole DFP16 write (its
+ * exact exponent); the settle then decides each write again with the core's rules and must
+ * agree with the backend. */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "flexpoint_data.h"
@@ -96,7 +99,7 @@ static int pending_active(const tensor_t *t)
 
 /* ---- op sequences ------------------------------------------------------------------------- */
 
-enum { SEQ_STEPS = 40, ROWS = 8, COLS = 12 };
+enum { SEQ_STEPS = 40, ROWS = 8, COLS = 12, NSEQ = 7 };
 
 /* Data of step s: Gaussian values whose scale drifts, jumps by 2^12 at step 13 (a saturating
  * write under the published algorithm), vanishes at step 20 and holds NaN/Inf at step 27. */
@@ -131,9 +134,11 @@ static obs_log run_sequence(const seq_opts *o, int defer, int *deferred)
     tensor_t *a = tensor_new(FMT_FLEX16_5, 2, sa), *w = tensor_new(FMT_FLEX16_5, 2, sw);
     tensor_t *y = tensor_new(FMT_FLEX16_5, 2, sy), *z = tensor_new(FMT_FLEX16_5, 2, sy);
     tensor_t *rl = tensor_new(FMT_FLEX16_5, 2, sy), *sc = tensor_new(FMT_FLEX16_5, 2, sy);
-    tensor_t *all[6] = {a, w, y, z, rl, sc};
-    for (int i = 0; i < 6; i++) {
-        CHECK_STATUS(tensor_set_autoflex(all[i], o->preset), FX_OK);
+    tensor_t *d = tensor_new(FMT_DFP16, 2, sy); /* exact exponents: every write launches */
+    tensor_t *all[NSEQ] = {a, w, y, z, rl, sc, d};
+    for (int i = 0; i < NSEQ; i++) {
+        if (tensor_fmt(all[i]) == FMT_FLEX16_5)
+            CHECK_STATUS(tensor_set_autoflex(all[i], o->preset), FX_OK);
         CHECK_STATUS(tensor_set_rounding(all[i], o->rounding, 99 + (uint64_t)i), FX_OK);
         CHECK_STATUS(tensor_trace_enable(all[i], 1), FX_OK);
     }
@@ -151,14 +156,16 @@ static obs_log run_sequence(const seq_opts *o, int defer, int *deferred)
         CHECK_STATUS(tensor_add(z, y, z), FX_OK); /* reads z while z's last write may pend */
         CHECK_STATUS(tensor_relu(rl, z), FX_OK);
         CHECK_STATUS(tensor_scale(sc, rl, 0.375), FX_OK);
+        CHECK_STATUS(tensor_sub(d, y, d), FX_OK); /* reads d while its last write may pend */
+        *deferred += pending_active(d);
         if (s == 17) CHECK_STATUS(tensor_trace_enable(z, 1), FX_OK); /* restart z's trace */
         if (s == 23) CHECK_STATUS(tensor_set_autoflex(y, "truemax"), FX_OK);
         if (s == 31) CHECK_STATUS(tensor_set_exp(sc, tensor_exp(sc) - 1), FX_OK);
         if (o->read_every_step)
-            for (int i = 0; i < 6; i++) log_tensor(&l, all[i]);
+            for (int i = 0; i < NSEQ; i++) log_tensor(&l, all[i]);
     }
-    for (int i = 0; i < 6; i++) log_tensor(&l, all[i]);
-    for (int i = 0; i < 6; i++) tensor_free(all[i]);
+    for (int i = 0; i < NSEQ; i++) log_tensor(&l, all[i]);
+    for (int i = 0; i < NSEQ; i++) tensor_free(all[i]);
     fx_store_defer_host_writes(0);
     return l;
 }
@@ -179,14 +186,13 @@ static void sequences(void)
                          rnd, every ? "every step" : "at the end");
                 logs_equal(&at_once, &deferred, what);
                 CHECK(d0 == 0, "%s: %d writes pending without deferral", what, d0);
-                /* a and y are written 40 times each. Every write is deferred except a first
-                 * write of a managed configuration (it measures its own data) and every write
-                 * under "robust" (recompute); y switches to "truemax" at step 23, so its write
-                 * at step 24 is a first one again and the later 15 defer. */
+                /* a and y are written 40 times each. Every write is launched except a first
+                 * write of a managed configuration (it measures its own data); y switches to
+                 * "truemax" at step 23, so its write at step 24 is a first one again. The
+                 * DFP16 tensor d launches all its 40 writes. */
                 const int fixed = strcmp(presets[p], "fixed") == 0;
-                const int want = strcmp(presets[p], "robust") == 0 ? 15
-                                 : fixed                         ? 2 * SEQ_STEPS - 1
-                                                                 : 2 * (SEQ_STEPS - 1) - 1;
+                const int want = (fixed ? 2 * SEQ_STEPS - 1 : 2 * (SEQ_STEPS - 1) - 1) +
+                                 SEQ_STEPS;
                 CHECK(d1 == want, "%s: %d writes deferred, want %d", what, d1, want);
                 free(at_once.p);
                 free(deferred.p);
@@ -195,11 +201,11 @@ static void sequences(void)
 
 /* ---- training ------------------------------------------------------------------------------ */
 
-static fx_trainer *trainer(const char *model, const char *preset, const fx_dataset *tr,
-                           const fx_dataset *te)
+static fx_trainer *trainer(const char *model, fmt_t fmt, const char *preset,
+                           const fx_dataset *tr, const fx_dataset *te)
 {
     fx_train_config c;
-    test_train_config(&c, model, FMT_FLEX16_5, 3);
+    test_train_config(&c, model, fmt, 3);
     snprintf(c.autoflex, sizeof c.autoflex, "%s", preset);
     fx_trainer *t = fx_trainer_new(&c, tr, te);
     CHECK(t != NULL, "trainer %s/%s: %s", model, preset, flexpoint_last_error());
@@ -232,7 +238,7 @@ static int log_trainer(obs_log *l, fx_trainer *t)
 
 /* 7 steps, a checkpoint (with writes pending when deferred), 9 more steps in a fresh trainer
  * resumed from it; the observations of both halves. */
-static obs_log run_training(const char *model, const char *preset, int defer,
+static obs_log run_training(const char *model, fmt_t fmt, const char *preset, int defer,
                             const fx_dataset *tr, const fx_dataset *te, int *pending)
 {
     fx_store_defer_host_writes(defer);
@@ -240,7 +246,7 @@ static obs_log run_training(const char *model, const char *preset, int defer,
     *pending = 0;
     char path[256];
     snprintf(path, sizeof path, "/tmp/fx_deferred_%ld.ckpt", (long)getpid());
-    fx_trainer *t = trainer(model, preset, tr, te);
+    fx_trainer *t = trainer(model, fmt, preset, tr, te);
     if (!t) {
         fx_store_defer_host_writes(0);
         return l;
@@ -253,7 +259,7 @@ static obs_log run_training(const char *model, const char *preset, int defer,
     CHECK_STATUS(fx_trainer_save(t, path), FX_OK);
     *pending += log_trainer(&l, t);
     fx_trainer_free(t);
-    fx_trainer *u = trainer(model, preset, tr, te);
+    fx_trainer *u = trainer(model, fmt, preset, tr, te);
     if (u) {
         CHECK_STATUS(fx_trainer_load(u, path), FX_OK);
         for (int s = 0; s < 9; s++) {
@@ -274,14 +280,20 @@ static void training(void)
     CHECK(tr && te, "synthetic data: %s", flexpoint_last_error());
     if (!tr || !te) return;
     static const char *const models[] = {"mlp", "cnn"};
-    static const char *const presets[] = {"published", "truemax"};
+    /* FLEX16_5 under two KEEP presets and "robust" (recompute); DFP16 (its preset is unused) */
+    static const struct {
+        fmt_t fmt;
+        const char *preset;
+    } runs[] = {{FMT_FLEX16_5, "published"}, {FMT_FLEX16_5, "truemax"},
+                {FMT_FLEX16_5, "robust"}, {FMT_DFP16, "robust"}};
     for (int m = 0; m < 2; m++)
-        for (int p = 0; p < 2; p++) {
+        for (size_t p = 0; p < sizeof runs / sizeof *runs; p++) {
             int p0 = 0, p1 = 0;
-            obs_log at_once = run_training(models[m], presets[p], 0, tr, te, &p0);
-            obs_log deferred = run_training(models[m], presets[p], 1, tr, te, &p1);
+            obs_log at_once = run_training(models[m], runs[p].fmt, runs[p].preset, 0, tr, te, &p0);
+            obs_log deferred = run_training(models[m], runs[p].fmt, runs[p].preset, 1, tr, te, &p1);
             char what[64];
-            snprintf(what, sizeof what, "training %s/%s", models[m], presets[p]);
+            snprintf(what, sizeof what, "training %s/%s/%s", models[m], fmt_name(runs[p].fmt),
+                     runs[p].preset);
             CHECK(at_once.n > 0, "%s: nothing observed", what);
             logs_equal(&at_once, &deferred, what);
             CHECK(p0 == 0, "%s: %d tensors pending without deferral", what, p0);

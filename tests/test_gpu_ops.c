@@ -468,15 +468,20 @@ static void test_autoflex_sequences(test_rng *r)
     }
 }
 
-/* Deferred writes (flexpoint_gpu.h): FLEX16_5 writes under a KEEP preset never wait for the
- * device after their first write, while "robust" reads every write's statistics back; both
- * end bit-identical to the host, state and traces included (read after many pending writes).
- * Each step ends with flexpoint_gpu_synchronize (one counted wait), so that a settle finds the
- * previous step's statistics arrived however far the device lagged: the published steps then
- * wait exactly once each. The wait counts are only checked on a real device, and not with
- * FLEXPOINT_GPU_SYNC=1 (every op waits) or FLEXPOINT_GPU_DEFER=0 (deferral off). */
-/* Whether host-wait counts mean what the deferred-write checks assume: a real device, ops that
- * do not each wait (FLEXPOINT_GPU_SYNC=1) and deferral on (not FLEXPOINT_GPU_DEFER=0). */
+/* Launched writes (flexpoint_gpu.h): after a tensor's first write, FLEX16_5 writes under every
+ * preset and every DFP16 write are rounded without the host waiting for the device: "published"
+ * at the history's exponent, "robust" with its recompute of a saturated write decided on the
+ * device, DFP16 at its exact exponent chosen on the device, whose later readers (relu, add,
+ * matmul) take that exponent from device memory. Everything ends bit-identical to the host,
+ * state and traces included (read after many pending writes); at step 5 the input jumps by
+ * 2^12 (in place, itself a launched write), so the product saturates its predicted exponent
+ * and "robust" recomputes it, and at step 6 it jumps back. Each step ends with
+ * flexpoint_gpu_synchronize, so that a settle finds the previous step's statistics arrived
+ * however far the device lagged; the waits counted are those inside the three writes of each
+ * step. They are only checked on a real device, and not with FLEXPOINT_GPU_SYNC=1 (every op
+ * waits) or FLEXPOINT_GPU_DEFER=0 (launching off). */
+/* Whether host-wait counts mean what the launched-write checks assume: a real device, ops that
+ * do not each wait (FLEXPOINT_GPU_SYNC=1) and launching on (not FLEXPOINT_GPU_DEFER=0). */
 static int wait_counts_checkable(void)
 {
     const char *sync_env = getenv("FLEXPOINT_GPU_SYNC"), *defer_env = getenv("FLEXPOINT_GPU_DEFER");
@@ -488,47 +493,65 @@ static void test_deferred_waits(test_rng *r)
 {
     const int64_t s[2] = {48, 48};
     float v[48 * 48];
-    const char *presets[2] = {"published", "robust"};
-    for (int p = 0; p < 2; p++) {
+    static const struct {
+        fmt_t fmt;
+        const char *preset; /* NULL: DFP16 */
+    } cfg[3] = {{FMT_FLEX16_5, "published"}, {FMT_FLEX16_5, "robust"}, {FMT_DFP16, NULL}};
+    for (int p = 0; p < 3; p++) {
+        const char *name = cfg[p].preset ? cfg[p].preset : "dfp16";
         gpu_test_fill(v, 48 * 48, r, 2);
         tensor_t *ah = host_tensor(FMT_FLEX16_5, 2, s, v), *ad = gpu_test_to_dev(ah);
         tensor_t *h[3], *d[3];
         for (int i = 0; i < 3; i++) {
-            h[i] = tensor_new(FMT_FLEX16_5, 2, s);
-            d[i] = gpu_test_new_dev(FMT_FLEX16_5, 2, s);
-            CHECK_STATUS(tensor_set_autoflex(h[i], presets[p]), FX_OK);
-            CHECK_STATUS(tensor_set_autoflex(d[i], presets[p]), FX_OK);
+            h[i] = tensor_new(cfg[p].fmt, 2, s);
+            d[i] = gpu_test_new_dev(cfg[p].fmt, 2, s);
+            if (cfg[p].preset) {
+                CHECK_STATUS(tensor_set_autoflex(h[i], cfg[p].preset), FX_OK);
+                CHECK_STATUS(tensor_set_autoflex(d[i], cfg[p].preset), FX_OK);
+            }
             CHECK_STATUS(tensor_trace_enable(h[i], 1), FX_OK);
             CHECK_STATUS(tensor_trace_enable(d[i], 1), FX_OK);
         }
-        long long waits0 = 0;
+        long long waits = 0;
         const int warm = 2, steps = 12;
+        int rh, rd;
         for (int it = 0; it < warm + steps; it++) {
-            if (it == warm) waits0 = flexpoint_gpu_host_waits();
-            int rh, rd;
+            if (it == warm + 5 || it == warm + 6) {
+                const double f = it == warm + 5 ? 4096.0 : 1.0 / 4096.0;
+                RUN_BOTH(rh, rd, tensor_scale(ah, ah, f), tensor_scale(ad, ad, f));
+                CHECK(rh == FX_OK && rd == FX_OK, "input jump: %d %d", rh, rd);
+            }
+            const long long w0 = flexpoint_gpu_host_waits();
             RUN_BOTH(rh, rd, tensor_matmul(h[0], ah, ah), tensor_matmul(d[0], ad, ad));
-            CHECK(rh == FX_OK && rd == FX_OK, "deferred matmul: %d %d", rh, rd);
+            CHECK(rh == FX_OK && rd == FX_OK, "launched matmul: %d %d", rh, rd);
             RUN_BOTH(rh, rd, tensor_relu(h[1], h[0]), tensor_relu(d[1], d[0]));
-            CHECK(rh == FX_OK && rd == FX_OK, "deferred relu: %d %d", rh, rd);
+            CHECK(rh == FX_OK && rd == FX_OK, "launched relu: %d %d", rh, rd);
             RUN_BOTH(rh, rd, tensor_add(h[2], h[1], h[2]), tensor_add(d[2], d[1], d[2]));
-            CHECK(rh == FX_OK && rd == FX_OK, "deferred add: %d %d", rh, rd);
+            CHECK(rh == FX_OK && rd == FX_OK, "launched add: %d %d", rh, rd);
+            if (it >= warm) waits += flexpoint_gpu_host_waits() - w0;
             if (!gpu_test_on_host) CHECK_STATUS(flexpoint_gpu_synchronize(), FX_OK);
         }
-        /* the writes' own waits: all but the one synchronisation per step */
-        const long long waits = flexpoint_gpu_host_waits() - waits0 - steps;
         if (wait_counts_checkable()) {
-            if (p == 0)
-                CHECK(waits == 0, "published: %lld host waits in %d steps of 3 writes", waits,
-                      steps);
-            else
-                CHECK(waits >= 3 * steps, "robust: %lld host waits in %d steps of 3 writes "
-                      "(each write reads its statistics)", waits, steps);
-            printf("test_gpu_ops: %s: %lld host waits in %d steps of 3 FLEX16_5 writes\n",
-                   presets[p], waits, steps);
+            CHECK(waits == 0, "%s: %lld host waits in %d steps of 3 writes", name, waits, steps);
+            printf("test_gpu_ops: %s: %lld host waits in %d steps of 3 writes\n", name, waits,
+                   steps);
+        }
+        if (p == 1) { /* the jump made "robust" recompute the product, on the device too */
+            int64_t rec_h = 0, rec_d = 0;
+            for (int64_t k = 0; k < tensor_trace_len(h[0]); k++) {
+                fx_trace_record th, td;
+                memset(&td, 0, sizeof td);
+                CHECK_STATUS(tensor_trace_get(h[0], k, &th), FX_OK);
+                if (k < tensor_trace_len(d[0])) CHECK_STATUS(tensor_trace_get(d[0], k, &td), FX_OK);
+                rec_h += th.recomputed;
+                rec_d += td.recomputed;
+            }
+            CHECK(rec_h >= 1 && rec_d == rec_h, "robust: %lld recomputed writes on the host, "
+                  "%lld on the device (want >= 1, equal)", (long long)rec_h, (long long)rec_d);
         }
         for (int i = 0; i < 3; i++) {
             char what[64];
-            snprintf(what, sizeof what, "deferred %s output %d", presets[p], i);
+            snprintf(what, sizeof what, "launched %s output %d", name, i);
             CHECK(tensor_trace_len(h[i]) == warm + steps &&
                       tensor_trace_len(d[i]) == warm + steps,
                   "%s: trace lengths %lld / %lld", what, (long long)tensor_trace_len(h[i]),
@@ -544,6 +567,7 @@ static void test_deferred_waits(test_rng *r)
             tensor_free(h[i]);
             tensor_free(d[i]);
         }
+        gpu_test_check_same(ah, ad, "launched-write input");
         tensor_free(ah);
         tensor_free(ad);
     }

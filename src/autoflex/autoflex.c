@@ -107,16 +107,6 @@ static int probe_init(const fx_af_state *s, int cur_e, int lo, int hi, const fx_
     return fx_clamp_exp(0, lo, hi, clamped);
 }
 
-/* Exact exponent of a maximum M, clamped; a zero (or absent) maximum keeps cur_e. */
-static int exact_clamped(double M, int cur_e, int lo, int hi, int *clamped)
-{
-    if (isnan(M)) return cur_e;
-    if (isinf(M)) return fx_clamp_exp(hi + 1, lo, hi, clamped); /* larger than any window */
-    int e = fx_exact_exp_f64(M);
-    if (e == FX_EXP_NONE) return cur_e;
-    return fx_clamp_exp(e, lo, hi, clamped);
-}
-
 int fx_af_predict(fx_af_state *s, int cur_e, int lo, int hi, const fx_af_writer *w, int *clamped)
 {
     int dummy = 0;
@@ -127,7 +117,7 @@ int fx_af_predict(fx_af_state *s, int cur_e, int lo, int hi, const fx_af_writer 
     if (!s->initialized) {
         int e;
         if (s->cfg.init_mode == FX_AF_INIT_EXACT || !w || !w->trial)
-            e = exact_clamped(w ? w->true_max : 0.0, cur_e, lo, hi, clamped);
+            e = fx_exact_clamped(w ? w->true_max : 0.0, cur_e, lo, hi, clamped);
         else
             e = probe_init(s, cur_e, lo, hi, w, clamped);
         s->initialized = 1;
@@ -150,19 +140,17 @@ int fx_af_predict(fx_af_state *s, int cur_e, int lo, int hi, const fx_af_writer 
     }
     double sd = sqrt(var / n);
     double M = s->cfg.alpha * (mx + s->cfg.beta * sd + s->cfg.gamma * ldexp(1.0, cur_e));
-    return exact_clamped(M, cur_e, lo, hi, clamped);
+    return fx_exact_clamped(M, cur_e, lo, hi, clamped);
 }
 
 int fx_af_wants_recompute(const fx_af_state *s, int e, const fx_qstats *st, double true_max,
                           int lo, int hi, int *redo_e)
 {
     if (!s->cfg.managed || s->cfg.overflow_mode != FX_AF_OVERFLOW_RECOMPUTE) return 0;
-    if (!st || st->saturated <= 0) return 0;
-    if (!(true_max > 0.0)) return 0;
-    int clamped = 0;
-    int r = exact_clamped(true_max, e, lo, hi, &clamped);
+    if (!st) return 0;
     /* An exponent already at the top of the window saturates again at the same exponent:
-     * redoing it would change nothing. */
+     * redoing it would change nothing (fx_recompute_exp then returns e). */
+    const int r = fx_recompute_exp(st->saturated, true_max, e, lo, hi);
     if (r == e) return 0;
     if (redo_e) *redo_e = r;
     return 1;

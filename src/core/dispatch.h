@@ -64,29 +64,41 @@ int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *fu
 int fx_write_shared_peek_exp(const tensor_t *out, int *e);
 
 /* ---- writes whose statistics arrive later ----------------------------------------------------
- * A FLEX16_5 write whose exponent the Autoflex state alone decides, and whose configuration
- * never revisits that decision (overflow_mode KEEP, or unmanaged), needs its own statistics
- * only for bookkeeping: the Autoflex history, the statistics, the counters and the trace. A
- * backend whose statistics arrive late (the GPU: a copy from device memory) launches such a
- * write without waiting: fx_write_shared_defer_exp gives the exponent and the rounding, the
- * backend rounds at them and arranges for the statistics to be collected, and
- * fx_write_shared_launched commits the exponent and the write count. fx_storage_settle
- * (internal.h) completes the bookkeeping later, from the collected statistics, exactly as
- * fx_write_shared_with would have done at once; it runs before the next write into the
- * storage and before anything reads the state, so every result and every trace is the same.
- * fx_pending_write and fx_pending_ops are in internal.h, with the storage that owns them. */
+ * A backend whose statistics arrive late (the GPU: a copy from device memory) can launch a
+ * whole write without waiting for them when the write's exponent follows from the storage's
+ * state and the write's own data by a fixed rule the backend can apply itself:
+ *   FX_LAUNCH_KEEP      FLEX16_5, decided by the Autoflex history alone and never revisited
+ *                       (overflow_mode KEEP, or unmanaged): the exponent is known at launch;
+ *   FX_LAUNCH_RECOMPUTE FLEX16_5 under overflow_mode RECOMPUTE ("robust"): rounded at the
+ *                       history's prediction, then at fx_recompute_exp(...) if that differs;
+ *   FX_LAUNCH_EXACT     DFP16: fx_dfp16_write_exp of the stage's maximum.
+ * The backend rounds by the rule, keeps its statistics and quantisations for collection, and
+ * fx_write_shared_launched moves the write counters (and the exponent, when the backend knows
+ * it at launch). fx_storage_settle (internal.h) completes the write later: it decides the
+ * write again with the core's own code from the collected statistics (checking that the
+ * backend kept the exponent the core asks for), then updates the exponent, the Autoflex
+ * history, the statistics and the trace exactly as fx_write_shared_with would have done at
+ * once. It runs before the next write into the storage and before anything reads its state,
+ * so every result and every trace is the same. Until then a device storage whose exponent the
+ * device chose holds it in device memory (src/gpu) and `exp` is stale. */
 
-/* 1 when the next write into out can be launched before its statistics are known (see above),
- * with the exponent *e, *clamped and the rounding *r it must use; 0 otherwise (then write
- * through fx_write_shared_with). out's storage must have no pending write (settle first). */
+/* The launch mode of out's next write (FX_LAUNCH_*) with *e (KEEP, RECOMPUTE: the exponent to
+ * round at first; EXACT: the exponent the rule keeps for an all-zero write) and the rounding
+ * *r; 0 when the write must go through fx_write_shared_with (a first write of a managed
+ * configuration, a partial view, a write still pending: settle first). */
+int fx_write_shared_launch_mode(const tensor_t *out, int *e, fx_rounding *r);
+
+/* 1 when the launch mode is FX_LAUNCH_KEEP, with the exponent *e, *clamped and the rounding *r;
+ * 0 otherwise. */
 int fx_write_shared_defer_exp(const tensor_t *out, int *e, int *clamped, fx_rounding *r);
 
-/* Commit a launched write into out (decided by fx_write_shared_defer_exp): the exponent and the
- * write counters move now; p (owned by out's storage from now on, as st->pending) is completed
- * by fx_storage_settle. */
-void fx_write_shared_launched(tensor_t *out, fx_pending_write *p, int e, int clamped);
+/* Commit a launched write into out: the write counters move now, and the exponent to e when
+ * exp_known (the backend knows it: KEEP, or a host backend). p (owned by out's storage from
+ * now on, as st->pending) is completed by fx_storage_settle. */
+void fx_write_shared_launched(tensor_t *out, fx_pending_write *p, int mode, int e,
+                              int exp_known);
 
-/* Tests: host writes into FLEX16_5 tensors take the deferred path too (statistics kept in a
+/* Tests: host writes into FLEX16_5 and DFP16 tensors take the launch path too (statistics kept in a
  * host record until settled), so that every reader's settle is exercised without a GPU.
  * FLEXPOINT_TEST_DEFER_HOST=1 in the environment does the same for a whole process (ctest
  * runs the suite again that way: the *_deferred tests). */

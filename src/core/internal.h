@@ -36,17 +36,46 @@ typedef struct fx_trace {
 /* A write into a storage whose bookkeeping waits for its statistics (dispatch.h: "writes
  * whose statistics arrive later"). A backend embeds it as the first member of its own record. */
 typedef struct fx_pending_write fx_pending_write;
+
+/* What a backend reports about a launched write once its statistics have arrived: the facts
+ * about the staged values that the exponent rules read, and every quantisation the backend
+ * kept, in order (the first at the launch exponent; a second when it redid a saturated
+ * write under overflow mode RECOMPUTE). The last one is what the tensor holds. */
+typedef struct fx_pending_trial {
+    int e;
+    fx_qstats q;
+} fx_pending_trial;
+typedef struct fx_pending_result {
+    int kind;        /* FX_STAGE_F32 or FX_STAGE_I64 */
+    int exp;         /* exponent of the int64 values */
+    double true_max; /* largest finite |value|, real units */
+    uint64_t imax;   /* int64 stages: largest |value| in integer units */
+    int ntrials;     /* 1 or 2 */
+    fx_pending_trial trial[2];
+} fx_pending_result;
+
 typedef struct fx_pending_ops {
-    /* Wait for the launched write's statistics: the quantisation's *q, and the real maximum
-     * of the staged values *true_max. FX_OK or a status with the message set. */
-    int (*collect)(fx_pending_write *p, fx_qstats *q, double *true_max, const char *func);
+    /* Wait for the launched write's statistics and fill *res. FX_OK or a status with the
+     * message set. */
+    int (*collect)(fx_pending_write *p, fx_pending_result *res, const char *func);
     /* Free the record (its storage is being freed; a launched write may be uncollected). */
     void (*destroy)(fx_pending_write *p);
 } fx_pending_ops;
+
+/* How a launched write's exponent is decided (fx_write_shared_launch_mode, dispatch.h). */
+enum {
+    FX_LAUNCH_KEEP = 1,      /* by the Autoflex history alone, never revisited */
+    FX_LAUNCH_RECOMPUTE = 2, /* predicted, then redone at the exact exponent if it saturated */
+    FX_LAUNCH_EXACT = 3      /* DFP16: the exact exponent of the stage's maximum */
+};
+
 struct fx_pending_write {
     const fx_pending_ops *ops;
     int active;     /* a launched write awaits fx_storage_settle */
-    int e, clamped; /* the exponent chosen at launch, and whether the window clamped it */
+    int mode;       /* FX_LAUNCH_* */
+    int prev_exp;   /* the storage's exponent before the write (the rules read it) */
+    int exp_known;  /* st->exp already holds the write's exponent (KEEP, or a host backend);
+                       else the backend holds it (in device memory) until settled */
     int64_t index;  /* the write's number (st->writes at launch), for its trace record */
 };
 
@@ -68,10 +97,13 @@ typedef struct fx_storage {
     fx_write_info last;
     int64_t writes, overflows, clamped_total, nonfinite_total;
     fx_trace trace;
-    /* A write launched before its statistics were known (a FLEX16_5 device write that does not
-     * wait for its own statistics, src/core/dispatch.h): its Autoflex observation, statistics
-     * and trace record are completed by fx_storage_settle. NULL until the first such write;
-     * owned by the storage and destroyed with it. */
+    /* A write launched before its statistics were known (a device write that does not wait
+     * for its own statistics, src/core/dispatch.h): its Autoflex observation, statistics and
+     * trace record, and for a write whose exponent the device chose also `exp`, are completed
+     * by fx_storage_settle. NULL until the first such write; owned by the storage and
+     * destroyed with it. While pending->active && !pending->exp_known, `exp` is the exponent
+     * before that write: readers of exp settle first (tensor_exp), and device kernels read
+     * the exponent from device memory instead (src/gpu). */
     struct fx_pending_write *pending;
 } fx_storage;
 

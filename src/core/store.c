@@ -112,55 +112,81 @@ static void fx_write_shared_account(fx_storage *st, int64_t index, int e, int cl
     st->nonfinite_total += q->nonfinite;
 }
 
+/* What one write decides: the exponent, the Autoflex state after it, the kept statistics and
+ * the flags of its trace record. */
+typedef struct fx_shared_outcome {
+    fx_af_state af;
+    int e, clamped, overflowed, recomputed;
+    fx_qstats q;
+} fx_shared_outcome;
+
+/* The exponent choice of a write into st (cur_e: its exponent before the write) through src's
+ * quantiser: DFP16 exact, FLEX16_5 Autoflex with trials and recompute, a partial view keeps
+ * cur_e. Touches nothing but *o, so that a failure leaves the state as it was, and so that a
+ * launched write can be decided again from its collected statistics (fx_storage_settle). */
+static int fx_shared_decide(const fx_storage *st, bool whole, int cur_e, const fx_shared_src *src,
+                            const fx_rounding *r, fx_shared_outcome *o)
+{
+    const double true_max = src->true_max;
+    o->af = st->af; /* Autoflex works on a copy, committed with the rest */
+    o->clamped = 0;
+    o->overflowed = 0;
+    o->recomputed = 0;
+    if (!whole) {
+        /* A partial view shares its exponent with the rest of the storage: keep it. */
+        o->e = cur_e;
+    } else if (st->fmt == FMT_DFP16) {
+        o->e = fx_dfp16_write_exp(src->kind == FX_STAGE_F32, true_max, src->imax, src->exp, cur_e,
+                                  st->win_lo, st->win_hi, &o->clamped);
+    } else {
+        fx_trial_ctx ctx = {src, r, FX_OK};
+        fx_af_writer w = {&ctx, fx_trial, true_max};
+        if (o->af.cfg.init_mode == FX_AF_INIT_EXACT && src->kind == FX_STAGE_I64) {
+            /* exact initialisation from the integers (avoids a double-rounded maximum) */
+            int want = fx_stage_exact_exp(src->kind, src->exp, true_max, src->imax);
+            w.true_max = want == FX_EXP_NONE ? 0.0 : true_max;
+        }
+        o->e = fx_af_predict(&o->af, cur_e, st->win_lo, st->win_hi, &w, &o->clamped);
+        if (ctx.rc) return ctx.rc;
+    }
+
+    int rc = src->quantize(src->ctx, o->e, r, 1, &o->q);
+    if (rc) return rc;
+    o->overflowed = o->q.saturated > 0;
+    if (whole && st->fmt == FMT_FLEX16_5) {
+        int redo;
+        if (fx_af_wants_recompute(&o->af, o->e, &o->q, true_max, st->win_lo, st->win_hi,
+                                  &redo)) {
+            o->e = redo;
+            rc = src->quantize(src->ctx, o->e, r, 1, &o->q);
+            if (rc) return rc;
+            o->recomputed = 1;
+        }
+        fx_af_observe(&o->af, o->e, &o->q, true_max, o->overflowed);
+    }
+    return FX_OK;
+}
+
+/* Commit a decided write numbered `index` (the counters are the caller's). */
+static void fx_shared_commit(fx_storage *st, int64_t index, const fx_shared_outcome *o,
+                             double true_max)
+{
+    st->af = o->af;
+    st->exp = o->e;
+    fx_write_shared_account(st, index, o->e, o->clamped, o->overflowed, o->recomputed, &o->q,
+                            true_max);
+}
+
 int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *func)
 {
     fx_storage *st = out->st;
     int rc = fx_storage_settle(st, func); /* an earlier write's bookkeeping comes first */
     if (rc) return rc;
-    bool whole = fx_tensor_covers_storage(out);
-    const double true_max = src->true_max;
-    fx_rounding r = {st->rounding, st->seed, st->write_counter};
-
-    /* Autoflex works on a copy that is committed with the rest of the state, so that a failed
-     * quantisation (a device error) leaves the tensor's state as it was */
-    fx_af_state af = st->af;
-    int clamped = 0, e;
-    if (!whole) {
-        /* A partial view shares its exponent with the rest of the storage: keep it. */
-        e = st->exp;
-    } else if (st->fmt == FMT_DFP16) {
-        int want = fx_stage_exact_exp(src->kind, src->exp, true_max, src->imax);
-        e = want == FX_EXP_NONE ? st->exp : fx_clamp_exp(want, st->win_lo, st->win_hi, &clamped);
-    } else {
-        fx_trial_ctx ctx = {src, &r, FX_OK};
-        fx_af_writer w = {&ctx, fx_trial, true_max};
-        if (af.cfg.init_mode == FX_AF_INIT_EXACT && src->kind == FX_STAGE_I64) {
-            /* exact initialisation from the integers (avoids a double-rounded maximum) */
-            int want = fx_stage_exact_exp(src->kind, src->exp, true_max, src->imax);
-            w.true_max = want == FX_EXP_NONE ? 0.0 : true_max;
-        }
-        e = fx_af_predict(&af, st->exp, st->win_lo, st->win_hi, &w, &clamped);
-        if (ctx.rc) return ctx.rc;
-    }
-
-    fx_qstats q;
-    rc = src->quantize(src->ctx, e, &r, 1, &q);
+    const fx_rounding r = {st->rounding, st->seed, st->write_counter};
+    fx_shared_outcome o;
+    rc = fx_shared_decide(st, fx_tensor_covers_storage(out), st->exp, src, &r, &o);
     if (rc) return rc;
-    int overflowed = q.saturated > 0, recomputed = 0;
-    if (whole && st->fmt == FMT_FLEX16_5) {
-        int redo;
-        if (fx_af_wants_recompute(&af, e, &q, true_max, st->win_lo, st->win_hi, &redo)) {
-            e = redo;
-            rc = src->quantize(src->ctx, e, &r, 1, &q);
-            if (rc) return rc;
-            recomputed = 1;
-        }
-        fx_af_observe(&af, e, &q, true_max, overflowed);
-    }
-
-    st->af = af;
-    st->exp = e;
-    fx_write_shared_account(st, st->writes, e, clamped, overflowed, recomputed, &q, true_max);
+    fx_shared_commit(st, st->writes, &o, src->true_max);
     st->writes++;
     st->write_counter++;
     (void)func;
@@ -188,27 +214,69 @@ int fx_write_shared_peek_exp(const tensor_t *out, int *e)
     return fx_history_exp(out, e, &clamped);
 }
 
-int fx_write_shared_defer_exp(const tensor_t *out, int *e, int *clamped, fx_rounding *r)
+int fx_write_shared_launch_mode(const tensor_t *out, int *e, fx_rounding *r)
 {
     const fx_storage *st = out->st;
-    /* a recomputing configuration may revisit the exponent after seeing the statistics */
-    if (st->af.cfg.managed && st->af.cfg.overflow_mode != FX_AF_OVERFLOW_KEEP) return 0;
-    if (!fx_history_exp(out, e, clamped)) return 0;
+    if (st->pending && st->pending->active) return 0; /* settle first */
+    int mode = 0, clamped;
+    if (st->fmt == FMT_DFP16) {
+        if (!fx_tensor_covers_storage(out)) return 0;
+        mode = FX_LAUNCH_EXACT;
+        *e = st->exp; /* the rule's fallback for an all-zero write */
+    } else if (fx_history_exp(out, e, &clamped)) {
+        const int recompute =
+            st->af.cfg.managed && st->af.cfg.overflow_mode == FX_AF_OVERFLOW_RECOMPUTE;
+        mode = recompute ? FX_LAUNCH_RECOMPUTE : FX_LAUNCH_KEEP;
+    } else {
+        return 0;
+    }
     *r = (fx_rounding){st->rounding, st->seed, st->write_counter};
+    return mode;
+}
+
+int fx_write_shared_defer_exp(const tensor_t *out, int *e, int *clamped, fx_rounding *r)
+{
+    fx_rounding rr;
+    if (fx_write_shared_launch_mode(out, e, &rr) != FX_LAUNCH_KEEP) return 0;
+    *clamped = 0;
+    fx_history_exp(out, e, clamped);
+    *r = rr;
     return 1;
 }
 
-void fx_write_shared_launched(tensor_t *out, fx_pending_write *p, int e, int clamped)
+void fx_write_shared_launched(tensor_t *out, fx_pending_write *p, int mode, int e, int exp_known)
 {
     fx_storage *st = out->st;
     p->active = 1;
-    p->e = e;
-    p->clamped = clamped;
+    p->mode = mode;
+    p->prev_exp = st->exp;
+    p->exp_known = exp_known;
     p->index = st->writes;
     st->pending = p;
-    st->exp = e;
+    if (exp_known) st->exp = e;
     st->writes++;
     st->write_counter++;
+}
+
+/* A launched write decided again from its collected statistics: the quantiser hands back the
+ * backend's quantisations in order, and fails if the rules ask for another exponent than the
+ * one the backend used (a backend whose rules differ from the core's). */
+typedef struct fx_replay_ctx {
+    const fx_pending_result *res;
+    int next;
+    int asked; /* the exponent asked for when it did not match */
+} fx_replay_ctx;
+
+static int fx_replay_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    (void)r;
+    fx_replay_ctx *c = ctx;
+    if (!keep || c->next >= c->res->ntrials || c->res->trial[c->next].e != e) {
+        c->asked = e;
+        return FX_EDEVICE;
+    }
+    *q = c->res->trial[c->next++].q;
+    return FX_OK;
 }
 
 int fx_storage_settle(fx_storage *st, const char *func)
@@ -216,14 +284,39 @@ int fx_storage_settle(fx_storage *st, const char *func)
     fx_pending_write *p = st->pending;
     if (!p || !p->active) return FX_OK;
     p->active = 0; /* collected or failed, it is settled once */
-    fx_qstats q;
-    fx_qstats_init(&q);
-    double true_max = 0.0;
-    int rc = p->ops->collect(p, &q, &true_max, func);
+    fx_pending_result res;
+    memset(&res, 0, sizeof res);
+    int rc = p->ops->collect(p, &res, func);
     if (rc) return rc;
-    const int overflowed = q.saturated > 0;
-    fx_af_observe(&st->af, p->e, &q, true_max, overflowed); /* as fx_write_shared_with: KEEP */
-    fx_write_shared_account(st, p->index, p->e, p->clamped, overflowed, 0, &q, true_max);
+    if (res.ntrials < 1 || res.ntrials > 2)
+        return fx_error(FX_EDEVICE, func, "a launched write reported %d quantisations",
+                        res.ntrials);
+    /* The write is decided again by the core's own rules from what the backend measured,
+     * at the state it was launched from (only this write changes it until it is settled);
+     * the counters moved at launch. */
+    fx_replay_ctx c = {&res, 0, 0};
+    fx_shared_src src;
+    memset(&src, 0, sizeof src);
+    src.kind = res.kind;
+    src.exp = res.exp;
+    src.true_max = res.true_max;
+    src.imax = res.imax;
+    src.ctx = &c;
+    src.quantize = fx_replay_quantize;
+    const fx_rounding r = {st->rounding, st->seed, st->write_counter - 1};
+    fx_shared_outcome o;
+    rc = fx_shared_decide(st, true, p->prev_exp, &src, &r, &o);
+    const int held = res.trial[res.ntrials - 1].e; /* the exponent of the stored mantissas */
+    if (rc == FX_OK && c.next != res.ntrials) rc = FX_EDEVICE;
+    if (rc) {
+        /* the data stay at the exponent they were written at; the statistics are lost */
+        st->exp = held;
+        return fx_error(FX_EDEVICE, func, "write %lld: the backend kept exponent %d after %d "
+                        "quantisation(s), but the rules of src/core/store.c ask for exponent "
+                        "%d; its statistics are dropped", (long long)p->index, held,
+                        res.ntrials, c.next < res.ntrials ? c.asked : o.e);
+    }
+    fx_shared_commit(st, p->index, &o, res.true_max);
     return FX_OK;
 }
 
@@ -249,17 +342,13 @@ static int fx_defer_host_on(void)
 /* The host's statistics are known at once; the record only holds them until settled. */
 typedef struct fx_host_pending {
     fx_pending_write base;
-    fx_qstats q;
-    double true_max;
+    fx_pending_result res;
 } fx_host_pending;
 
-static int fx_host_pending_collect(fx_pending_write *p, fx_qstats *q, double *true_max,
-                                   const char *func)
+static int fx_host_pending_collect(fx_pending_write *p, fx_pending_result *res, const char *func)
 {
     (void)func;
-    const fx_host_pending *h = (const fx_host_pending *)p;
-    *q = h->q;
-    *true_max = h->true_max;
+    *res = ((const fx_host_pending *)p)->res;
     return FX_OK;
 }
 
@@ -268,16 +357,20 @@ static void fx_host_pending_destroy(fx_pending_write *p) { free(p); }
 static const fx_pending_ops fx_host_pending_ops = {fx_host_pending_collect,
                                                    fx_host_pending_destroy};
 
-/* Write a host stage through the deferred protocol when it applies: 1 if written. */
-static int fx_write_shared_deferred_host(tensor_t *out, const fx_stage *s, double true_max,
-                                         int16_t *dst, const char *func, int *rc)
+/* Write a host stage through the launch protocol when it applies: 1 if written. The host
+ * applies each launch mode's rule itself, as a device does in its kernels (gpu_dispatch.c),
+ * and the settle checks it against the core's decision. */
+static int fx_write_shared_deferred_host(tensor_t *out, const fx_stage *s,
+                                         const fx_shared_src *src, int16_t *dst,
+                                         const char *func, int *rc)
 {
     fx_storage *st = out->st;
     *rc = fx_storage_settle(st, func);
     if (*rc) return 1;
-    int e, clamped;
+    int e;
     fx_rounding r;
-    if (!fx_write_shared_defer_exp(out, &e, &clamped, &r)) return 0;
+    const int mode = fx_write_shared_launch_mode(out, &e, &r);
+    if (!mode) return 0;
     if (!st->pending) {
         fx_host_pending *h = calloc(1, sizeof *h);
         if (!h) return 0; /* the ordinary path needs no record */
@@ -285,9 +378,30 @@ static int fx_write_shared_deferred_host(tensor_t *out, const fx_stage *s, doubl
         st->pending = &h->base;
     }
     fx_host_pending *h = (fx_host_pending *)st->pending;
-    fx_stage_quantize(fx_backend_active(), s, e, &r, dst, &h->q);
-    h->true_max = true_max;
-    fx_write_shared_launched(out, &h->base, e, clamped);
+    fx_pending_result *res = &h->res;
+    memset(res, 0, sizeof *res);
+    res->kind = src->kind;
+    res->exp = src->exp;
+    res->true_max = src->true_max;
+    res->imax = src->imax;
+    if (mode == FX_LAUNCH_EXACT)
+        e = fx_dfp16_write_exp(src->kind == FX_STAGE_F32, src->true_max, src->imax, src->exp, e,
+                               st->win_lo, st->win_hi, NULL);
+    const fx_backend *be = fx_backend_active();
+    fx_stage_quantize(be, s, e, &r, dst, &res->trial[0].q);
+    res->trial[0].e = e;
+    res->ntrials = 1;
+    if (mode == FX_LAUNCH_RECOMPUTE) {
+        const int redo = fx_recompute_exp(res->trial[0].q.saturated, src->true_max, e,
+                                          st->win_lo, st->win_hi);
+        if (redo != e) {
+            e = redo;
+            fx_stage_quantize(be, s, e, &r, dst, &res->trial[1].q);
+            res->trial[1].e = e;
+            res->ntrials = 2;
+        }
+    }
+    fx_write_shared_launched(out, &h->base, mode, e, 1);
     return 1;
 }
 
@@ -325,7 +439,7 @@ static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
     fx_stage_maxabs(be, s, &src.true_max, &src.nonfinite, &src.imax);
     int rc;
     if (direct && fx_defer_host_on() &&
-        fx_write_shared_deferred_host(out, s, src.true_max, direct, func, &rc))
+        fx_write_shared_deferred_host(out, s, &src, direct, func, &rc))
         return rc;
     src.ctx = &qc;
     src.quantize = fx_host_quantize;

@@ -205,6 +205,41 @@ static inline FX_HD int fx_clamp_exp(int e, int lo, int hi, int *clamped)
     return e;
 }
 
+/* The exponent rules that decide a write from its own statistics, shared by the core
+ * (src/core/store.c, src/autoflex/autoflex.c) and the device kernels that make the same
+ * decision without a round trip to the host (src/gpu/gpu_kernels.cu). */
+
+/* Exact exponent of a real maximum M, clamped to [lo, hi] (AUTOFLEX.md): a NaN or zero
+ * maximum keeps cur_e; an infinite one asks for more than any window (so the top). */
+static inline FX_HD int fx_exact_clamped(double M, int cur_e, int lo, int hi, int *clamped)
+{
+    if (M != M) return cur_e;
+    if (M > 1.7976931348623157e308) return fx_clamp_exp(hi + 1, lo, hi, clamped);
+    int e = fx_exact_exp_f64(M);
+    if (e == FX_EXP_NONE) return cur_e;
+    return fx_clamp_exp(e, lo, hi, clamped);
+}
+
+/* Overflow mode RECOMPUTE (AUTOFLEX.md): the exponent at which a write rounded at e with
+ * `saturated` saturated values and real maximum true_max is redone; e itself when it is not
+ * (nothing saturated, no positive maximum, or the window's top already reached). */
+static inline FX_HD int fx_recompute_exp(int64_t saturated, double true_max, int e, int lo,
+                                         int hi)
+{
+    if (saturated <= 0 || !(true_max > 0.0)) return e;
+    return fx_exact_clamped(true_max, e, lo, hi, NULL);
+}
+
+/* DFP16's exponent for a whole write (FORMATS.md): the exact exponent of the stage's maximum
+ * (f32: the largest finite |x| M; else the largest |v| imax of int64 values at stage_exp,
+ * exact on the integers), clamped; cur_e when every value is zero. */
+static inline FX_HD int fx_dfp16_write_exp(int f32, double M, uint64_t imax, int stage_exp,
+                                           int cur_e, int lo, int hi, int *clamped)
+{
+    const int want = f32 ? fx_exact_exp_f64(M) : fx_exact_exp_u64(imax, stage_exp);
+    return want == FX_EXP_NONE ? cur_e : fx_clamp_exp(want, lo, hi, clamped);
+}
+
 /* One element of fp32 -> int16 mantissa at exponent e (FORMATS.md "fp32 to a shared-exponent
  * tensor", steps 1-5; the reasoning about exactness is at the top of src/flex/quant_scalar.c).
  * scale = 2^-e (a power of two, so x * scale is exact in double). u is the rounding draw in

@@ -69,8 +69,24 @@ static __device__ __forceinline__ float fx_dv_load_f32(const fx_dview &v, int64_
     case FMT_FP32: return ((const float *)v.base)[off];
     case FMT_FP16: return fx_bits_to_f32(fx_fp16_to_bits(((const uint16_t *)v.base)[off]));
     case FMT_BF16: return fx_bits_to_f32(fx_bf16_to_bits(((const uint16_t *)v.base)[off]));
-    default: return (float)((double)((const int16_t *)v.base)[off] * scale);
+    default: {
+        // an exponent still in device memory (a pending device-chosen write) overrides scale
+        const double sc = v.exp_dev ? ldexp(1.0, *v.exp_dev) : scale;
+        return (float)((double)((const int16_t *)v.base)[off] * sc);
     }
+    }
+}
+
+// The shared exponent of a view (int16 formats).
+static __device__ __forceinline__ int fx_dv_exp(const fx_dview &v)
+{
+    return v.exp_dev ? *v.exp_dev : v.exp;
+}
+
+// The value of an exponent as kernels receive it (gpu_kernels.h).
+static __device__ __forceinline__ int fx_dexp_value(const fx_dexp &x)
+{
+    return x.c + (x.cell[0] ? *x.cell[0] : 0) + (x.cell[1] ? *x.cell[1] : 0);
 }
 
 static __device__ __forceinline__ int32_t fx_dv_load_i16(const fx_dview &v, int64_t i)

@@ -109,14 +109,15 @@ static void gconv_free(gconv_bufs *b)
 /* ---- operands -------------------------------------------------------------------------------- */
 
 /* A 2-D view of contiguous memory: rows x cols, row stride ld; trans != 0 views its transpose. */
-static fx_dview gconv_2d(void *base, int fmt, int exp, int64_t rows, int64_t cols, int64_t ld,
-                         int trans)
+static fx_dview gconv_2d(void *base, int fmt, const fx_dview *expof, int64_t rows, int64_t cols,
+                         int64_t ld, int trans)
 {
     fx_dview v;
     memset(&v, 0, sizeof v);
     v.base = base;
     v.fmt = fmt;
-    v.exp = exp;
+    v.exp = expof->exp; /* the exponent of the operand whose elements these are */
+    v.exp_dev = expof->exp_dev;
     v.ndim = 2;
     v.shape[0] = trans ? cols : rows;
     v.shape[1] = trans ? rows : cols;
@@ -168,6 +169,7 @@ static int gconv_operand(const tensor_t *t, int ic, int raw, int pack, fx_dview 
         v->base = buf;
         v->fmt = FMT_FP32;
         v->exp = 0;
+        v->exp_dev = NULL;
     }
     gconv_set_packed(v);
     return FX_OK;
@@ -206,10 +208,10 @@ static int gconv_forward(const gconv_ctx *c, const fx_dview *x, const fx_dview *
     int rc = FX_OK;
     void *col = gconv_alloc(c->bufs, CKK * Pcmax, c->esz, &rc, c->func);
     void *ych = gconv_alloc(c->bufs, g->O * Pcmax, c->ssz, &rc, c->func);
-    const fx_dview w2 = gconv_2d(w->base, w->fmt, w->exp, g->O, CKK, CKK, 0);
+    const fx_dview w2 = gconv_2d(w->base, w->fmt, w, g->O, CKK, CKK, 0);
     for (int64_t ch = 0; ch < c->nchunks && !rc; ch++) {
         const int64_t n0 = ch * c->nb, nb = c->nb < g->N - n0 ? c->nb : g->N - n0;
-        const fx_dview colv = gconv_2d(col, c->opfmt, x->exp, CKK, nb * P, nb * P, 0);
+        const fx_dview colv = gconv_2d(col, c->opfmt, x, CKK, nb * P, nb * P, 0);
         rc = fx_gk_conv_im2col(x, c->raw, g, n0, nb, col, c->func);
         if (!rc) rc = gconv_gemm(c->ic, &w2, &colv, ych, NULL, c->func);
         if (!rc) rc = fx_gk_conv_scatter(ych, c->ic, g->O, P, n0, nb, stage, c->st, c->func);
@@ -225,10 +227,10 @@ static int gconv_backward_input(const gconv_ctx *c, const fx_dview *dy, const fx
     int rc = FX_OK;
     void *dyc = gconv_alloc(c->bufs, g->O * Pcmax, c->esz, &rc, c->func);
     void *col = gconv_alloc(c->bufs, CKK * Pcmax, c->ssz, &rc, c->func);
-    const fx_dview wt = gconv_2d(w->base, w->fmt, w->exp, g->O, CKK, CKK, 1); /* [CKK, O] */
+    const fx_dview wt = gconv_2d(w->base, w->fmt, w, g->O, CKK, CKK, 1); /* [CKK, O] */
     for (int64_t ch = 0; ch < c->nchunks && !rc; ch++) {
         const int64_t n0 = ch * c->nb, nb = c->nb < g->N - n0 ? c->nb : g->N - n0;
-        const fx_dview dyv = gconv_2d(dyc, c->opfmt, dy->exp, g->O, nb * P, nb * P, 0);
+        const fx_dview dyv = gconv_2d(dyc, c->opfmt, dy, g->O, nb * P, nb * P, 0);
         rc = fx_gk_conv_gather(dy, c->raw, n0, nb, dyc, c->func);
         if (!rc) rc = gconv_gemm(c->ic, &wt, &dyv, col, NULL, c->func);
         if (!rc) rc = fx_gk_conv_col2im(col, c->ic, g, n0, nb, stage, c->st, c->func);
@@ -249,8 +251,8 @@ static int gconv_backward_weight(const gconv_ctx *c, const fx_dview *x, const fx
     for (int64_t ch = 0; ch < c->nchunks && !rc; ch++) {
         const int64_t n0 = ch * c->nb, nb = c->nb < g->N - n0 ? c->nb : g->N - n0;
         const int last = ch == c->nchunks - 1;
-        const fx_dview dyv = gconv_2d(dyc, c->opfmt, dy->exp, g->O, nb * P, nb * P, 0);
-        const fx_dview colt = gconv_2d(col, c->opfmt, x->exp, CKK, nb * P, nb * P, 1);
+        const fx_dview dyv = gconv_2d(dyc, c->opfmt, dy, g->O, nb * P, nb * P, 0);
+        const fx_dview colt = gconv_2d(col, c->opfmt, x, CKK, nb * P, nb * P, 1);
         rc = fx_gk_conv_im2col(x, c->raw, g, n0, nb, col, c->func);
         if (!rc) rc = fx_gk_conv_gather(dy, c->raw, n0, nb, dyc, c->func);
         /* dW[O, CKK] is dw's own layout: the stage needs no transpose */
@@ -325,7 +327,8 @@ int fx_gpu_conv2d(int kind, tensor_t *out, const tensor_t *a, const tensor_t *b,
         rc = fx_gpu_write_stage(out, c.ic ? FX_STAGE_I64 : FX_STAGE_F32,
                                 fx_numel_of(out->ndim, out->shape),
                                 c.ic ? NULL : (float *)stage, c.ic ? (int64_t *)stage : NULL,
-                                c.ic ? va.exp + vb.exp : 0, c.st, func);
+                                c.ic ? fx_dexp_views(&va, &vb, 0) : fx_dexp_const(0), c.st,
+                                func);
     if (!rc) rc = fx_gr_op_done(func);
     gconv_free(&bufs);
     if (prev != device) fx_gr_set_device(prev, func);

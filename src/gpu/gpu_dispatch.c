@@ -61,11 +61,18 @@ static void fx_gs_free(fx_gpu_scratch *s)
 
 /* Device-side statistics of one op call. */
 typedef struct fx_gpu_stats {
-    fx_dstage_stats stage; /* of the op's stage */
-    fx_dquant_stats quant; /* of the latest quantisation */
-    int dev_e[2];          /* [0]: an exponent chosen on the device (DFP16); [1]: padding */
-    fx_dstage_stats aux;   /* operand preparation */
+    fx_dstage_stats stage;  /* of the op's stage */
+    fx_dquant_stats quant;  /* of the latest quantisation (a launched write: the first) */
+    fx_dquant_stats quant2; /* a launched write's recompute, if it ran */
+    int dev_e[4];           /* exponents decided on the device: [0] the kept one, [1] the
+                               stage's value, [2] whether a recompute ran, [3] padding */
+    fx_dstage_stats aux;    /* operand preparation */
+    int op_e;               /* a result exponent an op chose on the device (add/sub) */
 } fx_gpu_stats;
+
+/* The storage's record of writes pending on the host (defined below). */
+typedef struct fx_gpu_pending fx_gpu_pending;
+static const int *fx_gpu_pending_cell(const fx_storage *st);
 
 fx_dview fx_gpu_view_of(const tensor_t *t)
 {
@@ -73,13 +80,51 @@ fx_dview fx_gpu_view_of(const tensor_t *t)
     memset(&v, 0, sizeof v);
     v.base = fx_tensor_base(t); /* address arithmetic only: the memory is the device's */
     v.fmt = t->fmt;
-    v.exp = fmt_is_shared_exponent(t->fmt) ? t->st->exp : 0;
+    if (fmt_is_shared_exponent(t->fmt)) {
+        v.exp_dev = fx_gpu_pending_cell(t->st);
+        v.exp = v.exp_dev ? 0 : t->st->exp;
+    }
     v.ndim = t->ndim;
     v.contiguous = fx_tensor_is_contiguous(t);
     memcpy(v.shape, t->shape, sizeof v.shape);
     memcpy(v.strides, t->strides, sizeof v.strides);
     return v;
 }
+
+int fx_gpu_view_known(const tensor_t *t, fx_dview *v, const char *func)
+{
+    int rc = fx_storage_settle(t->st, func);
+    *v = fx_gpu_view_of(t);
+    return rc;
+}
+
+fx_dexp fx_dexp_const(int c)
+{
+    fx_dexp x = {c, {NULL, NULL}};
+    return x;
+}
+
+fx_dexp fx_dexp_view(const fx_dview *v, int c)
+{
+    fx_dexp x = fx_dexp_const(c);
+    if (v->exp_dev)
+        x.cell[0] = v->exp_dev;
+    else
+        x.c += v->exp;
+    return x;
+}
+
+fx_dexp fx_dexp_views(const fx_dview *a, const fx_dview *b, int c)
+{
+    fx_dexp x = fx_dexp_view(a, c);
+    if (b->exp_dev)
+        x.cell[x.cell[0] ? 1 : 0] = b->exp_dev;
+    else
+        x.c += b->exp;
+    return x;
+}
+
+int fx_dexp_known(const fx_dexp *x) { return !x->cell[0] && !x->cell[1]; }
 
 /* x expanded (stride 0) to out's shape by NumPy broadcasting (validated by ops.c). */
 static fx_dview fx_gpu_broadcast_view(const tensor_t *x, const tensor_t *out)
@@ -150,7 +195,7 @@ typedef struct fx_gpu_stage {
     int64_t n;
     float *f32;
     int64_t *i64;
-    int exp;
+    fx_dexp exp; /* of int64 values; may live in device memory (pending input exponents) */
 } fx_gpu_stage;
 
 typedef struct fx_gpu_quant_ctx {
@@ -217,17 +262,20 @@ static int fx_gpu_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_
     return FX_OK;
 }
 
-/* The stage's and the latest rounding's statistics and a device-chosen exponent, adjacent in
- * fx_gpu_stats, as one copy. */
+/* The statistics and device-chosen exponents of a write, adjacent in fx_gpu_stats, as one
+ * copy: the stage's, the first and the recomputed rounding's, and dev_e. */
 typedef struct fx_gpu_stats_pair {
     fx_dstage_stats stage;
     fx_dquant_stats quant;
-    int dev_e[2];
+    fx_dquant_stats quant2;
+    int dev_e[4];
 } fx_gpu_stats_pair;
 #define FX_GPU_PAIR_BYTES (offsetof(fx_gpu_stats, aux) - offsetof(fx_gpu_stats, stage))
 _Static_assert(sizeof(fx_gpu_stats_pair) == FX_GPU_PAIR_BYTES &&
                    offsetof(fx_gpu_stats_pair, quant) ==
                        offsetof(fx_gpu_stats, quant) - offsetof(fx_gpu_stats, stage) &&
+                   offsetof(fx_gpu_stats_pair, quant2) ==
+                       offsetof(fx_gpu_stats, quant2) - offsetof(fx_gpu_stats, stage) &&
                    offsetof(fx_gpu_stats_pair, dev_e) ==
                        offsetof(fx_gpu_stats, dev_e) - offsetof(fx_gpu_stats, stage),
                "one copy of fx_gpu_stats' first members fills fx_gpu_stats_pair");
@@ -243,33 +291,81 @@ static double fx_gpu_stage_true_max(int kind, int exp, const fx_dstage_stats *h)
     return ldexp((double)h->imax, exp);
 }
 
-/* ---- deferred writes (dispatch.h: "writes whose statistics arrive later") ------------------
- * A FLEX16_5 write that Autoflex decides from its history alone is rounded at that exponent,
- * and its statistics travel to a pinned statistics slot asynchronously (gpu_stats_slot.cu);
- * the op returns without waiting. The storage keeps one record (slot and event) for all its
- * deferred writes, from its first until it is freed. */
-typedef struct fx_gpu_pending {
+/* The stage's exponent in device memory only (inputs whose exponents the device chose):
+ * evaluated into dev_e[1] by one thread, so that the value reaches the host with the
+ * statistics and so that no later kernel of the write reads an input's exponent cell, which
+ * this write may overwrite when its output is also an input. */
+static int fx_gpu_stage_exp_fix(fx_gpu_stage *sg, fx_gpu_stats *ds, const char *func)
+{
+    if (sg->kind != FX_STAGE_I64 || fx_dexp_known(&sg->exp)) return FX_OK;
+    int rc = fx_gk_exp_eval(sg->exp, &ds->dev_e[1], func);
+    if (!rc) sg->exp = (fx_dexp){0, {&ds->dev_e[1], NULL}};
+    return rc;
+}
+
+/* The host value of a stage exponent: known, or copied back in a statistics pair. */
+static int fx_gpu_stage_exp_value(const fx_gpu_stage *sg, const fx_gpu_stats_pair *h)
+{
+    if (sg->kind != FX_STAGE_I64) return 0;
+    return fx_dexp_known(&sg->exp) ? sg->exp.c : h->dev_e[1];
+}
+
+/* ---- launched writes (dispatch.h: "writes whose statistics arrive later") -------------------
+ * A whole FLEX16_5 or DFP16 write whose exponent follows a launch rule (KEEP, RECOMPUTE,
+ * EXACT) is rounded without the host waiting: the rule runs on the device (one-thread kernels
+ * of gpu_kernels.cu over the shared definitions of flex_math.h), its statistics and the chosen
+ * exponents travel to a pinned statistics slot asynchronously (gpu_stats_slot.cu), and the op
+ * returns. The storage keeps one record (slot, event and an exponent cell in device memory)
+ * for all its launched writes, from its first until it is freed. While a write whose exponent
+ * the device chose is pending, views of the storage read the exponent from the cell
+ * (fx_gpu_view_of), and the host learns it when the write is settled. */
+struct fx_gpu_pending {
     fx_pending_write base;
     int device;
     void *host;  /* the slot: fx_gpu_stats_pair, pinned */
     void *event; /* recorded behind the copy into it */
+    int *cell;   /* device memory: the exponent the device chose (RECOMPUTE, EXACT) */
     int kind;    /* the stage of the launched write: FX_STAGE_F32 or FX_STAGE_I64 */
-    int exp;     /* its exponent (int64 stages) */
-} fx_gpu_pending;
+    int e0;      /* the exponent it was first rounded at (KEEP, RECOMPUTE) */
+};
 
-static int fx_gpu_pending_collect(fx_pending_write *p, fx_qstats *q, double *true_max,
-                                  const char *func)
+static const int *fx_gpu_pending_cell(const fx_storage *st)
+{
+    const fx_pending_write *p = st->pending;
+    if (!st->on_device || !p || !p->active || p->exp_known) return NULL;
+    return ((const fx_gpu_pending *)p)->cell;
+}
+
+static int fx_gpu_pending_collect(fx_pending_write *p, fx_pending_result *res, const char *func)
 {
     fx_gpu_pending *g = (fx_gpu_pending *)p;
     int rc = fx_gr_slot_wait(g->event, func);
     if (rc) return rc;
     fx_gpu_stats_pair h;
     memcpy(&h, g->host, FX_GPU_PAIR_BYTES);
-    const fx_gpu_stage sg = {g->kind, 0, NULL, NULL, g->exp};
-    fx_gpu_qstats_of(&sg, &h.quant, q);
+    res->kind = g->kind;
+    res->exp = g->kind == FX_STAGE_I64 ? h.dev_e[1] : 0;
+    const fx_gpu_stage sg = {g->kind, 0, NULL, NULL, fx_dexp_const(res->exp)};
+    fx_qstats q1;
+    fx_gpu_qstats_of(&sg, &h.quant, &q1);
+    res->ntrials = 1;
+    if (p->mode == FX_LAUNCH_EXACT) {
+        /* the exponent came from the stage's statistics, which the host reads as they are */
+        res->true_max = fx_gpu_stage_true_max(g->kind, res->exp, &h.stage);
+        res->imax = h.stage.imax;
+        res->trial[0] = (fx_pending_trial){h.dev_e[0], q1};
+        return FX_OK;
+    }
     /* the rounding kernel saw every staged value: its input maximum is the stage's (the same
-     * finite values, the same |.|), so a deferred write needs no stage statistics at all */
-    *true_max = g->kind == FX_STAGE_F32 ? q->max_abs_in : ldexp(q->max_abs_in, g->exp);
+     * finite values, the same |.|), so KEEP and RECOMPUTE need no stage statistics at all */
+    res->imax = h.quant.in_imax;
+    res->true_max = g->kind == FX_STAGE_F32 ? q1.max_abs_in : ldexp(q1.max_abs_in, res->exp);
+    res->trial[0] = (fx_pending_trial){g->e0, q1};
+    if (p->mode == FX_LAUNCH_RECOMPUTE && h.dev_e[2]) {
+        fx_gpu_qstats_of(&sg, &h.quant2, &res->trial[1].q);
+        res->trial[1].e = h.dev_e[0];
+        res->ntrials = 2;
+    }
     return FX_OK;
 }
 
@@ -277,15 +373,17 @@ static void fx_gpu_pending_destroy(fx_pending_write *p)
 {
     fx_gpu_pending *g = (fx_gpu_pending *)p;
     fx_gr_slot_put(g->device, g->host, g->event);
+    fx_gr_free(g->cell); /* the caching allocator orders its reuse on the stream */
     free(g);
 }
 
 static const fx_pending_ops fx_gpu_pending_ops = {fx_gpu_pending_collect,
                                                   fx_gpu_pending_destroy};
 
-/* FLEXPOINT_GPU_DEFER=0 in the environment (read once) turns deferred writes off: every
- * FLEX16_5 write then reads its statistics back at once, as before the tenth session. Results
- * are the same either way; it is there to measure what deferral saves, and to rule it out. */
+/* FLEXPOINT_GPU_DEFER=0 in the environment (read once) turns launched writes off: every
+ * FLEX16_5/DFP16 write then reads its statistics back at once, as before the tenth session.
+ * Results are the same either way; it is there to measure what launching saves, and to rule
+ * it out. */
 static int fx_gpu_defer_enabled(void)
 {
     static int mode = -1; /* every thread computes the same value: a benign, atomic race */
@@ -298,7 +396,7 @@ static int fx_gpu_defer_enabled(void)
     return m;
 }
 
-/* The storage's record (made on its first deferred write), or NULL with *rc set. */
+/* The storage's record (made on its first launched write), or NULL with *rc set. */
 static fx_gpu_pending *fx_gpu_pending_of(fx_storage *st, int *rc, const char *func)
 {
     if (st->pending) return (fx_gpu_pending *)st->pending;
@@ -308,6 +406,12 @@ static fx_gpu_pending *fx_gpu_pending_of(fx_storage *st, int *rc, const char *fu
         return NULL;
     }
     *rc = fx_gr_slot_get(sizeof(fx_gpu_stats_pair), &g->host, &g->event, func);
+    if (!*rc) {
+        void *cell = NULL;
+        *rc = fx_gr_malloc(sizeof(int), &cell, func);
+        g->cell = cell;
+        if (*rc) fx_gr_slot_put(st->device, g->host, g->event);
+    }
     if (*rc) {
         free(g);
         return NULL;
@@ -318,71 +422,106 @@ static fx_gpu_pending *fx_gpu_pending_of(fx_storage *st, int *rc, const char *fu
     return g;
 }
 
-/* Round the stage at the decided exponent and queue its statistics; no wait. */
-static int fx_gpu_write_deferred(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
-                                 const fx_dview *dst, int e, int clamped, const fx_rounding *r,
-                                 const char *func)
-{
-    fx_gpu_pending *g = (fx_gpu_pending *)out->st->pending; /* fx_gpu_deferrable made it */
-    fx_gpu_quant_ctx qc = {sg, dst, ds, func, 0, 0, {0}, {0}};
-    int rc = fx_gpu_quantize_launch(&qc, e, NULL, r, 1);
-    if (!rc) rc = fx_gr_slot_fill(g->host, &ds->stage, FX_GPU_PAIR_BYTES, g->event, func);
-    if (rc) return rc; /* nothing committed: the state is as before the write */
-    g->kind = sg->kind;
-    g->exp = sg->exp;
-    fx_write_shared_launched(out, &g->base, e, clamped);
-    return FX_OK;
-}
-
-/* The one decision whether a write into out is deferred, for fx_gpu_write and
- * fx_gpu_write_defers alike: 1 with the exponent, clamp flag and rounding to launch it with,
- * and out's statistics slot made. Settles out's previous write first (its observation decides
- * this write's exponent); *rc is FX_OK, or that settle's failure (then 0). Without a slot
- * (pinned memory or an event could not be made) the waiting path gives the same result. */
-static int fx_gpu_deferrable(tensor_t *out, int *e, int *clamped, fx_rounding *r, int *rc,
-                             const char *func)
+/* The one decision whether a write into out is launched, for fx_gpu_write and
+ * fx_gpu_write_defers alike: its launch mode (FX_LAUNCH_*, dispatch.h) with the exponent and
+ * rounding it starts from, and out's record made; 0 when it goes through the waiting path.
+ * Settles out's previous write first (it decides this one); *rc is FX_OK, or that settle's
+ * failure (then 0). Without a record (pinned memory, an event or the cell could not be made)
+ * the waiting path gives the same result. */
+static int fx_gpu_launch_mode(tensor_t *out, int *e, fx_rounding *r, int *rc, const char *func)
 {
     if ((*rc = fx_storage_settle(out->st, func))) return 0;
-    if (!fx_gpu_defer_enabled() || !fx_write_shared_defer_exp(out, e, clamped, r)) return 0;
+    if (!fx_gpu_defer_enabled()) return 0;
+    const int mode = fx_write_shared_launch_mode(out, e, r);
+    if (!mode) return 0;
     int src = FX_OK;
-    if (fx_gpu_pending_of(out->st, &src, func)) return 1;
+    if (fx_gpu_pending_of(out->st, &src, func)) return mode;
     flexpoint_clear_error();
     return 0;
 }
 
-/* Whether the write of an op into out will be deferred: then the stage needs no statistics, and
- * a pass that would only compute them (after cuBLAS) can be skipped. A failure to settle out's
- * previous write is returned (settling again would not report it). */
+/* Whether the write of an op into out will need no statistics of its stage (a launched KEEP or
+ * RECOMPUTE write: the rounding kernel reports the maximum), so that a pass that would only
+ * compute them (after cuBLAS) can be skipped. A failure to settle out's previous write is
+ * returned (settling again would not report it). */
 int fx_gpu_write_defers(tensor_t *out, int *defers, const char *func)
 {
-    int e, clamped, rc;
+    int e, rc;
     fx_rounding r;
-    *defers = fx_gpu_deferrable(out, &e, &clamped, &r, &rc, func);
+    const int mode = fx_gpu_launch_mode(out, &e, &r, &rc, func);
+    *defers = mode == FX_LAUNCH_KEEP || mode == FX_LAUNCH_RECOMPUTE;
     return rc;
+}
+
+/* Launch a write by its rule (mode), queue its statistics into out's slot; no wait. ds->stage
+ * must hold the stage's statistics for EXACT. */
+static int fx_gpu_write_launched(tensor_t *out, int mode, int e, const fx_rounding *r,
+                                 fx_gpu_stage *sg, fx_gpu_stats *ds, const fx_dview *dst,
+                                 const char *func)
+{
+    fx_storage *st = out->st;
+    fx_gpu_pending *g = (fx_gpu_pending *)st->pending; /* fx_gpu_launch_mode made it */
+    fx_gpu_quant_ctx qc = {sg, dst, ds, func, 0, 0, {0}, {0}};
+    const int f32 = sg->kind == FX_STAGE_F32;
+    int rc = fx_gpu_stage_exp_fix(sg, ds, func);
+    if (rc) return rc;
+    switch (mode) {
+    case FX_LAUNCH_EXACT:
+        rc = fx_gk_dfp16_exp(&ds->stage, f32, sg->exp, st->exp, st->win_lo, st->win_hi,
+                             &ds->dev_e[0], g->cell, func);
+        if (!rc) rc = fx_gpu_quantize_launch(&qc, 0, &ds->dev_e[0], r, 1);
+        break;
+    case FX_LAUNCH_RECOMPUTE:
+        rc = fx_gpu_quantize_launch(&qc, e, NULL, r, 1);
+        if (!rc)
+            rc = fx_gk_recompute_exp(&ds->quant, f32, sg->exp, e, st->win_lo, st->win_hi,
+                                     &ds->dev_e[0], &ds->dev_e[2], g->cell, func);
+        if (!rc) rc = fx_gr_memset0(&ds->quant2, sizeof ds->quant2, func);
+        if (!rc && f32)
+            rc = fx_gk_quant_f32_if(sg->f32, sg->n, &ds->dev_e[0], &ds->dev_e[2], r, dst,
+                                    &ds->quant2, func);
+        else if (!rc)
+            rc = fx_gk_quant_i64_if(sg->i64, sg->n, sg->exp, &ds->dev_e[0], &ds->dev_e[2], dst,
+                                    &ds->quant2, func);
+        break;
+    default: /* KEEP: the exponent is the host's */
+        rc = fx_gpu_quantize_launch(&qc, e, NULL, r, 1);
+        break;
+    }
+    if (!rc) rc = fx_gr_slot_fill(g->host, &ds->stage, FX_GPU_PAIR_BYTES, g->event, func);
+    if (rc) return rc; /* nothing committed: the state is as before the write */
+    g->kind = sg->kind;
+    g->e0 = e;
+    fx_write_shared_launched(out, &g->base, mode, e, mode == FX_LAUNCH_KEEP);
+    return FX_OK;
 }
 
 /* The one write of a device stage into out. ds->stage must hold the stage's statistics when
  * out has a shared exponent, unless fx_gpu_write_defers said it defers. */
-static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
-                        const char *func)
+static int fx_gpu_write(tensor_t *out, fx_gpu_stage *sg, fx_gpu_stats *ds, const char *func)
 {
-    fx_dview dst = fx_gpu_view_of(out);
-    if (!fmt_is_shared_exponent(out->fmt))
+    if (!fmt_is_shared_exponent(out->fmt)) {
+        const fx_dview dst = fx_gpu_view_of(out);
         return fx_gk_store_float(sg->f32, sg->i64, sg->exp, sg->n, &dst, func);
+    }
 
-    int de, dclamped, rc;
-    fx_rounding dr;
-    if (fx_gpu_deferrable(out, &de, &dclamped, &dr, &rc, func))
-        return fx_gpu_write_deferred(out, sg, ds, &dst, de, dclamped, &dr, func);
+    int le, rc;
+    fx_rounding lr;
+    const int mode = fx_gpu_launch_mode(out, &le, &lr, &rc, func);
     if (rc) return rc;
+    const fx_dview dst = fx_gpu_view_of(out); /* after the settle: the mantissas only */
+    if (mode) return fx_gpu_write_launched(out, mode, le, &lr, sg, ds, &dst, func);
 
-    /* Speculation: round before the statistics are read, then read the stage's and the
-     * rounding's statistics back in one copy (one wait instead of two). A FLEX16_5 write whose
-     * exponent the Autoflex history already decides is rounded at it; a whole DFP16 write at
-     * its exact exponent, chosen on the device from the stage's maximum by the same function
-     * as store.c and copied back with the statistics. The write path below still decides;
-     * when it picks the speculated exponent (every write but a recomputed overflow) the
-     * rounding is reused, and otherwise it rounds again. */
+    /* The waiting path (a first write, a partial view, launching turned off). Speculation:
+     * round before the statistics are read, then read the stage's and the rounding's
+     * statistics back in one copy (one wait instead of two). A FLEX16_5 write whose exponent
+     * the Autoflex history already decides is rounded at it; a whole DFP16 write at its exact
+     * exponent, chosen on the device from the stage's maximum by the same function as
+     * store.c and copied back with the statistics. The write path below still decides; when
+     * it picks the speculated exponent (every write but a recomputed overflow) the rounding
+     * is reused, and otherwise it rounds again. */
+    rc = fx_gpu_stage_exp_fix(sg, ds, func);
+    if (rc) return rc;
     fx_gpu_quant_ctx qc = {sg, &dst, ds, func, 0, 0, {0}, {0}};
     const fx_storage *st = out->st;
     const int dfp_spec = out->fmt == FMT_DFP16 && fx_tensor_covers_storage(out);
@@ -390,7 +529,7 @@ static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
         qc.spec_r = (fx_rounding){st->rounding, st->seed, st->write_counter};
         if (dfp_spec)
             rc = fx_gk_dfp16_exp(&ds->stage, sg->kind == FX_STAGE_F32, sg->exp, st->exp,
-                                 st->win_lo, st->win_hi, &ds->dev_e[0], func);
+                                 st->win_lo, st->win_hi, &ds->dev_e[0], NULL, func);
         if (!rc)
             rc = fx_gpu_quantize_launch(&qc, qc.spec_e, dfp_spec ? &ds->dev_e[0] : NULL,
                                         &qc.spec_r, 1);
@@ -401,6 +540,8 @@ static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
     fx_gpu_stats_pair hs;
     rc = fx_gr_memcpy(&hs, &ds->stage, FX_GPU_PAIR_BYTES, FX_GR_D2H, func);
     if (rc) return rc;
+    const int sexp = fx_gpu_stage_exp_value(sg, &hs);
+    sg->exp = fx_dexp_const(sexp); /* for the roundings the write path asks for */
     if (qc.spec) {
         fx_gpu_qstats_of(sg, &hs.quant, &qc.spec_q);
         if (dfp_spec) qc.spec_e = hs.dev_e[0];
@@ -409,8 +550,8 @@ static int fx_gpu_write(tensor_t *out, const fx_gpu_stage *sg, fx_gpu_stats *ds,
     fx_shared_src src;
     memset(&src, 0, sizeof src);
     src.kind = sg->kind;
-    src.exp = sg->exp;
-    src.true_max = fx_gpu_stage_true_max(sg->kind, sg->exp, &h);
+    src.exp = sexp;
+    src.true_max = fx_gpu_stage_true_max(sg->kind, sexp, &h);
     if (sg->kind == FX_STAGE_F32)
         src.nonfinite = (int64_t)h.nonfinite;
     else
@@ -441,24 +582,33 @@ static int fx_gpu_int_ew(const fx_op_request *rq, fx_dview *in, fx_gpu_stage *sg
 {
     const char *func = rq->func;
     int op = fx_gpu_ew_op(rq->op);
-    const int ea = in[0].exp, eb = rq->nin > 1 ? in[1].exp : 0;
     int64_t smant = 0;
-    int ec = ea;
     const fx_dview *a = &in[0], *b = rq->nin > 1 ? &in[1] : NULL;
+    sg->exp = fx_dexp_view(a, 0); /* COPY, RELU: the input's exponent */
     switch (rq->op) {
     case FX_OP_SCALE:
         if (rq->scalar != 0.0) { /* s = f * 2^k, f in [0.5, 1): 31-bit mantissa (dispatch.c) */
             int k2;
             double f = frexp(rq->scalar, &k2);
             smant = (int64_t)nearbyint(f * 1073741824.0);
-            ec = ea + k2 - 30;
+            sg->exp = fx_dexp_view(a, k2 - 30);
         }
         break;
-    case FX_OP_MUL: ec = ea + eb; break;
+    case FX_OP_MUL: sg->exp = fx_dexp_views(a, b, 0); break;
     case FX_OP_ADD:
     case FX_OP_SUB: {
+        if (a->exp_dev || b->exp_dev) {
+            /* an exponent the device chose: the same choice, made on the device */
+            int rc = fx_gr_memset0(&ds->aux, sizeof ds->aux, func);
+            if (!rc)
+                rc = fx_gk_int_addsub_dev(op, a, b, sg->i64, sg->n, sst, &ds->aux, &ds->op_e,
+                                          func);
+            sg->exp = (fx_dexp){0, {&ds->op_e, NULL}};
+            return rc;
+        }
+        const int ea = a->exp, eb = b->exp;
         const int gap = ea > eb ? ea - eb : eb - ea;
-        ec = fx_align_exp(ea, eb);
+        int ec = fx_align_exp(ea, eb);
         if (gap > FX_ALIGN_SPAN) {
             /* the operand with the larger exponent all zero: the result is the other operand,
              * exactly, at its own exponent (see fx_addsub in intops_scalar.c for why) */
@@ -480,12 +630,13 @@ static int fx_gpu_int_ew(const fx_op_request *rq, fx_dview *in, fx_gpu_stage *sg
                 b = NULL;
             }
         }
-        break;
+        sg->exp = fx_dexp_const(ec);
+        return fx_gk_int_ew(op, a, b, ec, smant, sg->i64, sg->n, sst, func);
     }
-    default: break; /* COPY, RELU: the input's exponent */
+    default: break;
     }
-    sg->exp = ec;
-    return fx_gk_int_ew(op, a, b, ec, smant, sg->i64, sg->n, sst, func);
+    /* ec is read by ADD/SUB only */
+    return fx_gk_int_ew(op, a, b, 0, smant, sg->i64, sg->n, sst, func);
 }
 
 /* Make the calling thread's current device `device` for the op, remembering the previous one
@@ -529,7 +680,7 @@ int fx_gpu_dispatch(const fx_op_request *rq)
     }
 
     fx_gpu_stage sg = {int_compute ? FX_STAGE_I64 : FX_STAGE_F32,
-                       fx_numel_of(out->ndim, out->shape), NULL, NULL, 0};
+                       fx_numel_of(out->ndim, out->shape), NULL, NULL, fx_dexp_const(0)};
     void *buf =
         fx_gs_alloc(&s, (size_t)sg.n * (int_compute ? sizeof(int64_t) : sizeof(float)), &rc, func);
     if (int_compute)
@@ -544,12 +695,12 @@ int fx_gpu_dispatch(const fx_op_request *rq)
         case FX_OP_SUM:
             rc = fx_gk_sum(&in[0], int_compute, rq->red_outer, rq->red_len, rq->red_inner, buf,
                            sst, func);
-            sg.exp = int_compute ? in[0].exp : 0;
+            sg.exp = int_compute ? fx_dexp_view(&in[0], 0) : fx_dexp_const(0);
             break;
         case FX_OP_MATMUL:
             if (int_compute) {
                 rc = fx_gk_matmul_i16(&in[0], &in[1], sg.i64, sst, func);
-                sg.exp = in[0].exp + in[1].exp;
+                sg.exp = fx_dexp_views(&in[0], &in[1], 0);
             } else {
                 rc = fx_gr_gemm_float(&in[0], &in[1], sg.f32, func);
                 /* cuBLAS has no epilogue hook: the statistics take one pass over the stage,
@@ -601,8 +752,8 @@ int fx_gpu_quantize_exact_owned(fx_dview *v, void **owned, const char *func)
  * through the same fx_gpu_write as the simple ops. stats: device memory holding the stage's
  * statistics, reduced by the kernel that produced it; read only when out has a shared
  * exponent (it may be NULL otherwise). */
-int fx_gpu_write_stage(tensor_t *out, int kind, int64_t n, float *f32, int64_t *i64, int exp,
-                       const fx_dstage_stats *stats, const char *func)
+int fx_gpu_write_stage(tensor_t *out, int kind, int64_t n, float *f32, int64_t *i64,
+                       fx_dexp exp, const fx_dstage_stats *stats, const char *func)
 {
     fx_gpu_scratch s = {.n = 0};
     int rc = FX_OK;

@@ -99,6 +99,79 @@ extern "C" int fx_gk_int_ew(int op, const fx_dview *a, const fx_dview *b, int ec
     return fx_gpu_launch_check(func, "int_ew");
 }
 
+// fx_gk_int_addsub_dev: the operand whose exponent is larger by more than FX_ALIGN_SPAN, if
+// any, is checked for a nonzero element (every thread reads both exponents and returns at once
+// when the gap is smaller, the usual case).
+__global__ void fx_k_addsub_zero_check(fx_dview a, fx_dview b, int64_t n, fx_dstage_stats *aux)
+{
+    const int ea = fx_dv_exp(a), eb = fx_dv_exp(b);
+    const int gap = ea > eb ? ea - eb : eb - ea;
+    if (gap <= FX_ALIGN_SPAN) return;
+    const fx_dview &big = ea > eb ? a : b;
+    unsigned nz = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        nz |= fx_dv_load_i16(big, i) != 0;
+    nz = fx_warp_max_u32(nz);
+    if (fx_lane0() && nz) atomicOr(&aux->nonzero, 1u);
+}
+
+// The op itself: each thread makes gpu_dispatch.c's choice from the exponents and the zero
+// check, then the element as fx_k_int_ew does.
+__global__ void fx_k_int_addsub_dev(int sub, fx_dview a, fx_dview b, int64_t *out, int64_t n,
+                                    fx_dstage_stats *st, const fx_dstage_stats *aux, int *ec_out)
+{
+    const int ea = fx_dv_exp(a), eb = fx_dv_exp(b);
+    const int gap = ea > eb ? ea - eb : eb - ea;
+    // 0: aligned a +- b at ec; 1: a alone (b is the zero one); 2: +-b alone (a is)
+    int mode = 0, ec = fx_align_exp(ea, eb);
+    if (gap > FX_ALIGN_SPAN && !aux->nonzero) {
+        mode = ea > eb ? 2 : 1;
+        ec = ea > eb ? eb : ea;
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) *ec_out = ec;
+    unsigned long long mx = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t y;
+        if (mode == 1) {
+            y = fx_dv_load_i16(a, i);
+        } else if (mode == 2) {
+            y = fx_dv_load_i16(b, i);
+            if (sub) y = -y;
+        } else {
+            const int64_t x = fx_align_to(fx_dv_load_i16(a, i), ea, ec);
+            const int64_t z = fx_align_to(fx_dv_load_i16(b, i), eb, ec);
+            y = sub ? x - z : x + z;
+        }
+        out[i] = y;
+        const unsigned long long ay = fx_uabs64(y);
+        mx = ay > mx ? ay : mx;
+    }
+    fx_stats_imax(st, mx);
+}
+
+extern "C" int fx_gk_int_addsub_dev(int op, const fx_dview *a, const fx_dview *b, int64_t *out,
+                                    int64_t n, fx_dstage_stats *st, fx_dstage_stats *aux,
+                                    int *ec_out, const char *func)
+{
+    const unsigned blocks = n > 0 ? fx_gpu_blocks(n) : 1; // ec_out is written even for n == 0
+    fx_k_addsub_zero_check<<<blocks, FX_GPU_THREADS>>>(*a, *b, n, aux);
+    int rc = fx_gpu_launch_check(func, "addsub_zero_check");
+    if (rc) return rc;
+    fx_k_int_addsub_dev<<<blocks, FX_GPU_THREADS>>>(op == FX_GEW_SUB, *a, *b, out, n, st, aux,
+                                                    ec_out);
+    return fx_gpu_launch_check(func, "int_addsub_dev");
+}
+
+__global__ void fx_k_exp_eval(fx_dexp x, int *out) { *out = fx_dexp_value(x); }
+
+extern "C" int fx_gk_exp_eval(fx_dexp x, int *out, const char *func)
+{
+    fx_k_exp_eval<<<1, 1>>>(x, out);
+    return fx_gpu_launch_check(func, "exp_eval");
+}
+
 __global__ void fx_k_any_nonzero(fx_dview a, int64_t n, fx_dstage_stats *st)
 {
     unsigned nz = 0;
@@ -229,9 +302,10 @@ static __device__ __forceinline__ void fx_qstats_merge_dev(fx_dquant_stats *q,
 // fx_flex_quant_f32_scalar per element: fx_quant1_f32 (flex_math.h), draws keyed by the
 // element's index in the write (index0 = 0: the whole write is one launch).
 __global__ void fx_k_quant_f32(const float *src, int64_t n, double scale, const int *e_dev,
-                               int stochastic, uint64_t seed, uint64_t counter, fx_dview dst,
-                               int keep, fx_dquant_stats *q)
+                               const int *only_if, int stochastic, uint64_t seed,
+                               uint64_t counter, fx_dview dst, int keep, fx_dquant_stats *q)
 {
+    if (only_if && !*only_if) return; // a recompute that was not needed
     if (e_dev) scale = ldexp(1.0, -*e_dev); /* exact: a power of two in double's range */
     unsigned long long sat = 0, nonfinite = 0, under = 0;
     unsigned in_fmax = 0, max_out = 0;
@@ -256,9 +330,9 @@ __global__ void fx_k_quant_f32(const float *src, int64_t n, double scale, const 
     fx_qstats_merge_dev(q, sat, nonfinite, under, 0, in_fmax, max_out);
 }
 
-extern "C" int fx_gk_quant_f32(const float *src, int64_t n, int e, const int *e_dev,
-                               const fx_rounding *r, const fx_dview *dst, fx_dquant_stats *q,
-                               const char *func)
+static int fx_quant_f32_launch(const float *src, int64_t n, int e, const int *e_dev,
+                               const int *only_if, const fx_rounding *r, const fx_dview *dst,
+                               fx_dquant_stats *q, const char *func)
 {
     if (n <= 0) return FX_OK;
     const int stochastic = r && r->mode == FX_ROUND_STOCHASTIC;
@@ -268,16 +342,32 @@ extern "C" int fx_gk_quant_f32(const float *src, int64_t n, int e, const int *e_
     else
         memset(&d, 0, sizeof d);
     fx_k_quant_f32<<<fx_gpu_blocks(n), FX_GPU_THREADS>>>(
-        src, n, ldexp(1.0, -e), e_dev, stochastic, stochastic ? r->seed : 0,
+        src, n, ldexp(1.0, -e), e_dev, only_if, stochastic, stochastic ? r->seed : 0,
         stochastic ? r->counter : 0, d, dst != NULL, q);
     return fx_gpu_launch_check(func, "quant_f32");
 }
 
-// fx_flex_quant_i64_scalar per element: fx_requant (flex_math.h).
-__global__ void fx_k_quant_i64(const int64_t *src, int64_t n, int src_exp, int e,
-                               const int *e_dev, fx_dview dst, int keep, fx_dquant_stats *q)
+extern "C" int fx_gk_quant_f32(const float *src, int64_t n, int e, const int *e_dev,
+                               const fx_rounding *r, const fx_dview *dst, fx_dquant_stats *q,
+                               const char *func)
 {
-    const int shift = (e_dev ? *e_dev : e) - src_exp; /* both within +-2^16 */
+    return fx_quant_f32_launch(src, n, e, e_dev, NULL, r, dst, q, func);
+}
+
+extern "C" int fx_gk_quant_f32_if(const float *src, int64_t n, const int *e_dev,
+                                  const int *only_if, const fx_rounding *r, const fx_dview *dst,
+                                  fx_dquant_stats *q, const char *func)
+{
+    return fx_quant_f32_launch(src, n, 0, e_dev, only_if, r, dst, q, func);
+}
+
+// fx_flex_quant_i64_scalar per element: fx_requant (flex_math.h).
+__global__ void fx_k_quant_i64(const int64_t *src, int64_t n, fx_dexp src_exp, int e,
+                               const int *e_dev, const int *only_if, fx_dview dst, int keep,
+                               fx_dquant_stats *q)
+{
+    if (only_if && !*only_if) return; // a recompute that was not needed
+    const int shift = (e_dev ? *e_dev : e) - fx_dexp_value(src_exp); /* within +-2^17 */
     unsigned long long sat = 0, under = 0, in_imax = 0;
     unsigned max_out = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -296,9 +386,9 @@ __global__ void fx_k_quant_i64(const int64_t *src, int64_t n, int src_exp, int e
     fx_qstats_merge_dev(q, sat, 0, under, in_imax, 0, max_out);
 }
 
-extern "C" int fx_gk_quant_i64(const int64_t *src, int64_t n, int src_exp, int e,
-                               const int *e_dev, const fx_dview *dst, fx_dquant_stats *q,
-                               const char *func)
+static int fx_quant_i64_launch(const int64_t *src, int64_t n, fx_dexp src_exp, int e,
+                               const int *e_dev, const int *only_if, const fx_dview *dst,
+                               fx_dquant_stats *q, const char *func)
 {
     if (n <= 0) return FX_OK;
     fx_dview d;
@@ -306,9 +396,23 @@ extern "C" int fx_gk_quant_i64(const int64_t *src, int64_t n, int src_exp, int e
         d = *dst;
     else
         memset(&d, 0, sizeof d);
-    fx_k_quant_i64<<<fx_gpu_blocks(n), FX_GPU_THREADS>>>(src, n, src_exp, e, e_dev, d,
+    fx_k_quant_i64<<<fx_gpu_blocks(n), FX_GPU_THREADS>>>(src, n, src_exp, e, e_dev, only_if, d,
                                                          dst != NULL, q);
     return fx_gpu_launch_check(func, "quant_i64");
+}
+
+extern "C" int fx_gk_quant_i64(const int64_t *src, int64_t n, fx_dexp src_exp, int e,
+                               const int *e_dev, const fx_dview *dst, fx_dquant_stats *q,
+                               const char *func)
+{
+    return fx_quant_i64_launch(src, n, src_exp, e, e_dev, NULL, dst, q, func);
+}
+
+extern "C" int fx_gk_quant_i64_if(const int64_t *src, int64_t n, fx_dexp src_exp,
+                                  const int *e_dev, const int *only_if, const fx_dview *dst,
+                                  fx_dquant_stats *q, const char *func)
+{
+    return fx_quant_i64_launch(src, n, src_exp, 0, e_dev, only_if, dst, q, func);
 }
 
 // shared_exp.c's fx_rescale_storage per element: the mantissa requantised by fx_requant.
@@ -333,30 +437,56 @@ extern "C" int fx_gk_rescale_i16(int16_t *m, int64_t n, int shift, unsigned long
     return fx_gpu_launch_check(func, "rescale_i16");
 }
 
-// store.c's DFP16 choice (fx_stage_exact_exp, then the window), from the stage's statistics.
-__global__ void fx_k_dfp16_exp(const fx_dstage_stats *st, int f32, int stage_exp, int cur_e,
-                               int lo, int hi, int *e_out)
+// store.c's DFP16 choice (fx_dfp16_write_exp, the shared definition), from the stage's
+// statistics.
+__global__ void fx_k_dfp16_exp(const fx_dstage_stats *st, int f32, fx_dexp stage_exp, int cur_e,
+                               int lo, int hi, int *e_out, int *cell)
 {
-    const int want = f32 ? fx_exact_exp_f64((double)__uint_as_float(st->fmax))
-                         : fx_exact_exp_u64(st->imax, stage_exp);
-    *e_out = want == FX_EXP_NONE ? cur_e : fx_clamp_exp(want, lo, hi, NULL);
+    const int e = fx_dfp16_write_exp(f32, (double)__uint_as_float(st->fmax), st->imax,
+                                     f32 ? 0 : fx_dexp_value(stage_exp), cur_e, lo, hi, NULL);
+    *e_out = e;
+    if (cell) *cell = e;
 }
 
-extern "C" int fx_gk_dfp16_exp(const fx_dstage_stats *st, int f32, int stage_exp, int cur_e,
-                               int lo, int hi, int *e_out, const char *func)
+extern "C" int fx_gk_dfp16_exp(const fx_dstage_stats *st, int f32, fx_dexp stage_exp, int cur_e,
+                               int lo, int hi, int *e_out, int *cell, const char *func)
 {
-    fx_k_dfp16_exp<<<1, 1>>>(st, f32, stage_exp, cur_e, lo, hi, e_out);
+    fx_k_dfp16_exp<<<1, 1>>>(st, f32, stage_exp, cur_e, lo, hi, e_out, cell);
     return fx_gpu_launch_check(func, "dfp16_exp");
+}
+
+// store.c's recompute decision (fx_recompute_exp, the shared definition) from the statistics
+// of the rounding at e. The real maximum is formed as the host forms it from a stage's
+// statistics (gpu_dispatch.c fx_gpu_stage_true_max): the fp32 maximum, or ldexp of the
+// integer maximum.
+__global__ void fx_k_recompute_exp(const fx_dquant_stats *q, int f32, fx_dexp stage_exp, int e,
+                                   int lo, int hi, int *e_out, int *redo, int *cell)
+{
+    const double true_max = f32 ? (double)__uint_as_float(q->in_fmax)
+                                : ldexp((double)q->in_imax, fx_dexp_value(stage_exp));
+    const int r = fx_recompute_exp((int64_t)q->saturated, true_max, e, lo, hi);
+    *e_out = r;
+    *redo = r != e;
+    *cell = r;
+}
+
+extern "C" int fx_gk_recompute_exp(const fx_dquant_stats *q, int f32, fx_dexp stage_exp, int e,
+                                   int lo, int hi, int *e_out, int *redo, int *cell,
+                                   const char *func)
+{
+    fx_k_recompute_exp<<<1, 1>>>(q, f32, stage_exp, e, lo, hi, e_out, redo, cell);
+    return fx_gpu_launch_check(func, "recompute_exp");
 }
 
 // ---- float stores ---------------------------------------------------------------------------
 
 // store.c's fx_write_float per element: fp32 -> format through the shared definitions; an
 // int64 stage through double (exact) and fp32 (round-to-odd for 16-bit formats).
-__global__ void fx_k_store_float(const float *f32, const int64_t *i64, double scale,
-                                 int64_t n, fx_dview dst)
+__global__ void fx_k_store_float(const float *f32, const int64_t *i64, fx_dexp exp, int64_t n,
+                                 fx_dview dst)
 {
     const int odd = dst.fmt != FMT_FP32;
+    const double scale = f32 ? 1.0 : ldexp(1.0, fx_dexp_value(exp));
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float x;
@@ -376,11 +506,11 @@ __global__ void fx_k_store_float(const float *f32, const int64_t *i64, double sc
     }
 }
 
-extern "C" int fx_gk_store_float(const float *f32, const int64_t *i64, int exp, int64_t n,
+extern "C" int fx_gk_store_float(const float *f32, const int64_t *i64, fx_dexp exp, int64_t n,
                                  const fx_dview *dst, const char *func)
 {
     if (n <= 0) return FX_OK;
-    fx_k_store_float<<<fx_gpu_blocks(n), FX_GPU_THREADS>>>(f32, i64, ldexp(1.0, exp), n, *dst);
+    fx_k_store_float<<<fx_gpu_blocks(n), FX_GPU_THREADS>>>(f32, i64, exp, n, *dst);
     return fx_gpu_launch_check(func, "store_float");
 }
 

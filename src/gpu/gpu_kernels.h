@@ -29,12 +29,24 @@ int fx_error(int code, const char *func, const char *fmt, ...);
 typedef struct fx_dview {
     void *base;     /* element [0, ..., 0] */
     int fmt;        /* fmt_t of the stored elements */
-    int exp;        /* shared exponent (FLEX16_5, DFP16) */
+    int exp;        /* shared exponent (FLEX16_5, DFP16), unless exp_dev is set */
+    const int *exp_dev; /* NULL, or device memory holding the shared exponent: a write whose
+                           exponent the device chose and the host has not collected yet
+                           (gpu_dispatch.c); kernels read it from there, in stream order */
     int ndim;
     int contiguous; /* 1: offset(i) = i (saves the index arithmetic) */
     int64_t shape[FX_MAX_DIMS];
     int64_t strides[FX_MAX_DIMS];
 } fx_dview;
+
+/* An exponent as kernels receive it: c plus the ints at cell[0] and cell[1] (device memory;
+ * NULL entries count 0). Exponents the host knows have no cells; one that a pending device
+ * write chose is a cell, and a stage's exponent can be the sum of two (a product's ea + eb).
+ * Built by fx_dexp_* (gpu_dispatch.c). */
+typedef struct fx_dexp {
+    int c;
+    const int *cell[2];
+} fx_dexp;
 
 /* Statistics of a staged result, reduced on the device by the kernel that produces the stage
  * (in its epilogue) or by fx_gk_maxabs_* for stages written by cuBLAS. */
@@ -125,6 +137,20 @@ int fx_gk_float_ew(int op, const fx_dview *a, const fx_dview *b, float scalar, f
 int fx_gk_int_ew(int op, const fx_dview *a, const fx_dview *b, int ec, int64_t smant,
                  int64_t *out, int64_t n, fx_dstage_stats *st, const char *func);
 
+/* ADD/SUB of int16 views whose exponents live in device memory (exp_dev): the same values as
+ * fx_gk_int_ew with the host's choice made on the device (gpu_dispatch.c fx_gpu_int_ew): ec =
+ * fx_align_exp(ea, eb), except that when the exponents lie more than FX_ALIGN_SPAN apart and
+ * the operand with the larger one is all zero, the result is the other operand (negated for
+ * b in a SUB) at its own exponent. Two launches: the zero check (it returns at once unless the
+ * gap is that large; aux must be zeroed first), then the op, whose first thread writes the
+ * result's exponent to *ec_out (device memory). */
+int fx_gk_int_addsub_dev(int op, const fx_dview *a, const fx_dview *b, int64_t *out, int64_t n,
+                         fx_dstage_stats *st, fx_dstage_stats *aux, int *ec_out,
+                         const char *func);
+
+/* *out = the value of x (one thread; device memory), in stream order. */
+int fx_gk_exp_eval(fx_dexp x, int *out, const char *func);
+
 /* st->nonzero = 1 if any of the n int16 elements of a is nonzero (st must be zeroed first). */
 int fx_gk_any_nonzero(const fx_dview *a, int64_t n, fx_dstage_stats *st, const char *func);
 
@@ -161,10 +187,20 @@ int fx_gk_maxabs_f32(const float *src, int64_t n, fx_dstage_stats *st, const cha
 int fx_gk_quant_f32(const float *src, int64_t n, int e, const int *e_dev, const fx_rounding *r,
                     const fx_dview *dst, fx_dquant_stats *q, const char *func);
 
+/* A rounding that happens only if *only_if (device memory) is nonzero when it runs: the
+ * recompute of a saturated write decided on the device (fx_gk_recompute_exp). Otherwise as
+ * fx_gk_quant_f32 / fx_gk_quant_i64 with e_dev. */
+int fx_gk_quant_f32_if(const float *src, int64_t n, const int *e_dev, const int *only_if,
+                       const fx_rounding *r, const fx_dview *dst, fx_dquant_stats *q,
+                       const char *func);
+int fx_gk_quant_i64_if(const int64_t *src, int64_t n, fx_dexp src_exp, const int *e_dev,
+                       const int *only_if, const fx_dview *dst, fx_dquant_stats *q,
+                       const char *func);
+
 /* int64 values at exponent src_exp -> int16 mantissas at exponent e by fx_requant(v, e -
  * src_exp) into dst (any strides; NULL: statistics only). q must be zeroed first. e_dev as in
  * fx_gk_quant_f32. */
-int fx_gk_quant_i64(const int64_t *src, int64_t n, int src_exp, int e, const int *e_dev,
+int fx_gk_quant_i64(const int64_t *src, int64_t n, fx_dexp src_exp, int e, const int *e_dev,
                     const fx_dview *dst, fx_dquant_stats *q, const char *func);
 
 /* Requantise n contiguous mantissas in place by fx_requant(m, shift) (shared_exp.c's rescale
@@ -172,17 +208,24 @@ int fx_gk_quant_i64(const int64_t *src, int64_t n, int src_exp, int e, const int
 int fx_gk_rescale_i16(int16_t *m, int64_t n, int shift, unsigned long long *sat,
                       const char *func);
 
-/* DFP16's exponent for a stage (store.c's choice, on the device): the exact exponent of the
- * stage's maximum (st: fp32 stage when f32, else int64 values at stage_exp), clamped to
- * [lo, hi]; cur_e when the stage is all zero. Written to *e_out (device memory) by one thread,
- * in stream order before the kernels that read it. */
-int fx_gk_dfp16_exp(const fx_dstage_stats *st, int f32, int stage_exp, int cur_e, int lo,
-                    int hi, int *e_out, const char *func);
+/* DFP16's exponent for a stage (store.c's choice, on the device: fx_dfp16_write_exp of the
+ * stage's maximum; st: an fp32 stage when f32, else int64 values at stage_exp), written by one
+ * thread to *e_out and, when cell is not NULL, to *cell (device memory), in stream order
+ * before the kernels that read them. */
+int fx_gk_dfp16_exp(const fx_dstage_stats *st, int f32, fx_dexp stage_exp, int cur_e, int lo,
+                    int hi, int *e_out, int *cell, const char *func);
+
+/* Overflow mode RECOMPUTE on the device (store.c's rule, fx_recompute_exp): q holds the
+ * statistics of the write rounded at e (its input maximum is the stage's: an fp32 stage's
+ * largest finite |x| when f32, else int64 values at stage_exp). One thread writes the kept
+ * exponent to *e_out and *cell, and to *redo whether it differs from e. */
+int fx_gk_recompute_exp(const fx_dquant_stats *q, int f32, fx_dexp stage_exp, int e, int lo,
+                        int hi, int *e_out, int *redo, int *cell, const char *func);
 
 /* Store a stage into a float-format destination (FP32, FP16, BF16; any strides): fp32 values
  * (f32 != NULL) round once to the format; int64 values at exponent exp become v * 2^exp in
  * double, then fp32 (round-to-odd when the destination is 16-bit), then the format. */
-int fx_gk_store_float(const float *f32, const int64_t *i64, int exp, int64_t n,
+int fx_gk_store_float(const float *f32, const int64_t *i64, fx_dexp exp, int64_t n,
                       const fx_dview *dst, const char *func);
 
 /* Raw copy of the n elements of v (2 or 4 bytes each, row-major order) into contiguous dst. */

@@ -86,7 +86,7 @@ static int gnn_end(gnn *g)
     return g->rc;
 }
 
-static void gnn_write(gnn *g, tensor_t *out, int ic, int64_t n, void *stage, int exp,
+static void gnn_write(gnn *g, tensor_t *out, int ic, int64_t n, void *stage, fx_dexp exp,
                       const fx_dstage_stats *st)
 {
     if (g->rc) return;
@@ -129,13 +129,13 @@ static int gnn_ic(const tensor_t *t) { return fmt_is_shared_exponent(t->fmt) != 
 /* pool.c's pool_divide_exact on a device stage: a power-of-two count only moves the exponent;
  * otherwise every value becomes its round-to-odd quotient at the shift chosen from the largest
  * magnitude (*st: the stage's statistics, replaced by those of the quotients). */
-static void gnn_divide_exact(gnn *g, int64_t *v, int64_t n, int64_t count, int *e,
+static void gnn_divide_exact(gnn *g, int64_t *v, int64_t n, int64_t count, fx_dexp *e,
                              fx_dstage_stats **st)
 {
     if (g->rc) return;
     const uint64_t cnt = (uint64_t)count;
     if ((cnt & (cnt - 1)) == 0) {
-        *e -= fx_bitlen_u64(cnt) - 1;
+        e->c -= fx_bitlen_u64(cnt) - 1;
         return;
     }
     fx_dstage_stats h;
@@ -144,7 +144,7 @@ static void gnn_divide_exact(gnn *g, int64_t *v, int64_t n, int64_t count, int *
     const int k = fx_div_odd_shift(h.imax, cnt);
     fx_dstage_stats *q = gnn_stats(g);
     if (!g->rc) g->rc = fx_gnk_div_odd(v, n, cnt, k, q, g->func);
-    *e -= k;
+    e->c -= k;
     *st = q;
 }
 
@@ -166,7 +166,7 @@ int fx_gnn_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, const fx_p
     /* the caller's argmax is written only after y's write has succeeded */
     int32_t *idx = argmax ? gnn_alloc(&g, ny, sizeof(int32_t)) : NULL;
     if (!g.rc) g.rc = fx_gnk_maxpool(&xv, ic, pg, stage, idx, st, func);
-    gnn_write(&g, y, ic, ny, stage, xv.exp, st);
+    gnn_write(&g, y, ic, ny, stage, fx_dexp_view(&xv, 0), st);
     if (argmax) gnn_copy(&g, argmax, idx, (size_t)ny * sizeof(int32_t), FX_GR_D2D);
     return gnn_end(&g);
 }
@@ -202,7 +202,7 @@ int fx_gnn_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
     fx_dstage_stats *st = gnn_stats(&g);
     void *stage = gnn_alloc(&g, nx, ic ? sizeof(int64_t) : sizeof(float));
     if (!g.rc) g.rc = fx_gnk_maxpool_backward(&dyv, ic, argmax, planes, P, HW, stage, st, func);
-    gnn_write(&g, dx, ic, nx, stage, dyv.exp, st);
+    gnn_write(&g, dx, ic, nx, stage, fx_dexp_view(&dyv, 0), st);
     return gnn_end(&g);
 }
 
@@ -217,7 +217,7 @@ static int gnn_avgpool(tensor_t *y, const tensor_t *x, const fx_pool_geom *pg, c
     fx_dstage_stats *st = gnn_stats(&g);
     void *stage = gnn_alloc(&g, ny, ic ? sizeof(int64_t) : sizeof(float));
     if (!g.rc) g.rc = fx_gnk_avgpool(&xv, ic, pg, stage, st, func);
-    int e = xv.exp;
+    fx_dexp e = fx_dexp_view(&xv, 0);
     if (ic) gnn_divide_exact(&g, stage, ny, pg->KH * pg->KW, &e, &st);
     gnn_write(&g, y, ic, ny, stage, e, st);
     return gnn_end(&g);
@@ -239,7 +239,7 @@ int fx_gnn_avgpool2d_backward(tensor_t *dx, const tensor_t *dy, const fx_pool_ge
     fx_dstage_stats *st = gnn_stats(&g);
     void *stage = gnn_alloc(&g, nx, ic ? sizeof(int64_t) : sizeof(float));
     if (!g.rc) g.rc = fx_gnk_avgpool_backward(&dyv, ic, pg, stage, st, func);
-    int e = dyv.exp;
+    fx_dexp e = fx_dexp_view(&dyv, 0);
     if (ic) gnn_divide_exact(&g, stage, nx, pg->KH * pg->KW, &e, &st);
     gnn_write(&g, dx, ic, nx, stage, e, st);
     return gnn_end(&g);
@@ -278,7 +278,7 @@ int fx_gnn_global_avgpool_backward(tensor_t *dx, const tensor_t *dy, int64_t pla
     if (!g.rc) g.rc = fx_gnk_gap_backward(&dyv, ic, planes, HW, stage, st, func);
     /* the largest of the broadcast values is the largest of dy: the same shift as pool.c's
      * division of the planes' values before it broadcasts them */
-    int e = dyv.exp;
+    fx_dexp e = fx_dexp_view(&dyv, 0);
     if (ic) gnn_divide_exact(&g, stage, nx, HW, &e, &st);
     gnn_write(&g, dx, ic, nx, stage, e, st);
     return gnn_end(&g);
@@ -296,7 +296,7 @@ int fx_gnn_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x, co
     fx_dstage_stats *st = gnn_stats(&g);
     void *stage = gnn_alloc(&g, n, ic ? sizeof(int64_t) : sizeof(float));
     if (!g.rc) g.rc = fx_gnk_relu_backward(&dyv, ic, &xv, n, stage, st, func);
-    gnn_write(&g, dx, ic, n, stage, dyv.exp, st);
+    gnn_write(&g, dx, ic, n, stage, fx_dexp_view(&dyv, 0), st);
     return gnn_end(&g);
 }
 
@@ -312,7 +312,7 @@ int fx_gnn_dropout(tensor_t *y, const tensor_t *x, uint64_t thr, double factor, 
     void *stage = gnn_alloc(&g, n, ic ? sizeof(int64_t) : sizeof(float));
     if (!g.rc)
         g.rc = fx_gnk_dropout(&xv, ic, n, seed, step, thr, ms, factor, y->fmt, stage, st, func);
-    gnn_write(&g, y, ic, n, stage, ic ? xv.exp + k2 - 30 : 0, st);
+    gnn_write(&g, y, ic, n, stage, ic ? fx_dexp_view(&xv, k2 - 30) : fx_dexp_const(0), st);
     return gnn_end(&g);
 }
 
@@ -323,7 +323,10 @@ int fx_gnn_mean(tensor_t *out, const tensor_t *a, int64_t outer, int64_t len, in
     if (gnn_begin(&g, out->st->device, func)) return gnn_end(&g);
     const int ic = gnn_ic(a);
     const int64_t nout = outer * inner;
-    const fx_dview av = fx_gpu_view_of(a);
+    fx_dview av = fx_gpu_view_of(a);
+    /* the integer mean into a float format divides at a's exponent on the host's side of the
+     * kernel call: it must be known (a pending device choice is settled, one wait) */
+    if (ic && !fmt_is_shared_exponent(out->fmt)) g.rc = fx_gpu_view_known(a, &av, func);
     fx_dstage_stats *st = gnn_stats(&g);
     void *sums = gnn_alloc(&g, nout, ic ? sizeof(int64_t) : sizeof(float));
     if (!g.rc && nout > 0) g.rc = fx_gk_sum(&av, ic, outer, len, inner, sums, st, func);
@@ -331,7 +334,7 @@ int fx_gnn_mean(tensor_t *out, const tensor_t *a, int64_t outer, int64_t len, in
         /* fp32 sums (tensor_sum's device order), then sum / len in double, rounded once */
         fx_dstage_stats *q = gnn_stats(&g);
         if (!g.rc) g.rc = fx_gnk_mean_f32(sums, nout, (double)len, out->fmt, q, func);
-        gnn_write(&g, out, 0, nout, sums, 0, q);
+        gnn_write(&g, out, 0, nout, sums, fx_dexp_const(0), q);
     } else if (fmt_is_shared_exponent(out->fmt)) {
         /* reduce.c: the largest quotient |S| / len is max|S| / len (floor is monotonic), and
          * gives the common grid of frac fraction bits */
@@ -342,12 +345,12 @@ int fx_gnn_mean(tensor_t *out, const tensor_t *a, int64_t outer, int64_t len, in
         fx_dstage_stats *q = gnn_stats(&g);
         if (!g.rc && len > 0)
             g.rc = fx_gnk_mean_int(sums, nout, (uint64_t)len, frac, 0, NULL, out->fmt, q, func);
-        gnn_write(&g, out, 1, nout, sums, av.exp - frac, q);
+        gnn_write(&g, out, 1, nout, sums, fx_dexp_view(&av, -frac), q);
     } else {
         float *f = gnn_alloc(&g, nout, sizeof(float));
         if (!g.rc && len > 0)
             g.rc = fx_gnk_mean_int(sums, nout, (uint64_t)len, 0, av.exp, f, out->fmt, NULL, func);
-        gnn_write(&g, out, 0, nout, f, 0, NULL);
+        gnn_write(&g, out, 0, nout, f, fx_dexp_const(0), NULL);
     }
     return gnn_end(&g);
 }
@@ -377,7 +380,7 @@ int fx_gnn_softmax_ce(float *loss, tensor_t *dlogits, const tensor_t *logits,
         g.rc = fx_gnk_softmax_ce(&lv, dlab, N, K, grad_scale / (double)N, drow, dg,
                                  dlogits ? (int)dlogits->fmt : FMT_FP32, st, func);
     gnn_copy(&g, row_loss, drow, (size_t)N * sizeof *drow, FX_GR_D2H);
-    if (dlogits) gnn_write(&g, dlogits, 0, N * K, dg, 0, st);
+    if (dlogits) gnn_write(&g, dlogits, 0, N * K, dg, fx_dexp_const(0), st);
     if (!g.rc) {
         double total = 0.0; /* row order, as on the host */
         for (int64_t i = 0; i < N; i++) total += row_loss[i];
@@ -426,7 +429,7 @@ int fx_gnn_batchnorm(tensor_t *y, const tensor_t *x, const tensor_t *gamma, cons
     if (!g.rc)
         g.rc = fx_gnk_bn_channels(&xv, &gv, &bv, drm, drv, d->N, C, d->S, eps, dchan, func);
     if (!g.rc) g.rc = fx_gnk_bn_apply(&xv, n, C, d->S, dchan, y->fmt, stage, st, func);
-    gnn_write(&g, y, 0, n, stage, 0, st);
+    gnn_write(&g, y, 0, n, stage, fx_dexp_const(0), st);
     if (training) {
         gnn_copy(&g, chan, dchan, (size_t)C * FX_BN_FWD * sizeof(double), FX_GR_D2H);
         /* batchnorm.c's update of the caller's arrays, after y's write succeeded */
@@ -470,9 +473,9 @@ int fx_gnn_batchnorm_backward(tensor_t *dx, tensor_t *dgamma, tensor_t *dbeta, c
         g.rc = fx_gnk_bn_grad_channels(&xv, &dyv, &gv, dsm, dsi, d->N, C, d->S, dg, gf, gst, db,
                                        bf, bst, dchan, func);
     if (!g.rc) g.rc = fx_gnk_bn_grad_apply(&xv, &dyv, n, C, d->S, dchan, dx->fmt, stage, st, func);
-    gnn_write(&g, dx, 0, n, stage, 0, st);
-    if (dgamma) gnn_write(&g, dgamma, 0, C, dg, 0, gst);
-    if (dbeta) gnn_write(&g, dbeta, 0, C, db, 0, bst);
+    gnn_write(&g, dx, 0, n, stage, fx_dexp_const(0), st);
+    if (dgamma) gnn_write(&g, dgamma, 0, C, dg, fx_dexp_const(0), gst);
+    if (dbeta) gnn_write(&g, dbeta, 0, C, db, fx_dexp_const(0), bst);
     return gnn_end(&g);
 }
 
@@ -487,12 +490,12 @@ static void gnn_write_w(gnn *g, tensor_t *w, float *new_p, float *w_vals, int64_
 {
     if (g->rc) return;
     if (!stochastic || w->fmt == FMT_FP32) {
-        gnn_write(g, w, 0, n, new_p, 0, st);
+        gnn_write(g, w, 0, n, new_p, fx_dexp_const(0), st);
         return;
     }
     if (w->fmt == FMT_FP16 || w->fmt == FMT_BF16) {
         g->rc = fx_gnk_sr_round(new_p, w_vals, n, w->fmt == FMT_FP16, seed, step, g->func);
-        gnn_write(g, w, 0, n, w_vals, 0, st);
+        gnn_write(g, w, 0, n, w_vals, fx_dexp_const(0), st);
         return;
     }
     fx_storage *s = w->st;
@@ -501,7 +504,7 @@ static void gnn_write_w(gnn *g, tensor_t *w, float *new_p, float *w_vals, int64_
     s->rounding = FX_ROUND_STOCHASTIC;
     s->seed = seed;
     s->write_counter = step;
-    gnn_write(g, w, 0, n, new_p, 0, st);
+    gnn_write(g, w, 0, n, new_p, fx_dexp_const(0), st);
     s->rounding = mode;
     s->seed = old_seed;
     s->write_counter = old_counter;

@@ -58,10 +58,12 @@ int fx_gnn_host_ptr(const void *p, const char *name, const char *func);
 int fx_gpu_write_defers(tensor_t *out, int *defers, const char *func);
 
 /* The device write path for composite ops, defined in gpu_dispatch.c next to the write path it
- * wraps (CUDA builds only): one write of a device stage into out; stats: the stage's device
- * statistics, needed when out has a shared exponent. */
-int fx_gpu_write_stage(tensor_t *out, int kind, int64_t n, float *f32, int64_t *i64, int exp,
-                       const fx_dstage_stats *stats, const char *func);
+ * wraps (CUDA builds only): one write of a device stage into out (int64 values at exponent
+ * exp: fx_dexp_view / fx_dexp_views of the inputs' views, gpu_internal.h, so that exponents
+ * the device chose stay on the device); stats: the stage's device statistics, needed when
+ * out has a shared exponent. */
+int fx_gpu_write_stage(tensor_t *out, int kind, int64_t n, float *f32, int64_t *i64,
+                       fx_dexp exp, const fx_dstage_stats *stats, const char *func);
 
 /* ---- pooling (pool.c validated g; argmax: device int32[numel(y)], may be NULL) ------------ */
 int fx_gnn_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, const fx_pool_geom *g,
