@@ -13,10 +13,11 @@
 # BENCH_SIZES (default "256 512 1024 2048 4096"), PYTHON (with PyTorch, for the torch step;
 # default python3). Steps: build test memcheck bench train trainhost presets resnet torch
 # (default: all but memcheck, presets, resnet and torch). presets: flex16_5 on the device under
-# the "published" preset with deferred writes (no wait for a write's own statistics), the same
-# with FLEXPOINT_GPU_DEFER=0 (one wait per write), under "robust" (one wait per write), and on
-# the host under "published" (its traces must match the device's), for the seconds per epoch
-# that deferral saves. Each step has its own time limit so that one hang cannot eat the rest.
+# the "published" and "robust" presets with launched writes (no wait for a write's own
+# statistics) and the same with FLEXPOINT_GPU_DEFER=0 (one wait per write), dfp16 with
+# FLEXPOINT_GPU_DEFER=0 (its launched run is the train step's), and flex16_5 on the host under
+# "published" (the device runs' traces must match the host's), for the seconds per epoch that
+# launching saves. Each step has its own time limit so that one hang cannot eat the rest.
 # Every step's output goes to $OUT/log.txt; the training CSVs are packed into $OUT/train.tar.gz.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -89,10 +90,13 @@ if has presets; then
   for preset in published robust; do
     step "flex16_5 $preset on cuda" 300 "$BUILD/tools/flexpoint-train" "${common[@]}" --formats flex16_5 \
       --autoflex "$preset" --device cuda --out "$OUT/train_cuda_$preset"
+    step "flex16_5 $preset on cuda, FLEXPOINT_GPU_DEFER=0" 300 env FLEXPOINT_GPU_DEFER=0 \
+      "$BUILD/tools/flexpoint-train" "${common[@]}" --formats flex16_5 --autoflex "$preset" \
+      --device cuda --out "$OUT/train_cuda_${preset}_nodefer"
   done
-  step "flex16_5 published on cuda, FLEXPOINT_GPU_DEFER=0" 300 env FLEXPOINT_GPU_DEFER=0 \
-    "$BUILD/tools/flexpoint-train" "${common[@]}" --formats flex16_5 --autoflex published \
-    --device cuda --out "$OUT/train_cuda_nodefer"
+  step "dfp16 on cuda, FLEXPOINT_GPU_DEFER=0" 300 env FLEXPOINT_GPU_DEFER=0 \
+    "$BUILD/tools/flexpoint-train" "${common[@]}" --formats dfp16 --device cuda \
+    --out "$OUT/train_cuda_dfp16_nodefer"
   step "flex16_5 published on host" 300 "$BUILD/tools/flexpoint-train" "${common[@]}" --formats flex16_5 \
     --autoflex published --device cpu --out "$OUT/train_host_published"
 fi
@@ -105,14 +109,16 @@ if has torch; then
   step "PyTorch on cuda" 300 "${PYTHON:-python3}" tools/pytorch_baseline.py --model cnn --epochs "$EPOCHS" \
     --train-subset "$TRAIN_N" --test-subset 2000 --data-dir "$DATA" --device cuda --out "$OUT/train_torch"
 fi
-for d in train_cuda train_host train_cuda_published train_cuda_nodefer train_cuda_robust \
-    train_host_published train_resnet train_torch; do
+for d in train_cuda train_host train_cuda_published train_cuda_published_nodefer \
+    train_cuda_robust train_cuda_robust_nodefer train_cuda_dfp16_nodefer train_host_published \
+    train_resnet train_torch; do
   for f in "$OUT/$d/epochs.csv" "$OUT/$d/pytorch_epochs.csv"; do
     [ -f "$f" ] && { echo "-- $d/$(basename "$f")"; cat "$f"; } | tee -a "$LOG"
   done
 done
 for pair in "train_cuda train_host" "train_cuda_published train_host_published" \
-    "train_cuda_nodefer train_host_published"; do
+    "train_cuda_published_nodefer train_host_published" "train_cuda_robust train_cuda_robust_nodefer" \
+    "train_cuda_dfp16_nodefer train_host"; do
   set -- $pair
   if [ -f "$OUT/$1/steps.csv" ] && [ -f "$OUT/$2/steps.csv" ]; then
     for f in "$OUT/$1"/trace_*.csv; do

@@ -109,8 +109,10 @@ typedef struct fx_storage {
 
 /* Complete st's pending write, if any (src/core/store.c), so that its Autoflex state,
  * statistics, counters and trace are those of every write launched so far. Every reader of
- * that state calls it first. FX_OK, or the backend's status (FX_EDEVICE) when the statistics
- * cannot be collected; the pending write is then dropped. */
+ * that state calls it first. FX_OK, or FX_EDEVICE: the statistics cannot be collected (the
+ * write stays pending if the backend holds its exponent, else it is dropped), or the backend
+ * kept another exponent than the core's rules ask for (the exponent is then the backend's and
+ * the write's statistics are dropped). */
 int fx_storage_settle(fx_storage *st, const char *func);
 
 struct tensor {

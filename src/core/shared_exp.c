@@ -16,8 +16,9 @@ static int fx_need_shared(const tensor_t *t, const char *func)
 int tensor_exp(const tensor_t *t)
 {
     if (fx_need_shared(t, __func__)) return 0;
-    /* a device write may still hold its exponent; if it cannot be collected, the status
-     * stays in flexpoint_last_error and the exponent is the one the data are written at */
+    /* a device write may still hold its exponent; if it cannot be collected (a device
+     * fault), the status stays in flexpoint_last_error and the exponent returned is the one
+     * before that write */
     fx_storage_settle(t->st, __func__);
     return t->st->exp;
 }

@@ -264,7 +264,7 @@ void fx_write_shared_launched(tensor_t *out, fx_pending_write *p, int mode, int 
 typedef struct fx_replay_ctx {
     const fx_pending_result *res;
     int next;
-    int asked; /* the exponent asked for when it did not match */
+    int mismatch, asked; /* the rules asked for exponent `asked`, which the backend did not keep */
 } fx_replay_ctx;
 
 static int fx_replay_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
@@ -272,6 +272,7 @@ static int fx_replay_quantize(void *ctx, int e, const fx_rounding *r, int keep, 
     (void)r;
     fx_replay_ctx *c = ctx;
     if (!keep || c->next >= c->res->ntrials || c->res->trial[c->next].e != e) {
+        c->mismatch = 1;
         c->asked = e;
         return FX_EDEVICE;
     }
@@ -287,14 +288,20 @@ int fx_storage_settle(fx_storage *st, const char *func)
     fx_pending_result res;
     memset(&res, 0, sizeof res);
     int rc = p->ops->collect(p, &res, func);
-    if (rc) return rc;
+    if (rc) {
+        /* the exponent of a write the backend decided is still only the backend's: keep the
+         * write pending (the backend's views keep reading it there), and report the failure
+         * again at the next settle; a write whose exponent is known is dropped */
+        if (!p->exp_known) p->active = 1;
+        return rc;
+    }
     if (res.ntrials < 1 || res.ntrials > 2)
         return fx_error(FX_EDEVICE, func, "a launched write reported %d quantisations",
                         res.ntrials);
     /* The write is decided again by the core's own rules from what the backend measured,
      * at the state it was launched from (only this write changes it until it is settled);
      * the counters moved at launch. */
-    fx_replay_ctx c = {&res, 0, 0};
+    fx_replay_ctx c = {&res, 0, 0, 0};
     fx_shared_src src;
     memset(&src, 0, sizeof src);
     src.kind = res.kind;
@@ -314,7 +321,7 @@ int fx_storage_settle(fx_storage *st, const char *func)
         return fx_error(FX_EDEVICE, func, "write %lld: the backend kept exponent %d after %d "
                         "quantisation(s), but the rules of src/core/store.c ask for exponent "
                         "%d; its statistics are dropped", (long long)p->index, held,
-                        res.ntrials, c.next < res.ntrials ? c.asked : o.e);
+                        res.ntrials, c.mismatch ? c.asked : o.e);
     }
     fx_shared_commit(st, p->index, &o, res.true_max);
     return FX_OK;

@@ -327,6 +327,8 @@ struct fx_gpu_pending {
     int *cell;   /* device memory: the exponent the device chose (RECOMPUTE, EXACT) */
     int kind;    /* the stage of the launched write: FX_STAGE_F32 or FX_STAGE_I64 */
     int e0;      /* the exponent it was first rounded at (KEEP, RECOMPUTE) */
+    int sexp_on_device; /* its int64 stage's exponent is in the slot (dev_e[1]), not sexp */
+    int sexp;           /* else: that exponent */
 };
 
 static const int *fx_gpu_pending_cell(const fx_storage *st)
@@ -344,7 +346,7 @@ static int fx_gpu_pending_collect(fx_pending_write *p, fx_pending_result *res, c
     fx_gpu_stats_pair h;
     memcpy(&h, g->host, FX_GPU_PAIR_BYTES);
     res->kind = g->kind;
-    res->exp = g->kind == FX_STAGE_I64 ? h.dev_e[1] : 0;
+    res->exp = g->kind != FX_STAGE_I64 ? 0 : g->sexp_on_device ? h.dev_e[1] : g->sexp;
     const fx_gpu_stage sg = {g->kind, 0, NULL, NULL, fx_dexp_const(res->exp)};
     fx_qstats q1;
     fx_gpu_qstats_of(&sg, &h.quant, &q1);
@@ -463,6 +465,8 @@ static int fx_gpu_write_launched(tensor_t *out, int mode, int e, const fx_roundi
     fx_gpu_pending *g = (fx_gpu_pending *)st->pending; /* fx_gpu_launch_mode made it */
     fx_gpu_quant_ctx qc = {sg, dst, ds, func, 0, 0, {0}, {0}};
     const int f32 = sg->kind == FX_STAGE_F32;
+    /* where the settle will find the stage's exponent: known here, or evaluated on the device */
+    const int sexp_on_device = !fx_dexp_known(&sg->exp), sexp = sg->exp.c;
     int rc = fx_gpu_stage_exp_fix(sg, ds, func);
     if (rc) return rc;
     switch (mode) {
@@ -492,6 +496,8 @@ static int fx_gpu_write_launched(tensor_t *out, int mode, int e, const fx_roundi
     if (rc) return rc; /* nothing committed: the state is as before the write */
     g->kind = sg->kind;
     g->e0 = e;
+    g->sexp_on_device = sexp_on_device;
+    g->sexp = sexp;
     fx_write_shared_launched(out, &g->base, mode, e, mode == FX_LAUNCH_KEEP);
     return FX_OK;
 }
