@@ -180,6 +180,11 @@ FX_API tensor_t *tensor_view_slice(const tensor_t *t, int dim, int64_t start, in
  *  last write chose its exponent on the device (flexpoint_gpu.h) waits for that write's
  *  statistics first. */
 FX_API int tensor_exp(const tensor_t *t);
+/** The shared exponent into *e, with a status: FX_OK; FX_EINVAL (NULL t or e); FX_EFORMAT
+ *  (a float format); FX_EDEVICE when a device write's statistics cannot be collected or its
+ *  exponent disagrees with the core's rules (*e is then the exponent the data are held at,
+ *  as far as the host knows). Prefer it to tensor_exp where a failure must not go unseen. */
+FX_API int tensor_get_exp(const tensor_t *t, int *e);
 
 /** Set the shared exponent. The stored mantissas are rescaled to keep their values (rounding
  *  shift, ties to even, saturating; saturation is counted). FX_ERANGE if e is outside the

@@ -190,6 +190,12 @@ static void shared_exponent_api(void)
     CHECK(msg_has("exponent 1") && msg_has("[-31, 0]"), "exp msg: %s", flexpoint_last_error());
     CHECK_STATUS(tensor_set_exp(f, -10), FX_OK);
     CHECK(tensor_exp(f) == -10, "set exp");
+    int ge = 99;
+    CHECK_STATUS(tensor_get_exp(f, &ge), FX_OK);
+    CHECK(ge == -10, "tensor_get_exp: %d", ge);
+    CHECK_STATUS(tensor_get_exp(h, &ge), FX_EFORMAT);
+    CHECK_STATUS(tensor_get_exp(NULL, &ge), FX_EINVAL);
+    CHECK_STATUS(tensor_get_exp(f, NULL), FX_EINVAL);
     CHECK_STATUS(tensor_set_exp(d, 200), FX_ERANGE);
     CHECK_STATUS(tensor_set_exp(h, 0), FX_EFORMAT);
     CHECK_STATUS(tensor_set_exp_window(f, 100), FX_ERANGE);

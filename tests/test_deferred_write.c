@@ -99,7 +99,7 @@ static int pending_active(const tensor_t *t)
 
 /* ---- op sequences ------------------------------------------------------------------------- */
 
-enum { SEQ_STEPS = 40, ROWS = 8, COLS = 12, NSEQ = 7 };
+enum { SEQ_STEPS = 40, ROWS = 8, COLS = 12, NSEQ = 8 };
 
 /* Data of step s: Gaussian values whose scale drifts, jumps by 2^12 at step 13 (a saturating
  * write under the published algorithm), vanishes at step 20 and holds NaN/Inf at step 27. */
@@ -135,7 +135,8 @@ static obs_log run_sequence(const seq_opts *o, int defer, int *deferred)
     tensor_t *y = tensor_new(FMT_FLEX16_5, 2, sy), *z = tensor_new(FMT_FLEX16_5, 2, sy);
     tensor_t *rl = tensor_new(FMT_FLEX16_5, 2, sy), *sc = tensor_new(FMT_FLEX16_5, 2, sy);
     tensor_t *d = tensor_new(FMT_DFP16, 2, sy); /* exact exponents: every write launches */
-    tensor_t *all[NSEQ] = {a, w, y, z, rl, sc, d};
+    tensor_t *df = tensor_new(FMT_DFP16, 2, sa); /* fp32 stages: all-zero and NaN/Inf writes */
+    tensor_t *all[NSEQ] = {a, w, y, z, rl, sc, d, df};
     for (int i = 0; i < NSEQ; i++) {
         if (tensor_fmt(all[i]) == FMT_FLEX16_5)
             CHECK_STATUS(tensor_set_autoflex(all[i], o->preset), FX_OK);
@@ -151,6 +152,8 @@ static obs_log run_sequence(const seq_opts *o, int defer, int *deferred)
         CHECK_STATUS(tensor_from_f32(a, xa), FX_OK);
         *deferred += pending_active(a);
         CHECK_STATUS(tensor_from_f32(w, xw), FX_OK);
+        CHECK_STATUS(tensor_from_f32(df, xa), FX_OK);
+        *deferred += pending_active(df);
         CHECK_STATUS(tensor_matmul(y, a, w), FX_OK);
         *deferred += pending_active(y);
         CHECK_STATUS(tensor_add(z, y, z), FX_OK); /* reads z while z's last write may pend */
@@ -189,10 +192,10 @@ static void sequences(void)
                 /* a and y are written 40 times each. Every write is launched except a first
                  * write of a managed configuration (it measures its own data); y switches to
                  * "truemax" at step 23, so its write at step 24 is a first one again. The
-                 * DFP16 tensor d launches all its 40 writes. */
+                 * DFP16 tensors d and df launch all their 40 writes each. */
                 const int fixed = strcmp(presets[p], "fixed") == 0;
                 const int want = (fixed ? 2 * SEQ_STEPS - 1 : 2 * (SEQ_STEPS - 1) - 1) +
-                                 SEQ_STEPS;
+                                 2 * SEQ_STEPS;
                 CHECK(d1 == want, "%s: %d writes deferred, want %d", what, d1, want);
                 free(at_once.p);
                 free(deferred.p);

@@ -75,6 +75,7 @@ _PROTOTYPES: Dict[str, tuple] = {
     "tensor_view_slice": (_p, [_p, c_int, c_int64, c_int64, c_int64]),
     # shared exponent
     "tensor_exp": (c_int, [_p]),
+    "tensor_get_exp": (c_int, [_p, _ip]),
     "tensor_set_exp": (c_int, [_p, c_int]),
     "tensor_set_exp_window": (c_int, [_p, c_int]),
     "tensor_exp_window": (c_int, [_p, _ip, _ip]),

@@ -490,7 +490,10 @@ class Tensor:
         formats. Setting it rescales the stored mantissas (RangeError outside the window)."""
         if not self.is_shared_exponent:
             return None
-        return int(lib().tensor_exp(self._h))
+        e = ctypes.c_int(0)
+        # the status form: a device write that cannot be completed raises instead of passing
+        check(lib().tensor_get_exp(self._h, ctypes.byref(e)), "tensor_get_exp")
+        return int(e.value)
 
     @exp.setter
     def exp(self, e: int) -> None:

@@ -88,10 +88,6 @@ int fx_write_shared_peek_exp(const tensor_t *out, int *e);
  * configuration, a partial view, a write still pending: settle first). */
 int fx_write_shared_launch_mode(const tensor_t *out, int *e, fx_rounding *r);
 
-/* 1 when the launch mode is FX_LAUNCH_KEEP, with the exponent *e, *clamped and the rounding *r;
- * 0 otherwise. */
-int fx_write_shared_defer_exp(const tensor_t *out, int *e, int *clamped, fx_rounding *r);
-
 /* Commit a launched write into out: the write counters move now, and the exponent to e when
  * exp_known (the backend knows it: KEEP, or a host backend). p (owned by out's storage from
  * now on, as st->pending) is completed by fx_storage_settle. */

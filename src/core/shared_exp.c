@@ -13,6 +13,17 @@ static int fx_need_shared(const tensor_t *t, const char *func)
     return FX_OK;
 }
 
+int tensor_get_exp(const tensor_t *t, int *e)
+{
+    if (!e) return fx_error(FX_EINVAL, __func__, "e is NULL");
+    *e = 0;
+    int rc = fx_need_shared(t, __func__);
+    if (rc) return rc;
+    rc = fx_storage_settle(t->st, __func__);
+    *e = t->st->exp;
+    return rc;
+}
+
 int tensor_exp(const tensor_t *t)
 {
     if (fx_need_shared(t, __func__)) return 0;

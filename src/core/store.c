@@ -234,16 +234,6 @@ int fx_write_shared_launch_mode(const tensor_t *out, int *e, fx_rounding *r)
     return mode;
 }
 
-int fx_write_shared_defer_exp(const tensor_t *out, int *e, int *clamped, fx_rounding *r)
-{
-    fx_rounding rr;
-    if (fx_write_shared_launch_mode(out, e, &rr) != FX_LAUNCH_KEEP) return 0;
-    *clamped = 0;
-    fx_history_exp(out, e, clamped);
-    *r = rr;
-    return 1;
-}
-
 void fx_write_shared_launched(tensor_t *out, fx_pending_write *p, int mode, int e, int exp_known)
 {
     fx_storage *st = out->st;
@@ -295,9 +285,11 @@ int fx_storage_settle(fx_storage *st, const char *func)
         if (!p->exp_known) p->active = 1;
         return rc;
     }
-    if (res.ntrials < 1 || res.ntrials > 2)
+    if (res.ntrials < 1 || res.ntrials > 2) {
+        if (!p->exp_known) p->active = 1; /* as a failed collect */
         return fx_error(FX_EDEVICE, func, "a launched write reported %d quantisations",
                         res.ntrials);
+    }
     /* The write is decided again by the core's own rules from what the backend measured,
      * at the state it was launched from (only this write changes it until it is settled);
      * the counters moved at launch. */
