@@ -162,16 +162,21 @@ FX_API int flexpoint_gpu_free(void *p);
 FX_API int flexpoint_gpu_release_cache(void);
 
 /** How many times this process has waited for a CUDA device inside the library so far: every
- *  copy between host and device memory (a synchronous copy waits for the work queued before
- *  it), every synchronisation, and every read of write statistics that had not yet arrived.
- *  For profiling a training step (a FLEX16_5 write under a KEEP Autoflex preset adds none; see
- *  the conventions above). 0 without CUDA. Never fails. */
+ *  copy from device to host memory and every upload larger than 4 MiB (a synchronous copy
+ *  waits for the work queued before it), every synchronisation, every read of write
+ *  statistics that had not yet arrived, and every upload that found its staging buffer still
+ *  in use. For profiling a training step (a shared-exponent write after the tensor's first
+ *  adds none; see the conventions above). 0 without CUDA. Never fails. */
 FX_API long long flexpoint_gpu_host_waits(void);
 
 /** Copy `bytes` from host memory src to device memory dst / from device memory src to host
  *  memory dst. bytes == 0 does nothing (FX_OK). FX_EINVAL for NULL pointers with bytes > 0 or
  *  pointers in the wrong places (named in the message); FX_EDEVICE without CUDA or when the
- *  copy fails. Synchronous: the data is in place when the call returns. */
+ *  copy fails. To the host: synchronous, the data is in dst when the call returns. To the
+ *  device: src may be reused when the call returns, and all work the library (or any code on
+ *  the device's legacy default stream) queues afterwards sees the data; copies of up to 4 MiB
+ *  are queued through pinned staging memory without waiting for the device, so code on other,
+ *  non-blocking CUDA streams must synchronise the device before reading dst. */
 FX_API int flexpoint_gpu_memcpy_to_device(void *dst, const void *src, size_t bytes);
 FX_API int flexpoint_gpu_memcpy_to_host(void *dst, const void *src, size_t bytes);
 

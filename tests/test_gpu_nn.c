@@ -25,6 +25,7 @@
 #include "core/internal.h" /* host stand-ins copy the exponent state; placement marking */
 #include "flexpoint_nn.h"
 #include "gpu/gpu_nn_math.h"
+#include "nn/pool_own.h"
 #include "nn/stochastic_round.h"
 #include "testutil.h"
 #include "gpu_testutil.h"
@@ -255,6 +256,23 @@ static void test_pooling(test_rng *r)
                 RUN_BOTH(what, tensor_maxpool2d_backward(dx.h, dy.h, am_h),
                          tensor_maxpool2d_backward(dx.d, dy.d, am_d));
                 check_same_pair(dx, what);
+                /* the trainer's entry (indices from the forward pass above, no device check)
+                 * gives the same result, and on a device without waiting for one */
+                snprintf(what, sizeof what, "maxpool_backward_own %dx%d/%d %s -> %s", p->kh,
+                         p->kw, p->sh, fmt_name(f), fmt_name(fo));
+                pair dx2 = out_pair(fo, 4, xs);
+                const long long w0 = flexpoint_gpu_host_waits();
+                RUN_BOTH(what, fx_maxpool2d_backward_own(dx2.h, dy.h, am_h),
+                         fx_maxpool2d_backward_own(dx2.d, dy.d, am_d));
+                const long long waited = flexpoint_gpu_host_waits() - w0;
+                check_same_pair(dx2, what);
+                /* (a float dx: a shared-exponent dx waits in its first write, which
+                 * measures its own data; FLEXPOINT_GPU_SYNC=1 makes every op wait) */
+                const char *sync_env = getenv("FLEXPOINT_GPU_SYNC");
+                if (!gpu_test_on_host && !fmt_is_shared_exponent(fo) &&
+                    !(sync_env && sync_env[0] == '1'))
+                    CHECK(waited == 0, "%s: %lld host waits", what, waited);
+                free_pair(dx2);
 
                 snprintf(what, sizeof what, "avgpool %dx%d/%d pad %d %s -> %s", p->kh, p->kw,
                          p->sh, p->ph, fmt_name(f), fmt_name(fo));

@@ -78,7 +78,13 @@ int fx_gr_malloc(size_t bytes, void **p, const char *func);
 void fx_gr_free(void *p);
 void fx_gr_release_cache(void);
 enum { FX_GR_H2D = 0, FX_GR_D2H = 1, FX_GR_D2D = 2 };
+/* A copy in stream order. D2H waits for the device (the bytes are in dst on return); H2D of up
+ * to 4 MiB goes through a pinned staging buffer and is only queued (gpu_h2d_stage.cu: src may
+ * be reused at once, later work sees the bytes); larger H2D copies wait. */
 int fx_gr_memcpy(void *dst, const void *src, size_t bytes, int dir, const char *func);
+/* The staged H2D copy behind fx_gr_memcpy: *staged = 1 if it took the copy (then its status),
+ * 0 if the caller must copy synchronously (too large, or no pinned memory). */
+int fx_gr_h2d_staged(void *dst, const void *src, size_t bytes, int *staged, const char *func);
 int fx_gr_memset0(void *p, size_t bytes, const char *func);
 /* Wait for the device's work and report any asynchronous kernel failure. */
 int fx_gr_sync(const char *func);

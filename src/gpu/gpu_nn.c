@@ -172,7 +172,7 @@ int fx_gnn_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, const fx_p
 }
 
 int fx_gnn_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *argmax,
-                              const char *func)
+                              int own_indices, const char *func)
 {
     const int device = dx->st->device;
     int rc = gnn_dev_ptr(argmax, device, "argmax", func);
@@ -181,11 +181,14 @@ int fx_gnn_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
     const int64_t P = dy->shape[2] * dy->shape[3], ny = planes * P, nx = planes * HW;
     gnn g;
     if (gnn_begin(&g, device, func)) return gnn_end(&g);
-    /* every index in its own plane, checked before anything is written (as on the host) */
-    unsigned long long *bad = gnn_alloc(&g, 1, sizeof *bad);
-    if (!g.rc) g.rc = fx_gnk_argmax_check(argmax, ny, P, HW, bad, func);
+    /* every index in its own plane, checked before anything is written (as on the host);
+     * indices from the library's own forward pass need no check, and no wait for it */
     unsigned long long hbad = 0;
-    gnn_copy(&g, &hbad, bad, sizeof hbad, FX_GR_D2H);
+    if (!own_indices) {
+        unsigned long long *bad = gnn_alloc(&g, 1, sizeof *bad);
+        if (!g.rc) g.rc = fx_gnk_argmax_check(argmax, ny, P, HW, bad, func);
+        gnn_copy(&g, &hbad, bad, sizeof hbad, FX_GR_D2H);
+    }
     if (!g.rc && hbad) {
         const int64_t i = ny - (int64_t)hbad, lo = (i / P) * HW;
         int32_t v = 0;

@@ -69,9 +69,11 @@ int fx_gpu_write_stage(tensor_t *out, int kind, int64_t n, float *f32, int64_t *
 int fx_gnn_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, const fx_pool_geom *g,
                      const char *func);
 /* dx, dy 4-D with equal N, C (validated); argmax: device int32[numel(dy)], checked on the
- * device to lie in its own (n, c) plane (FX_ERANGE, nothing written). */
+ * device to lie in its own (n, c) plane (FX_ERANGE, nothing written), which costs a wait for
+ * the device; own_indices != 0 skips that check for indices the library's own forward pass
+ * wrote into a buffer nothing else writes (the trainer's, fx_maxpool2d_backward_own). */
 int fx_gnn_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *argmax,
-                              const char *func);
+                              int own_indices, const char *func);
 int fx_gnn_avgpool2d(tensor_t *y, const tensor_t *x, const fx_pool_geom *g, const char *func);
 int fx_gnn_avgpool2d_backward(tensor_t *dx, const tensor_t *dy, const fx_pool_geom *g,
                               const char *func);

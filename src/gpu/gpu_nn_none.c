@@ -29,9 +29,9 @@ int fx_gnn_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, const fx_p
 }
 
 int fx_gnn_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *argmax,
-                              const char *func)
+                              int own_indices, const char *func)
 {
-    (void)dx, (void)dy, (void)argmax;
+    (void)dx, (void)dy, (void)argmax, (void)own_indices;
     return fx_gnn_none(func);
 }
 

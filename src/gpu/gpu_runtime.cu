@@ -63,6 +63,11 @@ extern "C" long long flexpoint_gpu_host_waits(void)
 extern "C" int fx_gr_memcpy(void *dst, const void *src, size_t bytes, int dir, const char *func)
 {
     if (bytes == 0) return FX_OK;
+    if (dir == FX_GR_H2D) { // small uploads are queued behind the device's work, not waited for
+        int staged = 0;
+        const int rc = fx_gr_h2d_staged(dst, src, bytes, &staged, func);
+        if (staged) return rc;
+    }
     if (dir != FX_GR_D2D) fx_gr_count_wait();
     const cudaMemcpyKind kind = dir == FX_GR_H2D   ? cudaMemcpyHostToDevice
                                 : dir == FX_GR_D2H ? cudaMemcpyDeviceToHost

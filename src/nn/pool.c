@@ -31,6 +31,7 @@
 #include "../core/compose.h"
 #include "../core/half_bits.h"
 #include "../gpu/gpu_nn.h"
+#include "pool_own.h"
 
 #include <math.h>
 #include <string.h>
@@ -400,29 +401,43 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
     return rc;
 }
 
+static int pool_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *argmax,
+                                   int own_indices, const char *func);
+
 int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *argmax)
 {
+    return pool_maxpool2d_backward(dx, dy, argmax, 0, __func__);
+}
+
+int fx_maxpool2d_backward_own(tensor_t *dx, const tensor_t *dy, const int32_t *argmax)
+{
+    return pool_maxpool2d_backward(dx, dy, argmax, 1, __func__);
+}
+
+static int pool_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *argmax,
+                                   int own_indices, const char *func)
+{
     if (!dx || !dy || !argmax)
-        return FX_FAIL(FX_EINVAL, "%s is NULL", !dx ? "dx" : (!dy ? "dy" : "argmax"));
-    int rc = pool_4d(__func__, dx, "dx");
-    if (!rc) rc = pool_4d(__func__, dy, "dy");
+        return fx_error(FX_EINVAL, func, "%s is NULL", !dx ? "dx" : (!dy ? "dy" : "argmax"));
+    int rc = pool_4d(func, dx, "dx");
+    if (!rc) rc = pool_4d(func, dy, "dy");
     if (rc) return rc;
     char b1[160], b2[160];
     if (dx->shape[0] != dy->shape[0] || dx->shape[1] != dy->shape[1])
-        return FX_FAIL(FX_ESHAPE, "dx.shape=%s and dy.shape=%s differ in batch or channels",
+        return fx_error(FX_ESHAPE, func, "dx.shape=%s and dy.shape=%s differ in batch or channels",
                        fx_shape_str(dx, b1, sizeof b1), fx_shape_str(dy, b2, sizeof b2));
     if (dx->shape[0] == 0 || dx->shape[1] == 0)
-        return FX_FAIL(FX_ESHAPE, "empty batch or no channels: dx.shape=%s",
+        return fx_error(FX_ESHAPE, func, "empty batch or no channels: dx.shape=%s",
                        fx_shape_str(dx, b1, sizeof b1));
     const int64_t planes = dx->shape[0] * dx->shape[1], HW = dx->shape[2] * dx->shape[3];
     const int64_t P = dy->shape[2] * dy->shape[3], nx = planes * HW, ny = planes * P;
     if (nx > INT32_MAX)
-        return FX_FAIL(FX_EUNSUPPORTED, "dx has %lld elements; int32 argmax indices need "
+        return fx_error(FX_EUNSUPPORTED, func, "dx has %lld elements; int32 argmax indices need "
                        "fewer than 2^31", (long long)nx);
     int device = -1;
-    if ((rc = pool_where(__func__, dx, "dx", dy, "dy", &device))) return rc;
+    if ((rc = pool_where(func, dx, "dx", dy, "dy", &device))) return rc;
     /* on a device, argmax is device memory, checked there before anything is written */
-    if (device >= 0) return fx_gnn_maxpool2d_backward(dx, dy, argmax, __func__);
+    if (device >= 0) return fx_gnn_maxpool2d_backward(dx, dy, argmax, own_indices, func);
     /* every index inside its own plane (the first one that is not is named); in parallel, as
      * it reads all of argmax */
     int64_t first_bad = ny;
@@ -441,7 +456,7 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
     }
     if (first_bad < ny) {
         const int64_t lo = first_bad / P * HW;
-        return FX_FAIL(FX_ERANGE, "argmax[%lld]=%d is outside the (n, c) plane of that "
+        return fx_error(FX_ERANGE, func, "argmax[%lld]=%d is outside the (n, c) plane of that "
                        "output, [%lld, %lld) in dx.shape=%s", (long long)first_bad,
                        argmax[first_bad], (long long)lo, (long long)(lo + HW),
                        fx_shape_str(dx, b1, sizeof b1));
@@ -450,15 +465,15 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
     const int half = !ic && pool_is_half(dy->fmt) && dx->fmt == dy->fmt;
     fx_scratch s = {.n = 0};
     fx_operand dyo;
-    rc = half ? fx_operand_make(dy, 0, dy->fmt, 0, 0, NULL, &dyo, &s, __func__)
-              : pool_operand(dy, ic, &dyo, &s, __func__);
+    rc = half ? fx_operand_make(dy, 0, dy->fmt, 0, 0, NULL, &dyo, &s, func)
+              : pool_operand(dy, ic, &dyo, &s, func);
     if (rc == FX_OK && (ic || half)) {
         /* Where no two nonzero gradients meet at one input (windows that do not overlap), each
          * input's sum is 0 or a single gradient, which a 16-bit stage holds exactly: int16
          * mantissas, or fp16/bf16 patterns as the fp32 route leaves them (-0 + +0 = +0, NaN
          * canonical). A meeting (overlapping windows) is detected, and then the sums are made
          * in int64 or fp32 below. */
-        uint16_t *st16 = pool_alloc(&s, nx, sizeof(uint16_t), &rc, __func__);
+        uint16_t *st16 = pool_alloc(&s, nx, sizeof(uint16_t), &rc, func);
         if (rc) {
             fx_scratch_free(&s);
             return rc;
@@ -488,15 +503,15 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
             }
         }
         if (!met) {
-            rc = ic ? fx_write_i16_max(dx, (const int16_t *)st16, dyo.exp, (uint64_t)mx, __func__)
-                    : fx_write_half_bits(dx, st16, __func__);
+            rc = ic ? fx_write_i16_max(dx, (const int16_t *)st16, dyo.exp, (uint64_t)mx, func)
+                    : fx_write_half_bits(dx, st16, func);
             fx_scratch_free(&s);
             return rc;
         }
-        if (half) rc = pool_operand(dy, 0, &dyo, &s, __func__); /* the fp32 sums below */
+        if (half) rc = pool_operand(dy, 0, &dyo, &s, func); /* the fp32 sums below */
     }
     const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
-    void *stage = pool_alloc(&s, nx, ssz, &rc, __func__);
+    void *stage = pool_alloc(&s, nx, ssz, &rc, func);
     if (rc) {
         fx_scratch_free(&s);
         return rc;
@@ -516,7 +531,7 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
             for (int64_t i = pl * P; i < (pl + 1) * P; i++) st[argmax[i]] += d[i];
         }
     }
-    rc = pool_write(dx, stage, ic, dyo.exp, __func__);
+    rc = pool_write(dx, stage, ic, dyo.exp, func);
     fx_scratch_free(&s);
     return rc;
 }

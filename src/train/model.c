@@ -3,6 +3,7 @@
  * norm parameters and statistics are fp32 (EXPERIMENTS.md). */
 #include "model.h"
 #include "placement.h"
+#include "../nn/pool_own.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -601,7 +602,8 @@ static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
     }
     case FX_L_RELU: /* fused: x (the conv's output) was never written; relu(x) > 0 iff x > 0 */
         return dx ? tensor_relu_backward(dx, dy, l->fused_relu ? l->out[ctx] : x) : FX_OK;
-    case FX_L_MAXPOOL: return dx ? tensor_maxpool2d_backward(dx, dy, l->argmax) : FX_OK;
+    case FX_L_MAXPOOL: /* its argmax is written by the forward pass above and nothing else */
+        return dx ? fx_maxpool2d_backward_own(dx, dy, l->argmax) : FX_OK;
     case FX_L_GAP: return dx ? tensor_global_avgpool_backward(dx, dy) : FX_OK;
     case FX_L_BN:
         return tensor_batchnorm_backward(dx, m->params[l->w].g, m->params[l->b].g, dy, x,
