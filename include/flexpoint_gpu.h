@@ -49,17 +49,17 @@
  * - Ops on device tensors are asynchronous: an op returns once its work is queued on the
  *   device's (legacy default) stream, and later ops, copies to the host and tensor_free are
  *   ordered after it, so results read through this API are always complete. Float-format ops
- *   do not wait at all. A FLEX16_5 write whose exponent Autoflex predicts from its history and
- *   never revisits (presets "published", "truemax", "exact_init", "fixed": overflow_mode KEEP,
- *   after the tensor's first write) does not wait either: its statistics are copied back
- *   asynchronously, and its Autoflex history, statistics and trace are completed when the
- *   tensor is next written or its state is read (tensor_stat, traces, Autoflex calls,
- *   checkpoints, host copies), which then waits only for that copy, typically one training
- *   step old. The results are those of the host, bit for bit. Writes that decide from their
- *   own data read their statistics back at once, which waits for the op: DFP16 (exact
- *   exponent), a FLEX16_5 first write, and the "robust" preset (the default; it recomputes a
- *   saturated write at the exact exponent). flexpoint_gpu_host_waits counts the waits;
- *   FLEXPOINT_GPU_DEFER=0 in the environment turns deferral off (same results, more waits).
+ *   do not wait at all. Nor does a shared-exponent write after the tensor's first (every
+ *   Autoflex preset, and DFP16): its exponent rule runs on the device (the history's
+ *   prediction; "robust"'s recompute of a saturated write; DFP16's exact exponent), later ops
+ *   read an exponent the device chose from device memory, its statistics are copied back
+ *   asynchronously, and its exponent, Autoflex history, statistics and trace are completed
+ *   when the tensor is next written or its state is read (tensor_exp, tensor_stat, traces,
+ *   Autoflex calls, checkpoints, host copies), which then waits only for that copy, typically
+ *   one training step old. The results are those of the host, bit for bit. A FLEX16_5 first
+ *   write (it measures its own data), a write into a partial view and, with
+ *   FLEXPOINT_GPU_DEFER=0 in the environment, every write read their statistics back at once,
+ *   which waits for the op (same results). flexpoint_gpu_host_waits counts the waits.
  *   A fault inside a kernel is therefore reported by a later call (with FLEXPOINT_GPU_SYNC=1
  *   in the environment every op waits and reports its own faults). An op that fails with
  *   FX_EDEVICE may have changed its output's elements (a FLEX16_5 output is rounded at its
@@ -156,14 +156,16 @@ FX_API int flexpoint_gpu_free(void *p);
  *  cudaMalloc/cudaFree cost far more than most ops (cudaFree waits for the device). The cache
  *  holds at most FLEXPOINT_GPU_CACHE_MB megabytes per device (environment variable, read at the
  *  first allocation; default 4096; 0 disables it), and is emptied by itself when an
- *  allocation fails. Call this to hand the memory to another library sharing the GPU, and
- *  before cudaDeviceReset (the cache would otherwise keep pointers of the old context). Live
- *  allocations are untouched. Always FX_OK (also without CUDA, where nothing is cached). */
+ *  allocation fails. It also gives back the pinned host buffers that stage uploads and, on a
+ *  device with no live tensors, those that receive write statistics (made again when
+ *  needed). Call this to hand the memory to another library sharing the GPU, and before
+ *  cudaDeviceReset, after freeing that device's tensors (the library would otherwise keep
+ *  pointers of the old context). Live allocations are untouched. Always FX_OK (also without CUDA, where nothing is cached). */
 FX_API int flexpoint_gpu_release_cache(void);
 
 /** How many times this process has waited for a CUDA device inside the library so far: every
- *  copy from device to host memory and every upload larger than 4 MiB (a synchronous copy
- *  waits for the work queued before it), every synchronisation, every read of write
+ *  copy from device to host memory and every synchronous upload (larger than 4 MiB, managed
+ *  memory, or no pinned memory to stage through: it waits for the work queued before it), every synchronisation, every read of write
  *  statistics that had not yet arrived, and every upload that found its staging buffer still
  *  in use. For profiling a training step (a shared-exponent write after the tensor's first
  *  adds none; see the conventions above). 0 without CUDA. Never fails. */
@@ -175,8 +177,10 @@ FX_API long long flexpoint_gpu_host_waits(void);
  *  copy fails. To the host: synchronous, the data is in dst when the call returns. To the
  *  device: src may be reused when the call returns, and all work the library (or any code on
  *  the device's legacy default stream) queues afterwards sees the data; copies of up to 4 MiB
- *  are queued through pinned staging memory without waiting for the device, so code on other,
- *  non-blocking CUDA streams must synchronise the device before reading dst. */
+ *  from ordinary host memory are queued through pinned staging memory without waiting for
+ *  the device, so code on other, non-blocking CUDA streams must synchronise the device before
+ *  reading dst, and a failure of the queued copy is reported by a later call. Copies from or
+ *  to managed memory, and larger ones, are synchronous. */
 FX_API int flexpoint_gpu_memcpy_to_device(void *dst, const void *src, size_t bytes);
 FX_API int flexpoint_gpu_memcpy_to_host(void *dst, const void *src, size_t bytes);
 

@@ -147,6 +147,10 @@ extern "C" void fx_gr_free(void *p)
 
 extern "C" void fx_gr_release_cache(void)
 {
-    std::lock_guard<std::mutex> guard(fx_alloc_lock);
-    fx_release_cached(-1);
+    {
+        std::lock_guard<std::mutex> guard(fx_alloc_lock);
+        fx_release_cached(-1);
+    }
+    fx_gr_stage_release(); // the upload staging buffers (gpu_h2d_stage.cu)
+    fx_gr_slot_release();  // unused statistics slots (gpu_stats_slot.cu)
 }

@@ -8,9 +8,10 @@
 // may be refilled. With FX_STAGE_RING buffers, refilling one waits only if the device is still
 // FX_STAGE_RING uploads behind, which a training step (one batch, a few small arrays) never is.
 //
-// Buffers are allocated on a device's first staged copy and kept for the process (pinned
-// memory is slow to allocate and cudaFreeHost waits for the device). If pinned memory or an
-// event cannot be had, copies fall back to cudaMemcpy: the same result, with the wait.
+// Buffers are allocated on a device's first staged copy and kept until
+// flexpoint_gpu_release_cache (pinned memory is slow to allocate and cudaFreeHost waits for the
+// device). If pinned memory or an event cannot be had, copies fall back to cudaMemcpy: the
+// same result, with the wait; so do copies from managed memory (fx_stageable).
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -42,12 +43,32 @@ std::vector<fx_stage_ring *> fx_rings; // per device, never freed
 fx_stage_ring *fx_ring_of(int device)
 {
     std::lock_guard<std::mutex> g(fx_rings_lock);
-    if (fx_rings.size() <= (size_t)device) fx_rings.resize((size_t)device + 1, nullptr);
+    try {
+        if (fx_rings.size() <= (size_t)device) fx_rings.resize((size_t)device + 1, nullptr);
+    } catch (...) {
+        return nullptr; // no memory for the table: copy synchronously
+    }
     if (!fx_rings[(size_t)device]) fx_rings[(size_t)device] = new (std::nothrow) fx_stage_ring;
     return fx_rings[(size_t)device];
 }
 
-// The ring's buffers, made on first use (the ring's lock held). False if they cannot be.
+// Give a ring's buffers back (the ring's lock held, its device current): after their copies.
+void fx_ring_free(fx_stage_ring *r)
+{
+    for (int i = 0; i < FX_STAGE_RING; i++) {
+        fx_stage_buf &b = r->buf[i];
+        if (b.queued) (void)cudaEventSynchronize(b.event);
+        if (b.event) (void)cudaEventDestroy(b.event);
+        if (b.host) (void)cudaFreeHost(b.host);
+        b = fx_stage_buf();
+    }
+    r->next = 0;
+    (void)cudaGetLastError(); // releasing is best effort
+}
+
+// The ring's buffers, made on first use (the ring's lock held). False if they cannot be: then
+// whatever was made is given back (pinned memory is a shared, limited budget) and the ring is
+// not tried again.
 bool fx_ring_ready(fx_stage_ring *r)
 {
     if (r->failed) return false;
@@ -56,14 +77,56 @@ bool fx_ring_ready(fx_stage_ring *r)
         if (cudaMallocHost(&r->buf[i].host, FX_STAGE_BYTES) != cudaSuccess ||
             cudaEventCreateWithFlags(&r->buf[i].event, cudaEventDisableTiming) != cudaSuccess) {
             (void)cudaGetLastError(); // a fallback, not a failure of the caller's op
+            fx_ring_free(r);
             r->failed = true;
-            return false; // what was allocated stays unused (never freed: see the top)
+            return false;
         }
     }
     return true;
 }
 
+// Staging is for ordinary host memory into device memory. A managed source may be written by
+// work still queued (the CPU must not read it before that work ends), and a managed or host
+// destination is not what the staged path is for: those copy synchronously, as cudaMemcpy.
+bool fx_stageable(void *dst, const void *src)
+{
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, src) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    if (a.type != cudaMemoryTypeUnregistered && a.type != cudaMemoryTypeHost) return false;
+    if (cudaPointerGetAttributes(&a, dst) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeDevice;
+}
+
 } // namespace
+
+// flexpoint_gpu_release_cache: every ring's pinned buffers back to CUDA (they are made again on
+// the next staged copy), so that nothing of the library's is left in a context the caller is
+// about to reset.
+extern "C" void fx_gr_stage_release(void)
+{
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    std::lock_guard<std::mutex> g(fx_rings_lock);
+    for (size_t d = 0; d < fx_rings.size(); d++) {
+        fx_stage_ring *r = fx_rings[d];
+        if (!r) continue;
+        std::lock_guard<std::mutex> rg(r->lock);
+        if (cudaSetDevice((int)d) != cudaSuccess) continue;
+        fx_ring_free(r);
+        r->failed = false;
+    }
+    (void)cudaSetDevice(prev);
+    (void)cudaGetLastError();
+}
 
 // Stage a copy of `bytes` from host src to device dst of the current device: *staged = 1 when
 // it was queued (FX_OK or a CUDA failure), 0 when the caller must copy synchronously itself
@@ -72,7 +135,7 @@ extern "C" int fx_gr_h2d_staged(void *dst, const void *src, size_t bytes, int *s
                                 const char *func)
 {
     *staged = 0;
-    if (bytes > FX_STAGE_BYTES) return FX_OK;
+    if (bytes > FX_STAGE_BYTES || !fx_stageable(dst, src)) return FX_OK;
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -100,7 +163,12 @@ extern "C" int fx_gr_h2d_staged(void *dst, const void *src, size_t bytes, int *s
     cudaError_t err = cudaMemcpyAsync(dst, b.host, bytes, cudaMemcpyHostToDevice, 0);
     if (err != cudaSuccess) return fx_cuda_fail(err, func, "cudaMemcpyAsync (host to device)");
     err = cudaEventRecord(b.event, 0);
-    if (err != cudaSuccess) return fx_cuda_fail(err, func, "cudaEventRecord");
+    if (err != cudaSuccess) {
+        // the copy out of b is queued but cannot be tracked: let it finish, stage no more
+        (void)cudaDeviceSynchronize();
+        r->failed = true;
+        return fx_cuda_fail(err, func, "cudaEventRecord");
+    }
     b.queued = true;
     return FX_OK;
 }

@@ -85,6 +85,8 @@ int fx_gr_memcpy(void *dst, const void *src, size_t bytes, int dir, const char *
 /* The staged H2D copy behind fx_gr_memcpy: *staged = 1 if it took the copy (then its status),
  * 0 if the caller must copy synchronously (too large, or no pinned memory). */
 int fx_gr_h2d_staged(void *dst, const void *src, size_t bytes, int *staged, const char *func);
+/* Give the staging buffers back to CUDA (fx_gr_release_cache; made again when next needed). */
+void fx_gr_stage_release(void);
 int fx_gr_memset0(void *p, size_t bytes, const char *func);
 /* Wait for the device's work and report any asynchronous kernel failure. */
 int fx_gr_sync(const char *func);
@@ -103,6 +105,8 @@ int fx_gr_slot_get(size_t bytes, void **host, void **event, const char *func);
 void fx_gr_slot_put(int device, void *host, void *event);
 int fx_gr_slot_fill(void *host, const void *dev, size_t bytes, void *event, const char *func);
 int fx_gr_slot_wait(void *event, const char *func);
+/* Give a device's slots back to CUDA when none is held (fx_gr_release_cache). */
+void fx_gr_slot_release(void);
 
 /* out[M,N] (fp32, row-major, contiguous) = a[M,K] x b[K,N] with cuBLAS (cublasGemmEx, fp32
  * compute and accumulation). a and b are FP32, FP16 or BF16 views with any 2-D strides; when

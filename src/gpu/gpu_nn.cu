@@ -232,9 +232,13 @@ __global__ void fxn_k_maxpool_backward(fx_dview dy, int ic, const int32_t *argma
     unsigned fmax = 0;
     FXN_FOR(pl, planes)
     {
+        // an index outside the plane (possible only for indices the caller vouched for,
+        // fx_maxpool2d_backward_own) is skipped, never followed outside the plane's memory
+        const int64_t lo = pl * HW, hi = lo + HW;
         if (ic) {
             int64_t *s = (int64_t *)stage;
-            for (int64_t i = pl * P; i < (pl + 1) * P; i++) s[argmax[i]] += fx_dv_load_i16(dy, i);
+            for (int64_t i = pl * P; i < (pl + 1) * P; i++)
+                if (argmax[i] >= lo && argmax[i] < hi) s[argmax[i]] += fx_dv_load_i16(dy, i);
             for (int64_t j = pl * HW; j < (pl + 1) * HW; j++) {
                 const unsigned long long a = fx_uabs64(s[j]);
                 imax = a > imax ? a : imax;
@@ -242,7 +246,8 @@ __global__ void fxn_k_maxpool_backward(fx_dview dy, int ic, const int32_t *argma
         } else {
             float *s = (float *)stage;
             for (int64_t i = pl * P; i < (pl + 1) * P; i++)
-                s[argmax[i]] = fxn_fadd(s[argmax[i]], fx_dv_load_f32(dy, i, 1.0));
+                if (argmax[i] >= lo && argmax[i] < hi)
+                    s[argmax[i]] = fxn_fadd(s[argmax[i]], fx_dv_load_f32(dy, i, 1.0));
             for (int64_t j = pl * HW; j < (pl + 1) * HW; j++) fx_f32_stat1(s[j], &fmax, &nonfinite);
         }
     }

@@ -30,6 +30,8 @@ struct fx_slot {
 
 std::mutex fx_slot_lock;
 std::vector<std::vector<fx_slot>> fx_free_slots; // per device
+std::vector<std::vector<void *>> fx_slot_chunks; // per device: every chunk allocated
+std::vector<size_t> fx_slot_count;               // per device: slots made
 
 // A new chunk of slots for `device` (the current device) into the free list; lock held.
 int fx_slot_grow(int device, const char *func)
@@ -37,6 +39,11 @@ int fx_slot_grow(int device, const char *func)
     void *chunk = nullptr;
     cudaError_t err = cudaMallocHost(&chunk, FX_SLOT_BYTES * FX_SLOTS_PER_CHUNK);
     if (err != cudaSuccess) return fx_cuda_fail(err, func, "cudaMallocHost (statistics slots)");
+    if (fx_slot_chunks.size() <= (size_t)device) {
+        fx_slot_chunks.resize((size_t)device + 1);
+        fx_slot_count.resize((size_t)device + 1, 0);
+    }
+    fx_slot_chunks[(size_t)device].push_back(chunk);
     std::vector<fx_slot> &list = fx_free_slots[(size_t)device];
     for (int i = 0; i < FX_SLOTS_PER_CHUNK; i++) {
         fx_slot s;
@@ -47,11 +54,37 @@ int fx_slot_grow(int device, const char *func)
             return list.empty() ? fx_cuda_fail(err, func, "cudaEventCreate") : FX_OK;
         }
         list.push_back(s);
+        fx_slot_count[(size_t)device]++;
     }
     return FX_OK;
 }
 
 } // namespace
+
+// flexpoint_gpu_release_cache: a device's slots go back to CUDA when none is in use (no live
+// device tensor holds one), so that none is left in a context the caller resets; otherwise
+// they stay (and a reset must wait until those tensors are freed, as the API says).
+extern "C" void fx_gr_slot_release(void)
+{
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    std::lock_guard<std::mutex> g(fx_slot_lock);
+    for (size_t d = 0; d < fx_slot_chunks.size(); d++) {
+        if (fx_slot_chunks[d].empty() || fx_free_slots[d].size() != fx_slot_count[d]) continue;
+        if (cudaSetDevice((int)d) != cudaSuccess) continue;
+        (void)cudaDeviceSynchronize(); // the slots' last copies have landed
+        for (const fx_slot &sl : fx_free_slots[d]) (void)cudaEventDestroy(sl.event);
+        for (void *c : fx_slot_chunks[d]) (void)cudaFreeHost(c);
+        fx_free_slots[d].clear();
+        fx_slot_chunks[d].clear();
+        fx_slot_count[d] = 0;
+    }
+    (void)cudaSetDevice(prev);
+    (void)cudaGetLastError();
+}
 
 extern "C" int fx_gr_slot_get(size_t bytes, void **host, void **event, const char *func)
 {

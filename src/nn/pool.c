@@ -411,7 +411,8 @@ int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *a
 
 int fx_maxpool2d_backward_own(tensor_t *dx, const tensor_t *dy, const int32_t *argmax)
 {
-    return pool_maxpool2d_backward(dx, dy, argmax, 1, __func__);
+    /* errors name the public op the trainer's call stands for */
+    return pool_maxpool2d_backward(dx, dy, argmax, 1, "tensor_maxpool2d_backward");
 }
 
 static int pool_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *argmax,
