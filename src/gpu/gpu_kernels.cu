@@ -102,18 +102,24 @@ extern "C" int fx_gk_int_ew(int op, const fx_dview *a, const fx_dview *b, int ec
 // fx_gk_int_addsub_dev: the operand whose exponent is larger by more than FX_ALIGN_SPAN, if
 // any, is checked for a nonzero element (every thread reads both exponents and returns at once
 // when the gap is smaller, the usual case).
+// st->nonzero |= 1 if any of the n int16 elements of a is nonzero (every lane calls it).
+static __device__ __forceinline__ void fx_any_nonzero_into(const fx_dview &a, int64_t n,
+                                                           fx_dstage_stats *st)
+{
+    unsigned nz = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        nz |= fx_dv_load_i16(a, i) != 0;
+    nz = fx_warp_max_u32(nz);
+    if (fx_lane0() && nz) atomicOr(&st->nonzero, 1u);
+}
+
 __global__ void fx_k_addsub_zero_check(fx_dview a, fx_dview b, int64_t n, fx_dstage_stats *aux)
 {
     const int ea = fx_dv_exp(a), eb = fx_dv_exp(b);
     const int gap = ea > eb ? ea - eb : eb - ea;
-    if (gap <= FX_ALIGN_SPAN) return;
-    const fx_dview &big = ea > eb ? a : b;
-    unsigned nz = 0;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        nz |= fx_dv_load_i16(big, i) != 0;
-    nz = fx_warp_max_u32(nz);
-    if (fx_lane0() && nz) atomicOr(&aux->nonzero, 1u);
+    if (gap <= FX_ALIGN_SPAN) return; // the same for every thread: whole warps return
+    fx_any_nonzero_into(ea > eb ? a : b, n, aux);
 }
 
 // The op itself: each thread makes gpu_dispatch.c's choice from the exponents and the zero
@@ -174,12 +180,7 @@ extern "C" int fx_gk_exp_eval(fx_dexp x, int *out, const char *func)
 
 __global__ void fx_k_any_nonzero(fx_dview a, int64_t n, fx_dstage_stats *st)
 {
-    unsigned nz = 0;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        nz |= fx_dv_load_i16(a, i) != 0;
-    nz = fx_warp_max_u32(nz);
-    if (fx_lane0() && nz) atomicOr(&st->nonzero, 1u);
+    fx_any_nonzero_into(a, n, st);
 }
 
 extern "C" int fx_gk_any_nonzero(const fx_dview *a, int64_t n, fx_dstage_stats *st,
