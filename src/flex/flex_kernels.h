@@ -23,8 +23,11 @@ void fx_flex_quant_i64_scalar(const int64_t *src, int16_t *dst, int64_t n, int s
 void fx_flex_maxabs_f32_scalar(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
 typedef void (*fx_quant_i64_fn)(const int64_t *src, int16_t *dst, int64_t n, int shift,
                                 fx_qstats *st);
-void fx_flex_sum2_quant_with(fx_quant_i64_fn quant_i64, const fx_sum2 *p, int64_t n,
-                             int16_t *dst, int shift, fx_qstats *st);
+/* Widen the n aligned sums of p into int64 (fx_sum2_at of each; a level's vector version). */
+typedef void (*fx_sum2_widen_fn)(const fx_sum2 *p, int64_t n, int64_t *wide);
+void fx_flex_sum2_widen_scalar(const fx_sum2 *p, int64_t n, int64_t *wide);
+void fx_flex_sum2_quant_with(fx_quant_i64_fn quant_i64, fx_sum2_widen_fn widen, const fx_sum2 *p,
+                             int64_t n, int16_t *dst, int shift, fx_qstats *st);
 uint32_t fx_flex_sum2_maxabs_scalar(const fx_sum2 *p, int64_t n);
 void fx_flex_sum2_quant_scalar(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                fx_qstats *st);

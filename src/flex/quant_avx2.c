@@ -292,10 +292,75 @@ void fx_flex_maxabs_f32_avx2(const float *src, int64_t n, float *maxabs, int64_t
 }
 
 /* The aligned sums widened in L1 blocks, through this level's quant_i64. */
+/* ---- aligned add/sub of int16 mantissas (fx_sum2) in 8 int32 lanes ----------------------------
+ * |v| <= 2^30 + 2^15 < 2^31 by the contract on the shifts, so int32 lanes hold every value
+ * exactly (as in the AVX-512 version, quant_avx512.c). Whole groups of 8 only; the last n % 8
+ * values go through the scalar definitions. */
+static inline __m256i fx_s2_values_avx2(const fx_sum2 *p, __m128i ca, __m128i cb, __m256i bconst,
+                                        int64_t i)
+{
+    const __m256i va = _mm256_sll_epi32(
+        _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(p->a + i))), ca);
+    const __m256i vb =
+        p->b_inc ? _mm256_sll_epi32(
+                       _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(p->b + i))), cb)
+                 : bconst;
+    const __m256i v = p->negate_b ? _mm256_sub_epi32(va, vb) : _mm256_add_epi32(va, vb);
+    if (!p->gate) return v;
+    const __m256i g = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(p->gate + i)));
+    return _mm256_and_si256(v, _mm256_cmpgt_epi32(g, _mm256_setzero_si256()));
+}
+
+/* p advanced by i elements (the tail's view for the scalar definitions) */
+static inline fx_sum2 fx_s2_from(const fx_sum2 *p, int64_t i)
+{
+    const fx_sum2 q = {p->a + i, p->b + i * p->b_inc, p->b_inc, p->sa, p->sb, p->negate_b,
+                       p->gate ? p->gate + i : NULL};
+    return q;
+}
+
+static uint32_t fx_flex_sum2_maxabs_avx2(const fx_sum2 *p, int64_t n)
+{
+    const __m128i ca = _mm_cvtsi32_si128(p->sa), cb = _mm_cvtsi32_si128(p->sb);
+    const __m256i bconst = _mm256_set1_epi32(p->b_inc ? 0 : (int32_t)p->b[0] * (1 << p->sb));
+    __m256i mx = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        mx = _mm256_max_epu32(mx, _mm256_abs_epi32(fx_s2_values_avx2(p, ca, cb, bconst, i)));
+    uint32_t lanes[8];
+    _mm256_storeu_si256((__m256i *)lanes, mx);
+    uint32_t m = 0;
+    for (int j = 0; j < 8; j++) m = lanes[j] > m ? lanes[j] : m;
+    if (i < n) {
+        const fx_sum2 q = fx_s2_from(p, i);
+        const uint32_t t = fx_flex_sum2_maxabs_scalar(&q, n - i);
+        m = t > m ? t : m;
+    }
+    return m;
+}
+
+static void fx_flex_sum2_widen_avx2(const fx_sum2 *p, int64_t n, int64_t *wide)
+{
+    const __m128i ca = _mm_cvtsi32_si128(p->sa), cb = _mm_cvtsi32_si128(p->sb);
+    const __m256i bconst = _mm256_set1_epi32(p->b_inc ? 0 : (int32_t)p->b[0] * (1 << p->sb));
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i v = fx_s2_values_avx2(p, ca, cb, bconst, i);
+        _mm256_storeu_si256((__m256i *)(wide + i), _mm256_cvtepi32_epi64(_mm256_castsi256_si128(v)));
+        _mm256_storeu_si256((__m256i *)(wide + i + 4),
+                            _mm256_cvtepi32_epi64(_mm256_extracti128_si256(v, 1)));
+    }
+    if (i < n) {
+        const fx_sum2 q = fx_s2_from(p, i);
+        fx_flex_sum2_widen_scalar(&q, n - i, wide + i);
+    }
+}
+
 static void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                     fx_qstats *st)
 {
-    fx_flex_sum2_quant_with(fx_flex_quant_i64_avx2, p, n, dst, shift, st);
+    fx_flex_sum2_quant_with(fx_flex_quant_i64_avx2, fx_flex_sum2_widen_avx2, p, n, dst, shift,
+                            st);
 }
 
 void fx_register_flex_avx2(fx_backend *b, const fx_cpu_features *cpu)
@@ -305,5 +370,6 @@ void fx_register_flex_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.quant_i64 = fx_flex_quant_i64_avx2;
     b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx2;
     b->cvt.sum2_quant = fx_flex_sum2_quant_avx2;
+    b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_avx2;
     fx_flex_install_intops_avx2(b, cpu);
 }

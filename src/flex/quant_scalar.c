@@ -115,10 +115,15 @@ uint32_t fx_flex_sum2_maxabs_scalar(const fx_sum2 *p, int64_t n)
     return mx;
 }
 
+void fx_flex_sum2_widen_scalar(const fx_sum2 *p, int64_t n, int64_t *wide)
+{
+    for (int64_t i = 0; i < n; i++) wide[i] = fx_sum2_at(p, i);
+}
+
 /* Defined as quant_i64 of the widened values, in blocks that stay in L1 (with the given
- * level's quant_i64: the AVX2 backend's sum2_quant). */
-void fx_flex_sum2_quant_with(fx_quant_i64_fn quant_i64, const fx_sum2 *p, int64_t n,
-                             int16_t *dst, int shift, fx_qstats *st)
+ * level's widening and quant_i64: the AVX2 backend's sum2_quant). */
+void fx_flex_sum2_quant_with(fx_quant_i64_fn quant_i64, fx_sum2_widen_fn widen, const fx_sum2 *p,
+                             int64_t n, int16_t *dst, int shift, fx_qstats *st)
 {
     if (shift == 0 && fx_sum2_is_plain(p)) {
         /* plain int16 values at their own exponent are kept as they are unless one is -32768
@@ -143,7 +148,7 @@ void fx_flex_sum2_quant_with(fx_quant_i64_fn quant_i64, const fx_sum2 *p, int64_
         const int64_t len = n - lo < BLOCK ? n - lo : BLOCK;
         const fx_sum2 q = {p->a + lo, p->b + lo * p->b_inc, p->b_inc, p->sa, p->sb, p->negate_b,
                            p->gate ? p->gate + lo : NULL};
-        for (int64_t i = 0; i < len; i++) wide[i] = fx_sum2_at(&q, i);
+        widen(&q, len, wide);
         fx_qstats part;
         quant_i64(wide, dst ? dst + lo : NULL, len, shift, &part);
         fx_qstats_merge(st, &part);
@@ -153,7 +158,8 @@ void fx_flex_sum2_quant_with(fx_quant_i64_fn quant_i64, const fx_sum2 *p, int64_
 void fx_flex_sum2_quant_scalar(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                fx_qstats *st)
 {
-    fx_flex_sum2_quant_with(fx_flex_quant_i64_scalar, p, n, dst, shift, st);
+    fx_flex_sum2_quant_with(fx_flex_quant_i64_scalar, fx_flex_sum2_widen_scalar, p, n, dst, shift,
+                            st);
 }
 
 void fx_flex_maxabs_f32_scalar(const float *src, int64_t n, float *maxabs, int64_t *nonfinite)
