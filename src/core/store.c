@@ -193,37 +193,29 @@ int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *fu
     return FX_OK;
 }
 
-/* The exponent (and whether the window clamped it) of out's next write when the Autoflex
- * state alone decides it: a whole FLEX16_5 tensor, unmanaged or past its first write, with no
- * write still pending (its history would not be complete). 0 otherwise. */
-static int fx_history_exp(const tensor_t *out, int *e, int *clamped)
+/* Documented in dispatch.h: a whole FLEX16_5 tensor, unmanaged or past its first write, with
+ * no write still pending (its history would not be complete). */
+int fx_write_shared_peek_exp(const tensor_t *out, int *e)
 {
     const fx_storage *st = out->st;
     if (st->fmt != FMT_FLEX16_5 || !fx_tensor_covers_storage(out)) return 0;
     if (st->pending && st->pending->active) return 0;
     fx_af_state af = st->af; /* fx_af_predict marks a first write initialised: work on a copy */
     if (af.cfg.managed && !af.initialized) return 0;
-    *clamped = 0;
-    *e = fx_af_predict(&af, st->exp, st->win_lo, st->win_hi, NULL, clamped);
+    *e = fx_af_predict(&af, st->exp, st->win_lo, st->win_hi, NULL, NULL);
     return 1;
-}
-
-int fx_write_shared_peek_exp(const tensor_t *out, int *e)
-{
-    int clamped;
-    return fx_history_exp(out, e, &clamped);
 }
 
 int fx_write_shared_launch_mode(const tensor_t *out, int *e, fx_rounding *r)
 {
     const fx_storage *st = out->st;
     if (st->pending && st->pending->active) return 0; /* settle first */
-    int mode = 0, clamped;
+    int mode = 0;
     if (st->fmt == FMT_DFP16) {
         if (!fx_tensor_covers_storage(out)) return 0;
         mode = FX_LAUNCH_EXACT;
         *e = st->exp; /* the rule's fallback for an all-zero write */
-    } else if (fx_history_exp(out, e, &clamped)) {
+    } else if (fx_write_shared_peek_exp(out, e)) {
         const int recompute =
             st->af.cfg.managed && st->af.cfg.overflow_mode == FX_AF_OVERFLOW_RECOMPUTE;
         mode = recompute ? FX_LAUNCH_RECOMPUTE : FX_LAUNCH_KEEP;

@@ -150,13 +150,8 @@ extern "C" int fx_gr_h2d_staged(void *dst, const void *src, size_t bytes, int *s
     *staged = 1;
     if (b.queued) {
         // its previous copy must have left before the bytes are overwritten
-        cudaError_t err = cudaEventQuery(b.event);
-        if (err == cudaErrorNotReady) {
-            (void)cudaGetLastError();
-            fx_gr_count_wait();
-            err = cudaEventSynchronize(b.event);
-        }
-        if (err != cudaSuccess) return fx_cuda_fail(err, func, "waiting for a staging buffer");
+        const int rc = fx_gr_event_wait((void *)b.event, "waiting for a staging buffer", func);
+        if (rc) return rc;
         b.queued = false;
     }
     std::memcpy(b.host, src, bytes);

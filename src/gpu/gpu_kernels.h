@@ -105,6 +105,9 @@ int fx_gr_slot_get(size_t bytes, void **host, void **event, const char *func);
 void fx_gr_slot_put(int device, void *host, void *event);
 int fx_gr_slot_fill(void *host, const void *dev, size_t bytes, void *event, const char *func);
 int fx_gr_slot_wait(void *event, const char *func);
+/* Wait until `event` (a cudaEvent_t) has completed, counted as a host wait only when it had
+ * not; `what` names the wait in an error message. */
+int fx_gr_event_wait(void *event, const char *what, const char *func);
 /* Give a device's slots back to CUDA when none is held (fx_gr_release_cache). */
 void fx_gr_slot_release(void);
 

@@ -129,7 +129,7 @@ extern "C" int fx_gr_slot_fill(void *host, const void *dev, size_t bytes, void *
     return err == cudaSuccess ? FX_OK : fx_cuda_fail(err, func, "cudaEventRecord");
 }
 
-extern "C" int fx_gr_slot_wait(void *event, const char *func)
+extern "C" int fx_gr_event_wait(void *event, const char *what, const char *func)
 {
     cudaError_t err = cudaEventQuery((cudaEvent_t)event);
     if (err == cudaErrorNotReady) {
@@ -139,5 +139,10 @@ extern "C" int fx_gr_slot_wait(void *event, const char *func)
         fx_gr_count_wait();
         err = cudaEventSynchronize((cudaEvent_t)event);
     }
-    return err == cudaSuccess ? FX_OK : fx_cuda_fail(err, func, "waiting for statistics");
+    return err == cudaSuccess ? FX_OK : fx_cuda_fail(err, func, what);
+}
+
+extern "C" int fx_gr_slot_wait(void *event, const char *func)
+{
+    return fx_gr_event_wait(event, "waiting for statistics", func);
 }
