@@ -3,7 +3,7 @@
  * three times in the same process, alternating repetitions: "split" forces the split kernel on
  * every tile (the kernel before the norm-bounded fast path), "wrap" the wrap kernel (where the
  * level has it, AVX512_VNNI, and K qualifies; see FX_GEMM_I16_WRAP_MIN_KP), "auto" lets the
- * norm test choose (on products above the size gates FX_GEMM_FAST_MIN_* of gemm_i16.c; below
+ * norm test choose (on products above the level's size gates, fx_gemm_i16_kernel; below
  * them auto is the wrap or split kernel, as in training, and the fast-tile fraction prints 0);
  * the ratios split/wrap and split/auto of the median CPU times are printed, with the fraction
  * of (tile, K block) steps that took the fast kernel.

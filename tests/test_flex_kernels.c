@@ -115,6 +115,10 @@ static int64_t *run_kernel(const named_kernel *k, fx_op_call *c, int nthreads, i
     return buf;
 }
 
+/* A register-tile GEMM (gemm_i16.c) rather than the scalar definition. The level's own matmul
+ * is listed under its level's name (avx2/flex16_5), the other AVX-512 variants as matmul_*. */
+static int is_simd_gemm(const named_kernel *k) { return strncmp(k->name, "scalar", 6) != 0; }
+
 static int64_t first_mismatch(const int64_t *x, const int64_t *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -359,7 +363,7 @@ static void test_matmul_paths(void)
      * kernel), exactly as before; NORM_ALWAYS tests every block */
     check_matmul_expect(520, 1152, 260, DATA_FULL_FIRST, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
     for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++) {
-        if (!strstr(g_k[FX_OP_MATMUL][ki].name, "matmul_")) continue;
+        if (!is_simd_gemm(&g_k[FX_OP_MATMUL][ki])) continue;
         const int64_t M = 520, K = 1152, N = 260;
         int16_t *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
         for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(&r, DATA_FULL_FIRST, 0, i % K);
@@ -395,7 +399,7 @@ static void test_matmul_paths(void)
     fx_gemm_i16_set_mode(FX_GEMM_I16_NORM_ALWAYS);
     /* one SIMD kernel alone, to see that this data really mixes the paths in one product */
     for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++) {
-        if (!strstr(g_k[FX_OP_MATMUL][ki].name, "matmul_")) continue;
+        if (!is_simd_gemm(&g_k[FX_OP_MATMUL][ki])) continue;
         int16_t *A = malloc(100 * 1300 * sizeof *A), *B = malloc(1300 * 140 * sizeof *B);
         for (int64_t i = 0; i < 100 * 1300; i++) A[i] = gen_at(&r, DATA_BURSTS, 0, i % 1300);
         for (int64_t i = 0; i < 1300 * 140; i++) B[i] = gen_at(&r, DATA_BURSTS, 1, i / 140);
@@ -419,6 +423,61 @@ static void test_matmul_paths(void)
         free(B);
     }
     fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
+}
+
+/* The level's own size gates (fx_gemm_i16_kernel): on AVX2 mode AUTO takes the norm test on
+ * the CNN's narrow products (N = 32, M = 128), where the AVX-512 levels keep the any-data
+ * kernel, but not on K blocks below 16 pairs (conv1's 25 values). Exact either way. */
+static void test_matmul_level_gates(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 1618);
+    static const struct { int64_t M, K, N; int want_fast; } cases[] = {
+        {128, 300, 32, 1}, /* the dense layers' batch of 128, a narrow output */
+        {2000, 25, 32, 0}, /* 13 pairs: below the AVX2 K gate */
+    };
+    for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++) {
+        const named_kernel *k = &g_k[FX_OP_MATMUL][ki];
+        if (!strstr(k->name, "avx2")) continue; /* avx2/flex16_5 or matmul_avx2 */
+        for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+            const int64_t M = cases[t].M, K = cases[t].K, N = cases[t].N;
+            int16_t *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
+            for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(&r, DATA_GAUSS, 0, i % K);
+            for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(&r, DATA_GAUSS, 1, i / N);
+            int64_t *want = malloc((size_t)(M * N) * sizeof *want);
+            ref_matmul(A, B, M, K, N, want);
+            fx_op_call c;
+            memset(&c, 0, sizeof c);
+            c.op = FX_OP_MATMUL;
+            c.nin = 2;
+            c.in[0] = operand(A, 0, M, K, K, 1);
+            c.in[1] = operand(B, 0, K, N, N, 1);
+            c.out_ndim = 2;
+            c.out_shape[0] = M;
+            c.out_shape[1] = N;
+            c.out_numel = M * N;
+            int exp;
+            int64_t fast, split;
+            fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
+            fx_gemm_i16_reset_tile_counts();
+            int64_t *got = run_kernel(k, &c, 1, &exp);
+            fx_gemm_i16_tile_counts(&fast, &split);
+            CHECK(first_mismatch(got, want, M * N) < 0, "%s auto %lldx%lldx%lld: not exact",
+                  k->name, (long long)M, (long long)K, (long long)N);
+            if (cases[t].want_fast)
+                CHECK(fast > 0 && split == 0, "%s auto %lldx%lldx%lld Gaussian: %lld fast, %lld "
+                      "split tiles, want all fast", k->name, (long long)M, (long long)K,
+                      (long long)N, (long long)fast, (long long)split);
+            else
+                CHECK(fast == 0 && split > 0, "%s auto %lldx%lldx%lld: %lld fast tiles below the "
+                      "K gate, want none", k->name, (long long)M, (long long)K, (long long)N,
+                      (long long)fast);
+            free(got);
+            free(want);
+            free(A);
+            free(B);
+        }
+    }
 }
 
 static void test_matmul(void)
@@ -722,5 +781,6 @@ int main(void)
     test_addsub();
     test_matmul();
     test_matmul_paths();
+    test_matmul_level_gates();
     return test_finish(NAME);
 }

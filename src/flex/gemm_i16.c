@@ -29,13 +29,14 @@
 #define FX_GEMM_MC 144  /* rows per packed A block (rounded down to a multiple of mr) */
 #define FX_GEMM_NC 2048 /* columns per packed B block (rounded down to a multiple of nr) */
 
-/* Size gates of the fast kernel (mode AUTO): it is tried only when M >= FX_GEMM_FAST_MIN_M,
- * the B block has >= FX_GEMM_FAST_MIN_N columns and the K block >= FX_GEMM_FAST_MIN_KP pairs.
- * The norms cost a scalar pass over every packed A element (paid back in proportion to N) and
- * B element (in proportion to M); the fast kernel's per-call Lo/Hi work is paid back in
- * proportion to K. Measured with bench_gemm_i16: fc1 (M = 128), the CNN's N = 64 layers and
- * conv2's K = 64 product lost 10-45 % with the norms, 1024^3 and 2048^3 gained. Below the gates
- * no norms are computed and every tile takes the split kernel. */
+/* Default size gates of the fast kernel (mode AUTO; a level may set its own in
+ * fx_gemm_i16_kernel): it is tried only when M >= FX_GEMM_FAST_MIN_M, the B block has >=
+ * FX_GEMM_FAST_MIN_N columns and the K block >= FX_GEMM_FAST_MIN_KP pairs. The norms cost a
+ * pass over every packed A element (paid back in proportion to N) and B element (in proportion
+ * to M); the fast kernel's per-call Lo/Hi work is paid back in proportion to K. Measured on
+ * AVX-512 with bench_gemm_i16: fc1 (M = 128), the CNN's N = 64 layers and conv2's K = 64
+ * product lost 10-45 % with the norms, 1024^3 and 2048^3 gained. Below the gates no norms are
+ * computed and every tile takes the any-data kernel (split or wrap). */
 /* Besides, in mode AUTO the first K block whose tiles took the norm test is a probe: when not
  * one of its tiles passed (full-range data, as in bench_gemm), the remaining blocks skip the
  * norms, which would only cost time (measured 3-5 % of a 1024^3 product). The probe counts
@@ -371,8 +372,11 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     const int64_t np_all = (N + nr - 1) / nr;
     const int64_t kp_all = (K + 1) / 2;
     const int mode = g_mode;
+    const int64_t min_m = kd->fast_min_m ? kd->fast_min_m : FX_GEMM_FAST_MIN_M;
+    const int64_t min_n = kd->fast_min_n ? kd->fast_min_n : FX_GEMM_FAST_MIN_N;
+    const int64_t min_kp = kd->fast_min_kp ? kd->fast_min_kp : FX_GEMM_FAST_MIN_KP;
     const int use_fast = kd->fast != NULL && !c->b_split && mode != FX_GEMM_I16_SPLIT_ONLY &&
-                         (mode == FX_GEMM_I16_NORM_ALWAYS || M >= FX_GEMM_FAST_MIN_M);
+                         (mode == FX_GEMM_I16_NORM_ALWAYS || M >= min_m);
     const int gated = mode != FX_GEMM_I16_NORM_ALWAYS;
 
     *c->out_exp = c->in[0].exp + c->in[1].exp;
@@ -451,7 +455,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                 const int64_t nseg = (kp + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
                 const int16_t *bblk = b + pc * sbk + jc * sbn;
                 const int fast_ok = use_fast && !norms_off &&
-                                    (!gated || (ncur >= FX_GEMM_FAST_MIN_N && kp >= FX_GEMM_FAST_MIN_KP));
+                                    (!gated || (ncur >= min_n && kp >= min_kp));
                 block_id++;
 
                 if (!bpre) {

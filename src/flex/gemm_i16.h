@@ -172,6 +172,12 @@ typedef struct fx_gemm_i16_kernel {
     fx_gemm_i16_wrap_ukr wrap; /* when set, takes the split kernel's place on every tile of
                                 * products where fx_gemm_i16_wrap_pays, and with a pre-split B
                                 * in the wrap layout */
+    /* Size gates of the norm test in mode AUTO: products with fewer rows, B blocks with fewer
+     * columns and K blocks with fewer pairs than these take the any-data kernel without norms.
+     * Where the norms pay depends on how much the fast kernel saves against the level's
+     * any-data kernel, so each level measures its own; 0 takes the driver's defaults
+     * (FX_GEMM_FAST_MIN_* in gemm_i16.c). */
+    int fast_min_m, fast_min_n, fast_min_kp;
 } fx_gemm_i16_kernel;
 
 /* Layouts of a pre-packed B (fx_gemm_i16_split_b; fx_op_call.b_split_layout). */
@@ -188,6 +194,9 @@ static inline int fx_gemm_i16_b_layout_for(int level_layout, int64_t K)
 
 /* AVX-512BW packing for a 6 x 32 tile (gemm_i16_pack_avx512.c). */
 extern const fx_gemm_i16_pack fx_gemm_i16_pack_avx512_6x32;
+/* AVX2 packing for a 6 x 8 tile (gemm_i16_pack_avx2.c; no wrap layout: AVX2 has no wrap
+ * kernel). */
+extern const fx_gemm_i16_pack fx_gemm_i16_pack_avx2_6x8;
 
 /* Run an FX_OP_MATMUL call (operand contract of backend.h) with micro-kernels k.
  * Returns FX_OK, FX_ENOMEM if the packing buffers cannot be allocated, or FX_EUNSUPPORTED for a

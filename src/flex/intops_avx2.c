@@ -67,62 +67,108 @@ static inline __m256i fx_add_madd(__m256i acc, __m256i a, __m256i b)
     return acc;
 }
 
-/* Fast kernel: plain B, one vpmaddwd + vpaddd per pair and row; 6 int32 chain accumulators,
- * the tile's Lo/Hi words in memory, updated once per chain. */
+/* Lanes j < n of the two int64 halves of an 8-column row (all ones where the lane is valid). */
+static inline void fx_row_masks(int n, __m256i *k0, __m256i *k1)
+{
+    const __m256i lane = _mm256_setr_epi64x(0, 1, 2, 3);
+    *k0 = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), lane);
+    *k1 = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n - 4), lane);
+}
+
+/* C row (accumulate ? C : 0) + t, for the int64 halves t0 (columns 0..3) and t1 (4..7). */
+static inline void fx_store_row(int64_t *ci, __m256i t0, __m256i t1, __m256i k0, __m256i k1,
+                                int n, int accumulate)
+{
+    long long *d0 = (long long *)ci, *d1 = (long long *)(ci + 4);
+    if (accumulate) t0 = _mm256_add_epi64(t0, _mm256_maskload_epi64(d0, k0));
+    _mm256_maskstore_epi64(d0, k0, t0);
+    if (n <= 4) return;
+    if (accumulate) t1 = _mm256_add_epi64(t1, _mm256_maskload_epi64(d1, k1));
+    _mm256_maskstore_epi64(d1, k1, t1);
+}
+
+/* s[i] += the products of `len` pairs (mod 2^32 per lane). */
+static inline void fx_fast_chain_avx2(__m256i s[FX_MR], int64_t len, const int32_t **ap,
+                                      const int16_t **bp)
+{
+    const int32_t *a = *ap;
+    const int16_t *b = *bp;
+    for (int64_t p = 0; p < len; p++) {
+        const __m256i bv = _mm256_load_si256((const void *)b);
+        b += 2 * FX_NR;
+#pragma GCC unroll 6
+        for (int i = 0; i < FX_MR; i++) s[i] = fx_add_madd(s[i], _mm256_set1_epi32(a[i]), bv);
+        a += FX_MR;
+    }
+    *ap = a;
+    *bp = b;
+}
+
+/* Fast kernel: plain B, one vpmaddwd + vpaddd per pair and row. The 6 accumulators run on over
+ * the whole K block, modulo 2^32 (= Lo of gemm_i16.h). At a chain's end the chain's exact
+ * value is d = s - s_prev (mod 2^32): |d| < 2^31, so the wrapped difference is d itself, and
+ * Hi += floor(d / 2^16). A K block that is one chain needs neither: its sum is s. */
 static void fx_fast_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
                          int64_t *c, int64_t ldc, int m, int n, int accumulate)
 {
-    int32_t lo[FX_MR][FX_NR] __attribute__((aligned(32)));
-    int32_t hi[FX_MR][FX_NR] __attribute__((aligned(32)));
-    memset(lo, 0, sizeof lo);
-    memset(hi, 0, sizeof hi);
-
-    for (int64_t p0 = 0; p0 < kp; p0 += chain) {
-        const int64_t len = kp - p0 < chain ? kp - p0 : chain;
-        __m256i s[FX_MR];
+    __m256i s[FX_MR];
 #pragma GCC unroll 6
-        for (int i = 0; i < FX_MR; i++) s[i] = _mm256_setzero_si256();
-        for (int64_t p = 0; p < len; p++) {
-            const __m256i b = _mm256_load_si256((const void *)bp);
-            bp += 2 * FX_NR;
+    for (int i = 0; i < FX_MR; i++) s[i] = _mm256_setzero_si256();
+    const int64_t first = kp < chain ? kp : chain;
+    fx_fast_chain_avx2(s, first, &ap, &bp);
+    __m256i k0, k1;
+    fx_row_masks(n, &k0, &k1);
+    if (first == kp) { /* one chain: every lane holds its exact sum */
+        for (int i = 0; i < m; i++)
+            fx_store_row(c + i * ldc, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(s[i])),
+                         _mm256_cvtepi32_epi64(_mm256_extracti128_si256(s[i], 1)), k0, k1, n,
+                         accumulate);
+        return;
+    }
+    __m256i prev[FX_MR], hi[FX_MR]; /* s at the last chain end; Hi */
 #pragma GCC unroll 6
-            for (int i = 0; i < FX_MR; i++)
-                s[i] = fx_add_madd(s[i], _mm256_set1_epi32(ap[i]), b);
-            ap += FX_MR;
-        }
-        /* the chain sums are exact (|d| < 2^31): Lo += d (mod 2^32), Hi += floor(d / 2^16) */
+    for (int i = 0; i < FX_MR; i++) {
+        prev[i] = s[i];
+        hi[i] = _mm256_srai_epi32(s[i], 16);
+    }
+    for (int64_t p0 = first; p0 < kp; p0 += chain) {
+        fx_fast_chain_avx2(s, kp - p0 < chain ? kp - p0 : chain, &ap, &bp);
 #pragma GCC unroll 6
         for (int i = 0; i < FX_MR; i++) {
-            __m256i *pl = (__m256i *)lo[i], *ph = (__m256i *)hi[i];
-            *pl = _mm256_add_epi32(*pl, s[i]);
-            *ph = _mm256_add_epi32(*ph, _mm256_srai_epi32(s[i], 16));
+            const __m256i d = _mm256_sub_epi32(s[i], prev[i]);
+            prev[i] = s[i];
+            hi[i] = _mm256_add_epi32(hi[i], _mm256_srai_epi32(d, 16));
         }
     }
-
-    /* T = 2^16 Hi + (uint32)(Lo - 2^16 Hi), exactly (gemm_i16.h); lanes j < n of the masks */
-    const __m256i lane = _mm256_setr_epi64x(0, 1, 2, 3);
-    const __m256i k0 = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), lane);
-    const __m256i k1 = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n - 4), lane);
+    /* T = 2^16 Hi + (uint32)(Lo - 2^16 Hi), exactly (gemm_i16.h) */
     for (int i = 0; i < m; i++) {
-        int64_t *ci = c + i * ldc;
-        for (int half = 0; half < 2; half++) {
-            const __m256i k = half ? k1 : k0;
-            if (half && n <= 4) break;
-            const __m128i h = _mm_load_si128((const void *)&hi[i][4 * half]);
-            const __m128i l = _mm_load_si128((const void *)&lo[i][4 * half]);
-            const __m128i r = _mm_sub_epi32(l, _mm_slli_epi32(h, 16));
-            __m256i t = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(h), 16),
-                                         _mm256_cvtepu32_epi64(r));
-            long long *dst = (long long *)(ci + 4 * half);
-            if (accumulate) t = _mm256_add_epi64(t, _mm256_maskload_epi64(dst, k));
-            _mm256_maskstore_epi64(dst, k, t);
+        const __m256i r = _mm256_sub_epi32(s[i], _mm256_slli_epi32(hi[i], 16));
+        __m256i t[2];
+        for (int h = 0; h < 2; h++) {
+            const __m128i hh = h ? _mm256_extracti128_si256(hi[i], 1) : _mm256_castsi256_si128(hi[i]);
+            const __m128i rr = h ? _mm256_extracti128_si256(r, 1) : _mm256_castsi256_si128(r);
+            t[h] = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(hh), 16),
+                                    _mm256_cvtepu32_epi64(rr));
         }
+        fx_store_row(c + i * ldc, t[0], t[1], k0, k1, n, accumulate);
     }
 }
 
 int fx_flex_matmul_avx2(const fx_op_call *c)
 {
-    static const fx_gemm_i16_kernel k = {FX_MR, FX_NR, fx_ukr_avx2, fx_fast_avx2, NULL, NULL};
+    /* Gates: the norm test on every product whose K block has at least 16 pairs. On AVX2 the
+     * alternative is the split kernel (two vpmaddwd per pair), so with the SIMD packing the
+     * norms pay even on the CNN's narrow products (N = 32, 64; M = 128 for the dense layers),
+     * unlike on AVX-512 where the wrap kernel needs only 1.5. Measured on a Zen 3 EPYC (2
+     * vCPUs) with flexpoint-train flex16_5 CNN epochs on 6400 images, two configurations at
+     * once on the two cores, four pairs with the cores swapped in turn, mean s/epoch: these
+     * gates 12.3 against 13.3 with a K gate of 1 pair (conv1's 13-pair forward, where the norms
+     * cost what the fast kernel saves) and 12.0 against 12.9 with M >= 256 and N >= 32; a K
+     * gate of 1 pair 13.0 against 14.3 with the AVX-512 gates (FX_GEMM_FAST_MIN_*). */
+    static const fx_gemm_i16_kernel k = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx2,
+                                          .fast = fx_fast_avx2,
+                                          .pack = &fx_gemm_i16_pack_avx2_6x8,
+                                          .fast_min_m = 1, .fast_min_n = 1, .fast_min_kp = 16};
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
     if (!c->a_panels && !c->b_split && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS)
         return fx_flex_matmul_scalar(c);

@@ -310,15 +310,18 @@ static int fx_small_matmul(const fx_op_call *c)
 
 int fx_flex_matmul_avx512vnni(const fx_op_call *c)
 {
-    static const fx_gemm_i16_kernel k = {FX_MR, FX_NR, fx_ukr_avx512vnni, fx_fast_avx512vnni,
-                                          &fx_gemm_i16_pack_avx512_6x32, fx_wrap_avx512vnni};
+    static const fx_gemm_i16_kernel k = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx512vnni,
+                                          .fast = fx_fast_avx512vnni,
+                                          .pack = &fx_gemm_i16_pack_avx512_6x32,
+                                          .wrap = fx_wrap_avx512vnni};
     return fx_small_matmul(c) ? fx_flex_matmul_scalar(c) : fx_gemm_i16(c, &k);
 }
 
 int fx_flex_matmul_avx512bw(const fx_op_call *c)
 {
-    static const fx_gemm_i16_kernel k = {FX_MR, FX_NR, fx_ukr_avx512bw, fx_fast_avx512bw,
-                                          &fx_gemm_i16_pack_avx512_6x32, NULL};
+    static const fx_gemm_i16_kernel k = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx512bw,
+                                          .fast = fx_fast_avx512bw,
+                                          .pack = &fx_gemm_i16_pack_avx512_6x32};
     return fx_small_matmul(c) ? fx_flex_matmul_scalar(c) : fx_gemm_i16(c, &k);
 }
 

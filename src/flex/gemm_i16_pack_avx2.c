@@ -1,0 +1,142 @@
+/* AVX2 packing for the exact int16 GEMM's 6 x 8 register tile (see gemm_i16.h for the layouts
+ * and for what the segment norms are for). The portable loops in gemm_i16.c define the
+ * results; these produce the same bytes and the same exact sums of squares with vector
+ * instructions. Without them the norm test cost more than the fast kernel saved (the scalar
+ * norms took a fifth of a flex16_5 CNN epoch), so AVX2 machines ran every convolution tile on
+ * the two-multiply split kernel. */
+#include "gemm_i16.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define FX_PACK_MR 6
+#define FX_PACK_NR 8
+
+_Static_assert(FX_GEMM_I16_SEG == 8, "one segment is one 8-pair (16-value) row vector");
+
+/* Exact sums of squares of pairs: vpmaddwd(x, x) gives lo^2 + hi^2 per 32-bit lane, at most
+ * 2 * 2^30 = 2^31, exact when read as unsigned; the lanes are widened to uint64 and added to
+ * acc[0] (lanes 0..3) and acc[1] (lanes 4..7). */
+static inline void fx_sq_pairs_acc(__m256i x, __m256i acc[2])
+{
+    const __m256i q = _mm256_madd_epi16(x, x);
+    acc[0] = _mm256_add_epi64(acc[0], _mm256_cvtepu32_epi64(_mm256_castsi256_si128(q)));
+    acc[1] = _mm256_add_epi64(acc[1], _mm256_cvtepu32_epi64(_mm256_extracti128_si256(q, 1)));
+}
+
+/* Largest of the first n uint64 lanes of acc[0..1] (the sums are below 2^40: signed compare). */
+static inline int64_t fx_max_lanes(const __m256i acc[2], int n)
+{
+    int64_t v[8] __attribute__((aligned(32)));
+    _mm256_store_si256((__m256i *)v, acc[0]);
+    _mm256_store_si256((__m256i *)(v + 4), acc[1]);
+    int64_t mx = 0;
+    for (int i = 0; i < n; i++) mx = v[i] > mx ? v[i] : mx;
+    return mx;
+}
+
+/* Transpose 8 rows of 8 int32 words in place: afterwards r[t] holds word t of every row,
+ * row i in lane i. */
+static inline void fx_transpose8x8_epi32(__m256i r[8])
+{
+    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    const __m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
+    const __m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
+    /* u0: words 0 (low lane) and 4 (high lane) of rows 0..3; u1: words 1, 5; u2: 2, 6; u3: 3, 7;
+     * u4..u7 the same for rows 4..7 */
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    r[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+    r[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+    r[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+    r[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+    r[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+    r[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+    r[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+    r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
+/* A: ap[p*6 + i] = (A[i][2p], A[i][2p+1]) as one int32. Eight pairs (one norm segment) of the
+ * six rows at a time through an 8 x 8 register transpose (rows 6 and 7 are zeros). A block
+ * shorter than 16 values is copied into a zeroed buffer first, so that an odd kc leaves the
+ * last pair's high half 0 and nothing beyond a row is read. Each pair's 8-word store spills
+ * two words into the next pair's slots, which that pair's store then overwrites; the panel's
+ * last pair stores only its 6 words. */
+static void fx_pack_a_6(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, int64_t *sq)
+{
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t k0 = 0; k0 < kp; k0 += FX_GEMM_I16_SEG) {
+        const int64_t left = kc - 2 * k0; /* int16 values left in each row */
+        const int ks = kp - k0 < FX_GEMM_I16_SEG ? (int)(kp - k0) : FX_GEMM_I16_SEG;
+        __m256i v[8];
+        for (int i = 0; i < FX_PACK_MR; i++) {
+            const int16_t *row = a + i * sam + 2 * k0;
+            if (left >= 16) {
+                v[i] = _mm256_loadu_si256((const __m256i *)row);
+            } else {
+                int16_t tmp[16] = {0};
+                memcpy(tmp, row, (size_t)left * sizeof *tmp);
+                v[i] = _mm256_loadu_si256((const __m256i *)tmp);
+            }
+        }
+        v[6] = v[7] = _mm256_setzero_si256();
+        fx_transpose8x8_epi32(v); /* v[t]: pair k0 + t of every row, row i in lane i */
+        for (int t = 0; t < ks; t++) {
+            int32_t *dst = ap + (k0 + t) * FX_PACK_MR;
+            if (k0 + t + 1 < kp) {
+                _mm256_storeu_si256((__m256i *)dst, v[t]);
+            } else {
+                _mm_storeu_si128((__m128i *)dst, _mm256_castsi256_si128(v[t]));
+                _mm_storel_epi64((__m128i *)(dst + 4), _mm256_extracti128_si256(v[t], 1));
+            }
+        }
+        if (!sq) continue;
+        __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* lane i: row i */
+        for (int t = 0; t < ks; t++) fx_sq_pairs_acc(v[t], acc);
+        sq[k0 / FX_GEMM_I16_SEG] = fx_max_lanes(acc, FX_PACK_MR);
+    }
+}
+
+/* B: bp[p*16 + 2j + t] = B[2p + t][j] for the 8 columns j: two rows interleaved by one word
+ * unpack pair. An odd kc pairs the last row with zeros. */
+static void fx_pack_b_8(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq)
+{
+    const int64_t kp = (kc + 1) / 2;
+    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* lane j: column j */
+    for (int64_t p = 0; p < kp; p++) {
+        const __m128i r0 = _mm_loadu_si128((const __m128i *)(b + 2 * p * sbk));
+        const __m128i r1 = 2 * p + 1 < kc ? _mm_loadu_si128((const __m128i *)(b + (2 * p + 1) * sbk))
+                                          : _mm_setzero_si128();
+        const __m256i x = _mm256_set_m128i(_mm_unpackhi_epi16(r0, r1), _mm_unpacklo_epi16(r0, r1));
+        _mm256_storeu_si256((__m256i *)(bp + p * 2 * FX_PACK_NR), x);
+        if (!sq) continue;
+        fx_sq_pairs_acc(x, acc);
+        if ((p + 1) % FX_GEMM_I16_SEG == 0 || p + 1 == kp) {
+            sq[p / FX_GEMM_I16_SEG] = fx_max_lanes(acc, FX_PACK_NR);
+            acc[0] = acc[1] = _mm256_setzero_si256();
+        }
+    }
+}
+
+/* Split layout: b = 256 bh + bl with bl = ((b + 128) mod 256) - 128 and bh = (b - bl) / 256,
+ * on 16-bit lanes without overflow: bl = ((b & 255) ^ 128) - 128, and bh = (b >> 8) + 1 exactly
+ * when (b & 255) >= 128, i.e. bh = (b >> 8) + (((b & 255) + 128) >> 8) (up to 127 + 1 = 128). */
+static void fx_split_panel_8(const int16_t *bp, int64_t kp, int16_t *bs)
+{
+    const __m256i lo8 = _mm256_set1_epi16(255), half = _mm256_set1_epi16(128);
+    for (int64_t p = 0; p < kp; p++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(bp + p * 2 * FX_PACK_NR));
+        const __m256i low = _mm256_and_si256(x, lo8);
+        const __m256i bl = _mm256_sub_epi16(_mm256_xor_si256(low, half), half);
+        const __m256i bh = _mm256_add_epi16(_mm256_srai_epi16(x, 8),
+                                            _mm256_srli_epi16(_mm256_add_epi16(low, half), 8));
+        _mm256_storeu_si256((__m256i *)(bs + p * 4 * FX_PACK_NR), bh);
+        _mm256_storeu_si256((__m256i *)(bs + p * 4 * FX_PACK_NR + 2 * FX_PACK_NR), bl);
+    }
+}
+
+const fx_gemm_i16_pack fx_gemm_i16_pack_avx2_6x8 = {fx_pack_a_6, fx_pack_b_8, fx_split_panel_8,
+                                                    NULL, NULL};
