@@ -156,6 +156,9 @@ typedef struct fx_gemm_i16_pack {
     void (*pack_a)(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, int64_t *sq);
     /* nr columns of a row-major B (row stride sbk), kc rows */
     void (*pack_b)(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq);
+    /* nr columns of a B with contiguous columns (column stride sbn: a transposed operand,
+     * as a convolution's weights and output gradients), kc rows */
+    void (*pack_bt)(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp, int64_t *sq);
     /* plain B micro-panel of kp pairs -> split layout */
     void (*split_panel)(const int16_t *bp, int64_t kp, int16_t *bs);
     /* plain B micro-panel of kp pairs -> wrap layout */

@@ -59,22 +59,28 @@ static inline void fx_transpose8x8_epi32(__m256i r[8])
     r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
 }
 
-/* A: ap[p*6 + i] = (A[i][2p], A[i][2p+1]) as one int32. Eight pairs (one norm segment) of the
- * six rows at a time through an 8 x 8 register transpose (rows 6 and 7 are zeros). A block
- * shorter than 16 values is copied into a zeroed buffer first, so that an odd kc leaves the
- * last pair's high half 0 and nothing beyond a row is read. Each pair's 8-word store spills
- * two words into the next pair's slots, which that pair's store then overwrites; the panel's
- * last pair stores only its 6 words. */
-static void fx_pack_a_6(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, int64_t *sq)
+/* Pairs of `rows` (<= 8) int16 vectors of kc contiguous values each (vector i at src + i *
+ * stride) as int32 words out[p*rows + i] = (v_i[2p], v_i[2p+1]): A panels (rows = 6) and B
+ * panels of a B whose columns are contiguous (rows = 8 columns), with sq[s] = the largest
+ * vector's sum of squares over segment s. Eight pairs (one norm segment) of all vectors at a
+ * time through an 8 x 8 register transpose (missing vectors are zeros). A block shorter than
+ * 16 values is copied into a zeroed buffer first, so that an odd kc leaves the last pair's
+ * high half 0 and nothing beyond a vector is read. With rows = 6 each pair's 8-word store
+ * spills two words into the next pair's slots, which that pair's store then overwrites; the
+ * last pair stores only its own words. */
+static inline void fx_pack_pairs(const int16_t *src, int64_t stride, int64_t kc, int rows,
+                                 int32_t *out, int64_t *sq)
 {
     const int64_t kp = (kc + 1) / 2;
     for (int64_t k0 = 0; k0 < kp; k0 += FX_GEMM_I16_SEG) {
-        const int64_t left = kc - 2 * k0; /* int16 values left in each row */
+        const int64_t left = kc - 2 * k0; /* int16 values left in each vector */
         const int ks = kp - k0 < FX_GEMM_I16_SEG ? (int)(kp - k0) : FX_GEMM_I16_SEG;
         __m256i v[8];
-        for (int i = 0; i < FX_PACK_MR; i++) {
-            const int16_t *row = a + i * sam + 2 * k0;
-            if (left >= 16) {
+        for (int i = 0; i < 8; i++) {
+            const int16_t *row = src + i * stride + 2 * k0;
+            if (i >= rows) {
+                v[i] = _mm256_setzero_si256();
+            } else if (left >= 16) {
                 v[i] = _mm256_loadu_si256((const __m256i *)row);
             } else {
                 int16_t tmp[16] = {0};
@@ -82,22 +88,35 @@ static void fx_pack_a_6(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, 
                 v[i] = _mm256_loadu_si256((const __m256i *)tmp);
             }
         }
-        v[6] = v[7] = _mm256_setzero_si256();
-        fx_transpose8x8_epi32(v); /* v[t]: pair k0 + t of every row, row i in lane i */
+        fx_transpose8x8_epi32(v); /* v[t]: pair k0 + t of every vector, vector i in lane i */
         for (int t = 0; t < ks; t++) {
-            int32_t *dst = ap + (k0 + t) * FX_PACK_MR;
-            if (k0 + t + 1 < kp) {
+            int32_t *dst = out + (k0 + t) * rows;
+            if (rows == 8 || k0 + t + 1 < kp) {
                 _mm256_storeu_si256((__m256i *)dst, v[t]);
-            } else {
+            } else { /* rows == 6 */
                 _mm_storeu_si128((__m128i *)dst, _mm256_castsi256_si128(v[t]));
                 _mm_storel_epi64((__m128i *)(dst + 4), _mm256_extracti128_si256(v[t], 1));
             }
         }
         if (!sq) continue;
-        __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* lane i: row i */
+        __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* lane i: vector i */
         for (int t = 0; t < ks; t++) fx_sq_pairs_acc(v[t], acc);
-        sq[k0 / FX_GEMM_I16_SEG] = fx_max_lanes(acc, FX_PACK_MR);
+        sq[k0 / FX_GEMM_I16_SEG] = fx_max_lanes(acc, rows);
     }
+}
+
+/* A: ap[p*6 + i] = (A[i][2p], A[i][2p+1]) as one int32. */
+static void fx_pack_a_6(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, int64_t *sq)
+{
+    fx_pack_pairs(a, sam, kc, FX_PACK_MR, ap, sq);
+}
+
+/* B with contiguous columns (B[k][j] at b + j * sbn + k): the plain layout's pair p of column
+ * j, bp[p*16 + 2j + t] = B[2p + t][j], is word p of column j, so this is A's packing with the
+ * 8 columns for rows. */
+static void fx_pack_bt_8(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp, int64_t *sq)
+{
+    fx_pack_pairs(b, sbn, kc, FX_PACK_NR, (int32_t *)(void *)bp, sq);
 }
 
 /* B: bp[p*16 + 2j + t] = B[2p + t][j] for the 8 columns j: two rows interleaved by one word
@@ -138,5 +157,7 @@ static void fx_split_panel_8(const int16_t *bp, int64_t kp, int16_t *bs)
     }
 }
 
-const fx_gemm_i16_pack fx_gemm_i16_pack_avx2_6x8 = {fx_pack_a_6, fx_pack_b_8, fx_split_panel_8,
-                                                    NULL, NULL};
+const fx_gemm_i16_pack fx_gemm_i16_pack_avx2_6x8 = {.pack_a = fx_pack_a_6,
+                                                    .pack_b = fx_pack_b_8,
+                                                    .pack_bt = fx_pack_bt_8,
+                                                    .split_panel = fx_split_panel_8};
