@@ -68,6 +68,7 @@ void fx_flex_install_intops_scalar(fx_backend *b);
 void fx_flex_install_intops_avx2(fx_backend *b, const fx_cpu_features *cpu);
 void fx_flex_install_intops_avx512(fx_backend *b, const fx_cpu_features *cpu);
 void fx_flex_install_ew_avx512(fx_backend *b);
+void fx_flex_install_ew_avx2(fx_backend *b);
 
 static inline void fx_flex_set_kernel(fx_backend *b, fx_op op, fx_kernel k)
 {

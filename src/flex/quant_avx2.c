@@ -372,4 +372,5 @@ void fx_register_flex_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.sum2_quant = fx_flex_sum2_quant_avx2;
     b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_avx2;
     fx_flex_install_intops_avx2(b, cpu);
+    fx_flex_install_ew_avx2(b);
 }
