@@ -162,7 +162,8 @@ typedef struct fx_r4_state {
     __m128i cnt;     /* shift count */
     __m256i rmask, half, thr;
     __m256i max_in;  /* |v| read unsigned */
-    int64_t saturated, underflow;
+    __m256i saturated, underflow; /* per-lane counts, subtracted as -1 masks (no movemask and
+                                   * popcount per vector: a third of the loop's time) */
 } fx_r4_state;
 
 static inline __m256i fx_abs_epi64(__m256i v, __m256i sgn)
@@ -206,9 +207,9 @@ static inline __m256i fx_requant4(__m256i v, fx_r4_state *s4)
         q = _mm256_blendv_epi8(q, mmax, _mm256_andnot_si256(sgn, sat));
         q = _mm256_blendv_epi8(q, mmin, _mm256_and_si256(sgn, sat));
     }
-    s4->saturated += fx_mask_count_epi64(sat);
+    s4->saturated = _mm256_sub_epi64(s4->saturated, sat);
     const __m256i uf = _mm256_andnot_si256(_mm256_cmpeq_epi64(v, zero), _mm256_cmpeq_epi64(q, zero));
-    s4->underflow += fx_mask_count_epi64(uf);
+    s4->underflow = _mm256_sub_epi64(s4->underflow, uf);
     return q;
 }
 
@@ -232,7 +233,7 @@ void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shi
     s4.half = _mm256_set1_epi64x(s4.right && !s4.zero_all ? (long long)((uint64_t)1 << (s - 1)) : 0);
     s4.thr = _mm256_set1_epi64x(!s4.right && s < 16 ? (FX_MANT_MAX >> s) : 0);
     s4.max_in = _mm256_setzero_si256();
-    s4.saturated = s4.underflow = 0;
+    s4.saturated = s4.underflow = _mm256_setzero_si256();
     __m256i max_out = _mm256_setzero_si256();
 
     for (int64_t i = 0; i < n; i += 8) {
@@ -249,7 +250,9 @@ void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shi
         }
         const __m256i m = fx_narrow8(fx_requant4(v0, &s4), fx_requant4(v1, &s4));
         max_out = _mm256_max_epi32(max_out, _mm256_abs_epi32(m));
-        if (dst) {
+        if (dst && len == 8) {
+            _mm_storeu_si128((__m128i *)(dst + i), fx_pack8_epi32(m));
+        } else if (dst) {
             int16_t m16[8];
             _mm_storeu_si128((__m128i *)m16, fx_pack8_epi32(m));
             memcpy(dst + i, m16, (size_t)len * sizeof *m16);
@@ -258,9 +261,12 @@ void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shi
     uint64_t mi[4], max_in = 0;
     _mm256_storeu_si256((__m256i *)mi, s4.max_in);
     for (int k = 0; k < 4; k++) max_in = mi[k] > max_in ? mi[k] : max_in;
-    st->saturated = s4.saturated;
+    int64_t sat[4], uf[4];
+    _mm256_storeu_si256((__m256i *)sat, s4.saturated);
+    _mm256_storeu_si256((__m256i *)uf, s4.underflow);
+    st->saturated = sat[0] + sat[1] + sat[2] + sat[3];
     st->nonfinite = 0;
-    st->underflow = s4.underflow;
+    st->underflow = uf[0] + uf[1] + uf[2] + uf[3];
     st->max_abs_in = (double)max_in;
     st->max_abs_out = fx_hmax_epi32(max_out);
 }
