@@ -532,8 +532,10 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                      * CNN epoch on AVX2, where every one-block product is a probe */
                     if (!probed && block_fast) probe_fast += block_fast;
                 }
-                /* implicit barrier: nobody still reads the B block when it is repacked, and
-                 * every thread's probe count is in */
+                /* implicit barrier (this loop must never take nowait): nobody still reads
+                 * the B block when it is repacked, and every thread's probe count is in, so
+                 * that all threads reach the same norms_off, hence the same fast_ok, on which
+                 * the B norms' being written depends */
                 if (fast_ok && !probed) {
                     probed = 1;
                     norms_off = probe_fast == 0;

@@ -77,10 +77,12 @@ static inline void fx_pack_pairs(const int16_t *src, int64_t stride, int64_t kc,
         const int ks = kp - k0 < FX_GEMM_I16_SEG ? (int)(kp - k0) : FX_GEMM_I16_SEG;
         __m256i v[8];
         for (int i = 0; i < 8; i++) {
-            const int16_t *row = src + i * stride + 2 * k0;
-            if (i >= rows) {
+            if (i >= rows) { /* no pointer is formed for a missing vector */
                 v[i] = _mm256_setzero_si256();
-            } else if (left >= 16) {
+                continue;
+            }
+            const int16_t *row = src + i * stride + 2 * k0;
+            if (left >= 16) {
                 v[i] = _mm256_loadu_si256((const __m256i *)row);
             } else {
                 int16_t tmp[16] = {0};
