@@ -115,6 +115,24 @@ static int64_t *run_kernel(const named_kernel *k, fx_op_call *c, int nthreads, i
     return buf;
 }
 
+/* An FX_OP_MATMUL call on row-major A [M, K] and B [K, N] at exponent 0 (the output stage
+ * is set by run_kernel). */
+static fx_op_call rowmajor_matmul_call(const int16_t *A, const int16_t *B, int64_t M, int64_t K,
+                                       int64_t N)
+{
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = FX_OP_MATMUL;
+    c.nin = 2;
+    c.in[0] = operand(A, 0, M, K, K, 1);
+    c.in[1] = operand(B, 0, K, N, N, 1);
+    c.out_ndim = 2;
+    c.out_shape[0] = M;
+    c.out_shape[1] = N;
+    c.out_numel = M * N;
+    return c;
+}
+
 /* A register-tile GEMM (gemm_i16.c) rather than the scalar definition. The level's own matmul
  * is listed under its level's name (avx2/flex16_5), the other AVX-512 variants as matmul_*. */
 static int is_simd_gemm(const named_kernel *k) { return strncmp(k->name, "scalar", 6) != 0; }
@@ -368,16 +386,7 @@ static void test_matmul_paths(void)
         int16_t *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
         for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(&r, DATA_FULL_FIRST, 0, i % K);
         for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(&r, DATA_FULL_FIRST, 1, i / N);
-        fx_op_call c;
-        memset(&c, 0, sizeof c);
-        c.op = FX_OP_MATMUL;
-        c.nin = 2;
-        c.in[0] = operand(A, 0, M, K, K, 1);
-        c.in[1] = operand(B, 0, K, N, N, 1);
-        c.out_ndim = 2;
-        c.out_shape[0] = M;
-        c.out_shape[1] = N;
-        c.out_numel = M * N;
+        fx_op_call c = rowmajor_matmul_call(A, B, M, K, N);
         int64_t counts[2][2];
         for (int mode = 0; mode < 2; mode++) {
             int exp;
@@ -403,16 +412,7 @@ static void test_matmul_paths(void)
         int16_t *A = malloc(100 * 1300 * sizeof *A), *B = malloc(1300 * 140 * sizeof *B);
         for (int64_t i = 0; i < 100 * 1300; i++) A[i] = gen_at(&r, DATA_BURSTS, 0, i % 1300);
         for (int64_t i = 0; i < 1300 * 140; i++) B[i] = gen_at(&r, DATA_BURSTS, 1, i / 140);
-        fx_op_call c;
-        memset(&c, 0, sizeof c);
-        c.op = FX_OP_MATMUL;
-        c.nin = 2;
-        c.in[0] = operand(A, 0, 100, 1300, 1300, 1);
-        c.in[1] = operand(B, 0, 1300, 140, 140, 1);
-        c.out_ndim = 2;
-        c.out_shape[0] = 100;
-        c.out_shape[1] = 140;
-        c.out_numel = 100 * 140;
+        fx_op_call c = rowmajor_matmul_call(A, B, 100, 1300, 140);
         int exp;
         fx_gemm_i16_reset_tile_counts();
         free(run_kernel(&g_k[FX_OP_MATMUL][ki], &c, 1, &exp));
@@ -446,16 +446,7 @@ static void test_matmul_level_gates(void)
             for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(&r, DATA_GAUSS, 1, i / N);
             int64_t *want = malloc((size_t)(M * N) * sizeof *want);
             ref_matmul(A, B, M, K, N, want);
-            fx_op_call c;
-            memset(&c, 0, sizeof c);
-            c.op = FX_OP_MATMUL;
-            c.nin = 2;
-            c.in[0] = operand(A, 0, M, K, K, 1);
-            c.in[1] = operand(B, 0, K, N, N, 1);
-            c.out_ndim = 2;
-            c.out_shape[0] = M;
-            c.out_shape[1] = N;
-            c.out_numel = M * N;
+            fx_op_call c = rowmajor_matmul_call(A, B, M, K, N);
             int exp;
             int64_t fast, split;
             fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
