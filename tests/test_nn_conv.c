@@ -819,6 +819,16 @@ static void flex_write_check(const char *what, tensor_t *y, const tensor_t *x, c
           "%d (want %d), recomputed %d (want %d)", what, (long long)write, rec.exp, e,
           (long long)rec.saturated, (long long)sat, rec.overflow, want_overflow,
           rec.recomputed, want_recompute);
+    /* the largest exact |sum| in real units: the conv's own maximum pass or, on the fused
+     * path, the rounding pass's statistics (conv2d.c); either must give it exactly */
+    uint64_t smax = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        const uint64_t a = sum[i] < 0 ? (uint64_t)0 - (uint64_t)sum[i] : (uint64_t)sum[i];
+        smax = a > smax ? a : smax;
+    }
+    const double want_max = ldexp((double)smax, tensor_exp(x) + tensor_exp(w));
+    CHECK(rec.true_max == want_max, "%s, write %lld: trace true max %.17g, the exact sums' %.17g",
+          what, (long long)write, rec.true_max, want_max);
     CHECK(!peeked || rec.recomputed || rec.exp == peek_e,
           "%s, write %lld: written at 2^%d, predicted 2^%d before the op", what,
           (long long)write, rec.exp, peek_e);
