@@ -10,6 +10,26 @@
 #define FX_MR 6 /* rows of the register tile */
 #define FX_NR 8 /* columns: one ymm of 8 int32 lanes */
 
+/* Lanes j < n of the two int64 halves of an 8-column row (all ones where the lane is valid). */
+static inline void fx_row_masks(int n, __m256i *k0, __m256i *k1)
+{
+    const __m256i lane = _mm256_setr_epi64x(0, 1, 2, 3);
+    *k0 = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), lane);
+    *k1 = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n - 4), lane);
+}
+
+/* C row (accumulate ? C : 0) + t, for the int64 halves t0 (columns 0..3) and t1 (4..7). */
+static inline void fx_store_row(int64_t *ci, __m256i t0, __m256i t1, __m256i k0, __m256i k1,
+                                int n, int accumulate)
+{
+    long long *d0 = (long long *)ci, *d1 = (long long *)(ci + 4);
+    if (accumulate) t0 = _mm256_add_epi64(t0, _mm256_maskload_epi64(d0, k0));
+    _mm256_maskstore_epi64(d0, k0, t0);
+    if (n <= 4) return;
+    if (accumulate) t1 = _mm256_add_epi64(t1, _mm256_maskload_epi64(d1, k1));
+    _mm256_maskstore_epi64(d1, k1, t1);
+}
+
 /* 6 rows x {hi, lo} = 12 ymm accumulators, 2 for B, 1 broadcast, 1 product: all 16 ymm. */
 static void fx_ukr_avx2(int64_t kp, const int32_t *ap, const int16_t *bp, int64_t *c,
                         int64_t ldc, int m, int n, int accumulate)
@@ -38,22 +58,16 @@ static void fx_ukr_avx2(int64_t kp, const int32_t *ap, const int16_t *bp, int64_
         _mm256_store_si256((void *)hs[i], h[i]);
         _mm256_store_si256((void *)ls[i], l[i]);
     }
-    /* lanes j < n of the masks are all ones */
-    const __m256i lane = _mm256_setr_epi64x(0, 1, 2, 3);
-    const __m256i k0 = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), lane);
-    const __m256i k1 = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n - 4), lane);
+    __m256i k0, k1;
+    fx_row_masks(n, &k0, &k1);
     for (int i = 0; i < m; i++) {
-        int64_t *ci = c + i * ldc;
+        __m256i t[2];
         for (int half = 0; half < 2; half++) {
-            const __m256i k = half ? k1 : k0;
-            if (half && n <= 4) break;
             const __m256i sh = _mm256_cvtepi32_epi64(_mm_load_si128((const void *)&hs[i][4 * half]));
             const __m256i sl = _mm256_cvtepi32_epi64(_mm_load_si128((const void *)&ls[i][4 * half]));
-            __m256i s = _mm256_add_epi64(_mm256_slli_epi64(sh, 8), sl); /* 256*Sh + Sl */
-            long long *dst = (long long *)(ci + 4 * half);
-            if (accumulate) s = _mm256_add_epi64(s, _mm256_maskload_epi64(dst, k));
-            _mm256_maskstore_epi64(dst, k, s);
+            t[half] = _mm256_add_epi64(_mm256_slli_epi64(sh, 8), sl); /* 256*Sh + Sl */
         }
+        fx_store_row(c + i * ldc, t[0], t[1], k0, k1, n, accumulate);
     }
 }
 
@@ -65,26 +79,6 @@ static inline __m256i fx_add_madd(__m256i acc, __m256i a, __m256i b)
     const __m256i prod = _mm256_madd_epi16(a, b);
     __asm__("vpaddd %1, %0, %0" : "+x"(acc) : "x"(prod));
     return acc;
-}
-
-/* Lanes j < n of the two int64 halves of an 8-column row (all ones where the lane is valid). */
-static inline void fx_row_masks(int n, __m256i *k0, __m256i *k1)
-{
-    const __m256i lane = _mm256_setr_epi64x(0, 1, 2, 3);
-    *k0 = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), lane);
-    *k1 = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n - 4), lane);
-}
-
-/* C row (accumulate ? C : 0) + t, for the int64 halves t0 (columns 0..3) and t1 (4..7). */
-static inline void fx_store_row(int64_t *ci, __m256i t0, __m256i t1, __m256i k0, __m256i k1,
-                                int n, int accumulate)
-{
-    long long *d0 = (long long *)ci, *d1 = (long long *)(ci + 4);
-    if (accumulate) t0 = _mm256_add_epi64(t0, _mm256_maskload_epi64(d0, k0));
-    _mm256_maskstore_epi64(d0, k0, t0);
-    if (n <= 4) return;
-    if (accumulate) t1 = _mm256_add_epi64(t1, _mm256_maskload_epi64(d1, k1));
-    _mm256_maskstore_epi64(d1, k1, t1);
 }
 
 /* s[i] += the products of `len` pairs (mod 2^32 per lane). */

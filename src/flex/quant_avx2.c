@@ -25,10 +25,6 @@ static inline float fx_pow2f(int k)
 
 static inline int fx_mask_count_ps(__m256 m) { return __builtin_popcount((unsigned)_mm256_movemask_ps(m)); }
 static inline int fx_mask_count_epi32(__m256i m) { return fx_mask_count_ps(_mm256_castsi256_ps(m)); }
-static inline int fx_mask_count_epi64(__m256i m)
-{
-    return __builtin_popcount((unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(m)));
-}
 
 static float fx_hmax_ps(__m256 v)
 {

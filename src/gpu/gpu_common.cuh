@@ -42,6 +42,30 @@ static inline int fx_gpu_launch_check(const char *func, const char *kernel)
                     cudaGetErrorString(err));
 }
 
+// The calling thread's current device, restored when the scope ends: the release functions
+// switch to each device in turn to free its memory with its own context current. ok() is false
+// when the current device cannot be read (then nothing should be switched); any error left by a
+// switch is cleared on exit, so that later calls are not blamed for it.
+class fx_device_restorer {
+  public:
+    fx_device_restorer() : ok_(cudaGetDevice(&prev_) == cudaSuccess)
+    {
+        if (!ok_) (void)cudaGetLastError();
+    }
+    ~fx_device_restorer()
+    {
+        if (ok_) (void)cudaSetDevice(prev_);
+        (void)cudaGetLastError();
+    }
+    fx_device_restorer(const fx_device_restorer &) = delete;
+    fx_device_restorer &operator=(const fx_device_restorer &) = delete;
+    bool ok() const { return ok_; }
+
+  private:
+    int prev_ = 0;
+    bool ok_;
+};
+
 // Offset (in elements) of element i of the view's row-major order.
 static __device__ __forceinline__ int64_t fx_dv_offset(const fx_dview &v, int64_t i)
 {

@@ -110,11 +110,8 @@ bool fx_stageable(void *dst, const void *src)
 // about to reset.
 extern "C" void fx_gr_stage_release(void)
 {
-    int prev = 0;
-    if (cudaGetDevice(&prev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return;
-    }
+    const fx_device_restorer keep;
+    if (!keep.ok()) return;
     std::lock_guard<std::mutex> g(fx_rings_lock);
     for (size_t d = 0; d < fx_rings.size(); d++) {
         fx_stage_ring *r = fx_rings[d];
@@ -124,8 +121,6 @@ extern "C" void fx_gr_stage_release(void)
         fx_ring_free(r);
         r->failed = false;
     }
-    (void)cudaSetDevice(prev);
-    (void)cudaGetLastError();
 }
 
 // Stage a copy of `bytes` from host src to device dst of the current device: *staged = 1 when

@@ -66,11 +66,8 @@ int fx_slot_grow(int device, const char *func)
 // they stay (and a reset must wait until those tensors are freed, as the API says).
 extern "C" void fx_gr_slot_release(void)
 {
-    int prev = 0;
-    if (cudaGetDevice(&prev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return;
-    }
+    const fx_device_restorer keep;
+    if (!keep.ok()) return;
     std::lock_guard<std::mutex> g(fx_slot_lock);
     for (size_t d = 0; d < fx_slot_chunks.size(); d++) {
         if (fx_slot_chunks[d].empty() || fx_free_slots[d].size() != fx_slot_count[d]) continue;
@@ -82,8 +79,6 @@ extern "C" void fx_gr_slot_release(void)
         fx_slot_chunks[d].clear();
         fx_slot_count[d] = 0;
     }
-    (void)cudaSetDevice(prev);
-    (void)cudaGetLastError();
 }
 
 extern "C" int fx_gr_slot_get(size_t bytes, void **host, void **event, const char *func)

@@ -642,16 +642,15 @@ static int conv2d_forward(tensor_t *y, const tensor_t *x, const tensor_t *w, int
         }
         chunk_max[ch] = 0;
         const int fused = status[ch] == FX_OK && fuse_e != FX_EXP_NONE;
-        if (fused) {
-            conv_yquant_samples(&yq, fuse_e, 1, 0, n0, nbc, plan.inner);
-            /* the rounding pass's statistics hold every sample's largest |sum| */
-            for (int64_t n = n0; fused_max_exact && n < n0 + nbc; n++) {
+        if (fused) conv_yquant_samples(&yq, fuse_e, 1, 0, n0, nbc, plan.inner);
+        if (fused && fused_max_exact) { /* the rounding pass found each sample's largest |sum| */
+            for (int64_t n = n0; n < n0 + nbc; n++) {
                 const uint64_t m = (uint64_t)yq.part[n].max_abs_in;
                 chunk_max[ch] = m > chunk_max[ch] ? m : chunk_max[ch];
             }
-        }
-        if (status[ch] == FX_OK && ic && !(fused && fused_max_exact))
+        } else if (status[ch] == FX_OK && ic) {
             chunk_max[ch] = fx_maxabs_i64(fx_backend_active(), (const int64_t *)myy, Pc * g.O);
+        }
         if (status[ch] == FX_OK && ep)
             conv_epilogue_chunk(ep, be, y->fmt, (float *)(void *)myy, Pc, g.O,
                                 yhalf ? yhalf + n0 * P * g.O : NULL);
