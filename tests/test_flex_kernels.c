@@ -149,13 +149,14 @@ static int64_t first_mismatch(const int64_t *x, const int64_t *y, int64_t n)
 enum { DATA_RANDOM, DATA_MAX, DATA_MAX_OPPOSITE, DATA_SIGNS, DATA_SPARSE, DATA_SMALL, DATA_MIN16,
        DATA_KINDS, /* the kinds above rotate through the shape sweep; those below are explicit */
        DATA_GAUSS = DATA_KINDS, DATA_GAUSS_HI, DATA_EDGE_FAST, DATA_EDGE_FAST_NEG, DATA_EDGE_SPLIT,
-       DATA_BURSTS, DATA_WRAP_LOW, DATA_FULL_FIRST };
+       DATA_BURSTS, DATA_WRAP_LOW, DATA_FULL_FIRST, DATA_HOT_LINES };
 static const char *const data_names[] = {
     "random", "all+32767", "a=+32767,b=-32767", "+-32767", "sparse", "small", "all-32768",
     "gaussian-like, max ~2^14.5", "gaussian-like, max ~32767", "all 11585 (fast limit)",
     "11585 x -11585", "all 11586 (split limit)", "gaussian with +-32767 bursts",
     "all -32513 (wrap kernel's lowest error)",
-    "full range in the first K block, gaussian after"};
+    "full range in the first K block, gaussian after",
+    "gaussian with rows i%6==4 and columns j%16==13 at +32767"};
 
 /* Approximately Gaussian (sum of four uniforms) scaled so that 4 standard deviations reach
  * `peak`: the shape of data quantised at its exact exponent. */
@@ -242,11 +243,18 @@ static void ref_matmul(const int16_t *A, const int16_t *B, int64_t M, int64_t K,
 }
 
 /* DATA_BURSTS puts full-range values in the second K block of the GEMM (k in [384, 768)) of
- * A and B: its tiles must split while those of the other K blocks go fast. */
-static int16_t gen_at(test_rng *r, int kind, int is_b, int64_t k)
+ * A and B: its tiles must split while those of the other K blocks go fast. DATA_HOT_LINES
+ * (line = the row of A or column of B the value lies in) sets one row of every 6 and one
+ * column of every 16 to +32767 among small values, late in their tiles (row 4 of an AVX2/AVX-512
+ * tile's 6, column 13: in the second half of AVX2's 16-column tile, the first of AVX-512's 32):
+ * a tile holding both must split, so a norm that misses one row or column of its tile lets the
+ * fast kernel wrap. */
+static int16_t gen_at(test_rng *r, int kind, int is_b, int64_t k, int64_t line)
 {
     if ((kind == DATA_BURSTS && k >= 384 && k < 768) || (kind == DATA_FULL_FIRST && k < 384))
         return (int16_t)test_rng_range(r, -32767, 32767);
+    if (kind == DATA_HOT_LINES)
+        return line % (is_b ? 16 : 6) == (is_b ? 13 : 4) ? 32767 : gauss_like(r, 3000);
     return gen_value(r, kind, is_b);
 }
 
@@ -258,8 +266,8 @@ static void check_matmul_expect(int64_t M, int64_t K, int64_t N, int kind, int l
                                 int check_threads, int expect, test_rng *r)
 {
     int16_t *A = malloc((size_t)(M * K + 1) * sizeof *A), *B = malloc((size_t)(K * N + 1) * sizeof *B);
-    for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(r, kind, 0, i % (K ? K : 1));
-    for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(r, kind, 1, i / (N ? N : 1));
+    for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(r, kind, 0, i % (K ? K : 1), i / (K ? K : 1));
+    for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(r, kind, 1, i / (N ? N : 1), i % (N ? N : 1));
     int64_t *want = malloc((size_t)(M * N + 1) * sizeof *want);
     ref_matmul(A, B, M, K, N, want);
     view16 va = make_view(A, M, K, layout, r), vb = make_view(B, K, N, layout, r);
@@ -362,6 +370,9 @@ static void test_matmul_paths(void)
     /* mixed: full-range stretches of K among small values split some K blocks' tiles only */
     int64_t fast = 0, split = 0;
     check_matmul_expect(100, 1300, 140, DATA_BURSTS, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
+    /* one hot row and column per tile: every layout (each B packing), partial tiles */
+    for (int layout = 0; layout < LAYOUTS; layout++)
+        check_matmul_expect(23, 700, 61, DATA_HOT_LINES, layout, 0, EXPECT_ANY, &r);
     /* the portable packing loops (they define the packed bytes) under the SIMD kernels:
      * plain, split and wrap B panels, A panels, A high panels, odd K and partial tiles */
     fx_gemm_i16_set_portable_packing(1);
@@ -384,8 +395,8 @@ static void test_matmul_paths(void)
         if (!is_simd_gemm(&g_k[FX_OP_MATMUL][ki])) continue;
         const int64_t M = 520, K = 1152, N = 260;
         int16_t *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
-        for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(&r, DATA_FULL_FIRST, 0, i % K);
-        for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(&r, DATA_FULL_FIRST, 1, i / N);
+        for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(&r, DATA_FULL_FIRST, 0, i % K, i / K);
+        for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(&r, DATA_FULL_FIRST, 1, i / N, i % N);
         fx_op_call c = rowmajor_matmul_call(A, B, M, K, N);
         int64_t counts[2][2];
         for (int mode = 0; mode < 2; mode++) {
@@ -410,8 +421,8 @@ static void test_matmul_paths(void)
     for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++) {
         if (!is_simd_gemm(&g_k[FX_OP_MATMUL][ki])) continue;
         int16_t *A = malloc(100 * 1300 * sizeof *A), *B = malloc(1300 * 140 * sizeof *B);
-        for (int64_t i = 0; i < 100 * 1300; i++) A[i] = gen_at(&r, DATA_BURSTS, 0, i % 1300);
-        for (int64_t i = 0; i < 1300 * 140; i++) B[i] = gen_at(&r, DATA_BURSTS, 1, i / 140);
+        for (int64_t i = 0; i < 100 * 1300; i++) A[i] = gen_at(&r, DATA_BURSTS, 0, i % 1300, i / 1300);
+        for (int64_t i = 0; i < 1300 * 140; i++) B[i] = gen_at(&r, DATA_BURSTS, 1, i / 140, i % 140);
         fx_op_call c = rowmajor_matmul_call(A, B, 100, 1300, 140);
         int exp;
         fx_gemm_i16_reset_tile_counts();
@@ -442,8 +453,8 @@ static void test_matmul_level_gates(void)
         for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
             const int64_t M = cases[t].M, K = cases[t].K, N = cases[t].N;
             int16_t *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
-            for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(&r, DATA_GAUSS, 0, i % K);
-            for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(&r, DATA_GAUSS, 1, i / N);
+            for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(&r, DATA_GAUSS, 0, i % K, i / K);
+            for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(&r, DATA_GAUSS, 1, i / N, i % N);
             int64_t *want = malloc((size_t)(M * N) * sizeof *want);
             ref_matmul(A, B, M, K, N, want);
             fx_op_call c = rowmajor_matmul_call(A, B, M, K, N);
@@ -477,9 +488,11 @@ static void test_matmul(void)
     test_rng_seed(&r, 2718);
     int idx = 0;
 
-    /* odd shapes around the register tiles (6 x 32, 6 x 8) and the K blocks (384) */
+    /* odd shapes around the register tiles (AVX-512 6 x 32; AVX2 6 x 16 in two halves of 8,
+     * each stored in two quarters of 4: N = 12 and 20 end a tile on a quarter, 9 and 17 one
+     * column into a half) and the K blocks (384) */
     static const int64_t Ms[] = {1, 2, 5, 6, 7, 13};
-    static const int64_t Ns[] = {1, 7, 8, 9, 31, 33, 65};
+    static const int64_t Ns[] = {1, 7, 8, 9, 12, 16, 17, 20, 31, 33, 65};
     static const int64_t Ks[] = {1, 2, 3, 17, 255, 256, 383, 384, 385, 1000};
     for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; a++)
         for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; b++)

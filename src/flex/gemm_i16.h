@@ -197,9 +197,9 @@ static inline int fx_gemm_i16_b_layout_for(int level_layout, int64_t K)
 
 /* AVX-512BW packing for a 6 x 32 tile (gemm_i16_pack_avx512.c). */
 extern const fx_gemm_i16_pack fx_gemm_i16_pack_avx512_6x32;
-/* AVX2 packing for a 6 x 8 tile (gemm_i16_pack_avx2.c; no wrap layout: AVX2 has no wrap
+/* AVX2 packing for a 6 x 16 tile (gemm_i16_pack_avx2.c; no wrap layout: AVX2 has no wrap
  * kernel). */
-extern const fx_gemm_i16_pack fx_gemm_i16_pack_avx2_6x8;
+extern const fx_gemm_i16_pack fx_gemm_i16_pack_avx2_6x16;
 
 /* Run an FX_OP_MATMUL call (operand contract of backend.h) with micro-kernels k.
  * Returns FX_OK, FX_ENOMEM if the packing buffers cannot be allocated, or FX_EUNSUPPORTED for a

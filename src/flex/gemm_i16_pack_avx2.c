@@ -1,4 +1,4 @@
-/* AVX2 packing for the exact int16 GEMM's 6 x 8 register tile (see gemm_i16.h for the layouts
+/* AVX2 packing for the exact int16 GEMM's 6 x 16 register tile (see gemm_i16.h for the layouts
  * and for what the segment norms are for). The portable loops in gemm_i16.c define the
  * results; these produce the same bytes and the same exact sums of squares with vector
  * instructions. Without them the norm test cost more than the fast kernel saved (the scalar
@@ -10,7 +10,8 @@
 #include <string.h>
 
 #define FX_PACK_MR 6
-#define FX_PACK_NR 8
+#define FX_PACK_NR 16 /* two halves of 8 columns, one ymm of pairs each */
+#define FX_PACK_HALF 8
 
 _Static_assert(FX_GEMM_I16_SEG == 8, "one segment is one 8-pair (16-value) row vector");
 
@@ -60,8 +61,9 @@ static inline void fx_transpose8x8_epi32(__m256i r[8])
 }
 
 /* Pairs of `rows` (<= 8) int16 vectors of kc contiguous values each (vector i at src + i *
- * stride) as int32 words out[p*rows + i] = (v_i[2p], v_i[2p+1]): A panels (rows = 6) and B
- * panels of a B whose columns are contiguous (rows = 8 columns), with sq[s] = the largest
+ * stride) as int32 words out[p*ostride + i] = (v_i[2p], v_i[2p+1]), ostride = rows or, for
+ * rows = 8, any larger stride: A panels (rows = 6) and the halves of B panels of a B whose
+ * columns are contiguous (rows = 8 columns, ostride 16), with sq[s] = the largest
  * vector's sum of squares over segment s. Eight pairs (one norm segment) of all vectors at a
  * time through an 8 x 8 register transpose (missing vectors are zeros). A block shorter than
  * 16 values is copied into a zeroed buffer first, so that an odd kc leaves the last pair's
@@ -69,7 +71,7 @@ static inline void fx_transpose8x8_epi32(__m256i r[8])
  * spills two words into the next pair's slots, which that pair's store then overwrites; the
  * last pair stores only its own words. */
 static inline void fx_pack_pairs(const int16_t *src, int64_t stride, int64_t kc, int rows,
-                                 int32_t *out, int64_t *sq)
+                                 int64_t ostride, int32_t *out, int64_t *sq)
 {
     const int64_t kp = (kc + 1) / 2;
     for (int64_t k0 = 0; k0 < kp; k0 += FX_GEMM_I16_SEG) {
@@ -92,7 +94,7 @@ static inline void fx_pack_pairs(const int16_t *src, int64_t stride, int64_t kc,
         }
         fx_transpose8x8_epi32(v); /* v[t]: pair k0 + t of every vector, vector i in lane i */
         for (int t = 0; t < ks; t++) {
-            int32_t *dst = out + (k0 + t) * rows;
+            int32_t *dst = out + (k0 + t) * ostride;
             if (rows == 8 || k0 + t + 1 < kp) {
                 _mm256_storeu_si256((__m256i *)dst, v[t]);
             } else { /* rows == 6 */
@@ -110,56 +112,86 @@ static inline void fx_pack_pairs(const int16_t *src, int64_t stride, int64_t kc,
 /* A: ap[p*6 + i] = (A[i][2p], A[i][2p+1]) as one int32. */
 static void fx_pack_a_6(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, int64_t *sq)
 {
-    fx_pack_pairs(a, sam, kc, FX_PACK_MR, ap, sq);
+    fx_pack_pairs(a, sam, kc, FX_PACK_MR, FX_PACK_MR, ap, sq);
+}
+
+/* The largest of two halves' segment sums of squares, into sq. */
+static inline void fx_sq_max(int64_t *sq, const int64_t *sq1, int64_t kc)
+{
+    const int64_t nseg = ((kc + 1) / 2 + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
+    for (int64_t s = 0; s < nseg; s++) sq[s] = sq1[s] > sq[s] ? sq1[s] : sq[s];
 }
 
 /* B with contiguous columns (B[k][j] at b + j * sbn + k): the plain layout's pair p of column
- * j, bp[p*16 + 2j + t] = B[2p + t][j], is word p of column j, so this is A's packing with the
- * 8 columns for rows. */
-static void fx_pack_bt_8(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp, int64_t *sq)
+ * j, bp[p*32 + 2j + t] = B[2p + t][j], is word p of column j, so each half of 8 columns is A's
+ * packing with the columns for rows, at a word stride of 16. */
+static void fx_pack_bt_16(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp, int64_t *sq)
 {
-    fx_pack_pairs(b, sbn, kc, FX_PACK_NR, (int32_t *)(void *)bp, sq);
+    int32_t *out = (int32_t *)(void *)bp;
+    int64_t sq1[FX_GEMM_I16_KC / 2 / FX_GEMM_I16_SEG + 1];
+    fx_pack_pairs(b, sbn, kc, FX_PACK_HALF, FX_PACK_NR, out, sq);
+    fx_pack_pairs(b + FX_PACK_HALF * sbn, sbn, kc, FX_PACK_HALF, FX_PACK_NR, out + FX_PACK_HALF,
+                  sq ? sq1 : NULL);
+    if (sq) fx_sq_max(sq, sq1, kc);
 }
 
-/* B: bp[p*16 + 2j + t] = B[2p + t][j] for the 8 columns j: two rows interleaved by one word
- * unpack pair. An odd kc pairs the last row with zeros. */
-static void fx_pack_b_8(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq)
+/* Rows 2p and 2p+1 of 8 columns interleaved by one word unpack pair: (B[2p][j], B[2p+1][j]). */
+static inline __m256i fx_pair_rows(__m128i r0, __m128i r1)
+{
+    return _mm256_set_m128i(_mm_unpackhi_epi16(r0, r1), _mm_unpacklo_epi16(r0, r1));
+}
+
+/* B: bp[p*32 + 2j + t] = B[2p + t][j] for the 16 columns j. An odd kc pairs the last row with
+ * zeros. */
+static void fx_pack_b_16(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq)
 {
     const int64_t kp = (kc + 1) / 2;
-    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* lane j: column j */
+    __m256i acc0[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* lane j: column j */
+    __m256i acc1[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* column 8 + j */
     for (int64_t p = 0; p < kp; p++) {
-        const __m128i r0 = _mm_loadu_si128((const __m128i *)(b + 2 * p * sbk));
-        const __m128i r1 = 2 * p + 1 < kc ? _mm_loadu_si128((const __m128i *)(b + (2 * p + 1) * sbk))
-                                          : _mm_setzero_si128();
-        const __m256i x = _mm256_set_m128i(_mm_unpackhi_epi16(r0, r1), _mm_unpacklo_epi16(r0, r1));
-        _mm256_storeu_si256((__m256i *)(bp + p * 2 * FX_PACK_NR), x);
+        const int16_t *r0 = b + 2 * p * sbk;
+        __m128i r1a = _mm_setzero_si128(), r1b = r1a; /* the last row of an odd kc: zeros */
+        if (2 * p + 1 < kc) { /* no pointer is formed beyond the block */
+            r1a = _mm_loadu_si128((const __m128i *)(r0 + sbk));
+            r1b = _mm_loadu_si128((const __m128i *)(r0 + sbk + FX_PACK_HALF));
+        }
+        const __m256i x0 = fx_pair_rows(_mm_loadu_si128((const __m128i *)r0), r1a);
+        const __m256i x1 = fx_pair_rows(_mm_loadu_si128((const __m128i *)(r0 + FX_PACK_HALF)), r1b);
+        _mm256_storeu_si256((__m256i *)(bp + p * 2 * FX_PACK_NR), x0);
+        _mm256_storeu_si256((__m256i *)(bp + p * 2 * FX_PACK_NR + 2 * FX_PACK_HALF), x1);
         if (!sq) continue;
-        fx_sq_pairs_acc(x, acc);
+        fx_sq_pairs_acc(x0, acc0);
+        fx_sq_pairs_acc(x1, acc1);
         if ((p + 1) % FX_GEMM_I16_SEG == 0 || p + 1 == kp) {
-            sq[p / FX_GEMM_I16_SEG] = fx_max_lanes(acc, FX_PACK_NR);
-            acc[0] = acc[1] = _mm256_setzero_si256();
+            const int64_t m0 = fx_max_lanes(acc0, FX_PACK_HALF), m1 = fx_max_lanes(acc1, FX_PACK_HALF);
+            sq[p / FX_GEMM_I16_SEG] = m0 > m1 ? m0 : m1;
+            acc0[0] = acc0[1] = acc1[0] = acc1[1] = _mm256_setzero_si256();
         }
     }
 }
 
 /* Split layout: b = 256 bh + bl with bl = ((b + 128) mod 256) - 128 and bh = (b - bl) / 256,
  * on 16-bit lanes without overflow: bl = ((b & 255) ^ 128) - 128, and bh = (b >> 8) + 1 exactly
- * when (b & 255) >= 128, i.e. bh = (b >> 8) + (((b & 255) + 128) >> 8) (up to 127 + 1 = 128). */
-static void fx_split_panel_8(const int16_t *bp, int64_t kp, int16_t *bs)
+ * when (b & 255) >= 128, i.e. bh = (b >> 8) + (((b & 255) + 128) >> 8) (up to 127 + 1 = 128).
+ * Pair p: 16 high parts at bs + 64p, 16 low parts at bs + 64p + 32. */
+static void fx_split_panel_16(const int16_t *bp, int64_t kp, int16_t *bs)
 {
     const __m256i lo8 = _mm256_set1_epi16(255), half = _mm256_set1_epi16(128);
-    for (int64_t p = 0; p < kp; p++) {
-        const __m256i x = _mm256_loadu_si256((const __m256i *)(bp + p * 2 * FX_PACK_NR));
-        const __m256i low = _mm256_and_si256(x, lo8);
-        const __m256i bl = _mm256_sub_epi16(_mm256_xor_si256(low, half), half);
-        const __m256i bh = _mm256_add_epi16(_mm256_srai_epi16(x, 8),
-                                            _mm256_srli_epi16(_mm256_add_epi16(low, half), 8));
-        _mm256_storeu_si256((__m256i *)(bs + p * 4 * FX_PACK_NR), bh);
-        _mm256_storeu_si256((__m256i *)(bs + p * 4 * FX_PACK_NR + 2 * FX_PACK_NR), bl);
-    }
+    for (int64_t p = 0; p < kp; p++)
+        for (int h = 0; h < 2; h++) {
+            const __m256i x =
+                _mm256_loadu_si256((const __m256i *)(bp + p * 2 * FX_PACK_NR + 2 * FX_PACK_HALF * h));
+            const __m256i low = _mm256_and_si256(x, lo8);
+            const __m256i bl = _mm256_sub_epi16(_mm256_xor_si256(low, half), half);
+            const __m256i bh = _mm256_add_epi16(_mm256_srai_epi16(x, 8),
+                                                _mm256_srli_epi16(_mm256_add_epi16(low, half), 8));
+            int16_t *dst = bs + p * 4 * FX_PACK_NR + 2 * FX_PACK_HALF * h;
+            _mm256_storeu_si256((__m256i *)dst, bh);
+            _mm256_storeu_si256((__m256i *)(dst + 2 * FX_PACK_NR), bl);
+        }
 }
 
-const fx_gemm_i16_pack fx_gemm_i16_pack_avx2_6x8 = {.pack_a = fx_pack_a_6,
-                                                    .pack_b = fx_pack_b_8,
-                                                    .pack_bt = fx_pack_bt_8,
-                                                    .split_panel = fx_split_panel_8};
+const fx_gemm_i16_pack fx_gemm_i16_pack_avx2_6x16 = {.pack_a = fx_pack_a_6,
+                                                     .pack_b = fx_pack_b_16,
+                                                     .pack_bt = fx_pack_bt_16,
+                                                     .split_panel = fx_split_panel_16};

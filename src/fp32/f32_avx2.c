@@ -264,7 +264,15 @@ static void bias_relu(float *v, int64_t rows, int64_t cols, const float *bias, i
     const __m256 zero = _mm256_setzero_ps();
     for (int64_t r = 0; r < rows; r++) {
         float *row = v + r * cols;
-        for (int64_t j = 0; j < cols; j += 8) {
+        int64_t j = 0;
+        for (; j + 8 <= cols; j += 8) { /* whole vectors: plain moves (masked stores are slow
+                                          * on AMD cores, microcoded) */
+            __m256 x = _mm256_loadu_ps(row + j);
+            if (bias) x = add_nf(x, _mm256_loadu_ps(bias + j));
+            if (relu) x = relu_vec(x, zero);
+            _mm256_storeu_ps(row + j, x);
+        }
+        if (j < cols) {
             const __m256i m = tail_mask(cols - j);
             __m256 x = _mm256_maskload_ps(row + j, m);
             if (bias) x = add_nf(x, _mm256_maskload_ps(bias + j, m));
