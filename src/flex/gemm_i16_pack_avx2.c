@@ -5,6 +5,7 @@
  * norms took a fifth of a flex16_5 CNN epoch), so AVX2 machines ran every convolution tile on
  * the two-multiply split kernel. */
 #include "gemm_i16.h"
+#include "core/transpose_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -34,30 +35,6 @@ static inline int64_t fx_max_lanes(const __m256i acc[2], int n)
     int64_t mx = 0;
     for (int i = 0; i < n; i++) mx = v[i] > mx ? v[i] : mx;
     return mx;
-}
-
-/* Transpose 8 rows of 8 int32 words in place: afterwards r[t] holds word t of every row,
- * row i in lane i. */
-static inline void fx_transpose8x8_epi32(__m256i r[8])
-{
-    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
-    const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
-    const __m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
-    const __m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
-    /* u0: words 0 (low lane) and 4 (high lane) of rows 0..3; u1: words 1, 5; u2: 2, 6; u3: 3, 7;
-     * u4..u7 the same for rows 4..7 */
-    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
-    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
-    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
-    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
-    r[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
-    r[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
-    r[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
-    r[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
-    r[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
-    r[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
-    r[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
-    r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
 }
 
 /* Pairs of `rows` (<= 8) int16 vectors of kc contiguous values each (vector i at src + i *

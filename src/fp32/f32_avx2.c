@@ -15,6 +15,7 @@
  */
 #include "f32_kernels.h"
 #include "bf16/bf16_kernels.h"
+#include "core/transpose_avx2.h"
 #include "fp16/fp16_kernels.h"
 
 #include <immintrin.h>
@@ -265,26 +266,6 @@ static inline __attribute__((always_inline)) __m256 load_row8(const char *src, i
     return _mm256_cvtph_ps(h);
 }
 
-static inline void transpose8x8_ps(__m256 r[8])
-{
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-
 /* dst[k*R + r] = widen(src[r*ld + k]), r < R, k < kb, in 8 x 8 blocks. A block of fewer rows
  * than 8 (R = 6, the A panels) stores whole vectors too where the next k's store overwrites
  * the spill; a short k tail is read through a zeroed buffer (nothing past a row is read). */
@@ -311,7 +292,7 @@ static inline __attribute__((always_inline)) void pack_rows_any(float *dst, cons
                     v[i] = load_row8(tmp, kind);
                 }
             }
-            transpose8x8_ps(v);
+            fx_transpose8x8_ps(v);
             if (ks == 8 && (rows == 8 || (spill_ok && k0 + 8 < kb))) {
                 /* the common block: constant indices keep v[] in registers */
 #pragma GCC unroll 8
