@@ -652,6 +652,45 @@ static void test_nonfinite(void)
     }
 }
 
+/* (c) for maxabs_i64: every backend that has the kernel against |v| computed here, for lengths
+ * 0..100 at unaligned offsets, with INT64_MIN (|v| = 2^63), INT64_MAX, all-negative and
+ * all-positive runs; the maximum placed in the vector body and in the tail in turn. */
+static void test_maxabs_i64(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 64);
+    int64_t buf[128];
+    for (int b = 0; b < g_nbe; b++) {
+        const fx_backend *be = g_be[b];
+        if (!be->cvt.maxabs_i64) continue;
+        long bad = 0;
+        for (int64_t n = 0; n <= 100; n++)
+            for (int kind = 0; kind < 5; kind++)
+                for (int off = 0; off < 3; off++) {
+                    int64_t *v = buf + off;
+                    for (int64_t i = 0; i < n; i++) {
+                        const int64_t x = (int64_t)test_rng_u64(&r) >> (int)test_rng_range(&r, 0, 62);
+                        v[i] = kind == 1 ? -(x < 0 ? -(x + 1) : x) - 1 /* all negative */
+                               : kind == 2 ? (x < 0 ? -(x + 1) : x)     /* all >= 0 */
+                                           : x;
+                    }
+                    if (n > 0 && kind == 3) v[test_rng_range(&r, 0, n - 1)] = INT64_MIN;
+                    if (n > 0 && kind == 4) v[test_rng_range(&r, 0, n - 1)] = INT64_MAX;
+                    uint64_t want = 0;
+                    for (int64_t i = 0; i < n; i++) {
+                        const uint64_t a = v[i] < 0 ? (uint64_t)0 - (uint64_t)v[i] : (uint64_t)v[i];
+                        want = a > want ? a : want;
+                    }
+                    const uint64_t got = be->cvt.maxabs_i64(v, n);
+                    if (got != want && bad++ < 5)
+                        fprintf(stderr, "%s maxabs_i64 n %lld kind %d: %llu, want %llu\n",
+                                be->name, (long long)n, kind, (unsigned long long)got,
+                                (unsigned long long)want);
+                }
+        CHECK(bad == 0, "%s maxabs_i64: %ld wrong maxima", be->name, bad);
+    }
+}
+
 int main(void)
 {
     collect_backends();
@@ -664,6 +703,7 @@ int main(void)
     test_edge_values();
     test_backends_lengths();
     test_quant_i64_reference();
+    test_maxabs_i64();
     test_stochastic();
     test_nonfinite();
     return test_finish(NAME);

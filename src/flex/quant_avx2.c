@@ -267,6 +267,41 @@ void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shi
     st->max_abs_out = fx_hmax_epi32(max_out);
 }
 
+/* ---- largest |v| of int64 values --------------------------------------------------------------
+ * The signed maximum and minimum (one compare and blend each per vector; AVX2 has no 64-bit
+ * abs or unsigned max), then the larger magnitude of the two in scalar code: |INT64_MIN| =
+ * 2^63 is exact as uint64. The pass in front of an exact exponent (DFP16 writes, and products
+ * whose rounding is not fused) was the baseline build's scalar loop. */
+static uint64_t fx_flex_maxabs_i64_avx2(const int64_t *src, int64_t n)
+{
+    __m256i hi0 = _mm256_setzero_si256(), lo0 = hi0, hi1 = hi0, lo1 = hi0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) { /* two vectors: independent chains */
+        const __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + i));
+        const __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + i + 4));
+        hi0 = _mm256_blendv_epi8(hi0, v0, _mm256_cmpgt_epi64(v0, hi0));
+        lo0 = _mm256_blendv_epi8(lo0, v0, _mm256_cmpgt_epi64(lo0, v0));
+        hi1 = _mm256_blendv_epi8(hi1, v1, _mm256_cmpgt_epi64(v1, hi1));
+        lo1 = _mm256_blendv_epi8(lo1, v1, _mm256_cmpgt_epi64(lo1, v1));
+    }
+    int64_t h[8], l[8];
+    _mm256_storeu_si256((__m256i *)h, hi0);
+    _mm256_storeu_si256((__m256i *)(h + 4), hi1);
+    _mm256_storeu_si256((__m256i *)l, lo0);
+    _mm256_storeu_si256((__m256i *)(l + 4), lo1);
+    int64_t mx = 0, mn = 0; /* the lanes started at 0, which adds nothing to |v| */
+    for (int j = 0; j < 8; j++) {
+        mx = h[j] > mx ? h[j] : mx;
+        mn = l[j] < mn ? l[j] : mn;
+    }
+    for (; i < n; i++) {
+        mx = src[i] > mx ? src[i] : mx;
+        mn = src[i] < mn ? src[i] : mn;
+    }
+    const uint64_t amx = (uint64_t)mx, amn = (uint64_t)0 - (uint64_t)mn;
+    return amx > amn ? amx : amn;
+}
+
 /* ---- largest finite |x| -------------------------------------------------------------------- */
 
 void fx_flex_maxabs_f32_avx2(const float *src, int64_t n, float *maxabs, int64_t *nonfinite)
@@ -465,6 +500,7 @@ void fx_register_flex_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.quant_f32 = fx_flex_quant_f32_avx2;
     b->cvt.dequant = fx_flex_dequant_avx2;
     b->cvt.quant_i64 = fx_flex_quant_i64_avx2;
+    b->cvt.maxabs_i64 = fx_flex_maxabs_i64_avx2;
     b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx2;
     b->cvt.sum2_quant = fx_flex_sum2_quant_avx2;
     b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_avx2;
