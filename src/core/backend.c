@@ -66,6 +66,7 @@ static void fx_backends_build(void)
         fx_register_fp16_avx2(a2, &fx_cpu_info);
         fx_register_bf16_avx2(a2, &fx_cpu_info);
         fx_register_flex_avx2(a2, &fx_cpu_info);
+        fx_register_layout_avx2(a2, &fx_cpu_info);
     }
 
     fx_backend *a5 = &fx_backends[FX_BACKEND_AVX512];

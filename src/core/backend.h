@@ -192,6 +192,7 @@ void fx_register_bf16_avx512(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_flex_scalar(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_flex_avx2(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_flex_avx512(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_layout_avx2(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_layout_avx512(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_nn_avx512(fx_backend *b, const fx_cpu_features *cpu);
 
