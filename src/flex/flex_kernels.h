@@ -29,6 +29,28 @@ void fx_flex_sum2_widen_scalar(const fx_sum2 *p, int64_t n, int64_t *wide);
 void fx_flex_sum2_quant_with(fx_quant_i64_fn quant_i64, fx_sum2_widen_fn widen, const fx_sum2 *p,
                              int64_t n, int16_t *dst, int shift, fx_qstats *st);
 uint32_t fx_flex_sum2_maxabs_scalar(const fx_sum2 *p, int64_t n);
+
+/* The rounding of aligned sums (|v| < 2^31) to int16 in int32 vector lanes, as the SIMD
+ * sum2_quant kernels do it: right shifts 1 <= s <= 31 round to nearest even (beyond 31,
+ * |v| < 2^31 <= half and everything rounds to 0: `gone`); left shifts s = -shift saturate above
+ * thr = 32767 >> s (0 from s = 16 on; s = 32 shifts everything out). The lane constants of one
+ * shift, derived once for every level's kernel. */
+typedef struct fx_shift32 {
+    int right, gone, s;
+    int32_t rmask, half, thr;
+} fx_shift32;
+
+static inline fx_shift32 fx_shift32_of(int shift)
+{
+    fx_shift32 k;
+    k.right = shift >= 1;
+    k.gone = shift >= 32;
+    k.s = k.right ? (k.gone ? 31 : shift) : (shift < -31 ? 32 : -shift);
+    k.rmask = k.right ? (int32_t)(((uint32_t)1 << k.s) - 1) : 0;
+    k.half = k.right ? (int32_t)((uint32_t)1 << (k.s - 1)) : 0;
+    k.thr = !k.right && k.s < 16 ? (FX_MANT_MAX >> k.s) : 0;
+    return k;
+}
 void fx_flex_sum2_quant_scalar(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                fx_qstats *st);
 uint32_t fx_flex_sum2_maxabs_avx512(const fx_sum2 *p, int64_t n);

@@ -376,23 +376,6 @@ static uint32_t fx_flex_sum2_maxabs_avx2(const fx_sum2 *p, int64_t n)
     return m;
 }
 
-static void fx_flex_sum2_widen_avx2(const fx_sum2 *p, int64_t n, int64_t *wide)
-{
-    const __m128i ca = _mm_cvtsi32_si128(p->sa), cb = _mm_cvtsi32_si128(p->sb);
-    const __m256i bconst = _mm256_set1_epi32(p->b_inc ? 0 : (int32_t)p->b[0] * (1 << p->sb));
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256i v = fx_s2_values_avx2(p, ca, cb, bconst, i);
-        _mm256_storeu_si256((__m256i *)(wide + i), _mm256_cvtepi32_epi64(_mm256_castsi256_si128(v)));
-        _mm256_storeu_si256((__m256i *)(wide + i + 4),
-                            _mm256_cvtepi32_epi64(_mm256_extracti128_si256(v, 1)));
-    }
-    if (i < n) {
-        const fx_sum2 q = fx_s2_from(p, i);
-        fx_flex_sum2_widen_scalar(&q, n - i, wide + i);
-    }
-}
-
 /* ---- aligned sums rounded to int16 in int32 lanes ---------------------------------------------
  * The aligned sums fit int32 lanes (above), so they are rounded there, with the native 32-bit
  * shifts, instead of being widened to int64 and going through quant_i64, which has to emulate
@@ -453,44 +436,40 @@ static int64_t fx_sum_lanes_epi32(__m256i v)
 static void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                     fx_qstats *st)
 {
-    /* per-lane int32 counts: at most n / 8 each */
-    if (n >= ((int64_t)1 << 33)) {
-        fx_flex_sum2_quant_with(fx_flex_quant_i64_avx2, fx_flex_sum2_widen_avx2, p, n, dst,
-                                shift, st);
-        return;
-    }
+    const fx_shift32 sh = fx_shift32_of(shift);
     fx_s2q_avx2 c;
-    c.right = shift >= 1;
-    c.gone = shift >= 32;
-    /* right: 1 <= s <= 31; left: s = -shift, saturating above thr = 32767 >> s (0 from s = 16
-     * on; s = 32 shifts everything out, and every nonzero value saturates) */
-    const int s = c.right ? (c.gone ? 31 : shift) : (shift < -31 ? 32 : -shift);
-    c.cnt = _mm_cvtsi32_si128(s);
-    c.rmask = _mm256_set1_epi32(c.right ? (int32_t)(((uint32_t)1 << s) - 1) : 0);
-    c.half = _mm256_set1_epi32(c.right ? (int32_t)((uint32_t)1 << (s - 1)) : 0);
-    c.thr = _mm256_set1_epi32(!c.right && s < 16 ? (FX_MANT_MAX >> s) : 0);
-    c.max_in = c.max_out = c.nsat = c.nuf = _mm256_setzero_si256();
+    c.right = sh.right;
+    c.gone = sh.gone;
+    c.cnt = _mm_cvtsi32_si128(sh.s);
+    c.rmask = _mm256_set1_epi32(sh.rmask);
+    c.half = _mm256_set1_epi32(sh.half);
+    c.thr = _mm256_set1_epi32(sh.thr);
+    c.max_in = c.max_out = _mm256_setzero_si256();
     const __m128i ca = _mm_cvtsi32_si128(p->sa), cb = _mm_cvtsi32_si128(p->sb);
     const __m256i bconst = _mm256_set1_epi32(p->b_inc ? 0 : (int32_t)p->b[0] * (1 << p->sb));
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256i q = fx_s2q_step_avx2(fx_s2_values_avx2(p, ca, cb, bconst, i), &c);
-        if (dst) _mm_storeu_si128((__m128i *)(dst + i), fx_pack8_epi32(q));
+    fx_qstats_init(st);
+    /* the per-lane int32 counts are added up every 2^30 values, before they could wrap */
+    const int64_t block = (int64_t)1 << 30, whole = n / 8 * 8;
+    for (int64_t lo = 0; lo < whole; lo += block) {
+        const int64_t hi = whole - lo < block ? whole : lo + block;
+        c.nsat = c.nuf = _mm256_setzero_si256();
+        for (int64_t i = lo; i < hi; i += 8) {
+            const __m256i q = fx_s2q_step_avx2(fx_s2_values_avx2(p, ca, cb, bconst, i), &c);
+            if (dst) _mm_storeu_si128((__m128i *)(dst + i), fx_pack8_epi32(q));
+        }
+        st->saturated += fx_sum_lanes_epi32(c.nsat);
+        st->underflow += fx_sum_lanes_epi32(c.nuf);
     }
     uint32_t in[8];
     _mm256_storeu_si256((__m256i *)in, c.max_in);
     uint32_t max_in = 0;
     for (int j = 0; j < 8; j++) max_in = in[j] > max_in ? in[j] : max_in;
-    st->saturated = fx_sum_lanes_epi32(c.nsat);
-    st->underflow = fx_sum_lanes_epi32(c.nuf);
-    st->nonfinite = 0;
     st->max_abs_in = (double)max_in;
     st->max_abs_out = fx_hmax_epi32(c.max_out);
-    if (i < n) { /* the last n % 8 values: the scalar definition */
-        const fx_sum2 q = fx_s2_from(p, i);
+    if (whole < n) { /* the last n % 8 values: the scalar definition */
+        const fx_sum2 q = fx_s2_from(p, whole);
         fx_qstats part;
-        fx_flex_sum2_quant_with(fx_flex_quant_i64_avx2, fx_flex_sum2_widen_scalar, &q, n - i,
-                                dst ? dst + i : NULL, shift, &part);
+        fx_flex_sum2_quant_scalar(&q, n - whole, dst ? dst + whole : NULL, shift, &part);
         fx_qstats_merge(st, &part);
     }
 }

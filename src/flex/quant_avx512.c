@@ -387,15 +387,13 @@ void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int sh
     c.mmax = _mm512_set1_epi32(FX_MANT_MAX);
     c.mmin = _mm512_set1_epi32(-FX_MANT_MAX);
     c.minus1 = _mm512_set1_epi32(-1);
-    /* right: 1 <= shift <= 31 (beyond, |v| < 2^31 <= half and everything rounds to 0);
-     * left: shift <= 0, saturating above thr = 32767 >> -shift (0 from a shift of 16 on) */
-    c.right = shift >= 1;
-    c.gone = shift >= 32;
-    const int s = c.right ? (c.gone ? 31 : shift) : (shift < -31 ? 32 : -shift);
-    c.cnt = _mm_cvtsi32_si128(s);
-    c.rmask = _mm512_set1_epi32(c.right ? (int32_t)(((uint32_t)1 << s) - 1) : 0);
-    c.half = _mm512_set1_epi32(c.right ? (int32_t)((uint32_t)1 << (s - 1)) : 0);
-    c.thr = _mm512_set1_epi32(!c.right && s < 16 ? (FX_MANT_MAX >> s) : 0);
+    const fx_shift32 sh = fx_shift32_of(shift);
+    c.right = sh.right;
+    c.gone = sh.gone;
+    c.cnt = _mm_cvtsi32_si128(sh.s);
+    c.rmask = _mm512_set1_epi32(sh.rmask);
+    c.half = _mm512_set1_epi32(sh.half);
+    c.thr = _mm512_set1_epi32(sh.thr);
     fx_s2q_acc acc = {c.zero, c.zero, c.zero, c.zero};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) fx_s2q_step(p, &k, &c, &acc, i, 0xFFFF, dst);

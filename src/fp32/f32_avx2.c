@@ -276,9 +276,10 @@ static inline __attribute__((always_inline)) void pack_rows_any(float *dst, cons
     const char *s = (const char *)src;
     for (int64_t r0 = 0; r0 < R; r0 += 8) {
         const int rows = R - r0 < 8 ? (int)(R - r0) : 8;
-        /* with 4 <= R <= 8 (one row block), a whole-vector store at k covers slots up to
-         * kR + 7 < (k + 2)R: it spills only into k + 1's slots, which the next store writes */
-        const int spill_ok = rows == 8 || (R >= 4 && R <= 8);
+        /* a block of 8 rows stores whole vectors anyway; with 4 <= R < 8 (one row block) a
+         * whole-vector store at k covers slots up to kR + 7 < (k + 2)R: it spills only into
+         * k + 1's slots, which the next store writes */
+        const int spill_ok = R >= 4 && R < 8;
         for (int64_t k0 = 0; k0 < kb; k0 += 8) {
             const int ks = kb - k0 < 8 ? (int)(kb - k0) : 8;
             __m256 v[8];
