@@ -5,13 +5,20 @@
  * output rows and samples) and a partial last panel, with random int16 inputs over the whole
  * range:
  *   - the portable panels equal the im2row patch matrix packed as gemm_i16.h defines;
- *   - the AVX-512 builder (where the CPU has it) writes the same int32 values, or declines
- *     exactly the geometries fx_conv_panels_fit rejects;
+ *   - each vector builder the CPU runs (fx_backend.conv_panels_i16: AVX2, AVX-512BW) writes
+ *     the same int32 values, or declines exactly the geometries fx_conv_panels_fit rejects;
  *   - the exact GEMM fed with the panels gives the same int64 sums as the GEMM fed with the
  *     patch matrix, for the split kernel and for the norm-checked fast kernel;
+ *   - the patch rows on demand (fx_conv_rows_i16, the AVX2 level's implicit GEMM) equal the
+ *     im2row rows for every kind of block the GEMM asks for (K blocks starting inside a
+ *     kernel row, short blocks, partial tiles) and write nothing beyond the slack the GEMM
+ *     allows; every register-tile kernel fed with them gives the patch matrix's sums, and the
+ *     fast kernel on rows with one hot row per tile (where a wrong norm lets an int32 chain
+ *     wrap) matches an exact reference;
  *   - kernels that cannot take panels refuse them with FX_EUNSUPPORTED;
  *   - the fp32 GEMM's panels from fp32, fp16 and bf16 inputs (any bit patterns, widened
- *     exactly) likewise, and the fp32 GEMM from them gives the same bits.
+ *     exactly) likewise, for the AVX2 (6-row) and AVX-512 (12-row) tiles, and each level's
+ *     fp32 GEMM from them gives the same bits.
  * The convolution's own results are checked against fp64 and across backends in
  * test_nn_conv. */
 #include "core/backend.h"
@@ -69,8 +76,14 @@ static fx_operand op2d(const int16_t *data, int64_t rows, int64_t cols, int64_t 
     return o;
 }
 
-static int run_gemm(fx_kernel k, fx_operand a, const int32_t *panels, fx_operand b,
-                    const int16_t *bsplit, int blayout, int64_t *out)
+typedef void (*rows_fn)(const void *, int64_t, int, int64_t, int64_t, int16_t *, int64_t);
+
+/* An integer MATMUL call of a x b into out with the optional A sources (panels, rows on
+ * demand) and pre-split B; nthreads 2 with rows on demand (the GEMM's threads call the source
+ * at once). */
+static int run_gemm_any(fx_kernel k, fx_operand a, const int32_t *panels, rows_fn rows,
+                        const void *rows_ctx, fx_operand b, const int16_t *bsplit, int blayout,
+                        int64_t *out)
 {
     fx_op_call c;
     memset(&c, 0, sizeof c);
@@ -85,16 +98,72 @@ static int run_gemm(fx_kernel k, fx_operand a, const int32_t *panels, fx_operand
     c.out_numel = a.shape[0] * b.shape[1];
     c.out_i64 = out;
     c.out_exp = &e;
-    c.nthreads = 1;
+    c.nthreads = rows ? 2 : 1;
     c.a_panels = panels;
     c.a_panels_mr = panels ? 6 : 0;
+    c.a_rows = rows;
+    c.a_rows_ctx = rows_ctx;
     c.b_split = bsplit;
     c.b_split_nr = bsplit ? 32 : 0;
     c.b_split_layout = blayout;
     return k(&c);
 }
 
-static void check_case(const geo_case *cs, test_rng *rng, int avx512)
+static int run_gemm(fx_kernel k, fx_operand a, const int32_t *panels, fx_operand b,
+                    const int16_t *bsplit, int blayout, int64_t *out)
+{
+    return run_gemm_any(k, a, panels, NULL, NULL, b, bsplit, blayout, out);
+}
+
+static int run_gemm_rows(fx_kernel k, fx_operand a, rows_fn fn, const void *ctx, fx_operand b,
+                         int64_t *out)
+{
+    return run_gemm_any(k, a, NULL, fn, ctx, b, NULL, 0, out);
+}
+
+/* fx_conv_rows_i16 against the patch matrix for blocks (i0, m, k0, kc) such as the GEMM asks
+ * for, and nothing written beyond each row's slack. */
+static void check_conv_rows(const fx_conv_geom *g, const int16_t *xp, const int16_t *colT,
+                            int64_t Pc)
+{
+    const int64_t K = g->C * g->KH * g->KW, gap = 8, sentinel = 0x5A5A;
+    int64_t *goff = malloc((size_t)(g->C * g->KH) * sizeof *goff);
+    fx_group_offsets_fill(g, goff);
+    const fx_conv_rows cr = {g, xp, goff};
+    const int64_t k0s[5] = {0, 1, g->KW - 1 < K ? g->KW - 1 : 0, FX_GEMM_I16_KC < K ? FX_GEMM_I16_KC : 0, K - 1};
+    const int64_t i0s[3] = {0, Pc > 5 ? 5 : 0, Pc > 3 ? Pc - 3 : 0};
+    int64_t bad = 0, spill = 0;
+    for (int ki = 0; ki < 5; ki++)
+        for (int kj = 0; kj < 3; kj++)
+            for (int ii = 0; ii < 3; ii++) {
+                const int64_t k0 = k0s[ki], want_kc = kj == 0 ? 1 : kj == 1 ? 7 : FX_GEMM_I16_KC;
+                const int64_t kc = want_kc < K - k0 ? want_kc : K - k0, i0 = i0s[ii];
+                const int m = (int)(Pc - i0 < 6 ? Pc - i0 : 6);
+                const int64_t ld = kc + 2 * FX_A_ROWS_SLACK + gap, n = 6 * ld + gap;
+                int16_t *buf = malloc((size_t)n * 2);
+                for (int64_t i = 0; i < n; i++) buf[i] = (int16_t)sentinel;
+                int16_t *dst = buf + gap + FX_A_ROWS_SLACK;
+                fx_conv_rows_i16(&cr, i0, m, k0, kc, dst, ld);
+                for (int r = 0; r < m; r++)
+                    for (int64_t t = 0; t < kc; t++) bad += dst[r * ld + t] != colT[(i0 + r) * K + k0 + t];
+                /* outside [r*ld - SLACK, r*ld + kc + SLACK) of every row: untouched */
+                for (int64_t i = 0; i < n; i++) {
+                    const int64_t off = i - (gap + FX_A_ROWS_SLACK), r = (off + FX_A_ROWS_SLACK) / ld;
+                    const int64_t in_row = off + FX_A_ROWS_SLACK - r * ld; /* 0 .. ld-1 */
+                    const int allowed = off >= -FX_A_ROWS_SLACK && r < m &&
+                                        in_row < kc + 2 * FX_A_ROWS_SLACK;
+                    spill += !allowed && buf[i] != (int16_t)sentinel;
+                }
+                free(buf);
+            }
+    CHECK(bad == 0, "C%lld KW%lld dw%lld: %lld row-source values differ from im2row", (long long)g->C,
+          (long long)g->KW, (long long)g->dw, (long long)bad);
+    CHECK(spill == 0, "C%lld KW%lld: %lld elements written beyond the rows' slack", (long long)g->C,
+          (long long)g->KW, (long long)spill);
+    free(goff);
+}
+
+static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
 {
     const fx_conv_geom g = geom_of(cs);
     const int64_t nb = cs->nb, K = g.C * g.KH * g.KW, kp = (K + 1) / 2;
@@ -127,19 +196,22 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512)
     for (int64_t i = 0; i < pn; i++) bad += port[i] != ref[i];
     CHECK(bad == 0, "C%lld KW%lld: %lld portable panel values differ from im2row", (long long)g.C,
           (long long)g.KW, (long long)bad);
-    if (avx512) {
+    check_conv_rows(&g, xp, colT, Pc);
+    for (int bi = FX_BACKEND_AVX2; bi < FX_BACKEND_COUNT; bi++) {
+        const fx_backend *be = fx_backend_get(bi);
+        if (!be->available || !be->conv_panels_i16) continue;
         memset(vec, 0x5A, (size_t)pn * 4);
-        const int took = fx_conv_panels_i16_avx512(&g, xp, nb, 6, vec);
-        CHECK(took == fx_conv_panels_fit(&g, 6), "KW %lld dw %lld: builder took %d",
+        const int took = be->conv_panels_i16(&g, xp, nb, 6, vec);
+        CHECK(took == fx_conv_panels_fit(&g, 6), "%s KW %lld dw %lld: builder took %d", be->name,
               (long long)g.KW, (long long)g.dw, took);
         if (took) {
             bad = 0;
             for (int64_t i = 0; i < pn; i++) bad += vec[i] != ref[i];
-            CHECK(bad == 0, "C%lld KW%lld sw%lld dw%lld: %lld AVX-512 panel values differ",
+            CHECK(bad == 0, "%s C%lld KW%lld sw%lld dw%lld: %lld panel values differ", be->name,
                   (long long)g.C, (long long)g.KW, (long long)g.sw, (long long)g.dw,
                   (long long)bad);
         }
-        CHECK(fx_conv_panels_i16_avx512(&g, xp, nb, 8, vec) == 0, "mr 8 is declined");
+        CHECK(be->conv_panels_i16(&g, xp, nb, 8, vec) == 0, "%s: mr 8 is declined", be->name);
     }
 
     /* the GEMM from panels against the GEMM from the patch matrix, N = 40 (a column tail) */
@@ -205,7 +277,30 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512)
             free(bs2);
             free(wt);
         }
+    /* every register-tile kernel from the convolution's rows on demand */
+    int64_t *g_off = malloc((size_t)(g.C * g.KH) * sizeof *g_off);
+    fx_group_offsets_fill(&g, g_off);
+    const fx_conv_rows cr = {&g, xp, g_off};
+    fx_kernel rk[3] = {avx2 ? fx_flex_matmul_avx2 : NULL, avx512 ? fx_flex_matmul_avx512bw : NULL,
+                       avx512 && fx_cpu()->avx512vnni ? fx_flex_matmul_avx512vnni : NULL};
+    for (int ki = 0; ki < 3; ki++)
+        for (int mode = 0; rk[ki] && mode < 2; mode++) {
+            fx_gemm_i16_set_mode(mode ? FX_GEMM_I16_NORM_ALWAYS : FX_GEMM_I16_AUTO);
+            CHECK_STATUS(run_gemm(rk[ki], A, NULL, B, NULL, 0, c0), FX_OK);
+            memset(c1, 0, (size_t)(Pc * N) * 8);
+            CHECK_STATUS(run_gemm_rows(rk[ki], Ashape, fx_conv_rows_i16, &cr, B, c1), FX_OK);
+            CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 8) == 0,
+                  "C%lld KW%lld kernel %d mode %d: GEMM from rows on demand differs",
+                  (long long)g.C, (long long)g.KW, ki, mode);
+        }
     fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
+    CHECK(run_gemm_rows(fx_flex_matmul_scalar, Ashape, fx_conv_rows_i16, &cr, B, c1) ==
+              FX_EUNSUPPORTED, "the scalar kernel refuses rows on demand");
+    if (avx2) /* one source of A: panels and rows together are refused */
+        CHECK(run_gemm_any(fx_flex_matmul_avx2, Ashape, ref, fx_conv_rows_i16, &cr, B, NULL, 0,
+                           c1) == FX_EUNSUPPORTED,
+              "panels and rows on demand together are refused");
+    free(g_off);
     CHECK(run_gemm(fx_flex_matmul_scalar, Ashape, ref, B, NULL, 0, c1) == FX_EUNSUPPORTED,
           "the scalar kernel refuses panels");
     free(w);
@@ -236,14 +331,15 @@ static int64_t same_floats(const float *a, const float *b, int64_t n, int nan_an
     return bad;
 }
 
-/* fp32 GEMM panels from fp32, fp16 and bf16 inputs: portable and AVX-512 against the im2row
- * matrix widened by the scalar definitions, and the fp32 GEMM from panels against the GEMM
- * from the im2row matrix, bit for bit. */
-static void check_case_f32(const geo_case *cs, test_rng *rng, int avx512)
+/* fp32 GEMM panels of height mr from fp32, fp16 and bf16 inputs: portable and each vector
+ * builder whose level's fp32 tile has that height (AVX2: 6, AVX-512: 12) against the im2row
+ * matrix widened by the scalar definitions, and that level's fp32 GEMM from panels against
+ * its GEMM from the im2row matrix, bit for bit. */
+static void check_case_f32(const geo_case *cs, test_rng *rng, int64_t mr)
 {
     static const fmt_t fmts[3] = {FMT_FP32, FMT_FP16, FMT_BF16};
     const fx_conv_geom g = geom_of(cs);
-    const int64_t nb = cs->nb, K = g.C * g.KH * g.KW, Pc = nb * g.OH * g.OW, mr = 12;
+    const int64_t nb = cs->nb, K = g.C * g.KH * g.KW, Pc = nb * g.OH * g.OW;
     const int64_t npan = (Pc + mr - 1) / mr, xn = g.N * g.C * g.H * g.W;
     const int64_t xpn = fx_conv_padded_numel(&g, nb) + FX_CONV_PANEL_SLACK;
     const int64_t pn = fx_conv_panels_f32_numel(&g, nb, (int)mr);
@@ -289,55 +385,136 @@ static void check_case_f32(const geo_case *cs, test_rng *rng, int avx512)
         fx_conv_panels_f32(&g, xp, fmt, nb, (int)mr, port);
         CHECK(memcmp(port, ref, (size_t)pn * 4) == 0, "fmt %d C%lld KW%lld: portable fp32 panels differ",
               (int)fmt, (long long)g.C, (long long)g.KW);
-        if (!avx512) continue;
-        memset(vec, 0x5A, (size_t)pn * 4);
-        const int took = fx_conv_panels_f32_avx512(&g, xp, fmt, nb, (int)mr, vec);
-        CHECK(took == fx_conv_panels_f32_fit(&g, (int)mr), "fp32 builder took %d", took);
-        if (took)
-            CHECK(same_floats(vec, ref, pn, fmt == FMT_FP16) == 0,
-                  "fmt %d C%lld KW%lld sw%lld dw%lld: AVX-512 fp32 panels differ", (int)fmt,
-                  (long long)g.C, (long long)g.KW, (long long)g.sw, (long long)g.dw);
-        CHECK(fx_conv_panels_f32_avx512(&g, xp, fmt, nb, 6, vec) == 0, "mr 6 is declined");
+        for (int bi = FX_BACKEND_AVX2; bi < FX_BACKEND_COUNT; bi++) {
+            const fx_backend *be = fx_backend_get(bi);
+            if (!be->available || !be->conv_panels_f32) continue;
+            if (be->gemm_f32_panel_mr != mr) { /* another level's tile height is declined */
+                CHECK(be->conv_panels_f32(&g, xp, fmt, nb, (int)mr, vec) == 0,
+                      "%s: fp32 mr %lld is declined", be->name, (long long)mr);
+                continue;
+            }
+            memset(vec, 0x5A, (size_t)pn * 4);
+            const int took = be->conv_panels_f32(&g, xp, fmt, nb, (int)mr, vec);
+            CHECK(took == fx_conv_panels_f32_fit(&g, (int)mr), "%s: fp32 builder took %d", be->name,
+                  took);
+            if (took)
+                CHECK(same_floats(vec, ref, pn, fmt == FMT_FP16) == 0,
+                      "%s fmt %d C%lld KW%lld sw%lld dw%lld: fp32 panels differ", be->name,
+                      (int)fmt, (long long)g.C, (long long)g.KW, (long long)g.sw,
+                      (long long)g.dw);
+        }
         if (fmt != FMT_FP32) continue;
         /* the fp32 GEMM on finite values: from panels and from the patch matrix, same bits */
         for (int64_t i = 0; i < pn; i++)
             if (!(ref[i] == ref[i]) || ref[i] > 1e30f || ref[i] < -1e30f) ref[i] = 1.0f;
         for (int64_t m = 0; m < Pc; m++)
             for (int64_t k = 0; k < K; k++) colT[m * K + k] = ref[((m / mr) * K + k) * mr + m % mr];
-        fx_operand A, B;
-        memset(&A, 0, sizeof A);
-        A.data = colT, A.fmt = FMT_FP32, A.ndim = 2, A.shape[0] = Pc, A.shape[1] = K;
-        A.strides[0] = K, A.strides[1] = 1;
-        B = A;
-        B.data = w, B.shape[0] = K, B.shape[1] = N, B.strides[0] = N;
-        const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
-        fx_op_call c;
-        memset(&c, 0, sizeof c);
-        int e = 0;
-        c.op = FX_OP_MATMUL, c.nin = 2, c.in[0] = A, c.in[1] = B, c.out_ndim = 2;
-        c.out_shape[0] = Pc, c.out_shape[1] = N, c.out_numel = Pc * N, c.out_exp = &e;
-        c.nthreads = 1, c.out_f32 = c0;
-        CHECK_STATUS(be->kernels[FX_OP_MATMUL][FMT_FP32](&c), FX_OK);
-        c.in[0].data = NULL, c.a_panels = ref, c.a_panels_mr = (int)mr, c.out_f32 = c1;
-        CHECK_STATUS(be->kernels[FX_OP_MATMUL][FMT_FP32](&c), FX_OK);
-        CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 4) == 0, "C%lld KW%lld: fp32 GEMM from panels differs",
-              (long long)g.C, (long long)g.KW);
-        c.a_panels_mr = 6;
-        CHECK(be->kernels[FX_OP_MATMUL][FMT_FP32](&c) == FX_EUNSUPPORTED, "wrong mr refused");
+        for (int bi = FX_BACKEND_AVX2; bi < FX_BACKEND_COUNT; bi++) {
+            const fx_backend *be = fx_backend_get(bi);
+            if (!be->available || be->gemm_f32_panel_mr != mr) continue;
+            fx_operand A, B;
+            memset(&A, 0, sizeof A);
+            A.data = colT, A.fmt = FMT_FP32, A.ndim = 2, A.shape[0] = Pc, A.shape[1] = K;
+            A.strides[0] = K, A.strides[1] = 1;
+            B = A;
+            B.data = w, B.shape[0] = K, B.shape[1] = N, B.strides[0] = N;
+            fx_op_call c;
+            memset(&c, 0, sizeof c);
+            int e = 0;
+            c.op = FX_OP_MATMUL, c.nin = 2, c.in[0] = A, c.in[1] = B, c.out_ndim = 2;
+            c.out_shape[0] = Pc, c.out_shape[1] = N, c.out_numel = Pc * N, c.out_exp = &e;
+            c.nthreads = 1, c.out_f32 = c0;
+            CHECK_STATUS(be->kernels[FX_OP_MATMUL][FMT_FP32](&c), FX_OK);
+            c.in[0].data = NULL, c.a_panels = ref, c.a_panels_mr = (int)mr, c.out_f32 = c1;
+            CHECK_STATUS(be->kernels[FX_OP_MATMUL][FMT_FP32](&c), FX_OK);
+            CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 4) == 0,
+                  "%s C%lld KW%lld: fp32 GEMM from panels differs", be->name, (long long)g.C,
+                  (long long)g.KW);
+            c.a_panels_mr = mr == 6 ? 12 : 6;
+            CHECK(be->kernels[FX_OP_MATMUL][FMT_FP32](&c) == FX_EUNSUPPORTED,
+                  "%s: wrong mr refused", be->name);
+        }
     }
     free(x), free(xp), free(colT), free(ref), free(port), free(vec), free(w), free(c0), free(c1);
+}
+
+/* A rows source over a plain row-major matrix that also fills both slacks of every row with
+ * 32767, which the GEMM must neither pack nor count in its norms. */
+typedef struct mat_rows {
+    const int16_t *a;
+    int64_t K;
+} mat_rows;
+
+static void mat_rows_fn(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
+                        int64_t ld)
+{
+    const mat_rows *mr = ctx;
+    for (int r = 0; r < m; r++) {
+        int16_t *row = dst + r * ld;
+        for (int64_t t = -FX_A_ROWS_SLACK; t < kc + FX_A_ROWS_SLACK; t++)
+            row[t] = t < 0 || t >= kc ? 32767 : mr->a[(i0 + r) * mr->K + k0 + t];
+    }
+}
+
+/* The GEMM's norm test on rows taken on demand (fx_op_call.a_rows), on every level that takes
+ * them: each 6-row tile has one hot row (32767 over one norm segment, a different row and
+ * segment per tile) among small values, and B one hot column, so the hot products wrap an
+ * int32 chain: a norm that misses the hot row sends its tile to the fast kernel and the sums
+ * come out wrong. */
+static void check_rows_norms(test_rng *rng)
+{
+    const int64_t M = 58, K = 203 + 2 * FX_GEMM_I16_KC, N = 40, ntile = (M + 5) / 6;
+    const int64_t nseg = (K / 2 + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
+    int16_t *a = malloc((size_t)(M * K) * 2), *b = malloc((size_t)(K * N) * 2);
+    int64_t *want = malloc((size_t)(M * N) * 8), *got = malloc((size_t)(M * N) * 8);
+    for (int64_t i = 0; i < M * K; i++) a[i] = (int16_t)((int64_t)(test_rng_u64(rng) % 129) - 64);
+    for (int64_t i = 0; i < K * N; i++) b[i] = (int16_t)((int64_t)(test_rng_u64(rng) % 129) - 64);
+    for (int64_t q = 0; q < ntile; q++) { /* hot row q % 6 of tile q, over segment 5q % nseg */
+        const int64_t m = q * 6 + q % 6, k0 = (5 * q % nseg) * 2 * FX_GEMM_I16_SEG;
+        for (int64_t k = k0; m < M && k < K && k < k0 + 2 * FX_GEMM_I16_SEG; k++) a[m * K + k] = 32767;
+    }
+    for (int64_t k = 0; k < K; k++) b[k * N + 17] = 32767;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            int64_t sum = 0;
+            for (int64_t k = 0; k < K; k++) sum += (int64_t)a[i * K + k] * b[k * N + j];
+            want[i * N + j] = sum;
+        }
+    const mat_rows src = {a, K};
+    const fx_operand Ashape = op2d(NULL, M, K, K, 1), B = op2d(b, K, N, N, 1);
+    for (int bi = FX_BACKEND_AVX2; bi < FX_BACKEND_COUNT; bi++) {
+        const fx_backend *be = fx_backend_get(bi);
+        if (!be->available || !be->gemm_i16_row_source) continue;
+        fx_gemm_i16_set_mode(FX_GEMM_I16_NORM_ALWAYS);
+        fx_gemm_i16_reset_tile_counts();
+        memset(got, 0, (size_t)(M * N) * 8);
+        CHECK_STATUS(run_gemm_rows(be->kernels[FX_OP_MATMUL][FMT_FLEX16_5], Ashape, mat_rows_fn,
+                                   &src, B, got), FX_OK);
+        int64_t fast = 0, split = 0;
+        fx_gemm_i16_tile_counts(&fast, &split);
+        fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
+        CHECK(memcmp(got, want, (size_t)(M * N) * 8) == 0, "%s: GEMM from rows with hot rows differs",
+              be->name);
+        CHECK(fast > 0 && split > 0, "%s: both kernels ran (fast %lld, split %lld tiles)", be->name,
+              (long long)fast, (long long)split);
+    }
+    free(a), free(b), free(want), free(got);
 }
 
 int main(void)
 {
     const fx_cpu_features *cpu = fx_cpu();
     const int avx512 = cpu->avx512f && cpu->avx512bw && cpu->avx512vl;
-    if (!avx512) printf("test_conv_panels: no AVX-512BW here; portable panels only\n");
+    const int avx2 = fx_backend_get(FX_BACKEND_AVX2)->available;
+    if (!avx512) printf("test_conv_panels: no AVX-512BW here; its builders are not run\n");
+    if (!avx2) printf("test_conv_panels: no AVX2 here; portable panels only\n");
     test_rng rng;
     test_rng_seed(&rng, 20261122);
     for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
-        check_case(&g_cases[i], &rng, avx512);
-        check_case_f32(&g_cases[i], &rng, avx512);
+        check_case(&g_cases[i], &rng, avx512, avx2);
+        check_case_f32(&g_cases[i], &rng, 6);
+        check_case_f32(&g_cases[i], &rng, 12);
     }
+    check_rows_norms(&rng);
     return test_finish("test_conv_panels");
 }

@@ -67,6 +67,7 @@ static void fx_backends_build(void)
         fx_register_bf16_avx2(a2, &fx_cpu_info);
         fx_register_flex_avx2(a2, &fx_cpu_info);
         fx_register_layout_avx2(a2, &fx_cpu_info);
+        fx_register_nn_avx2(a2, &fx_cpu_info);
     }
 
     fx_backend *a5 = &fx_backends[FX_BACKEND_AVX512];

@@ -38,6 +38,9 @@ typedef struct fx_operand {
     int64_t strides[FX_MAX_DIMS]; /* elements */
 } fx_operand;
 
+/* Elements an fx_op_call.a_rows source may write on either side of each row's kc values. */
+#define FX_A_ROWS_SLACK 32
+
 typedef struct fx_op_call {
     fx_op op;
     int nin;
@@ -64,6 +67,17 @@ typedef struct fx_op_call {
      * shape and exponent. */
     const void *a_panels;
     int a_panels_mr;
+    /* Optional, integer MATMUL: in[0]'s rows produced on demand instead of read from memory (a
+     * convolution's patch rows, gathered from its input while the GEMM packs them: an implicit
+     * GEMM without a patch matrix). a_rows(a_rows_ctx, i0, m, k0, kc, dst, ld) writes
+     * A[i0 + r][k0 + t] to dst[r*ld + t] for r < m, t < kc, and may write anything to the
+     * FX_A_ROWS_SLACK elements before dst[r*ld] and after dst[r*ld + kc - 1] (ld leaves that
+     * room). It is called from the GEMM's threads at once, so it must only read its context.
+     * Set only when the backend's gemm_i16_row_source is nonzero; in[0] then supplies only its
+     * shape and exponent. */
+    void (*a_rows)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
+                   int64_t ld);
+    const void *a_rows_ctx;
     /* Optional, integer MATMUL: in[1] already packed for the split or wrap kernel by
      * fx_gemm_i16_split_b (src/flex/gemm_i16.h) for b_split_nr columns per panel in layout
      * b_split_layout; set only when the backend's gemm_i16_panel_nr equals b_split_nr, and
@@ -150,6 +164,8 @@ typedef struct fx_cpu_features {
     int avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
 } fx_cpu_features;
 
+struct fx_conv_geom; /* src/nn/im2col.h */
+
 typedef struct fx_backend {
     const char *name;
     int available;
@@ -159,6 +175,8 @@ typedef struct fx_backend {
      * panels (fx_op_call.a_panels); 0 when it does not. */
     int gemm_i16_panel_mr;
     int gemm_i16_panel_nr; /* its register-tile width, for pre-split B (fx_op_call.b_split) */
+    /* nonzero when the integer MATMUL kernel takes A rows on demand (fx_op_call.a_rows) */
+    int gemm_i16_row_source;
     /* FX_GEMM_I16_B_WRAP when it has the wrap kernel and so takes pre-split B in the wrap
      * layout too (wanted where fx_gemm_i16_wrap_pays); FX_GEMM_I16_B_SPLIT otherwise */
     int gemm_i16_b_layout;
@@ -166,6 +184,13 @@ typedef struct fx_backend {
     /* nonzero when the bf16 x bf16 MATMUL kernel runs on bf16 pairs (src/bf16/bf16_gemm.h) and
      * takes pre-packed A panels of this height in the integer GEMM's pair layout instead */
     int gemm_bf16_pair_panel_mr;
+    /* Builders of a convolution's implicit-GEMM A panels (src/nn/conv_panels.h) for the tile
+     * heights above; each returns 0 (nothing written) for a geometry or height it does not
+     * handle. NULL: the portable builders. */
+    int (*conv_panels_i16)(const struct fx_conv_geom *g, const int16_t *xp, int64_t nb, int mr,
+                           int32_t *ap);
+    int (*conv_panels_f32)(const struct fx_conv_geom *g, const void *xp, int fmt, int64_t nb,
+                           int mr, float *ap);
     /* The fused convolution epilogue (tensor_conv2d_bias_relu) on rows x cols fp32 values,
      * in place: v = v + bias[col] (when bias is not NULL; the ADD kernel's arithmetic and NaN
      * rule, v first), then the RELU kernel's x > 0 ? x : +0 with NaN kept (when relu). */
@@ -194,6 +219,7 @@ void fx_register_flex_avx2(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_flex_avx512(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_layout_avx2(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_layout_avx512(fx_backend *b, const fx_cpu_features *cpu);
+void fx_register_nn_avx2(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_nn_avx512(fx_backend *b, const fx_cpu_features *cpu);
 
 /* Scalar reference conversions (the definitions; src/fp16, src/bf16). */

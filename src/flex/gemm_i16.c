@@ -264,17 +264,39 @@ static void fx_panel_norms(const int32_t *ap, int64_t kp, int mr, int32_t *na)
 /* Chain length (pairs) the fast kernel may use on a tile, from the segment norms (see
  * gemm_i16.h): c whole segments with c * max_s na[s] nb[s] < 2^31; 0 when even one segment may
  * reach 2^31 (the tile takes the split kernel). */
-static int64_t fx_fast_chain(const int32_t *na, const int32_t *nb, int64_t nseg, int64_t kp)
+static int64_t fx_fast_chain(const int32_t *na, const int32_t *nb, int64_t nseg, int64_t kp,
+                             int64_t na_max, int64_t nb_max)
 {
-    int64_t t = 0;
-    for (int64_t s = 0; s < nseg; s++) {
-        const int64_t x = (int64_t)na[s] * nb[s]; /* each norm <= 2^17: fits */
-        t = x > t ? x : t;
+    /* every segment's bound na[s] nb[s] is at most na_max nb_max (the panels' largest norms,
+     * each <= 2^17 + 1, so no overflow): when that already allows one chain, so does the exact
+     * maximum below, and most tiles skip its loop (4 % of an AVX2 flex16_5 CNN epoch) */
+    if (na_max * nb_max * nseg <= ((int64_t)1 << 31) - 1) return kp;
+    /* four independent maxima: one running maximum is a chain of dependent compare-moves */
+    int64_t t4[4] = {0, 0, 0, 0};
+    int64_t s = 0;
+    for (; s + 4 <= nseg; s += 4)
+        for (int u = 0; u < 4; u++) {
+            const int64_t x = (int64_t)na[s + u] * nb[s + u]; /* each norm <= 2^17: fits */
+            t4[u] = x > t4[u] ? x : t4[u];
+        }
+    for (; s < nseg; s++) {
+        const int64_t x = (int64_t)na[s] * nb[s];
+        t4[0] = x > t4[0] ? x : t4[0];
     }
+    const int64_t t01 = t4[0] > t4[1] ? t4[0] : t4[1], t23 = t4[2] > t4[3] ? t4[2] : t4[3];
+    const int64_t t = t01 > t23 ? t01 : t23;
     const int64_t lim = ((int64_t)1 << 31) - 1;
     if (t > lim) return 0;
     if (t * nseg <= lim) return kp; /* one chain (t < 2^31, nseg <= 24: no overflow) */
     return fx_min64(kp, lim / t * FX_GEMM_I16_SEG);
+}
+
+/* The largest of n segment norms. */
+static int64_t fx_norm_max(const int32_t *nrm, int64_t n)
+{
+    int32_t m = 0;
+    for (int64_t s = 0; s < n; s++) m = nrm[s] > m ? nrm[s] : m;
+    return m;
 }
 
 /* int16 units of one pre-packed B micro-panel of kp pairs in the given layout */
@@ -365,6 +387,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
      * a_panels + (i0 / mr) * kp_all * mr + (pc / 2) * mr (K blocks start at even k) */
     const int32_t *apan = (const int32_t *)c->a_panels;
     if (apan && c->a_panels_mr != mr) return FX_EUNSUPPORTED;
+    if (apan && c->a_rows) return FX_EUNSUPPORTED; /* one source of A */
     const int16_t *bpre = c->b_split; /* pre-split B (fx_gemm_i16_split_b) */
     /* the any-data kernel: wrap (its own B layout, plus A high panels) or split; a pre-split B
      * names it by its layout */
@@ -415,11 +438,14 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         bpre ? 0 : (size_t)(npan_max * fx_b_panel_numel(kp_max, nr, blayout));  /* int16 */
     const size_t a_elems = apan ? 0 : (size_t)(kp_max * mc);            /* int32 */
     const size_t ah_elems = use_wrap ? (size_t)(kp_max * mc) : 0;       /* int32 */
-    const size_t na_elems = (size_t)(mc / mr * nseg_max);               /* int32 */
+    const size_t na_elems = (size_t)(mc / mr * (nseg_max + 1));         /* int32 */
     const size_t tag_elems = (size_t)(npan_max + mc / mr);              /* int64 */
+    /* A rows on demand (c->a_rows): one micro-panel's rows with the source's slack */
+    const int64_t rows_ld = c->a_rows ? (2 * kp_max + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
+    const size_t rows_elems = (size_t)(mr * rows_ld);                   /* int16 */
     const size_t bs_bytes = (bs_elems * 2 + 63) / 64 * 64;
-    const size_t t_stride =
-        (bs_bytes + tag_elems * 8 + (a_elems + ah_elems + na_elems) * 4 + 63) / 64 * 64;
+    const size_t t_stride = (bs_bytes + tag_elems * 8 + (a_elems + ah_elems + na_elems) * 4 +
+                             rows_elems * 2 + 63) / 64 * 64;
     int16_t *bpack = fx_gemm_alloc(bpre ? 0 : (size_t)(kp_max * 2 * nc) * sizeof(int16_t));
     int32_t *bnorm = fx_gemm_alloc((size_t)(nc / nr * nseg_max) * sizeof(int32_t));
     unsigned char *tpack = fx_gemm_alloc(t_stride * (size_t)nt);
@@ -445,6 +471,8 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         int32_t *ap = (int32_t *)(split_tag + tag_elems);
         int32_t *ahi = ap + a_elems;
         int32_t *anorm = ahi + ah_elems;
+        int32_t *anorm_max = anorm + mc / mr * nseg_max; /* per micro-panel: its largest */
+        int16_t *arows = (int16_t *)(void *)(anorm + na_elems) + FX_A_ROWS_SLACK;
         int64_t block_id = 0; /* counts B blocks; split_tag[jp] == block_id: panel jp is split */
         int64_t *ahi_tag = split_tag + npan_max; /* == a_block: micro-panel's high panel made */
         int64_t a_block = 0;                     /* counts this thread's A blocks */
@@ -479,12 +507,18 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                     const int32_t *ablk = apan ? apan + i0 * kp_all + pc / 2 * mr : ap;
                     const int64_t ald = apan ? kp_all : kp; /* pairs between two panels */
                     for (int64_t ir = 0; ir < mcur; ir += mr) {
-                        if (!apan)
-                            fx_pack_a(kd, a + (i0 + ir) * sam + pc * sak, sam, sak, kcur,
-                                      fx_min64(mr, mcur - ir), mr, ap + ir * kp,
+                        const int m = (int)fx_min64(mr, mcur - ir);
+                        if (c->a_rows) { /* gathered into L1, then packed as a strided A */
+                            c->a_rows(c->a_rows_ctx, i0 + ir, m, pc, kcur, arows, rows_ld);
+                            fx_pack_a(kd, arows, rows_ld, 1, kcur, m, mr, ap + ir * kp,
                                       fast_ok ? anorm + ir / mr * nseg : NULL);
+                        } else if (!apan)
+                            fx_pack_a(kd, a + (i0 + ir) * sam + pc * sak, sam, sak, kcur, m, mr,
+                                      ap + ir * kp, fast_ok ? anorm + ir / mr * nseg : NULL);
                         else if (fast_ok)
                             fx_panel_norms(ablk + ir * ald, kp, mr, anorm + ir / mr * nseg);
+                        if (fast_ok)
+                            anorm_max[ir / mr] = (int32_t)fx_norm_max(anorm + ir / mr * nseg, nseg);
                     }
                     a_block++;
                     for (int64_t jp = 0; jp < npan; jp++) {
@@ -495,12 +529,13 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                         const int16_t *bpre_p =
                             bpre ? bpre + fx_b_pre_offset(pc, jc / nr + jp, kp, np_all, nr, blayout)
                                  : NULL;
+                        const int64_t nb_max = fast_ok ? fx_norm_max(bnorm + jp * nseg, nseg) : 0;
                         for (int64_t ir = 0; ir < mcur; ir += mr) {
                             int64_t *ct = out + (i0 + ir) * N + jc + j0;
                             const int m = (int)fx_min64(mr, mcur - ir);
                             const int64_t chain =
                                 fast_ok ? fx_fast_chain(anorm + ir / mr * nseg, bnorm + jp * nseg,
-                                                         nseg, kp)
+                                                         nseg, kp, anorm_max[ir / mr], nb_max)
                                          : 0;
                             if (chain > 0) {
                                 kd->fast(kp, chain, ablk + ir * ald, bp, ct, N, m, n, pc > 0);

@@ -214,7 +214,7 @@ int fx_flex_matmul_avx2(const fx_op_call *c)
                                           .pack = &fx_gemm_i16_pack_avx2_6x16,
                                           .fast_min_m = 1, .fast_min_n = 1, .fast_min_kp = 16};
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
-    if (!c->a_panels && !c->b_split && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS)
+    if (!c->a_panels && !c->a_rows && !c->b_split && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS)
         return fx_flex_matmul_scalar(c);
     return fx_gemm_i16(c, &k);
 }
@@ -223,4 +223,8 @@ void fx_flex_install_intops_avx2(fx_backend *b, const fx_cpu_features *cpu)
 {
     (void)cpu;
     fx_flex_set_kernel(b, FX_OP_MATMUL, fx_flex_matmul_avx2);
+    /* a convolution's patch rows on demand (src/nn/conv_panels.h, fx_conv_rows_i16); no
+     * pre-split B (gemm_i16_panel_nr stays 0): a pre-split B takes the split kernel on every
+     * tile, and on AVX2 the norm-tested fast kernel is what pays */
+    b->gemm_i16_row_source = 1;
 }

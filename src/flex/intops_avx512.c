@@ -304,8 +304,10 @@ static void fx_ukr_avx512bw(int64_t kp, const int32_t *ap, const int16_t *bp, in
 static int fx_small_matmul(const fx_op_call *c)
 {
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
-    /* pre-packed panels (a convolution's A) exist only for the register-tile kernels */
-    return c->a_panels == NULL && c->b_split == NULL && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS;
+    /* pre-packed panels and on-demand rows (a convolution's A) exist only for the
+     * register-tile kernels */
+    return c->a_panels == NULL && c->a_rows == NULL && c->b_split == NULL &&
+           M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS;
 }
 
 int fx_flex_matmul_avx512vnni(const fx_op_call *c)
@@ -331,6 +333,11 @@ void fx_flex_install_intops_avx512(fx_backend *b, const fx_cpu_features *cpu)
                        cpu->avx512vnni ? fx_flex_matmul_avx512vnni : fx_flex_matmul_avx512bw);
     b->gemm_i16_panel_mr = FX_MR;
     b->gemm_i16_panel_nr = FX_NR;
+    /* the AVX2 level's rows on demand are not taken over: geometries its panel builder
+     * declines keep im2row here, as measured (the driver would take rows on this level too,
+     * and test_conv_panels checks that it gives the same sums, but no AVX-512 machine has
+     * timed it) */
+    b->gemm_i16_row_source = 0;
     /* VNNI: the wrap kernel takes the split kernel's tiles where it pays (its own B layout) */
     b->gemm_i16_b_layout = cpu->avx512vnni ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
 }

@@ -333,6 +333,17 @@ static void pack_rows_bf16(float *dst, const uint16_t *src, int64_t ld, int64_t 
     pack_rows_any(dst, src, sizeof(uint16_t), SRC_BF16, ld, kb, R);
 }
 
+void fx_f32_pack_rows_avx2(float *dst, const void *src, int fmt, int64_t ld, int64_t kb,
+                           int64_t R)
+{
+    if (fmt == FMT_FP16)
+        pack_rows_fp16(dst, src, ld, kb, R);
+    else if (fmt == FMT_BF16)
+        pack_rows_bf16(dst, src, ld, kb, R);
+    else
+        pack_rows_f32(dst, src, ld, kb, R);
+}
+
 /* kc: the A micro-panel (6 x 256 floats, 6 KiB) stays in L1; nc: the packed B block
  * (256 x 512 floats, 512 KiB) in L2; mc: A block in L2/L3. */
 static const fx_f32_gemm_params gemm_avx2 = {
@@ -381,6 +392,7 @@ void fx_register_fp32_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
     b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
     b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
+    b->gemm_f32_panel_mr = MR; /* a convolution's A panels (src/nn/conv_panels_avx2.c) */
     /* fp16 x fp16 and bf16 x bf16: widened exactly while packed (the same products as the
      * fp32 GEMM of the widened operands, without a widening pass over each operand first) */
     b->kernels[FX_OP_MATMUL][FMT_FP16] = k_matmul;

@@ -143,6 +143,11 @@ int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c);
 /* The AVX-512 level's 16 x 16 transposing fp32 pack, which the AVX512_BF16 pair GEMM (src/bf16)
  * uses for 32-bit pair words (it moves bits unchanged). Only on CPUs with AVX-512 F/BW/VL. */
 void fx_f32_pack_rows_avx512(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R);
+/* The AVX2 level's transposing pack from fp32, fp16 or bf16 rows (fmt), widened exactly, which
+ * the AVX2 convolution panel builder (src/nn/conv_panels_avx2.c) applies to its patch rows.
+ * Only on CPUs with AVX2 and F16C. */
+void fx_f32_pack_rows_avx2(float *dst, const void *src, int fmt, int64_t ld, int64_t kb,
+                           int64_t R);
 
 /* ---- chunked parallel loop --------------------------------------------------------------- */
 

@@ -265,13 +265,14 @@ static void *conv_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char
     return p;
 }
 
-/* Pre-packed operands of a convolution's chunk GEMMs (backend.h): A panels and a pre-split B,
- * each NULL when the GEMM packs that operand itself. */
+/* Pre-packed operands of a convolution's chunk GEMMs (backend.h): A panels or A rows on
+ * demand, and a pre-split B, each NULL when the GEMM packs that operand itself. */
 typedef struct conv_prepacked {
     const void *a_panels;
     int a_mr;
     const int16_t *b_split;
     int b_nr, b_layout;
+    const fx_conv_rows *a_rows; /* patch rows on demand (conv_panels.h), or NULL */
 } conv_prepacked;
 
 /* out = a x b with the active backend's GEMM kernel, on nthreads threads: int16 operands into
@@ -306,6 +307,10 @@ static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b
         c.b_split = pp->b_split;
         c.b_split_nr = pp->b_nr;
         c.b_split_layout = pp->b_layout;
+        if (pp->a_rows) {
+            c.a_rows = fx_conv_rows_i16;
+            c.a_rows_ctx = pp->a_rows;
+        }
     }
     return k(&c);
 }
@@ -543,9 +548,13 @@ static int conv2d_forward(tensor_t *y, const tensor_t *x, const tensor_t *w, int
     const int fpanel_mr = !ic && !panel_mr && fx_conv_panels_f32_fit(&g, be->gemm_f32_panel_mr)
                               ? be->gemm_f32_panel_mr
                               : 0;
+    /* integer compute on a GEMM that gathers A rows itself: the patch rows are made for one
+     * register tile at a time inside the GEMM (conv_panels.h), so no patch matrix at all */
+    const int row_src = ic && !panel_mr && be->gemm_i16_row_source;
     const int64_t col_n =
         panel_mr    ? 2 * fx_conv_panels_numel(&g, plan.nb, panel_mr)
         : fpanel_mr ? fx_conv_panels_f32_numel(&g, plan.nb, fpanel_mr) * (int64_t)(4 / cc.esz)
+        : row_src   ? 0
                     : CKK * plan.nb * P;
     const int64_t slack = FX_CONV_PAD_SLACK > FX_CONV_PANEL_SLACK ? FX_CONV_PAD_SLACK
                                                                   : FX_CONV_PANEL_SLACK;
@@ -558,7 +567,9 @@ static int conv2d_forward(tensor_t *y, const tensor_t *x, const tensor_t *w, int
     if (!rc) rc = conv_operand(w, &cc, &wo, &s, func);
     char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, func);
     if (xp) memset(xp, 0, (size_t)(xp_n * plan.outer) * esz); /* the slack, read by im2col */
-    char *col = conv_alloc(&s, col_n * plan.outer, esz, &rc, func);
+    char *col = col_n ? conv_alloc(&s, col_n * plan.outer, esz, &rc, func) : NULL;
+    int64_t *goff = row_src ? conv_alloc(&s, g.C * g.KH, sizeof(int64_t), &rc, func) : NULL;
+    if (goff) fx_group_offsets_fill(&g, goff);
     char *ypix = conv_alloc(&s, g.N * g.O * P, ssz, &rc, func); /* [N*P, O] */
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     /* A whole shared-exponent y is rounded per sample (conv_yquant). When its exponent is known
@@ -613,28 +624,38 @@ static int conv2d_forward(tensor_t *y, const tensor_t *x, const tensor_t *w, int
         const int tid = FX_CONV_THREAD_ID();
         const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
         const int64_t Pc = nbc * P;
-        char *mycol = col + (size_t)(tid * col_n) * esz, *myy = ypix + (size_t)(n0 * P * g.O) * ssz;
+        char *mycol = col ? col + (size_t)(tid * col_n) * esz : NULL;
+        char *myy = ypix + (size_t)(n0 * P * g.O) * ssz;
         char *myxp = xp + (size_t)(tid * xp_n) * esz;
         if (panel_mr) {
             int32_t *pan = (int32_t *)(void *)mycol;
             fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
-            if (!fx_conv_panels_i16_avx512(&g, (const int16_t *)myxp, nbc, panel_mr, pan))
+            if (!be->conv_panels_i16 ||
+                !be->conv_panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan))
                 fx_conv_panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan);
-            const conv_prepacked pp = {pan, panel_mr, wsplit, b_nr, b_layout};
+            const conv_prepacked pp = {pan, panel_mr, wsplit, b_nr, b_layout, NULL};
+            status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), &pp,
+                                          conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
+                                          myy, plan.inner);
+        } else if (row_src) {
+            fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+            const fx_conv_rows rows = {&g, (const int16_t *)myxp, goff};
+            const conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, &rows};
             status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), &pp,
                                           conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
                                           myy, plan.inner);
         } else if (fpanel_mr) {
             float *pan = (float *)(void *)mycol;
             fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
-            if (!fx_conv_panels_f32_avx512(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan))
+            if (!be->conv_panels_f32 ||
+                !be->conv_panels_f32(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan))
                 fx_conv_panels_f32(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan);
-            const conv_prepacked pp = {pan, fpanel_mr, NULL, 0, 0};
+            const conv_prepacked pp = {pan, fpanel_mr, NULL, 0, 0, NULL};
             status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), &pp,
                                           conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
                                           myy, plan.inner);
         } else {
-            const conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout};
+            const conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, NULL};
             conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 1, plan.inner);
             status[ch] = conv_matmul_with(conv_op2d(&cc, mycol, xo.exp, Pc, CKK, CKK, 0), &pp,
                                           conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,

@@ -2,6 +2,8 @@
 #include "conv_panels.h"
 #include "../core/backend.h" /* the scalar fp16/bf16 definitions */
 
+#include <string.h>
+
 int64_t fx_conv_panels_numel(const fx_conv_geom *g, int64_t nb, int mr)
 {
     const int64_t Pc = nb * g->OH * g->OW, K = g->C * g->KH * g->KW;
@@ -48,6 +50,45 @@ void fx_conv_panels_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, in
 {
     const int64_t Pc = nb * g->OH * g->OW;
     for (int64_t q = 0; q * mr < Pc; q++) fx_conv_panel_i16(g, xp, nb, mr, q, ap);
+}
+
+void fx_conv_patch_taps(const fx_conv_geom *g, const void *src, const int64_t *goff, int64_t k0,
+                        int64_t kc, size_t esz, void *dst)
+{
+    const int64_t KW = g->KW, dw = g->dw, e = (int64_t)esz;
+    const int64_t run = KW * e; /* bytes of one kernel row's taps when dw = 1 */
+    /* a fixed-size memcpy is one or two unaligned vector moves on any x86-64 */
+    const int mv = dw != 1 ? 0 : run <= 16 ? 16 : run <= 32 ? 32 : 0;
+    const char *s = src;
+    char *d = dst;
+    if (mv) {
+        /* tap gi*KW of the block's first kernel row lies less than `run` bytes before d; the
+         * last move ends less than 32 bytes past tap k0 + kc - 1 */
+        const int64_t gfirst = k0 / KW, glast = (k0 + kc - 1) / KW;
+        for (int64_t gi = gfirst; gi <= glast; gi++) {
+            char *to = d + (gi * KW - k0) * e;
+            if (mv == 16)
+                memcpy(to, s + goff[gi] * e, 16);
+            else
+                memcpy(to, s + goff[gi] * e, 32);
+        }
+        return;
+    }
+    for (int64_t t = 0; t < kc; t++) {
+        const int64_t k = k0 + t;
+        memcpy(d + t * e, s + (goff[k / KW] + (k % KW) * dw) * e, esz);
+    }
+}
+
+void fx_conv_rows_i16(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
+                      int64_t ld)
+{
+    _Static_assert(FX_A_ROWS_SLACK * sizeof(int16_t) >= FX_CONV_TAPS_SLACK_BYTES,
+                   "the GEMM's row slack holds the tap moves' overrun");
+    const fx_conv_rows *cr = ctx;
+    for (int r = 0; r < m; r++)
+        fx_conv_patch_taps(cr->g, cr->xp + fx_pixel_base(cr->g, i0 + r), cr->goff, k0, kc,
+                           sizeof(int16_t), dst + r * ld);
 }
 
 int64_t fx_conv_panels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr)

@@ -22,6 +22,8 @@
 
 #include "im2col.h"
 
+#include <stdlib.h>
+
 #define FX_CONV_PANEL_SLACK 32
 
 /* Whether the AVX-512 builder handles g for tile height mr (otherwise im2row + packing). */
@@ -41,10 +43,38 @@ void fx_conv_panels_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, in
 void fx_conv_panel_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int mr, int64_t q,
                        int32_t *ap);
 
-/* AVX-512BW builder for mr = 6, KW <= 10 (conv_panels_avx512.c): the same int32 values.
- * Returns 0 if the geometry is outside what it handles (nothing written). */
+/* AVX-512BW builder for mr = 6 within fx_conv_panels_fit (conv_panels_avx512.c): the same
+ * int32 values, two kernel rows gathered by one word permute. Returns 0 (nothing written) for
+ * a geometry outside what it handles, or when out of memory. Reached through
+ * fx_backend.conv_panels_i16, set only on CPUs that run it. */
 int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int mr,
                               int32_t *ap);
+
+/* ---- patch rows on demand (fx_op_call.a_rows) --------------------------------------------------
+ * For integer GEMMs that gather A rows themselves (fx_backend.gemm_i16_row_source): the rows
+ * of the patch matrix (the im2row values, so the same exact sums) for one register tile and
+ * one K block at a time, into the GEMM's L1 buffer, where its own packing (with the segment
+ * norms) takes them. Nothing of the size of the patch matrix is written. Each kernel row is
+ * one 16- or 32-byte move when dw = 1 and KW <= 16 (overrunning into the next run's slots and
+ * the buffer's slack, which fx_op_call.a_rows allows; fx_conv_patch_taps); other geometries
+ * go tap by tap. The padded chunk xp must hold FX_CONV_PANEL_SLACK initialised elements past
+ * its end. */
+typedef struct fx_conv_rows {
+    const fx_conv_geom *g;
+    const int16_t *xp;   /* the padded chunk (fx_conv_pad) */
+    const int64_t *goff; /* fx_group_offsets_fill(g, goff) */
+} fx_conv_rows;
+
+void fx_conv_rows_i16(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
+                      int64_t ld);
+
+/* Taps k0 .. k0 + kc - 1 of one output pixel (src: the pixel's base in the padded input, goff:
+ * fx_group_offsets_fill) into dst[0 .. kc), elements of esz bytes (2 or 4). It may write
+ * anything to the FX_CONV_TAPS_SLACK_BYTES bytes on either side of dst[0 .. kc), and reads
+ * at most 31 bytes past a tap it uses (the padded chunk's slack). */
+#define FX_CONV_TAPS_SLACK_BYTES 32
+void fx_conv_patch_taps(const fx_conv_geom *g, const void *src, const int64_t *goff, int64_t k0,
+                        int64_t kc, size_t esz, void *dst);
 
 /* ---- fp32 GEMM panels (fp32, fp16 and bf16 inputs) -------------------------------------------
  * The fp32 GEMM's A micro-panels over the whole K (src/fp32/f32_gemm.c): panel q at
@@ -53,13 +83,62 @@ int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t 
  * same bits), rows past Pc 0. fmt is the input's storage format (FP32, FP16 or BF16). */
 static inline int fx_conv_panels_f32_fit(const fx_conv_geom *g, int mr)
 {
-    return mr == 12 && g->KW >= 1 && (g->KW - 1) * g->dw <= 31;
+    return (mr == 12 || mr == 6) && g->KW >= 1 && (g->KW - 1) * g->dw <= 31;
 }
 int64_t fx_conv_panels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr);
 void fx_conv_panels_f32(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
                         float *ap);
-/* AVX-512 builder for mr = 12; 0 (nothing written) outside fx_conv_panels_f32_fit. */
+/* AVX-512 builder for mr = 12 (the AVX-512 fp32 tile), AVX2 builder for mr = 6 (the AVX2
+ * tile); 0 (nothing written) for another mr, outside fx_conv_panels_f32_fit, or when out of
+ * memory. Reached through fx_backend.conv_panels_f32. */
 int fx_conv_panels_f32_avx512(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb,
                               int mr, float *ap);
+int fx_conv_panels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
+                            float *ap);
+
+/* ---- shared by the vector builders ------------------------------------------------------------ */
+
+/* Output pixels in order, as (sample, row, column) counters: the padded-input offsets of the
+ * next `rows` pixels, without a division per pixel. */
+typedef struct fx_pixel_cursor {
+    const fx_conv_geom *g;
+    int64_t n, oh, ow, nstep, hstep;
+} fx_pixel_cursor;
+
+static inline fx_pixel_cursor fx_cursor_start(const fx_conv_geom *g)
+{
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    return (fx_pixel_cursor){g, 0, 0, 0, g->C * Hp * Wp, g->sh * Wp};
+}
+
+static inline void fx_cursor_next(fx_pixel_cursor *c, int rows, int64_t *base)
+{
+    for (int r = 0; r < rows; r++) {
+        base[r] = c->n * c->nstep + c->oh * c->hstep + c->ow * c->g->sw;
+        if (++c->ow == c->g->OW) {
+            c->ow = 0;
+            if (++c->oh == c->g->OH) {
+                c->oh = 0;
+                c->n++;
+            }
+        }
+    }
+}
+
+/* Offset of each kernel row ("group" gi = c*KH + kh) in the padded input, relative to a
+ * pixel's base: into goff[C*KH], or (fx_group_offsets) malloc'd; the caller frees it); NULL when out of memory (the vector
+ * builders then decline, leaving the work to the portable one). */
+static inline void fx_group_offsets_fill(const fx_conv_geom *g, int64_t *goff)
+{
+    const int64_t G = g->C * g->KH, Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    for (int64_t gi = 0; gi < G; gi++) goff[gi] = ((gi / g->KH) * Hp + (gi % g->KH) * g->dh) * Wp;
+}
+
+static inline int64_t *fx_group_offsets(const fx_conv_geom *g)
+{
+    int64_t *goff = malloc((size_t)(g->C * g->KH) * sizeof *goff);
+    if (goff) fx_group_offsets_fill(g, goff);
+    return goff;
+}
 
 #endif

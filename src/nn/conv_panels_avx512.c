@@ -41,45 +41,6 @@ static void fx_panel_rows(const fx_conv_geom *g, const int16_t *xp, int64_t Pc, 
     }
 }
 
-/* Output pixels in order, as (sample, row, column) counters: the padded-input offsets of the
- * next `rows` pixels, without a division per pixel. */
-typedef struct fx_pixel_cursor {
-    const fx_conv_geom *g;
-    int64_t n, oh, ow, nstep, hstep;
-} fx_pixel_cursor;
-
-static fx_pixel_cursor fx_cursor_start(const fx_conv_geom *g)
-{
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
-    return (fx_pixel_cursor){g, 0, 0, 0, g->C * Hp * Wp, g->sh * Wp};
-}
-
-static void fx_cursor_next(fx_pixel_cursor *c, int rows, int64_t *base)
-{
-    for (int r = 0; r < rows; r++) {
-        base[r] = c->n * c->nstep + c->oh * c->hstep + c->ow * c->g->sw;
-        if (++c->ow == c->g->OW) {
-            c->ow = 0;
-            if (++c->oh == c->g->OH) {
-                c->oh = 0;
-                c->n++;
-            }
-        }
-    }
-}
-
-/* Offset of each kernel row ("group" gi = c*KH + kh) in the padded input, relative to a
- * pixel's base; NULL when out of memory (the caller then leaves the work to the portable
- * builder). */
-static int64_t *fx_group_offsets(const fx_conv_geom *g)
-{
-    const int64_t G = g->C * g->KH, Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
-    int64_t *goff = malloc((size_t)G * sizeof *goff);
-    for (int64_t gi = 0; goff && gi < G; gi++)
-        goff[gi] = ((gi / g->KH) * Hp + (gi % g->KH) * g->dh) * Wp;
-    return goff;
-}
-
 int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int mr,
                               int32_t *ap)
 {
@@ -169,7 +130,7 @@ static inline float fx_widen1(const void *xp, int fmt, int64_t i)
 int fx_conv_panels_f32_avx512(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb,
                               int mr, float *ap)
 {
-    if (!fx_conv_panels_f32_fit(g, mr) || (fmt != FMT_FP32 && fmt != FMT_FP16 && fmt != FMT_BF16))
+    if (mr != FX_FPANEL_MR || !fx_conv_panels_f32_fit(g, mr) || (fmt != FMT_FP32 && fmt != FMT_FP16 && fmt != FMT_BF16))
         return 0;
     const int64_t KW = g->KW, dw = g->dw, G = g->C * g->KH, K = G * KW;
     const int64_t Pc = nb * g->OH * g->OW;

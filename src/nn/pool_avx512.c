@@ -4,6 +4,7 @@
  * compared in the portable loop's order with strict '>', so the first largest one wins, as
  * there. */
 #include "../core/backend.h"
+#include "conv_panels.h"
 
 #include <immintrin.h>
 
@@ -101,4 +102,6 @@ void fx_register_nn_avx512(fx_backend *b, const fx_cpu_features *cpu)
     (void)cpu;
     b->cvt.maxpool2x2_i16 = fx_maxpool2x2_i16_avx512;
     b->cvt.maxpool2x2_f32 = fx_maxpool2x2_f32_avx512;
+    b->conv_panels_i16 = fx_conv_panels_i16_avx512;
+    b->conv_panels_f32 = fx_conv_panels_f32_avx512;
 }
