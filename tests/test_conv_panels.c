@@ -5,8 +5,8 @@
  * output rows and samples) and a partial last panel, with random int16 inputs over the whole
  * range:
  *   - the portable panels equal the im2row patch matrix packed as gemm_i16.h defines;
- *   - each vector builder the CPU runs (fx_backend.conv_panels_i16: AVX2, AVX-512BW) writes
- *     the same int32 values, or declines exactly the geometries fx_conv_panels_fit rejects;
+ *   - each vector builder the CPU runs (fx_backend.conv_panels_i16: AVX-512BW) writes the
+ *     same int32 values, or declines exactly the geometries fx_conv_panels_fit rejects;
  *   - the exact GEMM fed with the panels gives the same int64 sums as the GEMM fed with the
  *     patch matrix, for the split kernel and for the norm-checked fast kernel;
  *   - the patch rows on demand (fx_conv_rows_i16, the AVX2 level's implicit GEMM) equal the

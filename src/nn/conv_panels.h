@@ -71,7 +71,7 @@ void fx_conv_rows_i16(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc
 /* Taps k0 .. k0 + kc - 1 of one output pixel (src: the pixel's base in the padded input, goff:
  * fx_group_offsets_fill) into dst[0 .. kc), elements of esz bytes (2 or 4). It may write
  * anything to the FX_CONV_TAPS_SLACK_BYTES bytes on either side of dst[0 .. kc), and reads
- * at most 31 bytes past a tap it uses (the padded chunk's slack). */
+ * at most 15 bytes past the last tap of a kernel row (within the padded chunk's slack). */
 #define FX_CONV_TAPS_SLACK_BYTES 32
 void fx_conv_patch_taps(const fx_conv_geom *g, const void *src, const int64_t *goff, int64_t k0,
                         int64_t kc, size_t esz, void *dst);
