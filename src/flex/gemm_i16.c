@@ -269,7 +269,8 @@ static int64_t fx_fast_chain(const int32_t *na, const int32_t *nb, int64_t nseg,
 {
     /* every segment's bound na[s] nb[s] is at most na_max nb_max (the panels' largest norms,
      * each <= 2^17 + 1, so no overflow): when that already allows one chain, so does the exact
-     * maximum below, and most tiles skip its loop (4 % of an AVX2 flex16_5 CNN epoch) */
+     * maximum below, and such tiles skip its loop (the driver's hottest on an AVX2 flex16_5
+     * CNN epoch) */
     if (na_max * nb_max * nseg <= ((int64_t)1 << 31) - 1) return kp;
     /* four independent maxima: one running maximum is a chain of dependent compare-moves */
     int64_t t4[4] = {0, 0, 0, 0};
@@ -447,7 +448,9 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     const size_t t_stride = (bs_bytes + tag_elems * 8 + (a_elems + ah_elems + na_elems) * 4 +
                              rows_elems * 2 + 63) / 64 * 64;
     int16_t *bpack = fx_gemm_alloc(bpre ? 0 : (size_t)(kp_max * 2 * nc) * sizeof(int16_t));
-    int32_t *bnorm = fx_gemm_alloc((size_t)(nc / nr * nseg_max) * sizeof(int32_t));
+    /* B segment norms, then each panel's largest */
+    int32_t *bnorm = fx_gemm_alloc((size_t)(nc / nr * (nseg_max + 1)) * sizeof(int32_t));
+    int32_t *bnorm_max = bnorm ? bnorm + nc / nr * nseg_max : NULL;
     unsigned char *tpack = fx_gemm_alloc(t_stride * (size_t)nt);
     if (!bpack || !bnorm || !tpack) {
         free(bpack);
@@ -493,10 +496,13 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
 
                 if (!bpre) {
                     FX_OMP(omp for schedule(static))
-                    for (int64_t jp = 0; jp < npan; jp++)
+                    for (int64_t jp = 0; jp < npan; jp++) {
                         fx_pack_b(kd, bblk + jp * nr * sbn, sbk, sbn, kcur,
                                   fx_min64(nr, ncur - jp * nr), nr, bpack + jp * kp * 2 * nr,
                                   fast_ok ? bnorm + jp * nseg : NULL);
+                        if (fast_ok)
+                            bnorm_max[jp] = (int32_t)fx_norm_max(bnorm + jp * nseg, nseg);
+                    }
                     /* implicit barrier: the B block is complete before any thread reads it */
                 }
 
@@ -529,13 +535,13 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                         const int16_t *bpre_p =
                             bpre ? bpre + fx_b_pre_offset(pc, jc / nr + jp, kp, np_all, nr, blayout)
                                  : NULL;
-                        const int64_t nb_max = fast_ok ? fx_norm_max(bnorm + jp * nseg, nseg) : 0;
                         for (int64_t ir = 0; ir < mcur; ir += mr) {
                             int64_t *ct = out + (i0 + ir) * N + jc + j0;
                             const int m = (int)fx_min64(mr, mcur - ir);
                             const int64_t chain =
                                 fast_ok ? fx_fast_chain(anorm + ir / mr * nseg, bnorm + jp * nseg,
-                                                         nseg, kp, anorm_max[ir / mr], nb_max)
+                                                         nseg, kp, anorm_max[ir / mr],
+                                                         bnorm_max[jp])
                                          : 0;
                             if (chain > 0) {
                                 kd->fast(kp, chain, ablk + ir * ald, bp, ct, N, m, n, pc > 0);

@@ -460,11 +460,7 @@ static void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, i
         st->saturated += fx_sum_lanes_epi32(c.nsat);
         st->underflow += fx_sum_lanes_epi32(c.nuf);
     }
-    uint32_t in[8];
-    _mm256_storeu_si256((__m256i *)in, c.max_in);
-    uint32_t max_in = 0;
-    for (int j = 0; j < 8; j++) max_in = in[j] > max_in ? in[j] : max_in;
-    st->max_abs_in = (double)max_in;
+    st->max_abs_in = (double)fx_hmax_epi32(c.max_in); /* every |v| < 2^31: a signed max */
     st->max_abs_out = fx_hmax_epi32(c.max_out);
     if (whole < n) { /* the last n % 8 values: the scalar definition */
         const fx_sum2 q = fx_s2_from(p, whole);

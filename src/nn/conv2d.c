@@ -627,40 +627,35 @@ static int conv2d_forward(tensor_t *y, const tensor_t *x, const tensor_t *w, int
         char *mycol = col ? col + (size_t)(tid * col_n) * esz : NULL;
         char *myy = ypix + (size_t)(n0 * P * g.O) * ssz;
         char *myxp = xp + (size_t)(tid * xp_n) * esz;
+        /* the chunk's A: panels built from the padded input, rows the GEMM gathers from it,
+         * or the patch matrix; the same GEMM call for all */
+        conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, NULL};
+        const fx_conv_rows rows = {&g, (const int16_t *)(const void *)myxp, goff};
+        const void *adata = NULL;
+        if (panel_mr || row_src || fpanel_mr) fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
         if (panel_mr) {
             int32_t *pan = (int32_t *)(void *)mycol;
-            fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
             if (!be->conv_panels_i16 ||
                 !be->conv_panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan))
                 fx_conv_panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan);
-            const conv_prepacked pp = {pan, panel_mr, wsplit, b_nr, b_layout, NULL};
-            status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), &pp,
-                                          conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
-                                          myy, plan.inner);
+            pp.a_panels = pan;
+            pp.a_mr = panel_mr;
         } else if (row_src) {
-            fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
-            const fx_conv_rows rows = {&g, (const int16_t *)myxp, goff};
-            const conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, &rows};
-            status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), &pp,
-                                          conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
-                                          myy, plan.inner);
+            pp.a_rows = &rows;
         } else if (fpanel_mr) {
             float *pan = (float *)(void *)mycol;
-            fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
             if (!be->conv_panels_f32 ||
                 !be->conv_panels_f32(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan))
                 fx_conv_panels_f32(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan);
-            const conv_prepacked pp = {pan, fpanel_mr, NULL, 0, 0, NULL};
-            status[ch] = conv_matmul_with(conv_op2d(&cc, NULL, xo.exp, Pc, CKK, CKK, 0), &pp,
-                                          conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
-                                          myy, plan.inner);
+            pp.a_panels = pan;
+            pp.a_mr = fpanel_mr;
         } else {
-            const conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, NULL};
             conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 1, plan.inner);
-            status[ch] = conv_matmul_with(conv_op2d(&cc, mycol, xo.exp, Pc, CKK, CKK, 0), &pp,
-                                          conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic,
-                                          myy, plan.inner);
+            adata = mycol;
         }
+        status[ch] = conv_matmul_with(conv_op2d(&cc, adata, xo.exp, Pc, CKK, CKK, 0), &pp,
+                                      conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic, myy,
+                                      plan.inner);
         chunk_max[ch] = 0;
         const int fused = status[ch] == FX_OK && fuse_e != FX_EXP_NONE;
         if (fused) conv_yquant_samples(&yq, fuse_e, 1, 0, n0, nbc, plan.inner);

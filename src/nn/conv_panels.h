@@ -126,8 +126,9 @@ static inline void fx_cursor_next(fx_pixel_cursor *c, int rows, int64_t *base)
 }
 
 /* Offset of each kernel row ("group" gi = c*KH + kh) in the padded input, relative to a
- * pixel's base: into goff[C*KH], or (fx_group_offsets) malloc'd; the caller frees it); NULL when out of memory (the vector
- * builders then decline, leaving the work to the portable one). */
+ * pixel's base, into goff[C*KH]; fx_group_offsets mallocs the array (the caller frees it) and
+ * returns NULL when out of memory (the vector builders then decline, leaving the work to the
+ * portable one). */
 static inline void fx_group_offsets_fill(const fx_conv_geom *g, int64_t *goff)
 {
     const int64_t G = g->C * g->KH, Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
