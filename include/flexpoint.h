@@ -229,7 +229,7 @@ enum { FX_AF_INIT_PROBE = 0, FX_AF_INIT_EXACT = 1 };
 enum { FX_AF_STAT_SATURATED_MAX = 0, FX_AF_STAT_TRUE_MAX = 1 };
 enum { FX_AF_OVERFLOW_KEEP = 0, FX_AF_OVERFLOW_RECOMPUTE = 1 };
 
-/** Autoflex configuration (AUTOFLEX.md). Passed by pointer, never by value. */
+/** Autoflex configuration (docs/autoflex.md). Passed by pointer, never by value. */
 typedef struct fx_autoflex_config {
     int managed;         /**< 0: exponent fixed (set by tensor_set_exp); 1: Autoflex predicts */
     int history_len;     /**< L, 1..64 */

@@ -6,7 +6,7 @@
  * caller owns every tensor and buffer; ops write into caller-provided outputs and leave them
  * untouched on failure). Layout is NCHW; weights are [O, C, KH, KW].
  *
- * Per-format rules (FORMATS.md): convolution, pooling, ReLU and dropout masks are integer-only
+ * Per-format rules (docs/formats.md): convolution, pooling, ReLU and dropout masks are integer-only
  * for FLEX16_5/DFP16 inputs (convolution is im2col + the format's exact GEMM, so it is
  * bit-identical on every backend); softmax/cross-entropy, batch-norm statistics and the
  * optimisers compute in fp32 (the inputs are dequantised, the outputs written once).

@@ -62,7 +62,7 @@ typedef struct fx_train_config {
                                   library has no CUDA backend or the device does not exist */
 } fx_train_config;
 
-/** Defaults matching the PyTorch baseline of EXPERIMENTS.md (batch 128, SGD lr 0.02,
+/** Defaults matching the PyTorch baseline of docs/experiments.md (batch 128, SGD lr 0.02,
  *  momentum 0.9). */
 FX_API void fx_train_config_default(fx_train_config *cfg);
 

@@ -1,4 +1,4 @@
-/* Autoflex through the public API: the golden trace of AUTOFLEX.md written with
+/* Autoflex through the public API: the golden trace of docs/autoflex.md written with
  * tensor_from_f32 into a FLEX16_5 tensor, the per-write statistics and trace, the CSV file, the
  * presets and the error cases of the Autoflex and trace functions. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, setenv */
@@ -22,7 +22,7 @@ static void golden_data(int t, float *x)
     for (int i = 0; i < 4; i++) x[i] = golden_scale(t) * golden_base[i];
 }
 
-/* AUTOFLEX.md, "Golden trace for the published preset". */
+/* docs/autoflex.md, "Golden trace for the published preset". */
 static int published_exp(int t)
 {
     if (t <= 6) return -14;

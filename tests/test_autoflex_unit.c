@@ -1,6 +1,6 @@
 /* Autoflex alone (src/autoflex), driven by hand with a fake writer: the golden trace of
- * AUTOFLEX.md for the published preset, the improved presets, scripted data sequences, window
- * edges and configuration validation. The fake writer quantises like FORMATS.md (round half to
+ * docs/autoflex.md for the published preset, the improved presets, scripted data sequences, window
+ * edges and configuration validation. The fake writer quantises like docs/formats.md (round half to
  * even of x * 2^-e in double, saturation at 32767, NaN -> 0, Inf -> +-32767), so these tests do
  * not depend on any backend. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -139,7 +139,7 @@ static void fake_write(fake_tensor *t, const float *x, write_info *wi)
 
 static double deq(const fake_tensor *t, int i) { return ldexp((double)t->m[i], t->e); }
 
-/* ---- the golden data of AUTOFLEX.md -------------------------------------------------------- */
+/* ---- the golden data of docs/autoflex.md -------------------------------------------------------- */
 
 #define GOLDEN_T 30
 static const float golden_base[4] = {1.0f, -0.5f, 0.25f, 0.1f};
@@ -162,7 +162,7 @@ static void run_golden(const char *preset, write_info *wi)
     }
 }
 
-/* The table of AUTOFLEX.md, "Golden trace for the published preset". */
+/* The table of docs/autoflex.md, "Golden trace for the published preset". */
 static int golden_published_exp(int t)
 {
     if (t <= 6) return -14;

@@ -49,7 +49,7 @@ static double float_step(fmt_t f, double x)
     return 0.0;
 }
 
-/* Exact DFP16 exponent of a maximum M (FORMATS.md), written independently of the library. */
+/* Exact DFP16 exponent of a maximum M (docs/formats.md), written independently of the library. */
 static int exact_exp(double M)
 {
     if (M == 0) return 0;

@@ -39,7 +39,7 @@ def _name(value: int, table: Dict[str, int]) -> Union[str, int]:
 
 @dataclass
 class AutoflexConfig:
-    """Mirror of fx_autoflex_config (see AUTOFLEX.md). Modes are names:
+    """Mirror of fx_autoflex_config (see docs/autoflex.md). Modes are names:
     init_mode "probe" | "exact", stat_mode "saturated_max" | "true_max",
     overflow_mode "keep" | "recompute". The library validates the values when the
     configuration is applied to a tensor."""

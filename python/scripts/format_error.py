@@ -90,7 +90,7 @@ def sample(args) -> np.ndarray:
 
 
 def exact_exponent(m: float) -> int:
-    """Smallest e with round(m * 2^-e) <= 32767 (FORMATS.md), for the 'auto' flex window."""
+    """Smallest e with round(m * 2^-e) <= 32767 (docs/formats.md), for the 'auto' flex window."""
     e = int(np.floor(np.log2(m))) - 14
     if np.rint(m * 2.0 ** -e) > 32767:
         e += 1

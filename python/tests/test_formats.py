@@ -81,7 +81,7 @@ def test_nan_keeps_its_sign_in_fp16_and_bf16():
 # ------------------------------------------------------------------------------------------
 def reference_quantise(x: np.ndarray, e: int) -> np.ndarray:
     """int16 mantissas of x at exponent e: nearest-even rounding of x * 2^-e, saturating to
-    +-32767; NaN -> 0, +-inf -> +-32767 (FORMATS.md)."""
+    +-32767; NaN -> 0, +-inf -> +-32767 (docs/formats.md)."""
     with np.errstate(invalid="ignore", over="ignore"):
         q = np.rint(x.astype(np.float64) * 2.0 ** -e)
     q = np.where(np.isnan(q), 0.0, q)

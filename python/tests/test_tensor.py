@@ -145,7 +145,7 @@ def test_exponent_and_window():
 
 
 def test_autoflex_config_and_golden_trace(tmp_path):
-    """The AUTOFLEX.md golden trace of the published preset, read through the binding."""
+    """The docs/autoflex.md golden trace of the published preset, read through the binding."""
     t = fx.tensor((4,), "flex16_5")
     t.set_autoflex("published").trace_enable()
     base = np.float32([1.0, -0.5, 0.25, 0.1])

@@ -1,4 +1,4 @@
-/* Autoflex: the exponent manager of FLEX16_5 tensors, written from AUTOFLEX.md.
+/* Autoflex: the exponent manager of FLEX16_5 tensors, written from docs/autoflex.md.
  *
  * The dispatcher drives one write as
  *     e = fx_af_predict(...)                    exponent before the write
@@ -80,7 +80,7 @@ static int bitlen_u32(uint32_t g)
     return 32 - __builtin_clz(g);
 }
 
-/* Published initialisation: probe the pending write at trial exponents (AUTOFLEX.md). */
+/* Published initialisation: probe the pending write at trial exponents (docs/autoflex.md). */
 static int probe_init(const fx_af_state *s, int cur_e, int lo, int hi, const fx_af_writer *w,
                       int *clamped)
 {

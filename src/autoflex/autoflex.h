@@ -1,4 +1,4 @@
-/* Autoflex: the exponent manager of FLEX16_5 tensors (AUTOFLEX.md).
+/* Autoflex: the exponent manager of FLEX16_5 tensors (docs/autoflex.md).
  * Called only by the dispatcher (predict before a write, observe after it); kernels merely
  * report fx_qstats. */
 #ifndef FX_AUTOFLEX_H

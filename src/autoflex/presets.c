@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The published algorithm (Koester et al. 2017 and the public simulator), AUTOFLEX.md. */
+/* The published algorithm (Koester et al. 2017 and the public simulator), docs/autoflex.md. */
 static void preset_published(fx_autoflex_config *c)
 {
     c->managed = 1;

@@ -1,5 +1,5 @@
 /* Per-write trace of shared-exponent tensors: in memory, and as CSV for plotting the exponent
- * and the maxima over training (AUTOFLEX.md, "What to expose"). */
+ * and the maxima over training (docs/autoflex.md, "What to expose"). */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L /* getpid */
 #endif

@@ -125,7 +125,7 @@ typedef struct fx_cvt_table {
     void (*fp16_to_f32)(const uint16_t *src, float *dst, int64_t n);
     void (*f32_to_bf16)(const float *src, uint16_t *dst, int64_t n);
     void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);
-    /* fp32 -> int16 mantissas at exponent e (FORMATS.md steps 1-5). dst may be NULL (a trial:
+    /* fp32 -> int16 mantissas at exponent e (docs/formats.md steps 1-5). dst may be NULL (a trial:
      * statistics only). index0 is the global element index of src[0], for stochastic rounding.
      * *st is overwritten (not merged). */
     void (*quant_f32)(const float *src, int16_t *dst, int64_t n, int e, const fx_rounding *r,

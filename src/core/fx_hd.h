@@ -1,6 +1,6 @@
 /* FX_HD marks the scalar format definitions that both the C library and the CUDA kernels
  * compile: `__host__ __device__` under nvcc, nothing under a C compiler. The GPU therefore runs
- * the very functions the CPU tests prove bit for bit (FORMATS.md), rather than a copy.
+ * the very functions the CPU tests prove bit for bit (docs/formats.md), rather than a copy.
  *
  * Rules for FX_HD functions: static inline, plain C that is also valid C++ (no designated
  * initialisers, no compound literals), no libc beyond <math.h>/<string.h> basics that CUDA

@@ -1,7 +1,7 @@
 /* Shared-exponent (FLEX16_5, DFP16) kernels: declarations shared by the files of src/flex and
  * by the tests. No intrinsics here: this header is included by generic and ISA files alike.
  *
- * The *_scalar functions are the definitions (FORMATS.md made executable). Every other level
+ * The *_scalar functions are the definitions (docs/formats.md made executable). Every other level
  * gives exactly their bits and statistics, for any length n >= 0 and any (unaligned) pointers,
  * and never touches src[n..] or dst[n..]. A *_avx2 function may only run on a CPU with
  * AVX2+FMA+F16C, an *_avx512 one on a CPU with AVX-512 F/BW/VL/DQ (and *_vnni with VNNI).

@@ -1,4 +1,4 @@
-/* Integer primitives of the shared-exponent formats (FORMATS.md). Plain C, no intrinsics:
+/* Integer primitives of the shared-exponent formats (docs/formats.md). Plain C, no intrinsics:
  * every backend's result is defined by these. The functions are FX_HD (src/core/fx_hd.h):
  * the CUDA kernels compile these same definitions. */
 #ifndef FX_FLEX_MATH_H
@@ -132,7 +132,7 @@ static inline FX_HD int64_t fx_rshift_jam(int64_t v, int s)
     return v < 0 ? -q : q;
 }
 
-/* Exponent alignment for exact add/sub (FORMATS.md): both operands are brought to the common
+/* Exponent alignment for exact add/sub (docs/formats.md): both operands are brought to the common
  * exponent emin' = max(min(ea, eb), max(ea, eb) - FX_ALIGN_SPAN). Within the span the shift is
  * exact (15 + 40 bits fit int64). Beyond it the smaller operand is jammed: when the output
  * exponent is >= emin' + 2 the final rounding is still correct (round-to-odd argument); when
@@ -149,7 +149,7 @@ static inline FX_HD int64_t fx_align_to(int64_t m, int e, int e_common)
     return e >= e_common ? m * ((int64_t)1 << (e - e_common)) : fx_rshift_jam(m, e_common - e);
 }
 
-/* Exact exponent for a finite maximum M > 0 (FORMATS.md): the smallest e with
+/* Exact exponent for a finite maximum M > 0 (docs/formats.md): the smallest e with
  * round(M * 2^-e) <= 32767, i.e. floor(log2 M) - 14, plus one when rounding would carry past
  * 32767. Unclamped. FX_EXP_NONE for M == 0. */
 static inline FX_HD int fx_exact_exp_f64(double M)
@@ -209,7 +209,7 @@ static inline FX_HD int fx_clamp_exp(int e, int lo, int hi, int *clamped)
  * (src/core/store.c, src/autoflex/autoflex.c) and the device kernels that make the same
  * decision without a round trip to the host (src/gpu/gpu_kernels.cu). */
 
-/* Exact exponent of a real maximum M, clamped to [lo, hi] (AUTOFLEX.md): a NaN or zero
+/* Exact exponent of a real maximum M, clamped to [lo, hi] (docs/autoflex.md): a NaN or zero
  * maximum keeps cur_e; an infinite one asks for more than any window (so the top). */
 static inline FX_HD int fx_exact_clamped(double M, int cur_e, int lo, int hi, int *clamped)
 {
@@ -220,7 +220,7 @@ static inline FX_HD int fx_exact_clamped(double M, int cur_e, int lo, int hi, in
     return fx_clamp_exp(e, lo, hi, clamped);
 }
 
-/* Overflow mode RECOMPUTE (AUTOFLEX.md): the exponent at which a write rounded at e with
+/* Overflow mode RECOMPUTE (docs/autoflex.md): the exponent at which a write rounded at e with
  * `saturated` saturated values and real maximum true_max is redone; e itself when it is not
  * (nothing saturated, no positive maximum, or the window's top already reached). */
 static inline FX_HD int fx_recompute_exp(int64_t saturated, double true_max, int e, int lo,
@@ -230,7 +230,7 @@ static inline FX_HD int fx_recompute_exp(int64_t saturated, double true_max, int
     return fx_exact_clamped(true_max, e, lo, hi, NULL);
 }
 
-/* DFP16's exponent for a whole write (FORMATS.md): the exact exponent of the stage's maximum
+/* DFP16's exponent for a whole write (docs/formats.md): the exact exponent of the stage's maximum
  * (f32: the largest finite |x| M; else the largest |v| imax of int64 values at stage_exp,
  * exact on the integers), clamped; cur_e when every value is zero. */
 static inline FX_HD int fx_dfp16_write_exp(int f32, double M, uint64_t imax, int stage_exp,
@@ -240,7 +240,7 @@ static inline FX_HD int fx_dfp16_write_exp(int f32, double M, uint64_t imax, int
     return want == FX_EXP_NONE ? cur_e : fx_clamp_exp(want, lo, hi, clamped);
 }
 
-/* One element of fp32 -> int16 mantissa at exponent e (FORMATS.md "fp32 to a shared-exponent
+/* One element of fp32 -> int16 mantissa at exponent e (docs/formats.md "fp32 to a shared-exponent
  * tensor", steps 1-5; the reasoning about exactness is at the top of src/flex/quant_scalar.c).
  * scale = 2^-e (a power of two, so x * scale is exact in double). u is the rounding draw in
  * [0, 1) for stochastic rounding (fx_rng_unit of the element's key), or a negative value for

@@ -1,4 +1,4 @@
-/* The definitions of the shared-exponent conversions (FORMATS.md, "fp32 to a shared-exponent
+/* The definitions of the shared-exponent conversions (docs/formats.md, "fp32 to a shared-exponent
  * tensor"). Every SIMD level reproduces these bits and statistics exactly.
  *
  * Why double: a float x has at most 24 significant bits and |x| in [2^-149, 2^128), and the

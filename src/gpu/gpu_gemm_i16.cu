@@ -1,5 +1,5 @@
 // The exact integer GEMM of the CUDA backend (FLEX16_5, DFP16): out[M,N] = a[M,K] x b[K,N] as
-// the exact int64 sums of the int16 x int16 products (FORMATS.md), so the result is the CPU's
+// the exact int64 sums of the int16 x int16 products (docs/formats.md), so the result is the CPU's
 // bit for bit and does not depend on the blocking.
 //
 // Two schemes, both exact, so they give the same bits and the choice is only about speed:

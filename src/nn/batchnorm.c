@@ -3,7 +3,7 @@
  * Layout: x is [N, C, H, W] (statistics per channel over N, H, W) or [N, F] (per feature over
  * N). gamma, beta (and dgamma, dbeta) are tensors of any format and shape with C elements.
  *
- * Precision (FORMATS.md: normalisation statistics are not fixed-point in nature): every input
+ * Precision (docs/formats.md: normalisation statistics are not fixed-point in nature): every input
  * is dequantised/widened exactly to fp32; the statistics are two-pass (mean, then the mean
  * squared deviation) accumulated in double, the per-element arithmetic is done in double, and
  * each output is rounded once by the one write path (through fp32 with round-to-odd when the

@@ -1,6 +1,6 @@
 /* Softmax cross-entropy: the mean loss over the batch and, optionally, its gradient, in one op.
  *
- * Precision (FORMATS.md: softmax and losses are not fixed-point in nature): the logits of any
+ * Precision (docs/formats.md: softmax and losses are not fixed-point in nature): the logits of any
  * format are dequantised/widened exactly to fp32, and each row is computed in double
  * (log-sum-exp with the row maximum subtracted, exp and log from libm, sums in double), which
  * costs little next to the rest of a training step and makes the fp32 results nearly

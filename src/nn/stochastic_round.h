@@ -1,4 +1,4 @@
-/* Stochastic rounding of fp32 values onto the fp16 and bf16 grids (FORMATS.md, "Stochastic
+/* Stochastic rounding of fp32 values onto the fp16 and bf16 grids (docs/formats.md, "Stochastic
  * rounding"), for the optimisers' in-place updates of 16-bit weights. FLEX16_5/DFP16 have their
  * own stochastic rounding in the write path (tensor_set_rounding); these functions cover the
  * float formats, which the write path always rounds to nearest even. */

@@ -1,6 +1,6 @@
 /* Model builders (MLP, small CNN, ResNet-20) and the layer list's forward and backward.
  * Every GEMM/conv operand (weights, activations, gradients) is in the run's format; batch
- * norm parameters and statistics are fp32 (EXPERIMENTS.md). */
+ * norm parameters and statistics are fp32 (docs/experiments.md). */
 #include "model.h"
 #include "placement.h"
 #include "../nn/pool_own.h"
