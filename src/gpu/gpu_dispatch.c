@@ -383,7 +383,7 @@ static const fx_pending_ops fx_gpu_pending_ops = {fx_gpu_pending_collect,
                                                   fx_gpu_pending_destroy};
 
 /* FLEXPOINT_GPU_DEFER=0 in the environment (read once) turns launched writes off: every
- * FLEX16_5/DFP16 write then reads its statistics back at once, as before the tenth session.
+ * FLEX16_5/DFP16 write then reads its statistics back at once, without launching.
  * Results are the same either way; it is there to measure what launching saves, and to rule
  * it out. */
 static int fx_gpu_defer_enabled(void)
