@@ -13,11 +13,15 @@
 #include <string.h>
 
 #ifdef _WIN32
+#include <io.h>
 #include <process.h>
 #define fx_getpid() ((long)_getpid())
+#define fx_fsync_file(f) _commit(_fileno(f))
 #else
+#include <fcntl.h>
 #include <unistd.h>
 #define fx_getpid() ((long)getpid())
+#define fx_fsync_file(f) fsync(fileno(f))
 #endif
 
 int fx_trace_append(fx_trace *tr, const fx_trace_record *rec)
@@ -103,6 +107,35 @@ static int write_rows(FILE *f, const fx_trace *tr)
     return 0;
 }
 
+/* Make the rename into path's folder durable. A folder that cannot be opened or synced (no
+ * read permission; EINVAL on file systems without directory sync) is passed over: the file
+ * itself is complete either way. */
+static int sync_folder(const char *path)
+{
+#ifdef _WIN32
+    (void)path;
+    return FX_OK;
+#else
+    const char *slash = strrchr(path, '/');
+    size_t n = !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
+    char *dir = malloc(n + 1);
+    if (!dir) return FX_OK;
+    if (slash) memcpy(dir, path, n);
+    else dir[0] = '.';
+    dir[n] = '\0';
+    int rc = FX_OK;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP && errno != EROFS)
+            rc = FX_FAIL(FX_EIO, "wrote '%s', but syncing its folder failed: %s", path,
+                         strerror(errno));
+        close(fd);
+    }
+    free(dir);
+    return rc;
+#endif
+}
+
 int tensor_trace_write_csv(const tensor_t *t, const char *path)
 {
     int rc = check_shared(t, __func__);
@@ -123,7 +156,9 @@ int tensor_trace_write_csv(const tensor_t *t, const char *path)
         return rc;
     }
     errno = 0;
-    int bad = write_rows(f, &t->st->trace) != 0 || ferror(f);
+    /* synced before the rename, so that after a crash the name holds a complete file */
+    int bad = write_rows(f, &t->st->trace) != 0 || ferror(f) || fflush(f) != 0 ||
+              fx_fsync_file(f) != 0;
     int err = errno;
     if (fclose(f) != 0 && !bad) {
         bad = 1;
@@ -143,5 +178,5 @@ int tensor_trace_write_csv(const tensor_t *t, const char *path)
         return rc;
     }
     free(tmp);
-    return FX_OK;
+    return sync_folder(path);
 }

@@ -83,7 +83,17 @@ int fx_cifar_from_buffers(const uint8_t *const *bufs, const size_t *lens,
 
 /* ---- Files ------------------------------------------------------------------------------- */
 
-/* Read a whole regular file, decompressing it if it is gzip (zlib passes plain files through).
+/* Open a file for reading: the one way the library opens a file it reads (data sets,
+ * checkpoints), so that none can hang or read something that is not a file. Refuses at once,
+ * with FX_EIO and a message naming the path and the problem, anything but a regular file (a
+ * folder, FIFO, device or socket: "not a regular file (a FIFO)"), a symbolic-link loop ("too
+ * many levels of symbolic links") and a missing or unreadable file; a FIFO is never waited
+ * on. On success *fd_out is a blocking, close-on-exec descriptor the caller closes and
+ * *size_out (may be NULL) the file's size; on failure *fd_out is -1. */
+int fx_file_open_regular(const char *path, const char *func, int *fd_out, int64_t *size_out);
+
+/* Read a whole regular file (opened with fx_file_open_regular), decompressing it if it is gzip
+ * (zlib passes plain files through).
  * At most max_bytes bytes after decompression (FX_ECORRUPT beyond). On success *buf (malloc'd,
  * caller frees; NULL for an empty file) and *len are set. FX_EIO for a missing or unreadable
  * file, a non-regular file or a gzip error (corrupt or truncated stream). */

@@ -1,6 +1,7 @@
-/* Whole-file reads through zlib, which decompresses gzip and passes plain files through, so
- * the loaders accept both. zlib reports a truncated gzip stream only through gzerror (gzread
- * returns the bytes it got), so the error state is checked after the last read too. */
+/* Opening files without blocking, and whole-file reads through zlib, which decompresses gzip
+ * and passes plain files through, so the loaders accept both. zlib reports a truncated gzip
+ * stream only through gzerror (gzread returns the bytes it got), so the error state is checked
+ * after the last read too. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "data_internal.h"
@@ -30,6 +31,58 @@ static int gz_failure(gzFile gz, const char *func, const char *path)
     return fx_error(FX_EIO, func, "%s: gzip error: %s", path, msg);
 }
 
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode)) return "a folder";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a plain file";
+}
+
+static int open_failure(const char *func, const char *path, int e)
+{
+    /* strerror's wording varies (and is capitalised); say the one callers test for plainly */
+    if (e == ELOOP)
+        return fx_error(FX_EIO, func, "%s: cannot open: too many levels of symbolic links", path);
+    return fx_error(FX_EIO, func, "%s: cannot open: %s", path, strerror(e));
+}
+
+int fx_file_open_regular(const char *path, const char *func, int *fd_out, int64_t *size_out)
+{
+    if (fd_out) *fd_out = -1;
+    if (size_out) *size_out = 0;
+    if (!path || !fd_out) return fx_error(FX_EINVAL, func, "NULL path or output");
+    /* stat first so that a device is never opened at all (opening one can have effects); the
+     * fstat after the open catches a file replaced in between */
+    struct stat st;
+    if (stat(path, &st) != 0) return open_failure(func, path, errno);
+    if (!S_ISREG(st.st_mode))
+        return fx_error(FX_EIO, func, "%s: not a regular file (%s)", path, file_kind(st.st_mode));
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return open_failure(func, path, errno);
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return fx_error(FX_EIO, func, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return fx_error(FX_EIO, func, "%s: not a regular file (%s)", path, file_kind(st.st_mode));
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return fx_error(FX_EIO, func, "%s: cannot set blocking reads: %s", path, strerror(e));
+    }
+    *fd_out = fd;
+    if (size_out) *size_out = (int64_t)st.st_size;
+    return FX_OK;
+}
+
 int fx_data_read_file(const char *path, const char *func, int64_t max_bytes, uint8_t **buf,
                       size_t *len)
 {
@@ -39,18 +92,10 @@ int fx_data_read_file(const char *path, const char *func, int64_t max_bytes, uin
     if (max_bytes < 0 || (uint64_t)max_bytes >= SIZE_MAX)
         return fx_error(FX_EINVAL, func, "%s: bad size limit %lld", path, (long long)max_bytes);
 
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return fx_error(FX_EIO, func, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return fx_error(FX_EIO, func, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return fx_error(FX_EIO, func, "%s: not a regular file", path);
-    }
+    int fd = -1;
+    int64_t file_size = 0;
+    int orc = fx_file_open_regular(path, func, &fd, &file_size);
+    if (orc != FX_OK) return orc;
     gzFile gz = gzdopen(fd, "rb"); /* owns fd from here on */
     if (!gz) {
         close(fd);
@@ -59,7 +104,7 @@ int fx_data_read_file(const char *path, const char *func, int64_t max_bytes, uin
     gzbuffer(gz, 1u << 17);
 
     /* Start from the on-disk size (exact for plain files) and double as needed. */
-    size_t cap = (size_t)st.st_size < READ_CHUNK ? READ_CHUNK : (size_t)st.st_size;
+    size_t cap = (uint64_t)file_size < READ_CHUNK ? READ_CHUNK : (size_t)file_size;
     if ((uint64_t)cap > (uint64_t)max_bytes) cap = (size_t)max_bytes;
     uint8_t *data = cap ? malloc(cap) : NULL;
     size_t have = 0;

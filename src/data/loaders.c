@@ -38,15 +38,18 @@ static char *join_path(const char *func, const char *dir, const char *name, cons
     return p;
 }
 
-/* 1 if path exists; otherwise 0 with errno (ENOENT, EACCES, ...) kept for the message. */
-static int exists(const char *path)
+/* 1 if path names something (even a broken thing: a FIFO, a link loop) that the reader should
+ * report on, 0 if it is absent (ENOENT, errno kept for the message). */
+static int present(const char *path)
 {
     struct stat st;
-    return stat(path, &st) == 0;
+    return stat(path, &st) == 0 || errno != ENOENT;
 }
 
 /* Read dir/base.gz, or dir/base when the .gz file does not exist. On success *path_out is the
- * path that was read (malloc'd, caller frees). */
+ * path that was read (malloc'd, caller frees). Anything under the .gz name other than plain
+ * absence (a folder, a FIFO, a link loop, no permission) is reported for that name, so the
+ * message names the real problem rather than falling back. */
 static int read_gz_or_plain(const char *func, const char *dir, const char *base, char **path_out,
                             uint8_t **buf, size_t *len)
 {
@@ -59,9 +62,9 @@ static int read_gz_or_plain(const char *func, const char *dir, const char *base,
         return FX_ENOMEM;
     }
     char *chosen = gz;
-    if (!exists(gz)) {
+    if (!present(gz)) {
         int gz_errno = errno;
-        if (exists(plain)) {
+        if (present(plain)) {
             chosen = plain;
         } else {
             int rc = fx_error(FX_EIO, func, "%s: cannot open: %s (and no uncompressed %s)", gz,

@@ -1,36 +1,59 @@
-/* Checkpoints: everything a resumed run needs to continue bit for bit.
+/* Checkpoints: everything a resumed run needs to continue bit for bit. The format is in
+ * checkpoint.h.
  *
- * File layout: "FLEXCKPT" | u32 version | u32 reserved | u64 payload length | u32 CRC-32 of the
- * payload | payload. The payload is the configuration, the loop position, the loss scaler, the
- * epoch accumulators, then every parameter (working copy, gradient, master, momentum), batch
- * norm statistics and every training tensor's full state (data, exponent, Autoflex history),
- * in the model's fixed order. Files are written to a temporary name and renamed, so a crash
- * never leaves a half-written checkpoint under the real name.
+ * Loading trusts nothing in the file: the header is checked against the file's real size
+ * before anything is allocated, and every field of the payload is parsed and range-checked
+ * (into temporaries, tensors into scratch tensors) before the trainer changes; only a file
+ * that passes all of it is applied. A checksum only shows that the bytes are the ones
+ * written, not that they mean something a trainer can be in, hence the field checks.
+ *
+ * Saving writes the file under a temporary name in the target's folder, syncs it, renames it
+ * over the target and syncs the folder, so that after a crash or power loss the target holds
+ * the old checkpoint or the new one, complete. A process killed while saving leaves its
+ * temporary behind; later saves into the folder remove those whose process is gone.
  *
  * A trainer on a CUDA device saves and restores through host copies (its device tensors and
  * buffers are copied out, serialised, and copied back), so the file is the same as a host
  * trainer's: a checkpoint written on the host resumes on a device and vice versa. The
  * configuration's device field is recorded but not compared. */
 #define _POSIX_C_SOURCE 200809L
-#include "trainer.h"
-#include "../core/tensor_io.h"
+#include "checkpoint.h"
 #include "placement.h"
+#include "../data/data_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
-#define FX_CKPT_MAGIC "FLEXCKPT"
-#define FX_CKPT_VERSION 1u
+#define LOAD_FUNC "fx_trainer_load"
+#define SAVE_FUNC "fx_trainer_save"
+#define LOAD_FAIL(code, ...) fx_error((code), LOAD_FUNC, __VA_ARGS__)
+#define SAVE_FAIL(code, ...) fx_error((code), SAVE_FUNC, __VA_ARGS__)
 
-typedef struct fx_ckpt_pos {
-    int32_t epoch, scaling, epoch_reported, reserved;
-    int64_t step_in_epoch, global_step, steps_per_epoch;
-    int64_t correct, seen, skipped, nonfinite;
-    double loss_sum, seconds;
-} fx_ckpt_pos;
+/* ---- Encoding ---------------------------------------------------------------------------- */
+
+static void fx_map_mark(fx_ckpt_map *map, size_t off)
+{
+    if (!map) return;
+    if (map->n == map->cap) {
+        int cap = map->cap ? 2 * map->cap : 64;
+        size_t *m = realloc(map->marks, (size_t)cap * sizeof *m);
+        if (!m) return; /* the map is a fuzzing aid: a missing mark only narrows it */
+        map->marks = m;
+        map->cap = cap;
+    }
+    map->marks[map->n++] = off;
+}
 
 static void fx_put_floats(fx_buf *b, const float *p, int64_t n)
 {
@@ -39,24 +62,52 @@ static void fx_put_floats(fx_buf *b, const float *p, int64_t n)
     if (p) fx_buf_put(b, p, (size_t)n * sizeof(float));
 }
 
-static int fx_get_floats(fx_reader *r, float *p, int64_t n, const char *what)
+static int64_t fx_first_nonfinite(const float *p, int64_t n)
 {
-    uint8_t have = 0;
-    fx_reader_get(r, &have, 1);
-    if (r->failed || have != (p != NULL))
-        return FX_FAIL(FX_ECORRUPT, "%s: master/optimiser buffer presence differs", what);
-    if (p) fx_reader_get(r, p, (size_t)n * sizeof(float));
-    return r->failed ? FX_FAIL(FX_ECORRUPT, "%s: truncated", what) : FX_OK;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(p[i])) return i;
+    return -1;
 }
 
-/* Visit every tensor of the training state in a fixed order. */
-typedef int (*fx_tensor_visit)(void *ctx, tensor_t *t, const char *what);
-
-static int fx_visit_tensors(fx_trainer *t, fx_tensor_visit fn, void *ctx)
+/* What a save refuses: a value the loader would refuse (fx_check_floats' FINITE rule). */
+static int fx_refuse_nonfinite(const float *p, int64_t n, const char *name, const char *owner,
+                               const char *what)
 {
-    int rc = FX_OK;
-    for (int i = 0; i < t->nreg && !rc; i++) rc = fn(ctx, t->reg[i].t, t->reg[i].name);
-    return rc;
+    int64_t bad = fx_first_nonfinite(p, n);
+    if (bad < 0) return FX_OK;
+    return SAVE_FAIL(FX_ERANGE, "%s: %s: %s %lld is %g; a checkpoint of non-finite values "
+                     "would not load, so nothing was written", name, owner, what,
+                     (long long)bad, (double)p[bad]);
+}
+
+/* Master / momentum buffers live where the model does; `tmp` is a host array of at least n
+ * floats (unused on the host). `check`: refuse non-finite values. */
+static int fx_put_placed(fx_buf *b, const fx_model *m, const float *p, int64_t n, float *tmp,
+                         int check, const char *name, const char *owner, const char *what)
+{
+    const float *host = p;
+    if (p && m->device >= 0) {
+        int rc = fx_place_download(m, tmp, p, n);
+        if (rc) return rc;
+        host = tmp;
+    }
+    if (host && check) {
+        int rc = fx_refuse_nonfinite(host, n, name, owner, what);
+        if (rc) return rc;
+    }
+    fx_put_floats(b, host, n);
+    return FX_OK;
+}
+
+/* A host array for the largest parameter buffer, when one is needed (else NULL). */
+static int fx_param_scratch(const fx_model *m, int need, float **tmp)
+{
+    *tmp = NULL;
+    if (!need) return FX_OK;
+    int64_t n = 1;
+    for (int i = 0; i < m->nparams; i++) n = m->params[i].n > n ? m->params[i].n : n;
+    *tmp = malloc((size_t)n * sizeof(float));
+    return *tmp ? FX_OK : FX_FAIL(FX_ENOMEM, "out of memory (%lld floats)", (long long)n);
 }
 
 /* A host copy of a device tensor, for (de)serialising through it. */
@@ -67,40 +118,361 @@ static tensor_t *fx_host_copy(const tensor_t *x)
     return h;
 }
 
-static int fx_put_tensor(void *ctx, tensor_t *x, const char *what)
+static int fx_put_tensor(fx_buf *b, tensor_t *x)
 {
-    (void)what;
-    if (tensor_device(x) < 0) return fx_tensor_state_put(ctx, x);
+    if (tensor_device(x) < 0) return fx_tensor_state_put(b, x);
     tensor_t *h = fx_host_copy(x);
     if (!h) return flexpoint_last_status();
-    int rc = fx_tensor_state_put(ctx, h);
+    int rc = fx_tensor_state_put(b, h);
     tensor_free(h);
     return rc;
 }
 
-static int fx_get_tensor(void *ctx, tensor_t *x, const char *what)
+/* Append the payload of t's state. `check` (a save) refuses non-finite master weights and
+ * momentum, and non-finite working weights where there are no master weights; a snapshot
+ * taken for rolling back a load does not check. */
+static int fx_serialize(fx_trainer *t, fx_buf *b, fx_ckpt_map *map, int check, const char *name)
 {
-    if (tensor_device(x) < 0) return fx_tensor_state_get(ctx, x, what);
-    /* restored into a host copy (same format and shape), then copied back with its state */
-    tensor_t *h = fx_host_copy(x);
-    if (!h) return flexpoint_last_status();
-    int rc = fx_tensor_state_get(ctx, h, what);
-    if (!rc) rc = tensor_copy_to_device(x, h);
-    tensor_free(h);
-    return rc;
-}
-
-/* Master / momentum buffers live where the model does; `tmp` is a host array of at least n
- * floats (unused on the host). */
-static int fx_put_placed(fx_buf *b, const fx_model *m, const float *p, int64_t n, float *tmp)
-{
-    if (!p || m->device < 0) {
-        fx_put_floats(b, p, n);
-        return FX_OK;
+    fx_map_mark(map, b->len);
+    fx_buf_put(b, &t->cfg, sizeof t->cfg);
+    fx_ckpt_pos pos = {t->epoch, t->scaling, t->epoch_reported, 0, t->step_in_epoch, t->global_step,
+                       t->steps_per_epoch, t->correct, t->seen, t->skipped, t->nonfinite,
+                       t->loss_sum, t->seconds};
+    fx_map_mark(map, b->len);
+    fx_buf_put(b, &pos, sizeof pos);
+    fx_map_mark(map, b->len);
+    fx_buf_put(b, &t->scaler, sizeof t->scaler);
+    fx_model *m = &t->m;
+    int need = m->device >= 0;
+    for (int i = 0; i < m->nparams; i++) need |= check && !m->params[i].master;
+    float *tmp;
+    int rc = fx_param_scratch(m, need, &tmp);
+    for (int i = 0; i < m->nparams && !rc; i++) {
+        fx_param *p = &m->params[i];
+        fx_map_mark(map, b->len);
+        rc = fx_put_placed(b, m, p->master, p->n, tmp, check, name, p->name, "master weight");
+        fx_map_mark(map, b->len);
+        if (!rc) rc = fx_put_placed(b, m, p->mom, p->n, tmp, check, name, p->name, "momentum");
+        if (!rc && check && !p->master) {
+            rc = fx_place_read_f32(m, p->w, NULL, tmp);
+            if (!rc) rc = fx_refuse_nonfinite(tmp, p->n, name, p->name, "weight");
+        }
     }
-    int rc = fx_place_download(m, tmp, p, n);
-    if (!rc) fx_put_floats(b, tmp, n);
+    free(tmp);
+    if (rc) return rc;
+    for (int i = 0; i < m->nlayers; i++) {
+        fx_layer *l = &m->layers[i];
+        if (l->kind != FX_L_BN) continue;
+        fx_map_mark(map, b->len);
+        fx_put_floats(b, l->run_mean, l->channels);
+        fx_map_mark(map, b->len);
+        fx_put_floats(b, l->run_var, l->channels);
+        fx_put_floats(b, l->save_mean, l->channels);
+        fx_put_floats(b, l->save_invstd, l->channels);
+    }
+    for (int i = 0; i < t->nreg && !rc; i++) {
+        fx_map_mark(map, b->len);
+        rc = fx_put_tensor(b, t->reg[i].t);
+        if (!rc && map && fmt_is_shared_exponent(t->reg[i].t->fmt)) {
+            /* the exponent state ends a shared-exponent tensor's record (tensor_io.c) */
+            const size_t tail = 4 * sizeof(int32_t) + 2 * sizeof(uint64_t) + sizeof(fx_af_state) +
+                                sizeof(fx_write_info) + 4 * sizeof(int64_t);
+            for (size_t k = 0; k < tail && tail <= b->len; k += 128)
+                fx_map_mark(map, b->len - tail + k);
+        }
+    }
+    if (!rc && b->failed) rc = FX_FAIL(FX_ENOMEM, "out of memory while serialising");
     return rc;
+}
+
+int fx_ckpt_encode(fx_trainer *t, fx_buf *out, fx_ckpt_map *map, const char *name)
+{
+    if (!t || !out) return SAVE_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "output");
+    if (!name) name = "checkpoint";
+    uint8_t header[FX_CKPT_HEADER_BYTES] = {0};
+    fx_buf_put(out, header, sizeof header);
+    for (int off = 0; off < FX_CKPT_HEADER_BYTES; off += 4) fx_map_mark(map, (size_t)off);
+    int rc = fx_serialize(t, out, map, 1, name);
+    if (rc) return rc;
+    if (out->failed) return SAVE_FAIL(FX_ENOMEM, "out of memory while serialising");
+    uint32_t version = FX_CKPT_VERSION, reserved = 0;
+    uint64_t len = out->len - FX_CKPT_HEADER_BYTES;
+    uint32_t crc = fx_crc32(out->data + FX_CKPT_HEADER_BYTES, (size_t)len);
+    memcpy(out->data, FX_CKPT_MAGIC, 8);
+    memcpy(out->data + FX_CKPT_OFF_VERSION, &version, 4);
+    memcpy(out->data + FX_CKPT_OFF_RESERVED, &reserved, 4);
+    memcpy(out->data + FX_CKPT_OFF_LENGTH, &len, 8);
+    memcpy(out->data + FX_CKPT_OFF_CRC, &crc, 4);
+    return FX_OK;
+}
+
+/* ---- Validation -------------------------------------------------------------------------- */
+
+/* Magic, version, reserved field and length of a file of file_len bytes whose first
+ * min(file_len, FX_CKPT_HEADER_BYTES) bytes are in hdr. The length field is compared with the
+ * file's real size, never used to size anything. */
+static int fx_check_header(const uint8_t *hdr, uint64_t file_len, const char *name)
+{
+    if (file_len < FX_CKPT_HEADER_BYTES)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: truncated header: %llu bytes (not a flexpoint "
+                         "checkpoint?)", name, (unsigned long long)file_len);
+    if (memcmp(hdr, FX_CKPT_MAGIC, 8) != 0)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: bad magic (not a flexpoint checkpoint)", name);
+    uint32_t version, reserved;
+    uint64_t len;
+    memcpy(&version, hdr + FX_CKPT_OFF_VERSION, 4);
+    memcpy(&reserved, hdr + FX_CKPT_OFF_RESERVED, 4);
+    memcpy(&len, hdr + FX_CKPT_OFF_LENGTH, 8);
+    if (version != FX_CKPT_VERSION)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: version %u, this library reads version %u", name,
+                         version, FX_CKPT_VERSION);
+    if (reserved != 0)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: reserved header field is %u, must be 0", name,
+                         reserved);
+    uint64_t have = file_len - FX_CKPT_HEADER_BYTES;
+    if (len != have)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: payload is %s than its header says (header: %llu "
+                         "bytes, file: %llu bytes after the header)", name,
+                         have < len ? "shorter" : "longer", (unsigned long long)len,
+                         (unsigned long long)have);
+    return FX_OK;
+}
+
+/* The position, the accumulators and the loss scaler: every field in the range the training
+ * loop keeps it in (trainer.c): global_step = epoch * steps_per_epoch + step_in_epoch,
+ * seen = step_in_epoch * batch, the counters within the steps taken, a scaler that
+ * fx_loss_scaler_update accepts and that is on exactly when loss scaling is. */
+static int fx_check_position(const fx_trainer *t, const fx_ckpt_pos *p, const fx_loss_scaler *s,
+                             const char *name)
+{
+    const int64_t spe = t->steps_per_epoch, batch = t->cfg.batch_size;
+    if (p->reserved != 0)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: reserved position field is %d, must be 0", name,
+                         p->reserved);
+    if (p->steps_per_epoch != spe)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: written for %lld steps per epoch; this data has %lld",
+                         name, (long long)p->steps_per_epoch, (long long)spe);
+    if (p->epoch < 0 || p->epoch == INT32_MAX)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: epoch %d is outside [0, %d)", name, p->epoch,
+                         INT32_MAX);
+    if (p->step_in_epoch < 0 || p->step_in_epoch > spe)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: step_in_epoch %lld is outside [0, %lld]", name,
+                         (long long)p->step_in_epoch, (long long)spe);
+    /* epoch < 2^31 and spe <= images <= 2^62 / batch... bound the product before forming it */
+    if ((int64_t)p->epoch > (INT64_MAX - p->step_in_epoch) / spe ||
+        p->global_step != (int64_t)p->epoch * spe + p->step_in_epoch)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: global_step %lld does not match epoch %d, step %lld "
+                         "of %lld", name, (long long)p->global_step, p->epoch,
+                         (long long)p->step_in_epoch, (long long)spe);
+    if (p->epoch_reported != 0 && p->epoch_reported != 1)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: epoch_reported %d is not 0 or 1", name,
+                         p->epoch_reported);
+    if (p->epoch_reported && p->step_in_epoch != spe)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: epoch_reported 1 at step %lld of %lld", name,
+                         (long long)p->step_in_epoch, (long long)spe);
+    if (p->scaling != 0 && p->scaling != 1)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: loss scaling mode %d is unknown (0 off, 1 on)", name,
+                         p->scaling);
+    if (p->seen != p->step_in_epoch * batch)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: seen %lld is not step_in_epoch %lld x batch %lld",
+                         name, (long long)p->seen, (long long)p->step_in_epoch, (long long)batch);
+    if (p->correct < 0 || p->correct > p->seen)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: correct %lld is outside [0, seen = %lld]", name,
+                         (long long)p->correct, (long long)p->seen);
+    if (p->skipped < 0 || p->skipped > p->step_in_epoch)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: skipped %lld is outside [0, step_in_epoch = %lld]",
+                         name, (long long)p->skipped, (long long)p->step_in_epoch);
+    if (p->nonfinite < 0 || p->nonfinite > p->step_in_epoch)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: nonfinite %lld is outside [0, step_in_epoch = %lld]",
+                         name, (long long)p->nonfinite, (long long)p->step_in_epoch);
+    if (!isfinite(p->loss_sum))
+        return LOAD_FAIL(FX_ECORRUPT, "%s: loss_sum %g is not finite", name, p->loss_sum);
+    if (!(p->seconds >= 0) || !isfinite(p->seconds))
+        return LOAD_FAIL(FX_ECORRUPT, "%s: seconds %g is not a finite time >= 0", name,
+                         p->seconds);
+
+    if (s->enabled != p->scaling)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: loss scaler enabled %d but loss scaling mode %d",
+                         name, s->enabled, p->scaling);
+    if (!(s->scale > 0) || !(s->scale <= FLT_MAX))
+        return LOAD_FAIL(FX_ECORRUPT, "%s: loss scale %g is not a positive finite fp32 value",
+                         name, s->scale);
+    if (!(s->growth_factor > 1) || !isfinite(s->growth_factor))
+        return LOAD_FAIL(FX_ECORRUPT, "%s: loss scaler growth_factor %g is not finite and > 1",
+                         name, s->growth_factor);
+    if (!(s->backoff_factor > 0 && s->backoff_factor < 1))
+        return LOAD_FAIL(FX_ECORRUPT, "%s: loss scaler backoff_factor %g is outside (0, 1)",
+                         name, s->backoff_factor);
+    if (s->growth_interval < 1)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: loss scaler growth_interval %lld is not >= 1", name,
+                         (long long)s->growth_interval);
+    if (s->good_steps < 0 || s->good_steps >= s->growth_interval)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: loss scaler good_steps %lld is outside [0, "
+                         "growth_interval = %lld)", name, (long long)s->good_steps,
+                         (long long)s->growth_interval);
+    if (s->skipped_steps < 0 || s->skipped_steps > p->global_step)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: loss scaler skipped_steps %lld is outside [0, "
+                         "global_step = %lld]", name, (long long)s->skipped_steps,
+                         (long long)p->global_step);
+    return FX_OK;
+}
+
+enum { FX_ANY, FX_FINITE, FX_NONNEG };
+
+/* A float buffer: its presence byte (0 or 1, and as the trainer has the buffer), then n
+ * floats obeying `rule` (FX_NONNEG: no negative value; NaN is allowed, as a forward pass that
+ * overflowed leaves it in batch-norm statistics). Only advances r. */
+static int fx_check_floats(fx_reader *r, int present, int64_t n, int rule, const char *name,
+                           const char *owner, const char *what)
+{
+    uint8_t have = 0;
+    fx_reader_get(r, &have, 1);
+    if (r->failed) return LOAD_FAIL(FX_ECORRUPT, "%s: %s %s: truncated", name, owner, what);
+    if (have > 1)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: %s %s: presence byte %u is not 0 or 1", name, owner,
+                         what, have);
+    if (have != present)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: %s %s: master/optimiser buffer presence differs "
+                         "(file %u, trainer %d)", name, owner, what, have, present);
+    if (!present) return FX_OK;
+    if ((uint64_t)n > r->left / sizeof(float))
+        return LOAD_FAIL(FX_ECORRUPT, "%s: %s %s: truncated", name, owner, what);
+    for (int64_t i = 0; i < n && rule != FX_ANY; i++) {
+        float v;
+        memcpy(&v, r->p + (size_t)i * sizeof v, sizeof v);
+        if (rule == FX_FINITE ? !isfinite(v) : v < 0)
+            return LOAD_FAIL(FX_ECORRUPT, "%s: %s %s %lld is %g (must be %s)", name, owner, what,
+                             (long long)i, (double)v, rule == FX_FINITE ? "finite" : ">= 0");
+    }
+    r->p += (size_t)n * sizeof(float);
+    r->left -= (size_t)n * sizeof(float);
+    return FX_OK;
+}
+
+/* The parts of a restored shared-exponent state that fx_tensor_state_get leaves unchecked:
+ * counters, the last write's statistics and the Autoflex history the next exponent is
+ * predicted from (what history_push can store: a maximum in [0, DBL_MAX]). */
+static int fx_check_exponent_state(const tensor_t *s, const char *what)
+{
+    const fx_storage *st = s->st;
+    const int64_t counts[] = {st->writes, st->overflows, st->clamped_total, st->nonfinite_total,
+                              st->last.saturated, st->last.nonfinite, st->last.underflow};
+    static const char *const count_names[] = {"writes", "overflows", "clamped_total",
+                                              "nonfinite_total", "last saturated",
+                                              "last nonfinite", "last underflow"};
+    for (int i = 0; i < (int)(sizeof counts / sizeof *counts); i++)
+        if (counts[i] < 0)
+            return LOAD_FAIL(FX_ECORRUPT, "%s: %s %lld is negative", what, count_names[i],
+                             (long long)counts[i]);
+    if (st->last.clamped != 0 && st->last.clamped != 1)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: last clamped %d is not 0 or 1", what, st->last.clamped);
+    if (!(st->last.true_max >= 0 && st->last.true_max <= DBL_MAX) ||
+        !(st->last.stored_max >= 0 && st->last.stored_max <= DBL_MAX))
+        return LOAD_FAIL(FX_ECORRUPT, "%s: last maxima %g, %g are not finite and >= 0", what,
+                         st->last.true_max, st->last.stored_max);
+    if (s->fmt != FMT_FLEX16_5) return FX_OK;
+    for (int i = 0; i < st->af.hist_n; i++)
+        if (!(st->af.hist[i] >= 0 && st->af.hist[i] <= DBL_MAX))
+            return LOAD_FAIL(FX_ECORRUPT, "%s: Autoflex history entry %d is %g (must be finite "
+                             "and >= 0)", what, i, st->af.hist[i]);
+    return FX_OK;
+}
+
+/* Registered tensor i: its state restored into a scratch host tensor of the same format and
+ * shape (fx_tensor_state_get validates the header and exponent window), then the rest of its
+ * state, and finite values when it is a weight without master weights. Only advances r. */
+static int fx_check_tensor(fx_trainer *t, fx_reader *r, int i, const char *name)
+{
+    const tensor_t *x = t->reg[i].t;
+    char what[640];
+    snprintf(what, sizeof what, "%s: %s", name, t->reg[i].name);
+    tensor_t *s = tensor_new(x->fmt, x->ndim, x->shape);
+    if (!s) return flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
+    int rc = fx_tensor_state_get(r, s, what);
+    if (!rc && fmt_is_shared_exponent(s->fmt)) rc = fx_check_exponent_state(s, what);
+    for (int k = 0; k < t->m.nparams && !rc; k++) {
+        const fx_param *p = &t->m.params[k];
+        if (p->w != x || p->master) continue;
+        float *v = malloc((size_t)tensor_numel(s) * sizeof(float));
+        rc = v ? tensor_to_f32(s, v) : LOAD_FAIL(FX_ENOMEM, "out of memory");
+        int64_t bad = rc ? -1 : fx_first_nonfinite(v, tensor_numel(s));
+        if (bad >= 0)
+            rc = LOAD_FAIL(FX_ECORRUPT, "%s: weight %lld is %g (must be finite)", what,
+                           (long long)bad, (double)v[bad]);
+        free(v);
+    }
+    tensor_free(s);
+    /* tensor_state_get reports a mismatch as coming from itself: say it is a load */
+    if (rc && rc != FX_ENOMEM && strncmp(flexpoint_last_error(), LOAD_FUNC, 15) != 0) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", flexpoint_last_error());
+        const char *colon = strstr(msg, ": ");
+        LOAD_FAIL(rc, "%s", colon ? colon + 2 : msg);
+    }
+    return rc;
+}
+
+/* Everything in the payload, without changing t. */
+static int fx_validate(fx_trainer *t, const uint8_t *payload, size_t len, const char *name)
+{
+    fx_reader r = {payload, len, 0};
+    fx_train_config cfg;
+    fx_reader_get(&r, &cfg, sizeof cfg);
+    if (r.failed) return LOAD_FAIL(FX_ECORRUPT, "%s: truncated configuration", name);
+    if (strncmp(cfg.model, t->cfg.model, sizeof cfg.model) != 0 || cfg.fmt != t->cfg.fmt ||
+        cfg.batch_size != t->cfg.batch_size || cfg.master_weights != t->cfg.master_weights ||
+        cfg.seed != t->cfg.seed)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: written for model %.16s, format %s, batch %d, seed "
+                         "%llu, master %d; this trainer is %.16s, %s, %d, %llu, %d", name,
+                         cfg.model, fmt_name((fmt_t)cfg.fmt) ? fmt_name((fmt_t)cfg.fmt) : "?",
+                         cfg.batch_size, (unsigned long long)cfg.seed, cfg.master_weights,
+                         t->cfg.model, fmt_name((fmt_t)t->cfg.fmt), t->cfg.batch_size,
+                         (unsigned long long)t->cfg.seed, t->cfg.master_weights);
+    fx_ckpt_pos pos;
+    fx_loss_scaler sc;
+    fx_reader_get(&r, &pos, sizeof pos);
+    fx_reader_get(&r, &sc, sizeof sc);
+    if (r.failed) return LOAD_FAIL(FX_ECORRUPT, "%s: truncated position", name);
+    int rc = fx_check_position(t, &pos, &sc, name);
+    const fx_model *m = &t->m;
+    for (int i = 0; i < m->nparams && !rc; i++) {
+        const fx_param *p = &m->params[i];
+        rc = fx_check_floats(&r, p->master != NULL, p->n, FX_FINITE, name, p->name,
+                             "master weight");
+        if (!rc)
+            rc = fx_check_floats(&r, p->mom != NULL, p->n, FX_FINITE, name, p->name, "momentum");
+    }
+    for (int i = 0; i < m->nlayers && !rc; i++) {
+        const fx_layer *l = &m->layers[i];
+        if (l->kind != FX_L_BN) continue;
+        rc = fx_check_floats(&r, l->run_mean != NULL, l->channels, FX_ANY, name, l->name,
+                             "running mean");
+        if (!rc)
+            rc = fx_check_floats(&r, l->run_var != NULL, l->channels, FX_NONNEG, name, l->name,
+                                 "running variance");
+        if (!rc)
+            rc = fx_check_floats(&r, l->save_mean != NULL, l->channels, FX_ANY, name, l->name,
+                                 "saved mean");
+        if (!rc)
+            rc = fx_check_floats(&r, l->save_invstd != NULL, l->channels, FX_ANY, name, l->name,
+                                 "saved inverse std");
+    }
+    for (int i = 0; i < t->nreg && !rc; i++) rc = fx_check_tensor(t, &r, i, name);
+    if (!rc && r.left != 0)
+        rc = LOAD_FAIL(FX_ECORRUPT, "%s: %zu unexpected bytes after the state", name, r.left);
+    return rc;
+}
+
+/* ---- Applying a validated payload -------------------------------------------------------- */
+
+static int fx_get_floats(fx_reader *r, float *p, int64_t n, const char *what)
+{
+    uint8_t have = 0;
+    fx_reader_get(r, &have, 1);
+    if (r->failed || have != (p != NULL))
+        return LOAD_FAIL(FX_ECORRUPT, "%s: master/optimiser buffer presence differs", what);
+    if (p) fx_reader_get(r, p, (size_t)n * sizeof(float));
+    return r->failed ? LOAD_FAIL(FX_ECORRUPT, "%s: truncated", what) : FX_OK;
 }
 
 static int fx_get_placed(fx_reader *r, const fx_model *m, float *p, int64_t n, float *tmp,
@@ -111,74 +483,31 @@ static int fx_get_placed(fx_reader *r, const fx_model *m, float *p, int64_t n, f
     return rc ? rc : fx_place_upload(m, p, tmp, n);
 }
 
-/* A host array for the largest parameter buffer when the model is on a device (else NULL). */
-static int fx_param_scratch(const fx_model *m, float **tmp)
+static int fx_get_tensor(fx_reader *r, tensor_t *x, const char *what)
 {
-    *tmp = NULL;
-    if (m->device < 0) return FX_OK;
-    int64_t n = 1;
-    for (int i = 0; i < m->nparams; i++) n = m->params[i].n > n ? m->params[i].n : n;
-    *tmp = malloc((size_t)n * sizeof(float));
-    return *tmp ? FX_OK : FX_FAIL(FX_ENOMEM, "out of memory (%lld floats)", (long long)n);
-}
-
-static int fx_serialize(fx_trainer *t, fx_buf *b)
-{
-    fx_buf_put(b, &t->cfg, sizeof t->cfg);
-    fx_ckpt_pos pos = {t->epoch, t->scaling, t->epoch_reported, 0, t->step_in_epoch, t->global_step,
-                       t->steps_per_epoch, t->correct, t->seen, t->skipped, t->nonfinite,
-                       t->loss_sum, t->seconds};
-    fx_buf_put(b, &pos, sizeof pos);
-    fx_buf_put(b, &t->scaler, sizeof t->scaler);
-    float *tmp;
-    int rc = fx_param_scratch(&t->m, &tmp);
-    for (int i = 0; i < t->m.nparams && !rc; i++) {
-        fx_param *p = &t->m.params[i];
-        rc = fx_put_placed(b, &t->m, p->master, p->n, tmp);
-        if (!rc) rc = fx_put_placed(b, &t->m, p->mom, p->n, tmp);
-    }
-    free(tmp);
-    if (rc) return rc;
-    for (int i = 0; i < t->m.nlayers; i++) {
-        fx_layer *l = &t->m.layers[i];
-        if (l->kind != FX_L_BN) continue;
-        fx_put_floats(b, l->run_mean, l->channels);
-        fx_put_floats(b, l->run_var, l->channels);
-        fx_put_floats(b, l->save_mean, l->channels);
-        fx_put_floats(b, l->save_invstd, l->channels);
-    }
-    rc = fx_visit_tensors(t, fx_put_tensor, b);
-    if (!rc && b->failed) rc = FX_FAIL(FX_ENOMEM, "out of memory while serialising");
+    if (tensor_device(x) < 0) return fx_tensor_state_get(r, x, what);
+    /* restored into a host copy (same format and shape), then copied back with its state */
+    tensor_t *h = fx_host_copy(x);
+    if (!h) return flexpoint_last_status();
+    int rc = fx_tensor_state_get(r, h, what);
+    if (!rc) rc = tensor_copy_to_device(x, h);
+    tensor_free(h);
     return rc;
 }
 
-static int fx_deserialize(fx_trainer *t, fx_reader *r, const char *path)
+/* Write a payload into t. After fx_validate only a device copy or an allocation can fail,
+ * and the caller then rolls back from a snapshot. */
+static int fx_apply(fx_trainer *t, fx_reader *r)
 {
     fx_train_config cfg;
-    fx_reader_get(r, &cfg, sizeof cfg);
-    if (r->failed) return FX_FAIL(FX_ECORRUPT, "%s: truncated configuration", path);
-    if (strncmp(cfg.model, t->cfg.model, sizeof cfg.model) != 0 || cfg.fmt != t->cfg.fmt ||
-        cfg.batch_size != t->cfg.batch_size || cfg.master_weights != t->cfg.master_weights ||
-        cfg.seed != t->cfg.seed)
-        return FX_FAIL(FX_ECORRUPT, "%s: written for model %.16s, format %s, batch %d, seed %llu, "
-                       "master %d; this trainer is %.16s, %s, %d, %llu, %d", path, cfg.model,
-                       fmt_name((fmt_t)cfg.fmt) ? fmt_name((fmt_t)cfg.fmt) : "?", cfg.batch_size,
-                       (unsigned long long)cfg.seed, cfg.master_weights, t->cfg.model,
-                       fmt_name((fmt_t)t->cfg.fmt), t->cfg.batch_size,
-                       (unsigned long long)t->cfg.seed, t->cfg.master_weights);
     fx_ckpt_pos pos;
-    fx_reader_get(r, &pos, sizeof pos);
     fx_loss_scaler sc;
+    fx_reader_get(r, &cfg, sizeof cfg);
+    fx_reader_get(r, &pos, sizeof pos);
     fx_reader_get(r, &sc, sizeof sc);
-    if (r->failed) return FX_FAIL(FX_ECORRUPT, "%s: truncated header", path);
-    if (pos.steps_per_epoch != t->steps_per_epoch || pos.step_in_epoch < 0 ||
-        pos.step_in_epoch > pos.steps_per_epoch || pos.epoch < 0)
-        return FX_FAIL(FX_ECORRUPT, "%s: position (epoch %d, step %lld of %lld) does not fit "
-                       "this data (%lld steps per epoch)", path, pos.epoch,
-                       (long long)pos.step_in_epoch, (long long)pos.steps_per_epoch,
-                       (long long)t->steps_per_epoch);
+    if (r->failed) return LOAD_FAIL(FX_ECORRUPT, "truncated header");
     float *tmp;
-    int rc = fx_param_scratch(&t->m, &tmp);
+    int rc = fx_param_scratch(&t->m, t->m.device >= 0, &tmp);
     for (int i = 0; i < t->m.nparams && !rc; i++) {
         fx_param *p = &t->m.params[i];
         rc = fx_get_placed(r, &t->m, p->master, p->n, tmp, p->name);
@@ -193,13 +522,11 @@ static int fx_deserialize(fx_trainer *t, fx_reader *r, const char *path)
         if (!rc) rc = fx_get_floats(r, l->save_mean, l->channels, l->name);
         if (!rc) rc = fx_get_floats(r, l->save_invstd, l->channels, l->name);
     }
-    if (!rc) rc = fx_visit_tensors(t, fx_get_tensor, r);
-    if (!rc && r->left != 0)
-        rc = FX_FAIL(FX_ECORRUPT, "%s: %zu unexpected bytes after the state", path, r->left);
+    for (int i = 0; i < t->nreg && !rc; i++) rc = fx_get_tensor(r, t->reg[i].t, t->reg[i].name);
     if (rc) return rc;
     t->epoch = pos.epoch;
     t->scaling = pos.scaling;
-    t->epoch_reported = pos.epoch_reported != 0;
+    t->epoch_reported = pos.epoch_reported;
     t->step_in_epoch = pos.step_in_epoch;
     t->global_step = pos.global_step;
     t->correct = pos.correct;
@@ -213,112 +540,226 @@ static int fx_deserialize(fx_trainer *t, fx_reader *r, const char *path)
     return FX_OK;
 }
 
+int fx_ckpt_decode(fx_trainer *t, const uint8_t *file, size_t len, const char *name)
+{
+    if (!t || (!file && len)) return LOAD_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "file");
+    if (!name) name = "checkpoint";
+    int rc = fx_check_header(file, len, name);
+    if (rc) return rc;
+    const uint8_t *payload = file + FX_CKPT_HEADER_BYTES;
+    size_t plen = len - FX_CKPT_HEADER_BYTES;
+    uint32_t crc;
+    memcpy(&crc, file + FX_CKPT_OFF_CRC, 4);
+    if (fx_crc32(payload, plen) != crc)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: checksum mismatch (file corrupted)", name);
+    rc = fx_validate(t, payload, plen, name);
+    if (rc) return rc;
+
+    /* Valid: apply. Only a device copy or an allocation can still fail; roll back then. */
+    fx_buf snap = {0};
+    rc = fx_serialize(t, &snap, NULL, 0, name);
+    if (!rc) {
+        fx_reader r = {payload, plen, 0};
+        rc = fx_apply(t, &r);
+        if (rc) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", flexpoint_last_error());
+            fx_reader back = {snap.data, snap.len, 0};
+            fx_apply(t, &back);
+            LOAD_FAIL(rc, "%s: %s", name, msg);
+        }
+    }
+    fx_buf_free(&snap);
+    return rc;
+}
+
+/* ---- Files ------------------------------------------------------------------------------- */
+
+/* read() until n bytes, EOF or an error: the count read, or -1 with errno. */
+static ssize_t fx_read_full(int fd, void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, (uint8_t *)buf + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -1;
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    return (ssize_t)got;
+}
+
+static int fx_write_full(int fd, const void *buf, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = write(fd, (const uint8_t *)buf + done, n - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+int fx_trainer_load(fx_trainer *t, const char *path)
+{
+    if (!t || !path) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "path");
+    int rc = fx_trainer_use_device(t);
+    if (rc) return rc;
+    int fd;
+    int64_t size;
+    rc = fx_file_open_regular(path, LOAD_FUNC, &fd, &size);
+    if (rc) return rc;
+    uint8_t hdr[FX_CKPT_HEADER_BYTES];
+    size_t want = (uint64_t)size < sizeof hdr ? (size_t)size : sizeof hdr;
+    ssize_t got = fx_read_full(fd, hdr, want);
+    if (got < 0) rc = LOAD_FAIL(FX_EIO, "%s: read error: %s", path, strerror(errno));
+    else if ((size_t)got != want) rc = LOAD_FAIL(FX_EIO, "%s: file shrank while being read", path);
+    /* the header is checked against the file's size before a byte is allocated for it */
+    if (!rc) rc = fx_check_header(hdr, (uint64_t)size, path);
+    if (!rc && (uint64_t)size > SIZE_MAX / 2)
+        rc = LOAD_FAIL(FX_ENOMEM, "%s: %lld bytes do not fit in memory", path, (long long)size);
+    uint8_t *data = NULL;
+    if (!rc) {
+        data = malloc((size_t)size);
+        if (!data)
+            rc = LOAD_FAIL(FX_ENOMEM, "%s: cannot allocate %lld bytes", path, (long long)size);
+    }
+    if (!rc) {
+        memcpy(data, hdr, sizeof hdr);
+        size_t rest = (size_t)size - sizeof hdr;
+        got = fx_read_full(fd, data + sizeof hdr, rest);
+        uint8_t extra;
+        if (got < 0) rc = LOAD_FAIL(FX_EIO, "%s: read error: %s", path, strerror(errno));
+        else if ((size_t)got != rest || fx_read_full(fd, &extra, 1) != 0)
+            rc = LOAD_FAIL(FX_EIO, "%s: file changed size while being read", path);
+    }
+    close(fd);
+    if (!rc) rc = fx_ckpt_decode(t, data, (size_t)size, path);
+    free(data);
+    return rc;
+}
+
+/* The pid in a name of the form X.tmp.PID (X not empty, PID decimal without leading zeros and
+ * at most INT_MAX), or -1. */
+static long fx_tmp_name_pid(const char *name)
+{
+    size_t n = strlen(name), i = n;
+    while (i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9') i--;
+    size_t digits = n - i;
+    if (digits == 0 || digits > 10 || name[i] == '0') return -1;
+    if (i < 6 || memcmp(name + i - 5, ".tmp.", 5) != 0) return -1;
+    long pid = strtol(name + i, NULL, 10);
+    return pid > 0 && pid <= INT_MAX ? pid : -1;
+}
+
+/* A regular file (not followed through a link) that starts as every checkpoint does: with the
+ * magic, or a prefix of it (a save killed before its first write leaves an empty file). */
+static int fx_is_checkpoint_temp(int dfd, const char *name)
+{
+    int fd = openat(dfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat st;
+    int ours = 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        char head[8];
+        size_t want = st.st_size < 8 ? (size_t)st.st_size : 8;
+        ssize_t got = fx_read_full(fd, head, want);
+        ours = got == (ssize_t)want && memcmp(head, FX_CKPT_MAGIC, want) == 0;
+    }
+    close(fd);
+    return ours;
+}
+
+/* Remove from `dir` the temporaries of saves whose process no longer exists: files named
+ * X.tmp.PID that hold (the start of) a checkpoint, where no process PID exists (kill(PID, 0)
+ * fails with ESRCH; a process of another user answers EPERM and is left alone). Best effort:
+ * a folder that cannot be listed is skipped. */
+static void fx_remove_stale_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int dfd = dirfd(d);
+    long self = (long)getpid();
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long pid = fx_tmp_name_pid(e->d_name);
+        if (pid < 0 || pid == self) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (fx_is_checkpoint_temp(dfd, e->d_name)) unlinkat(dfd, e->d_name, 0);
+    }
+    closedir(d);
+}
+
+/* Make a rename in `dir` durable. Folders that cannot be opened for reading or synced
+ * (EACCES, EINVAL: some file systems) are passed over: the rename itself has happened. */
+static int fx_sync_dir(const char *dir, const char *path)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return FX_OK;
+    int rc = FX_OK;
+    if (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP && errno != EROFS)
+        rc = SAVE_FAIL(FX_EIO, "%s: written, but syncing its folder %s failed: %s", path, dir,
+                       strerror(errno));
+    close(fd);
+    return rc;
+}
+
+/* Write data to path through a synced temporary and a rename, then sync the folder. */
+static int fx_write_atomic(const char *path, const uint8_t *data, size_t len)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!base[0]) return SAVE_FAIL(FX_EINVAL, "%s: the path names a folder, not a file", path);
+    char dir[4096], tmp[4096];
+    size_t dlen = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
+    if (dlen >= sizeof dir ||
+        (size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
+        return SAVE_FAIL(FX_EINVAL, "%s: path is too long", path);
+    if (slash) {
+        memcpy(dir, path, dlen);
+        dir[dlen] = '\0';
+    } else {
+        snprintf(dir, sizeof dir, ".");
+    }
+    fx_remove_stale_temps(dir);
+
+    /* O_EXCL | O_NOFOLLOW: never write through a link or into a FIFO planted under the name */
+    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    int fd = open(tmp, flags, 0666);
+    if (fd < 0 && errno == EEXIST) {
+        /* the name carries this process's pid: a leftover of an earlier process that had it */
+        struct stat st;
+        if (lstat(tmp, &st) == 0 && S_ISREG(st.st_mode) && unlink(tmp) == 0)
+            fd = open(tmp, flags, 0666);
+        else
+            errno = EEXIST;
+    }
+    if (fd < 0) return SAVE_FAIL(FX_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    int rc = FX_OK;
+    if (fx_write_full(fd, data, len) != 0)
+        rc = SAVE_FAIL(FX_EIO, "%s: write failed: %s", tmp, strerror(errno));
+    else if (fsync(fd) != 0)
+        rc = SAVE_FAIL(FX_EIO, "%s: sync failed: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && !rc) rc = SAVE_FAIL(FX_EIO, "%s: close failed: %s", tmp, strerror(errno));
+    if (!rc && rename(tmp, path) != 0)
+        rc = SAVE_FAIL(FX_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+    if (rc) {
+        unlink(tmp);
+        return rc;
+    }
+    return fx_sync_dir(dir, path);
+}
+
 int fx_trainer_save(const fx_trainer *tc, const char *path)
 {
     if (!tc || !path) return FX_FAIL(FX_EINVAL, "%s is NULL", !tc ? "trainer" : "path");
     fx_trainer *t = (fx_trainer *)tc; /* serialising only reads */
     int rc = fx_trainer_use_device(t);
     if (rc) return rc;
-    fx_buf b = {0};
-    rc = fx_serialize(t, &b);
-    if (rc) {
-        fx_buf_free(&b);
-        return rc;
-    }
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp) {
-        fx_buf_free(&b);
-        return FX_FAIL(FX_EINVAL, "path is too long");
-    }
-    uint32_t version = FX_CKPT_VERSION, reserved = 0, crc = fx_crc32(b.data, b.len);
-    uint64_t len = b.len;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        fx_buf_free(&b);
-        return FX_FAIL(FX_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    }
-    int ok = fwrite(FX_CKPT_MAGIC, 1, 8, f) == 8 && fwrite(&version, 4, 1, f) == 1 &&
-             fwrite(&reserved, 4, 1, f) == 1 && fwrite(&len, 8, 1, f) == 1 &&
-             fwrite(&crc, 4, 1, f) == 1 && fwrite(b.data, 1, b.len, f) == b.len;
-    ok = (fflush(f) == 0) && ok;
-    ok = (fclose(f) == 0) && ok;
-    fx_buf_free(&b);
-    if (!ok) {
-        int e = errno;
-        remove(tmp);
-        return FX_FAIL(FX_EIO, "%s: write failed: %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        remove(tmp);
-        return FX_FAIL(FX_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(e));
-    }
-    return FX_OK;
-}
-
-int fx_trainer_load(fx_trainer *t, const char *path)
-{
-    if (!t || !path) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "path");
-    int use = fx_trainer_use_device(t);
-    if (use) return use;
-    FILE *f = fopen(path, "rb");
-    if (!f) return FX_FAIL(FX_EIO, "%s: cannot open: %s", path, strerror(errno));
-    char magic[8];
-    uint32_t version = 0, reserved = 0, crc = 0;
-    uint64_t len = 0;
-    int ok = fread(magic, 1, 8, f) == 8 && fread(&version, 4, 1, f) == 1 &&
-             fread(&reserved, 4, 1, f) == 1 && fread(&len, 8, 1, f) == 1 &&
-             fread(&crc, 4, 1, f) == 1;
-    if (!ok) {
-        fclose(f);
-        return FX_FAIL(FX_ECORRUPT, "%s: truncated header (not a flexpoint checkpoint?)", path);
-    }
-    if (memcmp(magic, FX_CKPT_MAGIC, 8) != 0) {
-        fclose(f);
-        return FX_FAIL(FX_ECORRUPT, "%s: bad magic (not a flexpoint checkpoint)", path);
-    }
-    if (version != FX_CKPT_VERSION) {
-        fclose(f);
-        return FX_FAIL(FX_ECORRUPT, "%s: version %u, this library reads version %u", path,
-                       version, FX_CKPT_VERSION);
-    }
-    if (len > ((uint64_t)1 << 40)) {
-        fclose(f);
-        return FX_FAIL(FX_ECORRUPT, "%s: implausible payload length %llu", path,
-                       (unsigned long long)len);
-    }
-    uint8_t *data = malloc(len ? (size_t)len : 1);
-    if (!data) {
-        fclose(f);
-        return FX_FAIL(FX_ENOMEM, "%s: cannot allocate %llu bytes", path, (unsigned long long)len);
-    }
-    size_t got = fread(data, 1, (size_t)len, f);
-    int extra = fgetc(f) != EOF;
-    fclose(f);
-    if (got != len || extra) {
-        free(data);
-        return FX_FAIL(FX_ECORRUPT, "%s: payload is %s than its header says (%llu bytes)", path,
-                       got != len ? "shorter" : "longer", (unsigned long long)len);
-    }
-    if (fx_crc32(data, (size_t)len) != crc) {
-        free(data);
-        return FX_FAIL(FX_ECORRUPT, "%s: checksum mismatch (file corrupted)", path);
-    }
-    /* Keep a snapshot so that a failure half way leaves the trainer unchanged. */
-    fx_buf snap = {0};
-    int rc = fx_serialize(t, &snap);
-    if (!rc) {
-        fx_reader r = {data, (size_t)len, 0};
-        rc = fx_deserialize(t, &r, path);
-        if (rc) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", flexpoint_last_error());
-            fx_reader back = {snap.data, snap.len, 0};
-            fx_deserialize(t, &back, "snapshot");
-            fx_error(rc, "fx_trainer_load", "%s", msg);
-        }
-    }
-    fx_buf_free(&snap);
-    free(data);
+    fx_buf file = {0};
+    rc = fx_ckpt_encode(t, &file, NULL, path);
+    if (!rc) rc = fx_write_atomic(path, file.data, file.len);
+    fx_buf_free(&file);
     return rc;
 }

@@ -1,0 +1,452 @@
+/* Checkpoints an adversary wrote: files whose checksum is right but whose fields are
+ * impossible, a flipped bit in the length field, saves of non-finite weights, and the
+ * temporaries that killed saves leave behind.
+ *
+ * Each field case writes a valid checkpoint, changes one field, recomputes the CRC so that
+ * only the field's meaning is wrong, and asserts FX_ECORRUPT, a message naming the file, the
+ * field and the value, and a trainer whose complete state (every byte a save would write) is
+ * what it was before the load. */
+#define _POSIX_C_SOURCE 200809L
+#include "flexpoint.h"
+#include "flexpoint_data.h"
+#include "flexpoint_train.h"
+#include "testutil.h"
+#include "train/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+static uint8_t *file_bytes(const char *path, size_t *len)
+{
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
+    if (b && fread(b, 1, (size_t)n, f) == (size_t)n) *len = (size_t)n;
+    fclose(f);
+    return b;
+}
+
+static void write_bytes(const char *path, const uint8_t *b, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(b, 1, len, f) == len, "cannot write %s", path);
+    if (f) fclose(f);
+}
+
+static void fix_crc(uint8_t *b, size_t len)
+{
+    uint32_t crc = fx_crc32(b + FX_CKPT_HEADER_BYTES, len - FX_CKPT_HEADER_BYTES);
+    memcpy(b + FX_CKPT_OFF_CRC, &crc, 4);
+}
+
+/* Every byte a save would write for t (the trainer's complete state). */
+static fx_buf state_of(fx_trainer *t)
+{
+    fx_buf b = {0};
+    int rc = fx_ckpt_encode(t, &b, NULL, "state");
+    CHECK(rc == FX_OK, "encode: %s", flexpoint_last_error());
+    return b;
+}
+
+static int same_state(fx_trainer *t, const fx_buf *before)
+{
+    fx_buf now = state_of(t);
+    int same = now.len == before->len && memcmp(now.data, before->data, now.len) == 0;
+    fx_buf_free(&now);
+    return same;
+}
+
+static fx_trainer *make(const char *model, int fmt, int scaling, int master, int batch,
+                        const fx_dataset *tr)
+{
+    fx_train_config c;
+    test_train_config(&c, model, fmt, 11);
+    c.loss_scaling = scaling;
+    c.master_weights = master;
+    c.batch_size = batch;
+    fx_trainer *t = fx_trainer_new(&c, tr, NULL);
+    CHECK(t != NULL, "trainer %s: %s", model, flexpoint_last_error());
+    return t;
+}
+
+/* Load bad[0..len) into t: FX_ECORRUPT, the message names the file and every `want`, and
+ * t's state is unchanged. */
+static void expect_refused(fx_trainer *t, const char *what, const uint8_t *bad, size_t len,
+                           const char *want1, const char *want2)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/bad.ckpt", tmpdir);
+    write_bytes(path, bad, len);
+    fx_buf before = state_of(t);
+    int64_t step = fx_trainer_global_step(t);
+    int rc = fx_trainer_load(t, path);
+    const char *msg = flexpoint_last_error();
+    if (getenv("FX_TEST_VERBOSE")) printf("%-28s %s\n", what, msg);
+    CHECK(rc == FX_ECORRUPT, "%s: load returned %d (%s)", what, rc, msg);
+    CHECK(strstr(msg, "bad.ckpt") != NULL, "%s: message does not name the file: %s", what, msg);
+    CHECK(strstr(msg, want1) != NULL, "%s: message lacks '%s': %s", what, want1, msg);
+    CHECK(!want2 || strstr(msg, want2) != NULL, "%s: message lacks '%s': %s", what, want2, msg);
+    CHECK(fx_trainer_global_step(t) == step, "%s: global step changed", what);
+    CHECK(same_state(t, &before), "%s: the trainer's state changed", what);
+    fx_buf_free(&before);
+}
+
+enum { I32, I64, F64, F32 };
+
+typedef struct field_case {
+    const char *what;
+    size_t off; /* in the payload */
+    int type;
+    double value; /* for I32 / I64 small values, else see big */
+    int64_t big; /* I64 value when value is NAN-free and |value| large */
+    const char *want1, *want2;
+} field_case;
+
+static void put_field(uint8_t *file, const field_case *c)
+{
+    uint8_t *p = file + FX_CKPT_HEADER_BYTES + c->off;
+    if (c->type == I32) {
+        int32_t v = (int32_t)c->big;
+        memcpy(p, &v, 4);
+    } else if (c->type == I64) {
+        memcpy(p, &c->big, 8);
+    } else if (c->type == F64) {
+        memcpy(p, &c->value, 8);
+    } else {
+        float v = (float)c->value;
+        memcpy(p, &v, 4);
+    }
+}
+
+#define POS(f) (FX_CKPT_PAYLOAD_POS + offsetof(fx_ckpt_pos, f))
+#define SC(f) (FX_CKPT_PAYLOAD_SCALER + offsetof(fx_loss_scaler, f))
+
+static void field_cases(const fx_dataset *tr)
+{
+    /* flex16_5 with loss scaling: every kind of state (exponents, Autoflex, a live scaler) */
+    fx_trainer *a = make("mlp", FMT_FLEX16_5, 1, 1, 32, tr);
+    fx_trainer *b = make("mlp", FMT_FLEX16_5, 1, 1, 32, tr);
+    if (!a || !b) return;
+    for (int s = 0; s < 3; s++) CHECK_STATUS(fx_trainer_step(a, NULL), FX_OK);
+    CHECK_STATUS(fx_trainer_step(b, NULL), FX_OK); /* b is somewhere else than the file */
+    char good[512];
+    snprintf(good, sizeof good, "%s/good.ckpt", tmpdir);
+    CHECK_STATUS(fx_trainer_save(a, good), FX_OK);
+    size_t len;
+    uint8_t *file = file_bytes(good, &len);
+    CHECK(file && len > 1000, "read back %zu bytes", len);
+    if (!file) return;
+    uint8_t *bad = malloc(len);
+
+    const fx_trainer *ta = a;
+    const size_t master0 = FX_CKPT_PAYLOAD_SCALER + sizeof(fx_loss_scaler) + 1;
+    const size_t mom0 = master0 + (size_t)ta->m.params[0].n * sizeof(float) + 1;
+    const field_case cases[] = {
+        {"epoch INT32_MAX", POS(epoch), I32, 0, INT32_MAX, "epoch 2147483647", NULL},
+        {"epoch -1", POS(epoch), I32, 0, -1, "epoch -1", NULL},
+        {"negative global step", POS(global_step), I64, 0, -5, "global_step -5", NULL},
+        {"global step INT64_MAX", POS(global_step), I64, 0, INT64_MAX,
+         "global_step 9223372036854775807", NULL},
+        {"step_in_epoch past the epoch", POS(step_in_epoch), I64, 0, 99, "step_in_epoch 99", NULL},
+        {"steps_per_epoch", POS(steps_per_epoch), I64, 0, 3, "3 steps per epoch", NULL},
+        {"unknown scaling mode", POS(scaling), I32, 0, 7, "loss scaling mode 7", NULL},
+        {"epoch_reported 2", POS(epoch_reported), I32, 0, 2, "epoch_reported 2", NULL},
+        {"reserved position field", POS(reserved), I32, 0, 1, "reserved position field is 1",
+         NULL},
+        {"correct > seen", POS(correct), I64, 0, 1000, "correct 1000", NULL},
+        {"seen", POS(seen), I64, 0, 31, "seen 31", NULL},
+        {"negative skipped", POS(skipped), I64, 0, -1, "skipped -1", NULL},
+        {"nonfinite > steps", POS(nonfinite), I64, 0, 50, "nonfinite 50", NULL},
+        {"NaN loss sum", POS(loss_sum), F64, NAN, 0, "loss_sum nan", NULL},
+        {"infinite loss sum", POS(loss_sum), F64, INFINITY, 0, "loss_sum inf", NULL},
+        {"negative seconds", POS(seconds), F64, -1.0, 0, "seconds -1", NULL},
+        {"NaN loss scale", SC(scale), F64, NAN, 0, "loss scale nan", NULL},
+        {"negative loss scale", SC(scale), F64, -2.0, 0, "loss scale -2", NULL},
+        {"loss scale beyond fp32", SC(scale), F64, 1e300, 0, "loss scale 1e+300", NULL},
+        {"backoff 0", SC(backoff_factor), F64, 0.0, 0, "backoff_factor 0", NULL},
+        {"growth factor 1", SC(growth_factor), F64, 1.0, 0, "growth_factor 1", NULL},
+        {"growth interval 0", SC(growth_interval), I64, 0, 0, "growth_interval 0", NULL},
+        {"good steps past the interval", SC(good_steps), I64, 0, 5000, "good_steps 5000", NULL},
+        {"negative skipped steps", SC(skipped_steps), I64, 0, -3, "skipped_steps -3", NULL},
+        {"scaler disabled", SC(enabled), I32, 0, 0, "loss scaler enabled 0", NULL},
+        {"NaN master weight", master0, F32, NAN, 0, "master weight 0 is nan", ta->m.params[0].name},
+        {"infinite master weight", master0 + 5 * sizeof(float), F32, -INFINITY, 0,
+         "master weight 5 is -inf", ta->m.params[0].name},
+        {"NaN momentum", mom0 + 2 * sizeof(float), F32, NAN, 0, "momentum 2 is nan", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        memcpy(bad, file, len);
+        put_field(bad, &cases[i]);
+        fix_crc(bad, len);
+        expect_refused(b, cases[i].what, bad, len, cases[i].want1, cases[i].want2);
+    }
+
+    /* header fields (outside the checksum) */
+    memcpy(bad, file, len);
+    bad[FX_CKPT_OFF_RESERVED] = 1;
+    expect_refused(b, "reserved header field", bad, len, "reserved header field is 1", NULL);
+    /* one flipped bit in the length field: 2^39 more bytes than there are. Refused by
+     * comparing with the file's size before anything is allocated (an ASan build aborts on
+     * a 512 GiB allocation). */
+    for (int bit = 0; bit < 64; bit += 13) {
+        memcpy(bad, file, len);
+        bad[FX_CKPT_OFF_LENGTH + bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        char what[64];
+        snprintf(what, sizeof what, "length bit %d", bit);
+        expect_refused(b, what, bad, len, "than its header says", NULL);
+    }
+    memcpy(bad, file, len);
+    bad[FX_CKPT_OFF_LENGTH + 4] ^= 0x80; /* bit 39 */
+    expect_refused(b, "length bit 39", bad, len, "shorter than its header says", NULL);
+    /* a presence byte that is neither 0 nor 1 */
+    memcpy(bad, file, len);
+    bad[FX_CKPT_HEADER_BYTES + master0 - 1] = 7;
+    fix_crc(bad, len);
+    expect_refused(b, "presence byte", bad, len, "presence byte 7", NULL);
+    /* trailing bytes inside a consistent header and checksum */
+    uint8_t *longer = malloc(len + 8);
+    memcpy(longer, file, len);
+    memset(longer + len, 0, 8);
+    uint64_t plen = len + 8 - FX_CKPT_HEADER_BYTES;
+    memcpy(longer + FX_CKPT_OFF_LENGTH, &plen, 8);
+    fix_crc(longer, len + 8);
+    expect_refused(b, "trailing bytes", longer, len + 8, "8 unexpected bytes", NULL);
+    free(longer);
+
+    /* the untouched file still loads, and b is then where a was */
+    CHECK_STATUS(fx_trainer_load(b, good), FX_OK);
+    CHECK(fx_trainer_global_step(b) == 3, "loaded at step %lld",
+          (long long)fx_trainer_global_step(b));
+    free(bad);
+    free(file);
+    fx_trainer_free(a);
+    fx_trainer_free(b);
+}
+
+/* Batch-norm statistics: a negative running variance is refused. */
+static void batchnorm_cases(void)
+{
+    enum { N = 8, SIDE = 8 };
+    float x[N * SIDE * SIDE];
+    int32_t y[N];
+    for (int i = 0; i < N * SIDE * SIDE; i++) x[i] = (float)((i * 37) % 17) / 17.0f;
+    for (int i = 0; i < N; i++) y[i] = i % 2;
+    fx_dataset *tr = fx_dataset_from_arrays(N, 1, SIDE, SIDE, 2, x, y);
+    fx_trainer *a = make("resnet20", FMT_BF16, 0, 1, 4, tr);
+    fx_trainer *b = make("resnet20", FMT_BF16, 0, 1, 4, tr);
+    if (!tr || !a || !b) goto done;
+    CHECK_STATUS(fx_trainer_step(a, NULL), FX_OK);
+    char good[512];
+    snprintf(good, sizeof good, "%s/bn.ckpt", tmpdir);
+    CHECK_STATUS(fx_trainer_save(a, good), FX_OK);
+    size_t len;
+    uint8_t *file = file_bytes(good, &len);
+    if (!file) goto done;
+    /* the first batch-norm layer's running variance follows every parameter buffer and its
+     * running mean */
+    const fx_model *m = &((const fx_trainer *)a)->m;
+    size_t off = FX_CKPT_PAYLOAD_SCALER + sizeof(fx_loss_scaler);
+    for (int i = 0; i < m->nparams; i++)
+        off += 2 + (m->params[i].master ? (size_t)m->params[i].n * 4 : 0) +
+               (m->params[i].mom ? (size_t)m->params[i].n * 4 : 0);
+    const fx_layer *bn = NULL;
+    for (int i = 0; i < m->nlayers && !bn; i++)
+        if (m->layers[i].kind == FX_L_BN) bn = &m->layers[i];
+    CHECK(bn != NULL, "resnet20 has batch norm");
+    if (bn) {
+        off += 1 + (size_t)bn->channels * 4 + 1;
+        float neg = -1.0f;
+        memcpy(file + FX_CKPT_HEADER_BYTES + off + 4, &neg, 4);
+        fix_crc(file, len);
+        expect_refused(b, "negative running variance", file, len, "running variance 1 is -1",
+                       bn->name);
+    }
+    free(file);
+done:
+    fx_trainer_free(a);
+    fx_trainer_free(b);
+    fx_dataset_free(tr);
+}
+
+/* Count the entries of tmpdir whose name contains `part`. */
+static int count_named(const char *part)
+{
+    DIR *d = opendir(tmpdir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) n += strstr(e->d_name, part) != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+/* A save of non-finite weights is refused with a message, and the previous file stays. */
+static void nonfinite_saves(const fx_dataset *tr)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/keep.ckpt", tmpdir);
+    fx_trainer *t = make("mlp", FMT_FP16, -1, 1, 32, tr);
+    if (!t) return;
+    CHECK_STATUS(fx_trainer_step(t, NULL), FX_OK);
+    CHECK_STATUS(fx_trainer_save(t, path), FX_OK);
+    size_t len0, len1;
+    uint8_t *before = file_bytes(path, &len0);
+    fx_trainer *tt = t;
+    float *master = tt->m.params[1].master;
+    float saved = master[3];
+    master[3] = NAN;
+    CHECK_STATUS(fx_trainer_save(t, path), FX_ERANGE);
+    const char *msg = flexpoint_last_error();
+    CHECK(strstr(msg, "master weight 3 is nan") && strstr(msg, tt->m.params[1].name) &&
+          strstr(msg, "keep.ckpt"), "message: %s", msg);
+    master[3] = INFINITY;
+    CHECK_STATUS(fx_trainer_save(t, path), FX_ERANGE);
+    master[3] = saved;
+    tt->m.params[0].mom[0] = NAN;
+    CHECK_STATUS(fx_trainer_save(t, path), FX_ERANGE);
+    CHECK(strstr(flexpoint_last_error(), "momentum 0 is nan"), "message: %s",
+          flexpoint_last_error());
+    uint8_t *after = file_bytes(path, &len1);
+    CHECK(before && after && len0 == len1 && memcmp(before, after, len0) == 0,
+          "the previous checkpoint changed");
+    CHECK(count_named("keep.ckpt.tmp") == 0, "a temporary was left behind");
+    free(before);
+    free(after);
+    fx_trainer_free(t);
+
+    /* without master weights the working weights are what is saved */
+    t = make("mlp", FMT_FP32, 0, 0, 32, tr);
+    if (!t) return;
+    int w = fx_trainer_tensor_find(t, "fc2.w");
+    CHECK(w >= 0, "fc2.w: %s", flexpoint_last_error());
+    if (w >= 0) {
+        tensor_t *x = fx_trainer_tensor(t, w);
+        int64_t n = tensor_numel(x);
+        float *v = malloc((size_t)n * sizeof(float));
+        CHECK_STATUS(tensor_to_f32(x, v), FX_OK);
+        v[n - 1] = INFINITY;
+        CHECK_STATUS(tensor_from_f32(x, v), FX_OK);
+        CHECK_STATUS(fx_trainer_save(t, path), FX_ERANGE);
+        char want[64];
+        snprintf(want, sizeof want, "weight %lld is inf", (long long)(n - 1));
+        CHECK(strstr(flexpoint_last_error(), want), "message: %s", flexpoint_last_error());
+        free(v);
+    }
+    fx_trainer_free(t);
+}
+
+static void make_file(const char *name, const void *data, size_t n)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    write_bytes(p, data, n);
+}
+
+static int exists(const char *name)
+{
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    return lstat(p, &st) == 0;
+}
+
+/* Temporaries of killed saves are removed by the next save into the folder; nothing else is. */
+static void stale_temporaries(const fx_dataset *tr)
+{
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    CHECK(child > 0, "fork");
+    if (child <= 0) return;
+    waitpid(child, NULL, 0); /* reaped: no process has this pid now */
+    long dead = (long)child, self = (long)getpid(), parent = (long)getppid();
+    const char head[] = "FLEXCKPT\x01\0\0\0";
+    char dead_ckpt[64], dead_empty[64], dead_other[64], dead_link[64], dead_dir[64];
+    char live_self[64], live_parent[64];
+    snprintf(dead_ckpt, sizeof dead_ckpt, "e3.ckpt.tmp.%ld", dead);
+    snprintf(dead_empty, sizeof dead_empty, "e4.ckpt.tmp.%ld", dead);
+    snprintf(dead_other, sizeof dead_other, "notes.txt.tmp.%ld", dead);
+    snprintf(dead_link, sizeof dead_link, "e5.ckpt.tmp.%ld", dead);
+    snprintf(dead_dir, sizeof dead_dir, "e6.ckpt.tmp.%ld", dead);
+    snprintf(live_self, sizeof live_self, "other.ckpt.tmp.%ld", self);
+    snprintf(live_parent, sizeof live_parent, "e7.ckpt.tmp.%ld", parent);
+    make_file(dead_ckpt, head, sizeof head - 1);
+    make_file(dead_empty, "", 0);
+    make_file(dead_other, "hello", 5);
+    make_file(live_self, head, sizeof head - 1);
+    make_file(live_parent, head, sizeof head - 1);
+    char p[512], target[512];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, dead_link);
+    snprintf(target, sizeof target, "%s/%s", tmpdir, live_self);
+    CHECK(symlink(target, p) == 0, "symlink: %s", strerror(errno));
+    snprintf(p, sizeof p, "%s/%s", tmpdir, dead_dir);
+    CHECK(mkdir(p, 0700) == 0, "mkdir: %s", strerror(errno));
+
+    fx_trainer *t = make("mlp", FMT_BF16, 0, 1, 32, tr);
+    snprintf(p, sizeof p, "%s/e8.ckpt", tmpdir);
+    if (t) CHECK_STATUS(fx_trainer_save(t, p), FX_OK);
+    CHECK(!exists(dead_ckpt), "stale checkpoint temporary %s was not removed", dead_ckpt);
+    CHECK(!exists(dead_empty), "empty stale temporary %s was not removed", dead_empty);
+    CHECK(exists(dead_other), "%s is not a checkpoint, yet it was removed", dead_other);
+    CHECK(exists(dead_link), "symbolic link %s was removed", dead_link);
+    CHECK(exists(dead_dir), "folder %s was removed", dead_dir);
+    CHECK(exists(live_self), "%s belongs to a live process, yet it was removed", live_self);
+    CHECK(exists(live_parent), "%s belongs to a live process, yet it was removed", live_parent);
+    CHECK(count_named("e8.ckpt.tmp") == 0, "the save left its own temporary");
+
+    /* a leftover under this very process's temporary name (an earlier process had the pid) is
+     * replaced, not an obstacle */
+    char own[600];
+    snprintf(own, sizeof own, "%s.tmp.%ld", p, self);
+    write_bytes(own, (const uint8_t *)"junk", 4);
+    if (t) CHECK_STATUS(fx_trainer_save(t, p), FX_OK);
+    CHECK(access(own, F_OK) != 0, "%s is still there", own);
+
+    const char *names[] = {dead_other, dead_link, live_self, live_parent};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(p, sizeof p, "%s/%s", tmpdir, names[i]);
+        unlink(p);
+    }
+    snprintf(p, sizeof p, "%s/%s", tmpdir, dead_dir);
+    rmdir(p);
+    fx_trainer_free(t);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fx_hostile_ckpt_XXXXXX");
+    if (!mkdtemp(tmpdir)) return test_skip("test_hostile_checkpoint", "no temporary folder");
+    flexpoint_set_num_threads(1);
+    fx_dataset *tr = test_patch_dataset(64, 5);
+    CHECK(tr != NULL, "dataset: %s", flexpoint_last_error());
+    if (tr) {
+        field_cases(tr);
+        nonfinite_saves(tr);
+        stale_temporaries(tr);
+    }
+    batchnorm_cases();
+    fx_dataset_free(tr);
+    /* leave nothing behind */
+    DIR *d = opendir(tmpdir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
+        unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(tmpdir);
+    return test_finish("test_hostile_checkpoint");
+}
