@@ -126,11 +126,15 @@ FX_API int fx_trainer_get_params(const fx_trainer *t, float *dst);
 
 /** Save everything needed to resume bit for bit (weights, optimiser and loss-scaler state,
  *  every tensor's exponent and Autoflex history, the position in the data order). Written
- *  atomically: a temporary file, then rename. FX_EIO names the path on failure. */
+ *  atomically and durably: a temporary file, fsync, rename, fsync of the folder; stale
+ *  temporaries of killed saves in that folder are removed. FX_EIO names the path on failure;
+ *  FX_ERANGE (nothing written) when a master weight or momentum value is NaN/Inf
+ *  (docs/robustness.md). */
 FX_API int fx_trainer_save(const fx_trainer *t, const char *path);
 /** Restore a checkpoint written by a trainer with the same configuration and data shapes.
- *  Checks magic, version, size and checksum: FX_ECORRUPT (message names the file and the
- *  problem) and the trainer unchanged on any mismatch. */
+ *  Checks magic, version, size, checksum and the range of every field (docs/robustness.md):
+ *  FX_ECORRUPT (message names the file, the field and the value) and the trainer unchanged on
+ *  any mismatch. FX_EIO at once for a path that is not a regular file (FIFO, folder, ...). */
 FX_API int fx_trainer_load(fx_trainer *t, const char *path);
 
 #ifdef __cplusplus
