@@ -5,13 +5,15 @@
  * Each field case writes a valid checkpoint, changes one field, recomputes the CRC so that
  * only the field's meaning is wrong, and asserts FX_ECORRUPT, a message naming the file, the
  * field and the value, and a trainer whose complete state (every byte a save would write) is
- * what it was before the load. */
+ * what it was before the load. The fuzzer's checkpoint corpus (tests/fuzz/corpus/checkpoint/)
+ * is replayed too: ok-* inputs must load, bad-* must be refused, none may break a property. */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "flexpoint_data.h"
 #include "flexpoint_train.h"
 #include "testutil.h"
 #include "train/checkpoint.h"
+#include "fuzz/fuzz_checkpoint_inputs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -423,6 +425,46 @@ static void stale_temporaries(const fx_dataset *tr)
     fx_trainer_free(t);
 }
 
+/* Every input of the fuzzer's corpus, with the fuzzer's property checks. */
+static void corpus_replay(void)
+{
+    fx_fuzz_ckpt f;
+    int rc = fx_fuzz_ckpt_setup(&f);
+    CHECK(rc == FX_OK, "fuzz setup: %s", flexpoint_last_error());
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/checkpoint", FX_SOURCE_DIR);
+    DIR *d = rc == FX_OK ? opendir(dir) : NULL;
+    CHECK(d != NULL, "cannot open %s", dir);
+    int ok = 0, bad = 0, files = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char p[1400];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        size_t len;
+        uint8_t *data = file_bytes(p, &len);
+        CHECK(data != NULL, "cannot read %s", p);
+        if (!data) continue;
+        files++;
+        rc = fx_fuzz_ckpt_input(&f, data, len);
+        CHECK(rc != FX_FUZZ_BROKEN, "%s: broken property; last error: %s", e->d_name,
+              flexpoint_last_error());
+        if (strncmp(e->d_name, "ok-", 3) == 0) {
+            ok++;
+            CHECK(rc == FX_OK, "%s: refused: %s", e->d_name, flexpoint_last_error());
+        } else if (strncmp(e->d_name, "bad-", 4) == 0) {
+            bad++;
+            CHECK(rc < 0, "%s: accepted", e->d_name);
+        }
+        if (getenv("FX_TEST_VERBOSE"))
+            printf("%-28s %d %s\n", e->d_name, rc, rc ? flexpoint_last_error() : "");
+        free(data);
+    }
+    if (d) closedir(d);
+    CHECK(ok > 0 && bad > 0, "corpus: %d files, %d ok-*, %d bad-*", files, ok, bad);
+    fx_fuzz_ckpt_teardown(&f);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/fx_hostile_ckpt_XXXXXX");
@@ -436,6 +478,7 @@ int main(void)
         stale_temporaries(tr);
     }
     batchnorm_cases();
+    corpus_replay();
     fx_dataset_free(tr);
     /* leave nothing behind */
     DIR *d = opendir(tmpdir);

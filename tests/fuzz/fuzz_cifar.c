@@ -1,3 +1,4 @@
+/* fuzz-options: -max_len=10000 */
 /* libFuzzer harness for the CIFAR-10 binary-batch parser. Build and run: see
  * tests/fuzz/README.md. The meaning of an input is in fuzz_inputs.h. */
 #include "fuzz_inputs.h"
