@@ -58,7 +58,7 @@ AVX512="$AVX2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni"
 LIB="$OUT/libflexpoint_fuzz.a"
 SOURCES=()
 for d in core fp32 fp16 bf16 flex autoflex nn data train; do
-  for f in src/$d/*.c; do SOURCES+=("$f"); done
+  for f in "src/$d"/*.c; do SOURCES+=("$f"); done
 done
 for f in src/gpu/*_none.c; do SOURCES+=("$f"); done
 
@@ -97,6 +97,7 @@ export CC CFLAGS_COMMON AVX2 AVX512 OUT
 start=$(date +%s)
 if [ "${#TO_BUILD[@]}" -gt 0 ]; then
   echo "fuzz_check: compiling ${#TO_BUILD[@]} library sources with $CC"
+  # shellcheck disable=SC2016 # $1 is expanded by the inner bash
   printf '%s\n' "${TO_BUILD[@]}" | xargs -P "$JOBS" -I{} bash -c 'compile_one "$1"' _ {}
   rm -f "$LIB"
   ar rcs "$LIB" "${OBJECTS[@]}"
