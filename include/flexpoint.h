@@ -328,6 +328,176 @@ FX_API int tensor_sum(tensor_t *out, const tensor_t *a, int axis);
 FX_API int tensor_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Element-wise math functions                                                                */
+/* ------------------------------------------------------------------------------------------ */
+/*
+ * One entry point, the function named by a string, so that every binding reaches every
+ * function the same way. Definitions, accuracy and special values: docs/math.md.
+ *
+ * Formats: the math runs in fp32 for every input format (fp16/bf16 widened exactly,
+ * FLEX16_5/DFP16 dequantised: for these functions the compute rule's integer branch does not
+ * apply), then one write into out: fp16/bf16 round once to nearest even, shared-exponent
+ * outputs choose their exponent (Autoflex / exact) and count NaN/Inf results as non-finite.
+ * The fp32 results are the same bits on every CPU backend and thread count. For fp16 and bf16
+ * the result is within 1 ulp of the correctly rounded exact value on every finite input; fp32
+ * bounds (ulps): exp, log, rsqrt 1; sqrt, reciprocal, square 0.5; tanh 1.5; sigmoid 2.5;
+ * silu, gelu_tanh 3; gelu 3.5; pow 0.5 (plus 2^-16); clamp, abs exact.
+ * Special values follow IEEE 754 where it defines them (log(0) = -Inf, log(-1) = NaN,
+ * sqrt(-0) = -0, rsqrt(+0) = +Inf, reciprocal(-0) = -Inf, ...) and the limits elsewhere
+ * (tanh(+-Inf) = +-1, sigmoid(-Inf) = 0, gelu(-Inf) = silu(-Inf) = -0, gelu(+Inf) = +Inf).
+ * Device tensors: not implemented (FX_EUNSUPPORTED).
+ * Like every op, these write into a caller-provided out of any format, which may be the input
+ * itself (in place); nothing is written on failure.
+ */
+
+/**
+ * @brief Apply an element-wise function: out = fn(a).
+ *
+ * Names: "exp", "log", "sqrt", "rsqrt" (1/sqrt), "reciprocal" (1/x), "tanh",
+ * "sigmoid" (1/(1+e^-x)), "gelu" (x Phi(x), the erf form: x (1 + erf(x/sqrt 2)) / 2),
+ * "gelu_tanh" (x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2), "silu" (x sigmoid(x)),
+ * "square" (x*x), "abs". tensor_unary_name() lists them.
+ *
+ * @param[out] out Output tensor with a's shape, any format (may be a itself).
+ * @param[in]  a   Input tensor, any format, any strides.
+ * @param[in]  fn  Function name (NUL-terminated, case-sensitive).
+ * @return FX_OK; FX_EINVAL if out, a or fn is NULL; FX_ENAME for an unknown name (the message
+ *         lists the known names); FX_ESHAPE if out's shape differs from a's; FX_EUNSUPPORTED
+ *         for device tensors; FX_ENOMEM if scratch memory cannot be allocated.
+ */
+FX_API int tensor_unary(tensor_t *out, const tensor_t *a, const char *fn);
+
+/**
+ * @brief Gradient of an element-wise function: dx = dy * fn'(x).
+ *
+ * The derivatives: exp e^x; log 1/x; sqrt 1/(2 sqrt x); rsqrt -x^(-3/2)/2; reciprocal -1/x^2;
+ * tanh 1 - tanh^2 (computed as 4e^-2|x| / (1 + e^-2|x|)^2); sigmoid s (1 - s); gelu
+ * Phi(x) + x phi(x); gelu_tanh and silu the derivatives of their definitions; square 2x;
+ * abs sign(x) with sign(0) = 0. A NaN in x gives NaN. The fp32 arithmetic is the forward's;
+ * "first input decides" does not apply (as for tensor_unary).
+ *
+ * @param[out] dx Output gradient with dy's shape, any format (may be dy or x itself).
+ * @param[in]  dy Gradient of the loss with respect to fn(x).
+ * @param[in]  x  The forward input, same shape as dy.
+ * @param[in]  fn Function name, as for tensor_unary().
+ * @return FX_OK; FX_EINVAL (NULL argument); FX_ENAME (unknown name); FX_ESHAPE (dy and x, or dx
+ *         and dy, differ in shape); FX_EUNSUPPORTED (device tensors); FX_ENOMEM.
+ */
+FX_API int tensor_unary_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x,
+                                 const char *fn);
+
+/**
+ * @brief Name of the i-th function tensor_unary() accepts.
+ * @param[in] i Index, from 0.
+ * @return A static string owned by the library, or NULL when i is out of range (so a loop
+ *         until NULL lists every name).
+ */
+FX_API const char *tensor_unary_name(int i);
+
+/**
+ * @brief Clamp: out = min(max(a, lo), hi), with NaN kept.
+ *
+ * The bounds are rounded to fp32 (the compute format) before use; -Inf / +Inf leave a side
+ * open. -0 and +0 compare equal, so a zero bound keeps the sign of a zero input.
+ *
+ * @param[out] out Output with a's shape, any format (may be a itself).
+ * @param[in]  a   Input, any format.
+ * @param[in]  lo  Lower bound, not NaN.
+ * @param[in]  hi  Upper bound, not NaN, hi >= lo.
+ * @return FX_OK; FX_EINVAL (NULL tensor, a NaN bound, or lo > hi); FX_ESHAPE;
+ *         FX_EUNSUPPORTED (device tensors); FX_ENOMEM.
+ */
+FX_API int tensor_clamp(tensor_t *out, const tensor_t *a, double lo, double hi);
+
+/**
+ * @brief Gradient of tensor_clamp(): dx = dy where lo <= x <= hi, else 0 (a NaN x gives 0).
+ * @param[out] dx Output gradient with dy's shape, any format.
+ * @param[in]  dy Gradient of the loss with respect to the clamp's output.
+ * @param[in]  x  The forward input, same shape as dy.
+ * @param[in]  lo Lower bound of the forward call.
+ * @param[in]  hi Upper bound of the forward call.
+ * @return As tensor_clamp(), with FX_ESHAPE when dy and x, or dx and dy, differ in shape.
+ */
+FX_API int tensor_clamp_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x, double lo,
+                                 double hi);
+
+/**
+ * @brief Power with a scalar exponent: out = a^p, C99 pow semantics.
+ *
+ * p is used exactly (it is not rounded to fp32). The result is |a|^p rounded once to fp32
+ * (binary64 log and exp inside), with C99's rules: x^0 = 1 for every x (NaN too); a negative
+ * finite x gives NaN unless p is an integer (odd p keeps x's sign); 0^p is +-0 for p > 0 and
+ * +-Inf for p < 0 (the sign only for odd integer p); Inf^p is Inf or 0. p = 1, 2, -1 and 0.5
+ * give x, the correctly rounded x*x, 1/x and sqrt(x) (with pow's signs: (-0)^0.5 = +0).
+ *
+ * @param[out] out Output with a's shape, any format (may be a itself).
+ * @param[in]  a   Input, any format.
+ * @param[in]  p   Exponent, finite.
+ * @return FX_OK; FX_EINVAL (NULL tensor or non-finite p); FX_ESHAPE; FX_EUNSUPPORTED (device
+ *         tensors); FX_ENOMEM.
+ */
+FX_API int tensor_pow_scalar(tensor_t *out, const tensor_t *a, double p);
+
+/**
+ * @brief Gradient of tensor_pow_scalar(): dx = dy * p * x^(p-1), rounded once from binary64.
+ *
+ * p = 0 gives dy * 0 (the gradient of a constant); p = 1 gives dy.
+ *
+ * @param[out] dx Output gradient with dy's shape, any format.
+ * @param[in]  dy Gradient of the loss with respect to a^p.
+ * @param[in]  x  The forward input, same shape as dy.
+ * @param[in]  p  The forward exponent, finite.
+ * @return As tensor_pow_scalar(), with FX_ESHAPE when dy and x, or dx and dy, differ in shape.
+ */
+FX_API int tensor_pow_scalar_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x,
+                                      double p);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Scalar conversions                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+/*
+ * One value at a time, for callers that do not hold tensors. Bit patterns travel as uint16_t.
+ * These are the definitions every tensor path of the library reproduces (docs/formats.md):
+ * round to nearest, ties to even; overflow gives +-Inf (fp16: |x| >= 65520); subnormals are
+ * kept; NaN gives a quiet NaN with the sign kept (fp16 sign|0x7E00, bf16 sign|0x7FC0); -0
+ * stays -0. They do not depend on the floating-point environment (integer arithmetic only).
+ */
+
+/** @brief fp32 -> fp16 bits, round to nearest even. @param[in] x Value. @return fp16 bits. */
+FX_API uint16_t fx_f32_to_fp16(float x);
+/** @brief fp16 bits -> fp32, exact (NaN payloads kept). @param[in] h fp16 bits. @return The value. */
+FX_API float fx_fp16_to_f32(uint16_t h);
+/** @brief fp32 -> bf16 bits, round to nearest even. @param[in] x Value. @return bf16 bits. */
+FX_API uint16_t fx_f32_to_bf16(float x);
+/**
+ * @brief fp32 -> bf16 bits by truncation (round toward zero): the top 16 bits.
+ *
+ * Some accelerators and older software convert this way; use it to reproduce their numbers.
+ * NaN still gives the quiet NaN sign|0x7FC0 (truncating a NaN whose payload is in the low bits
+ * would give Inf).
+ *
+ * @param[in] x Value.
+ * @return bf16 bits.
+ */
+FX_API uint16_t fx_f32_to_bf16_trunc(float x);
+/** @brief bf16 bits -> fp32, exact. @param[in] h bf16 bits. @return The value. */
+FX_API float fx_bf16_to_f32(uint16_t h);
+/**
+ * @brief binary64 -> fp16 bits, rounded once to nearest even.
+ *
+ * Not through fp32 by ordinary rounding, which would round twice and miss the correct result
+ * where the fp32 value lands on an fp16 half-way point (1 + 2^-11 + 2^-30 must give
+ * 1 + 2^-10, not 1).
+ *
+ * @param[in] x Value.
+ * @return fp16 bits.
+ */
+FX_API uint16_t fx_f64_to_fp16(double x);
+/** @brief binary64 -> bf16 bits, rounded once to nearest even (as fx_f64_to_fp16()).
+ *  @param[in] x Value. @return bf16 bits. */
+FX_API uint16_t fx_f64_to_bf16(double x);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Backends and threads                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 

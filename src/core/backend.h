@@ -24,8 +24,33 @@ typedef enum {
     FX_OP_RELU,
     FX_OP_SUM,
     FX_OP_MATMUL,
+    FX_OP_UNARY,          /* out = f(a), f = fx_op_call.unary_fn (element-wise math, f32_math.h) */
+    FX_OP_UNARY_BACKWARD, /* out = dy * f'(x): in[0] = dy, in[1] = x */
     FX_OP_COUNT
 } fx_op;
+
+/* The element-wise functions of FX_OP_UNARY / FX_OP_UNARY_BACKWARD (names and definitions:
+ * src/core/ops_unary.c, docs/math.md). FX_UN_ERF and FX_UN_ERFC are the cores gelu is built
+ * on, reachable by the kernels' test entry points only. */
+typedef enum {
+    FX_UN_EXP = 0,
+    FX_UN_LOG,
+    FX_UN_SQRT,
+    FX_UN_RSQRT,
+    FX_UN_RECIPROCAL,
+    FX_UN_TANH,
+    FX_UN_SIGMOID,
+    FX_UN_GELU,
+    FX_UN_GELU_TANH,
+    FX_UN_SILU,
+    FX_UN_SQUARE,
+    FX_UN_ABS,
+    FX_UN_CLAMP, /* unary_p = {lo, hi} */
+    FX_UN_POW,   /* unary_p = {p} */
+    FX_UN_ERF,
+    FX_UN_ERFC,
+    FX_UN_COUNT
+} fx_unary_fn;
 
 #define FX_MAX_INPUTS 4
 
@@ -92,6 +117,8 @@ typedef struct fx_op_call {
     int64_t scalar_mant;  /* FX_OP_SCALE, integer compute: s = scalar_mant * 2^scalar_exp, */
     int scalar_exp;       /*   |scalar_mant| < 2^31 */
     int64_t red_outer, red_len, red_inner; /* FX_OP_SUM: out[o*inner+i] = sum_k a[(o*len+k)*inner+i] */
+    int unary_fn;       /* FX_OP_UNARY(_BACKWARD): an fx_unary_fn */
+    double unary_p[2];  /*   its parameters (clamp bounds, the exponent of pow) */
 
     int nthreads; /* OpenMP threads the kernel may use (>= 1) */
 } fx_op_call;
@@ -102,6 +129,8 @@ typedef struct fx_op_call {
  *                           dispatcher has already broadcast them).
  *  MATMUL:                  in[0] [M,K], in[1] [K,N], any strides (transposed views arrive as
  *                           strides); out [M,N].
+ *  UNARY:                   in[0] contiguous with out_numel elements.
+ *  UNARY_BACKWARD:          in[0] (dy) and in[1] (x) contiguous, out_numel elements each.
  * Integer kernels: products exact, sums exact (as if in int64), add/sub aligned with
  * fx_align_exp/fx_align_to; *out_exp is the exponent of the exact int64 results. */
 typedef int (*fx_kernel)(const fx_op_call *c);

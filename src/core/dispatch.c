@@ -166,6 +166,9 @@ int fx_dispatch(const fx_op_request *rq)
     c.red_outer = rq->red_outer;
     c.red_len = rq->red_len;
     c.red_inner = rq->red_inner;
+    c.unary_fn = rq->unary_fn;
+    c.unary_p[0] = rq->unary_p[0];
+    c.unary_p[1] = rq->unary_p[1];
     c.scalar_f32 = (float)rq->scalar;
     if (rq->op == FX_OP_SCALE && rq->scalar != 0.0) {
         /* s = f * 2^k with f in [0.5, 1): a 31-bit mantissa m = round(f * 2^30) */

@@ -14,6 +14,8 @@ typedef struct fx_op_request {
     int strided_ok; /* the kernel reads any strides (no gather needed) */
     double scalar;
     int64_t red_outer, red_len, red_inner;
+    int unary_fn;      /* FX_OP_UNARY(_BACKWARD): an fx_unary_fn (backend.h) */
+    double unary_p[2]; /*   and its parameters */
 } fx_op_request;
 
 int fx_dispatch(const fx_op_request *rq);

@@ -14,6 +14,7 @@
  * level: D = 15 + ceil(log2(ceil(n/16))).
  */
 #include "f32_kernels.h"
+#include "f32_math.h"
 #include "bf16/bf16_kernels.h"
 #include "core/transpose_avx2.h"
 #include "fp16/fp16_kernels.h"
@@ -392,6 +393,9 @@ void fx_register_fp32_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
     b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
     b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
+    /* element-wise math (f32_math.h): fp32 cores for every input format */
+    b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_avx2;
+    b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_avx2;
     b->gemm_f32_panel_mr = MR; /* a convolution's A panels (src/nn/conv_panels_avx2.c) */
     /* fp16 x fp16 and bf16 x bf16: widened exactly while packed (the same products as the
      * fp32 GEMM of the widened operands, without a widening pass over each operand first) */

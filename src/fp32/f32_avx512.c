@@ -14,6 +14,7 @@
  * columns, as the scalar level: D = 15 + ceil(log2(ceil(n/16))).
  */
 #include "f32_kernels.h"
+#include "f32_math.h"
 #include "core/transpose_avx512.h"
 #include "bf16/bf16_kernels.h"
 #include "fp16/fp16_kernels.h"
@@ -343,6 +344,9 @@ void fx_register_fp32_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
     b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
     b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
+    /* element-wise math (f32_math.h): fp32 cores for every input format */
+    b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_avx512;
+    b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_avx512;
     /* fp16 x fp16 and bf16 x bf16: widened while packed (bf16 x bf16 becomes the vdpbf16ps
      * pair GEMM where the CPU has AVX512_BF16: fx_register_bf16_avx512) */
     b->kernels[FX_OP_MATMUL][FMT_FP16] = k_matmul;

@@ -27,6 +27,7 @@
  * changes a result.
  */
 #include "f32_kernels.h"
+#include "f32_math.h"
 
 #include <string.h>
 
@@ -262,5 +263,8 @@ void fx_register_fp32_scalar(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
     b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
     b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
+    /* element-wise math (f32_math.h): fp32 cores for every input format */
+    b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_scalar;
+    b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_scalar;
     b->bias_relu_f32 = bias_relu;
 }
