@@ -18,13 +18,15 @@ from __future__ import annotations
 from typing import List
 
 from . import data, device, ops, optim, train
+from ._check import c_int, c_str
 from ._lib import LibraryNotFoundError, lib, library_path
 from .autoflex import PRESETS, AutoflexConfig, TraceRecord, autoflex_preset, trace_to_arrays
 from .data import Dataset
 from .device import DeviceBuffer
-from .errors import (CorruptError, DeviceError, FlexpointError, FlexpointIOError, FormatError,
-                     InvalidArgumentError, OutOfMemoryError, RangeError, ShapeError,
-                     StateError, UnknownNameError, UnsupportedError, check)
+from .errors import (ArgumentRangeError, ArgumentTypeError, CorruptError, DeviceError,
+                     FlexpointError, FlexpointIOError, FormatError, InvalidArgumentError,
+                     OutOfMemoryError, RangeError, ShapeError, StateError, UnknownNameError,
+                     UnsupportedError, check)
 from .formats import (FORMATS, Format, elem_size, fmt_id, fmt_name, is_shared_exponent,
                       raw_dtype)
 from .ops import (AXIS_ALL, add, avgpool2d, avgpool2d_backward, batchnorm, batchnorm_backward,
@@ -65,8 +67,9 @@ def backend() -> str:
 
 
 def set_backend(name: str) -> None:
-    """Select a backend by name (UnknownNameError, UnsupportedError if the CPU cannot run it)."""
-    check(lib().flexpoint_set_backend(name.encode()), "flexpoint_set_backend")
+    """Select a backend by name (UnknownNameError, UnsupportedError if the CPU cannot run it,
+    ArgumentTypeError for a non-str, InvalidArgumentError for a name containing NUL)."""
+    check(lib().flexpoint_set_backend(c_str(name, "name")), "flexpoint_set_backend")
 
 
 def cpu_features() -> List[str]:
@@ -75,8 +78,10 @@ def cpu_features() -> List[str]:
 
 
 def set_num_threads(n: int) -> int:
-    """Threads used by ops (n <= 0 restores the default); returns the previous setting."""
-    return int(lib().flexpoint_set_num_threads(int(n)))
+    """Threads used by ops (n <= 0 restores the default); returns the previous setting.
+    Raises ArgumentTypeError for a non-integer, ArgumentRangeError for one beyond the C int
+    range (2**32 + 4 is refused, not taken as 4)."""
+    return int(lib().flexpoint_set_num_threads(c_int(n, "n")))
 
 
 def num_threads() -> int:
@@ -112,7 +117,8 @@ __all__ = [
     # errors
     "FlexpointError", "InvalidArgumentError", "ShapeError", "FormatError", "UnsupportedError",
     "OutOfMemoryError", "RangeError", "FlexpointIOError", "CorruptError", "DeviceError",
-    "UnknownNameError", "StateError", "LibraryNotFoundError",
+    "UnknownNameError", "StateError", "ArgumentTypeError", "ArgumentRangeError",
+    "LibraryNotFoundError",
     # library
     "version", "backends", "available_backends", "backend", "set_backend", "cpu_features",
     "set_num_threads", "num_threads", "gpu_device_count", "gpu_synchronize", "gpu_release_cache",

@@ -1,17 +1,39 @@
 """ctypes mirrors of the C structs of the public headers, field for field.
 
 Each Structure lists the fields in the order and with the types of its C declaration; the test
-suite parses the headers and compares (python/tests/test_structs.py), and, where a C compiler is
+suite parses the headers and compares (python/tests/test_library.py), and, where a C compiler is
 present, also compares every offset and the size with the C compiler's. Structs are only ever
 passed to the library by pointer.
+
+Assigning a field checks the value first (:func:`flexpoint._check.c_field`): a plain ctypes
+Structure keeps the low bits of an integer that does not fit the field, cuts a ``char[N]`` at
+its first NUL and stores N bytes without a terminator. A refused assignment raises
+ArgumentTypeError, ArgumentRangeError or InvalidArgumentError and leaves the field unchanged.
 """
 from __future__ import annotations
 
 from ctypes import Structure, c_char, c_double, c_int, c_int64, c_uint64
+from typing import Any
+
+from ._check import c_field
 
 
-class AutoflexConfigC(Structure):
+class _CheckedStructure(Structure):
+    """A Structure whose field assignments (keyword arguments of the constructor included) are
+    range- and type-checked; `_label_` names the struct in the messages."""
+    _label_ = "struct"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        for fname, ftype in type(self)._fields_:
+            if fname == name:
+                value = c_field(value, f"{self._label_}.{name}", ftype)
+                break
+        super().__setattr__(name, value)
+
+
+class AutoflexConfigC(_CheckedStructure):
     """struct fx_autoflex_config (flexpoint.h)."""
+    _label_ = "AutoflexConfig"
     _fields_ = [
         ("managed", c_int),
         ("history_len", c_int),
@@ -26,8 +48,9 @@ class AutoflexConfigC(Structure):
     ]
 
 
-class TraceRecordC(Structure):
+class TraceRecordC(_CheckedStructure):
     """struct fx_trace_record (flexpoint.h)."""
+    _label_ = "fx_trace_record"
     _fields_ = [
         ("write", c_int64),
         ("exp", c_int),
@@ -42,8 +65,9 @@ class TraceRecordC(Structure):
     ]
 
 
-class LossScalerC(Structure):
+class LossScalerC(_CheckedStructure):
     """struct fx_loss_scaler (flexpoint_nn.h)."""
+    _label_ = "LossScaler"
     _fields_ = [
         ("scale", c_double),
         ("growth_factor", c_double),
@@ -55,8 +79,9 @@ class LossScalerC(Structure):
     ]
 
 
-class TrainConfigC(Structure):
+class TrainConfigC(_CheckedStructure):
     """struct fx_train_config (flexpoint_train.h)."""
+    _label_ = "TrainConfig"
     _fields_ = [
         ("model", c_char * 16),
         ("fmt", c_int),
@@ -80,8 +105,9 @@ class TrainConfigC(Structure):
     ]
 
 
-class EpochMetricsC(Structure):
+class EpochMetricsC(_CheckedStructure):
     """struct fx_epoch_metrics (flexpoint_train.h)."""
+    _label_ = "fx_epoch_metrics"
     _fields_ = [
         ("epoch", c_int),
         ("train_loss", c_double),

@@ -7,6 +7,7 @@ from typing import Dict, List, Union
 
 import numpy as np
 
+from ._check import c_bool, c_int, c_str
 from ._lib import lib
 from ._structs import AutoflexConfigC, TraceRecordC
 from .errors import InvalidArgumentError, check
@@ -27,7 +28,7 @@ def _mode(value: Union[str, int], table: Dict[str, int], field: str) -> int:
             raise InvalidArgumentError(
                 f"AutoflexConfig.{field}={value!r}: expected one of {sorted(table)}", -1)
         return table[value]
-    return int(value)
+    return c_int(value, f"AutoflexConfig.{field}")
 
 
 def _name(value: int, table: Dict[str, int]) -> Union[str, int]:
@@ -42,7 +43,11 @@ class AutoflexConfig:
     """Mirror of fx_autoflex_config (see docs/autoflex.md). Modes are names:
     init_mode "probe" | "exact", stat_mode "saturated_max" | "true_max",
     overflow_mode "keep" | "recompute". The library validates the values when the
-    configuration is applied to a tensor."""
+    configuration is applied to a tensor (InvalidArgumentError out of range); :meth:`to_c`
+    first refuses what cannot cross into C unchanged: ArgumentTypeError for a field of the
+    wrong type (a float history_len, a str beta, a non-bool managed), ArgumentRangeError for an
+    integer beyond the C int range (history_len=2**32+16 is not wrapped to 16),
+    InvalidArgumentError for an unknown mode name."""
     managed: bool = True
     history_len: int = 16
     beta: float = 3.0
@@ -55,14 +60,16 @@ class AutoflexConfig:
     probe_tries: int = 10
 
     def to_c(self) -> AutoflexConfigC:
-        """The C struct for this configuration."""
+        """The C struct for this configuration (every field checked against its C type; see
+        the class docstring for the exceptions)."""
+        # AutoflexConfigC checks the int and double fields as they are assigned
         return AutoflexConfigC(
-            managed=int(bool(self.managed)), history_len=int(self.history_len),
-            beta=float(self.beta), gamma=float(self.gamma), alpha=float(self.alpha),
+            managed=c_bool(self.managed, "AutoflexConfig.managed"),
+            history_len=self.history_len, beta=self.beta, gamma=self.gamma, alpha=self.alpha,
             init_mode=_mode(self.init_mode, _INIT, "init_mode"),
             stat_mode=_mode(self.stat_mode, _STAT, "stat_mode"),
             overflow_mode=_mode(self.overflow_mode, _OVERFLOW, "overflow_mode"),
-            init_exp=int(self.init_exp), probe_tries=int(self.probe_tries))
+            init_exp=self.init_exp, probe_tries=self.probe_tries)
 
     @classmethod
     def from_c(cls, c: AutoflexConfigC) -> "AutoflexConfig":
@@ -76,9 +83,10 @@ class AutoflexConfig:
 
 def autoflex_preset(name: str) -> AutoflexConfig:
     """The configuration of a named preset ("published", "fixed", "truemax", "exact_init",
-    "robust"); UnknownNameError for another name."""
+    "robust"); UnknownNameError for another name, ArgumentTypeError for a non-str,
+    InvalidArgumentError for a name containing NUL."""
     c = AutoflexConfigC()
-    check(lib().fx_autoflex_preset(name.encode(), c), "fx_autoflex_preset")
+    check(lib().fx_autoflex_preset(c_str(name, "preset"), c), "fx_autoflex_preset")
     return AutoflexConfig.from_c(c)
 
 

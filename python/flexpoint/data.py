@@ -3,15 +3,24 @@
 A :class:`Dataset` owns its C fx_dataset and frees it when it goes away. Images are float32
 NCHW, labels int32; :attr:`Dataset.images` and :attr:`Dataset.labels` are read-only NumPy views
 of the library's memory (no copy) that keep the dataset alive.
+
+Arguments are checked before they reach the library (see :mod:`flexpoint._check`): counts,
+sizes and indices must be integers (ArgumentTypeError for a float, str, None or bool) that fit
+their C type (ArgumentRangeError: ``subset(0, 2**64 + 5)`` is refused, not taken as 5); labels
+must be an integer array (a float or bool array raises ArgumentTypeError instead of being
+truncated), each within int32; a path containing a NUL byte raises InvalidArgumentError
+instead of naming a shorter path.
 """
 from __future__ import annotations
 
+import ctypes
 import os
-from ctypes import POINTER, c_double, c_float, c_int32, c_int64
+from ctypes import POINTER, c_double, c_float, c_int32
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ._check import c_bool, c_int, c_int64, c_int_array, c_path, c_uint64
 from ._lib import lib
 from .errors import InvalidArgumentError, StateError, check, raise_last
 
@@ -20,7 +29,7 @@ __all__ = ["Dataset", "fashion_mnist", "cifar10", "synthetic", "from_arrays"]
 _fp = POINTER(c_float)
 _dp = POINTER(c_double)
 _i32p = POINTER(c_int32)
-_i64p = POINTER(c_int64)
+_i64p = POINTER(ctypes.c_int64)
 
 PathLike = Union[str, os.PathLike, None]
 
@@ -143,8 +152,9 @@ class Dataset:
 
     def batch(self, indices: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
         """(images [n, C, H, W] float32, labels [n] int32) of the given indices (copies).
-        RangeError names the first index outside [0, len)."""
-        idx = np.ascontiguousarray(indices, dtype=np.int64).reshape(-1)
+        RangeError names the first index outside [0, len) (ArgumentRangeError one beyond
+        int64); ArgumentTypeError for indices that are not integers (a float or bool array)."""
+        idx = c_int_array(indices, "indices", np.int64).reshape(-1)
         n = idx.size
         x = np.empty((n,) + self.image_shape, dtype=np.float32)
         y = np.empty(n, dtype=np.int32)
@@ -156,17 +166,23 @@ class Dataset:
 
     # derived data sets ----------------------------------------------------------------------
     def subset(self, start: int, n: int) -> "Dataset":
-        """A new data set holding a copy of images [start, start + n)."""
+        """A new data set holding a copy of images [start, start + n). Raises RangeError when
+        the range is not inside the data set, ArgumentTypeError / ArgumentRangeError for start or
+        n that are not int64 integers."""
+        s, k = c_int64(start, "start"), c_int64(n, "n")
         L = lib()
         L.flexpoint_clear_error()
-        p = L.fx_dataset_subset(self.handle, int(start), int(n))
+        p = L.fx_dataset_subset(self.handle, s, k)
         return Dataset._wrap(p, "fx_dataset_subset", None if p else _null_status(-6))
 
     def pad(self, pad: int) -> "Dataset":
-        """A new data set with `pad` zero pixels on every side (28x28 -> 32x32 with pad 2)."""
+        """A new data set with `pad` zero pixels on every side (28x28 -> 32x32 with pad 2).
+        Raises InvalidArgumentError for a negative pad, ArgumentTypeError / ArgumentRangeError
+        for one that is not a C int."""
+        k = c_int(pad, "pad")
         L = lib()
         L.flexpoint_clear_error()
-        p = L.fx_dataset_pad(self.handle, int(pad))
+        p = L.fx_dataset_pad(self.handle, k)
         return Dataset._wrap(p, "fx_dataset_pad", None if p else _null_status(-1))
 
     # statistics and transforms --------------------------------------------------------------
@@ -205,56 +221,67 @@ class Dataset:
 
 
 def _path_arg(path: PathLike) -> Optional[bytes]:
-    return None if path is None else os.fsencode(path)
+    return None if path is None else c_path(path, "dir")
 
 
 def fashion_mnist(dir: PathLike = None, train: bool = True) -> Dataset:
     """Fashion-MNIST (or MNIST) from a directory of IDX files (gzip or plain). dir None: the
     FLEXPOINT_FASHION_MNIST_DIR environment variable, else /usr/share/datasets/fashion-mnist.
-    FlexpointIOError for missing files, CorruptError for bad contents."""
+    FlexpointIOError for missing files, CorruptError for bad contents, InvalidArgumentError for
+    a dir containing NUL, ArgumentTypeError for a dir of another type or a non-bool train."""
+    d, tr = _path_arg(dir), c_bool(train, "train")
     L = lib()
     L.flexpoint_clear_error()
-    p = L.fx_dataset_fashion_mnist(_path_arg(dir), int(bool(train)))
+    p = L.fx_dataset_fashion_mnist(d, tr)
     return Dataset._wrap(p, "fx_dataset_fashion_mnist", None if p else _null_status(-8))
 
 
 def cifar10(dir: PathLike = None, train: bool = True) -> Dataset:
     """CIFAR-10 (binary version) from a directory of data_batch_*.bin / test_batch.bin. dir None:
-    FLEXPOINT_CIFAR10_DIR, else "cifar-10-batches-bin"."""
+    FLEXPOINT_CIFAR10_DIR, else "cifar-10-batches-bin". Raises as :func:`fashion_mnist`."""
+    d, tr = _path_arg(dir), c_bool(train, "train")
     L = lib()
     L.flexpoint_clear_error()
-    p = L.fx_dataset_cifar10(_path_arg(dir), int(bool(train)))
+    p = L.fx_dataset_cifar10(d, tr)
     return Dataset._wrap(p, "fx_dataset_cifar10", None if p else _null_status(-8))
 
 
 def synthetic(n: int, channels: int = 3, height: int = 32, width: int = 32, classes: int = 10,
               seed: int = 0) -> Dataset:
     """Seeded, learnable synthetic images (class templates, shifted, with contrast,
-    brightness and noise); the same arguments give the same bytes."""
+    brightness and noise); the same arguments give the same bytes. Raises InvalidArgumentError
+    for sizes the library refuses, ArgumentTypeError / ArgumentRangeError for n that is not an
+    int64, sizes that are not C ints and a seed outside [0, 2**64-1] (never wrapped)."""
+    args = (c_int64(n, "n"), c_int(channels, "channels"), c_int(height, "height"),
+            c_int(width, "width"), c_int(classes, "classes"), c_uint64(seed, "seed"))
     L = lib()
     L.flexpoint_clear_error()
-    p = L.fx_dataset_synthetic(int(n), int(channels), int(height), int(width), int(classes),
-                               int(seed) & (2**64 - 1))
+    p = L.fx_dataset_synthetic(*args)
     return Dataset._wrap(p, "fx_dataset_synthetic", None if p else _null_status(-1))
 
 
 def from_arrays(images: Any, labels: Any, classes: Optional[int] = None) -> Dataset:
     """A data set holding a copy of `images` (float [n, C, H, W], or [n, H, W] for one channel)
-    and `labels` (int [n] in [0, classes); classes defaults to max(labels) + 1)."""
+    and `labels` (int [n] in [0, classes); classes defaults to max(labels) + 1).
+
+    Raises InvalidArgumentError for labels outside [0, classes), a label count other than n, a
+    non-finite pixel or a bad image rank; ArgumentTypeError for labels that are not integers
+    (float labels would be truncated, a bool array is a mask: convert explicitly) or a classes
+    that is not an int; ArgumentRangeError for a label or classes beyond int32."""
     x = np.ascontiguousarray(images, dtype=np.float32)
     if x.ndim == 3:
         x = x[:, None, :, :]
     if x.ndim != 4:
         raise InvalidArgumentError(f"images must be [n, C, H, W] or [n, H, W], got shape "
                                    f"{x.shape}", -1)
-    y = np.ascontiguousarray(labels, dtype=np.int32).reshape(-1)
+    y = c_int_array(labels, "labels", np.int32).reshape(-1)
     n, c, h, w = x.shape
     if y.size != n:
         raise InvalidArgumentError(f"{y.size} labels for {n} images", -1)
-    if classes is None:
-        classes = int(y.max()) + 1 if y.size else 1
+    k = c_int(int(y.max()) + 1 if y.size else 1, "classes (max(labels) + 1)") \
+        if classes is None else c_int(classes, "classes")
+    dims = (c_int64(n, "n"), c_int(c, "channels"), c_int(h, "height"), c_int(w, "width"))
     L = lib()
     L.flexpoint_clear_error()
-    p = L.fx_dataset_from_arrays(n, c, h, w, int(classes), x.ctypes.data_as(_fp),
-                                 y.ctypes.data_as(_i32p))
+    p = L.fx_dataset_from_arrays(*dims, k, x.ctypes.data_as(_fp), y.ctypes.data_as(_i32p))
     return Dataset._wrap(p, "fx_dataset_from_arrays", None if p else _null_status(-1))

@@ -15,8 +15,10 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ._check import SIZE_MAX, c_int, c_shape, is_scalar
 from ._lib import lib
-from .errors import InvalidArgumentError, StateError, check
+from .errors import (ArgumentTypeError, InvalidArgumentError, OutOfMemoryError, StateError,
+                     check)
 
 __all__ = ["DeviceLike", "DeviceBuffer", "device_ordinal", "device_name", "built",
            "device_count", "current_device", "set_device", "current_device_name",
@@ -26,25 +28,24 @@ DeviceLike = Union[str, int]
 
 
 def device_ordinal(value: DeviceLike, what: str = "device") -> int:
-    """The ordinal of a place: -1 for "cpu", N for "cuda:N" (0 for "cuda") or an integer."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (str, int, np.integer)):
-        raise InvalidArgumentError(f"{what}={value!r}: expected 'cpu', 'cuda', 'cuda:N' or an "
-                                   "integer", -1)
-    if isinstance(value, (int, np.integer)):
-        ordinal = int(value)
-    elif value == "cpu":
-        ordinal = -1
-    elif value == "cuda":
-        ordinal = 0
-    elif value.startswith("cuda:") and value[5:].isdigit():
-        ordinal = int(value[5:])
-    else:
-        raise InvalidArgumentError(f"{what}={value!r}: expected 'cpu', 'cuda', 'cuda:N' or an "
-                                   "integer", -1)
-    if ordinal < -1 or ordinal > 2**31 - 1:
-        raise InvalidArgumentError(f"{what}={value!r}: the ordinal must be -1 (the host) or a "
-                                   "CUDA device number >= 0", -1)
-    return ordinal
+    """The ordinal of a place: -1 for "cpu", N for "cuda:N" (0 for "cuda") or an integer.
+    Raises ArgumentTypeError for another type (a bool, float or None), InvalidArgumentError for
+    another string or a NUL in it, ArgumentRangeError for an ordinal below -1 or beyond the C
+    int range (all three are InvalidArgumentErrors)."""
+    if not isinstance(value, str):
+        if isinstance(value, (bool, np.bool_)) or not is_scalar(value):
+            raise ArgumentTypeError(f"{what}={value!r}: expected 'cpu', 'cuda', 'cuda:N' or an "
+                                    "integer")
+        return c_int(value, what, lo=-1)
+    if value == "cpu":
+        return -1
+    if value == "cuda":
+        return 0
+    digits = value[5:]
+    if value.startswith("cuda:") and digits.isascii() and digits.isdigit():
+        return c_int(int(digits), what, lo=-1)
+    raise InvalidArgumentError(f"{what}={value!r}: expected 'cpu', 'cuda', 'cuda:N' or an "
+                               "integer", -1)
 
 
 def device_name(ordinal: int) -> str:
@@ -68,7 +69,8 @@ def current_device() -> int:
 
 
 def set_device(device: DeviceLike) -> None:
-    """Select the CUDA device of this thread ("cuda:N" or N)."""
+    """Select the CUDA device of this thread ("cuda:N" or N). Raises as
+    :func:`device_ordinal`, InvalidArgumentError for "cpu", DeviceError without that device."""
     n = device_ordinal(device)
     if n < 0:
         raise InvalidArgumentError(f"device={device!r}: set_device takes a CUDA device", -1)
@@ -130,23 +132,30 @@ class DeviceBuffer:
     unscaled outputs. :meth:`numpy` copies it to the host; :meth:`from_numpy` makes one from
     host data. Freeing one waits for the device (flexpoint_gpu_free), so a training loop
     should reuse its buffers (``maxpool2d(..., indices=buf)``, ``LossScaler.unscale(...,
-    out=bufs)``) rather than make new ones every step."""
+    out=bufs)``) rather than make new ones every step.
+
+    The constructor raises ArgumentTypeError / ArgumentRangeError for a shape that is not
+    non-negative integers, OutOfMemoryError when its size in bytes overflows, and DeviceError
+    without a device; the shape is checked before any device call."""
 
     __slots__ = ("_ptr", "shape", "dtype", "device", "__weakref__")
 
     def __init__(self, shape: Union[int, Sequence[int]], dtype: Any = np.float32,
                  device: DeviceLike = "cuda") -> None:
         self._ptr: Optional[int] = None
-        self.shape: Tuple[int, ...] = (int(shape),) if isinstance(shape, (int, np.integer)) \
-            else tuple(int(d) for d in shape)
+        self.shape: Tuple[int, ...] = c_shape(shape, "shape", min_dims=0)
         self.dtype = np.dtype(dtype)
+        nbytes = self.nbytes
+        if nbytes > SIZE_MAX:
+            raise OutOfMemoryError(f"DeviceBuffer{self.shape} of {self.dtype.name}: {nbytes} "
+                                   "bytes overflow size_t", -5)
         n = device_ordinal(device, "device")
         if n < 0:
             raise InvalidArgumentError("a DeviceBuffer lives on a CUDA device, not 'cpu'", -1)
         self.device = device_name(n)
         p = c_void_p()
         with on_device(n):  # flexpoint_gpu_malloc uses the thread's device
-            check(lib().flexpoint_gpu_malloc(ctypes.byref(p), max(self.nbytes, 1)),
+            check(lib().flexpoint_gpu_malloc(ctypes.byref(p), max(nbytes, 1)),
                   "flexpoint_gpu_malloc")
         self._ptr = p.value
 

@@ -5,6 +5,15 @@ subclass. ``err.status`` is the numeric code, ``err.status_name`` its constant n
 and ``str(err)`` the message from ``flexpoint_last_error()``, which names the C function and the
 offending values. The subclasses also derive from the closest built-in exception, so
 ``except ValueError`` catches a shape error as it would in NumPy.
+
+Two classes are raised by the binding alone, before any C call, when a Python value cannot
+cross into C unchanged (see :mod:`flexpoint._check`): :class:`ArgumentTypeError` (a wrong
+type: a float, str, None or bool where an integer is expected) and :class:`ArgumentRangeError`
+(an integer that the C parameter's type cannot hold, such as ``2**40`` for a C ``int``).
+Both derive from :class:`InvalidArgumentError`; the range error is also a :class:`RangeError`
+and an :class:`OverflowError`, so it is caught by whichever class the library reports for a
+value just outside a parameter's domain, and by the built-in class Python uses for an integer
+too large for a C type.
 """
 from __future__ import annotations
 
@@ -13,7 +22,8 @@ from typing import Dict, Optional, Type
 __all__ = [
     "FlexpointError", "InvalidArgumentError", "ShapeError", "FormatError", "UnsupportedError",
     "OutOfMemoryError", "RangeError", "FlexpointIOError", "CorruptError", "DeviceError",
-    "UnknownNameError", "StateError", "STATUS_NAMES", "check", "raise_last",
+    "UnknownNameError", "StateError", "ArgumentTypeError", "ArgumentRangeError", "STATUS_NAMES",
+    "check", "raise_last",
 ]
 
 #: Status code -> constant name, as in flexpoint.h.
@@ -87,6 +97,23 @@ class UnknownNameError(FlexpointError, LookupError):
 
 class StateError(FlexpointError, RuntimeError):
     """FX_ESTATE: the operation is not valid in the object's current state."""
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """FX_EINVAL, raised by the binding: a value of the wrong type for its parameter (a float,
+    str, None or bool where an integer is expected, a non-str name, a float label array)."""
+
+    def __init__(self, message: str, status: Optional[int] = -1) -> None:
+        super().__init__(message, status)
+
+
+class ArgumentRangeError(InvalidArgumentError, RangeError, OverflowError):
+    """FX_ERANGE, raised by the binding: an integer the parameter's C type cannot hold (an
+    ``int`` outside [-2**31, 2**31-1], a negative or too large uint64 seed, an int64 label
+    beyond int32, a negative dimension), which ctypes would otherwise wrap silently."""
+
+    def __init__(self, message: str, status: Optional[int] = -6) -> None:
+        super().__init__(message, status)
 
 
 _CLASSES: Dict[int, Type[FlexpointError]] = {

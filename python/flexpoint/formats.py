@@ -6,6 +6,7 @@ from typing import Dict, Union
 
 import numpy as np
 
+from ._check import INT_MAX, INT_MIN, c_str
 from ._lib import lib
 from .errors import FormatError, check
 
@@ -33,32 +34,40 @@ _RAW: Dict[int, np.dtype] = {0: np.dtype(np.uint32), 1: np.dtype(np.uint16), 2: 
 
 
 def fmt_id(fmt: FormatLike) -> int:
-    """The integer fmt_t of a format name, Format or int; FormatError for an unknown one."""
+    """The integer fmt_t of a format name, Format or int.
+
+    Raises FormatError for an unknown name, an int that is not a format (any int outside the
+    C int range included: it is not wrapped into one) or another type; InvalidArgumentError for
+    a name containing NUL (which would otherwise be cut there and name another format)."""
     if isinstance(fmt, str):
-        return check(lib().fmt_from_name(fmt.encode()), "fmt_from_name")
+        return check(lib().fmt_from_name(c_str(fmt, "fmt")), "fmt_from_name")
     if isinstance(fmt, (int, np.integer)) and not isinstance(fmt, bool):
-        if lib().fmt_name(int(fmt)) is None:
-            raise FormatError(f"fmt={int(fmt)} is not a format (0..{len(FORMATS) - 1})", -3)
-        return int(fmt)
+        f = int(fmt)
+        if not INT_MIN <= f <= INT_MAX or lib().fmt_name(f) is None:
+            shown = f if abs(f) < 2**64 else "a huge int"
+            raise FormatError(f"fmt={shown} is not a format (0..{len(FORMATS) - 1})", -3)
+        return f
     raise FormatError(f"a format is a name such as 'flex16_5' or a Format, not {fmt!r}", -3)
 
 
 def fmt_name(fmt: FormatLike) -> str:
-    """Canonical name of a format ("flex16_5" for "flex16+5", Format.FLEX16_5 or 3)."""
+    """Canonical name of a format ("flex16_5" for "flex16+5", Format.FLEX16_5 or 3); raises as
+    :func:`fmt_id`."""
     return lib().fmt_name(fmt_id(fmt)).decode()
 
 
 def is_shared_exponent(fmt: FormatLike) -> bool:
-    """True for the int16-mantissa formats with one shared exponent (flex16_5, dfp16)."""
+    """True for the int16-mantissa formats with one shared exponent (flex16_5, dfp16); raises
+    as :func:`fmt_id`."""
     return bool(lib().fmt_is_shared_exponent(fmt_id(fmt)))
 
 
 def elem_size(fmt: FormatLike) -> int:
-    """Bytes per stored element (4 for fp32, 2 for the others)."""
+    """Bytes per stored element (4 for fp32, 2 for the others); raises as :func:`fmt_id`."""
     return int(lib().fmt_elem_size(fmt_id(fmt)))
 
 
 def raw_dtype(fmt: FormatLike) -> np.dtype:
     """NumPy dtype of the raw storage: uint32 bit patterns for fp32, uint16 for fp16 and bf16,
-    int16 mantissas for flex16_5 and dfp16."""
+    int16 mantissas for flex16_5 and dfp16; raises as :func:`fmt_id`."""
     return _RAW[fmt_id(fmt)]

@@ -3,8 +3,12 @@
 Every function writes into ``out`` when it is given (a Tensor of any format and the right shape)
 and returns it; otherwise it allocates the output in ``fmt``, which defaults to the format of the
 first tensor argument. Shapes are checked by the library, whose message the exception carries;
-the binding itself only checks what the library cannot: the sizes of the NumPy buffers it hands
-over (labels, argmax, batch-norm statistics).
+the binding itself checks what the library cannot: the sizes of the NumPy buffers it hands over
+(labels, argmax, batch-norm statistics), and that every scalar and array crosses into C
+unchanged (see :mod:`flexpoint._check`). Every function therefore also raises
+ArgumentTypeError for a wrong type (a float stride, a float or bool label array, a str scale)
+and ArgumentRangeError for an integer its C parameter cannot hold (a stride of 2**32, a label
+or argmax beyond int32, a negative seed); nothing is written into ``out`` then.
 
 Layout is NCHW, convolution weights are [O, C, KH, KW]. Arguments given as ``int | (int, int)``
 apply to (height, width).
@@ -17,11 +21,12 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ._check import c_bool, c_double, c_int, c_int_array, c_uint64, is_scalar
 from ._lib import lib
-from .errors import InvalidArgumentError, check
+from .errors import ArgumentTypeError, InvalidArgumentError, check
 from .formats import FormatLike
 from .device import DeviceBuffer
-from .tensor import Tensor, _new_on
+from .tensor import Tensor, _new_on, _shape_tuple
 
 __all__ = [
     "add", "sub", "mul", "scale", "relu", "relu_backward", "copy", "sum", "mean", "matmul",
@@ -56,12 +61,20 @@ def _out(out: Optional[Tensor], shape: Sequence[int], fmt: Optional[FormatLike],
 
 
 def _pair(v: Pair, name: str) -> Tuple[int, int]:
-    if isinstance(v, (int, np.integer)):
-        return int(v), int(v)
-    t = tuple(int(x) for x in v)
+    """(h, w) from an int or a pair of ints, each a C int (ArgumentTypeError /
+    ArgumentRangeError otherwise, InvalidArgumentError for a sequence of another length)."""
+    if is_scalar(v):
+        x = c_int(v, name)
+        return x, x
+    try:
+        if isinstance(v, (str, bytes)):
+            raise TypeError
+        t = tuple(v)
+    except TypeError:
+        raise ArgumentTypeError(f"{name}={v!r}: expected an int or a pair of ints") from None
     if len(t) != 2:
         raise InvalidArgumentError(f"{name}={v!r}: expected an int or a pair of ints", -1)
-    return t  # type: ignore[return-value]
+    return c_int(t[0], f"{name}[0]"), c_int(t[1], f"{name}[1]")
 
 
 def _f32_buffer(a: Any, n: Optional[int], name: str, inplace: bool = True) -> np.ndarray:
@@ -119,10 +132,12 @@ def mul(a: Tensor, b: Tensor, out: Optional[Tensor] = None,
 
 def scale(a: Tensor, s: float, out: Optional[Tensor] = None,
           fmt: Optional[FormatLike] = None) -> Tensor:
-    """out = s * a; s must be finite."""
+    """out = s * a; s must be finite (InvalidArgumentError otherwise; ArgumentTypeError for a
+    bool, str or None)."""
+    s = c_double(s, "s")
     a = _tensor(a, "a")
     o = _out(out, a.shape, fmt, a)
-    check(lib().tensor_scale(o._h, a._h, float(s)), "tensor_scale")
+    check(lib().tensor_scale(o._h, a._h, s), "tensor_scale")
     return o
 
 
@@ -152,9 +167,11 @@ def copy(a: Tensor, out: Optional[Tensor] = None, fmt: Optional[FormatLike] = No
 
 
 def _reduced_shape(a: Tensor, axis: Optional[int], keepdims: bool) -> Tuple[Tuple[int, ...], int]:
-    if axis is None or axis == AXIS_ALL:
+    if axis is None:
         return ((1,) * a.ndim if keepdims else (1,)), AXIS_ALL
-    axis = int(axis)
+    axis = c_int(axis, "axis")
+    if axis == AXIS_ALL:
+        return ((1,) * a.ndim if keepdims else (1,)), AXIS_ALL
     d = axis + a.ndim if axis < 0 else axis
     if not 0 <= d < a.ndim:
         return (1,), axis  # the library reports the bad axis
@@ -168,7 +185,8 @@ def _reduced_shape(a: Tensor, axis: Optional[int], keepdims: bool) -> Tuple[Tupl
 def sum(a: Tensor, axis: Optional[int] = None, keepdims: bool = False,
         out: Optional[Tensor] = None, fmt: Optional[FormatLike] = None) -> Tensor:
     """Sum over every element (axis None: a tensor of shape (1,)) or along one axis. Float
-    formats accumulate in fp32, integer formats exactly in int64."""
+    formats accumulate in fp32, integer formats exactly in int64. InvalidArgumentError for a
+    bad axis (ArgumentTypeError / ArgumentRangeError for one that is not a C int)."""
     a = _tensor(a, "a")
     shape, ax = _reduced_shape(a, axis, keepdims)
     o = _out(out, shape, fmt, a)
@@ -178,7 +196,7 @@ def sum(a: Tensor, axis: Optional[int] = None, keepdims: bool = False,
 
 def mean(a: Tensor, axis: Optional[int] = None, keepdims: bool = False,
          out: Optional[Tensor] = None, fmt: Optional[FormatLike] = None) -> Tensor:
-    """Mean over every element or along one axis (shapes as :func:`sum`)."""
+    """Mean over every element or along one axis (shapes and errors as :func:`sum`)."""
     a = _tensor(a, "a")
     shape, ax = _reduced_shape(a, axis, keepdims)
     o = _out(out, shape, fmt, a)
@@ -223,7 +241,9 @@ def _conv_args(stride: Pair, padding: Pair, dilation: Pair) -> Tuple[int, ...]:
 
 def conv2d(x: Tensor, w: Tensor, stride: Pair = 1, padding: Pair = 0, dilation: Pair = 1,
            out: Optional[Tensor] = None, fmt: Optional[FormatLike] = None) -> Tensor:
-    """y[N, O, OH, OW] = conv(x[N, C, H, W], w[O, C, KH, KW]), zero padding, no bias."""
+    """y[N, O, OH, OW] = conv(x[N, C, H, W], w[O, C, KH, KW]), zero padding, no bias.
+    Raises ArgumentTypeError / ArgumentRangeError for a stride, padding, dilation or kernel
+    size that is not an int (or pair of ints) within the C int range."""
     x, w = _tensor(x, "x"), _tensor(w, "w")
     shape = conv2d_output_shape(x.shape, w.shape, stride, padding, dilation) or (1, 1, 1, 1)
     o = _out(out, shape, fmt, x)
@@ -237,13 +257,16 @@ def conv2d_bias_relu(x: Tensor, w: Tensor, bias: Optional[Tensor] = None, relu: 
                      out: Optional[Tensor] = None, fmt: Optional[FormatLike] = None) -> Tensor:
     """relu(conv2d(x, w) + bias) in one write, with the bits of conv2d, add and relu called one
     after the other (tensor_conv2d_bias_relu). bias: None or shape (O, 1, 1). The output must be
-    fp32, fp16 or bf16 (UnsupportedError for flex16_5/dfp16: call the three ops)."""
+    fp32, fp16 or bf16 (UnsupportedError for flex16_5/dfp16: call the three ops). Raises as
+    :func:`conv2d`, and ArgumentTypeError / ArgumentRangeError for `relu` other than a bool."""
     x, w = _tensor(x, "x"), _tensor(w, "w")
     b = _tensor(bias, "bias") if bias is not None else None
+    r = c_bool(relu, "relu")
+    args = _conv_args(stride, padding, dilation)
     shape = conv2d_output_shape(x.shape, w.shape, stride, padding, dilation) or (1, 1, 1, 1)
     o = _out(out, shape, fmt, x)
     check(lib().tensor_conv2d_bias_relu(o._h, x._h, w._h, b._h if b is not None else None,
-                                        1 if relu else 0, *_conv_args(stride, padding, dilation)),
+                                        r, *args),
           "tensor_conv2d_bias_relu")
     return o
 
@@ -251,11 +274,12 @@ def conv2d_bias_relu(x: Tensor, w: Tensor, bias: Optional[Tensor] = None, relu: 
 def conv2d_backward_input(dy: Tensor, w: Tensor, input_shape: Sequence[int], stride: Pair = 1,
                           padding: Pair = 0, dilation: Pair = 1, out: Optional[Tensor] = None,
                           fmt: Optional[FormatLike] = None) -> Tensor:
-    """dx[N, C, H, W] (input_shape) = gradient of the convolution with respect to its input."""
+    """dx[N, C, H, W] (input_shape) = gradient of the convolution with respect to its input.
+    Raises as :func:`conv2d`, and for input_shape what :class:`Tensor` raises for a shape."""
     dy, w = _tensor(dy, "dy"), _tensor(w, "w")
-    o = _out(out, tuple(input_shape), fmt, dy)
-    check(lib().tensor_conv2d_backward_input(o._h, dy._h, w._h,
-                                             *_conv_args(stride, padding, dilation)),
+    args = _conv_args(stride, padding, dilation)
+    o = _out(out, _shape_tuple(input_shape, "input_shape"), fmt, dy)
+    check(lib().tensor_conv2d_backward_input(o._h, dy._h, w._h, *args),
           "tensor_conv2d_backward_input")
     return o
 
@@ -264,13 +288,13 @@ def conv2d_backward_weight(x: Tensor, dy: Tensor, kernel_size: Pair, stride: Pai
                            padding: Pair = 0, dilation: Pair = 1, out: Optional[Tensor] = None,
                            fmt: Optional[FormatLike] = None) -> Tensor:
     """dw[O, C, KH, KW] = gradient with respect to the weights (summed over the batch);
-    O = dy.shape[1], C = x.shape[1], (KH, KW) = kernel_size."""
+    O = dy.shape[1], C = x.shape[1], (KH, KW) = kernel_size. Raises as :func:`conv2d`."""
     x, dy = _tensor(x, "x"), _tensor(dy, "dy")
     kh, kw = _pair(kernel_size, "kernel_size")
+    args = _conv_args(stride, padding, dilation)
     shape = (dy.shape[1], x.shape[1], kh, kw) if x.ndim == 4 and dy.ndim == 4 else (1, 1, kh, kw)
     o = _out(out, shape, fmt, dy)
-    check(lib().tensor_conv2d_backward_weight(o._h, x._h, dy._h,
-                                              *_conv_args(stride, padding, dilation)),
+    check(lib().tensor_conv2d_backward_weight(o._h, x._h, dy._h, *args),
           "tensor_conv2d_backward_weight")
     return o
 
@@ -311,7 +335,9 @@ def maxpool2d(x: Tensor, kernel_size: Pair = 2, stride: Optional[Pair] = None, p
     return_indices, also returns the int32 argmax (flat indices into x) that
     :func:`maxpool2d_backward` needs: a NumPy array for host tensors, a
     :class:`~flexpoint.device.DeviceBuffer` on x's device for device tensors (written into
-    `indices` when given, so that a training loop reuses one buffer)."""
+    `indices` when given, so that a training loop reuses one buffer). Raises
+    ArgumentTypeError / ArgumentRangeError for a kernel size, stride or padding that is not an
+    int (or pair of ints) within the C int range."""
     x = _tensor(x, "x")
     args = _pool_args(kernel_size, stride, padding)
     shape = pool2d_output_shape(x.shape, kernel_size, stride, padding) or (1, 1, 1, 1)
@@ -339,9 +365,12 @@ def maxpool2d_backward(dy: Tensor, argmax: Union[np.ndarray, DeviceBuffer],
                        fmt: Optional[FormatLike] = None) -> Tensor:
     """dx (input_shape) = scatter-add of dy at argmax, zeros elsewhere. For device tensors
     argmax is the DeviceBuffer that maxpool2d returned (a host array is copied to the device
-    after its range check); the library checks a device argmax's range on the device."""
+    after its range check); the library checks a device argmax's range on the device.
+    A host argmax must hold integers (ArgumentTypeError for a float or bool array) in
+    [0, dx size) (ArgumentRangeError, an InvalidArgumentError, otherwise: an int64 index is never
+    wrapped into range); input_shape raises what :class:`Tensor` raises for a shape."""
     dy = _tensor(dy, "dy")
-    o = _out(out, tuple(input_shape), fmt, dy)
+    o = _out(out, _shape_tuple(input_shape, "input_shape"), fmt, dy)
     if isinstance(argmax, DeviceBuffer):
         if argmax.size != dy.size or argmax.dtype != np.int32:
             raise InvalidArgumentError(f"argmax is a {argmax!r}; dy has {dy.size} elements "
@@ -349,13 +378,12 @@ def maxpool2d_backward(dy: Tensor, argmax: Union[np.ndarray, DeviceBuffer],
         check(lib().tensor_maxpool2d_backward(o._h, dy._h, _dev_ptr(argmax, _i32p)),
               "tensor_maxpool2d_backward")
         return o
-    am = np.ascontiguousarray(argmax, dtype=np.int32)
+    # integers only, each in [0, dx size) before the cast to int32: an int64 index of 2**32
+    # would otherwise wrap to 0 and pass (ArgumentRangeError is an InvalidArgumentError)
+    am = c_int_array(argmax, "argmax", np.int32, lo=0, hi=o.size - 1)
     if am.size != dy.size:
         raise InvalidArgumentError(f"argmax has {am.size} entries, dy has {dy.size} elements",
                                    -1)
-    if am.size and (int(am.min()) < 0 or int(am.max()) >= o.size):
-        raise InvalidArgumentError(
-            f"argmax holds indices outside [0, {o.size}) (dx has {o.size} elements)", -1)
     if dy._ordinal() >= 0:  # a host array for device tensors: checked above, then copied
         return maxpool2d_backward(dy, DeviceBuffer.from_numpy(am, np.int32, dy._ordinal()),
                                   input_shape, o)
@@ -366,11 +394,12 @@ def maxpool2d_backward(dy: Tensor, argmax: Union[np.ndarray, DeviceBuffer],
 
 def avgpool2d(x: Tensor, kernel_size: Pair = 2, stride: Optional[Pair] = None, padding: Pair = 0,
               out: Optional[Tensor] = None, fmt: Optional[FormatLike] = None) -> Tensor:
-    """Average pooling; padded positions count in the divisor."""
+    """Average pooling; padded positions count in the divisor. Raises as :func:`maxpool2d`."""
     x = _tensor(x, "x")
+    args = _pool_args(kernel_size, stride, padding)
     shape = pool2d_output_shape(x.shape, kernel_size, stride, padding) or (1, 1, 1, 1)
     o = _out(out, shape, fmt, x)
-    check(lib().tensor_avgpool2d(o._h, x._h, *_pool_args(kernel_size, stride, padding)),
+    check(lib().tensor_avgpool2d(o._h, x._h, *args),
           "tensor_avgpool2d")
     return o
 
@@ -378,10 +407,12 @@ def avgpool2d(x: Tensor, kernel_size: Pair = 2, stride: Optional[Pair] = None, p
 def avgpool2d_backward(dy: Tensor, input_shape: Sequence[int], kernel_size: Pair = 2,
                        stride: Optional[Pair] = None, padding: Pair = 0,
                        out: Optional[Tensor] = None, fmt: Optional[FormatLike] = None) -> Tensor:
-    """Gradient of :func:`avgpool2d` with respect to its input (of shape input_shape)."""
+    """Gradient of :func:`avgpool2d` with respect to its input (of shape input_shape). Raises
+    as :func:`avgpool2d`, and for input_shape what :class:`Tensor` raises for a shape."""
     dy = _tensor(dy, "dy")
-    o = _out(out, tuple(input_shape), fmt, dy)
-    check(lib().tensor_avgpool2d_backward(o._h, dy._h, *_pool_args(kernel_size, stride, padding)),
+    args = _pool_args(kernel_size, stride, padding)
+    o = _out(out, _shape_tuple(input_shape, "input_shape"), fmt, dy)
+    check(lib().tensor_avgpool2d_backward(o._h, dy._h, *args),
           "tensor_avgpool2d_backward")
     return o
 
@@ -401,9 +432,10 @@ def global_avgpool(x: Tensor, keepdims: bool = False, out: Optional[Tensor] = No
 
 def global_avgpool_backward(dy: Tensor, input_shape: Sequence[int], out: Optional[Tensor] = None,
                             fmt: Optional[FormatLike] = None) -> Tensor:
-    """dx[N, C, H, W] = dy / (H * W) broadcast over each window."""
+    """dx[N, C, H, W] = dy / (H * W) broadcast over each window; input_shape raises what
+    :class:`Tensor` raises for a shape."""
     dy = _tensor(dy, "dy")
-    o = _out(out, tuple(input_shape), fmt, dy)
+    o = _out(out, _shape_tuple(input_shape, "input_shape"), fmt, dy)
     check(lib().tensor_global_avgpool_backward(o._h, dy._h), "tensor_global_avgpool_backward")
     return o
 
@@ -418,9 +450,12 @@ def softmax_cross_entropy(logits: Tensor, labels: Any, grad: bool = True,
 
     Returns (loss, dlogits): dlogits = grad_scale * (softmax - onehot) / N, written once in its
     format (allocated in `fmt` or the logits' format unless given), or None when grad is False.
-    An out-of-range label raises RangeError naming it."""
+    An out-of-range label raises RangeError naming it (ArgumentRangeError, also a RangeError,
+    for one beyond int32). Labels must be integers: a float or bool array raises
+    ArgumentTypeError rather than being truncated (an empty one of any dtype is accepted)."""
     logits = _tensor(logits, "logits")
-    lab = np.ascontiguousarray(labels, dtype=np.int32).reshape(-1)
+    gs = c_double(grad_scale, "grad_scale")
+    lab = c_int_array(labels, "labels", np.int32).reshape(-1)
     n = logits.shape[0] if logits.ndim == 2 else None
     if n is not None and lab.size != n:
         raise InvalidArgumentError(f"labels has {lab.size} entries, logits has {n} rows", -1)
@@ -430,7 +465,7 @@ def softmax_cross_entropy(logits: Tensor, labels: Any, grad: bool = True,
     loss = c_float()
     lab_ptr: Any = lab.ctypes.data_as(_i32p) if lab.size else (c_int32 * 1)()
     check(lib().tensor_softmax_cross_entropy(ctypes.byref(loss), d._h if d else None, logits._h,
-                                             lab_ptr, float(grad_scale)),
+                                             lab_ptr, gs),
           "tensor_softmax_cross_entropy")
     return float(loss.value), d
 
@@ -449,19 +484,22 @@ def batchnorm(x: Tensor, gamma: Tensor, beta: Tensor, running_mean: np.ndarray,
 
     running_mean and running_var are float32 arrays of C entries, updated in place when
     training (PyTorch momentum, unbiased variance). Returns (y, save_mean, save_invstd); the two
-    saved arrays feed :func:`batchnorm_backward` and are None in inference mode."""
+    saved arrays feed :func:`batchnorm_backward` and are None in inference mode.
+    ArgumentTypeError / ArgumentRangeError for `training` other than a bool and for momentum
+    or eps that are not real numbers; the running statistics are unchanged then."""
     x, gamma, beta = _tensor(x, "x"), _tensor(gamma, "gamma"), _tensor(beta, "beta")
+    mom, ep, tr = c_double(momentum, "momentum"), c_double(eps, "eps"), \
+        c_bool(training, "training")
     c = _channels(x)
     rm = _f32_buffer(running_mean, c, "running_mean")
     rv = _f32_buffer(running_var, c, "running_var")
     o = _out(out, x.shape, fmt, x)
-    sm = np.zeros(c or 1, dtype=np.float32) if training else None
-    si = np.zeros(c or 1, dtype=np.float32) if training else None
+    sm = np.zeros(c or 1, dtype=np.float32) if tr else None
+    si = np.zeros(c or 1, dtype=np.float32) if tr else None
     check(lib().tensor_batchnorm(
         o._h, x._h, gamma._h, beta._h, rm.ctypes.data_as(_fp), rv.ctypes.data_as(_fp),
         sm.ctypes.data_as(_fp) if sm is not None else None,
-        si.ctypes.data_as(_fp) if si is not None else None, float(momentum), float(eps),
-        int(bool(training))), "tensor_batchnorm")
+        si.ctypes.data_as(_fp) if si is not None else None, mom, ep, tr), "tensor_batchnorm")
     return o, sm, si
 
 
@@ -491,19 +529,22 @@ def batchnorm_backward(dy: Tensor, x: Tensor, gamma: Tensor, save_mean: np.ndarr
 def dropout(x: Tensor, p: float, seed: int = 0, step: int = 0, out: Optional[Tensor] = None,
             fmt: Optional[FormatLike] = None) -> Tensor:
     """y = x * mask / (1 - p); the mask is drawn from (seed, step, element index), so the
-    backward pass with the same seed and step recomputes it. p in [0, 1)."""
+    backward pass with the same seed and step recomputes it. p in [0, 1) (InvalidArgumentError
+    otherwise); seed and step in [0, 2**64-1] (ArgumentRangeError otherwise: a negative seed is
+    refused, not wrapped)."""
     x = _tensor(x, "x")
+    args = c_double(p, "p"), c_uint64(seed, "seed"), c_uint64(step, "step")
     o = _out(out, x.shape, fmt, x)
-    check(lib().tensor_dropout(o._h, x._h, float(p), int(seed) & (2**64 - 1),
-                               int(step) & (2**64 - 1)), "tensor_dropout")
+    check(lib().tensor_dropout(o._h, x._h, *args), "tensor_dropout")
     return o
 
 
 def dropout_backward(dy: Tensor, p: float, seed: int = 0, step: int = 0,
                      out: Optional[Tensor] = None, fmt: Optional[FormatLike] = None) -> Tensor:
-    """dx = dy * mask / (1 - p) with the mask of :func:`dropout` for the same seed and step."""
+    """dx = dy * mask / (1 - p) with the mask of :func:`dropout` for the same seed and step;
+    raises as :func:`dropout`."""
     dy = _tensor(dy, "dy")
+    args = c_double(p, "p"), c_uint64(seed, "seed"), c_uint64(step, "step")
     o = _out(out, dy.shape, fmt, dy)
-    check(lib().tensor_dropout_backward(o._h, dy._h, float(p), int(seed) & (2**64 - 1),
-                                        int(step) & (2**64 - 1)), "tensor_dropout_backward")
+    check(lib().tensor_dropout_backward(o._h, dy._h, *args), "tensor_dropout_backward")
     return o

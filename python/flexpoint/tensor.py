@@ -7,20 +7,23 @@ parent outlives its views; raw NumPy views of the storage hold a reference to th
 from __future__ import annotations
 
 import ctypes
+import math
 import numbers
-import operator
 import os
-from ctypes import POINTER, c_double, c_float, c_int, c_int64
+from ctypes import POINTER, c_double, c_float
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ._check import (c_bool, c_int, c_int64, c_int_array, c_path, c_shape, c_str, c_uint64,
+                     is_scalar)
 from ._lib import lib
 from ._structs import AutoflexConfigC, TraceRecordC
 from .autoflex import AutoflexConfig, TraceRecord, trace_to_arrays
 from .device import DeviceLike, device_name, device_ordinal
 from .device import on_device as _on_device
-from .errors import InvalidArgumentError, ShapeError, StateError, check, raise_last
+from .errors import (ArgumentTypeError, InvalidArgumentError, ShapeError, StateError, check,
+                     raise_last)
 from .formats import FORMATS, FormatLike, fmt_id, raw_dtype
 
 __all__ = ["Tensor", "tensor", "zeros", "from_numpy", "from_raw", "STAT_NAMES", "MAX_DIMS",
@@ -40,24 +43,28 @@ ShapeLike = Union[int, Sequence[int]]
 _fp = POINTER(c_float)
 
 
-def _shape_tuple(shape: ShapeLike) -> Tuple[int, ...]:
-    seq: Sequence[Any] = (shape,) if isinstance(shape, (numbers.Integral, np.integer)) \
-        else shape  # type: ignore[assignment]
+def _shape_tuple(shape: ShapeLike, name: str = "shape") -> Tuple[int, ...]:
+    # Checked in full before any C call: tensor_new reads int64 dimensions and computes strides
+    # from their product, so a dimension or a product beyond int64 must never reach it.
+    return c_shape(shape, name, 1, MAX_DIMS)
+
+
+def _reshape_dims(shape: Any) -> Tuple[int, ...]:
+    """The entries of a reshape as int64 values >= -1 (-1: inferred)."""
+    if is_scalar(shape):
+        shape = (shape,)
+    if isinstance(shape, (str, bytes)) or shape is None:
+        raise ArgumentTypeError(f"reshape{(shape,)!r}: expected integers")
     try:
-        dims = tuple(operator.index(d) for d in seq)
+        seq = tuple(shape)
     except TypeError:
-        raise InvalidArgumentError(f"shape {shape!r} is not a sequence of integers", -1) from None
-    if not 1 <= len(dims) <= MAX_DIMS:
-        raise InvalidArgumentError(
-            f"shape {dims}: ndim={len(dims)} is outside [1, {MAX_DIMS}]", -1)
-    for i, d in enumerate(dims):
-        if d < 0:
-            raise InvalidArgumentError(f"shape {dims}: shape[{i}]={d} is negative", -1)
-    return dims
+        raise ArgumentTypeError(f"reshape: expected integers, not {type(shape).__name__}") \
+            from None
+    return tuple(c_int64(d, f"reshape[{i}]", lo=-1) for i, d in enumerate(seq))
 
 
 def _c_shape(dims: Sequence[int]) -> ctypes.Array:
-    return (c_int64 * len(dims))(*dims)
+    return (ctypes.c_int64 * len(dims))(*dims)
 
 
 class _RawHolder:
@@ -87,6 +94,13 @@ class Tensor:
     A tensor lives on the host (:attr:`device` ``"cpu"``) or on a CUDA device (``"cuda:N"``);
     :meth:`to` moves a copy (bits and exponent state). Ops whose tensors all live on one device
     run there. Element access (:meth:`numpy`, :meth:`assign`, raw storage) needs a host tensor.
+
+    Arguments are checked before they reach the library, which receives exactly the value given
+    or is not called at all (the tensor is then unchanged): a wrong type (a float, str, None or
+    bool for an integer) raises :class:`~flexpoint.ArgumentTypeError`, an integer outside the C
+    parameter's type (``t.exp = 2**40``) :class:`~flexpoint.ArgumentRangeError` (also a
+    RangeError and an OverflowError), a name or path containing NUL
+    :class:`~flexpoint.InvalidArgumentError`. Both argument errors are InvalidArgumentErrors.
     """
 
     __slots__ = ("_ptr", "_base", "_owned", "_shape", "_fmt", "__weakref__")
@@ -101,6 +115,10 @@ class Tensor:
     __array_ufunc__ = None
 
     def __init__(self, shape: ShapeLike, fmt: FormatLike = "flex16_5") -> None:
+        """A new zero-filled host tensor. Raises ArgumentTypeError (shape not integers),
+        ArgumentRangeError (a negative dimension or one beyond int64), InvalidArgumentError (ndim
+        outside [1, MAX_DIMS]), OutOfMemoryError (the dimensions multiply beyond int64, or the
+        allocation fails), FormatError (unknown fmt)."""
         dims = _shape_tuple(shape)
         f = fmt_id(fmt)
         L = lib()
@@ -304,17 +322,16 @@ class Tensor:
     def set_raw(self, values: Any) -> "Tensor":
         """Write raw storage elements (uint32 fp32 bits, uint16 fp16/bf16 bits, int16 mantissas).
         Mantissas must lie in [-32767, 32767] (RangeError otherwise, nothing written); the
-        exponent is unchanged. Returns self."""
+        exponent is unchanged. Returns self. Raises ArgumentTypeError for non-integer values (a
+        float or bool array), ArgumentRangeError for a value beyond the storage type (never
+        wrapped: bit patterns held in a signed type are passed as ``.view(np.uint16)`` or
+        ``.view(np.uint32)``), ShapeError for the wrong number of values; nothing is written on
+        any error."""
         dt = self.raw_dtype
-        a = np.asarray(values)
-        if a.dtype != dt:
-            if not np.can_cast(a.dtype, dt, casting="same_kind") and a.size:
-                raise InvalidArgumentError(f"set_raw: {self.fmt} storage is {dt.name}, got "
-                                           f"{a.dtype.name}", -1)
-            a = a.astype(np.int64) if dt == np.int16 else a
-            if dt == np.int16 and a.size and (a.min() < -32768 or a.max() > 32767):
-                raise InvalidArgumentError("set_raw: values do not fit int16", -1)
-            a = a.astype(dt)
+        a = np.asarray(values) if not isinstance(values, (list, tuple)) else values
+        if not isinstance(a, np.ndarray) or a.dtype != dt:
+            # integers only, each within the storage type: astype would wrap 65536 to 0
+            a = c_int_array(a, "set_raw values", dt)
         if a.shape != self.shape:
             if a.size != self.size:
                 raise ShapeError(f"set_raw: {a.size} values for a tensor of shape {self.shape}",
@@ -400,22 +417,22 @@ class Tensor:
     # views
     # ------------------------------------------------------------------------------------
     def reshape(self, *shape: Any) -> "Tensor":
-        """A view with a new shape of the same size (one entry may be -1). The tensor must be
-        contiguous (InvalidArgumentError otherwise)."""
-        if len(shape) == 1 and not isinstance(shape[0], (numbers.Integral, np.integer)):
-            shape = tuple(shape[0])
-        dims = [operator.index(d) for d in shape]
+        """A view with a new shape of the same size (one entry may be -1). Raises
+        InvalidArgumentError (the tensor is not contiguous, more than one -1), ShapeError (the -1
+        cannot be inferred, or the sizes differ), and for the dimensions what :class:`Tensor`
+        raises for a shape."""
+        if len(shape) == 1 and not is_scalar(shape[0]):
+            shape = shape[0]
+        dims = list(_reshape_dims(shape))
         if dims.count(-1) > 1:
             raise InvalidArgumentError(f"reshape{tuple(dims)}: more than one -1", -1)
         if -1 in dims:
-            known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+            known = math.prod(d for d in dims if d != -1)
             if known == 0 or self.size % known:
                 raise ShapeError(f"reshape{tuple(dims)}: cannot infer -1 for size {self.size}",
                                  -2)
             dims[dims.index(-1)] = self.size // known
-        if not 1 <= len(dims) <= MAX_DIMS:
-            raise InvalidArgumentError(f"reshape: ndim={len(dims)} is outside [1, {MAX_DIMS}]",
-                                       -1)
+        dims = list(_shape_tuple(dims, "reshape"))
         L = lib()
         L.flexpoint_clear_error()
         p = L.tensor_view_reshape(self._h, len(dims), _c_shape(dims))
@@ -424,10 +441,13 @@ class Tensor:
         return Tensor._wrap(p, self)
 
     def transpose(self, d0: int = -2, d1: int = -1) -> "Tensor":
-        """A view with dimensions d0 and d1 swapped (default: the last two)."""
+        """A view with dimensions d0 and d1 swapped (default: the last two). Raises
+        InvalidArgumentError for a dimension out of range (ArgumentTypeError /
+        ArgumentRangeError for one that is not a C int)."""
+        a, b = c_int(d0, "d0"), c_int(d1, "d1")
         L = lib()
         L.flexpoint_clear_error()
-        p = L.tensor_view_transpose(self._h, int(d0), int(d1))
+        p = L.tensor_view_transpose(self._h, a, b)
         if not p:
             _raise_view_error("tensor_view_transpose")
         return Tensor._wrap(p, self)
@@ -441,13 +461,19 @@ class Tensor:
         return self.transpose(0, 1)
 
     def slice(self, dim: int, start: int, stop: Optional[int] = None, step: int = 1) -> "Tensor":
-        """A view of indices start, start+step, ... < stop along `dim` (step >= 1)."""
+        """A view of indices start, start+step, ... < stop along `dim` (step >= 1,
+        0 <= start <= stop <= shape[dim]). Raises InvalidArgumentError for bounds outside those;
+        ArgumentTypeError / ArgumentRangeError for a dim that is not a C int or bounds that are
+        not int64."""
+        dim = c_int(dim, "dim")
+        start, step = c_int64(start, "start"), c_int64(step, "step")
         ndim = self.ndim
         d = dim + ndim if -ndim <= dim < 0 else dim
-        end = stop if stop is not None else (self.shape[d] if 0 <= d < ndim else 0)
+        end = c_int64(stop, "stop") if stop is not None else \
+            (self.shape[d] if 0 <= d < ndim else 0)
         L = lib()
         L.flexpoint_clear_error()
-        p = L.tensor_view_slice(self._h, int(dim), int(start), int(end), int(step))
+        p = L.tensor_view_slice(self._h, dim, start, end, step)
         if not p:
             _raise_view_error("tensor_view_slice")
         return Tensor._wrap(p, self)
@@ -472,11 +498,17 @@ class Tensor:
             if not isinstance(k, slice):
                 raise TypeError("flexpoint tensors take slices only (start:stop:step with "
                                 f"step >= 1), not {type(k).__name__}")
-            start, stop, step = k.indices(self.shape[dim])
+            try:
+                start, stop, step = k.indices(self.shape[dim])
+            except TypeError:
+                raise ArgumentTypeError(f"index {k!r}: slice bounds must be integers or None") \
+                    from None
             if step < 1:
                 raise InvalidArgumentError(f"slice step {step} must be >= 1", -1)
             if stop < start:
                 stop = start
+            # any step beyond the dimension selects only `start`, as a step of shape[dim] does
+            step = min(step, max(self.shape[dim], 1))
             if (start, stop, step) != (0, self.shape[dim], 1):
                 view = view.slice(dim, start, stop, step)
         return view
@@ -487,7 +519,10 @@ class Tensor:
     @property
     def exp(self) -> Optional[int]:
         """The shared exponent of a flex16_5/dfp16 tensor (value = m * 2**exp); None for float
-        formats. Setting it rescales the stored mantissas (RangeError outside the window)."""
+        formats. Setting it rescales the stored mantissas. Setting raises RangeError outside the
+        window, FormatError for a float format, ArgumentTypeError for a non-integer (a float,
+        bool, str or None) and ArgumentRangeError (a RangeError) for an int beyond the C int
+        range; nothing changes on any error."""
         if not self.is_shared_exponent:
             return None
         e = ctypes.c_int(0)
@@ -497,42 +532,56 @@ class Tensor:
 
     @exp.setter
     def exp(self, e: int) -> None:
-        check(lib().tensor_set_exp(self._h, int(e)), "tensor_set_exp")
+        check(lib().tensor_set_exp(self._h, c_int(e, "exp")), "tensor_set_exp")
 
     def set_exp(self, e: int) -> "Tensor":
-        """Set the shared exponent (see :attr:`exp`). Returns self."""
+        """Set the shared exponent (see :attr:`exp`). Returns self. Raises RangeError outside
+        the window, FormatError for a float format, ArgumentTypeError for a non-integer and
+        ArgumentRangeError for an int beyond the C int range (never wrapped into the window);
+        the tensor is unchanged on any error."""
         self.exp = e
         return self
 
     @property
     def exp_window(self) -> Tuple[int, int]:
         """(lo, hi) exponent window of a shared-exponent tensor (FormatError otherwise)."""
-        lo, hi = c_int(), c_int()
+        lo, hi = ctypes.c_int(), ctypes.c_int()
         check(lib().tensor_exp_window(self._h, ctypes.byref(lo), ctypes.byref(hi)),
               "tensor_exp_window")
         return lo.value, hi.value
 
     def set_exp_window(self, lo: int) -> "Tensor":
-        """flex16_5 only: set the window to [lo, lo+31]. Returns self."""
-        check(lib().tensor_set_exp_window(self._h, int(lo)), "tensor_set_exp_window")
+        """flex16_5 only: set the window to [lo, lo+31], lo in [-128, 96]. Returns self.
+        Raises RangeError for lo outside [-128, 96] (ArgumentRangeError when it is not even a C
+        int: it is never wrapped into another window), ArgumentTypeError for a non-integer,
+        FormatError for other formats; the tensor is unchanged on any error."""
+        check(lib().tensor_set_exp_window(self._h, c_int(lo, "window_lo")),
+              "tensor_set_exp_window")
         return self
 
     def set_rounding(self, mode: Union[str, int] = "nearest", seed: int = 0) -> "Tensor":
         """Rounding of writes into a flex16_5/dfp16 tensor: "nearest" (ties to even) or
-        "stochastic" (counter-based, keyed by seed, write counter and element). Returns self."""
+        "stochastic" (counter-based, keyed by seed, write counter and element). Returns self.
+        Raises InvalidArgumentError for an unknown mode, FormatError for float formats,
+        ArgumentTypeError / ArgumentRangeError for a mode that is not a C int or a seed outside
+        [0, 2**64-1] (a negative seed is refused, not wrapped)."""
         if isinstance(mode, str):
             if mode not in _ROUNDING:
                 raise InvalidArgumentError(f"rounding mode {mode!r}: expected 'nearest' or "
                                            "'stochastic'", -1)
-            mode = _ROUNDING[mode]
-        check(lib().tensor_set_rounding(self._h, int(mode), int(seed) & (2**64 - 1)),
+            m = _ROUNDING[mode]
+        else:
+            m = c_int(mode, "mode")
+        check(lib().tensor_set_rounding(self._h, m, c_uint64(seed, "seed")),
               "tensor_set_rounding")
         return self
 
     def stat(self, name: str) -> float:
-        """One statistic of a shared-exponent tensor (see :data:`STAT_NAMES`)."""
+        """One statistic of a shared-exponent tensor (see :data:`STAT_NAMES`). Raises
+        UnknownNameError for another name, FormatError for float formats, ArgumentTypeError
+        for a non-str, InvalidArgumentError for a name containing NUL."""
         v = c_double()
-        check(lib().tensor_stat(self._h, name.encode(), ctypes.byref(v)), "tensor_stat")
+        check(lib().tensor_stat(self._h, c_str(name, "name"), ctypes.byref(v)), "tensor_stat")
         return v.value
 
     @property
@@ -549,13 +598,18 @@ class Tensor:
 
     def set_autoflex(self, preset: Union[str, AutoflexConfig] = "published") -> "Tensor":
         """Switch a flex16_5 tensor to a named Autoflex preset or an explicit
-        :class:`AutoflexConfig`. Resets the history; keeps the exponent. Returns self."""
+        :class:`AutoflexConfig`. Resets the history; keeps the exponent. Returns self.
+        Raises UnknownNameError (unknown preset), FormatError (not flex16_5),
+        InvalidArgumentError (a configuration field out of range, a name containing NUL),
+        ArgumentTypeError / ArgumentRangeError (a preset that is neither a str nor an
+        AutoflexConfig, a field that does not fit its C type); nothing changes on any error."""
         if isinstance(preset, AutoflexConfig):
             c = preset.to_c()
             check(lib().tensor_set_autoflex_config(self._h, ctypes.byref(c)),
                   "tensor_set_autoflex_config")
         else:
-            check(lib().tensor_set_autoflex(self._h, str(preset).encode()), "tensor_set_autoflex")
+            check(lib().tensor_set_autoflex(self._h, c_str(preset, "preset")),
+                  "tensor_set_autoflex")
         return self
 
     @property
@@ -568,8 +622,9 @@ class Tensor:
 
     def trace_enable(self, on: bool = True) -> "Tensor":
         """Start (clearing any old trace) or stop recording one record per write. Returns
-        self."""
-        check(lib().tensor_trace_enable(self._h, int(bool(on))), "tensor_trace_enable")
+        self. Raises FormatError for float formats, ArgumentTypeError / ArgumentRangeError for
+        `on` other than True, False, 1 or 0."""
+        check(lib().tensor_trace_enable(self._h, c_bool(on, "on")), "tensor_trace_enable")
         return self
 
     def trace(self) -> List[TraceRecord]:
@@ -589,8 +644,11 @@ class Tensor:
         return trace_to_arrays(self.trace())
 
     def write_trace_csv(self, path: Union[str, os.PathLike]) -> None:
-        """Write the trace as CSV (header, one row per write), atomically."""
-        check(lib().tensor_trace_write_csv(self._h, os.fsencode(path)), "tensor_trace_write_csv")
+        """Write the trace as CSV (header, one row per write), atomically. Raises
+        FlexpointIOError when the file cannot be written, ArgumentTypeError for a path that is
+        not str, bytes or os.PathLike, InvalidArgumentError for a path containing NUL."""
+        check(lib().tensor_trace_write_csv(self._h, c_path(path, "path")),
+              "tensor_trace_write_csv")
 
     # ------------------------------------------------------------------------------------
     # operators (see flexpoint.ops for the functions with out=)
@@ -698,8 +756,20 @@ def tensor(shape: ShapeLike, fmt: FormatLike = "flex16_5", *, autoflex: Optional
 
     A shared-exponent tensor starts at exponent -8 (flex16_5, window [-31, 0], Autoflex preset
     from FLEXPOINT_AUTOFLEX or "robust") or 0 (dfp16); `window_lo`, `exp` and `autoflex`
-    change that (flex16_5 only for the window and preset)."""
-    t = _new_on(_shape_tuple(shape), fmt, device_ordinal(device))
+    change that (flex16_5 only for the window and preset).
+
+    Raises what :class:`Tensor` raises for the shape and format, what :meth:`Tensor.set_exp`,
+    :meth:`Tensor.set_exp_window` and :meth:`Tensor.set_autoflex` raise for those arguments
+    (their types are checked before anything is allocated), InvalidArgumentError for a bad
+    device and DeviceError when it cannot be used."""
+    dims = _shape_tuple(shape)
+    if window_lo is not None:
+        c_int(window_lo, "window_lo")
+    if exp is not None:
+        c_int(exp, "exp")
+    if autoflex is not None:
+        c_str(autoflex, "autoflex")
+    t = _new_on(dims, fmt, device_ordinal(device))
     if window_lo is not None:
         t.set_exp_window(window_lo)
     if exp is not None:
@@ -722,7 +792,11 @@ def from_numpy(a: Any, fmt: FormatLike = "flex16_5", *, autoflex: Optional[str] 
     The values are converted to float32 and written once (tensor_from_f32): fp16 and bf16 round
     to nearest even; dfp16 picks the exact exponent; flex16_5 picks it with Autoflex (the first
     write probes from exponent -8, or from `exp` when given). `autoflex`, `window_lo`,
-    `rounding` ("nearest" / "stochastic") and `seed` configure the tensor before the write."""
+    `rounding` ("nearest" / "stochastic") and `seed` configure the tensor before the write.
+
+    Raises what :func:`tensor` and :meth:`Tensor.set_rounding` raise (a seed outside
+    [0, 2**64-1] included, checked before anything is allocated)."""
+    c_uint64(seed, "seed")
     arr = np.asarray(a, dtype=np.float32)
     if arr.ndim == 0:
         arr = arr.reshape(1)
@@ -736,7 +810,8 @@ def from_numpy(a: Any, fmt: FormatLike = "flex16_5", *, autoflex: Optional[str] 
 def from_raw(raw: Any, fmt: FormatLike, exp: Optional[int] = None,
              window_lo: Optional[int] = None) -> Tensor:
     """A new tensor holding raw storage values (see :meth:`Tensor.raw` for their types); for
-    shared-exponent formats, `exp` sets the exponent the mantissas are read at."""
+    shared-exponent formats, `exp` sets the exponent the mantissas are read at. Raises what
+    :func:`tensor` and :meth:`Tensor.set_raw` raise."""
     r = np.asarray(raw)
     t = tensor(r.shape if r.ndim else (1,), fmt, exp=exp, window_lo=window_lo)
     return t.set_raw(r.reshape(t.shape))

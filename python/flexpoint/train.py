@@ -18,11 +18,12 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from ._check import c_bool, c_int, c_int64, c_path, c_str
 from ._lib import lib
 from ._structs import EpochMetricsC, TrainConfigC
 from .data import Dataset
 from .device import device_ordinal
-from .errors import InvalidArgumentError, StateError, check, raise_last
+from .errors import ArgumentTypeError, InvalidArgumentError, StateError, check, raise_last
 from .formats import FORMATS, FormatLike, fmt_id
 from .optim import LossScaler
 from .tensor import Tensor
@@ -38,11 +39,8 @@ _fp = POINTER(c_float)
 
 
 def _encode_name(value: str, field: str, size: int = 16) -> bytes:
-    b = str(value).encode()
-    if len(b) >= size:
-        raise InvalidArgumentError(f"TrainConfig.{field}={value!r} is longer than {size - 1} "
-                                   "bytes", -1)
-    return b
+    # a char[16] field: at most 15 bytes and no NUL, else the C side would read another name
+    return c_str(value, f"TrainConfig.{field}", size)
 
 
 def _device_ordinal(value: Union[str, int]) -> int:
@@ -65,6 +63,15 @@ class TrainConfig:
     library default [0]; device: where to train, "cpu" or -1 (the host), "cuda" (device 0),
     "cuda:N" or N (CUDA device N) [-1]; a device the library cannot use makes Trainer raise
     DeviceError.
+
+    :meth:`to_c` (called by Trainer and :meth:`resolved`) checks every field before it is
+    stored in the C struct, which would otherwise wrap integers silently: ArgumentTypeError for
+    a wrong type (a float batch_size, a str lr, a non-bool flag, a non-str model),
+    ArgumentRangeError for an integer its C field cannot hold (batch_size=2**32+16 is refused,
+    not trained with 16; a seed outside [0, 2**64-1]), InvalidArgumentError for a name longer
+    than 15 bytes or containing NUL and for an unknown lr_schedule or loss_scaling string,
+    FormatError for an unknown fmt. Values of the right type are then validated by the library
+    when the Trainer is built.
     """
     model: Optional[str] = None
     fmt: Optional[FormatLike] = None
@@ -87,31 +94,38 @@ class TrainConfig:
     device: Union[None, str, int] = None
 
     def to_c(self) -> TrainConfigC:
-        """The C struct: the library's defaults overridden by every field that is not None."""
+        """The C struct: the library's defaults overridden by every field that is not None.
+        Raises for a field that cannot be stored unchanged (see the class docstring)."""
         c = TrainConfigC()
         lib().fx_train_config_default(ctypes.byref(c))
+        # TrainConfigC checks each value against its C field as it is assigned (int, int64,
+        # uint64 seed, double, char[16]); flags and names are converted here first.
         if self.model is not None:
             c.model = _encode_name(self.model, "model")
         if self.fmt is not None:
             c.fmt = fmt_id(self.fmt)
-        if self.master_weights is not None:
-            c.master_weights = int(bool(self.master_weights))
+        for f in ("master_weights", "stochastic_rounding", "augment"):
+            v = getattr(self, f)
+            if v is not None:
+                setattr(c, f, c_bool(v, f"TrainConfig.{f}"))
         if self.loss_scaling is not None:
             ls = self.loss_scaling
-            c.loss_scaling = -1 if ls == "auto" else int(ls)
-        if self.stochastic_rounding is not None:
-            c.stochastic_rounding = int(bool(self.stochastic_rounding))
+            if isinstance(ls, str):
+                if ls != "auto":
+                    raise InvalidArgumentError(f"TrainConfig.loss_scaling={ls!r}: expected "
+                                               "'auto', True or False", -1)
+                c.loss_scaling = -1
+            elif isinstance(ls, (bool, np.bool_)):
+                c.loss_scaling = int(ls)
+            else:
+                c.loss_scaling = ls
         if self.autoflex is not None:
             c.autoflex = _encode_name(self.autoflex, "autoflex")
         for f in ("grad_window_lo", "act_window_lo", "weight_window_lo", "batch_size", "epochs",
-                  "threads"):
+                  "threads", "lr", "momentum", "weight_decay", "seed"):
             v = getattr(self, f)
             if v is not None:
-                setattr(c, f, int(v))
-        for f in ("lr", "momentum", "weight_decay"):
-            v = getattr(self, f)
-            if v is not None:
-                setattr(c, f, float(v))
+                setattr(c, f, v)
         if self.lr_schedule is not None:
             s = self.lr_schedule
             if isinstance(s, str):
@@ -119,11 +133,7 @@ class TrainConfig:
                     raise InvalidArgumentError(f"TrainConfig.lr_schedule={s!r}: expected one of "
                                                f"{LR_SCHEDULES}", -1)
                 s = LR_SCHEDULES.index(s)
-            c.lr_schedule = int(s)
-        if self.augment is not None:
-            c.augment = int(bool(self.augment))
-        if self.seed is not None:
-            c.seed = int(self.seed) & (2**64 - 1)
+            c.lr_schedule = s
         if self.device is not None:
             c.device = _device_ordinal(self.device)
         return c
@@ -191,10 +201,17 @@ class Trainer:
 
     def __init__(self, config: Optional[TrainConfig], train: Dataset,
                  test: Optional[Dataset] = None) -> None:
+        """Raises what :meth:`TrainConfig.to_c` raises for the configuration (before anything
+        is built), ArgumentTypeError for a config that is not a TrainConfig or None or data
+        sets that are not Datasets, and the library's error when it cannot build the model
+        (UnknownNameError, ShapeError, RangeError, DeviceError, ...)."""
         self._ptr: Optional[int] = None
         self._borrowed: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
         if not isinstance(train, Dataset) or (test is not None and not isinstance(test, Dataset)):
-            raise InvalidArgumentError("train and test must be flexpoint Datasets", -1)
+            raise ArgumentTypeError("train and test must be flexpoint Datasets")
+        if config is not None and not isinstance(config, TrainConfig):
+            raise ArgumentTypeError(f"config must be a TrainConfig or None, not "
+                                    f"{type(config).__name__}")
         self.config = (config or TrainConfig()).resolved()
         self._cfg_c = self.config.to_c()
         self.train_set = train
@@ -255,11 +272,14 @@ class Trainer:
     def fit(self, epochs: Optional[int] = None,
             callback: Optional[Callable[[EpochMetrics], None]] = None) -> List[EpochMetrics]:
         """Run `epochs` epochs (default: config.epochs minus those done); returns their
-        metrics, calling callback(metrics) after each."""
+        metrics, calling callback(metrics) after each. Raises ArgumentTypeError for epochs that
+        is not an integer, ArgumentRangeError for a negative one."""
         if epochs is None:
-            epochs = max(int(self.config.epochs or 0) - self.epoch_index, 0)
+            n = max(int(self.config.epochs or 0) - self.epoch_index, 0)
+        else:
+            n = c_int64(epochs, "epochs", lo=0)
         out = []
-        for _ in range(int(epochs)):
+        for _ in range(n):
             m = self.epoch()
             out.append(m)
             if callback is not None:
@@ -268,7 +288,10 @@ class Trainer:
 
     def evaluate(self, dataset: Optional[Dataset] = None) -> Tuple[float, float]:
         """(accuracy in [0, 1], mean loss) on a data set (default: the test set), in inference
-        mode."""
+        mode. ArgumentTypeError for a dataset that is not a Dataset."""
+        if dataset is not None and not isinstance(dataset, Dataset):
+            raise ArgumentTypeError(f"dataset must be a flexpoint Dataset, not "
+                                    f"{type(dataset).__name__}")
         ds = self.test_set if dataset is None else dataset
         if ds is None:
             raise InvalidArgumentError("evaluate: no data set given and the trainer has no test "
@@ -307,13 +330,15 @@ class Trainer:
     def tensor(self, name: Union[str, int]) -> Tensor:
         """The trainer's tensor with this name (or index), for statistics, traces and reads.
         It stays owned by the trainer and keeps the trainer alive. UnknownNameError for an
-        unknown name."""
+        unknown name, RangeError for an index out of range (ArgumentRangeError beyond the C int
+        range), InvalidArgumentError for a name containing NUL, ArgumentTypeError for a key
+        that is neither a str nor an integer."""
         L = lib()
         h = self._h
         if isinstance(name, str):
-            i = check(L.fx_trainer_tensor_find(h, name.encode()), "fx_trainer_tensor_find")
+            i = check(L.fx_trainer_tensor_find(h, c_str(name, "name")), "fx_trainer_tensor_find")
         else:
-            i = int(name)
+            i = c_int(name, "index")
         L.flexpoint_clear_error()
         p = L.fx_trainer_tensor(h, i)
         if not p:
@@ -341,13 +366,17 @@ class Trainer:
 
     # checkpoints ----------------------------------------------------------------------------
     def save(self, path: Union[str, os.PathLike]) -> None:
-        """Save everything needed to resume bit for bit (atomically)."""
-        check(lib().fx_trainer_save(self._h, os.fsencode(path)), "fx_trainer_save")
+        """Save everything needed to resume bit for bit (atomically). Raises FlexpointIOError
+        when the file cannot be written, InvalidArgumentError for a path containing NUL (it
+        would name another file), ArgumentTypeError for a path of another type."""
+        check(lib().fx_trainer_save(self._h, c_path(path, "path")), "fx_trainer_save")
 
     def load(self, path: Union[str, os.PathLike]) -> None:
         """Restore a checkpoint of a trainer with the same configuration and data shapes;
-        CorruptError (trainer unchanged) on any mismatch."""
-        check(lib().fx_trainer_load(self._h, os.fsencode(path)), "fx_trainer_load")
+        CorruptError (trainer unchanged) on any mismatch, FlexpointIOError when the file cannot
+        be read, InvalidArgumentError for a path containing NUL (never cut to a shorter path
+        that names another checkpoint), ArgumentTypeError for a path of another type."""
+        check(lib().fx_trainer_load(self._h, c_path(path, "path")), "fx_trainer_load")
 
     def __repr__(self) -> str:
         c = self.config

@@ -80,7 +80,7 @@ def test_from_arrays_subset_pad_batch(rng):
 
 def test_channel_stats_and_normalize(rng):
     x = (rng.random((20, 2, 4, 4)) * [[[[2.0]], [[0.5]]]] + 1).astype(np.float32)
-    ds = fx.data.from_arrays(x, np.zeros(20), classes=1)
+    ds = fx.data.from_arrays(x, np.zeros(20, dtype=np.int32), classes=1)
     mean, std = ds.channel_stats()
     assert np.allclose(mean, x.mean(axis=(0, 2, 3)), rtol=1e-6)
     assert np.allclose(std, x.std(axis=(0, 2, 3)), rtol=1e-5)
