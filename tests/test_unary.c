@@ -441,6 +441,61 @@ static void mixed_formats(void)
         }
 }
 
+/* Views (strided input and output) give the values of the contiguous route; empty tensors
+ * are fine. */
+static void views_and_empty(void)
+{
+    int64_t sh[2] = {6, 10}, sh2[2] = {10, 6};
+    float xv[60], a1[30], a2[30];
+    for (int i = 0; i < 60; i++) xv[i] = (float)(i - 30) * 0.37f;
+    for (int f = 0; f < FMT_COUNT; f++) {
+        tensor_t *base = tensor_new((fmt_t)f, 2, sh), *obase = tensor_new((fmt_t)f, 2, sh2);
+        CHECK_STATUS(tensor_from_f32(base, xv), FX_OK);
+        tensor_t *v = tensor_view_slice(base, 1, 1, 10, 2);           /* [6, 5], stride 2 */
+        tensor_t *ov = tensor_view_transpose(obase, 0, 1);            /* [6, 10] */
+        tensor_t *ovs = tensor_view_slice(ov, 1, 0, 5, 1);            /* [6, 5], strided */
+        int64_t s30[2] = {6, 5};
+        tensor_t *c = tensor_new((fmt_t)f, 2, s30), *oc = tensor_new(FMT_FP32, 2, s30);
+        tensor_t *ov32 = tensor_new(FMT_FP32, 2, s30);
+        CHECK_STATUS(tensor_copy(c, v), FX_OK);
+        CHECK_STATUS(tensor_unary(oc, c, "silu"), FX_OK);
+        CHECK_STATUS(tensor_unary(ov32, v, "silu"), FX_OK);
+        CHECK_STATUS(tensor_to_f32(oc, a1), FX_OK);
+        CHECK_STATUS(tensor_to_f32(ov32, a2), FX_OK);
+        CHECK(memcmp(a1, a2, sizeof a1) == 0, "%s: silu of a strided view differs", fmt_name((fmt_t)f));
+        /* into a strided view: the same values as the fp32 result rounded into the format
+         * (a shared-exponent view keeps its storage's exponent: half a step of it) */
+        CHECK_STATUS(tensor_unary(ovs, v, "silu"), FX_OK);
+        CHECK_STATUS(tensor_to_f32(ovs, a2), FX_OK);
+        if (fmt_is_shared_exponent((fmt_t)f)) {
+            const double step = ldexp(1.0, tensor_exp(obase));
+            for (int i = 0; i < 30; i++)
+                CHECK(fabs(a2[i] - a1[i]) <= step / 2 || fabs(a1[i]) > 32767 * step,
+                      "%s: silu into a strided view [%d]: %g vs %g", fmt_name((fmt_t)f), i,
+                      a2[i], a1[i]);
+        } else {
+            CHECK_STATUS(tensor_unary(c, v, "silu"), FX_OK); /* contiguous, same format */
+            CHECK_STATUS(tensor_to_f32(c, a1), FX_OK);
+            CHECK(memcmp(a1, a2, sizeof a1) == 0, "%s: silu into a strided view differs",
+                  fmt_name((fmt_t)f));
+        }
+        int64_t z = 0;
+        tensor_t *e = tensor_new((fmt_t)f, 1, &z);
+        CHECK_STATUS(tensor_unary(e, e, "gelu"), FX_OK);
+        CHECK_STATUS(tensor_unary_backward(e, e, e, "gelu"), FX_OK);
+        CHECK_STATUS(tensor_pow_scalar(e, e, 1.5), FX_OK);
+        tensor_free(e);
+        tensor_free(v);
+        tensor_free(ovs);
+        tensor_free(ov);
+        tensor_free(base);
+        tensor_free(obase);
+        tensor_free(c);
+        tensor_free(oc);
+        tensor_free(ov32);
+    }
+}
+
 /* ---- backward against fp64 central differences ------------------------------------------- */
 
 static void backward_fd(void)
@@ -661,6 +716,7 @@ int main(void)
     shared_formats();
     shared_nonfinite();
     mixed_formats();
+    views_and_empty();
     backward_fd();
     return test_finish("test_unary");
 }

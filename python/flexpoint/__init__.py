@@ -36,6 +36,8 @@ from .ops import (AXIS_ALL, add, avgpool2d, avgpool2d_backward, batchnorm, batch
                   maxpool2d_backward, mean, mul, relu, relu_backward, scale,
                   softmax_cross_entropy, sub)
 from .ops import sum  # noqa: A004 - mirrors tensor_sum; shadows the builtin only as fx.sum
+from .ops import clamp, clamp_backward, unary, unary_backward, unary_names
+from .ops import pow, pow_backward  # noqa: A004 - mirrors tensor_pow_scalar; only as fx.pow
 from .optim import SGD, Adam, LossScaler, adam_step, sgd_step
 from .tensor import MAX_DIMS, STAT_NAMES, Tensor, from_numpy, from_raw, tensor, zeros
 from .train import EpochMetrics, TrainConfig, Trainer
@@ -109,6 +111,7 @@ __all__ = [
     "maxpool2d_backward", "avgpool2d", "avgpool2d_backward", "global_avgpool",
     "global_avgpool_backward", "softmax_cross_entropy", "batchnorm", "batchnorm_backward",
     "dropout", "dropout_backward", "AXIS_ALL",
+    "unary", "unary_backward", "unary_names", "clamp", "clamp_backward", "pow", "pow_backward",
     # optimisers
     "sgd_step", "adam_step", "SGD", "Adam", "LossScaler",
     # data and training

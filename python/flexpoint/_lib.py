@@ -99,6 +99,13 @@ _PROTOTYPES: Dict[str, tuple] = {
     "tensor_copy": (c_int, [_p, _p]),
     "tensor_sum": (c_int, [_p, _p, c_int]),
     "tensor_matmul": (c_int, [_p, _p, _p]),
+    "tensor_unary": (c_int, [_p, _p, c_char_p]),
+    "tensor_unary_backward": (c_int, [_p, _p, _p, c_char_p]),
+    "tensor_unary_name": (c_char_p, [c_int]),
+    "tensor_clamp": (c_int, [_p, _p, c_double, c_double]),
+    "tensor_clamp_backward": (c_int, [_p, _p, _p, c_double, c_double]),
+    "tensor_pow_scalar": (c_int, [_p, _p, c_double]),
+    "tensor_pow_scalar_backward": (c_int, [_p, _p, _p, c_double]),
     # backends and threads
     "flexpoint_backend_count": (c_int, []),
     "flexpoint_backend_name": (c_char_p, [c_int]),

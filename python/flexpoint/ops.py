@@ -548,3 +548,89 @@ def dropout_backward(dy: Tensor, p: float, seed: int = 0, step: int = 0,
     o = _out(out, dy.shape, fmt, dy)
     check(lib().tensor_dropout_backward(o._h, dy._h, *args), "tensor_dropout_backward")
     return o
+
+
+# ------------------------------------------------------------------------------------------
+# element-wise math functions (flexpoint.h: tensor_unary, tensor_clamp, tensor_pow_scalar)
+# ------------------------------------------------------------------------------------------
+from typing import List  # noqa: E402
+
+from ._check import c_str  # noqa: E402
+
+__all__ += ["unary", "unary_backward", "unary_names", "clamp", "clamp_backward", "pow",
+            "pow_backward"]
+
+
+def unary_names() -> List[str]:
+    """The function names :func:`unary` accepts, in the library's order."""
+    L, names = lib(), []
+    while True:
+        n = L.tensor_unary_name(len(names))
+        if n is None:
+            return names
+        names.append(n.decode())
+
+
+def unary(a: Tensor, fn: str, out: Optional[Tensor] = None,
+          fmt: Optional[FormatLike] = None) -> Tensor:
+    """out = fn(a) elementwise; fn is one of :func:`unary_names` ("exp", "log", "sqrt",
+    "rsqrt", "reciprocal", "tanh", "sigmoid", "gelu", "gelu_tanh", "silu", "square", "abs").
+    The math runs in fp32 for every format and is rounded once into out (docs/math.md).
+    UnknownNameError for another name (its message lists the known ones)."""
+    name = c_str(fn, "fn")
+    a = _tensor(a, "a")
+    o = _out(out, a.shape, fmt, a)
+    check(lib().tensor_unary(o._h, a._h, name), "tensor_unary")
+    return o
+
+
+def unary_backward(dy: Tensor, x: Tensor, fn: str, out: Optional[Tensor] = None,
+                   fmt: Optional[FormatLike] = None) -> Tensor:
+    """dx = dy * fn'(x) for a name of :func:`unary`; out defaults to dy's format."""
+    name = c_str(fn, "fn")
+    dy, x = _tensor(dy, "dy"), _tensor(x, "x")
+    o = _out(out, dy.shape, fmt, dy)
+    check(lib().tensor_unary_backward(o._h, dy._h, x._h, name), "tensor_unary_backward")
+    return o
+
+
+def clamp(a: Tensor, lo: float, hi: float, out: Optional[Tensor] = None,
+          fmt: Optional[FormatLike] = None) -> Tensor:
+    """out = min(max(a, lo), hi), NaN kept; -inf / inf leave a side open. InvalidArgumentError
+    for a NaN bound or lo > hi."""
+    lo, hi = c_double(lo, "lo"), c_double(hi, "hi")
+    a = _tensor(a, "a")
+    o = _out(out, a.shape, fmt, a)
+    check(lib().tensor_clamp(o._h, a._h, lo, hi), "tensor_clamp")
+    return o
+
+
+def clamp_backward(dy: Tensor, x: Tensor, lo: float, hi: float, out: Optional[Tensor] = None,
+                   fmt: Optional[FormatLike] = None) -> Tensor:
+    """dx = dy where lo <= x <= hi, else 0."""
+    lo, hi = c_double(lo, "lo"), c_double(hi, "hi")
+    dy, x = _tensor(dy, "dy"), _tensor(x, "x")
+    o = _out(out, dy.shape, fmt, dy)
+    check(lib().tensor_clamp_backward(o._h, dy._h, x._h, lo, hi), "tensor_clamp_backward")
+    return o
+
+
+def pow(a: Tensor, p: float, out: Optional[Tensor] = None,  # noqa: A001 - fx.pow only
+        fmt: Optional[FormatLike] = None) -> Tensor:
+    """out = a ** p with C99 pow semantics, p a finite real used exactly (InvalidArgumentError
+    otherwise); rounded once from binary64."""
+    p = c_double(p, "p")
+    a = _tensor(a, "a")
+    o = _out(out, a.shape, fmt, a)
+    check(lib().tensor_pow_scalar(o._h, a._h, p), "tensor_pow_scalar")
+    return o
+
+
+def pow_backward(dy: Tensor, x: Tensor, p: float, out: Optional[Tensor] = None,
+                 fmt: Optional[FormatLike] = None) -> Tensor:
+    """dx = dy * p * x ** (p - 1) (0 for p = 0)."""
+    p = c_double(p, "p")
+    dy, x = _tensor(dy, "dy"), _tensor(x, "x")
+    o = _out(out, dy.shape, fmt, dy)
+    check(lib().tensor_pow_scalar_backward(o._h, dy._h, x._h, p), "tensor_pow_scalar_backward")
+    return o
