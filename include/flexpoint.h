@@ -1,5 +1,6 @@
-/*
- * flexpoint: 16-bit training number formats side by side on one tensor interface.
+/**
+ * @file
+ * @brief flexpoint: 16-bit training number formats side by side on one tensor interface.
  *
  * Conventions used by every function in this header
  * -------------------------------------------------
@@ -30,6 +31,9 @@
 extern "C" {
 #endif
 
+/** @def FX_API
+ *  @brief Marks the library's exported functions: default symbol visibility with GCC and
+ *  Clang (the library hides everything else), dllexport when building the Windows DLL. */
 #if defined(_WIN32) && defined(FLEXPOINT_BUILD_SHARED)
 #define FX_API __declspec(dllexport)
 #elif defined(__GNUC__)
@@ -38,8 +42,12 @@ extern "C" {
 #define FX_API
 #endif
 
+/** @brief Major version of these headers (the top-level CMakeLists.txt's project() version;
+ *  the build checks that they agree, and flexpoint_version() returns the same number). */
 #define FLEXPOINT_VERSION_MAJOR 0
-#define FLEXPOINT_VERSION_MINOR 1
+/** @brief Minor version of these headers (see FLEXPOINT_VERSION_MAJOR). */
+#define FLEXPOINT_VERSION_MINOR 2
+/** @brief Patch version of these headers (see FLEXPOINT_VERSION_MAJOR). */
 #define FLEXPOINT_VERSION_PATCH 0
 
 /** Largest number of tensor dimensions. */
@@ -49,8 +57,9 @@ extern "C" {
 /* Status codes                                                                                */
 /* ------------------------------------------------------------------------------------------ */
 
+/** @brief Status codes: FX_OK (0) on success, a negative FX_E* code on failure. */
 enum {
-    FX_OK = 0,
+    FX_OK = 0,            /**< success */
     FX_EINVAL = -1,       /**< invalid argument: NULL pointer, bad ndim, negative size, bad axis */
     FX_ESHAPE = -2,       /**< shapes of the operands do not fit together */
     FX_EFORMAT = -3,      /**< unknown format value or name */
@@ -64,110 +73,193 @@ enum {
     FX_ESTATE = -11,      /**< operation not valid in the object's current state */
 };
 
-/** Short constant name of a status code ("FX_OK", "FX_ESHAPE", ...); "FX_UNKNOWN" otherwise. */
+/** @brief Short constant name of a status code.
+ *  @param[in] status A status code (FX_OK or an FX_E* value).
+ *  @return "FX_OK", "FX_ESHAPE", ...; "FX_UNKNOWN" for any other value. A static string owned
+ *          by the library. */
 FX_API const char *flexpoint_status_str(int status);
 
-/** Thread-local message describing the last failure in this thread ("" if none).
- *  The pointer stays valid until the next library call in the same thread. */
+/** @brief Message describing the last failure in this thread.
+ *  @return A thread-local string owned by the library ("" if none), naming the function and
+ *          the offending values. It stays valid until the next library call in the same
+ *          thread. */
 FX_API const char *flexpoint_last_error(void);
 
-/** Status code of the last failure in this thread (FX_OK if none since the last clear). Useful
- *  after a constructor returned NULL. */
+/** @brief Status code of the last failure in this thread. Useful after a constructor returned
+ *  NULL.
+ *  @return The FX_E* code of the last failure, or FX_OK if none since the last clear. */
 FX_API int flexpoint_last_status(void);
 
-/** Clear the thread-local error message and status. */
+/** @brief Clear the thread-local error message and status. */
 FX_API void flexpoint_clear_error(void);
 
-/** Library version as "MAJOR.MINOR.PATCH". */
+/** @brief Version of the library.
+ *  @return "MAJOR.MINOR.PATCH", a static string owned by the library: the version of the
+ *          build (its CMake project version), equal to FLEXPOINT_VERSION_MAJOR,
+ *          FLEXPOINT_VERSION_MINOR and FLEXPOINT_VERSION_PATCH of the headers it was built
+ *          with. */
 FX_API const char *flexpoint_version(void);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Formats                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-/** Number formats. Values are stable (they are part of the ABI and of checkpoints). */
+/** @brief Number formats. Values are stable (they are part of the ABI and of checkpoints). */
 typedef enum {
     FMT_FP32 = 0,     /**< IEEE binary32, the reference */
     FMT_FP16 = 1,     /**< IEEE binary16 stored as uint16 */
     FMT_BF16 = 2,     /**< bfloat16 (top half of binary32) stored as uint16 */
     FMT_FLEX16_5 = 3, /**< int16 mantissas, one shared 5-bit exponent managed by Autoflex */
     FMT_DFP16 = 4,    /**< int16 mantissas, one shared 8-bit exponent chosen exactly per write */
-    FMT_COUNT = 5
+    FMT_COUNT = 5     /**< number of formats (not a format) */
 } fmt_t;
 
-/** Name of a format: "fp32", "fp16", "bf16", "flex16_5", "dfp16"; NULL for an unknown value. */
+/** @brief Name of a format.
+ *  @param[in] fmt A format.
+ *  @return "fp32", "fp16", "bf16", "flex16_5" or "dfp16" (a static string); NULL for an
+ *          unknown value. */
 FX_API const char *fmt_name(fmt_t fmt);
 
-/** Format for a name (as fmt_name gives; "flex16+5" is accepted too).
- *  Returns the fmt_t value (>= 0), or FX_EINVAL for NULL, FX_EFORMAT for an unknown name. */
+/** @brief Format for a name.
+ *  @param[in] name A name as fmt_name() gives; "flex16+5" is accepted too.
+ *  @return The fmt_t value (>= 0).
+ *  @retval FX_EINVAL name is NULL.
+ *  @retval FX_EFORMAT unknown name. */
 FX_API int fmt_from_name(const char *name);
 
-/** Bytes per stored element: 4 for fp32, 2 for the others. 0 for an unknown format. */
+/** @brief Bytes per stored element.
+ *  @param[in] fmt A format.
+ *  @return 4 for fp32, 2 for the others, 0 for an unknown format. */
 FX_API size_t fmt_elem_size(fmt_t fmt);
 
-/** 1 if the format stores int16 mantissas with one shared exponent (FLEX16_5, DFP16), else 0. */
+/** @brief Whether a format stores int16 mantissas with one shared exponent.
+ *  @param[in] fmt A format.
+ *  @return 1 for FLEX16_5 and DFP16, else 0. */
 FX_API int fmt_is_shared_exponent(fmt_t fmt);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Tensors                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
+/** @brief An n-dimensional tensor of one format, or a view of one (opaque). Created by
+ *  tensor_new(), tensor_new_device() or the tensor_view_* functions; freed with
+ *  tensor_free(). */
 typedef struct tensor tensor_t;
 
-/** New zero-filled, contiguous (row-major) tensor. `shape` has `ndim` entries, each >= 0,
- *  with 1 <= ndim <= FX_MAX_DIMS. A shared-exponent tensor starts at exponent -8 (FLEX16_5,
- *  window [-31, 0], Autoflex preset from FLEXPOINT_AUTOFLEX or "robust", the default chosen by
- *  the experiments in the README) or 0 (DFP16).
- *  Returns NULL on bad arguments (FX_EINVAL / FX_EFORMAT) or allocation failure (FX_ENOMEM);
- *  see flexpoint_last_error(). The caller frees it with tensor_free. */
+/** @brief New zero-filled, contiguous (row-major) tensor.
+ *
+ *  A shared-exponent tensor starts at exponent -8 (FLEX16_5, window [-31, 0], Autoflex preset
+ *  from FLEXPOINT_AUTOFLEX or "robust", the default chosen by the experiments in the README)
+ *  or 0 (DFP16).
+ *  @param[in] fmt   Format.
+ *  @param[in] ndim  Number of dimensions, 1 <= ndim <= FX_MAX_DIMS.
+ *  @param[in] shape `ndim` sizes, each >= 0.
+ *  @return The new tensor, which the caller owns and frees with tensor_free(); NULL on bad
+ *          arguments (FX_EINVAL / FX_EFORMAT) or allocation failure (FX_ENOMEM; also when a
+ *          size overflows); see flexpoint_last_error(). */
 FX_API tensor_t *tensor_new(fmt_t fmt, int ndim, const int64_t *shape);
 
-/** Free a tensor or a view. NULL is a no-op. Storage is released when its last view goes. */
+/** @brief Free a tensor or a view. Storage is released when its last view goes.
+ *  @param[in] t The tensor; NULL is a no-op. */
 FX_API void tensor_free(tensor_t *t);
 
-/** Number of elements (product of the shape; 0 if any size is 0). -1 if t is NULL. */
+/** @brief Number of elements.
+ *  @param[in] t The tensor.
+ *  @return The product of the shape (0 if any size is 0); -1 if t is NULL. */
 FX_API int64_t tensor_numel(const tensor_t *t);
-/** Number of dimensions; FX_EINVAL if t is NULL. */
+/** @brief Number of dimensions.
+ *  @param[in] t The tensor.
+ *  @return ndim; FX_EINVAL if t is NULL. */
 FX_API int tensor_ndim(const tensor_t *t);
-/** Pointer to the tensor's ndim sizes, owned by the tensor; NULL if t is NULL. */
+/** @brief Sizes of the tensor.
+ *  @param[in] t The tensor.
+ *  @return Pointer to the tensor's ndim sizes, owned by the tensor; NULL if t is NULL. */
 FX_API const int64_t *tensor_shape(const tensor_t *t);
-/** Pointer to the tensor's ndim strides, in elements, owned by the tensor; NULL if t is NULL. */
+/** @brief Strides of the tensor, in elements.
+ *  @param[in] t The tensor.
+ *  @return Pointer to the tensor's ndim strides, owned by the tensor; NULL if t is NULL. */
 FX_API const int64_t *tensor_strides(const tensor_t *t);
-/** The tensor's format; (fmt_t)FX_EINVAL if t is NULL. */
+/** @brief Format of the tensor.
+ *  @param[in] t The tensor.
+ *  @return The tensor's format; (fmt_t)FX_EINVAL if t is NULL. */
 FX_API fmt_t tensor_fmt(const tensor_t *t);
-/** 1 if the tensor's elements are contiguous in row-major order, 0 if not, FX_EINVAL if NULL. */
+/** @brief Whether the tensor's elements are contiguous in row-major order.
+ *  @param[in] t The tensor.
+ *  @return 1 if contiguous, 0 if not, FX_EINVAL if t is NULL. */
 FX_API int tensor_is_contiguous(const tensor_t *t);
 
-/** Write all elements of t from `src` (numel floats, row-major over t's logical shape). This is
- *  a *write*: fp16/bf16 round to nearest even; shared-exponent tensors choose the exponent
- *  (DFP16: exact; FLEX16_5: Autoflex) and record statistics (see tensor_stat).
- *  Returns FX_OK, FX_EINVAL (NULL). NaN/Inf inputs are not errors; they are counted. */
+/** @brief Write all elements of t from floats.
+ *
+ *  This is a *write*: fp16/bf16 round to nearest even; shared-exponent tensors choose the
+ *  exponent (DFP16: exact; FLEX16_5: Autoflex) and record statistics (see tensor_stat()).
+ *  NaN/Inf inputs are not errors; they are counted.
+ *  @param[out] t   The tensor (host memory).
+ *  @param[in]  src numel floats, row-major over t's logical shape.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t or src is NULL, or t is a device tensor (flexpoint_gpu.h).
+ *  @retval FX_ENOMEM scratch memory could not be allocated. */
 FX_API int tensor_from_f32(tensor_t *t, const float *src);
 
-/** Read all elements of t into `dst` (numel floats, row-major). fp16/bf16 convert exactly;
- *  shared-exponent values m*2^e are exact unless they exceed the fp32 range (DFP16 with
- *  e > 112 can overflow to +-Inf). Returns FX_OK or FX_EINVAL. */
+/** @brief Read all elements of t as floats.
+ *
+ *  fp16/bf16 convert exactly; shared-exponent values m*2^e are exact unless they exceed the
+ *  fp32 range (DFP16 with e > 112 can overflow to +-Inf).
+ *  @param[in]  t   The tensor (host memory).
+ *  @param[out] dst numel floats, row-major.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t or dst is NULL, or t is a device tensor (flexpoint_gpu.h).
+ *  @retval FX_ENOMEM scratch memory for a non-contiguous view could not be allocated. */
 FX_API int tensor_to_f32(const tensor_t *t, float *dst);
 
-/** Copy raw storage elements of t (row-major over its logical shape) into dst: 4-byte floats
- *  for FP32, 2-byte patterns (uint16 or int16) for the others. Returns FX_OK or FX_EINVAL. */
+/** @brief Copy the raw storage elements of t.
+ *  @param[in]  t   The tensor (host memory).
+ *  @param[out] dst numel elements, row-major over t's logical shape: 4-byte floats for FP32,
+ *                  2-byte patterns (uint16 or int16) for the others.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t or dst is NULL, or t is a device tensor. */
 FX_API int tensor_get_raw(const tensor_t *t, void *dst);
-/** Write raw storage elements (see tensor_get_raw). For shared-exponent formats the values must
- *  lie in [-32767, 32767] (FX_ERANGE otherwise, nothing written); the exponent is unchanged. */
+/** @brief Write raw storage elements (see tensor_get_raw()). The exponent is unchanged.
+ *  @param[out] t   The tensor (host memory).
+ *  @param[in]  src numel elements, row-major, in the layout tensor_get_raw() gives.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t or src is NULL, or t is a device tensor.
+ *  @retval FX_ERANGE a shared-exponent value outside [-32767, 32767] (nothing written). */
 FX_API int tensor_set_raw(tensor_t *t, const void *src);
 
-/** Pointer to the first element of t's storage (at the view's offset), for zero-copy access by
- *  bindings. Owned by the tensor; valid while any view of the storage lives. NULL if t is NULL. */
+/** @brief Pointer to the first element of t's storage (at the view's offset), for zero-copy
+ *  access by bindings.
+ *  @param[in] t The tensor (host memory).
+ *  @return The pointer, owned by the tensor and valid while any view of the storage lives;
+ *          NULL if t is NULL or a device tensor (its memory is not addressable from the
+ *          host). */
 FX_API void *tensor_data(tensor_t *t);
 
 /* Views share storage with their source; the caller frees the returned view with tensor_free. */
 
-/** View with a new shape of equal numel. t must be contiguous (FX_EINVAL otherwise). */
+/** @brief View with a new shape of equal numel.
+ *  @param[in] t     The tensor; must be contiguous.
+ *  @param[in] ndim  Number of dimensions of the view, 1 <= ndim <= FX_MAX_DIMS.
+ *  @param[in] shape `ndim` sizes, each >= 0, with t's numel.
+ *  @return The view, which the caller owns and frees with tensor_free(); NULL on failure:
+ *          FX_EINVAL (NULL t, bad ndim or shape, t not contiguous), FX_ESHAPE (a different
+ *          numel), FX_ENOMEM. */
 FX_API tensor_t *tensor_view_reshape(const tensor_t *t, int ndim, const int64_t *shape);
-/** View with dimensions d0 and d1 swapped (negative indices count from the end). */
+/** @brief View with dimensions d0 and d1 swapped.
+ *  @param[in] t  The tensor.
+ *  @param[in] d0 A dimension (negative indices count from the end).
+ *  @param[in] d1 The other dimension (likewise).
+ *  @return The view, which the caller owns and frees with tensor_free(); NULL on failure:
+ *          FX_EINVAL (NULL t, a dimension out of range), FX_ENOMEM. */
 FX_API tensor_t *tensor_view_transpose(const tensor_t *t, int d0, int d1);
-/** View of indices start, start+step, ... < stop along dimension dim (step >= 1,
- *  0 <= start <= stop <= shape[dim]). */
+/** @brief View of indices start, start+step, ... < stop along dimension dim.
+ *  @param[in] t     The tensor.
+ *  @param[in] dim   The dimension (negative counts from the end).
+ *  @param[in] start First index, 0 <= start <= stop.
+ *  @param[in] stop  End (exclusive), stop <= shape[dim].
+ *  @param[in] step  Step, >= 1.
+ *  @return The view, which the caller owns and frees with tensor_free(); NULL on failure:
+ *          FX_EINVAL (NULL t, bad dim, step or bounds), FX_ENOMEM (also when an offset
+ *          overflows). */
 FX_API tensor_t *tensor_view_slice(const tensor_t *t, int dim, int64_t start, int64_t stop,
                                    int64_t step);
 
@@ -175,41 +267,85 @@ FX_API tensor_t *tensor_view_slice(const tensor_t *t, int dim, int64_t start, in
 /* Shared-exponent state (FLEX16_5, DFP16)                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-/** Current shared exponent of a FLEX16_5/DFP16 tensor (value = m * 2^exp). For other formats or
- *  NULL it returns 0 and sets the error message; check tensor_fmt first. A device tensor whose
- *  last write chose its exponent on the device (flexpoint_gpu.h) waits for that write's
- *  statistics first. */
+/** @brief Current shared exponent of a FLEX16_5/DFP16 tensor (value = m * 2^exp).
+ *
+ *  A device tensor whose last write chose its exponent on the device (flexpoint_gpu.h) waits
+ *  for that write's statistics first. Prefer tensor_get_exp() where a failure must not go
+ *  unseen.
+ *  @param[in] t The tensor.
+ *  @return The exponent. For other formats or NULL it returns 0 and sets the error message;
+ *          check tensor_fmt() first. */
 FX_API int tensor_exp(const tensor_t *t);
-/** The shared exponent into *e, with a status: FX_OK; FX_EINVAL (NULL t or e); FX_EFORMAT
- *  (a float format); FX_EDEVICE when a device write's statistics cannot be collected or its
- *  exponent disagrees with the core's rules (*e is then the exponent the data are held at,
- *  as far as the host knows). Prefer it to tensor_exp where a failure must not go unseen. */
+/** @brief The shared exponent, with a status. Prefer it to tensor_exp() where a failure must
+ *  not go unseen.
+ *  @param[in]  t The tensor.
+ *  @param[out] e The exponent.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t or e is NULL.
+ *  @retval FX_EFORMAT a float format.
+ *  @retval FX_EDEVICE a device write's statistics cannot be collected or its exponent
+ *          disagrees with the core's rules (*e is then the exponent the data are held at, as
+ *          far as the host knows). */
 FX_API int tensor_get_exp(const tensor_t *t, int *e);
 
-/** Set the shared exponent. The stored mantissas are rescaled to keep their values (rounding
- *  shift, ties to even, saturating; saturation is counted). FX_ERANGE if e is outside the
- *  tensor's window ([lo, lo+31] for FLEX16_5, [-128, 127] for DFP16), FX_EFORMAT for other
- *  formats, FX_EINVAL for NULL. A device tensor is rescaled on its device (the call waits for
- *  it); FX_EDEVICE if that fails, with the exponent unchanged. */
+/** @brief Set the shared exponent.
+ *
+ *  The stored mantissas are rescaled to keep their values (rounding shift, ties to even,
+ *  saturating; saturation is counted). A device tensor is rescaled on its device (the call
+ *  waits for it).
+ *  @param[in,out] t The tensor (FLEX16_5 or DFP16).
+ *  @param[in]     e The new exponent, inside the tensor's window ([lo, lo+31] for FLEX16_5,
+ *                   [-128, 127] for DFP16).
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t is NULL.
+ *  @retval FX_EFORMAT other formats.
+ *  @retval FX_ERANGE e is outside the window.
+ *  @retval FX_EDEVICE the device rescale (or collecting a pending device write) failed; the
+ *          exponent is unchanged. */
 FX_API int tensor_set_exp(tensor_t *t, int e);
 
-/** FLEX16_5 only: set the exponent window to [lo, lo+31], lo in [-128, 96] (FX_ERANGE
- *  otherwise). The current exponent is clamped into the window (rescaling the mantissas as
- *  tensor_set_exp does; on FX_EDEVICE neither the window nor the exponent changes). */
+/** @brief FLEX16_5 only: set the exponent window to [lo, lo+31].
+ *
+ *  The current exponent is clamped into the window (rescaling the mantissas as
+ *  tensor_set_exp() does).
+ *  @param[in,out] t  The FLEX16_5 tensor.
+ *  @param[in]     lo Window start, in [-128, 96].
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t is NULL.
+ *  @retval FX_EFORMAT t is not FLEX16_5.
+ *  @retval FX_ERANGE lo is outside [-128, 96].
+ *  @retval FX_EDEVICE a device rescale failed; neither the window nor the exponent changes. */
 FX_API int tensor_set_exp_window(tensor_t *t, int lo);
-/** Window of a shared-exponent tensor: writes *lo and *hi. FX_EFORMAT for float formats. */
+/** @brief Window of a shared-exponent tensor.
+ *  @param[in]  t  The tensor.
+ *  @param[out] lo Lowest exponent of the window.
+ *  @param[out] hi Highest exponent of the window.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t, lo or hi is NULL.
+ *  @retval FX_EFORMAT float formats. */
 FX_API int tensor_exp_window(const tensor_t *t, int *lo, int *hi);
 
-/** Rounding of fp32 -> shared-exponent conversions (every write from float data). */
-enum { FX_ROUND_NEAREST_EVEN = 0, FX_ROUND_STOCHASTIC = 1 };
+/** @brief Rounding of fp32 -> shared-exponent conversions (every write from float data). */
+enum {
+    FX_ROUND_NEAREST_EVEN = 0, /**< round to nearest, ties to even (the default) */
+    FX_ROUND_STOCHASTIC = 1    /**< stochastic rounding (tensor_set_rounding()) */
+};
 
-/** Set the rounding mode for writes into t. Stochastic rounding draws from a counter-based
- *  generator keyed by (seed, the tensor's write counter, element index), so results are the
- *  same for any thread count and backend. Applies to FLEX16_5 and DFP16 (FX_EFORMAT otherwise);
- *  FX_EINVAL for an unknown mode. Resets the write counter. */
+/** @brief Set the rounding mode for writes into t. Resets the write counter.
+ *
+ *  Stochastic rounding draws from a counter-based generator keyed by (seed, the tensor's write
+ *  counter, element index), so results are the same for any thread count and backend.
+ *  @param[in,out] t    The tensor (FLEX16_5 or DFP16).
+ *  @param[in]     mode FX_ROUND_NEAREST_EVEN or FX_ROUND_STOCHASTIC.
+ *  @param[in]     seed Seed of the stochastic rounding.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t is NULL or mode is unknown.
+ *  @retval FX_EFORMAT t is not FLEX16_5 or DFP16. */
 FX_API int tensor_set_rounding(tensor_t *t, int mode, uint64_t seed);
 
-/** Read a statistic of a shared-exponent tensor into *value. Names:
+/** @brief Read a statistic of a shared-exponent tensor.
+ *
+ *  Names:
  *  - "saturated": elements that saturated in the last write
  *  - "true_max": largest finite |value| of the last write, before saturation (real units)
  *  - "nonfinite": NaN/Inf inputs in the last write
@@ -218,18 +354,40 @@ FX_API int tensor_set_rounding(tensor_t *t, int mode, uint64_t seed);
  *  - "overflows": writes that saturated, cumulative
  *  - "clamped_total", "nonfinite_total", "writes": cumulative counts
  *  - "exp": current exponent
- *  FX_ENAME for an unknown name, FX_EFORMAT for float formats, FX_EINVAL for NULL. */
+ *  - "stored_max": largest |m| * 2^exp stored by the last write
+ *
+ *  @param[in]  t     The tensor.
+ *  @param[in]  name  Name of the statistic.
+ *  @param[out] value The statistic.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t, name or value is NULL.
+ *  @retval FX_EFORMAT float formats.
+ *  @retval FX_ENAME unknown name.
+ *  @retval FX_EDEVICE a pending device write's statistics cannot be collected. */
 FX_API int tensor_stat(const tensor_t *t, const char *name, double *value);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Autoflex                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-enum { FX_AF_INIT_PROBE = 0, FX_AF_INIT_EXACT = 1 };
-enum { FX_AF_STAT_SATURATED_MAX = 0, FX_AF_STAT_TRUE_MAX = 1 };
-enum { FX_AF_OVERFLOW_KEEP = 0, FX_AF_OVERFLOW_RECOMPUTE = 1 };
+/** @brief Autoflex initialisation (fx_autoflex_config::init_mode). */
+enum {
+    FX_AF_INIT_PROBE = 0, /**< probe: trial writes from init_exp (at most probe_tries) */
+    FX_AF_INIT_EXACT = 1  /**< one exact calibration pass on the true maximum */
+};
+/** @brief Statistic pushed to the Autoflex history (fx_autoflex_config::stat_mode). */
+enum {
+    FX_AF_STAT_SATURATED_MAX = 0, /**< saturated max (2 * 32767 * 2^e on overflow, history
+                                       cleared) */
+    FX_AF_STAT_TRUE_MAX = 1       /**< the true max from the kernel (history kept) */
+};
+/** @brief What a saturating write does (fx_autoflex_config::overflow_mode). */
+enum {
+    FX_AF_OVERFLOW_KEEP = 0,     /**< keep the saturated values */
+    FX_AF_OVERFLOW_RECOMPUTE = 1 /**< redo the write at the exact exponent */
+};
 
-/** Autoflex configuration (docs/autoflex.md). Passed by pointer, never by value. */
+/** @brief Autoflex configuration (docs/autoflex.md). Passed by pointer, never by value. */
 typedef struct fx_autoflex_config {
     int managed;         /**< 0: exponent fixed (set by tensor_set_exp); 1: Autoflex predicts */
     int history_len;     /**< L, 1..64 */
@@ -243,21 +401,44 @@ typedef struct fx_autoflex_config {
     int probe_tries;     /**< probe initialisation tries (published: 10) */
 } fx_autoflex_config;
 
-/** Fill *cfg with a named preset: "published" (Koester et al. 2017, bit-exact), "fixed"
- *  (management off), "truemax" (published + true-max statistic), "exact_init" (published +
- *  calibrated initialisation), "robust" (true max + exact init + recompute on overflow).
- *  FX_ENAME for an unknown name, FX_EINVAL for NULL. */
+/** @brief Fill a configuration with a named preset.
+ *  @param[in]  name "published" (Koester et al. 2017, bit-exact), "fixed" (management off),
+ *                   "truemax" (published + true-max statistic), "exact_init" (published +
+ *                   calibrated initialisation), "robust" (true max + exact init + recompute
+ *                   on overflow).
+ *  @param[out] cfg  The configuration.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL name or cfg is NULL.
+ *  @retval FX_ENAME unknown name. */
 FX_API int fx_autoflex_preset(const char *name, fx_autoflex_config *cfg);
 
-/** Switch a FLEX16_5 tensor to a named preset. Resets the history (the exponent is kept).
- *  FX_ENAME unknown preset, FX_EFORMAT not FLEX16_5, FX_EINVAL NULL. */
+/** @brief Switch a FLEX16_5 tensor to a named preset. Resets the history (the exponent is
+ *  kept).
+ *  @param[in,out] t      The FLEX16_5 tensor.
+ *  @param[in]     preset Preset name, as for fx_autoflex_preset().
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t or preset is NULL.
+ *  @retval FX_EFORMAT t is not FLEX16_5.
+ *  @retval FX_ENAME unknown preset.
+ *  @retval FX_EDEVICE a pending device write's statistics cannot be collected. */
 FX_API int tensor_set_autoflex(tensor_t *t, const char *preset);
-/** Same with an explicit configuration (validated: FX_EINVAL for out-of-range fields). */
+/** @brief Same as tensor_set_autoflex() with an explicit configuration.
+ *  @param[in,out] t   The FLEX16_5 tensor.
+ *  @param[in]     cfg The configuration (validated).
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t or cfg is NULL, or a field is out of range.
+ *  @retval FX_EFORMAT t is not FLEX16_5.
+ *  @retval FX_EDEVICE a pending device write's statistics cannot be collected. */
 FX_API int tensor_set_autoflex_config(tensor_t *t, const fx_autoflex_config *cfg);
-/** Copy the tensor's Autoflex configuration into *cfg. */
+/** @brief Copy the tensor's Autoflex configuration.
+ *  @param[in]  t   The FLEX16_5 tensor.
+ *  @param[out] cfg The configuration.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t or cfg is NULL.
+ *  @retval FX_EFORMAT t is not FLEX16_5. */
 FX_API int tensor_get_autoflex_config(const tensor_t *t, fx_autoflex_config *cfg);
 
-/** One record of a tensor's write trace. */
+/** @brief One record of a tensor's write trace (tensor_trace_get()). */
 typedef struct fx_trace_record {
     int64_t write;      /**< write index, from 0 */
     int exp;            /**< exponent used by the write */
@@ -271,21 +452,46 @@ typedef struct fx_trace_record {
     double stored_max;  /**< largest |m| * 2^exp stored */
 } fx_trace_record;
 
-/** Start (on != 0) or stop recording one record per write. Starting clears the trace.
- *  Shared-exponent formats only (FX_EFORMAT otherwise). */
+/** @brief Start or stop recording one record per write. Starting clears the trace.
+ *  @param[in,out] t  The tensor (shared-exponent formats only).
+ *  @param[in]     on Nonzero starts, 0 stops.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t is NULL.
+ *  @retval FX_EFORMAT a float format.
+ *  @retval FX_EDEVICE a pending device write's statistics cannot be collected. */
 FX_API int tensor_trace_enable(tensor_t *t, int on);
-/** Number of trace records; negative status on error. */
+/** @brief Number of trace records.
+ *  @param[in] t The tensor (shared-exponent formats only).
+ *  @return The count (>= 0); a negative status on error (FX_EINVAL, FX_EFORMAT, FX_EDEVICE as
+ *          for tensor_trace_enable()). */
 FX_API int64_t tensor_trace_len(const tensor_t *t);
-/** Copy record i into *rec (FX_ERANGE if i is out of range). */
+/** @brief Copy one trace record.
+ *  @param[in]  t   The tensor (shared-exponent formats only).
+ *  @param[in]  i   Record index, 0 <= i < tensor_trace_len().
+ *  @param[out] rec The record.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t or rec is NULL.
+ *  @retval FX_EFORMAT a float format.
+ *  @retval FX_ERANGE i is out of range.
+ *  @retval FX_EDEVICE a pending device write's statistics cannot be collected. */
 FX_API int tensor_trace_get(const tensor_t *t, int64_t i, fx_trace_record *rec);
-/** Write the trace as CSV (header line, then one row per write) to `path`, atomically
- *  (temporary file, then rename). FX_EIO if the file cannot be written. */
+/** @brief Write the trace as CSV (header line, then one row per write), atomically (temporary
+ *  file, then rename).
+ *  @param[in] t    The tensor (shared-exponent formats only).
+ *  @param[in] path File to write.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL t is NULL, or path is NULL or empty.
+ *  @retval FX_EFORMAT a float format.
+ *  @retval FX_EIO the file cannot be written.
+ *  @retval FX_ENOMEM
+ *  @retval FX_EDEVICE a pending device write's statistics cannot be collected. */
 FX_API int tensor_trace_write_csv(const tensor_t *t, const char *path);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Ops                                                                                         */
 /* ------------------------------------------------------------------------------------------ */
-/*
+/**
+ * @name Ops
  * Every op writes into `out`, which may have any format, and reads inputs of any formats.
  * Compute rule (one documented place, src/core/dispatch.c):
  *   - all inputs FLEX16_5/DFP16: integer-only arithmetic with exact sums, then one rounding
@@ -298,39 +504,85 @@ FX_API int tensor_trace_write_csv(const tensor_t *t, const char *path);
  * Writing the result into out is a write like tensor_from_f32 (exponent choice, statistics).
  * Inputs may be views with any strides, and may alias each other. `out` must not overlap an
  * input unless it is the very same tensor (in-place), which is allowed.
- * Status: FX_OK, FX_EINVAL (NULL, bad axis), FX_ESHAPE (shapes), FX_ENOMEM.
+ * Status: FX_OK, FX_EINVAL (NULL, bad axis), FX_ESHAPE (shapes), FX_ENOMEM. Device tensors
+ * (flexpoint_gpu.h): FX_EINVAL when host and device tensors are mixed, FX_EDEVICE when the
+ * device fails.
  */
+/** @{ */
 
-/** out = a + b, a - b, a * b elementwise, with NumPy broadcasting of a and b to out's shape. */
+/** @brief out = a + b elementwise, with NumPy broadcasting of a and b to out's shape.
+ *  @param[out] out Output, any format, with the broadcast shape.
+ *  @param[in]  a   First input.
+ *  @param[in]  b   Second input.
+ *  @return FX_OK; FX_EINVAL (NULL); FX_ESHAPE (shapes that do not broadcast to out's);
+ *          FX_ENOMEM; FX_EDEVICE (device tensors). */
 FX_API int tensor_add(tensor_t *out, const tensor_t *a, const tensor_t *b);
+/** @brief out = a - b elementwise, with NumPy broadcasting of a and b to out's shape.
+ *  @param[out] out Output, any format, with the broadcast shape.
+ *  @param[in]  a   First input.
+ *  @param[in]  b   Second input.
+ *  @return As tensor_add(). */
 FX_API int tensor_sub(tensor_t *out, const tensor_t *a, const tensor_t *b);
+/** @brief out = a * b elementwise, with NumPy broadcasting of a and b to out's shape.
+ *  @param[out] out Output, any format, with the broadcast shape.
+ *  @param[in]  a   First input.
+ *  @param[in]  b   Second input.
+ *  @return As tensor_add(). */
 FX_API int tensor_mul(tensor_t *out, const tensor_t *a, const tensor_t *b);
 
-/** out = s * a. s must be finite (FX_EINVAL otherwise). For integer compute s is used as
- *  m_s * 2^k with a 31-bit m_s (exact for every float and for doubles with <= 31 significant
- *  bits). */
+/** @brief out = s * a.
+ *
+ *  For integer compute s is used as m_s * 2^k with a 31-bit m_s (exact for every float and
+ *  for doubles with <= 31 significant bits).
+ *  @param[out] out Output with a's shape, any format.
+ *  @param[in]  a   Input.
+ *  @param[in]  s   Scale factor, finite.
+ *  @return FX_OK; FX_EINVAL (NULL, or s not finite); FX_ESHAPE; FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_scale(tensor_t *out, const tensor_t *a, double s);
 
-/** out = max(a, 0) elementwise (same shape). */
+/** @brief out = max(a, 0) elementwise (same shape).
+ *  @param[out] out Output with a's shape, any format.
+ *  @param[in]  a   Input.
+ *  @return FX_OK; FX_EINVAL (NULL); FX_ESHAPE; FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_relu(tensor_t *out, const tensor_t *a);
 
-/** Copy with format conversion: out = a (same shape). A write into out. */
+/** @brief Copy with format conversion: out = a (same shape). A write into out.
+ *  @param[out] out Output with a's shape, any format.
+ *  @param[in]  a   Input.
+ *  @return FX_OK; FX_EINVAL (NULL); FX_ESHAPE; FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_copy(tensor_t *out, const tensor_t *a);
 
-/** Sum of a. axis = FX_AXIS_ALL reduces everything (out must have numel 1); otherwise the
- *  axis (negative counts from the end) is reduced and out has a's shape without that axis, or
- *  with it kept as size 1. Float formats accumulate in fp32; integer formats exactly in int64. */
+/** @brief The axis argument of tensor_sum() and tensor_mean() that reduces everything. */
 #define FX_AXIS_ALL (-1000)
+/** @brief Sum of a, over one axis or over everything.
+ *
+ *  Float formats accumulate in fp32; integer formats exactly in int64.
+ *  @param[out] out Output: numel 1 for FX_AXIS_ALL; otherwise a's shape without that axis, or
+ *                  with it kept as size 1.
+ *  @param[in]  a    Input.
+ *  @param[in]  axis FX_AXIS_ALL reduces everything; otherwise the axis to reduce (negative
+ *                   counts from the end).
+ *  @return FX_OK; FX_EINVAL (NULL, bad axis); FX_ESHAPE (out's shape); FX_ENOMEM;
+ *          FX_EDEVICE. */
 FX_API int tensor_sum(tensor_t *out, const tensor_t *a, int axis);
 
-/** out[M,N] = a[M,K] x b[K,N], 2-D operands. Transposed operands are passed as views
- *  (tensor_view_transpose), which cost nothing: kernels read any strides. */
+/** @brief Matrix product: out[M,N] = a[M,K] x b[K,N], 2-D operands.
+ *
+ *  Transposed operands are passed as views (tensor_view_transpose()), which cost nothing:
+ *  kernels read any strides.
+ *  @param[out] out Output [M,N], any format.
+ *  @param[in]  a   Left operand [M,K].
+ *  @param[in]  b   Right operand [K,N].
+ *  @return FX_OK; FX_EINVAL (NULL); FX_ESHAPE (not 2-D, or the sizes do not fit);
+ *          FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b);
+/** @} */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Element-wise math functions                                                                */
 /* ------------------------------------------------------------------------------------------ */
-/*
+/**
+ * @name Element-wise math functions
  * One entry point, the function named by a string, so that every binding reaches every
  * function the same way. Definitions, accuracy and special values: docs/math.md.
  *
@@ -341,7 +593,7 @@ FX_API int tensor_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b);
  * The fp32 results are the same bits on every CPU backend and thread count. For fp16 and bf16
  * the result is within 1 ulp of the correctly rounded exact value on every finite input; fp32
  * bounds (ulps): exp, log, rsqrt 1; sqrt, reciprocal, square 0.5; tanh 1.5; sigmoid 2.5;
- * silu, gelu_tanh 3; gelu 3.5; pow 0.5 (plus 2^-16); clamp, abs exact.
+ * silu, gelu_tanh 3.5; gelu 4; pow 0.5 (plus 2^-16); clamp, abs exact.
  * Special values follow IEEE 754 where it defines them (log(0) = -Inf, log(-1) = NaN,
  * sqrt(-0) = -0, rsqrt(+0) = +Inf, reciprocal(-0) = -Inf, ...) and the limits elsewhere
  * (tanh(+-Inf) = +-1, sigmoid(-Inf) = 0, gelu(-Inf) = silu(-Inf) = -0, gelu(+Inf) = +Inf).
@@ -349,6 +601,7 @@ FX_API int tensor_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b);
  * Like every op, these write into a caller-provided out of any format, which may be the input
  * itself (in place); nothing is written on failure.
  */
+/** @{ */
 
 /**
  * @brief Apply an element-wise function: out = fn(a).
@@ -451,17 +704,20 @@ FX_API int tensor_pow_scalar(tensor_t *out, const tensor_t *a, double p);
  */
 FX_API int tensor_pow_scalar_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x,
                                       double p);
+/** @} */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Scalar conversions                                                                          */
 /* ------------------------------------------------------------------------------------------ */
-/*
+/**
+ * @name Scalar conversions
  * One value at a time, for callers that do not hold tensors. Bit patterns travel as uint16_t.
  * These are the definitions every tensor path of the library reproduces (docs/formats.md):
  * round to nearest, ties to even; overflow gives +-Inf (fp16: |x| >= 65520); subnormals are
  * kept; NaN gives a quiet NaN with the sign kept (fp16 sign|0x7E00, bf16 sign|0x7FC0); -0
  * stays -0. They do not depend on the floating-point environment (integer arithmetic only).
  */
+/** @{ */
 
 /** @brief fp32 -> fp16 bits, round to nearest even. @param[in] x Value. @return fp16 bits. */
 FX_API uint16_t fx_f32_to_fp16(float x);
@@ -496,31 +752,52 @@ FX_API uint16_t fx_f64_to_fp16(double x);
 /** @brief binary64 -> bf16 bits, rounded once to nearest even (as fx_f64_to_fp16()).
  *  @param[in] x Value. @return bf16 bits. */
 FX_API uint16_t fx_f64_to_bf16(double x);
+/** @} */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Backends and threads                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
-/** Number of CPU backends compiled in ("scalar", "avx2", "avx512"). */
+/** @brief Number of CPU backends compiled in ("scalar", "avx2", "avx512").
+ *  @return The count. */
 FX_API int flexpoint_backend_count(void);
-/** Name of backend i (0 <= i < count); NULL otherwise. */
+/** @brief Name of a CPU backend.
+ *  @param[in] i Backend index, 0 <= i < flexpoint_backend_count().
+ *  @return The name (a static string); NULL for another i. */
 FX_API const char *flexpoint_backend_name(int i);
-/** 1 if this CPU (cpuid + xgetbv) can run backend i, else 0. */
+/** @brief Whether this CPU (cpuid + xgetbv) can run a backend.
+ *  @param[in] i Backend index.
+ *  @return 1 if it can, else 0 (also for an index out of range). */
 FX_API int flexpoint_backend_available(int i);
-/** Select the backend by name. FX_ENAME unknown, FX_EUNSUPPORTED if the CPU cannot run it.
- *  At start-up the best available backend is used, or the one in FLEXPOINT_CPU. */
+/** @brief Select the CPU backend by name (a global setting).
+ *
+ *  At start-up the best available backend is used, or the one in FLEXPOINT_CPU.
+ *  @param[in] name "scalar", "avx2" or "avx512".
+ *  @retval FX_OK
+ *  @retval FX_EINVAL name is NULL.
+ *  @retval FX_ENAME unknown name.
+ *  @retval FX_EUNSUPPORTED the CPU cannot run it. */
 FX_API int flexpoint_set_backend(const char *name);
-/** Name of the backend in use ("scalar", "avx2" or "avx512"). */
+/** @brief Name of the backend in use.
+ *  @return "scalar", "avx2" or "avx512" (a static string). */
 FX_API const char *flexpoint_backend(void);
-/** Space-separated CPU features detected ("avx2 fma f16c avx512f avx512bw ..."). */
+/** @brief CPU features detected.
+ *  @return A space-separated list ("avx2 fma f16c avx512f avx512bw ..."), a static string
+ *          owned by the library. */
 FX_API const char *flexpoint_cpu_features(void);
 
-/** Threads used by ops (OpenMP). n <= 0 restores the default (OMP/all cores). Results of the
- *  integer formats do not depend on it. Returns the previous setting. */
+/** @brief Set the number of threads used by ops (OpenMP). Results of the integer formats do
+ *  not depend on it.
+ *  @param[in] n Thread count; n <= 0 restores the default (OMP/all cores).
+ *  @return The previous setting (as flexpoint_num_threads() gave it). */
 FX_API int flexpoint_set_num_threads(int n);
+/** @brief Number of threads used by ops.
+ *  @return The count set with flexpoint_set_num_threads(), else the default (OpenMP's maximum;
+ *          1 without OpenMP). */
 FX_API int flexpoint_num_threads(void);
 
-/** Number of CUDA devices visible (0 when built without CUDA or none is present). */
+/** @brief Number of CUDA devices visible.
+ *  @return The count; 0 when built without CUDA or none is present. */
 FX_API int flexpoint_gpu_device_count(void);
 
 #ifdef __cplusplus

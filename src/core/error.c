@@ -48,4 +48,15 @@ const char *flexpoint_status_str(int status)
     }
 }
 
-const char *flexpoint_version(void) { return "0.1.0"; }
+/* The CMake build defines FX_PROJECT_VERSION from project(VERSION) and refuses to configure
+ * when include/flexpoint.h's FLEXPOINT_VERSION_* macros say otherwise; builds without CMake
+ * (tools/fuzz_check.sh) spell the version from those macros. */
+#define FX_STR_(x) #x
+#define FX_STR(x) FX_STR_(x)
+#ifndef FX_PROJECT_VERSION
+#define FX_PROJECT_VERSION                                                                     \
+    FX_STR(FLEXPOINT_VERSION_MAJOR) "." FX_STR(FLEXPOINT_VERSION_MINOR) "." FX_STR(            \
+        FLEXPOINT_VERSION_PATCH)
+#endif
+
+const char *flexpoint_version(void) { return FX_PROJECT_VERSION; }
