@@ -1,5 +1,6 @@
-/*
- * flexpoint training ops: convolution, pooling, activations, loss, normalisation, dropout,
+/**
+ * @file
+ * @brief flexpoint training ops: convolution, pooling, activations, loss, normalisation, dropout,
  * optimiser steps and loss scaling, forward and backward, for every format.
  *
  * Conventions are those of flexpoint.h (status codes, thread-local messages, ownership: the
@@ -22,13 +23,29 @@ extern "C" {
 
 /* --- convolution (2-D, NCHW) ------------------------------------------------------------- */
 
-/** y[N,O,OH,OW] = conv(x[N,C,H,W], w[O,C,KH,KW]) with stride (sh, sw) >= 1, zero padding
- *  (ph, pw) >= 0 and dilation (dil_h, dil_w) >= 1; OH = (H + 2ph - dil_h(KH-1) - 1)/sh + 1, likewise
- *  OW. No bias (add it with tensor_add and a [O,1,1] tensor). FX_ESHAPE on shape mismatch,
- *  FX_EINVAL on bad parameters. */
+/** @brief 2-D convolution: y[N,O,OH,OW] = conv(x[N,C,H,W], w[O,C,KH,KW]).
+ *
+ *  Stride (sh, sw) >= 1, zero padding (ph, pw) >= 0 and dilation (dil_h, dil_w) >= 1;
+ *  OH = (H + 2ph - dil_h(KH-1) - 1)/sh + 1, likewise OW. No bias (add it with tensor_add() and
+ *  a [O,1,1] tensor).
+ *  @param[out] y     Output [N,O,OH,OW], any format.
+ *  @param[in]  x     Input [N,C,H,W].
+ *  @param[in]  w     Weights [O,C,KH,KW].
+ *  @param[in]  sh    Vertical stride, >= 1.
+ *  @param[in]  sw    Horizontal stride, >= 1.
+ *  @param[in]  ph    Vertical zero padding, >= 0.
+ *  @param[in]  pw    Horizontal zero padding, >= 0.
+ *  @param[in]  dil_h Vertical dilation, >= 1.
+ *  @param[in]  dil_w Horizontal dilation, >= 1.
+ *  @return FX_OK; FX_EINVAL (NULL tensor, bad stride, padding or dilation, host and device
+ *          tensors mixed); FX_ESHAPE (shapes that do not fit, an empty batch, a zero channel
+ *          or kernel size, a kernel larger than the padded input); FX_EUNSUPPORTED (integer
+ *          compute whose sums exceed 2^32 products); FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int sw,
                          int ph, int pw, int dil_h, int dil_w);
-/** y = relu(conv(x, w) + bias), with the bits of the unfused sequence tensor_conv2d into a
+/** @brief Fused convolution, bias and ReLU: y = relu(conv(x, w) + bias).
+ *
+ *  The bits are those of the unfused sequence tensor_conv2d into a
  *  tensor of y's format, tensor_add of bias, tensor_relu, in one write: for a float y (FP32,
  *  FP16, BF16) on the host under float compute (x not FLEX16_5/DFP16) the bias and the ReLU are
  *  applied to each chunk of the GEMM's results while they are in cache (no extra passes over y);
@@ -36,68 +53,195 @@ FX_API int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int 
  *  three ops run in sequence through a temporary. bias: NULL (no bias) or shape [O, 1, 1], any
  *  format; relu: 0 or 1. FX_EUNSUPPORTED for a FLEX16_5/DFP16 y: its three writes would each
  *  need their own Autoflex state, so call the three ops. FX_ESHAPE for a bias of another shape;
- *  otherwise as tensor_conv2d. */
+ *  otherwise as tensor_conv2d.
+ *  @param[out] y     Output [N,O,OH,OW], any format but FLEX16_5/DFP16.
+ *  @param[in]  x     Input [N,C,H,W].
+ *  @param[in]  w     Weights [O,C,KH,KW].
+ *  @param[in]  bias  NULL (no bias) or shape [O, 1, 1], any format.
+ *  @param[in]  relu  1 applies the ReLU, 0 does not.
+ *  @param[in]  sh    Vertical stride, >= 1.
+ *  @param[in]  sw    Horizontal stride, >= 1.
+ *  @param[in]  ph    Vertical zero padding, >= 0.
+ *  @param[in]  pw    Horizontal zero padding, >= 0.
+ *  @param[in]  dil_h Vertical dilation, >= 1.
+ *  @param[in]  dil_w Horizontal dilation, >= 1.
+ *  @return As tensor_conv2d(), and FX_EUNSUPPORTED for a FLEX16_5/DFP16 y, FX_ESHAPE for a
+ *          bias of another shape. */
 FX_API int tensor_conv2d_bias_relu(tensor_t *y, const tensor_t *x, const tensor_t *w,
                                    const tensor_t *bias, int relu, int sh, int sw, int ph, int pw,
                                    int dil_h, int dil_w);
-/** dx[N,C,H,W] = gradient of the convolution with respect to x, given dy and w. */
+/** @brief Gradient of the convolution with respect to its input: dx[N,C,H,W], given dy and w.
+ *  @param[out] dx    Input gradient [N,C,H,W], any format.
+ *  @param[in]  dy    Output gradient [N,O,OH,OW].
+ *  @param[in]  w     Weights [O,C,KH,KW].
+ *  @param[in]  sh    Vertical stride, >= 1.
+ *  @param[in]  sw    Horizontal stride, >= 1.
+ *  @param[in]  ph    Vertical zero padding, >= 0.
+ *  @param[in]  pw    Horizontal zero padding, >= 0.
+ *  @param[in]  dil_h Vertical dilation, >= 1.
+ *  @param[in]  dil_w Horizontal dilation, >= 1.
+ *  @return As tensor_conv2d(). */
 FX_API int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
                                         int sh, int sw, int ph, int pw, int dil_h, int dil_w);
-/** dw[O,C,KH,KW] = gradient with respect to the weights, given x and dy (summed over N). */
+/** @brief Gradient of the convolution with respect to the weights: dw[O,C,KH,KW], given x and
+ *  dy (summed over N).
+ *  @param[out] dw    Weight gradient [O,C,KH,KW], any format.
+ *  @param[in]  x     The forward input [N,C,H,W].
+ *  @param[in]  dy    Output gradient [N,O,OH,OW].
+ *  @param[in]  sh    Vertical stride, >= 1.
+ *  @param[in]  sw    Horizontal stride, >= 1.
+ *  @param[in]  ph    Vertical zero padding, >= 0.
+ *  @param[in]  pw    Horizontal zero padding, >= 0.
+ *  @param[in]  dil_h Vertical dilation, >= 1.
+ *  @param[in]  dil_w Horizontal dilation, >= 1.
+ *  @return As tensor_conv2d(). */
 FX_API int tensor_conv2d_backward_weight(tensor_t *dw, const tensor_t *x, const tensor_t *dy,
                                          int sh, int sw, int ph, int pw, int dil_h, int dil_w);
 
 /* --- pooling -------------------------------------------------------------------------------- */
 
-/** Max pooling with window (kh, kw), stride (sh, sw), padding (ph, pw) (padding never wins;
+/** @brief 2-D max pooling (NCHW).
+ *
+ *  Window (kh, kw), stride (sh, sw), padding (ph, pw) (padding never wins;
  *  padding may be at most half the window, as in PyTorch, else FX_EINVAL; N = 0 gives
  *  FX_ESHAPE). argmax (may be NULL) receives, per output element, the flat index into x of the
  *  maximum, for the backward pass; it must hold numel(y) int32 values (FX_EUNSUPPORTED when
- *  numel(x) >= 2^31 and argmax is requested). Integer formats compare mantissas exactly. */
+ *  numel(x) >= 2^31 and argmax is requested). Integer formats compare mantissas exactly.
+ *  @param[out] y      Output [N,C,OH,OW], any format.
+ *  @param[out] argmax NULL, or numel(y) int32 values: the flat index into x of each maximum.
+ *  @param[in]  x      Input [N,C,H,W].
+ *  @param[in]  kh Window height, >= 1.
+ *  @param[in]  kw Window width, >= 1.
+ *  @param[in]  sh Vertical stride, >= 1.
+ *  @param[in]  sw Horizontal stride, >= 1.
+ *  @param[in]  ph Vertical padding, >= 0 and at most half the window.
+ *  @param[in]  pw Horizontal padding, likewise.
+ *  @return FX_OK; FX_EINVAL (NULL tensor, bad window, stride or padding, tensors in different
+ *          places); FX_ESHAPE (shapes, N = 0 or no channels, a window that does not fit);
+ *          FX_EUNSUPPORTED (numel(x) >= 2^31 with argmax); FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, int kw,
                             int sh, int sw, int ph, int pw);
-/** dx = scatter-add of dy at argmax (dx is overwritten, zeros elsewhere). Each index must lie
- *  in its own (n, c) plane of dx, as the forward pass produces (FX_ERANGE otherwise). */
+/** @brief Gradient of max pooling: dx = scatter-add of dy at argmax (dx is overwritten, zeros
+ *  elsewhere).
+ *  @param[out] dx     Input gradient [N,C,H,W], any format.
+ *  @param[in]  dy     Output gradient [N,C,OH,OW].
+ *  @param[in]  argmax The forward pass's indices (numel(dy) values). Each index must lie in
+ *                     its own (n, c) plane of dx, as the forward pass produces.
+ *  @return FX_OK; FX_EINVAL (NULL argument); FX_ESHAPE (batch or channels differ, N = 0 or no
+ *          channels); FX_ERANGE (an index outside its plane); FX_EUNSUPPORTED (numel(dx)
+ *          >= 2^31); FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32_t *argmax);
-/** Average pooling; padded positions count in the divisor (count_include_pad). Integer
- *  formats: exact int64 sums, and the division is folded into the single rounding of the write
- *  (correctly rounded average, see src/nn/pool.c). */
+/** @brief 2-D average pooling; padded positions count in the divisor (count_include_pad).
+ *
+ *  Integer formats: exact int64 sums, and the division is folded into the single rounding of
+ *  the write (correctly rounded average, see src/nn/pool.c).
+ *  @param[out] y  Output [N,C,OH,OW], any format.
+ *  @param[in]  x  Input [N,C,H,W].
+ *  @param[in]  kh Window height, >= 1.
+ *  @param[in]  kw Window width, >= 1.
+ *  @param[in]  sh Vertical stride, >= 1.
+ *  @param[in]  sw Horizontal stride, >= 1.
+ *  @param[in]  ph Vertical padding, >= 0 and at most half the window.
+ *  @param[in]  pw Horizontal padding, likewise.
+ *  @return FX_OK; FX_EINVAL (NULL tensor, bad parameters, tensors in different places);
+ *          FX_ESHAPE; FX_EUNSUPPORTED (a window of more than 2^40 elements); FX_ENOMEM;
+ *          FX_EDEVICE. */
 FX_API int tensor_avgpool2d(tensor_t *y, const tensor_t *x, int kh, int kw, int sh, int sw,
                             int ph, int pw);
+/** @brief Gradient of tensor_avgpool2d() with respect to its input.
+ *  @param[out] dx Input gradient [N,C,H,W], any format.
+ *  @param[in]  dy Output gradient [N,C,OH,OW].
+ *  @param[in]  kh Window height, >= 1.
+ *  @param[in]  kw Window width, >= 1.
+ *  @param[in]  sh Vertical stride, >= 1.
+ *  @param[in]  sw Horizontal stride, >= 1.
+ *  @param[in]  ph Vertical padding, >= 0 and at most half the window.
+ *  @param[in]  pw Horizontal padding, likewise.
+ *  @return As tensor_avgpool2d(). */
 FX_API int tensor_avgpool2d_backward(tensor_t *dx, const tensor_t *dy, int kh, int kw, int sh,
                                      int sw, int ph, int pw);
-/** Global average pooling: x[N,C,H,W] -> y[N,C] (or [N,C,1,1]). */
+/** @brief Global average pooling: x[N,C,H,W] -> y[N,C] (or [N,C,1,1]).
+ *  @param[out] y Output [N,C] or [N,C,1,1], any format.
+ *  @param[in]  x Input [N,C,H,W].
+ *  @return FX_OK; FX_EINVAL (NULL, tensors in different places); FX_ESHAPE (shapes, an empty
+ *          x); FX_EUNSUPPORTED (more than 2^40 elements per plane); FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_global_avgpool(tensor_t *y, const tensor_t *x);
+/** @brief Gradient of tensor_global_avgpool() with respect to its input.
+ *  @param[out] dx Input gradient [N,C,H,W], any format.
+ *  @param[in]  dy Output gradient [N,C] or [N,C,1,1].
+ *  @return As tensor_global_avgpool(). */
 FX_API int tensor_global_avgpool_backward(tensor_t *dx, const tensor_t *dy);
 
 /* --- activations ------------------------------------------------------------------------- */
 
-/** dx = dy where x > 0, else 0 (same shapes). */
+/** @brief Gradient of ReLU: dx = dy where x > 0, else 0 (same shapes).
+ *  @param[out] dx Input gradient, any format.
+ *  @param[in]  dy Output gradient.
+ *  @param[in]  x  The forward input.
+ *  @return FX_OK; FX_EINVAL (NULL, tensors in different places); FX_ESHAPE; FX_ENOMEM;
+ *          FX_EDEVICE. */
 FX_API int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x);
 
 /* --- loss ---------------------------------------------------------------------------------- */
 
-/** Softmax cross-entropy of logits[N,K] against int32 labels[N] in [0, K). *loss receives the
+/** @brief Softmax cross-entropy loss and its gradient.
+ *
+ *  Softmax cross-entropy of logits[N,K] against int32 labels[N] in [0, K). *loss receives the
  *  mean loss (fp32 math, log-sum-exp stabilised). If dlogits (same shape) is not NULL it
  *  receives grad_scale * (softmax - onehot) / N, written once in its format (grad_scale is
  *  the loss scale; 1 for none). FX_ERANGE names the first out-of-range label; FX_ESHAPE for
- *  N = 0 or mismatched shapes. */
+ *  N = 0 or mismatched shapes.
+ *  @param[out] loss       The mean loss.
+ *  @param[out] dlogits    NULL, or the gradient with logits' shape, any format.
+ *  @param[in]  logits     Logits [N,K].
+ *  @param[in]  labels     N labels in [0, K).
+ *  @param[in]  grad_scale Factor of the gradient (the loss scale; 1 for none), finite.
+ *  @return FX_OK; FX_EINVAL (loss, logits or labels NULL, grad_scale not finite, tensors or
+ *          buffers in the wrong places); FX_ESHAPE (logits not 2-D, N = 0, K = 0, dlogits of
+ *          another shape); FX_ERANGE (a label out of range); FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_softmax_cross_entropy(float *loss, tensor_t *dlogits, const tensor_t *logits,
                                         const int32_t *labels, double grad_scale);
 
 /* --- batch normalisation (per channel of NCHW, or per feature of [N,F]) --------------------- */
 
-/** training != 0: normalise with the batch statistics, update running_mean/running_var
+/** @brief Batch normalisation, per channel of NCHW or per feature of [N,F].
+ *
+ *  training != 0: normalise with the batch statistics, update running_mean/running_var
  *  (float[C], momentum as in PyTorch: r = (1-m) r + m batch, unbiased variance) and store
  *  save_mean/save_invstd (float[C], may be NULL when not training) for the backward pass.
  *  training == 0: normalise with the running statistics. gamma, beta: [C] tensors of any
  *  format. Statistics and normalisation run in fp32 (accumulated in double); y is written once
- *  in its format. Needs N*H*W >= 2 in training (FX_ESHAPE). */
+ *  in its format. Needs N*H*W >= 2 in training (FX_ESHAPE).
+ *  @param[out]    y            Output with x's shape, any format.
+ *  @param[in]     x            Input [N,C,H,W] or [N,F].
+ *  @param[in]     gamma        Scale, [C].
+ *  @param[in]     beta         Shift, [C].
+ *  @param[in,out] running_mean float[C] running mean (updated in training, read in inference).
+ *  @param[in,out] running_var  float[C] running variance (likewise).
+ *  @param[out]    save_mean    float[C] batch mean for the backward pass; may be NULL when not
+ *                              training.
+ *  @param[out]    save_invstd  float[C] batch 1/std for the backward pass; likewise.
+ *  @param[in]     momentum     Momentum of the running statistics, in [0, 1].
+ *  @param[in]     eps          Added to the variance, finite and >= 0.
+ *  @param[in]     training     1: training mode; 0: inference.
+ *  @return FX_OK; FX_EINVAL (NULL tensor, bad training, momentum or eps, missing running
+ *          statistics, tensors or buffers in the wrong places); FX_ESHAPE (shapes, too few
+ *          values per channel in training); FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_batchnorm(tensor_t *y, const tensor_t *x, const tensor_t *gamma,
                             const tensor_t *beta, float *running_mean, float *running_var,
                             float *save_mean, float *save_invstd, double momentum, double eps,
                             int training);
-/** Gradients of training-mode batch norm: dx, dgamma, dbeta (dgamma/dbeta may be NULL). */
+/** @brief Gradients of training-mode batch norm: dx, dgamma, dbeta (dgamma/dbeta may be NULL).
+ *  @param[out] dx          Input gradient with x's shape, any format.
+ *  @param[out] dgamma      NULL, or the gradient of gamma, [C].
+ *  @param[out] dbeta       NULL, or the gradient of beta, [C].
+ *  @param[in]  dy          Output gradient with x's shape.
+ *  @param[in]  x           The forward input.
+ *  @param[in]  gamma       The forward scale, [C].
+ *  @param[in]  save_mean   float[C] from the forward pass.
+ *  @param[in]  save_invstd float[C] from the forward pass.
+ *  @return FX_OK; FX_EINVAL (a required argument NULL, tensors or buffers in the wrong
+ *          places); FX_ESHAPE; FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_batchnorm_backward(tensor_t *dx, tensor_t *dgamma, tensor_t *dbeta,
                                      const tensor_t *dy, const tensor_t *x,
                                      const tensor_t *gamma, const float *save_mean,
@@ -105,41 +249,98 @@ FX_API int tensor_batchnorm_backward(tensor_t *dx, tensor_t *dgamma, tensor_t *d
 
 /* --- dropout ------------------------------------------------------------------------------ */
 
-/** y = x * mask / (1 - p), mask[i] = 0 with probability p, drawn from a counter-based
- *  generator keyed by (seed, step, element index): reproducible for any thread count, and the
- *  backward pass recomputes the same mask. p in [0, 1). */
+/** @brief Dropout: y = x * mask / (1 - p), mask[i] = 0 with probability p.
+ *
+ *  The mask is drawn from a counter-based generator keyed by (seed, step, element index):
+ *  reproducible for any thread count, and the backward pass recomputes the same mask.
+ *  @param[out] y    Output with x's shape, any format.
+ *  @param[in]  x    Input.
+ *  @param[in]  p    Drop probability, in [0, 1).
+ *  @param[in]  seed Seed of the mask.
+ *  @param[in]  step Step counter of the mask (the same in the backward pass).
+ *  @return FX_OK; FX_EINVAL (NULL, p outside [0, 1), tensors in different places); FX_ESHAPE;
+ *          FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_dropout(tensor_t *y, const tensor_t *x, double p, uint64_t seed, uint64_t step);
+/** @brief Gradient of tensor_dropout(): dx = dy * mask / (1 - p), with the forward mask.
+ *  @param[out] dx   Input gradient with dy's shape, any format.
+ *  @param[in]  dy   Output gradient.
+ *  @param[in]  p    The forward drop probability.
+ *  @param[in]  seed The forward seed.
+ *  @param[in]  step The forward step.
+ *  @return As tensor_dropout(). */
 FX_API int tensor_dropout_backward(tensor_t *dx, const tensor_t *dy, double p, uint64_t seed,
                                    uint64_t step);
 
 /* --- reductions ---------------------------------------------------------------------------- */
 
-/** Mean of a along axis (or FX_AXIS_ALL); shapes as tensor_sum. */
+/** @brief Mean of a along axis (or FX_AXIS_ALL); shapes as tensor_sum().
+ *  @param[out] out  Output, any format.
+ *  @param[in]  a    Input.
+ *  @param[in]  axis The axis (negative counts from the end) or FX_AXIS_ALL.
+ *  @return FX_OK; FX_EINVAL (NULL, bad axis); FX_ESHAPE (shapes, a mean over zero elements);
+ *          FX_ENOMEM; FX_EDEVICE. */
 FX_API int tensor_mean(tensor_t *out, const tensor_t *a, int axis);
 
 /* --- optimisers ---------------------------------------------------------------------------- */
 
-/** SGD with momentum and weight decay (PyTorch semantics: g = grad*grad_scale + wd*w;
- *  buf = momentum*buf + g; w -= lr*buf). momentum_buf: float[numel(w)], caller-owned, zero at
+/** @brief One SGD step with momentum and weight decay.
+ *
+ *  PyTorch semantics: g = grad*grad_scale + wd*w; buf = momentum*buf + g; w -= lr*buf.
+ *  momentum_buf: float[numel(w)], caller-owned, zero at
  *  start (may be NULL when momentum is 0). master: float[numel(w)] fp32 master weights (the
  *  caller fills it from w once), updated and then written to w once in w's format; master NULL
  *  updates w in place (its 16-bit values are read, updated in fp32 and written back).
  *  stochastic != 0 rounds the write of w stochastically, with or without a master, keyed by
  *  (seed, step, element index); fp32 ignores it. w and grad must have the same shape (grad of
- *  any format). A failing step changes nothing. */
+ *  any format). A failing step changes nothing.
+ *  @param[in,out] w            Weights, any format.
+ *  @param[in]     grad         Gradient with w's shape, any format.
+ *  @param[in,out] master       NULL, or float[numel(w)] fp32 master weights.
+ *  @param[in,out] momentum_buf float[numel(w)] momentum buffer, zero at start; NULL only when
+ *                              momentum is 0.
+ *  @param[in]     lr           Learning rate, finite and >= 0.
+ *  @param[in]     momentum     Momentum, finite and >= 0.
+ *  @param[in]     weight_decay Weight decay, finite and >= 0.
+ *  @param[in]     grad_scale   Factor applied to grad (e.g. 1/loss scale), finite.
+ *  @param[in]     stochastic   1 rounds the write of w stochastically, 0 does not.
+ *  @param[in]     seed         Seed of the stochastic rounding.
+ *  @param[in]     step         Step counter of the stochastic rounding.
+ *  @return FX_OK; FX_EINVAL (NULL w or grad, a non-finite or negative hyperparameter, a
+ *          missing momentum buffer, buffers that alias, tensors or buffers in the wrong
+ *          places); FX_ESHAPE (w and grad differ in shape); FX_ENOMEM; FX_EDEVICE. */
 FX_API int fx_sgd_step(tensor_t *w, const tensor_t *grad, float *master, float *momentum_buf,
                        double lr, double momentum, double weight_decay, double grad_scale,
                        int stochastic, uint64_t seed, uint64_t step);
 
-/** Adam (bias-corrected; weight decay added to the gradient, as torch.optim.Adam). m, v:
- *  float[numel(w)] caller-owned, zero at start; step counts from 1. master as in fx_sgd_step. */
+/** @brief One Adam step (bias-corrected; weight decay added to the gradient, as
+ *  torch.optim.Adam).
+ *
+ *  m, v: float[numel(w)] caller-owned, zero at start; step counts from 1. master as in
+ *  fx_sgd_step(). A failing step changes nothing.
+ *  @param[in,out] w            Weights, any format.
+ *  @param[in]     grad         Gradient with w's shape, any format.
+ *  @param[in,out] master       NULL, or float[numel(w)] fp32 master weights.
+ *  @param[in,out] m            float[numel(w)] first moment, zero at start.
+ *  @param[in,out] v            float[numel(w)] second moment, zero at start.
+ *  @param[in]     lr           Learning rate, finite and >= 0.
+ *  @param[in]     beta1        First-moment decay, in [0, 1).
+ *  @param[in]     beta2        Second-moment decay, in [0, 1).
+ *  @param[in]     eps          Added to the denominator, finite and >= 0.
+ *  @param[in]     weight_decay Weight decay, finite and >= 0.
+ *  @param[in]     grad_scale   Factor applied to grad (e.g. 1/loss scale), finite.
+ *  @param[in]     stochastic   1 rounds the write of w stochastically, 0 does not.
+ *  @param[in]     seed         Seed of the stochastic rounding.
+ *  @param[in]     step         Step number, from 1 (bias correction; also keys the stochastic rounding).
+ *  @return FX_OK; FX_EINVAL (NULL w, grad, m or v, a bad hyperparameter, step 0, buffers that
+ *          alias, tensors or buffers in the wrong places); FX_ESHAPE; FX_ENOMEM;
+ *          FX_EDEVICE. */
 FX_API int fx_adam_step(tensor_t *w, const tensor_t *grad, float *master, float *m, float *v,
                         double lr, double beta1, double beta2, double eps, double weight_decay,
                         double grad_scale, int stochastic, uint64_t seed, uint64_t step);
 
 /* --- dynamic loss scaling ------------------------------------------------------------------ */
 
-/** Loss-scaler state. Plain data: saving and restoring it is a copy. */
+/** @brief Loss-scaler state. Plain data: saving and restoring it is a copy. */
 typedef struct fx_loss_scaler {
     double scale;           /**< current scale (default 2^16) */
     double growth_factor;   /**< x2 */
@@ -150,16 +351,32 @@ typedef struct fx_loss_scaler {
     int enabled;            /**< 0: scale stays 1 and nothing is skipped */
 } fx_loss_scaler;
 
-/** Defaults of the standard dynamic scaler (2^16, x2 after 2000 clean steps, x0.5 on Inf/NaN). */
+/** @brief Initialise a scaler with the defaults of the standard dynamic scaler (2^16, x2 after
+ *  2000 clean steps, x0.5 on Inf/NaN).
+ *  @param[out] s       The scaler; NULL is a no-op.
+ *  @param[in]  enabled Nonzero enables it; 0 gives a scaler whose scale stays 1. */
 FX_API void fx_loss_scaler_init(fx_loss_scaler *s, int enabled);
-/** Fused unscale and check: for each gradient i, out[i] (float[numel], caller-owned) receives
- *  grad / scale in fp32; *found_inf is set to 1 if any value is NaN/Inf, or if a shared-
- *  exponent gradient's last write counted non-finite inputs. */
+/** @brief Fused unscale and check of gradients.
+ *
+ *  For each gradient i, out[i] (float[numel], caller-owned) receives grad / scale in fp32;
+ *  *found_inf is set to 1 if any value is NaN/Inf, or if a shared-exponent gradient's last
+ *  write counted non-finite inputs.
+ *  @param[in]  s         The scaler.
+ *  @param[in]  grads     n gradients, any formats, all in one place.
+ *  @param[in]  n         Number of gradients, >= 0.
+ *  @param[out] out       n buffers of numel(grads[i]) floats.
+ *  @param[out] found_inf 1 if a non-finite value was found, else 0.
+ *  @return FX_OK; FX_EINVAL (NULL or inconsistent scaler, NULL found_inf, grads or out,
+ *          n < 0, tensors or buffers in the wrong places); FX_ENOMEM; FX_EDEVICE. */
 FX_API int fx_loss_scaler_unscale(const fx_loss_scaler *s, const tensor_t *const *grads, int n,
                                   float *const *out, int *found_inf);
-/** Update after a step: returns 1 if the step should be applied, 0 if it must be skipped
- *  (found_inf); adjusts the scale (kept representable in fp32: growth that would overflow is
- *  refused, as in torch). FX_EINVAL for a NULL or inconsistent scaler state. */
+/** @brief Update the scaler after a step and adjust the scale (kept representable in fp32:
+ *  growth that would overflow is refused, as in torch).
+ *  @param[in,out] s         The scaler.
+ *  @param[in]     found_inf The unscale's result: 1 if the step found Inf/NaN, else 0.
+ *  @retval 1 the step should be applied.
+ *  @retval 0 the step must be skipped (found_inf).
+ *  @retval FX_EINVAL a NULL or inconsistent scaler state, or a bad found_inf. */
 FX_API int fx_loss_scaler_update(fx_loss_scaler *s, int found_inf);
 
 #ifdef __cplusplus
