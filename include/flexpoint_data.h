@@ -1,5 +1,6 @@
-/*
- * flexpoint data sets: Fashion-MNIST (IDX, gzip or plain), CIFAR-10 (binary batches) and seeded
+/**
+ * @file
+ * @brief flexpoint data sets: Fashion-MNIST (IDX, gzip or plain), CIFAR-10 (binary batches) and seeded
  * synthetic images, held in memory as float NCHW images and int32 labels.
  *
  * Conventions (the same as flexpoint.h)
@@ -32,18 +33,21 @@
 extern "C" {
 #endif
 
+/** @brief An in-memory data set: float NCHW images and int32 labels (opaque). Created by the
+ *  loaders and constructors below; freed with fx_dataset_free(). */
 typedef struct fx_dataset fx_dataset;
 
-/** Number of classes of Fashion-MNIST and CIFAR-10. */
+/** @brief Number of classes of Fashion-MNIST and CIFAR-10. */
 #define FX_DATA_CLASSES 10
-/** Largest file a loader reads, after decompression (guards against gzip bombs): 1 GiB. */
+/** @brief Largest file a loader reads, after decompression (guards against gzip bombs): 1 GiB. */
 #define FX_DATA_MAX_FILE_BYTES ((int64_t)1 << 30)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Loaders                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-/** Fashion-MNIST (or MNIST, same layout) from a directory of IDX files.
+/** @brief Load Fashion-MNIST (or MNIST, same layout) from a directory of IDX files.
+ *
  *  `dir`: NULL or "" means the environment variable FLEXPOINT_FASHION_MNIST_DIR if set and
  *  non-empty, else /usr/share/datasets/fashion-mnist (Debian package dataset-fashion-mnist).
  *  `train` != 0 reads train-images-idx3-ubyte.gz and train-labels-idx1-ubyte.gz, 0 reads the
@@ -55,21 +59,31 @@ typedef struct fx_dataset fx_dataset;
  *  bytes are rejected (FX_ECORRUPT). Bytes after the end of a gzip member that are not another
  *  gzip member are ignored by zlib. Image and label counts must match, the count must be >= 1
  *  and every label must be < 10.
- *  Result: n x 1 x rows x cols images, classes = 10. NULL on failure (see above). */
+ *  @param[in] dir   Directory, or NULL / "" for the default above.
+ *  @param[in] train Nonzero: the training files; 0: the t10k test files.
+ *  @return The dataset: n x 1 x rows x cols images, classes = 10. The caller owns it and frees
+ *          it with fx_dataset_free(). NULL on failure: FX_EIO, FX_ECORRUPT, FX_ENOMEM (see
+ *          the conventions above; flexpoint_last_status()). */
 FX_API fx_dataset *fx_dataset_fashion_mnist(const char *dir, int train);
 
-/** CIFAR-10 binary version from a directory.
+/** @brief Load the CIFAR-10 binary version from a directory.
+ *
  *  `dir`: NULL or "" means FLEXPOINT_CIFAR10_DIR if set and non-empty, else
  *  "cifar-10-batches-bin" (relative to the working directory, the name the archive unpacks to).
  *  `train` != 0 reads data_batch_1.bin .. data_batch_5.bin in that order, 0 reads test_batch.bin.
  *  Each file is a sequence of 3073-byte records: one label byte (< 10), then 1024 red, 1024
  *  green and 1024 blue bytes (32x32, row-major). A missing batch fails with FX_EIO naming it; an
  *  empty file, a size that is not a multiple of 3073 or a label >= 10 fail with FX_ECORRUPT.
- *  Result: n x 3 x 32 x 32 images, classes = 10. NULL on failure. */
+ *  @param[in] dir   Directory, or NULL / "" for the default above.
+ *  @param[in] train Nonzero: the five training batches; 0: the test batch.
+ *  @return The dataset: n x 3 x 32 x 32 images, classes = 10. The caller owns it and frees it
+ *          with fx_dataset_free(). NULL on failure (FX_EIO, FX_ECORRUPT, FX_ENOMEM). */
 FX_API fx_dataset *fx_dataset_cifar10(const char *dir, int train);
 
-/** Seeded synthetic, learnable images: every class has a fixed smooth random template per
- *  channel (half of it shared by all classes, so classes overlap); an image is its class's
+/** @brief Seeded synthetic, learnable images.
+ *
+ *  Every class has a fixed smooth random template per channel (half of it shared by all
+ *  classes, so classes overlap); an image is its class's
  *  template, circularly shifted by up to height/4 and width/4 pixels, with a random contrast and
  *  brightness and per-pixel noise (sigma 0.2), clamped to [0, 1]. A nearest-class-mean
  *  classifier reaches only 35-45% on 3x32x32 with 10 classes; a CNN can do far better. Labels
@@ -78,69 +92,134 @@ FX_API fx_dataset *fx_dataset_cifar10(const char *dir, int train);
  *  unless a compiler fuses multiply-adds into FMA).
  *  Limits: n >= 1, channels 1..64, height and width 1..1024, classes 2..1000, and n*c*h*w must
  *  fit in memory (FX_EINVAL for bad values, FX_ENOMEM when too large). The usual CIFAR-shaped
- *  call is fx_dataset_synthetic(n, 3, 32, 32, 10, seed). NULL on failure. */
+ *  call is fx_dataset_synthetic(n, 3, 32, 32, 10, seed).
+ *  @param[in] n        Number of images, >= 1.
+ *  @param[in] channels Channels, 1..64.
+ *  @param[in] height   Image height, 1..1024.
+ *  @param[in] width    Image width, 1..1024.
+ *  @param[in] classes  Classes, 2..1000.
+ *  @param[in] seed     Seed; the same arguments give the same bytes.
+ *  @return The dataset, which the caller owns and frees with fx_dataset_free(); NULL on
+ *          failure (FX_EINVAL, FX_ENOMEM). */
 FX_API fx_dataset *fx_dataset_synthetic(int64_t n, int channels, int height, int width,
                                         int classes, uint64_t seed);
 
-/** New dataset holding a copy of caller data: `images` has n*channels*height*width finite
- *  floats (NCHW), `labels` n values in [0, classes). Limits as for fx_dataset_synthetic, except
- *  classes may be 1. FX_EINVAL for NULL pointers, bad sizes, non-finite pixels or labels out of
- *  range; NULL on failure. */
+/** @brief New dataset holding a copy of caller data.
+ *
+ *  Limits as for fx_dataset_synthetic(), except classes may be 1.
+ *  @param[in] n        Number of images, >= 1.
+ *  @param[in] channels Channels, 1..64.
+ *  @param[in] height   Image height, 1..1024.
+ *  @param[in] width    Image width, 1..1024.
+ *  @param[in] classes  Classes, 1..1000.
+ *  @param[in] images   n*channels*height*width finite floats (NCHW).
+ *  @param[in] labels   n values in [0, classes).
+ *  @return The dataset, which the caller owns and frees with fx_dataset_free(); NULL on
+ *          failure: FX_EINVAL for NULL pointers, bad sizes, non-finite pixels or labels out of
+ *          range; FX_ENOMEM. */
 FX_API fx_dataset *fx_dataset_from_arrays(int64_t n, int channels, int height, int width,
                                           int classes, const float *images,
                                           const int32_t *labels);
 
-/** Free a dataset. NULL is a no-op. */
+/** @brief Free a dataset.
+ *  @param[in] ds The dataset; NULL is a no-op. */
 FX_API void fx_dataset_free(fx_dataset *ds);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Accessors. On NULL they return -1 (sizes) or NULL (pointers) and set the error message.     */
 /* ------------------------------------------------------------------------------------------ */
 
-/** Number of images (>= 1). */
+/** @brief Number of images.
+ *  @param[in] ds The dataset.
+ *  @return The count (>= 1); -1 if ds is NULL. */
 FX_API int64_t fx_dataset_len(const fx_dataset *ds);
+/** @brief Channels per image.
+ *  @param[in] ds The dataset.
+ *  @return The count; -1 if ds is NULL. */
 FX_API int fx_dataset_channels(const fx_dataset *ds);
+/** @brief Image height in pixels.
+ *  @param[in] ds The dataset.
+ *  @return The height; -1 if ds is NULL. */
 FX_API int fx_dataset_height(const fx_dataset *ds);
+/** @brief Image width in pixels.
+ *  @param[in] ds The dataset.
+ *  @return The width; -1 if ds is NULL. */
 FX_API int fx_dataset_width(const fx_dataset *ds);
+/** @brief Number of classes.
+ *  @param[in] ds The dataset.
+ *  @return The count; -1 if ds is NULL. */
 FX_API int fx_dataset_classes(const fx_dataset *ds);
-/** len*channels*height*width floats, NCHW. Owned by the dataset. */
+/** @brief The images.
+ *  @param[in] ds The dataset.
+ *  @return len*channels*height*width floats, NCHW, owned by the dataset; NULL if ds is NULL. */
 FX_API const float *fx_dataset_images(const fx_dataset *ds);
-/** len labels in [0, classes). Owned by the dataset. */
+/** @brief The labels.
+ *  @param[in] ds The dataset.
+ *  @return len labels in [0, classes), owned by the dataset; NULL if ds is NULL. */
 FX_API const int32_t *fx_dataset_labels(const fx_dataset *ds);
-/** Where the data came from, for logs: e.g. "fashion-mnist t10k (/usr/share/datasets/...)",
- *  "synthetic seed=1", "pad(2) of ...". Owned by the dataset. */
+/** @brief Where the data came from, for logs.
+ *  @param[in] ds The dataset.
+ *  @return e.g. "fashion-mnist t10k (/usr/share/datasets/...)", "synthetic seed=1",
+ *          "pad(2) of ...". Owned by the dataset; NULL if ds is NULL. */
 FX_API const char *fx_dataset_source(const fx_dataset *ds);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Batches, transforms, statistics                                                             */
 /* ------------------------------------------------------------------------------------------ */
 
-/** Gather images ds[indices[i]] into x (n*channels*height*width floats) and their labels into
- *  y (n int32), for i in [0, n). Every index must be in [0, len) (FX_ERANGE otherwise, naming
- *  the first bad position); all are checked before anything is written. n == 0 is a no-op.
- *  FX_EINVAL for NULL ds, n < 0, or NULL indices/x/y with n > 0. */
+/** @brief Gather a batch of images and labels.
+ *
+ *  All indices are checked before anything is written. n == 0 is a no-op.
+ *  @param[in]  ds      The dataset.
+ *  @param[in]  indices n image indices, each in [0, len).
+ *  @param[in]  n       Batch size, >= 0.
+ *  @param[out] x       n*channels*height*width floats: images ds[indices[i]], i in [0, n).
+ *  @param[out] y       n int32: their labels.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL NULL ds, n < 0, or NULL indices/x/y with n > 0.
+ *  @retval FX_ERANGE an index outside [0, len) (the message names the first bad position). */
 FX_API int fx_dataset_batch(const fx_dataset *ds, const int64_t *indices, int64_t n, float *x,
                             int32_t *y);
 
-/** New dataset with `pad` zero pixels added on every side of every image (e.g. 28x28 -> 32x32
- *  with pad 2, for ResNet-20 on Fashion-MNIST). pad in 0..1024 and the padded size at most 1024
- *  (FX_EINVAL otherwise). The caller frees the result. */
+/** @brief New dataset with zero pixels added on every side of every image (e.g. 28x28 ->
+ *  32x32 with pad 2, for ResNet-20 on Fashion-MNIST).
+ *  @param[in] ds  The dataset.
+ *  @param[in] pad Pixels per side, 0..1024, with the padded size at most 1024.
+ *  @return The new dataset, which the caller owns and frees with fx_dataset_free(); NULL on
+ *          failure (FX_EINVAL for NULL ds or a bad pad, FX_ENOMEM). */
 FX_API fx_dataset *fx_dataset_pad(const fx_dataset *ds, int pad);
 
-/** New dataset holding a copy of images [start, start+n). n >= 1, start >= 0, start+n <= len
- *  (FX_ERANGE otherwise; FX_EINVAL for NULL). The caller frees the result. */
+/** @brief New dataset holding a copy of images [start, start+n).
+ *  @param[in] ds    The dataset.
+ *  @param[in] start First image, >= 0.
+ *  @param[in] n     Number of images, >= 1, with start+n <= len.
+ *  @return The new dataset, which the caller owns and frees with fx_dataset_free(); NULL on
+ *          failure (FX_ERANGE for a bad range, FX_EINVAL for NULL, FX_ENOMEM). */
 FX_API fx_dataset *fx_dataset_subset(const fx_dataset *ds, int64_t start, int64_t n);
 
-/** Per-channel mean and (population) standard deviation of the pixels, accumulated in double,
- *  written to mean[channels] and std[channels]. FX_EINVAL for NULL arguments. */
+/** @brief Per-channel mean and (population) standard deviation of the pixels, accumulated in
+ *  double.
+ *  @param[in]  ds   The dataset.
+ *  @param[out] mean channels values.
+ *  @param[out] std  channels values.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL NULL arguments. */
 FX_API int fx_dataset_channel_stats(const fx_dataset *ds, double *mean, double *std);
 
-/** Normalise the images in place: x = (x - mean[c]) / std[c] for every pixel of channel c.
- *  mean[] and std[] have `channels` entries; each must be finite and each std > 0 (FX_EINVAL
- *  otherwise, nothing changed). After this the pixels are no longer in [0, 1]. */
+/** @brief Normalise the images in place: x = (x - mean[c]) / std[c] for every pixel of
+ *  channel c. After this the pixels are no longer in [0, 1].
+ *  @param[in,out] ds   The dataset.
+ *  @param[in]     mean channels finite values.
+ *  @param[in]     std  channels finite values, each > 0.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL NULL arguments, or a value not finite or std <= 0 (nothing changed). */
 FX_API int fx_dataset_normalize(fx_dataset *ds, const double *mean, const double *std);
 
-/** Number of images of each class, written to counts[classes]. FX_EINVAL for NULL arguments. */
+/** @brief Number of images of each class.
+ *  @param[in]  ds     The dataset.
+ *  @param[out] counts classes values.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL NULL arguments. */
 FX_API int fx_dataset_class_counts(const fx_dataset *ds, int64_t *counts);
 
 #ifdef __cplusplus
