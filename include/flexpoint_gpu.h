@@ -1,5 +1,6 @@
-/*
- * flexpoint GPU (CUDA) device API: device selection, tensors whose elements live in device
+/**
+ * @file
+ * @brief flexpoint GPU (CUDA) device API: device selection, tensors whose elements live in device
  * memory, and transfers between host and device.
  *
  * Conventions (in addition to those of flexpoint.h)
@@ -83,74 +84,120 @@ extern "C" {
 /* flexpoint_gpu_device_count() (number of CUDA devices visible, 0 without CUDA or without a
  * device) is declared in flexpoint.h. */
 
-/** 1 if this build of the library contains the CUDA backend, else 0. */
+/** @brief Whether this build of the library contains the CUDA backend.
+ *  @return 1 if it does, else 0. */
 FX_API int flexpoint_gpu_built(void);
 
-/** Select the CUDA device used by this thread for new device tensors (0 <= ordinal < count).
- *  FX_EDEVICE without CUDA or when no device exists; FX_EINVAL for a bad ordinal. */
+/** @brief Select the CUDA device used by this thread for new device tensors.
+ *  @param[in] ordinal Device ordinal, 0 <= ordinal < flexpoint_gpu_device_count().
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a bad ordinal.
+ *  @retval FX_EDEVICE without CUDA or when no device exists. */
 FX_API int flexpoint_gpu_set_device(int ordinal);
 
-/** Ordinal of the CUDA device in use by this thread (>= 0), or FX_EDEVICE. */
+/** @brief The CUDA device in use by this thread.
+ *  @return Its ordinal (>= 0), or FX_EDEVICE (no CUDA, no device). */
 FX_API int flexpoint_gpu_device(void);
 
-/** Name of the device in use ("NVIDIA H100 80GB HBM3", ...), in a thread-local buffer valid
- *  until the next call from the same thread. NULL (with FX_EDEVICE set) without a device. */
+/** @brief Name of the device in use by this thread.
+ *  @return The name ("NVIDIA H100 80GB HBM3", ...), in a thread-local buffer owned by the
+ *          library and valid until the next call from the same thread; NULL (with FX_EDEVICE
+ *          set) without a device. */
 FX_API const char *flexpoint_gpu_device_name(void);
 
-/** Wait until all work queued on the device in use by this thread has finished. FX_OK, or
- *  FX_EDEVICE (no CUDA, no device, or a kernel failed; the message carries CUDA's text). */
+/** @brief Wait until all work queued on the device in use by this thread has finished.
+ *  @retval FX_OK
+ *  @retval FX_EDEVICE no CUDA, no device, or a kernel failed (the message carries CUDA's
+ *          text). */
 FX_API int flexpoint_gpu_synchronize(void);
 
-/** New zero-filled, contiguous tensor in the memory of the device in use, with the same
- *  initial exponent state as tensor_new. NULL on failure: FX_EDEVICE (no CUDA, no device, out
- *  of device memory), FX_EINVAL / FX_EFORMAT (bad arguments, as tensor_new). The caller frees
- *  it with tensor_free, which releases the device memory with the last view. */
+/** @brief New zero-filled, contiguous tensor in the memory of the device in use, with the
+ *  same initial exponent state as tensor_new().
+ *  @param[in] fmt   Format.
+ *  @param[in] ndim  Number of dimensions, 1 <= ndim <= FX_MAX_DIMS.
+ *  @param[in] shape `ndim` sizes, each >= 0.
+ *  @return The tensor, which the caller owns and frees with tensor_free() (it releases the
+ *          device memory with the last view). NULL on failure: FX_EDEVICE (no CUDA, no device,
+ *          out of device memory), FX_EINVAL / FX_EFORMAT (bad arguments, as tensor_new()). */
 FX_API tensor_t *tensor_new_device(fmt_t fmt, int ndim, const int64_t *shape);
 
-/** Where t's elements live: -1 for host memory, else the CUDA device ordinal.
- *  FX_EINVAL for NULL. Works in every build. */
+/** @brief Where t's elements live. Works in every build.
+ *  @param[in] t The tensor.
+ *  @return -1 for host memory, else the CUDA device ordinal; FX_EINVAL for NULL. */
 FX_API int tensor_device(const tensor_t *t);
 
-/** New device tensor (on the device in use) holding a copy of host tensor t: the same format
- *  and shape, contiguous, bit-identical elements (any view strides are gathered), and a copy of
- *  the shared-exponent state of t's storage (exponent, window, rounding mode and seed, write
+/** @brief New device tensor (on the device in use) holding a copy of a host tensor.
+ *
+ *  The copy has the same format and shape, contiguous, bit-identical elements (any view
+ *  strides are gathered), and a copy of the shared-exponent state of t's storage (exponent, window, rounding mode and seed, write
  *  counter, Autoflex state and statistics; not the write trace). Copying moves no values
  *  through a write: nothing is rounded, no statistic changes. NULL on failure (FX_EINVAL if t
- *  is NULL or already on a device, FX_EDEVICE). The caller frees it with tensor_free. */
+ *  is NULL or already on a device, FX_EDEVICE). The caller frees it with tensor_free.
+ *  @param[in] t The host tensor.
+ *  @return The device tensor, which the caller owns and frees with tensor_free(); NULL on
+ *          failure (FX_EINVAL, FX_EDEVICE). */
 FX_API tensor_t *tensor_to_device(const tensor_t *t);
 
-/** New host tensor holding a copy of device tensor t (the mirror of tensor_to_device).
- *  NULL on failure (FX_EINVAL if t is NULL or on the host, FX_EDEVICE). */
+/** @brief New host tensor holding a copy of device tensor t (the mirror of
+ *  tensor_to_device()).
+ *  @param[in] t The device tensor.
+ *  @return The host tensor, which the caller owns and frees with tensor_free(); NULL on
+ *          failure (FX_EINVAL if t is NULL or on the host, FX_EDEVICE). */
 FX_API tensor_t *tensor_to_host(const tensor_t *t);
 
-/** Copy the elements and the shared-exponent state (as tensor_to_device) of host tensor src
+/** @brief Copy elements and shared-exponent state between existing host and device tensors.
+ *
+ *  Copies the elements and the shared-exponent state (as tensor_to_device) of host tensor src
  *  into the existing device tensor dst, or of device tensor src into host tensor dst
  *  (tensor_copy_to_host). dst and src need the same format (FX_EFORMAT) and shape (FX_ESHAPE).
  *  For FLEX16_5/DFP16 dst must span its whole storage, because the exponent it receives is
  *  shared by all of the storage (FX_EINVAL otherwise); a device dst must be contiguous
  *  (FX_EUNSUPPORTED otherwise). FX_EINVAL for NULL or tensors in the wrong places. On failure
  *  dst is unchanged, except after a failed CUDA copy (FX_EDEVICE), when its elements are
- *  undefined. */
+ *  undefined.
+ *  @param[out] dst The device tensor.
+ *  @param[in]  src The host tensor.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL NULL, tensors in the wrong places, or a FLEX16_5/DFP16 dst that does not
+ *          span its storage.
+ *  @retval FX_EFORMAT dst and src differ in format.
+ *  @retval FX_ESHAPE dst and src differ in shape.
+ *  @retval FX_EUNSUPPORTED a device dst that is not contiguous.
+ *  @retval FX_EDEVICE a CUDA copy failed (dst's elements are then undefined), or no CUDA. */
 FX_API int tensor_copy_to_device(tensor_t *dst, const tensor_t *src);
+/** @brief The mirror of tensor_copy_to_device(): from device tensor src into host tensor dst.
+ *  @param[out] dst The host tensor.
+ *  @param[in]  src The device tensor.
+ *  @return As tensor_copy_to_device(). */
 FX_API int tensor_copy_to_host(tensor_t *dst, const tensor_t *src);
 
 /* --- device memory for the raw buffers of flexpoint_nn.h ops (see the rule above) ---------- */
 
-/** Allocate `bytes` (> 0) of zero-filled memory on the CUDA device in use by this thread.
- *  *p receives the device pointer, or NULL on failure. The caller owns the memory and releases
- *  it with flexpoint_gpu_free. FX_EINVAL: p is NULL or bytes is 0; FX_EDEVICE: no CUDA, no
- *  device, or the device is out of memory (message set). */
+/** @brief Allocate zero-filled memory on the CUDA device in use by this thread.
+ *  @param[out] p     Receives the device pointer, or NULL on failure. The caller owns the
+ *                    memory and releases it with flexpoint_gpu_free().
+ *  @param[in]  bytes Size, > 0.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL p is NULL or bytes is 0.
+ *  @retval FX_EDEVICE no CUDA, no device, or the device is out of memory (message set). */
 FX_API int flexpoint_gpu_malloc(void **p, size_t bytes);
 
-/** Release memory from flexpoint_gpu_malloc (on whichever device it lives; the caller's
- *  current device is kept). It waits for the device first (the memory goes back to the
- *  library's cache, and work of the caller's on other streams may still use it). NULL is a
- *  no-op (FX_OK). FX_EINVAL for a pointer that is not
- *  device memory (nothing is released); FX_EDEVICE without CUDA, or when the wait reports a
- *  failed kernel (the memory is released all the same). */
+/** @brief Release memory from flexpoint_gpu_malloc().
+ *
+ *  The memory is released on whichever device it lives (the caller's current device is
+ *  kept). It waits for the device first (the memory goes back to the library's cache, and work
+ *  of the caller's on other streams may still use it). NULL is a no-op (FX_OK). FX_EINVAL for a
+ *  pointer that is not device memory (nothing is released); FX_EDEVICE without CUDA, or when
+ *  the wait reports a failed kernel (the memory is released all the same).
+ *  @param[in] p Pointer from flexpoint_gpu_malloc(), or NULL.
+ *  @retval FX_OK (also for NULL)
+ *  @retval FX_EINVAL p is not device memory (nothing is released).
+ *  @retval FX_EDEVICE no CUDA, or the wait reported a failed kernel. */
 FX_API int flexpoint_gpu_free(void *p);
 
-/** Give the device memory that the library keeps for reuse back to CUDA, on every device.
+/** @brief Give the device memory that the library keeps for reuse back to CUDA, on every
+ *  device.
+ *
  *  Device tensors, temporaries and flexpoint_gpu_malloc buffers come from a cache: memory
  *  released by the library is kept, per device and size class, and handed out again, because
  *  cudaMalloc/cudaFree cost far more than most ops (cudaFree waits for the device). The cache
@@ -160,19 +207,25 @@ FX_API int flexpoint_gpu_free(void *p);
  *  device with no live tensors, those that receive write statistics (made again when
  *  needed). Call this to hand the memory to another library sharing the GPU, and before
  *  cudaDeviceReset, after freeing that device's tensors (the library would otherwise keep
- *  pointers of the old context). Live allocations are untouched. Always FX_OK (also without CUDA, where nothing is cached). */
+ *  pointers of the old context). Live allocations are untouched.
+ *  @return Always FX_OK (also without CUDA, where nothing is cached). */
 FX_API int flexpoint_gpu_release_cache(void);
 
-/** How many times this process has waited for a CUDA device inside the library so far: every
- *  copy from device to host memory and every synchronous upload (larger than 4 MiB, managed
- *  memory, or no pinned memory to stage through: it waits for the work queued before it), every synchronisation, every read of write
- *  statistics that had not yet arrived, and every upload that found its staging buffer still
- *  in use. For profiling a training step (a shared-exponent write after the tensor's first
- *  adds none; see the conventions above). 0 without CUDA. Never fails. */
+/** @brief How many times this process has waited for a CUDA device inside the library so far.
+ *
+ *  Counted: every copy from device to host memory and every synchronous upload (larger than
+ *  4 MiB, managed memory, or no pinned memory to stage through: it waits for the work queued
+ *  before it), every synchronisation, every read of write statistics that had not yet arrived,
+ *  and every upload that found its staging buffer still in use. For profiling a training step (a shared-exponent write after the tensor's first
+ *  adds none; see the conventions above). Never fails.
+ *  @return The count; 0 without CUDA. */
 FX_API long long flexpoint_gpu_host_waits(void);
 
-/** Copy `bytes` from host memory src to device memory dst / from device memory src to host
- *  memory dst. bytes == 0 does nothing (FX_OK). FX_EINVAL for NULL pointers with bytes > 0 or
+/** @brief Copy bytes from host memory to device memory.
+ *
+ *  Copies `bytes` from host memory src to device memory dst (flexpoint_gpu_memcpy_to_device)
+ *  / from device memory src to host memory dst (flexpoint_gpu_memcpy_to_host). bytes == 0 does
+ *  nothing (FX_OK). FX_EINVAL for NULL pointers with bytes > 0 or
  *  pointers in the wrong places (named in the message); FX_EDEVICE without CUDA or when the
  *  copy fails. To the host: synchronous, the data is in dst when the call returns. To the
  *  device: src may be reused when the call returns, and all work the library (or any code on
@@ -180,8 +233,20 @@ FX_API long long flexpoint_gpu_host_waits(void);
  *  from ordinary host memory are queued through pinned staging memory without waiting for
  *  the device, so code on other, non-blocking CUDA streams must synchronise the device before
  *  reading dst, and a failure of the queued copy is reported by a later call. Copies from or
- *  to managed memory, and larger ones, are synchronous. */
+ *  to managed memory, and larger ones, are synchronous.
+ *  @param[out] dst   Device memory.
+ *  @param[in]  src   Host memory.
+ *  @param[in]  bytes Number of bytes.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL NULL pointers with bytes > 0, or pointers in the wrong places.
+ *  @retval FX_EDEVICE no CUDA, or the copy failed. */
 FX_API int flexpoint_gpu_memcpy_to_device(void *dst, const void *src, size_t bytes);
+/** @brief Copy bytes from device memory to host memory, synchronously (see
+ *  flexpoint_gpu_memcpy_to_device()).
+ *  @param[out] dst   Host memory; the data is there when the call returns.
+ *  @param[in]  src   Device memory.
+ *  @param[in]  bytes Number of bytes.
+ *  @return As flexpoint_gpu_memcpy_to_device(). */
 FX_API int flexpoint_gpu_memcpy_to_host(void *dst, const void *src, size_t bytes);
 
 #ifdef __cplusplus
