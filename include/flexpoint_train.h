@@ -1,5 +1,6 @@
-/*
- * flexpoint training API: build a model, train it in one number format, evaluate, read
+/**
+ * @file
+ * @brief flexpoint training API: build a model, train it in one number format, evaluate, read
  * metrics and Autoflex statistics, save and resume checkpoints. The command-line tool
  * flexpoint-train and the Python binding are thin layers over these functions.
  *
@@ -34,9 +35,16 @@
 extern "C" {
 #endif
 
-enum { FX_LR_CONSTANT = 0, FX_LR_COSINE = 1, FX_LR_STEP = 2 };
+/** @brief Learning-rate schedules (fx_train_config::lr_schedule). */
+enum {
+    FX_LR_CONSTANT = 0, /**< constant learning rate (the default) */
+    FX_LR_COSINE = 1,   /**< cosine decay from lr to 0 over the planned epochs */
+    FX_LR_STEP = 2      /**< lr, then lr/10 from half and lr/100 from three quarters of the
+                             planned steps */
+};
 
-/** Training configuration. Passed by pointer; fill it with fx_train_config_default first. */
+/** @brief Training configuration. Passed by pointer; fill it with fx_train_config_default()
+ *  first. */
 typedef struct fx_train_config {
     char model[16];          /**< "mlp", "cnn" or "resnet20" */
     int fmt;                 /**< fmt_t of the weights, activations and gradients of every
@@ -62,21 +70,32 @@ typedef struct fx_train_config {
                                   library has no CUDA backend or the device does not exist */
 } fx_train_config;
 
-/** Defaults matching the PyTorch baseline of docs/experiments.md (batch 128, SGD lr 0.02,
- *  momentum 0.9). */
+/** @brief Fill a configuration with the defaults, which match the PyTorch baseline of
+ *  docs/experiments.md (batch 128, SGD lr 0.02, momentum 0.9).
+ *  @param[out] cfg The configuration. */
 FX_API void fx_train_config_default(fx_train_config *cfg);
 
+/** @brief A model with its optimiser state, buffers and position in the data order (opaque).
+ *  Created by fx_trainer_new(), freed with fx_trainer_free(). */
 typedef struct fx_trainer fx_trainer;
 
-/** Build a model for the datasets' image shape and classes and prepare training in
- *  cfg->fmt on cfg->device. Initial weights are drawn in fp32 from cfg->seed and then
- *  converted, so every format and every device starts from the same point. test may be NULL.
- *  NULL on error (message set; FX_EDEVICE when cfg->device cannot be used). */
+/** @brief Build a model for the datasets' image shape and classes and prepare training in
+ *  cfg->fmt on cfg->device.
+ *
+ *  Initial weights are drawn in fp32 from cfg->seed and then converted, so every format and
+ *  every device starts from the same point. test may be NULL.
+ *  @param[in] cfg   The configuration.
+ *  @param[in] train The training set, borrowed: it must outlive the trainer.
+ *  @param[in] test  NULL, or the test set evaluated after each epoch (borrowed likewise).
+ *  @return The trainer, which the caller owns and frees with fx_trainer_free(); NULL on error
+ *          (message set; FX_EDEVICE when cfg->device cannot be used). */
 FX_API fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
                                   const fx_dataset *test);
+/** @brief Free a trainer with its model, optimiser state and buffers (not the datasets).
+ *  @param[in] t The trainer; NULL is a no-op. */
 FX_API void fx_trainer_free(fx_trainer *t);
 
-/** Metrics of one epoch (or of an evaluation). */
+/** @brief Metrics of one epoch (or of an evaluation). */
 typedef struct fx_epoch_metrics {
     int epoch;               /**< 1-based epoch just finished */
     double train_loss;       /**< mean training loss over the epoch's steps */
@@ -84,57 +103,122 @@ typedef struct fx_epoch_metrics {
     double test_loss;        /**< -1 when there is no test set */
     double test_accuracy;    /**< -1 when there is no test set */
     double seconds;          /**< training time of the epoch (evaluation excluded) */
-    double images_per_second;
+    double images_per_second; /**< training images per second of the epoch's training time */
     int64_t steps;           /**< optimiser steps in the epoch */
     int64_t skipped_steps;   /**< steps skipped by the loss scaler */
     int64_t nonfinite_losses;/**< steps whose loss was NaN/Inf */
     double loss_scale;       /**< loss scale at the end of the epoch (1 when off) */
 } fx_epoch_metrics;
 
-/** One optimiser step on the next batch (batches follow the seeded order; an epoch drops the
- *  last partial batch). *loss receives the batch loss (may be NULL). */
+/** @brief One optimiser step on the next batch (batches follow the seeded order; an epoch
+ *  drops the last partial batch).
+ *  @param[in,out] t    The trainer.
+ *  @param[out]    loss Receives the batch loss; may be NULL.
+ *  @return FX_OK; FX_EINVAL for a NULL t; otherwise the status of the op that failed (e.g.
+ *          FX_ENOMEM, FX_EDEVICE). */
 FX_API int fx_trainer_step(fx_trainer *t, float *loss);
-/** Train the rest of the current epoch, then evaluate on the test set; fills *m. */
+/** @brief Train the rest of the current epoch, then evaluate on the test set.
+ *  @param[in,out] t The trainer.
+ *  @param[out]    m The epoch's metrics.
+ *  @return FX_OK; FX_EINVAL for a NULL t or m; otherwise as fx_trainer_step() and
+ *          fx_trainer_evaluate(). */
 FX_API int fx_trainer_epoch(fx_trainer *t, fx_epoch_metrics *m);
-/** Evaluate on a dataset (inference mode); accuracy in [0, 1], mean loss. */
+/** @brief Evaluate on a dataset (inference mode).
+ *  @param[in,out] t        The trainer.
+ *  @param[in]     ds       A dataset with the training set's image shape and classes.
+ *  @param[out]    accuracy Accuracy in [0, 1]; may be NULL.
+ *  @param[out]    loss     Mean loss; may be NULL.
+ *  @return FX_OK; FX_EINVAL for a NULL t or ds; FX_ESHAPE for a dataset of another shape;
+ *          otherwise the status of the op that failed (e.g. FX_ENOMEM, FX_EDEVICE). */
 FX_API int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accuracy,
                                double *loss);
 
-/** Steps taken so far, the current epoch (0-based) and step within it. */
+/** @brief Optimiser steps taken so far.
+ *  @param[in] t The trainer.
+ *  @return The count; FX_EINVAL for a NULL t. */
 FX_API int64_t fx_trainer_global_step(const fx_trainer *t);
+/** @brief The current epoch, 0-based (once every step of an epoch is taken, the next one).
+ *  @param[in] t The trainer.
+ *  @return The epoch; FX_EINVAL for a NULL t. */
 FX_API int fx_trainer_epoch_index(const fx_trainer *t);
+/** @brief The trainer's loss-scaler state.
+ *  @param[in] t The trainer.
+ *  @return A pointer owned by the trainer, valid until it is freed; NULL for a NULL t. */
 FX_API const fx_loss_scaler *fx_trainer_loss_scaler(const fx_trainer *t);
 
-/** The trainer's tensors (weights "<layer>.w", gradients "<layer>.w.grad", activations
+/** @brief Number of the trainer's named tensors.
+ *
+ *  The trainer's tensors (weights "<layer>.w", gradients "<layer>.w.grad", activations
  *  "<layer>.out", pre-bias outputs "<layer>.pre", input gradients "<layer>.dx"), for
  *  statistics and traces. The tensors stay owned by the trainer. In fp32/fp16/bf16 runs a
  *  convolution followed by its ReLU is one fused op (tensor_conv2d_bias_relu) writing the
  *  ReLU's output, so that convolution has no "<layer>.out" / ".pre" of its own (set
- *  FLEXPOINT_NO_FUSION=1 to keep them). */
+ *  FLEXPOINT_NO_FUSION=1 to keep them).
+ *  @param[in] t The trainer.
+ *  @return The count; FX_EINVAL for a NULL t. */
 FX_API int fx_trainer_tensor_count(const fx_trainer *t);
+/** @brief Name of one of the trainer's tensors (see fx_trainer_tensor_count()).
+ *  @param[in] t The trainer.
+ *  @param[in] i Tensor index, 0 <= i < fx_trainer_tensor_count().
+ *  @return The name, owned by the trainer; NULL for a NULL t or a bad i. */
 FX_API const char *fx_trainer_tensor_name(const fx_trainer *t, int i);
+/** @brief One of the trainer's tensors, for statistics and traces.
+ *  @param[in] t The trainer.
+ *  @param[in] i Tensor index, 0 <= i < fx_trainer_tensor_count().
+ *  @return The tensor, owned by the trainer (do not free it); NULL (FX_EINVAL set) for a NULL
+ *          t or a bad i. */
 FX_API tensor_t *fx_trainer_tensor(fx_trainer *t, int i);
-/** Index of a tensor by name, or FX_ENAME. */
+/** @brief Index of a tensor by name.
+ *  @param[in] t    The trainer.
+ *  @param[in] name The tensor's name.
+ *  @return The index (>= 0); FX_EINVAL for a NULL t or name; FX_ENAME when no tensor has the
+ *          name. */
 FX_API int fx_trainer_tensor_find(const fx_trainer *t, const char *name);
 
-/** Number of parameters (weights) of the model. */
+/** @brief Number of parameters (weights) of the model.
+ *  @param[in] t The trainer.
+ *  @return The count; FX_EINVAL for NULL t. */
 FX_API int64_t fx_trainer_param_count(const fx_trainer *t);
-/** Copy all fp32 master weights (or the dequantised working weights when there are none)
- *  into dst (fx_trainer_param_count floats, in tensor order; host memory, also for a device
- *  trainer). */
+/** @brief Copy all fp32 master weights (or the dequantised working weights when there are
+ *  none).
+ *  @param[in]  t   The trainer.
+ *  @param[out] dst fx_trainer_param_count() floats, in tensor order; host memory, also for a
+ *                  device trainer.
+ *  @return FX_OK; FX_EINVAL for a NULL t or dst; FX_ENOMEM or FX_EDEVICE when the weights
+ *          cannot be read. */
 FX_API int fx_trainer_get_params(const fx_trainer *t, float *dst);
 
-/** Save everything needed to resume bit for bit (weights, optimiser and loss-scaler state,
+/** @brief Save a checkpoint.
+ *
+ *  Saves everything needed to resume bit for bit (weights, optimiser and loss-scaler state,
  *  every tensor's exponent and Autoflex history, the position in the data order). Written
  *  atomically and durably: a temporary file, fsync, rename, fsync of the folder; stale
  *  temporaries of killed saves in that folder are removed. FX_EIO names the path on failure;
  *  FX_ERANGE (nothing written) when a master weight or momentum value is NaN/Inf
- *  (docs/robustness.md). */
+ *  (docs/robustness.md).
+ *  @param[in] t    The trainer.
+ *  @param[in] path File to write.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL t or path.
+ *  @retval FX_EIO the file cannot be written (the message names the path).
+ *  @retval FX_ERANGE a master weight or momentum value is NaN/Inf (nothing written).
+ *  @retval FX_ENOMEM
+ *  @retval FX_EDEVICE a device trainer's state cannot be copied to the host. */
 FX_API int fx_trainer_save(const fx_trainer *t, const char *path);
-/** Restore a checkpoint written by a trainer with the same configuration and data shapes.
+/** @brief Restore a checkpoint written by a trainer with the same configuration and data
+ *  shapes.
+ *
  *  Checks magic, version, size, checksum and the range of every field (docs/robustness.md):
  *  FX_ECORRUPT (message names the file, the field and the value) and the trainer unchanged on
- *  any mismatch. FX_EIO at once for a path that is not a regular file (FIFO, folder, ...). */
+ *  any mismatch. FX_EIO at once for a path that is not a regular file (FIFO, folder, ...).
+ *  @param[in,out] t    The trainer.
+ *  @param[in]     path The checkpoint.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL t or path.
+ *  @retval FX_EIO the file cannot be read, or is not a regular file.
+ *  @retval FX_ECORRUPT the contents do not fit (the trainer is unchanged).
+ *  @retval FX_ENOMEM
+ *  @retval FX_EDEVICE the state cannot be copied to a device trainer. */
 FX_API int fx_trainer_load(fx_trainer *t, const char *path);
 
 #ifdef __cplusplus
