@@ -156,7 +156,8 @@ typedef struct tensor tensor_t;
  *  @param[in] shape `ndim` sizes, each >= 0.
  *  @return The new tensor, which the caller owns and frees with tensor_free(); NULL on bad
  *          arguments (FX_EINVAL / FX_EFORMAT) or allocation failure (FX_ENOMEM; also when a
- *          size overflows); see flexpoint_last_error(). */
+ *          size overflows: more than 2^46 elements, or non-zero sizes whose product in bytes
+ *          exceeds int64, even beside a zero size); see flexpoint_last_error(). */
 FX_API tensor_t *tensor_new(fmt_t fmt, int ndim, const int64_t *shape);
 
 /** @brief Free a tensor or a view. Storage is released when its last view goes.
@@ -242,7 +243,7 @@ FX_API void *tensor_data(tensor_t *t);
  *  @param[in] shape `ndim` sizes, each >= 0, with t's numel.
  *  @return The view, which the caller owns and frees with tensor_free(); NULL on failure:
  *          FX_EINVAL (NULL t, bad ndim or shape, t not contiguous), FX_ESHAPE (a different
- *          numel), FX_ENOMEM. */
+ *          numel), FX_ENOMEM (also when a size overflows, as in tensor_new()). */
 FX_API tensor_t *tensor_view_reshape(const tensor_t *t, int ndim, const int64_t *shape);
 /** @brief View with dimensions d0 and d1 swapped.
  *  @param[in] t  The tensor.

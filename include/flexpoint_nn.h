@@ -65,8 +65,8 @@ FX_API int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int 
  *  @param[in]  pw    Horizontal zero padding, >= 0.
  *  @param[in]  dil_h Vertical dilation, >= 1.
  *  @param[in]  dil_w Horizontal dilation, >= 1.
- *  @return As tensor_conv2d(), and FX_EUNSUPPORTED for a FLEX16_5/DFP16 y, FX_ESHAPE for a
- *          bias of another shape. */
+ *  @return As tensor_conv2d(), and FX_EINVAL for a relu other than 0 or 1, FX_EUNSUPPORTED
+ *          for a FLEX16_5/DFP16 y, FX_ESHAPE for a bias of another shape. */
 FX_API int tensor_conv2d_bias_relu(tensor_t *y, const tensor_t *x, const tensor_t *w,
                                    const tensor_t *bias, int relu, int sh, int sw, int ph, int pw,
                                    int dil_h, int dil_w);
@@ -206,10 +206,10 @@ FX_API int tensor_softmax_cross_entropy(float *loss, tensor_t *dlogits, const te
 
 /** @brief Batch normalisation, per channel of NCHW or per feature of [N,F].
  *
- *  training != 0: normalise with the batch statistics, update running_mean/running_var
+ *  training 1: normalise with the batch statistics, update running_mean/running_var
  *  (float[C], momentum as in PyTorch: r = (1-m) r + m batch, unbiased variance) and store
  *  save_mean/save_invstd (float[C], may be NULL when not training) for the backward pass.
- *  training == 0: normalise with the running statistics. gamma, beta: [C] tensors of any
+ *  training 0: normalise with the running statistics. gamma, beta: [C] tensors of any
  *  format. Statistics and normalisation run in fp32 (accumulated in double); y is written once
  *  in its format. Needs N*H*W >= 2 in training (FX_ESHAPE).
  *  @param[out]    y            Output with x's shape, any format.
@@ -290,7 +290,7 @@ FX_API int tensor_mean(tensor_t *out, const tensor_t *a, int axis);
  *  start (may be NULL when momentum is 0). master: float[numel(w)] fp32 master weights (the
  *  caller fills it from w once), updated and then written to w once in w's format; master NULL
  *  updates w in place (its 16-bit values are read, updated in fp32 and written back).
- *  stochastic != 0 rounds the write of w stochastically, with or without a master, keyed by
+ *  stochastic 1 rounds the write of w stochastically, with or without a master, keyed by
  *  (seed, step, element index); fp32 ignores it. w and grad must have the same shape (grad of
  *  any format). A failing step changes nothing.
  *  @param[in,out] w            Weights, any format.
@@ -306,8 +306,9 @@ FX_API int tensor_mean(tensor_t *out, const tensor_t *a, int axis);
  *  @param[in]     seed         Seed of the stochastic rounding.
  *  @param[in]     step         Step counter of the stochastic rounding.
  *  @return FX_OK; FX_EINVAL (NULL w or grad, a non-finite or negative hyperparameter, a
- *          missing momentum buffer, buffers that alias, tensors or buffers in the wrong
- *          places); FX_ESHAPE (w and grad differ in shape); FX_ENOMEM; FX_EDEVICE. */
+ *          stochastic other than 0 or 1, a missing momentum buffer, buffers that alias,
+ *          tensors or buffers in the wrong places); FX_ESHAPE (w and grad differ in shape);
+ *          FX_ENOMEM; FX_EDEVICE. */
 FX_API int fx_sgd_step(tensor_t *w, const tensor_t *grad, float *master, float *momentum_buf,
                        double lr, double momentum, double weight_decay, double grad_scale,
                        int stochastic, uint64_t seed, uint64_t step);
@@ -331,9 +332,9 @@ FX_API int fx_sgd_step(tensor_t *w, const tensor_t *grad, float *master, float *
  *  @param[in]     stochastic   1 rounds the write of w stochastically, 0 does not.
  *  @param[in]     seed         Seed of the stochastic rounding.
  *  @param[in]     step         Step number, from 1 (bias correction; also keys the stochastic rounding).
- *  @return FX_OK; FX_EINVAL (NULL w, grad, m or v, a bad hyperparameter, step 0, buffers that
- *          alias, tensors or buffers in the wrong places); FX_ESHAPE; FX_ENOMEM;
- *          FX_EDEVICE. */
+ *  @return FX_OK; FX_EINVAL (NULL w, grad, m or v, a bad hyperparameter or stochastic flag,
+ *          step 0, buffers that alias, tensors or buffers in the wrong places); FX_ESHAPE;
+ *          FX_ENOMEM; FX_EDEVICE. */
 FX_API int fx_adam_step(tensor_t *w, const tensor_t *grad, float *master, float *m, float *v,
                         double lr, double beta1, double beta2, double eps, double weight_decay,
                         double grad_scale, int stochastic, uint64_t seed, uint64_t step);
@@ -348,7 +349,7 @@ typedef struct fx_loss_scaler {
     int64_t growth_interval;/**< 2000 clean steps */
     int64_t good_steps;     /**< clean steps since the last change */
     int64_t skipped_steps;  /**< total steps skipped */
-    int enabled;            /**< 0: scale stays 1 and nothing is skipped */
+    int enabled;            /**< 1, or 0: scale stays 1 and nothing is skipped */
 } fx_loss_scaler;
 
 /** @brief Initialise a scaler with the defaults of the standard dynamic scaler (2^16, x2 after

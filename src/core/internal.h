@@ -134,7 +134,34 @@ int fx_error(int code, const char *func, const char *fmt, ...)
 
 /* Helpers shared by the core files. */
 bool fx_fmt_valid(int fmt);
+/* Element count of a shape whose sizes are >= 0 and whose non-zero sizes multiply within
+ * int64 (every tensor's shape: fx_shape_layout refuses the others). */
 int64_t fx_numel_of(int ndim, const int64_t *shape);
+
+/* Checked int64 arithmetic for sizes, strides and offsets: true when the exact result does not
+ * fit (*r is then unspecified). */
+static inline bool fx_mul_overflows(int64_t a, int64_t b, int64_t *r)
+{
+    return __builtin_mul_overflow(a, b, r);
+}
+static inline bool fx_add_overflows(int64_t a, int64_t b, int64_t *r)
+{
+    return __builtin_add_overflow(a, b, r);
+}
+
+/* Most elements one tensor may hold (fx_alloc_array's byte limit caps it further). */
+#define FX_NUMEL_MAX ((int64_t)1 << 46)
+
+/* Validate a user-supplied shape for a tensor of format fmt: 1 <= ndim <= FX_MAX_DIMS, shape
+ * not NULL, every size >= 0 (FX_EINVAL), and the row-major strides in elements and in bytes
+ * within int64 whatever the position of a zero size, so that every offset into a view of it is
+ * representable (FX_ENOMEM, "size overflows"). On FX_OK, *numel is the element count and, when
+ * strides is not NULL, strides[0..ndim) the row-major strides (a size-0 dimension steps like
+ * a size-1 one). Messages name func and the sizes. */
+int fx_shape_layout(const char *func, fmt_t fmt, int ndim, const int64_t *shape, int64_t *numel,
+                    int64_t *strides);
+/* "[2, 3]" for ndim sizes (truncated to fit n bytes). */
+char *fx_dims_str(int ndim, const int64_t *shape, char *buf, size_t n);
 /* Whether a's logical shape is ndim/shape. */
 static inline bool fx_shape_is(const tensor_t *a, int ndim, const int64_t *shape)
 {

@@ -20,50 +20,60 @@ void *fx_alloc_array(int64_t n, size_t sz)
 
 int64_t fx_numel_of(int ndim, const int64_t *shape)
 {
+    /* a zero anywhere first: the product of the other sizes need not fit */
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] == 0) return 0;
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
     return n;
 }
 
-char *fx_shape_str(const tensor_t *t, char *buf, size_t n)
+char *fx_dims_str(int ndim, const int64_t *shape, char *buf, size_t n)
 {
     size_t used = 0;
     buf[0] = '\0';
     used += (size_t)snprintf(buf, n, "[");
-    for (int i = 0; t && i < t->ndim && used < n; i++)
+    for (int i = 0; shape && i < ndim && used < n; i++)
         used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? ", " : "",
-                                 (long long)t->shape[i]);
+                                 (long long)shape[i]);
     if (used < n) snprintf(buf + used, n - used, "]");
     return buf;
 }
 
-/* Validate a shape; on success *numel_out is the element count. */
-static int fx_check_shape(const char *func, int ndim, const int64_t *shape, int64_t *numel_out)
+char *fx_shape_str(const tensor_t *t, char *buf, size_t n)
+{
+    return fx_dims_str(t ? t->ndim : 0, t ? t->shape : NULL, buf, n);
+}
+
+int fx_shape_layout(const char *func, fmt_t fmt, int ndim, const int64_t *shape, int64_t *numel,
+                    int64_t *strides)
 {
     if (ndim < 1 || ndim > FX_MAX_DIMS)
         return fx_error(FX_EINVAL, func, "ndim=%d is outside [1, %d]", ndim, FX_MAX_DIMS);
     if (!shape) return fx_error(FX_EINVAL, func, "shape is NULL");
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) {
+    for (int i = 0; i < ndim; i++)
         if (shape[i] < 0)
             return fx_error(FX_EINVAL, func, "shape[%d]=%lld is negative", i,
                             (long long)shape[i]);
-        if (shape[i] > 0 && n > (((int64_t)1 << 46) / shape[i]))
-            return fx_error(FX_ENOMEM, func, "shape[%d]=%lld makes the element count overflow "
-                                             "(limit 2^46)", i, (long long)shape[i]);
-        n *= shape[i];
-    }
-    *numel_out = n;
-    return FX_OK;
-}
-
-static void fx_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
-{
-    int64_t s = 1;
+    /* Row-major strides treat a size-0 dimension as size 1, so they (and every offset a view
+     * can reach) stay below the product of the non-zero sizes: that product, in bytes, must
+     * fit int64 even when the element count is 0. */
+    int64_t s = 1, st[FX_MAX_DIMS];
+    bool over = false;
     for (int i = ndim - 1; i >= 0; i--) {
-        strides[i] = s;
-        s *= shape[i] > 0 ? shape[i] : 1;
+        st[i] = s;
+        if (!over) over = fx_mul_overflows(s, shape[i] > 0 ? shape[i] : 1, &s);
     }
+    if (!over) over = fx_mul_overflows(s, (int64_t)fmt_elem_size(fmt), &s);
+    if (over) {
+        char b[200];
+        return fx_error(FX_ENOMEM, func, "size overflows: the non-zero sizes of shape %s (%s) "
+                        "multiply beyond int64 bytes, so its strides or offsets would overflow",
+                        fx_dims_str(ndim, shape, b, sizeof b), fmt_name(fmt));
+    }
+    *numel = fx_numel_of(ndim, shape);
+    if (strides) memcpy(strides, st, (size_t)ndim * sizeof *st);
+    return FX_OK;
 }
 
 tensor_t *fx_tensor_create(fmt_t fmt, int ndim, const int64_t *shape, int device,
@@ -74,8 +84,14 @@ tensor_t *fx_tensor_create(fmt_t fmt, int ndim, const int64_t *shape, int device
                  FMT_COUNT - 1);
         return NULL;
     }
-    int64_t numel = 0;
-    if (fx_check_shape(func, ndim, shape, &numel) != FX_OK) return NULL;
+    int64_t numel = 0, strides[FX_MAX_DIMS];
+    if (fx_shape_layout(func, fmt, ndim, shape, &numel, strides) != FX_OK) return NULL;
+    if (numel > FX_NUMEL_MAX) {
+        char b[200];
+        fx_error(FX_ENOMEM, func, "shape %s has %lld elements: the element count overflows the "
+                 "limit 2^46", fx_dims_str(ndim, shape, b, sizeof b), (long long)numel);
+        return NULL;
+    }
     tensor_t *t = calloc(1, sizeof *t);
     fx_storage *st = calloc(1, sizeof *st);
     void *data = NULL;
@@ -120,7 +136,7 @@ tensor_t *fx_tensor_create(fmt_t fmt, int ndim, const int64_t *shape, int device
     t->fmt = fmt;
     t->ndim = ndim;
     memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-    fx_contiguous_strides(ndim, shape, t->strides);
+    memcpy(t->strides, strides, (size_t)ndim * sizeof *strides);
     t->offset = 0;
     t->st = st;
     return t;
@@ -194,9 +210,11 @@ fmt_t tensor_fmt(const tensor_t *t)
 
 bool fx_tensor_is_contiguous(const tensor_t *t)
 {
+    /* an empty view holds no element to be out of place, whatever its strides */
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return true;
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
-        if (t->shape[i] == 0) return true;
         if (t->shape[i] != 1 && t->strides[i] != s) return false;
         s *= t->shape[i];
     }

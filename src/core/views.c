@@ -18,24 +18,8 @@ static tensor_t *fx_view_of(const tensor_t *t)
 tensor_t *tensor_view_reshape(const tensor_t *t, int ndim, const int64_t *shape)
 {
     if (!t) { FX_FAIL(FX_EINVAL, "tensor is NULL"); return NULL; }
-    if (ndim < 1 || ndim > FX_MAX_DIMS) {
-        FX_FAIL(FX_EINVAL, "ndim=%d is outside [1, %d]", ndim, FX_MAX_DIMS);
-        return NULL;
-    }
-    if (!shape) { FX_FAIL(FX_EINVAL, "shape is NULL"); return NULL; }
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0) {
-            FX_FAIL(FX_EINVAL, "shape[%d]=%lld is negative", i, (long long)shape[i]);
-            return NULL;
-        }
-        if (shape[i] > 0 && n > (((int64_t)1 << 46) / shape[i])) {
-            FX_FAIL(FX_EINVAL, "shape[%d]=%lld overflows the element count", i,
-                    (long long)shape[i]);
-            return NULL;
-        }
-        n *= shape[i];
-    }
+    int64_t n = 0, strides[FX_MAX_DIMS];
+    if (fx_shape_layout(__func__, t->fmt, ndim, shape, &n, strides)) return NULL;
     int64_t have = fx_numel_of(t->ndim, t->shape);
     if (n != have) {
         char buf[160];
@@ -51,11 +35,7 @@ tensor_t *tensor_view_reshape(const tensor_t *t, int ndim, const int64_t *shape)
     if (!v) { FX_FAIL(FX_ENOMEM, "out of memory"); return NULL; }
     v->ndim = ndim;
     memcpy(v->shape, shape, (size_t)ndim * sizeof *shape);
-    int64_t s = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
-        v->strides[i] = s;
-        s *= shape[i] > 0 ? shape[i] : 1;
-    }
+    memcpy(v->strides, strides, (size_t)ndim * sizeof *strides);
     return v;
 }
 
@@ -101,10 +81,34 @@ tensor_t *tensor_view_slice(const tensor_t *t, int dim, int64_t start, int64_t s
                 (long long)start, (long long)stop, d, (long long)t->shape[d]);
         return NULL;
     }
+    /* 0 <= start <= stop: the length cannot overflow, and neither can this count */
+    const int64_t len = stop - start, n = len == 0 ? 0 : 1 + (len - 1) / step;
+    int64_t shape[FX_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[d] = n;
+    /* An empty view addresses nothing: its offset stays its parent's, so the offsets of empty
+     * views stay inside their storage however many views are stacked. Otherwise the view
+     * starts at an element of its parent, and with n >= 2 its stride times n - 1 spans parent
+     * elements, so both fit; checked all the same. A dimension of one element never advances
+     * the position, so where step * stride exceeds int64 it keeps the parent's stride. */
+    const bool empty = fx_numel_of(t->ndim, shape) == 0;
+    int64_t offset = t->offset, stride = t->strides[d], moved = 0;
+    bool over = !empty && (fx_mul_overflows(start, t->strides[d], &moved) ||
+                           fx_add_overflows(t->offset, moved, &offset));
+    if (fx_mul_overflows(t->strides[d], step, &stride)) {
+        stride = t->strides[d];
+        if (n > 1) over = true;
+    }
+    if (over) {
+        FX_FAIL(FX_ENOMEM, "size overflows: slice start=%lld step=%lld of dimension %d "
+                "(stride %lld, offset %lld)", (long long)start, (long long)step, d,
+                (long long)t->strides[d], (long long)t->offset);
+        return NULL;
+    }
     tensor_t *v = fx_view_of(t);
     if (!v) { FX_FAIL(FX_ENOMEM, "out of memory"); return NULL; }
-    v->offset += start * t->strides[d];
-    v->shape[d] = (stop - start + step - 1) / step;
-    v->strides[d] = t->strides[d] * step;
+    v->offset = offset;
+    v->shape[d] = n;
+    v->strides[d] = stride;
     return v;
 }

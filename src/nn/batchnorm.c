@@ -128,6 +128,8 @@ static int nn_bn_validate(const tensor_t *y, const tensor_t *x, const tensor_t *
     if (!y || !x || !gamma || !beta)
         return fx_error(FX_EINVAL, func, "%s is NULL",
                         !y ? "y" : (!x ? "x" : (!gamma ? "gamma" : "beta")));
+    if (training != 0 && training != 1)
+        return fx_error(FX_EINVAL, func, "training=%d must be 0 or 1", training);
     int rc = nn_bn_dims_of(x, d, func);
     if (!rc) rc = nn_same_shape(func, "y", y, "x", x);
     if (!rc) rc = nn_bn_per_channel(func, "gamma", gamma, d->C);

@@ -715,6 +715,7 @@ int tensor_conv2d_bias_relu(tensor_t *y, const tensor_t *x, const tensor_t *w,
                             int dh, int dw)
 {
     if (!y || !x || !w) return FX_FAIL(FX_EINVAL, "%s is NULL", !y ? "y" : !x ? "x" : "w");
+    if (relu != 0 && relu != 1) return FX_FAIL(FX_EINVAL, "relu=%d must be 0 or 1", relu);
     if (fmt_is_shared_exponent(y->fmt))
         return FX_FAIL(FX_EUNSUPPORTED, "y is %s: the convolution, the bias sum and the ReLU of "
                        "a shared-exponent result are three writes, each with its own exponent "

@@ -50,6 +50,8 @@ void fx_loss_scaler_init(fx_loss_scaler *s, int enabled)
 static int fx_scaler_check(const fx_loss_scaler *s, const char *func)
 {
     if (!s) return fx_error(FX_EINVAL, func, "scaler is NULL");
+    if (s->enabled != 0 && s->enabled != 1)
+        return fx_error(FX_EINVAL, func, "enabled=%d must be 0 or 1", s->enabled);
     if (!s->enabled) return FX_OK;
     if (!(isfinite(s->scale) && s->scale > 0 && s->scale <= FLT_MAX))
         return fx_error(FX_EINVAL, func, "scale=%g must be a positive finite fp32 value",
@@ -156,6 +158,8 @@ int fx_loss_scaler_update(fx_loss_scaler *s, int found_inf)
 {
     int rc = fx_scaler_check(s, __func__);
     if (rc) return rc;
+    if (found_inf != 0 && found_inf != 1)
+        return FX_FAIL(FX_EINVAL, "found_inf=%d must be 0 or 1", found_inf);
     if (!s->enabled) return 1; /* a disabled scaler never skips and never changes */
     if (found_inf) {
         float backed = (float)(s->scale * s->backoff_factor);

@@ -47,9 +47,11 @@ static int fx_need_finite(const char *func, const char *name, double v, int nonn
 
 /* Checks shared by both optimisers: tensors, shapes, lr, weight decay, gradient scale. */
 static int fx_optim_check(const char *func, const tensor_t *w, const tensor_t *grad, double lr,
-                          double weight_decay, double grad_scale)
+                          double weight_decay, double grad_scale, int stochastic)
 {
     if (!w || !grad) return fx_error(FX_EINVAL, func, "%s is NULL", !w ? "w" : "grad");
+    if (stochastic != 0 && stochastic != 1)
+        return fx_error(FX_EINVAL, func, "stochastic=%d must be 0 or 1", stochastic);
     bool same = w->ndim == grad->ndim;
     for (int d = 0; same && d < w->ndim; d++) same = w->shape[d] == grad->shape[d];
     if (!same) {
@@ -172,7 +174,7 @@ int fx_sgd_step(tensor_t *w, const tensor_t *grad, float *master, float *momentu
                 int stochastic, uint64_t seed, uint64_t step)
 {
     const char *func = __func__;
-    int rc = fx_optim_check(func, w, grad, lr, weight_decay, grad_scale);
+    int rc = fx_optim_check(func, w, grad, lr, weight_decay, grad_scale, stochastic);
     if (!rc) rc = fx_need_finite(func, "momentum", momentum, 1);
     if (rc) return rc;
     if (!momentum_buf && momentum != 0)
@@ -221,7 +223,7 @@ int fx_adam_step(tensor_t *w, const tensor_t *grad, float *master, float *m, flo
                  double grad_scale, int stochastic, uint64_t seed, uint64_t step)
 {
     const char *func = __func__;
-    int rc = fx_optim_check(func, w, grad, lr, weight_decay, grad_scale);
+    int rc = fx_optim_check(func, w, grad, lr, weight_decay, grad_scale, stochastic);
     if (!rc) rc = fx_need_finite(func, "eps", eps, 1);
     if (rc) return rc;
     if (!m || !v) return FX_FAIL(FX_EINVAL, "%s is NULL", !m ? "m" : "v");
