@@ -53,10 +53,11 @@ static inline double bound_f32(int fn)
     case FX_UN_EXP: case FX_UN_LOG: case FX_UN_RSQRT: return 1.0;
     case FX_UN_SQRT: case FX_UN_RECIPROCAL: case FX_UN_SQUARE: return 0.5;
     case FX_UN_ABS: case FX_UN_CLAMP: return 0.0;
-    case FX_UN_TANH: case FX_UN_ERF: return 1.5;
+    case FX_UN_TANH: return 1.5;
+    case FX_UN_ERF: return 2.0;
     case FX_UN_SIGMOID: case FX_UN_ERFC: return 2.5;
-    case FX_UN_SILU: case FX_UN_GELU_TANH: return 3.0;
-    case FX_UN_GELU: return 3.5;
+    case FX_UN_SILU: case FX_UN_GELU_TANH: return 3.5;
+    case FX_UN_GELU: return 4.0;
     case FX_UN_POW: return 0.5 + 0x1p-16;
     }
     return 0.0;
