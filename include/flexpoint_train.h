@@ -46,13 +46,16 @@ enum {
 /** @brief Training configuration. Passed by pointer; fill it with fx_train_config_default()
  *  first. */
 typedef struct fx_train_config {
-    char model[16];          /**< "mlp", "cnn" or "resnet20" */
+    char model[16];          /**< "mlp", "cnn" or "resnet20", NUL-terminated within the field */
     int fmt;                 /**< fmt_t of the weights, activations and gradients of every
                                   GEMM and conv */
-    int master_weights;      /**< 1: fp32 master weights (default); 0: update in the format */
-    int loss_scaling;        /**< dynamic loss scaling: -1 auto (on for fp16 only), 0 off, 1 on */
-    int stochastic_rounding; /**< stochastic rounding of weight writes without master weights */
-    char autoflex[16];       /**< Autoflex preset of flex16_5 tensors (default "robust") */
+    int master_weights;      /**< 1: fp32 master weights (default); 0: update in the format.
+                                  Other values: FX_EINVAL */
+    int loss_scaling;        /**< dynamic loss scaling: -1 auto (on for fp16 only), 0 off, 1 on.
+                                  Other values: FX_EINVAL */
+    int stochastic_rounding; /**< 1: stochastic rounding of weight writes; 0 (default) */
+    char autoflex[16];       /**< Autoflex preset of flex16_5 tensors (default "robust"),
+                                  NUL-terminated within the field; checked in every format */
     int grad_window_lo;      /**< flex16_5 window start for gradient tensors (default -44) */
     int act_window_lo;       /**< ... for activations (default -31) */
     int weight_window_lo;    /**< ... for weights (default -31) */
@@ -62,9 +65,11 @@ typedef struct fx_train_config {
     double weight_decay;     /**< default 0 */
     int lr_schedule;         /**< FX_LR_CONSTANT (default), FX_LR_COSINE, FX_LR_STEP */
     int epochs;              /**< planned epochs (for the schedule); default 5 */
-    int augment;             /**< 1: random crop (pad 4) + horizontal flip (CIFAR); default 0 */
+    int augment;             /**< 1: random crop (pad 4) + horizontal flip (CIFAR); default 0.
+                                  Other values: FX_EINVAL */
     uint64_t seed;           /**< initial weights, batch order, augmentation */
-    int threads;             /**< 0: library default */
+    int threads;             /**< 0: library default; else 1..1024 threads (a process-wide
+                                  setting, flexpoint_set_num_threads) */
     int device;              /**< -1: host (default); >= 0: CUDA device ordinal to train on.
                                   fx_trainer_new fails with FX_EDEVICE and a message when the
                                   library has no CUDA backend or the device does not exist */
@@ -83,12 +88,17 @@ typedef struct fx_trainer fx_trainer;
  *  cfg->fmt on cfg->device.
  *
  *  Initial weights are drawn in fp32 from cfg->seed and then converted, so every format and
- *  every device starts from the same point. test may be NULL.
+ *  every device starts from the same point. test may be NULL. Every field of *cfg is
+ *  checked before anything is allocated; the message names the field and its value. NULL on
+ *  error, with flexpoint_last_status(): FX_EINVAL (NULL cfg or train, a field out of range,
+ *  model or autoflex not NUL-terminated within its char[16]), FX_EFORMAT (fmt), FX_ENAME (unknown model or Autoflex preset), FX_ERANGE (a flex16_5
+ *  window start outside [-128, 96]), FX_ESHAPE (datasets that do not fit), FX_EDEVICE
+ *  (cfg->device cannot be used), FX_ENOMEM.
  *  @param[in] cfg   The configuration.
  *  @param[in] train The training set, borrowed: it must outlive the trainer.
  *  @param[in] test  NULL, or the test set evaluated after each epoch (borrowed likewise).
- *  @return The trainer, which the caller owns and frees with fx_trainer_free(); NULL on error
- *          (message set; FX_EDEVICE when cfg->device cannot be used). */
+ *  @return The trainer, which the caller owns and frees with fx_trainer_free(); NULL on
+ *          error. */
 FX_API fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
                                   const fx_dataset *test);
 /** @brief Free a trainer with its model, optimiser state and buffers (not the datasets).
@@ -135,15 +145,16 @@ FX_API int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accu
 
 /** @brief Optimiser steps taken so far.
  *  @param[in] t The trainer.
- *  @return The count; FX_EINVAL for a NULL t. */
+ *  @return The count; FX_EINVAL (message set) for a NULL t. */
 FX_API int64_t fx_trainer_global_step(const fx_trainer *t);
 /** @brief The current epoch, 0-based (once every step of an epoch is taken, the next one).
  *  @param[in] t The trainer.
- *  @return The epoch; FX_EINVAL for a NULL t. */
+ *  @return The epoch; FX_EINVAL (message set) for a NULL t. */
 FX_API int fx_trainer_epoch_index(const fx_trainer *t);
 /** @brief The trainer's loss-scaler state.
  *  @param[in] t The trainer.
- *  @return A pointer owned by the trainer, valid until it is freed; NULL for a NULL t. */
+ *  @return A pointer owned by the trainer, valid until it is freed; NULL (message set) for a
+ *          NULL t. */
 FX_API const fx_loss_scaler *fx_trainer_loss_scaler(const fx_trainer *t);
 
 /** @brief Number of the trainer's named tensors.
@@ -160,7 +171,7 @@ FX_API int fx_trainer_tensor_count(const fx_trainer *t);
 /** @brief Name of one of the trainer's tensors (see fx_trainer_tensor_count()).
  *  @param[in] t The trainer.
  *  @param[in] i Tensor index, 0 <= i < fx_trainer_tensor_count().
- *  @return The name, owned by the trainer; NULL for a NULL t or a bad i. */
+ *  @return The name, owned by the trainer; NULL (FX_EINVAL set) for a NULL t or a bad i. */
 FX_API const char *fx_trainer_tensor_name(const fx_trainer *t, int i);
 /** @brief One of the trainer's tensors, for statistics and traces.
  *  @param[in] t The trainer.
@@ -177,7 +188,7 @@ FX_API int fx_trainer_tensor_find(const fx_trainer *t, const char *name);
 
 /** @brief Number of parameters (weights) of the model.
  *  @param[in] t The trainer.
- *  @return The count; FX_EINVAL for NULL t. */
+ *  @return The count; FX_EINVAL with a message for NULL t. */
 FX_API int64_t fx_trainer_param_count(const fx_trainer *t);
 /** @brief Copy all fp32 master weights (or the dequantised working weights when there are
  *  none).
@@ -187,6 +198,78 @@ FX_API int64_t fx_trainer_param_count(const fx_trainer *t);
  *  @return FX_OK; FX_EINVAL for a NULL t or dst; FX_ENOMEM or FX_EDEVICE when the weights
  *          cannot be read. */
 FX_API int fx_trainer_get_params(const fx_trainer *t, float *dst);
+
+/** @brief Classes of the trainer's tensors, for fx_train_health: weights ("<layer>.w", "<layer>.b"),
+ *  activations ("input", "<layer>.out", "<layer>.pre") and gradients ("<layer>.w.grad",
+ *  "<layer>.dx", "<layer>.dy", "loss.dlogits"). */
+enum {
+    FX_TENSOR_WEIGHTS = 0,     /**< weights */
+    FX_TENSOR_ACTIVATIONS = 1, /**< activations */
+    FX_TENSOR_GRADIENTS = 2    /**< gradients */
+};
+/** @brief Number of tensor classes (FX_TENSOR_*): the length of fx_train_health's per-class
+ *  arrays. */
+#define FX_TENSOR_CLASSES 3
+
+/** @brief Threshold of the health warnings that flexpoint-train prints after each epoch, 1%:
+ *  - saturation: one tensor of a class had more than this fraction of the elements written to
+ *    it in the epoch saturated (worst_saturated_fraction);
+ *  - underflow: one tensor of a class had more than this fraction of its writes zeroed, every
+ *    nonzero value rounded to 0 (worst_zeroed_fraction).
+ *  Healthy flex16_5 and dfp16 runs have neither (Autoflex keeps saturation at 0), whereas a
+ *  window that does not fit the data, e.g. grad_window_lo far too low or too high, shows 100%
+ *  in the tensor where it starts. Underflowed elements alone are no sign of trouble: the
+ *  small entries of a tensor round to 0 by design (in the loss gradient of a well-fit model
+ *  about half of them), so their counts are reported but not judged. */
+#define FX_HEALTH_WARN_FRACTION 0.01
+
+/** @brief Numeric health of the current epoch: what the format did to the values it stored, which
+ *  the loss alone does not show (a run whose gradients all saturate can sit at a constant
+ *  loss). Filled by fx_trainer_health. */
+typedef struct fx_train_health {
+    int measured;        /**< 1 when the counts below are kept: flex16_5 and dfp16 runs (the
+                              float formats' writes keep no statistics; counts are then 0) */
+    int64_t steps;       /**< optimiser steps the counts cover */
+    /** Per class (FX_TENSOR_*), summed over the last write of each tensor in each step (a
+     *  tensor is written once per step; a step skipped by the loss scaler writes no weights):
+     *  writes, elements written, elements that saturated, nonzero finite inputs that rounded
+     *  to 0, and zeroed writes: writes whose every nonzero input rounded to 0. */
+    int64_t writes[FX_TENSOR_CLASSES];
+    int64_t written[FX_TENSOR_CLASSES];     /**< see writes */
+    int64_t saturated[FX_TENSOR_CLASSES];   /**< see writes */
+    int64_t underflow[FX_TENSOR_CLASSES];   /**< see writes */
+    int64_t zeroed[FX_TENSOR_CLASSES];      /**< see writes */
+    /** Per class: the tensor (an index for fx_trainer_tensor_name) with the largest fraction
+     *  of its written elements saturated, and that fraction; -1 and 0 when none saturated.
+     *  A single tensor that saturates throughout can hide in a class total, as the tensors
+     *  computed from it then hold tiny or zero values, which are no events of their own. */
+    int worst_saturated[FX_TENSOR_CLASSES];
+    double worst_saturated_fraction[FX_TENSOR_CLASSES]; /**< see worst_saturated */
+    /** The same for the fraction of a tensor's writes that were zeroed. */
+    int worst_zeroed[FX_TENSOR_CLASSES];
+    double worst_zeroed_fraction[FX_TENSOR_CLASSES];    /**< see worst_zeroed */
+    int64_t params;            /**< weights checked (fx_trainer_param_count) */
+    int64_t nonfinite_weights; /**< weights that are NaN or Inf now, in the fp32 master copy
+                                    or in the working copy; counted in every format */
+} fx_train_health;
+
+/**
+ * @brief Read the numeric health of the current epoch: saturation and underflow per tensor
+ *        class, and the weights that are no longer finite.
+ *
+ * The counts cover the steps of the current epoch: they restart at the first step of each
+ * epoch, so right after fx_trainer_epoch they are those of the epoch just reported. They are
+ * not saved in checkpoints; after fx_trainer_load they cover the steps taken since. On a
+ * device trainer, keeping them makes each step wait for its writes' statistics at its end,
+ * and this call copies the weights to the host. Compare worst_saturated_fraction and
+ * worst_zeroed_fraction with FX_HEALTH_WARN_FRACTION to decide whether to warn.
+ *
+ * @param[in]  t The trainer (not modified).
+ * @param[out] h Receives the counts; caller-owned. Zeroed on failure.
+ * @return FX_OK; FX_EINVAL for a NULL t or h; FX_ENOMEM; FX_EDEVICE when a device trainer's
+ *         weights cannot be read (message set in every case).
+ */
+FX_API int fx_trainer_health(const fx_trainer *t, fx_train_health *h);
 
 /** @brief Save a checkpoint.
  *

@@ -11,6 +11,9 @@
 #include <string.h>
 #include <time.h>
 
+/* Upper bound of fx_train_config.threads (as the CLI's --threads). */
+#define FX_TRAIN_MAX_THREADS 1024
+
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
 #endif
@@ -44,27 +47,66 @@ static double fx_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Configuration errors are reported as fx_trainer_new's, the function the caller called. */
+#define CFG_FAIL(code, ...) fx_error((code), "fx_trainer_new", __VA_ARGS__)
+
+/* A char[N] field is read only up to its size: an unterminated one is refused rather than read
+ * past its end. */
+static int fx_validate_terminated(const char *field, const char *v, size_t size)
+{
+    if (!memchr(v, '\0', size))
+        return CFG_FAIL(FX_EINVAL, "%s is not NUL-terminated within its %zu bytes ('%.*s...')",
+                        field, size, (int)size, v);
+    return FX_OK;
+}
+
+static int fx_validate_flag(const char *field, int v, int lo, int hi)
+{
+    if (v < lo || v > hi) return CFG_FAIL(FX_EINVAL, "%s=%d is outside [%d, %d]", field, v, lo, hi);
+    return FX_OK;
+}
+
+/* Every field of the configuration, before anything is allocated. Messages name the field and
+ * its value. */
 static int fx_validate_config(const fx_train_config *c)
 {
-    if (!fx_fmt_valid(c->fmt)) return FX_FAIL(FX_EFORMAT, "fmt=%d is not a format", c->fmt);
-    if (c->batch_size < 1 || c->batch_size > 65536)
-        return FX_FAIL(FX_EINVAL, "batch_size=%d is outside [1, 65536]", c->batch_size);
-    if (!(c->lr > 0) || !isfinite(c->lr)) return FX_FAIL(FX_EINVAL, "lr=%g must be > 0", c->lr);
-    if (!(c->momentum >= 0 && c->momentum < 1))
-        return FX_FAIL(FX_EINVAL, "momentum=%g is outside [0, 1)", c->momentum);
-    if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
-        return FX_FAIL(FX_EINVAL, "weight_decay=%g must be >= 0", c->weight_decay);
-    if (c->epochs < 1) return FX_FAIL(FX_EINVAL, "epochs=%d must be >= 1", c->epochs);
-    if (c->lr_schedule < FX_LR_CONSTANT || c->lr_schedule > FX_LR_STEP)
-        return FX_FAIL(FX_EINVAL, "lr_schedule=%d is unknown", c->lr_schedule);
-    int windows[3] = {c->grad_window_lo, c->act_window_lo, c->weight_window_lo};
+    int rc = fx_validate_terminated("model", c->model, sizeof c->model);
+    if (rc) return rc;
+    if (strcmp(c->model, "mlp") && strcmp(c->model, "cnn") && strcmp(c->model, "resnet20"))
+        return CFG_FAIL(FX_ENAME, "model='%s': unknown model (known: mlp, cnn, resnet20)",
+                        c->model);
+    if (!fx_fmt_valid(c->fmt)) return CFG_FAIL(FX_EFORMAT, "fmt=%d is not a format", c->fmt);
+    if ((rc = fx_validate_flag("master_weights", c->master_weights, 0, 1)) ||
+        (rc = fx_validate_flag("loss_scaling", c->loss_scaling, -1, 1)) ||
+        (rc = fx_validate_flag("stochastic_rounding", c->stochastic_rounding, 0, 1)))
+        return rc;
+    if ((rc = fx_validate_terminated("autoflex", c->autoflex, sizeof c->autoflex))) return rc;
+    fx_autoflex_config af;
+    if (fx_autoflex_preset(c->autoflex, &af) != FX_OK)
+        return CFG_FAIL(FX_ENAME, "autoflex='%s': unknown preset (known: published, truemax, "
+                       "exact_init, robust, fixed)", c->autoflex);
+    const char *wnames[3] = {"grad_window_lo", "act_window_lo", "weight_window_lo"};
+    const int windows[3] = {c->grad_window_lo, c->act_window_lo, c->weight_window_lo};
     for (int i = 0; i < 3; i++)
         if (windows[i] < -128 || windows[i] > 96)
-            return FX_FAIL(FX_ERANGE, "flex window start %d is outside [-128, 96]", windows[i]);
-    fx_autoflex_config af;
-    if (fx_autoflex_preset(c->autoflex, &af) != FX_OK) return FX_ENAME;
+            return CFG_FAIL(FX_ERANGE, "%s=%d: the flex16_5 window start is outside [-128, 96]",
+                           wnames[i], windows[i]);
+    if (c->batch_size < 1 || c->batch_size > 65536)
+        return CFG_FAIL(FX_EINVAL, "batch_size=%d is outside [1, 65536]", c->batch_size);
+    if (!(c->lr > 0) || !isfinite(c->lr)) return CFG_FAIL(FX_EINVAL, "lr=%g must be > 0", c->lr);
+    if (!(c->momentum >= 0 && c->momentum < 1))
+        return CFG_FAIL(FX_EINVAL, "momentum=%g is outside [0, 1)", c->momentum);
+    if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
+        return CFG_FAIL(FX_EINVAL, "weight_decay=%g must be >= 0", c->weight_decay);
+    if (c->lr_schedule < FX_LR_CONSTANT || c->lr_schedule > FX_LR_STEP)
+        return CFG_FAIL(FX_EINVAL, "lr_schedule=%d is unknown (%d constant, %d cosine, %d step)",
+                       c->lr_schedule, FX_LR_CONSTANT, FX_LR_COSINE, FX_LR_STEP);
+    if (c->epochs < 1) return CFG_FAIL(FX_EINVAL, "epochs=%d must be >= 1", c->epochs);
+    if ((rc = fx_validate_flag("augment", c->augment, 0, 1)) ||
+        (rc = fx_validate_flag("threads", c->threads, 0, FX_TRAIN_MAX_THREADS)))
+        return rc;
     if (c->device < -1)
-        return FX_FAIL(FX_EINVAL, "device=%d: use -1 for the host or a CUDA ordinal >= 0",
+        return CFG_FAIL(FX_EINVAL, "device=%d: use -1 for the host or a CUDA ordinal >= 0",
                        c->device);
     return FX_OK;
 }
@@ -82,18 +124,22 @@ void fx_trainer_make_perm(fx_trainer *t, int epoch)
     }
 }
 
-static int fx_reg_add(fx_trainer *t, const char *name, const char *suffix, tensor_t *x, int *cap)
+static int fx_reg_add(fx_trainer *t, const char *name, const char *suffix, tensor_t *x, int cls,
+                      int *cap)
 {
     if (!x) return FX_OK;
     if (t->nreg == *cap) {
         int c = *cap ? 2 * *cap : 64;
-        fx_named_tensor *r = realloc(t->reg, (size_t)c * sizeof *r);
-        if (!r) return FX_FAIL(FX_ENOMEM, "out of memory");
-        t->reg = r;
+        fx_named_tensor *grown = realloc(t->reg, (size_t)c * sizeof *grown);
+        if (!grown) return FX_FAIL(FX_ENOMEM, "out of memory");
+        t->reg = grown;
         *cap = c;
     }
-    snprintf(t->reg[t->nreg].name, sizeof t->reg[t->nreg].name, "%s%s", name, suffix);
-    t->reg[t->nreg++].t = x;
+    fx_named_tensor *r = &t->reg[t->nreg++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s%s", name, suffix);
+    r->t = x;
+    r->cls = cls;
     return FX_OK;
 }
 
@@ -102,20 +148,23 @@ static int fx_build_registry(fx_trainer *t)
     int cap = 0, rc = FX_OK;
     fx_model *m = &t->m;
     for (int i = 0; i < m->nparams && !rc; i++) {
-        rc = fx_reg_add(t, m->params[i].name, "", m->params[i].w, &cap);
-        if (!rc) rc = fx_reg_add(t, m->params[i].name, ".grad", m->params[i].g, &cap);
+        rc = fx_reg_add(t, m->params[i].name, "", m->params[i].w, FX_TENSOR_WEIGHTS, &cap);
+        if (!rc)
+            rc = fx_reg_add(t, m->params[i].name, ".grad", m->params[i].g, FX_TENSOR_GRADIENTS,
+                            &cap);
     }
     /* with a device, the batch is written (and traced) in the host staging tensor */
     tensor_t *input = m->stage[FX_CTX_TRAIN] ? m->stage[FX_CTX_TRAIN] : m->input[FX_CTX_TRAIN];
-    if (!rc) rc = fx_reg_add(t, "input", "", input, &cap);
+    const int A = FX_TENSOR_ACTIVATIONS, G = FX_TENSOR_GRADIENTS;
+    if (!rc) rc = fx_reg_add(t, "input", "", input, A, &cap);
     for (int i = 0; i < m->nlayers && !rc; i++) {
         fx_layer *l = &m->layers[i];
-        rc = fx_reg_add(t, l->name, ".out", l->out[FX_CTX_TRAIN], &cap);
-        if (!rc) rc = fx_reg_add(t, l->name, ".pre", l->tmp[FX_CTX_TRAIN], &cap);
-        if (!rc && l->dx_owned[0]) rc = fx_reg_add(t, l->name, ".dx", l->dx[0], &cap);
-        if (!rc && l->dy_sum) rc = fx_reg_add(t, l->name, ".dy", l->dy_sum, &cap);
+        rc = fx_reg_add(t, l->name, ".out", l->out[FX_CTX_TRAIN], A, &cap);
+        if (!rc) rc = fx_reg_add(t, l->name, ".pre", l->tmp[FX_CTX_TRAIN], A, &cap);
+        if (!rc && l->dx_owned[0]) rc = fx_reg_add(t, l->name, ".dx", l->dx[0], G, &cap);
+        if (!rc && l->dy_sum) rc = fx_reg_add(t, l->name, ".dy", l->dy_sum, G, &cap);
     }
-    if (!rc) rc = fx_reg_add(t, "loss", ".dlogits", t->dlogits, &cap);
+    if (!rc) rc = fx_reg_add(t, "loss", ".dlogits", t->dlogits, G, &cap);
     return rc;
 }
 
@@ -173,6 +222,7 @@ fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
     t->xbuf = malloc((size_t)(B * img) * sizeof(float));
     t->ybuf = malloc((size_t)B * sizeof(int32_t));
     t->logits_buf = malloc((size_t)(B * classes) * sizeof(float));
+    if (cfg->augment) t->aug_tmp = malloc((size_t)H * (size_t)W * sizeof(float));
     int64_t ls[2] = {B, classes};
     if (!rc) {
         t->dlogits = fx_place_tensor(&t->m, (fmt_t)cfg->fmt, 2, ls, cfg->grad_window_lo);
@@ -182,7 +232,8 @@ fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
         t->logits_host = tensor_new((fmt_t)cfg->fmt, 2, ls);
         if (!t->logits_host) rc = flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
     }
-    if (!rc && (!t->perm || !t->xbuf || !t->ybuf || !t->logits_buf))
+    if (!rc && (!t->perm || !t->xbuf || !t->ybuf || !t->logits_buf ||
+                (cfg->augment && !t->aug_tmp)))
         rc = FX_FAIL(FX_ENOMEM, "out of memory");
     t->scaling = cfg->loss_scaling < 0 ? cfg->fmt == FMT_FP16 : cfg->loss_scaling;
     fx_loss_scaler_init(&t->scaler, t->scaling);
@@ -205,6 +256,7 @@ void fx_trainer_free(fx_trainer *t)
     free(t->xbuf);
     free(t->ybuf);
     free(t->logits_buf);
+    free(t->aug_tmp);
     free(t->reg);
     free(t);
 }
@@ -217,11 +269,10 @@ static void fx_augment(const fx_trainer *t, float *img, int64_t index)
     uint64_t r = fx_rng_u64(t->cfg.seed ^ 0xa7a7a7a7ULL, (uint64_t)t->epoch, (uint64_t)index);
     int dy = (int)(r % (2 * pad + 1)) - pad, dx = (int)((r >> 8) % (2 * pad + 1)) - pad;
     int flip = (int)((r >> 16) & 1);
-    float tmp[4096];
+    float *tmp = t->aug_tmp; /* H * W floats, allocated by fx_trainer_new */
     for (int c = 0; c < C; c++) {
         float *p = img + (int64_t)c * H * W;
-        if ((int64_t)H * W > 4096) return;
-        memcpy(tmp, p, sizeof(float) * (size_t)(H * W));
+        memcpy(tmp, p, sizeof(float) * (size_t)H * (size_t)W);
         for (int y = 0; y < H; y++)
             for (int x = 0; x < W; x++) {
                 int sy = y + dy, sx0 = flip ? W - 1 - x : x, sx = sx0 + dx;
@@ -265,6 +316,50 @@ static int64_t fx_count_correct(const float *logits, const int32_t *y, int64_t n
     return correct;
 }
 
+/* The health counters cover the steps from now on. */
+static void fx_health_reset(fx_trainer *t)
+{
+    for (int i = 0; i < t->nreg; i++) {
+        fx_named_tensor *r = &t->reg[i];
+        r->writes = r->written = r->saturated = r->underflow = r->zeroed = 0;
+    }
+    t->health_steps = 0;
+    t->health_step = t->global_step;
+}
+
+/* Before a step's first write: each shared-exponent tensor's write count (counted when a write
+ * is launched, so reading it waits for nothing). */
+static void fx_health_begin(fx_trainer *t)
+{
+    if (t->health_step != t->global_step) fx_health_reset(t); /* moved by fx_trainer_load */
+    for (int i = 0; i < t->nreg; i++) {
+        const tensor_t *x = t->reg[i].t;
+        if (fmt_is_shared_exponent(x->fmt)) t->reg[i].writes0 = x->st->writes;
+    }
+}
+
+/* After a step: the statistics of the last write of every tensor the step wrote. A device
+ * write's statistics are collected here (fx_storage_settle), which waits for that write. */
+static int fx_health_end(fx_trainer *t)
+{
+    for (int i = 0; i < t->nreg; i++) {
+        fx_named_tensor *r = &t->reg[i];
+        fx_storage *st = r->t->st;
+        if (!fmt_is_shared_exponent(r->t->fmt) || st->writes == r->writes0) continue;
+        int rc = fx_storage_settle(st, "fx_trainer_step");
+        if (rc) return rc;
+        r->writes++;
+        r->written += tensor_numel(r->t);
+        r->saturated += st->last.saturated;
+        r->underflow += st->last.underflow;
+        /* every nonzero finite input rounded to 0: nothing of the values was kept */
+        r->zeroed += st->last.underflow > 0 && st->last.stored_max == 0;
+    }
+    t->health_steps++;
+    t->health_step = t->global_step + 1; /* the caller counts the step next */
+    return FX_OK;
+}
+
 static void fx_begin_epoch_if_needed(fx_trainer *t)
 {
     if (t->step_in_epoch < t->steps_per_epoch) return;
@@ -273,6 +368,7 @@ static void fx_begin_epoch_if_needed(fx_trainer *t)
     t->epoch_reported = 0;
     t->loss_sum = t->seconds = 0;
     t->correct = t->seen = t->skipped = t->nonfinite = 0;
+    fx_health_reset(t);
     fx_trainer_make_perm(t, t->epoch);
 }
 
@@ -287,6 +383,7 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     int rc = fx_trainer_use_device(t);
     if (rc) return rc;
     fx_begin_epoch_if_needed(t);
+    fx_health_begin(t);
     double t0 = fx_now();
     int64_t B = t->cfg.batch_size, img = (int64_t)t->C * t->H * t->W;
     const int64_t *idx = t->perm + t->step_in_epoch * B;
@@ -333,6 +430,7 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     } else {
         t->skipped++;
     }
+    if ((rc = fx_health_end(t))) return rc;
     if (!isfinite(loss)) t->nonfinite++;
     else t->loss_sum += loss;
     t->correct += fx_count_correct(t->logits_buf, t->ybuf, B, t->classes);
@@ -415,25 +513,41 @@ int fx_trainer_epoch(fx_trainer *t, fx_epoch_metrics *mt)
     return FX_OK;
 }
 
-int64_t fx_trainer_global_step(const fx_trainer *t) { return t ? t->global_step : FX_EINVAL; }
+int64_t fx_trainer_global_step(const fx_trainer *t)
+{
+    return t ? t->global_step : FX_FAIL(FX_EINVAL, "trainer is NULL");
+}
+
 int fx_trainer_epoch_index(const fx_trainer *t)
 {
-    if (!t) return FX_EINVAL;
+    if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
     return t->step_in_epoch >= t->steps_per_epoch ? t->epoch + 1 : t->epoch;
 }
-const fx_loss_scaler *fx_trainer_loss_scaler(const fx_trainer *t) { return t ? &t->scaler : NULL; }
 
-int fx_trainer_tensor_count(const fx_trainer *t) { return t ? t->nreg : FX_EINVAL; }
+const fx_loss_scaler *fx_trainer_loss_scaler(const fx_trainer *t)
+{
+    if (!t) FX_FAIL(FX_EINVAL, "trainer is NULL");
+    return t ? &t->scaler : NULL;
+}
+
+int fx_trainer_tensor_count(const fx_trainer *t)
+{
+    return t ? t->nreg : FX_FAIL(FX_EINVAL, "trainer is NULL");
+}
 
 const char *fx_trainer_tensor_name(const fx_trainer *t, int i)
 {
+    if (!t) FX_FAIL(FX_EINVAL, "trainer is NULL");
+    else if (i < 0 || i >= t->nreg)
+        FX_FAIL(FX_EINVAL, "tensor index %d is outside [0, %d)", i, t->nreg);
     return (t && i >= 0 && i < t->nreg) ? t->reg[i].name : NULL;
 }
 
 tensor_t *fx_trainer_tensor(fx_trainer *t, int i)
 {
     if (!t || i < 0 || i >= t->nreg) {
-        FX_FAIL(FX_EINVAL, "tensor index %d is out of range", i);
+        if (!t) FX_FAIL(FX_EINVAL, "trainer is NULL");
+        else FX_FAIL(FX_EINVAL, "tensor index %d is outside [0, %d)", i, t->nreg);
         return NULL;
     }
     return t->reg[i].t;
@@ -449,7 +563,7 @@ int fx_trainer_tensor_find(const fx_trainer *t, const char *name)
 
 int64_t fx_trainer_param_count(const fx_trainer *t)
 {
-    if (!t) return FX_EINVAL;
+    if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
     int64_t n = 0;
     for (int i = 0; i < t->m.nparams; i++) n += t->m.params[i].n;
     return n;
@@ -465,5 +579,53 @@ int fx_trainer_get_params(const fx_trainer *t, float *dst)
         else rc = fx_place_read_f32(&t->m, p->w, NULL, dst);
         dst += p->n;
     }
+    return rc;
+}
+
+int fx_trainer_health(const fx_trainer *t, fx_train_health *h)
+{
+    if (!t || !h) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "h");
+    memset(h, 0, sizeof *h);
+    h->measured = fmt_is_shared_exponent((fmt_t)t->cfg.fmt);
+    for (int c = 0; c < FX_TENSOR_CLASSES; c++) h->worst_saturated[c] = h->worst_zeroed[c] = -1;
+    if (t->health_step == t->global_step) { /* else a load moved the trainer: no steps yet */
+        for (int i = 0; i < t->nreg; i++) {
+            const fx_named_tensor *r = &t->reg[i];
+            const int c = r->cls;
+            h->writes[c] += r->writes;
+            h->written[c] += r->written;
+            h->saturated[c] += r->saturated;
+            h->underflow[c] += r->underflow;
+            h->zeroed[c] += r->zeroed;
+            double fs = r->written ? (double)r->saturated / (double)r->written : 0.0;
+            double fz = r->writes ? (double)r->zeroed / (double)r->writes : 0.0;
+            if (fs > h->worst_saturated_fraction[c]) {
+                h->worst_saturated_fraction[c] = fs;
+                h->worst_saturated[c] = i;
+            }
+            if (fz > h->worst_zeroed_fraction[c]) {
+                h->worst_zeroed_fraction[c] = fz;
+                h->worst_zeroed[c] = i;
+            }
+        }
+        h->steps = t->health_steps;
+    }
+    /* a weight counts once when its master copy, its working copy or both are NaN/Inf */
+    int64_t most = 0;
+    for (int i = 0; i < t->m.nparams; i++) most = t->m.params[i].n > most ? t->m.params[i].n : most;
+    float *w = malloc((size_t)(most > 0 ? most : 1) * sizeof(float));
+    float *mw = malloc((size_t)(most > 0 ? most : 1) * sizeof(float));
+    int rc = !w || !mw ? FX_FAIL(FX_ENOMEM, "out of memory") : fx_trainer_use_device(t);
+    for (int i = 0; i < t->m.nparams && !rc; i++) {
+        const fx_param *p = &t->m.params[i];
+        rc = fx_place_read_f32(&t->m, p->w, NULL, w);
+        if (!rc && p->master) rc = fx_place_download(&t->m, mw, p->master, p->n);
+        for (int64_t k = 0; k < p->n && !rc; k++)
+            h->nonfinite_weights += !isfinite(w[k]) || (p->master && !isfinite(mw[k]));
+        h->params += p->n;
+    }
+    free(w);
+    free(mw);
+    if (rc) memset(h, 0, sizeof *h);
     return rc;
 }

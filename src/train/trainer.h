@@ -7,6 +7,12 @@
 typedef struct fx_named_tensor {
     char name[64];
     tensor_t *t;
+    int cls;            /* FX_TENSOR_WEIGHTS, _ACTIVATIONS or _GRADIENTS */
+    int64_t writes0;    /* shared-exponent tensors: the storage's write count when the current
+                           step began, to tell which tensors the step wrote */
+    /* this epoch's writes, elements written, saturated and underflowed, and writes that
+     * stored only zeros from nonzero inputs (fx_trainer_health) */
+    int64_t writes, written, saturated, underflow, zeroed;
 } fx_named_tensor;
 
 struct fx_trainer {
@@ -31,6 +37,12 @@ struct fx_trainer {
     /* accumulators of the current epoch */
     double loss_sum, seconds;
     int64_t correct, seen, skipped, nonfinite;
+    /* Write statistics of the current epoch (fx_trainer_health) are kept per registered
+     * tensor: elements written, saturated and underflowed by its last write in each step. Not
+     * part of checkpoints: health_step is the global step they were last updated at, so a
+     * trainer whose position was changed by fx_trainer_load starts counting afresh. */
+    int64_t health_steps, health_step;
+    float *aug_tmp;            /* one image plane, for augmentation */
     /* registry of tensors by name */
     fx_named_tensor *reg;
     int nreg;
