@@ -1,6 +1,9 @@
 #!/bin/sh
-# CLI checks for flexpoint-train: --help documents every option, bad options fail with a clear
-# message and a non-zero exit, and a tiny synthetic run writes its CSV files and summary.
+# CLI checks for flexpoint-train: --help documents every option, bad options and values that
+# cannot be honoured (paths too long, presets on float formats, unknown --trace tensors) fail
+# with a clear message and a non-zero exit, output files that cannot be written fail the run
+# with every allocation freed, numeric trouble (saturation, NaN weights) is warned about and
+# counted in epochs.csv, and a tiny synthetic run writes its CSV files and summary.
 # usage: test_cli.sh path/to/flexpoint-train
 BIN="$1"
 T=$(mktemp -d)
@@ -9,7 +12,9 @@ fail=0
 check() { # description, expected exit code, expected stderr/stdout fragment, command...
   desc="$1"; want="$2"; frag="$3"; shift 3
   "$@" >"$T/out" 2>"$T/err"; rc=$?
-  if [ "$rc" != "$want" ] || ! grep -q -- "$frag" "$T/out" "$T/err"; then
+  # in a sanitizer build a leak or UB report exits 1, like an expected failure: look for it
+  if [ "$rc" != "$want" ] || ! grep -q -- "$frag" "$T/out" "$T/err" ||
+     grep -qE "Sanitizer|runtime error:" "$T/err"; then
     echo "FAIL: $desc (exit $rc, wanted $want, fragment '$frag')"; cat "$T/err"; fail=1
   else
     echo "ok: $desc"
@@ -36,6 +41,69 @@ for bad in gpu cuda: cuda:x cuda:-1 cuda:1x cuda:99999 ""; do
     "$BIN" --device "$bad"
 done
 check "--device needs a value" 2 "--device needs a value" "$BIN" --device
+# values that cannot be honoured exactly are usage errors (exit 2), never adjusted
+long=$(printf "%04000d" 0)
+check "--out longer than supported" 2 "--out: the path is 4000 bytes long" "$BIN" --out "$long"
+check "--data-dir longer than supported" 2 "--data-dir: the path is 4000 bytes" "$BIN" --data-dir "$long"
+check "--checkpoint-dir longer than supported" 2 "--checkpoint-dir: the path is 4000 bytes" \
+  "$BIN" --checkpoint-dir "$long"
+check "empty --out" 2 "--out: the path is empty" "$BIN" --out ""
+check "preset on fp32" 2 "'fp32:robust': an Autoflex preset applies to flex16_5 only" \
+  "$BIN" --formats fp32:robust
+check "unknown --autoflex without flex16_5" 2 "--autoflex: unknown Autoflex preset 'nope'" \
+  "$BIN" --formats fp32 --autoflex nope
+check "format listed twice" 2 "'fp32' is listed twice" "$BIN" --formats fp32,float32
+check "empty format item" 2 "--formats: empty item" "$BIN" --formats fp32,,fp16
+check "--data-dir with synthetic data" 2 "--data-dir: the synthetic data set is generated" \
+  "$BIN" --data synthetic --data-dir /tmp
+check "empty --seed" 2 "--seed: '' is not an integer" "$BIN" --seed ""
+check "--pad with a blank" 2 "--pad: ' 3' is not an integer" "$BIN" --pad " 3"
+check "empty --weight-decay" 2 "--weight-decay: '' is not a number" "$BIN" --weight-decay ""
+check "--lr nan" 2 "--lr: 'nan' is not a number" "$BIN" --lr nan
+check "--trace of a float-only run" 2 "--trace: traces are recorded in flex16_5 and dfp16" \
+  "$BIN" --formats fp32,bf16 --trace fc1.out
+check "--trace empty item" 2 "--trace: empty item" "$BIN" --trace fc1.out,
+check "--trace name too long" 2 "longer than any tensor name" "$BIN" --trace "$long"
+check "--trace listed twice" 2 "'fc1.out' is listed twice" "$BIN" --trace fc1.out,fc1.out
+check "--trace of too many tensors" 2 "--trace: at most 16 tensors" "$BIN" \
+  --trace a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q
+# an unknown tensor is found before anything is written: exit 2, no output directory
+check "--trace of an unknown tensor" 2 "no tensor named 'conv9.out'" "$BIN" --data synthetic \
+  --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats fp32,flex16_5 \
+  --trace fc1.out,conv9.out --out "$T/rt" --quiet
+[ ! -e "$T/rt" ] || { echo "FAIL: an unknown --trace created its output directory"; fail=1; }
+# output files that cannot be written: exit 1 naming the file (and, under LeakSanitizer, with
+# every data set and trainer freed: a leak changes the exit status)
+: > "$T/afile"
+check "--out is a file" 1 "cannot write $T/afile/epochs.csv" "$BIN" --data synthetic \
+  --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats fp32 --out "$T/afile" --quiet
+mkdir -p "$T/rtr/trace_dfp16_fc1.out.csv"
+check "trace file cannot be written" 1 "trace_dfp16_fc1.out.csv" "$BIN" --data synthetic \
+  --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats dfp16 --trace fc1.out \
+  --out "$T/rtr" --quiet
+# a write that fails mid-run (file size limit, with SIGXFSZ ignored so that write() fails):
+# the CSV rows of 30 epochs do not fit in 2 blocks
+( trap '' XFSZ; ulimit -f 2; exec "$BIN" --data synthetic --synthetic-n 100 --model mlp \
+  --epochs 30 --batch 50 --formats fp32 --out "$T/rfull" --quiet ) >/dev/null 2>"$T/err"; rc=$?
+if [ "$rc" = 1 ] && grep -q "cannot write $T/rfull/.*\.csv" "$T/err" &&
+   ! grep -qE "Sanitizer|runtime error:" "$T/err"; then
+  echo "ok: a failed CSV write ends the run with exit 1"
+else
+  echo "FAIL: failed CSV write (exit $rc)"; cat "$T/err"; fail=1
+fi
+# numeric health: weights that become NaN/Inf (fp16 without loss scaling, lr far too large)
+# are reported on stderr and in epochs.csv's nonfinite_weights column; a healthy run is quiet
+check "non-finite weights warned" 0 "warning: fp16 epoch 1: .* weights are NaN or Inf" \
+  "$BIN" --data synthetic --synthetic-n 200 --model mlp --epochs 1 --batch 50 --formats fp16 \
+  --loss-scaling off --lr 1000 --out "$T/rnan" --quiet
+nf=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "nonfinite_weights") c = i }
+              NR == 2 { print $c }' "$T/rnan/epochs.csv")
+case "$nf" in
+  ''|*[!0-9]*|0) echo "FAIL: nonfinite_weights is '$nf'"; fail=1 ;;
+esac
+check "saturating weights warned" 0 "warning: flex16_5 epoch 1: weights saturated: [1-9]" \
+  "$BIN" --data synthetic --synthetic-n 200 --model mlp --epochs 1 --batch 50 \
+  --formats flex16_5 --lr 1e9 --momentum 0 --out "$T/rsat" --quiet
 # a device that cannot be used fails at once (before the output directory is created or data
 # is loaded): exit 1 with the reason. No machine has a usable cuda:1023.
 check "unusable CUDA device" 1 "--device cuda:1023: .*CUDA" \
@@ -59,6 +127,20 @@ check "tiny synthetic run" 0 "gap to fp32" "$BIN" --data synthetic --synthetic-n
   --checkpoint-dir "$T/ck"
 lines=$(wc -l < "$T/r1/epochs.csv")
 [ "$lines" = "7" ] || { echo "FAIL: epochs.csv has $lines lines, wanted 7"; fail=1; }
+grep -q "warning" "$T/err" && { echo "FAIL: a healthy run printed a warning"; cat "$T/err"; fail=1; }
+# the columns of earlier versions first, in their order, then the health counts
+hdr="run,model,epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds,images_per_second"
+hdr="$hdr,loss_scale,skipped_steps,nonfinite_losses"
+for c in weights activations gradients; do
+  hdr="$hdr,${c}_written,${c}_saturated,${c}_underflow,${c}_zeroed_writes"
+done
+[ "$(head -n 1 "$T/r1/epochs.csv")" = "$hdr,nonfinite_weights" ] ||
+  { echo "FAIL: epochs.csv header: $(head -n 1 "$T/r1/epochs.csv")"; fail=1; }
+# flex16_5 and dfp16 rows count the elements they wrote; fp32 rows leave the counts empty
+awk -F, 'NR > 1 && ($1 == "fp32") != ($13 == "") { bad = 1 }
+         NR > 1 && $1 != "fp32" && !($13 > 0 && $17 > 0 && $21 > 0) { bad = 1 }
+         END { exit bad }' "$T/r1/epochs.csv" ||
+  { echo "FAIL: health columns of epochs.csv:"; cat "$T/r1/epochs.csv"; fail=1; }
 ls "$T/r1"/trace_flex16_5_robust_*.csv >/dev/null 2>&1 || { echo "FAIL: no flex trace CSV"; fail=1; }
 [ -f "$T/ck/dfp16.ckpt" ] || { echo "FAIL: no checkpoint"; fail=1; }
 check "resume a finished run" 0 "dfp16" "$BIN" --data synthetic --synthetic-n 200 --model mlp \

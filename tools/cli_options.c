@@ -1,0 +1,408 @@
+/* flexpoint-train's argument parser (cli_options.h). Every value is checked here, before any
+ * file is touched: a value that cannot be honoured exactly (a path that does not fit, a preset
+ * on a format that has none, a name listed twice) is a usage error, never silently adjusted. */
+#include "cli_options.h"
+
+#include "flexpoint.h"
+#include "flexpoint_train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char fx_cli_usage_text[] =
+"usage: flexpoint-train [options]\n"
+"Train one network in several number formats from identical starting points and compare.\n"
+"\n"
+"  --model NAME          mlp | cnn | resnet20                          (default cnn)\n"
+"  --data NAME           fashion-mnist | cifar10 | synthetic          (default fashion-mnist)\n"
+"  --data-dir DIR        dataset directory (fashion-mnist default: $FLEXPOINT_FASHION_MNIST_DIR\n"
+"                        or /usr/share/datasets/fashion-mnist; cifar10: required; not with\n"
+"                        synthetic)\n"
+"  --formats LIST        comma list of distinct fp32,fp16,bf16,flex16_5,dfp16; flex16_5 (only)\n"
+"                        may name an Autoflex preset as flex16_5:PRESET (default all five)\n"
+"  --autoflex PRESET     default preset for flex16_5 runs: published | truemax | exact_init |\n"
+"                        robust | fixed                              (default robust)\n"
+"  --epochs N            epochs, 1..100000                             (default 5)\n"
+"  --batch N             batch size, 1..65536                          (default 128)\n"
+"  --lr X                learning rate                                 (default 0.02)\n"
+"  --momentum X          SGD momentum, [0, 1)                          (default 0.9)\n"
+"  --weight-decay X      L2 weight decay                               (default 0)\n"
+"  --schedule NAME       constant | cosine | step                      (default constant)\n"
+"  --no-master           keep weights only in the format (no fp32 master copy)\n"
+"  --loss-scaling MODE   auto (fp16 only) | on | off                   (default auto)\n"
+"  --stochastic-rounding round weight writes stochastically\n"
+"  --augment             random crop (pad 4) and horizontal flip\n"
+"  --pad N               zero-pad images by N pixels per side, 0..64 (e.g. 2: 28x28 -> 32x32)\n"
+"  --train-subset N      use the first N training images               (default all)\n"
+"  --test-subset N       use the first N test images                   (default all)\n"
+"  --synthetic-n N       synthetic training set size (test: N/5)       (default 10000)\n"
+"  --seed N              seed of weights, batch order, augmentation    (default 0)\n"
+"  --threads N           threads, 1..1024 (default: all cores)\n"
+"  --device DEV          cpu | cuda | cuda:N: train on the host or on CUDA device N (cuda is\n"
+"                        cuda:0); batches are prepared on the host       (default cpu)\n"
+"  --out DIR             write CSV results here                        (default results)\n"
+"  --trace LIST          comma list of at most 16 tensors whose per-write Autoflex trace is\n"
+"                        saved, e.g. conv1.out,conv2.w.grad (flex16_5/dfp16 runs; an unknown\n"
+"                        name is an error; default: a few)\n"
+"  --checkpoint-dir DIR  save a checkpoint per run after every epoch\n"
+"  --resume              continue runs from their checkpoints in --checkpoint-dir\n"
+"  --quiet               no progress output (warnings and errors are still printed)\n"
+"  --help                this text\n"
+"\n"
+"Paths (--out, --data-dir, --checkpoint-dir) may be up to 3839 bytes long.\n"
+"Outputs in --out: epochs.csv (one row per run and epoch: run, model, epoch, train_loss,\n"
+"train_accuracy, test_loss, test_accuracy, seconds, images_per_second, loss_scale,\n"
+"skipped_steps, nonfinite_losses, then for each of weights, activations and gradients\n"
+"<class>_written, <class>_saturated, <class>_underflow, <class>_zeroed_writes (elements\n"
+"written, saturated, rounded to 0, and writes that kept no nonzero value; flex16_5 and\n"
+"dfp16 runs, empty in the float formats), and nonfinite_weights), steps.csv (run, step,\n"
+"epoch, loss, loss_scale every 10 steps) and trace_<run>_<tensor>.csv.\n"
+"A warning goes to stderr after an epoch in which one tensor saturated more than 1% of the\n"
+"elements written to it, or had more than 1% of its writes zeroed, or when weights are NaN\n"
+"or Inf.\n"
+"Exit status: 0 success, 1 a run or a file failed, 2 a usage error.\n";
+
+const char *fx_cli_usage(void) { return fx_cli_usage_text; }
+
+/* Set msg and return FX_CLI_USAGE. */
+static int fx_cli_fail(char *msg, size_t n, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static int fx_cli_fail(char *msg, size_t n, const char *fmt, ...)
+{
+    if (msg && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, n, fmt, ap);
+        va_end(ap);
+    }
+    return FX_CLI_USAGE;
+}
+
+/* Values are quoted in messages up to this many bytes (a message stays one short line). */
+#define Q 200
+
+static int fx_cli_int(const char *opt, const char *v, long long lo, long long hi, long long *out,
+                      char *msg, size_t n)
+{
+    /* strtoll also skips leading blanks and takes a '+': only plain decimals */
+    int ok = v[0] == '-' || (v[0] >= '0' && v[0] <= '9');
+    long long x = 0;
+    if (ok) {
+        char *end;
+        errno = 0;
+        x = strtoll(v, &end, 10);
+        ok = !errno && end != v && !*end && x >= lo && x <= hi;
+    }
+    if (!ok)
+        return fx_cli_fail(msg, n, "%s: '%.*s' is not an integer in [%lld, %lld]", opt, Q, v,
+                           lo, hi);
+    *out = x;
+    return FX_CLI_OK;
+}
+
+static int fx_cli_double(const char *opt, const char *v, double lo, double *out, char *msg,
+                         size_t n)
+{
+    char *end;
+    /* strtod also skips leading blanks and reads "inf", "nan" and hex: only plain decimals */
+    int plain = v[0] == '-' || v[0] == '+' || v[0] == '.' || (v[0] >= '0' && v[0] <= '9');
+    for (const char *p = v; plain && *p; p++)
+        plain = strchr("0123456789+-.eE", *p) != NULL;
+    double x = plain ? strtod(v, &end) : 0;
+    if (!plain || end == v || *end || !isfinite(x) || x < lo)
+        return fx_cli_fail(msg, n, "%s: '%.*s' is not a number >= %g", opt, Q, v, lo);
+    *out = x;
+    return FX_CLI_OK;
+}
+
+/* "cpu" -> -1, "cuda" -> 0, "cuda:N" -> N. */
+static int fx_cli_device(const char *v, int *out, char *msg, size_t n)
+{
+    if (!strcmp(v, "cpu")) {
+        *out = -1;
+        return FX_CLI_OK;
+    }
+    if (!strcmp(v, "cuda")) {
+        *out = 0;
+        return FX_CLI_OK;
+    }
+    if (!strncmp(v, "cuda:", 5) && v[5] >= '0' && v[5] <= '9') {
+        char *end;
+        errno = 0;
+        long x = strtol(v + 5, &end, 10);
+        if (!errno && !*end && x <= 1023) {
+            *out = (int)x;
+            return FX_CLI_OK;
+        }
+    }
+    return fx_cli_fail(msg, n, "--device: '%.*s' is not cpu, cuda or cuda:N (N a device number, "
+                       "0..1023)", Q, v);
+}
+
+/* A path option: non-empty and short enough to be kept whole. */
+static int fx_cli_path(const char *opt, const char *v, char *dst, size_t cap, char *msg, size_t n)
+{
+    size_t len = strlen(v);
+    if (len == 0) return fx_cli_fail(msg, n, "%s: the path is empty", opt);
+    if (len >= cap)
+        return fx_cli_fail(msg, n, "%s: the path is %zu bytes long, more than the %zu this tool "
+                           "supports ('%.40s...')", opt, len, cap - 1, v);
+    memcpy(dst, v, len + 1);
+    return FX_CLI_OK;
+}
+
+/* The next item of a comma list: [*p, end of item). Returns its length and moves *p past it
+ * and its comma; *more says whether a comma followed. */
+static size_t fx_cli_item(const char **p, int *more)
+{
+    const char *s = *p, *c = strchr(s, ',');
+    size_t len = c ? (size_t)(c - s) : strlen(s);
+    *more = c != NULL;
+    *p = c ? c + 1 : s + len;
+    return len;
+}
+
+static int fx_cli_formats(fx_cli_options *o, const char *list, const char *default_preset,
+                          char *msg, size_t n)
+{
+    o->nruns = 0;
+    const char *p = list;
+    int more = 1;
+    while (more) {
+        const char *item = p;
+        size_t len = fx_cli_item(&p, &more);
+        if (len == 0)
+            return fx_cli_fail(msg, n, "--formats: empty item in '%.*s'", Q, list);
+        if (o->nruns == FX_CLI_MAX_RUNS)
+            return fx_cli_fail(msg, n, "--formats: at most %d runs", FX_CLI_MAX_RUNS);
+        /* the longest valid item, "flex16_5:exact_init", is far shorter */
+        char tok[64];
+        if (len >= sizeof tok)
+            return fx_cli_fail(msg, n, "--formats: unknown format '%.40s...' (known: fp32, fp16, "
+                               "bf16, flex16_5, dfp16)", item);
+        memcpy(tok, item, len);
+        tok[len] = '\0';
+        char *colon = strchr(tok, ':');
+        if (colon) *colon = '\0';
+        int f = fmt_from_name(tok);
+        if (f < 0)
+            return fx_cli_fail(msg, n, "--formats: unknown format '%s' (known: fp32, fp16, bf16, "
+                               "flex16_5, dfp16)", tok);
+        if (colon && f != FMT_FLEX16_5)
+            return fx_cli_fail(msg, n, "--formats: '%s:%s': an Autoflex preset applies to "
+                               "flex16_5 only", tok, colon + 1);
+        const char *preset = colon ? colon + 1 : default_preset;
+        fx_autoflex_config cfg;
+        if (colon && fx_autoflex_preset(preset, &cfg) != FX_OK)
+            return fx_cli_fail(msg, n, "--formats: unknown Autoflex preset '%s' (known: "
+                               "published, truemax, exact_init, robust, fixed)", preset);
+        fx_cli_run *r = &o->runs[o->nruns];
+        r->fmt = f;
+        /* a valid preset is at most "exact_init" */
+        snprintf(r->autoflex, sizeof r->autoflex, "%s", preset);
+        if (colon)
+            snprintf(r->label, sizeof r->label, "%s:%s", fmt_name((fmt_t)f), preset);
+        else
+            snprintf(r->label, sizeof r->label, "%s", fmt_name((fmt_t)f));
+        for (int k = 0; k < o->nruns; k++)
+            if (!strcmp(o->runs[k].label, r->label))
+                return fx_cli_fail(msg, n, "--formats: '%s' is listed twice (its results and "
+                                   "checkpoints would overwrite each other)", r->label);
+        o->nruns++;
+    }
+    return FX_CLI_OK;
+}
+
+static int fx_cli_traces(fx_cli_options *o, const char *list, char *msg, size_t n)
+{
+    o->ntraces = 0;
+    const char *p = list;
+    int more = 1;
+    while (more) {
+        const char *item = p;
+        size_t len = fx_cli_item(&p, &more);
+        if (len == 0) return fx_cli_fail(msg, n, "--trace: empty item in '%.*s'", Q, list);
+        if (len >= FX_CLI_NAME_MAX)
+            return fx_cli_fail(msg, n, "--trace: '%.40s...' is longer than any tensor name (at "
+                               "most %d bytes)", item, FX_CLI_NAME_MAX - 1);
+        if (o->ntraces == FX_CLI_MAX_TRACES)
+            return fx_cli_fail(msg, n, "--trace: at most %d tensors", FX_CLI_MAX_TRACES);
+        char *dst = o->traces[o->ntraces];
+        memcpy(dst, item, len);
+        dst[len] = '\0';
+        for (int k = 0; k < o->ntraces; k++)
+            if (!strcmp(o->traces[k], dst))
+                return fx_cli_fail(msg, n, "--trace: '%s' is listed twice", dst);
+        o->ntraces++;
+    }
+    return FX_CLI_OK;
+}
+
+int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, size_t msg_size)
+{
+    char *m = msg;
+    size_t n = msg_size;
+    if (m && n) m[0] = '\0';
+    if (!o) return fx_cli_fail(m, n, "no options struct");
+    memset(o, 0, sizeof *o);
+    snprintf(o->model, sizeof o->model, "cnn");
+    snprintf(o->data, sizeof o->data, "fashion-mnist");
+    snprintf(o->out, sizeof o->out, "results");
+    o->epochs = 5;
+    o->batch = 128;
+    o->master = 1;
+    o->loss_scaling = -1;
+    o->lr = 0.02;
+    o->momentum = 0.9;
+    o->synthetic_n = 10000;
+    o->device = -1;
+    const char *formats = "fp32,fp16,bf16,flex16_5,dfp16";
+    const char *preset = "robust";
+    const char *traces = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long x;
+        int rc = FX_CLI_OK;
+#define NEEDV()                                                                              \
+    do {                                                                                     \
+        if (!v) return fx_cli_fail(m, n, "%.*s needs a value (see --help)", Q, a);           \
+        i++;                                                                                 \
+    } while (0)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            return FX_CLI_HELP;
+        } else if (!strcmp(a, "--model")) {
+            NEEDV();
+            if (strcmp(v, "mlp") && strcmp(v, "cnn") && strcmp(v, "resnet20"))
+                return fx_cli_fail(m, n, "--model: unknown model '%.*s' (mlp, cnn, resnet20)", Q,
+                                   v);
+            snprintf(o->model, sizeof o->model, "%s", v);
+        } else if (!strcmp(a, "--data")) {
+            NEEDV();
+            if (strcmp(v, "fashion-mnist") && strcmp(v, "cifar10") && strcmp(v, "synthetic"))
+                return fx_cli_fail(m, n, "--data: unknown data set '%.*s' (fashion-mnist, "
+                                   "cifar10, synthetic)", Q, v);
+            snprintf(o->data, sizeof o->data, "%s", v);
+        } else if (!strcmp(a, "--data-dir")) {
+            NEEDV();
+            rc = fx_cli_path(a, v, o->data_dir, sizeof o->data_dir, m, n);
+        } else if (!strcmp(a, "--formats")) {
+            NEEDV();
+            formats = v;
+        } else if (!strcmp(a, "--autoflex")) {
+            NEEDV();
+            fx_autoflex_config cfg;
+            if (fx_autoflex_preset(v, &cfg) != FX_OK)
+                return fx_cli_fail(m, n, "--autoflex: unknown Autoflex preset '%.*s' (known: "
+                                   "published, truemax, exact_init, robust, fixed)", Q, v);
+            preset = v;
+        } else if (!strcmp(a, "--epochs")) {
+            NEEDV();
+            if (!(rc = fx_cli_int(a, v, 1, 100000, &x, m, n))) o->epochs = (int)x;
+        } else if (!strcmp(a, "--batch")) {
+            NEEDV();
+            if (!(rc = fx_cli_int(a, v, 1, 65536, &x, m, n))) o->batch = (int)x;
+        } else if (!strcmp(a, "--lr")) {
+            NEEDV();
+            rc = fx_cli_double(a, v, 1e-12, &o->lr, m, n);
+        } else if (!strcmp(a, "--momentum")) {
+            NEEDV();
+            if (fx_cli_double(a, v, 0, &o->momentum, m, n) || o->momentum >= 1)
+                return fx_cli_fail(m, n, "--momentum must be in [0, 1) (got '%.*s')", Q, v);
+        } else if (!strcmp(a, "--weight-decay")) {
+            NEEDV();
+            rc = fx_cli_double(a, v, 0, &o->wd, m, n);
+        } else if (!strcmp(a, "--schedule")) {
+            NEEDV();
+            if (!strcmp(v, "constant")) o->schedule = FX_LR_CONSTANT;
+            else if (!strcmp(v, "cosine")) o->schedule = FX_LR_COSINE;
+            else if (!strcmp(v, "step")) o->schedule = FX_LR_STEP;
+            else
+                return fx_cli_fail(m, n, "--schedule: unknown '%.*s' (constant, cosine, step)",
+                                   Q, v);
+        } else if (!strcmp(a, "--no-master")) {
+            o->master = 0;
+        } else if (!strcmp(a, "--loss-scaling")) {
+            NEEDV();
+            if (!strcmp(v, "auto")) o->loss_scaling = -1;
+            else if (!strcmp(v, "on")) o->loss_scaling = 1;
+            else if (!strcmp(v, "off")) o->loss_scaling = 0;
+            else
+                return fx_cli_fail(m, n, "--loss-scaling: '%.*s' is not auto, on or off", Q, v);
+        } else if (!strcmp(a, "--stochastic-rounding")) {
+            o->stochastic = 1;
+        } else if (!strcmp(a, "--augment")) {
+            o->augment = 1;
+        } else if (!strcmp(a, "--pad")) {
+            NEEDV();
+            if (!(rc = fx_cli_int(a, v, 0, 64, &x, m, n))) o->pad = (int)x;
+        } else if (!strcmp(a, "--train-subset")) {
+            NEEDV();
+            if (!(rc = fx_cli_int(a, v, 1, 1LL << 40, &x, m, n))) o->train_subset = x;
+        } else if (!strcmp(a, "--test-subset")) {
+            NEEDV();
+            if (!(rc = fx_cli_int(a, v, 1, 1LL << 40, &x, m, n))) o->test_subset = x;
+        } else if (!strcmp(a, "--synthetic-n")) {
+            NEEDV();
+            if (!(rc = fx_cli_int(a, v, 10, 1LL << 30, &x, m, n))) o->synthetic_n = x;
+        } else if (!strcmp(a, "--seed")) {
+            NEEDV();
+            if (!(rc = fx_cli_int(a, v, 0, 0x7fffffffLL, &x, m, n))) o->seed = (uint64_t)x;
+        } else if (!strcmp(a, "--threads")) {
+            NEEDV();
+            if (!(rc = fx_cli_int(a, v, 1, 1024, &x, m, n))) o->threads = (int)x;
+        } else if (!strcmp(a, "--device")) {
+            NEEDV();
+            rc = fx_cli_device(v, &o->device, m, n);
+        } else if (!strcmp(a, "--out")) {
+            NEEDV();
+            rc = fx_cli_path(a, v, o->out, sizeof o->out, m, n);
+        } else if (!strcmp(a, "--trace")) {
+            NEEDV();
+            traces = v;
+        } else if (!strcmp(a, "--checkpoint-dir")) {
+            NEEDV();
+            rc = fx_cli_path(a, v, o->ckpt_dir, sizeof o->ckpt_dir, m, n);
+        } else if (!strcmp(a, "--resume")) {
+            o->resume = 1;
+        } else if (!strcmp(a, "--quiet")) {
+            o->quiet = 1;
+        } else {
+            return fx_cli_fail(m, n, "unknown option '%.*s' (see --help)", Q, a);
+        }
+#undef NEEDV
+        if (rc) return rc;
+    }
+    if (o->resume && !o->ckpt_dir[0])
+        return fx_cli_fail(m, n, "--resume needs --checkpoint-dir");
+    if (!strcmp(o->data, "cifar10") && !o->data_dir[0])
+        return fx_cli_fail(m, n, "--data cifar10 needs --data-dir (the directory with "
+                           "data_batch_1.bin ... test_batch.bin)");
+    if (!strcmp(o->data, "synthetic") && o->data_dir[0])
+        return fx_cli_fail(m, n, "--data-dir: the synthetic data set is generated, not read "
+                           "(drop --data-dir or choose --data fashion-mnist or cifar10)");
+    int rc = fx_cli_formats(o, formats, preset, m, n);
+    if (rc) return rc;
+    o->traces_given = traces != NULL;
+    if (!traces)
+        traces = !strcmp(o->model, "mlp")   ? "fc1.out,fc1.w.grad,fc2.w"
+                 : !strcmp(o->model, "cnn") ? "conv1.out,conv2.w.grad,fc1.w,loss.dlogits"
+                                            : "conv0.out,s3b3.conv2.w.grad,fc.w,loss.dlogits";
+    if ((rc = fx_cli_traces(o, traces, m, n))) return rc;
+    if (o->traces_given) {
+        int shared = 0;
+        for (int r = 0; r < o->nruns; r++)
+            shared |= o->runs[r].fmt == FMT_FLEX16_5 || o->runs[r].fmt == FMT_DFP16;
+        if (!shared)
+            return fx_cli_fail(m, n, "--trace: traces are recorded in flex16_5 and dfp16 runs "
+                               "only, and --formats has neither");
+    }
+    return FX_CLI_OK;
+}
