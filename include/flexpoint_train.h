@@ -259,17 +259,19 @@ typedef struct fx_train_health {
  *
  * The counts cover the steps of the current epoch: they restart at the first step of each
  * epoch, so right after fx_trainer_epoch they are those of the epoch just reported. They are
- * not saved in checkpoints; after fx_trainer_load they cover the steps taken since. On a
- * device trainer, keeping them makes each step wait for its writes' statistics at its end,
- * and this call copies the weights to the host. Compare worst_saturated_fraction and
- * worst_zeroed_fraction with FX_HEALTH_WARN_FRACTION to decide whether to warn.
+ * not saved in checkpoints; after fx_trainer_load they cover the steps taken since. A step's
+ * statistics are counted before the next step's first write, at the end of an epoch and by
+ * this call; on a device trainer these wait for the step's writes (the next step's host-side
+ * batch preparation still overlaps them), and this call copies the weights to the host.
+ * Compare worst_saturated_fraction and worst_zeroed_fraction with FX_HEALTH_WARN_FRACTION to
+ * decide whether to warn.
  *
- * @param[in]  t The trainer (not modified).
- * @param[out] h Receives the counts; caller-owned. Zeroed on failure.
+ * @param[in,out] t The trainer (its last step's statistics are counted).
+ * @param[out]    h Receives the counts; caller-owned. Zeroed on failure.
  * @return FX_OK; FX_EINVAL for a NULL t or h; FX_ENOMEM; FX_EDEVICE when a device trainer's
- *         weights cannot be read (message set in every case).
+ *         weights or write statistics cannot be read (message set in every case).
  */
-FX_API int fx_trainer_health(const fx_trainer *t, fx_train_health *h);
+FX_API int fx_trainer_health(fx_trainer *t, fx_train_health *h);
 
 /** @brief Save a checkpoint.
  *

@@ -322,32 +322,28 @@ static void fx_health_reset(fx_trainer *t)
     for (int i = 0; i < t->nreg; i++) {
         fx_named_tensor *r = &t->reg[i];
         r->writes = r->written = r->saturated = r->underflow = r->zeroed = 0;
+        r->unaccounted = 0;
     }
     t->health_steps = 0;
     t->health_step = t->global_step;
 }
 
-/* Before a step's first write: each shared-exponent tensor's write count (counted when a write
- * is launched, so reading it waits for nothing). */
-static void fx_health_begin(fx_trainer *t)
+/* Count the statistics of the writes of the last step (a device write's are collected here,
+ * fx_storage_settle, waiting for that write). A trainer moved by fx_trainer_load counts
+ * afresh: the statistics in its tensors are then the loaded ones, not a step's. */
+static int fx_health_collect(fx_trainer *t)
 {
-    if (t->health_step != t->global_step) fx_health_reset(t); /* moved by fx_trainer_load */
-    for (int i = 0; i < t->nreg; i++) {
-        const tensor_t *x = t->reg[i].t;
-        if (fmt_is_shared_exponent(x->fmt)) t->reg[i].writes0 = x->st->writes;
+    if (t->health_step != t->global_step) {
+        fx_health_reset(t);
+        return FX_OK;
     }
-}
-
-/* After a step: the statistics of the last write of every tensor the step wrote. A device
- * write's statistics are collected here (fx_storage_settle), which waits for that write. */
-static int fx_health_end(fx_trainer *t)
-{
     for (int i = 0; i < t->nreg; i++) {
         fx_named_tensor *r = &t->reg[i];
+        if (!r->unaccounted) continue;
         fx_storage *st = r->t->st;
-        if (!fmt_is_shared_exponent(r->t->fmt) || st->writes == r->writes0) continue;
-        int rc = fx_storage_settle(st, "fx_trainer_step");
+        int rc = fx_storage_settle(st, __func__);
         if (rc) return rc;
+        r->unaccounted = 0;
         r->writes++;
         r->written += tensor_numel(r->t);
         r->saturated += st->last.saturated;
@@ -355,14 +351,40 @@ static int fx_health_end(fx_trainer *t)
         /* every nonzero finite input rounded to 0: nothing of the values was kept */
         r->zeroed += st->last.underflow > 0 && st->last.stored_max == 0;
     }
-    t->health_steps++;
-    t->health_step = t->global_step + 1; /* the caller counts the step next */
     return FX_OK;
 }
 
-static void fx_begin_epoch_if_needed(fx_trainer *t)
+/* Right before a step's first write: count the last step's writes, then note each
+ * shared-exponent tensor's write count (counted when a write is launched, so reading it waits
+ * for nothing). */
+static int fx_health_begin(fx_trainer *t)
 {
-    if (t->step_in_epoch < t->steps_per_epoch) return;
+    int rc = fx_health_collect(t);
+    if (rc) return rc;
+    for (int i = 0; i < t->nreg; i++) {
+        const tensor_t *x = t->reg[i].t;
+        if (fmt_is_shared_exponent(x->fmt)) t->reg[i].writes0 = x->st->writes;
+    }
+    return FX_OK;
+}
+
+/* After a step: which tensors it wrote. */
+static void fx_health_end(fx_trainer *t)
+{
+    for (int i = 0; i < t->nreg; i++) {
+        fx_named_tensor *r = &t->reg[i];
+        if (fmt_is_shared_exponent(r->t->fmt) && r->t->st->writes != r->writes0)
+            r->unaccounted = 1;
+    }
+    t->health_steps++;
+    t->health_step = t->global_step + 1; /* the caller counts the step next */
+}
+
+static int fx_begin_epoch_if_needed(fx_trainer *t)
+{
+    if (t->step_in_epoch < t->steps_per_epoch) return FX_OK;
+    int rc = fx_health_collect(t); /* the last step belongs to the epoch that ends */
+    if (rc) return rc;
     t->epoch++;
     t->step_in_epoch = 0;
     t->epoch_reported = 0;
@@ -370,6 +392,7 @@ static void fx_begin_epoch_if_needed(fx_trainer *t)
     t->correct = t->seen = t->skipped = t->nonfinite = 0;
     fx_health_reset(t);
     fx_trainer_make_perm(t, t->epoch);
+    return FX_OK;
 }
 
 int fx_trainer_use_device(const fx_trainer *t)
@@ -382,8 +405,7 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
     int rc = fx_trainer_use_device(t);
     if (rc) return rc;
-    fx_begin_epoch_if_needed(t);
-    fx_health_begin(t);
+    if ((rc = fx_begin_epoch_if_needed(t))) return rc;
     double t0 = fx_now();
     int64_t B = t->cfg.batch_size, img = (int64_t)t->C * t->H * t->W;
     const int64_t *idx = t->perm + t->step_in_epoch * B;
@@ -393,6 +415,8 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
         for (int64_t i = 0; i < B; i++) fx_augment(t, t->xbuf + i * img, idx[i]);
     fx_normalize(t, t->xbuf, B);
     fx_model *m = &t->m;
+    /* after the host's preparation of the batch, which a device's last writes overlap */
+    if ((rc = fx_health_begin(t))) return rc;
     rc = fx_place_write_input(m, FX_CTX_TRAIN, t->xbuf);
     tensor_t *logits = NULL;
     if (!rc) rc = fx_model_forward(m, FX_CTX_TRAIN, &logits);
@@ -430,7 +454,7 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     } else {
         t->skipped++;
     }
-    if ((rc = fx_health_end(t))) return rc;
+    fx_health_end(t);
     if (!isfinite(loss)) t->nonfinite++;
     else t->loss_sum += loss;
     t->correct += fx_count_correct(t->logits_buf, t->ybuf, B, t->classes);
@@ -491,7 +515,10 @@ int fx_trainer_epoch(fx_trainer *t, fx_epoch_metrics *mt)
 {
     if (!t || !mt) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "metrics");
     /* an epoch whose steps were all taken by fx_trainer_step is reported, not retrained */
-    if (t->epoch_reported) fx_begin_epoch_if_needed(t);
+    if (t->epoch_reported) {
+        int rc = fx_begin_epoch_if_needed(t);
+        if (rc) return rc;
+    }
     while (t->step_in_epoch < t->steps_per_epoch) {
         int rc = fx_trainer_step(t, NULL);
         if (rc) return rc;
@@ -582,40 +609,42 @@ int fx_trainer_get_params(const fx_trainer *t, float *dst)
     return rc;
 }
 
-int fx_trainer_health(const fx_trainer *t, fx_train_health *h)
+int fx_trainer_health(fx_trainer *t, fx_train_health *h)
 {
     if (!t || !h) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "h");
     memset(h, 0, sizeof *h);
+    int rc = fx_trainer_use_device(t);
+    if (!rc) rc = fx_health_collect(t);
+    if (rc) return rc;
     h->measured = fmt_is_shared_exponent((fmt_t)t->cfg.fmt);
     for (int c = 0; c < FX_TENSOR_CLASSES; c++) h->worst_saturated[c] = h->worst_zeroed[c] = -1;
-    if (t->health_step == t->global_step) { /* else a load moved the trainer: no steps yet */
-        for (int i = 0; i < t->nreg; i++) {
-            const fx_named_tensor *r = &t->reg[i];
-            const int c = r->cls;
-            h->writes[c] += r->writes;
-            h->written[c] += r->written;
-            h->saturated[c] += r->saturated;
-            h->underflow[c] += r->underflow;
-            h->zeroed[c] += r->zeroed;
-            double fs = r->written ? (double)r->saturated / (double)r->written : 0.0;
-            double fz = r->writes ? (double)r->zeroed / (double)r->writes : 0.0;
-            if (fs > h->worst_saturated_fraction[c]) {
-                h->worst_saturated_fraction[c] = fs;
-                h->worst_saturated[c] = i;
-            }
-            if (fz > h->worst_zeroed_fraction[c]) {
-                h->worst_zeroed_fraction[c] = fz;
-                h->worst_zeroed[c] = i;
-            }
+    /* collected: the counts are the current epoch's, or none after a load */
+    for (int i = 0; i < t->nreg; i++) {
+        const fx_named_tensor *r = &t->reg[i];
+        const int c = r->cls;
+        h->writes[c] += r->writes;
+        h->written[c] += r->written;
+        h->saturated[c] += r->saturated;
+        h->underflow[c] += r->underflow;
+        h->zeroed[c] += r->zeroed;
+        double fs = r->written ? (double)r->saturated / (double)r->written : 0.0;
+        double fz = r->writes ? (double)r->zeroed / (double)r->writes : 0.0;
+        if (fs > h->worst_saturated_fraction[c]) {
+            h->worst_saturated_fraction[c] = fs;
+            h->worst_saturated[c] = i;
         }
-        h->steps = t->health_steps;
+        if (fz > h->worst_zeroed_fraction[c]) {
+            h->worst_zeroed_fraction[c] = fz;
+            h->worst_zeroed[c] = i;
+        }
     }
+    h->steps = t->health_steps;
     /* a weight counts once when its master copy, its working copy or both are NaN/Inf */
     int64_t most = 0;
     for (int i = 0; i < t->m.nparams; i++) most = t->m.params[i].n > most ? t->m.params[i].n : most;
     float *w = malloc((size_t)(most > 0 ? most : 1) * sizeof(float));
     float *mw = malloc((size_t)(most > 0 ? most : 1) * sizeof(float));
-    int rc = !w || !mw ? FX_FAIL(FX_ENOMEM, "out of memory") : fx_trainer_use_device(t);
+    if (!w || !mw) rc = FX_FAIL(FX_ENOMEM, "out of memory");
     for (int i = 0; i < t->m.nparams && !rc; i++) {
         const fx_param *p = &t->m.params[i];
         rc = fx_place_read_f32(&t->m, p->w, NULL, w);

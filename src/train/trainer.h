@@ -13,6 +13,7 @@ typedef struct fx_named_tensor {
     /* this epoch's writes, elements written, saturated and underflowed, and writes that
      * stored only zeros from nonzero inputs (fx_trainer_health) */
     int64_t writes, written, saturated, underflow, zeroed;
+    int unaccounted;    /* the last step wrote it; its statistics are not counted yet */
 } fx_named_tensor;
 
 struct fx_trainer {
@@ -38,9 +39,12 @@ struct fx_trainer {
     double loss_sum, seconds;
     int64_t correct, seen, skipped, nonfinite;
     /* Write statistics of the current epoch (fx_trainer_health) are kept per registered
-     * tensor: elements written, saturated and underflowed by its last write in each step. Not
-     * part of checkpoints: health_step is the global step they were last updated at, so a
-     * trainer whose position was changed by fx_trainer_load starts counting afresh. */
+     * tensor: elements written, saturated and underflowed by its last write in each step. A
+     * step's writes are counted when the statistics are wanted anyway: before the next step's
+     * first write (which would replace them), at an epoch's end and by fx_trainer_health, so
+     * that a device's writes are not waited for at the end of every step. Not part of
+     * checkpoints: health_step is the global step they were last updated at, so a trainer
+     * whose position was changed by fx_trainer_load starts counting afresh. */
     int64_t health_steps, health_step;
     float *aug_tmp;            /* one image plane, for augmentation */
     /* registry of tensors by name */
