@@ -62,8 +62,15 @@ static void collect_kernels(void)
                 add_kernel(FX_OP_MATMUL, "matmul_avx512vnni", fx_flex_matmul_avx512vnni);
         }
     }
-    for (int op = 0; op < FX_OP_COUNT; op++)
-        CHECK(g_nk[op] >= 1 && g_k[op][0].k != NULL, "op %d has a scalar integer kernel", op);
+    /* The integer-compute ops must have an integer kernel in every format slot of the scalar
+     * backend. The element-wise math ops (FX_OP_UNARY*) compute in fp32 on decoded values
+     * (docs/math.md) and must have none: an integer kernel there would bypass that rule. */
+    for (int op = 0; op < FX_OP_COUNT; op++) {
+        if (op == FX_OP_UNARY || op == FX_OP_UNARY_BACKWARD)
+            CHECK(g_nk[op] == 0, "op %d (element-wise math) has no integer kernel", op);
+        else
+            CHECK(g_nk[op] >= 1 && g_k[op][0].k != NULL, "op %d has a scalar integer kernel", op);
+    }
 }
 
 /* ---- calls -------------------------------------------------------------------------------- */

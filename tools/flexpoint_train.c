@@ -386,11 +386,31 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     return rc;
 }
 
+/* mkdir -p: every missing component of dir is created, so "--out results/presets" works in a
+ * fresh checkout. A component that exists but is not a directory is reported by name. */
 static int make_dir(const char *dir)
 {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "flexpoint-train: cannot create %s: %s\n", dir, strerror(errno));
+    char path[FX_CLI_PATH_MAX];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof path) {
+        fprintf(stderr, "flexpoint-train: cannot create '%s': path empty or too long\n", dir);
         return -1;
+    }
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != '\0') continue;
+        char saved = path[i];
+        path[i] = '\0';
+        struct stat st;
+        if (mkdir(path, 0755) != 0) {
+            int err = errno;
+            if (err != EEXIST || stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+                fprintf(stderr, "flexpoint-train: cannot create %s: %s\n", path,
+                        err == EEXIST ? "exists and is not a directory" : strerror(err));
+                return -1;
+            }
+        }
+        path[i] = saved;
     }
     return 0;
 }

@@ -75,8 +75,24 @@ check "--trace of an unknown tensor" 2 "no tensor named 'conv9.out'" "$BIN" --da
 # output files that cannot be written: exit 1 naming the file (and, under LeakSanitizer, with
 # every data set and trainer freed: a leak changes the exit status)
 : > "$T/afile"
-check "--out is a file" 1 "cannot write $T/afile/epochs.csv" "$BIN" --data synthetic \
-  --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats fp32 --out "$T/afile" --quiet
+check "--out is a file" 1 "cannot create $T/afile: exists and is not a directory" "$BIN" \
+  --data synthetic --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats fp32 \
+  --out "$T/afile" --quiet
+check "--out below a file" 1 "cannot create $T/afile: exists and is not a directory" "$BIN" \
+  --data synthetic --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats fp32 \
+  --out "$T/afile/sub" --quiet
+mkdir -p "$T/csvdir/epochs.csv"
+check "epochs.csv cannot be written" 1 "cannot write $T/csvdir/epochs.csv" "$BIN" \
+  --data synthetic --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats fp32 \
+  --out "$T/csvdir" --quiet
+# --out and --checkpoint-dir are created with their parents (mkdir -p)
+if "$BIN" --data synthetic --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats fp32 \
+     --out "$T/deep/er/out" --checkpoint-dir "$T/deep/ck/pt" --quiet 2>"$T/err" &&
+   [ -f "$T/deep/er/out/epochs.csv" ] && [ -n "$(ls "$T/deep/ck/pt")" ]; then
+  echo "ok: nested --out and --checkpoint-dir are created"
+else
+  echo "FAIL: nested --out and --checkpoint-dir"; cat "$T/err"; fail=1
+fi
 mkdir -p "$T/rtr/trace_dfp16_fc1.out.csv"
 check "trace file cannot be written" 1 "trace_dfp16_fc1.out.csv" "$BIN" --data synthetic \
   --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats dfp16 --trace fc1.out \

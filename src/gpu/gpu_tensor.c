@@ -28,14 +28,18 @@ int flexpoint_gpu_set_device(int ordinal)
     return fx_gr_set_device(ordinal, __func__);
 }
 
-int flexpoint_gpu_device(void)
+/* The current device, or a negative status with a message naming func (the public entry
+ * point the caller asked for, so that a refusal names the function the user called). */
+static int current_device(const char *func)
 {
-    int rc = fx_need_device(__func__);
+    int rc = fx_need_device(func);
     if (rc) return rc;
     int d = 0;
-    rc = fx_gr_get_device(&d, __func__);
+    rc = fx_gr_get_device(&d, func);
     return rc ? rc : d;
 }
+
+int flexpoint_gpu_device(void) { return current_device(__func__); }
 
 int flexpoint_gpu_synchronize(void)
 {
@@ -46,7 +50,7 @@ int flexpoint_gpu_synchronize(void)
 const char *flexpoint_gpu_device_name(void)
 {
     static _Thread_local char name[256];
-    int d = flexpoint_gpu_device();
+    int d = current_device(__func__);
     if (d < 0) return NULL;
     if (fx_gr_device_name(d, name, sizeof name, __func__)) return NULL;
     return name;
@@ -209,7 +213,7 @@ int fx_gpu_rescale(int device, void *data, int64_t numel, int from, int to, int6
 
 tensor_t *tensor_new_device(fmt_t fmt, int ndim, const int64_t *shape)
 {
-    int d = flexpoint_gpu_device();
+    int d = current_device(__func__);
     if (d < 0) return NULL;
     return fx_tensor_create(fmt, ndim, shape, d, __func__);
 }
@@ -224,7 +228,7 @@ tensor_t *tensor_to_device(const tensor_t *t)
         FX_FAIL(FX_EINVAL, "the tensor already lives on CUDA device %d", t->st->device);
         return NULL;
     }
-    int d = flexpoint_gpu_device();
+    int d = current_device(__func__);
     if (d < 0) return NULL;
     tensor_t *out = fx_tensor_create(t->fmt, t->ndim, t->shape, d, __func__);
     if (!out) return NULL;
