@@ -42,7 +42,7 @@ from .optim import SGD, Adam, LossScaler, adam_step, sgd_step
 from .tensor import MAX_DIMS, STAT_NAMES, Tensor, from_numpy, from_raw, tensor, zeros
 from .train import EpochMetrics, TrainConfig, Trainer
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def version() -> str:

@@ -23,6 +23,8 @@ needs_headers = pytest.mark.skipif(not os.path.isfile(os.path.join(INCLUDE, "fle
 
 def test_version_and_library_path():
     assert re.fullmatch(r"\d+\.\d+\.\d+", fx.version())
+    # the package and the C library it drives are released together
+    assert fx.__version__ == fx.version()
     assert os.path.exists(fx.library_path())
     assert fx.lib().missing == [], f"library lacks {fx.lib().missing}"
 
