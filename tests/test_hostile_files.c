@@ -5,8 +5,8 @@
  *
  * Readers covered: the Fashion-MNIST loader (the .gz name and the plain fallback), the
  * CIFAR-10 loader (train and test batches), the whole-file reader under both, and checkpoint
- * loads. Checkpoint saves are covered where a planted name could block or redirect them: the
- * target and the temporary name. */
+ * loads. Checkpoint saves and Autoflex trace files are covered where a planted name could
+ * block or redirect them: the target and the temporary name. */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "flexpoint_data.h"
@@ -211,6 +211,49 @@ static void checkpoints(fx_trainer *t, kind_t k)
     remove_hostile(p);
 }
 
+/* tensor_trace_write_csv: a planted temporary is refused and left alone; a hostile target
+ * (but a folder) is replaced by the rename */
+static void trace_files(kind_t k)
+{
+    int64_t shape[1] = {4};
+    tensor_t *x = tensor_new(FMT_FLEX16_5, 1, shape);
+    float v[4] = {1.0f, -2.0f, 0.5f, 3.0f};
+    CHECK(x != NULL, "tensor_new: %s", flexpoint_last_error());
+    if (!x) return;
+    CHECK_STATUS(tensor_trace_enable(x, 1), FX_OK);
+    CHECK_STATUS(tensor_from_f32(x, v), FX_OK);
+
+    char p[512], planted[600];
+    snprintf(p, sizeof p, "%s/trace.csv", tmpdir);
+    snprintf(planted, sizeof planted, "%s.tmp.%ld", p, (long)getpid());
+    CHECK(make_hostile(planted, k) == 0, "make %s: %s", planted, strerror(errno));
+    begin("tensor_trace_write_csv (planted temporary)");
+    int rc = tensor_trace_write_csv(x, p);
+    end();
+    CHECK(rc == FX_EIO && strstr(flexpoint_last_error(), planted),
+          "trace with a planted %s temporary: %d %s", kind_names[k], rc, flexpoint_last_error());
+    struct stat st;
+    CHECK(lstat(planted, &st) == 0 && !S_ISREG(st.st_mode), "the planted %s was replaced",
+          kind_names[k]);
+    CHECK(lstat(p, &st) != 0, "a refused trace write created %s", p);
+    remove_hostile(planted);
+
+    CHECK(make_hostile(p, k) == 0, "make %s: %s", p, strerror(errno));
+    begin("tensor_trace_write_csv (hostile target)");
+    rc = tensor_trace_write_csv(x, p);
+    end();
+    if (k == K_FOLDER) {
+        CHECK(rc == FX_EIO && strstr(flexpoint_last_error(), "trace.csv"),
+              "trace over a folder: %d %s", rc, flexpoint_last_error());
+    } else {
+        CHECK(rc == FX_OK, "trace over a %s: %s", kind_names[k], flexpoint_last_error());
+        CHECK(lstat(p, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0,
+              "trace target not replaced by a regular file");
+    }
+    remove_hostile(p);
+    tensor_free(x);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/fx_hostile_files_XXXXXX");
@@ -228,6 +271,7 @@ int main(void)
         fashion_mnist((kind_t)k);
         cifar10((kind_t)k);
         if (t) checkpoints(t, (kind_t)k);
+        trace_files((kind_t)k);
     }
     /* a folder given where a file is expected, by its own name */
     begin("fx_trainer_load (folder path)");

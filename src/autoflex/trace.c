@@ -148,7 +148,9 @@ int tensor_trace_write_csv(const tensor_t *t, const char *path)
     if (!tmp) return FX_FAIL(FX_ENOMEM, "cannot allocate a temporary file name for '%s'", path);
     snprintf(tmp, n, "%s.tmp.%ld", path, fx_getpid());
 
-    FILE *f = fopen(tmp, "w");
+    /* "x" (C11): created exclusively, so that a FIFO, link or file planted under the
+     * temporary name is refused instead of waited on or written through */
+    FILE *f = fopen(tmp, "wx");
     if (!f) {
         int err = errno;
         rc = FX_FAIL(FX_EIO, "cannot create '%s': %s", tmp, strerror(err));
