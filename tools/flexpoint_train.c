@@ -9,6 +9,7 @@
 #include "cli_options.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -178,9 +179,25 @@ typedef struct csv_file {
 static int csv_open(csv_file *c, const char *dir, const char *name)
 {
     if (join_path(c->path, sizeof c->path, dir, name)) return -1;
-    c->f = fopen(c->path, "w");
-    if (!c->f) {
-        fprintf(stderr, "flexpoint-train: cannot write %s: %s\n", c->path, strerror(errno));
+    /* O_NONBLOCK: a FIFO under the name (no reader) fails at once instead of blocking the
+     * run; anything but a regular file is refused, and the flag is cleared for the writes */
+    int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644);
+    struct stat st;
+    const char *why = NULL;
+    if (fd < 0) {
+        why = errno == ENXIO ? "not a regular file (a FIFO)" : strerror(errno);
+    } else if (fstat(fd, &st) != 0) {
+        why = strerror(errno);
+    } else if (!S_ISREG(st.st_mode)) {
+        why = "not a regular file";
+    } else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 ||
+               !(c->f = fdopen(fd, "w"))) {
+        why = strerror(errno);
+    }
+    if (why) {
+        if (fd >= 0) close(fd);
+        c->f = NULL;
+        fprintf(stderr, "flexpoint-train: cannot write %s: %s\n", c->path, why);
         return -1;
     }
     return 0;

@@ -85,6 +85,11 @@ mkdir -p "$T/csvdir/epochs.csv"
 check "epochs.csv cannot be written" 1 "cannot write $T/csvdir/epochs.csv" "$BIN" \
   --data synthetic --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats fp32 \
   --out "$T/csvdir" --quiet
+# a FIFO under an output name is refused at once, never waited on (timeout: a hang fails)
+mkdir -p "$T/fifo" && mkfifo "$T/fifo/epochs.csv"
+check "epochs.csv is a FIFO" 1 "cannot write $T/fifo/epochs.csv: not a regular file" timeout 60 \
+  "$BIN" --data synthetic --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats fp32 \
+  --out "$T/fifo" --quiet
 # --out and --checkpoint-dir are created with their parents (mkdir -p)
 if "$BIN" --data synthetic --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats fp32 \
      --out "$T/deep/er/out" --checkpoint-dir "$T/deep/ck/pt" --quiet 2>"$T/err" &&
