@@ -380,6 +380,90 @@ FX_API int fx_loss_scaler_unscale(const fx_loss_scaler *s, const tensor_t *const
  *  @retval FX_EINVAL a NULL or inconsistent scaler state, or a bad found_inf. */
 FX_API int fx_loss_scaler_update(fx_loss_scaler *s, int found_inf);
 
+/* --- transformer ops (docs/transformer_ops.md) --------------------------------------------- */
+/**
+ * @name Transformer ops
+ * Softmax and log-softmax along an axis, layer norm, batched matmul with transposes, causal
+ * and general masks, embedding lookup and its gradient, AdamW and gradient clipping by the
+ * global norm. Definitions, per-format arithmetic, error bounds, special values and status
+ * codes: docs/transformer_ops.md. Host tensors only: a device tensor gives FX_EUNSUPPORTED.
+ * Like every op, these write into caller-provided outputs of any format and leave them
+ * untouched on failure.
+ */
+/** @{ */
+
+/** @brief Softmax along one axis: y = exp(x - max) / sum(exp(x - max)).
+ *
+ *  Every format computes in double on its exactly widened or dequantised values (max
+ *  subtracted, sums in double) and rounds once into y's format; a FLEX16_5/DFP16 y is one
+ *  write (Autoflex / exact exponent). A NaN or +Inf in a row, or a row of only -Inf, makes the
+ *  row NaN (counted as non-finite by a shared-exponent y); a -Inf element gets 0.
+ *  @param[out] y    Output with x's shape, any format (may be x itself).
+ *  @param[in]  x    Input, any format.
+ *  @param[in]  axis The axis, in [-ndim, ndim) (negative counts from the end).
+ *  @return FX_OK; FX_EINVAL (NULL tensor, axis out of range); FX_ESHAPE (y's shape differs);
+ *          FX_EUNSUPPORTED (device tensors); FX_ENOMEM. */
+FX_API int tensor_softmax(tensor_t *y, const tensor_t *x, int axis);
+/** @brief Log-softmax along one axis: y = (x - max) - log(sum(exp(x - max))).
+ *  @param[out] y    Output with x's shape, any format (may be x itself).
+ *  @param[in]  x    Input, any format.
+ *  @param[in]  axis The axis, in [-ndim, ndim).
+ *  @return As tensor_softmax(). */
+FX_API int tensor_log_softmax(tensor_t *y, const tensor_t *x, int axis);
+/** @brief Gradient of tensor_softmax(): dx = y * (dy - sum_axis(dy * y)).
+ *  @param[out] dx   Input gradient with y's shape, any format.
+ *  @param[in]  dy   Gradient of the loss with respect to y.
+ *  @param[in]  y    The forward output (softmax values), same shape as dy.
+ *  @param[in]  axis The forward axis.
+ *  @return FX_OK; FX_EINVAL (NULL tensor, axis out of range); FX_ESHAPE (dx, dy and y differ
+ *          in shape); FX_EUNSUPPORTED (device tensors); FX_ENOMEM. */
+FX_API int tensor_softmax_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *y,
+                                   int axis);
+/** @brief Gradient of tensor_log_softmax(): dx = dy - exp(y) * sum_axis(dy).
+ *  @param[out] dx   Input gradient with y's shape, any format.
+ *  @param[in]  dy   Gradient of the loss with respect to y.
+ *  @param[in]  y    The forward output (log-probabilities), same shape as dy.
+ *  @param[in]  axis The forward axis.
+ *  @return As tensor_softmax_backward(). */
+FX_API int tensor_log_softmax_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *y,
+                                       int axis);
+
+/** @brief Layer normalisation over the last axis (PyTorch's LayerNorm with
+ *  normalized_shape = [D]).
+ *
+ *  Per row of D values: y = (x - mean) / sqrt(var + eps) * gamma + beta, with the biased
+ *  variance. Statistics two-pass in double, arithmetic in double on exactly widened or
+ *  dequantised values, y written once in its format. The affine parameters are fp32 arrays.
+ *  @param[out] y     Output with x's shape, any format (may be x itself).
+ *  @param[in]  x     Input [..., D], any format, D >= 1.
+ *  @param[in]  gamma NULL (scale 1), or D floats, caller-owned.
+ *  @param[in]  beta  NULL (shift 0), or D floats, caller-owned.
+ *  @param[in]  eps   Added to the variance, finite and >= 0.
+ *  @param[out] mean  NULL, or numel(x)/D floats receiving each row's mean (written only on
+ *                    success).
+ *  @param[out] rstd  NULL, or numel(x)/D floats receiving each row's 1/sqrt(var + eps).
+ *  @return FX_OK; FX_EINVAL (NULL tensor, bad eps); FX_ESHAPE (y's shape differs, D = 0);
+ *          FX_EUNSUPPORTED (device tensors); FX_ENOMEM. */
+FX_API int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma,
+                            const float *beta, double eps, float *mean, float *rstd);
+/** @brief Gradients of tensor_layernorm(): dx, and the fp32 gradients of gamma and beta.
+ *
+ *  The statistics are recomputed from x with the forward's code. dgamma and dbeta are
+ *  overwritten (not accumulated), summed over the rows in double in row order.
+ *  @param[out] dx     Input gradient with x's shape, any format.
+ *  @param[out] dgamma NULL, or D floats: sum over rows of dy * xhat.
+ *  @param[out] dbeta  NULL, or D floats: sum over rows of dy.
+ *  @param[in]  dy     Output gradient with x's shape.
+ *  @param[in]  x      The forward input [..., D].
+ *  @param[in]  gamma  The forward scale (NULL: 1), D floats.
+ *  @param[in]  eps    The forward eps.
+ *  @return FX_OK; FX_EINVAL (NULL tensor, bad eps, dgamma and dbeta the same buffer);
+ *          FX_ESHAPE (shapes differ, D = 0); FX_EUNSUPPORTED (device tensors); FX_ENOMEM. */
+FX_API int tensor_layernorm_backward(tensor_t *dx, float *dgamma, float *dbeta,
+                                     const tensor_t *dy, const tensor_t *x, const float *gamma,
+                                     double eps);
+/** @} */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,198 @@
+/* Layer normalisation over the last axis, forward and backward (include/flexpoint_nn.h,
+ * docs/transformer_ops.md).
+ *
+ * For each row r of x viewed as [R, D] (D the last axis, R the product of the others):
+ *   mean_r = sum_k x_rk / D,  var_r = sum_k (x_rk - mean_r)^2 / D (biased, as PyTorch),
+ *   rstd_r = 1 / sqrt(var_r + eps),  xhat_rk = (x_rk - mean_r) rstd_r,
+ *   y_rk = xhat_rk gamma_k + beta_k.
+ * Backward, with g_rk = dy_rk gamma_k:
+ *   dx_rk = rstd_r (g_rk - mean_k(g_r) - xhat_rk mean_k(g_r xhat_r)),
+ *   dgamma_k = sum_r dy_rk xhat_rk,  dbeta_k = sum_r dy_rk.
+ *
+ * Precision: normalisation is not fixed-point in nature, so every format computes on its
+ * exactly widened or dequantised values. The statistics are two-pass and accumulated in double
+ * (more than the fp32 statistics the formats' rule asks for), the per-element arithmetic is in
+ * double, and each tensor output is rounded once into its format by the one write path (through
+ * fp32 with round-to-odd when it is not fp32). The affine parameters gamma, beta and their
+ * gradients are fp32 arrays (a transformer keeps its normalisation parameters in fp32); the
+ * mean and rstd outputs are fp32 too. The backward pass recomputes the statistics from x with
+ * the forward's code, so it needs nothing saved.
+ *
+ * Rows are independent, each computed by one thread in a fixed order, and dgamma/dbeta sum the
+ * rows in row order on one thread, so the results do not depend on the thread count or the
+ * backend. Special values are IEEE data: a NaN or Inf in a row makes the row's statistics and
+ * outputs NaN; a constant row with eps = 0 gives rstd = Inf and NaN outputs (0 * Inf), as
+ * PyTorch does.
+ */
+#include "tfm_common.h"
+#include "flexpoint_nn.h"
+
+#include <math.h>
+#include <string.h>
+
+static int ln_check(const char *func, const tensor_t *x, double eps, int64_t *R, int64_t *D)
+{
+    char b1[160];
+    if (!(eps >= 0.0) || !isfinite(eps))
+        return fx_error(FX_EINVAL, func, "eps=%g must be finite and >= 0", eps);
+    *D = x->shape[x->ndim - 1];
+    if (*D == 0)
+        return fx_error(FX_ESHAPE, func, "the last axis of x.shape=%s is empty: there is "
+                        "nothing to normalise over", fx_shape_str(x, b1, sizeof b1));
+    *R = fx_numel_of(x->ndim, x->shape) / *D;
+    return FX_OK;
+}
+
+/* Two-pass mean and biased variance of one row, in double. */
+static void ln_row_stats(const float *xr, int64_t D, double eps, double *mean, double *rstd)
+{
+    double s = 0.0;
+    for (int64_t k = 0; k < D; k++) s += (double)xr[k];
+    const double mu = s / (double)D;
+    double q = 0.0;
+    for (int64_t k = 0; k < D; k++) q += ((double)xr[k] - mu) * ((double)xr[k] - mu);
+    *mean = mu;
+    *rstd = 1.0 / sqrt(q / (double)D + eps);
+}
+
+int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma, const float *beta,
+                     double eps, float *mean, float *rstd)
+{
+    const char *func = __func__;
+    if (!y || !x) return FX_FAIL(FX_EINVAL, "%s is NULL", !y ? "y" : "x");
+    int64_t R, D;
+    int rc = ln_check(func, x, eps, &R, &D);
+    if (!rc) rc = nn_same_shape(func, "y", y, "x", x);
+    if (rc) return rc;
+    const tensor_t *ts[2] = {y, x};
+    static const char *const names[2] = {"y", "x"};
+    if ((rc = tfm_host_only(func, 2, ts, names))) return rc;
+    if (R == 0) return FX_OK;
+    fx_scratch s = {.n = 0};
+    const float *xv;
+    double *st = fx_scratch_alloc(&s, 2 * R, sizeof *st);
+    if (!st) {
+        rc = FX_FAIL(FX_ENOMEM, "cannot allocate statistics for %lld rows", (long long)R);
+        goto done;
+    }
+    if ((rc = nn_in_f32(x, &xv, &s, func))) goto done;
+    const tensor_t *ins[1] = {x};
+    /* each row's statistics are taken before its elements are written */
+    float *v = nn_out_f32(y, ins, 1, nn_private_f32(x, xv), &s);
+    if (!v) {
+        rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld floats", (long long)(R * D));
+        goto done;
+    }
+    const fmt_t yf = y->fmt;
+    const int nt = R > 1 ? nn_threads_for(R * D) : 1;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = xv + r * D;
+        float *vr = v + r * D;
+        double mu, is;
+        ln_row_stats(xr, D, eps, &mu, &is);
+        st[2 * r] = mu;
+        st[2 * r + 1] = is;
+        for (int64_t k = 0; k < D; k++) {
+            double val = ((double)xr[k] - mu) * is;
+            if (gamma) val *= (double)gamma[k];
+            if (beta) val += (double)beta[k];
+            vr[k] = nn_stage_f32(val, yf);
+        }
+    }
+    rc = fx_write_f32(y, v, func);
+    if (rc == FX_OK)
+        for (int64_t r = 0; r < R; r++) {
+            if (mean) mean[r] = (float)st[2 * r];
+            if (rstd) rstd[r] = (float)st[2 * r + 1];
+        }
+done:
+    fx_scratch_free(&s);
+    return rc;
+}
+
+int tensor_layernorm_backward(tensor_t *dx, float *dgamma, float *dbeta, const tensor_t *dy,
+                              const tensor_t *x, const float *gamma, double eps)
+{
+    const char *func = __func__;
+    if (!dx || !dy || !x)
+        return FX_FAIL(FX_EINVAL, "%s is NULL", !dx ? "dx" : (!dy ? "dy" : "x"));
+    if (dgamma && dgamma == dbeta)
+        return FX_FAIL(FX_EINVAL, "dgamma and dbeta are the same buffer (%p)", (void *)dgamma);
+    int64_t R, D;
+    int rc = ln_check(func, x, eps, &R, &D);
+    if (!rc) rc = nn_same_shape(func, "dy", dy, "x", x);
+    if (!rc) rc = nn_same_shape(func, "dx", dx, "x", x);
+    if (rc) return rc;
+    const tensor_t *ts[3] = {dx, dy, x};
+    static const char *const names[3] = {"dx", "dy", "x"};
+    if ((rc = tfm_host_only(func, 3, ts, names))) return rc;
+    fx_scratch s = {.n = 0};
+    const float *xv, *gv;
+    double *st = fx_scratch_alloc(&s, 2 * R + 1, sizeof *st);
+    double *sg = fx_scratch_alloc(&s, 2 * D, sizeof *sg); /* dgamma, dbeta sums */
+    if (!st || !sg) {
+        rc = FX_FAIL(FX_ENOMEM, "cannot allocate statistics for %lld rows", (long long)R);
+        goto done;
+    }
+    memset(sg, 0, sizeof *sg * (size_t)(2 * D));
+    if (R > 0) {
+        if ((rc = nn_in_f32(x, &xv, &s, func))) goto done;
+        if ((rc = nn_in_f32(dy, &gv, &s, func))) goto done;
+        const tensor_t *ins[2] = {dy, x};
+        /* row r reads its dy and x before writing its elements */
+        float *v = nn_out_f32(dx, ins, 2, nn_private_f32(dy, gv), &s);
+        if (!v) {
+            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld floats", (long long)(R * D));
+            goto done;
+        }
+        /* dgamma, dbeta first (row order, one thread), while dy is still intact */
+        for (int64_t r = 0; r < R; r++) {
+            const float *xr = xv + r * D, *gr = gv + r * D;
+            double mu, is;
+            ln_row_stats(xr, D, eps, &mu, &is);
+            st[2 * r] = mu;
+            st[2 * r + 1] = is;
+            for (int64_t k = 0; k < D; k++) {
+                sg[k] += (double)gr[k] * (((double)xr[k] - mu) * is);
+                sg[D + k] += (double)gr[k];
+            }
+        }
+        const fmt_t df = dx->fmt;
+        const int nt = R > 1 ? nn_threads_for(R * D) : 1;
+        (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+        for (int64_t r = 0; r < R; r++) {
+            const float *xr = xv + r * D, *gr = gv + r * D;
+            float *vr = v + r * D;
+            const double mu = st[2 * r], is = st[2 * r + 1];
+            double a = 0.0, b = 0.0; /* sum g, sum g xhat */
+            for (int64_t k = 0; k < D; k++) {
+                const double g = (double)gr[k] * (gamma ? (double)gamma[k] : 1.0);
+                a += g;
+                b += g * (((double)xr[k] - mu) * is);
+            }
+            a /= (double)D;
+            b /= (double)D;
+            for (int64_t k = 0; k < D; k++) {
+                const double g = (double)gr[k] * (gamma ? (double)gamma[k] : 1.0);
+                const double xh = ((double)xr[k] - mu) * is;
+                vr[k] = nn_stage_f32(is * (g - a - xh * b), df);
+            }
+        }
+        rc = fx_write_f32(dx, v, func);
+    }
+    if (rc == FX_OK)
+        for (int64_t k = 0; k < D; k++) {
+            if (dgamma) dgamma[k] = (float)sg[k];
+            if (dbeta) dbeta[k] = (float)sg[D + k];
+        }
+done:
+    fx_scratch_free(&s);
+    return rc;
+}

@@ -1,0 +1,165 @@
+/* Softmax and log-softmax along one axis, forward and backward (include/flexpoint_nn.h,
+ * docs/transformer_ops.md).
+ *
+ *   softmax:          y_k = exp(x_k - m) / S,        m = max_k x_k, S = sum_k exp(x_k - m)
+ *   log-softmax:      y_k = (x_k - m) - log(S)
+ *   softmax grad:     dx_k = y_k (dy_k - sum_j dy_j y_j)
+ *   log-softmax grad: dx_k = dy_k - exp(y_k) sum_j dy_j
+ * The backward passes take the forward's output y (as stored), like PyTorch's
+ * _softmax_backward_data.
+ *
+ * Precision: softmax is not fixed-point in nature, so every format computes on its exactly
+ * widened or dequantised values (fp16/bf16 widened, FLEX16_5/DFP16 m * 2^e), each row in double
+ * (the maximum subtracted, exp and log from libm, sums in double: more than the fp32 sums the
+ * formats' rule asks for), and rounds each result once into y's format by the one write path
+ * (through fp32 with round-to-odd when y is not fp32). A shared-exponent y is one write: its
+ * exponent is DFP16's exact one or Autoflex's, with the write's statistics.
+ *
+ * Special values are IEEE data, never errors: a NaN or +Inf in a row makes the whole row NaN
+ * (exp(Inf - Inf)), as in PyTorch; -Inf elements get probability 0 (log-probability -Inf)
+ * unless every element of the row is -Inf (then the row is NaN: 0/0). ±0 and subnormal inputs
+ * are ordinary values. A shared-exponent output counts NaN/Inf results as non-finite.
+ *
+ * Rows are independent and each is computed by one thread in a fixed order, so the results do
+ * not depend on the thread count or the backend.
+ */
+#include "tfm_common.h"
+#include "flexpoint_nn.h"
+
+#include <math.h>
+
+static int sm_check(const char *func, const char *on, const tensor_t *o, const char *in,
+                    const tensor_t *i, int axis, int64_t *outer, int64_t *len, int64_t *inner)
+{
+    if (!o || !i) return fx_error(FX_EINVAL, func, "%s is NULL", !o ? on : in);
+    int rc = tfm_axis(func, i, axis, outer, len, inner);
+    if (!rc) rc = nn_same_shape(func, on, o, in, i);
+    return rc;
+}
+
+static int sm_forward(const char *func, tensor_t *y, const tensor_t *x, int axis, int logsm)
+{
+    int64_t outer, len, inner;
+    int rc = sm_check(func, "y", y, "x", x, axis, &outer, &len, &inner);
+    if (rc) return rc;
+    const tensor_t *ts[2] = {y, x};
+    static const char *const names[2] = {"y", "x"};
+    if ((rc = tfm_host_only(func, 2, ts, names))) return rc;
+    const int64_t n = fx_numel_of(x->ndim, x->shape);
+    if (n == 0) return FX_OK;
+    fx_scratch s = {.n = 0};
+    const float *xv;
+    if ((rc = nn_in_f32(x, &xv, &s, func))) goto done;
+    const tensor_t *ins[1] = {x};
+    /* each row reads all its elements before writing any, and rows are disjoint: y may
+     * overwrite a private copy of x */
+    float *v = nn_out_f32(y, ins, 1, nn_private_f32(x, xv), &s);
+    if (!v) {
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
+        goto done;
+    }
+    const fmt_t yf = y->fmt;
+    const int64_t rows = outer * inner;
+    const int nt = rows > 1 ? nn_threads_for(n) : 1;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t base = (r / inner) * len * inner + r % inner;
+        const float *xr = xv + base;
+        float *vr = v + base;
+        double m = -INFINITY;
+        for (int64_t k = 0; k < len; k++)
+            if (xr[k * inner] > m) m = xr[k * inner]; /* NaN never wins: it poisons the sum */
+        bool nan_seen = false;
+        for (int64_t k = 0; k < len; k++) nan_seen |= isnan(xr[k * inner]);
+        if (nan_seen || m == INFINITY || m == -INFINITY) m = NAN; /* the whole row is NaN */
+        double sum = 0.0;
+        for (int64_t k = 0; k < len; k++) sum += exp((double)xr[k * inner] - m);
+        const double lse = log(sum);
+        for (int64_t k = 0; k < len; k++) {
+            const double d = (double)xr[k * inner] - m;
+            const double val = logsm ? d - lse : exp(d) / sum;
+            vr[k * inner] = nn_stage_f32(val, yf);
+        }
+    }
+    rc = fx_write_f32(y, v, func);
+done:
+    fx_scratch_free(&s);
+    return rc;
+}
+
+static int sm_backward(const char *func, tensor_t *dx, const tensor_t *dy, const tensor_t *y,
+                       int axis, int logsm)
+{
+    int64_t outer, len, inner;
+    if (!dx || !dy || !y)
+        return fx_error(FX_EINVAL, func, "%s is NULL", !dx ? "dx" : (!dy ? "dy" : "y"));
+    int rc = sm_check(func, "dy", dy, "y", y, axis, &outer, &len, &inner);
+    if (!rc) rc = nn_same_shape(func, "dx", dx, "dy", dy);
+    if (rc) return rc;
+    const tensor_t *ts[3] = {dx, dy, y};
+    static const char *const names[3] = {"dx", "dy", "y"};
+    if ((rc = tfm_host_only(func, 3, ts, names))) return rc;
+    const int64_t n = fx_numel_of(y->ndim, y->shape);
+    if (n == 0) return FX_OK;
+    fx_scratch s = {.n = 0};
+    const float *gv, *yv;
+    if ((rc = nn_in_f32(dy, &gv, &s, func))) goto done;
+    if ((rc = nn_in_f32(y, &yv, &s, func))) goto done;
+    const tensor_t *ins[2] = {dy, y};
+    /* the last pass reads dy_k and y_k before writing element k: dx may overwrite a private
+     * copy of dy */
+    float *v = nn_out_f32(dx, ins, 2, nn_private_f32(dy, gv), &s);
+    if (!v) {
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
+        goto done;
+    }
+    const fmt_t df = dx->fmt;
+    const int64_t rows = outer * inner;
+    const int nt = rows > 1 ? nn_threads_for(n) : 1;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t base = (r / inner) * len * inner + r % inner;
+        const float *gr = gv + base, *yr = yv + base;
+        float *vr = v + base;
+        double acc = 0.0;
+        if (logsm)
+            for (int64_t k = 0; k < len; k++) acc += (double)gr[k * inner];
+        else
+            for (int64_t k = 0; k < len; k++) acc += (double)gr[k * inner] * (double)yr[k * inner];
+        for (int64_t k = 0; k < len; k++) {
+            const double g = gr[k * inner], p = yr[k * inner];
+            const double val = logsm ? g - exp(p) * acc : p * (g - acc);
+            vr[k * inner] = nn_stage_f32(val, df);
+        }
+    }
+    rc = fx_write_f32(dx, v, func);
+done:
+    fx_scratch_free(&s);
+    return rc;
+}
+
+int tensor_softmax(tensor_t *y, const tensor_t *x, int axis)
+{
+    return sm_forward(__func__, y, x, axis, 0);
+}
+
+int tensor_log_softmax(tensor_t *y, const tensor_t *x, int axis)
+{
+    return sm_forward(__func__, y, x, axis, 1);
+}
+
+int tensor_softmax_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *y, int axis)
+{
+    return sm_backward(__func__, dx, dy, y, axis, 0);
+}
+
+int tensor_log_softmax_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *y, int axis)
+{
+    return sm_backward(__func__, dx, dy, y, axis, 1);
+}
