@@ -306,6 +306,50 @@ FX_API int fx_trainer_save(const fx_trainer *t, const char *path);
  *  @retval FX_EDEVICE the state cannot be copied to a device trainer. */
 FX_API int fx_trainer_load(fx_trainer *t, const char *path);
 
+/** @brief Read the training configuration a checkpoint was written with, so that a program can
+ *  build the trainer that fx_trainer_load() will accept (model, format, batch size, master
+ *  weights, seed and the rest of the recipe).
+ *
+ *  The header (magic, version, length against the file's size) and the checksum are verified,
+ *  and the stored configuration must pass the checks of fx_trainer_new(). Nothing else of the
+ *  file is read into memory beyond the file itself. The device field is set to -1 (the host):
+ *  where a checkpoint was trained says nothing about where it is evaluated.
+ *  @param[in]  path The checkpoint.
+ *  @param[out] cfg  Filled on success; unchanged on failure.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL path or cfg.
+ *  @retval FX_EIO the file cannot be read, or is not a regular file.
+ *  @retval FX_ECORRUPT a bad header or checksum, or a stored configuration out of range (the
+ *          message names the file and the field).
+ *  @retval FX_ENOMEM */
+FX_API int fx_checkpoint_config(const char *path, fx_train_config *cfg);
+
+/** @brief Give dst the trained weights of src, converted into dst's format: what evaluating a
+ *  model in another format needs.
+ *
+ *  Each parameter's fp32 value (src's master weights, or its working weights decoded when it
+ *  has none) goes into dst's master weights, when dst keeps them, and is written once into
+ *  dst's working weights in dst's format (for flex16_5 and DFP16 a write like any other: the
+ *  exponent is chosen, by dst's Autoflex state or exactly, and counted in the statistics).
+ *  Batch-norm running means and variances are copied as they are (fp32 in every format).
+ *  dst's momentum, loss scaler and position in the data order are left as they were, so dst
+ *  can also go on training from these weights.
+ *
+ *  The two trainers must hold the same model for the same image shape and number of classes;
+ *  format, master weights, Autoflex preset and the rest of the recipe may differ.
+ *  fx_trainer_evaluate(dst, ...) then evaluates src's model in dst's format, with fp32
+ *  images in and fp32 logits out.
+ *  @param[in,out] dst Receives the weights (a host trainer).
+ *  @param[in]     src Gives them (host or device).
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL trainer, or dst == src.
+ *  @retval FX_ESHAPE another model, image shape or class count (the message names the first
+ *          difference); dst is unchanged.
+ *  @retval FX_EUNSUPPORTED dst lives on a CUDA device; dst is unchanged.
+ *  @retval FX_ENOMEM dst is unchanged.
+ *  @retval FX_EDEVICE src's weights cannot be copied from its device; dst is unchanged. */
+FX_API int fx_trainer_copy_weights(fx_trainer *dst, const fx_trainer *src);
+
 #ifdef __cplusplus
 }
 #endif

@@ -50,10 +50,13 @@ static const char fx_cli_usage_text[] =
 "                        name is an error; default: a few)\n"
 "  --checkpoint-dir DIR  save a checkpoint per run after every epoch\n"
 "  --resume              continue runs from their checkpoints in --checkpoint-dir\n"
+"  --eval CKPT           evaluate checkpoint CKPT (any format) on the test set in each of\n"
+"                        --formats and write eval.csv; the model and recipe come from CKPT,\n"
+"                        the data options must be those of its training run\n"
 "  --quiet               no progress output (warnings and errors are still printed)\n"
 "  --help                this text\n"
 "\n"
-"Paths (--out, --data-dir, --checkpoint-dir) may be up to 3839 bytes long.\n"
+"Paths (--out, --data-dir, --checkpoint-dir, --eval) may be up to 3839 bytes long.\n"
 "Outputs in --out: epochs.csv (one row per run and epoch: run, model, epoch, train_loss,\n"
 "train_accuracy, test_loss, test_accuracy, seconds, images_per_second, loss_scale,\n"
 "skipped_steps, nonfinite_losses, then for each of weights, activations and gradients\n"
@@ -266,11 +269,21 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
     const char *formats = "fp32,fp16,bf16,flex16_5,dfp16";
     const char *preset = "robust";
     const char *traces = NULL;
+    /* the first option given that only training uses: refused with --eval, whose checkpoint
+     * fixes the model and the recipe (a silently ignored option would change a run's meaning) */
+    static const char *const training_options[] = {
+        "--model", "--epochs", "--batch", "--lr", "--momentum", "--weight-decay", "--schedule",
+        "--no-master", "--loss-scaling", "--stochastic-rounding", "--augment", "--seed",
+        "--device", "--trace", "--checkpoint-dir", "--resume"};
+    const char *training_only = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x;
         int rc = FX_CLI_OK;
+        for (size_t k = 0; !training_only && k < sizeof training_options / sizeof *training_options;
+             k++)
+            if (!strcmp(a, training_options[k])) training_only = training_options[k];
 #define NEEDV()                                                                              \
     do {                                                                                     \
         if (!v) return fx_cli_fail(m, n, "%.*s needs a value (see --help)", Q, a);           \
@@ -372,6 +385,9 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
             rc = fx_cli_path(a, v, o->ckpt_dir, sizeof o->ckpt_dir, m, n);
         } else if (!strcmp(a, "--resume")) {
             o->resume = 1;
+        } else if (!strcmp(a, "--eval")) {
+            NEEDV();
+            rc = fx_cli_path(a, v, o->eval, sizeof o->eval, m, n);
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
         } else {
@@ -380,6 +396,9 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
 #undef NEEDV
         if (rc) return rc;
     }
+    if (o->eval[0] && training_only)
+        return fx_cli_fail(m, n, "--eval: %s is a training option; the checkpoint holds the "
+                           "model and the recipe", training_only);
     if (o->resume && !o->ckpt_dir[0])
         return fx_cli_fail(m, n, "--resume needs --checkpoint-dir");
     if (!strcmp(o->data, "cifar10") && !o->data_dir[0])

@@ -7,6 +7,7 @@
 #include "flexpoint_gpu.h"
 #include "flexpoint_train.h"
 #include "cli_options.h"
+#include "eval_checkpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -458,6 +459,12 @@ int main(int argc, char **argv)
     run_result res[FX_CLI_MAX_RUNS];
     int status = 1, failures = 0, fatal = 0;
     if (load_data(&o, &train, &test)) goto done;
+    if (o.eval[0]) {
+        if (make_dir(o.out) || csv_open(&ec, o.out, "eval.csv")) goto done;
+        status = fx_cli_eval(&o, train, test, ec.f);
+        if (csv_close(&ec) != 0) status = 1;
+        goto done;
+    }
     /* an unknown --trace name is a usage error, found before anything is written */
     int tc = check_traces(&o, train);
     if (tc) {

@@ -168,6 +168,21 @@ check "resume a finished run" 0 "dfp16" "$BIN" --data synthetic --synthetic-n 20
   --epochs 3 --batch 50 --formats dfp16 --out "$T/r2" --checkpoint-dir "$T/ck" --resume
 lines=$(wc -l < "$T/r2/epochs.csv")
 [ "$lines" = "2" ] || { echo "FAIL: resumed run trained $((lines-1)) epochs, wanted 1"; fail=1; }
+# --eval: the dfp16 checkpoint in every format; its own format gives the accuracy the training
+# run reported for its last epoch (column 7 of epochs.csv), to the printed digits
+check "--eval a checkpoint in five formats" 0 "dfp16-trained mlp" "$BIN" --data synthetic \
+  --synthetic-n 200 --eval "$T/ck/dfp16.ckpt" --out "$T/ev" --quiet
+[ "$(wc -l < "$T/ev/eval.csv")" = "6" ] || { echo "FAIL: eval.csv:"; cat "$T/ev/eval.csv"; fail=1; }
+trained=$(awk -F, 'END { printf "%.6f", $7 }' "$T/r2/epochs.csv")
+evald=$(awk -F, '$4 == "dfp16" { printf "%.6f", $5 }' "$T/ev/eval.csv")
+[ -n "$trained" ] && [ "$trained" = "$evald" ] ||
+  { echo "FAIL: --eval in dfp16 gives $evald, training reported $trained"; fail=1; }
+check "--eval with a training option" 2 "--eval: --epochs is a training option" "$BIN" \
+  --data synthetic --eval "$T/ck/dfp16.ckpt" --epochs 2
+check "--eval with other data" 1 "data options must be those of the training run" "$BIN" \
+  --data synthetic --synthetic-n 400 --eval "$T/ck/dfp16.ckpt" --out "$T/ev2" --quiet
+check "--eval of a missing checkpoint" 1 "fx_checkpoint_config" "$BIN" --data synthetic \
+  --synthetic-n 200 --eval "$T/ck/none.ckpt" --out "$T/ev3" --quiet
 printf 'garbage' > "$T/ck/dfp16.ckpt"
 check "corrupt checkpoint refused" 1 "cannot resume" "$BIN" --data synthetic --synthetic-n 200 \
   --model mlp --epochs 3 --batch 50 --formats dfp16 --out "$T/r3" --checkpoint-dir "$T/ck" --resume

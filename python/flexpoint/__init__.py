@@ -40,7 +40,7 @@ from .ops import clamp, clamp_backward, unary, unary_backward, unary_names
 from .ops import pow, pow_backward  # noqa: A004 - mirrors tensor_pow_scalar; only as fx.pow
 from .optim import SGD, Adam, LossScaler, adam_step, sgd_step
 from .tensor import MAX_DIMS, STAT_NAMES, Tensor, from_numpy, from_raw, tensor, zeros
-from .train import EpochMetrics, TrainConfig, Trainer
+from .train import EpochMetrics, TrainConfig, Trainer, checkpoint_config
 
 __version__ = "0.2.0"
 
@@ -115,8 +115,8 @@ __all__ = [
     # optimisers
     "sgd_step", "adam_step", "SGD", "Adam", "LossScaler",
     # data and training
-    "Dataset", "TrainConfig", "EpochMetrics", "Trainer", "data", "device", "DeviceBuffer", "ops",
-    "optim", "train",
+    "Dataset", "TrainConfig", "EpochMetrics", "Trainer", "checkpoint_config", "data", "device",
+    "DeviceBuffer", "ops", "optim", "train",
     # errors
     "FlexpointError", "InvalidArgumentError", "ShapeError", "FormatError", "UnsupportedError",
     "OutOfMemoryError", "RangeError", "FlexpointIOError", "CorruptError", "DeviceError",

@@ -200,6 +200,8 @@ _PROTOTYPES: Dict[str, tuple] = {
     "fx_trainer_get_params": (c_int, [_p, _fp]),
     "fx_trainer_save": (c_int, [_p, c_char_p]),
     "fx_trainer_load": (c_int, [_p, c_char_p]),
+    "fx_checkpoint_config": (c_int, [c_char_p, POINTER(TrainConfigC)]),
+    "fx_trainer_copy_weights": (c_int, [_p, _p]),
 }
 
 

@@ -378,10 +378,45 @@ class Trainer:
         that names another checkpoint), ArgumentTypeError for a path of another type."""
         check(lib().fx_trainer_load(self._h, c_path(path, "path")), "fx_trainer_load")
 
+    def copy_weights_from(self, src: "Trainer") -> None:
+        """Take src's trained weights, converted into this trainer's format
+        (fx_trainer_copy_weights): fp32 values (src's master weights, or its decoded working
+        weights) written once into this trainer's working weights and kept as its master
+        weights, batch-norm running statistics copied. Both trainers must hold the same model
+        for the same data shape: ShapeError names the first difference (this trainer is then
+        unchanged). With :meth:`evaluate` this evaluates a model in another format."""
+        if not isinstance(src, Trainer):
+            raise ArgumentTypeError(f"src must be a Trainer, not {type(src).__name__}")
+        check(lib().fx_trainer_copy_weights(self._h, src._h), "fx_trainer_copy_weights")
+
+    @classmethod
+    def from_checkpoint(cls, path: Union[str, os.PathLike], train: Dataset,
+                        test: Optional[Dataset] = None) -> "Trainer":
+        """The trainer a checkpoint was written by, with the checkpoint loaded: its
+        configuration is read from the file (:func:`checkpoint_config`); train must be the
+        training set it was trained on (it gives the normalisation; CorruptError otherwise)."""
+        t = cls(checkpoint_config(path), train, test)
+        try:
+            t.load(path)
+        except BaseException:
+            t.close()
+            raise
+        return t
+
     def __repr__(self) -> str:
         c = self.config
         state = f"step={self.global_step}" if self._ptr else "closed"
         return f"Trainer(model={c.model!r}, fmt={c.fmt!r}, {state})"
+
+
+def checkpoint_config(path: Union[str, os.PathLike]) -> TrainConfig:
+    """The training configuration a checkpoint was written with (fx_checkpoint_config), fully
+    specified, device the host. FlexpointIOError when the file cannot be read, CorruptError for
+    a damaged header or checksum or a stored configuration out of range."""
+    c = TrainConfigC()
+    check(lib().fx_checkpoint_config(c_path(path, "path"), ctypes.byref(c)),
+          "fx_checkpoint_config")
+    return TrainConfig.from_c(c)
 
 
 def _trainer_new_status() -> Optional[int]:

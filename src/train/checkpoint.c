@@ -211,27 +211,28 @@ int fx_ckpt_encode(fx_trainer *t, fx_buf *out, fx_ckpt_map *map, const char *nam
 /* Magic, version, reserved field and length of a file of file_len bytes whose first
  * min(file_len, FX_CKPT_HEADER_BYTES) bytes are in hdr. The length field is compared with the
  * file's real size, never used to size anything. */
-static int fx_check_header(const uint8_t *hdr, uint64_t file_len, const char *name)
+static int fx_check_header(const uint8_t *hdr, uint64_t file_len, const char *name,
+                           const char *func)
 {
     if (file_len < FX_CKPT_HEADER_BYTES)
-        return LOAD_FAIL(FX_ECORRUPT, "%s: truncated header: %llu bytes (not a flexpoint "
+        return fx_error(FX_ECORRUPT, func, "%s: truncated header: %llu bytes (not a flexpoint "
                          "checkpoint?)", name, (unsigned long long)file_len);
     if (memcmp(hdr, FX_CKPT_MAGIC, 8) != 0)
-        return LOAD_FAIL(FX_ECORRUPT, "%s: bad magic (not a flexpoint checkpoint)", name);
+        return fx_error(FX_ECORRUPT, func, "%s: bad magic (not a flexpoint checkpoint)", name);
     uint32_t version, reserved;
     uint64_t len;
     memcpy(&version, hdr + FX_CKPT_OFF_VERSION, 4);
     memcpy(&reserved, hdr + FX_CKPT_OFF_RESERVED, 4);
     memcpy(&len, hdr + FX_CKPT_OFF_LENGTH, 8);
     if (version != FX_CKPT_VERSION)
-        return LOAD_FAIL(FX_ECORRUPT, "%s: version %u, this library reads version %u", name,
+        return fx_error(FX_ECORRUPT, func, "%s: version %u, this library reads version %u", name,
                          version, FX_CKPT_VERSION);
     if (reserved != 0)
-        return LOAD_FAIL(FX_ECORRUPT, "%s: reserved header field is %u, must be 0", name,
+        return fx_error(FX_ECORRUPT, func, "%s: reserved header field is %u, must be 0", name,
                          reserved);
     uint64_t have = file_len - FX_CKPT_HEADER_BYTES;
     if (len != have)
-        return LOAD_FAIL(FX_ECORRUPT, "%s: payload is %s than its header says (header: %llu "
+        return fx_error(FX_ECORRUPT, func, "%s: payload is %s than its header says (header: %llu "
                          "bytes, file: %llu bytes after the header)", name,
                          have < len ? "shorter" : "longer", (unsigned long long)len,
                          (unsigned long long)have);
@@ -544,7 +545,7 @@ int fx_ckpt_decode(fx_trainer *t, const uint8_t *file, size_t len, const char *n
 {
     if (!t || (!file && len)) return LOAD_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "file");
     if (!name) name = "checkpoint";
-    int rc = fx_check_header(file, len, name);
+    int rc = fx_check_header(file, len, name, LOAD_FUNC);
     if (rc) return rc;
     const uint8_t *payload = file + FX_CKPT_HEADER_BYTES;
     size_t plen = len - FX_CKPT_HEADER_BYTES;
@@ -601,43 +602,94 @@ static int fx_write_full(int fd, const void *buf, size_t n)
     return 0;
 }
 
-int fx_trainer_load(fx_trainer *t, const char *path)
+/* The whole checkpoint file at path in *data (malloc'd, *len bytes). The header is checked
+ * against the file's size before a byte is allocated for the rest, so a damaged length field
+ * cannot ask for more memory than the file has. Errors are reported as coming from func. */
+static int fx_ckpt_read_file(const char *path, const char *func, uint8_t **data_out,
+                             size_t *len_out)
 {
-    if (!t || !path) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "path");
-    int rc = fx_trainer_use_device(t);
-    if (rc) return rc;
     int fd;
     int64_t size;
-    rc = fx_file_open_regular(path, LOAD_FUNC, &fd, &size);
+    int rc = fx_file_open_regular(path, func, &fd, &size);
     if (rc) return rc;
     uint8_t hdr[FX_CKPT_HEADER_BYTES];
     size_t want = (uint64_t)size < sizeof hdr ? (size_t)size : sizeof hdr;
     ssize_t got = fx_read_full(fd, hdr, want);
-    if (got < 0) rc = LOAD_FAIL(FX_EIO, "%s: read error: %s", path, strerror(errno));
-    else if ((size_t)got != want) rc = LOAD_FAIL(FX_EIO, "%s: file shrank while being read", path);
-    /* the header is checked against the file's size before a byte is allocated for it */
-    if (!rc) rc = fx_check_header(hdr, (uint64_t)size, path);
+    if (got < 0) rc = fx_error(FX_EIO, func, "%s: read error: %s", path, strerror(errno));
+    else if ((size_t)got != want)
+        rc = fx_error(FX_EIO, func, "%s: file shrank while being read", path);
+    if (!rc) rc = fx_check_header(hdr, (uint64_t)size, path, func);
     if (!rc && (uint64_t)size > SIZE_MAX / 2)
-        rc = LOAD_FAIL(FX_ENOMEM, "%s: %lld bytes do not fit in memory", path, (long long)size);
+        rc = fx_error(FX_ENOMEM, func, "%s: %lld bytes do not fit in memory", path,
+                      (long long)size);
     uint8_t *data = NULL;
     if (!rc) {
         data = malloc((size_t)size);
         if (!data)
-            rc = LOAD_FAIL(FX_ENOMEM, "%s: cannot allocate %lld bytes", path, (long long)size);
+            rc = fx_error(FX_ENOMEM, func, "%s: cannot allocate %lld bytes", path,
+                          (long long)size);
     }
     if (!rc) {
         memcpy(data, hdr, sizeof hdr);
         size_t rest = (size_t)size - sizeof hdr;
         got = fx_read_full(fd, data + sizeof hdr, rest);
         uint8_t extra;
-        if (got < 0) rc = LOAD_FAIL(FX_EIO, "%s: read error: %s", path, strerror(errno));
+        if (got < 0) rc = fx_error(FX_EIO, func, "%s: read error: %s", path, strerror(errno));
         else if ((size_t)got != rest || fx_read_full(fd, &extra, 1) != 0)
-            rc = LOAD_FAIL(FX_EIO, "%s: file changed size while being read", path);
+            rc = fx_error(FX_EIO, func, "%s: file changed size while being read", path);
     }
     close(fd);
-    if (!rc) rc = fx_ckpt_decode(t, data, (size_t)size, path);
+    if (rc) {
+        free(data);
+        return rc;
+    }
+    *data_out = data;
+    *len_out = (size_t)size;
+    return FX_OK;
+}
+
+int fx_trainer_load(fx_trainer *t, const char *path)
+{
+    if (!t || !path) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "path");
+    int rc = fx_trainer_use_device(t);
+    if (rc) return rc;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    rc = fx_ckpt_read_file(path, LOAD_FUNC, &data, &len);
+    if (!rc) rc = fx_ckpt_decode(t, data, len, path);
     free(data);
     return rc;
+}
+
+int fx_checkpoint_config(const char *path, fx_train_config *cfg)
+{
+    if (!path || !cfg) return FX_FAIL(FX_EINVAL, "%s is NULL", !path ? "path" : "cfg");
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int rc = fx_ckpt_read_file(path, __func__, &data, &len);
+    if (rc) return rc;
+    const uint8_t *payload = data + FX_CKPT_HEADER_BYTES;
+    size_t plen = len - FX_CKPT_HEADER_BYTES;
+    uint32_t crc;
+    memcpy(&crc, data + FX_CKPT_OFF_CRC, 4);
+    fx_train_config c;
+    if (fx_crc32(payload, plen) != crc) {
+        rc = FX_FAIL(FX_ECORRUPT, "%s: checksum mismatch (file corrupted)", path);
+    } else if (plen < sizeof c) {
+        rc = FX_FAIL(FX_ECORRUPT, "%s: truncated configuration", path);
+    } else {
+        memcpy(&c, payload, sizeof c);
+        if (fx_train_config_validate(&c) != FX_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", flexpoint_last_error());
+            rc = FX_FAIL(FX_ECORRUPT, "%s: the stored configuration is invalid (%s)", path, msg);
+        }
+    }
+    free(data);
+    if (rc) return rc;
+    c.device = -1;
+    *cfg = c;
+    return FX_OK;
 }
 
 /* The pid in a name of the form X.tmp.PID (X not empty, PID decimal without leading zeros and

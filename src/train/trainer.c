@@ -66,9 +66,8 @@ static int fx_validate_flag(const char *field, int v, int lo, int hi)
     return FX_OK;
 }
 
-/* Every field of the configuration, before anything is allocated. Messages name the field and
- * its value. */
-static int fx_validate_config(const fx_train_config *c)
+/* Every field of the configuration, before anything is allocated (trainer.h). */
+int fx_train_config_validate(const fx_train_config *c)
 {
     int rc = fx_validate_terminated("model", c->model, sizeof c->model);
     if (rc) return rc;
@@ -175,7 +174,7 @@ fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
         FX_FAIL(FX_EINVAL, "%s is NULL", !cfg ? "cfg" : "train");
         return NULL;
     }
-    if (fx_validate_config(cfg)) return NULL;
+    if (fx_train_config_validate(cfg)) return NULL;
     int C = fx_dataset_channels(train), H = fx_dataset_height(train), W = fx_dataset_width(train);
     int classes = fx_dataset_classes(train);
     if (C < 1 || C > 4) {

@@ -52,6 +52,10 @@ struct fx_trainer {
     int nreg;
 };
 
+/* Every field of a configuration in its documented range: FX_OK, or the status with a message
+ * reported as fx_trainer_new's that names the field and its value. */
+int fx_train_config_validate(const fx_train_config *c);
+
 /* Batch order of epoch e (a pure function of the seed and e). */
 void fx_trainer_make_perm(fx_trainer *t, int epoch);
 
