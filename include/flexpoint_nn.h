@@ -462,6 +462,136 @@ FX_API int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma,
 FX_API int tensor_layernorm_backward(tensor_t *dx, float *dgamma, float *dbeta,
                                      const tensor_t *dy, const tensor_t *x, const float *gamma,
                                      double eps);
+
+/** @brief Batched matrix product with transposes: out = op(a) x op(b) per batch.
+ *
+ *  a, b and out have the same number (>= 2) of axes and equal leading (batch) axes; op(t) is t
+ *  or, when its flag is 1, t transposed over its last two axes (free: strides). With op(a)
+ *  [..., M, K] and op(b) [..., K, N], out is [..., M, N] (attention scores: q x k^T with
+ *  trans_b = 1; values: p x v). A FLEX16_5/DFP16 a computes on integers: the exact int64 sum
+ *  of the int16 products (a float b quantised at its exact exponent), written once, so the
+ *  bits are the same on every backend and thread count (and equal tensor_matmul()'s for one
+ *  batch). Otherwise the fp32 GEMM on widened values, rounded once into out's format.
+ *  @param[out] out     Output [..., M, N], any format.
+ *  @param[in]  a       Left operand [..., M, K] ([..., K, M] with trans_a).
+ *  @param[in]  b       Right operand [..., K, N] ([..., N, K] with trans_b).
+ *  @param[in]  trans_a 1 uses a transposed, 0 as it is.
+ *  @param[in]  trans_b 1 uses b transposed, 0 as it is.
+ *  @return FX_OK; FX_EINVAL (NULL tensor, a flag other than 0 or 1); FX_ESHAPE (axis counts,
+ *          batch axes, inner sizes or out's shape do not fit); FX_EUNSUPPORTED (device
+ *          tensors); FX_ENOMEM. */
+FX_API int tensor_bmm(tensor_t *out, const tensor_t *a, const tensor_t *b, int trans_a,
+                      int trans_b);
+/** @brief Gradients of tensor_bmm(): da and db given dout (either may be NULL).
+ *
+ *  Each is one tensor_bmm() with the transposes swapped (da = dout op(b)^T, transposed back
+ *  when trans_a; db = op(a)^T dout, likewise), so it has tensor_bmm()'s arithmetic. Every
+ *  shape is checked before anything is written; da is written before db.
+ *  @param[out] da      NULL, or the gradient of a, with a's shape, any format.
+ *  @param[out] db      NULL, or the gradient of b, with b's shape, any format.
+ *  @param[in]  dout    Gradient of the loss with respect to out, [..., M, N].
+ *  @param[in]  a       The forward a.
+ *  @param[in]  b       The forward b.
+ *  @param[in]  trans_a The forward trans_a.
+ *  @param[in]  trans_b The forward trans_b.
+ *  @return As tensor_bmm(), and FX_EINVAL when da and db share storage. */
+FX_API int tensor_bmm_backward(tensor_t *da, tensor_t *db, const tensor_t *dout,
+                               const tensor_t *a, const tensor_t *b, int trans_a, int trans_b);
+
+/** @brief Causal mask over the last two axes: y = x, with fill where column > row.
+ *
+ *  x is [..., Sq, Sk]; element (i, j) of each matrix is replaced by fill when j > i (top-left
+ *  aligned, as torch.tril). Kept elements are copied exactly; fill is rounded once into y's
+ *  format. -Inf (the usual fill before a softmax) has no FLEX16_5/DFP16 representation: such a
+ *  y stores -32767 and counts it as non-finite, so mask shared-exponent scores into a float y.
+ *  The gradient is the same op with fill 0: tensor_causal_mask(dx, dy, 0.0).
+ *  @param[out] y    Output with x's shape, any format (may be x itself).
+ *  @param[in]  x    Input [..., Sq, Sk], at least 2-D.
+ *  @param[in]  fill The value of masked elements, not NaN (-INFINITY allowed).
+ *  @return FX_OK; FX_EINVAL (NULL tensor, fill NaN); FX_ESHAPE (x not at least 2-D, y's shape
+ *          differs); FX_EUNSUPPORTED (device tensors); FX_ENOMEM. */
+FX_API int tensor_causal_mask(tensor_t *y, const tensor_t *x, double fill);
+/** @brief Masked fill: y = x, with fill where mask is nonzero (NaN counts as nonzero).
+ *
+ *  mask broadcasts to x's shape by NumPy's rules (axes aligned from the end, each equal or 1),
+ *  e.g. [Sq, Sk] or [B, 1, 1, Sk] for scores [B, H, Sq, Sk]. Arithmetic as
+ *  tensor_causal_mask(); the gradient is tensor_masked_fill(dx, dy, mask, 0.0).
+ *  @param[out] y    Output with x's shape, any format (may be x itself).
+ *  @param[in]  x    Input, any format.
+ *  @param[in]  mask Mask, any format, broadcastable to x's shape.
+ *  @param[in]  fill The value of masked elements, not NaN.
+ *  @return FX_OK; FX_EINVAL (NULL tensor, fill NaN); FX_ESHAPE (a mask that does not broadcast,
+ *          y's shape differs); FX_EUNSUPPORTED (device tensors); FX_ENOMEM. */
+FX_API int tensor_masked_fill(tensor_t *y, const tensor_t *x, const tensor_t *mask,
+                              double fill);
+
+/** @brief Embedding lookup: y[i, :] = table[indices[i], :].
+ *
+ *  A FLEX16_5/DFP16 table is gathered as exact int16 mantissas (one write into y at the
+ *  table's exponent: exact when y has the table's format and exponent range); float tables are
+ *  copied as their widened values. Every index is checked before anything is written.
+ *  @param[out] y         Output [..., D] holding n_indices rows of D, any format.
+ *  @param[in]  table     Table [V, D], any format.
+ *  @param[in]  indices   n_indices int32 row numbers in [0, V), caller-owned host memory.
+ *  @param[in]  n_indices Number of indices, >= 0 (indices may be NULL when 0).
+ *  @return FX_OK; FX_EINVAL (NULL tensor or indices, n_indices < 0); FX_ESHAPE (table not
+ *          2-D, y's last axis not D or its rows not n_indices); FX_ERANGE (an index outside
+ *          [0, V), named in the message); FX_EUNSUPPORTED (device tensors); FX_ENOMEM. */
+FX_API int tensor_embedding(tensor_t *y, const tensor_t *table, const int32_t *indices,
+                            int64_t n_indices);
+/** @brief Gradient of tensor_embedding(): dtable = scatter-add of the rows of dy at indices.
+ *
+ *  dtable is overwritten (rows no index names are 0). A FLEX16_5/DFP16 dy is summed exactly in
+ *  int64 (one write); float dy is summed in double in index order and rounded once.
+ *  @param[out] dtable    Table gradient [V, D], any format.
+ *  @param[in]  dy        Output gradient [..., D] holding n_indices rows.
+ *  @param[in]  indices   The forward indices.
+ *  @param[in]  n_indices Number of indices, >= 0.
+ *  @return As tensor_embedding(). */
+FX_API int tensor_embedding_backward(tensor_t *dtable, const tensor_t *dy,
+                                     const int32_t *indices, int64_t n_indices);
+
+/** @brief One AdamW step: Adam with decoupled weight decay (torch.optim.AdamW).
+ *
+ *  p <- p (1 - lr weight_decay) - lr / (1 - beta1^t) m / (sqrt(v) / sqrt(1 - beta2^t) + eps),
+ *  with m and v updated from the gradient alone. Arguments, arithmetic (double, each stored
+ *  quantity rounded once), master weights, stochastic rounding and failure behaviour are
+ *  fx_adam_step()'s. Device tensors: FX_EUNSUPPORTED.
+ *  @param[in,out] w            Weights, any format.
+ *  @param[in]     grad         Gradient with w's shape, any format.
+ *  @param[in,out] master       NULL, or float[numel(w)] fp32 master weights.
+ *  @param[in,out] m            float[numel(w)] first moment, zero at start.
+ *  @param[in,out] v            float[numel(w)] second moment, zero at start.
+ *  @param[in]     lr           Learning rate, finite and >= 0.
+ *  @param[in]     beta1        First-moment decay, in [0, 1).
+ *  @param[in]     beta2        Second-moment decay, in [0, 1).
+ *  @param[in]     eps          Added to the denominator, finite and >= 0.
+ *  @param[in]     weight_decay Decoupled weight decay, finite and >= 0.
+ *  @param[in]     grad_scale   Factor applied to grad (e.g. 1/loss scale), finite.
+ *  @param[in]     stochastic   1 rounds the write of w stochastically, 0 does not.
+ *  @param[in]     seed         Seed of the stochastic rounding.
+ *  @param[in]     step         Step number, from 1.
+ *  @return As fx_adam_step(), and FX_EUNSUPPORTED for device tensors. */
+FX_API int fx_adamw_step(tensor_t *w, const tensor_t *grad, float *master, float *m, float *v,
+                         double lr, double beta1, double beta2, double eps,
+                         double weight_decay, double grad_scale, int stochastic,
+                         uint64_t seed, uint64_t step);
+
+/** @brief Clip gradients by their global L2 norm (torch.nn.utils.clip_grad_norm_).
+ *
+ *  total = sqrt(sum of every element squared over all n gradients); when total > max_norm,
+ *  each gradient is scaled in place by max_norm / (total + 1e-6) (tensor_scale(), one write
+ *  per tensor). Integer formats' squares are summed exactly; float ones in double. A total
+ *  that is not finite scales nothing (it is reported, and the step should be skipped).
+ *  Everything is validated before any tensor is scaled.
+ *  @param[in,out] grads      n gradients, any formats, host tensors with distinct storages.
+ *  @param[in]     n          Number of gradients, >= 0.
+ *  @param[in]     max_norm   Largest allowed norm, finite and >= 0.
+ *  @param[out]    total_norm NULL, or the norm before clipping.
+ *  @return FX_OK; FX_EINVAL (n < 0, NULL grads or entry, bad max_norm, two entries sharing
+ *          storage); FX_EUNSUPPORTED (device tensors); FX_ENOMEM. */
+FX_API int fx_clip_grad_norm(tensor_t *const *grads, int n, double max_norm,
+                             double *total_norm);
 /** @} */
 
 #ifdef __cplusplus

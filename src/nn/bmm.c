@@ -1,0 +1,317 @@
+/* Batched matrix products with transposes, their gradient, and attention masks
+ * (include/flexpoint_nn.h, docs/transformer_ops.md).
+ *
+ * tensor_bmm: out[..., M, N] = op(a)[..., M, K] x op(b)[..., K, N], op(t) = t or its transpose
+ * over the last two axes; the leading (batch) axes of a, b and out are equal. Each batch runs
+ * through the active backend's matmul kernel (fx_matmul_stage, the kernel tensor_matmul uses)
+ * on 2-D operands whose strides express the transposes, so no transpose is copied:
+ *   - a FLEX16_5/DFP16 (integer compute): the int16 mantissas of a and b (a float b quantised
+ *     at its exact exponent) give the exact int64 sums of the products, at exponent
+ *     e_a + e_b, for every batch into one int64 stage, written once (one rounding, one exponent
+ *     for the whole output). The sums are exact, so the bits are the same on every backend,
+ *     blocking and thread count, and equal tensor_matmul's for one batch.
+ *   - otherwise: fp32 operands (fp16/bf16 widened exactly, shared-exponent b dequantised), the
+ *     fp32 GEMM into an fp32 stage, rounded once into out's format (as tensor_matmul's fp32
+ *     route; the bf16 pair-mode GEMM is not used here).
+ * tensor_bmm_backward expresses both gradients as tensor_bmm calls with the transposes swapped.
+ *
+ * tensor_causal_mask / tensor_masked_fill: y = x, with `fill` where the mask says so. Kept
+ * elements are copied exactly (a shared-exponent x with fill 0 keeps its mantissas: an int16
+ * stage), masked ones take fill rounded once into y's format. -Inf has no shared-exponent
+ * representation: written into a FLEX16_5/DFP16 y it is stored as -32767 and counted as
+ * non-finite, so mask attention scores into a float y (fp32/fp16/bf16) when fill is -Inf.
+ */
+#include "tfm_common.h"
+#include "flexpoint_nn.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Geometry of one bmm: batch count, and the stored [rows, cols] of a and b's last two axes. */
+typedef struct {
+    int64_t B, M, N, K;
+    int64_t ar, ac, br, bc;
+} bmm_dims;
+
+static int bmm_validate(const char *func, const tensor_t *out, const tensor_t *a,
+                        const tensor_t *b, int ta, int tb, bmm_dims *d)
+{
+    char s1[160], s2[160], s3[160];
+    if (!out || !a || !b)
+        return fx_error(FX_EINVAL, func, "%s is NULL", !out ? "out" : (!a ? "a" : "b"));
+    if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+        return fx_error(FX_EINVAL, func, "trans_a=%d and trans_b=%d must be 0 or 1", ta, tb);
+    if (a->ndim < 2 || b->ndim != a->ndim || out->ndim != a->ndim)
+        return fx_error(FX_ESHAPE, func, "a, b and out need the same number (>= 2) of axes, got "
+                        "a.shape=%s b.shape=%s out.shape=%s", fx_shape_str(a, s1, sizeof s1),
+                        fx_shape_str(b, s2, sizeof s2), fx_shape_str(out, s3, sizeof s3));
+    const int nd = a->ndim;
+    d->B = 1;
+    for (int i = 0; i < nd - 2; i++) {
+        if (a->shape[i] != b->shape[i] || a->shape[i] != out->shape[i])
+            return fx_error(FX_ESHAPE, func, "batch axis %d differs: a.shape=%s b.shape=%s "
+                            "out.shape=%s", i, fx_shape_str(a, s1, sizeof s1),
+                            fx_shape_str(b, s2, sizeof s2), fx_shape_str(out, s3, sizeof s3));
+        d->B *= a->shape[i];
+    }
+    d->ar = a->shape[nd - 2];
+    d->ac = a->shape[nd - 1];
+    d->br = b->shape[nd - 2];
+    d->bc = b->shape[nd - 1];
+    d->M = ta ? d->ac : d->ar;
+    d->K = ta ? d->ar : d->ac;
+    const int64_t kb = tb ? d->bc : d->br;
+    d->N = tb ? d->br : d->bc;
+    if (kb != d->K)
+        return fx_error(FX_ESHAPE, func, "inner sizes differ: op(a) is [%lld, %lld] (a.shape=%s, "
+                        "trans_a=%d) but op(b) is [%lld, %lld] (b.shape=%s, trans_b=%d)",
+                        (long long)d->M, (long long)d->K, fx_shape_str(a, s1, sizeof s1), ta,
+                        (long long)kb, (long long)d->N, fx_shape_str(b, s2, sizeof s2), tb);
+    if (out->shape[nd - 2] != d->M || out->shape[nd - 1] != d->N)
+        return fx_error(FX_ESHAPE, func, "out.shape=%s but the product is [..., %lld, %lld]",
+                        fx_shape_str(out, s1, sizeof s1), (long long)d->M, (long long)d->N);
+    return FX_OK;
+}
+
+static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const tensor_t *b, int ta,
+                   int tb, const bmm_dims *d)
+{
+    const int64_t n = d->B * d->M * d->N;
+    if (n == 0) return FX_OK;
+    fx_scratch s = {.n = 0};
+    int rc;
+    const int ic = fx_is_int_compute(a);
+    if (ic) {
+        int16_t *am, *bm;
+        int ea, eb, e = 0;
+        int64_t *v = fx_scratch_alloc(&s, n, sizeof *v);
+        if (!v) {
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld int64 values", (long long)n);
+            goto done;
+        }
+        if ((rc = fx_read_i16(a, &am, &ea, &s, func))) goto done;
+        if ((rc = fx_read_i16(b, &bm, &eb, &s, func))) goto done;
+        e = ea + eb;
+        if (d->K == 0) memset(v, 0, sizeof *v * (size_t)n);
+        for (int64_t i = 0; i < d->B && d->K > 0; i++) {
+            fx_operand oa = fx_operand_2d(am + i * d->ar * d->ac, 1, ea, d->ar, d->ac, d->ac, ta);
+            fx_operand ob = fx_operand_2d(bm + i * d->br * d->bc, 1, eb, d->br, d->bc, d->bc, tb);
+            int ei = e;
+            if ((rc = fx_matmul_stage(&oa, &ob, 1, NULL, v + i * d->M * d->N, &ei, func)))
+                goto done;
+            if (ei != e) {
+                rc = fx_error(FX_EUNSUPPORTED, func, "internal: batch %lld came at exponent %d, "
+                              "not %d", (long long)i, ei, e);
+                goto done;
+            }
+        }
+        rc = fx_write_i64(out, v, e, func);
+    } else {
+        float *af, *bf;
+        if ((rc = fx_read_f32(a, &af, &s, func))) goto done;
+        if ((rc = fx_read_f32(b, &bf, &s, func))) goto done;
+        const tensor_t *ins[2] = {a, b};
+        float *v = nn_out_f32(out, ins, 2, NULL, &s);
+        if (!v) {
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
+            goto done;
+        }
+        if (d->K == 0) memset(v, 0, sizeof *v * (size_t)n);
+        for (int64_t i = 0; i < d->B && d->K > 0; i++) {
+            fx_operand oa = fx_operand_2d(af + i * d->ar * d->ac, 0, 0, d->ar, d->ac, d->ac, ta);
+            fx_operand ob = fx_operand_2d(bf + i * d->br * d->bc, 0, 0, d->br, d->bc, d->bc, tb);
+            if ((rc = fx_matmul_stage(&oa, &ob, 0, v + i * d->M * d->N, NULL, NULL, func)))
+                goto done;
+        }
+        rc = fx_write_f32(out, v, func);
+    }
+done:
+    fx_scratch_free(&s);
+    return rc;
+}
+
+int tensor_bmm(tensor_t *out, const tensor_t *a, const tensor_t *b, int trans_a, int trans_b)
+{
+    bmm_dims d;
+    int rc = bmm_validate(__func__, out, a, b, trans_a, trans_b, &d);
+    if (rc) return rc;
+    const tensor_t *ts[3] = {out, a, b};
+    static const char *const names[3] = {"out", "a", "b"};
+    if ((rc = tfm_host_only(__func__, 3, ts, names))) return rc;
+    return bmm_run(__func__, out, a, b, trans_a, trans_b, &d);
+}
+
+int tensor_bmm_backward(tensor_t *da, tensor_t *db, const tensor_t *dout, const tensor_t *a,
+                        const tensor_t *b, int trans_a, int trans_b)
+{
+    const char *func = __func__;
+    if (!dout) return FX_FAIL(FX_EINVAL, "dout is NULL");
+    bmm_dims d;
+    int rc = bmm_validate(func, dout, a, b, trans_a, trans_b, &d);
+    if (!rc && da) rc = nn_same_shape(func, "da", da, "a", a);
+    if (!rc && db) rc = nn_same_shape(func, "db", db, "b", b);
+    if (rc) return rc;
+    const tensor_t *ts[5] = {da, db, dout, a, b};
+    static const char *const names[5] = {"da", "db", "dout", "a", "b"};
+    if ((rc = tfm_host_only(func, 5, ts, names))) return rc;
+    if (da && db && da->st == db->st)
+        return FX_FAIL(FX_EINVAL, "da and db share storage: the second write would overwrite "
+                       "the first");
+    /* out = op(a) op(b):
+     *   d op(a) = dout op(b)^T, so da = dout op(b)^T, or its transpose op(b) dout^T;
+     *   d op(b) = op(a)^T dout, so db = op(a)^T dout, or its transpose dout^T op(a). */
+    bmm_dims e;
+    if (da) {
+        if (!trans_a) {
+            if ((rc = bmm_validate(func, da, dout, b, 0, !trans_b, &e))) return rc;
+            if ((rc = bmm_run(func, da, dout, b, 0, !trans_b, &e))) return rc;
+        } else {
+            if ((rc = bmm_validate(func, da, b, dout, trans_b, 1, &e))) return rc;
+            if ((rc = bmm_run(func, da, b, dout, trans_b, 1, &e))) return rc;
+        }
+    }
+    if (db) {
+        if (!trans_b) {
+            if ((rc = bmm_validate(func, db, a, dout, !trans_a, 0, &e))) return rc;
+            rc = bmm_run(func, db, a, dout, !trans_a, 0, &e);
+        } else {
+            if ((rc = bmm_validate(func, db, dout, a, 1, trans_a, &e))) return rc;
+            rc = bmm_run(func, db, dout, a, 1, trans_a, &e);
+        }
+    }
+    return rc;
+}
+
+/* ---- masks ---------------------------------------------------------------------------------- */
+
+/* mask_at[i] = 1 where element i (row-major over x) is replaced by fill. */
+typedef struct {
+    const tensor_t *x;
+    const float *mask; /* general mask values, row-major over the mask's shape */
+    int64_t mstr[FX_MAX_DIMS]; /* the mask's strides broadcast to x's axes (0 where broadcast) */
+    int causal;
+} mask_src;
+
+static void mask_fill_flags(const mask_src *m, uint8_t *flags, int64_t n)
+{
+    const tensor_t *x = m->x;
+    const int nd = x->ndim;
+    if (m->causal) {
+        const int64_t Sq = x->shape[nd - 2], Sk = x->shape[nd - 1];
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t j = i % Sk, q = (i / Sk) % Sq;
+            flags[i] = j > q;
+        }
+        return;
+    }
+    int64_t idx[FX_MAX_DIMS] = {0}, off = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float v = m->mask[off];
+        flags[i] = v != 0.0f; /* NaN counts as set */
+        for (int dd = nd - 1; dd >= 0; dd--) { /* advance the multi-index */
+            off += m->mstr[dd];
+            if (++idx[dd] < x->shape[dd]) break;
+            off -= m->mstr[dd] * idx[dd];
+            idx[dd] = 0;
+        }
+    }
+}
+
+static int mask_apply(const char *func, tensor_t *y, const tensor_t *x, const mask_src *m,
+                      double fill)
+{
+    const int64_t n = fx_numel_of(x->ndim, x->shape);
+    if (n == 0) return FX_OK;
+    fx_scratch s = {.n = 0};
+    int rc;
+    uint8_t *flags = fx_scratch_alloc(&s, n, 1);
+    if (!flags) {
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate a mask of %lld elements", (long long)n);
+        goto done;
+    }
+    mask_fill_flags(m, flags, n);
+    if (fx_is_int_compute(x) && fill == 0.0) {
+        const int16_t *xm;
+        int e;
+        int16_t *v = fx_scratch_alloc(&s, n, sizeof *v);
+        if (!v) {
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld int16 values", (long long)n);
+            goto done;
+        }
+        if ((rc = nn_in_i16(x, &xm, &e, &s, func))) goto done;
+        for (int64_t i = 0; i < n; i++) v[i] = flags[i] ? 0 : xm[i];
+        rc = fx_write_i16(y, v, e, func);
+    } else {
+        const float *xv;
+        if ((rc = nn_in_f32(x, &xv, &s, func))) goto done;
+        const tensor_t *ins[1] = {x};
+        float *v = nn_out_f32(y, ins, 1, nn_private_f32(x, xv), &s);
+        if (!v) {
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
+            goto done;
+        }
+        const float fv = nn_stage_f32(fill, y->fmt);
+        for (int64_t i = 0; i < n; i++) v[i] = flags[i] ? fv : xv[i];
+        rc = fx_write_f32(y, v, func);
+    }
+done:
+    fx_scratch_free(&s);
+    return rc;
+}
+
+static int mask_common(const char *func, const tensor_t *y, const tensor_t *x, double fill)
+{
+    if (!y || !x) return fx_error(FX_EINVAL, func, "%s is NULL", !y ? "y" : "x");
+    if (isnan(fill)) return fx_error(FX_EINVAL, func, "fill is NaN");
+    return nn_same_shape(func, "y", y, "x", x);
+}
+
+int tensor_causal_mask(tensor_t *y, const tensor_t *x, double fill)
+{
+    int rc = mask_common(__func__, y, x, fill);
+    if (rc) return rc;
+    if (x->ndim < 2) {
+        char b1[160];
+        return FX_FAIL(FX_ESHAPE, "a causal mask needs [..., Sq, Sk], got x.shape=%s",
+                       fx_shape_str(x, b1, sizeof b1));
+    }
+    const tensor_t *ts[2] = {y, x};
+    static const char *const names[2] = {"y", "x"};
+    if ((rc = tfm_host_only(__func__, 2, ts, names))) return rc;
+    mask_src m = {.x = x, .causal = 1};
+    return mask_apply(__func__, y, x, &m, fill);
+}
+
+int tensor_masked_fill(tensor_t *y, const tensor_t *x, const tensor_t *mask, double fill)
+{
+    int rc = mask_common(__func__, y, x, fill);
+    if (rc) return rc;
+    if (!mask) return FX_FAIL(FX_EINVAL, "mask is NULL");
+    char b1[160], b2[160];
+    mask_src m = {.x = x};
+    bool ok = mask->ndim <= x->ndim;
+    int64_t stride = 1;
+    for (int d = x->ndim - 1; d >= 0 && ok; d--) {
+        const int dm = d - (x->ndim - mask->ndim);
+        const int64_t sz = dm >= 0 ? mask->shape[dm] : 1;
+        if (sz != x->shape[d] && sz != 1) ok = false;
+        m.mstr[d] = sz == 1 ? 0 : stride;
+        stride *= sz;
+    }
+    if (!ok)
+        return FX_FAIL(FX_ESHAPE, "mask.shape=%s does not broadcast to x.shape=%s (NumPy rules: "
+                       "axes aligned from the end, each equal or 1)",
+                       fx_shape_str(mask, b1, sizeof b1), fx_shape_str(x, b2, sizeof b2));
+    const tensor_t *ts[3] = {y, x, mask};
+    static const char *const names[3] = {"y", "x", "mask"};
+    if ((rc = tfm_host_only(__func__, 3, ts, names))) return rc;
+    if (fx_numel_of(x->ndim, x->shape) == 0) return FX_OK;
+    fx_scratch s = {.n = 0};
+    const float *mv;
+    if ((rc = nn_in_f32(mask, &mv, &s, __func__)) == FX_OK) {
+        m.mask = mv;
+        rc = mask_apply(__func__, y, x, &m, fill);
+    }
+    fx_scratch_free(&s);
+    return rc;
+}

@@ -1,0 +1,389 @@
+/* tensor_bmm (all four transpose combinations), tensor_bmm_backward, tensor_causal_mask and
+ * tensor_masked_fill: every format x backend against fp64 references, the integer formats bit
+ * for bit across backends and thread counts (and equal to tensor_matmul for one batch), the
+ * backward passes against finite differences of the forward, special values, bad input.
+ *
+ * Bounds: the integer formats sum the int16 products exactly, so the only error is the write's
+ * rounding (nn_bound with acc 0). The float formats run the fp32 GEMM on exactly widened
+ * values: acc = (K + 2) u32 sum_k |a_ik| |b_kj| (the recursive-summation bound gamma_K with
+ * room for the FMA order), then the output rounding of nn_bound. Masks copy kept elements
+ * exactly (acc 0).
+ */
+#include "flexpoint_nn.h"
+#include "nn_misc_util.h"
+
+typedef struct {
+    const char *name;
+    int64_t B0, B1, M, N, K;
+} bmm_case;
+
+static const bmm_case CASES[] = {
+    {"1x[1,1,1]", 1, 1, 1, 1, 1},    {"2x[3,5,4]", 1, 2, 3, 5, 4},
+    {"2x3x[7,9,16]", 2, 3, 7, 9, 16}, {"attention 2x4x[24,24,32]", 2, 4, 24, 24, 32},
+    {"1x2x[40,33,300]", 1, 2, 40, 33, 300}, {"1x1x[33,40,300]", 1, 1, 33, 40, 300},
+    {"K=0 1x2x[3,4,0]", 1, 2, 3, 4, 0},
+};
+
+/* stored shape of an operand [B0, B1, r, c] whose op is [R, C] */
+static void op_shape(int64_t *sh, const bmm_case *c, int64_t R, int64_t C, int trans)
+{
+    sh[0] = c->B0;
+    sh[1] = c->B1;
+    sh[2] = trans ? C : R;
+    sh[3] = trans ? R : C;
+}
+
+/* element (i, j) of op(t) in batch bt, t stored [r, c] per batch */
+static double op_at(const double *t, const int64_t *sh, int64_t bt, int64_t i, int64_t j,
+                    int trans)
+{
+    const int64_t r = trans ? j : i, cc = trans ? i : j;
+    return t[bt * sh[2] * sh[3] + r * sh[3] + cc];
+}
+
+static void ref_bmm(const double *a, const int64_t *sa, const double *b, const int64_t *sb,
+                    int ta, int tb, const bmm_case *c, double *out, double *acc)
+{
+    const int64_t B = c->B0 * c->B1;
+    for (int64_t bt = 0; bt < B; bt++)
+        for (int64_t i = 0; i < c->M; i++)
+            for (int64_t j = 0; j < c->N; j++) {
+                double s = 0, sa_ = 0;
+                for (int64_t k = 0; k < c->K; k++) {
+                    const double p = op_at(a, sa, bt, i, k, ta) * op_at(b, sb, bt, k, j, tb);
+                    s += p;
+                    sa_ += fabs(p);
+                }
+                out[(bt * c->M + i) * c->N + j] = s;
+                if (acc) acc[(bt * c->M + i) * c->N + j] = (double)(c->K + 2) * NN_U32 * sa_;
+            }
+}
+
+static void run_case(const bmm_case *c, fmt_t f, fmt_t fo, int ta, int tb, const char **bk,
+                     int nbk)
+{
+    test_rng r;
+    test_rng_seed(&r, 77 + (uint64_t)(c - CASES) * 5 + (uint64_t)f * 3 + (uint64_t)(2 * ta + tb));
+    int64_t sa[4], sb[4], so[4] = {c->B0, c->B1, c->M, c->N};
+    op_shape(sa, c, c->M, c->K, ta);
+    op_shape(sb, c, c->K, c->N, tb);
+    const int64_t na = nn_numel(4, sa), nb = nn_numel(4, sb), no = nn_numel(4, so);
+    double *a = nn_doubles(na), *b = nn_doubles(nb), *ref = nn_doubles(no), *acc = nn_doubles(no);
+    for (int64_t i = 0; i < na; i++) a[i] = test_rng_normal(&r);
+    for (int64_t i = 0; i < nb; i++) b[i] = 2 * test_rng_normal(&r);
+    tensor_t *tA = nn_tensor(f, 4, sa, a), *tB = nn_tensor(f, 4, sb, b);
+    ref_bmm(a, sa, b, sb, ta, tb, c, ref, fmt_is_shared_exponent(f) ? NULL : acc);
+    char what[200];
+    tensor_t *first = NULL;
+    const int integer = fmt_is_shared_exponent(f);
+    for (int k = 0; k < nbk; k++) {
+        CHECK_STATUS(flexpoint_set_backend(bk[k]), FX_OK);
+        tensor_t *o = nn_zeros(fo, 4, so);
+        snprintf(what, sizeof what, "bmm %s ta=%d tb=%d %s->%s %s", c->name, ta, tb, fmt_name(f),
+                 fmt_name(fo), bk[k]);
+        int rc = tensor_bmm(o, tA, tB, ta, tb);
+        CHECK(rc == FX_OK, "%s: status %d: %s", what, rc, flexpoint_last_error());
+        nn_check(what, o, ref, integer ? NULL : acc, no);
+        if (!first) first = o;
+        else {
+            if (integer) CHECK(nn_same_bits(first, o), "%s: bits differ from %s", what, bk[0]);
+            tensor_free(o);
+        }
+    }
+    if (integer) {
+        int prev = flexpoint_set_num_threads(1);
+        tensor_t *o1 = nn_zeros(fo, 4, so), *o3 = nn_zeros(fo, 4, so);
+        CHECK_STATUS(tensor_bmm(o1, tA, tB, ta, tb), FX_OK);
+        flexpoint_set_num_threads(3);
+        CHECK_STATUS(tensor_bmm(o3, tA, tB, ta, tb), FX_OK);
+        flexpoint_set_num_threads(prev);
+        CHECK(nn_same_bits(o1, o3) && nn_same_bits(o1, first), "bmm %s %s: thread count matters",
+              c->name, fmt_name(f));
+        tensor_free(o1);
+        tensor_free(o3);
+        /* one batch equals tensor_matmul on the 2-D slices */
+        if (c->B0 * c->B1 == 1 && c->K > 0) {
+            int64_t sa2[2] = {sa[2], sa[3]}, sb2[2] = {sb[2], sb[3]}, so2[2] = {c->M, c->N};
+            tensor_t *a2 = tensor_view_reshape(tA, 2, sa2), *b2 = tensor_view_reshape(tB, 2, sb2);
+            tensor_t *a2t = ta ? tensor_view_transpose(a2, 0, 1) : a2;
+            tensor_t *b2t = tb ? tensor_view_transpose(b2, 0, 1) : b2;
+            tensor_t *m2 = nn_zeros(fo, 2, so2), *f2 = tensor_view_reshape(first, 2, so2);
+            CHECK_STATUS(tensor_matmul(m2, a2t, b2t), FX_OK);
+            CHECK(nn_same_bits(m2, f2), "bmm %s %s: differs from tensor_matmul", c->name,
+                  fmt_name(f));
+            if (ta) tensor_free(a2t);
+            if (tb) tensor_free(b2t);
+            tensor_free(a2);
+            tensor_free(b2);
+            tensor_free(m2);
+            tensor_free(f2);
+        }
+    }
+    tensor_free(first);
+    tensor_free(tA);
+    tensor_free(tB);
+    free(a);
+    free(b);
+    free(ref);
+    free(acc);
+}
+
+/* tensor_bmm_backward: fp32 against central differences of L = sum w * bmm(a, b) (the product
+ * is bilinear, so the difference quotient is exact up to rounding); every format against the
+ * reference gradients; the integer formats bit for bit across backends. */
+static void backward(const char **bk, int nbk)
+{
+    const bmm_case c = {"grad", 1, 2, 3, 4, 5};
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            test_rng r;
+            test_rng_seed(&r, 400 + (uint64_t)(2 * ta + tb));
+            int64_t sa[4], sb[4], so[4] = {c.B0, c.B1, c.M, c.N};
+            op_shape(sa, &c, c.M, c.K, ta);
+            op_shape(sb, &c, c.K, c.N, tb);
+            const int64_t na = nn_numel(4, sa), nb = nn_numel(4, sb), no = nn_numel(4, so);
+            double *a = nn_doubles(na), *b = nn_doubles(nb), *w = nn_doubles(no);
+            double *ga = nn_doubles(na), *gb = nn_doubles(nb), *o = nn_doubles(no);
+            for (int64_t i = 0; i < na; i++) a[i] = test_rng_normal(&r);
+            for (int64_t i = 0; i < nb; i++) b[i] = test_rng_normal(&r);
+            for (int64_t i = 0; i < no; i++) w[i] = test_rng_normal(&r);
+            tensor_t *tA = nn_tensor(FMT_FP32, 4, sa, a), *tB = nn_tensor(FMT_FP32, 4, sb, b);
+            tensor_t *tW = nn_tensor(FMT_FP32, 4, so, w);
+            tensor_t *dA = nn_zeros(FMT_FP32, 4, sa), *dB = nn_zeros(FMT_FP32, 4, sb);
+            CHECK_STATUS(tensor_bmm_backward(dA, dB, tW, tA, tB, ta, tb), FX_OK);
+            nn_read(dA, ga);
+            nn_read(dB, gb);
+            const double h = 0.5;
+            for (int which = 0; which < 2; which++) {
+                double *p = which ? b : a, *g = which ? gb : ga;
+                const int64_t np_ = which ? nb : na;
+                for (int64_t i = 0; i < np_; i++) {
+                    const double keep = p[i];
+                    double lp = 0, lm = 0;
+                    p[i] = keep + h;
+                    ref_bmm(a, sa, b, sb, ta, tb, &c, o, NULL);
+                    for (int64_t j = 0; j < no; j++) lp += w[j] * o[j];
+                    p[i] = keep - h;
+                    ref_bmm(a, sa, b, sb, ta, tb, &c, o, NULL);
+                    for (int64_t j = 0; j < no; j++) lm += w[j] * o[j];
+                    p[i] = keep;
+                    const double fd = (lp - lm) / (2 * h);
+                    CHECK(fabs(fd - g[i]) <= 1e-5 * (1 + fabs(fd)), "bmm_backward ta=%d tb=%d d%c[%lld]"
+                          ": fd=%.9g got=%.9g", ta, tb, which ? 'b' : 'a', (long long)i, fd, g[i]);
+                }
+            }
+            /* the integer formats: exact sums, the same bits on every backend */
+            for (int k = 3; k < FMT_COUNT; k++) {
+                fmt_t f = NN_FORMATS[k];
+                tensor_t *iA = nn_tensor(f, 4, sa, a), *iB = nn_tensor(f, 4, sb, b);
+                tensor_t *iW = nn_tensor(f, 4, so, w), *fa = NULL, *fb = NULL;
+                for (int q = 0; q < nbk; q++) {
+                    CHECK_STATUS(flexpoint_set_backend(bk[q]), FX_OK);
+                    tensor_t *xa = nn_zeros(f, 4, sa), *xb = nn_zeros(f, 4, sb);
+                    CHECK_STATUS(tensor_bmm_backward(xa, xb, iW, iA, iB, ta, tb), FX_OK);
+                    if (!fa) {
+                        fa = xa;
+                        fb = xb;
+                    } else {
+                        CHECK(nn_same_bits(fa, xa) && nn_same_bits(fb, xb),
+                              "bmm_backward %s ta=%d tb=%d: bits differ on %s", fmt_name(f), ta, tb,
+                              bk[q]);
+                        tensor_free(xa);
+                        tensor_free(xb);
+                    }
+                }
+                /* against the reference on the stored values: one rounding each */
+                double *sa_v = nn_doubles(na), *sb_v = nn_doubles(nb), *sw = nn_doubles(no);
+                nn_read(iA, sa_v);
+                nn_read(iB, sb_v);
+                nn_read(iW, sw);
+                double *ra = nn_doubles(na), *rb = nn_doubles(nb);
+                for (int64_t i = 0; i < na; i++) {
+                    double keep = sa_v[i], lp = 0, lm = 0;
+                    sa_v[i] = keep + 1;
+                    ref_bmm(sa_v, sa, sb_v, sb, ta, tb, &c, o, NULL);
+                    for (int64_t j = 0; j < no; j++) lp += sw[j] * o[j];
+                    sa_v[i] = keep - 1;
+                    ref_bmm(sa_v, sa, sb_v, sb, ta, tb, &c, o, NULL);
+                    for (int64_t j = 0; j < no; j++) lm += sw[j] * o[j];
+                    sa_v[i] = keep;
+                    ra[i] = (lp - lm) / 2;
+                }
+                for (int64_t i = 0; i < nb; i++) {
+                    double keep = sb_v[i], lp = 0, lm = 0;
+                    sb_v[i] = keep + 1;
+                    ref_bmm(sa_v, sa, sb_v, sb, ta, tb, &c, o, NULL);
+                    for (int64_t j = 0; j < no; j++) lp += sw[j] * o[j];
+                    sb_v[i] = keep - 1;
+                    ref_bmm(sa_v, sa, sb_v, sb, ta, tb, &c, o, NULL);
+                    for (int64_t j = 0; j < no; j++) lm += sw[j] * o[j];
+                    sb_v[i] = keep;
+                    rb[i] = (lp - lm) / 2;
+                }
+                char what[120];
+                snprintf(what, sizeof what, "bmm_backward %s ta=%d tb=%d da", fmt_name(f), ta, tb);
+                nn_check(what, fa, ra, NULL, na);
+                snprintf(what, sizeof what, "bmm_backward %s ta=%d tb=%d db", fmt_name(f), ta, tb);
+                nn_check(what, fb, rb, NULL, nb);
+                free(sa_v); free(sb_v); free(sw); free(ra); free(rb);
+                tensor_free(iA); tensor_free(iB); tensor_free(iW); tensor_free(fa); tensor_free(fb);
+            }
+            tensor_free(tA); tensor_free(tB); tensor_free(tW); tensor_free(dA); tensor_free(dB);
+            free(a); free(b); free(w); free(ga); free(gb); free(o);
+        }
+}
+
+/* masks: every format, kept values exact, fill rounded once; gradients by finite differences */
+static void masks(void)
+{
+    int64_t sh[4] = {2, 1, 3, 5}, msh[2] = {1, 5};
+    const int64_t n = 30;
+    test_rng r;
+    test_rng_seed(&r, 5);
+    double x[30], w[30];
+    for (int i = 0; i < n; i++) {
+        x[i] = test_rng_normal(&r);
+        w[i] = test_rng_normal(&r);
+    }
+    double mv[5] = {0, 1, 0, 0, 1};
+    for (int k = 0; k < FMT_COUNT; k++) {
+        fmt_t f = NN_FORMATS[k];
+        double xs[30];
+        memcpy(xs, x, sizeof xs);
+        tensor_t *tx = nn_tensor(f, 4, sh, xs), *y = nn_zeros(f, 4, sh), *y2 = nn_zeros(f, 4, sh);
+        tensor_t *tm = nn_tensor(FMT_BF16, 2, msh, mv);
+        double ref[30], ref2[30];
+        for (int i = 0; i < n; i++) {
+            const int j = i % 5, q = (i / 5) % 3;
+            ref[i] = j > q ? -2.5 : xs[i];
+            ref2[i] = mv[j] != 0 ? 0.0 : xs[i];
+        }
+        CHECK_STATUS(tensor_causal_mask(y, tx, -2.5), FX_OK);
+        char what[80];
+        snprintf(what, sizeof what, "causal_mask %s", fmt_name(f));
+        nn_check(what, y, ref, NULL, n);
+        CHECK_STATUS(tensor_masked_fill(y2, tx, tm, 0.0), FX_OK);
+        snprintf(what, sizeof what, "masked_fill %s", fmt_name(f));
+        nn_check(what, y2, ref2, NULL, n);
+        if (fmt_is_shared_exponent(f) && f == FMT_DFP16) /* exact mantissas kept */
+            CHECK(tensor_exp(y2) <= tensor_exp(tx), "masked_fill dfp16 exponent %d > %d",
+                  tensor_exp(y2), tensor_exp(tx));
+        /* in place */
+        CHECK_STATUS(tensor_causal_mask(tx, tx, 0.0), FX_OK);
+        double back[30];
+        nn_read(tx, back);
+        for (int i = 0; i < n; i++)
+            CHECK(back[i] == ((i % 5) > (i / 5) % 3 ? 0.0 : xs[i]), "in-place causal_mask %s [%d]",
+                  fmt_name(f), i);
+        /* -Inf fill: IEEE for the float formats, non-finite counted for the integer ones */
+        tensor_t *yi = nn_zeros(f, 4, sh);
+        CHECK_STATUS(tensor_causal_mask(yi, y2, -INFINITY), FX_OK);
+        float v[30];
+        CHECK_STATUS(tensor_to_f32(yi, v), FX_OK);
+        if (fmt_is_shared_exponent(f)) {
+            double nf = -1;
+            CHECK_STATUS(tensor_stat(yi, "nonfinite", &nf), FX_OK);
+            CHECK(nf == 18, "causal -Inf into %s: %g non-finite, want 18", fmt_name(f), nf);
+        } else {
+            CHECK(v[1] == -INFINITY && v[4] == -INFINITY, "causal -Inf into %s: %g", fmt_name(f),
+                  v[1]);
+        }
+        tensor_free(tx);
+        tensor_free(y);
+        tensor_free(y2);
+        tensor_free(yi);
+        tensor_free(tm);
+    }
+    /* the gradient is the mask with fill 0: against differences of L = sum w causal(x) */
+    tensor_t *tx = nn_tensor(FMT_FP32, 4, sh, x), *tw = nn_tensor(FMT_FP32, 4, sh, w);
+    tensor_t *dx = nn_zeros(FMT_FP32, 4, sh), *y = nn_zeros(FMT_FP32, 4, sh);
+    CHECK_STATUS(tensor_causal_mask(dx, tw, 0.0), FX_OK);
+    double g[30], yv[30];
+    nn_read(dx, g);
+    float xf[30];
+    for (int i = 0; i < n; i++) xf[i] = (float)x[i];
+    for (int i = 0; i < n; i++) {
+        double l[2];
+        for (int s = 0; s < 2; s++) {
+            xf[i] = (float)(x[i] + (s ? -0.25 : 0.25));
+            CHECK_STATUS(tensor_from_f32(tx, xf), FX_OK);
+            CHECK_STATUS(tensor_causal_mask(y, tx, -1e9), FX_OK);
+            nn_read(y, yv);
+            l[s] = 0;
+            for (int j = 0; j < n; j++) l[s] += w[j] * yv[j];
+        }
+        xf[i] = (float)x[i];
+        const double fd = (l[0] - l[1]) / 0.5;
+        CHECK(fabs(fd - g[i]) <= 1e-5 * (1 + fabs(fd)), "causal_mask gradient [%d]: fd %g got %g",
+              i, fd, g[i]);
+    }
+    tensor_free(tx);
+    tensor_free(tw);
+    tensor_free(dx);
+    tensor_free(y);
+}
+
+static void bad_input(void)
+{
+    int64_t s3[3] = {2, 3, 4}, s3b[3] = {2, 4, 5}, s3o[3] = {2, 3, 5}, s3x[3] = {3, 4, 5};
+    int64_t s2[2] = {4, 5}, sm[2] = {3, 3};
+    tensor_t *a = nn_zeros(FMT_DFP16, 3, s3), *b = nn_zeros(FMT_DFP16, 3, s3b);
+    tensor_t *o = nn_zeros(FMT_FP32, 3, s3o), *bx = nn_zeros(FMT_DFP16, 3, s3x);
+    tensor_t *b2 = nn_zeros(FMT_DFP16, 2, s2), *mk = nn_zeros(FMT_FP32, 2, sm);
+    float before[30], after[30];
+    for (int i = 0; i < 30; i++) before[i] = (float)i;
+    CHECK_STATUS(tensor_from_f32(o, before), FX_OK);
+    CHECK_STATUS(tensor_bmm(o, a, b, 0, 0), FX_OK);
+    CHECK_STATUS(tensor_from_f32(o, before), FX_OK);
+    CHECK_STATUS(tensor_bmm(o, a, b, 1, 0), FX_ESHAPE);
+    nn_check_message("tensor_bmm");
+    CHECK(strstr(flexpoint_last_error(), "inner sizes") != NULL, "message: %s",
+          flexpoint_last_error());
+    CHECK_STATUS(tensor_bmm(o, a, bx, 0, 0), FX_ESHAPE);
+    CHECK(strstr(flexpoint_last_error(), "batch axis 0") != NULL, "message: %s",
+          flexpoint_last_error());
+    CHECK_STATUS(tensor_bmm(o, a, b2, 0, 0), FX_ESHAPE);
+    CHECK_STATUS(tensor_bmm(o, b, a, 0, 0), FX_ESHAPE);
+    CHECK_STATUS(tensor_bmm(o, a, b, 2, 0), FX_EINVAL);
+    CHECK_STATUS(tensor_bmm(o, a, NULL, 0, 0), FX_EINVAL);
+    CHECK_STATUS(tensor_bmm_backward(b, a, o, a, b, 0, 0), FX_ESHAPE); /* da/db swapped */
+    nn_check_message("tensor_bmm_backward");
+    CHECK_STATUS(tensor_bmm_backward(a, a, o, a, b, 0, 0), FX_ESHAPE);
+    CHECK_STATUS(tensor_bmm_backward(NULL, NULL, NULL, a, b, 0, 0), FX_EINVAL);
+    CHECK_STATUS(tensor_causal_mask(o, b2, 0.0), FX_ESHAPE);
+    nn_check_message("tensor_causal_mask");
+    CHECK_STATUS(tensor_causal_mask(o, o, NAN), FX_EINVAL);
+    CHECK_STATUS(tensor_masked_fill(o, o, mk, 0.0), FX_ESHAPE);
+    nn_check_message("tensor_masked_fill");
+    CHECK(strstr(flexpoint_last_error(), "[3, 3]") != NULL, "message: %s", flexpoint_last_error());
+    CHECK_STATUS(tensor_masked_fill(o, o, NULL, 0.0), FX_EINVAL);
+    CHECK_STATUS(tensor_to_f32(o, after), FX_OK);
+    CHECK(memcmp(before, after, sizeof before) == 0, "out changed by a failing call");
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(o);
+    tensor_free(bx);
+    tensor_free(b2);
+    tensor_free(mk);
+}
+
+int main(void)
+{
+    const char *bk[8];
+    int nbk = nn_backends(bk, 8);
+    const int ncases = (int)(sizeof CASES / sizeof *CASES);
+    for (int ci = 0; ci < ncases; ci++)
+        for (int k = 0; k < FMT_COUNT; k++)
+            for (int t = 0; t < 4; t++) {
+                fmt_t f = NN_FORMATS[k];
+                run_case(&CASES[ci], f, f, t >> 1, t & 1, bk, nbk);
+                if (t == 1) /* another output format: one rounding of the same sums */
+                    run_case(&CASES[ci], f, fmt_is_shared_exponent(f) ? FMT_FP32 : FMT_DFP16, 0,
+                             1, bk, nbk);
+            }
+    printf("bmm: %d cases x %d formats x 4 transposes on %d backends\n", ncases, FMT_COUNT, nbk);
+    backward(bk, nbk);
+    masks();
+    bad_input();
+    return test_finish("test_nn_bmm");
+}
