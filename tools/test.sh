@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: setup, a Release build (with CUDA when nvcc exists) and
-# its ctest, an AddressSanitizer + UndefinedBehaviorSanitizer build and its ctest, then an
-# install and a consumer program built against the installed package (CMake and pkg-config).
+# its ctest, the API reference (Doxygen, warnings are errors), an AddressSanitizer +
+# UndefinedBehaviorSanitizer build and its ctest, bounded fuzzing of every harness in
+# tests/fuzz, then an install and a consumer program built against the installed package (CMake
+# and pkg-config), and the Python binding's tests.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -16,6 +18,9 @@ cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/release -j "$JOBS"
 ctest --test-dir build/release --output-on-failure -j "$JOBS"
 
+echo "== API reference (Doxygen; any warning fails)"
+cmake --build build/release --target docs
+
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
 cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLEXPOINT_SANITIZE=address,undefined \
   -DFLEXPOINT_CUDA=OFF -DFLEXPOINT_BUILD_BENCH=OFF >/dev/null
@@ -24,6 +29,9 @@ cmake --build build/asan -j "$JOBS"
 # the sanitizers it would take far longer than the CI budget.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan --output-on-failure -j "$JOBS" -LE slow
+
+echo "== Bounded fuzzing (libFuzzer + ASan + UBSan, FUZZ_SECONDS per harness)"
+FUZZ_REQUIRE=1 bash tools/fuzz_check.sh
 
 echo "== Install and build a consumer against the installed package"
 rm -rf build/prefix build/consumer
