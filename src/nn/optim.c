@@ -1,5 +1,5 @@
-/* Optimiser steps: SGD with momentum and Adam (include/flexpoint_nn.h), for weights of every
- * format, with or without an fp32 master copy.
+/* Optimiser steps: SGD with momentum, Adam and AdamW (include/flexpoint_nn.h), for weights of
+ * every format, with or without an fp32 master copy.
  *
  * Semantics (decisions documented here once):
  * - Every element is updated in double from the fp32 state (weight, gradient, optimiser
@@ -20,6 +20,9 @@
  *   tensor_set_rounding continues undisturbed). Pass a different seed per parameter tensor if
  *   the roundings of different tensors must be independent. fp32 weights ignore it.
  *   stochastic == 0 leaves FLEX16_5/DFP16 writes to the tensor's own rounding mode.
+ * - AdamW (fx_adamw_step) decouples the weight decay as torch.optim.AdamW: the gradient gets no
+ *   decay term and the update is p (1 - lr weight_decay) - step_size m / denom, one double
+ *   expression rounded once to fp32.
  * - momentum_buf may be NULL when momentum == 0 (PyTorch keeps no buffer then); when given it
  *   receives the gradient with weight decay, which is what a zero momentum keeps.
  * - Validation (pointers, shapes, hyper-parameters) happens before anything is written, and
@@ -218,20 +221,23 @@ int fx_sgd_step(tensor_t *w, const tensor_t *grad, float *master, float *momentu
     return rc;
 }
 
-int fx_adam_step(tensor_t *w, const tensor_t *grad, float *master, float *m, float *v,
-                 double lr, double beta1, double beta2, double eps, double weight_decay,
-                 double grad_scale, int stochastic, uint64_t seed, uint64_t step)
+/* Adam (decoupled 0: weight decay added to the gradient, torch.optim.Adam) and AdamW
+ * (decoupled 1: the weight first multiplied by 1 - lr * weight_decay, torch.optim.AdamW). */
+static int fx_adam_impl(tensor_t *w, const tensor_t *grad, float *master, float *m, float *v,
+                        double lr, double beta1, double beta2, double eps, double weight_decay,
+                        double grad_scale, int stochastic, uint64_t seed, uint64_t step,
+                        int decoupled, const char *func)
 {
-    const char *func = __func__;
     int rc = fx_optim_check(func, w, grad, lr, weight_decay, grad_scale, stochastic);
     if (!rc) rc = fx_need_finite(func, "eps", eps, 1);
     if (rc) return rc;
-    if (!m || !v) return FX_FAIL(FX_EINVAL, "%s is NULL", !m ? "m" : "v");
+    if (!m || !v) return fx_error(FX_EINVAL, func, "%s is NULL", !m ? "m" : "v");
     if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
-        return FX_FAIL(FX_EINVAL, "beta1=%g and beta2=%g must lie in [0, 1)", beta1, beta2);
+        return fx_error(FX_EINVAL, func, "beta1=%g and beta2=%g must lie in [0, 1)", beta1,
+                        beta2);
     if (step < 1)
-        return FX_FAIL(FX_EINVAL, "step=%llu must count from 1 (bias correction)",
-                       (unsigned long long)step);
+        return fx_error(FX_EINVAL, func, "step=%llu must count from 1 (bias correction)",
+                        (unsigned long long)step);
     rc = fx_distinct(func, m, "m", v, "v");
     if (!rc) rc = fx_distinct(func, master, "master", m, "m");
     if (!rc) rc = fx_distinct(func, master, "master", v, "v");
@@ -243,6 +249,9 @@ int fx_adam_step(tensor_t *w, const tensor_t *grad, float *master, float *m, flo
      * sqrt(v) / sqrt(1 - beta2^t) + eps */
     const double bc1 = 1.0 - pow(beta1, (double)step);
     const double sqrt_bc2 = sqrt(1.0 - pow(beta2, (double)step));
+    if (device >= 0 && decoupled)
+        return fx_error(FX_EUNSUPPORTED, func, "AdamW has no device implementation yet; w "
+                        "lives on CUDA device %d (move the tensors with tensor_to_host)", device);
     if (device >= 0)
         return fx_gnn_adam_step(w, grad, master, m, v, lr, beta1, beta2, eps, weight_decay,
                                 grad_scale, bc1, sqrt_bc2, stochastic, seed, step, func);
@@ -255,6 +264,7 @@ int fx_adam_step(tensor_t *w, const tensor_t *grad, float *master, float *m, flo
         return rc;
     }
     const double step_size = lr / bc1;
+    const double decay = decoupled ? 1.0 - lr * weight_decay : 1.0;
     const float *restrict g = io.g, *restrict p = io.p, *restrict mo = m, *restrict vo = v;
     float *restrict np = io.new_p, *restrict nm = nbufs[0], *restrict nv = nbufs[1];
     const int64_t n = io.n;
@@ -264,17 +274,34 @@ int fx_adam_step(tensor_t *w, const tensor_t *grad, float *master, float *m, flo
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
     for (int64_t i = 0; i < n; i++) {
-        double d = (double)g[i] * grad_scale + weight_decay * (double)p[i];
+        const double pi = (double)p[i];
+        double d = (double)g[i] * grad_scale + (decoupled ? 0.0 : weight_decay * pi);
         float m32 = (float)(beta1 * (double)mo[i] + (1.0 - beta1) * d);
         float v32 = (float)(beta2 * (double)vo[i] + (1.0 - beta2) * d * d);
         nm[i] = m32;
         nv[i] = v32;
         double denom = sqrt((double)v32) / sqrt_bc2 + eps;
-        np[i] = (float)((double)p[i] - step_size * (double)m32 / denom);
+        np[i] = (float)(pi * decay - step_size * (double)m32 / denom);
     }
     float *dst[2] = {m, v};
     float *src[2] = {nbufs[0], nbufs[1]};
     rc = fx_optim_commit(&io, w, master, stochastic, seed, step, 2, dst, src, func);
     fx_scratch_free(&io.s);
     return rc;
+}
+
+int fx_adam_step(tensor_t *w, const tensor_t *grad, float *master, float *m, float *v,
+                 double lr, double beta1, double beta2, double eps, double weight_decay,
+                 double grad_scale, int stochastic, uint64_t seed, uint64_t step)
+{
+    return fx_adam_impl(w, grad, master, m, v, lr, beta1, beta2, eps, weight_decay, grad_scale,
+                        stochastic, seed, step, 0, __func__);
+}
+
+int fx_adamw_step(tensor_t *w, const tensor_t *grad, float *master, float *m, float *v,
+                  double lr, double beta1, double beta2, double eps, double weight_decay,
+                  double grad_scale, int stochastic, uint64_t seed, uint64_t step)
+{
+    return fx_adam_impl(w, grad, master, m, v, lr, beta1, beta2, eps, weight_decay, grad_scale,
+                        stochastic, seed, step, 1, __func__);
 }
