@@ -46,7 +46,9 @@ enum {
 /** @brief Training configuration. Passed by pointer; fill it with fx_train_config_default()
  *  first. */
 typedef struct fx_train_config {
-    char model[16];          /**< "mlp", "cnn" or "resnet20", NUL-terminated within the field */
+    char model[16];          /**< a model name (fx_model_check()): "mlp", "cnn", "resnet20"
+                                  or a member of their families, NUL-terminated within the
+                                  field */
     int fmt;                 /**< fmt_t of the weights, activations and gradients of every
                                   GEMM and conv */
     int master_weights;      /**< 1: fp32 master weights (default); 0: update in the format.
@@ -74,6 +76,23 @@ typedef struct fx_train_config {
                                   fx_trainer_new fails with FX_EDEVICE and a message when the
                                   library has no CUDA backend or the device does not exist */
 } fx_train_config;
+
+/** @brief Check a model name for fx_train_config.model.
+ *
+ *  The built-in networks and their families (docs/training.md):
+ *  - `mlp` or `mlp<W>x<D>`: D hidden linear layers of width W with ReLU, then the classifier
+ *    (W in [1, 65536], D in [1, 64]; `mlp` is `mlp256x2`);
+ *  - `cnn` or `cnn<C1>-<C2>-<F>`: two 5x5 convolutions of C1 and C2 channels, each with ReLU
+ *    and 2x2 max pooling, a hidden linear layer of width F, the classifier (channels in
+ *    [1, 4096]; `cnn` is `cnn32-64-128`);
+ *  - `resnet<D>` or `resnet<D>x<K>`: the CIFAR ResNet of depth D = 6n+2 (n in [1, 200]: 20, 32,
+ *    56, 110, ...) with 16K, 32K and 64K channels (K in [1, 16]; `resnet20` is `resnet20x1`).
+ *  Numbers are decimal without sign or leading zero. The name must fit the 16-byte field.
+ *  @param[in] name The name.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL name, or one not NUL-terminated within 16 bytes.
+ *  @retval FX_ENAME not a model name (the message names the problem). */
+FX_API int fx_model_check(const char *name);
 
 /** @brief Fill a configuration with the defaults, which match the PyTorch baseline of
  *  docs/experiments.md (batch 128, SGD lr 0.02, momentum 0.9).

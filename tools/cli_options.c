@@ -17,7 +17,10 @@ static const char fx_cli_usage_text[] =
 "usage: flexpoint-train [options]\n"
 "Train one network in several number formats from identical starting points and compare.\n"
 "\n"
-"  --model NAME          mlp | cnn | resnet20                          (default cnn)\n"
+"  --model NAME          mlp | cnn | resnet20, or a family member:     (default cnn)\n"
+"                        mlp<W>x<D> (D hidden layers of width W; mlp = mlp256x2),\n"
+"                        cnn<C1>-<C2>-<F> (cnn = cnn32-64-128), resnet<6n+2>[x<K>]\n"
+"                        (depth 6n+2, channels 16K/32K/64K; e.g. resnet110, resnet56x2)\n"
 "  --data NAME           fashion-mnist | cifar10 | synthetic          (default fashion-mnist)\n"
 "  --data-dir DIR        dataset directory (fashion-mnist default: $FLEXPOINT_FASHION_MNIST_DIR\n"
 "                        or /usr/share/datasets/fashion-mnist; cifar10: required; not with\n"
@@ -293,9 +296,11 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
             return FX_CLI_HELP;
         } else if (!strcmp(a, "--model")) {
             NEEDV();
-            if (strcmp(v, "mlp") && strcmp(v, "cnn") && strcmp(v, "resnet20"))
-                return fx_cli_fail(m, n, "--model: unknown model '%.*s' (mlp, cnn, resnet20)", Q,
-                                   v);
+            if (strlen(v) >= sizeof o->model)
+                return fx_cli_fail(m, n, "--model: '%.*s' is longer than %zu bytes", Q, v,
+                                   sizeof o->model - 1);
+            if (fx_model_check(v) != FX_OK)
+                return fx_cli_fail(m, n, "--model: %s", flexpoint_last_error());
             snprintf(o->model, sizeof o->model, "%s", v);
         } else if (!strcmp(a, "--data")) {
             NEEDV();
@@ -410,10 +415,17 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
     int rc = fx_cli_formats(o, formats, preset, m, n);
     if (rc) return rc;
     o->traces_given = traces != NULL;
+    char resnet_traces[96] = "";
+    if (!strncmp(o->model, "resnet", 6)) {
+        /* the last block of the last stage: s3b<n> for depth 6n+2 (s3b3 in resnet20) */
+        int depth = atoi(o->model + 6);
+        snprintf(resnet_traces, sizeof resnet_traces,
+                 "conv0.out,s3b%d.conv2.w.grad,fc.w,loss.dlogits", (depth - 2) / 6);
+    }
     if (!traces)
-        traces = !strcmp(o->model, "mlp")   ? "fc1.out,fc1.w.grad,fc2.w"
-                 : !strcmp(o->model, "cnn") ? "conv1.out,conv2.w.grad,fc1.w,loss.dlogits"
-                                            : "conv0.out,s3b3.conv2.w.grad,fc.w,loss.dlogits";
+        traces = !strncmp(o->model, "mlp", 3)   ? "fc1.out,fc1.w.grad,fc2.w"
+                 : !strncmp(o->model, "cnn", 3) ? "conv1.out,conv2.w.grad,fc1.w,loss.dlogits"
+                                                : resnet_traces;
     if ((rc = fx_cli_traces(o, traces, m, n))) return rc;
     if (o->traces_given) {
         int shared = 0;

@@ -33,7 +33,14 @@ check "unknown preset" 2 "unknown Autoflex preset 'nope'" "$BIN" --formats flex1
 check "bad epochs" 2 "--epochs: 'zero'" "$BIN" --epochs zero
 check "missing value" 2 "--lr needs a value" "$BIN" --lr
 check "bad momentum" 2 "--momentum must be in" "$BIN" --momentum 1.5
-check "unknown model" 2 "unknown model 'vgg'" "$BIN" --model vgg
+check "unknown model" 2 "model='vgg': unknown model" "$BIN" --model vgg
+check "resnet depth not 6n+2" 2 "the ResNet depth must be 6n+2" "$BIN" --model resnet21
+check "model name too long" 2 "is longer than 15 bytes" "$BIN" --model mlp1024x2xxxxxxxx
+# a family member with its default traces (resnet8: the last block is s3b1)
+check "resnet8 with default traces" 0 "resnet8" "$BIN" --data synthetic --synthetic-n 100 \
+  --model resnet8 --epochs 1 --batch 50 --formats flex16_5 --out "$T/fam"
+[ -f "$T/fam/trace_flex16_5_s3b1.conv2.w.grad.csv" ] ||
+  { echo "FAIL: resnet8's default trace is missing:"; ls "$T/fam"; fail=1; }
 check "cifar needs a dir" 2 "needs --data-dir" "$BIN" --data cifar10
 check "resume needs a dir" 2 "--resume needs --checkpoint-dir" "$BIN" --resume
 for bad in gpu cuda: cuda:x cuda:-1 cuda:1x cuda:99999 ""; do

@@ -30,7 +30,9 @@ from .tensor import Tensor
 
 __all__ = ["TrainConfig", "EpochMetrics", "Trainer", "MODELS", "LR_SCHEDULES"]
 
-#: Model names of fx_train_config.model.
+#: The built-in networks of fx_train_config.model. Each heads a family (fx_model_check,
+#: docs/training.md): "mlp<W>x<D>", "cnn<C1>-<C2>-<F>", "resnet<6n+2>" and "resnet<6n+2>x<K>",
+#: e.g. "mlp512x3", "cnn64-128-256", "resnet110", "resnet56x2".
 MODELS = ("mlp", "cnn", "resnet20")
 #: Learning-rate schedules (FX_LR_CONSTANT, FX_LR_COSINE, FX_LR_STEP).
 LR_SCHEDULES = ("constant", "cosine", "step")
@@ -52,7 +54,8 @@ def _device_ordinal(value: Union[str, int]) -> int:
 class TrainConfig:
     """Training configuration; None means the library default (shown in brackets).
 
-    model: "mlp" | "cnn" | "resnet20" ["cnn"]; fmt: format of the weights, activations and
+    model: "mlp" | "cnn" | "resnet20" or a member of their families ("mlp512x3",
+    "cnn64-128-256", "resnet110", "resnet56x2"; see MODELS) ["cnn"]; fmt: format of the weights, activations and
     gradients of every GEMM and conv ["fp32"]; master_weights: fp32 master weights [True];
     loss_scaling: None/"auto" (on for fp16 only), True or False ["auto"]; stochastic_rounding of
     weight writes without master weights [False]; autoflex: preset of flex16_5 tensors

@@ -61,3 +61,4 @@ def test_refusals(tmp_path):
         fx.checkpoint_config(bad)
     with pytest.raises(fx.InvalidArgumentError):
         fx.checkpoint_config(str(tmp_path / "a\0b"))
+

@@ -203,44 +203,54 @@ static int fx_add(fx_model *m, const char *name, int a, int b)
         cur = r_;                                                                              \
     } while (0)
 
-static int fx_build_mlp(fx_model *m)
+/* mlp<W>x<D>: D hidden linear layers of width W with ReLU, then the classifier (fc1..fc<D+1>;
+ * "mlp" is mlp256x2). */
+static int fx_build_mlp(fx_model *m, const fx_model_spec *s)
 {
     int cur = -1;
-    TRY(fx_linear(m, "fc1", cur, 256));
-    TRY(fx_simple(m, FX_L_RELU, "relu1", cur));
-    TRY(fx_linear(m, "fc2", cur, 256));
-    TRY(fx_simple(m, FX_L_RELU, "relu2", cur));
-    TRY(fx_linear(m, "fc3", cur, m->classes));
+    char n[32];
+    for (int i = 1; i <= s->depth; i++) {
+        snprintf(n, sizeof n, "fc%d", i);
+        TRY(fx_linear(m, n, cur, s->width));
+        snprintf(n, sizeof n, "relu%d", i);
+        TRY(fx_simple(m, FX_L_RELU, n, cur));
+    }
+    snprintf(n, sizeof n, "fc%d", s->depth + 1);
+    TRY(fx_linear(m, n, cur, m->classes));
     return FX_OK;
 }
 
-static int fx_build_cnn(fx_model *m)
+/* cnn<C1>-<C2>-<F>: two 5x5 convolutions (padding 2) each with ReLU and 2x2 max pooling, a
+ * hidden linear layer of width F, the classifier ("cnn" is cnn32-64-128). */
+static int fx_build_cnn(fx_model *m, const fx_model_spec *s)
 {
     int cur = -1;
-    TRY(fx_conv(m, "conv1", cur, 32, 5, 1, 2, 1));
+    TRY(fx_conv(m, "conv1", cur, s->c1, 5, 1, 2, 1));
     TRY(fx_simple(m, FX_L_RELU, "relu1", cur));
     TRY(fx_simple(m, FX_L_MAXPOOL, "pool1", cur));
-    TRY(fx_conv(m, "conv2", cur, 64, 5, 1, 2, 1));
+    TRY(fx_conv(m, "conv2", cur, s->c2, 5, 1, 2, 1));
     TRY(fx_simple(m, FX_L_RELU, "relu2", cur));
     TRY(fx_simple(m, FX_L_MAXPOOL, "pool2", cur));
-    TRY(fx_linear(m, "fc1", cur, 128));
+    TRY(fx_linear(m, "fc1", cur, s->width));
     TRY(fx_simple(m, FX_L_RELU, "relu3", cur));
     TRY(fx_linear(m, "fc2", cur, m->classes));
     return FX_OK;
 }
 
-/* CIFAR ResNet-20 (He et al. 2016): 3 stages x 3 basic blocks, 16/32/64 channels; the
- * downsampling shortcut is a 1x1 convolution with batch norm (option B). */
-static int fx_build_resnet20(fx_model *m)
+/* CIFAR ResNet (He et al. 2016) of depth 6n+2: 3 stages x n basic blocks, 16K/32K/64K channels;
+ * the downsampling shortcut is a 1x1 convolution with batch norm (option B). resnet20 is n = 3,
+ * K = 1; the Flexpoint paper trained resnet110 (n = 18). */
+static int fx_build_resnet(fx_model *m, const fx_model_spec *sp)
 {
     int cur = -1;
     char n[32];
-    TRY(fx_conv(m, "conv0", cur, 16, 3, 1, 1, 0));
+    const int K = sp->widen;
+    TRY(fx_conv(m, "conv0", cur, 16 * K, 3, 1, 1, 0));
     TRY(fx_bn(m, "bn0", cur));
     TRY(fx_simple(m, FX_L_RELU, "relu0", cur));
-    int ch[3] = {16, 32, 64};
+    int ch[3] = {16 * K, 32 * K, 64 * K};
     for (int s = 0; s < 3; s++)
-        for (int b = 0; b < 3; b++) {
+        for (int b = 0; b < sp->blocks; b++) {
             int stride = (s > 0 && b == 0) ? 2 : 1;
             int block_in = cur, shortcut = cur;
             snprintf(n, sizeof n, "s%db%d.conv1", s + 1, b + 1);
@@ -357,18 +367,15 @@ int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W,
     m->in_shape[1] = C;
     m->in_shape[2] = H;
     m->in_shape[3] = W;
-    int rc;
-    if (strcmp(cfg->model, "mlp") == 0) rc = fx_build_mlp(m);
-    else if (strcmp(cfg->model, "cnn") == 0) {
-        if (H % 4 || W % 4)
-            return FX_FAIL(FX_ESHAPE, "the cnn needs H and W divisible by 4 (got %dx%d)", H, W);
-        rc = fx_build_cnn(m);
-    } else if (strcmp(cfg->model, "resnet20") == 0) {
-        if (H % 4 || W % 4)
-            return FX_FAIL(FX_ESHAPE, "resnet20 needs H and W divisible by 4 (got %dx%d)", H, W);
-        rc = fx_build_resnet20(m);
-    } else
-        return FX_FAIL(FX_ENAME, "unknown model '%.16s' (known: mlp, cnn, resnet20)", cfg->model);
+    fx_model_spec spec;
+    int rc = fx_model_parse(cfg->model, &spec, "fx_trainer_new");
+    if (rc) return rc;
+    if (spec.kind != FX_MODEL_MLP && (H % 4 || W % 4))
+        return FX_FAIL(FX_ESHAPE, "%.16s needs H and W divisible by 4 (got %dx%d)", cfg->model,
+                       H, W);
+    if (spec.kind == FX_MODEL_MLP) rc = fx_build_mlp(m, &spec);
+    else if (spec.kind == FX_MODEL_CNN) rc = fx_build_cnn(m, &spec);
+    else rc = fx_build_resnet(m, &spec);
     if (rc < 0) return rc;
     for (int i = 0; i < m->nlayers; i++)
         for (int j = 0; j < m->layers[i].nin; j++)

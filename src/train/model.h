@@ -76,6 +76,27 @@ typedef struct fx_model {
     fx_train_config cfg;
 } fx_model;
 
+/* The network a model name describes (model_names.c has the grammar). */
+enum { FX_MODEL_MLP, FX_MODEL_CNN, FX_MODEL_RESNET };
+#define FX_MODEL_NAME_MAX 16 /* sizeof(fx_train_config.model) */
+#define FX_MODEL_MAX_WIDTH 65536
+#define FX_MODEL_MAX_MLP_DEPTH 64
+#define FX_MODEL_MAX_CHANNELS 4096
+#define FX_MODEL_MAX_BLOCKS 200
+#define FX_MODEL_MAX_WIDEN 16
+typedef struct fx_model_spec {
+    int kind;   /* FX_MODEL_* */
+    int width;  /* mlp: hidden width; cnn: hidden linear width */
+    int depth;  /* mlp: hidden layers; resnet: 6 * blocks + 2 */
+    int c1, c2; /* cnn: channels of the two convolutions */
+    int blocks; /* resnet: basic blocks per stage */
+    int widen;  /* resnet: channels 16K, 32K, 64K */
+} fx_model_spec;
+
+/* Parse a model name into *spec (spec may be NULL: only check). FX_ENAME with a message naming
+ * the name, the problem and the grammar, reported as coming from func. */
+int fx_model_parse(const char *name, fx_model_spec *spec, const char *func);
+
 /* Build the architecture named in cfg->model for inputs [B,C,H,W]; allocates tensors in
  * cfg->fmt where cfg->device says (the caller has checked and selected the device with
  * fx_place_select) and draws the initial weights from cfg->seed on the host. */

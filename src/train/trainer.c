@@ -71,9 +71,7 @@ int fx_train_config_validate(const fx_train_config *c)
 {
     int rc = fx_validate_terminated("model", c->model, sizeof c->model);
     if (rc) return rc;
-    if (strcmp(c->model, "mlp") && strcmp(c->model, "cnn") && strcmp(c->model, "resnet20"))
-        return CFG_FAIL(FX_ENAME, "model='%s': unknown model (known: mlp, cnn, resnet20)",
-                        c->model);
+    if ((rc = fx_model_parse(c->model, NULL, "fx_trainer_new"))) return rc;
     if (!fx_fmt_valid(c->fmt)) return CFG_FAIL(FX_EFORMAT, "fmt=%d is not a format", c->fmt);
     if ((rc = fx_validate_flag("master_weights", c->master_weights, 0, 1)) ||
         (rc = fx_validate_flag("loss_scaling", c->loss_scaling, -1, 1)) ||
