@@ -15,6 +15,7 @@
  * and the products' condition numbers of this well-scaled data (|scores| < 3).
  */
 #include "flexpoint_nn.h"
+#include "flexpoint_gpu.h"
 #include "nn_misc_util.h"
 
 enum { B = 2, H = 2, S = 6, DH = 8 };
@@ -135,6 +136,48 @@ static void lib_attention(fmt_t f, att_io *io, int backward)
     tensor_free(pd);
 }
 
+/* Device tensors: the transformer ops have no device kernels and refuse them with
+ * FX_EUNSUPPORTED naming the tensor (runs where a CUDA device is usable). */
+static void device_refused(void)
+{
+    if (flexpoint_gpu_device_count() < 1) {
+        printf("device tensors: no CUDA device, skipped\n");
+        return;
+    }
+    int64_t sh[3] = {2, 3, 3};
+    tensor_t *d = tensor_new_device(FMT_FP32, 3, sh), *h = nn_zeros(FMT_FP32, 3, sh);
+    if (!d) {
+        printf("device tensors: %s, skipped\n", flexpoint_last_error());
+        tensor_free(h);
+        return;
+    }
+    float gam[3] = {1, 1, 1}, m[18] = {0}, v[18] = {0};
+    int32_t idx[2] = {0, 1};
+    tensor_t *gs[1] = {d};
+    int64_t st[2] = {3, 3}, sy[2] = {2, 3};
+    tensor_t *tab = tensor_new_device(FMT_FP32, 2, st), *y2 = nn_zeros(FMT_FP32, 2, sy);
+    CHECK_STATUS(tensor_softmax(h, d, -1), FX_EUNSUPPORTED);
+    CHECK(strstr(flexpoint_last_error(), "tensor_softmax") != NULL, "%s", flexpoint_last_error());
+    CHECK_STATUS(tensor_log_softmax_backward(h, h, d, -1), FX_EUNSUPPORTED);
+    CHECK_STATUS(tensor_layernorm(h, d, gam, NULL, 1e-5, NULL, NULL), FX_EUNSUPPORTED);
+    CHECK_STATUS(tensor_layernorm_backward(h, NULL, NULL, h, d, NULL, 1e-5), FX_EUNSUPPORTED);
+    CHECK_STATUS(tensor_bmm(h, d, h, 0, 0), FX_EUNSUPPORTED);
+    CHECK_STATUS(tensor_bmm_backward(h, NULL, h, d, h, 0, 0), FX_EUNSUPPORTED);
+    CHECK_STATUS(tensor_causal_mask(h, d, 0.0), FX_EUNSUPPORTED);
+    CHECK_STATUS(tensor_masked_fill(h, h, d, 0.0), FX_EUNSUPPORTED);
+    if (tab) {
+        CHECK_STATUS(tensor_embedding(y2, tab, idx, 2), FX_EUNSUPPORTED);
+        CHECK_STATUS(tensor_embedding_backward(tab, y2, idx, 2), FX_EUNSUPPORTED);
+    }
+    CHECK_STATUS(fx_clip_grad_norm(gs, 1, 1.0, NULL), FX_EUNSUPPORTED);
+    CHECK_STATUS(fx_adamw_step(d, d, NULL, m, v, 0.1, 0.9, 0.999, 1e-8, 0.1, 1, 0, 1, 1),
+                 FX_EUNSUPPORTED);
+    tensor_free(d);
+    tensor_free(h);
+    tensor_free(tab);
+    tensor_free(y2);
+}
+
 static double normwise(const tensor_t *t, const double *ref, int64_t n)
 {
     double *y = nn_doubles(n), e = 0, m = 0;
@@ -227,5 +270,6 @@ int main(void)
         tensor_free(io.q); tensor_free(io.k); tensor_free(io.v); tensor_free(io.o);
         tensor_free(io.dout); tensor_free(io.dq); tensor_free(io.dk); tensor_free(io.dv);
     }
+    device_refused();
     return test_finish("test_nn_attention");
 }

@@ -110,8 +110,9 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
         float *af, *bf;
         if ((rc = fx_read_f32(a, &af, &s, func))) goto done;
         if ((rc = fx_read_f32(b, &bf, &s, func))) goto done;
-        const tensor_t *ins[2] = {a, b};
-        float *v = nn_out_f32(out, ins, 2, NULL, &s);
+        /* a scratch stage, never out's own storage: a kernel failing at a later batch must
+         * leave out untouched */
+        float *v = fx_scratch_alloc(&s, n, sizeof *v);
         if (!v) {
             rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
             goto done;
