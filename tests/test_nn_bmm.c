@@ -168,8 +168,9 @@ static void backward(const char **bk, int nbk)
                     for (int64_t j = 0; j < no; j++) lm += w[j] * o[j];
                     p[i] = keep;
                     const double fd = (lp - lm) / (2 * h);
-                    CHECK(fabs(fd - g[i]) <= 1e-5 * (1 + fabs(fd)), "bmm_backward ta=%d tb=%d d%c[%lld]"
-                          ": fd=%.9g got=%.9g", ta, tb, which ? 'b' : 'a', (long long)i, fd, g[i]);
+                    CHECK(fabs(fd - g[i]) <= 1e-5 * (1 + fabs(fd)),
+                          "bmm_backward ta=%d tb=%d d%c[%lld]: fd=%.9g got=%.9g", ta, tb,
+                          which ? 'b' : 'a', (long long)i, fd, g[i]);
                 }
             }
             /* the integer formats: exact sums, the same bits on every backend */

@@ -68,7 +68,8 @@ static void ref_layernorm(const double *x, const double *dy, const double *gamma
             acc_y[r * D + k] = (ex + T * fabs(xh)) * fabs(gamma[k]) + 4 * NN_U64 * fabs(beta[k]);
             dx[r * D + k] = is * (g - a - xh * b);
             acc_dx[r * D + k] =
-                T * is * (fabs(g) + aa + fabs(xh) * ba) + is * (ex * ba + (fabs(xh) + ex) * ex * aa);
+                T * is * (fabs(g) + aa + fabs(xh) * ba) +
+                is * (ex * ba + (fabs(xh) + ex) * ex * aa);
             dg[k] += gr[k] * xh;
             db[k] += gr[k];
             acc_p[k] += fabs(gr[k]) * (fabs(xh) + ex);
@@ -112,8 +113,8 @@ static void fd_reference(void)
             lm += w[j] * ym[j];
         }
         double fd = (lp - lm) / (2 * h);
-        CHECK(fabs(fd - dx[i]) <= 1e-7 * (1 + fabs(dx[i])), "fd layernorm dx[%d]: fd=%.12g an=%.12g",
-              i, fd, dx[i]);
+        CHECK(fabs(fd - dx[i]) <= 1e-7 * (1 + fabs(dx[i])),
+              "fd layernorm dx[%d]: fd=%.12g an=%.12g", i, fd, dx[i]);
     }
     for (int k = 0; k < D; k++)
         for (int which = 0; which < 2; which++) {
@@ -204,9 +205,10 @@ static void run_case(const ln_case *c, fmt_t f, const char **bk, int nbk, int th
     double *ay = nn_doubles(n), *ad = nn_doubles(n), *gam = nn_doubles(D), *bet = nn_doubles(D);
     double *dg = nn_doubles(D), *db = nn_doubles(D), *ap = nn_doubles(2 * D);
     float *gf = nn_xmalloc(sizeof(float) * (size_t)D), *bf = nn_xmalloc(sizeof(float) * (size_t)D);
-    float *mean = nn_xmalloc(sizeof(float) * (size_t)R), *rstd = nn_xmalloc(sizeof(float) * (size_t)R);
-    float *dgf = nn_xmalloc(sizeof(float) * (size_t)D), *dbf = nn_xmalloc(sizeof(float) * (size_t)D);
-    float *dg0 = nn_xmalloc(sizeof(float) * (size_t)D), *db0 = nn_xmalloc(sizeof(float) * (size_t)D);
+    const size_t fr = sizeof(float) * (size_t)R, fd = sizeof(float) * (size_t)D;
+    float *mean = nn_xmalloc(fr), *rstd = nn_xmalloc(fr);
+    float *dgf = nn_xmalloc(fd), *dbf = nn_xmalloc(fd);
+    float *dg0 = nn_xmalloc(fd), *db0 = nn_xmalloc(fd);
     for (int64_t i = 0; i < n; i++) {
         x[i] = c->offset + c->scale * test_rng_normal(&r);
         g[i] = test_rng_normal(&r);
@@ -309,7 +311,8 @@ static void special_values(void)
             for (int i = 0; i < 8; i++)
                 CHECK(isnan(v[i]), "layernorm %s: element %d = %g, want NaN", fmt_name(f), i, v[i]);
         }
-        for (int i = 8; i < 12; i++) CHECK(v[i] == 0, "layernorm %s of zeros: %g", fmt_name(f), v[i]);
+        for (int i = 8; i < 12; i++)
+            CHECK(v[i] == 0, "layernorm %s of zeros: %g", fmt_name(f), v[i]);
         /* subnormals: var = 1e-80 << eps, so y = x / sqrt(eps) ~ +-3.2e-38 */
         for (int i = 12; i < 16; i++) {
             double want = (i % 2 ? -1e-40 : 1e-40) / sqrt(1e-5 + 1e-80);
@@ -388,7 +391,8 @@ int main(void)
     const int ncases = (int)(sizeof CASES / sizeof *CASES);
     for (int ci = 0; ci < ncases; ci++)
         for (int k = 0; k < FMT_COUNT; k++)
-            run_case(&CASES[ci], NN_FORMATS[k], bk, nbk, strstr(CASES[ci].name, "threaded") != NULL);
+            run_case(&CASES[ci], NN_FORMATS[k], bk, nbk,
+                     strstr(CASES[ci].name, "threaded") != NULL);
     printf("layernorm: %d cases x %d formats on %d backends\n", ncases, FMT_COUNT, nbk);
     special_values();
     bad_input();

@@ -118,8 +118,8 @@ static void fd_reference(void)
             }
             double fd = (lp - lm) / (2 * h);
             CHECK(fabs(fd - dx[i]) <= 1e-7 * (1 + fabs(dx[i])),
-                  "fd %s reference [%d]: fd=%.12g analytic=%.12g", logsm ? "log_softmax" : "softmax",
-                  i, fd, dx[i]);
+                  "fd %s reference [%d]: fd=%.12g analytic=%.12g",
+                  logsm ? "log_softmax" : "softmax", i, fd, dx[i]);
         }
     }
 }
@@ -142,8 +142,9 @@ static void fd_library(void)
         tensor_t *tw = nn_tensor(FMT_FP32, 3, sh, w), *tdx = nn_zeros(FMT_FP32, 3, sh);
         int (*fwd)(tensor_t *, const tensor_t *, int) = logsm ? tensor_log_softmax : tensor_softmax;
         CHECK_STATUS(fwd(ty, tx, 1), FX_OK);
-        CHECK_STATUS((logsm ? tensor_log_softmax_backward : tensor_softmax_backward)(tdx, tw, ty, 1),
-                     FX_OK);
+        CHECK_STATUS(
+            (logsm ? tensor_log_softmax_backward : tensor_softmax_backward)(tdx, tw, ty, 1),
+            FX_OK);
         nn_read(tdx, dxv);
         const double h = 1e-2;
         double gmax = 0;
@@ -304,8 +305,8 @@ static void special_values(void)
         CHECK(fabs(p[12] - want) <= 2e-3 * want && p[12] == p[14],
               "softmax %s row with -Inf: %g, want %g", fmt_name(f), p[12], want);
         for (int i = 16; i < 24; i++) {
-            CHECK(fabs(p[i] - 0.25) <= 1e-3, "softmax %s of zeros/subnormals [%d] = %g", fmt_name(f),
-                  i, p[i]);
+            CHECK(fabs(p[i] - 0.25) <= 1e-3, "softmax %s of zeros/subnormals [%d] = %g",
+                  fmt_name(f), i, p[i]);
             CHECK(fabs(lp[i] + log(4.0)) <= 1e-2, "log_softmax %s of zeros/subnormals [%d] = %g",
                   fmt_name(f), i, lp[i]);
         }
@@ -392,7 +393,8 @@ int main(void)
     const int ncases = (int)(sizeof CASES / sizeof *CASES);
     for (int ci = 0; ci < ncases; ci++)
         for (int k = 0; k < FMT_COUNT; k++)
-            run_case(&CASES[ci], NN_FORMATS[k], bk, nbk, strstr(CASES[ci].name, "threaded") != NULL);
+            run_case(&CASES[ci], NN_FORMATS[k], bk, nbk,
+                     strstr(CASES[ci].name, "threaded") != NULL);
     printf("softmax / log_softmax: %d cases x %d formats on %d backends\n", ncases, FMT_COUNT, nbk);
     special_values();
     bad_input();

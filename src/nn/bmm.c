@@ -89,6 +89,12 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
             rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld int64 values", (long long)n);
             goto done;
         }
+        if (d->K > ((int64_t)1 << 32)) { /* each product is below 2^30: 2^32 of them fit int64 */
+            rc = fx_error(FX_EUNSUPPORTED, func, "integer compute with K=%lld: sums of more "
+                          "than 2^32 products exceed the exact int64 accumulation",
+                          (long long)d->K);
+            goto done;
+        }
         if ((rc = fx_read_i16(a, &am, &ea, &s, func))) goto done;
         if ((rc = fx_read_i16(b, &bm, &eb, &s, func))) goto done;
         e = ea + eb;
