@@ -324,6 +324,54 @@ static void masks(void)
     tensor_free(y);
 }
 
+/* NaN, Inf, -0, subnormals and sums beyond the output format: IEEE for the float formats,
+ * saturation counted for the integer ones. */
+static void special_values(void)
+{
+    int64_t sa[3] = {1, 2, 2}, so[3] = {1, 2, 2};
+    /* a = [[NaN, 1], [-0, 1e-40]], b = [[1, 0], [Inf, 2]] */
+    float av[4] = {NAN, 1, -0.0f, 1e-40f}, bv[4] = {1, 0, INFINITY, 2};
+    for (int k = 0; k < 3; k++) {
+        fmt_t f = NN_FORMATS[k];
+        tensor_t *a = nn_zeros(FMT_FP32, 3, sa), *b = nn_zeros(FMT_FP32, 3, sa);
+        tensor_t *o = nn_zeros(f, 3, so);
+        CHECK_STATUS(tensor_from_f32(a, av), FX_OK);
+        CHECK_STATUS(tensor_from_f32(b, bv), FX_OK);
+        CHECK_STATUS(tensor_bmm(o, a, b, 0, 0), FX_OK);
+        float v[4];
+        CHECK_STATUS(tensor_to_f32(o, v), FX_OK);
+        /* row 0: NaN*1 + 1*Inf = NaN, NaN*0 + 1*2 = NaN; row 1: -0*1 + 1e-40*Inf = Inf,
+         * -0*0 + 1e-40*2 = 2e-40 (0 in fp16, whose smallest subnormal is 6e-8) */
+        CHECK(isnan(v[0]) && isnan(v[1]) && v[2] == INFINITY, "bmm specials %s: %g %g %g",
+              fmt_name(f), v[0], v[1], v[2]);
+        const double want = 2.0 * (double)1e-40f; /* exact in fp32 (a subnormal) */
+        CHECK(f == FMT_FP16 ? v[3] == 0
+                            : fabs(v[3] - want) <= (f == FMT_BF16 ? 0x1p-134 : 0.0),
+              "bmm subnormal product %s: %g, want %g", fmt_name(f), v[3], want);
+        tensor_free(a);
+        tensor_free(b);
+        tensor_free(o);
+    }
+    /* sums beyond the format: 300 * 300 * 2 = 180000 overflows fp16; FLEX16_5 saturates */
+    float big[4] = {300, 300, 300, 300};
+    tensor_t *a = nn_zeros(FMT_FP16, 3, sa), *oh = nn_zeros(FMT_FP16, 3, so);
+    CHECK_STATUS(tensor_from_f32(a, big), FX_OK);
+    CHECK_STATUS(tensor_bmm(oh, a, a, 0, 1), FX_OK);
+    float v[4];
+    CHECK_STATUS(tensor_to_f32(oh, v), FX_OK);
+    CHECK(v[0] == INFINITY, "fp16 bmm overflow: %g, want +Inf", v[0]);
+    tensor_t *af = nn_zeros(FMT_FLEX16_5, 3, sa), *of = nn_zeros(FMT_FLEX16_5, 3, so);
+    CHECK_STATUS(tensor_from_f32(af, big), FX_OK);
+    CHECK_STATUS(tensor_bmm(of, af, af, 0, 1), FX_OK);
+    double sat = -1;
+    CHECK_STATUS(tensor_stat(of, "saturated", &sat), FX_OK);
+    CHECK(sat == 4, "flex16_5 bmm beyond its window: %g saturated, want 4", sat);
+    tensor_free(a);
+    tensor_free(oh);
+    tensor_free(af);
+    tensor_free(of);
+}
+
 static void bad_input(void)
 {
     int64_t s3[3] = {2, 3, 4}, s3b[3] = {2, 4, 5}, s3o[3] = {2, 3, 5}, s3x[3] = {3, 4, 5};
@@ -385,6 +433,7 @@ int main(void)
     printf("bmm: %d cases x %d formats x 4 transposes on %d backends\n", ncases, FMT_COUNT, nbk);
     backward(bk, nbk);
     masks();
+    special_values();
     bad_input();
     return test_finish("test_nn_bmm");
 }
