@@ -369,6 +369,45 @@ FX_API int fx_checkpoint_config(const char *path, fx_train_config *cfg);
  *  @retval FX_EDEVICE src's weights cannot be copied from its device; dst is unchanged. */
 FX_API int fx_trainer_copy_weights(fx_trainer *dst, const fx_trainer *src);
 
+/** @brief Write the model's fp32 weights, with their names and shapes, to a weights file.
+ *
+ *  The file holds each parameter under its trainer name (conv1.w, fc2.b, bn0.gamma, ...; the
+ *  master weights, or the decoded working weights without them) and each batch-norm layer's
+ *  running mean and variance, and nothing of the optimiser or the format (docs/training.md
+ *  gives the layout; python/flexpoint/weights.py reads and writes it from NumPy). It is
+ *  written atomically and durably, as checkpoints are.
+ *  @param[in] t    The trainer (host or device).
+ *  @param[in] path The file to write.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL t or path.
+ *  @retval FX_ERANGE a value is NaN or infinite (nothing written; the message names it).
+ *  @retval FX_EIO the file cannot be written.
+ *  @retval FX_ENOMEM
+ *  @retval FX_EDEVICE a device trainer's weights cannot be copied to the host. */
+FX_API int fx_trainer_export_weights(const fx_trainer *t, const char *path);
+
+/** @brief Set the model's weights from a weights file (fx_trainer_export_weights() or
+ *  python/flexpoint/weights.py), e.g. of a model trained elsewhere.
+ *
+ *  The file must name every parameter and batch-norm statistic of the model exactly once, with
+ *  its shape, and nothing else; values must be finite and variances not negative. Everything
+ *  is checked before the trainer changes. Then each parameter is written as by
+ *  fx_trainer_copy_weights() (master weights where kept, one write into the working weights in
+ *  the trainer's format) and the statistics are copied; momentum, loss scaler and position
+ *  are left as they were.
+ *  @param[in,out] t    A host trainer.
+ *  @param[in]     path The weights file (plain or gzip-compressed).
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL t or path.
+ *  @retval FX_EIO the file cannot be read, or is not a regular file.
+ *  @retval FX_ECORRUPT bad magic, version, checksum, lengths or a repeated name (the trainer
+ *          is unchanged).
+ *  @retval FX_ESHAPE a name the model lacks, or another shape (the trainer is unchanged).
+ *  @retval FX_ERANGE a non-finite value or a negative variance (the trainer is unchanged).
+ *  @retval FX_EUNSUPPORTED t lives on a CUDA device.
+ *  @retval FX_ENOMEM */
+FX_API int fx_trainer_import_weights(fx_trainer *t, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

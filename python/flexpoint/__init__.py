@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import List
 
-from . import data, device, ops, optim, train
+from . import data, device, ops, optim, train, weights
 from ._check import c_int, c_str
 from ._lib import LibraryNotFoundError, lib, library_path
 from .autoflex import PRESETS, AutoflexConfig, TraceRecord, autoflex_preset, trace_to_arrays
@@ -124,7 +124,7 @@ __all__ = [
     "embedding_backward", "adamw_step", "clip_grad_norm", "transformer",
     # data and training
     "Dataset", "TrainConfig", "EpochMetrics", "Trainer", "checkpoint_config", "data", "device",
-    "DeviceBuffer", "ops", "optim", "train",
+    "DeviceBuffer", "ops", "optim", "train", "weights",
     # errors
     "FlexpointError", "InvalidArgumentError", "ShapeError", "FormatError", "UnsupportedError",
     "OutOfMemoryError", "RangeError", "FlexpointIOError", "CorruptError", "DeviceError",

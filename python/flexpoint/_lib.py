@@ -218,6 +218,9 @@ _PROTOTYPES: Dict[str, tuple] = {
     "fx_trainer_load": (c_int, [_p, c_char_p]),
     "fx_checkpoint_config": (c_int, [c_char_p, POINTER(TrainConfigC)]),
     "fx_trainer_copy_weights": (c_int, [_p, _p]),
+    "fx_trainer_export_weights": (c_int, [_p, c_char_p]),
+    "fx_trainer_import_weights": (c_int, [_p, c_char_p]),
+    "fx_model_check": (c_int, [c_char_p]),
 }
 
 

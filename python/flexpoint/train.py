@@ -392,6 +392,22 @@ class Trainer:
             raise ArgumentTypeError(f"src must be a Trainer, not {type(src).__name__}")
         check(lib().fx_trainer_copy_weights(self._h, src._h), "fx_trainer_copy_weights")
 
+    def export_weights(self, path: Union[str, os.PathLike]) -> None:
+        """Write the fp32 weights with their names and shapes (fx_trainer_export_weights; read
+        them with :func:`flexpoint.weights.read`). RangeError (nothing written) for a NaN or
+        infinite weight, FlexpointIOError when the file cannot be written."""
+        check(lib().fx_trainer_export_weights(self._h, c_path(path, "path")),
+              "fx_trainer_export_weights")
+
+    def import_weights(self, path: Union[str, os.PathLike]) -> None:
+        """Set the weights from a weights file (fx_trainer_import_weights; write one from NumPy
+        with :func:`flexpoint.weights.write`): every parameter and batch-norm statistic by
+        name, with its shape, and nothing else. ShapeError for a name the model lacks or
+        another shape, CorruptError for a damaged file, RangeError for a non-finite value; the
+        trainer is unchanged then."""
+        check(lib().fx_trainer_import_weights(self._h, c_path(path, "path")),
+              "fx_trainer_import_weights")
+
     @classmethod
     def from_checkpoint(cls, path: Union[str, os.PathLike], train: Dataset,
                         test: Optional[Dataset] = None) -> "Trainer":

@@ -745,29 +745,28 @@ static void fx_remove_stale_temps(const char *dir)
 
 /* Make a rename in `dir` durable. Folders that cannot be opened for reading or synced
  * (EACCES, EINVAL: some file systems) are passed over: the rename itself has happened. */
-static int fx_sync_dir(const char *dir, const char *path)
+static int fx_sync_dir(const char *dir, const char *path, const char *func)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return FX_OK;
     int rc = FX_OK;
     if (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP && errno != EROFS)
-        rc = SAVE_FAIL(FX_EIO, "%s: written, but syncing its folder %s failed: %s", path, dir,
+        rc = fx_error(FX_EIO, func, "%s: written, but syncing its folder %s failed: %s", path, dir,
                        strerror(errno));
     close(fd);
     return rc;
 }
 
-/* Write data to path through a synced temporary and a rename, then sync the folder. */
-static int fx_write_atomic(const char *path, const uint8_t *data, size_t len)
+int fx_write_file_atomic(const char *path, const uint8_t *data, size_t len, const char *func)
 {
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
-    if (!base[0]) return SAVE_FAIL(FX_EINVAL, "%s: the path names a folder, not a file", path);
+    if (!base[0]) return fx_error(FX_EINVAL, func, "%s: the path names a folder, not a file", path);
     char dir[4096], tmp[4096];
     size_t dlen = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
     if (dlen >= sizeof dir ||
         (size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
-        return SAVE_FAIL(FX_EINVAL, "%s: path is too long", path);
+        return fx_error(FX_EINVAL, func, "%s: path is too long", path);
     if (slash) {
         memcpy(dir, path, dlen);
         dir[dlen] = '\0';
@@ -787,20 +786,20 @@ static int fx_write_atomic(const char *path, const uint8_t *data, size_t len)
         else
             errno = EEXIST;
     }
-    if (fd < 0) return SAVE_FAIL(FX_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (fd < 0) return fx_error(FX_EIO, func, "%s: cannot create: %s", tmp, strerror(errno));
     int rc = FX_OK;
     if (fx_write_full(fd, data, len) != 0)
-        rc = SAVE_FAIL(FX_EIO, "%s: write failed: %s", tmp, strerror(errno));
+        rc = fx_error(FX_EIO, func, "%s: write failed: %s", tmp, strerror(errno));
     else if (fsync(fd) != 0)
-        rc = SAVE_FAIL(FX_EIO, "%s: sync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && !rc) rc = SAVE_FAIL(FX_EIO, "%s: close failed: %s", tmp, strerror(errno));
+        rc = fx_error(FX_EIO, func, "%s: sync failed: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && !rc) rc = fx_error(FX_EIO, func, "%s: close failed: %s", tmp, strerror(errno));
     if (!rc && rename(tmp, path) != 0)
-        rc = SAVE_FAIL(FX_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        rc = fx_error(FX_EIO, func, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
     if (rc) {
         unlink(tmp);
         return rc;
     }
-    return fx_sync_dir(dir, path);
+    return fx_sync_dir(dir, path, func);
 }
 
 int fx_trainer_save(const fx_trainer *tc, const char *path)
@@ -811,7 +810,7 @@ int fx_trainer_save(const fx_trainer *tc, const char *path)
     if (rc) return rc;
     fx_buf file = {0};
     rc = fx_ckpt_encode(t, &file, NULL, path);
-    if (!rc) rc = fx_write_atomic(path, file.data, file.len);
+    if (!rc) rc = fx_write_file_atomic(path, file.data, file.len, SAVE_FUNC);
     fx_buf_free(&file);
     return rc;
 }

@@ -64,4 +64,10 @@ int fx_ckpt_encode(fx_trainer *t, fx_buf *out, fx_ckpt_map *map, const char *fun
  * t unchanged, on any problem. */
 int fx_ckpt_decode(fx_trainer *t, const uint8_t *file, size_t len, const char *name);
 
+/* Write data to path durably and atomically: a temporary PATH.tmp.PID created with O_EXCL |
+ * O_NOFOLLOW (stale temporaries of dead processes in the folder are removed first), fsync,
+ * rename over path, fsync of the folder. FX_EIO / FX_EINVAL with a message reported as func's.
+ * (docs/robustness.md, "Checkpoints: saving".) */
+int fx_write_file_atomic(const char *path, const uint8_t *data, size_t len, const char *func);
+
 #endif

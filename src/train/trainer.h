@@ -56,6 +56,10 @@ struct fx_trainer {
  * reported as fx_trainer_new's that names the field and its value. */
 int fx_train_config_validate(const fx_train_config *c);
 
+/* Set every parameter of a host trainer from fp32 values in parameter order: the master
+ * weights where kept, and one write into each working tensor in its format (transfer.c). */
+int fx_trainer_set_params(fx_trainer *t, const float *vals);
+
 /* Batch order of epoch e (a pure function of the seed and e). */
 void fx_trainer_make_perm(fx_trainer *t, int epoch);
 

@@ -60,15 +60,7 @@ int fx_trainer_copy_weights(fx_trainer *dst, const fx_trainer *src)
         free(vals);
         return rc;
     }
-    const float *v = vals;
-    for (int i = 0; i < dst->m.nparams && !rc; i++) {
-        fx_param *p = &dst->m.params[i];
-        if (p->master) memcpy(p->master, v, (size_t)p->n * sizeof *v);
-        /* a host write of finite or non-finite floats into a tensor of the right size does
-         * not fail; a failure here would be a library bug, reported as it is */
-        rc = tensor_from_f32(p->w, v);
-        v += p->n;
-    }
+    rc = fx_trainer_set_params(dst, vals);
     for (int i = 0; i < dst->m.nlayers && !rc; i++) {
         fx_layer *ld = &dst->m.layers[i];
         const fx_layer *ls = &src->m.layers[i];
@@ -78,5 +70,20 @@ int fx_trainer_copy_weights(fx_trainer *dst, const fx_trainer *src)
         if (ld->run_var && ls->run_var) memcpy(ld->run_var, ls->run_var, bytes);
     }
     free(vals);
+    return rc;
+}
+
+int fx_trainer_set_params(fx_trainer *t, const float *vals)
+{
+    const float *v = vals;
+    int rc = FX_OK;
+    for (int i = 0; i < t->m.nparams && !rc; i++) {
+        fx_param *p = &t->m.params[i];
+        if (p->master) memcpy(p->master, v, (size_t)p->n * sizeof *v);
+        /* a host write of floats into a tensor of the right size does not fail; a failure
+         * here would be a library bug, reported as it is */
+        rc = tensor_from_f32(p->w, v);
+        v += p->n;
+    }
     return rc;
 }
