@@ -110,8 +110,9 @@ typedef struct fx_trainer fx_trainer;
  *  every device starts from the same point. test may be NULL. Every field of *cfg is
  *  checked before anything is allocated; the message names the field and its value. NULL on
  *  error, with flexpoint_last_status(): FX_EINVAL (NULL cfg or train, a field out of range,
- *  model or autoflex not NUL-terminated within its char[16]), FX_EFORMAT (fmt), FX_ENAME (unknown model or Autoflex preset), FX_ERANGE (a flex16_5
- *  window start outside [-128, 96]), FX_ESHAPE (datasets that do not fit), FX_EDEVICE
+ *  model or autoflex not NUL-terminated within its char[16]), FX_EFORMAT (fmt), FX_ENAME
+ *  (unknown model or Autoflex preset), FX_ERANGE (a flex16_5 window start outside
+ *  [-128, 96]), FX_ESHAPE (datasets that do not fit), FX_EDEVICE
  *  (cfg->device cannot be used), FX_ENOMEM.
  *  @param[in] cfg   The configuration.
  *  @param[in] train The training set, borrowed: it must outlive the trainer.

@@ -792,7 +792,8 @@ int fx_write_file_atomic(const char *path, const uint8_t *data, size_t len, cons
         rc = fx_error(FX_EIO, func, "%s: write failed: %s", tmp, strerror(errno));
     else if (fsync(fd) != 0)
         rc = fx_error(FX_EIO, func, "%s: sync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && !rc) rc = fx_error(FX_EIO, func, "%s: close failed: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && !rc)
+        rc = fx_error(FX_EIO, func, "%s: close failed: %s", tmp, strerror(errno));
     if (!rc && rename(tmp, path) != 0)
         rc = fx_error(FX_EIO, func, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
     if (rc) {
