@@ -235,7 +235,7 @@ static void backward(const char **bk, int nbk)
 }
 
 /* masks: every format, kept values exact, fill rounded once; gradients by finite differences */
-static void masks(void)
+static void masks(const char **bk, int nbk)
 {
     int64_t sh[4] = {2, 1, 3, 5}, msh[2] = {1, 5};
     const int64_t n = 30;
@@ -247,8 +247,9 @@ static void masks(void)
         w[i] = test_rng_normal(&r);
     }
     double mv[5] = {0, 1, 0, 0, 1};
-    for (int k = 0; k < FMT_COUNT; k++) {
-        fmt_t f = NN_FORMATS[k];
+    for (int kb = 0; kb < FMT_COUNT * nbk; kb++) {
+        const fmt_t f = NN_FORMATS[kb % FMT_COUNT];
+        CHECK_STATUS(flexpoint_set_backend(bk[kb / FMT_COUNT]), FX_OK);
         double xs[30];
         memcpy(xs, x, sizeof xs);
         tensor_t *tx = nn_tensor(f, 4, sh, xs), *y = nn_zeros(f, 4, sh), *y2 = nn_zeros(f, 4, sh);
@@ -261,10 +262,10 @@ static void masks(void)
         }
         CHECK_STATUS(tensor_causal_mask(y, tx, -2.5), FX_OK);
         char what[80];
-        snprintf(what, sizeof what, "causal_mask %s", fmt_name(f));
+        snprintf(what, sizeof what, "causal_mask %s %s", fmt_name(f), bk[kb / FMT_COUNT]);
         nn_check(what, y, ref, NULL, n);
         CHECK_STATUS(tensor_masked_fill(y2, tx, tm, 0.0), FX_OK);
-        snprintf(what, sizeof what, "masked_fill %s", fmt_name(f));
+        snprintf(what, sizeof what, "masked_fill %s %s", fmt_name(f), bk[kb / FMT_COUNT]);
         nn_check(what, y2, ref2, NULL, n);
         if (fmt_is_shared_exponent(f) && f == FMT_DFP16) /* exact mantissas kept */
             CHECK(tensor_exp(y2) <= tensor_exp(tx), "masked_fill dfp16 exponent %d > %d",
@@ -432,7 +433,7 @@ int main(void)
             }
     printf("bmm: %d cases x %d formats x 4 transposes on %d backends\n", ncases, FMT_COUNT, nbk);
     backward(bk, nbk);
-    masks();
+    masks(bk, nbk);
     special_values();
     bad_input();
     return test_finish("test_nn_bmm");
