@@ -53,9 +53,11 @@ static const char fx_cli_usage_text[] =
 "                        name is an error; default: a few)\n"
 "  --checkpoint-dir DIR  save a checkpoint per run after every epoch\n"
 "  --resume              continue runs from their checkpoints in --checkpoint-dir\n"
-"  --eval CKPT           evaluate checkpoint CKPT (any format) on the test set in each of\n"
-"                        --formats and write eval.csv; the model and recipe come from CKPT,\n"
-"                        the data options must be those of its training run\n"
+"  --export-weights      write each run's fp32 weights to weights_<run>.fxw in --out\n"
+"  --eval FILE           evaluate a checkpoint (any format) or a weights file on the test set\n"
+"                        in each of --formats and write eval.csv; a checkpoint gives the\n"
+"                        model and recipe (the data options must be those of its training\n"
+"                        run), a weights file needs --model\n"
 "  --quiet               no progress output (warnings and errors are still printed)\n"
 "  --help                this text\n"
 "\n"
@@ -275,9 +277,9 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
     /* the first option given that only training uses: refused with --eval, whose checkpoint
      * fixes the model and the recipe (a silently ignored option would change a run's meaning) */
     static const char *const training_options[] = {
-        "--model", "--epochs", "--batch", "--lr", "--momentum", "--weight-decay", "--schedule",
+        "--epochs", "--batch", "--lr", "--momentum", "--weight-decay", "--schedule",
         "--no-master", "--loss-scaling", "--stochastic-rounding", "--augment", "--seed",
-        "--device", "--trace", "--checkpoint-dir", "--resume"};
+        "--device", "--trace", "--checkpoint-dir", "--resume", "--export-weights"};
     const char *training_only = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -302,6 +304,7 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
             if (fx_model_check(v) != FX_OK)
                 return fx_cli_fail(m, n, "--model: %s", flexpoint_last_error());
             snprintf(o->model, sizeof o->model, "%s", v);
+            o->model_given = 1;
         } else if (!strcmp(a, "--data")) {
             NEEDV();
             if (strcmp(v, "fashion-mnist") && strcmp(v, "cifar10") && strcmp(v, "synthetic"))
@@ -390,6 +393,8 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
             rc = fx_cli_path(a, v, o->ckpt_dir, sizeof o->ckpt_dir, m, n);
         } else if (!strcmp(a, "--resume")) {
             o->resume = 1;
+        } else if (!strcmp(a, "--export-weights")) {
+            o->export_weights = 1;
         } else if (!strcmp(a, "--eval")) {
             NEEDV();
             rc = fx_cli_path(a, v, o->eval, sizeof o->eval, m, n);
@@ -402,8 +407,8 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
         if (rc) return rc;
     }
     if (o->eval[0] && training_only)
-        return fx_cli_fail(m, n, "--eval: %s is a training option; the checkpoint holds the "
-                           "model and the recipe", training_only);
+        return fx_cli_fail(m, n, "--eval: %s is a training option; an evaluation takes the "
+                           "recipe from the checkpoint", training_only);
     if (o->resume && !o->ckpt_dir[0])
         return fx_cli_fail(m, n, "--resume needs --checkpoint-dir");
     if (!strcmp(o->data, "cifar10") && !o->data_dir[0])

@@ -32,8 +32,11 @@ typedef struct fx_cli_options {
     char data_dir[FX_CLI_PATH_MAX];    /* "": the data set's default location */
     char out[FX_CLI_PATH_MAX];         /* never empty */
     char ckpt_dir[FX_CLI_PATH_MAX];    /* "": no checkpoints */
-    char eval[FX_CLI_PATH_MAX];        /* "": train; else evaluate this checkpoint in --formats
-                                          (no training option given) */
+    char eval[FX_CLI_PATH_MAX];        /* "": train; else evaluate this checkpoint or weights
+                                          file in --formats (no training option given but
+                                          --model, which a weights file needs) */
+    int model_given;                   /* --model was given */
+    int export_weights;                /* 0 or 1: weights_<run>.fxw in out after training */
     char traces[FX_CLI_MAX_TRACES][FX_CLI_NAME_MAX]; /* distinct, non-empty */
     int ntraces;                       /* 1..FX_CLI_MAX_TRACES */
     int traces_given;                  /* --trace named them (else the model's defaults) */

@@ -1,16 +1,21 @@
-/* flexpoint-train --eval CKPT: the checkpoint's own trainer (its configuration read from the
- * file, then loaded) is the source; for each format of --formats a trainer of the same model in
- * that format receives its weights (fx_trainer_copy_weights: fp32 values, one write each) and
- * is evaluated with fp32 images in and fp32 logits out. The format the checkpoint was trained in
+/* flexpoint-train --eval FILE: the source is the checkpoint's own trainer (its configuration
+ * read from the file, then loaded), or an fp32 trainer of --model holding a weights file's
+ * weights (fx_trainer_import_weights); for each format of --formats a trainer of the same
+ * model in that format receives its weights (fx_trainer_copy_weights: fp32 values, one write
+ * each) and is evaluated with fp32 images in and fp32 logits out. The format the checkpoint was trained in
  * is evaluated by the loaded trainer itself, so its row is exactly what the training run
  * reported. */
+#define _POSIX_C_SOURCE 200809L
 #include "eval_checkpoint.h"
 
 #include "flexpoint.h"
 #include "flexpoint_train.h"
 
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct eval_row {
     double acc, loss, seconds;
@@ -54,27 +59,79 @@ static int eval_run(const fx_cli_run *r, const fx_train_config *src_cfg, fx_trai
     return rc ? -1 : 0;
 }
 
+/* 1 when path starts with the weights file's magic, 0 otherwise (a checkpoint, or anything
+ * that fx_checkpoint_config will then name). Opened without blocking, as the library opens. */
+static int is_weights_file(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat st;
+    char magic[8] = {0};
+    int yes = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+              read(fd, magic, sizeof magic) == (ssize_t)sizeof magic &&
+              memcmp(magic, "FXWEIGHT", 8) == 0;
+    close(fd);
+    return yes;
+}
+
+/* The source trainer: the checkpoint loaded into the trainer its configuration describes, or
+ * an fp32 trainer of --model holding the weights file's weights. NULL after a message. */
+static fx_trainer *load_source(const fx_cli_options *o, const fx_dataset *train,
+                               const fx_dataset *test, fx_train_config *cfg, int *weights)
+{
+    *weights = is_weights_file(o->eval);
+    if (*weights) {
+        if (!o->model_given) {
+            fprintf(stderr, "flexpoint-train: --eval %s: a weights file holds no model name; "
+                            "give --model\n", o->eval);
+            return NULL;
+        }
+        fx_train_config_default(cfg);
+        snprintf(cfg->model, sizeof cfg->model, "%s", o->model);
+        cfg->fmt = FMT_FP32;
+    } else {
+        if (o->model_given) {
+            fprintf(stderr, "flexpoint-train: --eval %s: --model is for weights files; a "
+                            "checkpoint names its model\n", o->eval);
+            return NULL;
+        }
+        if (fx_checkpoint_config(o->eval, cfg) != FX_OK) {
+            fprintf(stderr, "flexpoint-train: --eval: %s\n", flexpoint_last_error());
+            return NULL;
+        }
+    }
+    if (o->threads > 0) cfg->threads = o->threads;
+    fx_trainer *src = fx_trainer_new(cfg, train, test);
+    int rc = !src ? -1
+             : *weights ? fx_trainer_import_weights(src, o->eval)
+                        : fx_trainer_load(src, o->eval);
+    if (rc) {
+        fprintf(stderr, "flexpoint-train: --eval: %s%s\n", flexpoint_last_error(),
+                src && !*weights ? " (the data options must be those of the training run)" : "");
+        fx_trainer_free(src);
+        return NULL;
+    }
+    return src;
+}
+
 int fx_cli_eval(const fx_cli_options *o, const fx_dataset *train, const fx_dataset *test,
                 FILE *csv)
 {
     fx_train_config cfg;
-    if (fx_checkpoint_config(o->eval, &cfg) != FX_OK) {
-        fprintf(stderr, "flexpoint-train: --eval: %s\n", flexpoint_last_error());
-        return 1;
-    }
-    if (o->threads > 0) cfg.threads = o->threads;
-    fx_trainer *src = fx_trainer_new(&cfg, train, test);
-    if (!src || fx_trainer_load(src, o->eval) != FX_OK) {
-        fprintf(stderr, "flexpoint-train: --eval: %s%s\n", flexpoint_last_error(),
-                src ? " (the data options must be those of the training run)" : "");
-        fx_trainer_free(src);
-        return 1;
-    }
-    const char *trained = fmt_name((fmt_t)cfg.fmt);
+    int weights = 0;
+    fx_trainer *src = load_source(o, train, test, &cfg, &weights);
+    if (!src) return 1;
+    /* a weights file says nothing of the format it was trained in: every format, fp32
+     * included, is then evaluated from its fp32 values */
+    char trained[40];
+    if (weights) snprintf(trained, sizeof trained, "unknown (a weights file)");
+    else
+        snprintf(trained, sizeof trained, "%s%s%s", fmt_name((fmt_t)cfg.fmt),
+                 cfg.fmt == FMT_FLEX16_5 ? ":" : "", cfg.fmt == FMT_FLEX16_5 ? cfg.autoflex : "");
+    if (weights) cfg.fmt = -1;
     if (!o->quiet)
-        fprintf(stderr, "flexpoint-train: evaluating %s (%s, trained in %s%s%s, epoch %d) on %s "
+        fprintf(stderr, "flexpoint-train: evaluating %s (%s, trained in %s, epoch %d) on %s "
                         "(%lld test images)\n", o->eval, cfg.model, trained,
-                cfg.fmt == FMT_FLEX16_5 ? ":" : "", cfg.fmt == FMT_FLEX16_5 ? cfg.autoflex : "",
                 fx_trainer_epoch_index(src), fx_dataset_source(test),
                 (long long)fx_dataset_len(test));
     eval_row rows[FX_CLI_MAX_RUNS];
@@ -86,9 +143,8 @@ int fx_cli_eval(const fx_cli_options *o, const fx_dataset *train, const fx_datas
             failures++;
             continue;
         }
-        fprintf(csv, "%s,%s,%s%s%s,%s,%.6f,%.6f,%.3f\n", o->eval, cfg.model, trained,
-                cfg.fmt == FMT_FLEX16_5 ? ":" : "", cfg.fmt == FMT_FLEX16_5 ? cfg.autoflex : "",
-                o->runs[r].label, rows[r].acc, rows[r].loss, rows[r].seconds);
+        fprintf(csv, "%s,%s,%s,%s,%.6f,%.6f,%.3f\n", o->eval, cfg.model,
+                weights ? "" : trained, o->runs[r].label, rows[r].acc, rows[r].loss, rows[r].seconds);
     }
     fx_trainer_free(src);
     int ref = -1;
@@ -104,6 +160,7 @@ int fx_cli_eval(const fx_cli_options *o, const fx_dataset *train, const fx_datas
         if (ref >= 0) snprintf(gap, sizeof gap, "%+.2f pts", 100.0 * (rows[r].acc - rows[ref].acc));
         printf("%-20s %10.4f %12s %10.4f\n", o->runs[r].label, rows[r].acc, gap, rows[r].loss);
     }
-    printf("(a %s-trained %s; CSV in %s/eval.csv)\n", trained, cfg.model, o->out);
+    printf("(%s: %s, trained in %s; CSV in %s/eval.csv)\n", o->eval, cfg.model, trained,
+           o->out);
     return failures ? 1 : 0;
 }

@@ -400,6 +400,14 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
             rc = -1;
         }
     }
+    if (o->export_weights && !status && !*fatal) {
+        snprintf(file, sizeof file, "weights_%s.fxw", safe);
+        if (join_path(path, sizeof path, o->out, file) ||
+            fx_trainer_export_weights(t, path) != FX_OK) {
+            fprintf(stderr, "flexpoint-train: %s: %s\n", rs->label, flexpoint_last_error());
+            rc = -1;
+        }
+    }
     fx_trainer_free(t);
     return rc;
 }

@@ -24,7 +24,7 @@ check "--help" 0 "--formats" "$BIN" --help
 for opt in --model --data --data-dir --formats --autoflex --epochs --batch --lr --momentum \
            --weight-decay --schedule --no-master --loss-scaling --stochastic-rounding --augment \
            --pad --train-subset --test-subset --synthetic-n --seed --threads --device --out --trace \
-           --checkpoint-dir --resume --quiet; do
+           --checkpoint-dir --resume --export-weights --eval --quiet; do
   grep -q -- "$opt" "$T/out" || { echo "FAIL: --help does not document $opt"; fail=1; }
 done
 check "unknown option" 2 "unknown option '--bogus'" "$BIN" --bogus
@@ -177,13 +177,32 @@ lines=$(wc -l < "$T/r2/epochs.csv")
 [ "$lines" = "2" ] || { echo "FAIL: resumed run trained $((lines-1)) epochs, wanted 1"; fail=1; }
 # --eval: the dfp16 checkpoint in every format; its own format gives the accuracy the training
 # run reported for its last epoch (column 7 of epochs.csv), to the printed digits
-check "--eval a checkpoint in five formats" 0 "dfp16-trained mlp" "$BIN" --data synthetic \
+check "--eval a checkpoint in five formats" 0 "mlp, trained in dfp16" "$BIN" --data synthetic \
   --synthetic-n 200 --eval "$T/ck/dfp16.ckpt" --out "$T/ev" --quiet
 [ "$(wc -l < "$T/ev/eval.csv")" = "6" ] || { echo "FAIL: eval.csv:"; cat "$T/ev/eval.csv"; fail=1; }
 trained=$(awk -F, 'END { printf "%.6f", $7 }' "$T/r2/epochs.csv")
 evald=$(awk -F, '$4 == "dfp16" { printf "%.6f", $5 }' "$T/ev/eval.csv")
 [ -n "$trained" ] && [ "$trained" = "$evald" ] ||
   { echo "FAIL: --eval in dfp16 gives $evald, training reported $trained"; fail=1; }
+check "--eval of a checkpoint with --model" 1 "a checkpoint names its model" "$BIN" \
+  --data synthetic --synthetic-n 200 --eval "$T/ck/dfp16.ckpt" --model mlp --out "$T/ev4" --quiet
+# a weights file: written after training, evaluated with --model; fp32 gives the fp32 run's
+# last test accuracy exactly
+check "--export-weights" 0 "fp32" "$BIN" --data synthetic --synthetic-n 200 --model mlp \
+  --epochs 1 --batch 50 --formats fp32,bf16 --out "$T/wt" --export-weights --quiet
+[ -f "$T/wt/weights_fp32.fxw" ] && [ -f "$T/wt/weights_bf16.fxw" ] ||
+  { echo "FAIL: no weights files:"; ls "$T/wt"; fail=1; }
+check "--eval a weights file" 0 "trained in unknown (a weights file)" "$BIN" --data synthetic \
+  --synthetic-n 200 --eval "$T/wt/weights_fp32.fxw" --model mlp --out "$T/wev"
+trained=$(awk -F, '$1 == "fp32" { printf "%.6f", $7 }' "$T/wt/epochs.csv")
+evald=$(awk -F, '$4 == "fp32" { printf "%.6f", $5 }' "$T/wev/eval.csv")
+[ -n "$trained" ] && [ "$trained" = "$evald" ] ||
+  { echo "FAIL: weights evaluated in fp32 give $evald, training reported $trained"; fail=1; }
+check "--eval a weights file without --model" 1 "give --model" "$BIN" --data synthetic \
+  --synthetic-n 200 --eval "$T/wt/weights_fp32.fxw" --out "$T/wev2" --quiet
+check "--eval a weights file of another model" 1 "tensors, the model has" "$BIN" \
+  --data synthetic --synthetic-n 200 --eval "$T/wt/weights_fp32.fxw" --model cnn \
+  --out "$T/wev3" --quiet
 check "--eval with a training option" 2 "--eval: --epochs is a training option" "$BIN" \
   --data synthetic --eval "$T/ck/dfp16.ckpt" --epochs 2
 check "--eval with other data" 1 "data options must be those of the training run" "$BIN" \

@@ -57,8 +57,11 @@ static void check_options(const fx_cli_options *o, const char *msg)
     NEED(terminated(o->out, sizeof o->out) && o->out[0]);
     NEED(terminated(o->ckpt_dir, sizeof o->ckpt_dir));
     NEED(terminated(o->eval, sizeof o->eval));
-    /* --eval takes the model and the recipe from its checkpoint: no training option with it */
-    NEED(!o->eval[0] || (o->resume == 0 && !o->ckpt_dir[0] && o->device == -1));
+    /* --eval takes the recipe from its file: no training option with it */
+    NEED(!o->eval[0] ||
+         (o->resume == 0 && !o->ckpt_dir[0] && o->device == -1 && o->export_weights == 0));
+    NEED(o->model_given == 0 || o->model_given == 1);
+    NEED(o->export_weights == 0 || o->export_weights == 1);
     NEED(strcmp(o->data, "cifar10") || o->data_dir[0]);
     NEED(strcmp(o->data, "synthetic") || !o->data_dir[0]);
     NEED(o->resume == 0 || (o->resume == 1 && o->ckpt_dir[0]));
