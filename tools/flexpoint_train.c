@@ -8,6 +8,7 @@
 #include "flexpoint_train.h"
 #include "cli_options.h"
 #include "eval_checkpoint.h"
+#include "run_record.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -492,6 +493,13 @@ int main(int argc, char **argv)
                 (long long)fx_dataset_len(test), fx_dataset_channels(train),
                 fx_dataset_height(train), fx_dataset_width(train), o.epochs, o.batch, o.lr,
                 flexpoint_backend(), flexpoint_num_threads(), where);
+    }
+    {
+        /* run.json first: a folder whose runs fail still says what was asked of it */
+        csv_file rj = {NULL, ""};
+        if (csv_open(&rj, o.out, "run.json")) goto done;
+        fx_run_record_write(rj.f, &o, argc, argv, train, test);
+        if (csv_close(&rj)) goto done;
     }
     if (csv_open(&ec, o.out, "epochs.csv") || csv_open(&sc, o.out, "steps.csv")) goto done;
     /* columns: documented in --help (cli_options.c); new ones are appended at the end */

@@ -175,6 +175,20 @@ check "resume a finished run" 0 "dfp16" "$BIN" --data synthetic --synthetic-n 20
   --epochs 3 --batch 50 --formats dfp16 --out "$T/r2" --checkpoint-dir "$T/ck" --resume
 lines=$(wc -l < "$T/r2/epochs.csv")
 [ "$lines" = "2" ] || { echo "FAIL: resumed run trained $((lines-1)) epochs, wanted 1"; fail=1; }
+# run.json describes a result folder; merge_results.py builds one table from several folders
+MERGE="$(dirname "$0")/merge_results.py"
+for s in 1 2; do
+  "$BIN" --data synthetic --synthetic-n 200 --model mlp --epochs 1 --batch 50 --seed $s \
+    --formats fp32,dfp16 --out "$T/sw$s" --quiet >/dev/null 2>&1 || { echo "FAIL: sweep run $s"; fail=1; }
+done
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))
+assert r["model"] == "mlp" and r["recipe"]["seed"] == 1 and r["data"]["train_images"] == 200
+assert [x["format"] for x in r["runs"]] == ["fp32", "dfp16"] and r["argv"][-1] == "--quiet"' \
+  "$T/sw1/run.json" || { echo "FAIL: run.json"; cat "$T/sw1/run.json"; fail=1; }
+check "merge two seeds" 0 "| mlp | dfp16 | 2 | 1 |" python3 "$MERGE" "$T/sw1" "$T/sw2" \
+  --csv "$T/merged.csv"
+[ "$(wc -l < "$T/merged.csv")" = "3" ] || { echo "FAIL: merged.csv:"; cat "$T/merged.csv"; fail=1; }
+check "merge a folder without run.json" 2 "no run.json" python3 "$MERGE" "$T/sw1" "$T"
 # --eval: the dfp16 checkpoint in every format; its own format gives the accuracy the training
 # run reported for its last epoch (column 7 of epochs.csv), to the printed digits
 check "--eval a checkpoint in five formats" 0 "mlp, trained in dfp16" "$BIN" --data synthetic \
