@@ -43,8 +43,25 @@ enum {
                              planned steps */
 };
 
+/** @brief Optimisers of the trainer (fx_train_config.optimizer). */
+enum {
+    FX_OPT_SGD = 0,  /**< SGD with momentum and L2 weight decay (fx_sgd_step; the default) */
+    FX_OPT_ADAM = 1, /**< Adam, weight decay added to the gradient (fx_adam_step) */
+    FX_OPT_ADAMW = 2 /**< AdamW, decoupled weight decay (fx_adamw_step) */
+};
+
+/** @brief Loss-scaling modes (fx_train_config.loss_scaling). */
+enum {
+    FX_LOSS_SCALING_AUTO = -1,   /**< dynamic for fp16 runs, off otherwise (the default) */
+    FX_LOSS_SCALING_OFF = 0,     /**< no scaling */
+    FX_LOSS_SCALING_DYNAMIC = 1, /**< grow after clean steps, back off and skip on Inf/NaN */
+    FX_LOSS_SCALING_STATIC = 2   /**< a fixed scale (loss_scale_init); steps whose gradients
+                                      hold Inf/NaN are skipped, the scale never changes */
+};
+
 /** @brief Training configuration. Passed by pointer; fill it with fx_train_config_default()
- *  first. */
+ *  first. Checkpoints store it; fx_trainer_load() compares model, format, batch size, master
+ *  weights, seed and optimiser. */
 typedef struct fx_train_config {
     char model[16];          /**< a model name (fx_model_check()): "mlp", "cnn", "resnet20"
                                   or a member of their families, NUL-terminated within the
@@ -53,8 +70,9 @@ typedef struct fx_train_config {
                                   GEMM and conv */
     int master_weights;      /**< 1: fp32 master weights (default); 0: update in the format.
                                   Other values: FX_EINVAL */
-    int loss_scaling;        /**< dynamic loss scaling: -1 auto (on for fp16 only), 0 off, 1 on.
-                                  Other values: FX_EINVAL */
+    int loss_scaling;        /**< FX_LOSS_SCALING_AUTO (-1, the default: dynamic for fp16
+                                  only), _OFF (0), _DYNAMIC (1) or _STATIC (2). Other values:
+                                  FX_EINVAL */
     int stochastic_rounding; /**< 1: stochastic rounding of weight writes; 0 (default) */
     char autoflex[16];       /**< Autoflex preset of flex16_5 tensors (default "robust"),
                                   NUL-terminated within the field; checked in every format */
@@ -75,6 +93,23 @@ typedef struct fx_train_config {
     int device;              /**< -1: host (default); >= 0: CUDA device ordinal to train on.
                                   fx_trainer_new fails with FX_EDEVICE and a message when the
                                   library has no CUDA backend or the device does not exist */
+    int optimizer;           /**< FX_OPT_SGD (default), FX_OPT_ADAM or FX_OPT_ADAMW; momentum
+                                  applies to SGD only */
+    double adam_beta1;       /**< Adam/AdamW first-moment decay, [0, 1) (default 0.9) */
+    double adam_beta2;       /**< second-moment decay, [0, 1) (default 0.999) */
+    double adam_eps;         /**< > 0 (default 1e-8) */
+    double clip_norm;        /**< > 0: scale the gradients so that their global L2 norm is at
+                                  most this before each step (fx_clip_grad_norm); 0: off
+                                  (default) */
+    double loss_scale_init;  /**< initial (or static) loss scale, finite, > 0 and
+                                  representable in fp32 (default 65536) */
+    double loss_scale_growth;   /**< dynamic: factor after growth_interval clean steps, > 1
+                                     (default 2) */
+    double loss_scale_backoff;  /**< dynamic: factor on Inf/NaN, in (0, 1) (default 0.5) */
+    int64_t loss_scale_interval;/**< dynamic: clean steps before growing, >= 1 (default
+                                     2000) */
+    double loss_scale_min;   /**< dynamic: the scale never backs off below this, >= 0 and <=
+                                  loss_scale_init (default 0: no floor) */
 } fx_train_config;
 
 /** @brief Check a model name for fx_train_config.model.

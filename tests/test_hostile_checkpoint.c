@@ -262,8 +262,9 @@ static void batchnorm_cases(void)
     const fx_model *m = &((const fx_trainer *)a)->m;
     size_t off = FX_CKPT_PAYLOAD_SCALER + sizeof(fx_loss_scaler);
     for (int i = 0; i < m->nparams; i++)
-        off += 2 + (m->params[i].master ? (size_t)m->params[i].n * 4 : 0) +
-               (m->params[i].mom ? (size_t)m->params[i].n * 4 : 0);
+        off += 3 + (m->params[i].master ? (size_t)m->params[i].n * 4 : 0) +
+               (m->params[i].mom ? (size_t)m->params[i].n * 4 : 0) +
+               (m->params[i].var ? (size_t)m->params[i].n * 4 : 0);
     const fx_layer *bn = NULL;
     for (int i = 0; i < m->nlayers && !bn; i++)
         if (m->layers[i].kind == FX_L_BN) bn = &m->layers[i];

@@ -68,7 +68,7 @@ static void config_fields(const fx_dataset *tr)
     INT_CASE(fmt, -1, FX_EFORMAT, "fmt=-1");
     INT_CASE(master_weights, 2, FX_EINVAL, "master_weights=2");
     INT_CASE(master_weights, -1, FX_EINVAL, "master_weights=-1");
-    INT_CASE(loss_scaling, 2, FX_EINVAL, "loss_scaling=2");
+    INT_CASE(loss_scaling, 3, FX_EINVAL, "loss_scaling=3");
     INT_CASE(loss_scaling, -2, FX_EINVAL, "loss_scaling=-2");
     INT_CASE(stochastic_rounding, 2, FX_EINVAL, "stochastic_rounding=2");
     INT_CASE(stochastic_rounding, -1, FX_EINVAL, "stochastic_rounding=-1");
@@ -123,6 +123,7 @@ static void config_fields(const fx_dataset *tr)
     OK_CASE(grad_window_lo, -128);
     OK_CASE(act_window_lo, 96);
     OK_CASE(loss_scaling, 1);
+    OK_CASE(loss_scaling, 2);
     OK_CASE(stochastic_rounding, 1);
     OK_CASE(momentum, 0.0);
     OK_CASE(lr_schedule, FX_LR_STEP);

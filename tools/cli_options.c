@@ -7,6 +7,7 @@
 #include "flexpoint_train.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,7 +37,17 @@ static const char fx_cli_usage_text[] =
 "  --weight-decay X      L2 weight decay                               (default 0)\n"
 "  --schedule NAME       constant | cosine | step                      (default constant)\n"
 "  --no-master           keep weights only in the format (no fp32 master copy)\n"
-"  --loss-scaling MODE   auto (fp16 only) | on | off                   (default auto)\n"
+"  --loss-scaling MODE   auto (dynamic for fp16 only) | on (dynamic) | static | off\n"
+"                                                                      (default auto)\n"
+"  --loss-scale-init X   initial (or static) scale                     (default 65536)\n"
+"  --loss-scale-growth X dynamic: factor after clean steps, > 1        (default 2)\n"
+"  --loss-scale-backoff X dynamic: factor on Inf/NaN, (0, 1)          (default 0.5)\n"
+"  --loss-scale-interval N dynamic: clean steps before growing        (default 2000)\n"
+"  --loss-scale-min X    dynamic: the scale's floor                    (default 0)\n"
+"  --optimizer NAME      sgd | adam | adamw                            (default sgd)\n"
+"  --adam-betas B1,B2    Adam/AdamW moment decays                      (default 0.9,0.999)\n"
+"  --adam-eps X          Adam/AdamW epsilon                            (default 1e-8)\n"
+"  --clip-norm X         clip gradients to this global L2 norm; 0 off  (default 0)\n"
 "  --stochastic-rounding round weight writes stochastically\n"
 "  --augment             random crop (pad 4) and horizontal flip\n"
 "  --pad N               zero-pad images by N pixels per side, 0..64 (e.g. 2: 28x28 -> 32x32)\n"
@@ -271,6 +282,20 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
     o->momentum = 0.9;
     o->synthetic_n = 10000;
     o->device = -1;
+    {
+        fx_train_config d; /* the library's recipe defaults, in one place */
+        fx_train_config_default(&d);
+        o->optimizer = d.optimizer;
+        o->adam_beta1 = d.adam_beta1;
+        o->adam_beta2 = d.adam_beta2;
+        o->adam_eps = d.adam_eps;
+        o->clip_norm = d.clip_norm;
+        o->ls_init = d.loss_scale_init;
+        o->ls_growth = d.loss_scale_growth;
+        o->ls_backoff = d.loss_scale_backoff;
+        o->ls_interval = d.loss_scale_interval;
+        o->ls_min = d.loss_scale_min;
+    }
     const char *formats = "fp32,fp16,bf16,flex16_5,dfp16";
     const char *preset = "robust";
     const char *traces = NULL;
@@ -279,7 +304,10 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
     static const char *const training_options[] = {
         "--epochs", "--batch", "--lr", "--momentum", "--weight-decay", "--schedule",
         "--no-master", "--loss-scaling", "--stochastic-rounding", "--augment", "--seed",
-        "--device", "--trace", "--checkpoint-dir", "--resume", "--export-weights"};
+        "--device", "--trace", "--checkpoint-dir", "--resume", "--export-weights",
+        "--optimizer", "--adam-betas", "--adam-eps", "--clip-norm", "--loss-scale-init",
+        "--loss-scale-growth", "--loss-scale-backoff", "--loss-scale-interval",
+        "--loss-scale-min"};
     const char *training_only = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -353,10 +381,61 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
         } else if (!strcmp(a, "--loss-scaling")) {
             NEEDV();
             if (!strcmp(v, "auto")) o->loss_scaling = -1;
-            else if (!strcmp(v, "on")) o->loss_scaling = 1;
+            else if (!strcmp(v, "on") || !strcmp(v, "dynamic")) o->loss_scaling = 1;
             else if (!strcmp(v, "off")) o->loss_scaling = 0;
+            else if (!strcmp(v, "static")) o->loss_scaling = 2;
             else
-                return fx_cli_fail(m, n, "--loss-scaling: '%.*s' is not auto, on or off", Q, v);
+                return fx_cli_fail(m, n, "--loss-scaling: '%.*s' is not auto, on (dynamic), "
+                                   "static or off", Q, v);
+        } else if (!strcmp(a, "--optimizer")) {
+            NEEDV();
+            if (!strcmp(v, "sgd")) o->optimizer = FX_OPT_SGD;
+            else if (!strcmp(v, "adam")) o->optimizer = FX_OPT_ADAM;
+            else if (!strcmp(v, "adamw")) o->optimizer = FX_OPT_ADAMW;
+            else
+                return fx_cli_fail(m, n, "--optimizer: unknown '%.*s' (sgd, adam, adamw)", Q, v);
+        } else if (!strcmp(a, "--adam-betas")) {
+            NEEDV();
+            const char *comma = strchr(v, ',');
+            char b1[64];
+            size_t l1 = comma ? (size_t)(comma - v) : 0;
+            if (!comma || l1 == 0 || l1 >= sizeof b1)
+                return fx_cli_fail(m, n, "--adam-betas: '%.*s' is not B1,B2", Q, v);
+            memcpy(b1, v, l1);
+            b1[l1] = '\0';
+            if (fx_cli_double(a, b1, 0, &o->adam_beta1, m, n) ||
+                fx_cli_double(a, comma + 1, 0, &o->adam_beta2, m, n) || o->adam_beta1 >= 1 ||
+                o->adam_beta2 >= 1)
+                return fx_cli_fail(m, n, "--adam-betas: each of '%.*s' must be in [0, 1)", Q, v);
+        } else if (!strcmp(a, "--adam-eps")) {
+            NEEDV();
+            if (fx_cli_double(a, v, 0, &o->adam_eps, m, n) || !(o->adam_eps > 0))
+                return fx_cli_fail(m, n, "--adam-eps must be > 0 (got '%.*s')", Q, v);
+        } else if (!strcmp(a, "--clip-norm")) {
+            NEEDV();
+            rc = fx_cli_double(a, v, 0, &o->clip_norm, m, n);
+        } else if (!strcmp(a, "--loss-scale-init")) {
+            NEEDV();
+            if (fx_cli_double(a, v, 0, &o->ls_init, m, n) || !(o->ls_init > 0) ||
+                o->ls_init > FLT_MAX)
+                return fx_cli_fail(m, n, "--loss-scale-init must be > 0 and representable in "
+                                   "fp32 (got '%.*s')", Q, v);
+        } else if (!strcmp(a, "--loss-scale-growth")) {
+            NEEDV();
+            if (fx_cli_double(a, v, 0, &o->ls_growth, m, n) || !(o->ls_growth > 1))
+                return fx_cli_fail(m, n, "--loss-scale-growth must be > 1 (got '%.*s')", Q, v);
+        } else if (!strcmp(a, "--loss-scale-backoff")) {
+            NEEDV();
+            if (fx_cli_double(a, v, 0, &o->ls_backoff, m, n) || !(o->ls_backoff > 0) ||
+                o->ls_backoff >= 1)
+                return fx_cli_fail(m, n, "--loss-scale-backoff must be in (0, 1) (got '%.*s')",
+                                   Q, v);
+        } else if (!strcmp(a, "--loss-scale-interval")) {
+            NEEDV();
+            if (!(rc = fx_cli_int(a, v, 1, 1LL << 40, &x, m, n))) o->ls_interval = x;
+        } else if (!strcmp(a, "--loss-scale-min")) {
+            NEEDV();
+            rc = fx_cli_double(a, v, 0, &o->ls_min, m, n);
         } else if (!strcmp(a, "--stochastic-rounding")) {
             o->stochastic = 1;
         } else if (!strcmp(a, "--augment")) {
@@ -406,6 +485,9 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
 #undef NEEDV
         if (rc) return rc;
     }
+    if (o->ls_min > o->ls_init)
+        return fx_cli_fail(m, n, "--loss-scale-min %g is above the initial scale %g", o->ls_min,
+                           o->ls_init);
     if (o->eval[0] && training_only)
         return fx_cli_fail(m, n, "--eval: %s is a training option; an evaluation takes the "
                            "recipe from the checkpoint", training_only);

@@ -37,6 +37,15 @@ typedef struct fx_cli_options {
                                           --model, which a weights file needs) */
     int model_given;                   /* --model was given */
     int export_weights;                /* 0 or 1: weights_<run>.fxw in out after training */
+    int optimizer;                     /* FX_OPT_* */
+    double adam_beta1, adam_beta2;     /* [0, 1) */
+    double adam_eps;                   /* finite, > 0 */
+    double clip_norm;                  /* finite, >= 0 (0: off) */
+    double ls_init;                    /* (0, FLT_MAX] */
+    double ls_growth;                  /* finite, > 1 */
+    double ls_backoff;                 /* (0, 1) */
+    int64_t ls_interval;               /* 1..2^40 */
+    double ls_min;                     /* [0, ls_init] */
     char traces[FX_CLI_MAX_TRACES][FX_CLI_NAME_MAX]; /* distinct, non-empty */
     int ntraces;                       /* 1..FX_CLI_MAX_TRACES */
     int traces_given;                  /* --trace named them (else the model's defaults) */
@@ -45,7 +54,7 @@ typedef struct fx_cli_options {
     int epochs;                        /* 1..100000 */
     int batch;                         /* 1..65536 */
     int master;                        /* 0 or 1 */
-    int loss_scaling;                  /* -1 auto, 0 off, 1 on */
+    int loss_scaling;                  /* -1 auto, 0 off, 1 dynamic, 2 static */
     int stochastic;                    /* 0 or 1 */
     int schedule;                      /* FX_LR_* */
     int augment;                       /* 0 or 1 */

@@ -305,6 +305,16 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     cfg.seed = o->seed;
     cfg.threads = o->threads;
     cfg.device = o->device;
+    cfg.optimizer = o->optimizer;
+    cfg.adam_beta1 = o->adam_beta1;
+    cfg.adam_beta2 = o->adam_beta2;
+    cfg.adam_eps = o->adam_eps;
+    cfg.clip_norm = o->clip_norm;
+    cfg.loss_scale_init = o->ls_init;
+    cfg.loss_scale_growth = o->ls_growth;
+    cfg.loss_scale_backoff = o->ls_backoff;
+    cfg.loss_scale_interval = o->ls_interval;
+    cfg.loss_scale_min = o->ls_min;
     fx_trainer *t = fx_trainer_new(&cfg, train, test);
     if (!t) {
         fprintf(stderr, "flexpoint-train: %s: %s\n", rs->label, flexpoint_last_error());

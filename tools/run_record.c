@@ -78,11 +78,20 @@ void fx_run_record_write(FILE *f, const fx_cli_options *o, int argc, char *const
     fprintf(f, "  \"recipe\": {\"epochs\": %d, \"batch\": %d, \"lr\": %.17g, \"momentum\": %.17g, "
                "\"weight_decay\": %.17g, \"schedule\": \"%s\", \"master_weights\": %d, "
                "\"loss_scaling\": \"%s\", \"stochastic_rounding\": %d, \"augment\": %d, "
-               "\"seed\": %llu},\n",
+               "\"seed\": %llu, \"optimizer\": \"%s\", \"adam_betas\": [%.17g, %.17g], "
+               "\"adam_eps\": %.17g, \"clip_norm\": %.17g, \"loss_scale_init\": %.17g, "
+               "\"loss_scale_growth\": %.17g, \"loss_scale_backoff\": %.17g, "
+               "\"loss_scale_interval\": %lld, \"loss_scale_min\": %.17g},\n",
             o->epochs, o->batch, o->lr, o->momentum, o->wd,
             o->schedule >= 0 && o->schedule < 3 ? schedules[o->schedule] : "?", o->master,
-            o->loss_scaling < 0 ? "auto" : o->loss_scaling ? "on" : "off", o->stochastic,
-            o->augment, (unsigned long long)o->seed);
+            o->loss_scaling < 0    ? "auto"
+            : o->loss_scaling == 2 ? "static"
+            : o->loss_scaling      ? "dynamic"
+                                   : "off",
+            o->stochastic, o->augment, (unsigned long long)o->seed,
+            o->optimizer == FX_OPT_ADAM ? "adam" : o->optimizer == FX_OPT_ADAMW ? "adamw" : "sgd",
+            o->adam_beta1, o->adam_beta2, o->adam_eps, o->clip_norm, o->ls_init, o->ls_growth,
+            o->ls_backoff, (long long)o->ls_interval, o->ls_min);
     fprintf(f, "  \"runs\": [");
     for (int r = 0; r < o->nruns; r++) {
         fprintf(f, "%s\n    {\"label\": ", r ? "," : "");

@@ -24,7 +24,9 @@ check "--help" 0 "--formats" "$BIN" --help
 for opt in --model --data --data-dir --formats --autoflex --epochs --batch --lr --momentum \
            --weight-decay --schedule --no-master --loss-scaling --stochastic-rounding --augment \
            --pad --train-subset --test-subset --synthetic-n --seed --threads --device --out --trace \
-           --checkpoint-dir --resume --export-weights --eval --quiet; do
+           --checkpoint-dir --resume --export-weights --eval --optimizer --adam-betas --adam-eps \
+           --clip-norm --loss-scale-init --loss-scale-growth --loss-scale-backoff \
+           --loss-scale-interval --loss-scale-min --quiet; do
   grep -q -- "$opt" "$T/out" || { echo "FAIL: --help does not document $opt"; fail=1; }
 done
 check "unknown option" 2 "unknown option '--bogus'" "$BIN" --bogus
@@ -34,6 +36,20 @@ check "bad epochs" 2 "--epochs: 'zero'" "$BIN" --epochs zero
 check "missing value" 2 "--lr needs a value" "$BIN" --lr
 check "bad momentum" 2 "--momentum must be in" "$BIN" --momentum 1.5
 check "unknown model" 2 "model='vgg': unknown model" "$BIN" --model vgg
+check "unknown optimizer" 2 "--optimizer: unknown 'lamb'" "$BIN" --optimizer lamb
+check "one Adam beta" 2 "--adam-betas: '0.9' is not B1,B2" "$BIN" --adam-betas 0.9
+check "Adam beta 1" 2 "each of '0.9,1' must be in" "$BIN" --adam-betas 0.9,1
+check "scale floor above the scale" 2 "--loss-scale-min 1e+06 is above" "$BIN" \
+  --loss-scale-min 1e6
+check "static loss scale 0" 2 "--loss-scale-init must be > 0" "$BIN" --loss-scale-init 0
+check "AdamW, clipping, static scale" 0 "fp16" "$BIN" --data synthetic --synthetic-n 200 \
+  --model mlp --epochs 1 --batch 50 --formats fp16,flex16_5 --optimizer adamw --lr 0.001 \
+  --adam-betas 0.8,0.99 --clip-norm 1 --loss-scaling static --loss-scale-init 1024 \
+  --out "$T/adamw"
+grep -q '"optimizer": "adamw", "adam_betas": \[0.80000000000000004, 0.98999999999999999\]' \
+  "$T/adamw/run.json" || { echo "FAIL: run.json lacks the recipe:"; cat "$T/adamw/run.json"; fail=1; }
+awk -F, '$1 == "fp16" && $10 != 1024 { bad = 1 } END { exit bad }' "$T/adamw/epochs.csv" ||
+  { echo "FAIL: the static scale moved:"; cat "$T/adamw/epochs.csv"; fail=1; }
 check "resnet depth not 6n+2" 2 "the ResNet depth must be 6n+2" "$BIN" --model resnet21
 check "model name too long" 2 "is longer than 15 bytes" "$BIN" --model mlp1024x2xxxxxxxx
 # a family member with its default traces (resnet8: the last block is s3b1)
@@ -110,9 +126,9 @@ check "trace file cannot be written" 1 "trace_dfp16_fc1.out.csv" "$BIN" --data s
   --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats dfp16 --trace fc1.out \
   --out "$T/rtr" --quiet
 # a write that fails mid-run (file size limit, with SIGXFSZ ignored so that write() fails):
-# the CSV rows of 30 epochs do not fit in 2 blocks
-( trap '' XFSZ; ulimit -f 2; exec "$BIN" --data synthetic --synthetic-n 100 --model mlp \
-  --epochs 30 --batch 50 --formats fp32 --out "$T/rfull" --quiet ) >/dev/null 2>"$T/err"; rc=$?
+# run.json fits in 4 blocks, the CSV rows of 60 epochs do not
+( trap '' XFSZ; ulimit -f 4; exec "$BIN" --data synthetic --synthetic-n 100 --model mlp \
+  --epochs 60 --batch 50 --formats fp32 --out "$T/rfull" --quiet ) >/dev/null 2>"$T/err"; rc=$?
 if [ "$rc" = 1 ] && grep -q "cannot write $T/rfull/.*\.csv" "$T/err" &&
    ! grep -qE "Sanitizer|runtime error:" "$T/err"; then
   echo "ok: a failed CSV write ends the run with exit 1"

@@ -102,6 +102,16 @@ class TrainConfigC(_CheckedStructure):
         ("seed", c_uint64),
         ("threads", c_int),
         ("device", c_int),
+        ("optimizer", c_int),
+        ("adam_beta1", c_double),
+        ("adam_beta2", c_double),
+        ("adam_eps", c_double),
+        ("clip_norm", c_double),
+        ("loss_scale_init", c_double),
+        ("loss_scale_growth", c_double),
+        ("loss_scale_backoff", c_double),
+        ("loss_scale_interval", c_int64),
+        ("loss_scale_min", c_double),
     ]
 
 

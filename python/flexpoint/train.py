@@ -28,7 +28,7 @@ from .formats import FORMATS, FormatLike, fmt_id
 from .optim import LossScaler
 from .tensor import Tensor
 
-__all__ = ["TrainConfig", "EpochMetrics", "Trainer", "MODELS", "LR_SCHEDULES"]
+__all__ = ["TrainConfig", "EpochMetrics", "Trainer", "MODELS", "LR_SCHEDULES", "OPTIMIZERS"]
 
 #: The built-in networks of fx_train_config.model. Each heads a family (fx_model_check,
 #: docs/training.md): "mlp<W>x<D>", "cnn<C1>-<C2>-<F>", "resnet<6n+2>" and "resnet<6n+2>x<K>",
@@ -36,6 +36,8 @@ __all__ = ["TrainConfig", "EpochMetrics", "Trainer", "MODELS", "LR_SCHEDULES"]
 MODELS = ("mlp", "cnn", "resnet20")
 #: Learning-rate schedules (FX_LR_CONSTANT, FX_LR_COSINE, FX_LR_STEP).
 LR_SCHEDULES = ("constant", "cosine", "step")
+#: Optimisers (FX_OPT_SGD, FX_OPT_ADAM, FX_OPT_ADAMW).
+OPTIMIZERS = ("sgd", "adam", "adamw")
 
 _fp = POINTER(c_float)
 
@@ -65,7 +67,11 @@ class TrainConfig:
     crop and flip [False]; seed: weights, batch order and augmentation [0]; threads: 0 for the
     library default [0]; device: where to train, "cpu" or -1 (the host), "cuda" (device 0),
     "cuda:N" or N (CUDA device N) [-1]; a device the library cannot use makes Trainer raise
-    DeviceError.
+    DeviceError. optimizer: "sgd" | "adam" | "adamw" ["sgd"] with adam_beta1 [0.9], adam_beta2
+    [0.999], adam_eps [1e-8]; clip_norm: clip the gradients' global L2 norm, 0 off [0];
+    loss_scaling also takes "static" (a fixed scale, loss_scale_init); loss_scale_init [65536],
+    loss_scale_growth [2], loss_scale_backoff [0.5], loss_scale_interval [2000],
+    loss_scale_min: the dynamic scale's floor [0].
 
     :meth:`to_c` (called by Trainer and :meth:`resolved`) checks every field before it is
     stored in the C struct, which would otherwise wrap integers silently: ArgumentTypeError for
@@ -95,6 +101,16 @@ class TrainConfig:
     seed: Optional[int] = None
     threads: Optional[int] = None
     device: Union[None, str, int] = None
+    optimizer: Union[None, str, int] = None
+    adam_beta1: Optional[float] = None
+    adam_beta2: Optional[float] = None
+    adam_eps: Optional[float] = None
+    clip_norm: Optional[float] = None
+    loss_scale_init: Optional[float] = None
+    loss_scale_growth: Optional[float] = None
+    loss_scale_backoff: Optional[float] = None
+    loss_scale_interval: Optional[int] = None
+    loss_scale_min: Optional[float] = None
 
     def to_c(self) -> TrainConfigC:
         """The C struct: the library's defaults overridden by every field that is not None.
@@ -114,10 +130,10 @@ class TrainConfig:
         if self.loss_scaling is not None:
             ls = self.loss_scaling
             if isinstance(ls, str):
-                if ls != "auto":
+                if ls not in ("auto", "static"):
                     raise InvalidArgumentError(f"TrainConfig.loss_scaling={ls!r}: expected "
-                                               "'auto', True or False", -1)
-                c.loss_scaling = -1
+                                               "'auto', 'static', True or False", -1)
+                c.loss_scaling = -1 if ls == "auto" else 2
             elif isinstance(ls, (bool, np.bool_)):
                 c.loss_scaling = int(ls)
             else:
@@ -125,7 +141,9 @@ class TrainConfig:
         if self.autoflex is not None:
             c.autoflex = _encode_name(self.autoflex, "autoflex")
         for f in ("grad_window_lo", "act_window_lo", "weight_window_lo", "batch_size", "epochs",
-                  "threads", "lr", "momentum", "weight_decay", "seed"):
+                  "threads", "lr", "momentum", "weight_decay", "seed", "adam_beta1",
+                  "adam_beta2", "adam_eps", "clip_norm", "loss_scale_init", "loss_scale_growth",
+                  "loss_scale_backoff", "loss_scale_interval", "loss_scale_min"):
             v = getattr(self, f)
             if v is not None:
                 setattr(c, f, v)
@@ -139,6 +157,14 @@ class TrainConfig:
             c.lr_schedule = s
         if self.device is not None:
             c.device = _device_ordinal(self.device)
+        if self.optimizer is not None:
+            o = self.optimizer
+            if isinstance(o, str):
+                if o not in OPTIMIZERS:
+                    raise InvalidArgumentError(f"TrainConfig.optimizer={o!r}: expected one of "
+                                               f"{OPTIMIZERS}", -1)
+                o = OPTIMIZERS.index(o)
+            c.optimizer = o
         return c
 
     @classmethod
@@ -147,7 +173,8 @@ class TrainConfig:
         sched = c.lr_schedule
         return cls(model=c.model.decode(), fmt=FORMATS[c.fmt] if 0 <= c.fmt < len(FORMATS)
                    else c.fmt, master_weights=bool(c.master_weights),
-                   loss_scaling="auto" if c.loss_scaling < 0 else bool(c.loss_scaling),
+                   loss_scaling="auto" if c.loss_scaling < 0 else
+                   "static" if c.loss_scaling == 2 else bool(c.loss_scaling),
                    stochastic_rounding=bool(c.stochastic_rounding),
                    autoflex=c.autoflex.decode(), grad_window_lo=c.grad_window_lo,
                    act_window_lo=c.act_window_lo, weight_window_lo=c.weight_window_lo,
@@ -155,7 +182,13 @@ class TrainConfig:
                    weight_decay=c.weight_decay,
                    lr_schedule=LR_SCHEDULES[sched] if 0 <= sched < len(LR_SCHEDULES) else sched,
                    epochs=c.epochs, augment=bool(c.augment), seed=c.seed, threads=c.threads,
-                   device=c.device)
+                   device=c.device,
+                   optimizer=OPTIMIZERS[c.optimizer] if 0 <= c.optimizer < len(OPTIMIZERS)
+                   else c.optimizer, adam_beta1=c.adam_beta1, adam_beta2=c.adam_beta2,
+                   adam_eps=c.adam_eps, clip_norm=c.clip_norm,
+                   loss_scale_init=c.loss_scale_init, loss_scale_growth=c.loss_scale_growth,
+                   loss_scale_backoff=c.loss_scale_backoff,
+                   loss_scale_interval=c.loss_scale_interval, loss_scale_min=c.loss_scale_min)
 
     def resolved(self) -> "TrainConfig":
         """This configuration with every None replaced by the library default."""

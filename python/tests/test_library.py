@@ -168,13 +168,21 @@ def test_train_config_defaults_read_through_the_struct():
                         stochastic_rounding=True, autoflex="robust", grad_window_lo=-50,
                         act_window_lo=-30, weight_window_lo=-29, batch_size=7, lr=0.5,
                         momentum=0.25, weight_decay=1e-4, lr_schedule="cosine", epochs=9,
-                        augment=True, seed=2**63 + 5, threads=2, device="cuda:1").resolved()
+                        augment=True, seed=2**63 + 5, threads=2, device="cuda:1",
+                        optimizer="adamw", adam_beta1=0.8, adam_beta2=0.95, adam_eps=1e-6,
+                        clip_norm=2.5, loss_scale_init=512.0, loss_scale_growth=3.0,
+                        loss_scale_backoff=0.25, loss_scale_interval=7,
+                        loss_scale_min=2.0).resolved()
     assert c2 == fx.TrainConfig(model="mlp", fmt="flex16_5", master_weights=False,
                                 loss_scaling=True, stochastic_rounding=True, autoflex="robust",
                                 grad_window_lo=-50, act_window_lo=-30, weight_window_lo=-29,
                                 batch_size=7, lr=0.5, momentum=0.25, weight_decay=1e-4,
                                 lr_schedule="cosine", epochs=9, augment=True, seed=2**63 + 5,
-                                threads=2, device=1)
+                                threads=2, device=1, optimizer="adamw", adam_beta1=0.8,
+                                adam_beta2=0.95, adam_eps=1e-6, clip_norm=2.5,
+                                loss_scale_init=512.0, loss_scale_growth=3.0,
+                                loss_scale_backoff=0.25, loss_scale_interval=7,
+                                loss_scale_min=2.0)
     with pytest.raises(fx.InvalidArgumentError):
         fx.TrainConfig(model="x" * 16).to_c()
     assert fx.TrainConfig.default().device == -1

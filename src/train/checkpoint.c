@@ -153,6 +153,9 @@ static int fx_serialize(fx_trainer *t, fx_buf *b, fx_ckpt_map *map, int check, c
         rc = fx_put_placed(b, m, p->master, p->n, tmp, check, name, p->name, "master weight");
         fx_map_mark(map, b->len);
         if (!rc) rc = fx_put_placed(b, m, p->mom, p->n, tmp, check, name, p->name, "momentum");
+        fx_map_mark(map, b->len);
+        if (!rc)
+            rc = fx_put_placed(b, m, p->var, p->n, tmp, check, name, p->name, "second moment");
         if (!rc && check && !p->master) {
             rc = fx_place_read_f32(m, p->w, NULL, tmp);
             if (!rc) rc = fx_refuse_nonfinite(tmp, p->n, name, p->name, "weight");
@@ -318,7 +321,7 @@ static int fx_check_position(const fx_trainer *t, const fx_ckpt_pos *p, const fx
     return FX_OK;
 }
 
-enum { FX_ANY, FX_FINITE, FX_NONNEG };
+enum { FX_ANY, FX_FINITE, FX_NONNEG, FX_FINITE_NONNEG };
 
 /* A float buffer: its presence byte (0 or 1, and as the trainer has the buffer), then n
  * floats obeying `rule` (FX_NONNEG: no negative value; NaN is allowed, as a forward pass that
@@ -341,9 +344,15 @@ static int fx_check_floats(fx_reader *r, int present, int64_t n, int rule, const
     for (int64_t i = 0; i < n && rule != FX_ANY; i++) {
         float v;
         memcpy(&v, r->p + (size_t)i * sizeof v, sizeof v);
-        if (rule == FX_FINITE ? !isfinite(v) : v < 0)
+        int bad = rule == FX_FINITE ? !isfinite(v)
+                  : rule == FX_NONNEG ? v < 0
+                                      : !isfinite(v) || v < 0;
+        if (bad)
             return LOAD_FAIL(FX_ECORRUPT, "%s: %s %s %lld is %g (must be %s)", name, owner, what,
-                             (long long)i, (double)v, rule == FX_FINITE ? "finite" : ">= 0");
+                             (long long)i, (double)v,
+                             rule == FX_FINITE   ? "finite"
+                             : rule == FX_NONNEG ? ">= 0"
+                                                 : "finite and >= 0");
     }
     r->p += (size_t)n * sizeof(float);
     r->left -= (size_t)n * sizeof(float);
@@ -422,13 +431,15 @@ static int fx_validate(fx_trainer *t, const uint8_t *payload, size_t len, const 
     if (r.failed) return LOAD_FAIL(FX_ECORRUPT, "%s: truncated configuration", name);
     if (strncmp(cfg.model, t->cfg.model, sizeof cfg.model) != 0 || cfg.fmt != t->cfg.fmt ||
         cfg.batch_size != t->cfg.batch_size || cfg.master_weights != t->cfg.master_weights ||
-        cfg.seed != t->cfg.seed)
+        cfg.seed != t->cfg.seed || cfg.optimizer != t->cfg.optimizer)
         return LOAD_FAIL(FX_ECORRUPT, "%s: written for model %.16s, format %s, batch %d, seed "
-                         "%llu, master %d; this trainer is %.16s, %s, %d, %llu, %d", name,
-                         cfg.model, fmt_name((fmt_t)cfg.fmt) ? fmt_name((fmt_t)cfg.fmt) : "?",
+                         "%llu, master %d, optimizer %d; this trainer is %.16s, %s, %d, %llu, "
+                         "%d, %d", name, cfg.model,
+                         fmt_name((fmt_t)cfg.fmt) ? fmt_name((fmt_t)cfg.fmt) : "?",
                          cfg.batch_size, (unsigned long long)cfg.seed, cfg.master_weights,
-                         t->cfg.model, fmt_name((fmt_t)t->cfg.fmt), t->cfg.batch_size,
-                         (unsigned long long)t->cfg.seed, t->cfg.master_weights);
+                         cfg.optimizer, t->cfg.model, fmt_name((fmt_t)t->cfg.fmt),
+                         t->cfg.batch_size, (unsigned long long)t->cfg.seed,
+                         t->cfg.master_weights, t->cfg.optimizer);
     fx_ckpt_pos pos;
     fx_loss_scaler sc;
     fx_reader_get(&r, &pos, sizeof pos);
@@ -442,6 +453,10 @@ static int fx_validate(fx_trainer *t, const uint8_t *payload, size_t len, const 
                              "master weight");
         if (!rc)
             rc = fx_check_floats(&r, p->mom != NULL, p->n, FX_FINITE, name, p->name, "momentum");
+        /* Adam's second moment is a mean of squares: finite and not negative */
+        if (!rc)
+            rc = fx_check_floats(&r, p->var != NULL, p->n, FX_FINITE_NONNEG, name, p->name,
+                                 "second moment");
     }
     for (int i = 0; i < m->nlayers && !rc; i++) {
         const fx_layer *l = &m->layers[i];
@@ -513,6 +528,7 @@ static int fx_apply(fx_trainer *t, fx_reader *r)
         fx_param *p = &t->m.params[i];
         rc = fx_get_placed(r, &t->m, p->master, p->n, tmp, p->name);
         if (!rc) rc = fx_get_placed(r, &t->m, p->mom, p->n, tmp, p->name);
+        if (!rc) rc = fx_get_placed(r, &t->m, p->var, p->n, tmp, p->name);
     }
     free(tmp);
     for (int i = 0; i < t->m.nlayers && !rc; i++) {

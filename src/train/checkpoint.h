@@ -4,8 +4,8 @@
  * File: header (FX_CKPT_HEADER_BYTES) | payload.
  *   header: "FLEXCKPT" | u32 version | u32 reserved (0) | u64 payload length | u32 CRC-32 of
  *           the payload; the length must equal the file's size minus the header.
- *   payload: fx_train_config | fx_ckpt_pos | fx_loss_scaler | per parameter: master, momentum
- *           (each a presence byte, 0 or 1, then its floats) | per batch-norm layer: running
+ *   payload: fx_train_config | fx_ckpt_pos | fx_loss_scaler | per parameter: master, momentum,
+ *           second moment (each a presence byte, 0 or 1, then its floats) | per batch-norm layer: running
  *           mean, running variance, saved mean, saved inverse std (same encoding) | every
  *           registered tensor's state (src/core/tensor_io.h), in the registry's order.
  * Numbers are in host byte order (little-endian on every supported machine). */
@@ -16,7 +16,9 @@
 #include "../core/tensor_io.h"
 
 #define FX_CKPT_MAGIC "FLEXCKPT"
-#define FX_CKPT_VERSION 1u
+/* 2: fx_train_config grew the optimiser and loss-scaler fields, and each parameter a
+ * second-moment buffer (Adam, AdamW) */
+#define FX_CKPT_VERSION 2u
 
 /* Byte offsets of the header fields. */
 enum {

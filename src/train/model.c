@@ -34,6 +34,8 @@ static int fx_add_param(fx_model *m, const char *name, fmt_t fmt, int ndim, cons
     p->fan_in = fan_in;
     p->decay = decay;
     int rc = fx_place_zeros(m, (void **)&p->mom, p->n, sizeof(float));
+    if (!rc && m->cfg.optimizer != FX_OPT_SGD)
+        rc = fx_place_zeros(m, (void **)&p->var, p->n, sizeof(float));
     if (!rc) rc = fx_place_zeros(m, (void **)&p->unscaled, p->n, sizeof(float));
     if (rc) return rc;
     return m->nparams - 1;
@@ -428,6 +430,7 @@ void fx_model_free(fx_model *m)
         tensor_free(p->g);
         fx_place_release(m, p->master);
         fx_place_release(m, p->mom);
+        fx_place_release(m, p->var);
         fx_place_release(m, p->unscaled);
     }
     free(m->layers);

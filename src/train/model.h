@@ -14,7 +14,8 @@ typedef struct fx_param {
     tensor_t *w, *g;  /* working copy and gradient (run format; fp32 for batch-norm) */
     /* raw fp32 buffers where the model lives (host, or device memory: placement.h) */
     float *master;    /* fp32 master weights, or NULL */
-    float *mom;       /* momentum buffer */
+    float *mom;       /* momentum buffer (SGD), first moment (Adam, AdamW) */
+    float *var;       /* second moment (Adam, AdamW), or NULL */
     float *unscaled;  /* loss-scaler output buffer */
     int64_t n;
     int decay;        /* weight decay applies */

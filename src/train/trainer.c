@@ -5,6 +5,7 @@
 #include "placement.h"
 #include "flexpoint_gpu.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,19 @@ void fx_train_config_default(fx_train_config *cfg)
     cfg->epochs = 5;
     cfg->seed = 0;
     cfg->device = -1;
+    cfg->optimizer = FX_OPT_SGD;
+    cfg->adam_beta1 = 0.9;
+    cfg->adam_beta2 = 0.999;
+    cfg->adam_eps = 1e-8;
+    cfg->clip_norm = 0.0;
+    /* the scaler's own defaults (fx_loss_scaler_init), so that a default run is unchanged */
+    fx_loss_scaler d;
+    fx_loss_scaler_init(&d, 1);
+    cfg->loss_scale_init = d.scale;
+    cfg->loss_scale_growth = d.growth_factor;
+    cfg->loss_scale_backoff = d.backoff_factor;
+    cfg->loss_scale_interval = d.growth_interval;
+    cfg->loss_scale_min = 0.0;
 }
 
 static double fx_now(void)
@@ -66,6 +80,38 @@ static int fx_validate_flag(const char *field, int v, int lo, int hi)
     return FX_OK;
 }
 
+/* The optimiser and loss-scaler fields. */
+static int fx_validate_recipe(const fx_train_config *c)
+{
+    if (c->optimizer < FX_OPT_SGD || c->optimizer > FX_OPT_ADAMW)
+        return CFG_FAIL(FX_EINVAL, "optimizer=%d is unknown (%d sgd, %d adam, %d adamw)",
+                        c->optimizer, FX_OPT_SGD, FX_OPT_ADAM, FX_OPT_ADAMW);
+    if (!(c->adam_beta1 >= 0 && c->adam_beta1 < 1))
+        return CFG_FAIL(FX_EINVAL, "adam_beta1=%g is outside [0, 1)", c->adam_beta1);
+    if (!(c->adam_beta2 >= 0 && c->adam_beta2 < 1))
+        return CFG_FAIL(FX_EINVAL, "adam_beta2=%g is outside [0, 1)", c->adam_beta2);
+    if (!(c->adam_eps > 0) || !isfinite(c->adam_eps))
+        return CFG_FAIL(FX_EINVAL, "adam_eps=%g must be finite and > 0", c->adam_eps);
+    if (!(c->clip_norm >= 0) || !isfinite(c->clip_norm))
+        return CFG_FAIL(FX_EINVAL, "clip_norm=%g must be finite and >= 0 (0: off)", c->clip_norm);
+    if (!(c->loss_scale_init > 0) || !(c->loss_scale_init <= FLT_MAX))
+        return CFG_FAIL(FX_EINVAL, "loss_scale_init=%g must be > 0 and representable in fp32",
+                        c->loss_scale_init);
+    if (!(c->loss_scale_growth > 1) || !isfinite(c->loss_scale_growth))
+        return CFG_FAIL(FX_EINVAL, "loss_scale_growth=%g must be finite and > 1",
+                        c->loss_scale_growth);
+    if (!(c->loss_scale_backoff > 0 && c->loss_scale_backoff < 1))
+        return CFG_FAIL(FX_EINVAL, "loss_scale_backoff=%g is outside (0, 1)",
+                        c->loss_scale_backoff);
+    if (c->loss_scale_interval < 1)
+        return CFG_FAIL(FX_EINVAL, "loss_scale_interval=%lld must be >= 1",
+                        (long long)c->loss_scale_interval);
+    if (!(c->loss_scale_min >= 0 && c->loss_scale_min <= c->loss_scale_init))
+        return CFG_FAIL(FX_EINVAL, "loss_scale_min=%g is outside [0, loss_scale_init=%g]",
+                        c->loss_scale_min, c->loss_scale_init);
+    return FX_OK;
+}
+
 /* Every field of the configuration, before anything is allocated (trainer.h). */
 int fx_train_config_validate(const fx_train_config *c)
 {
@@ -74,7 +120,7 @@ int fx_train_config_validate(const fx_train_config *c)
     if ((rc = fx_model_parse(c->model, NULL, "fx_trainer_new"))) return rc;
     if (!fx_fmt_valid(c->fmt)) return CFG_FAIL(FX_EFORMAT, "fmt=%d is not a format", c->fmt);
     if ((rc = fx_validate_flag("master_weights", c->master_weights, 0, 1)) ||
-        (rc = fx_validate_flag("loss_scaling", c->loss_scaling, -1, 1)) ||
+        (rc = fx_validate_flag("loss_scaling", c->loss_scaling, -1, 2)) ||
         (rc = fx_validate_flag("stochastic_rounding", c->stochastic_rounding, 0, 1)))
         return rc;
     if ((rc = fx_validate_terminated("autoflex", c->autoflex, sizeof c->autoflex))) return rc;
@@ -105,7 +151,7 @@ int fx_train_config_validate(const fx_train_config *c)
     if (c->device < -1)
         return CFG_FAIL(FX_EINVAL, "device=%d: use -1 for the host or a CUDA ordinal >= 0",
                        c->device);
-    return FX_OK;
+    return fx_validate_recipe(c);
 }
 
 void fx_trainer_make_perm(fx_trainer *t, int epoch)
@@ -232,8 +278,14 @@ fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
     if (!rc && (!t->perm || !t->xbuf || !t->ybuf || !t->logits_buf ||
                 (cfg->augment && !t->aug_tmp)))
         rc = FX_FAIL(FX_ENOMEM, "out of memory");
-    t->scaling = cfg->loss_scaling < 0 ? cfg->fmt == FMT_FP16 : cfg->loss_scaling;
+    t->scaling = cfg->loss_scaling < 0 ? cfg->fmt == FMT_FP16 : cfg->loss_scaling != 0;
     fx_loss_scaler_init(&t->scaler, t->scaling);
+    if (t->scaling) {
+        t->scaler.scale = cfg->loss_scale_init;
+        t->scaler.growth_factor = cfg->loss_scale_growth;
+        t->scaler.backoff_factor = cfg->loss_scale_backoff;
+        t->scaler.growth_interval = cfg->loss_scale_interval;
+    }
     if (!rc) rc = fx_build_registry(t);
     if (rc) {
         fx_trainer_free(t);
@@ -397,6 +449,38 @@ int fx_trainer_use_device(const fx_trainer *t)
     return t->m.device < 0 ? FX_OK : flexpoint_gpu_set_device(t->m.device);
 }
 
+/* Scale the gradients (which carry the loss scale) so that the true gradients' global L2 norm
+ * is at most cfg.clip_norm. */
+static int fx_trainer_clip(fx_trainer *t, double scale)
+{
+    fx_model *m = &t->m;
+    tensor_t **g = malloc((size_t)(m->nparams > 0 ? m->nparams : 1) * sizeof *g);
+    if (!g) return FX_FAIL(FX_ENOMEM, "out of memory");
+    for (int i = 0; i < m->nparams; i++) g[i] = m->params[i].g;
+    double total = 0;
+    int rc = fx_clip_grad_norm(g, m->nparams, t->cfg.clip_norm * scale, &total);
+    free(g);
+    return rc;
+}
+
+/* One optimiser step of parameter i (cfg.optimizer), with the gradient divided by scale. */
+static int fx_optimizer_step(fx_trainer *t, int i, double lr, double scale)
+{
+    fx_param *p = &t->m.params[i];
+    const fx_train_config *c = &t->cfg;
+    double wd = p->decay ? c->weight_decay : 0.0;
+    uint64_t seed = c->seed ^ (0x9000ULL + (uint64_t)i), step = (uint64_t)t->global_step;
+    if (c->optimizer == FX_OPT_SGD)
+        return fx_sgd_step(p->w, p->g, p->master, p->mom, lr, c->momentum, wd, 1.0 / scale,
+                           c->stochastic_rounding, seed, step);
+    /* Adam's bias correction counts steps from 1 */
+    int (*adam)(tensor_t *, const tensor_t *, float *, float *, float *, double, double, double,
+                double, double, double, int, uint64_t, uint64_t) =
+        c->optimizer == FX_OPT_ADAM ? fx_adam_step : fx_adamw_step;
+    return adam(p->w, p->g, p->master, p->mom, p->var, lr, c->adam_beta1, c->adam_beta2,
+                c->adam_eps, wd, 1.0 / scale, c->stochastic_rounding, seed, step + 1);
+}
+
 int fx_trainer_step(fx_trainer *t, float *loss_out)
 {
     if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
@@ -435,18 +519,21 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
         }
         rc = fx_loss_scaler_unscale(&t->scaler, grads, n, outs, &found_inf);
         if (rc) return rc;
-        apply = fx_loss_scaler_update(&t->scaler, found_inf);
-        if (apply < 0) return apply;
+        if (t->cfg.loss_scaling == FX_LOSS_SCALING_STATIC) {
+            /* a fixed scale: skip the step, never change the scale */
+            apply = !found_inf;
+            t->scaler.skipped_steps += found_inf;
+        } else {
+            apply = fx_loss_scaler_update(&t->scaler, found_inf);
+            if (apply < 0) return apply;
+            if (t->scaler.scale < t->cfg.loss_scale_min) t->scaler.scale = t->cfg.loss_scale_min;
+        }
     }
+    if (apply && t->cfg.clip_norm > 0) rc = fx_trainer_clip(t, scale);
+    if (rc) return rc;
     if (apply) {
         double lr = fx_lr_at(t);
-        for (int i = 0; i < m->nparams && !rc; i++) {
-            fx_param *p = &m->params[i];
-            rc = fx_sgd_step(p->w, p->g, p->master, p->mom, lr, t->cfg.momentum,
-                             p->decay ? t->cfg.weight_decay : 0.0, 1.0 / scale,
-                             t->cfg.stochastic_rounding, t->cfg.seed ^ (0x9000ULL + (uint64_t)i),
-                             (uint64_t)t->global_step);
-        }
+        for (int i = 0; i < m->nparams && !rc; i++) rc = fx_optimizer_step(t, i, lr, scale);
         if (rc) return rc;
     } else {
         t->skipped++;

@@ -62,6 +62,16 @@ static void check_options(const fx_cli_options *o, const char *msg)
          (o->resume == 0 && !o->ckpt_dir[0] && o->device == -1 && o->export_weights == 0));
     NEED(o->model_given == 0 || o->model_given == 1);
     NEED(o->export_weights == 0 || o->export_weights == 1);
+    /* the recipe: what fx_trainer_new accepts */
+    NEED(o->optimizer >= FX_OPT_SGD && o->optimizer <= FX_OPT_ADAMW);
+    NEED(o->adam_beta1 >= 0 && o->adam_beta1 < 1 && o->adam_beta2 >= 0 && o->adam_beta2 < 1);
+    NEED(o->adam_eps > 0 && isfinite(o->adam_eps));
+    NEED(o->clip_norm >= 0 && isfinite(o->clip_norm));
+    NEED(o->ls_init > 0 && o->ls_init <= 3.4028234663852886e38);
+    NEED(o->ls_growth > 1 && isfinite(o->ls_growth));
+    NEED(o->ls_backoff > 0 && o->ls_backoff < 1);
+    NEED(o->ls_interval >= 1 && o->ls_min >= 0 && o->ls_min <= o->ls_init);
+    NEED(o->loss_scaling >= -1 && o->loss_scaling <= 2);
     NEED(strcmp(o->data, "cifar10") || o->data_dir[0]);
     NEED(strcmp(o->data, "synthetic") || !o->data_dir[0]);
     NEED(o->resume == 0 || (o->resume == 1 && o->ckpt_dir[0]));
