@@ -444,6 +444,57 @@ FX_API int fx_trainer_export_weights(const fx_trainer *t, const char *path);
  *  @retval FX_ENOMEM */
 FX_API int fx_trainer_import_weights(fx_trainer *t, const char *path);
 
+/** @brief Where the time of training steps goes (fx_trainer_profile()). Seconds summed over
+ *  the steps measured since profiling was enabled. With a CUDA device each phase waits for the
+ *  device before its clock is read, so that asynchronous work is charged to the phase that
+ *  launched it (which makes a profiled device run slower). */
+typedef struct fx_train_profile {
+    int64_t steps;     /**< steps measured */
+    double data_s;     /**< batch preparation: loading, augmentation, normalisation, input write */
+    double forward_s;  /**< the layers' forward passes (the sum over fx_layer_profile) */
+    double loss_s;     /**< softmax cross-entropy and reading the logits */
+    double backward_s; /**< the layers' backward passes */
+    double update_s;   /**< loss-scaler check, clipping and the optimiser steps */
+    double total_s;    /**< whole steps (the phases above plus bookkeeping) */
+} fx_train_profile;
+
+/** @brief One layer's share of the measured steps (fx_trainer_layer_profile()). */
+typedef struct fx_layer_profile {
+    const char *name;  /**< the layer's name, owned by the trainer */
+    const char *kind;  /**< "conv", "linear", "relu", "maxpool", "gap", "batchnorm" or "add" */
+    double forward_s;  /**< seconds in its forward pass */
+    double backward_s; /**< seconds in its backward pass (weight and input gradients) */
+} fx_layer_profile;
+
+/** @brief Start (on = 1) or stop (on = 0) timing the phases and layers of training steps.
+ *  Starting resets every count. Profiling changes no result; evaluation is not timed.
+ *  @param[in,out] t  The trainer.
+ *  @param[in]     on 1 or 0.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL t, or on not 0 or 1.
+ *  @retval FX_ENOMEM */
+FX_API int fx_trainer_profile_enable(fx_trainer *t, int on);
+
+/** @brief The phase times of the steps measured so far (all zero when profiling never ran).
+ *  @param[in]  t The trainer.
+ *  @param[out] p Filled.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL t or p. */
+FX_API int fx_trainer_profile(const fx_trainer *t, fx_train_profile *p);
+
+/** @brief Number of layers of the trainer's model (for fx_trainer_layer_profile()).
+ *  @param[in] t The trainer.
+ *  @return The count, or FX_EINVAL for a NULL t. */
+FX_API int fx_trainer_layer_count(const fx_trainer *t);
+
+/** @brief Layer i's name, kind and measured forward and backward seconds.
+ *  @param[in]  t  The trainer.
+ *  @param[in]  i  0 <= i < fx_trainer_layer_count().
+ *  @param[out] lp Filled; its strings are owned by the trainer.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL t or lp, or i out of range. */
+FX_API int fx_trainer_layer_profile(const fx_trainer *t, int i, fx_layer_profile *lp);
+
 #ifdef __cplusplus
 }
 #endif

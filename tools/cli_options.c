@@ -65,6 +65,8 @@ static const char fx_cli_usage_text[] =
 "  --checkpoint-dir DIR  save a checkpoint per run after every epoch\n"
 "  --resume              continue runs from their checkpoints in --checkpoint-dir\n"
 "  --export-weights      write each run's fp32 weights to weights_<run>.fxw in --out\n"
+"  --profile             time each layer's forward and backward pass and the phases of a\n"
+"                        step; print them and write profile_<run>.csv in --out\n"
 "  --eval FILE           evaluate a checkpoint (any format) or a weights file on the test set\n"
 "                        in each of --formats and write eval.csv; a checkpoint gives the\n"
 "                        model and recipe (the data options must be those of its training\n"
@@ -304,7 +306,7 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
     static const char *const training_options[] = {
         "--epochs", "--batch", "--lr", "--momentum", "--weight-decay", "--schedule",
         "--no-master", "--loss-scaling", "--stochastic-rounding", "--augment", "--seed",
-        "--device", "--trace", "--checkpoint-dir", "--resume", "--export-weights",
+        "--device", "--trace", "--checkpoint-dir", "--resume", "--export-weights", "--profile",
         "--optimizer", "--adam-betas", "--adam-eps", "--clip-norm", "--loss-scale-init",
         "--loss-scale-growth", "--loss-scale-backoff", "--loss-scale-interval",
         "--loss-scale-min"};
@@ -474,6 +476,8 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
             o->resume = 1;
         } else if (!strcmp(a, "--export-weights")) {
             o->export_weights = 1;
+        } else if (!strcmp(a, "--profile")) {
+            o->profile = 1;
         } else if (!strcmp(a, "--eval")) {
             NEEDV();
             rc = fx_cli_path(a, v, o->eval, sizeof o->eval, m, n);

@@ -37,6 +37,7 @@ typedef struct fx_cli_options {
                                           --model, which a weights file needs) */
     int model_given;                   /* --model was given */
     int export_weights;                /* 0 or 1: weights_<run>.fxw in out after training */
+    int profile;                       /* 0 or 1: time phases and layers, profile_<run>.csv */
     int optimizer;                     /* FX_OPT_* */
     double adam_beta1, adam_beta2;     /* [0, 1) */
     double adam_eps;                   /* finite, > 0 */

@@ -178,9 +178,17 @@ typedef struct csv_file {
     char path[PATH_BUF];
 } csv_file;
 
+static int csv_open_path(csv_file *c);
+
 static int csv_open(csv_file *c, const char *dir, const char *name)
 {
     if (join_path(c->path, sizeof c->path, dir, name)) return -1;
+    return csv_open_path(c);
+}
+
+/* Open c->path for writing. */
+static int csv_open_path(csv_file *c)
+{
     /* O_NONBLOCK: a FIFO under the name (no reader) fails at once instead of blocking the
      * run; anything but a regular file is refused, and the flag is cleared for the writes */
     int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644);
@@ -280,6 +288,43 @@ static void health_columns(FILE *f, const fx_train_health *h)
     fprintf(f, ",%lld", (long long)h->nonfinite_weights);
 }
 
+/* --profile: the run's phase and per-layer times, printed (unless quiet) and written to path as
+ * CSV (one row per layer, then one per phase). 0, or -1 after a message. */
+static int write_profile(const fx_trainer *t, const run_spec *rs, const char *path, int quiet)
+{
+    fx_train_profile p;
+    if (fx_trainer_profile(t, &p) != FX_OK || p.steps == 0) return 0;
+    csv_file c = {NULL, ""};
+    snprintf(c.path, sizeof c.path, "%s", path);
+    if (csv_open_path(&c)) return -1;
+    const double per = 1e3 / (double)p.steps, tot = p.total_s > 0 ? p.total_s : 1;
+    fprintf(c.f, "row,kind,forward_ms_per_step,backward_ms_per_step,share_of_step\n");
+    if (!quiet)
+        printf("\nprofile of %s: %lld steps, %.2f ms a step\n%-16s %-10s %10s %10s %7s\n",
+               rs->label, (long long)p.steps, per * p.total_s, "layer", "kind", "fwd ms",
+               "bwd ms", "share");
+    for (int i = 0; i < fx_trainer_layer_count(t); i++) {
+        fx_layer_profile lp;
+        if (fx_trainer_layer_profile(t, i, &lp) != FX_OK) break;
+        double share = (lp.forward_s + lp.backward_s) / tot;
+        fprintf(c.f, "%s,%s,%.4f,%.4f,%.4f\n", lp.name, lp.kind, per * lp.forward_s,
+                per * lp.backward_s, share);
+        if (!quiet)
+            printf("%-16s %-10s %10.3f %10.3f %6.1f%%\n", lp.name, lp.kind, per * lp.forward_s,
+                   per * lp.backward_s, 100 * share);
+    }
+    const char *phases[] = {"data", "loss", "update", "other"};
+    double other = p.total_s - p.data_s - p.forward_s - p.loss_s - p.backward_s - p.update_s;
+    const double secs[] = {p.data_s, p.loss_s, p.update_s, other > 0 ? other : 0};
+    for (int k = 0; k < 4; k++) {
+        fprintf(c.f, "%s,phase,%.4f,,%.4f\n", phases[k], per * secs[k], secs[k] / tot);
+        if (!quiet)
+            printf("%-16s %-10s %10.3f %10s %6.1f%%\n", phases[k], "phase", per * secs[k], "",
+                   100 * secs[k] / tot);
+    }
+    return csv_close(&c);
+}
+
 /* One run. 0, or -1 after its message is printed; *fatal is set when an output file failed
  * (no later run could write its results either). */
 static int run_one(const options *o, const run_spec *rs, const fx_dataset *train,
@@ -323,6 +368,11 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     char safe[64], path[PATH_BUF] = "", file[128];
     safe_name(safe, sizeof safe, rs->label);
     int rc = 0;
+    if (o->profile && fx_trainer_profile_enable(t, 1) != FX_OK) {
+        fprintf(stderr, "flexpoint-train: %s: %s\n", rs->label, flexpoint_last_error());
+        fx_trainer_free(t);
+        return -1;
+    }
     /* per-write traces of chosen tensors (shared-exponent formats; names checked up front) */
     int traced[FX_CLI_MAX_TRACES], ntraced = 0;
     if (fmt_is_shared_exponent((fmt_t)rs->fmt))
@@ -410,6 +460,11 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
             fprintf(stderr, "flexpoint-train: %s: %s\n", rs->label, flexpoint_last_error());
             rc = -1;
         }
+    }
+    if (o->profile && !status && !*fatal) {
+        snprintf(file, sizeof file, "profile_%s.csv", safe);
+        if (join_path(path, sizeof path, o->out, file) || write_profile(t, rs, path, o->quiet))
+            rc = -1;
     }
     if (o->export_weights && !status && !*fatal) {
         snprintf(file, sizeof file, "weights_%s.fxw", safe);

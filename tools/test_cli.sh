@@ -26,7 +26,7 @@ for opt in --model --data --data-dir --formats --autoflex --epochs --batch --lr 
            --pad --train-subset --test-subset --synthetic-n --seed --threads --device --out --trace \
            --checkpoint-dir --resume --export-weights --eval --optimizer --adam-betas --adam-eps \
            --clip-norm --loss-scale-init --loss-scale-growth --loss-scale-backoff \
-           --loss-scale-interval --loss-scale-min --quiet; do
+           --loss-scale-interval --loss-scale-min --profile --quiet; do
   grep -q -- "$opt" "$T/out" || { echo "FAIL: --help does not document $opt"; fail=1; }
 done
 check "unknown option" 2 "unknown option '--bogus'" "$BIN" --bogus
@@ -50,6 +50,11 @@ grep -q '"optimizer": "adamw", "adam_betas": \[0.80000000000000004, 0.9899999999
   "$T/adamw/run.json" || { echo "FAIL: run.json lacks the recipe:"; cat "$T/adamw/run.json"; fail=1; }
 awk -F, '$1 == "fp16" && $10 != 1024 { bad = 1 } END { exit bad }' "$T/adamw/epochs.csv" ||
   { echo "FAIL: the static scale moved:"; cat "$T/adamw/epochs.csv"; fail=1; }
+check "--profile" 0 "profile of dfp16" "$BIN" --data synthetic --synthetic-n 200 --model cnn \
+  --epochs 1 --batch 50 --formats dfp16 --profile --out "$T/prof"
+# one row per layer of the CNN (9), then the four phases
+[ "$(wc -l < "$T/prof/profile_dfp16.csv")" = "14" ] && grep -q "^conv2,conv," "$T/prof/profile_dfp16.csv" ||
+  { echo "FAIL: profile_dfp16.csv:"; cat "$T/prof/profile_dfp16.csv"; fail=1; }
 check "resnet depth not 6n+2" 2 "the ResNet depth must be 6n+2" "$BIN" --model resnet21
 check "model name too long" 2 "is longer than 15 bytes" "$BIN" --model mlp1024x2xxxxxxxx
 # a family member with its default traces (resnet8: the last block is s3b1)

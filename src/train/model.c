@@ -1,14 +1,17 @@
-/* Model builders (MLP, small CNN, ResNet-20) and the layer list's forward and backward.
+/* Model builders (the MLP, CNN and ResNet families) and the layer list's forward and backward.
  * Every GEMM/conv operand (weights, activations, gradients) is in the run's format; batch
  * norm parameters and statistics are fp32 (docs/experiments.md). */
+#define _POSIX_C_SOURCE 200809L
 #include "model.h"
 #include "placement.h"
+#include "flexpoint_gpu.h"
 #include "../nn/pool_own.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---------------------------------------------------------------- building ---------------- */
 
@@ -435,6 +438,8 @@ void fx_model_free(fx_model *m)
     }
     free(m->layers);
     free(m->params);
+    free(m->prof_fwd);
+    free(m->prof_bwd);
     memset(m, 0, sizeof *m);
 }
 
@@ -553,11 +558,26 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
     return FX_FAIL(FX_EINVAL, "unknown layer kind %d", (int)l->kind);
 }
 
+double fx_model_clock(const fx_model *m)
+{
+    if (m->device >= 0) flexpoint_gpu_synchronize();
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 int fx_model_forward(fx_model *m, int ctx, tensor_t **logits)
 {
+    const int prof = m->prof_fwd && ctx == FX_CTX_TRAIN;
+    double t0 = prof ? fx_model_clock(m) : 0;
     for (int i = 0; i < m->nlayers; i++) {
         int rc = fx_layer_forward(m, &m->layers[i], ctx);
         if (rc) return rc;
+        if (prof) {
+            double t1 = fx_model_clock(m);
+            m->prof_fwd[i] += t1 - t0;
+            t0 = t1;
+        }
     }
     *logits = m->layers[m->nlayers - 1].out[ctx];
     return FX_OK;
@@ -653,11 +673,17 @@ static int fx_output_grad(fx_model *m, int i, const tensor_t *dlogits, const ten
 
 int fx_model_backward(fx_model *m, const tensor_t *dlogits)
 {
+    double t0 = m->prof_bwd ? fx_model_clock(m) : 0;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const tensor_t *dy = NULL;
         int rc = fx_output_grad(m, i, dlogits, &dy);
         if (!rc) rc = fx_layer_backward(m, &m->layers[i], dy);
         if (rc) return rc;
+        if (m->prof_bwd) {
+            double t1 = fx_model_clock(m);
+            m->prof_bwd[i] += t1 - t0;
+            t0 = t1;
+        }
     }
     return FX_OK;
 }

@@ -74,6 +74,9 @@ typedef struct fx_model {
     tensor_t *stage[2];
     int classes;
     int device; /* -1: host memory; else the CUDA device holding every tensor and buffer */
+    /* fx_trainer_profile_enable: seconds per layer of the training context's forward and
+     * backward passes (NULL while profiling is off) */
+    double *prof_fwd, *prof_bwd;
     fx_train_config cfg;
 } fx_model;
 
@@ -112,6 +115,10 @@ void fx_model_free_ctx(fx_model *m, int ctx);
 int fx_model_forward(fx_model *m, int ctx, tensor_t **logits);
 /* Backward from dlogits (train context); fills every parameter gradient. */
 int fx_model_backward(fx_model *m, const tensor_t *dlogits);
+
+/* A monotonic clock in seconds, after waiting for the model's device when it has one (so that a
+ * device's asynchronous work is charged to the layer that launched it). */
+double fx_model_clock(const fx_model *m);
 
 /* Set a FLEX16_5 tensor's window and preset per the config (no-op for other formats). */
 int fx_model_flex_setup(const fx_train_config *cfg, tensor_t *t, int window_lo);

@@ -488,6 +488,9 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     if (rc) return rc;
     if ((rc = fx_begin_epoch_if_needed(t))) return rc;
     double t0 = fx_now();
+    /* profiling: phase boundaries on the model's clock (which waits for a device) */
+    const int prof = t->profiling;
+    double p0 = prof ? fx_model_clock(&t->m) : 0, p1 = 0;
     int64_t B = t->cfg.batch_size, img = (int64_t)t->C * t->H * t->W;
     const int64_t *idx = t->perm + t->step_in_epoch * B;
     rc = fx_dataset_batch(t->train, idx, B, t->xbuf, t->ybuf);
@@ -499,14 +502,34 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     /* after the host's preparation of the batch, which a device's last writes overlap */
     if ((rc = fx_health_begin(t))) return rc;
     rc = fx_place_write_input(m, FX_CTX_TRAIN, t->xbuf);
+    if (prof) {
+        p1 = fx_model_clock(m);
+        t->prof.data_s += p1 - p0;
+        p0 = p1;
+    }
     tensor_t *logits = NULL;
     if (!rc) rc = fx_model_forward(m, FX_CTX_TRAIN, &logits);
+    if (prof) {
+        p1 = fx_model_clock(m);
+        t->prof.forward_s += p1 - p0;
+        p0 = p1;
+    }
     float loss = 0;
     double scale = t->scaling ? t->scaler.scale : 1.0;
     if (!rc) rc = tensor_softmax_cross_entropy(&loss, t->dlogits, logits, t->ybuf, scale);
     if (!rc) rc = fx_place_read_f32(m, logits, t->logits_host, t->logits_buf);
+    if (prof) {
+        p1 = fx_model_clock(m);
+        t->prof.loss_s += p1 - p0;
+        p0 = p1;
+    }
     if (!rc) rc = fx_model_backward(m, t->dlogits);
     if (rc) return rc;
+    if (prof) {
+        p1 = fx_model_clock(m);
+        t->prof.backward_s += p1 - p0;
+        p0 = p1;
+    }
 
     int apply = 1;
     if (t->scaling) {
@@ -537,6 +560,12 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
         if (rc) return rc;
     } else {
         t->skipped++;
+    }
+    if (prof) {
+        p1 = fx_model_clock(m);
+        t->prof.update_s += p1 - p0;
+        t->prof.total_s += p1 - t0;
+        t->prof.steps++;
     }
     fx_health_end(t);
     if (!isfinite(loss)) t->nonfinite++;
@@ -741,4 +770,58 @@ int fx_trainer_health(fx_trainer *t, fx_train_health *h)
     free(mw);
     if (rc) memset(h, 0, sizeof *h);
     return rc;
+}
+
+int fx_trainer_profile_enable(fx_trainer *t, int on)
+{
+    if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
+    if (on != 0 && on != 1) return FX_FAIL(FX_EINVAL, "on=%d must be 0 or 1", on);
+    fx_model *m = &t->m;
+    free(m->prof_fwd);
+    free(m->prof_bwd);
+    m->prof_fwd = m->prof_bwd = NULL;
+    memset(&t->prof, 0, sizeof t->prof);
+    t->profiling = 0;
+    if (!on) return FX_OK;
+    size_t n = (size_t)(m->nlayers > 0 ? m->nlayers : 1);
+    m->prof_fwd = calloc(n, sizeof(double));
+    m->prof_bwd = calloc(n, sizeof(double));
+    if (!m->prof_fwd || !m->prof_bwd) {
+        free(m->prof_fwd);
+        free(m->prof_bwd);
+        m->prof_fwd = m->prof_bwd = NULL;
+        return FX_FAIL(FX_ENOMEM, "out of memory");
+    }
+    t->profiling = 1;
+    return FX_OK;
+}
+
+int fx_trainer_profile(const fx_trainer *t, fx_train_profile *p)
+{
+    if (!t || !p) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "p");
+    *p = t->prof;
+    return FX_OK;
+}
+
+int fx_trainer_layer_count(const fx_trainer *t)
+{
+    if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
+    return t->m.nlayers;
+}
+
+int fx_trainer_layer_profile(const fx_trainer *t, int i, fx_layer_profile *lp)
+{
+    if (!t || !lp) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "lp");
+    if (i < 0 || i >= t->m.nlayers)
+        return FX_FAIL(FX_EINVAL, "layer %d is outside [0, %d)", i, t->m.nlayers);
+    static const char *const kinds[] = {"conv", "linear", "relu", "maxpool", "gap",
+                                        "batchnorm", "add"};
+    const fx_layer *l = &t->m.layers[i];
+    lp->name = l->name;
+    lp->kind = (int)l->kind >= 0 && (size_t)l->kind < sizeof kinds / sizeof *kinds
+                   ? kinds[l->kind]
+                   : "?";
+    lp->forward_s = t->m.prof_fwd ? t->m.prof_fwd[i] : 0.0;
+    lp->backward_s = t->m.prof_bwd ? t->m.prof_bwd[i] : 0.0;
+    return FX_OK;
 }

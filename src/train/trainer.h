@@ -47,6 +47,10 @@ struct fx_trainer {
      * whose position was changed by fx_trainer_load starts counting afresh. */
     int64_t health_steps, health_step;
     float *aug_tmp;            /* one image plane, for augmentation */
+    /* fx_trainer_profile_enable: phase times of the steps since profiling started (the layer
+     * times are in m.prof_fwd / m.prof_bwd); not part of checkpoints */
+    int profiling;
+    fx_train_profile prof;
     /* registry of tensors by name */
     fx_named_tensor *reg;
     int nreg;
