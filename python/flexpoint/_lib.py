@@ -23,8 +23,8 @@ from ctypes import (POINTER, c_char_p, c_double, c_float, c_int, c_int32, c_int6
                     c_uint64, c_void_p)
 from typing import Dict, List, Optional
 
-from ._structs import (AutoflexConfigC, EpochMetricsC, LossScalerC, TraceRecordC,
-                       TrainConfigC)
+from ._structs import (AutoflexConfigC, EpochMetricsC, LayerProfileC, LossScalerC,
+                       TraceRecordC, TrainConfigC, TrainProfileC)
 
 __all__ = ["lib", "library_path", "LibraryNotFoundError"]
 
@@ -221,6 +221,10 @@ _PROTOTYPES: Dict[str, tuple] = {
     "fx_trainer_export_weights": (c_int, [_p, c_char_p]),
     "fx_trainer_import_weights": (c_int, [_p, c_char_p]),
     "fx_model_check": (c_int, [c_char_p]),
+    "fx_trainer_profile_enable": (c_int, [_p, c_int]),
+    "fx_trainer_profile": (c_int, [_p, POINTER(TrainProfileC)]),
+    "fx_trainer_layer_count": (c_int, [_p]),
+    "fx_trainer_layer_profile": (c_int, [_p, c_int, POINTER(LayerProfileC)]),
 }
 
 

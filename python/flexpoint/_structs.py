@@ -12,7 +12,7 @@ ArgumentTypeError, ArgumentRangeError or InvalidArgumentError and leaves the fie
 """
 from __future__ import annotations
 
-from ctypes import Structure, c_char, c_double, c_int, c_int64, c_uint64
+from ctypes import Structure, c_char, c_char_p, c_double, c_int, c_int64, c_uint64
 from typing import Any
 
 from ._check import c_field
@@ -133,6 +133,30 @@ class EpochMetricsC(_CheckedStructure):
     ]
 
 
+class TrainProfileC(_CheckedStructure):
+    """struct fx_train_profile (flexpoint_train.h)."""
+    _label_ = "fx_train_profile"
+    _fields_ = [
+        ("steps", c_int64),
+        ("data_s", c_double),
+        ("forward_s", c_double),
+        ("loss_s", c_double),
+        ("backward_s", c_double),
+        ("update_s", c_double),
+        ("total_s", c_double),
+    ]
+
+
+class LayerProfileC(Structure):
+    """struct fx_layer_profile (flexpoint_train.h); filled by the library only."""
+    _fields_ = [
+        ("name", c_char_p),
+        ("kind", c_char_p),
+        ("forward_s", c_double),
+        ("backward_s", c_double),
+    ]
+
+
 #: C struct name -> (header file, ctypes mirror); used by the layout tests.
 STRUCTS = {
     "fx_autoflex_config": ("flexpoint.h", AutoflexConfigC),
@@ -140,4 +164,6 @@ STRUCTS = {
     "fx_loss_scaler": ("flexpoint_nn.h", LossScalerC),
     "fx_train_config": ("flexpoint_train.h", TrainConfigC),
     "fx_epoch_metrics": ("flexpoint_train.h", EpochMetricsC),
+    "fx_train_profile": ("flexpoint_train.h", TrainProfileC),
+    "fx_layer_profile": ("flexpoint_train.h", LayerProfileC),
 }

@@ -425,6 +425,31 @@ class Trainer:
             raise ArgumentTypeError(f"src must be a Trainer, not {type(src).__name__}")
         check(lib().fx_trainer_copy_weights(self._h, src._h), "fx_trainer_copy_weights")
 
+    def profile_enable(self, on: bool = True) -> None:
+        """Start (and reset) or stop timing the layers and phases of training steps
+        (fx_trainer_profile_enable). Profiling changes no result."""
+        check(lib().fx_trainer_profile_enable(self._h, c_bool(on, "on")),
+              "fx_trainer_profile_enable")
+
+    def profile(self) -> Dict[str, object]:
+        """The measured steps: {"steps", "data_s", "forward_s", "loss_s", "backward_s",
+        "update_s", "total_s", "layers": [{"name", "kind", "forward_s", "backward_s"}, ...]}
+        (seconds summed over the steps; fx_trainer_profile, fx_trainer_layer_profile)."""
+        from ._structs import LayerProfileC, TrainProfileC
+        L = lib()
+        p = TrainProfileC()
+        check(L.fx_trainer_profile(self._h, ctypes.byref(p)), "fx_trainer_profile")
+        out: Dict[str, object] = {f: getattr(p, f) for f, _ in TrainProfileC._fields_}
+        layers = []
+        for i in range(check(L.fx_trainer_layer_count(self._h), "fx_trainer_layer_count")):
+            lp = LayerProfileC()
+            check(L.fx_trainer_layer_profile(self._h, i, ctypes.byref(lp)),
+                  "fx_trainer_layer_profile")
+            layers.append({"name": lp.name.decode(), "kind": lp.kind.decode(),
+                           "forward_s": lp.forward_s, "backward_s": lp.backward_s})
+        out["layers"] = layers
+        return out
+
     def export_weights(self, path: Union[str, os.PathLike]) -> None:
         """Write the fp32 weights with their names and shapes (fx_trainer_export_weights; read
         them with :func:`flexpoint.weights.read`). RangeError (nothing written) for a NaN or

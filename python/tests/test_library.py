@@ -98,10 +98,14 @@ def _header_fields(header: str, struct: str):
         decl = decl.strip()
         if not decl:
             continue
-        dm = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_ ]*?)\s+([A-Za-z_][A-Za-z0-9_]*)\s*(\[\d+\])?",
-                          decl)
+        dm = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_ ]*?)\s*(\*?)\s*([A-Za-z_][A-Za-z0-9_]*)\s*"
+                          r"(\[\d+\])?", decl)
         assert dm, f"cannot parse {decl!r} in {struct}"
-        ctype, name, arr = dm.group(1).strip(), dm.group(2), dm.group(3)
+        ctype, ptr, name, arr = dm.group(1).strip(), dm.group(2), dm.group(3), dm.group(4)
+        if ptr:
+            assert ctype == "const char", f"{struct}.{name}: unexpected pointer type {ctype} *"
+            fields.append((name, ctypes.c_char_p))
+            continue
         base = _CTYPES[ctype] if ctype != "char" else ctypes.c_char
         fields.append((name, base * int(arr[1:-1]) if arr else base))
     return fields

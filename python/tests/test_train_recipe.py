@@ -42,3 +42,19 @@ def test_refusals():
         fx.Trainer(fx.TrainConfig(model="mlp", batch_size=16, clip_norm=-1.0), train)
     with pytest.raises(fx.InvalidArgumentError, match="loss_scale_backoff"):
         fx.Trainer(fx.TrainConfig(model="mlp", batch_size=16, loss_scale_backoff=1.5), train)
+
+
+def test_profile():
+    train = _data()
+    t = fx.Trainer(fx.TrainConfig(model="cnn", batch_size=16), train)
+    t.profile_enable()
+    for _ in range(2):
+        t.step()
+    p = t.profile()
+    assert p["steps"] == 2 and p["total_s"] > 0
+    assert [x["name"] for x in p["layers"]][:2] == ["conv1", "relu1"]
+    assert sum(x["forward_s"] for x in p["layers"]) <= p["forward_s"] * (1 + 1e-9)
+    t.profile_enable(False)
+    assert t.profile()["steps"] == 0
+    with pytest.raises(fx.ArgumentTypeError):
+        t.profile_enable("yes")
