@@ -23,6 +23,7 @@ if [ "${FLEXPOINT_BASELINE:-0}" = "1" ]; then
   # Debian's CPU PyTorch, run by the system interpreter (the baseline only; nothing links it)
   if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
     SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch
   fi
   /usr/bin/python3 tools/pytorch_baseline.py --model cnn --epochs "${EPOCHS:-5}" --threads "$(nproc)" \
