@@ -110,6 +110,13 @@ typedef struct fx_train_config {
                                      2000) */
     double loss_scale_min;   /**< dynamic: the scale never backs off below this, >= 0 and <=
                                   loss_scale_init (default 0: no floor) */
+    char policy[128];        /**< format policy (docs/training.md, "Format policies"): "" (the
+                                  default) puts every tensor in fmt; else rules such as
+                                  "bn*=fp32; fc2=fp16; grads=bf16" or a preset ("O0", "O1",
+                                  "O2", "O3", "edges-fp32", optionally ":FORMAT") on top of fmt.
+                                  NUL-terminated within the field. Errors: FX_ENAME (unknown
+                                  preset or class, a pattern that matches no layer),
+                                  FX_EFORMAT, FX_EINVAL */
 } fx_train_config;
 
 /** @brief Check a model name for fx_train_config.model.
@@ -443,6 +450,13 @@ FX_API int fx_trainer_export_weights(const fx_trainer *t, const char *path);
  *  @retval FX_EUNSUPPORTED t lives on a CUDA device.
  *  @retval FX_ENOMEM */
 FX_API int fx_trainer_import_weights(fx_trainer *t, const char *path);
+
+/** @brief Number of casts the model builder inserted where the format policy changes format
+ *  between a layer's input and its weights (each a layer "<layer>.cast": a write into the new
+ *  format forward, and back into the old one backward). 0 without a policy.
+ *  @param[in] t The trainer.
+ *  @return The count, or FX_EINVAL for a NULL t. */
+FX_API int fx_trainer_cast_count(const fx_trainer *t);
 
 /** @brief Where the time of training steps goes (fx_trainer_profile()). Seconds summed over
  *  the steps measured since profiling was enabled. With a CUDA device each phase waits for the

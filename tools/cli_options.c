@@ -65,6 +65,11 @@ static const char fx_cli_usage_text[] =
 "  --checkpoint-dir DIR  save a checkpoint per run after every epoch\n"
 "  --resume              continue runs from their checkpoints in --checkpoint-dir\n"
 "  --export-weights      write each run's fp32 weights to weights_<run>.fxw in --out\n"
+"  --policy RULES        format policy on top of each run's format, e.g. \"bn*=fp32; fc2=fp16;\n"
+"                        grads=bf16\" or a preset O0 | O1 | O2 | O3 | edges-fp32 (docs/\n"
+"                        training.md); at most 127 bytes\n"
+"  --policy-file FILE    the same, read from FILE (rules on lines or separated by ';';\n"
+"                        '#' starts a comment)\n"
 "  --profile             time each layer's forward and backward pass and the phases of a\n"
 "                        step; print them and write profile_<run>.csv in --out\n"
 "  --eval FILE           evaluate a checkpoint (any format) or a weights file on the test set\n"
@@ -307,6 +312,7 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
         "--epochs", "--batch", "--lr", "--momentum", "--weight-decay", "--schedule",
         "--no-master", "--loss-scaling", "--stochastic-rounding", "--augment", "--seed",
         "--device", "--trace", "--checkpoint-dir", "--resume", "--export-weights", "--profile",
+        "--policy", "--policy-file",
         "--optimizer", "--adam-betas", "--adam-eps", "--clip-norm", "--loss-scale-init",
         "--loss-scale-growth", "--loss-scale-backoff", "--loss-scale-interval",
         "--loss-scale-min"};
@@ -478,6 +484,17 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
             o->export_weights = 1;
         } else if (!strcmp(a, "--profile")) {
             o->profile = 1;
+        } else if (!strcmp(a, "--policy")) {
+            NEEDV();
+            if (!v[0]) return fx_cli_fail(m, n, "--policy: the policy is empty");
+            if (strlen(v) >= sizeof o->policy)
+                return fx_cli_fail(m, n, "--policy: longer than %zu bytes (use --policy-file "
+                                   "for nothing longer either: the limit is the library's)",
+                                   sizeof o->policy - 1);
+            snprintf(o->policy, sizeof o->policy, "%s", v);
+        } else if (!strcmp(a, "--policy-file")) {
+            NEEDV();
+            rc = fx_cli_path(a, v, o->policy_file, sizeof o->policy_file, m, n);
         } else if (!strcmp(a, "--eval")) {
             NEEDV();
             rc = fx_cli_path(a, v, o->eval, sizeof o->eval, m, n);
@@ -489,6 +506,8 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
 #undef NEEDV
         if (rc) return rc;
     }
+    if (o->policy[0] && o->policy_file[0])
+        return fx_cli_fail(m, n, "--policy and --policy-file: give one");
     if (o->ls_min > o->ls_init)
         return fx_cli_fail(m, n, "--loss-scale-min %g is above the initial scale %g", o->ls_min,
                            o->ls_init);

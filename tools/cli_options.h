@@ -38,6 +38,8 @@ typedef struct fx_cli_options {
     int model_given;                   /* --model was given */
     int export_weights;                /* 0 or 1: weights_<run>.fxw in out after training */
     int profile;                       /* 0 or 1: time phases and layers, profile_<run>.csv */
+    char policy[128];                  /* format policy on top of each run's format ("": none) */
+    char policy_file[FX_CLI_PATH_MAX]; /* --policy-file: read into policy by the tool */
     int optimizer;                     /* FX_OPT_* */
     double adam_beta1, adam_beta2;     /* [0, 1) */
     double adam_eps;                   /* finite, > 0 */

@@ -121,16 +121,32 @@ static int join_path(char *dst, size_t n, const char *dir, const char *name)
  * unknown name). */
 static int check_traces(const options *o, const fx_dataset *train)
 {
+    fx_train_config cfg;
+    fx_train_config_default(&cfg);
+    snprintf(cfg.model, sizeof cfg.model, "%s", o->model);
+    snprintf(cfg.policy, sizeof cfg.policy, "%s", o->policy);
+    cfg.master_weights = o->master;
+    cfg.batch_size = 1;
+    /* each run's configuration is built once on one image first, so that a policy that does
+     * not fit the model (a pattern matching no layer, O3 with master weights) is a usage error
+     * found before anything is written */
+    for (int r = 0; r < o->nruns && o->policy[0]; r++) {
+        cfg.fmt = o->runs[r].fmt;
+        fx_dataset *one = fx_dataset_subset(train, 0, 1);
+        fx_trainer *t = one ? fx_trainer_new(&cfg, one, NULL) : NULL;
+        if (!t)
+            fprintf(stderr, "flexpoint-train: --policy with %s: %s\n", o->runs[r].label,
+                    flexpoint_last_error());
+        fx_trainer_free(t);
+        fx_dataset_free(one);
+        if (!t) return 2;
+    }
     const run_spec *rs = NULL;
     for (int r = 0; r < o->nruns && !rs; r++)
         if (fmt_is_shared_exponent((fmt_t)o->runs[r].fmt)) rs = &o->runs[r];
     if (!rs) return 0;
-    fx_train_config cfg;
-    fx_train_config_default(&cfg);
-    snprintf(cfg.model, sizeof cfg.model, "%s", o->model);
     cfg.fmt = rs->fmt;
     snprintf(cfg.autoflex, sizeof cfg.autoflex, "%s", rs->autoflex);
-    cfg.batch_size = 1;
     fx_dataset *one = fx_dataset_subset(train, 0, 1);
     fx_trainer *t = one ? fx_trainer_new(&cfg, one, NULL) : NULL;
     if (!t) {
@@ -360,6 +376,7 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     cfg.loss_scale_backoff = o->ls_backoff;
     cfg.loss_scale_interval = o->ls_interval;
     cfg.loss_scale_min = o->ls_min;
+    snprintf(cfg.policy, sizeof cfg.policy, "%s", o->policy);
     fx_trainer *t = fx_trainer_new(&cfg, train, test);
     if (!t) {
         fprintf(stderr, "flexpoint-train: %s: %s\n", rs->label, flexpoint_last_error());
@@ -378,6 +395,11 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     if (fmt_is_shared_exponent((fmt_t)rs->fmt))
         for (int k = 0; k < o->ntraces && !rc; k++) {
             int i = fx_trainer_tensor_find(t, o->traces[k]);
+            /* a policy may put a default-traced tensor in a float format: leave it out (a
+             * tensor named with --trace is still an error) */
+            if (i >= 0 && !o->traces_given &&
+                !fmt_is_shared_exponent(tensor_fmt(fx_trainer_tensor(t, i))))
+                continue;
             if (i < 0 || tensor_trace_enable(fx_trainer_tensor(t, i), 1) != FX_OK) {
                 fprintf(stderr, "flexpoint-train: %s: --trace: %s\n", rs->label,
                         flexpoint_last_error());
@@ -478,6 +500,55 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     return rc;
 }
 
+/* --policy-file: rules on lines (or separated by ';'), '#' to the end of a line a comment;
+ * joined with "; " into o->policy. A usage error (exit 2) when the file cannot be read, is not
+ * a regular file, or its rules do not fit the library's 127 bytes. */
+static int read_policy_file(options *o)
+{
+    int fd = open(o->policy_file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    char buf[4096];
+    ssize_t n = -1;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = read(fd, buf, sizeof buf - 1);
+    int was_regular = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (fd >= 0) close(fd);
+    if (n < 0 || (size_t)n == sizeof buf - 1) {
+        fprintf(stderr, "flexpoint-train: --policy-file %s: %s\n", o->policy_file,
+                fd < 0 ? strerror(errno)
+                : !was_regular ? "not a regular file"
+                : n < 0        ? strerror(errno)
+                               : "longer than 4 KB");
+        return -1;
+    }
+    buf[n] = '\0';
+    char out[sizeof o->policy] = "";
+    size_t used = 0;
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        while (*line == ' ' || *line == '\t' || *line == '\r') line++;
+        size_t len = strlen(line);
+        while (len && (line[len - 1] == ' ' || line[len - 1] == '\t' || line[len - 1] == '\r' ||
+                       line[len - 1] == ';'))
+            line[--len] = '\0';
+        if (!len) continue;
+        int w = snprintf(out + used, sizeof out - used, "%s%s", used ? "; " : "", line);
+        if (w < 0 || (size_t)w >= sizeof out - used) {
+            fprintf(stderr, "flexpoint-train: --policy-file %s: the rules are longer than %zu "
+                            "bytes\n", o->policy_file, sizeof out - 1);
+            return -1;
+        }
+        used += (size_t)w;
+    }
+    if (!used) {
+        fprintf(stderr, "flexpoint-train: --policy-file %s: no rule in the file\n",
+                o->policy_file);
+        return -1;
+    }
+    memcpy(o->policy, out, sizeof out);
+    return 0;
+}
+
 /* mkdir -p: every missing component of dir is created, so "--out results/presets" works in a
  * fresh checkout. A component that exists but is not a directory is reported by name. */
 static int make_dir(const char *dir)
@@ -520,6 +591,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "flexpoint-train: %s\n", msg);
         return 2;
     }
+    if (o.policy_file[0] && read_policy_file(&o)) return 2;
     if (check_device(&o)) return 1; /* before loading data or creating directories */
 #ifdef __GLIBC__
     /* Training allocates and frees the same large scratch buffers every step. Keep them in the
@@ -558,6 +630,7 @@ int main(int argc, char **argv)
                 (long long)fx_dataset_len(test), fx_dataset_channels(train),
                 fx_dataset_height(train), fx_dataset_width(train), o.epochs, o.batch, o.lr,
                 flexpoint_backend(), flexpoint_num_threads(), where);
+        if (o.policy[0]) fprintf(stderr, "flexpoint-train: format policy '%s'\n", o.policy);
     }
     {
         /* run.json first: a folder whose runs fail still says what was asked of it */

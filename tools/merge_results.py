@@ -51,7 +51,8 @@ def setting(run):
     recipe = {k: v for k, v in run["recipe"].items() if k != "seed"}
     data = run["data"]
     return json.dumps([run["model"], data.get("name"), data.get("train_images"),
-                       data.get("test_images"), data.get("pad"), recipe], sort_keys=True)
+                       data.get("test_images"), data.get("pad"), recipe, run.get("policy", "")],
+                      sort_keys=True)
 
 
 def main():

@@ -92,7 +92,9 @@ void fx_run_record_write(FILE *f, const fx_cli_options *o, int argc, char *const
             o->optimizer == FX_OPT_ADAM ? "adam" : o->optimizer == FX_OPT_ADAMW ? "adamw" : "sgd",
             o->adam_beta1, o->adam_beta2, o->adam_eps, o->clip_norm, o->ls_init, o->ls_growth,
             o->ls_backoff, (long long)o->ls_interval, o->ls_min);
-    fprintf(f, "  \"runs\": [");
+    fprintf(f, "  \"policy\": ");
+    json_str(f, o->policy);
+    fprintf(f, ",\n  \"runs\": [");
     for (int r = 0; r < o->nruns; r++) {
         fprintf(f, "%s\n    {\"label\": ", r ? "," : "");
         json_str(f, o->runs[r].label);

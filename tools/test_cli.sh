@@ -26,7 +26,7 @@ for opt in --model --data --data-dir --formats --autoflex --epochs --batch --lr 
            --pad --train-subset --test-subset --synthetic-n --seed --threads --device --out --trace \
            --checkpoint-dir --resume --export-weights --eval --optimizer --adam-betas --adam-eps \
            --clip-norm --loss-scale-init --loss-scale-growth --loss-scale-backoff \
-           --loss-scale-interval --loss-scale-min --profile --quiet; do
+           --loss-scale-interval --loss-scale-min --profile --policy --policy-file --quiet; do
   grep -q -- "$opt" "$T/out" || { echo "FAIL: --help does not document $opt"; fail=1; }
 done
 check "unknown option" 2 "unknown option '--bogus'" "$BIN" --bogus
@@ -55,6 +55,26 @@ check "--profile" 0 "profile of dfp16" "$BIN" --data synthetic --synthetic-n 200
 # one row per layer of the CNN (9), then the four phases
 [ "$(wc -l < "$T/prof/profile_dfp16.csv")" = "14" ] && grep -q "^conv2,conv," "$T/prof/profile_dfp16.csv" ||
   { echo "FAIL: profile_dfp16.csv:"; cat "$T/prof/profile_dfp16.csv"; fail=1; }
+# format policies: applied to each run, recorded in run.json; a rule that matches no layer and
+# O3 with master weights are usage errors found before anything is written
+check "--policy" 0 "format policy 'edges-fp32'" "$BIN" --data synthetic --synthetic-n 200 \
+  --model mlp --epochs 1 --batch 50 --formats fp16,dfp16 --policy edges-fp32 --out "$T/pol"
+grep -q '"policy": "edges-fp32"' "$T/pol/run.json" || { echo "FAIL: run.json policy"; fail=1; }
+check "--policy matching no layer" 2 "=fp16' matches no layer of mlp" "$BIN" \
+  --data synthetic --synthetic-n 200 --model mlp --formats fp16 --policy "conv*=fp16" \
+  --out "$T/pol2"
+[ ! -e "$T/pol2" ] || { echo "FAIL: a refused policy created its output folder"; fail=1; }
+check "--policy O3 with master weights" 2 "without master weights" "$BIN" --data synthetic \
+  --synthetic-n 200 --model mlp --formats flex16_5 --policy O3 --out "$T/pol3"
+check "--policy empty" 2 "--policy: the policy is empty" "$BIN" --policy ""
+printf '# the classifier in fp32\nO2\nfc2=fp32   # trailing comment\n' > "$T/policy.txt"
+check "--policy-file" 0 "format policy 'O2; fc2=fp32'" "$BIN" --data synthetic \
+  --synthetic-n 200 --model cnn --epochs 1 --batch 50 --formats bf16 \
+  --policy-file "$T/policy.txt" --out "$T/pol4"
+printf '# nothing\n\n' > "$T/empty-policy.txt"
+check "--policy-file without rules" 2 "no rule in the file" "$BIN" --policy-file \
+  "$T/empty-policy.txt"
+check "--policy-file a folder" 2 "not a regular file" "$BIN" --policy-file "$T"
 check "resnet depth not 6n+2" 2 "the ResNet depth must be 6n+2" "$BIN" --model resnet21
 check "model name too long" 2 "is longer than 15 bytes" "$BIN" --model mlp1024x2xxxxxxxx
 # a family member with its default traces (resnet8: the last block is s3b1)

@@ -112,6 +112,7 @@ class TrainConfigC(_CheckedStructure):
         ("loss_scale_backoff", c_double),
         ("loss_scale_interval", c_int64),
         ("loss_scale_min", c_double),
+        ("policy", c_char * 128),
     ]
 
 

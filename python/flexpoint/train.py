@@ -71,7 +71,8 @@ class TrainConfig:
     [0.999], adam_eps [1e-8]; clip_norm: clip the gradients' global L2 norm, 0 off [0];
     loss_scaling also takes "static" (a fixed scale, loss_scale_init); loss_scale_init [65536],
     loss_scale_growth [2], loss_scale_backoff [0.5], loss_scale_interval [2000],
-    loss_scale_min: the dynamic scale's floor [0].
+    loss_scale_min: the dynamic scale's floor [0]; policy: a format policy such as
+    "bn*=fp32; fc2=fp16; grads=bf16" or "O2" on top of fmt [""] (docs/training.md).
 
     :meth:`to_c` (called by Trainer and :meth:`resolved`) checks every field before it is
     stored in the C struct, which would otherwise wrap integers silently: ArgumentTypeError for
@@ -111,6 +112,7 @@ class TrainConfig:
     loss_scale_backoff: Optional[float] = None
     loss_scale_interval: Optional[int] = None
     loss_scale_min: Optional[float] = None
+    policy: Optional[str] = None
 
     def to_c(self) -> TrainConfigC:
         """The C struct: the library's defaults overridden by every field that is not None.
@@ -140,6 +142,8 @@ class TrainConfig:
                 c.loss_scaling = ls
         if self.autoflex is not None:
             c.autoflex = _encode_name(self.autoflex, "autoflex")
+        if self.policy is not None:
+            c.policy = _encode_name(self.policy, "policy", 128)
         for f in ("grad_window_lo", "act_window_lo", "weight_window_lo", "batch_size", "epochs",
                   "threads", "lr", "momentum", "weight_decay", "seed", "adam_beta1",
                   "adam_beta2", "adam_eps", "clip_norm", "loss_scale_init", "loss_scale_growth",
@@ -188,7 +192,8 @@ class TrainConfig:
                    adam_eps=c.adam_eps, clip_norm=c.clip_norm,
                    loss_scale_init=c.loss_scale_init, loss_scale_growth=c.loss_scale_growth,
                    loss_scale_backoff=c.loss_scale_backoff,
-                   loss_scale_interval=c.loss_scale_interval, loss_scale_min=c.loss_scale_min)
+                   loss_scale_interval=c.loss_scale_interval, loss_scale_min=c.loss_scale_min,
+                   policy=c.policy.decode())
 
     def resolved(self) -> "TrainConfig":
         """This configuration with every None replaced by the library default."""

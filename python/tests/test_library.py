@@ -176,7 +176,7 @@ def test_train_config_defaults_read_through_the_struct():
                         optimizer="adamw", adam_beta1=0.8, adam_beta2=0.95, adam_eps=1e-6,
                         clip_norm=2.5, loss_scale_init=512.0, loss_scale_growth=3.0,
                         loss_scale_backoff=0.25, loss_scale_interval=7,
-                        loss_scale_min=2.0).resolved()
+                        loss_scale_min=2.0, policy="fc2=fp32").resolved()
     assert c2 == fx.TrainConfig(model="mlp", fmt="flex16_5", master_weights=False,
                                 loss_scaling=True, stochastic_rounding=True, autoflex="robust",
                                 grad_window_lo=-50, act_window_lo=-30, weight_window_lo=-29,
@@ -186,7 +186,7 @@ def test_train_config_defaults_read_through_the_struct():
                                 adam_beta2=0.95, adam_eps=1e-6, clip_norm=2.5,
                                 loss_scale_init=512.0, loss_scale_growth=3.0,
                                 loss_scale_backoff=0.25, loss_scale_interval=7,
-                                loss_scale_min=2.0)
+                                loss_scale_min=2.0, policy="fc2=fp32")
     with pytest.raises(fx.InvalidArgumentError):
         fx.TrainConfig(model="x" * 16).to_c()
     assert fx.TrainConfig.default().device == -1

@@ -58,3 +58,20 @@ def test_profile():
     assert t.profile()["steps"] == 0
     with pytest.raises(fx.ArgumentTypeError):
         t.profile_enable("yes")
+
+
+def test_policy():
+    train = _data()
+    t = fx.Trainer(fx.TrainConfig(model="mlp", fmt="flex16_5", batch_size=16,
+                                  policy="fc2=fp32; grads=bf16"), train)
+    assert t.config.policy == "fc2=fp32; grads=bf16"
+    assert t.tensor("fc2.w").fmt == "fp32" and t.tensor("fc1.w").fmt == "flex16_5"
+    assert t.tensor("fc1.w.grad").fmt == "bf16"
+    assert "fc2.cast.out" in t.tensor_names()
+    t.step()
+    with pytest.raises(fx.UnknownNameError, match="matches no layer"):
+        fx.Trainer(fx.TrainConfig(model="mlp", batch_size=16, policy="conv*=fp16"), train)
+    with pytest.raises(fx.FormatError, match="fp8"):
+        fx.Trainer(fx.TrainConfig(model="mlp", batch_size=16, policy="fc1=fp8"), train)
+    with pytest.raises(fx.InvalidArgumentError):
+        fx.TrainConfig(policy="x" * 128).to_c()

@@ -431,15 +431,18 @@ static int fx_validate(fx_trainer *t, const uint8_t *payload, size_t len, const 
     if (r.failed) return LOAD_FAIL(FX_ECORRUPT, "%s: truncated configuration", name);
     if (strncmp(cfg.model, t->cfg.model, sizeof cfg.model) != 0 || cfg.fmt != t->cfg.fmt ||
         cfg.batch_size != t->cfg.batch_size || cfg.master_weights != t->cfg.master_weights ||
-        cfg.seed != t->cfg.seed || cfg.optimizer != t->cfg.optimizer)
+        cfg.seed != t->cfg.seed || cfg.optimizer != t->cfg.optimizer ||
+        strncmp(cfg.policy, t->cfg.policy, sizeof cfg.policy) != 0)
         return LOAD_FAIL(FX_ECORRUPT, "%s: written for model %.16s, format %s, batch %d, seed "
-                         "%llu, master %d, optimizer %d; this trainer is %.16s, %s, %d, %llu, "
-                         "%d, %d", name, cfg.model,
+                         "%llu, master %d, optimizer %d, policy '%.128s'; this trainer is "
+                         "%.16s, %s, %d, %llu, %d, %d, '%.128s'", name, cfg.model,
                          fmt_name((fmt_t)cfg.fmt) ? fmt_name((fmt_t)cfg.fmt) : "?",
                          cfg.batch_size, (unsigned long long)cfg.seed, cfg.master_weights,
-                         cfg.optimizer, t->cfg.model, fmt_name((fmt_t)t->cfg.fmt),
-                         t->cfg.batch_size, (unsigned long long)t->cfg.seed,
-                         t->cfg.master_weights, t->cfg.optimizer);
+                         cfg.optimizer, memchr(cfg.policy, 0, sizeof cfg.policy) ? cfg.policy
+                                                                                 : "?",
+                         t->cfg.model, fmt_name((fmt_t)t->cfg.fmt), t->cfg.batch_size,
+                         (unsigned long long)t->cfg.seed, t->cfg.master_weights,
+                         t->cfg.optimizer, t->cfg.policy);
     fx_ckpt_pos pos;
     fx_loss_scaler sc;
     fx_reader_get(&r, &pos, sizeof pos);

@@ -15,8 +15,8 @@
 
 /* ---------------------------------------------------------------- building ---------------- */
 
-static int fx_add_param(fx_model *m, const char *name, fmt_t fmt, int ndim, const int64_t *shape,
-                        int fan_in, int decay)
+static int fx_add_param(fx_model *m, const char *name, fmt_t fmt, fmt_t gfmt, int ndim,
+                        const int64_t *shape, int fan_in, int decay)
 {
     if (m->nparams == m->pcap) {
         int cap = m->pcap ? 2 * m->pcap : 32;
@@ -31,7 +31,7 @@ static int fx_add_param(fx_model *m, const char *name, fmt_t fmt, int ndim, cons
     /* counted at once, so that fx_model_free releases whatever part was allocated */
     m->nparams++;
     p->w = fx_place_tensor(m, fmt, ndim, shape, m->cfg.weight_window_lo);
-    p->g = fx_place_tensor(m, fmt, ndim, shape, m->cfg.grad_window_lo);
+    p->g = fx_place_tensor(m, gfmt, ndim, shape, m->cfg.grad_window_lo);
     if (!p->w || !p->g) return flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
     p->n = tensor_numel(p->w);
     p->fan_in = fan_in;
@@ -42,6 +42,26 @@ static int fx_add_param(fx_model *m, const char *name, fmt_t fmt, int ndim, cons
     if (!rc) rc = fx_place_zeros(m, (void **)&p->unscaled, p->n, sizeof(float));
     if (rc) return rc;
     return m->nparams - 1;
+}
+
+/* The formats of a new layer's tensors from the policy (the run's format without one). */
+static void fx_layer_formats(fx_model *m, fx_layer *l)
+{
+    const int run = m->cfg.fmt, compute = l->kind == FX_L_CONV || l->kind == FX_L_LINEAR;
+    const int first = compute && !m->seen_compute, last = m->adding_last;
+    fx_policy *p = &m->policy;
+    l->fw = fx_policy_format(p, l->name, (int)l->kind, first, last, FX_PC_WEIGHTS, run);
+    l->fb = fx_policy_format(p, l->name, (int)l->kind, first, last, FX_PC_BIASES, run);
+    l->fa = fx_policy_format(p, l->name, (int)l->kind, first, last, FX_PC_ACTS, run);
+    l->fdx = fx_policy_format(p, l->name, (int)l->kind, first, last, FX_PC_DACTS, run);
+    l->fdw = fx_policy_format(p, l->name, (int)l->kind, first, last, FX_PC_DWEIGHTS, run);
+    if (compute) m->seen_compute = 1;
+}
+
+/* The format of layer idx's output (idx < 0: the network input). */
+static int fx_out_fmt(const fx_model *m, int idx)
+{
+    return idx < 0 ? m->in_fmt : m->layers[idx].fa;
 }
 
 static fx_layer *fx_add_layer(fx_model *m, fx_layer_kind kind, const char *name, int in0, int in1)
@@ -57,6 +77,7 @@ static fx_layer *fx_add_layer(fx_model *m, fx_layer_kind kind, const char *name,
     memset(l, 0, sizeof *l);
     l->kind = kind;
     snprintf(l->name, sizeof l->name, "%s", name);
+    fx_layer_formats(m, l);
     l->in[0] = in0;
     l->in[1] = in1;
     l->nin = in1 == -2 ? 1 : 2;
@@ -82,9 +103,40 @@ static void fx_in_shape_copy(const fx_model *m, int idx, int *ndim, int64_t out[
 
 #define LAST(m) ((m)->nlayers - 1)
 
+/* The input of a conv/linear layer `name` in its weights' format: `in` itself, or a cast layer
+ * "<name>.cast" inserted after it when a policy gave in's output another format (a write into
+ * the new format, choosing its exponent; its backward writes the gradient back into in's
+ * format). The network input takes the format of the first layer that reads it. */
+static int fx_cast_input(fx_model *m, const char *name, fx_layer_kind kind, int in)
+{
+    const int first = !m->seen_compute;
+    const int fw = fx_policy_format(&m->policy, name, (int)kind, first, m->adding_last,
+                                    FX_PC_WEIGHTS, m->cfg.fmt);
+    if (in < 0 && m->in_fmt < 0) m->in_fmt = fw;
+    const int from = fx_out_fmt(m, in);
+    if (from == fw) return in;
+    char cn[48];
+    snprintf(cn, sizeof cn, "%s.cast", name);
+    if (strlen(cn) >= sizeof m->layers[0].name)
+        return FX_FAIL(FX_ENAME, "layer name '%s.cast' is too long", name);
+    int nd;
+    int64_t is[4];
+    fx_in_shape_copy(m, in, &nd, is);
+    fx_layer *l = fx_add_layer(m, FX_L_CAST, cn, in, -2);
+    if (!l) return FX_FAIL(FX_ENOMEM, "out of memory");
+    l->ndim = nd;
+    memcpy(l->shape, is, sizeof l->shape);
+    l->fa = fw;
+    l->fdx = from;
+    m->ncasts++;
+    return LAST(m);
+}
+
 static int fx_conv(fx_model *m, const char *name, int in, int out_ch, int k, int stride, int pad,
                    int bias)
 {
+    in = fx_cast_input(m, name, FX_L_CONV, in);
+    if (in < -1) return in;
     int nd;
     int64_t is[4];
     fx_in_shape_copy(m, in, &nd, is);
@@ -103,13 +155,15 @@ static int fx_conv(fx_model *m, const char *name, int in, int out_ch, int k, int
     int fan_in = (int)(is[1] * k * k);
     snprintf(pn, sizeof pn, "%s.w", name);
     int li = LAST(m);
-    int w = fx_add_param(m, pn, (fmt_t)m->cfg.fmt, 4, ws, fan_in, 1);
+    int w = fx_add_param(m, pn, (fmt_t)m->layers[li].fw, (fmt_t)m->layers[li].fdw, 4, ws,
+                         fan_in, 1);
     if (w < 0) return w;
     m->layers[li].w = w;
     if (bias) {
         int64_t bs[3] = {out_ch, 1, 1};
         snprintf(pn, sizeof pn, "%s.b", name);
-        int b = fx_add_param(m, pn, (fmt_t)m->cfg.fmt, 3, bs, fan_in, 0);
+        int b = fx_add_param(m, pn, (fmt_t)m->layers[li].fb, (fmt_t)m->layers[li].fdw, 3, bs,
+                             fan_in, 0);
         if (b < 0) return b;
         m->layers[li].b = b;
     }
@@ -118,6 +172,8 @@ static int fx_conv(fx_model *m, const char *name, int in, int out_ch, int k, int
 
 static int fx_linear(fx_model *m, const char *name, int in, int out_f)
 {
+    in = fx_cast_input(m, name, FX_L_LINEAR, in);
+    if (in < -1) return in;
     int nd;
     int64_t is[4];
     fx_in_shape_copy(m, in, &nd, is);
@@ -132,10 +188,12 @@ static int fx_linear(fx_model *m, const char *name, int in, int out_f)
     char pn[48];
     int64_t ws[2] = {out_f, in_f}, bs[1] = {out_f};
     snprintf(pn, sizeof pn, "%s.w", name);
-    int w = fx_add_param(m, pn, (fmt_t)m->cfg.fmt, 2, ws, (int)in_f, 1);
+    int w = fx_add_param(m, pn, (fmt_t)m->layers[li].fw, (fmt_t)m->layers[li].fdw, 2, ws,
+                         (int)in_f, 1);
     if (w < 0) return w;
     snprintf(pn, sizeof pn, "%s.b", name);
-    int b = fx_add_param(m, pn, (fmt_t)m->cfg.fmt, 1, bs, (int)in_f, 0);
+    int b = fx_add_param(m, pn, (fmt_t)m->layers[li].fb, (fmt_t)m->layers[li].fdw, 1, bs,
+                         (int)in_f, 0);
     if (b < 0) return b;
     m->layers[li].w = w;
     m->layers[li].b = b;
@@ -170,10 +228,10 @@ static int fx_bn(fx_model *m, const char *name, int in)
     char pn[48];
     int64_t s[1] = {C};
     snprintf(pn, sizeof pn, "%s.gamma", name);
-    int g = fx_add_param(m, pn, FMT_FP32, 1, s, 0, 0);
+    int g = fx_add_param(m, pn, FMT_FP32, FMT_FP32, 1, s, 0, 0);
     if (g < 0) return g;
     snprintf(pn, sizeof pn, "%s.beta", name);
-    int b = fx_add_param(m, pn, FMT_FP32, 1, s, 0, 0);
+    int b = fx_add_param(m, pn, FMT_FP32, FMT_FP32, 1, s, 0, 0);
     if (b < 0) return b;
     fx_layer *l = &m->layers[li];
     l->w = g;
@@ -221,7 +279,9 @@ static int fx_build_mlp(fx_model *m, const fx_model_spec *s)
         TRY(fx_simple(m, FX_L_RELU, n, cur));
     }
     snprintf(n, sizeof n, "fc%d", s->depth + 1);
+    m->adding_last = 1; /* the classifier: edges-fp32's last layer */
     TRY(fx_linear(m, n, cur, m->classes));
+    m->adding_last = 0;
     return FX_OK;
 }
 
@@ -238,7 +298,9 @@ static int fx_build_cnn(fx_model *m, const fx_model_spec *s)
     TRY(fx_simple(m, FX_L_MAXPOOL, "pool2", cur));
     TRY(fx_linear(m, "fc1", cur, s->width));
     TRY(fx_simple(m, FX_L_RELU, "relu3", cur));
+    m->adding_last = 1; /* the classifier: edges-fp32's last layer */
     TRY(fx_linear(m, "fc2", cur, m->classes));
+    m->adding_last = 0;
     return FX_OK;
 }
 
@@ -282,7 +344,9 @@ static int fx_build_resnet(fx_model *m, const fx_model_spec *sp)
             TRY(fx_simple(m, FX_L_RELU, n, cur));
         }
     TRY(fx_simple(m, FX_L_GAP, "gap", cur));
+    m->adding_last = 1; /* the classifier: edges-fp32's last layer */
     TRY(fx_linear(m, "fc", cur, m->classes));
+    m->adding_last = 0;
     return FX_OK;
 }
 
@@ -351,12 +415,14 @@ static int fx_init_params(fx_model *m)
  * would change the results). FLEXPOINT_NO_FUSION=1 turns it off (to compare). */
 static void fx_fuse_conv_relu(fx_model *m)
 {
-    const fmt_t f = (fmt_t)m->cfg.fmt;
     const char *off = getenv("FLEXPOINT_NO_FUSION");
-    if (fmt_is_shared_exponent(f) || (off && off[0] == '1')) return;
+    if (off && off[0] == '1') return;
     for (int i = 0; i + 1 < m->nlayers; i++) {
         fx_layer *c = &m->layers[i], *r = &m->layers[i + 1];
-        if (c->kind == FX_L_CONV && r->kind == FX_L_RELU && r->in[0] == i && c->consumers == 1)
+        /* the fused op writes the ReLU's output from the convolution's operands: both outputs
+         * in one float format, and the ReLU's gradient in the convolution's */
+        if (c->kind == FX_L_CONV && r->kind == FX_L_RELU && r->in[0] == i && c->consumers == 1 &&
+            !fmt_is_shared_exponent((fmt_t)c->fa) && c->fa == r->fa && c->fdx == r->fdx)
             c->fused_relu = r->fused_relu = 1;
     }
 }
@@ -375,6 +441,13 @@ int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W,
     fx_model_spec spec;
     int rc = fx_model_parse(cfg->model, &spec, "fx_trainer_new");
     if (rc) return rc;
+    m->in_fmt = -1;
+    rc = fx_policy_parse(cfg->policy, cfg->fmt, &m->policy, "fx_trainer_new");
+    if (rc) return rc;
+    if (m->policy.no_master && cfg->master_weights)
+        return fx_error(FX_EINVAL, "fx_trainer_new", "policy '%s': O3 is pure 16-bit training "
+                        "without master weights; set master_weights = 0 (--no-master)",
+                        cfg->policy);
     if (spec.kind != FX_MODEL_MLP && (H % 4 || W % 4))
         return FX_FAIL(FX_ESHAPE, "%.16s needs H and W divisible by 4 (got %dx%d)", cfg->model,
                        H, W);
@@ -382,6 +455,11 @@ int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W,
     else if (spec.kind == FX_MODEL_CNN) rc = fx_build_cnn(m, &spec);
     else rc = fx_build_resnet(m, &spec);
     if (rc < 0) return rc;
+    if (m->in_fmt < 0) m->in_fmt = cfg->fmt;
+    for (int i = 0; i < m->policy.n; i++)
+        if (!m->policy.rules[i].matched)
+            return fx_error(FX_ENAME, "fx_trainer_new", "policy rule '%s' matches no layer of "
+                            "%.16s", m->policy.rules[i].text, cfg->model);
     for (int i = 0; i < m->nlayers; i++)
         for (int j = 0; j < m->layers[i].nin; j++)
             if (m->layers[i].in[j] >= 0) m->layers[m->layers[i].in[j]].consumers++;
@@ -445,9 +523,9 @@ void fx_model_free(fx_model *m)
 
 /* ---------------------------------------------------------------- contexts ---------------- */
 
-static tensor_t *fx_new_act(fx_model *m, int ndim, const int64_t *shape, int grad)
+static tensor_t *fx_new_act(fx_model *m, int fmt, int ndim, const int64_t *shape, int grad)
 {
-    return fx_place_tensor(m, (fmt_t)m->cfg.fmt, ndim, shape,
+    return fx_place_tensor(m, (fmt_t)fmt, ndim, shape,
                            grad ? m->cfg.grad_window_lo : m->cfg.act_window_lo);
 }
 
@@ -458,10 +536,10 @@ static const int64_t *fx_layer_in_shape(const fx_model *m, const fx_layer *l, in
 
 int fx_model_alloc_ctx(fx_model *m, int ctx)
 {
-    m->input[ctx] = fx_new_act(m, m->in_ndim, m->in_shape, 0);
+    m->input[ctx] = fx_new_act(m, m->in_fmt, m->in_ndim, m->in_shape, 0);
     if (!m->input[ctx]) return FX_ENOMEM;
     if (m->device >= 0) {
-        m->stage[ctx] = fx_place_host_tensor(&m->cfg, (fmt_t)m->cfg.fmt, m->in_ndim, m->in_shape,
+        m->stage[ctx] = fx_place_host_tensor(&m->cfg, (fmt_t)m->in_fmt, m->in_ndim, m->in_shape,
                                              m->cfg.act_window_lo);
         if (!m->stage[ctx]) return FX_ENOMEM;
     }
@@ -471,11 +549,11 @@ int fx_model_alloc_ctx(fx_model *m, int ctx)
          * nor a pre-bias tensor of its own (none would ever be written, so none is listed) */
         const int own_out = !(l->kind == FX_L_CONV && l->fused_relu);
         if (own_out) {
-            l->out[ctx] = fx_new_act(m, l->ndim, l->shape, 0);
+            l->out[ctx] = fx_new_act(m, l->fa, l->ndim, l->shape, 0);
             if (!l->out[ctx]) return FX_ENOMEM;
         }
         if (own_out && (l->kind == FX_L_CONV || l->kind == FX_L_LINEAR) && l->b >= 0) {
-            l->tmp[ctx] = fx_new_act(m, l->ndim, l->shape, 0);
+            l->tmp[ctx] = fx_new_act(m, l->fa, l->ndim, l->shape, 0);
             if (!l->tmp[ctx]) return FX_ENOMEM;
         }
         if (ctx != FX_CTX_TRAIN) continue;
@@ -489,12 +567,12 @@ int fx_model_alloc_ctx(fx_model *m, int ctx)
             if (l->kind == FX_L_ADD) continue; /* add passes its output gradient through */
             int nd;
             const int64_t *s = fx_layer_in_shape(m, l, j, &nd);
-            l->dx[j] = fx_new_act(m, nd, s, 1);
+            l->dx[j] = fx_new_act(m, l->fdx, nd, s, 1);
             l->dx_owned[j] = 1;
             if (!l->dx[j]) return FX_ENOMEM;
         }
         if (l->consumers > 1) {
-            l->dy_sum = fx_new_act(m, l->ndim, l->shape, 1);
+            l->dy_sum = fx_new_act(m, l->fdx, l->ndim, l->shape, 1);
             if (!l->dy_sum) return FX_ENOMEM;
         }
     }
@@ -554,8 +632,22 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
                                 l->run_mean, l->run_var, training ? l->save_mean : NULL,
                                 training ? l->save_invstd : NULL, 0.1, 1e-5, training);
     case FX_L_ADD: return tensor_add(l->out[ctx], x, fx_input_of(m, l, 1, ctx));
+    case FX_L_CAST: return tensor_copy(l->out[ctx], x);
     }
     return FX_FAIL(FX_EINVAL, "unknown layer kind %d", (int)l->kind);
+}
+
+int fx_model_uses(const fx_model *m, int f)
+{
+    if (m->in_fmt == f) return 1;
+    for (int i = 0; i < m->nlayers; i++) {
+        const fx_layer *l = &m->layers[i];
+        const int has_params = l->kind == FX_L_CONV || l->kind == FX_L_LINEAR;
+        if (l->fa == f || l->fdx == f ||
+            (has_params && (l->fw == f || l->fb == f || l->fdw == f)))
+            return 1;
+    }
+    return 0;
 }
 
 double fx_model_clock(const fx_model *m)
@@ -638,6 +730,7 @@ static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
     case FX_L_BN:
         return tensor_batchnorm_backward(dx, m->params[l->w].g, m->params[l->b].g, dy, x,
                                          m->params[l->w].w, l->save_mean, l->save_invstd);
+    case FX_L_CAST: return dx ? tensor_copy(dx, dy) : FX_OK;
     case FX_L_ADD:
         /* the gradient of a sum reaches both inputs unchanged */
         l->dx[0] = (tensor_t *)dy;

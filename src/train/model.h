@@ -4,6 +4,7 @@
 #define FX_TRAIN_MODEL_H
 
 #include "flexpoint_train.h"
+#include "policy.h"
 #include "../core/internal.h"
 
 #define FX_CTX_TRAIN 0
@@ -29,7 +30,8 @@ typedef enum {
     FX_L_MAXPOOL,
     FX_L_GAP,
     FX_L_BN,
-    FX_L_ADD
+    FX_L_ADD,
+    FX_L_CAST /* out = in in another format (a write), inserted where a policy changes format */
 } fx_layer_kind;
 
 typedef struct fx_layer {
@@ -59,6 +61,9 @@ typedef struct fx_layer {
      * forward is already done and the backward masks by its own output (x > 0 exactly where
      * relu(x) > 0). The conv layer's own output is then never written. */
     int fused_relu;
+    /* formats (fx_train_config.policy; the run's format without one): weights, biases, output,
+     * gradients w.r.t. the inputs, weight and bias gradients */
+    int fw, fb, fa, fdx, fdw;
 } fx_layer;
 
 typedef struct fx_model {
@@ -77,6 +82,12 @@ typedef struct fx_model {
     /* fx_trainer_profile_enable: seconds per layer of the training context's forward and
      * backward passes (NULL while profiling is off) */
     double *prof_fwd, *prof_bwd;
+    /* the parsed policy, the input's format, casts inserted, and builder state: whether a
+     * compute layer was added yet and whether the next layer is the classifier */
+    fx_policy policy;
+    int in_fmt;
+    int ncasts;
+    int seen_compute, adding_last;
     fx_train_config cfg;
 } fx_model;
 
@@ -115,6 +126,9 @@ void fx_model_free_ctx(fx_model *m, int ctx);
 int fx_model_forward(fx_model *m, int ctx, tensor_t **logits);
 /* Backward from dlogits (train context); fills every parameter gradient. */
 int fx_model_backward(fx_model *m, const tensor_t *dlogits);
+
+/* 1 when any tensor of the model (parameters, gradients, activations) is in format f. */
+int fx_model_uses(const fx_model *m, int f);
 
 /* A monotonic clock in seconds, after waiting for the model's device when it has one (so that a
  * device's asynchronous work is charged to the layer that launched it). */

@@ -151,7 +151,10 @@ int fx_train_config_validate(const fx_train_config *c)
     if (c->device < -1)
         return CFG_FAIL(FX_EINVAL, "device=%d: use -1 for the host or a CUDA ordinal >= 0",
                        c->device);
-    return fx_validate_recipe(c);
+    if ((rc = fx_validate_recipe(c))) return rc;
+    if ((rc = fx_validate_terminated("policy", c->policy, sizeof c->policy))) return rc;
+    fx_policy scratch;
+    return fx_policy_parse(c->policy, c->fmt, &scratch, "fx_trainer_new");
 }
 
 void fx_trainer_make_perm(fx_trainer *t, int epoch)
@@ -268,17 +271,19 @@ fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
     if (cfg->augment) t->aug_tmp = malloc((size_t)H * (size_t)W * sizeof(float));
     int64_t ls[2] = {B, classes};
     if (!rc) {
-        t->dlogits = fx_place_tensor(&t->m, (fmt_t)cfg->fmt, 2, ls, cfg->grad_window_lo);
+        const fx_layer *last = &t->m.layers[t->m.nlayers - 1];
+        t->dlogits = fx_place_tensor(&t->m, (fmt_t)last->fdx, 2, ls, cfg->grad_window_lo);
         if (!t->dlogits) rc = flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
     }
     if (!rc && t->m.device >= 0) {
-        t->logits_host = tensor_new((fmt_t)cfg->fmt, 2, ls);
+        t->logits_host = tensor_new((fmt_t)t->m.layers[t->m.nlayers - 1].fa, 2, ls);
         if (!t->logits_host) rc = flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
     }
     if (!rc && (!t->perm || !t->xbuf || !t->ybuf || !t->logits_buf ||
                 (cfg->augment && !t->aug_tmp)))
         rc = FX_FAIL(FX_ENOMEM, "out of memory");
-    t->scaling = cfg->loss_scaling < 0 ? cfg->fmt == FMT_FP16 : cfg->loss_scaling != 0;
+    /* auto: dynamic scaling when any tensor of the model is fp16 */
+    t->scaling = cfg->loss_scaling < 0 ? fx_model_uses(&t->m, FMT_FP16) : cfg->loss_scaling != 0;
     fx_loss_scaler_init(&t->scaler, t->scaling);
     if (t->scaling) {
         t->scaler.scale = cfg->loss_scale_init;
@@ -729,7 +734,7 @@ int fx_trainer_health(fx_trainer *t, fx_train_health *h)
     int rc = fx_trainer_use_device(t);
     if (!rc) rc = fx_health_collect(t);
     if (rc) return rc;
-    h->measured = fmt_is_shared_exponent((fmt_t)t->cfg.fmt);
+    h->measured = fx_model_uses(&t->m, FMT_FLEX16_5) || fx_model_uses(&t->m, FMT_DFP16);
     for (int c = 0; c < FX_TENSOR_CLASSES; c++) h->worst_saturated[c] = h->worst_zeroed[c] = -1;
     /* collected: the counts are the current epoch's, or none after a load */
     for (int i = 0; i < t->nreg; i++) {
@@ -814,8 +819,8 @@ int fx_trainer_layer_profile(const fx_trainer *t, int i, fx_layer_profile *lp)
     if (!t || !lp) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "lp");
     if (i < 0 || i >= t->m.nlayers)
         return FX_FAIL(FX_EINVAL, "layer %d is outside [0, %d)", i, t->m.nlayers);
-    static const char *const kinds[] = {"conv", "linear", "relu", "maxpool", "gap",
-                                        "batchnorm", "add"};
+    static const char *const kinds[] = {"conv",      "linear", "relu", "maxpool", "gap",
+                                        "batchnorm", "add",    "cast"};
     const fx_layer *l = &t->m.layers[i];
     lp->name = l->name;
     lp->kind = (int)l->kind >= 0 && (size_t)l->kind < sizeof kinds / sizeof *kinds
@@ -824,4 +829,10 @@ int fx_trainer_layer_profile(const fx_trainer *t, int i, fx_layer_profile *lp)
     lp->forward_s = t->m.prof_fwd ? t->m.prof_fwd[i] : 0.0;
     lp->backward_s = t->m.prof_bwd ? t->m.prof_bwd[i] : 0.0;
     return FX_OK;
+}
+
+int fx_trainer_cast_count(const fx_trainer *t)
+{
+    if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
+    return t->m.ncasts;
 }
