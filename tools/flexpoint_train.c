@@ -329,6 +329,15 @@ static int write_profile(const fx_trainer *t, const run_spec *rs, const char *pa
             printf("%-16s %-10s %10.3f %10.3f %6.1f%%\n", lp.name, lp.kind, per * lp.forward_s,
                    per * lp.backward_s, 100 * share);
     }
+    double cast_s = 0;
+    for (int i = 0; i < fx_trainer_layer_count(t); i++) {
+        fx_layer_profile lp;
+        if (fx_trainer_layer_profile(t, i, &lp) == FX_OK && !strcmp(lp.kind, "cast"))
+            cast_s += lp.forward_s + lp.backward_s;
+    }
+    if (!quiet && fx_trainer_cast_count(t) > 0)
+        printf("%d casts: %.3f ms a step, %.1f%% of the step\n", fx_trainer_cast_count(t),
+               per * cast_s, 100 * cast_s / tot);
     const char *phases[] = {"data", "loss", "update", "other"};
     double other = p.total_s - p.data_s - p.forward_s - p.loss_s - p.backward_s - p.update_s;
     const double secs[] = {p.data_s, p.loss_s, p.update_s, other > 0 ? other : 0};
@@ -455,7 +464,7 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
                 mt.test_accuracy, mt.seconds, mt.images_per_second, mt.loss_scale,
                 (long long)mt.skipped_steps, (long long)mt.nonfinite_losses);
         health_columns(epochs_csv->f, &h);
-        fputc('\n', epochs_csv->f);
+        fprintf(epochs_csv->f, ",%d\n", fx_trainer_cast_count(t));
         if (csv_flush(epochs_csv) || csv_flush(steps_csv)) {
             *fatal = 1;
             rc = -1;
@@ -646,7 +655,7 @@ int main(int argc, char **argv)
     for (int c = 0; c < FX_TENSOR_CLASSES; c++)
         fprintf(ec.f, ",%s_written,%s_saturated,%s_underflow,%s_zeroed_writes", class_names[c],
                 class_names[c], class_names[c], class_names[c]);
-    fprintf(ec.f, ",nonfinite_weights\n");
+    fprintf(ec.f, ",nonfinite_weights,casts\n");
     fprintf(sc.f, "run,step,epoch,loss,loss_scale\n");
     if (csv_flush(&ec) || csv_flush(&sc)) goto done;
     for (int r = 0; r < o.nruns; r++) {
