@@ -157,6 +157,30 @@ static void round_trip(int fmt, const fx_dataset *tr, const fx_dataset *te, cons
     }
     CHECK(acc32 > 0.5, "%s-trained CNN evaluated in fp32: accuracy %.4f (learnable data)",
           fmt_name((fmt_t)fmt), acc32);
+    /* under a format policy (cast layers, no parameters of their own): the weights still map
+     * one to one */
+    if (src) {
+        fx_train_config pc;
+        test_train_config(&pc, "cnn", FMT_FLEX16_5, 7);
+        pc.batch_size = 32;
+        snprintf(pc.policy, sizeof pc.policy, "fc*=fp32; grads=bf16");
+        fx_trainer *d = fx_trainer_new(&pc, tr, te);
+        CHECK(d != NULL, "policy trainer: %s", flexpoint_last_error());
+        if (d) {
+            CHECK(fx_trainer_cast_count(d) == 2, "casts %d", fx_trainer_cast_count(d));
+            CHECK_STATUS(fx_trainer_copy_weights(d, b), FX_OK);
+            int64_t m = 0;
+            float *got = params_of(d, &m);
+            CHECK(got && m == n && memcmp(got, src, (size_t)n * sizeof *src) == 0,
+                  "under a policy: the master weights are not the source's bits");
+            free(got);
+            double acc = -1;
+            CHECK_STATUS(fx_trainer_evaluate(d, te, &acc, NULL), FX_OK);
+            CHECK(fabs(acc - acc32) <= 0.05, "under a policy: accuracy %.4f, fp32 %.4f", acc,
+                  acc32);
+        }
+        fx_trainer_free(d);
+    }
     free(src);
     fx_trainer_free(b);
     fx_trainer_free(a);

@@ -313,7 +313,6 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
         "--epochs", "--batch", "--lr", "--momentum", "--weight-decay", "--schedule",
         "--no-master", "--loss-scaling", "--stochastic-rounding", "--augment", "--seed",
         "--device", "--trace", "--checkpoint-dir", "--resume", "--export-weights", "--profile",
-        "--policy", "--policy-file",
         "--optimizer", "--adam-betas", "--adam-eps", "--clip-norm", "--loss-scale-init",
         "--loss-scale-growth", "--loss-scale-backoff", "--loss-scale-interval",
         "--loss-scale-min"};

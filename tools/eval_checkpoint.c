@@ -30,16 +30,22 @@ static double now_s(void)
 }
 
 /* The trainer that evaluates run r: the source itself when r is its own format and preset. */
-static int eval_run(const fx_cli_run *r, const fx_train_config *src_cfg, fx_trainer *src,
-                    const fx_dataset *train, const fx_dataset *test, eval_row *row)
+static int eval_run(const fx_cli_run *r, const char *policy, const fx_train_config *src_cfg,
+                    fx_trainer *src, const fx_dataset *train, const fx_dataset *test,
+                    eval_row *row)
 {
-    int own = r->fmt == src_cfg->fmt &&
+    /* the checkpoint's own format, preset and policy: its loaded trainer, exactly */
+    int own = r->fmt == src_cfg->fmt && strcmp(policy, src_cfg->policy) == 0 &&
               (r->fmt != FMT_FLEX16_5 || strcmp(r->autoflex, src_cfg->autoflex) == 0);
     fx_trainer *t = src;
     if (!own) {
         fx_train_config c = *src_cfg;
         c.fmt = r->fmt;
         snprintf(c.autoflex, sizeof c.autoflex, "%s", r->autoflex);
+        /* --policy: the evaluation's policy on top of each format (the training run's
+         * policy carries over only when it is given again) */
+        snprintf(c.policy, sizeof c.policy, "%s", policy);
+        if (c.policy[0]) c.master_weights = 0; /* O3 needs none, and evaluation uses none */
         /* loss scaling and master weights do not act in an evaluation; "auto" keeps a
          * configuration valid for every format */
         c.loss_scaling = -1;
@@ -139,7 +145,7 @@ int fx_cli_eval(const fx_cli_options *o, const fx_dataset *train, const fx_datas
     fprintf(csv, "checkpoint,model,trained_format,format,test_accuracy,test_loss,seconds\n");
     for (int r = 0; r < o->nruns; r++) {
         memset(&rows[r], 0, sizeof rows[r]);
-        if (eval_run(&o->runs[r], &cfg, src, train, test, &rows[r])) {
+        if (eval_run(&o->runs[r], o->policy, &cfg, src, train, test, &rows[r])) {
             failures++;
             continue;
         }

@@ -261,6 +261,10 @@ check "--eval a weights file without --model" 1 "give --model" "$BIN" --data syn
 check "--eval a weights file of another model" 1 "tensors, the model has" "$BIN" \
   --data synthetic --synthetic-n 200 --eval "$T/wt/weights_fp32.fxw" --model cnn \
   --out "$T/wev3" --quiet
+check "--eval under a policy" 0 "mlp, trained in dfp16" "$BIN" --data synthetic \
+  --synthetic-n 200 --eval "$T/ck/dfp16.ckpt" --formats fp32,flex16_5 --policy edges-fp32 \
+  --out "$T/evp" --quiet
+[ "$(wc -l < "$T/evp/eval.csv")" = "3" ] || { echo "FAIL: eval.csv under a policy"; fail=1; }
 check "--eval with a training option" 2 "--eval: --epochs is a training option" "$BIN" \
   --data synthetic --eval "$T/ck/dfp16.ckpt" --epochs 2
 check "--eval with other data" 1 "data options must be those of the training run" "$BIN" \

@@ -8,6 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int fx_bn_count(const fx_model *m)
+{
+    int n = 0;
+    for (int i = 0; i < m->nlayers; i++) n += m->layers[i].kind == FX_L_BN;
+    return n;
+}
+
+/* The k-th batch-norm layer of m. */
+static const fx_layer *fx_bn_layer(const fx_model *m, int k)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].kind == FX_L_BN && k-- == 0) return &m->layers[i];
+    return NULL;
+}
+
 /* The first difference between the models of a and b that would make a copy meaningless
  * (FX_ESHAPE with a message), or FX_OK. */
 static int fx_same_model(const fx_trainer *a, const fx_trainer *b)
@@ -20,9 +35,12 @@ static int fx_same_model(const fx_trainer *a, const fx_trainer *b)
                        "%d classes", b->C, b->H, b->W, b->classes, a->C, a->H, a->W,
                        a->classes);
     const fx_model *ma = &a->m, *mb = &b->m;
-    if (ma->nparams != mb->nparams || ma->nlayers != mb->nlayers)
-        return FX_FAIL(FX_ESHAPE, "the networks differ: %d layers and %d parameters into %d and "
-                       "%d", mb->nlayers, mb->nparams, ma->nlayers, ma->nparams);
+    /* parameters and batch-norm layers must correspond one to one; cast layers (format
+     * policies) hold neither, so models under different policies still match */
+    if (ma->nparams != mb->nparams || fx_bn_count(ma) != fx_bn_count(mb))
+        return FX_FAIL(FX_ESHAPE, "the networks differ: %d parameters and %d batch-norm layers "
+                       "into %d and %d", mb->nparams, fx_bn_count(mb), ma->nparams,
+                       fx_bn_count(ma));
     for (int i = 0; i < ma->nparams; i++) {
         const fx_param *pa = &ma->params[i], *pb = &mb->params[i];
         int same = strcmp(pa->name, pb->name) == 0 && pa->n == pb->n &&
@@ -33,10 +51,11 @@ static int fx_same_model(const fx_trainer *a, const fx_trainer *b)
             return FX_FAIL(FX_ESHAPE, "parameter %d differs: %s (%lld values) into %s (%lld "
                            "values)", i, pb->name, (long long)pb->n, pa->name, (long long)pa->n);
     }
-    for (int i = 0; i < ma->nlayers; i++) {
-        const fx_layer *la = &ma->layers[i], *lb = &mb->layers[i];
-        if (la->kind != lb->kind || la->channels != lb->channels)
-            return FX_FAIL(FX_ESHAPE, "layer %d differs: %s into %s", i, lb->name, la->name);
+    for (int k = 0; k < fx_bn_count(ma); k++) {
+        const fx_layer *la = fx_bn_layer(ma, k), *lb = fx_bn_layer(mb, k);
+        if (strcmp(la->name, lb->name) != 0 || la->channels != lb->channels)
+            return FX_FAIL(FX_ESHAPE, "batch-norm layer %d differs: %s into %s", k, lb->name,
+                           la->name);
     }
     return FX_OK;
 }
@@ -61,10 +80,9 @@ int fx_trainer_copy_weights(fx_trainer *dst, const fx_trainer *src)
         return rc;
     }
     rc = fx_trainer_set_params(dst, vals);
-    for (int i = 0; i < dst->m.nlayers && !rc; i++) {
-        fx_layer *ld = &dst->m.layers[i];
-        const fx_layer *ls = &src->m.layers[i];
-        if (ld->kind != FX_L_BN) continue;
+    for (int k = 0; k < fx_bn_count(&dst->m) && !rc; k++) {
+        fx_layer *ld = (fx_layer *)fx_bn_layer(&dst->m, k);
+        const fx_layer *ls = fx_bn_layer(&src->m, k);
         size_t bytes = (size_t)ld->channels * sizeof(float);
         if (ld->run_mean && ls->run_mean) memcpy(ld->run_mean, ls->run_mean, bytes);
         if (ld->run_var && ls->run_var) memcpy(ld->run_var, ls->run_var, bytes);

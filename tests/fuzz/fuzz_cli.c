@@ -60,7 +60,7 @@ static void check_options(const fx_cli_options *o, const char *msg)
     /* --eval takes the recipe from its file: no training option with it */
     NEED(!o->eval[0] ||
          (o->resume == 0 && !o->ckpt_dir[0] && o->device == -1 && o->export_weights == 0 &&
-          o->profile == 0 && !o->policy[0] && !o->policy_file[0]));
+          o->profile == 0));
     NEED(o->model_given == 0 || o->model_given == 1);
     NEED(o->export_weights == 0 || o->export_weights == 1);
     NEED(o->profile == 0 || o->profile == 1);
