@@ -787,6 +787,46 @@ FX_API const char *flexpoint_backend(void);
  *          owned by the library. */
 FX_API const char *flexpoint_cpu_features(void);
 
+/** @brief The CPU's vendor, family and model as cpuid reports them.
+ *  @return E.g. "GenuineIntel family 6 model 207" (display family and model, decimal), a
+ *          static string owned by the library; "unknown family 0 model 0" where cpuid is
+ *          not available. */
+FX_API const char *flexpoint_cpu_model(void);
+/** @brief Name of the kernel the active backend runs for an op and format.
+ *
+ *  Where an op and format have more than one kernel on a CPU, the backend chooses by a table
+ *  of measurements per microarchitecture (vendor, family, model), or as the environment
+ *  variable FLEXPOINT_KERNEL_BF16_GEMM (read once, at first use) or flexpoint_set_kernel()
+ *  forces. Today that is the bf16 matmul on AVX-512 with AVX512_BF16: "avx512-dpbf16"
+ *  (vdpbf16ps on bf16 pairs) or "avx512-widen" (bf16 widened to fp32, fp32 FMAs). Their sums
+ *  run in different orders, so their bf16 results differ in the last bits; a run records the
+ *  name to be reproducible (FLEXPOINT_CPU=avx512 FLEXPOINT_KERNEL_BF16_GEMM=widen gives the
+ *  widen route's bits on another AVX-512 machine). Convolutions run on the same kernels.
+ *  @param[in] op "matmul".
+ *  @param[in] fmt A format (the compute format of both operands).
+ *  @return A static string ("scalar", "avx2-fma", "avx2-widen", "avx2-i16", "avx512-fma",
+ *          "avx512-widen", "avx512-dpbf16", "avx512-i16"); NULL for an unknown op or format. */
+FX_API const char *flexpoint_kernel_name(const char *op, fmt_t fmt);
+/** @brief Force the kernel for an op and format (a global setting, like
+ *  flexpoint_set_backend(); not while ops run on other threads).
+ *  @param[in] op "matmul".
+ *  @param[in] fmt FMT_BF16 chooses between "widen" and "dpbf16" (the "avx512-" prefix is
+ *             optional) for the AVX-512 backend; for another format only the name of its one
+ *             kernel (flexpoint_kernel_name()) is accepted.
+ *  @param[in] name Kernel name.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL op or name is NULL, or fmt is not a format.
+ *  @retval FX_ENAME unknown op or kernel name (nothing changes).
+ *  @retval FX_EUNSUPPORTED the CPU cannot run that kernel ("dpbf16" without AVX512_BF16;
+ *          nothing changes). */
+FX_API int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name);
+/** @brief One line naming the backend, the matmul kernel per format and what chose the bf16
+ *  route, e.g. "backend=avx512 matmul/fp32=avx512-fma ... matmul/bf16=avx512-widen (bf16
+ *  route: table: ...)".
+ *  @return A static string owned by the library, rewritten by each call (copy it before
+ *          calling again from another thread). */
+FX_API const char *flexpoint_kernel_report(void);
+
 /** @brief Set the number of threads used by ops (OpenMP). Results of the integer formats do
  *  not depend on it.
  *  @param[in] n Thread count; n <= 0 restores the default (OMP/all cores).

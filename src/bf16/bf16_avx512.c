@@ -106,8 +106,7 @@ void fx_register_bf16_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.f32_to_bf16 = cpu->avx512bf16 ? fx_cvt_f32_to_bf16_avx512bf16
                                          : fx_cvt_f32_to_bf16_avx512;
     b->cvt.bf16_to_f32 = fx_cvt_bf16_to_f32_avx512;
-    if (cpu->avx512bf16) { /* bf16 x bf16 products with vdpbf16ps (bf16_gemm_avx512bf16.c) */
-        b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_avx512bf16;
-        b->gemm_bf16_pair_panel_mr = FX_BF16_PAIR_MR;
-    }
+    /* bf16 x bf16 MATMUL: the widening route (the fp32 kernel) stays here; where the CPU has
+     * AVX512_BF16 the backend installs the route its table (bf16_route.c) or
+     * FLEXPOINT_KERNEL_BF16_GEMM picks, vdpbf16ps being fx_bf16_matmul_avx512bf16 */
 }

@@ -24,6 +24,15 @@ static pthread_once_t fx_once = PTHREAD_ONCE_INIT;
 
 static const char *const fx_backend_names[FX_BACKEND_COUNT] = {"scalar", "avx2", "avx512"};
 
+/* The bf16 x bf16 MATMUL routes of the AVX-512 level (backend.h): the kernel and the pair panel
+ * height each installs, the route in use and what chose it. */
+int fx_bf16_matmul_avx512bf16(const fx_op_call *c); /* src/bf16/bf16_gemm.h */
+static fx_kernel fx_bf16_widen_kernel;                /* the fp32 MATMUL kernel */
+static int fx_bf16_route = FX_BF16_GEMM_WIDEN;
+static char fx_bf16_route_why[160] = "no AVX512_BF16: the only route";
+static char fx_cpu_model_string[64];
+static char fx_kernel_report_string[512];
+
 static int fx_backend_runnable(int i, const fx_cpu_features *c)
 {
     switch (i) {
@@ -80,6 +89,35 @@ static void fx_backends_build(void)
         fx_register_layout_avx512(a5, &fx_cpu_info);
         fx_register_nn_avx512(a5, &fx_cpu_info);
     }
+
+    /* bf16 x bf16 MATMUL on AVX-512: the table's route (src/bf16/bf16_route.c), or the one
+     * FLEXPOINT_KERNEL_BF16_GEMM forces */
+    fx_bf16_widen_kernel = a5->kernels[FX_OP_MATMUL][FMT_FP32];
+    if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) && fx_cpu_info.avx512bf16) {
+        const char *why = "";
+        const int r = fx_bf16_gemm_route_preferred(&fx_cpu_info, &why);
+        fx_bf16_gemm_route_set(r);
+        snprintf(fx_bf16_route_why, sizeof fx_bf16_route_why, "table: %s", why);
+    } else {
+        fx_bf16_gemm_route_set(FX_BF16_GEMM_WIDEN);
+    }
+    const char *kenv = getenv("FLEXPOINT_KERNEL_BF16_GEMM");
+    if (kenv && *kenv) {
+        const int r = fx_bf16_gemm_route_parse(kenv);
+        if (r < 0)
+            fprintf(stderr, "flexpoint: FLEXPOINT_KERNEL_BF16_GEMM=%.64s is not a bf16 GEMM "
+                            "kernel (widen, dpbf16); using %s\n",
+                    kenv, fx_bf16_gemm_route_name(fx_bf16_route));
+        else if (fx_bf16_gemm_route_set(r) != FX_OK)
+            fprintf(stderr, "flexpoint: FLEXPOINT_KERNEL_BF16_GEMM=%s needs AVX-512 with "
+                            "AVX512_BF16, which this CPU lacks; using %s\n",
+                    kenv, fx_bf16_gemm_route_name(fx_bf16_route));
+        else
+            snprintf(fx_bf16_route_why, sizeof fx_bf16_route_why, "FLEXPOINT_KERNEL_BF16_GEMM");
+    }
+    snprintf(fx_cpu_model_string, sizeof fx_cpu_model_string, "%s family %d model %d",
+             fx_cpu_info.vendor[0] ? fx_cpu_info.vendor : "unknown", fx_cpu_info.family,
+             fx_cpu_info.model);
 
     int best = FX_BACKEND_SCALAR;
     for (int i = 0; i < FX_BACKEND_COUNT; i++) {
@@ -174,4 +212,101 @@ int flexpoint_num_threads(void)
 #else
     return 1;
 #endif
+}
+
+/* ---- kernels chosen per op and format ------------------------------------------------------ */
+
+/* Called while the tables are built (under pthread_once) and by flexpoint_set_kernel. */
+int fx_bf16_gemm_route_set(int route)
+{
+    fx_backend *a5 = &fx_backends[FX_BACKEND_AVX512];
+    if (route == FX_BF16_GEMM_DPBF16) {
+        if (!fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) || !fx_cpu_info.avx512bf16)
+            return FX_EUNSUPPORTED;
+        a5->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_avx512bf16;
+        a5->gemm_bf16_pair_panel_mr = 6; /* FX_BF16_PAIR_MR (src/bf16/bf16_gemm.h) */
+    } else if (route == FX_BF16_GEMM_WIDEN) {
+        a5->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_widen_kernel;
+        a5->gemm_bf16_pair_panel_mr = 0;
+    } else {
+        return FX_EINVAL;
+    }
+    __atomic_store_n(&fx_bf16_route, route, __ATOMIC_RELEASE);
+    return FX_OK;
+}
+
+int fx_bf16_gemm_route(void)
+{
+    fx_init();
+    return __atomic_load_n(&fx_bf16_route, __ATOMIC_ACQUIRE);
+}
+
+const char *flexpoint_cpu_model(void)
+{
+    fx_init();
+    return fx_cpu_model_string;
+}
+
+/* MATMUL kernel names per backend level and format (convolutions run on the same GEMMs). */
+static const char *fx_matmul_kernel(int backend, fmt_t fmt)
+{
+    const int integer = fmt == FMT_FLEX16_5 || fmt == FMT_DFP16;
+    switch (backend) {
+    case FX_BACKEND_SCALAR: return "scalar";
+    case FX_BACKEND_AVX2: return integer ? "avx2-i16" : fmt == FMT_FP32 ? "avx2-fma" : "avx2-widen";
+    default:
+        if (integer) return "avx512-i16";
+        if (fmt == FMT_FP32) return "avx512-fma";
+        if (fmt == FMT_FP16) return "avx512-widen";
+        return fx_bf16_gemm_route() == FX_BF16_GEMM_DPBF16 ? "avx512-dpbf16" : "avx512-widen";
+    }
+}
+
+const char *flexpoint_kernel_name(const char *op, fmt_t fmt)
+{
+    if (!op || (int)fmt < 0 || (int)fmt >= FMT_COUNT) return NULL;
+    if (strcmp(op, "matmul") != 0) return NULL;
+    fx_init();
+    return fx_matmul_kernel(__atomic_load_n(&fx_active, __ATOMIC_ACQUIRE), fmt);
+}
+
+int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name)
+{
+    if (!op || !name) return FX_FAIL(FX_EINVAL, "op or name is NULL");
+    if ((int)fmt < 0 || (int)fmt >= FMT_COUNT) return FX_FAIL(FX_EINVAL, "bad format %d", (int)fmt);
+    if (strcmp(op, "matmul") != 0)
+        return FX_FAIL(FX_ENAME, "unknown op '%.64s' (known: matmul)", op);
+    fx_init();
+    if (fmt != FMT_BF16) { /* one kernel per level: only its own name is accepted */
+        const char *cur = fx_matmul_kernel(__atomic_load_n(&fx_active, __ATOMIC_ACQUIRE), fmt);
+        if (strcmp(name, cur) == 0) return FX_OK;
+        return FX_FAIL(FX_ENAME, "matmul has one kernel for this format here ('%s'), not "
+                                 "'%.64s'", cur, name);
+    }
+    /* "widen" / "dpbf16", with or without the "avx512-" prefix flexpoint_kernel_name() gives */
+    const char *bare = strncmp(name, "avx512-", 7) == 0 ? name + 7 : name;
+    const int r = fx_bf16_gemm_route_parse(bare);
+    if (r < 0)
+        return FX_FAIL(FX_ENAME, "unknown bf16 matmul kernel '%.64s' (known: widen, dpbf16)", name);
+    if (fx_bf16_gemm_route_set(r) != FX_OK)
+        return FX_FAIL(FX_EUNSUPPORTED, "bf16 matmul kernel '%s' needs AVX-512 with AVX512_BF16 "
+                                        "(detected: %s)", name, fx_cpu_string);
+    snprintf(fx_bf16_route_why, sizeof fx_bf16_route_why, "flexpoint_set_kernel");
+    return FX_OK;
+}
+
+const char *flexpoint_kernel_report(void)
+{
+    fx_init();
+    const int be = __atomic_load_n(&fx_active, __ATOMIC_ACQUIRE);
+    int used = snprintf(fx_kernel_report_string, sizeof fx_kernel_report_string,
+                        "backend=%s", fx_backend_names[be]);
+    for (int f = 0; f < FMT_COUNT && used > 0 && (size_t)used < sizeof fx_kernel_report_string; f++)
+        used += snprintf(fx_kernel_report_string + used, sizeof fx_kernel_report_string - (size_t)used,
+                         " matmul/%s=%s", fmt_name((fmt_t)f),
+                         fx_matmul_kernel(be, (fmt_t)f));
+    if (used > 0 && (size_t)used < sizeof fx_kernel_report_string)
+        snprintf(fx_kernel_report_string + used, sizeof fx_kernel_report_string - (size_t)used,
+                 " (bf16 route: %s)", fx_bf16_route_why);
+    return fx_kernel_report_string;
 }

@@ -191,6 +191,11 @@ typedef struct fx_cvt_table {
 typedef struct fx_cpu_features {
     int sse2, avx, avx2, fma, f16c;
     int avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
+    /* cpuid leaf 0 vendor ("GenuineIntel", "AuthenticAMD"; "" when unknown) and leaf 1's
+     * display family and model (extended fields folded in as the vendors document): the key
+     * of the per-microarchitecture kernel tables (src/bf16/bf16_route.c) */
+    char vendor[13];
+    int family, model;
 } fx_cpu_features;
 
 struct fx_conv_geom; /* src/nn/im2col.h */
@@ -250,6 +255,23 @@ void fx_register_layout_avx2(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_layout_avx512(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_nn_avx2(fx_backend *b, const fx_cpu_features *cpu);
 void fx_register_nn_avx512(fx_backend *b, const fx_cpu_features *cpu);
+
+/* Kernels chosen per CPU among routes of one op and format (src/core/backend.c). The bf16 x
+ * bf16 MATMUL on AVX-512 has two: FX_BF16_GEMM_WIDEN (bf16 widened to fp32 while packed, fp32
+ * FMAs: the fp32 MATMUL kernel) and FX_BF16_GEMM_DPBF16 (vdpbf16ps on bf16 pairs,
+ * src/bf16/bf16_gemm.h; only with AVX512_BF16). Their sums run in different orders, so their
+ * bits differ; flexpoint_kernel_name() reports the one in use. */
+enum { FX_BF16_GEMM_WIDEN = 0, FX_BF16_GEMM_DPBF16 = 1, FX_BF16_GEMM_ROUTES = 2 };
+/* The route the table (src/bf16/bf16_route.c) prefers for a CPU that can run both; *why, if
+ * not NULL, gets the entry's justification (a static string). */
+int fx_bf16_gemm_route_preferred(const fx_cpu_features *cpu, const char **why);
+/* Route names ("widen", "dpbf16") and back (-1: unknown name) */
+const char *fx_bf16_gemm_route_name(int route);
+int fx_bf16_gemm_route_parse(const char *name);
+/* Install a route in the AVX-512 backend: FX_OK, FX_EUNSUPPORTED when this CPU cannot run it.
+ * Not while ops run on other threads. */
+int fx_bf16_gemm_route_set(int route);
+int fx_bf16_gemm_route(void); /* the route installed (FX_BF16_GEMM_WIDEN without AVX512_BF16) */
 
 /* Scalar reference conversions (the definitions; src/fp16, src/bf16). */
 uint16_t fx_f32_to_fp16(float x);

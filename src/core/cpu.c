@@ -19,7 +19,19 @@ void fx_detect_cpu(fx_cpu_features *f)
 {
     memset(f, 0, sizeof *f);
     unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d)) {
+        memcpy(f->vendor, &b, 4);
+        memcpy(f->vendor + 4, &d, 4);
+        memcpy(f->vendor + 8, &c, 4);
+        f->vendor[12] = '\0';
+    }
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    /* display family and model: the extended family is added for family 15, the extended
+     * model prepended for families 6 and 15 (Intel SDM vol. 2 CPUID; AMD APM vol. 3) */
+    const int base_family = (int)((a >> 8) & 0xF), base_model = (int)((a >> 4) & 0xF);
+    f->family = base_family == 15 ? base_family + (int)((a >> 20) & 0xFF) : base_family;
+    f->model = base_family == 6 || base_family == 15 ? (int)((a >> 12) & 0xF0) + base_model
+                                                     : base_model;
     f->sse2 = (d >> 26) & 1;
     int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     f->fma = (c >> 12) & 1;

@@ -1,0 +1,256 @@
+/* Kernels chosen per CPU (src/core/backend.c, src/bf16/bf16_route.c): the bf16 x bf16 GEMM
+ * routes "widen" (bf16 -> fp32 while packing, fp32 FMAs) and "dpbf16" (vdpbf16ps on pairs).
+ *  - the per-microarchitecture table from recorded cpuid features: Emerald Rapids (Intel
+ *    family 6 model 207) gets widen, Zen 4 (AMD family 25) and CPUs not in the table dpbf16;
+ *  - flexpoint_set_kernel's statuses for bad input, and that nothing changes then;
+ *  - every route this machine can run, forced, on matmuls (transposed views, edge tiles, odd
+ *    K, K across depth blocks, 1 and 2 threads) and convolutions, against an fp64 reference:
+ *    fp32 output within |c - ref| <= 1.01 (K + 2) 2^-24 sum_k |a_k b_k| (K fp32 roundings, no
+ *    flushing on this data), bf16 output within that plus 2^-8 |ref| (one rounding to bf16);
+ *  - each route's bits do not depend on the thread count, and flexpoint_kernel_name names the
+ *    route in use. */
+#include "flexpoint.h"
+#include "flexpoint_nn.h"
+#include "core/backend.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static fx_cpu_features recorded(const char *vendor, int family, int model)
+{
+    fx_cpu_features f;
+    memset(&f, 0, sizeof f);
+    f.sse2 = f.avx = f.avx2 = f.fma = f.f16c = 1;
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = 1;
+    snprintf(f.vendor, sizeof f.vendor, "%s", vendor);
+    f.family = family;
+    f.model = model;
+    return f;
+}
+
+static void check_table(void)
+{
+    const char *why = NULL;
+    fx_cpu_features emr = recorded("GenuineIntel", 6, 207);
+    CHECK(fx_bf16_gemm_route_preferred(&emr, &why) == FX_BF16_GEMM_WIDEN,
+          "Emerald Rapids should take the widening route");
+    CHECK(why && strstr(why, "Emerald Rapids"), "entry's justification: %s", why ? why : "(null)");
+    fx_cpu_features zen4 = recorded("AuthenticAMD", 25, 17); /* Genoa */
+    CHECK(fx_bf16_gemm_route_preferred(&zen4, NULL) == FX_BF16_GEMM_DPBF16, "Zen 4: dpbf16");
+    zen4.model = 97; /* Raphael */
+    CHECK(fx_bf16_gemm_route_preferred(&zen4, NULL) == FX_BF16_GEMM_DPBF16, "Zen 4 desktop: dpbf16");
+    fx_cpu_features other = recorded("GenuineIntel", 6, 106); /* Ice Lake: not in the table */
+    CHECK(fx_bf16_gemm_route_preferred(&other, &why) == FX_BF16_GEMM_DPBF16, "default dpbf16");
+    CHECK(why && strstr(why, "not in the table"), "default's reason: %s", why ? why : "(null)");
+    fx_cpu_features amd_intel_model = recorded("AuthenticAMD", 6, 207); /* vendor is part of the key */
+    CHECK(fx_bf16_gemm_route_preferred(&amd_intel_model, NULL) == FX_BF16_GEMM_DPBF16, "vendor key");
+    CHECK(strcmp(fx_bf16_gemm_route_name(FX_BF16_GEMM_WIDEN), "widen") == 0, "name");
+    CHECK(strcmp(fx_bf16_gemm_route_name(FX_BF16_GEMM_DPBF16), "dpbf16") == 0, "name");
+    CHECK(fx_bf16_gemm_route_name(7) == NULL, "bad route has no name");
+    CHECK(fx_bf16_gemm_route_parse("dpbf16") == FX_BF16_GEMM_DPBF16, "parse");
+    CHECK(fx_bf16_gemm_route_parse("DPBF16") == -1 && fx_bf16_gemm_route_parse(NULL) == -1,
+          "unknown names");
+}
+
+static void check_bad_input(void)
+{
+    const int before = fx_bf16_gemm_route();
+    CHECK_STATUS(flexpoint_set_kernel(NULL, FMT_BF16, "widen"), FX_EINVAL);
+    CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_BF16, NULL), FX_EINVAL);
+    CHECK_STATUS(flexpoint_set_kernel("matmul", (fmt_t)99, "widen"), FX_EINVAL);
+    CHECK_STATUS(flexpoint_set_kernel("conv", FMT_BF16, "widen"), FX_ENAME);
+    CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_BF16, "fast"), FX_ENAME);
+    CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_FP32, "dpbf16"), FX_ENAME);
+    CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_FP32, flexpoint_kernel_name("matmul", FMT_FP32)),
+                 FX_OK);
+    if (!fx_cpu()->avx512bf16 || !flexpoint_backend_available(FX_BACKEND_AVX512))
+        CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_BF16, "dpbf16"), FX_EUNSUPPORTED);
+    CHECK(fx_bf16_gemm_route() == before, "a refused setting changed the route");
+    CHECK(flexpoint_kernel_name("conv", FMT_BF16) == NULL, "unknown op");
+    CHECK(flexpoint_kernel_name("matmul", (fmt_t)-1) == NULL, "unknown format");
+    CHECK(flexpoint_kernel_name("matmul", FMT_DFP16) != NULL, "integer format kernel name");
+    const char *rep = flexpoint_kernel_report();
+    CHECK(rep && strstr(rep, "matmul/bf16="), "report: %s", rep ? rep : "(null)");
+    CHECK(strstr(flexpoint_cpu_model(), "family") != NULL, "cpu model: %s", flexpoint_cpu_model());
+}
+
+static uint16_t draw(test_rng *r) { return fx_f32_to_bf16((float)test_rng_normal(r)); }
+
+static tensor_t *new2d(fmt_t f, int64_t r, int64_t c)
+{
+    const int64_t sh[2] = {r, c};
+    return tensor_new(f, 2, sh);
+}
+
+/* fp64 dot product and its bound for fp32 accumulation */
+static void ref_dot(const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb, int64_t K,
+                    double *val, double *bound)
+{
+    double s = 0, m = 0;
+    for (int64_t k = 0; k < K; k++) {
+        const double p = (double)fx_bf16_to_f32(a[k * sa]) * (double)fx_bf16_to_f32(b[k * sb]);
+        s += p;
+        m += fabs(p);
+    }
+    *val = s;
+    *bound = 1.01 * (double)(K + 2) * ldexp(1.0, -24) * m;
+}
+
+/* bits of the last fp32-output matmul of each route, for the thread-count check */
+static void check_matmul(const char *route, int64_t M, int64_t N, int64_t K, int transA,
+                         int transB, uint64_t seed)
+{
+    test_rng r;
+    test_rng_seed(&r, seed);
+    uint16_t *a = malloc(sizeof(uint16_t) * (size_t)(M * K));
+    uint16_t *b = malloc(sizeof(uint16_t) * (size_t)(K * N));
+    float *c = malloc(sizeof(float) * (size_t)(M * N)), *c1 = malloc(sizeof(float) * (size_t)(M * N));
+    for (int64_t i = 0; i < M * K; i++) a[i] = draw(&r);
+    for (int64_t i = 0; i < K * N; i++) b[i] = draw(&r);
+    tensor_t *ta = transA ? new2d(FMT_BF16, K, M) : new2d(FMT_BF16, M, K);
+    tensor_t *tb = transB ? new2d(FMT_BF16, N, K) : new2d(FMT_BF16, K, N);
+    tensor_t *tc = new2d(FMT_FP32, M, N), *th = new2d(FMT_BF16, M, N);
+    CHECK_STATUS(tensor_set_raw(ta, a), FX_OK);
+    CHECK_STATUS(tensor_set_raw(tb, b), FX_OK);
+    tensor_t *va = transA ? tensor_view_transpose(ta, 0, 1) : ta;
+    tensor_t *vb = transB ? tensor_view_transpose(tb, 0, 1) : tb;
+    const int64_t asi = transA ? 1 : K, ask = transA ? M : 1; /* A[i][k] = a[i*asi + k*ask] */
+    const int64_t bsj = transB ? K : 1, bsk = transB ? 1 : N;
+    for (int threads = 1; threads <= 2; threads++) {
+        flexpoint_set_num_threads(threads);
+        for (int half = 0; half <= 1; half++) {
+            CHECK_STATUS(tensor_matmul(half ? th : tc, va, vb), FX_OK);
+            CHECK_STATUS(tensor_to_f32(half ? th : tc, c), FX_OK);
+            long bad = 0;
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double v, bound;
+                    ref_dot(a + i * asi, ask, b + j * bsj, bsk, K, &v, &bound);
+                    if (half) bound += ldexp(fabs(v) + bound, -8);
+                    const double got = c[i * N + j];
+                    if (!(fabs(got - v) <= bound) && bad++ < 3)
+                        fprintf(stderr, "  [%lld,%lld]: %.9g, fp64 %.9g, bound %.3g\n",
+                                (long long)i, (long long)j, got, v, bound);
+                }
+            CHECK(bad == 0, "%s: %lldx%lldx%lld transA %d transB %d, %s output, %d threads: %ld "
+                  "outputs beyond the bound", route, (long long)M, (long long)N, (long long)K,
+                  transA, transB, half ? "bf16" : "fp32", threads, bad);
+            if (!half && threads == 1) memcpy(c1, c, sizeof(float) * (size_t)(M * N));
+            if (!half && threads == 2)
+                CHECK(memcmp(c1, c, sizeof(float) * (size_t)(M * N)) == 0,
+                      "%s: bits depend on the thread count", route);
+        }
+    }
+    if (va != ta) tensor_free(va);
+    if (vb != tb) tensor_free(vb);
+    tensor_free(ta);
+    tensor_free(tb);
+    tensor_free(tc);
+    tensor_free(th);
+    free(a);
+    free(b);
+    free(c);
+    free(c1);
+}
+
+/* A bf16 convolution (fp32 output) against fp64 over each output's patch. */
+static void check_conv(const char *route, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
+                       int64_t KH, int64_t KW, int pad, int stride, uint64_t seed)
+{
+    const int64_t OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
+    const int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C, KH, KW}, ys[4] = {N, O, OH, OW};
+    const int64_t nx = N * C * H * W, nw = O * C * KH * KW, ny = N * O * OH * OW, K = C * KH * KW;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)nx), *w = malloc(sizeof(uint16_t) * (size_t)nw);
+    uint16_t *pa = malloc(sizeof(uint16_t) * (size_t)K);
+    float *y = malloc(sizeof(float) * (size_t)ny);
+    for (int64_t i = 0; i < nx; i++) x[i] = draw(&r);
+    for (int64_t i = 0; i < nw; i++) w[i] = draw(&r);
+    tensor_t *tx = tensor_new(FMT_BF16, 4, xs), *tw = tensor_new(FMT_BF16, 4, ws);
+    tensor_t *ty = tensor_new(FMT_FP32, 4, ys);
+    CHECK_STATUS(tensor_set_raw(tx, x), FX_OK);
+    CHECK_STATUS(tensor_set_raw(tw, w), FX_OK);
+    for (int threads = 1; threads <= 2; threads++) {
+        flexpoint_set_num_threads(threads);
+        CHECK_STATUS(tensor_conv2d(ty, tx, tw, stride, stride, pad, pad, 1, 1), FX_OK);
+        CHECK_STATUS(tensor_to_f32(ty, y), FX_OK);
+        long bad = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t kh = 0; kh < KH; kh++)
+                            for (int64_t kw = 0; kw < KW; kw++) {
+                                const int64_t ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
+                                const int in = ih >= 0 && ih < H && iw >= 0 && iw < W;
+                                pa[(c * KH + kh) * KW + kw] = in ? x[((n * C + c) * H + ih) * W + iw] : 0;
+                            }
+                    for (int64_t o = 0; o < O; o++) {
+                        double v, bound;
+                        ref_dot(pa, 1, w + o * K, 1, K, &v, &bound);
+                        bad += !(fabs((double)y[((n * O + o) * OH + oh) * OW + ow] - v) <= bound);
+                    }
+                }
+        CHECK(bad == 0, "%s: conv N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %d, %d "
+              "threads: %ld outputs beyond the bound", route, (long long)N, (long long)C,
+              (long long)H, (long long)W, (long long)O, (long long)KH, (long long)KW, pad, stride,
+              threads, bad);
+    }
+    tensor_free(tx);
+    tensor_free(tw);
+    tensor_free(ty);
+    free(x);
+    free(w);
+    free(pa);
+    free(y);
+}
+
+static void check_route(const char *route)
+{
+    static const int64_t shapes[][3] = {{6, 32, 2},   {7, 33, 1},     {13, 70, 5},
+                                        {64, 64, 64}, {37, 95, 129},  {100, 40, 1100},
+                                        {50, 10, 77}, {3, 200, 31}};
+    uint64_t seed = 11;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++)
+            check_matmul(route, shapes[s][0], shapes[s][1], shapes[s][2], t & 1, t >> 1, seed++);
+    check_conv(route, 3, 1, 12, 12, 32, 5, 5, 2, 1, seed++);
+    check_conv(route, 2, 32, 10, 10, 64, 5, 5, 2, 1, seed++);
+    check_conv(route, 2, 16, 9, 9, 24, 3, 3, 1, 2, seed++);
+    check_conv(route, 2, 3, 8, 8, 8, 1, 1, 0, 1, seed++);
+}
+
+int main(void)
+{
+    check_table();
+    check_bad_input();
+    int routes = 0;
+    for (int be = 0; be < flexpoint_backend_count(); be++) {
+        if (!flexpoint_backend_available(be)) continue;
+        CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(be)), FX_OK);
+        if (be != FX_BACKEND_AVX512) {
+            check_route(flexpoint_kernel_name("matmul", FMT_BF16));
+            routes++;
+            continue;
+        }
+        for (int rt = 0; rt < FX_BF16_GEMM_ROUTES; rt++) {
+            const char *name = fx_bf16_gemm_route_name(rt);
+            const int st = flexpoint_set_kernel("matmul", FMT_BF16, name);
+            if (st == FX_EUNSUPPORTED && !fx_cpu()->avx512bf16) continue; /* dpbf16: not here */
+            CHECK_STATUS(st, FX_OK);
+            char want[32];
+            snprintf(want, sizeof want, "avx512-%s", name);
+            CHECK(strcmp(flexpoint_kernel_name("matmul", FMT_BF16), want) == 0, "kernel name %s, want %s",
+                  flexpoint_kernel_name("matmul", FMT_BF16), want);
+            check_route(want);
+            routes++;
+        }
+    }
+    fprintf(stderr, "test_kernel_select: %d bf16 matmul kernels checked (%s; %s)\n", routes,
+            flexpoint_cpu_model(), flexpoint_cpu_features());
+    CHECK(routes >= 1, "no route checked");
+    return test_finish("test_kernel_select");
+}
