@@ -83,6 +83,31 @@ def cpu_features() -> List[str]:
     return lib().flexpoint_cpu_features().decode().split()
 
 
+def kernel_info() -> dict:
+    """The CPU and the kernel the active backend runs per op and format.
+
+    Returns a dict: ``cpu`` ("GenuineIntel family 6 model 207"), ``features`` (as
+    cpu_features()), ``backend``, ``kernels`` ({"matmul/bf16": "avx512-widen", ...}, one key
+    per format) and ``report`` (flexpoint_kernel_report(): also what chose the bf16 route: the
+    per-CPU table, FLEXPOINT_KERNEL_BF16_GEMM or set_kernel())."""
+    L = lib()
+    kernels = {}
+    for f in FORMATS:
+        name = L.flexpoint_kernel_name(b"matmul", fmt_id(f))
+        kernels["matmul/" + f] = name.decode() if name is not None else None
+    return {"cpu": L.flexpoint_cpu_model().decode(), "features": cpu_features(),
+            "backend": backend(), "kernels": kernels,
+            "report": L.flexpoint_kernel_report().decode()}
+
+
+def set_kernel(op: str, fmt, name: str) -> None:
+    """Force the kernel of an op and format, e.g. set_kernel("matmul", "bf16", "widen") or
+    "dpbf16" (flexpoint_set_kernel: UnknownNameError for an unknown op or kernel,
+    UnsupportedError for a kernel this CPU cannot run; nothing changes then)."""
+    check(lib().flexpoint_set_kernel(c_str(op, "op"), fmt_id(fmt), c_str(name, "name")),
+          "flexpoint_set_kernel")
+
+
 def set_num_threads(n: int) -> int:
     """Threads used by ops (n <= 0 restores the default); returns the previous setting.
     Raises ArgumentTypeError for a non-integer, ArgumentRangeError for one beyond the C int
@@ -132,6 +157,7 @@ __all__ = [
     "LibraryNotFoundError",
     # library
     "version", "backends", "available_backends", "backend", "set_backend", "cpu_features",
+    "kernel_info", "set_kernel",
     "set_num_threads", "num_threads", "gpu_device_count", "gpu_synchronize", "gpu_release_cache",
     "gpu_host_waits", "library_path",
 ]
