@@ -64,6 +64,17 @@ void fx_run_record_write(FILE *f, const fx_cli_options *o, int argc, char *const
     json_str(f, cpu);
     fprintf(f, ", \"backend\": ");
     json_str(f, flexpoint_backend());
+    /* the kernel per op and format (bf16 GEMM routes differ in their bits): reproduce with
+     * FLEXPOINT_CPU and FLEXPOINT_KERNEL_BF16_GEMM */
+    fprintf(f, ", \"cpu_model\": ");
+    json_str(f, flexpoint_cpu_model());
+    fprintf(f, ", \"kernels\": {");
+    for (int k = 0; k < FMT_COUNT; k++) {
+        fprintf(f, "%s\"matmul/%s\": ", k ? ", " : "", fmt_name((fmt_t)k));
+        json_str(f, flexpoint_kernel_name("matmul", (fmt_t)k));
+    }
+    fprintf(f, "}, \"kernel_report\": ");
+    json_str(f, flexpoint_kernel_report());
     fprintf(f, ", \"threads\": %d, \"device\": %d},\n", flexpoint_num_threads(), o->device);
     fprintf(f, "  \"model\": ");
     json_str(f, o->model);
