@@ -137,6 +137,7 @@ int main(int argc, char **argv)
     p.omp_threads = (set_threads_fn)dlsym(RTLD_DEFAULT, "omp_set_num_threads");
     printf("bench_gemm: backend %s, CPU features: %s\n", flexpoint_backend(),
            flexpoint_cpu_features());
+    printf("CPU %s, kernels: %s\n", flexpoint_cpu_model(), flexpoint_kernel_report());
     printf("peers: oneDNN %s, OpenBLAS %s (core %s, OPENBLAS_CORETYPE=%s)\n",
            p.dnnl_sgemm ? "yes" : "not found", p.cblas_sgemm ? "yes" : "not found",
            p.oblas_core ? p.oblas_core() : "-",
