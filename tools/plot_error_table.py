@@ -3,7 +3,7 @@
 every format (the worst backend), one panel each, as a PNG.
 
     python3 tools/plot_error_table.py results/error_table/error_table.csv \
-        -o results/error_table/error_table.png
+        -o results/error_table/error_table.png [--summary]
 """
 import argparse
 import csv
@@ -37,8 +37,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv")
     ap.add_argument("-o", "--output", default="results/error_table/error_table.png")
+    ap.add_argument("--summary", action="store_true",
+                    help="also print the maximum ULP errors as a Markdown table, one row a "
+                         "function and one column a format")
     args = ap.parse_args()
     data = load(args.csv)
+    if args.summary:
+        fmts = [f for f in FORMATS if any(f in d for d in data.values())]
+        print("| function | " + " | ".join(fmts) + " |")
+        print("|---|" + "---:|" * len(fmts))
+        for fn, d in data.items():
+            print("| %s | %s |" % (fn, " | ".join("%.3f" % d[f][0] if f in d else "" for f in fmts)))
     fns = list(data)
     fig, axes = plt.subplots(1, 2, figsize=(14, 5.5), sharey=False)
     width = 0.8 / len(FORMATS)
