@@ -13,6 +13,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 int fx_af_config_validate(const fx_autoflex_config *cfg)
 {
@@ -55,7 +56,20 @@ static void history_clear(fx_af_state *s)
 
 void fx_af_reset(fx_af_state *s, const fx_autoflex_config *cfg)
 {
-    s->cfg = *cfg;
+    /* Field by field over zeroed bytes: a struct copy would carry the caller's padding (stack
+     * garbage) into the state, whose bytes are observable (tensor_get_autoflex_config copies
+     * the struct, checkpoints store it), so that equal configurations compared unequal. */
+    memset(&s->cfg, 0, sizeof s->cfg);
+    s->cfg.managed = cfg->managed;
+    s->cfg.history_len = cfg->history_len;
+    s->cfg.beta = cfg->beta;
+    s->cfg.gamma = cfg->gamma;
+    s->cfg.alpha = cfg->alpha;
+    s->cfg.init_mode = cfg->init_mode;
+    s->cfg.stat_mode = cfg->stat_mode;
+    s->cfg.overflow_mode = cfg->overflow_mode;
+    s->cfg.init_exp = cfg->init_exp;
+    s->cfg.probe_tries = cfg->probe_tries;
     s->initialized = 0;
     history_clear(s);
     for (int i = 0; i < FX_AF_MAX_HISTORY; i++) s->hist[i] = 0.0;

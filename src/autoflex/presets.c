@@ -27,6 +27,7 @@ int fx_af_preset(const char *name, fx_autoflex_config *cfg)
 {
     if (!name || !cfg) return FX_EINVAL;
     fx_autoflex_config c;
+    memset(&c, 0, sizeof c); /* padding included: *cfg receives the struct's bytes */
     preset_published(&c);
     if (strcmp(name, "published") == 0) {
     } else if (strcmp(name, "fixed") == 0) {
