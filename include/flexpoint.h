@@ -820,9 +820,11 @@ FX_API const char *flexpoint_kernel_name(const char *op, fmt_t fmt);
  *  @retval FX_EUNSUPPORTED the CPU cannot run that kernel ("dpbf16" without AVX512_BF16;
  *          nothing changes). */
 FX_API int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name);
-/** @brief One line naming the backend, the matmul kernel per format and what chose the bf16
- *  route, e.g. "backend=avx512 matmul/fp32=avx512-fma ... matmul/bf16=avx512-widen (bf16
- *  route: table: ...)".
+/** @brief One line naming the backend, the matmul kernel per format and what chose the
+ *  AVX-512 level's bf16 route, e.g. "backend=avx512 matmul/fp32=avx512-fma ...
+ *  matmul/bf16=avx512-widen (avx512 bf16 route chosen by table: ...)"; the chooser is the
+ *  per-CPU table, FLEXPOINT_KERNEL_BF16_GEMM, flexpoint_set_kernel, or the CPU itself where
+ *  only one route runs.
  *  @return A static string owned by the library, rewritten by each call (copy it before
  *          calling again from another thread). */
 FX_API const char *flexpoint_kernel_report(void);

@@ -29,7 +29,7 @@ static const char *const fx_backend_names[FX_BACKEND_COUNT] = {"scalar", "avx2",
 int fx_bf16_matmul_avx512bf16(const fx_op_call *c); /* src/bf16/bf16_gemm.h */
 static fx_kernel fx_bf16_widen_kernel;                /* the fp32 MATMUL kernel */
 static int fx_bf16_route = FX_BF16_GEMM_WIDEN;
-static char fx_bf16_route_why[160] = "no AVX512_BF16: the only route";
+static char fx_bf16_route_why[160] = "the CPU: no AVX512_BF16, widen is the only route";
 static char fx_cpu_model_string[64];
 static char fx_kernel_report_string[512];
 
@@ -92,14 +92,12 @@ static void fx_backends_build(void)
 
     /* bf16 x bf16 MATMUL on AVX-512: the table's route (src/bf16/bf16_route.c), or the one
      * FLEXPOINT_KERNEL_BF16_GEMM forces */
-    fx_bf16_widen_kernel = a5->kernels[FX_OP_MATMUL][FMT_FP32];
+    fx_bf16_widen_kernel = a5->kernels[FX_OP_MATMUL][FMT_BF16]; /* as registered: widening */
     if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) && fx_cpu_info.avx512bf16) {
         const char *why = "";
         const int r = fx_bf16_gemm_route_preferred(&fx_cpu_info, &why);
         fx_bf16_gemm_route_set(r);
         snprintf(fx_bf16_route_why, sizeof fx_bf16_route_why, "table: %s", why);
-    } else {
-        fx_bf16_gemm_route_set(FX_BF16_GEMM_WIDEN);
     }
     const char *kenv = getenv("FLEXPOINT_KERNEL_BF16_GEMM");
     if (kenv && *kenv) {
@@ -226,8 +224,11 @@ int fx_bf16_gemm_route_set(int route)
         a5->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_avx512bf16;
         a5->gemm_bf16_pair_panel_mr = 6; /* FX_BF16_PAIR_MR (src/bf16/bf16_gemm.h) */
     } else if (route == FX_BF16_GEMM_WIDEN) {
-        a5->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_widen_kernel;
-        a5->gemm_bf16_pair_panel_mr = 0;
+        /* the only route where the level cannot run or lacks AVX512_BF16: nothing to change */
+        if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) && fx_cpu_info.avx512bf16) {
+            a5->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_widen_kernel;
+            a5->gemm_bf16_pair_panel_mr = 0;
+        }
     } else {
         return FX_EINVAL;
     }
@@ -307,6 +308,6 @@ const char *flexpoint_kernel_report(void)
                          fx_matmul_kernel(be, (fmt_t)f));
     if (used > 0 && (size_t)used < sizeof fx_kernel_report_string)
         snprintf(fx_kernel_report_string + used, sizeof fx_kernel_report_string - (size_t)used,
-                 " (bf16 route: %s)", fx_bf16_route_why);
+                 " (avx512 bf16 route chosen by %s)", fx_bf16_route_why);
     return fx_kernel_report_string;
 }
