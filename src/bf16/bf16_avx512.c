@@ -8,7 +8,6 @@
  * Registration also installs the vcvtneps2bf16 path (bf16_avx512bf16.c) for fp32 -> bf16 when
  * the CPU has AVX512_BF16. */
 #include "../core/backend.h"
-#include "bf16_gemm.h"
 #include "bf16_kernels.h"
 
 #include <immintrin.h>

@@ -1,7 +1,9 @@
 /* The bf16 x bf16 MATMUL kernel on bf16 pairs (AVX512_BF16 vdpbf16ps; the arithmetic is the
  * fp32 GEMM framework's pair mode, src/fp32/f32_kernels.h). Installed in the AVX-512 level's
- * [MATMUL][BF16] slot only on CPUs with AVX512_BF16, with 6-row pre-packed A panels in the
- * integer GEMM's pair layout (fx_backend.gemm_bf16_pair_panel_mr). */
+ * [MATMUL][BF16] slot only on CPUs with AVX512_BF16 and where the route table
+ * (src/bf16/bf16_route.c), FLEXPOINT_KERNEL_BF16_GEMM or flexpoint_set_kernel picks the
+ * "dpbf16" route (src/core/backend.c), with 6-row pre-packed A panels in the integer GEMM's
+ * pair layout (fx_backend.gemm_bf16_pair_panel_mr). */
 #ifndef FX_BF16_GEMM_H
 #define FX_BF16_GEMM_H
 

@@ -5,7 +5,8 @@
  * Why pairs: vdpbf16ps does 32 multiply-adds per instruction against 16 for an fp32 FMA, at the
  * same rate on the CPUs that have it (Zen 4: 1 per cycle each, measured by bench_gemm), so a
  * bf16 GEMM can run at twice the fp32 limit. The widening route (bf16 -> fp32 while packing,
- * then FMAs) is capped at the fp32 limit.
+ * then FMAs) is capped at the fp32 limit. Where vdpbf16ps retires at half the FMA rate
+ * (Emerald Rapids) the widening route wins instead; the table in bf16_route.c chooses.
  *
  * Register tile 6 x 32: 12 accumulators of 16 floats, two B vectors of 16 pair words, one
  * broadcast pair word per row; 6 rows because the convolution's int16 panel builder
@@ -13,7 +14,7 @@
  * int16 mantissas.
  *
  * This file is compiled with -mavx512bf16 and only installed when the CPU reports AVX512_BF16
- * (fx_register_bf16_avx512). */
+ * and the "dpbf16" route is chosen (fx_bf16_gemm_route_set, src/core/backend.c). */
 #include "../core/backend.h"
 #include "../fp32/f32_kernels.h"
 #include "bf16_gemm.h"
