@@ -46,13 +46,16 @@ def load(folder):
     return run, last
 
 
-def setting(run):
-    """Everything that must agree between seeds of one experiment."""
-    recipe = {k: v for k, v in run["recipe"].items() if k != "seed"}
+def setting(run, with_policy=True):
+    """Everything that must agree between seeds of one experiment (and, with_policy=False,
+    between a policy's runs and the fp32 run it is compared with)."""
+    recipe = {k: v for k, v in run["recipe"].items() if k not in ("seed", "master_weights")}
+    if with_policy:
+        recipe["master_weights"] = run["recipe"].get("master_weights")
     data = run["data"]
     return json.dumps([run["model"], data.get("name"), data.get("train_images"),
-                       data.get("test_images"), data.get("pad"), recipe, run.get("policy", "")],
-                      sort_keys=True)
+                       data.get("test_images"), data.get("pad"), recipe,
+                       run.get("policy", "") if with_policy else ""], sort_keys=True)
 
 
 def main():
@@ -77,40 +80,49 @@ def main():
             key = (setting(run), r["label"])
             groups.setdefault(key, []).append(
                 (run["recipe"]["seed"], float(row["test_accuracy"]),
-                 float(row["seconds"]), epochs, run["model"]))
+                 float(row["seconds"]), epochs, run["model"], run.get("policy", ""),
+                 setting(run, with_policy=False)))
     if not groups:
         print("merge_results: no finished runs in the folders given", file=sys.stderr)
         return 2
     rows = []
-    for (sett, label), xs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    order = ["fp32", "fp16", "bf16", "flex16_5", "dfp16"]
+    for (sett, label), xs in sorted(groups.items(), key=lambda kv: (
+            kv[1][0][6], kv[1][0][5], order.index(kv[0][1].split(":")[0])
+            if kv[0][1].split(":")[0] in order else 9, kv[0][1])):
         accs = [x[1] for x in xs]
         mean = sum(accs) / len(accs)
         sd = math.sqrt(sum((a - mean) ** 2 for a in accs) / (len(accs) - 1)) if len(accs) > 1 \
             else float("nan")
         spe = sum(x[2] for x in xs) / len(xs)
-        rows.append({"setting": sett, "model": xs[0][4], "run": label, "seeds": len(xs),
-                     "epochs": xs[0][3], "acc_mean": mean, "acc_sd": sd, "s_per_epoch": spe})
+        rows.append({"setting": sett, "base": xs[0][6], "model": xs[0][4], "policy": xs[0][5],
+                     "run": label, "seeds": len(xs), "epochs": xs[0][3], "acc_mean": mean,
+                     "acc_sd": sd, "s_per_epoch": spe})
     for r in rows:
-        ref = [q for q in rows if q["setting"] == r["setting"] and q["run"] == "fp32"]
+        # the fp32 run of the same setting, else the policy-free fp32 run of the same recipe
+        ref = [q for q in rows if q["setting"] == r["setting"] and q["run"] == "fp32"] or \
+              [q for q in rows if q["base"] == r["base"] and q["run"] == "fp32" and
+               not q["policy"]]
         r["gap"] = 100 * (r["acc_mean"] - ref[0]["acc_mean"]) if ref else float("nan")
         r["time_ratio"] = r["s_per_epoch"] / ref[0]["s_per_epoch"] if ref else float("nan")
-    print("| model | run | seeds | epochs | test accuracy | sd | gap to fp32 | s/epoch | time "
-          "ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | policy | run | seeds | epochs | test accuracy | sd | gap to fp32 | s/epoch "
+          "| time ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         sd = "—" if math.isnan(r["acc_sd"]) else f"{r['acc_sd']:.4f}"
         gap = "—" if math.isnan(r["gap"]) else f"{r['gap']:+.2f}"
         ratio = "—" if math.isnan(r["time_ratio"]) else f"{r['time_ratio']:.2f}×"
-        print(f"| {r['model']} | {r['run']} | {r['seeds']} | {r['epochs']} | "
+        print(f"| {r['model']} | {r['policy'] or '—'} | {r['run']} | {r['seeds']} | "
+              f"{r['epochs']} | "
               f"{r['acc_mean']:.4f} | {sd} | {gap} | {r['s_per_epoch']:.1f} | {ratio} |")
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as f:
             w = csv.writer(f)
-            w.writerow(["model", "run", "seeds", "epochs", "test_accuracy_mean",
+            w.writerow(["model", "policy", "run", "seeds", "epochs", "test_accuracy_mean",
                         "test_accuracy_sd", "gap_to_fp32_points", "seconds_per_epoch",
                         "time_ratio"])
             for r in rows:
-                w.writerow([r["model"], r["run"], r["seeds"], r["epochs"],
+                w.writerow([r["model"], r["policy"], r["run"], r["seeds"], r["epochs"],
                             f"{r['acc_mean']:.6f}", f"{r['acc_sd']:.6f}", f"{r['gap']:.4f}",
                             f"{r['s_per_epoch']:.3f}", f"{r['time_ratio']:.4f}"])
     return 0
