@@ -229,7 +229,7 @@ python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))
 assert r["model"] == "mlp" and r["recipe"]["seed"] == 1 and r["data"]["train_images"] == 200
 assert [x["format"] for x in r["runs"]] == ["fp32", "dfp16"] and r["argv"][-1] == "--quiet"' \
   "$T/sw1/run.json" || { echo "FAIL: run.json"; cat "$T/sw1/run.json"; fail=1; }
-check "merge two seeds" 0 "| mlp | dfp16 | 2 | 1 |" python3 "$MERGE" "$T/sw1" "$T/sw2" \
+check "merge two seeds" 0 "| mlp | — | dfp16 | 2 | 1 |" python3 "$MERGE" "$T/sw1" "$T/sw2" \
   --csv "$T/merged.csv"
 [ "$(wc -l < "$T/merged.csv")" = "3" ] || { echo "FAIL: merged.csv:"; cat "$T/merged.csv"; fail=1; }
 check "merge a folder without run.json" 2 "no run.json" python3 "$MERGE" "$T/sw1" "$T"
