@@ -43,7 +43,6 @@ static int is_one_of(const char *s, const char *const *names)
 /* The documented ranges of a successful parse. */
 static void check_options(const fx_cli_options *o, const char *msg)
 {
-    static const char *const models[] = {"mlp", "cnn", "resnet20", NULL};
     static const char *const data[] = {"fashion-mnist", "cifar10", "synthetic", NULL};
     static const char *const presets[] = {"published", "truemax", "exact_init", "robust",
                                           "fixed", NULL};
@@ -51,7 +50,8 @@ static void check_options(const fx_cli_options *o, const char *msg)
     do {                                                                                     \
         if (!(cond)) broken(#cond, msg);                                                     \
     } while (0)
-    NEED(terminated(o->model, sizeof o->model) && is_one_of(o->model, models));
+    /* a built-in name or a family member (mlp<W>x<D>, cnn<C1>-<C2>-<F>, resnet<6n+2>[x<K>]) */
+    NEED(terminated(o->model, sizeof o->model) && fx_model_check(o->model) == FX_OK);
     NEED(terminated(o->data, sizeof o->data) && is_one_of(o->data, data));
     NEED(terminated(o->data_dir, sizeof o->data_dir));
     NEED(terminated(o->out, sizeof o->out) && o->out[0]);
