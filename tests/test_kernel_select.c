@@ -1,7 +1,8 @@
 /* Kernels chosen per CPU (src/core/backend.c, src/bf16/bf16_route.c): the bf16 x bf16 GEMM
  * routes "widen" (bf16 -> fp32 while packing, fp32 FMAs) and "dpbf16" (vdpbf16ps on pairs).
  *  - the per-microarchitecture table from recorded cpuid features: Emerald Rapids (Intel
- *    family 6 model 207) gets widen, Zen 4 (AMD family 25) and CPUs not in the table dpbf16;
+ *    family 6 model 207) gets widen; Zen 4 and Zen 5 (AMD families 25 and 26) and CPUs not in
+ *    the table get dpbf16;
  *  - flexpoint_set_kernel's statuses for bad input, and that nothing changes then;
  *  - every route this machine can run, forced, on matmuls (transposed views, edge tiles, odd
  *    K, K across depth blocks, 1 and 2 threads) and convolutions, against an fp64 reference:
@@ -41,6 +42,9 @@ static void check_table(void)
     CHECK(fx_bf16_gemm_route_preferred(&zen4, NULL) == FX_BF16_GEMM_DPBF16, "Zen 4: dpbf16");
     zen4.model = 97; /* Raphael */
     CHECK(fx_bf16_gemm_route_preferred(&zen4, NULL) == FX_BF16_GEMM_DPBF16, "Zen 4 desktop: dpbf16");
+    fx_cpu_features zen5 = recorded("AuthenticAMD", 26, 2); /* Turin */
+    CHECK(fx_bf16_gemm_route_preferred(&zen5, &why) == FX_BF16_GEMM_DPBF16, "Zen 5: dpbf16");
+    CHECK(why && strstr(why, "Zen 5"), "Zen 5 entry's justification: %s", why ? why : "(null)");
     fx_cpu_features other = recorded("GenuineIntel", 6, 106); /* Ice Lake: not in the table */
     CHECK(fx_bf16_gemm_route_preferred(&other, &why) == FX_BF16_GEMM_DPBF16, "default dpbf16");
     CHECK(why && strstr(why, "not in the table"), "default's reason: %s", why ? why : "(null)");

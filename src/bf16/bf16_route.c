@@ -34,6 +34,11 @@ static const route_entry table[] = {
      * loops), so the pair GEMM runs near twice the fp32 limit (docs/performance.md, Zen 4) */
     {"AuthenticAMD", 25, -1, FX_BF16_GEMM_DPBF16,
      "Zen 4: vdpbf16ps at the FMA rate, 32 products per instruction (bench_gemm)"},
+    /* Zen 5 (family 26 = 0x1a): bench_gemm 1 thread, 2026-11-25: vdpbf16ps pairs 490.5
+     * GFLOP/s against an FMA limit of 262.6, and bf16 GEMM on dpbf16 1.66x oneDNN sgemm at
+     * 1024^3 and 2048^3 (docs/performance.md, Zen 5) */
+    {"AuthenticAMD", 26, -1, FX_BF16_GEMM_DPBF16,
+     "Zen 5: vdpbf16ps at the FMA rate, 32 products per instruction (bench_gemm, 2026-11-25)"},
 };
 
 int fx_bf16_gemm_route_preferred(const fx_cpu_features *cpu, const char **why)
