@@ -15,14 +15,17 @@
  *   - ours: one public call, tensor_conv2d / tensor_conv2d_backward_input /
  *     tensor_conv2d_backward_weight, which includes every packing, conversion and rounding
  *     (and for FLEX16_5 and DFP16 the output exponent) it does;
- *   - oneDNN: its primitives are created once with format_tag::any (its own layout choice,
- *     algorithm convolution_auto), outside the timing, like our library's one-time setup. Each
+ *   - oneDNN: its primitives are created once with format_tag::any (its own layout choice) and
+ *     algorithm convolution_direct, outside the timing, like our library's one-time setup. Each
  *     timed pass then runs the reorders of its inputs from plain NCHW/OIHW into the chosen
  *     layouts, the primitive, and the reorder of its output back to plain layout: a caller
  *     that holds plain tensors, as ours do, pays all of it. Weights are reordered in every
  *     pass, inputs are not shared between passes. The "prim" column is the primitive alone,
  *     oneDNN's best case (a framework that keeps everything in blocked layouts).
  * Ratios are ours / oneDNN (with reorders): below 1 is faster than oneDNN.
+ * Direct, not convolution_auto: auto lets oneDNN 2.6 take Winograd (jit_wino_4x3) for the 3x3
+ * stride-1 shapes, fewer multiplications at a different rounding, while ours (and PyTorch's
+ * oneDNN path) computes the direct sum. BENCH_DNNL_ALG=auto times auto instead.
  *
  * Each repetition runs, per pass, the five formats and oneDNN one after the other, so slow
  * phases of this shared VM fall on all of them; one untimed repetition warms up; each cell is
@@ -231,9 +234,20 @@ static void dpass_free(dpass *d)
     dnnl_primitive_destroy(d->prim);
 }
 
+static dnnl_alg_kind_t conv_alg;
+
+static const char *impl_name(const_dnnl_primitive_desc_t pd)
+{
+    const char *s = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &s) != dnnl_success || !s)
+        return "?";
+    return s;
+}
+
 /* The three passes of one layer on the caller's fp32 buffers (plain layouts). */
 static int dnnl_layer_init(dpass d[NPASS], const layer *L, int64_t OH, dnnl_engine_t eng,
-                           float *x, float *w, float *dy, float *y, float *dx, float *dw)
+                           float *x, float *w, float *dy, float *y, float *dx, float *dw,
+                           int print_impl)
 {
     const dnnl_dims_t xs = {BATCH, L->C, L->H, L->H}, ws = {L->O, L->C, L->k, L->k},
                       ys = {BATCH, L->O, OH, OH};
@@ -251,13 +265,13 @@ static int dnnl_layer_init(dpass d[NPASS], const layer *L, int64_t OH, dnnl_engi
 
     dnnl_convolution_desc_t fd, bd, bw;
     dnnl_primitive_desc_t fpd, bpd, wpd;
-    DNNL_TRY(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_auto,
+    DNNL_TRY(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, conv_alg,
                                                 &xa, &wa, NULL, &ya, strides, pad, padr));
     DNNL_TRY(dnnl_primitive_desc_create(&fpd, &fd, NULL, eng, NULL));
-    DNNL_TRY(dnnl_convolution_backward_data_desc_init(&bd, dnnl_convolution_auto, &xa, &wa, &ya,
+    DNNL_TRY(dnnl_convolution_backward_data_desc_init(&bd, conv_alg, &xa, &wa, &ya,
                                                       strides, pad, padr));
     DNNL_TRY(dnnl_primitive_desc_create(&bpd, &bd, NULL, eng, fpd));
-    DNNL_TRY(dnnl_convolution_backward_weights_desc_init(&bw, dnnl_convolution_auto, &xa, &wa,
+    DNNL_TRY(dnnl_convolution_backward_weights_desc_init(&bw, conv_alg, &xa, &wa,
                                                          NULL, &ya, strides, pad, padr));
     DNNL_TRY(dnnl_primitive_desc_create(&wpd, &bw, NULL, eng, fpd));
 
@@ -277,6 +291,9 @@ static int dnnl_layer_init(dpass d[NPASS], const layer *L, int64_t OH, dnnl_engi
                   eng) ||
         dpass_finish(&d[2], wpd, eng))
         return 1;
+    if (print_impl)
+        printf("%-26s oneDNN implementations: %s / %s / %s\n", L->name, impl_name(fpd),
+               impl_name(bpd), impl_name(wpd));
     dnnl_primitive_desc_destroy(fpd);
     dnnl_primitive_desc_destroy(bpd);
     dnnl_primitive_desc_destroy(wpd);
@@ -332,13 +349,16 @@ int main(int argc, char **argv)
     const dnnl_version_t *ver = dnnl_version();
     dnnl_engine_t eng;
     dnnl_stream_t strm;
+    const char *alg = getenv("BENCH_DNNL_ALG");
+    conv_alg = alg && strcmp(alg, "auto") == 0 ? dnnl_convolution_auto : dnnl_convolution_direct;
     if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success ||
         dnnl_stream_create(&strm, eng, dnnl_stream_default_flags) != dnnl_success) {
         fprintf(stderr, "bench_conv_peer: cannot create a oneDNN CPU engine\n");
         return 1;
     }
-    printf("peer: oneDNN %d.%d.%d fp32 convolution, ISA %s, threading runtime %s\n", ver->major,
-           ver->minor, ver->patch, dnnl_isa_name(dnnl_get_effective_cpu_isa()),
+    printf("peer: oneDNN %d.%d.%d fp32 convolution (%s), ISA %s, threading runtime %s\n",
+           ver->major, ver->minor, ver->patch,
+           conv_alg == dnnl_convolution_auto ? "convolution_auto" : "convolution_direct", dnnl_isa_name(dnnl_get_effective_cpu_isa()),
            ver->cpu_runtime == DNNL_RUNTIME_OMP   ? "OpenMP"
            : ver->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB"
                                                   : "other");
@@ -389,7 +409,7 @@ int main(int argc, char **argv)
 #ifdef FX_BENCH_DNNL
             dpass d[NPASS];
             memset(d, 0, sizeof d);
-            if (dnnl_layer_init(d, L, OH, eng, x, w, dy, y, dx, dw)) return 1;
+            if (dnnl_layer_init(d, L, OH, eng, x, w, dy, y, dx, dw, !checked[li])) return 1;
 #endif
             for (int r = -1; r < reps; r++)
                 for (int pass = 0; pass < NPASS; pass++) {
