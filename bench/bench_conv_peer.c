@@ -378,11 +378,12 @@ int main(int argc, char **argv)
         flexpoint_set_num_threads(threads[ti]);
         if (omp_threads) omp_threads(threads[ti]);
         memset(total, 0, sizeof total);
-        printf("\n== %d thread(s); ms per pass (ratio ours/oneDNN; <1 is faster) ==\n",
-               threads[ti]);
+        printf("\n== %d thread(s); ms per pass%s ==\n", threads[ti],
+               have_peer ? " (ratio ours/oneDNN; <1 is faster)" : "");
         printf("%-26s %3s %-11s", "layer", "n", "pass");
         for (int f = 0; f < NFMT; f++) printf(" %16s", fmt_name(fmts[f]));
-        printf(" %9s %9s\n", "oneDNN", "prim");
+        if (have_peer) printf(" %9s %9s", "oneDNN", "prim");
+        printf("\n");
         for (int li = 0; li < NLAYER; li++) {
             const layer *L = &layers[li];
             const int64_t OH = (L->H + 2 * L->pad - L->k) / L->stride + 1;
