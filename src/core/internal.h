@@ -79,6 +79,36 @@ struct fx_pending_write {
     int64_t index;  /* the write's number (st->writes at launch), for its trace record */
 };
 
+/* Data parallelism (src/train/distributed.h): the collectives a storage's writes use when the
+ * tensor is one rank's part of a computation spread over several processes. The core holds
+ * only these pointers, so it needs no MPI; every call is collective (each rank calls it in the
+ * same order with the same n) and returns FX_OK or a status with the message set. */
+typedef struct fx_dist_ops {
+    void *ctx;
+    int nranks;
+    /* Exact element-wise sum over the ranks, in place, sent as `bytes`-byte integers (2, 4
+     * or 8): the caller has checked that nranks times the largest |value| of any rank fits
+     * that width, so that no partial sum can overflow it. */
+    int (*sum_int)(void *ctx, int64_t *v, int64_t n, int bytes);
+    /* Element-wise fp32 sum over the ranks in rank order (rank 0 + rank 1 + ...), in place:
+     * the same bits on every rank and in every run with the same rank count. */
+    int (*sum_f32)(void *ctx, float *v, int64_t n);
+    /* The statistics of a write (FX_DIST_NSTATS values): the first FX_DIST_NMAX are maxima,
+     * the rest sums, over the ranks, in place. */
+    int (*agree)(void *ctx, uint64_t *v);
+} fx_dist_ops;
+#define FX_DIST_NSTATS 8
+#define FX_DIST_NMAX 4
+
+/* How a storage's writes combine across ranks (fx_storage.dist_mode). */
+enum {
+    FX_DIST_LOCAL = 0, /* the same on every rank (weights, optimiser state): no communication */
+    FX_DIST_ROWS = 1,  /* one rank's rows of a batch: a shared exponent is chosen from the
+                          statistics of every rank's rows, as if one process held them all */
+    FX_DIST_SUM = 2    /* one rank's partial sum (a parameter gradient): the values are summed
+                          over the ranks before the one write */
+};
+
 typedef struct fx_storage {
     void *data;
     int64_t numel; /* elements allocated */
@@ -105,7 +135,14 @@ typedef struct fx_storage {
      * before that write: readers of exp settle first (tensor_exp), and device kernels read
      * the exponent from device memory instead (src/gpu). */
     struct fx_pending_write *pending;
+    /* FX_DIST_*: with dist, this storage's writes combine across ranks (fx_dist_ops) */
+    const fx_dist_ops *dist;
+    int dist_mode;
 } fx_storage;
+
+/* Tag t's storage (shared by its views) with the collectives of a distributed trainer and how
+ * its writes combine (FX_DIST_*); dist NULL untags it. */
+void fx_tensor_set_dist(tensor_t *t, const fx_dist_ops *dist, int mode);
 
 /* Complete st's pending write, if any (src/core/store.c), so that its Autoflex state,
  * statistics, counters and trace are those of every write launched so far. Every reader of

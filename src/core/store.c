@@ -177,11 +177,77 @@ static void fx_shared_commit(fx_storage *st, int64_t index, const fx_shared_outc
                             true_max);
 }
 
+/* A write into one rank's rows of a distributed batch (FX_DIST_ROWS): every quantisation's
+ * statistics are those of all ranks' rows together, so that Autoflex's trials, the recompute
+ * rule, its history and the tensor's statistics see what one process holding the whole batch
+ * would see, and every rank takes the same decisions (hence calls the collectives alike). */
+typedef struct fx_rows_quant_ctx {
+    const fx_dist_ops *dist;
+    const fx_shared_src *inner;
+} fx_rows_quant_ctx;
+
+static void fx_qstats_pack(const fx_qstats *q, uint64_t v[FX_DIST_NSTATS])
+{
+    /* maxima first (a non-negative double orders as its bit pattern), then the sums */
+    memset(v, 0, FX_DIST_NSTATS * sizeof *v);
+    memcpy(&v[0], &q->max_abs_in, sizeof q->max_abs_in);
+    v[1] = (uint64_t)(q->max_abs_out < 0 ? 0 : q->max_abs_out);
+    v[4] = (uint64_t)q->saturated;
+    v[5] = (uint64_t)q->nonfinite;
+    v[6] = (uint64_t)q->underflow;
+}
+
+static void fx_qstats_unpack(const uint64_t v[FX_DIST_NSTATS], fx_qstats *q)
+{
+    memcpy(&q->max_abs_in, &v[0], sizeof q->max_abs_in);
+    q->max_abs_out = (int32_t)v[1];
+    q->saturated = (int64_t)v[4];
+    q->nonfinite = (int64_t)v[5];
+    q->underflow = (int64_t)v[6];
+}
+
+static int fx_rows_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    fx_rows_quant_ctx *c = ctx;
+    int rc = c->inner->quantize(c->inner->ctx, e, r, keep, q);
+    if (rc) return rc;
+    uint64_t v[FX_DIST_NSTATS];
+    fx_qstats_pack(q, v);
+    if ((rc = c->dist->agree(c->dist->ctx, v))) return rc;
+    fx_qstats_unpack(v, q);
+    return FX_OK;
+}
+
+/* The source's maximum and NaN/Inf count over every rank's rows. */
+static int fx_rows_agree_src(const fx_dist_ops *dist, fx_shared_src *src)
+{
+    uint64_t v[FX_DIST_NSTATS] = {0};
+    double tm = src->true_max > 0 ? src->true_max : 0.0;
+    memcpy(&v[0], &tm, sizeof tm);
+    v[1] = src->imax;
+    v[4] = (uint64_t)src->nonfinite;
+    int rc = dist->agree(dist->ctx, v);
+    if (rc) return rc;
+    memcpy(&src->true_max, &v[0], sizeof src->true_max);
+    src->imax = v[1];
+    src->nonfinite = (int64_t)v[4];
+    return FX_OK;
+}
+
 int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *func)
 {
     fx_storage *st = out->st;
     int rc = fx_storage_settle(st, func); /* an earlier write's bookkeeping comes first */
     if (rc) return rc;
+    fx_shared_src rows_src;
+    fx_rows_quant_ctx rq = {st->dist, src};
+    if (st->dist && st->dist_mode == FX_DIST_ROWS) {
+        rows_src = *src;
+        if ((rc = fx_rows_agree_src(st->dist, &rows_src))) return rc;
+        rows_src.ctx = &rq;
+        rows_src.quantize = fx_rows_quantize;
+        src = &rows_src;
+    }
     const fx_rounding r = {st->rounding, st->seed, st->write_counter};
     fx_shared_outcome o;
     rc = fx_shared_decide(st, fx_tensor_covers_storage(out), st->exp, src, &r, &o);
@@ -429,7 +495,8 @@ static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
     src.exp = s->exp;
     fx_stage_maxabs(be, s, &src.true_max, &src.nonfinite, &src.imax);
     int rc;
-    if (direct && fx_defer_host_on() &&
+    /* a distributed write decides at once (its collectives cannot wait for a later settle) */
+    if (!out->st->dist && direct && fx_defer_host_on() &&
         fx_write_shared_deferred_host(out, s, &src, direct, func, &rc))
         return rc;
     src.ctx = &qc;
@@ -510,12 +577,77 @@ static int fx_write_float(tensor_t *out, const fx_stage *s, const char *func)
     return FX_OK;
 }
 
+static int fx_write_local(tensor_t *out, const fx_stage *s, const char *func);
+
+/* A rank's partial sum written as the sum over every rank (FX_DIST_SUM): integer stages are
+ * summed exactly in int64, so the one write that follows rounds the same exact sum as a single
+ * process would; fp32 stages are summed in rank order, then rounded once by the write. */
+static int fx_write_summed(tensor_t *out, const fx_stage *s, const char *func)
+{
+    const fx_dist_ops *dist = out->st->dist;
+    fx_stage w = *s;
+    int rc;
+    if (s->kind == FX_STAGE_F32) {
+        float *v = fx_alloc_array(s->n, sizeof *v);
+        if (!v) return fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)s->n);
+        memcpy(v, s->f32, (size_t)s->n * sizeof *v);
+        rc = dist->sum_f32(dist->ctx, v, s->n);
+        w.f32 = v;
+        if (!rc) rc = fx_write_local(out, &w, func);
+        free(v);
+        return rc;
+    }
+    int64_t *v = fx_alloc_array(s->n, sizeof *v);
+    if (!v) return fx_error(FX_ENOMEM, func, "cannot allocate %lld int64 values",
+                            (long long)s->n);
+    if (s->kind == FX_STAGE_I16)
+        for (int64_t i = 0; i < s->n; i++) v[i] = s->i16[i];
+    else
+        memcpy(v, s->i64, (size_t)s->n * sizeof *v);
+    /* The narrowest integers that hold every partial sum: nranks times the largest |value| on
+     * any rank (one agreement of 64 bytes) decides int16, int32 or int64, so the sum stays
+     * exact while the common small gradients travel in 2 or 4 bytes instead of 8. */
+    uint64_t mx = 0;
+    for (int64_t i = 0; i < s->n; i++) {
+        const uint64_t a = v[i] < 0 ? (uint64_t)0 - (uint64_t)v[i] : (uint64_t)v[i];
+        mx = a > mx ? a : mx;
+    }
+    uint64_t stats[FX_DIST_NSTATS] = {mx};
+    rc = dist->agree(dist->ctx, stats);
+    const uint64_t bound = stats[0] > UINT64_MAX / (uint64_t)dist->nranks
+                               ? UINT64_MAX
+                               : stats[0] * (uint64_t)dist->nranks;
+    const int bytes = bound <= INT16_MAX ? 2 : bound <= INT32_MAX ? 4 : 8;
+    if (!rc) rc = dist->sum_int(dist->ctx, v, s->n, bytes);
+    w.kind = FX_STAGE_I64;
+    w.i64 = v;
+    w.i16 = NULL;
+    w.imax_known = 0; /* a rank's maximum is not the sum's */
+    if (!rc) rc = fx_write_local(out, &w, func);
+    free(v);
+    return rc;
+}
+
 int fx_write(tensor_t *out, const fx_stage *s, const char *func)
 {
     /* composite ops (flexpoint_nn.h) reach here with host stages only */
     int rc = fx_need_host(out, "the output", FX_EUNSUPPORTED, FX_HOST_PATH_HINT,
                           func);
     if (rc) return rc;
+    if (out->st->dist && out->st->dist_mode == FX_DIST_SUM) return fx_write_summed(out, s, func);
+    return fx_write_local(out, s, func);
+}
+
+void fx_tensor_set_dist(tensor_t *t, const fx_dist_ops *dist, int mode)
+{
+    if (!t) return;
+    t->st->dist = dist;
+    t->st->dist_mode = dist ? mode : FX_DIST_LOCAL;
+}
+
+static int fx_write_local(tensor_t *out, const fx_stage *s, const char *func)
+{
+    int rc;
     if (fmt_is_shared_exponent(out->fmt)) return fx_write_shared(out, s, func);
     if (s->kind == FX_STAGE_I16) { /* a float output: through the int64 conversion */
         int64_t *wide = fx_alloc_array(s->n, sizeof *wide);

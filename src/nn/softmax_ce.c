@@ -19,6 +19,7 @@
  */
 #include "nn_stage.h"
 #include "../gpu/gpu_nn.h"
+#include "softmax_ce.h"
 
 #include <math.h>
 
@@ -52,41 +53,34 @@ static int nn_ce_validate(const float *loss, const tensor_t *dlogits, const tens
     return FX_OK;
 }
 
-int tensor_softmax_cross_entropy(float *loss, tensor_t *dlogits, const tensor_t *logits,
-                                 const int32_t *labels, double grad_scale)
+/* The host computation: each row's loss into row_loss (caller's, N doubles; NULL: scratch)
+ * and, with dlogits, the gradient grad_scale * (softmax - onehot) / n_div; *loss (may be
+ * NULL) the mean over the N rows. */
+static int nn_softmax_ce_host(float *loss, double *row_loss_out, tensor_t *dlogits,
+                              const tensor_t *logits, const int32_t *labels, double grad_scale,
+                              int64_t n_div, const char *func)
 {
-    int rc, device = -1;
-    if (loss && logits && labels) {
-        /* the placement first: with device tensors, labels must be host memory before the
-         * validation reads them (flexpoint_gpu.h) */
-        const tensor_t *ts[2] = {logits, dlogits};
-        static const char *const names[2] = {"logits", "dlogits"};
-        if ((rc = fx_nn_placement(__func__, 2, ts, names, &device))) return rc;
-        if (device >= 0 && (rc = fx_gnn_host_ptr(labels, "labels", __func__))) return rc;
-    }
-    rc = nn_ce_validate(loss, dlogits, logits, labels, grad_scale, __func__);
-    if (rc) return rc;
-    if (device >= 0) return fx_gnn_softmax_ce(loss, dlogits, logits, labels, grad_scale, __func__);
+    int rc = FX_OK;
     const int64_t N = logits->shape[0], K = logits->shape[1];
     fx_scratch s = {.n = 0};
     const float *x;
     float *g = NULL;
-    double *row_loss = fx_scratch_alloc(&s, N, sizeof *row_loss);
+    double *row_loss = row_loss_out ? row_loss_out : fx_scratch_alloc(&s, N, sizeof *row_loss);
     if (!row_loss) {
-        rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld doubles", (long long)N);
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld doubles", (long long)N);
         goto done;
     }
-    if ((rc = nn_in_f32(logits, &x, &s, __func__))) goto done;
+    if ((rc = nn_in_f32(logits, &x, &s, func))) goto done;
     if (dlogits) {
         const tensor_t *ins[1] = {logits};
         g = nn_out_f32(dlogits, ins, 1, NULL, &s);
         if (!g) {
-            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld floats", (long long)(N * K));
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)(N * K));
             goto done;
         }
     }
 
-    const double gscale = grad_scale / (double)N;
+    const double gscale = grad_scale / (double)n_div;
     const fmt_t gfmt = dlogits ? dlogits->fmt : FMT_FP32;
     const int nt = N > 1 ? nn_threads_for(N * K) : 1;
     (void)nt;
@@ -122,9 +116,42 @@ int tensor_softmax_cross_entropy(float *loss, tensor_t *dlogits, const tensor_t 
     }
     double total = 0.0;
     for (int64_t i = 0; i < N; i++) total += row_loss[i];
-    if (g) rc = fx_write_f32(dlogits, g, __func__);
-    if (rc == FX_OK) *loss = (float)(total / (double)N);
+    if (g) rc = fx_write_f32(dlogits, g, func);
+    if (rc == FX_OK && loss) *loss = (float)(total / (double)N);
 done:
     fx_scratch_free(&s);
     return rc;
+}
+
+int tensor_softmax_cross_entropy(float *loss, tensor_t *dlogits, const tensor_t *logits,
+                                 const int32_t *labels, double grad_scale)
+{
+    int rc, device = -1;
+    if (loss && logits && labels) {
+        /* the placement first: with device tensors, labels must be host memory before the
+         * validation reads them (flexpoint_gpu.h) */
+        const tensor_t *ts[2] = {logits, dlogits};
+        static const char *const names[2] = {"logits", "dlogits"};
+        if ((rc = fx_nn_placement(__func__, 2, ts, names, &device))) return rc;
+        if (device >= 0 && (rc = fx_gnn_host_ptr(labels, "labels", __func__))) return rc;
+    }
+    rc = nn_ce_validate(loss, dlogits, logits, labels, grad_scale, __func__);
+    if (rc) return rc;
+    if (device >= 0) return fx_gnn_softmax_ce(loss, dlogits, logits, labels, grad_scale, __func__);
+    return nn_softmax_ce_host(loss, NULL, dlogits, logits, labels, grad_scale,
+                              logits->shape[0], __func__);
+}
+
+int fx_softmax_ce_rows(double *row_loss, tensor_t *dlogits, const tensor_t *logits,
+                       const int32_t *labels, double grad_scale, int64_t n_div)
+{
+    if (!row_loss || n_div < 1)
+        return FX_FAIL(FX_EINVAL, "%s", !row_loss ? "row_loss is NULL" : "n_div must be >= 1");
+    float unused;
+    int rc = nn_ce_validate(&unused, dlogits, logits, labels, grad_scale, __func__);
+    if (rc) return rc;
+    if (tensor_device(logits) >= 0 || (dlogits && tensor_device(dlogits) >= 0))
+        return FX_FAIL(FX_EUNSUPPORTED, "host tensors only");
+    return nn_softmax_ce_host(NULL, row_loss, dlogits, logits, labels, grad_scale, n_div,
+                              __func__);
 }
