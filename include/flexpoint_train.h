@@ -167,6 +167,112 @@ FX_API fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *
  *  @param[in] t The trainer; NULL is a no-op. */
 FX_API void fx_trainer_free(fx_trainer *t);
 
+/** @brief A group of processes that train one model together (data parallelism over MPI;
+ *  docs/distributed.md). Opaque; created by fx_comm_init() or fx_comm_from_mpi(), freed with
+ *  fx_comm_free(). Every function that takes one is collective: each rank of the group calls
+ *  it, in the same order. */
+typedef struct fx_comm fx_comm;
+
+/** @brief 1 when the library was built with MPI (CMake option FLEXPOINT_MPI), else 0. */
+FX_API int fx_comm_available(void);
+
+/** @brief A communicator over every process of the job (MPI_COMM_WORLD, duplicated), starting
+ *  MPI when the program has not (fx_comm_free() then finalises it).
+ *  @param[in,out] argc NULL, or main's argc (handed to MPI_Init_thread).
+ *  @param[in,out] argv NULL, or main's argv.
+ *  @param[out]    out  Receives the communicator.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL out.
+ *  @retval FX_EUNSUPPORTED the library was built without MPI (the message says how to build
+ *          it with MPI).
+ *  @retval FX_EIO MPI could not be started.
+ *  @retval FX_ENOMEM */
+FX_API int fx_comm_init(int *argc, char ***argv, fx_comm **out);
+
+/** @brief A communicator over the processes of an MPI communicator of the program's own
+ *  (duplicated, so the library's messages never mix with the program's). MPI must be
+ *  initialised, with at least MPI_THREAD_FUNNELED.
+ *  @param[in]  mpi_comm A pointer to an MPI_Comm.
+ *  @param[out] out      Receives the communicator.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL argument, or MPI is not initialised.
+ *  @retval FX_EUNSUPPORTED the library was built without MPI.
+ *  @retval FX_EIO the communicator cannot be duplicated.
+ *  @retval FX_ENOMEM */
+FX_API int fx_comm_from_mpi(const void *mpi_comm, fx_comm **out);
+
+/** @brief This process's rank in the group, 0-based; FX_EINVAL for a NULL c. */
+FX_API int fx_comm_rank(const fx_comm *c);
+/** @brief Number of processes in the group; FX_EINVAL for a NULL c. */
+FX_API int fx_comm_size(const fx_comm *c);
+
+/** @brief Collective agreement on success: every rank passes its own status and all receive
+ *  the same answer, so that no rank goes on alone into a collective that another rank will
+ *  never reach (e.g. after one rank failed to load its data).
+ *  @param[in]  c            The communicator.
+ *  @param[in]  local_status This rank's status (FX_OK or a negative FX_E* code).
+ *  @param[out] failed_rank  NULL, or receives the lowest failing rank (-1 when none failed).
+ *  @return FX_OK when every rank passed FX_OK; else the lowest failing rank's status (on the
+ *          other ranks with a message naming that rank); FX_EINVAL for a NULL c; FX_EIO when
+ *          the agreement itself fails. */
+FX_API int fx_comm_agree(fx_comm *c, int local_status, int *failed_rank);
+
+/** @brief End every process of the group at once (MPI_Abort with exit code `code`): what a
+ *  program does when one rank fails in the middle of training, where its peers would otherwise
+ *  wait for it forever. Never called by the library itself.
+ *  @param[in] c    The communicator (NULL: nothing happens).
+ *  @param[in] code The exit status of the processes. */
+FX_API void fx_comm_abort(fx_comm *c, int code);
+
+/** @brief Free a communicator; finalises MPI when fx_comm_init() started it. Collective.
+ *  @param[in] c The communicator; NULL is a no-op. */
+FX_API void fx_comm_free(fx_comm *c);
+
+/** @brief Bytes a rank hands to MPI during training steps (fx_trainer_traffic()): the
+ *  payload of its collectives, not the transport's own overhead. */
+typedef struct fx_dist_traffic {
+    int64_t steps;            /**< training steps counted */
+    int64_t gradient_bytes;   /**< parameter gradients: int64 partial sums (flex16_5, dfp16
+                                   and any integer-compute gradient) or fp32 partial sums */
+    int64_t statistics_bytes; /**< shared-exponent writes of batch tensors: the maximum, the
+                                   statistics of each quantisation (8 x 8 bytes each) */
+    int64_t gather_bytes;     /**< rows gathered: per-sample losses and conv bias row sums */
+    int64_t control_bytes;    /**< accuracy counts and the loss scaler's found-inf flag */
+} fx_dist_traffic;
+
+/** @brief fx_trainer_new() for one rank of a group that trains one model together.
+ *
+ *  Every rank builds the same trainer from the same configuration and datasets (each rank
+ *  loads them itself). Each global batch of cfg->batch_size images, in the one-process order,
+ *  is split into comm-size consecutive parts of batch_size / size images, one per rank; the
+ *  gradients are summed over the ranks before each write, and batch tensors choose their
+ *  shared exponent from every rank's values, so that every rank holds the same weights after
+ *  each step. What this keeps bit-identical to a one-process run (flex16_5 and dfp16: every
+ *  weight, loss and metric, at any rank count; fp32, fp16 and bf16: the same bits at the same
+ *  rank count) is in docs/distributed.md. Collective: every rank gets a trainer, or every
+ *  rank gets NULL (a rank whose own checks passed reports which rank failed).
+ *  fx_trainer_save() then writes from rank 0 only and returns rank 0's status on every rank;
+ *  fx_trainer_load() reads on every rank and fails on every rank when one fails.
+ *  @param[in] cfg   The configuration, the same on every rank (checked: FX_EINVAL otherwise).
+ *  @param[in] train The training set, borrowed.
+ *  @param[in] test  NULL, or the test set, borrowed.
+ *  @param[in] comm  The group; NULL: fx_trainer_new().
+ *  @return The trainer, or NULL with flexpoint_last_status(): fx_trainer_new()'s errors, and
+ *          FX_EINVAL (batch_size not a multiple of the rank count, or ranks whose
+ *          configurations differ), FX_EUNSUPPORTED (a CUDA device, or a model with batch
+ *          normalisation, whose statistics would be those of a rank's part of the batch). */
+FX_API fx_trainer *fx_trainer_new_distributed(const fx_train_config *cfg,
+                                              const fx_dataset *train, const fx_dataset *test,
+                                              fx_comm *comm);
+
+/** @brief Bytes this rank handed to MPI in the training steps since the trainer was built
+ *  (evaluation excluded); all zero for a trainer without a communicator.
+ *  @param[in]  t  The trainer.
+ *  @param[out] tr Filled.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL t or tr. */
+FX_API int fx_trainer_traffic(const fx_trainer *t, fx_dist_traffic *tr);
+
 /** @brief Metrics of one epoch (or of an evaluation). */
 typedef struct fx_epoch_metrics {
     int epoch;               /**< 1-based epoch just finished */

@@ -18,6 +18,7 @@
  * configuration's device field is recorded but not compared. */
 #define _POSIX_C_SOURCE 200809L
 #include "checkpoint.h"
+#include "../dist/distributed.h"
 #include "placement.h"
 #include "../data/data_internal.h"
 
@@ -677,6 +678,10 @@ int fx_trainer_load(fx_trainer *t, const char *path)
     rc = fx_ckpt_read_file(path, LOAD_FUNC, &data, &len);
     if (!rc) rc = fx_ckpt_decode(t, data, len, path);
     free(data);
+    /* Every rank of a distributed trainer reads the file; they go on only together. A rank
+     * whose load failed is left unchanged, the others hold the file's state: the caller gets
+     * a failure on every rank and does not train on. */
+    if (t->comm) rc = fx_comm_agree(t->comm, rc, NULL);
     return rc;
 }
 
@@ -828,9 +833,14 @@ int fx_trainer_save(const fx_trainer *tc, const char *path)
     fx_trainer *t = (fx_trainer *)tc; /* serialising only reads */
     int rc = fx_trainer_use_device(t);
     if (rc) return rc;
-    fx_buf file = {0};
-    rc = fx_ckpt_encode(t, &file, NULL, path);
-    if (!rc) rc = fx_write_file_atomic(path, file.data, file.len, SAVE_FUNC);
-    fx_buf_free(&file);
+    /* The ranks of a distributed trainer hold the same state: rank 0 writes it, and every
+     * rank returns rank 0's status, after the file is in place. */
+    if (!t->comm || t->rank == 0) {
+        fx_buf file = {0};
+        rc = fx_ckpt_encode(t, &file, NULL, path);
+        if (!rc) rc = fx_write_file_atomic(path, file.data, file.len, SAVE_FUNC);
+        fx_buf_free(&file);
+    }
+    if (t->comm) rc = fx_comm_agree(t->comm, rc, NULL);
     return rc;
 }

@@ -6,6 +6,7 @@
 #include "placement.h"
 #include "flexpoint_gpu.h"
 #include "../nn/pool_own.h"
+#include "../dist/distributed.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -433,6 +434,7 @@ int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W,
     m->cfg = *cfg;
     m->device = cfg->device < 0 ? -1 : cfg->device; /* before any allocation: frees follow it */
     m->classes = classes;
+    m->nranks = 1;
     m->in_ndim = 4;
     m->in_shape[0] = cfg->batch_size;
     m->in_shape[1] = C;
@@ -525,8 +527,34 @@ void fx_model_free(fx_model *m)
 
 static tensor_t *fx_new_act(fx_model *m, int fmt, int ndim, const int64_t *shape, int grad)
 {
-    return fx_place_tensor(m, (fmt_t)fmt, ndim, shape,
-                           grad ? m->cfg.grad_window_lo : m->cfg.act_window_lo);
+    tensor_t *t = fx_place_tensor(m, (fmt_t)fmt, ndim, shape,
+                                  grad ? m->cfg.grad_window_lo : m->cfg.act_window_lo);
+    /* every activation and activation gradient holds this rank's rows of the batch */
+    if (t && m->dist) fx_tensor_set_dist(t, m->dist, FX_DIST_ROWS);
+    return t;
+}
+
+void fx_model_set_comm(fx_model *m, struct fx_comm *comm)
+{
+    m->comm = comm;
+    m->dist = comm ? fx_comm_ops(comm) : NULL;
+    m->nranks = comm ? fx_comm_size(comm) : 1;
+}
+
+/* Whether parameter i is a convolution's bias. */
+static int fx_is_conv_bias(const fx_model *m, int i)
+{
+    for (int k = 0; k < m->nlayers; k++)
+        if (m->layers[k].kind == FX_L_CONV && m->layers[k].b == i) return 1;
+    return 0;
+}
+
+void fx_model_set_grads_summed(fx_model *m, int on)
+{
+    if (!m->dist) return;
+    for (int i = 0; i < m->nparams; i++)
+        fx_tensor_set_dist(m->params[i].g, on && !fx_is_conv_bias(m, i) ? m->dist : NULL,
+                           FX_DIST_SUM);
 }
 
 static const int64_t *fx_layer_in_shape(const fx_model *m, const fx_layer *l, int j, int *nd)
@@ -687,7 +715,20 @@ static int fx_bias_grad_nchw(const fx_model *m, const tensor_t *dy, tensor_t *db
     tensor_t *t = fx_place_tensor(m, FMT_FP32, 2, s2, 0);
     tensor_t *dbv = tensor_view_reshape(db, 1, s1);
     int rc = (!v || !t || !dbv) ? FX_ENOMEM : tensor_sum(t, v, 2);
-    if (!rc) rc = tensor_sum(dbv, t, 0);
+    tensor_t *all = NULL;
+    if (!rc && m->comm) {
+        /* The sum over samples adds fp32 values, which no split into per-rank partial sums
+         * reproduces bit for bit. So every rank gathers every sample's row (rank r holds
+         * samples r*B/R...), in batch order, and sums them as one process does: the same
+         * bits at any rank count, for a few bytes per sample and channel. */
+        int64_t sa[2] = {s[0] * m->nranks, s[1]};
+        all = tensor_new(FMT_FP32, 2, sa);
+        rc = !all ? FX_ENOMEM
+                  : fx_comm_allgather(m->comm, fx_tensor_base(t), fx_tensor_base(all),
+                                      (size_t)(s[0] * s[1]) * sizeof(float), FX_TRAFFIC_GATHER);
+    }
+    if (!rc) rc = tensor_sum(dbv, all ? all : t, 0);
+    tensor_free(all);
     tensor_free(v);
     tensor_free(t);
     tensor_free(dbv);

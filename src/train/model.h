@@ -89,6 +89,11 @@ typedef struct fx_model {
     int ncasts;
     int seen_compute, adding_last;
     fx_train_config cfg;
+    /* Data parallelism (fx_trainer_new_distributed): the group, its write-path collectives
+     * and its size; NULL, NULL, 1 for one process. cfg.batch_size is then this rank's part. */
+    struct fx_comm *comm;
+    const fx_dist_ops *dist;
+    int nranks;
 } fx_model;
 
 /* The network a model name describes (model_names.c has the grammar). */
@@ -121,6 +126,14 @@ void fx_model_free(fx_model *m);
 /* Allocate / free the tensors of a context (train: also gradients). */
 int fx_model_alloc_ctx(fx_model *m, int ctx);
 void fx_model_free_ctx(fx_model *m, int ctx);
+
+/* Make m one rank's part of a distributed model over comm (before fx_model_alloc_ctx): its
+ * batch tensors then choose their exponents with every rank's rows (FX_DIST_ROWS). */
+void fx_model_set_comm(fx_model *m, struct fx_comm *comm);
+/* Between fx_model_set_grads_summed(m, 1) and (m, 0) the parameter gradients' writes are
+ * summed over the ranks (FX_DIST_SUM): the backward pass. Conv biases are not: their
+ * per-sample sums are gathered and summed as in one process (fx_bias_grad_nchw). */
+void fx_model_set_grads_summed(fx_model *m, int on);
 
 /* Forward from m->input[ctx]; returns the logits tensor in *logits. */
 int fx_model_forward(fx_model *m, int ctx, tensor_t **logits);

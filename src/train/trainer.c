@@ -4,6 +4,8 @@
 #include "trainer.h"
 #include "placement.h"
 #include "flexpoint_gpu.h"
+#include "../dist/distributed.h"
+#include "../nn/softmax_ce.h"
 
 #include <float.h>
 #include <math.h>
@@ -214,38 +216,40 @@ static int fx_build_registry(fx_trainer *t)
     return rc;
 }
 
-fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
-                           const fx_dataset *test)
+/* fx_trainer_new, and with comm one rank's part of a distributed trainer: the model holds
+ * batch_size / ranks samples of each batch. Calls no collective. */
+static fx_trainer *fx_trainer_create(const fx_train_config *cfg, const fx_dataset *train,
+                                     const fx_dataset *test, fx_comm *comm)
 {
     if (!cfg || !train) {
-        FX_FAIL(FX_EINVAL, "%s is NULL", !cfg ? "cfg" : "train");
+        CFG_FAIL(FX_EINVAL, "%s is NULL", !cfg ? "cfg" : "train");
         return NULL;
     }
     if (fx_train_config_validate(cfg)) return NULL;
     int C = fx_dataset_channels(train), H = fx_dataset_height(train), W = fx_dataset_width(train);
     int classes = fx_dataset_classes(train);
     if (C < 1 || C > 4) {
-        FX_FAIL(FX_EUNSUPPORTED, "datasets with %d channels are not supported (1..4)", C);
+        CFG_FAIL(FX_EUNSUPPORTED, "datasets with %d channels are not supported (1..4)", C);
         return NULL;
     }
     if (test && (fx_dataset_channels(test) != C || fx_dataset_height(test) != H ||
                  fx_dataset_width(test) != W || fx_dataset_classes(test) != classes)) {
-        FX_FAIL(FX_ESHAPE, "test set shape %dx%dx%d/%d classes differs from training set "
+        CFG_FAIL(FX_ESHAPE, "test set shape %dx%dx%d/%d classes differs from training set "
                 "%dx%dx%d/%d", fx_dataset_channels(test), fx_dataset_height(test),
                 fx_dataset_width(test), fx_dataset_classes(test), C, H, W, classes);
         return NULL;
     }
     int64_t n = fx_dataset_len(train);
     if (n < cfg->batch_size) {
-        FX_FAIL(FX_ESHAPE, "the training set has %lld images, fewer than one batch of %d",
+        CFG_FAIL(FX_ESHAPE, "the training set has %lld images, fewer than one batch of %d",
                 (long long)n, cfg->batch_size);
         return NULL;
     }
     /* before any allocation: no device means a clean failure with nothing to undo */
-    if (fx_place_select(cfg->device, __func__)) return NULL;
+    if (fx_place_select(cfg->device, "fx_trainer_new")) return NULL;
     fx_trainer *t = calloc(1, sizeof *t);
     if (!t) {
-        FX_FAIL(FX_ENOMEM, "out of memory");
+        CFG_FAIL(FX_ENOMEM, "out of memory");
         return NULL;
     }
     t->cfg = *cfg;
@@ -257,13 +261,28 @@ fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
     t->W = W;
     t->classes = classes;
     t->steps_per_epoch = n / cfg->batch_size;
+    t->comm = comm;
+    t->rank = comm ? fx_comm_rank(comm) : 0;
+    t->nranks = comm ? fx_comm_size(comm) : 1;
+    t->local_batch = cfg->batch_size / t->nranks; /* a multiple: checked by the caller */
     if (cfg->threads > 0) flexpoint_set_num_threads(cfg->threads);
     int rc = fx_dataset_channel_stats(train, t->mean, t->stdv);
     for (int c = 0; c < C && !rc; c++)
         if (!(t->stdv[c] > 0)) t->stdv[c] = 1.0;
-    if (!rc) rc = fx_model_build(&t->m, cfg, C, H, W, classes);
+    fx_train_config local = *cfg; /* the model holds this rank's part of each batch */
+    local.batch_size = (int)t->local_batch;
+    if (!rc) rc = fx_model_build(&t->m, &local, C, H, W, classes);
+    for (int i = 0; i < t->m.nlayers && !rc && comm; i++)
+        if (t->m.layers[i].kind == FX_L_BN)
+            rc = CFG_FAIL(FX_EUNSUPPORTED, "model '%s' has batch normalisation (%s), whose "
+                         "statistics would be those of one rank's part of the batch: "
+                         "distributed training takes models without it (mlp, cnn)",
+                         cfg->model, t->m.layers[i].name);
+    if (!rc) fx_model_set_comm(&t->m, comm);
     if (!rc) rc = fx_model_alloc_ctx(&t->m, FX_CTX_TRAIN);
-    int64_t B = cfg->batch_size, img = (int64_t)C * H * W;
+    int64_t B = t->local_batch, img = (int64_t)C * H * W;
+    /* a batch's per-sample losses from every rank, then this rank's own */
+    if (comm) t->row_loss = malloc((size_t)(cfg->batch_size + B) * sizeof *t->row_loss);
     t->perm = malloc((size_t)n * sizeof *t->perm);
     t->xbuf = malloc((size_t)(B * img) * sizeof(float));
     t->ybuf = malloc((size_t)B * sizeof(int32_t));
@@ -274,14 +293,15 @@ fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
         const fx_layer *last = &t->m.layers[t->m.nlayers - 1];
         t->dlogits = fx_place_tensor(&t->m, (fmt_t)last->fdx, 2, ls, cfg->grad_window_lo);
         if (!t->dlogits) rc = flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
+        else if (comm) fx_tensor_set_dist(t->dlogits, t->m.dist, FX_DIST_ROWS);
     }
     if (!rc && t->m.device >= 0) {
         t->logits_host = tensor_new((fmt_t)t->m.layers[t->m.nlayers - 1].fa, 2, ls);
         if (!t->logits_host) rc = flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
     }
     if (!rc && (!t->perm || !t->xbuf || !t->ybuf || !t->logits_buf ||
-                (cfg->augment && !t->aug_tmp)))
-        rc = FX_FAIL(FX_ENOMEM, "out of memory");
+                (cfg->augment && !t->aug_tmp) || (comm && !t->row_loss)))
+        rc = CFG_FAIL(FX_ENOMEM, "out of memory");
     /* auto: dynamic scaling when any tensor of the model is fp16 */
     t->scaling = cfg->loss_scaling < 0 ? fx_model_uses(&t->m, FMT_FP16) : cfg->loss_scaling != 0;
     fx_loss_scaler_init(&t->scaler, t->scaling);
@@ -300,6 +320,101 @@ fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
     return t;
 }
 
+fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
+                           const fx_dataset *test)
+{
+    return fx_trainer_create(cfg, train, test, NULL);
+}
+
+/* FNV-1a over the fields that decide what a run computes (not threads, which each rank may
+ * choose), field by field: a struct's padding is not data. */
+static uint64_t fx_fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+#define FX_HASH_FIELD(h, c, f) ((h) = fx_fnv((h), &(c)->f, sizeof (c)->f))
+static uint64_t fx_config_hash(const fx_train_config *c)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = fx_fnv(h, c->model, strnlen(c->model, sizeof c->model));
+    h = fx_fnv(h, c->autoflex, strnlen(c->autoflex, sizeof c->autoflex));
+    h = fx_fnv(h, c->policy, strnlen(c->policy, sizeof c->policy));
+    FX_HASH_FIELD(h, c, fmt);
+    FX_HASH_FIELD(h, c, master_weights);
+    FX_HASH_FIELD(h, c, loss_scaling);
+    FX_HASH_FIELD(h, c, stochastic_rounding);
+    FX_HASH_FIELD(h, c, grad_window_lo);
+    FX_HASH_FIELD(h, c, act_window_lo);
+    FX_HASH_FIELD(h, c, weight_window_lo);
+    FX_HASH_FIELD(h, c, batch_size);
+    FX_HASH_FIELD(h, c, lr);
+    FX_HASH_FIELD(h, c, momentum);
+    FX_HASH_FIELD(h, c, weight_decay);
+    FX_HASH_FIELD(h, c, lr_schedule);
+    FX_HASH_FIELD(h, c, epochs);
+    FX_HASH_FIELD(h, c, augment);
+    FX_HASH_FIELD(h, c, seed);
+    FX_HASH_FIELD(h, c, device);
+    FX_HASH_FIELD(h, c, optimizer);
+    FX_HASH_FIELD(h, c, adam_beta1);
+    FX_HASH_FIELD(h, c, adam_beta2);
+    FX_HASH_FIELD(h, c, adam_eps);
+    FX_HASH_FIELD(h, c, clip_norm);
+    FX_HASH_FIELD(h, c, loss_scale_init);
+    FX_HASH_FIELD(h, c, loss_scale_growth);
+    FX_HASH_FIELD(h, c, loss_scale_backoff);
+    FX_HASH_FIELD(h, c, loss_scale_interval);
+    FX_HASH_FIELD(h, c, loss_scale_min);
+    return h;
+}
+
+fx_trainer *fx_trainer_new_distributed(const fx_train_config *cfg, const fx_dataset *train,
+                                       const fx_dataset *test, fx_comm *comm)
+{
+    if (!comm) return fx_trainer_new(cfg, train, test);
+    const int size = fx_comm_size(comm), rank = fx_comm_rank(comm);
+    int rc = FX_OK;
+    fx_trainer *t = NULL;
+    /* local checks first, then one agreement: every rank reaches it, whatever failed */
+    if (!cfg || !train)
+        rc = FX_FAIL(FX_EINVAL, "%s is NULL", !cfg ? "cfg" : "train");
+    else if (cfg->device >= 0)
+        rc = FX_FAIL(FX_EUNSUPPORTED, "distributed training runs on the host (device=%d)",
+                     cfg->device);
+    else if (cfg->batch_size >= 1 && cfg->batch_size % size != 0)
+        rc = FX_FAIL(FX_EINVAL, "batch_size=%d is not a multiple of the %d ranks: each rank "
+                     "takes an equal part of every batch", cfg->batch_size, size);
+    if (!rc) {
+        t = fx_trainer_create(cfg, train, test, comm);
+        if (!t) rc = flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
+    }
+    /* the same run everywhere: rank 0's configuration is the reference */
+    const uint64_t h = cfg ? fx_config_hash(cfg) : 0;
+    int parts[2] = {(int)(uint32_t)(h & 0xffffffffu), (int)(uint32_t)(h >> 32)};
+    int agreed = fx_comm_bcast_int(comm, &parts[0], 0);
+    if (!agreed) agreed = fx_comm_bcast_int(comm, &parts[1], 0);
+    if (agreed && !rc) rc = agreed;
+    if (!rc && ((uint32_t)parts[0] != (uint32_t)(h & 0xffffffffu) ||
+                (uint32_t)parts[1] != (uint32_t)(h >> 32)))
+        rc = FX_FAIL(FX_EINVAL, "rank %d's training configuration differs from rank 0's "
+                     "(every rank must train the same run)", rank);
+    int all = fx_comm_agree(comm, rc, NULL);
+    if (all) {
+        fx_trainer_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+int fx_trainer_traffic(const fx_trainer *t, fx_dist_traffic *tr)
+{
+    if (!t || !tr) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "tr");
+    *tr = t->traffic;
+    return FX_OK;
+}
+
 void fx_trainer_free(fx_trainer *t)
 {
     if (!t) return;
@@ -311,6 +426,7 @@ void fx_trainer_free(fx_trainer *t)
     free(t->ybuf);
     free(t->logits_buf);
     free(t->aug_tmp);
+    free(t->row_loss);
     free(t->reg);
     free(t);
 }
@@ -399,7 +515,8 @@ static int fx_health_collect(fx_trainer *t)
         if (rc) return rc;
         r->unaccounted = 0;
         r->writes++;
-        r->written += tensor_numel(r->t);
+        /* a batch tensor of a distributed trainer: the write covered every rank's rows */
+        r->written += tensor_numel(r->t) * (st->dist_mode == FX_DIST_ROWS ? t->nranks : 1);
         r->saturated += st->last.saturated;
         r->underflow += st->last.underflow;
         /* every nonzero finite input rounded to 0: nothing of the values was kept */
@@ -486,6 +603,24 @@ static int fx_optimizer_step(fx_trainer *t, int i, double lr, double scale)
                 c->adam_eps, wd, 1.0 / scale, c->stochastic_rounding, seed, step + 1);
 }
 
+/* The loss of a distributed step: this rank's rows' losses and the gradient over the whole
+ * batch (divided by batch_size, not by this rank's part), then every rank's losses gathered
+ * and added in batch order, as the one-process mean adds them. */
+static int fx_dist_loss(fx_trainer *t, const tensor_t *logits, double scale, float *loss)
+{
+    const int64_t B = t->cfg.batch_size, Bl = t->local_batch;
+    double *mine = t->row_loss + B;
+    int rc = fx_softmax_ce_rows(mine, t->dlogits, logits, t->ybuf, scale, B);
+    if (!rc)
+        rc = fx_comm_allgather(t->comm, mine, t->row_loss, (size_t)Bl * sizeof *mine,
+                               FX_TRAFFIC_GATHER);
+    if (rc) return rc;
+    double total = 0.0;
+    for (int64_t i = 0; i < B; i++) total += t->row_loss[i];
+    *loss = (float)(total / (double)B);
+    return FX_OK;
+}
+
 int fx_trainer_step(fx_trainer *t, float *loss_out)
 {
     if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
@@ -496,13 +631,16 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     /* profiling: phase boundaries on the model's clock (which waits for a device) */
     const int prof = t->profiling;
     double p0 = prof ? fx_model_clock(&t->m) : 0, p1 = 0;
-    int64_t B = t->cfg.batch_size, img = (int64_t)t->C * t->H * t->W;
-    const int64_t *idx = t->perm + t->step_in_epoch * B;
-    rc = fx_dataset_batch(t->train, idx, B, t->xbuf, t->ybuf);
+    /* a distributed rank takes its consecutive part of the one-process batch */
+    int64_t B = t->cfg.batch_size, Bl = t->local_batch, img = (int64_t)t->C * t->H * t->W;
+    const int64_t *idx = t->perm + t->step_in_epoch * B + (int64_t)t->rank * Bl;
+    int64_t bytes0[FX_TRAFFIC_KINDS];
+    if (t->comm) fx_comm_bytes(t->comm, bytes0);
+    rc = fx_dataset_batch(t->train, idx, Bl, t->xbuf, t->ybuf);
     if (rc) return rc;
     if (t->cfg.augment)
-        for (int64_t i = 0; i < B; i++) fx_augment(t, t->xbuf + i * img, idx[i]);
-    fx_normalize(t, t->xbuf, B);
+        for (int64_t i = 0; i < Bl; i++) fx_augment(t, t->xbuf + i * img, idx[i]);
+    fx_normalize(t, t->xbuf, Bl);
     fx_model *m = &t->m;
     /* after the host's preparation of the batch, which a device's last writes overlap */
     if ((rc = fx_health_begin(t))) return rc;
@@ -521,14 +659,20 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     }
     float loss = 0;
     double scale = t->scaling ? t->scaler.scale : 1.0;
-    if (!rc) rc = tensor_softmax_cross_entropy(&loss, t->dlogits, logits, t->ybuf, scale);
+    if (!rc)
+        rc = t->comm ? fx_dist_loss(t, logits, scale, &loss)
+                     : tensor_softmax_cross_entropy(&loss, t->dlogits, logits, t->ybuf, scale);
     if (!rc) rc = fx_place_read_f32(m, logits, t->logits_host, t->logits_buf);
     if (prof) {
         p1 = fx_model_clock(m);
         t->prof.loss_s += p1 - p0;
         p0 = p1;
     }
-    if (!rc) rc = fx_model_backward(m, t->dlogits);
+    if (!rc) {
+        fx_model_set_grads_summed(m, 1); /* the gradients' writes sum over the ranks */
+        rc = fx_model_backward(m, t->dlogits);
+        fx_model_set_grads_summed(m, 0);
+    }
     if (rc) return rc;
     if (prof) {
         p1 = fx_model_clock(m);
@@ -546,6 +690,9 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
             outs[i] = m->params[i].unscaled;
         }
         rc = fx_loss_scaler_unscale(&t->scaler, grads, n, outs, &found_inf);
+        /* the gradients are the same on every rank, and so is the flag; agreeing on it costs
+         * 4 bytes and keeps the ranks' decisions together whatever a backend does */
+        if (!rc && t->comm) rc = fx_comm_max_int(t->comm, &found_inf, 1, FX_TRAFFIC_CONTROL);
         if (rc) return rc;
         if (t->cfg.loss_scaling == FX_LOSS_SCALING_STATIC) {
             /* a fixed scale: skip the step, never change the scale */
@@ -575,7 +722,19 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     fx_health_end(t);
     if (!isfinite(loss)) t->nonfinite++;
     else t->loss_sum += loss;
-    t->correct += fx_count_correct(t->logits_buf, t->ybuf, B, t->classes);
+    int64_t correct = fx_count_correct(t->logits_buf, t->ybuf, Bl, t->classes);
+    if (t->comm) {
+        if ((rc = fx_comm_sum_i64(t->comm, &correct, 1, FX_TRAFFIC_CONTROL))) return rc;
+        int64_t bytes1[FX_TRAFFIC_KINDS];
+        fx_comm_bytes(t->comm, bytes1);
+        t->traffic.steps++;
+        t->traffic.gradient_bytes += bytes1[FX_TRAFFIC_GRADIENT] - bytes0[FX_TRAFFIC_GRADIENT];
+        t->traffic.statistics_bytes +=
+            bytes1[FX_TRAFFIC_STATISTICS] - bytes0[FX_TRAFFIC_STATISTICS];
+        t->traffic.gather_bytes += bytes1[FX_TRAFFIC_GATHER] - bytes0[FX_TRAFFIC_GATHER];
+        t->traffic.control_bytes += bytes1[FX_TRAFFIC_CONTROL] - bytes0[FX_TRAFFIC_CONTROL];
+    }
+    t->correct += correct;
     t->seen += B;
     t->step_in_epoch++;
     t->global_step++;
@@ -594,7 +753,10 @@ int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accuracy, d
     int rc = fx_trainer_use_device(t);
     if (rc) return rc;
     rc = fx_model_alloc_ctx(m, FX_CTX_EVAL);
-    int64_t B = t->cfg.batch_size, n = fx_dataset_len(ds), img = (int64_t)t->C * t->H * t->W;
+    /* A distributed rank evaluates its part (rows r0 .. r0 + Bl) of each one-process batch,
+     * so that batch tensors see the same batches as in one process. */
+    int64_t B = t->cfg.batch_size, Bl = t->local_batch, r0 = (int64_t)t->rank * Bl;
+    int64_t n = fx_dataset_len(ds), img = (int64_t)t->C * t->H * t->W;
     int64_t *idx = malloc((size_t)B * sizeof *idx);
     if (!rc && !idx) rc = FX_FAIL(FX_ENOMEM, "out of memory");
     int64_t correct = 0;
@@ -602,27 +764,38 @@ int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accuracy, d
     for (int64_t s = 0; s < n && !rc; s += B) {
         int64_t cnt = n - s < B ? n - s : B;
         for (int64_t i = 0; i < B; i++) idx[i] = s + (i < cnt ? i : 0);
-        rc = fx_dataset_batch(ds, idx, B, t->xbuf, t->ybuf);
+        int64_t mine = cnt - r0 < 0 ? 0 : (cnt - r0 > Bl ? Bl : cnt - r0); /* real rows here */
+        rc = fx_dataset_batch(ds, idx + r0, Bl, t->xbuf, t->ybuf);
         if (rc) break;
         /* a short last batch is padded with zeros; its extra rows are ignored */
-        memset(t->xbuf + cnt * img, 0, sizeof(float) * (size_t)((B - cnt) * img));
-        fx_normalize(t, t->xbuf, cnt);
+        memset(t->xbuf + mine * img, 0, sizeof(float) * (size_t)((Bl - mine) * img));
+        fx_normalize(t, t->xbuf, mine);
         tensor_t *logits;
         rc = fx_place_write_input(m, FX_CTX_EVAL, t->xbuf);
         if (!rc) rc = fx_model_forward(m, FX_CTX_EVAL, &logits);
         if (!rc) rc = fx_place_read_f32(m, logits, t->logits_host, t->logits_buf);
         if (rc) break;
-        correct += fx_count_correct(t->logits_buf, t->ybuf, cnt, t->classes);
-        for (int64_t i = 0; i < cnt; i++) { /* log-softmax in double */
+        correct += fx_count_correct(t->logits_buf, t->ybuf, mine, t->classes);
+        double *rows = t->comm ? t->row_loss + B : NULL;
+        for (int64_t i = 0; i < mine; i++) { /* log-softmax in double */
             const float *z = t->logits_buf + i * t->classes;
             double mx = z[0], se = 0;
             for (int j = 1; j < t->classes; j++) mx = z[j] > mx ? z[j] : mx;
             for (int j = 0; j < t->classes; j++) se += exp((double)z[j] - mx);
-            loss_sum += mx + log(se) - (double)z[t->ybuf[i]];
+            double l = mx + log(se) - (double)z[t->ybuf[i]];
+            if (rows) rows[i] = l;
+            else loss_sum += l;
+        }
+        if (rows) { /* every rank's losses, added in batch order as in one process */
+            for (int64_t i = mine; i < Bl; i++) rows[i] = 0.0; /* padding: never added */
+            rc = fx_comm_allgather(t->comm, rows, t->row_loss, (size_t)Bl * sizeof *rows,
+                                   FX_TRAFFIC_GATHER);
+            for (int64_t i = 0; i < cnt && !rc; i++) loss_sum += t->row_loss[i];
         }
     }
     free(idx);
     fx_model_free_ctx(m, FX_CTX_EVAL);
+    if (!rc && t->comm) rc = fx_comm_sum_i64(t->comm, &correct, 1, FX_TRAFFIC_CONTROL);
     if (rc) return rc;
     if (accuracy) *accuracy = n ? (double)correct / (double)n : 0.0;
     if (loss) *loss = n ? loss_sum / (double)n : 0.0;

@@ -54,6 +54,15 @@ struct fx_trainer {
     /* registry of tensors by name */
     fx_named_tensor *reg;
     int nreg;
+    /* Data parallelism (fx_trainer_new_distributed; NULL, 0, 1 without): the group, this
+     * rank, the rank count and this rank's part of each batch (cfg.batch_size without a
+     * group); row_loss holds one batch's per-sample losses, gathered from every rank; traffic
+     * counts the bytes of the training steps. */
+    struct fx_comm *comm;
+    int rank, nranks;
+    int64_t local_batch;
+    double *row_loss;
+    fx_dist_traffic traffic;
 };
 
 /* Every field of a configuration in its documented range: FX_OK, or the status with a message
