@@ -76,6 +76,9 @@ static const char fx_cli_usage_text[] =
 "                        in each of --formats and write eval.csv; a checkpoint gives the\n"
 "                        model and recipe (the data options must be those of its training\n"
 "                        run), a weights file needs --model\n"
+"  --distributed         one rank of an MPI job (mpirun -np N flexpoint-train ...): each\n"
+"                        global batch is split over the N ranks (--batch a multiple of N);\n"
+"                        rank 0 writes the results; host only (docs/distributed.md)\n"
 "  --quiet               no progress output (warnings and errors are still printed)\n"
 "  --help                this text\n"
 "\n"
@@ -313,6 +316,7 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
         "--epochs", "--batch", "--lr", "--momentum", "--weight-decay", "--schedule",
         "--no-master", "--loss-scaling", "--stochastic-rounding", "--augment", "--seed",
         "--device", "--trace", "--checkpoint-dir", "--resume", "--export-weights", "--profile",
+        "--distributed",
         "--optimizer", "--adam-betas", "--adam-eps", "--clip-norm", "--loss-scale-init",
         "--loss-scale-growth", "--loss-scale-backoff", "--loss-scale-interval",
         "--loss-scale-min"};
@@ -500,6 +504,8 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
             rc = fx_cli_path(a, v, o->eval, sizeof o->eval, m, n);
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
+        } else if (!strcmp(a, "--distributed")) {
+            o->distributed = 1;
         } else {
             return fx_cli_fail(m, n, "unknown option '%.*s' (see --help)", Q, a);
         }
@@ -514,6 +520,9 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
     if (o->eval[0] && training_only)
         return fx_cli_fail(m, n, "--eval: %s is a training option; an evaluation takes the "
                            "recipe from the checkpoint", training_only);
+    if (o->distributed && o->device >= 0)
+        return fx_cli_fail(m, n, "--distributed: distributed training runs on the host "
+                           "(drop --device)");
     if (o->resume && !o->ckpt_dir[0])
         return fx_cli_fail(m, n, "--resume needs --checkpoint-dir");
     if (!strcmp(o->data, "cifar10") && !o->data_dir[0])

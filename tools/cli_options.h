@@ -66,6 +66,7 @@ typedef struct fx_cli_options {
     int resume;                        /* 0 or 1; 1 only with a ckpt_dir */
     int device;                        /* -1 the host, else a CUDA ordinal 0..1023 */
     int quiet;                         /* 0 or 1 */
+    int distributed;                   /* 0 or 1: one rank of an MPI job (--distributed) */
     double lr;                         /* finite, >= 1e-12 */
     double momentum;                   /* [0, 1) */
     double wd;                         /* finite, >= 0 */

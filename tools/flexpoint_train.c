@@ -25,6 +25,32 @@
 typedef fx_cli_options options;
 typedef fx_cli_run run_spec;
 
+/* --distributed: the job's communicator and this process's rank (NULL and 0 otherwise). Rank
+ * 0 writes every file and prints the progress and the summary; the other ranks train their
+ * part of each batch and write nothing. */
+static fx_comm *g_comm;
+static int g_rank;
+
+/* "rank N: " in a distributed job's messages, else "". */
+static const char *rank_tag(void)
+{
+    static char tag[32];
+    if (!g_comm) return "";
+    snprintf(tag, sizeof tag, "rank %d: ", g_rank);
+    return tag;
+}
+
+/* A rank's failure in the middle of training, where its peers wait in a collective that it
+ * will never reach: end the whole job (its message is already printed). */
+static void abort_job(void)
+{
+    if (g_comm) {
+        fprintf(stderr, "flexpoint-train: rank %d failed during training; ending every rank\n",
+                g_rank);
+        fx_comm_abort(g_comm, 1);
+    }
+}
+
 /* Fail early, with the reason, when the requested device cannot be used. */
 static int check_device(const options *o)
 {
@@ -239,6 +265,15 @@ static int csv_flush(csv_file *c)
     return 0;
 }
 
+/* The output files of a rank other than 0: written to, never kept. */
+static int csv_discard(csv_file *c)
+{
+    snprintf(c->path, sizeof c->path, "/dev/null");
+    c->f = fopen(c->path, "w");
+    if (!c->f) fprintf(stderr, "flexpoint-train: cannot open /dev/null: %s\n", strerror(errno));
+    return c->f ? 0 : -1;
+}
+
 /* Close; -1 with a message if anything written was lost. Safe on a file never opened. */
 static int csv_close(csv_file *c)
 {
@@ -354,7 +389,7 @@ static int write_profile(const fx_trainer *t, const run_spec *rs, const char *pa
  * (no later run could write its results either). */
 static int run_one(const options *o, const run_spec *rs, const fx_dataset *train,
                    const fx_dataset *test, csv_file *epochs_csv, csv_file *steps_csv,
-                   run_result *res, int *fatal)
+                   csv_file *traffic_csv, run_result *res, int *fatal)
 {
     memset(res, 0, sizeof *res);
     fx_train_config cfg;
@@ -386,9 +421,11 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     cfg.loss_scale_interval = o->ls_interval;
     cfg.loss_scale_min = o->ls_min;
     snprintf(cfg.policy, sizeof cfg.policy, "%s", o->policy);
-    fx_trainer *t = fx_trainer_new(&cfg, train, test);
+    /* with --distributed a collective: every rank gets a trainer, or none does */
+    fx_trainer *t = fx_trainer_new_distributed(&cfg, train, test, g_comm);
     if (!t) {
-        fprintf(stderr, "flexpoint-train: %s: %s\n", rs->label, flexpoint_last_error());
+        fprintf(stderr, "flexpoint-train: %s%s: %s\n", rank_tag(), rs->label,
+                flexpoint_last_error());
         return -1;
     }
     char safe[64], path[PATH_BUF] = "", file[128];
@@ -422,8 +459,8 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
         if (join_path(path, sizeof path, o->ckpt_dir, file)) rc = -1;
     }
     if (!rc && o->resume && access(path, R_OK) == 0) {
-        if (fx_trainer_load(t, path) != FX_OK) {
-            fprintf(stderr, "flexpoint-train: %s: cannot resume: %s\n", rs->label,
+        if (fx_trainer_load(t, path) != FX_OK) { /* every rank fails together */
+            fprintf(stderr, "flexpoint-train: %s%s: cannot resume: %s\n", rank_tag(), rs->label,
                     flexpoint_last_error());
             rc = -1;
         } else if (!o->quiet) {
@@ -458,7 +495,7 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
                     mt.train_accuracy, mt.test_accuracy, mt.seconds, mt.images_per_second,
                     mt.skipped_steps ? "  (steps skipped by the loss scaler)" : "");
         }
-        warn_health(t, rs, mt.epoch, &h);
+        if (g_rank == 0) warn_health(t, rs, mt.epoch, &h);
         fprintf(epochs_csv->f, "%s,%s,%d,%.6f,%.6f,%.6f,%.6f,%.3f,%.1f,%.6g,%lld,%lld", rs->label,
                 o->model, mt.epoch, mt.train_loss, mt.train_accuracy, mt.test_loss,
                 mt.test_accuracy, mt.seconds, mt.images_per_second, mt.loss_scale,
@@ -475,16 +512,38 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
         res->seconds += mt.seconds;
         res->ips = mt.images_per_second;
         res->epochs_done++;
+        /* distributed: rank 0 writes, every rank returns its status */
         if (o->ckpt_dir[0] && fx_trainer_save(t, path) != FX_OK) {
-            fprintf(stderr, "flexpoint-train: %s: %s\n", rs->label, flexpoint_last_error());
+            fprintf(stderr, "flexpoint-train: %s%s: %s\n", rank_tag(), rs->label,
+                    flexpoint_last_error());
             rc = -1;
         }
     }
     if (status) {
-        fprintf(stderr, "flexpoint-train: %s: %s\n", rs->label, flexpoint_last_error());
+        fprintf(stderr, "flexpoint-train: %s%s: %s\n", rank_tag(), rs->label,
+                flexpoint_last_error());
+        abort_job();
         rc = -1;
     }
-    for (int k = 0; k < ntraced && !*fatal; k++) {
+    if (*fatal) abort_job(); /* rank 0's results cannot be written: the peers cannot know */
+    fx_dist_traffic tr;
+    if (g_comm && !rc && fx_trainer_traffic(t, &tr) == FX_OK && tr.steps > 0) {
+        /* bytes per step this rank handed to MPI (the same on every rank: the split is even) */
+        const double st = (double)tr.steps;
+        const int64_t total =
+            tr.gradient_bytes + tr.statistics_bytes + tr.gather_bytes + tr.control_bytes;
+        fprintf(traffic_csv->f, "%s,%d,%lld,%.0f,%.0f,%.0f,%.0f,%.0f\n", rs->label,
+                fx_comm_size(g_comm), (long long)tr.steps, tr.gradient_bytes / st,
+                tr.statistics_bytes / st, tr.gather_bytes / st, tr.control_bytes / st,
+                total / st);
+        if (!o->quiet)
+            fprintf(stderr, "%-18s %d ranks: %.0f bytes per rank per step (gradients %.0f, "
+                            "exponent statistics %.0f, gathered rows %.0f, control %.0f)\n",
+                    rs->label, fx_comm_size(g_comm), total / st, tr.gradient_bytes / st,
+                    tr.statistics_bytes / st, tr.gather_bytes / st, tr.control_bytes / st);
+        if (csv_flush(traffic_csv)) *fatal = 1;
+    }
+    for (int k = 0; k < ntraced && !*fatal && g_rank == 0; k++) {
         snprintf(file, sizeof file, "trace_%s_%s.csv", safe, fx_trainer_tensor_name(t, traced[k]));
         if (join_path(path, sizeof path, o->out, file) ||
             tensor_trace_write_csv(fx_trainer_tensor(t, traced[k]), path) != FX_OK) {
@@ -492,12 +551,12 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
             rc = -1;
         }
     }
-    if (o->profile && !status && !*fatal) {
+    if (o->profile && !status && !*fatal && g_rank == 0) {
         snprintf(file, sizeof file, "profile_%s.csv", safe);
         if (join_path(path, sizeof path, o->out, file) || write_profile(t, rs, path, o->quiet))
             rc = -1;
     }
-    if (o->export_weights && !status && !*fatal) {
+    if (o->export_weights && !status && !*fatal && g_rank == 0) {
         snprintf(file, sizeof file, "weights_%s.fxw", safe);
         if (join_path(path, sizeof path, o->out, file) ||
             fx_trainer_export_weights(t, path) != FX_OK) {
@@ -602,6 +661,14 @@ int main(int argc, char **argv)
     }
     if (o.policy_file[0] && read_policy_file(&o)) return 2;
     if (check_device(&o)) return 1; /* before loading data or creating directories */
+    if (o.distributed) {
+        if (fx_comm_init(&argc, &argv, &g_comm) != FX_OK) {
+            fprintf(stderr, "flexpoint-train: --distributed: %s\n", flexpoint_last_error());
+            return 1;
+        }
+        g_rank = fx_comm_rank(g_comm);
+        if (g_rank != 0) o.quiet = 1; /* one progress report: rank 0's */
+    }
 #ifdef __GLIBC__
     /* Training allocates and frees the same large scratch buffers every step. Keep them in the
      * heap instead of fresh mmap()s, which would page-fault them in again each time. */
@@ -610,10 +677,21 @@ int main(int argc, char **argv)
 #endif
     if (o.threads > 0) flexpoint_set_num_threads(o.threads);
     fx_dataset *train = NULL, *test = NULL;
-    csv_file ec = {NULL, ""}, sc = {NULL, ""};
+    csv_file ec = {NULL, ""}, sc = {NULL, ""}, dc = {NULL, ""};
     run_result res[FX_CLI_MAX_RUNS];
-    int status = 1, failures = 0, fatal = 0;
-    if (load_data(&o, &train, &test)) goto done;
+    int status = 1, failures = 0, fatal = 0, failed_rank = -1;
+    int loaded = load_data(&o, &train, &test) == 0;
+    /* every rank loads the data itself; all go on, or all stop with the failing rank named */
+    if (g_comm && fx_comm_agree(g_comm, loaded ? FX_OK : FX_EIO, &failed_rank) != FX_OK) {
+        if (loaded)
+            fprintf(stderr, "flexpoint-train: rank %d: stopping: rank %d could not load the "
+                            "data\n", g_rank, failed_rank);
+        else
+            fprintf(stderr, "flexpoint-train: rank %d: could not load the data; stopping every "
+                            "rank\n", g_rank);
+        goto done;
+    }
+    if (!loaded) goto done;
     if (o.eval[0]) {
         if (make_dir(o.out) || csv_open(&ec, o.out, "eval.csv")) goto done;
         status = fx_cli_eval(&o, train, test, ec.f);
@@ -626,13 +704,20 @@ int main(int argc, char **argv)
         status = tc;
         goto done;
     }
-    if (make_dir(o.out) || (o.ckpt_dir[0] && make_dir(o.ckpt_dir))) goto done;
+    /* rank 0 makes the folders (the others read the checkpoints there on --resume) */
+    int made = g_rank != 0 || !(make_dir(o.out) || (o.ckpt_dir[0] && make_dir(o.ckpt_dir)));
+    if (g_comm && fx_comm_agree(g_comm, made ? FX_OK : FX_EIO, NULL) != FX_OK) goto done;
+    if (!made) goto done;
     if (!o.quiet) {
         char where[192] = "";
         if (o.device >= 0) {
             const char *name = flexpoint_gpu_device_name();
             snprintf(where, sizeof where, ", device cuda:%d (%s)", o.device, name ? name : "?");
         }
+        if (g_comm)
+            snprintf(where + strlen(where), sizeof where - strlen(where),
+                     ", %d ranks x %d images of each batch", fx_comm_size(g_comm),
+                     o.batch / fx_comm_size(g_comm));
         fprintf(stderr, "flexpoint-train: %s on %s (%lld train / %lld test images, %dx%dx%d), "
                         "%d epochs, batch %d, lr %g, backend %s, %d threads%s\n", o.model,
                 fx_dataset_source(train), (long long)fx_dataset_len(train),
@@ -641,14 +726,20 @@ int main(int argc, char **argv)
                 flexpoint_backend(), flexpoint_num_threads(), where);
         if (o.policy[0]) fprintf(stderr, "flexpoint-train: format policy '%s'\n", o.policy);
     }
-    {
+    if (g_rank == 0) {
         /* run.json first: a folder whose runs fail still says what was asked of it */
         csv_file rj = {NULL, ""};
-        if (csv_open(&rj, o.out, "run.json")) goto done;
-        fx_run_record_write(rj.f, &o, argc, argv, train, test);
-        if (csv_close(&rj)) goto done;
+        int bad = csv_open(&rj, o.out, "run.json");
+        if (!bad) fx_run_record_write(rj.f, &o, argc, argv, train, test);
+        bad |= csv_close(&rj);
+        bad |= csv_open(&ec, o.out, "epochs.csv") || csv_open(&sc, o.out, "steps.csv") ||
+               (g_comm && csv_open(&dc, o.out, "distributed.csv"));
+        if (g_comm && fx_comm_agree(g_comm, bad ? FX_EIO : FX_OK, NULL) != FX_OK) goto done;
+        if (bad) goto done;
+    } else {
+        int bad = csv_discard(&ec) || csv_discard(&sc) || csv_discard(&dc);
+        if (fx_comm_agree(g_comm, bad ? FX_EIO : FX_OK, NULL) != FX_OK) goto done;
     }
-    if (csv_open(&ec, o.out, "epochs.csv") || csv_open(&sc, o.out, "steps.csv")) goto done;
     /* columns: documented in --help (cli_options.c); new ones are appended at the end */
     fprintf(ec.f, "run,model,epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds,"
                   "images_per_second,loss_scale,skipped_steps,nonfinite_losses");
@@ -657,18 +748,27 @@ int main(int argc, char **argv)
                 class_names[c], class_names[c], class_names[c]);
     fprintf(ec.f, ",nonfinite_weights,casts\n");
     fprintf(sc.f, "run,step,epoch,loss,loss_scale\n");
-    if (csv_flush(&ec) || csv_flush(&sc)) goto done;
+    if (dc.f)
+        fprintf(dc.f, "run,ranks,steps,gradient_bytes_per_step,statistics_bytes_per_step,"
+                      "gather_bytes_per_step,control_bytes_per_step,total_bytes_per_step\n");
+    if (csv_flush(&ec) || csv_flush(&sc) || (dc.f && csv_flush(&dc))) goto done;
     for (int r = 0; r < o.nruns; r++) {
         if (fatal) {
             res[r].failed = 1;
             res[r].epochs_done = 0;
             continue;
         }
-        res[r].failed = run_one(&o, &o.runs[r], train, test, &ec, &sc, &res[r], &fatal) != 0;
+        res[r].failed =
+            run_one(&o, &o.runs[r], train, test, &ec, &sc, &dc, &res[r], &fatal) != 0;
         failures += res[r].failed;
     }
     fatal |= csv_close(&ec) != 0;
     fatal |= csv_close(&sc) != 0;
+    fatal |= csv_close(&dc) != 0;
+    if (g_rank != 0) { /* the summary is rank 0's */
+        status = failures || fatal ? 1 : 0;
+        goto done;
+    }
     /* summary: accuracy, gap to fp32, time ratio */
     int ref = -1;
     for (int r = 0; r < o.nruns; r++)
@@ -694,7 +794,9 @@ int main(int argc, char **argv)
 done:
     csv_close(&ec);
     csv_close(&sc);
+    csv_close(&dc);
     fx_dataset_free(train);
     fx_dataset_free(test);
+    fx_comm_free(g_comm); /* collective: every rank arrives here, or the job was aborted */
     return status;
 }

@@ -26,7 +26,8 @@ for opt in --model --data --data-dir --formats --autoflex --epochs --batch --lr 
            --pad --train-subset --test-subset --synthetic-n --seed --threads --device --out --trace \
            --checkpoint-dir --resume --export-weights --eval --optimizer --adam-betas --adam-eps \
            --clip-norm --loss-scale-init --loss-scale-growth --loss-scale-backoff \
-           --loss-scale-interval --loss-scale-min --profile --policy --policy-file --quiet; do
+           --loss-scale-interval --loss-scale-min --profile --policy --policy-file --quiet \
+           --distributed; do
   grep -q -- "$opt" "$T/out" || { echo "FAIL: --help does not document $opt"; fail=1; }
 done
 check "unknown option" 2 "unknown option '--bogus'" "$BIN" --bogus
