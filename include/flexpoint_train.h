@@ -173,7 +173,8 @@ FX_API void fx_trainer_free(fx_trainer *t);
  *  it, in the same order. */
 typedef struct fx_comm fx_comm;
 
-/** @brief 1 when the library was built with MPI (CMake option FLEXPOINT_MPI), else 0. */
+/** @brief Whether the library was built with MPI (CMake option FLEXPOINT_MPI).
+ *  @return 1 with MPI, else 0. */
 FX_API int fx_comm_available(void);
 
 /** @brief A communicator over every process of the job (MPI_COMM_WORLD, duplicated), starting
@@ -201,9 +202,13 @@ FX_API int fx_comm_init(int *argc, char ***argv, fx_comm **out);
  *  @retval FX_ENOMEM */
 FX_API int fx_comm_from_mpi(const void *mpi_comm, fx_comm **out);
 
-/** @brief This process's rank in the group, 0-based; FX_EINVAL for a NULL c. */
+/** @brief This process's rank in the group.
+ *  @param[in] c The communicator.
+ *  @return The rank, 0-based; FX_EINVAL (message set) for a NULL c. */
 FX_API int fx_comm_rank(const fx_comm *c);
-/** @brief Number of processes in the group; FX_EINVAL for a NULL c. */
+/** @brief Number of processes in the group.
+ *  @param[in] c The communicator.
+ *  @return The count; FX_EINVAL (message set) for a NULL c. */
 FX_API int fx_comm_size(const fx_comm *c);
 
 /** @brief Collective agreement on success: every rank passes its own status and all receive
