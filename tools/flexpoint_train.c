@@ -458,7 +458,22 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
         snprintf(file, sizeof file, "%s.ckpt", safe);
         if (join_path(path, sizeof path, o->ckpt_dir, file)) rc = -1;
     }
-    if (!rc && o->resume && access(path, R_OK) == 0) {
+    int resume = !rc && o->resume && access(path, R_OK) == 0;
+    if (!rc && o->resume && g_comm) {
+        /* every rank loads, or none: a checkpoint that only some ranks see (a folder that is
+         * not shared between nodes) would leave the others waiting in the load */
+        int first = -1;
+        const int all = fx_comm_agree(g_comm, resume ? FX_OK : FX_EIO, &first) == FX_OK;
+        const int none = fx_comm_agree(g_comm, resume ? FX_EIO : FX_OK, NULL) == FX_OK;
+        if (!all && !none) {
+            fprintf(stderr, "flexpoint-train: %s%s: cannot resume: the checkpoint (%s here) "
+                            "is readable on some ranks but not on rank %d (--checkpoint-dir "
+                            "must be shared)\n", rank_tag(), rs->label, path, first);
+            rc = -1;
+        }
+        resume = all;
+    }
+    if (!rc && resume) {
         if (fx_trainer_load(t, path) != FX_OK) { /* every rank fails together */
             fprintf(stderr, "flexpoint-train: %s%s: cannot resume: %s\n", rank_tag(), rs->label,
                     flexpoint_last_error());
