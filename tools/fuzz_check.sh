@@ -14,8 +14,9 @@
 #
 # Harnesses link against the whole library, compiled here with -fsanitize=fuzzer-no-link so
 # that its code is coverage-instrumented, with the per-file ISA flags of CMakeLists.txt and the
-# CUDA-less src/gpu/*_none.c stand-ins; OpenMP is left out (its pragmas are ignored). A harness
-# that needs more sources names them, relative to the repository root, in a comment line:
+# CUDA-less src/gpu/*_none.c stand-ins and the MPI-less src/dist/distributed_none.c; OpenMP is
+# left out (its pragmas are ignored). A harness that needs more sources names them, relative
+# to the repository root, in a comment line:
 #   /* fuzz-sources: tools/cli_options.c */
 # and libFuzzer options it needs in another:
 #   /* fuzz-options: -max_len=10000 */
@@ -61,6 +62,7 @@ for d in core fp32 fp16 bf16 flex autoflex nn data train; do
   for f in "src/$d"/*.c; do SOURCES+=("$f"); done
 done
 for f in src/gpu/*_none.c; do SOURCES+=("$f"); done
+SOURCES+=(src/dist/distributed_none.c) # the MPI-less communicator (docs/distributed.md)
 
 newest_header="$(find include src -name '*.h' -newer "$LIB" -print -quit 2>/dev/null || true)"
 [ -f "$LIB" ] || newest_header=all

@@ -114,6 +114,9 @@ static void check_options(const fx_cli_options *o, const char *msg)
     NEED(o->threads >= 0 && o->threads <= 1024);
     NEED(o->device >= -1 && o->device <= 1023);
     NEED(o->quiet == 0 || o->quiet == 1);
+    /* --distributed: host only, training only */
+    NEED(o->distributed == 0 || o->distributed == 1);
+    NEED(!o->distributed || (o->device < 0 && !o->eval[0]));
     NEED(isfinite(o->lr) && o->lr >= 1e-12);
     NEED(isfinite(o->momentum) && o->momentum >= 0 && o->momentum < 1);
     NEED(isfinite(o->wd) && o->wd >= 0);
