@@ -5,12 +5,16 @@
  *
  * References (fp64, written here, on the values as stored): per row m = max x, S = sum
  * exp(x - m); softmax exp(x - m)/S, log-softmax (x - m) - log S; backward y (dy - sum dy y) and
- * dy - exp(y) sum dy. Bounds (the op computes in double from exact inputs, so both carry double
- * rounding errors only; L is the row length), then the output rounding of nn_bound:
- *   softmax:           (2L + 16) u64 |ref|
- *   log-softmax:       (2L + 16) u64 (|x - m| + |log S| + |ref|)
- *   softmax grad:      (2L + 16) u64 |y| (|dy| + sum |dy y|)
- *   log-softmax grad:  (2L + 16) u64 (|dy| + exp(y) sum |dy|)
+ * dy - exp(y) sum dy. Bounds: the op computes in fp32 from exact inputs (u = u32 = 2^-24, L the
+ * row length, dm = max_k |x_k - m| of the row). d = x - m is rounded once (relative error u, so
+ * exp(d) picks up |d| u); each expf/logf is within 1 ulp (2u); the fp32 sum of L positive terms
+ * adds at most (L - 1) u relative; the division one more u. So with K = (2L + 16 + 2 dm) u,
+ * which covers these with a factor of about 2, then the output rounding of nn_bound:
+ *   softmax:           K |ref|
+ *   log-softmax:       K (|x - m| + |log S| + |ref| + 1)   (S's relative error is an absolute
+ *                                                           error of log S)
+ *   softmax grad:      (2L + 16) u |y| (|dy| + sum |dy y|)   (fp32 sum of L products, 2 more
+ *   log-softmax grad:  (2L + 16) u (|dy| + exp(y) sum |dy|)   roundings, expf within 2u)
  */
 #include "flexpoint_nn.h"
 #include "nn_misc_util.h"
@@ -48,20 +52,21 @@ static void geom(int ndim, const int64_t *shape, int axis, int64_t *outer, int64
 static void ref_forward(const double *x, double *y, double *acc, int64_t outer, int64_t len,
                         int64_t inner, int logsm)
 {
-    const double kk = (2.0 * (double)len + 16.0) * NN_U64;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             const double *xr = x + o * len * inner + i;
             double *yr = y + o * len * inner + i;
-            double m = -INFINITY, s = 0;
+            double m = -INFINITY, s = 0, dm = 0;
             for (int64_t k = 0; k < len; k++) m = xr[k * inner] > m ? xr[k * inner] : m;
             for (int64_t k = 0; k < len; k++) s += exp(xr[k * inner] - m);
+            for (int64_t k = 0; k < len; k++) dm = fmax(dm, fabs(xr[k * inner] - m));
+            const double kk = (2.0 * (double)len + 16.0 + 2.0 * dm) * NN_U32;
             for (int64_t k = 0; k < len; k++) {
                 double d = xr[k * inner] - m;
                 yr[k * inner] = logsm ? d - log(s) : exp(d) / s;
                 if (acc)
                     acc[o * len * inner + i + k * inner] =
-                        logsm ? kk * (fabs(d) + fabs(log(s)) + fabs(yr[k * inner]))
+                        logsm ? kk * (fabs(d) + fabs(log(s)) + fabs(yr[k * inner]) + 1.0)
                               : kk * fabs(yr[k * inner]);
             }
         }
@@ -70,7 +75,7 @@ static void ref_forward(const double *x, double *y, double *acc, int64_t outer, 
 static void ref_backward(const double *g, const double *y, double *dx, double *acc, int64_t outer,
                          int64_t len, int64_t inner, int logsm)
 {
-    const double kk = (2.0 * (double)len + 16.0) * NN_U64;
+    const double kk = (2.0 * (double)len + 16.0) * NN_U32;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             const int64_t b = o * len * inner + i;

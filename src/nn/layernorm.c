@@ -10,19 +10,24 @@
  *   dgamma_k = sum_r dy_rk xhat_rk,  dbeta_k = sum_r dy_rk.
  *
  * Precision: normalisation is not fixed-point in nature, so every format computes on its
- * exactly widened or dequantised values. The statistics are two-pass and accumulated in double
- * (more than the fp32 statistics the formats' rule asks for), the per-element arithmetic is in
- * double, and each tensor output is rounded once into its format by the one write path (through
+ * exactly widened or dequantised values. The statistics are two-pass and accumulated in fp32,
+ * as the formats' rule asks: the sum of x, then the sum of (x - mean)^2, each in index order
+ * k = 0..D-1 with one scalar accumulator; eps is rounded to fp32 once, rstd = 1/sqrtf(var +
+ * eps). The per-element arithmetic is fp32 too, and each tensor output is rounded once into its format by the one write path (through
  * fp32 with round-to-odd when it is not fp32). The affine parameters gamma, beta and their
  * gradients are fp32 arrays (a transformer keeps its normalisation parameters in fp32); the
  * mean and rstd outputs are fp32 too. The backward pass recomputes the statistics from x with
  * the forward's code, so it needs nothing saved.
  *
- * Rows are independent, each computed by one thread in a fixed order, and dgamma/dbeta sum the
- * rows in row order on one thread, so the results do not depend on the thread count or the
- * backend. Special values are IEEE data: a NaN or Inf in a row makes the row's statistics and
- * outputs NaN; a constant row with eps = 0 gives rstd = Inf and NaN outputs (0 * Inf), as
- * PyTorch does.
+ * There is no SIMD path (every backend runs this code) and OpenMP only splits rows: each row is
+ * computed whole by one thread in the fixed order above, and dgamma/dbeta sum the rows in fp32
+ * in row order on one thread, so the results are bit-identical across thread counts and
+ * backends. The file is compiled in ISO C mode without FMA flags, so there is no contraction.
+ * fp32 statistics overflow where fp32 arithmetic does: a row with |x - mean| above ~1.8e19
+ * has var = Inf, rstd = 0 and outputs 0 (beta with affine; NaN where x - mean itself
+ * overflows), as in an fp32 layer norm elsewhere. Special values are IEEE data: a NaN or Inf
+ * in a row makes the row's statistics and outputs NaN; a constant row with eps = 0 gives
+ * rstd = Inf and NaN outputs (0 * Inf), as PyTorch does.
  */
 #include "tfm_common.h"
 #include "flexpoint_nn.h"
@@ -43,16 +48,16 @@ static int ln_check(const char *func, const tensor_t *x, double eps, int64_t *R,
     return FX_OK;
 }
 
-/* Two-pass mean and biased variance of one row, in double. */
-static void ln_row_stats(const float *xr, int64_t D, double eps, double *mean, double *rstd)
+/* Two-pass mean and biased variance of one row, in fp32, index order. */
+static void ln_row_stats(const float *xr, int64_t D, float eps, float *mean, float *rstd)
 {
-    double s = 0.0;
-    for (int64_t k = 0; k < D; k++) s += (double)xr[k];
-    const double mu = s / (double)D;
-    double q = 0.0;
-    for (int64_t k = 0; k < D; k++) q += ((double)xr[k] - mu) * ((double)xr[k] - mu);
+    float s = 0.0f;
+    for (int64_t k = 0; k < D; k++) s += xr[k];
+    const float mu = s / (float)D;
+    float q = 0.0f;
+    for (int64_t k = 0; k < D; k++) q += (xr[k] - mu) * (xr[k] - mu);
     *mean = mu;
-    *rstd = 1.0 / sqrt(q / (double)D + eps);
+    *rstd = 1.0f / sqrtf(q / (float)D + eps);
 }
 
 int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma, const float *beta,
@@ -70,7 +75,8 @@ int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma, const f
     if (R == 0) return FX_OK;
     fx_scratch s = {.n = 0};
     const float *xv;
-    double *st = fx_scratch_alloc(&s, 2 * R, sizeof *st);
+    float *st = fx_scratch_alloc(&s, 2 * R, sizeof *st);
+    const float epsf = (float)eps;
     if (!st) {
         rc = FX_FAIL(FX_ENOMEM, "cannot allocate statistics for %lld rows", (long long)R);
         goto done;
@@ -92,22 +98,22 @@ int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma, const f
     for (int64_t r = 0; r < R; r++) {
         const float *xr = xv + r * D;
         float *vr = v + r * D;
-        double mu, is;
-        ln_row_stats(xr, D, eps, &mu, &is);
+        float mu, is;
+        ln_row_stats(xr, D, epsf, &mu, &is);
         st[2 * r] = mu;
         st[2 * r + 1] = is;
         for (int64_t k = 0; k < D; k++) {
-            double val = ((double)xr[k] - mu) * is;
-            if (gamma) val *= (double)gamma[k];
-            if (beta) val += (double)beta[k];
+            float val = (xr[k] - mu) * is;
+            if (gamma) val *= gamma[k];
+            if (beta) val += beta[k];
             vr[k] = nn_stage_f32(val, yf);
         }
     }
     rc = fx_write_f32(y, v, func);
     if (rc == FX_OK)
         for (int64_t r = 0; r < R; r++) {
-            if (mean) mean[r] = (float)st[2 * r];
-            if (rstd) rstd[r] = (float)st[2 * r + 1];
+            if (mean) mean[r] = st[2 * r];
+            if (rstd) rstd[r] = st[2 * r + 1];
         }
 done:
     fx_scratch_free(&s);
@@ -132,8 +138,9 @@ int tensor_layernorm_backward(tensor_t *dx, float *dgamma, float *dbeta, const t
     if ((rc = tfm_host_only(func, 3, ts, names))) return rc;
     fx_scratch s = {.n = 0};
     const float *xv, *gv;
-    double *st = fx_scratch_alloc(&s, 2 * R + 1, sizeof *st);
-    double *sg = fx_scratch_alloc(&s, 2 * D, sizeof *sg); /* dgamma, dbeta sums */
+    float *st = fx_scratch_alloc(&s, 2 * R + 1, sizeof *st);
+    float *sg = fx_scratch_alloc(&s, 2 * D, sizeof *sg); /* dgamma, dbeta sums, fp32 */
+    const float epsf = (float)eps;
     if (!st || !sg) {
         rc = FX_FAIL(FX_ENOMEM, "cannot allocate statistics for %lld rows", (long long)R);
         goto done;
@@ -152,13 +159,13 @@ int tensor_layernorm_backward(tensor_t *dx, float *dgamma, float *dbeta, const t
         /* dgamma, dbeta first (row order, one thread), while dy is still intact */
         for (int64_t r = 0; r < R; r++) {
             const float *xr = xv + r * D, *gr = gv + r * D;
-            double mu, is;
-            ln_row_stats(xr, D, eps, &mu, &is);
+            float mu, is;
+            ln_row_stats(xr, D, epsf, &mu, &is);
             st[2 * r] = mu;
             st[2 * r + 1] = is;
             for (int64_t k = 0; k < D; k++) {
-                sg[k] += (double)gr[k] * (((double)xr[k] - mu) * is);
-                sg[D + k] += (double)gr[k];
+                sg[k] += gr[k] * ((xr[k] - mu) * is);
+                sg[D + k] += gr[k];
             }
         }
         const fmt_t df = dx->fmt;
@@ -170,18 +177,18 @@ int tensor_layernorm_backward(tensor_t *dx, float *dgamma, float *dbeta, const t
         for (int64_t r = 0; r < R; r++) {
             const float *xr = xv + r * D, *gr = gv + r * D;
             float *vr = v + r * D;
-            const double mu = st[2 * r], is = st[2 * r + 1];
-            double a = 0.0, b = 0.0; /* sum g, sum g xhat */
+            const float mu = st[2 * r], is = st[2 * r + 1];
+            float a = 0.0f, b = 0.0f; /* sum g, sum g xhat: fp32, index order */
             for (int64_t k = 0; k < D; k++) {
-                const double g = (double)gr[k] * (gamma ? (double)gamma[k] : 1.0);
+                const float g = gr[k] * (gamma ? gamma[k] : 1.0f);
                 a += g;
-                b += g * (((double)xr[k] - mu) * is);
+                b += g * ((xr[k] - mu) * is);
             }
-            a /= (double)D;
-            b /= (double)D;
+            a /= (float)D;
+            b /= (float)D;
             for (int64_t k = 0; k < D; k++) {
-                const double g = (double)gr[k] * (gamma ? (double)gamma[k] : 1.0);
-                const double xh = ((double)xr[k] - mu) * is;
+                const float g = gr[k] * (gamma ? gamma[k] : 1.0f);
+                const float xh = (xr[k] - mu) * is;
                 vr[k] = nn_stage_f32(is * (g - a - xh * b), df);
             }
         }
@@ -189,8 +196,8 @@ int tensor_layernorm_backward(tensor_t *dx, float *dgamma, float *dbeta, const t
     }
     if (rc == FX_OK)
         for (int64_t k = 0; k < D; k++) {
-            if (dgamma) dgamma[k] = (float)sg[k];
-            if (dbeta) dbeta[k] = (float)sg[D + k];
+            if (dgamma) dgamma[k] = sg[k];
+            if (dbeta) dbeta[k] = sg[D + k];
         }
 done:
     fx_scratch_free(&s);

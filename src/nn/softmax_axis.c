@@ -9,9 +9,10 @@
  * _softmax_backward_data.
  *
  * Precision: softmax is not fixed-point in nature, so every format computes on its exactly
- * widened or dequantised values (fp16/bf16 widened, FLEX16_5/DFP16 m * 2^e), each row in double
- * (the maximum subtracted, exp and log from libm, sums in double: more than the fp32 sums the
- * formats' rule asks for), and rounds each result once into y's format by the one write path
+ * widened or dequantised values (fp16/bf16 widened, FLEX16_5/DFP16 m * 2^e), each row in fp32,
+ * as the formats' rule asks: the maximum subtracted, expf and logf from libm, and the sums
+ * accumulated in fp32 in index order along the axis (k = 0, 1, ..., len-1, one scalar
+ * accumulator, no reassociation), then rounds each result once into y's format by the one write path
  * (through fp32 with round-to-odd when y is not fp32). A shared-exponent y is one write: its
  * exponent is DFP16's exact one or Autoflex's, with the write's statistics.
  *
@@ -20,8 +21,10 @@
  * unless every element of the row is -Inf (then the row is NaN: 0/0). ±0 and subnormal inputs
  * are ordinary values. A shared-exponent output counts NaN/Inf results as non-finite.
  *
- * Rows are independent and each is computed by one thread in a fixed order, so the results do
- * not depend on the thread count or the backend.
+ * There is no SIMD path: every backend runs this scalar code, and OpenMP only splits the rows
+ * (each row is computed whole by one thread in the fixed order above), so the results are
+ * bit-identical across backends and thread counts. The file is compiled without FMA flags and
+ * in ISO C mode (no contraction), so a*b+c is two roundings everywhere.
  */
 #include "tfm_common.h"
 #include "flexpoint_nn.h"
@@ -69,18 +72,18 @@ static int sm_forward(const char *func, tensor_t *y, const tensor_t *x, int axis
         const int64_t base = (r / inner) * len * inner + r % inner;
         const float *xr = xv + base;
         float *vr = v + base;
-        double m = -INFINITY;
+        float m = -INFINITY;
         for (int64_t k = 0; k < len; k++)
             if (xr[k * inner] > m) m = xr[k * inner]; /* NaN never wins: it poisons the sum */
         bool nan_seen = false;
         for (int64_t k = 0; k < len; k++) nan_seen |= isnan(xr[k * inner]);
         if (nan_seen || m == INFINITY || m == -INFINITY) m = NAN; /* the whole row is NaN */
-        double sum = 0.0;
-        for (int64_t k = 0; k < len; k++) sum += exp((double)xr[k * inner] - m);
-        const double lse = log(sum);
+        float sum = 0.0f;
+        for (int64_t k = 0; k < len; k++) sum += expf(xr[k * inner] - m);
+        const float lse = logf(sum);
         for (int64_t k = 0; k < len; k++) {
-            const double d = (double)xr[k * inner] - m;
-            const double val = logsm ? d - lse : exp(d) / sum;
+            const float d = xr[k * inner] - m;
+            const float val = logsm ? d - lse : expf(d) / sum;
             vr[k * inner] = nn_stage_f32(val, yf);
         }
     }
@@ -127,14 +130,14 @@ static int sm_backward(const char *func, tensor_t *dx, const tensor_t *dy, const
         const int64_t base = (r / inner) * len * inner + r % inner;
         const float *gr = gv + base, *yr = yv + base;
         float *vr = v + base;
-        double acc = 0.0;
+        float acc = 0.0f; /* fp32, index order along the axis */
         if (logsm)
-            for (int64_t k = 0; k < len; k++) acc += (double)gr[k * inner];
+            for (int64_t k = 0; k < len; k++) acc += gr[k * inner];
         else
-            for (int64_t k = 0; k < len; k++) acc += (double)gr[k * inner] * (double)yr[k * inner];
+            for (int64_t k = 0; k < len; k++) acc += gr[k * inner] * yr[k * inner];
         for (int64_t k = 0; k < len; k++) {
-            const double g = gr[k * inner], p = yr[k * inner];
-            const double val = logsm ? g - exp(p) * acc : p * (g - acc);
+            const float g = gr[k * inner], p = yr[k * inner];
+            const float val = logsm ? g - expf(p) * acc : p * (g - acc);
             vr[k * inner] = nn_stage_f32(val, df);
         }
     }
