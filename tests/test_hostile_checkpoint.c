@@ -365,48 +365,79 @@ static int exists(const char *name)
     return lstat(p, &st) == 0;
 }
 
-/* Temporaries of killed saves are removed by the next save into the folder; nothing else is. */
-static void stale_temporaries(const fx_dataset *tr)
+/* A pid that no process has: a child that exited and was reaped. */
+static long dead_pid(void)
 {
     pid_t child = fork();
     if (child == 0) _exit(0);
-    CHECK(child > 0, "fork");
-    if (child <= 0) return;
-    waitpid(child, NULL, 0); /* reaped: no process has this pid now */
-    long dead = (long)child, self = (long)getpid(), parent = (long)getppid();
-    const char head[] = "FLEXCKPT\x01\0\0\0";
-    char dead_ckpt[64], dead_empty[64], dead_other[64], dead_link[64], dead_dir[64];
-    char live_self[64], live_parent[64];
-    snprintf(dead_ckpt, sizeof dead_ckpt, "e3.ckpt.tmp.%ld", dead);
-    snprintf(dead_empty, sizeof dead_empty, "e4.ckpt.tmp.%ld", dead);
-    snprintf(dead_other, sizeof dead_other, "notes.txt.tmp.%ld", dead);
-    snprintf(dead_link, sizeof dead_link, "e5.ckpt.tmp.%ld", dead);
-    snprintf(dead_dir, sizeof dead_dir, "e6.ckpt.tmp.%ld", dead);
-    snprintf(live_self, sizeof live_self, "other.ckpt.tmp.%ld", self);
-    snprintf(live_parent, sizeof live_parent, "e7.ckpt.tmp.%ld", parent);
-    make_file(dead_ckpt, head, sizeof head - 1);
-    make_file(dead_empty, "", 0);
-    make_file(dead_other, "hello", 5);
-    make_file(live_self, head, sizeof head - 1);
-    make_file(live_parent, head, sizeof head - 1);
-    char p[512], target[512];
-    snprintf(p, sizeof p, "%s/%s", tmpdir, dead_link);
-    snprintf(target, sizeof target, "%s/%s", tmpdir, live_self);
+    CHECK(child > 0, "fork: %s", strerror(errno));
+    if (child > 0) waitpid(child, NULL, 0);
+    return (long)child;
+}
+
+static void plant(const char *target, long pid, const void *data, size_t n)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s.tmp.%ld", target, pid);
+    make_file(name, data, n);
+}
+
+static int planted(const char *target, long pid)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s.tmp.%ld", target, pid);
+    return exists(name);
+}
+
+/* Temporaries that killed writers left are removed by the next write of the same target
+ * (checkpoint saves, weights exports, trace files); nothing else is: not the temporaries of
+ * other targets, of live processes, links, folders, nor files holding another kind of data. */
+static void stale_temporaries(const fx_dataset *tr)
+{
+    long dead[6];
+    for (int i = 0; i < 6; i++) dead[i] = dead_pid();
+    if (dead[0] <= 0) return;
+    long self = (long)getpid(), parent = (long)getppid();
+    const char ckpt[] = "FLEXCKPT\x01\0\0\0", wts[] = "FXWEIGHT\x01\0\0\0";
+    /* the target's own temporaries of dead processes: removed */
+    plant("e8.ckpt", dead[0], ckpt, sizeof ckpt - 1);
+    plant("e8.ckpt", dead[1], "", 0);
+    plant("e8.ckpt", dead[2], "FLEX", 4); /* killed within its first write */
+    /* everything else: kept */
+    plant("e8.ckpt", dead[3], "hello", 5);         /* not the start of a checkpoint */
+    plant("e8.ckpt", dead[4], wts, sizeof wts - 1); /* another kind of file */
+    plant("e8.ckpt", parent, ckpt, sizeof ckpt - 1); /* a live process */
+    plant("e3.ckpt", dead[0], ckpt, sizeof ckpt - 1); /* another target */
+    plant("e3.ckpt", dead[1], "", 0);
+    plant("notes.txt", dead[0], "", 0); /* an empty temporary of an unrelated file */
+    plant("notes.txt", dead[1], "hello", 5);
+    plant("xe8.ckpt", dead[0], ckpt, sizeof ckpt - 1); /* the target's name is a suffix */
+    char p[512], target[512], name[128];
+    snprintf(name, sizeof name, "e8.ckpt.tmp.%ld", dead[5]);
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    snprintf(target, sizeof target, "%s/e3.ckpt.tmp.%ld", tmpdir, dead[0]);
     CHECK(symlink(target, p) == 0, "symlink: %s", strerror(errno));
-    snprintf(p, sizeof p, "%s/%s", tmpdir, dead_dir);
+    long dir_pid = dead_pid();
+    snprintf(p, sizeof p, "%s/e8.ckpt.tmp.%ld", tmpdir, dir_pid);
     CHECK(mkdir(p, 0700) == 0, "mkdir: %s", strerror(errno));
 
     fx_trainer *t = make("mlp", FMT_BF16, 0, 1, 32, tr);
     snprintf(p, sizeof p, "%s/e8.ckpt", tmpdir);
     if (t) CHECK_STATUS(fx_trainer_save(t, p), FX_OK);
-    CHECK(!exists(dead_ckpt), "stale checkpoint temporary %s was not removed", dead_ckpt);
-    CHECK(!exists(dead_empty), "empty stale temporary %s was not removed", dead_empty);
-    CHECK(exists(dead_other), "%s is not a checkpoint, yet it was removed", dead_other);
-    CHECK(exists(dead_link), "symbolic link %s was removed", dead_link);
-    CHECK(exists(dead_dir), "folder %s was removed", dead_dir);
-    CHECK(exists(live_self), "%s belongs to a live process, yet it was removed", live_self);
-    CHECK(exists(live_parent), "%s belongs to a live process, yet it was removed", live_parent);
-    CHECK(count_named("e8.ckpt.tmp") == 0, "the save left its own temporary");
+    for (int i = 0; i < 3; i++)
+        CHECK(!planted("e8.ckpt", dead[i]), "stale temporary e8.ckpt.tmp.%ld was not removed",
+              dead[i]);
+    CHECK(planted("e8.ckpt", dead[3]), "a temporary that is no checkpoint was removed");
+    CHECK(planted("e8.ckpt", dead[4]), "a weights-file temporary was removed by a save");
+    CHECK(planted("e8.ckpt", parent), "the temporary of a live process was removed");
+    CHECK(planted("e3.ckpt", dead[0]) && planted("e3.ckpt", dead[1]),
+          "a temporary of another checkpoint was removed");
+    CHECK(planted("notes.txt", dead[0]) && planted("notes.txt", dead[1]),
+          "a temporary of an unrelated file was removed");
+    CHECK(planted("xe8.ckpt", dead[0]), "a temporary of a longer name was removed");
+    CHECK(planted("e8.ckpt", dead[5]), "a symbolic link was removed");
+    CHECK(planted("e8.ckpt", dir_pid), "a folder was removed");
+    CHECK(!planted("e8.ckpt", self), "the save left its own temporary");
 
     /* a leftover under this very process's temporary name (an earlier process had the pid) is
      * replaced, not an obstacle */
@@ -416,13 +447,31 @@ static void stale_temporaries(const fx_dataset *tr)
     if (t) CHECK_STATUS(fx_trainer_save(t, p), FX_OK);
     CHECK(access(own, F_OK) != 0, "%s is still there", own);
 
-    const char *names[] = {dead_other, dead_link, live_self, live_parent};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        snprintf(p, sizeof p, "%s/%s", tmpdir, names[i]);
-        unlink(p);
-    }
-    snprintf(p, sizeof p, "%s/%s", tmpdir, dead_dir);
-    rmdir(p);
+    /* weights files: the export removes its own kind, keeps a checkpoint's */
+    plant("w.fxw", dead[0], wts, sizeof wts - 1);
+    plant("w.fxw", dead[1], ckpt, sizeof ckpt - 1);
+    snprintf(p, sizeof p, "%s/w.fxw", tmpdir);
+    if (t) CHECK_STATUS(fx_trainer_export_weights(t, p), FX_OK);
+    CHECK(!planted("w.fxw", dead[0]), "a stale weights-file temporary was not removed");
+    CHECK(planted("w.fxw", dead[1]), "a checkpoint temporary was removed by a weights export");
+
+    /* trace files: the same scheme, recognised by the CSV header */
+    const char head[] = "write,exp,clamped,overflow";
+    plant("t.csv", dead[0], head, sizeof head - 1);
+    plant("t.csv", dead[1], "hello", 5);
+    int64_t shape[1] = {4};
+    tensor_t *x = tensor_new(FMT_FLEX16_5, 1, shape);
+    float v[4] = {1.0f, -2.0f, 0.5f, 3.0f};
+    CHECK(x && tensor_trace_enable(x, 1) == FX_OK && tensor_from_f32(x, v) == FX_OK,
+          "trace tensor: %s", flexpoint_last_error());
+    snprintf(p, sizeof p, "%s/t.csv", tmpdir);
+    if (x) CHECK_STATUS(tensor_trace_write_csv(x, p), FX_OK);
+    CHECK(!planted("t.csv", dead[0]), "a stale trace temporary was not removed");
+    CHECK(planted("t.csv", dead[1]), "a temporary that is no trace was removed");
+    tensor_free(x);
+
+    snprintf(p, sizeof p, "%s/e8.ckpt.tmp.%ld", tmpdir, dir_pid);
+    rmdir(p); /* main removes the files */
     fx_trainer_free(t);
 }
 

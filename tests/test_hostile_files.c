@@ -4,9 +4,10 @@
  * bounded by an alarm: a hang fails the test with the name of the case instead of stalling it.
  *
  * Readers covered: the Fashion-MNIST loader (the .gz name and the plain fallback), the
- * CIFAR-10 loader (train and test batches), the whole-file reader under both, and checkpoint
- * loads. Checkpoint saves and Autoflex trace files are covered where a planted name could
- * block or redirect them: the target and the temporary name. */
+ * CIFAR-10 loader (train and test batches), the whole-file reader under both, checkpoint
+ * loads, fx_checkpoint_config and weights-file imports. Checkpoint saves, weights-file exports
+ * and Autoflex trace files are covered where a planted name could block or redirect them: the
+ * target and the temporary name. */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "flexpoint_data.h"
@@ -211,6 +212,67 @@ static void checkpoints(fx_trainer *t, kind_t k)
     remove_hostile(p);
 }
 
+/* The newer readers and writers: fx_checkpoint_config (what --eval reads first),
+ * fx_trainer_import_weights, and fx_trainer_export_weights' planted temporary and target. */
+static void weights_and_config(fx_trainer *t, kind_t k)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/hostile.bin", tmpdir);
+    CHECK(make_hostile(p, k) == 0, "make %s: %s", p, strerror(errno));
+    fx_train_config c;
+    memset(&c, 0x5a, sizeof c);
+    begin("fx_checkpoint_config");
+    int rc = fx_checkpoint_config(p, &c);
+    end();
+    expect_refusal("fx_checkpoint_config", rc, p, k);
+    int64_t n = fx_trainer_param_count(t);
+    float *before = malloc((size_t)n * sizeof(float)), *after = malloc((size_t)n * sizeof(float));
+    CHECK(n > 0 && before && after, "param_count %lld", (long long)n);
+    if (before) CHECK_STATUS(fx_trainer_get_params(t, before), FX_OK);
+    begin("fx_trainer_import_weights");
+    rc = fx_trainer_import_weights(t, p);
+    end();
+    expect_refusal("fx_trainer_import_weights", rc, p, k);
+    if (after) CHECK_STATUS(fx_trainer_get_params(t, after), FX_OK);
+    CHECK(before && after && memcmp(before, after, (size_t)n * sizeof(float)) == 0,
+          "a refused import changed the weights");
+    free(before);
+    free(after);
+    remove_hostile(p);
+
+    char planted[600];
+    snprintf(p, sizeof p, "%s/w.fxw", tmpdir);
+    snprintf(planted, sizeof planted, "%s.tmp.%ld", p, (long)getpid());
+    CHECK(make_hostile(planted, k) == 0, "make %s: %s", planted, strerror(errno));
+    begin("fx_trainer_export_weights (planted temporary)");
+    rc = fx_trainer_export_weights(t, p);
+    end();
+    CHECK(rc == FX_EIO && strstr(flexpoint_last_error(), planted),
+          "export with a planted %s temporary: %d %s", kind_names[k], rc,
+          flexpoint_last_error());
+    struct stat st;
+    CHECK(lstat(planted, &st) == 0 && !S_ISREG(st.st_mode), "the planted %s was replaced",
+          kind_names[k]);
+    CHECK(lstat(p, &st) != 0, "a refused export created %s", p);
+    remove_hostile(planted);
+
+    CHECK(make_hostile(p, k) == 0, "make %s: %s", p, strerror(errno));
+    begin("fx_trainer_export_weights (hostile target)");
+    rc = fx_trainer_export_weights(t, p);
+    end();
+    if (k == K_FOLDER) {
+        CHECK(rc == FX_EIO && strstr(flexpoint_last_error(), "w.fxw"),
+              "export over a folder: %d %s", rc, flexpoint_last_error());
+    } else {
+        CHECK(rc == FX_OK, "export over a %s: %s", kind_names[k], flexpoint_last_error());
+        CHECK(lstat(p, &st) == 0 && S_ISREG(st.st_mode), "not replaced by a regular file");
+        begin("fx_trainer_import_weights (replaced target)");
+        CHECK_STATUS(fx_trainer_import_weights(t, p), FX_OK);
+        end();
+    }
+    remove_hostile(p);
+}
+
 /* tensor_trace_write_csv: a planted temporary is refused and left alone; a hostile target
  * (but a folder) is replaced by the rename */
 static void trace_files(kind_t k)
@@ -271,6 +333,7 @@ int main(void)
         fashion_mnist((kind_t)k);
         cifar10((kind_t)k);
         if (t) checkpoints(t, (kind_t)k);
+        if (t) weights_and_config(t, (kind_t)k);
         trace_files((kind_t)k);
     }
     /* a folder given where a file is expected, by its own name */

@@ -18,6 +18,8 @@
 #define fx_getpid() ((long)_getpid())
 #define fx_fsync_file(f) _commit(_fileno(f))
 #else
+#include "../train/checkpoint.h" /* fx_remove_stale_temps */
+
 #include <fcntl.h>
 #include <unistd.h>
 #define fx_getpid() ((long)getpid())
@@ -92,11 +94,13 @@ int tensor_trace_get(const tensor_t *t, int64_t i, fx_trace_record *rec)
     return FX_OK;
 }
 
+/* The first line of every trace file; also how a stale temporary of one is recognised. */
+static const char trace_header[] = "write,exp,clamped,overflow,recomputed,saturated,nonfinite,"
+                                   "underflow,true_max,stored_max\n";
+
 static int write_rows(FILE *f, const fx_trace *tr)
 {
-    if (fputs("write,exp,clamped,overflow,recomputed,saturated,nonfinite,underflow,true_max,"
-              "stored_max\n", f) == EOF)
-        return -1;
+    if (fputs(trace_header, f) == EOF) return -1;
     for (int64_t i = 0; i < tr->len; i++) {
         const fx_trace_record *r = &tr->rec[i];
         if (fprintf(f, "%" PRId64 ",%d,%d,%d,%d,%" PRId64 ",%" PRId64 ",%" PRId64 ",%.17g,%.17g\n",
@@ -147,6 +151,10 @@ int tensor_trace_write_csv(const tensor_t *t, const char *path)
     char *tmp = malloc(n);
     if (!tmp) return FX_FAIL(FX_ENOMEM, "cannot allocate a temporary file name for '%s'", path);
     snprintf(tmp, n, "%s.tmp.%ld", path, fx_getpid());
+#ifndef _WIN32
+    /* temporaries of this target left by writers that were killed (the checkpoint scheme) */
+    fx_remove_stale_temps(path, trace_header, sizeof trace_header - 1);
+#endif
 
     /* "x" (C11): created exclusively, so that a FIFO, link or file planted under the
      * temporary name is refused instead of waited on or written through */

@@ -716,53 +716,68 @@ int fx_checkpoint_config(const char *path, fx_train_config *cfg)
     return FX_OK;
 }
 
-/* The pid in a name of the form X.tmp.PID (X not empty, PID decimal without leading zeros and
- * at most INT_MAX), or -1. */
-static long fx_tmp_name_pid(const char *name)
+/* The pid in `name` when it is `base`.tmp.PID (PID decimal without leading zeros, at most
+ * INT_MAX), the name the library's writers give the temporary of the target `base`; else -1.
+ * Only a temporary of the very target being written qualifies, never one of another file
+ * that happens to end in .tmp.PID. */
+static long fx_tmp_name_pid(const char *name, const char *base)
 {
-    size_t n = strlen(name), i = n;
-    while (i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9') i--;
-    size_t digits = n - i;
-    if (digits == 0 || digits > 10 || name[i] == '0') return -1;
-    if (i < 6 || memcmp(name + i - 5, ".tmp.", 5) != 0) return -1;
-    long pid = strtol(name + i, NULL, 10);
+    size_t blen = strlen(base);
+    if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp.", 5) != 0) return -1;
+    const char *digits = name + blen + 5;
+    size_t n = strlen(digits);
+    if (n == 0 || n > 10 || digits[0] == '0') return -1;
+    for (size_t i = 0; i < n; i++)
+        if (digits[i] < '0' || digits[i] > '9') return -1;
+    long pid = strtol(digits, NULL, 10);
     return pid > 0 && pid <= INT_MAX ? pid : -1;
 }
 
-/* A regular file (not followed through a link) that starts as every checkpoint does: with the
- * magic, or a prefix of it (a save killed before its first write leaves an empty file). */
-static int fx_is_checkpoint_temp(int dfd, const char *name)
+/* A regular file (not followed through a link) that starts as the file being written does:
+ * with head[0..head_len), or a prefix of it (a writer killed before its first write leaves an
+ * empty file, one killed mid-write a partial one). */
+static int fx_is_own_temp(int dfd, const char *name, const void *head, size_t head_len)
 {
     int fd = openat(dfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) return 0;
     struct stat st;
     int ours = 0;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-        char head[8];
-        size_t want = st.st_size < 8 ? (size_t)st.st_size : 8;
-        ssize_t got = fx_read_full(fd, head, want);
-        ours = got == (ssize_t)want && memcmp(head, FX_CKPT_MAGIC, want) == 0;
+        char got_head[64];
+        size_t want = head_len < sizeof got_head ? head_len : sizeof got_head;
+        if ((uint64_t)st.st_size < want) want = (size_t)st.st_size;
+        ssize_t got = fx_read_full(fd, got_head, want);
+        ours = got == (ssize_t)want && memcmp(got_head, head, want) == 0;
     }
     close(fd);
     return ours;
 }
 
-/* Remove from `dir` the temporaries of saves whose process no longer exists: files named
- * X.tmp.PID that hold (the start of) a checkpoint, where no process PID exists (kill(PID, 0)
- * fails with ESRCH; a process of another user answers EPERM and is left alone). Best effort:
- * a folder that cannot be listed is skipped. */
-static void fx_remove_stale_temps(const char *dir)
+void fx_remove_stale_temps(const char *path, const void *head, size_t head_len)
 {
+    if (!path || !head) return;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!base[0]) return;
+    char dir[4096];
+    size_t dlen = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
+    if (dlen >= sizeof dir) return;
+    if (slash) {
+        memcpy(dir, path, dlen);
+        dir[dlen] = '\0';
+    } else {
+        snprintf(dir, sizeof dir, ".");
+    }
     DIR *d = opendir(dir);
     if (!d) return;
     int dfd = dirfd(d);
     long self = (long)getpid();
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        long pid = fx_tmp_name_pid(e->d_name);
+        long pid = fx_tmp_name_pid(e->d_name, base);
         if (pid < 0 || pid == self) continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        if (fx_is_checkpoint_temp(dfd, e->d_name)) unlinkat(dfd, e->d_name, 0);
+        if (fx_is_own_temp(dfd, e->d_name, head, head_len)) unlinkat(dfd, e->d_name, 0);
     }
     closedir(d);
 }
@@ -797,7 +812,8 @@ int fx_write_file_atomic(const char *path, const uint8_t *data, size_t len, cons
     } else {
         snprintf(dir, sizeof dir, ".");
     }
-    fx_remove_stale_temps(dir);
+    /* a temporary of this target starts with the same magic as the file being written */
+    fx_remove_stale_temps(path, data, len < 8 ? len : 8);
 
     /* O_EXCL | O_NOFOLLOW: never write through a link or into a FIFO planted under the name */
     const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
