@@ -24,7 +24,7 @@ from ctypes import (POINTER, c_char_p, c_double, c_float, c_int, c_int32, c_int6
 from typing import Dict, List, Optional
 
 from ._structs import (AutoflexConfigC, EpochMetricsC, LayerProfileC, LossScalerC,
-                       TraceRecordC, TrainConfigC, TrainProfileC)
+                       TraceRecordC, TrainConfigC, TrainHealthC, TrainProfileC)
 
 __all__ = ["lib", "library_path", "LibraryNotFoundError"]
 
@@ -229,6 +229,7 @@ _PROTOTYPES: Dict[str, tuple] = {
     "fx_trainer_profile": (c_int, [_p, POINTER(TrainProfileC)]),
     "fx_trainer_layer_count": (c_int, [_p]),
     "fx_trainer_layer_profile": (c_int, [_p, c_int, POINTER(LayerProfileC)]),
+    "fx_trainer_health": (c_int, [_p, POINTER(TrainHealthC)]),
 }
 
 

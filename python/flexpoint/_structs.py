@@ -158,6 +158,27 @@ class LayerProfileC(Structure):
     ]
 
 
+class TrainHealthC(Structure):
+    """struct fx_train_health (flexpoint_train.h); filled by the library only. The arrays have
+    FX_TENSOR_CLASSES (3) entries, a macro the header parser of the STRUCTS layout test does not
+    read: python/tests/test_train_health.py checks this layout against the compiler."""
+    _fields_ = [
+        ("measured", c_int),
+        ("steps", c_int64),
+        ("writes", c_int64 * 3),
+        ("written", c_int64 * 3),
+        ("saturated", c_int64 * 3),
+        ("underflow", c_int64 * 3),
+        ("zeroed", c_int64 * 3),
+        ("worst_saturated", c_int * 3),
+        ("worst_saturated_fraction", c_double * 3),
+        ("worst_zeroed", c_int * 3),
+        ("worst_zeroed_fraction", c_double * 3),
+        ("params", c_int64),
+        ("nonfinite_weights", c_int64),
+    ]
+
+
 #: C struct name -> (header file, ctypes mirror); used by the layout tests.
 STRUCTS = {
     "fx_autoflex_config": ("flexpoint.h", AutoflexConfigC),

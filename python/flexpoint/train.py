@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import sys
 import weakref
 from ctypes import POINTER, c_double, c_float
 from dataclasses import dataclass
@@ -20,15 +21,16 @@ import numpy as np
 
 from ._check import c_bool, c_int, c_int64, c_path, c_str
 from ._lib import lib
-from ._structs import EpochMetricsC, TrainConfigC
+from ._structs import EpochMetricsC, TrainConfigC, TrainHealthC
 from .data import Dataset
 from .device import device_ordinal
 from .errors import ArgumentTypeError, InvalidArgumentError, StateError, check, raise_last
-from .formats import FORMATS, FormatLike, fmt_id
+from .formats import FORMATS, FormatLike, fmt_id, fmt_name
 from .optim import LossScaler
 from .tensor import Tensor
 
-__all__ = ["TrainConfig", "EpochMetrics", "Trainer", "MODELS", "LR_SCHEDULES", "OPTIMIZERS"]
+__all__ = ["TrainConfig", "EpochMetrics", "Trainer", "MODELS", "LR_SCHEDULES", "OPTIMIZERS",
+           "TENSOR_CLASSES", "HEALTH_WARN_FRACTION"]
 
 #: The built-in networks of fx_train_config.model. Each heads a family (fx_model_check,
 #: docs/training.md): "mlp<W>x<D>", "cnn<C1>-<C2>-<F>", "resnet<6n+2>" and "resnet<6n+2>x<K>",
@@ -38,6 +40,10 @@ MODELS = ("mlp", "cnn", "resnet20")
 LR_SCHEDULES = ("constant", "cosine", "step")
 #: Optimisers (FX_OPT_SGD, FX_OPT_ADAM, FX_OPT_ADAMW).
 OPTIMIZERS = ("sgd", "adam", "adamw")
+#: The tensor classes of :meth:`Trainer.health` (FX_TENSOR_WEIGHTS, _ACTIVATIONS, _GRADIENTS).
+TENSOR_CLASSES = ("weights", "activations", "gradients")
+#: FX_HEALTH_WARN_FRACTION: the fraction above which :meth:`Trainer.health_warnings` warns.
+HEALTH_WARN_FRACTION = 0.01
 
 _fp = POINTER(c_float)
 
@@ -311,21 +317,95 @@ class Trainer:
         return EpochMetrics.from_c(m)
 
     def fit(self, epochs: Optional[int] = None,
-            callback: Optional[Callable[[EpochMetrics], None]] = None) -> List[EpochMetrics]:
+            callback: Optional[Callable[[EpochMetrics], None]] = None,
+            warn: bool = True) -> List[EpochMetrics]:
         """Run `epochs` epochs (default: config.epochs minus those done); returns their
-        metrics, calling callback(metrics) after each. Raises ArgumentTypeError for epochs that
-        is not an integer, ArgumentRangeError for a negative one."""
+        metrics, calling callback(metrics) after each. With warn (the default), after each
+        epoch the lines of :meth:`health_warnings` (saturation, underflow, non-finite weights:
+        what the loss does not show) are printed to stderr, as flexpoint-train prints them.
+        Raises ArgumentTypeError for epochs that is not an integer or a warn that is not a
+        bool, ArgumentRangeError for a negative epochs."""
         if epochs is None:
             n = max(int(self.config.epochs or 0) - self.epoch_index, 0)
         else:
             n = c_int64(epochs, "epochs", lo=0)
+        w = c_bool(warn, "warn")
         out = []
         for _ in range(n):
             m = self.epoch()
             out.append(m)
+            if w:
+                for line in self.health_warnings(m.epoch):
+                    print(line, file=sys.stderr, flush=True)
             if callback is not None:
                 callback(m)
         return out
+
+    def health(self) -> Dict[str, object]:
+        """The numeric health of the current epoch (fx_trainer_health): what the format did to
+        the values it stored. Right after :meth:`epoch` (or each epoch of :meth:`fit`) the
+        counts are those of the epoch just reported; they restart with the next epoch's first
+        step. Returns::
+
+            {"measured": bool,   # counts kept: flex16_5 and dfp16 (0 for the float formats)
+             "steps": int,       # optimiser steps counted
+             "weights" | "activations" | "gradients": {
+                 "writes", "written", "saturated", "underflow", "zeroed": int,
+                 "worst_saturated": tensor name or None, "worst_saturated_fraction": float,
+                 "worst_zeroed": tensor name or None, "worst_zeroed_fraction": float},
+             "params": int, "nonfinite_weights": int}  # NaN/Inf weights now, every format
+
+        per class: tensor writes, elements written, elements saturated, nonzero inputs rounded
+        to 0, writes whose every nonzero input rounded to 0, and the tensor with the largest
+        saturated (zeroed) fraction. Compare the fractions with HEALTH_WARN_FRACTION, as
+        :meth:`health_warnings` does."""
+        h = TrainHealthC()
+        check(lib().fx_trainer_health(self._h, ctypes.byref(h)), "fx_trainer_health")
+        names = self.tensor_names()
+
+        def name(i: int) -> Optional[str]:
+            return names[i] if 0 <= i < len(names) else None
+
+        out: Dict[str, object] = {"measured": bool(h.measured), "steps": int(h.steps)}
+        for c, cls in enumerate(TENSOR_CLASSES):
+            out[cls] = {
+                "writes": int(h.writes[c]), "written": int(h.written[c]),
+                "saturated": int(h.saturated[c]), "underflow": int(h.underflow[c]),
+                "zeroed": int(h.zeroed[c]), "worst_saturated": name(h.worst_saturated[c]),
+                "worst_saturated_fraction": float(h.worst_saturated_fraction[c]),
+                "worst_zeroed": name(h.worst_zeroed[c]),
+                "worst_zeroed_fraction": float(h.worst_zeroed_fraction[c])}
+        out["params"] = int(h.params)
+        out["nonfinite_weights"] = int(h.nonfinite_weights)
+        return out
+
+    def health_warnings(self, epoch: Optional[int] = None) -> List[str]:
+        """The warning lines flexpoint-train prints after an epoch, from :meth:`health`: a
+        class with a tensor more than HEALTH_WARN_FRACTION saturated, or with more than that
+        fraction of its writes zeroed, and weights that are NaN or Inf. Each reads
+        ``flexpoint: warning: <fmt> epoch <epoch>: ...`` (epoch, as in EpochMetrics.epoch:
+        default the last one reported); an empty list for a healthy epoch."""
+        # EpochMetrics.epoch counts from 1: after n epochs, the last reported is epoch n
+        e = self.epoch_index if epoch is None else c_int(epoch, "epoch")
+        h = self.health()
+        head = f"flexpoint: warning: {fmt_name(self.config.fmt)} epoch {e}:"
+        lines = []
+        for cls in TENSOR_CLASSES if h["measured"] else ():
+            c = h[cls]
+            assert isinstance(c, dict)
+            if c["worst_saturated_fraction"] > HEALTH_WARN_FRACTION:
+                lines.append(f"{head} {cls} saturated: {c['saturated']} of {c['written']} "
+                             f"elements written ({c['worst_saturated']}: "
+                             f"{100.0 * c['worst_saturated_fraction']:.1f}% of its elements)")
+            if c["worst_zeroed_fraction"] > HEALTH_WARN_FRACTION:
+                lines.append(f"{head} {cls} underflowed: {c['zeroed']} of {c['writes']} writes "
+                             f"kept no nonzero value, {c['underflow']} of {c['written']} "
+                             f"elements rounded to 0 ({c['worst_zeroed']}: "
+                             f"{100.0 * c['worst_zeroed_fraction']:.1f}% of its writes zeroed)")
+        if h["nonfinite_weights"]:
+            lines.append(f"{head} {h['nonfinite_weights']} of {h['params']} weights are NaN "
+                         "or Inf")
+        return lines
 
     def evaluate(self, dataset: Optional[Dataset] = None) -> Tuple[float, float]:
         """(accuracy in [0, 1], mean loss) on a data set (default: the test set), in inference
