@@ -18,13 +18,18 @@
  * table of bounds; fp16, bf16: within 1 ulp of the correctly rounded value, checked on each
  * element; flex16_5, dfp16: half a quantum plus the fp32 error, 0.52 quanta) or the backends
  * disagree. */
+#define _POSIX_C_SOURCE 200809L /* fdopen, fcntl */
 #include "flexpoint.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define PI 3.14159265358979323846
 
@@ -296,15 +301,47 @@ static const char *range_str(const func_t *f, char *buf, size_t len)
     return buf;
 }
 
+/* ---- files -------------------------------------------------------------------------------- */
+
+/* A stdio stream on the regular file `path`, for reading (write 0) or writing (write 1,
+ * created or truncated), or NULL after a message naming the path and the problem. Anything
+ * but a regular file is refused at once, as the library refuses what it reads
+ * (docs/robustness.md): stat first, so that a device is never opened; O_NONBLOCK, so that
+ * opening a FIFO neither waits for a writer nor, for writing, for a reader (ENXIO); fstat of
+ * what was opened, in case the name changed in between. */
+static FILE *open_regular(const char *path, int write)
+{
+    struct stat st;
+    const char *why = NULL;
+    int fd = -1;
+    if (stat(path, &st) == 0) {
+        if (!S_ISREG(st.st_mode)) why = "not a regular file";
+    } else if (!write || errno != ENOENT) {
+        why = strerror(errno);
+    }
+    if (!why) {
+        int flags = write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY;
+        fd = open(path, flags | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+        if (fd < 0) why = errno == ENXIO ? "not a regular file" : strerror(errno);
+        else if (fstat(fd, &st) != 0) why = strerror(errno);
+        else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+        else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) why = strerror(errno);
+    }
+    FILE *f = why ? NULL : fdopen(fd, write ? "w" : "r");
+    if (!f) {
+        if (!why) why = strerror(errno);
+        if (fd >= 0) close(fd);
+        fprintf(stderr, "error_table: cannot %s %s: %s\n", write ? "write" : "read", path, why);
+    }
+    return f;
+}
+
 /* ---- CSV read-back check ------------------------------------------------------------------ */
 
 static int check_csv(const char *path)
 {
-    FILE *fp = fopen(path, "r");
-    if (!fp) {
-        fprintf(stderr, "check: cannot open %s\n", path);
-        return 1;
-    }
+    FILE *fp = open_regular(path, 0);
+    if (!fp) return 1;
     char line[1024];
     int rows = 0, bad = 0;
     if (!fgets(line, sizeof line, fp) || strncmp(line, "function,", 9)) {
@@ -455,10 +492,12 @@ int main(int argc, char **argv)
     for (int b = 0; b < nb && nlev < 8; b++)
         if (flexpoint_backend_available(b)) bnames[nlev++] = flexpoint_backend_name(b);
 
-    FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
-    FILE *md = md_path ? fopen(md_path, "w") : stdout;
+    /* opened before the long measurement, so that a bad output path fails at once */
+    FILE *csv = csv_path ? open_regular(csv_path, 1) : NULL;
+    FILE *md = md_path ? open_regular(md_path, 1) : stdout;
     if ((csv_path && !csv) || !md) {
-        fprintf(stderr, "cannot open the output files\n");
+        if (csv) fclose(csv);
+        if (md && md != stdout) fclose(md);
         return 1;
     }
     if (csv)

@@ -79,6 +79,30 @@ printf '# nothing\n\n' > "$T/empty-policy.txt"
 check "--policy-file without rules" 2 "no rule in the file" "$BIN" --policy-file \
   "$T/empty-policy.txt"
 check "--policy-file a folder" 2 "not a regular file" "$BIN" --policy-file "$T"
+# a FIFO or a symlink loop as an input is refused at once, never waited on (timeout: a hang
+# fails the check)
+mkfifo "$T/in.fifo" && ln -s "$T/in.loop" "$T/in.loop"
+check "--policy-file a FIFO" 2 "not a regular file" timeout 60 "$BIN" --policy-file "$T/in.fifo"
+check "--policy-file a symlink loop" 2 "levels of symbolic links" timeout 60 "$BIN" \
+  --policy-file "$T/in.loop"
+check "--eval a FIFO" 1 "not a regular file (a FIFO)" timeout 60 "$BIN" --data synthetic \
+  --synthetic-n 200 --eval "$T/in.fifo" --out "$T/evf" --quiet
+check "--eval a folder" 1 "not a regular file (a folder)" timeout 60 "$BIN" --data synthetic \
+  --synthetic-n 200 --eval "$T" --out "$T/evf" --quiet
+check "--eval a symlink loop" 1 "too many levels of symbolic links" timeout 60 "$BIN" \
+  --data synthetic --synthetic-n 200 --eval "$T/in.loop" --out "$T/evf" --quiet
+# error_table (built beside flexpoint-train) refuses such outputs before measuring anything
+ET="$(dirname "$BIN")/error_table"
+if [ -x "$ET" ]; then
+  check "error_table --csv a FIFO" 1 "cannot write $T/in.fifo: not a regular file" timeout 60 \
+    "$ET" --reduced --only exp --csv "$T/in.fifo"
+  check "error_table --md a folder" 1 "cannot write $T: not a regular file" timeout 60 \
+    "$ET" --reduced --only exp --md "$T"
+  check "error_table --csv a symlink loop" 1 "Too many levels of symbolic links" timeout 60 \
+    "$ET" --reduced --only exp --csv "$T/in.loop"
+else
+  echo "FAIL: $ET was not built beside $BIN"; fail=1
+fi
 check "resnet depth not 6n+2" 2 "the ResNet depth must be 6n+2" "$BIN" --model resnet21
 check "model name too long" 2 "is longer than 15 bytes" "$BIN" --model mlp1024x2xxxxxxxx
 # a family member with its default traces (resnet8: the last block is s3b1)

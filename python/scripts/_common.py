@@ -3,8 +3,11 @@ data sets, writing CSV files and setting up matplotlib (Agg backend, no display 
 from __future__ import annotations
 
 import csv
+import errno
 import os
+import stat
 import sys
+import tempfile
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,17 +32,48 @@ def pyplot():
 
 
 def write_csv(path: str, rows: Sequence[Dict[str, Any]], fields: Optional[List[str]] = None) -> str:
-    """Write dict rows as CSV (header from `fields` or the first row's keys); returns path."""
+    """Write dict rows as CSV (header from `fields` or the first row's keys); returns path.
+
+    The rows go to a new temporary file beside `path` (created exclusively, so that nothing
+    planted under a temporary name, a FIFO say, is waited on or written through), are synced
+    and renamed over `path`: a reader never sees a partial file. An existing `path` that is not
+    a regular file (a folder, FIFO, device, symbolic-link loop) is refused at once with an
+    OSError naming it; a failed write leaves `path` as it was and no temporary."""
     if fields is None:
         fields = list(rows[0].keys()) if rows else []
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: _fmt(r.get(k)) for k in fields})
-    os.replace(tmp, path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:  # ELOOP, EACCES, ENOTDIR, ...
+        raise OSError(e.errno, f"{path}: cannot write: {e.strerror}") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, f"{path}: cannot write: not a regular file")
+    folder, base = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=base + ".", suffix=".tmp", dir=folder)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the results from others
+        with os.fdopen(fd, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: _fmt(r.get(k)) for k in fields})
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fmt(v: Any) -> Any:
