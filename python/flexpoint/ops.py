@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._check import c_bool, c_double, c_int, c_int_array, c_uint64, is_scalar
+from ._check import c_bool, c_double, c_int, c_int_array, c_shape, c_uint64, is_scalar
 from ._lib import lib
 from .errors import ArgumentTypeError, InvalidArgumentError, check
 from .formats import FormatLike
@@ -219,7 +219,11 @@ def matmul(a: Tensor, b: Tensor, out: Optional[Tensor] = None,
 # ------------------------------------------------------------------------------------------
 def conv2d_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], stride: Pair = 1,
                         padding: Pair = 0, dilation: Pair = 1) -> Optional[Tuple[int, ...]]:
-    """[N, O, OH, OW] of a convolution, or None when the shapes do not make one."""
+    """[N, O, OH, OW] of a convolution, or None when the shapes do not make one. Raises what
+    :class:`Tensor` raises for a shape whose values are not dimensions (a float, a negative
+    or beyond-int64 value), and as :func:`conv2d` for stride, padding and dilation."""
+    x_shape = c_shape(x_shape, "x_shape", min_dims=0)
+    w_shape = c_shape(w_shape, "w_shape", min_dims=0)
     if len(x_shape) != 4 or len(w_shape) != 4:
         return None
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride, "stride"), _pair(padding, "padding"), \
@@ -301,7 +305,10 @@ def conv2d_backward_weight(x: Tensor, dy: Tensor, kernel_size: Pair, stride: Pai
 
 def pool2d_output_shape(x_shape: Sequence[int], kernel_size: Pair, stride: Optional[Pair] = None,
                         padding: Pair = 0) -> Optional[Tuple[int, ...]]:
-    """[N, C, OH, OW] of a pooling, or None when the arguments do not make one."""
+    """[N, C, OH, OW] of a pooling, or None when the arguments do not make one. Raises what
+    :class:`Tensor` raises for a shape whose values are not dimensions, and as
+    :func:`maxpool2d` for kernel_size, stride and padding."""
+    x_shape = c_shape(x_shape, "x_shape", min_dims=0)
     if len(x_shape) != 4:
         return None
     (kh, kw) = _pair(kernel_size, "kernel_size")
