@@ -39,7 +39,7 @@ from .ops import sum  # noqa: A004 - mirrors tensor_sum; shadows the builtin onl
 from .ops import clamp, clamp_backward, unary, unary_backward, unary_names
 from .ops import pow, pow_backward  # noqa: A004 - mirrors tensor_pow_scalar; only as fx.pow
 from .optim import SGD, Adam, LossScaler, adam_step, sgd_step
-from . import transformer
+from . import convert, transformer
 from .transformer import (adamw_step, bmm, bmm_backward, causal_mask, clip_grad_norm, embedding,
                           embedding_backward, layernorm, layernorm_backward, log_softmax,
                           log_softmax_backward, masked_fill, softmax, softmax_backward)
@@ -146,7 +146,7 @@ __all__ = [
     # transformer ops
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layernorm",
     "layernorm_backward", "bmm", "bmm_backward", "causal_mask", "masked_fill", "embedding",
-    "embedding_backward", "adamw_step", "clip_grad_norm", "transformer",
+    "embedding_backward", "adamw_step", "clip_grad_norm", "transformer", "convert",
     # data and training
     "Dataset", "TrainConfig", "EpochMetrics", "Trainer", "checkpoint_config", "data", "device",
     "DeviceBuffer", "ops", "optim", "train", "weights",

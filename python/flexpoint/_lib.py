@@ -335,3 +335,16 @@ def lib() -> _Lib:
 def library_path() -> str:
     """Path of the loaded shared library."""
     return lib().path
+
+
+# flexpoint.h: the public scalar conversions (flexpoint.convert). Added to the table before the
+# library is loaded (lib() reads it on first use).
+_PROTOTYPES.update({
+    "fx_f32_to_fp16": (ctypes.c_uint16, [c_float]),
+    "fx_fp16_to_f32": (c_float, [ctypes.c_uint16]),
+    "fx_f32_to_bf16": (ctypes.c_uint16, [c_float]),
+    "fx_f32_to_bf16_trunc": (ctypes.c_uint16, [c_float]),
+    "fx_bf16_to_f32": (c_float, [ctypes.c_uint16]),
+    "fx_f64_to_fp16": (ctypes.c_uint16, [c_double]),
+    "fx_f64_to_bf16": (ctypes.c_uint16, [c_double]),
+})
