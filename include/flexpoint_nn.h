@@ -394,9 +394,11 @@ FX_API int fx_loss_scaler_update(fx_loss_scaler *s, int found_inf);
 
 /** @brief Softmax along one axis: y = exp(x - max) / sum(exp(x - max)).
  *
- *  Every format computes in double on its exactly widened or dequantised values (max
- *  subtracted, sums in double) and rounds once into y's format; a FLEX16_5/DFP16 y is one
- *  write (Autoflex / exact exponent). A NaN or +Inf in a row, or a row of only -Inf, makes the
+ *  Every format computes in fp32 on its exactly widened or dequantised values: per row the
+ *  maximum is subtracted, expf/logf are applied, and the sum of the exponentials is
+ *  accumulated in fp32 in index order along the axis (one accumulator, no reassociation); each
+ *  result is rounded once into y's format; a FLEX16_5/DFP16 y is one write (Autoflex / exact
+ *  exponent). The backward passes accumulate sum_axis(dy * y) or sum_axis(dy) the same way. A NaN or +Inf in a row, or a row of only -Inf, makes the
  *  row NaN (counted as non-finite by a shared-exponent y); a -Inf element gets 0.
  *  @param[out] y    Output with x's shape, any format (may be x itself).
  *  @param[in]  x    Input, any format.
@@ -432,8 +434,10 @@ FX_API int tensor_log_softmax_backward(tensor_t *dx, const tensor_t *dy, const t
  *  normalized_shape = [D]).
  *
  *  Per row of D values: y = (x - mean) / sqrt(var + eps) * gamma + beta, with the biased
- *  variance. Statistics two-pass in double, arithmetic in double on exactly widened or
- *  dequantised values, y written once in its format. The affine parameters are fp32 arrays.
+ *  variance. Statistics two-pass in fp32 (the sum of x, then the sum of (x - mean)^2, each
+ *  accumulated in fp32 in index order), eps rounded to fp32, rstd = 1/sqrtf(var + eps); the
+ *  per-element arithmetic is fp32 on exactly widened or dequantised values, and y is written
+ *  once in its format. The affine parameters, mean and rstd are fp32 arrays.
  *  @param[out] y     Output with x's shape, any format (may be x itself).
  *  @param[in]  x     Input [..., D], any format, D >= 1.
  *  @param[in]  gamma NULL (scale 1), or D floats, caller-owned.
@@ -448,8 +452,9 @@ FX_API int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma,
                             const float *beta, double eps, float *mean, float *rstd);
 /** @brief Gradients of tensor_layernorm(): dx, and the fp32 gradients of gamma and beta.
  *
- *  The statistics are recomputed from x with the forward's code. dgamma and dbeta are
- *  overwritten (not accumulated), summed over the rows in double in row order.
+ *  The statistics are recomputed from x with the forward's code; the row sums of g and
+ *  g * xhat (g = dy * gamma) are accumulated in fp32 in index order. dgamma and dbeta are
+ *  overwritten (not accumulated), summed over the rows in fp32 in row order on one thread.
  *  @param[out] dx     Input gradient with x's shape, any format.
  *  @param[out] dgamma NULL, or D floats: sum over rows of dy * xhat.
  *  @param[out] dbeta  NULL, or D floats: sum over rows of dy.

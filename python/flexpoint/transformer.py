@@ -46,8 +46,9 @@ def _opt_f32(a: Any, n: int, name: str, inplace: bool) -> Any:
 # ------------------------------------------------------------------------------------------
 def softmax(x: Tensor, axis: int = -1, out: Optional[Tensor] = None,
             fmt: Optional[FormatLike] = None) -> Tensor:
-    """y = exp(x - max) / sum(exp(x - max)) along `axis` (max subtracted, sums in double, one
-    rounding into y's format). InvalidArgumentError for an axis out of range."""
+    """y = exp(x - max) / sum(exp(x - max)) along `axis` (max subtracted, computed in fp32 with
+    the sum accumulated in fp32 in index order, one rounding into y's format).
+    InvalidArgumentError for an axis out of range."""
     x = _tensor(x, "x")
     ax = c_int(axis, "axis")
     o = _out(out, x.shape, fmt, x)
