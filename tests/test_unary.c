@@ -7,11 +7,13 @@
  *     (the fp64 reference rounded once by fx_f64_to_fp16 / fx_f64_to_bf16; ulps counted on
  *     the ordered bit patterns, so the largest finite value and Inf are 1 apart, and +-0 are
  *     one point), NaN exactly where the reference is NaN, and the same bits on every backend.
- *   - fp32: a sweep over the whole bit-pattern range (every 4099th pattern in Release, every
- *     65537th under sanitizers), every core at every ISA level the CPU runs: the levels
- *     agree bit for bit (also on all 65,536 fp16 patterns widened), and the error against the
- *     fp64 reference is within the bound stated in src/fp32/f32_math.h (BOUND below, in ulps
- *     of the exact result on the fp32 grid). test_slow_unary_f32 sweeps 2^25 patterns a core.
+ *   - fp32: a sweep over the whole bit-pattern range (every 4099th pattern in Release, about
+ *     1.05 million, every 65537th under sanitizers), then all 65,536 fp16 and all 65,536 bf16
+ *     patterns widened, every core (erf and erfc included) at every ISA level the CPU runs:
+ *     the levels agree bit for bit, and the error against the fp64 reference is within the
+ *     bound stated in src/fp32/f32_math.h (bound_f32 in unary_common.h, in ulps of the exact
+ *     result on the fp32 grid). test_slow_unary_f32 sweeps 2^24 patterns a core (every 256th
+ *     of the 2^32) plus the same 2 x 65,536.
  *   - FLEX16_5 and DFP16: the stored mantissas, exponent and write statistics are the same on
  *     every backend at 1 and 2 threads (forward and backward); values within half a step of
  *     the output exponent plus the fp32 bound of the reference.

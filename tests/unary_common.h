@@ -137,9 +137,11 @@ static inline int levels(math_entry *e, const char **names)
     return n;
 }
 
-/* Every core (pow at five exponents) on the fp32 patterns first, first + step, ... below 2^32,
- * and on the 65,536 fp16 values: the ISA levels agree bit for bit (forward and backward) and
- * the forward error is within bound_f32. */
+/* Every core (pow at five exponents; erf and erfc, the internal cores of gelu, included) on
+ * the fp32 patterns first, first + step, ... below 2^32, then on every one of the 65,536 fp16
+ * values and the 65,536 bf16 values widened to fp32 (bf16 patterns have their low 16 bits
+ * zero, which no odd-offset sweep with step 256 or 4099 reaches): the ISA levels agree bit for
+ * bit (forward and backward) and the forward error is within bound_f32. */
 static inline void f32_sweep(uint64_t step, uint64_t first)
 {
     math_entry e[3];
@@ -163,16 +165,19 @@ static inline void f32_sweep(uint64_t step, uint64_t first)
         const int fn = cores[ci][0];
         double p[2] = {-1.5, 2.25};
         if (fn == FX_UN_POW) p[0] = pows[cores[ci][1]];
-        double worst = 0, wx = 0;
-        int64_t mism = 0, count = 0, bad = 0;
-        /* pass 0: the sweep; pass 1: the 65,536 fp16 values widened */
-        for (int pass = 0; pass < 2; pass++) {
+        double worst = 0, wx = 0, pworst[3] = {0, 0, 0};
+        int64_t mism = 0, count = 0, bad = 0, pcount[3] = {0, 0, 0};
+        /* pass 0: the sweep; pass 1: the 65,536 fp16 values widened; pass 2: the 65,536 bf16
+         * values widened (the fp32 patterns u << 16) */
+        for (int pass = 0; pass < 3; pass++) {
             uint64_t u = pass ? 0 : first;
             const uint64_t end = pass ? 65536 : ((uint64_t)1 << 32);
             while (u < end) {
                 int m = 0;
                 for (; m < B && u < end; m++, u += pass ? 1 : step) {
-                    x[m] = pass ? fx_fp16_to_f32((uint16_t)u) : f32_of((uint32_t)u);
+                    x[m] = pass == 0   ? f32_of((uint32_t)u)
+                           : pass == 1 ? fx_fp16_to_f32((uint16_t)u)
+                                       : fx_bf16_to_f32((uint16_t)u);
                     dy[m] = (float)test_rng_normal(&rng);
                 }
                 for (int l = 0; l < nl; l++) CHECK_STATUS(e[l](fn, p, x, NULL, y[l], m), FX_OK);
@@ -184,6 +189,8 @@ static inline void f32_sweep(uint64_t step, uint64_t first)
                 for (int i = 0; i < m; i++) {
                     const double err = err_ulps(y[0][i], ref_f(fn, x[i], p));
                     count++;
+                    pcount[pass]++;
+                    if (err > pworst[pass]) pworst[pass] = err;
                     if (err > worst) worst = err, wx = x[i];
                     if (err > bound_f32(fn) && bad++ < 3)
                         CHECK(0, "%s(p=%g): x=%a gives %a, exact %a: %.3f ulp > %.3f",
@@ -203,9 +210,12 @@ static inline void f32_sweep(uint64_t step, uint64_t first)
         CHECK(mism == 0, "%s: %lld results differ between ISA levels", fn_label(fn), (long long)mism);
         CHECK(bad == 0, "%s: %lld results outside %.3f ulp", fn_label(fn), (long long)bad,
               bound_f32(fn));
-        printf("fp32 %-10s p=%-6.3g %lld points, max error %.4f ulp (bound %.4f) at x=%a, "
-               "%d levels identical\n", fn_label(fn), fn == FX_UN_POW ? p[0] : 0.0,
-               (long long)count, worst, bound_f32(fn), wx, nl);
+        CHECK(pcount[1] == 65536 && pcount[2] == 65536, "%s: %lld fp16 and %lld bf16 inputs",
+              fn_label(fn), (long long)pcount[1], (long long)pcount[2]);
+        printf("fp32 %-10s p=%-6.3g %lld points, max error %.4f ulp (bound %.4f) at x=%a "
+               "(sweep %.4f, fp16 %.4f, bf16 %.4f), %d levels identical\n", fn_label(fn),
+               fn == FX_UN_POW ? p[0] : 0.0, (long long)count, worst, bound_f32(fn), wx,
+               pworst[0], pworst[1], pworst[2], nl);
     }
 }
 
