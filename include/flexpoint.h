@@ -729,9 +729,12 @@ FX_API uint16_t fx_f32_to_bf16(float x);
 /**
  * @brief fp32 -> bf16 bits by truncation (round toward zero): the top 16 bits.
  *
- * Some accelerators and older software convert this way; use it to reproduce their numbers.
- * NaN still gives the quiet NaN sign|0x7FC0 (truncating a NaN whose payload is in the low bits
- * would give Inf).
+ * TensorFlow's tensorflow::FloatToBFloat16 (tensorflow/core/framework/bfloat16.cc) converts
+ * this way, copying the upper 16 bits of each float (its RoundFloatToBFloat16 rounds to
+ * nearest even), and Arm's BFCVT/BFCVTN (Armv8.6 BF16) follow the FPCR rounding mode, so
+ * they truncate when it selects round toward zero; use this function to reproduce such
+ * numbers (docs/math.md). NaN still gives the quiet NaN sign|0x7FC0 (truncating a NaN whose
+ * payload is in the low bits would give Inf).
  *
  * @param[in] x Value.
  * @return bf16 bits.
