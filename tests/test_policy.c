@@ -49,8 +49,8 @@ static int tensor_fmt_of(fx_trainer *t, const char *name)
 
 static void same_as_run_format(const fx_dataset *tr)
 {
-    const int fmts[] = {FMT_FP32, FMT_FLEX16_5, FMT_BF16};
-    for (int k = 0; k < 3; k++) {
+    const int fmts[] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
+    for (int k = 0; k < 5; k++) {
         char p1[64], p2[128];
         snprintf(p1, sizeof p1, "default=%s", fmt_name((fmt_t)fmts[k]));
         snprintf(p2, sizeof p2, "weights=%s; biases=%s; acts=%s; grads=%s",
@@ -59,8 +59,9 @@ static void same_as_run_format(const fx_dataset *tr)
         const char *pols[2] = {p1, p2};
         for (int v = 0; v < 2; v++) {
             /* the run's format differs from the policy's, so only the policy can make them
-             * equal */
-            fx_train_config a = config("cnn", fmts[k], ""), b = config("cnn", FMT_FP16, pols[v]);
+             * equal (fp16 runs: the policy on an fp32 run) */
+            int other = fmts[k] == FMT_FP16 ? FMT_FP32 : FMT_FP16;
+            fx_train_config a = config("cnn", fmts[k], ""), b = config("cnn", other, pols[v]);
             fx_trainer *ta = make(&a, tr), *tb = make(&b, tr);
             if (!ta || !tb) goto next;
             CHECK(fx_trainer_cast_count(tb) == 0, "'%s': %d casts", pols[v],
@@ -179,6 +180,11 @@ int main(void)
     refused(tr, "mlp", "fc1=fp16; O2", 1, FX_ENAME, "the preset 'O2' must come first");
     refused(tr, "mlp", "default=fp32;;fc1=fp16", 1, FX_EINVAL, "item 2 is empty");
     refused(tr, "mlp", "fc1.dbiases=fp16", 1, FX_ENAME, "rule 'fc1.dbiases=fp16' matches no");
+    /* a misspelt class reads as a layer pattern: the message says it is no class either */
+    refused(tr, "mlp", "fc1.dbiases=fp16", 1, FX_ENAME, "'dbiases' is not a tensor class");
+    refused(tr, "mlp", "activations=fp16", 1, FX_ENAME,
+            "'activations' is not a tensor class (weights, biases, acts, dacts, dweights, grads");
+    refused(tr, "mlp", "conv*=fp16", 1, FX_ENAME, "matches no layer of mlp");
     {
         fx_train_config c = config("mlp", FMT_FP32, "");
         memset(c.policy, 'x', sizeof c.policy);

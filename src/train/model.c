@@ -458,10 +458,9 @@ int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W,
     else rc = fx_build_resnet(m, &spec);
     if (rc < 0) return rc;
     if (m->in_fmt < 0) m->in_fmt = cfg->fmt;
-    for (int i = 0; i < m->policy.n; i++)
-        if (!m->policy.rules[i].matched)
-            return fx_error(FX_ENAME, "fx_trainer_new", "policy rule '%s' matches no layer of "
-                            "%.16s", m->policy.rules[i].text, cfg->model);
+    char model_name[FX_MODEL_NAME_MAX + 1];
+    snprintf(model_name, sizeof model_name, "%.16s", cfg->model);
+    if ((rc = fx_policy_unmatched(&m->policy, model_name, "fx_trainer_new"))) return rc;
     for (int i = 0; i < m->nlayers; i++)
         for (int j = 0; j < m->layers[i].nin; j++)
             if (m->layers[i].in[j] >= 0) m->layers[m->layers[i].in[j]].consumers++;

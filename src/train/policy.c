@@ -153,6 +153,28 @@ int fx_policy_parse(const char *text, int run_fmt, fx_policy *p, const char *fun
     return FX_OK;
 }
 
+/* A rule that matched no layer: say so, and say when its target (whole, or after the last
+ * dot) is no tensor class either, since a misspelt class ("activations", "fc1.dbiases") reads
+ * as a layer pattern. */
+int fx_policy_unmatched(const fx_policy *p, const char *model, const char *func)
+{
+    static const char class_list[] = "weights, biases, acts, dacts, dweights, grads";
+    for (int i = 0; p && i < p->n; i++) {
+        const fx_policy_rule *r = &p->rules[i];
+        if (r->matched) continue;
+        const char *dot = strrchr(r->glob, '.');
+        const char *word = dot ? dot + 1 : r->glob;
+        int plain = word[0] && !strpbrk(word, "*?[]");
+        if (plain)
+            return fx_error(FX_ENAME, func, "policy rule '%s' matches no layer of %s, and '%s' "
+                            "is not a tensor class (%s; written alone or as PATTERN.CLASS)",
+                            r->text, model, word, class_list);
+        return fx_error(FX_ENAME, func, "policy rule '%s' matches no layer of %s", r->text,
+                        model);
+    }
+    return FX_OK;
+}
+
 int fx_policy_format(fx_policy *p, const char *name, int kind, int first, int last, int cls,
                      int run_fmt)
 {

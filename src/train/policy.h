@@ -60,4 +60,9 @@ int fx_policy_parse(const char *text, int run_fmt, fx_policy *p, const char *fun
 int fx_policy_format(fx_policy *p, const char *name, int kind, int first, int last, int cls,
                      int run_fmt);
 
+/* After resolving every layer: FX_ENAME naming the first rule that matched no layer of model
+ * (and, when its target is a plain word, saying that it is no tensor class either), reported
+ * as func's; FX_OK when every rule matched. */
+int fx_policy_unmatched(const fx_policy *p, const char *model, const char *func);
+
 #endif
