@@ -315,6 +315,37 @@ FX_API int fx_trainer_epoch(fx_trainer *t, fx_epoch_metrics *m);
  *          otherwise the status of the op that failed (e.g. FX_ENOMEM, FX_EDEVICE). */
 FX_API int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accuracy,
                                double *loss);
+/** @brief Evaluate the trainer's weights in another format or format policy, with fp32 images in
+ *  and fp32 logits out: a post-training "what if this model ran in format F" question.
+ *
+ *  When fmt, autoflex and policy are the trainer's own, this is fx_trainer_evaluate(t, ...)
+ *  exactly (the accuracy a training run reports). Otherwise a temporary host trainer of the same
+ *  model in fmt under policy receives t's weights and batch-norm statistics as
+ *  fx_trainer_copy_weights() gives them (fp32 values, one write each, so a shared-exponent
+ *  format chooses its exponents and records Autoflex statistics), is evaluated, and is freed.
+ *  Master weights and loss scaling play no part. t's weights, optimiser state and position are
+ *  unchanged either way.
+ *  @param[in,out] t        The trainer (host or device; its evaluation state is used when fmt
+ *                          and policy are its own).
+ *  @param[in]     fmt      The format to evaluate in (FMT_*).
+ *  @param[in]     autoflex An Autoflex preset for flex16_5 tensors; NULL or "" for the
+ *                          trainer's own when fmt is its format, else the default ("robust").
+ *  @param[in]     policy   A format policy (fx_train_config.policy syntax) on top of fmt; NULL
+ *                          or "" for none.
+ *  @param[in]     ds       A dataset with the training set's image shape and classes.
+ *  @param[out]    accuracy Accuracy in [0, 1]; may be NULL.
+ *  @param[out]    loss     Mean loss; may be NULL.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL t or ds, or a policy fx_trainer_new() refuses as invalid.
+ *  @retval FX_EFORMAT an unknown fmt, or an unknown format in the policy.
+ *  @retval FX_ENAME an unknown Autoflex preset, policy preset or class, a policy rule that
+ *          matches no layer, or a preset or policy too long for fx_train_config.
+ *  @retval FX_ESHAPE a dataset of another shape.
+ *  @retval FX_EUNSUPPORTED another format or policy asked of a distributed trainer.
+ *  @return otherwise the status of the op that failed (e.g. FX_ENOMEM, FX_EDEVICE). */
+FX_API int fx_trainer_evaluate_as(fx_trainer *t, int fmt, const char *autoflex,
+                                  const char *policy, const fx_dataset *ds, double *accuracy,
+                                  double *loss);
 
 /** @brief Optimiser steps taken so far.
  *  @param[in] t The trainer.

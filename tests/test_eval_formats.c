@@ -10,8 +10,13 @@
  *   the shared-exponent formats: half of one step of the tensor's grid, which must not
  *   saturate). Batch-norm running statistics come across bit for bit (ResNet-20).
  * - The accuracy of each format's evaluation is close to fp32's on the learnable patch data.
+ * - fx_trainer_evaluate_as: in the trainer's own format it is fx_trainer_evaluate exactly; in
+ *   every other format and under a policy it equals, bit for bit, a trainer of that format
+ *   given the weights by fx_trainer_copy_weights, and the source trainer is unchanged (weights,
+ *   step, its own evaluation). Unknown formats, presets, policies and classes are refused.
  * - Refusals: NULL, dst == src, another model, a device-less check of corrupt, truncated and
- *   missing checkpoints; each leaves its output unchanged. */
+ *   missing checkpoints, and fx_trainer_load of another model's checkpoint; each leaves its
+ *   output (the trainer: weights and step) unchanged. */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "flexpoint_data.h"
@@ -227,6 +232,74 @@ done:
     fx_trainer_free(d);
 }
 
+/* fx_trainer_evaluate_as against the explicit route, in every format and under a policy. */
+static void evaluate_as(const fx_dataset *tr, const fx_dataset *te)
+{
+    fx_trainer *src = make("cnn", FMT_FLEX16_5, 1, tr, te);
+    if (!src) return;
+    train(src, 20);
+    int64_t n = 0, n2 = 0;
+    float *before = params_of(src, &n);
+    int64_t step = fx_trainer_global_step(src);
+    double own_acc = -1, own_loss = -1, acc = -2, loss = -2;
+    CHECK_STATUS(fx_trainer_evaluate(src, te, &own_acc, &own_loss), FX_OK);
+    CHECK_STATUS(fx_trainer_evaluate_as(src, FMT_FLEX16_5, NULL, NULL, te, &acc, &loss), FX_OK);
+    CHECK(acc == own_acc && loss == own_loss, "own format: %.17g/%.17g vs %.17g/%.17g", acc,
+          loss, own_acc, own_loss);
+    for (int k = 0; k < 5; k++) {
+        for (int pol = 0; pol < 2; pol++) {
+            const char *policy = pol ? "O2" : "";
+            if (FORMATS[k] == FMT_FLEX16_5 && !pol) continue; /* its own: above */
+            fx_train_config c;
+            test_train_config(&c, "cnn", FORMATS[k], 7);
+            c.batch_size = 32;
+            c.master_weights = 0;
+            snprintf(c.policy, sizeof c.policy, "%s", policy);
+            fx_trainer *dst = fx_trainer_new(&c, tr, te);
+            CHECK(dst != NULL, "%s '%s': %s", fmt_name((fmt_t)FORMATS[k]), policy,
+                  flexpoint_last_error());
+            double want_acc = -1, want_loss = -1;
+            if (dst) {
+                CHECK_STATUS(fx_trainer_copy_weights(dst, src), FX_OK);
+                CHECK_STATUS(fx_trainer_evaluate(dst, te, &want_acc, &want_loss), FX_OK);
+            }
+            fx_trainer_free(dst);
+            acc = loss = -3;
+            CHECK_STATUS(fx_trainer_evaluate_as(src, FORMATS[k], "", policy, te, &acc, &loss),
+                         FX_OK);
+            CHECK(acc == want_acc && loss == want_loss,
+                  "%s '%s': evaluate_as %.17g/%.17g, copy + evaluate %.17g/%.17g",
+                  fmt_name((fmt_t)FORMATS[k]), policy, acc, loss, want_acc, want_loss);
+        }
+    }
+    /* refusals write nothing */
+    acc = loss = 7;
+    CHECK_STATUS(fx_trainer_evaluate_as(NULL, FMT_FP32, NULL, NULL, te, &acc, &loss), FX_EINVAL);
+    CHECK_STATUS(fx_trainer_evaluate_as(src, FMT_FP32, NULL, NULL, NULL, &acc, &loss), FX_EINVAL);
+    CHECK_STATUS(fx_trainer_evaluate_as(src, FMT_COUNT, NULL, NULL, te, &acc, &loss), FX_EFORMAT);
+    CHECK_STATUS(fx_trainer_evaluate_as(src, -1, NULL, NULL, te, &acc, &loss), FX_EFORMAT);
+    CHECK_STATUS(fx_trainer_evaluate_as(src, FMT_FLEX16_5, "nosuch", NULL, te, &acc, &loss),
+                 FX_ENAME);
+    CHECK_STATUS(fx_trainer_evaluate_as(src, FMT_FP16, NULL, "O9", te, &acc, &loss), FX_ENAME);
+    CHECK_STATUS(fx_trainer_evaluate_as(src, FMT_FP16, NULL, "convx*=fp32", te, &acc, &loss),
+                 FX_ENAME);
+    CHECK(strstr(flexpoint_last_error(), "matches no layer"), "pattern: '%s'",
+          flexpoint_last_error());
+    CHECK_STATUS(fx_trainer_evaluate_as(src, FMT_FP16, NULL, "acts=fp99", te, &acc, &loss),
+                 FX_EFORMAT);
+    CHECK(acc == 7 && loss == 7, "a refused evaluation wrote %g/%g", acc, loss);
+    /* the source is unchanged: weights, position, its own evaluation */
+    float *after = params_of(src, &n2);
+    CHECK(before && after && n == n2 && memcmp(before, after, (size_t)n * sizeof *before) == 0,
+          "evaluate_as changed the source's weights");
+    CHECK(fx_trainer_global_step(src) == step, "evaluate_as moved the source's step");
+    CHECK_STATUS(fx_trainer_evaluate(src, te, &acc, &loss), FX_OK);
+    CHECK(acc == own_acc && loss == own_loss, "the source evaluates differently afterwards");
+    free(before);
+    free(after);
+    fx_trainer_free(src);
+}
+
 static void refusals(const fx_dataset *tr, const fx_dataset *te, const char *dir)
 {
     fx_trainer *cnn = make("cnn", FMT_FP32, 1, tr, te);
@@ -280,6 +353,28 @@ static void refusals(const fx_dataset *tr, const fx_dataset *te, const char *dir
     }
     CHECK(memcmp(&c, &keep, sizeof c) == 0, "a refused read changed cfg");
     remove(path);
+
+    /* fx_trainer_load of another model's checkpoint: refused, naming both, and the trainer
+     * keeps its weights and position */
+    snprintf(path, sizeof path, "%s/mlp2.ckpt", dir);
+    CHECK_STATUS(fx_trainer_save(mlp, path), FX_OK);
+    train(cnn, 2);
+    int64_t step = fx_trainer_global_step(cnn);
+    before = params_of(cnn, &n);
+    flexpoint_clear_error();
+    int lrc = fx_trainer_load(cnn, path);
+    CHECK(lrc != FX_OK, "a checkpoint of the MLP loaded into a CNN trainer");
+    CHECK(strstr(flexpoint_last_error(), "mlp") && strstr(flexpoint_last_error(), "cnn"),
+          "another model's checkpoint: message '%s' names neither model",
+          flexpoint_last_error());
+    after = params_of(cnn, &n2);
+    CHECK(before && after && n == n2 &&
+              memcmp(before, after, (size_t)n * sizeof *before) == 0,
+          "a refused load changed the trainer's weights");
+    CHECK(fx_trainer_global_step(cnn) == step, "a refused load moved the trainer's step");
+    free(before);
+    free(after);
+    remove(path);
 done:
     fx_trainer_free(cnn);
     fx_trainer_free(mlp);
@@ -297,6 +392,7 @@ int main(void)
         round_trip(FMT_FLEX16_5, tr, te, dir);
         round_trip(FMT_BF16, tr, te, dir);
         batch_norm_statistics(tr, te);
+        evaluate_as(tr, te);
         refusals(tr, te, dir);
     }
     fx_dataset_free(tr);

@@ -1,10 +1,10 @@
 /* flexpoint-train --eval FILE: the source is the checkpoint's own trainer (its configuration
  * read from the file, then loaded), or an fp32 trainer of --model holding a weights file's
  * weights (fx_trainer_import_weights); for each format of --formats a trainer of the same
- * model in that format receives its weights (fx_trainer_copy_weights: fp32 values, one write
- * each) and is evaluated with fp32 images in and fp32 logits out. The format the checkpoint was trained in
- * is evaluated by the loaded trainer itself, so its row is exactly what the training run
- * reported. */
+ * model in that format receives its weights (fx_trainer_evaluate_as: fp32 values, one write
+ * each) and is evaluated with fp32 images in and fp32 logits out. The format the checkpoint was
+ * trained in is evaluated by the loaded trainer itself, so its row is exactly what the training
+ * run reported. */
 #define _POSIX_C_SOURCE 200809L
 #include "eval_checkpoint.h"
 
@@ -29,38 +29,20 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The trainer that evaluates run r: the source itself when r is its own format and preset. */
+/* Run r evaluated with fx_trainer_evaluate_as: the checkpoint's own format, preset and policy
+ * by its loaded trainer, exactly; any other by a trainer of that format holding its weights.
+ * Without --policy, the row of the checkpoint's own format and preset takes the training run's
+ * policy, so that row is what training reported; the other rows have no policy. */
 static int eval_run(const fx_cli_run *r, const char *policy, const fx_train_config *src_cfg,
-                    fx_trainer *src, const fx_dataset *train, const fx_dataset *test,
-                    eval_row *row)
+                    fx_trainer *src, const fx_dataset *test, eval_row *row)
 {
-    /* the checkpoint's own format, preset and policy: its loaded trainer, exactly */
-    int own = r->fmt == src_cfg->fmt && strcmp(policy, src_cfg->policy) == 0 &&
-              (r->fmt != FMT_FLEX16_5 || strcmp(r->autoflex, src_cfg->autoflex) == 0);
-    fx_trainer *t = src;
-    if (!own) {
-        fx_train_config c = *src_cfg;
-        c.fmt = r->fmt;
-        snprintf(c.autoflex, sizeof c.autoflex, "%s", r->autoflex);
-        /* --policy: the evaluation's policy on top of each format (the training run's
-         * policy carries over only when it is given again) */
-        snprintf(c.policy, sizeof c.policy, "%s", policy);
-        if (c.policy[0]) c.master_weights = 0; /* O3 needs none, and evaluation uses none */
-        /* loss scaling and master weights do not act in an evaluation; "auto" keeps a
-         * configuration valid for every format */
-        c.loss_scaling = -1;
-        t = fx_trainer_new(&c, train, test);
-        if (!t || fx_trainer_copy_weights(t, src) != FX_OK) {
-            fprintf(stderr, "flexpoint-train: --eval %s: %s\n", r->label, flexpoint_last_error());
-            fx_trainer_free(t);
-            return -1;
-        }
-    }
+    int own_format = r->fmt == src_cfg->fmt &&
+                     (r->fmt != FMT_FLEX16_5 || strcmp(r->autoflex, src_cfg->autoflex) == 0);
+    const char *p = policy[0] ? policy : own_format ? src_cfg->policy : "";
     double t0 = now_s();
-    int rc = fx_trainer_evaluate(t, test, &row->acc, &row->loss);
+    int rc = fx_trainer_evaluate_as(src, r->fmt, r->autoflex, p, test, &row->acc, &row->loss);
     row->seconds = now_s() - t0;
     if (rc) fprintf(stderr, "flexpoint-train: --eval %s: %s\n", r->label, flexpoint_last_error());
-    if (t != src) fx_trainer_free(t);
     row->ok = rc == FX_OK;
     return rc ? -1 : 0;
 }
@@ -134,6 +116,10 @@ int fx_cli_eval(const fx_cli_options *o, const fx_dataset *train, const fx_datas
     else
         snprintf(trained, sizeof trained, "%s%s%s", fmt_name((fmt_t)cfg.fmt),
                  cfg.fmt == FMT_FLEX16_5 ? ":" : "", cfg.fmt == FMT_FLEX16_5 ? cfg.autoflex : "");
+    if (!weights && cfg.policy[0] && !o->quiet)
+        fprintf(stderr, "flexpoint-train: %s was trained under the policy '%s'; %s\n", o->eval,
+                cfg.policy, o->policy[0] ? "every row takes --policy instead"
+                                         : "its own format's row takes it too");
     if (weights) cfg.fmt = -1;
     if (!o->quiet)
         fprintf(stderr, "flexpoint-train: evaluating %s (%s, trained in %s, epoch %d) on %s "
@@ -145,7 +131,7 @@ int fx_cli_eval(const fx_cli_options *o, const fx_dataset *train, const fx_datas
     fprintf(csv, "checkpoint,model,trained_format,format,test_accuracy,test_loss,seconds\n");
     for (int r = 0; r < o->nruns; r++) {
         memset(&rows[r], 0, sizeof rows[r]);
-        if (eval_run(&o->runs[r], o->policy, &cfg, src, train, test, &rows[r])) {
+        if (eval_run(&o->runs[r], o->policy, &cfg, src, test, &rows[r])) {
             failures++;
             continue;
         }

@@ -267,6 +267,18 @@ trained=$(awk -F, 'END { printf "%.6f", $7 }' "$T/r2/epochs.csv")
 evald=$(awk -F, '$4 == "dfp16" { printf "%.6f", $5 }' "$T/ev/eval.csv")
 [ -n "$trained" ] && [ "$trained" = "$evald" ] ||
   { echo "FAIL: --eval in dfp16 gives $evald, training reported $trained"; fail=1; }
+# a checkpoint trained under a policy: its own format's row takes that policy without
+# --policy, so it gives the accuracy the training run reported
+check "--policy with a checkpoint" 0 "flex16_5" "$BIN" --data synthetic --synthetic-n 200 \
+  --model mlp --epochs 1 --batch 50 --formats flex16_5 --policy "fc2=fp32" --out "$T/pr" \
+  --checkpoint-dir "$T/pck" --quiet
+check "--eval a policy-trained checkpoint" 0 "trained under the policy 'fc2=fp32'" "$BIN" \
+  --data synthetic --synthetic-n 200 --eval "$T/pck/flex16_5.ckpt" --formats fp32,flex16_5 \
+  --out "$T/pev"
+trained=$(awk -F, 'END { printf "%.6f", $7 }' "$T/pr/epochs.csv")
+evald=$(awk -F, '$4 == "flex16_5" { printf "%.6f", $5 }' "$T/pev/eval.csv")
+[ -n "$trained" ] && [ "$trained" = "$evald" ] ||
+  { echo "FAIL: --eval of the policy run gives $evald, training reported $trained"; fail=1; }
 check "--eval of a checkpoint with --model" 1 "a checkpoint names its model" "$BIN" \
   --data synthetic --synthetic-n 200 --eval "$T/ck/dfp16.ckpt" --model mlp --out "$T/ev4" --quiet
 # a weights file: written after training, evaluated with --model; fp32 gives the fp32 run's
