@@ -97,9 +97,10 @@ static const int64_t *fx_in_shape(const fx_model *m, int idx, int *ndim)
 }
 
 /* A copy of the input shape: adding a layer may move the layer array. */
-static void fx_in_shape_copy(const fx_model *m, int idx, int *ndim, int64_t out[4])
+static void fx_in_shape_copy(const fx_model *m, int idx, int *ndim,
+                             int64_t out[FX_LAYER_MAX_DIMS])
 {
-    memcpy(out, fx_in_shape(m, idx, ndim), 4 * sizeof(int64_t));
+    memcpy(out, fx_in_shape(m, idx, ndim), FX_LAYER_MAX_DIMS * sizeof(int64_t));
 }
 
 #define LAST(m) ((m)->nlayers - 1)
@@ -121,7 +122,7 @@ static int fx_cast_input(fx_model *m, const char *name, fx_layer_kind kind, int 
     if (strlen(cn) >= sizeof m->layers[0].name)
         return FX_FAIL(FX_ENAME, "layer name '%s.cast' is too long", name);
     int nd;
-    int64_t is[4];
+    int64_t is[FX_LAYER_MAX_DIMS];
     fx_in_shape_copy(m, in, &nd, is);
     fx_layer *l = fx_add_layer(m, FX_L_CAST, cn, in, -2);
     if (!l) return FX_FAIL(FX_ENOMEM, "out of memory");
@@ -139,7 +140,7 @@ static int fx_conv(fx_model *m, const char *name, int in, int out_ch, int k, int
     in = fx_cast_input(m, name, FX_L_CONV, in);
     if (in < -1) return in;
     int nd;
-    int64_t is[4];
+    int64_t is[FX_LAYER_MAX_DIMS];
     fx_in_shape_copy(m, in, &nd, is);
     fx_layer *l = fx_add_layer(m, FX_L_CONV, name, in, -2);
     if (!l) return FX_FAIL(FX_ENOMEM, "out of memory");
@@ -176,7 +177,7 @@ static int fx_linear(fx_model *m, const char *name, int in, int out_f)
     in = fx_cast_input(m, name, FX_L_LINEAR, in);
     if (in < -1) return in;
     int nd;
-    int64_t is[4];
+    int64_t is[FX_LAYER_MAX_DIMS];
     fx_in_shape_copy(m, in, &nd, is);
     int64_t in_f = 1;
     for (int d = 1; d < nd; d++) in_f *= is[d];
@@ -204,20 +205,13 @@ static int fx_linear(fx_model *m, const char *name, int in, int out_f)
 static int fx_simple(fx_model *m, fx_layer_kind kind, const char *name, int in)
 {
     int nd;
-    int64_t is[4];
+    int64_t is[FX_LAYER_MAX_DIMS];
     fx_in_shape_copy(m, in, &nd, is);
     fx_layer *l = fx_add_layer(m, kind, name, in, -2);
     if (!l) return FX_FAIL(FX_ENOMEM, "out of memory");
+    /* the input's shape; fx_build_def_layer then sets the definition's (pooling, flatten) */
     l->ndim = nd;
     memcpy(l->shape, is, sizeof l->shape);
-    if (kind == FX_L_MAXPOOL) {
-        l->k = 2;
-        l->stride = 2;
-        l->shape[2] = is[2] / 2;
-        l->shape[3] = is[3] / 2;
-    } else if (kind == FX_L_GAP) {
-        l->ndim = 2;
-    }
     return LAST(m);
 }
 
@@ -251,7 +245,7 @@ static int fx_bn(fx_model *m, const char *name, int in)
 static int fx_add(fx_model *m, const char *name, int a, int b)
 {
     int nd;
-    int64_t is[4];
+    int64_t is[FX_LAYER_MAX_DIMS];
     fx_in_shape_copy(m, a, &nd, is);
     fx_layer *l = fx_add_layer(m, FX_L_ADD, name, a, b);
     if (!l) return FX_FAIL(FX_ENOMEM, "out of memory");
@@ -260,95 +254,64 @@ static int fx_add(fx_model *m, const char *name, int a, int b)
     return LAST(m);
 }
 
-#define TRY(x)                                                                                 \
-    do {                                                                                       \
-        int r_ = (x);                                                                          \
-        if (r_ < 0) return r_;                                                                 \
-        cur = r_;                                                                              \
-    } while (0)
-
-/* mlp<W>x<D>: D hidden linear layers of width W with ReLU, then the classifier (fc1..fc<D+1>;
- * "mlp" is mlp256x2). */
-static int fx_build_mlp(fx_model *m, const fx_model_spec *s)
+/* Layer i of definition d, reading the model layers that map[] gives for d's layers (a
+ * policy's casts make the model's indices differ from the definition's). Parameters are added
+ * in the definition's order, which keys their initial values (fx_init_params). */
+static int fx_build_def_layer(fx_model *m, const fx_model_def *d, int i, const int *map)
 {
-    int cur = -1;
-    char n[32];
-    for (int i = 1; i <= s->depth; i++) {
-        snprintf(n, sizeof n, "fc%d", i);
-        TRY(fx_linear(m, n, cur, s->width));
-        snprintf(n, sizeof n, "relu%d", i);
-        TRY(fx_simple(m, FX_L_RELU, n, cur));
+    const fx_def_layer *dl = &d->layers[i];
+    const int in0 = dl->in[0] < 0 ? -1 : map[dl->in[0]];
+    int li;
+    switch (dl->kind) {
+    case FX_DK_LINEAR: li = fx_linear(m, dl->name, in0, (int)dl->out); break;
+    case FX_DK_CONV:
+        li = fx_conv(m, dl->name, in0, (int)dl->out, dl->k, dl->stride, dl->pad, dl->bias);
+        break;
+    case FX_DK_BN: li = fx_bn(m, dl->name, in0); break;
+    case FX_DK_RELU: li = fx_simple(m, FX_L_RELU, dl->name, in0); break;
+    case FX_DK_UNARY: li = fx_simple(m, FX_L_UNARY, dl->name, in0); break;
+    case FX_DK_MAXPOOL: li = fx_simple(m, FX_L_MAXPOOL, dl->name, in0); break;
+    case FX_DK_AVGPOOL: li = fx_simple(m, FX_L_AVGPOOL, dl->name, in0); break;
+    case FX_DK_GAP: li = fx_simple(m, FX_L_GAP, dl->name, in0); break;
+    case FX_DK_ADD: li = fx_add(m, dl->name, in0, dl->in[1] < 0 ? -1 : map[dl->in[1]]); break;
+    case FX_DK_FLATTEN: li = fx_simple(m, FX_L_FLATTEN, dl->name, in0); break;
+    case FX_DK_DROPOUT: li = fx_simple(m, FX_L_DROPOUT, dl->name, in0); break;
+    default: return FX_FAIL(FX_EINVAL, "layer '%s': unknown kind %d", dl->name, (int)dl->kind);
     }
-    snprintf(n, sizeof n, "fc%d", s->depth + 1);
-    m->adding_last = 1; /* the classifier: edges-fp32's last layer */
-    TRY(fx_linear(m, n, cur, m->classes));
-    m->adding_last = 0;
-    return FX_OK;
+    if (li < 0) return li;
+    fx_layer *l = &m->layers[li];
+    if (dl->kind == FX_DK_MAXPOOL || dl->kind == FX_DK_AVGPOOL) {
+        l->k = dl->k;
+        l->stride = dl->stride;
+        l->pad = dl->pad;
+    }
+    if (dl->kind == FX_DK_UNARY) snprintf(l->fn, sizeof l->fn, "%s", dl->fn);
+    if (dl->kind == FX_DK_DROPOUT) l->p = dl->p;
+    if (dl->kind == FX_DK_FLATTEN) {
+        /* a view of its input: the input's format, whatever a policy says of activations */
+        l->fa = fx_out_fmt(m, l->in[0]);
+    }
+    /* the definition's shape, which was checked when the layer was added */
+    l->ndim = dl->ndim + 1;
+    memset(l->shape + 1, 0, (FX_LAYER_MAX_DIMS - 1) * sizeof l->shape[0]);
+    memcpy(l->shape + 1, dl->shape, (size_t)dl->ndim * sizeof dl->shape[0]);
+    return li;
 }
 
-/* cnn<C1>-<C2>-<F>: two 5x5 convolutions (padding 2) each with ReLU and 2x2 max pooling, a
- * hidden linear layer of width F, the classifier ("cnn" is cnn32-64-128). */
-static int fx_build_cnn(fx_model *m, const fx_model_spec *s)
+/* Every layer of d, the last one as the classifier (a policy's "last layer"). */
+static int fx_build_def_layers(fx_model *m, const fx_model_def *d)
 {
-    int cur = -1;
-    TRY(fx_conv(m, "conv1", cur, s->c1, 5, 1, 2, 1));
-    TRY(fx_simple(m, FX_L_RELU, "relu1", cur));
-    TRY(fx_simple(m, FX_L_MAXPOOL, "pool1", cur));
-    TRY(fx_conv(m, "conv2", cur, s->c2, 5, 1, 2, 1));
-    TRY(fx_simple(m, FX_L_RELU, "relu2", cur));
-    TRY(fx_simple(m, FX_L_MAXPOOL, "pool2", cur));
-    TRY(fx_linear(m, "fc1", cur, s->width));
-    TRY(fx_simple(m, FX_L_RELU, "relu3", cur));
-    m->adding_last = 1; /* the classifier: edges-fp32's last layer */
-    TRY(fx_linear(m, "fc2", cur, m->classes));
+    int *map = malloc((size_t)d->n * sizeof *map);
+    if (!map) return FX_FAIL(FX_ENOMEM, "out of memory");
+    int rc = FX_OK;
+    for (int i = 0; i < d->n && rc >= 0; i++) {
+        m->adding_last = i == d->n - 1; /* the classifier: edges-fp32's last layer */
+        rc = fx_build_def_layer(m, d, i, map);
+        if (rc >= 0) map[i] = rc;
+    }
     m->adding_last = 0;
-    return FX_OK;
-}
-
-/* CIFAR ResNet (He et al. 2016) of depth 6n+2: 3 stages x n basic blocks, 16K/32K/64K channels;
- * the downsampling shortcut is a 1x1 convolution with batch norm (option B). resnet20 is n = 3,
- * K = 1; the Flexpoint paper trained resnet110 (n = 18). */
-static int fx_build_resnet(fx_model *m, const fx_model_spec *sp)
-{
-    int cur = -1;
-    char n[32];
-    const int K = sp->widen;
-    TRY(fx_conv(m, "conv0", cur, 16 * K, 3, 1, 1, 0));
-    TRY(fx_bn(m, "bn0", cur));
-    TRY(fx_simple(m, FX_L_RELU, "relu0", cur));
-    int ch[3] = {16 * K, 32 * K, 64 * K};
-    for (int s = 0; s < 3; s++)
-        for (int b = 0; b < sp->blocks; b++) {
-            int stride = (s > 0 && b == 0) ? 2 : 1;
-            int block_in = cur, shortcut = cur;
-            snprintf(n, sizeof n, "s%db%d.conv1", s + 1, b + 1);
-            TRY(fx_conv(m, n, block_in, ch[s], 3, stride, 1, 0));
-            snprintf(n, sizeof n, "s%db%d.bn1", s + 1, b + 1);
-            TRY(fx_bn(m, n, cur));
-            snprintf(n, sizeof n, "s%db%d.relu1", s + 1, b + 1);
-            TRY(fx_simple(m, FX_L_RELU, n, cur));
-            snprintf(n, sizeof n, "s%db%d.conv2", s + 1, b + 1);
-            TRY(fx_conv(m, n, cur, ch[s], 3, 1, 1, 0));
-            snprintf(n, sizeof n, "s%db%d.bn2", s + 1, b + 1);
-            TRY(fx_bn(m, n, cur));
-            int main_path = cur;
-            if (stride != 1) {
-                snprintf(n, sizeof n, "s%db%d.down", s + 1, b + 1);
-                TRY(fx_conv(m, n, block_in, ch[s], 1, stride, 0, 0));
-                snprintf(n, sizeof n, "s%db%d.downbn", s + 1, b + 1);
-                TRY(fx_bn(m, n, cur));
-                shortcut = cur;
-            }
-            snprintf(n, sizeof n, "s%db%d.add", s + 1, b + 1);
-            TRY(fx_add(m, n, main_path, shortcut));
-            snprintf(n, sizeof n, "s%db%d.relu", s + 1, b + 1);
-            TRY(fx_simple(m, FX_L_RELU, n, cur));
-        }
-    TRY(fx_simple(m, FX_L_GAP, "gap", cur));
-    m->adding_last = 1; /* the classifier: edges-fp32's last layer */
-    TRY(fx_linear(m, "fc", cur, m->classes));
-    m->adding_last = 0;
-    return FX_OK;
+    free(map);
+    return rc < 0 ? rc : FX_OK;
 }
 
 int fx_model_flex_setup(const fx_train_config *cfg, tensor_t *t, int window_lo)
@@ -428,38 +391,81 @@ static void fx_fuse_conv_relu(fx_model *m)
     }
 }
 
-int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W, int classes)
+/* The configuration's policy in m->policy, refused as fx_trainer_new's when it cannot apply. */
+static int fx_model_policy(fx_model *m, const fx_train_config *cfg)
+{
+    int rc = fx_policy_parse(cfg->policy, cfg->fmt, &m->policy, "fx_trainer_new");
+    if (rc) return rc;
+    if (m->policy.no_master && cfg->master_weights)
+        return fx_error(FX_EINVAL, "fx_trainer_new", "policy '%s': O3 is pure 16-bit training "
+                        "without master weights; set master_weights = 0 (--no-master)",
+                        cfg->policy);
+    return FX_OK;
+}
+
+static void fx_model_reset(fx_model *m, const fx_train_config *cfg, int classes)
 {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->device = cfg->device < 0 ? -1 : cfg->device; /* before any allocation: frees follow it */
     m->classes = classes;
     m->nranks = 1;
-    m->in_ndim = 4;
+}
+
+int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W, int classes)
+{
+    fx_model_reset(m, cfg, classes);
+    /* the policy first, as its errors come before the network's */
+    int rc = fx_model_policy(m, cfg);
+    if (rc) return rc;
+    fx_model_def *d = NULL;
+    if ((rc = fx_model_def_builtin(cfg->model, C, H, W, classes, &d))) return rc;
+    rc = fx_model_build_def(m, cfg, d, C, H, W, classes);
+    fx_model_def_free(d);
+    return rc;
+}
+
+/* Whether d fits images of C x H x W and `classes` classes, and every layer but the last feeds
+ * a later one (the backward pass reaches every layer from the loss). */
+static int fx_model_def_fits(const fx_model_def *d, int C, int H, int W, int classes)
+{
+    const char *f = "fx_trainer_new";
+    if (d->n == 0) return fx_error(FX_ESHAPE, f, "model '%s' has no layer", d->name);
+    int64_t numel = 1;
+    for (int i = 0; i < d->in_ndim; i++) numel *= d->in_shape[i];
+    if (numel != (int64_t)C * H * W)
+        return fx_error(FX_ESHAPE, f, "model '%s' takes inputs of %lld values; the images are "
+                        "%dx%dx%d (%lld values)", d->name, (long long)numel, C, H, W,
+                        (long long)C * H * W);
+    const fx_def_layer *last = &d->layers[d->n - 1];
+    if (last->ndim != 1 || last->shape[0] != classes)
+        return fx_error(FX_ESHAPE, f, "model '%s': its last layer '%s' gives %lld value%s of "
+                        "rank %d per sample; the loss needs one per class (%d)", d->name,
+                        last->name, (long long)last->shape[0], last->shape[0] == 1 ? "" : "s",
+                        last->ndim, classes);
+    for (int i = 0; i + 1 < d->n; i++)
+        if (d->layers[i].consumers == 0)
+            return fx_error(FX_ESHAPE, f, "model '%s': layer '%s' feeds no later layer (only "
+                            "the last layer may be unused: it gives the logits)", d->name,
+                            d->layers[i].name);
+    return FX_OK;
+}
+
+int fx_model_build_def(fx_model *m, const fx_train_config *cfg, const fx_model_def *def, int C,
+                       int H, int W, int classes)
+{
+    fx_model_reset(m, cfg, classes);
+    int rc = fx_model_def_fits(def, C, H, W, classes);
+    if (rc) return rc;
+    m->in_ndim = def->in_ndim + 1;
     m->in_shape[0] = cfg->batch_size;
-    m->in_shape[1] = C;
-    m->in_shape[2] = H;
-    m->in_shape[3] = W;
-    fx_model_spec spec;
-    int rc = fx_model_parse(cfg->model, &spec, "fx_trainer_new");
-    if (rc) return rc;
+    memcpy(m->in_shape + 1, def->in_shape, (size_t)def->in_ndim * sizeof def->in_shape[0]);
     m->in_fmt = -1;
-    rc = fx_policy_parse(cfg->policy, cfg->fmt, &m->policy, "fx_trainer_new");
-    if (rc) return rc;
-    if (m->policy.no_master && cfg->master_weights)
-        return fx_error(FX_EINVAL, "fx_trainer_new", "policy '%s': O3 is pure 16-bit training "
-                        "without master weights; set master_weights = 0 (--no-master)",
-                        cfg->policy);
-    if (spec.kind != FX_MODEL_MLP && (H % 4 || W % 4))
-        return FX_FAIL(FX_ESHAPE, "%.16s needs H and W divisible by 4 (got %dx%d)", cfg->model,
-                       H, W);
-    if (spec.kind == FX_MODEL_MLP) rc = fx_build_mlp(m, &spec);
-    else if (spec.kind == FX_MODEL_CNN) rc = fx_build_cnn(m, &spec);
-    else rc = fx_build_resnet(m, &spec);
-    if (rc < 0) return rc;
+    if ((rc = fx_model_policy(m, cfg))) return rc;
+    if ((rc = fx_build_def_layers(m, def)) < 0) return rc;
     if (m->in_fmt < 0) m->in_fmt = cfg->fmt;
-    char model_name[FX_MODEL_NAME_MAX + 1];
-    snprintf(model_name, sizeof model_name, "%.16s", cfg->model);
+    char model_name[FX_MODEL_LAYER_NAME_MAX];
+    snprintf(model_name, sizeof model_name, "%s", def->name);
     if ((rc = fx_policy_unmatched(&m->policy, model_name, "fx_trainer_new"))) return rc;
     for (int i = 0; i < m->nlayers; i++)
         for (int j = 0; j < m->layers[i].nin; j++)
@@ -575,7 +581,12 @@ int fx_model_alloc_ctx(fx_model *m, int ctx)
         /* a conv fused with its ReLU writes the ReLU layer's output: it has neither an output
          * nor a pre-bias tensor of its own (none would ever be written, so none is listed) */
         const int own_out = !(l->kind == FX_L_CONV && l->fused_relu);
-        if (own_out) {
+        if (l->kind == FX_L_FLATTEN) {
+            /* a view of its input's output (which, written by an earlier layer, exists) */
+            const tensor_t *x = l->in[0] < 0 ? m->input[ctx] : m->layers[l->in[0]].out[ctx];
+            l->out[ctx] = x ? tensor_view_reshape(x, l->ndim, l->shape) : NULL;
+            if (!l->out[ctx]) return FX_FAIL(FX_ENOMEM, "layer %s: no view", l->name);
+        } else if (own_out) {
             l->out[ctx] = fx_new_act(m, l->fa, l->ndim, l->shape, 0);
             if (!l->out[ctx]) return FX_ENOMEM;
         }
@@ -592,6 +603,7 @@ int fx_model_alloc_ctx(fx_model *m, int ctx)
         for (int j = 0; j < l->nin; j++) {
             if (l->in[j] < 0) continue; /* no gradient w.r.t. the images */
             if (l->kind == FX_L_ADD) continue; /* add passes its output gradient through */
+            if (l->kind == FX_L_FLATTEN) continue; /* a view of its output gradient */
             int nd;
             const int64_t *s = fx_layer_in_shape(m, l, j, &nd);
             l->dx[j] = fx_new_act(m, l->fdx, nd, s, 1);
@@ -632,6 +644,15 @@ static int fx_linear_forward(fx_model *m, fx_layer *l, const tensor_t *x, int ct
     return rc;
 }
 
+/* The seed of a dropout layer's masks: the run's seed and the layer's name, so that layers
+ * draw independent masks and a policy's casts (which move layer indices) change none. */
+static uint64_t fx_dropout_seed(const fx_model *m, const fx_layer *l)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const char *c = l->name; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
+    return m->cfg.seed ^ h;
+}
+
 static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
 {
     const tensor_t *x = fx_input_of(m, l, 0, ctx);
@@ -652,7 +673,15 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
     case FX_L_RELU: return l->fused_relu ? FX_OK : tensor_relu(l->out[ctx], x);
     case FX_L_MAXPOOL:
         return tensor_maxpool2d(l->out[ctx], training ? l->argmax : NULL, x, l->k, l->k,
-                                l->stride, l->stride, 0, 0);
+                                l->stride, l->stride, l->pad, l->pad);
+    case FX_L_AVGPOOL:
+        return tensor_avgpool2d(l->out[ctx], x, l->k, l->k, l->stride, l->stride, l->pad,
+                                l->pad);
+    case FX_L_UNARY: return tensor_unary(l->out[ctx], x, l->fn);
+    case FX_L_FLATTEN: return FX_OK; /* its output is a view of x */
+    case FX_L_DROPOUT:
+        return training ? tensor_dropout(l->out[ctx], x, l->p, fx_dropout_seed(m, l), m->step)
+                        : tensor_copy(l->out[ctx], x);
     case FX_L_GAP: return tensor_global_avgpool(l->out[ctx], x);
     case FX_L_BN:
         return tensor_batchnorm(l->out[ctx], x, m->params[l->w].w, m->params[l->b].w,
@@ -767,6 +796,25 @@ static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
     case FX_L_MAXPOOL: /* its argmax is written by the forward pass above and nothing else */
         return dx ? fx_maxpool2d_backward_own(dx, dy, l->argmax) : FX_OK;
     case FX_L_GAP: return dx ? tensor_global_avgpool_backward(dx, dy) : FX_OK;
+    case FX_L_AVGPOOL:
+        return dx ? tensor_avgpool2d_backward(dx, dy, l->k, l->k, l->stride, l->stride, l->pad,
+                                              l->pad)
+                  : FX_OK;
+    case FX_L_UNARY: return dx ? tensor_unary_backward(dx, dy, x, l->fn) : FX_OK;
+    case FX_L_DROPOUT:
+        return dx ? tensor_dropout_backward(dx, dy, l->p, fx_dropout_seed(m, l), m->step)
+                  : FX_OK;
+    case FX_L_FLATTEN: {
+        /* the gradient w.r.t. the input is dy in the input's shape: a view, made anew each
+         * step as dy may be another tensor (an add passes its own dy through) */
+        if (l->in[0] < 0) return FX_OK;
+        int nd;
+        const int64_t *s = fx_layer_in_shape(m, l, 0, &nd);
+        if (l->dx_owned[0]) tensor_free(l->dx[0]);
+        l->dx[0] = tensor_view_reshape(dy, nd, s);
+        l->dx_owned[0] = l->dx[0] != NULL;
+        return l->dx[0] ? FX_OK : FX_FAIL(FX_ENOMEM, "layer %s: no view", l->name);
+    }
     case FX_L_BN:
         return tensor_batchnorm_backward(dx, m->params[l->w].g, m->params[l->b].g, dy, x,
                                          m->params[l->w].w, l->save_mean, l->save_invstd);

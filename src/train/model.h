@@ -4,6 +4,7 @@
 #define FX_TRAIN_MODEL_H
 
 #include "flexpoint_train.h"
+#include "model_def.h"
 #include "policy.h"
 #include "../core/internal.h"
 
@@ -31,19 +32,28 @@ typedef enum {
     FX_L_GAP,
     FX_L_BN,
     FX_L_ADD,
-    FX_L_CAST /* out = in in another format (a write), inserted where a policy changes format */
+    FX_L_CAST, /* out = in in another format (a write), inserted where a policy changes format */
+    FX_L_AVGPOOL,
+    FX_L_UNARY,   /* tensor_unary: tanh, sigmoid, gelu, gelu_tanh, silu (fn) */
+    FX_L_FLATTEN, /* out is a [B, F] view of the input (no op of its own) */
+    FX_L_DROPOUT  /* training: tensor_dropout keyed by the seed, the layer and m->step */
 } fx_layer_kind;
+
+/* Per-sample rank plus the batch dimension. */
+#define FX_LAYER_MAX_DIMS (FX_MODEL_MAX_RANK + 1)
 
 typedef struct fx_layer {
     fx_layer_kind kind;
-    char name[32];
+    char name[48];
     int in[2];   /* producing layer index, -1 for the network input */
     int nin;
     int ndim;    /* output rank */
-    int64_t shape[4]; /* output shape (batch first) */
+    int64_t shape[FX_LAYER_MAX_DIMS]; /* output shape (batch first) */
     /* parameters (indices into the model's params, -1 if none) */
     int w, b;
     int k, stride, pad; /* conv / pool geometry */
+    char fn[16];        /* FX_L_UNARY: the function */
+    double p;           /* FX_L_DROPOUT: the drop probability */
     /* batch norm (host memory on every placement, as the batch-norm ops want) */
     float *run_mean, *run_var, *save_mean, *save_invstd;
     int64_t channels;
@@ -72,7 +82,7 @@ typedef struct fx_model {
     fx_param *params;
     int nparams, pcap;
     int in_ndim;
-    int64_t in_shape[4]; /* [B, C, H, W] */
+    int64_t in_shape[FX_LAYER_MAX_DIMS]; /* [B, C, H, W], or [B, per-sample shape] */
     tensor_t *input[2];
     /* With a device: host tensors the batches are written into before being copied to
      * input[ctx] (same format, window and Autoflex state; NULL on the host) */
@@ -94,10 +104,14 @@ typedef struct fx_model {
     struct fx_comm *comm;
     const fx_dist_ops *dist;
     int nranks;
+    /* the trainer's global step, set before each training forward pass: dropout masks are
+     * keyed by it, so a resumed run draws the masks of an uninterrupted one */
+    int64_t step;
 } fx_model;
 
 /* The network a model name describes (model_names.c has the grammar). */
-enum { FX_MODEL_MLP, FX_MODEL_CNN, FX_MODEL_RESNET };
+enum { FX_MODEL_MLP, FX_MODEL_CNN, FX_MODEL_RESNET,
+       FX_MODEL_DEF /* "@" and 14 hex digits: a definition's identity (fx_model_def_identity) */ };
 #define FX_MODEL_NAME_MAX 16 /* sizeof(fx_train_config.model) */
 #define FX_MODEL_MAX_WIDTH 65536
 #define FX_MODEL_MAX_MLP_DEPTH 64
@@ -117,10 +131,15 @@ typedef struct fx_model_spec {
  * the name, the problem and the grammar, reported as coming from func. */
 int fx_model_parse(const char *name, fx_model_spec *spec, const char *func);
 
-/* Build the architecture named in cfg->model for inputs [B,C,H,W]; allocates tensors in
- * cfg->fmt where cfg->device says (the caller has checked and selected the device with
- * fx_place_select) and draws the initial weights from cfg->seed on the host. */
+/* Build the architecture named in cfg->model for inputs [B,C,H,W] (its definition from
+ * fx_model_def_builtin, then fx_model_build_def). */
 int fx_model_build(fx_model *m, const fx_train_config *cfg, int C, int H, int W, int classes);
+/* Build the network of a definition whose input holds C*H*W values and whose last layer gives
+ * (classes); allocates tensors in cfg->fmt where cfg->device says (the caller has checked and
+ * selected the device with fx_place_select) and draws the initial weights from cfg->seed on the
+ * host, keyed by the parameters' order. Errors are reported as fx_trainer_new's. */
+int fx_model_build_def(fx_model *m, const fx_train_config *cfg, const fx_model_def *def, int C,
+                       int H, int W, int classes);
 void fx_model_free(fx_model *m);
 
 /* Allocate / free the tensors of a context (train: also gradients). */

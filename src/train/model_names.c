@@ -5,6 +5,8 @@
  *                             (cnn = cnn32-64-128)
  *   resnet<D> | resnet<D>x<K> CIFAR ResNet of depth D = 6n + 2 (n basic blocks per stage),
  *                             channels 16K, 32K, 64K (resnet20 = resnet20x1)
+ *   @<14 hex digits>          not a name but a model definition's identity, which
+ *                             fx_trainer_new_model stores in the configuration
  *
  * Numbers are decimal without sign or leading zero, so that one network has one name per
  * spelling family and checkpoints, which compare names, cannot disagree over "mlp0256x2". */
@@ -45,7 +47,14 @@ int fx_model_parse(const char *name, fx_model_spec *spec, const char *func)
         return fx_error(FX_EINVAL, func, "model name is not NUL-terminated within %d bytes",
                         FX_MODEL_NAME_MAX);
     const char *p = name;
-    if (strncmp(p, "mlp", 3) == 0) {
+    if (p[0] == '@') {
+        s.kind = FX_MODEL_DEF;
+        int n = 0;
+        for (p++; n < 14 && ((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')); p++) n++;
+        if (n != 14)
+            return fx_name_fail(name, func, "a definition's identity is '@' and 14 lowercase "
+                                "hex digits");
+    } else if (strncmp(p, "mlp", 3) == 0) {
         s.kind = FX_MODEL_MLP;
         p += 3;
         s.width = 256;
@@ -98,5 +107,10 @@ int fx_model_parse(const char *name, fx_model_spec *spec, const char *func)
 int fx_model_check(const char *name)
 {
     flexpoint_clear_error();
-    return fx_model_parse(name, NULL, __func__);
+    fx_model_spec s;
+    int rc = fx_model_parse(name, &s, __func__);
+    if (!rc && s.kind == FX_MODEL_DEF)
+        return fx_error(FX_ENAME, __func__, "model='%.16s' is a model definition's identity: "
+                        "give the definition to fx_trainer_new_model", name);
+    return rc;
 }

@@ -207,7 +207,9 @@ static int fx_build_registry(fx_trainer *t)
     if (!rc) rc = fx_reg_add(t, "input", "", input, A, &cap);
     for (int i = 0; i < m->nlayers && !rc; i++) {
         fx_layer *l = &m->layers[i];
-        rc = fx_reg_add(t, l->name, ".out", l->out[FX_CTX_TRAIN], A, &cap);
+        /* a flatten layer's output is a view of its input's, which is registered already */
+        if (l->kind != FX_L_FLATTEN)
+            rc = fx_reg_add(t, l->name, ".out", l->out[FX_CTX_TRAIN], A, &cap);
         if (!rc) rc = fx_reg_add(t, l->name, ".pre", l->tmp[FX_CTX_TRAIN], A, &cap);
         if (!rc && l->dx_owned[0]) rc = fx_reg_add(t, l->name, ".dx", l->dx[0], G, &cap);
         if (!rc && l->dy_sum) rc = fx_reg_add(t, l->name, ".dy", l->dy_sum, G, &cap);
@@ -219,13 +221,22 @@ static int fx_build_registry(fx_trainer *t)
 /* fx_trainer_new, and with comm one rank's part of a distributed trainer: the model holds
  * batch_size / ranks samples of each batch. Calls no collective. */
 static fx_trainer *fx_trainer_create(const fx_train_config *cfg, const fx_dataset *train,
-                                     const fx_dataset *test, fx_comm *comm)
+                                     const fx_dataset *test, fx_comm *comm,
+                                     const fx_model_def *def)
 {
     if (!cfg || !train) {
         CFG_FAIL(FX_EINVAL, "%s is NULL", !cfg ? "cfg" : "train");
         return NULL;
     }
     if (fx_train_config_validate(cfg)) return NULL;
+    fx_model_spec spec;
+    if (!def && fx_model_parse(cfg->model, &spec, "fx_trainer_new") == FX_OK &&
+        spec.kind == FX_MODEL_DEF) {
+        /* a configuration read from the checkpoint of a definition's trainer */
+        CFG_FAIL(FX_ENAME, "model='%.16s' is a model definition's identity: build the trainer "
+                 "with fx_trainer_new_model and that definition", cfg->model);
+        return NULL;
+    }
     int C = fx_dataset_channels(train), H = fx_dataset_height(train), W = fx_dataset_width(train);
     int classes = fx_dataset_classes(train);
     if (C < 1 || C > 4) {
@@ -254,6 +265,10 @@ static fx_trainer *fx_trainer_create(const fx_train_config *cfg, const fx_datase
     }
     t->cfg = *cfg;
     t->m.device = -1; /* until fx_model_build: nothing is placed yet */
+    if (def && fx_model_def_copy(def, &t->def)) {
+        free(t);
+        return NULL;
+    }
     t->train = train;
     t->test = test;
     t->C = C;
@@ -271,7 +286,9 @@ static fx_trainer *fx_trainer_create(const fx_train_config *cfg, const fx_datase
         if (!(t->stdv[c] > 0)) t->stdv[c] = 1.0;
     fx_train_config local = *cfg; /* the model holds this rank's part of each batch */
     local.batch_size = (int)t->local_batch;
-    if (!rc) rc = fx_model_build(&t->m, &local, C, H, W, classes);
+    if (!rc)
+        rc = def ? fx_model_build_def(&t->m, &local, def, C, H, W, classes)
+                 : fx_model_build(&t->m, &local, C, H, W, classes);
     for (int i = 0; i < t->m.nlayers && !rc && comm; i++)
         if (t->m.layers[i].kind == FX_L_BN)
             rc = CFG_FAIL(FX_EUNSUPPORTED, "model '%s' has batch normalisation (%s), whose "
@@ -323,7 +340,27 @@ static fx_trainer *fx_trainer_create(const fx_train_config *cfg, const fx_datase
 fx_trainer *fx_trainer_new(const fx_train_config *cfg, const fx_dataset *train,
                            const fx_dataset *test)
 {
-    return fx_trainer_create(cfg, train, test, NULL);
+    return fx_trainer_create(cfg, train, test, NULL, NULL);
+}
+
+fx_trainer *fx_trainer_new_model(const fx_train_config *cfg, const fx_model_def *def,
+                                 const fx_dataset *train, const fx_dataset *test)
+{
+    if (!cfg || !def) {
+        CFG_FAIL(FX_EINVAL, "%s is NULL", !cfg ? "cfg" : "def");
+        return NULL;
+    }
+    /* the identity in place of a name: checkpoints and weight copies compare this field */
+    fx_train_config local = *cfg;
+    if (fx_model_def_identity(def, local.model)) return NULL;
+    return fx_trainer_create(&local, train, test, NULL, def);
+}
+
+fx_trainer *fx_trainer_new_like(const fx_trainer *like, const fx_train_config *cfg,
+                                const fx_dataset *train, const fx_dataset *test)
+{
+    return like && like->def ? fx_trainer_new_model(cfg, like->def, train, test)
+                             : fx_trainer_new(cfg, train, test);
 }
 
 /* FNV-1a over the fields that decide what a run computes (not threads, which each rank may
@@ -387,7 +424,7 @@ fx_trainer *fx_trainer_new_distributed(const fx_train_config *cfg, const fx_data
         rc = FX_FAIL(FX_EINVAL, "batch_size=%d is not a multiple of the %d ranks: each rank "
                      "takes an equal part of every batch", cfg->batch_size, size);
     if (!rc) {
-        t = fx_trainer_create(cfg, train, test, comm);
+        t = fx_trainer_create(cfg, train, test, comm, NULL);
         if (!t) rc = flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
     }
     /* the same run everywhere: rank 0's configuration is the reference */
@@ -419,6 +456,7 @@ void fx_trainer_free(fx_trainer *t)
 {
     if (!t) return;
     fx_model_free(&t->m);
+    fx_model_def_free(t->def);
     tensor_free(t->dlogits);
     tensor_free(t->logits_host);
     free(t->perm);
@@ -651,6 +689,7 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
         p0 = p1;
     }
     tensor_t *logits = NULL;
+    m->step = t->global_step; /* dropout masks */
     if (!rc) rc = fx_model_forward(m, FX_CTX_TRAIN, &logits);
     if (prof) {
         p1 = fx_model_clock(m);
@@ -992,11 +1031,13 @@ int fx_trainer_layer_profile(const fx_trainer *t, int i, fx_layer_profile *lp)
     if (!t || !lp) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "lp");
     if (i < 0 || i >= t->m.nlayers)
         return FX_FAIL(FX_EINVAL, "layer %d is outside [0, %d)", i, t->m.nlayers);
-    static const char *const kinds[] = {"conv",      "linear", "relu", "maxpool", "gap",
-                                        "batchnorm", "add",    "cast"};
+    static const char *const kinds[] = {"conv",    "linear", "relu",    "maxpool",
+                                        "gap",     "batchnorm", "add", "cast",
+                                        "avgpool", "unary",  "flatten", "dropout"};
     const fx_layer *l = &t->m.layers[i];
     lp->name = l->name;
-    lp->kind = (int)l->kind >= 0 && (size_t)l->kind < sizeof kinds / sizeof *kinds
+    lp->kind = l->kind == FX_L_UNARY ? l->fn /* "tanh", "gelu", ... */
+               : (int)l->kind >= 0 && (size_t)l->kind < sizeof kinds / sizeof *kinds
                    ? kinds[l->kind]
                    : "?";
     lp->forward_s = t->m.prof_fwd ? t->m.prof_fwd[i] : 0.0;

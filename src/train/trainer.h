@@ -19,6 +19,7 @@ typedef struct fx_named_tensor {
 struct fx_trainer {
     fx_train_config cfg;
     fx_model m;
+    fx_model_def *def;         /* fx_trainer_new_model: a copy of the definition (else NULL) */
     const fx_dataset *train, *test;
     int C, H, W, classes;
     double mean[4], stdv[4];   /* per-channel normalisation from the training set */
@@ -64,6 +65,12 @@ struct fx_trainer {
     double *row_loss;
     fx_dist_traffic traffic;
 };
+
+/* A trainer of like's model under cfg (cfg->model aside): fx_trainer_new_model with like's
+ * definition when it was built from one, else fx_trainer_new (e.g. a temporary trainer of the
+ * same network in another format). */
+fx_trainer *fx_trainer_new_like(const fx_trainer *like, const fx_train_config *cfg,
+                                const fx_dataset *train, const fx_dataset *test);
 
 /* Every field of a configuration in its documented range: FX_OK, or the status with a message
  * reported as fx_trainer_new's that names the field and its value. */
