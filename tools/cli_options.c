@@ -7,6 +7,7 @@
 #include "flexpoint_train.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -21,7 +22,10 @@ static const char fx_cli_usage_text[] =
 "  --model NAME          mlp | cnn | resnet20, or a family member:     (default cnn)\n"
 "                        mlp<W>x<D> (D hidden layers of width W; mlp = mlp256x2),\n"
 "                        cnn<C1>-<C2>-<F> (cnn = cnn32-64-128), resnet<6n+2>[x<K>]\n"
-"                        (depth 6n+2, channels 16K/32K/64K; e.g. resnet110, resnet56x2)\n"
+"                        (depth 6n+2, channels 16K/32K/64K; e.g. resnet110, resnet56x2),\n"
+"                        or a model file: a path ending in .txt or naming an existing\n"
+"                        file (docs/models.md; e.g. examples/models/cnn.txt); not with\n"
+"                        --eval or --distributed\n"
 "  --data NAME           fashion-mnist | cifar10 | synthetic          (default fashion-mnist)\n"
 "  --data-dir DIR        dataset directory (fashion-mnist default: $FLEXPOINT_FASHION_MNIST_DIR\n"
 "                        or /usr/share/datasets/fashion-mnist; cifar10: required; not with\n"
@@ -177,6 +181,38 @@ static int fx_cli_device(const char *v, int *out, char *msg, size_t n)
 }
 
 /* A path option: non-empty and short enough to be kept whole. */
+/* Whether a --model value names a model file rather than a built-in network: not a built-in
+ * name, and a path ending in .txt, holding a '/', or naming an existing file (so that a file
+ * named like a built-in, e.g. ./cnn, never hides it). */
+static int fx_cli_is_model_file(const char *v)
+{
+    if (fx_model_check(v) == FX_OK) return 0;
+    flexpoint_clear_error();
+    size_t len = strlen(v);
+    struct stat st;
+    return (len > 4 && !strcmp(v + len - 4, ".txt")) || strchr(v, '/') ||
+           stat(v, &st) == 0;
+}
+
+/* The label of a model file in outputs (epochs.csv, progress): its base name without ".txt",
+ * letters, digits, '_', '-' and '.' only, at most cap - 1 bytes. */
+static void fx_cli_model_label(char *dst, size_t cap, const char *path)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    size_t len = strlen(b);
+    if (len > 4 && !strcmp(b + len - 4, ".txt")) len -= 4;
+    size_t k = 0;
+    for (size_t i = 0; i < len && k + 1 < cap; i++) {
+        char c = b[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '-' || c == '.';
+        dst[k++] = ok ? c : '_';
+    }
+    if (k == 0) dst[k++] = 'm';
+    dst[k] = '\0';
+}
+
 static int fx_cli_path(const char *opt, const char *v, char *dst, size_t cap, char *msg, size_t n)
 {
     size_t len = strlen(v);
@@ -338,13 +374,20 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
             return FX_CLI_HELP;
         } else if (!strcmp(a, "--model")) {
             NEEDV();
-            if (strlen(v) >= sizeof o->model)
+            o->model_given = 1;
+            o->model_file[0] = '\0';
+            if (fx_cli_is_model_file(v)) {
+                rc = fx_cli_path(a, v, o->model_file, sizeof o->model_file, m, n);
+                fx_cli_model_label(o->model, sizeof o->model, v);
+            } else if (strlen(v) >= sizeof o->model) {
                 return fx_cli_fail(m, n, "--model: '%.*s' is longer than %zu bytes", Q, v,
                                    sizeof o->model - 1);
-            if (fx_model_check(v) != FX_OK)
-                return fx_cli_fail(m, n, "--model: %s", flexpoint_last_error());
-            snprintf(o->model, sizeof o->model, "%s", v);
-            o->model_given = 1;
+            } else if (fx_model_check(v) != FX_OK) {
+                return fx_cli_fail(m, n, "--model: %s, or a model file (a path ending in .txt)",
+                                   flexpoint_last_error());
+            } else {
+                snprintf(o->model, sizeof o->model, "%s", v);
+            }
         } else if (!strcmp(a, "--data")) {
             NEEDV();
             if (strcmp(v, "fashion-mnist") && strcmp(v, "cifar10") && strcmp(v, "synthetic"))
@@ -514,6 +557,10 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
     }
     if (o->policy[0] && o->policy_file[0])
         return fx_cli_fail(m, n, "--policy and --policy-file: give one");
+    if (o->model_file[0] && (o->eval[0] || o->distributed))
+        return fx_cli_fail(m, n, "--model %s: a model file trains on one process; it is not "
+                           "taken by %s yet (use a built-in model name)", o->model,
+                           o->eval[0] ? "--eval" : "--distributed");
     if (o->ls_min > o->ls_init)
         return fx_cli_fail(m, n, "--loss-scale-min %g is above the initial scale %g", o->ls_min,
                            o->ls_init);
@@ -541,6 +588,8 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
         snprintf(resnet_traces, sizeof resnet_traces,
                  "conv0.out,s3b%d.conv2.w.grad,fc.w,loss.dlogits", (depth - 2) / 6);
     }
+    if (!traces && o->model_file[0])
+        traces = "loss.dlogits"; /* a model file's layers are its own: --trace names them */
     if (!traces)
         traces = !strncmp(o->model, "mlp", 3)   ? "fc1.out,fc1.w.grad,fc2.w"
                  : !strncmp(o->model, "cnn", 3) ? "conv1.out,conv2.w.grad,fc1.w,loss.dlogits"

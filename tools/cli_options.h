@@ -36,6 +36,8 @@ typedef struct fx_cli_options {
                                           file in --formats (no training option given but
                                           --model, which a weights file needs) */
     int model_given;                   /* --model was given */
+    char model_file[FX_CLI_PATH_MAX];  /* --model FILE: a model file (then model holds a label
+                                          made from its name); "": a built-in name */
     int export_weights;                /* 0 or 1: weights_<run>.fxw in out after training */
     int profile;                       /* 0 or 1: time phases and layers, profile_<run>.csv */
     char policy[128];                  /* format policy on top of each run's format ("": none) */

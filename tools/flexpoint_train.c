@@ -5,6 +5,7 @@
 #include "flexpoint.h"
 #include "flexpoint_data.h"
 #include "flexpoint_gpu.h"
+#include "flexpoint_model.h"
 #include "flexpoint_train.h"
 #include "cli_options.h"
 #include "eval_checkpoint.h"
@@ -30,6 +31,16 @@ typedef fx_cli_run run_spec;
  * part of each batch and write nothing. */
 static fx_comm *g_comm;
 static int g_rank;
+/* --model FILE: the definition read from it (NULL for a built-in name) */
+static fx_model_def *g_def;
+
+/* A trainer of the run's model: the model file's definition, or cfg->model. */
+static fx_trainer *new_trainer(const fx_train_config *cfg, const fx_dataset *train,
+                               const fx_dataset *test)
+{
+    return g_def ? fx_trainer_new_model(cfg, g_def, train, test)
+                 : fx_trainer_new(cfg, train, test);
+}
 
 /* "rank N: " in a distributed job's messages, else "". */
 static const char *rank_tag(void)
@@ -159,7 +170,7 @@ static int check_traces(const options *o, const fx_dataset *train)
     for (int r = 0; r < o->nruns && o->policy[0]; r++) {
         cfg.fmt = o->runs[r].fmt;
         fx_dataset *one = fx_dataset_subset(train, 0, 1);
-        fx_trainer *t = one ? fx_trainer_new(&cfg, one, NULL) : NULL;
+        fx_trainer *t = one ? new_trainer(&cfg, one, NULL) : NULL;
         if (!t)
             fprintf(stderr, "flexpoint-train: --policy with %s: %s\n", o->runs[r].label,
                     flexpoint_last_error());
@@ -174,7 +185,7 @@ static int check_traces(const options *o, const fx_dataset *train)
     cfg.fmt = rs->fmt;
     snprintf(cfg.autoflex, sizeof cfg.autoflex, "%s", rs->autoflex);
     fx_dataset *one = fx_dataset_subset(train, 0, 1);
-    fx_trainer *t = one ? fx_trainer_new(&cfg, one, NULL) : NULL;
+    fx_trainer *t = one ? new_trainer(&cfg, one, NULL) : NULL;
     if (!t) {
         fprintf(stderr, "flexpoint-train: --trace: cannot list the tensors of a %s: %s\n",
                 o->model, flexpoint_last_error());
@@ -422,7 +433,8 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     cfg.loss_scale_min = o->ls_min;
     snprintf(cfg.policy, sizeof cfg.policy, "%s", o->policy);
     /* with --distributed a collective: every rank gets a trainer, or none does */
-    fx_trainer *t = fx_trainer_new_distributed(&cfg, train, test, g_comm);
+    fx_trainer *t = g_def ? new_trainer(&cfg, train, test)
+                          : fx_trainer_new_distributed(&cfg, train, test, g_comm);
     if (!t) {
         fprintf(stderr, "flexpoint-train: %s%s: %s\n", rank_tag(), rs->label,
                 flexpoint_last_error());
@@ -675,6 +687,10 @@ int main(int argc, char **argv)
         return 2;
     }
     if (o.policy_file[0] && read_policy_file(&o)) return 2;
+    if (o.model_file[0] && fx_model_def_load(o.model_file, &g_def) != FX_OK) {
+        fprintf(stderr, "flexpoint-train: --model: %s\n", flexpoint_last_error());
+        return 1;
+    }
     if (check_device(&o)) return 1; /* before loading data or creating directories */
     if (o.distributed) {
         if (fx_comm_init(&argc, &argv, &g_comm) != FX_OK) {
@@ -745,7 +761,8 @@ int main(int argc, char **argv)
         /* run.json first: a folder whose runs fail still says what was asked of it */
         csv_file rj = {NULL, ""};
         int bad = csv_open(&rj, o.out, "run.json");
-        if (!bad) fx_run_record_write(rj.f, &o, argc, argv, train, test);
+        if (!bad) fx_run_record_write(rj.f, &o, argc, argv, train, test,
+                                      g_comm ? fx_comm_size(g_comm) : 1);
         bad |= csv_close(&rj);
         bad |= csv_open(&ec, o.out, "epochs.csv") || csv_open(&sc, o.out, "steps.csv") ||
                (g_comm && csv_open(&dc, o.out, "distributed.csv"));
@@ -813,5 +830,6 @@ done:
     fx_dataset_free(train);
     fx_dataset_free(test);
     fx_comm_free(g_comm); /* collective: every rank arrives here, or the job was aborted */
+    fx_model_def_free(g_def);
     return status;
 }
