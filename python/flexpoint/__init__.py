@@ -45,6 +45,8 @@ from .transformer import (adamw_step, bmm, bmm_backward, causal_mask, clip_grad_
                           log_softmax_backward, masked_fill, softmax, softmax_backward)
 from .tensor import MAX_DIMS, STAT_NAMES, Tensor, from_numpy, from_raw, tensor, zeros
 from .train import EpochMetrics, TrainConfig, Trainer, checkpoint_config
+from . import model
+from .model import Model
 
 __version__ = "0.2.0"
 

@@ -348,3 +348,20 @@ _PROTOTYPES.update({
     "fx_f64_to_fp16": (ctypes.c_uint16, [c_double]),
     "fx_f64_to_bf16": (ctypes.c_uint16, [c_double]),
 })
+
+
+# flexpoint_model.h: model definitions (flexpoint.model). Added to the table before the library
+# is loaded (lib() reads it on first use).
+_PROTOTYPES.update({
+    "fx_model_def_new": (c_int, [c_char_p, c_int, _i64p, POINTER(_p)]),
+    "fx_model_def_free": (None, [_p]),
+    "fx_model_def_layer": (c_int, [_p, c_char_p, c_char_p, c_char_p]),
+    "fx_model_def_parse": (c_int, [c_char_p, c_size_t, c_char_p, POINTER(_p)]),
+    "fx_model_def_load": (c_int, [c_char_p, POINTER(_p)]),
+    "fx_model_def_builtin": (c_int, [c_char_p, c_int, c_int, c_int, c_int, POINTER(_p)]),
+    "fx_model_def_layer_count": (c_int, [_p]),
+    "fx_model_def_shape": (c_int, [_p, c_char_p, _ip, _i64p]),
+    "fx_model_def_to_text": (c_int, [_p, c_char_p, c_size_t, POINTER(c_size_t)]),
+    "fx_model_def_identity": (c_int, [_p, c_char_p]),
+    "fx_trainer_new_model": (_p, [POINTER(TrainConfigC), _p, _p, _p]),
+})

@@ -247,11 +247,13 @@ class Trainer:
     """
 
     def __init__(self, config: Optional[TrainConfig], train: Dataset,
-                 test: Optional[Dataset] = None) -> None:
+                 test: Optional[Dataset] = None, model=None) -> None:
         """Raises what :meth:`TrainConfig.to_c` raises for the configuration (before anything
         is built), ArgumentTypeError for a config that is not a TrainConfig or None or data
         sets that are not Datasets, and the library's error when it cannot build the model
-        (UnknownNameError, ShapeError, RangeError, DeviceError, ...)."""
+        (UnknownNameError, ShapeError, RangeError, DeviceError, ...). model: a
+        :class:`flexpoint.Model` trained in place of config.model (fx_trainer_new_model; the
+        trainer keeps its own copy)."""
         self._ptr: Optional[int] = None
         self._borrowed: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
         if not isinstance(train, Dataset) or (test is not None and not isinstance(test, Dataset)):
@@ -265,8 +267,16 @@ class Trainer:
         self.test_set = test
         L = lib()
         L.flexpoint_clear_error()
-        p = L.fx_trainer_new(ctypes.byref(self._cfg_c), train.handle,
-                             test.handle if test is not None else None)
+        if model is not None:
+            from .model import Model  # a model definition in place of a built-in name
+            if not isinstance(model, Model):
+                raise ArgumentTypeError(f"model must be a flexpoint.Model or None, not "
+                                        f"{type(model).__name__}")
+            p = L.fx_trainer_new_model(ctypes.byref(self._cfg_c), model.handle, train.handle,
+                                       test.handle if test is not None else None)
+        else:
+            p = L.fx_trainer_new(ctypes.byref(self._cfg_c), train.handle,
+                                 test.handle if test is not None else None)
         if not p:
             raise_last(_trainer_new_status(), "fx_trainer_new")
         self._ptr = p
