@@ -13,13 +13,15 @@
  * - fx_trainer_evaluate_as: in the trainer's own format it is fx_trainer_evaluate exactly; in
  *   every other format and under a policy it equals, bit for bit, a trainer of that format
  *   given the weights by fx_trainer_copy_weights, and the source trainer is unchanged (weights,
- *   step, its own evaluation). Unknown formats, presets, policies and classes are refused.
+ *   step, its own evaluation), for built-in names and model definitions alike. Unknown formats,
+ *   presets, policies and classes are refused.
  * - Refusals: NULL, dst == src, another model, a device-less check of corrupt, truncated and
  *   missing checkpoints, and fx_trainer_load of another model's checkpoint; each leaves its
  *   output (the trainer: weights and step) unchanged. */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "flexpoint_data.h"
+#include "flexpoint_model.h"
 #include "flexpoint_train.h"
 #include "testutil.h"
 
@@ -300,6 +302,39 @@ static void evaluate_as(const fx_dataset *tr, const fx_dataset *te)
     fx_trainer_free(src);
 }
 
+/* fx_trainer_evaluate_as on a trainer built from a model definition: the temporary trainer is
+ * built from the same definition, and the result equals a definition trainer of that format
+ * given the weights. */
+static void evaluate_as_definition(const fx_dataset *tr, const fx_dataset *te)
+{
+    fx_model_def *d = NULL;
+    CHECK_STATUS(fx_model_def_builtin("cnn8-16-32", fx_dataset_channels(tr),
+                                      fx_dataset_height(tr), fx_dataset_width(tr),
+                                      fx_dataset_classes(tr), &d), FX_OK);
+    if (!d) return;
+    fx_train_config c;
+    test_train_config(&c, "cnn", FMT_FP32, 7);
+    c.batch_size = 32;
+    fx_trainer *src = fx_trainer_new_model(&c, d, tr, te);
+    c.fmt = FMT_DFP16;
+    c.master_weights = 0;
+    fx_trainer *dst = fx_trainer_new_model(&c, d, tr, te);
+    CHECK(src && dst, "definition trainers: %s", flexpoint_last_error());
+    if (src && dst) {
+        train(src, 10);
+        double want_acc = -1, want_loss = -1, acc = -2, loss = -2;
+        CHECK_STATUS(fx_trainer_copy_weights(dst, src), FX_OK);
+        CHECK_STATUS(fx_trainer_evaluate(dst, te, &want_acc, &want_loss), FX_OK);
+        CHECK_STATUS(fx_trainer_evaluate_as(src, FMT_DFP16, NULL, NULL, te, &acc, &loss), FX_OK);
+        CHECK(acc == want_acc && loss == want_loss,
+              "definition trainer in dfp16: %.17g/%.17g, copy + evaluate %.17g/%.17g", acc, loss,
+              want_acc, want_loss);
+    }
+    fx_trainer_free(src);
+    fx_trainer_free(dst);
+    fx_model_def_free(d);
+}
+
 static void refusals(const fx_dataset *tr, const fx_dataset *te, const char *dir)
 {
     fx_trainer *cnn = make("cnn", FMT_FP32, 1, tr, te);
@@ -393,6 +428,7 @@ int main(void)
         round_trip(FMT_BF16, tr, te, dir);
         batch_norm_statistics(tr, te);
         evaluate_as(tr, te);
+        evaluate_as_definition(tr, te);
         refusals(tr, te, dir);
     }
     fx_dataset_free(tr);

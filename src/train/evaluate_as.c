@@ -39,7 +39,7 @@ int fx_trainer_evaluate_as(fx_trainer *t, int fmt, const char *autoflex, const c
      * and policy (O3 included) is a valid configuration. */
     c.master_weights = 0;
     c.loss_scaling = -1;
-    fx_trainer *e = fx_trainer_new(&c, t->train, t->test);
+    fx_trainer *e = fx_trainer_new_like(t, &c, t->train, t->test);
     if (!e) return flexpoint_last_status();
     int rc = fx_trainer_copy_weights(e, t);
     if (!rc) rc = fx_trainer_evaluate(e, ds, accuracy, loss);
