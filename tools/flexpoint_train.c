@@ -761,7 +761,8 @@ int main(int argc, char **argv)
         /* run.json first: a folder whose runs fail still says what was asked of it */
         csv_file rj = {NULL, ""};
         int bad = csv_open(&rj, o.out, "run.json");
-        if (!bad) fx_run_record_write(rj.f, &o, argc, argv, train, test);
+        if (!bad) fx_run_record_write(rj.f, &o, argc, argv, train, test,
+                                      g_comm ? fx_comm_size(g_comm) : 1);
         bad |= csv_close(&rj);
         bad |= csv_open(&ec, o.out, "epochs.csv") || csv_open(&sc, o.out, "steps.csv") ||
                (g_comm && csv_open(&dc, o.out, "distributed.csv"));

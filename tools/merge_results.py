@@ -53,9 +53,12 @@ def setting(run, with_policy=True):
     if with_policy:
         recipe["master_weights"] = run["recipe"].get("master_weights")
     data = run["data"]
+    # the rank count of a --distributed job splits each batch, which changes the float
+    # formats' bits: runs at different rank counts are different settings
+    ranks = run.get("machine", {}).get("ranks", 1)
     return json.dumps([run["model"], data.get("name"), data.get("train_images"),
                        data.get("test_images"), data.get("pad"), recipe,
-                       run.get("policy", "") if with_policy else ""], sort_keys=True)
+                       run.get("policy", "") if with_policy else "", ranks], sort_keys=True)
 
 
 def main():

@@ -45,7 +45,7 @@ static void cpu_model(char *buf, size_t n)
 static const char *const schedules[] = {"constant", "cosine", "step"};
 
 void fx_run_record_write(FILE *f, const fx_cli_options *o, int argc, char *const argv[],
-                         const fx_dataset *train, const fx_dataset *test)
+                         const fx_dataset *train, const fx_dataset *test, int ranks)
 {
     char cpu[256], when[32];
     cpu_model(cpu, sizeof cpu);
@@ -75,7 +75,10 @@ void fx_run_record_write(FILE *f, const fx_cli_options *o, int argc, char *const
     }
     fprintf(f, "}, \"kernel_report\": ");
     json_str(f, flexpoint_kernel_report());
-    fprintf(f, ", \"threads\": %d, \"device\": %d},\n", flexpoint_num_threads(), o->device);
+    /* ranks: the processes of a --distributed job (1 without), which split each batch; the
+     * float formats' bits depend on it */
+    fprintf(f, ", \"threads\": %d, \"device\": %d, \"ranks\": %d},\n", flexpoint_num_threads(),
+            o->device, ranks);
     fprintf(f, "  \"model\": ");
     json_str(f, o->model);
     fprintf(f, ",\n  \"data\": {\"name\": ");

@@ -8,10 +8,10 @@
 #include <stdio.h>
 
 /* Write the run's description as JSON to f: flexpoint version, start time (UTC), the command
- * line, the machine (CPU model, backend, threads, device), model, data (sources, sizes, pad),
- * the recipe, and each run's label, format and Autoflex preset. The caller checks f for
- * errors. */
+ * line, the machine (CPU model, backend, threads, device, and the ranks of a --distributed
+ * job: 1 without), model, data (sources, sizes, pad), the recipe, and each run's label, format
+ * and Autoflex preset. The caller checks f for errors. */
 void fx_run_record_write(FILE *f, const fx_cli_options *o, int argc, char *const argv[],
-                         const fx_dataset *train, const fx_dataset *test);
+                         const fx_dataset *train, const fx_dataset *test, int ranks);
 
 #endif

@@ -7,7 +7,9 @@
 #    of docs/distributed.md of the one-process run after 10 steps;
 #  - a rank that cannot load its data stops every rank with a message naming it, and a rank
 #    killed in the middle of training ends the job, each within a time limit (no hang);
-#  - 2 epochs, then 2 more resumed from the checkpoint, equal 4 uninterrupted epochs.
+#  - a killed rank's job ends with mpiexec's message naming the rank and the signal;
+#  - 2 epochs, then 2 more resumed from the checkpoint, equal 4 uninterrupted epochs in every
+#    format, and run.json records the rank count.
 # usage: test_distributed.sh path/to/flexpoint-train path/to/libflexpoint.so MPI(ON|OFF) MPIEXEC
 # Exit 77 (ctest's skip) when the library has no MPI or there is no mpiexec.
 BIN="$1"
@@ -119,21 +121,22 @@ timeout 120 $MPI -np 1 "$BIN" --distributed $COMMON --synthetic-n 20000 --batch 
 rc=$?
 if [ "$rc" = 124 ]; then
   bad "a killed rank: the job hung (killed by the time limit)"
-elif [ "$rc" != 0 ]; then
-  ok "a killed rank ends the job (exit $rc)"
+elif [ "$rc" != 0 ] && grep -q "rank 1 .*exited on signal 9" "$T/kill.log"; then
+  ok "a killed rank ends the job (exit $rc) with a message naming the rank and the signal"
 else
-  bad "a killed rank: the job reported success"; cat "$T/kill.log"
+  bad "a killed rank (exit $rc): no failure, or no message naming rank 1"; cat "$T/kill.log"
 fi
 
 # 4. resume: 2 epochs, then 2 more from the checkpoint, against 4 epochs at once (2 ranks)
-R="$COMMON --synthetic-n 320 --batch 16 --formats flex16_5,fp32 --export-weights"
+R="$COMMON --synthetic-n 320 --batch 16 --formats fp32,fp16,bf16,flex16_5,dfp16 --export-weights"
 timeout 300 $MPI -np 2 "$BIN" --distributed $R --epochs 4 --out "$T/r4" >"$T/r4.log" 2>&1 ||
   { bad "uninterrupted run"; cat "$T/r4.log"; }
 timeout 300 $MPI -np 2 "$BIN" --distributed $R --epochs 2 --checkpoint-dir "$T/ck" --out "$T/ra" \
   >"$T/ra.log" 2>&1 || { bad "first half"; cat "$T/ra.log"; }
 timeout 300 $MPI -np 2 "$BIN" --distributed $R --epochs 4 --checkpoint-dir "$T/ck" --resume \
   --out "$T/rb" >"$T/rb.log" 2>&1 || { bad "resumed half"; cat "$T/rb.log"; }
-for f in flex16_5 fp32; do
+grep -q '"ranks": 2}' "$T/r4/run.json" || { bad "run.json does not record 2 ranks"; cat "$T/r4/run.json"; }
+for f in fp32 fp16 bf16 flex16_5 dfp16; do
   if cmp -s "$T/r4/weights_$f.fxw" "$T/rb/weights_$f.fxw" &&
      [ "$(awk -F, -v f="$f" '$1 == f && $3 >= 3' "$T/r4/steps.csv")" = \
        "$(awk -F, -v f="$f" '$1 == f' "$T/rb/steps.csv")" ] &&
