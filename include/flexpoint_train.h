@@ -600,6 +600,15 @@ FX_API int fx_trainer_import_weights(fx_trainer *t, const char *path);
  *  @return The count, or FX_EINVAL for a NULL t. */
 FX_API int fx_trainer_cast_count(const fx_trainer *t);
 
+/** @brief Seconds the training steps of this trainer have spent in its casts (forward and
+ *  backward), since it was created: with fx_trainer_cast_count(), what a policy's casts cost.
+ *  On the host every cast of every step is timed (two clock reads each); with a CUDA device
+ *  only while profiling is on (fx_trainer_profile_enable()), since timing there waits for the
+ *  device. Not part of checkpoints. 0 without casts.
+ *  @param[in] t The trainer.
+ *  @return The seconds, or -1.0 for a NULL t (flexpoint_last_status() is then FX_EINVAL). */
+FX_API double fx_trainer_cast_seconds(const fx_trainer *t);
+
 /** @brief Where the time of training steps goes (fx_trainer_profile()). Seconds summed over
  *  the steps measured since profiling was enabled. With a CUDA device each phase waits for the
  *  device before its clock is read, so that asynchronous work is charged to the phase that

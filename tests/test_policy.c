@@ -7,6 +7,7 @@
  *   edges-fp32 and O2 on ResNet-8 (batch norm fp32: its ReLUs convert, so no cast, until a
  *   ReLU read by two convolutions is made fp32); the tensors have the formats the rules give;
  *   each mixed run trains (finite, falling loss).
+ * - The casts' time (fx_trainer_cast_seconds) is measured exactly when there are casts.
  * - O1 with fp16 turns dynamic loss scaling on (a tensor is fp16); O3 needs master_weights = 0.
  * - Refusals name the problem: an unknown format, preset or malformed item, a pattern that
  *   matches no layer, a preset after a rule, an empty item, an unterminated field.
@@ -115,6 +116,10 @@ static void mixed(const fx_dataset *tr, const char *model, int fmt, int master,
     }
     CHECK(isfinite(last) && last < first, "%s '%s': loss %.4f -> %.4f", model, policy,
           (double)first, (double)last);
+    /* the casts' time is measured on the host whenever there are casts, and only then */
+    double cs = fx_trainer_cast_seconds(t);
+    CHECK(want_casts > 0 ? cs > 0 : cs == 0, "%s '%s': %d casts took %g s", model, policy,
+          want_casts, cs);
     fx_trainer_free(t);
 }
 
@@ -174,6 +179,8 @@ int main(void)
     mixed(tr, "mlp", FMT_FLEX16_5, 0, "O3", 0, "fc1.w", FMT_FLEX16_5, "relu1.out",
           FMT_FLEX16_5);
 
+    CHECK(fx_trainer_cast_seconds(NULL) == -1.0 && flexpoint_last_status() == FX_EINVAL,
+          "fx_trainer_cast_seconds(NULL)");
     refused(tr, "mlp", "bn*=fp8", 1, FX_EFORMAT, "unknown format 'fp8'");
     refused(tr, "mlp", "O5", 1, FX_ENAME, "'O5' is neither a preset");
     refused(tr, "mlp", "conv*=fp16", 1, FX_ENAME, "rule 'conv*=fp16' matches no layer");

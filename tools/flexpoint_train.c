@@ -496,6 +496,7 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
         }
     }
     int status = 0; /* a library failure, reported below with its message */
+    double cast_s0 = fx_trainer_cast_seconds(t); /* the casts' time before this epoch */
     for (int e = fx_trainer_epoch_index(t); e < o->epochs && !rc && !status; e++) {
         /* step by step, for the progress bar and the sampled loss-scale / loss log */
         fx_epoch_metrics mt;
@@ -528,7 +529,13 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
                 mt.test_accuracy, mt.seconds, mt.images_per_second, mt.loss_scale,
                 (long long)mt.skipped_steps, (long long)mt.nonfinite_losses);
         health_columns(epochs_csv->f, &h);
-        fprintf(epochs_csv->f, ",%d\n", fx_trainer_cast_count(t));
+        double cast_s = fx_trainer_cast_seconds(t);
+        fprintf(epochs_csv->f, ",%d,%.3f\n", fx_trainer_cast_count(t), cast_s - cast_s0);
+        if (!o->quiet && fx_trainer_cast_count(t) > 0)
+            fprintf(stderr, "%-18s %d casts: %.3f s, %.1f%% of the epoch's training\n",
+                    rs->label, fx_trainer_cast_count(t), cast_s - cast_s0,
+                    mt.seconds > 0 ? 100.0 * (cast_s - cast_s0) / mt.seconds : 0.0);
+        cast_s0 = cast_s;
         if (csv_flush(epochs_csv) || csv_flush(steps_csv)) {
             *fatal = 1;
             rc = -1;
@@ -778,7 +785,7 @@ int main(int argc, char **argv)
     for (int c = 0; c < FX_TENSOR_CLASSES; c++)
         fprintf(ec.f, ",%s_written,%s_saturated,%s_underflow,%s_zeroed_writes", class_names[c],
                 class_names[c], class_names[c], class_names[c]);
-    fprintf(ec.f, ",nonfinite_weights,casts\n");
+    fprintf(ec.f, ",nonfinite_weights,casts,cast_seconds\n");
     fprintf(sc.f, "run,step,epoch,loss,loss_scale\n");
     if (dc.f)
         fprintf(dc.f, "run,ranks,steps,gradient_bytes_per_step,statistics_bytes_per_step,"

@@ -61,8 +61,10 @@ check "--profile" 0 "profile of dfp16" "$BIN" --data synthetic --synthetic-n 200
 check "--policy" 0 "format policy 'edges-fp32'" "$BIN" --data synthetic --synthetic-n 200 \
   --model mlp --epochs 1 --batch 50 --formats fp16,dfp16 --policy edges-fp32 --out "$T/pol"
 grep -q '"policy": "edges-fp32"' "$T/pol/run.json" || { echo "FAIL: run.json policy"; fail=1; }
-# edges-fp32 on the MLP: one cast (before fc3) in each run, in the last column of epochs.csv
-awk -F, 'NR > 1 && $NF != 1 { bad = 1 } END { exit bad }' "$T/pol/epochs.csv" ||
+# edges-fp32 on the MLP: one cast (before fc3) in each run, in the casts column of epochs.csv,
+# and its time (cast_seconds, the last column) is measured: a number >= 0
+awk -F, 'NR > 1 && ($(NF-1) != 1 || $NF !~ /^[0-9]+\.[0-9]+$/) { bad = 1 } END { exit bad }' \
+  "$T/pol/epochs.csv" ||
   { echo "FAIL: casts column:"; cat "$T/pol/epochs.csv"; fail=1; }
 check "--policy matching no layer" 2 "=fp16' matches no layer of mlp" "$BIN" \
   --data synthetic --synthetic-n 200 --model mlp --formats fp16 --policy "conv*=fp16" \
@@ -231,7 +233,7 @@ hdr="$hdr,loss_scale,skipped_steps,nonfinite_losses"
 for c in weights activations gradients; do
   hdr="$hdr,${c}_written,${c}_saturated,${c}_underflow,${c}_zeroed_writes"
 done
-[ "$(head -n 1 "$T/r1/epochs.csv")" = "$hdr,nonfinite_weights,casts" ] ||
+[ "$(head -n 1 "$T/r1/epochs.csv")" = "$hdr,nonfinite_weights,casts,cast_seconds" ] ||
   { echo "FAIL: epochs.csv header: $(head -n 1 "$T/r1/epochs.csv")"; fail=1; }
 # flex16_5 and dfp16 rows count the elements they wrote; fp32 rows leave the counts empty
 awk -F, 'NR > 1 && ($1 == "fp32") != ($13 == "") { bad = 1 }

@@ -714,16 +714,27 @@ double fx_model_clock(const fx_model *m)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Whether a training step times layer l for m->cast_seconds outside profiling: a cast, on
+ * the host. */
+static int fx_time_cast(const fx_model *m, const fx_layer *l)
+{
+    return l->kind == FX_L_CAST && m->device < 0;
+}
+
 int fx_model_forward(fx_model *m, int ctx, tensor_t **logits)
 {
     const int prof = m->prof_fwd && ctx == FX_CTX_TRAIN;
     double t0 = prof ? fx_model_clock(m) : 0;
     for (int i = 0; i < m->nlayers; i++) {
+        const int cast = ctx == FX_CTX_TRAIN && (prof ? m->layers[i].kind == FX_L_CAST
+                                                      : fx_time_cast(m, &m->layers[i]));
+        if (cast && !prof) t0 = fx_model_clock(m);
         int rc = fx_layer_forward(m, &m->layers[i], ctx);
         if (rc) return rc;
-        if (prof) {
+        if (prof || cast) {
             double t1 = fx_model_clock(m);
-            m->prof_fwd[i] += t1 - t0;
+            if (prof) m->prof_fwd[i] += t1 - t0;
+            if (cast) m->cast_seconds += t1 - t0;
             t0 = t1;
         }
     }
@@ -854,15 +865,19 @@ static int fx_output_grad(fx_model *m, int i, const tensor_t *dlogits, const ten
 
 int fx_model_backward(fx_model *m, const tensor_t *dlogits)
 {
-    double t0 = m->prof_bwd ? fx_model_clock(m) : 0;
+    const int prof = m->prof_bwd != NULL;
+    double t0 = prof ? fx_model_clock(m) : 0;
     for (int i = m->nlayers - 1; i >= 0; i--) {
+        const int cast = prof ? m->layers[i].kind == FX_L_CAST : fx_time_cast(m, &m->layers[i]);
         const tensor_t *dy = NULL;
         int rc = fx_output_grad(m, i, dlogits, &dy);
+        if (cast && !prof) t0 = fx_model_clock(m);
         if (!rc) rc = fx_layer_backward(m, &m->layers[i], dy);
         if (rc) return rc;
-        if (m->prof_bwd) {
+        if (prof || cast) {
             double t1 = fx_model_clock(m);
-            m->prof_bwd[i] += t1 - t0;
+            if (prof) m->prof_bwd[i] += t1 - t0;
+            if (cast) m->cast_seconds += t1 - t0;
             t0 = t1;
         }
     }

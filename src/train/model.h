@@ -97,6 +97,10 @@ typedef struct fx_model {
     fx_policy policy;
     int in_fmt;
     int ncasts;
+    /* seconds spent in the cast layers of training steps (forward and backward), timed on the
+     * host always (two clock reads per cast), on a device only while profiling (timing there
+     * waits for the device) */
+    double cast_seconds;
     int seen_compute, adding_last;
     fx_train_config cfg;
     /* Data parallelism (fx_trainer_new_distributed): the group, its write-path collectives

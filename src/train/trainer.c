@@ -1050,3 +1050,12 @@ int fx_trainer_cast_count(const fx_trainer *t)
     if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
     return t->m.ncasts;
 }
+
+double fx_trainer_cast_seconds(const fx_trainer *t)
+{
+    if (!t) {
+        FX_FAIL(FX_EINVAL, "trainer is NULL");
+        return -1.0;
+    }
+    return t->m.cast_seconds;
+}
