@@ -417,9 +417,21 @@ class Trainer:
                          "or Inf")
         return lines
 
-    def evaluate(self, dataset: Optional[Dataset] = None) -> Tuple[float, float]:
+    def evaluate(self, dataset: Optional[Dataset] = None, fmt: Optional[FormatLike] = None,
+                 policy: Optional[str] = None,
+                 autoflex: Optional[str] = None) -> Tuple[float, float]:
         """(accuracy in [0, 1], mean loss) on a data set (default: the test set), in inference
-        mode. ArgumentTypeError for a dataset that is not a Dataset."""
+        mode, with fp32 images in and fp32 logits out.
+
+        With fmt, policy or autoflex, the trainer's weights are evaluated in that format
+        (default: the trainer's own), under that format policy (default: the trainer's own
+        when fmt is not given, else none) and Autoflex preset (fx_trainer_evaluate_as): a temporary trainer of the same model receives them as
+        :meth:`copy_weights_from` gives them. In the trainer's own format, preset and policy
+        this is the plain evaluation exactly. The trainer itself is unchanged either way.
+
+        ArgumentTypeError for a dataset that is not a Dataset; FormatError for an unknown
+        format; UnknownNameError for an unknown preset, policy class or a rule that matches no
+        layer; InvalidArgumentError for NUL in a name."""
         if dataset is not None and not isinstance(dataset, Dataset):
             raise ArgumentTypeError(f"dataset must be a flexpoint Dataset, not "
                                     f"{type(dataset).__name__}")
@@ -428,9 +440,31 @@ class Trainer:
             raise InvalidArgumentError("evaluate: no data set given and the trainer has no test "
                                        "set", -1)
         acc, loss = c_double(), c_double()
-        check(lib().fx_trainer_evaluate(self._h, ds.handle, ctypes.byref(acc),
-                                        ctypes.byref(loss)), "fx_trainer_evaluate")
+        if fmt is None and policy is None and autoflex is None:
+            check(lib().fx_trainer_evaluate(self._h, ds.handle, ctypes.byref(acc),
+                                            ctypes.byref(loss)), "fx_trainer_evaluate")
+            return float(acc.value), float(loss.value)
+        f = self.config.fmt if fmt is None else fmt
+        own_policy = self.config.policy or ""
+        p = c_str(own_policy if policy is None and fmt is None else (policy or ""), "policy",
+                  128)
+        a = c_str(autoflex or "", "autoflex", 16)
+        check(lib().fx_trainer_evaluate_as(self._h, fmt_id(f), a, p, ds.handle,
+                                           ctypes.byref(acc), ctypes.byref(loss)),
+              "fx_trainer_evaluate_as")
         return float(acc.value), float(loss.value)
+
+    @property
+    def cast_count(self) -> int:
+        """Casts the model builder inserted where the format policy changes format
+        (fx_trainer_cast_count); 0 without a policy."""
+        return int(check(lib().fx_trainer_cast_count(self._h), "fx_trainer_cast_count"))
+
+    @property
+    def cast_seconds(self) -> float:
+        """Seconds this trainer's training steps have spent in its casts, forward and backward
+        (fx_trainer_cast_seconds; on a device only while profiling)."""
+        return float(lib().fx_trainer_cast_seconds(self._h))
 
     @property
     def global_step(self) -> int:

@@ -62,3 +62,49 @@ def test_refusals(tmp_path):
     with pytest.raises(fx.InvalidArgumentError):
         fx.checkpoint_config(str(tmp_path / "a\0b"))
 
+
+
+def test_evaluate_in_another_format():
+    """Trainer.evaluate(fmt=..., policy=...) equals a trainer of that format given the weights,
+    and is the plain evaluation in the trainer's own format; the trainer is unchanged."""
+    train, test = _data()
+    a = fx.Trainer(fx.TrainConfig(model="mlp", fmt="flex16_5", batch_size=20, seed=5),
+                   train, test)
+    for _ in range(8):
+        a.step()
+    own = a.evaluate()
+    assert a.evaluate(fmt="flex16_5") == own
+    before, step = a.params(), a.global_step
+    for fmt, policy in (("fp32", None), ("fp16", None), ("bf16", None), ("dfp16", None),
+                        ("fp16", "fc2=fp32"), ("flex16_5", "O1:bf16")):
+        d = fx.Trainer(fx.TrainConfig(model="mlp", fmt=fmt, batch_size=20, seed=5,
+                                      master_weights=False, policy=policy), train, test)
+        d.copy_weights_from(a)
+        assert a.evaluate(fmt=fmt, policy=policy) == d.evaluate(), (fmt, policy)
+        d.close()
+    np.testing.assert_array_equal(a.params(), before)
+    assert a.global_step == step and a.evaluate() == own
+    with pytest.raises(fx.FormatError):
+        a.evaluate(fmt="fp8")
+    with pytest.raises(fx.UnknownNameError, match="not a tensor class"):
+        a.evaluate(fmt="fp16", policy="activations=fp32")
+    with pytest.raises(fx.UnknownNameError):
+        a.evaluate(autoflex="nosuch")
+    with pytest.raises(fx.InvalidArgumentError):
+        a.evaluate(fmt="fp16", policy="fc1=fp32\0x")
+    a.close()
+
+
+def test_cast_count_and_time():
+    train, test = _data()
+    t = fx.Trainer(fx.TrainConfig(model="mlp", fmt="fp16", batch_size=20,
+                                  policy="edges-fp32"), train, test)
+    assert t.cast_count == 1 and t.cast_seconds == 0.0
+    for _ in range(3):
+        t.step()
+    assert t.cast_seconds > 0.0
+    t.close()
+    plain = fx.Trainer(fx.TrainConfig(model="mlp", batch_size=20), train, test)
+    plain.step()
+    assert plain.cast_count == 0 and plain.cast_seconds == 0.0
+    plain.close()
