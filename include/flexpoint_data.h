@@ -1,7 +1,8 @@
 /**
  * @file
- * @brief flexpoint data sets: Fashion-MNIST (IDX, gzip or plain), CIFAR-10 (binary batches) and seeded
- * synthetic images, held in memory as float NCHW images and int32 labels.
+ * @brief flexpoint data sets: Fashion-MNIST (IDX, gzip or plain), CIFAR-10 (binary batches), seeded
+ * synthetic images and character-level text corpora, held in memory as float NCHW images and
+ * int32 labels (text: windows of token numbers with their next-token targets).
  *
  * Conventions (the same as flexpoint.h)
  * -------------------------------------
@@ -121,6 +122,76 @@ FX_API fx_dataset *fx_dataset_from_arrays(int64_t n, int channels, int height, i
                                           int classes, const float *images,
                                           const int32_t *labels);
 
+/** @brief Largest context (tokens per sample) of a text dataset. */
+#define FX_DATA_MAX_CONTEXT 1024
+/** @brief Most files fx_dataset_text() reads from one folder. */
+#define FX_DATA_MAX_TEXT_FILES 4096
+/** @brief The folder of the Debian package `fortunes` (plain-text fortune files, each with a
+ *  .dat index and a .u8 companion that fx_dataset_text() skips). */
+#define FX_DATA_FORTUNES_DIR "/usr/share/games/fortunes"
+
+/** @brief A character-level text corpus as a training and a held-out dataset.
+ *
+ *  `path` is a regular file (plain or gzip), or a folder whose regular files (not symbolic
+ *  links, not names starting with '.', not names ending in .dat or .u8) are read in byte order
+ *  of their names and concatenated, e.g. FX_DATA_FORTUNES_DIR. Files are opened as every
+ *  loader opens them: a FIFO, device or folder named as a file is refused at once, never
+ *  waited on; the text is at most FX_DATA_MAX_FILE_BYTES in all.
+ *  Tokens are bytes: the vocabulary is the set of bytes that occur anywhere in the text, in
+ *  byte order, and token t stands for byte fx_dataset_vocab()[t] (the same numbering in both
+ *  datasets). The last floor(len * val_fraction) bytes are held out; each part is cut into
+ *  non-overlapping windows of `context` tokens from its start: window i holds tokens
+ *  [i T, i T + T) as its "image" (1 x 1 x T floats, the token numbers) and the next tokens
+ *  [i T + 1, i T + T] as its targets (fx_dataset_targets()); its label is the last target.
+ *  A part of L tokens gives (L - 1) / T windows. classes = the vocabulary's size. The trainer
+ *  draws the training windows in its seeded order and neither normalises nor augments them.
+ *  @param[in]  path         A file or a folder.
+ *  @param[in]  context      Tokens per window, 1..FX_DATA_MAX_CONTEXT.
+ *  @param[in]  val_fraction Share of the text held out, in [0, 0.5]; 0 for none.
+ *  @param[out] train        Receives the training windows (caller frees with fx_dataset_free()).
+ *  @param[out] val          Receives the held-out windows, or NULL when val_fraction is 0
+ *                           (caller frees).
+ *  @retval FX_OK
+ *  @retval FX_EINVAL NULL arguments, context or val_fraction out of range.
+ *  @retval FX_EIO a missing or unreadable file or folder, a file that is not a regular file,
+ *          a gzip error (the message names the file).
+ *  @retval FX_ECORRUPT an empty text or folder, a part shorter than one window and its next
+ *          token, more than FX_DATA_MAX_FILE_BYTES bytes or FX_DATA_MAX_TEXT_FILES files.
+ *  @retval FX_ENOMEM
+ *  On failure *train and *val are NULL. */
+FX_API int fx_dataset_text(const char *path, int context, double val_fraction,
+                           fx_dataset **train, fx_dataset **val);
+
+/** @brief Tokens per sample of a text dataset.
+ *  @param[in] ds The dataset.
+ *  @return The context T (> 0) of a text dataset, 0 for an image dataset; FX_EINVAL if ds is
+ *          NULL. */
+FX_API int fx_dataset_seq_len(const fx_dataset *ds);
+
+/** @brief The next-token targets of a text dataset.
+ *  @param[in] ds The dataset.
+ *  @return len * T int32 tokens, sample-major, owned by the dataset; NULL for an image dataset
+ *          or a NULL ds. */
+FX_API const int32_t *fx_dataset_targets(const fx_dataset *ds);
+
+/** @brief The vocabulary of a text dataset: token t is byte bytes[t].
+ *  @param[in]  ds    The dataset.
+ *  @param[out] bytes NULL, or 256 bytes receiving the vocabulary.
+ *  @return Its size (1..256; 0 for an image dataset); FX_EINVAL if ds is NULL. */
+FX_API int fx_dataset_vocab(const fx_dataset *ds, uint8_t *bytes);
+
+/** @brief Gather the targets of a batch of a text dataset (the companion of
+ *  fx_dataset_batch(), which gathers the tokens).
+ *  @param[in]  ds      A text dataset.
+ *  @param[in]  indices n sample indices, each in [0, len).
+ *  @param[in]  n       Batch size, >= 0.
+ *  @param[out] targets n * T int32: the targets of sample indices[i] at [i T, i T + T).
+ *  @retval FX_OK
+ *  @retval FX_EINVAL NULL ds, not a text dataset, n < 0, NULL indices/targets with n > 0.
+ *  @retval FX_ERANGE an index outside [0, len) (checked before anything is written). */
+FX_API int fx_dataset_batch_targets(const fx_dataset *ds, const int64_t *indices, int64_t n,
+                                    int32_t *targets);
+
 /** @brief Free a dataset.
  *  @param[in] ds The dataset; NULL is a no-op. */
 FX_API void fx_dataset_free(fx_dataset *ds);
@@ -182,14 +253,15 @@ FX_API int fx_dataset_batch(const fx_dataset *ds, const int64_t *indices, int64_
                             int32_t *y);
 
 /** @brief New dataset with zero pixels added on every side of every image (e.g. 28x28 ->
- *  32x32 with pad 2, for ResNet-20 on Fashion-MNIST).
+ *  32x32 with pad 2, for ResNet-20 on Fashion-MNIST). A text dataset is refused (FX_EINVAL).
  *  @param[in] ds  The dataset.
  *  @param[in] pad Pixels per side, 0..1024, with the padded size at most 1024.
  *  @return The new dataset, which the caller owns and frees with fx_dataset_free(); NULL on
  *          failure (FX_EINVAL for NULL ds or a bad pad, FX_ENOMEM). */
 FX_API fx_dataset *fx_dataset_pad(const fx_dataset *ds, int pad);
 
-/** @brief New dataset holding a copy of images [start, start+n).
+/** @brief New dataset holding a copy of images [start, start+n) (of a text dataset: those
+ *  windows, with their targets and the vocabulary).
  *  @param[in] ds    The dataset.
  *  @param[in] start First image, >= 0.
  *  @param[in] n     Number of images, >= 1, with start+n <= len.
@@ -212,7 +284,8 @@ FX_API int fx_dataset_channel_stats(const fx_dataset *ds, double *mean, double *
  *  @param[in]     mean channels finite values.
  *  @param[in]     std  channels finite values, each > 0.
  *  @retval FX_OK
- *  @retval FX_EINVAL NULL arguments, or a value not finite or std <= 0 (nothing changed). */
+ *  @retval FX_EINVAL NULL arguments, a text dataset, or a value not finite or std <= 0 (nothing
+ *          changed). */
 FX_API int fx_dataset_normalize(fx_dataset *ds, const double *mean, const double *std);
 
 /** @brief Number of images of each class.

@@ -5,9 +5,10 @@ set -euo pipefail
 if [ "${FLEXPOINT_SKIP_SETUP:-0}" = "1" ]; then exit 0; fi
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-# clang and libclang-rt-14-dev: libFuzzer for tools/fuzz_check.sh; openmpi-bin and
+# clang and libclang-rt-14-dev: libFuzzer for tools/fuzz_check.sh; fortunes: the text corpus of
+# --data fortunes (docs/training.md); openmpi-bin and
 # libopenmpi-dev: data-parallel training (docs/distributed.md) and its test
-PKGS="build-essential cmake pkg-config zlib1g-dev dataset-fashion-mnist python3 python3-pip doxygen clang libclang-rt-14-dev openmpi-bin libopenmpi-dev"
+PKGS="build-essential cmake pkg-config zlib1g-dev dataset-fashion-mnist fortunes python3 python3-pip doxygen clang libclang-rt-14-dev openmpi-bin libopenmpi-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -22,6 +22,14 @@ struct fx_dataset {
     float *images;    /* n*c*h*w, NCHW */
     int32_t *labels;  /* n */
     char source[512]; /* description for logs */
+    /* Text datasets (fx_dataset_text): seq > 0 tokens per sample, stored as the images
+     * (n x 1 x 1 x seq, token numbers as floats), with seq next-token targets per sample in
+     * targets (the label is the last of them) and the vocabulary: token t is byte vocab[t].
+     * Image datasets: seq = 0, targets = NULL, nvocab = 0. */
+    int seq;
+    int32_t *targets;
+    int nvocab;
+    uint8_t vocab[256];
 };
 
 /* New dataset with uninitialised images and labels. Checks the limits above (FX_EINVAL) and
@@ -80,6 +88,20 @@ int fx_mnist_from_buffers(const uint8_t *img, size_t img_len, const char *img_na
 int fx_cifar_from_buffers(const uint8_t *const *bufs, const size_t *lens,
                           const char *const *names, int nbufs, const char *func,
                           fx_dataset **out);
+
+/* ---- Text -------------------------------------------------------------------------------- */
+
+/* Make ds (n samples of 1 x 1 x seq, allocated by fx_ds_alloc) a text dataset: copies
+ * n*seq targets and the vocabulary (nvocab bytes). FX_ENOMEM. */
+int fx_ds_text_attach(fx_dataset *ds, int seq, const int32_t *targets, const uint8_t *vocab,
+                      int nvocab, const char *func);
+
+/* The training and validation datasets of a text held in buf[0..len) (fx_dataset_text's rules,
+ * which calls it after reading the files; `name` describes the text in messages and sources).
+ * *train and *val are set (val NULL when val_fraction is 0), or both NULL on failure. */
+int fx_text_from_buffer(const uint8_t *buf, size_t len, const char *name, int context,
+                        double val_fraction, const char *func, fx_dataset **train,
+                        fx_dataset **val);
 
 /* ---- Files ------------------------------------------------------------------------------- */
 

@@ -83,6 +83,7 @@ void fx_dataset_free(fx_dataset *ds)
     if (!ds) return;
     free(ds->images);
     free(ds->labels);
+    free(ds->targets);
     free(ds);
 }
 
@@ -193,6 +194,11 @@ int fx_dataset_batch(const fx_dataset *ds, const int64_t *indices, int64_t n, fl
 fx_dataset *fx_dataset_pad(const fx_dataset *ds, int pad)
 {
     NULL_DS(NULL);
+    if (ds->seq > 0) {
+        FX_FAIL(FX_EINVAL, "%s is a text dataset: its samples are tokens, not images to pad",
+                ds->source);
+        return NULL;
+    }
     if (pad < 0 || pad > FX_DATA_MAX_SIDE || ds->h + 2 * pad > FX_DATA_MAX_SIDE ||
         ds->w + 2 * pad > FX_DATA_MAX_SIDE) {
         FX_FAIL(FX_EINVAL, "pad = %d on %d x %d images (want pad >= 0 and sides <= %d)", pad,
@@ -227,6 +233,11 @@ fx_dataset *fx_dataset_subset(const fx_dataset *ds, int64_t start, int64_t n)
     int64_t chw = fx_ds_image_size(ds);
     memcpy(out->images, ds->images + start * chw, (size_t)(n * chw) * sizeof(float));
     memcpy(out->labels, ds->labels + start, (size_t)n * sizeof(int32_t));
+    if (ds->seq > 0 && fx_ds_text_attach(out, ds->seq, ds->targets + start * ds->seq, ds->vocab,
+                                         ds->nvocab, __func__) != FX_OK) {
+        fx_dataset_free(out);
+        return NULL;
+    }
     fx_ds_set_source(out, "subset[%lld:%lld] of %s", (long long)start, (long long)(start + n),
                      ds->source);
     return out;
@@ -260,6 +271,9 @@ int fx_dataset_channel_stats(const fx_dataset *ds, double *mean, double *std)
 int fx_dataset_normalize(fx_dataset *ds, const double *mean, const double *std)
 {
     if (!ds || !mean || !std) return FX_FAIL(FX_EINVAL, "ds, mean or std is NULL");
+    if (ds->seq > 0)
+        return FX_FAIL(FX_EINVAL, "%s is a text dataset: its token numbers are not normalised",
+                       ds->source);
     for (int ch = 0; ch < ds->c; ch++)
         if (!isfinite(mean[ch]) || !isfinite(std[ch]) || !(std[ch] > 0.0))
             return FX_FAIL(FX_EINVAL, "channel %d: mean %g, std %g (want finite, std > 0)", ch,
