@@ -30,6 +30,17 @@ cmake --build build/asan -j "$JOBS"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan --output-on-failure -j "$JOBS" -LE slow
 
+echo "== Without MPI: the library, the CLI and the tests of training and its distributed API"
+# MPI is optional (FLEXPOINT_MPI=AUTO finds it here): a build without it must compile and pass
+# these, with the communicator constructors returning FX_EUNSUPPORTED and test_distributed
+# skipping (exit 77). The Release build above covers everything with MPI.
+cmake -S . -B build/nompi -DCMAKE_BUILD_TYPE=Release -DFLEXPOINT_MPI=OFF -DFLEXPOINT_CUDA=OFF \
+  -DFLEXPOINT_BUILD_BENCH=OFF >/dev/null
+cmake --build build/nompi -j "$JOBS" --target flexpoint flexpoint-train test_distributed_api \
+  test_train test_policy test_eval_formats error_table
+ctest --test-dir build/nompi --output-on-failure -j "$JOBS" \
+  -R '^(test_distributed_api|test_distributed|test_train|test_policy|test_eval_formats|test_cli)$'
+
 echo "== Bounded fuzzing (libFuzzer + ASan + UBSan, FUZZ_SECONDS per harness)"
 FUZZ_REQUIRE=1 bash tools/fuzz_check.sh
 
