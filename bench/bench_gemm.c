@@ -1,22 +1,39 @@
 /* GEMM throughput of every flexpoint format against the peers, in the same process and
  * alternating: oneDNN sgemm and bf16 GEMM, OpenBLAS sgemm (peers are loaded with dlopen, so the
- * benchmark builds without them and reports "n/a" when absent).
+ * benchmark builds without them and reports "n/a" when absent). OpenBLAS picks its kernels by
+ * CPU unless OPENBLAS_CORETYPE says otherwise, so the header prints the core it chose and the
+ * variable's value, and the usage line unsets it (and OPENBLAS_L2_SIZE) for a like-for-like run:
  *
  *   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./build/release/bench/bench_gemm [threads...]
  *
  * Thread counts default to "1 2". Our numbers go through the public tensor_matmul (validation,
  * the kernel, and the one write into the output tensor in the same format), which is what users
  * call. Each figure is the median of BENCH_REPS timed repetitions after a warm-up; GFLOP/s
- * counts 2*M*N*K (GOP/s for the integer formats). Printed per shape: GFLOP/s, the ratio of each
- * of our formats to each peer, and the share of the instruction limit, which the benchmark
- * measures itself at start-up (a dependency-free loop of 512-bit FMA, of vpdpwssd and, where the
- * CPU has AVX512_BF16, of vdpbf16ps; 256-bit FMA on CPUs without AVX-512): fp32 and fp16 against
- * the FMA limit, bf16 (ours and oneDNN's) against the vdpbf16ps limit where the CPU has it (our
- * bf16 x bf16 GEMM runs on it there) and the FMA limit otherwise, the integer formats against
- * the int16 pair-product limit. */
+ * counts 2*M*N*K (GOP/s for the integer formats).
+ *
+ * Shapes: square 256, 1024, 2048; the small CNN's layers and ResNet-20's as GEMMs at batch 128
+ * (listed in run_table). Operands, per shape (BENCH_DATA="uniform normal", the default, or one
+ * of them):
+ *   uniform  full-range values m / 2^15, m uniform in [-32767, 32767]: the integer formats get
+ *            m as mantissas (set_full_range), the norm test fails and every tile takes an
+ *            any-data kernel (split or wrap: the fast-tile row shows 0 %);
+ *   normal   standard-normal values, the shape of training tensors: the integer GEMM's fast
+ *            kernel (one pair product per pair) takes the tiles its norms allow.
+ * Printed per shape and operands: GFLOP/s, the ratio of each of our formats to each peer, the
+ * share of the instruction limit, which the benchmark measures itself at start-up (a
+ * dependency-free loop of 512-bit FMA, of vpdpwssd and, where the CPU has AVX512_BF16, of
+ * vdpbf16ps; 256-bit FMA and vpmaddwd on CPUs without AVX-512): fp32 and fp16 against the FMA
+ * limit, bf16 (ours and oneDNN's) against the vdpbf16ps limit where the CPU has it (our bf16 x
+ * bf16 GEMM runs on it there) and the FMA limit otherwise, the integer formats against the
+ * int16 pair-product limit. For the integer formats the fraction of (tile, K block) steps the
+ * fast kernel took follows, and on uniform operands the share of the any-data kernels' own
+ * ceiling (see anydata_ceiling). */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
+#include "core/backend.h"
+#include "flex/gemm_i16.h"
 
+#include <math.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,7 +135,9 @@ int main(int argc, char **argv)
         if (tlist[i] < 1) reps = 0;
     if (reps < 1) {
         fprintf(stderr, "usage: bench_gemm [threads ...]   (default 1 2; BENCH_REPS=n, "
-                        "BENCH_QUICK=1 for the square sizes only)\n");
+                        "BENCH_QUICK=1 for the square sizes only,\n"
+                        "       BENCH_SHAPES=\"1024x1024x1024 r20\" shapes whose label has a word, "
+                        "BENCH_DATA=uniform|normal)\n");
         return 2;
     }
     peer p = {0};
@@ -163,6 +182,63 @@ int main(int argc, char **argv)
     return 0;
 }
 
+/* The ceiling of the integer GEMM's any-data kernels as a share of the pair-product limit.
+ * The limit counts one pair-product instruction (vpmaddwd / vpdpwssd) per pair of k values;
+ * on full-range operands the fast kernel's norm test fails and each tile takes
+ *   split: B split into high and low bytes, two pair-product instructions per pair -> 1/2;
+ *   wrap (AVX512_VNNI, K blocks of at least FX_GEMM_I16_WRAP_MIN_KP pairs): one vpdpwssd per
+ *         pair plus one vpdpbusd per two pairs for the high bytes -> 1 / 1.5.
+ * So a uniform-operand GEMM at 100 % of this ceiling spends every cycle on the multiplies its
+ * kernel cannot avoid. */
+static double anydata_ceiling(int64_t K)
+{
+    const fx_backend *be = fx_backend_active();
+    const int wrap = be->gemm_i16_b_layout == FX_GEMM_I16_B_WRAP && fx_gemm_i16_wrap_pays(K);
+    return wrap ? 1.0 / 1.5 : 0.5;
+}
+
+/* Deterministic operands: uniform m / 2^15 with integer m in [-32767, 32767] (a multiplicative
+ * sequence; the integer formats get exactly these m as mantissas at exponent -15, see
+ * set_full_range) or standard normal (Box-Muller on a 64-bit LCG). */
+static void fill(float *v, int64_t n, int normal, uint64_t seed, int64_t mult)
+{
+    if (!normal) {
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (float)((i * mult % 65535) - 32767) * (1.0f / 32768.0f);
+        return;
+    }
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n; i += 2) {
+        double u[2];
+        for (int t = 0; t < 2; t++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            u[t] = ((double)(s >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0, 1) */
+        }
+        const double r = sqrt(-2.0 * log(u[0])), t = 6.283185307179586 * u[1];
+        v[i] = (float)(r * cos(t));
+        if (i + 1 < n) v[i + 1] = (float)(r * sin(t));
+    }
+}
+
+static int run_shape(const peer *pp, int threads, int reps, double fma_peak, double int_peak,
+                     double bf16_peak, const int64_t *shape, int normal);
+
+/* An integer-format tensor holding the uniform values v exactly: mantissas v * 2^15, all of
+ * int16's range, at exponent -15. Converting from fp32 would let the format choose its own
+ * exponent, whose headroom halves the mantissas: then the fast kernel's norm test passes on
+ * short chains and the any-data kernels would not be measured. */
+static int set_full_range(tensor_t *t, const float *v, int64_t n)
+{
+    int16_t *m = malloc(sizeof(int16_t) * (size_t)n);
+    if (!m) return FX_ENOMEM;
+    for (int64_t i = 0; i < n; i++) m[i] = (int16_t)(v[i] * 32768.0f);
+    int st = tensor_fmt(t) == FMT_FLEX16_5 ? tensor_set_exp_window(t, -20) : FX_OK;
+    if (st == FX_OK) st = tensor_set_exp(t, -15);
+    if (st == FX_OK) st = tensor_set_raw(t, m);
+    free(m);
+    return st;
+}
+
 static int run_table(const peer *pp, int threads, int reps, double fma_peak, double int_peak,
                      double bf16_peak)
 {
@@ -171,25 +247,72 @@ static int run_table(const peer *pp, int threads, int reps, double fma_peak, dou
     if (p.oblas_threads) p.oblas_threads(threads);
     if (p.omp_threads) p.omp_threads(threads);
     printf("\n== %d thread(s) ==\n", threads);
-    /* square sizes, then the small CNN's layers as GEMMs (batch 128):
-     * conv1 fwd: [32 x 25] x [25 x 100352]; conv2 fwd: [64 x 800] x [800 x 25088];
-     * conv2 weight grad: [64 x 25088] x [25088 x 800]; conv2 input grad: [800 x 64] x
-     * [64 x 25088]; fc1 fwd: [128 x 3136] x [3136 x 128] */
-    int64_t shapes[][3] = {{256, 256, 256}, {1024, 1024, 1024}, {2048, 2048, 2048},
-                           {32, 100352, 25},  {64, 25088, 800},  {64, 800, 25088},
-                           {800, 25088, 64}, {128, 128, 3136}};
+    /* M x N x K. Square sizes, then the layers as GEMMs at batch 128 (forward: [Cout x C*kh*kw]
+     * x [C*kh*kw x B*OH*OW]; weight gradient: [Cout x B*OH*OW] x [B*OH*OW x C*kh*kw]; input
+     * gradient: [C*kh*kw x Cout] x [Cout x B*OH*OW]).
+     * Small CNN (Fashion-MNIST 28x28, 5x5 convolutions 1->32->64, fc 3136->128):
+     *   conv1 fwd 32 x 100352 x 25; conv2 fwd 64 x 25088 x 800; conv2 weight grad
+     *   64 x 800 x 25088; conv2 input grad 800 x 25088 x 64; fc1 fwd 128 x 128 x 3136.
+     * ResNet-20 (CIFAR-10 32x32, 3x3 convolutions, stages of 16, 32, 64 channels at 32x32,
+     * 16x16, 8x8):
+     *   stem fwd 16 x 131072 x 27; stage-1 fwd 16 x 131072 x 144; stage-2 fwd
+     *   32 x 32768 x 288; stage-3 fwd 64 x 8192 x 576; stage-3 weight grad 64 x 576 x 8192;
+     *   stage-3 input grad 576 x 8192 x 64. */
+    static const struct {
+        const char *name;
+        int64_t mnk[3];
+    } shapes[] = {{"square", {256, 256, 256}},          {"square", {1024, 1024, 1024}},
+                  {"square", {2048, 2048, 2048}},       {"cnn conv1 fwd", {32, 100352, 25}},
+                  {"cnn conv2 fwd", {64, 25088, 800}},  {"cnn conv2 dW", {64, 800, 25088}},
+                  {"cnn conv2 dX", {800, 25088, 64}},   {"cnn fc1 fwd", {128, 128, 3136}},
+                  {"r20 stem fwd", {16, 131072, 27}},   {"r20 s1 fwd", {16, 131072, 144}},
+                  {"r20 s2 fwd", {32, 32768, 288}},     {"r20 s3 fwd", {64, 8192, 576}},
+                  {"r20 s3 dW", {64, 576, 8192}},       {"r20 s3 dX", {576, 8192, 64}}};
     int nshapes = sizeof shapes / sizeof *shapes;
     if (getenv("BENCH_QUICK")) nshapes = 3;
-    printf("\n%-22s", "M x N x K");
+    const char *only = getenv("BENCH_SHAPES"); /* e.g. "1024x1024x1024 r20": substrings */
+    const char *data = getenv("BENCH_DATA");
+    const int want[2] = {!data || strstr(data, "uniform") != NULL,
+                         !data || strstr(data, "normal") != NULL};
+    printf("\n%-28s", "M x N x K  operands");
     for (int k = 0; k < P_COUNT; k++) printf(" %14s", NAMES[k]);
     printf("   (GFLOP/s)\n");
     for (int si = 0; si < nshapes; si++) {
-        int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+        char label[64];
+        snprintf(label, sizeof label, "%lldx%lldx%lld %s", (long long)shapes[si].mnk[0],
+                 (long long)shapes[si].mnk[1], (long long)shapes[si].mnk[2], shapes[si].name);
+        if (only && *only) { /* keep the shapes whose label contains one of the words */
+            int keep = 0;
+            char words[256];
+            snprintf(words, sizeof words, "%s", only);
+            for (char *w = strtok(words, " ,"); w && !keep; w = strtok(NULL, " ,"))
+                keep = strstr(label, w) != NULL;
+            if (!keep) continue;
+        }
+        printf("%s\n", label);
+        for (int normal = 0; normal < 2; normal++)
+            if (want[normal] &&
+                run_shape(&p, threads, reps, fma_peak, int_peak, bf16_peak, shapes[si].mnk, normal))
+                return 1;
+    }
+    return 0;
+}
+
+static int run_shape(const peer *pp, int threads, int reps, double fma_peak, double int_peak,
+                     double bf16_peak, const int64_t *shape, int normal)
+{
+    const peer p = *pp;
+    {
+        int64_t M = shape[0], N = shape[1], K = shape[2];
         float *a = malloc(sizeof(float) * (size_t)(M * K)), *b = malloc(sizeof(float) * (size_t)(K * N));
         float *c = malloc(sizeof(float) * (size_t)(M * N));
         uint16_t *a16 = malloc(2 * (size_t)(M * K)), *b16 = malloc(2 * (size_t)(K * N));
-        for (int64_t i = 0; i < M * K; i++) a[i] = (float)((i * 7919 % 2001) - 1000) / 1000.0f;
-        for (int64_t i = 0; i < K * N; i++) b[i] = (float)((i * 104729 % 2001) - 1000) / 1000.0f;
+        if (!a || !b || !c || !a16 || !b16) {
+            fprintf(stderr, "bench_gemm: out of memory\n");
+            return 1;
+        }
+        fill(a, M * K, normal, 0x9E3779B97F4A7C15ull, 7919);
+        fill(b, K * N, normal, 0xD1B54A32D192ED03ull, 104729);
         for (int64_t i = 0; i < M * K; i++) { uint32_t u; memcpy(&u, &a[i], 4); a16[i] = (uint16_t)(u >> 16); }
         for (int64_t i = 0; i < K * N; i++) { uint32_t u; memcpy(&u, &b[i], 4); b16[i] = (uint16_t)(u >> 16); }
         tensor_t *ta[5] = {0}, *tb[5] = {0}, *tc[5] = {0};
@@ -198,10 +321,15 @@ static int run_table(const peer *pp, int threads, int reps, double fma_peak, dou
             ta[f] = tensor_new((fmt_t)f, 2, sa);
             tb[f] = tensor_new((fmt_t)f, 2, sb);
             tc[f] = tensor_new((fmt_t)f, 2, sc);
-            tensor_from_f32(ta[f], a);
-            tensor_from_f32(tb[f], b);
+            const int full = !normal && (f == FMT_FLEX16_5 || f == FMT_DFP16);
+            if ((full ? set_full_range(ta[f], a, M * K) : tensor_from_f32(ta[f], a)) != FX_OK ||
+                (full ? set_full_range(tb[f], b, K * N) : tensor_from_f32(tb[f], b)) != FX_OK) {
+                fprintf(stderr, "bench_gemm: operands: %s\n", flexpoint_last_error());
+                return 1;
+            }
         }
         double times[P_COUNT][64];
+        int64_t tiles[2][2] = {{0, 0}, {0, 0}}; /* [flex16_5, dfp16][fast, any-data] */
         int avail[P_COUNT] = {1, 1, 1, 1, 1, p.dnnl_sgemm != NULL, p.dnnl_bf16 != NULL,
                               p.cblas_sgemm != NULL};
         if (reps > 64) reps = 64;
@@ -210,9 +338,16 @@ static int run_table(const peer *pp, int threads, int reps, double fma_peak, dou
                 if (!avail[k]) continue;
                 double t0 = now();
                 if (k <= P_OURS_DFP) {
+                    fx_gemm_i16_reset_tile_counts();
                     if (tensor_matmul(tc[k], ta[k], tb[k]) != FX_OK) {
                         fprintf(stderr, "%s: %s\n", NAMES[k], flexpoint_last_error());
                         return 1;
+                    }
+                    if (k >= P_OURS_FLEX && r >= 0) {
+                        int64_t f, s;
+                        fx_gemm_i16_tile_counts(&f, &s);
+                        tiles[k - P_OURS_FLEX][0] += f;
+                        tiles[k - P_OURS_FLEX][1] += s;
                     }
                 } else if (k == P_DNNL_S || k == P_DNNL_BF16) {
                     /* a failing call returns at once (oneDNN has no bf16 GEMM on CPUs without
@@ -221,7 +356,8 @@ static int run_table(const peer *pp, int threads, int reps, double fma_peak, dou
                                        ? p.dnnl_sgemm('N', 'N', M, N, K, 1.0f, a, K, b, N, 0.0f, c, N)
                                        : p.dnnl_bf16('N', 'N', M, N, K, 1.0f, a16, K, b16, N, 0.0f, c, N);
                     if (st != 0) {
-                        if (r < 0) printf("(%s returned status %d: not timed)\n", NAMES[k], st);
+                        static int said[P_COUNT]; /* once per run, not per shape */
+                        if (!said[k]++) printf("(%s returned status %d: not timed)\n", NAMES[k], st);
                         avail[k] = 0;
                         continue;
                     }
@@ -231,9 +367,7 @@ static int run_table(const peer *pp, int threads, int reps, double fma_peak, dou
                 }
                 if (r >= 0) times[k][r] = now() - t0;
             }
-        char label[64];
-        snprintf(label, sizeof label, "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
-        printf("%-22s", label);
+        printf("%-28s", normal ? "  normal" : "  uniform");
         double gf[P_COUNT] = {0};
         for (int k = 0; k < P_COUNT; k++) {
             if (!avail[k]) {
@@ -248,18 +382,37 @@ static int run_table(const peer *pp, int threads, int reps, double fma_peak, dou
         for (int peer_k = P_DNNL_S; peer_k < P_COUNT; peer_k++) {
             if (gf[peer_k] <= 0) continue;
             char what[40];
-            snprintf(what, sizeof what, "  / %s", NAMES[peer_k]);
-            printf("%-22s", what);
+            snprintf(what, sizeof what, "    / %s", NAMES[peer_k]);
+            printf("%-28s", what);
             for (int k = 0; k <= P_OURS_DFP; k++) printf(" %13.2fx", gf[k] / gf[peer_k]);
             printf("\n");
         }
         if (fma_peak > 0) {
-            printf("%-22s", "  share of limit");
+            printf("%-28s", "    share of limit");
             for (int k = 0; k < P_COUNT; k++) {
                 const int is_int = k == P_OURS_FLEX || k == P_OURS_DFP;
                 const int is_bf16 = k == P_OURS_BF16 || k == P_DNNL_BF16;
                 const double lim = (is_int ? int_peak : is_bf16 ? bf16_peak : fma_peak) * threads;
                 if (avail[k] && lim > 0) printf(" %13.0f%%", 100.0 * gf[k] / lim);
+                else printf(" %14s", "-");
+            }
+            printf("\n");
+        }
+        /* the integer formats: fast-kernel share of the (tile, K block) steps, and on uniform
+         * operands the share of the any-data kernels' ceiling */
+        printf("%-28s", "    fast-kernel tiles");
+        for (int k = 0; k < P_COUNT; k++) {
+            const int64_t *t = k == P_OURS_FLEX ? tiles[0] : k == P_OURS_DFP ? tiles[1] : NULL;
+            if (t && t[0] + t[1] > 0) printf(" %13.0f%%", 100.0 * (double)t[0] / (double)(t[0] + t[1]));
+            else printf(" %14s", "-");
+        }
+        printf("\n");
+        if (!normal && int_peak > 0) {
+            const double ceil_share = anydata_ceiling(K);
+            printf("%-28s", ceil_share > 0.6 ? "    share of wrap ceiling" : "    share of split ceiling");
+            for (int k = 0; k < P_COUNT; k++) {
+                if (k == P_OURS_FLEX || k == P_OURS_DFP)
+                    printf(" %13.0f%%", 100.0 * gf[k] / (int_peak * threads * ceil_share));
                 else printf(" %14s", "-");
             }
             printf("\n");
