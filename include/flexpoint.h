@@ -805,29 +805,48 @@ FX_API const char *flexpoint_cpu_model(void);
  *  run in different orders, so their bf16 results differ in the last bits; a run records the
  *  name to be reproducible (FLEXPOINT_CPU=avx512 FLEXPOINT_KERNEL_BF16_GEMM=widen gives the
  *  widen route's bits on another AVX-512 machine). Convolutions run on the same kernels.
+ *
+ *  The exact int16 matmul of FLEX16_5 and DFP16 (one GEMM for both) picks a micro-kernel per
+ *  register tile: "fast" (one pair product per pair, where the operands' norms prove the int32
+ *  chains cannot wrap), "split" (any data, two multiplies per pair) or, on AVX-512 with
+ *  AVX512_VNNI, "wrap" (any data, 1.5 multiplies per pair, on K blocks of at least 127
+ *  values). Under "auto" (the default) its name is the level's ("avx2-i16", "avx512-i16");
+ *  the environment variable FLEXPOINT_KERNEL_I16_GEMM=auto|split|wrap|fast (read once, at
+ *  first use; an unknown value, or "wrap" on a CPU without AVX512_VNNI, is refused with a
+ *  message on stderr and auto stays) or flexpoint_set_kernel() forces one, named
+ *  "avx2-i16-split", "avx512-i16-wrap" and so on. "fast" runs the norm test on every product
+ *  and still gives the tiles it refuses to an any-data kernel. The integer results are
+ *  bit-identical whatever the kernel; forcing one reproduces a run's speed profile.
  *  @param[in] op "matmul".
  *  @param[in] fmt A format (the compute format of both operands).
- *  @return A static string ("scalar", "avx2-fma", "avx2-widen", "avx2-i16", "avx512-fma",
- *          "avx512-widen", "avx512-dpbf16", "avx512-i16"); NULL for an unknown op or format. */
+ *  @return A static string ("scalar", "avx2-fma", "avx2-widen", "avx2-i16", "avx2-i16-split",
+ *          "avx2-i16-fast", "avx512-fma", "avx512-widen", "avx512-dpbf16", "avx512-i16",
+ *          "avx512-i16-split", "avx512-i16-wrap", "avx512-i16-fast"); NULL for an unknown op
+ *          or format. */
 FX_API const char *flexpoint_kernel_name(const char *op, fmt_t fmt);
 /** @brief Force the kernel for an op and format (a global setting, like
  *  flexpoint_set_backend(); not while ops run on other threads).
  *  @param[in] op "matmul".
  *  @param[in] fmt FMT_BF16 chooses between "widen" and "dpbf16" (the "avx512-" prefix is
- *             optional) for the AVX-512 backend; for another format only the name of its one
- *             kernel (flexpoint_kernel_name()) is accepted.
+ *             optional) for the AVX-512 backend; FMT_FLEX16_5 or FMT_DFP16 sets the int16
+ *             matmul kernel of both formats: "auto", "split", "wrap" or "fast" (bare, or as
+ *             flexpoint_kernel_name() gives it; "avx2-i16" and "avx512-i16" mean auto); for
+ *             another format only the name of its one kernel (flexpoint_kernel_name()) is
+ *             accepted.
  *  @param[in] name Kernel name.
  *  @retval FX_OK
  *  @retval FX_EINVAL op or name is NULL, or fmt is not a format.
  *  @retval FX_ENAME unknown op or kernel name (nothing changes).
- *  @retval FX_EUNSUPPORTED the CPU cannot run that kernel ("dpbf16" without AVX512_BF16;
- *          nothing changes). */
+ *  @retval FX_EUNSUPPORTED the CPU cannot run that kernel ("dpbf16" without AVX512_BF16,
+ *          "wrap" without AVX512_VNNI; nothing changes). */
 FX_API int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name);
-/** @brief One line naming the backend, the matmul kernel per format and what chose the
- *  AVX-512 level's bf16 route, e.g. "backend=avx512 matmul/fp32=avx512-fma ...
- *  matmul/bf16=avx512-widen (avx512 bf16 route chosen by table: ...)"; the chooser is the
- *  per-CPU table, FLEXPOINT_KERNEL_BF16_GEMM, flexpoint_set_kernel, or the CPU itself where
- *  only one route runs.
+/** @brief One line naming the backend, the matmul kernel per format, what chose the
+ *  AVX-512 level's bf16 route and how the int16 matmul picks its kernel per tile and what
+ *  chose that, e.g. "backend=avx512 matmul/fp32=avx512-fma ... matmul/bf16=avx512-widen
+ *  (avx512 bf16 route chosen by table: ...; int16 kernel: auto: fast where the norms allow,
+ *  else wrap (K >= 127) or split, chosen by default)"; the bf16 chooser is the per-CPU table,
+ *  FLEXPOINT_KERNEL_BF16_GEMM, flexpoint_set_kernel, or the CPU itself where only one route
+ *  runs; the int16 one "default", FLEXPOINT_KERNEL_I16_GEMM or flexpoint_set_kernel.
  *  @return A static string owned by the library, rewritten by each call (copy it before
  *          calling again from another thread). */
 FX_API const char *flexpoint_kernel_report(void);

@@ -9,13 +9,26 @@
  *    fp32 output within |c - ref| <= 1.01 (K + 2) 2^-24 sum_k |a_k b_k| (K fp32 roundings, no
  *    flushing on this data), bf16 output within that plus 2^-8 |ref| (one rounding to bf16);
  *  - each route's bits do not depend on the thread count, and flexpoint_kernel_name names the
- *    route in use. */
+ *    route in use.
+ * And the int16 GEMM's kernels (flex16_5 and dfp16: "auto", "split", "wrap", "fast"):
+ *  - every kernel this machine runs, forced with flexpoint_set_kernel on every SIMD level, gives
+ *    the exact int64 sums of an int64 reference (the level's MATMUL kernel called directly, on
+ *    full-range and Gaussian-like mantissas, edge tiles, K across depth blocks, 1 and 2
+ *    threads), and the tile counters show the forced kernel ran (no fast tiles under split or
+ *    wrap, fast tiles under fast on small data); flex16_5 matmuls and convolutions through the
+ *    public API give the scalar backend's output bits;
+ *  - FLEXPOINT_KERNEL_I16_GEMM in a child process of this program: "split" is taken and
+ *    reported as chosen by the variable, an unknown value and (without AVX512_VNNI) "wrap" are
+ *    refused with a message naming the variable and the kernels, and auto stays. */
+#define _POSIX_C_SOURCE 200809L /* popen */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
+#include "flex/gemm_i16.h"
 #include "testutil.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -227,8 +240,214 @@ static void check_route(const char *route)
     check_conv(route, 2, 3, 8, 8, 8, 1, 1, 0, 1, seed++);
 }
 
-int main(void)
+/* ---- the int16 GEMM's forced kernels ------------------------------------------------------ */
+
+static int16_t i16_value(test_rng *r, int full)
 {
+    if (full) return (int16_t)test_rng_range(r, -32767, 32767);
+    double v = 3000.0 * test_rng_normal(r); /* Gaussian-like: the fast kernel's data */
+    v = v > 32767 ? 32767 : v < -32767 ? -32767 : v;
+    return (int16_t)lrint(v);
+}
+
+/* One product through the MATMUL kernel of level be against the int64 reference; returns the
+ * fast tiles it ran (-1 on a mismatch, already reported). */
+static int64_t check_i16_product(const fx_backend *be, const char *kname, int64_t M, int64_t K,
+                                 int64_t N, int full, int threads, uint64_t seed)
+{
+    test_rng r;
+    test_rng_seed(&r, seed);
+    int16_t *A = malloc(sizeof(int16_t) * (size_t)(M * K)), *B = malloc(sizeof(int16_t) * (size_t)(K * N));
+    int64_t *want = calloc((size_t)(M * N), sizeof(int64_t)), *got = malloc(sizeof(int64_t) * (size_t)(M * N));
+    for (int64_t i = 0; i < M * K; i++) A[i] = i16_value(&r, full);
+    for (int64_t i = 0; i < K * N; i++) B[i] = i16_value(&r, full);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < N; j++) want[i * N + j] += (int64_t)A[i * K + k] * B[k * N + j];
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = FX_OP_MATMUL;
+    c.nin = 2;
+    const fx_operand oa = {A, FMT_FLEX16_5, -3, 2, {M, K}, {K, 1}};
+    const fx_operand ob = {B, FMT_FLEX16_5, 5, 2, {K, N}, {N, 1}};
+    c.in[0] = oa;
+    c.in[1] = ob;
+    c.out_ndim = 2;
+    c.out_shape[0] = M;
+    c.out_shape[1] = N;
+    c.out_numel = M * N;
+    c.out_i64 = got;
+    int exp = 0;
+    c.out_exp = &exp;
+    c.nthreads = threads;
+    int64_t fast = 0, split = 0;
+    fx_gemm_i16_reset_tile_counts();
+    CHECK_STATUS(be->kernels[FX_OP_MATMUL][FMT_FLEX16_5](&c), FX_OK);
+    fx_gemm_i16_tile_counts(&fast, &split);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < M * N && bad < 0; i++)
+        if (got[i] != want[i]) bad = i;
+    CHECK(bad < 0 && exp == 2, "%s %s: %lldx%lldx%lld %s, %d threads: exp %d, first bad [%lld] "
+          "%lld vs %lld", be->name, kname, (long long)M, (long long)K, (long long)N,
+          full ? "full-range" : "gaussian", threads, exp, (long long)bad,
+          bad >= 0 ? (long long)got[bad] : 0LL, bad >= 0 ? (long long)want[bad] : 0LL);
+    CHECK(fast + split > 0, "%s %s: %lldx%lldx%lld ran no tile of the tile GEMM", be->name, kname,
+          (long long)M, (long long)K, (long long)N);
+    free(A);
+    free(B);
+    free(want);
+    free(got);
+    return bad < 0 ? fast : -1;
+}
+
+/* flex16_5 matmul and convolution output bits through the public API (current backend). */
+static void i16_api_bits(uint16_t *mm, uint16_t *cv, int *exps)
+{
+    test_rng r;
+    test_rng_seed(&r, 77);
+    const int64_t sa[2] = {70, 300}, sb[2] = {300, 90}, sc[2] = {70, 90};
+    const int64_t xs[4] = {2, 16, 12, 12}, ws[4] = {24, 16, 3, 3}, ys[4] = {2, 24, 12, 12};
+    float *v = malloc(sizeof(float) * 70 * 300), *w = malloc(sizeof(float) * 300 * 90);
+    for (int i = 0; i < 70 * 300; i++) v[i] = (float)test_rng_normal(&r);
+    for (int i = 0; i < 300 * 90; i++) w[i] = (float)test_rng_normal(&r);
+    tensor_t *a = tensor_new(FMT_FLEX16_5, 2, sa), *b = tensor_new(FMT_FLEX16_5, 2, sb);
+    tensor_t *c = tensor_new(FMT_FLEX16_5, 2, sc);
+    tensor_t *x = tensor_new(FMT_FLEX16_5, 4, xs), *k = tensor_new(FMT_FLEX16_5, 4, ws);
+    tensor_t *y = tensor_new(FMT_FLEX16_5, 4, ys);
+    CHECK_STATUS(tensor_from_f32(a, v), FX_OK);
+    CHECK_STATUS(tensor_from_f32(b, w), FX_OK);
+    CHECK_STATUS(tensor_matmul(c, a, b), FX_OK);
+    CHECK_STATUS(tensor_get_raw(c, mm), FX_OK);
+    CHECK_STATUS(tensor_get_exp(c, &exps[0]), FX_OK);
+    CHECK_STATUS(tensor_from_f32(x, v), FX_OK); /* 4608 of the values */
+    CHECK_STATUS(tensor_from_f32(k, w), FX_OK); /* 3456 */
+    CHECK_STATUS(tensor_conv2d(y, x, k, 1, 1, 1, 1, 1, 1), FX_OK);
+    CHECK_STATUS(tensor_get_raw(y, cv), FX_OK);
+    CHECK_STATUS(tensor_get_exp(y, &exps[1]), FX_OK);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(c);
+    tensor_free(x);
+    tensor_free(k);
+    tensor_free(y);
+    free(v);
+    free(w);
+}
+
+static int check_i16_kernels(void)
+{
+    enum { MM = 70 * 90, CV = 2 * 24 * 12 * 12 };
+    static uint16_t mm_ref[MM], cv_ref[CV], mm[MM], cv[CV];
+    CHECK_STATUS(flexpoint_set_backend("scalar"), FX_OK);
+    int exps_ref[2], exps[2];
+    i16_api_bits(mm_ref, cv_ref, exps_ref);
+    /* products: edge tiles, one and several K blocks (FX_GEMM_I16_KC = 384), K below and above
+     * the wrap kernel's gate, a product above the default fast-kernel size gates */
+    static const int64_t shapes[][3] = {{7, 33, 19},  {13, 200, 70},  {20, 1100, 37},
+                                        {6, 129, 64}, {520, 256, 140}};
+    int checked = 0;
+    for (int lvl = FX_BACKEND_AVX2; lvl < FX_BACKEND_COUNT; lvl++) {
+        if (!flexpoint_backend_available(lvl)) continue;
+        const fx_backend *be = fx_backend_get(lvl);
+        CHECK_STATUS(flexpoint_set_backend(be->name), FX_OK);
+        for (int kk = 0; kk < FX_GEMM_I16_KERNELS; kk++) {
+            const char *kname = fx_gemm_i16_kernel_name(kk);
+            const int st = flexpoint_set_kernel("matmul", FMT_DFP16, kname);
+            if (kk == FX_GEMM_I16_KERNEL_WRAP && !fx_cpu()->avx512vnni) {
+                CHECK_STATUS(st, FX_EUNSUPPORTED);
+                continue;
+            }
+            CHECK_STATUS(st, FX_OK);
+            char want[32];
+            snprintf(want, sizeof want, "%s-i16%s%s", be->name, kk ? "-" : "", kk ? kname : "");
+            if (lvl == FX_BACKEND_AVX2 && kk == FX_GEMM_I16_KERNEL_WRAP)
+                snprintf(want, sizeof want, "avx2-i16-split"); /* no wrap kernel on AVX2 */
+            CHECK(strcmp(flexpoint_kernel_name("matmul", FMT_FLEX16_5), want) == 0 &&
+                  strcmp(flexpoint_kernel_name("matmul", FMT_DFP16), want) == 0,
+                  "forced %s on %s: names %s / %s", kname, be->name,
+                  flexpoint_kernel_name("matmul", FMT_FLEX16_5),
+                  flexpoint_kernel_name("matmul", FMT_DFP16));
+            const char *rep = flexpoint_kernel_report();
+            CHECK(strstr(rep, "chosen by flexpoint_set_kernel)") != NULL, "report: %s", rep);
+            uint64_t seed = 1000u * (uint64_t)(lvl * 8 + kk);
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                for (int full = 0; full <= 1; full++)
+                    for (int threads = 1; threads <= 2; threads++) {
+                        const int64_t fast =
+                            check_i16_product(be, kname, shapes[s][0], shapes[s][1],
+                                              shapes[s][2], full, threads, seed++);
+                        if (fast < 0) continue;
+                        if (kk == FX_GEMM_I16_KERNEL_SPLIT || kk == FX_GEMM_I16_KERNEL_WRAP || full)
+                            CHECK(fast == 0, "%s forced %s: %lld fast tiles", be->name, kname,
+                                  (long long)fast);
+                        else if (kk == FX_GEMM_I16_KERNEL_FAST)
+                            CHECK(fast > 0, "%s forced fast: no fast tile on Gaussian data, "
+                                  "%lldx%lldx%lld", be->name, (long long)shapes[s][0],
+                                  (long long)shapes[s][1], (long long)shapes[s][2]);
+                    }
+            i16_api_bits(mm, cv, exps);
+            CHECK(memcmp(mm, mm_ref, sizeof mm) == 0 && exps[0] == exps_ref[0],
+                  "%s forced %s: matmul bits differ from the scalar backend's", be->name, kname);
+            CHECK(memcmp(cv, cv_ref, sizeof cv) == 0 && exps[1] == exps_ref[1],
+                  "%s forced %s: conv2d bits differ from the scalar backend's", be->name, kname);
+            checked++;
+        }
+    }
+    CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_FLEX16_5, "avx2-i16"), FX_OK); /* = auto */
+    CHECK(fx_gemm_i16_forced_kernel() == FX_GEMM_I16_KERNEL_AUTO, "avx2-i16 is auto");
+    CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_FLEX16_5, "splitt"), FX_ENAME);
+    CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_DFP16, "avx2-i16-"), FX_ENAME);
+    CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_DFP16, "avx512-i16x"), FX_ENAME);
+    CHECK(fx_gemm_i16_forced_kernel() == FX_GEMM_I16_KERNEL_AUTO, "a refused name changed it");
+    return checked;
+}
+
+/* FLEXPOINT_KERNEL_I16_GEMM=value in a child run of this program ("--i16-child" prints the
+ * flex16_5 kernel name and the report); its stdout and stderr into out. */
+static void run_child(const char *self, const char *value, char *out, size_t n)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "FLEXPOINT_KERNEL_I16_GEMM='%s' '%s' --i16-child 2>&1", value, self);
+    FILE *p = popen(cmd, "r");
+    size_t got = 0;
+    if (p) {
+        got = fread(out, 1, n - 1, p);
+        CHECK(pclose(p) == 0, "child with FLEXPOINT_KERNEL_I16_GEMM=%s failed: %.*s", value,
+              (int)got, out);
+    } else {
+        CHECK(0, "popen: %s", cmd);
+    }
+    out[got] = '\0';
+}
+
+static void check_i16_env(const char *self)
+{
+    char out[4096];
+    run_child(self, "split", out, sizeof out);
+    CHECK(strstr(out, "i16-split") && strstr(out, "chosen by FLEXPOINT_KERNEL_I16_GEMM)") &&
+          !strstr(out, "flexpoint: FLEXPOINT_KERNEL_I16_GEMM"), "split: %s", out);
+    run_child(self, "bogus", out, sizeof out);
+    CHECK(strstr(out, "flexpoint: FLEXPOINT_KERNEL_I16_GEMM=bogus is not an int16 GEMM kernel "
+                      "(auto, split, wrap, fast); using auto") != NULL, "bogus: %s", out);
+    CHECK(strstr(out, "chosen by default)") && !strstr(out, "i16-"), "bogus kept auto: %s", out);
+    if (!fx_cpu()->avx512vnni || !flexpoint_backend_available(FX_BACKEND_AVX512)) {
+        run_child(self, "wrap", out, sizeof out);
+        CHECK(strstr(out, "FLEXPOINT_KERNEL_I16_GEMM=wrap needs AVX-512 with AVX512_VNNI") &&
+              strstr(out, "chosen by default)"), "wrap without VNNI: %s", out);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--i16-child") == 0) {
+        printf("kernel %s\nreport %s\n", flexpoint_kernel_name("matmul", FMT_FLEX16_5),
+               flexpoint_kernel_report());
+        return 0;
+    }
+    check_i16_env(argv[0]);
+    const int i16_checked = check_i16_kernels();
+    CHECK(i16_checked >= 3 || !flexpoint_backend_available(FX_BACKEND_AVX2),
+          "only %d int16 kernels checked", i16_checked);
     check_table();
     check_bad_input();
     int routes = 0;
@@ -253,8 +472,9 @@ int main(void)
             routes++;
         }
     }
-    fprintf(stderr, "test_kernel_select: %d bf16 matmul kernels checked (%s; %s)\n", routes,
-            flexpoint_cpu_model(), flexpoint_cpu_features());
+    fprintf(stderr, "test_kernel_select: %d bf16 matmul kernels and %d (level, int16 kernel) "
+            "pairs checked (%s; %s)\n", routes, i16_checked, flexpoint_cpu_model(),
+            flexpoint_cpu_features());
     CHECK(routes >= 1, "no route checked");
     return test_finish("test_kernel_select");
 }

@@ -2,6 +2,7 @@
  * starts as a copy of the level below and overwrites what it does faster), detects the CPU,
  * and selects the active backend (best available, or FLEXPOINT_CPU). */
 #include "backend.h"
+#include "../flex/gemm_i16.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -30,8 +31,10 @@ int fx_bf16_matmul_avx512bf16(const fx_op_call *c); /* src/bf16/bf16_gemm.h */
 static fx_kernel fx_bf16_widen_kernel;                /* the fp32 MATMUL kernel */
 static int fx_bf16_route = FX_BF16_GEMM_WIDEN;
 static char fx_bf16_route_why[160] = "the CPU: no AVX512_BF16, widen is the only route";
+/* what chose the int16 GEMM's kernel (fx_gemm_i16_force_kernel) */
+static char fx_i16_kernel_why[64] = "default";
 static char fx_cpu_model_string[64];
-static char fx_kernel_report_string[512];
+static char fx_kernel_report_string[768];
 
 static int fx_backend_runnable(int i, const fx_cpu_features *c)
 {
@@ -43,6 +46,12 @@ static int fx_backend_runnable(int i, const fx_cpu_features *c)
                c->avx512dq;
     default: return 0;
     }
+}
+
+/* The wrap kernel of the int16 GEMM exists on the AVX-512 level with AVX512_VNNI only. */
+static int fx_i16_wrap_runnable(const fx_cpu_features *c)
+{
+    return fx_backend_runnable(FX_BACKEND_AVX512, c) && c->avx512vnni;
 }
 
 static int fx_backend_index(const char *name)
@@ -112,6 +121,23 @@ static void fx_backends_build(void)
                     kenv, fx_bf16_gemm_route_name(fx_bf16_route));
         else
             snprintf(fx_bf16_route_why, sizeof fx_bf16_route_why, "FLEXPOINT_KERNEL_BF16_GEMM");
+    }
+    /* the int16 GEMM's kernel (both integer formats share it): auto unless
+     * FLEXPOINT_KERNEL_I16_GEMM forces one; refused values leave auto and say why, as the bf16
+     * variable does */
+    const char *ienv = getenv("FLEXPOINT_KERNEL_I16_GEMM");
+    if (ienv && *ienv) {
+        const int k = fx_gemm_i16_kernel_parse(ienv);
+        if (k < 0)
+            fprintf(stderr, "flexpoint: FLEXPOINT_KERNEL_I16_GEMM=%.64s is not an int16 GEMM "
+                            "kernel (auto, split, wrap, fast); using auto\n", ienv);
+        else if (k == FX_GEMM_I16_KERNEL_WRAP && !fx_i16_wrap_runnable(&fx_cpu_info))
+            fprintf(stderr, "flexpoint: FLEXPOINT_KERNEL_I16_GEMM=%s needs AVX-512 with "
+                            "AVX512_VNNI, which this CPU lacks; using auto\n", ienv);
+        else {
+            fx_gemm_i16_force_kernel(k);
+            snprintf(fx_i16_kernel_why, sizeof fx_i16_kernel_why, "FLEXPOINT_KERNEL_I16_GEMM");
+        }
     }
     snprintf(fx_cpu_model_string, sizeof fx_cpu_model_string, "%s family %d model %d",
              fx_cpu_info.vendor[0] ? fx_cpu_info.vendor : "unknown", fx_cpu_info.family,
@@ -248,15 +274,26 @@ const char *flexpoint_cpu_model(void)
     return fx_cpu_model_string;
 }
 
-/* MATMUL kernel names per backend level and format (convolutions run on the same GEMMs). */
+/* MATMUL kernel names per backend level and format (convolutions run on the same GEMMs). The
+ * int16 GEMM's name carries a forced kernel ("avx2-i16-split"); under auto it is the level's
+ * plain name ("avx2-i16"), whose kernel choice per tile flexpoint_kernel_report spells out. */
 static const char *fx_matmul_kernel(int backend, fmt_t fmt)
 {
+    static const char *const i16[2][FX_GEMM_I16_KERNELS] = {
+        {"avx2-i16", "avx2-i16-split", "avx2-i16-wrap", "avx2-i16-fast"},
+        {"avx512-i16", "avx512-i16-split", "avx512-i16-wrap", "avx512-i16-fast"}};
     const int integer = fmt == FMT_FLEX16_5 || fmt == FMT_DFP16;
     switch (backend) {
     case FX_BACKEND_SCALAR: return "scalar";
-    case FX_BACKEND_AVX2: return integer ? "avx2-i16" : fmt == FMT_FP32 ? "avx2-fma" : "avx2-widen";
+    case FX_BACKEND_AVX2:
+        if (integer) {
+            /* this level has no wrap kernel: forced wrap runs split here */
+            const int k = fx_gemm_i16_forced_kernel();
+            return i16[0][k == FX_GEMM_I16_KERNEL_WRAP ? FX_GEMM_I16_KERNEL_SPLIT : k];
+        }
+        return fmt == FMT_FP32 ? "avx2-fma" : "avx2-widen";
     default:
-        if (integer) return "avx512-i16";
+        if (integer) return i16[1][fx_gemm_i16_forced_kernel()];
         if (fmt == FMT_FP32) return "avx512-fma";
         if (fmt == FMT_FP16) return "avx512-widen";
         return fx_bf16_gemm_route() == FX_BF16_GEMM_DPBF16 ? "avx512-dpbf16" : "avx512-widen";
@@ -271,6 +308,27 @@ const char *flexpoint_kernel_name(const char *op, fmt_t fmt)
     return fx_matmul_kernel(__atomic_load_n(&fx_active, __ATOMIC_ACQUIRE), fmt);
 }
 
+/* The int16 GEMM's kernels (flex16_5 and dfp16 share it): "auto", "split", "wrap", "fast", bare
+ * or with the "avx2-i16-" / "avx512-i16-" prefix flexpoint_kernel_name() gives; the plain
+ * level names "avx2-i16" / "avx512-i16" are auto. */
+static int fx_set_i16_kernel(const char *name)
+{
+    const char *bare = name;
+    if (strncmp(bare, "avx512-i16", 10) == 0) bare += 10;
+    else if (strncmp(bare, "avx2-i16", 8) == 0) bare += 8;
+    if (bare != name) bare = *bare == '\0' ? "auto" : *bare == '-' ? bare + 1 : "";
+    const int k = fx_gemm_i16_kernel_parse(bare);
+    if (k < 0)
+        return FX_FAIL(FX_ENAME, "unknown int16 matmul kernel '%.64s' (known: auto, split, wrap, "
+                                 "fast)", name);
+    if (k == FX_GEMM_I16_KERNEL_WRAP && !fx_i16_wrap_runnable(&fx_cpu_info))
+        return FX_FAIL(FX_EUNSUPPORTED, "int16 matmul kernel '%s' needs AVX-512 with AVX512_VNNI "
+                                        "(detected: %s)", name, fx_cpu_string);
+    fx_gemm_i16_force_kernel(k);
+    snprintf(fx_i16_kernel_why, sizeof fx_i16_kernel_why, "flexpoint_set_kernel");
+    return FX_OK;
+}
+
 int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name)
 {
     if (!op || !name) return FX_FAIL(FX_EINVAL, "op or name is NULL");
@@ -278,6 +336,7 @@ int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name)
     if (strcmp(op, "matmul") != 0)
         return FX_FAIL(FX_ENAME, "unknown op '%.64s' (known: matmul)", op);
     fx_init();
+    if (fmt == FMT_FLEX16_5 || fmt == FMT_DFP16) return fx_set_i16_kernel(name);
     if (fmt != FMT_BF16) { /* one kernel per level: only its own name is accepted */
         const char *cur = fx_matmul_kernel(__atomic_load_n(&fx_active, __ATOMIC_ACQUIRE), fmt);
         if (strcmp(name, cur) == 0) return FX_OK;
@@ -296,6 +355,24 @@ int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name)
     return FX_OK;
 }
 
+/* How the int16 GEMM of a level picks its kernel per tile. */
+static const char *fx_i16_choice(int backend)
+{
+    if (backend == FX_BACKEND_SCALAR) return "the scalar loop";
+    const int wrap = backend == FX_BACKEND_AVX512 && fx_cpu_info.avx512vnni;
+    switch (fx_gemm_i16_forced_kernel()) {
+    case FX_GEMM_I16_KERNEL_SPLIT: return "split on every tile";
+    case FX_GEMM_I16_KERNEL_WRAP:
+        return wrap ? "wrap on every tile" : "split on every tile (no wrap kernel on this level)";
+    case FX_GEMM_I16_KERNEL_FAST:
+        return wrap ? "fast where the norms allow on every product, else wrap (K >= 127) or split"
+                    : "fast where the norms allow on every product, else split";
+    default:
+        return wrap ? "auto: fast where the norms allow, else wrap (K >= 127) or split"
+                    : "auto: fast where the norms allow, else split";
+    }
+}
+
 const char *flexpoint_kernel_report(void)
 {
     fx_init();
@@ -308,6 +385,7 @@ const char *flexpoint_kernel_report(void)
                          fx_matmul_kernel(be, (fmt_t)f));
     if (used > 0 && (size_t)used < sizeof fx_kernel_report_string)
         snprintf(fx_kernel_report_string + used, sizeof fx_kernel_report_string - (size_t)used,
-                 " (avx512 bf16 route chosen by %s)", fx_bf16_route_why);
+                 " (avx512 bf16 route chosen by %s; int16 kernel: %s, chosen by %s)",
+                 fx_bf16_route_why, fx_i16_choice(be), fx_i16_kernel_why);
     return fx_kernel_report_string;
 }

@@ -352,6 +352,40 @@ int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, i
 }
 
 static _Atomic int g_mode = FX_GEMM_I16_AUTO;
+static _Atomic int g_forced = FX_GEMM_I16_KERNEL_AUTO; /* fx_gemm_i16_force_kernel */
+
+static const char *const fx_i16_kernel_names[FX_GEMM_I16_KERNELS] = {"auto", "split", "wrap",
+                                                                      "fast"};
+
+const char *fx_gemm_i16_kernel_name(int kernel)
+{
+    return kernel >= 0 && kernel < FX_GEMM_I16_KERNELS ? fx_i16_kernel_names[kernel] : NULL;
+}
+
+int fx_gemm_i16_kernel_parse(const char *name)
+{
+    for (int i = 0; name && i < FX_GEMM_I16_KERNELS; i++)
+        if (strcmp(name, fx_i16_kernel_names[i]) == 0) return i;
+    return -1;
+}
+
+int fx_gemm_i16_force_kernel(int kernel)
+{
+    if (kernel < 0 || kernel >= FX_GEMM_I16_KERNELS) return FX_EINVAL;
+    g_forced = kernel;
+    return FX_OK;
+}
+
+int fx_gemm_i16_forced_kernel(void) { return g_forced; }
+
+int fx_gemm_i16_wrap_pays(int64_t K)
+{
+    const int forced = g_forced;
+    if (forced == FX_GEMM_I16_KERNEL_SPLIT) return 0;
+    if (forced == FX_GEMM_I16_KERNEL_WRAP) return 1;
+    const int64_t kc = K < FX_GEMM_I16_KC ? K : FX_GEMM_I16_KC;
+    return (kc + 1) / 2 >= FX_GEMM_I16_WRAP_MIN_KP;
+}
 static _Atomic int64_t g_fast_tiles, g_split_tiles;
 
 void fx_gemm_i16_set_mode(int mode) { g_mode = mode; }
@@ -400,7 +434,13 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     if (use_wrap && !kd->wrap) return FX_EUNSUPPORTED; /* a level without the wrap kernel */
     const int64_t np_all = (N + nr - 1) / nr;
     const int64_t kp_all = (K + 1) / 2;
-    const int mode = g_mode;
+    /* a forced kernel (fx_gemm_i16_force_kernel) maps onto the test modes: split and wrap take
+     * no norms, fast tests them everywhere */
+    const int forced = g_forced;
+    const int mode = forced == FX_GEMM_I16_KERNEL_SPLIT || forced == FX_GEMM_I16_KERNEL_WRAP
+                         ? FX_GEMM_I16_SPLIT_ONLY
+                     : forced == FX_GEMM_I16_KERNEL_FAST ? FX_GEMM_I16_NORM_ALWAYS
+                                                         : g_mode;
     const int64_t min_m = kd->fast_min_m ? kd->fast_min_m : FX_GEMM_FAST_MIN_M;
     const int64_t min_n = kd->fast_min_n ? kd->fast_min_n : FX_GEMM_FAST_MIN_N;
     const int64_t min_kp = kd->fast_min_kp ? kd->fast_min_kp : FX_GEMM_FAST_MIN_KP;

@@ -137,12 +137,36 @@ typedef void (*fx_gemm_i16_wrap_ukr)(int64_t kp, const int32_t *ap, const int32_
  * shorter takes the split kernel (and a convolution pre-splits its weights for it). */
 #define FX_GEMM_I16_WRAP_MIN_KP 64
 
-/* 1 when a product with inner dimension K takes the wrap kernel (on a level that has one). */
-static inline int fx_gemm_i16_wrap_pays(int64_t K)
-{
-    const int64_t kc = K < FX_GEMM_I16_KC ? K : FX_GEMM_I16_KC;
-    return (kc + 1) / 2 >= FX_GEMM_I16_WRAP_MIN_KP;
-}
+/* The int16 GEMM's kernel choice, process-wide (FLEXPOINT_KERNEL_I16_GEMM, flexpoint_set_kernel;
+ * src/core/backend.c installs it). AUTO: the fast kernel on the tiles whose norms allow it
+ * (on products above the level's size gates, after the probe block found one), else the wrap
+ * kernel where the level has it and fx_gemm_i16_wrap_pays, else split. SPLIT: the split kernel
+ * on every tile, no norms. WRAP: the wrap kernel on every tile and K, no norms (only on a level
+ * that has it). FAST: the norm test on every tile of every product, no gates and no probe; the
+ * tiles it refuses take the any-data kernel AUTO would take, since the fast kernel cannot be
+ * forced on data that would wrap its int32 chains. A pre-split B (a convolution's weights)
+ * takes the any-data kernel of its layout, which the convolution chooses with
+ * fx_gemm_i16_b_layout_for, so it follows the setting too. Every choice gives the same exact
+ * int64 sums; only the speed differs. */
+enum {
+    FX_GEMM_I16_KERNEL_AUTO = 0,
+    FX_GEMM_I16_KERNEL_SPLIT = 1,
+    FX_GEMM_I16_KERNEL_WRAP = 2,
+    FX_GEMM_I16_KERNEL_FAST = 3,
+    FX_GEMM_I16_KERNELS = 4
+};
+/* Names "auto", "split", "wrap", "fast" and back (-1: unknown name) */
+const char *fx_gemm_i16_kernel_name(int kernel);
+int fx_gemm_i16_kernel_parse(const char *name);
+/* Install a choice (not while products run on other threads); the caller checks that the CPU
+ * can run it (WRAP needs AVX512_VNNI). FX_EINVAL for an unknown value. */
+int fx_gemm_i16_force_kernel(int kernel);
+int fx_gemm_i16_forced_kernel(void);
+
+/* 1 when a product with inner dimension K takes the wrap kernel (on a level that has one):
+ * where it pays (FX_GEMM_I16_WRAP_MIN_KP) under AUTO and FAST, always under WRAP, never under
+ * SPLIT. */
+int fx_gemm_i16_wrap_pays(int64_t K);
 
 /* int16 units of one wrap B micro-panel of kp pairs and nr columns (a multiple of 2*nr). */
 int64_t fx_gemm_i16_wrap_panel_numel(int64_t kp, int nr);
