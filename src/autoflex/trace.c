@@ -18,7 +18,7 @@
 #define fx_getpid() ((long)_getpid())
 #define fx_fsync_file(f) _commit(_fileno(f))
 #else
-#include "../train/checkpoint.h" /* fx_remove_stale_temps */
+#include "../core/file_atomic.h" /* fx_remove_stale_temps */
 
 #include <fcntl.h>
 #include <unistd.h>
