@@ -27,7 +27,14 @@
  * - `add` (fx_model_def_add): the element-wise sum of two layers of equal shape (residual);
  * - `flatten` (fx_model_def_flatten): any shape -> (F), a view (no copy);
  * - `dropout` (fx_model_def_dropout): in training only, with a mask drawn from the run's seed
- *   and step, so runs repeat and resume bit for bit.
+ *   and step, so runs repeat and resume bit for bit;
+ * - language models over (T) token numbers (a text dataset, fx_dataset_text()):
+ *   `embedding` (fx_model_def_embedding), `layernorm` (fx_model_def_layernorm), `attention`
+ *   (fx_model_def_attention), `token_linear` (fx_model_def_token_linear). A definition whose
+ *   input is (T) and whose first layer is an embedding is a sequence model: its last layer
+ *   gives (T, classes), one prediction per position, and the loss is the softmax
+ *   cross-entropy averaged over every position of the batch. These layers run on host
+ *   trainers of one process.
  * fx_model_def_layer() adds any of them by kind name with `key=value` options, as one line of a
  * model file does (docs/models.md).
  *
@@ -218,6 +225,68 @@ FX_API int fx_model_def_flatten(fx_model_def *d, const char *name, const char *i
  *  @retval FX_ESHAPE an input already feeding two layers.
  *  @retval FX_ENOMEM */
 FX_API int fx_model_def_dropout(fx_model_def *d, const char *name, const char *input, double p);
+
+/** @brief Token and learned position embedding: (T) token numbers -> (T, dim), row t of a
+ *  sample = tok[token_t] + pos[t]. Parameters `NAME.tok` [vocab, dim] and `NAME.pos` [T, dim],
+ *  initialised uniformly in +-1/sqrt(dim). It reads the network input, which must be (T).
+ *  @param[in,out] d     The definition.
+ *  @param[in]     name  The new layer's name.
+ *  @param[in]     input "input", or NULL / "" when it is the first layer.
+ *  @param[in]     vocab Table rows, in [1, 65536]; at least the dataset's classes.
+ *  @param[in]     dim   Width, in [1, 65536].
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL d.
+ *  @retval FX_ENAME as for fx_model_def_linear().
+ *  @retval FX_ESHAPE an input other than the network's (T), sizes out of range.
+ *  @retval FX_ENOMEM */
+FX_API int fx_model_def_embedding(fx_model_def *d, const char *name, const char *input,
+                                  int64_t vocab, int64_t dim);
+
+/** @brief Layer normalisation over the last dimension D (tensor_layernorm(), eps 1e-5), with
+ *  fp32 parameters `NAME.gamma` (1) and `NAME.beta` (0) of D values; statistics in fp32.
+ *  @param[in,out] d     The definition.
+ *  @param[in]     name  The new layer's name.
+ *  @param[in]     input As for fx_model_def_linear().
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL d.
+ *  @retval FX_ENAME as for fx_model_def_linear().
+ *  @retval FX_ESHAPE a last dimension above 65536, an input already feeding two layers.
+ *  @retval FX_ENOMEM */
+FX_API int fx_model_def_layernorm(fx_model_def *d, const char *name, const char *input);
+
+/** @brief Multi-head causal self-attention over (T, D): q, k, v = x Wq^T, x Wk^T, x Wv^T;
+ *  per head (D / heads wide) P = softmax(causal_mask(q k^T / sqrt(D / heads))), o = P v; the
+ *  heads side by side times Wo^T. Parameters `NAME.wq`, `NAME.wk`, `NAME.wv`, `NAME.wo`, each
+ *  [D, D] (no biases), initialised uniformly in +-1/sqrt(D). Products by tensor_bmm() (exact
+ *  integer sums in FLEX16_5/DFP16); the scaled, masked scores are fp32 and the softmax
+ *  statistics fp32; q, k, v, the scores, the probabilities and o are written in the layer's
+ *  activation format.
+ *  @param[in,out] d     The definition.
+ *  @param[in]     name  The new layer's name.
+ *  @param[in]     input As for fx_model_def_linear().
+ *  @param[in]     heads Heads, >= 1, dividing D.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL d.
+ *  @retval FX_ENAME as for fx_model_def_linear().
+ *  @retval FX_ESHAPE an input that is not (T, D), heads not dividing D, D above 65536.
+ *  @retval FX_ENOMEM */
+FX_API int fx_model_def_attention(fx_model_def *d, const char *name, const char *input,
+                                  int heads);
+
+/** @brief A linear layer applied at every position: (T, F) -> (T, out), y_t = x_t W^T + b
+ *  with W [out, F] and b [out] initialised uniformly in +-1/sqrt(F). A GEMM layer for format
+ *  policies.
+ *  @param[in,out] d            The definition.
+ *  @param[in]     name         The new layer's name.
+ *  @param[in]     input        As for fx_model_def_linear().
+ *  @param[in]     out_features In [1, 65536].
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL d.
+ *  @retval FX_ENAME as for fx_model_def_linear().
+ *  @retval FX_ESHAPE an input that is not (T, F), sizes out of range.
+ *  @retval FX_ENOMEM */
+FX_API int fx_model_def_token_linear(fx_model_def *d, const char *name, const char *input,
+                                     int64_t out_features);
 
 /** @brief Add a layer by kind name with `key=value` options separated by spaces: the generic
  *  form of the functions above and of a model file's layer line (docs/models.md lists every

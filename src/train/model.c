@@ -48,7 +48,9 @@ static int fx_add_param(fx_model *m, const char *name, fmt_t fmt, fmt_t gfmt, in
 /* The formats of a new layer's tensors from the policy (the run's format without one). */
 static void fx_layer_formats(fx_model *m, fx_layer *l)
 {
-    const int run = m->cfg.fmt, compute = l->kind == FX_L_CONV || l->kind == FX_L_LINEAR;
+    const int run = m->cfg.fmt,
+              compute = l->kind == FX_L_CONV || l->kind == FX_L_LINEAR ||
+                        l->kind == FX_L_TLINEAR || l->kind == FX_L_ATTN || l->kind == FX_L_EMBED;
     const int first = compute && !m->seen_compute, last = m->adding_last;
     fx_policy *p = &m->policy;
     l->fw = fx_policy_format(p, l->name, (int)l->kind, first, last, FX_PC_WEIGHTS, run);
@@ -254,6 +256,90 @@ static int fx_add(fx_model *m, const char *name, int a, int b)
     return LAST(m);
 }
 
+/* Sequence-model layers. Parameters in a fixed order per layer; fan_in keys the initial
+ * bound (1/sqrt(fan_in)); layer-norm parameters are fp32 (named .gamma/.beta: 1 and 0). */
+static int fx_param_of(fx_model *m, int li, const char *name, const char *suffix, int ndim,
+                       const int64_t *shape, int fan_in, int decay)
+{
+    char pn[48];
+    snprintf(pn, sizeof pn, "%s.%s", name, suffix);
+    return fx_add_param(m, pn, (fmt_t)m->layers[li].fw, (fmt_t)m->layers[li].fdw, ndim, shape,
+                        fan_in, decay);
+}
+
+static int fx_embed(fx_model *m, const char *name, int64_t vocab, int64_t dim)
+{
+    if (m->in_fmt < 0) m->in_fmt = m->cfg.fmt; /* the token numbers are not read as values */
+    fx_layer *l = fx_add_layer(m, FX_L_EMBED, name, -1, -2);
+    if (!l) return FX_FAIL(FX_ENOMEM, "out of memory");
+    const int li = LAST(m);
+    const int64_t T = m->in_shape[1], ts[2] = {vocab, dim}, ps[2] = {T, dim};
+    l->shape[0] = m->in_shape[0]; /* the batch; fx_build_def_layer sets the rest */
+    int w = fx_param_of(m, li, name, "tok", 2, ts, (int)dim, 0);
+    if (w < 0) return w;
+    int b = fx_param_of(m, li, name, "pos", 2, ps, (int)dim, 0);
+    if (b < 0) return b;
+    m->layers[li].w = w;
+    m->layers[li].b = b;
+    return li;
+}
+
+static int fx_ln(fx_model *m, const char *name, int in)
+{
+    int li = fx_simple(m, FX_L_LN, name, in);
+    if (li < 0) return li;
+    fx_layer *l = &m->layers[li];
+    int64_t s[1] = {l->shape[l->ndim - 1]};
+    char pn[48];
+    snprintf(pn, sizeof pn, "%s.gamma", name);
+    int g = fx_add_param(m, pn, FMT_FP32, FMT_FP32, 1, s, 0, 0);
+    if (g < 0) return g;
+    snprintf(pn, sizeof pn, "%s.beta", name);
+    int b = fx_add_param(m, pn, FMT_FP32, FMT_FP32, 1, s, 0, 0);
+    if (b < 0) return b;
+    m->layers[li].w = g;
+    m->layers[li].b = b;
+    m->layers[li].channels = s[0];
+    return li;
+}
+
+static int fx_attn(fx_model *m, const char *name, int in, int heads)
+{
+    in = fx_cast_input(m, name, FX_L_ATTN, in);
+    if (in < -1) return in;
+    int li = fx_simple(m, FX_L_ATTN, name, in);
+    if (li < 0) return li;
+    const int64_t D = m->layers[li].shape[2], ws[2] = {D, D};
+    static const char *const names[4] = {"wq", "wk", "wv", "wo"};
+    for (int j = 0; j < 4; j++) {
+        int w = fx_param_of(m, li, name, names[j], 2, ws, (int)D, 1);
+        if (w < 0) return w;
+        if (j == 0) m->layers[li].w = w;
+    }
+    m->layers[li].heads = heads;
+    return li;
+}
+
+static int fx_tlinear(fx_model *m, const char *name, int in, int64_t out_f)
+{
+    in = fx_cast_input(m, name, FX_L_TLINEAR, in);
+    if (in < -1) return in;
+    int li = fx_simple(m, FX_L_TLINEAR, name, in);
+    if (li < 0) return li;
+    const int64_t F = m->layers[li].shape[2], ws[2] = {out_f, F}, bs[1] = {out_f};
+    int w = fx_param_of(m, li, name, "w", 2, ws, (int)F, 1);
+    if (w < 0) return w;
+    fx_layer *l = &m->layers[li];
+    l->w = w;
+    char pn[48];
+    snprintf(pn, sizeof pn, "%s.b", name);
+    int b = fx_add_param(m, pn, (fmt_t)m->layers[li].fb, (fmt_t)m->layers[li].fdw, 1, bs,
+                         (int)F, 0);
+    if (b < 0) return b;
+    m->layers[li].b = b;
+    return li;
+}
+
 /* Layer i of definition d, reading the model layers that map[] gives for d's layers (a
  * policy's casts make the model's indices differ from the definition's). Parameters are added
  * in the definition's order, which keys their initial values (fx_init_params). */
@@ -276,6 +362,10 @@ static int fx_build_def_layer(fx_model *m, const fx_model_def *d, int i, const i
     case FX_DK_ADD: li = fx_add(m, dl->name, in0, dl->in[1] < 0 ? -1 : map[dl->in[1]]); break;
     case FX_DK_FLATTEN: li = fx_simple(m, FX_L_FLATTEN, dl->name, in0); break;
     case FX_DK_DROPOUT: li = fx_simple(m, FX_L_DROPOUT, dl->name, in0); break;
+    case FX_DK_EMBED: li = fx_embed(m, dl->name, dl->vocab, dl->out); break;
+    case FX_DK_LN: li = fx_ln(m, dl->name, in0); break;
+    case FX_DK_ATTN: li = fx_attn(m, dl->name, in0, dl->heads); break;
+    case FX_DK_TLINEAR: li = fx_tlinear(m, dl->name, in0, dl->out); break;
     default: return FX_FAIL(FX_EINVAL, "layer '%s': unknown kind %d", dl->name, (int)dl->kind);
     }
     if (li < 0) return li;
@@ -438,7 +528,18 @@ static int fx_model_def_fits(const fx_model_def *d, int C, int H, int W, int cla
                         "%dx%dx%d (%lld values)", d->name, (long long)numel, C, H, W,
                         (long long)C * H * W);
     const fx_def_layer *last = &d->layers[d->n - 1];
-    if (last->ndim != 1 || last->shape[0] != classes)
+    if (d->layers[0].kind == FX_DK_EMBED) {
+        /* a sequence model: one prediction per position */
+        const int64_t T = d->in_shape[0];
+        if (d->layers[0].vocab < classes)
+            return fx_error(FX_ESHAPE, f, "model '%s': embedding '%s' has %lld rows; the "
+                            "dataset has %d tokens", d->name, d->layers[0].name,
+                            (long long)d->layers[0].vocab, classes);
+        if (last->ndim != 2 || last->shape[0] != T || last->shape[1] != classes)
+            return fx_error(FX_ESHAPE, f, "model '%s': its last layer '%s' must give (%lld, %d) "
+                            "(a prediction over the %d tokens at each position)", d->name,
+                            last->name, (long long)T, classes, classes);
+    } else if (last->ndim != 1 || last->shape[0] != classes)
         return fx_error(FX_ESHAPE, f, "model '%s': its last layer '%s' gives %lld value%s of "
                         "rank %d per sample; the loss needs one per class (%d)", d->name,
                         last->name, (long long)last->shape[0], last->shape[0] == 1 ? "" : "s",
@@ -461,6 +562,13 @@ int fx_model_build_def(fx_model *m, const fx_train_config *cfg, const fx_model_d
     m->in_shape[0] = cfg->batch_size;
     memcpy(m->in_shape + 1, def->in_shape, (size_t)def->in_ndim * sizeof def->in_shape[0]);
     m->in_fmt = -1;
+    if (def->layers[0].kind == FX_DK_EMBED) {
+        const int64_t T = def->in_shape[0], n = (int64_t)cfg->batch_size * T;
+        m->seq = (int)T;
+        m->pos_idx = malloc((size_t)n * sizeof *m->pos_idx);
+        if (!m->pos_idx) return FX_FAIL(FX_ENOMEM, "out of memory");
+        for (int64_t i = 0; i < n; i++) m->pos_idx[i] = (int32_t)(i % T);
+    }
     if ((rc = fx_model_policy(m, cfg))) return rc;
     if ((rc = fx_build_def_layers(m, def)) < 0) return rc;
     if (m->in_fmt < 0) m->in_fmt = cfg->fmt;
@@ -484,10 +592,15 @@ void fx_model_free_ctx(fx_model *m, int ctx)
 {
     fx_free_t(&m->input[ctx]);
     fx_free_t(&m->stage[ctx]);
+    free(m->tokens[ctx]);
+    m->tokens[ctx] = NULL;
     for (int i = 0; i < m->nlayers; i++) {
         fx_layer *l = &m->layers[i];
         fx_free_t(&l->out[ctx]);
         fx_free_t(&l->tmp[ctx]);
+        for (int j = 0; j < FX_AT_N; j++) fx_free_t(&l->att[ctx][j]);
+        if (ctx == FX_CTX_TRAIN)
+            for (int j = 0; j < FX_AG_N; j++) fx_free_t(&l->gatt[j]);
         if (ctx == FX_CTX_TRAIN) {
             for (int j = 0; j < 2; j++) {
                 if (l->dx_owned[j]) tensor_free(l->dx[j]);
@@ -521,6 +634,7 @@ void fx_model_free(fx_model *m)
         fx_place_release(m, p->var);
         fx_place_release(m, p->unscaled);
     }
+    free(m->pos_idx);
     free(m->layers);
     free(m->params);
     free(m->prof_fwd);
@@ -567,10 +681,42 @@ static const int64_t *fx_layer_in_shape(const fx_model *m, const fx_layer *l, in
     return fx_in_shape(m, l->in[j], nd);
 }
 
+/* The attention layer's tensors: [B, T, D] projections and [B, H, T, T] scores and
+ * probabilities per context (the masked scores fp32), and the backward's temporaries. */
+static int fx_attn_alloc(fx_model *m, fx_layer *l, int ctx)
+{
+    const int64_t B = l->shape[0], T = l->shape[1], D = l->shape[2], H = l->heads;
+    const int64_t btd[3] = {B, T, D}, bhtt[4] = {B, H, T, T}, bhtd[4] = {B, H, T, D / H};
+    tensor_t **a = l->att[ctx];
+    for (int j = FX_AT_Q; j <= FX_AT_V; j++) a[j] = fx_new_act(m, l->fa, 3, btd, 0);
+    a[FX_AT_S] = fx_new_act(m, l->fa, 4, bhtt, 0);
+    a[FX_AT_SM] = fx_new_act(m, FMT_FP32, 4, bhtt, 0);
+    a[FX_AT_P] = fx_new_act(m, l->fa, 4, bhtt, 0);
+    a[FX_AT_O] = fx_new_act(m, l->fa, 4, bhtd, 0);
+    a[FX_AT_OC] = fx_new_act(m, l->fa, 3, btd, 0);
+    for (int j = 0; j < FX_AT_N; j++)
+        if (!a[j]) return FX_ENOMEM;
+    if (ctx != FX_CTX_TRAIN) return FX_OK;
+    tensor_t **g = l->gatt;
+    static const int shape_of[FX_AG_N] = {3, 4, 5, 4, 5, 5, 4, 4, 3, 3, 3, 3, 3, 3};
+    for (int j = 0; j < FX_AG_N; j++) {
+        const int k = shape_of[j];
+        g[j] = k == 3 ? fx_new_act(m, l->fdx, 3, btd, 1)
+               : k == 4 ? fx_new_act(m, l->fdx, 4, bhtd, 1)
+                        : fx_new_act(m, l->fdx, 4, bhtt, 1);
+        if (!g[j]) return FX_ENOMEM;
+    }
+    return FX_OK;
+}
+
 int fx_model_alloc_ctx(fx_model *m, int ctx)
 {
     m->input[ctx] = fx_new_act(m, m->in_fmt, m->in_ndim, m->in_shape, 0);
     if (!m->input[ctx]) return FX_ENOMEM;
+    if (m->seq > 0) {
+        m->tokens[ctx] = calloc((size_t)(m->in_shape[0] * m->seq), sizeof(int32_t));
+        if (!m->tokens[ctx]) return FX_FAIL(FX_ENOMEM, "out of memory");
+    }
     if (m->device >= 0) {
         m->stage[ctx] = fx_place_host_tensor(&m->cfg, (fmt_t)m->in_fmt, m->in_ndim, m->in_shape,
                                              m->cfg.act_window_lo);
@@ -590,9 +736,18 @@ int fx_model_alloc_ctx(fx_model *m, int ctx)
             l->out[ctx] = fx_new_act(m, l->fa, l->ndim, l->shape, 0);
             if (!l->out[ctx]) return FX_ENOMEM;
         }
-        if (own_out && (l->kind == FX_L_CONV || l->kind == FX_L_LINEAR) && l->b >= 0) {
+        if (own_out && (l->kind == FX_L_CONV || l->kind == FX_L_LINEAR ||
+                        l->kind == FX_L_TLINEAR || l->kind == FX_L_EMBED) && l->b >= 0) {
             l->tmp[ctx] = fx_new_act(m, l->fa, l->ndim, l->shape, 0);
             if (!l->tmp[ctx]) return FX_ENOMEM;
+        }
+        if (l->kind == FX_L_EMBED) {
+            l->att[ctx][0] = fx_new_act(m, l->fa, l->ndim, l->shape, 0);
+            if (!l->att[ctx][0]) return FX_ENOMEM;
+        }
+        if (l->kind == FX_L_ATTN) {
+            int rc = fx_attn_alloc(m, l, ctx);
+            if (rc) return rc;
         }
         if (ctx != FX_CTX_TRAIN) continue;
         if (l->kind == FX_L_MAXPOOL) {
@@ -644,6 +799,133 @@ static int fx_linear_forward(fx_model *m, fx_layer *l, const tensor_t *x, int ct
     return rc;
 }
 
+/* A [rows, cols] view of a contiguous tensor. */
+static tensor_t *fx_rows_view(const tensor_t *t, int64_t cols)
+{
+    int64_t s[2] = {tensor_numel(t) / cols, cols};
+    return tensor_view_reshape(t, 2, s);
+}
+
+/* The [B, H, T, D/H] view (strided) of a contiguous [B, T, D] tensor: the heads. The
+ * intermediate reshape is freed at once (a view keeps the storage alive). */
+static tensor_t *fx_heads_view(const tensor_t *t, int64_t H)
+{
+    const int64_t *s = tensor_shape(t);
+    int64_t s4[4] = {s[0], s[1], H, s[2] / H};
+    tensor_t *r = tensor_view_reshape(t, 4, s4);
+    tensor_t *v = r ? tensor_view_transpose(r, 1, 2) : NULL;
+    tensor_free(r);
+    return v;
+}
+
+/* dst [B, T, D] = the heads of src [B, H, T, D/H] side by side (one write into dst). */
+static int fx_heads_merge(tensor_t *dst, const tensor_t *src)
+{
+    const int64_t *s = tensor_shape(src);
+    int64_t s4[4] = {s[0], s[2], s[1], s[3]};
+    tensor_t *d4 = tensor_view_reshape(dst, 4, s4);
+    tensor_t *st = tensor_view_transpose(src, 1, 2);
+    int rc = (!d4 || !st) ? FX_ENOMEM : tensor_copy(d4, st);
+    tensor_free(d4);
+    tensor_free(st);
+    return rc;
+}
+
+/* dst [B, H, T, D/H] = src [B, T, D] split into heads (one write into dst). */
+static int fx_heads_split(tensor_t *dst, const tensor_t *src)
+{
+    tensor_t *v = fx_heads_view(src, tensor_shape(dst)[1]);
+    int rc = !v ? FX_ENOMEM : tensor_copy(dst, v);
+    tensor_free(v);
+    return rc;
+}
+
+/* y2 = x2 W^T over rows (x: [..., F] contiguous, y: [..., out]). */
+static int fx_rows_matmul_wt(tensor_t *y, const tensor_t *x, const tensor_t *w)
+{
+    tensor_t *x2 = fx_rows_view(x, tensor_shape(w)[1]), *y2 = fx_rows_view(y, tensor_shape(w)[0]);
+    tensor_t *wt = tensor_view_transpose(w, 0, 1);
+    int rc = (!x2 || !y2 || !wt) ? FX_ENOMEM : tensor_matmul(y2, x2, wt);
+    tensor_free(x2);
+    tensor_free(y2);
+    tensor_free(wt);
+    return rc;
+}
+
+/* dW = dy2^T x2 and, when dx, dx2 = dy2 W (the backward of fx_rows_matmul_wt). */
+static int fx_rows_matmul_wt_backward(tensor_t *dw, tensor_t *dx, const tensor_t *dy,
+                                      const tensor_t *x, const tensor_t *w)
+{
+    const int64_t O = tensor_shape(w)[0], F = tensor_shape(w)[1];
+    tensor_t *x2 = fx_rows_view(x, F), *dy2 = fx_rows_view(dy, O);
+    tensor_t *dyt = dy2 ? tensor_view_transpose(dy2, 0, 1) : NULL;
+    tensor_t *dx2 = dx ? fx_rows_view(dx, F) : NULL;
+    int rc = (!x2 || !dy2 || !dyt || (dx && !dx2)) ? FX_ENOMEM : tensor_matmul(dw, dyt, x2);
+    if (!rc && dx2) rc = tensor_matmul(dx2, dy2, w);
+    tensor_free(x2);
+    tensor_free(dy2);
+    tensor_free(dyt);
+    tensor_free(dx2);
+    return rc;
+}
+
+/* Causal self-attention forward (fx_model_def_attention()). */
+static int fx_attn_forward(fx_model *m, fx_layer *l, const tensor_t *x, int ctx)
+{
+    tensor_t **a = l->att[ctx];
+    const fx_param *p = &m->params[l->w];
+    const int64_t H = l->heads, dh = l->shape[2] / H;
+    int rc = FX_OK;
+    for (int j = 0; j < 3 && !rc; j++) rc = fx_rows_matmul_wt(a[FX_AT_Q + j], x, p[j].w);
+    tensor_t *qh = fx_heads_view(a[FX_AT_Q], H), *kh = fx_heads_view(a[FX_AT_K], H);
+    tensor_t *vh = fx_heads_view(a[FX_AT_V], H);
+    if (!rc && (!qh || !kh || !vh)) rc = FX_ENOMEM;
+    if (!rc) rc = tensor_bmm(a[FX_AT_S], qh, kh, 0, 1);
+    /* scaled and masked in fp32: -Inf has no shared-exponent representation */
+    if (!rc) rc = tensor_scale(a[FX_AT_SM], a[FX_AT_S], 1.0 / sqrt((double)dh));
+    if (!rc) rc = tensor_causal_mask(a[FX_AT_SM], a[FX_AT_SM], -INFINITY);
+    if (!rc) rc = tensor_softmax(a[FX_AT_P], a[FX_AT_SM], -1);
+    if (!rc) rc = tensor_bmm(a[FX_AT_O], a[FX_AT_P], vh, 0, 0);
+    if (!rc) rc = fx_heads_merge(a[FX_AT_OC], a[FX_AT_O]);
+    if (!rc) rc = fx_rows_matmul_wt(l->out[ctx], a[FX_AT_OC], p[3].w);
+    tensor_free(qh);
+    tensor_free(kh);
+    tensor_free(vh);
+    return rc;
+}
+
+/* Its backward: every gradient of the chain in the layer's gradient format. */
+static int fx_attn_backward(fx_model *m, fx_layer *l, const tensor_t *x, const tensor_t *dy)
+{
+    tensor_t **a = l->att[FX_CTX_TRAIN], **g = l->gatt;
+    fx_param *p = &m->params[l->w];
+    const int64_t H = l->heads, dh = l->shape[2] / H;
+    int rc = fx_rows_matmul_wt_backward(p[3].g, g[FX_AG_DOC], dy, a[FX_AT_OC], p[3].w);
+    if (!rc) rc = fx_heads_split(g[FX_AG_DO], g[FX_AG_DOC]);
+    tensor_t *qh = fx_heads_view(a[FX_AT_Q], H), *kh = fx_heads_view(a[FX_AT_K], H);
+    tensor_t *vh = fx_heads_view(a[FX_AT_V], H);
+    if (!rc && (!qh || !kh || !vh)) rc = FX_ENOMEM;
+    if (!rc) rc = tensor_bmm_backward(g[FX_AG_DP], g[FX_AG_DV4], g[FX_AG_DO], a[FX_AT_P], vh, 0, 0);
+    /* masked positions have probability 0, so their score gradient is 0 already */
+    if (!rc) rc = tensor_softmax_backward(g[FX_AG_DS], g[FX_AG_DP], a[FX_AT_P], -1);
+    if (!rc) rc = tensor_scale(g[FX_AG_DSS], g[FX_AG_DS], 1.0 / sqrt((double)dh));
+    if (!rc) rc = tensor_bmm_backward(g[FX_AG_DQ4], g[FX_AG_DK4], g[FX_AG_DSS], qh, kh, 0, 1);
+    tensor_free(qh);
+    tensor_free(kh);
+    tensor_free(vh);
+    if (!rc) rc = fx_heads_merge(g[FX_AG_DQ], g[FX_AG_DQ4]);
+    if (!rc) rc = fx_heads_merge(g[FX_AG_DK], g[FX_AG_DK4]);
+    if (!rc) rc = fx_heads_merge(g[FX_AG_DV], g[FX_AG_DV4]);
+    /* dx = dq Wq + dk Wk + dv Wv: three products, two sums */
+    tensor_t *dx = l->dx[0];
+    if (!rc) rc = fx_rows_matmul_wt_backward(p[0].g, dx ? g[FX_AG_XA] : NULL, g[FX_AG_DQ], x, p[0].w);
+    if (!rc) rc = fx_rows_matmul_wt_backward(p[1].g, dx ? g[FX_AG_XB] : NULL, g[FX_AG_DK], x, p[1].w);
+    if (!rc && dx) rc = tensor_add(g[FX_AG_XS], g[FX_AG_XA], g[FX_AG_XB]);
+    if (!rc) rc = fx_rows_matmul_wt_backward(p[2].g, dx ? g[FX_AG_XA] : NULL, g[FX_AG_DV], x, p[2].w);
+    if (!rc && dx) rc = tensor_add(dx, g[FX_AG_XS], g[FX_AG_XA]);
+    return rc;
+}
+
 /* The seed of a dropout layer's masks: the run's seed and the layer's name, so that layers
  * draw independent masks and a policy's casts (which move layer indices) change none. */
 static uint64_t fx_dropout_seed(const fx_model *m, const fx_layer *l)
@@ -689,6 +971,26 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
                                 training ? l->save_invstd : NULL, 0.1, 1e-5, training);
     case FX_L_ADD: return tensor_add(l->out[ctx], x, fx_input_of(m, l, 1, ctx));
     case FX_L_CAST: return tensor_copy(l->out[ctx], x);
+    case FX_L_EMBED: {
+        const int64_t n = l->shape[0] * l->shape[1];
+        int rc = tensor_embedding(l->tmp[ctx], m->params[l->w].w, m->tokens[ctx], n);
+        if (!rc) rc = tensor_embedding(l->att[ctx][0], m->params[l->b].w, m->pos_idx, n);
+        if (!rc) rc = tensor_add(l->out[ctx], l->tmp[ctx], l->att[ctx][0]);
+        return rc;
+    }
+    case FX_L_LN:
+        return tensor_layernorm(l->out[ctx], x, fx_tensor_base(m->params[l->w].w),
+                                fx_tensor_base(m->params[l->b].w), 1e-5, NULL, NULL);
+    case FX_L_ATTN: return fx_attn_forward(m, l, x, ctx);
+    case FX_L_TLINEAR: {
+        int rc = fx_rows_matmul_wt(l->tmp[ctx], x, m->params[l->w].w);
+        tensor_t *t2 = fx_rows_view(l->tmp[ctx], l->shape[2]);
+        tensor_t *o2 = fx_rows_view(l->out[ctx], l->shape[2]);
+        if (!rc) rc = (!t2 || !o2) ? FX_ENOMEM : tensor_add(o2, t2, m->params[l->b].w);
+        tensor_free(t2);
+        tensor_free(o2);
+        return rc;
+    }
     }
     return FX_FAIL(FX_EINVAL, "unknown layer kind %d", (int)l->kind);
 }
@@ -698,7 +1000,9 @@ int fx_model_uses(const fx_model *m, int f)
     if (m->in_fmt == f) return 1;
     for (int i = 0; i < m->nlayers; i++) {
         const fx_layer *l = &m->layers[i];
-        const int has_params = l->kind == FX_L_CONV || l->kind == FX_L_LINEAR;
+        const int has_params = l->kind == FX_L_CONV || l->kind == FX_L_LINEAR ||
+                               l->kind == FX_L_TLINEAR || l->kind == FX_L_ATTN ||
+                               l->kind == FX_L_EMBED;
         if (l->fa == f || l->fdx == f ||
             (has_params && (l->fw == f || l->fb == f || l->fdw == f)))
             return 1;
@@ -830,6 +1134,30 @@ static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
         return tensor_batchnorm_backward(dx, m->params[l->w].g, m->params[l->b].g, dy, x,
                                          m->params[l->w].w, l->save_mean, l->save_invstd);
     case FX_L_CAST: return dx ? tensor_copy(dx, dy) : FX_OK;
+    case FX_L_EMBED: {
+        const int64_t n = l->shape[0] * l->shape[1];
+        int rc = tensor_embedding_backward(m->params[l->w].g, dy, m->tokens[ctx], n);
+        if (!rc) rc = tensor_embedding_backward(m->params[l->b].g, dy, m->pos_idx, n);
+        return rc;
+    }
+    case FX_L_LN: {
+        /* no gradient is kept for the network input (token numbers): a layer norm reading it
+         * has no dx to write */
+        if (!dx)
+            return FX_FAIL(FX_EUNSUPPORTED, "layer %s: a layer norm of the network input "
+                           "cannot be trained", l->name);
+        return tensor_layernorm_backward(dx, fx_tensor_base(m->params[l->w].g),
+                                         fx_tensor_base(m->params[l->b].g), dy, x,
+                                         fx_tensor_base(m->params[l->w].w), 1e-5);
+    }
+    case FX_L_ATTN: return fx_attn_backward(m, l, x, dy);
+    case FX_L_TLINEAR: {
+        int rc = fx_rows_matmul_wt_backward(m->params[l->w].g, dx, dy, x, m->params[l->w].w);
+        tensor_t *dy2 = fx_rows_view(dy, l->shape[2]);
+        if (!rc) rc = !dy2 ? FX_ENOMEM : tensor_sum(m->params[l->b].g, dy2, 0);
+        tensor_free(dy2);
+        return rc;
+    }
     case FX_L_ADD:
         /* the gradient of a sum reaches both inputs unchanged */
         l->dx[0] = (tensor_t *)dy;

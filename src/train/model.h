@@ -36,8 +36,17 @@ typedef enum {
     FX_L_AVGPOOL,
     FX_L_UNARY,   /* tensor_unary: tanh, sigmoid, gelu, gelu_tanh, silu (fn) */
     FX_L_FLATTEN, /* out is a [B, F] view of the input (no op of its own) */
-    FX_L_DROPOUT  /* training: tensor_dropout keyed by the seed, the layer and m->step */
+    FX_L_DROPOUT, /* training: tensor_dropout keyed by the seed, the layer and m->step */
+    FX_L_EMBED,   /* token + position embedding of m->tokens */
+    FX_L_LN,      /* layer norm over the last axis, fp32 gamma/beta */
+    FX_L_ATTN,    /* multi-head causal self-attention (params w .. w+3: wq, wk, wv, wo) */
+    FX_L_TLINEAR  /* linear per position of [B, T, F] */
 } fx_layer_kind;
+
+/* Attention tensors per context (fx_layer.att) and of the backward pass (fx_layer.gatt). */
+enum { FX_AT_Q, FX_AT_K, FX_AT_V, FX_AT_S, FX_AT_SM, FX_AT_P, FX_AT_O, FX_AT_OC, FX_AT_N };
+enum { FX_AG_DOC, FX_AG_DO, FX_AG_DP, FX_AG_DV4, FX_AG_DS, FX_AG_DSS, FX_AG_DQ4, FX_AG_DK4,
+       FX_AG_DQ, FX_AG_DK, FX_AG_DV, FX_AG_XA, FX_AG_XB, FX_AG_XS, FX_AG_N };
 
 /* Per-sample rank plus the batch dimension. */
 #define FX_LAYER_MAX_DIMS (FX_MODEL_MAX_RANK + 1)
@@ -54,6 +63,11 @@ typedef struct fx_layer {
     int k, stride, pad; /* conv / pool geometry */
     char fn[16];        /* FX_L_UNARY: the function */
     double p;           /* FX_L_DROPOUT: the drop probability */
+    int heads;          /* FX_L_ATTN */
+    /* FX_L_ATTN: the forward's intermediates per context and the backward's temporaries;
+     * FX_L_EMBED: att[ctx][0] holds the position rows */
+    tensor_t *att[2][FX_AT_N];
+    tensor_t *gatt[FX_AG_N];
     /* batch norm (host memory on every placement, as the batch-norm ops want) */
     float *run_mean, *run_var, *save_mean, *save_invstd;
     int64_t channels;
@@ -111,6 +125,12 @@ typedef struct fx_model {
     /* the trainer's global step, set before each training forward pass: dropout masks are
      * keyed by it, so a resumed run draws the masks of an uninterrupted one */
     int64_t step;
+    /* Sequence models (an embedding reads the input): T tokens per sample, the batch's token
+     * numbers per context (B*T, written by the trainer) and each row's position (t of row
+     * b*T + t); seq = 0 otherwise */
+    int seq;
+    int32_t *tokens[2];
+    int32_t *pos_idx;
 } fx_model;
 
 /* The network a model name describes (model_names.c has the grammar). */

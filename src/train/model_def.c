@@ -35,6 +35,10 @@ const char *fx_def_kind_name(const fx_def_layer *l)
     case FX_DK_ADD: return "add";
     case FX_DK_FLATTEN: return "flatten";
     case FX_DK_DROPOUT: return "dropout";
+    case FX_DK_EMBED: return "embedding";
+    case FX_DK_LN: return "layernorm";
+    case FX_DK_ATTN: return "attention";
+    case FX_DK_TLINEAR: return "token_linear";
     }
     return "?";
 }
@@ -219,6 +223,43 @@ static int fx_def_shape(const fx_model_def *d, fx_def_layer *l, const char *func
             return DEF_FAIL(FX_ERANGE, "layer '%s' (dropout): p = %g is outside [0, 1)",
                             l->name, l->p);
         break;
+    case FX_DK_EMBED:
+        if (l->in[0] != -1 || nd != 1)
+            return DEF_FAIL(FX_ESHAPE, "layer '%s' (embedding): it reads the network input of "
+                            "(T) token numbers; its input '%s' is %s", l->name, in_name,
+                            fx_def_shape_str(sb, sizeof sb, nd, s));
+        if (l->vocab < 1 || l->vocab > 65536 || l->out < 1 || l->out > 65536)
+            return DEF_FAIL(FX_ESHAPE, "layer '%s' (embedding): vocab %" PRId64 " and dim %"
+                            PRId64 " must be in [1, 65536]", l->name, l->vocab, l->out);
+        l->ndim = 2;
+        l->shape[1] = l->out;
+        break;
+    case FX_DK_LN:
+        if (s[nd - 1] > 65536)
+            return DEF_FAIL(FX_ESHAPE, "layer '%s' (layernorm): its last dimension %" PRId64
+                            " is above 65536", l->name, s[nd - 1]);
+        break;
+    case FX_DK_ATTN:
+        if (nd != 2)
+            return DEF_FAIL(FX_ESHAPE, "layer '%s' (attention): its input '%s' is %s; attention "
+                            "takes (T, D)", l->name, in_name,
+                            fx_def_shape_str(sb, sizeof sb, nd, s));
+        if (l->heads < 1 || s[1] % l->heads != 0 || s[1] > 65536)
+            return DEF_FAIL(FX_ESHAPE, "layer '%s' (attention): %d heads do not divide the "
+                            "width %" PRId64 " of its input '%s' (at most 65536)", l->name,
+                            l->heads, s[1], in_name);
+        break;
+    case FX_DK_TLINEAR:
+        if (nd != 2)
+            return DEF_FAIL(FX_ESHAPE, "layer '%s' (token_linear): its input '%s' is %s; "
+                            "token_linear takes (T, F)", l->name, in_name,
+                            fx_def_shape_str(sb, sizeof sb, nd, s));
+        if (l->out < 1 || l->out > 65536 || s[1] > 65536)
+            return DEF_FAIL(FX_ESHAPE, "layer '%s' (token_linear): out %" PRId64 " and its "
+                            "input width %" PRId64 " must be in [1, 65536]", l->name, l->out,
+                            s[1]);
+        l->shape[1] = l->out;
+        break;
     case FX_DK_ADD: {
         int nd2;
         const int64_t *s2;
@@ -395,6 +436,36 @@ int fx_model_def_dropout(fx_model_def *d, const char *name, const char *input, d
     return fx_def_push(d, &l, name, input, NULL, __func__);
 }
 
+int fx_model_def_embedding(fx_model_def *d, const char *name, const char *input,
+                           int64_t vocab, int64_t dim)
+{
+    fx_def_layer l = fx_def_blank(FX_DK_EMBED);
+    l.vocab = vocab;
+    l.out = dim;
+    return fx_def_push(d, &l, name, input, NULL, __func__);
+}
+
+int fx_model_def_layernorm(fx_model_def *d, const char *name, const char *input)
+{
+    fx_def_layer l = fx_def_blank(FX_DK_LN);
+    return fx_def_push(d, &l, name, input, NULL, __func__);
+}
+
+int fx_model_def_attention(fx_model_def *d, const char *name, const char *input, int heads)
+{
+    fx_def_layer l = fx_def_blank(FX_DK_ATTN);
+    l.heads = heads;
+    return fx_def_push(d, &l, name, input, NULL, __func__);
+}
+
+int fx_model_def_token_linear(fx_model_def *d, const char *name, const char *input,
+                              int64_t out_features)
+{
+    fx_def_layer l = fx_def_blank(FX_DK_TLINEAR);
+    l.out = out_features;
+    return fx_def_push(d, &l, name, input, NULL, __func__);
+}
+
 int fx_model_def_layer_count(const fx_model_def *d)
 {
     if (!d) return FX_FAIL(FX_EINVAL, "the definition is NULL");
@@ -457,6 +528,11 @@ static void fx_def_text(const fx_model_def *d, fx_text *t, int with_name)
             fx_text_put(t, " kernel=%d stride=%d pad=%d", l->k, l->stride, l->pad);
             break;
         case FX_DK_DROPOUT: fx_text_put(t, " p=%.17g", l->p); break;
+        case FX_DK_EMBED:
+            fx_text_put(t, " vocab=%" PRId64 " dim=%" PRId64, l->vocab, l->out);
+            break;
+        case FX_DK_ATTN: fx_text_put(t, " heads=%d", l->heads); break;
+        case FX_DK_TLINEAR: fx_text_put(t, " out=%" PRId64, l->out); break;
         default: break;
         }
         for (int j = 0; j < l->nin; j++)

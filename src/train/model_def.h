@@ -20,7 +20,11 @@ typedef enum {
     FX_DK_GAP,
     FX_DK_ADD,
     FX_DK_FLATTEN,
-    FX_DK_DROPOUT
+    FX_DK_DROPOUT,
+    FX_DK_EMBED,  /* token + learned position embedding of (T) token numbers: (T, out) */
+    FX_DK_LN,     /* layer norm over the last dimension */
+    FX_DK_ATTN,   /* multi-head causal self-attention over (T, D), `heads` heads */
+    FX_DK_TLINEAR /* linear per position: (T, F) -> (T, out) */
 } fx_def_kind;
 
 typedef struct fx_def_layer {
@@ -33,6 +37,8 @@ typedef struct fx_def_layer {
     int k, stride, pad;   /* conv / pool geometry */
     int bias;             /* conv: 1 with a bias */
     double p;             /* dropout probability */
+    int64_t vocab;        /* embedding: table rows */
+    int heads;            /* attention: heads */
     int ndim;             /* per-sample output shape */
     int64_t shape[FX_MODEL_MAX_RANK];
     int consumers;        /* later layers that read this one */

@@ -145,10 +145,11 @@ static int fx_opts_unused(fx_opts *o, const char *keys)
 static const char *const fx_kind_list[] = {
     "linear",    "conv2d",    "batchnorm", "relu",           "tanh", "sigmoid", "gelu",
     "gelu_tanh", "silu",      "maxpool2d", "avgpool2d", "global_avgpool", "add",  "flatten",
-    "dropout"};
+    "dropout",   "embedding", "layernorm", "attention",      "token_linear"};
 static const char *const fx_kinds =
     "linear, conv2d, batchnorm, relu, tanh, sigmoid, gelu, gelu_tanh, silu, maxpool2d, "
-    "avgpool2d, global_avgpool, add, flatten, dropout";
+    "avgpool2d, global_avgpool, add, flatten, dropout, embedding, layernorm, attention, "
+    "token_linear";
 
 int fx_model_def_layer(fx_model_def *d, const char *kind, const char *name, const char *options)
 {
@@ -181,6 +182,28 @@ int fx_model_def_layer(fx_model_def *d, const char *kind, const char *name, cons
         if ((rc = fx_opt_int(&o, "out", 1, INT64_C(1) << 24, 0, &out))) return rc;
         if ((rc = fx_opts_unused(&o, keys))) return rc;
         return fx_model_def_linear(d, name, in[0], out);
+    }
+    if (!strcmp(kind, "token_linear")) {
+        keys = "out, in";
+        if ((rc = fx_opt_int(&o, "out", 1, 65536, 0, &out))) return rc;
+        if ((rc = fx_opts_unused(&o, keys))) return rc;
+        return fx_model_def_token_linear(d, name, in[0], out);
+    }
+    if (!strcmp(kind, "embedding")) {
+        keys = "vocab, dim, in";
+        int64_t vocab = 0;
+        if ((rc = fx_opt_int(&o, "vocab", 1, 65536, 0, &vocab)) ||
+            (rc = fx_opt_int(&o, "dim", 1, 65536, 0, &out)) || (rc = fx_opts_unused(&o, keys)))
+            return rc;
+        return fx_model_def_embedding(d, name, in[0], vocab, out);
+    }
+    if (!strcmp(kind, "attention")) {
+        keys = "heads, in";
+        int64_t heads = 0;
+        if ((rc = fx_opt_int(&o, "heads", 1, 65536, 0, &heads)) ||
+            (rc = fx_opts_unused(&o, keys)))
+            return rc;
+        return fx_model_def_attention(d, name, in[0], (int)heads);
     }
     if (!strcmp(kind, "conv2d")) {
         keys = "out, kernel, stride, pad, bias, in";
@@ -218,6 +241,7 @@ int fx_model_def_layer(fx_model_def *d, const char *kind, const char *name, cons
     if (!strcmp(kind, "batchnorm")) return fx_model_def_batchnorm(d, name, in[0]);
     if (!strcmp(kind, "global_avgpool")) return fx_model_def_global_avgpool(d, name, in[0]);
     if (!strcmp(kind, "flatten")) return fx_model_def_flatten(d, name, in[0]);
+    if (!strcmp(kind, "layernorm")) return fx_model_def_layernorm(d, name, in[0]);
     if (!strcmp(kind, "add")) return fx_model_def_add(d, name, in[0], in[1]);
     if (!strcmp(kind, "relu") || !strcmp(kind, "tanh") || !strcmp(kind, "sigmoid") ||
         !strcmp(kind, "gelu") || !strcmp(kind, "gelu_tanh") || !strcmp(kind, "silu"))

@@ -182,7 +182,8 @@ int fx_policy_format(fx_policy *p, const char *name, int kind, int first, int la
     for (int i = 0; p && i < p->n; i++) {
         fx_policy_rule *r = &p->rules[i];
         int hit = r->select == FX_PSEL_NAME ? fnmatch(r->glob, name, 0) == 0
-                  : r->select == FX_PSEL_GEMM ? kind == FX_L_CONV || kind == FX_L_LINEAR
+                  : r->select == FX_PSEL_GEMM ? kind == FX_L_CONV || kind == FX_L_LINEAR ||
+                                                    kind == FX_L_TLINEAR || kind == FX_L_ATTN
                   : r->select == FX_PSEL_BN   ? kind == FX_L_BN
                   : r->select == FX_PSEL_FIRST ? first
                                                : last;

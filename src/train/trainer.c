@@ -295,6 +295,28 @@ static fx_trainer *fx_trainer_create(const fx_train_config *cfg, const fx_datase
                          "statistics would be those of one rank's part of the batch: "
                          "distributed training takes models without it (mlp, cnn)",
                          cfg->model, t->m.layers[i].name);
+    const int text = fx_dataset_seq_len(train) > 0;
+    if (!rc && (t->m.seq > 0) != text)
+        rc = CFG_FAIL(FX_ESHAPE, "model '%s' %s, but the training set %s", cfg->model,
+                      t->m.seq > 0 ? "is a sequence model (it embeds tokens)"
+                                   : "is not a sequence model",
+                      text ? "holds text windows (fx_dataset_text)" : "holds images");
+    if (!rc && text && t->m.seq != fx_dataset_seq_len(train))
+        rc = CFG_FAIL(FX_ESHAPE, "the model's context is %d tokens, the dataset's %d", t->m.seq,
+                      fx_dataset_seq_len(train));
+    if (!rc && text && test && fx_dataset_seq_len(test) != t->m.seq)
+        rc = CFG_FAIL(FX_ESHAPE, "the test set's context (%d) differs from the model's (%d)",
+                      fx_dataset_seq_len(test), t->m.seq);
+    if (!rc && text && (comm || t->m.device >= 0))
+        rc = CFG_FAIL(FX_EUNSUPPORTED, "sequence models train on the host in one process");
+    if (!rc && text) { /* token numbers are neither normalised nor augmented */
+        for (int c = 0; c < 4; c++) {
+            t->mean[c] = 0.0;
+            t->stdv[c] = 1.0;
+        }
+        if (cfg->augment) rc = CFG_FAIL(FX_EINVAL, "augment=1: text windows are not images");
+    }
+    t->rows = text ? t->m.seq : 1;
     if (!rc) fx_model_set_comm(&t->m, comm);
     if (!rc) rc = fx_model_alloc_ctx(&t->m, FX_CTX_TRAIN);
     int64_t B = t->local_batch, img = (int64_t)C * H * W;
@@ -302,13 +324,18 @@ static fx_trainer *fx_trainer_create(const fx_train_config *cfg, const fx_datase
     if (comm) t->row_loss = malloc((size_t)(cfg->batch_size + B) * sizeof *t->row_loss);
     t->perm = malloc((size_t)n * sizeof *t->perm);
     t->xbuf = malloc((size_t)(B * img) * sizeof(float));
-    t->ybuf = malloc((size_t)B * sizeof(int32_t));
-    t->logits_buf = malloc((size_t)(B * classes) * sizeof(float));
+    t->ybuf = malloc((size_t)(B * t->rows) * sizeof(int32_t));
+    t->logits_buf = malloc((size_t)(B * t->rows * classes) * sizeof(float));
     if (cfg->augment) t->aug_tmp = malloc((size_t)H * (size_t)W * sizeof(float));
-    int64_t ls[2] = {B, classes};
+    int64_t ls[3] = {B, classes, 0};
+    if (t->rows > 1) { /* [B, T, classes] */
+        ls[1] = t->rows;
+        ls[2] = classes;
+    }
     if (!rc) {
         const fx_layer *last = &t->m.layers[t->m.nlayers - 1];
-        t->dlogits = fx_place_tensor(&t->m, (fmt_t)last->fdx, 2, ls, cfg->grad_window_lo);
+        t->dlogits = fx_place_tensor(&t->m, (fmt_t)last->fdx, t->rows > 1 ? 3 : 2, ls,
+                                     cfg->grad_window_lo);
         if (!t->dlogits) rc = flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
         else if (comm) fx_tensor_set_dist(t->dlogits, t->m.dist, FX_DIST_ROWS);
     }
@@ -598,7 +625,7 @@ static int fx_begin_epoch_if_needed(fx_trainer *t)
     t->step_in_epoch = 0;
     t->epoch_reported = 0;
     t->loss_sum = t->seconds = 0;
-    t->correct = t->seen = t->skipped = t->nonfinite = 0;
+    t->correct = t->seen = t->seen_rows = t->skipped = t->nonfinite = 0;
     fx_health_reset(t);
     fx_trainer_make_perm(t, t->epoch);
     return FX_OK;
@@ -641,6 +668,35 @@ static int fx_optimizer_step(fx_trainer *t, int i, double lr, double scale)
                 c->adam_eps, wd, 1.0 / scale, c->stochastic_rounding, seed, step + 1);
 }
 
+/* A sequence model's token numbers (the batch's images, exact small integers) into the
+ * model's token buffer, and the targets of every position into ybuf. */
+static int fx_trainer_tokens(fx_trainer *t, const fx_dataset *ds, const int64_t *idx, int64_t n,
+                             int ctx)
+{
+    const int64_t T = t->rows;
+    int rc = fx_dataset_batch_targets(ds, idx, n, t->ybuf);
+    if (rc) return rc;
+    int32_t *tok = t->m.tokens[ctx];
+    for (int64_t i = 0; i < n * T; i++) tok[i] = (int32_t)t->xbuf[i];
+    return FX_OK;
+}
+
+/* The softmax cross-entropy of a step: per sample, or per position of a sequence model
+ * ([B, T, V] seen as [B*T, V]: the mean over every position of the batch). */
+static int fx_trainer_ce(fx_trainer *t, float *loss, tensor_t *dlogits, const tensor_t *logits,
+                         double scale)
+{
+    if (t->rows == 1)
+        return tensor_softmax_cross_entropy(loss, dlogits, logits, t->ybuf, scale);
+    int64_t s[2] = {tensor_numel(logits) / t->classes, t->classes};
+    tensor_t *l2 = tensor_view_reshape(logits, 2, s), *d2 = tensor_view_reshape(dlogits, 2, s);
+    int rc = (!l2 || !d2) ? FX_ENOMEM
+                          : tensor_softmax_cross_entropy(loss, d2, l2, t->ybuf, scale);
+    tensor_free(l2);
+    tensor_free(d2);
+    return rc;
+}
+
 /* The loss of a distributed step: this rank's rows' losses and the gradient over the whole
  * batch (divided by batch_size, not by this rank's part), then every rank's losses gathered
  * and added in batch order, as the one-process mean adds them. */
@@ -675,10 +731,11 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     int64_t bytes0[FX_TRAFFIC_KINDS];
     if (t->comm) fx_comm_bytes(t->comm, bytes0);
     rc = fx_dataset_batch(t->train, idx, Bl, t->xbuf, t->ybuf);
+    if (!rc && t->rows > 1) rc = fx_trainer_tokens(t, t->train, idx, Bl, FX_CTX_TRAIN);
     if (rc) return rc;
     if (t->cfg.augment)
         for (int64_t i = 0; i < Bl; i++) fx_augment(t, t->xbuf + i * img, idx[i]);
-    fx_normalize(t, t->xbuf, Bl);
+    if (t->rows == 1) fx_normalize(t, t->xbuf, Bl);
     fx_model *m = &t->m;
     /* after the host's preparation of the batch, which a device's last writes overlap */
     if ((rc = fx_health_begin(t))) return rc;
@@ -700,7 +757,7 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     double scale = t->scaling ? t->scaler.scale : 1.0;
     if (!rc)
         rc = t->comm ? fx_dist_loss(t, logits, scale, &loss)
-                     : tensor_softmax_cross_entropy(&loss, t->dlogits, logits, t->ybuf, scale);
+                     : fx_trainer_ce(t, &loss, t->dlogits, logits, scale);
     if (!rc) rc = fx_place_read_f32(m, logits, t->logits_host, t->logits_buf);
     if (prof) {
         p1 = fx_model_clock(m);
@@ -761,7 +818,7 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     fx_health_end(t);
     if (!isfinite(loss)) t->nonfinite++;
     else t->loss_sum += loss;
-    int64_t correct = fx_count_correct(t->logits_buf, t->ybuf, Bl, t->classes);
+    int64_t correct = fx_count_correct(t->logits_buf, t->ybuf, Bl * t->rows, t->classes);
     if (t->comm) {
         if ((rc = fx_comm_sum_i64(t->comm, &correct, 1, FX_TRAFFIC_CONTROL))) return rc;
         int64_t bytes1[FX_TRAFFIC_KINDS];
@@ -775,6 +832,7 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     }
     t->correct += correct;
     t->seen += B;
+    t->seen_rows += B * t->rows;
     t->step_in_epoch++;
     t->global_step++;
     t->seconds += fx_now() - t0;
@@ -805,18 +863,31 @@ int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accuracy, d
         for (int64_t i = 0; i < B; i++) idx[i] = s + (i < cnt ? i : 0);
         int64_t mine = cnt - r0 < 0 ? 0 : (cnt - r0 > Bl ? Bl : cnt - r0); /* real rows here */
         rc = fx_dataset_batch(ds, idx + r0, Bl, t->xbuf, t->ybuf);
+        if (!rc && t->rows > 1) rc = fx_trainer_tokens(t, ds, idx + r0, Bl, FX_CTX_EVAL);
         if (rc) break;
         /* a short last batch is padded with zeros; its extra rows are ignored */
         memset(t->xbuf + mine * img, 0, sizeof(float) * (size_t)((Bl - mine) * img));
-        fx_normalize(t, t->xbuf, mine);
+        if (t->rows == 1) fx_normalize(t, t->xbuf, mine);
         tensor_t *logits;
         rc = fx_place_write_input(m, FX_CTX_EVAL, t->xbuf);
         if (!rc) rc = fx_model_forward(m, FX_CTX_EVAL, &logits);
         if (!rc) rc = fx_place_read_f32(m, logits, t->logits_host, t->logits_buf);
         if (rc) break;
-        correct += fx_count_correct(t->logits_buf, t->ybuf, mine, t->classes);
+        correct += fx_count_correct(t->logits_buf, t->ybuf, mine * t->rows, t->classes);
         double *rows = t->comm ? t->row_loss + B : NULL;
-        for (int64_t i = 0; i < mine; i++) { /* log-softmax in double */
+        /* a sequence model: the mean over the positions of each window */
+        for (int64_t i = 0; i < mine && t->rows > 1; i++) {
+            double ls = 0;
+            for (int64_t r = i * t->rows; r < (i + 1) * t->rows; r++) {
+                const float *z = t->logits_buf + r * t->classes;
+                double mx = z[0], se = 0;
+                for (int j = 1; j < t->classes; j++) mx = z[j] > mx ? z[j] : mx;
+                for (int j = 0; j < t->classes; j++) se += exp((double)z[j] - mx);
+                ls += mx + log(se) - (double)z[t->ybuf[r]];
+            }
+            loss_sum += ls / (double)t->rows;
+        }
+        for (int64_t i = 0; i < mine && t->rows == 1; i++) { /* log-softmax in double */
             const float *z = t->logits_buf + i * t->classes;
             double mx = z[0], se = 0;
             for (int j = 1; j < t->classes; j++) mx = z[j] > mx ? z[j] : mx;
@@ -836,7 +907,7 @@ int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accuracy, d
     fx_model_free_ctx(m, FX_CTX_EVAL);
     if (!rc && t->comm) rc = fx_comm_sum_i64(t->comm, &correct, 1, FX_TRAFFIC_CONTROL);
     if (rc) return rc;
-    if (accuracy) *accuracy = n ? (double)correct / (double)n : 0.0;
+    if (accuracy) *accuracy = n ? (double)correct / ((double)n * (double)t->rows) : 0.0;
     if (loss) *loss = n ? loss_sum / (double)n : 0.0;
     return FX_OK;
 }
@@ -858,7 +929,7 @@ int fx_trainer_epoch(fx_trainer *t, fx_epoch_metrics *mt)
     mt->epoch = t->epoch + 1;
     int64_t good = t->steps_per_epoch - t->nonfinite;
     mt->train_loss = good > 0 ? t->loss_sum / (double)good : NAN;
-    mt->train_accuracy = t->seen ? (double)t->correct / (double)t->seen : 0.0;
+    mt->train_accuracy = t->seen_rows ? (double)t->correct / (double)t->seen_rows : 0.0;
     mt->seconds = t->seconds;
     mt->images_per_second = t->seconds > 0 ? (double)t->seen / t->seconds : 0.0;
     mt->steps = t->steps_per_epoch;
@@ -1031,9 +1102,10 @@ int fx_trainer_layer_profile(const fx_trainer *t, int i, fx_layer_profile *lp)
     if (!t || !lp) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "lp");
     if (i < 0 || i >= t->m.nlayers)
         return FX_FAIL(FX_EINVAL, "layer %d is outside [0, %d)", i, t->m.nlayers);
-    static const char *const kinds[] = {"conv",    "linear", "relu",    "maxpool",
-                                        "gap",     "batchnorm", "add", "cast",
-                                        "avgpool", "unary",  "flatten", "dropout"};
+    static const char *const kinds[] = {"conv",      "linear",    "relu",      "maxpool",
+                                        "gap",       "batchnorm", "add",       "cast",
+                                        "avgpool",   "unary",     "flatten",   "dropout",
+                                        "embedding", "layernorm", "attention", "token_linear"};
     const fx_layer *l = &t->m.layers[i];
     lp->name = l->name;
     lp->kind = l->kind == FX_L_UNARY ? l->fn /* "tanh", "gelu", ... */

@@ -39,6 +39,9 @@ struct fx_trainer {
     /* accumulators of the current epoch */
     double loss_sum, seconds;
     int64_t correct, seen, skipped, nonfinite;
+    /* predictions per sample: T for a sequence model (one per position), else 1; seen_rows
+     * counts the predictions of the epoch (the denominator of its accuracy) */
+    int64_t rows, seen_rows;
     /* Write statistics of the current epoch (fx_trainer_health) are kept per registered
      * tensor: elements written, saturated and underflowed by its last write in each step. A
      * step's writes are counted when the statistics are wanted anyway: before the next step's

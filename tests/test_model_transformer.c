@@ -1,0 +1,310 @@
+/* A small decoder-only transformer built with the model-definition API (embedding, layer
+ * norm, causal self-attention, residual add, per-position linear head, sequence softmax
+ * cross-entropy):
+ * - every parameter gradient of the fp32 model against central differences of the loss, which
+ *   is computed in double from the fp32 logits;
+ * - the loss depends on no later token: changing the last token of a window leaves the
+ *   logits of every earlier position unchanged (the causal mask);
+ * - the first training steps in flex16_5 and dfp16 (and fp32) are bit-identical between the
+ *   scalar and the best backend and between 1 and 2 threads (losses and every parameter);
+ * - shape errors name the layer; a sequence model refuses an image dataset.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "flexpoint_model.h"
+#include "train/model.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NAME "test_model_transformer"
+
+enum { T = 6, V = 7, D = 8, B = 2 };
+
+static fx_model_def *small_def(void)
+{
+    fx_model_def *d = NULL;
+    int64_t in[1] = {T};
+    int rc = fx_model_def_new("tiny_gpt", 1, in, &d);
+    if (!rc) rc = fx_model_def_embedding(d, "emb", NULL, V, D);
+    if (!rc) rc = fx_model_def_layernorm(d, "ln1", NULL);
+    if (!rc) rc = fx_model_def_attention(d, "att", NULL, 2);
+    if (!rc) rc = fx_model_def_add(d, "res1", NULL, "emb");
+    if (!rc) rc = fx_model_def_layernorm(d, "ln2", NULL);
+    if (!rc) rc = fx_model_def_token_linear(d, "fc", NULL, 16);
+    if (!rc) rc = fx_model_def_activation(d, "gelu", "act", NULL);
+    if (!rc) rc = fx_model_def_token_linear(d, "head", NULL, V);
+    CHECK(rc == FX_OK, "building the definition: %s", flexpoint_last_error());
+    if (rc) {
+        fx_model_def_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* The mean cross-entropy over every position, in double from the logits. */
+static double loss_of(fx_model *m, const int32_t *targets, float *logits)
+{
+    tensor_t *out = NULL;
+    if (fx_model_forward(m, FX_CTX_TRAIN, &out) || tensor_to_f32(out, logits)) return NAN;
+    double sum = 0;
+    for (int r = 0; r < B * T; r++) {
+        const float *z = logits + r * V;
+        double mx = z[0], se = 0;
+        for (int j = 1; j < V; j++) mx = fmax(mx, z[j]);
+        for (int j = 0; j < V; j++) se += exp(z[j] - mx);
+        sum += mx + log(se) - z[targets[r]];
+    }
+    return sum / (B * T);
+}
+
+static void gradient_check(void)
+{
+    fx_model_def *d = small_def();
+    if (!d) return;
+    fx_train_config cfg;
+    fx_train_config_default(&cfg);
+    cfg.fmt = FMT_FP32;
+    cfg.batch_size = B;
+    cfg.seed = 11;
+    fx_model m;
+    int rc = fx_model_build_def(&m, &cfg, d, 1, 1, T, V);
+    CHECK(rc == FX_OK, "build: %s", flexpoint_last_error());
+    if (!rc) rc = fx_model_alloc_ctx(&m, FX_CTX_TRAIN);
+    CHECK(rc == FX_OK && m.seq == T, "alloc: %s", flexpoint_last_error());
+    if (rc) {
+        fx_model_free(&m);
+        fx_model_def_free(d);
+        return;
+    }
+    test_rng r;
+    test_rng_seed(&r, 5);
+    int32_t targets[B * T];
+    for (int i = 0; i < B * T; i++) {
+        m.tokens[FX_CTX_TRAIN][i] = (int32_t)(test_rng_u64(&r) % V);
+        targets[i] = (int32_t)(test_rng_u64(&r) % V);
+    }
+    /* larger weights than the initial ones, so that attention is far from uniform and layer
+     * norm's gains matter: every path's gradient is exercised */
+    for (int i = 0; i < m.nparams; i++) {
+        fx_param *p = &m.params[i];
+        float *v = malloc((size_t)p->n * sizeof *v);
+        for (int64_t j = 0; j < p->n; j++) v[j] = (float)(test_rng_uniform(&r) * 1.6 - 0.8);
+        if (strstr(p->name, ".gamma"))
+            for (int64_t j = 0; j < p->n; j++) v[j] += 1.0f;
+        CHECK(tensor_from_f32(p->w, v) == FX_OK, "set %s", p->name);
+        free(v);
+    }
+    float logits[B * T * V];
+    double l0 = loss_of(&m, targets, logits);
+    CHECK(isfinite(l0), "loss %g", l0);
+    int64_t ls[3] = {B, T, V}, l2s[2] = {B * T, V};
+    tensor_t *dl = tensor_new(FMT_FP32, 3, ls);
+    tensor_t *out = m.layers[m.nlayers - 1].out[FX_CTX_TRAIN];
+    tensor_t *o2 = tensor_view_reshape(out, 2, l2s), *d2 = tensor_view_reshape(dl, 2, l2s);
+    float lossf = 0;
+    CHECK_STATUS(tensor_softmax_cross_entropy(&lossf, d2, o2, targets, 1.0), FX_OK);
+    CHECK(fabs(lossf - l0) < 1e-5 * fabs(l0) + 1e-6, "CE %g vs double %g", lossf, l0);
+    CHECK_STATUS(fx_model_backward(&m, dl), FX_OK);
+    int worst_param = -1;
+    double worst = 0;
+    int checked = 0;
+    for (int i = 0; i < m.nparams; i++) {
+        fx_param *p = &m.params[i];
+        float *w = malloc((size_t)p->n * sizeof *w), *g = malloc((size_t)p->n * sizeof *g);
+        tensor_to_f32(p->w, w);
+        tensor_to_f32(p->g, g);
+        double gmax = 0;
+        for (int64_t j = 0; j < p->n; j++) gmax = fmax(gmax, fabs(g[j]));
+        CHECK(gmax > 0, "%s: an all-zero gradient", p->name);
+        /* up to 6 elements per parameter, spread over it */
+        for (int64_t k = 0; k < 6 && k < p->n; k++) {
+            int64_t j = (k * 7919 + i) % p->n;
+            const float w0 = w[j], h = 1e-2f;
+            w[j] = w0 + h;
+            tensor_from_f32(p->w, w);
+            double lp = loss_of(&m, targets, logits);
+            w[j] = w0 - h;
+            tensor_from_f32(p->w, w);
+            double lm = loss_of(&m, targets, logits);
+            w[j] = w0;
+            tensor_from_f32(p->w, w);
+            /* the perturbation actually applied, after fp32 rounding of w0 +- h */
+            double fd = (lp - lm) / ((double)(w0 + h) - (double)(w0 - h));
+            /* fp32 forward: differences carry ~1e-7 relative noise / 2e-2 step plus O(h^2) */
+            double err = fabs(fd - g[j]) / (fabs(fd) + 1e-2 * gmax + 1e-4);
+            if (err > worst) {
+                worst = err;
+                worst_param = i;
+            }
+            checked++;
+        }
+        free(w);
+        free(g);
+    }
+    CHECK(worst < 2e-2, "worst relative gradient error %g (%s)", worst,
+          worst_param >= 0 ? m.params[worst_param].name : "?");
+    printf("%s: %d gradient elements of %d parameters, worst relative error %.2e\n", NAME,
+           checked, m.nparams, worst);
+    /* causality: the last token of window 0 changes no earlier position's logits */
+    float before[B * T * V], after[B * T * V];
+    loss_of(&m, targets, before);
+    m.tokens[FX_CTX_TRAIN][T - 1] = (m.tokens[FX_CTX_TRAIN][T - 1] + 1) % V;
+    loss_of(&m, targets, after);
+    CHECK(memcmp(before, after, (size_t)((T - 1) * V) * sizeof(float)) == 0,
+          "an earlier position saw a later token");
+    CHECK(memcmp(before + (T - 1) * V, after + (T - 1) * V, V * sizeof(float)) != 0,
+          "the changed position's logits did not change");
+    tensor_free(o2);
+    tensor_free(d2);
+    tensor_free(dl);
+    fx_model_free(&m);
+    fx_model_def_free(d);
+}
+
+/* n steps of a trainer on the text in `path`; the losses and the final parameters. */
+static int run_steps(const char *path, fmt_t fmt, int steps, float *losses, float **params,
+                     int64_t *np)
+{
+    fx_dataset *tr = NULL, *va = NULL;
+    int rc = fx_dataset_text(path, T, 0.1, &tr, &va);
+    if (rc) return rc;
+    fx_model_def *d = NULL;
+    int64_t in[1] = {T};
+    const int vocab = fx_dataset_classes(tr);
+    rc = fx_model_def_new("tiny_gpt", 1, in, &d);
+    if (!rc) rc = fx_model_def_embedding(d, "emb", NULL, vocab, 16);
+    if (!rc) rc = fx_model_def_layernorm(d, "ln1", NULL);
+    if (!rc) rc = fx_model_def_attention(d, "att", NULL, 2);
+    if (!rc) rc = fx_model_def_add(d, "res1", NULL, "emb");
+    if (!rc) rc = fx_model_def_layernorm(d, "ln2", NULL);
+    if (!rc) rc = fx_model_def_token_linear(d, "head", NULL, vocab);
+    fx_train_config cfg;
+    fx_train_config_default(&cfg);
+    cfg.fmt = fmt;
+    cfg.batch_size = 4;
+    cfg.seed = 2;
+    cfg.optimizer = FX_OPT_ADAMW;
+    cfg.lr = 3e-3;
+    cfg.weight_decay = 0.01;
+    cfg.clip_norm = 1.0;
+    fx_trainer *t = rc ? NULL : fx_trainer_new_model(&cfg, d, tr, va);
+    if (!rc && !t) rc = flexpoint_last_status();
+    for (int s = 0; s < steps && !rc; s++) rc = fx_trainer_step(t, &losses[s]);
+    if (!rc) {
+        *np = fx_trainer_param_count(t);
+        *params = malloc((size_t)*np * sizeof(float));
+        rc = fx_trainer_get_params(t, *params);
+    }
+    if (!rc) {
+        double acc = -1, vl = -1;
+        rc = fx_trainer_evaluate(t, va, &acc, &vl);
+        if (!rc && !(vl > 0 && isfinite(vl) && acc >= 0 && acc <= 1)) rc = FX_ESTATE;
+    }
+    fx_trainer_free(t);
+    fx_model_def_free(d);
+    fx_dataset_free(tr);
+    fx_dataset_free(va);
+    return rc;
+}
+
+static void bit_identity(const char *path)
+{
+    const fmt_t fmts[3] = {FMT_FLEX16_5, FMT_DFP16, FMT_FP32};
+    enum { STEPS = 4 };
+    for (int f = 0; f < 3; f++) {
+        float ref_loss[STEPS], loss[STEPS];
+        float *ref = NULL, *got = NULL;
+        int64_t nref = 0, n = 0;
+        flexpoint_set_backend("scalar");
+        flexpoint_set_num_threads(1);
+        int rc = run_steps(path, fmts[f], STEPS, ref_loss, &ref, &nref);
+        CHECK(rc == FX_OK, "%s scalar: %s", fmt_name(fmts[f]), flexpoint_last_error());
+        CHECK(rc || (isfinite(ref_loss[0]) && ref_loss[STEPS - 1] < ref_loss[0]),
+              "%s: loss %g -> %g does not fall", fmt_name(fmts[f]), ref_loss[0],
+              ref_loss[STEPS - 1]);
+        for (int variant = 0; variant < 2 && !rc; variant++) {
+            flexpoint_set_backend(NULL); /* the best this CPU has */
+            flexpoint_set_num_threads(variant == 0 ? 1 : 2);
+            rc = run_steps(path, fmts[f], STEPS, loss, &got, &n);
+            CHECK(rc == FX_OK, "%s: %s", fmt_name(fmts[f]), flexpoint_last_error());
+            if (rc) break;
+            CHECK(n == nref && memcmp(loss, ref_loss, sizeof loss) == 0 &&
+                      memcmp(got, ref, (size_t)n * sizeof(float)) == 0,
+                  "%s: best backend with %d thread(s) differs from scalar with 1",
+                  fmt_name(fmts[f]), variant + 1);
+            free(got);
+            got = NULL;
+        }
+        free(ref);
+    }
+    flexpoint_set_backend(NULL);
+    flexpoint_set_num_threads(0);
+}
+
+static void refusals(const char *path)
+{
+    fx_model_def *d = NULL;
+    int64_t in[1] = {T};
+    CHECK_STATUS(fx_model_def_new("bad", 1, in, &d), FX_OK);
+    CHECK_STATUS(fx_model_def_embedding(d, "emb", NULL, V, 10), FX_OK);
+    CHECK_STATUS(fx_model_def_attention(d, "att", NULL, 3), FX_ESHAPE); /* 3 does not divide 10 */
+    CHECK(strstr(flexpoint_last_error(), "'att'") != NULL, "names the layer: %s",
+          flexpoint_last_error());
+    CHECK_STATUS(fx_model_def_embedding(d, "emb2", "emb", V, 4), FX_ESHAPE);
+    CHECK_STATUS(fx_model_def_layer(d, "attention", "att", "heads=2"), FX_OK);
+    CHECK_STATUS(fx_model_def_layer(d, "token_linear", "head", "out=7"), FX_OK);
+    char text[1024];
+    size_t len = 0;
+    CHECK_STATUS(fx_model_def_to_text(d, text, sizeof text, &len), FX_OK);
+    fx_model_def *back = NULL;
+    CHECK_STATUS(fx_model_def_parse(text, len, "round trip", &back), FX_OK);
+    char id1[FX_MODEL_ID_SIZE], id2[FX_MODEL_ID_SIZE];
+    if (back) {
+        fx_model_def_identity(d, id1);
+        fx_model_def_identity(back, id2);
+        CHECK(strcmp(id1, id2) == 0, "the model file round trip keeps the identity:\n%s", text);
+    }
+    fx_model_def_free(back);
+    /* a sequence model and an image dataset */
+    fx_dataset *img = fx_dataset_synthetic(8, 1, 1, T, V, 1);
+    fx_train_config cfg;
+    fx_train_config_default(&cfg);
+    cfg.batch_size = 2;
+    fx_trainer *t = fx_trainer_new_model(&cfg, d, img, NULL);
+    CHECK(t == NULL && flexpoint_last_status() == FX_ESHAPE, "image dataset refused: %s",
+          flexpoint_last_error());
+    fx_trainer_free(t);
+    fx_dataset_free(img);
+    /* the text's vocabulary is larger than the embedding's 7 rows */
+    fx_dataset *tr = NULL, *va = NULL;
+    CHECK_STATUS(fx_dataset_text(path, T, 0.1, &tr, &va), FX_OK);
+    t = tr ? fx_trainer_new_model(&cfg, d, tr, NULL) : NULL;
+    CHECK(t == NULL && flexpoint_last_status() == FX_ESHAPE, "small vocabulary refused: %s",
+          flexpoint_last_error());
+    fx_trainer_free(t);
+    fx_dataset_free(tr);
+    fx_dataset_free(va);
+    fx_model_def_free(d);
+}
+
+int main(void)
+{
+    char path[] = "/tmp/fx_tfm_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return test_skip(NAME, "no temporary file");
+    /* a text with structure to learn: repeated phrases */
+    const char *phrase = "the cat sat on the mat. a dog ran. ";
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < 40; i++) fputs(phrase, f);
+    fclose(f);
+    gradient_check();
+    refusals(path);
+    bit_identity(path);
+    unlink(path);
+    return test_finish(NAME);
+}
