@@ -20,9 +20,10 @@
  *   normal   standard-normal values, the shape of training tensors: the integer GEMM's fast
  *            kernel (one pair product per pair) takes the tiles its norms allow.
  * Printed per shape and operands: GFLOP/s, the ratio of each of our formats to each peer, the
- * share of the instruction limit, which the benchmark measures itself at start-up (a
- * dependency-free loop of 512-bit FMA, of vpdpwssd and, where the CPU has AVX512_BF16, of
- * vdpbf16ps; 256-bit FMA and vpmaddwd on CPUs without AVX-512): fp32 and fp16 against the FMA
+ * share of the instruction limit, measured at start-up by flexpoint_instruction_limits (a
+ * dependency-free loop of 512-bit FMA, of vpdpwssd (vpmaddwd without VNNI) and, where the CPU
+ * has AVX512_BF16, of vdpbf16ps; 256-bit FMA and vpmaddwd on CPUs without AVX-512; one thread,
+ * scaled by the thread count in the tables): fp32 and fp16 against the FMA
  * limit, bf16 (ours and oneDNN's) against the vdpbf16ps limit where the CPU has it (our bf16 x
  * bf16 GEMM runs on it there) and the FMA limit otherwise, the integer formats against the
  * int16 pair-product limit. For the integer formats the fraction of (tile, K block) steps the
@@ -54,48 +55,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* ---- instruction limits ------------------------------------------------------------------
- * Twelve independent accumulators per iteration (more than latency x ports on current x86), in
- * inline assembly so the compiler can neither drop nor reorder the work; the caller checks the
- * CPU features first, the instructions are never executed on a CPU without them. */
-#define FX_R12(op) op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
-#define FX_FMA_Z(i) "vfmadd231ps %%zmm30, %%zmm31, %%zmm" #i "\n"
-#define FX_DPW_Z(i) "vpdpwssd %%zmm30, %%zmm31, %%zmm" #i "\n"
-#define FX_FMA_Y(i) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #i "\n"
-#define FX_MADD_Y(i) "vpmaddwd %%ymm14, %%ymm15, %%ymm" #i "\n"
-#define FX_DPB_Z(i) "vdpbf16ps %%zmm30, %%zmm31, %%zmm" #i "\n"
-
-typedef enum { LIM_FMA512, LIM_DPW512, LIM_FMA256, LIM_DPB512, LIM_MADD256 } limit_kind;
-
-/* Instructions per second of one thread. */
-static double instr_rate(limit_kind k)
-{
-    const long iters = 20000000;
-    double best = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        double t0 = now();
-        for (long it = 0; it < iters; it++) {
-            if (k == LIM_FMA512) __asm__ volatile(FX_R12(FX_FMA_Z)::: "memory");
-            else if (k == LIM_DPW512) __asm__ volatile(FX_R12(FX_DPW_Z)::: "memory");
-            else if (k == LIM_DPB512) __asm__ volatile(FX_R12(FX_DPB_Z)::: "memory");
-            else if (k == LIM_MADD256) __asm__ volatile(FX_R12(FX_MADD_Y)::: "memory");
-            else __asm__ volatile(FX_R12(FX_FMA_Y)::: "memory");
-        }
-        double r = 12.0 * (double)iters / (now() - t0);
-        best = r > best ? r : best;
-    }
-    return best;
-}
-
-static int has_feature(const char *f)
-{
-    const char *list = flexpoint_cpu_features();
-    const size_t n = strlen(f);
-    for (const char *q = strstr(list, f); q; q = strstr(q + 1, f))
-        if ((q == list || q[-1] == ' ') && (q[n] == ' ' || q[n] == '\0')) return 1;
-    return 0;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -161,21 +120,11 @@ int main(int argc, char **argv)
            p.dnnl_sgemm ? "yes" : "not found", p.cblas_sgemm ? "yes" : "not found",
            p.oblas_core ? p.oblas_core() : "-",
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
+    /* the library's measurement (flexpoint_instruction_limits: the same numbers flexpoint-info
+     * and fx.kernel_info() give in this process) */
     double fma_peak = 0, int_peak = 0, bf16_peak = 0;
-    if (has_feature("avx512f")) {
-        fma_peak = instr_rate(LIM_FMA512) * 32e-9;
-        if (has_feature("avx512vnni")) int_peak = instr_rate(LIM_DPW512) * 64e-9;
-        if (has_feature("avx512bf16")) bf16_peak = instr_rate(LIM_DPB512) * 64e-9;
-    } else if (has_feature("fma")) {
-        fma_peak = instr_rate(LIM_FMA256) * 16e-9;
-        /* AVX2's exact GEMM multiplies with vpmaddwd (16 int16 products per ymm; its
-         * accumulating vpaddd is not counted, so the limit is optimistic) */
-        if (has_feature("avx2")) int_peak = instr_rate(LIM_MADD256) * 32e-9;
-    }
-    printf("instruction limit per thread (measured): fp32 FMA %.1f GFLOP/s, int16 pair products "
-           "%s%.1f GOP/s, bf16 pair products %s%.1f GFLOP/s\n", fma_peak,
-           int_peak <= 0 ? "" : has_feature("avx512vnni") ? "(vpdpwssd) " : "(vpmaddwd) ", int_peak, bf16_peak > 0 ? "(vdpbf16ps) " : "(FMA) ",
-           bf16_peak > 0 ? bf16_peak : fma_peak);
+    flexpoint_instruction_limits(&fma_peak, &int_peak, &bf16_peak);
+    printf("instruction limit per thread (measured): %s\n", flexpoint_instruction_limits_report());
     if (bf16_peak <= 0) bf16_peak = fma_peak;
     for (int i = 0; i < nt; i++)
         if (run_table(&p, tlist[i], reps, fma_peak, int_peak, bf16_peak)) return 1;

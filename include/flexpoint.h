@@ -850,6 +850,32 @@ FX_API int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name);
  *  @return A static string owned by the library, rewritten by each call (copy it before
  *          calling again from another thread). */
 FX_API const char *flexpoint_kernel_report(void);
+/** @brief This CPU's instruction limits for one thread, measured: the rates at which it
+ *  retires the multiply instructions the GEMMs are built on, so that a GEMM's speed can be
+ *  given as a share of what the hardware can do.
+ *
+ *  Each is a dependency-free loop of one instruction with twelve accumulators (4 M iterations,
+ *  best of 5), run once per process at the first call (about 0.1-0.2 s in all); later calls
+ *  return the same numbers. The instructions follow the CPU, not the active backend: 512-bit
+ *  where it has AVX-512 F/BW/VL/DQ, else 256-bit. Rates count two operations per product (a
+ *  multiply and an add), as GEMM GFLOP/s count 2 M N K. Another busy thread on the same core
+ *  lowers them: measure on an idle machine, or in the same run as what is compared.
+ *  @param[out] fp32_fma   GFLOP/s of vfmadd231ps (zmm, else ymm with FMA); 0 without FMA.
+ *  @param[out] i16_pairs  GOP/s of int16 pair products: vpdpwssd zmm (AVX512_VNNI), vpmaddwd
+ *                         zmm (AVX-512BW) or vpmaddwd ymm (AVX2; the vpaddd that accumulates
+ *                         its result is not counted, so the limit is an upper bound); 0
+ *                         without AVX2.
+ *  @param[out] bf16_pairs GFLOP/s of vdpbf16ps zmm (AVX512_BF16); 0 without.
+ *  Each pointer may be NULL.
+ *  @retval FX_OK
+ *  @retval FX_EUNSUPPORTED not an x86-64 build (all limits 0). */
+FX_API int flexpoint_instruction_limits(double *fp32_fma, double *i16_pairs, double *bf16_pairs);
+/** @brief The limits of flexpoint_instruction_limits() in one line with the instructions
+ *  measured, e.g. "fp32 FMA (vfmadd231ps ymm) 112.0 GFLOP/s, int16 pair products (vpmaddwd
+ *  ymm) 224.0 GOP/s, bf16 pair products (none) 0.0 GFLOP/s; one thread" (measuring them at
+ *  the first call).
+ *  @return A static string owned by the library. */
+FX_API const char *flexpoint_instruction_limits_report(void);
 
 /** @brief Set the number of threads used by ops (OpenMP). Results of the integer formats do
  *  not depend on it.

@@ -19,7 +19,8 @@
  *    public API give the scalar backend's output bits;
  *  - FLEXPOINT_KERNEL_I16_GEMM in a child process of this program: "split" is taken and
  *    reported as chosen by the variable, an unknown value and (without AVX512_VNNI) "wrap" are
- *    refused with a message naming the variable and the kernels, and auto stays. */
+ *    refused with a message naming the variable and the kernels, and auto stays.
+ * And flexpoint_instruction_limits: plausible, measured once, the same in its report line. */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
@@ -437,6 +438,32 @@ static void check_i16_env(const char *self)
     }
 }
 
+/* flexpoint_instruction_limits: plausible per-thread rates where the CPU has the instruction,
+ * 0 where it has not, measured once (a second call gives the same numbers), NULL pointers
+ * allowed, and the report line prints the same numbers. */
+static void check_limits(void)
+{
+    double fma = -1, i16 = -1, bf16 = -1;
+    CHECK_STATUS(flexpoint_instruction_limits(&fma, &i16, &bf16), FX_OK);
+    const fx_cpu_features *c = fx_cpu();
+    if (c->fma && c->avx2) {
+        /* at least one 256-bit FMA per ns, fewer than ten 512-bit ones */
+        CHECK(fma >= 16.0 && fma < 1600.0, "fp32 FMA limit %.1f GFLOP/s", fma);
+        CHECK(i16 >= 16.0 && i16 < 3200.0, "int16 pair-product limit %.1f GOP/s", i16);
+    }
+    CHECK((bf16 > 0) == (c->avx512bf16 && c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq),
+          "bf16 limit %.1f with avx512bf16 %d", bf16, c->avx512bf16);
+    double fma2 = 0, i162 = 0;
+    CHECK_STATUS(flexpoint_instruction_limits(&fma2, NULL, NULL), FX_OK);
+    CHECK_STATUS(flexpoint_instruction_limits(NULL, &i162, NULL), FX_OK);
+    CHECK(fma2 == fma && i162 == i16, "limits measured again: %.3f %.3f vs %.3f %.3f", fma2, i162,
+          fma, i16);
+    char num[32];
+    snprintf(num, sizeof num, "%.1f GFLOP/s", fma);
+    const char *rep = flexpoint_instruction_limits_report();
+    CHECK(rep && strstr(rep, num) != NULL, "limits report %s lacks %s", rep ? rep : "(null)", num);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--i16-child") == 0) {
@@ -445,6 +472,7 @@ int main(int argc, char **argv)
         return 0;
     }
     check_i16_env(argv[0]);
+    check_limits();
     const int i16_checked = check_i16_kernels();
     CHECK(i16_checked >= 3 || !flexpoint_backend_available(FX_BACKEND_AVX2),
           "only %d int16 kernels checked", i16_checked);

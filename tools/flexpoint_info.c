@@ -1,11 +1,14 @@
 /* flexpoint-info: the CPU, the backends it can run, the kernel chosen per op and format (and
- * what chose it), and a brief measurement of each matmul kernel (a 512^3 GEMM per format at
- * one thread, best of 5, and each bf16 route this CPU can run), under half a second.
+ * what chose it), the measured instruction limits of one thread (fp32 FMA, int16 pair
+ * products, bf16 pair products: flexpoint_instruction_limits), and a brief measurement of each
+ * matmul kernel (a 512^3 GEMM per format at one thread, best of 5, each bf16 route and each
+ * int16 kernel this CPU can run, as a share of its limit), about a second in all.
  *
- *   flexpoint-info [--no-measure]
+ *   flexpoint-info [--no-measure]     (--no-measure: neither limits nor GEMMs)
  *
- * FLEXPOINT_CPU and FLEXPOINT_KERNEL_BF16_GEMM are honoured as by every program using the
- * library, so the output shows what a run under the same environment would use. */
+ * FLEXPOINT_CPU, FLEXPOINT_KERNEL_BF16_GEMM and FLEXPOINT_KERNEL_I16_GEMM are honoured as by
+ * every program using the library, so the output shows what a run under the same environment
+ * would use. */
 #include "flexpoint.h"
 
 #include <stdio.h>
@@ -71,15 +74,44 @@ int main(int argc, char **argv)
     printf("kernels:   %s\n", flexpoint_kernel_report());
     if (!do_measure) return 0;
 
+    double lim_fma = 0, lim_i16 = 0, lim_bf16 = 0;
+    flexpoint_instruction_limits(&lim_fma, &lim_i16, &lim_bf16);
+    printf("limits:    %s\n", flexpoint_instruction_limits_report());
+
     const int64_t n = 512;
     const int prev_threads = flexpoint_set_num_threads(1);
-    printf("\nmatmul %lldx%lldx%lld, 1 thread, best of 5 (G(FL)OP/s):\n", (long long)n,
-           (long long)n, (long long)n);
+    printf("\nmatmul %lldx%lldx%lld, 1 thread, best of 5 (G(FL)OP/s, share of the limit; "
+           "operands uniform in [-1, 1)):\n", (long long)n, (long long)n, (long long)n);
     for (int f = 0; f < FMT_COUNT; f++) {
         const fmt_t fmt = (fmt_t)f;
         const char *chosen = flexpoint_kernel_name("matmul", fmt);
+        const int integer = fmt == FMT_FLEX16_5 || fmt == FMT_DFP16;
+        const double lim = integer ? lim_i16 : fmt == FMT_BF16 && lim_bf16 > 0 ? lim_bf16 : lim_fma;
+        if (integer && strcmp(flexpoint_backend(), "scalar") != 0) {
+            /* each int16 kernel this CPU runs, then the chosen one back in place */
+            char keep[32];
+            snprintf(keep, sizeof keep, "%s", chosen);
+            static const char *const kinds[] = {"auto", "split", "wrap", "fast"};
+            for (int k = 0; k < 4; k++) {
+                if (flexpoint_set_kernel("matmul", fmt, kinds[k]) != FX_OK) {
+                    printf("  %-9s %-17s %8s (this CPU cannot run it)\n", fmt_name(fmt), kinds[k], "-");
+                    continue;
+                }
+                const double g = measure(fmt, n, 5);
+                printf("  %-9s %-17s %8.1f %5.0f%%%s\n", fmt_name(fmt),
+                       flexpoint_kernel_name("matmul", fmt), g, lim > 0 ? 100.0 * g / lim : 0.0,
+                       strcmp(flexpoint_kernel_name("matmul", fmt), keep) == 0 ? "  (chosen)" : "");
+            }
+            if (flexpoint_set_kernel("matmul", fmt, keep) != FX_OK) {
+                fprintf(stderr, "flexpoint-info: could not restore %s\n", keep);
+                return 1;
+            }
+            continue;
+        }
         if (fmt != FMT_BF16 || strcmp(flexpoint_backend(), "avx512") != 0) {
-            printf("  %-9s %-15s %8.1f\n", fmt_name(fmt), chosen, measure(fmt, n, 5));
+            const double g = measure(fmt, n, 5);
+            printf("  %-9s %-17s %8.1f %5.0f%%\n", fmt_name(fmt), chosen, g,
+                   lim > 0 ? 100.0 * g / lim : 0.0);
             continue;
         }
         /* every bf16 route this CPU runs, then the chosen one back in place */
@@ -88,11 +120,12 @@ int main(int argc, char **argv)
         static const char *const routes[] = {"widen", "dpbf16"};
         for (int r = 0; r < 2; r++) {
             if (flexpoint_set_kernel("matmul", FMT_BF16, routes[r]) != FX_OK) {
-                printf("  %-9s avx512-%-8s %8s (this CPU cannot run it)\n", "bf16", routes[r], "-");
+                printf("  %-9s avx512-%-10s %8s (this CPU cannot run it)\n", "bf16", routes[r], "-");
                 continue;
             }
             const double g = measure(fmt, n, 5);
-            printf("  %-9s avx512-%-8s %8.1f%s\n", "bf16", routes[r], g,
+            printf("  %-9s avx512-%-10s %8.1f %5.0f%%%s\n", "bf16", routes[r], g,
+                   lim > 0 ? 100.0 * g / lim : 0.0,
                    strcmp(keep + 7, routes[r]) == 0 ? "  (chosen)" : "");
         }
         if (flexpoint_set_kernel("matmul", FMT_BF16, keep) != FX_OK) {

@@ -15,6 +15,7 @@ See python/README.md for a tutorial, :mod:`flexpoint.ops` for the op set,
 """
 from __future__ import annotations
 
+import ctypes
 from typing import List
 
 from . import data, device, ops, optim, train, weights
@@ -86,20 +87,37 @@ def cpu_features() -> List[str]:
 
 
 def kernel_info() -> dict:
-    """The CPU and the kernel the active backend runs per op and format.
+    """The CPU, its measured instruction limits and the kernel the active backend runs per op
+    and format.
 
     Returns a dict: ``cpu`` ("GenuineIntel family 6 model 207"), ``features`` (as
-    cpu_features()), ``backend``, ``kernels`` ({"matmul/bf16": "avx512-widen", ...}, one key
-    per format) and ``report`` (flexpoint_kernel_report(): also what chose the bf16 route: the
-    per-CPU table, FLEXPOINT_KERNEL_BF16_GEMM or set_kernel())."""
+    cpu_features()), ``backend``, ``kernels`` ({"matmul/bf16": "avx512-widen",
+    "matmul/flex16_5": "avx2-i16", ...}, one key per format; a forced int16 kernel shows as
+    "avx2-i16-split" and so on), ``report`` (flexpoint_kernel_report(): also what chose the bf16
+    route, the per-CPU table, FLEXPOINT_KERNEL_BF16_GEMM or set_kernel(), and how the int16
+    matmul picks its kernel per tile and what chose that, FLEXPOINT_KERNEL_I16_GEMM or
+    set_kernel()), ``limits`` ({"fp32_fma": GFLOP/s, "i16_pairs": GOP/s, "bf16_pairs": GFLOP/s}
+    of one thread, 0.0 where the CPU lacks the instruction) and ``limits_report`` (the same
+    with the instructions measured), as flexpoint-info prints them
+    (flexpoint_instruction_limits: measured once per process, about 0.1-0.2 s at the first
+    call). Without that function in the loaded library the two limit keys are None."""
     L = lib()
     kernels = {}
     for f in FORMATS:
         name = L.flexpoint_kernel_name(b"matmul", fmt_id(f))
         kernels["matmul/" + f] = name.decode() if name is not None else None
+    limits = limits_report = None
+    if L.has("flexpoint_instruction_limits"):
+        vals = [ctypes.c_double(0.0) for _ in range(3)]
+        # FX_EUNSUPPORTED only on a non-x86 build, where every limit stays 0.0
+        L.flexpoint_instruction_limits(*(ctypes.byref(v) for v in vals))
+        limits = {"fp32_fma": vals[0].value, "i16_pairs": vals[1].value,
+                  "bf16_pairs": vals[2].value}
+        limits_report = L.flexpoint_instruction_limits_report().decode()
     return {"cpu": L.flexpoint_cpu_model().decode(), "features": cpu_features(),
             "backend": backend(), "kernels": kernels,
-            "report": L.flexpoint_kernel_report().decode()}
+            "report": L.flexpoint_kernel_report().decode(), "limits": limits,
+            "limits_report": limits_report}
 
 
 def set_kernel(op: str, fmt, name: str) -> None:

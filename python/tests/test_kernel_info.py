@@ -1,5 +1,7 @@
-"""kernel_info() and set_kernel(): the CPU, the kernel per op and format, forcing the bf16 GEMM
-route, and both routes' bf16 matmuls against an fp64 reference."""
+"""kernel_info() and set_kernel(): the CPU, its measured instruction limits, the kernel per op
+and format, forcing the bf16 GEMM route and the int16 GEMM kernel, both bf16 routes' matmuls
+against an fp64 reference, and every int16 kernel's matmul bits equal to the scalar
+backend's."""
 from __future__ import annotations
 
 import numpy as np
@@ -66,3 +68,79 @@ def test_routes_against_fp64(route):
     finally:
         fx.set_kernel("matmul", "bf16", before.split("-")[-1] if before.startswith("avx512-")
                       else before)
+
+
+def test_kernel_info_limits():
+    if not has("flexpoint_instruction_limits"):
+        pytest.skip("library without flexpoint_instruction_limits")
+    info = fx.kernel_info()
+    lim = info["limits"]
+    assert set(lim) == {"fp32_fma", "i16_pairs", "bf16_pairs"}
+    feats = info["features"]
+    # measured once per process: a second call gives the same numbers
+    assert fx.kernel_info()["limits"] == lim
+    if "fma" in feats:
+        # a CPU with FMA retires at least one 256-bit FMA per ns (16 GFLOP/s) and fewer than
+        # 10 per ns (1,600 GFLOP/s at 512 bits) even with several pipes
+        assert 16.0 <= lim["fp32_fma"] < 1600.0
+        assert f"{lim['fp32_fma']:.1f} GFLOP/s" in info["limits_report"]
+    if "avx2" in feats:
+        assert lim["i16_pairs"] > 0.0
+        assert f"{lim['i16_pairs']:.1f} GOP/s" in info["limits_report"]
+    assert (lim["bf16_pairs"] > 0.0) == ("avx512bf16" in feats)
+
+
+def _i16_kernels():
+    if fx.backend() == "scalar":
+        return []
+    vnni = "avx512vnni" in fx.cpu_features() and fx.backend() == "avx512"
+    return ["auto", "split", "fast"] + (["wrap"] if vnni else [])
+
+
+def test_set_kernel_i16_bad_input():
+    before = fx.kernel_info()["kernels"]["matmul/flex16_5"]
+    with pytest.raises(fx.UnknownNameError):
+        fx.set_kernel("matmul", "flex16_5", "fastest")
+    if "avx512vnni" not in fx.cpu_features():
+        with pytest.raises(fx.UnsupportedError):
+            fx.set_kernel("matmul", "dfp16", "wrap")
+    assert fx.kernel_info()["kernels"]["matmul/flex16_5"] == before
+
+
+def test_i16_kernels_same_bits():
+    kernels = _i16_kernels()
+    if not kernels:
+        pytest.skip("the scalar backend has one int16 matmul")
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((70, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 90)).astype(np.float32)
+    full = rng.uniform(-1.0, 1.0, (300, 90)).astype(np.float32)
+    results = {}
+    try:
+        for k in kernels:
+            fx.set_kernel("matmul", "flex16_5", k)
+            name = fx.kernel_info()["kernels"]["matmul/dfp16"]
+            assert name == (fx.backend() + "-i16" + ("" if k == "auto" else "-" + k))
+            assert "chosen by flexpoint_set_kernel" in fx.kernel_info()["report"]
+            outs = []
+            for fmt in ("flex16_5", "dfp16"):
+                for bb in (b, full):
+                    ta = fx.from_numpy(a, fmt=fmt)
+                    tb = fx.from_numpy(bb, fmt=fmt)
+                    outs.append(fx.matmul(ta, tb, fmt=fmt).numpy())
+            results[k] = outs
+        backend = fx.backend()
+        fx.set_backend("scalar")
+        try:
+            ref = []
+            for fmt in ("flex16_5", "dfp16"):
+                for bb in (b, full):
+                    ref.append(fx.matmul(fx.from_numpy(a, fmt=fmt), fx.from_numpy(bb, fmt=fmt),
+                                         fmt=fmt).numpy())
+        finally:
+            fx.set_backend(backend)
+    finally:
+        fx.set_kernel("matmul", "flex16_5", "auto")
+    for k, outs in results.items():
+        for got, want in zip(outs, ref):
+            assert np.array_equal(got, want), k
