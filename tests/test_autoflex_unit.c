@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 
 #include "autoflex/autoflex.h"
+#include "core/internal.h" /* fx_af_config_validate: the check that sets the error message */
 #include "flexpoint.h"
 #include "testutil.h"
 

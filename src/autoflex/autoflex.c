@@ -6,47 +6,53 @@
  *     if (fx_af_wants_recompute(..., &redo_e))   only for overflow_mode RECOMPUTE
  *         quantise again at redo_e -> st, e = redo_e
  *     fx_af_observe(s, e, &st, true_max, overflowed)
- * This file only decides exponents and keeps the history; it never touches tensor data. */
+ * This file only decides exponents and keeps the history; it never touches tensor data, and it
+ * depends on nothing of the core (docs/architecture.md, "Layers"). */
 #include "autoflex.h"
-
-#include "../core/internal.h"
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
-int fx_af_config_validate(const fx_autoflex_config *cfg)
+/* Each test writes its reason into why[0..n) and returns FX_EINVAL; the caller (the core's
+ * fx_af_config_validate) turns it into the library's error message. */
+#define FX_AF_BAD(...) (snprintf(why, n, __VA_ARGS__), FX_EINVAL)
+
+int fx_af_config_check(const fx_autoflex_config *cfg, char *why, size_t n)
 {
-    if (!cfg) return FX_FAIL(FX_EINVAL, "cfg is NULL");
+    if (n > 0) why[0] = '\0';
+    if (!cfg) return FX_AF_BAD("cfg is NULL");
     if (cfg->managed != 0 && cfg->managed != 1)
-        return FX_FAIL(FX_EINVAL, "managed = %d, must be 0 or 1", cfg->managed);
+        return FX_AF_BAD("managed = %d, must be 0 or 1", cfg->managed);
     if (cfg->history_len < 1 || cfg->history_len > FX_AF_MAX_HISTORY)
-        return FX_FAIL(FX_EINVAL, "history_len = %d, must be in [1, %d]", cfg->history_len,
-                       FX_AF_MAX_HISTORY);
+        return FX_AF_BAD("history_len = %d, must be in [1, %d]", cfg->history_len,
+                         FX_AF_MAX_HISTORY);
     /* Infinite margins would turn the prediction into inf or NaN (0 * inf), so every constant
      * must be finite as well as in range. */
     if (!(cfg->beta >= 0.0) || !isfinite(cfg->beta))
-        return FX_FAIL(FX_EINVAL, "beta = %g, must be finite and >= 0", cfg->beta);
+        return FX_AF_BAD("beta = %g, must be finite and >= 0", cfg->beta);
     if (!(cfg->gamma >= 0.0) || !isfinite(cfg->gamma))
-        return FX_FAIL(FX_EINVAL, "gamma = %g, must be finite and >= 0", cfg->gamma);
+        return FX_AF_BAD("gamma = %g, must be finite and >= 0", cfg->gamma);
     if (!(cfg->alpha > 0.0) || !isfinite(cfg->alpha))
-        return FX_FAIL(FX_EINVAL, "alpha = %g, must be finite and > 0", cfg->alpha);
+        return FX_AF_BAD("alpha = %g, must be finite and > 0", cfg->alpha);
     if (cfg->init_mode != FX_AF_INIT_PROBE && cfg->init_mode != FX_AF_INIT_EXACT)
-        return FX_FAIL(FX_EINVAL, "init_mode = %d, must be FX_AF_INIT_PROBE (0) or "
-                       "FX_AF_INIT_EXACT (1)", cfg->init_mode);
+        return FX_AF_BAD("init_mode = %d, must be FX_AF_INIT_PROBE (0) or "
+                         "FX_AF_INIT_EXACT (1)", cfg->init_mode);
     if (cfg->stat_mode != FX_AF_STAT_SATURATED_MAX && cfg->stat_mode != FX_AF_STAT_TRUE_MAX)
-        return FX_FAIL(FX_EINVAL, "stat_mode = %d, must be FX_AF_STAT_SATURATED_MAX (0) or "
-                       "FX_AF_STAT_TRUE_MAX (1)", cfg->stat_mode);
+        return FX_AF_BAD("stat_mode = %d, must be FX_AF_STAT_SATURATED_MAX (0) or "
+                         "FX_AF_STAT_TRUE_MAX (1)", cfg->stat_mode);
     if (cfg->overflow_mode != FX_AF_OVERFLOW_KEEP && cfg->overflow_mode != FX_AF_OVERFLOW_RECOMPUTE)
-        return FX_FAIL(FX_EINVAL, "overflow_mode = %d, must be FX_AF_OVERFLOW_KEEP (0) or "
-                       "FX_AF_OVERFLOW_RECOMPUTE (1)", cfg->overflow_mode);
+        return FX_AF_BAD("overflow_mode = %d, must be FX_AF_OVERFLOW_KEEP (0) or "
+                         "FX_AF_OVERFLOW_RECOMPUTE (1)", cfg->overflow_mode);
     if (cfg->probe_tries < 1 || cfg->probe_tries > 64)
-        return FX_FAIL(FX_EINVAL, "probe_tries = %d, must be in [1, 64]", cfg->probe_tries);
+        return FX_AF_BAD("probe_tries = %d, must be in [1, 64]", cfg->probe_tries);
     if (cfg->init_exp < FX_DFP_EXP_MIN || cfg->init_exp > FX_DFP_EXP_MAX)
-        return FX_FAIL(FX_EINVAL, "init_exp = %d, must be in [%d, %d]", cfg->init_exp,
-                       FX_DFP_EXP_MIN, FX_DFP_EXP_MAX);
+        return FX_AF_BAD("init_exp = %d, must be in [%d, %d]", cfg->init_exp, FX_DFP_EXP_MIN,
+                         FX_DFP_EXP_MAX);
     return FX_OK;
 }
+#undef FX_AF_BAD
 
 static void history_clear(fx_af_state *s)
 {

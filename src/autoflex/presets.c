@@ -1,7 +1,6 @@
-/* Named Autoflex configurations and the public functions that apply them to a tensor. */
+/* Named Autoflex configurations. The public functions that apply them to a tensor are the
+ * core's (src/core/tensor_autoflex.c). */
 #include "autoflex.h"
-
-#include "../core/internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -56,63 +55,4 @@ void fx_af_default_config(fx_autoflex_config *cfg)
     const char *env = getenv("FLEXPOINT_AUTOFLEX");
     if (env && env[0] && fx_af_preset(env, cfg) == FX_OK) return;
     fx_af_preset(FX_AF_DEFAULT_PRESET, cfg);
-}
-
-int fx_autoflex_preset(const char *name, fx_autoflex_config *cfg)
-{
-    if (!name) return FX_FAIL(FX_EINVAL, "name is NULL");
-    if (!cfg) return FX_FAIL(FX_EINVAL, "cfg is NULL");
-    if (fx_af_preset(name, cfg) != FX_OK)
-        return FX_FAIL(FX_ENAME, "unknown Autoflex preset '%s' (known: published, fixed, "
-                       "truemax, exact_init, robust)", name);
-    return FX_OK;
-}
-
-/* Autoflex belongs to the storage (all views share one exponent). */
-static int check_flex(const tensor_t *t, const char *func)
-{
-    if (!t) return fx_error(FX_EINVAL, func, "tensor is NULL");
-    if (t->st->fmt != FMT_FLEX16_5) {
-        const char *name = fmt_name(t->st->fmt);
-        return fx_error(FX_EFORMAT, func, "Autoflex manages flex16_5 tensors only, got %s",
-                        name ? name : "an unknown format");
-    }
-    return FX_OK;
-}
-
-int tensor_set_autoflex_config(tensor_t *t, const fx_autoflex_config *cfg)
-{
-    int rc = check_flex(t, __func__);
-    if (rc != FX_OK) return rc;
-    rc = fx_af_config_validate(cfg);
-    if (rc != FX_OK) return rc;
-    /* a launched write is observed under the configuration it was written with */
-    if ((rc = fx_storage_settle(t->st, __func__))) return rc;
-    /* The exponent stays: a new configuration restarts the history and the initialisation
-     * from the tensor's current exponent. */
-    fx_af_reset(&t->st->af, cfg);
-    return FX_OK;
-}
-
-int tensor_set_autoflex(tensor_t *t, const char *preset)
-{
-    int rc = check_flex(t, __func__);
-    if (rc != FX_OK) return rc;
-    if (!preset) return FX_FAIL(FX_EINVAL, "preset is NULL");
-    fx_autoflex_config cfg;
-    if (fx_af_preset(preset, &cfg) != FX_OK)
-        return FX_FAIL(FX_ENAME, "unknown Autoflex preset '%s' (known: published, fixed, "
-                       "truemax, exact_init, robust)", preset);
-    if ((rc = fx_storage_settle(t->st, __func__))) return rc;
-    fx_af_reset(&t->st->af, &cfg);
-    return FX_OK;
-}
-
-int tensor_get_autoflex_config(const tensor_t *t, fx_autoflex_config *cfg)
-{
-    int rc = check_flex(t, __func__);
-    if (rc != FX_OK) return rc;
-    if (!cfg) return FX_FAIL(FX_EINVAL, "cfg is NULL");
-    *cfg = t->st->af.cfg;
-    return FX_OK;
 }

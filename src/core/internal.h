@@ -8,7 +8,10 @@
  * shared library, whichever file defines it. */
 #include "flexpoint_train.h"
 #include "flexpoint_gpu.h"
+/* The core calls into src/autoflex (the exponent manager, the trace buffer), never the
+ * reverse (docs/architecture.md, "Layers"). */
 #include "../autoflex/autoflex.h"
+#include "../autoflex/trace.h"
 #include "../flex/flex_math.h"
 
 #include <stdarg.h>
@@ -23,12 +26,6 @@ typedef struct fx_write_info {
     double true_max;
     double stored_max;
 } fx_write_info;
-
-typedef struct fx_trace {
-    int enabled;
-    int64_t len, cap;
-    fx_trace_record *rec;
-} fx_trace;
 
 /* Storage: the bytes plus everything that belongs to the data rather than to a view
  * (the shared exponent is a property of all the int16 values together). Reference-counted so
@@ -168,6 +165,10 @@ int fx_error(int code, const char *func, const char *fmt, ...)
 #endif
     ;
 #define FX_FAIL(code, ...) fx_error((code), __func__, __VA_ARGS__)
+
+/* fx_af_config_check (src/autoflex/autoflex.h) with its reason set as the error message
+ * ("fx_af_config_validate: beta = nan, ..."): FX_OK or FX_EINVAL. src/core/tensor_autoflex.c. */
+int fx_af_config_validate(const fx_autoflex_config *cfg);
 
 /* Helpers shared by the core files. */
 bool fx_fmt_valid(int fmt);

@@ -5,6 +5,7 @@
 #include "compose.h"
 #include "../autoflex/trace.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,7 +106,11 @@ static void fx_write_shared_account(fx_storage *st, int64_t index, int e, int cl
     if (st->trace.enabled) {
         fx_trace_record rec = {index, e, clamped, overflowed, recomputed, q->saturated,
                                q->nonfinite, q->underflow, true_max, st->last.stored_max};
-        fx_trace_append(&st->trace, &rec); /* on ENOMEM the record is dropped, data is kept */
+        /* On ENOMEM the record is dropped and the data kept: the write itself succeeded, so
+         * the message alone tells a reader of the error state why the trace has a gap. */
+        if (fx_trace_append(&st->trace, &rec) != FX_OK)
+            FX_FAIL(FX_ENOMEM, "cannot grow the trace beyond %" PRId64 " records; the record "
+                    "of write %" PRId64 " is dropped", st->trace.len, index);
     }
     st->overflows += overflowed;
     st->clamped_total += clamped;
