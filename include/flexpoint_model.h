@@ -332,19 +332,25 @@ FX_API int fx_model_def_parse(const char *text, size_t len, const char *source,
  *  @retval FX_ENOMEM */
 FX_API int fx_model_def_load(const char *path, fx_model_def **out);
 
-/** @brief The definition of a built-in network (fx_model_check() names: mlp, cnn, resnet20
- *  and their families) for images of C x H x W with `classes` classes: exactly the network
- *  that fx_trainer_new() builds for that name.
+/** @brief The definition of a built-in network (fx_model_check() names: mlp, cnn, resnet20,
+ *  transformer and their families) for images of C x H x W with `classes` classes: exactly
+ *  the network that fx_trainer_new() builds for that name.
+ *
+ *  A transformer (`gpt<L>x<D>h<H>c<T>`) takes an input of shape (T), one window of token
+ *  numbers, so C x H x W must be T (a text dataset's 1 x 1 x T), and `classes` is the
+ *  vocabulary: layers `emb`, then per block i `b<i>.ln1`, `b<i>.attn`, `b<i>.res1`,
+ *  `b<i>.ln2`, `b<i>.fc` (4D), `b<i>.gelu`, `b<i>.proj`, `b<i>.res2`, then `lnf` and `head`.
  *  @param[in]  name    The built-in name.
  *  @param[in]  C       Image channels, >= 1.
  *  @param[in]  H       Image height, >= 1 (cnn and resnet: divisible by 4).
  *  @param[in]  W       Image width, likewise.
- *  @param[in]  classes Classes, >= 1.
+ *  @param[in]  classes Classes (a transformer's vocabulary), >= 1.
  *  @param[out] out     Receives the definition (caller frees with fx_model_def_free()).
  *  @retval FX_OK
  *  @retval FX_EINVAL a NULL argument.
  *  @retval FX_ENAME an unknown model name.
- *  @retval FX_ESHAPE an image shape the network does not fit.
+ *  @retval FX_ESHAPE an image shape the network does not fit, or a transformer's C x H x W
+ *          other than its context T.
  *  @retval FX_ENOMEM */
 FX_API int fx_model_def_builtin(const char *name, int C, int H, int W, int classes,
                                 fx_model_def **out);

@@ -63,9 +63,9 @@ enum {
  *  first. Checkpoints store it; fx_trainer_load() compares model, format, batch size, master
  *  weights, seed and optimiser. */
 typedef struct fx_train_config {
-    char model[16];          /**< a model name (fx_model_check()): "mlp", "cnn", "resnet20"
-                                  or a member of their families, NUL-terminated within the
-                                  field */
+    char model[16];          /**< a model name (fx_model_check()): "mlp", "cnn", "resnet20",
+                                  "transformer" or a member of their families, NUL-terminated
+                                  within the field */
     int fmt;                 /**< fmt_t of the weights, activations and gradients of every
                                   GEMM and conv */
     int master_weights;      /**< 1: fp32 master weights (default); 0: update in the format.
@@ -128,7 +128,11 @@ typedef struct fx_train_config {
  *    and 2x2 max pooling, a hidden linear layer of width F, the classifier (channels in
  *    [1, 4096]; `cnn` is `cnn32-64-128`);
  *  - `resnet<D>` or `resnet<D>x<K>`: the CIFAR ResNet of depth D = 6n+2 (n in [1, 200]: 20, 32,
- *    56, 110, ...) with 16K, 32K and 64K channels (K in [1, 16]; `resnet20` is `resnet20x1`).
+ *    56, 110, ...) with 16K, 32K and 64K channels (K in [1, 16]; `resnet20` is `resnet20x1`);
+ *  - `transformer` or `gpt<L>x<D>h<H>c<T>`: a decoder-only transformer of L pre-norm blocks
+ *    (L in [1, 64]) of width D (in [1, 16384]) with H attention heads (H divides D) over
+ *    windows of T tokens (T in [1, 1024]), for text datasets (fx_dataset_text() with context
+ *    T; the vocabulary is the dataset's classes); `transformer` is `gpt4x128h4c128`.
  *  Numbers are decimal without sign or leading zero. The name must fit the 16-byte field.
  *  @param[in] name The name.
  *  @retval FX_OK
@@ -346,6 +350,25 @@ FX_API int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accu
 FX_API int fx_trainer_evaluate_as(fx_trainer *t, int fmt, const char *autoflex,
                                   const char *policy, const fx_dataset *ds, double *accuracy,
                                   double *loss);
+
+/** @brief The logits of the trainer's model for n samples (inference mode, as
+ *  fx_trainer_evaluate() runs it): e.g. to sample text from a sequence model.
+ *
+ *  Each sample is C x H x W floats as fx_dataset_batch() gives them: raw pixels, which are
+ *  normalised as in training, or, for a sequence model, T token numbers (whole numbers in
+ *  [0, classes)). Samples run in batches of the configured batch size; the weights, optimiser
+ *  state and position are unchanged.
+ *  @param[in,out] t      A one-process trainer (host or device).
+ *  @param[in]     inputs n samples, sample-major; read only.
+ *  @param[in]     n      Samples, >= 1.
+ *  @param[out]    logits Receives n x classes floats, or for a sequence model n x T x classes
+ *                        (one row of logits per position; the caller owns the buffer).
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL argument or n < 1.
+ *  @retval FX_ERANGE a sequence model's input that is not a token number in [0, classes).
+ *  @retval FX_EUNSUPPORTED a distributed trainer.
+ *  @return otherwise the status of the op that failed (e.g. FX_ENOMEM, FX_EDEVICE). */
+FX_API int fx_trainer_predict(fx_trainer *t, const float *inputs, int64_t n, float *logits);
 
 /** @brief Optimiser steps taken so far.
  *  @param[in] t The trainer.

@@ -7,7 +7,11 @@
  *   logits of every earlier position unchanged (the causal mask);
  * - the first training steps in flex16_5 and dfp16 (and fp32) are bit-identical between the
  *   scalar and the best backend and between 1 and 2 threads (losses and every parameter);
- * - shape errors name the layer; a sequence model refuses an image dataset.
+ * - shape errors name the layer; a sequence model refuses an image dataset;
+ * - the built-in family (transformer, gpt<L>x<D>h<H>c<T>): names accepted and refused, the
+ *   definition equal to examples/models/transformer.txt, the context checked against the
+ *   input, and a trainer of the name trains the bits of one of its definition;
+ * - fx_trainer_predict's logits give fx_trainer_evaluate's loss; non-tokens are refused.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -292,6 +296,124 @@ static void refusals(const char *path)
     fx_model_def_free(d);
 }
 
+/* A trainer of a built-in name (fx_trainer_new) and one of the same name's definition
+ * (fx_trainer_new_model) on the text at path: the same losses, step for step. */
+static void builtin_trains(const char *path)
+{
+    fx_dataset *tr = NULL, *va = NULL;
+    CHECK_STATUS(fx_dataset_text(path, 8, 0.1, &tr, &va), FX_OK);
+    if (!tr) return;
+    fx_train_config cfg;
+    fx_train_config_default(&cfg);
+    snprintf(cfg.model, sizeof cfg.model, "gpt1x16h2c8");
+    cfg.fmt = FMT_FLEX16_5;
+    cfg.batch_size = 4;
+    cfg.optimizer = FX_OPT_ADAMW;
+    cfg.lr = 3e-3;
+    fx_model_def *d = NULL;
+    CHECK_STATUS(fx_model_def_builtin("gpt1x16h2c8", 1, 1, 8, fx_dataset_classes(tr), &d), FX_OK);
+    fx_trainer *a = fx_trainer_new(&cfg, tr, va);
+    fx_trainer *b = d ? fx_trainer_new_model(&cfg, d, tr, va) : NULL;
+    CHECK(a && b, "trainers of gpt1x16h2c8: %s", flexpoint_last_error());
+    for (int s = 0; s < 3 && a && b; s++) {
+        float la = NAN, lb = NAN;
+        CHECK_STATUS(fx_trainer_step(a, &la), FX_OK);
+        CHECK_STATUS(fx_trainer_step(b, &lb), FX_OK);
+        CHECK(isfinite(la) && memcmp(&la, &lb, sizeof la) == 0,
+              "step %d: the name's loss %.9g, its definition's %.9g", s, la, lb);
+    }
+    /* fx_trainer_predict: the logits of 4 windows (one whole batch, as the evaluation of
+     * those 4 windows runs it) give fx_trainer_evaluate's loss, summed in the same order */
+    fx_dataset *four = fx_dataset_subset(tr, 0, 4);
+    float x[4 * 8], *z = malloc(4 * 8 * (size_t)fx_dataset_classes(tr) * sizeof(float));
+    int32_t y[4 * 8], lab[4];
+    int64_t idx[4] = {0, 1, 2, 3};
+    CHECK(four && z, "subset: %s", flexpoint_last_error());
+    if (a && four && z) {
+        const int Vn = fx_dataset_classes(tr);
+        CHECK_STATUS(fx_dataset_batch(tr, idx, 4, x, lab), FX_OK);
+        CHECK_STATUS(fx_dataset_batch_targets(tr, idx, 4, y), FX_OK);
+        CHECK_STATUS(fx_trainer_predict(a, x, 4, z), FX_OK);
+        double want = -1, sum = 0;
+        CHECK_STATUS(fx_trainer_evaluate(a, four, NULL, &want), FX_OK);
+        for (int w = 0; w < 4; w++) {
+            double ls = 0;
+            for (int r = w * 8; r < (w + 1) * 8; r++) {
+                const float *q = z + (size_t)r * Vn;
+                double mx = q[0], se = 0;
+                for (int j = 1; j < Vn; j++) mx = q[j] > mx ? q[j] : mx;
+                for (int j = 0; j < Vn; j++) se += exp((double)q[j] - mx);
+                ls += mx + log(se) - (double)q[y[r]];
+            }
+            sum += ls / 8;
+        }
+        CHECK(sum / 4 == want, "predicted logits give loss %.17g, evaluate %.17g", sum / 4,
+              want);
+        x[3] = (float)Vn; /* not a token */
+        CHECK_STATUS(fx_trainer_predict(a, x, 4, z), FX_ERANGE);
+        x[3] = 0.5f;
+        CHECK_STATUS(fx_trainer_predict(a, x, 4, z), FX_ERANGE);
+        CHECK_STATUS(fx_trainer_predict(a, x, 0, z), FX_EINVAL);
+    }
+    free(z);
+    fx_dataset_free(four);
+    fx_trainer_free(a);
+    fx_trainer_free(b);
+    /* the context comes from the name: windows of another length are refused */
+    snprintf(cfg.model, sizeof cfg.model, "gpt1x16h2c6");
+    fx_trainer *c = fx_trainer_new(&cfg, tr, va);
+    CHECK(c == NULL && flexpoint_last_status() == FX_ESHAPE &&
+              strstr(flexpoint_last_error(), "6 tokens") != NULL,
+          "gpt1x16h2c6 on windows of 8: '%s'", flexpoint_last_error());
+    fx_trainer_free(c);
+    fx_model_def_free(d);
+    fx_dataset_free(tr);
+    fx_dataset_free(va);
+}
+
+static void builtin_family(void)
+{
+    const char *ok[] = {"transformer", "gpt4x128h4c128", "gpt1x1h1c1", "gpt64x16384h1c1",
+                        "gpt2x64h4c64"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        CHECK(fx_model_check(ok[i]) == FX_OK, "%s refused: %s", ok[i], flexpoint_last_error());
+    const char *bad[] = {"gpt2x64h3c64", "gpt0x64h4c64", "gpt2x64h4c1025", "gpt2x64h4",
+                         "gpt2x64h4c64x", "transformer2", "gpt2x64h128c64", "gpt02x64h4c64",
+                         "gpt65x64h4c64", "gpt"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(fx_model_check(bad[i]) == FX_ENAME, "%s accepted", bad[i]);
+        CHECK(strstr(flexpoint_last_error(), "gpt<L>x<D>h<H>c<T>") != NULL,
+              "%s: the message '%s' gives no grammar", bad[i], flexpoint_last_error());
+    }
+    /* "transformer" is gpt4x128h4c128 and examples/models/transformer.txt (fortunes: 114 tokens) */
+    fx_model_def *named = NULL, *sized = NULL, *file = NULL;
+    CHECK_STATUS(fx_model_def_builtin("transformer", 1, 1, 128, 114, &named), FX_OK);
+    CHECK_STATUS(fx_model_def_builtin("gpt4x128h4c128", 1, 1, 128, 114, &sized), FX_OK);
+    char path[512];
+    snprintf(path, sizeof path, "%s/examples/models/transformer.txt", FX_SOURCE_DIR);
+    CHECK(fx_model_def_load(path, &file) == FX_OK, "%s: %s", path, flexpoint_last_error());
+    if (named && sized && file) {
+        char a[FX_MODEL_ID_SIZE], b[FX_MODEL_ID_SIZE], c[FX_MODEL_ID_SIZE];
+        CHECK_STATUS(fx_model_def_identity(named, a), FX_OK);
+        CHECK_STATUS(fx_model_def_identity(sized, b), FX_OK);
+        CHECK_STATUS(fx_model_def_identity(file, c), FX_OK);
+        CHECK(strcmp(a, b) == 0 && strcmp(a, c) == 0,
+              "transformer %s, gpt4x128h4c128 %s, transformer.txt %s", a, b, c);
+        /* embedding, 8 layers a block, final norm and head */
+        CHECK(fx_model_def_layer_count(named) == 1 + 4 * 8 + 2, "transformer has %d layers",
+              fx_model_def_layer_count(named));
+    }
+    fx_model_def_free(named);
+    fx_model_def_free(sized);
+    fx_model_def_free(file);
+    /* the input must hold one window of the name's context */
+    fx_model_def *d = NULL;
+    CHECK_STATUS(fx_model_def_builtin("gpt1x8h2c8", 1, 1, 16, 7, &d), FX_ESHAPE);
+    CHECK(strstr(flexpoint_last_error(), "8 tokens") != NULL, "message '%s'",
+          flexpoint_last_error());
+    CHECK(d == NULL, "a refused built-in gave a definition");
+}
+
 int main(void)
 {
     char path[] = "/tmp/fx_tfm_XXXXXX";
@@ -305,6 +427,8 @@ int main(void)
     gradient_check();
     refusals(path);
     bit_identity(path);
+    builtin_family();
+    builtin_trains(path);
     unlink(path);
     return test_finish(NAME);
 }

@@ -134,7 +134,7 @@ typedef struct fx_model {
 } fx_model;
 
 /* The network a model name describes (model_names.c has the grammar). */
-enum { FX_MODEL_MLP, FX_MODEL_CNN, FX_MODEL_RESNET,
+enum { FX_MODEL_MLP, FX_MODEL_CNN, FX_MODEL_RESNET, FX_MODEL_GPT,
        FX_MODEL_DEF /* "@" and 14 hex digits: a definition's identity (fx_model_def_identity) */ };
 #define FX_MODEL_NAME_MAX 16 /* sizeof(fx_train_config.model) */
 #define FX_MODEL_MAX_WIDTH 65536
@@ -142,13 +142,18 @@ enum { FX_MODEL_MLP, FX_MODEL_CNN, FX_MODEL_RESNET,
 #define FX_MODEL_MAX_CHANNELS 4096
 #define FX_MODEL_MAX_BLOCKS 200
 #define FX_MODEL_MAX_WIDEN 16
+#define FX_MODEL_MAX_GPT_LAYERS 64
+#define FX_MODEL_MAX_GPT_WIDTH 16384
+#define FX_MODEL_MAX_CONTEXT FX_DATA_MAX_CONTEXT /* a text dataset's longest window */
 typedef struct fx_model_spec {
     int kind;   /* FX_MODEL_* */
-    int width;  /* mlp: hidden width; cnn: hidden linear width */
-    int depth;  /* mlp: hidden layers; resnet: 6 * blocks + 2 */
+    int width;  /* mlp: hidden width; cnn: hidden linear width; gpt: model width D */
+    int depth;  /* mlp: hidden layers; resnet: 6 * blocks + 2; gpt: transformer blocks */
     int c1, c2; /* cnn: channels of the two convolutions */
     int blocks; /* resnet: basic blocks per stage */
     int widen;  /* resnet: channels 16K, 32K, 64K */
+    int heads;  /* gpt: attention heads, dividing width */
+    int context; /* gpt: tokens per sample */
 } fx_model_spec;
 
 /* Parse a model name into *spec (spec may be NULL: only check). FX_ENAME with a message naming

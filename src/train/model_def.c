@@ -642,6 +642,37 @@ static int fx_def_resnet(fx_model_def *d, const fx_model_spec *sp, int classes)
     return rc;
 }
 
+/* gpt<L>x<D>h<H>c<T>: a character-level decoder-only transformer (GPT-2's pre-norm block
+ * layout) over a vocabulary of `vocab` tokens: token and position embedding "emb", then L
+ * blocks b<i> of
+ *     b<i>.ln1 -> b<i>.attn (H causal heads) -> b<i>.res1 = b<i>.attn + the block's input
+ *     b<i>.ln2 -> b<i>.fc (4D) -> b<i>.gelu -> b<i>.proj (D) -> b<i>.res2 = b<i>.proj + b<i>.res1
+ * and a final layer norm "lnf" before the per-position classifier "head". The dotted names let
+ * a format policy pick a kind of layer in every block ("b*.attn"). "transformer" is
+ * gpt4x128h4c128. */
+static int fx_def_gpt(fx_model_def *d, const fx_model_spec *sp, int vocab)
+{
+    int rc = fx_model_def_embedding(d, "emb", NULL, vocab, sp->width);
+    char in[32] = "emb", n[32], res1[32];
+    for (int b = 1; b <= sp->depth && !rc; b++) {
+#define BLK(suffix) (snprintf(n, sizeof n, "b%d.%s", b, suffix), n)
+        rc = fx_model_def_layernorm(d, BLK("ln1"), in);
+        if (!rc) rc = fx_model_def_attention(d, BLK("attn"), NULL, sp->heads);
+        if (!rc) rc = fx_model_def_add(d, BLK("res1"), NULL, in);
+        snprintf(res1, sizeof res1, "%s", n);
+        if (!rc) rc = fx_model_def_layernorm(d, BLK("ln2"), NULL);
+        if (!rc) rc = fx_model_def_token_linear(d, BLK("fc"), NULL, 4 * (int64_t)sp->width);
+        if (!rc) rc = fx_model_def_activation(d, "gelu", BLK("gelu"), NULL);
+        if (!rc) rc = fx_model_def_token_linear(d, BLK("proj"), NULL, sp->width);
+        if (!rc) rc = fx_model_def_add(d, BLK("res2"), NULL, res1);
+        snprintf(in, sizeof in, "%s", n);
+#undef BLK
+    }
+    if (!rc) rc = fx_model_def_layernorm(d, "lnf", NULL);
+    if (!rc) rc = fx_model_def_token_linear(d, "head", NULL, vocab);
+    return rc;
+}
+
 int fx_model_def_builtin(const char *name, int C, int H, int W, int classes, fx_model_def **out)
 {
     if (out) *out = NULL;
@@ -655,14 +686,27 @@ int fx_model_def_builtin(const char *name, int C, int H, int W, int classes, fx_
     if (C < 1 || H < 1 || W < 1 || classes < 1)
         return FX_FAIL(FX_ESHAPE, "images %dx%dx%d with %d classes: every size must be >= 1", C,
                        H, W, classes);
-    if (spec.kind != FX_MODEL_MLP && (H % 4 || W % 4))
+    if ((spec.kind == FX_MODEL_CNN || spec.kind == FX_MODEL_RESNET) && (H % 4 || W % 4))
         return FX_FAIL(FX_ESHAPE, "%.16s needs H and W divisible by 4 (got %dx%d)", name, H, W);
+    /* a transformer's input is a window of token numbers: C x H x W must be its context (a
+     * text dataset gives 1 x 1 x T), and the classes are the vocabulary */
+    if (spec.kind == FX_MODEL_GPT && (int64_t)C * H * W != spec.context)
+        return FX_FAIL(FX_ESHAPE, "%.16s reads windows of %d tokens, but the input holds %dx%dx%d "
+                       "values (a text dataset's context must be the model's)", name,
+                       spec.context, C, H, W);
     fx_model_def *d = NULL;
     int64_t shape[3] = {C, H, W};
     char dn[FX_MODEL_LAYER_NAME_MAX];
     snprintf(dn, sizeof dn, "%.16s", name);
-    if ((rc = fx_model_def_new(dn, 3, shape, &d))) return rc;
+    if (spec.kind == FX_MODEL_GPT) {
+        shape[0] = spec.context;
+        rc = fx_model_def_new(dn, 1, shape, &d);
+    } else {
+        rc = fx_model_def_new(dn, 3, shape, &d);
+    }
+    if (rc) return rc;
     if (spec.kind == FX_MODEL_MLP) rc = fx_def_mlp(d, &spec, classes);
+    else if (spec.kind == FX_MODEL_GPT) rc = fx_def_gpt(d, &spec, classes);
     else if (spec.kind == FX_MODEL_CNN) rc = fx_def_cnn(d, &spec, classes);
     else rc = fx_def_resnet(d, &spec, classes);
     if (rc) {

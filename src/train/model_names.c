@@ -5,6 +5,10 @@
  *                             (cnn = cnn32-64-128)
  *   resnet<D> | resnet<D>x<K> CIFAR ResNet of depth D = 6n + 2 (n basic blocks per stage),
  *                             channels 16K, 32K, 64K (resnet20 = resnet20x1)
+ *   transformer | gpt<L>x<D>h<H>c<T>
+ *                             decoder-only transformer of L pre-norm blocks, width D, H
+ *                             attention heads (H divides D), context T tokens, for text
+ *                             datasets (transformer = gpt4x128h4c128)
  *   @<14 hex digits>          not a name but a model definition's identity, which
  *                             fx_trainer_new_model stores in the configuration
  *
@@ -34,7 +38,8 @@ static long fx_name_number(const char **p, long lo, long hi)
 static int fx_name_fail(const char *name, const char *func, const char *why)
 {
     return fx_error(FX_ENAME, func, "model='%.16s': %s (known: mlp, mlp<W>x<D>, cnn, "
-                    "cnn<C1>-<C2>-<F>, resnet<6n+2>, resnet<6n+2>x<K>; docs/training.md)", name,
+                    "cnn<C1>-<C2>-<F>, resnet<6n+2>, resnet<6n+2>x<K>, transformer, "
+                    "gpt<L>x<D>h<H>c<T>; docs/training.md)", name,
                     why);
 }
 
@@ -96,6 +101,28 @@ int fx_model_parse(const char *name, fx_model_spec *spec, const char *func)
             if ((s.widen = (int)fx_name_number(&p, 1, FX_MODEL_MAX_WIDEN)) < 0)
                 return fx_name_fail(name, func, "the width factor K must be in [1, 16]");
         }
+    } else if (strcmp(p, "transformer") == 0) {
+        s.kind = FX_MODEL_GPT;
+        p += 11;
+        s.depth = 4;
+        s.width = 128;
+        s.heads = 4;
+        s.context = 128;
+    } else if (strncmp(p, "gpt", 3) == 0) {
+        s.kind = FX_MODEL_GPT;
+        p += 3;
+        if ((s.depth = (int)fx_name_number(&p, 1, FX_MODEL_MAX_GPT_LAYERS)) < 0)
+            return fx_name_fail(name, func, "gpt<L>x<D>h<H>c<T> needs a layer count L in "
+                                "[1, 64]");
+        if (*p++ != 'x' || (s.width = (int)fx_name_number(&p, 1, FX_MODEL_MAX_GPT_WIDTH)) < 0)
+            return fx_name_fail(name, func, "gpt<L>x<D>h<H>c<T> needs a width D in [1, 16384]");
+        if (*p++ != 'h' || (s.heads = (int)fx_name_number(&p, 1, s.width)) < 0 ||
+            s.width % s.heads)
+            return fx_name_fail(name, func, "gpt<L>x<D>h<H>c<T> needs a head count H in "
+                                "[1, D] that divides D");
+        if (*p++ != 'c' || (s.context = (int)fx_name_number(&p, 1, FX_MODEL_MAX_CONTEXT)) < 0)
+            return fx_name_fail(name, func, "gpt<L>x<D>h<H>c<T> needs a context T in [1, "
+                                "1024]");
     } else {
         return fx_name_fail(name, func, "unknown model");
     }

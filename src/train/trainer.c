@@ -912,6 +912,43 @@ int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accuracy, d
     return FX_OK;
 }
 
+int fx_trainer_predict(fx_trainer *t, const float *inputs, int64_t n, float *logits)
+{
+    if (!t || !inputs || !logits)
+        return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : !inputs ? "inputs" : "logits");
+    if (n < 1) return FX_FAIL(FX_EINVAL, "n=%lld: predict at least one sample", (long long)n);
+    if (t->comm)
+        return FX_FAIL(FX_EUNSUPPORTED, "a distributed trainer's ranks hold parts of a batch: "
+                       "predict with a one-process trainer (fx_trainer_copy_weights)");
+    const int64_t img = (int64_t)t->C * t->H * t->W, B = t->local_batch;
+    /* token numbers index the embedding: refused before anything runs */
+    for (int64_t i = 0; i < n * img && t->rows > 1; i++)
+        if (!(inputs[i] >= 0 && inputs[i] < (float)t->classes) ||
+            inputs[i] != (float)(int32_t)inputs[i])
+            return FX_FAIL(FX_ERANGE, "inputs[%lld]=%g is not a token number in [0, %d)",
+                           (long long)i, (double)inputs[i], t->classes);
+    fx_model *m = &t->m;
+    int rc = fx_trainer_use_device(t);
+    if (!rc) rc = fx_model_alloc_ctx(m, FX_CTX_EVAL);
+    const int64_t per = t->rows * (int64_t)t->classes; /* logits of one sample */
+    for (int64_t s = 0; s < n && !rc; s += B) {
+        const int64_t cnt = n - s < B ? n - s : B;
+        memcpy(t->xbuf, inputs + s * img, sizeof(float) * (size_t)(cnt * img));
+        /* a short last batch is padded with zeros (token 0 for text); its rows are dropped */
+        memset(t->xbuf + cnt * img, 0, sizeof(float) * (size_t)((B - cnt) * img));
+        if (t->rows == 1) fx_normalize(t, t->xbuf, cnt);
+        for (int64_t i = 0; i < B * t->rows && t->rows > 1; i++)
+            m->tokens[FX_CTX_EVAL][i] = (int32_t)t->xbuf[i];
+        tensor_t *out;
+        rc = fx_place_write_input(m, FX_CTX_EVAL, t->xbuf);
+        if (!rc) rc = fx_model_forward(m, FX_CTX_EVAL, &out);
+        if (!rc) rc = fx_place_read_f32(m, out, t->logits_host, t->logits_buf);
+        if (!rc) memcpy(logits + s * per, t->logits_buf, sizeof(float) * (size_t)(cnt * per));
+    }
+    fx_model_free_ctx(m, FX_CTX_EVAL);
+    return rc;
+}
+
 int fx_trainer_epoch(fx_trainer *t, fx_epoch_metrics *mt)
 {
     if (!t || !mt) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "metrics");
