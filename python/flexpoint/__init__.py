@@ -122,8 +122,10 @@ def kernel_info() -> dict:
 
 def set_kernel(op: str, fmt, name: str) -> None:
     """Force the kernel of an op and format, e.g. set_kernel("matmul", "bf16", "widen") or
-    "dpbf16" (flexpoint_set_kernel: UnknownNameError for an unknown op or kernel,
-    UnsupportedError for a kernel this CPU cannot run; nothing changes then)."""
+    "dpbf16", or the int16 matmul of flex16_5 and dfp16 (one setting for both) with "auto",
+    "split", "wrap" or "fast" (flexpoint_set_kernel: UnknownNameError for an unknown op or
+    kernel, UnsupportedError for a kernel this CPU cannot run, such as "wrap" without
+    AVX512_VNNI; nothing changes then)."""
     check(lib().flexpoint_set_kernel(c_str(op, "op"), fmt_id(fmt), c_str(name, "name")),
           "flexpoint_set_kernel")
 
