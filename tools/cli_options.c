@@ -19,17 +19,23 @@ static const char fx_cli_usage_text[] =
 "usage: flexpoint-train [options]\n"
 "Train one network in several number formats from identical starting points and compare.\n"
 "\n"
-"  --model NAME          mlp | cnn | resnet20, or a family member:     (default cnn)\n"
+"  --model NAME          mlp | cnn | resnet20 | transformer, or a family member\n"
+"                        (default cnn; with text data transformer):\n"
 "                        mlp<W>x<D> (D hidden layers of width W; mlp = mlp256x2),\n"
 "                        cnn<C1>-<C2>-<F> (cnn = cnn32-64-128), resnet<6n+2>[x<K>]\n"
 "                        (depth 6n+2, channels 16K/32K/64K; e.g. resnet110, resnet56x2),\n"
+"                        gpt<L>x<D>h<H>c<T> (text: L blocks of width D, H heads, context\n"
+"                        T; transformer = gpt4x128h4c128),\n"
 "                        or a model file: a path ending in .txt or naming an existing\n"
 "                        file (docs/models.md; e.g. examples/models/cnn.txt); not with\n"
 "                        --eval or --distributed\n"
-"  --data NAME           fashion-mnist | cifar10 | synthetic          (default fashion-mnist)\n"
+"  --data NAME           fashion-mnist | cifar10 | synthetic | fortunes | text:PATH\n"
+"                        (default fashion-mnist); fortunes and text:PATH (a text file or a\n"
+"                        folder of them) are character-level text for a sequence model,\n"
+"                        cut into windows of the model's context, the last 10% held out\n"
 "  --data-dir DIR        dataset directory (fashion-mnist default: $FLEXPOINT_FASHION_MNIST_DIR\n"
-"                        or /usr/share/datasets/fashion-mnist; cifar10: required; not with\n"
-"                        synthetic)\n"
+"                        or /usr/share/datasets/fashion-mnist; cifar10: required; fortunes:\n"
+"                        /usr/share/games/fortunes; not with synthetic or text:PATH)\n"
 "  --formats LIST        comma list of distinct fp32,fp16,bf16,flex16_5,dfp16; flex16_5 (only)\n"
 "                        may name an Autoflex preset as flex16_5:PRESET (default all five)\n"
 "  --autoflex PRESET     default preset for flex16_5 runs: published | truemax | exact_init |\n"
@@ -55,8 +61,8 @@ static const char fx_cli_usage_text[] =
 "  --stochastic-rounding round weight writes stochastically\n"
 "  --augment             random crop (pad 4) and horizontal flip\n"
 "  --pad N               zero-pad images by N pixels per side, 0..64 (e.g. 2: 28x28 -> 32x32)\n"
-"  --train-subset N      use the first N training images               (default all)\n"
-"  --test-subset N       use the first N test images                   (default all)\n"
+"  --train-subset N      use the first N training images (text: windows) (default all)\n"
+"  --test-subset N       use the first N test images (text: windows)   (default all)\n"
 "  --synthetic-n N       synthetic training set size (test: N/5)       (default 10000)\n"
 "  --seed N              seed of weights, batch order, augmentation    (default 0)\n"
 "  --threads N           threads, 1..1024 (default: all cores)\n"
@@ -94,7 +100,10 @@ static const char fx_cli_usage_text[] =
 "written, saturated, rounded to 0, and writes that kept no nonzero value; flex16_5 and\n"
 "dfp16 runs, empty in the float formats), nonfinite_weights and casts), steps.csv (run,\n"
 "step, epoch, loss, loss_scale every 10 steps), run.json (what the folder was made from) and\n"
-"trace_<run>_<tensor>.csv.\n"
+"trace_<run>_<tensor>.csv. With text data, accuracies are per token, test_loss is the\n"
+"held-out loss per token (nats), images_per_second counts tokens per second, epochs.csv ends\n"
+"with test_bits_per_char (test_loss / ln 2), and samples.txt holds 200 bytes each run's model\n"
+"writes after the prompt \"The \" (temperature 0.8, seeded by --seed).\n"
 "A warning goes to stderr after an epoch in which one tensor saturated more than 1% of the\n"
 "elements written to it, or had more than 1% of its writes zeroed, or when weights are NaN\n"
 "or Inf.\n"
@@ -178,6 +187,13 @@ static int fx_cli_device(const char *v, int *out, char *msg, size_t n)
     }
     return fx_cli_fail(msg, n, "--device: '%.*s' is not cpu, cuda or cuda:N (N a device number, "
                        "0..1023)", Q, v);
+}
+
+/* Whether a built-in model name is a sequence model (the transformer family), which trains on
+ * text; model files are known only once read (the trainer then names a mismatch). */
+static int fx_cli_sequence_name(const char *model)
+{
+    return !strcmp(model, "transformer") || !strncmp(model, "gpt", 3);
 }
 
 /* A path option: non-empty and short enough to be kept whole. */
@@ -311,6 +327,30 @@ static int fx_cli_traces(fx_cli_options *o, const char *list, char *msg, size_t 
     return FX_CLI_OK;
 }
 
+/* Text data (--data fortunes or text:PATH): the corpus's path, the transformer by default,
+ * and the options that have no meaning for token windows refused by name. */
+static int fx_cli_text(fx_cli_options *o, char *m, size_t n)
+{
+    if (!strcmp(o->data, "text") && o->data_dir[0])
+        return fx_cli_fail(m, n, "--data-dir: --data text:PATH names the text already (drop "
+                           "--data-dir)");
+    if (!strcmp(o->data, "fortunes"))
+        snprintf(o->text, sizeof o->text, "%s",
+                 o->data_dir[0] ? o->data_dir : FX_DATA_FORTUNES_DIR);
+    if (!o->model_given) snprintf(o->model, sizeof o->model, "transformer");
+    if (!o->model_file[0] && !fx_cli_sequence_name(o->model))
+        return fx_cli_fail(m, n, "--model %s is an image model; text data (--data %s) needs a "
+                           "sequence model: transformer, gpt<L>x<D>h<H>c<T> or a model file "
+                           "whose first layer is an embedding", o->model,
+                           !strcmp(o->data, "text") ? "text:PATH" : o->data);
+    const char *bad = o->augment ? "--augment" : o->pad ? "--pad" : o->eval[0] ? "--eval"
+                    : o->distributed ? "--distributed" : o->device >= 0 ? "--device" : NULL;
+    if (bad)
+        return fx_cli_fail(m, n, "%s is not taken with text data (sequence models train on the "
+                           "host in one process, on token windows, not images)", bad);
+    return FX_CLI_OK;
+}
+
 int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, size_t msg_size)
 {
     char *m = msg;
@@ -390,10 +430,20 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
             }
         } else if (!strcmp(a, "--data")) {
             NEEDV();
-            if (strcmp(v, "fashion-mnist") && strcmp(v, "cifar10") && strcmp(v, "synthetic"))
+            o->text[0] = '\0';
+            if (!strncmp(v, "text:", 5)) {
+                if (!v[5])
+                    return fx_cli_fail(m, n, "--data text:PATH needs a path (a text file or a "
+                                       "folder of text files)");
+                rc = fx_cli_path(a, v + 5, o->text, sizeof o->text, m, n);
+                snprintf(o->data, sizeof o->data, "text");
+            } else if (strcmp(v, "fashion-mnist") && strcmp(v, "cifar10") &&
+                       strcmp(v, "synthetic") && strcmp(v, "fortunes")) {
                 return fx_cli_fail(m, n, "--data: unknown data set '%.*s' (fashion-mnist, "
-                                   "cifar10, synthetic)", Q, v);
-            snprintf(o->data, sizeof o->data, "%s", v);
+                                   "cifar10, synthetic, fortunes, text:PATH)", Q, v);
+            } else {
+                snprintf(o->data, sizeof o->data, "%s", v);
+            }
         } else if (!strcmp(a, "--data-dir")) {
             NEEDV();
             rc = fx_cli_path(a, v, o->data_dir, sizeof o->data_dir, m, n);
@@ -578,8 +628,13 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
     if (!strcmp(o->data, "synthetic") && o->data_dir[0])
         return fx_cli_fail(m, n, "--data-dir: the synthetic data set is generated, not read "
                            "(drop --data-dir or choose --data fashion-mnist or cifar10)");
-    int rc = fx_cli_formats(o, formats, preset, m, n);
+    const int text = !strcmp(o->data, "text") || !strcmp(o->data, "fortunes");
+    int rc = text ? fx_cli_text(o, m, n) : FX_CLI_OK;
     if (rc) return rc;
+    if (!text && fx_cli_sequence_name(o->model))
+        return fx_cli_fail(m, n, "--model %s is a sequence model (it reads token windows): "
+                           "give it text data (--data fortunes or --data text:PATH)", o->model);
+    if ((rc = fx_cli_formats(o, formats, preset, m, n))) return rc;
     o->traces_given = traces != NULL;
     char resnet_traces[96] = "";
     if (!strncmp(o->model, "resnet", 6)) {
@@ -590,6 +645,8 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
     }
     if (!traces && o->model_file[0])
         traces = "loss.dlogits"; /* a model file's layers are its own: --trace names them */
+    if (!traces && fx_cli_sequence_name(o->model)) /* the first block's attention output */
+        traces = "b1.attn.out,head.w.grad,loss.dlogits";
     if (!traces)
         traces = !strncmp(o->model, "mlp", 3)   ? "fc1.out,fc1.w.grad,fc2.w"
                  : !strncmp(o->model, "cnn", 3) ? "conv1.out,conv2.w.grad,fc1.w,loss.dlogits"

@@ -28,8 +28,11 @@ typedef struct fx_cli_run {
 
 typedef struct fx_cli_options {
     char model[16];                    /* "mlp", "cnn" or "resnet20" */
-    char data[16];                     /* "fashion-mnist", "cifar10" or "synthetic" */
+    char data[16];                     /* "fashion-mnist", "cifar10", "synthetic", or for
+                                          text "fortunes" or "text" (--data text:PATH) */
     char data_dir[FX_CLI_PATH_MAX];    /* "": the data set's default location */
+    char text[FX_CLI_PATH_MAX];        /* text data: the file or folder read (fortunes:
+                                          --data-dir or FX_DATA_FORTUNES_DIR); "" otherwise */
     char out[FX_CLI_PATH_MAX];         /* never empty */
     char ckpt_dir[FX_CLI_PATH_MAX];    /* "": no checkpoints */
     char eval[FX_CLI_PATH_MAX];        /* "": train; else evaluate this checkpoint or weights

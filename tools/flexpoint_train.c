@@ -33,6 +33,8 @@ static fx_comm *g_comm;
 static int g_rank;
 /* --model FILE: the definition read from it (NULL for a built-in name) */
 static fx_model_def *g_def;
+/* text data: the model's context T (tokens per window), 0 for images */
+static int g_context;
 
 /* A trainer of the run's model: the model file's definition, or cfg->model. */
 static fx_trainer *new_trainer(const fx_train_config *cfg, const fx_dataset *train,
@@ -89,12 +91,38 @@ static int check_device(const options *o)
     return 0;
 }
 
+/* Text data: the context T of the model (tokens per window), from a model file's input
+ * shape (T) or from a built-in name (gpt<L>x<D>h<H>c<T>; "transformer" is gpt4x128h4c128, as
+ * fx_model_check documents). 0 with a message for a model file that is no sequence model. */
+static int model_context(const options *o)
+{
+    if (g_def) {
+        int nd = 0;
+        int64_t sh[FX_MODEL_MAX_RANK];
+        if (fx_model_def_shape(g_def, "input", &nd, sh) == FX_OK && nd == 1 && sh[0] >= 1 &&
+            sh[0] <= FX_DATA_MAX_CONTEXT)
+            return (int)sh[0];
+        fprintf(stderr, "flexpoint-train: --model %s: text data needs a sequence model, whose "
+                        "input is one window of T tokens (input shape=T, T in [1, %d]) and "
+                        "whose first layer is an embedding (docs/models.md)\n", o->model_file,
+                FX_DATA_MAX_CONTEXT);
+        return 0;
+    }
+    if (!strcmp(o->model, "transformer")) return 128;
+    const char *c = strrchr(o->model, 'c'); /* the parser has checked the name */
+    return c ? atoi(c + 1) : 0;
+}
+
 /* The data sets, subset and padded as asked. On failure both are NULL and nothing is held. */
 static int load_data(const options *o, fx_dataset **train, fx_dataset **test)
 {
     const char *dir = o->data_dir[0] ? o->data_dir : NULL;
     fx_dataset *parts[2] = {NULL, NULL};
-    if (!strcmp(o->data, "fashion-mnist")) {
+    if (o->text[0]) {
+        /* the last 10% held out: fortunes' tail is a few hundred kB, thousands of windows */
+        if (fx_dataset_text(o->text, g_context, 0.1, &parts[0], &parts[1]) != FX_OK)
+            parts[0] = parts[1] = NULL;
+    } else if (!strcmp(o->data, "fashion-mnist")) {
         parts[0] = fx_dataset_fashion_mnist(dir, 1);
         parts[1] = parts[0] ? fx_dataset_fashion_mnist(dir, 0) : NULL;
     } else if (!strcmp(o->data, "cifar10")) {
@@ -220,7 +248,7 @@ static void progress(const options *o, const char *label, int epoch, int64_t ste
 }
 
 typedef struct run_result {
-    double acc, loss, seconds, ips;
+    double acc, loss, test_loss, seconds, ips; /* ips: tokens per second for text */
     int epochs_done;
     int failed;
 } run_result;
@@ -396,6 +424,71 @@ static int write_profile(const fx_trainer *t, const run_spec *rs, const char *pa
     return csv_close(&c);
 }
 
+/* Text data: the bytes the run's model writes after a fixed prompt, one at a time from its
+ * own logits (fx_trainer_predict: the model as evaluation runs it) at temperature 0.8, drawn
+ * from a generator seeded with --seed, so that a run's sample is reproducible. The window is
+ * the last T tokens; a prompt shorter than T fills its first positions (the causal mask makes
+ * the rest irrelevant to the position read). out receives the prompt and SAMPLE_LEN bytes.
+ * 0, or -1 after a message. */
+#define SAMPLE_PROMPT "The "
+#define SAMPLE_LEN 200
+static int sample_text(const options *o, const run_spec *rs, fx_trainer *t,
+                       const fx_dataset *train, char *out, size_t cap)
+{
+    uint8_t vocab[256];
+    const int V = fx_dataset_vocab(train, vocab), T = g_context;
+    int tok_of[256];
+    for (int b = 0; b < 256; b++) tok_of[b] = -1;
+    for (int i = 0; i < V; i++) tok_of[vocab[i]] = i;
+    int32_t seq[sizeof SAMPLE_PROMPT + SAMPLE_LEN];
+    int len = 0;
+    for (const char *p = SAMPLE_PROMPT; *p; p++) /* bytes the text lacks are left out */
+        if (tok_of[(uint8_t)*p] >= 0) seq[len++] = tok_of[(uint8_t)*p];
+    if (len == 0) seq[len++] = 0;
+    const int prompt = len;
+    float *x = calloc((size_t)T, sizeof *x), *z = malloc((size_t)T * V * sizeof *z);
+    int rc = 0;
+    if (!x || !z) {
+        fprintf(stderr, "flexpoint-train: %s: sampling text: out of memory\n", rs->label);
+        rc = -1;
+    }
+    uint64_t rng = o->seed * 0x9e3779b97f4a7c15ULL + 0x2545f4914f6cdd1dULL;
+    while (!rc && len < prompt + SAMPLE_LEN) {
+        const int start = len > T ? len - T : 0, n = len - start;
+        for (int i = 0; i < T; i++) x[i] = i < n ? (float)seq[start + i] : 0.0f;
+        if (fx_trainer_predict(t, x, 1, z) != FX_OK) {
+            fprintf(stderr, "flexpoint-train: %s: sampling text: %s\n", rs->label,
+                    flexpoint_last_error());
+            rc = -1;
+            break;
+        }
+        const float *row = z + (size_t)(n - 1) * V;
+        double mx = row[0], sum = 0, p[256];
+        for (int j = 1; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+        for (int j = 0; j < V; j++) sum += p[j] = exp(((double)row[j] - mx) / 0.8);
+        rng ^= rng >> 12; /* xorshift64* */
+        rng ^= rng << 25;
+        rng ^= rng >> 27;
+        double u = (double)((rng * 0x2545f4914f6cdd1dULL) >> 11) * 0x1.0p-53 * sum;
+        int pick = V - 1;
+        for (int j = 0; j < V; j++)
+            if ((u -= p[j]) < 0) {
+                pick = j;
+                break;
+            }
+        seq[len++] = pick;
+    }
+    size_t k = 0;
+    for (int i = 0; i < len && k + 1 < cap; i++) out[k++] = (char)vocab[seq[i]];
+    out[k] = '\0';
+    free(x);
+    free(z);
+    return rc;
+}
+
+/* text data: samples.txt in --out, which each run appends its sample to (NULL for images) */
+static csv_file *g_samples;
+
 /* One run. 0, or -1 after its message is printed; *fatal is set when an output file failed
  * (no later run could write its results either). */
 static int run_one(const options *o, const run_spec *rs, const fx_dataset *train,
@@ -518,19 +611,32 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
         if (status) break;
         if (!o->quiet) {
             if (isatty(2)) fprintf(stderr, "\r%-70s\r", "");
-            fprintf(stderr, "%-18s epoch %d/%d  loss %.4f  train acc %.4f  test acc %.4f  %.1f s  "
-                            "%.0f img/s%s\n", rs->label, mt.epoch, o->epochs, mt.train_loss,
-                    mt.train_accuracy, mt.test_accuracy, mt.seconds, mt.images_per_second,
-                    mt.skipped_steps ? "  (steps skipped by the loss scaler)" : "");
+            if (g_context)
+                fprintf(stderr, "%-18s epoch %d/%d  loss %.4f  val loss %.4f  %.3f bits/char  "
+                                "%.1f s  %.0f tokens/s%s\n", rs->label, mt.epoch, o->epochs,
+                        mt.train_loss, mt.test_loss, mt.test_loss / log(2.0), mt.seconds,
+                        mt.images_per_second * g_context,
+                        mt.skipped_steps ? "  (steps skipped by the loss scaler)" : "");
+            else
+                fprintf(stderr, "%-18s epoch %d/%d  loss %.4f  train acc %.4f  test acc %.4f  "
+                                "%.1f s  %.0f img/s%s\n", rs->label, mt.epoch, o->epochs,
+                        mt.train_loss, mt.train_accuracy, mt.test_accuracy, mt.seconds,
+                        mt.images_per_second,
+                        mt.skipped_steps ? "  (steps skipped by the loss scaler)" : "");
         }
+        /* text: images_per_second holds tokens per second (windows x T) */
+        const double ips = mt.images_per_second * (g_context ? g_context : 1);
         if (g_rank == 0) warn_health(t, rs, mt.epoch, &h);
         fprintf(epochs_csv->f, "%s,%s,%d,%.6f,%.6f,%.6f,%.6f,%.3f,%.1f,%.6g,%lld,%lld", rs->label,
                 o->model, mt.epoch, mt.train_loss, mt.train_accuracy, mt.test_loss,
-                mt.test_accuracy, mt.seconds, mt.images_per_second, mt.loss_scale,
+                mt.test_accuracy, mt.seconds, ips, mt.loss_scale,
                 (long long)mt.skipped_steps, (long long)mt.nonfinite_losses);
         health_columns(epochs_csv->f, &h);
         double cast_s = fx_trainer_cast_seconds(t);
-        fprintf(epochs_csv->f, ",%d,%.3f\n", fx_trainer_cast_count(t), cast_s - cast_s0);
+        fprintf(epochs_csv->f, ",%d,%.3f", fx_trainer_cast_count(t), cast_s - cast_s0);
+        /* text: the held-out loss in bits per character (a token is a byte) */
+        if (g_context) fprintf(epochs_csv->f, ",%.6f", mt.test_loss / log(2.0));
+        fputc('\n', epochs_csv->f);
         if (!o->quiet && fx_trainer_cast_count(t) > 0)
             fprintf(stderr, "%-18s %d casts: %.3f s, %.1f%% of the epoch's training\n",
                     rs->label, fx_trainer_cast_count(t), cast_s - cast_s0,
@@ -544,7 +650,8 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
         res->acc = mt.test_accuracy;
         res->loss = mt.train_loss;
         res->seconds += mt.seconds;
-        res->ips = mt.images_per_second;
+        res->test_loss = mt.test_loss;
+        res->ips = ips;
         res->epochs_done++;
         /* distributed: rank 0 writes, every rank returns its status */
         if (o->ckpt_dir[0] && fx_trainer_save(t, path) != FX_OK) {
@@ -589,6 +696,17 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
         snprintf(file, sizeof file, "profile_%s.csv", safe);
         if (join_path(path, sizeof path, o->out, file) || write_profile(t, rs, path, o->quiet))
             rc = -1;
+    }
+    if (g_samples && !status && !*fatal && !rc && res->epochs_done > 0) {
+        char text[sizeof SAMPLE_PROMPT + SAMPLE_LEN + 1];
+        if (sample_text(o, rs, t, train, text, sizeof text)) {
+            rc = -1;
+        } else {
+            fprintf(g_samples->f, "== %s (%s, epoch %d, val loss %.4f) ==\n%s\n\n", rs->label,
+                    o->model, res->epochs_done, res->test_loss, text);
+            if (csv_flush(g_samples)) *fatal = 1;
+            if (!o->quiet) printf("--- %s: %s\n", rs->label, text);
+        }
     }
     if (o->export_weights && !status && !*fatal && g_rank == 0) {
         snprintf(file, sizeof file, "weights_%s.fxw", safe);
@@ -698,6 +816,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "flexpoint-train: --model: %s\n", flexpoint_last_error());
         return 1;
     }
+    if (o.text[0] && (g_context = model_context(&o)) == 0) {
+        fx_model_def_free(g_def);
+        return 1;
+    }
     if (check_device(&o)) return 1; /* before loading data or creating directories */
     if (o.distributed) {
         if (fx_comm_init(&argc, &argv, &g_comm) != FX_OK) {
@@ -715,7 +837,7 @@ int main(int argc, char **argv)
 #endif
     if (o.threads > 0) flexpoint_set_num_threads(o.threads);
     fx_dataset *train = NULL, *test = NULL;
-    csv_file ec = {NULL, ""}, sc = {NULL, ""}, dc = {NULL, ""};
+    csv_file ec = {NULL, ""}, sc = {NULL, ""}, dc = {NULL, ""}, xc = {NULL, ""};
     run_result res[FX_CLI_MAX_RUNS];
     int status = 1, failures = 0, fatal = 0, failed_rank = -1;
     int loaded = load_data(&o, &train, &test) == 0;
@@ -756,12 +878,19 @@ int main(int argc, char **argv)
             snprintf(where + strlen(where), sizeof where - strlen(where),
                      ", %d ranks x %d images of each batch", fx_comm_size(g_comm),
                      o.batch / fx_comm_size(g_comm));
-        fprintf(stderr, "flexpoint-train: %s on %s (%lld train / %lld test images, %dx%dx%d), "
-                        "%d epochs, batch %d, lr %g, backend %s, %d threads%s\n", o.model,
-                fx_dataset_source(train), (long long)fx_dataset_len(train),
-                (long long)fx_dataset_len(test), fx_dataset_channels(train),
-                fx_dataset_height(train), fx_dataset_width(train), o.epochs, o.batch, o.lr,
-                flexpoint_backend(), flexpoint_num_threads(), where);
+        if (g_context)
+            fprintf(stderr, "flexpoint-train: %s on %s (%lld train / %lld held-out windows of "
+                            "%d tokens, vocabulary %d), %d epochs, batch %d, lr %g, backend %s, "
+                            "%d threads\n", o.model, o.text, (long long)fx_dataset_len(train),
+                    (long long)fx_dataset_len(test), g_context, fx_dataset_classes(train),
+                    o.epochs, o.batch, o.lr, flexpoint_backend(), flexpoint_num_threads());
+        else
+            fprintf(stderr, "flexpoint-train: %s on %s (%lld train / %lld test images, "
+                            "%dx%dx%d), %d epochs, batch %d, lr %g, backend %s, %d threads%s\n",
+                    o.model, fx_dataset_source(train), (long long)fx_dataset_len(train),
+                    (long long)fx_dataset_len(test), fx_dataset_channels(train),
+                    fx_dataset_height(train), fx_dataset_width(train), o.epochs, o.batch, o.lr,
+                    flexpoint_backend(), flexpoint_num_threads(), where);
         if (o.policy[0]) fprintf(stderr, "flexpoint-train: format policy '%s'\n", o.policy);
     }
     if (g_rank == 0) {
@@ -772,7 +901,9 @@ int main(int argc, char **argv)
                                       g_comm ? fx_comm_size(g_comm) : 1);
         bad |= csv_close(&rj);
         bad |= csv_open(&ec, o.out, "epochs.csv") || csv_open(&sc, o.out, "steps.csv") ||
-               (g_comm && csv_open(&dc, o.out, "distributed.csv"));
+               (g_comm && csv_open(&dc, o.out, "distributed.csv")) ||
+               (g_context && csv_open(&xc, o.out, "samples.txt"));
+        if (xc.f) g_samples = &xc;
         if (g_comm && fx_comm_agree(g_comm, bad ? FX_EIO : FX_OK, NULL) != FX_OK) goto done;
         if (bad) goto done;
     } else {
@@ -785,7 +916,8 @@ int main(int argc, char **argv)
     for (int c = 0; c < FX_TENSOR_CLASSES; c++)
         fprintf(ec.f, ",%s_written,%s_saturated,%s_underflow,%s_zeroed_writes", class_names[c],
                 class_names[c], class_names[c], class_names[c]);
-    fprintf(ec.f, ",nonfinite_weights,casts,cast_seconds\n");
+    fprintf(ec.f, ",nonfinite_weights,casts,cast_seconds%s\n",
+            g_context ? ",test_bits_per_char" : "");
     fprintf(sc.f, "run,step,epoch,loss,loss_scale\n");
     if (dc.f)
         fprintf(dc.f, "run,ranks,steps,gradient_bytes_per_step,statistics_bytes_per_step,"
@@ -804,6 +936,7 @@ int main(int argc, char **argv)
     fatal |= csv_close(&ec) != 0;
     fatal |= csv_close(&sc) != 0;
     fatal |= csv_close(&dc) != 0;
+    fatal |= csv_close(&xc) != 0;
     if (g_rank != 0) { /* the summary is rank 0's */
         status = failures || fatal ? 1 : 0;
         goto done;
@@ -812,8 +945,12 @@ int main(int argc, char **argv)
     int ref = -1;
     for (int r = 0; r < o.nruns; r++)
         if (o.runs[r].fmt == FMT_FP32 && !res[r].failed) ref = r;
-    printf("\n%-20s %10s %12s %12s %12s %10s\n", "format", "test acc", "gap to fp32",
-           "s/epoch", "images/s", "time ratio");
+    if (g_context)
+        printf("\n%-20s %10s %10s %12s %12s %12s %10s\n", "format", "val loss", "bits/char",
+               "gap to fp32", "s/epoch", "tokens/s", "time ratio");
+    else
+        printf("\n%-20s %10s %12s %12s %12s %10s\n", "format", "test acc", "gap to fp32",
+               "s/epoch", "images/s", "time ratio");
     for (int r = 0; r < o.nruns; r++) {
         if (res[r].failed || res[r].epochs_done == 0) {
             printf("%-20s %10s\n", o.runs[r].label, "failed");
@@ -822,11 +959,19 @@ int main(int argc, char **argv)
         double spe = res[r].seconds / res[r].epochs_done;
         char gap[32] = "-", ratio[32] = "-";
         if (ref >= 0 && res[ref].epochs_done) {
-            snprintf(gap, sizeof gap, "%+.2f pts", 100.0 * (res[r].acc - res[ref].acc));
+            if (g_context) /* bits per character above fp32's */
+                snprintf(gap, sizeof gap, "%+.4f", (res[r].test_loss - res[ref].test_loss) /
+                                                       log(2.0));
+            else
+                snprintf(gap, sizeof gap, "%+.2f pts", 100.0 * (res[r].acc - res[ref].acc));
             snprintf(ratio, sizeof ratio, "%.2fx", spe / (res[ref].seconds / res[ref].epochs_done));
         }
-        printf("%-20s %10.4f %12s %12.1f %12.0f %10s\n", o.runs[r].label, res[r].acc, gap, spe,
-               res[r].ips, ratio);
+        if (g_context)
+            printf("%-20s %10.4f %10.4f %12s %12.1f %12.0f %10s\n", o.runs[r].label,
+                   res[r].test_loss, res[r].test_loss / log(2.0), gap, spe, res[r].ips, ratio);
+        else
+            printf("%-20s %10.4f %12s %12.1f %12.0f %10s\n", o.runs[r].label, res[r].acc, gap,
+                   spe, res[r].ips, ratio);
     }
     printf("(time ratio: seconds per epoch relative to fp32; CSV in %s/)\n", o.out);
     status = failures || fatal ? 1 : 0;
@@ -834,6 +979,7 @@ done:
     csv_close(&ec);
     csv_close(&sc);
     csv_close(&dc);
+    csv_close(&xc);
     fx_dataset_free(train);
     fx_dataset_free(test);
     fx_comm_free(g_comm); /* collective: every rank arrives here, or the job was aborted */

@@ -313,4 +313,31 @@ check "--eval of a missing checkpoint" 1 "fx_checkpoint_config" "$BIN" --data sy
 printf 'garbage' > "$T/ck/dfp16.ckpt"
 check "corrupt checkpoint refused" 1 "cannot resume" "$BIN" --data synthetic --synthetic-n 200 \
   --model mlp --epochs 3 --batch 50 --formats dfp16 --out "$T/r3" --checkpoint-dir "$T/ck" --resume
+# text data: one epoch of a small transformer on a tiny corpus in two formats; the held-out
+# loss in bits per character in the summary and epochs.csv, the loss scaler on for fp16 only,
+# a sample of text per run in samples.txt; a missing corpus, an image model on text, a sequence
+# model on images and a model file of another vocabulary refused with their reasons
+i=0
+while [ $i -lt 150 ]; do printf 'the cat sat on the mat. a dog ran far away. '; i=$((i + 1)); done \
+  > "$T/tiny.txt"
+check "text data, two formats" 0 "bits/char" "$BIN" --data "text:$T/tiny.txt" \
+  --model gpt1x16h2c16 --epochs 1 --batch 16 --formats fp32,fp16 --optimizer adamw --lr 0.003 \
+  --out "$T/txt"
+head -1 "$T/txt/epochs.csv" | grep -q ',test_bits_per_char$' &&
+  awk -F, 'NR > 1 { d = $NF - $6 / log(2); if (d < -1e-5 || d > 1e-5) bad = 1; n++ }
+           $1 == "fp16" && $10 <= 1 { bad = 1 } $1 == "fp32" && $10 != 1 { bad = 1 }
+           END { exit bad || n != 2 }' "$T/txt/epochs.csv" ||
+  { echo "FAIL: epochs.csv of a text run:"; cat "$T/txt/epochs.csv"; fail=1; }
+[ "$(grep -c '^== fp' "$T/txt/samples.txt")" = "2" ] && grep -q '^he ' "$T/txt/samples.txt" &&
+  grep -q -- '--- fp16: he ' "$T/out" ||
+  { echo "FAIL: samples.txt:"; cat "$T/txt/samples.txt"; fail=1; }
+check "missing text corpus" 1 "$T/none.txt" "$BIN" --data "text:$T/none.txt" \
+  --model gpt1x16h2c16 --epochs 1 --out "$T/txt2"
+check "image model on text" 2 "--model mlp is an image model; text data" "$BIN" \
+  --data "text:$T/tiny.txt" --model mlp
+check "sequence model on images" 2 "--model transformer is a sequence model" "$BIN" \
+  --data synthetic --model transformer
+check "model file of another vocabulary" 1 "must give (128, 17)" "$BIN" \
+  --data "text:$T/tiny.txt" --model "$(dirname "$0")/../examples/models/transformer.txt" \
+  --epochs 1 --batch 8 --formats fp32 --out "$T/txt3"
 exit $fail
