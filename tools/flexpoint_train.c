@@ -425,8 +425,9 @@ static int write_profile(const fx_trainer *t, const run_spec *rs, const char *pa
 }
 
 /* Text data: the bytes the run's model writes after a fixed prompt, one at a time from its
- * own logits (fx_trainer_predict: the model as evaluation runs it) at temperature 0.8, drawn
- * from a generator seeded with --seed, so that a run's sample is reproducible. The window is
+ * logits (fx_trainer_predict on t, a trainer of batch 1 holding the run's weights in its
+ * format, so that each byte costs one window's forward pass, not a batch's) at temperature
+ * 0.8, drawn from a generator seeded with --seed, so that a run's sample is reproducible. The window is
  * the last T tokens; a prompt shorter than T fills its first positions (the causal mask makes
  * the rest irrelevant to the position read). out receives the prompt and SAMPLE_LEN bytes.
  * 0, or -1 after a message. */
@@ -699,7 +700,14 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     }
     if (g_samples && !status && !*fatal && !rc && res->epochs_done > 0) {
         char text[sizeof SAMPLE_PROMPT + SAMPLE_LEN + 1];
-        if (sample_text(o, rs, t, train, text, sizeof text)) {
+        fx_train_config one = cfg;
+        one.batch_size = 1;
+        fx_trainer *s1 = new_trainer(&one, train, NULL);
+        if (!s1 || fx_trainer_copy_weights(s1, t) != FX_OK) {
+            fprintf(stderr, "flexpoint-train: %s: sampling text: %s\n", rs->label,
+                    flexpoint_last_error());
+            rc = -1;
+        } else if (sample_text(o, rs, s1, train, text, sizeof text)) {
             rc = -1;
         } else {
             fprintf(g_samples->f, "== %s (%s, epoch %d, val loss %.4f) ==\n%s\n\n", rs->label,
@@ -707,6 +715,7 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
             if (csv_flush(g_samples)) *fatal = 1;
             if (!o->quiet) printf("--- %s: %s\n", rs->label, text);
         }
+        fx_trainer_free(s1);
     }
     if (o->export_weights && !status && !*fatal && g_rank == 0) {
         snprintf(file, sizeof file, "weights_%s.fxw", safe);
