@@ -21,10 +21,15 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ._check import c_bool, c_int, c_int64, c_int_array, c_path, c_uint64
+from ._check import c_double as c_double_arg
 from ._lib import lib
 from .errors import InvalidArgumentError, StateError, check, raise_last
 
-__all__ = ["Dataset", "fashion_mnist", "cifar10", "synthetic", "from_arrays"]
+__all__ = ["Dataset", "fashion_mnist", "cifar10", "synthetic", "from_arrays", "text",
+           "FORTUNES_DIR"]
+
+#: FX_DATA_FORTUNES_DIR: the folder of the Debian package ``fortunes`` (plain-text fortunes).
+FORTUNES_DIR = "/usr/share/games/fortunes"
 
 _fp = POINTER(c_float)
 _dp = POINTER(c_double)
@@ -119,6 +124,18 @@ class Dataset:
     def image_shape(self) -> Tuple[int, int, int]:
         """(channels, height, width)."""
         return self.channels, self.height, self.width
+
+    @property
+    def context(self) -> int:
+        """Tokens per window of a text data set (:func:`text`); 0 for images."""
+        return int(lib().fx_dataset_seq_len(self.handle))
+
+    @property
+    def vocab(self) -> bytes:
+        """A text data set's vocabulary: token t is the byte ``vocab[t]``; b"" for images."""
+        buf = ctypes.create_string_buffer(256)
+        n = int(lib().fx_dataset_vocab(self.handle, buf))
+        return buf.raw[:max(n, 0)]
 
     @property
     def source(self) -> str:
@@ -285,3 +302,26 @@ def from_arrays(images: Any, labels: Any, classes: Optional[int] = None) -> Data
     L.flexpoint_clear_error()
     p = L.fx_dataset_from_arrays(*dims, k, x.ctypes.data_as(_fp), y.ctypes.data_as(_i32p))
     return Dataset._wrap(p, "fx_dataset_from_arrays", None if p else _null_status(-1))
+
+
+def text(path: PathLike, context: int, val_fraction: float = 0.1
+         ) -> Tuple[Dataset, Optional[Dataset]]:
+    """A character-level corpus (a text file, plain or gzip, or a folder of them such as
+    :data:`FORTUNES_DIR`) as (train, held_out) data sets of non-overlapping windows of
+    `context` byte tokens with their next-token targets (fx_dataset_text): each window is a
+    1 x 1 x context "image" of token numbers, classes is the vocabulary's size
+    (:attr:`Dataset.vocab`), and the last ``floor(len * val_fraction)`` bytes are held out
+    (held_out is None when val_fraction is 0). A sequence model (``model="transformer"`` or
+    ``"gpt<L>x<D>h<H>c<T>"`` with T = context, or an :class:`~flexpoint.Model` starting with
+    an embedding) trains on them. FlexpointIOError for a missing or unreadable path,
+    CorruptError for an empty text or a part shorter than one window, InvalidArgumentError for
+    a context outside [1, 1024] or val_fraction outside [0, 0.5]."""
+    p = c_path(path, "path")
+    ctx = c_int(context, "context")
+    vf = c_double_arg(val_fraction, "val_fraction")
+    tr, va = ctypes.c_void_p(), ctypes.c_void_p()
+    L = lib()
+    L.flexpoint_clear_error()
+    check(L.fx_dataset_text(p, ctx, vf, ctypes.byref(tr), ctypes.byref(va)), "fx_dataset_text")
+    train = Dataset._wrap(tr.value, "fx_dataset_text", None)
+    return train, (Dataset._wrap(va.value, "fx_dataset_text", None) if va.value else None)
