@@ -43,7 +43,8 @@ static int is_one_of(const char *s, const char *const *names)
 /* The documented ranges of a successful parse. */
 static void check_options(const fx_cli_options *o, const char *msg)
 {
-    static const char *const data[] = {"fashion-mnist", "cifar10", "synthetic", NULL};
+    static const char *const data[] = {"fashion-mnist", "cifar10", "synthetic", "fortunes",
+                                       "text", NULL};
     static const char *const presets[] = {"published", "truemax", "exact_init", "robust",
                                           "fixed", NULL};
 #define NEED(cond)                                                                           \
@@ -51,7 +52,9 @@ static void check_options(const fx_cli_options *o, const char *msg)
         if (!(cond)) broken(#cond, msg);                                                     \
     } while (0)
     /* a built-in name or a family member (mlp<W>x<D>, cnn<C1>-<C2>-<F>, resnet<6n+2>[x<K>]) */
-    NEED(terminated(o->model, sizeof o->model) && fx_model_check(o->model) == FX_OK);
+    /* or a model file (--model FILE, then model holds its label) */
+    NEED(terminated(o->model, sizeof o->model) &&
+         (o->model_file[0] || fx_model_check(o->model) == FX_OK));
     NEED(terminated(o->data, sizeof o->data) && is_one_of(o->data, data));
     NEED(terminated(o->data_dir, sizeof o->data_dir));
     NEED(terminated(o->out, sizeof o->out) && o->out[0]);
@@ -79,6 +82,13 @@ static void check_options(const fx_cli_options *o, const char *msg)
     NEED(o->loss_scaling >= -1 && o->loss_scaling <= 2);
     NEED(strcmp(o->data, "cifar10") || o->data_dir[0]);
     NEED(strcmp(o->data, "synthetic") || !o->data_dir[0]);
+    /* text data (fortunes, text:PATH): the corpus named, no --data-dir with text:PATH, none
+     * of the image-only or multi-process options, a sequence model; image data: no corpus */
+    NEED(terminated(o->text, sizeof o->text) && terminated(o->model_file, sizeof o->model_file));
+    const int text = !strcmp(o->data, "fortunes") || !strcmp(o->data, "text");
+    NEED(text == (o->text[0] != 0));
+    NEED(strcmp(o->data, "text") || !o->data_dir[0]);
+    NEED(!text || (!o->augment && !o->pad && !o->eval[0] && !o->distributed && o->device < 0));
     NEED(o->resume == 0 || (o->resume == 1 && o->ckpt_dir[0]));
     NEED(o->nruns >= 1 && o->nruns <= FX_CLI_MAX_RUNS);
     int shared = 0;
