@@ -611,6 +611,8 @@ TARGETS = [
     Target("fashion_mnist(dir)", "path", t_kw(fx.data.fashion_mnist, "dir"), is_none),
     Target("fashion_mnist(train)", "flag", t_kw(fx.data.fashion_mnist, "train", "/nonexistent")),
     Target("cifar10(dir)", "path", t_kw(fx.data.cifar10, "dir"), is_none),
+    Target("text(path)", "path", t_kw(fx.data.text, "path", context=8)),
+    Target("text(context)", "int", t_kw(fx.data.text, "context", "/nonexistent")),
     Target("Dataset.subset(start)", "int64", data_fn("subset", 0, 2, pos=0)),
     Target("Dataset.subset(n)", "int64", data_fn("subset", 0, 2, pos=1)),
     Target("Dataset.pad", "int", data_fn("pad", 1)),
