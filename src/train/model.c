@@ -303,11 +303,17 @@ static int fx_ln(fx_model *m, const char *name, int in)
     return li;
 }
 
+/* A GEMM layer whose output has its input's shape (attention, per-token linear before its
+ * width is set): the policy's cast in front of it, then the layer. */
+static int fx_gemm_same_shape(fx_model *m, fx_layer_kind kind, const char *name, int in)
+{
+    in = fx_cast_input(m, name, kind, in);
+    return in < -1 ? in : fx_simple(m, kind, name, in);
+}
+
 static int fx_attn(fx_model *m, const char *name, int in, int heads)
 {
-    in = fx_cast_input(m, name, FX_L_ATTN, in);
-    if (in < -1) return in;
-    int li = fx_simple(m, FX_L_ATTN, name, in);
+    int li = fx_gemm_same_shape(m, FX_L_ATTN, name, in);
     if (li < 0) return li;
     const int64_t D = m->layers[li].shape[2], ws[2] = {D, D};
     static const char *const names[4] = {"wq", "wk", "wv", "wo"};
@@ -322,9 +328,7 @@ static int fx_attn(fx_model *m, const char *name, int in, int heads)
 
 static int fx_tlinear(fx_model *m, const char *name, int in, int64_t out_f)
 {
-    in = fx_cast_input(m, name, FX_L_TLINEAR, in);
-    if (in < -1) return in;
-    int li = fx_simple(m, FX_L_TLINEAR, name, in);
+    int li = fx_gemm_same_shape(m, FX_L_TLINEAR, name, in);
     if (li < 0) return li;
     const int64_t F = m->layers[li].shape[2], ws[2] = {out_f, F}, bs[1] = {out_f};
     int w = fx_param_of(m, li, name, "w", 2, ws, (int)F, 1);
