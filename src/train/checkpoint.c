@@ -130,6 +130,45 @@ static int fx_put_tensor(fx_buf *b, tensor_t *x)
     return rc;
 }
 
+/* The tensors a checkpoint holds: the trainer's named tensors in the registry's order, then
+ * per layer the shared-exponent tensors of fx_model_state_tensors (a sequence model's
+ * attention intermediates and embedding rows, whose Autoflex state a resumed run needs; a
+ * float tensor keeps none, and an image model has no such tensor, so its checkpoints are
+ * unchanged). fx_state_count gives how many come after the registry; fx_state_tensor(t, i)
+ * the i-th of all, and its name in label when label is not NULL. */
+static int fx_state_count(const fx_trainer *t)
+{
+    tensor_t *x[FX_LAYER_MAX_STATE];
+    int n = 0;
+    for (int i = 0; i < t->m.nlayers; i++) {
+        const int k = fx_model_state_tensors(&t->m, i, x);
+        for (int j = 0; j < k; j++) n += fmt_is_shared_exponent(x[j]->fmt);
+    }
+    return n;
+}
+
+static tensor_t *fx_state_tensor(const fx_trainer *t, int i, char *label, size_t cap)
+{
+    if (i < t->nreg) {
+        if (label) snprintf(label, cap, "%s", t->reg[i].name);
+        return t->reg[i].t;
+    }
+    i -= t->nreg;
+    tensor_t *x[FX_LAYER_MAX_STATE];
+    for (int l = 0; l < t->m.nlayers; l++) {
+        const int k = fx_model_state_tensors(&t->m, l, x);
+        for (int j = 0, s = 0; j < k; j++) {
+            if (!fmt_is_shared_exponent(x[j]->fmt)) continue;
+            if (i-- == 0) {
+                if (label) snprintf(label, cap, "%s (intermediate %d)", t->m.layers[l].name, s);
+                return x[j];
+            }
+            s++;
+        }
+    }
+    return NULL;
+}
+
 /* Append the payload of t's state. `check` (a save) refuses non-finite master weights and
  * momentum, and non-finite working weights where there are no master weights; a snapshot
  * taken for rolling back a load does not check. */
@@ -175,10 +214,12 @@ static int fx_serialize(fx_trainer *t, fx_buf *b, fx_ckpt_map *map, int check, c
         fx_put_floats(b, l->save_mean, l->channels);
         fx_put_floats(b, l->save_invstd, l->channels);
     }
-    for (int i = 0; i < t->nreg && !rc; i++) {
+    const int nstate = fx_state_count(t);
+    for (int i = 0; i < t->nreg + nstate && !rc; i++) {
+        tensor_t *x = fx_state_tensor(t, i, NULL, 0);
         fx_map_mark(map, b->len);
-        rc = fx_put_tensor(b, t->reg[i].t);
-        if (!rc && map && fmt_is_shared_exponent(t->reg[i].t->fmt)) {
+        rc = fx_put_tensor(b, x);
+        if (!rc && map && fmt_is_shared_exponent(x->fmt)) {
             /* the exponent state ends a shared-exponent tensor's record (tensor_io.c) */
             const size_t tail = 4 * sizeof(int32_t) + 2 * sizeof(uint64_t) + sizeof(fx_af_state) +
                                 sizeof(fx_write_info) + 4 * sizeof(int64_t);
@@ -282,9 +323,10 @@ static int fx_check_position(const fx_trainer *t, const fx_ckpt_pos *p, const fx
     if (p->seen != p->step_in_epoch * batch)
         return LOAD_FAIL(FX_ECORRUPT, "%s: seen %lld is not step_in_epoch %lld x batch %lld",
                          name, (long long)p->seen, (long long)p->step_in_epoch, (long long)batch);
-    if (p->correct < 0 || p->correct > p->seen)
-        return LOAD_FAIL(FX_ECORRUPT, "%s: correct %lld is outside [0, seen = %lld]", name,
-                         (long long)p->correct, (long long)p->seen);
+    /* correct counts predictions: t->rows per sample (the positions of a sequence model) */
+    if (p->correct < 0 || p->correct > p->seen * t->rows)
+        return LOAD_FAIL(FX_ECORRUPT, "%s: correct %lld is outside [0, seen x rows = %lld]",
+                         name, (long long)p->correct, (long long)(p->seen * t->rows));
     if (p->skipped < 0 || p->skipped > p->step_in_epoch)
         return LOAD_FAIL(FX_ECORRUPT, "%s: skipped %lld is outside [0, step_in_epoch = %lld]",
                          name, (long long)p->skipped, (long long)p->step_in_epoch);
@@ -395,9 +437,9 @@ static int fx_check_exponent_state(const tensor_t *s, const char *what)
  * state, and finite values when it is a weight without master weights. Only advances r. */
 static int fx_check_tensor(fx_trainer *t, fx_reader *r, int i, const char *name)
 {
-    const tensor_t *x = t->reg[i].t;
-    char what[640];
-    snprintf(what, sizeof what, "%s: %s", name, t->reg[i].name);
+    char label[96], what[640];
+    const tensor_t *x = fx_state_tensor(t, i, label, sizeof label);
+    snprintf(what, sizeof what, "%s: %s", name, label);
     tensor_t *s = tensor_new(x->fmt, x->ndim, x->shape);
     if (!s) return flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
     int rc = fx_tensor_state_get(r, s, what);
@@ -478,7 +520,8 @@ static int fx_validate(fx_trainer *t, const uint8_t *payload, size_t len, const 
             rc = fx_check_floats(&r, l->save_invstd != NULL, l->channels, FX_ANY, name, l->name,
                                  "saved inverse std");
     }
-    for (int i = 0; i < t->nreg && !rc; i++) rc = fx_check_tensor(t, &r, i, name);
+    const int nstate = fx_state_count(t);
+    for (int i = 0; i < t->nreg + nstate && !rc; i++) rc = fx_check_tensor(t, &r, i, name);
     if (!rc && r.left != 0)
         rc = LOAD_FAIL(FX_ECORRUPT, "%s: %zu unexpected bytes after the state", name, r.left);
     return rc;
@@ -544,7 +587,12 @@ static int fx_apply(fx_trainer *t, fx_reader *r)
         if (!rc) rc = fx_get_floats(r, l->save_mean, l->channels, l->name);
         if (!rc) rc = fx_get_floats(r, l->save_invstd, l->channels, l->name);
     }
-    for (int i = 0; i < t->nreg && !rc; i++) rc = fx_get_tensor(r, t->reg[i].t, t->reg[i].name);
+    const int nstate = fx_state_count(t);
+    for (int i = 0; i < t->nreg + nstate && !rc; i++) {
+        char label[96];
+        tensor_t *x = fx_state_tensor(t, i, label, sizeof label);
+        rc = fx_get_tensor(r, x, label);
+    }
     if (rc) return rc;
     t->epoch = pos.epoch;
     t->scaling = pos.scaling;
@@ -553,6 +601,9 @@ static int fx_apply(fx_trainer *t, fx_reader *r)
     t->global_step = pos.global_step;
     t->correct = pos.correct;
     t->seen = pos.seen;
+    /* the predictions of the epoch so far (a sequence model makes one per position): every
+     * step adds its batch times the trainer's rows */
+    t->seen_rows = pos.seen * t->rows;
     t->skipped = pos.skipped;
     t->nonfinite = pos.nonfinite;
     t->loss_sum = pos.loss_sum;

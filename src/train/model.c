@@ -601,6 +601,7 @@ void fx_model_free_ctx(fx_model *m, int ctx)
     for (int i = 0; i < m->nlayers; i++) {
         fx_layer *l = &m->layers[i];
         fx_free_t(&l->out[ctx]);
+        if (l->kind == FX_L_ATTN) l->tmp[ctx] = NULL; /* att[ctx][FX_AT_S], freed below */
         fx_free_t(&l->tmp[ctx]);
         for (int j = 0; j < FX_AT_N; j++) fx_free_t(&l->att[ctx][j]);
         if (ctx == FX_CTX_TRAIN)
@@ -700,6 +701,10 @@ static int fx_attn_alloc(fx_model *m, fx_layer *l, int ctx)
     a[FX_AT_OC] = fx_new_act(m, l->fa, 3, btd, 0);
     for (int j = 0; j < FX_AT_N; j++)
         if (!a[j]) return FX_ENOMEM;
+    /* the scores q k^T are the layer's ".pre" tensor of the trainer's named tensors (before the
+     * scale, mask and softmax, as a linear layer's is before its bias), so that statistics,
+     * --trace and checkpoints reach them; att[][FX_AT_S] owns the tensor */
+    l->tmp[ctx] = a[FX_AT_S];
     if (ctx != FX_CTX_TRAIN) return FX_OK;
     tensor_t **g = l->gatt;
     static const int shape_of[FX_AG_N] = {3, 4, 5, 4, 5, 5, 4, 4, 3, 3, 3, 3, 3, 3};
@@ -711,6 +716,19 @@ static int fx_attn_alloc(fx_model *m, fx_layer *l, int ctx)
         if (!g[j]) return FX_ENOMEM;
     }
     return FX_OK;
+}
+
+int fx_model_state_tensors(const fx_model *m, int i, tensor_t **out)
+{
+    const fx_layer *l = &m->layers[i];
+    int n = 0;
+    if (l->kind == FX_L_EMBED && l->att[FX_CTX_TRAIN][0]) out[n++] = l->att[FX_CTX_TRAIN][0];
+    if (l->kind != FX_L_ATTN) return n;
+    for (int j = 0; j < FX_AT_N; j++)
+        if (j != FX_AT_S && l->att[FX_CTX_TRAIN][j]) out[n++] = l->att[FX_CTX_TRAIN][j];
+    for (int j = 0; j < FX_AG_N; j++)
+        if (l->gatt[j]) out[n++] = l->gatt[j];
+    return n;
 }
 
 int fx_model_alloc_ctx(fx_model *m, int ctx)

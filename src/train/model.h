@@ -171,6 +171,14 @@ int fx_model_build_def(fx_model *m, const fx_train_config *cfg, const fx_model_d
                        int H, int W, int classes);
 void fx_model_free(fx_model *m);
 
+/* The training context's tensors of layer i that the trainer's named tensors (out, tmp as
+ * ".pre", dx, dy_sum) leave out: an attention layer's intermediates but its scores (its
+ * ".pre") and its backward temporaries, an embedding's position rows. Their Autoflex state
+ * carries from step to step, so a checkpoint keeps it. Writes at most FX_LAYER_MAX_STATE
+ * tensors to out and returns their count. */
+#define FX_LAYER_MAX_STATE (FX_AT_N + FX_AG_N)
+int fx_model_state_tensors(const fx_model *m, int i, tensor_t **out);
+
 /* Allocate / free the tensors of a context (train: also gradients). */
 int fx_model_alloc_ctx(fx_model *m, int ctx);
 void fx_model_free_ctx(fx_model *m, int ctx);
