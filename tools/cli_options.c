@@ -63,6 +63,8 @@ static const char fx_cli_usage_text[] =
 "  --pad N               zero-pad images by N pixels per side, 0..64 (e.g. 2: 28x28 -> 32x32)\n"
 "  --train-subset N      use the first N training images (text: windows) (default all)\n"
 "  --test-subset N       use the first N test images (text: windows)   (default all)\n"
+"  --eval-every N        also evaluate on the test set every N training steps and write\n"
+"                        curve.csv (a learning curve)                  (default off)\n"
 "  --synthetic-n N       synthetic training set size (test: N/5)       (default 10000)\n"
 "  --seed N              seed of weights, batch order, augmentation    (default 0)\n"
 "  --threads N           threads, 1..1024 (default: all cores)\n"
@@ -85,7 +87,8 @@ static const char fx_cli_usage_text[] =
 "  --eval FILE           evaluate a checkpoint (any format) or a weights file on the test set\n"
 "                        in each of --formats and write eval.csv; a checkpoint gives the\n"
 "                        model and recipe (the data options must be those of its training\n"
-"                        run), a weights file needs --model\n"
+"                        run), a weights file needs --model; a model file's checkpoint\n"
+"                        or weights take the file (--model FILE)\n"
 "  --distributed         one rank of an MPI job (mpirun -np N flexpoint-train ...): each\n"
 "                        global batch is split over the N ranks (--batch a multiple of N);\n"
 "                        rank 0 writes the results; host only (docs/distributed.md)\n"
@@ -99,11 +102,13 @@ static const char fx_cli_usage_text[] =
 "<class>_written, <class>_saturated, <class>_underflow, <class>_zeroed_writes (elements\n"
 "written, saturated, rounded to 0, and writes that kept no nonzero value; flex16_5 and\n"
 "dfp16 runs, empty in the float formats), nonfinite_weights and casts), steps.csv (run,\n"
-"step, epoch, loss, loss_scale every 10 steps), run.json (what the folder was made from) and\n"
-"trace_<run>_<tensor>.csv. With text data, accuracies are per token, test_loss is the\n"
-"held-out loss per token (nats), images_per_second counts tokens per second, epochs.csv ends\n"
-"with test_bits_per_char (test_loss / ln 2), and samples.txt holds 200 bytes each run's model\n"
-"writes after the prompt \"The \" (temperature 0.8, seeded by --seed).\n"
+"step, epoch, loss, loss_scale every 10 steps), run.json (what the folder was made from),\n"
+"trace_<run>_<tensor>.csv and with --eval-every curve.csv (run, step, epoch, test_loss,\n"
+"test_accuracy, and test_bits_per_char with text). With text data, accuracies are per\n"
+"token, test_loss is the held-out loss per token (nats), images_per_second counts tokens per\n"
+"second, epochs.csv ends with test_bits_per_char (test_loss / ln 2), and samples.txt holds\n"
+"200 bytes each run's model writes after the prompt \"The \" (temperature 0.8, seeded by\n"
+"--seed).\n"
 "A warning goes to stderr after an epoch in which one tensor saturated more than 1% of the\n"
 "elements written to it, or had more than 1% of its writes zeroed, or when weights are NaN\n"
 "or Inf.\n"
@@ -392,7 +397,7 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
         "--epochs", "--batch", "--lr", "--momentum", "--weight-decay", "--schedule",
         "--no-master", "--loss-scaling", "--stochastic-rounding", "--augment", "--seed",
         "--device", "--trace", "--checkpoint-dir", "--resume", "--export-weights", "--profile",
-        "--distributed",
+        "--distributed", "--eval-every",
         "--optimizer", "--adam-betas", "--adam-eps", "--clip-norm", "--loss-scale-init",
         "--loss-scale-growth", "--loss-scale-backoff", "--loss-scale-interval",
         "--loss-scale-min"};
@@ -554,6 +559,9 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
         } else if (!strcmp(a, "--test-subset")) {
             NEEDV();
             if (!(rc = fx_cli_int(a, v, 1, 1LL << 40, &x, m, n))) o->test_subset = x;
+        } else if (!strcmp(a, "--eval-every")) {
+            NEEDV();
+            if (!(rc = fx_cli_int(a, v, 1, 1LL << 40, &x, m, n))) o->eval_every = x;
         } else if (!strcmp(a, "--synthetic-n")) {
             NEEDV();
             if (!(rc = fx_cli_int(a, v, 10, 1LL << 30, &x, m, n))) o->synthetic_n = x;
@@ -607,10 +615,9 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
     }
     if (o->policy[0] && o->policy_file[0])
         return fx_cli_fail(m, n, "--policy and --policy-file: give one");
-    if (o->model_file[0] && (o->eval[0] || o->distributed))
+    if (o->model_file[0] && o->distributed)
         return fx_cli_fail(m, n, "--model %s: a model file trains on one process; it is not "
-                           "taken by %s yet (use a built-in model name)", o->model,
-                           o->eval[0] ? "--eval" : "--distributed");
+                           "taken by --distributed yet (use a built-in model name)", o->model);
     if (o->ls_min > o->ls_init)
         return fx_cli_fail(m, n, "--loss-scale-min %g is above the initial scale %g", o->ls_min,
                            o->ls_init);
@@ -645,8 +652,9 @@ int fx_cli_parse(int argc, char *const argv[], fx_cli_options *o, char *msg, siz
     }
     if (!traces && o->model_file[0])
         traces = "loss.dlogits"; /* a model file's layers are its own: --trace names them */
-    if (!traces && fx_cli_sequence_name(o->model)) /* the first block's attention output */
-        traces = "b1.attn.out,head.w.grad,loss.dlogits";
+    /* a transformer: the first block's attention scores (q k^T, its ".pre") and output */
+    if (!traces && fx_cli_sequence_name(o->model))
+        traces = "b1.attn.pre,b1.attn.out,head.w.grad,loss.dlogits";
     if (!traces)
         traces = !strncmp(o->model, "mlp", 3)   ? "fc1.out,fc1.w.grad,fc2.w"
                  : !strncmp(o->model, "cnn", 3) ? "conv1.out,conv2.w.grad,fc1.w,loss.dlogits"

@@ -76,6 +76,7 @@ typedef struct fx_cli_options {
     double momentum;                   /* [0, 1) */
     double wd;                         /* finite, >= 0 */
     int64_t train_subset, test_subset; /* 0 (all) or 1..2^40 */
+    int64_t eval_every;                /* 0 (at epochs' ends only) or 1..2^40 steps */
     int64_t synthetic_n;               /* 10..2^30 */
     uint64_t seed;                     /* 0..2^31-1 */
 } fx_cli_options;

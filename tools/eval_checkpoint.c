@@ -1,6 +1,6 @@
 /* flexpoint-train --eval FILE: the source is the checkpoint's own trainer (its configuration
- * read from the file, then loaded), or an fp32 trainer of --model holding a weights file's
- * weights (fx_trainer_import_weights); for each format of --formats a trainer of the same
+ * read from the file, then loaded), or an fp32 trainer of --model (a built-in name or a model
+ * file) holding a weights file's weights (fx_trainer_import_weights); for each format of --formats a trainer of the same
  * model in that format receives its weights (fx_trainer_evaluate_as: fp32 values, one write
  * each) and is evaluated with fp32 images in and fp32 logits out. The format the checkpoint was
  * trained in is evaluated by the loaded trainer itself, so its row is exactly what the training
@@ -9,6 +9,7 @@
 #include "eval_checkpoint.h"
 
 #include "flexpoint.h"
+#include "flexpoint_model.h"
 #include "flexpoint_train.h"
 
 #include <fcntl.h>
@@ -63,9 +64,12 @@ static int is_weights_file(const char *path)
 }
 
 /* The source trainer: the checkpoint loaded into the trainer its configuration describes, or
- * an fp32 trainer of --model holding the weights file's weights. NULL after a message. */
-static fx_trainer *load_source(const fx_cli_options *o, const fx_dataset *train,
-                               const fx_dataset *test, fx_train_config *cfg, int *weights)
+ * an fp32 trainer of --model holding the weights file's weights. A model file (def) builds
+ * the trainer in both cases: a checkpoint of a model file records only the definition's
+ * identity, which fx_trainer_load compares with def's. NULL after a message. */
+static fx_trainer *load_source(const fx_cli_options *o, const fx_model_def *def,
+                               const fx_dataset *train, const fx_dataset *test,
+                               fx_train_config *cfg, int *weights)
 {
     *weights = is_weights_file(o->eval);
     if (*weights) {
@@ -78,18 +82,26 @@ static fx_trainer *load_source(const fx_cli_options *o, const fx_dataset *train,
         snprintf(cfg->model, sizeof cfg->model, "%s", o->model);
         cfg->fmt = FMT_FP32;
     } else {
-        if (o->model_given) {
-            fprintf(stderr, "flexpoint-train: --eval %s: --model is for weights files; a "
-                            "checkpoint names its model\n", o->eval);
+        if (o->model_given && !def) {
+            fprintf(stderr, "flexpoint-train: --eval %s: --model NAME is for weights files; a "
+                            "checkpoint names its model (a model file's checkpoint takes "
+                            "--model FILE)\n", o->eval);
             return NULL;
         }
         if (fx_checkpoint_config(o->eval, cfg) != FX_OK) {
             fprintf(stderr, "flexpoint-train: --eval: %s\n", flexpoint_last_error());
             return NULL;
         }
+        if (cfg->model[0] == '@' && !def) {
+            fprintf(stderr, "flexpoint-train: --eval %s: the checkpoint is of a model file's "
+                            "network (%.16s); give that file with --model\n", o->eval,
+                    cfg->model);
+            return NULL;
+        }
     }
     if (o->threads > 0) cfg->threads = o->threads;
-    fx_trainer *src = fx_trainer_new(cfg, train, test);
+    fx_trainer *src = def ? fx_trainer_new_model(cfg, def, train, test)
+                          : fx_trainer_new(cfg, train, test);
     int rc = !src ? -1
              : *weights ? fx_trainer_import_weights(src, o->eval)
                         : fx_trainer_load(src, o->eval);
@@ -102,13 +114,15 @@ static fx_trainer *load_source(const fx_cli_options *o, const fx_dataset *train,
     return src;
 }
 
-int fx_cli_eval(const fx_cli_options *o, const fx_dataset *train, const fx_dataset *test,
-                FILE *csv)
+int fx_cli_eval(const fx_cli_options *o, const fx_model_def *def, const fx_dataset *train,
+                const fx_dataset *test, FILE *csv)
 {
     fx_train_config cfg;
     int weights = 0;
-    fx_trainer *src = load_source(o, train, test, &cfg, &weights);
+    fx_trainer *src = load_source(o, def, train, test, &cfg, &weights);
     if (!src) return 1;
+    /* a model file's run is named by the file's label (its model name), not the identity */
+    if (def) snprintf(cfg.model, sizeof cfg.model, "%s", o->model);
     /* a weights file says nothing of the format it was trained in: every format, fp32
      * included, is then evaluated from its fp32 values */
     char trained[40];

@@ -489,6 +489,23 @@ static int sample_text(const options *o, const run_spec *rs, fx_trainer *t,
 
 /* text data: samples.txt in --out, which each run appends its sample to (NULL for images) */
 static csv_file *g_samples;
+/* --eval-every: curve.csv in --out (rank 0; NULL otherwise) */
+static csv_file *g_curve;
+
+/* --eval-every: the held-out loss after global step g, a row of curve.csv. Every rank
+ * evaluates (a distributed evaluation is collective); rank 0 writes. Evaluation has tensors of
+ * its own, so the training that follows is the same as without it. */
+static int curve_point(const run_spec *rs, fx_trainer *t, const fx_dataset *test, int epoch,
+                       int64_t g)
+{
+    double acc = 0, loss = 0;
+    int rc = fx_trainer_evaluate(t, test, &acc, &loss);
+    if (rc || !g_curve) return rc;
+    fprintf(g_curve->f, "%s,%lld,%d,%.6f,%.6f", rs->label, (long long)g, epoch, loss, acc);
+    if (g_context) fprintf(g_curve->f, ",%.6f", loss / log(2.0));
+    fputc('\n', g_curve->f);
+    return FX_OK;
+}
 
 /* One run. 0, or -1 after its message is printed; *fatal is set when an output file failed
  * (no later run could write its results either). */
@@ -603,6 +620,8 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
             if (!status && (g % 10 == 0 || s + 1 == total))
                 fprintf(steps_csv->f, "%s,%lld,%d,%.6g,%.6g\n", rs->label, (long long)g, e + 1,
                         loss, fx_trainer_loss_scaler(t)->scale);
+            if (!status && o->eval_every && g % o->eval_every == 0)
+                status = curve_point(rs, t, test, e + 1, g);
             if (!status && (s % 5 == 0 || s + 1 == total))
                 progress(o, rs->label, e + 1, s + 1, total, loss);
         }
@@ -643,7 +662,7 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
                     rs->label, fx_trainer_cast_count(t), cast_s - cast_s0,
                     mt.seconds > 0 ? 100.0 * (cast_s - cast_s0) / mt.seconds : 0.0);
         cast_s0 = cast_s;
-        if (csv_flush(epochs_csv) || csv_flush(steps_csv)) {
+        if (csv_flush(epochs_csv) || csv_flush(steps_csv) || (g_curve && csv_flush(g_curve))) {
             *fatal = 1;
             rc = -1;
             break;
@@ -846,7 +865,8 @@ int main(int argc, char **argv)
 #endif
     if (o.threads > 0) flexpoint_set_num_threads(o.threads);
     fx_dataset *train = NULL, *test = NULL;
-    csv_file ec = {NULL, ""}, sc = {NULL, ""}, dc = {NULL, ""}, xc = {NULL, ""};
+    csv_file ec = {NULL, ""}, sc = {NULL, ""}, dc = {NULL, ""}, xc = {NULL, ""},
+             cc = {NULL, ""};
     run_result res[FX_CLI_MAX_RUNS];
     int status = 1, failures = 0, fatal = 0, failed_rank = -1;
     int loaded = load_data(&o, &train, &test) == 0;
@@ -863,7 +883,7 @@ int main(int argc, char **argv)
     if (!loaded) goto done;
     if (o.eval[0]) {
         if (make_dir(o.out) || csv_open(&ec, o.out, "eval.csv")) goto done;
-        status = fx_cli_eval(&o, train, test, ec.f);
+        status = fx_cli_eval(&o, g_def, train, test, ec.f);
         if (csv_close(&ec) != 0) status = 1;
         goto done;
     }
@@ -911,8 +931,10 @@ int main(int argc, char **argv)
         bad |= csv_close(&rj);
         bad |= csv_open(&ec, o.out, "epochs.csv") || csv_open(&sc, o.out, "steps.csv") ||
                (g_comm && csv_open(&dc, o.out, "distributed.csv")) ||
-               (g_context && csv_open(&xc, o.out, "samples.txt"));
+               (g_context && csv_open(&xc, o.out, "samples.txt")) ||
+               (o.eval_every && csv_open(&cc, o.out, "curve.csv"));
         if (xc.f) g_samples = &xc;
+        if (cc.f) g_curve = &cc;
         if (g_comm && fx_comm_agree(g_comm, bad ? FX_EIO : FX_OK, NULL) != FX_OK) goto done;
         if (bad) goto done;
     } else {
@@ -928,10 +950,14 @@ int main(int argc, char **argv)
     fprintf(ec.f, ",nonfinite_weights,casts,cast_seconds%s\n",
             g_context ? ",test_bits_per_char" : "");
     fprintf(sc.f, "run,step,epoch,loss,loss_scale\n");
+    if (cc.f)
+        fprintf(cc.f, "run,step,epoch,test_loss,test_accuracy%s\n",
+                g_context ? ",test_bits_per_char" : "");
     if (dc.f)
         fprintf(dc.f, "run,ranks,steps,gradient_bytes_per_step,statistics_bytes_per_step,"
                       "gather_bytes_per_step,control_bytes_per_step,total_bytes_per_step\n");
-    if (csv_flush(&ec) || csv_flush(&sc) || (dc.f && csv_flush(&dc))) goto done;
+    if (csv_flush(&ec) || csv_flush(&sc) || (dc.f && csv_flush(&dc)) || (cc.f && csv_flush(&cc)))
+        goto done;
     for (int r = 0; r < o.nruns; r++) {
         if (fatal) {
             res[r].failed = 1;
@@ -946,6 +972,8 @@ int main(int argc, char **argv)
     fatal |= csv_close(&sc) != 0;
     fatal |= csv_close(&dc) != 0;
     fatal |= csv_close(&xc) != 0;
+    fatal |= csv_close(&cc) != 0;
+    g_curve = NULL;
     if (g_rank != 0) { /* the summary is rank 0's */
         status = failures || fatal ? 1 : 0;
         goto done;
@@ -989,6 +1017,7 @@ done:
     csv_close(&sc);
     csv_close(&dc);
     csv_close(&xc);
+    csv_close(&cc);
     fx_dataset_free(train);
     fx_dataset_free(test);
     fx_comm_free(g_comm); /* collective: every rank arrives here, or the job was aborted */
