@@ -10,6 +10,10 @@
  * most once per thread and B block).
  * Each output element belongs to exactly one (ic, jr, ir) tile and receives the exact partial
  * sums of its K blocks in order, so the result is the exact int64 sum for any thread count.
+ * fx_gemm_i16 is three steps (at the end of this file): fx_gemm_plan_make decides the route,
+ * blocking and threads; fx_gemm_pack_b_block and fx_gemm_pack_a_block pack the operands with
+ * their norms; fx_gemm_run_tiles calls the micro-kernels, which write the int64 stage and, on
+ * the last K block, take its maximum for the write path (fx_op_call.out_imax).
  */
 #include "gemm_i16.h"
 
@@ -408,32 +412,90 @@ static void *fx_gemm_alloc(size_t bytes)
     return aligned_alloc(64, bytes ? bytes : 64);
 }
 
-int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
+/* ---- the driver: plan, pack, run ----------------------------------------------------------- */
+
+/* Everything one product decides before it touches data (fx_gemm_plan): its operands and what
+ * of them comes pre-packed, the kernel route, the blocking, the thread count, the layout of each
+ * thread's scratch, and the int64 stage it writes. Read-only once made, shared by the threads. */
+typedef struct fx_gemm_plan {
+    const fx_gemm_i16_kernel *kd;
+    int mr, nr;
+    /* operands: A [M,K] (strides sam, sak) and B [K,N] (sbk, sbn), int16 mantissas */
+    const int16_t *a, *b;
+    int64_t M, K, N, sam, sak, sbk, sbn;
+    /* what is pre-packed: A panels over the whole K (kp_all pairs each; a convolution's), A
+     * rows on demand, a pre-split B of np_all panels per K block (each NULL when absent) */
+    const int32_t *apan;
+    void (*a_rows)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
+                   int64_t ld);
+    const void *a_rows_ctx;
+    const int16_t *bpre;
+    int64_t np_all, kp_all;
+    /* route: the any-data kernel (wrap, in layout blayout, or split), whether the fast kernel
+     * is tried (use_fast), whether its size gates apply (gated) and what they are */
+    int use_wrap, blayout, use_fast, gated;
+    int64_t min_n, min_kp;
+    /* blocking and threads: K blocks of kc values (kp_max pairs, nseg_max norm segments), row
+     * blocks of mc (nmb of them, split over nt threads), column blocks of nc (npan_max panels) */
+    int64_t kc, kp_max, nseg_max, mc, nc, nmb, npan_max;
+    int nt;
+    /* one thread's scratch, t_stride bytes (fx_gemm_thread_init): split or wrap B block,
+     * panel tags, A block, A high panels, A norms, A rows */
+    size_t bs_elems, a_elems, ah_elems, na_elems, tag_elems, rows_elems, bs_bytes, t_stride;
+    int64_t rows_ld;
+    /* the stage: out [M,N] row-major; want_max: report max |out| (fx_op_call.out_imax) */
+    int64_t *out;
+    int want_max;
+} fx_gemm_plan;
+
+/* Choose the route, blocking and threads of a product (the call's operands are checked here;
+ * FX_EUNSUPPORTED for what the level cannot run). Why each choice:
+ *  - the any-data kernel is wrap where the level has it and it pays for this K (or a pre-split
+ *    B names it by its layout), else split: both give every tile an exact result;
+ *  - the fast kernel is tried (norms computed while packing) unless a kernel is forced that
+ *    takes no norms, B is pre-split (its plain panel is gone) or, in mode AUTO, the product has
+ *    fewer rows than the level's gate: norms are paid back only by enough fast tiles;
+ *  - K blocks of FX_GEMM_KC values keep every int32 chain exact (gemm_i16.h); row blocks of
+ *    FX_GEMM_MC rows and column blocks of FX_GEMM_NC columns keep the packed A block in L2 and
+ *    the B block in L3;
+ *  - threads split the row blocks, and only on products large enough to pay for starting them;
+ *    a product with fewer row blocks than threads gets smaller blocks, one per thread. */
+static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, fx_gemm_plan *pl)
 {
-    const int16_t *a = (const int16_t *)c->in[0].data, *b = (const int16_t *)c->in[1].data;
-    const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
-    const int64_t sam = c->in[0].strides[0], sak = c->in[0].strides[1];
-    const int64_t sbk = c->in[1].strides[0], sbn = c->in[1].strides[1];
-    int64_t *out = c->out_i64;
+    memset(pl, 0, sizeof *pl);
+    pl->kd = kd;
+    pl->mr = kd->mr;
+    pl->nr = kd->nr;
     const int mr = kd->mr, nr = kd->nr;
     if (mr < 1 || mr > FX_GEMM_I16_MAX_MR || nr < 1 || nr > FX_GEMM_I16_MAX_NR || !kd->ukr)
         return FX_EUNSUPPORTED;
+    pl->a = (const int16_t *)c->in[0].data;
+    pl->b = (const int16_t *)c->in[1].data;
+    pl->M = c->in[0].shape[0];
+    pl->K = c->in[0].shape[1];
+    pl->N = c->in[1].shape[1];
+    pl->sam = c->in[0].strides[0];
+    pl->sak = c->in[0].strides[1];
+    pl->sbk = c->in[1].strides[0];
+    pl->sbn = c->in[1].strides[1];
+    const int64_t M = pl->M, K = pl->K, N = pl->N;
     /* pre-packed A panels (a convolution's, backend.h): panel of row i0 at K block pc is at
-     * a_panels + (i0 / mr) * kp_all * mr + (pc / 2) * mr (K blocks start at even k) */
-    const int32_t *apan = (const int32_t *)c->a_panels;
-    if (apan && c->a_panels_mr != mr) return FX_EUNSUPPORTED;
-    if (apan && c->a_rows) return FX_EUNSUPPORTED; /* one source of A */
-    const int16_t *bpre = c->b_split; /* pre-split B (fx_gemm_i16_split_b) */
-    /* the any-data kernel: wrap (its own B layout, plus A high panels) or split; a pre-split B
-     * names it by its layout */
-    const int use_wrap = bpre ? c->b_split_layout == FX_GEMM_I16_B_WRAP
-                              : kd->wrap != NULL && g_wrap_enabled && fx_gemm_i16_wrap_pays(K);
-    const int blayout = use_wrap ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
-    if (bpre && (c->b_split_nr != nr || ((uintptr_t)bpre & 63) || !fx_b_layout_known(c->b_split_layout)))
+     * apan + (i0 / mr) * kp_all * mr + (pc / 2) * mr (K blocks start at even k) */
+    pl->apan = (const int32_t *)c->a_panels;
+    if (pl->apan && c->a_panels_mr != mr) return FX_EUNSUPPORTED;
+    if (pl->apan && c->a_rows) return FX_EUNSUPPORTED; /* one source of A */
+    pl->a_rows = c->a_rows;
+    pl->a_rows_ctx = c->a_rows_ctx;
+    pl->bpre = c->b_split; /* pre-split B (fx_gemm_i16_split_b) */
+    pl->use_wrap = pl->bpre ? c->b_split_layout == FX_GEMM_I16_B_WRAP
+                            : kd->wrap != NULL && g_wrap_enabled && fx_gemm_i16_wrap_pays(K);
+    pl->blayout = pl->use_wrap ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
+    if (pl->bpre && (c->b_split_nr != nr || ((uintptr_t)pl->bpre & 63) ||
+                     !fx_b_layout_known(c->b_split_layout)))
         return FX_EUNSUPPORTED;
-    if (use_wrap && !kd->wrap) return FX_EUNSUPPORTED; /* a level without the wrap kernel */
-    const int64_t np_all = (N + nr - 1) / nr;
-    const int64_t kp_all = (K + 1) / 2;
+    if (pl->use_wrap && !kd->wrap) return FX_EUNSUPPORTED; /* a level without the wrap kernel */
+    pl->np_all = (N + nr - 1) / nr;
+    pl->kp_all = (K + 1) / 2;
     /* a forced kernel (fx_gemm_i16_force_kernel) maps onto the test modes: split and wrap take
      * no norms, fast tests them everywhere */
     const int forced = g_forced;
@@ -442,192 +504,307 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
                      : forced == FX_GEMM_I16_KERNEL_FAST ? FX_GEMM_I16_NORM_ALWAYS
                                                          : g_mode;
     const int64_t min_m = kd->fast_min_m ? kd->fast_min_m : FX_GEMM_FAST_MIN_M;
-    const int64_t min_n = kd->fast_min_n ? kd->fast_min_n : FX_GEMM_FAST_MIN_N;
-    const int64_t min_kp = kd->fast_min_kp ? kd->fast_min_kp : FX_GEMM_FAST_MIN_KP;
-    const int use_fast = kd->fast != NULL && !c->b_split && mode != FX_GEMM_I16_SPLIT_ONLY &&
-                         (mode == FX_GEMM_I16_NORM_ALWAYS || M >= min_m);
-    const int gated = mode != FX_GEMM_I16_NORM_ALWAYS;
+    pl->min_n = kd->fast_min_n ? kd->fast_min_n : FX_GEMM_FAST_MIN_N;
+    pl->min_kp = kd->fast_min_kp ? kd->fast_min_kp : FX_GEMM_FAST_MIN_KP;
+    pl->use_fast = kd->fast != NULL && !pl->bpre && mode != FX_GEMM_I16_SPLIT_ONLY &&
+                   (mode == FX_GEMM_I16_NORM_ALWAYS || M >= min_m);
+    pl->gated = mode != FX_GEMM_I16_NORM_ALWAYS;
+    pl->out = c->out_i64;
+    pl->want_max = c->out_imax != NULL && c->out_imax_known != NULL;
+    if (M == 0 || N == 0 || K == 0) return FX_OK; /* no blocks: fx_gemm_i16 writes the zeros */
 
-    *c->out_exp = c->in[0].exp + c->in[1].exp;
-    if (M == 0 || N == 0) return FX_OK;
-    if (K == 0) {
-        memset(out, 0, (size_t)(M * N) * sizeof *out);
-        return FX_OK;
-    }
-
-    const int64_t kc = fx_min64(FX_GEMM_KC, K);
-    const int64_t kp_max = (kc + 1) / 2;
-    const int64_t nseg_max = (kp_max + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
+    pl->kc = fx_min64(FX_GEMM_KC, K);
+    pl->kp_max = (pl->kc + 1) / 2;
+    pl->nseg_max = (pl->kp_max + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
     int nt = c->nthreads;
     if (nt < 1 || M * N * K < FX_GEMM_PAR_MIN_MACS) nt = 1;
     int64_t mc = fx_min64(FX_GEMM_MC / mr * mr, (M + mr - 1) / mr * mr);
-    /* threads split the row blocks: a product with fewer rows than nt blocks (a batch of 128,
-     * the fully connected layers) gets smaller blocks, one per thread, instead of leaving all
-     * but one thread idle */
     if (nt > 1 && (M + mc - 1) / mc < nt) mc = ((M + nt - 1) / nt + mr - 1) / mr * mr;
-    const int64_t nc = fx_min64(FX_GEMM_NC / nr * nr, (N + nr - 1) / nr * nr);
-    const int64_t nmb = (M + mc - 1) / mc;
-    if (nt > nmb) nt = (int)nmb; /* threads split the row blocks */
+    pl->mc = mc;
+    pl->nc = fx_min64(FX_GEMM_NC / nr * nr, (N + nr - 1) / nr * nr);
+    pl->nmb = (M + mc - 1) / mc;
+    if (nt > pl->nmb) nt = (int)pl->nmb; /* threads split the row blocks */
+    pl->nt = nt;
 
     /* per thread: split (or wrap) B block (panels made on demand, each at most once per B
      * block; tags say which panel holds the current block), packed A block, its high panels
      * (wrap kernel; made on demand too, as tiles that all take the fast kernel need none), its
-     * segment norms */
-    const int64_t npan_max = nc / nr;
-    /* pre-packed operands need no packing buffers of their own */
-    const size_t bs_elems =
-        bpre ? 0 : (size_t)(npan_max * fx_b_panel_numel(kp_max, nr, blayout));  /* int16 */
-    const size_t a_elems = apan ? 0 : (size_t)(kp_max * mc);            /* int32 */
-    const size_t ah_elems = use_wrap ? (size_t)(kp_max * mc) : 0;       /* int32 */
-    const size_t na_elems = (size_t)(mc / mr * (nseg_max + 1));         /* int32 */
-    const size_t tag_elems = (size_t)(npan_max + mc / mr);              /* int64 */
-    /* A rows on demand (c->a_rows): one micro-panel's rows with the source's slack */
-    const int64_t rows_ld = c->a_rows ? (2 * kp_max + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
-    const size_t rows_elems = (size_t)(mr * rows_ld);                   /* int16 */
-    const size_t bs_bytes = (bs_elems * 2 + 63) / 64 * 64;
-    const size_t t_stride = (bs_bytes + tag_elems * 8 + (a_elems + ah_elems + na_elems) * 4 +
-                             rows_elems * 2 + 63) / 64 * 64;
-    int16_t *bpack = fx_gemm_alloc(bpre ? 0 : (size_t)(kp_max * 2 * nc) * sizeof(int16_t));
+     * segment norms; pre-packed operands need no packing buffers of their own */
+    pl->npan_max = pl->nc / nr;
+    pl->bs_elems = pl->bpre ? 0 : (size_t)(pl->npan_max * fx_b_panel_numel(pl->kp_max, nr, pl->blayout));
+    pl->a_elems = pl->apan ? 0 : (size_t)(pl->kp_max * mc);                     /* int32 */
+    pl->ah_elems = pl->use_wrap ? (size_t)(pl->kp_max * mc) : 0;                /* int32 */
+    pl->na_elems = (size_t)(mc / mr * (pl->nseg_max + 1));                      /* int32 */
+    pl->tag_elems = (size_t)(pl->npan_max + mc / mr);                           /* int64 */
+    /* A rows on demand: one micro-panel's rows with the source's slack */
+    pl->rows_ld = pl->a_rows ? (2 * pl->kp_max + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
+    pl->rows_elems = (size_t)(mr * pl->rows_ld);                                /* int16 */
+    pl->bs_bytes = (pl->bs_elems * 2 + 63) / 64 * 64;
+    pl->t_stride = (pl->bs_bytes + pl->tag_elems * 8 +
+                    (pl->a_elems + pl->ah_elems + pl->na_elems) * 4 + pl->rows_elems * 2 + 63) /
+                   64 * 64;
+    return FX_OK;
+}
+
+/* Buffers shared by the threads of one product: the packed plain B block with its segment
+ * norms and each panel's largest norm, every thread's scratch, and the probe's count. */
+typedef struct fx_gemm_shared {
+    int16_t *bpack;
+    int32_t *bnorm, *bnorm_max;
+    unsigned char *tpack;
+    _Atomic int64_t probe_fast; /* fast tiles of the first norm-tested K block (all threads) */
+} fx_gemm_shared;
+
+/* One thread's scratch and state (laid out in its t_stride bytes of fx_gemm_shared.tpack). */
+typedef struct fx_gemm_thread {
+    int16_t *bsplit;          /* split or wrap B block, made panel by panel on demand */
+    int64_t *split_tag;       /* == block_id: panel jp of bsplit holds the current B block */
+    int64_t *ahi_tag;         /* == a_block: the micro-panel's high panel is made */
+    int32_t *ap, *ahi;        /* packed A block, its high panels (wrap kernel) */
+    int32_t *anorm, *anorm_max; /* A segment norms, each micro-panel's largest */
+    int16_t *arows;           /* A rows on demand: one micro-panel's rows */
+    int64_t block_id, a_block; /* B blocks and A blocks seen */
+    int probed;               /* the probe block is behind us (no probe outside mode AUTO) */
+    int norms_off;            /* the probe found no fast tile: no more norms */
+    int64_t fast_tiles, split_tiles;
+    uint64_t imax;            /* max |out| of the tiles this thread finished */
+} fx_gemm_thread;
+
+static void fx_gemm_thread_init(const fx_gemm_plan *pl, const fx_gemm_shared *sh, int tid,
+                                fx_gemm_thread *th)
+{
+    unsigned char *tbase = sh->tpack + (size_t)tid * pl->t_stride;
+    memset(th, 0, sizeof *th);
+    th->bsplit = (int16_t *)tbase; /* 64-byte aligned */
+    th->split_tag = (int64_t *)(tbase + pl->bs_bytes);
+    th->ahi_tag = th->split_tag + pl->npan_max;
+    th->ap = (int32_t *)(th->split_tag + pl->tag_elems);
+    th->ahi = th->ap + pl->a_elems;
+    th->anorm = th->ahi + pl->ah_elems;
+    th->anorm_max = th->anorm + pl->mc / pl->mr * pl->nseg_max;
+    th->arows = (int16_t *)(void *)(th->anorm + pl->na_elems) + FX_A_ROWS_SLACK;
+    th->probed = !pl->gated;
+    memset(th->split_tag, 0, pl->tag_elems * sizeof *th->split_tag);
+}
+
+/* One K block of the current B block, as the loops walk them (pc, jc: its origin; kcur, ncur:
+ * its size; fast_ok: its tiles take the norm test, so packing computes norms). */
+typedef struct fx_gemm_block {
+    int64_t jc, ncur, npan, pc, kcur, kp, nseg, bpanel;
+    int fast_ok;
+    int last; /* the last K block: the values written are final */
+} fx_gemm_block;
+
+/* Pack the B block (all threads, panels split between them): the plain panels the fast kernel
+ * reads and from which the any-data layouts are made on demand, with the segment norms when
+ * the block's tiles take the norm test. Nothing to do with a pre-split B. Ends on the implicit
+ * barrier of the loop, so that the block is complete before any thread reads it. */
+static void fx_gemm_pack_b_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
+                                 const fx_gemm_block *bk)
+{
+    if (pl->bpre) return;
+    const int nr = pl->nr;
+    const int16_t *bblk = pl->b + bk->pc * pl->sbk + bk->jc * pl->sbn;
+    FX_OMP(omp for schedule(static))
+    for (int64_t jp = 0; jp < bk->npan; jp++) {
+        fx_pack_b(pl->kd, bblk + jp * nr * pl->sbn, pl->sbk, pl->sbn, bk->kcur,
+                  fx_min64(nr, bk->ncur - jp * nr), nr, sh->bpack + jp * bk->kp * 2 * nr,
+                  bk->fast_ok ? sh->bnorm + jp * bk->nseg : NULL);
+        if (bk->fast_ok)
+            sh->bnorm_max[jp] = (int32_t)fx_norm_max(sh->bnorm + jp * bk->nseg, bk->nseg);
+    }
+}
+
+/* Pack this thread's A block (rows i0 .. i0 + mcur of the K block), micro-panel by micro-panel,
+ * from the matrix or from rows gathered on demand (into L1 first, then packed as a strided A),
+ * with the segment norms when the block's tiles take the norm test; pre-packed panels need
+ * only their norms. */
+static void fx_gemm_pack_a_block(const fx_gemm_plan *pl, fx_gemm_thread *th,
+                                 const fx_gemm_block *bk, int64_t i0, int64_t mcur)
+{
+    const int mr = pl->mr;
+    const int64_t kp = bk->kp, nseg = bk->nseg;
+    const int32_t *ablk = pl->apan ? pl->apan + i0 * pl->kp_all + bk->pc / 2 * mr : th->ap;
+    const int64_t ald = pl->apan ? pl->kp_all : kp; /* pairs between two panels */
+    for (int64_t ir = 0; ir < mcur; ir += mr) {
+        const int m = (int)fx_min64(mr, mcur - ir);
+        int32_t *na = bk->fast_ok ? th->anorm + ir / mr * nseg : NULL;
+        if (pl->a_rows) {
+            pl->a_rows(pl->a_rows_ctx, i0 + ir, m, bk->pc, bk->kcur, th->arows, pl->rows_ld);
+            fx_pack_a(pl->kd, th->arows, pl->rows_ld, 1, bk->kcur, m, mr, th->ap + ir * kp, na);
+        } else if (!pl->apan)
+            fx_pack_a(pl->kd, pl->a + (i0 + ir) * pl->sam + bk->pc * pl->sak, pl->sam, pl->sak,
+                      bk->kcur, m, mr, th->ap + ir * kp, na);
+        else if (na)
+            fx_panel_norms(ablk + ir * ald, kp, mr, na);
+        if (na) th->anorm_max[ir / mr] = (int32_t)fx_norm_max(na, nseg);
+    }
+    th->a_block++;
+}
+
+/* The tiles of one row block and K block (jr over the B panels, ir over the A micro-panels, so
+ * each B panel is reused across the ir loop while in L1). Each (tile, K block) takes the fast
+ * kernel with the longest chain its norms prove safe, else the any-data kernel, whose B panel
+ * (and A high panel, wrap kernel) is made the first time a tile of this thread needs it. On
+ * the last K block the kernels write final values, and take their maximum in passing when the
+ * product reports it. Returns the tiles that took the fast kernel. */
+static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
+                                 fx_gemm_thread *th, const fx_gemm_block *bk, int64_t i0,
+                                 int64_t mcur)
+{
+    const fx_gemm_i16_kernel *kd = pl->kd;
+    const int mr = pl->mr, nr = pl->nr;
+    const int64_t kp = bk->kp, nseg = bk->nseg, N = pl->N;
+    const int32_t *ablk = pl->apan ? pl->apan + i0 * pl->kp_all + bk->pc / 2 * mr : th->ap;
+    const int64_t ald = pl->apan ? pl->kp_all : kp;
+    const int accumulate = bk->pc > 0;
+    uint64_t *amax = bk->last && pl->want_max ? &th->imax : NULL;
+    int64_t block_fast = 0;
+    for (int64_t jp = 0; jp < bk->npan; jp++) {
+        const int64_t j0 = jp * nr;
+        const int n = (int)fx_min64(nr, bk->ncur - j0);
+        const int16_t *bp = sh->bpack + jp * kp * 2 * nr;
+        int16_t *bsp = th->bsplit + jp * bk->bpanel;
+        const int16_t *bpre_p =
+            pl->bpre ? pl->bpre + fx_b_pre_offset(bk->pc, bk->jc / nr + jp, kp, pl->np_all, nr,
+                                                  pl->blayout)
+                     : NULL;
+        for (int64_t ir = 0; ir < mcur; ir += mr) {
+            int64_t *ct = pl->out + (i0 + ir) * N + bk->jc + j0;
+            const int m = (int)fx_min64(mr, mcur - ir);
+            const int32_t *apn = ablk + ir * ald;
+            const int64_t chain =
+                bk->fast_ok ? fx_fast_chain(th->anorm + ir / mr * nseg, sh->bnorm + jp * nseg,
+                                            nseg, kp, th->anorm_max[ir / mr], sh->bnorm_max[jp])
+                            : 0;
+            if (chain > 0) {
+                kd->fast(kp, chain, apn, bp, ct, N, m, n, accumulate, amax);
+                block_fast++;
+                continue;
+            }
+            const int16_t *bany = bpre_p ? bpre_p : bsp;
+            if (!bpre_p && th->split_tag[jp] != th->block_id) {
+                if (pl->use_wrap)
+                    fx_wrap_panel(kd, bp, kp, nr, bsp);
+                else
+                    fx_split_panel(kd, bp, kp, nr, bsp);
+                th->split_tag[jp] = th->block_id;
+            }
+            if (pl->use_wrap) {
+                if (th->ahi_tag[ir / mr] != th->a_block) {
+                    fx_a_high(kd, apn, kp, mr, th->ahi + ir * kp);
+                    th->ahi_tag[ir / mr] = th->a_block;
+                }
+                kd->wrap(kp, apn, th->ahi + ir * kp, bany, ct, N, m, n, accumulate, amax);
+            } else
+                kd->ukr(kp, apn, bany, ct, N, m, n, accumulate, amax);
+            th->split_tiles++;
+        }
+    }
+    th->fast_tiles += block_fast;
+    return block_fast;
+}
+
+/* The blocked loops of one thread (called inside the parallel region; the work-sharing loops
+ * bind to it): jc column blocks, pc K blocks, ic row blocks shared dynamically. Each output
+ * element belongs to one tile and receives its K blocks in order, so the sums do not depend on
+ * the thread count. In mode AUTO the first norm-tested K block is a probe: when not one of its
+ * tiles passed, the remaining blocks skip the norms (decided by every thread alike, after the
+ * barrier, from the count over all threads). */
+static void fx_gemm_run(const fx_gemm_plan *pl, fx_gemm_shared *sh, fx_gemm_thread *th)
+{
+    const int64_t M = pl->M, N = pl->N, K = pl->K;
+    for (int64_t jc = 0; jc < N; jc += pl->nc) {
+        fx_gemm_block bk;
+        bk.jc = jc;
+        bk.ncur = fx_min64(pl->nc, N - jc);
+        bk.npan = (bk.ncur + pl->nr - 1) / pl->nr;
+        for (int64_t pc = 0; pc < K; pc += pl->kc) {
+            bk.pc = pc;
+            bk.kcur = fx_min64(pl->kc, K - pc);
+            bk.kp = (bk.kcur + 1) / 2;
+            bk.bpanel = fx_b_panel_numel(bk.kp, pl->nr, pl->blayout);
+            bk.nseg = (bk.kp + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
+            bk.last = pc + bk.kcur == K;
+            bk.fast_ok = pl->use_fast && !th->norms_off &&
+                         (!pl->gated || (bk.ncur >= pl->min_n && bk.kp >= pl->min_kp));
+            th->block_id++;
+
+            fx_gemm_pack_b_block(pl, sh, &bk); /* ends on a barrier */
+
+            FX_OMP(omp for schedule(dynamic, 1))
+            for (int64_t ib = 0; ib < pl->nmb; ib++) {
+                const int64_t i0 = ib * pl->mc, mcur = fx_min64(pl->mc, M - i0);
+                fx_gemm_pack_a_block(pl, th, &bk, i0, mcur);
+                const int64_t block_fast = fx_gemm_run_tiles(pl, sh, th, &bk, i0, mcur);
+                /* one atomic add per row block: per tile, the locked add cost 4 % of a CNN
+                 * epoch on AVX2, where every one-block product is a probe */
+                if (!th->probed && block_fast) sh->probe_fast += block_fast;
+            }
+            /* implicit barrier (this loop must never take nowait): nobody still reads the B
+             * block when it is repacked, and every thread's probe count is in, so that all
+             * threads reach the same norms_off, hence the same fast_ok, on which the B norms'
+             * being written depends */
+            if (bk.fast_ok && !th->probed) {
+                th->probed = 1;
+                th->norms_off = sh->probe_fast == 0;
+            }
+        }
+    }
+}
+
+int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
+{
+    fx_gemm_plan pl;
+    const int rc = fx_gemm_plan_make(c, kd, &pl);
+    if (rc != FX_OK) return rc;
+    *c->out_exp = c->in[0].exp + c->in[1].exp;
+    if (pl.M == 0 || pl.N == 0 || pl.K == 0) {
+        if (pl.K == 0) memset(pl.out, 0, (size_t)(pl.M * pl.N) * sizeof *pl.out);
+        if (pl.want_max) { /* every value is 0 (or there is none) */
+            *c->out_imax = 0;
+            *c->out_imax_known = 1;
+        }
+        return FX_OK;
+    }
+
+    fx_gemm_shared sh;
+    sh.bpack = fx_gemm_alloc(pl.bpre ? 0 : (size_t)(pl.kp_max * 2 * pl.nc) * sizeof(int16_t));
     /* B segment norms, then each panel's largest */
-    int32_t *bnorm = fx_gemm_alloc((size_t)(nc / nr * (nseg_max + 1)) * sizeof(int32_t));
-    int32_t *bnorm_max = bnorm ? bnorm + nc / nr * nseg_max : NULL;
-    unsigned char *tpack = fx_gemm_alloc(t_stride * (size_t)nt);
-    if (!bpack || !bnorm || !tpack) {
-        free(bpack);
-        free(bnorm);
-        free(tpack);
+    sh.bnorm = fx_gemm_alloc((size_t)(pl.nc / pl.nr * (pl.nseg_max + 1)) * sizeof(int32_t));
+    sh.bnorm_max = sh.bnorm ? sh.bnorm + pl.nc / pl.nr * pl.nseg_max : NULL;
+    sh.tpack = fx_gemm_alloc(pl.t_stride * (size_t)pl.nt);
+    sh.probe_fast = 0;
+    if (!sh.bpack || !sh.bnorm || !sh.tpack) {
+        free(sh.bpack);
+        free(sh.bnorm);
+        free(sh.tpack);
         return FX_ENOMEM;
     }
     int64_t fast_tiles = 0, split_tiles = 0;
-    _Atomic int64_t probe_fast = 0; /* fast tiles of the first norm-tested K block (all threads) */
-
-    FX_OMP(omp parallel num_threads(nt) if (nt > 1) reduction(+ : fast_tiles, split_tiles))
+    uint64_t imax = 0;
+    FX_OMP(omp parallel num_threads(pl.nt) if (pl.nt > 1)
+               reduction(+ : fast_tiles, split_tiles) reduction(max : imax))
     {
         int tid = 0;
 #ifdef _OPENMP
         tid = omp_get_thread_num();
 #endif
-        /* this thread's scratch: split B block (64-byte aligned), panel tags, A block, A norms */
-        unsigned char *tbase = tpack + (size_t)tid * t_stride;
-        int16_t *bsplit = (int16_t *)tbase;
-        int64_t *split_tag = (int64_t *)(tbase + bs_bytes);
-        int32_t *ap = (int32_t *)(split_tag + tag_elems);
-        int32_t *ahi = ap + a_elems;
-        int32_t *anorm = ahi + ah_elems;
-        int32_t *anorm_max = anorm + mc / mr * nseg_max; /* per micro-panel: its largest */
-        int16_t *arows = (int16_t *)(void *)(anorm + na_elems) + FX_A_ROWS_SLACK;
-        int64_t block_id = 0; /* counts B blocks; split_tag[jp] == block_id: panel jp is split */
-        int64_t *ahi_tag = split_tag + npan_max; /* == a_block: micro-panel's high panel made */
-        int64_t a_block = 0;                     /* counts this thread's A blocks */
-        int probed = !gated;  /* the probe block is behind us (no probe outside mode AUTO) */
-        int norms_off = 0;    /* the probe found no fast tile: no more norms */
-        memset(split_tag, 0, tag_elems * sizeof *split_tag);
-        for (int64_t jc = 0; jc < N; jc += nc) {
-            const int64_t ncur = fx_min64(nc, N - jc);
-            const int64_t npan = (ncur + nr - 1) / nr;
-            for (int64_t pc = 0; pc < K; pc += kc) {
-                const int64_t kcur = fx_min64(kc, K - pc), kp = (kcur + 1) / 2;
-                const int64_t bpanel = fx_b_panel_numel(kp, nr, blayout);
-                const int64_t nseg = (kp + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
-                const int16_t *bblk = b + pc * sbk + jc * sbn;
-                const int fast_ok = use_fast && !norms_off &&
-                                    (!gated || (ncur >= min_n && kp >= min_kp));
-                block_id++;
-
-                if (!bpre) {
-                    FX_OMP(omp for schedule(static))
-                    for (int64_t jp = 0; jp < npan; jp++) {
-                        fx_pack_b(kd, bblk + jp * nr * sbn, sbk, sbn, kcur,
-                                  fx_min64(nr, ncur - jp * nr), nr, bpack + jp * kp * 2 * nr,
-                                  fast_ok ? bnorm + jp * nseg : NULL);
-                        if (fast_ok)
-                            bnorm_max[jp] = (int32_t)fx_norm_max(bnorm + jp * nseg, nseg);
-                    }
-                    /* implicit barrier: the B block is complete before any thread reads it */
-                }
-
-                FX_OMP(omp for schedule(dynamic, 1))
-                for (int64_t ib = 0; ib < nmb; ib++) {
-                    const int64_t i0 = ib * mc, mcur = fx_min64(mc, M - i0);
-                    int64_t block_fast = 0; /* this row block's fast tiles (the probe's count) */
-                    const int32_t *ablk = apan ? apan + i0 * kp_all + pc / 2 * mr : ap;
-                    const int64_t ald = apan ? kp_all : kp; /* pairs between two panels */
-                    for (int64_t ir = 0; ir < mcur; ir += mr) {
-                        const int m = (int)fx_min64(mr, mcur - ir);
-                        if (c->a_rows) { /* gathered into L1, then packed as a strided A */
-                            c->a_rows(c->a_rows_ctx, i0 + ir, m, pc, kcur, arows, rows_ld);
-                            fx_pack_a(kd, arows, rows_ld, 1, kcur, m, mr, ap + ir * kp,
-                                      fast_ok ? anorm + ir / mr * nseg : NULL);
-                        } else if (!apan)
-                            fx_pack_a(kd, a + (i0 + ir) * sam + pc * sak, sam, sak, kcur, m, mr,
-                                      ap + ir * kp, fast_ok ? anorm + ir / mr * nseg : NULL);
-                        else if (fast_ok)
-                            fx_panel_norms(ablk + ir * ald, kp, mr, anorm + ir / mr * nseg);
-                        if (fast_ok)
-                            anorm_max[ir / mr] = (int32_t)fx_norm_max(anorm + ir / mr * nseg, nseg);
-                    }
-                    a_block++;
-                    for (int64_t jp = 0; jp < npan; jp++) {
-                        const int64_t j0 = jp * nr;
-                        const int n = (int)fx_min64(nr, ncur - j0);
-                        const int16_t *bp = bpack + jp * kp * 2 * nr;
-                        int16_t *bsp = bsplit + jp * bpanel;
-                        const int16_t *bpre_p =
-                            bpre ? bpre + fx_b_pre_offset(pc, jc / nr + jp, kp, np_all, nr, blayout)
-                                 : NULL;
-                        for (int64_t ir = 0; ir < mcur; ir += mr) {
-                            int64_t *ct = out + (i0 + ir) * N + jc + j0;
-                            const int m = (int)fx_min64(mr, mcur - ir);
-                            const int64_t chain =
-                                fast_ok ? fx_fast_chain(anorm + ir / mr * nseg, bnorm + jp * nseg,
-                                                         nseg, kp, anorm_max[ir / mr],
-                                                         bnorm_max[jp])
-                                         : 0;
-                            if (chain > 0) {
-                                kd->fast(kp, chain, ablk + ir * ald, bp, ct, N, m, n, pc > 0);
-                                fast_tiles++;
-                                block_fast++;
-                            } else {
-                                const int16_t *bany = bpre_p ? bpre_p : bsp;
-                                if (!bpre_p && split_tag[jp] != block_id) {
-                                    if (use_wrap)
-                                        fx_wrap_panel(kd, bp, kp, nr, bsp);
-                                    else
-                                        fx_split_panel(kd, bp, kp, nr, bsp);
-                                    split_tag[jp] = block_id;
-                                }
-                                if (use_wrap) {
-                                    if (ahi_tag[ir / mr] != a_block) {
-                                        fx_a_high(kd, ablk + ir * ald, kp, mr, ahi + ir * kp);
-                                        ahi_tag[ir / mr] = a_block;
-                                    }
-                                    kd->wrap(kp, ablk + ir * ald, ahi + ir * kp, bany,
-                                             ct, N, m, n, pc > 0);
-                                } else
-                                    kd->ukr(kp, ablk + ir * ald, bany, ct, N, m, n, pc > 0);
-                                split_tiles++;
-                            }
-                        }
-                    }
-                    /* one atomic add per row block: per tile, the locked add cost 4 % of a
-                     * CNN epoch on AVX2, where every one-block product is a probe */
-                    if (!probed && block_fast) probe_fast += block_fast;
-                }
-                /* implicit barrier (this loop must never take nowait): nobody still reads
-                 * the B block when it is repacked, and every thread's probe count is in, so
-                 * that all threads reach the same norms_off, hence the same fast_ok, on which
-                 * the B norms' being written depends */
-                if (fast_ok && !probed) {
-                    probed = 1;
-                    norms_off = probe_fast == 0;
-                }
-            }
-        }
+        fx_gemm_thread th;
+        fx_gemm_thread_init(&pl, &sh, tid, &th);
+        fx_gemm_run(&pl, &sh, &th);
+        fast_tiles += th.fast_tiles;
+        split_tiles += th.split_tiles;
+        imax = th.imax > imax ? th.imax : imax;
     }
     g_fast_tiles += fast_tiles;
     g_split_tiles += split_tiles;
-    free(bpack);
-    free(bnorm);
-    free(tpack);
+    if (pl.want_max) { /* every output was written by a kernel on its last K block */
+        *c->out_imax = imax;
+        *c->out_imax_known = 1;
+    }
+    free(sh.bpack);
+    free(sh.bnorm);
+    free(sh.tpack);
     return FX_OK;
 }

@@ -104,16 +104,21 @@
 /* Split micro-kernel: C[0..m, 0..n] (row stride ldc, int64) = (accumulate ? C : 0) + the exact
  * products of an mr x kp A micro-panel and a kp x nr split B micro-panel. kp <=
  * FX_GEMM_I16_MAX_KP; m <= mr and n <= nr are the valid part of the tile (only it is read and
- * written). The packed panels are 64-byte aligned. */
+ * written). The packed panels are 64-byte aligned.
+ * amax: NULL, or (on the last K block, whose values are final) the running maximum to raise to
+ * max |C[i][j]| over the valid part as written: the driver hands the product's maximum to the
+ * write path (fx_op_call.out_imax), which then needs no pass of its own over the int64 stage.
+ * The kernels take it from the registers they store from, so it costs a few vector operations
+ * per row instead of a reread of the stage. */
 typedef void (*fx_gemm_i16_ukr)(int64_t kp, const int32_t *ap, const int16_t *bp, int64_t *c,
-                                int64_t ldc, int m, int n, int accumulate);
+                                int64_t ldc, int m, int n, int accumulate, uint64_t *amax);
 
 /* Fast micro-kernel: the same contract with a plain B micro-panel; the int32 lanes are flushed
  * (see above) after every `chain` pairs (1 <= chain; the last chain may be shorter). The caller
  * guarantees that every chain's exact sum is below 2^31 in magnitude. */
 typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *ap,
                                      const int16_t *bp, int64_t *c, int64_t ldc, int m, int n,
-                                     int accumulate);
+                                     int accumulate, uint64_t *amax);
 
 /* K values per K block of the driver (even, at most 2 * FX_GEMM_I16_MAX_KP). */
 #define FX_GEMM_I16_KC 384
@@ -126,7 +131,7 @@ typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *a
  * the A micro-panel ap, its high panel ahi (both layouts above). */
 typedef void (*fx_gemm_i16_wrap_ukr)(int64_t kp, const int32_t *ap, const int32_t *ahi,
                                      const int16_t *bw, int64_t *c, int64_t ldc, int m, int n,
-                                     int accumulate);
+                                     int accumulate, uint64_t *amax);
 
 /* The wrap kernel pays only on K blocks of at least this many pairs (K >= 127): its per-call
  * work (the chunk corrections and folds, the A high panels made per A block) is paid back in
@@ -225,9 +230,11 @@ extern const fx_gemm_i16_pack fx_gemm_i16_pack_avx512_6x32;
  * kernel). */
 extern const fx_gemm_i16_pack fx_gemm_i16_pack_avx2_6x16;
 
-/* Run an FX_OP_MATMUL call (operand contract of backend.h) with micro-kernels k.
- * Returns FX_OK, FX_ENOMEM if the packing buffers cannot be allocated, or FX_EUNSUPPORTED for a
- * register tile beyond the limits above (a programming error of the level). */
+/* Run an FX_OP_MATMUL call (operand contract of backend.h) with micro-kernels k. When
+ * c->out_imax is set, the product's max |out| is reported there (out_imax_known = 1): the
+ * micro-kernels take it while they write the last K block. Returns FX_OK, FX_ENOMEM if the
+ * packing buffers cannot be allocated, or FX_EUNSUPPORTED for a register tile beyond the limits
+ * above (a programming error of the level). */
 int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *k);
 
 /* Pre-split B, for many products with one B (a convolution's chunks, whose GEMMs would each

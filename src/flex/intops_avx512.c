@@ -38,15 +38,27 @@ static FX_ALWAYS_INLINE void fx_prefetch_c(const int64_t *c, int64_t ldc, int m,
         for (int j = 0; j < FX_NR; j += 8) _mm_prefetch((const char *)(c + i * ldc + j), _MM_HINT_T0);
 }
 
+/* *amax = max(*amax, the largest unsigned lane of mx) (amax NULL: nothing to report) */
+static FX_ALWAYS_INLINE void fx_amax_finish(__m512i mx, uint64_t *amax)
+{
+    if (!amax) return;
+    const uint64_t m = (uint64_t)_mm512_reduce_max_epu64(mx);
+    *amax = m > *amax ? m : *amax;
+}
+
 /* C[0..m, 0..n] (row stride ldc) = (accumulate ? C : 0) + the tile's int64 values rebuilt from
  * two spilled int32 words per output: hs * 2^8 + ls (split kernel: 256 Sh + Sl, both signed),
  * or hs * 2^16 + (ls mod 2^16) (wrap kernel: 2^16 G + the low 16 bits of L). Only the valid
- * part is read and written. */
+ * part is read and written. amax (NULL: none) is raised to max |value written|: vpabsq maps
+ * INT64_MIN to itself, which read unsigned is its magnitude 2^63, so the unsigned maximum of the
+ * masked lanes is exact. */
 static FX_ALWAYS_INLINE void fx_store_tile(const int32_t hs[FX_MR][FX_NR],
                                            const int32_t ls[FX_MR][FX_NR], const int wrap,
-                                           int64_t *c, int64_t ldc, int m, int n, int accumulate)
+                                           int64_t *c, int64_t ldc, int m, int n, int accumulate,
+                                           uint64_t *amax)
 {
     const __m512i low16 = _mm512_set1_epi64(0xFFFF);
+    __m512i mx = _mm512_setzero_si512();
     for (int i = 0; i < m; i++) {
         int64_t *ci = c + i * ldc;
         for (int j = 0; j < n; j += 8) {
@@ -58,15 +70,17 @@ static FX_ALWAYS_INLINE void fx_store_tile(const int32_t hs[FX_MR][FX_NR],
                              : _mm512_add_epi64(_mm512_slli_epi64(h, 8), _mm512_cvtepi32_epi64(l8));
             if (accumulate) s = _mm512_add_epi64(s, _mm512_maskz_loadu_epi64(k, ci + j));
             _mm512_mask_storeu_epi64(ci + j, k, s);
+            if (amax) mx = _mm512_mask_max_epu64(mx, k, mx, _mm512_abs_epi64(s));
         }
     }
+    fx_amax_finish(mx, amax);
 }
 
 /* The accumulators are indexed with constants only (fully unrolled loops), so they live in
  * registers: 6 rows x 2 column vectors x {hi, lo} = 24 zmm, plus 4 for B and 1 broadcast. */
 static FX_ALWAYS_INLINE void fx_ukr_body(int64_t kp, const int32_t *ap, const int16_t *bp,
                                          int64_t *c, int64_t ldc, int m, int n, int accumulate,
-                                         const int vnni)
+                                         uint64_t *amax, const int vnni)
 {
     __m512i h[FX_MR][2], l[FX_MR][2];
     fx_prefetch_c(c, ldc, m, accumulate);
@@ -101,7 +115,7 @@ static FX_ALWAYS_INLINE void fx_ukr_body(int64_t kp, const int32_t *ap, const in
         _mm512_store_si512((void *)&ls[i][16], l[i][1]);
     }
     fx_store_tile((const int32_t(*)[FX_NR])hs, (const int32_t(*)[FX_NR])ls, 0, c, ldc, m, n,
-                  accumulate);
+                  accumulate, amax);
 }
 
 /* Fast kernel: plain B, one multiply per pair; 12 int32 chain accumulators in registers, the
@@ -136,7 +150,7 @@ static FX_ALWAYS_INLINE void fx_ukr_body(int64_t kp, const int32_t *ap, const in
 
 static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32_t *ap,
                                           const int16_t *bp, int64_t *c, int64_t ldc, int m,
-                                          int n, int accumulate, const int vnni)
+                                          int n, int accumulate, uint64_t *amax, const int vnni)
 {
     _Static_assert(FX_MR == 6 && FX_NR == 32, "the fast kernel is written out for 6 x 32");
     __m512i lo[FX_MR][2], hi[FX_MR][2]; /* 32 int32 words per row each */
@@ -169,7 +183,9 @@ static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32
         FX_FAST_FLUSH(5, s50, s51);
     }
 
-    /* T = 2^16 Hi + (uint32)(Lo - 2^16 Hi), exactly (gemm_i16.h); kp >= 1, so lo, hi are set */
+    /* T = 2^16 Hi + (uint32)(Lo - 2^16 Hi), exactly (gemm_i16.h); kp >= 1, so lo, hi are set;
+     * mx: max |T| written, as in fx_store_tile */
+    __m512i mx = _mm512_setzero_si512();
     for (int i = 0; i < m; i++) {
         int64_t *ci = c + i * ldc;
         for (int v = 0; v < 2 && 16 * v < n; v++) {
@@ -185,9 +201,11 @@ static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32
                                              _mm512_cvtepu32_epi64(r8));
                 if (accumulate) t = _mm512_add_epi64(t, _mm512_maskz_loadu_epi64(k, ci + j));
                 _mm512_mask_storeu_epi64(ci + j, k, t);
+                if (amax) mx = _mm512_mask_max_epu64(mx, k, mx, _mm512_abs_epi64(t));
             }
         }
     }
+    fx_amax_finish(mx, amax);
 }
 
 /* acc += the products of 4 unsigned bytes of au by 4 signed bytes of bs per int32 lane (the
@@ -234,7 +252,7 @@ static FX_ALWAYS_INLINE __m512i fx_dot_quads(__m512i acc, __m512i au, __m512i bs
 
 static void fx_wrap_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *ahi,
                                const int16_t *bw, int64_t *c, int64_t ldc, int m, int n,
-                               int accumulate)
+                               int accumulate, uint64_t *amax)
 {
     _Static_assert(FX_MR == 6 && FX_NR == 32, "the wrap kernel is written out for 6 x 32");
     fx_prefetch_c(c, ldc, m, accumulate);
@@ -274,31 +292,31 @@ static void fx_wrap_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *ahi
     int32_t ls[FX_MR][FX_NR] __attribute__((aligned(64)));
     FX_WRAP_ROWS(FX_WRAP_SPILL)
     fx_store_tile((const int32_t(*)[FX_NR])gs, (const int32_t(*)[FX_NR])ls, 1, c, ldc, m, n,
-                  accumulate);
+                  accumulate, amax);
 }
 
 static void fx_fast_avx512vnni(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
-                               int64_t *c, int64_t ldc, int m, int n, int accumulate)
+                               int64_t *c, int64_t ldc, int m, int n, int accumulate, uint64_t *amax)
 {
-    fx_fast_body(kp, chain, ap, bp, c, ldc, m, n, accumulate, 1);
+    fx_fast_body(kp, chain, ap, bp, c, ldc, m, n, accumulate, amax, 1);
 }
 
 static void fx_fast_avx512bw(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
-                             int64_t *c, int64_t ldc, int m, int n, int accumulate)
+                             int64_t *c, int64_t ldc, int m, int n, int accumulate, uint64_t *amax)
 {
-    fx_fast_body(kp, chain, ap, bp, c, ldc, m, n, accumulate, 0);
+    fx_fast_body(kp, chain, ap, bp, c, ldc, m, n, accumulate, amax, 0);
 }
 
 static void fx_ukr_avx512vnni(int64_t kp, const int32_t *ap, const int16_t *bp, int64_t *c,
-                              int64_t ldc, int m, int n, int accumulate)
+                              int64_t ldc, int m, int n, int accumulate, uint64_t *amax)
 {
-    fx_ukr_body(kp, ap, bp, c, ldc, m, n, accumulate, 1);
+    fx_ukr_body(kp, ap, bp, c, ldc, m, n, accumulate, amax, 1);
 }
 
 static void fx_ukr_avx512bw(int64_t kp, const int32_t *ap, const int16_t *bp, int64_t *c,
-                            int64_t ldc, int m, int n, int accumulate)
+                            int64_t ldc, int m, int n, int accumulate, uint64_t *amax)
 {
-    fx_ukr_body(kp, ap, bp, c, ldc, m, n, accumulate, 0);
+    fx_ukr_body(kp, ap, bp, c, ldc, m, n, accumulate, amax, 0);
 }
 
 static int fx_small_matmul(const fx_op_call *c)

@@ -1,0 +1,251 @@
+/* The int16 GEMM's output maximum (fx_op_call.out_imax, src/core/backend.h): every route of the
+ * tile GEMM that finishes output values (the fast, split and wrap micro-kernels, forced in turn
+ * with flexpoint_set_kernel on every SIMD level this machine runs) reports max |out| in
+ * passing, and the write path trusts it instead of scanning the stage. Checked here, for each
+ * level, forced kernel, data kind and thread count (1 and 2):
+ *  - the int64 stage equals an int64 reference (the sums stay exact);
+ *  - *out_imax_known is 1 and *out_imax equals a direct scan max |out[i]| of the stage, on
+ *    shapes with edge tiles, K below, at and across the K blocking (FX_GEMM_I16_KC = 384, so
+ *    K = 385, 800 and 1100 end on a partial K block; K = 1 and odd K leave half pairs), with A
+ *    given as a matrix, as a transposed view and as rows on demand (fx_op_call.a_rows), and B
+ *    pre-split where the level takes it (fx_op_call.b_split);
+ *  - data: Gaussian-like mantissas (one-chain fast tiles), large Gaussian ones (fast tiles of
+ *    several chains), full-range uniform ones (the any-data kernel), and the extremes -32768
+ *    and 32767 with one sign pattern per product (every sum of magnitude K 2^30, the largest
+ *    any route produces for its K: all negative, all positive, and mixed), where a maximum
+ *    taken over the wrong lanes, rows, K block or sign would show;
+ *  - the tile counters: forced split or wrap runs no fast tile, forced fast runs some on the
+ *    Gaussian data (so each kernel's own maximum was checked);
+ *  - a kernel that does not report (the scalar loop that the levels hand small products to
+ *    does not) leaves *out_imax alone, and through the public API a flex16_5 matmul gives the
+ *    scalar backend's output bits and exponent under every forced kernel. */
+#include "flexpoint.h"
+#include "core/backend.h"
+#include "flex/gemm_i16.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { DATA_GAUSS, DATA_GAUSS_LARGE, DATA_FULL, DATA_EXTREME, DATA_KINDS };
+static const char *const data_names[DATA_KINDS] = {"gaussian", "large gaussian", "full-range",
+                                                   "extreme"};
+
+/* One mantissa of the given kind; for DATA_EXTREME, pattern picks the signs (0: A = -32768 and
+ * B = 32767, every sum negative; 1: both -32768, every sum positive; 2: random signs). */
+static int16_t value(test_rng *r, int kind, int pattern, int is_b)
+{
+    double v;
+    switch (kind) {
+    case DATA_GAUSS:
+        v = 3000.0 * test_rng_normal(r);
+        break;
+    case DATA_GAUSS_LARGE:
+        v = 9000.0 * test_rng_normal(r);
+        break;
+    case DATA_FULL:
+        return (int16_t)test_rng_range(r, -32768, 32767);
+    default:
+        if (pattern == 0) return is_b ? 32767 : -32768;
+        if (pattern == 1) return -32768;
+        return test_rng_u64(r) & 1 ? 32767 : -32768;
+    }
+    v = v > 32767 ? 32767 : v < -32768 ? -32768 : v;
+    return (int16_t)lrint(v);
+}
+
+/* a_rows source over a row-major M x K matrix (fx_op_call.a_rows) */
+typedef struct rows_ctx {
+    const int16_t *a;
+    int64_t K;
+} rows_ctx;
+
+static void rows_of(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
+                    int64_t ld)
+{
+    const rows_ctx *rc = ctx;
+    for (int r = 0; r < m; r++) memcpy(dst + r * ld, rc->a + (i0 + r) * rc->K + k0, (size_t)kc * 2);
+}
+
+enum { A_MATRIX, A_TRANSPOSED, A_ROWS, B_PRESPLIT };
+
+/* One product through level be's MATMUL kernel; returns the fast tiles it ran (-1: mismatch,
+ * reported). */
+static int64_t check_product(const fx_backend *be, const char *kname, int64_t M, int64_t K,
+                             int64_t N, int kind, int pattern, int source, int threads,
+                             uint64_t seed)
+{
+    test_rng r;
+    test_rng_seed(&r, seed);
+    int16_t *A = malloc(sizeof(int16_t) * (size_t)(M * K));
+    int16_t *At = malloc(sizeof(int16_t) * (size_t)(M * K));
+    int16_t *B = malloc(sizeof(int16_t) * (size_t)(K * N));
+    int64_t *want = calloc((size_t)(M * N), sizeof(int64_t));
+    int64_t *got = malloc(sizeof(int64_t) * (size_t)(M * N));
+    int16_t *bsplit = NULL;
+    for (int64_t i = 0; i < M * K; i++) A[i] = value(&r, kind, pattern, 0);
+    for (int64_t i = 0; i < K * N; i++) B[i] = value(&r, kind, pattern, 1);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++) At[k * M + i] = A[i * K + k];
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < N; j++) want[i * N + j] += (int64_t)A[i * K + k] * B[k * N + j];
+    for (int64_t i = 0; i < M * N; i++) got[i] = 0x5A5A5A5A5A5A5A5ALL; /* stale stage values */
+
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = FX_OP_MATMUL;
+    c.nin = 2;
+    const fx_operand oa = {A, FMT_FLEX16_5, -3, 2, {M, K}, {K, 1}};
+    const fx_operand oat = {At, FMT_FLEX16_5, -3, 2, {M, K}, {1, M}}; /* a transposed view */
+    const fx_operand ob = {B, FMT_FLEX16_5, 5, 2, {K, N}, {N, 1}};
+    c.in[0] = source == A_TRANSPOSED ? oat : oa;
+    c.in[1] = ob;
+    rows_ctx rc = {A, K};
+    if (source == A_ROWS) {
+        c.a_rows = rows_of;
+        c.a_rows_ctx = &rc;
+    }
+    if (source == B_PRESPLIT) {
+        const int nr = be->gemm_i16_panel_nr;
+        const int layout = fx_gemm_i16_b_layout_for(be->gemm_i16_b_layout, K);
+        const int64_t n = fx_gemm_i16_split_b_numel(K, N, nr, layout);
+        bsplit = aligned_alloc(64, (size_t)((n * 2 + 63) / 64 * 64));
+        CHECK_STATUS(fx_gemm_i16_split_b(B, N, 1, K, N, nr, layout, bsplit), FX_OK);
+        c.b_split = bsplit;
+        c.b_split_nr = nr;
+        c.b_split_layout = layout;
+    }
+    c.out_ndim = 2;
+    c.out_shape[0] = M;
+    c.out_shape[1] = N;
+    c.out_numel = M * N;
+    c.out_i64 = got;
+    int exp = 0, known = 0;
+    uint64_t imax = 0xDEADBEEFull;
+    c.out_exp = &exp;
+    c.out_imax = &imax;
+    c.out_imax_known = &known;
+    c.nthreads = threads;
+    int64_t fast = 0, split = 0;
+    fx_gemm_i16_reset_tile_counts();
+    CHECK_STATUS(be->kernels[FX_OP_MATMUL][FMT_FLEX16_5](&c), FX_OK);
+    fx_gemm_i16_tile_counts(&fast, &split);
+
+    int64_t bad = -1;
+    uint64_t scan = 0;
+    for (int64_t i = 0; i < M * N; i++) {
+        if (got[i] != want[i] && bad < 0) bad = i;
+        const uint64_t m = got[i] < 0 ? 0u - (uint64_t)got[i] : (uint64_t)got[i];
+        scan = m > scan ? m : scan;
+    }
+    static const char *const sources[] = {"A matrix", "A transposed", "A rows", "B pre-split"};
+    CHECK(bad < 0 && exp == 2, "%s %s: %lldx%lldx%lld %s/%d, %s, %d threads: exp %d, first bad "
+          "[%lld] %lld vs %lld", be->name, kname, (long long)M, (long long)K, (long long)N,
+          data_names[kind], pattern, sources[source], threads, exp, (long long)bad,
+          bad >= 0 ? (long long)got[bad] : 0LL, bad >= 0 ? (long long)want[bad] : 0LL);
+    const int tiled = fast + split > 0;
+    CHECK(known || !tiled, "%s %s: %lldx%lldx%lld %s/%d, %s, %d threads: out_imax_known %d "
+          "with %lld tiles", be->name, kname, (long long)M, (long long)K, (long long)N,
+          data_names[kind], pattern, sources[source], threads, known, (long long)(fast + split));
+    if (known)
+        CHECK(imax == scan, "%s %s: %lldx%lldx%lld %s/%d, %s, %d threads: out_imax %llu, scan "
+              "%llu (%lld fast, %lld other tiles)", be->name, kname, (long long)M, (long long)K,
+              (long long)N, data_names[kind], pattern, sources[source], threads,
+              (unsigned long long)imax, (unsigned long long)scan, (long long)fast,
+              (long long)split);
+    else
+        CHECK(imax == 0xDEADBEEFull, "%s %s: out_imax written without out_imax_known", be->name,
+              kname);
+    free(A);
+    free(At);
+    free(B);
+    free(want);
+    free(got);
+    free(bsplit);
+    return bad < 0 ? fast : -1;
+}
+
+/* flex16_5 matmul output bits and exponent through the public API (the current backend); the
+ * operands' scale puts the output's exact exponent in play. */
+static void api_bits(uint16_t *out, int *exp)
+{
+    test_rng r;
+    test_rng_seed(&r, 5);
+    const int64_t sa[2] = {37, 420}, sb[2] = {420, 45}, sc[2] = {37, 45};
+    float *v = malloc(sizeof(float) * 37 * 420), *w = malloc(sizeof(float) * 420 * 45);
+    for (int i = 0; i < 37 * 420; i++) v[i] = (float)(test_rng_normal(&r) * 0.3);
+    for (int i = 0; i < 420 * 45; i++) w[i] = (float)(-fabs(test_rng_normal(&r)) * 7.0);
+    tensor_t *a = tensor_new(FMT_FLEX16_5, 2, sa), *b = tensor_new(FMT_FLEX16_5, 2, sb);
+    tensor_t *c = tensor_new(FMT_FLEX16_5, 2, sc);
+    CHECK_STATUS(tensor_from_f32(a, v), FX_OK);
+    CHECK_STATUS(tensor_from_f32(b, w), FX_OK);
+    CHECK_STATUS(tensor_matmul(c, a, b), FX_OK);
+    CHECK_STATUS(tensor_get_raw(c, out), FX_OK);
+    CHECK_STATUS(tensor_get_exp(c, exp), FX_OK);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(c);
+    free(v);
+    free(w);
+}
+
+int main(void)
+{
+    enum { OUT = 37 * 45 };
+    static uint16_t ref[OUT], bits[OUT];
+    int ref_exp = 0, exp = 0;
+    CHECK_STATUS(flexpoint_set_backend("scalar"), FX_OK);
+    api_bits(ref, &ref_exp);
+
+    /* M x K x N: edge tiles in both directions, K = 1, odd K, K across the K blocks (384) */
+    static const int64_t shapes[][3] = {{7, 33, 19},  {13, 1, 70},  {6, 64, 16},   {37, 129, 95},
+                                        {20, 385, 37}, {9, 800, 33}, {25, 1100, 41}, {2, 7, 3}};
+    int levels = 0;
+    for (int lvl = FX_BACKEND_AVX2; lvl < FX_BACKEND_COUNT; lvl++) {
+        if (!flexpoint_backend_available(lvl)) continue;
+        const fx_backend *be = fx_backend_get(lvl);
+        CHECK_STATUS(flexpoint_set_backend(be->name), FX_OK);
+        levels++;
+        for (int kk = 0; kk < FX_GEMM_I16_KERNELS; kk++) {
+            const char *kname = fx_gemm_i16_kernel_name(kk);
+            const int st = flexpoint_set_kernel("matmul", FMT_FLEX16_5, kname);
+            if (kk == FX_GEMM_I16_KERNEL_WRAP && !fx_cpu()->avx512vnni) {
+                CHECK_STATUS(st, FX_EUNSUPPORTED);
+                continue;
+            }
+            CHECK_STATUS(st, FX_OK);
+            uint64_t seed = 7000u * (uint64_t)(lvl * 8 + kk);
+            int64_t fast_gauss = 0;
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                for (int kind = 0; kind < DATA_KINDS; kind++)
+                    for (int pattern = 0; pattern < (kind == DATA_EXTREME ? 3 : 1); pattern++)
+                        for (int source = 0; source <= B_PRESPLIT; source++) {
+                            if (source == A_ROWS && !be->gemm_i16_row_source) continue;
+                            if (source == B_PRESPLIT && !be->gemm_i16_panel_nr) continue;
+                            for (int threads = 1; threads <= 2; threads++) {
+                                const int64_t fast =
+                                    check_product(be, kname, shapes[s][0], shapes[s][1],
+                                                  shapes[s][2], kind, pattern, source, threads,
+                                                  seed++);
+                                if (fast < 0) continue;
+                                if (kk == FX_GEMM_I16_KERNEL_SPLIT || kk == FX_GEMM_I16_KERNEL_WRAP)
+                                    CHECK(fast == 0, "%s forced %s: %lld fast tiles", be->name,
+                                          kname, (long long)fast);
+                                if (kind == DATA_GAUSS || kind == DATA_GAUSS_LARGE)
+                                    fast_gauss += fast;
+                            }
+                        }
+            if (kk == FX_GEMM_I16_KERNEL_FAST)
+                CHECK(fast_gauss > 0, "%s forced fast: no fast tile on Gaussian data", be->name);
+            api_bits(bits, &exp);
+            CHECK(memcmp(bits, ref, sizeof bits) == 0 && exp == ref_exp,
+                  "%s forced %s: matmul bits or exponent (%d, scalar %d) differ from the scalar "
+                  "backend's", be->name, kname, exp, ref_exp);
+        }
+        CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_FLEX16_5, "auto"), FX_OK);
+    }
+    if (levels == 0) return test_skip("test_gemm_imax", "no SIMD level on this CPU");
+    return test_finish("test_gemm_imax");
+}
