@@ -117,10 +117,3 @@ void fx_cvt_bf16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n)
     _mm_sfence();
     fx_bf16_to_f32_cached(src + i, dst + i, n - i);
 }
-
-void fx_register_bf16_avx2(fx_backend *b, const fx_cpu_features *cpu)
-{
-    if (!cpu->avx2) return; /* keep the inherited (scalar) entries */
-    b->cvt.f32_to_bf16 = fx_cvt_f32_to_bf16_avx2;
-    b->cvt.bf16_to_f32 = fx_cvt_bf16_to_f32_avx2;
-}

@@ -5,8 +5,8 @@
  * touched (the 16-bit masked forms need AVX-512BW and VL). Outputs of FX_CVT_STREAM_MIN_BYTES
  * or more are written with streaming stores.
  *
- * Registration also installs the vcvtneps2bf16 path (bf16_avx512bf16.c) for fp32 -> bf16 when
- * the CPU has AVX512_BF16. */
+ * Where the CPU has AVX512_BF16 the level installs the vcvtneps2bf16 path (bf16_avx512bf16.c)
+ * for fp32 -> bf16 instead (src/cpu/avx512.c). */
 #include "../core/backend.h"
 #include "bf16_kernels.h"
 
@@ -97,15 +97,4 @@ void fx_cvt_bf16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n)
                             fx_bf16_widen16(_mm256_loadu_si256((const __m256i *)(src + i))));
     _mm_sfence();
     fx_bf16_to_f32_cached(src + i, dst + i, n - i);
-}
-
-void fx_register_bf16_avx512(fx_backend *b, const fx_cpu_features *cpu)
-{
-    if (!(cpu->avx512f && cpu->avx512bw && cpu->avx512vl)) return; /* keep the avx2 entries */
-    b->cvt.f32_to_bf16 = cpu->avx512bf16 ? fx_cvt_f32_to_bf16_avx512bf16
-                                         : fx_cvt_f32_to_bf16_avx512;
-    b->cvt.bf16_to_f32 = fx_cvt_bf16_to_f32_avx512;
-    /* bf16 x bf16 MATMUL: the widening route (the fp32 kernel) stays here; where the CPU has
-     * AVX512_BF16 the backend installs the route its table (bf16_route.c) or
-     * FLEXPOINT_KERNEL_BF16_GEMM picks, vdpbf16ps being fx_bf16_matmul_avx512bf16 */
 }

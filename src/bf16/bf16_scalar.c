@@ -46,10 +46,3 @@ void fx_cvt_bf16_to_f32_scalar(const uint16_t *src, float *dst, int64_t n)
         memcpy(dst + i, &u, sizeof u);
     }
 }
-
-void fx_register_bf16_scalar(fx_backend *b, const fx_cpu_features *cpu)
-{
-    (void)cpu;
-    b->cvt.f32_to_bf16 = fx_cvt_f32_to_bf16_scalar;
-    b->cvt.bf16_to_f32 = fx_cvt_bf16_to_f32_scalar;
-}

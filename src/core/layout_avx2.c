@@ -4,6 +4,7 @@
  * data. Whole 8 x 8 tiles go through registers; the edge rows and columns (fewer than 8) take
  * the element loop, so nothing outside the two matrices is read or written. */
 #include "backend.h"
+#include "layout_kernels.h"
 #include "transpose_avx2.h"
 
 #include <immintrin.h>
@@ -13,7 +14,7 @@
     for (int64_t i = i0; i < i1; i++)                                                            \
         for (int64_t j = j0; j < j1; j++) ((T *)dstv)[j * rows + i] = ((const T *)srcv)[i * cols + j]
 
-static void fx_transpose32_avx2(const void *srcv, void *dstv, int64_t rows, int64_t cols)
+void fx_transpose32_avx2(const void *srcv, void *dstv, int64_t rows, int64_t cols)
 {
     const float *src = srcv; /* bits only: shuffles never interpret them */
     float *dst = dstv;
@@ -33,7 +34,7 @@ static void fx_transpose32_avx2(const void *srcv, void *dstv, int64_t rows, int6
 
 /* 16-bit elements: 8 x 8 tiles of 8 rows of one 128-bit vector each, transposed by three
  * rounds of unpacks (16-, 32-, then 64-bit interleaves). */
-static void fx_transpose16_avx2(const void *srcv, void *dstv, int64_t rows, int64_t cols)
+void fx_transpose16_avx2(const void *srcv, void *dstv, int64_t rows, int64_t cols)
 {
     const int16_t *src = srcv;
     int16_t *dst = dstv;
@@ -65,11 +66,4 @@ static void fx_transpose16_avx2(const void *srcv, void *dstv, int64_t rows, int6
     FX_EDGE_LOOP(uint16_t);
     i0 = rf, i1 = rows, j0 = 0, j1 = cols;
     FX_EDGE_LOOP(uint16_t);
-}
-
-void fx_register_layout_avx2(fx_backend *b, const fx_cpu_features *cpu)
-{
-    (void)cpu;
-    b->cvt.transpose16 = fx_transpose16_avx2;
-    b->cvt.transpose32 = fx_transpose32_avx2;
 }

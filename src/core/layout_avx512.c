@@ -3,6 +3,7 @@
  * unchanged, so the results equal the portable loops' for any data; only the speed differs
  * (the portable loops move one element per load/store pair). */
 #include "backend.h"
+#include "layout_kernels.h"
 #include "transpose_avx512.h"
 
 #include <immintrin.h>
@@ -35,7 +36,7 @@ static inline void fx_transpose8x8_epi64(__m512i r[8])
 
 /* dst[j*rows + i] = src[i*cols + j], 64-bit elements, in 8 x 8 register tiles (masked at the
  * edges: nothing outside the two matrices is read or written). */
-static void fx_transpose64_avx512(const void *srcv, void *dstv, int64_t rows, int64_t cols)
+void fx_transpose64_avx512(const void *srcv, void *dstv, int64_t rows, int64_t cols)
 {
     const int64_t *src = srcv;
     int64_t *dst = dstv;
@@ -57,7 +58,7 @@ static void fx_transpose64_avx512(const void *srcv, void *dstv, int64_t rows, in
 }
 
 /* The same for 32-bit elements, in 16 x 16 tiles. */
-static void fx_transpose32_avx512(const void *srcv, void *dstv, int64_t rows, int64_t cols)
+void fx_transpose32_avx512(const void *srcv, void *dstv, int64_t rows, int64_t cols)
 {
     const float *src = srcv; /* bits only: shuffles never interpret them */
     float *dst = dstv;
@@ -81,7 +82,7 @@ static void fx_transpose32_avx512(const void *srcv, void *dstv, int64_t rows, in
 /* The same for 16-bit elements, in tiles of 8 rows x 32 columns: within each 128-bit lane
  * (8 columns) three rounds of unpacks (16-, 32-, then 64-bit) make an 8 x 8 transpose, after
  * which lane L of vector j holds column 8L + j of the 8 rows, stored as 16 bytes. */
-static void fx_transpose16_avx512(const void *srcv, void *dstv, int64_t rows, int64_t cols)
+void fx_transpose16_avx512(const void *srcv, void *dstv, int64_t rows, int64_t cols)
 {
     const int16_t *src = srcv;
     int16_t *dst = dstv;
@@ -122,12 +123,4 @@ static void fx_transpose16_avx512(const void *srcv, void *dstv, int64_t rows, in
             }
         }
     }
-}
-
-void fx_register_layout_avx512(fx_backend *b, const fx_cpu_features *cpu)
-{
-    (void)cpu;
-    b->cvt.transpose16 = fx_transpose16_avx512;
-    b->cvt.transpose32 = fx_transpose32_avx512;
-    b->cvt.transpose64 = fx_transpose64_avx512;
 }

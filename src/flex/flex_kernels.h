@@ -63,6 +63,10 @@ void fx_flex_dequant_avx2(const int16_t *src, float *dst, int64_t n, int e);
 void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shift,
                             fx_qstats *st);
 void fx_flex_maxabs_f32_avx2(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
+uint64_t fx_flex_maxabs_i64_avx2(const int64_t *src, int64_t n);
+uint32_t fx_flex_sum2_maxabs_avx2(const fx_sum2 *p, int64_t n);
+void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
+                             fx_qstats *st);
 
 void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
                               const fx_rounding *r, int64_t index0, fx_qstats *st);
@@ -70,6 +74,7 @@ void fx_flex_dequant_avx512(const int16_t *src, float *dst, int64_t n, int e);
 void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int shift,
                               fx_qstats *st);
 void fx_flex_maxabs_f32_avx512(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
+uint64_t fx_flex_maxabs_i64_avx512(const int64_t *src, int64_t n);
 
 /* ---- integer-only op kernels (fx_kernel; operand data are const int16_t *) ---------------- */
 int fx_flex_copy_scalar(const fx_op_call *c);
@@ -81,17 +86,21 @@ int fx_flex_relu_scalar(const fx_op_call *c);
 int fx_flex_sum_scalar(const fx_op_call *c);
 int fx_flex_matmul_scalar(const fx_op_call *c);
 
+int fx_flex_sum_avx2(const fx_op_call *c); /* intops_ew_avx2.c */
 int fx_flex_matmul_avx2(const fx_op_call *c);
+
+int fx_flex_relu_avx512(const fx_op_call *c); /* intops_ew_avx512.c */
+int fx_flex_add_avx512(const fx_op_call *c);
+int fx_flex_sub_avx512(const fx_op_call *c);
+int fx_flex_sum_avx512(const fx_op_call *c);
 int fx_flex_matmul_avx512bw(const fx_op_call *c);   /* vpmaddwd + vpaddd */
 int fx_flex_matmul_avx512vnni(const fx_op_call *c); /* vpdpwssd */
+/* The register tile of the AVX-512 integer MATMUL kernels: the A panel height and pre-split B
+ * panel width they take (fx_backend.gemm_i16_panel_mr, gemm_i16_panel_nr) */
+#define FX_FLEX_MR_AVX512 6
+#define FX_FLEX_NR_AVX512 32
 
-/* Install the integer kernels of one level into b, for both int16 formats (intops_*.c). */
-void fx_flex_install_intops_scalar(fx_backend *b);
-void fx_flex_install_intops_avx2(fx_backend *b, const fx_cpu_features *cpu);
-void fx_flex_install_intops_avx512(fx_backend *b, const fx_cpu_features *cpu);
-void fx_flex_install_ew_avx512(fx_backend *b);
-void fx_flex_install_ew_avx2(fx_backend *b);
-
+/* A kernel for both int16 formats, which share every integer kernel (src/cpu/<level>.c). */
 static inline void fx_flex_set_kernel(fx_backend *b, fx_op op, fx_kernel k)
 {
     b->kernels[op][FMT_FLEX16_5] = k;

@@ -286,13 +286,3 @@ int fx_flex_matmul_avx2(const fx_op_call *c)
         return fx_flex_matmul_scalar(c);
     return fx_gemm_i16(c, &k);
 }
-
-void fx_flex_install_intops_avx2(fx_backend *b, const fx_cpu_features *cpu)
-{
-    (void)cpu;
-    fx_flex_set_kernel(b, FX_OP_MATMUL, fx_flex_matmul_avx2);
-    /* a convolution's patch rows on demand (src/nn/conv_panels.h, fx_conv_rows_i16); no
-     * pre-split B (gemm_i16_panel_nr stays 0): a pre-split B takes the split kernel on every
-     * tile, and on AVX2 the norm-tested fast kernel is what pays */
-    b->gemm_i16_row_source = 1;
-}

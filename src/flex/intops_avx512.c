@@ -9,8 +9,8 @@
 
 #include <immintrin.h>
 
-#define FX_MR 6  /* rows of the register tile */
-#define FX_NR 32 /* columns: two zmm of 16 int32 lanes */
+#define FX_MR FX_FLEX_MR_AVX512 /* rows of the register tile (6) */
+#define FX_NR FX_FLEX_NR_AVX512 /* columns (32): two zmm of 16 int32 lanes */
 
 #define FX_ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -343,19 +343,4 @@ int fx_flex_matmul_avx512bw(const fx_op_call *c)
                                           .fast = fx_fast_avx512bw,
                                           .pack = &fx_gemm_i16_pack_avx512_6x32};
     return fx_small_matmul(c) ? fx_flex_matmul_scalar(c) : fx_gemm_i16(c, &k);
-}
-
-void fx_flex_install_intops_avx512(fx_backend *b, const fx_cpu_features *cpu)
-{
-    fx_flex_set_kernel(b, FX_OP_MATMUL,
-                       cpu->avx512vnni ? fx_flex_matmul_avx512vnni : fx_flex_matmul_avx512bw);
-    b->gemm_i16_panel_mr = FX_MR;
-    b->gemm_i16_panel_nr = FX_NR;
-    /* the AVX2 level's rows on demand are not taken over: geometries its panel builder
-     * declines keep im2row here, as measured (the driver would take rows on this level too,
-     * and test_conv_panels checks that it gives the same sums, but no AVX-512 machine has
-     * timed it) */
-    b->gemm_i16_row_source = 0;
-    /* VNNI: the wrap kernel takes the split kernel's tiles where it pays (its own B layout) */
-    b->gemm_i16_b_layout = cpu->avx512vnni ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
 }

@@ -51,7 +51,7 @@ static inline void fx_store16_i64(int64_t *p, int64_t left, __m512i lo, __m512i 
     _mm512_mask_storeu_epi64(p + 8, m1, hi);
 }
 
-static int fx_flex_relu_avx512(const fx_op_call *c)
+int fx_flex_relu_avx512(const fx_op_call *c)
 {
     const int16_t *a = (const int16_t *)c->in[0].data;
     int64_t *o = c->out_i64;
@@ -124,8 +124,8 @@ static int fx_addsub_avx512(const fx_op_call *c, int negate_b)
     return FX_OK;
 }
 
-static int fx_flex_add_avx512(const fx_op_call *c) { return fx_addsub_avx512(c, 0); }
-static int fx_flex_sub_avx512(const fx_op_call *c) { return fx_addsub_avx512(c, 1); }
+int fx_flex_add_avx512(const fx_op_call *c) { return fx_addsub_avx512(c, 0); }
+int fx_flex_sub_avx512(const fx_op_call *c) { return fx_addsub_avx512(c, 1); }
 
 /* Sum of n contiguous int16: vpmaddwd against ones adds pairs into int32 lanes (each step adds
  * at most 2^16 in magnitude per lane), and the lanes are widened to int64 every
@@ -149,7 +149,7 @@ static int64_t fx_sum_row_i16(const int16_t *x, int64_t n)
     return _mm512_reduce_add_epi64(total);
 }
 
-static int fx_flex_sum_avx512(const fx_op_call *c)
+int fx_flex_sum_avx512(const fx_op_call *c)
 {
     const int16_t *a = (const int16_t *)c->in[0].data;
     const int64_t outer = c->red_outer, len = c->red_len, inner = c->red_inner;
@@ -177,12 +177,4 @@ static int fx_flex_sum_avx512(const fx_op_call *c)
     }
     *c->out_exp = c->in[0].exp;
     return FX_OK;
-}
-
-void fx_flex_install_ew_avx512(fx_backend *b)
-{
-    fx_flex_set_kernel(b, FX_OP_RELU, fx_flex_relu_avx512);
-    fx_flex_set_kernel(b, FX_OP_ADD, fx_flex_add_avx512);
-    fx_flex_set_kernel(b, FX_OP_SUB, fx_flex_sub_avx512);
-    fx_flex_set_kernel(b, FX_OP_SUM, fx_flex_sum_avx512);
 }

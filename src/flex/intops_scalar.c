@@ -175,15 +175,3 @@ int fx_flex_matmul_scalar(const fx_op_call *c)
     *c->out_exp = c->in[0].exp + c->in[1].exp;
     return FX_OK;
 }
-
-void fx_flex_install_intops_scalar(fx_backend *b)
-{
-    fx_flex_set_kernel(b, FX_OP_COPY, fx_flex_copy_scalar);
-    fx_flex_set_kernel(b, FX_OP_ADD, fx_flex_add_scalar);
-    fx_flex_set_kernel(b, FX_OP_SUB, fx_flex_sub_scalar);
-    fx_flex_set_kernel(b, FX_OP_MUL, fx_flex_mul_scalar);
-    fx_flex_set_kernel(b, FX_OP_SCALE, fx_flex_scale_scalar);
-    fx_flex_set_kernel(b, FX_OP_RELU, fx_flex_relu_scalar);
-    fx_flex_set_kernel(b, FX_OP_SUM, fx_flex_sum_scalar);
-    fx_flex_set_kernel(b, FX_OP_MATMUL, fx_flex_matmul_scalar);
-}

@@ -272,7 +272,7 @@ void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shi
  * abs or unsigned max), then the larger magnitude of the two in scalar code: |INT64_MIN| =
  * 2^63 is exact as uint64. The pass in front of an exact exponent (DFP16 writes, and products
  * whose rounding is not fused) was the baseline build's scalar loop. */
-static uint64_t fx_flex_maxabs_i64_avx2(const int64_t *src, int64_t n)
+uint64_t fx_flex_maxabs_i64_avx2(const int64_t *src, int64_t n)
 {
     __m256i hi0 = _mm256_setzero_si256(), lo0 = hi0, hi1 = hi0, lo1 = hi0;
     int64_t i = 0;
@@ -356,7 +356,7 @@ static inline fx_sum2 fx_s2_from(const fx_sum2 *p, int64_t i)
     return q;
 }
 
-static uint32_t fx_flex_sum2_maxabs_avx2(const fx_sum2 *p, int64_t n)
+uint32_t fx_flex_sum2_maxabs_avx2(const fx_sum2 *p, int64_t n)
 {
     const __m128i ca = _mm_cvtsi32_si128(p->sa), cb = _mm_cvtsi32_si128(p->sb);
     const __m256i bconst = _mm256_set1_epi32(p->b_inc ? 0 : (int32_t)p->b[0] * (1 << p->sb));
@@ -433,8 +433,8 @@ static int64_t fx_sum_lanes_epi32(__m256i v)
     return s;
 }
 
-static void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
-                                    fx_qstats *st)
+void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
+                             fx_qstats *st)
 {
     const fx_shift32 sh = fx_shift32_of(shift);
     fx_s2q_avx2 c;
@@ -468,17 +468,4 @@ static void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, i
         fx_flex_sum2_quant_scalar(&q, n - whole, dst ? dst + whole : NULL, shift, &part);
         fx_qstats_merge(st, &part);
     }
-}
-
-void fx_register_flex_avx2(fx_backend *b, const fx_cpu_features *cpu)
-{
-    b->cvt.quant_f32 = fx_flex_quant_f32_avx2;
-    b->cvt.dequant = fx_flex_dequant_avx2;
-    b->cvt.quant_i64 = fx_flex_quant_i64_avx2;
-    b->cvt.maxabs_i64 = fx_flex_maxabs_i64_avx2;
-    b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx2;
-    b->cvt.sum2_quant = fx_flex_sum2_quant_avx2;
-    b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_avx2;
-    fx_flex_install_intops_avx2(b, cpu);
-    fx_flex_install_ew_avx2(b);
 }

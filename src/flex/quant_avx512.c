@@ -197,7 +197,7 @@ void fx_flex_maxabs_f32_avx512(const float *src, int64_t n, float *maxabs, int64
 
 /* Largest |v| of an int64 stage (the exact exponent of every integer-op write): vpabsq maps
  * INT64_MIN to itself, which read as unsigned is its magnitude 2^63. */
-static uint64_t fx_flex_maxabs_i64_avx512(const int64_t *src, int64_t n)
+uint64_t fx_flex_maxabs_i64_avx512(const int64_t *src, int64_t n)
 {
     __m512i mx = _mm512_setzero_si512();
     int64_t i = 0;
@@ -404,17 +404,4 @@ void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int sh
     st->nonfinite = 0;
     st->max_abs_in = (double)_mm512_reduce_max_epu32(acc.max_in);
     st->max_abs_out = _mm512_reduce_max_epi32(acc.max_out);
-}
-
-void fx_register_flex_avx512(fx_backend *b, const fx_cpu_features *cpu)
-{
-    b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_avx512;
-    b->cvt.sum2_quant = fx_flex_sum2_quant_avx512;
-    b->cvt.quant_f32 = fx_flex_quant_f32_avx512;
-    b->cvt.dequant = fx_flex_dequant_avx512;
-    b->cvt.quant_i64 = fx_flex_quant_i64_avx512;
-    b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx512;
-    b->cvt.maxabs_i64 = fx_flex_maxabs_i64_avx512;
-    fx_flex_install_intops_avx512(b, cpu);
-    fx_flex_install_ew_avx512(b);
 }

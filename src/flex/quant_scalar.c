@@ -176,15 +176,3 @@ void fx_flex_maxabs_f32_scalar(const float *src, int64_t n, float *maxabs, int64
     *maxabs = mx;
     *nonfinite = nf;
 }
-
-void fx_register_flex_scalar(fx_backend *b, const fx_cpu_features *cpu)
-{
-    (void)cpu;
-    b->cvt.quant_f32 = fx_flex_quant_f32_scalar;
-    b->cvt.dequant = fx_flex_dequant_scalar;
-    b->cvt.quant_i64 = fx_flex_quant_i64_scalar;
-    b->cvt.maxabs_f32 = fx_flex_maxabs_f32_scalar;
-    b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_scalar;
-    b->cvt.sum2_quant = fx_flex_sum2_quant_scalar;
-    fx_flex_install_intops_scalar(b);
-}

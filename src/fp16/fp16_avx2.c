@@ -143,10 +143,3 @@ void fx_cvt_fp16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n)
     _mm_sfence();
     fx_fp16_to_f32_cached(src + i, dst + i, n - i);
 }
-
-void fx_register_fp16_avx2(fx_backend *b, const fx_cpu_features *cpu)
-{
-    if (!(cpu->avx2 && cpu->f16c)) return; /* keep the inherited (scalar) entries */
-    b->cvt.f32_to_fp16 = fx_cvt_f32_to_fp16_avx2;
-    b->cvt.fp16_to_f32 = fx_cvt_fp16_to_f32_avx2;
-}

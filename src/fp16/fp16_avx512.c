@@ -99,10 +99,3 @@ void fx_cvt_fp16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n)
     _mm_sfence();
     fx_fp16_to_f32_cached(src + i, dst + i, n - i);
 }
-
-void fx_register_fp16_avx512(fx_backend *b, const fx_cpu_features *cpu)
-{
-    if (!(cpu->avx512f && cpu->avx512bw && cpu->avx512vl)) return; /* keep the avx2 entries */
-    b->cvt.f32_to_fp16 = fx_cvt_f32_to_fp16_avx512;
-    b->cvt.fp16_to_f32 = fx_cvt_fp16_to_f32_avx512;
-}

@@ -94,16 +94,16 @@ FX_AVX2_UNARY_RANGE(scale_range, scale_vec, _mm256_set1_ps(c->scalar_f32))
 FX_AVX2_UNARY_RANGE(relu_range, relu_vec, _mm256_setzero_ps())
 
 #define FX_AVX2_EW_KERNEL(kname, range)                                                          \
-    static int kname(const fx_op_call *c)                                                        \
+    int kname(const fx_op_call *c)                                                               \
     {                                                                                            \
         fx_f32_parallel_ranges(c, c->out_numel, FX_F32_EW_CHUNK, FX_F32_EW_MIN_PARALLEL, range); \
         return FX_OK;                                                                            \
     }
-FX_AVX2_EW_KERNEL(k_add, add_range)
-FX_AVX2_EW_KERNEL(k_sub, sub_range)
-FX_AVX2_EW_KERNEL(k_mul, mul_range)
-FX_AVX2_EW_KERNEL(k_scale, scale_range)
-FX_AVX2_EW_KERNEL(k_relu, relu_range)
+FX_AVX2_EW_KERNEL(fx_f32_add_avx2, add_range)
+FX_AVX2_EW_KERNEL(fx_f32_sub_avx2, sub_range)
+FX_AVX2_EW_KERNEL(fx_f32_mul_avx2, mul_range)
+FX_AVX2_EW_KERNEL(fx_f32_scale_avx2, scale_range)
+FX_AVX2_EW_KERNEL(fx_f32_relu_avx2, relu_range)
 
 /* ---- sum ------------------------------------------------------------------------------------ */
 
@@ -192,7 +192,7 @@ static void sum_range(const fx_op_call *c, int64_t lo, int64_t hi)
     }
 }
 
-static int k_sum(const fx_op_call *c)
+int fx_f32_sum_avx2(const fx_op_call *c)
 {
     const int64_t inner = c->red_inner;
     if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
@@ -210,7 +210,7 @@ static int k_sum(const fx_op_call *c)
 
 /* ---- matmul --------------------------------------------------------------------------------- */
 
-#define MR 6
+#define MR FX_F32_MR_AVX2
 #define NR 16
 
 static void ukernel_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
@@ -354,13 +354,11 @@ static const fx_f32_gemm_params gemm_avx2 = {
     .widen_fp16 = fx_cvt_fp16_to_f32_avx2, .widen_bf16 = fx_cvt_bf16_to_f32_avx2,
 };
 
-static int k_matmul(const fx_op_call *c) { return fx_f32_gemm(&gemm_avx2, c); }
-
-/* ---- registration --------------------------------------------------------------------------- */
+int fx_f32_matmul_avx2(const fx_op_call *c) { return fx_f32_gemm(&gemm_avx2, c); }
 
 /* ---- the fused convolution epilogue (backend.h) ------------------------------------------- */
 
-static void bias_relu(float *v, int64_t rows, int64_t cols, const float *bias, int relu)
+void fx_f32_bias_relu_avx2(float *v, int64_t rows, int64_t cols, const float *bias, int relu)
 {
     const __m256 zero = _mm256_setzero_ps();
     for (int64_t r = 0; r < rows; r++) {
@@ -381,25 +379,4 @@ static void bias_relu(float *v, int64_t rows, int64_t cols, const float *bias, i
             _mm256_maskstore_ps(row + j, m, x);
         }
     }
-}
-
-void fx_register_fp32_avx2(fx_backend *b, const fx_cpu_features *cpu)
-{
-    (void)cpu;
-    b->kernels[FX_OP_ADD][FMT_FP32] = k_add;
-    b->kernels[FX_OP_SUB][FMT_FP32] = k_sub;
-    b->kernels[FX_OP_MUL][FMT_FP32] = k_mul;
-    b->kernels[FX_OP_SCALE][FMT_FP32] = k_scale;
-    b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
-    b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
-    b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
-    /* element-wise math (f32_math.h): fp32 cores for every input format */
-    b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_avx2;
-    b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_avx2;
-    b->gemm_f32_panel_mr = MR; /* a convolution's A panels (src/nn/conv_panels_avx2.c) */
-    /* fp16 x fp16 and bf16 x bf16: widened exactly while packed (the same products as the
-     * fp32 GEMM of the widened operands, without a widening pass over each operand first) */
-    b->kernels[FX_OP_MATMUL][FMT_FP16] = k_matmul;
-    b->kernels[FX_OP_MATMUL][FMT_BF16] = k_matmul;
-    b->bias_relu_f32 = bias_relu;
 }

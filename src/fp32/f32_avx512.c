@@ -91,16 +91,16 @@ FX_AVX512_UNARY_RANGE(scale_range, scale_vec, _mm512_set1_ps(c->scalar_f32))
 FX_AVX512_UNARY_RANGE(relu_range, relu_vec, _mm512_setzero_ps())
 
 #define FX_AVX512_EW_KERNEL(kname, range)                                                        \
-    static int kname(const fx_op_call *c)                                                        \
+    int kname(const fx_op_call *c)                                                               \
     {                                                                                            \
         fx_f32_parallel_ranges(c, c->out_numel, FX_F32_EW_CHUNK, FX_F32_EW_MIN_PARALLEL, range); \
         return FX_OK;                                                                            \
     }
-FX_AVX512_EW_KERNEL(k_add, add_range)
-FX_AVX512_EW_KERNEL(k_sub, sub_range)
-FX_AVX512_EW_KERNEL(k_mul, mul_range)
-FX_AVX512_EW_KERNEL(k_scale, scale_range)
-FX_AVX512_EW_KERNEL(k_relu, relu_range)
+FX_AVX512_EW_KERNEL(fx_f32_add_avx512, add_range)
+FX_AVX512_EW_KERNEL(fx_f32_sub_avx512, sub_range)
+FX_AVX512_EW_KERNEL(fx_f32_mul_avx512, mul_range)
+FX_AVX512_EW_KERNEL(fx_f32_scale_avx512, scale_range)
+FX_AVX512_EW_KERNEL(fx_f32_relu_avx512, relu_range)
 
 /* ---- sum ------------------------------------------------------------------------------------ */
 
@@ -188,7 +188,7 @@ static void sum_range(const fx_op_call *c, int64_t lo, int64_t hi)
     }
 }
 
-static int k_sum(const fx_op_call *c)
+int fx_f32_sum_avx512(const fx_op_call *c)
 {
     const int64_t inner = c->red_inner;
     if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
@@ -206,7 +206,7 @@ static int k_sum(const fx_op_call *c)
 
 /* ---- matmul --------------------------------------------------------------------------------- */
 
-#define MR 12
+#define MR FX_F32_MR_AVX512
 #define NR 32
 
 static void ukernel_12x32(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
@@ -313,13 +313,11 @@ static const fx_f32_gemm_params gemm_avx512 = {
     .widen_fp16 = fx_cvt_fp16_to_f32_avx512, .widen_bf16 = fx_cvt_bf16_to_f32_avx512,
 };
 
-static int k_matmul(const fx_op_call *c) { return fx_f32_gemm(&gemm_avx512, c); }
-
-/* ---- registration --------------------------------------------------------------------------- */
+int fx_f32_matmul_avx512(const fx_op_call *c) { return fx_f32_gemm(&gemm_avx512, c); }
 
 /* ---- the fused convolution epilogue (backend.h) ------------------------------------------- */
 
-static void bias_relu(float *v, int64_t rows, int64_t cols, const float *bias, int relu)
+void fx_f32_bias_relu_avx512(float *v, int64_t rows, int64_t cols, const float *bias, int relu)
 {
     const __m512 zero = _mm512_setzero_ps();
     for (int64_t r = 0; r < rows; r++) {
@@ -332,25 +330,4 @@ static void bias_relu(float *v, int64_t rows, int64_t cols, const float *bias, i
             _mm512_mask_storeu_ps(row + j, m, x);
         }
     }
-}
-
-void fx_register_fp32_avx512(fx_backend *b, const fx_cpu_features *cpu)
-{
-    (void)cpu;
-    b->kernels[FX_OP_ADD][FMT_FP32] = k_add;
-    b->kernels[FX_OP_SUB][FMT_FP32] = k_sub;
-    b->kernels[FX_OP_MUL][FMT_FP32] = k_mul;
-    b->kernels[FX_OP_SCALE][FMT_FP32] = k_scale;
-    b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
-    b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
-    b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
-    /* element-wise math (f32_math.h): fp32 cores for every input format */
-    b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_avx512;
-    b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_avx512;
-    /* fp16 x fp16 and bf16 x bf16: widened while packed (bf16 x bf16 becomes the vdpbf16ps
-     * pair GEMM where the CPU has AVX512_BF16: fx_register_bf16_avx512) */
-    b->kernels[FX_OP_MATMUL][FMT_FP16] = k_matmul;
-    b->kernels[FX_OP_MATMUL][FMT_BF16] = k_matmul;
-    b->gemm_f32_panel_mr = MR;
-    b->bias_relu_f32 = bias_relu;
 }

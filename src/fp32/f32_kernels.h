@@ -140,6 +140,44 @@ typedef struct fx_f32_gemm_params {
  * (scratch). */
 int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c);
 
+/* ---- the kernels each level installs (src/cpu/<level>.c) -----------------------------------
+ * One set per ISA level: *_scalar runs anywhere, *_avx2 needs AVX2+FMA+F16C, *_avx512 needs
+ * AVX-512 F/BW/VL/DQ. COPY is the scalar level's on every level (libc's memcpy is already
+ * vectorised). The MATMUL kernels also take fp16 and bf16 operands, widened exactly while
+ * packed. UNARY and UNARY_BACKWARD are in f32_math.h. */
+int fx_f32_copy_scalar(const fx_op_call *c);
+int fx_f32_add_scalar(const fx_op_call *c);
+int fx_f32_sub_scalar(const fx_op_call *c);
+int fx_f32_mul_scalar(const fx_op_call *c);
+int fx_f32_scale_scalar(const fx_op_call *c);
+int fx_f32_relu_scalar(const fx_op_call *c);
+int fx_f32_sum_scalar(const fx_op_call *c);
+int fx_f32_matmul_scalar(const fx_op_call *c);
+void fx_f32_bias_relu_scalar(float *v, int64_t rows, int64_t cols, const float *bias, int relu);
+
+int fx_f32_add_avx2(const fx_op_call *c);
+int fx_f32_sub_avx2(const fx_op_call *c);
+int fx_f32_mul_avx2(const fx_op_call *c);
+int fx_f32_scale_avx2(const fx_op_call *c);
+int fx_f32_relu_avx2(const fx_op_call *c);
+int fx_f32_sum_avx2(const fx_op_call *c);
+int fx_f32_matmul_avx2(const fx_op_call *c);
+void fx_f32_bias_relu_avx2(float *v, int64_t rows, int64_t cols, const float *bias, int relu);
+
+int fx_f32_add_avx512(const fx_op_call *c);
+int fx_f32_sub_avx512(const fx_op_call *c);
+int fx_f32_mul_avx512(const fx_op_call *c);
+int fx_f32_scale_avx512(const fx_op_call *c);
+int fx_f32_relu_avx512(const fx_op_call *c);
+int fx_f32_sum_avx512(const fx_op_call *c);
+int fx_f32_matmul_avx512(const fx_op_call *c);
+void fx_f32_bias_relu_avx512(float *v, int64_t rows, int64_t cols, const float *bias, int relu);
+
+/* Register-tile heights of the AVX2 (6 x 16) and AVX-512 (12 x 32) fp32 MATMUL kernels: the
+ * A panel height a convolution's panel builder must produce (fx_backend.gemm_f32_panel_mr). */
+#define FX_F32_MR_AVX2 6
+#define FX_F32_MR_AVX512 12
+
 /* The AVX-512 level's 16 x 16 transposing fp32 pack, which the AVX512_BF16 pair GEMM (src/bf16)
  * uses for 32-bit pair words (it moves bits unchanged). Only on CPUs with AVX-512 F/BW/VL. */
 void fx_f32_pack_rows_avx512(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R);

@@ -116,17 +116,17 @@ static void relu_range(const fx_op_call *c, int64_t lo, int64_t hi)
 }
 
 #define FX_F32_EW_KERNEL(kname, range)                                                           \
-    static int kname(const fx_op_call *c)                                                        \
+    int kname(const fx_op_call *c)                                                               \
     {                                                                                            \
         fx_f32_parallel_ranges(c, c->out_numel, FX_F32_EW_CHUNK, FX_F32_EW_MIN_PARALLEL, range); \
         return FX_OK;                                                                            \
     }
-FX_F32_EW_KERNEL(k_copy, copy_range)
-FX_F32_EW_KERNEL(k_add, add_range)
-FX_F32_EW_KERNEL(k_sub, sub_range)
-FX_F32_EW_KERNEL(k_mul, mul_range)
-FX_F32_EW_KERNEL(k_scale, scale_range)
-FX_F32_EW_KERNEL(k_relu, relu_range)
+FX_F32_EW_KERNEL(fx_f32_copy_scalar, copy_range)
+FX_F32_EW_KERNEL(fx_f32_add_scalar, add_range)
+FX_F32_EW_KERNEL(fx_f32_sub_scalar, sub_range)
+FX_F32_EW_KERNEL(fx_f32_mul_scalar, mul_range)
+FX_F32_EW_KERNEL(fx_f32_scale_scalar, scale_range)
+FX_F32_EW_KERNEL(fx_f32_relu_scalar, relu_range)
 
 /* ---- sum ------------------------------------------------------------------------------------ */
 
@@ -188,7 +188,7 @@ static void sum_range(const fx_op_call *c, int64_t lo, int64_t hi)
     }
 }
 
-static int k_sum(const fx_op_call *c)
+int fx_f32_sum_scalar(const fx_op_call *c)
 {
     const int64_t inner = c->red_inner;
     if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
@@ -232,13 +232,13 @@ static const fx_f32_gemm_params gemm_scalar = {
     .kernel = ukernel_4x8,
 };
 
-static int k_matmul(const fx_op_call *c) { return fx_f32_gemm(&gemm_scalar, c); }
+int fx_f32_matmul_scalar(const fx_op_call *c) { return fx_f32_gemm(&gemm_scalar, c); }
 
 /* ---- the fused convolution epilogue (backend.h) ------------------------------------------- */
 
 static float relu1(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
 
-static void bias_relu(float *v, int64_t rows, int64_t cols, const float *bias, int relu)
+void fx_f32_bias_relu_scalar(float *v, int64_t rows, int64_t cols, const float *bias, int relu)
 {
     for (int64_t r = 0; r < rows; r++) {
         float *row = v + r * cols;
@@ -248,23 +248,4 @@ static void bias_relu(float *v, int64_t rows, int64_t cols, const float *bias, i
             row[j] = relu ? relu1(x) : x;
         }
     }
-}
-
-/* ---- registration --------------------------------------------------------------------------- */
-
-void fx_register_fp32_scalar(fx_backend *b, const fx_cpu_features *cpu)
-{
-    (void)cpu;
-    b->kernels[FX_OP_COPY][FMT_FP32] = k_copy;
-    b->kernels[FX_OP_ADD][FMT_FP32] = k_add;
-    b->kernels[FX_OP_SUB][FMT_FP32] = k_sub;
-    b->kernels[FX_OP_MUL][FMT_FP32] = k_mul;
-    b->kernels[FX_OP_SCALE][FMT_FP32] = k_scale;
-    b->kernels[FX_OP_RELU][FMT_FP32] = k_relu;
-    b->kernels[FX_OP_SUM][FMT_FP32] = k_sum;
-    b->kernels[FX_OP_MATMUL][FMT_FP32] = k_matmul;
-    /* element-wise math (f32_math.h): fp32 cores for every input format */
-    b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_scalar;
-    b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_scalar;
-    b->bias_relu_f32 = bias_relu;
 }

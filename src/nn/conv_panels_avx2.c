@@ -60,9 +60,3 @@ int fx_conv_panels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int6
     free(rows);
     return 1;
 }
-
-void fx_register_nn_avx2(fx_backend *b, const fx_cpu_features *cpu)
-{
-    (void)cpu;
-    b->conv_panels_f32 = fx_conv_panels_f32_avx2;
-}

@@ -5,6 +5,7 @@
  * there. */
 #include "../core/backend.h"
 #include "conv_panels.h"
+#include "pool_kernels.h"
 
 #include <immintrin.h>
 
@@ -19,8 +20,8 @@ static inline void fx_pool_store_idx(int32_t *idx, int32_t r0, __m512i off, __mm
                              _mm512_add_epi32(_mm512_add_epi32(_mm512_set1_epi32(r0), lane2), off));
 }
 
-static void fx_maxpool2x2_i16_avx512(const int16_t *x, int64_t x_base, int64_t W, int64_t OH,
-                                     int64_t OW, int16_t *out, int32_t *idx)
+void fx_maxpool2x2_i16_avx512(const int16_t *x, int64_t x_base, int64_t W, int64_t OH,
+                              int64_t OW, int16_t *out, int32_t *idx)
 {
     const __m512i offs[3] = {_mm512_set1_epi32(1), _mm512_set1_epi32((int32_t)W),
                              _mm512_set1_epi32((int32_t)W + 1)};
@@ -54,8 +55,8 @@ static void fx_maxpool2x2_i16_avx512(const int16_t *x, int64_t x_base, int64_t W
 /* The same for fp32 planes, with the portable loop's comparison: a candidate wins when it is
  * greater, or when it is NaN and the best so far is not (so the first NaN wins). The even and
  * odd columns of 32 consecutive values are separated with two-source permutes. */
-static void fx_maxpool2x2_f32_avx512(const float *x, int64_t x_base, int64_t W, int64_t OH,
-                                     int64_t OW, float *out, int32_t *idx)
+void fx_maxpool2x2_f32_avx512(const float *x, int64_t x_base, int64_t W, int64_t OH,
+                              int64_t OW, float *out, int32_t *idx)
 {
     const __m512i even = _mm512_loadu_si512((const void *)fx_pool_lane2);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
@@ -95,13 +96,4 @@ static void fx_maxpool2x2_f32_avx512(const float *x, int64_t x_base, int64_t W, 
                                   live);
         }
     }
-}
-
-void fx_register_nn_avx512(fx_backend *b, const fx_cpu_features *cpu)
-{
-    (void)cpu;
-    b->cvt.maxpool2x2_i16 = fx_maxpool2x2_i16_avx512;
-    b->cvt.maxpool2x2_f32 = fx_maxpool2x2_f32_avx512;
-    b->conv_panels_i16 = fx_conv_panels_i16_avx512;
-    b->conv_panels_f32 = fx_conv_panels_f32_avx512;
 }

@@ -1,0 +1,72 @@
+/* The AVX2 level (AVX2 + FMA + F16C): a copy of the scalar level (src/cpu/scalar.c) with the
+ * entries below overwritten by 256-bit kernels that give the scalar level's bits (the fp32
+ * MATMUL excepted: one FMA per step, src/fp32/f32_kernels.h). Entries not named here keep the
+ * scalar kernel. Installed only on a CPU that has the three features (src/core/backend.c), so
+ * no condition below tests them again. This file assigns function pointers only and is
+ * compiled without ISA flags. */
+#include "core/backend.h"
+#include "core/layout_kernels.h"
+#include "bf16/bf16_kernels.h"
+#include "flex/flex_kernels.h"
+#include "fp16/fp16_kernels.h"
+#include "fp32/f32_kernels.h"
+#include "fp32/f32_math.h"
+#include "nn/conv_panels.h"
+
+void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
+{
+    (void)cpu; /* the level's features are its precondition; nothing optional is used */
+
+    /* fp32 compute (COPY stays the scalar memcpy, which libc already vectorises) */
+    b->kernels[FX_OP_ADD][FMT_FP32] = fx_f32_add_avx2;
+    b->kernels[FX_OP_SUB][FMT_FP32] = fx_f32_sub_avx2;
+    b->kernels[FX_OP_MUL][FMT_FP32] = fx_f32_mul_avx2;
+    b->kernels[FX_OP_SCALE][FMT_FP32] = fx_f32_scale_avx2;
+    b->kernels[FX_OP_RELU][FMT_FP32] = fx_f32_relu_avx2;
+    b->kernels[FX_OP_SUM][FMT_FP32] = fx_f32_sum_avx2;
+    b->kernels[FX_OP_MATMUL][FMT_FP32] = fx_f32_matmul_avx2;
+    /* element-wise math (f32_math.h): fp32 cores for every input format */
+    b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_avx2;
+    b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_avx2;
+    /* the fused convolution epilogue */
+    b->bias_relu_f32 = fx_f32_bias_relu_avx2;
+    /* fp32 GEMM tuning: its 6 x 16 tile takes a convolution's pre-packed A panels of 6 rows,
+     * built by the AVX2 panel builder (src/nn/conv_panels_avx2.c) */
+    b->gemm_f32_panel_mr = FX_F32_MR_AVX2;
+    b->conv_panels_f32 = fx_conv_panels_f32_avx2;
+
+    /* fp16 and bf16 x same-format MATMUL: the fp32 GEMM, the operands widened exactly while
+     * packed (the same products as the fp32 GEMM of the widened operands, without a widening
+     * pass over each operand first) */
+    b->kernels[FX_OP_MATMUL][FMT_FP16] = fx_f32_matmul_avx2;
+    b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_f32_matmul_avx2;
+
+    /* fp16: F16C vcvtps2ph / vcvtph2ps with NaN fix-ups */
+    b->cvt.f32_to_fp16 = fx_cvt_f32_to_fp16_avx2;
+    b->cvt.fp16_to_f32 = fx_cvt_fp16_to_f32_avx2;
+
+    /* bf16: the definition's integer rounding on 8 lanes (no bf16 instruction at this level) */
+    b->cvt.f32_to_bf16 = fx_cvt_f32_to_bf16_avx2;
+    b->cvt.bf16_to_f32 = fx_cvt_bf16_to_f32_avx2;
+
+    /* flex16_5 and dfp16: quantisation, statistics and aligned sums */
+    b->cvt.quant_f32 = fx_flex_quant_f32_avx2;
+    b->cvt.dequant = fx_flex_dequant_avx2;
+    b->cvt.quant_i64 = fx_flex_quant_i64_avx2;
+    b->cvt.maxabs_i64 = fx_flex_maxabs_i64_avx2;
+    b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx2;
+    b->cvt.sum2_quant = fx_flex_sum2_quant_avx2;
+    b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_avx2;
+
+    /* flex16_5 and dfp16: integer kernels (COPY, ADD, SUB, MUL, SCALE, RELU stay scalar) */
+    fx_flex_set_kernel(b, FX_OP_SUM, fx_flex_sum_avx2);
+    fx_flex_set_kernel(b, FX_OP_MATMUL, fx_flex_matmul_avx2);
+    /* int16 GEMM tuning: a convolution's patch rows on demand (src/nn/conv_panels.h,
+     * fx_conv_rows_i16); no pre-split B (gemm_i16_panel_nr stays 0): a pre-split B takes the
+     * split kernel on every tile, and on AVX2 the norm-tested fast kernel is what pays */
+    b->gemm_i16_row_source = 1;
+
+    /* layout: 8 x 8 register transposes of 16- and 32-bit elements (64-bit: the portable loop) */
+    b->cvt.transpose16 = fx_transpose16_avx2;
+    b->cvt.transpose32 = fx_transpose32_avx2;
+}

@@ -1,0 +1,106 @@
+/* The AVX-512 level (AVX-512 F/BW/VL/DQ on top of the AVX2 level's features): a copy of the
+ * AVX2 level (src/cpu/avx2.c) with the entries below overwritten by 512-bit kernels. Entries
+ * not named here keep the AVX2 (or scalar) kernel. Installed only on a CPU that has these
+ * features (src/core/backend.c); the conditions below test the optional ones (AVX512_VNNI,
+ * AVX512_BF16). This file assigns function pointers only and is compiled without ISA flags. */
+#include "core/backend.h"
+#include "core/layout_kernels.h"
+#include "bf16/bf16_gemm.h"
+#include "bf16/bf16_kernels.h"
+#include "flex/flex_kernels.h"
+#include "flex/gemm_i16.h"
+#include "fp16/fp16_kernels.h"
+#include "fp32/f32_kernels.h"
+#include "fp32/f32_math.h"
+#include "nn/conv_panels.h"
+#include "nn/pool_kernels.h"
+
+void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
+{
+    if (route == FX_BF16_GEMM_DPBF16) {
+        /* vdpbf16ps on bf16 pairs, A panels in the integer GEMM's pair layout */
+        b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_avx512bf16;
+        b->gemm_bf16_pair_panel_mr = FX_BF16_PAIR_MR;
+    } else {
+        /* the fp32 GEMM, bf16 widened exactly while packed */
+        b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_f32_matmul_avx512;
+        b->gemm_bf16_pair_panel_mr = 0;
+    }
+}
+
+void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
+{
+    /* fp32 compute (COPY stays the scalar memcpy) */
+    b->kernels[FX_OP_ADD][FMT_FP32] = fx_f32_add_avx512;
+    b->kernels[FX_OP_SUB][FMT_FP32] = fx_f32_sub_avx512;
+    b->kernels[FX_OP_MUL][FMT_FP32] = fx_f32_mul_avx512;
+    b->kernels[FX_OP_SCALE][FMT_FP32] = fx_f32_scale_avx512;
+    b->kernels[FX_OP_RELU][FMT_FP32] = fx_f32_relu_avx512;
+    b->kernels[FX_OP_SUM][FMT_FP32] = fx_f32_sum_avx512;
+    b->kernels[FX_OP_MATMUL][FMT_FP32] = fx_f32_matmul_avx512;
+    /* element-wise math (f32_math.h): fp32 cores for every input format */
+    b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_avx512;
+    b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_avx512;
+    /* the fused convolution epilogue */
+    b->bias_relu_f32 = fx_f32_bias_relu_avx512;
+    /* fp32 GEMM tuning: its 12 x 32 tile takes pre-packed A panels of 12 rows (AVX-512
+     * builder) */
+    b->gemm_f32_panel_mr = FX_F32_MR_AVX512;
+    b->conv_panels_f32 = fx_conv_panels_f32_avx512;
+
+    /* fp16 x fp16 MATMUL: the fp32 GEMM, widened while packed */
+    b->kernels[FX_OP_MATMUL][FMT_FP16] = fx_f32_matmul_avx512;
+    /* bf16 x bf16 MATMUL: with AVX512_BF16 the route the per-microarchitecture table prefers
+     * (src/bf16/bf16_route.c; FLEXPOINT_KERNEL_BF16_GEMM and flexpoint_set_kernel may switch it
+     * later through fx_bf16_gemm_route_set), else the widening fp32 GEMM */
+    fx_cpu_avx512_bf16_gemm_route(b, cpu->avx512bf16 ? fx_bf16_gemm_route_preferred(cpu, NULL)
+                                                     : FX_BF16_GEMM_WIDEN);
+
+    /* fp16: vcvtps2ph / vcvtph2ps on 16 lanes, NaN fix-ups and tails under masks */
+    b->cvt.f32_to_fp16 = fx_cvt_f32_to_fp16_avx512;
+    b->cvt.fp16_to_f32 = fx_cvt_fp16_to_f32_avx512;
+
+    /* bf16: AVX512_BF16 vcvtneps2bf16 with lane fix-ups where the CPU has it, else the integer
+     * rounding on 16 lanes; widening is a shift either way */
+    b->cvt.f32_to_bf16 = cpu->avx512bf16 ? fx_cvt_f32_to_bf16_avx512bf16
+                                         : fx_cvt_f32_to_bf16_avx512;
+    b->cvt.bf16_to_f32 = fx_cvt_bf16_to_f32_avx512;
+
+    /* flex16_5 and dfp16: quantisation, statistics and aligned sums */
+    b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_avx512;
+    b->cvt.sum2_quant = fx_flex_sum2_quant_avx512;
+    b->cvt.quant_f32 = fx_flex_quant_f32_avx512;
+    b->cvt.dequant = fx_flex_dequant_avx512;
+    b->cvt.quant_i64 = fx_flex_quant_i64_avx512;
+    b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx512;
+    b->cvt.maxabs_i64 = fx_flex_maxabs_i64_avx512;
+
+    /* flex16_5 and dfp16: integer kernels (COPY, MUL, SCALE stay scalar) */
+    fx_flex_set_kernel(b, FX_OP_RELU, fx_flex_relu_avx512);
+    fx_flex_set_kernel(b, FX_OP_ADD, fx_flex_add_avx512);
+    fx_flex_set_kernel(b, FX_OP_SUB, fx_flex_sub_avx512);
+    fx_flex_set_kernel(b, FX_OP_SUM, fx_flex_sum_avx512);
+    /* the int16 GEMM: vpdpwssd where the CPU has AVX512_VNNI, else vpmaddwd + vpaddd */
+    fx_flex_set_kernel(b, FX_OP_MATMUL,
+                       cpu->avx512vnni ? fx_flex_matmul_avx512vnni : fx_flex_matmul_avx512bw);
+    /* int16 GEMM tuning: pre-packed A panels and pre-split B of its 6 x 32 tile */
+    b->gemm_i16_panel_mr = FX_FLEX_MR_AVX512;
+    b->gemm_i16_panel_nr = FX_FLEX_NR_AVX512;
+    b->conv_panels_i16 = fx_conv_panels_i16_avx512;
+    /* the AVX2 level's rows on demand are not taken over: geometries its panel builder
+     * declines keep im2row here, as measured (the driver would take rows on this level too,
+     * and test_conv_panels checks that it gives the same sums, but no AVX-512 machine has
+     * timed it) */
+    b->gemm_i16_row_source = 0;
+    /* VNNI: the wrap kernel takes the split kernel's tiles where it pays (its own B layout) */
+    b->gemm_i16_b_layout = cpu->avx512vnni ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
+
+    /* layout: register transposes of 16-, 32- and 64-bit elements */
+    b->cvt.transpose16 = fx_transpose16_avx512;
+    b->cvt.transpose32 = fx_transpose32_avx512;
+    b->cvt.transpose64 = fx_transpose64_avx512;
+
+    /* pooling: 2x2 / stride-2 max pooling, 16 windows per step */
+    b->cvt.maxpool2x2_i16 = fx_maxpool2x2_i16_avx512;
+    b->cvt.maxpool2x2_f32 = fx_maxpool2x2_f32_avx512;
+}
