@@ -6,7 +6,9 @@
  * MATMUL micro-kernel: 6 x 16. Per k step it loads two 8-float vectors of B, broadcasts 6
  * values of A and issues 12 independent FMAs: 12 accumulators cover the 4-cycle FMA latency on
  * two FMA ports (8 needed), and 12 + 2 (B) + 1 (broadcast) = 15 of the 16 ymm registers.
- * Each output is one FMA chain over k, so the bits equal those of the AVX-512 kernel.
+ * Each output is one FMA chain over k, so the bits equal those of the AVX-512 kernel: both
+ * are instances of f32_ukernel_tmpl.h. The transposing packs are not shared: without mask
+ * registers this level handles short rows and k tails through buffers and spilling stores.
  *
  * SUM (contiguous): blocks of 128 in 4 x 8 lanes (<= 3 roundings each), a 2-level tree over
  * the accumulators and a 3-level horizontal tree: 8; then the balanced tree over blocks.
@@ -213,43 +215,19 @@ int fx_f32_sum_avx2(const fx_op_call *c)
 #define MR FX_F32_MR_AVX2
 #define NR 16
 
-static void ukernel_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                         int accumulate)
-{
-    __m256 acc[MR][2];
-    if (accumulate) {
-#pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) {
-            acc[r][0] = _mm256_loadu_ps(c + r * ldc);
-            acc[r][1] = _mm256_loadu_ps(c + r * ldc + 8);
-        }
-    } else {
-#pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    }
-    /* the framework's next tile is usually the one to the right: fetch its C rows early (the
-     * address is formed as an integer: it may lie past the end of C, and prefetches never
-     * fault) */
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++)
-        _mm_prefetch((const char *)((uintptr_t)(c + r * ldc) + NR * sizeof(float)), _MM_HINT_T0);
-    for (int64_t k = 0; k < kc; k++) {
-        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-#pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) {
-            const __m256 ar = _mm256_broadcast_ss(a + r);
-            acc[r][0] = _mm256_fmadd_ps(ar, b0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(ar, b1, acc[r][1]);
-        }
-        a += MR;
-        b += NR;
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) {
-        _mm256_storeu_ps(c + r * ldc, acc[r][0]);
-        _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
-    }
-}
+/* the 6 x 16 tile of the common FMA micro-kernel (f32_ukernel_tmpl.h) on 8-float ymm vectors */
+#define FX_UK_NAME ukernel_6x16
+#define FX_UK_MR 6
+#define FX_UK_LANES 8
+#define FX_UK_VEC __m256
+#define FX_UK_ZERO() _mm256_setzero_ps()
+#define FX_UK_LOAD(p) _mm256_load_ps(p)
+#define FX_UK_LOADU(p) _mm256_loadu_ps(p)
+#define FX_UK_STOREU(p, v) _mm256_storeu_ps(p, v)
+#define FX_UK_BCAST(p) _mm256_broadcast_ss(p)
+#define FX_UK_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#include "f32_ukernel_tmpl.h"
+_Static_assert(MR == 6 && NR == 16, "the tile of ukernel_6x16");
 
 /* ---- transposing packs (fx_f32_pack_fn, fx_f32_pack16_fn) ----------------------------------
  * Without them the framework's scalar loop packed every A micro-panel one float at a time

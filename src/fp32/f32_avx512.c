@@ -6,7 +6,9 @@
  * values of A and issues 24 independent FMAs: 24 accumulators cover the 4-cycle FMA latency on
  * two FMA ports (8 needed) three times over, and 24 + 2 (B) + 1 (broadcast) = 27 of the 32 zmm
  * registers leave room for the compiler. Each output is one FMA chain over k (one rounding per
- * step), so this kernel gives the same bits as the AVX2 one.
+ * step), so this kernel gives the same bits as the AVX2 one: both are instances of
+ * f32_ukernel_tmpl.h. The transposing packs are not shared: here masked loads and stores
+ * handle the k tail and short rows, which AVX2 does through buffers and spilling stores.
  *
  * SUM (contiguous): blocks of 128 in 4 x 16 lanes (<= 1 rounding each), a 2-level tree over
  * the 4 accumulators, a 4-level horizontal tree: 7 roundings; then the scalar level's balanced
@@ -209,46 +211,20 @@ int fx_f32_sum_avx512(const fx_op_call *c)
 #define MR FX_F32_MR_AVX512
 #define NR 32
 
-static void ukernel_12x32(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                          int accumulate)
-{
-    __m512 acc[MR][2];
-    if (accumulate) {
-#pragma GCC unroll 12
-        for (int r = 0; r < MR; r++) {
-            acc[r][0] = _mm512_loadu_ps(c + r * ldc);
-            acc[r][1] = _mm512_loadu_ps(c + r * ldc + 16);
-        }
-    } else {
-#pragma GCC unroll 12
-        for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    }
-    /* The framework's next tile is usually the one to the right: start fetching its C rows
-     * now, so that its first loads do not wait for L3. The address is formed as an integer:
-     * it may lie past the end of C, and prefetches never fault. */
-#pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
-        const uintptr_t next = (uintptr_t)(c + r * ldc) + NR * sizeof(float);
-        _mm_prefetch((const char *)next, _MM_HINT_T0);
-        _mm_prefetch((const char *)(next + 64), _MM_HINT_T0);
-    }
-    for (int64_t k = 0; k < kc; k++) {
-        const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-#pragma GCC unroll 12
-        for (int r = 0; r < MR; r++) {
-            const __m512 ar = _mm512_set1_ps(a[r]);
-            acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
-        }
-        a += MR;
-        b += NR;
-    }
-#pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
-        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
-        _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
-    }
-}
+/* the 12 x 32 tile of the common FMA micro-kernel (f32_ukernel_tmpl.h) on 16-float zmm
+ * vectors */
+#define FX_UK_NAME ukernel_12x32
+#define FX_UK_MR 12
+#define FX_UK_LANES 16
+#define FX_UK_VEC __m512
+#define FX_UK_ZERO() _mm512_setzero_ps()
+#define FX_UK_LOAD(p) _mm512_load_ps(p)
+#define FX_UK_LOADU(p) _mm512_loadu_ps(p)
+#define FX_UK_STOREU(p, v) _mm512_storeu_ps(p, v)
+#define FX_UK_BCAST(p) _mm512_set1_ps(*(p))
+#define FX_UK_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#include "f32_ukernel_tmpl.h"
+_Static_assert(MR == 12 && NR == 32, "the tile of ukernel_12x32");
 
 /* 16 source values of a row (only the first `ks` exist) as 16 floats, per source kind. */
 enum { SRC_F32, SRC_FP16, SRC_BF16 };
