@@ -2,6 +2,7 @@
 #include "gpu_testutil.h"
 
 #include "core/internal.h"
+#include "core/device_backend.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -99,4 +100,16 @@ void gpu_test_fill(float *v, int64_t n, test_rng *r, int kspan)
         int k = (int)test_rng_range(r, -kspan, kspan);
         v[i] = (float)((test_rng_uniform(r) < 0.5 ? -u : u) * ldexp(1.0, k));
     }
+}
+
+void gpu_test_set_i16_gemm(int path)
+{
+    const fx_device_backend *d = fx_device_backend_get();
+    if (d) d->set_i16_gemm(path, 0);
+}
+
+int64_t gpu_test_set_conv_chunk(int64_t elems)
+{
+    const fx_device_backend *d = fx_device_backend_get();
+    return d ? d->set_conv_chunk(elems) : 0;
 }

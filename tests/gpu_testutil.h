@@ -26,6 +26,13 @@ tensor_t *gpu_test_to_host(const tensor_t *d);
  * check (the allocation failure was reported where it happened). */
 void gpu_test_check_same(const tensor_t *h, const tensor_t *d, const char *what);
 
+/* The device backend's tuning switches (src/core/device_backend.h), which do nothing in a
+ * build without one: the integer GEMM's scheme (FX_GK_I16_*, src/gpu/gpu_kernels.h) with its
+ * automatic K chunk, and the convolution's patch chunk (returns the previous value; 0 without
+ * a device backend). */
+void gpu_test_set_i16_gemm(int path);
+int64_t gpu_test_set_conv_chunk(int64_t elems);
+
 /* Values of many magnitudes: sign * u * 2^k, u in [0.01, 2.01), k in [-kspan, kspan]. */
 void gpu_test_fill(float *v, int64_t n, test_rng *r, int kspan);
 

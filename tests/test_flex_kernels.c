@@ -29,8 +29,8 @@ typedef struct named_kernel {
 } named_kernel;
 
 #define MAXK 16
-static named_kernel g_k[FX_OP_COUNT][MAXK];
-static int g_nk[FX_OP_COUNT];
+static named_kernel g_k[FX_OP_STAGE_COUNT][MAXK];
+static int g_nk[FX_OP_STAGE_COUNT];
 
 static void add_kernel(fx_op op, const char *name, fx_kernel k)
 {
@@ -48,7 +48,7 @@ static void collect_kernels(void)
     for (int i = 0; i < FX_BACKEND_COUNT; i++) {
         const fx_backend *b = fx_backend_get(i);
         if (!b || !b->available) continue;
-        for (int op = 0; op < FX_OP_COUNT; op++) {
+        for (int op = 0; op < FX_OP_STAGE_COUNT; op++) {
             char nm[48];
             snprintf(nm, sizeof nm, "%s/flex16_5", b->name);
             add_kernel((fx_op)op, nm, b->kernels[op][FMT_FLEX16_5]);
@@ -65,7 +65,7 @@ static void collect_kernels(void)
     /* The integer-compute ops must have an integer kernel in every format slot of the scalar
      * backend. The element-wise math ops (FX_OP_UNARY*) compute in fp32 on decoded values
      * (docs/math.md) and must have none: an integer kernel there would bypass that rule. */
-    for (int op = 0; op < FX_OP_COUNT; op++) {
+    for (int op = 0; op < FX_OP_STAGE_COUNT; op++) {
         if (op == FX_OP_UNARY || op == FX_OP_UNARY_BACKWARD)
             CHECK(g_nk[op] == 0, "op %d (element-wise math) has no integer kernel", op);
         else

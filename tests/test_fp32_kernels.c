@@ -575,7 +575,7 @@ int main(void)
             continue;
         }
         int complete = 1;
-        for (int op = 0; op < FX_OP_COUNT; op++) complete &= b->kernels[op][FMT_FP32] != NULL;
+        for (int op = 0; op < FX_OP_STAGE_COUNT; op++) complete &= b->kernels[op][FMT_FP32] != NULL;
         CHECK(complete, "backend %s: an FP32 kernel slot is empty", b->name);
         if (!complete) continue;
         printf("backend %s\n", b->name);

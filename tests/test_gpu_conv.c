@@ -22,7 +22,6 @@
  * the device tensors, under the best CPU backend, which checks the test's own logic and bounds
  * on a machine without a GPU. */
 #include "core/internal.h" /* host stand-ins copy the exponent state as tensor_to_host does */
-#include "gpu/gpu_conv.h"  /* fx_gpu_conv_chunk_elems: small chunks on small problems */
 #include "flexpoint_gpu.h"
 #include "flexpoint_nn.h"
 #include "testutil.h"
@@ -239,7 +238,7 @@ static void run_case(test_rng *r, const geom *g, const conv_case *cc, int64_t ch
     double *bh = malloc((size_t)no * sizeof *bh), *bd = malloc((size_t)no * sizeof *bd);
     tensor_t *oh = tensor_new(cc->fo, 4, so), *od = gpu_test_new_dev(cc->fo, 4, so);
     const int writes = cc->near_max ? 1 : 2;
-    const int64_t prev_chunk = fx_gpu_conv_chunk_elems(chunk_elems);
+    const int64_t prev_chunk = gpu_test_set_conv_chunk(chunk_elems);
     for (int w = 0; w < writes && oh && od; w++) {
         if (cc->near_max) {
             fill_near_max(va, na, 5);
@@ -299,7 +298,7 @@ static void run_case(test_rng *r, const geom *g, const conv_case *cc, int64_t ch
         tensor_free(dab);
         tensor_free(dbb);
     }
-    fx_gpu_conv_chunk_elems(prev_chunk);
+    gpu_test_set_conv_chunk(prev_chunk);
     tensor_free(oh);
     tensor_free(od);
     free(va);
@@ -567,12 +566,12 @@ int main(void)
     /* the integer GEMMs under each device scheme (the automatic choice would give these small
      * shapes to the IMAD kernel alone); float cases are repeated too, which costs little */
     for (int path = FX_GK_I16_IMAD; path <= FX_GK_I16_TC; path++) {
-        fx_gk_matmul_i16_set_path(path);
+        gpu_test_set_i16_gemm(path);
         test_all_cases(&r);
         test_strided_inputs(&r);
         test_near_max(&r);
     }
-    fx_gk_matmul_i16_set_path(FX_GK_I16_AUTO);
+    gpu_test_set_i16_gemm(FX_GK_I16_AUTO);
     test_bias_relu(&r);
     if (!gpu_test_on_host && have_device) test_placement_device();
     return test_finish("test_gpu_conv");

@@ -407,7 +407,7 @@ static void test_matmul(test_rng *r)
             const int64_t M = dims[d][0], K = dims[d][1], N = dims[d][2];
             /* both device integer GEMM schemes (these sizes alone would all take IMAD) */
             for (int path = FX_GK_I16_IMAD; path <= FX_GK_I16_TC; path++) {
-                fx_gk_matmul_i16_set_path(path);
+                gpu_test_set_i16_gemm(path);
                 for (int fa = 0; fa < 2; fa++)
                     for (int fb = 0; fb < 2; fb++)
                         for (int o = 0; o < 4; o++)
@@ -415,7 +415,7 @@ static void test_matmul(test_rng *r)
                                         fb ? FMT_DFP16 : FMT_FLEX16_5, int_out[o], M, K, N, bt,
                                         6, 0);
             }
-            fx_gk_matmul_i16_set_path(FX_GK_I16_AUTO);
+            gpu_test_set_i16_gemm(FX_GK_I16_AUTO);
             /* a float operand of an integer matmul: quantised at its exact exponent */
             matmul_case(r, FMT_DFP16, FMT_FP32, FMT_DFP16, M, K, N, bt, 6, 0);
             matmul_case(r, FMT_FLEX16_5, FMT_BF16, FMT_FP32, M, K, N, bt, 6, 0);
@@ -431,11 +431,11 @@ static void test_matmul(test_rng *r)
         }
     /* int64 accumulation: 3000 products of magnitude ~2^30, under both schemes */
     for (int path = FX_GK_I16_IMAD; path <= FX_GK_I16_TC; path++) {
-        fx_gk_matmul_i16_set_path(path);
+        gpu_test_set_i16_gemm(path);
         matmul_case(r, FMT_DFP16, FMT_DFP16, FMT_DFP16, 33, 3000, 17, 0, 0, 1);
         matmul_case(r, FMT_FLEX16_5, FMT_DFP16, FMT_FP32, 17, 3000, 33, 1, 0, 1);
     }
-    fx_gk_matmul_i16_set_path(FX_GK_I16_AUTO);
+    gpu_test_set_i16_gemm(FX_GK_I16_AUTO);
 }
 
 /* ---- write-path state: Autoflex, stochastic rounding, partial views ------------------------- */

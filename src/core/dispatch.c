@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "ops_internal.h"
-#include "../gpu/gpu.h"
+#include "device_backend.h"
 
 /* A view of x expanded (stride 0) to `ndim`/`shape` by NumPy broadcasting rules; the caller
  * has already checked compatibility. */
@@ -38,8 +38,7 @@ static tensor_t fx_broadcast_view(const tensor_t *x, int ndim, const int64_t *sh
 int fx_operand_make(const tensor_t *x, int int_compute, fmt_t cf, int strided_ok, int bc_ndim,
                     const int64_t *bc_shape, fx_operand *o, fx_scratch *tmp, const char *func)
 {
-    /* host operands only: fx_dispatch and every composite op send device tensors to src/gpu
-     * first */
+    /* host operands only: fx_dispatch sends device tensors to the device backend first */
     int rc = fx_need_host(x, "an input", FX_EUNSUPPORTED, FX_HOST_PATH_HINT,
                           func);
     if (rc) return rc;
@@ -117,12 +116,26 @@ static int fx_placement(const fx_op_request *rq, int *on_device)
     return FX_OK;
 }
 
+/* A stage op whose tensors live on one device: the device backend's own dispatcher, when the
+ * build has a device backend and it computes (op, format of the first input). */
+static int fx_device_dispatch(const fx_op_request *rq)
+{
+    const fx_device_backend *d = fx_device_backend_get();
+    if (!d) return fx_error(FX_EDEVICE, rq->func, FX_NO_DEVICE_BACKEND);
+    if (!d->supports_op(rq->op, rq->in[0]->fmt))
+        return fx_error(FX_EUNSUPPORTED, rq->func, "the %s backend has no %s for %s inputs; the "
+                        "tensors live on CUDA device %d (move them with tensor_to_host)",
+                        d->name, fx_op_info_of(rq->op)->name, fmt_name(rq->in[0]->fmt),
+                        rq->out->st->device);
+    return d->dispatch(rq);
+}
+
 int fx_dispatch(const fx_op_request *rq)
 {
     int on_device = 0;
     int prc = fx_placement(rq, &on_device);
     if (prc) return prc;
-    if (on_device) return fx_gpu_dispatch(rq);
+    if (on_device) return fx_device_dispatch(rq);
 
     const fx_backend *be = fx_backend_active();
     tensor_t *out = rq->out;

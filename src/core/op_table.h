@@ -13,6 +13,7 @@
 #define FX_CORE_OP_TABLE_H
 
 typedef enum {
+    /* ---- stage ops: fx_backend.kernels[op][compute format] (src/core/backend.h) ---------- */
     FX_OP_COPY = 0, /* out = a */
     FX_OP_ADD,
     FX_OP_SUB,
@@ -23,6 +24,29 @@ typedef enum {
     FX_OP_MATMUL,
     FX_OP_UNARY,          /* out = f(a), f = fx_op_call.unary_fn (element-wise math, f32_math.h) */
     FX_OP_UNARY_BACKWARD, /* out = dy * f'(x): in[0] = dy, in[1] = x */
+    FX_OP_STAGE_COUNT,
+    /* ---- whole ops: backend run[op] on an fx_op_args (the public function in brackets) ---- */
+    FX_OP_CONV2D = FX_OP_STAGE_COUNT, /* tensor_conv2d, and the unfused bias/ReLU form */
+    FX_OP_CONV2D_BIAS_RELU,           /* tensor_conv2d_bias_relu (fallback: unfused)      */
+    FX_OP_CONV2D_BACKWARD_INPUT,      /* tensor_conv2d_backward_input                     */
+    FX_OP_CONV2D_BACKWARD_WEIGHT,     /* tensor_conv2d_backward_weight                    */
+    FX_OP_MAXPOOL2D,                  /* tensor_maxpool2d                                 */
+    FX_OP_MAXPOOL2D_BACKWARD,         /* tensor_maxpool2d_backward                        */
+    FX_OP_AVGPOOL2D,                  /* tensor_avgpool2d                                 */
+    FX_OP_AVGPOOL2D_BACKWARD,         /* tensor_avgpool2d_backward                        */
+    FX_OP_GLOBAL_AVGPOOL,             /* tensor_global_avgpool                            */
+    FX_OP_GLOBAL_AVGPOOL_BACKWARD,    /* tensor_global_avgpool_backward                   */
+    FX_OP_RELU_BACKWARD,              /* tensor_relu_backward                             */
+    FX_OP_DROPOUT,                    /* tensor_dropout, tensor_dropout_backward          */
+    FX_OP_SOFTMAX_CE,                 /* tensor_softmax_cross_entropy                     */
+    FX_OP_MEAN,                       /* tensor_mean                                      */
+    FX_OP_BATCHNORM,                  /* tensor_batchnorm                                 */
+    FX_OP_BATCHNORM_BACKWARD,         /* tensor_batchnorm_backward                        */
+    FX_OP_SGD_STEP,                   /* fx_sgd_step                                      */
+    FX_OP_ADAM_STEP,                  /* fx_adam_step                                     */
+    FX_OP_ADAMW_STEP,                 /* fx_adamw_step                                    */
+    FX_OP_UNSCALE,                    /* fx_loss_scaler_unscale                           */
+    FX_OP_CLIP_GRAD_NORM,             /* fx_clip_grad_norm                                */
     FX_OP_COUNT
 } fx_op;
 
@@ -48,5 +72,129 @@ typedef enum {
     FX_UN_ERFC,
     FX_UN_COUNT
 } fx_unary_fn;
+
+/* ---- whole ops ------------------------------------------------------------------------------ */
+
+#include <stdint.h>
+
+struct tensor;
+struct fx_conv_geom; /* src/nn/im2col.h */
+struct fx_pool_geom; /* src/gpu/gpu_nn_math.h */
+struct fx_bn_dims;   /* src/gpu/gpu_nn.h */
+
+#define FX_OP_MAX_TENSORS 6
+
+/* One call of a whole op: what its public function validated and derived, for whichever backend
+ * runs it. The public function fills op, func, the tensors it touches (t/tn, for the placement
+ * rule; tlist for a variable number, as the loss scaler's gradients) and the op's member of u. */
+typedef struct fx_op_args {
+    int op;           /* an fx_op */
+    const char *func; /* the public function, for messages */
+    int nt;
+    const struct tensor *t[FX_OP_MAX_TENSORS]; /* NULL entries are optional tensors not given */
+    const char *tn[FX_OP_MAX_TENSORS];
+    const struct tensor *const *tlist; /* tlist[0..tlist_n), named tlist_name[i] */
+    int tlist_n;
+    const char *tlist_name;
+    union {
+        struct { /* CONV2D, CONV2D_BIAS_RELU, CONV2D_BACKWARD_INPUT, CONV2D_BACKWARD_WEIGHT */
+            struct tensor *out;           /* y, dx or dw */
+            const struct tensor *a, *b;   /* (x, w), (dy, w) or (x, dy) */
+            const struct fx_conv_geom *g; /* validated geometry */
+            int sh, sw, ph, pw, dh, dw;
+            const struct tensor *bias;    /* CONV2D_BIAS_RELU: [O,1,1] or NULL */
+            int relu;                     /* CONV2D_BIAS_RELU */
+        } conv;
+        struct { /* MAXPOOL2D, AVGPOOL2D, their backwards, GLOBAL_AVGPOOL and its backward */
+            struct tensor *out;           /* y or dx */
+            const struct tensor *in;      /* x or dy */
+            int32_t *argmax;              /* MAXPOOL2D: optional output indices */
+            const int32_t *argmax_in;     /* MAXPOOL2D_BACKWARD */
+            int own_indices;              /* MAXPOOL2D_BACKWARD: indices the library wrote */
+            const struct fx_pool_geom *g; /* not for the global pools */
+            int64_t planes, HW;           /* global pools */
+        } pool;
+        struct { /* RELU_BACKWARD */
+            struct tensor *dx;
+            const struct tensor *dy, *x;
+        } relu_bwd;
+        struct { /* DROPOUT: y = x * keep / (1 - p), with the mask of (seed, step) */
+            struct tensor *y;
+            const struct tensor *x;
+            uint64_t thr;   /* element i dropped when its hash < thr */
+            double factor;  /* 1 / (1 - p) */
+            int64_t ms;     /* factor = ms * 2^(k2 - 30), for integer compute */
+            int k2;
+            uint64_t seed, step;
+        } dropout;
+        struct { /* SOFTMAX_CE */
+            float *loss;
+            struct tensor *dlogits;
+            const struct tensor *logits;
+            const int32_t *labels;
+            double grad_scale;
+        } ce;
+        struct { /* MEAN: out[o, i] = mean_k a[(o * len + k) * inner + i] */
+            struct tensor *out;
+            const struct tensor *a;
+            int64_t outer, len, inner;
+        } mean;
+        struct { /* BATCHNORM */
+            struct tensor *y;
+            const struct tensor *x, *gamma, *beta;
+            float *running_mean, *running_var, *save_mean, *save_invstd;
+            double momentum, eps;
+            int training;
+            const struct fx_bn_dims *d;
+        } bn;
+        struct { /* BATCHNORM_BACKWARD */
+            struct tensor *dx, *dgamma, *dbeta;
+            const struct tensor *dy, *x, *gamma;
+            const float *save_mean, *save_invstd;
+            const struct fx_bn_dims *d;
+        } bn_bwd;
+        struct { /* SGD_STEP, ADAM_STEP, ADAMW_STEP */
+            struct tensor *w;
+            const struct tensor *grad;
+            float *master, *buf1, *buf2; /* SGD: momentum buffer; Adam: m, v */
+            double lr, momentum, beta1, beta2, eps, weight_decay, grad_scale;
+            double bc1, sqrt_bc2; /* Adam's bias corrections at this step */
+            int stochastic;
+            uint64_t seed, step;
+        } optim;
+        struct { /* UNSCALE: out[i] = grads[i] * inv, *found_inf */
+            float inv;
+            float *const *out;
+            int *found_inf;
+        } unscale;
+        struct { /* CLIP_GRAD_NORM: the gradients are tlist */
+            double max_norm;
+            double *total_norm;
+        } clip;
+    } u;
+} fx_op_args;
+
+typedef int (*fx_op_fn)(const fx_op_args *a);
+
+/* What the dispatcher knows of an op (src/core/op_run.c). */
+typedef struct fx_op_info {
+    const char *name; /* its public function */
+    /* Where a backend lacks the op: a composite of other table ops that computes it (NULL: the
+     * dispatcher reports FX_EUNSUPPORTED naming the backend and the op). */
+    fx_op_fn fallback;
+} fx_op_info;
+
+const fx_op_info *fx_op_info_of(int op); /* NULL for an unknown op */
+
+/* Run a whole op: the placement rule over a's tensors picks the backend (the active CPU level
+ * for host tensors, the device backend for tensors on one device; mixed places: FX_EINVAL
+ * naming two of them), its supports_op answer decides between run[op] and the op's fallback.
+ * Returns the op's status. */
+int fx_op_run(const fx_op_args *a);
+
+/* Whether the backend that runs a (by the placement rule) lets the host read p directly
+ * (FX_OK), or FX_EINVAL naming `name` (device backends: p must be host memory, as the labels of
+ * a device softmax cross-entropy). For validation that must read p before the op runs. */
+int fx_op_host_readable(const fx_op_args *a, const void *p, const char *name);
 
 #endif

@@ -1,6 +1,6 @@
 /* Public accessors of the shared-exponent state: exponent, window, rounding, statistics. */
 #include "dispatch.h"
-#include "../gpu/gpu.h"
+#include "device_backend.h"
 
 #include <string.h>
 
@@ -53,7 +53,7 @@ static int64_t fx_rescale_storage(fx_storage *st, int from, int to)
 static int fx_rescale(fx_storage *st, int from, int to, int64_t *sat, const char *func)
 {
     if (st->on_device)
-        return fx_gpu_rescale(st->device, st->data, st->numel, from, to, sat, func);
+        return fx_device_rescale(st->device, st->data, st->numel, from, to, sat, func);
     *sat = fx_rescale_storage(st, from, to);
     return FX_OK;
 }

@@ -2,7 +2,7 @@
 #include "internal.h"
 #include "backend.h"
 #include "../autoflex/trace.h"
-#include "../gpu/gpu.h"
+#include "device_backend.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -96,9 +96,9 @@ tensor_t *fx_tensor_create(fmt_t fmt, int ndim, const int64_t *shape, int device
     fx_storage *st = calloc(1, sizeof *st);
     void *data = NULL;
     if (t && st && device >= 0) {
-        /* device memory: fx_gpu_alloc_zero sets its own message (no CUDA, no device, OOM) */
+        /* device memory: fx_device_alloc_zero sets its own message (no CUDA, no device, OOM) */
         size_t bytes = (size_t)(numel ? numel : 1) * fmt_elem_size(fmt);
-        if (fx_gpu_alloc_zero(device, bytes, &data, func) != FX_OK) {
+        if (fx_device_alloc_zero(device, bytes, &data, func) != FX_OK) {
             free(t);
             free(st);
             return NULL;
@@ -166,7 +166,7 @@ static void fx_storage_release(fx_storage *st)
         if (st->pending) st->pending->ops->destroy(st->pending);
         fx_trace_free(&st->trace);
         if (st->on_device)
-            fx_gpu_free(st->device, st->data);
+            fx_device_free(st->device, st->data);
         else
             free(st->data);
         free(st);

@@ -1,32 +1,40 @@
-/* The boundary between the core (C) and the CUDA backend. The core calls only these; they are
- * implemented by src/gpu/gpu_*.c + *.cu when the library is built with CUDA, and by
- * src/gpu/gpu_none.c (every call reports FX_EDEVICE) when it is not. */
+/* The CUDA backend's host-side entry points. The core never calls them by name: gpu_backend.c
+ * gathers them into fx_cuda_backend (src/core/device_backend.h, whose contracts they follow),
+ * and the core reaches the device only through that struct. Each takes `func`, the public
+ * function the user called, for its messages. */
 #ifndef FX_GPU_GPU_H
 #define FX_GPU_GPU_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/internal.h"
+
 struct fx_op_request;
 
-/* Zero-filled device memory of `bytes` (> 0) on CUDA device `device`: FX_OK, or FX_EDEVICE with
- * the message set (naming func). */
-int fx_gpu_alloc_zero(int device, size_t bytes, void **p, const char *func);
+/* storage (gpu_tensor.c) */
+int fx_cuda_alloc_zero(int device, size_t bytes, void **p, const char *func);
+void fx_cuda_free(int device, void *p);
+int fx_cuda_rescale(int device, void *data, int64_t numel, int from, int to, int64_t *saturated,
+                    const char *func);
 
-/* Release memory from fx_gpu_alloc_zero (NULL is a no-op). Never fails visibly. */
-void fx_gpu_free(int device, void *p);
-
-/* Run a validated op request whose tensors all live on one device (src/core/dispatch.c has
- * checked the placement). Same status codes as the host dispatcher, plus FX_EDEVICE and
- * FX_EUNSUPPORTED for what the device backend does not do. */
+/* stage ops on one device (gpu_dispatch.c) */
 int fx_gpu_dispatch(const struct fx_op_request *rq);
 
-/* Move every mantissa of a device storage (data, numel elements of int16) from exponent
- * `from` to `to` (tensor_set_exp): one rounding each, as on the host; *saturated counts the
- * mantissas that saturated. FX_OK, or FX_EDEVICE (no CUDA, no such device, a CUDA failure);
- * the caller then keeps the old exponent (a kernel that failed part-way is a device fault,
- * which every later call reports too). */
-int fx_gpu_rescale(int device, void *data, int64_t numel, int from, int to, int64_t *saturated,
-                   const char *func);
+/* the runtime of include/flexpoint_gpu.h (gpu_tensor.c, gpu_nn_mem.c) */
+int fx_cuda_set_device(int ordinal, const char *func);
+int fx_cuda_current_device(const char *func);
+int fx_cuda_synchronize(const char *func);
+const char *fx_cuda_device_name(const char *func);
+tensor_t *fx_cuda_tensor_new(fmt_t fmt, int ndim, const int64_t *shape, const char *func);
+tensor_t *fx_cuda_tensor_to_device(const tensor_t *t, const char *func);
+tensor_t *fx_cuda_tensor_to_host(const tensor_t *t, const char *func);
+int fx_cuda_copy_to_device(tensor_t *dst, const tensor_t *src, const char *func);
+int fx_cuda_copy_to_host(tensor_t *dst, const tensor_t *src, const char *func);
+int fx_cuda_malloc(void **p, size_t bytes, const char *func);
+int fx_cuda_free_user(void *p, const char *func);
+int fx_cuda_release_cache(void);
+int fx_cuda_memcpy_to_device(void *dst, const void *src, size_t bytes, const char *func);
+int fx_cuda_memcpy_to_host(void *dst, const void *src, size_t bytes, const char *func);
 
 #endif

@@ -1,8 +1,7 @@
-/* 2-D convolution on a CUDA device: the entry point src/nn/conv2d.c calls when all tensors of
- * tensor_conv2d / tensor_conv2d_backward_input / tensor_conv2d_backward_weight live on one
- * device, and the kernel launchers behind it (src/gpu/gpu_conv.cu).
- *
- * Built from gpu_conv.c + gpu_conv.cu with CUDA, from gpu_conv_none.c (FX_EDEVICE) without. */
+/* 2-D convolution on a CUDA device: the entry point fx_cuda_backend (gpu_backend.c) runs when
+ * all tensors of tensor_conv2d / tensor_conv2d_backward_input / tensor_conv2d_backward_weight
+ * live on one device, and the kernel launchers behind it (src/gpu/gpu_conv.cu). Built from
+ * gpu_conv.c + gpu_conv.cu, with CUDA only. */
 #ifndef FX_GPU_GPU_CONV_H
 #define FX_GPU_GPU_CONV_H
 

@@ -95,6 +95,8 @@ int fx_gr_sync(const char *func);
 int fx_gr_op_done(const char *func);
 /* Count one wait of the host for the device (flexpoint_gpu_host_waits). */
 void fx_gr_count_wait(void);
+/* the count of those waits (flexpoint_gpu_host_waits) */
+long long fx_gr_host_waits(void);
 
 /* Statistics slots (gpu_stats_slot.cu): pinned host memory of up to 256 bytes with a CUDA
  * event, pooled per device. get: a slot of the current device for `bytes`; put: back to the

@@ -1,12 +1,12 @@
 /* The training ops of include/flexpoint_nn.h on device tensors: the boundary between src/nn
  * (which validates shapes and parameters and then hands device calls over) and the CUDA side.
  *
- * Implemented by src/gpu/gpu_nn.c (+ gpu_nn.cu kernels) in CUDA builds, and by
- * src/gpu/gpu_nn_none.c (every call FX_EDEVICE) otherwise; fx_nn_placement below is shared.
+ * Implemented by src/gpu/gpu_nn.c (+ gpu_nn.cu kernels), built with CUDA only, and reached
+ * through fx_cuda_backend (gpu_backend.c), whose whole-op entries unpack the op's arguments.
  *
- * Contract of every fx_gnn_* entry point: the caller (src/nn/...) has run its own validation
- * (NULL tensors, shapes, parameters) and fx_nn_placement, which found every tensor on one
- * device. The entry point then validates what only it can (the raw pointers: device memory
+ * Contract of every fx_gnn_* entry point: the public function (src/nn/...) has run its own
+ * validation (NULL tensors, shapes, parameters) and the dispatcher (src/core/op_run.c) found
+ * every tensor on one device. The entry point then validates what only it can (the raw pointers: device memory
  * of that device, or host memory, include/flexpoint_gpu.h), before any device work, and
  * returns the host op's status codes plus FX_EDEVICE for CUDA failures. Results follow the
  * CPU code of the same op (see gpu_nn.c for each op's correspondence).
@@ -20,35 +20,9 @@
 
 #include <stdio.h>
 
-/* Where an op runs: *device = -1 when every non-NULL tensor of ts[0..n) lives on the host, the
- * CUDA device ordinal when all live on that one device. Otherwise FX_EINVAL naming the first
- * operand that lives elsewhere than ts[first non-NULL] and where each lives. */
-static inline int fx_nn_placement(const char *func, int n, const tensor_t *const *ts,
-                                  const char *const *names, int *device)
-{
-    int ref = -1;
-    for (int i = 0; i < n; i++) {
-        if (!ts[i]) continue;
-        if (ref < 0) {
-            ref = i;
-            continue;
-        }
-        const fx_storage *a = ts[ref]->st, *b = ts[i]->st;
-        if (a->on_device == b->on_device && (!a->on_device || a->device == b->device)) continue;
-        char wa[32], wb[32];
-        snprintf(wa, sizeof wa, a->on_device ? "CUDA device %d" : "the host", a->device);
-        snprintf(wb, sizeof wb, b->on_device ? "CUDA device %d" : "the host", b->device);
-        return fx_error(FX_EINVAL, func, "%s lives on %s but %s lives on %s; all tensors of an "
-                        "op must live in one place (move them with tensor_to_device / "
-                        "tensor_to_host, flexpoint_gpu.h)", names[ref], wa, names[i], wb);
-    }
-    *device = ref >= 0 && ts[ref]->st->on_device ? ts[ref]->st->device : -1;
-    return FX_OK;
-}
-
 /* Host memory check for the raw pointers that stay on the host while the tensors live on a
  * device (labels of softmax_ce.c, read on the host during validation): FX_OK for host or
- * managed memory, else FX_EINVAL naming `name` (CUDA-less builds: always FX_OK). */
+ * managed memory, else FX_EINVAL naming `name`. */
 int fx_gnn_host_ptr(const void *p, const char *name, const char *func);
 
 /* *defers = 1 when the next write into out will not wait for its statistics (a deferred
@@ -97,9 +71,6 @@ int fx_gnn_mean(tensor_t *out, const tensor_t *a, int64_t outer, int64_t len, in
                 const char *func);
 
 /* ---- batch norm (validated; per-channel float arrays are host memory) ------------------- */
-typedef struct fx_bn_dims {
-    int64_t N, C, S, M; /* element (n, c, s) at (n * C + c) * S + s; M = N * S */
-} fx_bn_dims;
 int fx_gnn_batchnorm(tensor_t *y, const tensor_t *x, const tensor_t *gamma, const tensor_t *beta,
                      float *running_mean, float *running_var, float *save_mean,
                      float *save_invstd, double momentum, double eps, int training,

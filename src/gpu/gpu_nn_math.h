@@ -21,6 +21,11 @@ typedef struct fx_pool_geom {
     int64_t N, C, H, W, KH, KW, OH, OW, sh, sw, ph, pw;
 } fx_pool_geom;
 
+/* The batch-norm layout (batchnorm.c validates it, both sides use it). */
+typedef struct fx_bn_dims {
+    int64_t N, C, S, M; /* element (n, c, s) at (n * C + c) * S + s; M = N * S */
+} fx_bn_dims;
+
 /* The shift k of an exact average by a count that is not a power of two (pool.c,
  * pool_divide_exact): with b = bitlen(max |v|) and L = floor(log2 count), k = 53 - b + L makes
  * every |v| * 2^k / count < 2^53 and the largest >= 2^51. mx must be nonzero. */

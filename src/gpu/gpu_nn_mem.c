@@ -2,6 +2,7 @@
  * flexpoint_gpu_malloc, flexpoint_gpu_free, flexpoint_gpu_memcpy_to_device / _to_host), CUDA
  * builds. Every call works with the pointer's own device current and restores the caller's. */
 #include "../core/internal.h"
+#include "gpu.h"
 #include "gpu_nn_kernels.h"
 
 /* The device in use, or FX_EDEVICE when there is none. */
@@ -35,15 +36,15 @@ static void fx_mem_leave(int device, int prev)
     if (device >= 0 && prev != device) fx_gr_set_device(prev, "flexpoint_gpu_memory");
 }
 
-int flexpoint_gpu_malloc(void **p, size_t bytes)
+int fx_cuda_malloc(void **p, size_t bytes, const char *func)
 {
     if (p) *p = NULL;
-    if (!p || bytes == 0) return FX_FAIL(FX_EINVAL, "%s", !p ? "p is NULL" : "bytes is 0");
+    if (!p || bytes == 0) return fx_error(FX_EINVAL, func, "%s", !p ? "p is NULL" : "bytes is 0");
     int device = 0;
-    int rc = fx_mem_device(&device, __func__);
-    if (!rc) rc = fx_gr_malloc(bytes, p, __func__);
+    int rc = fx_mem_device(&device, func);
+    if (!rc) rc = fx_gr_malloc(bytes, p, func);
     if (!rc) {
-        rc = fx_gr_memset0(*p, bytes, __func__);
+        rc = fx_gr_memset0(*p, bytes, func);
         if (rc) {
             fx_gr_free(*p);
             *p = NULL;
@@ -52,27 +53,27 @@ int flexpoint_gpu_malloc(void **p, size_t bytes)
     return rc;
 }
 
-int flexpoint_gpu_free(void *p)
+int fx_cuda_free_user(void *p, const char *func)
 {
     if (!p) return FX_OK;
     int where = -1;
-    int rc = fx_mem_where(p, &where, __func__);
+    int rc = fx_mem_where(p, &where, func);
     if (rc) return rc;
     if (where < 0 && where != FX_GNN_MANAGED)
-        return FX_FAIL(FX_EINVAL, "%p is not device memory (host memory is released with free)",
+        return fx_error(FX_EINVAL, func, "%p is not device memory (host memory is released with free)",
                        p);
     int prev = 0;
-    rc = fx_mem_enter(where, &prev, __func__);
+    rc = fx_mem_enter(where, &prev, func);
     if (rc) return rc;
     /* The block goes back to the library's cache, whose reuse is ordered only on the default
      * stream: wait first, in case the caller's own work on other streams still uses it. */
-    rc = fx_gr_sync(__func__);
+    rc = fx_gr_sync(func);
     fx_gr_free(p);
     fx_mem_leave(where, prev);
     return rc; /* a failed kernel is reported; the memory is released all the same */
 }
 
-int flexpoint_gpu_release_cache(void)
+int fx_cuda_release_cache(void)
 {
     fx_gr_release_cache();
     return FX_OK;
@@ -103,12 +104,12 @@ static int fx_mem_copy(void *dst, const void *src, size_t bytes, int to_device, 
     return rc;
 }
 
-int flexpoint_gpu_memcpy_to_device(void *dst, const void *src, size_t bytes)
+int fx_cuda_memcpy_to_device(void *dst, const void *src, size_t bytes, const char *func)
 {
-    return fx_mem_copy(dst, src, bytes, 1, __func__);
+    return fx_mem_copy(dst, src, bytes, 1, func);
 }
 
-int flexpoint_gpu_memcpy_to_host(void *dst, const void *src, size_t bytes)
+int fx_cuda_memcpy_to_host(void *dst, const void *src, size_t bytes, const char *func)
 {
-    return fx_mem_copy(dst, src, bytes, 0, __func__);
+    return fx_mem_copy(dst, src, bytes, 0, func);
 }

@@ -22,8 +22,6 @@ extern "C" int fx_gr_device_count(void)
     return n;
 }
 
-extern "C" int flexpoint_gpu_device_count(void) { return fx_gr_device_count(); }
-
 extern "C" int fx_gr_set_device(int device, const char *func)
 {
     cudaError_t err = cudaSetDevice(device);
@@ -55,7 +53,7 @@ static std::atomic<long long> fx_host_waits(0);
 
 extern "C" void fx_gr_count_wait(void) { fx_host_waits.fetch_add(1, std::memory_order_relaxed); }
 
-extern "C" long long flexpoint_gpu_host_waits(void)
+extern "C" long long fx_gr_host_waits(void)
 {
     return fx_host_waits.load(std::memory_order_relaxed);
 }

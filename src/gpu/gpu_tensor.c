@@ -1,5 +1,5 @@
 /* The public device API (include/flexpoint_gpu.h) of the CUDA build: device selection, device
- * tensors, host <-> device transfers, and the core's memory hooks (src/gpu/gpu.h). */
+ * tensors, host <-> device transfers, and the core's memory hooks (src/core/device_backend.h). */
 #include "../core/dispatch.h"
 #include "gpu.h"
 #include "gpu_internal.h"
@@ -16,21 +16,19 @@ static int fx_need_device(const char *func)
                     "CUDA_VISIBLE_DEVICES hides them)");
 }
 
-int flexpoint_gpu_built(void) { return 1; }
-
-int flexpoint_gpu_set_device(int ordinal)
+int fx_cuda_set_device(int ordinal, const char *func)
 {
-    int rc = fx_need_device(__func__);
+    int rc = fx_need_device(func);
     if (rc) return rc;
     int n = fx_gr_device_count();
     if (ordinal < 0 || ordinal >= n)
-        return FX_FAIL(FX_EINVAL, "device ordinal %d is outside [0, %d)", ordinal, n);
-    return fx_gr_set_device(ordinal, __func__);
+        return fx_error(FX_EINVAL, func, "device ordinal %d is outside [0, %d)", ordinal, n);
+    return fx_gr_set_device(ordinal, func);
 }
 
 /* The current device, or a negative status with a message naming func (the public entry
  * point the caller asked for, so that a refusal names the function the user called). */
-static int current_device(const char *func)
+int fx_cuda_current_device(const char *func)
 {
     int rc = fx_need_device(func);
     if (rc) return rc;
@@ -39,26 +37,24 @@ static int current_device(const char *func)
     return rc ? rc : d;
 }
 
-int flexpoint_gpu_device(void) { return current_device(__func__); }
-
-int flexpoint_gpu_synchronize(void)
+int fx_cuda_synchronize(const char *func)
 {
-    int rc = fx_need_device(__func__);
-    return rc ? rc : fx_gr_sync(__func__);
+    int rc = fx_need_device(func);
+    return rc ? rc : fx_gr_sync(func);
 }
 
-const char *flexpoint_gpu_device_name(void)
+const char *fx_cuda_device_name(const char *func)
 {
     static _Thread_local char name[256];
-    int d = current_device(__func__);
+    int d = fx_cuda_current_device(func);
     if (d < 0) return NULL;
-    if (fx_gr_device_name(d, name, sizeof name, __func__)) return NULL;
+    if (fx_gr_device_name(d, name, sizeof name, func)) return NULL;
     return name;
 }
 
 /* ---- memory hooks of the core ---------------------------------------------------------------- */
 
-int fx_gpu_alloc_zero(int device, size_t bytes, void **p, const char *func)
+int fx_cuda_alloc_zero(int device, size_t bytes, void **p, const char *func)
 {
     *p = NULL;
     int prev = 0;
@@ -75,7 +71,7 @@ int fx_gpu_alloc_zero(int device, size_t bytes, void **p, const char *func)
     return rc;
 }
 
-void fx_gpu_free(int device, void *p)
+void fx_cuda_free(int device, void *p)
 {
     /* freed with its own device current; the caller's current device is kept */
     int prev = device;
@@ -186,7 +182,7 @@ static void fx_leave(int device, int prev)
     if (prev != device) fx_gr_set_device(prev, "fx_leave");
 }
 
-int fx_gpu_rescale(int device, void *data, int64_t numel, int from, int to, int64_t *saturated,
+int fx_cuda_rescale(int device, void *data, int64_t numel, int from, int to, int64_t *saturated,
                    const char *func)
 {
     *saturated = 0;
@@ -211,50 +207,50 @@ int fx_gpu_rescale(int device, void *data, int64_t numel, int from, int to, int6
     return rc;
 }
 
-tensor_t *tensor_new_device(fmt_t fmt, int ndim, const int64_t *shape)
+tensor_t *fx_cuda_tensor_new(fmt_t fmt, int ndim, const int64_t *shape, const char *func)
 {
-    int d = current_device(__func__);
+    int d = fx_cuda_current_device(func);
     if (d < 0) return NULL;
-    return fx_tensor_create(fmt, ndim, shape, d, __func__);
+    return fx_tensor_create(fmt, ndim, shape, d, func);
 }
 
-tensor_t *tensor_to_device(const tensor_t *t)
+tensor_t *fx_cuda_tensor_to_device(const tensor_t *t, const char *func)
 {
     if (!t) {
-        FX_FAIL(FX_EINVAL, "tensor is NULL");
+        fx_error(FX_EINVAL, func, "tensor is NULL");
         return NULL;
     }
     if (fx_on_device(t)) {
-        FX_FAIL(FX_EINVAL, "the tensor already lives on CUDA device %d", t->st->device);
+        fx_error(FX_EINVAL, func, "the tensor already lives on CUDA device %d", t->st->device);
         return NULL;
     }
-    int d = current_device(__func__);
+    int d = fx_cuda_current_device(func);
     if (d < 0) return NULL;
-    tensor_t *out = fx_tensor_create(t->fmt, t->ndim, t->shape, d, __func__);
+    tensor_t *out = fx_tensor_create(t->fmt, t->ndim, t->shape, d, func);
     if (!out) return NULL;
-    if (fx_h2d(out, t, __func__) != FX_OK) {
+    if (fx_h2d(out, t, func) != FX_OK) {
         tensor_free(out);
         return NULL;
     }
     return out;
 }
 
-tensor_t *tensor_to_host(const tensor_t *t)
+tensor_t *fx_cuda_tensor_to_host(const tensor_t *t, const char *func)
 {
     if (!t) {
-        FX_FAIL(FX_EINVAL, "tensor is NULL");
+        fx_error(FX_EINVAL, func, "tensor is NULL");
         return NULL;
     }
     if (!fx_on_device(t)) {
-        FX_FAIL(FX_EINVAL, "the tensor already lives on the host");
+        fx_error(FX_EINVAL, func, "the tensor already lives on the host");
         return NULL;
     }
-    tensor_t *out = fx_tensor_create(t->fmt, t->ndim, t->shape, -1, __func__);
+    tensor_t *out = fx_tensor_create(t->fmt, t->ndim, t->shape, -1, func);
     if (!out) return NULL;
     int prev = 0;
-    int rc = fx_enter(t->st->device, &prev, __func__);
+    int rc = fx_enter(t->st->device, &prev, func);
     if (!rc) {
-        rc = fx_d2h(out, t, __func__);
+        rc = fx_d2h(out, t, func);
         fx_leave(t->st->device, prev);
     }
     if (rc) {
@@ -264,26 +260,26 @@ tensor_t *tensor_to_host(const tensor_t *t)
     return out;
 }
 
-int tensor_copy_to_device(tensor_t *dst, const tensor_t *src)
+int fx_cuda_copy_to_device(tensor_t *dst, const tensor_t *src, const char *func)
 {
-    int rc = fx_check_copy(dst, src, 1, __func__);
+    int rc = fx_check_copy(dst, src, 1, func);
     if (rc) return rc;
     int prev = 0;
-    rc = fx_enter(dst->st->device, &prev, __func__);
+    rc = fx_enter(dst->st->device, &prev, func);
     if (rc) return rc;
-    rc = fx_h2d(dst, src, __func__);
+    rc = fx_h2d(dst, src, func);
     fx_leave(dst->st->device, prev);
     return rc;
 }
 
-int tensor_copy_to_host(tensor_t *dst, const tensor_t *src)
+int fx_cuda_copy_to_host(tensor_t *dst, const tensor_t *src, const char *func)
 {
-    int rc = fx_check_copy(dst, src, 0, __func__);
+    int rc = fx_check_copy(dst, src, 0, func);
     if (rc) return rc;
     int prev = 0;
-    rc = fx_enter(src->st->device, &prev, __func__);
+    rc = fx_enter(src->st->device, &prev, func);
     if (rc) return rc;
-    rc = fx_d2h(dst, src, __func__);
+    rc = fx_d2h(dst, src, func);
     fx_leave(src->st->device, prev);
     return rc;
 }

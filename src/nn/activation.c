@@ -11,7 +11,7 @@
  * stored values without conversion.
  */
 #include "nn_stage.h"
-#include "../gpu/gpu_nn.h"
+#include "nn_ops.h"
 #include "../core/half_bits.h"
 #include "../core/shared_binary.h"
 
@@ -101,14 +101,23 @@ int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
     int rc = nn_same_shape(__func__, "dy", dy, "x", x);
     if (!rc) rc = nn_same_shape(__func__, "dx", dx, "dy", dy);
     if (rc) return rc;
-    const tensor_t *ts[3] = {dx, dy, x};
-    static const char *const names[3] = {"dx", "dy", "x"};
-    int device = -1;
-    if ((rc = fx_nn_placement(__func__, 3, ts, names, &device))) return rc;
-    if (device >= 0) return fx_gnn_relu_backward(dx, dy, x, __func__);
+    fx_op_args a = {.op = FX_OP_RELU_BACKWARD, .func = __func__, .nt = 3, .t = {dx, dy, x},
+                    .tn = {"dx", "dy", "x"}};
+    a.u.relu_bwd.dx = dx;
+    a.u.relu_bwd.dy = dy;
+    a.u.relu_bwd.x = x;
+    return fx_op_run(&a);
+}
+
+int fx_nn_relu_backward_host(const fx_op_args *r)
+{
+    tensor_t *dx = r->u.relu_bwd.dx;
+    const tensor_t *dy = r->u.relu_bwd.dy, *x = r->u.relu_bwd.x;
+    const char *func = r->func;
+    int rc;
 
     if (fx_is_int_compute(dy)) { /* dy where x > 0, straight from both (shared_binary.c) */
-        rc = fx_shared_gated(dx, dy, x, __func__);
+        rc = fx_shared_gated(dx, dy, x, func);
         if (rc != FX_SHARED_BINARY_NOT_TAKEN) return rc;
     }
     const int64_t n = fx_numel_of(dy->ndim, dy->shape);
@@ -117,10 +126,10 @@ int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
     fx_scratch s = {.n = 0};
     uint8_t *keep = fx_scratch_alloc(&s, n, sizeof *keep);
     if (!keep) {
-        rc = FX_FAIL(FX_ENOMEM, "cannot allocate a mask of %lld elements", (long long)n);
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate a mask of %lld elements", (long long)n);
         goto done;
     }
-    if ((rc = nn_positive_mask(x, keep, n, nt, &s, __func__))) goto done;
+    if ((rc = nn_positive_mask(x, keep, n, nt, &s, func))) goto done;
 
     if (fx_is_int_compute(dy)) {
         const int16_t *g;
@@ -128,10 +137,10 @@ int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
         /* masked mantissas: an int16 stage (fx_write_i16), no widening */
         int16_t *v = fx_scratch_alloc(&s, n, sizeof *v);
         if (!v) {
-            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld int16 values", (long long)n);
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld int16 values", (long long)n);
             goto done;
         }
-        if ((rc = nn_in_i16(dy, &g, &e, &s, __func__))) goto done;
+        if ((rc = nn_in_i16(dy, &g, &e, &s, func))) goto done;
         int32_t mx = 0; /* the stage maximum, so that the write makes no pass for it */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(max : mx)
@@ -141,16 +150,16 @@ int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
             const int32_t a = v[i] < 0 ? -(int32_t)v[i] : v[i];
             mx = a > mx ? a : mx;
         }
-        rc = fx_write_i16_max(dx, v, e, (uint64_t)mx, __func__);
+        rc = fx_write_i16_max(dx, v, e, (uint64_t)mx, func);
     } else if ((dy->fmt == FMT_FP16 || dy->fmt == FMT_BF16) && dx->fmt == dy->fmt) {
         /* 16-bit patterns kept or zeroed as they are (half_bits.h: the fp32 route's bits) */
         fx_operand o;
-        if ((rc = fx_operand_make(dy, 0, dy->fmt, 0, 0, NULL, &o, &s, __func__))) goto done;
+        if ((rc = fx_operand_make(dy, 0, dy->fmt, 0, 0, NULL, &o, &s, func))) goto done;
         const tensor_t *ins[2] = {dy, x};
         uint16_t *v = fx_half_direct(dx, ins, 2);
         if (!v) v = fx_scratch_alloc(&s, n, sizeof *v);
         if (!v) {
-            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld 16-bit values", (long long)n);
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld 16-bit values", (long long)n);
             goto done;
         }
         const uint16_t *g = o.data;
@@ -160,18 +169,18 @@ int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
 #endif
         for (int64_t i = 0; i < n; i++)
             v[i] = (uint16_t)(fx_half_canonical_c(g[i], inf, qnan) & (uint16_t)-(uint16_t)keep[i]);
-        rc = fx_write_half_bits(dx, v, __func__);
+        rc = fx_write_half_bits(dx, v, func);
     } else {
         const float *g;
         const tensor_t *ins[2] = {dy, x};
-        if ((rc = nn_in_f32(dy, &g, &s, __func__))) goto done;
+        if ((rc = nn_in_f32(dy, &g, &s, func))) goto done;
         float *v = nn_out_f32(dx, ins, 2, nn_private_f32(dy, g), &s);
         if (!v) {
-            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld floats", (long long)n);
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
             goto done;
         }
         fx_masked_copy_f32(v, g, keep, n, nt);
-        rc = fx_write_f32(dx, v, __func__);
+        rc = fx_write_f32(dx, v, func);
     }
 done:
     fx_scratch_free(&s);

@@ -23,7 +23,8 @@
  * fixed order, so the results do not depend on the thread count or the backend.
  */
 #include "nn_stage.h"
-#include "../gpu/gpu_nn.h"
+#include "nn_ops.h"
+#include "../gpu/gpu_nn_math.h" /* fx_bn_dims, shared with the device */
 
 #include <math.h>
 #include <string.h>
@@ -162,13 +163,35 @@ int tensor_batchnorm(tensor_t *y, const tensor_t *x, const tensor_t *gamma,
     int rc = nn_bn_validate(y, x, gamma, beta, running_mean, running_var, momentum, eps,
                             training, &d, __func__);
     if (rc) return rc;
-    const tensor_t *ts[4] = {y, x, gamma, beta};
-    static const char *const names[4] = {"y", "x", "gamma", "beta"};
-    int device = -1;
-    if ((rc = fx_nn_placement(__func__, 4, ts, names, &device))) return rc;
-    if (device >= 0) /* the per-channel float arrays stay host memory */
-        return fx_gnn_batchnorm(y, x, gamma, beta, running_mean, running_var, save_mean,
-                                save_invstd, momentum, eps, training, &d, __func__);
+    /* the per-channel float arrays are host memory wherever the tensors live */
+    fx_op_args a = {.op = FX_OP_BATCHNORM, .func = __func__, .nt = 4, .t = {y, x, gamma, beta},
+                    .tn = {"y", "x", "gamma", "beta"}};
+    a.u.bn.y = y;
+    a.u.bn.x = x;
+    a.u.bn.gamma = gamma;
+    a.u.bn.beta = beta;
+    a.u.bn.running_mean = running_mean;
+    a.u.bn.running_var = running_var;
+    a.u.bn.save_mean = save_mean;
+    a.u.bn.save_invstd = save_invstd;
+    a.u.bn.momentum = momentum;
+    a.u.bn.eps = eps;
+    a.u.bn.training = training;
+    a.u.bn.d = &d;
+    return fx_op_run(&a);
+}
+
+int fx_nn_batchnorm_host(const fx_op_args *r)
+{
+    tensor_t *y = r->u.bn.y;
+    const tensor_t *x = r->u.bn.x, *gamma = r->u.bn.gamma, *beta = r->u.bn.beta;
+    float *running_mean = r->u.bn.running_mean, *running_var = r->u.bn.running_var;
+    float *save_mean = r->u.bn.save_mean, *save_invstd = r->u.bn.save_invstd;
+    const double momentum = r->u.bn.momentum, eps = r->u.bn.eps;
+    const int training = r->u.bn.training;
+    const nn_bn_dims d = *r->u.bn.d;
+    const char *func = r->func;
+    int rc = FX_OK;
 
     const int64_t C = d.C, S = d.S;
     fx_scratch sc = {.n = 0};
@@ -178,18 +201,18 @@ int tensor_batchnorm(tensor_t *y, const tensor_t *x, const tensor_t *gamma,
     double *invstd = fx_scratch_alloc(&sc, C, sizeof *invstd);
     double *uvar = fx_scratch_alloc(&sc, C, sizeof *uvar);
     if (!mean || !invstd || !uvar) {
-        rc = FX_FAIL(FX_ENOMEM, "cannot allocate statistics for %lld channels", (long long)C);
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate statistics for %lld channels", (long long)C);
         goto done;
     }
     const tensor_t *ins[3] = {x, gamma, beta};
-    if ((rc = nn_in_f32(x, &xv, &sc, __func__))) goto done;
-    if ((rc = nn_in_f32(gamma, &gv, &sc, __func__))) goto done;
-    if ((rc = nn_in_f32(beta, &bv, &sc, __func__))) goto done;
+    if ((rc = nn_in_f32(x, &xv, &sc, func))) goto done;
+    if ((rc = nn_in_f32(gamma, &gv, &sc, func))) goto done;
+    if ((rc = nn_in_f32(beta, &bv, &sc, func))) goto done;
     /* y may overwrite a private copy of x: channel c's statistics are taken before its
      * elements are normalised, and each element only reads its own x */
     float *yv = nn_out_f32(y, ins, 3, nn_private_f32(x, xv), &sc);
     if (!yv) {
-        rc = FX_FAIL(FX_ENOMEM, "cannot allocate the output stage");
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
         goto done;
     }
 
@@ -220,7 +243,7 @@ int tensor_batchnorm(tensor_t *y, const tensor_t *x, const tensor_t *gamma,
             for (int64_t s = 0; s < S; s++) q[s] = nn_stage_f32(((double)p[s] - mu) * a + b, yf);
         }
     }
-    if ((rc = fx_write_f32(y, yv, __func__))) goto done;
+    if ((rc = fx_write_f32(y, yv, func))) goto done;
     if (training) {
         for (int64_t c = 0; c < C; c++) {
             if (running_mean) {
@@ -254,13 +277,29 @@ int tensor_batchnorm_backward(tensor_t *dx, tensor_t *dgamma, tensor_t *dbeta,
     if (!rc && dbeta) rc = nn_bn_per_channel(func, "dbeta", dbeta, d.C);
     if (!rc) rc = nn_bn_need_batch(func, &d, x);
     if (rc) return rc;
-    const tensor_t *ts[6] = {dx, dgamma, dbeta, dy, x, gamma};
-    static const char *const names[6] = {"dx", "dgamma", "dbeta", "dy", "x", "gamma"};
-    int device = -1;
-    if ((rc = fx_nn_placement(func, 6, ts, names, &device))) return rc;
-    if (device >= 0)
-        return fx_gnn_batchnorm_backward(dx, dgamma, dbeta, dy, x, gamma, save_mean,
-                                         save_invstd, &d, func);
+    fx_op_args a = {.op = FX_OP_BATCHNORM_BACKWARD, .func = func, .nt = 6,
+                    .t = {dx, dgamma, dbeta, dy, x, gamma},
+                    .tn = {"dx", "dgamma", "dbeta", "dy", "x", "gamma"}};
+    a.u.bn_bwd.dx = dx;
+    a.u.bn_bwd.dgamma = dgamma;
+    a.u.bn_bwd.dbeta = dbeta;
+    a.u.bn_bwd.dy = dy;
+    a.u.bn_bwd.x = x;
+    a.u.bn_bwd.gamma = gamma;
+    a.u.bn_bwd.save_mean = save_mean;
+    a.u.bn_bwd.save_invstd = save_invstd;
+    a.u.bn_bwd.d = &d;
+    return fx_op_run(&a);
+}
+
+int fx_nn_batchnorm_backward_host(const fx_op_args *r)
+{
+    tensor_t *dx = r->u.bn_bwd.dx, *dgamma = r->u.bn_bwd.dgamma, *dbeta = r->u.bn_bwd.dbeta;
+    const tensor_t *dy = r->u.bn_bwd.dy, *x = r->u.bn_bwd.x, *gamma = r->u.bn_bwd.gamma;
+    const float *save_mean = r->u.bn_bwd.save_mean, *save_invstd = r->u.bn_bwd.save_invstd;
+    const nn_bn_dims d = *r->u.bn_bwd.d;
+    const char *func = r->func;
+    int rc = FX_OK;
 
     const int64_t C = d.C, S = d.S;
     const double M = (double)d.M;
@@ -268,7 +307,7 @@ int tensor_batchnorm_backward(tensor_t *dx, tensor_t *dgamma, tensor_t *dbeta,
     const float *xv, *gyv, *gv;
     float *dg = fx_scratch_alloc(&sc, C, sizeof *dg), *db = fx_scratch_alloc(&sc, C, sizeof *db);
     if (!dg || !db) {
-        rc = FX_FAIL(FX_ENOMEM, "cannot allocate gradients for %lld channels", (long long)C);
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate gradients for %lld channels", (long long)C);
         goto done;
     }
     const tensor_t *ins[3] = {dy, x, gamma};
@@ -279,7 +318,7 @@ int tensor_batchnorm_backward(tensor_t *dx, tensor_t *dgamma, tensor_t *dbeta,
      * each element only reads its own dy and x */
     float *dxv = nn_out_f32(dx, ins, 3, nn_private_f32(dy, gyv), &sc);
     if (!dxv) {
-        rc = FX_FAIL(FX_ENOMEM, "cannot allocate the output stage");
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
         goto done;
     }
 

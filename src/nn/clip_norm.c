@@ -16,6 +16,7 @@
  */
 #include "tfm_common.h"
 #include "flexpoint_nn.h"
+#include "nn_ops.h"
 
 #include <math.h>
 
@@ -58,15 +59,26 @@ int fx_clip_grad_norm(tensor_t *const *grads, int n, double max_norm, double *to
         return FX_FAIL(FX_EINVAL, "max_norm=%g must be finite and >= 0", max_norm);
     for (int i = 0; i < n; i++) {
         if (!grads[i]) return FX_FAIL(FX_EINVAL, "grads[%d] is NULL", i);
-        if (fx_on_device(grads[i]))
-            return FX_FAIL(FX_EUNSUPPORTED, "grads[%d] lives on CUDA device %d; this op has no "
-                           "device implementation yet (move the tensors with tensor_to_host)",
-                           i, grads[i]->st->device);
         for (int j = 0; j < i; j++)
             if (grads[j]->st == grads[i]->st)
                 return FX_FAIL(FX_EINVAL, "grads[%d] and grads[%d] share storage: it would be "
                                "counted and scaled twice", j, i);
     }
+    fx_op_args a = {.op = FX_OP_CLIP_GRAD_NORM, .func = func,
+                    .tlist = (const tensor_t *const *)grads, .tlist_n = n, .tlist_name = "grads"};
+    a.u.clip.max_norm = max_norm;
+    a.u.clip.total_norm = total_norm;
+    return fx_op_run(&a);
+}
+
+int fx_nn_clip_grad_norm_host(const fx_op_args *a)
+{
+    /* the caller's gradients, which it gave as writable (fx_clip_grad_norm) */
+    tensor_t *const *grads = (tensor_t *const *)a->tlist;
+    const int n = a->tlist_n;
+    const double max_norm = a->u.clip.max_norm;
+    double *total_norm = a->u.clip.total_norm;
+    const char *func = a->func;
     double total = 0.0;
     for (int i = 0; i < n; i++) {
         double sq;

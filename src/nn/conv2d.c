@@ -32,16 +32,17 @@
  * grad weight gamma_{N OH OW} sum|terms| (GEMM chains, then chunk and group sums). The integer
  * path has no error before the one rounding of the write.
  *
- * Device tensors. When all three tensors live on one CUDA device, each op validates as below
- * and then runs on that device (src/gpu/gpu_conv.c: the same scheme with device kernels, the
- * same semantics; integer results bit-identical). Tensors in different places: FX_EINVAL.
+ * Entry points. Each public function validates its arguments (shapes, geometry, the integer
+ * path's term limit) and hands an fx_op_args to the dispatcher (src/core/op_run.c), which picks
+ * the backend by the tensors' placement: the host implementations below (fx_nn_conv2d_host
+ * and its siblings, installed for every CPU level) or a device backend's (src/gpu/gpu_conv.c:
+ * the same scheme with device kernels, the same semantics; integer results bit-identical).
  */
 #include "im2col.h"
 #include "conv_panels.h"
 #include "../flex/gemm_i16.h"
 #include "../core/compose.h"
-#include "../gpu/gpu_conv.h"
-#include "../gpu/gpu_nn.h" /* fx_nn_placement */
+#include "nn_ops.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -159,17 +160,14 @@ static int conv_geometry(const char *func, const conv_names *nm, const tensor_t 
     return FX_OK;
 }
 
-/* Where the op runs: *on_device = 0 when x, w and y all live on the host, 1 when all live on
- * one CUDA device; otherwise FX_EINVAL naming the operands and where they live. */
-static int conv_placement(const char *func, const conv_names *nm, const tensor_t *x,
-                          const tensor_t *w, const tensor_t *y, int *on_device)
+/* The request of a convolution op on (x, w, y) as named by nm: the placement sees the three
+ * tensors under their public names. */
+static fx_op_args conv_args(int op, const char *func, const conv_names *nm, const tensor_t *x,
+                            const tensor_t *w, const tensor_t *y, const fx_conv_geom *g)
 {
-    const tensor_t *t[3] = {x, w, y};
-    const char *n[3] = {nm->x, nm->w, nm->y};
-    int device = -1;
-    int rc = fx_nn_placement(func, 3, t, n, &device);
-    *on_device = device >= 0;
-    return rc;
+    fx_op_args a = {.op = op, .func = func, .nt = 3, .t = {x, w, y}, .tn = {nm->x, nm->w, nm->y}};
+    a.u.conv.g = g;
+    return a;
 }
 
 static int conv_int_limit(const char *func, int int_compute, int64_t terms, const char *what)
@@ -417,11 +415,10 @@ static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
 }
 
 /* Whether y is written by per-sample rounding of the int64 stage (conv_yquant): a whole host
- * shared-exponent tensor under integer compute. */
+ * shared-exponent tensor under integer compute (the host code runs on host tensors only). */
 static int conv_y_direct_shared(const tensor_t *y, const conv_compute *cc)
 {
-    return cc->ic && fmt_is_shared_exponent(y->fmt) && fx_tensor_covers_storage(y) &&
-           !y->st->on_device;
+    return cc->ic && fmt_is_shared_exponent(y->fmt) && fx_tensor_covers_storage(y);
 }
 
 /* Whether y is a whole host fp16/bf16 tensor under float compute: its values are the fp32
@@ -429,7 +426,7 @@ static int conv_y_direct_shared(const tensor_t *y, const conv_compute *cc)
 static int conv_y_direct_half(const tensor_t *y, const conv_compute *cc)
 {
     return !cc->ic && (y->fmt == FMT_FP16 || y->fmt == FMT_BF16) &&
-           fx_tensor_covers_storage(y) && !y->st->on_device;
+           fx_tensor_covers_storage(y);
 }
 
 static void (*conv_half_cvt(fmt_t f))(const float *, uint16_t *, int64_t)
@@ -447,7 +444,7 @@ static int conv_write_y(tensor_t *y, const fx_conv_geom *g, const conv_compute *
 {
     const int64_t P = g->OH * g->OW, ny = g->N * g->O * P;
     const int nt = flexpoint_num_threads();
-    const int direct = fx_tensor_covers_storage(y) && !y->st->on_device;
+    const int direct = fx_tensor_covers_storage(y);
     int rc = FX_OK;
     if (yq) {
         fx_shared_src src;
@@ -517,21 +514,25 @@ static void conv_epilogue_chunk(const conv_epilogue *ep, const fx_backend *be, f
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
-static int conv2d_forward(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int sw,
-                          int ph, int pw, int dh, int dw, const conv_epilogue *ep,
-                          const char *func)
+static const conv_names conv_fwd_names = {"x", "w", "y"};
+
+/* The forward op's validation: geometry and the integer path's term limit. */
+static int conv2d_forward_check(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh,
+                                int sw, int ph, int pw, int dh, int dw, fx_conv_geom *g,
+                                const char *func)
 {
-    static const conv_names nm = {"x", "w", "y"};
-    fx_conv_geom g;
-    int rc = conv_geometry(func, &nm, x, w, y, sh, sw, ph, pw, dh, dw, &g);
-    int on_device = 0;
-    if (!rc) rc = conv_placement(func, &nm, x, w, y, &on_device);
+    int rc = conv_geometry(func, &conv_fwd_names, x, w, y, sh, sw, ph, pw, dh, dw, g);
     if (rc) return rc;
+    return conv_int_limit(func, conv_compute_for(x, w).ic, g->C * g->KH * g->KW, "each output");
+}
+
+static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w,
+                               const fx_conv_geom *gp, const conv_epilogue *ep, const char *func)
+{
+    const fx_conv_geom g = *gp;
     const conv_compute cc = conv_compute_for(x, w);
     const int ic = cc.ic;
-    rc = conv_int_limit(func, ic, g.C * g.KH * g.KW, "each output");
-    if (rc) return rc;
-    if (on_device) return fx_gpu_conv2d(FX_GCONV_FORWARD, y, x, w, &g, func);
+    int rc = FX_OK;
     const conv_plan plan = conv_plan_make(&g, 0, FX_CONV_FWD_OUT_UNITS(ic));
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW;
     /* integer compute with a GEMM that takes pre-packed A panels: build them straight from the
@@ -686,27 +687,70 @@ static int conv2d_forward(tensor_t *y, const tensor_t *x, const tensor_t *w, int
     return rc;
 }
 
+int fx_nn_conv2d_host(const fx_op_args *a)
+{
+    return conv2d_forward_host(a->u.conv.out, a->u.conv.a, a->u.conv.b, a->u.conv.g, NULL,
+                               a->func);
+}
+
 int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int sw, int ph,
                   int pw, int dh, int dw)
 {
-    return conv2d_forward(y, x, w, sh, sw, ph, pw, dh, dw, NULL, __func__);
+    fx_conv_geom g;
+    int rc = conv2d_forward_check(y, x, w, sh, sw, ph, pw, dh, dw, &g, __func__);
+    if (rc) return rc;
+    fx_op_args a = conv_args(FX_OP_CONV2D, __func__, &conv_fwd_names, x, w, y, &g);
+    a.u.conv.out = y;
+    a.u.conv.a = x;
+    a.u.conv.b = w;
+    return fx_op_run(&a);
 }
 
-/* The unfused sequence, for the cases the fused path does not take (device tensors, views that
- * do not cover their storage, integer compute into a float y, a bias in a shared-exponent
- * format): the same three writes, through a temporary of y's format. */
-static int conv2d_bias_relu_unfused(tensor_t *y, const tensor_t *x, const tensor_t *w,
-                                    const tensor_t *bias, int relu, int sh, int sw, int ph, int pw,
-                                    int dh, int dw)
+/* The unfused sequence, the op's fallback on a backend without the fused op and the host's
+ * choice where the fused path does not apply (views that do not cover their storage, integer
+ * compute into a float y, a bias in a shared-exponent format): the same three writes, each a
+ * table op of its own, through a temporary of y's format in y's place. */
+int fx_nn_conv2d_bias_relu_unfused(const fx_op_args *a)
 {
+    tensor_t *y = a->u.conv.out;
+    const tensor_t *x = a->u.conv.a, *w = a->u.conv.b, *bias = a->u.conv.bias;
+    const int relu = a->u.conv.relu, sh = a->u.conv.sh, sw = a->u.conv.sw, ph = a->u.conv.ph,
+              pw = a->u.conv.pw, dh = a->u.conv.dh, dw = a->u.conv.dw;
     if (!bias && !relu) return tensor_conv2d(y, x, w, sh, sw, ph, pw, dh, dw);
-    tensor_t *t = y->st->on_device ? tensor_new_device(y->fmt, y->ndim, y->shape)
-                                   : tensor_new(y->fmt, y->ndim, y->shape);
+    tensor_t *t = fx_tensor_create(y->fmt, y->ndim, y->shape, tensor_device(y), a->func);
     if (!t) return flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
     int rc = tensor_conv2d(t, x, w, sh, sw, ph, pw, dh, dw);
     if (!rc && bias) rc = tensor_add(relu ? t : y, t, bias);
     if (!rc && relu) rc = tensor_relu(y, t);
     tensor_free(t);
+    return rc;
+}
+
+/* Host: the convolution with the bias and ReLU applied to its fp32 sums before the one
+ * rounding into y, where float compute writes a y that covers its storage; else unfused. */
+int fx_nn_conv2d_bias_relu_host(const fx_op_args *a)
+{
+    tensor_t *y = a->u.conv.out;
+    const tensor_t *x = a->u.conv.a, *w = a->u.conv.b, *bias = a->u.conv.bias;
+    const conv_compute cc = conv_compute_for(x, w);
+    const int fused = !cc.ic && fx_tensor_covers_storage(y) &&
+                      (!bias || !fmt_is_shared_exponent(bias->fmt));
+    if (!fused) return fx_nn_conv2d_bias_relu_unfused(a);
+    float *b32 = NULL;
+    if (bias) {
+        b32 = malloc((size_t)bias->shape[0] * sizeof *b32);
+        if (!b32)
+            return fx_error(FX_ENOMEM, a->func, "cannot allocate %lld bias values",
+                            (long long)bias->shape[0]);
+        int rc = tensor_to_f32(bias, b32); /* exact for the float formats */
+        if (rc) {
+            free(b32);
+            return rc;
+        }
+    }
+    const conv_epilogue ep = {b32, a->u.conv.relu};
+    int rc = conv2d_forward_host(y, x, w, a->u.conv.g, &ep, a->func);
+    free(b32);
     return rc;
 }
 
@@ -728,26 +772,21 @@ int tensor_conv2d_bias_relu(tensor_t *y, const tensor_t *x, const tensor_t *w,
                            "with first dimension %lld)", (long long)O, bias->ndim,
                            (long long)(bias->ndim ? bias->shape[0] : 0));
     }
-    const conv_compute cc = conv_compute_for(x, w);
-    const int fused = !cc.ic && fx_tensor_covers_storage(y) && !y->st->on_device &&
-                      !x->st->on_device && !w->st->on_device &&
-                      (!bias || (!bias->st->on_device && !fmt_is_shared_exponent(bias->fmt)));
-    if (!fused) return conv2d_bias_relu_unfused(y, x, w, bias, relu, sh, sw, ph, pw, dh, dw);
-    float *b32 = NULL;
-    if (bias) {
-        b32 = malloc((size_t)bias->shape[0] * sizeof *b32);
-        if (!b32) return FX_FAIL(FX_ENOMEM, "cannot allocate %lld bias values",
-                                 (long long)bias->shape[0]);
-        int rc = tensor_to_f32(bias, b32); /* exact for the float formats */
-        if (rc) {
-            free(b32);
-            return rc;
-        }
-    }
-    const conv_epilogue ep = {b32, relu != 0};
-    int rc = conv2d_forward(y, x, w, sh, sw, ph, pw, dh, dw, &ep, __func__);
-    free(b32);
-    return rc;
+    fx_conv_geom g;
+    int rc = conv2d_forward_check(y, x, w, sh, sw, ph, pw, dh, dw, &g, __func__);
+    if (rc) return rc;
+    fx_op_args a = conv_args(FX_OP_CONV2D_BIAS_RELU, __func__, &conv_fwd_names, x, w, y, &g);
+    a.t[3] = bias;
+    a.tn[3] = "bias";
+    a.nt = 4;
+    a.u.conv.out = y;
+    a.u.conv.a = x;
+    a.u.conv.b = w;
+    a.u.conv.bias = bias;
+    a.u.conv.relu = relu;
+    a.u.conv.sh = sh, a.u.conv.sw = sw, a.u.conv.ph = ph, a.u.conv.pw = pw;
+    a.u.conv.dh = dh, a.u.conv.dw = dw;
+    return fx_op_run(&a);
 }
 
 /* ---- gradient with respect to the input ------------------------------------------------------ */
@@ -801,17 +840,28 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
     static const conv_names nm = {"dx", "w", "dy"};
     fx_conv_geom g;
     int rc = conv_geometry(__func__, &nm, dx, w, dy, sh, sw, ph, pw, dh, dw, &g);
-    int on_device = 0;
-    if (!rc) rc = conv_placement(__func__, &nm, dx, w, dy, &on_device);
+    if (!rc) rc = conv_int_limit(__func__, conv_compute_for(dy, w).ic, g.O * g.KH * g.KW,
+                                 "each input gradient");
     if (rc) return rc;
+    fx_op_args a = conv_args(FX_OP_CONV2D_BACKWARD_INPUT, __func__, &nm, dx, w, dy, &g);
+    a.u.conv.out = dx;
+    a.u.conv.a = dy;
+    a.u.conv.b = w;
+    return fx_op_run(&a);
+}
+
+int fx_nn_conv2d_backward_input_host(const fx_op_args *a)
+{
+    tensor_t *dx = a->u.conv.out;
+    const tensor_t *dy = a->u.conv.a, *w = a->u.conv.b;
+    const fx_conv_geom g = *a->u.conv.g;
+    const char *func = a->func;
     const conv_compute cc = conv_compute_for(dy, w);
     const int ic = cc.ic;
-    rc = conv_int_limit(__func__, ic, g.O * g.KH * g.KW, "each input gradient");
-    if (rc) return rc;
-    if (on_device) return fx_gpu_conv2d(FX_GCONV_BACKWARD_INPUT, dx, dy, w, &g, __func__);
+    int rc = FX_OK;
     if (ic && g.C >= FX_CONV_BWD_AS_FWD_MIN_C && g.sh == 1 && g.sw == 1 &&
         (g.KH - 1) * g.dh >= g.ph && (g.KW - 1) * g.dw >= g.pw)
-        return conv_backward_input_as_forward(dx, dy, w, &g, __func__);
+        return conv_backward_input_as_forward(dx, dy, w, &g, func);
     const conv_plan plan = conv_plan_make(&g, 0, 0);
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, CHW = g.C * g.H * g.W;
     const int64_t col_n = CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
@@ -820,13 +870,13 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
 
     fx_scratch s = {.n = 0};
     fx_operand dyo, wo;
-    rc = conv_operand(dy, &cc, &dyo, &s, __func__);
-    if (!rc) rc = conv_operand(w, &cc, &wo, &s, __func__);
-    char *dyg = conv_alloc(&s, dyg_n * plan.outer, esz, &rc, __func__);
-    char *col = conv_alloc(&s, col_n * plan.outer, ssz, &rc, __func__);
-    char *dxp = conv_alloc(&s, dxp_n * plan.outer, ssz, &rc, __func__);
-    char *dxstage = conv_alloc(&s, g.N * CHW, ssz, &rc, __func__);
-    int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, __func__);
+    rc = conv_operand(dy, &cc, &dyo, &s, func);
+    if (!rc) rc = conv_operand(w, &cc, &wo, &s, func);
+    char *dyg = conv_alloc(&s, dyg_n * plan.outer, esz, &rc, func);
+    char *col = conv_alloc(&s, col_n * plan.outer, ssz, &rc, func);
+    char *dxp = conv_alloc(&s, dxp_n * plan.outer, ssz, &rc, func);
+    char *dxstage = conv_alloc(&s, g.N * CHW, ssz, &rc, func);
+    int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     if (rc) {
         fx_scratch_free(&s);
         return rc;
@@ -851,8 +901,8 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
             fx_col2im_f32(&g, (const float *)mycol, nbc, (float *)mydxp, plan.inner);
         fx_conv_unpad(&g, mydxp, n0, nbc, dxstage, ssz);
     }
-    rc = conv_chunk_status(status, plan.nchunks, __func__);
-    if (rc == FX_OK) rc = conv_write(dx, dxstage, ic, dyo.exp + wo.exp, __func__);
+    rc = conv_chunk_status(status, plan.nchunks, func);
+    if (rc == FX_OK) rc = conv_write(dx, dxstage, ic, dyo.exp + wo.exp, func);
     fx_scratch_free(&s);
     return rc;
 }
@@ -879,14 +929,25 @@ int tensor_conv2d_backward_weight(tensor_t *dw_out, const tensor_t *x, const ten
     static const conv_names nm = {"x", "dw", "dy"};
     fx_conv_geom g;
     int rc = conv_geometry(__func__, &nm, x, dw_out, dy, sh, sw, ph, pw, dh, dw, &g);
-    int on_device = 0;
-    if (!rc) rc = conv_placement(__func__, &nm, x, dw_out, dy, &on_device);
+    if (!rc) rc = conv_int_limit(__func__, conv_compute_for(x, dy).ic, g.N * g.OH * g.OW,
+                                 "each weight gradient");
     if (rc) return rc;
+    fx_op_args a = conv_args(FX_OP_CONV2D_BACKWARD_WEIGHT, __func__, &nm, x, dw_out, dy, &g);
+    a.u.conv.out = dw_out;
+    a.u.conv.a = x;
+    a.u.conv.b = dy;
+    return fx_op_run(&a);
+}
+
+int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
+{
+    tensor_t *dw_out = a->u.conv.out;
+    const tensor_t *x = a->u.conv.a, *dy = a->u.conv.b;
+    const fx_conv_geom g = *a->u.conv.g;
+    const char *func = a->func;
     const conv_compute cc = conv_compute_for(x, dy);
     const int ic = cc.ic;
-    rc = conv_int_limit(__func__, ic, g.N * g.OH * g.OW, "each weight gradient");
-    if (rc) return rc;
-    if (on_device) return fx_gpu_conv2d(FX_GCONV_BACKWARD_WEIGHT, dw_out, x, dy, &g, __func__);
+    int rc = FX_OK;
     const conv_plan plan = conv_plan_make(&g, 1, 0);
     const int64_t groups = plan.nchunks < FX_CONV_WGRAD_GROUPS ? plan.nchunks
                                                                 : FX_CONV_WGRAD_GROUPS;
@@ -897,16 +958,16 @@ int tensor_conv2d_backward_weight(tensor_t *dw_out, const tensor_t *x, const ten
 
     fx_scratch s = {.n = 0};
     fx_operand xo, dyo;
-    rc = conv_operand(x, &cc, &xo, &s, __func__);
-    if (!rc) rc = conv_operand(dy, &cc, &dyo, &s, __func__);
-    char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, __func__);
+    rc = conv_operand(x, &cc, &xo, &s, func);
+    if (!rc) rc = conv_operand(dy, &cc, &dyo, &s, func);
+    char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, func);
     if (xp) memset(xp, 0, (size_t)(xp_n * plan.outer) * esz); /* the slack, read by im2col */
-    char *col = conv_alloc(&s, col_n * plan.outer, esz, &rc, __func__);
-    char *dyg = conv_alloc(&s, dyg_n * plan.outer, esz, &rc, __func__);
-    char *part = conv_alloc(&s, nw * plan.outer, ssz, &rc, __func__);
-    char *slots = conv_alloc(&s, nw * groups, ssz, &rc, __func__); /* one dW^T per group */
-    char *dwstage = conv_alloc(&s, nw, ssz, &rc, __func__);
-    int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, __func__);
+    char *col = conv_alloc(&s, col_n * plan.outer, esz, &rc, func);
+    char *dyg = conv_alloc(&s, dyg_n * plan.outer, esz, &rc, func);
+    char *part = conv_alloc(&s, nw * plan.outer, ssz, &rc, func);
+    char *slots = conv_alloc(&s, nw * groups, ssz, &rc, func); /* one dW^T per group */
+    char *dwstage = conv_alloc(&s, nw, ssz, &rc, func);
+    int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     if (rc) {
         fx_scratch_free(&s);
         return rc;
@@ -931,12 +992,12 @@ int tensor_conv2d_backward_weight(tensor_t *dw_out, const tensor_t *x, const ten
             if (ch > c0) conv_accumulate(slot, mypart, nw, ic);
         }
     }
-    rc = conv_chunk_status(status, plan.nchunks, __func__);
+    rc = conv_chunk_status(status, plan.nchunks, func);
     if (rc == FX_OK) {
         for (int64_t grp = 1; grp < groups; grp++) /* in group order: fixed fp32 sums */
             conv_accumulate(slots, slots + (size_t)(grp * nw) * ssz, nw, ic);
         fx_chunk_scatter_t(slots, 0, 1, g.O, CKK, dwstage, ssz); /* [CKK, O] -> [O, CKK] */
-        rc = conv_write(dw_out, dwstage, ic, dyo.exp + xo.exp, __func__);
+        rc = conv_write(dw_out, dwstage, ic, dyo.exp + xo.exp, func);
     }
     fx_scratch_free(&s);
     return rc;

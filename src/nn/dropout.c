@@ -19,7 +19,7 @@
  * Backward: dx = dy * mask / (1 - p) with the same mask: the same computation applied to dy.
  */
 #include "nn_stage.h"
-#include "../gpu/gpu_nn.h"
+#include "nn_ops.h"
 
 #include <math.h>
 
@@ -43,7 +43,6 @@ static int nn_dropout(const char *func, const char *yname, tensor_t *y, const ch
     if (!(p >= 0.0 && p < 1.0))
         return fx_error(FX_EINVAL, func, "p=%g is outside [0, 1)", p);
 
-    const int64_t n = fx_numel_of(x->ndim, x->shape);
     const double factor = 1.0 / (1.0 - p);
     const uint64_t thr = nn_drop_threshold(p);
     /* factor = f * 2^k2, f in [0.5, 1): mantissa round(f * 2^30) <= 2^30, so each integer
@@ -51,11 +50,28 @@ static int nn_dropout(const char *func, const char *yname, tensor_t *y, const ch
     int k2;
     const double f = frexp(factor, &k2);
     const int64_t ms = (int64_t)nearbyint(f * 1073741824.0);
-    const tensor_t *ts[2] = {y, x};
-    const char *names[2] = {yname, xname};
-    int device = -1;
-    if ((rc = fx_nn_placement(func, 2, ts, names, &device))) return rc;
-    if (device >= 0) return fx_gnn_dropout(y, x, thr, factor, ms, k2, seed, step, func);
+    fx_op_args a = {.op = FX_OP_DROPOUT, .func = func, .nt = 2, .t = {y, x}, .tn = {yname, xname}};
+    a.u.dropout.y = y;
+    a.u.dropout.x = x;
+    a.u.dropout.thr = thr;
+    a.u.dropout.factor = factor;
+    a.u.dropout.ms = ms;
+    a.u.dropout.k2 = k2;
+    a.u.dropout.seed = seed;
+    a.u.dropout.step = step;
+    return fx_op_run(&a);
+}
+
+int fx_nn_dropout_host(const fx_op_args *a)
+{
+    tensor_t *y = a->u.dropout.y;
+    const tensor_t *x = a->u.dropout.x;
+    const char *func = a->func;
+    const uint64_t thr = a->u.dropout.thr, seed = a->u.dropout.seed, step = a->u.dropout.step;
+    const double factor = a->u.dropout.factor;
+    const int64_t ms = a->u.dropout.ms, n = fx_numel_of(x->ndim, x->shape);
+    const int k2 = a->u.dropout.k2;
+    int rc = FX_OK;
     const int nt = nn_threads_for(n);
     (void)nt;
     fx_scratch sc = {.n = 0};

@@ -23,7 +23,7 @@
  */
 #include "flexpoint_nn.h"
 #include "../core/dispatch.h"
-#include "../gpu/gpu_nn.h"
+#include "../nn/nn_ops.h"
 
 #include <float.h>
 #include <math.h>
@@ -100,18 +100,24 @@ int fx_loss_scaler_unscale(const fx_loss_scaler *s, const tensor_t *const *grads
     }
     /* all gradients in one place: the host, or one device (then out[i] are device memory,
      * include/flexpoint_gpu.h) */
-    int device = -1;
-    for (int i = 1; i < n; i++) {
-        const tensor_t *ts[2] = {grads[0], grads[i]};
-        char name[32];
-        snprintf(name, sizeof name, "grads[%d]", i);
-        const char *names[2] = {"grads[0]", name};
-        if ((rc = fx_nn_placement(func, 2, ts, names, &device))) return rc;
-    }
-
+    fx_op_args a = {.op = FX_OP_UNSCALE, .func = func, .tlist = grads, .tlist_n = n,
+                    .tlist_name = "grads"};
     /* torch: inv_scale = scale.double().reciprocal().float() */
-    const float inv = s->enabled ? (float)(1.0 / s->scale) : 1.0f;
-    if (n > 0 && fx_on_device(grads[0])) return fx_gnn_unscale(inv, grads, n, out, found_inf, func);
+    a.u.unscale.inv = s->enabled ? (float)(1.0 / s->scale) : 1.0f;
+    a.u.unscale.out = out;
+    a.u.unscale.found_inf = found_inf;
+    return fx_op_run(&a);
+}
+
+int fx_nn_unscale_host(const fx_op_args *a)
+{
+    const tensor_t *const *grads = a->tlist;
+    const int n = a->tlist_n;
+    float *const *out = a->u.unscale.out;
+    int *found_inf = a->u.unscale.found_inf;
+    const float inv = a->u.unscale.inv;
+    const char *func = a->func;
+    int rc;
     const fx_backend *be = fx_backend_active();
     int bad = 0;
     for (int i = 0; i < n; i++) {

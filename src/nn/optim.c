@@ -32,7 +32,7 @@
 #include "flexpoint_nn.h"
 #include "../core/compose.h"
 #include "stochastic_round.h"
-#include "../gpu/gpu_nn.h"
+#include "nn_ops.h"
 
 #include <math.h>
 #include <string.h>
@@ -68,14 +68,23 @@ static int fx_optim_check(const char *func, const tensor_t *w, const tensor_t *g
     return rc;
 }
 
-/* Placement of an optimiser step's tensors: *device -1 (host) or the CUDA device of both;
- * FX_EINVAL naming them otherwise. On a device, the float buffers are device memory
- * (include/flexpoint_gpu.h), checked by the device implementation. */
-static int fx_optim_where(const char *func, const tensor_t *w, const tensor_t *grad, int *device)
+/* The request of an optimiser step on (w, grad); on a device, the float buffers are device
+ * memory (include/flexpoint_gpu.h), checked by the device implementation. */
+static fx_op_args fx_optim_args(int op, const char *func, tensor_t *w, const tensor_t *grad,
+                                float *master, double lr, double weight_decay, double grad_scale,
+                                int stochastic, uint64_t seed, uint64_t step)
 {
-    const tensor_t *ts[2] = {w, grad};
-    static const char *const names[2] = {"w", "grad"};
-    return fx_nn_placement(func, 2, ts, names, device);
+    fx_op_args a = {.op = op, .func = func, .nt = 2, .t = {w, grad}, .tn = {"w", "grad"}};
+    a.u.optim.w = w;
+    a.u.optim.grad = grad;
+    a.u.optim.master = master;
+    a.u.optim.lr = lr;
+    a.u.optim.weight_decay = weight_decay;
+    a.u.optim.grad_scale = grad_scale;
+    a.u.optim.stochastic = stochastic;
+    a.u.optim.seed = seed;
+    a.u.optim.step = step;
+    return a;
 }
 
 /* Two caller buffers given as the same pointer would be updated twice. */
@@ -185,12 +194,26 @@ int fx_sgd_step(tensor_t *w, const tensor_t *grad, float *master, float *momentu
                        "for momentum 0)", momentum);
     rc = fx_distinct(func, master, "master", momentum_buf, "momentum_buf");
     if (rc) return rc;
-    int device = -1;
-    if ((rc = fx_optim_where(func, w, grad, &device))) return rc;
+    fx_op_args a = fx_optim_args(FX_OP_SGD_STEP, func, w, grad, master, lr, weight_decay,
+                                 grad_scale, stochastic, seed, step);
+    a.u.optim.buf1 = momentum_buf;
+    a.u.optim.momentum = momentum;
+    return fx_op_run(&a);
+}
+
+/* Every backend's step returns at once for an empty w (after the placement check). */
+int fx_nn_sgd_step_host(const fx_op_args *a)
+{
+    tensor_t *w = a->u.optim.w;
+    const tensor_t *grad = a->u.optim.grad;
+    float *master = a->u.optim.master, *momentum_buf = a->u.optim.buf1;
+    const double lr = a->u.optim.lr, momentum = a->u.optim.momentum;
+    const double weight_decay = a->u.optim.weight_decay, grad_scale = a->u.optim.grad_scale;
+    const int stochastic = a->u.optim.stochastic;
+    const uint64_t seed = a->u.optim.seed, step = a->u.optim.step;
+    const char *func = a->func;
+    int rc;
     if (fx_numel_of(w->ndim, w->shape) == 0) return FX_OK;
-    if (device >= 0)
-        return fx_gnn_sgd_step(w, grad, master, momentum_buf, lr, momentum, weight_decay,
-                               grad_scale, stochastic, seed, step, func);
 
     fx_optim_io io;
     float *new_buf = NULL;
@@ -242,19 +265,35 @@ static int fx_adam_impl(tensor_t *w, const tensor_t *grad, float *master, float 
     if (!rc) rc = fx_distinct(func, master, "master", m, "m");
     if (!rc) rc = fx_distinct(func, master, "master", v, "v");
     if (rc) return rc;
-    int device = -1;
-    if ((rc = fx_optim_where(func, w, grad, &device))) return rc;
-    if (fx_numel_of(w->ndim, w->shape) == 0) return FX_OK;
+    fx_op_args a = fx_optim_args(decoupled ? FX_OP_ADAMW_STEP : FX_OP_ADAM_STEP, func, w, grad,
+                                 master, lr, weight_decay, grad_scale, stochastic, seed, step);
+    a.u.optim.buf1 = m;
+    a.u.optim.buf2 = v;
+    a.u.optim.beta1 = beta1;
+    a.u.optim.beta2 = beta2;
+    a.u.optim.eps = eps;
     /* bias corrections of torch.optim.Adam: step size lr / (1 - beta1^t), denominator
      * sqrt(v) / sqrt(1 - beta2^t) + eps */
-    const double bc1 = 1.0 - pow(beta1, (double)step);
-    const double sqrt_bc2 = sqrt(1.0 - pow(beta2, (double)step));
-    if (device >= 0 && decoupled)
-        return fx_error(FX_EUNSUPPORTED, func, "AdamW has no device implementation yet; w "
-                        "lives on CUDA device %d (move the tensors with tensor_to_host)", device);
-    if (device >= 0)
-        return fx_gnn_adam_step(w, grad, master, m, v, lr, beta1, beta2, eps, weight_decay,
-                                grad_scale, bc1, sqrt_bc2, stochastic, seed, step, func);
+    a.u.optim.bc1 = 1.0 - pow(beta1, (double)step);
+    a.u.optim.sqrt_bc2 = sqrt(1.0 - pow(beta2, (double)step));
+    return fx_op_run(&a);
+}
+
+/* Adam (FX_OP_ADAM_STEP) and AdamW (FX_OP_ADAMW_STEP) on the host. */
+int fx_nn_adam_step_host(const fx_op_args *a)
+{
+    tensor_t *w = a->u.optim.w;
+    const tensor_t *grad = a->u.optim.grad;
+    float *master = a->u.optim.master, *m = a->u.optim.buf1, *v = a->u.optim.buf2;
+    const double lr = a->u.optim.lr, beta1 = a->u.optim.beta1, beta2 = a->u.optim.beta2;
+    const double eps = a->u.optim.eps, weight_decay = a->u.optim.weight_decay;
+    const double grad_scale = a->u.optim.grad_scale, bc1 = a->u.optim.bc1;
+    const double sqrt_bc2 = a->u.optim.sqrt_bc2;
+    const int stochastic = a->u.optim.stochastic, decoupled = a->op == FX_OP_ADAMW_STEP;
+    const uint64_t seed = a->u.optim.seed, step = a->u.optim.step;
+    const char *func = a->func;
+    int rc;
+    if (fx_numel_of(w->ndim, w->shape) == 0) return FX_OK;
 
     fx_optim_io io;
     float *nbufs[2] = {NULL, NULL};

@@ -30,7 +30,8 @@
  */
 #include "../core/compose.h"
 #include "../core/half_bits.h"
-#include "../gpu/gpu_nn.h"
+#include "nn_ops.h"
+#include "../gpu/gpu_nn_math.h" /* fx_pool_geom and the exact average, shared with the device */
 #include "pool_own.h"
 
 #include <math.h>
@@ -49,14 +50,14 @@
 /* The geometry is shared with the device implementation (src/gpu/gpu_nn_math.h). */
 typedef fx_pool_geom pool_geom;
 
-/* Placement of a pooling op's two tensors: *device -1 (host) or the CUDA device; FX_EINVAL
- * naming them when they live in different places. */
-static int pool_where(const char *func, const tensor_t *a, const char *an, const tensor_t *b,
-                      const char *bn, int *device)
+/* The request of a pooling op on (out, in), named as in its public function. */
+static fx_op_args pool_args(int op, const char *func, tensor_t *out, const char *on,
+                            const tensor_t *in, const char *in_name)
 {
-    const tensor_t *ts[2] = {a, b};
-    const char *names[2] = {an, bn};
-    return fx_nn_placement(func, 2, ts, names, device);
+    fx_op_args a = {.op = op, .func = func, .nt = 2, .t = {out, in}, .tn = {on, in_name}};
+    a.u.pool.out = out;
+    a.u.pool.in = in;
+    return a;
 }
 
 /* elements * window, saturating (only used to decide whether threads are worth it) */
@@ -309,13 +310,26 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
     pool_geom g;
     int rc = pool_geometry(__func__, x, "x", y, "y", kh, kw, sh, sw, ph, pw, &g);
     if (rc) return rc;
-    const int64_t HW = g.H * g.W, P = g.OH * g.OW, planes = g.N * g.C, ny = planes * P;
+    const int64_t HW = g.H * g.W, planes = g.N * g.C;
     if (argmax && planes * HW > INT32_MAX)
         return FX_FAIL(FX_EUNSUPPORTED, "x has %lld elements; int32 argmax indices need fewer "
                        "than 2^31", (long long)(planes * HW));
-    int device = -1;
-    if ((rc = pool_where(__func__, y, "y", x, "x", &device))) return rc;
-    if (device >= 0) return fx_gnn_maxpool2d(y, argmax, x, &g, __func__); /* argmax: device */
+    fx_op_args a = pool_args(FX_OP_MAXPOOL2D, __func__, y, "y", x, "x");
+    a.u.pool.argmax = argmax; /* memory of the tensors' place (flexpoint_gpu.h) */
+    a.u.pool.g = &g;
+    return fx_op_run(&a);
+}
+
+int fx_nn_maxpool2d_host(const fx_op_args *a)
+{
+    tensor_t *y = a->u.pool.out;
+    const tensor_t *x = a->u.pool.in;
+    int32_t *argmax = a->u.pool.argmax;
+    const char *func = a->func;
+    const pool_geom g = *a->u.pool.g;
+    const int64_t HW = g.H * g.W, P = g.OH * g.OW, planes = g.N * g.C;
+    int rc = FX_OK;
+    const int64_t ny = planes * P;
     const int ic = fx_is_int_compute(x);
     const int fast2x2 = pool_is_plain_2x2(&g);
     if (fast2x2 && pool_is_half(x->fmt) && y->fmt == x->fmt && g.W <= FX_POOL_HALF_MAX_W &&
@@ -338,10 +352,10 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
      * measured slower than widening, comparing floats and rounding back) */
     fx_scratch s = {.n = 0};
     fx_operand xo;
-    rc = pool_operand(x, ic, &xo, &s, __func__);
+    rc = pool_operand(x, ic, &xo, &s, func);
     /* integer path: the outputs are input mantissas, staged as int16 (fx_write_i16) */
-    void *stage = pool_alloc(&s, ny, ic ? sizeof(int16_t) : sizeof(float), &rc, __func__);
-    int32_t *idx = argmax ? pool_alloc(&s, ny, sizeof(int32_t), &rc, __func__) : NULL;
+    void *stage = pool_alloc(&s, ny, ic ? sizeof(int16_t) : sizeof(float), &rc, func);
+    int32_t *idx = argmax ? pool_alloc(&s, ny, sizeof(int32_t), &rc, func) : NULL;
     if (rc) {
         fx_scratch_free(&s);
         return rc;
@@ -395,7 +409,7 @@ int tensor_maxpool2d(tensor_t *y, int32_t *argmax, const tensor_t *x, int kh, in
                 if (idx) idx[o] = (int32_t)best_at;
             }
     }
-    rc = ic ? fx_write_i16(y, stage, xo.exp, __func__) : fx_write_f32(y, stage, __func__);
+    rc = ic ? fx_write_i16(y, stage, xo.exp, func) : fx_write_f32(y, stage, func);
     if (rc == FX_OK && argmax) memcpy(argmax, idx, (size_t)ny * sizeof *idx);
     fx_scratch_free(&s);
     return rc;
@@ -431,14 +445,28 @@ static int pool_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32
         return fx_error(FX_ESHAPE, func, "empty batch or no channels: dx.shape=%s",
                        fx_shape_str(dx, b1, sizeof b1));
     const int64_t planes = dx->shape[0] * dx->shape[1], HW = dx->shape[2] * dx->shape[3];
-    const int64_t P = dy->shape[2] * dy->shape[3], nx = planes * HW, ny = planes * P;
+    const int64_t nx = planes * HW;
     if (nx > INT32_MAX)
         return fx_error(FX_EUNSUPPORTED, func, "dx has %lld elements; int32 argmax indices need "
                        "fewer than 2^31", (long long)nx);
-    int device = -1;
-    if ((rc = pool_where(func, dx, "dx", dy, "dy", &device))) return rc;
-    /* on a device, argmax is device memory, checked there before anything is written */
-    if (device >= 0) return fx_gnn_maxpool2d_backward(dx, dy, argmax, own_indices, func);
+    /* argmax is memory of the tensors' place; a device checks it there before anything is
+     * written */
+    fx_op_args a = pool_args(FX_OP_MAXPOOL2D_BACKWARD, func, dx, "dx", dy, "dy");
+    a.u.pool.argmax_in = argmax;
+    a.u.pool.own_indices = own_indices;
+    return fx_op_run(&a);
+}
+
+int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
+{
+    tensor_t *dx = a->u.pool.out;
+    const tensor_t *dy = a->u.pool.in;
+    const int32_t *argmax = a->u.pool.argmax_in;
+    const char *func = a->func;
+    const int64_t planes = dx->shape[0] * dx->shape[1], HW = dx->shape[2] * dx->shape[3];
+    const int64_t P = dy->shape[2] * dy->shape[3], nx = planes * HW, ny = planes * P;
+    int rc = FX_OK;
+    char b1[160];
     /* every index inside its own plane (the first one that is not is named); in parallel, as
      * it reads all of argmax */
     int64_t first_bad = ny;
@@ -545,19 +573,29 @@ int tensor_avgpool2d(tensor_t *y, const tensor_t *x, int kh, int kw, int sh, int
     pool_geom g;
     int rc = pool_geometry(__func__, x, "x", y, "y", kh, kw, sh, sw, ph, pw, &g);
     if (rc) return rc;
-    const int64_t HW = g.H * g.W, P = g.OH * g.OW, planes = g.N * g.C, ny = planes * P;
     const int64_t count = (int64_t)kh * kw;
     if (count > FX_POOL_MAX_COUNT)
         return FX_FAIL(FX_EUNSUPPORTED, "window %dx%d: more than 2^40 elements cannot be "
                        "averaged with one correct rounding", kh, kw);
-    int device = -1;
-    if ((rc = pool_where(__func__, y, "y", x, "x", &device))) return rc;
-    if (device >= 0) return fx_gnn_avgpool2d(y, x, &g, __func__);
+    fx_op_args a = pool_args(FX_OP_AVGPOOL2D, __func__, y, "y", x, "x");
+    a.u.pool.g = &g;
+    return fx_op_run(&a);
+}
+
+int fx_nn_avgpool2d_host(const fx_op_args *a)
+{
+    tensor_t *y = a->u.pool.out;
+    const tensor_t *x = a->u.pool.in;
+    const char *func = a->func;
+    const pool_geom g = *a->u.pool.g;
+    const int64_t HW = g.H * g.W, P = g.OH * g.OW, planes = g.N * g.C;
+    int rc = FX_OK;
+    const int64_t ny = planes * P, count = g.KH * g.KW;
     const int ic = fx_is_int_compute(x);
     fx_scratch s = {.n = 0};
     fx_operand xo;
-    rc = pool_operand(x, ic, &xo, &s, __func__);
-    void *stage = pool_alloc(&s, ny, ic ? sizeof(int64_t) : sizeof(float), &rc, __func__);
+    rc = pool_operand(x, ic, &xo, &s, func);
+    void *stage = pool_alloc(&s, ny, ic ? sizeof(int64_t) : sizeof(float), &rc, func);
     if (rc) {
         fx_scratch_free(&s);
         return rc;
@@ -587,7 +625,7 @@ int tensor_avgpool2d(tensor_t *y, const tensor_t *x, int kh, int kw, int sh, int
     }
     int e = xo.exp;
     if (ic) pool_divide_exact(stage, ny, count, &e);
-    rc = pool_write(y, stage, ic, e, __func__);
+    rc = pool_write(y, stage, ic, e, func);
     fx_scratch_free(&s);
     return rc;
 }
@@ -598,20 +636,30 @@ int tensor_avgpool2d_backward(tensor_t *dx, const tensor_t *dy, int kh, int kw, 
     pool_geom g;
     int rc = pool_geometry(__func__, dx, "dx", dy, "dy", kh, kw, sh, sw, ph, pw, &g);
     if (rc) return rc;
-    const int64_t HW = g.H * g.W, P = g.OH * g.OW, planes = g.N * g.C, nx = planes * HW;
     const int64_t count = (int64_t)kh * kw;
     if (count > FX_POOL_MAX_COUNT)
         return FX_FAIL(FX_EUNSUPPORTED, "window %dx%d: more than 2^40 elements cannot be "
                        "averaged with one correct rounding", kh, kw);
-    int device = -1;
-    if ((rc = pool_where(__func__, dx, "dx", dy, "dy", &device))) return rc;
-    if (device >= 0) return fx_gnn_avgpool2d_backward(dx, dy, &g, __func__);
+    fx_op_args a = pool_args(FX_OP_AVGPOOL2D_BACKWARD, __func__, dx, "dx", dy, "dy");
+    a.u.pool.g = &g;
+    return fx_op_run(&a);
+}
+
+int fx_nn_avgpool2d_backward_host(const fx_op_args *a)
+{
+    tensor_t *dx = a->u.pool.out;
+    const tensor_t *dy = a->u.pool.in;
+    const char *func = a->func;
+    const pool_geom g = *a->u.pool.g;
+    const int64_t HW = g.H * g.W, P = g.OH * g.OW, planes = g.N * g.C;
+    int rc = FX_OK;
+    const int64_t nx = planes * HW, count = g.KH * g.KW;
     const int ic = fx_is_int_compute(dy);
     const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
     fx_scratch s = {.n = 0};
     fx_operand dyo;
-    rc = pool_operand(dy, ic, &dyo, &s, __func__);
-    void *stage = pool_alloc(&s, nx, ssz, &rc, __func__);
+    rc = pool_operand(dy, ic, &dyo, &s, func);
+    void *stage = pool_alloc(&s, nx, ssz, &rc, func);
     if (rc) {
         fx_scratch_free(&s);
         return rc;
@@ -647,7 +695,7 @@ int tensor_avgpool2d_backward(tensor_t *dx, const tensor_t *dy, int kh, int kw, 
         float *st = stage;
         for (int64_t i = 0; i < nx; i++) st[i] /= (float)count;
     }
-    rc = pool_write(dx, stage, ic, e, __func__);
+    rc = pool_write(dx, stage, ic, e, func);
     fx_scratch_free(&s);
     return rc;
 }
@@ -683,17 +731,27 @@ static int global_geometry(const char *func, const tensor_t *x, const char *xn, 
 
 int tensor_global_avgpool(tensor_t *y, const tensor_t *x)
 {
-    int64_t planes, HW;
+    int64_t planes = 0, HW = 0;
     int rc = global_geometry(__func__, x, "x", y, "y", &planes, &HW);
     if (rc) return rc;
-    int device = -1;
-    if ((rc = pool_where(__func__, y, "y", x, "x", &device))) return rc;
-    if (device >= 0) return fx_gnn_global_avgpool(y, x, planes, HW, __func__);
+    fx_op_args a = pool_args(FX_OP_GLOBAL_AVGPOOL, __func__, y, "y", x, "x");
+    a.u.pool.planes = planes;
+    a.u.pool.HW = HW;
+    return fx_op_run(&a);
+}
+
+int fx_nn_global_avgpool_host(const fx_op_args *a)
+{
+    tensor_t *y = a->u.pool.out;
+    const tensor_t *x = a->u.pool.in;
+    const char *func = a->func;
+    const int64_t planes = a->u.pool.planes, HW = a->u.pool.HW;
+    int rc = FX_OK;
     const int ic = fx_is_int_compute(x);
     fx_scratch s = {.n = 0};
     fx_operand xo;
-    rc = pool_operand(x, ic, &xo, &s, __func__);
-    void *stage = pool_alloc(&s, planes, ic ? sizeof(int64_t) : sizeof(float), &rc, __func__);
+    rc = pool_operand(x, ic, &xo, &s, func);
+    void *stage = pool_alloc(&s, planes, ic ? sizeof(int64_t) : sizeof(float), &rc, func);
     if (rc) {
         fx_scratch_free(&s);
         return rc;
@@ -716,26 +774,36 @@ int tensor_global_avgpool(tensor_t *y, const tensor_t *x)
     }
     int e = xo.exp;
     if (ic) pool_divide_exact(stage, planes, HW, &e);
-    rc = pool_write(y, stage, ic, e, __func__);
+    rc = pool_write(y, stage, ic, e, func);
     fx_scratch_free(&s);
     return rc;
 }
 
 int tensor_global_avgpool_backward(tensor_t *dx, const tensor_t *dy)
 {
-    int64_t planes, HW;
+    int64_t planes = 0, HW = 0;
     int rc = global_geometry(__func__, dx, "dx", dy, "dy", &planes, &HW);
     if (rc) return rc;
-    int device = -1;
-    if ((rc = pool_where(__func__, dx, "dx", dy, "dy", &device))) return rc;
-    if (device >= 0) return fx_gnn_global_avgpool_backward(dx, dy, planes, HW, __func__);
+    fx_op_args a = pool_args(FX_OP_GLOBAL_AVGPOOL_BACKWARD, __func__, dx, "dx", dy, "dy");
+    a.u.pool.planes = planes;
+    a.u.pool.HW = HW;
+    return fx_op_run(&a);
+}
+
+int fx_nn_global_avgpool_backward_host(const fx_op_args *a)
+{
+    tensor_t *dx = a->u.pool.out;
+    const tensor_t *dy = a->u.pool.in;
+    const char *func = a->func;
+    const int64_t planes = a->u.pool.planes, HW = a->u.pool.HW;
+    int rc = FX_OK;
     const int ic = fx_is_int_compute(dy);
     const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
     fx_scratch s = {.n = 0};
     fx_operand dyo;
-    rc = pool_operand(dy, ic, &dyo, &s, __func__);
-    void *quot = pool_alloc(&s, planes, ssz, &rc, __func__);
-    void *stage = pool_alloc(&s, planes * HW, ssz, &rc, __func__);
+    rc = pool_operand(dy, ic, &dyo, &s, func);
+    void *quot = pool_alloc(&s, planes, ssz, &rc, func);
+    void *stage = pool_alloc(&s, planes * HW, ssz, &rc, func);
     if (rc) {
         fx_scratch_free(&s);
         return rc;
@@ -764,7 +832,7 @@ int tensor_global_avgpool_backward(tensor_t *dx, const tensor_t *dy)
             for (int64_t i = 0; i < HW; i++) st[i] = v;
         }
     }
-    rc = pool_write(dx, stage, ic, e, __func__);
+    rc = pool_write(dx, stage, ic, e, func);
     fx_scratch_free(&s);
     return rc;
 }

@@ -16,7 +16,8 @@
  * A mean over zero elements is undefined: FX_ESHAPE when out would have any element.
  */
 #include "nn_stage.h"
-#include "../gpu/gpu_nn.h"
+#include "nn_ops.h"
+#include "../gpu/gpu_nn_math.h" /* fx_quotient_f64_odd, shared with the device */
 
 #include "../core/ops_internal.h"
 
@@ -45,11 +46,23 @@ int tensor_mean(tensor_t *out, const tensor_t *a, int axis)
         return FX_FAIL(FX_ESHAPE, "the mean over zero elements is undefined (a.shape=%s, "
                        "axis=%d)", fx_shape_str(a, b1, sizeof b1), axis);
     }
-    const tensor_t *ts[2] = {out, a};
-    static const char *const names[2] = {"out", "a"};
-    int device = -1;
-    if ((rc = fx_nn_placement(__func__, 2, ts, names, &device))) return rc;
-    if (device >= 0) return fx_gnn_mean(out, a, outer, len, inner, __func__);
+    fx_op_args r = {.op = FX_OP_MEAN, .func = __func__, .nt = 2, .t = {out, a}, .tn = {"out", "a"}};
+    r.u.mean.out = out;
+    r.u.mean.a = a;
+    r.u.mean.outer = outer;
+    r.u.mean.len = len;
+    r.u.mean.inner = inner;
+    return fx_op_run(&r);
+}
+
+int fx_nn_mean_host(const fx_op_args *r)
+{
+    tensor_t *out = r->u.mean.out;
+    const tensor_t *a = r->u.mean.a;
+    const int64_t outer = r->u.mean.outer, len = r->u.mean.len, inner = r->u.mean.inner;
+    const int64_t nout = outer * inner;
+    const char *func = r->func;
+    int rc = FX_OK;
 
     const fx_backend *be = fx_backend_active();
     const int int_compute = fx_is_int_compute(a);
@@ -57,14 +70,14 @@ int tensor_mean(tensor_t *out, const tensor_t *a, int axis)
     if (int_compute) cf = a->fmt;
     else if (be->kernels[FX_OP_SUM][a->fmt]) cf = a->fmt; /* e.g. fp16 read directly */
     fx_kernel k = be->kernels[FX_OP_SUM][cf];
-    if (!k) return FX_FAIL(FX_EUNSUPPORTED, "backend %s has no sum kernel", be->name);
+    if (!k) return fx_error(FX_EUNSUPPORTED, func, "backend %s has no sum kernel", be->name);
 
     fx_scratch sc = {.n = 0};
     fx_op_call c;
     memset(&c, 0, sizeof c);
     c.op = FX_OP_SUM;
     c.nin = 1;
-    if ((rc = fx_operand_make(a, int_compute, cf, 0, 0, NULL, &c.in[0], &sc, __func__)))
+    if ((rc = fx_operand_make(a, int_compute, cf, 0, 0, NULL, &c.in[0], &sc, func)))
         goto done;
     c.out_ndim = out->ndim;
     memcpy(c.out_shape, out->shape, sizeof c.out_shape);
@@ -81,7 +94,7 @@ int tensor_mean(tensor_t *out, const tensor_t *a, int axis)
         c.out_f32 = fx_scratch_alloc(&sc, nout, sizeof(float));
     }
     if (!c.out_i64 && !c.out_f32) {
-        rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld sums", (long long)nout);
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld sums", (long long)nout);
         goto done;
     }
     if ((rc = k(&c))) goto done;
@@ -103,22 +116,22 @@ int tensor_mean(tensor_t *out, const tensor_t *a, int axis)
             const int64_t q = (int64_t)fx_udiv_round_odd(nn_magnitude(v), (uint64_t)len, frac);
             c.out_i64[i] = v < 0 ? -q : q;
         }
-        rc = fx_write_i64(out, c.out_i64, sum_exp - frac, __func__);
+        rc = fx_write_i64(out, c.out_i64, sum_exp - frac, func);
     } else if (int_compute) {
         /* a float output keeps each element's own precision: one rounded quotient each */
         float *st = fx_scratch_alloc(&sc, nout, sizeof *st);
         if (!st) {
-            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld floats", (long long)nout);
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)nout);
             goto done;
         }
         for (int64_t i = 0; i < nout; i++)
             st[i] = nn_stage_f32(nn_quotient_f64_odd(c.out_i64[i], (uint64_t)len, sum_exp),
                                  out->fmt);
-        rc = fx_write_f32(out, st, __func__);
+        rc = fx_write_f32(out, st, func);
     } else {
         for (int64_t i = 0; i < nout; i++)
             c.out_f32[i] = nn_stage_f32((double)c.out_f32[i] / (double)len, out->fmt);
-        rc = fx_write_f32(out, c.out_f32, __func__);
+        rc = fx_write_f32(out, c.out_f32, func);
     }
 done:
     fx_scratch_free(&sc);

@@ -18,7 +18,7 @@
  * row order, so the results do not depend on the thread count or the backend.
  */
 #include "nn_stage.h"
-#include "../gpu/gpu_nn.h"
+#include "nn_ops.h"
 #include "softmax_ce.h"
 
 #include <math.h>
@@ -126,20 +126,27 @@ done:
 int tensor_softmax_cross_entropy(float *loss, tensor_t *dlogits, const tensor_t *logits,
                                  const int32_t *labels, double grad_scale)
 {
-    int rc, device = -1;
-    if (loss && logits && labels) {
-        /* the placement first: with device tensors, labels must be host memory before the
-         * validation reads them (flexpoint_gpu.h) */
-        const tensor_t *ts[2] = {logits, dlogits};
-        static const char *const names[2] = {"logits", "dlogits"};
-        if ((rc = fx_nn_placement(__func__, 2, ts, names, &device))) return rc;
-        if (device >= 0 && (rc = fx_gnn_host_ptr(labels, "labels", __func__))) return rc;
-    }
+    fx_op_args a = {.op = FX_OP_SOFTMAX_CE, .func = __func__, .nt = 2, .t = {logits, dlogits},
+                    .tn = {"logits", "dlogits"}};
+    a.u.ce.loss = loss;
+    a.u.ce.dlogits = dlogits;
+    a.u.ce.logits = logits;
+    a.u.ce.labels = labels;
+    a.u.ce.grad_scale = grad_scale;
+    int rc;
+    /* the validation reads labels, which must be memory the host can read wherever the
+     * tensors live (flexpoint_gpu.h); a bad placement is reported first */
+    if (loss && logits && labels && (rc = fx_op_host_readable(&a, labels, "labels"))) return rc;
     rc = nn_ce_validate(loss, dlogits, logits, labels, grad_scale, __func__);
     if (rc) return rc;
-    if (device >= 0) return fx_gnn_softmax_ce(loss, dlogits, logits, labels, grad_scale, __func__);
-    return nn_softmax_ce_host(loss, NULL, dlogits, logits, labels, grad_scale,
-                              logits->shape[0], __func__);
+    return fx_op_run(&a);
+}
+
+int fx_nn_softmax_ce_host(const fx_op_args *a)
+{
+    return nn_softmax_ce_host(a->u.ce.loss, NULL, a->u.ce.dlogits, a->u.ce.logits,
+                              a->u.ce.labels, a->u.ce.grad_scale, a->u.ce.logits->shape[0],
+                              a->func);
 }
 
 int fx_softmax_ce_rows(double *row_loss, tensor_t *dlogits, const tensor_t *logits,
