@@ -26,10 +26,8 @@ static pthread_once_t fx_once = PTHREAD_ONCE_INIT;
 
 static const char *const fx_backend_names[FX_BACKEND_COUNT] = {"scalar", "avx2", "avx512"};
 
-/* The bf16 x bf16 MATMUL routes of the AVX-512 level (backend.h): the kernel and the pair panel
- * height each installs, the route in use and what chose it. */
-int fx_bf16_matmul_avx512bf16(const fx_op_call *c); /* src/bf16/bf16_gemm.h */
-static fx_kernel fx_bf16_widen_kernel;                /* the fp32 MATMUL kernel */
+/* The bf16 x bf16 MATMUL route of the AVX-512 level in use (backend.h; its entries:
+ * fx_cpu_avx512_bf16_gemm_route) and what chose it. */
 static int fx_bf16_route = FX_BF16_GEMM_WIDEN;
 static char fx_bf16_route_why[160] = "the CPU: no AVX512_BF16, widen is the only route";
 /* what chose the int16 GEMM's kernel (fx_gemm_i16_force_kernel) */
@@ -67,50 +65,34 @@ static void fx_backends_build(void)
     fx_detect_cpu(&fx_cpu_info);
     fx_cpu_feature_string(&fx_cpu_info, fx_cpu_string, sizeof fx_cpu_string);
 
+    /* One installer per level (src/cpu/<level>.c). They only assign function pointers and are
+     * compiled without ISA flags, but what they install may run only on a CPU that has the
+     * level's instruction set: a level the CPU cannot run stays a copy of the one below it,
+     * marked unavailable. */
     fx_backend *s = &fx_backends[FX_BACKEND_SCALAR];
     memset(s, 0, sizeof *s);
-    fx_register_fp32_scalar(s, &fx_cpu_info);
-    fx_register_fp16_scalar(s, &fx_cpu_info);
-    fx_register_bf16_scalar(s, &fx_cpu_info);
-    fx_register_flex_scalar(s, &fx_cpu_info);
+    fx_cpu_install_scalar(s, &fx_cpu_info);
     /* the whole ops (src/core/op_table.h): one host implementation each, which reaches the
      * level's kernels through fx_backend_active(), so every level keeps the scalar entries */
     fx_nn_install_host_ops(s);
     s->supports_op = fx_cpu_supports_op;
 
-    /* The registration functions live in files compiled for their instruction set, so the
-     * compiler may use it anywhere in them, registration included (gcc does: AVX-512 moves
-     * when filling the table). They are therefore called only on a CPU that runs that set;
-     * a backend the CPU cannot run stays a copy of the one below it, marked unavailable. */
     fx_backend *a2 = &fx_backends[FX_BACKEND_AVX2];
     *a2 = *s;
-    if (fx_backend_runnable(FX_BACKEND_AVX2, &fx_cpu_info)) {
-        fx_register_fp32_avx2(a2, &fx_cpu_info);
-        fx_register_fp16_avx2(a2, &fx_cpu_info);
-        fx_register_bf16_avx2(a2, &fx_cpu_info);
-        fx_register_flex_avx2(a2, &fx_cpu_info);
-        fx_register_layout_avx2(a2, &fx_cpu_info);
-        fx_register_nn_avx2(a2, &fx_cpu_info);
-    }
+    if (fx_backend_runnable(FX_BACKEND_AVX2, &fx_cpu_info)) fx_cpu_install_avx2(a2, &fx_cpu_info);
 
     fx_backend *a5 = &fx_backends[FX_BACKEND_AVX512];
     *a5 = *a2;
-    if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info)) {
-        fx_register_fp32_avx512(a5, &fx_cpu_info);
-        fx_register_fp16_avx512(a5, &fx_cpu_info);
-        fx_register_bf16_avx512(a5, &fx_cpu_info);
-        fx_register_flex_avx512(a5, &fx_cpu_info);
-        fx_register_layout_avx512(a5, &fx_cpu_info);
-        fx_register_nn_avx512(a5, &fx_cpu_info);
-    }
+    if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info))
+        fx_cpu_install_avx512(a5, &fx_cpu_info);
 
-    /* bf16 x bf16 MATMUL on AVX-512: the table's route (src/bf16/bf16_route.c), or the one
-     * FLEXPOINT_KERNEL_BF16_GEMM forces */
-    fx_bf16_widen_kernel = a5->kernels[FX_OP_MATMUL][FMT_BF16]; /* as registered: widening */
+    /* bf16 x bf16 MATMUL on AVX-512: fx_cpu_install_avx512 installed the table's route
+     * (src/bf16/bf16_route.c) where the CPU has AVX512_BF16; record it and the table's reason,
+     * then FLEXPOINT_KERNEL_BF16_GEMM may force the other one */
     if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) && fx_cpu_info.avx512bf16) {
         const char *why = "";
-        const int r = fx_bf16_gemm_route_preferred(&fx_cpu_info, &why);
-        fx_bf16_gemm_route_set(r);
+        __atomic_store_n(&fx_bf16_route, fx_bf16_gemm_route_preferred(&fx_cpu_info, &why),
+                         __ATOMIC_RELEASE);
         snprintf(fx_bf16_route_why, sizeof fx_bf16_route_why, "table: %s", why);
     }
     const char *kenv = getenv("FLEXPOINT_KERNEL_BF16_GEMM");
@@ -252,14 +234,11 @@ int fx_bf16_gemm_route_set(int route)
     if (route == FX_BF16_GEMM_DPBF16) {
         if (!fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) || !fx_cpu_info.avx512bf16)
             return FX_EUNSUPPORTED;
-        a5->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_avx512bf16;
-        a5->gemm_bf16_pair_panel_mr = 6; /* FX_BF16_PAIR_MR (src/bf16/bf16_gemm.h) */
+        fx_cpu_avx512_bf16_gemm_route(a5, route);
     } else if (route == FX_BF16_GEMM_WIDEN) {
         /* the only route where the level cannot run or lacks AVX512_BF16: nothing to change */
-        if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) && fx_cpu_info.avx512bf16) {
-            a5->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_widen_kernel;
-            a5->gemm_bf16_pair_panel_mr = 0;
-        }
+        if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) && fx_cpu_info.avx512bf16)
+            fx_cpu_avx512_bf16_gemm_route(a5, route);
     } else {
         return FX_EINVAL;
     }

@@ -1,9 +1,10 @@
 /* Kernel interface and backend registry.
  *
  * A backend is a table of kernels [op][compute format] plus a table of conversion routines.
- * Tables are filled BLIS-style: "scalar" is registered from the *_scalar.c files, "avx2" starts
- * as a copy of scalar and the *_avx2.c files overwrite entries, "avx512" starts as a copy of
- * avx2. Every level is therefore complete by construction.
+ * Tables are filled BLIS-style, one file per CPU level: src/cpu/scalar.c fills "scalar",
+ * "avx2" starts as a copy of scalar and src/cpu/avx2.c overwrites entries, "avx512" starts as a
+ * copy of avx2 and src/cpu/avx512.c overwrites entries. Every level is therefore complete by
+ * construction.
  *
  * Kernels never see tensors, Autoflex or the output's format. They read operands (already in
  * the compute format) and write a *stage*: fp32 values (float compute) or int64 values at an
@@ -215,23 +216,16 @@ const fx_backend *fx_backend_get(int index); /* NULL for a bad index */
 const fx_backend *fx_backend_active(void);
 const fx_cpu_features *fx_cpu(void);
 
-/* Registration hooks, one per (format family, ISA level). Each fills its entries of b. */
-void fx_register_fp32_scalar(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_fp32_avx2(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_fp32_avx512(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_fp16_scalar(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_fp16_avx2(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_fp16_avx512(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_bf16_scalar(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_bf16_avx2(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_bf16_avx512(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_flex_scalar(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_flex_avx2(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_flex_avx512(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_layout_avx2(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_layout_avx512(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_nn_avx2(fx_backend *b, const fx_cpu_features *cpu);
-void fx_register_nn_avx512(fx_backend *b, const fx_cpu_features *cpu);
+/* One installer per CPU level (src/cpu/<level>.c), each naming every kernel, conversion routine
+ * and tuning value its level installs. The registry (src/core/backend.c) calls them in order:
+ * scalar on a zeroed table; avx2 on a copy of the scalar table, avx512 on a copy of the avx2
+ * one, each only on a CPU that runs that level. */
+void fx_cpu_install_scalar(fx_backend *b, const fx_cpu_features *cpu);
+void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu);
+void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu);
+/* The entries of one bf16 x bf16 MATMUL route (below) in an AVX-512 table (src/cpu/avx512.c):
+ * installing the table's route and switching it later both go through here. */
+void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route);
 
 /* Kernels chosen per CPU among routes of one op and format (src/core/backend.c). The bf16 x
  * bf16 MATMUL on AVX-512 has two: FX_BF16_GEMM_WIDEN (bf16 widened to fp32 while packed, fp32
