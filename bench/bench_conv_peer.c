@@ -27,6 +27,10 @@
  * stride-1 shapes, fewer multiplications at a different rounding, while ours (and PyTorch's
  * oneDNN path) computes the direct sum. BENCH_DNNL_ALG=auto times auto instead.
  *
+ * Times are wall clock, or with BENCH_CLOCK=cpu the process's CPU time (all threads), which a
+ * shared machine's other jobs do not inflate; at several threads it also counts the OpenMP
+ * runtime's spinning at barriers, ours and oneDNN's alike.
+ *
  * Each repetition runs, per pass, the five formats and oneDNN one after the other, so slow
  * phases of this shared VM fall on all of them; one untimed repetition warms up; each cell is
  * the median of the repetitions. Threads: flexpoint_set_num_threads and omp_set_num_threads
@@ -79,10 +83,12 @@ static const layer layers[] = {
 };
 enum { NLAYER = sizeof layers / sizeof layers[0], BATCH = 128 };
 
+static clockid_t g_clock = CLOCK_MONOTONIC; /* BENCH_CLOCK=cpu: CLOCK_PROCESS_CPUTIME_ID */
+
 static double now_s(void)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(g_clock, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -339,12 +345,16 @@ int main(int argc, char **argv)
                 MAXREPS);
         return 2;
     }
+    if (getenv("BENCH_CLOCK") && strcmp(getenv("BENCH_CLOCK"), "cpu") == 0)
+        g_clock = CLOCK_PROCESS_CPUTIME_ID;
     /* the OpenMP runtime's setting, for oneDNN; looked up so that a build without OpenMP runs */
     void (*omp_threads)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
 
     printf("bench_conv_peer: batch %d, median of %d after one warm-up; flexpoint %s, backend %s, "
            "CPU %s\n", BATCH, reps, flexpoint_version(), flexpoint_backend(),
            flexpoint_cpu_model());
+    printf("times: %s\n", g_clock == CLOCK_MONOTONIC ? "wall clock"
+                                                     : "process CPU time (BENCH_CLOCK=cpu)");
 #ifdef FX_BENCH_DNNL
     const dnnl_version_t *ver = dnnl_version();
     dnnl_engine_t eng;

@@ -2,6 +2,7 @@
  * (independent of the thread count) and statistics are merged in chunk order, so results and
  * statistics are identical for every thread count. */
 #include "dispatch.h"
+#include "profile_counters.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -124,10 +125,13 @@ void fx_par_maxabs_f32(const fx_backend *be, const float *src, int64_t n, float 
     free(pn);
 }
 
-/* Widening conversions for float compute. Chunked in parallel for large arrays. */
+/* Widening conversions for float compute. Chunked in parallel for large arrays. Profiled, a
+ * conversion (profile_counters.h). */
 void fx_widen_to_f32(const fx_backend *be, fmt_t src_fmt, int exp, const void *src, float *dst,
                      int64_t n)
 {
+    fx_prof_span sp;
+    fx_prof_begin(&sp);
     int64_t nchunks = (n + FX_CHUNK - 1) / FX_CHUNK;
     int nt = fx_threads_for(n);
     (void)nt;
@@ -147,10 +151,14 @@ void fx_widen_to_f32(const fx_backend *be, fmt_t src_fmt, int exp, const void *s
         default: break;
         }
     }
+    fx_prof_end(&sp, FX_PROF_CONVERSION);
 }
 
+/* Profiled, a conversion (an operand into integer compute), exponent included. */
 void fx_quantize_exact(const fx_backend *be, const float *src, int16_t *dst, int64_t n, int *exp)
 {
+    fx_prof_span sp;
+    fx_prof_begin(&sp);
     float mx;
     int64_t nonfinite;
     fx_par_maxabs_f32(be, src, n, &mx, &nonfinite);
@@ -161,4 +169,5 @@ void fx_quantize_exact(const fx_backend *be, const float *src, int16_t *dst, int
     fx_qstats st;
     fx_par_quant_f32(be, src, dst, n, e, &r, &st);
     *exp = e;
+    fx_prof_end(&sp, FX_PROF_CONVERSION);
 }

@@ -3,6 +3,7 @@
  * place and kernels only compute. */
 #include "dispatch.h"
 #include "compose.h"
+#include "profile_counters.h"
 #include "../autoflex/trace.h"
 
 #include <inttypes.h>
@@ -239,7 +240,7 @@ static int fx_rows_agree_src(const fx_dist_ops *dist, fx_shared_src *src)
     return FX_OK;
 }
 
-int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *func)
+static int fx_write_shared_with_body(tensor_t *out, const fx_shared_src *src, const char *func)
 {
     fx_storage *st = out->st;
     int rc = fx_storage_settle(st, func); /* an earlier write's bookkeeping comes first */
@@ -262,6 +263,35 @@ int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *fu
     st->write_counter++;
     (void)func;
     return FX_OK;
+}
+
+/* Profiling (profile_counters.h): a quantisation that stores the result is rounding, one that
+ * only measures (an Autoflex trial) is exponent bookkeeping, as is the rest of the write. */
+typedef struct fx_timed_quant_ctx {
+    const fx_shared_src *inner;
+} fx_timed_quant_ctx;
+
+static int fx_timed_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    const fx_timed_quant_ctx *c = ctx;
+    const uint64_t t0 = keep ? fx_prof_part_start() : 0;
+    const int rc = c->inner->quantize(c->inner->ctx, e, r, keep, q);
+    fx_prof_part_stop(t0);
+    return rc;
+}
+
+int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *func)
+{
+    fx_prof_span sp;
+    fx_prof_begin(&sp);
+    if (!sp.on) return fx_write_shared_with_body(out, src, func);
+    fx_timed_quant_ctx tq = {src};
+    fx_shared_src timed = *src;
+    timed.ctx = &tq;
+    timed.quantize = fx_timed_quantize;
+    const int rc = fx_write_shared_with_body(out, &timed, func);
+    fx_prof_end_split(&sp, FX_PROF_AUTOFLEX, FX_PROF_ROUNDING);
+    return rc;
 }
 
 /* Documented in dispatch.h: a whole FLEX16_5 tensor, unmanaged or past its first write, with
@@ -333,6 +363,9 @@ static int fx_replay_quantize(void *ctx, int e, const fx_rounding *r, int keep, 
     return FX_OK;
 }
 
+static int fx_storage_settle_collected(fx_storage *st, fx_pending_write *p,
+                                       const fx_pending_result *res, const char *func);
+
 int fx_storage_settle(fx_storage *st, const char *func)
 {
     fx_pending_write *p = st->pending;
@@ -348,37 +381,49 @@ int fx_storage_settle(fx_storage *st, const char *func)
         if (!p->exp_known) p->active = 1;
         return rc;
     }
-    if (res.ntrials < 1 || res.ntrials > 2) {
+    /* the decision is exponent bookkeeping; waiting for a device's collect is not */
+    fx_prof_span sp;
+    fx_prof_begin(&sp);
+    rc = fx_storage_settle_collected(st, p, &res, func);
+    fx_prof_end(&sp, FX_PROF_AUTOFLEX);
+    return rc;
+}
+
+static int fx_storage_settle_collected(fx_storage *st, fx_pending_write *p,
+                                       const fx_pending_result *res, const char *func)
+{
+    int rc;
+    if (res->ntrials < 1 || res->ntrials > 2) {
         if (!p->exp_known) p->active = 1; /* as a failed collect */
         return fx_error(FX_EDEVICE, func, "a launched write reported %d quantisations",
-                        res.ntrials);
+                        res->ntrials);
     }
     /* The write is decided again by the core's own rules from what the backend measured,
      * at the state it was launched from (only this write changes it until it is settled);
      * the counters moved at launch. */
-    fx_replay_ctx c = {&res, 0, 0, 0};
+    fx_replay_ctx c = {res, 0, 0, 0};
     fx_shared_src src;
     memset(&src, 0, sizeof src);
-    src.kind = res.kind;
-    src.exp = res.exp;
-    src.true_max = res.true_max;
-    src.imax = res.imax;
+    src.kind = res->kind;
+    src.exp = res->exp;
+    src.true_max = res->true_max;
+    src.imax = res->imax;
     src.ctx = &c;
     src.quantize = fx_replay_quantize;
     const fx_rounding r = {st->rounding, st->seed, st->write_counter - 1};
     fx_shared_outcome o;
     rc = fx_shared_decide(st, true, p->prev_exp, &src, &r, &o);
-    const int held = res.trial[res.ntrials - 1].e; /* the exponent of the stored mantissas */
-    if (rc == FX_OK && c.next != res.ntrials) rc = FX_EDEVICE;
+    const int held = res->trial[res->ntrials - 1].e; /* the exponent of the stored mantissas */
+    if (rc == FX_OK && c.next != res->ntrials) rc = FX_EDEVICE;
     if (rc) {
         /* the data stay at the exponent they were written at; the statistics are lost */
         st->exp = held;
         return fx_error(FX_EDEVICE, func, "write %lld: the backend kept exponent %d after %d "
                         "quantisation(s), but the rules of src/core/store.c ask for exponent "
                         "%d; its statistics are dropped", (long long)p->index, held,
-                        res.ntrials, c.mismatch ? c.asked : o.e);
+                        res->ntrials, c.mismatch ? c.asked : o.e);
     }
-    fx_shared_commit(st, p->index, &o, res.true_max);
+    fx_shared_commit(st, p->index, &o, res->true_max);
     return FX_OK;
 }
 
@@ -450,7 +495,9 @@ static int fx_write_shared_deferred_host(tensor_t *out, const fx_stage *s,
         e = fx_dfp16_write_exp(src->kind == FX_STAGE_F32, src->true_max, src->imax, src->exp, e,
                                st->win_lo, st->win_hi, NULL);
     const fx_backend *be = fx_backend_active();
+    uint64_t pt = fx_prof_part_start(); /* the quantisations store the result: rounding */
     fx_stage_quantize(be, s, e, &r, dst, &res->trial[0].q);
+    fx_prof_part_stop(pt);
     res->trial[0].e = e;
     res->ntrials = 1;
     if (mode == FX_LAUNCH_RECOMPUTE) {
@@ -458,7 +505,9 @@ static int fx_write_shared_deferred_host(tensor_t *out, const fx_stage *s,
                                           st->win_lo, st->win_hi);
         if (redo != e) {
             e = redo;
+            pt = fx_prof_part_start();
             fx_stage_quantize(be, s, e, &r, dst, &res->trial[1].q);
+            fx_prof_part_stop(pt);
             res->trial[1].e = e;
             res->ntrials = 2;
         }
@@ -481,7 +530,7 @@ static int fx_host_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx
     return FX_OK;
 }
 
-static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
+static int fx_write_shared_body(tensor_t *out, const fx_stage *s, const char *func)
 {
     const fx_backend *be = fx_backend_active();
     int64_t n = s->n;
@@ -508,9 +557,22 @@ static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
     src.quantize = fx_host_quantize;
     rc = fx_write_shared_with(out, &src, func);
     if (tmp) {
+        const uint64_t pt = fx_prof_part_start(); /* storing the rounded values */
         if (rc == FX_OK) fx_strided_copy(out, tmp, 1);
+        fx_prof_part_stop(pt);
         free(tmp);
     }
+    return rc;
+}
+
+/* Profiled, a write's maximum scan and exponent choice are bookkeeping, its quantisation into
+ * the output and the copy into a strided view rounding (profile_counters.h). */
+static int fx_write_shared(tensor_t *out, const fx_stage *s, const char *func)
+{
+    fx_prof_span sp;
+    fx_prof_begin(&sp);
+    const int rc = fx_write_shared_body(out, s, func);
+    fx_prof_end_split(&sp, FX_PROF_AUTOFLEX, FX_PROF_ROUNDING);
     return rc;
 }
 
@@ -534,7 +596,7 @@ static void fx_stage_i64_to_f32(const fx_stage *s, float *dst, int odd)
     }
 }
 
-static int fx_write_float(tensor_t *out, const fx_stage *s, const char *func)
+static int fx_write_float_body(tensor_t *out, const fx_stage *s, const char *func)
 {
     const fx_backend *be = fx_backend_active();
     int64_t n = s->n;
@@ -580,6 +642,18 @@ static int fx_write_float(tensor_t *out, const fx_stage *s, const char *func)
     free(tmp16);
     free(ftmp);
     return FX_OK;
+}
+
+/* Profiled, a float write that changes the values' format is rounding; an fp32 stage copied
+ * into an fp32 tensor is not counted. */
+static int fx_write_float(tensor_t *out, const fx_stage *s, const char *func)
+{
+    if (out->fmt == FMT_FP32 && s->kind == FX_STAGE_F32) return fx_write_float_body(out, s, func);
+    fx_prof_span sp;
+    fx_prof_begin(&sp);
+    const int rc = fx_write_float_body(out, s, func);
+    fx_prof_end(&sp, FX_PROF_ROUNDING);
+    return rc;
 }
 
 static int fx_write_local(tensor_t *out, const fx_stage *s, const char *func);

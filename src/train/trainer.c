@@ -493,6 +493,10 @@ void fx_trainer_free(fx_trainer *t)
     free(t->aug_tmp);
     free(t->row_loss);
     free(t->reg);
+    fx_prof_sink_free(&t->prof_sink);
+    free(t->prof_split_fwd);
+    free(t->prof_split_bwd);
+    free(t->prof_layer0);
     free(t);
 }
 
@@ -715,9 +719,87 @@ static int fx_dist_loss(fx_trainer *t, const tensor_t *logits, double scale, flo
     return FX_OK;
 }
 
+/* ---- the profile's split (profile_counters.h) ------------------------------------------------ */
+
+static void fx_split_add(fx_time_split *d, const uint64_t ns[FX_PROF_NCAT])
+{
+    d->conversion_s += 1e-9 * (double)ns[FX_PROF_CONVERSION];
+    d->rounding_s += 1e-9 * (double)ns[FX_PROF_ROUNDING];
+    d->autoflex_s += 1e-9 * (double)ns[FX_PROF_AUTOFLEX];
+}
+
+/* The sink's counts since the last mark go to phase d (and to the whole step's total). */
+static void fx_prof_phase_end(fx_trainer *t, fx_time_split *d)
+{
+    uint64_t ns[FX_PROF_NCAT];
+    for (int c = 0; c < FX_PROF_NCAT; c++) {
+        ns[c] = t->prof_sink.ns[c] - t->prof_mark[c];
+        t->prof_mark[c] = t->prof_sink.ns[c];
+    }
+    fx_split_add(d, ns);
+    fx_split_add(&t->prof_split.total, ns);
+}
+
+/* Before a model pass: remember the layers' times and start logging the spans. */
+static void fx_prof_layers_begin(fx_trainer *t, const double *layer_s)
+{
+    memcpy(t->prof_layer0, layer_s, (size_t)t->m.nlayers * sizeof *layer_s);
+    t->prof_sink.nevents = 0;
+    t->prof_sink.log = 1;
+}
+
+/* After a model pass that ran from clock reading p0 to p1 (the trainer's readings around the
+ * call): each logged span goes to the layer that was running at its midpoint. The model times
+ * the layers back to back (fx_model_forward/backward read the clock once between two layers),
+ * so this pass's layer times d[i] tile the interval [T0, T0 + sum d] of the model's first
+ * reading T0, which lies in [p0, p1 - sum d]; its middle is taken. The error, a few calls'
+ * time, moves only spans shorter than twice that. backward: the layers ran last to first. */
+static void fx_prof_layers_end(fx_trainer *t, const double *layer_s, double p0, double p1,
+                               int backward, fx_time_split *dst)
+{
+    fx_prof_sink *s = &t->prof_sink;
+    s->log = 0;
+    const int n = t->m.nlayers;
+    if (n < 1) return;
+    double *d = t->prof_layer0, sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        d[i] = layer_s[i] - d[i];
+        sum += d[i];
+    }
+    double t0 = 0.5 * (p0 + (p1 - sum));
+    if (t0 < p0) t0 = p0;
+    int k = 0; /* position in running order */
+    double end = t0 + d[backward ? n - 1 : 0];
+    for (int64_t e = 0; e < s->nevents; e++) {
+        const fx_prof_event *ev = &s->events[e];
+        const uint64_t tot = ev->ns[0] + ev->ns[1] + ev->ns[2];
+        const double mid = 1e-9 * (double)ev->start_ns + 0.5e-9 * (double)tot;
+        while (mid >= end && k < n - 1) {
+            k++;
+            end += d[backward ? n - 1 - k : k];
+        }
+        fx_split_add(&dst[backward ? n - 1 - k : k], ev->ns);
+    }
+    s->nevents = 0;
+}
+
+static int fx_trainer_step_body(fx_trainer *t, float *loss_out);
+
 int fx_trainer_step(fx_trainer *t, float *loss_out)
 {
     if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
+    if (!t->profiling) return fx_trainer_step_body(t, loss_out);
+    /* the step's own thread counts its conversions, rounding and bookkeeping */
+    fx_prof_sink *prev = fx_prof_attach(&t->prof_sink);
+    memcpy(t->prof_mark, t->prof_sink.ns, sizeof t->prof_mark);
+    const int rc = fx_trainer_step_body(t, loss_out);
+    t->prof_sink.log = 0; /* a failed step may stop inside a model pass */
+    fx_prof_attach(prev);
+    return rc;
+}
+
+static int fx_trainer_step_body(fx_trainer *t, float *loss_out)
+{
     int rc = fx_trainer_use_device(t);
     if (rc) return rc;
     if ((rc = fx_begin_epoch_if_needed(t))) return rc;
@@ -743,6 +825,8 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     if (prof) {
         p1 = fx_model_clock(m);
         t->prof.data_s += p1 - p0;
+        fx_prof_phase_end(t, &t->prof_split.data);
+        fx_prof_layers_begin(t, m->prof_fwd);
         p0 = p1;
     }
     tensor_t *logits = NULL;
@@ -751,6 +835,8 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     if (prof) {
         p1 = fx_model_clock(m);
         t->prof.forward_s += p1 - p0;
+        fx_prof_phase_end(t, &t->prof_split.forward);
+        fx_prof_layers_end(t, m->prof_fwd, p0, p1, 0, t->prof_split_fwd);
         p0 = p1;
     }
     float loss = 0;
@@ -762,6 +848,8 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     if (prof) {
         p1 = fx_model_clock(m);
         t->prof.loss_s += p1 - p0;
+        fx_prof_phase_end(t, &t->prof_split.loss);
+        fx_prof_layers_begin(t, m->prof_bwd);
         p0 = p1;
     }
     if (!rc) {
@@ -773,6 +861,8 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
     if (prof) {
         p1 = fx_model_clock(m);
         t->prof.backward_s += p1 - p0;
+        fx_prof_phase_end(t, &t->prof_split.backward);
+        fx_prof_layers_end(t, m->prof_bwd, p0, p1, 1, t->prof_split_bwd);
         p0 = p1;
     }
 
@@ -814,6 +904,7 @@ int fx_trainer_step(fx_trainer *t, float *loss_out)
         t->prof.update_s += p1 - p0;
         t->prof.total_s += p1 - t0;
         t->prof.steps++;
+        fx_prof_phase_end(t, &t->prof_split.update);
     }
     fx_health_end(t);
     if (!isfinite(loss)) t->nonfinite++;
@@ -1106,15 +1197,31 @@ int fx_trainer_profile_enable(fx_trainer *t, int on)
     free(m->prof_bwd);
     m->prof_fwd = m->prof_bwd = NULL;
     memset(&t->prof, 0, sizeof t->prof);
+    fx_prof_sink_free(&t->prof_sink);
+    memset(&t->prof_split, 0, sizeof t->prof_split);
+    free(t->prof_split_fwd);
+    free(t->prof_split_bwd);
+    free(t->prof_layer0);
+    t->prof_split_fwd = t->prof_split_bwd = NULL;
+    t->prof_layer0 = NULL;
     t->profiling = 0;
     if (!on) return FX_OK;
     size_t n = (size_t)(m->nlayers > 0 ? m->nlayers : 1);
     m->prof_fwd = calloc(n, sizeof(double));
     m->prof_bwd = calloc(n, sizeof(double));
-    if (!m->prof_fwd || !m->prof_bwd) {
+    t->prof_split_fwd = calloc(n, sizeof *t->prof_split_fwd);
+    t->prof_split_bwd = calloc(n, sizeof *t->prof_split_bwd);
+    t->prof_layer0 = calloc(n, sizeof *t->prof_layer0);
+    if (!m->prof_fwd || !m->prof_bwd || !t->prof_split_fwd || !t->prof_split_bwd ||
+        !t->prof_layer0) {
         free(m->prof_fwd);
         free(m->prof_bwd);
         m->prof_fwd = m->prof_bwd = NULL;
+        free(t->prof_split_fwd);
+        free(t->prof_split_bwd);
+        free(t->prof_layer0);
+        t->prof_split_fwd = t->prof_split_bwd = NULL;
+        t->prof_layer0 = NULL;
         return FX_FAIL(FX_ENOMEM, "out of memory");
     }
     t->profiling = 1;
@@ -1125,6 +1232,26 @@ int fx_trainer_profile(const fx_trainer *t, fx_train_profile *p)
 {
     if (!t || !p) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "p");
     *p = t->prof;
+    return FX_OK;
+}
+
+int fx_trainer_profile_split(const fx_trainer *t, fx_train_profile_split *p)
+{
+    if (!t || !p) return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "p");
+    *p = t->prof_split;
+    return FX_OK;
+}
+
+int fx_trainer_layer_profile_split(const fx_trainer *t, int i, fx_time_split *forward,
+                                   fx_time_split *backward)
+{
+    if (!t || !forward || !backward)
+        return FX_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : !forward ? "forward" : "backward");
+    if (i < 0 || i >= t->m.nlayers)
+        return FX_FAIL(FX_EINVAL, "layer %d is outside [0, %d)", i, t->m.nlayers);
+    static const fx_time_split zero = {0, 0, 0};
+    *forward = t->prof_split_fwd ? t->prof_split_fwd[i] : zero;
+    *backward = t->prof_split_bwd ? t->prof_split_bwd[i] : zero;
     return FX_OK;
 }
 
