@@ -114,6 +114,8 @@ static void test_placement(void)
         CHECK(message_has("no CUDA backend"), "message '%s'", flexpoint_last_error());
         CHECK_STATUS(tensor_add(dx, dy, x), FX_EDEVICE);
         CHECK(message_has("no CUDA backend"), "message '%s'", flexpoint_last_error());
+        CHECK_STATUS(tensor_softmax(dx, dy, -1), FX_EDEVICE);
+        CHECK(message_has("no CUDA backend"), "message '%s'", flexpoint_last_error());
         CHECK(!flexpoint_gpu_built() && flexpoint_gpu_device_count() == 0,
               "the runtime API reports no device backend");
     } else {
@@ -125,6 +127,9 @@ static void test_placement(void)
               "cuda does not compute element-wise math nor gradient clipping");
         CHECK_STATUS(tensor_unary(dx, dy, "exp"), FX_EUNSUPPORTED);
         CHECK(message_has("cuda backend") && message_has("tensor_unary"), "message '%s'",
+              flexpoint_last_error());
+        CHECK_STATUS(tensor_softmax(dx, dy, -1), FX_EUNSUPPORTED);
+        CHECK(message_has("cuda backend has no tensor_softmax"), "message '%s'",
               flexpoint_last_error());
         tensor_t *grads[2] = {dx, dy};
         double norm = -1.0;

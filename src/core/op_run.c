@@ -48,6 +48,18 @@ static const fx_op_info fx_ops[FX_OP_COUNT] = {
     [FX_OP_ADAMW_STEP] = {"fx_adamw_step", NULL},
     [FX_OP_UNSCALE] = {"fx_loss_scaler_unscale", NULL},
     [FX_OP_CLIP_GRAD_NORM] = {"fx_clip_grad_norm", NULL},
+    [FX_OP_SOFTMAX] = {"tensor_softmax", NULL},
+    [FX_OP_LOG_SOFTMAX] = {"tensor_log_softmax", NULL},
+    [FX_OP_SOFTMAX_BACKWARD] = {"tensor_softmax_backward", NULL},
+    [FX_OP_LOG_SOFTMAX_BACKWARD] = {"tensor_log_softmax_backward", NULL},
+    [FX_OP_LAYERNORM] = {"tensor_layernorm", NULL},
+    [FX_OP_LAYERNORM_BACKWARD] = {"tensor_layernorm_backward", NULL},
+    [FX_OP_BMM] = {"tensor_bmm", NULL},
+    [FX_OP_BMM_BACKWARD] = {"tensor_bmm_backward", NULL},
+    [FX_OP_CAUSAL_MASK] = {"tensor_causal_mask", NULL},
+    [FX_OP_MASKED_FILL] = {"tensor_masked_fill", NULL},
+    [FX_OP_EMBEDDING] = {"tensor_embedding", NULL},
+    [FX_OP_EMBEDDING_BACKWARD] = {"tensor_embedding_backward", NULL},
 };
 
 const fx_op_info *fx_op_info_of(int op)

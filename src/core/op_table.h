@@ -47,6 +47,18 @@ typedef enum {
     FX_OP_ADAMW_STEP,                 /* fx_adamw_step                                    */
     FX_OP_UNSCALE,                    /* fx_loss_scaler_unscale                           */
     FX_OP_CLIP_GRAD_NORM,             /* fx_clip_grad_norm                                */
+    FX_OP_SOFTMAX,                    /* tensor_softmax                                   */
+    FX_OP_LOG_SOFTMAX,                /* tensor_log_softmax                               */
+    FX_OP_SOFTMAX_BACKWARD,           /* tensor_softmax_backward                          */
+    FX_OP_LOG_SOFTMAX_BACKWARD,       /* tensor_log_softmax_backward                      */
+    FX_OP_LAYERNORM,                  /* tensor_layernorm                                 */
+    FX_OP_LAYERNORM_BACKWARD,         /* tensor_layernorm_backward                        */
+    FX_OP_BMM,                        /* tensor_bmm                                       */
+    FX_OP_BMM_BACKWARD,               /* tensor_bmm_backward                              */
+    FX_OP_CAUSAL_MASK,                /* tensor_causal_mask                               */
+    FX_OP_MASKED_FILL,                /* tensor_masked_fill                               */
+    FX_OP_EMBEDDING,                  /* tensor_embedding                                 */
+    FX_OP_EMBEDDING_BACKWARD,         /* tensor_embedding_backward                        */
     FX_OP_COUNT
 } fx_op;
 
@@ -171,6 +183,18 @@ typedef struct fx_op_args {
             double max_norm;
             double *total_norm;
         } clip;
+        struct { /* the transformer ops, SOFTMAX ... EMBEDDING_BACKWARD (flexpoint_nn.h order) */
+            struct tensor *out, *out2;  /* y, dx, out, da, dtable; db                      */
+            const struct tensor *in[3]; /* the inputs in the public function's order       */
+            const float *fin[2];        /* layer norm: gamma, beta                         */
+            float *fout[2];             /* layer norm: mean, rstd; dgamma, dbeta           */
+            const int32_t *indices;     /* embedding: host memory                          */
+            int64_t n;                  /* embedding: the index count                      */
+            int64_t R, D;               /* layer norm rows and width; embedding V and D    */
+            int axis, ta, tb;           /* softmax axis; bmm transposes                    */
+            double value;               /* layer norm eps; the masks' fill                 */
+            const void *geom;           /* bmm dims or the mask's strides (op-private)     */
+        } tfm;
     } u;
 } fx_op_args;
 

@@ -30,7 +30,7 @@
 #include <string.h>
 
 /* Geometry: element (n, c, s) is at (n * C + c) * S + s; M = N * S values per channel
- * (shared with the device implementation, src/gpu/gpu_nn.h). */
+ * (shared with the device implementation, src/gpu/gpu_nn_math.h). */
 typedef fx_bn_dims nn_bn_dims;
 
 static int nn_bn_dims_of(const tensor_t *x, nn_bn_dims *d, const char *func)

@@ -22,6 +22,7 @@
  * non-finite, so mask attention scores into a float y (fp32/fp16/bf16) when fill is -Inf.
  */
 #include "tfm_common.h"
+#include "nn_ops.h"
 #include "flexpoint_nn.h"
 
 #include <math.h>
@@ -142,10 +143,21 @@ int tensor_bmm(tensor_t *out, const tensor_t *a, const tensor_t *b, int trans_a,
     bmm_dims d;
     int rc = bmm_validate(__func__, out, a, b, trans_a, trans_b, &d);
     if (rc) return rc;
-    const tensor_t *ts[3] = {out, a, b};
-    static const char *const names[3] = {"out", "a", "b"};
-    if ((rc = tfm_host_only(__func__, 3, ts, names))) return rc;
-    return bmm_run(__func__, out, a, b, trans_a, trans_b, &d);
+    fx_op_args r = {.op = FX_OP_BMM, .func = __func__, .nt = 3, .t = {out, a, b},
+                    .tn = {"out", "a", "b"}};
+    r.u.tfm.out = out;
+    r.u.tfm.in[0] = a;
+    r.u.tfm.in[1] = b;
+    r.u.tfm.ta = trans_a;
+    r.u.tfm.tb = trans_b;
+    r.u.tfm.geom = &d;
+    return fx_op_run(&r);
+}
+
+int fx_nn_bmm_host(const fx_op_args *r)
+{
+    return bmm_run(r->func, r->u.tfm.out, r->u.tfm.in[0], r->u.tfm.in[1], r->u.tfm.ta,
+                   r->u.tfm.tb, r->u.tfm.geom);
 }
 
 int tensor_bmm_backward(tensor_t *da, tensor_t *db, const tensor_t *dout, const tensor_t *a,
@@ -158,12 +170,28 @@ int tensor_bmm_backward(tensor_t *da, tensor_t *db, const tensor_t *dout, const 
     if (!rc && da) rc = nn_same_shape(func, "da", da, "a", a);
     if (!rc && db) rc = nn_same_shape(func, "db", db, "b", b);
     if (rc) return rc;
-    const tensor_t *ts[5] = {da, db, dout, a, b};
-    static const char *const names[5] = {"da", "db", "dout", "a", "b"};
-    if ((rc = tfm_host_only(func, 5, ts, names))) return rc;
     if (da && db && da->st == db->st)
         return FX_FAIL(FX_EINVAL, "da and db share storage: the second write would overwrite "
                        "the first");
+    fx_op_args r = {.op = FX_OP_BMM_BACKWARD, .func = func, .nt = 5, .t = {da, db, dout, a, b},
+                    .tn = {"da", "db", "dout", "a", "b"}};
+    r.u.tfm.out = da;
+    r.u.tfm.out2 = db;
+    r.u.tfm.in[0] = dout;
+    r.u.tfm.in[1] = a;
+    r.u.tfm.in[2] = b;
+    r.u.tfm.ta = trans_a;
+    r.u.tfm.tb = trans_b;
+    return fx_op_run(&r);
+}
+
+int fx_nn_bmm_backward_host(const fx_op_args *r)
+{
+    tensor_t *da = r->u.tfm.out, *db = r->u.tfm.out2;
+    const tensor_t *dout = r->u.tfm.in[0], *a = r->u.tfm.in[1], *b = r->u.tfm.in[2];
+    const int trans_a = r->u.tfm.ta, trans_b = r->u.tfm.tb;
+    const char *func = r->func;
+    int rc;
     /* out = op(a) op(b):
      *   d op(a) = dout op(b)^T, so da = dout op(b)^T, or its transpose op(b) dout^T;
      *   d op(b) = op(a)^T dout, so db = op(a)^T dout, or its transpose dout^T op(a). */
@@ -282,11 +310,19 @@ int tensor_causal_mask(tensor_t *y, const tensor_t *x, double fill)
         return FX_FAIL(FX_ESHAPE, "a causal mask needs [..., Sq, Sk], got x.shape=%s",
                        fx_shape_str(x, b1, sizeof b1));
     }
-    const tensor_t *ts[2] = {y, x};
-    static const char *const names[2] = {"y", "x"};
-    if ((rc = tfm_host_only(__func__, 2, ts, names))) return rc;
+    fx_op_args r = {.op = FX_OP_CAUSAL_MASK, .func = __func__, .nt = 2, .t = {y, x},
+                    .tn = {"y", "x"}};
+    r.u.tfm.out = y;
+    r.u.tfm.in[0] = x;
+    r.u.tfm.value = fill;
+    return fx_op_run(&r);
+}
+
+int fx_nn_causal_mask_host(const fx_op_args *r)
+{
+    const tensor_t *x = r->u.tfm.in[0];
     mask_src m = {.x = x, .causal = 1};
-    return mask_apply(__func__, y, x, &m, fill);
+    return mask_apply(r->func, r->u.tfm.out, x, &m, r->u.tfm.value);
 }
 
 int tensor_masked_fill(tensor_t *y, const tensor_t *x, const tensor_t *mask, double fill)
@@ -309,15 +345,30 @@ int tensor_masked_fill(tensor_t *y, const tensor_t *x, const tensor_t *mask, dou
         return FX_FAIL(FX_ESHAPE, "mask.shape=%s does not broadcast to x.shape=%s (NumPy rules: "
                        "axes aligned from the end, each equal or 1)",
                        fx_shape_str(mask, b1, sizeof b1), fx_shape_str(x, b2, sizeof b2));
-    const tensor_t *ts[3] = {y, x, mask};
-    static const char *const names[3] = {"y", "x", "mask"};
-    if ((rc = tfm_host_only(__func__, 3, ts, names))) return rc;
+    fx_op_args r = {.op = FX_OP_MASKED_FILL, .func = __func__, .nt = 3, .t = {y, x, mask},
+                    .tn = {"y", "x", "mask"}};
+    r.u.tfm.out = y;
+    r.u.tfm.in[0] = x;
+    r.u.tfm.in[1] = mask;
+    r.u.tfm.value = fill;
+    r.u.tfm.geom = &m;
+    return fx_op_run(&r);
+}
+
+int fx_nn_masked_fill_host(const fx_op_args *r)
+{
+    tensor_t *y = r->u.tfm.out;
+    const tensor_t *x = r->u.tfm.in[0], *mask = r->u.tfm.in[1];
+    const double fill = r->u.tfm.value;
+    mask_src m = *(const mask_src *)r->u.tfm.geom;
+    const char *func = r->func;
+    int rc;
     if (fx_numel_of(x->ndim, x->shape) == 0) return FX_OK;
     fx_scratch s = {.n = 0};
     const float *mv;
-    if ((rc = nn_in_f32(mask, &mv, &s, __func__)) == FX_OK) {
+    if ((rc = nn_in_f32(mask, &mv, &s, func)) == FX_OK) {
         m.mask = mv;
-        rc = mask_apply(__func__, y, x, &m, fill);
+        rc = mask_apply(func, y, x, &m, fill);
     }
     fx_scratch_free(&s);
     return rc;

@@ -18,6 +18,7 @@
  * rules in the backward (a shared-exponent output counts them as non-finite).
  */
 #include "tfm_common.h"
+#include "nn_ops.h"
 #include "flexpoint_nn.h"
 
 #include <string.h>
@@ -51,12 +52,29 @@ int tensor_embedding(tensor_t *y, const tensor_t *table, const int32_t *indices,
                      int64_t n_indices)
 {
     const char *func = __func__;
-    int64_t V, D;
+    int64_t V = 0, D = 0;
     int rc = emb_validate(func, "table", table, "y", y, indices, n_indices, &V, &D);
     if (rc) return rc;
-    const tensor_t *ts[2] = {y, table};
-    static const char *const names[2] = {"y", "table"};
-    if ((rc = tfm_host_only(func, 2, ts, names))) return rc;
+    /* indices are host memory wherever the tensors live (validated above) */
+    fx_op_args a = {.op = FX_OP_EMBEDDING, .func = func, .nt = 2, .t = {y, table},
+                    .tn = {"y", "table"}};
+    a.u.tfm.out = y;
+    a.u.tfm.in[0] = table;
+    a.u.tfm.indices = indices;
+    a.u.tfm.n = n_indices;
+    a.u.tfm.R = V;
+    a.u.tfm.D = D;
+    return fx_op_run(&a);
+}
+
+int fx_nn_embedding_host(const fx_op_args *r)
+{
+    tensor_t *y = r->u.tfm.out;
+    const tensor_t *table = r->u.tfm.in[0];
+    const int32_t *indices = r->u.tfm.indices;
+    const int64_t n_indices = r->u.tfm.n, D = r->u.tfm.D;
+    const char *func = r->func;
+    int rc;
     const int64_t n = n_indices * D;
     if (n == 0) return FX_OK;
     fx_scratch s = {.n = 0};
@@ -65,7 +83,7 @@ int tensor_embedding(tensor_t *y, const tensor_t *table, const int32_t *indices,
         int e;
         int16_t *v = fx_scratch_alloc(&s, n, sizeof *v);
         if (!v) {
-            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld int16 values", (long long)n);
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld int16 values", (long long)n);
             goto done;
         }
         if ((rc = nn_in_i16(table, &tm, &e, &s, func))) goto done;
@@ -78,7 +96,7 @@ int tensor_embedding(tensor_t *y, const tensor_t *table, const int32_t *indices,
         const tensor_t *ins[1] = {table};
         float *v = nn_out_f32(y, ins, 1, NULL, &s);
         if (!v) {
-            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld floats", (long long)n);
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
             goto done;
         }
         for (int64_t i = 0; i < n_indices; i++)
@@ -94,12 +112,28 @@ int tensor_embedding_backward(tensor_t *dtable, const tensor_t *dy, const int32_
                               int64_t n_indices)
 {
     const char *func = __func__;
-    int64_t V, D;
+    int64_t V = 0, D = 0;
     int rc = emb_validate(func, "dtable", dtable, "dy", dy, indices, n_indices, &V, &D);
     if (rc) return rc;
-    const tensor_t *ts[2] = {dtable, dy};
-    static const char *const names[2] = {"dtable", "dy"};
-    if ((rc = tfm_host_only(func, 2, ts, names))) return rc;
+    fx_op_args a = {.op = FX_OP_EMBEDDING_BACKWARD, .func = func, .nt = 2, .t = {dtable, dy},
+                    .tn = {"dtable", "dy"}};
+    a.u.tfm.out = dtable;
+    a.u.tfm.in[0] = dy;
+    a.u.tfm.indices = indices;
+    a.u.tfm.n = n_indices;
+    a.u.tfm.R = V;
+    a.u.tfm.D = D;
+    return fx_op_run(&a);
+}
+
+int fx_nn_embedding_backward_host(const fx_op_args *r)
+{
+    tensor_t *dtable = r->u.tfm.out;
+    const tensor_t *dy = r->u.tfm.in[0];
+    const int32_t *indices = r->u.tfm.indices;
+    const int64_t n_indices = r->u.tfm.n, V = r->u.tfm.R, D = r->u.tfm.D;
+    const char *func = r->func;
+    int rc;
     const int64_t n = V * D;
     if (n == 0) return FX_OK;
     fx_scratch s = {.n = 0};
@@ -108,7 +142,7 @@ int tensor_embedding_backward(tensor_t *dtable, const tensor_t *dy, const int32_
         int e;
         int64_t *v = fx_scratch_alloc(&s, n, sizeof *v);
         if (!v) {
-            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld int64 values", (long long)n);
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld int64 values", (long long)n);
             goto done;
         }
         if ((rc = nn_in_i16(dy, &gm, &e, &s, func))) goto done;
@@ -124,14 +158,14 @@ int tensor_embedding_backward(tensor_t *dtable, const tensor_t *dy, const int32_
         const float *gv;
         double *acc = fx_scratch_alloc(&s, n, sizeof *acc);
         if (!acc) {
-            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld doubles", (long long)n);
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld doubles", (long long)n);
             goto done;
         }
         if ((rc = nn_in_f32(dy, &gv, &s, func))) goto done;
         const tensor_t *ins[1] = {dy};
         float *v = nn_out_f32(dtable, ins, 1, NULL, &s);
         if (!v) {
-            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld floats", (long long)n);
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
             goto done;
         }
         memset(acc, 0, sizeof *acc * (size_t)n);

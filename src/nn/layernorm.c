@@ -30,6 +30,7 @@
  * rstd = Inf and NaN outputs (0 * Inf), as PyTorch does.
  */
 #include "tfm_common.h"
+#include "nn_ops.h"
 #include "flexpoint_nn.h"
 
 #include <math.h>
@@ -65,20 +66,40 @@ int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma, const f
 {
     const char *func = __func__;
     if (!y || !x) return FX_FAIL(FX_EINVAL, "%s is NULL", !y ? "y" : "x");
-    int64_t R, D;
+    int64_t R = 0, D = 0;
     int rc = ln_check(func, x, eps, &R, &D);
     if (!rc) rc = nn_same_shape(func, "y", y, "x", x);
     if (rc) return rc;
-    const tensor_t *ts[2] = {y, x};
-    static const char *const names[2] = {"y", "x"};
-    if ((rc = tfm_host_only(func, 2, ts, names))) return rc;
+    fx_op_args a = {.op = FX_OP_LAYERNORM, .func = func, .nt = 2, .t = {y, x}, .tn = {"y", "x"}};
+    a.u.tfm.out = y;
+    a.u.tfm.in[0] = x;
+    a.u.tfm.fin[0] = gamma;
+    a.u.tfm.fin[1] = beta;
+    a.u.tfm.fout[0] = mean;
+    a.u.tfm.fout[1] = rstd;
+    a.u.tfm.value = eps;
+    a.u.tfm.R = R;
+    a.u.tfm.D = D;
+    return fx_op_run(&a);
+}
+
+int fx_nn_layernorm_host(const fx_op_args *req)
+{
+    tensor_t *y = req->u.tfm.out;
+    const tensor_t *x = req->u.tfm.in[0];
+    const float *gamma = req->u.tfm.fin[0], *beta = req->u.tfm.fin[1];
+    float *mean = req->u.tfm.fout[0], *rstd = req->u.tfm.fout[1];
+    const double eps = req->u.tfm.value;
+    const int64_t R = req->u.tfm.R, D = req->u.tfm.D;
+    const char *func = req->func;
+    int rc = FX_OK;
     if (R == 0) return FX_OK;
     fx_scratch s = {.n = 0};
     const float *xv;
     float *st = fx_scratch_alloc(&s, 2 * R, sizeof *st);
     const float epsf = (float)eps;
     if (!st) {
-        rc = FX_FAIL(FX_ENOMEM, "cannot allocate statistics for %lld rows", (long long)R);
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate statistics for %lld rows", (long long)R);
         goto done;
     }
     if ((rc = nn_in_f32(x, &xv, &s, func))) goto done;
@@ -86,7 +107,7 @@ int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma, const f
     /* each row's statistics are taken before its elements are written */
     float *v = nn_out_f32(y, ins, 1, nn_private_f32(x, xv), &s);
     if (!v) {
-        rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld floats", (long long)(R * D));
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)(R * D));
         goto done;
     }
     const fmt_t yf = y->fmt;
@@ -128,21 +149,42 @@ int tensor_layernorm_backward(tensor_t *dx, float *dgamma, float *dbeta, const t
         return FX_FAIL(FX_EINVAL, "%s is NULL", !dx ? "dx" : (!dy ? "dy" : "x"));
     if (dgamma && dgamma == dbeta)
         return FX_FAIL(FX_EINVAL, "dgamma and dbeta are the same buffer (%p)", (void *)dgamma);
-    int64_t R, D;
+    int64_t R = 0, D = 0;
     int rc = ln_check(func, x, eps, &R, &D);
     if (!rc) rc = nn_same_shape(func, "dy", dy, "x", x);
     if (!rc) rc = nn_same_shape(func, "dx", dx, "x", x);
     if (rc) return rc;
-    const tensor_t *ts[3] = {dx, dy, x};
-    static const char *const names[3] = {"dx", "dy", "x"};
-    if ((rc = tfm_host_only(func, 3, ts, names))) return rc;
+    fx_op_args a = {.op = FX_OP_LAYERNORM_BACKWARD, .func = func, .nt = 3, .t = {dx, dy, x},
+                    .tn = {"dx", "dy", "x"}};
+    a.u.tfm.out = dx;
+    a.u.tfm.in[0] = dy;
+    a.u.tfm.in[1] = x;
+    a.u.tfm.fin[0] = gamma;
+    a.u.tfm.fout[0] = dgamma;
+    a.u.tfm.fout[1] = dbeta;
+    a.u.tfm.value = eps;
+    a.u.tfm.R = R;
+    a.u.tfm.D = D;
+    return fx_op_run(&a);
+}
+
+int fx_nn_layernorm_backward_host(const fx_op_args *req)
+{
+    tensor_t *dx = req->u.tfm.out;
+    const tensor_t *dy = req->u.tfm.in[0], *x = req->u.tfm.in[1];
+    const float *gamma = req->u.tfm.fin[0];
+    float *dgamma = req->u.tfm.fout[0], *dbeta = req->u.tfm.fout[1];
+    const double eps = req->u.tfm.value;
+    const int64_t R = req->u.tfm.R, D = req->u.tfm.D;
+    const char *func = req->func;
+    int rc = FX_OK;
     fx_scratch s = {.n = 0};
     const float *xv, *gv;
     float *st = fx_scratch_alloc(&s, 2 * R + 1, sizeof *st);
     float *sg = fx_scratch_alloc(&s, 2 * D, sizeof *sg); /* dgamma, dbeta sums, fp32 */
     const float epsf = (float)eps;
     if (!st || !sg) {
-        rc = FX_FAIL(FX_ENOMEM, "cannot allocate statistics for %lld rows", (long long)R);
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate statistics for %lld rows", (long long)R);
         goto done;
     }
     memset(sg, 0, sizeof *sg * (size_t)(2 * D));
@@ -153,7 +195,7 @@ int tensor_layernorm_backward(tensor_t *dx, float *dgamma, float *dbeta, const t
         /* row r reads its dy and x before writing its elements */
         float *v = nn_out_f32(dx, ins, 2, nn_private_f32(dy, gv), &s);
         if (!v) {
-            rc = FX_FAIL(FX_ENOMEM, "cannot allocate %lld floats", (long long)(R * D));
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)(R * D));
             goto done;
         }
         /* dgamma, dbeta first (row order, one thread), while dy is still intact */

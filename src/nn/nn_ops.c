@@ -25,4 +25,16 @@ void fx_nn_install_host_ops(fx_backend *b)
     b->run[FX_OP_ADAMW_STEP] = fx_nn_adam_step_host;
     b->run[FX_OP_UNSCALE] = fx_nn_unscale_host;
     b->run[FX_OP_CLIP_GRAD_NORM] = fx_nn_clip_grad_norm_host;
+    b->run[FX_OP_SOFTMAX] = fx_nn_softmax_host;
+    b->run[FX_OP_LOG_SOFTMAX] = fx_nn_softmax_host;
+    b->run[FX_OP_SOFTMAX_BACKWARD] = fx_nn_softmax_backward_host;
+    b->run[FX_OP_LOG_SOFTMAX_BACKWARD] = fx_nn_softmax_backward_host;
+    b->run[FX_OP_LAYERNORM] = fx_nn_layernorm_host;
+    b->run[FX_OP_LAYERNORM_BACKWARD] = fx_nn_layernorm_backward_host;
+    b->run[FX_OP_BMM] = fx_nn_bmm_host;
+    b->run[FX_OP_BMM_BACKWARD] = fx_nn_bmm_backward_host;
+    b->run[FX_OP_CAUSAL_MASK] = fx_nn_causal_mask_host;
+    b->run[FX_OP_MASKED_FILL] = fx_nn_masked_fill_host;
+    b->run[FX_OP_EMBEDDING] = fx_nn_embedding_host;
+    b->run[FX_OP_EMBEDDING_BACKWARD] = fx_nn_embedding_backward_host;
 }

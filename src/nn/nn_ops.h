@@ -29,6 +29,16 @@ int fx_nn_sgd_step_host(const fx_op_args *a);
 int fx_nn_adam_step_host(const fx_op_args *a); /* ADAM_STEP and ADAMW_STEP */
 int fx_nn_unscale_host(const fx_op_args *a);
 int fx_nn_clip_grad_norm_host(const fx_op_args *a);
+int fx_nn_softmax_host(const fx_op_args *a);          /* SOFTMAX and LOG_SOFTMAX */
+int fx_nn_softmax_backward_host(const fx_op_args *a); /* and LOG_SOFTMAX_BACKWARD */
+int fx_nn_layernorm_host(const fx_op_args *a);
+int fx_nn_layernorm_backward_host(const fx_op_args *a);
+int fx_nn_bmm_host(const fx_op_args *a);
+int fx_nn_bmm_backward_host(const fx_op_args *a);
+int fx_nn_causal_mask_host(const fx_op_args *a);
+int fx_nn_masked_fill_host(const fx_op_args *a);
+int fx_nn_embedding_host(const fx_op_args *a);
+int fx_nn_embedding_backward_host(const fx_op_args *a);
 
 /* The fallback of FX_OP_CONV2D_BIAS_RELU: tensor_conv2d, tensor_add, tensor_relu in turn,
  * each sent on by the dispatcher (so it runs wherever those run). */

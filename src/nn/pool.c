@@ -31,7 +31,7 @@
 #include "../core/compose.h"
 #include "../core/half_bits.h"
 #include "nn_ops.h"
-#include "../gpu/gpu_nn_math.h" /* fx_pool_geom and the exact average, shared with the device */
+#include "../gpu/gpu_nn_math.h" /* fx_pool_geom, the exact average: shared with the device */
 #include "pool_own.h"
 
 #include <math.h>

@@ -28,6 +28,7 @@
  */
 #include "tfm_common.h"
 #include "flexpoint_nn.h"
+#include "nn_ops.h"
 
 #include <math.h>
 
@@ -42,12 +43,26 @@ static int sm_check(const char *func, const char *on, const tensor_t *o, const c
 
 static int sm_forward(const char *func, tensor_t *y, const tensor_t *x, int axis, int logsm)
 {
-    int64_t outer, len, inner;
+    int64_t outer = 0, len = 0, inner = 0;
     int rc = sm_check(func, "y", y, "x", x, axis, &outer, &len, &inner);
     if (rc) return rc;
-    const tensor_t *ts[2] = {y, x};
-    static const char *const names[2] = {"y", "x"};
-    if ((rc = tfm_host_only(func, 2, ts, names))) return rc;
+    fx_op_args a = {.op = logsm ? FX_OP_LOG_SOFTMAX : FX_OP_SOFTMAX, .func = func, .nt = 2,
+                    .t = {y, x}, .tn = {"y", "x"}};
+    a.u.tfm.out = y;
+    a.u.tfm.in[0] = x;
+    a.u.tfm.axis = axis;
+    return fx_op_run(&a);
+}
+
+int fx_nn_softmax_host(const fx_op_args *req)
+{
+    tensor_t *y = req->u.tfm.out;
+    const tensor_t *x = req->u.tfm.in[0];
+    const int logsm = req->op == FX_OP_LOG_SOFTMAX;
+    const char *func = req->func;
+    int64_t outer = 0, len = 0, inner = 0;
+    int rc = tfm_axis(func, x, req->u.tfm.axis, &outer, &len, &inner);
+    if (rc) return rc;
     const int64_t n = fx_numel_of(x->ndim, x->shape);
     if (n == 0) return FX_OK;
     fx_scratch s = {.n = 0};
@@ -96,15 +111,30 @@ done:
 static int sm_backward(const char *func, tensor_t *dx, const tensor_t *dy, const tensor_t *y,
                        int axis, int logsm)
 {
-    int64_t outer, len, inner;
+    int64_t outer = 0, len = 0, inner = 0;
     if (!dx || !dy || !y)
         return fx_error(FX_EINVAL, func, "%s is NULL", !dx ? "dx" : (!dy ? "dy" : "y"));
     int rc = sm_check(func, "dy", dy, "y", y, axis, &outer, &len, &inner);
     if (!rc) rc = nn_same_shape(func, "dx", dx, "dy", dy);
     if (rc) return rc;
-    const tensor_t *ts[3] = {dx, dy, y};
-    static const char *const names[3] = {"dx", "dy", "y"};
-    if ((rc = tfm_host_only(func, 3, ts, names))) return rc;
+    fx_op_args a = {.op = logsm ? FX_OP_LOG_SOFTMAX_BACKWARD : FX_OP_SOFTMAX_BACKWARD,
+                    .func = func, .nt = 3, .t = {dx, dy, y}, .tn = {"dx", "dy", "y"}};
+    a.u.tfm.out = dx;
+    a.u.tfm.in[0] = dy;
+    a.u.tfm.in[1] = y;
+    a.u.tfm.axis = axis;
+    return fx_op_run(&a);
+}
+
+int fx_nn_softmax_backward_host(const fx_op_args *req)
+{
+    tensor_t *dx = req->u.tfm.out;
+    const tensor_t *dy = req->u.tfm.in[0], *y = req->u.tfm.in[1];
+    const int logsm = req->op == FX_OP_LOG_SOFTMAX_BACKWARD;
+    const char *func = req->func;
+    int64_t outer = 0, len = 0, inner = 0;
+    int rc = tfm_axis(func, y, req->u.tfm.axis, &outer, &len, &inner);
+    if (rc) return rc;
     const int64_t n = fx_numel_of(y->ndim, y->shape);
     if (n == 0) return FX_OK;
     fx_scratch s = {.n = 0};

@@ -1,23 +1,9 @@
 /* Helpers shared by the transformer ops (softmax_axis.c, layernorm.c, bmm.c, embedding.c,
- * clip_norm.c): host placement, axis geometry. Definitions and bounds: docs/transformer_ops.md. */
+ * clip_norm.c): axis geometry. Definitions and bounds: docs/transformer_ops.md. */
 #ifndef FX_NN_TFM_COMMON_H
 #define FX_NN_TFM_COMMON_H
 
 #include "nn_stage.h"
-
-/* FX_EUNSUPPORTED naming the first device tensor of ts[0..n) (NULL entries skipped): these ops
- * have no device implementation. */
-static inline int tfm_host_only(const char *func, int n, const tensor_t *const *ts,
-                                const char *const *names)
-{
-    for (int i = 0; i < n; i++) {
-        if (!ts[i] || !fx_on_device(ts[i])) continue;
-        return fx_error(FX_EUNSUPPORTED, func, "%s lives on CUDA device %d; this op has no "
-                        "device implementation yet (move the tensors with tensor_to_host)",
-                        names[i], ts[i]->st->device);
-    }
-    return FX_OK;
-}
 
 /* The rows of t along axis: element k of row (o, i) is at (o * len + k) * inner + i over t's
  * row-major logical order. FX_EINVAL for an axis outside [-ndim, ndim). */
