@@ -62,28 +62,37 @@ typedef enum {
     FX_OP_COUNT
 } fx_op;
 
-/* The element-wise functions of FX_OP_UNARY / FX_OP_UNARY_BACKWARD (names and definitions:
- * src/core/ops_unary.c, docs/math.md). FX_UN_ERF and FX_UN_ERFC are the cores gelu is built
- * on, reachable by the kernels' test entry points only. */
+/* The element-wise functions of FX_OP_UNARY / FX_OP_UNARY_BACKWARD (definitions: the fp32
+ * cores of src/fp32/f32_math_impl.h, docs/math.md). One X(ID, "name") line per function that
+ * tensor_unary accepts by name: the line gives both the enum value FX_UN_<ID> and the name
+ * (src/core/ops_unary.c reads the same list), so a new function is this line, its core and
+ * derivative in f32_math_impl.h (every CPU level instantiates that template), and its test. */
+#define FX_UNARY_NAMED(X)                                                                      \
+    X(EXP, "exp")                                                                              \
+    X(LOG, "log")                                                                              \
+    X(SQRT, "sqrt")                                                                            \
+    X(RSQRT, "rsqrt")                                                                          \
+    X(RECIPROCAL, "reciprocal")                                                                \
+    X(TANH, "tanh")                                                                            \
+    X(SIGMOID, "sigmoid")                                                                      \
+    X(GELU, "gelu")                                                                            \
+    X(GELU_TANH, "gelu_tanh")                                                                  \
+    X(SILU, "silu")                                                                            \
+    X(SQUARE, "square")                                                                        \
+    X(ABS, "abs")
+
+#define FX_UN_ENUM_ENTRY(id, name) FX_UN_##id,
 typedef enum {
-    FX_UN_EXP = 0,
-    FX_UN_LOG,
-    FX_UN_SQRT,
-    FX_UN_RSQRT,
-    FX_UN_RECIPROCAL,
-    FX_UN_TANH,
-    FX_UN_SIGMOID,
-    FX_UN_GELU,
-    FX_UN_GELU_TANH,
-    FX_UN_SILU,
-    FX_UN_SQUARE,
-    FX_UN_ABS,
-    FX_UN_CLAMP, /* unary_p = {lo, hi} */
-    FX_UN_POW,   /* unary_p = {p} */
+    FX_UNARY_NAMED(FX_UN_ENUM_ENTRY)
+    /* reached through their own entry points, not by name */
+    FX_UN_CLAMP, /* tensor_clamp: unary_p = {lo, hi} */
+    FX_UN_POW,   /* tensor_pow: unary_p = {p} */
+    /* the cores gelu is built on, reachable by the kernels' test entry points only */
     FX_UN_ERF,
     FX_UN_ERFC,
     FX_UN_COUNT
 } fx_unary_fn;
+#undef FX_UN_ENUM_ENTRY
 
 /* ---- whole ops ------------------------------------------------------------------------------ */
 

@@ -12,7 +12,8 @@
  *     statistics; NaN/Inf results of the math are counted as non-finite, never a crash). The
  *     cores give the same bits on every backend and thread count, so shared-exponent outputs
  *     are bit-identical across them, as the integer ops are.
- * Device tensors: no device kernels for these ops; the dispatcher answers FX_EUNSUPPORTED.
+ * Device tensors: the CUDA backend does not support these ops (its supports_op says so), and
+ * the dispatcher answers FX_EUNSUPPORTED.
  */
 #include "ops_internal.h"
 
@@ -20,22 +21,21 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The names tensor_unary accepts, in the order of fx_unary_fn (backend.h). */
-static const char *const fx_unary_names[] = {
-    "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "gelu", "gelu_tanh",
-    "silu", "square", "abs",
-};
-#define FX_UNARY_NAMED ((int)(sizeof fx_unary_names / sizeof *fx_unary_names))
+/* The names tensor_unary accepts, in the order of fx_unary_fn (the one list: op_table.h). */
+#define FX_UN_NAME_ENTRY(id, name) name,
+static const char *const fx_unary_names[] = {FX_UNARY_NAMED(FX_UN_NAME_ENTRY)};
+#undef FX_UN_NAME_ENTRY
+#define FX_UNARY_NAME_COUNT ((int)(sizeof fx_unary_names / sizeof *fx_unary_names))
 
 const char *tensor_unary_name(int i)
 {
-    return i >= 0 && i < FX_UNARY_NAMED ? fx_unary_names[i] : NULL;
+    return i >= 0 && i < FX_UNARY_NAME_COUNT ? fx_unary_names[i] : NULL;
 }
 
 static int fx_unary_lookup(const char *fn, const char *func, int *id)
 {
     if (!fn) return fx_error(FX_EINVAL, func, "fn is NULL");
-    for (int i = 0; i < FX_UNARY_NAMED; i++)
+    for (int i = 0; i < FX_UNARY_NAME_COUNT; i++)
         if (strcmp(fn, fx_unary_names[i]) == 0) {
             *id = i;
             return FX_OK;
@@ -43,7 +43,7 @@ static int fx_unary_lookup(const char *fn, const char *func, int *id)
     char known[256];
     size_t len = 0;
     known[0] = '\0';
-    for (int i = 0; i < FX_UNARY_NAMED && len < sizeof known; i++)
+    for (int i = 0; i < FX_UNARY_NAME_COUNT && len < sizeof known; i++)
         len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "",
                                 fx_unary_names[i]);
     return fx_error(FX_ENAME, func, "unknown function '%.64s' (known: %s)", fn, known);
