@@ -4,8 +4,9 @@
  * add 0x7FFF plus the lowest kept bit, keep the high half; NaN lanes become sign | 0x7FC0.
  * Being integer-only, it is independent of MXCSR. No bf16 instruction exists at this level.
  * NaN lanes are detected per block of 16 and fixed only when present (never, in ordinary
- * data). Outputs of FX_CVT_STREAM_MIN_BYTES or more are written with streaming stores.
- * Tails (fewer than 8 elements) go through the scalar definition. */
+ * data). Outputs of FX_CVT_STREAM_MIN_BYTES or more are written with streaming stores, by the
+ * driver both levels share (src/core/cvt_stream_tmpl.h). Tails (fewer than 8 elements) go
+ * through the scalar definition (bf16_avx512.c says why its per-vector code differs). */
 #include "../core/backend.h"
 #include "bf16_kernels.h"
 
@@ -70,20 +71,20 @@ static void fx_f32_to_bf16_cached(const float *src, uint16_t *dst, int64_t n)
     fx_cvt_f32_to_bf16_scalar(src + i, dst + i, n - i);
 }
 
-void fx_cvt_f32_to_bf16_avx2(const float *src, uint16_t *dst, int64_t n)
+/* one streaming step: 16 elements, one 32-byte store */
+static inline void fx_f32_to_bf16_stream16(const float *src, uint16_t *dst)
 {
-    if (n * 2 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 1)) {
-        fx_f32_to_bf16_cached(src, dst, n);
-        return;
-    }
-    /* Streaming stores need 32-byte aligned destinations: convert a head up to that. */
-    int64_t i = (int64_t)((32 - ((uintptr_t)dst & 31)) & 31) / 2;
-    fx_f32_to_bf16_cached(src, dst, i);
-    for (; i + 16 <= n; i += 16)
-        _mm256_stream_si256((__m256i *)(dst + i), fx_f32_to_bf16_16(src + i));
-    _mm_sfence(); /* order the streaming stores before anything the caller writes next */
-    fx_f32_to_bf16_cached(src + i, dst + i, n - i);
+    _mm256_stream_si256((__m256i *)dst, fx_f32_to_bf16_16(src));
 }
+
+#define FX_CS_NAME fx_cvt_f32_to_bf16_avx2
+#define FX_CS_SRC float
+#define FX_CS_DST uint16_t
+#define FX_CS_CACHED fx_f32_to_bf16_cached
+#define FX_CS_LINE 32
+#define FX_CS_STEP 16
+#define FX_CS_STREAM fx_f32_to_bf16_stream16
+#include "../core/cvt_stream_tmpl.h"
 
 static inline __m256i fx_bf16_widen8(const uint16_t *src)
 {
@@ -105,15 +106,17 @@ static void fx_bf16_to_f32_cached(const uint16_t *src, float *dst, int64_t n)
     fx_cvt_bf16_to_f32_scalar(src + i, dst + i, n - i);
 }
 
-void fx_cvt_bf16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n)
+/* one streaming step: 8 elements, one 32-byte store */
+static inline void fx_bf16_to_f32_stream8(const uint16_t *src, float *dst)
 {
-    if (n * 4 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 3)) {
-        fx_bf16_to_f32_cached(src, dst, n);
-        return;
-    }
-    int64_t i = (int64_t)((32 - ((uintptr_t)dst & 31)) & 31) / 4;
-    fx_bf16_to_f32_cached(src, dst, i);
-    for (; i + 8 <= n; i += 8) _mm256_stream_si256((__m256i *)(dst + i), fx_bf16_widen8(src + i));
-    _mm_sfence();
-    fx_bf16_to_f32_cached(src + i, dst + i, n - i);
+    _mm256_stream_si256((__m256i *)dst, fx_bf16_widen8(src));
 }
+
+#define FX_CS_NAME fx_cvt_bf16_to_f32_avx2
+#define FX_CS_SRC uint16_t
+#define FX_CS_DST float
+#define FX_CS_CACHED fx_bf16_to_f32_cached
+#define FX_CS_LINE 32
+#define FX_CS_STEP 8
+#define FX_CS_STREAM fx_bf16_to_f32_stream8
+#include "../core/cvt_stream_tmpl.h"

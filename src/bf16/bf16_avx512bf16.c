@@ -61,20 +61,18 @@ static void fx_f32_to_bf16_cached(const float *src, uint16_t *dst, int64_t n)
     }
 }
 
-void fx_cvt_f32_to_bf16_avx512bf16(const float *src, uint16_t *dst, int64_t n)
+/* one streaming step: 32 elements, one 64-byte store */
+static inline void fx_f32_to_bf16_stream32(const float *src, uint16_t *dst)
 {
-    if (n * 2 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 1)) {
-        fx_f32_to_bf16_cached(src, dst, n);
-        return;
-    }
-    /* Streaming stores of whole 64-byte lines: convert a head up to the line boundary. */
-    int64_t i = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63) / 2;
-    fx_f32_to_bf16_cached(src, dst, i);
-    for (; i + 32 <= n; i += 32) {
-        __m256i h0 = fx_bf16_block16(src + i), h1 = fx_bf16_block16(src + i + 16);
-        _mm512_stream_si512((void *)(dst + i),
-                            _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
-    }
-    _mm_sfence(); /* order the streaming stores before anything the caller writes next */
-    fx_f32_to_bf16_cached(src + i, dst + i, n - i);
+    __m256i h0 = fx_bf16_block16(src), h1 = fx_bf16_block16(src + 16);
+    _mm512_stream_si512((void *)dst, _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
 }
+
+#define FX_CS_NAME fx_cvt_f32_to_bf16_avx512bf16
+#define FX_CS_SRC float
+#define FX_CS_DST uint16_t
+#define FX_CS_CACHED fx_f32_to_bf16_cached
+#define FX_CS_LINE 64
+#define FX_CS_STEP 32
+#define FX_CS_STREAM fx_f32_to_bf16_stream32
+#include "../core/cvt_stream_tmpl.h"

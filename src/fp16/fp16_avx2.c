@@ -12,8 +12,9 @@
  *
  * Both fix-ups are detected on 16 lanes at a time and applied only when a block holds such a
  * lane (never, in ordinary data), which keeps the common path short enough to run at cache
- * speed. Outputs of FX_CVT_STREAM_MIN_BYTES or more are written with streaming stores.
- * Tails (fewer than 8 elements) go through the scalar definition. */
+ * speed. Outputs of FX_CVT_STREAM_MIN_BYTES or more are written with streaming stores, by the
+ * driver both levels share (src/core/cvt_stream_tmpl.h). Tails (fewer than 8 elements) go
+ * through the scalar definition (fp16_avx512.c says why its per-vector code differs). */
 #include "../core/backend.h"
 #include "fp16_kernels.h"
 
@@ -61,20 +62,20 @@ static void fx_f32_to_fp16_cached(const float *src, uint16_t *dst, int64_t n)
     fx_cvt_f32_to_fp16_scalar(src + i, dst + i, n - i);
 }
 
-void fx_cvt_f32_to_fp16_avx2(const float *src, uint16_t *dst, int64_t n)
+/* one streaming step: 16 elements, one 32-byte store */
+static inline void fx_f32_to_fp16_stream16(const float *src, uint16_t *dst)
 {
-    if (n * 2 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 1)) {
-        fx_f32_to_fp16_cached(src, dst, n);
-        return;
-    }
-    /* Streaming stores need 32-byte aligned destinations: convert a head up to that. */
-    int64_t i = (int64_t)((32 - ((uintptr_t)dst & 31)) & 31) / 2;
-    fx_f32_to_fp16_cached(src, dst, i);
-    for (; i + 16 <= n; i += 16)
-        _mm256_stream_si256((__m256i *)(dst + i), fx_f32_to_fp16_16(src + i));
-    _mm_sfence(); /* order the streaming stores before anything the caller writes next */
-    fx_f32_to_fp16_cached(src + i, dst + i, n - i);
+    _mm256_stream_si256((__m256i *)dst, fx_f32_to_fp16_16(src));
 }
+
+#define FX_CS_NAME fx_cvt_f32_to_fp16_avx2
+#define FX_CS_SRC float
+#define FX_CS_DST uint16_t
+#define FX_CS_CACHED fx_f32_to_fp16_cached
+#define FX_CS_LINE 32
+#define FX_CS_STEP 16
+#define FX_CS_STREAM fx_f32_to_fp16_stream16
+#include "../core/cvt_stream_tmpl.h"
 
 /* fp32 images of 8 halves; lanes flagged in is_snan (16-bit lanes, all ones) get their quiet
  * bit 0x00400000 cleared again. */
@@ -126,20 +127,20 @@ static void fx_fp16_to_f32_cached(const uint16_t *src, float *dst, int64_t n)
     fx_cvt_fp16_to_f32_scalar(src + i, dst + i, n - i);
 }
 
-void fx_cvt_fp16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n)
+/* one streaming step: 16 elements, two 32-byte stores */
+static inline void fx_fp16_to_f32_stream16(const uint16_t *src, float *dst)
 {
-    if (n * 4 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 3)) {
-        fx_fp16_to_f32_cached(src, dst, n);
-        return;
-    }
-    int64_t i = (int64_t)((32 - ((uintptr_t)dst & 31)) & 31) / 4;
-    fx_fp16_to_f32_cached(src, dst, i);
-    for (; i + 16 <= n; i += 16) {
-        __m256 f0, f1;
-        fx_fp16_to_f32_16(src + i, &f0, &f1);
-        _mm256_stream_ps(dst + i, f0);
-        _mm256_stream_ps(dst + i + 8, f1);
-    }
-    _mm_sfence();
-    fx_fp16_to_f32_cached(src + i, dst + i, n - i);
+    __m256 f0, f1;
+    fx_fp16_to_f32_16(src, &f0, &f1);
+    _mm256_stream_ps(dst, f0);
+    _mm256_stream_ps(dst + 8, f1);
 }
+
+#define FX_CS_NAME fx_cvt_fp16_to_f32_avx2
+#define FX_CS_SRC uint16_t
+#define FX_CS_DST float
+#define FX_CS_CACHED fx_fp16_to_f32_cached
+#define FX_CS_LINE 32
+#define FX_CS_STEP 16
+#define FX_CS_STREAM fx_fp16_to_f32_stream16
+#include "../core/cvt_stream_tmpl.h"

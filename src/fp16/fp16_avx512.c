@@ -4,7 +4,12 @@
  * apart from NaNs), with the NaN fix-ups done under mask registers, and masked loads and stores
  * for the tail so no byte outside [0, n) is touched. Mask compares on 16-bit lanes and the
  * 16-bit masked store need AVX-512BW and VL. Outputs of FX_CVT_STREAM_MIN_BYTES or more are
- * written with streaming stores. */
+ * written with streaming stores, by the driver both levels share (src/core/cvt_stream_tmpl.h).
+ *
+ * The per-vector code is not fp16_avx2.c's at twice the width: AVX2 has neither mask registers
+ * nor 16-bit masked stores, so there the NaN fix-up is a blend applied only to blocks that hold
+ * a NaN, and tails of fewer than 8 elements take the scalar definition; here the fix-up is one
+ * masked move on every block and a tail is one masked step. */
 #include "../core/backend.h"
 #include "fp16_kernels.h"
 
@@ -39,24 +44,22 @@ static void fx_f32_to_fp16_cached(const float *src, uint16_t *dst, int64_t n)
     }
 }
 
-void fx_cvt_f32_to_fp16_avx512(const float *src, uint16_t *dst, int64_t n)
+/* one streaming step: 32 elements, one 64-byte store */
+static inline void fx_f32_to_fp16_stream32(const float *src, uint16_t *dst)
 {
-    if (n * 2 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 1)) {
-        fx_f32_to_fp16_cached(src, dst, n);
-        return;
-    }
-    /* Streaming stores of whole 64-byte lines: convert a head up to the line boundary. */
-    int64_t i = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63) / 2;
-    fx_f32_to_fp16_cached(src, dst, i);
-    for (; i + 32 <= n; i += 32) {
-        __m256i h0 = fx_f32_to_fp16_16(_mm512_loadu_ps(src + i));
-        __m256i h1 = fx_f32_to_fp16_16(_mm512_loadu_ps(src + i + 16));
-        _mm512_stream_si512((void *)(dst + i),
-                            _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
-    }
-    _mm_sfence(); /* order the streaming stores before anything the caller writes next */
-    fx_f32_to_fp16_cached(src + i, dst + i, n - i);
+    __m256i h0 = fx_f32_to_fp16_16(_mm512_loadu_ps(src));
+    __m256i h1 = fx_f32_to_fp16_16(_mm512_loadu_ps(src + 16));
+    _mm512_stream_si512((void *)dst, _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
 }
+
+#define FX_CS_NAME fx_cvt_f32_to_fp16_avx512
+#define FX_CS_SRC float
+#define FX_CS_DST uint16_t
+#define FX_CS_CACHED fx_f32_to_fp16_cached
+#define FX_CS_LINE 64
+#define FX_CS_STEP 32
+#define FX_CS_STREAM fx_f32_to_fp16_stream32
+#include "../core/cvt_stream_tmpl.h"
 
 /* vcvtph2ps on 16 lanes; signalling NaN inputs get the quiet bit cleared again. */
 static inline __m512 fx_fp16_to_f32_16(__m256i h)
@@ -85,17 +88,17 @@ static void fx_fp16_to_f32_cached(const uint16_t *src, float *dst, int64_t n)
     }
 }
 
-void fx_cvt_fp16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n)
+/* one streaming step: 16 elements, one 64-byte store */
+static inline void fx_fp16_to_f32_stream16(const uint16_t *src, float *dst)
 {
-    if (n * 4 < FX_CVT_STREAM_MIN_BYTES || ((uintptr_t)dst & 3)) {
-        fx_fp16_to_f32_cached(src, dst, n);
-        return;
-    }
-    int64_t i = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63) / 4;
-    fx_fp16_to_f32_cached(src, dst, i);
-    for (; i + 16 <= n; i += 16)
-        _mm512_stream_ps(dst + i,
-                         fx_fp16_to_f32_16(_mm256_loadu_si256((const __m256i *)(src + i))));
-    _mm_sfence();
-    fx_fp16_to_f32_cached(src + i, dst + i, n - i);
+    _mm512_stream_ps(dst, fx_fp16_to_f32_16(_mm256_loadu_si256((const __m256i *)src)));
 }
+
+#define FX_CS_NAME fx_cvt_fp16_to_f32_avx512
+#define FX_CS_SRC uint16_t
+#define FX_CS_DST float
+#define FX_CS_CACHED fx_fp16_to_f32_cached
+#define FX_CS_LINE 64
+#define FX_CS_STEP 16
+#define FX_CS_STREAM fx_fp16_to_f32_stream16
+#include "../core/cvt_stream_tmpl.h"
