@@ -277,9 +277,12 @@ typedef struct conv_prepacked {
  * an exact int64 stage, or fp32 operands into an fp32 stage. This is fx_matmul_stage with an
  * explicit thread count (the kernel is called from inside this file's parallel loop over
  * chunks, where it must stay single-threaded) and optional pre-packed operands pp. The int64
- * stage's exponent is a.exp + b.exp. */
+ * stage's exponent is a.exp + b.exp. imax (may be NULL): where the integer kernel reports the
+ * largest |value| of its output (fx_op_call.out_imax), it is stored there and *imax_known set
+ * to 1, which spares the caller a pass over the stage; else *imax_known stays 0. */
 static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b,
-                            int int_compute, void *out, int nthreads)
+                            int int_compute, void *out, int nthreads, uint64_t *imax,
+                            int *imax_known)
 {
     const fx_backend *be = fx_backend_active();
     fx_kernel k = be->kernels[FX_OP_MATMUL][a.fmt];
@@ -299,6 +302,11 @@ static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b
     c.out_i64 = int_compute ? (int64_t *)out : NULL;
     c.out_exp = &e;
     c.nthreads = nthreads;
+    if (imax) {
+        *imax_known = 0;
+        c.out_imax = imax;
+        c.out_imax_known = imax_known;
+    }
     if (pp) {
         c.a_panels = pp->a_panels;
         c.a_panels_mr = pp->a_mr;
@@ -315,7 +323,7 @@ static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b
 
 static int conv_matmul(fx_operand a, fx_operand b, int int_compute, void *out, int nthreads)
 {
-    return conv_matmul_with(a, NULL, b, int_compute, out, nthreads);
+    return conv_matmul_with(a, NULL, b, int_compute, out, nthreads, NULL, NULL);
 }
 
 /* The first failed chunk's status as an error of the calling thread (kernels may fail only for
@@ -654,9 +662,11 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
             conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 1, plan.inner);
             adata = mycol;
         }
+        uint64_t kmax = 0;
+        int kmax_known = 0;
         status[ch] = conv_matmul_with(conv_op2d(&cc, adata, xo.exp, Pc, CKK, CKK, 0), &pp,
                                       conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic, myy,
-                                      plan.inner);
+                                      plan.inner, ic ? &kmax : NULL, &kmax_known);
         chunk_max[ch] = 0;
         const int fused = status[ch] == FX_OK && fuse_e != FX_EXP_NONE;
         if (fused) conv_yquant_samples(&yq, fuse_e, 1, 0, n0, nbc, plan.inner);
@@ -666,7 +676,10 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
                 chunk_max[ch] = m > chunk_max[ch] ? m : chunk_max[ch];
             }
         } else if (status[ch] == FX_OK && ic) {
-            chunk_max[ch] = fx_maxabs_i64(fx_backend_active(), (const int64_t *)myy, Pc * g.O);
+            /* the GEMM's own maximum when it reported one (every value it wrote is final) */
+            chunk_max[ch] = kmax_known ? kmax
+                                       : fx_maxabs_i64(fx_backend_active(),
+                                                       (const int64_t *)myy, Pc * g.O);
         }
         if (status[ch] == FX_OK && ep)
             conv_epilogue_chunk(ep, be, y->fmt, (float *)(void *)myy, Pc, g.O,
