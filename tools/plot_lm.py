@@ -62,12 +62,13 @@ def trace_summary(rows):
     exps = [int(r["exp"]) for r in rows]
     return {
         "writes": n,
-        "at": [(i + 1, exps[i]) for i in picks],
+        "at": [(i + 1, exps[i]) for i in picks],  # write numbers from 1 (= training step)
         "min": min(exps) if exps else None,
         "max": max(exps) if exps else None,
         "overflow": sum(int(r["overflow"]) for r in rows),
         "recomputed": sum(int(r["recomputed"]) for r in rows),
         "saturated": sum(int(r["saturated"]) for r in rows),
+        "underflow": sum(int(r["underflow"]) for r in rows),
         "max_abs": max((float(r["true_max"]) for r in rows), default=0.0),
     }
 
@@ -97,13 +98,13 @@ def main():
     if summaries:
         print("Shared exponent of the traced tensors (value = mantissa x 2^exp):\n")
         print("| run | tensor | writes | exponent at write (write: exp) | min | max | "
-              "overflows | recomputed | saturated | largest |value| |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "overflows | recomputed | saturated | rounded to 0 | largest |value| |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for run, tensor, s in summaries:
             at = ", ".join("%d: %d" % (w, e) for w, e in s["at"])
-            print("| %s | `%s` | %d | %s | %s | %s | %d | %d | %d | %.4g |" % (
+            print("| %s | `%s` | %d | %s | %s | %s | %d | %d | %d | %d | %.4g |" % (
                 run, tensor, s["writes"], at, s["min"], s["max"], s["overflow"],
-                s["recomputed"], s["saturated"], s["max_abs"]))
+                s["recomputed"], s["saturated"], s["underflow"], s["max_abs"]))
         print()
     if args.no_plot:
         return
