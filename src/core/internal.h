@@ -4,9 +4,11 @@
 #define FX_CORE_INTERNAL_H
 
 #include "flexpoint.h"
-/* Every public declaration, so that each definition carries FX_API (default visibility) in the
- * shared library, whichever file defines it. */
-#include "flexpoint_train.h"
+/* The public declarations of the tensor library (libflexpoint), so that each definition
+ * carries FX_API (default visibility) whichever file defines it. Not flexpoint_train.h nor
+ * flexpoint_data.h: those declare libflexpoint_train, which the tensor library never calls
+ * (tests/check_layers.sh); src/train, src/data and src/dist include them themselves. */
+#include "flexpoint_nn.h"
 #include "flexpoint_gpu.h"
 /* The core calls into src/autoflex (the exponent manager, the trace buffer), never the
  * reverse (docs/architecture.md, "Layers"). */

@@ -4,7 +4,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 void fx_buf_put(fx_buf *b, const void *p, size_t n)
 {
@@ -42,16 +41,22 @@ void fx_reader_get(fx_reader *r, void *p, size_t n)
     r->left -= n;
 }
 
+/* The CRC-32 of zlib's crc32() and of gzip/PNG (reflected polynomial 0xEDB88320, initial and
+ * final value 0xFFFFFFFF), computed here so that the tensor library needs no zlib: only the
+ * training library reads gzip'd files. A byte at a time with a 256-entry table built on the
+ * stack (2 KiB of work, nothing shared between threads); checkpoints and weights files are a
+ * few megabytes, read or written once. tests/test_crc32.c compares it with zlib. */
 uint32_t fx_crc32(const uint8_t *p, size_t n)
 {
-    uLong c = crc32(0L, Z_NULL, 0);
-    while (n > 0) { /* zlib takes uInt lengths */
-        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        c = crc32(c, p, chunk);
-        p += chunk;
-        n -= chunk;
+    uint32_t table[256];
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1u) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        table[i] = c;
     }
-    return (uint32_t)c;
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xFFu] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
 }
 
 typedef struct fx_tensor_header {

@@ -28,7 +28,7 @@ int fx_tensor_state_put(fx_buf *b, const tensor_t *t);
  * message naming `what` otherwise). t is unchanged on failure. */
 int fx_tensor_state_get(fx_reader *r, tensor_t *t, const char *what);
 
-/* CRC-32 (zlib's polynomial) of a buffer. */
+/* CRC-32 of a buffer, the value zlib's crc32(0, p, n) gives (checkpoints, weights files). */
 uint32_t fx_crc32(const uint8_t *p, size_t n);
 
 #endif

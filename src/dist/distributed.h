@@ -5,6 +5,7 @@
 #ifndef FX_DIST_DISTRIBUTED_H
 #define FX_DIST_DISTRIBUTED_H
 
+#include "flexpoint_train.h" /* fx_comm and its public functions */
 #include "../core/internal.h"
 
 #include <stddef.h>
