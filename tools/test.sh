@@ -2,8 +2,9 @@
 # The whole test suite, as CI runs it: setup, a Release build (with CUDA when nvcc exists) and
 # its ctest, the API reference (Doxygen, warnings are errors), an AddressSanitizer +
 # UndefinedBehaviorSanitizer build and its ctest, bounded fuzzing of every harness in
-# tests/fuzz, then an install and a consumer program built against the installed package (CMake
-# and pkg-config), and the Python binding's tests.
+# tests/fuzz, then an install and two consumer programs built against the installed package
+# (CMake and pkg-config): one using tensors only (libflexpoint, which must not need zlib or
+# MPI) and one that trains (libflexpoint_train), and the Python binding's tests.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -36,7 +37,7 @@ echo "== Without MPI: the library, the CLI and the tests of training and its dis
 # skipping (exit 77). The Release build above covers everything with MPI.
 cmake -S . -B build/nompi -DCMAKE_BUILD_TYPE=Release -DFLEXPOINT_MPI=OFF -DFLEXPOINT_CUDA=OFF \
   -DFLEXPOINT_BUILD_BENCH=OFF >/dev/null
-cmake --build build/nompi -j "$JOBS" --target flexpoint flexpoint-train test_distributed_api \
+cmake --build build/nompi -j "$JOBS" --target flexpoint flexpoint_train flexpoint-train test_distributed_api \
   test_train test_policy test_eval_formats error_table
 ctest --test-dir build/nompi --output-on-failure -j "$JOBS" \
   -R '^(test_distributed_api|test_distributed|test_train|test_policy|test_eval_formats|test_cli)$'
@@ -44,19 +45,41 @@ ctest --test-dir build/nompi --output-on-failure -j "$JOBS" \
 echo "== Bounded fuzzing (libFuzzer + ASan + UBSan, FUZZ_SECONDS per harness)"
 FUZZ_REQUIRE=1 bash tools/fuzz_check.sh
 
-echo "== Install and build a consumer against the installed package"
+echo "== Install and build the consumers against the installed package"
 rm -rf build/prefix build/consumer
 cmake --install build/release --prefix "$ROOT/build/prefix" >/dev/null
+PREFIX_LIB="$ROOT/build/prefix/lib"
+# libflexpoint is the tensor library alone: its NEEDED entries name neither zlib nor MPI
+needed=$(readelf -d "$PREFIX_LIB/libflexpoint.so" | grep NEEDED || true)
+if printf '%s\n' "$needed" | grep -E 'libz\.|libmpi'; then
+  echo "libflexpoint.so needs zlib or MPI (above); they belong to libflexpoint_train" >&2
+  exit 1
+fi
+readelf -d "$PREFIX_LIB/libflexpoint_train.so" | grep -q 'NEEDED.*libflexpoint\.so' ||
+  { echo "libflexpoint_train.so does not link libflexpoint.so" >&2; exit 1; }
+# CMake: consumer links flexpoint::flexpoint, train_consumer flexpoint::flexpoint_train
 cmake -S examples/consumer -B build/consumer -DCMAKE_PREFIX_PATH="$ROOT/build/prefix" >/dev/null
 cmake --build build/consumer
-LD_LIBRARY_PATH="$ROOT/build/prefix/lib:${LD_LIBRARY_PATH:-}" ./build/consumer/consumer
-PKG_CONFIG_PATH="$ROOT/build/prefix/lib/pkgconfig" \
-  cc -std=c11 examples/consumer/main.c $(PKG_CONFIG_PATH="$ROOT/build/prefix/lib/pkgconfig" pkg-config --cflags --libs flexpoint) \
+if readelf -d build/consumer/consumer | grep NEEDED | grep -E 'libflexpoint_train|libz\.|libmpi'; then
+  echo "the tensor-only consumer needs more than libflexpoint (above)" >&2
+  exit 1
+fi
+LD_LIBRARY_PATH="$PREFIX_LIB:${LD_LIBRARY_PATH:-}" ./build/consumer/consumer
+LD_LIBRARY_PATH="$PREFIX_LIB:${LD_LIBRARY_PATH:-}" ./build/consumer/train_consumer
+# pkg-config: flexpoint.pc for the tensor program, flexpoint_train.pc (Requires: flexpoint) for
+# the training one
+export PKG_CONFIG_PATH="$PREFIX_LIB/pkgconfig"
+cc -std=c11 examples/consumer/main.c $(pkg-config --cflags --libs flexpoint) \
   -o build/consumer/consumer_pc
-LD_LIBRARY_PATH="$ROOT/build/prefix/lib:${LD_LIBRARY_PATH:-}" ./build/consumer/consumer_pc
+cc -std=c11 examples/consumer/train_main.c $(pkg-config --cflags --libs flexpoint_train) -lm \
+  -o build/consumer/train_consumer_pc
+unset PKG_CONFIG_PATH
+LD_LIBRARY_PATH="$PREFIX_LIB:${LD_LIBRARY_PATH:-}" ./build/consumer/consumer_pc
+LD_LIBRARY_PATH="$PREFIX_LIB:${LD_LIBRARY_PATH:-}" ./build/consumer/train_consumer_pc
 
 if [ -d python/tests ]; then
   echo "== Python binding tests"
+  # the binding loads libflexpoint.so and, from the same folder, libflexpoint_train.so
   FLEXPOINT_LIBRARY="$ROOT/build/release/libflexpoint.so" python3 -m pytest -q python/tests
   # again with host FLEX16_5 writes deferred (their bookkeeping completed later, as on a GPU)
   FLEXPOINT_TEST_DEFER_HOST=1 FLEXPOINT_LIBRARY="$ROOT/build/release/libflexpoint.so" \

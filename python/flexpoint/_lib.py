@@ -1,14 +1,18 @@
-"""Finding and loading libflexpoint, and the ctypes prototypes of its C API.
+"""Finding and loading libflexpoint and libflexpoint_train, and the ctypes prototypes of their C API.
 
 The binding uses ctypes in ABI mode: nothing is compiled when the package is installed, and the
 prototypes below mirror the public headers (include/flexpoint*.h) by hand. The C API was designed
 for this: every object is an opaque pointer, shapes are int64 arrays, enums travel as int, and
 structs are only ever passed by pointer.
 
-Where the library comes from, in this order:
+The C library is two shared libraries: libflexpoint (tensors, formats, ops, backends) and
+libflexpoint_train (data sets, models, the trainer), which depends on libflexpoint. The binding
+loads both, from one folder, so that the pair always comes from the same build. Where they come
+from, in this order:
 
-1. next to this package (a wheel that bundles ``libflexpoint.so``);
-2. the ``FLEXPOINT_LIBRARY`` environment variable, a path to the shared library;
+1. next to this package (a wheel that bundles ``libflexpoint.so`` and ``libflexpoint_train.so``);
+2. the ``FLEXPOINT_LIBRARY`` environment variable: the path of either library (for example
+   ``build/release/libflexpoint.so``) or of the folder that holds them;
 3. the installed prefix: ``ctypes.util.find_library("flexpoint")``, then the usual lib folders.
 """
 from __future__ import annotations
@@ -30,10 +34,12 @@ __all__ = ["lib", "library_path", "LibraryNotFoundError"]
 
 ENV_VAR = "FLEXPOINT_LIBRARY"
 _NAMES = ("libflexpoint.so", "libflexpoint.dylib", "flexpoint.dll")
+# the training library's name for each of _NAMES' prefixes (same folder, same suffix)
+_TRAIN_OF = (("libflexpoint_train", "libflexpoint"), ("flexpoint_train", "flexpoint"))
 
 
 class LibraryNotFoundError(ImportError):
-    """The shared library libflexpoint could not be found or loaded."""
+    """The shared libraries libflexpoint and libflexpoint_train could not be found or loaded."""
 
 
 _p = c_void_p  # opaque tensor_t*, fx_dataset*, fx_trainer*
@@ -249,14 +255,21 @@ class _Lib:
     :class:`flexpoint.UnsupportedError` when it is used, instead of failing at import.
     """
 
-    def __init__(self, cdll: ctypes.CDLL, path: str) -> None:
-        self._cdll = cdll
-        self.path = path
+    def __init__(self, cdlls: List[ctypes.CDLL], paths: List[str]) -> None:
+        # cdlls: libflexpoint, then libflexpoint_train; a name is looked up in each in turn
+        self._cdlls = cdlls
+        self.path = paths[0]
+        self.train_path = paths[1]
         self.missing: List[str] = []
         for name, (restype, argtypes) in _PROTOTYPES.items():
-            try:
-                fn = getattr(cdll, name)
-            except AttributeError:
+            fn = None
+            for cdll in cdlls:
+                try:
+                    fn = getattr(cdll, name)
+                    break
+                except AttributeError:
+                    continue
+            if fn is None:
                 self.missing.append(name)
                 continue
             fn.restype = restype
@@ -302,6 +315,29 @@ def _prefix_candidates() -> List[str]:
     return found
 
 
+def _pair(path: str) -> Optional[tuple]:
+    """(libflexpoint, libflexpoint_train) for a candidate: a folder, either library's file, or
+    a bare name that the dynamic loader resolves (find_library's "libflexpoint.so.0"). The
+    training library is the core's name with "_train" after "flexpoint", in the same folder
+    (libflexpoint_train.so there for a file of another name). None for a folder holding
+    neither."""
+    if os.path.isdir(path):
+        for name in _NAMES:
+            core = os.path.join(path, name)
+            train_name = name.replace("flexpoint", "flexpoint_train", 1)
+            if os.path.exists(core) or os.path.exists(os.path.join(path, train_name)):
+                return core, os.path.join(path, train_name)
+        return None
+    folder, base = os.path.split(path)
+    for train_prefix, core_prefix in _TRAIN_OF:
+        if base.startswith(train_prefix):
+            return os.path.join(folder, core_prefix + base[len(train_prefix):]), path
+    for train_prefix, core_prefix in _TRAIN_OF:
+        if base.startswith(core_prefix):
+            return path, os.path.join(folder, train_prefix + base[len(core_prefix):])
+    return path, os.path.join(folder, "libflexpoint_train.so")
+
+
 def _load() -> _Lib:
     tried: List[str] = []
     candidates = _bundled_candidates()
@@ -310,20 +346,31 @@ def _load() -> _Lib:
         if not os.path.exists(env):
             raise LibraryNotFoundError(
                 f"{ENV_VAR}={env!r} does not exist; point it at libflexpoint.so from the CMake "
-                "build (build/release/libflexpoint.so) or unset it")
+                "build (build/release/libflexpoint.so, with libflexpoint_train.so beside it), "
+                "or at that folder, or unset it")
         candidates.append(env)
     candidates += _prefix_candidates()
     for path in candidates:
-        try:
-            cdll = ctypes.CDLL(path)
-        except OSError as e:
-            tried.append(f"{path}: {e}")
+        pair = _pair(path)
+        if pair is None:
+            tried.append(f"{path}: neither libflexpoint nor libflexpoint_train")
             continue
-        return _Lib(cdll, getattr(cdll, "_name", path))
+        # libflexpoint first: libflexpoint_train's dependency on it (by soname) then resolves
+        # to this very file rather than to another copy on the loader's search path
+        cdlls = []
+        for p in pair:
+            try:
+                cdlls.append(ctypes.CDLL(p))
+            except OSError as e:
+                tried.append(f"{p}: {e}")
+                break
+        if len(cdlls) == 2:
+            return _Lib(cdlls, [getattr(c, "_name", p) for c, p in zip(cdlls, pair)])
     raise LibraryNotFoundError(
-        "libflexpoint was not found. Build it with CMake (cmake -S . -B build/release && "
-        "cmake --build build/release) and either install it (cmake --install build/release) or "
-        f"set {ENV_VAR} to the path of libflexpoint.so." +
+        "libflexpoint and libflexpoint_train were not found. Build them with CMake "
+        "(cmake -S . -B build/release && cmake --build build/release) and either install them "
+        f"(cmake --install build/release) or set {ENV_VAR} to the path of libflexpoint.so "
+        "(libflexpoint_train.so must be in the same folder)." +
         ("\nTried:\n  " + "\n  ".join(tried) if tried else ""))
 
 
@@ -342,7 +389,7 @@ def lib() -> _Lib:
 
 
 def library_path() -> str:
-    """Path of the loaded shared library."""
+    """Path of the loaded libflexpoint (libflexpoint_train is beside it: lib().train_path)."""
     return lib().path
 
 

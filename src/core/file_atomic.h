@@ -6,8 +6,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "internal_export.h" /* FX_INTERNAL */
+
 /* read() until n bytes, EOF or an error: the count read, or -1 with errno. */
-ssize_t fx_io_read_full(int fd, void *buf, size_t n);
+FX_INTERNAL ssize_t fx_io_read_full(int fd, void *buf, size_t n);
 /* write() all n bytes (retrying after EINTR): 0, or -1 with errno. */
 int fx_io_write_full(int fd, const void *buf, size_t n);
 
@@ -15,7 +17,7 @@ int fx_io_write_full(int fd, const void *buf, size_t n);
  * O_NOFOLLOW (stale temporaries of path, fx_remove_stale_temps with data's first 8 bytes, are
  * removed first), fsync, rename over path, fsync of the folder. FX_EIO / FX_EINVAL with a message reported as func's.
  * (docs/robustness.md, "Checkpoints: saving".) */
-int fx_write_file_atomic(const char *path, const uint8_t *data, size_t len, const char *func);
+FX_INTERNAL int fx_write_file_atomic(const char *path, const uint8_t *data, size_t len, const char *func);
 
 /* Remove the temporaries that writers of `path` killed before their rename left behind: in
  * path's folder, the regular files (links are not followed) named BASE.tmp.PID, BASE being

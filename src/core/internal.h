@@ -10,6 +10,7 @@
  * (tests/check_layers.sh); src/train, src/data and src/dist include them themselves. */
 #include "flexpoint_nn.h"
 #include "flexpoint_gpu.h"
+#include "internal_export.h" /* FX_INTERNAL */
 /* The core calls into src/autoflex (the exponent manager, the trace buffer), never the
  * reverse (docs/architecture.md, "Layers"). */
 #include "../autoflex/autoflex.h"
@@ -141,7 +142,7 @@ typedef struct fx_storage {
 
 /* Tag t's storage (shared by its views) with the collectives of a distributed trainer and how
  * its writes combine (FX_DIST_*); dist NULL untags it. */
-void fx_tensor_set_dist(tensor_t *t, const fx_dist_ops *dist, int mode);
+FX_INTERNAL void fx_tensor_set_dist(tensor_t *t, const fx_dist_ops *dist, int mode);
 
 /* Complete st's pending write, if any (src/core/store.c), so that its Autoflex state,
  * statistics, counters and trace are those of every write launched so far. Every reader of
@@ -149,7 +150,7 @@ void fx_tensor_set_dist(tensor_t *t, const fx_dist_ops *dist, int mode);
  * write stays pending if the backend holds its exponent, else it is dropped), or the backend
  * kept another exponent than the core's rules ask for (the exponent is then the backend's and
  * the write's statistics are dropped). */
-int fx_storage_settle(fx_storage *st, const char *func);
+FX_INTERNAL int fx_storage_settle(fx_storage *st, const char *func);
 
 struct tensor {
     fmt_t fmt;
@@ -161,7 +162,7 @@ struct tensor {
 };
 
 /* Errors: set the thread-local message ("func: ...") and return the code. */
-int fx_error(int code, const char *func, const char *fmt, ...)
+FX_INTERNAL int fx_error(int code, const char *func, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
@@ -173,7 +174,7 @@ int fx_error(int code, const char *func, const char *fmt, ...)
 int fx_af_config_validate(const fx_autoflex_config *cfg);
 
 /* Helpers shared by the core files. */
-bool fx_fmt_valid(int fmt);
+FX_INTERNAL bool fx_fmt_valid(int fmt);
 /* Element count of a shape whose sizes are >= 0 and whose non-zero sizes multiply within
  * int64 (every tensor's shape: fx_shape_layout refuses the others). */
 int64_t fx_numel_of(int ndim, const int64_t *shape);
@@ -230,7 +231,7 @@ bool fx_tensor_covers_storage(const tensor_t *t); /* contiguous and spans all of
  * state copied; one of d would land after the copy). Nothing for float formats. FX_OK, or the
  * status of a failed settle (nothing copied). */
 int fx_storage_copy_exp_state(fx_storage *d, fx_storage *s, const char *func);
-void *fx_tensor_base(const tensor_t *t);          /* address of element [0,..,0] */
+FX_INTERNAL void *fx_tensor_base(const tensor_t *t); /* address of element [0,..,0] */
 char *fx_shape_str(const tensor_t *t, char *buf, size_t n); /* "[2, 3]" */
 
 /* Device placement (src/gpu). A host-only path given a device tensor fails with a message
@@ -249,6 +250,6 @@ tensor_t *fx_tensor_create(fmt_t fmt, int ndim, const int64_t *shape, int device
                            const char *func);
 
 /* Overflow-checked allocation of n elements of size sz (NULL on overflow or failure). */
-void *fx_alloc_array(int64_t n, size_t sz);
+FX_INTERNAL void *fx_alloc_array(int64_t n, size_t sz);
 
 #endif

@@ -3,6 +3,7 @@
 #define FX_NN_POOL_OWN_H
 
 #include "flexpoint.h"
+#include "../core/internal_export.h" /* FX_INTERNAL: src/train calls it */
 
 #include <stdint.h>
 
@@ -10,6 +11,6 @@
  * tensor_maxpool2d has written (the trainer's: it is allocated, filled and read by
  * src/train/model.c alone). On a device the indices then need no validation, which would wait
  * for the device; on the host they are validated as always. Same statuses otherwise. */
-int fx_maxpool2d_backward_own(tensor_t *dx, const tensor_t *dy, const int32_t *argmax);
+FX_INTERNAL int fx_maxpool2d_backward_own(tensor_t *dx, const tensor_t *dy, const int32_t *argmax);
 
 #endif
