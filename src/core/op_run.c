@@ -16,51 +16,15 @@
 
 #include "../nn/nn_ops.h"
 
-static const fx_op_info fx_ops[FX_OP_COUNT] = {
-    [FX_OP_COPY] = {"tensor_copy", NULL},
-    [FX_OP_ADD] = {"tensor_add", NULL},
-    [FX_OP_SUB] = {"tensor_sub", NULL},
-    [FX_OP_MUL] = {"tensor_mul", NULL},
-    [FX_OP_SCALE] = {"tensor_scale", NULL},
-    [FX_OP_RELU] = {"tensor_relu", NULL},
-    [FX_OP_SUM] = {"tensor_sum", NULL},
-    [FX_OP_MATMUL] = {"tensor_matmul", NULL},
-    [FX_OP_UNARY] = {"tensor_unary", NULL},
-    [FX_OP_UNARY_BACKWARD] = {"tensor_unary_backward", NULL},
-    [FX_OP_CONV2D] = {"tensor_conv2d", NULL},
-    [FX_OP_CONV2D_BIAS_RELU] = {"tensor_conv2d_bias_relu", fx_nn_conv2d_bias_relu_unfused},
-    [FX_OP_CONV2D_BACKWARD_INPUT] = {"tensor_conv2d_backward_input", NULL},
-    [FX_OP_CONV2D_BACKWARD_WEIGHT] = {"tensor_conv2d_backward_weight", NULL},
-    [FX_OP_MAXPOOL2D] = {"tensor_maxpool2d", NULL},
-    [FX_OP_MAXPOOL2D_BACKWARD] = {"tensor_maxpool2d_backward", NULL},
-    [FX_OP_AVGPOOL2D] = {"tensor_avgpool2d", NULL},
-    [FX_OP_AVGPOOL2D_BACKWARD] = {"tensor_avgpool2d_backward", NULL},
-    [FX_OP_GLOBAL_AVGPOOL] = {"tensor_global_avgpool", NULL},
-    [FX_OP_GLOBAL_AVGPOOL_BACKWARD] = {"tensor_global_avgpool_backward", NULL},
-    [FX_OP_RELU_BACKWARD] = {"tensor_relu_backward", NULL},
-    [FX_OP_DROPOUT] = {"tensor_dropout", NULL},
-    [FX_OP_SOFTMAX_CE] = {"tensor_softmax_cross_entropy", NULL},
-    [FX_OP_MEAN] = {"tensor_mean", NULL},
-    [FX_OP_BATCHNORM] = {"tensor_batchnorm", NULL},
-    [FX_OP_BATCHNORM_BACKWARD] = {"tensor_batchnorm_backward", NULL},
-    [FX_OP_SGD_STEP] = {"fx_sgd_step", NULL},
-    [FX_OP_ADAM_STEP] = {"fx_adam_step", NULL},
-    [FX_OP_ADAMW_STEP] = {"fx_adamw_step", NULL},
-    [FX_OP_UNSCALE] = {"fx_loss_scaler_unscale", NULL},
-    [FX_OP_CLIP_GRAD_NORM] = {"fx_clip_grad_norm", NULL},
-    [FX_OP_SOFTMAX] = {"tensor_softmax", NULL},
-    [FX_OP_LOG_SOFTMAX] = {"tensor_log_softmax", NULL},
-    [FX_OP_SOFTMAX_BACKWARD] = {"tensor_softmax_backward", NULL},
-    [FX_OP_LOG_SOFTMAX_BACKWARD] = {"tensor_log_softmax_backward", NULL},
-    [FX_OP_LAYERNORM] = {"tensor_layernorm", NULL},
-    [FX_OP_LAYERNORM_BACKWARD] = {"tensor_layernorm_backward", NULL},
-    [FX_OP_BMM] = {"tensor_bmm", NULL},
-    [FX_OP_BMM_BACKWARD] = {"tensor_bmm_backward", NULL},
-    [FX_OP_CAUSAL_MASK] = {"tensor_causal_mask", NULL},
-    [FX_OP_MASKED_FILL] = {"tensor_masked_fill", NULL},
-    [FX_OP_EMBEDDING] = {"tensor_embedding", NULL},
-    [FX_OP_EMBEDDING_BACKWARD] = {"tensor_embedding_backward", NULL},
-};
+/* The one composite fallback so far: the fused convolution as its three unfused ops. */
+#define FX_FALLBACK(id) (FX_OP_##id == FX_OP_CONV2D_BIAS_RELU ? fx_nn_conv2d_bias_relu_unfused : NULL)
+#define FX_OP_INFO_STAGE(id, name) [FX_OP_##id] = {name, NULL},
+#define FX_OP_INFO_WHOLE(id, name, host) [FX_OP_##id] = {name, FX_FALLBACK(id)},
+static const fx_op_info fx_ops[FX_OP_COUNT] = {FX_STAGE_OPS(FX_OP_INFO_STAGE)
+                                                   FX_WHOLE_OPS(FX_OP_INFO_WHOLE)};
+#undef FX_OP_INFO_STAGE
+#undef FX_OP_INFO_WHOLE
+#undef FX_FALLBACK
 
 const fx_op_info *fx_op_info_of(int op)
 {

@@ -6,61 +6,80 @@
  *     and the dispatcher does the one write into the output (src/core/dispatch.c);
  *   - whole ops (FX_OP_CONV2D onwards): the training ops of include/flexpoint_nn.h, which read
  *     and write tensors themselves; a backend computes them with fx_backend.run[op].
- * Which (op, format) pairs a backend computes is its supports_op answer; the dispatcher asks it
- * and falls back by rule (docs/architecture.md, "Op table and dispatch").
+ * Both lists below are X-macros: one line per op gives its enum value, its public name (the
+ * descriptors of src/core/op_run.c) and, for whole ops, the host implementation every CPU level
+ * installs. Which (op, format) pairs a backend computes is its supports_op answer; the
+ * dispatcher asks it and falls back by rule (docs/architecture.md, "Backends and dispatch").
  */
 #ifndef FX_CORE_OP_TABLE_H
 #define FX_CORE_OP_TABLE_H
 
+/* Stage ops: X(ID, public function). A CPU level computes them with a kernel per compute
+ * format, fx_backend.kernels[op][fmt] (src/core/backend.h), installed by src/cpu/<level>.c. */
+#define FX_STAGE_OPS(X)                                                                        \
+    X(COPY, "tensor_copy")                                                                     \
+    X(ADD, "tensor_add")                                                                       \
+    X(SUB, "tensor_sub")                                                                       \
+    X(MUL, "tensor_mul")                                                                       \
+    X(SCALE, "tensor_scale")                                                                   \
+    X(RELU, "tensor_relu")                                                                     \
+    X(SUM, "tensor_sum")                                                                       \
+    X(MATMUL, "tensor_matmul")                                                                 \
+    X(UNARY, "tensor_unary")                   /* out = f(a), f = fx_op_call.unary_fn */      \
+    X(UNARY_BACKWARD, "tensor_unary_backward") /* out = dy * f'(x): in[0] dy, in[1] x */
+
+/* Whole ops: X(ID, public function, host implementation). The line declares the host
+ * implementation (src/nn/nn_ops.h) and installs it in every CPU level (src/nn/nn_ops.c), so a
+ * new whole op is this line, its member of fx_op_args below when it needs one, its source file
+ * (the public function and the host implementation) and its test. */
+#define FX_WHOLE_OPS(X)                                                                        \
+    X(CONV2D, "tensor_conv2d", fx_nn_conv2d_host)                                              \
+    X(CONV2D_BIAS_RELU, "tensor_conv2d_bias_relu", fx_nn_conv2d_bias_relu_host)                \
+    X(CONV2D_BACKWARD_INPUT, "tensor_conv2d_backward_input", fx_nn_conv2d_backward_input_host) \
+    X(CONV2D_BACKWARD_WEIGHT, "tensor_conv2d_backward_weight",                                 \
+      fx_nn_conv2d_backward_weight_host)                                                       \
+    X(MAXPOOL2D, "tensor_maxpool2d", fx_nn_maxpool2d_host)                                     \
+    X(MAXPOOL2D_BACKWARD, "tensor_maxpool2d_backward", fx_nn_maxpool2d_backward_host)          \
+    X(AVGPOOL2D, "tensor_avgpool2d", fx_nn_avgpool2d_host)                                     \
+    X(AVGPOOL2D_BACKWARD, "tensor_avgpool2d_backward", fx_nn_avgpool2d_backward_host)          \
+    X(GLOBAL_AVGPOOL, "tensor_global_avgpool", fx_nn_global_avgpool_host)                      \
+    X(GLOBAL_AVGPOOL_BACKWARD, "tensor_global_avgpool_backward",                               \
+      fx_nn_global_avgpool_backward_host)                                                      \
+    X(RELU_BACKWARD, "tensor_relu_backward", fx_nn_relu_backward_host)                         \
+    X(DROPOUT, "tensor_dropout", fx_nn_dropout_host) /* and tensor_dropout_backward */         \
+    X(SOFTMAX_CE, "tensor_softmax_cross_entropy", fx_nn_softmax_ce_host)                       \
+    X(MEAN, "tensor_mean", fx_nn_mean_host)                                                    \
+    X(BATCHNORM, "tensor_batchnorm", fx_nn_batchnorm_host)                                     \
+    X(BATCHNORM_BACKWARD, "tensor_batchnorm_backward", fx_nn_batchnorm_backward_host)          \
+    X(SGD_STEP, "fx_sgd_step", fx_nn_sgd_step_host)                                            \
+    X(ADAM_STEP, "fx_adam_step", fx_nn_adam_step_host)                                         \
+    X(ADAMW_STEP, "fx_adamw_step", fx_nn_adam_step_host)                                       \
+    X(UNSCALE, "fx_loss_scaler_unscale", fx_nn_unscale_host)                                   \
+    X(CLIP_GRAD_NORM, "fx_clip_grad_norm", fx_nn_clip_grad_norm_host)                          \
+    X(SOFTMAX, "tensor_softmax", fx_nn_softmax_host)                                           \
+    X(LOG_SOFTMAX, "tensor_log_softmax", fx_nn_softmax_host)                                   \
+    X(SOFTMAX_BACKWARD, "tensor_softmax_backward", fx_nn_softmax_backward_host)                \
+    X(LOG_SOFTMAX_BACKWARD, "tensor_log_softmax_backward", fx_nn_softmax_backward_host)        \
+    X(LAYERNORM, "tensor_layernorm", fx_nn_layernorm_host)                                     \
+    X(LAYERNORM_BACKWARD, "tensor_layernorm_backward", fx_nn_layernorm_backward_host)          \
+    X(BMM, "tensor_bmm", fx_nn_bmm_host)                                                       \
+    X(BMM_BACKWARD, "tensor_bmm_backward", fx_nn_bmm_backward_host)                            \
+    X(CAUSAL_MASK, "tensor_causal_mask", fx_nn_causal_mask_host)                               \
+    X(MASKED_FILL, "tensor_masked_fill", fx_nn_masked_fill_host)                               \
+    X(EMBEDDING, "tensor_embedding", fx_nn_embedding_host)                                     \
+    X(EMBEDDING_BACKWARD, "tensor_embedding_backward", fx_nn_embedding_backward_host)
+
+#define FX_OP_ENUM_STAGE(id, name) FX_OP_##id,
+#define FX_OP_ENUM_WHOLE(id, name, host) FX_OP_##id,
 typedef enum {
-    /* ---- stage ops: fx_backend.kernels[op][compute format] (src/core/backend.h) ---------- */
-    FX_OP_COPY = 0, /* out = a */
-    FX_OP_ADD,
-    FX_OP_SUB,
-    FX_OP_MUL,
-    FX_OP_SCALE,
-    FX_OP_RELU,
-    FX_OP_SUM,
-    FX_OP_MATMUL,
-    FX_OP_UNARY,          /* out = f(a), f = fx_op_call.unary_fn (element-wise math, f32_math.h) */
-    FX_OP_UNARY_BACKWARD, /* out = dy * f'(x): in[0] = dy, in[1] = x */
-    FX_OP_STAGE_COUNT,
-    /* ---- whole ops: backend run[op] on an fx_op_args (the public function in brackets) ---- */
-    FX_OP_CONV2D = FX_OP_STAGE_COUNT, /* tensor_conv2d, and the unfused bias/ReLU form */
-    FX_OP_CONV2D_BIAS_RELU,           /* tensor_conv2d_bias_relu (fallback: unfused)      */
-    FX_OP_CONV2D_BACKWARD_INPUT,      /* tensor_conv2d_backward_input                     */
-    FX_OP_CONV2D_BACKWARD_WEIGHT,     /* tensor_conv2d_backward_weight                    */
-    FX_OP_MAXPOOL2D,                  /* tensor_maxpool2d                                 */
-    FX_OP_MAXPOOL2D_BACKWARD,         /* tensor_maxpool2d_backward                        */
-    FX_OP_AVGPOOL2D,                  /* tensor_avgpool2d                                 */
-    FX_OP_AVGPOOL2D_BACKWARD,         /* tensor_avgpool2d_backward                        */
-    FX_OP_GLOBAL_AVGPOOL,             /* tensor_global_avgpool                            */
-    FX_OP_GLOBAL_AVGPOOL_BACKWARD,    /* tensor_global_avgpool_backward                   */
-    FX_OP_RELU_BACKWARD,              /* tensor_relu_backward                             */
-    FX_OP_DROPOUT,                    /* tensor_dropout, tensor_dropout_backward          */
-    FX_OP_SOFTMAX_CE,                 /* tensor_softmax_cross_entropy                     */
-    FX_OP_MEAN,                       /* tensor_mean                                      */
-    FX_OP_BATCHNORM,                  /* tensor_batchnorm                                 */
-    FX_OP_BATCHNORM_BACKWARD,         /* tensor_batchnorm_backward                        */
-    FX_OP_SGD_STEP,                   /* fx_sgd_step                                      */
-    FX_OP_ADAM_STEP,                  /* fx_adam_step                                     */
-    FX_OP_ADAMW_STEP,                 /* fx_adamw_step                                    */
-    FX_OP_UNSCALE,                    /* fx_loss_scaler_unscale                           */
-    FX_OP_CLIP_GRAD_NORM,             /* fx_clip_grad_norm                                */
-    FX_OP_SOFTMAX,                    /* tensor_softmax                                   */
-    FX_OP_LOG_SOFTMAX,                /* tensor_log_softmax                               */
-    FX_OP_SOFTMAX_BACKWARD,           /* tensor_softmax_backward                          */
-    FX_OP_LOG_SOFTMAX_BACKWARD,       /* tensor_log_softmax_backward                      */
-    FX_OP_LAYERNORM,                  /* tensor_layernorm                                 */
-    FX_OP_LAYERNORM_BACKWARD,         /* tensor_layernorm_backward                        */
-    FX_OP_BMM,                        /* tensor_bmm                                       */
-    FX_OP_BMM_BACKWARD,               /* tensor_bmm_backward                              */
-    FX_OP_CAUSAL_MASK,                /* tensor_causal_mask                               */
-    FX_OP_MASKED_FILL,                /* tensor_masked_fill                               */
-    FX_OP_EMBEDDING,                  /* tensor_embedding                                 */
-    FX_OP_EMBEDDING_BACKWARD,         /* tensor_embedding_backward                        */
+    FX_STAGE_OPS(FX_OP_ENUM_STAGE)
+    FX_OP_STAGE_COUNT, /* the whole ops follow: FX_OP_CONV2D == FX_OP_STAGE_COUNT */
+    FX_OP_LAST_STAGE = FX_OP_STAGE_COUNT - 1, /* so that the first whole op takes STAGE_COUNT */
+    FX_WHOLE_OPS(FX_OP_ENUM_WHOLE)
     FX_OP_COUNT
 } fx_op;
+#undef FX_OP_ENUM_STAGE
+#undef FX_OP_ENUM_WHOLE
 
 /* The element-wise functions of FX_OP_UNARY / FX_OP_UNARY_BACKWARD (definitions: the fp32
  * cores of src/fp32/f32_math_impl.h, docs/math.md). One X(ID, "name") line per function that
