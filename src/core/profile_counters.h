@@ -19,13 +19,7 @@
 
 #include <stdint.h>
 
-/* The profiler (src/train/trainer.c) may be built into another shared library than the hooks:
- * the functions it calls keep default visibility under the library's hidden default. */
-#if defined(__GNUC__)
-#define FX_PROF_VISIBLE __attribute__((visibility("default")))
-#else
-#define FX_PROF_VISIBLE
-#endif
+#include "internal_export.h"
 
 enum {
     FX_PROF_CONVERSION, /* operands widened or quantised into the compute format */
@@ -57,11 +51,12 @@ typedef struct fx_prof_sink {
 extern int fx_prof_nsinks;
 
 /* Attach s to the calling thread (NULL: detach) and return the sink it replaces, to be attached
- * again afterwards. A thread holds one sink. */
-FX_PROF_VISIBLE fx_prof_sink *fx_prof_attach(fx_prof_sink *s);
+ * again afterwards. A thread holds one sink. This and fx_prof_sink_free are called from
+ * libflexpoint_train (the trainer), hence FX_INTERNAL. */
+FX_INTERNAL fx_prof_sink *fx_prof_attach(fx_prof_sink *s);
 
 /* Free s's event log and clear it (s itself is the caller's). */
-FX_PROF_VISIBLE void fx_prof_sink_free(fx_prof_sink *s);
+FX_INTERNAL void fx_prof_sink_free(fx_prof_sink *s);
 
 /* CLOCK_MONOTONIC in nanoseconds (never 0). */
 uint64_t fx_prof_clock_ns(void);
