@@ -12,14 +12,11 @@
  *   - the step's shares spent on conversions, rounding and Autoflex bookkeeping
  *     (fx_trainer_profile_split), and the share of everything else (kernels, packing, the
  *     phases' other work);
- *   - per layer, forward plus backward ms a step and the same split as shares of the step.
- * fx_trainer_profile_split and fx_trainer_layer_profile_split are declared in
- * src/train/trainer.h. */
+ *   - per layer, forward plus backward ms a step and the same split as shares of the step. */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "flexpoint_data.h"
 #include "flexpoint_train.h"
-#include "train/trainer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

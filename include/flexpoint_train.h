@@ -683,6 +683,48 @@ FX_API int fx_trainer_layer_count(const fx_trainer *t);
  *  @retval FX_EINVAL a NULL t or lp, or i out of range. */
 FX_API int fx_trainer_layer_profile(const fx_trainer *t, int i, fx_layer_profile *lp);
 
+/** @brief Seconds of profiled steps spent outside the kernels (fx_trainer_profile_split()).
+ *  Conversions: operands widened or quantised into the format an op computes in. Rounding:
+ *  results rounded or quantised into the output's format. Autoflex: the exponent bookkeeping
+ *  of the shared-exponent formats (FLEX16_5's trials, history and statistics, DFP16's exact
+ *  exponent, and the maximum scans both decide from). Work fused into a kernel (the
+ *  convolutions' packing and their own rounding of fp16 and bf16 outputs) is the kernel's
+ *  time, not counted here. Only the stepping thread's own time counts: in a parallel region,
+ *  its share stands for the region's wall time. */
+typedef struct fx_time_split {
+    double conversion_s; /**< conversions of operands */
+    double rounding_s;   /**< rounding of results */
+    double autoflex_s;   /**< shared-exponent bookkeeping */
+} fx_time_split;
+
+/** @brief fx_time_split per phase of the measured steps (the phases of fx_train_profile). */
+typedef struct fx_train_profile_split {
+    fx_time_split data;     /**< batch preparation */
+    fx_time_split forward;  /**< the layers' forward passes */
+    fx_time_split loss;     /**< the loss and reading the logits */
+    fx_time_split backward; /**< the layers' backward passes */
+    fx_time_split update;   /**< loss-scaler check, clipping and the optimiser steps */
+    fx_time_split total;    /**< whole steps: the sum of the phases */
+} fx_train_profile_split;
+
+/** @brief The split of the steps measured so far (all zero when profiling never ran).
+ *  @param[in]  t The trainer.
+ *  @param[out] p Filled.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL t or p. */
+FX_API int fx_trainer_profile_split(const fx_trainer *t, fx_train_profile_split *p);
+
+/** @brief Layer i's split, forward and backward: each counted span goes to the layer running
+ *  at its midpoint. Summed over the layers: the forward and backward phases' splits.
+ *  @param[in]  t        The trainer.
+ *  @param[in]  i        0 <= i < fx_trainer_layer_count().
+ *  @param[out] forward  Filled.
+ *  @param[out] backward Filled.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL t, forward or backward, or i out of range. */
+FX_API int fx_trainer_layer_profile_split(const fx_trainer *t, int i, fx_time_split *forward,
+                                          fx_time_split *backward);
+
 #ifdef __cplusplus
 }
 #endif

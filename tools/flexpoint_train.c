@@ -378,30 +378,44 @@ static void health_columns(FILE *f, const fx_train_health *h)
     fprintf(f, ",%lld", (long long)h->nonfinite_weights);
 }
 
-/* --profile: the run's phase and per-layer times, printed (unless quiet) and written to path as
- * CSV (one row per layer, then one per phase). 0, or -1 after a message. */
+/* --profile: the run's phase and per-layer times and their split into conversions, rounding
+ * and Autoflex bookkeeping (as shares of the step), printed (unless quiet) and written to path
+ * as CSV (one row per layer, then one per phase and one for the whole step). 0, or -1 after a
+ * message. */
 static int write_profile(const fx_trainer *t, const run_spec *rs, const char *path, int quiet)
 {
     fx_train_profile p;
+    fx_train_profile_split sp;
     if (fx_trainer_profile(t, &p) != FX_OK || p.steps == 0) return 0;
+    if (fx_trainer_profile_split(t, &sp) != FX_OK) return 0;
     csv_file c = {NULL, ""};
     snprintf(c.path, sizeof c.path, "%s", path);
     if (csv_open_path(&c)) return -1;
     const double per = 1e3 / (double)p.steps, tot = p.total_s > 0 ? p.total_s : 1;
-    fprintf(c.f, "row,kind,forward_ms_per_step,backward_ms_per_step,share_of_step\n");
+    fprintf(c.f, "row,kind,forward_ms_per_step,backward_ms_per_step,share_of_step,"
+                 "conversion_ms_per_step,rounding_ms_per_step,autoflex_ms_per_step,"
+                 "conversion_share,rounding_share,autoflex_share\n");
     if (!quiet)
-        printf("\nprofile of %s: %lld steps, %.2f ms a step\n%-16s %-10s %10s %10s %7s\n",
+        printf("\nprofile of %s: %lld steps, %.2f ms a step; conversions, rounding and Autoflex "
+               "as shares of the step\n%-16s %-10s %10s %10s %7s %7s %7s %7s\n",
                rs->label, (long long)p.steps, per * p.total_s, "layer", "kind", "fwd ms",
-               "bwd ms", "share");
+               "bwd ms", "share", "conv", "round", "autoflex");
     for (int i = 0; i < fx_trainer_layer_count(t); i++) {
         fx_layer_profile lp;
-        if (fx_trainer_layer_profile(t, i, &lp) != FX_OK) break;
+        fx_time_split f, b;
+        if (fx_trainer_layer_profile(t, i, &lp) != FX_OK ||
+            fx_trainer_layer_profile_split(t, i, &f, &b) != FX_OK)
+            break;
         double share = (lp.forward_s + lp.backward_s) / tot;
-        fprintf(c.f, "%s,%s,%.4f,%.4f,%.4f\n", lp.name, lp.kind, per * lp.forward_s,
-                per * lp.backward_s, share);
+        const double cv = f.conversion_s + b.conversion_s, rd = f.rounding_s + b.rounding_s,
+                     af = f.autoflex_s + b.autoflex_s;
+        fprintf(c.f, "%s,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n", lp.name, lp.kind,
+                per * lp.forward_s, per * lp.backward_s, share, per * cv, per * rd, per * af,
+                cv / tot, rd / tot, af / tot);
         if (!quiet)
-            printf("%-16s %-10s %10.3f %10.3f %6.1f%%\n", lp.name, lp.kind, per * lp.forward_s,
-                   per * lp.backward_s, 100 * share);
+            printf("%-16s %-10s %10.3f %10.3f %6.1f%% %6.1f%% %6.1f%% %6.1f%%\n", lp.name,
+                   lp.kind, per * lp.forward_s, per * lp.backward_s, 100 * share, 100 * cv / tot,
+                   100 * rd / tot, 100 * af / tot);
     }
     double cast_s = 0;
     for (int i = 0; i < fx_trainer_layer_count(t); i++) {
@@ -412,14 +426,21 @@ static int write_profile(const fx_trainer *t, const run_spec *rs, const char *pa
     if (!quiet && fx_trainer_cast_count(t) > 0)
         printf("%d casts: %.3f ms a step, %.1f%% of the step\n", fx_trainer_cast_count(t),
                per * cast_s, 100 * cast_s / tot);
-    const char *phases[] = {"data", "loss", "update", "other"};
+    const char *phases[] = {"data", "loss", "update", "other", "step"};
     double other = p.total_s - p.data_s - p.forward_s - p.loss_s - p.backward_s - p.update_s;
-    const double secs[] = {p.data_s, p.loss_s, p.update_s, other > 0 ? other : 0};
-    for (int k = 0; k < 4; k++) {
-        fprintf(c.f, "%s,phase,%.4f,,%.4f\n", phases[k], per * secs[k], secs[k] / tot);
+    const double secs[] = {p.data_s, p.loss_s, p.update_s, other > 0 ? other : 0, p.total_s};
+    const fx_time_split none = {0, 0, 0};
+    const fx_time_split *spl[] = {&sp.data, &sp.loss, &sp.update, &none, &sp.total};
+    for (int k = 0; k < 5; k++) {
+        const fx_time_split *x = spl[k];
+        fprintf(c.f, "%s,phase,%.4f,,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n", phases[k],
+                per * secs[k], secs[k] / tot, per * x->conversion_s, per * x->rounding_s,
+                per * x->autoflex_s, x->conversion_s / tot, x->rounding_s / tot,
+                x->autoflex_s / tot);
         if (!quiet)
-            printf("%-16s %-10s %10.3f %10s %6.1f%%\n", phases[k], "phase", per * secs[k], "",
-                   100 * secs[k] / tot);
+            printf("%-16s %-10s %10.3f %10s %6.1f%% %6.1f%% %6.1f%% %6.1f%%\n", phases[k],
+                   "phase", per * secs[k], "", 100 * secs[k] / tot, 100 * x->conversion_s / tot,
+                   100 * x->rounding_s / tot, 100 * x->autoflex_s / tot);
     }
     return csv_close(&c);
 }

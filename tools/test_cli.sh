@@ -54,7 +54,8 @@ awk -F, '$1 == "fp16" && $10 != 1024 { bad = 1 } END { exit bad }' "$T/adamw/epo
 check "--profile" 0 "profile of dfp16" "$BIN" --data synthetic --synthetic-n 200 --model cnn \
   --epochs 1 --batch 50 --formats dfp16 --profile --out "$T/prof"
 # one row per layer of the CNN (9), then the four phases
-[ "$(wc -l < "$T/prof/profile_dfp16.csv")" = "14" ] && grep -q "^conv2,conv," "$T/prof/profile_dfp16.csv" ||
+[ "$(wc -l < "$T/prof/profile_dfp16.csv")" = "15" ] && grep -q "^conv2,conv," "$T/prof/profile_dfp16.csv" &&
+  head -1 "$T/prof/profile_dfp16.csv" | grep -q ",conversion_share,rounding_share,autoflex_share$" ||
   { echo "FAIL: profile_dfp16.csv:"; cat "$T/prof/profile_dfp16.csv"; fail=1; }
 # format policies: applied to each run, recorded in run.json; a rule that matches no layer and
 # O3 with master weights are usage errors found before anything is written

@@ -5,41 +5,6 @@
 #include "model.h"
 #include "../core/profile_counters.h"
 
-/* Where profiled steps spent time on conversions, rounding and Autoflex bookkeeping
- * (src/core/profile_counters.h): seconds summed over the measured steps, as
- * fx_train_profile's. Conversions: operands widened or quantised into the format an op
- * computes in. Rounding: results rounded or quantised into the output's format. Autoflex:
- * the exponent bookkeeping of the shared-exponent formats (FLEX16_5's trials, history and
- * statistics, DFP16's exact exponent, and the maximum scans both decide from). Work fused
- * into a kernel (the convolutions' packing, the convolutions' own rounding of fp16 and bf16
- * outputs) is the kernel's time, not counted here. */
-typedef struct fx_time_split {
-    double conversion_s;
-    double rounding_s;
-    double autoflex_s;
-} fx_time_split;
-
-/* fx_time_split per phase of the step, as fx_train_profile's phases; total: whole steps. */
-typedef struct fx_train_profile_split {
-    fx_time_split data;
-    fx_time_split forward;
-    fx_time_split loss;
-    fx_time_split backward;
-    fx_time_split update;
-    fx_time_split total;
-} fx_train_profile_split;
-
-/* The split of the steps measured so far (all zero when profiling never ran).
- * FX_OK, or FX_EINVAL for a NULL t or p. */
-FX_API int fx_trainer_profile_split(const fx_trainer *t, fx_train_profile_split *p);
-
-/* Layer i's split, forward and backward: the time counted while the layer ran, by the layer
- * that was running when each counted span took place. Summed over the layers, the forward
- * and backward phases' splits. FX_OK, or FX_EINVAL for a NULL t, forward or backward, or i
- * outside [0, fx_trainer_layer_count()). */
-FX_API int fx_trainer_layer_profile_split(const fx_trainer *t, int i, fx_time_split *forward,
-                                          fx_time_split *backward);
-
 typedef struct fx_named_tensor {
     char name[64];
     tensor_t *t;
