@@ -58,10 +58,9 @@ AVX512="$AVX2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni"
 # newer) -------------------------------------------------------------------------------------
 LIB="$OUT/libflexpoint_fuzz.a"
 SOURCES=()
-for d in core fp32 fp16 bf16 flex autoflex nn data train; do
+for d in core cpu fp32 fp16 bf16 flex autoflex nn data train; do
   for f in "src/$d"/*.c; do SOURCES+=("$f"); done
 done
-for f in src/gpu/*_none.c; do SOURCES+=("$f"); done
 SOURCES+=(src/dist/distributed_none.c) # the MPI-less communicator (docs/distributed.md)
 
 newest_header="$(find include src -name '*.h' -newer "$LIB" -print -quit 2>/dev/null || true)"

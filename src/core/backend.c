@@ -2,7 +2,6 @@
  * starts as a copy of the level below and overwrites what it does faster), detects the CPU,
  * and selects the active backend (best available, or FLEXPOINT_CPU). */
 #include "backend.h"
-#include "../nn/nn_ops.h"
 #include "../flex/gemm_i16.h"
 
 #include <pthread.h>
@@ -72,10 +71,6 @@ static void fx_backends_build(void)
     fx_backend *s = &fx_backends[FX_BACKEND_SCALAR];
     memset(s, 0, sizeof *s);
     fx_cpu_install_scalar(s, &fx_cpu_info);
-    /* the whole ops (src/core/op_table.h): one host implementation each, which reaches the
-     * level's kernels through fx_backend_active(), so every level keeps the scalar entries */
-    fx_nn_install_host_ops(s);
-    s->supports_op = fx_cpu_supports_op;
 
     fx_backend *a2 = &fx_backends[FX_BACKEND_AVX2];
     *a2 = *s;

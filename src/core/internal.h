@@ -79,7 +79,7 @@ struct fx_pending_write {
     int64_t index;  /* the write's number (st->writes at launch), for its trace record */
 };
 
-/* Data parallelism (src/train/distributed.h): the collectives a storage's writes use when the
+/* Data parallelism (src/dist/distributed.h): the collectives a storage's writes use when the
  * tensor is one rank's part of a computation spread over several processes. The core holds
  * only these pointers, so it needs no MPI; every call is collective (each rank calls it in the
  * same order with the same n) and returns FX_OK or a status with the message set. */

@@ -10,6 +10,7 @@
 #include "fp16/fp16_kernels.h"
 #include "fp32/f32_kernels.h"
 #include "fp32/f32_math.h"
+#include "nn/nn_ops.h"
 
 void fx_cpu_install_scalar(fx_backend *b, const fx_cpu_features *cpu)
 {
@@ -61,4 +62,10 @@ void fx_cpu_install_scalar(fx_backend *b, const fx_cpu_features *cpu)
     /* layout and pooling (transpose*, maxpool2x2_*) and the convolution panel builders stay
      * NULL: the portable loops of src/nn. GEMM tuning values stay 0: the scalar GEMMs take
      * neither pre-packed panels nor rows on demand. */
+
+    /* the whole ops (FX_WHOLE_OPS, src/core/op_table.h): one host implementation each, which
+     * reaches the level's kernels through fx_backend_active(), so the vector levels keep these
+     * entries; and the question the dispatcher asks every level */
+    fx_nn_install_host_ops(b);
+    b->supports_op = fx_cpu_supports_op;
 }

@@ -1,5 +1,5 @@
 /* Softmax cross-entropy of one rank's rows of a batch split over several processes
- * (src/train/distributed.h). */
+ * (src/dist/distributed.h). */
 #ifndef FX_NN_SOFTMAX_CE_H
 #define FX_NN_SOFTMAX_CE_H
 
