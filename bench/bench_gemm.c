@@ -151,7 +151,7 @@ int main(int argc, char **argv)
 static double anydata_ceiling(int64_t K)
 {
     const fx_backend *be = fx_backend_active();
-    const int wrap = be->gemm_i16_b_layout == FX_GEMM_I16_B_WRAP && fx_gemm_i16_wrap_pays(K);
+    const int wrap = be->gemm.i16_b_layout == FX_GEMM_I16_B_WRAP && fx_gemm_i16_wrap_pays(K);
     return wrap ? 1.0 / 1.5 : 0.5;
 }
 

@@ -189,7 +189,7 @@ static void bench_shape(const char *label, int64_t M, int64_t K, int64_t N, int 
         const fx_kernel k = be->kernels[FX_OP_MATMUL][FMT_DFP16];
         if (!k) continue;
         const int has_wrap =
-            fx_gemm_i16_b_layout_for(be->gemm_i16_b_layout, K) == FX_GEMM_I16_B_WRAP;
+            fx_gemm_i16_b_layout_for(be->gemm.i16_b_layout, K) == FX_GEMM_I16_B_WRAP;
         for (int ti = 0; ti < nthr; ti++) {
             c.nthreads = threads[ti];
             timing t[RUN_KINDS];

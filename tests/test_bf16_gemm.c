@@ -220,7 +220,7 @@ int main(void)
     /* the pair route, whichever route the CPU's table prefers (test_kernel_select checks both
      * against fp64) */
     CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_BF16, "dpbf16"), FX_OK);
-    CHECK(be->gemm_bf16_pair_panel_mr == FX_BF16_PAIR_MR, "dpbf16 route without pair panels");
+    CHECK(be->gemm.bf16_pair_panel_mr == FX_BF16_PAIR_MR, "dpbf16 route without pair panels");
     /* shapes: edge tiles in M and N, odd K, K across depth blocks (512), the narrow-C swap */
     static const int64_t shapes[][3] = {{6, 32, 2},    {7, 33, 1},   {13, 70, 5},  {64, 64, 64},
                                         {37, 95, 129}, {100, 40, 1100}, {200, 300, 515},

@@ -5,7 +5,7 @@
  * output rows and samples) and a partial last panel, with random int16 inputs over the whole
  * range:
  *   - the portable panels equal the im2row patch matrix packed as gemm_i16.h defines;
- *   - each vector builder the CPU runs (fx_backend.conv_panels_i16: AVX-512BW) writes the
+ *   - each vector builder the CPU runs (fx_backend.conv.panels_i16: AVX-512BW) writes the
  *     same int32 values, or declines exactly the geometries fx_conv_panels_fit rejects;
  *   - the exact GEMM fed with the panels gives the same int64 sums as the GEMM fed with the
  *     patch matrix, for the split kernel and for the norm-checked fast kernel;
@@ -199,9 +199,9 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
     check_conv_rows(&g, xp, colT, Pc);
     for (int bi = FX_BACKEND_AVX2; bi < FX_BACKEND_COUNT; bi++) {
         const fx_backend *be = fx_backend_get(bi);
-        if (!be->available || !be->conv_panels_i16) continue;
+        if (!be->available || !be->conv.panels_i16) continue;
         memset(vec, 0x5A, (size_t)pn * 4);
-        const int took = be->conv_panels_i16(&g, xp, nb, 6, vec);
+        const int took = be->conv.panels_i16(&g, xp, nb, 6, vec);
         CHECK(took == fx_conv_panels_fit(&g, 6), "%s KW %lld dw %lld: builder took %d", be->name,
               (long long)g.KW, (long long)g.dw, took);
         if (took) {
@@ -211,7 +211,7 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
                   (long long)g.C, (long long)g.KW, (long long)g.sw, (long long)g.dw,
                   (long long)bad);
         }
-        CHECK(be->conv_panels_i16(&g, xp, nb, 8, vec) == 0, "%s: mr 8 is declined", be->name);
+        CHECK(be->conv.panels_i16(&g, xp, nb, 8, vec) == 0, "%s: mr 8 is declined", be->name);
     }
 
     /* the GEMM from panels against the GEMM from the patch matrix, N = 40 (a column tail) */
@@ -387,14 +387,14 @@ static void check_case_f32(const geo_case *cs, test_rng *rng, int64_t mr)
               (int)fmt, (long long)g.C, (long long)g.KW);
         for (int bi = FX_BACKEND_AVX2; bi < FX_BACKEND_COUNT; bi++) {
             const fx_backend *be = fx_backend_get(bi);
-            if (!be->available || !be->conv_panels_f32) continue;
-            if (be->gemm_f32_panel_mr != mr) { /* another level's tile height is declined */
-                CHECK(be->conv_panels_f32(&g, xp, fmt, nb, (int)mr, vec) == 0,
+            if (!be->available || !be->conv.panels_f32) continue;
+            if (be->gemm.f32_panel_mr != mr) { /* another level's tile height is declined */
+                CHECK(be->conv.panels_f32(&g, xp, fmt, nb, (int)mr, vec) == 0,
                       "%s: fp32 mr %lld is declined", be->name, (long long)mr);
                 continue;
             }
             memset(vec, 0x5A, (size_t)pn * 4);
-            const int took = be->conv_panels_f32(&g, xp, fmt, nb, (int)mr, vec);
+            const int took = be->conv.panels_f32(&g, xp, fmt, nb, (int)mr, vec);
             CHECK(took == fx_conv_panels_f32_fit(&g, (int)mr), "%s: fp32 builder took %d", be->name,
                   took);
             if (took)
@@ -411,7 +411,7 @@ static void check_case_f32(const geo_case *cs, test_rng *rng, int64_t mr)
             for (int64_t k = 0; k < K; k++) colT[m * K + k] = ref[((m / mr) * K + k) * mr + m % mr];
         for (int bi = FX_BACKEND_AVX2; bi < FX_BACKEND_COUNT; bi++) {
             const fx_backend *be = fx_backend_get(bi);
-            if (!be->available || be->gemm_f32_panel_mr != mr) continue;
+            if (!be->available || be->gemm.f32_panel_mr != mr) continue;
             fx_operand A, B;
             memset(&A, 0, sizeof A);
             A.data = colT, A.fmt = FMT_FP32, A.ndim = 2, A.shape[0] = Pc, A.shape[1] = K;
@@ -484,7 +484,7 @@ static void check_rows_norms(test_rng *rng)
     const fx_operand Ashape = op2d(NULL, M, K, K, 1), B = op2d(b, K, N, N, 1);
     for (int bi = FX_BACKEND_AVX2; bi < FX_BACKEND_COUNT; bi++) {
         const fx_backend *be = fx_backend_get(bi);
-        if (!be->available || !be->gemm_i16_row_source) continue;
+        if (!be->available || !be->gemm.i16_row_source) continue;
         fx_gemm_i16_set_mode(FX_GEMM_I16_NORM_ALWAYS);
         fx_gemm_i16_reset_tile_counts();
         memset(got, 0, (size_t)(M * N) * 8);

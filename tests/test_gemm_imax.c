@@ -108,8 +108,8 @@ static int64_t check_product(const fx_backend *be, const char *kname, int64_t M,
         c.a_rows_ctx = &rc;
     }
     if (source == B_PRESPLIT) {
-        const int nr = be->gemm_i16_panel_nr;
-        const int layout = fx_gemm_i16_b_layout_for(be->gemm_i16_b_layout, K);
+        const int nr = be->gemm.i16_panel_nr;
+        const int layout = fx_gemm_i16_b_layout_for(be->gemm.i16_b_layout, K);
         const int64_t n = fx_gemm_i16_split_b_numel(K, N, nr, layout);
         bsplit = aligned_alloc(64, (size_t)((n * 2 + 63) / 64 * 64));
         CHECK_STATUS(fx_gemm_i16_split_b(B, N, 1, K, N, nr, layout, bsplit), FX_OK);
@@ -222,8 +222,8 @@ int main(void)
                 for (int kind = 0; kind < DATA_KINDS; kind++)
                     for (int pattern = 0; pattern < (kind == DATA_EXTREME ? 3 : 1); pattern++)
                         for (int source = 0; source <= B_PRESPLIT; source++) {
-                            if (source == A_ROWS && !be->gemm_i16_row_source) continue;
-                            if (source == B_PRESPLIT && !be->gemm_i16_panel_nr) continue;
+                            if (source == A_ROWS && !be->gemm.i16_row_source) continue;
+                            if (source == B_PRESPLIT && !be->gemm.i16_panel_nr) continue;
                             for (int threads = 1; threads <= 2; threads++) {
                                 const int64_t fast =
                                     check_product(be, kname, shapes[s][0], shapes[s][1],

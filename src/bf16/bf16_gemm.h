@@ -3,7 +3,7 @@
  * [MATMUL][BF16] slot only on CPUs with AVX512_BF16 and where the route table
  * (src/bf16/bf16_route.c), FLEXPOINT_KERNEL_BF16_GEMM or flexpoint_set_kernel picks the
  * "dpbf16" route (src/core/backend.c), with 6-row pre-packed A panels in the integer GEMM's
- * pair layout (fx_backend.gemm_bf16_pair_panel_mr). */
+ * pair layout (fx_backend.gemm.bf16_pair_panel_mr). */
 #ifndef FX_BF16_GEMM_H
 #define FX_BF16_GEMM_H
 

@@ -55,7 +55,7 @@ typedef struct fx_op_call {
      * over the whole K, built by the convolution straight from its input (src/nn/
      * conv_panels.h). Integer GEMM: int32 pairs, panel q at a_panels + q * ceil(K/2) * mr;
      * fp32 GEMM: floats, panel q at a_panels + q * K * mr. Set only when the backend's
-     * gemm_i16_panel_mr / gemm_f32_panel_mr equals a_panels_mr; in[0] then supplies only its
+     * gemm.i16_panel_mr / gemm.f32_panel_mr equals a_panels_mr; in[0] then supplies only its
      * shape and exponent. */
     const void *a_panels;
     int a_panels_mr;
@@ -65,15 +65,15 @@ typedef struct fx_op_call {
      * A[i0 + r][k0 + t] to dst[r*ld + t] for r < m, t < kc, and may write anything to the
      * FX_A_ROWS_SLACK elements before dst[r*ld] and after dst[r*ld + kc - 1] (ld leaves that
      * room). It is called from the GEMM's threads at once, so it must only read its context.
-     * Set only when the backend's gemm_i16_row_source is nonzero; in[0] then supplies only its
+     * Set only when the backend's gemm.i16_row_source is nonzero; in[0] then supplies only its
      * shape and exponent. */
     void (*a_rows)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
                    int64_t ld);
     const void *a_rows_ctx;
     /* Optional, integer MATMUL: in[1] already packed for the split or wrap kernel by
      * fx_gemm_i16_split_b (src/flex/gemm_i16.h) for b_split_nr columns per panel in layout
-     * b_split_layout; set only when the backend's gemm_i16_panel_nr equals b_split_nr, and
-     * the wrap layout only when its gemm_i16_b_layout is the wrap layout (a kernel refuses
+     * b_split_layout; set only when the backend's gemm.i16_panel_nr equals b_split_nr, and
+     * the wrap layout only when its gemm.i16_b_layout is the wrap layout (a kernel refuses
      * anything else with FX_EUNSUPPORTED). */
     const int16_t *b_split;
     int b_split_nr;
@@ -167,6 +167,40 @@ typedef struct fx_cpu_features {
 
 struct fx_conv_geom; /* src/nn/im2col.h */
 
+/* The GEMM tuning of a level: what its MATMUL kernels accept besides plain operands, at which
+ * register-tile sizes. The convolution and the pre-split B of src/flex/gemm_i16.h read these to
+ * pack operands the way the kernel wants them. All 0: plain operands only (the scalar level). */
+typedef struct fx_gemm_tuning {
+    /* The register-tile height of the integer MATMUL kernel when it accepts pre-packed A
+     * panels (fx_op_call.a_panels); 0 when it does not. */
+    int i16_panel_mr;
+    int i16_panel_nr; /* its register-tile width, for pre-split B (fx_op_call.b_split) */
+    /* nonzero when the integer MATMUL kernel takes A rows on demand (fx_op_call.a_rows) */
+    int i16_row_source;
+    /* FX_GEMM_I16_B_WRAP when it has the wrap kernel and so takes pre-split B in the wrap
+     * layout too (wanted where fx_gemm_i16_wrap_pays); FX_GEMM_I16_B_SPLIT otherwise */
+    int i16_b_layout;
+    int f32_panel_mr; /* the same for the fp32 MATMUL kernels (fp32, fp16, bf16 operands) */
+    /* nonzero when the bf16 x bf16 MATMUL kernel runs on bf16 pairs (src/bf16/bf16_gemm.h) and
+     * takes pre-packed A panels of this height in the integer GEMM's pair layout instead */
+    int bf16_pair_panel_mr;
+} fx_gemm_tuning;
+
+/* The convolution's own kernels of a level (src/nn/conv2d.c). */
+typedef struct fx_conv_kernels {
+    /* Builders of a convolution's implicit-GEMM A panels (src/nn/conv_panels.h) for the tile
+     * heights of fx_gemm_tuning; each returns 0 (nothing written) for a geometry or height it
+     * does not handle. NULL: the portable builders. */
+    int (*panels_i16)(const struct fx_conv_geom *g, const int16_t *xp, int64_t nb, int mr,
+                      int32_t *ap);
+    int (*panels_f32)(const struct fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
+                      float *ap);
+    /* The fused convolution epilogue (tensor_conv2d_bias_relu) on rows x cols fp32 values,
+     * in place: v = v + bias[col] (when bias is not NULL; the ADD kernel's arithmetic and NaN
+     * rule, v first), then the RELU kernel's x > 0 ? x : +0 with NaN kept (when relu). */
+    void (*bias_relu_f32)(float *v, int64_t rows, int64_t cols, const float *bias, int relu);
+} fx_conv_kernels;
+
 typedef struct fx_backend {
     const char *name;
     int available;
@@ -179,30 +213,8 @@ typedef struct fx_backend {
      * CPU levels, src/core/op_run.c). */
     int (*supports_op)(const struct fx_backend *b, int op, fmt_t fmt);
     fx_cvt_table cvt;
-    /* The register-tile height of the integer MATMUL kernel when it accepts pre-packed A
-     * panels (fx_op_call.a_panels); 0 when it does not. */
-    int gemm_i16_panel_mr;
-    int gemm_i16_panel_nr; /* its register-tile width, for pre-split B (fx_op_call.b_split) */
-    /* nonzero when the integer MATMUL kernel takes A rows on demand (fx_op_call.a_rows) */
-    int gemm_i16_row_source;
-    /* FX_GEMM_I16_B_WRAP when it has the wrap kernel and so takes pre-split B in the wrap
-     * layout too (wanted where fx_gemm_i16_wrap_pays); FX_GEMM_I16_B_SPLIT otherwise */
-    int gemm_i16_b_layout;
-    int gemm_f32_panel_mr; /* the same for the fp32 MATMUL kernels (fp32, fp16, bf16 operands) */
-    /* nonzero when the bf16 x bf16 MATMUL kernel runs on bf16 pairs (src/bf16/bf16_gemm.h) and
-     * takes pre-packed A panels of this height in the integer GEMM's pair layout instead */
-    int gemm_bf16_pair_panel_mr;
-    /* Builders of a convolution's implicit-GEMM A panels (src/nn/conv_panels.h) for the tile
-     * heights above; each returns 0 (nothing written) for a geometry or height it does not
-     * handle. NULL: the portable builders. */
-    int (*conv_panels_i16)(const struct fx_conv_geom *g, const int16_t *xp, int64_t nb, int mr,
-                           int32_t *ap);
-    int (*conv_panels_f32)(const struct fx_conv_geom *g, const void *xp, int fmt, int64_t nb,
-                           int mr, float *ap);
-    /* The fused convolution epilogue (tensor_conv2d_bias_relu) on rows x cols fp32 values,
-     * in place: v = v + bias[col] (when bias is not NULL; the ADD kernel's arithmetic and NaN
-     * rule, v first), then the RELU kernel's x > 0 ? x : +0 with NaN kept (when relu). */
-    void (*bias_relu_f32)(float *v, int64_t rows, int64_t cols, const float *bias, int relu);
+    fx_gemm_tuning gemm; /* what the GEMM kernels take pre-packed, and their tile sizes */
+    fx_conv_kernels conv; /* the convolution's panel builders and fused epilogue */
 } fx_backend;
 
 enum { FX_BACKEND_SCALAR = 0, FX_BACKEND_AVX2 = 1, FX_BACKEND_AVX512 = 2, FX_BACKEND_COUNT = 3 };

@@ -29,11 +29,11 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_avx2;
     b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_avx2;
     /* the fused convolution epilogue */
-    b->bias_relu_f32 = fx_f32_bias_relu_avx2;
+    b->conv.bias_relu_f32 = fx_f32_bias_relu_avx2;
     /* fp32 GEMM tuning: its 6 x 16 tile takes a convolution's pre-packed A panels of 6 rows,
      * built by the AVX2 panel builder (src/nn/conv_panels_avx2.c) */
-    b->gemm_f32_panel_mr = FX_F32_MR_AVX2;
-    b->conv_panels_f32 = fx_conv_panels_f32_avx2;
+    b->gemm.f32_panel_mr = FX_F32_MR_AVX2;
+    b->conv.panels_f32 = fx_conv_panels_f32_avx2;
 
     /* fp16 and bf16 x same-format MATMUL: the fp32 GEMM, the operands widened exactly while
      * packed (the same products as the fp32 GEMM of the widened operands, without a widening
@@ -62,9 +62,9 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     fx_flex_set_kernel(b, FX_OP_SUM, fx_flex_sum_avx2);
     fx_flex_set_kernel(b, FX_OP_MATMUL, fx_flex_matmul_avx2);
     /* int16 GEMM tuning: a convolution's patch rows on demand (src/nn/conv_panels.h,
-     * fx_conv_rows_i16); no pre-split B (gemm_i16_panel_nr stays 0): a pre-split B takes the
+     * fx_conv_rows_i16); no pre-split B (gemm.i16_panel_nr stays 0): a pre-split B takes the
      * split kernel on every tile, and on AVX2 the norm-tested fast kernel is what pays */
-    b->gemm_i16_row_source = 1;
+    b->gemm.i16_row_source = 1;
 
     /* layout: 8 x 8 register transposes of 16- and 32-bit elements (64-bit: the portable loop) */
     b->cvt.transpose16 = fx_transpose16_avx2;

@@ -20,11 +20,11 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
     if (route == FX_BF16_GEMM_DPBF16) {
         /* vdpbf16ps on bf16 pairs, A panels in the integer GEMM's pair layout */
         b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_avx512bf16;
-        b->gemm_bf16_pair_panel_mr = FX_BF16_PAIR_MR;
+        b->gemm.bf16_pair_panel_mr = FX_BF16_PAIR_MR;
     } else {
         /* the fp32 GEMM, bf16 widened exactly while packed */
         b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_f32_matmul_avx512;
-        b->gemm_bf16_pair_panel_mr = 0;
+        b->gemm.bf16_pair_panel_mr = 0;
     }
 }
 
@@ -42,11 +42,11 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_avx512;
     b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_avx512;
     /* the fused convolution epilogue */
-    b->bias_relu_f32 = fx_f32_bias_relu_avx512;
+    b->conv.bias_relu_f32 = fx_f32_bias_relu_avx512;
     /* fp32 GEMM tuning: its 12 x 32 tile takes pre-packed A panels of 12 rows (AVX-512
      * builder) */
-    b->gemm_f32_panel_mr = FX_F32_MR_AVX512;
-    b->conv_panels_f32 = fx_conv_panels_f32_avx512;
+    b->gemm.f32_panel_mr = FX_F32_MR_AVX512;
+    b->conv.panels_f32 = fx_conv_panels_f32_avx512;
 
     /* fp16 x fp16 MATMUL: the fp32 GEMM, widened while packed */
     b->kernels[FX_OP_MATMUL][FMT_FP16] = fx_f32_matmul_avx512;
@@ -84,16 +84,16 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     fx_flex_set_kernel(b, FX_OP_MATMUL,
                        cpu->avx512vnni ? fx_flex_matmul_avx512vnni : fx_flex_matmul_avx512bw);
     /* int16 GEMM tuning: pre-packed A panels and pre-split B of its 6 x 32 tile */
-    b->gemm_i16_panel_mr = FX_FLEX_MR_AVX512;
-    b->gemm_i16_panel_nr = FX_FLEX_NR_AVX512;
-    b->conv_panels_i16 = fx_conv_panels_i16_avx512;
+    b->gemm.i16_panel_mr = FX_FLEX_MR_AVX512;
+    b->gemm.i16_panel_nr = FX_FLEX_NR_AVX512;
+    b->conv.panels_i16 = fx_conv_panels_i16_avx512;
     /* the AVX2 level's rows on demand are not taken over: geometries its panel builder
      * declines keep im2row here, as measured (the driver would take rows on this level too,
      * and test_conv_panels checks that it gives the same sums, but no AVX-512 machine has
      * timed it) */
-    b->gemm_i16_row_source = 0;
+    b->gemm.i16_row_source = 0;
     /* VNNI: the wrap kernel takes the split kernel's tiles where it pays (its own B layout) */
-    b->gemm_i16_b_layout = cpu->avx512vnni ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
+    b->gemm.i16_b_layout = cpu->avx512vnni ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
 
     /* layout: register transposes of 16-, 32- and 64-bit elements */
     b->cvt.transpose16 = fx_transpose16_avx512;

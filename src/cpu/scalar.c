@@ -30,7 +30,7 @@ void fx_cpu_install_scalar(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_scalar;
     b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_scalar;
     /* the fused convolution epilogue */
-    b->bias_relu_f32 = fx_f32_bias_relu_scalar;
+    b->conv.bias_relu_f32 = fx_f32_bias_relu_scalar;
 
     /* fp16: the conversions' definitions */
     b->cvt.f32_to_fp16 = fx_cvt_f32_to_fp16_scalar;

@@ -96,7 +96,7 @@ int fx_flex_sum_avx512(const fx_op_call *c);
 int fx_flex_matmul_avx512bw(const fx_op_call *c);   /* vpmaddwd + vpaddd */
 int fx_flex_matmul_avx512vnni(const fx_op_call *c); /* vpdpwssd */
 /* The register tile of the AVX-512 integer MATMUL kernels: the A panel height and pre-split B
- * panel width they take (fx_backend.gemm_i16_panel_mr, gemm_i16_panel_nr) */
+ * panel width they take (fx_backend.gemm.i16_panel_mr, gemm.i16_panel_nr) */
 #define FX_FLEX_MR_AVX512 6
 #define FX_FLEX_NR_AVX512 32
 

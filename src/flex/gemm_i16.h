@@ -216,7 +216,7 @@ typedef struct fx_gemm_i16_kernel {
 enum { FX_GEMM_I16_B_SPLIT = 0, FX_GEMM_I16_B_WRAP = 1 };
 
 /* The B layout a product with inner dimension K takes on a level whose fx_backend
- * gemm_i16_b_layout is level_layout: the wrap layout where the level has the wrap kernel and it
+ * gemm.i16_b_layout is level_layout: the wrap layout where the level has the wrap kernel and it
  * pays for this K, else the split layout (what a convolution pre-splits its weights in). */
 static inline int fx_gemm_i16_b_layout_for(int level_layout, int64_t K)
 {
@@ -245,7 +245,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *k);
  * and its panel j at + j * PS(kp), kp being the block's pairs and NP = ceil(N/nr). out must be
  * 64-byte aligned (the micro-kernels load whole aligned vectors). An FX_OP_MATMUL call with
  * fx_op_call.b_split (b_split_nr = nr, b_split_layout = the level's fx_backend
- * gemm_i16_b_layout, or the split layout) then skips B packing and takes the split or wrap
+ * gemm.i16_b_layout, or the split layout) then skips B packing and takes the split or wrap
  * kernel on every tile the fast kernel does not take. */
 int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr, int layout);
 int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,

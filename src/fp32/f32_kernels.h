@@ -174,7 +174,7 @@ int fx_f32_matmul_avx512(const fx_op_call *c);
 void fx_f32_bias_relu_avx512(float *v, int64_t rows, int64_t cols, const float *bias, int relu);
 
 /* Register-tile heights of the AVX2 (6 x 16) and AVX-512 (12 x 32) fp32 MATMUL kernels: the
- * A panel height a convolution's panel builder must produce (fx_backend.gemm_f32_panel_mr). */
+ * A panel height a convolution's panel builder must produce (fx_backend.gemm.f32_panel_mr). */
 #define FX_F32_MR_AVX2 6
 #define FX_F32_MR_AVX512 12
 

@@ -517,7 +517,7 @@ static void conv_epilogue_chunk(const conv_epilogue *ep, const fx_backend *be, f
         conv_half_cvt(yfmt)(v, half, n);
         (yfmt == FMT_FP16 ? be->cvt.fp16_to_f32 : be->cvt.bf16_to_f32)(half, v, n);
     }
-    if (ep->bias || ep->relu) be->bias_relu_f32(v, rows, O, ep->bias, ep->relu);
+    if (ep->bias || ep->relu) be->conv.bias_relu_f32(v, rows, O, ep->bias, ep->relu);
 }
 
 /* ---- forward ------------------------------------------------------------------------------- */
@@ -548,18 +548,18 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
      * exact sums. bf16 x bf16 on a pair GEMM (vdpbf16ps) takes the same int32 pair panels,
      * built from the bf16 bits by the same builder. */
     const fx_backend *be = fx_backend_active();
-    const int pair_mr = ic                  ? be->gemm_i16_panel_mr
-                        : cc.cf == FMT_BF16 ? be->gemm_bf16_pair_panel_mr
+    const int pair_mr = ic                  ? be->gemm.i16_panel_mr
+                        : cc.cf == FMT_BF16 ? be->gemm.bf16_pair_panel_mr
                                             : 0;
     const int panel_mr = fx_conv_panels_fit(&g, pair_mr) ? pair_mr : 0;
     /* float compute likewise: fp32 panels for the fp32 GEMM, widened from the input's storage
      * format (cc.cf) while they are built */
-    const int fpanel_mr = !ic && !panel_mr && fx_conv_panels_f32_fit(&g, be->gemm_f32_panel_mr)
-                              ? be->gemm_f32_panel_mr
+    const int fpanel_mr = !ic && !panel_mr && fx_conv_panels_f32_fit(&g, be->gemm.f32_panel_mr)
+                              ? be->gemm.f32_panel_mr
                               : 0;
     /* integer compute on a GEMM that gathers A rows itself: the patch rows are made for one
      * register tile at a time inside the GEMM (conv_panels.h), so no patch matrix at all */
-    const int row_src = ic && !panel_mr && be->gemm_i16_row_source;
+    const int row_src = ic && !panel_mr && be->gemm.i16_row_source;
     const int64_t col_n =
         panel_mr    ? 2 * fx_conv_panels_numel(&g, plan.nb, panel_mr)
         : fpanel_mr ? fx_conv_panels_f32_numel(&g, plan.nb, fpanel_mr) * (int64_t)(4 / cc.esz)
@@ -615,8 +615,8 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
     uint64_t *chunk_max = conv_alloc(&s, plan.nchunks, sizeof(uint64_t), &rc, func);
     /* integer compute: the weights split once for all chunks (each chunk's GEMM would split
      * the same B again) */
-    const int b_nr = ic ? be->gemm_i16_panel_nr : 0;
-    const int b_layout = fx_gemm_i16_b_layout_for(be->gemm_i16_b_layout, CKK);
+    const int b_nr = ic ? be->gemm.i16_panel_nr : 0;
+    const int b_layout = fx_gemm_i16_b_layout_for(be->gemm.i16_b_layout, CKK);
     int16_t *wsplit = b_nr ? conv_alloc(&s, fx_gemm_i16_split_b_numel(CKK, g.O, b_nr, b_layout) + 32,
                                         sizeof(int16_t), &rc, func)
                            : NULL;
@@ -644,8 +644,8 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
         if (panel_mr || row_src || fpanel_mr) fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
         if (panel_mr) {
             int32_t *pan = (int32_t *)(void *)mycol;
-            if (!be->conv_panels_i16 ||
-                !be->conv_panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan))
+            if (!be->conv.panels_i16 ||
+                !be->conv.panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan))
                 fx_conv_panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan);
             pp.a_panels = pan;
             pp.a_mr = panel_mr;
@@ -653,8 +653,8 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
             pp.a_rows = &rows;
         } else if (fpanel_mr) {
             float *pan = (float *)(void *)mycol;
-            if (!be->conv_panels_f32 ||
-                !be->conv_panels_f32(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan))
+            if (!be->conv.panels_f32 ||
+                !be->conv.panels_f32(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan))
                 fx_conv_panels_f32(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan);
             pp.a_panels = pan;
             pp.a_mr = fpanel_mr;

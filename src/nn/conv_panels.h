@@ -46,12 +46,12 @@ void fx_conv_panel_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int
 /* AVX-512BW builder for mr = 6 within fx_conv_panels_fit (conv_panels_avx512.c): the same
  * int32 values, two kernel rows gathered by one word permute. Returns 0 (nothing written) for
  * a geometry outside what it handles, or when out of memory. Reached through
- * fx_backend.conv_panels_i16, set only on CPUs that run it. */
+ * fx_backend.conv.panels_i16, set only on CPUs that run it. */
 int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int mr,
                               int32_t *ap);
 
 /* ---- patch rows on demand (fx_op_call.a_rows) --------------------------------------------------
- * For integer GEMMs that gather A rows themselves (fx_backend.gemm_i16_row_source): the rows
+ * For integer GEMMs that gather A rows themselves (fx_backend.gemm.i16_row_source): the rows
  * of the patch matrix (the im2row values, so the same exact sums) for one register tile and
  * one K block at a time, into the GEMM's L1 buffer, where its own packing (with the segment
  * norms) takes them. Nothing of the size of the patch matrix is written. Each kernel row is
@@ -90,7 +90,7 @@ void fx_conv_panels_f32(const fx_conv_geom *g, const void *xp, int fmt, int64_t 
                         float *ap);
 /* AVX-512 builder for mr = 12 (the AVX-512 fp32 tile), AVX2 builder for mr = 6 (the AVX2
  * tile); 0 (nothing written) for another mr, outside fx_conv_panels_f32_fit, or when out of
- * memory. Reached through fx_backend.conv_panels_f32. */
+ * memory. Reached through fx_backend.conv.panels_f32. */
 int fx_conv_panels_f32_avx512(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb,
                               int mr, float *ap);
 int fx_conv_panels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
