@@ -17,7 +17,8 @@
 #include "../nn/nn_ops.h"
 
 /* The one composite fallback so far: the fused convolution as its three unfused ops. */
-#define FX_FALLBACK(id) (FX_OP_##id == FX_OP_CONV2D_BIAS_RELU ? fx_nn_conv2d_bias_relu_unfused : NULL)
+#define FX_FALLBACK(id)                                                                        \
+    (FX_OP_##id == FX_OP_CONV2D_BIAS_RELU ? fx_nn_conv2d_bias_relu_unfused : NULL)
 #define FX_OP_INFO_STAGE(id, name) [FX_OP_##id] = {name, NULL},
 #define FX_OP_INFO_WHOLE(id, name, host) [FX_OP_##id] = {name, FX_FALLBACK(id)},
 static const fx_op_info fx_ops[FX_OP_COUNT] = {FX_STAGE_OPS(FX_OP_INFO_STAGE)

@@ -48,6 +48,7 @@
     X(RELU_BACKWARD, "tensor_relu_backward", fx_nn_relu_backward_host)                         \
     X(DROPOUT, "tensor_dropout", fx_nn_dropout_host) /* and tensor_dropout_backward */         \
     X(SOFTMAX_CE, "tensor_softmax_cross_entropy", fx_nn_softmax_ce_host)                       \
+    X(SOFTMAX_CE_ROWS, "fx_softmax_ce_rows", fx_nn_softmax_ce_rows_host) /* a rank's rows */ \
     X(MEAN, "tensor_mean", fx_nn_mean_host)                                                    \
     X(BATCHNORM, "tensor_batchnorm", fx_nn_batchnorm_host)                                     \
     X(BATCHNORM_BACKWARD, "tensor_batchnorm_backward", fx_nn_batchnorm_backward_host)          \
@@ -167,8 +168,10 @@ typedef struct fx_op_args {
             int k2;
             uint64_t seed, step;
         } dropout;
-        struct { /* SOFTMAX_CE */
+        struct { /* SOFTMAX_CE, SOFTMAX_CE_ROWS (row_loss and n_div: src/nn/softmax_ce.h) */
             float *loss;
+            double *row_loss;
+            int64_t n_div;
             struct tensor *dlogits;
             const struct tensor *logits;
             const int32_t *labels;

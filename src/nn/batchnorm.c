@@ -201,7 +201,8 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     double *invstd = fx_scratch_alloc(&sc, C, sizeof *invstd);
     double *uvar = fx_scratch_alloc(&sc, C, sizeof *uvar);
     if (!mean || !invstd || !uvar) {
-        rc = fx_error(FX_ENOMEM, func, "cannot allocate statistics for %lld channels", (long long)C);
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate statistics for %lld channels",
+                      (long long)C);
         goto done;
     }
     const tensor_t *ins[3] = {x, gamma, beta};

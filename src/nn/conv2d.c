@@ -617,7 +617,8 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
      * the same B again) */
     const int b_nr = ic ? be->gemm.i16_panel_nr : 0;
     const int b_layout = fx_gemm_i16_b_layout_for(be->gemm.i16_b_layout, CKK);
-    int16_t *wsplit = b_nr ? conv_alloc(&s, fx_gemm_i16_split_b_numel(CKK, g.O, b_nr, b_layout) + 32,
+    int16_t *wsplit = b_nr ? conv_alloc(&s,
+                                        fx_gemm_i16_split_b_numel(CKK, g.O, b_nr, b_layout) + 32,
                                         sizeof(int16_t), &rc, func)
                            : NULL;
     if (rc) {

@@ -345,7 +345,8 @@ int fx_nn_maxpool2d_host(const fx_op_args *a)
         const int nt = pool_threads(pool_work(ny, 4), planes);
         (void)nt;
         FX_POOL_PARALLEL_FOR
-        for (int64_t pl = 0; pl < planes; pl++) maxpool_2x2_plane_half(xh, &g, pl, yh, argmax, widen, narrow);
+        for (int64_t pl = 0; pl < planes; pl++)
+            maxpool_2x2_plane_half(xh, &g, pl, yh, argmax, widen, narrow);
         return FX_OK;
     }
     /* (other fp16/bf16 pools take the fp32 route: comparing patterns in the scalar loop below
@@ -508,7 +509,8 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
             return rc;
         }
         const uint16_t *d = (const uint16_t *)dyo.data;
-        const uint16_t inf = half ? fx_half_inf(dy->fmt) : 0, qnan = half ? fx_half_qnan(dy->fmt) : 0;
+        const uint16_t inf = half ? fx_half_inf(dy->fmt) : 0;
+        const uint16_t qnan = half ? fx_half_qnan(dy->fmt) : 0;
         int met = 0;
         int32_t mx = 0; /* integer path: max |mantissa| of dy, which is that of st16 when not met */
         const int nt16 = pool_threads(nx + ny, planes);

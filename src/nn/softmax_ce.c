@@ -157,8 +157,19 @@ int fx_softmax_ce_rows(double *row_loss, tensor_t *dlogits, const tensor_t *logi
     float unused;
     int rc = nn_ce_validate(&unused, dlogits, logits, labels, grad_scale, __func__);
     if (rc) return rc;
-    if (tensor_device(logits) >= 0 || (dlogits && tensor_device(dlogits) >= 0))
-        return FX_FAIL(FX_EUNSUPPORTED, "host tensors only");
-    return nn_softmax_ce_host(NULL, row_loss, dlogits, logits, labels, grad_scale, n_div,
-                              __func__);
+    fx_op_args a = {.op = FX_OP_SOFTMAX_CE_ROWS, .func = __func__, .nt = 2,
+                    .t = {logits, dlogits}, .tn = {"logits", "dlogits"}};
+    a.u.ce.row_loss = row_loss;
+    a.u.ce.n_div = n_div;
+    a.u.ce.dlogits = dlogits;
+    a.u.ce.logits = logits;
+    a.u.ce.labels = labels;
+    a.u.ce.grad_scale = grad_scale;
+    return fx_op_run(&a);
+}
+
+int fx_nn_softmax_ce_rows_host(const fx_op_args *a)
+{
+    return nn_softmax_ce_host(NULL, a->u.ce.row_loss, a->u.ce.dlogits, a->u.ce.logits,
+                              a->u.ce.labels, a->u.ce.grad_scale, a->u.ce.n_div, a->func);
 }
