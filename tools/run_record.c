@@ -81,8 +81,16 @@ void fx_run_record_write(FILE *f, const fx_cli_options *o, int argc, char *const
             o->device, ranks);
     fprintf(f, "  \"model\": ");
     json_str(f, o->model);
+    if (o->model_file[0]) { /* --model FILE: the file the model was read from */
+        fprintf(f, ", \"model_file\": ");
+        json_str(f, o->model_file);
+    }
     fprintf(f, ",\n  \"data\": {\"name\": ");
     json_str(f, o->data);
+    if (o->text[0]) { /* text data: the corpus file or folder read */
+        fprintf(f, ", \"text\": ");
+        json_str(f, o->text);
+    }
     fprintf(f, ", \"train_source\": ");
     json_str(f, fx_dataset_source(train));
     fprintf(f, ", \"test_source\": ");

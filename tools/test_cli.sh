@@ -332,6 +332,20 @@ head -1 "$T/txt/epochs.csv" | grep -q ',test_bits_per_char$' &&
 [ "$(grep -c '^== fp' "$T/txt/samples.txt")" = "2" ] && grep -q '^he ' "$T/txt/samples.txt" &&
   grep -q -- '--- fp16: he ' "$T/out" ||
   { echo "FAIL: samples.txt:"; cat "$T/txt/samples.txt"; fail=1; }
+grep -q "\"text\": \"$T/tiny.txt\"" "$T/txt/run.json" ||
+  { echo "FAIL: run.json does not name the corpus:"; cat "$T/txt/run.json"; fail=1; }
+# --eval-every: curve.csv has a held-out point after every N-th step, and training is unchanged
+# (the fp32 steps of the run above)
+check "--eval-every" 0 "bits/char" "$BIN" --data "text:$T/tiny.txt" --model gpt1x16h2c16 \
+  --epochs 1 --batch 16 --formats fp32 --optimizer adamw --lr 0.003 --eval-every 5 \
+  --out "$T/txt4"
+last=$(tail -1 "$T/txt4/steps.csv" | cut -d, -f2)
+head -1 "$T/txt4/curve.csv" | grep -q '^run,step,epoch,test_loss,test_accuracy,test_bits_per_char$' &&
+  [ "$(grep -c '^fp32,' "$T/txt4/curve.csv")" = "$((last / 5))" ] &&
+  awk -F, 'NR > 1 && ($2 % 5 != 0 || $4 <= 0) { bad = 1 } END { exit bad }' "$T/txt4/curve.csv" &&
+  grep '^fp32,' "$T/txt/steps.csv" >"$T/steps_a" && grep '^fp32,' "$T/txt4/steps.csv" >"$T/steps_b" &&
+  cmp -s "$T/steps_a" "$T/steps_b" ||
+  { echo "FAIL: --eval-every:"; cat "$T/txt4/curve.csv" "$T/txt4/epochs.csv"; fail=1; }
 check "missing text corpus" 1 "$T/none.txt" "$BIN" --data "text:$T/none.txt" \
   --model gpt1x16h2c16 --epochs 1 --out "$T/txt2"
 check "image model on text" 2 "--model mlp is an image model; text data" "$BIN" \

@@ -60,6 +60,8 @@ static void check_options(const fx_cli_options *o, const char *msg)
     NEED(terminated(o->out, sizeof o->out) && o->out[0]);
     NEED(terminated(o->ckpt_dir, sizeof o->ckpt_dir));
     NEED(terminated(o->eval, sizeof o->eval));
+    NEED(o->eval_every >= 0 && o->eval_every <= (1LL << 40));
+    NEED(!o->eval[0] || !o->eval_every); /* a training option, refused with --eval */
     /* --eval takes the recipe from its file: no training option with it */
     NEED(!o->eval[0] ||
          (o->resume == 0 && !o->ckpt_dir[0] && o->device == -1 && o->export_weights == 0 &&
