@@ -129,6 +129,11 @@ int main(void)
     int fd = mkstemp(path);
     if (fd < 0) return test_skip(NAME, "no temporary file");
     FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        unlink(path);
+        return test_skip(NAME, "cannot write the temporary corpus");
+    }
     for (int i = 0; i < 40; i++) fputs("the cat sat on the mat. a dog ran. ", f);
     fclose(f);
     char ckpt[64];

@@ -96,24 +96,19 @@ int fx_operand_make(const tensor_t *x, int int_compute, fmt_t cf, int strided_ok
     return FX_OK;
 }
 
+_Static_assert(FX_MAX_INPUTS + 1 <= FX_OP_MAX_TENSORS, "out and every input fit one fx_op_args");
+
 /* Where the op runs: 0 host, 1 device (all tensors on one device). Mixed placements fail with
- * a message naming the operands and where each lives. */
+ * a message naming out and the operand that lives elsewhere (the rule of fx_op_placement). */
 static int fx_placement(const fx_op_request *rq, int *on_device)
 {
-    static const char *const names[FX_MAX_INPUTS] = {"a", "b", "c", "d"};
-    const fx_storage *o = rq->out->st;
-    for (int i = 0; i < rq->nin; i++) {
-        const fx_storage *x = rq->in[i]->st;
-        if (x->on_device == o->on_device && (!o->on_device || x->device == o->device)) continue;
-        char wo[32], wx[32];
-        snprintf(wo, sizeof wo, o->on_device ? "CUDA device %d" : "the host", o->device);
-        snprintf(wx, sizeof wx, x->on_device ? "CUDA device %d" : "the host", x->device);
-        return fx_error(FX_EINVAL, rq->func, "out lives on %s but %s lives on %s; all tensors "
-                        "of an op must live in one place (move them with tensor_to_device / "
-                        "tensor_to_host, flexpoint_gpu.h)", wo, names[i], wx);
-    }
-    *on_device = o->on_device;
-    return FX_OK;
+    fx_op_args a = {.func = rq->func, .nt = 1 + rq->nin, .t = {rq->out},
+                    .tn = {"out", "a", "b", "c", "d"}};
+    for (int i = 0; i < rq->nin; i++) a.t[1 + i] = rq->in[i];
+    int device = -1;
+    int rc = fx_op_placement(&a, &device);
+    *on_device = device >= 0;
+    return rc;
 }
 
 /* A stage op whose tensors live on one device: the device backend's own dispatcher, when the

@@ -40,9 +40,7 @@ int fx_cpu_supports_op(const fx_backend *b, int op, fmt_t fmt)
     return b->run[op] != NULL;
 }
 
-/* Where the op's tensors live: *device -1 (the host) or the ordinal of the one device all of
- * them live on; FX_EINVAL naming two tensors in different places. */
-static int fx_op_placement(const fx_op_args *a, int *device)
+int fx_op_placement(const fx_op_args *a, int *device)
 {
     const fx_storage *ref = NULL;
     const char *ref_name = NULL;

@@ -141,8 +141,7 @@ typedef struct fx_op_args {
         struct { /* CONV2D, CONV2D_BIAS_RELU, CONV2D_BACKWARD_INPUT, CONV2D_BACKWARD_WEIGHT */
             struct tensor *out;           /* y, dx or dw */
             const struct tensor *a, *b;   /* (x, w), (dy, w) or (x, dy) */
-            const struct fx_conv_geom *g; /* validated geometry */
-            int sh, sw, ph, pw, dh, dw;
+            const struct fx_conv_geom *g; /* validated geometry (strides, paddings too) */
             const struct tensor *bias;    /* CONV2D_BIAS_RELU: [O,1,1] or NULL */
             int relu;                     /* CONV2D_BIAS_RELU */
         } conv;
@@ -240,6 +239,12 @@ typedef struct fx_op_info {
 } fx_op_info;
 
 const fx_op_info *fx_op_info_of(int op); /* NULL for an unknown op */
+
+/* The placement rule, for both dispatchers: *device -1 when every tensor of a (t[0..nt) and
+ * tlist, NULL entries skipped) lives on the host, the ordinal of the one device all live on
+ * otherwise; FX_EINVAL naming the first tensor and one that lives elsewhere, and where each
+ * lives. Only func, nt, t, tn and tlist* of a are read. */
+int fx_op_placement(const fx_op_args *a, int *device);
 
 /* Run a whole op: the placement rule over a's tensors picks the backend (the active CPU level
  * for host tensors, the device backend for tensors on one device; mixed places: FX_EINVAL

@@ -18,7 +18,8 @@ void fx_cuda_free(int device, void *p);
 int fx_cuda_rescale(int device, void *data, int64_t numel, int from, int to, int64_t *saturated,
                     const char *func);
 
-/* stage ops on one device (gpu_dispatch.c) */
+/* stage ops on one device (gpu_dispatch.c): which it computes, and the dispatcher */
+int fx_gpu_stage_op_supported(int op);
 int fx_gpu_dispatch(const struct fx_op_request *rq);
 
 /* the runtime of include/flexpoint_gpu.h (gpu_tensor.c, gpu_nn_mem.c) */

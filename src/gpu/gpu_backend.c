@@ -20,19 +20,8 @@ extern const fx_device_backend fx_cuda_backend;
 static int cuda_supports_op(int op, fmt_t fmt)
 {
     (void)fmt; /* every format: the kernels widen or quantise their inputs as the CPU does */
-    switch (op) {
-    case FX_OP_COPY:
-    case FX_OP_ADD:
-    case FX_OP_SUB:
-    case FX_OP_MUL:
-    case FX_OP_SCALE:
-    case FX_OP_RELU:
-    case FX_OP_SUM:
-    case FX_OP_MATMUL:
-        return 1;
-    default: /* the whole ops with an entry in the table below */
-        return op >= FX_OP_STAGE_COUNT && op < FX_OP_COUNT && fx_cuda_backend.run[op] != NULL;
-    }
+    if (op >= 0 && op < FX_OP_STAGE_COUNT) return fx_gpu_stage_op_supported(op);
+    return op >= FX_OP_STAGE_COUNT && op < FX_OP_COUNT && fx_cuda_backend.run[op] != NULL;
 }
 
 static int cuda_conv(const fx_op_args *a)

@@ -582,6 +582,11 @@ static int fx_gpu_ew_op(fx_op op)
     }
 }
 
+int fx_gpu_stage_op_supported(int op)
+{
+    return fx_gpu_ew_op((fx_op)op) >= 0 || op == FX_OP_SUM || op == FX_OP_MATMUL;
+}
+
 /* Integer elementwise op into an int64 stage (src/flex/intops_scalar.c, op by op). */
 static int fx_gpu_int_ew(const fx_op_request *rq, fx_dview *in, fx_gpu_stage *sg,
                          fx_gpu_stats *ds, fx_dstage_stats *sst)
@@ -664,7 +669,7 @@ int fx_gpu_dispatch(const fx_op_request *rq)
     const char *func = rq->func;
     tensor_t *out = rq->out;
     const int device = out->st->device;
-    if (fx_gpu_ew_op(rq->op) < 0 && rq->op != FX_OP_SUM && rq->op != FX_OP_MATMUL)
+    if (!fx_gpu_stage_op_supported(rq->op)) /* the dispatcher asked supports_op first */
         return fx_error(FX_EUNSUPPORTED, func, "op %d is not implemented on the device",
                         (int)rq->op);
     int prev = device;

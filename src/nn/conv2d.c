@@ -160,13 +160,17 @@ static int conv_geometry(const char *func, const conv_names *nm, const tensor_t 
     return FX_OK;
 }
 
-/* The request of a convolution op on (x, w, y) as named by nm: the placement sees the three
- * tensors under their public names. */
+/* The request of a convolution op on (x, w, y) as named by nm (the placement sees the three
+ * tensors under their public names): it writes out from the inputs (in0, in1) over g. */
 static fx_op_args conv_args(int op, const char *func, const conv_names *nm, const tensor_t *x,
-                            const tensor_t *w, const tensor_t *y, const fx_conv_geom *g)
+                            const tensor_t *w, const tensor_t *y, const fx_conv_geom *g,
+                            tensor_t *out, const tensor_t *in0, const tensor_t *in1)
 {
     fx_op_args a = {.op = op, .func = func, .nt = 3, .t = {x, w, y}, .tn = {nm->x, nm->w, nm->y}};
     a.u.conv.g = g;
+    a.u.conv.out = out;
+    a.u.conv.a = in0;
+    a.u.conv.b = in1;
     return a;
 }
 
@@ -713,10 +717,7 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     fx_conv_geom g;
     int rc = conv2d_forward_check(y, x, w, sh, sw, ph, pw, dh, dw, &g, __func__);
     if (rc) return rc;
-    fx_op_args a = conv_args(FX_OP_CONV2D, __func__, &conv_fwd_names, x, w, y, &g);
-    a.u.conv.out = y;
-    a.u.conv.a = x;
-    a.u.conv.b = w;
+    fx_op_args a = conv_args(FX_OP_CONV2D, __func__, &conv_fwd_names, x, w, y, &g, y, x, w);
     return fx_op_run(&a);
 }
 
@@ -728,8 +729,9 @@ int fx_nn_conv2d_bias_relu_unfused(const fx_op_args *a)
 {
     tensor_t *y = a->u.conv.out;
     const tensor_t *x = a->u.conv.a, *w = a->u.conv.b, *bias = a->u.conv.bias;
-    const int relu = a->u.conv.relu, sh = a->u.conv.sh, sw = a->u.conv.sw, ph = a->u.conv.ph,
-              pw = a->u.conv.pw, dh = a->u.conv.dh, dw = a->u.conv.dw;
+    const fx_conv_geom *g = a->u.conv.g; /* validated: its strides, paddings, dilations */
+    const int relu = a->u.conv.relu, sh = (int)g->sh, sw = (int)g->sw, ph = (int)g->ph,
+              pw = (int)g->pw, dh = (int)g->dh, dw = (int)g->dw;
     if (!bias && !relu) return tensor_conv2d(y, x, w, sh, sw, ph, pw, dh, dw);
     tensor_t *t = fx_tensor_create(y->fmt, y->ndim, y->shape, tensor_device(y), a->func);
     if (!t) return flexpoint_last_status() ? flexpoint_last_status() : FX_ENOMEM;
@@ -789,17 +791,13 @@ int tensor_conv2d_bias_relu(tensor_t *y, const tensor_t *x, const tensor_t *w,
     fx_conv_geom g;
     int rc = conv2d_forward_check(y, x, w, sh, sw, ph, pw, dh, dw, &g, __func__);
     if (rc) return rc;
-    fx_op_args a = conv_args(FX_OP_CONV2D_BIAS_RELU, __func__, &conv_fwd_names, x, w, y, &g);
+    fx_op_args a =
+        conv_args(FX_OP_CONV2D_BIAS_RELU, __func__, &conv_fwd_names, x, w, y, &g, y, x, w);
     a.t[3] = bias;
     a.tn[3] = "bias";
     a.nt = 4;
-    a.u.conv.out = y;
-    a.u.conv.a = x;
-    a.u.conv.b = w;
     a.u.conv.bias = bias;
     a.u.conv.relu = relu;
-    a.u.conv.sh = sh, a.u.conv.sw = sw, a.u.conv.ph = ph, a.u.conv.pw = pw;
-    a.u.conv.dh = dh, a.u.conv.dw = dw;
     return fx_op_run(&a);
 }
 
@@ -857,10 +855,8 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
     if (!rc) rc = conv_int_limit(__func__, conv_compute_for(dy, w).ic, g.O * g.KH * g.KW,
                                  "each input gradient");
     if (rc) return rc;
-    fx_op_args a = conv_args(FX_OP_CONV2D_BACKWARD_INPUT, __func__, &nm, dx, w, dy, &g);
-    a.u.conv.out = dx;
-    a.u.conv.a = dy;
-    a.u.conv.b = w;
+    fx_op_args a =
+        conv_args(FX_OP_CONV2D_BACKWARD_INPUT, __func__, &nm, dx, w, dy, &g, dx, dy, w);
     return fx_op_run(&a);
 }
 
@@ -946,10 +942,8 @@ int tensor_conv2d_backward_weight(tensor_t *dw_out, const tensor_t *x, const ten
     if (!rc) rc = conv_int_limit(__func__, conv_compute_for(x, dy).ic, g.N * g.OH * g.OW,
                                  "each weight gradient");
     if (rc) return rc;
-    fx_op_args a = conv_args(FX_OP_CONV2D_BACKWARD_WEIGHT, __func__, &nm, x, dw_out, dy, &g);
-    a.u.conv.out = dw_out;
-    a.u.conv.a = x;
-    a.u.conv.b = dy;
+    fx_op_args a =
+        conv_args(FX_OP_CONV2D_BACKWARD_WEIGHT, __func__, &nm, x, dw_out, dy, &g, dw_out, x, dy);
     return fx_op_run(&a);
 }
 

@@ -48,6 +48,22 @@ static int emb_validate(const char *func, const char *tn, const tensor_t *table,
     return FX_OK;
 }
 
+/* One embedding op on validated arguments for the dispatcher: out from in (named on, inn) at
+ * the n indices, over a V x D table. The indices are host memory wherever the tensors live
+ * (emb_validate has read them). */
+static int emb_run(int op, const char *func, tensor_t *out, const char *on, const tensor_t *in,
+                   const char *inn, const int32_t *indices, int64_t n, int64_t V, int64_t D)
+{
+    fx_op_args a = {.op = op, .func = func, .nt = 2, .t = {out, in}, .tn = {on, inn}};
+    a.u.tfm.out = out;
+    a.u.tfm.in[0] = in;
+    a.u.tfm.indices = indices;
+    a.u.tfm.n = n;
+    a.u.tfm.R = V;
+    a.u.tfm.D = D;
+    return fx_op_run(&a);
+}
+
 int tensor_embedding(tensor_t *y, const tensor_t *table, const int32_t *indices,
                      int64_t n_indices)
 {
@@ -55,16 +71,7 @@ int tensor_embedding(tensor_t *y, const tensor_t *table, const int32_t *indices,
     int64_t V = 0, D = 0;
     int rc = emb_validate(func, "table", table, "y", y, indices, n_indices, &V, &D);
     if (rc) return rc;
-    /* indices are host memory wherever the tensors live (validated above) */
-    fx_op_args a = {.op = FX_OP_EMBEDDING, .func = func, .nt = 2, .t = {y, table},
-                    .tn = {"y", "table"}};
-    a.u.tfm.out = y;
-    a.u.tfm.in[0] = table;
-    a.u.tfm.indices = indices;
-    a.u.tfm.n = n_indices;
-    a.u.tfm.R = V;
-    a.u.tfm.D = D;
-    return fx_op_run(&a);
+    return emb_run(FX_OP_EMBEDDING, func, y, "y", table, "table", indices, n_indices, V, D);
 }
 
 int fx_nn_embedding_host(const fx_op_args *r)
@@ -115,15 +122,8 @@ int tensor_embedding_backward(tensor_t *dtable, const tensor_t *dy, const int32_
     int64_t V = 0, D = 0;
     int rc = emb_validate(func, "dtable", dtable, "dy", dy, indices, n_indices, &V, &D);
     if (rc) return rc;
-    fx_op_args a = {.op = FX_OP_EMBEDDING_BACKWARD, .func = func, .nt = 2, .t = {dtable, dy},
-                    .tn = {"dtable", "dy"}};
-    a.u.tfm.out = dtable;
-    a.u.tfm.in[0] = dy;
-    a.u.tfm.indices = indices;
-    a.u.tfm.n = n_indices;
-    a.u.tfm.R = V;
-    a.u.tfm.D = D;
-    return fx_op_run(&a);
+    return emb_run(FX_OP_EMBEDDING_BACKWARD, func, dtable, "dtable", dy, "dy", indices, n_indices,
+                   V, D);
 }
 
 int fx_nn_embedding_backward_host(const fx_op_args *r)
