@@ -175,6 +175,10 @@ typedef struct fx_gemm_tuning {
      * panels (fx_op_call.a_panels); 0 when it does not. */
     int i16_panel_mr;
     int i16_panel_nr; /* its register-tile width, for pre-split B (fx_op_call.b_split) */
+    /* The integer MATMUL kernel's register-tile width in output columns, whether or not it
+     * takes pre-split B. A convolution's input gradient runs as a forward convolution with C
+     * output columns from this many input channels up (src/nn/conv2d.c); 0: 32. */
+    int i16_tile_nr;
     /* nonzero when the integer MATMUL kernel takes A rows on demand (fx_op_call.a_rows) */
     int i16_row_source;
     /* FX_GEMM_I16_B_WRAP when it has the wrap kernel and so takes pre-split B in the wrap

@@ -65,6 +65,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
      * fx_conv_rows_i16); no pre-split B (gemm.i16_panel_nr stays 0): a pre-split B takes the
      * split kernel on every tile, and on AVX2 the norm-tested fast kernel is what pays */
     b->gemm.i16_row_source = 1;
+    b->gemm.i16_tile_nr = 16; /* FX_NR of intops_avx2.c */
 
     /* layout: 8 x 8 register transposes of 16- and 32-bit elements (64-bit: the portable loop) */
     b->cvt.transpose16 = fx_transpose16_avx2;

@@ -86,6 +86,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     /* int16 GEMM tuning: pre-packed A panels and pre-split B of its 6 x 32 tile */
     b->gemm.i16_panel_mr = FX_FLEX_MR_AVX512;
     b->gemm.i16_panel_nr = FX_FLEX_NR_AVX512;
+    b->gemm.i16_tile_nr = FX_FLEX_NR_AVX512;
     b->conv.panels_i16 = fx_conv_panels_i16_avx512;
     /* the AVX2 level's rows on demand are not taken over: geometries its panel builder
      * declines keep im2row here, as measured (the driver would take rows on this level too,

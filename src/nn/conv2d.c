@@ -810,10 +810,16 @@ int tensor_conv2d_bias_relu(tensor_t *y, const tensor_t *x, const tensor_t *w,
  * same bits, and it skips the col2im of an int64 patch matrix (C*KH*KW values per pixel, 8 bytes
  * each, far beyond the cache) in favour of the forward path's int16 im2row. The float path keeps
  * col2im, whose summation order its stated bound and earlier results refer to. */
-/* The forward route's GEMM has C output columns: below one register tile of columns (32 on
- * AVX-512) most of each tile is wasted (measured: C = 1, the CNN's first layer, 14x slower than
- * col2im), so narrow inputs keep col2im. */
-#define FX_CONV_BWD_AS_FWD_MIN_C 32
+/* The forward route's GEMM has C output columns: below one register tile of columns (the
+ * backend's gemm.i16_tile_nr: 16 on AVX2, 32 on AVX-512) most of each tile is wasted
+ * (measured: C = 1, the CNN's first layer, 14x slower than col2im on AVX-512), so narrow inputs
+ * keep col2im. At one tile it pays: ResNet-20's 16-channel 3x3 input gradient on the AVX2 EPYC
+ * (bench_conv_peer, 1 thread) took 32.8 ms against 53.0 through col2im. */
+static int64_t conv_bwd_as_fwd_min_c(void)
+{
+    const fx_backend *b = fx_backend_active();
+    return b && b->gemm.i16_tile_nr > 0 ? b->gemm.i16_tile_nr : 32;
+}
 
 static int conv_backward_input_as_forward(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
                                           const fx_conv_geom *g, const char *func)
@@ -869,7 +875,7 @@ int fx_nn_conv2d_backward_input_host(const fx_op_args *a)
     const conv_compute cc = conv_compute_for(dy, w);
     const int ic = cc.ic;
     int rc = FX_OK;
-    if (ic && g.C >= FX_CONV_BWD_AS_FWD_MIN_C && g.sh == 1 && g.sw == 1 &&
+    if (ic && g.C >= conv_bwd_as_fwd_min_c() && g.sh == 1 && g.sw == 1 &&
         (g.KH - 1) * g.dh >= g.ph && (g.KW - 1) * g.dw >= g.pw)
         return conv_backward_input_as_forward(dx, dy, w, &g, func);
     const conv_plan plan = conv_plan_make(&g, 0, 0);
