@@ -514,6 +514,15 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     if (M == 0 || N == 0 || K == 0) return FX_OK; /* no blocks: fx_gemm_i16 writes the zeros */
 
     pl->kc = fx_min64(FX_GEMM_KC, K);
+    if (!pl->bpre && K > FX_GEMM_KC) {
+        /* K blocks of equal size (a multiple of 2 norm segments, at most FX_GEMM_KC) instead of
+         * full blocks and a short rest: every block costs one pass over the int64 stage and the
+         * packing's per-block work, which a short last block pays for few products (K = 800,
+         * the CNN's conv2: 272 + 272 + 256 instead of 384 + 384 + 32). A pre-split B keeps the
+         * fixed blocks its layout was made for (gemm_i16.h). */
+        const int64_t nblocks = (K + FX_GEMM_KC - 1) / FX_GEMM_KC, seg2 = 2 * FX_GEMM_I16_SEG;
+        pl->kc = fx_min64(FX_GEMM_KC, ((K + nblocks - 1) / nblocks + seg2 - 1) / seg2 * seg2);
+    }
     pl->kp_max = (pl->kc + 1) / 2;
     pl->nseg_max = (pl->kp_max + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
     int nt = c->nthreads;
