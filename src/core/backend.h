@@ -166,6 +166,7 @@ typedef struct fx_cpu_features {
 } fx_cpu_features;
 
 struct fx_conv_geom; /* src/nn/im2col.h */
+struct fx_bn_kernels; /* src/nn/bn_kernels.h */
 
 /* The GEMM tuning of a level: what its MATMUL kernels accept besides plain operands, at which
  * register-tile sizes. The convolution and the pre-split B of src/flex/gemm_i16.h read these to
@@ -219,6 +220,7 @@ typedef struct fx_backend {
     fx_cvt_table cvt;
     fx_gemm_tuning gemm; /* what the GEMM kernels take pre-packed, and their tile sizes */
     fx_conv_kernels conv; /* the convolution's panel builders and fused epilogue */
+    const struct fx_bn_kernels *bn; /* batch norm's kernels; NULL: the portable ones */
 } fx_backend;
 
 enum { FX_BACKEND_SCALAR = 0, FX_BACKEND_AVX2 = 1, FX_BACKEND_AVX512 = 2, FX_BACKEND_COUNT = 3 };

@@ -11,6 +11,7 @@
 #include "fp16/fp16_kernels.h"
 #include "fp32/f32_kernels.h"
 #include "fp32/f32_math.h"
+#include "nn/bn_kernels.h"
 #include "nn/conv_panels.h"
 
 void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
@@ -66,6 +67,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
      * split kernel on every tile, and on AVX2 the norm-tested fast kernel is what pays */
     b->gemm.i16_row_source = 1;
     b->gemm.i16_tile_nr = 16; /* FX_NR of intops_avx2.c */
+    b->bn = &fx_bn_kernels_avx2; /* batch norm: the portable sums, four lanes and channels at once */
 
     /* layout: 8 x 8 register transposes of 16- and 32-bit elements (64-bit: the portable loop) */
     b->cvt.transpose16 = fx_transpose16_avx2;

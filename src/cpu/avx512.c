@@ -12,6 +12,7 @@
 #include "fp16/fp16_kernels.h"
 #include "fp32/f32_kernels.h"
 #include "fp32/f32_math.h"
+#include "nn/bn_kernels.h"
 #include "nn/conv_panels.h"
 #include "nn/pool_kernels.h"
 
@@ -87,6 +88,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->gemm.i16_panel_mr = FX_FLEX_MR_AVX512;
     b->gemm.i16_panel_nr = FX_FLEX_NR_AVX512;
     b->gemm.i16_tile_nr = FX_FLEX_NR_AVX512;
+    b->bn = &fx_bn_kernels_avx2; /* batch norm: the AVX2 kernels (same bits as the portable) */
     b->conv.panels_i16 = fx_conv_panels_i16_avx512;
     /* the AVX2 level's rows on demand are not taken over: geometries its panel builder
      * declines keep im2row here, as measured (the driver would take rows on this level too,

@@ -24,6 +24,8 @@
  */
 #include "nn_stage.h"
 #include "nn_ops.h"
+#include "bn_kernels.h"
+#include "../core/backend.h"
 #include "../gpu/gpu_nn_math.h" /* fx_bn_dims, shared with the device */
 
 #include <math.h>
@@ -119,6 +121,49 @@ static void nn_bn_grad_sums(const float *x, const float *dy, const nn_bn_dims *d
     }
     *sdy = (a0 + a1) + (a2 + a3);
     *sdyx = (b0 + b1) + (b2 + b3);
+}
+
+/* The portable kernels (bn_kernels.h): the definition the SIMD levels reproduce. */
+static void nn_bn_stats_portable(const float *x, const nn_bn_dims *d, int64_t c0, int nc,
+                                 double *mean, double *var)
+{
+    for (int j = 0; j < nc; j++) nn_bn_channel_stats(x, d, c0 + j, mean + j, var + j);
+}
+
+static void nn_bn_grad_sums_portable(const float *x, const float *dy, const nn_bn_dims *d,
+                                     int64_t c0, int nc, const double *mu, const double *is,
+                                     double *sdy, double *sdyx)
+{
+    for (int j = 0; j < nc; j++)
+        nn_bn_grad_sums(x, dy, d, c0 + j, mu[j], is[j], sdy + j, sdyx + j);
+}
+
+static void nn_bn_normalize_portable(const float *p, float *q, int64_t S, double mu, double a,
+                                     double b, int odd)
+{
+    const fmt_t f = odd ? FMT_BF16 : FMT_FP32; /* nn_stage_f32: odd for any format but fp32 */
+    for (int64_t s = 0; s < S; s++) q[s] = nn_stage_f32(((double)p[s] - mu) * a + b, f);
+}
+
+static void nn_bn_backward_portable(const float *x, const float *g, float *q, int64_t S,
+                                    double mu, double is, double k, double mdy, double mdyx,
+                                    int odd)
+{
+    const fmt_t f = odd ? FMT_BF16 : FMT_FP32;
+    for (int64_t s = 0; s < S; s++) {
+        const double xhat = ((double)x[s] - mu) * is;
+        q[s] = nn_stage_f32(k * ((double)g[s] - mdy - xhat * mdyx), f);
+    }
+}
+
+const fx_bn_kernels fx_bn_kernels_portable = {nn_bn_stats_portable, nn_bn_grad_sums_portable,
+                                              nn_bn_normalize_portable, nn_bn_backward_portable};
+
+/* The active level's kernels (the same bits on every level). */
+static const fx_bn_kernels *nn_bn_kernels(void)
+{
+    const fx_backend *b = fx_backend_active();
+    return b && b->bn ? b->bn : &fx_bn_kernels_portable;
 }
 
 static int nn_bn_validate(const tensor_t *y, const tensor_t *x, const tensor_t *gamma,
@@ -219,29 +264,33 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
 
     const int nt = nn_bn_threads(&d);
     (void)nt;
-    const fmt_t yf = y->fmt;
+    const int odd = y->fmt != FMT_FP32;
+    const fx_bn_kernels *k = nn_bn_kernels();
+    const int64_t ngroups = (C + FX_BN_GROUP - 1) / FX_BN_GROUP;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
-    for (int64_t c = 0; c < C; c++) {
-        double mu, var;
+    for (int64_t g = 0; g < ngroups; g++) {
+        const int64_t c0 = g * FX_BN_GROUP;
+        const int nc = (int)(C - c0 < FX_BN_GROUP ? C - c0 : FX_BN_GROUP);
+        double var[FX_BN_GROUP];
         if (training) {
-            nn_bn_channel_stats(xv, &d, c, &mu, &var);
-            uvar[c] = var * (double)d.M / (double)(d.M - 1);
-        } else {
-            mu = running_mean[c];
-            var = running_var[c];
-        }
-        const double is = 1.0 / sqrt(var + eps);
-        mean[c] = mu;
-        invstd[c] = is;
-        /* y = (x - mu) * a + b: the subtraction first, so that a large mean cancels exactly
-         * in double before scaling */
-        const double a = is * (double)gv[c], b = bv[c];
-        for (int64_t n = 0; n < d.N; n++) {
-            const float *p = xv + (n * C + c) * S;
-            float *q = yv + (n * C + c) * S;
-            for (int64_t s = 0; s < S; s++) q[s] = nn_stage_f32(((double)p[s] - mu) * a + b, yf);
+            k->stats(xv, &d, c0, nc, mean + c0, var);
+            for (int j = 0; j < nc; j++) uvar[c0 + j] = var[j] * (double)d.M / (double)(d.M - 1);
+        } else
+            for (int j = 0; j < nc; j++) {
+                mean[c0 + j] = running_mean[c0 + j];
+                var[j] = running_var[c0 + j];
+            }
+        for (int j = 0; j < nc; j++) {
+            const int64_t c = c0 + j;
+            const double mu = mean[c], is = 1.0 / sqrt(var[j] + eps);
+            invstd[c] = is;
+            /* y = (x - mu) * a + b: the subtraction first, so that a large mean cancels
+             * exactly in double before scaling */
+            const double a = is * (double)gv[c], b = bv[c];
+            for (int64_t n = 0; n < d.N; n++)
+                k->normalize(xv + (n * C + c) * S, yv + (n * C + c) * S, S, mu, a, b, odd);
         }
     }
     if ((rc = fx_write_f32(y, yv, func))) goto done;
@@ -325,25 +374,30 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
 
     const int nt = nn_bn_threads(&d);
     (void)nt;
-    const fmt_t xf = dx->fmt;
+    const int odd = dx->fmt != FMT_FP32;
     const fmt_t gf = dgamma ? dgamma->fmt : FMT_FP32, bf = dbeta ? dbeta->fmt : FMT_FP32;
+    const fx_bn_kernels *kn = nn_bn_kernels();
+    const int64_t ngroups = (C + FX_BN_GROUP - 1) / FX_BN_GROUP;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
-    for (int64_t c = 0; c < C; c++) {
-        const double mu = save_mean[c], is = save_invstd[c];
-        double sdy, sdyx;
-        nn_bn_grad_sums(xv, gyv, &d, c, mu, is, &sdy, &sdyx);
-        dg[c] = nn_stage_f32(sdyx, gf);
-        db[c] = nn_stage_f32(sdy, bf);
-        const double k = (double)gv[c] * is, mdy = sdy / M, mdyx = sdyx / M;
-        for (int64_t n = 0; n < d.N; n++) {
-            const float *px = xv + (n * C + c) * S, *pg = gyv + (n * C + c) * S;
-            float *q = dxv + (n * C + c) * S;
-            for (int64_t s = 0; s < S; s++) {
-                double xhat = ((double)px[s] - mu) * is;
-                q[s] = nn_stage_f32(k * ((double)pg[s] - mdy - xhat * mdyx), xf);
-            }
+    for (int64_t g = 0; g < ngroups; g++) {
+        const int64_t c0 = g * FX_BN_GROUP;
+        const int nc = (int)(C - c0 < FX_BN_GROUP ? C - c0 : FX_BN_GROUP);
+        double mu[FX_BN_GROUP], is[FX_BN_GROUP], sdy[FX_BN_GROUP], sdyx[FX_BN_GROUP];
+        for (int j = 0; j < nc; j++) {
+            mu[j] = save_mean[c0 + j];
+            is[j] = save_invstd[c0 + j];
+        }
+        kn->grad_sums(xv, gyv, &d, c0, nc, mu, is, sdy, sdyx);
+        for (int j = 0; j < nc; j++) {
+            const int64_t c = c0 + j;
+            dg[c] = nn_stage_f32(sdyx[j], gf);
+            db[c] = nn_stage_f32(sdy[j], bf);
+            const double k = (double)gv[c] * is[j], mdy = sdy[j] / M, mdyx = sdyx[j] / M;
+            for (int64_t n = 0; n < d.N; n++)
+                kn->backward(xv + (n * C + c) * S, gyv + (n * C + c) * S, dxv + (n * C + c) * S,
+                             S, mu[j], is[j], k, mdy, mdyx, odd);
         }
     }
     rc = fx_write_f32(dx, dxv, func);
