@@ -1,7 +1,7 @@
 /* Portable driver of the exact int16 GEMM (see gemm_i16.h for the exactness argument and the
  * packed layouts). BLIS-style loops:
  *   jc: column blocks of NC        (packed B block: KC x NC, shared by the threads)
- *    pc: K blocks of KC            (at most FX_GEMM_I16_MAX_KP pairs: the int32 chains flush)
+ *    pc: K blocks of at most KC    (at most FX_GEMM_I16_MAX_KP pairs: the int32 chains flush)
  *     ic: row blocks of MC         (packed A block: MC x KC, one per thread; threads split ic)
  *      jr, ir: micro-kernel tiles  (each B micro-panel is reused across the ir loop)
  * Packing also computes the segment norms of every A micro-panel and B micro-panel; from them
@@ -455,9 +455,9 @@ typedef struct fx_gemm_plan {
  *  - the fast kernel is tried (norms computed while packing) unless a kernel is forced that
  *    takes no norms, B is pre-split (its plain panel is gone) or, in mode AUTO, the product has
  *    fewer rows than the level's gate: norms are paid back only by enough fast tiles;
- *  - K blocks of FX_GEMM_KC values keep every int32 chain exact (gemm_i16.h); row blocks of
- *    FX_GEMM_MC rows and column blocks of FX_GEMM_NC columns keep the packed A block in L2 and
- *    the B block in L3;
+ *  - K blocks of at most FX_GEMM_KC values keep every int32 chain exact (gemm_i16.h); row
+ *    blocks of FX_GEMM_MC rows and column blocks of FX_GEMM_NC columns keep the packed A block
+ *    in L2 and the B block in L3;
  *  - threads split the row blocks, and only on products large enough to pay for starting them;
  *    a product with fewer row blocks than threads gets smaller blocks, one per thread. */
 static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, fx_gemm_plan *pl)
@@ -514,14 +514,14 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     if (M == 0 || N == 0 || K == 0) return FX_OK; /* no blocks: fx_gemm_i16 writes the zeros */
 
     pl->kc = fx_min64(FX_GEMM_KC, K);
-    if (!pl->bpre && K > FX_GEMM_KC) {
-        /* K blocks of equal size (a multiple of 2 norm segments, at most FX_GEMM_KC) instead of
-         * full blocks and a short rest: every block costs one pass over the int64 stage and the
-         * packing's per-block work, which a short last block pays for few products (K = 800,
-         * the CNN's conv2: 272 + 272 + 256 instead of 384 + 384 + 32). A pre-split B keeps the
-         * fixed blocks its layout was made for (gemm_i16.h). */
-        const int64_t nblocks = (K + FX_GEMM_KC - 1) / FX_GEMM_KC, seg2 = 2 * FX_GEMM_I16_SEG;
-        pl->kc = fx_min64(FX_GEMM_KC, ((K + nblocks - 1) / nblocks + seg2 - 1) / seg2 * seg2);
+    if (kd->equal_k_blocks && !pl->bpre && K > FX_GEMM_KC) {
+        /* every block costs one pass over the int64 stage and the packing's per-block work,
+         * which a short last block pays for few products (K = 800, the CNN's conv2 forward:
+         * 272 + 272 + 256 instead of 384 + 384 + 32; its input gradient's K = 1600: 5 x 320
+         * instead of 4 x 384 + 64). A pre-split B keeps the fixed blocks its layout was made
+         * for (gemm_i16.h). */
+        const int64_t nblocks = (K + FX_GEMM_KC - 1) / FX_GEMM_KC, seg = 2 * FX_GEMM_I16_SEG;
+        pl->kc = fx_min64(FX_GEMM_KC, ((K + nblocks - 1) / nblocks + seg - 1) / seg * seg);
     }
     pl->kp_max = (pl->kc + 1) / 2;
     pl->nseg_max = (pl->kp_max + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
