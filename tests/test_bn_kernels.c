@@ -3,30 +3,30 @@
  * rounded outputs that test_nn_batchnorm compares (a change of summation order moves the last
  * bits of a double but seldom its fp32 rounding). Shapes with and without row tails (S mod 4),
  * channel counts with and without a remainder group (C mod 4), one row per channel, and data
- * with large means, signed zeros, subnormals, Inf and NaN; outputs rounded to nearest and to
- * odd. Skips when the CPU runs no level with its own kernels. */
+ * with large means, signed zeros, subnormals, and Inf and NaN in one channel; outputs rounded
+ * to nearest and to odd, also on values that reach every case of the rounding. Every
+ * comparison is of bits, NaN payloads and signs of zero included. Skips when the CPU runs no
+ * level with its own kernels. */
 #include "nn/bn_kernels.h"
 #include "core/backend.h"
 #include "testutil.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int same_double(double a, double b)
-{
-    return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b));
-}
+/* bit for bit, NaN payloads and signs of zero included */
+static int same_double(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
 
 static int same_floats(const float *a, const float *b, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
-        if (memcmp(a + i, b + i, sizeof *a) && !(isnan(a[i]) && isnan(b[i]))) return 0;
-    return 1;
+    return memcmp(a, b, sizeof *a * (size_t)n) == 0;
 }
 
-/* value i of a data kind: 0 normal, 1 normal around a large mean, 2 specials sprinkled in */
-static float value(test_rng *r, int kind)
+/* a value of a data kind: 0 normal, 1 normal around a large mean, 2 specials sprinkled in
+ * (Inf and NaN only where nonfinite is set: in one channel, so that the others stay finite) */
+static float value(test_rng *r, int kind, int nonfinite)
 {
     const double g = test_rng_normal(r);
     if (kind == 1) return (float)(1e4 + g);
@@ -34,12 +34,44 @@ static float value(test_rng *r, int kind)
         const uint64_t u = test_rng_u64(r) % 64;
         if (u == 0) return -0.0f;
         if (u == 1) return 0.0f;
-        if (u == 2) return 1e-41f;   /* subnormal */
-        if (u == 3) return 3.0e38f;  /* squares overflow fp32, not double */
-        if (u == 4) return INFINITY; /* rare: most channels stay finite */
-        if (u == 5 && test_rng_u64(r) % 4 == 0) return NAN;
+        if (u == 2) return 1e-41f;  /* subnormal */
+        if (u == 3) return 3.0e38f; /* squares overflow fp32, not double */
+        if (u == 4 && nonfinite) return INFINITY;
+        if (u == 5 && nonfinite) return NAN;
     }
     return (float)g;
+}
+
+/* The element-wise kernels' rounding on values chosen to reach every case of the round to
+ * odd (and to nearest): exact, inexact, rounded away or not, overflow to FLT_MAX or Inf,
+ * subnormal and zero results of both signs, Inf and NaN, with row lengths that leave tails. */
+static void rounding_edges(const fx_bn_kernels *k, const char *level)
+{
+    static const float xs[] = {0.0f,     -0.0f,   1.0f,   -1.0f,    3.0f,      1e-45f,  -1e-45f,
+                               1e-38f,   FLT_MAX, -FLT_MAX, INFINITY, -INFINITY, NAN,    0.1f,
+                               -0.3f,    65504.f, 1e20f,  -7e-30f, 2.5f,      -2.5f,   1.5e-40f};
+    static const double scales[] = {1.0, 1.0 + 0x1p-30, -1.0 - 0x1p-29, 1e30, -1e30, 1e-30, 0.0};
+    static const double shifts[] = {0.0, -0.0, 0.25, -1e-40, 1e39};
+    const int64_t n = (int64_t)(sizeof xs / sizeof *xs);
+    float q0[sizeof xs / sizeof *xs], q1[sizeof xs / sizeof *xs];
+    for (size_t ai = 0; ai < sizeof scales / sizeof *scales; ai++)
+        for (size_t bi = 0; bi < sizeof shifts / sizeof *shifts; bi++)
+            for (int odd = 0; odd < 2; odd++)
+                for (int64_t len = n - 4; len <= n; len++) {
+                    const double a = scales[ai], b = shifts[bi];
+                    memset(q0, 0, sizeof q0);
+                    memset(q1, 0, sizeof q1);
+                    k->normalize(xs, q1, len, 0.0, a, b, odd);
+                    fx_bn_kernels_portable.normalize(xs, q0, len, 0.0, a, b, odd);
+                    CHECK(same_floats(q0, q1, len), "%s normalize edges a=%g b=%g odd %d len %lld",
+                          level, a, b, odd, (long long)len);
+                    k->backward(xs, xs + 1, q1, len - 1, 0.5, a, b + 1.0, 0.125, a, odd);
+                    fx_bn_kernels_portable.backward(xs, xs + 1, q0, len - 1, 0.5, a, b + 1.0,
+                                                    0.125, a, odd);
+                    CHECK(same_floats(q0, q1, len - 1),
+                          "%s backward edges a=%g b=%g odd %d len %lld", level, a, b, odd,
+                          (long long)len);
+                }
 }
 
 static void compare(const fx_bn_kernels *k, const char *level, const fx_bn_dims *d, int kind,
@@ -53,7 +85,8 @@ static void compare(const fx_bn_kernels *k, const char *level, const fx_bn_dims 
         goto done;
     }
     for (int64_t i = 0; i < n; i++) {
-        x[i] = value(r, kind);
+        const int channel = (int)(i / d->S % d->C);
+        x[i] = value(r, kind, channel == d->C - 1);
         g[i] = 1e-3f * (float)test_rng_normal(r);
     }
     const fx_bn_kernels *p = &fx_bn_kernels_portable;
@@ -110,6 +143,7 @@ int main(void)
         if (!be || !be->available || !be->bn) continue;
         if (b > 0 && fx_backend_get(b - 1) && fx_backend_get(b - 1)->bn == be->bn) continue;
         levels++;
+        rounding_edges(be->bn, be->name);
         test_rng r;
         test_rng_seed(&r, 1234 + (uint64_t)b);
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)

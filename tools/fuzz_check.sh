@@ -71,6 +71,7 @@ isa_flags() {
   case "$1" in
     *_avx512bf16.c) echo "$AVX512 -mavx512bf16" ;;
     *_avx512.c) echo "$AVX512" ;;
+    *batchnorm_avx2.c) echo "$AVX2 -ffp-contract=off" ;; # the portable loops' bits (CMakeLists.txt)
     *_avx2.c) echo "$AVX2" ;;
     *) echo "" ;;
   esac

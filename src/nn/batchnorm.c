@@ -159,6 +159,13 @@ static void nn_bn_backward_portable(const float *x, const float *g, float *q, in
 const fx_bn_kernels fx_bn_kernels_portable = {nn_bn_stats_portable, nn_bn_grad_sums_portable,
                                               nn_bn_normalize_portable, nn_bn_backward_portable};
 
+/* Channels per kernel call: FX_BN_GROUP while there are groups for every thread, else one (a
+ * few channels over many threads); the bits do not depend on it. */
+static int64_t nn_bn_group_size(int64_t C, int nt)
+{
+    return (C + FX_BN_GROUP - 1) / FX_BN_GROUP >= nt ? FX_BN_GROUP : 1;
+}
+
 /* The active level's kernels (the same bits on every level). */
 static const fx_bn_kernels *nn_bn_kernels(void)
 {
@@ -266,13 +273,13 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     (void)nt;
     const int odd = y->fmt != FMT_FP32;
     const fx_bn_kernels *k = nn_bn_kernels();
-    const int64_t ngroups = (C + FX_BN_GROUP - 1) / FX_BN_GROUP;
+    const int64_t gsz = nn_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
     for (int64_t g = 0; g < ngroups; g++) {
-        const int64_t c0 = g * FX_BN_GROUP;
-        const int nc = (int)(C - c0 < FX_BN_GROUP ? C - c0 : FX_BN_GROUP);
+        const int64_t c0 = g * gsz;
+        const int nc = (int)(C - c0 < gsz ? C - c0 : gsz);
         double var[FX_BN_GROUP];
         if (training) {
             k->stats(xv, &d, c0, nc, mean + c0, var);
@@ -377,13 +384,13 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
     const int odd = dx->fmt != FMT_FP32;
     const fmt_t gf = dgamma ? dgamma->fmt : FMT_FP32, bf = dbeta ? dbeta->fmt : FMT_FP32;
     const fx_bn_kernels *kn = nn_bn_kernels();
-    const int64_t ngroups = (C + FX_BN_GROUP - 1) / FX_BN_GROUP;
+    const int64_t gsz = nn_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
     for (int64_t g = 0; g < ngroups; g++) {
-        const int64_t c0 = g * FX_BN_GROUP;
-        const int nc = (int)(C - c0 < FX_BN_GROUP ? C - c0 : FX_BN_GROUP);
+        const int64_t c0 = g * gsz;
+        const int nc = (int)(C - c0 < gsz ? C - c0 : gsz);
         double mu[FX_BN_GROUP], is[FX_BN_GROUP], sdy[FX_BN_GROUP], sdyx[FX_BN_GROUP];
         for (int j = 0; j < nc; j++) {
             mu[j] = save_mean[c0 + j];

@@ -8,6 +8,10 @@
 
 #include <immintrin.h>
 
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF /* as -ffp-contract=off, for builds that do not pass the flag */
+#endif
+
 static inline __m256d ld4(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
 
 /* v + (a, 0, 0, 0) in lane 0 only: a row's tail element joins partial sum 0; the other lanes
