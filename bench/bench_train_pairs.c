@@ -7,7 +7,8 @@
  * "fp32 fp16 bf16 flex16_5 dfp16"), FLEXPOINT_FASHION_MNIST_DIR.
  *
  * Every trainer uses the trainer's recipe defaults (batch 128, SGD with momentum, fp16 with
- * dynamic loss scaling) and runs 3 untimed steps first. Reported per configuration:
+ * dynamic loss scaling) and runs 3 untimed steps first; each round starts at the next format.
+ * Reported per configuration:
  *   - ms a step: the median over the rounds of the step's wall time;
  *   - vs fp32: the median over the rounds of (this step / fp32's step at the same thread
  *     count in the same round): a paired ratio, which the machine's drifts cancel out of;
@@ -55,7 +56,7 @@ int main(int argc, char **argv)
         nt = 0;
         for (int i = 2; i < argc && nt < MAXT; i++) threads[nt++] = atoi(argv[i]);
     }
-    int bad = rounds < 1;
+    int bad = rounds < 1 || argc - 2 > MAXT;
     for (int i = 0; i < nt; i++) bad |= threads[i] < 1;
     if (bad) {
         fprintf(stderr, "usage: bench_train_pairs [rounds >= 1] [threads >= 1 ...] (at most %d)\n",
@@ -67,10 +68,11 @@ int main(int argc, char **argv)
     char list[256];
     snprintf(list, sizeof list, "%s",
              getenv("BENCH_FORMATS") ? getenv("BENCH_FORMATS") : "fp32 fp16 bf16 flex16_5 dfp16");
-    for (char *tok = strtok(list, " ,"); tok && nf < MAXF; tok = strtok(NULL, " ,")) {
+    for (char *tok = strtok(list, " ,"); tok; tok = strtok(NULL, " ,")) {
         const int f = fmt_from_name(tok);
-        if (f < 0) {
-            fprintf(stderr, "bench_train_pairs: unknown format '%s'\n", tok);
+        if (f < 0 || nf == MAXF) {
+            fprintf(stderr, "bench_train_pairs: %s '%s'\n",
+                    f < 0 ? "unknown format" : "more than 5 formats at", tok);
             return 2;
         }
         if (f == FMT_FP32) fp32_index = nf;
@@ -109,9 +111,12 @@ int main(int argc, char **argv)
     printf("bench_train_pairs: %s on Fashion-MNIST, batch 128, %d rounds after %d; flexpoint %s, "
            "backend %s, CPU %s\n", model, rounds, WARMUP, flexpoint_version(),
            flexpoint_backend(), flexpoint_cpu_model());
+    /* each round starts at another format, so that no format always runs first after the
+     * thread count changes */
     for (int r = -WARMUP; r < rounds; r++)
         for (int k = 0; k < nt; k++)
-            for (int f = 0; f < nf; f++) {
+            for (int fi = 0; fi < nf; fi++) {
+                const int f = (fi + (r + WARMUP)) % nf;
                 flexpoint_set_num_threads(threads[k]);
                 const double t0 = wall_s();
                 if (fx_trainer_step(t[f][k], NULL)) {
