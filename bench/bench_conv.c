@@ -12,13 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double clock_s(clockid_t id)
-{
-    struct timespec t;
-    clock_gettime(id, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_util.h"
 
 static tensor_t *random_tensor(fmt_t f, const int64_t *shape, float scale, int relu,
                                unsigned *seed)
@@ -99,11 +93,11 @@ int main(int argc, char **argv)
             double wall[3] = {1e30, 1e30, 1e30}, cpu[3] = {1e30, 1e30, 1e30};
             for (int r = 0; r < reps; r++)
                 for (int pass = 0; pass < 3; pass++) {
-                    const double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+                    const double w0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
                     int rc = pass == 0   ? tensor_conv2d(y, x, w, 1, 1, 2, 2, 1, 1)
                              : pass == 1 ? tensor_conv2d_backward_input(dx, dy, w, 1, 1, 2, 2, 1, 1)
                                          : tensor_conv2d_backward_weight(dw, x, dy, 1, 1, 2, 2, 1, 1);
-                    const double w1 = clock_s(CLOCK_MONOTONIC), c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+                    const double w1 = bench_clock_s(CLOCK_MONOTONIC), c1 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
                     if (rc) {
                         fprintf(stderr, "bench_conv: %s\n", flexpoint_last_error());
                         return 1;

@@ -54,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_util.h"
 
 #ifdef FX_BENCH_DNNL
 #include <oneapi/dnnl/dnnl.h>
@@ -85,24 +86,7 @@ enum { NLAYER = sizeof layers / sizeof layers[0], BATCH = 128 };
 
 static clockid_t g_clock = CLOCK_MONOTONIC; /* BENCH_CLOCK=cpu: CLOCK_PROCESS_CPUTIME_ID */
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(g_clock, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+static double now_s(void) { return bench_clock_s(g_clock); }
 
 /* ReLU-like activations (relu != 0), small weights or small gradients, as in training. */
 static float *random_floats(int64_t n, float scale, int relu, unsigned *seed)
@@ -468,7 +452,7 @@ int main(int argc, char **argv)
             for (int pass = 0; pass < NPASS; pass++) {
                 double med[NFMT + 2];
                 for (int c = 0; c < NFMT + 2 * have_peer; c++) {
-                    med[c] = median(t[pass][c], reps);
+                    med[c] = bench_median(t[pass][c], reps);
                     total[model][c] += L->count * med[c];
                 }
                 printf("%-26s %3d %-11s", L->name, L->count, pass_name[pass]);

@@ -27,25 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double clock_s(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_util.h"
 
 static int listed(const char *env, const char *word)
 {
@@ -195,14 +177,14 @@ typedef struct { double wall, cpu; } sample;
 static sample time_one(const fx_backend *be, op_t op, buffers *b, int64_t chunk,
                        size_t copy_bytes, int iters)
 {
-    double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    double w0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
     for (int it = 0; it < iters; it++) {
         if (be)
             op_run(be, op, b, chunk);
         else
             memcpy(b->copy_dst, b->copy_src, copy_bytes);
     }
-    sample s = {clock_s(CLOCK_MONOTONIC) - w0, clock_s(CLOCK_THREAD_CPUTIME_ID) - c0};
+    sample s = {bench_clock_s(CLOCK_MONOTONIC) - w0, bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - c0};
     return s;
 }
 
@@ -242,8 +224,8 @@ static void bench_case(const char *label, buffers *b, int64_t chunk, int reps)
                 rc[r] = sr.cpu;
             }
             const double total = bytes * iters / 1e9;
-            const double gw = total / median(rw, reps), gc = total / median(rc, reps);
-            const double mw = total / median(cw, reps), mc = total / median(cc, reps);
+            const double gw = total / bench_median(rw, reps), gc = total / bench_median(rc, reps);
+            const double mw = total / bench_median(cw, reps), mc = total / bench_median(cc, reps);
             printf("%-8s %-17s %10.3f %9.2f %9.2f %6.0f%%   %9.2f %9.2f %6.0f%%\n", be->name,
                    op_info[op].name, bytes / 1e6, gw, mw, 100.0 * gw / mw, gc, mc,
                    100.0 * gc / mc);

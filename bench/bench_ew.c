@@ -15,17 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_util.h"
 
 enum { OP_ADD, OP_RELU, OP_RELU_BWD, OP_POOL, OP_POOL_BWD, NOPS };
 static const char *const op_names[NOPS] = {"bias add", "relu", "relu grad", "maxpool",
                                            "maxpool grad"};
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double now_s(void) { return bench_clock_s(CLOCK_MONOTONIC); }
 
 static int fill_gauss(tensor_t *t, double scale, unsigned *seed)
 {

@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_util.h"
 
 typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
                              const float *, int64_t, float, float *, int64_t);
@@ -56,18 +57,7 @@ typedef const char *(*get_core_fn)(void);
 
 static clockid_t g_clock = CLOCK_MONOTONIC; /* BENCH_CLOCK=cpu: CLOCK_PROCESS_CPUTIME_ID */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(g_clock, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+static double now(void) { return bench_clock_s(g_clock); }
 
 typedef struct peer {
     set_threads_fn omp_threads;
@@ -332,7 +322,7 @@ static int run_shape(const peer *pp, int threads, int reps, double fma_peak, dou
                 printf(" %14s", "n/a");
                 continue;
             }
-            qsort(times[k], (size_t)reps, sizeof(double), cmp_d);
+            qsort(times[k], (size_t)reps, sizeof(double), bench_cmp_double);
             gf[k] = 2.0 * (double)M * (double)N * (double)K / times[k][reps / 2] * 1e-9;
             printf(" %14.1f", gf[k]);
         }

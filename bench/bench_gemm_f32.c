@@ -17,23 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_util.h"
 
-static double clock_s(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+static double now_s(void) { return bench_clock_s(CLOCK_MONOTONIC); }
 /* CPU time of the whole process: on a shared machine, wall time includes the time our
  * threads were descheduled, CPU time does not. */
-static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+static double cpu_s(void) { return bench_clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static int listed(const char *env, const char *word)
 {
@@ -83,8 +72,8 @@ static double time_matmul(fx_kernel k, int64_t n, const float *a, const float *b
         t[r] = now_s() - t0;
         tc[r] = cpu_s() - c0;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-    qsort(tc, (size_t)reps, sizeof tc[0], cmp_double);
+    qsort(t, (size_t)reps, sizeof t[0], bench_cmp_double);
+    qsort(tc, (size_t)reps, sizeof tc[0], bench_cmp_double);
     *cpu = tc[reps / 2];
     return t[reps / 2];
 }

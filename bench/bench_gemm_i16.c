@@ -33,19 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double clock_s(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 static int listed(const char *env, const char *word)
 {
@@ -107,10 +95,10 @@ static int run_once(fx_kernel k, fx_op_call *c, int how, double *wall, double *c
     fx_gemm_i16_set_mode(how == RUN_AUTO ? FX_GEMM_I16_AUTO : FX_GEMM_I16_SPLIT_ONLY);
     fx_gemm_i16_set_wrap(how != RUN_SPLIT);
     const clockid_t cid = c->nthreads > 1 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID;
-    const double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(cid);
+    const double w0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(cid);
     const int rc = k(c);
-    *wall = clock_s(CLOCK_MONOTONIC) - w0;
-    *cpu = clock_s(cid) - c0;
+    *wall = bench_clock_s(CLOCK_MONOTONIC) - w0;
+    *cpu = bench_clock_s(cid) - c0;
     return rc;
 }
 
@@ -136,8 +124,8 @@ static int time_runs(fx_kernel k, fx_op_call *c, double budget, timing t[RUN_KIN
     fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
     fx_gemm_i16_set_wrap(1);
     for (int h = 0; h < RUN_KINDS; h++) {
-        qsort(ws[h], (size_t)reps, sizeof ws[h][0], cmp_double);
-        qsort(cs[h], (size_t)reps, sizeof cs[h][0], cmp_double);
+        qsort(ws[h], (size_t)reps, sizeof ws[h][0], bench_cmp_double);
+        qsort(cs[h], (size_t)reps, sizeof cs[h][0], bench_cmp_double);
         t[h].wall = ws[h][reps / 2];
         t[h].cpu = cs[h][reps / 2];
         t[h].fast_frac = 0.0;

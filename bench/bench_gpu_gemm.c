@@ -12,16 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include "bench_util.h"
 
 #ifdef FX_BENCH_CUDA
 int fx_bench_gpu_gemm_run(const int *sizes, int nsizes);
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now_s(void) { return bench_clock_s(CLOCK_MONOTONIC); }
 
 /* The public op: device tensors in, device tensor out; ops return when their output is written. */
 static int bench_library_matmul(int n)

@@ -22,15 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_util.h"
 
 enum { MAXF = 5, WARMUP = 5 };
 
-static double cpu_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double cpu_s(void) { return bench_clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static double split_sum(const fx_time_split *s)
 {

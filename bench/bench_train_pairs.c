@@ -25,28 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_util.h"
 
 enum { MAXF = 5, MAXT = 4, WARMUP = 3 };
-
-static double wall_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of v[0..n-1] (reorders v). */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 int main(int argc, char **argv)
 {
@@ -118,27 +99,27 @@ int main(int argc, char **argv)
             for (int fi = 0; fi < nf; fi++) {
                 const int f = (fi + (r + WARMUP)) % nf;
                 flexpoint_set_num_threads(threads[k]);
-                const double t0 = wall_s();
+                const double t0 = bench_clock_s(CLOCK_MONOTONIC);
                 if (fx_trainer_step(t[f][k], NULL)) {
                     fprintf(stderr, "bench_train_pairs: %s, %d threads: %s\n",
                             fmt_name((fmt_t)fmts[f]), threads[k], flexpoint_last_error());
                     return 1;
                 }
-                if (r >= 0) MS(f, k, r) = 1e3 * (wall_s() - t0);
+                if (r >= 0) MS(f, k, r) = 1e3 * (bench_clock_s(CLOCK_MONOTONIC) - t0);
             }
     printf("%-9s %7s %10s %8s %9s\n", "format", "threads", "ms a step", "vs fp32", "speedup");
     for (int k = 0; k < nt; k++)
         for (int f = 0; f < nf; f++) {
             for (int r = 0; r < rounds; r++) tmp[r] = MS(f, k, r);
-            const double med = median(tmp, rounds);
+            const double med = bench_median(tmp, rounds);
             char vs[16] = "-", up[16] = "-";
             if (fp32_index >= 0) {
                 for (int r = 0; r < rounds; r++) tmp[r] = MS(f, k, r) / MS(fp32_index, k, r);
-                snprintf(vs, sizeof vs, "%.3f", median(tmp, rounds));
+                snprintf(vs, sizeof vs, "%.3f", bench_median(tmp, rounds));
             }
             if (k > 0) {
                 for (int r = 0; r < rounds; r++) tmp[r] = MS(f, 0, r) / MS(f, k, r);
-                snprintf(up, sizeof up, "%.2fx", median(tmp, rounds));
+                snprintf(up, sizeof up, "%.2fx", bench_median(tmp, rounds));
             }
             printf("%-9s %7d %10.1f %8s %9s\n", fmt_name((fmt_t)fmts[f]), threads[k], med, vs,
                    up);
