@@ -141,18 +141,16 @@ static void nn_bn_grad_sums_portable(const float *x, const float *dy, const nn_b
 static void nn_bn_normalize_portable(const float *p, float *q, int64_t S, double mu, double a,
                                      double b, int odd)
 {
-    const fmt_t f = odd ? FMT_BF16 : FMT_FP32; /* nn_stage_f32: odd for any format but fp32 */
-    for (int64_t s = 0; s < S; s++) q[s] = nn_stage_f32(((double)p[s] - mu) * a + b, f);
+    for (int64_t s = 0; s < S; s++) q[s] = nn_round_f32(((double)p[s] - mu) * a + b, odd);
 }
 
 static void nn_bn_backward_portable(const float *x, const float *g, float *q, int64_t S,
                                     double mu, double is, double k, double mdy, double mdyx,
                                     int odd)
 {
-    const fmt_t f = odd ? FMT_BF16 : FMT_FP32;
     for (int64_t s = 0; s < S; s++) {
         const double xhat = ((double)x[s] - mu) * is;
-        q[s] = nn_stage_f32(k * ((double)g[s] - mdy - xhat * mdyx), f);
+        q[s] = nn_round_f32(k * ((double)g[s] - mdy - xhat * mdyx), odd);
     }
 }
 

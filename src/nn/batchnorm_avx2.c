@@ -155,13 +155,12 @@ static void bn_normalize_avx2(const float *p, float *q, int64_t S, double mu, do
                               int odd)
 {
     const __m256d vmu = _mm256_set1_pd(mu), va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
-    const fmt_t f = odd ? FMT_BF16 : FMT_FP32; /* nn_stage_f32: odd for any format but fp32 */
     int64_t s = 0;
     for (; s + 4 <= S; s += 4) {
         const __m256d t = _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(p + s), vmu), va), vb);
         _mm_storeu_ps(q + s, to_f32(t, odd));
     }
-    for (; s < S; s++) q[s] = nn_stage_f32(((double)p[s] - mu) * a + b, f);
+    for (; s < S; s++) q[s] = nn_round_f32(((double)p[s] - mu) * a + b, odd);
 }
 
 static void bn_backward_avx2(const float *x, const float *g, float *q, int64_t S, double mu,
@@ -169,7 +168,6 @@ static void bn_backward_avx2(const float *x, const float *g, float *q, int64_t S
 {
     const __m256d vmu = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vk = _mm256_set1_pd(k);
     const __m256d vmdy = _mm256_set1_pd(mdy), vmdyx = _mm256_set1_pd(mdyx);
-    const fmt_t f = odd ? FMT_BF16 : FMT_FP32;
     int64_t s = 0;
     for (; s + 4 <= S; s += 4) {
         const __m256d xh = _mm256_mul_pd(_mm256_sub_pd(ld4(x + s), vmu), vis);
@@ -178,7 +176,7 @@ static void bn_backward_avx2(const float *x, const float *g, float *q, int64_t S
     }
     for (; s < S; s++) {
         const double xhat = ((double)x[s] - mu) * is;
-        q[s] = nn_stage_f32(k * ((double)g[s] - mdy - xhat * mdyx), f);
+        q[s] = nn_round_f32(k * ((double)g[s] - mdy - xhat * mdyx), odd);
     }
 }
 

@@ -26,7 +26,7 @@ typedef struct fx_bn_kernels {
     void (*grad_sums)(const float *x, const float *dy, const fx_bn_dims *d, int64_t c0, int nc,
                       const double *mu, const double *is, double *sdy, double *sdyx);
     /* q[s] = ((double)p[s] - mu) * a + b for s < S, rounded to fp32 to nearest, or to odd
-     * when odd is set (nn_stage_f32) */
+     * when odd is set (nn_round_f32) */
     void (*normalize)(const float *p, float *q, int64_t S, double mu, double a, double b,
                       int odd);
     /* q[s] = k * ((double)g[s] - mdy - xhat * mdyx), xhat = ((double)x[s] - mu) * is, rounded

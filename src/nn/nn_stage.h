@@ -81,6 +81,13 @@ static inline float nn_stage_f32(double v, fmt_t f)
     return f == FMT_FP32 ? (float)v : nn_f64_to_f32_odd(v);
 }
 
+/* The same rounding chosen by a flag: odd for a write into any format but fp32
+ * (odd = f != FMT_FP32). */
+static inline float nn_round_f32(double v, int odd)
+{
+    return odd ? nn_f64_to_f32_odd(v) : (float)v;
+}
+
 /* FX_ESHAPE naming both shapes unless a and b have the same shape. */
 static inline int nn_same_shape(const char *func, const char *na, const tensor_t *a,
                                 const char *nb, const tensor_t *b)
