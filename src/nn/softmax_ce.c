@@ -123,16 +123,24 @@ done:
     return rc;
 }
 
-int tensor_softmax_cross_entropy(float *loss, tensor_t *dlogits, const tensor_t *logits,
-                                 const int32_t *labels, double grad_scale)
+/* The request of both softmax cross-entropy ops, without their loss outputs. */
+static fx_op_args ce_args(int op, const char *func, tensor_t *dlogits, const tensor_t *logits,
+                          const int32_t *labels, double grad_scale)
 {
-    fx_op_args a = {.op = FX_OP_SOFTMAX_CE, .func = __func__, .nt = 2, .t = {logits, dlogits},
+    fx_op_args a = {.op = op, .func = func, .nt = 2, .t = {logits, dlogits},
                     .tn = {"logits", "dlogits"}};
-    a.u.ce.loss = loss;
     a.u.ce.dlogits = dlogits;
     a.u.ce.logits = logits;
     a.u.ce.labels = labels;
     a.u.ce.grad_scale = grad_scale;
+    return a;
+}
+
+int tensor_softmax_cross_entropy(float *loss, tensor_t *dlogits, const tensor_t *logits,
+                                 const int32_t *labels, double grad_scale)
+{
+    fx_op_args a = ce_args(FX_OP_SOFTMAX_CE, __func__, dlogits, logits, labels, grad_scale);
+    a.u.ce.loss = loss;
     int rc;
     /* the validation reads labels, which must be memory the host can read wherever the
      * tensors live (flexpoint_gpu.h); a bad placement is reported first */
@@ -157,14 +165,9 @@ int fx_softmax_ce_rows(double *row_loss, tensor_t *dlogits, const tensor_t *logi
     float unused;
     int rc = nn_ce_validate(&unused, dlogits, logits, labels, grad_scale, __func__);
     if (rc) return rc;
-    fx_op_args a = {.op = FX_OP_SOFTMAX_CE_ROWS, .func = __func__, .nt = 2,
-                    .t = {logits, dlogits}, .tn = {"logits", "dlogits"}};
+    fx_op_args a = ce_args(FX_OP_SOFTMAX_CE_ROWS, __func__, dlogits, logits, labels, grad_scale);
     a.u.ce.row_loss = row_loss;
     a.u.ce.n_div = n_div;
-    a.u.ce.dlogits = dlogits;
-    a.u.ce.logits = logits;
-    a.u.ce.labels = labels;
-    a.u.ce.grad_scale = grad_scale;
     return fx_op_run(&a);
 }
 
