@@ -987,6 +987,84 @@ static void nan_and_ties_2x2(void)
     tensor_free(y);
 }
 
+/* The same rules on every backend, through the SIMD kernels' whole steps and their row tails: a
+ * plane of 6 x 42 values (3 x 21 windows: two full 8-window steps and a tail of 5 per row on
+ * AVX2, one 16-window step and a tail on AVX-512) full of ties, signed zeros and NaNs in every
+ * candidate position, against the portable rule computed here. Int16 formats: the same plane
+ * with its NaNs replaced, bit for bit against the same rule on the mantissas. */
+static void nan_and_ties_2x2_every_backend(void)
+{
+    enum { H = 6, W = 42, OH = 3, OW = 21 };
+    float v[H * W];
+    for (int i = 0; i < H * W; i++) {
+        const int r = (i * 7 + i / W) % 11;
+        v[i] = r < 3 ? 2.0f : r == 3 ? -0.0f : r == 4 ? 0.0f : r == 5 ? NAN : (float)(r % 4) - 1.5f;
+    }
+    /* the rule: candidates in scan order; one wins when greater, or NaN over a non-NaN */
+    float want[OH * OW];
+    int32_t want_at[OH * OW];
+    for (int oh = 0; oh < OH; oh++)
+        for (int ow = 0; ow < OW; ow++) {
+            const int at0 = 2 * oh * W + 2 * ow, cand[4] = {at0, at0 + 1, at0 + W, at0 + W + 1};
+            int best = cand[0];
+            for (int k = 1; k < 4; k++) {
+                const float c = v[cand[k]], b = v[best];
+                if (c > b || (isnan(c) && !isnan(b))) best = cand[k];
+            }
+            want[oh * OW + ow] = v[best];
+            want_at[oh * OW + ow] = best;
+        }
+    int64_t sx[4] = {1, 1, H, W}, sy[4] = {1, 1, OH, OW};
+    char before[32];
+    snprintf(before, sizeof before, "%s", flexpoint_backend());
+    for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
+        if (!flexpoint_backend_available(bi)) continue;
+        const char *bn = flexpoint_backend_name(bi);
+        CHECK_STATUS(flexpoint_set_backend(bn), FX_OK);
+        tensor_t *x = tensor_new(FMT_FP32, 4, sx), *y = tensor_new(FMT_FP32, 4, sy);
+        CHECK(x && y, "allocation");
+        if (!x || !y) break;
+        CHECK_STATUS(tensor_from_f32(x, v), FX_OK);
+        int32_t am[OH * OW];
+        float out[OH * OW];
+        CHECK_STATUS(tensor_maxpool2d(y, am, x, 2, 2, 2, 2, 0, 0), FX_OK);
+        CHECK_STATUS(tensor_to_f32(y, out), FX_OK);
+        int bad = 0;
+        for (int o = 0; o < OH * OW; o++)
+            bad += am[o] != want_at[o] ||
+                   (isnan(want[o]) ? !isnan(out[o])
+                                   : memcmp(&out[o], &want[o], sizeof out[o]) != 0);
+        CHECK(bad == 0, "%s fp32: %d of %d windows differ from the rule (NaN, ties, signed "
+              "zeros)", bn, bad, OH * OW);
+        tensor_free(x);
+        tensor_free(y);
+
+        /* int16 mantissas: NaNs become the plane's largest value, -0 and 0 one value */
+        int16_t m[H * W];
+        for (int i = 0; i < H * W; i++) m[i] = isnan(v[i]) ? 3 : (int16_t)(2.0f * v[i]);
+        tensor_t *xi = fixed_flex(4, sx, 0), *yi = fixed_flex(4, sy, 0);
+        CHECK(xi && yi, "allocation");
+        if (!xi || !yi) break;
+        CHECK_STATUS(tensor_set_raw(xi, m), FX_OK);
+        CHECK_STATUS(tensor_maxpool2d(yi, am, xi, 2, 2, 2, 2, 0, 0), FX_OK);
+        int16_t mo[OH * OW];
+        CHECK_STATUS(tensor_get_raw(yi, mo), FX_OK);
+        bad = 0;
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++) {
+                const int at0 = 2 * oh * W + 2 * ow, cand[4] = {at0, at0 + 1, at0 + W, at0 + W + 1};
+                int best = cand[0];
+                for (int k = 1; k < 4; k++)
+                    if (m[cand[k]] > m[best]) best = cand[k];
+                bad += am[oh * OW + ow] != best || mo[oh * OW + ow] != m[best];
+            }
+        CHECK(bad == 0, "%s int16: %d of %d windows differ from the rule", bn, bad, OH * OW);
+        tensor_free(xi);
+        tensor_free(yi);
+    }
+    CHECK_STATUS(flexpoint_set_backend(before), FX_OK);
+}
+
 int main(void)
 {
     double t0 = now_s();
@@ -1005,6 +1083,7 @@ int main(void)
     for (size_t ci = 0; ci < sizeof GCASES / sizeof *GCASES; ci++)
         for (int f = 0; f < FMT_COUNT; f++) run_global(&GCASES[ci], (fmt_t)f, &last_backend);
     nan_and_ties_2x2();
+    nan_and_ties_2x2_every_backend();
     exact_rounding();
     format_pairs();
     bad_arguments();

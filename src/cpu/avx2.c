@@ -13,6 +13,7 @@
 #include "fp32/f32_math.h"
 #include "nn/bn_kernels.h"
 #include "nn/conv_panels.h"
+#include "nn/pool_kernels.h"
 
 void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
 {
@@ -72,4 +73,8 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     /* layout: 8 x 8 register transposes of 16- and 32-bit elements (64-bit: the portable loop) */
     b->cvt.transpose16 = fx_transpose16_avx2;
     b->cvt.transpose32 = fx_transpose32_avx2;
+
+    /* pooling: 2x2 / stride-2 max pooling of fp32 planes, 8 windows per step (int16: the
+     * portable loop, which measured as fast on the CNN's planes) */
+    b->cvt.maxpool2x2_f32 = fx_maxpool2x2_f32_avx2;
 }

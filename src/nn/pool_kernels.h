@@ -1,12 +1,14 @@
 /* SIMD 2x2 / stride-2 max pooling of one plane (fx_cvt_table.maxpool2x2_i16/f32): the values
  * and argmax indices of the portable plane loop (src/nn/pool.c). Declarations only (no
- * intrinsics); the *_avx512 functions (pool_avx512.c) may only run on a CPU with AVX-512
- * F/BW/VL. */
+ * intrinsics); fx_maxpool2x2_f32_avx2 (pool_avx2.c) may only run on a CPU with AVX2, the
+ * *_avx512 functions (pool_avx512.c) on one with AVX-512 F/BW/VL. */
 #ifndef FX_NN_POOL_KERNELS_H
 #define FX_NN_POOL_KERNELS_H
 
 #include <stdint.h>
 
+void fx_maxpool2x2_f32_avx2(const float *x, int64_t x_base, int64_t W, int64_t OH, int64_t OW,
+                            float *out, int32_t *idx);
 void fx_maxpool2x2_i16_avx512(const int16_t *x, int64_t x_base, int64_t W, int64_t OH,
                               int64_t OW, int16_t *out, int32_t *idx);
 void fx_maxpool2x2_f32_avx512(const float *x, int64_t x_base, int64_t W, int64_t OH,
