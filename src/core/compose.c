@@ -39,33 +39,45 @@ int fx_read_i16(const tensor_t *t, int16_t **out, int *exp, fx_scratch *s, const
 
 int fx_write_f32(tensor_t *out, const float *vals, const char *func)
 {
-    fx_stage st = {FX_STAGE_F32, fx_numel_of(out->ndim, out->shape), vals, NULL, 0, 0, 0, NULL};
+    fx_stage st = {FX_STAGE_F32, fx_numel_of(out->ndim, out->shape), vals, NULL, 0, 0, 0, NULL,
+                   0, 0.0f, 0};
+    return fx_write(out, &st, func);
+}
+
+int fx_write_f32_max(tensor_t *out, const float *vals, float max, int64_t nonfinite,
+                     const char *func)
+{
+    fx_stage st = {FX_STAGE_F32, fx_numel_of(out->ndim, out->shape), vals, NULL, 0, 0, 0, NULL,
+                   1, max, nonfinite};
     return fx_write(out, &st, func);
 }
 
 int fx_write_i64(tensor_t *out, const int64_t *vals, int exp, const char *func)
 {
-    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp, 0, 0, NULL};
+    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp, 0, 0, NULL,
+                   0, 0.0f, 0};
     return fx_write(out, &st, func);
 }
 
 int fx_write_i64_max(tensor_t *out, const int64_t *vals, int exp, uint64_t imax,
                      const char *func)
 {
-    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp, 1, imax, NULL};
+    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp, 1, imax,
+                   NULL, 0, 0.0f, 0};
     return fx_write(out, &st, func);
 }
 
 int fx_write_i16(tensor_t *out, const int16_t *vals, int exp, const char *func)
 {
-    fx_stage st = {FX_STAGE_I16, fx_numel_of(out->ndim, out->shape), NULL, NULL, exp, 0, 0, vals};
+    fx_stage st = {FX_STAGE_I16, fx_numel_of(out->ndim, out->shape), NULL, NULL, exp, 0, 0, vals,
+                   0, 0.0f, 0};
     return fx_write(out, &st, func);
 }
 
 int fx_write_i16_max(tensor_t *out, const int16_t *vals, int exp, uint64_t imax, const char *func)
 {
     fx_stage st = {FX_STAGE_I16, fx_numel_of(out->ndim, out->shape), NULL, NULL, exp, 1, imax,
-                   vals};
+                   vals, 0, 0.0f, 0};
     return fx_write(out, &st, func);
 }
 

@@ -20,6 +20,11 @@ int fx_read_i16(const tensor_t *t, int16_t **out, int *exp, fx_scratch *s, const
  * rounding, exponent choice, statistics, as tensor_from_f32). */
 int fx_write_f32(tensor_t *out, const float *vals, const char *func);
 int fx_write_i64(tensor_t *out, const int64_t *vals, int exp, const char *func);
+/* fx_write_f32 when the producer already has the statistics of the write's scan of vals: max =
+ * the largest finite |vals[i]| and nonfinite = the count of NaN and Inf (as
+ * fx_flex_maxabs_f32_scalar gives them). A shared-exponent write then skips that pass. */
+int fx_write_f32_max(tensor_t *out, const float *vals, float max, int64_t nonfinite,
+                     const char *func);
 /* fx_write_i64 when the producer already knows imax = max |vals[i]| (computed while the values
  * were in cache): the write path then skips its own pass for the exponent. */
 int fx_write_i64_max(tensor_t *out, const int64_t *vals, int exp, uint64_t imax,

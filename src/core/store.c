@@ -36,6 +36,11 @@ static void fx_stage_maxabs(const fx_backend *be, const fx_stage *s, double *tru
                             int64_t *nonfinite, uint64_t *imax)
 {
     *imax = 0;
+    if (s->kind == FX_STAGE_F32 && s->f32_max_known) {
+        *true_max = s->f32_max;
+        *nonfinite = s->f32_nonfinite;
+        return;
+    }
     if (s->kind == FX_STAGE_F32) {
         float m;
         fx_par_maxabs_f32(be, s->f32, s->n, &m, nonfinite);
@@ -672,6 +677,7 @@ static int fx_write_summed(tensor_t *out, const fx_stage *s, const char *func)
         memcpy(v, s->f32, (size_t)s->n * sizeof *v);
         rc = dist->sum_f32(dist->ctx, v, s->n);
         w.f32 = v;
+        w.f32_max_known = 0; /* the statistics were of this rank's values, not of the sum */
         if (!rc) rc = fx_write_local(out, &w, func);
         free(v);
         return rc;
@@ -750,7 +756,8 @@ int tensor_from_f32(tensor_t *t, const float *src)
                           "write a host tensor and copy it (tensor_copy_to_device, "
                           "flexpoint_gpu.h)", __func__);
     if (rc) return rc;
-    fx_stage s = {FX_STAGE_F32, fx_numel_of(t->ndim, t->shape), src, NULL, 0, 0, 0, NULL};
+    fx_stage s = {FX_STAGE_F32, fx_numel_of(t->ndim, t->shape), src, NULL, 0, 0, 0, NULL,
+                  0, 0.0f, 0};
     return fx_write(t, &s, __func__);
 }
 

@@ -8,6 +8,10 @@
  * squared deviation) accumulated in double, the per-element arithmetic is done in double, and
  * each output is rounded once by the one write path (through fp32 with round-to-odd when the
  * output is not fp32). This holds for the shared-exponent formats too: the op dequantises.
+ * FLEX16_5/DFP16 mantissas and bf16 inputs are read in place, widened by the kernels to the
+ * same fp32 values a copy would hold (bn_kernels.h, fx_bn_src), and for a shared-exponent
+ * output the kernels keep the statistics the write would scan its stage for; both change no
+ * bit (tests/test_bn_kernels.c) and save passes over the tensors.
  *   training:  y = (x - mean) * invstd * gamma + beta,  invstd = 1 / sqrt(var + eps) with the
  *              biased batch variance; running_mean/var <- (1 - momentum) * running +
  *              momentum * batch, using the unbiased variance (M / (M - 1)), M = N*H*W;
@@ -91,71 +95,131 @@ static int nn_bn_threads(const nn_bn_dims *d)
     } while (0)
 
 /* Two-pass mean and biased variance of channel c. */
-static void nn_bn_channel_stats(const float *x, const nn_bn_dims *d, int64_t c, double *mean,
+static void nn_bn_channel_stats(const fx_bn_src *x, const nn_bn_dims *d, int64_t c, double *mean,
                                 double *var)
 {
     double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     for (int64_t n = 0; n < d->N; n++) {
-        const float *p = x + (n * d->C + c) * d->S;
-        NN_BN_ROW_SUM(d->S, (double)p[s], a0, a1, a2, a3);
+        const int64_t o = (n * d->C + c) * d->S;
+        NN_BN_ROW_SUM(d->S, fx_bn_at(x, o + s), a0, a1, a2, a3);
     }
     const double mu = ((a0 + a1) + (a2 + a3)) / (double)d->M;
     double q0 = 0, q1 = 0, q2 = 0, q3 = 0;
     for (int64_t n = 0; n < d->N; n++) {
-        const float *p = x + (n * d->C + c) * d->S;
-        NN_BN_ROW_SUM(d->S, ((double)p[s] - mu) * ((double)p[s] - mu), q0, q1, q2, q3);
+        const int64_t o = (n * d->C + c) * d->S;
+        NN_BN_ROW_SUM(d->S, (fx_bn_at(x, o + s) - mu) * (fx_bn_at(x, o + s) - mu), q0, q1, q2,
+                      q3);
     }
     *mean = mu;
     *var = ((q0 + q1) + (q2 + q3)) / (double)d->M;
 }
 
 /* sum dy and sum dy * xhat over channel c, xhat = (x - mu) * is. */
-static void nn_bn_grad_sums(const float *x, const float *dy, const nn_bn_dims *d, int64_t c,
-                            double mu, double is, double *sdy, double *sdyx)
+static void nn_bn_grad_sums(const fx_bn_src *x, const fx_bn_src *dy, const nn_bn_dims *d,
+                            int64_t c, double mu, double is, double *sdy, double *sdyx)
 {
     double a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
     for (int64_t n = 0; n < d->N; n++) {
-        const float *px = x + (n * d->C + c) * d->S, *pg = dy + (n * d->C + c) * d->S;
-        NN_BN_ROW_SUM(d->S, (double)pg[s], a0, a1, a2, a3);
-        NN_BN_ROW_SUM(d->S, (double)pg[s] * (((double)px[s] - mu) * is), b0, b1, b2, b3);
+        const int64_t o = (n * d->C + c) * d->S;
+        NN_BN_ROW_SUM(d->S, fx_bn_at(dy, o + s), a0, a1, a2, a3);
+        NN_BN_ROW_SUM(d->S, fx_bn_at(dy, o + s) * ((fx_bn_at(x, o + s) - mu) * is), b0, b1, b2,
+                      b3);
     }
     *sdy = (a0 + a1) + (a2 + a3);
     *sdyx = (b0 + b1) + (b2 + b3);
 }
 
 /* The portable kernels (bn_kernels.h): the definition the SIMD levels reproduce. */
-static void nn_bn_stats_portable(const float *x, const nn_bn_dims *d, int64_t c0, int nc,
+static void nn_bn_stats_portable(const fx_bn_src *x, const nn_bn_dims *d, int64_t c0, int nc,
                                  double *mean, double *var)
 {
     for (int j = 0; j < nc; j++) nn_bn_channel_stats(x, d, c0 + j, mean + j, var + j);
 }
 
-static void nn_bn_grad_sums_portable(const float *x, const float *dy, const nn_bn_dims *d,
-                                     int64_t c0, int nc, const double *mu, const double *is,
-                                     double *sdy, double *sdyx)
+static void nn_bn_grad_sums_portable(const fx_bn_src *x, const fx_bn_src *dy,
+                                     const nn_bn_dims *d, int64_t c0, int nc, const double *mu,
+                                     const double *is, double *sdy, double *sdyx)
 {
     for (int j = 0; j < nc; j++)
         nn_bn_grad_sums(x, dy, d, c0 + j, mu[j], is[j], sdy + j, sdyx + j);
 }
 
-static void nn_bn_normalize_portable(const float *p, float *q, int64_t S, double mu, double a,
-                                     double b, int odd)
-{
-    for (int64_t s = 0; s < S; s++) q[s] = nn_round_f32(((double)p[s] - mu) * a + b, odd);
-}
-
-static void nn_bn_backward_portable(const float *x, const float *g, float *q, int64_t S,
-                                    double mu, double is, double k, double mdy, double mdyx,
-                                    int odd)
+static void nn_bn_normalize_portable(const fx_bn_src *x, int64_t off, float *q, int64_t S,
+                                     double mu, double a, double b, int odd, fx_bn_max *mx)
 {
     for (int64_t s = 0; s < S; s++) {
-        const double xhat = ((double)x[s] - mu) * is;
-        q[s] = nn_round_f32(k * ((double)g[s] - mdy - xhat * mdyx), odd);
+        q[s] = nn_round_f32((fx_bn_at(x, off + s) - mu) * a + b, odd);
+        if (mx) fx_bn_max_add(mx, q[s]);
+    }
+}
+
+static void nn_bn_backward_portable(const fx_bn_src *x, const fx_bn_src *g, int64_t off, float *q,
+                                    int64_t S, double mu, double is, double k, double mdy,
+                                    double mdyx, int odd, fx_bn_max *mx)
+{
+    for (int64_t s = 0; s < S; s++) {
+        const double xhat = (fx_bn_at(x, off + s) - mu) * is;
+        q[s] = nn_round_f32(k * (fx_bn_at(g, off + s) - mdy - xhat * mdyx), odd);
+        if (mx) fx_bn_max_add(mx, q[s]);
     }
 }
 
 const fx_bn_kernels fx_bn_kernels_portable = {nn_bn_stats_portable, nn_bn_grad_sums_portable,
                                               nn_bn_normalize_portable, nn_bn_backward_portable};
+
+/* Test switch (fx_bn_set_in_place): read by every call, so a relaxed atomic. */
+static int nn_bn_in_place_flag = 1;
+void fx_bn_set_in_place(int on)
+{
+    __atomic_store_n(&nn_bn_in_place_flag, on != 0, __ATOMIC_RELAXED);
+}
+static int nn_bn_in_place(void) { return __atomic_load_n(&nn_bn_in_place_flag, __ATOMIC_RELAXED); }
+
+/* An input as a kernel source: read in place when its storage already holds what the kernels
+ * read (contiguous fp32; FLEX16_5/DFP16 mantissas and bf16 patterns, which they widen
+ * themselves to the fp32 values of a copy), else an exact fp32 copy in sc (nn_in_f32: fp16,
+ * strided views, mantissas whose 2^exp is no fp32 number). *copy is that copy (NULL when in
+ * place), which an output may overwrite. */
+static int nn_bn_source(const tensor_t *t, fx_bn_src *src, float **copy, fx_scratch *sc,
+                        const char *func)
+{
+    int rc;
+    *copy = NULL;
+    src->scale = 1.0;
+    const int in_place = nn_bn_in_place();
+    if (in_place && fmt_is_shared_exponent(t->fmt)) {
+        const int16_t *m;
+        int e;
+        if ((rc = nn_in_i16(t, &m, &e, sc, func))) return rc;
+        if (e >= FX_BN_I16_EXP_MIN && e <= FX_BN_I16_EXP_MAX) {
+            src->p = m;
+            src->kind = FX_BN_I16;
+            src->scale = ldexp(1.0, e);
+            return FX_OK;
+        }
+    }
+    if (in_place && t->fmt == FMT_BF16) {
+        fx_operand o; /* contiguous bf16 patterns, not converted */
+        if ((rc = fx_operand_make(t, 0, t->fmt, 0, 0, NULL, &o, sc, func))) return rc;
+        src->p = o.data;
+        src->kind = FX_BN_BF16;
+        return FX_OK;
+    }
+    const float *v;
+    if ((rc = nn_in_f32(t, &v, sc, func))) return rc;
+    src->p = v;
+    src->kind = FX_BN_F32;
+    *copy = nn_private_f32(t, v);
+    return FX_OK;
+}
+
+/* A write of the fp32 stage v into out, with the statistics the kernels kept (mx, NULL when
+ * none were kept) in place of the write's own scan of the stage. */
+static int nn_bn_write(tensor_t *out, const float *v, const fx_bn_max *mx, const char *func)
+{
+    return mx ? fx_write_f32_max(out, v, mx->max, mx->nonfinite, func)
+              : fx_write_f32(out, v, func);
+}
 
 /* Channels per kernel call: FX_BN_GROUP while there are groups for every thread, else one (a
  * few channels over many threads); the bits do not depend on it. */
@@ -245,7 +309,9 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
 
     const int64_t C = d.C, S = d.S;
     fx_scratch sc = {.n = 0};
-    const float *xv, *gv, *bv;
+    const float *gv, *bv;
+    fx_bn_src xs;
+    float *xcopy;
     /* per channel: mean, invstd and unbiased variance, for the caller's float arrays */
     double *mean = fx_scratch_alloc(&sc, C, sizeof *mean);
     double *invstd = fx_scratch_alloc(&sc, C, sizeof *invstd);
@@ -256,12 +322,12 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
         goto done;
     }
     const tensor_t *ins[3] = {x, gamma, beta};
-    if ((rc = nn_in_f32(x, &xv, &sc, func))) goto done;
+    if ((rc = nn_bn_source(x, &xs, &xcopy, &sc, func))) goto done;
     if ((rc = nn_in_f32(gamma, &gv, &sc, func))) goto done;
     if ((rc = nn_in_f32(beta, &bv, &sc, func))) goto done;
     /* y may overwrite a private copy of x: channel c's statistics are taken before its
      * elements are normalised, and each element only reads its own x */
-    float *yv = nn_out_f32(y, ins, 3, nn_private_f32(x, xv), &sc);
+    float *yv = nn_out_f32(y, ins, 3, xcopy, &sc);
     if (!yv) {
         rc = fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
         goto done;
@@ -272,6 +338,16 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     const int odd = y->fmt != FMT_FP32;
     const fx_bn_kernels *k = nn_bn_kernels();
     const int64_t gsz = nn_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
+    /* a shared-exponent y: the kernels keep the write's statistics, one record per group */
+    fx_bn_max *gmax = NULL;
+    if (fmt_is_shared_exponent(y->fmt) && nn_bn_in_place()) {
+        gmax = fx_scratch_alloc(&sc, ngroups, sizeof *gmax);
+        if (!gmax) {
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld statistics records",
+                          (long long)ngroups);
+            goto done;
+        }
+    }
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
@@ -279,8 +355,10 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
         const int64_t c0 = g * gsz;
         const int nc = (int)(C - c0 < gsz ? C - c0 : gsz);
         double var[FX_BN_GROUP];
+        fx_bn_max *mx = gmax ? gmax + g : NULL;
+        if (mx) *mx = (fx_bn_max){0.0f, 0};
         if (training) {
-            k->stats(xv, &d, c0, nc, mean + c0, var);
+            k->stats(&xs, &d, c0, nc, mean + c0, var);
             for (int j = 0; j < nc; j++) uvar[c0 + j] = var[j] * (double)d.M / (double)(d.M - 1);
         } else
             for (int j = 0; j < nc; j++) {
@@ -294,11 +372,18 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
             /* y = (x - mu) * a + b: the subtraction first, so that a large mean cancels
              * exactly in double before scaling */
             const double a = is * (double)gv[c], b = bv[c];
-            for (int64_t n = 0; n < d.N; n++)
-                k->normalize(xv + (n * C + c) * S, yv + (n * C + c) * S, S, mu, a, b, odd);
+            for (int64_t n = 0; n < d.N; n++) {
+                const int64_t o = (n * C + c) * S;
+                k->normalize(&xs, o, yv + o, S, mu, a, b, odd, mx);
+            }
         }
     }
-    if ((rc = fx_write_f32(y, yv, func))) goto done;
+    fx_bn_max all = {0.0f, 0};
+    for (int64_t g = 0; gmax && g < ngroups; g++) {
+        all.max = gmax[g].max > all.max ? gmax[g].max : all.max;
+        all.nonfinite += gmax[g].nonfinite;
+    }
+    if ((rc = nn_bn_write(y, yv, gmax ? &all : NULL, func))) goto done;
     if (training) {
         for (int64_t c = 0; c < C; c++) {
             if (running_mean) {
@@ -359,19 +444,21 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
     const int64_t C = d.C, S = d.S;
     const double M = (double)d.M;
     fx_scratch sc = {.n = 0};
-    const float *xv, *gyv, *gv;
+    const float *gv;
+    fx_bn_src xs, gys;
+    float *xcopy, *gycopy;
     float *dg = fx_scratch_alloc(&sc, C, sizeof *dg), *db = fx_scratch_alloc(&sc, C, sizeof *db);
     if (!dg || !db) {
         rc = fx_error(FX_ENOMEM, func, "cannot allocate gradients for %lld channels", (long long)C);
         goto done;
     }
     const tensor_t *ins[3] = {dy, x, gamma};
-    if ((rc = nn_in_f32(x, &xv, &sc, func))) goto done;
-    if ((rc = nn_in_f32(dy, &gyv, &sc, func))) goto done;
+    if ((rc = nn_bn_source(x, &xs, &xcopy, &sc, func))) goto done;
+    if ((rc = nn_bn_source(dy, &gys, &gycopy, &sc, func))) goto done;
     if ((rc = nn_in_f32(gamma, &gv, &sc, func))) goto done;
     /* dx may overwrite a private copy of dy: channel c's sums are taken before its dx, and
      * each element only reads its own dy and x */
-    float *dxv = nn_out_f32(dx, ins, 3, nn_private_f32(dy, gyv), &sc);
+    float *dxv = nn_out_f32(dx, ins, 3, gycopy, &sc);
     if (!dxv) {
         rc = fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
         goto done;
@@ -383,6 +470,16 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
     const fmt_t gf = dgamma ? dgamma->fmt : FMT_FP32, bf = dbeta ? dbeta->fmt : FMT_FP32;
     const fx_bn_kernels *kn = nn_bn_kernels();
     const int64_t gsz = nn_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
+    /* a shared-exponent dx: the kernels keep the write's statistics, one record per group */
+    fx_bn_max *gmax = NULL;
+    if (fmt_is_shared_exponent(dx->fmt) && nn_bn_in_place()) {
+        gmax = fx_scratch_alloc(&sc, ngroups, sizeof *gmax);
+        if (!gmax) {
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld statistics records",
+                          (long long)ngroups);
+            goto done;
+        }
+    }
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
@@ -390,22 +487,30 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
         const int64_t c0 = g * gsz;
         const int nc = (int)(C - c0 < gsz ? C - c0 : gsz);
         double mu[FX_BN_GROUP], is[FX_BN_GROUP], sdy[FX_BN_GROUP], sdyx[FX_BN_GROUP];
+        fx_bn_max *mx = gmax ? gmax + g : NULL;
+        if (mx) *mx = (fx_bn_max){0.0f, 0};
         for (int j = 0; j < nc; j++) {
             mu[j] = save_mean[c0 + j];
             is[j] = save_invstd[c0 + j];
         }
-        kn->grad_sums(xv, gyv, &d, c0, nc, mu, is, sdy, sdyx);
+        kn->grad_sums(&xs, &gys, &d, c0, nc, mu, is, sdy, sdyx);
         for (int j = 0; j < nc; j++) {
             const int64_t c = c0 + j;
             dg[c] = nn_stage_f32(sdyx[j], gf);
             db[c] = nn_stage_f32(sdy[j], bf);
             const double k = (double)gv[c] * is[j], mdy = sdy[j] / M, mdyx = sdyx[j] / M;
-            for (int64_t n = 0; n < d.N; n++)
-                kn->backward(xv + (n * C + c) * S, gyv + (n * C + c) * S, dxv + (n * C + c) * S,
-                             S, mu[j], is[j], k, mdy, mdyx, odd);
+            for (int64_t n = 0; n < d.N; n++) {
+                const int64_t o = (n * C + c) * S;
+                kn->backward(&xs, &gys, o, dxv + o, S, mu[j], is[j], k, mdy, mdyx, odd, mx);
+            }
         }
     }
-    rc = fx_write_f32(dx, dxv, func);
+    fx_bn_max all = {0.0f, 0};
+    for (int64_t g = 0; gmax && g < ngroups; g++) {
+        all.max = gmax[g].max > all.max ? gmax[g].max : all.max;
+        all.nonfinite += gmax[g].nonfinite;
+    }
+    rc = nn_bn_write(dx, dxv, gmax ? &all : NULL, func);
     if (!rc && dgamma) rc = fx_write_f32(dgamma, dg, func);
     if (!rc && dbeta) rc = fx_write_f32(dbeta, db, func);
 done:

@@ -2,17 +2,64 @@
  * four double lanes of a vector and up to FX_BN_GROUP channels' chains interleaved (the portable
  * loop is bound by the latency of its additions, not by their number). The same operations on
  * the same values in the same order, so the same bits; this file is compiled with
- * -ffp-contract=off (CMakeLists.txt), since a fused multiply-add would round differently. */
+ * -ffp-contract=off (CMakeLists.txt), since a fused multiply-add would round differently.
+ *
+ * Every loop is instantiated per source kind (fx_bn_src: fp32, int16 mantissas, bf16; K below
+ * is a constant after inlining), so the widening costs no branch per element. */
 #include "bn_kernels.h"
 #include "nn_stage.h"
 
+#include <float.h>
 #include <immintrin.h>
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF /* as -ffp-contract=off, for builds that do not pass the flag */
 #endif
 
-static inline __m256d ld4(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
+/* Elements i..i+3 of a source as fx_bn_at gives them: fp32 widened; a mantissa times 2^exp in
+ * fp32 (one correctly rounded multiply, as the dequantisation's rounding of the exact product:
+ * the same value whenever 2^exp is an fp32 number, which fx_bn_src promises), widened; bf16
+ * shifted into fp32. */
+static inline __attribute__((always_inline)) __m256d ld4(const fx_bn_src *x, int64_t i,
+                                                         const int K)
+{
+    if (K == FX_BN_I16) {
+        const int16_t *p = (const int16_t *)x->p + i;
+        const __m128i m = _mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)p));
+        return _mm256_cvtps_pd(_mm_mul_ps(_mm_cvtepi32_ps(m), _mm_set1_ps((float)x->scale)));
+    }
+    if (K == FX_BN_BF16) {
+        const uint16_t *p = (const uint16_t *)x->p + i;
+        const __m128i h = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)p));
+        return _mm256_cvtps_pd(_mm_castsi128_ps(_mm_slli_epi32(h, 16)));
+    }
+    return _mm256_cvtps_pd(_mm_loadu_ps((const float *)x->p + i));
+}
+
+/* The statistics of four fp32 outputs added to m (fx_bn_max_add's rule): the largest finite
+ * |value| per lane in mv, the NaN/Inf per lane counted down in nv (compare masks are -1). */
+static inline void max4(__m128 q, __m128 *mv, __m128i *nv)
+{
+    const __m128 a = _mm_and_ps(q, _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)));
+    const __m128 finite = _mm_cmp_ps(a, _mm_set1_ps(FLT_MAX), _CMP_LE_OQ); /* not NaN or Inf */
+    *mv = _mm_max_ps(*mv, _mm_and_ps(a, finite));
+    const __m128 nonfinite = _mm_xor_ps(finite, _mm_castsi128_ps(_mm_set1_epi32(-1)));
+    *nv = _mm_sub_epi32(*nv, _mm_castps_si128(nonfinite));
+}
+
+/* mv and nv folded into m: the row's counts are below 2^31 per lane (rows are bounded by int32
+ * indices elsewhere) */
+static inline void max4_finish(__m128 mv, __m128i nv, fx_bn_max *m)
+{
+    float l[4];
+    int32_t c[4];
+    _mm_storeu_ps(l, mv);
+    _mm_storeu_si128((__m128i *)c, nv);
+    for (int i = 0; i < 4; i++) {
+        m->max = l[i] > m->max ? l[i] : m->max;
+        m->nonfinite += c[i];
+    }
+}
 
 /* v + (a, 0, 0, 0) in lane 0 only: a row's tail element joins partial sum 0; the other lanes
  * are kept as they are (adding +0.0 would turn a -0.0 partial into +0.0) */
@@ -55,20 +102,20 @@ static inline __m128 to_f32(__m256d d, int odd)
 }
 
 /* The chains of NC channels (a constant after inlining) side by side. */
-static inline __attribute__((always_inline)) void stats_n(const float *x, const fx_bn_dims *d,
+static inline __attribute__((always_inline)) void stats_n(const fx_bn_src *x, const fx_bn_dims *d,
                                                           int64_t c0, const int NC, double *mean,
-                                                          double *var)
+                                                          double *var, const int K)
 {
     const int64_t S = d->S;
     __m256d acc[FX_BN_GROUP], mu[FX_BN_GROUP];
     for (int j = 0; j < NC; j++) acc[j] = _mm256_setzero_pd();
     for (int64_t n = 0; n < d->N; n++) {
-        const float *p = x + (n * d->C + c0) * S;
+        const int64_t o = (n * d->C + c0) * S;
         int64_t s = 0;
         for (; s + 4 <= S; s += 4)
-            for (int j = 0; j < NC; j++) acc[j] = _mm256_add_pd(acc[j], ld4(p + j * S + s));
+            for (int j = 0; j < NC; j++) acc[j] = _mm256_add_pd(acc[j], ld4(x, o + j * S + s, K));
         for (; s < S; s++)
-            for (int j = 0; j < NC; j++) acc[j] = add_lane0(acc[j], (double)p[j * S + s]);
+            for (int j = 0; j < NC; j++) acc[j] = add_lane0(acc[j], fx_bn_at(x, o + j * S + s));
     }
     for (int j = 0; j < NC; j++) {
         mean[j] = combine(acc[j]) / (double)d->M;
@@ -76,37 +123,49 @@ static inline __attribute__((always_inline)) void stats_n(const float *x, const 
         acc[j] = _mm256_setzero_pd();
     }
     for (int64_t n = 0; n < d->N; n++) {
-        const float *p = x + (n * d->C + c0) * S;
+        const int64_t o = (n * d->C + c0) * S;
         int64_t s = 0;
         for (; s + 4 <= S; s += 4)
             for (int j = 0; j < NC; j++) {
-                const __m256d t = _mm256_sub_pd(ld4(p + j * S + s), mu[j]);
+                const __m256d t = _mm256_sub_pd(ld4(x, o + j * S + s, K), mu[j]);
                 acc[j] = _mm256_add_pd(acc[j], _mm256_mul_pd(t, t));
             }
         for (; s < S; s++)
             for (int j = 0; j < NC; j++) {
-                const double t = (double)p[j * S + s] - mean[j];
+                const double t = fx_bn_at(x, o + j * S + s) - mean[j];
                 acc[j] = add_lane0(acc[j], t * t);
             }
     }
     for (int j = 0; j < NC; j++) var[j] = combine(acc[j]) / (double)d->M;
 }
 
-static void bn_stats_avx2(const float *x, const fx_bn_dims *d, int64_t c0, int nc, double *mean,
-                          double *var)
+static inline __attribute__((always_inline)) void stats_k(const fx_bn_src *x, const fx_bn_dims *d,
+                                                          int64_t c0, int nc, double *mean,
+                                                          double *var, const int K)
 {
     if (nc == FX_BN_GROUP) {
-        stats_n(x, d, c0, FX_BN_GROUP, mean, var);
+        stats_n(x, d, c0, FX_BN_GROUP, mean, var, K);
         return;
     }
-    for (int j = 0; j < nc; j++) stats_n(x, d, c0 + j, 1, mean + j, var + j);
+    for (int j = 0; j < nc; j++) stats_n(x, d, c0 + j, 1, mean + j, var + j, K);
 }
 
-static inline __attribute__((always_inline)) void grad_n(const float *x, const float *dy,
+static void bn_stats_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
+                          double *mean, double *var)
+{
+    switch (x->kind) {
+    case FX_BN_I16: stats_k(x, d, c0, nc, mean, var, FX_BN_I16); break;
+    case FX_BN_BF16: stats_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
+    default: stats_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
+    }
+}
+
+static inline __attribute__((always_inline)) void grad_n(const fx_bn_src *x, const fx_bn_src *dy,
                                                          const fx_bn_dims *d, int64_t c0,
                                                          const int NC, const double *mu,
                                                          const double *is, double *sdy,
-                                                         double *sdyx)
+                                                         double *sdyx, const int KX,
+                                                         const int KG)
 {
     const int64_t S = d->S;
     __m256d a[FX_BN_GROUP], b[FX_BN_GROUP], vmu[FX_BN_GROUP], vis[FX_BN_GROUP];
@@ -117,20 +176,20 @@ static inline __attribute__((always_inline)) void grad_n(const float *x, const f
     }
     for (int64_t n = 0; n < d->N; n++) {
         const int64_t o = (n * d->C + c0) * S;
-        const float *px = x + o, *pg = dy + o;
         int64_t s = 0;
         for (; s + 4 <= S; s += 4)
             for (int j = 0; j < NC; j++) {
-                const __m256d g = ld4(pg + j * S + s);
-                const __m256d xh = _mm256_mul_pd(_mm256_sub_pd(ld4(px + j * S + s), vmu[j]), vis[j]);
+                const __m256d g = ld4(dy, o + j * S + s, KG);
+                const __m256d xh =
+                    _mm256_mul_pd(_mm256_sub_pd(ld4(x, o + j * S + s, KX), vmu[j]), vis[j]);
                 a[j] = _mm256_add_pd(a[j], g);
                 b[j] = _mm256_add_pd(b[j], _mm256_mul_pd(g, xh));
             }
         for (; s < S; s++)
             for (int j = 0; j < NC; j++) {
-                const double g = (double)pg[j * S + s];
+                const double g = fx_bn_at(dy, o + j * S + s);
                 a[j] = add_lane0(a[j], g);
-                b[j] = add_lane0(b[j], g * (((double)px[j * S + s] - mu[j]) * is[j]));
+                b[j] = add_lane0(b[j], g * ((fx_bn_at(x, o + j * S + s) - mu[j]) * is[j]));
             }
     }
     for (int j = 0; j < NC; j++) {
@@ -139,45 +198,121 @@ static inline __attribute__((always_inline)) void grad_n(const float *x, const f
     }
 }
 
-static void bn_grad_sums_avx2(const float *x, const float *dy, const fx_bn_dims *d, int64_t c0,
-                              int nc, const double *mu, const double *is, double *sdy,
-                              double *sdyx)
+static inline __attribute__((always_inline)) void grad_k(const fx_bn_src *x, const fx_bn_src *dy,
+                                                         const fx_bn_dims *d, int64_t c0, int nc,
+                                                         const double *mu, const double *is,
+                                                         double *sdy, double *sdyx, const int KX,
+                                                         const int KG)
 {
     if (nc == FX_BN_GROUP) {
-        grad_n(x, dy, d, c0, FX_BN_GROUP, mu, is, sdy, sdyx);
+        grad_n(x, dy, d, c0, FX_BN_GROUP, mu, is, sdy, sdyx, KX, KG);
         return;
     }
     for (int j = 0; j < nc; j++)
-        grad_n(x, dy, d, c0 + j, 1, mu + j, is + j, sdy + j, sdyx + j);
+        grad_n(x, dy, d, c0 + j, 1, mu + j, is + j, sdy + j, sdyx + j, KX, KG);
 }
 
-static void bn_normalize_avx2(const float *p, float *q, int64_t S, double mu, double a, double b,
-                              int odd)
+/* Every pair of kinds gets its own loop (training's pairs have one kind; a mixed pair is x and
+ * dy in two formats). */
+static void bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_dims *d,
+                              int64_t c0, int nc, const double *mu, const double *is, double *sdy,
+                              double *sdyx)
+{
+#define FX_BN_GRAD_CASE(KX, KG)                                                                \
+    if (x->kind == (KX) && dy->kind == (KG)) {                                                 \
+        grad_k(x, dy, d, c0, nc, mu, is, sdy, sdyx, (KX), (KG));                               \
+        return;                                                                                \
+    }
+    FX_BN_GRAD_CASE(FX_BN_F32, FX_BN_F32)
+    FX_BN_GRAD_CASE(FX_BN_I16, FX_BN_I16)
+    FX_BN_GRAD_CASE(FX_BN_BF16, FX_BN_BF16)
+    FX_BN_GRAD_CASE(FX_BN_I16, FX_BN_F32)
+    FX_BN_GRAD_CASE(FX_BN_F32, FX_BN_I16)
+    FX_BN_GRAD_CASE(FX_BN_BF16, FX_BN_F32)
+    FX_BN_GRAD_CASE(FX_BN_F32, FX_BN_BF16)
+    FX_BN_GRAD_CASE(FX_BN_I16, FX_BN_BF16)
+    FX_BN_GRAD_CASE(FX_BN_BF16, FX_BN_I16)
+#undef FX_BN_GRAD_CASE
+}
+
+static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x, int64_t off,
+                                                              float *q, int64_t S, double mu,
+                                                              double a, double b, int odd,
+                                                              fx_bn_max *mx, const int K)
 {
     const __m256d vmu = _mm256_set1_pd(mu), va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
+    __m128 mv = _mm_setzero_ps();
+    __m128i nv = _mm_setzero_si128();
     int64_t s = 0;
     for (; s + 4 <= S; s += 4) {
-        const __m256d t = _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(p + s), vmu), va), vb);
-        _mm_storeu_ps(q + s, to_f32(t, odd));
+        const __m256d t =
+            _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s, K), vmu), va), vb);
+        const __m128 r = to_f32(t, odd);
+        _mm_storeu_ps(q + s, r);
+        if (mx) max4(r, &mv, &nv);
     }
-    for (; s < S; s++) q[s] = nn_round_f32(((double)p[s] - mu) * a + b, odd);
+    if (mx) max4_finish(mv, nv, mx);
+    for (; s < S; s++) {
+        q[s] = nn_round_f32((fx_bn_at(x, off + s) - mu) * a + b, odd);
+        if (mx) fx_bn_max_add(mx, q[s]);
+    }
 }
 
-static void bn_backward_avx2(const float *x, const float *g, float *q, int64_t S, double mu,
-                             double is, double k, double mdy, double mdyx, int odd)
+static void bn_normalize_avx2(const fx_bn_src *x, int64_t off, float *q, int64_t S, double mu,
+                              double a, double b, int odd, fx_bn_max *mx)
+{
+    switch (x->kind) {
+    case FX_BN_I16: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_I16); break;
+    case FX_BN_BF16: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_BF16); break;
+    default: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_F32); break;
+    }
+}
+
+static inline __attribute__((always_inline)) void backward_k(
+    const fx_bn_src *x, const fx_bn_src *g, int64_t off, float *q, int64_t S, double mu,
+    double is, double k, double mdy, double mdyx, int odd, fx_bn_max *mx, const int KX,
+    const int KG)
 {
     const __m256d vmu = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vk = _mm256_set1_pd(k);
     const __m256d vmdy = _mm256_set1_pd(mdy), vmdyx = _mm256_set1_pd(mdyx);
+    __m128 mv = _mm_setzero_ps();
+    __m128i nv = _mm_setzero_si128();
     int64_t s = 0;
     for (; s + 4 <= S; s += 4) {
-        const __m256d xh = _mm256_mul_pd(_mm256_sub_pd(ld4(x + s), vmu), vis);
-        const __m256d t = _mm256_sub_pd(_mm256_sub_pd(ld4(g + s), vmdy), _mm256_mul_pd(xh, vmdyx));
-        _mm_storeu_ps(q + s, to_f32(_mm256_mul_pd(vk, t), odd));
+        const __m256d xh = _mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s, KX), vmu), vis);
+        const __m256d t =
+            _mm256_sub_pd(_mm256_sub_pd(ld4(g, off + s, KG), vmdy), _mm256_mul_pd(xh, vmdyx));
+        const __m128 r = to_f32(_mm256_mul_pd(vk, t), odd);
+        _mm_storeu_ps(q + s, r);
+        if (mx) max4(r, &mv, &nv);
     }
+    if (mx) max4_finish(mv, nv, mx);
     for (; s < S; s++) {
-        const double xhat = ((double)x[s] - mu) * is;
-        q[s] = nn_round_f32(k * ((double)g[s] - mdy - xhat * mdyx), odd);
+        const double xhat = (fx_bn_at(x, off + s) - mu) * is;
+        q[s] = nn_round_f32(k * (fx_bn_at(g, off + s) - mdy - xhat * mdyx), odd);
+        if (mx) fx_bn_max_add(mx, q[s]);
     }
+}
+
+static void bn_backward_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off, float *q,
+                             int64_t S, double mu, double is, double k, double mdy, double mdyx,
+                             int odd, fx_bn_max *mx)
+{
+#define FX_BN_BWD_CASE(KX, KG)                                                                 \
+    if (x->kind == (KX) && g->kind == (KG)) {                                                  \
+        backward_k(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx, (KX), (KG));               \
+        return;                                                                                \
+    }
+    FX_BN_BWD_CASE(FX_BN_F32, FX_BN_F32)
+    FX_BN_BWD_CASE(FX_BN_I16, FX_BN_I16)
+    FX_BN_BWD_CASE(FX_BN_BF16, FX_BN_BF16)
+    FX_BN_BWD_CASE(FX_BN_I16, FX_BN_F32)
+    FX_BN_BWD_CASE(FX_BN_F32, FX_BN_I16)
+    FX_BN_BWD_CASE(FX_BN_BF16, FX_BN_F32)
+    FX_BN_BWD_CASE(FX_BN_F32, FX_BN_BF16)
+    FX_BN_BWD_CASE(FX_BN_I16, FX_BN_BF16)
+    FX_BN_BWD_CASE(FX_BN_BF16, FX_BN_I16)
+#undef FX_BN_BWD_CASE
 }
 
 const fx_bn_kernels fx_bn_kernels_avx2 = {bn_stats_avx2, bn_grad_sums_avx2, bn_normalize_avx2,

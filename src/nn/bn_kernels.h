@@ -13,29 +13,82 @@
 
 #include "../gpu/gpu_nn_math.h" /* fx_bn_dims */
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define FX_BN_GROUP 4 /* channels a stats or grad_sums call takes at most */
+
+/* Where a kernel reads an input tensor (row-major, element i at index i): fp32 values, or
+ * 16-bit values that the kernel widens itself to exactly the fp32 values that an fp32 copy
+ * (nn_in_f32: dequantisation, bf16 widening) would hold, so every sum and output is the same
+ * bits as from that copy. Reading 2 bytes in place saves the copy's pass over the tensor. */
+enum { FX_BN_F32 = 0, FX_BN_I16 = 1, FX_BN_BF16 = 2 };
+#define FX_BN_I16_EXP_MIN (-149) /* 2^exp from the smallest fp32 subnormal ... */
+#define FX_BN_I16_EXP_MAX 127    /* ... to the largest power of two in fp32 */
+typedef struct fx_bn_src {
+    const void *p; /* element 0 */
+    int kind;      /* FX_BN_F32 (float), FX_BN_I16 (FLEX16_5/DFP16 mantissas), FX_BN_BF16 */
+    double scale;  /* FX_BN_I16: 2^exp, the weight of a mantissa, an fp32 number (exp in
+                    * [FX_BN_I16_EXP_MIN, FX_BN_I16_EXP_MAX]: SIMD kernels multiply in fp32) */
+} fx_bn_src;
+
+/* Element i of a source as the double the kernels compute with: (double) of its fp32 value.
+ * A mantissa's fp32 value is the dequantisation's (float)(m * 2^exp) (fx_flex_dequant_scalar),
+ * which is m * 2^exp itself unless it leaves fp32's range; bf16 widens by a shift. */
+static inline double fx_bn_at(const fx_bn_src *s, int64_t i)
+{
+    if (s->kind == FX_BN_I16) return (double)(float)((double)((const int16_t *)s->p)[i] * s->scale);
+    if (s->kind == FX_BN_BF16) {
+        const uint32_t bits = (uint32_t)((const uint16_t *)s->p)[i] << 16;
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return (double)f;
+    }
+    return (double)((const float *)s->p)[i];
+}
+
+/* The statistics a write needs of the fp32 values an element-wise kernel produced (those of
+ * the write path's own scan, fx_flex_maxabs_f32_scalar): the largest finite |value| and the
+ * count of NaN and Inf. Kernels add to them (max and sum), so one record can span calls. */
+typedef struct fx_bn_max {
+    float max;
+    int64_t nonfinite;
+} fx_bn_max;
+
+static inline void fx_bn_max_add(fx_bn_max *m, float v)
+{
+    const float a = fabsf(v);
+    if (!isfinite(a))
+        m->nonfinite++;
+    else if (a > m->max)
+        m->max = a;
+}
 
 typedef struct fx_bn_kernels {
     /* mean[j] and biased variance var[j] of channel c0 + j, j < nc (1 <= nc <= FX_BN_GROUP),
      * two-pass: the mean, then the mean of (x - mean)^2 */
-    void (*stats)(const float *x, const fx_bn_dims *d, int64_t c0, int nc, double *mean,
+    void (*stats)(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc, double *mean,
                   double *var);
     /* sdy[j] = sum dy and sdyx[j] = sum dy * ((x - mu[j]) * is[j]) over channel c0 + j */
-    void (*grad_sums)(const float *x, const float *dy, const fx_bn_dims *d, int64_t c0, int nc,
-                      const double *mu, const double *is, double *sdy, double *sdyx);
-    /* q[s] = ((double)p[s] - mu) * a + b for s < S, rounded to fp32 to nearest, or to odd
-     * when odd is set (nn_round_f32) */
-    void (*normalize)(const float *p, float *q, int64_t S, double mu, double a, double b,
-                      int odd);
-    /* q[s] = k * ((double)g[s] - mdy - xhat * mdyx), xhat = ((double)x[s] - mu) * is, rounded
-     * as normalize's */
-    void (*backward)(const float *x, const float *g, float *q, int64_t S, double mu, double is,
-                     double k, double mdy, double mdyx, int odd);
+    void (*grad_sums)(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_dims *d, int64_t c0,
+                      int nc, const double *mu, const double *is, double *sdy, double *sdyx);
+    /* q[s] = (x[off + s] - mu) * a + b for s < S, rounded to fp32 to nearest, or to odd when
+     * odd is set (nn_round_f32); mx (NULL: not kept) takes the statistics of the q[s] */
+    void (*normalize)(const fx_bn_src *x, int64_t off, float *q, int64_t S, double mu, double a,
+                      double b, int odd, fx_bn_max *mx);
+    /* q[s] = k * (g[off + s] - mdy - xhat * mdyx), xhat = (x[off + s] - mu) * is, rounded and
+     * counted as normalize's */
+    void (*backward)(const fx_bn_src *x, const fx_bn_src *g, int64_t off, float *q, int64_t S,
+                     double mu, double is, double k, double mdy, double mdyx, int odd,
+                     fx_bn_max *mx);
 } fx_bn_kernels;
 
 extern const fx_bn_kernels fx_bn_kernels_portable;
 extern const fx_bn_kernels fx_bn_kernels_avx2;
+
+/* Test switch: 0 makes batch norm copy every input to fp32 first (nn_in_f32) and scan its
+ * outputs in the write, as before the in-place sources, so tests can compare the two. */
+void fx_bn_set_in_place(int on);
 
 #endif
