@@ -261,9 +261,11 @@ static void compare(const fx_bn_kernels *k, const char *level, const fx_bn_dims 
         x[i] = value(r, data, channel == d->C - 1);
         g[i] = 1e-3f * (float)test_rng_normal(r);
     }
-    /* same-kind pairs, as in training, and two mixed ones */
-    static const int pairs[][2] = {{FX_BN_F32, FX_BN_F32}, {FX_BN_I16, FX_BN_I16},
+    /* every pair of kinds (the AVX2 kernels have a loop per pair) */
+    static const int pairs[][2] = {{FX_BN_F32, FX_BN_F32},  {FX_BN_I16, FX_BN_I16},
                                    {FX_BN_BF16, FX_BN_BF16}, {FX_BN_I16, FX_BN_F32},
+                                   {FX_BN_F32, FX_BN_I16},  {FX_BN_BF16, FX_BN_F32},
+                                   {FX_BN_F32, FX_BN_BF16}, {FX_BN_I16, FX_BN_BF16},
                                    {FX_BN_BF16, FX_BN_I16}};
     for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
         const int uses_i16 = pairs[pi][0] == FX_BN_I16 || pairs[pi][1] == FX_BN_I16;
@@ -292,23 +294,25 @@ done:
  * (fx_bn_set_in_place(1), the default) against the route through fp32 copies and the write's
  * own scan (0): the same bits in y, dx, dgamma, dbeta, the same exponents and write statistics,
  * and the same batch and running statistics, for every format, with two Autoflex writes in a
- * row (the second one predicted from the first), on every backend. */
+ * row (the second one predicted from the first), on every backend, with one and two threads
+ * (C = 8 channels: two groups of four, or eight of one, split over the threads). */
 typedef struct op_result {
-    int16_t *raw[3]; /* y, dx and dgamma as stored (16-bit formats) */
-    float *f[3];     /* the same read back as fp32 */
+    int16_t *raw[4]; /* y, dx, dgamma and dbeta as stored (16-bit formats) */
+    float *f[4];     /* the same read back as fp32 */
     float save[4][8];
-    double stat[3][5];
-    int exp[3];
+    double stat[4][5];
+    int exp[4];
 } op_result;
 
 static const char *const stat_names[5] = {"true_max", "nonfinite", "saturated", "underflow",
                                           "stored_max"};
 
-static void run_op(fmt_t f, int in_place, int nonfinite, op_result *res)
+static void run_op(fmt_t f, int in_place, int nonfinite, int threads, op_result *res)
 {
     enum { N = 6, C = 8, H = 5, W = 7 };
     const int64_t xs[4] = {N, C, H, W}, cs[1] = {C}, n = (int64_t)N * C * H * W;
     fx_bn_set_in_place(in_place);
+    flexpoint_set_num_threads(threads);
     tensor_t *x = tensor_new(f, 4, xs), *dy = tensor_new(f, 4, xs), *y = tensor_new(f, 4, xs);
     tensor_t *dx = tensor_new(f, 4, xs), *gm = tensor_new(FMT_FP32, 1, cs);
     tensor_t *bt = tensor_new(FMT_FP32, 1, cs), *dg = tensor_new(f, 1, cs);
@@ -341,8 +345,8 @@ static void run_op(fmt_t f, int in_place, int nonfinite, op_result *res)
     }
     memcpy(res->save[2], rm, sizeof rm);
     memcpy(res->save[3], rv, sizeof rv);
-    tensor_t *outs[3] = {y, dx, dg};
-    for (int i = 0; i < 3; i++) {
+    tensor_t *outs[4] = {y, dx, dg, db};
+    for (int i = 0; i < 4; i++) {
         const int64_t m = tensor_numel(outs[i]);
         res->f[i] = malloc(sizeof(float) * (size_t)m);
         res->raw[i] = f == FMT_FP32 ? NULL : malloc(sizeof(int16_t) * (size_t)m);
@@ -371,7 +375,7 @@ done:
 
 static void free_result(op_result *r)
 {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         free(r->raw[i]);
         free(r->f[i]);
     }
@@ -379,38 +383,42 @@ static void free_result(op_result *r)
 
 static void ops_in_place(void)
 {
-    static const char *const out_names[3] = {"y", "dx", "dgamma"};
+    static const char *const out_names[4] = {"y", "dx", "dgamma", "dbeta"};
+    const int64_t m[4] = {6 * 8 * 5 * 7, 6 * 8 * 5 * 7, 8, 8};
     for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
         if (!flexpoint_backend_available(bi)) continue;
         const char *bn = flexpoint_backend_name(bi);
         CHECK_STATUS(flexpoint_set_backend(bn), FX_OK);
         for (int f = 0; f < FMT_COUNT; f++)
-            for (int nonfinite = 0; nonfinite < 2; nonfinite++) {
-                if (nonfinite && fmt_is_shared_exponent((fmt_t)f)) continue;
-                op_result a, b;
-                memset(&a, 0, sizeof a);
-                memset(&b, 0, sizeof b);
-                run_op((fmt_t)f, 1, nonfinite, &a);
-                run_op((fmt_t)f, 0, nonfinite, &b);
-                const int64_t m[3] = {6 * 8 * 5 * 7, 6 * 8 * 5 * 7, 8};
-                for (int i = 0; i < 3; i++) {
-                    const int ok = a.f[i] && b.f[i] &&
-                                   memcmp(a.f[i], b.f[i], sizeof(float) * (size_t)m[i]) == 0 &&
-                                   (!a.raw[i] || memcmp(a.raw[i], b.raw[i],
-                                                        sizeof(int16_t) * (size_t)m[i]) == 0) &&
-                                   a.exp[i] == b.exp[i] &&
-                                   memcmp(a.stat[i], b.stat[i], sizeof a.stat[i]) == 0;
-                    CHECK(ok, "%s %s%s: %s differs between the in-place route and the fp32 "
-                          "copies (exponent %d/%d, true_max %g/%g)", bn, fmt_name((fmt_t)f),
-                          nonfinite ? " with Inf" : "", out_names[i], a.exp[i], b.exp[i],
-                          a.stat[i][0], b.stat[i][0]);
+            for (int nonfinite = 0; nonfinite < 2; nonfinite++)
+                for (int threads = 1; threads <= 2; threads++) {
+                    if (nonfinite && fmt_is_shared_exponent((fmt_t)f)) continue;
+                    op_result a, b;
+                    memset(&a, 0, sizeof a);
+                    memset(&b, 0, sizeof b);
+                    run_op((fmt_t)f, 1, nonfinite, threads, &a);
+                    run_op((fmt_t)f, 0, nonfinite, threads, &b);
+                    for (int i = 0; i < 4; i++) {
+                        const int ok =
+                            a.f[i] && b.f[i] &&
+                            memcmp(a.f[i], b.f[i], sizeof(float) * (size_t)m[i]) == 0 &&
+                            (!a.raw[i] ||
+                             memcmp(a.raw[i], b.raw[i], sizeof(int16_t) * (size_t)m[i]) == 0) &&
+                            a.exp[i] == b.exp[i] &&
+                            memcmp(a.stat[i], b.stat[i], sizeof a.stat[i]) == 0;
+                        CHECK(ok, "%s %s%s, %d thread(s): %s differs between the in-place "
+                              "route and the fp32 copies (exponent %d/%d, true_max %g/%g)", bn,
+                              fmt_name((fmt_t)f), nonfinite ? " with Inf" : "", threads,
+                              out_names[i], a.exp[i], b.exp[i], a.stat[i][0], b.stat[i][0]);
+                    }
+                    CHECK(memcmp(a.save, b.save, sizeof a.save) == 0,
+                          "%s %s, %d thread(s): batch or running statistics differ", bn,
+                          fmt_name((fmt_t)f), threads);
+                    free_result(&a);
+                    free_result(&b);
                 }
-                CHECK(memcmp(a.save, b.save, sizeof a.save) == 0,
-                      "%s %s: batch or running statistics differ", bn, fmt_name((fmt_t)f));
-                free_result(&a);
-                free_result(&b);
-            }
     }
+    flexpoint_set_num_threads(0);
 }
 
 int main(void)

@@ -1039,7 +1039,8 @@ static void nan_and_ties_2x2_every_backend(void)
         tensor_free(x);
         tensor_free(y);
 
-        /* int16 mantissas: NaNs become the plane's largest value, -0 and 0 one value */
+        /* int16 mantissas: 2v (ties stay ties), NaN -> 3 (a tie with 1.5 * 2), -0 and 0 one
+         * value */
         int16_t m[H * W];
         for (int i = 0; i < H * W; i++) m[i] = isnan(v[i]) ? 3 : (int16_t)(2.0f * v[i]);
         tensor_t *xi = fixed_flex(4, sx, 0), *yi = fixed_flex(4, sy, 0);

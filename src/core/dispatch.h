@@ -24,9 +24,11 @@ typedef struct fx_stage {
     int imax_known; /* integer stages: imax = max |value|, computed by the producer */
     uint64_t imax;
     const int16_t *i16; /* FX_STAGE_I16 values (at exponent exp) */
-    int f32_max_known;  /* FX_STAGE_F32: the producer kept the scan's statistics: */
-    float f32_max;      /*   largest finite |value| */
-    int64_t f32_nonfinite; /* NaN/Inf values */
+    /* FX_STAGE_F32 when f32_max_known: the producer kept the write's scan statistics, the
+     * largest finite |value| (f32_max) and the count of NaN/Inf values (f32_nonfinite) */
+    int f32_max_known;
+    float f32_max;
+    int64_t f32_nonfinite;
 } fx_stage;
 
 /* The one write path (src/core/store.c): float outputs round once to their format; shared-

@@ -175,11 +175,12 @@ void fx_bn_set_in_place(int on)
 }
 static int nn_bn_in_place(void) { return __atomic_load_n(&nn_bn_in_place_flag, __ATOMIC_RELAXED); }
 
-/* An input as a kernel source: read in place when its storage already holds what the kernels
- * read (contiguous fp32; FLEX16_5/DFP16 mantissas and bf16 patterns, which they widen
- * themselves to the fp32 values of a copy), else an exact fp32 copy in sc (nn_in_f32: fp16,
- * strided views, mantissas whose 2^exp is no fp32 number). *copy is that copy (NULL when in
- * place), which an output may overwrite. */
+/* An input as a kernel source: FLEX16_5/DFP16 mantissas and bf16 patterns are read as they
+ * are stored (a strided view is first gathered in its own 16-bit format) and widened by the
+ * kernels themselves to the fp32 values of a copy; fp32 is read in place when contiguous;
+ * anything else (fp16, strided fp32, mantissas whose 2^exp is no fp32 number, which no tensor
+ * holds today: exponents stay in [-128, 127]) goes through an exact fp32 copy in sc
+ * (nn_in_f32). *copy is that copy (NULL otherwise), which an output may overwrite. */
 static int nn_bn_source(const tensor_t *t, fx_bn_src *src, float **copy, fx_scratch *sc,
                         const char *func)
 {

@@ -19,7 +19,9 @@
 /* Elements i..i+3 of a source as fx_bn_at gives them: fp32 widened; a mantissa times 2^exp in
  * fp32 (one correctly rounded multiply, as the dequantisation's rounding of the exact product:
  * the same value whenever 2^exp is an fp32 number, which fx_bn_src promises), widened; bf16
- * shifted into fp32. */
+ * shifted into fp32. For exp -128 and -127 the factor is an fp32 subnormal, which a CPU set to
+ * treat subnormal inputs as zero (DAZ) would drop; the library assumes that mode is off
+ * (src/fp32/f32_math.h). */
 static inline __attribute__((always_inline)) __m256d ld4(const fx_bn_src *x, int64_t i,
                                                          const int K)
 {
@@ -36,8 +38,9 @@ static inline __attribute__((always_inline)) __m256d ld4(const fx_bn_src *x, int
     return _mm256_cvtps_pd(_mm_loadu_ps((const float *)x->p + i));
 }
 
-/* The statistics of four fp32 outputs added to m (fx_bn_max_add's rule): the largest finite
- * |value| per lane in mv, the NaN/Inf per lane counted down in nv (compare masks are -1). */
+/* The statistics of four fp32 outputs (fx_bn_max_add's rule), per lane: the largest finite
+ * |value| in mv, the NaN/Inf counted down in nv (compare masks are -1); max4_finish adds them
+ * to a record. */
 static inline void max4(__m128 q, __m128 *mv, __m128i *nv)
 {
     const __m128 a = _mm_and_ps(q, _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)));
@@ -233,6 +236,7 @@ static void bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_
     FX_BN_GRAD_CASE(FX_BN_I16, FX_BN_BF16)
     FX_BN_GRAD_CASE(FX_BN_BF16, FX_BN_I16)
 #undef FX_BN_GRAD_CASE
+    fx_bn_kernels_portable.grad_sums(x, dy, d, c0, nc, mu, is, sdy, sdyx); /* no other kinds */
 }
 
 static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x, int64_t off,
@@ -313,6 +317,7 @@ static void bn_backward_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off
     FX_BN_BWD_CASE(FX_BN_I16, FX_BN_BF16)
     FX_BN_BWD_CASE(FX_BN_BF16, FX_BN_I16)
 #undef FX_BN_BWD_CASE
+    fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx);
 }
 
 const fx_bn_kernels fx_bn_kernels_avx2 = {bn_stats_avx2, bn_grad_sums_avx2, bn_normalize_avx2,

@@ -257,7 +257,7 @@ FX_MAXPOOL_2X2_PLANE(maxpool_2x2_plane_i16, int16_t, int16_t, pool_i16_better)
 
 
 /* One fp32 plane with the backend's kernel where the level has one (the same values and
- * argmax, src/nn/pool_avx512.c), else the portable loop. */
+ * argmax, src/nn/pool_avx2.c and pool_avx512.c), else the portable loop. */
 static void maxpool_2x2_plane_f32_any(const fx_backend *be, const float *x, const pool_geom *g,
                                       int64_t pl, float *out, int32_t *idx)
 {

@@ -5,7 +5,7 @@
  * comparison, so the first largest one wins, and the first NaN, as there.
  *
  * Why: the portable fp32 loop does not vectorise (the two candidates of a row are interleaved);
- * this kernel took the CNN's pooling forward passes from 3.3-3.6 to 2.0-3.0 ms (fp32) and from
+ * this kernel took the CNN's pooling forward passes from 3.3-3.9 to 2.0-3.0 ms (fp32) and from
  * 3.2-3.4 to 1.9-2.4 ms (bf16) on a Zen 3. An int16 version of it measured no faster than the
  * portable int16 loop on those shapes (7 and 14 windows per row, mostly row tails), so the
  * integer formats keep that loop on AVX2.
