@@ -39,45 +39,44 @@ int fx_read_i16(const tensor_t *t, int16_t **out, int *exp, fx_scratch *s, const
 
 int fx_write_f32(tensor_t *out, const float *vals, const char *func)
 {
-    fx_stage st = {FX_STAGE_F32, fx_numel_of(out->ndim, out->shape), vals, NULL, 0, 0, 0, NULL,
-                   0, 0.0f, 0};
+    fx_stage st = {.kind = FX_STAGE_F32, .n = fx_numel_of(out->ndim, out->shape), .f32 = vals};
     return fx_write(out, &st, func);
 }
 
 int fx_write_f32_max(tensor_t *out, const float *vals, float max, int64_t nonfinite,
                      const char *func)
 {
-    fx_stage st = {FX_STAGE_F32, fx_numel_of(out->ndim, out->shape), vals, NULL, 0, 0, 0, NULL,
-                   1, max, nonfinite};
+    fx_stage st = {.kind = FX_STAGE_F32, .n = fx_numel_of(out->ndim, out->shape), .f32 = vals,
+                   .f32_max_known = 1, .f32_max = max, .f32_nonfinite = nonfinite};
     return fx_write(out, &st, func);
 }
 
 int fx_write_i64(tensor_t *out, const int64_t *vals, int exp, const char *func)
 {
-    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp, 0, 0, NULL,
-                   0, 0.0f, 0};
+    fx_stage st = {.kind = FX_STAGE_I64, .n = fx_numel_of(out->ndim, out->shape), .i64 = vals,
+                   .exp = exp};
     return fx_write(out, &st, func);
 }
 
 int fx_write_i64_max(tensor_t *out, const int64_t *vals, int exp, uint64_t imax,
                      const char *func)
 {
-    fx_stage st = {FX_STAGE_I64, fx_numel_of(out->ndim, out->shape), NULL, vals, exp, 1, imax,
-                   NULL, 0, 0.0f, 0};
+    fx_stage st = {.kind = FX_STAGE_I64, .n = fx_numel_of(out->ndim, out->shape), .i64 = vals,
+                   .exp = exp, .imax_known = 1, .imax = imax};
     return fx_write(out, &st, func);
 }
 
 int fx_write_i16(tensor_t *out, const int16_t *vals, int exp, const char *func)
 {
-    fx_stage st = {FX_STAGE_I16, fx_numel_of(out->ndim, out->shape), NULL, NULL, exp, 0, 0, vals,
-                   0, 0.0f, 0};
+    fx_stage st = {.kind = FX_STAGE_I16, .n = fx_numel_of(out->ndim, out->shape), .exp = exp,
+                   .i16 = vals};
     return fx_write(out, &st, func);
 }
 
 int fx_write_i16_max(tensor_t *out, const int16_t *vals, int exp, uint64_t imax, const char *func)
 {
-    fx_stage st = {FX_STAGE_I16, fx_numel_of(out->ndim, out->shape), NULL, NULL, exp, 1, imax,
-                   vals, 0, 0.0f, 0};
+    fx_stage st = {.kind = FX_STAGE_I16, .n = fx_numel_of(out->ndim, out->shape), .exp = exp,
+                   .imax_known = 1, .imax = imax, .i16 = vals};
     return fx_write(out, &st, func);
 }
 

@@ -187,8 +187,7 @@ int fx_dispatch(const fx_op_request *rq)
     }
     c.nthreads = flexpoint_num_threads();
 
-    fx_stage s = {int_compute ? FX_STAGE_I64 : FX_STAGE_F32, c.out_numel, NULL, NULL, 0, 0, 0,
-                  NULL, 0, 0.0f, 0};
+    fx_stage s = {.kind = int_compute ? FX_STAGE_I64 : FX_STAGE_F32, .n = c.out_numel};
     int out_exp = 0, imax_known = 0;
     uint64_t imax = 0;
     c.out_imax = &imax;

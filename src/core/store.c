@@ -756,8 +756,7 @@ int tensor_from_f32(tensor_t *t, const float *src)
                           "write a host tensor and copy it (tensor_copy_to_device, "
                           "flexpoint_gpu.h)", __func__);
     if (rc) return rc;
-    fx_stage s = {FX_STAGE_F32, fx_numel_of(t->ndim, t->shape), src, NULL, 0, 0, 0, NULL,
-                  0, 0.0f, 0};
+    fx_stage s = {.kind = FX_STAGE_F32, .n = fx_numel_of(t->ndim, t->shape), .f32 = src};
     return fx_write(t, &s, __func__);
 }
 

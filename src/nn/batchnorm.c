@@ -214,12 +214,34 @@ static int nn_bn_source(const tensor_t *t, fx_bn_src *src, float **copy, fx_scra
     return FX_OK;
 }
 
-/* A write of the fp32 stage v into out, with the statistics the kernels kept (mx, NULL when
- * none were kept) in place of the write's own scan of the stage. */
-static int nn_bn_write(tensor_t *out, const float *v, const fx_bn_max *mx, const char *func)
+/* The kernels' statistics records of a write into out, one per channel group, zeroed (the
+ * kernels add to them): *rec stays NULL when out is not shared-exponent (its write scans
+ * nothing) or the test switch is off. */
+static int nn_bn_max_records(const tensor_t *out, int64_t ngroups, fx_bn_max **rec,
+                             fx_scratch *sc, const char *func)
 {
-    return mx ? fx_write_f32_max(out, v, mx->max, mx->nonfinite, func)
-              : fx_write_f32(out, v, func);
+    *rec = NULL;
+    if (!fmt_is_shared_exponent(out->fmt) || !nn_bn_in_place()) return FX_OK;
+    *rec = fx_scratch_alloc(sc, ngroups, sizeof **rec);
+    if (!*rec)
+        return fx_error(FX_ENOMEM, func, "cannot allocate %lld statistics records",
+                        (long long)ngroups);
+    memset(*rec, 0, (size_t)ngroups * sizeof **rec);
+    return FX_OK;
+}
+
+/* A write of the fp32 stage v into out, with the statistics the kernels kept in the ngroups
+ * records rec (NULL: none kept) in place of the write's own scan of the stage. */
+static int nn_bn_write(tensor_t *out, const float *v, const fx_bn_max *rec, int64_t ngroups,
+                       const char *func)
+{
+    if (!rec) return fx_write_f32(out, v, func);
+    fx_bn_max all = {0.0f, 0};
+    for (int64_t g = 0; g < ngroups; g++) {
+        all.max = rec[g].max > all.max ? rec[g].max : all.max;
+        all.nonfinite += rec[g].nonfinite;
+    }
+    return fx_write_f32_max(out, v, all.max, all.nonfinite, func);
 }
 
 /* Channels per kernel call: FX_BN_GROUP while there are groups for every thread, else one (a
@@ -339,16 +361,8 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     const int odd = y->fmt != FMT_FP32;
     const fx_bn_kernels *k = nn_bn_kernels();
     const int64_t gsz = nn_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
-    /* a shared-exponent y: the kernels keep the write's statistics, one record per group */
-    fx_bn_max *gmax = NULL;
-    if (fmt_is_shared_exponent(y->fmt) && nn_bn_in_place()) {
-        gmax = fx_scratch_alloc(&sc, ngroups, sizeof *gmax);
-        if (!gmax) {
-            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld statistics records",
-                          (long long)ngroups);
-            goto done;
-        }
-    }
+    fx_bn_max *gmax; /* a shared-exponent y: the write's statistics, kept by the kernels */
+    if ((rc = nn_bn_max_records(y, ngroups, &gmax, &sc, func))) goto done;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
@@ -357,7 +371,6 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
         const int nc = (int)(C - c0 < gsz ? C - c0 : gsz);
         double var[FX_BN_GROUP];
         fx_bn_max *mx = gmax ? gmax + g : NULL;
-        if (mx) *mx = (fx_bn_max){0.0f, 0};
         if (training) {
             k->stats(&xs, &d, c0, nc, mean + c0, var);
             for (int j = 0; j < nc; j++) uvar[c0 + j] = var[j] * (double)d.M / (double)(d.M - 1);
@@ -379,12 +392,7 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
             }
         }
     }
-    fx_bn_max all = {0.0f, 0};
-    for (int64_t g = 0; gmax && g < ngroups; g++) {
-        all.max = gmax[g].max > all.max ? gmax[g].max : all.max;
-        all.nonfinite += gmax[g].nonfinite;
-    }
-    if ((rc = nn_bn_write(y, yv, gmax ? &all : NULL, func))) goto done;
+    if ((rc = nn_bn_write(y, yv, gmax, ngroups, func))) goto done;
     if (training) {
         for (int64_t c = 0; c < C; c++) {
             if (running_mean) {
@@ -471,16 +479,8 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
     const fmt_t gf = dgamma ? dgamma->fmt : FMT_FP32, bf = dbeta ? dbeta->fmt : FMT_FP32;
     const fx_bn_kernels *kn = nn_bn_kernels();
     const int64_t gsz = nn_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
-    /* a shared-exponent dx: the kernels keep the write's statistics, one record per group */
-    fx_bn_max *gmax = NULL;
-    if (fmt_is_shared_exponent(dx->fmt) && nn_bn_in_place()) {
-        gmax = fx_scratch_alloc(&sc, ngroups, sizeof *gmax);
-        if (!gmax) {
-            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld statistics records",
-                          (long long)ngroups);
-            goto done;
-        }
-    }
+    fx_bn_max *gmax; /* a shared-exponent dx: the write's statistics, kept by the kernels */
+    if ((rc = nn_bn_max_records(dx, ngroups, &gmax, &sc, func))) goto done;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
@@ -489,7 +489,6 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
         const int nc = (int)(C - c0 < gsz ? C - c0 : gsz);
         double mu[FX_BN_GROUP], is[FX_BN_GROUP], sdy[FX_BN_GROUP], sdyx[FX_BN_GROUP];
         fx_bn_max *mx = gmax ? gmax + g : NULL;
-        if (mx) *mx = (fx_bn_max){0.0f, 0};
         for (int j = 0; j < nc; j++) {
             mu[j] = save_mean[c0 + j];
             is[j] = save_invstd[c0 + j];
@@ -506,12 +505,7 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
             }
         }
     }
-    fx_bn_max all = {0.0f, 0};
-    for (int64_t g = 0; gmax && g < ngroups; g++) {
-        all.max = gmax[g].max > all.max ? gmax[g].max : all.max;
-        all.nonfinite += gmax[g].nonfinite;
-    }
-    rc = nn_bn_write(dx, dxv, gmax ? &all : NULL, func);
+    rc = nn_bn_write(dx, dxv, gmax, ngroups, func);
     if (!rc && dgamma) rc = fx_write_f32(dgamma, dg, func);
     if (!rc && dbeta) rc = fx_write_f32(dbeta, db, func);
 done:

@@ -215,8 +215,19 @@ static inline __attribute__((always_inline)) void grad_k(const fx_bn_src *x, con
         grad_n(x, dy, d, c0 + j, 1, mu + j, is + j, sdy + j, sdyx + j, KX, KG);
 }
 
-/* Every pair of kinds gets its own loop (training's pairs have one kind; a mixed pair is x and
- * dy in two formats). */
+/* Every pair of source kinds (x, dy) gets its own loop in grad_sums and backward: training's
+ * pairs have one kind, a mixed pair is x and dy in two formats. */
+#define FX_BN_KIND_PAIRS(X)                                                                    \
+    X(FX_BN_F32, FX_BN_F32)                                                                    \
+    X(FX_BN_I16, FX_BN_I16)                                                                    \
+    X(FX_BN_BF16, FX_BN_BF16)                                                                  \
+    X(FX_BN_I16, FX_BN_F32)                                                                    \
+    X(FX_BN_F32, FX_BN_I16)                                                                    \
+    X(FX_BN_BF16, FX_BN_F32)                                                                   \
+    X(FX_BN_F32, FX_BN_BF16)                                                                   \
+    X(FX_BN_I16, FX_BN_BF16)                                                                   \
+    X(FX_BN_BF16, FX_BN_I16)
+
 static void bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_dims *d,
                               int64_t c0, int nc, const double *mu, const double *is, double *sdy,
                               double *sdyx)
@@ -226,15 +237,7 @@ static void bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_
         grad_k(x, dy, d, c0, nc, mu, is, sdy, sdyx, (KX), (KG));                               \
         return;                                                                                \
     }
-    FX_BN_GRAD_CASE(FX_BN_F32, FX_BN_F32)
-    FX_BN_GRAD_CASE(FX_BN_I16, FX_BN_I16)
-    FX_BN_GRAD_CASE(FX_BN_BF16, FX_BN_BF16)
-    FX_BN_GRAD_CASE(FX_BN_I16, FX_BN_F32)
-    FX_BN_GRAD_CASE(FX_BN_F32, FX_BN_I16)
-    FX_BN_GRAD_CASE(FX_BN_BF16, FX_BN_F32)
-    FX_BN_GRAD_CASE(FX_BN_F32, FX_BN_BF16)
-    FX_BN_GRAD_CASE(FX_BN_I16, FX_BN_BF16)
-    FX_BN_GRAD_CASE(FX_BN_BF16, FX_BN_I16)
+    FX_BN_KIND_PAIRS(FX_BN_GRAD_CASE)
 #undef FX_BN_GRAD_CASE
     fx_bn_kernels_portable.grad_sums(x, dy, d, c0, nc, mu, is, sdy, sdyx); /* no other kinds */
 }
@@ -307,18 +310,12 @@ static void bn_backward_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off
         backward_k(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx, (KX), (KG));               \
         return;                                                                                \
     }
-    FX_BN_BWD_CASE(FX_BN_F32, FX_BN_F32)
-    FX_BN_BWD_CASE(FX_BN_I16, FX_BN_I16)
-    FX_BN_BWD_CASE(FX_BN_BF16, FX_BN_BF16)
-    FX_BN_BWD_CASE(FX_BN_I16, FX_BN_F32)
-    FX_BN_BWD_CASE(FX_BN_F32, FX_BN_I16)
-    FX_BN_BWD_CASE(FX_BN_BF16, FX_BN_F32)
-    FX_BN_BWD_CASE(FX_BN_F32, FX_BN_BF16)
-    FX_BN_BWD_CASE(FX_BN_I16, FX_BN_BF16)
-    FX_BN_BWD_CASE(FX_BN_BF16, FX_BN_I16)
+    FX_BN_KIND_PAIRS(FX_BN_BWD_CASE)
 #undef FX_BN_BWD_CASE
     fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx);
 }
+
+#undef FX_BN_KIND_PAIRS
 
 const fx_bn_kernels fx_bn_kernels_avx2 = {bn_stats_avx2, bn_grad_sums_avx2, bn_normalize_avx2,
                                           bn_backward_avx2};
