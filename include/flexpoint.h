@@ -798,9 +798,14 @@ FX_API const char *flexpoint_cpu_model(void);
 /** @brief Name of the kernel the active backend runs for an op and format.
  *
  *  Where an op and format have more than one kernel on a CPU, the backend chooses by a table
- *  of measurements per microarchitecture (vendor, family, model), or as the environment
- *  variable FLEXPOINT_KERNEL_BF16_GEMM (read once, at first use) or flexpoint_set_kernel()
- *  forces. Today that is the bf16 matmul on AVX-512 with AVX512_BF16: "avx512-dpbf16"
+ *  of measurements per microarchitecture (vendor, family, model); for a CPU the table does not
+ *  list (hypervisors often report a model number that is not the core's) it measures the
+ *  instruction rates the routes are built on at first use (about 20 ms, in the first call's
+ *  thread) and keeps the answer per CPU model in a cache file (FLEXPOINT_CACHE_DIR, else
+ *  $XDG_CACHE_HOME/flexpoint, else $HOME/.cache/flexpoint; a missing, stale or corrupt file is
+ *  measured again and rewritten; FLEXPOINT_KERNEL_CACHE=off measures in every process). The
+ *  environment variable FLEXPOINT_KERNEL_BF16_GEMM (read once, at first use) or
+ *  flexpoint_set_kernel() forces a kernel over either. Today that is the bf16 matmul on AVX-512 with AVX512_BF16: "avx512-dpbf16"
  *  (vdpbf16ps on bf16 pairs) or "avx512-widen" (bf16 widened to fp32, fp32 FMAs). Their sums
  *  run in different orders, so their bf16 results differ in the last bits; a run records the
  *  name to be reproducible (FLEXPOINT_CPU=avx512 FLEXPOINT_KERNEL_BF16_GEMM=widen gives the
@@ -845,8 +850,9 @@ FX_API int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name);
  *  chose that, e.g. "backend=avx512 matmul/fp32=avx512-fma ... matmul/bf16=avx512-widen
  *  (avx512 bf16 route chosen by table: ...; int16 kernel: auto: fast where the norms allow,
  *  else wrap (K >= 127) or split, chosen by default)"; the bf16 chooser is the per-CPU table,
- *  FLEXPOINT_KERNEL_BF16_GEMM, flexpoint_set_kernel, or the CPU itself where only one route
- *  runs; the int16 one "default", FLEXPOINT_KERNEL_I16_GEMM or flexpoint_set_kernel.
+ *  a measurement made now or read from the cache (with the measured rates and the cache
+ *  file's path), FLEXPOINT_KERNEL_BF16_GEMM, flexpoint_set_kernel, or the CPU itself where only
+ *  one route runs; the int16 one "default", FLEXPOINT_KERNEL_I16_GEMM or flexpoint_set_kernel.
  *  @return A static string owned by the library, rewritten by each call (copy it before
  *          calling again from another thread). */
 FX_API const char *flexpoint_kernel_report(void);

@@ -51,9 +51,9 @@ int fx_bf16_gemm_route_preferred(const fx_cpu_features *cpu, const char **why)
             return e->route;
         }
     }
-    /* not in the table: the flag's promise (twice the FMA's products per instruction) */
-    if (why) *why = "not in the table: vdpbf16ps assumed to run at the FMA rate";
-    return FX_BF16_GEMM_DPBF16;
+    /* not in the table: the backend measures (src/core/kernel_choice.h) */
+    if (why) *why = "not in the table";
+    return -1;
 }
 
 static const char *const route_names[FX_BF16_GEMM_ROUTES] = {"widen", "dpbf16"};

@@ -3,6 +3,7 @@
  * and selects the active backend (best available, or FLEXPOINT_CPU). */
 #include "backend.h"
 #include "../flex/gemm_i16.h"
+#include "kernel_choice.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -28,11 +29,11 @@ static const char *const fx_backend_names[FX_BACKEND_COUNT] = {"scalar", "avx2",
 /* The bf16 x bf16 MATMUL route of the AVX-512 level in use (backend.h; its entries:
  * fx_cpu_avx512_bf16_gemm_route) and what chose it. */
 static int fx_bf16_route = FX_BF16_GEMM_WIDEN;
-static char fx_bf16_route_why[160] = "the CPU: no AVX512_BF16, widen is the only route";
+static char fx_bf16_route_why[400] = "the CPU: no AVX512_BF16, widen is the only route";
 /* what chose the int16 GEMM's kernel (fx_gemm_i16_force_kernel) */
 static char fx_i16_kernel_why[64] = "default";
 static char fx_cpu_model_string[64];
-static char fx_kernel_report_string[768];
+static char fx_kernel_report_string[1024];
 
 static int fx_backend_runnable(int i, const fx_cpu_features *c)
 {
@@ -86,9 +87,19 @@ static void fx_backends_build(void)
      * then FLEXPOINT_KERNEL_BF16_GEMM may force the other one */
     if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) && fx_cpu_info.avx512bf16) {
         const char *why = "";
-        __atomic_store_n(&fx_bf16_route, fx_bf16_gemm_route_preferred(&fx_cpu_info, &why),
-                         __ATOMIC_RELEASE);
-        snprintf(fx_bf16_route_why, sizeof fx_bf16_route_why, "table: %s", why);
+        int route = fx_bf16_gemm_route_preferred(&fx_cpu_info, &why);
+        if (route >= 0) {
+            snprintf(fx_bf16_route_why, sizeof fx_bf16_route_why, "table: %s", why);
+        } else {
+            /* not in the table: measured (or read from the per-CPU cache); a variable that
+             * forces a route (below) makes the measurement unnecessary */
+            const char *kforce = getenv("FLEXPOINT_KERNEL_BF16_GEMM");
+            const int forced = kforce && fx_bf16_gemm_route_parse(kforce) >= 0;
+            route = forced ? FX_BF16_GEMM_WIDEN
+                           : fx_bf16_route_measured(&fx_cpu_info, fx_cpu_string, fx_bf16_route_why,
+                                                    sizeof fx_bf16_route_why);
+        }
+        fx_bf16_gemm_route_set(route);
     }
     const char *kenv = getenv("FLEXPOINT_KERNEL_BF16_GEMM");
     if (kenv && *kenv) {

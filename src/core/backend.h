@@ -252,7 +252,8 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route);
  * bits differ; flexpoint_kernel_name() reports the one in use. */
 enum { FX_BF16_GEMM_WIDEN = 0, FX_BF16_GEMM_DPBF16 = 1, FX_BF16_GEMM_ROUTES = 2 };
 /* The route the table (src/bf16/bf16_route.c) prefers for a CPU that can run both; *why, if
- * not NULL, gets the entry's justification (a static string). */
+ * not NULL, gets the entry's justification (a static string). -1 for a CPU the table does not
+ * list: the backend then measures (src/core/kernel_choice.h). */
 int fx_bf16_gemm_route_preferred(const fx_cpu_features *cpu, const char **why);
 /* Route names ("widen", "dpbf16") and back (-1: unknown name) */
 const char *fx_bf16_gemm_route_name(int route);

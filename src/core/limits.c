@@ -17,6 +17,7 @@
  * about 30-60 ms each on current cores. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, CLOCK_THREAD_CPUTIME_ID */
 #include "backend.h"
+#include "kernel_choice.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -28,7 +29,10 @@
 #define FX_LIMITS_X86 0
 #endif
 
+/* the loops, in the order of kernel_choice.h's FX_INSTR_* */
 typedef enum { LIM_FMA256, LIM_FMA512, LIM_MADD256, LIM_MADD512, LIM_DPW512, LIM_DPB512 } fx_lim;
+_Static_assert((int)LIM_FMA512 == FX_INSTR_FMA512 && (int)LIM_DPB512 == FX_INSTR_DPBF16_512,
+               "kernel_choice.h numbers the loops as fx_lim does");
 
 /* The calling thread's CPU time: time spent descheduled on a busy machine does not count
  * (a core's other hardware thread, if busy, still slows the loop down). */
@@ -61,13 +65,14 @@ static double fx_lim_now(void)
 #endif
 
 /* Instructions per second of one thread (per second of its CPU time): the best of a few
- * repetitions, so that a moment of contention lowers no more than one of them. */
-static double fx_lim_rate(fx_lim k)
+ * repetitions, so that a moment of contention lowers no more than one of them. Runs no cpuid
+ * check of its own (the caller's job), so the kernel choice can call it while the backend
+ * tables are being built. */
+static double fx_lim_rate_n(fx_lim k, long iters, int reps)
 {
 #if FX_LIMITS_X86
-    const long iters = 4000000;
     double best = 0;
-    for (int rep = 0; rep < 5; rep++) {
+    for (int rep = 0; rep < reps; rep++) {
         long n = iters;
         const double t0 = fx_lim_now();
         switch (k) {
@@ -78,14 +83,25 @@ static double fx_lim_rate(fx_lim k)
         case LIM_DPW512: FX_LOOP(FX_DPW_Z, n); break;
         case LIM_DPB512: FX_LOOP(FX_DPB_Z, n); break;
         }
-        const double r = 12.0 * (double)iters / (fx_lim_now() - t0);
+        const double dt = fx_lim_now() - t0;
+        const double r = dt > 0 ? 12.0 * (double)iters / dt : 0;
         best = r > best ? r : best;
     }
     return best;
 #else
     (void)k;
+    (void)iters;
+    (void)reps;
     return 0;
 #endif
+}
+
+static double fx_lim_rate(fx_lim k) { return fx_lim_rate_n(k, 4000000, 5); }
+
+double fx_instr_rate(int instr, long iters, int reps)
+{
+    if (instr < LIM_FMA256 || instr > LIM_DPB512 || iters < 1 || reps < 1) return 0;
+    return fx_lim_rate_n((fx_lim)instr, iters, reps);
 }
 
 static double fx_lim_fma, fx_lim_i16, fx_lim_bf16;

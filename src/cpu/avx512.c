@@ -51,11 +51,12 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
 
     /* fp16 x fp16 MATMUL: the fp32 GEMM, widened while packed */
     b->kernels[FX_OP_MATMUL][FMT_FP16] = fx_f32_matmul_avx512;
-    /* bf16 x bf16 MATMUL: with AVX512_BF16 the route the per-microarchitecture table prefers
-     * (src/bf16/bf16_route.c; FLEXPOINT_KERNEL_BF16_GEMM and flexpoint_set_kernel may switch it
-     * later through fx_bf16_gemm_route_set), else the widening fp32 GEMM */
-    fx_cpu_avx512_bf16_gemm_route(b, cpu->avx512bf16 ? fx_bf16_gemm_route_preferred(cpu, NULL)
-                                                     : FX_BF16_GEMM_WIDEN);
+    /* bf16 x bf16 MATMUL: the widening fp32 GEMM; with AVX512_BF16 the registry then installs
+     * the route the per-microarchitecture table (src/bf16/bf16_route.c) or a measurement
+     * (src/core/kernel_choice.h) prefers, through fx_bf16_gemm_route_set, which
+     * FLEXPOINT_KERNEL_BF16_GEMM and flexpoint_set_kernel also use */
+    (void)cpu;
+    fx_cpu_avx512_bf16_gemm_route(b, FX_BF16_GEMM_WIDEN);
 
     /* fp16: vcvtps2ph / vcvtph2ps on 16 lanes, NaN fix-ups and tails under masks */
     b->cvt.f32_to_fp16 = fx_cvt_f32_to_fp16_avx512;

@@ -1,0 +1,65 @@
+/* Kernels chosen by measurement (kernel_choice.c): where a CPU can run more than one route for
+ * an op and format and the per-microarchitecture table (src/bf16/bf16_route.c) has no entry for
+ * it, the backend measures the instruction rates the routes are built on, once per CPU model,
+ * and keeps the answer in the user's cache directory.
+ *
+ * Why measure instead of trusting the CPUID flag: on Intel's Sapphire/Emerald Rapids cores
+ * vdpbf16ps retires at half the rate of a 512-bit FMA, so its route loses to the widening one
+ * although the flag is there; and hypervisors often report a model number that is not the
+ * core's (a Xeon with AMX and AVX512_FP16 seen reporting family 6 model 167, a client core's
+ * model), so no table keyed on the model can know every machine. */
+#ifndef FX_CORE_KERNEL_CHOICE_H
+#define FX_CORE_KERNEL_CHOICE_H
+
+#include <stddef.h>
+
+struct fx_cpu_features;
+
+/* The instruction loops of limits.c that a choice can measure (same numbering as its loops). */
+enum {
+    FX_INSTR_FMA256 = 0,
+    FX_INSTR_FMA512 = 1,
+    FX_INSTR_MADD256 = 2,
+    FX_INSTR_MADD512 = 3,
+    FX_INSTR_DPWSSD512 = 4,
+    FX_INSTR_DPBF16_512 = 5
+};
+/* Instructions per second of the calling thread's CPU time: the best of reps runs of iters
+ * iterations of twelve independent instructions. The caller checks that the CPU has the
+ * instruction. 0 for an unknown instr, iters < 1 or reps < 1, or on a non-x86-64 build. */
+double fx_instr_rate(int instr, long iters, int reps);
+
+/* The measured pair route must beat the FMA route's ceiling by this factor to be chosen: the
+ * pair route packs pairs and its micro-kernel has more work around each instruction. Recorded
+ * limits (docs/performance.md, "Machines"): Zen 4 and Zen 5 measure bf16 pairs at 1.9-2.0x
+ * the FMA GFLOP/s and their pair route runs 1.66x oneDNN sgemm; Emerald Rapids and the Xeon
+ * reporting model 167 measure 0.45-0.51x, where the widening route is 1.4-1.7x the pair one. */
+#define FX_BF16_PAIR_ROUTE_MARGIN 1.25
+
+/* The bf16 GEMM route for measured limits (GFLOP/s, two operations per product): dpbf16 when
+ * bf16_pairs >= FX_BF16_PAIR_ROUTE_MARGIN * fp32_fma, else widen; widen for a non-positive or
+ * non-finite reading. */
+int fx_bf16_route_from_rates(double fp32_fma, double bf16_pairs);
+
+/* The bf16 GEMM route of a CPU with AVX-512 and AVX512_BF16 that the table does not list: read
+ * from the cache file for this CPU (vendor, family, model and feature string must match, the
+ * route must parse, the rates must be positive and finite: anything else counts as missing),
+ * else measured (about 20 ms) and written to the cache (best effort: an unwritable directory
+ * only costs the measurement again next time). why (n bytes) gets how it was chosen, with the
+ * rates. Never fails. The cache directory: FLEXPOINT_CACHE_DIR, else $XDG_CACHE_HOME/flexpoint,
+ * else $HOME/.cache/flexpoint; FLEXPOINT_KERNEL_CACHE=off neither reads nor writes it. */
+int fx_bf16_route_measured(const struct fx_cpu_features *cpu, const char *features, char *why,
+                           size_t n);
+
+/* The cache alone (for the tests): read this CPU's file (0 and the route and rates when it is
+ * whole and agrees, -1 otherwise), or write one (0 on success). */
+int fx_bf16_route_cache_read(const struct fx_cpu_features *cpu, const char *features, int *route,
+                             double *fp32_fma, double *bf16_pairs);
+int fx_bf16_route_cache_write(const struct fx_cpu_features *cpu, const char *features, int route,
+                              double fp32_fma, double bf16_pairs);
+
+/* The cache file's path for a CPU (n bytes; "" when no directory can be named): exposed for the
+ * tests and flexpoint-info. Returns 0 on success, -1 when there is no cache. */
+int fx_kernel_cache_path(const struct fx_cpu_features *cpu, char *path, size_t n);
+
+#endif

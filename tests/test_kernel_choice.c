@@ -1,0 +1,256 @@
+/* Kernels chosen by measurement (src/core/kernel_choice.c):
+ *  - the rule that turns measured limits into a bf16 GEMM route, on the limits recorded on
+ *    this project's machines (docs/performance.md, "Machines"): Emerald Rapids and the Xeon
+ *    that reports family 6 model 167 (vdpbf16ps at half the FMA rate) take widen, Zen 4 and
+ *    Zen 5 (vdpbf16ps at the FMA rate, twice the products) take dpbf16; the margin's edge;
+ *    zero, negative and NaN readings fall back to widen;
+ *  - the per-CPU cache: a written file reads back; a missing, foreign, truncated, edited or
+ *    corrupt one (wrong magic, another CPU's line, other features, an unknown route, a route
+ *    the rates contradict, NaN, negative or unparsable rates, a NUL byte, a directory or a
+ *    link in its place, an oversized file) reads as missing; FLEXPOINT_KERNEL_CACHE=off and an
+ *    unwritable folder neither read nor write, and nothing fails;
+ *  - on a CPU with AVX-512 and AVX512_BF16: the measurement itself (for a made-up CPU key, so
+ *    that the table never answers), its cache file, the second call answering from the cache,
+ *    and a corrupt file measured again and rewritten whole;
+ *  - in a child process of this program with an empty cache folder: the kernel report says
+ *    what chose the route (the table, a measurement, the cache, or the CPU's lack of
+ *    AVX512_BF16) and a second child reads the cache the first one wrote. */
+#define _POSIX_C_SOURCE 200809L /* popen, mkdtemp, setenv, symlink */
+#include "flexpoint.h"
+#include "core/backend.h"
+#include "core/kernel_choice.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void check_rule(void)
+{
+    /* (fp32 FMA GFLOP/s, bf16 pair GFLOP/s) as recorded per machine */
+    CHECK(fx_bf16_route_from_rates(100.0, 43.0) == FX_BF16_GEMM_WIDEN, "Emerald Rapids: widen");
+    CHECK(fx_bf16_route_from_rates(231.9, 117.6) == FX_BF16_GEMM_WIDEN, "Xeon model 167: widen");
+    CHECK(fx_bf16_route_from_rates(115.0, 234.0) == FX_BF16_GEMM_DPBF16, "Zen 4: dpbf16");
+    CHECK(fx_bf16_route_from_rates(248.0, 466.0) == FX_BF16_GEMM_DPBF16, "Zen 5: dpbf16");
+    CHECK(fx_bf16_route_from_rates(100.0, 100.0 * FX_BF16_PAIR_ROUTE_MARGIN) == FX_BF16_GEMM_DPBF16,
+          "at the margin: dpbf16");
+    CHECK(fx_bf16_route_from_rates(100.0, 100.0 * FX_BF16_PAIR_ROUTE_MARGIN - 0.1) ==
+              FX_BF16_GEMM_WIDEN, "below the margin: widen");
+    CHECK(fx_bf16_route_from_rates(0.0, 200.0) == FX_BF16_GEMM_WIDEN, "no FMA reading");
+    CHECK(fx_bf16_route_from_rates(100.0, -1.0) == FX_BF16_GEMM_WIDEN, "negative reading");
+    CHECK(fx_bf16_route_from_rates(NAN, 200.0) == FX_BF16_GEMM_WIDEN, "NaN reading");
+    CHECK(fx_bf16_route_from_rates(100.0, INFINITY) == FX_BF16_GEMM_WIDEN, "Inf reading");
+}
+
+static fx_cpu_features fake_cpu(int model)
+{
+    fx_cpu_features f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.vendor, sizeof f.vendor, "TestVendor");
+    f.family = 99;
+    f.model = model;
+    return f;
+}
+
+static void write_text(const char *path, const char *text, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "cannot write %s", path);
+    if (!f) return;
+    CHECK(fwrite(text, 1, len, f) == len, "short write to %s", path);
+    fclose(f);
+}
+
+#define GOOD_HEAD "flexpoint kernel choices 1\ncpu TestVendor family 99 model 1\nfeatures f1 f2\n"
+
+static void check_cache(const char *dir)
+{
+    const fx_cpu_features cpu = fake_cpu(1);
+    char path[4096];
+    CHECK(fx_kernel_cache_path(&cpu, path, sizeof path) == 0, "no cache path under %s", dir);
+    char want[4096];
+    snprintf(want, sizeof want, "%s/kernels-TestVendor-99-1.txt", dir);
+    CHECK(strcmp(path, want) == 0, "cache path %s, want %s", path, want);
+
+    int route = -7;
+    double fma = 0, pairs = 0;
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) != 0, "missing file read");
+    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_WIDEN, 231.9, 117.6) == 0, "write");
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) == 0 &&
+              route == FX_BF16_GEMM_WIDEN && fabs(fma - 231.9) < 0.05 && fabs(pairs - 117.6) < 0.05,
+          "read back: route %d, %.2f %.2f", route, fma, pairs);
+    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_DPBF16, 115.0, 234.0) == 0, "rewrite");
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) == 0 &&
+              route == FX_BF16_GEMM_DPBF16, "rewritten route %d", route);
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2 f3", &route, &fma, &pairs) != 0,
+          "a CPU with other features read another's choice");
+    const fx_cpu_features other = fake_cpu(2);
+    CHECK(fx_bf16_route_cache_read(&other, "f1 f2", &route, &fma, &pairs) != 0,
+          "another model read this model's file");
+    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", 5, 1.0, 2.0) != 0, "unknown route written");
+
+    /* each corrupt file reads as missing */
+    static const char *const bad[] = {
+        "garbage\n",
+        "flexpoint kernel choices 2\ncpu TestVendor family 99 model 1\nfeatures f1 f2\n"
+        "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\n",
+        "flexpoint kernel choices 1\ncpu TestVendor family 99 model 3\nfeatures f1 f2\n"
+        "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\n",
+        GOOD_HEAD "bf16_gemm amx\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\n",
+        GOOD_HEAD "bf16_gemm dpbf16\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\n",
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops nan\nbf16_pairs_gflops 100.0\n",
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops -3\n",
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0x\nbf16_pairs_gflops 100.0\n",
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\n", /* truncated */
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 1e999\n",
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(path, bad[i], strlen(bad[i]));
+        route = -7;
+        CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) != 0 && route == -7,
+              "corrupt cache %zu read as route %d", i, route);
+    }
+    const char good[] = GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\n";
+    write_text(path, good, strlen(good));
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) == 0 &&
+              route == FX_BF16_GEMM_WIDEN, "hand-written good file refused");
+    char nul[sizeof good];
+    memcpy(nul, good, sizeof good);
+    nul[30] = '\0';
+    write_text(path, nul, sizeof good - 1);
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) != 0, "NUL byte accepted");
+    static char big[8192];
+    memset(big, 'x', sizeof big - 1);
+    memcpy(big, good, strlen(good));
+    write_text(path, big, sizeof big - 1);
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) != 0, "oversized accepted");
+    /* a link in the file's place is not followed; a directory is not a file */
+    char target[4200];
+    snprintf(target, sizeof target, "%s/target.txt", dir);
+    write_text(target, good, strlen(good));
+    CHECK(unlink(path) == 0 && symlink(target, path) == 0, "symlink %s", path);
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) != 0, "link followed");
+    CHECK(unlink(path) == 0 && mkdir(path, 0755) == 0, "mkdir %s", path);
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) != 0, "directory read");
+    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_WIDEN, 200.0, 100.0) != 0,
+          "written over a directory");
+    CHECK(rmdir(path) == 0, "rmdir %s", path);
+    CHECK(unlink(target) == 0, "unlink %s", target);
+
+    /* off: no path, no read, no write */
+    setenv("FLEXPOINT_KERNEL_CACHE", "off", 1);
+    CHECK(fx_kernel_cache_path(&cpu, path, sizeof path) != 0 && path[0] == '\0', "off: path %s", path);
+    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_WIDEN, 200.0, 100.0) != 0, "off: wrote");
+    unsetenv("FLEXPOINT_KERNEL_CACHE");
+    struct stat st;
+    snprintf(want, sizeof want, "%s/kernels-TestVendor-99-1.txt", dir);
+    CHECK(stat(want, &st) != 0, "the cache was written while off");
+
+    /* a folder that cannot be made: the write fails, nothing else */
+    setenv("FLEXPOINT_CACHE_DIR", "/proc/flexpoint-no-such-folder/sub", 1);
+    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_WIDEN, 200.0, 100.0) != 0,
+          "write into /proc succeeded");
+    setenv("FLEXPOINT_CACHE_DIR", dir, 1);
+}
+
+/* the measurement itself, where this CPU has the instructions it times */
+static void check_measurement(void)
+{
+    const fx_cpu_features *c = fx_cpu();
+    if (!(c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->avx512bf16)) {
+        fprintf(stderr, "test_kernel_choice: no AVX512_BF16 here; the measurement is not run\n");
+        return;
+    }
+    const fx_cpu_features cpu = fake_cpu(7);
+    char why[512];
+    const int r1 = fx_bf16_route_measured(&cpu, "f1", why, sizeof why);
+    CHECK(r1 == FX_BF16_GEMM_WIDEN || r1 == FX_BF16_GEMM_DPBF16, "measured route %d", r1);
+    CHECK(strstr(why, "measurement (now; cached for the next process)") != NULL, "first: %s", why);
+    int route = -1;
+    double fma = 0, pairs = 0;
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1", &route, &fma, &pairs) == 0 && route == r1,
+          "cache after measuring: route %d (measured %d)", route, r1);
+    CHECK(fma >= 16.0 && fma < 1600.0 && pairs >= 16.0 && pairs < 3200.0,
+          "measured %.1f and %.1f GFLOP/s", fma, pairs);
+    CHECK(route == fx_bf16_route_from_rates(fma, pairs), "route disagrees with its rates");
+    const int r2 = fx_bf16_route_measured(&cpu, "f1", why, sizeof why);
+    CHECK(r2 == r1 && strstr(why, "measurement cached in ") != NULL, "second: %d %s", r2, why);
+    char path[4096];
+    CHECK(fx_kernel_cache_path(&cpu, path, sizeof path) == 0, "path");
+    write_text(path, "flexpoint kernel choices 1\ncpu TestVendor", 41);
+    const int r3 = fx_bf16_route_measured(&cpu, "f1", why, sizeof why);
+    CHECK(strstr(why, "measurement (now;") != NULL, "corrupt file not measured again: %s", why);
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1", &route, &fma, &pairs) == 0 && route == r3,
+          "corrupt file not rewritten whole");
+    fprintf(stderr, "test_kernel_choice: this CPU measured bf16 pairs %.1f GFLOP/s, fp32 FMA %.1f: %s\n",
+            pairs, fma, fx_bf16_gemm_route_name(r3));
+}
+
+/* the report of a child run with FLEXPOINT_CACHE_DIR=dir */
+static void run_child(const char *self, const char *dir, char *out, size_t n)
+{
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "FLEXPOINT_CACHE_DIR='%s' '%s' --report-child 2>&1", dir, self);
+    FILE *p = popen(cmd, "r");
+    size_t got = 0;
+    if (p) {
+        got = fread(out, 1, n - 1, p);
+        CHECK(pclose(p) == 0, "child failed: %.*s", (int)got, out);
+    } else {
+        CHECK(0, "popen: %s", cmd);
+    }
+    out[got] = '\0';
+}
+
+static void check_children(const char *self, const char *dir)
+{
+    char sub[4200], out[4096];
+    snprintf(sub, sizeof sub, "%s/children", dir);
+    run_child(self, sub, out, sizeof out);
+    const fx_cpu_features *c = fx_cpu();
+    const int avx512 = c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq;
+    if (!avx512 || !c->avx512bf16) {
+        CHECK(strstr(out, "chosen by the CPU: no AVX512_BF16") != NULL, "no bf16 here: %s", out);
+        return;
+    }
+    if (fx_bf16_gemm_route_preferred(c, NULL) >= 0) {
+        CHECK(strstr(out, "chosen by table: ") != NULL, "listed CPU: %s", out);
+        return;
+    }
+    CHECK(strstr(out, "chosen by measurement (now; cached for the next process)") != NULL,
+          "first child: %s", out);
+    run_child(self, sub, out, sizeof out);
+    CHECK(strstr(out, "chosen by measurement cached in ") != NULL, "second child: %s", out);
+    char want[64];
+    snprintf(want, sizeof want, "matmul/bf16=avx512-%s",
+             fx_bf16_gemm_route_name(fx_bf16_gemm_route()));
+    CHECK(strstr(out, want) != NULL, "the child runs another route than this process: %s", out);
+}
+
+static void remove_tree(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--report-child") == 0) {
+        printf("%s\n", flexpoint_kernel_report());
+        return 0;
+    }
+    char dir[] = "/tmp/fx_kernel_choice_XXXXXX";
+    if (!mkdtemp(dir)) return test_skip("test_kernel_choice", "cannot make a temporary folder");
+    setenv("FLEXPOINT_CACHE_DIR", dir, 1);
+    check_rule();
+    check_cache(dir);
+    check_measurement();
+    check_children(argv[0], dir);
+    remove_tree(dir);
+    return test_finish("test_kernel_choice");
+}
