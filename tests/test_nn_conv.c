@@ -59,9 +59,10 @@ static const conv_case CASES[] = {
     {"ResNet-20 3x3 16ch 32x32", 2, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, 1, 1, 0},
     {"ResNet-20 3x3 stride 2 16->32", 2, 16, 32, 32, 32, 3, 3, 2, 2, 1, 1, 1, 1, 0},
     {"ResNet-20 3x3 64ch 8x8", 4, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1, 0},
-    /* C >= 32, stride 1: the integer input gradient runs as a forward convolution on every
-     * level (conv2d.c: from 16 input channels on AVX2, 32 on AVX-512); here with dilation,
-     * uneven padding and strided views */
+    /* C >= 16, stride 1 (the 16-channel cases above too): the integer input gradient runs as
+     * a forward convolution on the SIMD levels (conv2d.c: from 16 input channels on AVX2 and
+     * AVX-512) and through col2im on the scalar one, which these cases compare bit for bit;
+     * here with dilation, uneven padding and strided views */
     {"C=32 3x2 pad (2,1) dilation (2,1), views", 2, 32, 9, 10, 8, 3, 2, 1, 1, 2, 1, 2, 1, 1},
 };
 

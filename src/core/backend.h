@@ -180,6 +180,9 @@ typedef struct fx_gemm_tuning {
      * takes pre-split B. A convolution's input gradient runs as a forward convolution with C
      * output columns from this many input channels up (src/nn/conv2d.c); 0: 32. */
     int i16_tile_nr;
+    /* The fewest input channels from which a stride-1 integer convolution's input gradient
+     * runs as a forward convolution instead of col2im (src/nn/conv2d.c); 0: i16_tile_nr. */
+    int i16_bwd_fwd_min_c;
     /* nonzero when the integer MATMUL kernel takes A rows on demand (fx_op_call.a_rows) */
     int i16_row_source;
     /* FX_GEMM_I16_B_WRAP when it has the wrap kernel and so takes pre-split B in the wrap

@@ -810,14 +810,17 @@ int tensor_conv2d_bias_relu(tensor_t *y, const tensor_t *x, const tensor_t *w,
  * same bits, and it skips the col2im of an int64 patch matrix (C*KH*KW values per pixel, 8 bytes
  * each, far beyond the cache) in favour of the forward path's int16 im2row. The float path keeps
  * col2im, whose summation order its stated bound and earlier results refer to. */
-/* The forward route's GEMM has C output columns: below one register tile of columns (the
- * backend's gemm.i16_tile_nr: 16 on AVX2, 32 on AVX-512) most of each tile is wasted
- * (measured: C = 1, the CNN's first layer, 14x slower than col2im on AVX-512), so narrow inputs
- * keep col2im. At one tile it pays: ResNet-20's 16-channel 3x3 input gradient on the AVX2 EPYC
- * (bench_conv_peer, 1 thread) took 32.8 ms against 53.0 through col2im. */
+/* The forward route's GEMM has C output columns: with too few, most of each register tile is
+ * wasted (measured: C = 1, the CNN's first layer, 14x slower than col2im on AVX-512), so narrow
+ * inputs keep col2im. The level says from how many channels the route pays
+ * (gemm.i16_bwd_fwd_min_c), else from one register tile of columns (gemm.i16_tile_nr: 16 on
+ * AVX2). ResNet-20's 16-channel 3x3 input gradient (bench_conv_peer, 1 thread) took 32.8 ms
+ * against 53.0 through col2im on the AVX2 EPYC at one tile of 16, and on a Xeon with AVX-512
+ * 12.0 against 30.2 at half a tile of 32. */
 static int64_t conv_bwd_as_fwd_min_c(void)
 {
     const fx_backend *b = fx_backend_active();
+    if (b && b->gemm.i16_bwd_fwd_min_c > 0) return b->gemm.i16_bwd_fwd_min_c;
     return b && b->gemm.i16_tile_nr > 0 ? b->gemm.i16_tile_nr : 32;
 }
 
