@@ -55,7 +55,6 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
      * the route the per-microarchitecture table (src/bf16/bf16_route.c) or a measurement
      * (src/core/kernel_choice.h) prefers, through fx_bf16_gemm_route_set, which
      * FLEXPOINT_KERNEL_BF16_GEMM and flexpoint_set_kernel also use */
-    (void)cpu;
     fx_cpu_avx512_bf16_gemm_route(b, FX_BF16_GEMM_WIDEN);
 
     /* fp16: vcvtps2ph / vcvtph2ps on 16 lanes, NaN fix-ups and tails under masks */
