@@ -15,7 +15,7 @@
  *  - in a child process of this program with an empty cache folder: the kernel report says
  *    what chose the route (the table, a measurement, the cache, or the CPU's lack of
  *    AVX512_BF16) and a second child reads the cache the first one wrote. */
-#define _POSIX_C_SOURCE 200809L /* popen, mkdtemp, setenv, symlink */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, setenv, symlink */
 #include "flexpoint.h"
 #include "core/backend.h"
 #include "core/kernel_choice.h"
@@ -195,15 +195,7 @@ static void run_child(const char *self, const char *dir, char *out, size_t n)
 {
     char cmd[8400];
     snprintf(cmd, sizeof cmd, "FLEXPOINT_CACHE_DIR='%s' '%s' --report-child 2>&1", dir, self);
-    FILE *p = popen(cmd, "r");
-    size_t got = 0;
-    if (p) {
-        got = fread(out, 1, n - 1, p);
-        CHECK(pclose(p) == 0, "child failed: %.*s", (int)got, out);
-    } else {
-        CHECK(0, "popen: %s", cmd);
-    }
-    out[got] = '\0';
+    CHECK(test_run_capture(cmd, out, n) == 0, "child failed: %s", out);
 }
 
 static void check_children(const char *self, const char *dir)

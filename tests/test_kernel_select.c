@@ -21,7 +21,6 @@
  *    reported as chosen by the variable, an unknown value and (without AVX512_VNNI) "wrap" are
  *    refused with a message naming the variable and the kernels, and auto stays.
  * And flexpoint_instruction_limits: plausible, measured once, the same in its report line. */
-#define _POSIX_C_SOURCE 200809L /* popen */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
@@ -412,16 +411,8 @@ static void run_child(const char *self, const char *value, char *out, size_t n)
 {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "FLEXPOINT_KERNEL_I16_GEMM='%s' '%s' --i16-child 2>&1", value, self);
-    FILE *p = popen(cmd, "r");
-    size_t got = 0;
-    if (p) {
-        got = fread(out, 1, n - 1, p);
-        CHECK(pclose(p) == 0, "child with FLEXPOINT_KERNEL_I16_GEMM=%s failed: %.*s", value,
-              (int)got, out);
-    } else {
-        CHECK(0, "popen: %s", cmd);
-    }
-    out[got] = '\0';
+    CHECK(test_run_capture(cmd, out, n) == 0, "child with FLEXPOINT_KERNEL_I16_GEMM=%s failed: %s",
+          value, out);
 }
 
 static void check_i16_env(const char *self)

@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* popen */
 #include "testutil.h"
 
 #include "flexpoint.h"
@@ -106,4 +107,17 @@ void test_train_config(fx_train_config *c, const char *model, int fmt, uint64_t 
     c->batch_size = 32;
     c->lr = 0.05;
     c->seed = seed;
+}
+
+int test_run_capture(const char *cmd, char *out, size_t n)
+{
+    FILE *p = popen(cmd, "r");
+    size_t got = 0;
+    int status = -1;
+    if (p) {
+        got = fread(out, 1, n - 1, p);
+        status = pclose(p);
+    }
+    out[got] = '\0';
+    return status;
 }

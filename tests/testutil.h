@@ -3,6 +3,7 @@
 #ifndef FX_TESTUTIL_H
 #define FX_TESTUTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -50,6 +51,10 @@ struct fx_dataset *test_patch_dataset(int64_t n, uint64_t seed);
  * lr 0.05 and `seed`. */
 struct fx_train_config;
 void test_train_config(struct fx_train_config *c, const char *model, int fmt, uint64_t seed);
+
+/* Run the shell command cmd (popen), its output into out (n bytes, NUL-terminated, cut at
+ * n - 1): pclose's status (0: the command exited 0), -1 when it could not be started. */
+int test_run_capture(const char *cmd, char *out, size_t n);
 
 /* The bits of an fp32 value (for bit-for-bit comparisons). */
 uint32_t test_f32_bits(float x);

@@ -85,23 +85,17 @@ static void fx_backends_build(void)
     /* bf16 x bf16 MATMUL on AVX-512: fx_cpu_install_avx512 installed the table's route
      * (src/bf16/bf16_route.c) where the CPU has AVX512_BF16; record it and the table's reason,
      * then FLEXPOINT_KERNEL_BF16_GEMM may force the other one */
+    const char *kenv = getenv("FLEXPOINT_KERNEL_BF16_GEMM");
     if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) && fx_cpu_info.avx512bf16) {
         const char *why = "";
         int route = fx_bf16_gemm_route_preferred(&fx_cpu_info, &why);
-        if (route >= 0) {
+        if (route >= 0)
             snprintf(fx_bf16_route_why, sizeof fx_bf16_route_why, "table: %s", why);
-        } else {
-            /* not in the table: measured (or read from the per-CPU cache); a variable that
-             * forces a route (below) makes the measurement unnecessary */
-            const char *kforce = getenv("FLEXPOINT_KERNEL_BF16_GEMM");
-            const int forced = kforce && fx_bf16_gemm_route_parse(kforce) >= 0;
-            route = forced ? FX_BF16_GEMM_WIDEN
-                           : fx_bf16_route_measured(&fx_cpu_info, fx_cpu_string, fx_bf16_route_why,
-                                                    sizeof fx_bf16_route_why);
-        }
-        fx_bf16_gemm_route_set(route);
+        else if (fx_bf16_gemm_route_parse(kenv) < 0) /* a forced route (below) needs none */
+            route = fx_bf16_route_measured(&fx_cpu_info, fx_cpu_string, fx_bf16_route_why,
+                                           sizeof fx_bf16_route_why);
+        if (route >= 0) fx_bf16_gemm_route_set(route);
     }
-    const char *kenv = getenv("FLEXPOINT_KERNEL_BF16_GEMM");
     if (kenv && *kenv) {
         const int r = fx_bf16_gemm_route_parse(kenv);
         if (r < 0)
@@ -132,9 +126,7 @@ static void fx_backends_build(void)
             snprintf(fx_i16_kernel_why, sizeof fx_i16_kernel_why, "FLEXPOINT_KERNEL_I16_GEMM");
         }
     }
-    snprintf(fx_cpu_model_string, sizeof fx_cpu_model_string, "%s family %d model %d",
-             fx_cpu_info.vendor[0] ? fx_cpu_info.vendor : "unknown", fx_cpu_info.family,
-             fx_cpu_info.model);
+    fx_cpu_model_format(&fx_cpu_info, fx_cpu_model_string, sizeof fx_cpu_model_string);
 
     int best = FX_BACKEND_SCALAR;
     for (int i = 0; i < FX_BACKEND_COUNT; i++) {

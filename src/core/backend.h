@@ -236,6 +236,9 @@ int fx_cpu_supports_op(const fx_backend *b, int op, fmt_t fmt);
 const fx_backend *fx_backend_get(int index); /* NULL for a bad index */
 const fx_backend *fx_backend_active(void);
 const fx_cpu_features *fx_cpu(void);
+/* "GenuineIntel family 6 model 207": the key of the per-CPU tables and caches, as
+ * flexpoint_cpu_model() reports it ("unknown" for an empty vendor) */
+void fx_cpu_model_format(const fx_cpu_features *cpu, char *out, size_t n);
 
 /* One installer per CPU level (src/cpu/<level>.c), each naming every kernel, conversion routine
  * and tuning value its level installs. The registry (src/core/backend.c) calls them in order:

@@ -81,3 +81,9 @@ void fx_cpu_feature_string(const fx_cpu_features *f, char *buf, size_t n)
     FX_ADD(avx512bf16, "avx512bf16");
 #undef FX_ADD
 }
+
+void fx_cpu_model_format(const fx_cpu_features *cpu, char *out, size_t n)
+{
+    snprintf(out, n, "%s family %d model %d", cpu->vendor[0] ? cpu->vendor : "unknown",
+             cpu->family, cpu->model);
+}

@@ -16,6 +16,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "kernel_choice.h"
 #include "backend.h"
+#include "file_atomic.h" /* fx_io_read_full, fx_io_write_full */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -140,14 +141,7 @@ static int fx_cache_read(const char *path, const char *cpu_line,
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -1;
     char text[4096];
-    ssize_t got = 0;
-    for (;;) {
-        ssize_t k = read(fd, text + got, sizeof text - 1 - (size_t)got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        got += k;
-        if ((size_t)got == sizeof text - 1) break;
-    }
+    const ssize_t got = fx_io_read_full(fd, text, sizeof text - 1);
     close(fd);
     if (got <= 0 || (size_t)got == sizeof text - 1) return -1; /* empty, unreadable or too long */
     text[got] = '\0';
@@ -182,30 +176,18 @@ static int fx_cache_write(const char *path, const char *cpu_line, const char *fe
     fx_make_cache_dir(path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return -1;
-    size_t done = 0;
-    while (done < (size_t)len) {
-        ssize_t k = write(fd, text + done, (size_t)len - done);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        done += (size_t)k;
-    }
-    const int ok = done == (size_t)len && close(fd) == 0;
+    const int wrote = fx_io_write_full(fd, text, (size_t)len) == 0;
+    const int ok = close(fd) == 0 && wrote;
     if (ok && rename(tmp, path) == 0) return 0;
     (void)unlink(tmp);
     return -1;
-}
-
-static void fx_cpu_line(const struct fx_cpu_features *cpu, char *out, size_t n)
-{
-    snprintf(out, n, "%s family %d model %d", cpu->vendor[0] ? cpu->vendor : "unknown",
-             cpu->family, cpu->model);
 }
 
 int fx_bf16_route_cache_read(const struct fx_cpu_features *cpu, const char *features, int *route,
                              double *fp32_fma, double *bf16_pairs)
 {
     char cpu_line[64], path[4096];
-    fx_cpu_line(cpu, cpu_line, sizeof cpu_line);
+    fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
     if (fx_kernel_cache_path(cpu, path, sizeof path) != 0) return -1;
     return fx_cache_read(path, cpu_line, features, route, fp32_fma, bf16_pairs);
 }
@@ -214,7 +196,7 @@ int fx_bf16_route_cache_write(const struct fx_cpu_features *cpu, const char *fea
                               double fp32_fma, double bf16_pairs)
 {
     char cpu_line[64], path[4096];
-    fx_cpu_line(cpu, cpu_line, sizeof cpu_line);
+    fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
     if (fx_kernel_cache_path(cpu, path, sizeof path) != 0) return -1;
     if (fx_bf16_gemm_route_name(route) == NULL) return -1;
     return fx_cache_write(path, cpu_line, features, route, fp32_fma, bf16_pairs);
@@ -224,7 +206,7 @@ int fx_bf16_route_measured(const struct fx_cpu_features *cpu, const char *featur
                            size_t n)
 {
     char cpu_line[64], path[4096];
-    fx_cpu_line(cpu, cpu_line, sizeof cpu_line);
+    fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
     const int cached = fx_kernel_cache_path(cpu, path, sizeof path) == 0;
     int route;
     double fma, pairs;
