@@ -799,15 +799,17 @@ FX_API const char *flexpoint_cpu_model(void);
  *
  *  Where an op and format have more than one kernel on a CPU, the backend chooses by a table
  *  of measurements per microarchitecture (vendor, family, model); for a CPU the table does not
- *  list (hypervisors often report a model number that is not the core's) it measures the
- *  instruction rates the routes are built on at first use (about 20 ms, in the first call's
- *  thread) and keeps the answer per CPU model in a cache file (FLEXPOINT_CACHE_DIR, else
+ *  list (hypervisors often report a model number that is not the core's), and for one that can
+ *  run AMX, it measures the instruction rates the routes are built on at first use (about
+ *  20 ms, in the first call's thread) and keeps the answer per CPU model in a cache file (FLEXPOINT_CACHE_DIR, else
  *  $XDG_CACHE_HOME/flexpoint, else $HOME/.cache/flexpoint; a missing, stale or corrupt file is
  *  measured again and rewritten; FLEXPOINT_KERNEL_CACHE=off measures in every process). The
  *  environment variable FLEXPOINT_KERNEL_BF16_GEMM (read once, at first use) or
- *  flexpoint_set_kernel() forces a kernel over either. Today that is the bf16 matmul on AVX-512 with AVX512_BF16: "avx512-dpbf16"
- *  (vdpbf16ps on bf16 pairs) or "avx512-widen" (bf16 widened to fp32, fp32 FMAs). Their sums
- *  run in different orders, so their bf16 results differ in the last bits; a run records the
+ *  flexpoint_set_kernel() forces a kernel over either. Today that is the bf16 matmul on
+ *  AVX-512 with AVX512_BF16: "avx512-dpbf16" (vdpbf16ps on bf16 pairs), "avx512-widen" (bf16
+ *  widened to fp32, fp32 FMAs) or, with AMX-BF16 that the OS lets the process use,
+ *  "avx512-amx" (tdpbf16ps on AMX tiles; subnormal inputs read as zero and subnormal results
+ *  flushed, as vdpbf16ps). Their sums run in different orders, so their bf16 results differ in the last bits; a run records the
  *  name to be reproducible (FLEXPOINT_CPU=avx512 FLEXPOINT_KERNEL_BF16_GEMM=widen gives the
  *  widen route's bits on another AVX-512 machine). Convolutions run on the same kernels.
  *
@@ -825,15 +827,16 @@ FX_API const char *flexpoint_cpu_model(void);
  *  @param[in] op "matmul".
  *  @param[in] fmt A format (the compute format of both operands).
  *  @return A static string ("scalar", "avx2-fma", "avx2-widen", "avx2-i16", "avx2-i16-split",
- *          "avx2-i16-fast", "avx512-fma", "avx512-widen", "avx512-dpbf16", "avx512-i16",
+ *          "avx2-i16-fast", "avx512-fma", "avx512-widen", "avx512-dpbf16", "avx512-amx",
+ *          "avx512-i16",
  *          "avx512-i16-split", "avx512-i16-wrap", "avx512-i16-fast"); NULL for an unknown op
  *          or format. */
 FX_API const char *flexpoint_kernel_name(const char *op, fmt_t fmt);
 /** @brief Force the kernel for an op and format (a global setting, like
  *  flexpoint_set_backend(); not while ops run on other threads).
  *  @param[in] op "matmul".
- *  @param[in] fmt FMT_BF16 chooses between "widen" and "dpbf16" (the "avx512-" prefix is
- *             optional) for the AVX-512 backend; FMT_FLEX16_5 or FMT_DFP16 sets the int16
+ *  @param[in] fmt FMT_BF16 chooses among "widen", "dpbf16" and "amx" (the "avx512-" prefix
+ *             is optional) for the AVX-512 backend; FMT_FLEX16_5 or FMT_DFP16 sets the int16
  *             matmul kernel of both formats: "auto", "split", "wrap" or "fast" (bare, or as
  *             flexpoint_kernel_name() gives it; "avx2-i16" and "avx512-i16" mean auto); for
  *             another format only the name of its one kernel (flexpoint_kernel_name()) is
@@ -843,7 +846,8 @@ FX_API const char *flexpoint_kernel_name(const char *op, fmt_t fmt);
  *  @retval FX_EINVAL op or name is NULL, or fmt is not a format.
  *  @retval FX_ENAME unknown op or kernel name (nothing changes).
  *  @retval FX_EUNSUPPORTED the CPU cannot run that kernel ("dpbf16" without AVX512_BF16,
- *          "wrap" without AVX512_VNNI; nothing changes). */
+ *          "amx" without AMX-BF16 or the OS's permission, "wrap" without AVX512_VNNI; nothing
+ *          changes). */
 FX_API int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name);
 /** @brief One line naming the backend, the matmul kernel per format, what chose the
  *  AVX-512 level's bf16 route and how the int16 matmul picks its kernel per tile and what

@@ -19,6 +19,7 @@
 #include "flexpoint.h"
 #include "core/backend.h"
 #include "core/kernel_choice.h"
+#include "bf16/bf16_gemm.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -30,19 +31,28 @@
 
 static void check_rule(void)
 {
-    /* (fp32 FMA GFLOP/s, bf16 pair GFLOP/s) as recorded per machine */
-    CHECK(fx_bf16_route_from_rates(100.0, 43.0) == FX_BF16_GEMM_WIDEN, "Emerald Rapids: widen");
-    CHECK(fx_bf16_route_from_rates(231.9, 117.6) == FX_BF16_GEMM_WIDEN, "Xeon model 167: widen");
-    CHECK(fx_bf16_route_from_rates(115.0, 234.0) == FX_BF16_GEMM_DPBF16, "Zen 4: dpbf16");
-    CHECK(fx_bf16_route_from_rates(248.0, 466.0) == FX_BF16_GEMM_DPBF16, "Zen 5: dpbf16");
-    CHECK(fx_bf16_route_from_rates(100.0, 100.0 * FX_BF16_PAIR_ROUTE_MARGIN) == FX_BF16_GEMM_DPBF16,
-          "at the margin: dpbf16");
-    CHECK(fx_bf16_route_from_rates(100.0, 100.0 * FX_BF16_PAIR_ROUTE_MARGIN - 0.1) ==
-              FX_BF16_GEMM_WIDEN, "below the margin: widen");
-    CHECK(fx_bf16_route_from_rates(0.0, 200.0) == FX_BF16_GEMM_WIDEN, "no FMA reading");
-    CHECK(fx_bf16_route_from_rates(100.0, -1.0) == FX_BF16_GEMM_WIDEN, "negative reading");
-    CHECK(fx_bf16_route_from_rates(NAN, 200.0) == FX_BF16_GEMM_WIDEN, "NaN reading");
-    CHECK(fx_bf16_route_from_rates(100.0, INFINITY) == FX_BF16_GEMM_WIDEN, "Inf reading");
+    /* (fp32 FMA GFLOP/s, bf16 pair GFLOP/s, AMX GFLOP/s) as recorded per machine */
+    CHECK(fx_bf16_route_from_rates(100.0, 43.0, 0) == FX_BF16_GEMM_WIDEN, "Emerald Rapids: widen");
+    CHECK(fx_bf16_route_from_rates(231.9, 117.6, 0) == FX_BF16_GEMM_WIDEN,
+          "Xeon model 167 without AMX: widen");
+    CHECK(fx_bf16_route_from_rates(238.8, 111.8, 3574.2) == FX_BF16_GEMM_AMX,
+          "Xeon model 167 with AMX: amx");
+    CHECK(fx_bf16_route_from_rates(115.0, 234.0, 0) == FX_BF16_GEMM_DPBF16, "Zen 4: dpbf16");
+    CHECK(fx_bf16_route_from_rates(248.0, 466.0, 0) == FX_BF16_GEMM_DPBF16, "Zen 5: dpbf16");
+    CHECK(fx_bf16_route_from_rates(100.0, 100.0 * FX_BF16_PAIR_ROUTE_MARGIN, 0) ==
+              FX_BF16_GEMM_DPBF16, "at the pair margin: dpbf16");
+    CHECK(fx_bf16_route_from_rates(100.0, 100.0 * FX_BF16_PAIR_ROUTE_MARGIN - 0.1, 0) ==
+              FX_BF16_GEMM_WIDEN, "below the pair margin: widen");
+    CHECK(fx_bf16_route_from_rates(100.0, 300.0, 100.0 * FX_BF16_AMX_ROUTE_MARGIN) ==
+              FX_BF16_GEMM_AMX, "at the AMX margin: amx");
+    CHECK(fx_bf16_route_from_rates(100.0, 300.0, 100.0 * FX_BF16_AMX_ROUTE_MARGIN - 0.1) ==
+              FX_BF16_GEMM_DPBF16, "below the AMX margin: the pair rule");
+    CHECK(fx_bf16_route_from_rates(0.0, 200.0, 5000.0) == FX_BF16_GEMM_WIDEN, "no FMA reading");
+    CHECK(fx_bf16_route_from_rates(100.0, -1.0, 0) == FX_BF16_GEMM_WIDEN, "negative reading");
+    CHECK(fx_bf16_route_from_rates(NAN, 200.0, 0) == FX_BF16_GEMM_WIDEN, "NaN reading");
+    CHECK(fx_bf16_route_from_rates(100.0, INFINITY, 0) == FX_BF16_GEMM_WIDEN, "Inf reading");
+    CHECK(fx_bf16_route_from_rates(100.0, 50.0, NAN) == FX_BF16_GEMM_WIDEN, "NaN AMX reading");
+    CHECK(fx_bf16_route_from_rates(100.0, 50.0, INFINITY) == FX_BF16_GEMM_WIDEN, "Inf AMX reading");
 }
 
 static fx_cpu_features fake_cpu(int model)
@@ -64,7 +74,7 @@ static void write_text(const char *path, const char *text, size_t len)
     fclose(f);
 }
 
-#define GOOD_HEAD "flexpoint kernel choices 1\ncpu TestVendor family 99 model 1\nfeatures f1 f2\n"
+#define GOOD_HEAD "flexpoint kernel choices 2\ncpu TestVendor family 99 model 1\nfeatures f1 f2\n"
 
 static void check_cache(const char *dir)
 {
@@ -76,67 +86,74 @@ static void check_cache(const char *dir)
     CHECK(strcmp(path, want) == 0, "cache path %s, want %s", path, want);
 
     int route = -7;
-    double fma = 0, pairs = 0;
-    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) != 0, "missing file read");
-    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_WIDEN, 231.9, 117.6) == 0, "write");
-    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) == 0 &&
-              route == FX_BF16_GEMM_WIDEN && fabs(fma - 231.9) < 0.05 && fabs(pairs - 117.6) < 0.05,
-          "read back: route %d, %.2f %.2f", route, fma, pairs);
-    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_DPBF16, 115.0, 234.0) == 0, "rewrite");
-    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) == 0 &&
-              route == FX_BF16_GEMM_DPBF16, "rewritten route %d", route);
-    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2 f3", &route, &fma, &pairs) != 0,
+    double fma = 0, pairs = 0, amx = -1;
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs, &amx) != 0,
+          "missing file read");
+    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_WIDEN, 231.9, 117.6, 0) == 0,
+          "write");
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs, &amx) == 0 &&
+              route == FX_BF16_GEMM_WIDEN && fabs(fma - 231.9) < 0.05 && fabs(pairs - 117.6) < 0.05 &&
+              amx == 0, "read back: route %d, %.2f %.2f %.2f", route, fma, pairs, amx);
+    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_AMX, 231.9, 117.6, 3000.0) == 0,
+          "rewrite");
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs, &amx) == 0 &&
+              route == FX_BF16_GEMM_AMX && fabs(amx - 3000.0) < 0.05, "rewritten route %d", route);
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2 f3", &route, &fma, &pairs, &amx) != 0,
           "a CPU with other features read another's choice");
     const fx_cpu_features other = fake_cpu(2);
-    CHECK(fx_bf16_route_cache_read(&other, "f1 f2", &route, &fma, &pairs) != 0,
+    CHECK(fx_bf16_route_cache_read(&other, "f1 f2", &route, &fma, &pairs, &amx) != 0,
           "another model read this model's file");
-    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", 5, 1.0, 2.0) != 0, "unknown route written");
+    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", 5, 1.0, 2.0, 0) != 0, "unknown route written");
 
     /* each corrupt file reads as missing */
     static const char *const bad[] = {
         "garbage\n",
-        "flexpoint kernel choices 2\ncpu TestVendor family 99 model 1\nfeatures f1 f2\n"
-        "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\n",
-        "flexpoint kernel choices 1\ncpu TestVendor family 99 model 3\nfeatures f1 f2\n"
-        "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\n",
-        GOOD_HEAD "bf16_gemm amx\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\n",
-        GOOD_HEAD "bf16_gemm dpbf16\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\n",
-        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops nan\nbf16_pairs_gflops 100.0\n",
-        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops -3\n",
-        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0x\nbf16_pairs_gflops 100.0\n",
-        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\n", /* truncated */
-        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 1e999\n",
+        "flexpoint kernel choices 1\ncpu TestVendor family 99 model 1\nfeatures f1 f2\n"
+        "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\namx_gflops 0.0\n",
+        "flexpoint kernel choices 2\ncpu TestVendor family 99 model 3\nfeatures f1 f2\n"
+        "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\namx_gflops 0.0\n",
+        GOOD_HEAD "bf16_gemm tmul\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\namx_gflops 0.0\n",
+        GOOD_HEAD "bf16_gemm dpbf16\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\namx_gflops 0.0\n",
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\namx_gflops 900.0\n",
+        GOOD_HEAD "bf16_gemm amx\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\namx_gflops 0.0\n",
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops nan\nbf16_pairs_gflops 100.0\namx_gflops 0.0\n",
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops -3\namx_gflops 0.0\n",
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\namx_gflops -1\n",
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0x\nbf16_pairs_gflops 100.0\namx_gflops 0.0\n",
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\n", /* truncated */
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 1e999\namx_gflops 0.0\n",
         "",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_text(path, bad[i], strlen(bad[i]));
         route = -7;
-        CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) != 0 && route == -7,
+        CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs, &amx) != 0 && route == -7,
               "corrupt cache %zu read as route %d", i, route);
     }
-    const char good[] = GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\n";
+    const char good[] =
+        GOOD_HEAD "bf16_gemm widen\nfp32_fma_gflops 200.0\nbf16_pairs_gflops 100.0\namx_gflops 0.0\n";
     write_text(path, good, strlen(good));
-    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) == 0 &&
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs, &amx) == 0 &&
               route == FX_BF16_GEMM_WIDEN, "hand-written good file refused");
     char nul[sizeof good];
     memcpy(nul, good, sizeof good);
     nul[30] = '\0';
     write_text(path, nul, sizeof good - 1);
-    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) != 0, "NUL byte accepted");
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs, &amx) != 0, "NUL byte accepted");
     static char big[8192];
     memset(big, 'x', sizeof big - 1);
     memcpy(big, good, strlen(good));
     write_text(path, big, sizeof big - 1);
-    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) != 0, "oversized accepted");
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs, &amx) != 0, "oversized accepted");
     /* a link in the file's place is not followed; a directory is not a file */
     char target[4200];
     snprintf(target, sizeof target, "%s/target.txt", dir);
     write_text(target, good, strlen(good));
     CHECK(unlink(path) == 0 && symlink(target, path) == 0, "symlink %s", path);
-    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) != 0, "link followed");
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs, &amx) != 0, "link followed");
     CHECK(unlink(path) == 0 && mkdir(path, 0755) == 0, "mkdir %s", path);
-    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs) != 0, "directory read");
-    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_WIDEN, 200.0, 100.0) != 0,
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1 f2", &route, &fma, &pairs, &amx) != 0, "directory read");
+    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_WIDEN, 200.0, 100.0, 0) != 0,
           "written over a directory");
     CHECK(rmdir(path) == 0, "rmdir %s", path);
     CHECK(unlink(target) == 0, "unlink %s", target);
@@ -144,7 +161,7 @@ static void check_cache(const char *dir)
     /* off: no path, no read, no write */
     setenv("FLEXPOINT_KERNEL_CACHE", "off", 1);
     CHECK(fx_kernel_cache_path(&cpu, path, sizeof path) != 0 && path[0] == '\0', "off: path %s", path);
-    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_WIDEN, 200.0, 100.0) != 0, "off: wrote");
+    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_WIDEN, 200.0, 100.0, 0) != 0, "off: wrote");
     unsetenv("FLEXPOINT_KERNEL_CACHE");
     struct stat st;
     snprintf(want, sizeof want, "%s/kernels-TestVendor-99-1.txt", dir);
@@ -152,7 +169,7 @@ static void check_cache(const char *dir)
 
     /* a folder that cannot be made: the write fails, nothing else */
     setenv("FLEXPOINT_CACHE_DIR", "/proc/flexpoint-no-such-folder/sub", 1);
-    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_WIDEN, 200.0, 100.0) != 0,
+    CHECK(fx_bf16_route_cache_write(&cpu, "f1 f2", FX_BF16_GEMM_WIDEN, 200.0, 100.0, 0) != 0,
           "write into /proc succeeded");
     setenv("FLEXPOINT_CACHE_DIR", dir, 1);
 }
@@ -165,29 +182,36 @@ static void check_measurement(void)
         fprintf(stderr, "test_kernel_choice: no AVX512_BF16 here; the measurement is not run\n");
         return;
     }
-    const fx_cpu_features cpu = fake_cpu(7);
+    /* this CPU's features under a made-up key, so that the table never answers */
+    fx_cpu_features cpu = *c;
+    snprintf(cpu.vendor, sizeof cpu.vendor, "TestVendor");
+    cpu.family = 99;
+    cpu.model = 7;
     char why[512];
     const int r1 = fx_bf16_route_measured(&cpu, "f1", why, sizeof why);
-    CHECK(r1 == FX_BF16_GEMM_WIDEN || r1 == FX_BF16_GEMM_DPBF16, "measured route %d", r1);
+    CHECK(fx_bf16_gemm_route_name(r1) != NULL, "measured route %d", r1);
     CHECK(strstr(why, "measurement (now; cached for the next process)") != NULL, "first: %s", why);
     int route = -1;
-    double fma = 0, pairs = 0;
-    CHECK(fx_bf16_route_cache_read(&cpu, "f1", &route, &fma, &pairs) == 0 && route == r1,
+    double fma = 0, pairs = 0, amx = -1;
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1", &route, &fma, &pairs, &amx) == 0 && route == r1,
           "cache after measuring: route %d (measured %d)", route, r1);
     CHECK(fma >= 16.0 && fma < 1600.0 && pairs >= 16.0 && pairs < 3200.0,
           "measured %.1f and %.1f GFLOP/s", fma, pairs);
-    CHECK(route == fx_bf16_route_from_rates(fma, pairs), "route disagrees with its rates");
+    /* AMX: about 1,000 operations a cycle where it runs (between 2 and 12 GHz of that) */
+    CHECK(fx_amx_bf16_usable(fx_cpu()) ? amx >= 2000.0 && amx < 12000.0 : amx == 0,
+          "AMX reading %.1f GFLOP/s (usable %d)", amx, fx_amx_bf16_usable(fx_cpu()));
+    CHECK(route == fx_bf16_route_from_rates(fma, pairs, amx), "route disagrees with its rates");
     const int r2 = fx_bf16_route_measured(&cpu, "f1", why, sizeof why);
     CHECK(r2 == r1 && strstr(why, "measurement cached in ") != NULL, "second: %d %s", r2, why);
     char path[4096];
     CHECK(fx_kernel_cache_path(&cpu, path, sizeof path) == 0, "path");
-    write_text(path, "flexpoint kernel choices 1\ncpu TestVendor", 41);
+    write_text(path, "flexpoint kernel choices 2\ncpu TestVendor", 41);
     const int r3 = fx_bf16_route_measured(&cpu, "f1", why, sizeof why);
     CHECK(strstr(why, "measurement (now;") != NULL, "corrupt file not measured again: %s", why);
-    CHECK(fx_bf16_route_cache_read(&cpu, "f1", &route, &fma, &pairs) == 0 && route == r3,
+    CHECK(fx_bf16_route_cache_read(&cpu, "f1", &route, &fma, &pairs, &amx) == 0 && route == r3,
           "corrupt file not rewritten whole");
-    fprintf(stderr, "test_kernel_choice: this CPU measured bf16 pairs %.1f GFLOP/s, fp32 FMA %.1f: %s\n",
-            pairs, fma, fx_bf16_gemm_route_name(r3));
+    fprintf(stderr, "test_kernel_choice: this CPU measured bf16 pairs %.1f GFLOP/s, AMX %.1f, "
+            "fp32 FMA %.1f: %s\n", pairs, amx, fma, fx_bf16_gemm_route_name(r3));
 }
 
 /* the report of a child run with FLEXPOINT_CACHE_DIR=dir */
@@ -209,7 +233,7 @@ static void check_children(const char *self, const char *dir)
         CHECK(strstr(out, "chosen by the CPU: no AVX512_BF16") != NULL, "no bf16 here: %s", out);
         return;
     }
-    if (fx_bf16_gemm_route_preferred(c, NULL) >= 0) {
+    if (!fx_amx_bf16_usable(c) && fx_bf16_gemm_route_preferred(c, NULL) >= 0) {
         CHECK(strstr(out, "chosen by table: ") != NULL, "listed CPU: %s", out);
         return;
     }

@@ -117,8 +117,8 @@ int main(int argc, char **argv)
         /* every bf16 route this CPU runs, then the chosen one back in place */
         char keep[32];
         snprintf(keep, sizeof keep, "%s", chosen);
-        static const char *const routes[] = {"widen", "dpbf16"};
-        for (int r = 0; r < 2; r++) {
+        static const char *const routes[] = {"widen", "dpbf16", "amx"};
+        for (int r = 0; r < 3; r++) {
             if (flexpoint_set_kernel("matmul", FMT_BF16, routes[r]) != FX_OK) {
                 printf("  %-9s avx512-%-10s %8s (this CPU cannot run it)\n", "bf16", routes[r], "-");
                 continue;

@@ -121,8 +121,8 @@ def kernel_info() -> dict:
 
 
 def set_kernel(op: str, fmt, name: str) -> None:
-    """Force the kernel of an op and format, e.g. set_kernel("matmul", "bf16", "widen") or
-    "dpbf16", or the int16 matmul of flex16_5 and dfp16 (one setting for both) with "auto",
+    """Force the kernel of an op and format, e.g. set_kernel("matmul", "bf16", "widen"),
+    "dpbf16" or "amx", or the int16 matmul of flex16_5 and dfp16 (one setting for both) with "auto",
     "split", "wrap" or "fast" (flexpoint_set_kernel: UnknownNameError for an unknown op or
     kernel, UnsupportedError for a kernel this CPU cannot run, such as "wrap" without
     AVX512_VNNI; nothing changes then)."""

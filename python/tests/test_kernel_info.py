@@ -38,19 +38,27 @@ def test_set_kernel_bad_input():
     if "avx512bf16" not in fx.cpu_features():
         with pytest.raises(fx.UnsupportedError):
             fx.set_kernel("matmul", "bf16", "dpbf16")
+    if "amx_bf16" not in fx.cpu_features():
+        with pytest.raises(fx.UnsupportedError):
+            fx.set_kernel("matmul", "bf16", "amx")
     assert fx.kernel_info()["kernels"]["matmul/bf16"] == before
 
 
 def _routes():
     if fx.backend() != "avx512":
         return []
-    return ["widen", "dpbf16"] if "avx512bf16" in fx.cpu_features() else ["widen"]
+    feats = fx.cpu_features()
+    if "avx512bf16" not in feats:
+        return ["widen"]
+    # amx: where the CPU has it and the OS lets the process use it (set_kernel says)
+    return ["widen", "dpbf16"] + (["amx"] if "amx_bf16" in feats else [])
 
 
-@pytest.mark.parametrize("route", ["widen", "dpbf16"])
+@pytest.mark.parametrize("route", ["widen", "dpbf16", "amx"])
 def test_routes_against_fp64(route):
     if route not in _routes():
-        pytest.skip(f"{route} needs the avx512 backend (and AVX512_BF16 for dpbf16)")
+        pytest.skip(f"{route} needs the avx512 backend (and AVX512_BF16 for dpbf16, AMX-BF16 "
+                    "for amx)")
     before = fx.kernel_info()["kernels"]["matmul/bf16"]
     try:
         fx.set_kernel("matmul", "bf16", route)

@@ -13,6 +13,15 @@
 
 int fx_bf16_matmul_avx512bf16(const fx_op_call *c);
 
+/* The AMX route (src/bf16/bf16_gemm_amx.c): the [MATMUL][BF16] kernel on AMX tiles, for
+ * plain bf16 operands (anything else, pre-packed A panels included, goes to the widening
+ * fp32 GEMM); whether this process may run it (the CPU's amx_bf16 and the kernel's
+ * permission, asked once); and tdpbf16ps's rate in operations per second of the calling
+ * thread's CPU time (only where usable). */
+int fx_bf16_matmul_amx(const fx_op_call *c);
+int fx_amx_bf16_usable(const fx_cpu_features *cpu);
+double fx_amx_bf16_rate(long iters, int reps);
+
 /* Test and benchmark hook, process-wide: 0 runs the exact FMA pair kernel everywhere instead of
  * vdpbf16ps (the same bits by construction, which the tests check); 1 (the default) lets the
  * driver pick vdpbf16ps wherever it is exact. */

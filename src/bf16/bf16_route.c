@@ -56,7 +56,7 @@ int fx_bf16_gemm_route_preferred(const fx_cpu_features *cpu, const char **why)
     return -1;
 }
 
-static const char *const route_names[FX_BF16_GEMM_ROUTES] = {"widen", "dpbf16"};
+static const char *const route_names[FX_BF16_GEMM_ROUTES] = {"widen", "dpbf16", "amx"};
 
 const char *fx_bf16_gemm_route_name(int route)
 {

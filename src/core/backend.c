@@ -4,6 +4,7 @@
 #include "backend.h"
 #include "../flex/gemm_i16.h"
 #include "kernel_choice.h"
+#include "../bf16/bf16_gemm.h" /* fx_amx_bf16_usable */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -88,7 +89,10 @@ static void fx_backends_build(void)
     const char *kenv = getenv("FLEXPOINT_KERNEL_BF16_GEMM");
     if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) && fx_cpu_info.avx512bf16) {
         const char *why = "";
-        int route = fx_bf16_gemm_route_preferred(&fx_cpu_info, &why);
+        /* the table weighs dpbf16 against widen; where AMX runs, the measurement decides */
+        int route = fx_amx_bf16_usable(&fx_cpu_info)
+                        ? -1
+                        : fx_bf16_gemm_route_preferred(&fx_cpu_info, &why);
         if (route >= 0)
             snprintf(fx_bf16_route_why, sizeof fx_bf16_route_why, "table: %s", why);
         else if (fx_bf16_gemm_route_parse(kenv) < 0) /* a forced route (below) needs none */
@@ -100,12 +104,13 @@ static void fx_backends_build(void)
         const int r = fx_bf16_gemm_route_parse(kenv);
         if (r < 0)
             fprintf(stderr, "flexpoint: FLEXPOINT_KERNEL_BF16_GEMM=%.64s is not a bf16 GEMM "
-                            "kernel (widen, dpbf16); using %s\n",
+                            "kernel (widen, dpbf16, amx); using %s\n",
                     kenv, fx_bf16_gemm_route_name(fx_bf16_route));
         else if (fx_bf16_gemm_route_set(r) != FX_OK)
             fprintf(stderr, "flexpoint: FLEXPOINT_KERNEL_BF16_GEMM=%s needs AVX-512 with "
-                            "AVX512_BF16, which this CPU lacks; using %s\n",
-                    kenv, fx_bf16_gemm_route_name(fx_bf16_route));
+                            "AVX512_BF16%s, which this CPU lacks; using %s\n",
+                    kenv, r == FX_BF16_GEMM_AMX ? " and AMX-BF16" : "",
+                    fx_bf16_gemm_route_name(fx_bf16_route));
         else
             snprintf(fx_bf16_route_why, sizeof fx_bf16_route_why, "FLEXPOINT_KERNEL_BF16_GEMM");
     }
@@ -233,6 +238,11 @@ int fx_bf16_gemm_route_set(int route)
         if (!fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) || !fx_cpu_info.avx512bf16)
             return FX_EUNSUPPORTED;
         fx_cpu_avx512_bf16_gemm_route(a5, route);
+    } else if (route == FX_BF16_GEMM_AMX) {
+        if (!fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) || !fx_cpu_info.avx512bf16 ||
+            !fx_amx_bf16_usable(&fx_cpu_info))
+            return FX_EUNSUPPORTED;
+        fx_cpu_avx512_bf16_gemm_route(a5, route);
     } else if (route == FX_BF16_GEMM_WIDEN) {
         /* the only route where the level cannot run or lacks AVX512_BF16: nothing to change */
         if (fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) && fx_cpu_info.avx512bf16)
@@ -278,7 +288,11 @@ static const char *fx_matmul_kernel(int backend, fmt_t fmt)
         if (integer) return i16[1][fx_gemm_i16_forced_kernel()];
         if (fmt == FMT_FP32) return "avx512-fma";
         if (fmt == FMT_FP16) return "avx512-widen";
-        return fx_bf16_gemm_route() == FX_BF16_GEMM_DPBF16 ? "avx512-dpbf16" : "avx512-widen";
+        switch (fx_bf16_gemm_route()) {
+        case FX_BF16_GEMM_DPBF16: return "avx512-dpbf16";
+        case FX_BF16_GEMM_AMX: return "avx512-amx";
+        default: return "avx512-widen";
+        }
     }
 }
 
@@ -329,10 +343,13 @@ int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name)
     const char *bare = strncmp(name, "avx512-", 7) == 0 ? name + 7 : name;
     const int r = fx_bf16_gemm_route_parse(bare);
     if (r < 0)
-        return FX_FAIL(FX_ENAME, "unknown bf16 matmul kernel '%.64s' (known: widen, dpbf16)", name);
+        return FX_FAIL(FX_ENAME, "unknown bf16 matmul kernel '%.64s' (known: widen, dpbf16, amx)",
+                       name);
     if (fx_bf16_gemm_route_set(r) != FX_OK)
-        return FX_FAIL(FX_EUNSUPPORTED, "bf16 matmul kernel '%s' needs AVX-512 with AVX512_BF16 "
-                                        "(detected: %s)", name, fx_cpu_string);
+        return FX_FAIL(FX_EUNSUPPORTED, "bf16 matmul kernel '%s' needs AVX-512 with AVX512_BF16%s "
+                                        "(detected: %s)", name,
+                       r == FX_BF16_GEMM_AMX ? " and AMX-BF16 the OS lets this process use" : "",
+                       fx_cpu_string);
     snprintf(fx_bf16_route_why, sizeof fx_bf16_route_why, "flexpoint_set_kernel");
     return FX_OK;
 }

@@ -158,6 +158,7 @@ typedef struct fx_cvt_table {
 typedef struct fx_cpu_features {
     int sse2, avx, avx2, fma, f16c;
     int avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
+    int amx_bf16; /* AMX-TILE and AMX-BF16, with the tile state enabled by the OS (XCR0) */
     /* cpuid leaf 0 vendor ("GenuineIntel", "AuthenticAMD"; "" when unknown) and leaf 1's
      * display family and model (extended fields folded in as the vendors document): the key
      * of the per-microarchitecture kernel tables (src/bf16/bf16_route.c) */
@@ -192,6 +193,9 @@ typedef struct fx_gemm_tuning {
     /* nonzero when the bf16 x bf16 MATMUL kernel runs on bf16 pairs (src/bf16/bf16_gemm.h) and
      * takes pre-packed A panels of this height in the integer GEMM's pair layout instead */
     int bf16_pair_panel_mr;
+    /* nonzero when the bf16 x bf16 MATMUL kernel packs plain bf16 operands itself (the AMX
+     * route): a bf16 convolution then hands it its patch matrix instead of fp32 panels */
+    int bf16_plain_a;
 } fx_gemm_tuning;
 
 /* The convolution's own kernels of a level (src/nn/conv2d.c). */
@@ -256,7 +260,7 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route);
  * FMAs: the fp32 MATMUL kernel) and FX_BF16_GEMM_DPBF16 (vdpbf16ps on bf16 pairs,
  * src/bf16/bf16_gemm.h; only with AVX512_BF16). Their sums run in different orders, so their
  * bits differ; flexpoint_kernel_name() reports the one in use. */
-enum { FX_BF16_GEMM_WIDEN = 0, FX_BF16_GEMM_DPBF16 = 1, FX_BF16_GEMM_ROUTES = 2 };
+enum { FX_BF16_GEMM_WIDEN = 0, FX_BF16_GEMM_DPBF16 = 1, FX_BF16_GEMM_AMX = 2, FX_BF16_GEMM_ROUTES = 3 };
 /* The route the table (src/bf16/bf16_route.c) prefers for a CPU that can run both; *why, if
  * not NULL, gets the entry's justification (a static string). -1 for a CPU the table does not
  * list: the backend then measures (src/core/kernel_choice.h). */

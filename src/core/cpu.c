@@ -54,6 +54,10 @@ void fx_detect_cpu(fx_cpu_features *f)
         __cpuid_count(7, 1, a1, b1, c1, d1);
         f->avx512bf16 = (a1 >> 5) & 1;
         (void)b1; (void)c1; (void)d1;
+        /* AMX-BF16 (edx bit 22) and AMX-TILE (bit 24), and the OS's XTILECFG and XTILEDATA
+         * state (XCR0 bits 17, 18); Linux still asks each process to request the tile data
+         * (src/bf16/bf16_gemm_amx.c) */
+        f->amx_bf16 = ((d >> 22) & 1) && ((d >> 24) & 1) && (xcr0 & 0x60000) == 0x60000;
     }
 }
 #else
@@ -79,6 +83,7 @@ void fx_cpu_feature_string(const fx_cpu_features *f, char *buf, size_t n)
     FX_ADD(avx512dq, "avx512dq");
     FX_ADD(avx512vnni, "avx512vnni");
     FX_ADD(avx512bf16, "avx512bf16");
+    FX_ADD(amx_bf16, "amx_bf16");
 #undef FX_ADD
 }
 

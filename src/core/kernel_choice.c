@@ -1,12 +1,14 @@
 /* Kernels chosen by measurement, with a per-CPU cache (kernel_choice.h).
  *
  * The cache is a small text file per CPU model, e.g. ~/.cache/flexpoint/kernels-GenuineIntel-6-167.txt:
- *     flexpoint kernel choices 1
+ *     flexpoint kernel choices 2
  *     cpu GenuineIntel family 6 model 167
- *     features sse2 avx avx2 fma f16c avx512f ...
- *     bf16_gemm widen
+ *     features sse2 avx avx2 fma f16c avx512f ... amx_bf16
+ *     bf16_gemm amx
  *     fp32_fma_gflops 231.9
  *     bf16_pairs_gflops 117.6
+ *     amx_gflops 3012.5
+ * (amx_gflops 0.0 where the process cannot run AMX).
  * Every line must be present and agree with this CPU and with the rule that chose the route
  * from the rates; a file that does not (another library's format, a CPU whose features
  * changed under the same model number, a truncated or hand-edited file) is measured again and
@@ -17,6 +19,7 @@
 #include "kernel_choice.h"
 #include "backend.h"
 #include "file_atomic.h" /* fx_io_read_full, fx_io_write_full */
+#include "../bf16/bf16_gemm.h" /* fx_amx_bf16_usable, fx_amx_bf16_rate */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,14 +30,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FX_CACHE_MAGIC "flexpoint kernel choices 1"
+#define FX_CACHE_MAGIC "flexpoint kernel choices 2"
 
-int fx_bf16_route_from_rates(double fp32_fma, double bf16_pairs)
+/* a reading that can win: positive and finite */
+static int fx_rate_valid(double r) { return r > 0 && isfinite(r); }
+
+int fx_bf16_route_from_rates(double fp32_fma, double bf16_pairs, double amx)
 {
-    if (!(fp32_fma > 0) || !(bf16_pairs > 0) || !isfinite(fp32_fma) || !isfinite(bf16_pairs))
-        return FX_BF16_GEMM_WIDEN;
-    return bf16_pairs >= FX_BF16_PAIR_ROUTE_MARGIN * fp32_fma ? FX_BF16_GEMM_DPBF16
-                                                               : FX_BF16_GEMM_WIDEN;
+    if (!fx_rate_valid(fp32_fma)) return FX_BF16_GEMM_WIDEN;
+    if (fx_rate_valid(amx) && amx >= FX_BF16_AMX_ROUTE_MARGIN * fp32_fma) return FX_BF16_GEMM_AMX;
+    if (fx_rate_valid(bf16_pairs) && bf16_pairs >= FX_BF16_PAIR_ROUTE_MARGIN * fp32_fma)
+        return FX_BF16_GEMM_DPBF16;
+    return FX_BF16_GEMM_WIDEN;
 }
 
 static int fx_cache_enabled(void)
@@ -124,19 +131,22 @@ static int fx_cache_field(const char *text, const char *key, char *out, size_t n
     return -1;
 }
 
-static int fx_parse_rate(const char *s, double *out)
+/* a rate as written: finite, positive (or zero where zero_ok: AMX not runnable) */
+static int fx_parse_rate(const char *s, double *out, int zero_ok)
 {
     char *end = NULL;
     errno = 0;
     const double v = strtod(s, &end);
-    if (errno || end == s || *end != '\0' || !isfinite(v) || v <= 0) return -1;
+    if (errno || end == s || *end != '\0' || !isfinite(v) || v < 0 || (v == 0 && !zero_ok))
+        return -1;
     *out = v;
     return 0;
 }
 
 /* 0 and the cached route and rates when the file is whole and agrees with this CPU */
 static int fx_cache_read(const char *path, const char *cpu_line,
-                         const char *features, int *route, double *fma, double *pairs)
+                         const char *features, int *route, double *fma, double *pairs,
+                         double *amx)
 {
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -153,24 +163,28 @@ static int fx_cache_read(const char *path, const char *cpu_line,
     if (fx_cache_field(text, "bf16_gemm", v, sizeof v) != 0) return -1;
     const int r = fx_bf16_gemm_route_parse(v);
     if (r < 0) return -1;
-    if (fx_cache_field(text, "fp32_fma_gflops", v, sizeof v) != 0 || fx_parse_rate(v, fma) != 0)
+    if (fx_cache_field(text, "fp32_fma_gflops", v, sizeof v) != 0 ||
+        fx_parse_rate(v, fma, 0) != 0)
         return -1;
     if (fx_cache_field(text, "bf16_pairs_gflops", v, sizeof v) != 0 ||
-        fx_parse_rate(v, pairs) != 0)
+        fx_parse_rate(v, pairs, 0) != 0)
         return -1;
-    if (fx_bf16_route_from_rates(*fma, *pairs) != r) return -1; /* edited: not what the rule says */
+    if (fx_cache_field(text, "amx_gflops", v, sizeof v) != 0 || fx_parse_rate(v, amx, 1) != 0)
+        return -1;
+    if (fx_bf16_route_from_rates(*fma, *pairs, *amx) != r) return -1; /* not what the rule says */
     *route = r;
     return 0;
 }
 
 static int fx_cache_write(const char *path, const char *cpu_line, const char *features, int route,
-                           double fma, double pairs)
+                          double fma, double pairs, double amx)
 {
     char text[2048], tmp[4200];
     const int len = snprintf(text, sizeof text,
                              FX_CACHE_MAGIC "\ncpu %s\nfeatures %s\nbf16_gemm %s\n"
-                                            "fp32_fma_gflops %.1f\nbf16_pairs_gflops %.1f\n",
-                             cpu_line, features, fx_bf16_gemm_route_name(route), fma, pairs);
+                                            "fp32_fma_gflops %.1f\nbf16_pairs_gflops %.1f\n"
+                                            "amx_gflops %.1f\n",
+                             cpu_line, features, fx_bf16_gemm_route_name(route), fma, pairs, amx);
     if (len <= 0 || (size_t)len >= sizeof text) return -1;
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) return -1;
     fx_make_cache_dir(path);
@@ -184,22 +198,22 @@ static int fx_cache_write(const char *path, const char *cpu_line, const char *fe
 }
 
 int fx_bf16_route_cache_read(const struct fx_cpu_features *cpu, const char *features, int *route,
-                             double *fp32_fma, double *bf16_pairs)
+                             double *fp32_fma, double *bf16_pairs, double *amx)
 {
     char cpu_line[64], path[4096];
     fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
     if (fx_kernel_cache_path(cpu, path, sizeof path) != 0) return -1;
-    return fx_cache_read(path, cpu_line, features, route, fp32_fma, bf16_pairs);
+    return fx_cache_read(path, cpu_line, features, route, fp32_fma, bf16_pairs, amx);
 }
 
 int fx_bf16_route_cache_write(const struct fx_cpu_features *cpu, const char *features, int route,
-                              double fp32_fma, double bf16_pairs)
+                              double fp32_fma, double bf16_pairs, double amx)
 {
     char cpu_line[64], path[4096];
     fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
     if (fx_kernel_cache_path(cpu, path, sizeof path) != 0) return -1;
     if (fx_bf16_gemm_route_name(route) == NULL) return -1;
-    return fx_cache_write(path, cpu_line, features, route, fp32_fma, bf16_pairs);
+    return fx_cache_write(path, cpu_line, features, route, fp32_fma, bf16_pairs, amx);
 }
 
 int fx_bf16_route_measured(const struct fx_cpu_features *cpu, const char *features, char *why,
@@ -209,25 +223,30 @@ int fx_bf16_route_measured(const struct fx_cpu_features *cpu, const char *featur
     fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
     const int cached = fx_kernel_cache_path(cpu, path, sizeof path) == 0;
     int route;
-    double fma, pairs;
-    if (cached && fx_cache_read(path, cpu_line, features, &route, &fma, &pairs) == 0) {
-        snprintf(why, n, "measurement cached in %s: bf16 pairs %.1f GFLOP/s against fp32 FMA "
-                         "%.1f", path, pairs, fma);
+    double fma, pairs, amx;
+    if (cached && fx_cache_read(path, cpu_line, features, &route, &fma, &pairs, &amx) == 0) {
+        snprintf(why, n, "measurement cached in %s: bf16 pairs %.1f GFLOP/s, AMX %.1f, against "
+                         "fp32 FMA %.1f", path, pairs, amx, fma);
         return route;
     }
-    /* alternate the two loops so that a change of clock or load falls on both; the best of
-     * each (per second of this thread's CPU time) */
-    fma = pairs = 0;
+    /* alternate the loops so that a change of clock or load falls on each; the best of each
+     * (per second of this thread's CPU time) */
+    const int with_amx = fx_amx_bf16_usable(cpu);
+    fma = pairs = amx = 0;
     for (int round = 0; round < 2; round++) {
         const double f = fx_instr_rate(FX_INSTR_FMA512, 1000000, 3) * 32e-9;
         const double p = fx_instr_rate(FX_INSTR_DPBF16_512, 1000000, 3) * 64e-9;
+        const double x = with_amx ? fx_amx_bf16_rate(20000, 3) * 1e-9 : 0;
         fma = f > fma ? f : fma;
         pairs = p > pairs ? p : pairs;
+        amx = x > amx ? x : amx;
     }
-    route = fx_bf16_route_from_rates(fma, pairs);
-    const int kept = cached && fx_cache_write(path, cpu_line, features, route, fma, pairs) == 0;
-    snprintf(why, n, "measurement (now; %s): bf16 pairs %.1f GFLOP/s against fp32 FMA %.1f",
+    route = fx_bf16_route_from_rates(fma, pairs, amx);
+    const int kept =
+        cached && fx_cache_write(path, cpu_line, features, route, fma, pairs, amx) == 0;
+    snprintf(why, n, "measurement (now; %s): bf16 pairs %.1f GFLOP/s, AMX %.1f, against fp32 "
+                     "FMA %.1f",
              kept ? "cached for the next process" : cached ? "the cache could not be written" : "no cache",
-             pairs, fma);
+             pairs, amx, fma);
     return route;
 }

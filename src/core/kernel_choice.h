@@ -36,15 +36,22 @@ double fx_instr_rate(int instr, long iters, int reps);
  * reporting model 167 measure 0.45-0.51x, where the widening route is 1.4-1.7x the pair one. */
 #define FX_BF16_PAIR_ROUTE_MARGIN 1.25
 
-/* The bf16 GEMM route for measured limits (GFLOP/s, two operations per product): dpbf16 when
- * bf16_pairs >= FX_BF16_PAIR_ROUTE_MARGIN * fp32_fma, else widen; widen for a non-positive or
- * non-finite reading. */
-int fx_bf16_route_from_rates(double fp32_fma, double bf16_pairs);
+/* The AMX route must beat the FMA route's ceiling by this factor: it packs both operands into
+ * tiles on every call. Measured on the Xeon reporting model 167: tdpbf16ps at about 3,000
+ * GFLOP/s of tile products against 232 GFLOP/s of 512-bit FMA (docs/performance.md). */
+#define FX_BF16_AMX_ROUTE_MARGIN 2.0
 
-/* The bf16 GEMM route of a CPU with AVX-512 and AVX512_BF16 that the table does not list: read
+/* The bf16 GEMM route for measured limits (GFLOP/s, two operations per product; amx 0 where
+ * the process cannot run AMX): amx when amx >= FX_BF16_AMX_ROUTE_MARGIN * fp32_fma, else
+ * dpbf16 when bf16_pairs >= FX_BF16_PAIR_ROUTE_MARGIN * fp32_fma, else widen; a non-positive
+ * or non-finite reading never wins (widen when the FMA reading is one). */
+int fx_bf16_route_from_rates(double fp32_fma, double bf16_pairs, double amx);
+
+/* The bf16 GEMM route of a CPU with AVX-512 and AVX512_BF16 that the table does not list, or
+ * that can run AMX (the table weighs dpbf16 against widen only): read
  * from the cache file for this CPU (vendor, family, model and feature string must match, the
  * route must parse, the rates must be positive and finite: anything else counts as missing),
- * else measured (about 20 ms) and written to the cache (best effort: an unwritable directory
+ * else measured (about 20 ms; AMX's tdpbf16ps too where fx_amx_bf16_usable) and written to the cache (best effort: an unwritable directory
  * only costs the measurement again next time). why (n bytes) gets how it was chosen, with the
  * rates. Never fails. The cache directory: FLEXPOINT_CACHE_DIR, else $XDG_CACHE_HOME/flexpoint,
  * else $HOME/.cache/flexpoint; FLEXPOINT_KERNEL_CACHE=off neither reads nor writes it. */
@@ -54,9 +61,9 @@ int fx_bf16_route_measured(const struct fx_cpu_features *cpu, const char *featur
 /* The cache alone (for the tests): read this CPU's file (0 and the route and rates when it is
  * whole and agrees, -1 otherwise), or write one (0 on success). */
 int fx_bf16_route_cache_read(const struct fx_cpu_features *cpu, const char *features, int *route,
-                             double *fp32_fma, double *bf16_pairs);
+                             double *fp32_fma, double *bf16_pairs, double *amx);
 int fx_bf16_route_cache_write(const struct fx_cpu_features *cpu, const char *features, int route,
-                              double fp32_fma, double bf16_pairs);
+                              double fp32_fma, double bf16_pairs, double amx);
 
 /* The cache file's path for a CPU (n bytes; "" when no directory can be named): exposed for the
  * tests and flexpoint-info. Returns 0 on success, -1 when there is no cache. */

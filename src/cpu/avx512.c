@@ -18,10 +18,16 @@
 
 void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
 {
+    b->gemm.bf16_plain_a = 0;
     if (route == FX_BF16_GEMM_DPBF16) {
         /* vdpbf16ps on bf16 pairs, A panels in the integer GEMM's pair layout */
         b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_avx512bf16;
         b->gemm.bf16_pair_panel_mr = FX_BF16_PAIR_MR;
+    } else if (route == FX_BF16_GEMM_AMX) {
+        /* AMX tiles; the kernel packs plain bf16 operands itself */
+        b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_amx;
+        b->gemm.bf16_pair_panel_mr = 0;
+        b->gemm.bf16_plain_a = 1;
     } else {
         /* the fp32 GEMM, bf16 widened exactly while packed */
         b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_f32_matmul_avx512;

@@ -1,0 +1,304 @@
+/* bf16 x bf16 GEMM on AMX tiles (AMX-TILE, AMX-BF16: tdpbf16ps), the "amx" route of the bf16
+ * MATMUL (src/core/backend.h).
+ *
+ * Why: one tdpbf16ps multiplies a 16 x 32 bf16 tile by a 32 x 16 one into 16 x 16 fp32 sums,
+ * 16,384 operations per instruction. On the Xeons that have it, it runs at several times the
+ * 512-bit FMA rate (measured by fx_amx_bf16_rate; oneDNN's and PyTorch's bf16 use it), where
+ * vdpbf16ps runs at half the FMA rate.
+ *
+ * Arithmetic, per output: one chain over the pairs p of K (an odd K padded with a zero), in
+ * order, each pair adding its two products to the fp32 sum as the instruction defines it
+ * (Intel SDM: the even element's product, then the odd one's, rounded to nearest even), with
+ * subnormal inputs read as zero and subnormal results flushed to zero. Each output is computed
+ * by one thread over the whole K, so the bits depend neither on the thread count nor on the
+ * blocking; they differ from the widen and dpbf16 routes' (other orders), as those differ from
+ * each other. The error bound is the fp32 GEMM's on data without subnormals.
+ *
+ * Layout: tiles of 1 KiB, packed once per call.
+ *   A, 16 rows x 32 k values (row-major, 64 bytes a row): read straight from A where A has unit
+ *     k stride and the tile lies inside it (the tile load takes A's row stride), else packed:
+ *     apk tile (q, t) at (q * nkt + t) * 512 bf16, rows of A beyond M and k beyond K zero;
+ *   B, 16 pairs x 16 columns (pair words, the VNNI layout tdpbf16ps reads): bpk tile (s, t)
+ *     at (s * nkt + t) * 512 bf16, element [pp][j][e] = B[32 t + 2 pp + e][16 s + j].
+ * The register tile is 32 x 32 outputs: four accumulators (tmm0-3), two A tiles (tmm4-5) and
+ * two B tiles (tmm6-7) per 32 values of k. Row and column panels are padded to even counts.
+ *
+ * Linux gives a process the AMX state only after it asks (arch_prctl ARCH_REQ_XCOMP_PERM);
+ * fx_amx_bf16_usable asks once and reports whether it may run. This file is compiled with
+ * -mamx-tile -mamx-bf16 and its kernels run only where fx_amx_bf16_usable said yes. */
+#define _GNU_SOURCE /* syscall */
+#include "../core/backend.h"
+#include "../fp32/f32_kernels.h"
+#include "bf16_gemm.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define FX_AMX_ARCH_REQ_XCOMP_PERM 0x1023
+#define FX_AMX_XFEATURE_XTILEDATA 18
+
+enum { TILE_ELEMS = 512 }; /* bf16 per packed tile: 16 rows of 64 bytes */
+
+static int amx_ok;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_request(void)
+{
+    amx_ok = syscall(SYS_arch_prctl, FX_AMX_ARCH_REQ_XCOMP_PERM, FX_AMX_XFEATURE_XTILEDATA) == 0;
+}
+
+int fx_amx_bf16_usable(const fx_cpu_features *cpu)
+{
+    if (!cpu->amx_bf16) return 0;
+    pthread_once(&amx_once, amx_request);
+    return amx_ok;
+}
+
+/* The tile configuration (palette 1): tmm0-7 all 16 rows of 64 bytes. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_tilecfg;
+
+static void amx_configure(void)
+{
+    amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* Whether tile (q, t) of A is read straight from A (its 16 rows and 32 k values inside A, k
+ * contiguous): tdpbf16ps's tile load takes the row stride, so such tiles need no packing; the
+ * others (the M and K tails, or A without unit k stride) are packed. */
+static int a_tile_direct(int64_t sak, int64_t M, int64_t K, int64_t q, int64_t t)
+{
+    return sak == 1 && q * 16 + 16 <= M && t * 32 + 32 <= K;
+}
+
+/* The packed tiles of row panel q of A (16 rows). */
+static void pack_a_panel(uint16_t *dst, const uint16_t *a, int64_t sam, int64_t sak, int64_t M,
+                         int64_t K, int64_t q, int64_t nkt)
+{
+    for (int64_t t = 0; t < nkt; t++) {
+        if (a_tile_direct(sak, M, K, q, t)) continue;
+        for (int r = 0; r < 16; r++) {
+            const int64_t i = q * 16 + r;
+            uint16_t *d = dst + t * TILE_ELEMS + r * 32;
+            const int64_t k0 = t * 32, n = i < M ? (K - k0 < 32 ? K - k0 : 32) : 0;
+            if (n > 0 && sak == 1) {
+                memcpy(d, a + i * sam + k0, (size_t)n * sizeof *d);
+            } else {
+                for (int64_t kk = 0; kk < n; kk++) d[kk] = a[i * sam + (k0 + kk) * sak];
+            }
+            for (int64_t kk = n; kk < 32; kk++) d[kk] = 0;
+        }
+    }
+}
+
+/* Tile t of column panel s of B, element by element (any strides, any tail). */
+static void pack_b_tile_any(uint16_t *d, const uint16_t *b, int64_t sbk, int64_t sbn, int64_t K,
+                            int64_t N, int64_t s, int64_t t)
+{
+    for (int pp = 0; pp < 16; pp++)
+        for (int e = 0; e < 2; e++) {
+            const int64_t k = t * 32 + 2 * pp + e;
+            for (int j = 0; j < 16; j++) {
+                const int64_t col = s * 16 + j;
+                d[pp * 32 + 2 * j + e] = k < K && col < N ? b[k * sbk + col * sbn] : 0;
+            }
+        }
+}
+
+/* Column panel s of B (16 columns), all nkt tiles, in pair words. Whole tiles of a row-major
+ * B interleave two rows of 16 values per pair row; of a column-major B (a convolution's
+ * weights), whose pairs are adjacent in memory, they transpose 16 x 16 32-bit words. */
+static void pack_b_panel(uint16_t *dst, const uint16_t *b, int64_t sbk, int64_t sbn, int64_t K,
+                         int64_t N, int64_t s, int64_t nkt)
+{
+    const int full_cols = s * 16 + 16 <= N;
+    for (int64_t t = 0; t < nkt; t++) {
+        uint16_t *d = dst + t * TILE_ELEMS;
+        const int64_t k0 = t * 32;
+        if (!full_cols || k0 + 32 > K || (sbn != 1 && sbk != 1)) {
+            pack_b_tile_any(d, b, sbk, sbn, K, N, s, t);
+        } else if (sbn == 1) {
+            const uint16_t *r = b + k0 * sbk + s * 16;
+            for (int pp = 0; pp < 16; pp++) {
+                const __m256i r0 = _mm256_loadu_si256((const void *)(r + 2 * pp * sbk));
+                const __m256i r1 = _mm256_loadu_si256((const void *)(r + (2 * pp + 1) * sbk));
+                /* unpack works per 128-bit lane: columns 0-3 | 8-11 and 4-7 | 12-15 */
+                const __m256i lo = _mm256_unpacklo_epi16(r0, r1), hi = _mm256_unpackhi_epi16(r0, r1);
+                _mm256_storeu_si256((void *)(d + pp * 32), _mm256_permute2x128_si256(lo, hi, 0x20));
+                _mm256_storeu_si256((void *)(d + pp * 32 + 16),
+                                    _mm256_permute2x128_si256(lo, hi, 0x31));
+            }
+        } else { /* sbk == 1: column j's pair pp is the 32-bit word pp of b + col * sbn + k0 */
+            uint32_t *w = (uint32_t *)(void *)d;
+            for (int j = 0; j < 16; j++) {
+                const uint16_t *col = b + (s * 16 + j) * sbn + k0;
+                uint32_t words[16];
+                memcpy(words, col, sizeof words);
+                for (int pp = 0; pp < 16; pp++) w[pp * 16 + j] = words[pp];
+            }
+        }
+    }
+}
+
+/* Where tile (q, t) of A is read from: A itself or its packed copy (bytes between rows). */
+typedef struct {
+    const uint16_t *a, *apk;
+    int64_t sam, sak, M, K, nkt;
+} amx_a_src;
+
+static inline const uint16_t *a_tile(const amx_a_src *as, int64_t q, int64_t t, long *stride)
+{
+    if (a_tile_direct(as->sak, as->M, as->K, q, t)) {
+        *stride = (long)(as->sam * (int64_t)sizeof(uint16_t));
+        return as->a + q * 16 * as->sam + t * 32;
+    }
+    *stride = 64;
+    return as->apk + (q * as->nkt + t) * TILE_ELEMS;
+}
+
+/* out[32 x 32 block of row panels q, q+1 and column panels s, s+1] = their products (the valid
+ * part only: rows < M, columns < N). */
+static void amx_block(const amx_a_src *as, const uint16_t *bpk, int64_t q, int64_t s, float *out,
+                      int64_t ldo, int64_t N)
+{
+    const int64_t nkt = as->nkt, M = as->M;
+    const uint16_t *b0 = bpk + s * nkt * TILE_ELEMS, *b1 = b0 + nkt * TILE_ELEMS;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t t = 0; t < nkt; t++) {
+        long st0, st1;
+        const uint16_t *a0 = a_tile(as, q, t, &st0), *a1 = a_tile(as, q + 1, t, &st1);
+        _tile_loadd(4, a0, st0);
+        _tile_loadd(5, a1, st1);
+        _tile_loadd(6, b0 + t * TILE_ELEMS, 64);
+        _tile_loadd(7, b1 + t * TILE_ELEMS, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    const int64_t i0 = q * 16, j0 = s * 16;
+    if (i0 + 32 <= M && j0 + 32 <= N) {
+        float *o = out + i0 * ldo + j0;
+        const long st = (long)(ldo * (int64_t)sizeof(float));
+        _tile_stored(0, o, st);
+        _tile_stored(1, o + 16, st);
+        _tile_stored(2, o + 16 * ldo, st);
+        _tile_stored(3, o + 16 * ldo + 16, st);
+        return;
+    }
+    float buf[32 * 32];
+    _tile_stored(0, buf, 128);
+    _tile_stored(1, buf + 16, 128);
+    _tile_stored(2, buf + 16 * 32, 128);
+    _tile_stored(3, buf + 16 * 32 + 16, 128);
+    const int64_t mr = M - i0 < 32 ? M - i0 : 32, nc = N - j0 < 32 ? N - j0 : 32;
+    for (int64_t r = 0; r < mr; r++)
+        memcpy(out + (i0 + r) * ldo + j0, buf + r * 32, (size_t)nc * sizeof(float));
+}
+
+int fx_bf16_matmul_amx(const fx_op_call *c)
+{
+    const fx_operand *A = &c->in[0], *B = &c->in[1];
+    /* pre-packed panels or other formats are not this route's: the widening GEMM takes them */
+    if (c->a_panels || A->fmt != FMT_BF16 || B->fmt != FMT_BF16) return fx_f32_matmul_avx512(c);
+    const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
+    float *out = c->out_f32;
+    if (M == 0 || N == 0) return FX_OK;
+    if (K == 0) {
+        memset(out, 0, (size_t)(M * N) * sizeof *out);
+        return FX_OK;
+    }
+    const int64_t nkt = (K + 31) / 32;
+    const int64_t mq = (M + 31) / 32 * 2, ns = (N + 31) / 32 * 2; /* panels, even counts */
+    uint16_t *apk = aligned_alloc(64, (size_t)(mq * nkt) * TILE_ELEMS * sizeof(uint16_t));
+    uint16_t *bpk = aligned_alloc(64, (size_t)(ns * nkt) * TILE_ELEMS * sizeof(uint16_t));
+    if (!apk || !bpk) {
+        free(apk);
+        free(bpk);
+        return FX_ENOMEM;
+    }
+    const uint16_t *a = A->data, *b = B->data;
+    const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
+                       ? c->nthreads
+                       : 1;
+    const int64_t nblocks = (mq / 2) * (ns / 2);
+    const amx_a_src as = {a, apk, A->strides[0], A->strides[1], M, K, nkt};
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t q = 0; q < mq; q++)
+            pack_a_panel(apk + q * nkt * TILE_ELEMS, a, A->strides[0], A->strides[1], M, K, q, nkt);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t s = 0; s < ns; s++)
+            pack_b_panel(bpk + s * nkt * TILE_ELEMS, b, B->strides[0], B->strides[1], K, N, s, nkt);
+        amx_configure();
+        /* blocks row by row: a thread's consecutive blocks share their A panels */
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t blk = 0; blk < nblocks; blk++)
+            amx_block(&as, bpk, 2 * (blk / (ns / 2)), 2 * (blk % (ns / 2)), out, N, N);
+        _tile_release();
+    }
+    free(apk);
+    free(bpk);
+    return FX_OK;
+}
+
+/* tdpbf16ps per second of this thread's CPU time, as operations (2 per product): four
+ * independent accumulators on zero tiles, best of reps runs of iters iterations. */
+double fx_amx_bf16_rate(long iters, int reps)
+{
+    amx_configure();
+    _tile_zero(4);
+    _tile_zero(6);
+    double best = 0;
+    for (int rep = 0; rep < reps; rep++) {
+        struct timespec t0, t1;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+        for (long i = 0; i < iters; i++) {
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 6);
+            _tile_dpbf16ps(2, 4, 6);
+            _tile_dpbf16ps(3, 4, 6);
+        }
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+        const double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        const double r = dt > 0 ? 4.0 * 16384.0 * (double)iters / dt : 0;
+        best = r > best ? r : best;
+    }
+    _tile_release();
+    return best;
+}
