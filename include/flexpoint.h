@@ -811,7 +811,8 @@ FX_API const char *flexpoint_cpu_model(void);
  *  "avx512-amx" (tdpbf16ps on AMX tiles; subnormal inputs read as zero and subnormal results
  *  flushed, as vdpbf16ps). Their sums run in different orders, so their bf16 results differ in the last bits; a run records the
  *  name to be reproducible (FLEXPOINT_CPU=avx512 FLEXPOINT_KERNEL_BF16_GEMM=widen gives the
- *  widen route's bits on another AVX-512 machine). Convolutions run on the same kernels.
+ *  widen route's bits on another AVX-512 machine). Convolutions run on the same kernels
+ *  (on "avx512-amx", those with fewer than 32 values per patch run on the widening one).
  *
  *  The exact int16 matmul of FLEX16_5 and DFP16 (one GEMM for both) picks a micro-kernel per
  *  register tile: "fast" (one pair product per pair, where the operands' norms prove the int32

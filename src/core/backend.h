@@ -194,8 +194,9 @@ typedef struct fx_gemm_tuning {
      * takes pre-packed A panels of this height in the integer GEMM's pair layout instead */
     int bf16_pair_panel_mr;
     /* nonzero when the bf16 x bf16 MATMUL kernel packs plain bf16 operands itself (the AMX
-     * route): a bf16 convolution then hands it its patch matrix instead of fp32 panels */
-    int bf16_plain_a;
+     * route): a bf16 convolution whose patches have at least this many values (its K) then
+     * hands it the patch matrix instead of fp32 panels; 0: never */
+    int bf16_plain_min_k;
 } fx_gemm_tuning;
 
 /* The convolution's own kernels of a level (src/nn/conv2d.c). */

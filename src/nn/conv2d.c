@@ -558,7 +558,8 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
     const int panel_mr = fx_conv_panels_fit(&g, pair_mr) ? pair_mr : 0;
     /* float compute likewise: fp32 panels for the fp32 GEMM, widened from the input's storage
      * format (cc.cf) while they are built */
-    const int plain_bf16 = cc.cf == FMT_BF16 && be->gemm.bf16_plain_a; /* its GEMM packs */
+    const int plain_bf16 = cc.cf == FMT_BF16 && be->gemm.bf16_plain_min_k > 0 &&
+                           CKK >= be->gemm.bf16_plain_min_k; /* its GEMM packs */
     const int fpanel_mr = !ic && !panel_mr && !plain_bf16 &&
                                   fx_conv_panels_f32_fit(&g, be->gemm.f32_panel_mr)
                               ? be->gemm.f32_panel_mr
