@@ -818,10 +818,17 @@ FX_API const char *flexpoint_cpu_model(void);
  *  register tile: "fast" (one pair product per pair, where the operands' norms prove the int32
  *  chains cannot wrap), "split" (any data, two multiplies per pair) or, on AVX-512 with
  *  AVX512_VNNI, "wrap" (any data, 1.5 multiplies per pair, on K blocks of at least 127
- *  values). Under "auto" (the default) its name is the level's ("avx2-i16", "avx512-i16");
- *  the environment variable FLEXPOINT_KERNEL_I16_GEMM=auto|split|wrap|fast (read once, at
- *  first use; an unknown value, or "wrap" on a CPU without AVX512_VNNI, is refused with a
- *  message on stderr and auto stays) or flexpoint_set_kernel() forces one, named
+ *  values). Where the CPU has AMX-INT8 that the OS lets the process use, the AVX-512 level has
+ *  one more kernel, "avx512-i16-amx": every int16 value split into a signed high and an
+ *  unsigned low byte, four byte products on AMX tiles, exact int32 sums combined in int64; it
+ *  takes plain products from 16 x 32 x 16 (smaller ones and pre-packed convolution operands go
+ *  to the register tiles), and convolutions with at least 32 values per patch hand it their
+ *  patch matrix. Under "auto" (the default) the name is the level's ("avx2-i16",
+ *  "avx512-i16"), or "avx512-i16-amx" where a measurement of the two instruction rates (cached
+ *  per CPU model like the bf16 one) preferred AMX. The environment variable
+ *  FLEXPOINT_KERNEL_I16_GEMM=auto|split|wrap|fast|amx (read once, at first use; an unknown
+ *  value, "wrap" on a CPU without AVX512_VNNI or "amx" without usable AMX-INT8 is refused with
+ *  a message on stderr and auto stays) or flexpoint_set_kernel() forces one, named
  *  "avx2-i16-split", "avx512-i16-wrap" and so on. "fast" runs the norm test on every product
  *  and still gives the tiles it refuses to an any-data kernel. The integer results are
  *  bit-identical whatever the kernel; forcing one reproduces a run's speed profile.
@@ -830,7 +837,8 @@ FX_API const char *flexpoint_cpu_model(void);
  *  @return A static string ("scalar", "avx2-fma", "avx2-widen", "avx2-i16", "avx2-i16-split",
  *          "avx2-i16-fast", "avx512-fma", "avx512-widen", "avx512-dpbf16", "avx512-amx",
  *          "avx512-i16",
- *          "avx512-i16-split", "avx512-i16-wrap", "avx512-i16-fast"); NULL for an unknown op
+ *          "avx512-i16-split", "avx512-i16-wrap", "avx512-i16-fast", "avx512-i16-amx"); NULL
+ *          for an unknown op
  *          or format. */
 FX_API const char *flexpoint_kernel_name(const char *op, fmt_t fmt);
 /** @brief Force the kernel for an op and format (a global setting, like
@@ -838,7 +846,7 @@ FX_API const char *flexpoint_kernel_name(const char *op, fmt_t fmt);
  *  @param[in] op "matmul".
  *  @param[in] fmt FMT_BF16 chooses among "widen", "dpbf16" and "amx" (the "avx512-" prefix
  *             is optional) for the AVX-512 backend; FMT_FLEX16_5 or FMT_DFP16 sets the int16
- *             matmul kernel of both formats: "auto", "split", "wrap" or "fast" (bare, or as
+ *             matmul kernel of both formats: "auto", "split", "wrap", "fast" or "amx" (bare, or as
  *             flexpoint_kernel_name() gives it; "avx2-i16" and "avx512-i16" mean auto); for
  *             another format only the name of its one kernel (flexpoint_kernel_name()) is
  *             accepted.
@@ -847,14 +855,15 @@ FX_API const char *flexpoint_kernel_name(const char *op, fmt_t fmt);
  *  @retval FX_EINVAL op or name is NULL, or fmt is not a format.
  *  @retval FX_ENAME unknown op or kernel name (nothing changes).
  *  @retval FX_EUNSUPPORTED the CPU cannot run that kernel ("dpbf16" without AVX512_BF16,
- *          "amx" without AMX-BF16 or the OS's permission, "wrap" without AVX512_VNNI; nothing
- *          changes). */
+ *          "amx" without AMX-BF16 or the OS's permission, "wrap" without AVX512_VNNI, int16
+ *          "amx" without AMX-INT8 or the OS's permission; nothing changes). */
 FX_API int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name);
 /** @brief One line naming the backend, the matmul kernel per format, what chose the
  *  AVX-512 level's bf16 route and how the int16 matmul picks its kernel per tile and what
  *  chose that, e.g. "backend=avx512 matmul/fp32=avx512-fma ... matmul/bf16=avx512-widen
  *  (avx512 bf16 route chosen by table: ...; int16 kernel: auto: fast where the norms allow,
- *  else wrap (K >= 127) or split, chosen by default)"; the bf16 chooser is the per-CPU table,
+ *  else wrap (K >= 127) or split, chosen by default)", with "; int16 AMX under auto chosen by
+ *  measurement ..." after the bf16 chooser where the AMX int16 kernel exists; the bf16 chooser is the per-CPU table,
  *  a measurement made now or read from the cache (with the measured rates and the cache
  *  file's path), FLEXPOINT_KERNEL_BF16_GEMM, flexpoint_set_kernel, or the CPU itself where only
  *  one route runs; the int16 one "default", FLEXPOINT_KERNEL_I16_GEMM or flexpoint_set_kernel.

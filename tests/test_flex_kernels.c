@@ -349,6 +349,10 @@ static void check_matmul(int64_t M, int64_t K, int64_t N, int kind, int layout, 
 /* The norm-bounded fast kernel: both paths must be taken where the data says so, and agree with
  * the reference bit for bit (check_matmul_expect runs every kernel in all three modes; the path
  * expectations are checked in mode NORM_ALWAYS, which applies the norm test to every size). */
+/* 1 while test_matmul_paths runs with the AMX kernel on: it takes the products that the tile
+ * counts below are about, so those counts are the driver pass's alone */
+static int g_amx_pass;
+
 static void test_matmul_paths(void)
 {
     test_rng r;
@@ -398,7 +402,7 @@ static void test_matmul_paths(void)
      * blocks skip the norms (so Gaussian blocks after a full-range one take the any-data
      * kernel), exactly as before; NORM_ALWAYS tests every block */
     check_matmul_expect(520, 1152, 260, DATA_FULL_FIRST, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
-    for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++) {
+    for (int ki = 0; ki < g_nk[FX_OP_MATMUL] && !g_amx_pass; ki++) {
         if (!is_simd_gemm(&g_k[FX_OP_MATMUL][ki])) continue;
         const int64_t M = 520, K = 1152, N = 260;
         int16_t *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
@@ -425,7 +429,7 @@ static void test_matmul_paths(void)
     check_matmul_expect(520, 300, 260, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_FAST_EVEN_AUTO, &r);
     fx_gemm_i16_set_mode(FX_GEMM_I16_NORM_ALWAYS);
     /* one SIMD kernel alone, to see that this data really mixes the paths in one product */
-    for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++) {
+    for (int ki = 0; ki < g_nk[FX_OP_MATMUL] && !g_amx_pass; ki++) {
         if (!is_simd_gemm(&g_k[FX_OP_MATMUL][ki])) continue;
         int16_t *A = malloc(100 * 1300 * sizeof *A), *B = malloc(1300 * 140 * sizeof *B);
         for (int64_t i = 0; i < 100 * 1300; i++) A[i] = gen_at(&r, DATA_BURSTS, 0, i % 1300, i / 1300);
@@ -791,7 +795,19 @@ int main(void)
     test_sum();
     test_addsub();
     test_matmul();
+    /* the register-tile driver's paths, with its tile counts, on every level; then once more
+     * with the AMX kernel where the AVX-512 level has it (measured in or not: forced here), whose
+     * sums must be the same bits on the same data, 1 and 2 threads */
+    fx_gemm_i16_force_kernel(FX_GEMM_I16_KERNEL_AUTO);
+    fx_gemm_i16_set_amx_auto(0);
     test_matmul_paths();
+    if (fx_backend_get(FX_BACKEND_AVX512)->available &&
+        fx_backend_get(FX_BACKEND_AVX512)->gemm.i16_amx) {
+        fx_gemm_i16_set_amx_auto(1);
+        g_amx_pass = 1;
+        test_matmul_paths();
+        g_amx_pass = 0;
+    }
     test_matmul_level_gates();
     return test_finish(NAME);
 }

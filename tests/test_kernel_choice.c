@@ -19,6 +19,7 @@
 #include "flexpoint.h"
 #include "core/backend.h"
 #include "core/kernel_choice.h"
+#include "flex/flex_kernels.h"
 #include "bf16/bf16_gemm.h"
 #include "testutil.h"
 
@@ -214,6 +215,77 @@ static void check_measurement(void)
             "fp32 FMA %.1f: %s\n", pairs, amx, fma, fx_bf16_gemm_route_name(r3));
 }
 
+/* The int16 GEMM's AMX-or-tiles rule, its own cache file and, where AMX-INT8 runs, the
+ * measurement. */
+static void check_i16_choice(void)
+{
+    /* recorded: the Xeon reporting model 167 (tdpbssd 7,343.5 GOP/s, vpdpwssd 478.6) */
+    CHECK(fx_i16_amx_from_rates(478.6, 7343.5) == 1, "Xeon model 167: amx");
+    CHECK(fx_i16_amx_from_rates(100.0, 4 * 100.0 * FX_I16_AMX_ROUTE_MARGIN) == 1, "at the margin");
+    CHECK(fx_i16_amx_from_rates(100.0, 4 * 100.0 * FX_I16_AMX_ROUTE_MARGIN - 0.1) == 0,
+          "below the margin");
+    CHECK(fx_i16_amx_from_rates(100.0, 0) == 0 && fx_i16_amx_from_rates(0, 5000.0) == 0 &&
+              fx_i16_amx_from_rates(NAN, 5000.0) == 0 && fx_i16_amx_from_rates(100.0, INFINITY) == 0 &&
+              fx_i16_amx_from_rates(-1.0, 5000.0) == 0,
+          "a missing or broken reading chose AMX");
+    fx_cpu_features cpu;
+    memset(&cpu, 0, sizeof cpu);
+    snprintf(cpu.vendor, sizeof cpu.vendor, "TestVendor");
+    cpu.family = 99;
+    cpu.model = 5;
+    int on = -1;
+    double pairs = 0, amx = 0;
+    CHECK(fx_i16_amx_cache_read(&cpu, "f1", &on, &pairs, &amx) != 0, "no file yet, read anyway");
+    CHECK(fx_i16_amx_cache_write(&cpu, "f1", 1, 478.6, 7343.5) == 0, "write");
+    CHECK(fx_i16_amx_cache_read(&cpu, "f1", &on, &pairs, &amx) == 0 && on == 1 &&
+              fabs(pairs - 478.6) < 0.05 && fabs(amx - 7343.5) < 0.05,
+          "read back: %d %.1f %.1f", on, pairs, amx);
+    CHECK(fx_i16_amx_cache_read(&cpu, "f1 f2", &on, &pairs, &amx) != 0, "other features read");
+    char path[4096];
+    CHECK(fx_i16_kernel_cache_path(&cpu, path, sizeof path) == 0 && strstr(path, "kernels-i16-"),
+          "path %s", path);
+    static const char *const bad[] = {
+        "",
+        "flexpoint int16 kernel choice 1\ncpu TestVendor family 99 model 5\nfeatures f1\n",
+        "flexpoint int16 kernel choice 2\ncpu TestVendor family 99 model 5\nfeatures f1\n"
+        "i16_gemm amx\nint16_pairs_gops 478.6\namx_int8_gops 7343.5\n",
+        "flexpoint int16 kernel choice 1\ncpu TestVendor family 99 model 5\nfeatures f1\n"
+        "i16_gemm tiles\nint16_pairs_gops 478.6\namx_int8_gops 7343.5\n", /* not the rule's */
+        "flexpoint int16 kernel choice 1\ncpu TestVendor family 99 model 5\nfeatures f1\n"
+        "i16_gemm tmul\nint16_pairs_gops 478.6\namx_int8_gops 7343.5\n",
+        "flexpoint int16 kernel choice 1\ncpu TestVendor family 99 model 5\nfeatures f1\n"
+        "i16_gemm amx\nint16_pairs_gops nan\namx_int8_gops 7343.5\n",
+        "flexpoint int16 kernel choice 1\ncpu TestVendor family 99 model 5\nfeatures f1\n"
+        "i16_gemm amx\nint16_pairs_gops 478.6\namx_int8_gops 0\n",
+        "flexpoint int16 kernel choice 1\ncpu TestVendor family 99 model 6\nfeatures f1\n"
+        "i16_gemm amx\nint16_pairs_gops 478.6\namx_int8_gops 7343.5\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(path, bad[i], strlen(bad[i]));
+        CHECK(fx_i16_amx_cache_read(&cpu, "f1", &on, &pairs, &amx) != 0, "bad file %zu read", i);
+    }
+    const fx_cpu_features *c = fx_cpu();
+    if (!fx_amx_int8_usable(c)) {
+        fprintf(stderr, "test_kernel_choice: no usable AMX-INT8 here; its measurement is not run\n");
+        return;
+    }
+    cpu = *c;
+    snprintf(cpu.vendor, sizeof cpu.vendor, "TestVendor");
+    cpu.family = 99;
+    cpu.model = 8;
+    char why[512];
+    const int m1 = fx_i16_amx_measured(&cpu, "f1", why, sizeof why);
+    CHECK(strstr(why, "measurement (now; cached for the next process)") != NULL, "first: %s", why);
+    CHECK(fx_i16_amx_cache_read(&cpu, "f1", &on, &pairs, &amx) == 0 && on == m1,
+          "cache after measuring: %d (measured %d)", on, m1);
+    /* vpdpwssd: 16 to 3,200 GOP/s; tdpbssd: about 2,000 byte products a cycle */
+    CHECK(pairs >= 16.0 && pairs < 3200.0 && amx >= 2000.0 && amx < 40000.0,
+          "measured int16 pairs %.1f, AMX-INT8 %.1f GOP/s", pairs, amx);
+    const int m2 = fx_i16_amx_measured(&cpu, "f1", why, sizeof why);
+    CHECK(m2 == m1 && strstr(why, "measurement cached in ") != NULL, "second: %d %s", m2, why);
+    fprintf(stderr, "test_kernel_choice: this CPU measured AMX-INT8 %.1f GOP/s against int16 "
+            "pairs %.1f: %s\n", amx, pairs, m1 ? "amx" : "tiles");
+}
+
 /* the report of a child run with FLEXPOINT_CACHE_DIR=dir */
 static void run_child(const char *self, const char *dir, char *out, size_t n)
 {
@@ -245,6 +317,9 @@ static void check_children(const char *self, const char *dir)
     snprintf(want, sizeof want, "matmul/bf16=avx512-%s",
              fx_bf16_gemm_route_name(fx_bf16_gemm_route()));
     CHECK(strstr(out, want) != NULL, "the child runs another route than this process: %s", out);
+    if (fx_amx_int8_usable(c))
+        CHECK(strstr(out, "int16 AMX under auto chosen by measurement cached in ") != NULL,
+              "second child, int16: %s", out);
 }
 
 static void remove_tree(const char *dir)
@@ -266,6 +341,7 @@ int main(int argc, char **argv)
     check_rule();
     check_cache(dir);
     check_measurement();
+    check_i16_choice();
     check_children(argv[0], dir);
     remove_tree(dir);
     return test_finish("test_kernel_choice");

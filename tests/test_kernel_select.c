@@ -294,8 +294,12 @@ static int64_t check_i16_product(const fx_backend *be, const char *kname, int64_
           "%lld vs %lld", be->name, kname, (long long)M, (long long)K, (long long)N,
           full ? "full-range" : "gaussian", threads, exp, (long long)bad,
           bad >= 0 ? (long long)got[bad] : 0LL, bad >= 0 ? (long long)want[bad] : 0LL);
-    CHECK(fast + split > 0, "%s %s: %lldx%lldx%lld ran no tile of the tile GEMM", be->name, kname,
-          (long long)M, (long long)K, (long long)N);
+    /* the AMX kernel (where the level has it and it is on) takes every product here, which
+     * then runs no tile of the register-tile driver; everything else runs the driver */
+    const int amx = be->gemm.i16_amx && fx_gemm_i16_amx_on() && M >= 16 && N >= 16 && K >= 32;
+    CHECK(amx ? fast + split == 0 : fast + split > 0,
+          "%s %s: %lldx%lldx%lld ran %lld tiles of the tile GEMM (AMX kernel: %d)", be->name,
+          kname, (long long)M, (long long)K, (long long)N, (long long)(fast + split), amx);
     free(A);
     free(B);
     free(want);
@@ -356,7 +360,9 @@ static int check_i16_kernels(void)
         for (int kk = 0; kk < FX_GEMM_I16_KERNELS; kk++) {
             const char *kname = fx_gemm_i16_kernel_name(kk);
             const int st = flexpoint_set_kernel("matmul", FMT_DFP16, kname);
-            if (kk == FX_GEMM_I16_KERNEL_WRAP && !fx_cpu()->avx512vnni) {
+            const int has_amx = fx_backend_get(FX_BACKEND_AVX512)->gemm.i16_amx;
+            if ((kk == FX_GEMM_I16_KERNEL_WRAP && !fx_cpu()->avx512vnni) ||
+                (kk == FX_GEMM_I16_KERNEL_AMX && !has_amx)) {
                 CHECK_STATUS(st, FX_EUNSUPPORTED);
                 continue;
             }
@@ -365,6 +371,10 @@ static int check_i16_kernels(void)
             snprintf(want, sizeof want, "%s-i16%s%s", be->name, kk ? "-" : "", kk ? kname : "");
             if (lvl == FX_BACKEND_AVX2 && kk == FX_GEMM_I16_KERNEL_WRAP)
                 snprintf(want, sizeof want, "avx2-i16-split"); /* no wrap kernel on AVX2 */
+            if (lvl == FX_BACKEND_AVX2 && kk == FX_GEMM_I16_KERNEL_AMX)
+                snprintf(want, sizeof want, "avx2-i16"); /* AMX is the AVX-512 level's */
+            if (lvl == FX_BACKEND_AVX512 && kk == FX_GEMM_I16_KERNEL_AUTO && fx_gemm_i16_amx_on())
+                snprintf(want, sizeof want, "avx512-i16-amx"); /* auto measured AMX in */
             CHECK(strcmp(flexpoint_kernel_name("matmul", FMT_FLEX16_5), want) == 0 &&
                   strcmp(flexpoint_kernel_name("matmul", FMT_DFP16), want) == 0,
                   "forced %s on %s: names %s / %s", kname, be->name,
@@ -423,8 +433,11 @@ static void check_i16_env(const char *self)
           !strstr(out, "flexpoint: FLEXPOINT_KERNEL_I16_GEMM"), "split: %s", out);
     run_child(self, "bogus", out, sizeof out);
     CHECK(strstr(out, "flexpoint: FLEXPOINT_KERNEL_I16_GEMM=bogus is not an int16 GEMM kernel "
-                      "(auto, split, wrap, fast); using auto") != NULL, "bogus: %s", out);
-    CHECK(strstr(out, "chosen by default)") && !strstr(out, "i16-"), "bogus kept auto: %s", out);
+                      "(auto, split, wrap, fast, amx); using auto") != NULL, "bogus: %s", out);
+    CHECK(strstr(out, "chosen by default)") &&
+              (!strstr(out, "i16-") || (strstr(flexpoint_kernel_name("matmul", FMT_FLEX16_5), "-amx") &&
+                                        strstr(out, "avx512-i16-amx"))),
+          "bogus kept auto: %s", out);
     if (!fx_cpu()->avx512vnni || !flexpoint_backend_available(FX_BACKEND_AVX512)) {
         run_child(self, "wrap", out, sizeof out);
         CHECK(strstr(out, "FLEXPOINT_KERNEL_I16_GEMM=wrap needs AVX-512 with AVX512_VNNI") &&

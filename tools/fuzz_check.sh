@@ -69,7 +69,7 @@ newest_header="$(find include src -name '*.h' -newer "$LIB" -print -quit 2>/dev/
 
 isa_flags() {
   case "$1" in
-    *_amx.c) echo "$AVX512 -mavx512bf16 -mamx-tile -mamx-bf16" ;;
+    *_amx.c) echo "$AVX512 -mavx512bf16 -mavx512vbmi -mamx-tile -mamx-bf16 -mamx-int8" ;;
     *_avx512bf16.c) echo "$AVX512 -mavx512bf16" ;;
     *_avx512.c) echo "$AVX512" ;;
     *batchnorm_avx2.c) echo "$AVX2 -ffp-contract=off" ;; # the portable loops' bits (CMakeLists.txt)

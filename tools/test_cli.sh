@@ -182,9 +182,9 @@ check "trace file cannot be written" 1 "trace_dfp16_fc1.out.csv" "$BIN" --data s
   --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats dfp16 --trace fc1.out \
   --out "$T/rtr" --quiet
 # a write that fails mid-run (file size limit, with SIGXFSZ ignored so that write() fails):
-# run.json fits in 4 blocks, the CSV rows of 60 epochs do not
-( trap '' XFSZ; ulimit -f 4; exec "$BIN" --data synthetic --synthetic-n 100 --model mlp \
-  --epochs 60 --batch 50 --formats fp32 --out "$T/rfull" --quiet ) >/dev/null 2>"$T/err"; rc=$?
+# run.json (with its kernel report) fits in 8 blocks, the CSV rows of 200 epochs do not
+( trap '' XFSZ; ulimit -f 8; exec "$BIN" --data synthetic --synthetic-n 100 --model mlp \
+  --epochs 200 --batch 50 --formats fp32 --out "$T/rfull" --quiet ) >/dev/null 2>"$T/err"; rc=$?
 if [ "$rc" = 1 ] && grep -q "cannot write $T/rfull/.*\.csv" "$T/err" &&
    ! grep -qE "Sanitizer|runtime error:" "$T/err"; then
   echo "ok: a failed CSV write ends the run with exit 1"

@@ -23,63 +23,28 @@
  * The register tile is 32 x 32 outputs: four accumulators (tmm0-3), two A tiles (tmm4-5) and
  * two B tiles (tmm6-7) per 32 values of k. Row and column panels are padded to even counts.
  *
- * Linux gives a process the AMX state only after it asks (arch_prctl ARCH_REQ_XCOMP_PERM);
+ * Linux gives a process the AMX state only after it asks (src/core/amx_tiles.h);
  * fx_amx_bf16_usable asks once and reports whether it may run. This file is compiled with
  * -mamx-tile -mamx-bf16 and its kernels run only where fx_amx_bf16_usable said yes. */
-#define _GNU_SOURCE /* syscall */
+#include "../core/amx_tiles.h"
 #include "../core/backend.h"
 #include "../fp32/f32_kernels.h"
 #include "bf16_gemm.h"
 
 #include <immintrin.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-#define FX_AMX_ARCH_REQ_XCOMP_PERM 0x1023
-#define FX_AMX_XFEATURE_XTILEDATA 18
-
 enum { TILE_ELEMS = 512 }; /* bf16 per packed tile: 16 rows of 64 bytes */
-
-static int amx_ok;
-static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
-
-static void amx_request(void)
-{
-    amx_ok = syscall(SYS_arch_prctl, FX_AMX_ARCH_REQ_XCOMP_PERM, FX_AMX_XFEATURE_XTILEDATA) == 0;
-}
 
 int fx_amx_bf16_usable(const fx_cpu_features *cpu)
 {
-    if (!cpu->amx_bf16) return 0;
-    pthread_once(&amx_once, amx_request);
-    return amx_ok;
-}
-
-/* The tile configuration (palette 1): tmm0-7 all 16 rows of 64 bytes. */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_tilecfg;
-
-static void amx_configure(void)
-{
-    amx_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
+    return cpu->amx_bf16 && fx_amx_tile_state_granted();
 }
 
 /* Whether tile (q, t) of A is read straight from A (its 16 rows and 32 k values inside A, k
@@ -259,7 +224,7 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
 #endif
         for (int64_t s = 0; s < ns; s++)
             pack_b_panel(bpk + s * nkt * TILE_ELEMS, b, B->strides[0], B->strides[1], K, N, s, nkt);
-        amx_configure();
+        fx_amx_tiles_configure();
         /* blocks row by row: a thread's consecutive blocks share their A panels */
 #ifdef _OPENMP
 #pragma omp for schedule(static)
@@ -277,7 +242,7 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
  * independent accumulators on zero tiles, best of reps runs of iters iterations. */
 double fx_amx_bf16_rate(long iters, int reps)
 {
-    amx_configure();
+    fx_amx_tiles_configure();
     _tile_zero(4);
     _tile_zero(6);
     double best = 0;

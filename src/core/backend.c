@@ -5,6 +5,7 @@
 #include "../flex/gemm_i16.h"
 #include "kernel_choice.h"
 #include "../bf16/bf16_gemm.h" /* fx_amx_bf16_usable */
+#include "../flex/flex_kernels.h" /* fx_amx_int8_usable */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -33,8 +34,10 @@ static int fx_bf16_route = FX_BF16_GEMM_WIDEN;
 static char fx_bf16_route_why[400] = "the CPU: no AVX512_BF16, widen is the only route";
 /* what chose the int16 GEMM's kernel (fx_gemm_i16_force_kernel) */
 static char fx_i16_kernel_why[64] = "default";
+/* what chose AUTO's AMX-or-tiles answer where the AVX-512 level has the AMX kernel */
+static char fx_i16_amx_why[400] = "";
 static char fx_cpu_model_string[64];
-static char fx_kernel_report_string[1024];
+static char fx_kernel_report_string[2048];
 
 static int fx_backend_runnable(int i, const fx_cpu_features *c)
 {
@@ -52,6 +55,26 @@ static int fx_backend_runnable(int i, const fx_cpu_features *c)
 static int fx_i16_wrap_runnable(const fx_cpu_features *c)
 {
     return fx_backend_runnable(FX_BACKEND_AVX512, c) && c->avx512vnni;
+}
+
+/* The AMX kernel: where the AVX-512 level installed it (usable AMX-INT8). */
+static int fx_i16_amx_runnable(void)
+{
+    return fx_backends[FX_BACKEND_AVX512].available && fx_backends[FX_BACKEND_AVX512].gemm.i16_amx;
+}
+
+/* A kernel this CPU can run (wrap and amx are not everywhere); why names what is missing. */
+static int fx_i16_kernel_runnable(int k, const char **why)
+{
+    if (k == FX_GEMM_I16_KERNEL_WRAP && !fx_i16_wrap_runnable(&fx_cpu_info)) {
+        *why = "AVX-512 with AVX512_VNNI";
+        return 0;
+    }
+    if (k == FX_GEMM_I16_KERNEL_AMX && !fx_i16_amx_runnable()) {
+        *why = "AVX-512 with AVX512_VNNI and AMX-INT8 the OS lets this process use";
+        return 0;
+    }
+    return 1;
 }
 
 static int fx_backend_index(const char *name)
@@ -117,15 +140,22 @@ static void fx_backends_build(void)
     /* the int16 GEMM's kernel (both integer formats share it): auto unless
      * FLEXPOINT_KERNEL_I16_GEMM forces one; refused values leave auto and say why, as the bf16
      * variable does */
+    /* where the AVX-512 level has the AMX kernel, auto takes it or the register tiles by
+     * measurement (src/core/kernel_choice.h) */
+    fx_backends[FX_BACKEND_AVX512].available = fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info);
+    if (fx_i16_amx_runnable())
+        fx_gemm_i16_set_amx_auto(fx_i16_amx_measured(&fx_cpu_info, fx_cpu_string, fx_i16_amx_why,
+                                                     sizeof fx_i16_amx_why));
     const char *ienv = getenv("FLEXPOINT_KERNEL_I16_GEMM");
     if (ienv && *ienv) {
         const int k = fx_gemm_i16_kernel_parse(ienv);
+        const char *needs = "";
         if (k < 0)
             fprintf(stderr, "flexpoint: FLEXPOINT_KERNEL_I16_GEMM=%.64s is not an int16 GEMM "
-                            "kernel (auto, split, wrap, fast); using auto\n", ienv);
-        else if (k == FX_GEMM_I16_KERNEL_WRAP && !fx_i16_wrap_runnable(&fx_cpu_info))
-            fprintf(stderr, "flexpoint: FLEXPOINT_KERNEL_I16_GEMM=%s needs AVX-512 with "
-                            "AVX512_VNNI, which this CPU lacks; using auto\n", ienv);
+                            "kernel (auto, split, wrap, fast, amx); using auto\n", ienv);
+        else if (!fx_i16_kernel_runnable(k, &needs))
+            fprintf(stderr, "flexpoint: FLEXPOINT_KERNEL_I16_GEMM=%s needs %s, which this CPU "
+                            "lacks; using auto\n", ienv, needs);
         else {
             fx_gemm_i16_force_kernel(k);
             snprintf(fx_i16_kernel_why, sizeof fx_i16_kernel_why, "FLEXPOINT_KERNEL_I16_GEMM");
@@ -272,8 +302,9 @@ const char *flexpoint_cpu_model(void)
 static const char *fx_matmul_kernel(int backend, fmt_t fmt)
 {
     static const char *const i16[2][FX_GEMM_I16_KERNELS] = {
-        {"avx2-i16", "avx2-i16-split", "avx2-i16-wrap", "avx2-i16-fast"},
-        {"avx512-i16", "avx512-i16-split", "avx512-i16-wrap", "avx512-i16-fast"}};
+        {"avx2-i16", "avx2-i16-split", "avx2-i16-wrap", "avx2-i16-fast", "avx2-i16"},
+        {"avx512-i16", "avx512-i16-split", "avx512-i16-wrap", "avx512-i16-fast",
+         "avx512-i16-amx"}};
     const int integer = fmt == FMT_FLEX16_5 || fmt == FMT_DFP16;
     switch (backend) {
     case FX_BACKEND_SCALAR: return "scalar";
@@ -285,7 +316,11 @@ static const char *fx_matmul_kernel(int backend, fmt_t fmt)
         }
         return fmt == FMT_FP32 ? "avx2-fma" : "avx2-widen";
     default:
-        if (integer) return i16[1][fx_gemm_i16_forced_kernel()];
+        if (integer) /* the AMX kernel's name under auto too: it is another kernel, not a
+                      * choice per tile */
+            return fx_backends[FX_BACKEND_AVX512].gemm.i16_amx && fx_gemm_i16_amx_on()
+                       ? i16[1][FX_GEMM_I16_KERNEL_AMX]
+                       : i16[1][fx_gemm_i16_forced_kernel()];
         if (fmt == FMT_FP32) return "avx512-fma";
         if (fmt == FMT_FP16) return "avx512-widen";
         switch (fx_bf16_gemm_route()) {
@@ -316,10 +351,11 @@ static int fx_set_i16_kernel(const char *name)
     const int k = fx_gemm_i16_kernel_parse(bare);
     if (k < 0)
         return FX_FAIL(FX_ENAME, "unknown int16 matmul kernel '%.64s' (known: auto, split, wrap, "
-                                 "fast)", name);
-    if (k == FX_GEMM_I16_KERNEL_WRAP && !fx_i16_wrap_runnable(&fx_cpu_info))
-        return FX_FAIL(FX_EUNSUPPORTED, "int16 matmul kernel '%s' needs AVX-512 with AVX512_VNNI "
-                                        "(detected: %s)", name, fx_cpu_string);
+                                 "fast, amx)", name);
+    const char *needs = "";
+    if (!fx_i16_kernel_runnable(k, &needs))
+        return FX_FAIL(FX_EUNSUPPORTED, "int16 matmul kernel '%s' needs %s (detected: %s)", name,
+                       needs, fx_cpu_string);
     fx_gemm_i16_force_kernel(k);
     snprintf(fx_i16_kernel_why, sizeof fx_i16_kernel_why, "flexpoint_set_kernel");
     return FX_OK;
@@ -359,6 +395,9 @@ static const char *fx_i16_choice(int backend)
 {
     if (backend == FX_BACKEND_SCALAR) return "the scalar loop";
     const int wrap = backend == FX_BACKEND_AVX512 && fx_cpu_info.avx512vnni;
+    if (backend == FX_BACKEND_AVX512 && fx_backends[backend].gemm.i16_amx && fx_gemm_i16_amx_on())
+        return "AMX-INT8 tiles on plain products from 16 x 32 x 16, else auto: fast where the "
+               "norms allow, else wrap (K >= 127) or split";
     switch (fx_gemm_i16_forced_kernel()) {
     case FX_GEMM_I16_KERNEL_SPLIT: return "split on every tile";
     case FX_GEMM_I16_KERNEL_WRAP:
@@ -384,7 +423,8 @@ const char *flexpoint_kernel_report(void)
                          fx_matmul_kernel(be, (fmt_t)f));
     if (used > 0 && (size_t)used < sizeof fx_kernel_report_string)
         snprintf(fx_kernel_report_string + used, sizeof fx_kernel_report_string - (size_t)used,
-                 " (avx512 bf16 route chosen by %s; int16 kernel: %s, chosen by %s)",
-                 fx_bf16_route_why, fx_i16_choice(be), fx_i16_kernel_why);
+                 " (avx512 bf16 route chosen by %s%s%s; int16 kernel: %s, chosen by %s)",
+                 fx_bf16_route_why, fx_i16_amx_why[0] ? "; int16 AMX under auto chosen by " : "",
+                 fx_i16_amx_why, fx_i16_choice(be), fx_i16_kernel_why);
     return fx_kernel_report_string;
 }

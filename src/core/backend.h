@@ -159,6 +159,7 @@ typedef struct fx_cpu_features {
     int sse2, avx, avx2, fma, f16c;
     int avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
     int amx_bf16; /* AMX-TILE and AMX-BF16, with the tile state enabled by the OS (XCR0) */
+    int amx_int8; /* AMX-TILE and AMX-INT8, likewise */
     /* cpuid leaf 0 vendor ("GenuineIntel", "AuthenticAMD"; "" when unknown) and leaf 1's
      * display family and model (extended fields folded in as the vendors document): the key
      * of the per-microarchitecture kernel tables (src/bf16/bf16_route.c) */
@@ -189,6 +190,10 @@ typedef struct fx_gemm_tuning {
     /* FX_GEMM_I16_B_WRAP when it has the wrap kernel and so takes pre-split B in the wrap
      * layout too (wanted where fx_gemm_i16_wrap_pays); FX_GEMM_I16_B_SPLIT otherwise */
     int i16_b_layout;
+    /* nonzero when the integer MATMUL kernel is the AMX one (src/flex/gemm_i16_amx.c), which
+     * packs plain operands itself: while fx_gemm_i16_amx_on(), a convolution hands it the
+     * patch matrix and the plain weights instead of panels and a pre-split B */
+    int i16_amx;
     int f32_panel_mr; /* the same for the fp32 MATMUL kernels (fp32, fp16, bf16 operands) */
     /* nonzero when the bf16 x bf16 MATMUL kernel runs on bf16 pairs (src/bf16/bf16_gemm.h) and
      * takes pre-packed A panels of this height in the integer GEMM's pair layout instead */

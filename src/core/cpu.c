@@ -58,6 +58,10 @@ void fx_detect_cpu(fx_cpu_features *f)
          * state (XCR0 bits 17, 18); Linux still asks each process to request the tile data
          * (src/bf16/bf16_gemm_amx.c) */
         f->amx_bf16 = ((d >> 22) & 1) && ((d >> 24) & 1) && (xcr0 & 0x60000) == 0x60000;
+        /* AMX-INT8 (edx bit 25) on the same tiles (src/flex/gemm_i16_amx.c), whose packing
+         * also uses AVX512_VBMI (ecx bit 1; every AMX CPU so far has it) */
+        f->amx_int8 = ((d >> 25) & 1) && ((d >> 24) & 1) && (xcr0 & 0x60000) == 0x60000 &&
+                      ((c >> 1) & 1);
     }
 }
 #else
@@ -84,6 +88,7 @@ void fx_cpu_feature_string(const fx_cpu_features *f, char *buf, size_t n)
     FX_ADD(avx512vnni, "avx512vnni");
     FX_ADD(avx512bf16, "avx512bf16");
     FX_ADD(amx_bf16, "amx_bf16");
+    FX_ADD(amx_int8, "amx_int8");
 #undef FX_ADD
 }
 

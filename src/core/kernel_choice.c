@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "file_atomic.h" /* fx_io_read_full, fx_io_write_full */
 #include "../bf16/bf16_gemm.h" /* fx_amx_bf16_usable, fx_amx_bf16_rate */
+#include "../flex/flex_kernels.h" /* fx_amx_int8_rate */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -83,19 +84,32 @@ static void fx_vendor_token(const char *vendor, char *out, size_t n)
     out[j < n ? j : n - 1] = '\0';
 }
 
-int fx_kernel_cache_path(const struct fx_cpu_features *cpu, char *path, size_t n)
+/* the cache file <dir>/<prefix>-<vendor>-<family>-<model>.txt */
+static int fx_cache_path_named(const struct fx_cpu_features *cpu, const char *prefix, char *path,
+                               size_t n)
 {
     char dir[3072], vendor[16];
     int nested;
     if (n) path[0] = '\0';
     if (!cpu || !fx_cache_enabled() || fx_cache_dir(dir, sizeof dir, &nested) != 0) return -1;
     fx_vendor_token(cpu->vendor, vendor, sizeof vendor);
-    const int w = snprintf(path, n, "%s/kernels-%s-%d-%d.txt", dir, vendor, cpu->family, cpu->model);
+    const int w = snprintf(path, n, "%s/%s-%s-%d-%d.txt", dir, prefix, vendor, cpu->family,
+                           cpu->model);
     if (w < 0 || (size_t)w >= n) {
         if (n) path[0] = '\0';
         return -1;
     }
     return 0;
+}
+
+int fx_kernel_cache_path(const struct fx_cpu_features *cpu, char *path, size_t n)
+{
+    return fx_cache_path_named(cpu, "kernels", path, n);
+}
+
+int fx_i16_kernel_cache_path(const struct fx_cpu_features *cpu, char *path, size_t n)
+{
+    return fx_cache_path_named(cpu, "kernels-i16", path, n);
 }
 
 /* mkdir -p of the cache folder's last one or two levels (~/.cache may not exist yet) */
@@ -144,18 +158,40 @@ static int fx_parse_rate(const char *s, double *out, int zero_ok)
 }
 
 /* 0 and the cached route and rates when the file is whole and agrees with this CPU */
+/* the whole text of a cache file (NUL-terminated in text, n bytes) when it is a plausible one:
+ * no symlink, not empty, not too long, no NUL byte; 0 on success */
+static int fx_cache_text(const char *path, char *text, size_t n)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    const ssize_t got = fx_io_read_full(fd, text, n - 1);
+    close(fd);
+    if (got <= 0 || (size_t)got == n - 1) return -1; /* empty, unreadable or too long */
+    text[got] = '\0';
+    return strlen(text) == (size_t)got ? 0 : -1; /* a NUL byte inside: not our file */
+}
+
+/* write text to path through a temporary and a rename (a reader never sees half a file) */
+static int fx_cache_put(const char *path, const char *text, size_t len)
+{
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) return -1;
+    fx_make_cache_dir(path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    const int wrote = fx_io_write_full(fd, text, len) == 0;
+    const int ok = close(fd) == 0 && wrote;
+    if (ok && rename(tmp, path) == 0) return 0;
+    (void)unlink(tmp);
+    return -1;
+}
+
 static int fx_cache_read(const char *path, const char *cpu_line,
                          const char *features, int *route, double *fma, double *pairs,
                          double *amx)
 {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return -1;
     char text[4096];
-    const ssize_t got = fx_io_read_full(fd, text, sizeof text - 1);
-    close(fd);
-    if (got <= 0 || (size_t)got == sizeof text - 1) return -1; /* empty, unreadable or too long */
-    text[got] = '\0';
-    if (strlen(text) != (size_t)got) return -1; /* a NUL byte inside: not our file */
+    if (fx_cache_text(path, text, sizeof text) != 0) return -1;
     char v[1024];
     if (strncmp(text, FX_CACHE_MAGIC "\n", sizeof FX_CACHE_MAGIC) != 0) return -1;
     if (fx_cache_field(text, "cpu", v, sizeof v) != 0 || strcmp(v, cpu_line) != 0) return -1;
@@ -179,22 +215,14 @@ static int fx_cache_read(const char *path, const char *cpu_line,
 static int fx_cache_write(const char *path, const char *cpu_line, const char *features, int route,
                           double fma, double pairs, double amx)
 {
-    char text[2048], tmp[4200];
+    char text[2048];
     const int len = snprintf(text, sizeof text,
                              FX_CACHE_MAGIC "\ncpu %s\nfeatures %s\nbf16_gemm %s\n"
                                             "fp32_fma_gflops %.1f\nbf16_pairs_gflops %.1f\n"
                                             "amx_gflops %.1f\n",
                              cpu_line, features, fx_bf16_gemm_route_name(route), fma, pairs, amx);
     if (len <= 0 || (size_t)len >= sizeof text) return -1;
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) return -1;
-    fx_make_cache_dir(path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return -1;
-    const int wrote = fx_io_write_full(fd, text, (size_t)len) == 0;
-    const int ok = close(fd) == 0 && wrote;
-    if (ok && rename(tmp, path) == 0) return 0;
-    (void)unlink(tmp);
-    return -1;
+    return fx_cache_put(path, text, (size_t)len);
 }
 
 int fx_bf16_route_cache_read(const struct fx_cpu_features *cpu, const char *features, int *route,
@@ -249,4 +277,94 @@ int fx_bf16_route_measured(const struct fx_cpu_features *cpu, const char *featur
              kept ? "cached for the next process" : cached ? "the cache could not be written" : "no cache",
              pairs, amx, fma);
     return route;
+}
+
+/* ---- the int16 GEMM: AMX-INT8 against the vpdpwssd register tiles ------------------------ */
+
+#define FX_I16_CACHE_MAGIC "flexpoint int16 kernel choice 1"
+
+int fx_i16_amx_from_rates(double int16_pairs, double amx_int8)
+{
+    return fx_rate_valid(int16_pairs) && fx_rate_valid(amx_int8) &&
+           amx_int8 / 4 >= FX_I16_AMX_ROUTE_MARGIN * int16_pairs;
+}
+
+static int fx_i16_cache_read(const char *path, const char *cpu_line, const char *features,
+                             int *amx_on, double *pairs, double *amx)
+{
+    char text[4096], v[1024];
+    if (fx_cache_text(path, text, sizeof text) != 0) return -1;
+    if (strncmp(text, FX_I16_CACHE_MAGIC "\n", sizeof FX_I16_CACHE_MAGIC) != 0) return -1;
+    if (fx_cache_field(text, "cpu", v, sizeof v) != 0 || strcmp(v, cpu_line) != 0) return -1;
+    if (fx_cache_field(text, "features", v, sizeof v) != 0 || strcmp(v, features) != 0) return -1;
+    if (fx_cache_field(text, "i16_gemm", v, sizeof v) != 0) return -1;
+    const int on = strcmp(v, "amx") == 0 ? 1 : strcmp(v, "tiles") == 0 ? 0 : -1;
+    if (on < 0) return -1;
+    if (fx_cache_field(text, "int16_pairs_gops", v, sizeof v) != 0 ||
+        fx_parse_rate(v, pairs, 0) != 0)
+        return -1;
+    if (fx_cache_field(text, "amx_int8_gops", v, sizeof v) != 0 || fx_parse_rate(v, amx, 0) != 0)
+        return -1;
+    if (fx_i16_amx_from_rates(*pairs, *amx) != on) return -1; /* not what the rule says */
+    *amx_on = on;
+    return 0;
+}
+
+static int fx_i16_cache_write(const char *path, const char *cpu_line, const char *features,
+                              int amx_on, double pairs, double amx)
+{
+    char text[2048];
+    const int len = snprintf(text, sizeof text,
+                             FX_I16_CACHE_MAGIC "\ncpu %s\nfeatures %s\ni16_gemm %s\n"
+                                                "int16_pairs_gops %.1f\namx_int8_gops %.1f\n",
+                             cpu_line, features, amx_on ? "amx" : "tiles", pairs, amx);
+    if (len <= 0 || (size_t)len >= sizeof text) return -1;
+    return fx_cache_put(path, text, (size_t)len);
+}
+
+int fx_i16_amx_cache_read(const struct fx_cpu_features *cpu, const char *features, int *amx_on,
+                          double *int16_pairs, double *amx_int8)
+{
+    char cpu_line[64], path[4096];
+    fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
+    if (fx_i16_kernel_cache_path(cpu, path, sizeof path) != 0) return -1;
+    return fx_i16_cache_read(path, cpu_line, features, amx_on, int16_pairs, amx_int8);
+}
+
+int fx_i16_amx_cache_write(const struct fx_cpu_features *cpu, const char *features, int amx_on,
+                           double int16_pairs, double amx_int8)
+{
+    char cpu_line[64], path[4096];
+    fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
+    if (fx_i16_kernel_cache_path(cpu, path, sizeof path) != 0) return -1;
+    return fx_i16_cache_write(path, cpu_line, features, amx_on != 0, int16_pairs, amx_int8);
+}
+
+int fx_i16_amx_measured(const struct fx_cpu_features *cpu, const char *features, char *why,
+                        size_t n)
+{
+    char cpu_line[64], path[4096];
+    fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
+    const int cached = fx_i16_kernel_cache_path(cpu, path, sizeof path) == 0;
+    int on;
+    double pairs, amx;
+    if (cached && fx_i16_cache_read(path, cpu_line, features, &on, &pairs, &amx) == 0) {
+        snprintf(why, n, "measurement cached in %s: AMX-INT8 %.1f GOP/s of byte products "
+                         "against int16 pairs %.1f", path, amx, pairs);
+        return on;
+    }
+    pairs = amx = 0;
+    for (int round = 0; round < 2; round++) { /* alternated, the best of each */
+        const double p = fx_instr_rate(FX_INSTR_DPWSSD512, 1000000, 3) * 64e-9;
+        const double x = fx_amx_int8_rate(20000, 3) * 1e-9;
+        pairs = p > pairs ? p : pairs;
+        amx = x > amx ? x : amx;
+    }
+    on = fx_i16_amx_from_rates(pairs, amx);
+    const int kept = cached && fx_i16_cache_write(path, cpu_line, features, on, pairs, amx) == 0;
+    snprintf(why, n, "measurement (now; %s): AMX-INT8 %.1f GOP/s of byte products against "
+                     "int16 pairs %.1f",
+             kept ? "cached for the next process" : cached ? "the cache could not be written" : "no cache",
+             amx, pairs);
+    return on;
 }

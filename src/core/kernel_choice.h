@@ -65,6 +65,30 @@ int fx_bf16_route_cache_read(const struct fx_cpu_features *cpu, const char *feat
 int fx_bf16_route_cache_write(const struct fx_cpu_features *cpu, const char *features, int route,
                               double fp32_fma, double bf16_pairs, double amx);
 
+/* The int16 GEMM on a CPU with AMX-INT8 that this process may use: the AMX kernel
+ * (src/flex/gemm_i16_amx.c) or the vpdpwssd register tiles (src/flex/gemm_i16.c). The AMX
+ * kernel must see its byte-product ceiling, divided by the four byte products one int16
+ * product takes, at this factor above vpdpwssd's int16 pair-product ceiling: on the Xeon
+ * reporting model 167 it reaches 15-25 % of that ceiling where the register tiles reach 35-40 %
+ * of theirs (docs/performance.md), so it wins from about 2.5x. */
+#define FX_I16_AMX_ROUTE_MARGIN 3.0
+
+/* 1 (AMX) when amx_int8 / 4 >= FX_I16_AMX_ROUTE_MARGIN * int16_pairs (GOP/s, two operations
+ * per product); a non-positive or non-finite reading never wins */
+int fx_i16_amx_from_rates(double int16_pairs, double amx_int8);
+
+/* The int16 GEMM choice (1: AMX) of a CPU with usable AMX-INT8: read from its own cache file
+ * (kernels-i16-<vendor>-<family>-<model>.txt, same directory and rules as the bf16 one), else
+ * measured (vpdpwssd and tdpbssd, about 10 ms) and written there. why (n bytes) gets how it was
+ * chosen, with the rates. Never fails. */
+int fx_i16_amx_measured(const struct fx_cpu_features *cpu, const char *features, char *why,
+                        size_t n);
+int fx_i16_amx_cache_read(const struct fx_cpu_features *cpu, const char *features, int *amx_on,
+                          double *int16_pairs, double *amx_int8);
+int fx_i16_amx_cache_write(const struct fx_cpu_features *cpu, const char *features, int amx_on,
+                           double int16_pairs, double amx_int8);
+int fx_i16_kernel_cache_path(const struct fx_cpu_features *cpu, char *path, size_t n);
+
 /* The cache file's path for a CPU (n bytes; "" when no directory can be named): exposed for the
  * tests and flexpoint-info. Returns 0 on success, -1 when there is no cache. */
 int fx_kernel_cache_path(const struct fx_cpu_features *cpu, char *path, size_t n);

@@ -93,6 +93,12 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     /* the int16 GEMM: vpdpwssd where the CPU has AVX512_VNNI, else vpmaddwd + vpaddd */
     fx_flex_set_kernel(b, FX_OP_MATMUL,
                        cpu->avx512vnni ? fx_flex_matmul_avx512vnni : fx_flex_matmul_avx512bw);
+    /* AMX-INT8 where this process may use it: the AMX kernel, which hands what it does not
+     * take (and everything while fx_gemm_i16_amx_on() is off) to the vpdpwssd one */
+    if (cpu->avx512vnni && fx_amx_int8_usable(cpu)) {
+        fx_flex_set_kernel(b, FX_OP_MATMUL, fx_flex_matmul_amx);
+        b->gemm.i16_amx = 1;
+    }
     /* int16 GEMM tuning: pre-packed A panels and pre-split B of its 6 x 32 tile */
     b->gemm.i16_panel_mr = FX_FLEX_MR_AVX512;
     b->gemm.i16_panel_nr = FX_FLEX_NR_AVX512;

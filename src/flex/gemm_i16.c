@@ -359,7 +359,16 @@ static _Atomic int g_mode = FX_GEMM_I16_AUTO;
 static _Atomic int g_forced = FX_GEMM_I16_KERNEL_AUTO; /* fx_gemm_i16_force_kernel */
 
 static const char *const fx_i16_kernel_names[FX_GEMM_I16_KERNELS] = {"auto", "split", "wrap",
-                                                                      "fast"};
+                                                                      "fast", "amx"};
+static _Atomic int g_amx_auto; /* fx_gemm_i16_set_amx_auto */
+
+void fx_gemm_i16_set_amx_auto(int on) { g_amx_auto = on != 0; }
+
+int fx_gemm_i16_amx_on(void)
+{
+    const int forced = g_forced;
+    return forced == FX_GEMM_I16_KERNEL_AMX || (forced == FX_GEMM_I16_KERNEL_AUTO && g_amx_auto);
+}
 
 const char *fx_gemm_i16_kernel_name(int kernel)
 {

@@ -158,15 +158,25 @@ enum {
     FX_GEMM_I16_KERNEL_SPLIT = 1,
     FX_GEMM_I16_KERNEL_WRAP = 2,
     FX_GEMM_I16_KERNEL_FAST = 3,
-    FX_GEMM_I16_KERNELS = 4
+    FX_GEMM_I16_KERNEL_AMX = 4,
+    FX_GEMM_I16_KERNELS = 5
 };
-/* Names "auto", "split", "wrap", "fast" and back (-1: unknown name) */
+/* AMX (gemm_i16_amx.c) is a kernel of its own rather than a choice per tile: where the level
+ * installed it (fx_gemm_tuning.i16_amx), it takes every plain product of 16 x 32 x 16 or more
+ * while fx_gemm_i16_amx_on() says so: when forced (AMX), or under AUTO when the measured choice
+ * (src/core/kernel_choice.h) preferred it (fx_gemm_i16_set_amx_auto). Under AMX the products
+ * it does not take run this driver as under AUTO. */
+/* Names "auto", "split", "wrap", "fast", "amx" and back (-1: unknown name) */
 const char *fx_gemm_i16_kernel_name(int kernel);
 int fx_gemm_i16_kernel_parse(const char *name);
 /* Install a choice (not while products run on other threads); the caller checks that the CPU
  * can run it (WRAP needs AVX512_VNNI). FX_EINVAL for an unknown value. */
 int fx_gemm_i16_force_kernel(int kernel);
 int fx_gemm_i16_forced_kernel(void);
+/* The measured choice of AUTO between AMX and this driver (process-wide, default off), and
+ * whether the AMX kernel is to run now (forced, or AUTO with the measured choice on). */
+void fx_gemm_i16_set_amx_auto(int on);
+int fx_gemm_i16_amx_on(void);
 
 /* 1 when a product with inner dimension K takes the wrap kernel (on a level that has one):
  * where it pays (FX_GEMM_I16_WRAP_MIN_KP) under AUTO and FAST, always under WRAP, never under

@@ -552,7 +552,12 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
      * exact sums. bf16 x bf16 on a pair GEMM (vdpbf16ps) takes the same int32 pair panels,
      * built from the bf16 bits by the same builder. */
     const fx_backend *be = fx_backend_active();
-    const int pair_mr = ic                  ? be->gemm.i16_panel_mr
+    /* integer compute on the AMX kernel, which packs plain operands itself (gemm_i16_amx.c):
+     * the patch matrix and the plain weights, from one 32-value half tile of K (narrower
+     * products go to the register-tile GEMM, which wants its panels) */
+    const int plain_i16 = ic && be->gemm.i16_amx && fx_gemm_i16_amx_on() && CKK >= 32;
+    const int pair_mr = plain_i16           ? 0
+                        : ic                ? be->gemm.i16_panel_mr
                         : cc.cf == FMT_BF16 ? be->gemm.bf16_pair_panel_mr
                                             : 0;
     const int panel_mr = fx_conv_panels_fit(&g, pair_mr) ? pair_mr : 0;
@@ -566,7 +571,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
                               : 0;
     /* integer compute on a GEMM that gathers A rows itself: the patch rows are made for one
      * register tile at a time inside the GEMM (conv_panels.h), so no patch matrix at all */
-    const int row_src = ic && !panel_mr && be->gemm.i16_row_source;
+    const int row_src = ic && !panel_mr && !plain_i16 && be->gemm.i16_row_source;
     const int64_t col_n =
         panel_mr    ? 2 * fx_conv_panels_numel(&g, plan.nb, panel_mr)
         : fpanel_mr ? fx_conv_panels_f32_numel(&g, plan.nb, fpanel_mr) * (int64_t)(4 / cc.esz)
@@ -622,7 +627,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
     uint64_t *chunk_max = conv_alloc(&s, plan.nchunks, sizeof(uint64_t), &rc, func);
     /* integer compute: the weights split once for all chunks (each chunk's GEMM would split
      * the same B again) */
-    const int b_nr = ic ? be->gemm.i16_panel_nr : 0;
+    const int b_nr = ic && !plain_i16 ? be->gemm.i16_panel_nr : 0;
     const int b_layout = fx_gemm_i16_b_layout_for(be->gemm.i16_b_layout, CKK);
     int16_t *wsplit = b_nr ? conv_alloc(&s,
                                         fx_gemm_i16_split_b_numel(CKK, g.O, b_nr, b_layout) + 32,

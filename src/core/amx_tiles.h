@@ -1,0 +1,18 @@
+/* What every AMX kernel shares (amx_tiles_amx.c): the permission Linux wants a process to ask
+ * for before it touches tile data, and the one tile configuration the kernels use.
+ *
+ * Linux enables the AMX tile state per process only after arch_prctl(ARCH_REQ_XCOMP_PERM,
+ * XFEATURE_XTILEDATA); a process that uses a tile before it asked dies of SIGILL. The request
+ * is made once per process, whichever AMX kernel comes first. */
+#ifndef FX_CORE_AMX_TILES_H
+#define FX_CORE_AMX_TILES_H
+
+/* 1 when this process may use AMX tiles (the request succeeded; asked on the first call),
+ * 0 otherwise. The caller checks the CPU's AMX feature bits first. */
+int fx_amx_tile_state_granted(void);
+
+/* Load the tile configuration of the calling thread: palette 1, tmm0-7 all 16 rows of 64
+ * bytes. Only where fx_amx_tile_state_granted said yes; _tile_release() ends it. */
+void fx_amx_tiles_configure(void);
+
+#endif

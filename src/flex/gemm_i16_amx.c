@@ -1,0 +1,407 @@
+/* Exact int16 x int16 -> int64 GEMM on AMX-INT8 tiles: the "amx" kernel of the integer
+ * MATMUL (gemm_i16.h, FX_GEMM_I16_KERNEL_AMX).
+ *
+ * Why: one AMX-INT8 tile product (tdpb[su][su]d) multiplies a 16 x 64 byte tile by a 64 x 16
+ * one into 16 x 16 int32 sums, 16,384 products per instruction, where vpdpwssd makes 32 int16
+ * products. Four byte products make one int16 product, and on the Xeons that have AMX the tile
+ * unit still yields several times vpdpwssd's int16 rate (measured by fx_amx_int8_rate; the
+ * choice between the routes is measured too, src/core/kernel_choice.h).
+ *
+ * Arithmetic, exact for every int16 input (-32768 included). Each value is split into its
+ * signed high byte and unsigned low byte,
+ *     a = 256 ah + al,   ah = a >> 8 in [-128, 127] (arithmetic shift),   al = a & 255 in [0, 255],
+ * so that   a b = 65536 ah bh + 256 (ah bl + al bh) + al bl.   Four int32 accumulator tiles
+ * take, over a chunk of at most FX_AMX_I16_CHUNK_K values of k:
+ *     HH = sum ah bh   (tdpbssd: signed x signed),       |term| <= 2^14
+ *     HL = sum ah bl   (tdpbsud: signed x unsigned),     |term| <= 128 * 255
+ *     LH = sum al bh   (tdpbusd: unsigned x signed),     |term| <= 255 * 128
+ *     LL = sum al bl   (tdpbuud: unsigned x unsigned),   0 <= term <= 255^2
+ * With 32,768 values per chunk, LL <= 32,768 * 65,025 = 2,130,739,200 < 2^31 and the others are
+ * smaller: no int32 sum ever wraps. After each chunk 65536 HH + 256 (HL + LH) + LL is formed in
+ * int64 (exact) and added to the output. (HL and LH could share a tile, but then every step's
+ * two products into it wait for each other: a tile product's latency is several times its
+ * issue interval, so the fourth accumulator is what keeps the tile unit busy.) Every step is exact, so the int64 results equal the mathematical sums and the other
+ * integer kernels' bits, whatever the blocking and thread count.
+ *
+ * Layout: byte tiles of 1 KiB, made once per call from the plain int16 operands.
+ *   A, 16 rows x 64 k values: a high plane then a low plane, tile t of a row panel q at
+ *     t 2 KiB of the panel's buffer, row r's byte kk = plane(A[16 q + r][64 t + kk]);
+ *   B, 16 quads x 16 columns (the layout the tile products read: four consecutive k values of
+ *     one column in one 32-bit word): tile (s, t) at bpk + (s nkt + t) 2 KiB, byte
+ *     [u][4 j + e] = plane(B[64 t + 4 u + e][16 s + j]).
+ *   Rows beyond M, columns beyond N and k beyond K are zero (they add nothing).
+ * One output block of 16 x 16 takes all eight tiles: four accumulators (tmm0-3), A's two
+ * planes (tmm4-5) and B's two planes (tmm6-7); four tile products per 64 values of k.
+ * B is packed once per call; A one row panel at a time, by the thread that computes that
+ * panel's blocks, into a buffer of its own that stays in cache across the panel's blocks.
+ *
+ * Compiled with -mamx-tile -mamx-int8 and the AVX-512 flags; its entry runs only where
+ * fx_amx_int8_usable said yes (src/core/backend.c installs it). */
+#include "../core/amx_tiles.h"
+#include "../core/backend.h"
+#include "flex_kernels.h"
+#include "gemm_i16.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+enum { KT = 64, TILE_BYTES = 1024, PAIR_BYTES = 2 * TILE_BYTES };
+
+/* k values per exact int32 chunk (see above) */
+#define FX_AMX_I16_CHUNK_K 32768
+#define FX_AMX_I16_CHUNK_TILES (FX_AMX_I16_CHUNK_K / KT)
+
+int fx_amx_int8_usable(const fx_cpu_features *cpu)
+{
+    return cpu->amx_int8 && fx_amx_tile_state_granted();
+}
+
+typedef struct {
+    const int16_t *a, *b;
+    int64_t sam, sak, sbk, sbn;
+    int64_t M, K, N, nkt;
+    int8_t *bpk;
+    int64_t *out;
+} amx_i16_job;
+
+/* masks of the first n (0..64) of 64 int16 lanes, as two 32-lane halves */
+static inline void lane_masks(int64_t n, __mmask32 *m0, __mmask32 *m1)
+{
+    *m0 = n >= 32 ? 0xffffffffu : (__mmask32)((1u << n) - 1u);
+    *m1 = n >= 64 ? 0xffffffffu : n > 32 ? (__mmask32)((1u << (n - 32)) - 1u) : 0;
+}
+
+/* the high bytes (arithmetic >> 8) and low bytes of 32 int16 lanes */
+static inline __m256i hi_bytes(__m512i v) { return _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)); }
+static inline __m256i lo_bytes(__m512i v) { return _mm512_cvtepi16_epi8(v); }
+
+/* Tile t of row panel q of A from an A with contiguous columns (sam == 1: a transposed
+ * operand), whole tiles only: each quad of k rows gives 4 x 16 values, permuted into the 16
+ * rows' 4-byte words of word column u of the tile. */
+static void pack_a_tile_colmajor(const amx_i16_job *j, int64_t q, int64_t t, int8_t *hi,
+                                 int8_t *lo)
+{
+    /* byte 4 r + e of the result = byte 16 e + r of the four rows' bytes */
+    _Alignas(64) static const uint8_t perm[64] = {
+        0,  16, 32, 48, 1,  17, 33, 49, 2,  18, 34, 50, 3,  19, 35, 51, 4,  20, 36, 52, 5,  21,
+        37, 53, 6,  22, 38, 54, 7,  23, 39, 55, 8,  24, 40, 56, 9,  25, 41, 57, 10, 26, 42, 58,
+        11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
+    const __m512i idx = _mm512_load_si512((const void *)perm);
+    const __m512i rows = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176,
+                                           192, 208, 224, 240);
+    const int16_t *base = j->a + (t * KT) * j->sak + q * 16;
+    for (int u = 0; u < 16; u++) {
+        const int16_t *r = base + 4 * u * j->sak;
+        __m256i w[4];
+        for (int e = 0; e < 4; e++) w[e] = _mm256_loadu_si256((const void *)(r + e * j->sak));
+        const __m512i h01 = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm256_cvtepi16_epi8(_mm256_srai_epi16(w[0], 8))),
+                _mm256_cvtepi16_epi8(_mm256_srai_epi16(w[1], 8)), 1)),
+            _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm256_cvtepi16_epi8(_mm256_srai_epi16(w[2], 8))),
+                _mm256_cvtepi16_epi8(_mm256_srai_epi16(w[3], 8)), 1),
+            1);
+        const __m512i l01 = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm256_cvtepi16_epi8(w[0])), _mm256_cvtepi16_epi8(w[1]), 1)),
+            _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtepi16_epi8(w[2])),
+                                    _mm256_cvtepi16_epi8(w[3]), 1),
+            1);
+        /* dword r = row r's four k values of quad u: word u of tile row r */
+        _mm512_i32scatter_epi32((void *)(hi + 4 * u), rows, _mm512_permutexvar_epi8(idx, h01), 4);
+        _mm512_i32scatter_epi32((void *)(lo + 4 * u), rows, _mm512_permutexvar_epi8(idx, l01), 4);
+    }
+}
+
+/* The tiles of row panel q of A (16 rows, all nkt tiles) into ap. */
+static void pack_a_panel(const amx_i16_job *j, int64_t q, int8_t *ap)
+{
+    for (int64_t t = 0; t < j->nkt; t++) {
+        if (j->sam == 1 && j->sak != 1 && q * 16 + 16 <= j->M && t * KT + KT <= j->K) {
+            pack_a_tile_colmajor(j, q, t, ap + t * PAIR_BYTES, ap + t * PAIR_BYTES + TILE_BYTES);
+            continue;
+        }
+        int8_t *hi = ap + t * PAIR_BYTES, *lo = hi + TILE_BYTES;
+        const int64_t k0 = t * KT, n = j->K - k0 < KT ? j->K - k0 : KT;
+        for (int r = 0; r < 16; r++) {
+            const int64_t i = q * 16 + r;
+            if (i >= j->M) {
+                memset(hi + r * KT, 0, KT);
+                memset(lo + r * KT, 0, KT);
+            } else if (j->sak == 1) {
+                const int16_t *src = j->a + i * j->sam + k0;
+                __mmask32 m0, m1;
+                lane_masks(n, &m0, &m1);
+                const __m512i v0 = _mm512_maskz_loadu_epi16(m0, src);
+                const __m512i v1 = _mm512_maskz_loadu_epi16(m1, src + 32);
+                _mm256_storeu_si256((void *)(hi + r * KT), hi_bytes(v0));
+                _mm256_storeu_si256((void *)(hi + r * KT + 32), hi_bytes(v1));
+                _mm256_storeu_si256((void *)(lo + r * KT), lo_bytes(v0));
+                _mm256_storeu_si256((void *)(lo + r * KT + 32), lo_bytes(v1));
+            } else {
+                for (int64_t kk = 0; kk < KT; kk++) {
+                    const int16_t v = kk < n ? j->a[i * j->sam + (k0 + kk) * j->sak] : 0;
+                    hi[r * KT + kk] = (int8_t)(v >> 8);
+                    lo[r * KT + kk] = (int8_t)(uint8_t)(v & 255);
+                }
+            }
+        }
+    }
+}
+
+/* Tile t of column panel s of B, element by element (any strides, any tail). */
+static void pack_b_tile_any(const amx_i16_job *j, int64_t s, int64_t t, int8_t *hi, int8_t *lo)
+{
+    for (int u = 0; u < 16; u++)
+        for (int jj = 0; jj < 16; jj++)
+            for (int e = 0; e < 4; e++) {
+                const int64_t k = t * KT + 4 * u + e, col = s * 16 + jj;
+                const int16_t v = k < j->K && col < j->N ? j->b[k * j->sbk + col * j->sbn] : 0;
+                hi[u * 64 + 4 * jj + e] = (int8_t)(v >> 8);
+                lo[u * 64 + 4 * jj + e] = (int8_t)(uint8_t)(v & 255);
+            }
+}
+
+/* Four rows of 16 byte values (one per k of a quad) interleaved into the 64-byte tile row:
+ * byte 4 j + e = row e's byte j. */
+static inline void quad_row(__m128i r0, __m128i r1, __m128i r2, __m128i r3, int8_t *dst)
+{
+    const __m128i x01l = _mm_unpacklo_epi8(r0, r1), x01h = _mm_unpackhi_epi8(r0, r1);
+    const __m128i x23l = _mm_unpacklo_epi8(r2, r3), x23h = _mm_unpackhi_epi8(r2, r3);
+    _mm_storeu_si128((void *)dst, _mm_unpacklo_epi16(x01l, x23l));
+    _mm_storeu_si128((void *)(dst + 16), _mm_unpackhi_epi16(x01l, x23l));
+    _mm_storeu_si128((void *)(dst + 32), _mm_unpacklo_epi16(x01h, x23h));
+    _mm_storeu_si128((void *)(dst + 48), _mm_unpackhi_epi16(x01h, x23h));
+}
+
+/* Column panel s of B (16 columns), all nkt tiles. Whole tiles of a row-major B interleave
+ * four rows per quad; of a B with contiguous columns (a convolution's weights, a transposed
+ * gradient), each column's 64 k values give 16 words that go down the tile's word column. */
+static void pack_b_panel(const amx_i16_job *j, int64_t s)
+{
+    const int full_cols = s * 16 + 16 <= j->N;
+    for (int64_t t = 0; t < j->nkt; t++) {
+        int8_t *hi = j->bpk + (s * j->nkt + t) * PAIR_BYTES, *lo = hi + TILE_BYTES;
+        const int64_t k0 = t * KT;
+        if (!full_cols || (j->sbn != 1 && j->sbk != 1)) {
+            pack_b_tile_any(j, s, t, hi, lo);
+        } else if (j->sbn == 1) {
+            if (k0 + KT > j->K) {
+                pack_b_tile_any(j, s, t, hi, lo);
+                continue;
+            }
+            const int16_t *base = j->b + k0 * j->sbk + s * 16;
+            for (int u = 0; u < 16; u++) {
+                __m128i h[4], l[4];
+                for (int e = 0; e < 4; e++) {
+                    const __m256i v =
+                        _mm256_loadu_si256((const void *)(base + (4 * u + e) * j->sbk));
+                    h[e] = _mm256_cvtepi16_epi8(_mm256_srai_epi16(v, 8));
+                    l[e] = _mm256_cvtepi16_epi8(v);
+                }
+                quad_row(h[0], h[1], h[2], h[3], hi + u * 64);
+                quad_row(l[0], l[1], l[2], l[3], lo + u * 64);
+            }
+        } else { /* sbk == 1 */
+            const int64_t n = j->K - k0 < KT ? j->K - k0 : KT;
+            __mmask32 m0, m1;
+            lane_masks(n, &m0, &m1);
+            /* word u of column jj goes to word u * 16 + jj of the tile */
+            const __m512i idx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160,
+                                                  176, 192, 208, 224, 240);
+            for (int jj = 0; jj < 16; jj++) {
+                const int16_t *col = j->b + (s * 16 + jj) * j->sbn + k0;
+                const __m512i v0 = _mm512_maskz_loadu_epi16(m0, col);
+                const __m512i v1 = _mm512_maskz_loadu_epi16(m1, col + 32);
+                const __m512i hw = _mm512_inserti64x4(_mm512_castsi256_si512(hi_bytes(v0)),
+                                                      hi_bytes(v1), 1);
+                const __m512i lw = _mm512_inserti64x4(_mm512_castsi256_si512(lo_bytes(v0)),
+                                                      lo_bytes(v1), 1);
+                _mm512_i32scatter_epi32((void *)(hi + 4 * jj), idx, hw, 4);
+                _mm512_i32scatter_epi32((void *)(lo + 4 * jj), idx, lw, 4);
+            }
+        }
+    }
+}
+
+static inline __m512i widen8(const int32_t *v)
+{
+    return _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)v));
+}
+
+/* 65536 hh + 256 (hl + lh) + ll for the 8 lanes at offset o of the four accumulators, in
+ * int64 */
+static inline __m512i combine8(const int32_t (*acc)[256], int o)
+{
+    const __m512i mid = _mm512_add_epi64(widen8(acc[1] + o), widen8(acc[2] + o));
+    return _mm512_add_epi64(_mm512_add_epi64(_mm512_slli_epi64(widen8(acc[0] + o), 16),
+                                             _mm512_slli_epi64(mid, 8)),
+                            widen8(acc[3] + o));
+}
+
+/* The 16 x 16 output block of row panel q (packed in ap) and column panel s (its valid part:
+ * rows < M, columns < N), written over the whole K; raises *imax to the block's largest
+ * |value|. */
+static void amx_i16_block(const amx_i16_job *j, const int8_t *ap, int64_t q, int64_t s,
+                          uint64_t *imax)
+{
+    _Alignas(64) int32_t acc[4][256];
+    const int8_t *bp = j->bpk + s * j->nkt * PAIR_BYTES;
+    const int64_t i0 = q * 16, j0 = s * 16;
+    const int rows = j->M - i0 < 16 ? (int)(j->M - i0) : 16;
+    const int cols = j->N - j0 < 16 ? (int)(j->N - j0) : 16;
+    const __mmask8 cm0 = (__mmask8)(cols >= 8 ? 0xff : (1u << cols) - 1u);
+    const __mmask8 cm1 = (__mmask8)(cols >= 16 ? 0xff : cols > 8 ? (1u << (cols - 8)) - 1u : 0);
+    __m512i vmax = _mm512_setzero_si512();
+    for (int64_t c0 = 0; c0 < j->nkt; c0 += FX_AMX_I16_CHUNK_TILES) {
+        const int64_t c1 = j->nkt - c0 < FX_AMX_I16_CHUNK_TILES ? j->nkt : c0 + FX_AMX_I16_CHUNK_TILES;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t t = c0; t < c1; t++) {
+            _tile_loadd(4, ap + t * PAIR_BYTES, 64);
+            _tile_loadd(6, bp + t * PAIR_BYTES, 64);
+            _tile_dpbssd(0, 4, 6); /* ah bh */
+            _tile_loadd(7, bp + t * PAIR_BYTES + TILE_BYTES, 64);
+            _tile_dpbsud(1, 4, 7); /* ah bl */
+            _tile_loadd(5, ap + t * PAIR_BYTES + TILE_BYTES, 64);
+            _tile_dpbusd(2, 5, 6); /* al bh */
+            _tile_dpbuud(3, 5, 7); /* al bl */
+        }
+        _tile_stored(0, acc[0], 64);
+        _tile_stored(1, acc[1], 64);
+        _tile_stored(2, acc[2], 64);
+        _tile_stored(3, acc[3], 64);
+        const int last = c1 == j->nkt;
+        for (int r = 0; r < rows; r++) {
+            int64_t *o = j->out + (i0 + r) * j->N + j0;
+            __m512i v0 = combine8((const int32_t(*)[256])acc, r * 16);
+            __m512i v1 = combine8((const int32_t(*)[256])acc, r * 16 + 8);
+            if (c0 > 0) {
+                v0 = _mm512_add_epi64(v0, _mm512_maskz_loadu_epi64(cm0, o));
+                v1 = _mm512_add_epi64(v1, _mm512_maskz_loadu_epi64(cm1, o + 8));
+            }
+            _mm512_mask_storeu_epi64(o, cm0, v0);
+            _mm512_mask_storeu_epi64(o + 8, cm1, v1);
+            if (last) { /* lanes beyond the valid columns hold 0 (zero operands) */
+                vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v0));
+                vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v1));
+            }
+        }
+    }
+    const uint64_t m = _mm512_reduce_max_epu64(vmax);
+    *imax = m > *imax ? m : *imax;
+}
+
+/* Products this kernel takes: plain operands (pre-packed or on-demand A and pre-split B are
+ * the register-tile driver's layouts) with at least one whole block of work. */
+static int amx_i16_takes(const fx_op_call *c)
+{
+    const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
+    return fx_gemm_i16_amx_on() && c->a_panels == NULL && c->a_rows == NULL && c->b_split == NULL && M >= 16 &&
+           N >= 16 && K >= 32;
+}
+
+int fx_flex_matmul_amx(const fx_op_call *c)
+{
+    if (!amx_i16_takes(c)) return fx_flex_matmul_avx512vnni(c);
+    const fx_operand *A = &c->in[0], *B = &c->in[1];
+    const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
+    *c->out_exp = A->exp + B->exp;
+    amx_i16_job j = {A->data,       B->data, A->strides[0], A->strides[1],     B->strides[0],
+                     B->strides[1], M,       K,             N,                 (K + KT - 1) / KT,
+                     NULL,          c->out_i64};
+    const int64_t mq = (M + 15) / 16, ns = (N + 15) / 16;
+    const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
+                       ? c->nthreads
+                       : 1;
+    /* B packed once; A one row panel per thread at a time (nt panel buffers) */
+    const size_t panel = (size_t)j.nkt * PAIR_BYTES;
+    j.bpk = aligned_alloc(64, (size_t)ns * panel);
+    int8_t *apk = aligned_alloc(64, (size_t)nt * panel);
+    if (!j.bpk || !apk) {
+        free(j.bpk);
+        free(apk);
+        return FX_ENOMEM;
+    }
+    uint64_t imax = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1) reduction(max : imax)
+#endif
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#pragma omp for schedule(static)
+#endif
+        for (int64_t s = 0; s < ns; s++) pack_b_panel(&j, s);
+        int8_t *ap = apk + (size_t)tid * panel;
+        fx_amx_tiles_configure();
+        /* a thread packs one row panel of A and computes its blocks along the row; where there
+         * are fewer row panels than threads, the threads share a row's blocks instead */
+        if (mq >= nt) {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t q = 0; q < mq; q++) {
+                pack_a_panel(&j, q, ap);
+                for (int64_t s = 0; s < ns; s++) amx_i16_block(&j, ap, q, s, &imax);
+            }
+        } else {
+            for (int64_t q = 0; q < mq; q++) {
+                pack_a_panel(&j, q, ap);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+                for (int64_t s = 0; s < ns; s++) amx_i16_block(&j, ap, q, s, &imax);
+            }
+        }
+        _tile_release();
+    }
+    free(j.bpk);
+    free(apk);
+    if (c->out_imax && c->out_imax_known) {
+        *c->out_imax = imax;
+        *c->out_imax_known = 1;
+    }
+    return FX_OK;
+}
+
+/* AMX-INT8 tile products per second of this thread's CPU time, as operations (2 per byte
+ * product): four independent accumulators on zero tiles, best of reps runs of iters
+ * iterations. */
+double fx_amx_int8_rate(long iters, int reps)
+{
+    fx_amx_tiles_configure();
+    _tile_zero(4);
+    _tile_zero(6);
+    double best = 0;
+    for (int rep = 0; rep < reps; rep++) {
+        struct timespec t0, t1;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+        for (long i = 0; i < iters; i++) {
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(1, 4, 6);
+            _tile_dpbssd(2, 4, 6);
+            _tile_dpbssd(3, 4, 6);
+        }
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+        const double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        const double r = dt > 0 ? 4.0 * 32768.0 * (double)iters / dt : 0;
+        best = r > best ? r : best;
+    }
+    _tile_release();
+    return best;
+}
