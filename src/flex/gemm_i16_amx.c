@@ -192,17 +192,15 @@ static void pack_b_panel(const amx_i16_job *j, int64_t s)
         const int64_t k0 = t * KT;
         if (!full_cols || (j->sbn != 1 && j->sbk != 1)) {
             pack_b_tile_any(j, s, t, hi, lo);
-        } else if (j->sbn == 1) {
-            if (k0 + KT > j->K) {
-                pack_b_tile_any(j, s, t, hi, lo);
-                continue;
-            }
+        } else if (j->sbn == 1) { /* rows beyond K (the last tile's tail) read as zeros */
             const int16_t *base = j->b + k0 * j->sbk + s * 16;
             for (int u = 0; u < 16; u++) {
                 __m128i h[4], l[4];
                 for (int e = 0; e < 4; e++) {
                     const __m256i v =
-                        _mm256_loadu_si256((const void *)(base + (4 * u + e) * j->sbk));
+                        k0 + 4 * u + e < j->K
+                            ? _mm256_loadu_si256((const void *)(base + (4 * u + e) * j->sbk))
+                            : _mm256_setzero_si256();
                     h[e] = _mm256_cvtepi16_epi8(_mm256_srai_epi16(v, 8));
                     l[e] = _mm256_cvtepi16_epi8(v);
                 }
