@@ -26,6 +26,7 @@
  * Linux gives a process the AMX state only after it asks (src/core/amx_tiles.h);
  * fx_amx_bf16_usable asks once and reports whether it may run. This file is compiled with
  * -mamx-tile -mamx-bf16 and its kernels run only where fx_amx_bf16_usable said yes. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, CLOCK_THREAD_CPUTIME_ID */
 #include "../core/amx_tiles.h"
 #include "../core/backend.h"
 #include "../fp32/f32_kernels.h"
@@ -208,6 +209,7 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
     const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
                        ? c->nthreads
                        : 1;
+    (void)nt; /* used by the OpenMP pragmas only */
     const int64_t nblocks = (mq / 2) * (ns / 2);
     const amx_a_src as = {a, apk, A->strides[0], A->strides[1], M, K, nkt};
 #ifdef _OPENMP

@@ -37,6 +37,7 @@
  *
  * Compiled with -mamx-tile -mamx-int8 and the AVX-512 flags; its entry runs only where
  * fx_amx_int8_usable said yes (src/core/backend.c installs it). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, CLOCK_THREAD_CPUTIME_ID */
 #include "../core/amx_tiles.h"
 #include "../core/backend.h"
 #include "flex_kernels.h"
@@ -57,6 +58,15 @@ enum { KT = 64, TILE_BYTES = 1024, PAIR_BYTES = 2 * TILE_BYTES };
 #define FX_AMX_I16_CHUNK_K 32768
 #define FX_AMX_I16_CHUNK_TILES (FX_AMX_I16_CHUNK_K / KT)
 
+/* Packed B per column chunk, in bytes (fx_flex_matmul_amx): the row panels of A meet one chunk
+ * of B at a time, which stays in L2 (2 MiB a core on the Xeons with AMX) while they pass. At
+ * 1024^3 on one thread of the Xeon reporting model 167, a 1 MiB chunk took 6.1-6.6 ms against
+ * 8.3-8.7 without chunks, 6.4-7.0 with 512 KiB and 7.0-7.5 with 256 KiB (every chunk packs A
+ * again); products whose B fits are not cut. */
+#ifndef FX_AMX_I16_B_CHUNK_BYTES
+#define FX_AMX_I16_B_CHUNK_BYTES ((int64_t)1 << 20)
+#endif
+
 int fx_amx_int8_usable(const fx_cpu_features *cpu)
 {
     return cpu->amx_int8 && fx_amx_tile_state_granted();
@@ -68,7 +78,13 @@ typedef struct {
     int64_t M, K, N, nkt;
     int8_t *bpk;
     int64_t *out;
+    /* A's rows on demand (fx_op_call.a_rows: a convolution's patch rows) instead of a */
+    void (*a_rows)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
+                   int64_t ld);
+    const void *a_rows_ctx;
+    int64_t rows_ld; /* row stride of a thread's staging rows for a_rows */
 } amx_i16_job;
+
 
 /* masks of the first n (0..64) of 64 int16 lanes, as two 32-lane halves */
 static inline void lane_masks(int64_t n, __mmask32 *m0, __mmask32 *m1)
@@ -81,11 +97,18 @@ static inline void lane_masks(int64_t n, __mmask32 *m0, __mmask32 *m1)
 static inline __m256i hi_bytes(__m512i v) { return _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)); }
 static inline __m256i lo_bytes(__m512i v) { return _mm512_cvtepi16_epi8(v); }
 
-/* Tile t of row panel q of A from an A with contiguous columns (sam == 1: a transposed
- * operand), whole tiles only: each quad of k rows gives 4 x 16 values, permuted into the 16
- * rows' 4-byte words of word column u of the tile. */
-static void pack_a_tile_colmajor(const amx_i16_job *j, int64_t q, int64_t t, int8_t *hi,
-                                 int8_t *lo)
+/* The 16 rows of one row panel of A: a0 = its first row's element k = 0, strides sam and
+ * sak, rows (1..16) of them inside A (the rest pack as zeros), K values each. */
+typedef struct {
+    const int16_t *a0;
+    int64_t sam, sak, K;
+    int rows;
+} amx_a_panel;
+
+/* Tile t of a row panel of A with contiguous columns (sam == 1: a transposed operand), whole
+ * tiles only: each quad of k rows gives 4 x 16 values, permuted into the 16 rows' 4-byte words
+ * of word column u of the tile. */
+static void pack_a_tile_colmajor(const amx_a_panel *p, int64_t t, int8_t *hi, int8_t *lo)
 {
     /* byte 4 r + e of the result = byte 16 e + r of the four rows' bytes */
     _Alignas(64) static const uint8_t perm[64] = {
@@ -95,11 +118,11 @@ static void pack_a_tile_colmajor(const amx_i16_job *j, int64_t q, int64_t t, int
     const __m512i idx = _mm512_load_si512((const void *)perm);
     const __m512i rows = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176,
                                            192, 208, 224, 240);
-    const int16_t *base = j->a + (t * KT) * j->sak + q * 16;
+    const int16_t *base = p->a0 + (t * KT) * p->sak;
     for (int u = 0; u < 16; u++) {
-        const int16_t *r = base + 4 * u * j->sak;
+        const int16_t *r = base + 4 * u * p->sak;
         __m256i w[4];
-        for (int e = 0; e < 4; e++) w[e] = _mm256_loadu_si256((const void *)(r + e * j->sak));
+        for (int e = 0; e < 4; e++) w[e] = _mm256_loadu_si256((const void *)(r + e * p->sak));
         const __m512i h01 = _mm512_inserti64x4(
             _mm512_castsi256_si512(_mm256_inserti128_si256(
                 _mm256_castsi128_si256(_mm256_cvtepi16_epi8(_mm256_srai_epi16(w[0], 8))),
@@ -120,23 +143,22 @@ static void pack_a_tile_colmajor(const amx_i16_job *j, int64_t q, int64_t t, int
     }
 }
 
-/* The tiles of row panel q of A (16 rows, all nkt tiles) into ap. */
-static void pack_a_panel(const amx_i16_job *j, int64_t q, int8_t *ap)
+/* The tiles of a row panel of A (all nkt of them) into ap. */
+static void pack_a_panel(const amx_a_panel *p, int64_t nkt, int8_t *ap)
 {
-    for (int64_t t = 0; t < j->nkt; t++) {
-        if (j->sam == 1 && j->sak != 1 && q * 16 + 16 <= j->M && t * KT + KT <= j->K) {
-            pack_a_tile_colmajor(j, q, t, ap + t * PAIR_BYTES, ap + t * PAIR_BYTES + TILE_BYTES);
+    for (int64_t t = 0; t < nkt; t++) {
+        if (p->sam == 1 && p->sak != 1 && p->rows == 16 && t * KT + KT <= p->K) {
+            pack_a_tile_colmajor(p, t, ap + t * PAIR_BYTES, ap + t * PAIR_BYTES + TILE_BYTES);
             continue;
         }
         int8_t *hi = ap + t * PAIR_BYTES, *lo = hi + TILE_BYTES;
-        const int64_t k0 = t * KT, n = j->K - k0 < KT ? j->K - k0 : KT;
+        const int64_t k0 = t * KT, n = p->K - k0 < KT ? p->K - k0 : KT;
         for (int r = 0; r < 16; r++) {
-            const int64_t i = q * 16 + r;
-            if (i >= j->M) {
+            if (r >= p->rows) {
                 memset(hi + r * KT, 0, KT);
                 memset(lo + r * KT, 0, KT);
-            } else if (j->sak == 1) {
-                const int16_t *src = j->a + i * j->sam + k0;
+            } else if (p->sak == 1) {
+                const int16_t *src = p->a0 + r * p->sam + k0;
                 __mmask32 m0, m1;
                 lane_masks(n, &m0, &m1);
                 const __m512i v0 = _mm512_maskz_loadu_epi16(m0, src);
@@ -147,13 +169,30 @@ static void pack_a_panel(const amx_i16_job *j, int64_t q, int8_t *ap)
                 _mm256_storeu_si256((void *)(lo + r * KT + 32), lo_bytes(v1));
             } else {
                 for (int64_t kk = 0; kk < KT; kk++) {
-                    const int16_t v = kk < n ? j->a[i * j->sam + (k0 + kk) * j->sak] : 0;
+                    const int16_t v = kk < n ? p->a0[r * p->sam + (k0 + kk) * p->sak] : 0;
                     hi[r * KT + kk] = (int8_t)(v >> 8);
                     lo[r * KT + kk] = (int8_t)(uint8_t)(v & 255);
                 }
             }
         }
     }
+}
+
+/* Row panel q of A, packed into ap; where A comes from a_rows, its 16 rows are first gathered
+ * into the thread's staging rows (FX_A_ROWS_SLACK elements of room on both sides of each). */
+static void pack_a_rows(const amx_i16_job *j, int64_t q, int16_t *stage, int8_t *ap)
+{
+    const int rows = j->M - q * 16 < 16 ? (int)(j->M - q * 16) : 16;
+    amx_a_panel p = {NULL, j->sam, j->sak, j->K, rows};
+    if (j->a_rows) {
+        j->a_rows(j->a_rows_ctx, q * 16, rows, 0, j->K, stage + FX_A_ROWS_SLACK, j->rows_ld);
+        p.a0 = stage + FX_A_ROWS_SLACK;
+        p.sam = j->rows_ld;
+        p.sak = 1;
+    } else {
+        p.a0 = j->a + q * 16 * j->sam;
+    }
+    pack_a_panel(&p, j->nkt, ap);
 }
 
 /* Tile t of column panel s of B, element by element (any strides, any tail). */
@@ -304,7 +343,7 @@ static void amx_i16_block(const amx_i16_job *j, const int8_t *ap, int64_t q, int
 static int amx_i16_takes(const fx_op_call *c)
 {
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
-    return fx_gemm_i16_amx_on() && c->a_panels == NULL && c->a_rows == NULL && c->b_split == NULL && M >= 16 &&
+    return fx_gemm_i16_amx_on() && c->a_panels == NULL && c->b_split == NULL && M >= 16 &&
            N >= 16 && K >= 32;
 }
 
@@ -316,7 +355,7 @@ int fx_flex_matmul_amx(const fx_op_call *c)
     *c->out_exp = A->exp + B->exp;
     amx_i16_job j = {A->data,       B->data, A->strides[0], A->strides[1],     B->strides[0],
                      B->strides[1], M,       K,             N,                 (K + KT - 1) / KT,
-                     NULL,          c->out_i64};
+                     NULL,          c->out_i64, c->a_rows, c->a_rows_ctx, 0};
     const int64_t mq = (M + 15) / 16, ns = (N + 15) / 16;
     const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
                        ? c->nthreads
@@ -325,11 +364,18 @@ int fx_flex_matmul_amx(const fx_op_call *c)
     const size_t panel = (size_t)j.nkt * PAIR_BYTES;
     j.bpk = aligned_alloc(64, (size_t)ns * panel);
     int8_t *apk = aligned_alloc(64, (size_t)nt * panel);
-    if (!j.bpk || !apk) {
+    /* rows on demand: 16 staging rows per thread with the slack a_rows may write into */
+    j.rows_ld = j.a_rows ? (K + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
+    const size_t stage_n = (size_t)(16 * j.rows_ld);
+    int16_t *stages = j.a_rows ? malloc((size_t)nt * stage_n * sizeof(int16_t)) : NULL;
+    if (!j.bpk || !apk || (j.a_rows && !stages)) {
         free(j.bpk);
         free(apk);
+        free(stages);
         return FX_ENOMEM;
     }
+    const int64_t nsb_fit = FX_AMX_I16_B_CHUNK_BYTES / (int64_t)panel;
+    const int64_t nsb = nsb_fit < 1 ? 1 : nsb_fit;
     uint64_t imax = 0;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(max : imax)
@@ -342,20 +388,26 @@ int fx_flex_matmul_amx(const fx_op_call *c)
 #endif
         for (int64_t s = 0; s < ns; s++) pack_b_panel(&j, s);
         int8_t *ap = apk + (size_t)tid * panel;
+        int16_t *stage = stages ? stages + (size_t)tid * stage_n : NULL;
         fx_amx_tiles_configure();
         /* a thread packs one row panel of A and computes its blocks along the row; where there
          * are fewer row panels than threads, the threads share a row's blocks instead */
         if (mq >= nt) {
+            /* column panels in chunks whose packed B stays in L2 across the row panels; each
+             * chunk packs the row panels of A again */
+            for (int64_t s0 = 0; s0 < ns; s0 += nsb) {
+                const int64_t s1 = ns - s0 < nsb ? ns : s0 + nsb;
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (int64_t q = 0; q < mq; q++) {
-                pack_a_panel(&j, q, ap);
-                for (int64_t s = 0; s < ns; s++) amx_i16_block(&j, ap, q, s, &imax);
+                for (int64_t q = 0; q < mq; q++) {
+                    pack_a_rows(&j, q, stage, ap);
+                    for (int64_t s = s0; s < s1; s++) amx_i16_block(&j, ap, q, s, &imax);
+                }
             }
         } else {
             for (int64_t q = 0; q < mq; q++) {
-                pack_a_panel(&j, q, ap);
+                pack_a_rows(&j, q, stage, ap);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
@@ -366,6 +418,7 @@ int fx_flex_matmul_amx(const fx_op_call *c)
     }
     free(j.bpk);
     free(apk);
+    free(stages);
     if (c->out_imax && c->out_imax_known) {
         *c->out_imax = imax;
         *c->out_imax_known = 1;

@@ -553,8 +553,9 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
      * built from the bf16 bits by the same builder. */
     const fx_backend *be = fx_backend_active();
     /* integer compute on the AMX kernel, which packs plain operands itself (gemm_i16_amx.c):
-     * the patch matrix and the plain weights, from one 32-value half tile of K (narrower
-     * products go to the register-tile GEMM, which wants its panels) */
+     * the patch rows on demand (16 at a time, gathered while it packs them: no patch matrix)
+     * and the plain weights, from one 32-value half tile of K (narrower products go to the
+     * register-tile GEMM, which wants its panels) */
     const int plain_i16 = ic && be->gemm.i16_amx && fx_gemm_i16_amx_on() && CKK >= 32;
     const int pair_mr = plain_i16           ? 0
                         : ic                ? be->gemm.i16_panel_mr
@@ -571,7 +572,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
                               : 0;
     /* integer compute on a GEMM that gathers A rows itself: the patch rows are made for one
      * register tile at a time inside the GEMM (conv_panels.h), so no patch matrix at all */
-    const int row_src = ic && !panel_mr && !plain_i16 && be->gemm.i16_row_source;
+    const int row_src = ic && !panel_mr && (plain_i16 || be->gemm.i16_row_source);
     const int64_t col_n =
         panel_mr    ? 2 * fx_conv_panels_numel(&g, plan.nb, panel_mr)
         : fpanel_mr ? fx_conv_panels_f32_numel(&g, plan.nb, fpanel_mr) * (int64_t)(4 / cc.esz)
