@@ -267,6 +267,15 @@ static void *conv_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char
     return p;
 }
 
+/* The fewest values per patch (C KH KW) from which an integer convolution runs on the AMX
+ * kernel rather than the register tiles' panels. Measured on the Xeon reporting model 167, one
+ * thread, batch 128, 3x3 kernels, dfp16 forward, ms AMX / register tiles: C = 16 (K = 144):
+ * 16 -> 16 channels at 32x32 15.3 / 12.5, 16 -> 32 at 16x16 4.0 / 3.1; C = 32 (K = 288): 32 -> 32
+ * at 16x16 5.0 / 5.5, 32 -> 64 at 8x8 1.9 / 2.5; C = 64: 2.7 / 4.5. Below a few tiles of K the
+ * AMX blocks' fixed work (zeroing, storing and combining four accumulators per 16 x 16
+ * outputs) outweighs their few tile products. */
+#define FX_CONV_AMX_MIN_K 256
+
 /* Pre-packed operands of a convolution's chunk GEMMs (backend.h): A panels or A rows on
  * demand, and a pre-split B, each NULL when the GEMM packs that operand itself. */
 typedef struct conv_prepacked {
@@ -554,9 +563,9 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
     const fx_backend *be = fx_backend_active();
     /* integer compute on the AMX kernel, which packs plain operands itself (gemm_i16_amx.c):
      * the patch rows on demand (16 at a time, gathered while it packs them: no patch matrix)
-     * and the plain weights, from one 32-value half tile of K (narrower products go to the
-     * register-tile GEMM, which wants its panels) */
-    const int plain_i16 = ic && be->gemm.i16_amx && fx_gemm_i16_amx_on() && CKK >= 32;
+     * and the plain weights, from FX_CONV_AMX_MIN_K values per patch (narrower products go
+     * to the register-tile GEMM, which wants its panels) */
+    const int plain_i16 = ic && be->gemm.i16_amx && fx_gemm_i16_amx_on() && CKK >= FX_CONV_AMX_MIN_K;
     const int pair_mr = plain_i16           ? 0
                         : ic                ? be->gemm.i16_panel_mr
                         : cc.cf == FMT_BF16 ? be->gemm.bf16_pair_panel_mr
