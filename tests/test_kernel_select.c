@@ -352,9 +352,11 @@ static int check_i16_kernels(void)
     i16_api_bits(mm_ref, cv_ref, exps_ref);
     /* products: edge tiles, one and several K blocks (FX_GEMM_I16_KC = 384), K below and above
      * the wrap kernel's gate, a product above the default fast-kernel size gates */
-    /* the last: a B of 1.3 MB, which the AMX kernel takes in two column chunks */
-    static const int64_t shapes[][3] = {{7, 33, 19},  {13, 200, 70},  {20, 1100, 37},
-                                        {6, 129, 64}, {520, 256, 140}, {40, 2048, 320}};
+    /* the last two for the AMX kernel's blocking: a B of 1.1 MB in two column chunks; and a
+     * product it runs transposed (more columns than rows), in two K blocks */
+    static const int64_t shapes[][3] = {{7, 33, 19},    {13, 200, 70},   {20, 1100, 37},
+                                        {6, 129, 64},   {520, 256, 140}, {24, 250, 2200},
+                                        {40, 2100, 320}};
     int checked = 0;
     for (int lvl = FX_BACKEND_AVX2; lvl < FX_BACKEND_COUNT; lvl++) {
         if (!flexpoint_backend_available(lvl)) continue;

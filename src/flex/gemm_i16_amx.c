@@ -58,6 +58,18 @@ enum { KT = 64, TILE_BYTES = 1024, PAIR_BYTES = 2 * TILE_BYTES };
 #define FX_AMX_I16_CHUNK_K 32768
 #define FX_AMX_I16_CHUNK_TILES (FX_AMX_I16_CHUNK_K / KT)
 
+/* k tiles (64 values each) per K block: A's panel of one K block (64 KiB) stays in L1/L2
+ * while a chunk of B's column panels passes, and a panel of B per K block is as small, so that
+ * a chunk holds many; a K block is one exact int32 chunk (FX_AMX_I16_CHUNK_TILES) or less */
+#define FX_AMX_I16_KB_TILES 32
+_Static_assert(FX_AMX_I16_KB_TILES <= FX_AMX_I16_CHUNK_TILES, "a K block is one int32 chunk");
+
+/* The fewest values of k from which a product with more columns than rows runs transposed
+ * (C^T = B^T A^T, so that the larger operand is the one packed a panel at a time): measured at
+ * one thread, K = 64 ran 4x slower transposed (its writes down the columns of C dominate),
+ * K = 288-800 1.3-1.6x faster (32 x 32768 x 288: 9.6 against 13.1 ms) */
+#define FX_AMX_I16_SWAP_MIN_K 256
+
 /* Packed B per column chunk, in bytes (fx_flex_matmul_amx): the row panels of A meet one chunk
  * of B at a time, which stays in L2 (2 MiB a core on the Xeons with AMX) while they pass. At
  * 1024^3 on one thread of the Xeon reporting model 167, a 1 MiB chunk took 6.1-6.6 ms against
@@ -78,6 +90,8 @@ typedef struct {
     int64_t M, K, N, nkt;
     int8_t *bpk;
     int64_t *out;
+    int64_t ldo;  /* the output's row stride */
+    int out_t;    /* 1: the job computes the transposed product, so its (i, j) is out[j ldo + i] */
     /* A's rows on demand (fx_op_call.a_rows: a convolution's patch rows) instead of a */
     void (*a_rows)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
                    int64_t ld);
@@ -96,6 +110,32 @@ static inline void lane_masks(int64_t n, __mmask32 *m0, __mmask32 *m1)
 /* the high bytes (arithmetic >> 8) and low bytes of 32 int16 lanes */
 static inline __m256i hi_bytes(__m512i v) { return _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)); }
 static inline __m256i lo_bytes(__m512i v) { return _mm512_cvtepi16_epi8(v); }
+
+/* r[i] word j <- r[j] word i: a 16 x 16 transpose of 32-bit words in registers (unpacks of
+ * words and pairs, then two rounds of 128-bit lane shuffles) */
+static inline void transpose16_epi32(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int h = 0; h < 16; h += 8)
+        for (int i = 0; i < 4; i++) {
+            t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
+            t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
+        }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+    }
+}
 
 /* The 16 rows of one row panel of A: a0 = its first row's element k = 0, strides sam and
  * sak, rows (1..16) of them inside A (the rest pack as zeros), K values each. */
@@ -116,8 +156,7 @@ static void pack_a_tile_colmajor(const amx_a_panel *p, int64_t t, int8_t *hi, in
         37, 53, 6,  22, 38, 54, 7,  23, 39, 55, 8,  24, 40, 56, 9,  25, 41, 57, 10, 26, 42, 58,
         11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
     const __m512i idx = _mm512_load_si512((const void *)perm);
-    const __m512i rows = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176,
-                                           192, 208, 224, 240);
+    __m512i hw[16], lw[16]; /* [u]: word r = row r's four k values of quad u */
     const int16_t *base = p->a0 + (t * KT) * p->sak;
     for (int u = 0; u < 16; u++) {
         const int16_t *r = base + 4 * u * p->sak;
@@ -137,9 +176,15 @@ static void pack_a_tile_colmajor(const amx_a_panel *p, int64_t t, int8_t *hi, in
             _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtepi16_epi8(w[2])),
                                     _mm256_cvtepi16_epi8(w[3]), 1),
             1);
-        /* dword r = row r's four k values of quad u: word u of tile row r */
-        _mm512_i32scatter_epi32((void *)(hi + 4 * u), rows, _mm512_permutexvar_epi8(idx, h01), 4);
-        _mm512_i32scatter_epi32((void *)(lo + 4 * u), rows, _mm512_permutexvar_epi8(idx, l01), 4);
+        hw[u] = _mm512_permutexvar_epi8(idx, h01);
+        lw[u] = _mm512_permutexvar_epi8(idx, l01);
+    }
+    /* tile row r = word r of every quad */
+    transpose16_epi32(hw);
+    transpose16_epi32(lw);
+    for (int r = 0; r < 16; r++) {
+        _mm512_storeu_si512((void *)(hi + r * 64), hw[r]);
+        _mm512_storeu_si512((void *)(lo + r * 64), lw[r]);
     }
 }
 
@@ -178,21 +223,24 @@ static void pack_a_panel(const amx_a_panel *p, int64_t nkt, int8_t *ap)
     }
 }
 
-/* Row panel q of A, packed into ap; where A comes from a_rows, its 16 rows are first gathered
- * into the thread's staging rows (FX_A_ROWS_SLACK elements of room on both sides of each). */
-static void pack_a_rows(const amx_i16_job *j, int64_t q, int16_t *stage, int8_t *ap)
+/* Tiles t0 .. t1 - 1 of row panel q of A, packed into ap from its start; where A comes from
+ * a_rows, the 16 rows' values of those tiles are first gathered into the thread's staging rows
+ * (FX_A_ROWS_SLACK elements of room on both sides of each). */
+static void pack_a_rows(const amx_i16_job *j, int64_t q, int64_t t0, int64_t t1, int16_t *stage,
+                        int8_t *ap)
 {
     const int rows = j->M - q * 16 < 16 ? (int)(j->M - q * 16) : 16;
-    amx_a_panel p = {NULL, j->sam, j->sak, j->K, rows};
+    const int64_t k0 = t0 * KT, kn = (j->K < t1 * KT ? j->K : t1 * KT) - k0;
+    amx_a_panel p = {NULL, j->sam, j->sak, kn, rows};
     if (j->a_rows) {
-        j->a_rows(j->a_rows_ctx, q * 16, rows, 0, j->K, stage + FX_A_ROWS_SLACK, j->rows_ld);
+        j->a_rows(j->a_rows_ctx, q * 16, rows, k0, kn, stage + FX_A_ROWS_SLACK, j->rows_ld);
         p.a0 = stage + FX_A_ROWS_SLACK;
         p.sam = j->rows_ld;
         p.sak = 1;
     } else {
-        p.a0 = j->a + q * 16 * j->sam;
+        p.a0 = j->a + q * 16 * j->sam + k0 * j->sak;
     }
-    pack_a_panel(&p, j->nkt, ap);
+    pack_a_panel(&p, t1 - t0, ap);
 }
 
 /* Tile t of column panel s of B, element by element (any strides, any tail). */
@@ -250,19 +298,20 @@ static void pack_b_panel(const amx_i16_job *j, int64_t s)
             const int64_t n = j->K - k0 < KT ? j->K - k0 : KT;
             __mmask32 m0, m1;
             lane_masks(n, &m0, &m1);
-            /* word u of column jj goes to word u * 16 + jj of the tile */
-            const __m512i idx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160,
-                                                  176, 192, 208, 224, 240);
+            /* word u of column jj goes to word u * 16 + jj of the tile: a transpose */
+            __m512i hc[16], lc[16];
             for (int jj = 0; jj < 16; jj++) {
                 const int16_t *col = j->b + (s * 16 + jj) * j->sbn + k0;
                 const __m512i v0 = _mm512_maskz_loadu_epi16(m0, col);
                 const __m512i v1 = _mm512_maskz_loadu_epi16(m1, col + 32);
-                const __m512i hw = _mm512_inserti64x4(_mm512_castsi256_si512(hi_bytes(v0)),
-                                                      hi_bytes(v1), 1);
-                const __m512i lw = _mm512_inserti64x4(_mm512_castsi256_si512(lo_bytes(v0)),
-                                                      lo_bytes(v1), 1);
-                _mm512_i32scatter_epi32((void *)(hi + 4 * jj), idx, hw, 4);
-                _mm512_i32scatter_epi32((void *)(lo + 4 * jj), idx, lw, 4);
+                hc[jj] = _mm512_inserti64x4(_mm512_castsi256_si512(hi_bytes(v0)), hi_bytes(v1), 1);
+                lc[jj] = _mm512_inserti64x4(_mm512_castsi256_si512(lo_bytes(v0)), lo_bytes(v1), 1);
+            }
+            transpose16_epi32(hc);
+            transpose16_epi32(lc);
+            for (int u = 0; u < 16; u++) {
+                _mm512_storeu_si512((void *)(hi + u * 64), hc[u]);
+                _mm512_storeu_si512((void *)(lo + u * 64), lc[u]);
             }
         }
     }
@@ -283,59 +332,75 @@ static inline __m512i combine8(const int32_t (*acc)[256], int o)
                             widen8(acc[3] + o));
 }
 
-/* The 16 x 16 output block of row panel q (packed in ap) and column panel s (its valid part:
- * rows < M, columns < N), written over the whole K; raises *imax to the block's largest
- * |value|. */
+/* The 16 x 16 output block of row panel q (its tiles t0 .. t1 - 1 packed in ap) and column
+ * panel s, over those tiles (at most FX_AMX_I16_CHUNK_TILES: one exact int32 chunk): written
+ * into the valid part (rows < M, columns < N; transposed where out_t), or added to it where
+ * add; on the last K block (imax not NULL) the block's largest |value| raises *imax. */
 static void amx_i16_block(const amx_i16_job *j, const int8_t *ap, int64_t q, int64_t s,
-                          uint64_t *imax)
+                          int64_t t0, int64_t t1, int add, uint64_t *imax)
 {
     _Alignas(64) int32_t acc[4][256];
-    const int8_t *bp = j->bpk + s * j->nkt * PAIR_BYTES;
-    const int64_t i0 = q * 16, j0 = s * 16;
+    const int8_t *bp = j->bpk + (s * j->nkt + t0) * PAIR_BYTES;
+    const int64_t i0 = q * 16, j0 = s * 16, nt = t1 - t0;
     const int rows = j->M - i0 < 16 ? (int)(j->M - i0) : 16;
     const int cols = j->N - j0 < 16 ? (int)(j->N - j0) : 16;
     const __mmask8 cm0 = (__mmask8)(cols >= 8 ? 0xff : (1u << cols) - 1u);
     const __mmask8 cm1 = (__mmask8)(cols >= 16 ? 0xff : cols > 8 ? (1u << (cols - 8)) - 1u : 0);
     __m512i vmax = _mm512_setzero_si512();
-    for (int64_t c0 = 0; c0 < j->nkt; c0 += FX_AMX_I16_CHUNK_TILES) {
-        const int64_t c1 = j->nkt - c0 < FX_AMX_I16_CHUNK_TILES ? j->nkt : c0 + FX_AMX_I16_CHUNK_TILES;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (int64_t t = c0; t < c1; t++) {
-            _tile_loadd(4, ap + t * PAIR_BYTES, 64);
-            _tile_loadd(6, bp + t * PAIR_BYTES, 64);
-            _tile_dpbssd(0, 4, 6); /* ah bh */
-            _tile_loadd(7, bp + t * PAIR_BYTES + TILE_BYTES, 64);
-            _tile_dpbsud(1, 4, 7); /* ah bl */
-            _tile_loadd(5, ap + t * PAIR_BYTES + TILE_BYTES, 64);
-            _tile_dpbusd(2, 5, 6); /* al bh */
-            _tile_dpbuud(3, 5, 7); /* al bl */
-        }
-        _tile_stored(0, acc[0], 64);
-        _tile_stored(1, acc[1], 64);
-        _tile_stored(2, acc[2], 64);
-        _tile_stored(3, acc[3], 64);
-        const int last = c1 == j->nkt;
-        for (int r = 0; r < rows; r++) {
-            int64_t *o = j->out + (i0 + r) * j->N + j0;
-            __m512i v0 = combine8((const int32_t(*)[256])acc, r * 16);
-            __m512i v1 = combine8((const int32_t(*)[256])acc, r * 16 + 8);
-            if (c0 > 0) {
-                v0 = _mm512_add_epi64(v0, _mm512_maskz_loadu_epi64(cm0, o));
-                v1 = _mm512_add_epi64(v1, _mm512_maskz_loadu_epi64(cm1, o + 8));
-            }
-            _mm512_mask_storeu_epi64(o, cm0, v0);
-            _mm512_mask_storeu_epi64(o + 8, cm1, v1);
-            if (last) { /* lanes beyond the valid columns hold 0 (zero operands) */
-                vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v0));
-                vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v1));
-            }
-        }
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t t = 0; t < nt; t++) {
+        _tile_loadd(4, ap + t * PAIR_BYTES, 64);
+        _tile_loadd(6, bp + t * PAIR_BYTES, 64);
+        _tile_dpbssd(0, 4, 6); /* ah bh */
+        _tile_loadd(7, bp + t * PAIR_BYTES + TILE_BYTES, 64);
+        _tile_dpbsud(1, 4, 7); /* ah bl */
+        _tile_loadd(5, ap + t * PAIR_BYTES + TILE_BYTES, 64);
+        _tile_dpbusd(2, 5, 6); /* al bh */
+        _tile_dpbuud(3, 5, 7); /* al bl */
     }
-    const uint64_t m = _mm512_reduce_max_epu64(vmax);
-    *imax = m > *imax ? m : *imax;
+    _tile_stored(0, acc[0], 64);
+    _tile_stored(1, acc[1], 64);
+    _tile_stored(2, acc[2], 64);
+    _tile_stored(3, acc[3], 64);
+    for (int r = 0; r < rows && j->out_t; r++) { /* lanes go down a column of out */
+        int64_t *o = j->out + j0 * j->ldo + i0 + r;
+        const __m512i lane = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m512i ix0 = _mm512_mullo_epi64(lane, _mm512_set1_epi64(j->ldo));
+        const __m512i ix1 = _mm512_add_epi64(ix0, _mm512_set1_epi64(8 * j->ldo));
+        __m512i v0 = combine8((const int32_t(*)[256])acc, r * 16);
+        __m512i v1 = combine8((const int32_t(*)[256])acc, r * 16 + 8);
+        if (add) {
+            v0 = _mm512_add_epi64(v0, _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), cm0,
+                                                                  ix0, o, 8));
+            v1 = _mm512_add_epi64(v1, _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), cm1,
+                                                                  ix1, o, 8));
+        }
+        _mm512_mask_i64scatter_epi64(o, cm0, ix0, v0, 8);
+        _mm512_mask_i64scatter_epi64(o, cm1, ix1, v1, 8);
+        vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v0));
+        vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v1));
+    }
+    for (int r = 0; r < rows && !j->out_t; r++) {
+        int64_t *o = j->out + (i0 + r) * j->ldo + j0;
+        __m512i v0 = combine8((const int32_t(*)[256])acc, r * 16);
+        __m512i v1 = combine8((const int32_t(*)[256])acc, r * 16 + 8);
+        if (add) {
+            v0 = _mm512_add_epi64(v0, _mm512_maskz_loadu_epi64(cm0, o));
+            v1 = _mm512_add_epi64(v1, _mm512_maskz_loadu_epi64(cm1, o + 8));
+        }
+        _mm512_mask_storeu_epi64(o, cm0, v0);
+        _mm512_mask_storeu_epi64(o + 8, cm1, v1);
+        /* lanes beyond the valid columns hold 0 (zero operands) */
+        vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v0));
+        vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v1));
+    }
+    if (imax) {
+        const uint64_t m = _mm512_reduce_max_epu64(vmax);
+        *imax = m > *imax ? m : *imax;
+    }
 }
 
 /* Products this kernel takes: plain operands (pre-packed or on-demand A and pre-split B are
@@ -353,19 +418,28 @@ int fx_flex_matmul_amx(const fx_op_call *c)
     const fx_operand *A = &c->in[0], *B = &c->in[1];
     const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
     *c->out_exp = A->exp + B->exp;
-    amx_i16_job j = {A->data,       B->data, A->strides[0], A->strides[1],     B->strides[0],
-                     B->strides[1], M,       K,             N,                 (K + KT - 1) / KT,
-                     NULL,          c->out_i64, c->a_rows, c->a_rows_ctx, 0};
-    const int64_t mq = (M + 15) / 16, ns = (N + 15) / 16;
+    amx_i16_job j = {A->data, B->data, A->strides[0], A->strides[1], B->strides[0], B->strides[1],
+                     M, K, N, (K + KT - 1) / KT, NULL, c->out_i64, N, 0, c->a_rows,
+                     c->a_rows_ctx, 0};
+    /* B is packed whole and A a panel at a time, so the larger operand goes on A's side: with
+     * more columns than rows the job computes C^T = B^T A^T and writes it transposed */
+    if (N > M && K >= FX_AMX_I16_SWAP_MIN_K && !c->a_rows) {
+        const amx_i16_job t = {B->data, A->data, B->strides[1], B->strides[0], A->strides[1],
+                               A->strides[0], N, K, M, j.nkt, NULL, c->out_i64, N, 1, NULL,
+                               NULL, 0};
+        j = t;
+    }
+    const int64_t mq = (j.M + 15) / 16, ns = (j.N + 15) / 16;
     const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
                        ? c->nthreads
                        : 1;
-    /* B packed once; A one row panel per thread at a time (nt panel buffers) */
-    const size_t panel = (size_t)j.nkt * PAIR_BYTES;
-    j.bpk = aligned_alloc(64, (size_t)ns * panel);
+    /* B packed once; A one row panel and K block per thread at a time (nt panel buffers) */
+    const int64_t kbt = j.nkt < FX_AMX_I16_KB_TILES ? j.nkt : FX_AMX_I16_KB_TILES;
+    const size_t panel = (size_t)kbt * PAIR_BYTES;
+    j.bpk = aligned_alloc(64, (size_t)(ns * j.nkt) * PAIR_BYTES);
     int8_t *apk = aligned_alloc(64, (size_t)nt * panel);
     /* rows on demand: 16 staging rows per thread with the slack a_rows may write into */
-    j.rows_ld = j.a_rows ? (K + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
+    j.rows_ld = j.a_rows ? (kbt * KT + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
     const size_t stage_n = (size_t)(16 * j.rows_ld);
     int16_t *stages = j.a_rows ? malloc((size_t)nt * stage_n * sizeof(int16_t)) : NULL;
     if (!j.bpk || !apk || (j.a_rows && !stages)) {
@@ -392,26 +466,33 @@ int fx_flex_matmul_amx(const fx_op_call *c)
         fx_amx_tiles_configure();
         /* a thread packs one row panel of A and computes its blocks along the row; where there
          * are fewer row panels than threads, the threads share a row's blocks instead */
-        if (mq >= nt) {
-            /* column panels in chunks whose packed B stays in L2 across the row panels; each
-             * chunk packs the row panels of A again */
-            for (int64_t s0 = 0; s0 < ns; s0 += nsb) {
-                const int64_t s1 = ns - s0 < nsb ? ns : s0 + nsb;
+        /* K blocks in order (each adds to the one before; the barrier of every loop below keeps
+         * them in order), and in each, column panels in chunks whose packed B stays in L2
+         * across the row panels; each chunk packs the row panels of A again */
+        for (int64_t t0 = 0; t0 < j.nkt; t0 += kbt) {
+            const int64_t t1 = j.nkt - t0 < kbt ? j.nkt : t0 + kbt;
+            uint64_t *last = t1 == j.nkt ? &imax : NULL;
+            if (mq >= nt) {
+                for (int64_t s0 = 0; s0 < ns; s0 += nsb) {
+                    const int64_t s1 = ns - s0 < nsb ? ns : s0 + nsb;
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-                for (int64_t q = 0; q < mq; q++) {
-                    pack_a_rows(&j, q, stage, ap);
-                    for (int64_t s = s0; s < s1; s++) amx_i16_block(&j, ap, q, s, &imax);
+                    for (int64_t q = 0; q < mq; q++) {
+                        pack_a_rows(&j, q, t0, t1, stage, ap);
+                        for (int64_t s = s0; s < s1; s++)
+                            amx_i16_block(&j, ap, q, s, t0, t1, t0 > 0, last);
+                    }
                 }
-            }
-        } else {
-            for (int64_t q = 0; q < mq; q++) {
-                pack_a_rows(&j, q, stage, ap);
+            } else { /* fewer row panels than threads: the threads share a row's blocks */
+                for (int64_t q = 0; q < mq; q++) {
+                    pack_a_rows(&j, q, t0, t1, stage, ap);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-                for (int64_t s = 0; s < ns; s++) amx_i16_block(&j, ap, q, s, &imax);
+                    for (int64_t s = 0; s < ns; s++)
+                        amx_i16_block(&j, ap, q, s, t0, t1, t0 > 0, last);
+                }
             }
         }
         _tile_release();
