@@ -822,8 +822,8 @@ FX_API const char *flexpoint_cpu_model(void);
  *  one more kernel, "avx512-i16-amx": every int16 value split into a signed high and an
  *  unsigned low byte, four byte products on AMX tiles, exact int32 sums combined in int64; it
  *  takes plain products from 16 x 32 x 16 (smaller ones and pre-packed convolution operands go
- *  to the register tiles), and convolutions with at least 32 values per patch hand it their
- *  patch matrix. Under "auto" (the default) the name is the level's ("avx2-i16",
+ *  to the register tiles), and convolutions with at least 256 values per patch hand it their
+ *  patch rows. Under "auto" (the default) the name is the level's ("avx2-i16",
  *  "avx512-i16"), or "avx512-i16-amx" where a measurement of the two instruction rates (cached
  *  per CPU model like the bf16 one) preferred AMX. The environment variable
  *  FLEXPOINT_KERNEL_I16_GEMM=auto|split|wrap|fast|amx (read once, at first use; an unknown

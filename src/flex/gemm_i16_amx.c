@@ -17,23 +17,32 @@
  *     LH = sum al bh   (tdpbusd: unsigned x signed),     |term| <= 255 * 128
  *     LL = sum al bl   (tdpbuud: unsigned x unsigned),   0 <= term <= 255^2
  * With 32,768 values per chunk, LL <= 32,768 * 65,025 = 2,130,739,200 < 2^31 and the others are
- * smaller: no int32 sum ever wraps. After each chunk 65536 HH + 256 (HL + LH) + LL is formed in
- * int64 (exact) and added to the output. (HL and LH could share a tile, but then every step's
- * two products into it wait for each other: a tile product's latency is several times its
- * issue interval, so the fourth accumulator is what keeps the tile unit busy.) Every step is exact, so the int64 results equal the mathematical sums and the other
- * integer kernels' bits, whatever the blocking and thread count.
+ * smaller: no int32 sum ever wraps. The K blocks below are shorter than such a chunk; after
+ * each, 65536 HH + 256 (HL + LH) + LL is formed in int64 (exact) and added to the output. (HL
+ * and LH could share a tile, but then every step's two products into it would wait for each
+ * other: a tile product's latency is several times its issue interval, so the fourth
+ * accumulator is what keeps the tile unit busy.) Every step is exact, so the int64 results
+ * equal the mathematical sums and the other integer kernels' bits, whatever the blocking and
+ * thread count.
  *
- * Layout: byte tiles of 1 KiB, made once per call from the plain int16 operands.
- *   A, 16 rows x 64 k values: a high plane then a low plane, tile t of a row panel q at
- *     t 2 KiB of the panel's buffer, row r's byte kk = plane(A[16 q + r][64 t + kk]);
+ * Layout: byte tiles of 1 KiB made from the plain int16 operands.
+ *   A, 16 rows x 64 k values: a high plane then a low plane; the tiles of one row panel q and
+ *     K block follow each other (2 KiB apart) in the packing thread's buffer, row r's byte kk
+ *     = plane(A[16 q + r][64 t + kk]) for tile t;
  *   B, 16 quads x 16 columns (the layout the tile products read: four consecutive k values of
  *     one column in one 32-bit word): tile (s, t) at bpk + (s nkt + t) 2 KiB, byte
  *     [u][4 j + e] = plane(B[64 t + 4 u + e][16 s + j]).
  *   Rows beyond M, columns beyond N and k beyond K are zero (they add nothing).
  * One output block of 16 x 16 takes all eight tiles: four accumulators (tmm0-3), A's two
  * planes (tmm4-5) and B's two planes (tmm6-7); four tile products per 64 values of k.
- * B is packed once per call; A one row panel at a time, by the thread that computes that
- * panel's blocks, into a buffer of its own that stays in cache across the panel's blocks.
+ *
+ * Blocking: B is packed once per call. K is cut into blocks of FX_AMX_I16_KB_TILES tiles and,
+ * within one, B's column panels into chunks of FX_AMX_I16_B_CHUNK_BYTES; for each chunk the
+ * threads share the row panels of A, each packing a panel's tiles of the K block into its own
+ * buffer (gathering the rows first where a convolution supplies them on demand, a_rows) and
+ * computing that panel's blocks of the chunk. A product with more columns than rows and K >=
+ * FX_AMX_I16_SWAP_MIN_K runs transposed (C^T = B^T A^T, written down the columns of C), so
+ * that the larger operand is the one packed a panel at a time.
  *
  * Compiled with -mamx-tile -mamx-int8 and the AVX-512 flags; its entry runs only where
  * fx_amx_int8_usable said yes (src/core/backend.c installs it). */
