@@ -26,7 +26,6 @@
  * Linux gives a process the AMX state only after it asks (src/core/amx_tiles.h);
  * fx_amx_bf16_usable asks once and reports whether it may run. This file is compiled with
  * -mamx-tile -mamx-bf16 and its kernels run only where fx_amx_bf16_usable said yes. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, CLOCK_THREAD_CPUTIME_ID */
 #include "../core/amx_tiles.h"
 #include "../core/backend.h"
 #include "../fp32/f32_kernels.h"
@@ -35,7 +34,6 @@
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -240,32 +238,20 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
     return FX_OK;
 }
 
-/* tdpbf16ps per second of this thread's CPU time, as operations (2 per product): four
- * independent accumulators on zero tiles, best of reps runs of iters iterations. */
+/* iters iterations of four independent tdpbf16ps (fx_amx_rate's loop) */
+static void amx_bf16_rate_loop(long iters)
+{
+    for (long i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 6);
+        _tile_dpbf16ps(2, 4, 6);
+        _tile_dpbf16ps(3, 4, 6);
+    }
+}
+
+/* tdpbf16ps per second of this thread's CPU time, as operations (2 per product, 16,384 per
+ * instruction) */
 double fx_amx_bf16_rate(long iters, int reps)
 {
-    fx_amx_tiles_configure();
-    _tile_zero(4);
-    _tile_zero(6);
-    double best = 0;
-    for (int rep = 0; rep < reps; rep++) {
-        struct timespec t0, t1;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-        for (long i = 0; i < iters; i++) {
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 4, 6);
-            _tile_dpbf16ps(2, 4, 6);
-            _tile_dpbf16ps(3, 4, 6);
-        }
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-        const double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        const double r = dt > 0 ? 4.0 * 16384.0 * (double)iters / dt : 0;
-        best = r > best ? r : best;
-    }
-    _tile_release();
-    return best;
+    return fx_amx_rate(amx_bf16_rate_loop, iters, reps, 4.0 * 16384.0);
 }

@@ -15,4 +15,10 @@ int fx_amx_tile_state_granted(void);
  * bytes. Only where fx_amx_tile_state_granted said yes; _tile_release() ends it. */
 void fx_amx_tiles_configure(void);
 
+/* The rate of one tile product instruction, per second of the calling thread's CPU time, as
+ * operations: loop(iters) runs iters iterations of four independent tile products (tmm0-3 +=
+ * tmm4 x tmm6) of ops_per_iter operations in all; the best of reps runs, on zero tiles. Only
+ * where fx_amx_tile_state_granted said yes. */
+double fx_amx_rate(void (*loop)(long iters), long iters, int reps, double ops_per_iter);
+
 #endif

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FX_AMX_ARCH_REQ_XCOMP_PERM 0x1023
@@ -49,4 +50,27 @@ void fx_amx_tiles_configure(void)
      * unless something else reads the bytes: this empty statement does */
     __asm__ volatile("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
+}
+
+double fx_amx_rate(void (*loop)(long iters), long iters, int reps, double ops_per_iter)
+{
+    fx_amx_tiles_configure();
+    _tile_zero(4);
+    _tile_zero(6);
+    double best = 0;
+    for (int rep = 0; rep < reps; rep++) {
+        struct timespec t0, t1;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+        loop(iters);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+        const double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        const double r = dt > 0 ? ops_per_iter * (double)iters / dt : 0;
+        best = r > best ? r : best;
+    }
+    _tile_release();
+    return best;
 }

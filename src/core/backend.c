@@ -60,7 +60,8 @@ static int fx_i16_wrap_runnable(const fx_cpu_features *c)
 /* The AMX kernel: where the AVX-512 level installed it (usable AMX-INT8). */
 static int fx_i16_amx_runnable(void)
 {
-    return fx_backends[FX_BACKEND_AVX512].available && fx_backends[FX_BACKEND_AVX512].gemm.i16_amx;
+    return fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info) &&
+           fx_backends[FX_BACKEND_AVX512].gemm.i16_amx;
 }
 
 /* A kernel this CPU can run (wrap and amx are not everywhere); why names what is missing. */
@@ -142,7 +143,6 @@ static void fx_backends_build(void)
      * variable does */
     /* where the AVX-512 level has the AMX kernel, auto takes it or the register tiles by
      * measurement (src/core/kernel_choice.h) */
-    fx_backends[FX_BACKEND_AVX512].available = fx_backend_runnable(FX_BACKEND_AVX512, &fx_cpu_info);
     if (fx_i16_amx_runnable())
         fx_gemm_i16_set_amx_auto(fx_i16_amx_measured(&fx_cpu_info, fx_cpu_string, fx_i16_amx_why,
                                                      sizeof fx_i16_amx_why));

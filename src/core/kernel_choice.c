@@ -112,6 +112,15 @@ int fx_i16_kernel_cache_path(const struct fx_cpu_features *cpu, char *path, size
     return fx_cache_path_named(cpu, "kernels-i16", path, n);
 }
 
+/* The key a cache file must carry (cpu_line, 64 bytes) and the file's path (4096 bytes) for a
+ * CPU; 0 when there is a cache, -1 when there is none (cpu_line is filled either way). */
+static int fx_cache_locate(const struct fx_cpu_features *cpu, const char *prefix,
+                           char *cpu_line, char *path)
+{
+    fx_cpu_model_format(cpu, cpu_line, 64);
+    return fx_cache_path_named(cpu, prefix, path, 4096);
+}
+
 /* mkdir -p of the cache folder's last one or two levels (~/.cache may not exist yet) */
 static void fx_make_cache_dir(const char *path)
 {
@@ -229,8 +238,7 @@ int fx_bf16_route_cache_read(const struct fx_cpu_features *cpu, const char *feat
                              double *fp32_fma, double *bf16_pairs, double *amx)
 {
     char cpu_line[64], path[4096];
-    fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
-    if (fx_kernel_cache_path(cpu, path, sizeof path) != 0) return -1;
+    if (fx_cache_locate(cpu, "kernels", cpu_line, path) != 0) return -1;
     return fx_cache_read(path, cpu_line, features, route, fp32_fma, bf16_pairs, amx);
 }
 
@@ -238,8 +246,7 @@ int fx_bf16_route_cache_write(const struct fx_cpu_features *cpu, const char *fea
                               double fp32_fma, double bf16_pairs, double amx)
 {
     char cpu_line[64], path[4096];
-    fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
-    if (fx_kernel_cache_path(cpu, path, sizeof path) != 0) return -1;
+    if (fx_cache_locate(cpu, "kernels", cpu_line, path) != 0) return -1;
     if (fx_bf16_gemm_route_name(route) == NULL) return -1;
     return fx_cache_write(path, cpu_line, features, route, fp32_fma, bf16_pairs, amx);
 }
@@ -248,8 +255,7 @@ int fx_bf16_route_measured(const struct fx_cpu_features *cpu, const char *featur
                            size_t n)
 {
     char cpu_line[64], path[4096];
-    fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
-    const int cached = fx_kernel_cache_path(cpu, path, sizeof path) == 0;
+    const int cached = fx_cache_locate(cpu, "kernels", cpu_line, path) == 0;
     int route;
     double fma, pairs, amx;
     if (cached && fx_cache_read(path, cpu_line, features, &route, &fma, &pairs, &amx) == 0) {
@@ -326,8 +332,7 @@ int fx_i16_amx_cache_read(const struct fx_cpu_features *cpu, const char *feature
                           double *int16_pairs, double *amx_int8)
 {
     char cpu_line[64], path[4096];
-    fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
-    if (fx_i16_kernel_cache_path(cpu, path, sizeof path) != 0) return -1;
+    if (fx_cache_locate(cpu, "kernels-i16", cpu_line, path) != 0) return -1;
     return fx_i16_cache_read(path, cpu_line, features, amx_on, int16_pairs, amx_int8);
 }
 
@@ -335,8 +340,7 @@ int fx_i16_amx_cache_write(const struct fx_cpu_features *cpu, const char *featur
                            double int16_pairs, double amx_int8)
 {
     char cpu_line[64], path[4096];
-    fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
-    if (fx_i16_kernel_cache_path(cpu, path, sizeof path) != 0) return -1;
+    if (fx_cache_locate(cpu, "kernels-i16", cpu_line, path) != 0) return -1;
     return fx_i16_cache_write(path, cpu_line, features, amx_on != 0, int16_pairs, amx_int8);
 }
 
@@ -344,8 +348,7 @@ int fx_i16_amx_measured(const struct fx_cpu_features *cpu, const char *features,
                         size_t n)
 {
     char cpu_line[64], path[4096];
-    fx_cpu_model_format(cpu, cpu_line, sizeof cpu_line);
-    const int cached = fx_i16_kernel_cache_path(cpu, path, sizeof path) == 0;
+    const int cached = fx_cache_locate(cpu, "kernels-i16", cpu_line, path) == 0;
     int on;
     double pairs, amx;
     if (cached && fx_i16_cache_read(path, cpu_line, features, &on, &pairs, &amx) == 0) {

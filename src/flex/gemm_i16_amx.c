@@ -46,7 +46,6 @@
  *
  * Compiled with -mamx-tile -mamx-int8 and the AVX-512 flags; its entry runs only where
  * fx_amx_int8_usable said yes (src/core/backend.c installs it). */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, CLOCK_THREAD_CPUTIME_ID */
 #include "../core/amx_tiles.h"
 #include "../core/backend.h"
 #include "flex_kernels.h"
@@ -55,7 +54,6 @@
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -374,34 +372,30 @@ static void amx_i16_block(const amx_i16_job *j, const int8_t *ap, int64_t q, int
     _tile_stored(1, acc[1], 64);
     _tile_stored(2, acc[2], 64);
     _tile_stored(3, acc[3], 64);
-    for (int r = 0; r < rows && j->out_t; r++) { /* lanes go down a column of out */
-        int64_t *o = j->out + j0 * j->ldo + i0 + r;
-        const __m512i lane = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
-        const __m512i ix0 = _mm512_mullo_epi64(lane, _mm512_set1_epi64(j->ldo));
-        const __m512i ix1 = _mm512_add_epi64(ix0, _mm512_set1_epi64(8 * j->ldo));
+    /* where out_t, a block row's lanes go down a column of out */
+    const __m512i ix0 = _mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7),
+                                           _mm512_set1_epi64(j->ldo));
+    const __m512i ix1 = _mm512_add_epi64(ix0, _mm512_set1_epi64(8 * j->ldo));
+    for (int r = 0; r < rows; r++) {
+        int64_t *o = j->out_t ? j->out + j0 * j->ldo + i0 + r : j->out + (i0 + r) * j->ldo + j0;
         __m512i v0 = combine8((const int32_t(*)[256])acc, r * 16);
         __m512i v1 = combine8((const int32_t(*)[256])acc, r * 16 + 8);
-        if (add) {
-            v0 = _mm512_add_epi64(v0, _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), cm0,
-                                                                  ix0, o, 8));
-            v1 = _mm512_add_epi64(v1, _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), cm1,
-                                                                  ix1, o, 8));
+        if (j->out_t) {
+            const __m512i z = _mm512_setzero_si512();
+            if (add) {
+                v0 = _mm512_add_epi64(v0, _mm512_mask_i64gather_epi64(z, cm0, ix0, o, 8));
+                v1 = _mm512_add_epi64(v1, _mm512_mask_i64gather_epi64(z, cm1, ix1, o, 8));
+            }
+            _mm512_mask_i64scatter_epi64(o, cm0, ix0, v0, 8);
+            _mm512_mask_i64scatter_epi64(o, cm1, ix1, v1, 8);
+        } else {
+            if (add) {
+                v0 = _mm512_add_epi64(v0, _mm512_maskz_loadu_epi64(cm0, o));
+                v1 = _mm512_add_epi64(v1, _mm512_maskz_loadu_epi64(cm1, o + 8));
+            }
+            _mm512_mask_storeu_epi64(o, cm0, v0);
+            _mm512_mask_storeu_epi64(o + 8, cm1, v1);
         }
-        _mm512_mask_i64scatter_epi64(o, cm0, ix0, v0, 8);
-        _mm512_mask_i64scatter_epi64(o, cm1, ix1, v1, 8);
-        vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v0));
-        vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v1));
-    }
-    for (int r = 0; r < rows && !j->out_t; r++) {
-        int64_t *o = j->out + (i0 + r) * j->ldo + j0;
-        __m512i v0 = combine8((const int32_t(*)[256])acc, r * 16);
-        __m512i v1 = combine8((const int32_t(*)[256])acc, r * 16 + 8);
-        if (add) {
-            v0 = _mm512_add_epi64(v0, _mm512_maskz_loadu_epi64(cm0, o));
-            v1 = _mm512_add_epi64(v1, _mm512_maskz_loadu_epi64(cm1, o + 8));
-        }
-        _mm512_mask_storeu_epi64(o, cm0, v0);
-        _mm512_mask_storeu_epi64(o + 8, cm1, v1);
         /* lanes beyond the valid columns hold 0 (zero operands) */
         vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v0));
         vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v1));
@@ -427,17 +421,25 @@ int fx_flex_matmul_amx(const fx_op_call *c)
     const fx_operand *A = &c->in[0], *B = &c->in[1];
     const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
     *c->out_exp = A->exp + B->exp;
-    amx_i16_job j = {A->data, B->data, A->strides[0], A->strides[1], B->strides[0], B->strides[1],
-                     M, K, N, (K + KT - 1) / KT, NULL, c->out_i64, N, 0, c->a_rows,
-                     c->a_rows_ctx, 0};
     /* B is packed whole and A a panel at a time, so the larger operand goes on A's side: with
      * more columns than rows the job computes C^T = B^T A^T and writes it transposed */
-    if (N > M && K >= FX_AMX_I16_SWAP_MIN_K && !c->a_rows) {
-        const amx_i16_job t = {B->data, A->data, B->strides[1], B->strides[0], A->strides[1],
-                               A->strides[0], N, K, M, j.nkt, NULL, c->out_i64, N, 1, NULL,
-                               NULL, 0};
-        j = t;
-    }
+    const int t = N > M && K >= FX_AMX_I16_SWAP_MIN_K && !c->a_rows;
+    const fx_operand *JA = t ? B : A, *JB = t ? A : B;
+    amx_i16_job j = {.a = JA->data,
+                     .b = JB->data,
+                     .sam = JA->strides[t ? 1 : 0],
+                     .sak = JA->strides[t ? 0 : 1],
+                     .sbk = JB->strides[t ? 1 : 0],
+                     .sbn = JB->strides[t ? 0 : 1],
+                     .M = t ? N : M,
+                     .K = K,
+                     .N = t ? M : N,
+                     .nkt = (K + KT - 1) / KT,
+                     .out = c->out_i64,
+                     .ldo = N,
+                     .out_t = t,
+                     .a_rows = c->a_rows,
+                     .a_rows_ctx = c->a_rows_ctx};
     const int64_t mq = (j.M + 15) / 16, ns = (j.N + 15) / 16;
     const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
                        ? c->nthreads
@@ -516,33 +518,20 @@ int fx_flex_matmul_amx(const fx_op_call *c)
     return FX_OK;
 }
 
+/* iters iterations of four independent tdpbssd (fx_amx_rate's loop) */
+static void amx_int8_rate_loop(long iters)
+{
+    for (long i = 0; i < iters; i++) {
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 6);
+        _tile_dpbssd(2, 4, 6);
+        _tile_dpbssd(3, 4, 6);
+    }
+}
+
 /* AMX-INT8 tile products per second of this thread's CPU time, as operations (2 per byte
- * product): four independent accumulators on zero tiles, best of reps runs of iters
- * iterations. */
+ * product, 32,768 per instruction) */
 double fx_amx_int8_rate(long iters, int reps)
 {
-    fx_amx_tiles_configure();
-    _tile_zero(4);
-    _tile_zero(6);
-    double best = 0;
-    for (int rep = 0; rep < reps; rep++) {
-        struct timespec t0, t1;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-        for (long i = 0; i < iters; i++) {
-            _tile_dpbssd(0, 4, 6);
-            _tile_dpbssd(1, 4, 6);
-            _tile_dpbssd(2, 4, 6);
-            _tile_dpbssd(3, 4, 6);
-        }
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-        const double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        const double r = dt > 0 ? 4.0 * 32768.0 * (double)iters / dt : 0;
-        best = r > best ? r : best;
-    }
-    _tile_release();
-    return best;
+    return fx_amx_rate(amx_int8_rate_loop, iters, reps, 4.0 * 32768.0);
 }
