@@ -287,6 +287,24 @@ static void step_waits(const fx_dataset *tr, const fx_dataset *te)
         }
         printf("published, after %d steps: %d tensors' exponents differ from the host's\n",
                steps + 2, exp_differ);
+        /* the health counts, tallied at settle on the device and at the write on the host:
+         * the same steps and writes per class (their statistics may drift with the steps) */
+        fx_train_health hh, hd;
+        CHECK_STATUS(fx_trainer_health(host, &hh), FX_OK);
+        CHECK_STATUS(fx_trainer_health(pub, &hd), FX_OK);
+        CHECK(hh.steps == hd.steps && hh.measured == 1 && hd.measured == 1,
+              "health: %lld steps on the host, %lld on the device", (long long)hh.steps,
+              (long long)hd.steps);
+        for (int c = 0; c < FX_TENSOR_CLASSES; c++) {
+            CHECK(hh.writes[c] == hd.writes[c] && hh.written[c] == hd.written[c] &&
+                      hd.written[c] > 0,
+                  "health class %d: %lld writes / %lld elements on the host, %lld / %lld on "
+                  "the device", c, (long long)hh.writes[c], (long long)hh.written[c],
+                  (long long)hd.writes[c], (long long)hd.written[c]);
+            printf("health class %d: saturated %lld / %lld, underflow %lld / %lld (host / "
+                   "device)\n", c, (long long)hh.saturated[c], (long long)hd.saturated[c],
+                   (long long)hh.underflow[c], (long long)hd.underflow[c]);
+        }
     }
     fx_trainer_free(pub);
     fx_trainer_free(rob);

@@ -77,6 +77,7 @@ struct fx_pending_write {
     int exp_known;  /* st->exp already holds the write's exponent (KEEP, or a host backend);
                        else the backend holds it (in device memory) until settled */
     int64_t index;  /* the write's number (st->writes at launch), for its trace record */
+    int64_t tally_period; /* st->tally_period at launch: where its statistics are tallied */
 };
 
 /* Data parallelism (src/dist/distributed.h): the collectives a storage's writes use when the
@@ -109,6 +110,17 @@ enum {
                           over the ranks before the one write */
 };
 
+/* A storage's write tally: per counting period (a training step), the statistics of the last
+ * write launched in it, summed over the periods (the trainer's health counts). Writes are
+ * tallied when their statistics are known, at settle for a launched write, so a counter that
+ * only sets periods never waits for a device; reading the tally settles first. */
+typedef struct fx_write_tally {
+    int64_t period;                          /* the period of the cur_* values; 0: none */
+    int64_t periods;                         /* closed periods (excluding `period`) */
+    int64_t saturated, underflow, zeroed;    /* sums over the closed periods */
+    int64_t cur_saturated, cur_underflow, cur_zeroed; /* the open period's last write */
+} fx_write_tally;
+
 typedef struct fx_storage {
     void *data;
     int64_t numel; /* elements allocated */
@@ -126,6 +138,9 @@ typedef struct fx_storage {
     fx_af_state af;         /* FLEX16_5 only */
     fx_write_info last;
     int64_t writes, overflows, clamped_total, nonfinite_total;
+    /* nonzero: the tally period writes launched now count in (fx_write_tally); 0: untallied */
+    int64_t tally_period;
+    fx_write_tally tally;
     fx_trace trace;
     /* A write launched before its statistics were known (a device write that does not wait
      * for its own statistics, src/core/dispatch.h): its Autoflex observation, statistics and
@@ -151,6 +166,12 @@ FX_INTERNAL void fx_tensor_set_dist(tensor_t *t, const fx_dist_ops *dist, int mo
  * kept another exponent than the core's rules ask for (the exponent is then the backend's and
  * the write's statistics are dropped). */
 FX_INTERNAL int fx_storage_settle(fx_storage *st, const char *func);
+
+/* The sums of st's tally over its periods, the open one included (the caller settles first
+ * for a complete count): periods with a tallied write, and their last writes' saturated and
+ * underflowed elements and writes that stored only zeros from nonzero inputs. */
+FX_INTERNAL void fx_storage_tally_sum(const fx_storage *st, int64_t *periods, int64_t *saturated,
+                                      int64_t *underflow, int64_t *zeroed);
 
 struct tensor {
     fmt_t fmt;

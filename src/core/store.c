@@ -99,10 +99,42 @@ static void fx_trial(void *ctx, int e, fx_qstats *st)
 /* The bookkeeping of a finished write numbered `index` at exponent e with statistics q:
  * the last-write statistics, the trace record and the totals. The exponent, the Autoflex
  * history and the write counters are the caller's. */
-static void fx_write_shared_account(fx_storage *st, int64_t index, int e, int clamped,
-                                    int overflowed, int recomputed, const fx_qstats *q,
-                                    double true_max)
+/* Tally a finished write of `period` (0: untallied): a new period closes the open one, a
+ * later write of the open period replaces its statistics. */
+static void fx_write_tally_add(fx_write_tally *t, int64_t period, const fx_qstats *q)
 {
+    if (!period) return;
+    if (period != t->period) {
+        if (t->period) {
+            t->periods++;
+            t->saturated += t->cur_saturated;
+            t->underflow += t->cur_underflow;
+            t->zeroed += t->cur_zeroed;
+        }
+        t->period = period;
+    }
+    t->cur_saturated = q->saturated;
+    t->cur_underflow = q->underflow;
+    /* every nonzero finite input rounded to 0: nothing of the values was kept */
+    t->cur_zeroed = q->underflow > 0 && q->max_abs_out == 0;
+}
+
+void fx_storage_tally_sum(const fx_storage *st, int64_t *periods, int64_t *saturated,
+                          int64_t *underflow, int64_t *zeroed)
+{
+    const fx_write_tally *t = &st->tally;
+    const int open = t->period != 0;
+    *periods = t->periods + open;
+    *saturated = t->saturated + (open ? t->cur_saturated : 0);
+    *underflow = t->underflow + (open ? t->cur_underflow : 0);
+    *zeroed = t->zeroed + (open ? t->cur_zeroed : 0);
+}
+
+static void fx_write_shared_account(fx_storage *st, int64_t index, int64_t period, int e,
+                                    int clamped, int overflowed, int recomputed,
+                                    const fx_qstats *q, double true_max)
+{
+    fx_write_tally_add(&st->tally, period, q);
     st->last.saturated = q->saturated;
     st->last.nonfinite = q->nonfinite;
     st->last.underflow = q->underflow;
@@ -179,13 +211,13 @@ static int fx_shared_decide(const fx_storage *st, bool whole, int cur_e, const f
 }
 
 /* Commit a decided write numbered `index` (the counters are the caller's). */
-static void fx_shared_commit(fx_storage *st, int64_t index, const fx_shared_outcome *o,
-                             double true_max)
+static void fx_shared_commit(fx_storage *st, int64_t index, int64_t period,
+                             const fx_shared_outcome *o, double true_max)
 {
     st->af = o->af;
     st->exp = o->e;
-    fx_write_shared_account(st, index, o->e, o->clamped, o->overflowed, o->recomputed, &o->q,
-                            true_max);
+    fx_write_shared_account(st, index, period, o->e, o->clamped, o->overflowed, o->recomputed,
+                            &o->q, true_max);
 }
 
 /* A write into one rank's rows of a distributed batch (FX_DIST_ROWS): every quantisation's
@@ -263,7 +295,7 @@ static int fx_write_shared_with_body(tensor_t *out, const fx_shared_src *src, co
     fx_shared_outcome o;
     rc = fx_shared_decide(st, fx_tensor_covers_storage(out), st->exp, src, &r, &o);
     if (rc) return rc;
-    fx_shared_commit(st, st->writes, &o, src->true_max);
+    fx_shared_commit(st, st->writes, st->tally_period, &o, src->true_max);
     st->writes++;
     st->write_counter++;
     (void)func;
@@ -340,6 +372,7 @@ void fx_write_shared_launched(tensor_t *out, fx_pending_write *p, int mode, int 
     p->prev_exp = st->exp;
     p->exp_known = exp_known;
     p->index = st->writes;
+    p->tally_period = st->tally_period;
     st->pending = p;
     if (exp_known) st->exp = e;
     st->writes++;
@@ -428,7 +461,7 @@ static int fx_storage_settle_collected(fx_storage *st, fx_pending_write *p,
                         "%d; its statistics are dropped", (long long)p->index, held,
                         res->ntrials, c.mismatch ? c.asked : o.e);
     }
-    fx_shared_commit(st, p->index, &o, res->true_max);
+    fx_shared_commit(st, p->index, p->tally_period, &o, res->true_max);
     return FX_OK;
 }
 

@@ -94,7 +94,7 @@ int fx_gr_sync(const char *func);
  * asynchronous), or wait as fx_gr_sync when FLEXPOINT_GPU_SYNC=1. */
 int fx_gr_op_done(const char *func);
 /* Count one wait of the host for the device (flexpoint_gpu_host_waits). */
-void fx_gr_count_wait(void);
+void fx_gr_count_wait(const char *what, const char *func);
 /* the count of those waits (flexpoint_gpu_host_waits) */
 long long fx_gr_host_waits(void);
 

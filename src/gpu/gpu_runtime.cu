@@ -51,7 +51,18 @@ extern "C" int fx_gr_device_name(int device, char *buf, size_t n, const char *fu
 // waits for the stream's earlier work), synchronisations, and statistics that had not arrived.
 static std::atomic<long long> fx_host_waits(0);
 
-extern "C" void fx_gr_count_wait(void) { fx_host_waits.fetch_add(1, std::memory_order_relaxed); }
+// FLEXPOINT_GPU_LOG_WAITS=1 (read once) prints each wait to stderr with its cause and the
+// function that waited: how a user finds which call of a training step drains the device.
+extern "C" void fx_gr_count_wait(const char *what, const char *func)
+{
+    static int log_waits = -1;
+    if (log_waits < 0) {
+        const char *env = getenv("FLEXPOINT_GPU_LOG_WAITS");
+        log_waits = env && env[0] == '1';
+    }
+    fx_host_waits.fetch_add(1, std::memory_order_relaxed);
+    if (log_waits) fprintf(stderr, "flexpoint: host waits for the device: %s in %s\n", what, func);
+}
 
 extern "C" long long fx_gr_host_waits(void)
 {
@@ -66,7 +77,8 @@ extern "C" int fx_gr_memcpy(void *dst, const void *src, size_t bytes, int dir, c
         const int rc = fx_gr_h2d_staged(dst, src, bytes, &staged, func);
         if (staged) return rc;
     }
-    if (dir != FX_GR_D2D) fx_gr_count_wait();
+    if (dir != FX_GR_D2D)
+        fx_gr_count_wait(dir == FX_GR_D2H ? "copy to the host" : "copy from pageable memory", func);
     const cudaMemcpyKind kind = dir == FX_GR_H2D   ? cudaMemcpyHostToDevice
                                 : dir == FX_GR_D2H ? cudaMemcpyDeviceToHost
                                                    : cudaMemcpyDeviceToDevice;
@@ -83,7 +95,7 @@ extern "C" int fx_gr_memset0(void *p, size_t bytes, const char *func)
 
 extern "C" int fx_gr_sync(const char *func)
 {
-    fx_gr_count_wait();
+    fx_gr_count_wait("synchronisation", func);
     cudaError_t err = cudaDeviceSynchronize();
     if (err == cudaSuccess) err = cudaGetLastError();
     return err == cudaSuccess ? FX_OK : fx_cuda_fail(err, func, "a CUDA kernel");

@@ -131,7 +131,7 @@ extern "C" int fx_gr_event_wait(void *event, const char *what, const char *func)
         // "not ready" is an answer, not a failure: keep it from being reported by the next
         // launch check as the last error
         (void)cudaGetLastError();
-        fx_gr_count_wait();
+        fx_gr_count_wait(what, func);
         err = cudaEventSynchronize((cudaEvent_t)event);
     }
     return err == cudaSuccess ? FX_OK : fx_cuda_fail(err, func, what);

@@ -555,82 +555,86 @@ static int64_t fx_count_correct(const float *logits, const int32_t *y, int64_t n
     return correct;
 }
 
-/* The health counters cover the steps from now on. */
-static void fx_health_reset(fx_trainer *t)
+/* Complete the writes of the registered shared-exponent tensors (a device's launched writes
+ * wait here for their statistics), so that their tallies are whole. */
+static int fx_health_settle(fx_trainer *t)
 {
     for (int i = 0; i < t->nreg; i++) {
-        fx_named_tensor *r = &t->reg[i];
-        r->writes = r->written = r->saturated = r->underflow = r->zeroed = 0;
-        r->unaccounted = 0;
+        fx_storage *st = t->reg[i].t->st;
+        if (!fmt_is_shared_exponent(st->fmt)) continue;
+        int rc = fx_storage_settle(st, __func__);
+        if (rc) return rc;
+    }
+    return FX_OK;
+}
+
+/* The health counters cover the steps from now on: the writes still pending are completed
+ * (they belong to the steps before) and the tallies emptied. */
+static int fx_health_reset(fx_trainer *t)
+{
+    int rc = fx_health_settle(t);
+    if (rc) return rc;
+    for (int i = 0; i < t->nreg; i++) {
+        fx_storage *st = t->reg[i].t->st;
+        memset(&st->tally, 0, sizeof st->tally);
     }
     t->health_steps = 0;
     t->health_step = t->global_step;
-}
-
-/* Count the statistics of the writes of the last step (a device write's are collected here,
- * fx_storage_settle, waiting for that write). A trainer moved by fx_trainer_load counts
- * afresh: the statistics in its tensors are then the loaded ones, not a step's. */
-static int fx_health_collect(fx_trainer *t)
-{
-    if (t->health_step != t->global_step) {
-        fx_health_reset(t);
-        return FX_OK;
-    }
-    for (int i = 0; i < t->nreg; i++) {
-        fx_named_tensor *r = &t->reg[i];
-        if (!r->unaccounted) continue;
-        fx_storage *st = r->t->st;
-        int rc = fx_storage_settle(st, __func__);
-        if (rc) return rc;
-        r->unaccounted = 0;
-        r->writes++;
-        /* a batch tensor of a distributed trainer: the write covered every rank's rows */
-        r->written += tensor_numel(r->t) * (st->dist_mode == FX_DIST_ROWS ? t->nranks : 1);
-        r->saturated += st->last.saturated;
-        r->underflow += st->last.underflow;
-        /* every nonzero finite input rounded to 0: nothing of the values was kept */
-        r->zeroed += st->last.underflow > 0 && st->last.stored_max == 0;
-    }
     return FX_OK;
 }
 
-/* Right before a step's first write: count the last step's writes, then note each
- * shared-exponent tensor's write count (counted when a write is launched, so reading it waits
- * for nothing). */
+/* Right before a step's first write: the step's writes are tallied in period global_step + 1
+ * of each registered tensor (fx_write_tally: per step the last write's statistics), when their
+ * statistics are known, so that a device's writes are never waited for here. A trainer moved
+ * by fx_trainer_load counts afresh: its tensors' statistics are then the loaded ones. */
 static int fx_health_begin(fx_trainer *t)
 {
-    int rc = fx_health_collect(t);
-    if (rc) return rc;
-    for (int i = 0; i < t->nreg; i++) {
-        const tensor_t *x = t->reg[i].t;
-        if (fmt_is_shared_exponent(x->fmt)) t->reg[i].writes0 = x->st->writes;
+    if (t->health_step != t->global_step) {
+        int rc = fx_health_reset(t);
+        if (rc) return rc;
     }
+    for (int i = 0; i < t->nreg; i++) t->reg[i].t->st->tally_period = t->global_step + 1;
     return FX_OK;
 }
 
-/* After a step: which tensors it wrote. */
+/* After a step (or a failed one): writes outside steps are not tallied. */
+static void fx_health_stop(fx_trainer *t)
+{
+    for (int i = 0; i < t->nreg; i++) t->reg[i].t->st->tally_period = 0;
+}
+
 static void fx_health_end(fx_trainer *t)
 {
-    for (int i = 0; i < t->nreg; i++) {
-        fx_named_tensor *r = &t->reg[i];
-        if (fmt_is_shared_exponent(r->t->fmt) && r->t->st->writes != r->writes0)
-            r->unaccounted = 1;
-    }
+    fx_health_stop(t);
     t->health_steps++;
     t->health_step = t->global_step + 1; /* the caller counts the step next */
+}
+
+/* This epoch's counts per registered tensor, complete (fx_trainer_health). */
+static int fx_health_collect(fx_trainer *t)
+{
+    int rc = t->health_step != t->global_step ? fx_health_reset(t) : fx_health_settle(t);
+    if (rc) return rc;
+    for (int i = 0; i < t->nreg; i++) {
+        fx_named_tensor *r = &t->reg[i];
+        const fx_storage *st = r->t->st;
+        fx_storage_tally_sum(st, &r->writes, &r->saturated, &r->underflow, &r->zeroed);
+        /* a batch tensor of a distributed trainer: the write covered every rank's rows */
+        r->written = r->writes * tensor_numel(r->t) * (st->dist_mode == FX_DIST_ROWS ? t->nranks : 1);
+    }
+    return FX_OK;
 }
 
 static int fx_begin_epoch_if_needed(fx_trainer *t)
 {
     if (t->step_in_epoch < t->steps_per_epoch) return FX_OK;
-    int rc = fx_health_collect(t); /* the last step belongs to the epoch that ends */
+    int rc = fx_health_reset(t); /* the last step belongs to the epoch that ends */
     if (rc) return rc;
     t->epoch++;
     t->step_in_epoch = 0;
     t->epoch_reported = 0;
     t->loss_sum = t->seconds = 0;
     t->correct = t->seen = t->seen_rows = t->skipped = t->nonfinite = 0;
-    fx_health_reset(t);
     fx_trainer_make_perm(t, t->epoch);
     return FX_OK;
 }
@@ -788,13 +792,18 @@ static int fx_trainer_step_body(fx_trainer *t, float *loss_out);
 int fx_trainer_step(fx_trainer *t, float *loss_out)
 {
     if (!t) return FX_FAIL(FX_EINVAL, "trainer is NULL");
-    if (!t->profiling) return fx_trainer_step_body(t, loss_out);
-    /* the step's own thread counts its conversions, rounding and bookkeeping */
-    fx_prof_sink *prev = fx_prof_attach(&t->prof_sink);
-    memcpy(t->prof_mark, t->prof_sink.ns, sizeof t->prof_mark);
-    const int rc = fx_trainer_step_body(t, loss_out);
-    t->prof_sink.log = 0; /* a failed step may stop inside a model pass */
-    fx_prof_attach(prev);
+    int rc;
+    if (!t->profiling) {
+        rc = fx_trainer_step_body(t, loss_out);
+    } else {
+        /* the step's own thread counts its conversions, rounding and bookkeeping */
+        fx_prof_sink *prev = fx_prof_attach(&t->prof_sink);
+        memcpy(t->prof_mark, t->prof_sink.ns, sizeof t->prof_mark);
+        rc = fx_trainer_step_body(t, loss_out);
+        t->prof_sink.log = 0; /* a failed step may stop inside a model pass */
+        fx_prof_attach(prev);
+    }
+    if (rc) fx_health_stop(t); /* a failed step's later writes are not the step's */
     return rc;
 }
 

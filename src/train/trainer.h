@@ -9,12 +9,10 @@ typedef struct fx_named_tensor {
     char name[64];
     tensor_t *t;
     int cls;            /* FX_TENSOR_WEIGHTS, _ACTIVATIONS or _GRADIENTS */
-    int64_t writes0;    /* shared-exponent tensors: the storage's write count when the current
-                           step began, to tell which tensors the step wrote */
     /* this epoch's writes, elements written, saturated and underflowed, and writes that
-     * stored only zeros from nonzero inputs (fx_trainer_health) */
+     * stored only zeros from nonzero inputs (fx_trainer_health fills them from the storage's
+     * write tally: per step, its last write) */
     int64_t writes, written, saturated, underflow, zeroed;
-    int unaccounted;    /* the last step wrote it; its statistics are not counted yet */
 } fx_named_tensor;
 
 struct fx_trainer {
@@ -43,13 +41,12 @@ struct fx_trainer {
     /* predictions per sample: T for a sequence model (one per position), else 1; seen_rows
      * counts the predictions of the epoch (the denominator of its accuracy) */
     int64_t rows, seen_rows;
-    /* Write statistics of the current epoch (fx_trainer_health) are kept per registered
-     * tensor: elements written, saturated and underflowed by its last write in each step. A
-     * step's writes are counted when the statistics are wanted anyway: before the next step's
-     * first write (which would replace them), at an epoch's end and by fx_trainer_health, so
-     * that a device's writes are not waited for at the end of every step. Not part of
-     * checkpoints: health_step is the global step they were last updated at, so a trainer
-     * whose position was changed by fx_trainer_load starts counting afresh. */
+    /* Write statistics of the current epoch (fx_trainer_health) are tallied by the registered
+     * tensors' storages (fx_write_tally), per step the last write's, when a write's statistics
+     * are known: a device's writes are waited for at an epoch's end and by
+     * fx_trainer_health, not at every step. Not part of checkpoints: health_step is the global
+     * step the counts reach, so a trainer whose position was changed by fx_trainer_load
+     * starts counting afresh. */
     int64_t health_steps, health_step;
     float *aug_tmp;            /* one image plane, for augmentation */
     /* fx_trainer_profile_enable: phase times of the steps since profiling started (the layer
