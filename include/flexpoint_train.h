@@ -486,10 +486,11 @@ typedef struct fx_train_health {
  *
  * The counts cover the steps of the current epoch: they restart at the first step of each
  * epoch, so right after fx_trainer_epoch they are those of the epoch just reported. They are
- * not saved in checkpoints; after fx_trainer_load they cover the steps taken since. A step's
- * statistics are counted before the next step's first write, at the end of an epoch and by
- * this call; on a device trainer these wait for the step's writes (the next step's host-side
- * batch preparation still overlaps them), and this call copies the weights to the host.
+ * not saved in checkpoints; after fx_trainer_load they cover the steps taken since. Per step
+ * and tensor they count the step's last write. Each write is counted when its statistics are
+ * known (a device trainer's steps never wait for them); the end of an epoch and this call
+ * complete the writes still pending, which on a device waits for them, and this call copies
+ * the weights to the host.
  * Compare worst_saturated_fraction and worst_zeroed_fraction with FX_HEALTH_WARN_FRACTION to
  * decide whether to warn.
  *
