@@ -71,6 +71,7 @@ isa_flags() {
   case "$1" in
     *_amx.c) echo "$AVX512 -mavx512bf16 -mavx512vbmi -mamx-tile -mamx-bf16 -mamx-int8" ;;
     *_avx512bf16.c) echo "$AVX512 -mavx512bf16" ;;
+    *batchnorm_avx512.c) echo "$AVX512 -ffp-contract=off" ;; # the portable loops' bits
     *_avx512.c) echo "$AVX512" ;;
     *batchnorm_avx2.c) echo "$AVX2 -ffp-contract=off" ;; # the portable loops' bits (CMakeLists.txt)
     *_avx2.c) echo "$AVX2" ;;

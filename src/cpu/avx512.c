@@ -106,7 +106,8 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     /* half a tile of 32 pays already: ResNet-20's 16-channel input gradients, 2.5x faster than
      * col2im (bench_conv_peer, 1 thread, docs/performance.md) */
     b->gemm.i16_bwd_fwd_min_c = FX_FLEX_NR_AVX512 / 2;
-    b->bn = &fx_bn_kernels_avx2; /* batch norm: the AVX2 kernels (same bits as the portable) */
+    /* batch norm: eight-lane element-wise passes, the AVX2 channel sums (the portable bits) */
+    b->bn = &fx_bn_kernels_avx512;
     b->conv.panels_i16 = fx_conv_panels_i16_avx512;
     /* the AVX2 level's rows on demand are not taken over: geometries its panel builder
      * declines keep im2row here, as measured (the driver would take rows on this level too,

@@ -133,14 +133,17 @@ typedef void (*fx_gemm_i16_wrap_ukr)(int64_t kp, const int32_t *ap, const int32_
                                      const int16_t *bw, int64_t *c, int64_t ldc, int m, int n,
                                      int accumulate, uint64_t *amax);
 
-/* The wrap kernel pays only on K blocks of at least this many pairs (K >= 127): its per-call
+/* The wrap kernel pays only on K blocks of at least this many pairs (K >= 255): its per-call
  * work (the chunk corrections and folds, the A high panels made per A block) is paid back in
  * proportion to K. Measured with bench_gemm_i16 (best of 8 alternating runs, full-range data,
  * one thread), wrap against split on every product: 1024^3 1.25x, conv2 forward (K = 800,
  * N = 64) 1.03x, conv2 dX as a product (K = 64, 32 pairs) 1.03x, within noise, conv1 forward
- * (K = 25, 13 pairs) 0.82x. The gate sits above both short ones: a product whose K block is
- * shorter takes the split kernel (and a convolution pre-splits its weights for it). */
-#define FX_GEMM_I16_WRAP_MIN_KP 64
+ * (K = 25, 13 pairs) 0.82x. On the Xeon reporting family 6 model 167, ResNet-20's 16-channel
+ * 3x3 convolutions (K = 144, 72 pairs, N = 16) ran their forward pass and input gradient 11 %
+ * faster on split than on wrap (one thread, 10.3 against 11.7 ms), so the gate sits above
+ * them too: a product whose K block is shorter takes the split kernel (and a convolution
+ * pre-splits its weights for it). Longer K blocks (K >= 256) go to AMX where a CPU has it. */
+#define FX_GEMM_I16_WRAP_MIN_KP 128
 
 /* The int16 GEMM's kernel choice, process-wide (FLEXPOINT_KERNEL_I16_GEMM, flexpoint_set_kernel;
  * src/core/backend.c installs it). AUTO: the fast kernel on the tiles whose norms allow it

@@ -86,9 +86,42 @@ typedef struct fx_bn_kernels {
 
 extern const fx_bn_kernels fx_bn_kernels_portable;
 extern const fx_bn_kernels fx_bn_kernels_avx2;
+extern const fx_bn_kernels fx_bn_kernels_avx512;
+
+/* The AVX2 channel sums, which the AVX-512 level shares (batchnorm_avx512.c) */
+void fx_bn_stats_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc, double *mean,
+                      double *var);
+void fx_bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_dims *d,
+                          int64_t c0, int nc, const double *mu, const double *is, double *sdy,
+                          double *sdyx);
+
+/* Every pair of source kinds (x, dy) gets its own loop in the SIMD levels' grad_sums and backward: training's
+ * pairs have one kind, a mixed pair is x and dy in two formats. */
+#define FX_BN_KIND_PAIRS(X)                                                                    \
+    X(FX_BN_F32, FX_BN_F32)                                                                    \
+    X(FX_BN_I16, FX_BN_I16)                                                                    \
+    X(FX_BN_BF16, FX_BN_BF16)                                                                  \
+    X(FX_BN_I16, FX_BN_F32)                                                                    \
+    X(FX_BN_F32, FX_BN_I16)                                                                    \
+    X(FX_BN_BF16, FX_BN_F32)                                                                   \
+    X(FX_BN_F32, FX_BN_BF16)                                                                   \
+    X(FX_BN_I16, FX_BN_BF16)                                                                   \
+    X(FX_BN_BF16, FX_BN_I16)
+
 
 /* Test switch: 0 makes batch norm copy every input to fp32 first (nn_in_f32) and scan its
  * outputs in the write, as before the in-place sources, so tests can compare the two. */
 void fx_bn_set_in_place(int on);
+
+/* One call of an element-wise kernel instance per rounding (to odd or not) and statistics
+ * setting (mx kept or not), so that neither is a test per vector in the SIMD loops: CALL(O, M)
+ * with constants O and M, from the caller's odd and mx. */
+#define FX_BN_RUN_MODES(CALL)                                                                  \
+    do {                                                                                       \
+        if (odd && mx) CALL(1, 1);                                                             \
+        else if (odd) CALL(1, 0);                                                              \
+        else if (mx) CALL(0, 1);                                                               \
+        else CALL(0, 0);                                                                       \
+    } while (0)
 
 #endif
