@@ -81,6 +81,10 @@ typedef void (*rows_fn)(const void *, int64_t, int, int64_t, int64_t, int16_t *,
 /* An integer MATMUL call of a x b into out with the optional A sources (panels, rows on
  * demand) and pre-split B; nthreads 2 with rows on demand (the GEMM's threads call the source
  * at once). */
+/* The width a pre-split B handed to run_gemm_any was made at (the 6 x 32 tile's, or the narrow
+ * tile's 16). */
+static int g_bsplit_nr = 32;
+
 static int run_gemm_any(fx_kernel k, fx_operand a, const int32_t *panels, rows_fn rows,
                         const void *rows_ctx, fx_operand b, const int16_t *bsplit, int blayout,
                         int64_t *out)
@@ -104,7 +108,7 @@ static int run_gemm_any(fx_kernel k, fx_operand a, const int32_t *panels, rows_f
     c.a_rows = rows;
     c.a_rows_ctx = rows_ctx;
     c.b_split = bsplit;
-    c.b_split_nr = bsplit ? 32 : 0;
+    c.b_split_nr = bsplit ? g_bsplit_nr : 0;
     c.b_split_layout = blayout;
     return k(&c);
 }
@@ -277,6 +281,66 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
             free(bs2);
             free(wt);
         }
+    /* outputs of at most 16 columns take the AVX-512 narrow tile (6 x 16): from plain operands,
+     * from A panels with B pre-split at width 16, and with B pre-split at the 6 x 32 tile's
+     * width (which keeps that tile), against the exact sums; forcing wrap keeps the wrap kernel */
+    for (int nn = 0; nn < 2 && nk; nn++) {
+        const int64_t Nn = nn ? 16 : 9;
+        int16_t *wn = malloc((size_t)(K * Nn) * 2);
+        int64_t *want = malloc((size_t)(Pc * Nn) * 8), *got = malloc((size_t)(Pc * Nn) * 8);
+        for (int64_t i = 0; i < K * Nn; i++) wn[i] = (int16_t)(test_rng_u64(rng) & 0xFFFF);
+        for (int64_t i = 0; i < Pc; i++)
+            for (int64_t j = 0; j < Nn; j++) {
+                int64_t acc = 0;
+                for (int64_t k = 0; k < K; k++) acc += (int64_t)colT[i * K + k] * wn[k * Nn + j];
+                want[i * Nn + j] = acc;
+            }
+        const fx_operand Bn = op2d(wn, K, Nn, Nn, 1);
+        CHECK(fx_gemm_i16_narrow(Nn) && !fx_gemm_i16_narrow(Nn + 17) && !fx_gemm_i16_narrow(0),
+              "N = %lld takes the narrow tile, N = %lld and 0 do not", (long long)Nn,
+              (long long)(Nn + 17));
+        int16_t *b16 = aligned_alloc(64, ((size_t)fx_gemm_i16_split_b_numel(K, Nn, 16, FX_GEMM_I16_B_SPLIT) * 2 + 63) / 64 * 64);
+        int16_t *b32 = aligned_alloc(64, ((size_t)fx_gemm_i16_split_b_numel(K, Nn, 32, FX_GEMM_I16_B_SPLIT) * 2 + 63) / 64 * 64);
+        CHECK_STATUS(fx_gemm_i16_split_b(wn, Nn, 1, K, Nn, 16, FX_GEMM_I16_B_SPLIT, b16), FX_OK);
+        CHECK_STATUS(fx_gemm_i16_split_b(wn, Nn, 1, K, Nn, 32, FX_GEMM_I16_B_SPLIT, b32), FX_OK);
+        for (int ki = 0; ki < nk; ki++)
+            for (int mode = 0; mode < 2; mode++) {
+                fx_gemm_i16_set_mode(mode ? FX_GEMM_I16_NORM_ALWAYS : FX_GEMM_I16_AUTO);
+                memset(got, 0, (size_t)(Pc * Nn) * 8);
+                CHECK_STATUS(run_gemm(kers[ki], A, NULL, Bn, NULL, 0, got), FX_OK);
+                CHECK(memcmp(got, want, (size_t)(Pc * Nn) * 8) == 0,
+                      "C%lld KW%lld N %lld kernel %d mode %d: narrow GEMM differs from the exact "
+                      "sums", (long long)g.C, (long long)g.KW, (long long)Nn, ki, mode);
+                g_bsplit_nr = 16;
+                memset(got, 0, (size_t)(Pc * Nn) * 8);
+                CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, Bn, b16, FX_GEMM_I16_B_SPLIT, got), FX_OK);
+                CHECK(memcmp(got, want, (size_t)(Pc * Nn) * 8) == 0,
+                      "C%lld KW%lld N %lld kernel %d: narrow GEMM from panels and B split at "
+                      "width 16 differs", (long long)g.C, (long long)g.KW, (long long)Nn, ki);
+                g_bsplit_nr = 32;
+                memset(got, 0, (size_t)(Pc * Nn) * 8);
+                CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, Bn, b32, FX_GEMM_I16_B_SPLIT, got), FX_OK);
+                CHECK(memcmp(got, want, (size_t)(Pc * Nn) * 8) == 0,
+                      "C%lld KW%lld N %lld kernel %d: GEMM with B split at width 32 differs",
+                      (long long)g.C, (long long)g.KW, (long long)Nn, ki);
+            }
+        fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
+        if (nk == 2) { /* forced wrap: the 6 x 32 wrap kernel, not the narrow tile */
+            CHECK_STATUS(fx_gemm_i16_force_kernel(FX_GEMM_I16_KERNEL_WRAP), FX_OK);
+            CHECK(!fx_gemm_i16_narrow(Nn), "forcing wrap turns the narrow tile off");
+            memset(got, 0, (size_t)(Pc * Nn) * 8);
+            CHECK_STATUS(run_gemm(kers[1], A, NULL, Bn, NULL, 0, got), FX_OK);
+            CHECK(memcmp(got, want, (size_t)(Pc * Nn) * 8) == 0,
+                  "C%lld KW%lld N %lld: forced wrap GEMM differs", (long long)g.C,
+                  (long long)g.KW, (long long)Nn);
+            CHECK_STATUS(fx_gemm_i16_force_kernel(FX_GEMM_I16_KERNEL_AUTO), FX_OK);
+        }
+        free(wn);
+        free(want);
+        free(got);
+        free(b16);
+        free(b32);
+    }
     /* every register-tile kernel from the convolution's rows on demand */
     int64_t *g_off = malloc((size_t)(g.C * g.KH) * sizeof *g_off);
     fx_group_offsets_fill(&g, g_off);

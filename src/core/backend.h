@@ -178,6 +178,10 @@ typedef struct fx_gemm_tuning {
      * panels (fx_op_call.a_panels); 0 when it does not. */
     int i16_panel_mr;
     int i16_panel_nr; /* its register-tile width, for pre-split B (fx_op_call.b_split) */
+    /* nonzero: the width of its narrow tile, which takes products of at most
+     * FX_GEMM_I16_NARROW_N columns (fx_gemm_i16_narrow), so pre-split B of so few columns is
+     * made at this width and in the split layout */
+    int i16_panel_nr_narrow;
     /* The integer MATMUL kernel's register-tile width in output columns, whether or not it
      * takes pre-split B. A convolution's input gradient runs as a forward convolution with C
      * output columns from this many input channels up (src/nn/conv2d.c); 0: 32. */

@@ -102,6 +102,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     /* int16 GEMM tuning: pre-packed A panels and pre-split B of its 6 x 32 tile */
     b->gemm.i16_panel_mr = FX_FLEX_MR_AVX512;
     b->gemm.i16_panel_nr = FX_FLEX_NR_AVX512;
+    b->gemm.i16_panel_nr_narrow = FX_FLEX_NR_NARROW_AVX512; /* outputs of <= 16 columns */
     b->gemm.i16_tile_nr = FX_FLEX_NR_AVX512;
     /* half a tile of 32 pays already: ResNet-20's 16-channel input gradients, 2.5x faster than
      * col2im (bench_conv_peer, 1 thread, docs/performance.md) */

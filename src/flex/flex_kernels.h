@@ -107,6 +107,7 @@ double fx_amx_int8_rate(long iters, int reps);
  * panel width they take (fx_backend.gemm.i16_panel_mr, gemm.i16_panel_nr) */
 #define FX_FLEX_MR_AVX512 6
 #define FX_FLEX_NR_AVX512 32
+#define FX_FLEX_NR_NARROW_AVX512 16 /* the tile of products of at most 16 columns */
 
 /* A kernel for both int16 formats, which share every integer kernel (src/cpu/<level>.c). */
 static inline void fx_flex_set_kernel(fx_backend *b, fx_op op, fx_kernel k)

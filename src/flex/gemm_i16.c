@@ -399,6 +399,13 @@ int fx_gemm_i16_wrap_pays(int64_t K)
     const int64_t kc = K < FX_GEMM_I16_KC ? K : FX_GEMM_I16_KC;
     return (kc + 1) / 2 >= FX_GEMM_I16_WRAP_MIN_KP;
 }
+int fx_gemm_i16_narrow(int64_t N)
+{
+    const int forced = g_forced;
+    return N >= 1 && N <= FX_GEMM_I16_NARROW_N && forced != FX_GEMM_I16_KERNEL_WRAP &&
+           forced != FX_GEMM_I16_KERNEL_FAST;
+}
+
 static _Atomic int64_t g_fast_tiles, g_split_tiles;
 
 void fx_gemm_i16_set_mode(int mode) { g_mode = mode; }

@@ -186,6 +186,13 @@ int fx_gemm_i16_amx_on(void);
  * SPLIT. */
 int fx_gemm_i16_wrap_pays(int64_t K);
 
+/* 1 when a product with N output columns takes a level's narrow tile (FX_GEMM_I16_NARROW_N
+ * columns; the AVX-512 level's 6 x 16 split kernel, where the 6 x 32 tile would multiply as
+ * many zeros as values): N <= FX_GEMM_I16_NARROW_N under AUTO, SPLIT and AMX. Not under WRAP
+ * or FAST, which the narrow tile does not have, so that forcing them still runs them. */
+#define FX_GEMM_I16_NARROW_N 16
+int fx_gemm_i16_narrow(int64_t N);
+
 /* int16 units of one wrap B micro-panel of kp pairs and nr columns (a multiple of 2*nr). */
 int64_t fx_gemm_i16_wrap_panel_numel(int64_t kp, int nr);
 

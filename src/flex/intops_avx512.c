@@ -11,6 +11,7 @@
 
 #define FX_MR FX_FLEX_MR_AVX512 /* rows of the register tile (6) */
 #define FX_NR FX_FLEX_NR_AVX512 /* columns (32): two zmm of 16 int32 lanes */
+#define FX_NR16 FX_FLEX_NR_NARROW_AVX512 /* the narrow tile's columns (16): one zmm */
 
 #define FX_ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -113,6 +114,48 @@ static FX_ALWAYS_INLINE void fx_ukr_body(int64_t kp, const int32_t *ap, const in
         _mm512_store_si512((void *)&hs[i][16], h[i][1]);
         _mm512_store_si512((void *)&ls[i][0], l[i][0]);
         _mm512_store_si512((void *)&ls[i][16], l[i][1]);
+    }
+    fx_store_tile((const int32_t(*)[FX_NR])hs, (const int32_t(*)[FX_NR])ls, 0, c, ldc, m, n,
+                  accumulate, amax);
+}
+
+/* Split kernel for products of at most 16 columns (a 6 x 16 tile): the 6 x 32 tile would
+ * multiply as many zeros as values there (ResNet-20's 16-channel convolutions and their input
+ * gradients, and every output of 16 columns or fewer). B micro-panels of nr = 16 in the split
+ * layout of gemm_i16.h: per pair one vector of high parts and one of low parts; 12
+ * accumulators. */
+static FX_ALWAYS_INLINE void fx_ukr16_body(int64_t kp, const int32_t *ap, const int16_t *bp,
+                                           int64_t *c, int64_t ldc, int m, int n, int accumulate,
+                                           uint64_t *amax, const int vnni)
+{
+    __m512i h[FX_MR], l[FX_MR];
+    if (accumulate)
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < FX_NR16; j += 8) _mm_prefetch((const char *)(c + i * ldc + j), _MM_HINT_T0);
+#pragma GCC unroll 6
+    for (int i = 0; i < FX_MR; i++) h[i] = l[i] = _mm512_setzero_si512();
+
+    for (int64_t p = 0; p < kp; p++) {
+        const __m512i bh = _mm512_load_si512((const void *)bp);
+        const __m512i bl = _mm512_load_si512((const void *)(bp + 2 * FX_NR16));
+        bp += 4 * FX_NR16;
+#pragma GCC unroll 6
+        for (int i = 0; i < FX_MR; i++) {
+            const __m512i ai = _mm512_set1_epi32(ap[i]);
+            h[i] = fx_dot_pairs(h[i], ai, bh, vnni);
+            l[i] = fx_dot_pairs(l[i], ai, bl, vnni);
+        }
+        ap += FX_MR;
+    }
+
+    /* spilled into the 32-column tile's arrays, whose first 16 columns fx_store_tile reads
+     * (n <= 16) */
+    int32_t hs[FX_MR][FX_NR] __attribute__((aligned(64)));
+    int32_t ls[FX_MR][FX_NR] __attribute__((aligned(64)));
+#pragma GCC unroll 6
+    for (int i = 0; i < FX_MR; i++) {
+        _mm512_store_si512((void *)&hs[i][0], h[i]);
+        _mm512_store_si512((void *)&ls[i][0], l[i]);
     }
     fx_store_tile((const int32_t(*)[FX_NR])hs, (const int32_t(*)[FX_NR])ls, 0, c, ldc, m, n,
                   accumulate, amax);
@@ -319,6 +362,26 @@ static void fx_ukr_avx512bw(int64_t kp, const int32_t *ap, const int16_t *bp, in
     fx_ukr_body(kp, ap, bp, c, ldc, m, n, accumulate, amax, 0);
 }
 
+static void fx_ukr16_avx512vnni(int64_t kp, const int32_t *ap, const int16_t *bp, int64_t *c,
+                                int64_t ldc, int m, int n, int accumulate, uint64_t *amax)
+{
+    fx_ukr16_body(kp, ap, bp, c, ldc, m, n, accumulate, amax, 1);
+}
+
+static void fx_ukr16_avx512bw(int64_t kp, const int32_t *ap, const int16_t *bp, int64_t *c,
+                              int64_t ldc, int m, int n, int accumulate, uint64_t *amax)
+{
+    fx_ukr16_body(kp, ap, bp, c, ldc, m, n, accumulate, amax, 0);
+}
+
+/* The 6 x 16 tile for a product of at most 16 columns (fx_gemm_i16_narrow), with the AVX2
+ * level's 6 x 16 packing (its B layout is the same); any pre-split B must be in it. */
+static int fx_take_narrow(const fx_op_call *c)
+{
+    const int64_t N = c->in[1].shape[1];
+    return fx_gemm_i16_narrow(N) && (c->b_split == NULL || c->b_split_nr == FX_NR16);
+}
+
 static int fx_small_matmul(const fx_op_call *c)
 {
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
@@ -334,7 +397,10 @@ int fx_flex_matmul_avx512vnni(const fx_op_call *c)
                                           .fast = fx_fast_avx512vnni,
                                           .pack = &fx_gemm_i16_pack_avx512_6x32,
                                           .wrap = fx_wrap_avx512vnni};
-    return fx_small_matmul(c) ? fx_flex_matmul_scalar(c) : fx_gemm_i16(c, &k);
+    static const fx_gemm_i16_kernel k16 = {.mr = FX_MR, .nr = FX_NR16, .ukr = fx_ukr16_avx512vnni,
+                                            .pack = &fx_gemm_i16_pack_avx2_6x16};
+    if (fx_small_matmul(c)) return fx_flex_matmul_scalar(c);
+    return fx_gemm_i16(c, fx_take_narrow(c) ? &k16 : &k);
 }
 
 int fx_flex_matmul_avx512bw(const fx_op_call *c)
@@ -342,5 +408,8 @@ int fx_flex_matmul_avx512bw(const fx_op_call *c)
     static const fx_gemm_i16_kernel k = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx512bw,
                                           .fast = fx_fast_avx512bw,
                                           .pack = &fx_gemm_i16_pack_avx512_6x32};
-    return fx_small_matmul(c) ? fx_flex_matmul_scalar(c) : fx_gemm_i16(c, &k);
+    static const fx_gemm_i16_kernel k16 = {.mr = FX_MR, .nr = FX_NR16, .ukr = fx_ukr16_avx512bw,
+                                            .pack = &fx_gemm_i16_pack_avx2_6x16};
+    if (fx_small_matmul(c)) return fx_flex_matmul_scalar(c);
+    return fx_gemm_i16(c, fx_take_narrow(c) ? &k16 : &k);
 }

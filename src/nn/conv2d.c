@@ -637,8 +637,13 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
     uint64_t *chunk_max = conv_alloc(&s, plan.nchunks, sizeof(uint64_t), &rc, func);
     /* integer compute: the weights split once for all chunks (each chunk's GEMM would split
      * the same B again) */
-    const int b_nr = ic && !plain_i16 ? be->gemm.i16_panel_nr : 0;
-    const int b_layout = fx_gemm_i16_b_layout_for(be->gemm.i16_b_layout, CKK);
+    /* O <= 16 output channels: the level's narrow tile, whose split kernel takes no wrap layout */
+    const int b_narrow = ic && !plain_i16 && be->gemm.i16_panel_nr_narrow && fx_gemm_i16_narrow(g.O);
+    const int b_nr = !ic || plain_i16 ? 0
+                     : b_narrow       ? be->gemm.i16_panel_nr_narrow
+                                      : be->gemm.i16_panel_nr;
+    const int b_layout = b_narrow ? FX_GEMM_I16_B_SPLIT
+                                  : fx_gemm_i16_b_layout_for(be->gemm.i16_b_layout, CKK);
     int16_t *wsplit = b_nr ? conv_alloc(&s,
                                         fx_gemm_i16_split_b_numel(CKK, g.O, b_nr, b_layout) + 32,
                                         sizeof(int16_t), &rc, func)
