@@ -23,6 +23,7 @@
  * test_nn_conv. */
 #include "core/backend.h"
 #include "flex/flex_kernels.h"
+#include "bf16/bf16_gemm.h"
 #include "flex/gemm_i16.h"
 #include "nn/conv_panels.h"
 #include "testutil.h"
@@ -165,6 +166,63 @@ static void check_conv_rows(const fx_conv_geom *g, const int16_t *xp, const int1
     CHECK(spill == 0, "C%lld KW%lld: %lld elements written beyond the rows' slack", (long long)g->C,
           (long long)g->KW, (long long)spill);
     free(goff);
+}
+
+/* The bf16 AMX GEMM with A as the convolution's rows on demand against the same GEMM from the
+ * patch matrix, bit for bit (each output is one chain over K either way); bf16 inputs in
+ * [-2, -1] and [1, 2]. */
+static void check_bf16_amx_rows(const fx_conv_geom *g, int64_t nb, const int64_t *g_off,
+                                test_rng *rng)
+{
+    const int64_t K = g->C * g->KH * g->KW, Pc = nb * g->OH * g->OW, N = 40;
+    const int64_t xn = g->N * g->C * g->H * g->W;
+    const int64_t xpn = fx_conv_padded_numel(g, nb) + FX_CONV_PANEL_SLACK;
+    int16_t *x = malloc((size_t)xn * 2), *xp = calloc((size_t)xpn, 2);
+    int16_t *col = malloc((size_t)(Pc * K + FX_CONV_PAD_SLACK) * 2), *w = malloc((size_t)(K * N) * 2);
+    float *o0 = malloc((size_t)(Pc * N) * 4), *o1 = malloc((size_t)(Pc * N) * 4);
+    for (int64_t i = 0; i < xn; i++)
+        x[i] = (int16_t)(uint16_t)(0x3F80u | (test_rng_u64(rng) & 0x807Fu));
+    for (int64_t i = 0; i < K * N; i++)
+        w[i] = (int16_t)(uint16_t)(0x3F80u | (test_rng_u64(rng) & 0x807Fu));
+    fx_conv_pad(g, x, 0, nb, xp, sizeof(int16_t));
+    fx_im2row_i16(g, xp, nb, col, 1);
+    fx_operand A = op2d(col, Pc, K, K, 1), B = op2d(w, K, N, N, 1);
+    A.fmt = B.fmt = FMT_BF16;
+    const fx_conv_rows cr = {g, xp, g_off};
+    for (int nt = 1; nt <= 2; nt++) {
+        fx_op_call c;
+        memset(&c, 0, sizeof c);
+        c.op = FX_OP_MATMUL;
+        c.nin = 2;
+        c.in[0] = A;
+        c.in[1] = B;
+        c.out_ndim = 2;
+        c.out_shape[0] = Pc;
+        c.out_shape[1] = N;
+        c.out_numel = Pc * N;
+        c.out_f32 = o0;
+        c.nthreads = nt;
+        memset(o0, 0, (size_t)(Pc * N) * 4);
+        CHECK_STATUS(fx_bf16_matmul_amx(&c), FX_OK);
+        c.in[0].data = NULL;
+        c.a_rows = fx_conv_rows_i16;
+        c.a_rows_ctx = &cr;
+        c.out_f32 = o1;
+        memset(o1, 0xFF, (size_t)(Pc * N) * 4);
+        CHECK_STATUS(fx_bf16_matmul_amx(&c), FX_OK);
+        CHECK(memcmp(o0, o1, (size_t)(Pc * N) * 4) == 0,
+              "C%lld KW%lld, %d thread(s): bf16 AMX GEMM from rows on demand differs from the "
+              "patch matrix's", (long long)g->C, (long long)g->KW, nt);
+        c.in[1].fmt = FMT_FP32;
+        CHECK(fx_bf16_matmul_amx(&c) == FX_EUNSUPPORTED,
+              "rows on demand with a non-bf16 B are refused");
+    }
+    free(x);
+    free(xp);
+    free(col);
+    free(w);
+    free(o0);
+    free(o1);
 }
 
 static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
@@ -364,6 +422,7 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
         CHECK(run_gemm_any(fx_flex_matmul_avx2, Ashape, ref, fx_conv_rows_i16, &cr, B, NULL, 0,
                            c1) == FX_EUNSUPPORTED,
               "panels and rows on demand together are refused");
+    if (avx512 && fx_amx_bf16_usable(fx_cpu())) check_bf16_amx_rows(&g, nb, g_off, rng);
     free(g_off);
     CHECK(run_gemm(fx_flex_matmul_scalar, Ashape, ref, B, NULL, 0, c1) == FX_EUNSUPPORTED,
           "the scalar kernel refuses panels");

@@ -23,6 +23,11 @@
  * The register tile is 32 x 32 outputs: four accumulators (tmm0-3), two A tiles (tmm4-5) and
  * two B tiles (tmm6-7) per 32 values of k. Row and column panels are padded to even counts.
  *
+ * A convolution may hand A as rows on demand (fx_op_call.a_rows) instead of a patch matrix:
+ * each thread then gathers the 32 rows of one pair of row panels, packs their tiles and runs
+ * every column panel against them, so nothing of the patch matrix's size is written. Each
+ * output is still one chain over the whole K, so the bits are those of the patch matrix.
+ *
  * Linux gives a process the AMX state only after it asks (src/core/amx_tiles.h);
  * fx_amx_bf16_usable asks once and reports whether it may run. This file is compiled with
  * -mamx-tile -mamx-bf16 and its kernels run only where fx_amx_bf16_usable said yes. */
@@ -123,20 +128,42 @@ static void pack_b_panel(uint16_t *dst, const uint16_t *b, int64_t sbk, int64_t 
     }
 }
 
-/* Where tile (q, t) of A is read from: A itself or its packed copy (bytes between rows). */
+/* Where tile (q, t) of A is read from: A itself or its packed copy (bytes between rows), whose
+ * first panel is panel q0 (0, or a thread's pair of panels gathered from rows on demand). */
 typedef struct {
     const uint16_t *a, *apk;
-    int64_t sam, sak, M, K, nkt;
+    int64_t sam, sak, M, K, nkt, q0;
 } amx_a_src;
 
 static inline const uint16_t *a_tile(const amx_a_src *as, int64_t q, int64_t t, long *stride)
 {
-    if (a_tile_direct(as->sak, as->M, as->K, q, t)) {
+    if (as->a && a_tile_direct(as->sak, as->M, as->K, q, t)) {
         *stride = (long)(as->sam * (int64_t)sizeof(uint16_t));
         return as->a + q * 16 * as->sam + t * 32;
     }
     *stride = 64;
-    return as->apk + (q * as->nkt + t) * TILE_ELEMS;
+    return as->apk + ((q - as->q0) * as->nkt + t) * TILE_ELEMS;
+}
+
+/* The tiles of row panels q and q + 1 (rows 16 q ... 16 q + 31) from rows on demand: the rows
+ * gathered into rows (32 rows of ld bf16, row r's values from rows + r * ld + FX_A_ROWS_SLACK,
+ * room for the source's slack on both sides), then cut into tiles, rows beyond M and k beyond K
+ * zero. */
+static void pack_a_rows_pair(uint16_t *dst, const fx_op_call *c, uint16_t *rows, int64_t ld,
+                             int64_t M, int64_t K, int64_t q, int64_t nkt)
+{
+    const int64_t i0 = q * 16;
+    const int m = (int)(M - i0 < 32 ? M - i0 : 32);
+    c->a_rows(c->a_rows_ctx, i0, m, 0, K, (int16_t *)(void *)(rows + FX_A_ROWS_SLACK), ld);
+    for (int p = 0; p < 2; p++)
+        for (int64_t t = 0; t < nkt; t++)
+            for (int r = 0; r < 16; r++) {
+                uint16_t *d = dst + (p * nkt + t) * TILE_ELEMS + r * 32;
+                const int row = 16 * p + r;
+                const int64_t k0 = t * 32, n = row < m ? (K - k0 < 32 ? K - k0 : 32) : 0;
+                if (n > 0) memcpy(d, rows + row * ld + FX_A_ROWS_SLACK + k0, (size_t)n * sizeof *d);
+                for (int64_t kk = n; kk < 32; kk++) d[kk] = 0;
+            }
 }
 
 /* out[32 x 32 block of row panels q, q+1 and column panels s, s+1] = their products (the valid
@@ -182,10 +209,58 @@ static void amx_block(const amx_a_src *as, const uint16_t *bpk, int64_t q, int64
         memcpy(out + (i0 + r) * ldo + j0, buf + r * 32, (size_t)nc * sizeof(float));
 }
 
+/* The product with A as rows on demand: B packed once, then per pair of row panels (a thread's
+ * share, statically) the rows gathered and packed, and every column panel against them. */
+static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N, int64_t nkt,
+                           int64_t mq, int64_t ns)
+{
+    const fx_operand *B = &c->in[1];
+    uint16_t *bpk = aligned_alloc(64, (size_t)(ns * nkt) * TILE_ELEMS * sizeof(uint16_t));
+    if (!bpk) return FX_ENOMEM;
+    const uint16_t *b = B->data;
+    const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
+                       ? c->nthreads
+                       : 1;
+    (void)nt; /* used by the OpenMP pragmas only */
+    const int64_t ld = (nkt * 32 + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32; /* bf16 per gathered row */
+    int failed = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : failed)
+#endif
+    {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t s = 0; s < ns; s++)
+            pack_b_panel(bpk + s * nkt * TILE_ELEMS, b, B->strides[0], B->strides[1], K, N, s, nkt);
+        uint16_t *apk = aligned_alloc(64, (size_t)(2 * nkt) * TILE_ELEMS * sizeof(uint16_t));
+        uint16_t *rows = aligned_alloc(64, (size_t)(32 * ld) * sizeof(uint16_t));
+        failed = !apk || !rows;
+        if (!failed) fx_amx_tiles_configure();
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t qp = 0; qp < mq / 2; qp++) {
+            if (failed) continue; /* this thread's buffers are missing; the call fails */
+            pack_a_rows_pair(apk, c, rows, ld, M, K, 2 * qp, nkt);
+            const amx_a_src as = {NULL, apk, 0, 0, M, K, nkt, 2 * qp};
+            for (int64_t s = 0; s < ns; s += 2) amx_block(&as, bpk, 2 * qp, s, c->out_f32, N, N);
+        }
+        if (!failed) _tile_release();
+        free(apk);
+        free(rows);
+    }
+    free(bpk);
+    return failed ? FX_ENOMEM : FX_OK;
+}
+
 int fx_bf16_matmul_amx(const fx_op_call *c)
 {
     const fx_operand *A = &c->in[0], *B = &c->in[1];
-    /* pre-packed panels or other formats are not this route's: the widening GEMM takes them */
+    /* pre-packed panels or other formats are not this route's: the widening GEMM takes them
+     * (rows on demand come only with bf16 operands: src/nn/conv2d.c checks bf16_row_source) */
+    if (c->a_rows && (c->a_panels || A->fmt != FMT_BF16 || B->fmt != FMT_BF16))
+        return FX_EUNSUPPORTED;
     if (c->a_panels || A->fmt != FMT_BF16 || B->fmt != FMT_BF16) return fx_f32_matmul_avx512(c);
     const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
     float *out = c->out_f32;
@@ -196,6 +271,7 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
     }
     const int64_t nkt = (K + 31) / 32;
     const int64_t mq = (M + 31) / 32 * 2, ns = (N + 31) / 32 * 2; /* panels, even counts */
+    if (c->a_rows) return amx_matmul_rows(c, M, K, N, nkt, mq, ns);
     uint16_t *apk = aligned_alloc(64, (size_t)(mq * nkt) * TILE_ELEMS * sizeof(uint16_t));
     uint16_t *bpk = aligned_alloc(64, (size_t)(ns * nkt) * TILE_ELEMS * sizeof(uint16_t));
     if (!apk || !bpk) {
@@ -209,7 +285,7 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
                        : 1;
     (void)nt; /* used by the OpenMP pragmas only */
     const int64_t nblocks = (mq / 2) * (ns / 2);
-    const amx_a_src as = {a, apk, A->strides[0], A->strides[1], M, K, nkt};
+    const amx_a_src as = {a, apk, A->strides[0], A->strides[1], M, K, nkt, 0};
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif

@@ -65,8 +65,8 @@ typedef struct fx_op_call {
      * A[i0 + r][k0 + t] to dst[r*ld + t] for r < m, t < kc, and may write anything to the
      * FX_A_ROWS_SLACK elements before dst[r*ld] and after dst[r*ld + kc - 1] (ld leaves that
      * room). It is called from the GEMM's threads at once, so it must only read its context.
-     * Set only when the backend's gemm.i16_row_source is nonzero; in[0] then supplies only its
-     * shape and exponent. */
+     * Set only when the backend's gemm.i16_row_source (integer compute) or gemm.bf16_row_source
+     * (bf16 x bf16) is nonzero; in[0] then supplies only its shape, format and exponent. */
     void (*a_rows)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
                    int64_t ld);
     const void *a_rows_ctx;
@@ -206,6 +206,10 @@ typedef struct fx_gemm_tuning {
      * route): a bf16 convolution whose patches have at least this many values (its K) then
      * hands it the patch matrix instead of fp32 panels; 0: never */
     int bf16_plain_min_k;
+    /* nonzero when that kernel also takes A rows on demand (fx_op_call.a_rows): such a
+     * convolution then hands it its patch rows, gathered while it packs them, instead of a
+     * patch matrix */
+    int bf16_row_source;
 } fx_gemm_tuning;
 
 /* The convolution's own kernels of a level (src/nn/conv2d.c). */

@@ -19,6 +19,7 @@
 void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
 {
     b->gemm.bf16_plain_min_k = 0;
+    b->gemm.bf16_row_source = 0;
     if (route == FX_BF16_GEMM_DPBF16) {
         /* vdpbf16ps on bf16 pairs, A panels in the integer GEMM's pair layout */
         b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_avx512bf16;
@@ -31,6 +32,7 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
         b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_amx;
         b->gemm.bf16_pair_panel_mr = 0;
         b->gemm.bf16_plain_min_k = 32;
+        b->gemm.bf16_row_source = 1; /* a convolution's patch rows, without a patch matrix */
     } else {
         /* the fp32 GEMM, bf16 widened exactly while packed */
         b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_f32_matmul_avx512;

@@ -579,9 +579,11 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
                                   fx_conv_panels_f32_fit(&g, be->gemm.f32_panel_mr)
                               ? be->gemm.f32_panel_mr
                               : 0;
-    /* integer compute on a GEMM that gathers A rows itself: the patch rows are made for one
-     * register tile at a time inside the GEMM (conv_panels.h), so no patch matrix at all */
-    const int row_src = ic && !panel_mr && (plain_i16 || be->gemm.i16_row_source);
+    /* integer compute on a GEMM that gathers A rows itself, or bf16 on the AMX route, which
+     * does too: the patch rows are made for one register tile (or pair of AMX row panels) at a
+     * time inside the GEMM (conv_panels.h), so no patch matrix at all */
+    const int row_src = (ic && !panel_mr && (plain_i16 || be->gemm.i16_row_source)) ||
+                        (plain_bf16 && be->gemm.bf16_row_source);
     const int64_t col_n =
         panel_mr    ? 2 * fx_conv_panels_numel(&g, plan.nb, panel_mr)
         : fpanel_mr ? fx_conv_panels_f32_numel(&g, plan.nb, fpanel_mr) * (int64_t)(4 / cc.esz)
