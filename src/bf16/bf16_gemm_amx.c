@@ -24,9 +24,10 @@
  * two B tiles (tmm6-7) per 32 values of k. Row and column panels are padded to even counts.
  *
  * A convolution may hand A as rows on demand (fx_op_call.a_rows) instead of a patch matrix:
- * each thread then gathers the 32 rows of one pair of row panels, packs their tiles and runs
- * every column panel against them, so nothing of the patch matrix's size is written. Each
- * output is still one chain over the whole K, so the bits are those of the patch matrix.
+ * each thread then gathers the 32 rows of one pair of row panels into a buffer the tile loads
+ * read directly (its row stride) and runs every column panel against them, so nothing of the
+ * patch matrix's size is written. Each output is still one chain over the whole K, so the bits
+ * are those of the patch matrix.
  *
  * Linux gives a process the AMX state only after it asks (src/core/amx_tiles.h);
  * fx_amx_bf16_usable asks once and reports whether it may run. This file is compiled with
@@ -128,42 +129,42 @@ static void pack_b_panel(uint16_t *dst, const uint16_t *b, int64_t sbk, int64_t 
     }
 }
 
-/* Where tile (q, t) of A is read from: A itself or its packed copy (bytes between rows), whose
- * first panel is panel q0 (0, or a thread's pair of panels gathered from rows on demand). */
+/* Where tile (q, t) of A is read from: A itself or its packed copy (64 bytes between rows);
+ * or, for rows on demand, the gathered rows of panels q0 and q0 + 1 (rows != NULL: row r of
+ * them at rows + r * ld + FX_A_ROWS_SLACK, ld bf16 apart). */
 typedef struct {
-    const uint16_t *a, *apk;
-    int64_t sam, sak, M, K, nkt, q0;
+    const uint16_t *a, *apk, *rows;
+    int64_t sam, sak, M, K, nkt, q0, ld;
 } amx_a_src;
 
 static inline const uint16_t *a_tile(const amx_a_src *as, int64_t q, int64_t t, long *stride)
 {
-    if (as->a && a_tile_direct(as->sak, as->M, as->K, q, t)) {
+    if (as->rows) {
+        *stride = (long)(as->ld * (int64_t)sizeof(uint16_t));
+        return as->rows + (q - as->q0) * 16 * as->ld + FX_A_ROWS_SLACK + t * 32;
+    }
+    if (a_tile_direct(as->sak, as->M, as->K, q, t)) {
         *stride = (long)(as->sam * (int64_t)sizeof(uint16_t));
         return as->a + q * 16 * as->sam + t * 32;
     }
     *stride = 64;
-    return as->apk + ((q - as->q0) * as->nkt + t) * TILE_ELEMS;
+    return as->apk + (q * as->nkt + t) * TILE_ELEMS;
 }
 
-/* The tiles of row panels q and q + 1 (rows 16 q ... 16 q + 31) from rows on demand: the rows
- * gathered into rows (32 rows of ld bf16, row r's values from rows + r * ld + FX_A_ROWS_SLACK,
- * room for the source's slack on both sides), then cut into tiles, rows beyond M and k beyond K
- * zero. */
-static void pack_a_rows_pair(uint16_t *dst, const fx_op_call *c, uint16_t *rows, int64_t ld,
-                             int64_t M, int64_t K, int64_t q, int64_t nkt)
+/* Rows 16 q ... 16 q + 31 from rows on demand into rows (32 rows of ld bf16, row r's values at
+ * rows + r * ld + FX_A_ROWS_SLACK, room for the source's slack on both sides), with k from K
+ * to the last tile's end and the rows beyond M zero, as the tile loads read them. */
+static void gather_a_rows_pair(uint16_t *rows, const fx_op_call *c, int64_t ld, int64_t M,
+                               int64_t K, int64_t q, int64_t nkt)
 {
-    const int64_t i0 = q * 16;
+    const int64_t i0 = q * 16, kend = nkt * 32;
     const int m = (int)(M - i0 < 32 ? M - i0 : 32);
     c->a_rows(c->a_rows_ctx, i0, m, 0, K, (int16_t *)(void *)(rows + FX_A_ROWS_SLACK), ld);
-    for (int p = 0; p < 2; p++)
-        for (int64_t t = 0; t < nkt; t++)
-            for (int r = 0; r < 16; r++) {
-                uint16_t *d = dst + (p * nkt + t) * TILE_ELEMS + r * 32;
-                const int row = 16 * p + r;
-                const int64_t k0 = t * 32, n = row < m ? (K - k0 < 32 ? K - k0 : 32) : 0;
-                if (n > 0) memcpy(d, rows + row * ld + FX_A_ROWS_SLACK + k0, (size_t)n * sizeof *d);
-                for (int64_t kk = n; kk < 32; kk++) d[kk] = 0;
-            }
+    for (int r = 0; r < 32; r++) {
+        uint16_t *row = rows + r * ld + FX_A_ROWS_SLACK;
+        const int64_t from = r < m ? K : 0; /* the source may have written its slack there */
+        memset(row + from, 0, (size_t)(kend - from) * sizeof *row);
+    }
 }
 
 /* out[32 x 32 block of row panels q, q+1 and column panels s, s+1] = their products (the valid
@@ -210,7 +211,7 @@ static void amx_block(const amx_a_src *as, const uint16_t *bpk, int64_t q, int64
 }
 
 /* The product with A as rows on demand: B packed once, then per pair of row panels (a thread's
- * share, statically) the rows gathered and packed, and every column panel against them. */
+ * share, statically) the rows gathered, and every column panel against them. */
 static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N, int64_t nkt,
                            int64_t mq, int64_t ns)
 {
@@ -233,21 +234,19 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
 #endif
         for (int64_t s = 0; s < ns; s++)
             pack_b_panel(bpk + s * nkt * TILE_ELEMS, b, B->strides[0], B->strides[1], K, N, s, nkt);
-        uint16_t *apk = aligned_alloc(64, (size_t)(2 * nkt) * TILE_ELEMS * sizeof(uint16_t));
         uint16_t *rows = aligned_alloc(64, (size_t)(32 * ld) * sizeof(uint16_t));
-        failed = !apk || !rows;
+        failed = !rows;
         if (!failed) fx_amx_tiles_configure();
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
         for (int64_t qp = 0; qp < mq / 2; qp++) {
             if (failed) continue; /* this thread's buffers are missing; the call fails */
-            pack_a_rows_pair(apk, c, rows, ld, M, K, 2 * qp, nkt);
-            const amx_a_src as = {NULL, apk, 0, 0, M, K, nkt, 2 * qp};
+            gather_a_rows_pair(rows, c, ld, M, K, 2 * qp, nkt);
+            const amx_a_src as = {NULL, NULL, rows, 0, 0, M, K, nkt, 2 * qp, ld};
             for (int64_t s = 0; s < ns; s += 2) amx_block(&as, bpk, 2 * qp, s, c->out_f32, N, N);
         }
         if (!failed) _tile_release();
-        free(apk);
         free(rows);
     }
     free(bpk);
@@ -285,7 +284,7 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
                        : 1;
     (void)nt; /* used by the OpenMP pragmas only */
     const int64_t nblocks = (mq / 2) * (ns / 2);
-    const amx_a_src as = {a, apk, A->strides[0], A->strides[1], M, K, nkt, 0};
+    const amx_a_src as = {a, apk, NULL, A->strides[0], A->strides[1], M, K, nkt, 0, 0};
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
