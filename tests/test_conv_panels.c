@@ -213,6 +213,17 @@ static void check_bf16_amx_rows(const fx_conv_geom *g, int64_t nb, const int64_t
         CHECK(memcmp(o0, o1, (size_t)(Pc * N) * 4) == 0,
               "C%lld KW%lld, %d thread(s): bf16 AMX GEMM from rows on demand differs from the "
               "patch matrix's", (long long)g->C, (long long)g->KW, nt);
+        /* B packed once beforehand (a convolution's weights for all its chunks) */
+        uint16_t *bp = aligned_alloc(64, ((size_t)fx_bf16_amx_b_numel(K, N) * 2 + 63) / 64 * 64);
+        fx_bf16_amx_pack_b((const uint16_t *)w, N, 1, K, N, bp);
+        c.b_amx = bp;
+        memset(o1, 0xFF, (size_t)(Pc * N) * 4);
+        CHECK_STATUS(fx_bf16_matmul_amx(&c), FX_OK);
+        CHECK(memcmp(o0, o1, (size_t)(Pc * N) * 4) == 0,
+              "C%lld KW%lld, %d thread(s): bf16 AMX GEMM with B packed beforehand differs",
+              (long long)g->C, (long long)g->KW, nt);
+        c.b_amx = NULL;
+        free(bp);
         c.in[1].fmt = FMT_FP32;
         CHECK(fx_bf16_matmul_amx(&c) == FX_EUNSUPPORTED,
               "rows on demand with a non-bf16 B are refused");

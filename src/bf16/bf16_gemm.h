@@ -19,6 +19,11 @@ int fx_bf16_matmul_avx512bf16(const fx_op_call *c);
  * permission, asked once); and tdpbf16ps's rate in operations per second of the calling
  * thread's CPU time (only where usable). */
 int fx_bf16_matmul_amx(const fx_op_call *c);
+/* B (K x N bf16, strides sbk and sbn) packed in that kernel's tiles once, for many products
+ * with it (fx_op_call.b_amx): fx_bf16_amx_b_numel(K, N) bf16 at bpk, 64-byte aligned. */
+int64_t fx_bf16_amx_b_numel(int64_t K, int64_t N);
+void fx_bf16_amx_pack_b(const uint16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N,
+                        uint16_t *bpk);
 int fx_amx_bf16_usable(const fx_cpu_features *cpu);
 double fx_amx_bf16_rate(long iters, int reps);
 

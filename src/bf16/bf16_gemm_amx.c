@@ -129,6 +129,18 @@ static void pack_b_panel(uint16_t *dst, const uint16_t *b, int64_t sbk, int64_t 
     }
 }
 
+int64_t fx_bf16_amx_b_numel(int64_t K, int64_t N)
+{
+    return (N + 31) / 32 * 2 * ((K + 31) / 32) * TILE_ELEMS;
+}
+
+void fx_bf16_amx_pack_b(const uint16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N,
+                        uint16_t *bpk)
+{
+    const int64_t nkt = (K + 31) / 32, ns = (N + 31) / 32 * 2;
+    for (int64_t s = 0; s < ns; s++) pack_b_panel(bpk + s * nkt * TILE_ELEMS, b, sbk, sbn, K, N, s, nkt);
+}
+
 /* Where tile (q, t) of A is read from: A itself or its packed copy (64 bytes between rows);
  * or, for rows on demand, the gathered rows of panels q0 and q0 + 1 (rows != NULL: row r of
  * them at rows + r * ld + FX_A_ROWS_SLACK, ld bf16 apart). */
@@ -216,8 +228,10 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
                            int64_t mq, int64_t ns)
 {
     const fx_operand *B = &c->in[1];
-    uint16_t *bpk = aligned_alloc(64, (size_t)(ns * nkt) * TILE_ELEMS * sizeof(uint16_t));
-    if (!bpk) return FX_ENOMEM;
+    /* B pre-packed by the caller (c->b_amx), or packed here */
+    uint16_t *own = c->b_amx ? NULL : aligned_alloc(64, (size_t)(ns * nkt) * TILE_ELEMS * sizeof(uint16_t));
+    if (!c->b_amx && !own) return FX_ENOMEM;
+    const uint16_t *bpk = c->b_amx ? c->b_amx : own;
     const uint16_t *b = B->data;
     const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
                        ? c->nthreads
@@ -229,11 +243,13 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : failed)
 #endif
     {
+        if (own) {
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t s = 0; s < ns; s++)
-            pack_b_panel(bpk + s * nkt * TILE_ELEMS, b, B->strides[0], B->strides[1], K, N, s, nkt);
+            for (int64_t s = 0; s < ns; s++)
+                pack_b_panel(own + s * nkt * TILE_ELEMS, b, B->strides[0], B->strides[1], K, N, s, nkt);
+        }
         uint16_t *rows = aligned_alloc(64, (size_t)(32 * ld) * sizeof(uint16_t));
         failed = !rows;
         if (!failed) fx_amx_tiles_configure();
@@ -249,7 +265,7 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
         if (!failed) _tile_release();
         free(rows);
     }
-    free(bpk);
+    free(own);
     return failed ? FX_ENOMEM : FX_OK;
 }
 

@@ -70,6 +70,10 @@ typedef struct fx_op_call {
     void (*a_rows)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
                    int64_t ld);
     const void *a_rows_ctx;
+    /* bf16 x bf16 on the AMX route (gemm.bf16_row_source): in[1] already packed in that
+     * kernel's tiles by fx_bf16_amx_pack_b (src/bf16/bf16_gemm.h; a convolution's weights,
+     * packed once for all its chunks), 64-byte aligned; NULL: the kernel packs in[1] */
+    const uint16_t *b_amx;
     /* Optional, integer MATMUL: in[1] already packed for the split or wrap kernel by
      * fx_gemm_i16_split_b (src/flex/gemm_i16.h) for b_split_nr columns per panel in layout
      * b_split_layout; set only when the backend's gemm.i16_panel_nr equals b_split_nr, and

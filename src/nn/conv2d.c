@@ -40,6 +40,7 @@
  */
 #include "im2col.h"
 #include "conv_panels.h"
+#include "../bf16/bf16_gemm.h"
 #include "../flex/gemm_i16.h"
 #include "../core/compose.h"
 #include "nn_ops.h"
@@ -284,6 +285,7 @@ typedef struct conv_prepacked {
     const int16_t *b_split;
     int b_nr, b_layout;
     const fx_conv_rows *a_rows; /* patch rows on demand (conv_panels.h), or NULL */
+    const uint16_t *b_amx;      /* bf16 weights packed once for the AMX route, or NULL */
 } conv_prepacked;
 
 /* out = a x b with the active backend's GEMM kernel, on nthreads threads: int16 operands into
@@ -330,6 +332,7 @@ static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b
             c.a_rows = fx_conv_rows_i16;
             c.a_rows_ctx = pp->a_rows;
         }
+        c.b_amx = pp->b_amx;
     }
     return k(&c);
 }
@@ -658,6 +661,17 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
         wsplit = (int16_t *)(void *)((char *)wsplit + ((64 - ((uintptr_t)wsplit & 63)) & 63));
     if (wsplit && fx_gemm_i16_split_b(wo.data, 1, CKK, CKK, g.O, b_nr, b_layout, wsplit) != FX_OK)
         wsplit = NULL; /* the chunks' GEMMs split the weights themselves */
+    /* bf16 on the AMX route from patch rows: the weights packed in its tiles once for all
+     * chunks (each chunk's GEMM would pack the same B again: about 5 % of a bf16 CNN step) */
+    uint16_t *bamx = NULL;
+    if (plain_bf16 && row_src) {
+        const fx_operand wb = conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1);
+        bamx = fx_scratch_alloc(&s, fx_bf16_amx_b_numel(CKK, g.O) + 32, sizeof(uint16_t));
+        if (bamx) { /* 64-byte aligned; 32 spare bf16 cover the shift (else: packed per chunk) */
+            bamx = (uint16_t *)(void *)((char *)bamx + ((64 - ((uintptr_t)bamx & 63)) & 63));
+            fx_bf16_amx_pack_b(wo.data, wb.strides[0], wb.strides[1], CKK, g.O, bamx);
+        }
+    }
     FX_CONV_PARALLEL_FOR
     for (int64_t ch = 0; ch < plan.nchunks; ch++) {
         const int tid = FX_CONV_THREAD_ID();
@@ -668,7 +682,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
         char *myxp = xp + (size_t)(tid * xp_n) * esz;
         /* the chunk's A: panels built from the padded input, rows the GEMM gathers from it,
          * or the patch matrix; the same GEMM call for all */
-        conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, NULL};
+        conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, NULL, bamx};
         const fx_conv_rows rows = {&g, (const int16_t *)(const void *)myxp, goff};
         const void *adata = NULL;
         if (panel_mr || row_src || fpanel_mr) fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
