@@ -32,11 +32,17 @@ static FX_ALWAYS_INLINE __m512i fx_dot_pairs(__m512i acc, __m512i a, __m512i b, 
 
 /* The epilogue of a K block after the first adds the tile's int64 outputs, often not in L1
  * (rows ldc apart): fetch them while the multiplies run. */
-static FX_ALWAYS_INLINE void fx_prefetch_c(const int64_t *c, int64_t ldc, int m, int accumulate)
+static FX_ALWAYS_INLINE void fx_prefetch_cols(const int64_t *c, int64_t ldc, int m, int ncols,
+                                             int accumulate)
 {
     if (!accumulate) return;
     for (int i = 0; i < m; i++)
-        for (int j = 0; j < FX_NR; j += 8) _mm_prefetch((const char *)(c + i * ldc + j), _MM_HINT_T0);
+        for (int j = 0; j < ncols; j += 8) _mm_prefetch((const char *)(c + i * ldc + j), _MM_HINT_T0);
+}
+
+static FX_ALWAYS_INLINE void fx_prefetch_c(const int64_t *c, int64_t ldc, int m, int accumulate)
+{
+    fx_prefetch_cols(c, ldc, m, FX_NR, accumulate);
 }
 
 /* *amax = max(*amax, the largest unsigned lane of mx) (amax NULL: nothing to report) */
@@ -129,9 +135,7 @@ static FX_ALWAYS_INLINE void fx_ukr16_body(int64_t kp, const int32_t *ap, const 
                                            uint64_t *amax, const int vnni)
 {
     __m512i h[FX_MR], l[FX_MR];
-    if (accumulate)
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < FX_NR16; j += 8) _mm_prefetch((const char *)(c + i * ldc + j), _MM_HINT_T0);
+    fx_prefetch_cols(c, ldc, m, FX_NR16, accumulate);
 #pragma GCC unroll 6
     for (int i = 0; i < FX_MR; i++) h[i] = l[i] = _mm512_setzero_si512();
 

@@ -89,7 +89,7 @@ static inline __m128i narrow(__m256d m)
 /* fp32 of four doubles, to nearest, or to odd as fx_f64_to_f32_round_odd: the nearest float,
  * stepped back towards zero when it rounded away, with its last bit set when inexact (not for
  * NaN) */
-static inline __attribute__((always_inline)) __m128 to_f32(__m256d d, const int odd)
+static inline __m128 to_f32(__m256d d, int odd)
 {
     const __m128 f = _mm256_cvtpd_ps(d);
     if (!odd) return f;
@@ -154,7 +154,7 @@ static inline __attribute__((always_inline)) void stats_k(const fx_bn_src *x, co
 }
 
 void fx_bn_stats_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
-                          double *mean, double *var)
+                      double *mean, double *var)
 {
     switch (x->kind) {
     case FX_BN_I16: stats_k(x, d, c0, nc, mean, var, FX_BN_I16); break;
@@ -217,8 +217,8 @@ static inline __attribute__((always_inline)) void grad_k(const fx_bn_src *x, con
 
 
 void fx_bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_dims *d,
-                              int64_t c0, int nc, const double *mu, const double *is, double *sdy,
-                              double *sdyx)
+                          int64_t c0, int nc, const double *mu, const double *is, double *sdy,
+                          double *sdyx)
 {
 #define FX_BN_GRAD_CASE(KX, KG)                                                                \
     if (x->kind == (KX) && dy->kind == (KG)) {                                                 \
@@ -232,9 +232,8 @@ void fx_bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_d
 
 static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x, int64_t off,
                                                               float *q, int64_t S, double mu,
-                                                              double a, double b,
-                                                              fx_bn_max *mx, const int K,
-                                                              const int odd, const int MX)
+                                                              double a, double b, int odd,
+                                                              fx_bn_max *mx, const int K)
 {
     const __m256d vmu = _mm256_set1_pd(mu), va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
     __m128 mv = _mm_setzero_ps();
@@ -245,43 +244,29 @@ static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x
             _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s, K), vmu), va), vb);
         const __m128 r = to_f32(t, odd);
         _mm_storeu_ps(q + s, r);
-        if (MX) max4(r, &mv, &nv);
+        if (mx) max4(r, &mv, &nv);
     }
-    if (MX) max4_finish(mv, nv, mx);
+    if (mx) max4_finish(mv, nv, mx);
     for (; s < S; s++) {
         q[s] = nn_round_f32((fx_bn_at(x, off + s) - mu) * a + b, odd);
-        if (MX) fx_bn_max_add(mx, q[s]);
+        if (mx) fx_bn_max_add(mx, q[s]);
     }
 }
 
 static void bn_normalize_avx2(const fx_bn_src *x, int64_t off, float *q, int64_t S, double mu,
                               double a, double b, int odd, fx_bn_max *mx)
 {
-#define FX_BN_NORM_MODE(O, M) normalize_k(x, off, q, S, mu, a, b, mx, kind_, (O), (M))
     switch (x->kind) {
-    case FX_BN_I16: {
-        const int kind_ = FX_BN_I16;
-        FX_BN_RUN_MODES(FX_BN_NORM_MODE);
-        break;
+    case FX_BN_I16: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_I16); break;
+    case FX_BN_BF16: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_BF16); break;
+    default: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_F32); break;
     }
-    case FX_BN_BF16: {
-        const int kind_ = FX_BN_BF16;
-        FX_BN_RUN_MODES(FX_BN_NORM_MODE);
-        break;
-    }
-    default: {
-        const int kind_ = FX_BN_F32;
-        FX_BN_RUN_MODES(FX_BN_NORM_MODE);
-        break;
-    }
-    }
-#undef FX_BN_NORM_MODE
 }
 
 static inline __attribute__((always_inline)) void backward_k(
     const fx_bn_src *x, const fx_bn_src *g, int64_t off, float *q, int64_t S, double mu,
-    double is, double k, double mdy, double mdyx, fx_bn_max *mx, const int KX, const int KG,
-    const int odd, const int MX)
+    double is, double k, double mdy, double mdyx, int odd, fx_bn_max *mx, const int KX,
+    const int KG)
 {
     const __m256d vmu = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vk = _mm256_set1_pd(k);
     const __m256d vmdy = _mm256_set1_pd(mdy), vmdyx = _mm256_set1_pd(mdyx);
@@ -294,13 +279,13 @@ static inline __attribute__((always_inline)) void backward_k(
             _mm256_sub_pd(_mm256_sub_pd(ld4(g, off + s, KG), vmdy), _mm256_mul_pd(xh, vmdyx));
         const __m128 r = to_f32(_mm256_mul_pd(vk, t), odd);
         _mm_storeu_ps(q + s, r);
-        if (MX) max4(r, &mv, &nv);
+        if (mx) max4(r, &mv, &nv);
     }
-    if (MX) max4_finish(mv, nv, mx);
+    if (mx) max4_finish(mv, nv, mx);
     for (; s < S; s++) {
         const double xhat = (fx_bn_at(x, off + s) - mu) * is;
         q[s] = nn_round_f32(k * (fx_bn_at(g, off + s) - mdy - xhat * mdyx), odd);
-        if (MX) fx_bn_max_add(mx, q[s]);
+        if (mx) fx_bn_max_add(mx, q[s]);
     }
 }
 
@@ -308,18 +293,15 @@ static void bn_backward_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off
                              int64_t S, double mu, double is, double k, double mdy, double mdyx,
                              int odd, fx_bn_max *mx)
 {
-#define FX_BN_BWD_MODE(O, M) backward_k(x, g, off, q, S, mu, is, k, mdy, mdyx, mx, kx_, kg_, (O), (M))
 #define FX_BN_BWD_CASE(KX, KG)                                                                 \
     if (x->kind == (KX) && g->kind == (KG)) {                                                  \
-        const int kx_ = (KX), kg_ = (KG);                                                      \
-        FX_BN_RUN_MODES(FX_BN_BWD_MODE);                                                       \
+        backward_k(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx, (KX), (KG));               \
         return;                                                                                \
     }
     FX_BN_KIND_PAIRS(FX_BN_BWD_CASE)
 #undef FX_BN_BWD_CASE
-#undef FX_BN_BWD_MODE
     fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx);
 }
 
-const fx_bn_kernels fx_bn_kernels_avx2 = {fx_bn_stats_avx2, fx_bn_grad_sums_avx2, bn_normalize_avx2,
-                                          bn_backward_avx2};
+const fx_bn_kernels fx_bn_kernels_avx2 = {fx_bn_stats_avx2, fx_bn_grad_sums_avx2,
+                                          bn_normalize_avx2, bn_backward_avx2};

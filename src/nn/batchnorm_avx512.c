@@ -72,6 +72,17 @@ static inline void max8_finish(__m256 mv, __m256i nv, fx_bn_max *m)
     }
 }
 
+/* One call of an element-wise kernel instance per rounding (to odd or not) and statistics
+ * setting (mx kept or not), so that neither is a test per vector in the SIMD loops: CALL(O, M)
+ * with constants O and M, from the caller's odd and mx. */
+#define FX_BN_RUN_MODES(CALL)                                                                  \
+    do {                                                                                       \
+        if (odd && mx) CALL(1, 1);                                                             \
+        else if (odd) CALL(1, 0);                                                              \
+        else if (mx) CALL(0, 1);                                                               \
+        else CALL(0, 0);                                                                       \
+    } while (0)
+
 static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x, int64_t off,
                                                               float *q, int64_t S, double mu,
                                                               double a, double b, fx_bn_max *mx,

@@ -113,15 +113,4 @@ void fx_bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_d
  * outputs in the write, as before the in-place sources, so tests can compare the two. */
 void fx_bn_set_in_place(int on);
 
-/* One call of an element-wise kernel instance per rounding (to odd or not) and statistics
- * setting (mx kept or not), so that neither is a test per vector in the SIMD loops: CALL(O, M)
- * with constants O and M, from the caller's odd and mx. */
-#define FX_BN_RUN_MODES(CALL)                                                                  \
-    do {                                                                                       \
-        if (odd && mx) CALL(1, 1);                                                             \
-        else if (odd) CALL(1, 0);                                                              \
-        else if (mx) CALL(0, 1);                                                               \
-        else CALL(0, 0);                                                                       \
-    } while (0)
-
 #endif
