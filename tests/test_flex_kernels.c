@@ -378,6 +378,13 @@ static void test_matmul_paths(void)
     check_matmul_expect(9, 389, 70, DATA_RANDOM, LAYOUT_STRIDED, 1, EXPECT_ANY, &r);
     /* two row blocks (M > 144), so that two threads share the wrap kernel's tiles */
     check_matmul_expect(300, 517, 70, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
+    /* wider than tall (N > M): the AMX kernel streams B's column panels in groups (six groups
+     * of 11 here, the last one short and its last panel partial), a partial last k tile */
+    check_matmul_expect(40, 700, 1000, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
+    check_matmul_expect(20, 300, 600, DATA_RANDOM, LAYOUT_TRANSPOSED, 1, EXPECT_ANY, &r);
+    /* ... with two K blocks (2,100 values: 32 + 1 tiles, the second adding to the first) and
+     * A's 17 row panels in two chunks */
+    check_matmul_expect(272, 2100, 300, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
     /* mixed: full-range stretches of K among small values split some K blocks' tiles only */
     int64_t fast = 0, split = 0;
     check_matmul_expect(100, 1300, 140, DATA_BURSTS, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);

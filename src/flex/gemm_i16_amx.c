@@ -26,23 +26,31 @@
  * thread count.
  *
  * Layout: byte tiles of 1 KiB made from the plain int16 operands.
- *   A, 16 rows x 64 k values: a high plane then a low plane; the tiles of one row panel q and
- *     K block follow each other (2 KiB apart) in the packing thread's buffer, row r's byte kk
- *     = plane(A[16 q + r][64 t + kk]) for tile t;
+ *   A, 16 rows x 64 k values: a high plane then a low plane, row r's byte kk =
+ *     plane(A[16 q + r][64 t + kk]) for tile t of row panel q;
  *   B, 16 quads x 16 columns (the layout the tile products read: four consecutive k values of
- *     one column in one 32-bit word): tile (s, t) at bpk + (s nkt + t) 2 KiB, byte
- *     [u][4 j + e] = plane(B[64 t + 4 u + e][16 s + j]).
+ *     one column in one 32-bit word), byte [u][4 j + e] = plane(B[64 t + 4 u + e][16 s + j])
+ *     for tile t of column panel s.
+ *   The tiles of one panel and K block follow each other, 2 KiB apart.
  *   Rows beyond M, columns beyond N and k beyond K are zero (they add nothing).
  * One output block of 16 x 16 takes all eight tiles: four accumulators (tmm0-3), A's two
  * planes (tmm4-5) and B's two planes (tmm6-7); four tile products per 64 values of k.
  *
- * Blocking: B is packed once per call. K is cut into blocks of FX_AMX_I16_KB_TILES tiles and,
- * within one, B's column panels into chunks of FX_AMX_I16_B_CHUNK_BYTES; for each chunk the
- * threads share the row panels of A, each packing a panel's tiles of the K block into its own
- * buffer (gathering the rows first where a convolution supplies them on demand, a_rows) and
- * computing that panel's blocks of the chunk. A product with more columns than rows and K >=
- * FX_AMX_I16_SWAP_MIN_K runs transposed (C^T = B^T A^T, written down the columns of C), so
- * that the larger operand is the one packed a panel at a time.
+ * Blocking, two schedules; each packs one operand whole per K block (FX_AMX_I16_KB_TILES
+ * tiles of k) and streams the other a panel at a time through a thread's L1-sized buffer, so
+ * the larger operand is the streamed one and is read from memory once:
+ *   - rows streamed (M >= N, and every product whose A rows come on demand, a_rows): B packed
+ *     whole, its column panels in chunks of FX_AMX_I16_B_CHUNK_BYTES; for each chunk the
+ *     threads share the row panels of A, each packing a panel's tiles of the K block into its
+ *     own buffer (gathering the rows first where a convolution supplies them, a_rows) and
+ *     computing that panel's blocks of the chunk;
+ *   - columns streamed (N > M): A packed whole, its row panels in chunks of
+ *     FX_AMX_I16_A_CHUNK_BYTES; for each chunk the threads share the column panels of B, each
+ *     packing one and computing its blocks down the chunk. A row-major B's panel is four
+ *     rows' 32-byte runs per quad, one two-source byte permute per plane.
+ * Both write C row by row. (Computing a wide product transposed, C^T = B^T A^T, would stream
+ * the right operand too, but its packing transposes every tile and its writes go down the
+ * columns of C: 64 x 25088 x 800 took 34 ms that way, against 11 ms for the transposed shape.)
  *
  * Compiled with -mamx-tile -mamx-int8 and the AVX-512 flags; its entry runs only where
  * fx_amx_int8_usable said yes (src/core/backend.c installs it). */
@@ -71,12 +79,6 @@ enum { KT = 64, TILE_BYTES = 1024, PAIR_BYTES = 2 * TILE_BYTES };
 #define FX_AMX_I16_KB_TILES 32
 _Static_assert(FX_AMX_I16_KB_TILES <= FX_AMX_I16_CHUNK_TILES, "a K block is one int32 chunk");
 
-/* The fewest values of k from which a product with more columns than rows runs transposed
- * (C^T = B^T A^T, so that the larger operand is the one packed a panel at a time): measured at
- * one thread, K = 64 ran 4x slower transposed (its writes down the columns of C dominate),
- * K = 288-800 1.3-1.6x faster (32 x 32768 x 288: 9.6 against 13.1 ms) */
-#define FX_AMX_I16_SWAP_MIN_K 256
-
 /* Packed B per column chunk, in bytes (fx_flex_matmul_amx): the row panels of A meet one chunk
  * of B at a time, which stays in L2 (2 MiB a core on the Xeons with AMX) while they pass. At
  * 1024^3 on one thread of the Xeon reporting model 167, a 1 MiB chunk took 6.1-6.6 ms against
@@ -85,6 +87,19 @@ _Static_assert(FX_AMX_I16_KB_TILES <= FX_AMX_I16_CHUNK_TILES, "a K block is one 
 #ifndef FX_AMX_I16_B_CHUNK_BYTES
 #define FX_AMX_I16_B_CHUNK_BYTES ((int64_t)1 << 20)
 #endif
+
+/* Packed A per row chunk where the columns stream (N > M): the same reasoning with the
+ * operands' roles exchanged */
+#ifndef FX_AMX_I16_A_CHUNK_BYTES
+#define FX_AMX_I16_A_CHUNK_BYTES ((int64_t)1 << 20)
+#endif
+
+/* Where the columns stream, a thread packs a group of consecutive column panels of B (at most
+ * FX_AMX_I16_B_GROUP_BYTES, and at most FX_AMX_I16_B_GROUP_MAX panels) and computes them row
+ * panel by row panel, so that each block row writes the group's width of C in one run rather
+ * than 16 values a row down a strip of C */
+#define FX_AMX_I16_B_GROUP_BYTES ((int64_t)256 << 10)
+#define FX_AMX_I16_B_GROUP_MAX 16
 
 int fx_amx_int8_usable(const fx_cpu_features *cpu)
 {
@@ -97,8 +112,7 @@ typedef struct {
     int64_t M, K, N, nkt;
     int8_t *bpk;
     int64_t *out;
-    int64_t ldo;  /* the output's row stride */
-    int out_t;    /* 1: the job computes the transposed product, so its (i, j) is out[j ldo + i] */
+    int64_t ldo; /* the output's row stride */
     /* A's rows on demand (fx_op_call.a_rows: a convolution's patch rows) instead of a */
     void (*a_rows)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
                    int64_t ld);
@@ -263,65 +277,99 @@ static void pack_b_tile_any(const amx_i16_job *j, int64_t s, int64_t t, int8_t *
             }
 }
 
-/* Four rows of 16 byte values (one per k of a quad) interleaved into the 64-byte tile row:
- * byte 4 j + e = row e's byte j. */
-static inline void quad_row(__m128i r0, __m128i r1, __m128i r2, __m128i r3, int8_t *dst)
+/* Byte permutes of two row pairs of 16 int16 values, X = (rows 0, 1) and Y = (rows 2, 3) of a
+ * quad, into a plane's 64-byte tile row: byte 4 j + e = the high (odd) or low (even) byte of
+ * row e's value j. An int16's high byte is its arithmetic >> 8 truncated, so the planes are
+ * those of the header. */
+static inline __m512i quad_plane_idx(int high)
 {
-    const __m128i x01l = _mm_unpacklo_epi8(r0, r1), x01h = _mm_unpackhi_epi8(r0, r1);
-    const __m128i x23l = _mm_unpacklo_epi8(r2, r3), x23h = _mm_unpackhi_epi8(r2, r3);
-    _mm_storeu_si128((void *)dst, _mm_unpacklo_epi16(x01l, x23l));
-    _mm_storeu_si128((void *)(dst + 16), _mm_unpackhi_epi16(x01l, x23l));
-    _mm_storeu_si128((void *)(dst + 32), _mm_unpacklo_epi16(x01h, x23h));
-    _mm_storeu_si128((void *)(dst + 48), _mm_unpackhi_epi16(x01h, x23h));
+    _Alignas(64) uint8_t idx[64];
+    for (int jj = 0; jj < 16; jj++)
+        for (int e = 0; e < 4; e++) idx[4 * jj + e] = (uint8_t)(32 * e + 2 * jj + high);
+    return _mm512_load_si512((const void *)idx);
 }
 
-/* Column panel s of B (16 columns), all nkt tiles. Whole tiles of a row-major B interleave
- * four rows per quad; of a B with contiguous columns (a convolution's weights, a transposed
- * gradient), each column's 64 k values give 16 words that go down the tile's word column. */
-static void pack_b_panel(const amx_i16_job *j, int64_t s)
+/* Quad u of tile t of a whole column panel s of a row-major B: four rows' 32-byte runs, one
+ * two-source byte permute per plane (rows beyond K, the last tile's tail, read as zeros). */
+static inline void pack_b_quad_rowmajor(const amx_i16_job *j, int64_t s, int64_t t, int u,
+                                        __m512i idx_hi, __m512i idx_lo, int8_t *hi, int8_t *lo)
+{
+    const int64_t k = t * KT + 4 * u;
+    const int16_t *base = j->b + k * j->sbk + s * 16;
+    __m256i r[4];
+    for (int e = 0; e < 4; e++)
+        r[e] = k + e < j->K ? _mm256_loadu_si256((const void *)(base + e * j->sbk))
+                            : _mm256_setzero_si256();
+    const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(r[0]), r[1], 1);
+    const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(r[2]), r[3], 1);
+    _mm512_storeu_si512((void *)(hi + u * 64), _mm512_permutex2var_epi8(x, idx_hi, y));
+    _mm512_storeu_si512((void *)(lo + u * 64), _mm512_permutex2var_epi8(x, idx_lo, y));
+}
+
+/* Tile t of column panel s of B into hi and lo. Whole column panels of a row-major B take
+ * four rows' 32-byte runs per quad and one two-source byte permute per plane (rows beyond K,
+ * the last tile's tail, read as zeros); of a B with contiguous columns (a convolution's
+ * weights, a transposed gradient), each column's 64 k values give 16 words that go down the
+ * tile's word column (a transpose); anything else goes element by element. */
+static void pack_b_tile(const amx_i16_job *j, int64_t s, int64_t t, __m512i idx_hi,
+                        __m512i idx_lo, int8_t *hi, int8_t *lo)
 {
     const int full_cols = s * 16 + 16 <= j->N;
-    for (int64_t t = 0; t < j->nkt; t++) {
-        int8_t *hi = j->bpk + (s * j->nkt + t) * PAIR_BYTES, *lo = hi + TILE_BYTES;
-        const int64_t k0 = t * KT;
-        if (!full_cols || (j->sbn != 1 && j->sbk != 1)) {
-            pack_b_tile_any(j, s, t, hi, lo);
-        } else if (j->sbn == 1) { /* rows beyond K (the last tile's tail) read as zeros */
-            const int16_t *base = j->b + k0 * j->sbk + s * 16;
-            for (int u = 0; u < 16; u++) {
-                __m128i h[4], l[4];
-                for (int e = 0; e < 4; e++) {
-                    const __m256i v =
-                        k0 + 4 * u + e < j->K
-                            ? _mm256_loadu_si256((const void *)(base + (4 * u + e) * j->sbk))
-                            : _mm256_setzero_si256();
-                    h[e] = _mm256_cvtepi16_epi8(_mm256_srai_epi16(v, 8));
-                    l[e] = _mm256_cvtepi16_epi8(v);
-                }
-                quad_row(h[0], h[1], h[2], h[3], hi + u * 64);
-                quad_row(l[0], l[1], l[2], l[3], lo + u * 64);
-            }
-        } else { /* sbk == 1 */
-            const int64_t n = j->K - k0 < KT ? j->K - k0 : KT;
-            __mmask32 m0, m1;
-            lane_masks(n, &m0, &m1);
-            /* word u of column jj goes to word u * 16 + jj of the tile: a transpose */
-            __m512i hc[16], lc[16];
-            for (int jj = 0; jj < 16; jj++) {
-                const int16_t *col = j->b + (s * 16 + jj) * j->sbn + k0;
-                const __m512i v0 = _mm512_maskz_loadu_epi16(m0, col);
-                const __m512i v1 = _mm512_maskz_loadu_epi16(m1, col + 32);
-                hc[jj] = _mm512_inserti64x4(_mm512_castsi256_si512(hi_bytes(v0)), hi_bytes(v1), 1);
-                lc[jj] = _mm512_inserti64x4(_mm512_castsi256_si512(lo_bytes(v0)), lo_bytes(v1), 1);
-            }
-            transpose16_epi32(hc);
-            transpose16_epi32(lc);
-            for (int u = 0; u < 16; u++) {
-                _mm512_storeu_si512((void *)(hi + u * 64), hc[u]);
-                _mm512_storeu_si512((void *)(lo + u * 64), lc[u]);
-            }
+    const int64_t k0 = t * KT;
+    if (!full_cols || (j->sbn != 1 && j->sbk != 1)) {
+        pack_b_tile_any(j, s, t, hi, lo);
+    } else if (j->sbn == 1) {
+        for (int u = 0; u < 16; u++) pack_b_quad_rowmajor(j, s, t, u, idx_hi, idx_lo, hi, lo);
+    } else { /* sbk == 1 */
+        const int64_t n = j->K - k0 < KT ? j->K - k0 : KT;
+        __mmask32 m0, m1;
+        lane_masks(n, &m0, &m1);
+        /* word u of column jj goes to word u * 16 + jj of the tile: a transpose */
+        __m512i hc[16], lc[16];
+        for (int jj = 0; jj < 16; jj++) {
+            const int16_t *col = j->b + (s * 16 + jj) * j->sbn + k0;
+            const __m512i v0 = _mm512_maskz_loadu_epi16(m0, col);
+            const __m512i v1 = _mm512_maskz_loadu_epi16(m1, col + 32);
+            hc[jj] = _mm512_inserti64x4(_mm512_castsi256_si512(hi_bytes(v0)), hi_bytes(v1), 1);
+            lc[jj] = _mm512_inserti64x4(_mm512_castsi256_si512(lo_bytes(v0)), lo_bytes(v1), 1);
+        }
+        transpose16_epi32(hc);
+        transpose16_epi32(lc);
+        for (int u = 0; u < 16; u++) {
+            _mm512_storeu_si512((void *)(hi + u * 64), hc[u]);
+            _mm512_storeu_si512((void *)(lo + u * 64), lc[u]);
         }
     }
+}
+
+/* Tiles t0 .. t1 - 1 of column panel s of B, packed into bp from its start. */
+static void pack_b_panel(const amx_i16_job *j, int64_t s, int64_t t0, int64_t t1, int8_t *bp)
+{
+    const __m512i idx_hi = quad_plane_idx(1), idx_lo = quad_plane_idx(0);
+    for (int64_t t = t0; t < t1; t++) {
+        int8_t *hi = bp + (t - t0) * PAIR_BYTES;
+        pack_b_tile(j, s, t, idx_hi, idx_lo, hi, hi + TILE_BYTES);
+    }
+}
+
+/* Column panels s0 .. s1 - 1 of B, tiles t0 .. t1 - 1 each, panel s at bp + (s - s0) panel.
+ * For a row-major B with whole panels the loops run along B's rows (every quad row's runs of
+ * all the panels in turn), so that each row is read in one sweep of (s1 - s0) 32 bytes, which
+ * the prefetchers follow, rather than 32 bytes of it per panel. */
+static void pack_b_group(const amx_i16_job *j, int64_t s0, int64_t s1, int64_t t0, int64_t t1,
+                         size_t panel, int8_t *bp)
+{
+    if (j->sbn != 1 || s1 * 16 > j->N) {
+        for (int64_t s = s0; s < s1; s++) pack_b_panel(j, s, t0, t1, bp + (s - s0) * panel);
+        return;
+    }
+    const __m512i idx_hi = quad_plane_idx(1), idx_lo = quad_plane_idx(0);
+    for (int64_t t = t0; t < t1; t++)
+        for (int u = 0; u < 16; u++)
+            for (int64_t s = s0; s < s1; s++) {
+                int8_t *hi = bp + (s - s0) * panel + (t - t0) * PAIR_BYTES;
+                pack_b_quad_rowmajor(j, s, t, u, idx_hi, idx_lo, hi, hi + TILE_BYTES);
+            }
 }
 
 static inline __m512i widen8(const int32_t *v)
@@ -340,14 +388,13 @@ static inline __m512i combine8(const int32_t (*acc)[256], int o)
 }
 
 /* The 16 x 16 output block of row panel q (its tiles t0 .. t1 - 1 packed in ap) and column
- * panel s, over those tiles (at most FX_AMX_I16_CHUNK_TILES: one exact int32 chunk): written
- * into the valid part (rows < M, columns < N; transposed where out_t), or added to it where
- * add; on the last K block (imax not NULL) the block's largest |value| raises *imax. */
-static void amx_i16_block(const amx_i16_job *j, const int8_t *ap, int64_t q, int64_t s,
-                          int64_t t0, int64_t t1, int add, uint64_t *imax)
+ * panel s (the same tiles packed in bp), over those tiles (at most FX_AMX_I16_CHUNK_TILES: one
+ * exact int32 chunk): written into the valid part (rows < M, columns < N), or added to it
+ * where add; on the last K block (imax not NULL) the block's largest |value| raises *imax. */
+static void amx_i16_block(const amx_i16_job *j, const int8_t *ap, const int8_t *bp, int64_t q,
+                          int64_t s, int64_t t0, int64_t t1, int add, uint64_t *imax)
 {
     _Alignas(64) int32_t acc[4][256];
-    const int8_t *bp = j->bpk + (s * j->nkt + t0) * PAIR_BYTES;
     const int64_t i0 = q * 16, j0 = s * 16, nt = t1 - t0;
     const int rows = j->M - i0 < 16 ? (int)(j->M - i0) : 16;
     const int cols = j->N - j0 < 16 ? (int)(j->N - j0) : 16;
@@ -372,30 +419,16 @@ static void amx_i16_block(const amx_i16_job *j, const int8_t *ap, int64_t q, int
     _tile_stored(1, acc[1], 64);
     _tile_stored(2, acc[2], 64);
     _tile_stored(3, acc[3], 64);
-    /* where out_t, a block row's lanes go down a column of out */
-    const __m512i ix0 = _mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7),
-                                           _mm512_set1_epi64(j->ldo));
-    const __m512i ix1 = _mm512_add_epi64(ix0, _mm512_set1_epi64(8 * j->ldo));
     for (int r = 0; r < rows; r++) {
-        int64_t *o = j->out_t ? j->out + j0 * j->ldo + i0 + r : j->out + (i0 + r) * j->ldo + j0;
+        int64_t *o = j->out + (i0 + r) * j->ldo + j0;
         __m512i v0 = combine8((const int32_t(*)[256])acc, r * 16);
         __m512i v1 = combine8((const int32_t(*)[256])acc, r * 16 + 8);
-        if (j->out_t) {
-            const __m512i z = _mm512_setzero_si512();
-            if (add) {
-                v0 = _mm512_add_epi64(v0, _mm512_mask_i64gather_epi64(z, cm0, ix0, o, 8));
-                v1 = _mm512_add_epi64(v1, _mm512_mask_i64gather_epi64(z, cm1, ix1, o, 8));
-            }
-            _mm512_mask_i64scatter_epi64(o, cm0, ix0, v0, 8);
-            _mm512_mask_i64scatter_epi64(o, cm1, ix1, v1, 8);
-        } else {
-            if (add) {
-                v0 = _mm512_add_epi64(v0, _mm512_maskz_loadu_epi64(cm0, o));
-                v1 = _mm512_add_epi64(v1, _mm512_maskz_loadu_epi64(cm1, o + 8));
-            }
-            _mm512_mask_storeu_epi64(o, cm0, v0);
-            _mm512_mask_storeu_epi64(o + 8, cm1, v1);
+        if (add) {
+            v0 = _mm512_add_epi64(v0, _mm512_maskz_loadu_epi64(cm0, o));
+            v1 = _mm512_add_epi64(v1, _mm512_maskz_loadu_epi64(cm1, o + 8));
         }
+        _mm512_mask_storeu_epi64(o, cm0, v0);
+        _mm512_mask_storeu_epi64(o + 8, cm1, v1);
         /* lanes beyond the valid columns hold 0 (zero operands) */
         vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v0));
         vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(v1));
@@ -415,52 +448,34 @@ static int amx_i16_takes(const fx_op_call *c)
            N >= 16 && K >= 32;
 }
 
-int fx_flex_matmul_amx(const fx_op_call *c)
+/* Column panels of B per group (FX_AMX_I16_B_GROUP_BYTES) for panels of `panel` bytes */
+static int64_t amx_b_group(size_t panel)
 {
-    if (!amx_i16_takes(c)) return fx_flex_matmul_avx512vnni(c);
-    const fx_operand *A = &c->in[0], *B = &c->in[1];
-    const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
-    *c->out_exp = A->exp + B->exp;
-    /* B is packed whole and A a panel at a time, so the larger operand goes on A's side: with
-     * more columns than rows the job computes C^T = B^T A^T and writes it transposed */
-    const int t = N > M && K >= FX_AMX_I16_SWAP_MIN_K && !c->a_rows;
-    const fx_operand *JA = t ? B : A, *JB = t ? A : B;
-    amx_i16_job j = {.a = JA->data,
-                     .b = JB->data,
-                     .sam = JA->strides[t ? 1 : 0],
-                     .sak = JA->strides[t ? 0 : 1],
-                     .sbk = JB->strides[t ? 1 : 0],
-                     .sbn = JB->strides[t ? 0 : 1],
-                     .M = t ? N : M,
-                     .K = K,
-                     .N = t ? M : N,
-                     .nkt = (K + KT - 1) / KT,
-                     .out = c->out_i64,
-                     .ldo = N,
-                     .out_t = t,
-                     .a_rows = c->a_rows,
-                     .a_rows_ctx = c->a_rows_ctx};
-    const int64_t mq = (j.M + 15) / 16, ns = (j.N + 15) / 16;
-    const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
-                       ? c->nthreads
-                       : 1;
-    /* B packed once; A one row panel and K block per thread at a time (nt panel buffers) */
-    const int64_t kbt = j.nkt < FX_AMX_I16_KB_TILES ? j.nkt : FX_AMX_I16_KB_TILES;
+    const int64_t g = FX_AMX_I16_B_GROUP_BYTES / (int64_t)panel;
+    return g < 1 ? 1 : g > FX_AMX_I16_B_GROUP_MAX ? FX_AMX_I16_B_GROUP_MAX : g;
+}
+
+/* Rows streamed: B packed whole per K block, row panels of A packed by the threads in turn
+ * (see the header). */
+static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax_out)
+{
+    const int64_t mq = (j->M + 15) / 16, ns = (j->N + 15) / 16;
     const size_t panel = (size_t)kbt * PAIR_BYTES;
-    j.bpk = aligned_alloc(64, (size_t)(ns * j.nkt) * PAIR_BYTES);
+    j->bpk = aligned_alloc(64, (size_t)ns * panel);
     int8_t *apk = aligned_alloc(64, (size_t)nt * panel);
     /* rows on demand: 16 staging rows per thread with the slack a_rows may write into */
-    j.rows_ld = j.a_rows ? (kbt * KT + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
-    const size_t stage_n = (size_t)(16 * j.rows_ld);
-    int16_t *stages = j.a_rows ? malloc((size_t)nt * stage_n * sizeof(int16_t)) : NULL;
-    if (!j.bpk || !apk || (j.a_rows && !stages)) {
-        free(j.bpk);
+    j->rows_ld = j->a_rows ? (kbt * KT + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
+    const size_t stage_n = (size_t)(16 * j->rows_ld);
+    int16_t *stages = j->a_rows ? malloc((size_t)nt * stage_n * sizeof(int16_t)) : NULL;
+    if (!j->bpk || !apk || (j->a_rows && !stages)) {
+        free(j->bpk);
         free(apk);
         free(stages);
         return FX_ENOMEM;
     }
     const int64_t nsb_fit = FX_AMX_I16_B_CHUNK_BYTES / (int64_t)panel;
     const int64_t nsb = nsb_fit < 1 ? 1 : nsb_fit;
+    const int64_t G = amx_b_group(panel), ng = (ns + G - 1) / G;
     uint64_t imax = 0;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(max : imax)
@@ -469,20 +484,23 @@ int fx_flex_matmul_amx(const fx_op_call *c)
         int tid = 0;
 #ifdef _OPENMP
         tid = omp_get_thread_num();
-#pragma omp for schedule(static)
 #endif
-        for (int64_t s = 0; s < ns; s++) pack_b_panel(&j, s);
         int8_t *ap = apk + (size_t)tid * panel;
         int16_t *stage = stages ? stages + (size_t)tid * stage_n : NULL;
         fx_amx_tiles_configure();
-        /* a thread packs one row panel of A and computes its blocks along the row; where there
-         * are fewer row panels than threads, the threads share a row's blocks instead */
         /* K blocks in order (each adds to the one before; the barrier of every loop below keeps
          * them in order), and in each, column panels in chunks whose packed B stays in L2
          * across the row panels; each chunk packs the row panels of A again */
-        for (int64_t t0 = 0; t0 < j.nkt; t0 += kbt) {
-            const int64_t t1 = j.nkt - t0 < kbt ? j.nkt : t0 + kbt;
-            uint64_t *last = t1 == j.nkt ? &imax : NULL;
+        for (int64_t t0 = 0; t0 < j->nkt; t0 += kbt) {
+            const int64_t t1 = j->nkt - t0 < kbt ? j->nkt : t0 + kbt;
+            uint64_t *last = t1 == j->nkt ? &imax : NULL;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t g = 0; g < ng; g++) {
+                const int64_t s0 = g * G, s1 = ns - s0 < G ? ns : s0 + G;
+                pack_b_group(j, s0, s1, t0, t1, panel, j->bpk + s0 * panel);
+            }
             if (mq >= nt) {
                 for (int64_t s0 = 0; s0 < ns; s0 += nsb) {
                     const int64_t s1 = ns - s0 < nsb ? ns : s0 + nsb;
@@ -490,27 +508,119 @@ int fx_flex_matmul_amx(const fx_op_call *c)
 #pragma omp for schedule(static)
 #endif
                     for (int64_t q = 0; q < mq; q++) {
-                        pack_a_rows(&j, q, t0, t1, stage, ap);
+                        pack_a_rows(j, q, t0, t1, stage, ap);
                         for (int64_t s = s0; s < s1; s++)
-                            amx_i16_block(&j, ap, q, s, t0, t1, t0 > 0, last);
+                            amx_i16_block(j, ap, j->bpk + s * panel, q, s, t0, t1, t0 > 0, last);
                     }
                 }
             } else { /* fewer row panels than threads: the threads share a row's blocks */
                 for (int64_t q = 0; q < mq; q++) {
-                    pack_a_rows(&j, q, t0, t1, stage, ap);
+                    pack_a_rows(j, q, t0, t1, stage, ap);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
                     for (int64_t s = 0; s < ns; s++)
-                        amx_i16_block(&j, ap, q, s, t0, t1, t0 > 0, last);
+                        amx_i16_block(j, ap, j->bpk + s * panel, q, s, t0, t1, t0 > 0, last);
                 }
             }
         }
         _tile_release();
     }
-    free(j.bpk);
+    free(j->bpk);
     free(apk);
     free(stages);
+    *imax_out = imax;
+    return FX_OK;
+}
+
+/* Columns streamed (N > M, no rows on demand): A packed whole per K block in chunks of row
+ * panels, groups of column panels of B packed by the threads in turn (see the header). */
+static int amx_cols_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax_out)
+{
+    const int64_t mq = (j->M + 15) / 16, ns = (j->N + 15) / 16;
+    const size_t panel = (size_t)kbt * PAIR_BYTES;
+    const int64_t mqc_fit = FX_AMX_I16_A_CHUNK_BYTES / (int64_t)panel;
+    const int64_t mqc = mqc_fit < 1 ? 1 : mqc_fit < mq ? mqc_fit : mq;
+    /* column panels per group: a block row writes the group's width of C in one run */
+    const int64_t G = amx_b_group(panel), ng = (ns + G - 1) / G;
+    int8_t *apk = aligned_alloc(64, (size_t)mqc * panel);
+    int8_t *bpk = aligned_alloc(64, (size_t)(nt * G) * panel);
+    if (!apk || !bpk) {
+        free(apk);
+        free(bpk);
+        return FX_ENOMEM;
+    }
+    uint64_t imax = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1) reduction(max : imax)
+#endif
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        int8_t *bp = bpk + (size_t)(tid * G) * panel;
+        fx_amx_tiles_configure();
+        for (int64_t t0 = 0; t0 < j->nkt; t0 += kbt) {
+            const int64_t t1 = j->nkt - t0 < kbt ? j->nkt : t0 + kbt;
+            uint64_t *last = t1 == j->nkt ? &imax : NULL;
+            for (int64_t q0 = 0; q0 < mq; q0 += mqc) {
+                const int64_t q1 = mq - q0 < mqc ? mq : q0 + mqc;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+                for (int64_t q = q0; q < q1; q++)
+                    pack_a_rows(j, q, t0, t1, NULL, apk + (q - q0) * panel);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+                for (int64_t g = 0; g < ng; g++) {
+                    const int64_t s0 = g * G, s1 = ns - s0 < G ? ns : s0 + G;
+                    pack_b_group(j, s0, s1, t0, t1, panel, bp);
+                    for (int64_t q = q0; q < q1; q++)
+                        for (int64_t s = s0; s < s1; s++)
+                            amx_i16_block(j, apk + (q - q0) * panel, bp + (s - s0) * panel, q, s,
+                                          t0, t1, t0 > 0, last);
+                }
+            }
+        }
+        _tile_release();
+    }
+    free(apk);
+    free(bpk);
+    *imax_out = imax;
+    return FX_OK;
+}
+
+int fx_flex_matmul_amx(const fx_op_call *c)
+{
+    if (!amx_i16_takes(c)) return fx_flex_matmul_avx512vnni(c);
+    const fx_operand *A = &c->in[0], *B = &c->in[1];
+    const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
+    *c->out_exp = A->exp + B->exp;
+    amx_i16_job j = {.a = A->data,
+                     .b = B->data,
+                     .sam = A->strides[0],
+                     .sak = A->strides[1],
+                     .sbk = B->strides[0],
+                     .sbn = B->strides[1],
+                     .M = M,
+                     .K = K,
+                     .N = N,
+                     .nkt = (K + KT - 1) / KT,
+                     .out = c->out_i64,
+                     .ldo = N,
+                     .a_rows = c->a_rows,
+                     .a_rows_ctx = c->a_rows_ctx};
+    const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
+                       ? c->nthreads
+                       : 1;
+    const int64_t kbt = j.nkt < FX_AMX_I16_KB_TILES ? j.nkt : FX_AMX_I16_KB_TILES;
+    uint64_t imax = 0;
+    /* the larger operand streams: it is read from memory once, a panel at a time */
+    const int rc = N > M && !c->a_rows ? amx_cols_streamed(&j, nt, kbt, &imax)
+                                       : amx_rows_streamed(&j, nt, kbt, &imax);
+    if (rc) return rc;
     if (c->out_imax && c->out_imax_known) {
         *c->out_imax = imax;
         *c->out_imax_known = 1;
