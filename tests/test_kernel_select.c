@@ -163,6 +163,26 @@ static void check_matmul(const char *route, int64_t M, int64_t N, int64_t K, int
                       "%s: bits depend on the thread count", route);
         }
     }
+    /* the transposed product B^T A^T (a wide product's is tall: the AMX route then runs its
+     * other schedule) gives the transposed bits: each output is the same chain of the same
+     * products, whichever operand streams */
+    {
+        tensor_t *tat = tensor_view_transpose(va, 0, 1), *tbt = tensor_view_transpose(vb, 0, 1);
+        tensor_t *tct = new2d(FMT_FP32, N, M);
+        float *ct = malloc(sizeof(float) * (size_t)(M * N));
+        CHECK_STATUS(tensor_matmul(tct, tbt, tat), FX_OK);
+        CHECK_STATUS(tensor_to_f32(tct, ct), FX_OK);
+        long diff = 0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) diff += memcmp(&ct[j * M + i], &c1[i * N + j], 4) != 0;
+        CHECK(diff == 0, "%s: %lldx%lldx%lld transA %d transB %d: B^T A^T differs from (A B)^T "
+              "in %ld outputs", route, (long long)M, (long long)N, (long long)K, transA, transB,
+              diff);
+        tensor_free(tat);
+        tensor_free(tbt);
+        tensor_free(tct);
+        free(ct);
+    }
     if (va != ta) tensor_free(va);
     if (vb != tb) tensor_free(vb);
     tensor_free(ta);
@@ -230,9 +250,11 @@ static void check_conv(const char *route, int64_t N, int64_t C, int64_t H, int64
 
 static void check_route(const char *route)
 {
+    /* {M, N, K}; {20, 1100, 100}: wide, so the AMX route streams B in five groups of column
+     * panels, the last one short, with a K tail */
     static const int64_t shapes[][3] = {{6, 32, 2},   {7, 33, 1},     {13, 70, 5},
                                         {64, 64, 64}, {37, 95, 129},  {100, 40, 1100},
-                                        {50, 10, 77}, {3, 200, 31}};
+                                        {50, 10, 77}, {3, 200, 31},   {20, 1100, 100}};
     uint64_t seed = 11;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)

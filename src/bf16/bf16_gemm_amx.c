@@ -22,6 +22,9 @@
  *     at (s * nkt + t) * 512 bf16, element [pp][j][e] = B[32 t + 2 pp + e][16 s + j].
  * The register tile is 32 x 32 outputs: four accumulators (tmm0-3), two A tiles (tmm4-5) and
  * two B tiles (tmm6-7) per 32 values of k. Row and column panels are padded to even counts.
+ * A product wider than tall streams B instead of packing it whole: each thread packs a group
+ * of column panels into its own buffer (same tile layout, panel s at (s - s0) * nkt tiles)
+ * and runs every row panel pair against it (amx_matmul_cols).
  *
  * A convolution may hand A as rows on demand (fx_op_call.a_rows) instead of a patch matrix:
  * each thread then gathers the 32 rows of one pair of row panels into a buffer the tile loads
@@ -94,6 +97,18 @@ static void pack_b_tile_any(uint16_t *d, const uint16_t *b, int64_t sbk, int64_t
         }
 }
 
+/* Pair row pp of a whole tile of a row-major B whose column panel starts at r (the tile's row
+ * 0): rows 2 pp and 2 pp + 1 interleaved into the 16 pair words at d + 32 pp. */
+static inline void pack_b_pair_row(uint16_t *d, const uint16_t *r, int64_t sbk, int pp)
+{
+    const __m256i r0 = _mm256_loadu_si256((const void *)(r + 2 * pp * sbk));
+    const __m256i r1 = _mm256_loadu_si256((const void *)(r + (2 * pp + 1) * sbk));
+    /* unpack works per 128-bit lane: columns 0-3 | 8-11 and 4-7 | 12-15 */
+    const __m256i lo = _mm256_unpacklo_epi16(r0, r1), hi = _mm256_unpackhi_epi16(r0, r1);
+    _mm256_storeu_si256((void *)(d + pp * 32), _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256((void *)(d + pp * 32 + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
 /* Column panel s of B (16 columns), all nkt tiles, in pair words. Whole tiles of a row-major
  * B interleave two rows of 16 values per pair row; of a column-major B (a convolution's
  * weights), whose pairs are adjacent in memory, they transpose 16 x 16 32-bit words. */
@@ -107,16 +122,7 @@ static void pack_b_panel(uint16_t *dst, const uint16_t *b, int64_t sbk, int64_t 
         if (!full_cols || k0 + 32 > K || (sbn != 1 && sbk != 1)) {
             pack_b_tile_any(d, b, sbk, sbn, K, N, s, t);
         } else if (sbn == 1) {
-            const uint16_t *r = b + k0 * sbk + s * 16;
-            for (int pp = 0; pp < 16; pp++) {
-                const __m256i r0 = _mm256_loadu_si256((const void *)(r + 2 * pp * sbk));
-                const __m256i r1 = _mm256_loadu_si256((const void *)(r + (2 * pp + 1) * sbk));
-                /* unpack works per 128-bit lane: columns 0-3 | 8-11 and 4-7 | 12-15 */
-                const __m256i lo = _mm256_unpacklo_epi16(r0, r1), hi = _mm256_unpackhi_epi16(r0, r1);
-                _mm256_storeu_si256((void *)(d + pp * 32), _mm256_permute2x128_si256(lo, hi, 0x20));
-                _mm256_storeu_si256((void *)(d + pp * 32 + 16),
-                                    _mm256_permute2x128_si256(lo, hi, 0x31));
-            }
+            for (int pp = 0; pp < 16; pp++) pack_b_pair_row(d, b + k0 * sbk + s * 16, sbk, pp);
         } else { /* sbk == 1: column j's pair pp is the 32-bit word pp of b + col * sbn + k0 */
             uint32_t *w = (uint32_t *)(void *)d;
             for (int j = 0; j < 16; j++) {
@@ -139,6 +145,31 @@ void fx_bf16_amx_pack_b(const uint16_t *b, int64_t sbk, int64_t sbn, int64_t K, 
 {
     const int64_t nkt = (K + 31) / 32, ns = (N + 31) / 32 * 2;
     for (int64_t s = 0; s < ns; s++) pack_b_panel(bpk + s * nkt * TILE_ELEMS, b, sbk, sbn, K, N, s, nkt);
+}
+
+/* Column panels s0 .. s1 - 1 of B, all nkt tiles each, panel s at dst + (s - s0) nkt tiles.
+ * For a row-major B the whole tiles of whole panels are packed along B's rows (each pair row's
+ * runs of all the panels in turn), so that a row is read in one sweep the prefetchers follow
+ * rather than 32 bytes of it per panel; the rest as pack_b_panel. */
+static void pack_b_group(uint16_t *dst, const uint16_t *b, int64_t sbk, int64_t sbn, int64_t K,
+                         int64_t N, int64_t s0, int64_t s1, int64_t nkt)
+{
+    const int64_t sw = sbn == 1 ? (N / 16 < s1 ? N / 16 : s1) : s0; /* whole panels: s0 .. sw */
+    const int64_t tw = K / 32;                                       /* whole tiles: 0 .. tw */
+    for (int64_t t = 0; t < tw && sw > s0; t++)
+        for (int pp = 0; pp < 16; pp++)
+            for (int64_t s = s0; s < sw; s++)
+                pack_b_pair_row(dst + ((s - s0) * nkt + t) * TILE_ELEMS, b + t * 32 * sbk + s * 16,
+                                sbk, pp);
+    for (int64_t s = s0; s < s1; s++) {
+        uint16_t *d = dst + (s - s0) * nkt * TILE_ELEMS;
+        if (s < sw) {
+            for (int64_t t = tw; t < nkt; t++) /* the K tail */
+                pack_b_tile_any(d + t * TILE_ELEMS, b, sbk, sbn, K, N, s, t);
+        } else {
+            pack_b_panel(d, b, sbk, sbn, K, N, s, nkt);
+        }
+    }
 }
 
 /* Where tile (q, t) of A is read from: A itself or its packed copy (64 bytes between rows);
@@ -180,12 +211,13 @@ static void gather_a_rows_pair(uint16_t *rows, const fx_op_call *c, int64_t ld, 
 }
 
 /* out[32 x 32 block of row panels q, q+1 and column panels s, s+1] = their products (the valid
- * part only: rows < M, columns < N). */
-static void amx_block(const amx_a_src *as, const uint16_t *bpk, int64_t q, int64_t s, float *out,
+ * part only: rows < M, columns < N); b0: the packed tiles of panel s, panel s + 1's after
+ * them. */
+static void amx_block(const amx_a_src *as, const uint16_t *b0, int64_t q, int64_t s, float *out,
                       int64_t ldo, int64_t N)
 {
     const int64_t nkt = as->nkt, M = as->M;
-    const uint16_t *b0 = bpk + s * nkt * TILE_ELEMS, *b1 = b0 + nkt * TILE_ELEMS;
+    const uint16_t *b1 = b0 + nkt * TILE_ELEMS;
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -260,13 +292,82 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
             if (failed) continue; /* this thread's buffers are missing; the call fails */
             gather_a_rows_pair(rows, c, ld, M, K, 2 * qp, nkt);
             const amx_a_src as = {NULL, NULL, rows, 0, 0, M, K, nkt, 2 * qp, ld};
-            for (int64_t s = 0; s < ns; s += 2) amx_block(&as, bpk, 2 * qp, s, c->out_f32, N, N);
+            for (int64_t s = 0; s < ns; s += 2)
+                amx_block(&as, bpk + s * nkt * TILE_ELEMS, 2 * qp, s, c->out_f32, N, N);
         }
         if (!failed) _tile_release();
         free(rows);
     }
     free(own);
     return failed ? FX_ENOMEM : FX_OK;
+}
+
+/* Where B streams (below), a thread packs a group of consecutive column panel pairs of B
+ * (at most FX_BF16_AMX_B_GROUP_BYTES, at most FX_BF16_AMX_B_GROUP_PAIRS pairs) and runs every
+ * row panel pair against them: a product wider than tall reads its large B from memory once,
+ * along its rows, and writes C a group's width at a time. Panels over the whole K longer than
+ * one group (K > 4096) keep B packed whole. Measured at one thread on the Xeon reporting
+ * model 167, 64 x 25088 x 800: 37 ms with B packed whole panel by panel, 26 ms packed whole
+ * along its rows, 8.2 ms streamed. */
+#define FX_BF16_AMX_B_GROUP_BYTES ((int64_t)256 << 10)
+#define FX_BF16_AMX_B_GROUP_PAIRS 8
+
+static int64_t amx_b_group_pairs(int64_t nkt)
+{
+    const int64_t pair_bytes = 2 * nkt * TILE_ELEMS * (int64_t)sizeof(uint16_t);
+    const int64_t g = FX_BF16_AMX_B_GROUP_BYTES / pair_bytes;
+    return g > FX_BF16_AMX_B_GROUP_PAIRS ? FX_BF16_AMX_B_GROUP_PAIRS : g;
+}
+
+/* The product with B streamed in groups of column panel pairs (N > M): A packed whole (its
+ * tiles that cannot be read in place), then per group (a thread's share, statically) B's
+ * panels packed and every row panel pair run against them. Each output is still one chain
+ * over the whole K: the bits are those of the other schedules. */
+static int amx_matmul_cols(const fx_op_call *c, int64_t M, int64_t K, int64_t N, int64_t nkt,
+                           int64_t mq, int64_t ns, int64_t gp)
+{
+    const fx_operand *A = &c->in[0], *B = &c->in[1];
+    const int64_t gtiles = 2 * gp * nkt, ng = (ns / 2 + gp - 1) / gp;
+    const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
+                       ? c->nthreads
+                       : 1;
+    uint16_t *apk = aligned_alloc(64, (size_t)(mq * nkt) * TILE_ELEMS * sizeof(uint16_t));
+    uint16_t *bufs = aligned_alloc(64, (size_t)(nt * gtiles) * TILE_ELEMS * sizeof(uint16_t));
+    if (!apk || !bufs) {
+        free(apk);
+        free(bufs);
+        return FX_ENOMEM;
+    }
+    const uint16_t *a = A->data, *b = B->data;
+    const amx_a_src as = {a, apk, NULL, A->strides[0], A->strides[1], M, K, nkt, 0, 0};
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#pragma omp for schedule(static)
+#endif
+        for (int64_t q = 0; q < mq; q++)
+            pack_a_panel(apk + q * nkt * TILE_ELEMS, a, A->strides[0], A->strides[1], M, K, q, nkt);
+        uint16_t *buf = bufs + (size_t)(tid * gtiles) * TILE_ELEMS;
+        fx_amx_tiles_configure();
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t g = 0; g < ng; g++) {
+            const int64_t s0 = 2 * gp * g, s1 = ns - s0 < 2 * gp ? ns : s0 + 2 * gp;
+            pack_b_group(buf, b, B->strides[0], B->strides[1], K, N, s0, s1, nkt);
+            for (int64_t q = 0; q < mq; q += 2)
+                for (int64_t s = s0; s < s1; s += 2)
+                    amx_block(&as, buf + (s - s0) * nkt * TILE_ELEMS, q, s, c->out_f32, N, N);
+        }
+        _tile_release();
+    }
+    free(apk);
+    free(bufs);
+    return FX_OK;
 }
 
 int fx_bf16_matmul_amx(const fx_op_call *c)
@@ -287,6 +388,8 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
     const int64_t nkt = (K + 31) / 32;
     const int64_t mq = (M + 31) / 32 * 2, ns = (N + 31) / 32 * 2; /* panels, even counts */
     if (c->a_rows) return amx_matmul_rows(c, M, K, N, nkt, mq, ns);
+    if (N > M && amx_b_group_pairs(nkt) >= 1)
+        return amx_matmul_cols(c, M, K, N, nkt, mq, ns, amx_b_group_pairs(nkt));
     uint16_t *apk = aligned_alloc(64, (size_t)(mq * nkt) * TILE_ELEMS * sizeof(uint16_t));
     uint16_t *bpk = aligned_alloc(64, (size_t)(ns * nkt) * TILE_ELEMS * sizeof(uint16_t));
     if (!apk || !bpk) {
@@ -313,15 +416,20 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t s = 0; s < ns; s++)
-            pack_b_panel(bpk + s * nkt * TILE_ELEMS, b, B->strides[0], B->strides[1], K, N, s, nkt);
+        for (int64_t s = 0; s < ns; s += 2 * FX_BF16_AMX_B_GROUP_PAIRS)
+            pack_b_group(bpk + s * nkt * TILE_ELEMS, b, B->strides[0], B->strides[1], K, N, s,
+                         ns - s < 2 * FX_BF16_AMX_B_GROUP_PAIRS ? ns
+                                                                : s + 2 * FX_BF16_AMX_B_GROUP_PAIRS,
+                         nkt);
         fx_amx_tiles_configure();
         /* blocks row by row: a thread's consecutive blocks share their A panels */
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t blk = 0; blk < nblocks; blk++)
-            amx_block(&as, bpk, 2 * (blk / (ns / 2)), 2 * (blk % (ns / 2)), out, N, N);
+        for (int64_t blk = 0; blk < nblocks; blk++) {
+            const int64_t s = 2 * (blk % (ns / 2));
+            amx_block(&as, bpk + s * nkt * TILE_ELEMS, 2 * (blk / (ns / 2)), s, out, N, N);
+        }
         _tile_release();
     }
     free(apk);
