@@ -198,6 +198,15 @@ static void pool_divide_exact(int64_t *v, int64_t n, int64_t count, int *e)
  * remainders in range; real windows and planes are far smaller. */
 #define FX_POOL_MAX_COUNT ((int64_t)1 << 40)
 
+/* Whether an op may build its fp32 results in out itself (out a plain fp32 host tensor, not
+ * summed across ranks, whose write could still fail, and not sharing in's storage): the write
+ * then finds them in place (fx_write_float_body copies nothing). */
+static int pool_f32_direct(const tensor_t *out, const tensor_t *in)
+{
+    return out->fmt == FMT_FP32 && !out->st->on_device && !out->st->dist &&
+           fx_tensor_is_contiguous(out) && out->st != in->st;
+}
+
 static int pool_write(tensor_t *out, const void *stage, int int_compute, int e, const char *func)
 {
     return int_compute ? fx_write_i64(out, stage, e, func) : fx_write_f32(out, stage, func);
@@ -354,9 +363,13 @@ int fx_nn_maxpool2d_host(const fx_op_args *a)
     fx_scratch s = {.n = 0};
     fx_operand xo;
     rc = pool_operand(x, ic, &xo, &s, func);
-    /* integer path: the outputs are input mantissas, staged as int16 (fx_write_i16) */
-    void *stage = pool_alloc(&s, ny, ic ? sizeof(int16_t) : sizeof(float), &rc, func);
-    int32_t *idx = argmax ? pool_alloc(&s, ny, sizeof(int32_t), &rc, func) : NULL;
+    /* integer path: the outputs are input mantissas, staged as int16 (fx_write_i16); fp32
+     * outputs into a plain fp32 y are made in y itself, and then the indices straight in
+     * argmax (nothing can fail after the loop, so neither is left half written) */
+    const int direct = rc == FX_OK && !ic && pool_f32_direct(y, x);
+    void *stage = direct ? fx_tensor_base(y)
+                         : pool_alloc(&s, ny, ic ? sizeof(int16_t) : sizeof(float), &rc, func);
+    int32_t *idx = !argmax ? NULL : direct ? argmax : pool_alloc(&s, ny, sizeof(int32_t), &rc, func);
     if (rc) {
         fx_scratch_free(&s);
         return rc;
@@ -411,7 +424,7 @@ int fx_nn_maxpool2d_host(const fx_op_args *a)
             }
     }
     rc = ic ? fx_write_i16(y, stage, xo.exp, func) : fx_write_f32(y, stage, func);
-    if (rc == FX_OK && argmax) memcpy(argmax, idx, (size_t)ny * sizeof *idx);
+    if (rc == FX_OK && argmax && idx != argmax) memcpy(argmax, idx, (size_t)ny * sizeof *idx);
     fx_scratch_free(&s);
     return rc;
 }
@@ -542,16 +555,21 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
         if (half) rc = pool_operand(dy, 0, &dyo, &s, func); /* the fp32 sums below */
     }
     const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
-    void *stage = pool_alloc(&s, nx, ssz, &rc, func);
+    /* fp32 sums into a plain fp32 dx are made in dx itself (the write then finds them in
+     * place): no stage to fill and copy. Nothing can fail from here on, so dx is never left
+     * half written. */
+    void *stage = !ic && pool_f32_direct(dx, dy) ? fx_tensor_base(dx)
+                                                 : pool_alloc(&s, nx, ssz, &rc, func);
     if (rc) {
         fx_scratch_free(&s);
         return rc;
     }
-    memset(stage, 0, (size_t)nx * ssz);
     const int nt = pool_threads(nx + ny, planes);
     (void)nt;
     FX_POOL_PARALLEL_FOR
     for (int64_t pl = 0; pl < planes; pl++) {
+        /* each plane's indices stay in its plane (checked above): clear it here, in cache */
+        memset((char *)stage + (size_t)(pl * HW) * ssz, 0, (size_t)HW * ssz);
         if (ic) {
             const int16_t *d = (const int16_t *)dyo.data;
             int64_t *st = stage;
