@@ -127,21 +127,37 @@ static int run_gemm_rows(fx_kernel k, fx_operand a, rows_fn fn, const void *ctx,
 }
 
 /* fx_conv_rows_i16 against the patch matrix for blocks (i0, m, k0, kc) such as the GEMM asks
- * for, and nothing written beyond each row's slack. */
-static void check_conv_rows(const fx_conv_geom *g, const int16_t *xp, const int16_t *colT,
-                            int64_t Pc)
+ * for, and nothing written beyond each row's slack; from the padded NCHW chunk xp (taps in
+ * im2row's order, colT) and, nhwc, from its channel-last copy (taps in the order
+ * (kh*KW + kw)*C + c, colT permuted to match, and nothing written outside the window at all). */
+static void check_conv_rows_order(const fx_conv_geom *g, int64_t nb, const int16_t *xp,
+                                  const int16_t *colT, int64_t Pc, int nhwc)
 {
     const int64_t K = g->C * g->KH * g->KW, gap = 8, sentinel = 0x5A5A;
     int64_t *goff = malloc((size_t)(g->C * g->KH) * sizeof *goff);
     fx_group_offsets_fill(g, goff);
-    const fx_conv_rows cr = {g, xp, goff};
+    int16_t *xq = NULL, *want = (int16_t *)colT;
+    if (nhwc) {
+        xq = malloc((size_t)fx_conv_padded_numel(g, nb) * 2);
+        fx_conv_nhwc(g, xp, nb, xq);
+        want = malloc((size_t)(Pc * K) * 2);
+        for (int64_t i = 0; i < Pc; i++)
+            for (int64_t c = 0; c < g->C; c++)
+                for (int64_t kh = 0; kh < g->KH; kh++)
+                    for (int64_t kw = 0; kw < g->KW; kw++)
+                        want[i * K + (kh * g->KW + kw) * g->C + c] =
+                            colT[i * K + (c * g->KH + kh) * g->KW + kw];
+    }
+    const fx_conv_rows cr = {g, nhwc ? xq : xp, goff, nhwc};
     const int64_t k0s[5] = {0, 1, g->KW - 1 < K ? g->KW - 1 : 0, FX_GEMM_I16_KC < K ? FX_GEMM_I16_KC : 0, K - 1};
     const int64_t i0s[3] = {0, Pc > 5 ? 5 : 0, Pc > 3 ? Pc - 3 : 0};
+    const int64_t slack = nhwc ? 0 : FX_A_ROWS_SLACK;
     int64_t bad = 0, spill = 0;
     for (int ki = 0; ki < 5; ki++)
-        for (int kj = 0; kj < 3; kj++)
+        for (int kj = 0; kj < 4; kj++)
             for (int ii = 0; ii < 3; ii++) {
-                const int64_t k0 = k0s[ki], want_kc = kj == 0 ? 1 : kj == 1 ? 7 : FX_GEMM_I16_KC;
+                const int64_t k0 = k0s[ki];
+                const int64_t want_kc = kj == 0 ? 1 : kj == 1 ? 7 : kj == 2 ? FX_GEMM_I16_KC : K;
                 const int64_t kc = want_kc < K - k0 ? want_kc : K - k0, i0 = i0s[ii];
                 const int m = (int)(Pc - i0 < 6 ? Pc - i0 : 6);
                 const int64_t ld = kc + 2 * FX_A_ROWS_SLACK + gap, n = 6 * ld + gap;
@@ -150,22 +166,35 @@ static void check_conv_rows(const fx_conv_geom *g, const int16_t *xp, const int1
                 int16_t *dst = buf + gap + FX_A_ROWS_SLACK;
                 fx_conv_rows_i16(&cr, i0, m, k0, kc, dst, ld);
                 for (int r = 0; r < m; r++)
-                    for (int64_t t = 0; t < kc; t++) bad += dst[r * ld + t] != colT[(i0 + r) * K + k0 + t];
-                /* outside [r*ld - SLACK, r*ld + kc + SLACK) of every row: untouched */
+                    for (int64_t t = 0; t < kc; t++) bad += dst[r * ld + t] != want[(i0 + r) * K + k0 + t];
+                /* outside [r*ld - slack, r*ld + kc + slack) of every row: untouched */
                 for (int64_t i = 0; i < n; i++) {
                     const int64_t off = i - (gap + FX_A_ROWS_SLACK), r = (off + FX_A_ROWS_SLACK) / ld;
                     const int64_t in_row = off + FX_A_ROWS_SLACK - r * ld; /* 0 .. ld-1 */
                     const int allowed = off >= -FX_A_ROWS_SLACK && r < m &&
-                                        in_row < kc + 2 * FX_A_ROWS_SLACK;
+                                        in_row >= FX_A_ROWS_SLACK - slack &&
+                                        in_row < FX_A_ROWS_SLACK + kc + slack;
                     spill += !allowed && buf[i] != (int16_t)sentinel;
                 }
                 free(buf);
             }
-    CHECK(bad == 0, "C%lld KW%lld dw%lld: %lld row-source values differ from im2row", (long long)g->C,
-          (long long)g->KW, (long long)g->dw, (long long)bad);
-    CHECK(spill == 0, "C%lld KW%lld: %lld elements written beyond the rows' slack", (long long)g->C,
-          (long long)g->KW, (long long)spill);
+    CHECK(bad == 0, "C%lld KW%lld dw%lld %s: %lld row-source values differ from im2row",
+          (long long)g->C, (long long)g->KW, (long long)g->dw, nhwc ? "nhwc" : "nchw",
+          (long long)bad);
+    CHECK(spill == 0, "C%lld KW%lld %s: %lld elements written beyond the rows' slack",
+          (long long)g->C, (long long)g->KW, nhwc ? "nhwc" : "nchw", (long long)spill);
+    if (nhwc) {
+        free(xq);
+        free(want);
+    }
     free(goff);
+}
+
+static void check_conv_rows(const fx_conv_geom *g, int64_t nb, const int16_t *xp,
+                            const int16_t *colT, int64_t Pc)
+{
+    check_conv_rows_order(g, nb, xp, colT, Pc, 0);
+    check_conv_rows_order(g, nb, xp, colT, Pc, 1);
 }
 
 /* The bf16 AMX GEMM with A as the convolution's rows on demand against the same GEMM from the
@@ -188,7 +217,7 @@ static void check_bf16_amx_rows(const fx_conv_geom *g, int64_t nb, const int64_t
     fx_im2row_i16(g, xp, nb, col, 1);
     fx_operand A = op2d(col, Pc, K, K, 1), B = op2d(w, K, N, N, 1);
     A.fmt = B.fmt = FMT_BF16;
-    const fx_conv_rows cr = {g, xp, g_off};
+    const fx_conv_rows cr = {g, xp, g_off, 0};
     for (int nt = 1; nt <= 2; nt++) {
         fx_op_call c;
         memset(&c, 0, sizeof c);
@@ -269,7 +298,7 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
     for (int64_t i = 0; i < pn; i++) bad += port[i] != ref[i];
     CHECK(bad == 0, "C%lld KW%lld: %lld portable panel values differ from im2row", (long long)g.C,
           (long long)g.KW, (long long)bad);
-    check_conv_rows(&g, xp, colT, Pc);
+    check_conv_rows(&g, nb, xp, colT, Pc);
     for (int bi = FX_BACKEND_AVX2; bi < FX_BACKEND_COUNT; bi++) {
         const fx_backend *be = fx_backend_get(bi);
         if (!be->available || !be->conv.panels_i16) continue;
@@ -413,7 +442,7 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
     /* every register-tile kernel from the convolution's rows on demand */
     int64_t *g_off = malloc((size_t)(g.C * g.KH) * sizeof *g_off);
     fx_group_offsets_fill(&g, g_off);
-    const fx_conv_rows cr = {&g, xp, g_off};
+    const fx_conv_rows cr = {&g, xp, g_off, 0};
     fx_kernel rk[3] = {avx2 ? fx_flex_matmul_avx2 : NULL, avx512 ? fx_flex_matmul_avx512bw : NULL,
                        avx512 && fx_cpu()->avx512vnni ? fx_flex_matmul_avx512vnni : NULL};
     for (int ki = 0; ki < 3; ki++)

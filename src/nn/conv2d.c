@@ -606,6 +606,13 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
     char *col = col_n ? conv_alloc(&s, col_n * plan.outer, esz, &rc, func) : NULL;
     int64_t *goff = row_src ? conv_alloc(&s, g.C * g.KH, sizeof(int64_t), &rc, func) : NULL;
     if (goff) fx_group_offsets_fill(&g, goff);
+    /* integer rows on demand come from a channel-last copy of the padded chunk, with the
+     * weights' taps permuted to match (conv_panels.h: the same exact sums) */
+    const int nhwc = row_src && ic;
+    char *xq = nhwc ? conv_alloc(&s, xp_n * plan.outer, esz, &rc, func) : NULL;
+    int16_t *wq = nhwc ? conv_alloc(&s, g.O * CKK, sizeof(int16_t), &rc, func) : NULL;
+    if (wq && !rc) fx_conv_weights_nhwc(&g, (const int16_t *)wo.data, wq);
+    const void *wdata = wq ? (const void *)wq : wo.data; /* the GEMMs' weights */
     char *ypix = conv_alloc(&s, g.N * g.O * P, ssz, &rc, func); /* [N*P, O] */
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     /* A whole shared-exponent y is rounded per sample (conv_yquant). When its exponent is known
@@ -659,7 +666,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
     }
     if (wsplit) /* 64-byte aligned (gemm_i16.h); 32 spare int16 cover the shift */
         wsplit = (int16_t *)(void *)((char *)wsplit + ((64 - ((uintptr_t)wsplit & 63)) & 63));
-    if (wsplit && fx_gemm_i16_split_b(wo.data, 1, CKK, CKK, g.O, b_nr, b_layout, wsplit) != FX_OK)
+    if (wsplit && fx_gemm_i16_split_b(wdata, 1, CKK, CKK, g.O, b_nr, b_layout, wsplit) != FX_OK)
         wsplit = NULL; /* the chunks' GEMMs split the weights themselves */
     /* bf16 on the AMX route from patch rows: the weights packed in its tiles once for all
      * chunks (each chunk's GEMM would pack the same B again: about 5 % of a bf16 CNN step) */
@@ -683,9 +690,14 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
         /* the chunk's A: panels built from the padded input, rows the GEMM gathers from it,
          * or the patch matrix; the same GEMM call for all */
         conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, NULL, bamx};
-        const fx_conv_rows rows = {&g, (const int16_t *)(const void *)myxp, goff};
+        char *myxq = xq ? xq + (size_t)(tid * xp_n) * esz : NULL;
+        const fx_conv_rows rows = {&g, (const int16_t *)(const void *)(myxq ? myxq : myxp), goff,
+                                   myxq != NULL};
         const void *adata = NULL;
         if (panel_mr || row_src || fpanel_mr) fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+        if (myxq)
+            fx_conv_nhwc(&g, (const int16_t *)(const void *)myxp, nbc,
+                         (int16_t *)(void *)myxq);
         if (panel_mr) {
             int32_t *pan = (int32_t *)(void *)mycol;
             if (!be->conv.panels_i16 ||
@@ -709,7 +721,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
         uint64_t kmax = 0;
         int kmax_known = 0;
         status[ch] = conv_matmul_with(conv_op2d(&cc, adata, xo.exp, Pc, CKK, CKK, 0), &pp,
-                                      conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1), ic, myy,
+                                      conv_op2d(&cc, wdata, wo.exp, g.O, CKK, CKK, 1), ic, myy,
                                       plan.inner, ic ? &kmax : NULL, &kmax_known);
         chunk_max[ch] = 0;
         const int fused = status[ch] == FX_OK && fuse_e != FX_EXP_NONE;

@@ -80,12 +80,64 @@ void fx_conv_patch_taps(const fx_conv_geom *g, const void *src, const int64_t *g
     }
 }
 
+void fx_conv_nhwc(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int16_t *xq)
+{
+    const int64_t plane = (g->H + 2 * g->ph) * (g->W + 2 * g->pw), per = g->C * plane;
+    for (int64_t n = 0; n < nb; n++) fx_transpose_i16(xp + n * per, xq + n * per, g->C, plane);
+}
+
+void fx_conv_weights_nhwc(const fx_conv_geom *g, const int16_t *w, int16_t *wq)
+{
+    const int64_t C = g->C, KH = g->KH, KW = g->KW, CKK = C * KH * KW;
+    for (int64_t o = 0; o < g->O; o++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t kh = 0; kh < KH; kh++)
+                for (int64_t kw = 0; kw < KW; kw++)
+                    wq[o * CKK + (kh * KW + kw) * C + c] = w[o * CKK + (c * KH + kh) * KW + kw];
+}
+
+/* Taps k0 .. k0 + kc - 1 (order k') of m pixels from i0 on, channel-last: per pixel, runs of
+ * KW*C values (one per kernel row; with dw > 1, runs of C values, one per tap position),
+ * each cut to the window [k0, k0 + kc). Writes nothing outside the window. */
+static void fx_conv_rows_i16_nhwc(const fx_conv_rows *cr, int64_t i0, int m, int64_t k0,
+                                  int64_t kc, int16_t *dst, int64_t ld)
+{
+    const fx_conv_geom *g = cr->g;
+    const int64_t C = g->C, KW = g->KW, Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph;
+    const int64_t P = g->OH * g->OW, run = g->dw == 1 ? KW * C : C;
+    const int64_t nruns = g->dw == 1 ? g->KH : g->KH * KW, k1 = k0 + kc;
+    const int64_t jfirst = k0 / run, jlast = (k1 - 1) / run;
+    int64_t n = i0 / P, p = i0 % P, oh = p / g->OW, ow = p % g->OW;
+    for (int r = 0; r < m; r++) {
+        const int16_t *base = cr->xp + ((n * Hp + oh * g->sh) * Wp + ow * g->sw) * C;
+        int16_t *d = dst + r * ld;
+        for (int64_t j = jfirst; j <= jlast && j < nruns; j++) {
+            const int64_t kh = g->dw == 1 ? j : j / KW, kw = g->dw == 1 ? 0 : j % KW;
+            const int16_t *src = base + (kh * g->dh * Wp + kw * g->dw) * C;
+            const int64_t s0 = j * run > k0 ? j * run : k0;
+            const int64_t s1 = (j + 1) * run < k1 ? (j + 1) * run : k1;
+            memcpy(d + (s0 - k0), src + (s0 - j * run), (size_t)(s1 - s0) * sizeof *d);
+        }
+        if (++ow == g->OW) {
+            ow = 0;
+            if (++oh == g->OH) {
+                oh = 0;
+                n++;
+            }
+        }
+    }
+}
+
 void fx_conv_rows_i16(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
                       int64_t ld)
 {
     _Static_assert(FX_A_ROWS_SLACK * sizeof(int16_t) >= FX_CONV_TAPS_SLACK_BYTES,
                    "the GEMM's row slack holds the tap moves' overrun");
     const fx_conv_rows *cr = ctx;
+    if (cr->nhwc) {
+        fx_conv_rows_i16_nhwc(cr, i0, m, k0, kc, dst, ld);
+        return;
+    }
     for (int r = 0; r < m; r++)
         fx_conv_patch_taps(cr->g, cr->xp + fx_pixel_base(cr->g, i0 + r), cr->goff, k0, kc,
                            sizeof(int16_t), dst + r * ld);

@@ -61,9 +61,27 @@ int fx_conv_panels_i16_avx512(const fx_conv_geom *g, const int16_t *xp, int64_t 
  * its end. */
 typedef struct fx_conv_rows {
     const fx_conv_geom *g;
-    const int16_t *xp;   /* the padded chunk (fx_conv_pad) */
-    const int64_t *goff; /* fx_group_offsets_fill(g, goff) */
+    const int16_t *xp;   /* the padded chunk (fx_conv_pad), or with nhwc its fx_conv_nhwc */
+    const int64_t *goff; /* fx_group_offsets_fill(g, goff); unused with nhwc */
+    int nhwc;            /* 1: xp is channel-last and the taps are in fx_conv_nhwc's order */
 } fx_conv_rows;
+
+/* ---- channel-last patch rows (integer compute) -------------------------------------------------
+ * Why: in the padded NCHW chunk a patch row is C*KH runs of KW taps (10 bytes each for the
+ * CNN's 5 x 5 kernels), one move per run, which dominated the integer convolutions' packing
+ * (16-24 % of a flex16_5 forward or input gradient on AMX). Channel-last, the taps of one
+ * kernel row of one pixel, all kw and c, are KW*C consecutive values (with dw = 1): the row is
+ * KH copies of KW*C values (320-640 bytes in the CNN). The taps then come in the order
+ *     k' = (kh*KW + kw)*C + c
+ * instead of k = (c*KH + kh)*KW + kw, and the weights are permuted to match
+ * (fx_conv_weights_nhwc); every product is the same, and integer sums are exact, so the
+ * results are the same bits. Float compute keeps the NCHW order (its sums' order is part of
+ * its bits).
+ * fx_conv_nhwc: the padded chunk xp ([nb][C][Hp][Wp], fx_conv_pad) channel-last into xq
+ * ([nb][Hp][Wp][C]), one transpose per sample.
+ * fx_conv_weights_nhwc: wq[o][k'] = w[o][k] for O rows of C*KH*KW values. */
+void fx_conv_nhwc(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int16_t *xq);
+void fx_conv_weights_nhwc(const fx_conv_geom *g, const int16_t *w, int16_t *wq);
 
 void fx_conv_rows_i16(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
                       int64_t ld);

@@ -303,6 +303,11 @@ static void fx_transpose(void *dst, const void *src, int64_t rows, int64_t cols,
         FX_TRANSPOSE_LOOP(uint64_t);
 }
 
+void fx_transpose_i16(const int16_t *src, int16_t *dst, int64_t rows, int64_t cols)
+{
+    fx_transpose(dst, src, rows, cols, sizeof(int16_t));
+}
+
 void fx_chunk_scatter_t(const void *pix, int64_t n0, int64_t nb, int64_t O, int64_t P,
                         void *nchw, size_t esz)
 {

@@ -38,6 +38,9 @@ void fx_conv_pad(const fx_conv_geom *g, const void *x, int64_t n0, int64_t nb, v
 void fx_conv_unpad(const fx_conv_geom *g, const void *xp, int64_t n0, int64_t nb, void *x,
                    size_t esz);
 
+/* dst[j*rows + i] = src[i*cols + j] for 16-bit elements, with the active level's kernel. */
+void fx_transpose_i16(const int16_t *src, int16_t *dst, int64_t rows, int64_t cols);
+
 /* col[r*Pc + q] = the tap r of pixel q, from the padded chunk xp. Threads (up to nthreads)
  * split the rows r. */
 void fx_im2col_i16(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int16_t *col,
