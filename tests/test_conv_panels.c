@@ -178,6 +178,40 @@ static void check_conv_rows_order(const fx_conv_geom *g, int64_t nb, const int16
                 }
                 free(buf);
             }
+    /* the AMX kernel's tiles straight from byte planes of the channel-last chunk (AVX-512BW:
+     * they run wherever that level does, the AMX kernel aside): every tile of row windows such
+     * as that kernel asks for (k0 a multiple of 64, a K block or what is left of K), the
+     * planes' bytes of the permuted patch rows, zeros past the rows and values */
+    if (nhwc && fx_backend_get(FX_BACKEND_AVX512)->available) {
+        const int64_t pn = fx_conv_padded_numel(g, nb);
+        int8_t *planes = malloc((size_t)(2 * (pn + 2 * FX_CONV_TILES_SLACK)));
+        int8_t *ph = planes + FX_CONV_TILES_SLACK, *pl = ph + pn + 2 * FX_CONV_TILES_SLACK;
+        fx_conv_byte_planes_avx512(xq, pn, ph, pl);
+        const fx_conv_tiles ct = {g, ph, pl};
+        const int64_t tk0s[3] = {0, K > 64 ? 64 : 0, K > 128 ? (K - 1) / 64 * 64 : 0};
+        int64_t tbad = 0;
+        for (int ki = 0; ki < 3; ki++)
+            for (int ii = 0; ii < 3; ii++) {
+                const int64_t k0 = tk0s[ki], kc = K - k0 < 2048 ? K - k0 : 2048, i0 = i0s[ii];
+                const int m = (int)(Pc - i0 < 16 ? Pc - i0 : 16);
+                const int64_t nt = (kc + 63) / 64;
+                int8_t *ap = malloc((size_t)(nt * 2048));
+                memset(ap, 0x5A, (size_t)(nt * 2048));
+                fx_conv_tiles_i16_avx512(&ct, i0, m, k0, kc, ap);
+                for (int64_t t = 0; t < nt; t++)
+                    for (int r = 0; r < 16; r++)
+                        for (int b = 0; b < 64; b++) {
+                            const int64_t k = k0 + t * 64 + b;
+                            const int16_t v = r < m && k < k0 + kc ? want[(i0 + r) * K + k] : 0;
+                            tbad += ap[t * 2048 + r * 64 + b] != (int8_t)(v >> 8);
+                            tbad += ap[t * 2048 + 1024 + r * 64 + b] != (int8_t)(uint8_t)(v & 255);
+                        }
+                free(ap);
+            }
+        CHECK(tbad == 0, "C%lld KW%lld dw%lld: %lld AMX tile bytes differ from the patch rows",
+              (long long)g->C, (long long)g->KW, (long long)g->dw, (long long)tbad);
+        free(planes);
+    }
     CHECK(bad == 0, "C%lld KW%lld dw%lld %s: %lld row-source values differ from im2row",
           (long long)g->C, (long long)g->KW, (long long)g->dw, nhwc ? "nhwc" : "nchw",
           (long long)bad);

@@ -70,6 +70,14 @@ typedef struct fx_op_call {
     void (*a_rows)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
                    int64_t ld);
     const void *a_rows_ctx;
+    /* Optional, integer MATMUL on the AMX kernel (src/flex/gemm_i16_amx.c), beside a_rows:
+     * in[0]'s rows i0 .. i0 + m - 1 (m <= 16) and values k0 .. k0 + kc - 1 (k0 a multiple of
+     * 64) as that kernel's packed byte tiles, written by the source itself: ceil(kc / 64)
+     * tiles 2 KiB apart from ap, each a 16 x 64 high-byte plane then a low-byte plane, rows
+     * beyond m and values beyond kc zero. Called from the GEMM's threads at once; it must only
+     * read its context. Kernels without the AMX layout use a_rows. */
+    void (*a_tiles)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int8_t *ap);
+    const void *a_tiles_ctx;
     /* bf16 x bf16 on the AMX route (gemm.bf16_row_source): in[1] already packed in that
      * kernel's tiles by fx_bf16_amx_pack_b (src/bf16/bf16_gemm.h; a convolution's weights,
      * packed once for all its chunks), 64-byte aligned; NULL: the kernel packs in[1] */
@@ -229,6 +237,12 @@ typedef struct fx_conv_kernels {
      * in place: v = v + bias[col] (when bias is not NULL; the ADD kernel's arithmetic and NaN
      * rule, v first), then the RELU kernel's x > 0 ? x : +0 with NaN kept (when relu). */
     void (*bias_relu_f32)(float *v, int64_t rows, int64_t cols, const float *bias, int relu);
+    /* The AMX integer GEMM's A tiles straight from a convolution's channel-last byte planes
+     * (fx_op_call.a_tiles; ctx: struct fx_conv_tiles, src/nn/conv_panels.h). NULL: the
+     * kernel packs the rows of a_rows. */
+    void (*tiles_i16)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int8_t *ap);
+    /* ... and the byte planes it reads: hi[i] = x[i] >> 8, lo[i] = x[i] & 255 */
+    void (*byte_planes_i16)(const int16_t *x, int64_t n, int8_t *hi, int8_t *lo);
 } fx_conv_kernels;
 
 typedef struct fx_backend {

@@ -100,6 +100,9 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     if (cpu->avx512vnni && fx_amx_int8_usable(cpu)) {
         fx_flex_set_kernel(b, FX_OP_MATMUL, fx_flex_matmul_amx);
         b->gemm.i16_amx = 1;
+        /* a convolution then hands it its A tiles made from byte planes of its input */
+        b->conv.tiles_i16 = fx_conv_tiles_i16_avx512;
+        b->conv.byte_planes_i16 = fx_conv_byte_planes_avx512;
     }
     /* int16 GEMM tuning: pre-packed A panels and pre-split B of its 6 x 32 tile */
     b->gemm.i16_panel_mr = FX_FLEX_MR_AVX512;

@@ -118,6 +118,9 @@ typedef struct {
                    int64_t ld);
     const void *a_rows_ctx;
     int64_t rows_ld; /* row stride of a thread's staging rows for a_rows */
+    /* or A's packed tiles on demand (fx_op_call.a_tiles), which the source writes itself */
+    void (*a_tiles)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int8_t *ap);
+    const void *a_tiles_ctx;
 } amx_i16_job;
 
 
@@ -246,12 +249,17 @@ static void pack_a_panel(const amx_a_panel *p, int64_t nkt, int8_t *ap)
 
 /* Tiles t0 .. t1 - 1 of row panel q of A, packed into ap from its start; where A comes from
  * a_rows, the 16 rows' values of those tiles are first gathered into the thread's staging rows
- * (FX_A_ROWS_SLACK elements of room on both sides of each). */
+ * (FX_A_ROWS_SLACK elements of room on both sides of each), and where a_tiles supplies the
+ * packed tiles themselves, it writes them. */
 static void pack_a_rows(const amx_i16_job *j, int64_t q, int64_t t0, int64_t t1, int16_t *stage,
                         int8_t *ap)
 {
     const int rows = j->M - q * 16 < 16 ? (int)(j->M - q * 16) : 16;
     const int64_t k0 = t0 * KT, kn = (j->K < t1 * KT ? j->K : t1 * KT) - k0;
+    if (j->a_tiles) {
+        j->a_tiles(j->a_tiles_ctx, q * 16, rows, k0, kn, ap);
+        return;
+    }
     amx_a_panel p = {NULL, j->sam, j->sak, kn, rows};
     if (j->a_rows) {
         j->a_rows(j->a_rows_ctx, q * 16, rows, k0, kn, stage + FX_A_ROWS_SLACK, j->rows_ld);
@@ -611,7 +619,9 @@ int fx_flex_matmul_amx(const fx_op_call *c)
                      .out = c->out_i64,
                      .ldo = N,
                      .a_rows = c->a_rows,
-                     .a_rows_ctx = c->a_rows_ctx};
+                     .a_rows_ctx = c->a_rows_ctx,
+                     .a_tiles = c->a_rows ? c->a_tiles : NULL,
+                     .a_tiles_ctx = c->a_tiles_ctx};
     const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
                        ? c->nthreads
                        : 1;

@@ -285,6 +285,7 @@ typedef struct conv_prepacked {
     const int16_t *b_split;
     int b_nr, b_layout;
     const fx_conv_rows *a_rows; /* patch rows on demand (conv_panels.h), or NULL */
+    const fx_conv_tiles *a_tiles; /* with a_rows: the AMX kernel's tiles from byte planes */
     const uint16_t *b_amx;      /* bf16 weights packed once for the AMX route, or NULL */
 } conv_prepacked;
 
@@ -331,6 +332,10 @@ static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b
         if (pp->a_rows) {
             c.a_rows = fx_conv_rows_i16;
             c.a_rows_ctx = pp->a_rows;
+        }
+        if (pp->a_rows && pp->a_tiles) {
+            c.a_tiles = be->conv.tiles_i16;
+            c.a_tiles_ctx = pp->a_tiles;
         }
         c.b_amx = pp->b_amx;
     }
@@ -613,6 +618,12 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
     int16_t *wq = nhwc ? conv_alloc(&s, g.O * CKK, sizeof(int16_t), &rc, func) : NULL;
     if (wq && !rc) fx_conv_weights_nhwc(&g, (const int16_t *)wo.data, wq);
     const void *wdata = wq ? (const void *)wq : wo.data; /* the GEMMs' weights */
+    /* on the AMX kernel (at least 16 output channels, so that it takes every chunk's product),
+     * its A tiles made straight from byte planes of the channel-last chunk */
+    const int tiles = nhwc && plain_i16 && g.O >= 16 && be->conv.tiles_i16 &&
+                      be->conv.byte_planes_i16;
+    const int64_t plane_n = xp_n + 2 * FX_CONV_TILES_SLACK; /* bytes per plane */
+    int8_t *planes = tiles ? conv_alloc(&s, 2 * plane_n * plan.outer, 1, &rc, func) : NULL;
     char *ypix = conv_alloc(&s, g.N * g.O * P, ssz, &rc, func); /* [N*P, O] */
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     /* A whole shared-exponent y is rounded per sample (conv_yquant). When its exponent is known
@@ -689,7 +700,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
         char *myxp = xp + (size_t)(tid * xp_n) * esz;
         /* the chunk's A: panels built from the padded input, rows the GEMM gathers from it,
          * or the patch matrix; the same GEMM call for all */
-        conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, NULL, bamx};
+        conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, NULL, NULL, bamx};
         char *myxq = xq ? xq + (size_t)(tid * xp_n) * esz : NULL;
         const fx_conv_rows rows = {&g, (const int16_t *)(const void *)(myxq ? myxq : myxp), goff,
                                    myxq != NULL};
@@ -698,6 +709,11 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
         if (myxq)
             fx_conv_nhwc(&g, (const int16_t *)(const void *)myxp, nbc,
                          (int16_t *)(void *)myxq);
+        int8_t *myhi = planes ? planes + 2 * plane_n * tid + FX_CONV_TILES_SLACK : NULL;
+        const fx_conv_tiles tl = {&g, myhi, myhi ? myhi + plane_n : NULL};
+        if (myhi)
+            be->conv.byte_planes_i16((const int16_t *)(const void *)myxq,
+                                     fx_conv_padded_numel(&g, nbc), myhi, myhi + plane_n);
         if (panel_mr) {
             int32_t *pan = (int32_t *)(void *)mycol;
             if (!be->conv.panels_i16 ||
@@ -707,6 +723,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
             pp.a_mr = panel_mr;
         } else if (row_src) {
             pp.a_rows = &rows;
+            pp.a_tiles = myhi ? &tl : NULL;
         } else if (fpanel_mr) {
             float *pan = (float *)(void *)mycol;
             if (!be->conv.panels_f32 ||

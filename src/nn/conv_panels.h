@@ -83,6 +83,22 @@ typedef struct fx_conv_rows {
 void fx_conv_nhwc(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int16_t *xq);
 void fx_conv_weights_nhwc(const fx_conv_geom *g, const int16_t *w, int16_t *wq);
 
+/* ---- AMX tiles from byte planes (fx_op_call.a_tiles, src/nn/conv_tiles_avx512.c) --------------
+ * The channel-last chunk split into its high-byte plane (v >> 8) and low-byte plane (v & 255),
+ * each [nb][Hp][Wp][C] bytes with FX_CONV_TILES_SLACK bytes of room before and after (the
+ * masked loads of a tile row may address, without reading, up to 63 bytes before a run);
+ * fx_conv_tiles_i16_avx512 writes the AMX kernel's packed tiles of rows i0 .. i0 + m - 1 and
+ * values k0 .. k0 + kc - 1 (order k') from them. Reached through fx_backend.conv.tiles_i16 and
+ * .byte_planes_i16, set only where the AMX integer kernel is installed. */
+#define FX_CONV_TILES_SLACK 64
+typedef struct fx_conv_tiles {
+    const fx_conv_geom *g;
+    const int8_t *hi, *lo;
+} fx_conv_tiles;
+void fx_conv_byte_planes_avx512(const int16_t *x, int64_t n, int8_t *hi, int8_t *lo);
+void fx_conv_tiles_i16_avx512(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc,
+                              int8_t *ap);
+
 void fx_conv_rows_i16(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
                       int64_t ld);
 

@@ -1,0 +1,123 @@
+/* The AMX integer GEMM's A tiles built straight from a convolution's input (fx_op_call.a_tiles,
+ * conv_panels.h "AMX tiles from byte planes").
+ *
+ * Why: from rows on demand, the kernel first gathers each row's int16 taps into a staging row
+ * and then splits them into its byte tiles, a second pass over every value of every patch row
+ * (a quarter of a flex16_5 forward or input gradient on AMX). Here the chunk's channel-last
+ * input is split into its high- and low-byte planes once (fx_conv_byte_planes_avx512: every
+ * input value once, where each is read KH*KW times by the patch rows), and each 64-byte tile
+ * row is then made of at most a few masked byte loads, one per run of consecutive taps it
+ * meets (KW*C values per kernel row with dw = 1, else C), straight into its place.
+ *
+ * The tiles hold the same bytes the kernel's own packing makes of the rows of a_rows (the
+ * high byte of an int16 is its arithmetic >> 8, truncated), so the exact sums are the same. */
+#include "conv_panels.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+enum { KT = 64, TILE_BYTES = 1024, PAIR_BYTES = 2 * TILE_BYTES };
+
+void fx_conv_byte_planes_avx512(const int16_t *x, int64_t n, int8_t *hi, int8_t *lo)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512i v = _mm512_loadu_si512((const void *)(x + i));
+        _mm256_storeu_si256((void *)(hi + i), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+        _mm256_storeu_si256((void *)(lo + i), _mm512_cvtepi16_epi8(v));
+    }
+    for (; i < n; i++) {
+        hi[i] = (int8_t)(x[i] >> 8);
+        lo[i] = (int8_t)(uint8_t)(x[i] & 255);
+    }
+}
+
+/* A walk along one pixel's patch row (order k' of conv_panels.h) in the planes: the run it is
+ * in (KW*C taps of one kernel row with dw = 1, else C taps of one kernel position), the
+ * run's offset from the pixel's base, and the position within the run. */
+typedef struct {
+    int64_t run, left; /* values per run; values left in the current run */
+    int64_t off;       /* the current value's offset from the pixel's base */
+    int64_t kh, kw;    /* the current run's kernel row and (dw > 1) column */
+} row_walk;
+
+static inline void walk_start(const fx_conv_geom *g, int64_t k0, row_walk *w)
+{
+    const int64_t C = g->C, Wp = g->W + 2 * g->pw;
+    w->run = g->dw == 1 ? g->KW * C : C;
+    const int64_t j = k0 / w->run, in_run = k0 - j * w->run;
+    w->kh = g->dw == 1 ? j : j / g->KW;
+    w->kw = g->dw == 1 ? 0 : j % g->KW;
+    w->off = (w->kh * g->dh * Wp + w->kw * g->dw) * C + in_run;
+    w->left = w->run - in_run;
+}
+
+static inline void walk_next_run(const fx_conv_geom *g, row_walk *w)
+{
+    const int64_t C = g->C, Wp = g->W + 2 * g->pw;
+    if (g->dw != 1 && ++w->kw < g->KW) {
+        w->off = (w->kh * g->dh * Wp + w->kw * g->dw) * C;
+    } else {
+        w->kw = 0;
+        w->off = ++w->kh * g->dh * Wp * C;
+    }
+    w->left = w->run;
+}
+
+/* The next n (1..64) values of the walk into bytes 0 .. n-1 of *vh and *vl (zero beyond): one
+ * masked load per run met. A masked load reads only its unmasked bytes, and the planes have
+ * FX_CONV_TILES_SLACK bytes of room on both sides, so even the addresses below a run's start
+ * that the shifted masks imply stay inside the allocation. */
+static inline void walk_take(const fx_conv_geom *g, const int8_t *hi, const int8_t *lo,
+                             int64_t n, row_walk *w, __m512i *vh, __m512i *vl)
+{
+    *vh = _mm512_setzero_si512();
+    *vl = _mm512_setzero_si512();
+    for (int64_t pos = 0; pos < n;) {
+        if (w->left == 0) walk_next_run(g, w);
+        const int64_t len = w->left < n - pos ? w->left : n - pos;
+        const __mmask64 m = (len >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << len) - 1)) << pos;
+        *vh = _mm512_mask_loadu_epi8(*vh, m, hi + w->off - pos);
+        *vl = _mm512_mask_loadu_epi8(*vl, m, lo + w->off - pos);
+        w->off += len;
+        w->left -= len;
+        pos += len;
+    }
+}
+
+void fx_conv_tiles_i16_avx512(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc,
+                              int8_t *ap)
+{
+    const fx_conv_tiles *ct = ctx;
+    const fx_conv_geom *g = ct->g;
+    const int64_t C = g->C, Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph, P = g->OH * g->OW;
+    const int64_t nt = (kc + KT - 1) / KT, k1 = k0 + kc;
+    int64_t n = i0 / P, p = i0 % P, oh = p / g->OW, ow = p % g->OW;
+    for (int r = 0; r < 16; r++) {
+        if (r >= m) {
+            for (int64_t t = 0; t < nt; t++) {
+                _mm512_storeu_si512((void *)(ap + t * PAIR_BYTES + r * KT), _mm512_setzero_si512());
+                _mm512_storeu_si512((void *)(ap + t * PAIR_BYTES + TILE_BYTES + r * KT),
+                                    _mm512_setzero_si512());
+            }
+            continue;
+        }
+        const int64_t base = ((n * Hp + oh * g->sh) * Wp + ow * g->sw) * C;
+        row_walk w;
+        walk_start(g, k0, &w);
+        for (int64_t t = 0; t < nt; t++) {
+            const int64_t kb = k0 + t * KT, len = k1 - kb < KT ? k1 - kb : KT;
+            __m512i vh, vl;
+            walk_take(g, ct->hi + base, ct->lo + base, len, &w, &vh, &vl);
+            _mm512_storeu_si512((void *)(ap + t * PAIR_BYTES + r * KT), vh);
+            _mm512_storeu_si512((void *)(ap + t * PAIR_BYTES + TILE_BYTES + r * KT), vl);
+        }
+        if (++ow == g->OW) {
+            ow = 0;
+            if (++oh == g->OH) {
+                oh = 0;
+                n++;
+            }
+        }
+    }
+}
