@@ -103,8 +103,27 @@ int fx_write_half_bits(tensor_t *out, const uint16_t *bits, const char *func)
         return FX_OK;
     }
     void *base = fx_tensor_base(out);
-    if (base != (const void *)bits)
-        memmove(base, bits, (size_t)fx_numel_of(out->ndim, out->shape) * sizeof *bits);
+    if (base == (const void *)bits) return FX_OK;
+    const int64_t n = fx_numel_of(out->ndim, out->shape);
+    const char *src = (const char *)bits;
+    char *dst = base;
+    /* a stage never overlaps its output (ops pass their own scratch or the output itself), so
+     * the copy may run in parallel pieces: one thread's copy of a layer's gradient (a pooling
+     * backward's 6 MB) was a serial part of every step */
+    if (dst + n * 2 <= src || src + n * 2 <= dst) {
+        const int64_t piece = (int64_t)1 << 17, npieces = (n + piece - 1) / piece;
+        const int nt = npieces > 1 ? flexpoint_num_threads() : 1;
+        (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+        for (int64_t i = 0; i < npieces; i++) {
+            const int64_t len = n - i * piece < piece ? n - i * piece : piece;
+            memcpy(dst + i * piece * 2, src + i * piece * 2, (size_t)len * 2);
+        }
+        return FX_OK;
+    }
+    memmove(dst, src, (size_t)n * sizeof *bits);
     return FX_OK;
 }
 
