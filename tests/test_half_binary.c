@@ -119,10 +119,12 @@ int main(void)
     test_rng_seed(&r, 77);
     const fmt_t fmts[2] = {FMT_FP16, FMT_BF16};
     const fx_op ops[3] = {FX_OP_ADD, FX_OP_SUB, FX_OP_MUL};
-    const int64_t shapes[4][4] = {{2, 3, 5, 7}, {3, 4, 33, 31}, {1, 1, 1, 2049}, {4, 16, 28, 28}};
+    /* {2, 5, 2, 2}: planes of 4 values, which the dispatcher takes */
+    const int64_t shapes[5][4] = {{2, 3, 5, 7}, {3, 4, 33, 31}, {1, 1, 1, 2049}, {4, 16, 28, 28},
+                                  {2, 5, 2, 2}};
     for (int fi = 0; fi < 2; fi++)
         for (int oi = 0; oi < 3; oi++)
-            for (int si = 0; si < 4; si++) {
+            for (int si = 0; si < 5; si++) {
                 const int64_t *s = shapes[si];
                 const int64_t c1[1] = {s[1]}, c3[3] = {s[1], 1, 1}, c4[4] = {1, s[1], 1, 1};
                 check(fmts[fi], ops[oi], s, 4, s, 0, &r);
@@ -132,6 +134,34 @@ int main(void)
                 check(fmts[fi], ops[oi], s, 4, c4, 0, &r);
                 if (s[3] == s[1]) check(fmts[fi], ops[oi], s, 1, c1, 0, &r);
             }
+    /* [N, C] op [C] (a linear layer's bias: planes of one value, taken row by row), C across
+     * the 2048-value chunk, and in place */
+    for (int fi = 0; fi < 2; fi++)
+        for (int oi = 0; oi < 3; oi++)
+            for (int ci = 0; ci < 2; ci++)
+                for (int inplace = 0; inplace <= 1; inplace++) {
+                    const int64_t C = ci ? 2049 : 128, s[2] = {ci ? 3 : 130, C}, sb[1] = {C};
+                    tensor_t *a = tensor_new(fmts[fi], 2, s), *b = tensor_new(fmts[fi], 1, sb);
+                    tensor_t *o = inplace ? a : tensor_new(fmts[fi], 2, s);
+                    fill(a, &r);
+                    fill(b, &r);
+                    const int64_t n = s[0] * C;
+                    uint16_t *A = malloc((size_t)n * 2);
+                    memcpy(A, tensor_data(a), (size_t)n * 2);
+                    CHECK_STATUS(call(ops[oi], o, a, b), FX_OK);
+                    const uint16_t *B = tensor_data(b), *O = tensor_data(o);
+                    int64_t bad = 0;
+                    for (int64_t i = 0; i < n; i++)
+                        bad += !same_bits(fmts[fi], O[i], ref_op(fmts[fi], ops[oi], A[i], B[i % C]),
+                                          A[i], B[i % C]);
+                    CHECK(bad == 0, "fmt %d op %d [%lld, %lld] + [%lld]%s: %lld values differ",
+                          (int)fmts[fi], (int)ops[oi], (long long)s[0], (long long)C, (long long)C,
+                          inplace ? " in place" : "", (long long)bad);
+                    free(A);
+                    if (!inplace) tensor_free(o);
+                    tensor_free(a);
+                    tensor_free(b);
+                }
     /* not taken: a transposed a, and b broadcast along the last axis; the dispatcher's values */
     for (int fi = 0; fi < 2; fi++) {
         const int64_t s[2] = {37, 41}, st[2] = {41, 37}, bl[2] = {37, 1};
