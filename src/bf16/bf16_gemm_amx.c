@@ -140,13 +140,6 @@ int64_t fx_bf16_amx_b_numel(int64_t K, int64_t N)
     return (N + 31) / 32 * 2 * ((K + 31) / 32) * TILE_ELEMS;
 }
 
-void fx_bf16_amx_pack_b(const uint16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N,
-                        uint16_t *bpk)
-{
-    const int64_t nkt = (K + 31) / 32, ns = (N + 31) / 32 * 2;
-    for (int64_t s = 0; s < ns; s++) pack_b_panel(bpk + s * nkt * TILE_ELEMS, b, sbk, sbn, K, N, s, nkt);
-}
-
 /* Column panels s0 .. s1 - 1 of B, all nkt tiles each, panel s at dst + (s - s0) nkt tiles.
  * For a row-major B the whole tiles of whole panels are packed along B's rows (each pair row's
  * runs of all the panels in turn), so that a row is read in one sweep the prefetchers follow
@@ -170,6 +163,43 @@ static void pack_b_group(uint16_t *dst, const uint16_t *b, int64_t sbk, int64_t 
             pack_b_panel(d, b, sbk, sbn, K, N, s, nkt);
         }
     }
+}
+
+/* Where B streams (below), a thread packs a group of consecutive column panel pairs of B
+ * (at most FX_BF16_AMX_B_GROUP_BYTES, at most FX_BF16_AMX_B_GROUP_PAIRS pairs) and runs every
+ * row panel pair against them: a product wider than tall reads its large B from memory once,
+ * along its rows, and writes C a group's width at a time. Panels over the whole K longer than
+ * one group (K > 4096) keep B packed whole. Measured at one thread on the Xeon reporting
+ * model 167, 64 x 25088 x 800: 37 ms with B packed whole panel by panel, 26 ms packed whole
+ * along its rows, 8.2 ms streamed. */
+#define FX_BF16_AMX_B_GROUP_BYTES ((int64_t)256 << 10)
+#define FX_BF16_AMX_B_GROUP_PAIRS 8
+
+/* Every column panel of B packed into bpk (panel s at s * nkt tiles), in groups of at most
+ * FX_BF16_AMX_B_GROUP_PAIRS panel pairs shared among the threads of the calling team (an
+ * orphaned loop; alone outside a parallel region), and smaller groups where there would be
+ * fewer groups than threads. */
+static void pack_b_whole(uint16_t *bpk, const uint16_t *b, int64_t sbk, int64_t sbn, int64_t K,
+                         int64_t N, int64_t ns, int64_t nkt)
+{
+    int team = 1;
+#ifdef _OPENMP
+    team = omp_get_num_threads();
+#endif
+    int64_t gsz = 2 * FX_BF16_AMX_B_GROUP_PAIRS;
+    while (gsz > 2 && (ns + gsz - 1) / gsz < team) gsz -= 2;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t s = 0; s < ns; s += gsz)
+        pack_b_group(bpk + s * nkt * TILE_ELEMS, b, sbk, sbn, K, N, s, ns - s < gsz ? ns : s + gsz,
+                     nkt);
+}
+
+void fx_bf16_amx_pack_b(const uint16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N,
+                        uint16_t *bpk)
+{
+    pack_b_whole(bpk, b, sbk, sbn, K, N, (N + 31) / 32 * 2, (K + 31) / 32);
 }
 
 /* Where tile (q, t) of A is read from: A itself or its packed copy (64 bytes between rows);
@@ -275,13 +305,7 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : failed)
 #endif
     {
-        if (own) {
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-            for (int64_t s = 0; s < ns; s++)
-                pack_b_panel(own + s * nkt * TILE_ELEMS, b, B->strides[0], B->strides[1], K, N, s, nkt);
-        }
+        if (own) pack_b_whole(own, b, B->strides[0], B->strides[1], K, N, ns, nkt);
         uint16_t *rows = aligned_alloc(64, (size_t)(32 * ld) * sizeof(uint16_t));
         failed = !rows;
         if (!failed) fx_amx_tiles_configure();
@@ -301,16 +325,6 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
     free(own);
     return failed ? FX_ENOMEM : FX_OK;
 }
-
-/* Where B streams (below), a thread packs a group of consecutive column panel pairs of B
- * (at most FX_BF16_AMX_B_GROUP_BYTES, at most FX_BF16_AMX_B_GROUP_PAIRS pairs) and runs every
- * row panel pair against them: a product wider than tall reads its large B from memory once,
- * along its rows, and writes C a group's width at a time. Panels over the whole K longer than
- * one group (K > 4096) keep B packed whole. Measured at one thread on the Xeon reporting
- * model 167, 64 x 25088 x 800: 37 ms with B packed whole panel by panel, 26 ms packed whole
- * along its rows, 8.2 ms streamed. */
-#define FX_BF16_AMX_B_GROUP_BYTES ((int64_t)256 << 10)
-#define FX_BF16_AMX_B_GROUP_PAIRS 8
 
 static int64_t amx_b_group_pairs(int64_t nkt)
 {
@@ -413,14 +427,7 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
 #endif
         for (int64_t q = 0; q < mq; q++)
             pack_a_panel(apk + q * nkt * TILE_ELEMS, a, A->strides[0], A->strides[1], M, K, q, nkt);
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-        for (int64_t s = 0; s < ns; s += 2 * FX_BF16_AMX_B_GROUP_PAIRS)
-            pack_b_group(bpk + s * nkt * TILE_ELEMS, b, B->strides[0], B->strides[1], K, N, s,
-                         ns - s < 2 * FX_BF16_AMX_B_GROUP_PAIRS ? ns
-                                                                : s + 2 * FX_BF16_AMX_B_GROUP_PAIRS,
-                         nkt);
+        pack_b_whole(bpk, b, B->strides[0], B->strides[1], K, N, ns, nkt);
         fx_amx_tiles_configure();
         /* blocks row by row: a thread's consecutive blocks share their A panels */
 #ifdef _OPENMP

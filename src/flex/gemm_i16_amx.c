@@ -110,7 +110,6 @@ typedef struct {
     const int16_t *a, *b;
     int64_t sam, sak, sbk, sbn;
     int64_t M, K, N, nkt;
-    int8_t *bpk;
     int64_t *out;
     int64_t ldo; /* the output's row stride */
     /* A's rows on demand (fx_op_call.a_rows: a convolution's patch rows) instead of a */
@@ -469,14 +468,16 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
 {
     const int64_t mq = (j->M + 15) / 16, ns = (j->N + 15) / 16;
     const size_t panel = (size_t)kbt * PAIR_BYTES;
-    j->bpk = aligned_alloc(64, (size_t)ns * panel);
+    int8_t *bpk = aligned_alloc(64, (size_t)ns * panel);
     int8_t *apk = aligned_alloc(64, (size_t)nt * panel);
-    /* rows on demand: 16 staging rows per thread with the slack a_rows may write into */
-    j->rows_ld = j->a_rows ? (kbt * KT + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
+    /* rows on demand (unless their source writes the tiles itself): 16 staging rows per thread
+     * with the slack a_rows may write into */
+    const int staged = j->a_rows && !j->a_tiles;
+    j->rows_ld = staged ? (kbt * KT + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
     const size_t stage_n = (size_t)(16 * j->rows_ld);
-    int16_t *stages = j->a_rows ? malloc((size_t)nt * stage_n * sizeof(int16_t)) : NULL;
-    if (!j->bpk || !apk || (j->a_rows && !stages)) {
-        free(j->bpk);
+    int16_t *stages = staged ? malloc((size_t)nt * stage_n * sizeof(int16_t)) : NULL;
+    if (!bpk || !apk || (staged && !stages)) {
+        free(bpk);
         free(apk);
         free(stages);
         return FX_ENOMEM;
@@ -507,7 +508,7 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
 #endif
             for (int64_t g = 0; g < ng; g++) {
                 const int64_t s0 = g * G, s1 = ns - s0 < G ? ns : s0 + G;
-                pack_b_group(j, s0, s1, t0, t1, panel, j->bpk + s0 * panel);
+                pack_b_group(j, s0, s1, t0, t1, panel, bpk + s0 * panel);
             }
             if (mq >= nt) {
                 for (int64_t s0 = 0; s0 < ns; s0 += nsb) {
@@ -518,7 +519,7 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
                     for (int64_t q = 0; q < mq; q++) {
                         pack_a_rows(j, q, t0, t1, stage, ap);
                         for (int64_t s = s0; s < s1; s++)
-                            amx_i16_block(j, ap, j->bpk + s * panel, q, s, t0, t1, t0 > 0, last);
+                            amx_i16_block(j, ap, bpk + s * panel, q, s, t0, t1, t0 > 0, last);
                     }
                 }
             } else { /* fewer row panels than threads: the threads share a row's blocks */
@@ -528,13 +529,13 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
 #pragma omp for schedule(static)
 #endif
                     for (int64_t s = 0; s < ns; s++)
-                        amx_i16_block(j, ap, j->bpk + s * panel, q, s, t0, t1, t0 > 0, last);
+                        amx_i16_block(j, ap, bpk + s * panel, q, s, t0, t1, t0 > 0, last);
                 }
             }
         }
         _tile_release();
     }
-    free(j->bpk);
+    free(bpk);
     free(apk);
     free(stages);
     *imax_out = imax;

@@ -609,11 +609,13 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
     char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, func);
     if (xp) memset(xp, 0, (size_t)(xp_n * plan.outer) * esz); /* the slack, read by im2col */
     char *col = col_n ? conv_alloc(&s, col_n * plan.outer, esz, &rc, func) : NULL;
-    int64_t *goff = row_src ? conv_alloc(&s, g.C * g.KH, sizeof(int64_t), &rc, func) : NULL;
-    if (goff) fx_group_offsets_fill(&g, goff);
     /* integer rows on demand come from a channel-last copy of the padded chunk, with the
-     * weights' taps permuted to match (conv_panels.h: the same exact sums) */
+     * weights' taps permuted to match (conv_panels.h: the same exact sums); bf16 rows from the
+     * padded chunk itself, at its kernel rows' offsets */
     const int nhwc = row_src && ic;
+    int64_t *goff = row_src && !nhwc ? conv_alloc(&s, g.C * g.KH, sizeof(int64_t), &rc, func)
+                                     : NULL;
+    if (goff) fx_group_offsets_fill(&g, goff);
     char *xq = nhwc ? conv_alloc(&s, xp_n * plan.outer, esz, &rc, func) : NULL;
     int16_t *wq = nhwc ? conv_alloc(&s, g.O * CKK, sizeof(int16_t), &rc, func) : NULL;
     if (wq && !rc) fx_conv_weights_nhwc(&g, (const int16_t *)wo.data, wq);

@@ -96,27 +96,26 @@ void fx_conv_weights_nhwc(const fx_conv_geom *g, const int16_t *w, int16_t *wq)
                     wq[o * CKK + (kh * KW + kw) * C + c] = w[o * CKK + (c * KH + kh) * KW + kw];
 }
 
-/* Taps k0 .. k0 + kc - 1 (order k') of m pixels from i0 on, channel-last: per pixel, runs of
- * KW*C values (one per kernel row; with dw > 1, runs of C values, one per tap position),
- * each cut to the window [k0, k0 + kc). Writes nothing outside the window. */
+/* Taps k0 .. k0 + kc - 1 (order k') of m pixels from i0 on, channel-last: per pixel, one copy
+ * per run piece of the window (fx_row_walk). Writes nothing outside the window. */
 static void fx_conv_rows_i16_nhwc(const fx_conv_rows *cr, int64_t i0, int m, int64_t k0,
                                   int64_t kc, int16_t *dst, int64_t ld)
 {
     const fx_conv_geom *g = cr->g;
-    const int64_t C = g->C, KW = g->KW, Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph;
-    const int64_t P = g->OH * g->OW, run = g->dw == 1 ? KW * C : C;
-    const int64_t nruns = g->dw == 1 ? g->KH : g->KH * KW, k1 = k0 + kc;
-    const int64_t jfirst = k0 / run, jlast = (k1 - 1) / run;
+    const int64_t C = g->C, Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph, P = g->OH * g->OW;
     int64_t n = i0 / P, p = i0 % P, oh = p / g->OW, ow = p % g->OW;
     for (int r = 0; r < m; r++) {
         const int16_t *base = cr->xp + ((n * Hp + oh * g->sh) * Wp + ow * g->sw) * C;
         int16_t *d = dst + r * ld;
-        for (int64_t j = jfirst; j <= jlast && j < nruns; j++) {
-            const int64_t kh = g->dw == 1 ? j : j / KW, kw = g->dw == 1 ? 0 : j % KW;
-            const int16_t *src = base + (kh * g->dh * Wp + kw * g->dw) * C;
-            const int64_t s0 = j * run > k0 ? j * run : k0;
-            const int64_t s1 = (j + 1) * run < k1 ? (j + 1) * run : k1;
-            memcpy(d + (s0 - k0), src + (s0 - j * run), (size_t)(s1 - s0) * sizeof *d);
+        fx_row_walk w;
+        fx_row_walk_start(g, k0, &w);
+        for (int64_t pos = 0; pos < kc;) {
+            if (w.left == 0) fx_row_walk_next_run(g, &w);
+            const int64_t len = w.left < kc - pos ? w.left : kc - pos;
+            memcpy(d + pos, base + w.off, (size_t)len * sizeof *d);
+            w.off += len;
+            w.left -= len;
+            pos += len;
         }
         if (++ow == g->OW) {
             ow = 0;

@@ -83,6 +83,40 @@ typedef struct fx_conv_rows {
 void fx_conv_nhwc(const fx_conv_geom *g, const int16_t *xp, int64_t nb, int16_t *xq);
 void fx_conv_weights_nhwc(const fx_conv_geom *g, const int16_t *w, int16_t *wq);
 
+/* A walk along one pixel's channel-last patch row (order k') from its k0-th value: the run it
+ * is in (KW*C taps of one kernel row with dw = 1, else C taps of one kernel position), the
+ * current value's offset from the pixel's base in the channel-last chunk, and the values left
+ * in the run. Shared by the row source and the AMX tile builder, which take a row's values one
+ * run piece at a time. */
+typedef struct fx_row_walk {
+    int64_t run, left; /* values per run; values left in the current run */
+    int64_t off;       /* the current value's offset from the pixel's base */
+    int64_t kh, kw;    /* the current run's kernel row and (dw > 1) column */
+} fx_row_walk;
+
+static inline void fx_row_walk_start(const fx_conv_geom *g, int64_t k0, fx_row_walk *w)
+{
+    const int64_t C = g->C, Wp = g->W + 2 * g->pw;
+    w->run = g->dw == 1 ? g->KW * C : C;
+    const int64_t j = k0 / w->run, in_run = k0 - j * w->run;
+    w->kh = g->dw == 1 ? j : j / g->KW;
+    w->kw = g->dw == 1 ? 0 : j % g->KW;
+    w->off = (w->kh * g->dh * Wp + w->kw * g->dw) * C + in_run;
+    w->left = w->run - in_run;
+}
+
+static inline void fx_row_walk_next_run(const fx_conv_geom *g, fx_row_walk *w)
+{
+    const int64_t C = g->C, Wp = g->W + 2 * g->pw;
+    if (g->dw != 1 && ++w->kw < g->KW) {
+        w->off = (w->kh * g->dh * Wp + w->kw * g->dw) * C;
+    } else {
+        w->kw = 0;
+        w->off = ++w->kh * g->dh * Wp * C;
+    }
+    w->left = w->run;
+}
+
 /* ---- AMX tiles from byte planes (fx_op_call.a_tiles, src/nn/conv_tiles_avx512.c) --------------
  * The channel-last chunk split into its high-byte plane (v >> 8) and low-byte plane (v & 255),
  * each [nb][Hp][Wp][C] bytes with FX_CONV_TILES_SLACK bytes of room before and after (the

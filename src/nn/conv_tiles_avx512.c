@@ -32,49 +32,17 @@ void fx_conv_byte_planes_avx512(const int16_t *x, int64_t n, int8_t *hi, int8_t 
     }
 }
 
-/* A walk along one pixel's patch row (order k' of conv_panels.h) in the planes: the run it is
- * in (KW*C taps of one kernel row with dw = 1, else C taps of one kernel position), the
- * run's offset from the pixel's base, and the position within the run. */
-typedef struct {
-    int64_t run, left; /* values per run; values left in the current run */
-    int64_t off;       /* the current value's offset from the pixel's base */
-    int64_t kh, kw;    /* the current run's kernel row and (dw > 1) column */
-} row_walk;
-
-static inline void walk_start(const fx_conv_geom *g, int64_t k0, row_walk *w)
-{
-    const int64_t C = g->C, Wp = g->W + 2 * g->pw;
-    w->run = g->dw == 1 ? g->KW * C : C;
-    const int64_t j = k0 / w->run, in_run = k0 - j * w->run;
-    w->kh = g->dw == 1 ? j : j / g->KW;
-    w->kw = g->dw == 1 ? 0 : j % g->KW;
-    w->off = (w->kh * g->dh * Wp + w->kw * g->dw) * C + in_run;
-    w->left = w->run - in_run;
-}
-
-static inline void walk_next_run(const fx_conv_geom *g, row_walk *w)
-{
-    const int64_t C = g->C, Wp = g->W + 2 * g->pw;
-    if (g->dw != 1 && ++w->kw < g->KW) {
-        w->off = (w->kh * g->dh * Wp + w->kw * g->dw) * C;
-    } else {
-        w->kw = 0;
-        w->off = ++w->kh * g->dh * Wp * C;
-    }
-    w->left = w->run;
-}
-
 /* The next n (1..64) values of the walk into bytes 0 .. n-1 of *vh and *vl (zero beyond): one
  * masked load per run met. A masked load reads only its unmasked bytes, and the planes have
  * FX_CONV_TILES_SLACK bytes of room on both sides, so even the addresses below a run's start
  * that the shifted masks imply stay inside the allocation. */
 static inline void walk_take(const fx_conv_geom *g, const int8_t *hi, const int8_t *lo,
-                             int64_t n, row_walk *w, __m512i *vh, __m512i *vl)
+                             int64_t n, fx_row_walk *w, __m512i *vh, __m512i *vl)
 {
     *vh = _mm512_setzero_si512();
     *vl = _mm512_setzero_si512();
     for (int64_t pos = 0; pos < n;) {
-        if (w->left == 0) walk_next_run(g, w);
+        if (w->left == 0) fx_row_walk_next_run(g, w);
         const int64_t len = w->left < n - pos ? w->left : n - pos;
         const __mmask64 m = (len >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << len) - 1)) << pos;
         *vh = _mm512_mask_loadu_epi8(*vh, m, hi + w->off - pos);
@@ -103,8 +71,8 @@ void fx_conv_tiles_i16_avx512(const void *ctx, int64_t i0, int m, int64_t k0, in
             continue;
         }
         const int64_t base = ((n * Hp + oh * g->sh) * Wp + ow * g->sw) * C;
-        row_walk w;
-        walk_start(g, k0, &w);
+        fx_row_walk w;
+        fx_row_walk_start(g, k0, &w);
         for (int64_t t = 0; t < nt; t++) {
             const int64_t kb = k0 + t * KT, len = k1 - kb < KT ? k1 - kb : KT;
             __m512i vh, vl;
