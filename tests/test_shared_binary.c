@@ -11,7 +11,8 @@
  *    per-column operands, exponent gaps 0 to 15, compared with the dispatcher's int64-stage
  *    route (the fast path switched off): the same mantissas, exponent, statistics and trace
  *    record after every write; relu and relu_backward likewise against their int16-stage
- *    route. The path must actually be taken (its counter moves), and the
+ *    route. FLEX16_5 outputs past their first write must take the one-pass rounding at the
+ *    predicted exponent (its counter moves), DFP16 outputs never. The path must actually be taken (its counter moves), and the
  *    cases it must not take (gaps above 15, in place, a partial view, a transposed operand)
  *    still give the dispatcher's results. */
 #include "flexpoint.h"
@@ -189,6 +190,8 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int ndim, const int64_t
      * between a and b from 0 to beyond 15 */
     const double sa[] = {1.0, 1.1, 0.9, 128.0, 100.0, 1.0, 1.0, 3e4, 1.0, 1.0};
     const double sb[] = {1.0, 0.5, 1e-3, 1.0, 4e-5, 7.0, 3e-4, 1.0, 1e-7, 1.0};
+    const int64_t fused0 = fx_shared_binary_fused();
+    int taken_any = 0;
     for (int step = 0; step < 10; step++) {
         fill(a, sa[step], r);
         fill(b, sb[step], r);
@@ -199,11 +202,17 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int ndim, const int64_t
         const int taken = fx_shared_binary_taken() > before;
         CHECK(taken == (expect_taken && gap <= 15), "%s, write %d (gap %d): taken %d", what, step,
               gap, taken);
+        taken_any |= taken;
         fx_shared_binary_set_enabled(0);
         CHECK_STATUS(op == FX_OP_ADD ? tensor_add(ref, a, b) : tensor_sub(ref, a, b), FX_OK);
         fx_shared_binary_set_enabled(1);
         if (!same_tensor(fast, ref, what, step)) break;
     }
+    /* a FLEX16_5 output knows its exponent before every write after its first: those taken
+     * here are rounded in one pass (DFP16's exponent needs the maximum first) */
+    const int64_t fused = fx_shared_binary_fused() - fused0;
+    CHECK(fo == FMT_FLEX16_5 && taken_any ? fused > 0 : fused == 0, "%s: %lld one-pass writes",
+          what, (long long)fused);
     tensor_free(a);
     tensor_free(b);
     tensor_free(fast);
@@ -222,6 +231,7 @@ static void check_gated(fmt_t fo, fmt_t fx, const int64_t *shape, test_rng *r)
     tensor_trace_enable(d1, 1);
     tensor_trace_enable(d2, 1);
     const double sx[] = {1.0, 1.2, 300.0, 1.0, 0.01, 1.0};
+    const int64_t fused0 = fx_shared_binary_fused();
     for (int step = 0; step < 6; step++) {
         fill(x, sx[step], r);
         fill(dy, 1e-3 * sx[5 - step], r);
@@ -236,6 +246,9 @@ static void check_gated(fmt_t fo, fmt_t fx, const int64_t *shape, test_rng *r)
         if (!same_tensor(y1, y2, "relu", step) || !same_tensor(d1, d2, "relu_backward", step))
             break;
     }
+    const int64_t fused = fx_shared_binary_fused() - fused0;
+    CHECK(fo == FMT_FLEX16_5 ? fused > 0 : fused == 0, "relu into fmt %d: %lld one-pass writes",
+          (int)fo, (long long)fused);
     tensor_free(x);
     tensor_free(dy);
     tensor_free(y1);

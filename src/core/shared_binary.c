@@ -7,7 +7,8 @@
  * than an fp32 add. When the exponents of a and b are at most 15 apart, every aligned sum
  * (a << sa) +- (b << sb) fits int32, so this file recomputes the sums from the int16 inputs
  * instead of storing them: one pass for their maximum, then the write's quantisations (the
- * backend's sum2_maxabs / sum2_quant). The exponent choice, statistics, trace and rounding are
+ * backend's sum2_maxabs / sum2_quant); for a FLEX16_5 output whose exponent is known before
+ * the write, the rounding pass alone (fx_sb_write). The exponent choice, statistics, trace and rounding are
  * those of the write path (fx_write_shared_with) on the same exact values at the same exponent,
  * min(ea, eb), so the result is the dispatcher's bit for bit (tests/test_shared_binary.c).
  * Anything else returns FX_SHARED_BINARY_NOT_TAKEN and goes through the dispatcher. */
@@ -30,12 +31,14 @@
 /* test hooks, read by every op: relaxed atomics, so that ops on several threads stay race-free */
 static int fx_sb_enabled_flag = 1;
 static int64_t fx_sb_taken; /* ops done here */
+static int64_t fx_sb_fused; /* of those, written in one pass at a predicted exponent */
 
 void fx_shared_binary_set_enabled(int on)
 {
     __atomic_store_n(&fx_sb_enabled_flag, on != 0, __ATOMIC_RELAXED);
 }
 int64_t fx_shared_binary_taken(void) { return __atomic_load_n(&fx_sb_taken, __ATOMIC_RELAXED); }
+int64_t fx_shared_binary_fused(void) { return __atomic_load_n(&fx_sb_fused, __ATOMIC_RELAXED); }
 static int fx_sb_enabled(void) { return __atomic_load_n(&fx_sb_enabled_flag, __ATOMIC_RELAXED); }
 
 /* The op as work units: unit u covers a[lo(u) .. lo(u) + len(u)) and reads b from b_at(u). */
@@ -49,6 +52,10 @@ typedef struct fx_sb_plan {
     int64_t b_period;        /* n (same shape), or C for rows of a per-column b (inner = C) */
     int sa, sb, negate_b, nt;
     int ec; /* the exponent of the aligned sums: min(ea, eb) */
+    /* fused_e: dst already holds the rounding at this exponent and fused_q its statistics
+     * (else FX_EXP_NONE) */
+    int fused_e;
+    fx_qstats fused_q;
 } fx_sb_plan;
 
 static fx_sum2 fx_sb_unit(const fx_sb_plan *p, int64_t u, int64_t *lo, int64_t *len)
@@ -78,13 +85,11 @@ static uint32_t fx_sb_maxabs(const fx_sb_plan *p)
     return mx;
 }
 
-/* fx_shared_src.quantize: the statistics (and with keep the mantissas) at exponent e. Integer
- * values round by fx_requant alone, so r is not used (as for the dispatcher's int64 stage). The
+/* One pass of the backend's sum2_quant over every unit at exponent e: the statistics into *q,
+ * and with keep the mantissas into dst. Integer values round by fx_requant alone. The
  * statistics are sums and maxima: merging them in any order gives the same result. */
-static int fx_sb_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+static void fx_sb_quant_pass(const fx_sb_plan *p, int e, int keep, fx_qstats *q)
 {
-    (void)r;
-    const fx_sb_plan *p = ctx;
     const int shift = e - p->ec;
     fx_qstats_init(q);
     const int nt = p->nt;
@@ -110,18 +115,49 @@ static int fx_sb_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_q
 #endif
         fx_qstats_merge(q, &mine);
     }
+}
+
+/* fx_shared_src.quantize (r is not used: see fx_sb_quant_pass). At the exponent of a fused
+ * first pass, dst and the statistics are already those of this rounding. */
+static int fx_sb_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    (void)r;
+    fx_sb_plan *p = ctx;
+    if (e == p->fused_e) {
+        *q = p->fused_q;
+        return FX_OK;
+    }
+    if (keep) p->fused_e = FX_EXP_NONE; /* dst now holds the rounding at e */
+    fx_sb_quant_pass(p, e, keep, q);
     return FX_OK;
 }
 
-/* The write of the planned values: their maximum first (the exponent logic needs it before any
- * rounding), then fx_write_shared_with with this file's quantiser. */
+/* The write of the planned values. The exponent logic needs their maximum before any
+ * rounding: a pass of its own, unless the output's exponent is known before the write (a
+ * FLEX16_5 tensor with an initialised Autoflex state, fx_write_shared_peek_exp). Then the one
+ * pass rounds at that exponent straight into out, and its statistics give the maximum (exact:
+ * |sum| < 2^31); the write finds that rounding already done unless it picks another exponent
+ * (an overflow's recompute), which rounds again. Writing out before the write decides is safe
+ * here: out shares storage with neither input, and a host write with nothing pending and no
+ * collectives cannot fail after its quantisations. (For ReLU and the bias adds of a FLEX16_5
+ * CNN the maximum pass was about 3 % of a step.) */
 static int fx_sb_write(tensor_t *out, fx_sb_plan *p, const char *func)
 {
     p->units = (p->n + p->inner - 1) / p->inner;
     p->nt = p->n >= FX_SB_PAR_MIN ? flexpoint_num_threads() : 1;
+    p->fused_e = FX_EXP_NONE;
     flexpoint_clear_error(); /* as the dispatcher does before its kernel */
     __atomic_fetch_add(&fx_sb_taken, 1, __ATOMIC_RELAXED);
-    const uint32_t imax = fx_sb_maxabs(p);
+    uint32_t imax;
+    int e;
+    if (!out->st->dist && fx_write_shared_peek_exp(out, &e)) {
+        fx_sb_quant_pass(p, e, 1, &p->fused_q);
+        p->fused_e = e;
+        imax = (uint32_t)p->fused_q.max_abs_in;
+        __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
+    } else {
+        imax = fx_sb_maxabs(p);
+    }
     fx_shared_src src;
     memset(&src, 0, sizeof src);
     src.kind = FX_STAGE_I64; /* exact integers at exponent ec, as the dispatcher's stage */
