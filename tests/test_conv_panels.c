@@ -15,6 +15,8 @@
  *     allows; every register-tile kernel fed with them gives the patch matrix's sums, and the
  *     fast kernel on rows with one hot row per tile (where a wrong norm lets an int32 chain
  *     wrap) matches an exact reference;
+ *   - the weight gradient's rows on demand (the transposed patch matrix) and its AMX tiles
+ *     from byte planes of the padded chunk equal im2col's rows, nothing written outside;
  *   - kernels that cannot take panels refuse them with FX_EUNSUPPORTED;
  *   - the fp32 GEMM's panels from fp32, fp16 and bf16 inputs (any bit patterns, widened
  *     exactly) likewise, for the AVX2 (6-row) and AVX-512 (12-row) tiles, and each level's
@@ -39,6 +41,7 @@ static const geo_case g_cases[] = {
     {32, 14, 14, 5, 5, 1, 1, 2, 2, 1, 1, 3}, /* the CNN's second conv */
     {1, 28, 28, 5, 5, 1, 1, 2, 2, 1, 1, 2},  /* its first: one channel, K = 25 odd */
     {3, 9, 7, 3, 3, 2, 2, 1, 1, 1, 1, 2},    /* stride 2 */
+    {3, 9, 8, 3, 3, 2, 1, 1, 1, 1, 1, 2},    /* stride 2 down, 1 across */
     {4, 11, 13, 3, 3, 1, 1, 2, 2, 2, 2, 1},  /* dilation 2 */
     {2, 6, 5, 2, 4, 1, 1, 0, 1, 1, 1, 3},    /* even KW */
     {5, 8, 8, 1, 1, 1, 1, 0, 0, 1, 1, 2},    /* 1x1 */
@@ -224,6 +227,75 @@ static void check_conv_rows_order(const fx_conv_geom *g, int64_t nb, const int16
     free(goff);
 }
 
+/* The weight gradient's rows on demand (fx_conv_wrows_i16: row i = tap i over the chunk's
+ * pixels, the transposed patch matrix) for windows that start inside an output row, cross
+ * rows and samples, and end anywhere, with nothing written outside [0, kc) of each row; and
+ * the AMX tiles from byte planes of the padded chunk (fx_conv_wtiles_i16_avx512) for windows
+ * such as that kernel asks for, the planes' bytes of those rows with zeros past the rows and
+ * values. Stride-1 geometries only (fx_conv_wsrc_fit). */
+static void check_wgrad_rows(const fx_conv_geom *g, int64_t nb, const int16_t *xp,
+                             const int16_t *colT, int64_t Pc)
+{
+    if (!fx_conv_wsrc_fit(g)) return;
+    const int64_t K = g->C * g->KH * g->KW, gap = 8;
+    const fx_conv_wsrc ws0 = {g, xp, NULL, NULL};
+    const int64_t k0s[4] = {0, 1, g->OW + 3 < Pc ? g->OW + 3 : 0, Pc - 1};
+    const int64_t i0s[3] = {0, K > 5 ? 5 : 0, K > 3 ? K - 3 : 0};
+    int64_t bad = 0, spill = 0;
+    for (int ki = 0; ki < 4; ki++)
+        for (int kj = 0; kj < 3; kj++)
+            for (int ii = 0; ii < 3; ii++) {
+                const int64_t k0 = k0s[ki], want_kc = kj == 0 ? 1 : kj == 1 ? 77 : Pc;
+                const int64_t kc = want_kc < Pc - k0 ? want_kc : Pc - k0, i0 = i0s[ii];
+                const int m = (int)(K - i0 < 16 ? K - i0 : 16);
+                const int64_t ld = kc + gap, n = m * ld + gap;
+                int16_t *buf = malloc((size_t)n * 2);
+                for (int64_t i = 0; i < n; i++) buf[i] = 0x5A5A;
+                fx_conv_wrows_i16(&ws0, i0, m, k0, kc, buf + gap, ld);
+                for (int64_t i = 0; i < n; i++) {
+                    const int64_t off = i - gap, r = off / ld, t = off - r * ld;
+                    if (off >= 0 && t < kc)
+                        bad += buf[i] != colT[(k0 + t) * K + i0 + r];
+                    else
+                        spill += buf[i] != 0x5A5A;
+                }
+                free(buf);
+            }
+    CHECK(bad == 0, "C%lld KW%lld dh%lld: %lld weight-gradient row values differ from im2col",
+          (long long)g->C, (long long)g->KW, (long long)g->dh, (long long)bad);
+    CHECK(spill == 0, "C%lld KW%lld: %lld values written outside the weight-gradient rows",
+          (long long)g->C, (long long)g->KW, (long long)spill);
+    if (!fx_backend_get(FX_BACKEND_AVX512)->available) return;
+    const int64_t pn = fx_conv_padded_numel(g, nb);
+    int8_t *planes = malloc((size_t)(2 * (pn + 2 * FX_CONV_TILES_SLACK)));
+    int8_t *ph = planes + FX_CONV_TILES_SLACK, *pl = ph + pn + 2 * FX_CONV_TILES_SLACK;
+    fx_conv_byte_planes_avx512(xp, pn, ph, pl);
+    const fx_conv_wsrc ws = {g, xp, ph, pl};
+    const int64_t tk0s[3] = {0, Pc > 64 ? 64 : 0, Pc > 128 ? (Pc - 1) / 64 * 64 : 0};
+    int64_t tbad = 0;
+    for (int ki = 0; ki < 3; ki++)
+        for (int ii = 0; ii < 3; ii++) {
+            const int64_t k0 = tk0s[ki], kc = Pc - k0 < 2048 ? Pc - k0 : 2048, i0 = i0s[ii];
+            const int m = (int)(K - i0 < 16 ? K - i0 : 16);
+            const int64_t nt = (kc + 63) / 64;
+            int8_t *ap = malloc((size_t)(nt * 2048));
+            memset(ap, 0x5A, (size_t)(nt * 2048));
+            fx_conv_wtiles_i16_avx512(&ws, i0, m, k0, kc, ap);
+            for (int64_t t = 0; t < nt; t++)
+                for (int r = 0; r < 16; r++)
+                    for (int b = 0; b < 64; b++) {
+                        const int64_t k = k0 + t * 64 + b;
+                        const int16_t v = r < m && k < k0 + kc ? colT[k * K + i0 + r] : 0;
+                        tbad += ap[t * 2048 + r * 64 + b] != (int8_t)(v >> 8);
+                        tbad += ap[t * 2048 + 1024 + r * 64 + b] != (int8_t)(uint8_t)(v & 255);
+                    }
+            free(ap);
+        }
+    CHECK(tbad == 0, "C%lld KW%lld dh%lld: %lld weight-gradient AMX tile bytes differ",
+          (long long)g->C, (long long)g->KW, (long long)g->dh, (long long)tbad);
+    free(planes);
+}
+
 static void check_conv_rows(const fx_conv_geom *g, int64_t nb, const int16_t *xp,
                             const int16_t *colT, int64_t Pc)
 {
@@ -333,6 +405,7 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
     CHECK(bad == 0, "C%lld KW%lld: %lld portable panel values differ from im2row", (long long)g.C,
           (long long)g.KW, (long long)bad);
     check_conv_rows(&g, nb, xp, colT, Pc);
+    check_wgrad_rows(&g, nb, xp, colT, Pc);
     for (int bi = FX_BACKEND_AVX2; bi < FX_BACKEND_COUNT; bi++) {
         const fx_backend *be = fx_backend_get(bi);
         if (!be->available || !be->conv.panels_i16) continue;

@@ -243,6 +243,10 @@ typedef struct fx_conv_kernels {
     void (*tiles_i16)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int8_t *ap);
     /* ... and the byte planes it reads: hi[i] = x[i] >> 8, lo[i] = x[i] & 255 */
     void (*byte_planes_i16)(const int16_t *x, int64_t n, int8_t *hi, int8_t *lo);
+    /* The AMX integer GEMM's A tiles of a stride-1 weight gradient, from byte planes of the
+     * padded NCHW chunk (ctx: struct fx_conv_wsrc, src/nn/conv_panels.h). NULL: the weight
+     * gradient writes its patch matrix (im2col) and the GEMM packs it. */
+    void (*wtiles_i16)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int8_t *ap);
 } fx_conv_kernels;
 
 typedef struct fx_backend {

@@ -103,6 +103,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
         /* a convolution then hands it its A tiles made from byte planes of its input */
         b->conv.tiles_i16 = fx_conv_tiles_i16_avx512;
         b->conv.byte_planes_i16 = fx_conv_byte_planes_avx512;
+        b->conv.wtiles_i16 = fx_conv_wtiles_i16_avx512;
     }
     /* int16 GEMM tuning: pre-packed A panels and pre-split B of its 6 x 32 tile */
     b->gemm.i16_panel_mr = FX_FLEX_MR_AVX512;

@@ -287,6 +287,8 @@ typedef struct conv_prepacked {
     const fx_conv_rows *a_rows; /* patch rows on demand (conv_panels.h), or NULL */
     const fx_conv_tiles *a_tiles; /* with a_rows: the AMX kernel's tiles from byte planes */
     const uint16_t *b_amx;      /* bf16 weights packed once for the AMX route, or NULL */
+    const fx_conv_wsrc *wsrc;   /* a weight gradient's rows on demand (and with its planes,
+                                 * the AMX kernel's tiles), or NULL */
 } conv_prepacked;
 
 /* out = a x b with the active backend's GEMM kernel, on nthreads threads: int16 operands into
@@ -338,6 +340,14 @@ static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b
             c.a_tiles_ctx = pp->a_tiles;
         }
         c.b_amx = pp->b_amx;
+        if (pp->wsrc) {
+            c.a_rows = fx_conv_wrows_i16;
+            c.a_rows_ctx = pp->wsrc;
+            if (pp->wsrc->hi && be->conv.wtiles_i16) {
+                c.a_tiles = be->conv.wtiles_i16;
+                c.a_tiles_ctx = pp->wsrc;
+            }
+        }
     }
     return k(&c);
 }
@@ -702,7 +712,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
         char *myxp = xp + (size_t)(tid * xp_n) * esz;
         /* the chunk's A: panels built from the padded input, rows the GEMM gathers from it,
          * or the patch matrix; the same GEMM call for all */
-        conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, NULL, NULL, bamx};
+        conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, NULL, NULL, bamx, NULL};
         char *myxq = xq ? xq + (size_t)(tid * xp_n) * esz : NULL;
         const fx_conv_rows rows = {&g, (const int16_t *)(const void *)(myxq ? myxq : myxp), goff,
                                    myxq != NULL};
@@ -1052,8 +1062,15 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     const int64_t groups = plan.nchunks < FX_CONV_WGRAD_GROUPS ? plan.nchunks
                                                                 : FX_CONV_WGRAD_GROUPS;
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, nw = g.O * CKK;
-    const int64_t col_n = CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
+    /* integer compute on the AMX kernel (which takes products of at least 16 x 16 outputs)
+     * with stride 1: the transposed patch matrix's rows as tiles made straight from byte
+     * planes of the padded chunk (conv_panels.h), no im2col; the same exact sums */
+    const fx_backend *be = fx_backend_active();
+    const int wtiles = ic && fx_conv_wsrc_fit(&g) && be->gemm.i16_amx && fx_gemm_i16_amx_on() &&
+                       be->conv.wtiles_i16 && be->conv.byte_planes_i16 && CKK >= 16 && g.O >= 16;
+    const int64_t col_n = wtiles ? 0 : CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
+    const int64_t plane_n = xp_n + 2 * FX_CONV_TILES_SLACK; /* bytes per plane */
     const size_t esz = cc.esz, ssz = cc.ssz;
 
     fx_scratch s = {.n = 0};
@@ -1062,7 +1079,8 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     if (!rc) rc = conv_operand(dy, &cc, &dyo, &s, func);
     char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, func);
     if (xp) memset(xp, 0, (size_t)(xp_n * plan.outer) * esz); /* the slack, read by im2col */
-    char *col = conv_alloc(&s, col_n * plan.outer, esz, &rc, func);
+    char *col = col_n ? conv_alloc(&s, col_n * plan.outer, esz, &rc, func) : NULL;
+    int8_t *planes = wtiles ? conv_alloc(&s, 2 * plane_n * plan.outer, 1, &rc, func) : NULL;
     char *dyg = conv_alloc(&s, dyg_n * plan.outer, esz, &rc, func);
     char *part = conv_alloc(&s, nw * plan.outer, ssz, &rc, func);
     char *slots = conv_alloc(&s, nw * groups, ssz, &rc, func); /* one dW^T per group */
@@ -1076,18 +1094,30 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     FX_CONV_PARALLEL_FOR
     for (int64_t grp = 0; grp < groups; grp++) {
         const int tid = FX_CONV_THREAD_ID();
-        char *mycol = col + (size_t)(tid * col_n) * esz, *mydy = dyg + (size_t)(tid * dyg_n) * esz;
+        char *mycol = col ? col + (size_t)(tid * col_n) * esz : NULL;
+        char *mydy = dyg + (size_t)(tid * dyg_n) * esz;
         char *mypart = part + (size_t)(tid * nw) * ssz, *slot = slots + (size_t)(grp * nw) * ssz;
         char *myxp = xp + (size_t)(tid * xp_n) * esz;
+        int8_t *myhi = planes ? planes + 2 * plane_n * tid + FX_CONV_TILES_SLACK : NULL;
+        const fx_conv_wsrc ws = {&g, (const int16_t *)(const void *)myxp, myhi,
+                                 myhi ? myhi + plane_n : NULL};
+        const conv_prepacked pp = {.wsrc = &ws};
         const int64_t c0 = grp * plan.nchunks / groups, c1 = (grp + 1) * plan.nchunks / groups;
         for (int64_t ch = c0; ch < c1; ch++) {
             const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
             const int64_t Pc = nbc * P;
-            conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 0, plan.inner);
+            if (myhi) {
+                fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+                be->conv.byte_planes_i16((const int16_t *)(const void *)myxp,
+                                         fx_conv_padded_numel(&g, nbc), myhi, myhi + plane_n);
+            } else {
+                conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 0, plan.inner);
+            }
             fx_chunk_gather(dyo.data, n0, nbc, g.O, P, mydy, esz);
-            status[ch] = conv_matmul(conv_op2d(&cc, mycol, xo.exp, CKK, Pc, Pc, 0),
-                                     conv_op2d(&cc, mydy, dyo.exp, g.O, Pc, Pc, 1), ic,
-                                     ch == c0 ? slot : mypart, plan.inner);
+            status[ch] = conv_matmul_with(conv_op2d(&cc, mycol, xo.exp, CKK, Pc, Pc, 0),
+                                          myhi ? &pp : NULL,
+                                          conv_op2d(&cc, mydy, dyo.exp, g.O, Pc, Pc, 1), ic,
+                                          ch == c0 ? slot : mypart, plan.inner, NULL, NULL);
             if (status[ch] != FX_OK) break;
             if (ch > c0) conv_accumulate(slot, mypart, nw, ic);
         }

@@ -142,6 +142,27 @@ void fx_conv_rows_i16(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc
                            sizeof(int16_t), dst + r * ld);
 }
 
+void fx_conv_wrows_i16(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
+                       int64_t ld)
+{
+    const fx_conv_wsrc *ws = ctx;
+    const fx_conv_geom *g = ws->g;
+    for (int r = 0; r < m; r++) {
+        const int16_t *tap = ws->xp + fx_conv_wtap_offset(g, i0 + r);
+        int16_t *d = dst + r * ld;
+        fx_pixel_run_walk w;
+        fx_pixel_run_start(g, k0, &w);
+        for (int64_t pos = 0; pos < kc;) {
+            if (w.left == 0) fx_pixel_run_next(g, &w);
+            const int64_t len = w.left < kc - pos ? w.left : kc - pos;
+            memcpy(d + pos, tap + w.off, (size_t)len * sizeof *d);
+            w.off += len;
+            w.left -= len;
+            pos += len;
+        }
+    }
+}
+
 int64_t fx_conv_panels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr)
 {
     const int64_t Pc = nb * g->OH * g->OW, K = g->C * g->KH * g->KW;

@@ -136,6 +136,73 @@ void fx_conv_tiles_i16_avx512(const void *ctx, int64_t i0, int m, int64_t k0, in
 void fx_conv_rows_i16(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
                       int64_t ld);
 
+/* ---- weight-gradient rows and tiles (stride sw = 1) --------------------------------------------
+ * The weight gradient of a chunk is dW^T[K, O] = A[K, Pc] x dY^T[Pc, O] with A the transposed
+ * patch matrix: row i is tap i = (c*KH + kh)*KW + kw, its values that tap of every pixel of
+ * the chunk in order (the im2col matrix). With sw = 1 the pixels of one output row read OW
+ * consecutive values of one row of the padded NCHW chunk, so a row of A is runs of (at most)
+ * OW values, at an offset that is the tap's (fx_conv_wtap_offset) plus the run's, and the runs
+ * are the same for every tap.
+ * Why: writing that matrix (im2col) and then packing it for the AMX kernel moved every value
+ * twice more than the product needs (a third of a flex16_5 weight gradient on AMX). Here the
+ * rows come on demand (fx_conv_wrows_i16, the portable source every integer GEMM can take)
+ * or, on the AMX kernel, its packed tiles straight from byte planes of the padded chunk
+ * (fx_conv_wtiles_i16_avx512: per 64-value tile, one masked byte load per run and plane).
+ * The values are im2col's, so the exact sums, and the result, are the same bits.
+ * xp: the padded chunk [nb][C][Hp][Wp] (fx_conv_pad); hi, lo: its byte planes with
+ * FX_CONV_TILES_SLACK bytes of room on both sides, or NULL where no tiles are made. */
+typedef struct fx_conv_wsrc {
+    const fx_conv_geom *g;
+    const int16_t *xp;
+    const int8_t *hi, *lo;
+} fx_conv_wsrc;
+
+/* Whether the weight gradient of g can take its A rows from fx_conv_wsrc. */
+static inline int fx_conv_wsrc_fit(const fx_conv_geom *g) { return g->sw == 1; }
+
+/* Offset of tap i's first value (pixel 0) in the padded chunk. */
+static inline int64_t fx_conv_wtap_offset(const fx_conv_geom *g, int64_t i)
+{
+    const int64_t Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph;
+    const int64_t kw = i % g->KW, kh = i / g->KW % g->KH, c = i / (g->KW * g->KH);
+    return (c * Hp + kh * g->dh) * Wp + kw * g->dw;
+}
+
+/* A walk along the chunk's pixels from the k0-th: the current pixel's offset from the tap's
+ * first value, and the pixels left in its output row. */
+typedef struct fx_pixel_run_walk {
+    int64_t n, oh, off, left;
+} fx_pixel_run_walk;
+
+static inline void fx_pixel_run_set(const fx_conv_geom *g, fx_pixel_run_walk *w, int64_t ow)
+{
+    const int64_t Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph;
+    w->off = (w->n * g->C * Hp + w->oh * g->sh) * Wp + ow;
+    w->left = g->OW - ow;
+}
+
+static inline void fx_pixel_run_start(const fx_conv_geom *g, int64_t k0, fx_pixel_run_walk *w)
+{
+    const int64_t P = g->OH * g->OW, p = k0 % P;
+    w->n = k0 / P;
+    w->oh = p / g->OW;
+    fx_pixel_run_set(g, w, p % g->OW);
+}
+
+static inline void fx_pixel_run_next(const fx_conv_geom *g, fx_pixel_run_walk *w)
+{
+    if (++w->oh == g->OH) {
+        w->oh = 0;
+        w->n++;
+    }
+    fx_pixel_run_set(g, w, 0);
+}
+
+void fx_conv_wrows_i16(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
+                       int64_t ld);
+void fx_conv_wtiles_i16_avx512(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc,
+                               int8_t *ap);
+
 /* Taps k0 .. k0 + kc - 1 of one output pixel (src: the pixel's base in the padded input, goff:
  * fx_group_offsets_fill) into dst[0 .. kc), elements of esz bytes (2 or 4). It may write
  * anything to the FX_CONV_TAPS_SLACK_BYTES bytes on either side of dst[0 .. kc), and reads

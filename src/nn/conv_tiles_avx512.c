@@ -89,3 +89,46 @@ void fx_conv_tiles_i16_avx512(const void *ctx, int64_t i0, int m, int64_t k0, in
         }
     }
 }
+
+/* The weight gradient's tiles (conv_panels.h, "weight-gradient rows and tiles"): per 64-value
+ * tile, the pixel runs it meets are found once, as a byte mask and a source offset each, and
+ * every one of the 16 rows is then one masked load per run and plane at its tap's offset. */
+void fx_conv_wtiles_i16_avx512(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc,
+                               int8_t *ap)
+{
+    const fx_conv_wsrc *ws = ctx;
+    const fx_conv_geom *g = ws->g;
+    const int64_t nt = (kc + KT - 1) / KT;
+    int64_t tap[16];
+    for (int r = 0; r < m; r++) tap[r] = fx_conv_wtap_offset(g, i0 + r);
+    fx_pixel_run_walk w;
+    fx_pixel_run_start(g, k0, &w);
+    for (int64_t t = 0; t < nt; t++) {
+        const int64_t n = kc - t * KT < KT ? kc - t * KT : KT;
+        int64_t roff[KT];
+        __mmask64 rmask[KT];
+        int nr = 0;
+        for (int64_t pos = 0; pos < n; nr++) {
+            if (w.left == 0) fx_pixel_run_next(g, &w);
+            const int64_t len = w.left < n - pos ? w.left : n - pos;
+            rmask[nr] = (len >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << len) - 1)) << pos;
+            roff[nr] = w.off - pos; /* byte pos of the tile row reads plane[tap + off] */
+            w.off += len;
+            w.left -= len;
+            pos += len;
+        }
+        int8_t *th = ap + t * PAIR_BYTES, *tl = th + TILE_BYTES;
+        for (int r = 0; r < 16; r++) {
+            __m512i vh = _mm512_setzero_si512(), vl = _mm512_setzero_si512();
+            if (r < m) {
+                const int8_t *hi = ws->hi + tap[r], *lo = ws->lo + tap[r];
+                for (int q = 0; q < nr; q++) {
+                    vh = _mm512_mask_loadu_epi8(vh, rmask[q], hi + roff[q]);
+                    vl = _mm512_mask_loadu_epi8(vl, rmask[q], lo + roff[q]);
+                }
+            }
+            _mm512_storeu_si512((void *)(th + r * KT), vh);
+            _mm512_storeu_si512((void *)(tl + r * KT), vl);
+        }
+    }
+}
