@@ -897,6 +897,88 @@ static void flex_repeated_writes(void)
     flex_repeated_writes_case(17, 6, 1);
 }
 
+/* ---- 6. repeated writes of a DFP16 output -----------------------------------------------------
+ * The forward convolution rounds each chunk at a guess of the exponent, the output's current
+ * one, while its sums are in cache, and the write reuses that rounding when its exact choice
+ * is the guess (conv2d.c, fx_write_shared_guess_exp). Writes whose guess is right (the same
+ * scale again) and wrong (the first write, a jump of 2^6 and back) must each be the exact sums
+ * rounded at the reported exponent, with the exact maximum in the trace, and equal bit for bit
+ * to the same write into a fresh tensor (whose exponent has no history to guess from). */
+static void dfp16_repeated_writes(void)
+{
+    const geom g = {.N = 5, .C = 16, .H = 7, .W = 7, .O = 40, .KH = 5, .KW = 5, .ph = 2,
+                    .pw = 2, .OH = 7, .OW = 7};
+    const int64_t xs[4] = {g.N, g.C, g.H, g.W}, ws[4] = {g.O, g.C, g.KH, g.KW};
+    const int64_t ys[4] = {g.N, g.O, g.OH, g.OW};
+    const int64_t nx = g.N * g.C * g.H * g.W, nw = g.O * g.C * g.KH * g.KW;
+    const int64_t ny = g.N * g.O * g.OH * g.OW;
+    float *xv = malloc(sizeof(float) * (size_t)nx), *wv = malloc(sizeof(float) * (size_t)nw);
+    test_rng r;
+    test_rng_seed(&r, 6160);
+    for (int64_t i = 0; i < nx; i++) xv[i] = (float)test_rng_normal(&r);
+    for (int64_t i = 0; i < nw; i++) wv[i] = (float)test_rng_normal(&r);
+    tensor_t *x = tensor_new(FMT_DFP16, 4, xs), *w = tensor_new(FMT_DFP16, 4, ws);
+    tensor_t *xbig = tensor_new(FMT_DFP16, 4, xs);
+    CHECK_STATUS(tensor_from_f32(x, xv), FX_OK);
+    CHECK_STATUS(tensor_from_f32(w, wv), FX_OK);
+    for (int64_t i = 0; i < nx; i++) xv[i] *= 64.0f;
+    CHECK_STATUS(tensor_from_f32(xbig, xv), FX_OK);
+    int16_t *xm = malloc(sizeof(int16_t) * (size_t)nx), *wm = malloc(sizeof(int16_t) * (size_t)nw);
+    int16_t *ym = malloc(sizeof(int16_t) * (size_t)ny), *fm = malloc(sizeof(int16_t) * (size_t)ny);
+    int64_t *sum = malloc(sizeof(int64_t) * (size_t)ny);
+    CHECK_STATUS(tensor_get_raw(w, wm), FX_OK);
+    const tensor_t *inputs[5] = {x, x, xbig, x, x};
+    for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
+        if (!flexpoint_backend_available(bi)) continue;
+        CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
+        tensor_t *y = tensor_new(FMT_DFP16, 4, ys);
+        CHECK_STATUS(tensor_trace_enable(y, 1), FX_OK);
+        for (int wi = 0; wi < 5; wi++) {
+            const tensor_t *xi = inputs[wi];
+            CHECK_STATUS(tensor_conv2d(y, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
+            tensor_t *fresh = tensor_new(FMT_DFP16, 4, ys);
+            CHECK_STATUS(tensor_conv2d(fresh, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
+            CHECK_STATUS(tensor_get_raw(xi, xm), FX_OK);
+            CHECK_STATUS(tensor_get_raw(y, ym), FX_OK);
+            CHECK_STATUS(tensor_get_raw(fresh, fm), FX_OK);
+            ref_forward_int(&g, xm, wm, sum);
+            const int e = tensor_exp(y), shift = e - (tensor_exp(xi) + tensor_exp(w));
+            int64_t sat = 0, bad = 0, mmax = 0;
+            uint64_t smax = 0;
+            for (int64_t i = 0; i < ny; i++) {
+                bad += ym[i] != ref_requant(sum[i], shift, &sat);
+                const uint64_t a = sum[i] < 0 ? (uint64_t)0 - (uint64_t)sum[i] : (uint64_t)sum[i];
+                smax = a > smax ? a : smax;
+                mmax = abs(ym[i]) > mmax ? abs(ym[i]) : mmax;
+            }
+            fx_trace_record rec;
+            CHECK_STATUS(tensor_trace_get(y, wi, &rec), FX_OK);
+            CHECK(bad == 0 && sat == 0 && mmax >= 16384,
+                  "dfp16 write %d on %s: %lld elements differ from the exact sums rounded at 2^%d, "
+                  "%lld saturated, largest mantissa %lld", wi, flexpoint_backend_name(bi),
+                  (long long)bad, e, (long long)sat, (long long)mmax);
+            CHECK(rec.exp == e && rec.true_max == ldexp((double)smax, tensor_exp(xi) + tensor_exp(w)),
+                  "dfp16 write %d on %s: trace exp %d (tensor %d), true max %.17g", wi,
+                  flexpoint_backend_name(bi), rec.exp, e, rec.true_max);
+            CHECK(tensor_exp(fresh) == e && memcmp(ym, fm, sizeof(int16_t) * (size_t)ny) == 0,
+                  "dfp16 write %d on %s: differs from the same write into a fresh tensor", wi,
+                  flexpoint_backend_name(bi));
+            tensor_free(fresh);
+        }
+        tensor_free(y);
+    }
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(xbig);
+    free(xv);
+    free(wv);
+    free(xm);
+    free(wm);
+    free(ym);
+    free(fm);
+    free(sum);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -918,6 +1000,7 @@ int main(void)
     for (size_t ci = 0; ci < sizeof CASES / sizeof *CASES; ci++) run_case(&CASES[ci]);
     mixed_formats();
     flex_repeated_writes();
+    dfp16_repeated_writes();
     bad_arguments();
     printf("test_nn_conv: %.1f s\n", now_s() - t0);
     return test_finish("test_nn_conv");

@@ -68,6 +68,15 @@ int fx_write_shared_with(tensor_t *out, const fx_shared_src *src, const char *fu
  * recomputed. */
 int fx_write_shared_peek_exp(const tensor_t *out, int *e);
 
+/* A guess at the exponent the next fx_write_shared_with into out will choose, for host ops
+ * that round their results speculatively while they are in cache: FLEX16_5 as
+ * fx_write_shared_peek_exp (then the guess is the choice, a recomputed overflow aside); a
+ * whole DFP16 tensor with no write pending, its current exponent (its writes' exact exponents
+ * follow the scale of the data, which in training moves by a factor of two only now and
+ * then). Returns 1 and sets *e, or 0. The write still decides; where it picks another
+ * exponent the op rounds again, so a wrong guess costs one pass and changes no result. */
+int fx_write_shared_guess_exp(const tensor_t *out, int *e);
+
 /* ---- writes whose statistics arrive later ----------------------------------------------------
  * A backend whose statistics arrive late (the GPU: a copy from device memory) can launch a
  * whole write without waiting for them when the write's exponent follows from the storage's

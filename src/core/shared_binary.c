@@ -7,8 +7,9 @@
  * than an fp32 add. When the exponents of a and b are at most 15 apart, every aligned sum
  * (a << sa) +- (b << sb) fits int32, so this file recomputes the sums from the int16 inputs
  * instead of storing them: one pass for their maximum, then the write's quantisations (the
- * backend's sum2_maxabs / sum2_quant); for a FLEX16_5 output whose exponent is known before
- * the write, the rounding pass alone (fx_sb_write). The exponent choice, statistics, trace and rounding are
+ * backend's sum2_maxabs / sum2_quant); where the output's exponent can be guessed before the
+ * write, the rounding pass alone, which the write reuses when it picks that exponent
+ * (fx_sb_write). The exponent choice, statistics, trace and rounding are
  * those of the write path (fx_write_shared_with) on the same exact values at the same exponent,
  * min(ea, eb), so the result is the dispatcher's bit for bit (tests/test_shared_binary.c).
  * Anything else returns FX_SHARED_BINARY_NOT_TAKEN and goes through the dispatcher. */
@@ -31,7 +32,7 @@
 /* test hooks, read by every op: relaxed atomics, so that ops on several threads stay race-free */
 static int fx_sb_enabled_flag = 1;
 static int64_t fx_sb_taken; /* ops done here */
-static int64_t fx_sb_fused; /* of those, written in one pass at a predicted exponent */
+static int64_t fx_sb_fused; /* of those, rounded first at a guessed exponent */
 
 void fx_shared_binary_set_enabled(int on)
 {
@@ -133,14 +134,15 @@ static int fx_sb_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_q
 }
 
 /* The write of the planned values. The exponent logic needs their maximum before any
- * rounding: a pass of its own, unless the output's exponent is known before the write (a
- * FLEX16_5 tensor with an initialised Autoflex state, fx_write_shared_peek_exp). Then the one
- * pass rounds at that exponent straight into out, and its statistics give the maximum (exact:
- * |sum| < 2^31); the write finds that rounding already done unless it picks another exponent
- * (an overflow's recompute), which rounds again. Writing out before the write decides is safe
- * here: out shares storage with neither input, and a host write with nothing pending and no
- * collectives cannot fail after its quantisations. (For ReLU and the bias adds of a FLEX16_5
- * CNN the maximum pass was about 3 % of a step.) */
+ * rounding: a pass of its own, unless the output's exponent can be guessed before the write
+ * (fx_write_shared_guess_exp: a FLEX16_5 tensor's Autoflex prediction, a DFP16 tensor's
+ * current exponent). Then the one pass rounds at the guess straight into out, and its
+ * statistics give the maximum (exact: |sum| < 2^31); the write finds that rounding already
+ * done unless it picks another exponent (an overflow's recompute, a DFP16 scale that moved),
+ * which rounds again. Writing out before the write decides is safe here: out shares storage
+ * with neither input, and a host write with nothing pending and no collectives cannot fail
+ * after its quantisations. (For ReLU and the bias adds of a FLEX16_5 CNN the maximum pass was
+ * about 3 % of a step.) */
 static int fx_sb_write(tensor_t *out, fx_sb_plan *p, const char *func)
 {
     p->units = (p->n + p->inner - 1) / p->inner;
@@ -150,7 +152,7 @@ static int fx_sb_write(tensor_t *out, fx_sb_plan *p, const char *func)
     __atomic_fetch_add(&fx_sb_taken, 1, __ATOMIC_RELAXED);
     uint32_t imax;
     int e;
-    if (!out->st->dist && fx_write_shared_peek_exp(out, &e)) {
+    if (!out->st->dist && fx_write_shared_guess_exp(out, &e)) {
         fx_sb_quant_pass(p, e, 1, &p->fused_q);
         p->fused_e = e;
         imax = (uint32_t)p->fused_q.max_abs_in;

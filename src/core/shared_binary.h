@@ -23,8 +23,8 @@ int fx_shared_gated(tensor_t *out, const tensor_t *a, const tensor_t *gate, cons
 void fx_shared_binary_set_enabled(int on);
 /* Test hook: how many ops this file has done since the process started. */
 int64_t fx_shared_binary_taken(void);
-/* Test hook: how many of those were rounded in one pass at a predicted exponent (a FLEX16_5
- * output with an initialised Autoflex state), without a maximum pass. */
+/* Test hook: how many of those were rounded first at a guessed exponent
+ * (fx_write_shared_guess_exp), without a maximum pass. */
 int64_t fx_shared_binary_fused(void);
 
 #endif

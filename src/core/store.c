@@ -344,6 +344,16 @@ int fx_write_shared_peek_exp(const tensor_t *out, int *e)
     return 1;
 }
 
+/* Documented in dispatch.h. */
+int fx_write_shared_guess_exp(const tensor_t *out, int *e)
+{
+    const fx_storage *st = out->st;
+    if (st->fmt != FMT_DFP16) return fx_write_shared_peek_exp(out, e);
+    if (!fx_tensor_covers_storage(out) || (st->pending && st->pending->active)) return 0;
+    *e = st->exp;
+    return 1;
+}
+
 int fx_write_shared_launch_mode(const tensor_t *out, int *e, fx_rounding *r)
 {
     const fx_storage *st = out->st;

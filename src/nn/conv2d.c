@@ -638,12 +638,13 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
     int8_t *planes = tiles ? conv_alloc(&s, 2 * plane_n * plan.outer, 1, &rc, func) : NULL;
     char *ypix = conv_alloc(&s, g.N * g.O * P, ssz, &rc, func); /* [N*P, O] */
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
-    /* A whole shared-exponent y is rounded per sample (conv_yquant). When its exponent is known
-     * before the op (fx_write_shared_peek_exp: an initialised Autoflex state), each chunk is
-     * rounded right after its GEMM, while its int64 sums are in cache, into the pixel-major
-     * int16 buffer; the write then only transposes it into y (so y stays untouched if a chunk
-     * fails), unless it picks another exponent (a recomputed overflow), which rounds again
-     * from the stage. */
+    /* A whole shared-exponent y is rounded per sample (conv_yquant). When its exponent can be
+     * guessed before the op (fx_write_shared_guess_exp: FLEX16_5's Autoflex prediction, DFP16's
+     * current exponent), each chunk is rounded at the guess right after its GEMM, while its
+     * int64 sums are in cache, into the pixel-major int16 buffer; the write then only
+     * transposes it into y (so y stays untouched if a chunk fails), unless it picks another
+     * exponent (a recomputed overflow, a DFP16 scale that moved), which rounds again from the
+     * stage. */
     conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
                           FX_EXP_NONE, flexpoint_num_threads()};
     const int yshared = conv_y_direct_shared(y, &cc);
@@ -660,7 +661,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
                           : NULL;
     void (*half_cvt)(const float *, uint16_t *, int64_t) = yhalf ? conv_half_cvt(y->fmt) : NULL;
     int fuse_e = FX_EXP_NONE;
-    if (yshared && !rc && fx_write_shared_peek_exp(y, &fuse_e) == 0)
+    if (yshared && !rc && fx_write_shared_guess_exp(y, &fuse_e) == 0)
         fuse_e = FX_EXP_NONE;
     /* A fused rounding pass reports each sample's largest |sum| as a double (fx_qstats), which
      * is exact while every sum is below 2^53: |sum| <= CKK 2^30 (int16 products) < 2^53 when
