@@ -6,7 +6,8 @@
  *  (c) every backend is bit-identical to the scalar definition, statistics included, for
  *      lengths 0..100, unaligned pointers and dst == NULL trials, never writing past n;
  *  (d) stochastic rounding: follows its definition, unbiased, reproducible, chunk-invariant;
- *  (e) NaN/Inf handling and counts. quant_i64 and maxabs_f32 get the same treatment. */
+ *  (e) NaN/Inf handling and counts. quant_i64 and maxabs_f32 get the same treatment, and a
+ *      level's transposed quant_i64 (quant_i64_t) equals quant_i64 then a transpose. */
 #include "flex/flex_kernels.h"
 #include "testutil.h"
 
@@ -655,6 +656,59 @@ static void test_nonfinite(void)
 /* (c) for maxabs_i64: every backend that has the kernel against |v| computed here, for lengths
  * 0..100 at unaligned offsets, with INT64_MIN (|v| = 2^63), INT64_MAX, all-negative and
  * all-positive runs; the maximum placed in the vector body and in the tail in turn. */
+/* quant_i64_t (a level's rounding of a rows x cols int64 matrix written transposed) against
+ * the scalar quant_i64 then a transpose: every mantissa, nothing written outside the rows x cols
+ * output, and the same statistics; shapes with row and column tails around the 32 x 8 blocks,
+ * values of every width up to INT64_MIN/MAX, shifts across both directions. */
+static void test_quant_i64_transposed(void)
+{
+    static const int64_t shapes[][2] = {{1, 1}, {32, 8}, {31, 7}, {33, 9}, {64, 16}, {100, 3},
+                                        {5, 40}, {196, 64}, {65, 17}, {784, 32}};
+    static const int shifts[] = {-70, -17, -1, 0, 1, 2, 15, 16, 24, 31, 62, 63, 64, 65};
+    test_rng r;
+    test_rng_seed(&r, 4242);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols, guard = 64;
+        int64_t *v = malloc((size_t)n * sizeof *v);
+        int16_t *want = malloc((size_t)n * 2), *lin = malloc((size_t)n * 2);
+        int16_t *got = malloc((size_t)(n + 2 * guard) * 2);
+        for (size_t hi = 0; hi < sizeof shifts / sizeof shifts[0]; hi++) {
+            const int shift = shifts[hi];
+            for (int64_t i = 0; i < n; i++) {
+                const int bitsz = (int)test_rng_range(&r, 0, 63);
+                int64_t w = (int64_t)(test_rng_u64(&r) >> (63 - bitsz));
+                if (test_rng_u64(&r) & 1) w = -w;
+                if (test_rng_range(&r, 0, 30) == 0) w = (test_rng_u64(&r) & 1) ? INT64_MIN : INT64_MAX;
+                v[i] = w;
+            }
+            fx_qstats ref;
+            fx_flex_quant_i64_scalar(v, lin, n, shift, &ref);
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < cols; j++) want[j * rows + i] = lin[i * cols + j];
+            for (int b = 0; b < g_nbe; b++) {
+                const fx_backend *be = g_be[b];
+                if (!be->cvt.quant_i64_t) continue;
+                for (int64_t i = 0; i < n + 2 * guard; i++) got[i] = 0x5A5A;
+                fx_qstats st;
+                stats_garbage(&st);
+                be->cvt.quant_i64_t(v, got + guard, rows, cols, shift, &st);
+                int64_t bad = 0, spill = 0;
+                for (int64_t i = 0; i < n; i++) bad += got[guard + i] != want[i];
+                for (int64_t i = 0; i < guard; i++)
+                    spill += (got[i] != 0x5A5A) + (got[guard + n + i] != 0x5A5A);
+                CHECK(bad == 0 && spill == 0 && stats_equal(&st, &ref),
+                      "%s quant_i64_t %lldx%lld shift=%d: %lld mantissas differ, %lld written "
+                      "outside; " STATS_FMT, be->name, (long long)rows, (long long)cols, shift,
+                      (long long)bad, (long long)spill, STATS_ARGS(st));
+            }
+        }
+        free(v);
+        free(want);
+        free(lin);
+        free(got);
+    }
+}
+
 static void test_maxabs_i64(void)
 {
     test_rng r;
@@ -703,6 +757,7 @@ int main(void)
     test_edge_values();
     test_backends_lengths();
     test_quant_i64_reference();
+    test_quant_i64_transposed();
     test_maxabs_i64();
     test_stochastic();
     test_nonfinite();

@@ -143,6 +143,11 @@ typedef struct fx_cvt_table {
     /* int64 values -> int16 by fx_requant(v, shift) (shift = e_out - e_acc); dst may be NULL.
      * *st is overwritten; max_abs_in is the largest |v| as a double. */
     void (*quant_i64)(const int64_t *src, int16_t *dst, int64_t n, int shift, fx_qstats *st);
+    /* quant_i64 of a rows x cols matrix written transposed, dst[j*rows + i] = the rounding of
+     * src[i*cols + j] (a convolution's pixel-major sums into one NCHW sample); the same
+     * mantissas and statistics as quant_i64 then transpose16. NULL: those two passes. */
+    void (*quant_i64_t)(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols, int shift,
+                        fx_qstats *st);
     /* largest finite |x| (0 if none) and the number of NaN/Inf values */
     void (*maxabs_f32)(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
     /* The values v[i] = (a[i] << sa) +- (b[i * b_inc] << sb) (gated) of an aligned add/sub of

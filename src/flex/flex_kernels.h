@@ -73,6 +73,8 @@ void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
 void fx_flex_dequant_avx512(const int16_t *src, float *dst, int64_t n, int e);
 void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int shift,
                               fx_qstats *st);
+void fx_flex_quant_i64_t_avx512(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols,
+                                int shift, fx_qstats *st);
 void fx_flex_maxabs_f32_avx512(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
 uint64_t fx_flex_maxabs_i64_avx512(const int64_t *src, int64_t n);
 

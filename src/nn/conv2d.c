@@ -402,7 +402,8 @@ typedef struct conv_yquant_ctx {
     const int64_t *pix; /* [N*P, O] exact sums at exponent exp */
     int exp;
     int64_t N, O, P;
-    int16_t *tmp;       /* [N*P, O] mantissas before the transpose */
+    int16_t *tmp;       /* the mantissas of y, [N, O, P] where the level rounds into the
+                         * transposed order (cvt.quant_i64_t), else [N*P, O] */
     int16_t *dst;       /* y's elements */
     fx_qstats *part;    /* [N] per-sample statistics */
     int fused_e;        /* tmp and part[] already hold the rounding at this exponent (else
@@ -411,7 +412,9 @@ typedef struct conv_yquant_ctx {
 } conv_yquant_ctx;
 
 /* Round samples [n0, n0 + nb) at exponent e into part[]; keep: also into tmp, and with
- * scatter, transposed into y. */
+ * scatter, into y (y's layout, from which tmp then differs only in being a copy). A level
+ * with cvt.quant_i64_t rounds straight into the NCHW order; the others round pixel-major and
+ * transpose. */
 static void conv_yquant_samples(const conv_yquant_ctx *c, int e, int keep, int scatter,
                                 int64_t n0, int64_t nb, int nt)
 {
@@ -422,15 +425,21 @@ static void conv_yquant_samples(const conv_yquant_ctx *c, int e, int keep, int s
 #endif
     for (int64_t n = n0; n < n0 + nb; n++) {
         int16_t *t = keep ? c->tmp + n * block : NULL;
+        if (t && c->be->cvt.quant_i64_t) {
+            c->be->cvt.quant_i64_t(c->pix + n * block, scatter ? c->dst + n * block : t, c->P,
+                                   c->O, e - c->exp, &c->part[n]);
+            continue;
+        }
         c->be->cvt.quant_i64(c->pix + n * block, t, block, e - c->exp, &c->part[n]);
         if (keep && scatter) fx_chunk_scatter_t(t, n, 1, c->O, c->P, c->dst, sizeof(int16_t));
     }
 }
 
-/* fx_shared_src.quantize: per sample, quantise its [P, O] block and transpose it into y. The
+/* fx_shared_src.quantize: per sample, quantise its [P, O] block into y's [O, P] order. The
  * per-sample statistics are merged in sample order. When the forward loop already rounded
- * every chunk at e into tmp while its sums were in cache (fused_e), only the transposes are
- * left. Never fails: every buffer is allocated before the op computes. */
+ * every chunk at e into tmp while its sums were in cache (fused_e), only the copies (or, on
+ * levels that round pixel-major, the transposes) are left. Never fails: every buffer is
+ * allocated before the op computes. */
 static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
     (void)r; /* int64 stages round to nearest even (fx_requant), whatever the tensor's mode */
@@ -442,8 +451,12 @@ static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
-        for (int64_t n = 0; n < c->N; n++)
-            fx_chunk_scatter_t(c->tmp + n * block, n, 1, c->O, c->P, c->dst, sizeof(int16_t));
+        for (int64_t n = 0; n < c->N; n++) {
+            if (c->be->cvt.quant_i64_t) /* tmp is already in y's order */
+                memcpy(c->dst + n * block, c->tmp + n * block, (size_t)block * sizeof(int16_t));
+            else
+                fx_chunk_scatter_t(c->tmp + n * block, n, 1, c->O, c->P, c->dst, sizeof(int16_t));
+        }
     } else {
         c->fused_e = FX_EXP_NONE; /* part[] and tmp now describe exponent e */
         conv_yquant_samples(c, e, keep, 1, 0, c->N, c->nt);
