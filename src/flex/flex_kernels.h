@@ -62,6 +62,8 @@ void fx_flex_quant_f32_avx2(const float *src, int16_t *dst, int64_t n, int e,
 void fx_flex_dequant_avx2(const int16_t *src, float *dst, int64_t n, int e);
 void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shift,
                             fx_qstats *st);
+void fx_flex_quant_i64_t_avx2(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols,
+                              int shift, fx_qstats *st);
 void fx_flex_maxabs_f32_avx2(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
 uint64_t fx_flex_maxabs_i64_avx2(const int64_t *src, int64_t n);
 uint32_t fx_flex_sum2_maxabs_avx2(const fx_sum2 *p, int64_t n);

@@ -267,6 +267,83 @@ void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shi
     st->max_abs_out = fx_hmax_epi32(max_out);
 }
 
+/* quant_i64 written transposed (backend.h quant_i64_t; see fx_flex_quant_i64_t_avx512 for
+ * why): blocks of 8 rows x 8 columns rounded as above, the eight rows' int16 results turned
+ * into eight columns by three rounds of unpacks, one 16-byte store per column. Tail rows and
+ * columns go through zeroed buffers, which add nothing to any statistic. */
+void fx_flex_quant_i64_t_avx2(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols,
+                              int shift, fx_qstats *st)
+{
+    fx_r4_state s4;
+    s4.right = shift >= 1;
+    s4.zero_all = shift >= 64;
+    const int s = s4.zero_all ? 0 : (s4.right ? shift : (shift < -64 ? 64 : -shift));
+    s4.cnt = _mm_cvtsi32_si128(s);
+    s4.rmask = _mm256_set1_epi64x(s4.right && !s4.zero_all ? (long long)(((uint64_t)1 << s) - 1) : 0);
+    s4.half = _mm256_set1_epi64x(s4.right && !s4.zero_all ? (long long)((uint64_t)1 << (s - 1)) : 0);
+    s4.thr = _mm256_set1_epi64x(!s4.right && s < 16 ? (FX_MANT_MAX >> s) : 0);
+    s4.max_in = _mm256_setzero_si256();
+    s4.saturated = s4.underflow = _mm256_setzero_si256();
+    __m256i max_out = _mm256_setzero_si256();
+    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+        const int64_t nr = rows - r0 < 8 ? rows - r0 : 8;
+        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+            const int64_t nc = cols - c0 < 8 ? cols - c0 : 8;
+            __m128i w[8], t[8], u[8];
+            for (int i = 0; i < 8; i++) {
+                const int64_t *row = src + (r0 + i) * cols + c0;
+                __m256i v0, v1;
+                if (i < nr && nc == 8) {
+                    v0 = _mm256_loadu_si256((const __m256i *)row);
+                    v1 = _mm256_loadu_si256((const __m256i *)(row + 4));
+                } else {
+                    int64_t tb[8] = {0};
+                    if (i < nr) memcpy(tb, row, (size_t)nc * sizeof *tb);
+                    v0 = _mm256_loadu_si256((const __m256i *)tb);
+                    v1 = _mm256_loadu_si256((const __m256i *)(tb + 4));
+                }
+                const __m256i m = fx_narrow8(fx_requant4(v0, &s4), fx_requant4(v1, &s4));
+                max_out = _mm256_max_epi32(max_out, _mm256_abs_epi32(m));
+                w[i] = fx_pack8_epi32(m);
+            }
+            for (int i = 0; i < 4; i++) { /* row pairs: columns 0-3, 4-7 */
+                t[2 * i] = _mm_unpacklo_epi16(w[2 * i], w[2 * i + 1]);
+                t[2 * i + 1] = _mm_unpackhi_epi16(w[2 * i], w[2 * i + 1]);
+            }
+            for (int h = 0; h < 2; h++) { /* rows 0-3 (h = 0) and 4-7: two columns each */
+                const __m128i *tt = t + 4 * h;
+                u[4 * h + 0] = _mm_unpacklo_epi32(tt[0], tt[2]);
+                u[4 * h + 1] = _mm_unpackhi_epi32(tt[0], tt[2]);
+                u[4 * h + 2] = _mm_unpacklo_epi32(tt[1], tt[3]);
+                u[4 * h + 3] = _mm_unpackhi_epi32(tt[1], tt[3]);
+            }
+            for (int j = 0; j < nc; j++) { /* column j: rows 0-3 of u[j / 2], 4-7 of u[4 + j / 2] */
+                const __m128i col = j % 2 == 0 ? _mm_unpacklo_epi64(u[j / 2], u[4 + j / 2])
+                                               : _mm_unpackhi_epi64(u[j / 2], u[4 + j / 2]);
+                int16_t *d = dst + (c0 + j) * rows + r0;
+                if (nr == 8) {
+                    _mm_storeu_si128((__m128i *)d, col);
+                } else {
+                    int16_t cb[8];
+                    _mm_storeu_si128((__m128i *)cb, col);
+                    memcpy(d, cb, (size_t)nr * sizeof *cb);
+                }
+            }
+        }
+    }
+    uint64_t mi[4], max_in = 0;
+    _mm256_storeu_si256((__m256i *)mi, s4.max_in);
+    for (int k = 0; k < 4; k++) max_in = mi[k] > max_in ? mi[k] : max_in;
+    int64_t sat[4], uf[4];
+    _mm256_storeu_si256((__m256i *)sat, s4.saturated);
+    _mm256_storeu_si256((__m256i *)uf, s4.underflow);
+    st->saturated = sat[0] + sat[1] + sat[2] + sat[3];
+    st->nonfinite = 0;
+    st->underflow = uf[0] + uf[1] + uf[2] + uf[3];
+    st->max_abs_in = (double)max_in;
+    st->max_abs_out = fx_hmax_epi32(max_out);
+}
+
 /* ---- largest |v| of int64 values --------------------------------------------------------------
  * The signed maximum and minimum (one compare and blend each per vector; AVX2 has no 64-bit
  * abs or unsigned max), then the larger magnitude of the two in scalar code: |INT64_MIN| =
