@@ -653,9 +653,6 @@ static void test_nonfinite(void)
     }
 }
 
-/* (c) for maxabs_i64: every backend that has the kernel against |v| computed here, for lengths
- * 0..100 at unaligned offsets, with INT64_MIN (|v| = 2^63), INT64_MAX, all-negative and
- * all-positive runs; the maximum placed in the vector body and in the tail in turn. */
 /* quant_i64_t (a level's rounding of a rows x cols int64 matrix written transposed) against
  * the scalar quant_i64 then a transpose: every mantissa, nothing written outside the rows x cols
  * output, and the same statistics; shapes with row and column tails around the 32 x 8 blocks,
@@ -709,6 +706,9 @@ static void test_quant_i64_transposed(void)
     }
 }
 
+/* (c) for maxabs_i64: every backend that has the kernel against |v| computed here, for lengths
+ * 0..100 at unaligned offsets, with INT64_MIN (|v| = 2^63), INT64_MAX, all-negative and
+ * all-positive runs; the maximum placed in the vector body and in the tail in turn. */
 static void test_maxabs_i64(void)
 {
     test_rng r;

@@ -25,6 +25,7 @@
 #include "flexpoint_nn.h"
 #include "testutil.h"
 #include "core/dispatch.h" /* fx_write_shared_peek_exp: is the in-cache rounding taken? */
+#include "nn/nn_ops.h"     /* fx_conv_early_rounding_reused */
 
 #include <math.h>
 #include <stdlib.h>
@@ -64,6 +65,11 @@ static const conv_case CASES[] = {
      * AVX-512) and through col2im on the scalar one, which these cases compare bit for bit;
      * here with dilation, uneven padding and strided views */
     {"C=32 3x2 pad (2,1) dilation (2,1), views", 2, 32, 9, 10, 8, 3, 2, 1, 1, 2, 1, 2, 1, 1},
+    /* the integer weight gradient's rows on demand (stride 1 across): 16 pixels, fewer than
+     * the AMX kernel takes (conv2d.c), so the register-tile driver reads them; and stride 2
+     * down with 1 across, whose tiles skip rows of the input */
+    {"N=1 4x4 3x3 pad 1, 16 -> 16", 1, 16, 4, 4, 16, 3, 3, 1, 1, 1, 1, 1, 1, 0},
+    {"3x3 stride (2,1) pad 1, 16 -> 16", 2, 16, 9, 12, 16, 3, 3, 2, 1, 1, 1, 1, 1, 0},
 };
 
 typedef struct {
@@ -903,7 +909,8 @@ static void flex_repeated_writes(void)
  * is the guess (conv2d.c, fx_write_shared_guess_exp). Writes whose guess is right (the same
  * scale again) and wrong (the first write, a jump of 2^6 and back) must each be the exact sums
  * rounded at the reported exponent, with the exact maximum in the trace, and equal bit for bit
- * to the same write into a fresh tensor (whose exponent has no history to guess from). */
+ * to the same write into a fresh tensor (whose guess, its initial exponent, is almost always
+ * wrong); the writes that repeat the previous scale must have found their rounding done. */
 static void dfp16_repeated_writes(void)
 {
     const geom g = {.N = 5, .C = 16, .H = 7, .W = 7, .O = 40, .KH = 5, .KW = 5, .ph = 2,
@@ -935,7 +942,12 @@ static void dfp16_repeated_writes(void)
         CHECK_STATUS(tensor_trace_enable(y, 1), FX_OK);
         for (int wi = 0; wi < 5; wi++) {
             const tensor_t *xi = inputs[wi];
+            const int64_t reused0 = fx_conv_early_rounding_reused();
             CHECK_STATUS(tensor_conv2d(y, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
+            const int64_t reused = fx_conv_early_rounding_reused() - reused0;
+            CHECK(wi == 0 || reused == (wi == 1 || wi == 4),
+                  "dfp16 write %d on %s: the early rounding was reused %lld times", wi,
+                  flexpoint_backend_name(bi), (long long)reused);
             tensor_t *fresh = tensor_new(FMT_DFP16, 4, ys);
             CHECK_STATUS(tensor_conv2d(fresh, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
             CHECK_STATUS(tensor_get_raw(xi, xm), FX_OK);

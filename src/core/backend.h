@@ -65,8 +65,10 @@ typedef struct fx_op_call {
      * A[i0 + r][k0 + t] to dst[r*ld + t] for r < m, t < kc, and may write anything to the
      * FX_A_ROWS_SLACK elements before dst[r*ld] and after dst[r*ld + kc - 1] (ld leaves that
      * room). It is called from the GEMM's threads at once, so it must only read its context.
-     * Set only when the backend's gemm.i16_row_source (integer compute) or gemm.bf16_row_source
-     * (bf16 x bf16) is nonzero; in[0] then supplies only its shape, format and exponent. */
+     * Set only when the backend's gemm.i16_row_source or gemm.i16_amx (integer compute; the
+     * AMX kernel hands the products it does not take, with a_rows, to the register-tile
+     * driver, which takes rows on every level) or gemm.bf16_row_source (bf16 x bf16) is
+     * nonzero; in[0] then supplies only its shape, format and exponent. */
     void (*a_rows)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
                    int64_t ld);
     const void *a_rows_ctx;
@@ -145,7 +147,8 @@ typedef struct fx_cvt_table {
     void (*quant_i64)(const int64_t *src, int16_t *dst, int64_t n, int shift, fx_qstats *st);
     /* quant_i64 of a rows x cols matrix written transposed, dst[j*rows + i] = the rounding of
      * src[i*cols + j] (a convolution's pixel-major sums into one NCHW sample); the same
-     * mantissas and statistics as quant_i64 then transpose16. NULL: those two passes. */
+     * mantissas and statistics as quant_i64 then transpose16. dst must not be NULL (a trial
+     * takes quant_i64). NULL: those two passes. */
     void (*quant_i64_t)(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols, int shift,
                         fx_qstats *st);
     /* largest finite |x| (0 if none) and the number of NaN/Inf values */

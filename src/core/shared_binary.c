@@ -15,6 +15,7 @@
  * Anything else returns FX_SHARED_BINARY_NOT_TAKEN and goes through the dispatcher. */
 #include "shared_binary.h"
 #include "dispatch.h"
+#include "profile_counters.h"
 #include "../flex/flex_math.h"
 
 #include <math.h>
@@ -139,10 +140,13 @@ static int fx_sb_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_q
  * current exponent). Then the one pass rounds at the guess straight into out, and its
  * statistics give the maximum (exact: |sum| < 2^31); the write finds that rounding already
  * done unless it picks another exponent (an overflow's recompute, a DFP16 scale that moved),
- * which rounds again. Writing out before the write decides is safe here: out shares storage
- * with neither input, and a host write with nothing pending and no collectives cannot fail
- * after its quantisations. (For ReLU and the bias adds of a FLEX16_5 CNN the maximum pass was
- * about 3 % of a step.) */
+ * which rounds again. Writing out before the write decides is safe here only because that
+ * write cannot fail at all: out shares storage with neither input, a host storage with no
+ * write pending settles at once, this file's quantiser never fails, and without collectives
+ * nothing else in the decision returns an error (a trace that cannot grow only sets the
+ * message). A failure point added there must turn this path off. The early pass counts as
+ * rounding in a profile, as the write's own rounding does. (For ReLU and the bias adds of a
+ * FLEX16_5 CNN the maximum pass was about 3 % of a step.) */
 static int fx_sb_write(tensor_t *out, fx_sb_plan *p, const char *func)
 {
     p->units = (p->n + p->inner - 1) / p->inner;
@@ -153,7 +157,10 @@ static int fx_sb_write(tensor_t *out, fx_sb_plan *p, const char *func)
     uint32_t imax;
     int e;
     if (!out->st->dist && fx_write_shared_guess_exp(out, &e)) {
+        fx_prof_span sp;
+        fx_prof_begin(&sp);
         fx_sb_quant_pass(p, e, 1, &p->fused_q);
+        fx_prof_end(&sp, FX_PROF_ROUNDING);
         p->fused_e = e;
         imax = (uint32_t)p->fused_q.max_abs_in;
         __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);

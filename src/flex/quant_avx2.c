@@ -291,7 +291,7 @@ void fx_flex_quant_i64_t_avx2(const int64_t *src, int16_t *dst, int64_t rows, in
             const int64_t nc = cols - c0 < 8 ? cols - c0 : 8;
             __m128i w[8], t[8], u[8];
             for (int i = 0; i < 8; i++) {
-                const int64_t *row = src + (r0 + i) * cols + c0;
+                const int64_t *row = i < nr ? src + (r0 + i) * cols + c0 : src; /* in src */
                 __m256i v0, v1;
                 if (i < nr && nc == 8) {
                     v0 = _mm256_loadu_si256((const __m256i *)row);

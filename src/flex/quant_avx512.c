@@ -212,7 +212,9 @@ void fx_flex_quant_i64_t_avx512(const int64_t *src, int16_t *dst, int64_t rows, 
             __m128i w[32];
             for (int i = 0; i < 32; i++) {
                 const __mmask8 live = i < nr ? cm : 0;
-                const __m512i v = _mm512_maskz_loadu_epi64(live, src + (r0 + i) * cols + c0);
+                /* rows past the block's end load nothing, from a pointer that stays in src */
+                const int64_t *row = i < nr ? src + (r0 + i) * cols + c0 : src;
+                const __m512i v = _mm512_maskz_loadu_epi64(live, row);
                 max_in = _mm512_max_epu64(max_in, _mm512_abs_epi64(v));
                 __mmask8 sat, uf;
                 const __m512i q = fx_q64_step(&k, v, live, &sat, &uf);

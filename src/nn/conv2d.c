@@ -43,6 +43,7 @@
 #include "../bf16/bf16_gemm.h"
 #include "../flex/gemm_i16.h"
 #include "../core/compose.h"
+#include "../core/profile_counters.h"
 #include "nn_ops.h"
 
 #include <math.h>
@@ -392,10 +393,12 @@ static int conv_write(tensor_t *out, const void *stage, int int_compute, int e, 
 
 /* ---- forward output --------------------------------------------------------------------------
  * The forward GEMMs leave y pixel-major, ypix[(n*P + p)*O + o]. Where y is a whole contiguous
- * host tensor, its values are rounded in that order and only then transposed to NCHW, so the
- * transpose moves 16-bit values instead of int64/fp32 ones; otherwise ypix is transposed into
- * an NCHW stage and written as any stage. Rounding is elementwise and the statistics are counts
- * and maxima, so the order changes nothing in the result. */
+ * host tensor, its values are rounded first: shared-exponent mantissas straight into NCHW
+ * order where the level has cvt.quant_i64_t, else pixel-major and then transposed; fp16/bf16
+ * pixel-major and then transposed. Either way the transposes move 16-bit values instead of
+ * int64/fp32 ones. Otherwise ypix is transposed into an NCHW stage and written as any stage.
+ * Rounding is elementwise and the statistics are counts and maxima, so the order changes
+ * nothing in the result. */
 
 typedef struct conv_yquant_ctx {
     const fx_backend *be;
@@ -440,11 +443,19 @@ static void conv_yquant_samples(const conv_yquant_ctx *c, int e, int keep, int s
  * every chunk at e into tmp while its sums were in cache (fused_e), only the copies (or, on
  * levels that round pixel-major, the transposes) are left. Never fails: every buffer is
  * allocated before the op computes. */
+static int64_t conv_early_reused; /* test hook: writes that found their rounding done */
+
+int64_t fx_conv_early_rounding_reused(void)
+{
+    return __atomic_load_n(&conv_early_reused, __ATOMIC_RELAXED);
+}
+
 static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
     (void)r; /* int64 stages round to nearest even (fx_requant), whatever the tensor's mode */
     conv_yquant_ctx *c = vctx;
     if (keep && e == c->fused_e) {
+        __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
         const int64_t block = c->P * c->O;
         const int nt = c->nt;
         (void)nt;
@@ -654,10 +665,10 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
     /* A whole shared-exponent y is rounded per sample (conv_yquant). When its exponent can be
      * guessed before the op (fx_write_shared_guess_exp: FLEX16_5's Autoflex prediction, DFP16's
      * current exponent), each chunk is rounded at the guess right after its GEMM, while its
-     * int64 sums are in cache, into the pixel-major int16 buffer; the write then only
-     * transposes it into y (so y stays untouched if a chunk fails), unless it picks another
-     * exponent (a recomputed overflow, a DFP16 scale that moved), which rounds again from the
-     * stage. */
+     * int64 sums are in cache, into an int16 buffer (in y's order where the level rounds
+     * transposed, else pixel-major); the write then only copies (or transposes) it into y (so
+     * y stays untouched if a chunk fails), unless it picks another exponent (a recomputed
+     * overflow, a DFP16 scale that moved), which rounds again from the stage. */
     conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
                           FX_EXP_NONE, flexpoint_num_threads()};
     const int yshared = conv_y_direct_shared(y, &cc);
@@ -768,7 +779,14 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
                                       plan.inner, ic ? &kmax : NULL, &kmax_known);
         chunk_max[ch] = 0;
         const int fused = status[ch] == FX_OK && fuse_e != FX_EXP_NONE;
-        if (fused) conv_yquant_samples(&yq, fuse_e, 1, 0, n0, nbc, plan.inner);
+        if (fused) {
+            /* the write's rounding done early: a profile counts it as rounding (the calling
+             * thread's chunks stand for the loop, as in any parallel region) */
+            fx_prof_span sp;
+            fx_prof_begin(&sp);
+            conv_yquant_samples(&yq, fuse_e, 1, 0, n0, nbc, plan.inner);
+            fx_prof_end(&sp, FX_PROF_ROUNDING);
+        }
         if (fused && fused_max_exact) { /* the rounding pass found each sample's largest |sum| */
             for (int64_t n = n0; n < n0 + nbc; n++) {
                 const uint64_t m = (uint64_t)yq.part[n].max_abs_in;
@@ -1076,9 +1094,11 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     const int64_t groups = plan.nchunks < FX_CONV_WGRAD_GROUPS ? plan.nchunks
                                                                 : FX_CONV_WGRAD_GROUPS;
     const int64_t CKK = g.C * g.KH * g.KW, P = g.OH * g.OW, nw = g.O * CKK;
-    /* integer compute on the AMX kernel (which takes products of at least 16 x 16 outputs)
-     * with stride 1: the transposed patch matrix's rows as tiles made straight from byte
-     * planes of the padded chunk (conv_panels.h), no im2col; the same exact sums */
+    /* integer compute on the AMX kernel with stride 1 across: the transposed patch matrix's
+     * rows as tiles made straight from byte planes of the padded chunk (conv_panels.h), no
+     * im2col; the same exact sums. The kernel takes products of at least 16 x 16 outputs and
+     * 32 values of k; a chunk with fewer pixels goes to the register-tile driver, which takes
+     * the same rows on demand (fx_conv_wrows_i16). */
     const fx_backend *be = fx_backend_active();
     const int wtiles = ic && fx_conv_wsrc_fit(&g) && be->gemm.i16_amx && fx_gemm_i16_amx_on() &&
                        be->conv.wtiles_i16 && be->conv.byte_planes_i16 && CKK >= 16 && g.O >= 16;

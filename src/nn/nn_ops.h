@@ -18,6 +18,10 @@ FX_WHOLE_OPS(FX_NN_HOST_DECL)
  * each sent on by the dispatcher (so it runs wherever those run). */
 int fx_nn_conv2d_bias_relu_unfused(const fx_op_args *a);
 
+/* Test hook: how many writes of a forward convolution's output found their rounding already
+ * done, at the exponent guessed before the op (conv2d.c, fx_write_shared_guess_exp). */
+int64_t fx_conv_early_rounding_reused(void);
+
 /* Install every host implementation of FX_WHOLE_OPS in b->run (the scalar level; the vector
  * levels inherit them as copies of it). */
 void fx_nn_install_host_ops(fx_backend *b);
