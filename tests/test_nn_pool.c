@@ -903,12 +903,15 @@ static void bad_arguments(void)
     am[95] = 384; /* past the end */
     expect_fail(tensor_maxpool2d_backward(dx, y, am), FX_ERANGE, MB, "argmax[95]=384", dx,
                 dxbefore, "max backward argmax past the end");
-    {
+    for (int fi = 0; fi < 3; fi++) {
         /* a check large enough for two threads: bad indices in planes 200 and 5, the message
-         * must name the first one (plane 5's), whichever thread sees its own first */
+         * must name the first one (plane 5's), whichever thread sees its own first; in the
+         * formats of the three routes (the int16 and fp16/bf16 stages check each index as they
+         * scatter it, fp32 in a pass of its own first) */
+        const fmt_t bf = fi == 0 ? FMT_FLEX16_5 : fi == 1 ? FMT_BF16 : FMT_FP32;
         const int64_t bx[4] = {4, 64, 32, 32}, by[4] = {4, 64, 16, 16};
         const int64_t nyb = 4 * 64 * 16 * 16;
-        tensor_t *bdx = tensor_new(FMT_FLEX16_5, 4, bx), *bdy = tensor_new(FMT_FLEX16_5, 4, by);
+        tensor_t *bdx = tensor_new(bf, 4, bx), *bdy = tensor_new(bf, 4, by);
         int32_t *bam = malloc((size_t)nyb * sizeof *bam);
         float *bbefore = calloc((size_t)(4 * 64 * 32 * 32), sizeof(float));
         for (int64_t i = 0; i < nyb; i++) bam[i] = (int32_t)((i / 256) * 1024 + (i % 256) * 2);

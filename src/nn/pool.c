@@ -471,6 +471,18 @@ static int pool_maxpool2d_backward(tensor_t *dx, const tensor_t *dy, const int32
     return fx_op_run(&a);
 }
 
+/* The error for argmax[i] outside the (n, c) plane of its output (planes of HW inputs and P
+ * outputs). */
+static int pool_bad_index(const tensor_t *dx, const int32_t *argmax, int64_t i, int64_t P,
+                          int64_t HW, const char *func)
+{
+    char b1[160];
+    const int64_t lo = i / P * HW;
+    return fx_error(FX_ERANGE, func, "argmax[%lld]=%d is outside the (n, c) plane of that "
+                   "output, [%lld, %lld) in dx.shape=%s", (long long)i, argmax[i],
+                   (long long)lo, (long long)(lo + HW), fx_shape_str(dx, b1, sizeof b1));
+}
+
 int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
 {
     tensor_t *dx = a->u.pool.out;
@@ -480,32 +492,29 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
     const int64_t planes = dx->shape[0] * dx->shape[1], HW = dx->shape[2] * dx->shape[3];
     const int64_t P = dy->shape[2] * dy->shape[3], nx = planes * HW, ny = planes * P;
     int rc = FX_OK;
-    char b1[160];
-    /* every index inside its own plane (the first one that is not is named); in parallel, as
-     * it reads all of argmax */
+    const int ic = fx_is_int_compute(dy);
+    const int half = !ic && pool_is_half(dy->fmt) && dx->fmt == dy->fmt;
+    /* every index inside its own plane (the first one that is not is named) before anything
+     * is written to dx: the 16-bit route below checks each index as it scatters into its
+     * scratch stage (a pass over argmax of its own was a third of a pooling gradient); the
+     * others check them all first, in parallel, as that reads all of argmax */
     int64_t first_bad = ny;
-    const int ntv = pool_threads(ny, planes);
-    (void)ntv;
+    if (!ic && !half) {
+        const int ntv = pool_threads(ny, planes);
+        (void)ntv;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(ntv) if (ntv > 1) reduction(min : first_bad)
 #endif
-    for (int64_t pl = 0; pl < planes; pl++) {
-        const int64_t lo = pl * HW;
-        for (int64_t i = pl * P; i < (pl + 1) * P; i++)
-            if (argmax[i] < lo || argmax[i] >= lo + HW) {
-                first_bad = i < first_bad ? i : first_bad;
-                break;
-            }
+        for (int64_t pl = 0; pl < planes; pl++) {
+            const int64_t lo = pl * HW;
+            for (int64_t i = pl * P; i < (pl + 1) * P; i++)
+                if (argmax[i] < lo || argmax[i] >= lo + HW) {
+                    first_bad = i < first_bad ? i : first_bad;
+                    break;
+                }
+        }
+        if (first_bad < ny) return pool_bad_index(dx, argmax, first_bad, P, HW, func);
     }
-    if (first_bad < ny) {
-        const int64_t lo = first_bad / P * HW;
-        return fx_error(FX_ERANGE, func, "argmax[%lld]=%d is outside the (n, c) plane of that "
-                       "output, [%lld, %lld) in dx.shape=%s", (long long)first_bad,
-                       argmax[first_bad], (long long)lo, (long long)(lo + HW),
-                       fx_shape_str(dx, b1, sizeof b1));
-    }
-    const int ic = fx_is_int_compute(dy);
-    const int half = !ic && pool_is_half(dy->fmt) && dx->fmt == dy->fmt;
     fx_scratch s = {.n = 0};
     fx_operand dyo;
     rc = half ? fx_operand_make(dy, 0, dy->fmt, 0, 0, NULL, &dyo, &s, func)
@@ -530,21 +539,32 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
         (void)nt16;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt16) if (nt16 > 1) \
-    reduction(| : met) reduction(max : mx)
+    reduction(| : met) reduction(max : mx) reduction(min : first_bad)
 #endif
         for (int64_t pl = 0; pl < planes; pl++) {
-            /* each plane's indices stay in its plane (checked above): clear it here, in cache */
-            memset(st16 + pl * HW, 0, (size_t)HW * sizeof *st16);
+            /* each plane's indices must stay in its plane (a plane stops at its first that
+             * does not): clear it here, in cache */
+            const int64_t lo = pl * HW;
+            memset(st16 + lo, 0, (size_t)HW * sizeof *st16);
             for (int64_t i = pl * P; i < (pl + 1) * P; i++) {
+                const int32_t at = argmax[i];
+                if (at < lo || at >= lo + HW) {
+                    first_bad = i < first_bad ? i : first_bad;
+                    break;
+                }
                 uint16_t u = d[i];
                 if (half) u = (u & 0x7FFFu) == 0 ? 0 : fx_half_canonical_c(u, inf, qnan);
                 if (ic) {
                     const int32_t v = (int16_t)u, av = v < 0 ? -v : v;
                     mx = av > mx ? av : mx;
                 }
-                met |= (st16[argmax[i]] != 0) & (u != 0);
-                st16[argmax[i]] = (uint16_t)(st16[argmax[i]] | u); /* exact when not met */
+                met |= (st16[at] != 0) & (u != 0);
+                st16[at] = (uint16_t)(st16[at] | u); /* exact when not met */
             }
+        }
+        if (first_bad < ny) {
+            fx_scratch_free(&s);
+            return pool_bad_index(dx, argmax, first_bad, P, HW, func);
         }
         if (!met) {
             rc = ic ? fx_write_i16_max(dx, (const int16_t *)st16, dyo.exp, (uint64_t)mx, func)
