@@ -111,20 +111,28 @@ int fx_write_half_bits(tensor_t *out, const uint16_t *bits, const char *func)
      * the copy may run in parallel pieces: one thread's copy of a layer's gradient (a pooling
      * backward's 6 MB) was a serial part of every step */
     if (dst + n * 2 <= src || src + n * 2 <= dst) {
-        const int64_t piece = (int64_t)1 << 17, npieces = (n + piece - 1) / piece;
-        const int nt = npieces > 1 ? flexpoint_num_threads() : 1;
-        (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-        for (int64_t i = 0; i < npieces; i++) {
-            const int64_t len = n - i * piece < piece ? n - i * piece : piece;
-            memcpy(dst + i * piece * 2, src + i * piece * 2, (size_t)len * 2);
-        }
+        fx_parallel_copy(dst, src, (size_t)n * 2);
         return FX_OK;
     }
     memmove(dst, src, (size_t)n * sizeof *bits);
     return FX_OK;
+}
+
+void fx_parallel_copy(void *dstv, const void *srcv, size_t bytes)
+{
+    const size_t piece = (size_t)256 << 10;
+    const int64_t npieces = (int64_t)((bytes + piece - 1) / piece);
+    const int nt = npieces > 1 ? flexpoint_num_threads() : 1;
+    char *dst = dstv;
+    const char *src = srcv;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t i = 0; i < npieces; i++) {
+        const size_t off = (size_t)i * piece, len = bytes - off < piece ? bytes - off : piece;
+        memcpy(dst + off, src + off, len);
+    }
 }
 
 uint64_t fx_maxabs_i16(const int16_t *vals, int64_t n)

@@ -39,6 +39,10 @@ int fx_write_i16_max(tensor_t *out, const int16_t *vals, int exp, uint64_t imax,
  * that select their input's values, made with src/core/half_bits.h so that they equal the
  * fp32 route's (a float write rounds a widened 16-bit value back to itself, NaN aside). */
 int fx_write_half_bits(tensor_t *out, const uint16_t *bits, const char *func);
+
+/* memcpy of `bytes` bytes between buffers that do not overlap, in pieces of 256 KiB shared by
+ * the library's threads (a copy of megabytes on one thread is a serial part of a step). */
+void fx_parallel_copy(void *dst, const void *src, size_t bytes);
 /* out's own elements when an op may build its 16-bit patterns there directly (out FP16/BF16,
  * on the host, contiguous, sharing storage with none of the n inputs), else NULL. Passing that
  * buffer to fx_write_half_bits then copies nothing. */

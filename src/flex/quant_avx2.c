@@ -217,8 +217,8 @@ static inline __m256i fx_narrow8(__m256i q0, __m256i q1)
     return _mm256_permute2x128_si256(p0, p1, 0x20);
 }
 
-void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shift,
-                            fx_qstats *st)
+/* The state of fx_requant4 for one shift. */
+static inline fx_r4_state fx_r4_setup(int shift)
 {
     fx_r4_state s4;
     s4.right = shift >= 1;
@@ -230,6 +230,29 @@ void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shi
     s4.thr = _mm256_set1_epi64x(!s4.right && s < 16 ? (FX_MANT_MAX >> s) : 0);
     s4.max_in = _mm256_setzero_si256();
     s4.saturated = s4.underflow = _mm256_setzero_si256();
+    return s4;
+}
+
+/* quant_i64's statistics from the state and the int32 lanes' largest |q|. */
+static inline void fx_r4_stats(const fx_r4_state *s4, __m256i max_out, fx_qstats *st)
+{
+    uint64_t mi[4], max_in = 0;
+    _mm256_storeu_si256((__m256i *)mi, s4->max_in);
+    for (int k = 0; k < 4; k++) max_in = mi[k] > max_in ? mi[k] : max_in;
+    int64_t sat[4], uf[4];
+    _mm256_storeu_si256((__m256i *)sat, s4->saturated);
+    _mm256_storeu_si256((__m256i *)uf, s4->underflow);
+    st->saturated = sat[0] + sat[1] + sat[2] + sat[3];
+    st->nonfinite = 0;
+    st->underflow = uf[0] + uf[1] + uf[2] + uf[3];
+    st->max_abs_in = (double)max_in;
+    st->max_abs_out = fx_hmax_epi32(max_out);
+}
+
+void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shift,
+                            fx_qstats *st)
+{
+    fx_r4_state s4 = fx_r4_setup(shift);
     __m256i max_out = _mm256_setzero_si256();
 
     for (int64_t i = 0; i < n; i += 8) {
@@ -254,17 +277,7 @@ void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shi
             memcpy(dst + i, m16, (size_t)len * sizeof *m16);
         }
     }
-    uint64_t mi[4], max_in = 0;
-    _mm256_storeu_si256((__m256i *)mi, s4.max_in);
-    for (int k = 0; k < 4; k++) max_in = mi[k] > max_in ? mi[k] : max_in;
-    int64_t sat[4], uf[4];
-    _mm256_storeu_si256((__m256i *)sat, s4.saturated);
-    _mm256_storeu_si256((__m256i *)uf, s4.underflow);
-    st->saturated = sat[0] + sat[1] + sat[2] + sat[3];
-    st->nonfinite = 0;
-    st->underflow = uf[0] + uf[1] + uf[2] + uf[3];
-    st->max_abs_in = (double)max_in;
-    st->max_abs_out = fx_hmax_epi32(max_out);
+    fx_r4_stats(&s4, max_out, st);
 }
 
 /* quant_i64 written transposed (backend.h quant_i64_t; see fx_flex_quant_i64_t_avx512 for
@@ -274,16 +287,7 @@ void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shi
 void fx_flex_quant_i64_t_avx2(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols,
                               int shift, fx_qstats *st)
 {
-    fx_r4_state s4;
-    s4.right = shift >= 1;
-    s4.zero_all = shift >= 64;
-    const int s = s4.zero_all ? 0 : (s4.right ? shift : (shift < -64 ? 64 : -shift));
-    s4.cnt = _mm_cvtsi32_si128(s);
-    s4.rmask = _mm256_set1_epi64x(s4.right && !s4.zero_all ? (long long)(((uint64_t)1 << s) - 1) : 0);
-    s4.half = _mm256_set1_epi64x(s4.right && !s4.zero_all ? (long long)((uint64_t)1 << (s - 1)) : 0);
-    s4.thr = _mm256_set1_epi64x(!s4.right && s < 16 ? (FX_MANT_MAX >> s) : 0);
-    s4.max_in = _mm256_setzero_si256();
-    s4.saturated = s4.underflow = _mm256_setzero_si256();
+    fx_r4_state s4 = fx_r4_setup(shift);
     __m256i max_out = _mm256_setzero_si256();
     for (int64_t r0 = 0; r0 < rows; r0 += 8) {
         const int64_t nr = rows - r0 < 8 ? rows - r0 : 8;
@@ -331,17 +335,7 @@ void fx_flex_quant_i64_t_avx2(const int64_t *src, int16_t *dst, int64_t rows, in
             }
         }
     }
-    uint64_t mi[4], max_in = 0;
-    _mm256_storeu_si256((__m256i *)mi, s4.max_in);
-    for (int k = 0; k < 4; k++) max_in = mi[k] > max_in ? mi[k] : max_in;
-    int64_t sat[4], uf[4];
-    _mm256_storeu_si256((__m256i *)sat, s4.saturated);
-    _mm256_storeu_si256((__m256i *)uf, s4.underflow);
-    st->saturated = sat[0] + sat[1] + sat[2] + sat[3];
-    st->nonfinite = 0;
-    st->underflow = uf[0] + uf[1] + uf[2] + uf[3];
-    st->max_abs_in = (double)max_in;
-    st->max_abs_out = fx_hmax_epi32(max_out);
+    fx_r4_stats(&s4, max_out, st);
 }
 
 /* ---- largest |v| of int64 values --------------------------------------------------------------

@@ -118,11 +118,8 @@ static inline __m512i fx_q64_step(const fx_q64_consts *k, __m512i v, __mmask8 li
     return q;
 }
 
-/* Counts are kept in vector lanes (one subtraction of -1 per counted lane) rather than by a
- * popcount per vector, and full iterations handle 16 values with one 256-bit store: the
- * scalar mask-to-count chain and the masked narrowing stores were what bound this loop. */
-void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int shift,
-                              fx_qstats *st)
+/* The constants of fx_q64_step for one shift. */
+static inline fx_q64_consts fx_q64_setup(int shift)
 {
     fx_q64_consts k;
     k.zero = _mm512_setzero_si512();
@@ -137,6 +134,27 @@ void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int s
     k.rmask = _mm512_set1_epi64((long long)maskv);
     k.half = _mm512_set1_epi64(k.right && k.s < 64 ? (long long)((uint64_t)1 << (k.s - 1)) : 0);
     k.thr = _mm512_set1_epi64(!k.right && k.s < 16 ? (FX_MANT_MAX >> k.s) : 0);
+    return k;
+}
+
+/* The statistics of quant_i64 from the lane counts and maxima of fx_q64_step's callers. */
+static inline void fx_q64_stats(fx_qstats *st, __m512i nsat, __m512i nuf, __m512i max_in,
+                                __m512i max_out)
+{
+    st->saturated = _mm512_reduce_add_epi64(nsat);
+    st->nonfinite = 0;
+    st->underflow = _mm512_reduce_add_epi64(nuf);
+    st->max_abs_in = (double)_mm512_reduce_max_epu64(max_in);
+    st->max_abs_out = (int32_t)_mm512_reduce_max_epi64(max_out);
+}
+
+/* Counts are kept in vector lanes (one subtraction of -1 per counted lane) rather than by a
+ * popcount per vector, and full iterations handle 16 values with one 256-bit store: the
+ * scalar mask-to-count chain and the masked narrowing stores were what bound this loop. */
+void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int shift,
+                              fx_qstats *st)
+{
+    const fx_q64_consts k = fx_q64_setup(shift);
     const __m512i minus1 = _mm512_set1_epi64(-1);
     __m512i max_in = k.zero, max_out = k.zero, nsat = k.zero, nuf = k.zero;
 
@@ -172,11 +190,7 @@ void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int s
         max_out = _mm512_max_epi64(max_out, _mm512_abs_epi64(q));
         if (dst) _mm512_mask_cvtepi64_storeu_epi16(dst + i, live, q);
     }
-    st->saturated = _mm512_reduce_add_epi64(nsat);
-    st->nonfinite = 0;
-    st->underflow = _mm512_reduce_add_epi64(nuf);
-    st->max_abs_in = (double)_mm512_reduce_max_epu64(max_in);
-    st->max_abs_out = (int32_t)_mm512_reduce_max_epi64(max_out);
+    fx_q64_stats(st, nsat, nuf, max_in, max_out);
 }
 
 /* quant_i64 written transposed (backend.h quant_i64_t). Why: a convolution's sums come pixel-
@@ -189,18 +203,7 @@ void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int s
 void fx_flex_quant_i64_t_avx512(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols,
                                 int shift, fx_qstats *st)
 {
-    fx_q64_consts k;
-    k.zero = _mm512_setzero_si512();
-    k.one = _mm512_set1_epi64(1);
-    k.mmax = _mm512_set1_epi64(FX_MANT_MAX);
-    k.mmin = _mm512_set1_epi64(-FX_MANT_MAX);
-    k.right = shift >= 1;
-    k.s = shift >= 64 ? 64 : (k.right ? shift : (shift < -64 ? 64 : -shift));
-    k.cnt = _mm_cvtsi32_si128(k.s);
-    const uint64_t maskv = k.right && k.s < 64 ? (((uint64_t)1 << k.s) - 1) : 0;
-    k.rmask = _mm512_set1_epi64((long long)maskv);
-    k.half = _mm512_set1_epi64(k.right && k.s < 64 ? (long long)((uint64_t)1 << (k.s - 1)) : 0);
-    k.thr = _mm512_set1_epi64(!k.right && k.s < 16 ? (FX_MANT_MAX >> k.s) : 0);
+    const fx_q64_consts k = fx_q64_setup(shift);
     const __m512i minus1 = _mm512_set1_epi64(-1);
     __m512i max_in = k.zero, max_out = k.zero, nsat = k.zero, nuf = k.zero;
     for (int64_t r0 = 0; r0 < rows; r0 += 32) {
@@ -250,11 +253,7 @@ void fx_flex_quant_i64_t_avx512(const int64_t *src, int16_t *dst, int64_t rows, 
             }
         }
     }
-    st->saturated = _mm512_reduce_add_epi64(nsat);
-    st->nonfinite = 0;
-    st->underflow = _mm512_reduce_add_epi64(nuf);
-    st->max_abs_in = (double)_mm512_reduce_max_epu64(max_in);
-    st->max_abs_out = (int32_t)_mm512_reduce_max_epi64(max_out);
+    fx_q64_stats(st, nsat, nuf, max_in, max_out);
 }
 
 void fx_flex_maxabs_f32_avx512(const float *src, int64_t n, float *maxabs, int64_t *nonfinite)

@@ -424,20 +424,10 @@ int fx_nn_maxpool2d_host(const fx_op_args *a)
             }
     }
     rc = ic ? fx_write_i16(y, stage, xo.exp, func) : fx_write_f32(y, stage, func);
-    if (rc == FX_OK && argmax && idx != argmax) {
-        /* the indices, staged until the write succeeded: 3.2 MB for the CNN's first pooling,
-         * copied in pieces by the threads (a serial copy held back its two-thread speedup) */
-        const int64_t piece = (int64_t)1 << 16, npieces = (ny + piece - 1) / piece;
-        const int ntc = pool_threads(ny, npieces);
-        (void)ntc;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(ntc) if (ntc > 1)
-#endif
-        for (int64_t i = 0; i < npieces; i++) {
-            const int64_t len = ny - i * piece < piece ? ny - i * piece : piece;
-            memcpy(argmax + i * piece, idx + i * piece, (size_t)len * sizeof *idx);
-        }
-    }
+    /* the indices, staged until the write succeeded: 3.2 MB for the CNN's first pooling, copied
+     * by the threads (a serial copy held back its two-thread speedup) */
+    if (rc == FX_OK && argmax && idx != argmax)
+        fx_parallel_copy(argmax, idx, (size_t)ny * sizeof *idx);
     fx_scratch_free(&s);
     return rc;
 }
