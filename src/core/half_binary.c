@@ -81,18 +81,24 @@ int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b
          * so each row is the same-shape op against b, a chunk at a time (one value per plane
          * cost four calls per element: a [128, 128] bias add took 0.38 ms) */
         const int64_t rows = out->shape[0];
+        const int b_once = C <= FX_HB_CHUNK; /* b widened once per thread, not per row */
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
-        for (int64_t r = 0; r < rows; r++) {
+        {
             float x[FX_HB_CHUNK], y[FX_HB_CHUNK];
-            for (int64_t i = 0; i < C; i += FX_HB_CHUNK) {
-                const int64_t len = C - i < FX_HB_CHUNK ? C - i : FX_HB_CHUNK;
-                widen(ap + r * C + i, x, len);
-                widen(bp + i, y, len);
-                fx_hb_apply(op, x, y, len);
-                narrow(x, op16 + r * C + i, len);
-            }
+            if (b_once) widen(bp, y, C);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t i = 0; i < C; i += FX_HB_CHUNK) {
+                    const int64_t len = C - i < FX_HB_CHUNK ? C - i : FX_HB_CHUNK;
+                    widen(ap + r * C + i, x, len);
+                    if (!b_once) widen(bp + i, y, len);
+                    fx_hb_apply(op, x, y, len);
+                    narrow(x, op16 + r * C + i, len);
+                }
         }
         return FX_OK;
     }

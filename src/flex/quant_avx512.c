@@ -137,42 +137,49 @@ static inline fx_q64_consts fx_q64_setup(int shift)
     return k;
 }
 
-/* The statistics of quant_i64 from the lane counts and maxima of fx_q64_step's callers. */
-static inline void fx_q64_stats(fx_qstats *st, __m512i nsat, __m512i nuf, __m512i max_in,
-                                __m512i max_out)
+/* quant_i64's statistics in vector lanes: counts kept by subtracting -1 per counted lane
+ * (rather than a popcount per vector), maxima of |v| (unsigned: INT64_MIN is 2^63) and |q|. */
+typedef struct fx_q64_acc {
+    __m512i max_in, max_out, nsat, nuf;
+} fx_q64_acc;
+
+/* One vector: fx_q64_step on v (lanes outside live count nowhere and round to 0), with its
+ * statistics added to *a; returns the rounded lanes. */
+static inline __m512i fx_q64_round(const fx_q64_consts *k, fx_q64_acc *a, __m512i v,
+                                   __mmask8 live)
 {
-    st->saturated = _mm512_reduce_add_epi64(nsat);
-    st->nonfinite = 0;
-    st->underflow = _mm512_reduce_add_epi64(nuf);
-    st->max_abs_in = (double)_mm512_reduce_max_epu64(max_in);
-    st->max_abs_out = (int32_t)_mm512_reduce_max_epi64(max_out);
+    const __m512i minus1 = _mm512_set1_epi64(-1);
+    a->max_in = _mm512_max_epu64(a->max_in, _mm512_abs_epi64(v));
+    __mmask8 sat, uf;
+    const __m512i q = fx_q64_step(k, v, live, &sat, &uf);
+    a->nsat = _mm512_mask_sub_epi64(a->nsat, sat, a->nsat, minus1);
+    a->nuf = _mm512_mask_sub_epi64(a->nuf, uf, a->nuf, minus1);
+    a->max_out = _mm512_max_epi64(a->max_out, _mm512_abs_epi64(q));
+    return q;
 }
 
-/* Counts are kept in vector lanes (one subtraction of -1 per counted lane) rather than by a
- * popcount per vector, and full iterations handle 16 values with one 256-bit store: the
- * scalar mask-to-count chain and the masked narrowing stores were what bound this loop. */
+static inline void fx_q64_stats(fx_qstats *st, const fx_q64_acc *a)
+{
+    st->saturated = _mm512_reduce_add_epi64(a->nsat);
+    st->nonfinite = 0;
+    st->underflow = _mm512_reduce_add_epi64(a->nuf);
+    st->max_abs_in = (double)_mm512_reduce_max_epu64(a->max_in);
+    st->max_abs_out = (int32_t)_mm512_reduce_max_epi64(a->max_out);
+}
+
+/* Counts are kept in vector lanes (fx_q64_acc), and full iterations handle 16 values with one
+ * 256-bit store: the scalar mask-to-count chain and the masked narrowing stores were what bound
+ * this loop. */
 void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int shift,
                               fx_qstats *st)
 {
     const fx_q64_consts k = fx_q64_setup(shift);
-    const __m512i minus1 = _mm512_set1_epi64(-1);
-    __m512i max_in = k.zero, max_out = k.zero, nsat = k.zero, nuf = k.zero;
-
+    fx_q64_acc acc = {k.zero, k.zero, k.zero, k.zero};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m512i v0 = _mm512_loadu_si512((const void *)(src + i));
-        const __m512i v1 = _mm512_loadu_si512((const void *)(src + i + 8));
-        max_in = _mm512_max_epu64(max_in, _mm512_abs_epi64(v0)); /* INT64_MIN: 2^63 unsigned */
-        max_in = _mm512_max_epu64(max_in, _mm512_abs_epi64(v1));
-        __mmask8 s0, u0, s1, u1;
-        const __m512i q0 = fx_q64_step(&k, v0, 0xFF, &s0, &u0);
-        const __m512i q1 = fx_q64_step(&k, v1, 0xFF, &s1, &u1);
-        nsat = _mm512_mask_sub_epi64(nsat, s0, nsat, minus1);
-        nsat = _mm512_mask_sub_epi64(nsat, s1, nsat, minus1);
-        nuf = _mm512_mask_sub_epi64(nuf, u0, nuf, minus1);
-        nuf = _mm512_mask_sub_epi64(nuf, u1, nuf, minus1);
-        max_out = _mm512_max_epi64(max_out, _mm512_abs_epi64(q0));
-        max_out = _mm512_max_epi64(max_out, _mm512_abs_epi64(q1));
+        const __m512i q0 = fx_q64_round(&k, &acc, _mm512_loadu_si512((const void *)(src + i)), 0xFF);
+        const __m512i q1 =
+            fx_q64_round(&k, &acc, _mm512_loadu_si512((const void *)(src + i + 8)), 0xFF);
         if (dst) {
             const __m256i w = _mm256_inserti128_si256(
                 _mm256_castsi128_si256(_mm512_cvtepi64_epi16(q0)), _mm512_cvtepi64_epi16(q1), 1);
@@ -181,16 +188,10 @@ void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int s
     }
     for (; i < n; i += 8) {
         const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
-        const __m512i v = _mm512_maskz_loadu_epi64(live, src + i);
-        max_in = _mm512_max_epu64(max_in, _mm512_abs_epi64(v));
-        __mmask8 sat, uf;
-        const __m512i q = fx_q64_step(&k, v, live, &sat, &uf);
-        nsat = _mm512_mask_sub_epi64(nsat, sat, nsat, minus1);
-        nuf = _mm512_mask_sub_epi64(nuf, uf, nuf, minus1);
-        max_out = _mm512_max_epi64(max_out, _mm512_abs_epi64(q));
+        const __m512i q = fx_q64_round(&k, &acc, _mm512_maskz_loadu_epi64(live, src + i), live);
         if (dst) _mm512_mask_cvtepi64_storeu_epi16(dst + i, live, q);
     }
-    fx_q64_stats(st, nsat, nuf, max_in, max_out);
+    fx_q64_stats(st, &acc);
 }
 
 /* quant_i64 written transposed (backend.h quant_i64_t). Why: a convolution's sums come pixel-
@@ -204,8 +205,7 @@ void fx_flex_quant_i64_t_avx512(const int64_t *src, int16_t *dst, int64_t rows, 
                                 int shift, fx_qstats *st)
 {
     const fx_q64_consts k = fx_q64_setup(shift);
-    const __m512i minus1 = _mm512_set1_epi64(-1);
-    __m512i max_in = k.zero, max_out = k.zero, nsat = k.zero, nuf = k.zero;
+    fx_q64_acc acc = {k.zero, k.zero, k.zero, k.zero};
     for (int64_t r0 = 0; r0 < rows; r0 += 32) {
         const int64_t nr = rows - r0 < 32 ? rows - r0 : 32;
         const __mmask32 rmask32 = nr == 32 ? 0xFFFFFFFFu : (__mmask32)((1u << nr) - 1u);
@@ -217,13 +217,8 @@ void fx_flex_quant_i64_t_avx512(const int64_t *src, int16_t *dst, int64_t rows, 
                 const __mmask8 live = i < nr ? cm : 0;
                 /* rows past the block's end load nothing, from a pointer that stays in src */
                 const int64_t *row = i < nr ? src + (r0 + i) * cols + c0 : src;
-                const __m512i v = _mm512_maskz_loadu_epi64(live, row);
-                max_in = _mm512_max_epu64(max_in, _mm512_abs_epi64(v));
-                __mmask8 sat, uf;
-                const __m512i q = fx_q64_step(&k, v, live, &sat, &uf);
-                nsat = _mm512_mask_sub_epi64(nsat, sat, nsat, minus1);
-                nuf = _mm512_mask_sub_epi64(nuf, uf, nuf, minus1);
-                max_out = _mm512_max_epi64(max_out, _mm512_abs_epi64(q));
+                const __m512i q =
+                    fx_q64_round(&k, &acc, _mm512_maskz_loadu_epi64(live, row), live);
                 w[i] = _mm512_cvtepi64_epi16(q); /* dead lanes hold 0 */
             }
             __m512i z[8], t[8], u[8];
@@ -253,7 +248,7 @@ void fx_flex_quant_i64_t_avx512(const int64_t *src, int16_t *dst, int64_t rows, 
             }
         }
     }
-    fx_q64_stats(st, nsat, nuf, max_in, max_out);
+    fx_q64_stats(st, &acc);
 }
 
 void fx_flex_maxabs_f32_avx512(const float *src, int64_t n, float *maxabs, int64_t *nonfinite)

@@ -285,11 +285,15 @@ typedef struct conv_prepacked {
     int a_mr;
     const int16_t *b_split;
     int b_nr, b_layout;
-    const fx_conv_rows *a_rows; /* patch rows on demand (conv_panels.h), or NULL */
-    const fx_conv_tiles *a_tiles; /* with a_rows: the AMX kernel's tiles from byte planes */
-    const uint16_t *b_amx;      /* bf16 weights packed once for the AMX route, or NULL */
-    const fx_conv_wsrc *wsrc;   /* a weight gradient's rows on demand (and with its planes,
-                                 * the AMX kernel's tiles), or NULL */
+    /* A's rows on demand and, beside them, the AMX kernel's tiles (fx_op_call.a_rows and
+     * .a_tiles, conv_panels.h): the forward patch rows (fx_conv_rows_i16, tiles_i16) or the
+     * weight gradient's (fx_conv_wrows_i16, wtiles_i16); NULL where the GEMM reads A */
+    void (*a_rows)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
+                   int64_t ld);
+    const void *a_rows_ctx;
+    void (*a_tiles)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int8_t *ap);
+    const void *a_tiles_ctx;
+    const uint16_t *b_amx; /* bf16 weights packed once for the AMX route, or NULL */
 } conv_prepacked;
 
 /* out = a x b with the active backend's GEMM kernel, on nthreads threads: int16 operands into
@@ -332,23 +336,13 @@ static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b
         c.b_split = pp->b_split;
         c.b_split_nr = pp->b_nr;
         c.b_split_layout = pp->b_layout;
-        if (pp->a_rows) {
-            c.a_rows = fx_conv_rows_i16;
-            c.a_rows_ctx = pp->a_rows;
-        }
-        if (pp->a_rows && pp->a_tiles) {
-            c.a_tiles = be->conv.tiles_i16;
-            c.a_tiles_ctx = pp->a_tiles;
+        c.a_rows = pp->a_rows;
+        c.a_rows_ctx = pp->a_rows_ctx;
+        if (pp->a_rows) { /* tiles only beside rows, which every other kernel takes */
+            c.a_tiles = pp->a_tiles;
+            c.a_tiles_ctx = pp->a_tiles_ctx;
         }
         c.b_amx = pp->b_amx;
-        if (pp->wsrc) {
-            c.a_rows = fx_conv_wrows_i16;
-            c.a_rows_ctx = pp->wsrc;
-            if (pp->wsrc->hi && be->conv.wtiles_i16) {
-                c.a_tiles = be->conv.wtiles_i16;
-                c.a_tiles_ctx = pp->wsrc;
-            }
-        }
     }
     return k(&c);
 }
@@ -737,7 +731,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
         char *myxp = xp + (size_t)(tid * xp_n) * esz;
         /* the chunk's A: panels built from the padded input, rows the GEMM gathers from it,
          * or the patch matrix; the same GEMM call for all */
-        conv_prepacked pp = {NULL, 0, wsplit, b_nr, b_layout, NULL, NULL, bamx, NULL};
+        conv_prepacked pp = {.b_split = wsplit, .b_nr = b_nr, .b_layout = b_layout, .b_amx = bamx};
         char *myxq = xq ? xq + (size_t)(tid * xp_n) * esz : NULL;
         const fx_conv_rows rows = {&g, (const int16_t *)(const void *)(myxq ? myxq : myxp), goff,
                                    myxq != NULL};
@@ -759,8 +753,10 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
             pp.a_panels = pan;
             pp.a_mr = panel_mr;
         } else if (row_src) {
-            pp.a_rows = &rows;
-            pp.a_tiles = myhi ? &tl : NULL;
+            pp.a_rows = fx_conv_rows_i16;
+            pp.a_rows_ctx = &rows;
+            pp.a_tiles = myhi ? be->conv.tiles_i16 : NULL;
+            pp.a_tiles_ctx = &tl;
         } else if (fpanel_mr) {
             float *pan = (float *)(void *)mycol;
             if (!be->conv.panels_f32 ||
@@ -1135,7 +1131,8 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
         int8_t *myhi = planes ? planes + 2 * plane_n * tid + FX_CONV_TILES_SLACK : NULL;
         const fx_conv_wsrc ws = {&g, (const int16_t *)(const void *)myxp, myhi,
                                  myhi ? myhi + plane_n : NULL};
-        const conv_prepacked pp = {.wsrc = &ws};
+        const conv_prepacked pp = {.a_rows = fx_conv_wrows_i16, .a_rows_ctx = &ws,
+                                   .a_tiles = be->conv.wtiles_i16, .a_tiles_ctx = &ws};
         const int64_t c0 = grp * plan.nchunks / groups, c1 = (grp + 1) * plan.nchunks / groups;
         for (int64_t ch = c0; ch < c1; ch++) {
             const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
