@@ -804,7 +804,13 @@ static void flex_write_check(const char *what, tensor_t *y, const tensor_t *x, c
     const int peeked = fx_write_shared_peek_exp(y, &peek_e);
     CHECK(peeked == (write > 0), "%s, write %lld: exponent known before the op: %d", what,
           (long long)write, peeked);
+    const int64_t redone0 = fx_conv_stage_redone();
     CHECK_STATUS(tensor_conv2d(y, x, w, 1, 1, (int)g->ph, (int)g->pw, 1, 1), FX_OK);
+    /* the first run keeps only each chunk's sums; a recomputed overflow runs the op again
+     * with a whole stage, and nothing else does */
+    const int64_t redone = fx_conv_stage_redone() - redone0;
+    CHECK(redone == (peeked && want_recompute), "%s, write %lld: run again with a stage %lld "
+          "times (recomputed: %d)", what, (long long)write, (long long)redone, want_recompute);
     CHECK_STATUS(tensor_get_raw(x, xm), FX_OK);
     CHECK_STATUS(tensor_get_raw(w, wm), FX_OK);
     CHECK_STATUS(tensor_get_raw(y, ym), FX_OK);
@@ -910,7 +916,9 @@ static void flex_repeated_writes(void)
  * scale again) and wrong (the first write, a jump of 2^6 and back) must each be the exact sums
  * rounded at the reported exponent, with the exact maximum in the trace, and equal bit for bit
  * to the same write into a fresh tensor (whose guess, its initial exponent, is almost always
- * wrong); the writes that repeat the previous scale must have found their rounding done. */
+ * wrong); the writes that repeat the previous scale must have found their rounding done, and
+ * the two whose scale moved must have run again with a whole int64 stage (the first run keeps
+ * only each chunk's sums, in cache). */
 static void dfp16_repeated_writes(void)
 {
     const geom g = {.N = 5, .C = 16, .H = 7, .W = 7, .O = 40, .KH = 5, .KW = 5, .ph = 2,
@@ -943,11 +951,16 @@ static void dfp16_repeated_writes(void)
         for (int wi = 0; wi < 5; wi++) {
             const tensor_t *xi = inputs[wi];
             const int64_t reused0 = fx_conv_early_rounding_reused();
+            const int64_t redone0 = fx_conv_stage_redone();
             CHECK_STATUS(tensor_conv2d(y, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
             const int64_t reused = fx_conv_early_rounding_reused() - reused0;
-            CHECK(wi == 0 || reused == (wi == 1 || wi == 4),
-                  "dfp16 write %d on %s: the early rounding was reused %lld times", wi,
-                  flexpoint_backend_name(bi), (long long)reused);
+            const int64_t redone = fx_conv_stage_redone() - redone0;
+            /* a right guess keeps the chunks' rounding; a wrong one runs the op again with a
+             * whole stage, guessing the exponent the first run's write asked for */
+            CHECK(wi == 0 || (reused == 1 && redone == (wi == 2 || wi == 3)),
+                  "dfp16 write %d on %s: the early rounding was reused %lld times, the op run "
+                  "again with a stage %lld times", wi, flexpoint_backend_name(bi),
+                  (long long)reused, (long long)redone);
             tensor_t *fresh = tensor_new(FMT_DFP16, 4, ys);
             CHECK_STATUS(tensor_conv2d(fresh, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
             CHECK_STATUS(tensor_get_raw(xi, xm), FX_OK);

@@ -77,6 +77,12 @@ int fx_write_shared_peek_exp(const tensor_t *out, int *e);
  * exponent the op rounds again, so a wrong guess costs one pass and changes no result. */
 int fx_write_shared_guess_exp(const tensor_t *out, int *e);
 
+/* Whether a write into out decides alone, with no collective among ranks (every storage but
+ * one rank's rows of a distributed batch, FX_DIST_ROWS). Only then may a source's quantiser
+ * fail part-way through a write and the op try again: every rank must call the collectives
+ * of a write alike. */
+int fx_write_shared_local(const tensor_t *out);
+
 /* ---- writes whose statistics arrive later ----------------------------------------------------
  * A backend whose statistics arrive late (the GPU: a copy from device memory) can launch a
  * whole write without waiting for them when the write's exponent follows from the storage's

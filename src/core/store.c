@@ -354,6 +354,13 @@ int fx_write_shared_guess_exp(const tensor_t *out, int *e)
     return 1;
 }
 
+/* Documented in dispatch.h. */
+int fx_write_shared_local(const tensor_t *out)
+{
+    const fx_storage *st = out->st;
+    return !(st->dist && st->dist_mode == FX_DIST_ROWS);
+}
+
 int fx_write_shared_launch_mode(const tensor_t *out, int *e, fx_rounding *r)
 {
     const fx_storage *st = out->st;

@@ -396,7 +396,9 @@ static int conv_write(tensor_t *out, const void *stage, int int_compute, int e, 
 
 typedef struct conv_yquant_ctx {
     const fx_backend *be;
-    const int64_t *pix; /* [N*P, O] exact sums at exponent exp */
+    const int64_t *pix; /* [N*P, O] exact sums at exponent exp; NULL: no whole stage (each
+                         * chunk's sums lived only in its thread's buffer while it was
+                         * rounded at fused_e), so only that rounding can be kept */
     int exp;
     int64_t N, O, P;
     int16_t *tmp;       /* the mantissas of y, [N, O, P] where the level rounds into the
@@ -406,14 +408,16 @@ typedef struct conv_yquant_ctx {
     int fused_e;        /* tmp and part[] already hold the rounding at this exponent (else
                          * FX_EXP_NONE); y itself is written only by the write */
     int nt;
+    int need_stage;     /* set when the write asked, without a stage, for another exponent */
+    int copy_pending;   /* without a stage: the write kept fused_e, tmp is still to go to y */
 } conv_yquant_ctx;
 
 /* Round samples [n0, n0 + nb) at exponent e into part[]; keep: also into tmp, and with
  * scatter, into y (y's layout, from which tmp then differs only in being a copy). A level
  * with cvt.quant_i64_t rounds straight into the NCHW order; the others round pixel-major and
  * transpose. */
-static void conv_yquant_samples(const conv_yquant_ctx *c, int e, int keep, int scatter,
-                                int64_t n0, int64_t nb, int nt)
+static void conv_yquant_samples(const conv_yquant_ctx *c, const int64_t *pix, int e, int keep,
+                                int scatter, int64_t n0, int64_t nb, int nt)
 {
     const int64_t block = c->P * c->O;
     (void)nt;
@@ -422,12 +426,13 @@ static void conv_yquant_samples(const conv_yquant_ctx *c, int e, int keep, int s
 #endif
     for (int64_t n = n0; n < n0 + nb; n++) {
         int16_t *t = keep ? c->tmp + n * block : NULL;
+        const int64_t *src = pix + (n - n0) * block; /* pix: sample n0's sums */
         if (t && c->be->cvt.quant_i64_t) {
-            c->be->cvt.quant_i64_t(c->pix + n * block, scatter ? c->dst + n * block : t, c->P,
-                                   c->O, e - c->exp, &c->part[n]);
+            c->be->cvt.quant_i64_t(src, scatter ? c->dst + n * block : t, c->P, c->O,
+                                   e - c->exp, &c->part[n]);
             continue;
         }
-        c->be->cvt.quant_i64(c->pix + n * block, t, block, e - c->exp, &c->part[n]);
+        c->be->cvt.quant_i64(src, t, block, e - c->exp, &c->part[n]);
         if (keep && scatter) fx_chunk_scatter_t(t, n, 1, c->O, c->P, c->dst, sizeof(int16_t));
     }
 }
@@ -444,27 +449,45 @@ int64_t fx_conv_early_rounding_reused(void)
     return __atomic_load_n(&conv_early_reused, __ATOMIC_RELAXED);
 }
 
+/* tmp, the rounding at fused_e, into y: a copy where the level rounds into y's order, else a
+ * transpose per sample. */
+static void conv_ycopy(const conv_yquant_ctx *c)
+{
+    const int64_t block = c->P * c->O;
+    const int nt = c->nt;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t n = 0; n < c->N; n++) {
+        if (c->be->cvt.quant_i64_t)
+            memcpy(c->dst + n * block, c->tmp + n * block, (size_t)block * sizeof(int16_t));
+        else
+            fx_chunk_scatter_t(c->tmp + n * block, n, 1, c->O, c->P, c->dst, sizeof(int16_t));
+    }
+}
+
 static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
     (void)r; /* int64 stages round to nearest even (fx_requant), whatever the tensor's mode */
     conv_yquant_ctx *c = vctx;
-    if (keep && e == c->fused_e) {
-        __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
-        const int64_t block = c->P * c->O;
-        const int nt = c->nt;
-        (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-        for (int64_t n = 0; n < c->N; n++) {
-            if (c->be->cvt.quant_i64_t) /* tmp is already in y's order */
-                memcpy(c->dst + n * block, c->tmp + n * block, (size_t)block * sizeof(int16_t));
+    if (e == c->fused_e) { /* part[] holds this rounding's statistics */
+        if (keep) {
+            __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
+            /* with a stage, y now; without, once the write has kept e (it may still ask for
+             * another exponent, and then the op runs again and y must be as it was) */
+            if (c->pix)
+                conv_ycopy(c);
             else
-                fx_chunk_scatter_t(c->tmp + n * block, n, 1, c->O, c->P, c->dst, sizeof(int16_t));
+                c->copy_pending = 1;
         }
+    } else if (!c->pix) {
+        c->need_stage = 1; /* no sums to round again: conv2d_forward_host runs the op again */
+        c->fused_e = e;    /* with this exponent as its guess */
+        return FX_ESTATE;
     } else {
         c->fused_e = FX_EXP_NONE; /* part[] and tmp now describe exponent e */
-        conv_yquant_samples(c, e, keep, 1, 0, c->N, c->nt);
+        conv_yquant_samples(c, c->pix, e, keep, 1, 0, c->N, c->nt);
     }
     fx_qstats_init(q);
     for (int64_t n = 0; n < c->N; n++) fx_qstats_merge(q, &c->part[n]);
@@ -583,8 +606,14 @@ static int conv2d_forward_check(tensor_t *y, const tensor_t *x, const tensor_t *
     return conv_int_limit(func, conv_compute_for(x, w).ic, g->C * g->KH * g->KW, "each output");
 }
 
-static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w,
-                               const fx_conv_geom *gp, const conv_epilogue *ep, const char *func)
+/* The forward. A whole shared-exponent y is rounded at a guessed exponent chunk by chunk
+ * (below); with stage_optional, where nothing else needs them, the chunks' int64 sums then
+ * live only in a per-thread buffer, and if the write picks another exponent the op returns
+ * with *redo_e set to it, y untouched, for conv2d_forward_host to run it again with a whole
+ * stage. redo_guess: the guess to use instead of the tensor's (FX_EXP_NONE: the tensor's). */
+static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
+                              const fx_conv_geom *gp, const conv_epilogue *ep, int stage_optional,
+                              int redo_guess, int *redo_e, const char *func)
 {
     const fx_conv_geom g = *gp;
     const conv_compute cc = conv_compute_for(x, w);
@@ -654,8 +683,6 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
                       be->conv.byte_planes_i16;
     const int64_t plane_n = xp_n + 2 * FX_CONV_TILES_SLACK; /* bytes per plane */
     int8_t *planes = tiles ? conv_alloc(&s, 2 * plane_n * plan.outer, 1, &rc, func) : NULL;
-    char *ypix = conv_alloc(&s, g.N * g.O * P, ssz, &rc, func); /* [N*P, O] */
-    int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     /* A whole shared-exponent y is rounded per sample (conv_yquant). When its exponent can be
      * guessed before the op (fx_write_shared_guess_exp: FLEX16_5's Autoflex prediction, DFP16's
      * current exponent), each chunk is rounded at the guess right after its GEMM, while its
@@ -663,11 +690,29 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
      * transposed, else pixel-major); the write then only copies (or transposes) it into y (so
      * y stays untouched if a chunk fails), unless it picks another exponent (a recomputed
      * overflow, a DFP16 scale that moved), which rounds again from the stage. */
-    conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
-                          FX_EXP_NONE, flexpoint_num_threads()};
     const int yshared = conv_y_direct_shared(y, &cc);
+    int fuse_e = FX_EXP_NONE;
+    if (yshared && fx_write_shared_guess_exp(y, &fuse_e) == 0) fuse_e = FX_EXP_NONE;
+    if (yshared && redo_guess != FX_EXP_NONE) fuse_e = redo_guess;
+    /* A fused rounding pass reports each sample's largest |sum| as a double (fx_qstats), which
+     * is exact while every sum is below 2^53: |sum| <= CKK 2^30 (int16 products) < 2^53 when
+     * CKK < 2^23. Then the chunks need no maximum pass of their own (about 2 % of an AVX2
+     * flex16_5 CNN epoch). */
+    const int fused_max_exact = CKK < ((int64_t)1 << 23);
+    /* Then the whole [N*P, O] int64 stage is needed only when the write picks another exponent
+     * than the guess, which in training is now and then: without it, each thread's chunk sums
+     * go to one buffer that stays in cache, instead of N*P*O*8 bytes (25.7 MB for the CNN's
+     * first layer) written out and faulted in afresh at every call. */
+    const int nostage = stage_optional && fuse_e != FX_EXP_NONE && fused_max_exact &&
+                        fx_write_shared_local(y);
+    const int64_t ypix_chunk = plan.nb * P * g.O;
+    char *ypix = conv_alloc(&s, nostage ? ypix_chunk * plan.outer : g.N * g.O * P, ssz, &rc,
+                            func); /* [N*P, O], or a chunk's [nb*P, O] per thread */
+    int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
+    conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
+                          FX_EXP_NONE, flexpoint_num_threads(), 0, 0};
     if (yshared) {
-        yq.pix = (const int64_t *)(const void *)ypix;
+        yq.pix = nostage ? NULL : (const int64_t *)(const void *)ypix;
         yq.tmp = conv_alloc(&s, g.N * g.O * P, sizeof(int16_t), &rc, func);
         yq.part = conv_alloc(&s, g.N, sizeof(fx_qstats), &rc, func);
         yq.dst = (int16_t *)fx_tensor_base(y);
@@ -678,14 +723,6 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
                           ? conv_alloc(&s, g.N * g.O * P, sizeof(uint16_t), &rc, func)
                           : NULL;
     void (*half_cvt)(const float *, uint16_t *, int64_t) = yhalf ? conv_half_cvt(y->fmt) : NULL;
-    int fuse_e = FX_EXP_NONE;
-    if (yshared && !rc && fx_write_shared_guess_exp(y, &fuse_e) == 0)
-        fuse_e = FX_EXP_NONE;
-    /* A fused rounding pass reports each sample's largest |sum| as a double (fx_qstats), which
-     * is exact while every sum is below 2^53: |sum| <= CKK 2^30 (int16 products) < 2^53 when
-     * CKK < 2^23. Then the chunks need no maximum pass of their own (about 2 % of an AVX2
-     * flex16_5 CNN epoch). */
-    const int fused_max_exact = CKK < ((int64_t)1 << 23);
     /* integer path: each chunk's largest |sum|, taken while the chunk is in cache, so that
      * the write needs no pass of its own over the int64 stage for the exponent */
     uint64_t *chunk_max = conv_alloc(&s, plan.nchunks, sizeof(uint64_t), &rc, func);
@@ -727,7 +764,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
         const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
         const int64_t Pc = nbc * P;
         char *mycol = col ? col + (size_t)(tid * col_n) * esz : NULL;
-        char *myy = ypix + (size_t)(n0 * P * g.O) * ssz;
+        char *myy = ypix + (size_t)((nostage ? tid * ypix_chunk : n0 * P * g.O)) * ssz;
         char *myxp = xp + (size_t)(tid * xp_n) * esz;
         /* the chunk's A: panels built from the padded input, rows the GEMM gathers from it,
          * or the patch matrix; the same GEMM call for all */
@@ -780,7 +817,8 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
              * thread's chunks stand for the loop, as in any parallel region) */
             fx_prof_span sp;
             fx_prof_begin(&sp);
-            conv_yquant_samples(&yq, fuse_e, 1, 0, n0, nbc, plan.inner);
+            conv_yquant_samples(&yq, (const int64_t *)(const void *)myy, fuse_e, 1, 0, n0, nbc,
+                                plan.inner);
             fx_prof_end(&sp, FX_PROF_ROUNDING);
         }
         if (fused && fused_max_exact) { /* the rounding pass found each sample's largest |sum| */
@@ -808,9 +846,30 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
         yq.fused_e = fuse_e;
         rc = conv_write_y(y, &g, &cc, ypix, xo.exp + wo.exp, imax, yshared ? &yq : NULL, yhalf,
                           &s, func);
+        if (rc == FX_OK && yq.copy_pending) { /* the write kept the guess: y gets its rounding */
+            fx_prof_span sp;
+            fx_prof_begin(&sp);
+            conv_ycopy(&yq);
+            fx_prof_end(&sp, FX_PROF_ROUNDING);
+        }
+        if (rc != FX_OK && yq.need_stage) *redo_e = yq.fused_e;
     }
     fx_scratch_free(&s);
     return rc;
+}
+
+static int64_t conv_stage_redone; /* test hook: forward ops run again with a whole stage */
+
+int64_t fx_conv_stage_redone(void) { return __atomic_load_n(&conv_stage_redone, __ATOMIC_RELAXED); }
+
+static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w,
+                               const fx_conv_geom *gp, const conv_epilogue *ep, const char *func)
+{
+    int redo_e = FX_EXP_NONE;
+    int rc = conv2d_forward_run(y, x, w, gp, ep, 1, FX_EXP_NONE, &redo_e, func);
+    if (redo_e == FX_EXP_NONE) return rc;
+    __atomic_fetch_add(&conv_stage_redone, 1, __ATOMIC_RELAXED);
+    return conv2d_forward_run(y, x, w, gp, ep, 0, redo_e, &redo_e, func);
 }
 
 int fx_nn_conv2d_host(const fx_op_args *a)
