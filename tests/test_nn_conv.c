@@ -942,25 +942,37 @@ static void dfp16_repeated_writes(void)
     int16_t *ym = malloc(sizeof(int16_t) * (size_t)ny), *fm = malloc(sizeof(int16_t) * (size_t)ny);
     int64_t *sum = malloc(sizeof(int64_t) * (size_t)ny);
     CHECK_STATUS(tensor_get_raw(w, wm), FX_OK);
-    const tensor_t *inputs[5] = {x, x, xbig, x, x};
+    /* write 0 (its guess, the initial exponent, may be wrong), four at one scale (then the
+     * guesses are steady), a jump of 2^6 and back (a miss while steady, then one after a
+     * miss), and one more at the first scale */
+    enum { NWRITES = 8, JUMP = 5 };
+    const tensor_t *inputs[NWRITES] = {x, x, x, x, x, xbig, x, x};
     for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
         if (!flexpoint_backend_available(bi)) continue;
         CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
         tensor_t *y = tensor_new(FMT_DFP16, 4, ys);
         CHECK_STATUS(tensor_trace_enable(y, 1), FX_OK);
-        for (int wi = 0; wi < 5; wi++) {
+        for (int wi = 0; wi < NWRITES; wi++) {
             const tensor_t *xi = inputs[wi];
+            const int steady = fx_write_shared_guess_steady(y);
+            CHECK(wi != JUMP || steady, "dfp16 write %d on %s: guesses not steady", wi,
+                  flexpoint_backend_name(bi));
+            CHECK(!(wi == JUMP + 1 || wi == JUMP + 2) || !steady,
+                  "dfp16 write %d on %s: steady right after a miss", wi,
+                  flexpoint_backend_name(bi));
             const int64_t reused0 = fx_conv_early_rounding_reused();
             const int64_t redone0 = fx_conv_stage_redone();
             CHECK_STATUS(tensor_conv2d(y, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
             const int64_t reused = fx_conv_early_rounding_reused() - reused0;
             const int64_t redone = fx_conv_stage_redone() - redone0;
-            /* a right guess keeps the chunks' rounding; a wrong one runs the op again with a
-             * whole stage, guessing the exponent the first run's write asked for */
-            CHECK(wi == 0 || (reused == 1 && redone == (wi == 2 || wi == 3)),
-                  "dfp16 write %d on %s: the early rounding was reused %lld times, the op run "
-                  "again with a stage %lld times", wi, flexpoint_backend_name(bi),
-                  (long long)reused, (long long)redone);
+            /* a right guess keeps the chunks' rounding. A wrong one: while steady (only the
+             * chunks' sums kept), the op runs again with a whole stage, guessing the exponent
+             * the first run's write asked for; else it rounds again from its stage. */
+            const int miss = wi == JUMP || wi == JUMP + 1;
+            CHECK(wi == 0 || (reused == (!miss || steady) && redone == (miss && steady)),
+                  "dfp16 write %d on %s (steady %d): the early rounding was reused %lld times, "
+                  "the op run again with a stage %lld times", wi, flexpoint_backend_name(bi),
+                  steady, (long long)reused, (long long)redone);
             tensor_t *fresh = tensor_new(FMT_DFP16, 4, ys);
             CHECK_STATUS(tensor_conv2d(fresh, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
             CHECK_STATUS(tensor_get_raw(xi, xm), FX_OK);

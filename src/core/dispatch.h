@@ -77,6 +77,13 @@ int fx_write_shared_peek_exp(const tensor_t *out, int *e);
  * exponent the op rounds again, so a wrong guess costs one pass and changes no result. */
 int fx_write_shared_guess_exp(const tensor_t *out, int *e);
 
+/* Whether the guess (fx_write_shared_guess_exp) held for each of out's last
+ * FX_GUESS_STEADY_WRITES writes. An op that must do its work again when the guess misses (it
+ * kept too little to round once more) takes that route only then: a DFP16 gradient whose
+ * maximum hovers at a power of two moves its exponent every other write. */
+#define FX_GUESS_STEADY_WRITES 4
+int fx_write_shared_guess_steady(const tensor_t *out);
+
 /* Whether a write into out decides alone, with no collective among ranks (every storage but
  * one rank's rows of a distributed batch, FX_DIST_ROWS). Only then may a source's quantiser
  * fail part-way through a write and the op try again: every rank must call the collectives

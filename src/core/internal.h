@@ -142,6 +142,9 @@ typedef struct fx_storage {
     int64_t tally_period;
     fx_write_tally tally;
     fx_trace trace;
+    /* bit i: the write i writes ago picked another exponent than the guess before it
+     * (fx_write_shared_guess_exp: DFP16's exponent moved, FLEX16_5 recomputed an overflow) */
+    uint32_t guess_missed;
     /* A write launched before its statistics were known (a device write that does not wait
      * for its own statistics, src/core/dispatch.h): its Autoflex observation, statistics and
      * trace record, and for a write whose exponent the device chose also `exp`, are completed

@@ -215,6 +215,8 @@ static void fx_shared_commit(fx_storage *st, int64_t index, int64_t period,
                              const fx_shared_outcome *o, double true_max)
 {
     st->af = o->af;
+    const int missed = st->fmt == FMT_DFP16 ? o->e != st->exp : o->recomputed;
+    st->guess_missed = (st->guess_missed << 1) | (uint32_t)missed;
     st->exp = o->e;
     fx_write_shared_account(st, index, period, o->e, o->clamped, o->overflowed, o->recomputed,
                             &o->q, true_max);
@@ -352,6 +354,12 @@ int fx_write_shared_guess_exp(const tensor_t *out, int *e)
     if (!fx_tensor_covers_storage(out) || (st->pending && st->pending->active)) return 0;
     *e = st->exp;
     return 1;
+}
+
+/* Documented in dispatch.h. */
+int fx_write_shared_guess_steady(const tensor_t *out)
+{
+    return (out->st->guess_missed & ((1u << FX_GUESS_STEADY_WRITES) - 1)) == 0;
 }
 
 /* Documented in dispatch.h. */

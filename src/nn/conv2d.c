@@ -700,11 +700,12 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * flex16_5 CNN epoch). */
     const int fused_max_exact = CKK < ((int64_t)1 << 23);
     /* Then the whole [N*P, O] int64 stage is needed only when the write picks another exponent
-     * than the guess, which in training is now and then: without it, each thread's chunk sums
+     * than the guess, which in training is now and then (the stage is kept for a y whose
+     * guesses missed lately, fx_write_shared_guess_steady): without it, each thread's chunk sums
      * go to one buffer that stays in cache, instead of N*P*O*8 bytes (25.7 MB for the CNN's
      * first layer) written out and faulted in afresh at every call. */
     const int nostage = stage_optional && fuse_e != FX_EXP_NONE && fused_max_exact &&
-                        fx_write_shared_local(y);
+                        fx_write_shared_local(y) && fx_write_shared_guess_steady(y);
     const int64_t ypix_chunk = plan.nb * P * g.O;
     char *ypix = conv_alloc(&s, nostage ? ypix_chunk * plan.outer : g.N * g.O * P, ssz, &rc,
                             func); /* [N*P, O], or a chunk's [nb*P, O] per thread */
