@@ -5,7 +5,9 @@
  *    widened to int64, then the scalar quant_i64): mantissas and every statistic, for all
  *    shifts from -34 to 40, both shifted operands, a broadcast or advancing b, add and sub,
  *    with and without a gate,
- *    lengths around the 16-lane vectors, and the extreme mantissas +-32767 and -32768.
+ *    lengths around the 16-lane vectors, and the extreme mantissas +-32767 and -32768; and a
+ *    bias plane at a's exponent (the AVX-512 level's int16 route) through every remainder
+ *    of b around its tie, with a at the extremes and where the sum is 0.
  * 2. The op: on every backend, sequences of tensor_add / tensor_sub into FLEX16_5 (Autoflex,
  *    with a jump that overflows and recomputes) and DFP16 outputs, same-shape, per-channel and
  *    per-column operands, exponent gaps 0 to 15, compared with the dispatcher's int64-stage
@@ -113,6 +115,43 @@ static void check_kernels(const fx_backend *be, test_rng *r)
                 cases++;
                 if (!quant_matches(be, &p, n, shift, &sw) && bad++ < 5)
                     fprintf(stderr, "%s plain n %lld shift %d\n", be->name, (long long)n, shift);
+            }
+        }
+    }
+    /* a bias plane at a's exponent (one b, sb = 0, shift = sa), which the AVX-512 level
+     * computes as a saturating int16 add: every remainder class of b around the tie at each
+     * shift, with a at the extremes, around -floor(b / 2^s) (underflow and v = 0) and of both
+     * parities (the ties' rounding to even) */
+    for (int sh = 0; sh <= 15; sh++) {
+        int32_t bs[40];
+        int nb = 0;
+        const int32_t extremes[6] = {32767, -32767, -32768, 0, 1, -1};
+        for (int i = 0; i < 6; i++) bs[nb++] = extremes[i];
+        for (int k = -2; k <= 1; k++)
+            for (int d = -1; d <= 1; d++) {
+                const int32_t v = k * (1 << sh) + (sh ? 1 << (sh - 1) : 0) + d;
+                if (v >= -32768 && v <= 32767) bs[nb++] = v;
+            }
+        for (int bi = 0; bi < nb; bi++) {
+            const int16_t bv = (int16_t)bs[bi];
+            const int32_t bf = bs[bi] >> sh;
+            int64_t n = 0;
+            for (int v = -40; v <= 40; v++) a[n++] = (int16_t)v;
+            const int16_t ext[5] = {32767, 32766, -32767, -32766, -32768};
+            for (int i = 0; i < 5; i++) a[n++] = ext[i];
+            for (int d = -2; d <= 2; d++) a[n++] = (int16_t)(-bf + d);
+            while (n < 300) a[n++] = rand_mant(r);
+            const int64_t lens2[3] = {n, 33, 7};
+            for (int li = 0; li < 3; li++) {
+                const fx_sum2 p = {a, &bv, 0, sh, 0, 0, NULL};
+                fx_qstats sw, st;
+                cases++;
+                if (!quant_matches(be, &p, lens2[li], sh, &sw) && bad++ < 5)
+                    fprintf(stderr, "%s bias plane n %lld shift %d b %d\n", be->name,
+                            (long long)lens2[li], sh, bv);
+                be->cvt.sum2_quant(&p, lens2[li], NULL, sh, &st);
+                CHECK(same_stats(&st, &sw), "%s bias plane trial statistics, shift %d b %d",
+                      be->name, sh, bv);
             }
         }
     }

@@ -12,6 +12,7 @@
 #include "flex_kernels.h"
 
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* 2^k as a float, for k in [-126, 127] */
@@ -504,9 +505,72 @@ static int64_t fx_sum_lanes_epi32(__m256i v)
     return s;
 }
 
+/* The bias add's usual case in 16 int16 lanes (one b, sb = 0, no negation or gate, shift =
+ * sa): a saturating int16 add, as in fx_sum2_quant_bias16 of quant_avx512.c, which explains
+ * the arithmetic; the last n % 16 values take the scalar definition. */
+static void fx_sum2_quant_bias16_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, fx_qstats *st)
+{
+    const int s = p->sa;
+    const int32_t b = p->b[0], bf = b >> s, rem = b - bf * (1 << s), half = s ? 1 << (s - 1) : 0;
+    const int tie = s > 0 && rem == half;
+    const __m256i c0 = _mm256_set1_epi16((int16_t)(bf + (s > 0 && rem > half)));
+    const __m256i bfv = _mm256_set1_epi16((int16_t)bf), one = _mm256_set1_epi16(1);
+    const __m256i mmax = _mm256_set1_epi16(FX_MANT_MAX), mmin = _mm256_set1_epi16(-FX_MANT_MAX);
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i amax = _mm256_set1_epi16(INT16_MIN), amin = _mm256_set1_epi16(INT16_MAX);
+    __m256i qmax = zero;
+    int64_t nsat = 0, nuf = 0;
+    const int64_t whole = n / 16 * 16;
+    for (int64_t i = 0; i < whole; i += 16) {
+        const __m256i va = _mm256_loadu_si256((const void *)(p->a + i));
+        const __m256i c =
+            tie ? _mm256_add_epi16(c0, _mm256_and_si256(_mm256_add_epi16(va, bfv), one)) : c0;
+        const __m256i sat = _mm256_or_si256(_mm256_cmpgt_epi16(va, _mm256_subs_epi16(mmax, c)),
+                                            _mm256_cmpgt_epi16(_mm256_subs_epi16(mmin, c), va));
+        const __m256i q =
+            _mm256_max_epi16(_mm256_min_epi16(_mm256_adds_epi16(va, c), mmax), mmin);
+        /* two mask bits per int16 lane */
+        if (rem != 0)
+            nuf += __builtin_popcount((unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi16(q, zero))) / 2;
+        nsat += __builtin_popcount((unsigned)_mm256_movemask_epi8(sat)) / 2;
+        amax = _mm256_max_epi16(amax, va);
+        amin = _mm256_min_epi16(amin, va);
+        qmax = _mm256_max_epi16(qmax, _mm256_abs_epi16(q));
+        if (dst) _mm256_storeu_si256((__m256i *)(dst + i), q);
+    }
+    fx_qstats_init(st);
+    if (whole > 0) {
+        int16_t hi[16], lo[16], qm[16];
+        _mm256_storeu_si256((__m256i *)hi, amax);
+        _mm256_storeu_si256((__m256i *)lo, amin);
+        _mm256_storeu_si256((__m256i *)qm, qmax);
+        int32_t ah = INT16_MIN, al = INT16_MAX, qo = 0;
+        for (int l = 0; l < 16; l++) {
+            ah = hi[l] > ah ? hi[l] : ah;
+            al = lo[l] < al ? lo[l] : al;
+            qo = qm[l] > qo ? qm[l] : qo;
+        }
+        const int64_t vh = llabs((int64_t)ah * (1 << s) + b), vl = llabs((int64_t)al * (1 << s) + b);
+        st->saturated = nsat;
+        st->underflow = nuf;
+        st->max_abs_in = (double)(vh > vl ? vh : vl);
+        st->max_abs_out = qo;
+    }
+    if (whole < n) {
+        const fx_sum2 q = fx_s2_from(p, whole);
+        fx_qstats part;
+        fx_flex_sum2_quant_scalar(&q, n - whole, dst ? dst + whole : NULL, s, &part);
+        fx_qstats_merge(st, &part);
+    }
+}
+
 void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                              fx_qstats *st)
 {
+    if (!p->gate && !p->b_inc && !p->negate_b && p->sb == 0 && shift == p->sa) {
+        fx_sum2_quant_bias16_avx2(p, n, dst, st);
+        return;
+    }
     const fx_shift32 sh = fx_shift32_of(shift);
     fx_s2q_avx2 c;
     c.right = sh.right;
