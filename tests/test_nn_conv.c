@@ -70,6 +70,9 @@ static const conv_case CASES[] = {
      * down with 1 across, whose tiles skip rows of the input */
     {"N=1 4x4 3x3 pad 1, 16 -> 16", 1, 16, 4, 4, 16, 3, 3, 1, 1, 1, 1, 1, 1, 0},
     {"3x3 stride (2,1) pad 1, 16 -> 16", 2, 16, 9, 12, 16, 3, 3, 2, 1, 1, 1, 1, 1, 0},
+    /* 2,500 values per patch: two K blocks of the AMX kernel (32 tiles of 64, then 8), whose
+     * weights the forward packs once for all chunks, and 20 outputs (a part column panel) */
+    {"5x5 100 -> 20, two AMX K blocks", 2, 100, 6, 5, 20, 5, 5, 1, 1, 2, 2, 1, 1, 0},
 };
 
 typedef struct {

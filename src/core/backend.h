@@ -84,6 +84,11 @@ typedef struct fx_op_call {
      * kernel's tiles by fx_bf16_amx_pack_b (src/bf16/bf16_gemm.h; a convolution's weights,
      * packed once for all its chunks), 64-byte aligned; NULL: the kernel packs in[1] */
     const uint16_t *b_amx;
+    /* Optional, integer MATMUL on the AMX kernel (src/flex/gemm_i16_amx.c): in[1] already
+     * packed in that kernel's byte tiles by fx_gemm_i16_amx_pack_b (src/flex/flex_kernels.h; a
+     * convolution's weights, packed once for all its chunks), 64-byte aligned. Used where the
+     * kernel streams A's rows; NULL, or any other kernel: in[1] is packed from its values. */
+    const int8_t *b_amx_i16;
     /* Optional, integer MATMUL: in[1] already packed for the split or wrap kernel by
      * fx_gemm_i16_split_b (src/flex/gemm_i16.h) for b_split_nr columns per panel in layout
      * b_split_layout; set only when the backend's gemm.i16_panel_nr equals b_split_nr, and

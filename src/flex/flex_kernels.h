@@ -105,6 +105,12 @@ int fx_flex_matmul_avx512vnni(const fx_op_call *c); /* vpdpwssd */
  * CPU's amx_int8 and the kernel's permission, asked once), and the tile products' rate in
  * operations per second of the calling thread's CPU time (only where usable). */
 int fx_flex_matmul_amx(const fx_op_call *c);
+/* B (K x N int16, strides sbk and sbn) packed once in that kernel's byte tiles, for many
+ * products with it (fx_op_call.b_amx_i16): fx_gemm_i16_amx_b_bytes(K, N) bytes at bpk,
+ * 64-byte aligned. AVX-512 code: call only where the AMX kernel runs. */
+int64_t fx_gemm_i16_amx_b_bytes(int64_t K, int64_t N);
+void fx_gemm_i16_amx_pack_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N,
+                            int8_t *bpk);
 int fx_amx_int8_usable(const fx_cpu_features *cpu);
 double fx_amx_int8_rate(long iters, int reps);
 /* The register tile of the AVX-512 integer MATMUL kernels: the A panel height and pre-split B

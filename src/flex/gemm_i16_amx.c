@@ -120,6 +120,8 @@ typedef struct {
     /* or A's packed tiles on demand (fx_op_call.a_tiles), which the source writes itself */
     void (*a_tiles)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int8_t *ap);
     const void *a_tiles_ctx;
+    /* B packed beforehand (fx_gemm_i16_amx_pack_b), or NULL */
+    const int8_t *b_pre;
 } amx_i16_job;
 
 
@@ -468,7 +470,8 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
 {
     const int64_t mq = (j->M + 15) / 16, ns = (j->N + 15) / 16;
     const size_t panel = (size_t)kbt * PAIR_BYTES;
-    int8_t *bpk = aligned_alloc(64, (size_t)ns * panel);
+    /* B packed beforehand: every K block's panels, one block after another */
+    int8_t *bpk = j->b_pre ? NULL : aligned_alloc(64, (size_t)ns * panel);
     int8_t *apk = aligned_alloc(64, (size_t)nt * panel);
     /* rows on demand (unless their source writes the tiles itself): 16 staging rows per thread
      * with the slack a_rows may write into */
@@ -476,7 +479,7 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
     j->rows_ld = staged ? (kbt * KT + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
     const size_t stage_n = (size_t)(16 * j->rows_ld);
     int16_t *stages = staged ? malloc((size_t)nt * stage_n * sizeof(int16_t)) : NULL;
-    if (!bpk || !apk || (staged && !stages)) {
+    if ((!bpk && !j->b_pre) || !apk || (staged && !stages)) {
         free(bpk);
         free(apk);
         free(stages);
@@ -503,12 +506,15 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
         for (int64_t t0 = 0; t0 < j->nkt; t0 += kbt) {
             const int64_t t1 = j->nkt - t0 < kbt ? j->nkt : t0 + kbt;
             uint64_t *last = t1 == j->nkt ? &imax : NULL;
+            const int8_t *bk = j->b_pre ? j->b_pre + (size_t)(t0 / kbt * ns) * panel : bpk;
+            if (!j->b_pre) {
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (int64_t g = 0; g < ng; g++) {
-                const int64_t s0 = g * G, s1 = ns - s0 < G ? ns : s0 + G;
-                pack_b_group(j, s0, s1, t0, t1, panel, bpk + s0 * panel);
+                for (int64_t g = 0; g < ng; g++) {
+                    const int64_t s0 = g * G, s1 = ns - s0 < G ? ns : s0 + G;
+                    pack_b_group(j, s0, s1, t0, t1, panel, bpk + s0 * panel);
+                }
             }
             if (mq >= nt) {
                 for (int64_t s0 = 0; s0 < ns; s0 += nsb) {
@@ -519,7 +525,7 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
                     for (int64_t q = 0; q < mq; q++) {
                         pack_a_rows(j, q, t0, t1, stage, ap);
                         for (int64_t s = s0; s < s1; s++)
-                            amx_i16_block(j, ap, bpk + s * panel, q, s, t0, t1, t0 > 0, last);
+                            amx_i16_block(j, ap, bk + s * panel, q, s, t0, t1, t0 > 0, last);
                     }
                 }
             } else { /* fewer row panels than threads: the threads share a row's blocks */
@@ -529,7 +535,7 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
 #pragma omp for schedule(static)
 #endif
                     for (int64_t s = 0; s < ns; s++)
-                        amx_i16_block(j, ap, bpk + s * panel, q, s, t0, t1, t0 > 0, last);
+                        amx_i16_block(j, ap, bk + s * panel, q, s, t0, t1, t0 > 0, last);
                 }
             }
         }
@@ -601,6 +607,33 @@ static int amx_cols_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
     return FX_OK;
 }
 
+/* K tiles per K block for a product of depth K (both schedules and the pre-packed B) */
+static int64_t amx_kb_tiles(int64_t K)
+{
+    const int64_t nkt = (K + KT - 1) / KT;
+    return nkt < FX_AMX_I16_KB_TILES ? nkt : FX_AMX_I16_KB_TILES;
+}
+
+int64_t fx_gemm_i16_amx_b_bytes(int64_t K, int64_t N)
+{
+    const int64_t nkt = (K + KT - 1) / KT, kbt = amx_kb_tiles(K);
+    return (nkt + kbt - 1) / kbt * ((N + 15) / 16) * kbt * PAIR_BYTES;
+}
+
+/* The layout amx_rows_streamed reads: K block b's column panels s at
+ * bpk + (b ns + s) kbt PAIR_BYTES, tiles as pack_b_group writes them. */
+void fx_gemm_i16_amx_pack_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N,
+                            int8_t *bpk)
+{
+    const amx_i16_job j = {.b = b, .sbk = sbk, .sbn = sbn, .K = K, .N = N, .nkt = (K + KT - 1) / KT};
+    const int64_t kbt = amx_kb_tiles(K), ns = (N + 15) / 16;
+    const size_t panel = (size_t)kbt * PAIR_BYTES;
+    for (int64_t t0 = 0; t0 < j.nkt; t0 += kbt) {
+        const int64_t t1 = j.nkt - t0 < kbt ? j.nkt : t0 + kbt;
+        pack_b_group(&j, 0, ns, t0, t1, panel, bpk + (size_t)(t0 / kbt * ns) * panel);
+    }
+}
+
 int fx_flex_matmul_amx(const fx_op_call *c)
 {
     if (!amx_i16_takes(c)) return fx_flex_matmul_avx512vnni(c);
@@ -626,11 +659,13 @@ int fx_flex_matmul_amx(const fx_op_call *c)
     const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
                        ? c->nthreads
                        : 1;
-    const int64_t kbt = j.nkt < FX_AMX_I16_KB_TILES ? j.nkt : FX_AMX_I16_KB_TILES;
+    const int64_t kbt = amx_kb_tiles(K);
     uint64_t imax = 0;
     /* the larger operand streams: it is read from memory once, a panel at a time */
-    const int rc = N > M && !c->a_rows ? amx_cols_streamed(&j, nt, kbt, &imax)
-                                       : amx_rows_streamed(&j, nt, kbt, &imax);
+    const int cols = N > M && !c->a_rows;
+    j.b_pre = cols ? NULL : c->b_amx_i16; /* the columns' schedule packs B's panels itself */
+    const int rc = cols ? amx_cols_streamed(&j, nt, kbt, &imax)
+                        : amx_rows_streamed(&j, nt, kbt, &imax);
     if (rc) return rc;
     if (c->out_imax && c->out_imax_known) {
         *c->out_imax = imax;

@@ -41,6 +41,7 @@
 #include "im2col.h"
 #include "conv_panels.h"
 #include "../bf16/bf16_gemm.h"
+#include "../flex/flex_kernels.h" /* fx_gemm_i16_amx_pack_b */
 #include "../flex/gemm_i16.h"
 #include "../core/compose.h"
 #include "../core/profile_counters.h"
@@ -294,6 +295,7 @@ typedef struct conv_prepacked {
     void (*a_tiles)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int8_t *ap);
     const void *a_tiles_ctx;
     const uint16_t *b_amx; /* bf16 weights packed once for the AMX route, or NULL */
+    const int8_t *b_amx_i16; /* int16 weights packed once for the AMX kernel, or NULL */
 } conv_prepacked;
 
 /* out = a x b with the active backend's GEMM kernel, on nthreads threads: int16 operands into
@@ -343,6 +345,7 @@ static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b
             c.a_tiles_ctx = pp->a_tiles_ctx;
         }
         c.b_amx = pp->b_amx;
+        c.b_amx_i16 = pp->b_amx_i16;
     }
     return k(&c);
 }
@@ -759,6 +762,19 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             fx_bf16_amx_pack_b(wo.data, wb.strides[0], wb.strides[1], CKK, g.O, bamx);
         }
     }
+    /* integer compute on the AMX kernel likewise: the weights in its byte tiles once (each
+     * chunk's GEMM would split and pack the same B again: about 5 % of the CNN's input
+     * gradient, whose B is 1600 x 32) */
+    int8_t *bamx16 = NULL;
+    if (plain_i16 && row_src) {
+        const fx_operand wb = conv_op2d(&cc, wdata, wo.exp, g.O, CKK, CKK, 1);
+        bamx16 = fx_scratch_alloc(&s, fx_gemm_i16_amx_b_bytes(CKK, g.O) + 64, 1);
+        if (bamx16) { /* 64-byte aligned (else: packed per chunk) */
+            bamx16 += (64 - ((uintptr_t)bamx16 & 63)) & 63;
+            fx_gemm_i16_amx_pack_b((const int16_t *)wb.data, wb.strides[0], wb.strides[1], CKK,
+                                   g.O, bamx16);
+        }
+    }
     FX_CONV_PARALLEL_FOR
     for (int64_t ch = 0; ch < plan.nchunks; ch++) {
         const int tid = FX_CONV_THREAD_ID();
@@ -769,7 +785,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         char *myxp = xp + (size_t)(tid * xp_n) * esz;
         /* the chunk's A: panels built from the padded input, rows the GEMM gathers from it,
          * or the patch matrix; the same GEMM call for all */
-        conv_prepacked pp = {.b_split = wsplit, .b_nr = b_nr, .b_layout = b_layout, .b_amx = bamx};
+        conv_prepacked pp = {.b_split = wsplit, .b_nr = b_nr, .b_layout = b_layout, .b_amx = bamx,
+                             .b_amx_i16 = bamx16};
         char *myxq = xq ? xq + (size_t)(tid * xp_n) * esz : NULL;
         const fx_conv_rows rows = {&g, (const int16_t *)(const void *)(myxq ? myxq : myxp), goff,
                                    myxq != NULL};
