@@ -32,27 +32,31 @@ void fx_conv_byte_planes_avx512(const int16_t *x, int64_t n, int8_t *hi, int8_t 
     }
 }
 
-/* The next n (1..64) values of the walk into bytes 0 .. n-1 of *vh and *vl (zero beyond): one
- * masked load per run met. A masked load reads only its unmasked bytes, and the planes have
+/* The runs of consecutive taps that the n (1..64) values of the walk from its position meet,
+ * as a byte mask of the tile row and a source offset from the pixel's base each (the row's
+ * byte pos reads plane[base + off]): the same for every row, whose pixels differ only in
+ * their base. A masked load reads only its unmasked bytes, and the planes have
  * FX_CONV_TILES_SLACK bytes of room on both sides, so even the addresses below a run's start
- * that the shifted masks imply stay inside the allocation. */
-static inline void walk_take(const fx_conv_geom *g, const int8_t *hi, const int8_t *lo,
-                             int64_t n, fx_row_walk *w, __m512i *vh, __m512i *vl)
+ * that the shifted masks imply stay inside the allocation. Returns the number of runs. */
+static inline int walk_runs(const fx_conv_geom *g, int64_t n, fx_row_walk *w, __mmask64 *rmask,
+                            int64_t *roff)
 {
-    *vh = _mm512_setzero_si512();
-    *vl = _mm512_setzero_si512();
-    for (int64_t pos = 0; pos < n;) {
+    int nr = 0;
+    for (int64_t pos = 0; pos < n; nr++) {
         if (w->left == 0) fx_row_walk_next_run(g, w);
         const int64_t len = w->left < n - pos ? w->left : n - pos;
-        const __mmask64 m = (len >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << len) - 1)) << pos;
-        *vh = _mm512_mask_loadu_epi8(*vh, m, hi + w->off - pos);
-        *vl = _mm512_mask_loadu_epi8(*vl, m, lo + w->off - pos);
+        rmask[nr] = (len >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << len) - 1)) << pos;
+        roff[nr] = w->off - pos;
         w->off += len;
         w->left -= len;
         pos += len;
     }
+    return nr;
 }
 
+/* Per 64-value tile, the runs it meets are found once (walk_runs), and each of the 16 rows is
+ * then one masked load per run and plane at its pixel's base: the walk itself is the same for
+ * every row, so it is not repeated per row. */
 void fx_conv_tiles_i16_avx512(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc,
                               int8_t *ap)
 {
@@ -60,32 +64,37 @@ void fx_conv_tiles_i16_avx512(const void *ctx, int64_t i0, int m, int64_t k0, in
     const fx_conv_geom *g = ct->g;
     const int64_t C = g->C, Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph, P = g->OH * g->OW;
     const int64_t nt = (kc + KT - 1) / KT, k1 = k0 + kc;
+    int64_t base[16];
     int64_t n = i0 / P, p = i0 % P, oh = p / g->OW, ow = p % g->OW;
-    for (int r = 0; r < 16; r++) {
-        if (r >= m) {
-            for (int64_t t = 0; t < nt; t++) {
-                _mm512_storeu_si512((void *)(ap + t * PAIR_BYTES + r * KT), _mm512_setzero_si512());
-                _mm512_storeu_si512((void *)(ap + t * PAIR_BYTES + TILE_BYTES + r * KT),
-                                    _mm512_setzero_si512());
-            }
-            continue;
-        }
-        const int64_t base = ((n * Hp + oh * g->sh) * Wp + ow * g->sw) * C;
-        fx_row_walk w;
-        fx_row_walk_start(g, k0, &w);
-        for (int64_t t = 0; t < nt; t++) {
-            const int64_t kb = k0 + t * KT, len = k1 - kb < KT ? k1 - kb : KT;
-            __m512i vh, vl;
-            walk_take(g, ct->hi + base, ct->lo + base, len, &w, &vh, &vl);
-            _mm512_storeu_si512((void *)(ap + t * PAIR_BYTES + r * KT), vh);
-            _mm512_storeu_si512((void *)(ap + t * PAIR_BYTES + TILE_BYTES + r * KT), vl);
-        }
+    for (int r = 0; r < m; r++) {
+        base[r] = ((n * Hp + oh * g->sh) * Wp + ow * g->sw) * C;
         if (++ow == g->OW) {
             ow = 0;
             if (++oh == g->OH) {
                 oh = 0;
                 n++;
             }
+        }
+    }
+    fx_row_walk w;
+    fx_row_walk_start(g, k0, &w);
+    for (int64_t t = 0; t < nt; t++) {
+        const int64_t kb = k0 + t * KT, len = k1 - kb < KT ? k1 - kb : KT;
+        __mmask64 rmask[KT];
+        int64_t roff[KT];
+        const int nr = walk_runs(g, len, &w, rmask, roff);
+        int8_t *th = ap + t * PAIR_BYTES, *tl = th + TILE_BYTES;
+        for (int r = 0; r < 16; r++) {
+            __m512i vh = _mm512_setzero_si512(), vl = _mm512_setzero_si512();
+            if (r < m) {
+                const int8_t *hi = ct->hi + base[r], *lo = ct->lo + base[r];
+                for (int q = 0; q < nr; q++) {
+                    vh = _mm512_mask_loadu_epi8(vh, rmask[q], hi + roff[q]);
+                    vl = _mm512_mask_loadu_epi8(vl, rmask[q], lo + roff[q]);
+                }
+            }
+            _mm512_storeu_si512((void *)(th + r * KT), vh);
+            _mm512_storeu_si512((void *)(tl + r * KT), vl);
         }
     }
 }
