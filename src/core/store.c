@@ -215,7 +215,8 @@ static void fx_shared_commit(fx_storage *st, int64_t index, int64_t period,
                              const fx_shared_outcome *o, double true_max)
 {
     st->af = o->af;
-    const int missed = st->fmt == FMT_DFP16 ? o->e != st->exp : o->recomputed;
+    /* a first write's guess was the initial exponent, not a prediction: no miss */
+    const int missed = index > 0 && (st->fmt == FMT_DFP16 ? o->e != st->exp : o->recomputed);
     st->guess_missed = (st->guess_missed << 1) | (uint32_t)missed;
     st->exp = o->e;
     fx_write_shared_account(st, index, period, o->e, o->clamped, o->overflowed, o->recomputed,
