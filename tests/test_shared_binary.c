@@ -295,6 +295,94 @@ static void check_gated(fmt_t fo, fmt_t fx, const int64_t *shape, test_rng *r)
     tensor_free(d2);
 }
 
+/* u = t + bias and y = relu(u) in one pass (fx_shared_add_relu) against tensor_add and then
+ * tensor_relu into twin outputs with the same history: the same mantissas, exponents,
+ * statistics and trace records of both writes, over scales that make u's and y's guesses
+ * wrong now and then (a jump overflows and recomputes a FLEX16_5 output; a bias that
+ * dominates, or a t whose positive part is small, moves relu's exponent below u's), with the
+ * per-channel bias of a convolution or the per-column one of a linear layer. */
+static void check_add_relu(fmt_t fu, fmt_t fy, int ndim, const int64_t *shape, int bnd,
+                           const int64_t *bshape, test_rng *r)
+{
+    tensor_t *t = tensor_new(FMT_FLEX16_5, ndim, shape), *b = tensor_new(FMT_DFP16, bnd, bshape);
+    tensor_t *u1 = tensor_new(fu, ndim, shape), *u2 = tensor_new(fu, ndim, shape);
+    tensor_t *y1 = tensor_new(fy, ndim, shape), *y2 = tensor_new(fy, ndim, shape);
+    tensor_t *all[4] = {u1, u2, y1, y2};
+    for (int i = 0; i < 4; i++) tensor_trace_enable(all[i], 1);
+    const double st[] = {1.0, 1.0, 1.0, 200.0, 1.0, 1.0, 1e-3, 1.0, 1.0};
+    const double sb[] = {0.1, 0.1, 0.1, 0.1, 3.0, 1e-4, 1.0, 0.1, 0.1};
+    int reused = 0;
+    for (int step = 0; step < 9; step++) {
+        fill(t, st[step], r);
+        fill(b, sb[step], r);
+        if (step == 4) { /* mostly negative t: relu's maximum falls below u's */
+            float *v = malloc((size_t)tensor_numel(t) * sizeof *v);
+            CHECK_STATUS(tensor_to_f32(t, v), FX_OK);
+            for (int64_t i = 0; i < tensor_numel(t); i++) v[i] = v[i] > 0 ? 0.01f * v[i] : v[i];
+            CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
+            free(v);
+        }
+        const int64_t taken0 = fx_shared_binary_taken(), fused0 = fx_shared_binary_fused();
+        int rc = fx_shared_add_relu(u1, y1, t, b);
+        /* declined: before a FLEX16_5 output's first write (its exponent is guessed only from
+         * then on), and where t and b are more than 15 binades apart (tensor_add's own route
+         * declines those); the trainer then makes the two writes op by op */
+        const int gap = abs(tensor_exp(t) - tensor_exp(b));
+        const int may_decline = gap > 15 || (step == 0 && (fu == FMT_FLEX16_5 || fy == FMT_FLEX16_5));
+        CHECK(rc == FX_OK || (may_decline && rc == FX_SHARED_BINARY_NOT_TAKEN),
+              "add+relu step %d (gap %d): status %d", step, gap, rc);
+        CHECK(gap <= 15 || rc == FX_SHARED_BINARY_NOT_TAKEN, "add+relu step %d: gap %d taken",
+              step, gap);
+        if (rc == FX_SHARED_BINARY_NOT_TAKEN) {
+            CHECK(fx_shared_binary_taken() == taken0, "a declined add+relu took an op");
+            CHECK_STATUS(tensor_add(u1, t, b), FX_OK);
+            CHECK_STATUS(tensor_relu(y1, u1), FX_OK);
+        } else if (rc != FX_OK) {
+            break;
+        } else {
+            CHECK(fx_shared_binary_taken() - taken0 == 2, "add+relu step %d: %lld ops taken here",
+                  step, (long long)(fx_shared_binary_taken() - taken0));
+        }
+        reused += fx_shared_binary_fused() - fused0 == 2;
+        CHECK_STATUS(tensor_add(u2, t, b), FX_OK);
+        CHECK_STATUS(tensor_relu(y2, u2), FX_OK);
+        if (!same_tensor(u1, u2, "add+relu: u", step) || !same_tensor(y1, y2, "add+relu: y", step))
+            break;
+    }
+    CHECK(reused > 0, "add+relu into fmt %d/%d: no step reused both early roundings", (int)fu,
+          (int)fy);
+    tensor_free(t);
+    tensor_free(b);
+    for (int i = 0; i < 4; i++) tensor_free(all[i]);
+}
+
+/* fx_shared_add_relu declines (nothing written, no state changed) where one of the two ops
+ * would not be taken here; then the two ops run as usual. */
+static void check_add_relu_declined(test_rng *r)
+{
+    const int64_t s[4] = {2, 3, 5, 7}, c[3] = {3, 1, 1};
+    tensor_t *t = tensor_new(FMT_FLEX16_5, 4, s), *b = tensor_new(FMT_FLEX16_5, 3, c);
+    tensor_t *u = tensor_new(FMT_DFP16, 4, s), *y = tensor_new(FMT_DFP16, 4, s);
+    tensor_t *f = tensor_new(FMT_FP32, 4, s);
+    fill(t, 1.0, r);
+    fill(b, 0.1, r);
+    fill(y, 5.0, r);
+    const int16_t *yd = tensor_data(y);
+    const int16_t y0 = yd[0];
+    const int e0 = tensor_exp(y);
+    /* y in t's storage, u in y's, and a float y */
+    CHECK(fx_shared_add_relu(u, t, t, b) == FX_SHARED_BINARY_NOT_TAKEN, "y = t was taken");
+    CHECK(fx_shared_add_relu(u, u, t, b) == FX_SHARED_BINARY_NOT_TAKEN, "y = u was taken");
+    CHECK(fx_shared_add_relu(u, f, t, b) == FX_SHARED_BINARY_NOT_TAKEN, "fp32 y was taken");
+    CHECK(yd[0] == y0 && tensor_exp(y) == e0 && tensor_trace_len(y) == 0,
+          "a declined add+relu touched y");
+    tensor_free(t);
+    tensor_free(b);
+    tensor_free(u);
+    tensor_free(y);
+    tensor_free(f);
+}
+
 static void check_not_taken(test_rng *r)
 {
     /* in place: out = a + b, both routes through the dispatcher */
@@ -386,6 +474,16 @@ int main(void)
         check_gated(FMT_DFP16, FMT_FLEX16_5, nchw, &r);
         check_gated(FMT_FLEX16_5, FMT_DFP16, big, &r);
         check_not_taken(&r);
+        const int64_t conv_s[4] = {4, 8, 20, 20}, conv_b[3] = {8, 1, 1};
+        const int64_t lin_s[2] = {64, 40}, lin_b[1] = {40};
+        for (int nt = 1; nt <= 2; nt++) {
+            flexpoint_set_num_threads(nt);
+            check_add_relu(FMT_FLEX16_5, FMT_FLEX16_5, 4, conv_s, 3, conv_b, &r);
+            check_add_relu(FMT_DFP16, FMT_DFP16, 4, conv_s, 3, conv_b, &r);
+            check_add_relu(FMT_FLEX16_5, FMT_DFP16, 2, lin_s, 1, lin_b, &r);
+            check_add_relu(FMT_DFP16, FMT_FLEX16_5, 4, large, 3, large_c, &r);
+        }
+        check_add_relu_declined(&r);
     }
     flexpoint_set_num_threads(0);
     return test_finish("test_shared_binary");

@@ -147,13 +147,35 @@ static int fx_sb_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_q
  * message). A failure point added there must turn this path off. The early pass counts as
  * rounding in a profile, as the write's own rounding does. (For ReLU and the bias adds of a
  * FLEX16_5 CNN the maximum pass was about 3 % of a step.) */
-static int fx_sb_write(tensor_t *out, fx_sb_plan *p, const char *func)
+/* The plan's work units and threads, no early rounding yet; counts the op as taken here. */
+static void fx_sb_prepare(fx_sb_plan *p)
 {
     p->units = (p->n + p->inner - 1) / p->inner;
     p->nt = p->n >= FX_SB_PAR_MIN ? flexpoint_num_threads() : 1;
     p->fused_e = FX_EXP_NONE;
     flexpoint_clear_error(); /* as the dispatcher does before its kernel */
     __atomic_fetch_add(&fx_sb_taken, 1, __ATOMIC_RELAXED);
+}
+
+/* The write of the planned values, whose largest |value| (at exponent ec) is imax; where
+ * p->fused_e is set, out already holds their rounding there and p->fused_q its statistics. */
+static int fx_sb_decide(tensor_t *out, fx_sb_plan *p, uint32_t imax, const char *func)
+{
+    fx_shared_src src;
+    memset(&src, 0, sizeof src);
+    src.kind = FX_STAGE_I64; /* exact integers at exponent ec, as the dispatcher's stage */
+    src.exp = p->ec;
+    src.imax = imax;
+    src.true_max = ldexp((double)imax, p->ec);
+    src.nonfinite = 0;
+    src.ctx = p;
+    src.quantize = fx_sb_quantize;
+    return fx_write_shared_with(out, &src, func);
+}
+
+static int fx_sb_write(tensor_t *out, fx_sb_plan *p, const char *func)
+{
+    fx_sb_prepare(p);
     uint32_t imax;
     int e;
     if (!out->st->dist && fx_write_shared_guess_exp(out, &e)) {
@@ -167,16 +189,7 @@ static int fx_sb_write(tensor_t *out, fx_sb_plan *p, const char *func)
     } else {
         imax = fx_sb_maxabs(p);
     }
-    fx_shared_src src;
-    memset(&src, 0, sizeof src);
-    src.kind = FX_STAGE_I64; /* exact integers at exponent ec, as the dispatcher's stage */
-    src.exp = p->ec;
-    src.imax = imax;
-    src.true_max = ldexp((double)imax, p->ec);
-    src.nonfinite = 0;
-    src.ctx = p;
-    src.quantize = fx_sb_quantize;
-    return fx_write_shared_with(out, &src, func);
+    return fx_sb_decide(out, p, imax, func);
 }
 
 /* What both ops need: the path on, FLEX16_5/DFP16 host tensors, out whole and sharing storage
@@ -202,13 +215,14 @@ static bool fx_sb_begin(fx_sb_plan *p, tensor_t *out, const tensor_t *a, const t
     return p->n > 0 && p->be->cvt.sum2_maxabs && p->be->cvt.sum2_quant;
 }
 
-int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b)
+/* The plan of out = a op b (add or sub), or false where this file does not take it. */
+static bool fx_sb_plan_binary(fx_sb_plan *pp, fx_op op, tensor_t *out, const tensor_t *a,
+                              const tensor_t *b)
 {
     fx_sb_plan p;
-    if ((op != FX_OP_ADD && op != FX_OP_SUB) || !fx_sb_begin(&p, out, a, b))
-        return FX_SHARED_BINARY_NOT_TAKEN;
+    if ((op != FX_OP_ADD && op != FX_OP_SUB) || !fx_sb_begin(&p, out, a, b)) return false;
     const int ea = a->st->exp, eb = b->st->exp;
-    if (ea - eb > FX_SB_MAX_GAP || eb - ea > FX_SB_MAX_GAP) return FX_SHARED_BINARY_NOT_TAKEN;
+    if (ea - eb > FX_SB_MAX_GAP || eb - ea > FX_SB_MAX_GAP) return false;
     const int64_t n = p.n;
     p.b = fx_tensor_base(b);
     p.ec = ea < eb ? ea : eb;
@@ -229,25 +243,115 @@ int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t 
             p.inner = C;
             p.b_period = C;
         } else {
-            return FX_SHARED_BINARY_NOT_TAKEN;
+            return false;
         }
     } else {
-        return FX_SHARED_BINARY_NOT_TAKEN;
+        return false;
     }
+    *pp = p;
+    return true;
+}
+
+int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b)
+{
+    fx_sb_plan p;
+    if (!fx_sb_plan_binary(&p, op, out, a, b)) return FX_SHARED_BINARY_NOT_TAKEN;
     return fx_sb_write(out, &p, op == FX_OP_ADD ? "tensor_add" : "tensor_sub");
+}
+
+static const int16_t fx_sb_zero = 0;
+
+/* The plan of out = a where gate > 0, else 0, or false where this file does not take it. */
+static bool fx_sb_plan_gated(fx_sb_plan *p, tensor_t *out, const tensor_t *a,
+                             const tensor_t *gate)
+{
+    if (!fx_sb_begin(p, out, a, gate) || !fx_shape_is(gate, out->ndim, out->shape)) return false;
+    p->b = &fx_sb_zero; /* a + 0 at a's exponent, gated */
+    p->gate = fx_tensor_base(gate);
+    p->ec = a->st->exp;
+    p->inner = FX_SB_CHUNK;
+    p->per_plane = 1; /* one b value (0) for every unit */
+    p->C = 1;
+    return true;
 }
 
 int fx_shared_gated(tensor_t *out, const tensor_t *a, const tensor_t *gate, const char *func)
 {
     fx_sb_plan p;
-    if (!fx_sb_begin(&p, out, a, gate) || !fx_shape_is(gate, out->ndim, out->shape))
-        return FX_SHARED_BINARY_NOT_TAKEN;
-    static const int16_t zero = 0;
-    p.b = &zero; /* a + 0 at a's exponent, gated */
-    p.gate = fx_tensor_base(gate);
-    p.ec = a->st->exp;
-    p.inner = FX_SB_CHUNK;
-    p.per_plane = 1; /* one b value (0) for every unit */
-    p.C = 1;
+    if (!fx_sb_plan_gated(&p, out, a, gate)) return FX_SHARED_BINARY_NOT_TAKEN;
     return fx_sb_write(out, &p, func);
+}
+
+/* Documented in shared_binary.h. One pass over u's work units rounds u = t + bias at u's
+ * guessed exponent into u and, while the unit is in cache, y = relu(u) at y's guessed exponent
+ * into y; then u's write decides, and y's. Each is the write its own op would make: the same
+ * plans (fx_sb_plan_binary, fx_sb_plan_gated), the same statistics of the same roundings, the
+ * same decision (fx_sb_decide). Where u's write keeps its guess, y's early values are relu(u)
+ * and its write reuses them unless it picks another exponent (then it rounds again from u, as
+ * tensor_relu would). Where u's write picks another exponent, u is rounded again and y is
+ * written by tensor_relu itself. y is written before either write decides: safe for the
+ * reason fx_sb_write gives (neither write can fail) and because y is then always written
+ * again, or kept, by a write that completes. */
+int fx_shared_add_relu(tensor_t *u, tensor_t *y, const tensor_t *t, const tensor_t *bias)
+{
+    fx_sb_plan pu, py;
+    if (!fx_sb_enabled() || !u || !y || !t || !bias) return FX_SHARED_BINARY_NOT_TAKEN;
+    /* the plans take only shapes that fit (u of t's shape, bias of it or per channel / column) */
+    if (!fx_sb_plan_binary(&pu, FX_OP_ADD, u, t, bias) || !fx_sb_plan_gated(&py, y, u, u) ||
+        y->st == t->st || y->st == bias->st)
+        return FX_SHARED_BINARY_NOT_TAKEN;
+    int eu, ey;
+    if (u->st->dist || y->st->dist || !fx_write_shared_guess_exp(u, &eu) ||
+        !fx_write_shared_guess_exp(y, &ey))
+        return FX_SHARED_BINARY_NOT_TAKEN;
+    fx_sb_prepare(&pu);
+    fx_qstats qu, qy;
+    fx_qstats_init(&qu);
+    fx_qstats_init(&qy);
+    int16_t *ud = pu.dst, *yd = py.dst;
+    fx_prof_span sp;
+    fx_prof_begin(&sp);
+    const int nt = pu.nt;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        fx_qstats mu, my;
+        fx_qstats_init(&mu);
+        fx_qstats_init(&my);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t k = 0; k < pu.units; k++) {
+            int64_t lo, len;
+            const fx_sum2 su = fx_sb_unit(&pu, k, &lo, &len);
+            fx_qstats part;
+            pu.be->cvt.sum2_quant(&su, len, ud + lo, eu - pu.ec, &part);
+            fx_qstats_merge(&mu, &part);
+            const fx_sum2 sy = {ud + lo, &fx_sb_zero, 0, 0, 0, 0, ud + lo};
+            pu.be->cvt.sum2_quant(&sy, len, yd + lo, ey - eu, &part);
+            fx_qstats_merge(&my, &part);
+        }
+#ifdef _OPENMP
+#pragma omp critical(fx_shared_binary_merge)
+#endif
+        {
+            fx_qstats_merge(&qu, &mu);
+            fx_qstats_merge(&qy, &my);
+        }
+    }
+    fx_prof_end(&sp, FX_PROF_ROUNDING);
+    __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
+    pu.fused_e = eu;
+    pu.fused_q = qu;
+    int rc = fx_sb_decide(u, &pu, (uint32_t)qu.max_abs_in, "tensor_add");
+    if (rc) return rc;
+    if (u->st->exp != eu) return tensor_relu(y, u); /* y's early values are not relu(u) */
+    if (!fx_sb_plan_gated(&py, y, u, u)) return tensor_relu(y, u); /* (cannot happen) */
+    fx_sb_prepare(&py);
+    __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
+    py.fused_e = ey;
+    py.fused_q = qy;
+    return fx_sb_decide(y, &py, (uint32_t)qy.max_abs_in, "tensor_relu");
 }

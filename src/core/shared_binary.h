@@ -19,6 +19,17 @@ int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t 
  * values (fx_write_i16). Otherwise FX_SHARED_BINARY_NOT_TAKEN (nothing written). */
 int fx_shared_gated(tensor_t *out, const tensor_t *a, const tensor_t *gate, const char *func);
 
+/* u = t + bias, then y = relu(u), as tensor_add and then tensor_relu write them (the same
+ * bits, exponents, statistics and trace records), in one pass over the data instead of two
+ * where both outputs' exponents can be guessed before the writes (fx_write_shared_guess_exp)
+ * and both ops would be taken here: FLEX16_5/DFP16 host tensors, u and y whole, distinct from
+ * each other and from the inputs, bias of u's shape or broadcast per channel or per column,
+ * exponents of t and bias at most 15 apart, no distributed storage. The status of the writes
+ * when done; FX_SHARED_BINARY_NOT_TAKEN when not taken (nothing written, no state changed,
+ * no error set: the caller runs the two ops, which report any bad argument). */
+FX_INTERNAL int fx_shared_add_relu(tensor_t *u, tensor_t *y, const tensor_t *t,
+                                   const tensor_t *bias);
+
 /* Test hook: 0 sends every add/sub (and gated write) through the dispatcher (to compare the two routes). */
 void fx_shared_binary_set_enabled(int on);
 /* Test hook: how many ops this file has done since the process started. */

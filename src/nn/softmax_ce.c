@@ -162,7 +162,7 @@ int fx_softmax_ce_rows(double *row_loss, tensor_t *dlogits, const tensor_t *logi
 {
     if (!row_loss || n_div < 1)
         return FX_FAIL(FX_EINVAL, "%s", !row_loss ? "row_loss is NULL" : "n_div must be >= 1");
-    float unused;
+    float unused = 0.0f; /* nn_ce_validate only checks that the pointer is not NULL */
     int rc = nn_ce_validate(&unused, dlogits, logits, labels, grad_scale, __func__);
     if (rc) return rc;
     fx_op_args a = ce_args(FX_OP_SOFTMAX_CE_ROWS, __func__, dlogits, logits, labels, grad_scale);

@@ -6,6 +6,7 @@
 #include "placement.h"
 #include "flexpoint_gpu.h"
 #include "../nn/pool_own.h"
+#include "../core/shared_binary.h" /* fx_shared_add_relu */
 #include "../dist/distributed.h"
 
 #include <math.h>
@@ -470,7 +471,9 @@ static int fx_init_params(fx_model *m)
 /* Fuse each convolution whose only consumer is the ReLU right after it, for the float
  * formats: the same bits (tensor_conv2d_bias_relu), two passes over the activation fewer. The
  * shared-exponent formats keep three writes, each with its own Autoflex state (fusing them
- * would change the results). FLEXPOINT_NO_FUSION=1 turns it off (to compare). */
+ * would change the results), but a convolution's or linear layer's bias add and the ReLU
+ * after it make their two writes in one pass (shared_relu: fx_shared_add_relu, the same
+ * bits). FLEXPOINT_NO_FUSION=1 turns both off (to compare). */
 static void fx_fuse_conv_relu(fx_model *m)
 {
     const char *off = getenv("FLEXPOINT_NO_FUSION");
@@ -482,6 +485,10 @@ static void fx_fuse_conv_relu(fx_model *m)
         if (c->kind == FX_L_CONV && r->kind == FX_L_RELU && r->in[0] == i && c->consumers == 1 &&
             !fmt_is_shared_exponent((fmt_t)c->fa) && c->fa == r->fa && c->fdx == r->fdx)
             c->fused_relu = r->fused_relu = 1;
+        if ((c->kind == FX_L_CONV || c->kind == FX_L_LINEAR) && c->b >= 0 &&
+            r->kind == FX_L_RELU && r->in[0] == i && fmt_is_shared_exponent((fmt_t)c->fa) &&
+            fmt_is_shared_exponent((fmt_t)r->fa))
+            c->shared_relu = r->shared_relu = 1;
     }
 }
 
@@ -810,12 +817,23 @@ static tensor_t *fx_flat_view(const tensor_t *t)
     return tensor_view_reshape(t, 2, s);
 }
 
+/* A layer's output u = t + its bias, and with shared_relu the next layer's relu(u) too. */
+static int fx_bias_add_out(fx_model *m, fx_layer *l, const tensor_t *t, int ctx)
+{
+    const tensor_t *b = m->params[l->b].w;
+    if (!l->shared_relu) return tensor_add(l->out[ctx], t, b);
+    int rc = fx_shared_add_relu(l->out[ctx], l[1].out[ctx], t, b);
+    if (rc != FX_SHARED_BINARY_NOT_TAKEN) return rc;
+    rc = tensor_add(l->out[ctx], t, b);
+    return rc ? rc : tensor_relu(l[1].out[ctx], l->out[ctx]);
+}
+
 static int fx_linear_forward(fx_model *m, fx_layer *l, const tensor_t *x, int ctx)
 {
     tensor_t *xf = fx_flat_view(x);
     tensor_t *wt = tensor_view_transpose(m->params[l->w].w, 0, 1);
     int rc = (!xf || !wt) ? FX_ENOMEM : tensor_matmul(l->tmp[ctx], xf, wt);
-    if (!rc) rc = tensor_add(l->out[ctx], l->tmp[ctx], m->params[l->b].w);
+    if (!rc) rc = fx_bias_add_out(m, l, l->tmp[ctx], ctx);
     tensor_free(xf);
     tensor_free(wt);
     return rc;
@@ -970,11 +988,12 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
         tensor_t *dst = l->b >= 0 ? l->tmp[ctx] : l->out[ctx];
         int rc = tensor_conv2d(dst, x, m->params[l->w].w, l->stride, l->stride, l->pad, l->pad,
                                1, 1);
-        if (!rc && l->b >= 0) rc = tensor_add(l->out[ctx], dst, m->params[l->b].w);
+        if (!rc && l->b >= 0) rc = fx_bias_add_out(m, l, dst, ctx);
         return rc;
     }
     case FX_L_LINEAR: return fx_linear_forward(m, l, x, ctx);
-    case FX_L_RELU: return l->fused_relu ? FX_OK : tensor_relu(l->out[ctx], x);
+    case FX_L_RELU: /* or written by the layer before it */
+        return l->fused_relu || l->shared_relu ? FX_OK : tensor_relu(l->out[ctx], x);
     case FX_L_MAXPOOL:
         return tensor_maxpool2d(l->out[ctx], training ? l->argmax : NULL, x, l->k, l->k,
                                 l->stride, l->stride, l->pad, l->pad);
