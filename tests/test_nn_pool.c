@@ -24,6 +24,7 @@
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "testutil.h"
+#include "nn/pool_own.h" /* fx_pool_unpool_planes */
 
 #include <math.h>
 #include <stdlib.h>
@@ -1069,6 +1070,93 @@ static void nan_and_ties_2x2_every_backend(void)
     CHECK_STATUS(flexpoint_set_backend(before), FX_OK);
 }
 
+/* The max-pool gradient's 2x2 vector scatter (fx_cvt_table.maxunpool2x2_u16) against the
+ * scalar backend's scatter, bit for bit, in the three 16-bit routes' formats: odd heights and
+ * widths (a last row and column no block covers), dy with the extremes of each format (fp16
+ * and bf16: -0, NaN of both signs and payloads, infinities, subnormals; int16: +-32767), and a
+ * plane one of whose indices leaves its block (legal inside the plane: that plane takes the
+ * scalar scatter). On a level that has the kernel, it must have written planes. */
+static void unpool_2x2_case(const int64_t xs[4], const int64_t ys[4])
+{
+    const int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], ny = ys[0] * ys[1] * ys[2] * ys[3];
+    const int64_t nplanes = xs[0] * xs[1], P = ys[2] * ys[3], HW = xs[2] * xs[3];
+    const fmt_t fmts[3] = {FMT_DFP16, FMT_FP16, FMT_BF16};
+    char before[64];
+    snprintf(before, sizeof before, "%s", flexpoint_backend());
+    test_rng r;
+    test_rng_seed(&r, 4242);
+    float *xv = malloc(sizeof(float) * (size_t)nx);
+    for (int64_t i = 0; i < nx; i++) xv[i] = (float)test_rng_normal(&r);
+    for (int fi = 0; fi < 3; fi++) {
+        const fmt_t f = fmts[fi];
+        uint16_t *dyb = malloc(sizeof(uint16_t) * (size_t)ny);
+        const uint16_t specials_half[8] = {0x8000, 0x7E01, 0xFC02, 0x7C00, 0xFC00, 0x0001,
+                                           0x8003, 0x3C00};
+        const uint16_t specials_bf[8] = {0x8000, 0x7FC1, 0xFF82, 0x7F80, 0xFF80, 0x0001,
+                                         0x8003, 0x3F80};
+        for (int64_t i = 0; i < ny; i++) {
+            const uint32_t u = (uint32_t)test_rng_u64(&r);
+            if (f == FMT_DFP16) /* one largest |value|, in a block the vector steps take */
+                dyb[i] = (uint16_t)(i == 1 ? (uint16_t)-32767 : u % 32001 - 16000);
+            else
+                dyb[i] = i % 3 == 0 ? (f == FMT_FP16 ? specials_half : specials_bf)[u % 8]
+                                    : (uint16_t)(u & 0xFFFF);
+        }
+        uint16_t *want = NULL;
+        for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
+            if (!flexpoint_backend_available(bi)) continue;
+            CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
+            tensor_t *x = tensor_new(f, 4, xs), *y = tensor_new(f, 4, ys);
+            tensor_t *dy = tensor_new(f, 4, ys), *dx = tensor_new(f, 4, xs);
+            int32_t *am = malloc(sizeof(int32_t) * (size_t)ny);
+            CHECK_STATUS(tensor_from_f32(x, xv), FX_OK);
+            CHECK_STATUS(tensor_maxpool2d(y, am, x, 2, 2, 2, 2, 0, 0), FX_OK);
+            CHECK_STATUS(tensor_set_raw(dy, dyb), FX_OK);
+            am[2 * P + 3] = (int32_t)(2 * HW + HW - 1); /* plane 2's output 3: its plane's last
+                                                       * cell, off its block */
+            const int64_t planes0 = fx_pool_unpool_planes();
+            CHECK_STATUS(tensor_maxpool2d_backward(dx, dy, am), FX_OK);
+            const int64_t planes = fx_pool_unpool_planes() - planes0;
+            const char *be = flexpoint_backend_name(bi);
+            CHECK(strcmp(be, "scalar") == 0 ? planes == 0 : planes == nplanes - 1,
+                  "%s %s: %lld planes by the vector scatter (%lld can be)", fmt_name(f), be,
+                  (long long)planes, (long long)(nplanes - 1));
+            uint16_t *got = malloc(sizeof(uint16_t) * (size_t)nx);
+            CHECK_STATUS(tensor_get_raw(dx, got), FX_OK);
+            /* the exact exponent follows the largest |value|, which the kernel reports */
+            CHECK(f != FMT_DFP16 || tensor_exp(dx) == tensor_exp(dy), "%s: dx at 2^%d, dy at 2^%d",
+                  flexpoint_backend_name(bi), tensor_exp(dx), tensor_exp(dy));
+            if (!want) {
+                want = got; /* the first available backend: scalar */
+            } else {
+                int64_t bad = 0;
+                for (int64_t i = 0; i < nx; i++) bad += got[i] != want[i];
+                CHECK(bad == 0, "%s %s: %lld of %lld gradient bits differ from scalar's",
+                      fmt_name(f), be, (long long)bad, (long long)nx);
+                free(got);
+            }
+            free(am);
+            tensor_free(x);
+            tensor_free(y);
+            tensor_free(dy);
+            tensor_free(dx);
+        }
+        free(want);
+        free(dyb);
+    }
+    free(xv);
+    CHECK_STATUS(flexpoint_set_backend(before), FX_OK);
+}
+
+static void unpool_2x2_every_backend(void)
+{
+    /* 5 and 17 blocks a row: inside one 8- or 16-block step, and steps with a tail */
+    const int64_t xs1[4] = {3, 4, 9, 11}, ys1[4] = {3, 4, 4, 5};
+    const int64_t xs2[4] = {2, 3, 17, 35}, ys2[4] = {2, 3, 8, 17};
+    unpool_2x2_case(xs1, ys1);
+    unpool_2x2_case(xs2, ys2);
+}
+
 int main(void)
 {
     double t0 = now_s();
@@ -1088,6 +1176,7 @@ int main(void)
         for (int f = 0; f < FMT_COUNT; f++) run_global(&GCASES[ci], (fmt_t)f, &last_backend);
     nan_and_ties_2x2();
     nan_and_ties_2x2_every_backend();
+    unpool_2x2_every_backend();
     exact_rounding();
     format_pairs();
     bad_arguments();

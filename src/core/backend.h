@@ -173,6 +173,17 @@ typedef struct fx_cvt_table {
                            int16_t *out, int32_t *idx);
     void (*maxpool2x2_f32)(const float *x, int64_t x_base, int64_t W, int64_t OH, int64_t OW,
                            float *out, int32_t *idx);
+    /* the max-pool gradient's scatter of one plane of 16-bit values whose argmax indices each
+     * lie in their own 2x2 block (output (r, c) at flat index lo + (2r + i) W + 2c + j, i, j in
+     * {0, 1}; H >= 2 OH, W >= 2 OW): dst (the plane, H x W) gets each dy value at its index
+     * and zeros elsewhere, as the portable scatter leaves it (src/nn/pool.c); half: the values
+     * are fp16/bf16 patterns, stored canonical (-0 as +0, NaN as qnan with its sign; inf and
+     * qnan of the format), else int16 mantissas, whose largest |value| raises *mx. Returns 1,
+     * or 0 at the first index outside its block (dst then holds anything; the caller scatters
+     * that plane its own way); NULL: the portable scatter */
+    int (*maxunpool2x2_u16)(const uint16_t *dy, const int32_t *idx, int64_t lo, int64_t H,
+                            int64_t W, int64_t OH, int64_t OW, int half, uint16_t inf,
+                            uint16_t qnan, uint16_t *dst, int32_t *mx);
     /* dst[j*rows + i] = src[i*cols + j] for 16-, 32- and 64-bit elements (bits moved unchanged;
      * the buffers do not overlap); NULL: the portable tiled loop (src/nn/im2col.c) */
     void (*transpose16)(const void *src, void *dst, int64_t rows, int64_t cols);

@@ -133,4 +133,5 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     /* pooling: 2x2 / stride-2 max pooling, 16 windows per step */
     b->cvt.maxpool2x2_i16 = fx_maxpool2x2_i16_avx512;
     b->cvt.maxpool2x2_f32 = fx_maxpool2x2_f32_avx512;
+    b->cvt.maxunpool2x2_u16 = fx_maxunpool2x2_u16_avx512;
 }

@@ -486,6 +486,13 @@ static int pool_bad_index(const tensor_t *dx, const int32_t *argmax, int64_t i, 
                    (long long)lo, (long long)(lo + HW), fx_shape_str(dx, b1, sizeof b1));
 }
 
+static int64_t pool_unpool_planes; /* test hook */
+
+int64_t fx_pool_unpool_planes(void)
+{
+    return __atomic_load_n(&pool_unpool_planes, __ATOMIC_RELAXED);
+}
+
 int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
 {
     tensor_t *dx = a->u.pool.out;
@@ -539,6 +546,12 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
         int met = 0;
         int32_t mx = 0; /* integer path: max |mantissa| of dy, which is that of st16 when not met */
         const int nt16 = pool_threads(nx + ny, planes);
+        /* planes whose indices each lie in their own 2x2 block (a 2x2 / stride-2 pooling's, which
+         * cannot meet): the level's vector scatter, else the loop below */
+        const int64_t H = dx->shape[2], W = dx->shape[3], OH = dy->shape[2], OW = dy->shape[3];
+        int (*unpool)(const uint16_t *, const int32_t *, int64_t, int64_t, int64_t, int64_t,
+                      int64_t, int, uint16_t, uint16_t, uint16_t *, int32_t *) =
+            2 * OH <= H && 2 * OW <= W ? fx_backend_active()->cvt.maxunpool2x2_u16 : NULL;
         (void)nt16;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt16) if (nt16 > 1) \
@@ -548,6 +561,11 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
             /* each plane's indices must stay in its plane (a plane stops at its first that
              * does not): clear it here, in cache */
             const int64_t lo = pl * HW;
+            if (unpool && unpool(d + pl * P, argmax + pl * P, lo, H, W, OH, OW, half, inf, qnan,
+                                 st16 + lo, &mx)) {
+                __atomic_fetch_add(&pool_unpool_planes, 1, __ATOMIC_RELAXED);
+                continue;
+            }
             memset(st16 + lo, 0, (size_t)HW * sizeof *st16);
             for (int64_t i = pl * P; i < (pl + 1) * P; i++) {
                 const int32_t at = argmax[i];

@@ -97,3 +97,60 @@ void fx_maxpool2x2_f32_avx512(const float *x, int64_t x_base, int64_t W, int64_t
         }
     }
 }
+
+/* The max-pool gradient's scatter in 2x2 blocks (backend.h maxunpool2x2_u16), 16 blocks per
+ * step: each index's offset from its block's first cell (0, 1, W or W + 1) picks which of the
+ * block's four cells gets the value; a row pair of 32 cells is then two 32-bit interleaves of
+ * (left, right) cells, one store per input row. Why: the portable scatter stores one value at
+ * a time after checking its index (about a third of a CNN's pooling gradient). */
+int fx_maxunpool2x2_u16_avx512(const uint16_t *dy, const int32_t *idx, int64_t lo, int64_t H,
+                               int64_t W, int64_t OH, int64_t OW, int half, uint16_t inf,
+                               uint16_t qnan, uint16_t *dst, int32_t *mx)
+{
+    const __m512i lane2 = _mm512_loadu_si512((const void *)fx_pool_lane2);
+    const __m512i one = _mm512_set1_epi32(1), cw = _mm512_set1_epi32((int32_t)W),
+                  cw1 = _mm512_set1_epi32((int32_t)W + 1);
+    const __m256i mag_mask = _mm256_set1_epi16(0x7FFF), sign = _mm256_set1_epi16((short)0x8000);
+    const __m256i vinf = _mm256_set1_epi16((short)inf), vqnan = _mm256_set1_epi16((short)qnan);
+    __m256i vmx = _mm256_setzero_si256();
+    for (int64_t oh = 0; oh < OH; oh++) {
+        uint16_t *r0 = dst + 2 * oh * W, *r1 = r0 + W;
+        for (int64_t ow = 0; ow < OW; ow += 16) {
+            const int64_t left = OW - ow < 16 ? OW - ow : 16;
+            const __mmask16 live = (__mmask16)((1u << left) - 1);
+            const __mmask32 live2 = (__mmask32)(((uint64_t)1 << (2 * left)) - 1);
+            __m256i d = _mm256_maskz_loadu_epi16(live, dy + oh * OW + ow);
+            const __m512i code = _mm512_sub_epi32(
+                _mm512_maskz_loadu_epi32(live, idx + oh * OW + ow),
+                _mm512_add_epi32(_mm512_set1_epi32((int32_t)(lo + 2 * oh * W + 2 * ow)), lane2));
+            const __mmask16 m0 = _mm512_cmpeq_epi32_mask(code, _mm512_setzero_si512());
+            const __mmask16 m1 = _mm512_cmpeq_epi32_mask(code, one);
+            const __mmask16 m2 = _mm512_cmpeq_epi32_mask(code, cw);
+            const __mmask16 m3 = _mm512_cmpeq_epi32_mask(code, cw1);
+            if ((__mmask16)((m0 | m1 | m2 | m3) & live) != live) return 0;
+            if (half) { /* -0 as +0, NaN as the format's quiet NaN with its sign */
+                const __m256i mag = _mm256_and_si256(d, mag_mask);
+                const __mmask16 nan = _mm256_cmpgt_epu16_mask(mag, vinf);
+                d = _mm256_mask_mov_epi16(d, nan, _mm256_or_si256(_mm256_and_si256(d, sign), vqnan));
+                d = _mm256_maskz_mov_epi16(_mm256_test_epi16_mask(mag, mag), d);
+            } else {
+                vmx = _mm256_max_epu16(vmx, _mm256_abs_epi16(d)); /* |-32768| = 0x8000 */
+            }
+            const __m512i d32 = _mm512_cvtepu16_epi32(d);
+            const __m512i top = _mm512_or_si512(_mm512_maskz_mov_epi32(m0, d32),
+                                                _mm512_slli_epi32(_mm512_maskz_mov_epi32(m1, d32), 16));
+            const __m512i bot = _mm512_or_si512(_mm512_maskz_mov_epi32(m2, d32),
+                                                _mm512_slli_epi32(_mm512_maskz_mov_epi32(m3, d32), 16));
+            _mm512_mask_storeu_epi16(r0 + 2 * ow, live2, top);
+            _mm512_mask_storeu_epi16(r1 + 2 * ow, live2, bot);
+        }
+        for (int64_t w = 2 * OW; w < W; w++) r0[w] = r1[w] = 0; /* an odd last column */
+    }
+    for (int64_t w = 2 * OH * W; w < H * W; w++) dst[w] = 0; /* an odd last row */
+    if (!half) {
+        const __m512i m32 = _mm512_cvtepu16_epi32(vmx);
+        const int32_t m = _mm512_reduce_max_epi32(m32);
+        *mx = m > *mx ? m : *mx;
+    }
+    return 1;
+}

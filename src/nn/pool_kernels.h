@@ -14,4 +14,12 @@ void fx_maxpool2x2_i16_avx512(const int16_t *x, int64_t x_base, int64_t W, int64
 void fx_maxpool2x2_f32_avx512(const float *x, int64_t x_base, int64_t W, int64_t OH,
                               int64_t OW, float *out, int32_t *idx);
 
+/* the max-pool gradient's 2x2 scatter of one plane (fx_cvt_table.maxunpool2x2_u16) */
+int fx_maxunpool2x2_u16_avx512(const uint16_t *dy, const int32_t *idx, int64_t lo, int64_t H,
+                               int64_t W, int64_t OH, int64_t OW, int half, uint16_t inf,
+                               uint16_t qnan, uint16_t *dst, int32_t *mx);
+int fx_maxunpool2x2_u16_avx2(const uint16_t *dy, const int32_t *idx, int64_t lo, int64_t H,
+                             int64_t W, int64_t OH, int64_t OW, int half, uint16_t inf,
+                             uint16_t qnan, uint16_t *dst, int32_t *mx);
+
 #endif

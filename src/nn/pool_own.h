@@ -13,4 +13,8 @@
  * for the device; on the host they are validated as always. Same statuses otherwise. */
 FX_INTERNAL int fx_maxpool2d_backward_own(tensor_t *dx, const tensor_t *dy, const int32_t *argmax);
 
+/* Test hook: how many planes of max-pool gradients the level's 2x2 vector scatter
+ * (fx_cvt_table.maxunpool2x2_u16) has written since the process started. */
+int64_t fx_pool_unpool_planes(void);
+
 #endif
