@@ -172,12 +172,13 @@ static int fx_optim_commit(fx_optim_io *io, tensor_t *w, float *master, int stoc
                            float *const *src, const char *func)
 {
     size_t bytes = (size_t)io->n * sizeof(float);
-    if (io->w_vals != io->new_p) memcpy(io->w_vals, io->new_p, bytes);
+    /* the copies by the threads: a linear layer's master and momentum are megabytes */
+    if (io->w_vals != io->new_p) fx_parallel_copy(io->w_vals, io->new_p, bytes);
     int rc = fx_optim_write_w(w, io->w_vals, stochastic, seed, step, func);
     if (rc) return rc;
-    if (master) memcpy(master, io->new_p, bytes);
+    if (master) fx_parallel_copy(master, io->new_p, bytes);
     for (int b = 0; b < nbufs; b++)
-        if (dst[b]) memcpy(dst[b], src[b], bytes);
+        if (dst[b]) fx_parallel_copy(dst[b], src[b], bytes);
     return FX_OK;
 }
 
