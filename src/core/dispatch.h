@@ -80,8 +80,9 @@ int fx_write_shared_guess_exp(const tensor_t *out, int *e);
 /* Whether the guess (fx_write_shared_guess_exp) held for each of out's last
  * FX_GUESS_STEADY_WRITES writes. An op that must do its work again when the guess misses (it
  * kept too little to round once more) takes that route only then: a DFP16 gradient whose
- * maximum hovers at a power of two moves its exponent every other write. A first write, whose
- * guess is the initial exponent rather than a prediction, counts as no miss. */
+ * maximum hovers at a power of two moves its exponent every other write. Before the first
+ * write, whose guess is the initial exponent rather than a prediction, it is never steady; that
+ * write counts as no miss. */
 #define FX_GUESS_STEADY_WRITES 4
 int fx_write_shared_guess_steady(const tensor_t *out);
 

@@ -210,13 +210,14 @@ static int fx_shared_decide(const fx_storage *st, bool whole, int cur_e, const f
     return FX_OK;
 }
 
-/* Commit a decided write numbered `index` (the counters are the caller's). */
+/* Commit a decided write numbered `index` (the counters are the caller's); prev_e: the
+ * storage's exponent before the write (a launched write may have set st->exp already). */
 static void fx_shared_commit(fx_storage *st, int64_t index, int64_t period,
-                             const fx_shared_outcome *o, double true_max)
+                             const fx_shared_outcome *o, double true_max, int prev_e)
 {
     st->af = o->af;
     /* a first write's guess was the initial exponent, not a prediction: no miss */
-    const int missed = index > 0 && (st->fmt == FMT_DFP16 ? o->e != st->exp : o->recomputed);
+    const int missed = index > 0 && (st->fmt == FMT_DFP16 ? o->e != prev_e : o->recomputed);
     st->guess_missed = (st->guess_missed << 1) | (uint32_t)missed;
     st->exp = o->e;
     fx_write_shared_account(st, index, period, o->e, o->clamped, o->overflowed, o->recomputed,
@@ -298,7 +299,7 @@ static int fx_write_shared_with_body(tensor_t *out, const fx_shared_src *src, co
     fx_shared_outcome o;
     rc = fx_shared_decide(st, fx_tensor_covers_storage(out), st->exp, src, &r, &o);
     if (rc) return rc;
-    fx_shared_commit(st, st->writes, st->tally_period, &o, src->true_max);
+    fx_shared_commit(st, st->writes, st->tally_period, &o, src->true_max, st->exp);
     st->writes++;
     st->write_counter++;
     (void)func;
@@ -360,7 +361,9 @@ int fx_write_shared_guess_exp(const tensor_t *out, int *e)
 /* Documented in dispatch.h. */
 int fx_write_shared_guess_steady(const tensor_t *out)
 {
-    return (out->st->guess_missed & ((1u << FX_GUESS_STEADY_WRITES) - 1)) == 0;
+    /* before the first write the guess is the initial exponent: no prediction to trust */
+    return out->st->writes > 0 &&
+           (out->st->guess_missed & ((1u << FX_GUESS_STEADY_WRITES) - 1)) == 0;
 }
 
 /* Documented in dispatch.h. */
@@ -487,7 +490,7 @@ static int fx_storage_settle_collected(fx_storage *st, fx_pending_write *p,
                         "%d; its statistics are dropped", (long long)p->index, held,
                         res->ntrials, c.mismatch ? c.asked : o.e);
     }
-    fx_shared_commit(st, p->index, p->tally_period, &o, res->true_max);
+    fx_shared_commit(st, p->index, p->tally_period, &o, res->true_max, p->prev_exp);
     return FX_OK;
 }
 

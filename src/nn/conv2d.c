@@ -485,8 +485,12 @@ static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
                 c->copy_pending = 1;
         }
     } else if (!c->pix) {
-        c->need_stage = 1; /* no sums to round again: conv2d_forward_host runs the op again */
-        c->fused_e = e;    /* with this exponent as its guess */
+        /* no sums to round again: conv2d_forward_host runs the op again with a stage, guessing
+         * the exponent the write asks for first: this one (a DFP16 scale that moved), or, where
+         * the write kept the guess before asking again (a FLEX16_5 overflow it recomputes),
+         * the guess, which its first rounding then reuses */
+        c->need_stage = 1;
+        if (!c->copy_pending) c->fused_e = e;
         return FX_ESTATE;
     } else {
         c->fused_e = FX_EXP_NONE; /* part[] and tmp now describe exponent e */
@@ -612,8 +616,8 @@ static int conv2d_forward_check(tensor_t *y, const tensor_t *x, const tensor_t *
 /* The forward. A whole shared-exponent y is rounded at a guessed exponent chunk by chunk
  * (below); with stage_optional, where nothing else needs them, the chunks' int64 sums then
  * live only in a per-thread buffer, and if the write picks another exponent the op returns
- * with *redo_e set to it, y untouched, for conv2d_forward_host to run it again with a whole
- * stage. redo_guess: the guess to use instead of the tensor's (FX_EXP_NONE: the tensor's). */
+ * with *redo_e set to the guess for a second run (conv_yquant), y untouched, for
+ * conv2d_forward_host to run it again with a whole stage. redo_guess: the guess to use instead of the tensor's (FX_EXP_NONE: the tensor's). */
 static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                               const fx_conv_geom *gp, const conv_epilogue *ep, int stage_optional,
                               int redo_guess, int *redo_e, const char *func)
