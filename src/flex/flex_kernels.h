@@ -40,6 +40,28 @@ typedef struct fx_shift32 {
     int32_t rmask, half, thr;
 } fx_shift32;
 
+/* The statistics of a bias plane's int16 route (fx_sum2_quant_bias16 in quant_avx512.c and
+ * quant_avx2.c) from its lanes' largest and smallest a (hi, lo) and largest |q| (qm): |v| =
+ * |a 2^s + b| is largest at an extreme a (exact in int64: |v| < 2^31). */
+static inline void fx_bias16_stats(const int16_t *hi, const int16_t *lo, const int16_t *qm,
+                                   int lanes, int s, int32_t b, int64_t nsat, int64_t nuf,
+                                   fx_qstats *st)
+{
+    int32_t ah = INT16_MIN, al = INT16_MAX, qo = 0;
+    for (int l = 0; l < lanes; l++) {
+        ah = hi[l] > ah ? hi[l] : ah;
+        al = lo[l] < al ? lo[l] : al;
+        qo = qm[l] > qo ? qm[l] : qo;
+    }
+    const int64_t vh = (int64_t)ah * (1 << s) + b, vl = (int64_t)al * (1 << s) + b;
+    const int64_t ah_abs = vh < 0 ? -vh : vh, al_abs = vl < 0 ? -vl : vl;
+    st->saturated = nsat;
+    st->underflow = nuf;
+    st->nonfinite = 0;
+    st->max_abs_in = (double)(ah_abs > al_abs ? ah_abs : al_abs);
+    st->max_abs_out = qo;
+}
+
 static inline fx_shift32 fx_shift32_of(int shift)
 {
     fx_shift32 k;

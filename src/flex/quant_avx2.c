@@ -12,7 +12,6 @@
 #include "flex_kernels.h"
 
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* 2^k as a float, for k in [-126, 127] */
@@ -544,17 +543,7 @@ static void fx_sum2_quant_bias16_avx2(const fx_sum2 *p, int64_t n, int16_t *dst,
         _mm256_storeu_si256((__m256i *)hi, amax);
         _mm256_storeu_si256((__m256i *)lo, amin);
         _mm256_storeu_si256((__m256i *)qm, qmax);
-        int32_t ah = INT16_MIN, al = INT16_MAX, qo = 0;
-        for (int l = 0; l < 16; l++) {
-            ah = hi[l] > ah ? hi[l] : ah;
-            al = lo[l] < al ? lo[l] : al;
-            qo = qm[l] > qo ? qm[l] : qo;
-        }
-        const int64_t vh = llabs((int64_t)ah * (1 << s) + b), vl = llabs((int64_t)al * (1 << s) + b);
-        st->saturated = nsat;
-        st->underflow = nuf;
-        st->max_abs_in = (double)(vh > vl ? vh : vl);
-        st->max_abs_out = qo;
+        fx_bias16_stats(hi, lo, qm, 16, s, b, nsat, nuf, st);
     }
     if (whole < n) {
         const fx_sum2 q = fx_s2_from(p, whole);

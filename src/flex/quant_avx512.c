@@ -10,7 +10,6 @@
 #include "flex_kernels.h"
 
 #include <immintrin.h>
-#include <stdlib.h>
 
 static inline int64_t fx_popcnt16(__mmask16 k) { return __builtin_popcount((unsigned)k); }
 
@@ -433,26 +432,13 @@ static void fx_sum2_quant_bias16(const int16_t *a, int32_t b, int s, int64_t n, 
         qmax = _mm512_mask_max_epi16(qmax, live, qmax, _mm512_abs_epi16(q));
         if (dst) _mm512_mask_storeu_epi16(dst + i, live, q);
     }
-    st->saturated = nsat;
-    st->underflow = nuf;
-    st->nonfinite = 0;
-    st->max_abs_in = 0;
-    st->max_abs_out = 0;
+    fx_qstats_init(st);
     if (n <= 0) return;
-    /* the largest |v| = |a 2^s + b| at the extreme a (exact in int64: |v| < 2^31) */
     int16_t hi[32], lo[32], qm[32];
     _mm512_storeu_si512((void *)hi, amax);
     _mm512_storeu_si512((void *)lo, amin);
     _mm512_storeu_si512((void *)qm, qmax);
-    int32_t ah = INT16_MIN, al = INT16_MAX, qo = 0;
-    for (int l = 0; l < 32; l++) {
-        ah = hi[l] > ah ? hi[l] : ah;
-        al = lo[l] < al ? lo[l] : al;
-        qo = qm[l] > qo ? qm[l] : qo;
-    }
-    const int64_t vh = llabs((int64_t)ah * (1 << s) + b), vl = llabs((int64_t)al * (1 << s) + b);
-    st->max_abs_in = (double)(vh > vl ? vh : vl);
-    st->max_abs_out = qo;
+    fx_bias16_stats(hi, lo, qm, 32, s, b, nsat, nuf, st);
 }
 
 typedef struct fx_s2q_consts {

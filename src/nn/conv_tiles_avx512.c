@@ -32,6 +32,25 @@ void fx_conv_byte_planes_avx512(const int16_t *x, int64_t n, int8_t *hi, int8_t 
     }
 }
 
+/* Tile t's 16 rows (hi plane at th, lo plane TILE_BYTES after it) from the byte planes: row
+ * r < m is one masked load per run and plane at rowoff[r] + roff[q], rows from m on are zero. */
+static inline void tile_rows_from_runs(int8_t *th, const int8_t *hi, const int8_t *lo,
+                                       const int64_t *rowoff, int m, const __mmask64 *rmask,
+                                       const int64_t *roff, int nr)
+{
+    int8_t *tl = th + TILE_BYTES;
+    for (int r = 0; r < 16; r++) {
+        __m512i vh = _mm512_setzero_si512(), vl = _mm512_setzero_si512();
+        if (r < m)
+            for (int q = 0; q < nr; q++) {
+                vh = _mm512_mask_loadu_epi8(vh, rmask[q], hi + rowoff[r] + roff[q]);
+                vl = _mm512_mask_loadu_epi8(vl, rmask[q], lo + rowoff[r] + roff[q]);
+            }
+        _mm512_storeu_si512((void *)(th + r * KT), vh);
+        _mm512_storeu_si512((void *)(tl + r * KT), vl);
+    }
+}
+
 /* The runs of consecutive taps that the n (1..64) values of the walk from its position meet,
  * as a byte mask of the tile row and a source offset from the pixel's base each (the row's
  * byte pos reads plane[base + off]): the same for every row, whose pixels differ only in
@@ -83,19 +102,7 @@ void fx_conv_tiles_i16_avx512(const void *ctx, int64_t i0, int m, int64_t k0, in
         __mmask64 rmask[KT];
         int64_t roff[KT];
         const int nr = walk_runs(g, len, &w, rmask, roff);
-        int8_t *th = ap + t * PAIR_BYTES, *tl = th + TILE_BYTES;
-        for (int r = 0; r < 16; r++) {
-            __m512i vh = _mm512_setzero_si512(), vl = _mm512_setzero_si512();
-            if (r < m) {
-                const int8_t *hi = ct->hi + base[r], *lo = ct->lo + base[r];
-                for (int q = 0; q < nr; q++) {
-                    vh = _mm512_mask_loadu_epi8(vh, rmask[q], hi + roff[q]);
-                    vl = _mm512_mask_loadu_epi8(vl, rmask[q], lo + roff[q]);
-                }
-            }
-            _mm512_storeu_si512((void *)(th + r * KT), vh);
-            _mm512_storeu_si512((void *)(tl + r * KT), vl);
-        }
+        tile_rows_from_runs(ap + t * PAIR_BYTES, ct->hi, ct->lo, base, m, rmask, roff, nr);
     }
 }
 
@@ -126,18 +133,6 @@ void fx_conv_wtiles_i16_avx512(const void *ctx, int64_t i0, int m, int64_t k0, i
             w.left -= len;
             pos += len;
         }
-        int8_t *th = ap + t * PAIR_BYTES, *tl = th + TILE_BYTES;
-        for (int r = 0; r < 16; r++) {
-            __m512i vh = _mm512_setzero_si512(), vl = _mm512_setzero_si512();
-            if (r < m) {
-                const int8_t *hi = ws->hi + tap[r], *lo = ws->lo + tap[r];
-                for (int q = 0; q < nr; q++) {
-                    vh = _mm512_mask_loadu_epi8(vh, rmask[q], hi + roff[q]);
-                    vl = _mm512_mask_loadu_epi8(vl, rmask[q], lo + roff[q]);
-                }
-            }
-            _mm512_storeu_si512((void *)(th + r * KT), vh);
-            _mm512_storeu_si512((void *)(tl + r * KT), vl);
-        }
+        tile_rows_from_runs(ap + t * PAIR_BYTES, ws->hi, ws->lo, tap, m, rmask, roff, nr);
     }
 }
