@@ -135,6 +135,11 @@ typedef struct fx_sum2 {
 
 /* Conversion routines. All single-threaded; the dispatcher splits large arrays across
  * threads and merges statistics. Lengths may be 0 and pointers need not be aligned. */
+/* The max-pool gradient's 2x2 scatter of one plane (fx_cvt_table.maxunpool2x2_u16). */
+typedef int (*fx_maxunpool2x2_fn)(const uint16_t *dy, const int32_t *idx, int64_t lo, int64_t H,
+                                  int64_t W, int64_t OH, int64_t OW, int half, uint16_t inf,
+                                  uint16_t qnan, uint16_t *dst, int32_t *mx);
+
 typedef struct fx_cvt_table {
     void (*f32_to_fp16)(const float *src, uint16_t *dst, int64_t n);
     void (*fp16_to_f32)(const uint16_t *src, float *dst, int64_t n);
@@ -181,9 +186,7 @@ typedef struct fx_cvt_table {
      * qnan of the format), else int16 mantissas, whose largest |value| raises *mx. Returns 1,
      * or 0 at the first index outside its block (dst then holds anything; the caller scatters
      * that plane its own way); NULL: the portable scatter */
-    int (*maxunpool2x2_u16)(const uint16_t *dy, const int32_t *idx, int64_t lo, int64_t H,
-                            int64_t W, int64_t OH, int64_t OW, int half, uint16_t inf,
-                            uint16_t qnan, uint16_t *dst, int32_t *mx);
+    fx_maxunpool2x2_fn maxunpool2x2_u16;
     /* dst[j*rows + i] = src[i*cols + j] for 16-, 32- and 64-bit elements (bits moved unchanged;
      * the buffers do not overlap); NULL: the portable tiled loop (src/nn/im2col.c) */
     void (*transpose16)(const void *src, void *dst, int64_t rows, int64_t cols);

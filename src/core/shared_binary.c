@@ -87,21 +87,35 @@ static uint32_t fx_sb_maxabs(const fx_sb_plan *p)
     return mx;
 }
 
+static const int16_t fx_sb_zero = 0;
+
+/* A ReLU of a pass's kept output, made unit by unit while the unit is in cache: its mantissas
+ * into dst at `shift` from the pass's exponent, its statistics into *q (fx_shared_add_relu). */
+typedef struct fx_sb_relu_out {
+    int16_t *dst;
+    int shift;
+    fx_qstats *q;
+} fx_sb_relu_out;
+
 /* One pass of the backend's sum2_quant over every unit at exponent e: the statistics into *q,
- * and with keep the mantissas into dst. Integer values round by fx_requant alone. The
- * statistics are sums and maxima: merging them in any order gives the same result. */
-static void fx_sb_quant_pass(const fx_sb_plan *p, int e, int keep, fx_qstats *q)
+ * and with keep the mantissas into dst (and with relu, also their ReLU into relu->dst).
+ * Integer values round by fx_requant alone. The statistics are sums and maxima: merging them
+ * in any order gives the same result. */
+static void fx_sb_pass(const fx_sb_plan *p, int e, int keep, fx_qstats *q,
+                       const fx_sb_relu_out *relu)
 {
     const int shift = e - p->ec;
     fx_qstats_init(q);
+    if (relu) fx_qstats_init(relu->q);
     const int nt = p->nt;
     (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
     {
-        fx_qstats mine;
+        fx_qstats mine, mine_relu;
         fx_qstats_init(&mine);
+        fx_qstats_init(&mine_relu);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
@@ -111,12 +125,25 @@ static void fx_sb_quant_pass(const fx_sb_plan *p, int e, int keep, fx_qstats *q)
             fx_qstats part;
             p->be->cvt.sum2_quant(&s, len, keep ? p->dst + lo : NULL, shift, &part);
             fx_qstats_merge(&mine, &part);
+            if (relu) { /* relu(out) = out gated by out > 0 */
+                const fx_sum2 r = {p->dst + lo, &fx_sb_zero, 0, 0, 0, 0, p->dst + lo};
+                p->be->cvt.sum2_quant(&r, len, relu->dst + lo, relu->shift, &part);
+                fx_qstats_merge(&mine_relu, &part);
+            }
         }
 #ifdef _OPENMP
 #pragma omp critical(fx_shared_binary_merge)
 #endif
-        fx_qstats_merge(q, &mine);
+        {
+            fx_qstats_merge(q, &mine);
+            if (relu) fx_qstats_merge(relu->q, &mine_relu);
+        }
     }
+}
+
+static void fx_sb_quant_pass(const fx_sb_plan *p, int e, int keep, fx_qstats *q)
+{
+    fx_sb_pass(p, e, keep, q, NULL);
 }
 
 /* fx_shared_src.quantize (r is not used: see fx_sb_quant_pass). At the exponent of a fused
@@ -134,19 +161,6 @@ static int fx_sb_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_q
     return FX_OK;
 }
 
-/* The write of the planned values. The exponent logic needs their maximum before any
- * rounding: a pass of its own, unless the output's exponent can be guessed before the write
- * (fx_write_shared_guess_exp: a FLEX16_5 tensor's Autoflex prediction, a DFP16 tensor's
- * current exponent). Then the one pass rounds at the guess straight into out, and its
- * statistics give the maximum (exact: |sum| < 2^31); the write finds that rounding already
- * done unless it picks another exponent (an overflow's recompute, a DFP16 scale that moved),
- * which rounds again. Writing out before the write decides is safe here only because that
- * write cannot fail at all: out shares storage with neither input, a host storage with no
- * write pending settles at once, this file's quantiser never fails, and without collectives
- * nothing else in the decision returns an error (a trace that cannot grow only sets the
- * message). A failure point added there must turn this path off. The early pass counts as
- * rounding in a profile, as the write's own rounding does. (For ReLU and the bias adds of a
- * FLEX16_5 CNN the maximum pass was about 3 % of a step.) */
 /* The plan's work units and threads, no early rounding yet; counts the op as taken here. */
 static void fx_sb_prepare(fx_sb_plan *p)
 {
@@ -173,6 +187,19 @@ static int fx_sb_decide(tensor_t *out, fx_sb_plan *p, uint32_t imax, const char 
     return fx_write_shared_with(out, &src, func);
 }
 
+/* The write of the planned values. The exponent logic needs their maximum before any
+ * rounding: a pass of its own, unless the output's exponent can be guessed before the write
+ * (fx_write_shared_guess_exp: a FLEX16_5 tensor's Autoflex prediction, a DFP16 tensor's
+ * current exponent). Then the one pass rounds at the guess straight into out, and its
+ * statistics give the maximum (exact: |sum| < 2^31); the write finds that rounding already
+ * done unless it picks another exponent (an overflow's recompute, a DFP16 scale that moved),
+ * which rounds again. Writing out before the write decides is safe here only because that
+ * write cannot fail at all: out shares storage with neither input, a host storage with no
+ * write pending settles at once, this file's quantiser never fails, and without collectives
+ * nothing else in the decision returns an error (a trace that cannot grow only sets the
+ * message). A failure point added there must turn this path off. The early pass counts as
+ * rounding in a profile, as the write's own rounding does. (For ReLU and the bias adds of a
+ * FLEX16_5 CNN the maximum pass was about 3 % of a step.) */
 static int fx_sb_write(tensor_t *out, fx_sb_plan *p, const char *func)
 {
     fx_sb_prepare(p);
@@ -259,8 +286,6 @@ int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t 
     return fx_sb_write(out, &p, op == FX_OP_ADD ? "tensor_add" : "tensor_sub");
 }
 
-static const int16_t fx_sb_zero = 0;
-
 /* The plan of out = a where gate > 0, else 0, or false where this file does not take it. */
 static bool fx_sb_plan_gated(fx_sb_plan *p, tensor_t *out, const tensor_t *a,
                              const tensor_t *gate)
@@ -305,53 +330,19 @@ int fx_shared_add_relu(tensor_t *u, tensor_t *y, const tensor_t *t, const tensor
         !fx_write_shared_guess_exp(y, &ey))
         return FX_SHARED_BINARY_NOT_TAKEN;
     fx_sb_prepare(&pu);
-    fx_qstats qu, qy;
-    fx_qstats_init(&qu);
-    fx_qstats_init(&qy);
-    int16_t *ud = pu.dst, *yd = py.dst;
     fx_prof_span sp;
     fx_prof_begin(&sp);
-    const int nt = pu.nt;
-    (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) if (nt > 1)
-#endif
-    {
-        fx_qstats mu, my;
-        fx_qstats_init(&mu);
-        fx_qstats_init(&my);
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-        for (int64_t k = 0; k < pu.units; k++) {
-            int64_t lo, len;
-            const fx_sum2 su = fx_sb_unit(&pu, k, &lo, &len);
-            fx_qstats part;
-            pu.be->cvt.sum2_quant(&su, len, ud + lo, eu - pu.ec, &part);
-            fx_qstats_merge(&mu, &part);
-            const fx_sum2 sy = {ud + lo, &fx_sb_zero, 0, 0, 0, 0, ud + lo};
-            pu.be->cvt.sum2_quant(&sy, len, yd + lo, ey - eu, &part);
-            fx_qstats_merge(&my, &part);
-        }
-#ifdef _OPENMP
-#pragma omp critical(fx_shared_binary_merge)
-#endif
-        {
-            fx_qstats_merge(&qu, &mu);
-            fx_qstats_merge(&qy, &my);
-        }
-    }
+    const fx_sb_relu_out relu = {py.dst, ey - eu, &py.fused_q};
+    fx_sb_pass(&pu, eu, 1, &pu.fused_q, &relu);
     fx_prof_end(&sp, FX_PROF_ROUNDING);
     __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
     pu.fused_e = eu;
-    pu.fused_q = qu;
-    int rc = fx_sb_decide(u, &pu, (uint32_t)qu.max_abs_in, "tensor_add");
+    int rc = fx_sb_decide(u, &pu, (uint32_t)pu.fused_q.max_abs_in, "tensor_add");
     if (rc) return rc;
     if (u->st->exp != eu) return tensor_relu(y, u); /* y's early values are not relu(u) */
-    if (!fx_sb_plan_gated(&py, y, u, u)) return tensor_relu(y, u); /* (cannot happen) */
-    fx_sb_prepare(&py);
-    __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
+    fx_sb_prepare(&py); /* (keeps fused_q, the pass's ReLU statistics) */
+    py.ec = eu;         /* the plan's a, u, now holds its values at eu */
     py.fused_e = ey;
-    py.fused_q = qy;
-    return fx_sb_decide(y, &py, (uint32_t)qy.max_abs_in, "tensor_relu");
+    __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
+    return fx_sb_decide(y, &py, (uint32_t)py.fused_q.max_abs_in, "tensor_relu");
 }

@@ -260,6 +260,13 @@ static fx_operand conv_op2d(const conv_compute *cc, const void *data, int exp, i
     return o;
 }
 
+/* p moved up to the next multiple of 64 bytes (NULL stays NULL): the pre-packed operands'
+ * alignment, for which their allocations leave 64 spare bytes */
+static void *conv_align64(void *p)
+{
+    return p ? (char *)p + ((64 - ((uintptr_t)p & 63)) & 63) : NULL;
+}
+
 static void *conv_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char *func)
 {
     if (*rc) return NULL;
@@ -614,13 +621,13 @@ static int conv2d_forward_check(tensor_t *y, const tensor_t *x, const tensor_t *
 }
 
 /* The forward. A whole shared-exponent y is rounded at a guessed exponent chunk by chunk
- * (below); with stage_optional, where nothing else needs them, the chunks' int64 sums then
- * live only in a per-thread buffer, and if the write picks another exponent the op returns
- * with *redo_e set to the guess for a second run (conv_yquant), y untouched, for
- * conv2d_forward_host to run it again with a whole stage. redo_guess: the guess to use instead of the tensor's (FX_EXP_NONE: the tensor's). */
+ * (below); on a first run (redo_guess FX_EXP_NONE), where nothing else needs them, the chunks'
+ * int64 sums then live only in a per-thread buffer, and if the write picks another exponent
+ * the op returns with *redo_e set to the guess for a second run (conv_yquant), y untouched,
+ * for conv2d_forward_host to run it again with a whole stage, guessing redo_guess. */
 static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
-                              const fx_conv_geom *gp, const conv_epilogue *ep, int stage_optional,
-                              int redo_guess, int *redo_e, const char *func)
+                              const fx_conv_geom *gp, const conv_epilogue *ep, int redo_guess,
+                              int *redo_e, const char *func)
 {
     const fx_conv_geom g = *gp;
     const conv_compute cc = conv_compute_for(x, w);
@@ -711,7 +718,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * guesses missed lately, fx_write_shared_guess_steady): without it, each thread's chunk sums
      * go to one buffer that stays in cache, instead of N*P*O*8 bytes (25.7 MB for the CNN's
      * first layer) written out and faulted in afresh at every call. */
-    const int nostage = stage_optional && fuse_e != FX_EXP_NONE && fused_max_exact &&
+    const int nostage = redo_guess == FX_EXP_NONE && fuse_e != FX_EXP_NONE && fused_max_exact &&
                         fx_write_shared_local(y) && fx_write_shared_guess_steady(y);
     const int64_t ypix_chunk = plan.nb * P * g.O;
     char *ypix = conv_alloc(&s, nostage ? ypix_chunk * plan.outer : g.N * g.O * P, ssz, &rc,
@@ -751,8 +758,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         fx_scratch_free(&s);
         return rc;
     }
-    if (wsplit) /* 64-byte aligned (gemm_i16.h); 32 spare int16 cover the shift */
-        wsplit = (int16_t *)(void *)((char *)wsplit + ((64 - ((uintptr_t)wsplit & 63)) & 63));
+    wsplit = conv_align64(wsplit); /* (gemm_i16.h); 32 spare int16 cover the shift */
     if (wsplit && fx_gemm_i16_split_b(wdata, 1, CKK, CKK, g.O, b_nr, b_layout, wsplit) != FX_OK)
         wsplit = NULL; /* the chunks' GEMMs split the weights themselves */
     /* bf16 on the AMX route from patch rows: the weights packed in its tiles once for all
@@ -760,11 +766,10 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     uint16_t *bamx = NULL;
     if (plain_bf16 && row_src) {
         const fx_operand wb = conv_op2d(&cc, wo.data, wo.exp, g.O, CKK, CKK, 1);
-        bamx = fx_scratch_alloc(&s, fx_bf16_amx_b_numel(CKK, g.O) + 32, sizeof(uint16_t));
-        if (bamx) { /* 64-byte aligned; 32 spare bf16 cover the shift (else: packed per chunk) */
-            bamx = (uint16_t *)(void *)((char *)bamx + ((64 - ((uintptr_t)bamx & 63)) & 63));
-            fx_bf16_amx_pack_b(wo.data, wb.strides[0], wb.strides[1], CKK, g.O, bamx);
-        }
+        /* 32 spare bf16 cover the alignment (failing, the chunks' GEMMs pack B) */
+        bamx = conv_align64(fx_scratch_alloc(&s, fx_bf16_amx_b_numel(CKK, g.O) + 32,
+                                             sizeof(uint16_t)));
+        if (bamx) fx_bf16_amx_pack_b(wo.data, wb.strides[0], wb.strides[1], CKK, g.O, bamx);
     }
     /* integer compute on the AMX kernel likewise: the weights in its byte tiles once (each
      * chunk's GEMM would split and pack the same B again: about 5 % of the CNN's input
@@ -772,12 +777,10 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     int8_t *bamx16 = NULL;
     if (plain_i16 && row_src) {
         const fx_operand wb = conv_op2d(&cc, wdata, wo.exp, g.O, CKK, CKK, 1);
-        bamx16 = fx_scratch_alloc(&s, fx_gemm_i16_amx_b_bytes(CKK, g.O) + 64, 1);
-        if (bamx16) { /* 64-byte aligned (else: packed per chunk) */
-            bamx16 += (64 - ((uintptr_t)bamx16 & 63)) & 63;
+        bamx16 = conv_align64(fx_scratch_alloc(&s, fx_gemm_i16_amx_b_bytes(CKK, g.O) + 64, 1));
+        if (bamx16)
             fx_gemm_i16_amx_pack_b((const int16_t *)wb.data, wb.strides[0], wb.strides[1], CKK,
                                    g.O, bamx16);
-        }
     }
     FX_CONV_PARALLEL_FOR
     for (int64_t ch = 0; ch < plan.nchunks; ch++) {
@@ -888,10 +891,10 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
                                const fx_conv_geom *gp, const conv_epilogue *ep, const char *func)
 {
     int redo_e = FX_EXP_NONE;
-    int rc = conv2d_forward_run(y, x, w, gp, ep, 1, FX_EXP_NONE, &redo_e, func);
+    int rc = conv2d_forward_run(y, x, w, gp, ep, FX_EXP_NONE, &redo_e, func);
     if (redo_e == FX_EXP_NONE) return rc;
     __atomic_fetch_add(&conv_stage_redone, 1, __ATOMIC_RELAXED);
-    return conv2d_forward_run(y, x, w, gp, ep, 0, redo_e, &redo_e, func);
+    return conv2d_forward_run(y, x, w, gp, ep, redo_e, &redo_e, func);
 }
 
 int fx_nn_conv2d_host(const fx_op_args *a)

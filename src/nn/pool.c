@@ -549,8 +549,7 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
         /* planes whose indices each lie in their own 2x2 block (a 2x2 / stride-2 pooling's, which
          * cannot meet): the level's vector scatter, else the loop below */
         const int64_t H = dx->shape[2], W = dx->shape[3], OH = dy->shape[2], OW = dy->shape[3];
-        int (*unpool)(const uint16_t *, const int32_t *, int64_t, int64_t, int64_t, int64_t,
-                      int64_t, int, uint16_t, uint16_t, uint16_t *, int32_t *) =
+        const fx_maxunpool2x2_fn unpool =
             2 * OH <= H && 2 * OW <= W ? fx_backend_active()->cvt.maxunpool2x2_u16 : NULL;
         (void)nt16;
 #ifdef _OPENMP
