@@ -11,8 +11,9 @@
 # TRAIN_N (training images of the training runs; default 12800), EPOCHS (default 1),
 # RESNET_N and RESNET_LIMIT (ResNet-20 images, default 2560, and seconds, default 150),
 # BENCH_SIZES (default "256 512 1024 2048 4096"), PYTHON (with PyTorch, for the torch step;
-# default python3). Steps: build test memcheck bench train trainhost presets resnet torch
-# (default: all but memcheck, presets, resnet and torch). presets: flex16_5 on the device under
+# default python3), RACECHECK_LIMIT (seconds per racecheck test, default 150). Steps: build test
+# memcheck racecheck bench train trainhost presets resnet torch (default: all but memcheck,
+# racecheck, presets, resnet and torch). presets: flex16_5 on the device under
 # the "published" and "robust" presets with launched writes (no wait for a write's own
 # statistics) and the same with FLEXPOINT_GPU_DEFER=0 (one wait per write), dfp16 with
 # FLEXPOINT_GPU_DEFER=0 (its launched run is the train step's), and flex16_5 on the host under
@@ -69,8 +70,14 @@ if has test; then
 fi
 if has memcheck; then # compute-sanitizer over the op tests (API errors are not reported:
   # test_gpu_gemm asks for an impossible allocation on purpose)
-  for t in test_gpu_gemm test_gpu_ops test_gpu_nn; do
+  for t in test_gpu_gemm test_gpu_ops test_gpu_nn test_gpu_conv; do
     step "memcheck $t" 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$BUILD/tests/$t"
+  done
+fi
+if has racecheck; then # shared-memory races (the GEMM tiles, the reductions, batch norm's warps)
+  for t in test_gpu_gemm test_gpu_ops test_gpu_nn test_gpu_conv; do
+    step "racecheck $t" "${RACECHECK_LIMIT:-150}" compute-sanitizer --tool racecheck \
+      --report-api-errors no --error-exitcode 9 "$BUILD/tests/$t"
   done
 fi
 if has bench; then
