@@ -706,6 +706,81 @@ static void test_quant_i64_transposed(void)
     }
 }
 
+/* The right shifts training writes use (1..47), on sums that mostly do not saturate, as an
+ * exponent chosen from the data leaves them: quant_i64 and quant_i64_t of every backend against
+ * the scalar definition, bits and statistics. Values: exact ties and their neighbours, random
+ * widths below the saturation bound T = 32767 2^s + 2^(s-1) - 1, +-T itself, zeros; in a
+ * second round one value of +-(T + 1) (the smallest that saturates) or an int64 extreme at a
+ * random place, so that both a call with nothing saturated and one with a single saturated
+ * sum anywhere in the vector body or tail are checked. */
+static void test_quant_i64_bounded(void)
+{
+    static const int64_t shapes[][2] = {{1, 1}, {31, 7}, {33, 9}, {100, 3}, {784, 32}};
+    test_rng r;
+    test_rng_seed(&r, 4711);
+    for (int shift = 1; shift <= 47; shift++) {
+        const int64_t half = (int64_t)1 << (shift - 1);
+        const int64_t t = ((int64_t)32767 << shift) + half - 1;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
+            int64_t *v = malloc((size_t)n * sizeof *v);
+            int16_t *lin = malloc((size_t)n * 2), *want = malloc((size_t)n * 2);
+            int16_t *got = malloc((size_t)n * 2);
+            for (int round = 0; round < 2; round++) {
+                for (int64_t i = 0; i < n; i++) {
+                    const int kind = (int)test_rng_range(&r, 0, 5);
+                    int64_t w;
+                    if (kind == 0) /* ties and neighbours */
+                        w = (int64_t)test_rng_range(&r, -32767, 32766) * ((int64_t)1 << shift) + half +
+                            test_rng_range(&r, -1, 1);
+                    else if (kind == 1) /* the bound and around it, below saturation */
+                        w = t - test_rng_range(&r, 0, 2);
+                    else if (kind == 2) /* small: underflows and zeros */
+                        w = (int64_t)test_rng_range(&r, 0, 2 * (uint64_t)half + 1);
+                    else { /* random widths up to T */
+                        const int bitsz = (int)test_rng_range(&r, 0, shift + 15);
+                        w = (int64_t)(test_rng_u64(&r) >> (64 - bitsz - 1));
+                        if (w > t) w = t;
+                    }
+                    v[i] = (test_rng_u64(&r) & 1) ? -w : w;
+                }
+                if (round == 1) {
+                    static const int64_t big[] = {INT64_MIN, INT64_MAX};
+                    const int64_t at = (int64_t)test_rng_range(&r, 0, (uint64_t)n - 1);
+                    const int pick = (int)test_rng_range(&r, 0, 3);
+                    v[at] = pick == 0 ? t + 1 : pick == 1 ? -(t + 1) : big[pick - 2];
+                }
+                fx_qstats ref;
+                fx_flex_quant_i64_scalar(v, lin, n, shift, &ref);
+                CHECK(ref.saturated == round, "bounded shift=%d: %lld saturated in the reference",
+                      shift, (long long)ref.saturated);
+                for (int64_t i = 0; i < rows; i++)
+                    for (int64_t j = 0; j < cols; j++) want[j * rows + i] = lin[i * cols + j];
+                for (int b = 0; b < g_nbe; b++) {
+                    const fx_backend *be = g_be[b];
+                    fx_qstats st;
+                    stats_garbage(&st);
+                    be->cvt.quant_i64(v, got, n, shift, &st);
+                    CHECK(memcmp(got, lin, (size_t)n * 2) == 0 && stats_equal(&st, &ref),
+                          "%s quant_i64 bounded n=%lld shift=%d round %d: " STATS_FMT, be->name,
+                          (long long)n, shift, round, STATS_ARGS(st));
+                    if (!be->cvt.quant_i64_t) continue;
+                    stats_garbage(&st);
+                    be->cvt.quant_i64_t(v, got, rows, cols, shift, &st);
+                    CHECK(memcmp(got, want, (size_t)n * 2) == 0 && stats_equal(&st, &ref),
+                          "%s quant_i64_t bounded %lldx%lld shift=%d round %d: " STATS_FMT,
+                          be->name, (long long)rows, (long long)cols, shift, round,
+                          STATS_ARGS(st));
+                }
+            }
+            free(v);
+            free(lin);
+            free(want);
+            free(got);
+        }
+    }
+}
+
 /* (c) for maxabs_i64: every backend that has the kernel against |v| computed here, for lengths
  * 0..100 at unaligned offsets, with INT64_MIN (|v| = 2^63), INT64_MAX, all-negative and
  * all-positive runs; the maximum placed in the vector body and in the tail in turn. */
@@ -758,6 +833,7 @@ int main(void)
     test_backends_lengths();
     test_quant_i64_reference();
     test_quant_i64_transposed();
+    test_quant_i64_bounded();
     test_maxabs_i64();
     test_stochastic();
     test_nonfinite();

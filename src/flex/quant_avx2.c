@@ -209,6 +209,80 @@ static inline __m256i fx_requant4(__m256i v, fx_r4_state *s4)
     return q;
 }
 
+/* The right shifts 1 <= s <= 32 (every training write's) on sums that do not saturate, as in
+ * the AVX-512 file (fx_q64_fast_round), in half the operations of fx_requant4:
+ * - the rounding is floor((v + 2^(s-1) - 1 + b) / 2^s), b the lowest bit of v >> s, which the
+ *   logical shift gives as well as the arithmetic one; so does the final shift, in the low 32
+ *   bits that are kept (the two differ from bit 64 - s >= 32 up), for any |v| <= T =
+ *   32767 2^s + 2^(s-1) - 1 (then v + 2^(s-1) cannot overflow);
+ * - a lane underflows iff 0 < |v| <= 2^(s-1); the largest |q| is the largest |v| rounded;
+ * - whether some |v| exceeds T (AVX2 has no unsigned compare: |v| - (T + 1) is negative
+ *   exactly for |v| <= T, 2^63 included) is gathered by an AND of those differences; then the
+ *   call runs again on the general route, whose bits agree wherever this one's are valid. */
+typedef struct fx_r4_fast {
+    __m128i cnt;
+    __m256i half_m1, half_p1, one, t_p1;
+    __m256i max_in;    /* signed: exact while every |v| <= T */
+    __m256i all_below; /* AND of |v| - (T + 1): sign bits all set iff every |v| <= T */
+    __m256i underflow;
+    int s;
+} fx_r4_fast;
+
+static inline int fx_r4_fast_ok(int shift) { return shift >= 1 && shift <= 32; }
+
+static inline fx_r4_fast fx_r4_fast_setup(int s)
+{
+    fx_r4_fast f;
+    const int64_t half = (int64_t)1 << (s - 1);
+    f.cnt = _mm_cvtsi32_si128(s);
+    f.half_m1 = _mm256_set1_epi64x(half - 1);
+    f.half_p1 = _mm256_set1_epi64x(half + 1);
+    f.one = _mm256_set1_epi64x(1);
+    f.t_p1 = _mm256_set1_epi64x(((int64_t)FX_MANT_MAX << s) + half);
+    f.max_in = _mm256_setzero_si256();
+    f.all_below = _mm256_set1_epi64x(-1);
+    f.underflow = _mm256_setzero_si256();
+    f.s = s;
+    return f;
+}
+
+static inline __m256i fx_requant4_fast(__m256i v, fx_r4_fast *f)
+{
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i sgn = _mm256_cmpgt_epi64(zero, v);
+    const __m256i av = fx_abs_epi64(v, sgn);
+    f->max_in = _mm256_blendv_epi8(f->max_in, av, _mm256_cmpgt_epi64(av, f->max_in));
+    f->all_below = _mm256_and_si256(f->all_below, _mm256_sub_epi64(av, f->t_p1));
+    f->underflow = _mm256_sub_epi64(
+        f->underflow, _mm256_andnot_si256(_mm256_cmpeq_epi64(av, zero), _mm256_cmpgt_epi64(f->half_p1, av)));
+    const __m256i b = _mm256_and_si256(_mm256_srl_epi64(v, f->cnt), f->one);
+    return _mm256_srl_epi64(_mm256_add_epi64(_mm256_add_epi64(v, f->half_m1), b), f->cnt);
+}
+
+/* Whether every |v| of a fast-route call was at most T (else it must run on the general one). */
+static inline int fx_r4_fast_held(const fx_r4_fast *f)
+{
+    return _mm256_movemask_pd(_mm256_castsi256_pd(f->all_below)) == 0xF;
+}
+
+/* A fast-route call's statistics (every |v| <= T: nothing saturated). */
+static inline void fx_r4_fast_stats(const fx_r4_fast *f, fx_qstats *st)
+{
+    int64_t mi[4], uf[4];
+    _mm256_storeu_si256((__m256i *)mi, f->max_in);
+    _mm256_storeu_si256((__m256i *)uf, f->underflow);
+    uint64_t mx = 0;
+    for (int k = 0; k < 4; k++) mx = (uint64_t)mi[k] > mx ? (uint64_t)mi[k] : mx;
+    st->saturated = 0;
+    st->nonfinite = 0;
+    st->underflow = uf[0] + uf[1] + uf[2] + uf[3];
+    st->max_abs_in = (double)mx;
+    const uint64_t q = mx >> f->s, r = mx & (((uint64_t)1 << f->s) - 1);
+    const uint64_t half = (uint64_t)1 << (f->s - 1);
+    const uint64_t mq = q + (r > half || (r == half && (q & 1)));
+    st->max_abs_out = mq > FX_MANT_MAX ? FX_MANT_MAX : (int32_t)mq;
+}
+
 /* Two vectors of 4 int64 lanes in [-32767, 32767] -> 8 int32 lanes (their low halves). */
 static inline __m256i fx_narrow8(__m256i q0, __m256i q1)
 {
@@ -249,10 +323,15 @@ static inline void fx_r4_stats(const fx_r4_state *s4, __m256i max_out, fx_qstats
     st->max_abs_out = fx_hmax_epi32(max_out);
 }
 
-void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shift,
-                            fx_qstats *st)
+/* quant_i64 on the general route (fast = 0) or the fast one (fast = 1: returns 0, and the
+ * caller runs the general route, where some |v| exceeded T). fast is a constant in each call,
+ * so each loop is compiled for one route. */
+static inline __attribute__((always_inline)) int
+fx_quant_i64_body(const int64_t *src, int16_t *dst, int64_t n, int shift, fx_qstats *st,
+                  const int fast)
 {
-    fx_r4_state s4 = fx_r4_setup(shift);
+    fx_r4_state s4 = fx_r4_setup(fast ? 1 : shift);
+    fx_r4_fast f = fx_r4_fast_setup(fast ? shift : 1);
     __m256i max_out = _mm256_setzero_si256();
 
     for (int64_t i = 0; i < n; i += 8) {
@@ -267,8 +346,9 @@ void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shi
             v0 = _mm256_loadu_si256((const __m256i *)t);
             v1 = _mm256_loadu_si256((const __m256i *)(t + 4));
         }
-        const __m256i m = fx_narrow8(fx_requant4(v0, &s4), fx_requant4(v1, &s4));
-        max_out = _mm256_max_epi32(max_out, _mm256_abs_epi32(m));
+        const __m256i m = fast ? fx_narrow8(fx_requant4_fast(v0, &f), fx_requant4_fast(v1, &f))
+                               : fx_narrow8(fx_requant4(v0, &s4), fx_requant4(v1, &s4));
+        if (!fast) max_out = _mm256_max_epi32(max_out, _mm256_abs_epi32(m));
         if (dst && len == 8) {
             _mm_storeu_si128((__m128i *)(dst + i), fx_pack8_epi32(m));
         } else if (dst) {
@@ -277,17 +357,32 @@ void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shi
             memcpy(dst + i, m16, (size_t)len * sizeof *m16);
         }
     }
-    fx_r4_stats(&s4, max_out, st);
+    if (!fast) {
+        fx_r4_stats(&s4, max_out, st);
+        return 1;
+    }
+    if (!fx_r4_fast_held(&f)) return 0;
+    fx_r4_fast_stats(&f, st);
+    return 1;
+}
+
+void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shift,
+                            fx_qstats *st)
+{
+    if (fx_r4_fast_ok(shift) && fx_quant_i64_body(src, dst, n, shift, st, 1)) return;
+    fx_quant_i64_body(src, dst, n, shift, st, 0);
 }
 
 /* quant_i64 written transposed (backend.h quant_i64_t; see fx_flex_quant_i64_t_avx512 for
  * why): blocks of 8 rows x 8 columns rounded as above, the eight rows' int16 results turned
  * into eight columns by three rounds of unpacks, one 16-byte store per column. Tail rows and
  * columns go through zeroed buffers, which add nothing to any statistic. */
-void fx_flex_quant_i64_t_avx2(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols,
-                              int shift, fx_qstats *st)
+static inline __attribute__((always_inline)) int
+fx_quant_i64_t_body(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols, int shift,
+                    fx_qstats *st, const int fast)
 {
-    fx_r4_state s4 = fx_r4_setup(shift);
+    fx_r4_state s4 = fx_r4_setup(fast ? 1 : shift);
+    fx_r4_fast f = fx_r4_fast_setup(fast ? shift : 1);
     __m256i max_out = _mm256_setzero_si256();
     for (int64_t r0 = 0; r0 < rows; r0 += 8) {
         const int64_t nr = rows - r0 < 8 ? rows - r0 : 8;
@@ -306,8 +401,10 @@ void fx_flex_quant_i64_t_avx2(const int64_t *src, int16_t *dst, int64_t rows, in
                     v0 = _mm256_loadu_si256((const __m256i *)tb);
                     v1 = _mm256_loadu_si256((const __m256i *)(tb + 4));
                 }
-                const __m256i m = fx_narrow8(fx_requant4(v0, &s4), fx_requant4(v1, &s4));
-                max_out = _mm256_max_epi32(max_out, _mm256_abs_epi32(m));
+                const __m256i m =
+                    fast ? fx_narrow8(fx_requant4_fast(v0, &f), fx_requant4_fast(v1, &f))
+                         : fx_narrow8(fx_requant4(v0, &s4), fx_requant4(v1, &s4));
+                if (!fast) max_out = _mm256_max_epi32(max_out, _mm256_abs_epi32(m));
                 w[i] = fx_pack8_epi32(m);
             }
             for (int i = 0; i < 4; i++) { /* row pairs: columns 0-3, 4-7 */
@@ -335,7 +432,22 @@ void fx_flex_quant_i64_t_avx2(const int64_t *src, int16_t *dst, int64_t rows, in
             }
         }
     }
-    fx_r4_stats(&s4, max_out, st);
+    if (!fast) {
+        fx_r4_stats(&s4, max_out, st);
+        return 1;
+    }
+    if (!fx_r4_fast_held(&f)) return 0;
+    fx_r4_fast_stats(&f, st);
+    return 1;
+}
+
+/* The fast route where the shift allows it (fx_quant_i64_body), else or where it did not hold
+ * the general one. */
+void fx_flex_quant_i64_t_avx2(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols,
+                              int shift, fx_qstats *st)
+{
+    if (fx_r4_fast_ok(shift) && fx_quant_i64_t_body(src, dst, rows, cols, shift, st, 1)) return;
+    fx_quant_i64_t_body(src, dst, rows, cols, shift, st, 0);
 }
 
 /* ---- largest |v| of int64 values --------------------------------------------------------------
