@@ -807,13 +807,15 @@ static void flex_write_check(const char *what, tensor_t *y, const tensor_t *x, c
     const int peeked = fx_write_shared_peek_exp(y, &peek_e);
     CHECK(peeked == (write > 0), "%s, write %lld: exponent known before the op: %d", what,
           (long long)write, peeked);
-    const int64_t redone0 = fx_conv_stage_redone();
+    const int64_t redone0 = fx_conv_stage_redone(), staged0 = fx_conv_redone_staged();
     CHECK_STATUS(tensor_conv2d(y, x, w, 1, 1, (int)g->ph, (int)g->pw, 1, 1), FX_OK);
     /* the first run keeps only each chunk's sums; a recomputed overflow runs the op again
      * with a whole stage, and nothing else does */
     const int64_t redone = fx_conv_stage_redone() - redone0;
-    CHECK(redone == (peeked && want_recompute), "%s, write %lld: run again with a stage %lld "
-          "times (recomputed: %d)", what, (long long)write, (long long)redone, want_recompute);
+    const int64_t staged = fx_conv_redone_staged() - staged0;
+    CHECK(redone == (peeked && want_recompute) && staged == redone,
+          "%s, write %lld: run again %lld times, %lld with a stage (recomputed: %d)", what,
+          (long long)write, (long long)redone, (long long)staged, want_recompute);
     CHECK_STATUS(tensor_get_raw(x, xm), FX_OK);
     CHECK_STATUS(tensor_get_raw(w, wm), FX_OK);
     CHECK_STATUS(tensor_get_raw(y, ym), FX_OK);
@@ -965,18 +967,22 @@ static void dfp16_repeated_writes(void)
                   "dfp16 write %d on %s: steady right after a miss", wi,
                   flexpoint_backend_name(bi));
             const int64_t reused0 = fx_conv_early_rounding_reused();
-            const int64_t redone0 = fx_conv_stage_redone();
+            const int64_t redone0 = fx_conv_stage_redone(), staged0 = fx_conv_redone_staged();
             CHECK_STATUS(tensor_conv2d(y, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
             const int64_t reused = fx_conv_early_rounding_reused() - reused0;
             const int64_t redone = fx_conv_stage_redone() - redone0;
+            const int64_t staged = fx_conv_redone_staged() - staged0;
             /* a right guess keeps the chunks' rounding. A wrong one: while steady (only the
-             * chunks' sums kept), the op runs again with a whole stage, guessing the exponent
-             * the first run's write asked for; else it rounds again from its stage. */
+             * chunks' sums kept), the op runs again, guessing the exponent the first run's
+             * write asked for, the exact one of these sums, so again without a stage, and
+             * keeps that run's rounding; else it rounds again from its stage. */
             const int miss = wi == JUMP || wi == JUMP + 1;
-            CHECK(wi == 0 || (reused == (!miss || steady) && redone == (miss && steady)),
+            CHECK(wi == 0 || (reused == (!miss || steady) && redone == (miss && steady) &&
+                              staged == 0),
                   "dfp16 write %d on %s (steady %d): the early rounding was reused %lld times, "
-                  "the op run again with a stage %lld times", wi, flexpoint_backend_name(bi),
-                  steady, (long long)reused, (long long)redone);
+                  "the op run again %lld times, %lld with a stage", wi,
+                  flexpoint_backend_name(bi), steady, (long long)reused, (long long)redone,
+                  (long long)staged);
             tensor_t *fresh = tensor_new(FMT_DFP16, 4, ys);
             CHECK_STATUS(tensor_conv2d(fresh, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
             CHECK_STATUS(tensor_get_raw(xi, xm), FX_OK);

@@ -624,10 +624,11 @@ static int conv2d_forward_check(tensor_t *y, const tensor_t *x, const tensor_t *
  * (below); on a first run (redo_guess FX_EXP_NONE), where nothing else needs them, the chunks'
  * int64 sums then live only in a per-thread buffer, and if the write picks another exponent
  * the op returns with *redo_e set to the guess for a second run (conv_yquant), y untouched,
- * for conv2d_forward_host to run it again with a whole stage, guessing redo_guess. */
+ * for conv2d_forward_host to run it again guessing redo_guess, with a whole stage where
+ * staged. */
 static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                               const fx_conv_geom *gp, const conv_epilogue *ep, int redo_guess,
-                              int *redo_e, const char *func)
+                              int staged, int *redo_e, const char *func)
 {
     const fx_conv_geom g = *gp;
     const conv_compute cc = conv_compute_for(x, w);
@@ -718,8 +719,9 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * guesses missed lately, fx_write_shared_guess_steady): without it, each thread's chunk sums
      * go to one buffer that stays in cache, instead of N*P*O*8 bytes (25.7 MB for the CNN's
      * first layer) written out and faulted in afresh at every call. */
-    const int nostage = redo_guess == FX_EXP_NONE && fuse_e != FX_EXP_NONE && fused_max_exact &&
-                        fx_write_shared_local(y) && fx_write_shared_guess_steady(y);
+    const int nostage = !staged && fuse_e != FX_EXP_NONE && fused_max_exact &&
+                        fx_write_shared_local(y) &&
+                        (redo_guess != FX_EXP_NONE || fx_write_shared_guess_steady(y));
     const int64_t ypix_chunk = plan.nb * P * g.O;
     char *ypix = conv_alloc(&s, nostage ? ypix_chunk * plan.outer : g.N * g.O * P, ssz, &rc,
                             func); /* [N*P, O], or a chunk's [nb*P, O] per thread */
@@ -883,18 +885,36 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     return rc;
 }
 
-static int64_t conv_stage_redone; /* test hook: forward ops run again with a whole stage */
+static int64_t conv_stage_redone;  /* test hook: forward ops run again */
+static int64_t conv_redone_staged; /* test hook: of those runs, the ones with a whole stage */
 
 int64_t fx_conv_stage_redone(void) { return __atomic_load_n(&conv_stage_redone, __ATOMIC_RELAXED); }
 
+int64_t fx_conv_redone_staged(void)
+{
+    return __atomic_load_n(&conv_redone_staged, __ATOMIC_RELAXED);
+}
+
+/* A first run without a stage whose write asked for another exponent runs again guessing it.
+ * A DFP16 write asks for the exact exponent of the sums, which the same sums give again, so
+ * its second run needs no stage either (a stage of the CNN's first layer is 25.7 MB written
+ * out and read back). A FLEX16_5 write that recomputes an overflow asks twice (it keeps the
+ * prediction first), so its second run keeps a stage to round from again; so does a third
+ * run, should a DFP16 second run ever miss. */
 static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w,
                                const fx_conv_geom *gp, const conv_epilogue *ep, const char *func)
 {
     int redo_e = FX_EXP_NONE;
-    int rc = conv2d_forward_run(y, x, w, gp, ep, FX_EXP_NONE, &redo_e, func);
-    if (redo_e == FX_EXP_NONE) return rc;
-    __atomic_fetch_add(&conv_stage_redone, 1, __ATOMIC_RELAXED);
-    return conv2d_forward_run(y, x, w, gp, ep, redo_e, &redo_e, func);
+    int rc = conv2d_forward_run(y, x, w, gp, ep, FX_EXP_NONE, 0, &redo_e, func);
+    for (int run = 2; redo_e != FX_EXP_NONE && run <= 3; run++) {
+        const int staged = run == 3 || y->fmt != FMT_DFP16;
+        __atomic_fetch_add(&conv_stage_redone, 1, __ATOMIC_RELAXED);
+        if (staged) __atomic_fetch_add(&conv_redone_staged, 1, __ATOMIC_RELAXED);
+        const int guess = redo_e;
+        redo_e = FX_EXP_NONE;
+        rc = conv2d_forward_run(y, x, w, gp, ep, guess, staged, &redo_e, func);
+    }
+    return rc;
 }
 
 int fx_nn_conv2d_host(const fx_op_args *a)

@@ -22,10 +22,12 @@ int fx_nn_conv2d_bias_relu_unfused(const fx_op_args *a);
  * done, at the exponent guessed before the op (conv2d.c, fx_write_shared_guess_exp). */
 int64_t fx_conv_early_rounding_reused(void);
 
-/* Test hook: how many forward convolutions ran a second time with a whole int64 stage, after
- * a first run that kept only each chunk's sums found the write picking another exponent than
- * its guess (conv2d.c). */
+/* Test hooks: how many forward convolutions ran again after a first run that kept only each
+ * chunk's sums found the write picking another exponent than its guess, and how many of those
+ * runs kept a whole int64 stage (a FLEX16_5 recompute; a DFP16 write's exact exponent needs
+ * none) (conv2d.c). */
 int64_t fx_conv_stage_redone(void);
+int64_t fx_conv_redone_staged(void);
 
 /* Install every host implementation of FX_WHOLE_OPS in b->run (the scalar level; the vector
  * levels inherit them as copies of it). */
