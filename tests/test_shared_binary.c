@@ -295,6 +295,48 @@ static void check_gated(fmt_t fo, fmt_t fx, const int64_t *shape, test_rng *r)
     tensor_free(d2);
 }
 
+/* A DFP16 ReLU gradient's early rounding guesses its input's exponent: over steps whose dy
+ * scales move the exponent every time, the write keeps that rounding wherever dy's largest
+ * value passes the gate, and rounds again (one miss) where it is gated away and the rest is
+ * small enough to lower the exponent; every result equals the int16-stage route's. */
+static void check_gated_guess(test_rng *r)
+{
+    const int64_t shape[4] = {2, 3, 9, 11}, n = 2 * 3 * 9 * 11;
+    tensor_t *x = tensor_new(FMT_DFP16, 4, shape), *dy = tensor_new(FMT_DFP16, 4, shape);
+    tensor_t *d1 = tensor_new(FMT_DFP16, 4, shape), *d2 = tensor_new(FMT_DFP16, 4, shape);
+    float *xv = malloc((size_t)n * sizeof *xv), *dv = malloc((size_t)n * sizeof *dv);
+    for (int step = 0; step < 8; step++) {
+        const int gated_away = step == 5;
+        const int64_t top = (int64_t)test_rng_range(r, 0, (uint64_t)n - 1);
+        for (int64_t i = 0; i < n; i++) {
+            xv[i] = (float)test_rng_normal(r);
+            /* |dy| below 1/4 of the top value, which sits at `top` (scales 2^(3 step)) */
+            dv[i] = (float)((0.2 * test_rng_uniform(r) - 0.1) * ldexp(1.0, 3 * step));
+        }
+        dv[top] = (float)ldexp(1.0, 3 * step);
+        xv[top] = gated_away ? -1.0f : 1.0f;
+        CHECK_STATUS(tensor_from_f32(x, xv), FX_OK);
+        CHECK_STATUS(tensor_from_f32(dy, dv), FX_OK);
+        const int64_t missed0 = fx_shared_binary_missed();
+        CHECK_STATUS(tensor_relu_backward(d1, dy, x), FX_OK);
+        const int64_t missed = fx_shared_binary_missed() - missed0;
+        fx_shared_binary_set_enabled(0);
+        CHECK_STATUS(tensor_relu_backward(d2, dy, x), FX_OK);
+        fx_shared_binary_set_enabled(1);
+        CHECK(step == 0 || missed == gated_away,
+              "dfp16 relu_backward step %d (largest dy gated away: %d): rounded again %lld "
+              "times; exponents dy %d, dx %d", step, gated_away, (long long)missed,
+              tensor_exp(dy), tensor_exp(d1));
+        if (!same_tensor(d1, d2, "relu_backward (input's exponent guessed)", step)) break;
+    }
+    free(xv);
+    free(dv);
+    tensor_free(x);
+    tensor_free(dy);
+    tensor_free(d1);
+    tensor_free(d2);
+}
+
 /* u = t + bias and y = relu(u) in one pass (fx_shared_add_relu) against tensor_add and then
  * tensor_relu into twin outputs with the same history: the same mantissas, exponents,
  * statistics and trace records of both writes, over scales that make u's and y's guesses
@@ -473,6 +515,7 @@ int main(void)
         check_gated(FMT_FLEX16_5, FMT_FLEX16_5, big, &r);
         check_gated(FMT_DFP16, FMT_FLEX16_5, nchw, &r);
         check_gated(FMT_FLEX16_5, FMT_DFP16, big, &r);
+        check_gated_guess(&r);
         check_not_taken(&r);
         const int64_t conv_s[4] = {4, 8, 20, 20}, conv_b[3] = {8, 1, 1};
         const int64_t lin_s[2] = {64, 40}, lin_b[1] = {40};

@@ -37,5 +37,8 @@ int64_t fx_shared_binary_taken(void);
 /* Test hook: how many of those were rounded first at a guessed exponent
  * (fx_write_shared_guess_exp), without a maximum pass. */
 int64_t fx_shared_binary_fused(void);
+/* Test hook: how many writes rounded again because the write picked another exponent than
+ * the early rounding's guess. */
+int64_t fx_shared_binary_missed(void);
 
 #endif
