@@ -556,8 +556,13 @@ static int amx_cols_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
     const size_t panel = (size_t)kbt * PAIR_BYTES;
     const int64_t mqc_fit = FX_AMX_I16_A_CHUNK_BYTES / (int64_t)panel;
     const int64_t mqc = mqc_fit < 1 ? 1 : mqc_fit < mq ? mqc_fit : mq;
-    /* column panels per group: a block row writes the group's width of C in one run */
-    const int64_t G = amx_b_group(panel), ng = (ns + G - 1) / G;
+    /* column panels per group: a block row writes the group's width of C in one run. The
+     * groups are shared out by a static schedule, so their number is made a multiple of the
+     * threads where the panels allow (7 groups on two threads kept one idle for a seventh of
+     * the product); the sums are exact in any grouping. */
+    const int64_t G0 = amx_b_group(panel), ng0 = (ns + G0 - 1) / G0;
+    const int64_t ng_even = (ng0 + nt - 1) / nt * nt;
+    const int64_t G = (ns + ng_even - 1) / ng_even, ng = (ns + G - 1) / G;
     int8_t *apk = aligned_alloc(64, (size_t)mqc * panel);
     int8_t *bpk = aligned_alloc(64, (size_t)(nt * G) * panel);
     if (!apk || !bpk) {
