@@ -168,21 +168,22 @@ static inline void fx_q64_stats(fx_qstats *st, const fx_q64_acc *a)
 }
 
 /* The right shifts 1 <= s <= 47 (every training write's) take a shorter route to the same bits
- * and statistics, all from |v|, since rounding to nearest even is odd and monotone:
- * - v is clamped to +-T, T = 32767 2^s + 2^(s-1) - 1, the largest |v| that rounds to at most
- *   32767: a lane that saturates becomes +-32767 as fx_requant makes it, and v + 2^(s-1) cannot
- *   overflow (T < 2^63 needs s <= 47);
- * - the rounding is then floor((v + 2^(s-1) - 1 + b) / 2^s) with b the lowest bit of
- *   floor(v / 2^s): a remainder above half carries, below it does not, and exactly half carries
- *   only onto an odd quotient (ties to even);
- * - a lane underflows iff 0 < |v| <= 2^(s-1), and saturates iff |v| > T, which only a maximum
- *   above T can hold: those lanes are counted in a second pass then, which training never
- *   needs (a write that saturates is rare, and recomputed);
- * - the largest |q| is the largest |v| rounded and clamped, once at the end.
- * That is 12 vector operations per 8 sums against 24: the rounding, not reading the sums, is
- * what bounded this loop (a convolution's sums are rounded while they are in cache). */
+ * and statistics when no sum saturates, all from |v|, since rounding to nearest even is odd
+ * and monotone:
+ * - the rounding is floor((v + 2^(s-1) - 1 + b) / 2^s) with b bit s of v (the lowest bit of
+ *   floor(v / 2^s)): a remainder above half carries, below it does not, and exactly half
+ *   carries only onto an odd quotient (ties to even);
+ * - a lane underflows iff 0 < |v| <= 2^(s-1), counted from a mask with a scalar popcount (the
+ *   vector ports are what bound this loop);
+ * - the largest |q| is the largest |v| rounded, once at the end;
+ * - nothing saturates iff the largest |v| is at most T = 32767 2^s + 2^(s-1) - 1 (T < 2^63
+ *   needs s <= 47; below it v + 2^(s-1) cannot overflow either). A call whose maximum is above
+ *   T runs again on the general route, which training writes need only now and then (a write
+ *   that saturates is rare, and recomputed).
+ * 8 vector operations per 8 sums against 24: the rounding, not reading the sums, bounded this
+ * loop (a convolution's sums are rounded while they are in cache). */
 typedef struct fx_q64_fast {
-    __m512i t, neg_t, half_m1, half, one, minus1;
+    __m512i half_m1, half, one, bit_s;
     __m128i cnt;
     int s;
 } fx_q64_fast;
@@ -193,57 +194,72 @@ static inline fx_q64_fast fx_q64_fast_setup(int s)
 {
     fx_q64_fast k;
     const int64_t half = (int64_t)1 << (s - 1);
-    const int64_t t = ((int64_t)FX_MANT_MAX << s) + half - 1;
-    k.t = _mm512_set1_epi64(t);
-    k.neg_t = _mm512_set1_epi64(-t);
     k.half_m1 = _mm512_set1_epi64(half - 1);
     k.half = _mm512_set1_epi64(half);
     k.one = _mm512_set1_epi64(1);
-    k.minus1 = _mm512_set1_epi64(-1);
+    k.bit_s = _mm512_set1_epi64((int64_t)1 << s);
     k.cnt = _mm_cvtsi32_si128(s);
     k.s = s;
     return k;
 }
 
-/* One vector (dead lanes load as 0, which counts nowhere): the rounded lanes, with the
- * maximum of |v| and the underflow count added to *max_in and *nuf. */
+/* One vector (dead lanes load as 0, which counts nowhere): the rounded lanes (valid where
+ * |v| <= T), with the maximum of |v| in *max_in and the underflows added to *nuf. */
 static inline __m512i fx_q64_fast_round(const fx_q64_fast *k, __m512i v, __m512i *max_in,
-                                        __m512i *nuf)
+                                        int64_t *nuf)
 {
     const __m512i a = _mm512_abs_epi64(v); /* INT64_MIN stays 2^63, read unsigned */
     *max_in = _mm512_max_epu64(*max_in, a);
     const __mmask8 uf = _mm512_cmplt_epu64_mask(_mm512_sub_epi64(a, k->one), k->half);
-    *nuf = _mm512_mask_sub_epi64(*nuf, uf, *nuf, k->minus1);
-    const __m512i vc = _mm512_max_epi64(_mm512_min_epi64(v, k->t), k->neg_t);
-    const __m512i b = _mm512_and_si512(_mm512_sra_epi64(vc, k->cnt), k->one);
-    return _mm512_sra_epi64(_mm512_add_epi64(_mm512_add_epi64(vc, k->half_m1), b), k->cnt);
+    *nuf += __builtin_popcount((unsigned)uf);
+    const __mmask8 odd = _mm512_test_epi64_mask(v, k->bit_s);
+    const __m512i t = _mm512_add_epi64(v, k->half_m1);
+    return _mm512_sra_epi64(_mm512_mask_add_epi64(t, odd, t, k->one), k->cnt);
 }
 
-/* The statistics of a fast-route call over the n sums at src (contiguous). */
-static void fx_q64_fast_stats(fx_qstats *st, const fx_q64_fast *k, __m512i max_in, __m512i nuf,
-                              const int64_t *src, int64_t n)
+/* The statistics of a fast-route call, or 0 where its maximum is above T (then nothing it
+ * computed may be kept). */
+static int fx_q64_fast_stats(fx_qstats *st, const fx_q64_fast *k, __m512i max_in, int64_t nuf)
 {
     const uint64_t mx = _mm512_reduce_max_epu64(max_in);
-    const uint64_t t = ((uint64_t)FX_MANT_MAX << k->s) + ((uint64_t)1 << (k->s - 1)) - 1;
-    int64_t saturated = 0;
-    if (mx > t) { /* the rare second pass */
-        __m512i cnt = _mm512_setzero_si512();
-        for (int64_t i = 0; i < n; i += 8) {
-            const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
-            const __m512i a = _mm512_abs_epi64(_mm512_maskz_loadu_epi64(live, src + i));
-            cnt = _mm512_mask_sub_epi64(cnt, _mm512_cmpgt_epu64_mask(a, k->t), cnt, k->minus1);
-        }
-        saturated = _mm512_reduce_add_epi64(cnt);
-    }
-    st->saturated = saturated;
-    st->nonfinite = 0;
-    st->underflow = _mm512_reduce_add_epi64(nuf);
-    st->max_abs_in = (double)mx;
-    /* the largest |v| rounded (|v| <= 2^63 read unsigned) and clamped */
-    const uint64_t q = mx >> k->s, r = mx & (((uint64_t)1 << k->s) - 1);
     const uint64_t half = (uint64_t)1 << (k->s - 1);
-    const uint64_t mq = q + (r > half || (r == half && (q & 1)));
-    st->max_abs_out = mq > FX_MANT_MAX ? FX_MANT_MAX : (int32_t)mq;
+    if (mx > ((uint64_t)FX_MANT_MAX << k->s) + half - 1) return 0;
+    st->saturated = 0;
+    st->nonfinite = 0;
+    st->underflow = nuf;
+    st->max_abs_in = (double)mx;
+    /* the largest |v| rounded (at most 32767 here) */
+    const uint64_t q = mx >> k->s, r = mx & (((uint64_t)1 << k->s) - 1);
+    st->max_abs_out = (int32_t)(q + (r > half || (r == half && (q & 1))));
+    return 1;
+}
+
+/* quant_i64 on the fast route: 0 where it does not hold (dst is then written again). */
+static int fx_quant_i64_fast(const int64_t *src, int16_t *dst, int64_t n, int shift,
+                             fx_qstats *st)
+{
+    const fx_q64_fast f = fx_q64_fast_setup(shift);
+    __m512i max_in = _mm512_setzero_si512();
+    int64_t nuf = 0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i q0 =
+            fx_q64_fast_round(&f, _mm512_loadu_si512((const void *)(src + i)), &max_in, &nuf);
+        const __m512i q1 =
+            fx_q64_fast_round(&f, _mm512_loadu_si512((const void *)(src + i + 8)), &max_in, &nuf);
+        if (dst) {
+            const __m256i w = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm512_cvtepi64_epi16(q0)), _mm512_cvtepi64_epi16(q1), 1);
+            _mm256_storeu_si256((__m256i *)(dst + i), w);
+        }
+    }
+    for (; i < n; i += 8) {
+        const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
+        const __m512i q =
+            fx_q64_fast_round(&f, _mm512_maskz_loadu_epi64(live, src + i), &max_in, &nuf);
+        if (dst) _mm512_mask_cvtepi64_storeu_epi16(dst + i, live, q);
+    }
+    return fx_q64_fast_stats(st, &f, max_in, nuf);
 }
 
 /* Counts are kept in vector lanes (fx_q64_acc), and full iterations handle 16 values with one
@@ -252,30 +268,7 @@ static void fx_q64_fast_stats(fx_qstats *st, const fx_q64_fast *k, __m512i max_i
 void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int shift,
                               fx_qstats *st)
 {
-    if (fx_q64_fast_ok(shift)) {
-        const fx_q64_fast f = fx_q64_fast_setup(shift);
-        __m512i max_in = _mm512_setzero_si512(), nuf = max_in;
-        int64_t i = 0;
-        for (; i + 16 <= n; i += 16) {
-            const __m512i q0 =
-                fx_q64_fast_round(&f, _mm512_loadu_si512((const void *)(src + i)), &max_in, &nuf);
-            const __m512i q1 = fx_q64_fast_round(
-                &f, _mm512_loadu_si512((const void *)(src + i + 8)), &max_in, &nuf);
-            if (dst) {
-                const __m256i w = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm512_cvtepi64_epi16(q0)), _mm512_cvtepi64_epi16(q1), 1);
-                _mm256_storeu_si256((__m256i *)(dst + i), w);
-            }
-        }
-        for (; i < n; i += 8) {
-            const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
-            const __m512i q =
-                fx_q64_fast_round(&f, _mm512_maskz_loadu_epi64(live, src + i), &max_in, &nuf);
-            if (dst) _mm512_mask_cvtepi64_storeu_epi16(dst + i, live, q);
-        }
-        fx_q64_fast_stats(st, &f, max_in, nuf, src, n);
-        return;
-    }
+    if (fx_q64_fast_ok(shift) && fx_quant_i64_fast(src, dst, n, shift, st)) return;
     const fx_q64_consts k = fx_q64_setup(shift);
     fx_q64_acc acc = {k.zero, k.zero, k.zero, k.zero};
     int64_t i = 0;
@@ -336,14 +329,15 @@ static inline void fx_store_t32x8(const __m128i w[32], int16_t *dst, int64_t row
  * Here a block of 32 rows x 8 columns is rounded as quant_i64 rounds and stored transposed
  * (fx_store_t32x8). fast: the route of fx_q64_fast_ok shifts (a constant in each call of the
  * body below, so each loop is compiled for one route). */
-static inline __attribute__((always_inline)) void
+static inline __attribute__((always_inline)) int
 fx_quant_i64_t_body(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols, int shift,
                     fx_qstats *st, const int fast)
 {
-    const fx_q64_consts k = fx_q64_setup(shift);
+    const fx_q64_consts k = fx_q64_setup(fast ? 1 : shift);
     fx_q64_acc acc = {k.zero, k.zero, k.zero, k.zero};
     const fx_q64_fast f = fx_q64_fast_setup(fast ? shift : 1);
-    __m512i max_in = _mm512_setzero_si512(), nuf = max_in;
+    __m512i max_in = _mm512_setzero_si512();
+    int64_t nuf = 0;
     for (int64_t r0 = 0; r0 < rows; r0 += 32) {
         const int64_t nr = rows - r0 < 32 ? rows - r0 : 32;
         const __mmask32 rmask32 = nr == 32 ? 0xFFFFFFFFu : (__mmask32)((1u << nr) - 1u);
@@ -363,19 +357,17 @@ fx_quant_i64_t_body(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols
             fx_store_t32x8(w, dst, rows, r0, c0, nc, rmask32);
         }
     }
-    if (fast)
-        fx_q64_fast_stats(st, &f, max_in, nuf, src, rows * cols);
-    else
-        fx_q64_stats(st, &acc);
+    if (fast) return fx_q64_fast_stats(st, &f, max_in, nuf);
+    fx_q64_stats(st, &acc);
+    return 1;
 }
 
+/* The fast route where the shift allows it and no sum saturates, else the general one. */
 void fx_flex_quant_i64_t_avx512(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols,
                                 int shift, fx_qstats *st)
 {
-    if (fx_q64_fast_ok(shift))
-        fx_quant_i64_t_body(src, dst, rows, cols, shift, st, 1);
-    else
-        fx_quant_i64_t_body(src, dst, rows, cols, shift, st, 0);
+    if (fx_q64_fast_ok(shift) && fx_quant_i64_t_body(src, dst, rows, cols, shift, st, 1)) return;
+    fx_quant_i64_t_body(src, dst, rows, cols, shift, st, 0);
 }
 
 void fx_flex_maxabs_f32_avx512(const float *src, int64_t n, float *maxabs, int64_t *nonfinite)
