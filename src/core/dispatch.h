@@ -92,6 +92,14 @@ int fx_write_shared_guess_steady(const tensor_t *out);
  * of a write alike. */
 int fx_write_shared_local(const tensor_t *out);
 
+/* Whether a write of an int16 stage (fx_write_i16, fx_write_i16_max) into out cannot fail: a
+ * whole host FLEX16_5/DFP16 tensor, no storage of a distributed trainer, no write pending, and
+ * writes decided at once (not the host's deferred test mode, whose launch allocates). Its
+ * settle, decision and quantiser then return no error (a trace that cannot grow only sets the
+ * message), so an op may store a second output of its own before that write (the max-pool
+ * indices) and still leave both untouched on any failure before it. */
+int fx_write_i16_cannot_fail(const tensor_t *out);
+
 /* ---- writes whose statistics arrive later ----------------------------------------------------
  * A backend whose statistics arrive late (the GPU: a copy from device memory) can launch a
  * whole write without waiting for them when the write's exponent follows from the storage's

@@ -513,6 +513,15 @@ static int fx_defer_host_on(void)
     return v;
 }
 
+/* Documented in dispatch.h. */
+int fx_write_i16_cannot_fail(const tensor_t *out)
+{
+    const fx_storage *st = out->st;
+    return fmt_is_shared_exponent(out->fmt) && !st->on_device && !st->dist &&
+           fx_tensor_covers_storage(out) && !(st->pending && st->pending->active) &&
+           !fx_defer_host_on();
+}
+
 /* The host's statistics are known at once; the record only holds them until settled. */
 typedef struct fx_host_pending {
     fx_pending_write base;

@@ -365,11 +365,15 @@ int fx_nn_maxpool2d_host(const fx_op_args *a)
     rc = pool_operand(x, ic, &xo, &s, func);
     /* integer path: the outputs are input mantissas, staged as int16 (fx_write_i16); fp32
      * outputs into a plain fp32 y are made in y itself, and then the indices straight in
-     * argmax (nothing can fail after the loop, so neither is left half written) */
+     * argmax (nothing can fail after the loop, so neither is left half written). So do the
+     * integer path's indices where y's write cannot fail (3.2 MB staged and copied for the
+     * CNN's first pooling, otherwise). */
     const int direct = rc == FX_OK && !ic && pool_f32_direct(y, x);
+    const int idx_direct = direct || (rc == FX_OK && ic && fx_write_i16_cannot_fail(y));
     void *stage = direct ? fx_tensor_base(y)
                          : pool_alloc(&s, ny, ic ? sizeof(int16_t) : sizeof(float), &rc, func);
-    int32_t *idx = !argmax ? NULL : direct ? argmax : pool_alloc(&s, ny, sizeof(int32_t), &rc, func);
+    int32_t *idx =
+        !argmax ? NULL : idx_direct ? argmax : pool_alloc(&s, ny, sizeof(int32_t), &rc, func);
     if (rc) {
         fx_scratch_free(&s);
         return rc;
