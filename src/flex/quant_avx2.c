@@ -323,6 +323,20 @@ static inline void fx_r4_stats(const fx_r4_state *s4, __m256i max_out, fx_qstats
     st->max_abs_out = fx_hmax_epi32(max_out);
 }
 
+/* The statistics that end a call on the general route (fast = 0: of s4 and the int32 lanes'
+ * largest |q|) or the fast one (of f); 0 where the fast route did not hold. */
+static inline int fx_r4_finish(const fx_r4_state *s4, __m256i max_out, const fx_r4_fast *f,
+                               int fast, fx_qstats *st)
+{
+    if (!fast) {
+        fx_r4_stats(s4, max_out, st);
+        return 1;
+    }
+    if (!fx_r4_fast_held(f)) return 0;
+    fx_r4_fast_stats(f, st);
+    return 1;
+}
+
 /* quant_i64 on the general route (fast = 0) or the fast one (fast = 1: returns 0, and the
  * caller runs the general route, where some |v| exceeded T). fast is a constant in each call,
  * so each loop is compiled for one route. */
@@ -357,13 +371,7 @@ fx_quant_i64_body(const int64_t *src, int16_t *dst, int64_t n, int shift, fx_qst
             memcpy(dst + i, m16, (size_t)len * sizeof *m16);
         }
     }
-    if (!fast) {
-        fx_r4_stats(&s4, max_out, st);
-        return 1;
-    }
-    if (!fx_r4_fast_held(&f)) return 0;
-    fx_r4_fast_stats(&f, st);
-    return 1;
+    return fx_r4_finish(&s4, max_out, &f, fast, st);
 }
 
 void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shift,
@@ -432,13 +440,7 @@ fx_quant_i64_t_body(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols
             }
         }
     }
-    if (!fast) {
-        fx_r4_stats(&s4, max_out, st);
-        return 1;
-    }
-    if (!fx_r4_fast_held(&f)) return 0;
-    fx_r4_fast_stats(&f, st);
-    return 1;
+    return fx_r4_finish(&s4, max_out, &f, fast, st);
 }
 
 /* The fast route where the shift allows it (fx_quant_i64_body), else or where it did not hold

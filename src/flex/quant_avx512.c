@@ -167,6 +167,15 @@ static inline void fx_q64_stats(fx_qstats *st, const fx_q64_acc *a)
     st->max_abs_out = (int32_t)_mm512_reduce_max_epi64(a->max_out);
 }
 
+/* Sixteen rounded lanes (two vectors of 8 in [-32767, 32767]) stored as int16 with one 256-bit
+ * store. */
+static inline void fx_store16_q64(int16_t *dst, __m512i q0, __m512i q1)
+{
+    const __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi64_epi16(q0)),
+                                              _mm512_cvtepi64_epi16(q1), 1);
+    _mm256_storeu_si256((__m256i *)dst, w);
+}
+
 /* The right shifts 1 <= s <= 47 (every training write's) take a shorter route to the same bits
  * and statistics when no sum saturates, all from |v|, since rounding to nearest even is odd
  * and monotone:
@@ -247,11 +256,7 @@ static int fx_quant_i64_fast(const int64_t *src, int16_t *dst, int64_t n, int sh
             fx_q64_fast_round(&f, _mm512_loadu_si512((const void *)(src + i)), &max_in, &nuf);
         const __m512i q1 =
             fx_q64_fast_round(&f, _mm512_loadu_si512((const void *)(src + i + 8)), &max_in, &nuf);
-        if (dst) {
-            const __m256i w = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm512_cvtepi64_epi16(q0)), _mm512_cvtepi64_epi16(q1), 1);
-            _mm256_storeu_si256((__m256i *)(dst + i), w);
-        }
+        if (dst) fx_store16_q64(dst + i, q0, q1);
     }
     for (; i < n; i += 8) {
         const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
@@ -276,11 +281,7 @@ void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int s
         const __m512i q0 = fx_q64_round(&k, &acc, _mm512_loadu_si512((const void *)(src + i)), 0xFF);
         const __m512i q1 =
             fx_q64_round(&k, &acc, _mm512_loadu_si512((const void *)(src + i + 8)), 0xFF);
-        if (dst) {
-            const __m256i w = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm512_cvtepi64_epi16(q0)), _mm512_cvtepi64_epi16(q1), 1);
-            _mm256_storeu_si256((__m256i *)(dst + i), w);
-        }
+        if (dst) fx_store16_q64(dst + i, q0, q1);
     }
     for (; i < n; i += 8) {
         const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
