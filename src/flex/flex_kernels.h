@@ -62,6 +62,24 @@ static inline void fx_bias16_stats(const int16_t *hi, const int16_t *lo, const i
     st->max_abs_out = qo;
 }
 
+/* The int64 -> int16 rounding's fast route (quant_avx512.c, quant_avx2.c), right shifts
+ * 1 <= s <= 47: T, the largest |v| that rounds to at most 32767 at shift s; and the statistics
+ * of a call whose every |v| is at most T, from its largest |v| and its underflow count: nothing
+ * saturated, and the largest |q| is the largest |v| rounded (rounding is odd and monotone). */
+static inline uint64_t fx_q64_fast_bound(int s)
+{
+    return ((uint64_t)FX_MANT_MAX << s) + ((uint64_t)1 << (s - 1)) - 1;
+}
+
+static inline void fx_q64_fast_stats_of(fx_qstats *st, uint64_t max_in, int64_t nuf, int s)
+{
+    st->saturated = 0;
+    st->nonfinite = 0;
+    st->underflow = nuf;
+    st->max_abs_in = (double)max_in;
+    st->max_abs_out = (int32_t)fx_rshift_rne((int64_t)max_in, s); /* max_in <= T < 2^62 */
+}
+
 static inline fx_shift32 fx_shift32_of(int shift)
 {
     fx_shift32 k;

@@ -238,7 +238,7 @@ static inline fx_r4_fast fx_r4_fast_setup(int s)
     f.half_m1 = _mm256_set1_epi64x(half - 1);
     f.half_p1 = _mm256_set1_epi64x(half + 1);
     f.one = _mm256_set1_epi64x(1);
-    f.t_p1 = _mm256_set1_epi64x(((int64_t)FX_MANT_MAX << s) + half);
+    f.t_p1 = _mm256_set1_epi64x((int64_t)fx_q64_fast_bound(s) + 1);
     f.max_in = _mm256_setzero_si256();
     f.all_below = _mm256_set1_epi64x(-1);
     f.underflow = _mm256_setzero_si256();
@@ -273,14 +273,7 @@ static inline void fx_r4_fast_stats(const fx_r4_fast *f, fx_qstats *st)
     _mm256_storeu_si256((__m256i *)uf, f->underflow);
     uint64_t mx = 0;
     for (int k = 0; k < 4; k++) mx = (uint64_t)mi[k] > mx ? (uint64_t)mi[k] : mx;
-    st->saturated = 0;
-    st->nonfinite = 0;
-    st->underflow = uf[0] + uf[1] + uf[2] + uf[3];
-    st->max_abs_in = (double)mx;
-    const uint64_t q = mx >> f->s, r = mx & (((uint64_t)1 << f->s) - 1);
-    const uint64_t half = (uint64_t)1 << (f->s - 1);
-    const uint64_t mq = q + (r > half || (r == half && (q & 1)));
-    st->max_abs_out = mq > FX_MANT_MAX ? FX_MANT_MAX : (int32_t)mq;
+    fx_q64_fast_stats_of(st, mx, uf[0] + uf[1] + uf[2] + uf[3], f->s);
 }
 
 /* Two vectors of 4 int64 lanes in [-32767, 32767] -> 8 int32 lanes (their low halves). */

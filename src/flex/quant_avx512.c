@@ -231,15 +231,8 @@ static inline __m512i fx_q64_fast_round(const fx_q64_fast *k, __m512i v, __m512i
 static int fx_q64_fast_stats(fx_qstats *st, const fx_q64_fast *k, __m512i max_in, int64_t nuf)
 {
     const uint64_t mx = _mm512_reduce_max_epu64(max_in);
-    const uint64_t half = (uint64_t)1 << (k->s - 1);
-    if (mx > ((uint64_t)FX_MANT_MAX << k->s) + half - 1) return 0;
-    st->saturated = 0;
-    st->nonfinite = 0;
-    st->underflow = nuf;
-    st->max_abs_in = (double)mx;
-    /* the largest |v| rounded (at most 32767 here) */
-    const uint64_t q = mx >> k->s, r = mx & (((uint64_t)1 << k->s) - 1);
-    st->max_abs_out = (int32_t)(q + (r > half || (r == half && (q & 1))));
+    if (mx > fx_q64_fast_bound(k->s)) return 0;
+    fx_q64_fast_stats_of(st, mx, nuf, k->s);
     return 1;
 }
 

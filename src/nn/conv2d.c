@@ -492,10 +492,10 @@ static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
                 c->copy_pending = 1;
         }
     } else if (!c->pix) {
-        /* no sums to round again: conv2d_forward_host runs the op again with a stage, guessing
-         * the exponent the write asks for first: this one (a DFP16 scale that moved), or, where
-         * the write kept the guess before asking again (a FLEX16_5 overflow it recomputes),
-         * the guess, which its first rounding then reuses */
+        /* no sums to round again: conv2d_forward_host runs the op again, guessing the exponent
+         * the write asks for first: this one (a DFP16 scale that moved: without a stage
+         * again), or, where the write kept the guess before asking again (a FLEX16_5 overflow
+         * it recomputes), the guess, which that run's first rounding, from a stage, reuses */
         c->need_stage = 1;
         if (!c->copy_pending) c->fused_e = e;
         return FX_ESTATE;
@@ -718,10 +718,10 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * than the guess, which in training is now and then (the stage is kept for a y whose
      * guesses missed lately, fx_write_shared_guess_steady): without it, each thread's chunk sums
      * go to one buffer that stays in cache, instead of N*P*O*8 bytes (25.7 MB for the CNN's
-     * first layer) written out and faulted in afresh at every call. */
+     * first layer) written out and faulted in afresh at every call. (A second run finds y
+     * as steady as the first did: the write that missed committed nothing.) */
     const int nostage = !staged && fuse_e != FX_EXP_NONE && fused_max_exact &&
-                        fx_write_shared_local(y) &&
-                        (redo_guess != FX_EXP_NONE || fx_write_shared_guess_steady(y));
+                        fx_write_shared_local(y) && fx_write_shared_guess_steady(y);
     const int64_t ypix_chunk = plan.nb * P * g.O;
     char *ypix = conv_alloc(&s, nostage ? ypix_chunk * plan.outer : g.N * g.O * P, ssz, &rc,
                             func); /* [N*P, O], or a chunk's [nb*P, O] per thread */
