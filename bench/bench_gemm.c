@@ -8,7 +8,9 @@
  *
  * Thread counts default to "1 2". Our numbers go through the public tensor_matmul (validation,
  * the kernel, and the one write into the output tensor in the same format), which is what users
- * call. Each figure is the median of BENCH_REPS timed repetitions after a warm-up; GFLOP/s
+ * call. Each figure is the median of BENCH_REPS timed repetitions after a warm-up (six for
+ * the integer formats, whose large products take their training route once the output's
+ * exponent guess has held for a few writes); GFLOP/s
  * counts 2*M*N*K (GOP/s for the integer formats). Times are wall clock, or with BENCH_CLOCK=cpu
  * the process's CPU time (all its threads): on a shared machine where other processes take
  * the cores, time spent descheduled then does not count, which puts the GEMMs on the footing
@@ -54,6 +56,8 @@ typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float 
                                const float *, int, float, float *, int);
 typedef void (*set_threads_fn)(int);
 typedef const char *(*get_core_fn)(void);
+
+#define FX_INT_WARMUPS 6 /* > FX_GUESS_STEADY_WRITES (src/core/dispatch.h) */
 
 static clockid_t g_clock = CLOCK_MONOTONIC; /* BENCH_CLOCK=cpu: CLOCK_PROCESS_CPUTIME_ID */
 
@@ -281,9 +285,13 @@ static int run_shape(const peer *pp, int threads, int reps, double fma_peak, dou
         int avail[P_COUNT] = {1, 1, 1, 1, 1, p.dnnl_sgemm != NULL, p.dnnl_bf16 != NULL,
                               p.cblas_sgemm != NULL};
         if (reps > 64) reps = 64;
-        for (int r = -1; r < reps; r++) /* r = -1 is the warm-up; peers alternate with ours */
+        /* r < 0 are warm-ups: one for the float formats and the peers, FX_INT_WARMUPS for the
+         * integer formats, whose products take the blocked route without a whole int64 stage
+         * once the output's exponent guess has held for a few writes (shared_matmul.c), as it
+         * does in training; peers alternate with ours */
+        for (int r = -FX_INT_WARMUPS; r < reps; r++)
             for (int k = 0; k < P_COUNT; k++) {
-                if (!avail[k]) continue;
+                if (!avail[k] || (r < -1 && k != P_OURS_FLEX && k != P_OURS_DFP)) continue;
                 double t0 = now();
                 if (k <= P_OURS_DFP) {
                     fx_gemm_i16_reset_tile_counts();

@@ -6,6 +6,7 @@
 #include "half_bits.h"
 #include "half_binary.h"
 #include "shared_binary.h"
+#include "shared_matmul.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -252,6 +253,9 @@ int tensor_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b)
                        fx_shape_str(out, b1, sizeof b1), fx_shape_str(a, b2, sizeof b2),
                        fx_shape_str(b, b3, sizeof b3), (long long)a->shape[0],
                        (long long)b->shape[1]);
+    /* FLEX16_5/DFP16 products with a large output: blocks rounded in cache, no whole stage */
+    const int rc = fx_shared_matmul(out, a, b);
+    if (rc != FX_SHARED_MATMUL_NOT_TAKEN) return rc;
     fx_op_request rq = {.op = FX_OP_MATMUL, .func = __func__, .out = out, .nin = 2,
                         .in = {a, b}, .strided_ok = 1};
     return fx_dispatch(&rq);

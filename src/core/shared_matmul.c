@@ -1,0 +1,289 @@
+/* tensor_matmul of FLEX16_5 / DFP16 tensors without a whole int64 stage (ops.c calls this
+ * before the dispatcher).
+ *
+ * Why: the dispatcher's integer route writes every exact sum into an int64 stage, 8 bytes per
+ * output, and the write reads it back to round it into 2. Where each output has few products
+ * (K = 25 to 64, a convolution's shapes as plain products, attention scores) that traffic, not
+ * the multiplies, sets the time: the 800 x 25088 x 64 product spent most of its 42 ms moving
+ * a 160 MB stage. Here the product runs in blocks of output whose sums stay in cache (a few
+ * hundred KiB), and each block is rounded at once at a guess of the output's exponent
+ * (fx_write_shared_guess_exp: FLEX16_5's Autoflex prediction, DFP16's current exponent) into
+ * an int16 buffer, with its statistics; the kernels report each block's largest |sum| exactly.
+ * The write then decides from those as it would from a stage. It keeps the guess in steady
+ * training, and the buffer is copied into out. Where it asks for another exponent (a FLEX16_5
+ * overflow it recomputes, a DFP16 scale that moved, an Autoflex trial), this route returns
+ * before anything is committed (the write's decision touches no state until it succeeds) and
+ * the dispatcher computes the product again with a whole stage: the same exact sums, so the
+ * same decision and bits. The route is taken only where the guess held for the output's last
+ * FX_GUESS_STEADY_WRITES writes, so that such misses stay rare.
+ *
+ * The sums are exact integers whatever the blocking, and the rounding and statistics are
+ * elementwise, counts and maxima, so the result is the dispatcher's bit for bit
+ * (tests/test_shared_matmul.c). */
+#include "shared_matmul.h"
+#include "compose.h"
+#include "dispatch.h"
+#include "profile_counters.h"
+#include "../flex/flex_math.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Outputs below this many elements keep the dispatcher's route: their stage stays in cache. */
+#define FX_SM_MIN_OUT_DEFAULT ((int64_t)1 << 17)
+/* int64 sums of one block: 1 MiB, within a core's L2 on the CPUs measured (2 MiB on the Xeon,
+ * 1 MiB on Zen 4) */
+#define FX_SM_CHUNK_DEFAULT ((int64_t)1 << 17)
+/* From this many products per output (2K operations each) the stage costs less than the
+ * repacking of operands that the blocks add: one thread on the Xeon reporting model 167,
+ * flex16_5 1024^3 at 418-426 GOP/s with blocks against 410-453 without, 2048^3 at 418 against
+ * 483; 800 x 25088 x 64 at 115 against 64, 64 x 25088 x 800 at 247 against 212. */
+#define FX_SM_MAX_K 1024
+/* Rows of a block (fx_sm_blocks), and the least number of its columns (the widest register
+ * tile has 32). */
+#define FX_SM_ROWS 256
+#define FX_SM_MIN_EDGE 64
+
+static int fx_sm_enabled_flag = 1;
+static int64_t fx_sm_min_out = FX_SM_MIN_OUT_DEFAULT, fx_sm_chunk = FX_SM_CHUNK_DEFAULT;
+static int64_t fx_sm_taken, fx_sm_missed;
+
+void fx_shared_matmul_set_enabled(int on)
+{
+    __atomic_store_n(&fx_sm_enabled_flag, on != 0, __ATOMIC_RELAXED);
+}
+
+void fx_shared_matmul_set_sizes(int64_t min_out, int64_t chunk)
+{
+    __atomic_store_n(&fx_sm_min_out, min_out > 0 ? min_out : FX_SM_MIN_OUT_DEFAULT,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&fx_sm_chunk, chunk > 0 ? chunk : FX_SM_CHUNK_DEFAULT, __ATOMIC_RELAXED);
+}
+
+int64_t fx_shared_matmul_taken(void) { return __atomic_load_n(&fx_sm_taken, __ATOMIC_RELAXED); }
+int64_t fx_shared_matmul_missed(void) { return __atomic_load_n(&fx_sm_missed, __ATOMIC_RELAXED); }
+
+typedef struct fx_sm_plan {
+    const fx_backend *be;
+    fx_kernel kernel;
+    fx_operand a, b; /* a: [M, K], b: [K, N], any strides */
+    int64_t M, N, K, mc, nc;
+    int ec;          /* the sums' exponent, a.exp + b.exp */
+    int guess;       /* the exponent every block is rounded at */
+    int16_t *tmp;    /* [M, N]: the rounding at guess, copied into out once the write keeps it */
+    int64_t *block;  /* [mc, nc] sums of the block being rounded */
+    fx_qstats q;     /* the rounding's statistics, all blocks merged */
+    uint64_t imax;   /* the largest |sum| */
+    int copy_pending, missed;
+} fx_sm_plan;
+
+/* The blocks: every row where there are at most FX_SM_ROWS, else FX_SM_ROWS of them, and as
+ * many columns as the budget then allows (whole rows where that is all of them, and then as
+ * many rows as fit). Column blocks repack A and row blocks B, each once per block, and every
+ * row of a block writes its mantissas into out's row as one run of at least nc values, so
+ * neither edge is short: with 64-value rows (128 bytes) the rounding's stores into an
+ * [800, 25088] output ran at a third of their speed in contiguous runs. */
+static void fx_sm_blocks(fx_sm_plan *p, int64_t budget)
+{
+    const int64_t M = p->M, N = p->N;
+    p->mc = M < FX_SM_ROWS ? M : FX_SM_ROWS;
+    p->nc = budget / p->mc / FX_SM_MIN_EDGE * FX_SM_MIN_EDGE;
+    if (p->nc < FX_SM_MIN_EDGE) p->nc = FX_SM_MIN_EDGE;
+    if (p->nc >= N) {
+        p->nc = N;
+        const int64_t rows = budget / N;
+        if (rows > p->mc) p->mc = rows < M ? rows : M;
+    }
+}
+
+/* The sums of the block at rows [m0, m0 + mc) and columns [n0, n0 + nc) into p->block
+ * ([mc, nc]), by the backend's matmul kernel on views of a and b; their largest |sum| into
+ * *imax. */
+static int fx_sm_block_sums(const fx_sm_plan *p, int64_t m0, int64_t mc, int64_t n0, int64_t nc,
+                            uint64_t *imax)
+{
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = FX_OP_MATMUL;
+    c.nin = 2;
+    c.in[0] = p->a;
+    c.in[0].shape[0] = mc;
+    c.in[0].data = (const int16_t *)p->a.data + m0 * p->a.strides[0];
+    c.in[1] = p->b;
+    c.in[1].shape[1] = nc;
+    c.in[1].data = (const int16_t *)p->b.data + n0 * p->b.strides[1];
+    c.out_ndim = 2;
+    c.out_shape[0] = mc;
+    c.out_shape[1] = nc;
+    c.out_numel = mc * nc;
+    c.out_i64 = p->block;
+    int e = 0, known = 0;
+    c.out_exp = &e;
+    c.out_imax = imax;
+    c.out_imax_known = &known;
+    c.nthreads = flexpoint_num_threads();
+    const int rc = p->kernel(&c);
+    if (rc == FX_OK && !known) *imax = fx_maxabs_i64(p->be, p->block, mc * nc);
+    return rc;
+}
+
+/* The block's sums rounded at p->guess into tmp, its statistics merged into p->q. Rows are
+ * split among the threads (a block of whole rows as equal runs of its one contiguous range). */
+static void fx_sm_block_round(fx_sm_plan *p, int64_t m0, int64_t mc, int64_t n0, int64_t nc)
+{
+    const int shift = p->guess - p->ec;
+    const int whole_rows = nc == p->N;
+    const int64_t n = mc * nc;
+    const int nt = n >= ((int64_t)1 << 15) ? flexpoint_num_threads() : 1;
+    const int64_t pieces = whole_rows ? nt : mc;
+    const int64_t piece = whole_rows ? (n + pieces - 1) / pieces : nc;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        fx_qstats mine;
+        fx_qstats_init(&mine);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t i = 0; i < pieces; i++) {
+            const int64_t lo = i * piece, len = n - lo < piece ? n - lo : piece;
+            if (len <= 0) continue;
+            int16_t *dst = whole_rows ? p->tmp + m0 * p->N + lo : p->tmp + (m0 + i) * p->N + n0;
+            fx_qstats part;
+            p->be->cvt.quant_i64(p->block + lo, dst, len, shift, &part);
+            fx_qstats_merge(&mine, &part);
+        }
+#ifdef _OPENMP
+#pragma omp critical(fx_shared_matmul_merge)
+#endif
+        fx_qstats_merge(&p->q, &mine);
+    }
+}
+
+/* Every block: its sums, then at once their rounding at the guess. */
+static int fx_sm_run(fx_sm_plan *p)
+{
+    fx_qstats_init(&p->q);
+    p->imax = 0;
+    for (int64_t n0 = 0; n0 < p->N; n0 += p->nc) {
+        const int64_t nc = p->N - n0 < p->nc ? p->N - n0 : p->nc;
+        for (int64_t m0 = 0; m0 < p->M; m0 += p->mc) {
+            const int64_t mc = p->M - m0 < p->mc ? p->M - m0 : p->mc;
+            uint64_t imax = 0;
+            const int rc = fx_sm_block_sums(p, m0, mc, n0, nc, &imax);
+            if (rc) return rc;
+            p->imax = imax > p->imax ? imax : p->imax;
+            fx_prof_span sp;
+            fx_prof_begin(&sp);
+            fx_sm_block_round(p, m0, mc, n0, nc);
+            fx_prof_end(&sp, FX_PROF_ROUNDING);
+        }
+    }
+    return FX_OK;
+}
+
+/* fx_shared_src.quantize: the rounding at the guess is done; any other exponent is a miss,
+ * which fails the write before it commits anything (fx_shared_matmul then hands the product
+ * to the dispatcher). */
+static int fx_sm_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    (void)r; /* int64 sums round to nearest even (fx_requant), whatever the tensor's mode */
+    fx_sm_plan *p = ctx;
+    if (e != p->guess) {
+        p->missed = 1;
+        return FX_ESTATE;
+    }
+    *q = p->q;
+    if (keep) p->copy_pending = 1;
+    return FX_OK;
+}
+
+/* Whether the product is taken here: the route on, FLEX16_5/DFP16 host tensors (a float
+ * operand would be quantised first: the dispatcher's work), out whole and contiguous, sharing
+ * storage with neither input, an output large enough for its stage to leave the cache, fewer
+ * than FX_SM_MAX_K products per output, and an exponent guess that held lately, in a write
+ * that decides alone and at once. */
+static bool fx_sm_takes(const tensor_t *out, const tensor_t *a, const tensor_t *b, int *guess)
+{
+    if (!__atomic_load_n(&fx_sm_enabled_flag, __ATOMIC_RELAXED)) return false;
+    if (!fmt_is_shared_exponent(out->fmt) || !fmt_is_shared_exponent(a->fmt) ||
+        !fmt_is_shared_exponent(b->fmt))
+        return false;
+    if (out->st->on_device || a->st->on_device || b->st->on_device || out->st->dist) return false;
+    if (a->st == out->st || b->st == out->st || !fx_tensor_covers_storage(out) ||
+        !fx_tensor_is_contiguous(out))
+        return false;
+    const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
+    if (M * N < __atomic_load_n(&fx_sm_min_out, __ATOMIC_RELAXED) || K < 1 || K >= FX_SM_MAX_K)
+        return false;
+    return fx_write_shared_guess_exp(out, guess) && fx_write_shared_guess_steady(out) &&
+           fx_write_shared_local(out);
+}
+
+int fx_shared_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b)
+{
+    static const char func[] = "tensor_matmul";
+    fx_sm_plan p;
+    memset(&p, 0, sizeof p);
+    if (!fx_sm_takes(out, a, b, &p.guess)) return FX_SHARED_MATMUL_NOT_TAKEN;
+    p.be = fx_backend_active();
+    p.kernel = p.be->kernels[FX_OP_MATMUL][FMT_DFP16]; /* the integer kernel of both formats */
+    if (!p.kernel || !p.be->cvt.quant_i64) return FX_SHARED_MATMUL_NOT_TAKEN;
+    fx_scratch s = {.n = 0};
+    int rc = fx_operand_make(a, 1, a->fmt, 1, 2, NULL, &p.a, &s, func);
+    if (!rc) rc = fx_operand_make(b, 1, b->fmt, 1, 2, NULL, &p.b, &s, func);
+    if (rc) { /* host shared-exponent operands are used as they are: not reached */
+        fx_scratch_free(&s);
+        return rc;
+    }
+    p.M = a->shape[0];
+    p.K = a->shape[1];
+    p.N = b->shape[1];
+    p.ec = p.a.exp + p.b.exp;
+    fx_sm_blocks(&p, __atomic_load_n(&fx_sm_chunk, __ATOMIC_RELAXED));
+    p.tmp = fx_scratch_alloc(&s, p.M * p.N, sizeof *p.tmp);
+    p.block = fx_scratch_alloc(&s, p.mc * p.nc, sizeof *p.block);
+    if (!p.tmp || !p.block) {
+        fx_scratch_free(&s);
+        return fx_error(FX_ENOMEM, func, "cannot allocate the %lld x %lld output's buffers",
+                        (long long)p.M, (long long)p.N);
+    }
+    __atomic_fetch_add(&fx_sm_taken, 1, __ATOMIC_RELAXED);
+    flexpoint_clear_error(); /* as the dispatcher does before its kernel */
+    rc = fx_sm_run(&p);
+    if (rc) {
+        if (flexpoint_last_error()[0] == '\0') fx_error(rc, func, "kernel failed");
+        fx_scratch_free(&s);
+        return rc;
+    }
+    fx_shared_src src;
+    memset(&src, 0, sizeof src);
+    src.kind = FX_STAGE_I64; /* exact integers at exponent ec, as the dispatcher's stage */
+    src.exp = p.ec;
+    src.imax = p.imax;
+    src.true_max = ldexp((double)p.imax, p.ec);
+    src.ctx = &p;
+    src.quantize = fx_sm_quantize;
+    rc = fx_write_shared_with(out, &src, func);
+    if (rc == FX_OK && p.copy_pending) {
+        fx_prof_span sp;
+        fx_prof_begin(&sp);
+        memcpy(fx_tensor_base(out), p.tmp, (size_t)(p.M * p.N) * sizeof *p.tmp);
+        fx_prof_end(&sp, FX_PROF_ROUNDING);
+    }
+    fx_scratch_free(&s);
+    if (rc != FX_OK && p.missed) {
+        __atomic_fetch_add(&fx_sm_missed, 1, __ATOMIC_RELAXED);
+        flexpoint_clear_error();
+        return FX_SHARED_MATMUL_NOT_TAKEN;
+    }
+    return rc;
+}

@@ -1,0 +1,26 @@
+/* tensor_matmul of FLEX16_5 / DFP16 tensors without a whole int64 stage (shared_matmul.c): the
+ * same bits, exponent, statistics and trace record as the dispatcher's route. */
+#ifndef FX_CORE_SHARED_MATMUL_H
+#define FX_CORE_SHARED_MATMUL_H
+
+#include "backend.h"
+
+#define FX_SHARED_MATMUL_NOT_TAKEN (-1)
+
+/* out = a @ b (shapes already validated by the caller, none NULL). The write's status when
+ * done, or FX_SHARED_MATMUL_NOT_TAKEN (nothing written, no state changed, no error set) where
+ * the product is not of the form handled here, and where its early rounding missed: then the
+ * caller runs the dispatcher, whose write makes the same decision on the same sums. */
+int fx_shared_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b);
+
+/* Test hook: 0 sends every matmul through the dispatcher (to compare the two routes). */
+void fx_shared_matmul_set_enabled(int on);
+/* Test hook: the smallest output (elements) taken here and the chunk budget (int64 sums held
+ * at once); 0 restores a default. Small values let a test cross many chunk edges. */
+void fx_shared_matmul_set_sizes(int64_t min_out, int64_t chunk);
+/* Test hooks: products done here since the process started, and of those the ones whose
+ * early rounding missed and went to the dispatcher. */
+int64_t fx_shared_matmul_taken(void);
+int64_t fx_shared_matmul_missed(void);
+
+#endif

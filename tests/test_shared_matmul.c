@@ -1,0 +1,221 @@
+/* tensor_matmul of FLEX16_5 / DFP16 tensors in blocks rounded in cache (src/core/shared_matmul.c)
+ * against the dispatcher's whole int64 stage.
+ *
+ * 1. On every backend at 1 and 2 threads, with block budgets small enough for many blocks
+ *    (column blocks, row blocks, whole-row blocks and ragged edges), sequences of products into
+ *    FLEX16_5 and DFP16 outputs from FLEX16_5 and DFP16 operands, compared after every write
+ *    with twin outputs written through the dispatcher (the route switched off): the same
+ *    mantissas, exponent, statistics and trace record. The sequences hold steady long enough for
+ *    the route to be taken (its counter must move), then jump (a FLEX16_5 overflow that the
+ *    write recomputes, a DFP16 scale that moves): those writes' early rounding misses, the
+ *    product goes to the dispatcher (the miss counter must move), and the results must still be
+ *    the dispatcher's.
+ * 2. Every product taken here is checked against an fp64 reference: each output within half a
+ *    unit in the last place of its exponent (exact sums, one rounding).
+ * 3. Products it must not take (too small an output by default, K of 1024 or more, a transposed
+ *    output view, a float operand, an output that is an operand) give the dispatcher's
+ *    results and leave the counter still. */
+#include "flexpoint.h"
+#include "core/shared_matmul.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void fill(tensor_t *t, double scale, test_rng *r)
+{
+    const int64_t n = tensor_numel(t);
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * test_rng_normal(r));
+    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
+    free(v);
+}
+
+static int same_tensor(tensor_t *x, tensor_t *y, const char *what, int step)
+{
+    const int64_t n = tensor_numel(x);
+    int ok = memcmp(tensor_data(x), tensor_data(y), (size_t)n * 2) == 0 &&
+             tensor_exp(x) == tensor_exp(y);
+    static const char *const stats[] = {"saturated", "true_max", "underflow", "clamped",
+                                        "overflows", "writes"};
+    for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++) {
+        double u = 0, w = 0;
+        tensor_stat(x, stats[i], &u);
+        tensor_stat(y, stats[i], &w);
+        ok = ok && u == w;
+    }
+    const int64_t len = tensor_trace_len(x);
+    ok = ok && len == tensor_trace_len(y);
+    if (ok && len > 0) {
+        fx_trace_record p, q;
+        tensor_trace_get(x, len - 1, &p);
+        tensor_trace_get(y, len - 1, &q);
+        ok = p.exp == q.exp && p.overflow == q.overflow && p.recomputed == q.recomputed &&
+             p.saturated == q.saturated && p.underflow == q.underflow &&
+             p.true_max == q.true_max && p.stored_max == q.stored_max && p.clamped == q.clamped;
+    }
+    CHECK(ok, "%s, write %d: the blocked product differs from the dispatcher's", what, step);
+    return ok;
+}
+
+/* out = a @ b against fp64: every element within half a unit of out's exponent (or saturated
+ * at +-32767 units). */
+static void check_reference(tensor_t *out, tensor_t *a, tensor_t *b, const char *what)
+{
+    const int64_t M = tensor_shape(a)[0], K = tensor_shape(a)[1], N = tensor_shape(b)[1];
+    float *av = malloc((size_t)(M * K) * sizeof *av), *bv = malloc((size_t)(K * N) * sizeof *bv);
+    float *ov = malloc((size_t)(M * N) * sizeof *ov);
+    CHECK_STATUS(tensor_to_f32(a, av), FX_OK);
+    CHECK_STATUS(tensor_to_f32(b, bv), FX_OK);
+    CHECK_STATUS(tensor_to_f32(out, ov), FX_OK);
+    const double ulp = ldexp(1.0, tensor_exp(out)), top = 32767.0 * ulp;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0.0;
+            for (int64_t k = 0; k < K; k++) s += (double)av[i * K + k] * (double)bv[k * N + j];
+            const double want = s > top ? top : s < -top ? -top : s;
+            bad += fabs((double)ov[i * N + j] - want) > 0.5 * ulp;
+        }
+    CHECK(bad == 0, "%s: %lld of %lld outputs beyond half a unit of the fp64 product", what,
+          (long long)bad, (long long)(M * N));
+    free(av);
+    free(bv);
+    free(ov);
+}
+
+/* A sequence of products into twin outputs with the same history: the route's and the
+ * dispatcher's. */
+static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, int64_t N,
+                           test_rng *r)
+{
+    const int64_t sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
+    tensor_t *a = tensor_new(fa, 2, sa), *b = tensor_new(fb, 2, sb);
+    tensor_t *fast = tensor_new(fo, 2, so), *ref = tensor_new(fo, 2, so);
+    tensor_trace_enable(fast, 1);
+    tensor_trace_enable(ref, 1);
+    char what[160];
+    snprintf(what, sizeof what, "fmt %d = fmt %d [%lld, %lld] @ fmt %d [%lld, %lld]", (int)fo,
+             (int)fa, (long long)M, (long long)K, (int)fb, (long long)K, (long long)N);
+    /* steady scales (the route is taken once FX_GUESS_STEADY_WRITES guesses held), a jump of
+     * 2^8 (a FLEX16_5 overflow, recomputed; a DFP16 exponent that moves), steady again, and a
+     * fall */
+    const double scale[] = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 256.0, 256.0, 256.0,
+                            256.0, 256.0, 256.0, 256.0, 1e-3, 1e-3};
+    const int steps = (int)(sizeof scale / sizeof scale[0]);
+    const int64_t taken0 = fx_shared_matmul_taken(), missed0 = fx_shared_matmul_missed();
+    int checked = 0;
+    for (int step = 0; step < steps; step++) {
+        /* the same values each step but the scale: the maxima stay put between the jumps */
+        test_rng vals;
+        test_rng_seed(&vals, 77);
+        fill(a, scale[step], &vals);
+        fill(b, 1.0, &vals);
+        const int64_t before = fx_shared_matmul_taken(), missed = fx_shared_matmul_missed();
+        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
+        const int taken = fx_shared_matmul_taken() > before && fx_shared_matmul_missed() == missed;
+        fx_shared_matmul_set_enabled(0);
+        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(1);
+        if (!same_tensor(fast, ref, what, step)) break;
+        if (taken && checked++ < 2) check_reference(fast, a, b, what);
+    }
+    (void)r;
+    const int64_t taken = fx_shared_matmul_taken() - taken0;
+    const int64_t missed = fx_shared_matmul_missed() - missed0;
+    /* steady from the fifth write (four guesses held) up to the jump: at least writes 5-7 */
+    CHECK(taken - missed >= 3, "%s: %lld products kept their blocked rounding", what,
+          (long long)(taken - missed));
+    CHECK(checked > 0, "%s: no product taken to check against fp64", what);
+    /* the jump misses: a FLEX16_5 prediction overflows, a DFP16 exponent moves */
+    CHECK(missed >= 1, "%s: no early rounding missed at the jump", what);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(fast);
+    tensor_free(ref);
+}
+
+/* Products left to the dispatcher: the counter stays still, the results are its own. */
+static void check_not_taken(test_rng *r)
+{
+    const int64_t s[2] = {40, 40};
+    tensor_t *a = tensor_new(FMT_FLEX16_5, 2, s), *b = tensor_new(FMT_DFP16, 2, s);
+    tensor_t *f = tensor_new(FMT_FP32, 2, s), *o = tensor_new(FMT_DFP16, 2, s);
+    fill(a, 1.0, r);
+    fill(b, 1.0, r);
+    fill(f, 1.0, r);
+    const int64_t before = fx_shared_matmul_taken();
+    for (int i = 0; i < 6; i++) { /* steady, but each excluded for its own reason */
+        CHECK_STATUS(tensor_matmul(o, a, f), FX_OK);   /* a float operand */
+        CHECK_STATUS(tensor_matmul(a, a, b), FX_OK);   /* out is an operand */
+        tensor_t *t = tensor_view_transpose(o, 0, 1); /* a transposed output view */
+        CHECK_STATUS(tensor_matmul(t, b, b), FX_OK);
+        tensor_free(t);
+    }
+    CHECK(fx_shared_matmul_taken() == before, "an excluded product was taken");
+    /* by default a [40, 40] output is too small, and K of 1024 too deep */
+    fx_shared_matmul_set_sizes(0, 0);
+    const int64_t sk[2] = {400, 1024}, skb[2] = {1024, 400}, so[2] = {400, 400};
+    tensor_t *ak = tensor_new(FMT_DFP16, 2, sk), *bk = tensor_new(FMT_DFP16, 2, skb);
+    tensor_t *ok = tensor_new(FMT_DFP16, 2, so);
+    fill(ak, 1.0, r);
+    fill(bk, 1.0, r);
+    for (int i = 0; i < 6; i++) {
+        CHECK_STATUS(tensor_matmul(o, b, b), FX_OK);
+        CHECK_STATUS(tensor_matmul(ok, ak, bk), FX_OK);
+    }
+    CHECK(fx_shared_matmul_taken() == before, "a small or deep product was taken by default");
+    /* and with K = 1023 the same output is */
+    const int64_t sk2[2] = {400, 1023}, skb2[2] = {1023, 400};
+    tensor_t *ak2 = tensor_new(FMT_DFP16, 2, sk2), *bk2 = tensor_new(FMT_DFP16, 2, skb2);
+    fill(ak2, 1.0, r);
+    fill(bk2, 1.0, r);
+    for (int i = 0; i < 6; i++) {
+        CHECK_STATUS(tensor_matmul(ok, ak2, bk2), FX_OK);
+        /* reading the exponent settles a deferred write (FLEXPOINT_TEST_DEFER_HOST), whose
+         * output has no guess while it is pending */
+        CHECK(tensor_exp(ok) > -200, "exponent %d", tensor_exp(ok));
+    }
+    CHECK(fx_shared_matmul_taken() > before, "a [400, 400] output of K = 1023 was not taken");
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(f);
+    tensor_free(o);
+    tensor_free(ak);
+    tensor_free(bk);
+    tensor_free(ok);
+    tensor_free(ak2);
+    tensor_free(bk2);
+}
+
+int main(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 2026);
+    /* M, K, N with small block budgets: column blocks with ragged edges, more rows than a
+     * block holds, whole-row blocks, odd K, K = 1 */
+    static const int64_t shapes[][3] = {{37, 45, 300}, {300, 19, 70}, {5, 64, 1000},
+                                        {260, 3, 130}, {70, 1, 90}};
+    static const int64_t budgets[] = {256, 4096};
+    const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
+    for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
+        if (!flexpoint_backend_available(bi)) continue;
+        CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
+        for (int nt = 1; nt <= 2; nt++) {
+            flexpoint_set_num_threads(nt);
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                fx_shared_matmul_set_sizes(64, budgets[si % 2]);
+                const int k = (int)(si + nt) % 2, ka = (int)si % 2, kb = (int)(si / 2) % 2;
+                check_sequence(fmts[k], fmts[ka], fmts[kb], shapes[si][0], shapes[si][1],
+                               shapes[si][2], &r);
+            }
+        }
+        fx_shared_matmul_set_sizes(64, 256);
+        flexpoint_set_num_threads(2);
+        check_not_taken(&r);
+    }
+    fx_shared_matmul_set_sizes(0, 0);
+    flexpoint_set_num_threads(0);
+    return test_finish("test_shared_matmul");
+}
