@@ -444,6 +444,46 @@ static void bad_input(void)
     tensor_free(mk);
 }
 
+/* A causal mask above the parallel threshold (2^16 elements), 2 threads, Sq != Sk both ways:
+ * every element against the rule "key j masked after query q = row % Sq", in place and not,
+ * fp32 and DFP16 (whose kept mantissas are copied). */
+static void large_causal_mask(void)
+{
+    static const int64_t shapes[2][4] = {{2, 3, 100, 130}, {3, 2, 130, 100}};
+    flexpoint_set_num_threads(2);
+    for (int si = 0; si < 2; si++)
+        for (int k = 0; k < 2; k++) {
+            const fmt_t f = k ? FMT_DFP16 : FMT_FP32;
+            const int64_t *sh = shapes[si], n = sh[0] * sh[1] * sh[2] * sh[3];
+            const int64_t Sq = sh[2], Sk = sh[3];
+            float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+            float *x16 = malloc((size_t)n * sizeof *x16);
+            for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 37 % 1001) - 500) / 64.0f;
+            tensor_t *tx = tensor_new(f, 4, sh), *ty = tensor_new(f, 4, sh);
+            CHECK_STATUS(tensor_from_f32(tx, x), FX_OK);
+            CHECK_STATUS(tensor_to_f32(tx, x16), FX_OK); /* x as stored */
+            for (int inplace = 0; inplace < 2; inplace++) {
+                tensor_t *out = inplace ? tx : ty;
+                CHECK_STATUS(tensor_causal_mask(out, tx, 0.0), FX_OK);
+                CHECK_STATUS(tensor_to_f32(out, y), FX_OK);
+                int64_t bad = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    const int64_t j = i % Sk, q = (i / Sk) % Sq;
+                    bad += y[i] != (j > q ? 0.0f : x16[i]);
+                }
+                CHECK(bad == 0, "causal mask %s [%lld, %lld, %lld, %lld]%s: %lld elements wrong",
+                      fmt_name(f), (long long)sh[0], (long long)sh[1], (long long)Sq,
+                      (long long)Sk, inplace ? " in place" : "", (long long)bad);
+            }
+            tensor_free(tx);
+            tensor_free(ty);
+            free(x);
+            free(y);
+            free(x16);
+        }
+    flexpoint_set_num_threads(0);
+}
+
 int main(void)
 {
     const char *bk[8];
@@ -461,6 +501,7 @@ int main(void)
     printf("bmm: %d cases x %d formats x 4 transposes on %d backends\n", ncases, FMT_COUNT, nbk);
     backward(bk, nbk);
     masks(bk, nbk);
+    large_causal_mask();
     special_values();
     bad_input();
     return test_finish("test_nn_bmm");

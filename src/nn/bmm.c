@@ -232,10 +232,18 @@ static void mask_fill_flags(const mask_src *m, uint8_t *flags, int64_t n)
     const tensor_t *x = m->x;
     const int nd = x->ndim;
     if (m->causal) {
-        const int64_t Sq = x->shape[nd - 2], Sk = x->shape[nd - 1];
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t j = i % Sk, q = (i / Sk) % Sq;
-            flags[i] = j > q;
+        /* row by row: row r is query r % Sq, masked from key q + 1 on (a division per element
+         * took 8 % of a transformer's training step) */
+        const int64_t Sq = x->shape[nd - 2], Sk = x->shape[nd - 1], rows = Sk ? n / Sk : 0;
+        const int nt = n >= ((int64_t)1 << 16) ? flexpoint_num_threads() : 1;
+        (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t q = r % Sq, kept = q + 1 < Sk ? q + 1 : Sk;
+            memset(flags + r * Sk, 0, (size_t)kept);
+            memset(flags + r * Sk + kept, 1, (size_t)(Sk - kept));
         }
         return;
     }
@@ -274,6 +282,11 @@ static int mask_apply(const char *func, tensor_t *y, const tensor_t *x, const ma
             goto done;
         }
         if ((rc = nn_in_i16(x, &xm, &e, &s, func))) goto done;
+        const int nt = n >= ((int64_t)1 << 16) ? flexpoint_num_threads() : 1;
+        (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
         for (int64_t i = 0; i < n; i++) v[i] = flags[i] ? 0 : xm[i];
         rc = fx_write_i16(y, v, e, func);
     } else {
@@ -286,6 +299,11 @@ static int mask_apply(const char *func, tensor_t *y, const tensor_t *x, const ma
             goto done;
         }
         const float fv = nn_stage_f32(fill, y->fmt);
+        const int nt = n >= ((int64_t)1 << 16) ? flexpoint_num_threads() : 1;
+        (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
         for (int64_t i = 0; i < n; i++) v[i] = flags[i] ? fv : xv[i];
         rc = fx_write_f32(y, v, func);
     }
