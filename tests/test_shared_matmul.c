@@ -12,10 +12,13 @@
  *    the dispatcher's.
  * 2. Every product taken here is checked against an fp64 reference: each output within half a
  *    unit in the last place of its exponent (exact sums, one rounding).
+ *    tensor_bmm likewise, with items run several at once (each within the block budget) and
+ *    in turn in blocks, every transpose combination.
  * 3. Products it must not take (too small an output by default, K of 1024 or more, a transposed
  *    output view, a float operand, an output that is an operand) give the dispatcher's
  *    results and leave the counter still. */
 #include "flexpoint.h"
+#include "flexpoint_nn.h"
 #include "core/shared_matmul.h"
 #include "testutil.h"
 
@@ -136,6 +139,43 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     tensor_free(ref);
 }
 
+/* tensor_bmm's sequences likewise: out [B, M, N] = op(a) op(b) per item, items run several
+ * at once (each fits a block) or in turn in blocks, against the staged route. */
+static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_t N, int ta,
+                               int tb)
+{
+    const int64_t sa[3] = {B, ta ? K : M, ta ? M : K}, sb[3] = {B, tb ? N : K, tb ? K : N};
+    const int64_t so[3] = {B, M, N};
+    tensor_t *a = tensor_new(FMT_FLEX16_5, 3, sa), *b = tensor_new(FMT_DFP16, 3, sb);
+    tensor_t *fast = tensor_new(fo, 3, so), *ref = tensor_new(fo, 3, so);
+    tensor_trace_enable(fast, 1);
+    tensor_trace_enable(ref, 1);
+    char what[160];
+    snprintf(what, sizeof what, "bmm into fmt %d, [%lld, %lld, %lld] x K %lld, trans %d %d",
+             (int)fo, (long long)B, (long long)M, (long long)N, (long long)K, ta, tb);
+    const double scale[] = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 300.0, 300.0, 300.0};
+    const int64_t taken0 = fx_shared_matmul_taken(), missed0 = fx_shared_matmul_missed();
+    for (int step = 0; step < (int)(sizeof scale / sizeof scale[0]); step++) {
+        test_rng vals;
+        test_rng_seed(&vals, 99);
+        fill(a, scale[step], &vals);
+        fill(b, 1.0, &vals);
+        CHECK_STATUS(tensor_bmm(fast, a, b, ta, tb), FX_OK);
+        fx_shared_matmul_set_enabled(0);
+        CHECK_STATUS(tensor_bmm(ref, a, b, ta, tb), FX_OK);
+        fx_shared_matmul_set_enabled(1);
+        if (!same_tensor(fast, ref, what, step)) break;
+    }
+    const int64_t taken = fx_shared_matmul_taken() - taken0;
+    const int64_t missed = fx_shared_matmul_missed() - missed0;
+    CHECK(taken - missed >= 3 && missed >= 1, "%s: %lld taken, %lld missed", what,
+          (long long)taken, (long long)missed);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(fast);
+    tensor_free(ref);
+}
+
 /* Products left to the dispatcher: the counter stays still, the results are its own. */
 static void check_not_taken(test_rng *r)
 {
@@ -210,6 +250,17 @@ int main(void)
                 check_sequence(fmts[k], fmts[ka], fmts[kb], shapes[si][0], shapes[si][1],
                                shapes[si][2], &r);
             }
+        }
+        /* bmm: items of 7 x 9 (63 sums) at once under a budget of 256, in blocks under 32;
+         * odd item counts against 2 threads */
+        for (int nt = 1; nt <= 2; nt++) {
+            flexpoint_set_num_threads(nt);
+            fx_shared_matmul_set_sizes(64, 256);
+            check_bmm_sequence(FMT_FLEX16_5, 5, 7, 13, 9, 0, 1);
+            check_bmm_sequence(FMT_DFP16, 4, 7, 5, 9, 1, 0);
+            fx_shared_matmul_set_sizes(64, 32);
+            check_bmm_sequence(FMT_DFP16, 3, 70, 13, 9, 1, 1);
+            check_bmm_sequence(FMT_FLEX16_5, 3, 7, 2, 90, 0, 0);
         }
         fx_shared_matmul_set_sizes(64, 256);
         flexpoint_set_num_threads(2);

@@ -72,12 +72,15 @@ int64_t fx_shared_matmul_missed(void) { return __atomic_load_n(&fx_sm_missed, __
 typedef struct fx_sm_plan {
     const fx_backend *be;
     fx_kernel kernel;
-    fx_operand a, b; /* a: [M, K], b: [K, N], any strides */
+    fx_operand a, b;        /* item 0's a: [M, K] and b: [K, N], any strides */
+    int64_t a_step, b_step; /* int16 elements from one item's operand to the next */
+    int64_t batch;          /* items: out holds [batch, M, N] */
     int64_t M, N, K, mc, nc;
     int ec;          /* the sums' exponent, a.exp + b.exp */
     int guess;       /* the exponent every block is rounded at */
-    int16_t *tmp;    /* [M, N]: the rounding at guess, copied into out once the write keeps it */
-    int64_t *block;  /* [mc, nc] sums of the block being rounded */
+    int nt_items;    /* > 0: whole items on this many threads at once (fx_sm_run_items) */
+    int16_t *tmp;    /* [batch, M, N]: the rounding at guess, copied into out once kept */
+    int64_t *block;  /* sums of the block being rounded: [mc, nc], or [M, N] per thread */
     fx_qstats q;     /* the rounding's statistics, all blocks merged */
     uint64_t imax;   /* the largest |sum| */
     int copy_pending, missed;
@@ -102,11 +105,11 @@ static void fx_sm_blocks(fx_sm_plan *p, int64_t budget)
     }
 }
 
-/* The sums of the block at rows [m0, m0 + mc) and columns [n0, n0 + nc) into p->block
- * ([mc, nc]), by the backend's matmul kernel on views of a and b; their largest |sum| into
- * *imax. */
-static int fx_sm_block_sums(const fx_sm_plan *p, int64_t m0, int64_t mc, int64_t n0, int64_t nc,
-                            uint64_t *imax)
+/* The sums of item i's block at rows [m0, m0 + mc) and columns [n0, n0 + nc) into sums
+ * ([mc, nc]), by the backend's matmul kernel on views of a and b on nt threads; their largest
+ * |sum| into *imax. */
+static int fx_sm_block_sums(const fx_sm_plan *p, int64_t i, int64_t m0, int64_t mc, int64_t n0,
+                            int64_t nc, int64_t *sums, int nt, uint64_t *imax)
 {
     fx_op_call c;
     memset(&c, 0, sizeof c);
@@ -114,32 +117,34 @@ static int fx_sm_block_sums(const fx_sm_plan *p, int64_t m0, int64_t mc, int64_t
     c.nin = 2;
     c.in[0] = p->a;
     c.in[0].shape[0] = mc;
-    c.in[0].data = (const int16_t *)p->a.data + m0 * p->a.strides[0];
+    c.in[0].data = (const int16_t *)p->a.data + i * p->a_step + m0 * p->a.strides[0];
     c.in[1] = p->b;
     c.in[1].shape[1] = nc;
-    c.in[1].data = (const int16_t *)p->b.data + n0 * p->b.strides[1];
+    c.in[1].data = (const int16_t *)p->b.data + i * p->b_step + n0 * p->b.strides[1];
     c.out_ndim = 2;
     c.out_shape[0] = mc;
     c.out_shape[1] = nc;
     c.out_numel = mc * nc;
-    c.out_i64 = p->block;
+    c.out_i64 = sums;
     int e = 0, known = 0;
     c.out_exp = &e;
     c.out_imax = imax;
     c.out_imax_known = &known;
-    c.nthreads = flexpoint_num_threads();
+    c.nthreads = nt;
     const int rc = p->kernel(&c);
-    if (rc == FX_OK && !known) *imax = fx_maxabs_i64(p->be, p->block, mc * nc);
+    if (rc == FX_OK && !known) *imax = fx_maxabs_i64(p->be, sums, mc * nc);
     return rc;
 }
 
-/* The block's sums rounded at p->guess into tmp, its statistics merged into p->q. Rows are
+/* Item i's block rounded at p->guess into tmp, its statistics merged into p->q. Rows are
  * split among the threads (a block of whole rows as equal runs of its one contiguous range). */
-static void fx_sm_block_round(fx_sm_plan *p, int64_t m0, int64_t mc, int64_t n0, int64_t nc)
+static void fx_sm_block_round(fx_sm_plan *p, int64_t i, int64_t m0, int64_t mc, int64_t n0,
+                              int64_t nc)
 {
     const int shift = p->guess - p->ec;
     const int whole_rows = nc == p->N;
     const int64_t n = mc * nc;
+    int16_t *out = p->tmp + i * p->M * p->N;
     const int nt = n >= ((int64_t)1 << 15) ? flexpoint_num_threads() : 1;
     const int64_t pieces = whole_rows ? nt : mc;
     const int64_t piece = whole_rows ? (n + pieces - 1) / pieces : nc;
@@ -153,10 +158,10 @@ static void fx_sm_block_round(fx_sm_plan *p, int64_t m0, int64_t mc, int64_t n0,
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t i = 0; i < pieces; i++) {
-            const int64_t lo = i * piece, len = n - lo < piece ? n - lo : piece;
+        for (int64_t r = 0; r < pieces; r++) {
+            const int64_t lo = r * piece, len = n - lo < piece ? n - lo : piece;
             if (len <= 0) continue;
-            int16_t *dst = whole_rows ? p->tmp + m0 * p->N + lo : p->tmp + (m0 + i) * p->N + n0;
+            int16_t *dst = whole_rows ? out + m0 * p->N + lo : out + (m0 + r) * p->N + n0;
             fx_qstats part;
             p->be->cvt.quant_i64(p->block + lo, dst, len, shift, &part);
             fx_qstats_merge(&mine, &part);
@@ -168,26 +173,79 @@ static void fx_sm_block_round(fx_sm_plan *p, int64_t m0, int64_t mc, int64_t n0,
     }
 }
 
-/* Every block: its sums, then at once their rounding at the guess. */
-static int fx_sm_run(fx_sm_plan *p)
+/* Every block of every item in turn: its sums (on all threads), then at once their rounding
+ * at the guess. */
+static int fx_sm_run_blocks(fx_sm_plan *p)
 {
-    fx_qstats_init(&p->q);
-    p->imax = 0;
-    for (int64_t n0 = 0; n0 < p->N; n0 += p->nc) {
-        const int64_t nc = p->N - n0 < p->nc ? p->N - n0 : p->nc;
-        for (int64_t m0 = 0; m0 < p->M; m0 += p->mc) {
-            const int64_t mc = p->M - m0 < p->mc ? p->M - m0 : p->mc;
+    for (int64_t i = 0; i < p->batch; i++)
+        for (int64_t n0 = 0; n0 < p->N; n0 += p->nc) {
+            const int64_t nc = p->N - n0 < p->nc ? p->N - n0 : p->nc;
+            for (int64_t m0 = 0; m0 < p->M; m0 += p->mc) {
+                const int64_t mc = p->M - m0 < p->mc ? p->M - m0 : p->mc;
+                uint64_t imax = 0;
+                const int rc = fx_sm_block_sums(p, i, m0, mc, n0, nc, p->block,
+                                                flexpoint_num_threads(), &imax);
+                if (rc) return rc;
+                p->imax = imax > p->imax ? imax : p->imax;
+                fx_prof_span sp;
+                fx_prof_begin(&sp);
+                fx_sm_block_round(p, i, m0, mc, n0, nc);
+                fx_prof_end(&sp, FX_PROF_ROUNDING);
+            }
+        }
+    return FX_OK;
+}
+
+/* Items that each fit a block (attention's [T, T] scores), several at once: each thread runs
+ * whole items on one thread of the kernel into its own buffer and rounds each at once, so
+ * that small products do not each pay a parallel region. The statistics are sums and maxima:
+ * merged in any order, the same. */
+static int fx_sm_run_items(fx_sm_plan *p)
+{
+    const int64_t MN = p->M * p->N;
+    const int shift = p->guess - p->ec;
+    int rc = FX_OK;
+    const int nt = p->nt_items;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        int64_t *sums = p->block + tid * MN;
+        fx_qstats mine;
+        fx_qstats_init(&mine);
+        uint64_t mx = 0;
+        int my_rc = FX_OK;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t i = 0; i < p->batch; i++) {
+            if (my_rc) continue;
             uint64_t imax = 0;
-            const int rc = fx_sm_block_sums(p, m0, mc, n0, nc, &imax);
-            if (rc) return rc;
-            p->imax = imax > p->imax ? imax : p->imax;
-            fx_prof_span sp;
+            my_rc = fx_sm_block_sums(p, i, 0, p->M, 0, p->N, sums, 1, &imax);
+            if (my_rc) continue;
+            mx = imax > mx ? imax : mx;
+            fx_qstats part;
+            fx_prof_span sp; /* counted on the profiled thread, as every span */
             fx_prof_begin(&sp);
-            fx_sm_block_round(p, m0, mc, n0, nc);
+            p->be->cvt.quant_i64(sums, p->tmp + i * MN, MN, shift, &part);
             fx_prof_end(&sp, FX_PROF_ROUNDING);
+            fx_qstats_merge(&mine, &part);
+        }
+#ifdef _OPENMP
+#pragma omp critical(fx_shared_matmul_merge)
+#endif
+        {
+            fx_qstats_merge(&p->q, &mine);
+            p->imax = mx > p->imax ? mx : p->imax;
+            if (my_rc && !rc) rc = my_rc;
         }
     }
-    return FX_OK;
+    return rc;
 }
 
 /* fx_shared_src.quantize: the rounding at the guess is done; any other exponent is a miss,
@@ -206,60 +264,51 @@ static int fx_sm_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_q
     return FX_OK;
 }
 
-/* Whether the product is taken here: the route on, FLEX16_5/DFP16 host tensors (a float
- * operand would be quantised first: the dispatcher's work), out whole and contiguous, sharing
- * storage with neither input, an output large enough for its stage to leave the cache, fewer
- * than FX_SM_MAX_K products per output, and an exponent guess that held lately, in a write
- * that decides alone and at once. */
-static bool fx_sm_takes(const tensor_t *out, const tensor_t *a, const tensor_t *b, int *guess)
+/* Whether a product into out is taken here (operands aside): the route on, out a whole,
+ * contiguous host FLEX16_5/DFP16 tensor, an output large enough for its stage to leave the
+ * cache, fewer than FX_SM_MAX_K products per output, and an exponent guess that held lately,
+ * in a write that decides alone and at once. */
+static bool fx_sm_takes_out(const tensor_t *out, int64_t numel, int64_t K, int *guess)
 {
     if (!__atomic_load_n(&fx_sm_enabled_flag, __ATOMIC_RELAXED)) return false;
-    if (!fmt_is_shared_exponent(out->fmt) || !fmt_is_shared_exponent(a->fmt) ||
-        !fmt_is_shared_exponent(b->fmt))
+    if (!fmt_is_shared_exponent(out->fmt) || out->st->on_device || out->st->dist ||
+        !fx_tensor_covers_storage(out) || !fx_tensor_is_contiguous(out))
         return false;
-    if (out->st->on_device || a->st->on_device || b->st->on_device || out->st->dist) return false;
-    if (a->st == out->st || b->st == out->st || !fx_tensor_covers_storage(out) ||
-        !fx_tensor_is_contiguous(out))
-        return false;
-    const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
-    if (M * N < __atomic_load_n(&fx_sm_min_out, __ATOMIC_RELAXED) || K < 1 || K >= FX_SM_MAX_K)
+    if (numel < __atomic_load_n(&fx_sm_min_out, __ATOMIC_RELAXED) || K < 1 || K >= FX_SM_MAX_K)
         return false;
     return fx_write_shared_guess_exp(out, guess) && fx_write_shared_guess_steady(out) &&
            fx_write_shared_local(out);
 }
 
-int fx_shared_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b)
+/* The product of a plan whose operands, batch, shape and guess are set, written into out:
+ * FX_SHARED_MATMUL_NOT_TAKEN where the level lacks the kernels or the rounding missed. */
+static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
 {
-    static const char func[] = "tensor_matmul";
-    fx_sm_plan p;
-    memset(&p, 0, sizeof p);
-    if (!fx_sm_takes(out, a, b, &p.guess)) return FX_SHARED_MATMUL_NOT_TAKEN;
-    p.be = fx_backend_active();
-    p.kernel = p.be->kernels[FX_OP_MATMUL][FMT_DFP16]; /* the integer kernel of both formats */
-    if (!p.kernel || !p.be->cvt.quant_i64) return FX_SHARED_MATMUL_NOT_TAKEN;
+    p->be = fx_backend_active();
+    p->kernel = p->be->kernels[FX_OP_MATMUL][FMT_DFP16]; /* the integer kernel of both formats */
+    if (!p->kernel || !p->be->cvt.quant_i64) return FX_SHARED_MATMUL_NOT_TAKEN;
+    p->ec = p->a.exp + p->b.exp;
+    const int64_t budget = __atomic_load_n(&fx_sm_chunk, __ATOMIC_RELAXED);
+    const int nt = flexpoint_num_threads();
+    const int64_t MN = p->M * p->N;
+    p->nt_items = MN <= budget && p->batch > 1 ? (p->batch < nt ? (int)p->batch : nt) : 0;
+    if (!p->nt_items) fx_sm_blocks(p, budget);
     fx_scratch s = {.n = 0};
-    int rc = fx_operand_make(a, 1, a->fmt, 1, 2, NULL, &p.a, &s, func);
-    if (!rc) rc = fx_operand_make(b, 1, b->fmt, 1, 2, NULL, &p.b, &s, func);
-    if (rc) { /* host shared-exponent operands are used as they are: not reached */
+    p->tmp = fx_scratch_alloc(&s, p->batch * MN, sizeof *p->tmp);
+    p->block = fx_scratch_alloc(&s, p->nt_items ? p->nt_items * MN : p->mc * p->nc,
+                                sizeof *p->block);
+    if (!p->tmp || !p->block) {
         fx_scratch_free(&s);
-        return rc;
-    }
-    p.M = a->shape[0];
-    p.K = a->shape[1];
-    p.N = b->shape[1];
-    p.ec = p.a.exp + p.b.exp;
-    fx_sm_blocks(&p, __atomic_load_n(&fx_sm_chunk, __ATOMIC_RELAXED));
-    p.tmp = fx_scratch_alloc(&s, p.M * p.N, sizeof *p.tmp);
-    p.block = fx_scratch_alloc(&s, p.mc * p.nc, sizeof *p.block);
-    if (!p.tmp || !p.block) {
-        fx_scratch_free(&s);
-        return fx_error(FX_ENOMEM, func, "cannot allocate the %lld x %lld output's buffers",
-                        (long long)p.M, (long long)p.N);
+        return fx_error(FX_ENOMEM, func, "cannot allocate the buffers of a [%lld, %lld, %lld] "
+                        "output", (long long)p->batch, (long long)p->M, (long long)p->N);
     }
     __atomic_fetch_add(&fx_sm_taken, 1, __ATOMIC_RELAXED);
     flexpoint_clear_error(); /* as the dispatcher does before its kernel */
-    rc = fx_sm_run(&p);
+    fx_qstats_init(&p->q);
+    p->imax = 0;
+    int rc = p->nt_items ? fx_sm_run_items(p) : fx_sm_run_blocks(p);
     if (rc) {
+        /* a worker thread's message is its own: name the failure here */
         if (flexpoint_last_error()[0] == '\0') fx_error(rc, func, "kernel failed");
         fx_scratch_free(&s);
         return rc;
@@ -267,23 +316,65 @@ int fx_shared_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b)
     fx_shared_src src;
     memset(&src, 0, sizeof src);
     src.kind = FX_STAGE_I64; /* exact integers at exponent ec, as the dispatcher's stage */
-    src.exp = p.ec;
-    src.imax = p.imax;
-    src.true_max = ldexp((double)p.imax, p.ec);
-    src.ctx = &p;
+    src.exp = p->ec;
+    src.imax = p->imax;
+    src.true_max = ldexp((double)p->imax, p->ec);
+    src.ctx = p;
     src.quantize = fx_sm_quantize;
     rc = fx_write_shared_with(out, &src, func);
-    if (rc == FX_OK && p.copy_pending) {
+    if (rc == FX_OK && p->copy_pending) {
         fx_prof_span sp;
         fx_prof_begin(&sp);
-        memcpy(fx_tensor_base(out), p.tmp, (size_t)(p.M * p.N) * sizeof *p.tmp);
+        memcpy(fx_tensor_base(out), p->tmp, (size_t)(p->batch * MN) * sizeof *p->tmp);
         fx_prof_end(&sp, FX_PROF_ROUNDING);
     }
     fx_scratch_free(&s);
-    if (rc != FX_OK && p.missed) {
+    if (rc != FX_OK && p->missed) {
         __atomic_fetch_add(&fx_sm_missed, 1, __ATOMIC_RELAXED);
         flexpoint_clear_error();
         return FX_SHARED_MATMUL_NOT_TAKEN;
     }
     return rc;
+}
+
+int fx_shared_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b)
+{
+    static const char func[] = "tensor_matmul";
+    fx_sm_plan p;
+    memset(&p, 0, sizeof p);
+    /* FLEX16_5/DFP16 host operands (a float one would be quantised first: the dispatcher's
+     * work), neither sharing out's storage */
+    if (!fmt_is_shared_exponent(a->fmt) || !fmt_is_shared_exponent(b->fmt) ||
+        a->st->on_device || b->st->on_device || a->st == out->st || b->st == out->st)
+        return FX_SHARED_MATMUL_NOT_TAKEN;
+    p.M = a->shape[0];
+    p.K = a->shape[1];
+    p.N = b->shape[1];
+    p.batch = 1;
+    if (!fx_sm_takes_out(out, p.M * p.N, p.K, &p.guess)) return FX_SHARED_MATMUL_NOT_TAKEN;
+    fx_scratch s = {.n = 0};
+    /* host shared-exponent operands are used as they are, strides and all (no allocation) */
+    int rc = fx_operand_make(a, 1, a->fmt, 1, 2, NULL, &p.a, &s, func);
+    if (!rc) rc = fx_operand_make(b, 1, b->fmt, 1, 2, NULL, &p.b, &s, func);
+    if (!rc) rc = fx_sm_write(out, &p, func);
+    fx_scratch_free(&s);
+    return rc;
+}
+
+int fx_shared_bmm(tensor_t *out, const fx_operand *a, const fx_operand *b, int64_t a_step,
+                  int64_t b_step, int64_t batch, const char *func)
+{
+    fx_sm_plan p;
+    memset(&p, 0, sizeof p);
+    p.a = *a;
+    p.b = *b;
+    p.a_step = a_step;
+    p.b_step = b_step;
+    p.batch = batch;
+    p.M = a->shape[0];
+    p.K = a->shape[1];
+    p.N = b->shape[1];
+    if (batch < 1 || !fx_sm_takes_out(out, batch * p.M * p.N, p.K, &p.guess))
+        return FX_SHARED_MATMUL_NOT_TAKEN;
+    return fx_sm_write(out, &p, func);
 }

@@ -13,7 +13,13 @@
  * caller runs the dispatcher, whose write makes the same decision on the same sums. */
 int fx_shared_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b);
 
-/* Test hook: 0 sends every matmul through the dispatcher (to compare the two routes). */
+/* out ([batch, M, N], contiguous) = a_i @ b_i for i < batch, where a ([M, K]) and b ([K, N])
+ * are item 0's int16 operands (any strides, exponents in their exp) and item i's begin a_step
+ * and b_step elements further on (tensor_bmm). The same contract as fx_shared_matmul. */
+int fx_shared_bmm(tensor_t *out, const fx_operand *a, const fx_operand *b, int64_t a_step,
+                  int64_t b_step, int64_t batch, const char *func);
+
+/* Test hook: 0 sends every matmul and bmm through the dispatcher's route (to compare). */
 void fx_shared_matmul_set_enabled(int on);
 /* Test hook: the smallest output (elements) taken here and the chunk budget (int64 sums held
  * at once); 0 restores a default. Small values let a test cross many chunk edges. */

@@ -24,6 +24,7 @@
 #include "tfm_common.h"
 #include "nn_ops.h"
 #include "flexpoint_nn.h"
+#include "../core/shared_matmul.h"
 
 #include <math.h>
 #include <string.h>
@@ -85,11 +86,6 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
     if (ic) {
         int16_t *am, *bm;
         int ea, eb, e = 0;
-        int64_t *v = fx_scratch_alloc(&s, n, sizeof *v);
-        if (!v) {
-            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld int64 values", (long long)n);
-            goto done;
-        }
         if (d->K > ((int64_t)1 << 32)) { /* each product is below 2^30: 2^32 of them fit int64 */
             rc = fx_error(FX_EUNSUPPORTED, func, "integer compute with K=%lld: sums of more "
                           "than 2^32 products exceed the exact int64 accumulation",
@@ -99,6 +95,19 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
         if ((rc = fx_read_i16(a, &am, &ea, &s, func))) goto done;
         if ((rc = fx_read_i16(b, &bm, &eb, &s, func))) goto done;
         e = ea + eb;
+        if (d->K > 0) {
+            /* a large FLEX16_5/DFP16 output of short products (attention's scores): blocks
+             * rounded in cache, no whole int64 stage (src/core/shared_matmul.c) */
+            const fx_operand oa = fx_operand_2d(am, 1, ea, d->ar, d->ac, d->ac, ta);
+            const fx_operand ob = fx_operand_2d(bm, 1, eb, d->br, d->bc, d->bc, tb);
+            rc = fx_shared_bmm(out, &oa, &ob, d->ar * d->ac, d->br * d->bc, d->B, func);
+            if (rc != FX_SHARED_MATMUL_NOT_TAKEN) goto done;
+        }
+        int64_t *v = fx_scratch_alloc(&s, n, sizeof *v);
+        if (!v) {
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld int64 values", (long long)n);
+            goto done;
+        }
         if (d->K == 0) memset(v, 0, sizeof *v * (size_t)n);
         for (int64_t i = 0; i < d->B && d->K > 0; i++) {
             fx_operand oa = fx_operand_2d(am + i * d->ar * d->ac, 1, ea, d->ar, d->ac, d->ac, ta);
