@@ -7,6 +7,7 @@
 #include "half_binary.h"
 #include "shared_binary.h"
 #include "shared_matmul.h"
+#include "shared_scale.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -98,6 +99,11 @@ static int fx_unary(fx_op op, const char *func, tensor_t *out, const tensor_t *a
 int tensor_scale(tensor_t *out, const tensor_t *a, double s)
 {
     if (!isfinite(s)) return FX_FAIL(FX_EINVAL, "scalar %g is not finite", s);
+    if (out && a && fx_same_shape_check(__func__, out, a) == FX_OK) {
+        /* FLEX16_5/DFP16 input: no int64 stage */
+        const int rc = fx_shared_scale(out, a, s);
+        if (rc != FX_SHARED_SCALE_NOT_TAKEN) return rc;
+    }
     return fx_unary(FX_OP_SCALE, __func__, out, a, s);
 }
 
