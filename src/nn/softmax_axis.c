@@ -94,12 +94,20 @@ int fx_nn_softmax_host(const fx_op_args *req)
         for (int64_t k = 0; k < len; k++) nan_seen |= isnan(xr[k * inner]);
         if (nan_seen || m == INFINITY || m == -INFINITY) m = NAN; /* the whole row is NaN */
         float sum = 0.0f;
-        for (int64_t k = 0; k < len; k++) sum += expf(xr[k * inner] - m);
-        const float lse = logf(sum);
-        for (int64_t k = 0; k < len; k++) {
-            const float d = xr[k * inner] - m;
-            const float val = logsm ? d - lse : expf(d) / sum;
-            vr[k * inner] = nn_stage_f32(val, yf);
+        if (logsm) {
+            for (int64_t k = 0; k < len; k++) sum += expf(xr[k * inner] - m);
+            const float lse = logf(sum);
+            for (int64_t k = 0; k < len; k++)
+                vr[k * inner] = nn_stage_f32(xr[k * inner] - m - lse, yf);
+        } else {
+            /* each exponential once: kept in vr (which may be xr itself: x[k] is read first)
+             * and divided by the sum in a second pass, the same values as computing it twice */
+            for (int64_t k = 0; k < len; k++) {
+                const float e = expf(xr[k * inner] - m);
+                sum += e;
+                vr[k * inner] = e;
+            }
+            for (int64_t k = 0; k < len; k++) vr[k * inner] = nn_stage_f32(vr[k * inner] / sum, yf);
         }
     }
     rc = fx_write_f32(y, v, func);
