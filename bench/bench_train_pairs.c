@@ -3,7 +3,9 @@
  * every configuration alike. Profiling stays off: this is the speed a training run sees.
  *   ./build/release/bench/bench_train_pairs [rounds] [threads ...]     (default: 40 1 2)
  * Environment: BENCH_MODEL (cnn, the default, or any trainer model; resnet* models train on
- * Fashion-MNIST padded by 2 to 32x32, as `flexpoint-train --pad 2`), BENCH_FORMATS (default
+ * Fashion-MNIST padded by 2 to 32x32, as `flexpoint-train --pad 2`; transformer and
+ * gpt<L>x<D>h<H>c<T> on the fortunes' text in windows of their context, as `flexpoint-train
+ * --data fortunes`), BENCH_FORMATS (default
  * "fp32 fp16 bf16 flex16_5 dfp16"), FLEXPOINT_FASHION_MNIST_DIR.
  *
  * Every trainer uses the trainer's recipe defaults (batch 128, SGD with momentum, fp16 with
@@ -61,8 +63,18 @@ int main(int argc, char **argv)
     }
     const char *dir = getenv("FLEXPOINT_FASHION_MNIST_DIR");
     if (!dir) dir = "/usr/share/datasets/fashion-mnist";
-    fx_dataset *raw = fx_dataset_fashion_mnist(dir, 1), *train = raw;
-    if (raw && !strncmp(model, "resnet", 6)) train = fx_dataset_pad(raw, 2);
+    const int text = !strncmp(model, "transformer", 11) || !strncmp(model, "gpt", 3);
+    fx_dataset *raw = NULL, *train = NULL;
+    if (text) { /* the fortunes' windows of the model's context (gpt<L>x<D>h<H>c<T>; 128) */
+        const char *c = strrchr(model, 'c');
+        const int T = !strncmp(model, "gpt", 3) && c ? atoi(c + 1) : 128;
+        fx_dataset *val = NULL;
+        if (fx_dataset_text(FX_DATA_FORTUNES_DIR, T, 0.1, &raw, &val) == FX_OK) train = raw;
+        fx_dataset_free(val);
+    } else {
+        raw = train = fx_dataset_fashion_mnist(dir, 1);
+        if (raw && !strncmp(model, "resnet", 6)) train = fx_dataset_pad(raw, 2);
+    }
     if (!train) {
         fprintf(stderr, "bench_train_pairs: %s\n", flexpoint_last_error());
         return 1;
@@ -89,8 +101,9 @@ int main(int argc, char **argv)
                 return 1;
             }
         }
-    printf("bench_train_pairs: %s on Fashion-MNIST, batch 128, %d rounds after %d; flexpoint %s, "
-           "backend %s, CPU %s\n", model, rounds, WARMUP, flexpoint_version(),
+    printf("bench_train_pairs: %s on %s, batch 128, %d rounds after %d; flexpoint %s, "
+           "backend %s, CPU %s\n", model, text ? "fortunes" : "Fashion-MNIST", rounds, WARMUP,
+           flexpoint_version(),
            flexpoint_backend(), flexpoint_cpu_model());
     /* each round starts at another format, so that no format always runs first after the
      * thread count changes */

@@ -7,9 +7,10 @@
  *    with twin outputs written through the dispatcher (the route switched off): the same
  *    mantissas, exponent, statistics and trace record. The sequences hold steady long enough for
  *    the route to be taken (its counter must move), then jump (a FLEX16_5 overflow that the
- *    write recomputes, a DFP16 scale that moves): those writes' early rounding misses, the
- *    product goes to the dispatcher (the miss counter must move), and the results must still be
- *    the dispatcher's.
+ *    write recomputes, a DFP16 scale that moves): those writes' early rounding misses (the
+ *    miss counter must move), a FLEX16_5 product goes to the dispatcher and a DFP16 one runs
+ *    its blocks again guessing the exponent asked for (the second-run counter must move for
+ *    DFP16 only), and the results must still be the dispatcher's.
  * 2. Every product taken here is checked against an fp64 reference: each output within half a
  *    unit in the last place of its exponent (exact sums, one rounding).
  *    tensor_bmm likewise, with items run several at once (each within the block budget) and
@@ -108,6 +109,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
                             256.0, 256.0, 256.0, 256.0, 1e-3, 1e-3};
     const int steps = (int)(sizeof scale / sizeof scale[0]);
     const int64_t taken0 = fx_shared_matmul_taken(), missed0 = fx_shared_matmul_missed();
+    const int64_t rerun0 = fx_shared_matmul_rerun();
     int checked = 0;
     for (int step = 0; step < steps; step++) {
         /* the same values each step but the scale: the maxima stay put between the jumps */
@@ -131,8 +133,12 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     CHECK(taken - missed >= 3, "%s: %lld products kept their blocked rounding", what,
           (long long)(taken - missed));
     CHECK(checked > 0, "%s: no product taken to check against fp64", what);
-    /* the jump misses: a FLEX16_5 prediction overflows, a DFP16 exponent moves */
+    /* the jump misses: a FLEX16_5 prediction overflows (the dispatcher takes over), a DFP16
+     * exponent moves (the blocks run again guessing the exact exponent) */
     CHECK(missed >= 1, "%s: no early rounding missed at the jump", what);
+    const int64_t rerun = fx_shared_matmul_rerun() - rerun0;
+    CHECK(fo == FMT_DFP16 ? rerun >= 1 : rerun == 0, "%s: %lld second runs", what,
+          (long long)rerun);
     tensor_free(a);
     tensor_free(b);
     tensor_free(fast);

@@ -9,8 +9,9 @@
 
 /* out = a @ b (shapes already validated by the caller, none NULL). The write's status when
  * done, or FX_SHARED_MATMUL_NOT_TAKEN (nothing written, no state changed, no error set) where
- * the product is not of the form handled here, and where its early rounding missed: then the
- * caller runs the dispatcher, whose write makes the same decision on the same sums. */
+ * the product is not of the form handled here, and where its early rounding missed (a DFP16
+ * product after a second run): then the caller runs the dispatcher, whose write makes the same
+ * decision on the same sums. */
 int fx_shared_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b);
 
 /* out ([batch, M, N], contiguous) = a_i @ b_i for i < batch, where a ([M, K]) and b ([K, N])
@@ -24,9 +25,12 @@ void fx_shared_matmul_set_enabled(int on);
 /* Test hook: the smallest output (elements) taken here and the chunk budget (int64 sums held
  * at once); 0 restores a default. Small values let a test cross many chunk edges. */
 void fx_shared_matmul_set_sizes(int64_t min_out, int64_t chunk);
-/* Test hooks: products done here since the process started, and of those the ones whose
- * early rounding missed and went to the dispatcher. */
+/* Test hooks: products taken here since the process started, and the early roundings that
+ * missed. */
 int64_t fx_shared_matmul_taken(void);
 int64_t fx_shared_matmul_missed(void);
+/* Test hook: of the misses, the DFP16 ones run again here guessing the exponent the write asked
+ * for (the rest went to the dispatcher). */
+int64_t fx_shared_matmul_rerun(void);
 
 #endif
