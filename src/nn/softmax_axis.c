@@ -80,8 +80,13 @@ int fx_nn_softmax_host(const fx_op_args *req)
     const int64_t rows = outer * inner;
     const int nt = rows > 1 ? nn_threads_for(n) : 1;
     (void)nt;
+    /* the write's statistics of the values, taken as they are stored (fx_write_f32_max): the
+     * largest finite |value| and the count of the others */
+    float vmax = 0.0f;
+    int64_t nonfinite = 0;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) \
+    reduction(max : vmax) reduction(+ : nonfinite)
 #endif
     for (int64_t r = 0; r < rows; r++) {
         const int64_t base = (r / inner) * len * inner + r % inner;
@@ -94,11 +99,17 @@ int fx_nn_softmax_host(const fx_op_args *req)
         for (int64_t k = 0; k < len; k++) nan_seen |= isnan(xr[k * inner]);
         if (nan_seen || m == INFINITY || m == -INFINITY) m = NAN; /* the whole row is NaN */
         float sum = 0.0f;
+        float rmax = 0.0f;
+        int64_t rbad = 0;
         if (logsm) {
             for (int64_t k = 0; k < len; k++) sum += expf(xr[k * inner] - m);
             const float lse = logf(sum);
-            for (int64_t k = 0; k < len; k++)
-                vr[k * inner] = nn_stage_f32(xr[k * inner] - m - lse, yf);
+            for (int64_t k = 0; k < len; k++) {
+                const float val = nn_stage_f32(xr[k * inner] - m - lse, yf);
+                vr[k * inner] = val;
+                if (isfinite(val)) rmax = fabsf(val) > rmax ? fabsf(val) : rmax;
+                else rbad++;
+            }
         } else {
             /* each exponential once: kept in vr (which may be xr itself: x[k] is read first)
              * and divided by the sum in a second pass, the same values as computing it twice */
@@ -107,10 +118,17 @@ int fx_nn_softmax_host(const fx_op_args *req)
                 sum += e;
                 vr[k * inner] = e;
             }
-            for (int64_t k = 0; k < len; k++) vr[k * inner] = nn_stage_f32(vr[k * inner] / sum, yf);
+            for (int64_t k = 0; k < len; k++) {
+                const float val = nn_stage_f32(vr[k * inner] / sum, yf);
+                vr[k * inner] = val;
+                if (isfinite(val)) rmax = val > rmax ? val : rmax; /* val >= 0 */
+                else rbad++;
+            }
         }
+        vmax = rmax > vmax ? rmax : vmax;
+        nonfinite += rbad;
     }
-    rc = fx_write_f32(y, v, func);
+    rc = fx_write_f32_max(y, v, vmax, nonfinite, func);
 done:
     fx_scratch_free(&s);
     return rc;
