@@ -44,6 +44,11 @@ static int32_t fx_hmax_epi32(__m256i v)
 
 /* ---- fp32 -> int16 ------------------------------------------------------------------------ */
 
+/* Elements ahead that the streaming loops ask for (see quant_avx512.c: on the Xeon reporting
+ * model 167 this loop streamed 64 MB at 2.4 ns a value without the prefetch instruction and at
+ * 0.52 with it, 0.43 in cache). A prefetch past the end of an array cannot fault. */
+#define FX_Q_PREFETCH 512
+
 typedef struct fx_q8_state {
     __m256 s1, s2;     /* 2^a, 2^b */
     __m256 max_in;     /* finite |x| */
@@ -98,6 +103,7 @@ void fx_flex_quant_f32_avx2(const float *src, int16_t *dst, int64_t n, int e,
                       _mm256_setzero_si256(), 0, 0, 0};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
+        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0);
         const __m256i m0 = fx_quant8(_mm256_loadu_ps(src + i), &q8);
         const __m256i m1 = fx_quant8(_mm256_loadu_ps(src + i + 8), &q8);
         /* packs works per 128-bit lane: [m0 lo, m1 lo, m0 hi, m1 hi] -> reorder the quarters */
@@ -342,6 +348,7 @@ fx_quant_i64_body(const int64_t *src, int16_t *dst, int64_t n, int shift, fx_qst
     __m256i max_out = _mm256_setzero_si256();
 
     for (int64_t i = 0; i < n; i += 8) {
+        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0); /* a line a step */
         const int64_t len = n - i < 8 ? n - i : 8;
         __m256i v0, v1;
         if (len == 8) {
@@ -489,6 +496,7 @@ void fx_flex_maxabs_f32_avx2(const float *src, int64_t n, float *maxabs, int64_t
     __m256 mx = _mm256_setzero_ps();
     int64_t nf = 0;
     for (int64_t i = 0; i < n; i += 8) {
+        if (!(i & 15)) _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0);
         __m256 x;
         if (n - i >= 8) {
             x = _mm256_loadu_ps(src + i);
