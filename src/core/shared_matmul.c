@@ -1,5 +1,5 @@
-/* tensor_matmul of FLEX16_5 / DFP16 tensors without a whole int64 stage (ops.c calls this
- * before the dispatcher).
+/* tensor_matmul and tensor_bmm of FLEX16_5 / DFP16 tensors without a whole int64 stage (ops.c
+ * and bmm.c call this before their staged routes).
  *
  * Why: the dispatcher's integer route writes every exact sum into an int64 stage, 8 bytes per
  * output, and the write reads it back to round it into 2. Where each output has few products
@@ -15,8 +15,8 @@
  * DFP16 scale that moved runs the blocks again guessing the exponent asked for (the exact one
  * of the same sums); a FLEX16_5 overflow that the write recomputes, an Autoflex trial, or a
  * second miss hands the product to the dispatcher, which computes it again with a whole stage:
- * the same exact sums, so the same decision and bits. The route is taken only where the guess held for the output's last
- * FX_GUESS_STEADY_WRITES writes, so that such misses stay rare.
+ * the same exact sums, so the same decision and bits. The route is taken only where the guess
+ * held for the output's last FX_GUESS_STEADY_WRITES writes, so that such misses stay rare.
  *
  * The sums are exact integers whatever the blocking, and the rounding and statistics are
  * elementwise, counts and maxima, so the result is the dispatcher's bit for bit
