@@ -187,33 +187,6 @@ static void fill(tensor_t *t, double scale, test_rng *r)
     free(v);
 }
 
-static int same_tensor(tensor_t *x, tensor_t *y, const char *what, int step)
-{
-    const int64_t n = tensor_numel(x);
-    int ok = memcmp(tensor_data(x), tensor_data(y), (size_t)n * 2) == 0 &&
-             tensor_exp(x) == tensor_exp(y);
-    static const char *const stats[] = {"saturated", "true_max", "underflow", "clamped",
-                                        "overflows", "writes"};
-    for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++) {
-        double u = 0, w = 0;
-        tensor_stat(x, stats[i], &u);
-        tensor_stat(y, stats[i], &w);
-        ok = ok && u == w;
-    }
-    const int64_t len = tensor_trace_len(x);
-    ok = ok && len == tensor_trace_len(y);
-    if (ok && len > 0) {
-        fx_trace_record p, q;
-        tensor_trace_get(x, len - 1, &p);
-        tensor_trace_get(y, len - 1, &q);
-        ok = p.exp == q.exp && p.overflow == q.overflow && p.recomputed == q.recomputed &&
-             p.saturated == q.saturated && p.underflow == q.underflow &&
-             p.true_max == q.true_max && p.stored_max == q.stored_max && p.clamped == q.clamped;
-    }
-    CHECK(ok, "%s, write %d: the one-pass result differs from the dispatcher's", what, step);
-    return ok;
-}
-
 /* A sequence of writes out = a op b (b of shape bshape), through this file and through the
  * dispatcher, into two outputs with the same history. */
 static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int ndim, const int64_t *shape,
@@ -246,7 +219,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int ndim, const int64_t
         fx_shared_binary_set_enabled(0);
         CHECK_STATUS(op == FX_OP_ADD ? tensor_add(ref, a, b) : tensor_sub(ref, a, b), FX_OK);
         fx_shared_binary_set_enabled(1);
-        if (!same_tensor(fast, ref, what, step)) break;
+        if (!test_same_writes(fast, ref, what, step)) break;
     }
     /* the writes taken here are rounded first at a guessed exponent (FLEX16_5 after its first
      * write, DFP16 always), which the scale jumps above make wrong now and then */
@@ -282,7 +255,8 @@ static void check_gated(fmt_t fo, fmt_t fx, const int64_t *shape, test_rng *r)
         CHECK_STATUS(tensor_relu(y2, x), FX_OK);
         CHECK_STATUS(tensor_relu_backward(d2, dy, x), FX_OK);
         fx_shared_binary_set_enabled(1);
-        if (!same_tensor(y1, y2, "relu", step) || !same_tensor(d1, d2, "relu_backward", step))
+        if (!test_same_writes(y1, y2, "relu", step) ||
+            !test_same_writes(d1, d2, "relu_backward", step))
             break;
     }
     const int64_t fused = fx_shared_binary_fused() - fused0;
@@ -327,7 +301,7 @@ static void check_gated_guess(test_rng *r)
               "dfp16 relu_backward step %d (largest dy gated away: %d): rounded again %lld "
               "times; exponents dy %d, dx %d", step, gated_away, (long long)missed,
               tensor_exp(dy), tensor_exp(d1));
-        if (!same_tensor(d1, d2, "relu_backward (input's exponent guessed)", step)) break;
+        if (!test_same_writes(d1, d2, "relu_backward (input's exponent guessed)", step)) break;
     }
     free(xv);
     free(dv);
@@ -388,7 +362,8 @@ static void check_add_relu(fmt_t fu, fmt_t fy, int ndim, const int64_t *shape, i
         reused += fx_shared_binary_fused() - fused0 == 2;
         CHECK_STATUS(tensor_add(u2, t, b), FX_OK);
         CHECK_STATUS(tensor_relu(y2, u2), FX_OK);
-        if (!same_tensor(u1, u2, "add+relu: u", step) || !same_tensor(y1, y2, "add+relu: y", step))
+        if (!test_same_writes(u1, u2, "add+relu: u", step) ||
+            !test_same_writes(y1, y2, "add+relu: y", step))
             break;
     }
     CHECK(reused > 0, "add+relu into fmt %d/%d: no step reused both early roundings", (int)fu,
@@ -440,7 +415,7 @@ static void check_not_taken(test_rng *r)
     fx_shared_binary_set_enabled(0);
     CHECK_STATUS(tensor_add(a2, a2, b), FX_OK);
     fx_shared_binary_set_enabled(1);
-    same_tensor(a1, a2, "in place", 0);
+    test_same_writes(a1, a2, "in place", 0);
     /* a transposed operand */
     tensor_t *t = tensor_new(FMT_DFP16, 2, st), *o1 = tensor_new(FMT_DFP16, 2, s);
     tensor_t *o2 = tensor_new(FMT_DFP16, 2, s);
@@ -451,7 +426,7 @@ static void check_not_taken(test_rng *r)
     fx_shared_binary_set_enabled(0);
     CHECK_STATUS(tensor_sub(o2, tv, b), FX_OK);
     fx_shared_binary_set_enabled(1);
-    same_tensor(o1, o2, "transposed a", 0);
+    test_same_writes(o1, o2, "transposed a", 0);
     /* a partial view of the output keeps the storage's exponent */
     const int64_t half[2] = {20, 70};
     tensor_t *ah = tensor_new(FMT_FLEX16_5, 2, half), *bh = tensor_new(FMT_FLEX16_5, 2, half);
@@ -464,7 +439,7 @@ static void check_not_taken(test_rng *r)
         fx_shared_binary_set_enabled(0);
         CHECK_STATUS(tensor_add(v2, ah, bh), FX_OK);
         fx_shared_binary_set_enabled(1);
-        same_tensor(o1, o2, "partial view", 0);
+        test_same_writes(o1, o2, "partial view", 0);
     }
     tensor_free(v1);
     tensor_free(v2);

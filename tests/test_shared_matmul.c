@@ -36,33 +36,6 @@ static void fill(tensor_t *t, double scale, test_rng *r)
     free(v);
 }
 
-static int same_tensor(tensor_t *x, tensor_t *y, const char *what, int step)
-{
-    const int64_t n = tensor_numel(x);
-    int ok = memcmp(tensor_data(x), tensor_data(y), (size_t)n * 2) == 0 &&
-             tensor_exp(x) == tensor_exp(y);
-    static const char *const stats[] = {"saturated", "true_max", "underflow", "clamped",
-                                        "overflows", "writes"};
-    for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++) {
-        double u = 0, w = 0;
-        tensor_stat(x, stats[i], &u);
-        tensor_stat(y, stats[i], &w);
-        ok = ok && u == w;
-    }
-    const int64_t len = tensor_trace_len(x);
-    ok = ok && len == tensor_trace_len(y);
-    if (ok && len > 0) {
-        fx_trace_record p, q;
-        tensor_trace_get(x, len - 1, &p);
-        tensor_trace_get(y, len - 1, &q);
-        ok = p.exp == q.exp && p.overflow == q.overflow && p.recomputed == q.recomputed &&
-             p.saturated == q.saturated && p.underflow == q.underflow &&
-             p.true_max == q.true_max && p.stored_max == q.stored_max && p.clamped == q.clamped;
-    }
-    CHECK(ok, "%s, write %d: the blocked product differs from the dispatcher's", what, step);
-    return ok;
-}
-
 /* out = a @ b against fp64: every element within half a unit of out's exponent (or saturated
  * at +-32767 units). */
 static void check_reference(tensor_t *out, tensor_t *a, tensor_t *b, const char *what)
@@ -123,7 +96,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
         fx_shared_matmul_set_enabled(0);
         CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
         fx_shared_matmul_set_enabled(1);
-        if (!same_tensor(fast, ref, what, step)) break;
+        if (!test_same_writes(fast, ref, what, step)) break;
         if (taken && checked++ < 2) check_reference(fast, a, b, what);
     }
     (void)r;
@@ -170,7 +143,7 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
         fx_shared_matmul_set_enabled(0);
         CHECK_STATUS(tensor_bmm(ref, a, b, ta, tb), FX_OK);
         fx_shared_matmul_set_enabled(1);
-        if (!same_tensor(fast, ref, what, step)) break;
+        if (!test_same_writes(fast, ref, what, step)) break;
     }
     const int64_t taken = fx_shared_matmul_taken() - taken0;
     const int64_t missed = fx_shared_matmul_missed() - missed0;

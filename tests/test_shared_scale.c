@@ -29,37 +29,6 @@ static void fill(tensor_t *t, double scale, uint64_t seed, int spike)
     free(v);
 }
 
-static int same_tensor(tensor_t *x, tensor_t *y, const char *what, int step)
-{
-    const int64_t n = tensor_numel(x);
-    const size_t esz = tensor_fmt(x) == FMT_FP32 ? 4 : 2;
-    int ok = n == 0 || memcmp(tensor_data(x), tensor_data(y), (size_t)n * esz) == 0;
-    if (tensor_fmt(x) != FMT_FP32) {
-        ok = ok && tensor_exp(x) == tensor_exp(y);
-        static const char *const stats[] = {"saturated", "true_max", "underflow", "clamped",
-                                            "overflows", "writes"};
-        for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++) {
-            double u = 0, w = 0;
-            tensor_stat(x, stats[i], &u);
-            tensor_stat(y, stats[i], &w);
-            ok = ok && u == w;
-        }
-        const int64_t len = tensor_trace_len(x);
-        ok = ok && len == tensor_trace_len(y);
-        if (ok && len > 0) {
-            fx_trace_record p, q;
-            tensor_trace_get(x, len - 1, &p);
-            tensor_trace_get(y, len - 1, &q);
-            ok = p.exp == q.exp && p.overflow == q.overflow && p.recomputed == q.recomputed &&
-                 p.saturated == q.saturated && p.underflow == q.underflow &&
-                 p.true_max == q.true_max && p.stored_max == q.stored_max &&
-                 p.clamped == q.clamped;
-        }
-    }
-    CHECK(ok, "%s, write %d: the unstaged scale differs from the dispatcher's", what, step);
-    return ok;
-}
-
 static void check_sequence(fmt_t fo, fmt_t fa, int64_t n, double s)
 {
     const int64_t shape[2] = {1, n};
@@ -80,7 +49,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, int64_t n, double s)
         fx_shared_scale_set_enabled(0);
         CHECK_STATUS(tensor_scale(ref, a, s), FX_OK);
         fx_shared_scale_set_enabled(1);
-        if (!same_tensor(fast, ref, what, step)) break;
+        if (!test_same_writes(fast, ref, what, step)) break;
     }
     tensor_free(a);
     tensor_free(fast);
@@ -106,7 +75,7 @@ static void check_not_taken(void)
     CHECK_STATUS(tensor_scale(b, b, 0.3), FX_OK);
     CHECK_STATUS(tensor_scale(h2, a, 1.0), FX_OK); /* a already holds 0.3 b */
     fx_shared_scale_set_enabled(1);
-    same_tensor(a, b, "in place", 0);
+    test_same_writes(a, b, "in place", 0);
     tensor_free(v);
     tensor_free(a);
     tensor_free(b);

@@ -121,3 +121,34 @@ int test_run_capture(const char *cmd, char *out, size_t n)
     out[got] = '\0';
     return status;
 }
+
+int test_same_writes(tensor_t *x, tensor_t *y, const char *what, int step)
+{
+    const int64_t n = tensor_numel(x);
+    const fmt_t f = tensor_fmt(x);
+    int ok = n == 0 || memcmp(tensor_data(x), tensor_data(y), (size_t)n * fmt_elem_size(f)) == 0;
+    if (fmt_is_shared_exponent(f)) {
+        ok = ok && tensor_exp(x) == tensor_exp(y);
+        static const char *const stats[] = {"saturated", "true_max", "underflow", "clamped",
+                                            "overflows", "writes"};
+        for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++) {
+            double u = 0, w = 0;
+            tensor_stat(x, stats[i], &u);
+            tensor_stat(y, stats[i], &w);
+            ok = ok && u == w;
+        }
+        const int64_t len = tensor_trace_len(x);
+        ok = ok && len == tensor_trace_len(y);
+        if (ok && len > 0) {
+            fx_trace_record p, q;
+            tensor_trace_get(x, len - 1, &p);
+            tensor_trace_get(y, len - 1, &q);
+            ok = p.exp == q.exp && p.overflow == q.overflow && p.recomputed == q.recomputed &&
+                 p.saturated == q.saturated && p.underflow == q.underflow &&
+                 p.true_max == q.true_max && p.stored_max == q.stored_max &&
+                 p.clamped == q.clamped;
+        }
+    }
+    CHECK(ok, "%s, write %d: the two routes' results differ", what, step);
+    return ok;
+}

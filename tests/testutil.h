@@ -59,4 +59,12 @@ int test_run_capture(const char *cmd, char *out, size_t n);
 /* The bits of an fp32 value (for bit-for-bit comparisons). */
 uint32_t test_f32_bits(float x);
 
+/* Whether two tensors of one shape and format hold the result of the same writes: the same
+ * stored bits and, for FLEX16_5/DFP16, the same exponent, statistics (saturated, true_max,
+ * underflow, clamped, overflows, writes) and last trace record. CHECKs it, naming `what` and
+ * the write's number `step`, and returns the outcome (a test comparing a fast route with the
+ * dispatcher's, write by write, stops at the first difference). */
+struct tensor;
+int test_same_writes(struct tensor *x, struct tensor *y, const char *what, int step);
+
 #endif

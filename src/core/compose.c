@@ -156,28 +156,52 @@ uint64_t fx_maxabs_i64(const fx_backend *be, const int64_t *vals, int64_t n)
     return m;
 }
 
-int fx_matmul_stage(const fx_operand *a, const fx_operand *b, int int_compute, float *out_f32,
-                    int64_t *out_i64, int *out_exp, const char *func)
+/* The active backend's matmul kernel on a [M, K] x b [K, N] into the stage buffers of c (set
+ * by the caller), on nthreads threads. */
+static int fx_matmul_call(fx_op_call *c, const fx_operand *a, const fx_operand *b, int int_compute,
+                          int nthreads, const char *func)
 {
     const fx_backend *be = fx_backend_active();
     fmt_t cf = int_compute ? FMT_DFP16 : FMT_FP32;
     fx_kernel k = be->kernels[FX_OP_MATMUL][cf];
     if (!k) return fx_error(FX_EUNSUPPORTED, func, "backend %s has no matmul kernel", be->name);
+    c->op = FX_OP_MATMUL;
+    c->nin = 2;
+    c->in[0] = *a;
+    c->in[1] = *b;
+    c->out_ndim = 2;
+    c->out_shape[0] = a->shape[0];
+    c->out_shape[1] = b->shape[1];
+    c->out_numel = a->shape[0] * b->shape[1];
+    c->nthreads = nthreads;
+    return k(c);
+}
+
+int fx_matmul_stage(const fx_operand *a, const fx_operand *b, int int_compute, float *out_f32,
+                    int64_t *out_i64, int *out_exp, const char *func)
+{
     fx_op_call c;
     memset(&c, 0, sizeof c);
-    c.op = FX_OP_MATMUL;
-    c.nin = 2;
-    c.in[0] = *a;
-    c.in[1] = *b;
-    c.out_ndim = 2;
-    c.out_shape[0] = a->shape[0];
-    c.out_shape[1] = b->shape[1];
-    c.out_numel = a->shape[0] * b->shape[1];
     c.out_f32 = out_f32;
     c.out_i64 = out_i64;
     c.out_exp = out_exp;
-    c.nthreads = flexpoint_num_threads();
-    return k(&c);
+    return fx_matmul_call(&c, a, b, int_compute, flexpoint_num_threads(), func);
+}
+
+int fx_matmul_i64_max(const fx_operand *a, const fx_operand *b, int64_t *out_i64, int nthreads,
+                      uint64_t *imax, const char *func)
+{
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    int e = 0, known = 0;
+    c.out_i64 = out_i64;
+    c.out_exp = &e;
+    c.out_imax = imax;
+    c.out_imax_known = &known;
+    const int rc = fx_matmul_call(&c, a, b, 1, nthreads, func);
+    if (rc == FX_OK && !known)
+        *imax = fx_maxabs_i64(fx_backend_active(), out_i64, a->shape[0] * b->shape[1]);
+    return rc;
 }
 
 fx_operand fx_operand_2d(const void *data, int int_compute, int exp, int64_t rows, int64_t cols,

@@ -58,6 +58,11 @@ uint64_t fx_maxabs_i64(const fx_backend *be, const int64_t *vals, int64_t n);
  * carry their own strides, so transposes are free. */
 int fx_matmul_stage(const fx_operand *a, const fx_operand *b, int int_compute, float *out_f32,
                     int64_t *out_i64, int *out_exp, const char *func);
+/* fx_matmul_stage of int16 operands on nthreads threads (1: no parallel region of its own),
+ * the exact sums into out_i64 ([M, N], at exponent a.exp + b.exp) and their largest |value|
+ * into *imax, reported by the kernel or, where it does not, taken by a pass over out_i64. */
+int fx_matmul_i64_max(const fx_operand *a, const fx_operand *b, int64_t *out_i64, int nthreads,
+                      uint64_t *imax, const char *func);
 
 /* A 2-D operand over a contiguous buffer: rows x cols with row stride ld (elements).
  * trans != 0 describes the transpose of that buffer (cols x rows) without copying. */

@@ -87,24 +87,34 @@ int tensor_mul(tensor_t *out, const tensor_t *a, const tensor_t *b)
     return fx_binary(FX_OP_MUL, __func__, out, a, b);
 }
 
-static int fx_unary(fx_op op, const char *func, tensor_t *out, const tensor_t *a, double s)
+/* The arguments of a unary op: both tensors given, of one shape. */
+static int fx_unary_check(const char *func, const tensor_t *out, const tensor_t *a)
 {
     if (!out || !a) return fx_error(FX_EINVAL, func, "%s is NULL", !out ? "out" : "a");
-    int rc = fx_same_shape_check(func, out, a);
-    if (rc) return rc;
+    return fx_same_shape_check(func, out, a);
+}
+
+static int fx_unary_dispatch(fx_op op, const char *func, tensor_t *out, const tensor_t *a,
+                             double s)
+{
     fx_op_request rq = {.op = op, .func = func, .out = out, .nin = 1, .in = {a}, .scalar = s};
     return fx_dispatch(&rq);
+}
+
+static int fx_unary(fx_op op, const char *func, tensor_t *out, const tensor_t *a, double s)
+{
+    const int rc = fx_unary_check(func, out, a);
+    return rc ? rc : fx_unary_dispatch(op, func, out, a, s);
 }
 
 int tensor_scale(tensor_t *out, const tensor_t *a, double s)
 {
     if (!isfinite(s)) return FX_FAIL(FX_EINVAL, "scalar %g is not finite", s);
-    if (out && a && fx_same_shape_check(__func__, out, a) == FX_OK) {
-        /* FLEX16_5/DFP16 input: no int64 stage */
-        const int rc = fx_shared_scale(out, a, s);
-        if (rc != FX_SHARED_SCALE_NOT_TAKEN) return rc;
-    }
-    return fx_unary(FX_OP_SCALE, __func__, out, a, s);
+    int rc = fx_unary_check(__func__, out, a);
+    if (rc) return rc;
+    rc = fx_shared_scale(out, a, s); /* FLEX16_5/DFP16 input: no int64 stage */
+    if (rc != FX_SHARED_SCALE_NOT_TAKEN) return rc;
+    return fx_unary_dispatch(FX_OP_SCALE, __func__, out, a, s);
 }
 
 /* relu of a shared-exponent tensor on the host: the outputs are the input's mantissas or 0 at

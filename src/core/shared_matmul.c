@@ -73,7 +73,6 @@ int64_t fx_shared_matmul_rerun(void) { return __atomic_load_n(&fx_sm_rerun, __AT
 
 typedef struct fx_sm_plan {
     const fx_backend *be;
-    fx_kernel kernel;
     fx_operand a, b;        /* item 0's a: [M, K] and b: [K, N], any strides */
     int64_t a_step, b_step; /* int16 elements from one item's operand to the next */
     int64_t batch;          /* items: out holds [batch, M, N] */
@@ -114,29 +113,12 @@ static void fx_sm_blocks(fx_sm_plan *p, int64_t budget)
 static int fx_sm_block_sums(const fx_sm_plan *p, int64_t i, int64_t m0, int64_t mc, int64_t n0,
                             int64_t nc, int64_t *sums, int nt, uint64_t *imax)
 {
-    fx_op_call c;
-    memset(&c, 0, sizeof c);
-    c.op = FX_OP_MATMUL;
-    c.nin = 2;
-    c.in[0] = p->a;
-    c.in[0].shape[0] = mc;
-    c.in[0].data = (const int16_t *)p->a.data + i * p->a_step + m0 * p->a.strides[0];
-    c.in[1] = p->b;
-    c.in[1].shape[1] = nc;
-    c.in[1].data = (const int16_t *)p->b.data + i * p->b_step + n0 * p->b.strides[1];
-    c.out_ndim = 2;
-    c.out_shape[0] = mc;
-    c.out_shape[1] = nc;
-    c.out_numel = mc * nc;
-    c.out_i64 = sums;
-    int e = 0, known = 0;
-    c.out_exp = &e;
-    c.out_imax = imax;
-    c.out_imax_known = &known;
-    c.nthreads = nt;
-    const int rc = p->kernel(&c);
-    if (rc == FX_OK && !known) *imax = fx_maxabs_i64(p->be, sums, mc * nc);
-    return rc;
+    fx_operand a = p->a, b = p->b;
+    a.shape[0] = mc;
+    a.data = (const int16_t *)p->a.data + i * p->a_step + m0 * p->a.strides[0];
+    b.shape[1] = nc;
+    b.data = (const int16_t *)p->b.data + i * p->b_step + n0 * p->b.strides[1];
+    return fx_matmul_i64_max(&a, &b, sums, nt, imax, "tensor_matmul");
 }
 
 /* Item i's block rounded at p->guess into tmp, its statistics merged into p->q. Rows are
@@ -289,8 +271,9 @@ static bool fx_sm_takes_out(const tensor_t *out, int64_t numel, int64_t K, int *
 static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
 {
     p->be = fx_backend_active();
-    p->kernel = p->be->kernels[FX_OP_MATMUL][FMT_DFP16]; /* the integer kernel of both formats */
-    if (!p->kernel || !p->be->cvt.quant_i64) return FX_SHARED_MATMUL_NOT_TAKEN;
+    /* the integer kernel of both formats, and the rounding */
+    if (!p->be->kernels[FX_OP_MATMUL][FMT_DFP16] || !p->be->cvt.quant_i64)
+        return FX_SHARED_MATMUL_NOT_TAKEN;
     p->ec = p->a.exp + p->b.exp;
     const int64_t budget = __atomic_load_n(&fx_sm_chunk, __ATOMIC_RELAXED);
     const int nt = flexpoint_num_threads();

@@ -44,11 +44,6 @@ static int32_t fx_hmax_epi32(__m256i v)
 
 /* ---- fp32 -> int16 ------------------------------------------------------------------------ */
 
-/* Elements ahead that the streaming loops ask for (see quant_avx512.c: on the Xeon reporting
- * model 167 this loop streamed 64 MB at 2.4 ns a value without the prefetch instruction and at
- * 0.52 with it, 0.43 in cache). A prefetch past the end of an array cannot fault. */
-#define FX_Q_PREFETCH 512
-
 typedef struct fx_q8_state {
     __m256 s1, s2;     /* 2^a, 2^b */
     __m256 max_in;     /* finite |x| */

@@ -13,14 +13,6 @@
 
 static inline int64_t fx_popcnt16(__mmask16 k) { return __builtin_popcount((unsigned)k); }
 
-/* Elements ahead that the streaming loops ask for: 2 KiB for floats, 4 KiB for int64 sums. On
- * the Xeon reporting model 167 (a KVM guest) the hardware prefetchers alone left these loops
- * waiting on memory: quant_f32 over 64 MB streamed at 0.69 ns a value with the prefetch
- * instruction's absence and 0.39-0.48 with it (0.24 in cache), AVX2's at 2.4 against 0.52. A
- * prefetch past the end of an array is a hint that cannot fault. */
-#define FX_Q_PREFETCH_F32 512
-#define FX_Q_PREFETCH_I64 512
-
 static inline __mmask16 fx_tail16(int64_t left)
 {
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
@@ -43,7 +35,7 @@ void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
     int64_t saturated = 0, nonfinite = 0, underflow = 0;
 
     for (int64_t i = 0; i < n; i += 16) {
-        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH_F32), _MM_HINT_T0);
+        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0);
         const __mmask16 live = fx_tail16(n - i);
         const __m512 x = _mm512_maskz_loadu_ps(live, src + i);
         const __m512 ax = _mm512_abs_ps(x);
@@ -254,8 +246,8 @@ static int fx_quant_i64_fast(const int64_t *src, int16_t *dst, int64_t n, int sh
     int64_t nuf = 0;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH_I64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH_I64 + 8), _MM_HINT_T0);
+        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0);
+        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH + 8), _MM_HINT_T0);
         const __m512i q0 =
             fx_q64_fast_round(&f, _mm512_loadu_si512((const void *)(src + i)), &max_in, &nuf);
         const __m512i q1 =
@@ -282,8 +274,8 @@ void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int s
     fx_q64_acc acc = {k.zero, k.zero, k.zero, k.zero};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH_I64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH_I64 + 8), _MM_HINT_T0);
+        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0);
+        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH + 8), _MM_HINT_T0);
         const __m512i q0 = fx_q64_round(&k, &acc, _mm512_loadu_si512((const void *)(src + i)), 0xFF);
         const __m512i q1 =
             fx_q64_round(&k, &acc, _mm512_loadu_si512((const void *)(src + i + 8)), 0xFF);
@@ -383,7 +375,7 @@ void fx_flex_maxabs_f32_avx512(const float *src, int64_t n, float *maxabs, int64
     __m512 mx = _mm512_setzero_ps();
     int64_t nf = 0;
     for (int64_t i = 0; i < n; i += 16) {
-        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH_F32), _MM_HINT_T0);
+        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0);
         const __mmask16 live = fx_tail16(n - i);
         const __m512 ax = _mm512_abs_ps(_mm512_maskz_loadu_ps(live, src + i));
         const __mmask16 fin = _mm512_cmp_ps_mask(ax, inf, _CMP_LT_OQ);
