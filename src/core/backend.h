@@ -192,6 +192,16 @@ typedef struct fx_cvt_table {
     void (*transpose16)(const void *src, void *dst, int64_t rows, int64_t cols);
     void (*transpose32)(const void *src, void *dst, int64_t rows, int64_t cols);
     void (*transpose64)(const void *src, void *dst, int64_t rows, int64_t cols);
+    /* softmax's arithmetic (src/nn/softmax_def.h, which defines the bits): exp_f32 is
+     * fx_expf_def of n values (y may be x); softmax_row_f32 one contiguous row of softmax
+     * (logsm 0) or log-softmax (1), raising *rmax to the largest finite |result| and counting
+     * the others in *rbad; softmax_backward_row_f32 one row of the backward pass from dy = g
+     * and the forward's output y (dx may be g, y may be x). NULL: the portable loops. */
+    void (*exp_f32)(const float *x, float *y, int64_t n);
+    void (*softmax_row_f32)(const float *x, float *y, int64_t len, int logsm, float *rmax,
+                            int64_t *rbad);
+    void (*softmax_backward_row_f32)(const float *g, const float *y, float *dx, int64_t len,
+                                     int logsm);
 } fx_cvt_table;
 
 typedef struct fx_cpu_features {

@@ -14,6 +14,7 @@
 #include "nn/bn_kernels.h"
 #include "nn/conv_panels.h"
 #include "nn/pool_kernels.h"
+#include "nn/softmax_kernels.h"
 
 void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
 {
@@ -79,4 +80,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
      * portable loop, which measured as fast on the CNN's planes) */
     b->cvt.maxpool2x2_f32 = fx_maxpool2x2_f32_avx2;
     b->cvt.maxunpool2x2_u16 = fx_maxunpool2x2_u16_avx2;
+    b->cvt.exp_f32 = fx_exp_f32_avx2;
+    b->cvt.softmax_row_f32 = fx_softmax_row_f32_avx2;
+    b->cvt.softmax_backward_row_f32 = fx_softmax_backward_row_f32_avx2;
 }

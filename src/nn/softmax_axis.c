@@ -10,27 +10,35 @@
  *
  * Precision: softmax is not fixed-point in nature, so every format computes on its exactly
  * widened or dequantised values (fp16/bf16 widened, FLEX16_5/DFP16 m * 2^e), each row in fp32,
- * as the formats' rule asks: the maximum subtracted, expf and logf from libm, and the sums
- * accumulated in fp32 in index order along the axis (k = 0, 1, ..., len-1, one scalar
- * accumulator, no reassociation), then rounds each result once into y's format by the one write path
- * (through fp32 with round-to-odd when y is not fp32). A shared-exponent y is one write: its
- * exponent is DFP16's exact one or Autoflex's, with the write's statistics.
+ * as the formats' rule asks, by the arithmetic of softmax_def.h: the maximum subtracted, the
+ * library's own exponential (fx_expf_def, a fixed sequence of fp32 operations; logf from libm
+ * once per log-softmax row), and every sum over a row in 16 interleaved fp32 partial sums
+ * (element k into sum k mod 16, in index order) added by a fixed tree. Each result is then
+ * rounded once into y's format by the one write path (through fp32 with round-to-odd when y is
+ * not fp32). A shared-exponent y is one write: its exponent is DFP16's exact one or
+ * Autoflex's, with the write's statistics.
  *
  * Special values are IEEE data, never errors: a NaN or +Inf in a row makes the whole row NaN
  * (exp(Inf - Inf)), as in PyTorch; -Inf elements get probability 0 (log-probability -Inf)
  * unless every element of the row is -Inf (then the row is NaN: 0/0). ±0 and subnormal inputs
  * are ordinary values. A shared-exponent output counts NaN/Inf results as non-finite.
  *
- * There is no SIMD path: every backend runs this scalar code, and OpenMP only splits the rows
- * (each row is computed whole by one thread in the fixed order above), so the results are
- * bit-identical across backends and thread counts. The file is compiled without FMA flags and
- * in ISO C mode (no contraction), so a*b+c is two roundings everywhere.
+ * Contiguous rows (the last axis) run on the level's row kernels (fx_cvt_table.softmax_row_f32,
+ * softmax_backward_row_f32: AVX2 and AVX-512, whose lanes are the 16 partial sums), other axes
+ * on the definition itself; OpenMP only splits the rows (each row is computed whole by one
+ * thread), so the results are bit-identical across backends and thread counts. The file is
+ * compiled without FMA flags and in ISO C mode (no contraction), so a*b+c is two roundings
+ * everywhere unless the definition asks for fmaf.
  */
 #include "tfm_common.h"
 #include "flexpoint_nn.h"
 #include "nn_ops.h"
+#include "softmax_def.h"
 
 #include <math.h>
+
+/* the longest strided row copied into a stack buffer for the level's row kernel (8 KB) */
+#define SM_GATHER_MAX 2048
 
 static int sm_check(const char *func, const char *on, const tensor_t *o, const char *in,
                     const tensor_t *i, int axis, int64_t *outer, int64_t *len, int64_t *inner)
@@ -76,8 +84,11 @@ int fx_nn_softmax_host(const fx_op_args *req)
         rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
         goto done;
     }
-    const fmt_t yf = y->fmt;
     const int64_t rows = outer * inner;
+    /* the level's row kernel (the same bits as the definition): contiguous rows in place,
+     * strided ones through a copy on the stack (up to SM_GATHER_MAX values) */
+    void (*row_kernel)(const float *, float *, int64_t, int, float *, int64_t *) =
+        inner == 1 || len <= SM_GATHER_MAX ? fx_backend_active()->cvt.softmax_row_f32 : NULL;
     const int nt = rows > 1 ? nn_threads_for(n) : 1;
     (void)nt;
     /* the write's statistics of the values, taken as they are stored (fx_write_f32_max): the
@@ -90,41 +101,17 @@ int fx_nn_softmax_host(const fx_op_args *req)
 #endif
     for (int64_t r = 0; r < rows; r++) {
         const int64_t base = (r / inner) * len * inner + r % inner;
-        const float *xr = xv + base;
-        float *vr = v + base;
-        float m = -INFINITY;
-        for (int64_t k = 0; k < len; k++)
-            if (xr[k * inner] > m) m = xr[k * inner]; /* NaN never wins: it poisons the sum */
-        bool nan_seen = false;
-        for (int64_t k = 0; k < len; k++) nan_seen |= isnan(xr[k * inner]);
-        if (nan_seen || m == INFINITY || m == -INFINITY) m = NAN; /* the whole row is NaN */
-        float sum = 0.0f;
         float rmax = 0.0f;
         int64_t rbad = 0;
-        if (logsm) {
-            for (int64_t k = 0; k < len; k++) sum += expf(xr[k * inner] - m);
-            const float lse = logf(sum);
-            for (int64_t k = 0; k < len; k++) {
-                const float val = nn_stage_f32(xr[k * inner] - m - lse, yf);
-                vr[k * inner] = val;
-                if (isfinite(val)) rmax = fabsf(val) > rmax ? fabsf(val) : rmax;
-                else rbad++;
-            }
-        } else {
-            /* each exponential once: kept in vr (which may be xr itself: x[k] is read first)
-             * and divided by the sum in a second pass, the same values as computing it twice */
-            for (int64_t k = 0; k < len; k++) {
-                const float e = expf(xr[k * inner] - m);
-                sum += e;
-                vr[k * inner] = e;
-            }
-            for (int64_t k = 0; k < len; k++) {
-                const float val = nn_stage_f32(vr[k * inner] / sum, yf);
-                vr[k * inner] = val;
-                if (isfinite(val)) rmax = val > rmax ? val : rmax; /* val >= 0 */
-                else rbad++;
-            }
-        }
+        if (row_kernel && inner == 1) {
+            row_kernel(xv + base, v + base, len, logsm, &rmax, &rbad);
+        } else if (row_kernel) {
+            float row[SM_GATHER_MAX];
+            for (int64_t k = 0; k < len; k++) row[k] = xv[base + k * inner];
+            row_kernel(row, row, len, logsm, &rmax, &rbad);
+            for (int64_t k = 0; k < len; k++) v[base + k * inner] = row[k];
+        } else
+            fx_softmax_row_def(xv + base, v + base, inner, len, logsm, &rmax, &rbad);
         vmax = rmax > vmax ? rmax : vmax;
         nonfinite += rbad;
     }
@@ -175,8 +162,10 @@ int fx_nn_softmax_backward_host(const fx_op_args *req)
         rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
         goto done;
     }
-    const fmt_t df = dx->fmt;
     const int64_t rows = outer * inner;
+    void (*row_kernel)(const float *, const float *, float *, int64_t, int) =
+        inner == 1 || len <= SM_GATHER_MAX ? fx_backend_active()->cvt.softmax_backward_row_f32
+                                           : NULL;
     const int nt = rows > 1 ? nn_threads_for(n) : 1;
     (void)nt;
 #ifdef _OPENMP
@@ -184,18 +173,18 @@ int fx_nn_softmax_backward_host(const fx_op_args *req)
 #endif
     for (int64_t r = 0; r < rows; r++) {
         const int64_t base = (r / inner) * len * inner + r % inner;
-        const float *gr = gv + base, *yr = yv + base;
-        float *vr = v + base;
-        float acc = 0.0f; /* fp32, index order along the axis */
-        if (logsm)
-            for (int64_t k = 0; k < len; k++) acc += gr[k * inner];
-        else
-            for (int64_t k = 0; k < len; k++) acc += gr[k * inner] * yr[k * inner];
-        for (int64_t k = 0; k < len; k++) {
-            const float g = gr[k * inner], p = yr[k * inner];
-            const float val = logsm ? g - expf(p) * acc : p * (g - acc);
-            vr[k * inner] = nn_stage_f32(val, df);
-        }
+        if (row_kernel && inner == 1) {
+            row_kernel(gv + base, yv + base, v + base, len, logsm);
+        } else if (row_kernel) {
+            float grow[SM_GATHER_MAX], yrow[SM_GATHER_MAX];
+            for (int64_t k = 0; k < len; k++) {
+                grow[k] = gv[base + k * inner];
+                yrow[k] = yv[base + k * inner];
+            }
+            row_kernel(grow, yrow, grow, len, logsm);
+            for (int64_t k = 0; k < len; k++) v[base + k * inner] = grow[k];
+        } else
+            fx_softmax_backward_row_def(gv + base, yv + base, v + base, inner, len, logsm);
     }
     rc = fx_write_f32(dx, v, func);
 done:
