@@ -19,20 +19,13 @@ int fx_read_f32(const tensor_t *t, float **out, fx_scratch *s, const char *func)
     return FX_OK;
 }
 
-int fx_read_i16(const tensor_t *t, int16_t **out, int *exp, fx_scratch *s, const char *func)
+int fx_read_i16(const tensor_t *t, const int16_t **out, int *exp, fx_scratch *s,
+                const char *func)
 {
     fx_operand o;
     int rc = fx_operand_make(t, 1, t->fmt, 0, 0, NULL, &o, s, func);
     if (rc) return rc;
-    if (o.data == fx_tensor_base(t)) { /* contiguous view of the storage: copy it anyway so
-                                          callers may modify their buffer */
-        int64_t n = fx_numel_of(t->ndim, t->shape);
-        int16_t *b = fx_scratch_alloc(s, n, sizeof *b);
-        if (!b) return fx_error(FX_ENOMEM, func, "cannot allocate %lld int16", (long long)n);
-        memcpy(b, o.data, (size_t)n * sizeof *b);
-        o.data = b;
-    }
-    *out = (int16_t *)o.data;
+    *out = (const int16_t *)o.data;
     *exp = o.exp;
     return FX_OK;
 }

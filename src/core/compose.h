@@ -13,8 +13,10 @@ int fx_is_int_compute(const tensor_t *t);
 int fx_read_f32(const tensor_t *t, float **out, fx_scratch *s, const char *func);
 
 /* Contiguous int16 mantissas of a FLEX16_5/DFP16 tensor (or of a float tensor quantised at its
- * exact exponent), allocated in s; *exp receives the exponent. */
-int fx_read_i16(const tensor_t *t, int16_t **out, int *exp, fx_scratch *s, const char *func);
+ * exact exponent), read-only: t's own storage where it is contiguous, else a copy allocated in
+ * s; *exp receives the exponent. The caller must be done reading before anything writes t. */
+int fx_read_i16(const tensor_t *t, const int16_t **out, int *exp, fx_scratch *s,
+                const char *func);
 
 /* Write all of out from fp32 values / exact int64 values at exponent exp (one write:
  * rounding, exponent choice, statistics, as tensor_from_f32). */

@@ -180,6 +180,10 @@ void fx_par_quant_i16(const fx_backend *be, const int16_t *src, int16_t *dst, in
 void fx_par_maxabs_f32(const fx_backend *be, const float *src, int64_t n, float *maxabs,
                        int64_t *nonfinite);
 
+/* memcpy of non-overlapping buffers, on the library's threads from 256 KiB (the copies of
+ * whole outputs that a write commits, the gathers of large views). */
+void fx_par_memcpy(void *dst, const void *src, size_t bytes);
+
 /* Strided copy between a view and a contiguous buffer (row-major), elem size of t's format. */
 void fx_strided_copy(const tensor_t *t, void *buf, int to_view);
 

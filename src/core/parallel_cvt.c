@@ -189,3 +189,23 @@ void fx_quantize_exact(const fx_backend *be, const float *src, int16_t *dst, int
     *exp = e;
     fx_prof_end(&sp, FX_PROF_CONVERSION);
 }
+
+/* Documented in dispatch.h. Slices of equal length, multiples of 64 bytes, one per thread. */
+void fx_par_memcpy(void *dst, const void *src, size_t bytes)
+{
+    const int nt = bytes >= ((size_t)1 << 18) ? flexpoint_num_threads() : 1;
+    if (nt <= 1) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    const size_t slice = ((bytes + (size_t)nt - 1) / (size_t)nt + 63) / 64 * 64;
+    char *d = dst;
+    const char *s = src;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (int i = 0; i < nt; i++) {
+        const size_t lo = (size_t)i * slice, hi = lo + slice < bytes ? lo + slice : bytes;
+        if (lo < hi) memcpy(d + lo, s + lo, hi - lo);
+    }
+}

@@ -327,7 +327,7 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
     if (rc == FX_OK && p->copy_pending) {
         fx_prof_span sp;
         fx_prof_begin(&sp);
-        memcpy(fx_tensor_base(out), p->tmp, (size_t)(p->batch * MN) * sizeof *p->tmp);
+        fx_par_memcpy(fx_tensor_base(out), p->tmp, (size_t)(p->batch * MN) * sizeof *p->tmp);
         fx_prof_end(&sp, FX_PROF_ROUNDING);
     }
     fx_scratch_free(&s);

@@ -3,6 +3,7 @@
 #include "backend.h"
 #include "../autoflex/trace.h"
 #include "device_backend.h"
+#include "dispatch.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -287,19 +288,38 @@ static void fx_copy_run(char *view, char *buf, int64_t n, int64_t stride, size_t
 }
 #undef FX_RUN_COPY
 
+/* Threads for copying n elements of es bytes: one below 2^17 elements (the threads' start-up
+ * costs more), else the library's count. */
+static int fx_copy_threads(int64_t n)
+{
+    return n >= ((int64_t)1 << 17) ? flexpoint_num_threads() : 1;
+}
+
 /* Visit every element of a view in row-major order, copying elem_size bytes between the view
  * and a contiguous buffer. to_view selects the direction. Adjacent dimensions that step
  * through memory as one (stride[d] == shape[d+1] * stride[d+1], e.g. the trailing stride-0
- * dimensions of a per-channel broadcast) are merged first, so runs are as long as possible. */
+ * dimensions of a per-channel broadcast) are merged first, so runs are as long as possible.
+ * Large copies run on the threads (the attention's head views are gathered this way before
+ * every batched product): a contiguous one in equal slices when the two ranges do not
+ * overlap, a strided gather (to_view 0) run by run; a scatter into a view stays on one
+ * thread, as a view with stride-0 dimensions would have threads write one element. */
 void fx_strided_copy(const tensor_t *t, void *buf, int to_view)
 {
     size_t es = fmt_elem_size(t->fmt);
     int64_t n = fx_numel_of(t->ndim, t->shape);
     if (n == 0) return;
     char *base = fx_tensor_base(t);
+    const int nt = fx_copy_threads(n);
+    (void)nt;
     if (fx_tensor_is_contiguous(t)) {
-        if (to_view) memmove(base, buf, (size_t)n * es);
-        else memmove(buf, base, (size_t)n * es);
+        char *dst = to_view ? base : (char *)buf;
+        const char *src = to_view ? (const char *)buf : base;
+        const size_t bytes = (size_t)n * es;
+        const uintptr_t d = (uintptr_t)dst, o = (uintptr_t)src;
+        if (d + bytes <= o || o + bytes <= d)
+            fx_par_memcpy(dst, src, bytes);
+        else
+            memmove(dst, src, bytes);
         return;
     }
     int64_t shape[FX_MAX_DIMS], strides[FX_MAX_DIMS];
@@ -320,8 +340,24 @@ void fx_strided_copy(const tensor_t *t, void *buf, int to_view)
         strides[0] = 1;
         nd = 1;
     }
+    const int64_t inner = shape[nd - 1], inner_stride = strides[nd - 1], runs = n / inner;
+    if (!to_view && nt > 1 && runs > 1) {
+        char *b = buf;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+        for (int64_t r = 0; r < runs; r++) {
+            int64_t off = 0, rest = r; /* run r's position: its index over the outer dimensions */
+            for (int d = nd - 2; d >= 0; d--) {
+                off += (rest % shape[d]) * strides[d];
+                rest /= shape[d];
+            }
+            fx_copy_run(base + (size_t)off * es, b + (size_t)(r * inner) * es, inner,
+                        inner_stride, es, 0);
+        }
+        return;
+    }
     int64_t idx[FX_MAX_DIMS] = {0};
-    const int64_t inner = shape[nd - 1], inner_stride = strides[nd - 1];
     char *b = buf;
     for (int64_t done = 0; done < n; done += inner) {
         int64_t off = 0;

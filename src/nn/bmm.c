@@ -84,7 +84,7 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
     int rc;
     const int ic = fx_is_int_compute(a);
     if (ic) {
-        int16_t *am, *bm;
+        const int16_t *am, *bm; /* read-only: out is written only after the products */
         int ea, eb, e = 0;
         if (d->K > ((int64_t)1 << 32)) { /* each product is below 2^30: 2^32 of them fit int64 */
             rc = fx_error(FX_EUNSUPPORTED, func, "integer compute with K=%lld: sums of more "
