@@ -117,25 +117,45 @@ int tensor_scale(tensor_t *out, const tensor_t *a, double s)
     return fx_unary_dispatch(FX_OP_SCALE, __func__, out, a, s);
 }
 
-/* relu of a shared-exponent tensor on the host: the outputs are the input's mantissas or 0 at
- * the input's exponent, so they are staged as int16 (fx_write_i16) instead of going through the
- * dispatcher's int64 stage. The integers, hence the result, are those of the FX_OP_RELU
- * kernels (whose definition is max(m, 0)); only the memory traffic differs. */
-static int fx_relu_int16(tensor_t *out, const tensor_t *a, const char *func)
+/* copy (relu 0) or relu (1) of a shared-exponent tensor on the host: the outputs are the
+ * input's mantissas, or for relu those or 0, at the input's exponent, so they are staged as
+ * int16 (fx_write_i16_max) instead of going through the dispatcher's int64 stage, which the
+ * FX_OP_COPY/FX_OP_RELU kernels fill one element at a time. The integers, hence the result,
+ * are those kernels' (whose definitions are m and max(m, 0)); only the memory traffic
+ * differs. A copy reads a contiguous a in place where out has storage of its own (the
+ * transformer copies its attention heads this way, two million values a time), otherwise a
+ * gathered or private copy. */
+static int fx_int16_unary_on = 1;
+static int64_t fx_int16_copies;
+
+void fx_int16_unary_set_enabled(int on) { __atomic_store_n(&fx_int16_unary_on, on, __ATOMIC_RELAXED); }
+
+int64_t fx_int16_copy_taken(void) { return __atomic_load_n(&fx_int16_copies, __ATOMIC_RELAXED); }
+
+static int fx_int16_unary_enabled(void) { return __atomic_load_n(&fx_int16_unary_on, __ATOMIC_RELAXED); }
+
+static int fx_int16_unary(tensor_t *out, const tensor_t *a, int relu, const char *func)
 {
-    int done = fx_shared_gated(out, a, a, func); /* from a itself, no int16 stage */
-    if (done != FX_SHARED_BINARY_NOT_TAKEN) return done;
+    if (!relu) __atomic_fetch_add(&fx_int16_copies, 1, __ATOMIC_RELAXED);
+    if (relu) {
+        int done = fx_shared_gated(out, a, a, func); /* from a itself, no int16 stage */
+        if (done != FX_SHARED_BINARY_NOT_TAKEN) return done;
+    }
     fx_scratch s = {.n = 0};
     fx_operand o;
     int rc = fx_operand_make(a, 1, a->fmt, 0, 0, NULL, &o, &s, func);
     const int64_t n = fx_numel_of(a->ndim, a->shape);
-    int16_t *v = rc ? NULL : fx_scratch_alloc(&s, n, sizeof *v);
-    if (!rc && !v) rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld int16", (long long)n);
+    const int16_t *m = rc ? NULL : o.data;
+    int16_t *v = NULL;
+    const int in_place = !rc && !relu && a->st != out->st;
+    if (!rc && !in_place) {
+        v = fx_scratch_alloc(&s, n, sizeof *v);
+        if (!v) rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld int16", (long long)n);
+    }
     if (rc) {
         fx_scratch_free(&s);
         return rc;
     }
-    const int16_t *m = o.data;
     int32_t mx = 0;
     const int nt = n >= ((int64_t)1 << 16) ? flexpoint_num_threads() : 1;
     (void)nt;
@@ -143,11 +163,11 @@ static int fx_relu_int16(tensor_t *out, const tensor_t *a, const char *func)
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(max : mx)
 #endif
     for (int64_t i = 0; i < n; i++) {
-        const int16_t r = m[i] > 0 ? m[i] : 0;
-        v[i] = r;
+        const int32_t r = relu ? (m[i] > 0 ? m[i] : 0) : (m[i] < 0 ? -m[i] : m[i]);
+        if (v) v[i] = (int16_t)(relu ? r : m[i]);
         mx = r > mx ? r : mx;
     }
-    rc = fx_write_i16_max(out, v, o.exp, (uint64_t)mx, func);
+    rc = fx_write_i16_max(out, v ? v : m, o.exp, (uint64_t)mx, func);
     fx_scratch_free(&s);
     return rc;
 }
@@ -189,14 +209,21 @@ int tensor_relu(tensor_t *out, const tensor_t *a)
 {
     if (out && a && !a->st->on_device && !out->st->on_device &&
         fx_same_shape_check(__func__, out, a) == FX_OK) {
-        if (fmt_is_shared_exponent(a->fmt)) return fx_relu_int16(out, a, __func__);
+        if (fmt_is_shared_exponent(a->fmt) && fx_int16_unary_enabled())
+            return fx_int16_unary(out, a, 1, __func__);
         if ((a->fmt == FMT_FP16 || a->fmt == FMT_BF16) && out->fmt == a->fmt)
             return fx_relu_half(out, a, __func__);
     }
     return fx_unary(FX_OP_RELU, __func__, out, a, 0);
 }
 
-int tensor_copy(tensor_t *out, const tensor_t *a) { return fx_unary(FX_OP_COPY, __func__, out, a, 0); }
+int tensor_copy(tensor_t *out, const tensor_t *a)
+{
+    if (out && a && !a->st->on_device && !out->st->on_device && fmt_is_shared_exponent(a->fmt) &&
+        fx_int16_unary_enabled() && fx_same_shape_check(__func__, out, a) == FX_OK)
+        return fx_int16_unary(out, a, 0, __func__);
+    return fx_unary(FX_OP_COPY, __func__, out, a, 0);
+}
 
 /* The reduction geometry of tensor_sum (FX_OP_SUM): out[o*inner + i] is the reduction of
  * a[(o*len + k)*inner + i] over k. Validates out's shape exactly as tensor_sum does. */

@@ -26,4 +26,10 @@ int fx_dispatch(const fx_op_request *rq);
 int fx_reduce_geometry(const tensor_t *out, const tensor_t *a, int axis, int64_t *outer,
                        int64_t *len, int64_t *inner, const char *func);
 
+/* Test hooks of the int16 route of tensor_copy and tensor_relu from a FLEX16_5/DFP16 host
+ * tensor (ops.c): switch it off (the dispatcher's int64 stage then writes, as before the
+ * route existed), and count the copies it took. */
+void fx_int16_unary_set_enabled(int on);
+int64_t fx_int16_copy_taken(void);
+
 #endif
