@@ -272,14 +272,19 @@ static void run_case(const ln_case *c, fmt_t f, const char **bk, int nbk, int th
         tensor_t *a1 = nn_zeros(f, c->ndim, c->shape), *a3 = nn_zeros(f, c->ndim, c->shape);
         tensor_t *d1 = nn_zeros(f, c->ndim, c->shape), *d3 = nn_zeros(f, c->ndim, c->shape);
         CHECK_STATUS(tensor_layernorm(a1, tx, G, B, c->eps, NULL, NULL), FX_OK);
-        CHECK_STATUS(tensor_layernorm_backward(d1, NULL, NULL, tg, tx, G, c->eps), FX_OK);
+        float *dg1 = nn_xmalloc(sizeof(float) * (size_t)D), *db1 = nn_xmalloc(sizeof(float) * (size_t)D);
+        CHECK_STATUS(tensor_layernorm_backward(d1, dg1, db1, tg, tx, G, c->eps), FX_OK);
         flexpoint_set_num_threads(3);
         CHECK_STATUS(tensor_layernorm(a3, tx, G, B, c->eps, NULL, NULL), FX_OK);
         CHECK_STATUS(tensor_layernorm_backward(d3, dgf, dbf, tg, tx, G, c->eps), FX_OK);
         flexpoint_set_num_threads(prev);
         CHECK(nn_same_bits(a1, a3) && nn_same_bits(a1, fy) && nn_same_bits(d1, d3) &&
-              nn_same_bits(d1, fdx) && memcmp(dg0, dgf, sizeof(float) * (size_t)D) == 0,
+              nn_same_bits(d1, fdx) && memcmp(dg0, dgf, sizeof(float) * (size_t)D) == 0 &&
+                  memcmp(dg1, dgf, sizeof(float) * (size_t)D) == 0 &&
+                  memcmp(db1, dbf, sizeof(float) * (size_t)D) == 0,
               "layernorm %s %s: results depend on the thread count", c->name, fmt_name(f));
+        free(dg1);
+        free(db1);
         tensor_free(a1);
         tensor_free(a3);
         tensor_free(d1);

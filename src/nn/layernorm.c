@@ -168,6 +168,9 @@ int tensor_layernorm_backward(tensor_t *dx, float *dgamma, float *dbeta, const t
     return fx_op_run(&a);
 }
 
+/* columns of dgamma/dbeta per thread's block in the backward (a multiple of 16 floats) */
+#define LN_COL_BLOCK 32
+
 int fx_nn_layernorm_backward_host(const fx_op_args *req)
 {
     tensor_t *dx = req->u.tfm.out;
@@ -198,21 +201,42 @@ int fx_nn_layernorm_backward_host(const fx_op_args *req)
             rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)(R * D));
             goto done;
         }
-        /* dgamma, dbeta first (row order, one thread), while dy is still intact */
-        for (int64_t r = 0; r < R; r++) {
-            const float *xr = xv + r * D, *gr = gv + r * D;
-            float mu, is;
-            ln_row_stats(xr, D, epsf, &mu, &is);
-            st[2 * r] = mu;
-            st[2 * r + 1] = is;
-            for (int64_t k = 0; k < D; k++) {
-                sg[k] += gr[k] * ((xr[k] - mu) * is);
-                sg[D + k] += gr[k];
-            }
-        }
+        /* the rows' statistics, then dgamma, dbeta while dy is still intact: each column's
+         * sums in row order, columns split among the threads in blocks of LN_COL_BLOCK (the
+         * same order, so the same bits, as one thread going row by row) */
         const fmt_t df = dx->fmt;
         const int nt = R > 1 ? nn_threads_for(R * D) : 1;
         (void)nt;
+        const int64_t ncb = (D + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+        {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t r = 0; r < R; r++) {
+                float mu, is;
+                ln_row_stats(xv + r * D, D, epsf, &mu, &is);
+                st[2 * r] = mu;
+                st[2 * r + 1] = is;
+            }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t cb = 0; cb < ncb; cb++) {
+                const int64_t k0 = cb * LN_COL_BLOCK;
+                const int64_t k1 = k0 + LN_COL_BLOCK < D ? k0 + LN_COL_BLOCK : D;
+                for (int64_t r = 0; r < R; r++) {
+                    const float *xr = xv + r * D, *gr = gv + r * D;
+                    const float mu = st[2 * r], is = st[2 * r + 1];
+                    for (int64_t k = k0; k < k1; k++) {
+                        sg[k] += gr[k] * ((xr[k] - mu) * is);
+                        sg[D + k] += gr[k];
+                    }
+                }
+            }
+        }
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
