@@ -223,6 +223,38 @@ static void shared_exponent_api(void)
     CHECK_STATUS(tensor_stat(d, "saturated", &v), FX_OK);
     CHECK(v == 3, "rescaling saturation is counted (1.5, -2, 3 overflow at 2^-15): %g", v);
 
+    /* a rescale of a large tensor whose blocks of zeros are skipped: every value kept or
+     * rounded as fx_requant does, the saturations counted, zeros still 0 */
+    {
+        const int64_t big[1] = {20000};
+        tensor_t *z = tensor_new(FMT_DFP16, 1, big);
+        int16_t *m = calloc(20000, sizeof *m), *back = calloc(20000, sizeof *back);
+        CHECK(z && m && back, "alloc");
+        for (int64_t i = 9000; i < 9100; i++) m[i] = (int16_t)(i - 9050); /* in block 2 */
+        m[19999] = 30001;                                                   /* the last block */
+        m[4095] = -3;                                                       /* block 0's end */
+        CHECK_STATUS(tensor_set_raw(z, m), FX_OK);
+        const int ez = tensor_exp(z);
+        CHECK_STATUS(tensor_set_exp(z, ez + 1), FX_OK); /* halves: ties to even */
+        CHECK_STATUS(tensor_get_raw(z, back), FX_OK);
+        int bad = 0;
+        for (int64_t i = 0; i < 20000; i++) {
+            const int32_t q = m[i] >> 1, r = m[i] & 1; /* floor, remainder */
+            const int32_t want = r && (q & 1) ? q + 1 : q;
+            bad += back[i] != want;
+        }
+        CHECK(bad == 0, "rescale by one step: %d values wrong", bad);
+        CHECK_STATUS(tensor_set_exp(z, ez), FX_OK); /* doubles: 15000 (30001 / 2) -> 30000 */
+        CHECK_STATUS(tensor_stat(z, "saturated", &v), FX_OK);
+        CHECK(v == 0, "no saturation expected: %g", v);
+        CHECK_STATUS(tensor_set_exp(z, ez - 1), FX_OK); /* 60000: saturates, once */
+        CHECK_STATUS(tensor_stat(z, "saturated", &v), FX_OK);
+        CHECK(v == 1, "one saturation expected: %g", v);
+        free(m);
+        free(back);
+        tensor_free(z);
+    }
+
     /* raw access: -32768 is not a mantissa */
     int16_t raw[4] = {1, 2, -32768, 4}, rb[4];
     CHECK_STATUS(tensor_set_raw(d, raw), FX_ERANGE);
