@@ -394,12 +394,17 @@ FX_API int fx_loss_scaler_update(fx_loss_scaler *s, int found_inf);
 
 /** @brief Softmax along one axis: y = exp(x - max) / sum(exp(x - max)).
  *
- *  Every format computes in fp32 on its exactly widened or dequantised values: per row the
- *  maximum is subtracted, expf/logf are applied, and the sum of the exponentials is
- *  accumulated in fp32 in index order along the axis (one accumulator, no reassociation); each
- *  result is rounded once into y's format; a FLEX16_5/DFP16 y is one write (Autoflex / exact
- *  exponent). The backward passes accumulate sum_axis(dy * y) or sum_axis(dy) the same way. A NaN or +Inf in a row, or a row of only -Inf, makes the
- *  row NaN (counted as non-finite by a shared-exponent y); a -Inf element gets 0.
+ *  Every format computes in fp32 on its exactly widened or dequantised values, by the
+ *  library's own arithmetic (docs/transformer_ops.md): per row the maximum is subtracted, the
+ *  exponential is fx_expf_def (a fixed sequence of fp32 operations, within 1.02 ulp of exp),
+ *  the sum of the exponentials runs in 16 interleaved fp32 partial sums (element k into sum k
+ *  mod 16, in index order) added by a fixed tree, and y = e * (1 / sum); log-softmax takes
+ *  logf once a row. The AVX2 and AVX-512 kernels perform these operations lane by lane, so
+ *  the bits are the same on every backend and thread count. Each result is rounded once into
+ *  y's format; a FLEX16_5/DFP16 y is one write (Autoflex / exact exponent). The backward
+ *  passes accumulate sum_axis(dy * y) or sum_axis(dy) the same way. A NaN or +Inf in a row,
+ *  or a row of only -Inf, makes the row NaN (counted as non-finite by a shared-exponent y;
+ *  stored as one quiet NaN by a float y); a -Inf element gets 0.
  *  @param[out] y    Output with x's shape, any format (may be x itself).
  *  @param[in]  x    Input, any format.
  *  @param[in]  axis The axis, in [-ndim, ndim) (negative counts from the end).
@@ -454,7 +459,8 @@ FX_API int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma,
  *
  *  The statistics are recomputed from x with the forward's code; the row sums of g and
  *  g * xhat (g = dy * gamma) are accumulated in fp32 in index order. dgamma and dbeta are
- *  overwritten (not accumulated), summed over the rows in fp32 in row order on one thread.
+ *  overwritten (not accumulated), summed over the rows in fp32 in row order (the columns
+ *  split among the threads, each column summed in that order).
  *  @param[out] dx     Input gradient with x's shape, any format.
  *  @param[out] dgamma NULL, or D floats: sum over rows of dy * xhat.
  *  @param[out] dbeta  NULL, or D floats: sum over rows of dy.
@@ -516,6 +522,25 @@ FX_API int tensor_bmm_backward(tensor_t *da, tensor_t *db, const tensor_t *dout,
  *  @return FX_OK; FX_EINVAL (NULL tensor, fill NaN); FX_ESHAPE (x not at least 2-D, y's shape
  *          differs); FX_EUNSUPPORTED (device tensors); FX_ENOMEM. */
 FX_API int tensor_causal_mask(tensor_t *y, const tensor_t *x, double fill);
+/** @brief Attention's probabilities: y = softmax along the last axis of scale * x, with the
+ *  elements above the diagonal of each [Sq, Sk] matrix at -Inf first when causal.
+ *
+ *  By definition the same bits and the same write as tensor_scale() into an fp32 tensor,
+ *  tensor_causal_mask() with -INFINITY (when causal) and tensor_softmax() along the last axis.
+ *  For a contiguous FLEX16_5/DFP16 x (an integer product's scores) it makes each row in cache
+ *  and never writes the scaled scores out (three passes over [B, H, T, T] fp32 scores fewer in
+ *  a transformer's attention); other inputs run those three ops on an fp32 temporary. The
+ *  gradient: tensor_softmax_backward() from y, then tensor_scale() by the same scale (masked
+ *  elements have probability 0 and get gradient 0).
+ *  @param[out] y      Output with x's shape, any format (not x itself when x is
+ *                     FLEX16_5/DFP16 and y shares its storage: then the temporary route).
+ *  @param[in]  x      Scores [..., Sq, Sk], any format.
+ *  @param[in]  scale  The factor, finite (1/sqrt(d) for heads of width d).
+ *  @param[in]  causal 1: element (i, j) of each matrix is masked when j > i (top-left aligned,
+ *                     as tensor_causal_mask()); 0: nothing is masked.
+ *  @return FX_OK; FX_EINVAL (NULL tensor, scale not finite, causal not 0 or 1); FX_ESHAPE (x
+ *          not at least 2-D, y's shape differs); FX_EUNSUPPORTED (device tensors); FX_ENOMEM. */
+FX_API int tensor_attention_softmax(tensor_t *y, const tensor_t *x, double scale, int causal);
 /** @brief Masked fill: y = x, with fill where mask is nonzero (NaN counts as nonzero).
  *
  *  mask broadcasts to x's shape by NumPy's rules (axes aligned from the end, each equal or 1),

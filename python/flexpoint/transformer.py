@@ -26,7 +26,8 @@ from .tensor import Tensor
 
 __all__ = [
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layernorm",
-    "layernorm_backward", "bmm", "bmm_backward", "causal_mask", "masked_fill", "embedding",
+    "layernorm_backward", "bmm", "bmm_backward", "causal_mask", "attention_softmax",
+    "masked_fill", "embedding",
     "embedding_backward", "adamw_step", "clip_grad_norm",
 ]
 
@@ -46,8 +47,9 @@ def _opt_f32(a: Any, n: int, name: str, inplace: bool) -> Any:
 # ------------------------------------------------------------------------------------------
 def softmax(x: Tensor, axis: int = -1, out: Optional[Tensor] = None,
             fmt: Optional[FormatLike] = None) -> Tensor:
-    """y = exp(x - max) / sum(exp(x - max)) along `axis` (max subtracted, computed in fp32 with
-    the sum accumulated in fp32 in index order, one rounding into y's format).
+    """y = exp(x - max) / sum(exp(x - max)) along `axis` (max subtracted, computed in fp32 by
+    the library's defined exponential and 16 interleaved partial sums, one rounding into y's
+    format; docs/transformer_ops.md).
     InvalidArgumentError for an axis out of range."""
     x = _tensor(x, "x")
     ax = c_int(axis, "axis")
@@ -178,6 +180,21 @@ def causal_mask(x: Tensor, fill: float = float("-inf"), out: Optional[Tensor] = 
     f = c_double(fill, "fill")
     o = _out(out, x.shape, fmt, x)
     check(lib().tensor_causal_mask(o._h, x._h, f), "tensor_causal_mask")
+    return o
+
+
+def attention_softmax(x: Tensor, scale: float, causal: bool = True,
+                      out: Optional[Tensor] = None, fmt: Optional[FormatLike] = None) -> Tensor:
+    """Attention's probabilities: softmax along the last axis of ``scale * x`` with the
+    elements above the diagonal of each [Sq, Sk] matrix at -inf first when `causal`. The same
+    bits as ``softmax(causal_mask(scale(x, s) into fp32, -inf))``; for flex16_5/dfp16 scores
+    it never writes the scaled scores out. InvalidArgumentError for a scale that is not
+    finite, ShapeError for x below 2-D."""
+    x = _tensor(x, "x")
+    s = c_double(scale, "scale")
+    o = _out(out, x.shape, fmt, x)
+    check(lib().tensor_attention_softmax(o._h, x._h, s, c_bool(causal, "causal")),
+          "tensor_attention_softmax")
     return o
 
 

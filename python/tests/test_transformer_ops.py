@@ -54,6 +54,23 @@ def test_softmax_and_backward(fmt, axis, rng):
     close(dl.numpy(), dy - np.exp(lss) * dy.sum(axis=axis, keepdims=True), fmt, 4.0)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_softmax_is_scale_mask_softmax(fmt, causal, rng):
+    x = fx.from_numpy((rng.standard_normal((2, 3, 6, 6)) * 3).astype(np.float32), fmt)
+    s = 1 / np.sqrt(32)
+    t = fx.scale(x, s, fmt="fp32")
+    if causal:
+        t = fx.causal_mask(t, float("-inf"), fmt="fp32")
+    want = fx.softmax(t, -1, fmt=fmt)
+    got = fx.attention_softmax(x, s, causal, fmt=fmt)
+    assert np.array_equal(got.numpy(), want.numpy())
+    if causal:  # masked probabilities are exactly 0
+        assert np.all(np.triu(got.numpy()[0, 0], 1) == 0)
+    with pytest.raises(fx.InvalidArgumentError, match="scale"):
+        fx.attention_softmax(x, float("nan"))
+
+
 def test_softmax_bad_axis_writes_nothing():
     x = fx.from_numpy(np.ones((2, 3), np.float32), "fp32")
     out = fx.from_numpy(np.full((2, 3), 7, np.float32), "fp32")

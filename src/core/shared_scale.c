@@ -94,7 +94,7 @@ static void fx_ss_to_f32(const fx_ss_plan *p, float *dst)
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
-    for (int64_t i = 0; i < p->n; i++) dst[i] = (float)((double)((int64_t)p->m[i] * p->c) * scale);
+    for (int64_t i = 0; i < p->n; i++) dst[i] = fx_shared_scale_f32(p->m[i], p->c, scale);
 }
 
 int fx_shared_scale(tensor_t *out, const tensor_t *a, double s)
@@ -118,12 +118,7 @@ int fx_shared_scale(tensor_t *out, const tensor_t *a, double s)
     p.n = fx_numel_of(a->ndim, a->shape);
     p.nt = p.n >= FX_SS_PAR_MIN ? flexpoint_num_threads() : 1;
     int scalar_exp = 0;
-    if (s != 0.0) { /* the dispatcher's split: s = f 2^k, f in [0.5, 1), c = round(f 2^30) */
-        int k2;
-        const double f = frexp(s, &k2);
-        p.c = (int64_t)nearbyint(f * 1073741824.0);
-        scalar_exp = k2 - 30;
-    }
+    fx_shared_scale_split(s, &p.c, &scalar_exp); /* the dispatcher's split */
     p.exp = a->st->exp + scalar_exp;
     __atomic_fetch_add(&fx_ss_taken, 1, __ATOMIC_RELAXED);
     flexpoint_clear_error(); /* as the dispatcher does before its kernel */

@@ -34,6 +34,7 @@
 #include "flexpoint_nn.h"
 #include "nn_ops.h"
 #include "softmax_def.h"
+#include "core/shared_scale.h"
 
 #include <math.h>
 
@@ -211,3 +212,97 @@ int tensor_log_softmax_backward(tensor_t *dx, const tensor_t *dy, const tensor_t
 {
     return sm_backward(__func__, dx, dy, y, axis, 1);
 }
+
+/* ---- attention's probabilities in one pass -------------------------------------------------
+ * tensor_attention_softmax(y, x, s, causal) is, by definition, tensor_scale into an fp32
+ * tensor, tensor_causal_mask with -Inf (when causal) and tensor_softmax along the last axis:
+ * the same bits in y, the same write. For a contiguous host FLEX16_5/DFP16 x, each row is
+ * made in a stack buffer, the scaled values (fx_shared_scale_f32, the scale's own arithmetic)
+ * with -Inf past the diagonal, and goes through the level's softmax row kernel into the fp32
+ * stage of y's one write; the scaled scores never go to memory (the transformer's attention
+ * made three passes over [B, H, T, T] fp32 scores for these three ops). Other inputs run the
+ * three ops on an fp32 temporary. */
+static int attn_sm_fused(tensor_t *y, const tensor_t *x, double scale, int causal,
+                         const char *func)
+{
+    const int64_t Sk = x->shape[x->ndim - 1], Sq = x->shape[x->ndim - 2];
+    const int64_t n = fx_numel_of(x->ndim, x->shape), rows = n / Sk;
+    fx_scratch s = {.n = 0};
+    const tensor_t *ins[1] = {x};
+    float *v = nn_out_f32(y, ins, 1, NULL, &s);
+    if (!v) {
+        fx_scratch_free(&s);
+        return fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
+    }
+    int rc = fx_storage_settle(x->st, func);
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    int64_t c;
+    int k;
+    fx_shared_scale_split(scale, &c, &k);
+    const double p2 = ldexp(1.0, x->st->exp + k);
+    const int16_t *m = fx_tensor_base(x);
+    void (*row_kernel)(const float *, float *, int64_t, int, float *, int64_t *) =
+        fx_backend_active()->cvt.softmax_row_f32;
+    const int nt = rows > 1 ? nn_threads_for(n) : 1;
+    (void)nt;
+    float vmax = 0.0f;
+    int64_t nonfinite = 0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) \
+    reduction(max : vmax) reduction(+ : nonfinite)
+#endif
+    for (int64_t r = 0; r < rows; r++) {
+        float row[SM_GATHER_MAX];
+        const int16_t *mr = m + r * Sk;
+        const int64_t keep = causal ? r % Sq + 1 : Sk; /* row i keeps columns j <= i */
+        for (int64_t j = 0; j < Sk; j++)
+            row[j] = j < keep ? fx_shared_scale_f32(mr[j], c, p2) : -INFINITY;
+        float rmax = 0.0f;
+        int64_t rbad = 0;
+        if (row_kernel)
+            row_kernel(row, v + r * Sk, Sk, 0, &rmax, &rbad);
+        else
+            fx_softmax_row_def(row, v + r * Sk, 1, Sk, 0, &rmax, &rbad);
+        vmax = rmax > vmax ? rmax : vmax;
+        nonfinite += rbad;
+    }
+    rc = fx_write_f32_max(y, v, vmax, nonfinite, func);
+    fx_scratch_free(&s);
+    return rc;
+}
+
+int tensor_attention_softmax(tensor_t *y, const tensor_t *x, double scale, int causal)
+{
+    static const char func[] = "tensor_attention_softmax";
+    if (!y || !x) return fx_error(FX_EINVAL, func, "%s is NULL", !y ? "y" : "x");
+    if (!isfinite(scale)) return fx_error(FX_EINVAL, func, "scale %g is not finite", scale);
+    if (causal != 0 && causal != 1)
+        return fx_error(FX_EINVAL, func, "causal is %d (0 or 1)", causal);
+    int rc = nn_same_shape(func, "y", y, "x", x);
+    if (rc) return rc;
+    if (x->ndim < 2) {
+        char b1[160];
+        return fx_error(FX_ESHAPE, func, "x must be [..., Sq, Sk], got x.shape=%s",
+                        fx_shape_str(x, b1, sizeof b1));
+    }
+    if (x->st->on_device || y->st->on_device)
+        return fx_error(FX_EUNSUPPORTED, func, "%s is a device tensor: no device kernel yet",
+                        x->st->on_device ? "x" : "y");
+    const int64_t n = fx_numel_of(x->ndim, x->shape);
+    if (n == 0) return FX_OK;
+    if (fmt_is_shared_exponent(x->fmt) && fx_tensor_is_contiguous(x) && x->st != y->st &&
+        x->shape[x->ndim - 1] <= SM_GATHER_MAX)
+        return attn_sm_fused(y, x, scale, causal, func);
+    tensor_t *t = tensor_new(FMT_FP32, x->ndim, x->shape);
+    if (!t) return fx_error(FX_ENOMEM, func, "cannot allocate the fp32 scores (%lld values)",
+                            (long long)n);
+    rc = tensor_scale(t, x, scale);
+    if (!rc && causal) rc = tensor_causal_mask(t, t, -INFINITY);
+    if (!rc) rc = tensor_softmax(y, t, -1);
+    tensor_free(t);
+    return rc;
+}
+

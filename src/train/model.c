@@ -694,7 +694,8 @@ static const int64_t *fx_layer_in_shape(const fx_model *m, const fx_layer *l, in
 }
 
 /* The attention layer's tensors: [B, T, D] projections and [B, H, T, T] scores and
- * probabilities per context (the masked scores fp32), and the backward's temporaries. */
+ * probabilities per context (tensor_attention_softmax scales and masks the scores without a
+ * tensor of its own), and the backward's temporaries. */
 static int fx_attn_alloc(fx_model *m, fx_layer *l, int ctx)
 {
     const int64_t B = l->shape[0], T = l->shape[1], D = l->shape[2], H = l->heads;
@@ -702,7 +703,6 @@ static int fx_attn_alloc(fx_model *m, fx_layer *l, int ctx)
     tensor_t **a = l->att[ctx];
     for (int j = FX_AT_Q; j <= FX_AT_V; j++) a[j] = fx_new_act(m, l->fa, 3, btd, 0);
     a[FX_AT_S] = fx_new_act(m, l->fa, 4, bhtt, 0);
-    a[FX_AT_SM] = fx_new_act(m, FMT_FP32, 4, bhtt, 0);
     a[FX_AT_P] = fx_new_act(m, l->fa, 4, bhtt, 0);
     a[FX_AT_O] = fx_new_act(m, l->fa, 4, bhtd, 0);
     a[FX_AT_OC] = fx_new_act(m, l->fa, 3, btd, 0);
@@ -921,10 +921,9 @@ static int fx_attn_forward(fx_model *m, fx_layer *l, const tensor_t *x, int ctx)
     tensor_t *vh = fx_heads_view(a[FX_AT_V], H);
     if (!rc && (!qh || !kh || !vh)) rc = FX_ENOMEM;
     if (!rc) rc = tensor_bmm(a[FX_AT_S], qh, kh, 0, 1);
-    /* scaled and masked in fp32: -Inf has no shared-exponent representation */
-    if (!rc) rc = tensor_scale(a[FX_AT_SM], a[FX_AT_S], 1.0 / sqrt((double)dh));
-    if (!rc) rc = tensor_causal_mask(a[FX_AT_SM], a[FX_AT_SM], -INFINITY);
-    if (!rc) rc = tensor_softmax(a[FX_AT_P], a[FX_AT_SM], -1);
+    /* scaled, masked (-Inf in fp32: it has no shared-exponent representation) and softmax'd:
+     * one op, the same bits as the three */
+    if (!rc) rc = tensor_attention_softmax(a[FX_AT_P], a[FX_AT_S], 1.0 / sqrt((double)dh), 1);
     if (!rc) rc = tensor_bmm(a[FX_AT_O], a[FX_AT_P], vh, 0, 0);
     if (!rc) rc = fx_heads_merge(a[FX_AT_OC], a[FX_AT_O]);
     if (!rc) rc = fx_rows_matmul_wt(l->out[ctx], a[FX_AT_OC], p[3].w);

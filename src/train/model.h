@@ -44,7 +44,7 @@ typedef enum {
 } fx_layer_kind;
 
 /* Attention tensors per context (fx_layer.att) and of the backward pass (fx_layer.gatt). */
-enum { FX_AT_Q, FX_AT_K, FX_AT_V, FX_AT_S, FX_AT_SM, FX_AT_P, FX_AT_O, FX_AT_OC, FX_AT_N };
+enum { FX_AT_Q, FX_AT_K, FX_AT_V, FX_AT_S, FX_AT_P, FX_AT_O, FX_AT_OC, FX_AT_N };
 enum { FX_AG_DOC, FX_AG_DO, FX_AG_DP, FX_AG_DV4, FX_AG_DS, FX_AG_DSS, FX_AG_DQ4, FX_AG_DK4,
        FX_AG_DQ, FX_AG_DK, FX_AG_DV, FX_AG_XA, FX_AG_XB, FX_AG_XS, FX_AG_N };
 
