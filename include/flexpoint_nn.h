@@ -527,13 +527,13 @@ FX_API int tensor_causal_mask(tensor_t *y, const tensor_t *x, double fill);
  *
  *  By definition the same bits and the same write as tensor_scale() into an fp32 tensor,
  *  tensor_causal_mask() with -INFINITY (when causal) and tensor_softmax() along the last axis.
- *  For a contiguous FLEX16_5/DFP16 x (an integer product's scores) it makes each row in cache
- *  and never writes the scaled scores out (three passes over [B, H, T, T] fp32 scores fewer in
- *  a transformer's attention); other inputs run those three ops on an fp32 temporary. The
+ *  For a contiguous x (not sharing y's storage) it makes each row in cache and never writes
+ *  the scaled scores out (three passes over [B, H, T, T] fp32 scores fewer in a transformer's
+ *  attention); other inputs run those three ops on an fp32 temporary. The
  *  gradient: tensor_softmax_backward() from y, then tensor_scale() by the same scale (masked
  *  elements have probability 0 and get gradient 0).
- *  @param[out] y      Output with x's shape, any format (not x itself when x is
- *                     FLEX16_5/DFP16 and y shares its storage: then the temporary route).
+ *  @param[out] y      Output with x's shape, any format (may be x itself: then the
+ *                     temporary route).
  *  @param[in]  x      Scores [..., Sq, Sk], any format.
  *  @param[in]  scale  The factor, finite (1/sqrt(d) for heads of width d).
  *  @param[in]  causal 1: element (i, j) of each matrix is masked when j > i (top-left aligned,

@@ -187,8 +187,8 @@ def attention_softmax(x: Tensor, scale: float, causal: bool = True,
                       out: Optional[Tensor] = None, fmt: Optional[FormatLike] = None) -> Tensor:
     """Attention's probabilities: softmax along the last axis of ``scale * x`` with the
     elements above the diagonal of each [Sq, Sk] matrix at -inf first when `causal`. The same
-    bits as ``softmax(causal_mask(scale(x, s) into fp32, -inf))``; for flex16_5/dfp16 scores
-    it never writes the scaled scores out. InvalidArgumentError for a scale that is not
+    bits as ``softmax(causal_mask(scale(x, s) into fp32, -inf))``, without writing the scaled
+    scores out. InvalidArgumentError for a scale that is not
     finite, ShapeError for x below 2-D."""
     x = _tensor(x, "x")
     s = c_double(scale, "scale")

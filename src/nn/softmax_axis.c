@@ -216,12 +216,13 @@ int tensor_log_softmax_backward(tensor_t *dx, const tensor_t *dy, const tensor_t
 /* ---- attention's probabilities in one pass -------------------------------------------------
  * tensor_attention_softmax(y, x, s, causal) is, by definition, tensor_scale into an fp32
  * tensor, tensor_causal_mask with -Inf (when causal) and tensor_softmax along the last axis:
- * the same bits in y, the same write. For a contiguous host FLEX16_5/DFP16 x, each row is
- * made in a stack buffer, the scaled values (fx_shared_scale_f32, the scale's own arithmetic)
- * with -Inf past the diagonal, and goes through the level's softmax row kernel into the fp32
- * stage of y's one write; the scaled scores never go to memory (the transformer's attention
- * made three passes over [B, H, T, T] fp32 scores for these three ops). Other inputs run the
- * three ops on an fp32 temporary. */
+ * the same bits in y, the same write. For a contiguous host x in another storage than y, each
+ * row is made in a stack buffer, the scaled values with tensor_scale's arithmetic (FLEX16_5,
+ * DFP16: fx_shared_scale_f32; fp32, and fp16/bf16 exactly widened: the fp32 product by
+ * (float)s) with -Inf past the diagonal, and goes through the level's softmax row kernel into
+ * the fp32 stage of y's one write; the scaled scores never go to memory (the transformer's
+ * attention made three passes over [B, H, T, T] fp32 scores for these three ops). Other
+ * inputs run the three ops on an fp32 temporary. */
 static int attn_sm_fused(tensor_t *y, const tensor_t *x, double scale, int causal,
                          const char *func)
 {
@@ -239,11 +240,16 @@ static int attn_sm_fused(tensor_t *y, const tensor_t *x, double scale, int causa
         fx_scratch_free(&s);
         return rc;
     }
-    int64_t c;
-    int k;
-    fx_shared_scale_split(scale, &c, &k);
-    const double p2 = ldexp(1.0, x->st->exp + k);
-    const int16_t *m = fx_tensor_base(x);
+    int64_t c = 0;
+    int k = 0;
+    const int shared = fmt_is_shared_exponent(x->fmt);
+    if (shared) fx_shared_scale_split(scale, &c, &k);
+    const double p2 = shared ? ldexp(1.0, x->st->exp + k) : 0.0;
+    const float sf = (float)scale; /* the float formats' scale: the fp32 product by (float)s */
+    const fx_backend *be = fx_backend_active();
+    void (*widen)(const uint16_t *, float *, int64_t) =
+        x->fmt == FMT_FP16 ? be->cvt.fp16_to_f32 : x->fmt == FMT_BF16 ? be->cvt.bf16_to_f32 : NULL;
+    const void *base = fx_tensor_base(x);
     void (*row_kernel)(const float *, float *, int64_t, int, float *, int64_t *) =
         fx_backend_active()->cvt.softmax_row_f32;
     const int nt = rows > 1 ? nn_threads_for(n) : 1;
@@ -256,10 +262,19 @@ static int attn_sm_fused(tensor_t *y, const tensor_t *x, double scale, int causa
 #endif
     for (int64_t r = 0; r < rows; r++) {
         float row[SM_GATHER_MAX];
-        const int16_t *mr = m + r * Sk;
         const int64_t keep = causal ? r % Sq + 1 : Sk; /* row i keeps columns j <= i */
-        for (int64_t j = 0; j < Sk; j++)
-            row[j] = j < keep ? fx_shared_scale_f32(mr[j], c, p2) : -INFINITY;
+        if (shared) {
+            const int16_t *mr = (const int16_t *)base + r * Sk;
+            for (int64_t j = 0; j < keep; j++) row[j] = fx_shared_scale_f32(mr[j], c, p2);
+        } else {
+            const float *xr = (const float *)base + r * Sk;
+            if (widen) { /* fp16/bf16: exactly widened first, as the dispatcher's stage */
+                widen((const uint16_t *)base + r * Sk, row, keep);
+                xr = row;
+            }
+            for (int64_t j = 0; j < keep; j++) row[j] = xr[j] * sf;
+        }
+        for (int64_t j = keep; j < Sk; j++) row[j] = -INFINITY;
         float rmax = 0.0f;
         int64_t rbad = 0;
         if (row_kernel)
@@ -293,8 +308,7 @@ int tensor_attention_softmax(tensor_t *y, const tensor_t *x, double scale, int c
                         x->st->on_device ? "x" : "y");
     const int64_t n = fx_numel_of(x->ndim, x->shape);
     if (n == 0) return FX_OK;
-    if (fmt_is_shared_exponent(x->fmt) && fx_tensor_is_contiguous(x) && x->st != y->st &&
-        x->shape[x->ndim - 1] <= SM_GATHER_MAX)
+    if (fx_tensor_is_contiguous(x) && x->st != y->st && x->shape[x->ndim - 1] <= SM_GATHER_MAX)
         return attn_sm_fused(y, x, scale, causal, func);
     tensor_t *t = tensor_new(FMT_FP32, x->ndim, x->shape);
     if (!t) return fx_error(FX_ENOMEM, func, "cannot allocate the fp32 scores (%lld values)",
