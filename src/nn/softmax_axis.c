@@ -140,6 +140,60 @@ static int sm_backward(const char *func, tensor_t *dx, const tensor_t *dy, const
     return fx_op_run(&a);
 }
 
+/* A contiguous host input read row by row in its stored format: rows are widened into a
+ * stack buffer (exactly: fp16/bf16 widened, FLEX16_5/DFP16 m 2^e, the same floats as
+ * nn_in_f32's whole copy) instead of the whole tensor into an fp32 copy first. */
+typedef struct sm_rows {
+    const fx_backend *be;
+    fmt_t fmt;
+    int exp;
+    const void *base;
+} sm_rows;
+
+/* Whether t can be read so (then *r describes it): contiguous, on the host, settled. */
+static int sm_rows_of(const tensor_t *t, sm_rows *r, const char *func)
+{
+    if (t->st->on_device || !fx_tensor_is_contiguous(t)) return 0;
+    if (fmt_is_shared_exponent(t->fmt) && fx_storage_settle(t->st, func) != FX_OK) return 0;
+    r->be = fx_backend_active();
+    r->fmt = t->fmt;
+    r->exp = fmt_is_shared_exponent(t->fmt) ? t->st->exp : 0;
+    r->base = fx_tensor_base(t);
+    return 1;
+}
+
+/* Elements [off, off + len) as floats: a pointer into t's storage for fp32, else buf. */
+static const float *sm_rows_get(const sm_rows *r, int64_t off, int64_t len, float *buf)
+{
+    switch (r->fmt) {
+    case FMT_FP32: return (const float *)r->base + off;
+    case FMT_FP16: r->be->cvt.fp16_to_f32((const uint16_t *)r->base + off, buf, len); break;
+    case FMT_BF16: r->be->cvt.bf16_to_f32((const uint16_t *)r->base + off, buf, len); break;
+    default: r->be->cvt.dequant((const int16_t *)r->base + off, buf, len, r->exp); break;
+    }
+    return buf;
+}
+
+/* The backward of contiguous rows (the last axis) from dy and y read row by row
+ * (sm_rows), into v: the bits of the whole-copy route below, without its two fp32 copies of
+ * [rows, len] (the attention's dP and P in a transformer's backward). */
+static void sm_backward_rows(const sm_rows *g, const sm_rows *yr, float *v, int64_t rows,
+                             int64_t len, int logsm, int nt,
+                             void (*row_kernel)(const float *, const float *, float *, int64_t,
+                                                int))
+{
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t r = 0; r < rows; r++) {
+        float gbuf[SM_GATHER_MAX], ybuf[SM_GATHER_MAX];
+        const float *gr = sm_rows_get(g, r * len, len, gbuf);
+        const float *yv = sm_rows_get(yr, r * len, len, ybuf);
+        row_kernel(gr, yv, v + r * len, len, logsm);
+    }
+}
+
 int fx_nn_softmax_backward_host(const fx_op_args *req)
 {
     tensor_t *dx = req->u.tfm.out;
@@ -152,10 +206,27 @@ int fx_nn_softmax_backward_host(const fx_op_args *req)
     const int64_t n = fx_numel_of(y->ndim, y->shape);
     if (n == 0) return FX_OK;
     fx_scratch s = {.n = 0};
+    const tensor_t *ins[2] = {dy, y};
+    void (*bw_kernel)(const float *, const float *, float *, int64_t, int) =
+        fx_backend_active()->cvt.softmax_backward_row_f32;
+    sm_rows gr, yr;
+    if (inner == 1 && len <= SM_GATHER_MAX && bw_kernel && (dy->fmt != FMT_FP32 || y->fmt != FMT_FP32) &&
+        sm_rows_of(dy, &gr, func) && sm_rows_of(y, &yr, func)) {
+        float *v = nn_out_f32(dx, ins, 2, NULL, &s);
+        if (!v) {
+            fx_scratch_free(&s);
+            return fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
+        }
+        const int64_t rows = outer;
+        sm_backward_rows(&gr, &yr, v, rows, len, logsm, rows > 1 ? nn_threads_for(n) : 1,
+                         bw_kernel);
+        rc = fx_write_f32(dx, v, func);
+        fx_scratch_free(&s);
+        return rc;
+    }
     const float *gv, *yv;
     if ((rc = nn_in_f32(dy, &gv, &s, func))) goto done;
     if ((rc = nn_in_f32(y, &yv, &s, func))) goto done;
-    const tensor_t *ins[2] = {dy, y};
     /* the last pass reads dy_k and y_k before writing element k: dx may overwrite a private
      * copy of dy */
     float *v = nn_out_f32(dx, ins, 2, nn_private_f32(dy, gv), &s);
