@@ -193,7 +193,8 @@ typedef struct fx_cvt_table {
     void (*transpose32)(const void *src, void *dst, int64_t rows, int64_t cols);
     void (*transpose64)(const void *src, void *dst, int64_t rows, int64_t cols);
     /* softmax's arithmetic (src/nn/softmax_def.h, which defines the bits): exp_f32 is
-     * fx_expf_def of n values (y may be x); softmax_row_f32 one contiguous row of softmax
+     * fx_expf_def of n values (y may be x), the row kernels' exponential on its own so that
+     * tests can sweep it (no op calls it); softmax_row_f32 one contiguous row of softmax
      * (logsm 0) or log-softmax (1), raising *rmax to the largest finite |result| and counting
      * the others in *rbad; softmax_backward_row_f32 one row of the backward pass from dy = g
      * and the forward's output y (dx may be g, y may be x). NULL: the portable loops. */

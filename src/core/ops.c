@@ -117,14 +117,7 @@ int tensor_scale(tensor_t *out, const tensor_t *a, double s)
     return fx_unary_dispatch(FX_OP_SCALE, __func__, out, a, s);
 }
 
-/* copy (relu 0) or relu (1) of a shared-exponent tensor on the host: the outputs are the
- * input's mantissas, or for relu those or 0, at the input's exponent, so they are staged as
- * int16 (fx_write_i16_max) instead of going through the dispatcher's int64 stage, which the
- * FX_OP_COPY/FX_OP_RELU kernels fill one element at a time. The integers, hence the result,
- * are those kernels' (whose definitions are m and max(m, 0)); only the memory traffic
- * differs. A copy reads a contiguous a in place where out has storage of its own (the
- * transformer copies its attention heads this way, two million values a time), otherwise a
- * gathered or private copy. */
+/* test hooks (ops_internal.h) */
 static int fx_int16_unary_on = 1;
 static int64_t fx_int16_copies;
 
@@ -134,12 +127,21 @@ int64_t fx_int16_copy_taken(void) { return __atomic_load_n(&fx_int16_copies, __A
 
 static int fx_int16_unary_enabled(void) { return __atomic_load_n(&fx_int16_unary_on, __ATOMIC_RELAXED); }
 
+/* copy (relu 0) or relu (1) of a shared-exponent tensor on the host: the outputs are the
+ * input's mantissas, or for relu those or 0, at the input's exponent, so they are staged as
+ * int16 (fx_write_i16_max) instead of going through the dispatcher's int64 stage, which the
+ * FX_OP_COPY/FX_OP_RELU kernels fill one element at a time. The integers, hence the result,
+ * are those kernels' (whose definitions are m and max(m, 0)); only the memory traffic
+ * differs. A copy reads a contiguous a in place where out has storage of its own (the
+ * transformer copies its attention heads this way, two million values a time), otherwise a
+ * gathered or private copy. */
 static int fx_int16_unary(tensor_t *out, const tensor_t *a, int relu, const char *func)
 {
-    if (!relu) __atomic_fetch_add(&fx_int16_copies, 1, __ATOMIC_RELAXED);
     if (relu) {
         int done = fx_shared_gated(out, a, a, func); /* from a itself, no int16 stage */
         if (done != FX_SHARED_BINARY_NOT_TAKEN) return done;
+    } else {
+        __atomic_fetch_add(&fx_int16_copies, 1, __ATOMIC_RELAXED);
     }
     fx_scratch s = {.n = 0};
     fx_operand o;

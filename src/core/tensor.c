@@ -309,8 +309,6 @@ void fx_strided_copy(const tensor_t *t, void *buf, int to_view)
     int64_t n = fx_numel_of(t->ndim, t->shape);
     if (n == 0) return;
     char *base = fx_tensor_base(t);
-    const int nt = fx_copy_threads(n);
-    (void)nt;
     if (fx_tensor_is_contiguous(t)) {
         char *dst = to_view ? base : (char *)buf;
         const char *src = to_view ? (const char *)buf : base;
@@ -341,6 +339,8 @@ void fx_strided_copy(const tensor_t *t, void *buf, int to_view)
         nd = 1;
     }
     const int64_t inner = shape[nd - 1], inner_stride = strides[nd - 1], runs = n / inner;
+    const int nt = fx_copy_threads(n);
+    (void)nt;
     if (!to_view && nt > 1 && runs > 1) {
         char *b = buf;
 #ifdef _OPENMP

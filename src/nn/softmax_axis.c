@@ -63,6 +63,42 @@ static int sm_forward(const char *func, tensor_t *y, const tensor_t *x, int axis
     return fx_op_run(&a);
 }
 
+/* A contiguous host input read row by row in its stored format: rows are widened into a
+ * stack buffer (exactly: fp16/bf16 widened, FLEX16_5/DFP16 m 2^e, the same floats as
+ * nn_in_f32's whole copy; fp32 rows are read in place) instead of the whole tensor into an
+ * fp32 copy first. The softmax rows along the last axis, forward and backward, and the
+ * attention's rows read their inputs so. */
+typedef struct sm_rows {
+    const fx_backend *be;
+    fmt_t fmt;
+    int exp;
+    const void *base;
+} sm_rows;
+
+/* Whether t can be read so (then *r describes it): contiguous, on the host, settled. */
+static int sm_rows_of(const tensor_t *t, sm_rows *r, const char *func)
+{
+    if (t->st->on_device || !fx_tensor_is_contiguous(t)) return 0;
+    if (fmt_is_shared_exponent(t->fmt) && fx_storage_settle(t->st, func) != FX_OK) return 0;
+    r->be = fx_backend_active();
+    r->fmt = t->fmt;
+    r->exp = fmt_is_shared_exponent(t->fmt) ? t->st->exp : 0;
+    r->base = fx_tensor_base(t);
+    return 1;
+}
+
+/* Elements [off, off + len) as floats: a pointer into t's storage for fp32, else buf. */
+static const float *sm_rows_get(const sm_rows *r, int64_t off, int64_t len, float *buf)
+{
+    switch (r->fmt) {
+    case FMT_FP32: return (const float *)r->base + off;
+    case FMT_FP16: r->be->cvt.fp16_to_f32((const uint16_t *)r->base + off, buf, len); break;
+    case FMT_BF16: r->be->cvt.bf16_to_f32((const uint16_t *)r->base + off, buf, len); break;
+    default: r->be->cvt.dequant((const int16_t *)r->base + off, buf, len, r->exp); break;
+    }
+    return buf;
+}
+
 int fx_nn_softmax_host(const fx_op_args *req)
 {
     tensor_t *y = req->u.tfm.out;
@@ -75,9 +111,38 @@ int fx_nn_softmax_host(const fx_op_args *req)
     const int64_t n = fx_numel_of(x->ndim, x->shape);
     if (n == 0) return FX_OK;
     fx_scratch s = {.n = 0};
+    const tensor_t *ins[1] = {x};
+    void (*fw_kernel)(const float *, float *, int64_t, int, float *, int64_t *) =
+        fx_backend_active()->cvt.softmax_row_f32;
+    sm_rows xr;
+    if (inner == 1 && len <= SM_GATHER_MAX && fw_kernel && sm_rows_of(x, &xr, func)) {
+        float *v = nn_out_f32(y, ins, 1, NULL, &s);
+        if (!v) {
+            fx_scratch_free(&s);
+            return fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
+        }
+        const int nt = outer > 1 ? nn_threads_for(n) : 1;
+        (void)nt;
+        float vmax = 0.0f;
+        int64_t nonfinite = 0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) \
+    reduction(max : vmax) reduction(+ : nonfinite)
+#endif
+        for (int64_t r = 0; r < outer; r++) {
+            float buf[SM_GATHER_MAX], rmax = 0.0f;
+            int64_t rbad = 0;
+            fw_kernel(sm_rows_get(&xr, r * len, len, buf), v + r * len, len, logsm, &rmax, &rbad);
+            vmax = rmax > vmax ? rmax : vmax;
+            nonfinite += rbad;
+        }
+        rc = fx_write_f32_max(y, v, vmax, nonfinite, func);
+        fx_scratch_free(&s);
+        return rc;
+    }
+    /* other axes, views, long rows, levels without the kernel: a whole fp32 copy of x */
     const float *xv;
     if ((rc = nn_in_f32(x, &xv, &s, func))) goto done;
-    const tensor_t *ins[1] = {x};
     /* each row reads all its elements before writing any, and rows are disjoint: y may
      * overwrite a private copy of x */
     float *v = nn_out_f32(y, ins, 1, nn_private_f32(x, xv), &s);
@@ -89,7 +154,7 @@ int fx_nn_softmax_host(const fx_op_args *req)
     /* the level's row kernel (the same bits as the definition): contiguous rows in place,
      * strided ones through a copy on the stack (up to SM_GATHER_MAX values) */
     void (*row_kernel)(const float *, float *, int64_t, int, float *, int64_t *) =
-        inner == 1 || len <= SM_GATHER_MAX ? fx_backend_active()->cvt.softmax_row_f32 : NULL;
+        inner == 1 || len <= SM_GATHER_MAX ? fw_kernel : NULL;
     const int nt = rows > 1 ? nn_threads_for(n) : 1;
     (void)nt;
     /* the write's statistics of the values, taken as they are stored (fx_write_f32_max): the
@@ -140,42 +205,8 @@ static int sm_backward(const char *func, tensor_t *dx, const tensor_t *dy, const
     return fx_op_run(&a);
 }
 
-/* A contiguous host input read row by row in its stored format: rows are widened into a
- * stack buffer (exactly: fp16/bf16 widened, FLEX16_5/DFP16 m 2^e, the same floats as
- * nn_in_f32's whole copy) instead of the whole tensor into an fp32 copy first. */
-typedef struct sm_rows {
-    const fx_backend *be;
-    fmt_t fmt;
-    int exp;
-    const void *base;
-} sm_rows;
-
-/* Whether t can be read so (then *r describes it): contiguous, on the host, settled. */
-static int sm_rows_of(const tensor_t *t, sm_rows *r, const char *func)
-{
-    if (t->st->on_device || !fx_tensor_is_contiguous(t)) return 0;
-    if (fmt_is_shared_exponent(t->fmt) && fx_storage_settle(t->st, func) != FX_OK) return 0;
-    r->be = fx_backend_active();
-    r->fmt = t->fmt;
-    r->exp = fmt_is_shared_exponent(t->fmt) ? t->st->exp : 0;
-    r->base = fx_tensor_base(t);
-    return 1;
-}
-
-/* Elements [off, off + len) as floats: a pointer into t's storage for fp32, else buf. */
-static const float *sm_rows_get(const sm_rows *r, int64_t off, int64_t len, float *buf)
-{
-    switch (r->fmt) {
-    case FMT_FP32: return (const float *)r->base + off;
-    case FMT_FP16: r->be->cvt.fp16_to_f32((const uint16_t *)r->base + off, buf, len); break;
-    case FMT_BF16: r->be->cvt.bf16_to_f32((const uint16_t *)r->base + off, buf, len); break;
-    default: r->be->cvt.dequant((const int16_t *)r->base + off, buf, len, r->exp); break;
-    }
-    return buf;
-}
-
 /* The backward of contiguous rows (the last axis) from dy and y read row by row
- * (sm_rows), into v: the bits of the whole-copy route below, without its two fp32 copies of
+ * (sm_rows), into v: the bits of the whole-copy route, without its two fp32 copies of
  * [rows, len] (the attention's dP and P in a transformer's backward). */
 static void sm_backward_rows(const sm_rows *g, const sm_rows *yr, float *v, int64_t rows,
                              int64_t len, int logsm, int nt,
@@ -210,8 +241,8 @@ int fx_nn_softmax_backward_host(const fx_op_args *req)
     void (*bw_kernel)(const float *, const float *, float *, int64_t, int) =
         fx_backend_active()->cvt.softmax_backward_row_f32;
     sm_rows gr, yr;
-    if (inner == 1 && len <= SM_GATHER_MAX && bw_kernel && (dy->fmt != FMT_FP32 || y->fmt != FMT_FP32) &&
-        sm_rows_of(dy, &gr, func) && sm_rows_of(y, &yr, func)) {
+    if (inner == 1 && len <= SM_GATHER_MAX && bw_kernel && sm_rows_of(dy, &gr, func) &&
+        sm_rows_of(y, &yr, func)) {
         float *v = nn_out_f32(dx, ins, 2, NULL, &s);
         if (!v) {
             fx_scratch_free(&s);
@@ -224,6 +255,7 @@ int fx_nn_softmax_backward_host(const fx_op_args *req)
         fx_scratch_free(&s);
         return rc;
     }
+    /* other axes, views, long rows, levels without the kernel: whole fp32 copies */
     const float *gv, *yv;
     if ((rc = nn_in_f32(dy, &gv, &s, func))) goto done;
     if ((rc = nn_in_f32(y, &yv, &s, func))) goto done;
@@ -236,8 +268,7 @@ int fx_nn_softmax_backward_host(const fx_op_args *req)
     }
     const int64_t rows = outer * inner;
     void (*row_kernel)(const float *, const float *, float *, int64_t, int) =
-        inner == 1 || len <= SM_GATHER_MAX ? fx_backend_active()->cvt.softmax_backward_row_f32
-                                           : NULL;
+        inner == 1 || len <= SM_GATHER_MAX ? bw_kernel : NULL;
     const int nt = rows > 1 ? nn_threads_for(n) : 1;
     (void)nt;
 #ifdef _OPENMP
@@ -294,8 +325,8 @@ int tensor_log_softmax_backward(tensor_t *dx, const tensor_t *dy, const tensor_t
  * the fp32 stage of y's one write; the scaled scores never go to memory (the transformer's
  * attention made three passes over [B, H, T, T] fp32 scores for these three ops). Other
  * inputs run the three ops on an fp32 temporary. */
-static int attn_sm_fused(tensor_t *y, const tensor_t *x, double scale, int causal,
-                         const char *func)
+static int attn_sm_fused(tensor_t *y, const sm_rows *xr, const tensor_t *x, double scale,
+                         int causal, const char *func)
 {
     const int64_t Sk = x->shape[x->ndim - 1], Sq = x->shape[x->ndim - 2];
     const int64_t n = fx_numel_of(x->ndim, x->shape), rows = n / Sk;
@@ -306,23 +337,14 @@ static int attn_sm_fused(tensor_t *y, const tensor_t *x, double scale, int causa
         fx_scratch_free(&s);
         return fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
     }
-    int rc = fx_storage_settle(x->st, func);
-    if (rc) {
-        fx_scratch_free(&s);
-        return rc;
-    }
     int64_t c = 0;
     int k = 0;
     const int shared = fmt_is_shared_exponent(x->fmt);
     if (shared) fx_shared_scale_split(scale, &c, &k);
-    const double p2 = shared ? ldexp(1.0, x->st->exp + k) : 0.0;
+    const double p2 = shared ? ldexp(1.0, xr->exp + k) : 0.0;
     const float sf = (float)scale; /* the float formats' scale: the fp32 product by (float)s */
-    const fx_backend *be = fx_backend_active();
-    void (*widen)(const uint16_t *, float *, int64_t) =
-        x->fmt == FMT_FP16 ? be->cvt.fp16_to_f32 : x->fmt == FMT_BF16 ? be->cvt.bf16_to_f32 : NULL;
-    const void *base = fx_tensor_base(x);
     void (*row_kernel)(const float *, float *, int64_t, int, float *, int64_t *) =
-        fx_backend_active()->cvt.softmax_row_f32;
+        xr->be->cvt.softmax_row_f32;
     const int nt = rows > 1 ? nn_threads_for(n) : 1;
     (void)nt;
     float vmax = 0.0f;
@@ -335,15 +357,11 @@ static int attn_sm_fused(tensor_t *y, const tensor_t *x, double scale, int causa
         float row[SM_GATHER_MAX];
         const int64_t keep = causal ? r % Sq + 1 : Sk; /* row i keeps columns j <= i */
         if (shared) {
-            const int16_t *mr = (const int16_t *)base + r * Sk;
+            const int16_t *mr = (const int16_t *)xr->base + r * Sk;
             for (int64_t j = 0; j < keep; j++) row[j] = fx_shared_scale_f32(mr[j], c, p2);
-        } else {
-            const float *xr = (const float *)base + r * Sk;
-            if (widen) { /* fp16/bf16: exactly widened first, as the dispatcher's stage */
-                widen((const uint16_t *)base + r * Sk, row, keep);
-                xr = row;
-            }
-            for (int64_t j = 0; j < keep; j++) row[j] = xr[j] * sf;
+        } else { /* fp16/bf16 exactly widened first, as the dispatcher's stage */
+            const float *f = sm_rows_get(xr, r * Sk, keep, row);
+            for (int64_t j = 0; j < keep; j++) row[j] = f[j] * sf;
         }
         for (int64_t j = keep; j < Sk; j++) row[j] = -INFINITY;
         float rmax = 0.0f;
@@ -355,7 +373,7 @@ static int attn_sm_fused(tensor_t *y, const tensor_t *x, double scale, int causa
         vmax = rmax > vmax ? rmax : vmax;
         nonfinite += rbad;
     }
-    rc = fx_write_f32_max(y, v, vmax, nonfinite, func);
+    const int rc = fx_write_f32_max(y, v, vmax, nonfinite, func);
     fx_scratch_free(&s);
     return rc;
 }
@@ -379,8 +397,9 @@ int tensor_attention_softmax(tensor_t *y, const tensor_t *x, double scale, int c
                         x->st->on_device ? "x" : "y");
     const int64_t n = fx_numel_of(x->ndim, x->shape);
     if (n == 0) return FX_OK;
-    if (fx_tensor_is_contiguous(x) && x->st != y->st && x->shape[x->ndim - 1] <= SM_GATHER_MAX)
-        return attn_sm_fused(y, x, scale, causal, func);
+    sm_rows xr;
+    if (x->st != y->st && x->shape[x->ndim - 1] <= SM_GATHER_MAX && sm_rows_of(x, &xr, func))
+        return attn_sm_fused(y, &xr, x, scale, causal, func);
     tensor_t *t = tensor_new(FMT_FP32, x->ndim, x->shape);
     if (!t) return fx_error(FX_ENOMEM, func, "cannot allocate the fp32 scores (%lld values)",
                             (long long)n);
