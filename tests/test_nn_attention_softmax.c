@@ -4,10 +4,16 @@
  * format, on every backend at 1 and 2 threads, square and non-square score matrices, rows
  * shorter and longer than a vector, sizes above the parallel threshold, positive, negative
  * and zero scales, causal or not, with jumps of the scores' scale between writes; y sharing x's
- * storage; scores with +-Inf and NaN (float formats). Bad input gets its status and leaves y
- * as it was. */
+ * storage; scores with +-Inf and NaN (float formats). Without specials every write is also
+ * checked against an fp64 reference on the values as stored: softmax of s * x with -Inf past
+ * the diagonal, within softmax's bound (test_nn_softmax_axis.c: (2L + 16 + 2 dm) u32 |ref|, L
+ * the row length, dm = max |s x - m| over the row) widened by the rounding of s * x to fp32
+ * (relative u32 of each |s x| and of the maximum, through exp: 2 (|s x| + |m|) u32 more),
+ * then the output's one rounding (nn_bound). Bad input gets its status and leaves y as it
+ * was. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
+#include "nn_misc_util.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -31,6 +37,34 @@ static void fill(tensor_t *t, double scale, uint64_t seed, int specials)
     }
     CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
     free(v);
+}
+
+/* the fp64 reference of the op on x's stored values, and each element's bound before the
+ * output's rounding */
+static void reference(const tensor_t *x, double s, int causal, double *ref, double *acc)
+{
+    const int nd = tensor_ndim(x);
+    const int64_t Sk = tensor_shape(x)[nd - 1], Sq = tensor_shape(x)[nd - 2];
+    const int64_t n = tensor_numel(x), rows = n / Sk;
+    double *xv = nn_doubles(n);
+    nn_read(x, xv);
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t keep = causal ? r % Sq + 1 : Sk;
+        const double *xr = xv + r * Sk;
+        double m = -INFINITY, sum = 0, dm = 0, big = 0;
+        for (int64_t j = 0; j < keep; j++) m = fmax(m, s * xr[j]);
+        for (int64_t j = 0; j < keep; j++) {
+            sum += exp(s * xr[j] - m);
+            dm = fmax(dm, fabs(s * xr[j] - m));
+            big = fmax(big, fabs(s * xr[j]));
+        }
+        const double kk = (2.0 * (double)Sk + 16.0 + 2.0 * dm + 2.0 * (big + fabs(m))) * NN_U32;
+        for (int64_t j = 0; j < Sk; j++) {
+            ref[r * Sk + j] = j < keep ? exp(s * xr[j] - m) / sum : 0.0;
+            acc[r * Sk + j] = kk * ref[r * Sk + j];
+        }
+    }
+    free(xv);
 }
 
 /* y = the composition, into ref (tmp: an fp32 tensor of x's shape) */
@@ -62,6 +96,14 @@ static void check_case(fmt_t fx, fmt_t fy, int ndim, const int64_t *shape, doubl
         CHECK_STATUS(tensor_attention_softmax(y, x, s, causal), FX_OK);
         CHECK_STATUS(composed(ref, tmp, x, s, causal), FX_OK);
         if (!test_same_writes(y, ref, what, step)) break;
+        if (!specials || fmt_is_shared_exponent(fx)) {
+            const int64_t n = tensor_numel(x);
+            double *r64 = nn_doubles(n), *acc = nn_doubles(n);
+            reference(x, s, causal, r64, acc);
+            nn_check(what, y, r64, acc, n);
+            free(r64);
+            free(acc);
+        }
     }
     tensor_free(x);
     tensor_free(y);
