@@ -11,9 +11,10 @@
 # TRAIN_N (training images of the training runs; default 12800), EPOCHS (default 1),
 # RESNET_N and RESNET_LIMIT (ResNet-20 images, default 2560, and seconds, default 150),
 # BENCH_SIZES (default "256 512 1024 2048 4096"), PYTHON (with PyTorch, for the torch step;
-# default python3), RACECHECK_LIMIT (seconds per racecheck test, default 150). Steps: build test
-# memcheck racecheck bench train trainhost presets resnet torch (default: all but memcheck,
-# racecheck, presets, resnet and torch). presets: flex16_5 on the device under
+# default python3), RACECHECK_LIMIT (seconds per racecheck test, default 150), HOSTGEMM_LIMIT
+# (seconds of the hostcpu step's GEMM benchmark, default 150). Steps: build test memcheck
+# racecheck bench train trainhost presets resnet torch hostcpu (default: all but memcheck,
+# racecheck, presets, resnet, torch and hostcpu). presets: flex16_5 on the device under
 # the "published" and "robust" presets with launched writes (no wait for a write's own
 # statistics) and the same with FLEXPOINT_GPU_DEFER=0 (one wait per write), dfp16 with
 # FLEXPOINT_GPU_DEFER=0 (its launched run is the train step's), and flex16_5 on the host under
@@ -74,11 +75,19 @@ if has memcheck; then # compute-sanitizer over the op tests (API errors are not 
     step "memcheck $t" 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$BUILD/tests/$t"
   done
 fi
-if has racecheck; then # shared-memory races (the GEMM tiles, the reductions, batch norm's warps)
+if has racecheck; then # shared-memory races (the GEMM tiles, the reductions, batch norm's warps);
+  # FX_GPU_TEST_REDUCED=1 trims the GEMM and convolution tests' case lists (every kernel still
+  # runs) so that they finish under the tool
   for t in test_gpu_gemm test_gpu_ops test_gpu_nn test_gpu_conv; do
-    step "racecheck $t" "${RACECHECK_LIMIT:-150}" compute-sanitizer --tool racecheck \
-      --report-api-errors no --error-exitcode 9 "$BUILD/tests/$t"
+    step "racecheck $t" "${RACECHECK_LIMIT:-150}" env FX_GPU_TEST_REDUCED=1 compute-sanitizer \
+      --tool racecheck --report-api-errors no --error-exitcode 9 "$BUILD/tests/$t"
   done
+fi
+if has hostcpu; then # the GPU machine's own CPU: what flexpoint-info measures and chooses, and
+  # the one-thread GEMMs against the peers found there (another CPU for docs/performance.md)
+  step "flexpoint-info" 60 "$BUILD/tools/flexpoint-info"
+  step "host GEMM, 1 thread" "${HOSTGEMM_LIMIT:-150}" env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
+    BENCH_DATA=normal "$BUILD/bench/bench_gemm" 1
 fi
 if has bench; then
   step "GPU GEMM benchmark" 240 "$BUILD/bench/bench_gpu_gemm" $BENCH_SIZES
