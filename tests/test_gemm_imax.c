@@ -203,6 +203,9 @@ int main(void)
     static const int64_t shapes[][3] = {{7, 33, 19},  {13, 1, 70},  {6, 64, 16},   {37, 129, 95},
                                         {20, 385, 37}, {9, 800, 33}, {25, 1100, 41}, {2, 7, 3}};
     int levels = 0;
+    /* the AMX kernel exists where the AVX-512 level installed it (AMX-INT8 the OS allows) */
+    const int amx_usable = flexpoint_backend_available(FX_BACKEND_AVX512) &&
+                           fx_backend_get(FX_BACKEND_AVX512)->gemm.i16_amx;
     for (int lvl = FX_BACKEND_AVX2; lvl < FX_BACKEND_COUNT; lvl++) {
         if (!flexpoint_backend_available(lvl)) continue;
         const fx_backend *be = fx_backend_get(lvl);
@@ -213,6 +216,12 @@ int main(void)
             const int st = flexpoint_set_kernel("matmul", FMT_FLEX16_5, kname);
             if (kk == FX_GEMM_I16_KERNEL_WRAP && !fx_cpu()->avx512vnni) {
                 CHECK_STATUS(st, FX_EUNSUPPORTED);
+                continue;
+            }
+            if (kk == FX_GEMM_I16_KERNEL_AMX && !amx_usable) { /* refused, naming what is missing */
+                CHECK_STATUS(st, FX_EUNSUPPORTED);
+                CHECK(strstr(flexpoint_last_error(), "AMX-INT8") != NULL, "'%s'",
+                      flexpoint_last_error());
                 continue;
             }
             CHECK_STATUS(st, FX_OK);

@@ -97,74 +97,83 @@ void fx_maxpool2x2_f32_avx2(const float *x, int64_t x_base, int64_t W, int64_t O
     }
 }
 
-/* One block of fx_maxunpool2x2_u16_avx2 done value by value (the tail of a row): 0 when the
- * index lies outside its block. */
-static int fx_unpool_block(uint16_t d, int32_t at, int64_t first, int64_t W, int half,
-                           uint16_t inf, uint16_t qnan, uint16_t *r0, int32_t *mx)
+/* Eight 2x2 blocks of fx_maxunpool2x2_u16_avx2: dy values d, their indices, and the blocks'
+ * first positions base + 2 * lane. Makes the blocks' top and bottom rows (each pair of
+ * values one 32-bit lane) and returns 0 when an index lies outside its block. */
+static inline int fx_unpool8(__m128i d, __m256i index, int64_t base, int32_t W, int half,
+                             __m128i vinf, __m128i vqnan, __m128i *vmx, __m256i *top,
+                             __m256i *bot)
 {
-    const int64_t off = at - first;
-    if (off != 0 && off != 1 && off != W && off != W + 1) return 0;
-    if (half) {
-        const uint16_t mag = d & 0x7FFFu;
-        d = mag == 0 ? 0 : mag > inf ? (uint16_t)((d & 0x8000u) | qnan) : d;
+    const __m256i lane2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m256i code =
+        _mm256_sub_epi32(index, _mm256_add_epi32(_mm256_set1_epi32((int32_t)base), lane2));
+    const __m256i m0 = _mm256_cmpeq_epi32(code, _mm256_setzero_si256());
+    const __m256i m1 = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(1));
+    const __m256i m2 = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(W));
+    const __m256i m3 = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(W + 1));
+    const __m256i any = _mm256_or_si256(_mm256_or_si256(m0, m1), _mm256_or_si256(m2, m3));
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(any)) != 0xFF) return 0;
+    if (half) { /* -0 as +0, NaN as the format's quiet NaN with its sign */
+        const __m128i mag = _mm_and_si128(d, _mm_set1_epi16(0x7FFF)); /* signed compares */
+        const __m128i nan = _mm_cmpgt_epi16(mag, vinf);
+        d = _mm_blendv_epi8(d, _mm_or_si128(_mm_and_si128(d, _mm_set1_epi16((short)0x8000)), vqnan),
+                            nan);
+        d = _mm_andnot_si128(_mm_cmpeq_epi16(mag, _mm_setzero_si128()), d);
     } else {
-        const int32_t v = (int16_t)d, av = v < 0 ? -v : v;
-        *mx = av > *mx ? av : *mx;
+        *vmx = _mm_max_epu16(*vmx, _mm_abs_epi16(d)); /* |-32768| = 0x8000 */
     }
-    r0[0] = off == 0 ? d : 0;
-    r0[1] = off == 1 ? d : 0;
-    r0[W] = off == W ? d : 0;
-    r0[W + 1] = off == W + 1 ? d : 0;
+    const __m256i d32 = _mm256_cvtepu16_epi32(d);
+    *top = _mm256_or_si256(_mm256_and_si256(m0, d32),
+                           _mm256_slli_epi32(_mm256_and_si256(m1, d32), 16));
+    *bot = _mm256_or_si256(_mm256_and_si256(m2, d32),
+                           _mm256_slli_epi32(_mm256_and_si256(m3, d32), 16));
     return 1;
 }
 
 /* The max-pool gradient's scatter in 2x2 blocks (backend.h maxunpool2x2_u16), as
- * fx_maxunpool2x2_u16_avx512 (pool_avx512.c), 8 blocks per step. */
+ * fx_maxunpool2x2_u16_avx512 (pool_avx512.c), 8 blocks per step. A row's last 1..7 blocks take
+ * the same step through zero-padded copies (the padding's indices name their own blocks' first
+ * positions and its values are 0, so they neither fail nor move the maximum), and only their
+ * 2 x 2 values are copied out: the CNN's pooled rows are 14 and 7 blocks wide, so value by
+ * value these tails were most of the work. */
 int fx_maxunpool2x2_u16_avx2(const uint16_t *dy, const int32_t *idx, int64_t lo, int64_t H,
                              int64_t W, int64_t OH, int64_t OW, int half, uint16_t inf,
                              uint16_t qnan, uint16_t *dst, int32_t *mx)
 {
-    const __m256i lane2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-    const __m256i one = _mm256_set1_epi32(1), cw = _mm256_set1_epi32((int32_t)W),
-                  cw1 = _mm256_set1_epi32((int32_t)W + 1);
-    const __m128i mag_mask = _mm_set1_epi16(0x7FFF), sign = _mm_set1_epi16((short)0x8000);
     const __m128i vinf = _mm_set1_epi16((short)inf), vqnan = _mm_set1_epi16((short)qnan);
     __m128i vmx = _mm_setzero_si128();
     int32_t m = *mx;
+    __m256i top, bot;
     for (int64_t oh = 0; oh < OH; oh++) {
         uint16_t *r0 = dst + 2 * oh * W, *r1 = r0 + W;
         int64_t ow = 0;
         for (; ow + 8 <= OW; ow += 8) {
-            __m128i d = _mm_loadu_si128((const __m128i *)(dy + oh * OW + ow));
-            const __m256i code = _mm256_sub_epi32(
-                _mm256_loadu_si256((const __m256i *)(idx + oh * OW + ow)),
-                _mm256_add_epi32(_mm256_set1_epi32((int32_t)(lo + 2 * oh * W + 2 * ow)), lane2));
-            const __m256i m0 = _mm256_cmpeq_epi32(code, _mm256_setzero_si256());
-            const __m256i m1 = _mm256_cmpeq_epi32(code, one);
-            const __m256i m2 = _mm256_cmpeq_epi32(code, cw);
-            const __m256i m3 = _mm256_cmpeq_epi32(code, cw1);
-            const __m256i any = _mm256_or_si256(_mm256_or_si256(m0, m1), _mm256_or_si256(m2, m3));
-            if (_mm256_movemask_ps(_mm256_castsi256_ps(any)) != 0xFF) return 0;
-            if (half) { /* -0 as +0, NaN as the format's quiet NaN with its sign */
-                const __m128i mag = _mm_and_si128(d, mag_mask); /* <= 0x7FFF: signed compares */
-                const __m128i nan = _mm_cmpgt_epi16(mag, vinf);
-                d = _mm_blendv_epi8(d, _mm_or_si128(_mm_and_si128(d, sign), vqnan), nan);
-                d = _mm_andnot_si128(_mm_cmpeq_epi16(mag, _mm_setzero_si128()), d);
-            } else {
-                vmx = _mm_max_epu16(vmx, _mm_abs_epi16(d)); /* |-32768| = 0x8000 */
-            }
-            const __m256i d32 = _mm256_cvtepu16_epi32(d);
-            const __m256i top = _mm256_or_si256(_mm256_and_si256(m0, d32),
-                                                _mm256_slli_epi32(_mm256_and_si256(m1, d32), 16));
-            const __m256i bot = _mm256_or_si256(_mm256_and_si256(m2, d32),
-                                                _mm256_slli_epi32(_mm256_and_si256(m3, d32), 16));
+            const __m128i d = _mm_loadu_si128((const __m128i *)(dy + oh * OW + ow));
+            const __m256i index = _mm256_loadu_si256((const __m256i *)(idx + oh * OW + ow));
+            if (!fx_unpool8(d, index, lo + 2 * oh * W + 2 * ow, (int32_t)W, half, vinf, vqnan,
+                            &vmx, &top, &bot))
+                return 0;
             _mm256_storeu_si256((__m256i *)(r0 + 2 * ow), top);
             _mm256_storeu_si256((__m256i *)(r1 + 2 * ow), bot);
         }
-        for (; ow < OW; ow++)
-            if (!fx_unpool_block(dy[oh * OW + ow], idx[oh * OW + ow], lo + 2 * oh * W + 2 * ow,
-                                 W, half, inf, qnan, r0 + 2 * ow, &m))
+        if (ow < OW) {
+            const int left = (int)(OW - ow);
+            const int64_t base = lo + 2 * oh * W + 2 * ow;
+            uint16_t dpad[8] = {0};
+            int32_t ipad[8];
+            memcpy(dpad, dy + oh * OW + ow, (size_t)left * sizeof *dpad);
+            memcpy(ipad, idx + oh * OW + ow, (size_t)left * sizeof *ipad);
+            for (int l = left; l < 8; l++) ipad[l] = (int32_t)(base + 2 * l);
+            if (!fx_unpool8(_mm_loadu_si128((const __m128i *)dpad),
+                            _mm256_loadu_si256((const __m256i *)ipad), base, (int32_t)W, half,
+                            vinf, vqnan, &vmx, &top, &bot))
                 return 0;
+            uint16_t t0[16], t1[16];
+            _mm256_storeu_si256((__m256i *)t0, top);
+            _mm256_storeu_si256((__m256i *)t1, bot);
+            memcpy(r0 + 2 * ow, t0, (size_t)(2 * left) * sizeof *t0);
+            memcpy(r1 + 2 * ow, t1, (size_t)(2 * left) * sizeof *t1);
+        }
         for (int64_t w = 2 * OW; w < W; w++) r0[w] = r1[w] = 0; /* an odd last column */
     }
     for (int64_t w = 2 * OH * W; w < H * W; w++) dst[w] = 0; /* an odd last row */
