@@ -16,32 +16,11 @@
 
 _Static_assert(FX_GEMM_I16_SEG == 8, "one segment is one 8-pair (16-value) row vector");
 
-/* Exact sums of squares of pairs: vpmaddwd(x, x) gives lo^2 + hi^2 per 32-bit lane, at most
- * 2 * 2^30 = 2^31, exact when read as unsigned; the lanes are widened to uint64 and added to
- * acc[0] (lanes 0..3) and acc[1] (lanes 4..7). */
-static inline void fx_sq_pairs_acc(__m256i x, __m256i acc[2])
-{
-    const __m256i q = _mm256_madd_epi16(x, x);
-    acc[0] = _mm256_add_epi64(acc[0], _mm256_cvtepu32_epi64(_mm256_castsi256_si128(q)));
-    acc[1] = _mm256_add_epi64(acc[1], _mm256_cvtepu32_epi64(_mm256_extracti128_si256(q, 1)));
-}
-
-/* Largest of the first n uint64 lanes of acc[0..1] (the sums are below 2^40: signed compare). */
-static inline int64_t fx_max_lanes(const __m256i acc[2], int n)
-{
-    int64_t v[8] __attribute__((aligned(32)));
-    _mm256_store_si256((__m256i *)v, acc[0]);
-    _mm256_store_si256((__m256i *)(v + 4), acc[1]);
-    int64_t mx = 0;
-    for (int i = 0; i < n; i++) mx = v[i] > mx ? v[i] : mx;
-    return mx;
-}
-
-/* Exact sums of squares of the 8 vectors of one segment, lane i = vector i: vpmaddwd(x, x)
- * gives lo^2 + hi^2 per 32-bit lane, at most 2 * 2^30 = 2^31, exact when read as unsigned; the
- * even and odd 32-bit lanes are split into uint64 lanes (one and, one shift) and added by a
- * tree, so no long chain of dependent adds forms. Returns the largest lane among the first
- * `rows` (the others are zero vectors' sums, 0, and cannot win: every sum is >= 0). */
+/* The largest of eight exact sums of squares over one segment: v[t] (t < ks) holds pair t of
+ * eight vectors, one per 32-bit lane (an A row or a B column; missing ones are zeros, whose sum
+ * 0 cannot win). vpmaddwd(x, x) gives lo^2 + hi^2 per lane, at most 2 * 2^30 = 2^31, exact when
+ * read as unsigned; the even and odd 32-bit lanes are split into uint64 lanes (one and, one
+ * shift) and added by a tree, so no long chain of dependent adds forms. */
 static inline int64_t fx_seg_sq_max(const __m256i v[8], int ks)
 {
     const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFFll);
@@ -162,8 +141,8 @@ static inline __m256i fx_pair_rows(__m128i r0, __m128i r1)
 static void fx_pack_b_16(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq)
 {
     const int64_t kp = (kc + 1) / 2;
-    __m256i acc0[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* lane j: column j */
-    __m256i acc1[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* column 8 + j */
+    __m256i seg0[FX_GEMM_I16_SEG], seg1[FX_GEMM_I16_SEG]; /* the segment's pairs, lane j: column
+                                                             j (seg0) and 8 + j (seg1) */
     for (int64_t p = 0; p < kp; p++) {
         const int16_t *r0 = b + 2 * p * sbk;
         __m128i r1a = _mm_setzero_si128(), r1b = r1a; /* the last row of an odd kc: zeros */
@@ -176,12 +155,12 @@ static void fx_pack_b_16(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp,
         _mm256_storeu_si256((__m256i *)(bp + p * 2 * FX_PACK_NR), x0);
         _mm256_storeu_si256((__m256i *)(bp + p * 2 * FX_PACK_NR + 2 * FX_PACK_HALF), x1);
         if (!sq) continue;
-        fx_sq_pairs_acc(x0, acc0);
-        fx_sq_pairs_acc(x1, acc1);
-        if ((p + 1) % FX_GEMM_I16_SEG == 0 || p + 1 == kp) {
-            const int64_t m0 = fx_max_lanes(acc0, FX_PACK_HALF), m1 = fx_max_lanes(acc1, FX_PACK_HALF);
+        const int t = (int)(p % FX_GEMM_I16_SEG);
+        seg0[t] = x0;
+        seg1[t] = x1;
+        if (t + 1 == FX_GEMM_I16_SEG || p + 1 == kp) {
+            const int64_t m0 = fx_seg_sq_max(seg0, t + 1), m1 = fx_seg_sq_max(seg1, t + 1);
             sq[p / FX_GEMM_I16_SEG] = m0 > m1 ? m0 : m1;
-            acc0[0] = acc0[1] = acc1[0] = acc1[1] = _mm256_setzero_si256();
         }
     }
 }

@@ -114,38 +114,16 @@ int fx_nn_softmax_host(const fx_op_args *req)
     const tensor_t *ins[1] = {x};
     void (*fw_kernel)(const float *, float *, int64_t, int, float *, int64_t *) =
         fx_backend_active()->cvt.softmax_row_f32;
+    /* contiguous rows along the last axis are read row by row (sm_rows), without a whole
+     * fp32 copy of x; other axes, views, long rows and levels without the kernel take one */
     sm_rows xr;
-    if (inner == 1 && len <= SM_GATHER_MAX && fw_kernel && sm_rows_of(x, &xr, func)) {
-        float *v = nn_out_f32(y, ins, 1, NULL, &s);
-        if (!v) {
-            fx_scratch_free(&s);
-            return fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
-        }
-        const int nt = outer > 1 ? nn_threads_for(n) : 1;
-        (void)nt;
-        float vmax = 0.0f;
-        int64_t nonfinite = 0;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) \
-    reduction(max : vmax) reduction(+ : nonfinite)
-#endif
-        for (int64_t r = 0; r < outer; r++) {
-            float buf[SM_GATHER_MAX], rmax = 0.0f;
-            int64_t rbad = 0;
-            fw_kernel(sm_rows_get(&xr, r * len, len, buf), v + r * len, len, logsm, &rmax, &rbad);
-            vmax = rmax > vmax ? rmax : vmax;
-            nonfinite += rbad;
-        }
-        rc = fx_write_f32_max(y, v, vmax, nonfinite, func);
-        fx_scratch_free(&s);
-        return rc;
-    }
-    /* other axes, views, long rows, levels without the kernel: a whole fp32 copy of x */
-    const float *xv;
-    if ((rc = nn_in_f32(x, &xv, &s, func))) goto done;
+    const int by_rows =
+        inner == 1 && len <= SM_GATHER_MAX && fw_kernel && sm_rows_of(x, &xr, func);
+    const float *xv = NULL;
+    if (!by_rows && (rc = nn_in_f32(x, &xv, &s, func))) goto done;
     /* each row reads all its elements before writing any, and rows are disjoint: y may
      * overwrite a private copy of x */
-    float *v = nn_out_f32(y, ins, 1, nn_private_f32(x, xv), &s);
+    float *v = nn_out_f32(y, ins, 1, by_rows ? NULL : nn_private_f32(x, xv), &s);
     if (!v) {
         rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
         goto done;
@@ -169,7 +147,10 @@ int fx_nn_softmax_host(const fx_op_args *req)
         const int64_t base = (r / inner) * len * inner + r % inner;
         float rmax = 0.0f;
         int64_t rbad = 0;
-        if (row_kernel && inner == 1) {
+        if (by_rows) {
+            float buf[SM_GATHER_MAX];
+            fw_kernel(sm_rows_get(&xr, base, len, buf), v + base, len, logsm, &rmax, &rbad);
+        } else if (row_kernel && inner == 1) {
             row_kernel(xv + base, v + base, len, logsm, &rmax, &rbad);
         } else if (row_kernel) {
             float row[SM_GATHER_MAX];
@@ -205,26 +186,6 @@ static int sm_backward(const char *func, tensor_t *dx, const tensor_t *dy, const
     return fx_op_run(&a);
 }
 
-/* The backward of contiguous rows (the last axis) from dy and y read row by row
- * (sm_rows), into v: the bits of the whole-copy route, without its two fp32 copies of
- * [rows, len] (the attention's dP and P in a transformer's backward). */
-static void sm_backward_rows(const sm_rows *g, const sm_rows *yr, float *v, int64_t rows,
-                             int64_t len, int logsm, int nt,
-                             void (*row_kernel)(const float *, const float *, float *, int64_t,
-                                                int))
-{
-    (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-    for (int64_t r = 0; r < rows; r++) {
-        float gbuf[SM_GATHER_MAX], ybuf[SM_GATHER_MAX];
-        const float *gr = sm_rows_get(g, r * len, len, gbuf);
-        const float *yv = sm_rows_get(yr, r * len, len, ybuf);
-        row_kernel(gr, yv, v + r * len, len, logsm);
-    }
-}
-
 int fx_nn_softmax_backward_host(const fx_op_args *req)
 {
     tensor_t *dx = req->u.tfm.out;
@@ -240,28 +201,18 @@ int fx_nn_softmax_backward_host(const fx_op_args *req)
     const tensor_t *ins[2] = {dy, y};
     void (*bw_kernel)(const float *, const float *, float *, int64_t, int) =
         fx_backend_active()->cvt.softmax_backward_row_f32;
+    /* contiguous rows along the last axis: dy and y read row by row (sm_rows), without
+     * their two whole fp32 copies (the attention's dP and P in a transformer's backward);
+     * other axes, views, long rows and levels without the kernel take the copies */
     sm_rows gr, yr;
-    if (inner == 1 && len <= SM_GATHER_MAX && bw_kernel && sm_rows_of(dy, &gr, func) &&
-        sm_rows_of(y, &yr, func)) {
-        float *v = nn_out_f32(dx, ins, 2, NULL, &s);
-        if (!v) {
-            fx_scratch_free(&s);
-            return fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
-        }
-        const int64_t rows = outer;
-        sm_backward_rows(&gr, &yr, v, rows, len, logsm, rows > 1 ? nn_threads_for(n) : 1,
-                         bw_kernel);
-        rc = fx_write_f32(dx, v, func);
-        fx_scratch_free(&s);
-        return rc;
-    }
-    /* other axes, views, long rows, levels without the kernel: whole fp32 copies */
-    const float *gv, *yv;
-    if ((rc = nn_in_f32(dy, &gv, &s, func))) goto done;
-    if ((rc = nn_in_f32(y, &yv, &s, func))) goto done;
+    const int by_rows = inner == 1 && len <= SM_GATHER_MAX && bw_kernel &&
+                        sm_rows_of(dy, &gr, func) && sm_rows_of(y, &yr, func);
+    const float *gv = NULL, *yv = NULL;
+    if (!by_rows && (rc = nn_in_f32(dy, &gv, &s, func))) goto done;
+    if (!by_rows && (rc = nn_in_f32(y, &yv, &s, func))) goto done;
     /* the last pass reads dy_k and y_k before writing element k: dx may overwrite a private
      * copy of dy */
-    float *v = nn_out_f32(dx, ins, 2, nn_private_f32(dy, gv), &s);
+    float *v = nn_out_f32(dx, ins, 2, by_rows ? NULL : nn_private_f32(dy, gv), &s);
     if (!v) {
         rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
         goto done;
@@ -276,7 +227,11 @@ int fx_nn_softmax_backward_host(const fx_op_args *req)
 #endif
     for (int64_t r = 0; r < rows; r++) {
         const int64_t base = (r / inner) * len * inner + r % inner;
-        if (row_kernel && inner == 1) {
+        if (by_rows) {
+            float gbuf[SM_GATHER_MAX], ybuf[SM_GATHER_MAX];
+            bw_kernel(sm_rows_get(&gr, base, len, gbuf), sm_rows_get(&yr, base, len, ybuf),
+                      v + base, len, logsm);
+        } else if (row_kernel && inner == 1) {
             row_kernel(gv + base, yv + base, v + base, len, logsm);
         } else if (row_kernel) {
             float grow[SM_GATHER_MAX], yrow[SM_GATHER_MAX];
