@@ -10,7 +10,9 @@
  *    given as a matrix, as a transposed view and as rows on demand (fx_op_call.a_rows), and B
  *    pre-split where the level takes it (fx_op_call.b_split);
  *  - data: Gaussian-like mantissas (one-chain fast tiles), large Gaussian ones (fast tiles of
- *    several chains), full-range uniform ones (the any-data kernel), and the extremes -32768
+ *    several chains), constant operands at the fast kernel's chain limit (just below it: folds
+ *    whose chains reach 2^31 - 32; just above it: no fast tile), full-range uniform ones (the
+ *    any-data kernel), and the extremes -32768
  *    and 32767 with one sign pattern per product (every sum of magnitude K 2^30, the largest
  *    any route produces for its K: all negative, all positive, and mixed), where a maximum
  *    taken over the wrong lanes, rows, K block or sign would show;
@@ -28,9 +30,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { DATA_GAUSS, DATA_GAUSS_LARGE, DATA_FULL, DATA_EXTREME, DATA_KINDS };
+enum { DATA_GAUSS, DATA_GAUSS_LARGE, DATA_FULL, DATA_EXTREME, DATA_CHAIN_EDGE, DATA_KINDS };
 static const char *const data_names[DATA_KINDS] = {"gaussian", "large gaussian", "full-range",
-                                                   "extreme"};
+                                                   "extreme", "chain edge"};
+
+/* DATA_CHAIN_EDGE: constant operands A = x, B = y, for which Cauchy-Schwarz is tight: a full
+ * norm segment (16 values) has nA nB = 16 x y, exactly its sum. Pattern 0: x y = 2^27 - 4097,
+ * so 16 x y = FX_GEMM_I16_CHAIN_MAX - 16: fast chains of one segment, each starting from the
+ * largest remainder a fold leaves (16 x y mod 2^16 = 65520 after the first), whose partial sums
+ * reach 2^31 - 32. Pattern 1: x y = 2^27 - 2, 16 x y = 2^31 - 32, above FX_GEMM_I16_CHAIN_MAX:
+ * no fast tile may run (a chain limit of 2^31 - 1 would take the fast kernel and its second
+ * chain would wrap). */
+static const int16_t chain_edge[2][2] = {{31351, 4281}, {24573, 5462}};
+_Static_assert(31351 * 4281 == (1 << 27) - 4097 && 24573 * 5462 == (1 << 27) - 2,
+               "chain-edge operands");
 
 /* One mantissa of the given kind; for DATA_EXTREME, pattern picks the signs (0: A = -32768 and
  * B = 32767, every sum negative; 1: both -32768, every sum positive; 2: random signs). */
@@ -46,6 +59,8 @@ static int16_t value(test_rng *r, int kind, int pattern, int is_b)
         break;
     case DATA_FULL:
         return (int16_t)test_rng_range(r, -32768, 32767);
+    case DATA_CHAIN_EDGE:
+        return chain_edge[pattern][is_b];
     default:
         if (pattern == 0) return is_b ? 32767 : -32768;
         if (pattern == 1) return -32768;
@@ -226,10 +241,12 @@ int main(void)
             }
             CHECK_STATUS(st, FX_OK);
             uint64_t seed = 7000u * (uint64_t)(lvl * 8 + kk);
-            int64_t fast_gauss = 0;
+            int64_t fast_gauss = 0, fast_edge = 0;
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
                 for (int kind = 0; kind < DATA_KINDS; kind++)
-                    for (int pattern = 0; pattern < (kind == DATA_EXTREME ? 3 : 1); pattern++)
+                    for (int pattern = 0;
+                         pattern < (kind == DATA_EXTREME ? 3 : kind == DATA_CHAIN_EDGE ? 2 : 1);
+                         pattern++)
                         for (int source = 0; source <= B_PRESPLIT; source++) {
                             if (source == A_ROWS && !be->gemm.i16_row_source) continue;
                             if (source == B_PRESPLIT && !be->gemm.i16_panel_nr) continue;
@@ -244,10 +261,19 @@ int main(void)
                                           kname, (long long)fast);
                                 if (kind == DATA_GAUSS || kind == DATA_GAUSS_LARGE)
                                     fast_gauss += fast;
+                                if (kind == DATA_CHAIN_EDGE && pattern == 0) fast_edge += fast;
+                                if (kind == DATA_CHAIN_EDGE && pattern == 1 &&
+                                    shapes[s][1] >= 2 * FX_GEMM_I16_SEG)
+                                    CHECK(fast == 0, "%s %s: %lld fast tiles above the chain "
+                                          "limit (K %lld)", be->name, kname, (long long)fast,
+                                          (long long)shapes[s][1]);
                             }
                         }
-            if (kk == FX_GEMM_I16_KERNEL_FAST)
+            if (kk == FX_GEMM_I16_KERNEL_FAST) {
                 CHECK(fast_gauss > 0, "%s forced fast: no fast tile on Gaussian data", be->name);
+                CHECK(fast_edge > 0, "%s forced fast: no fast tile just below the chain limit",
+                      be->name);
+            }
             api_bits(bits, &exp);
             CHECK(memcmp(bits, ref, sizeof bits) == 0 && exp == ref_exp,
                   "%s forced %s: matmul bits or exponent (%d, scalar %d) differ from the scalar "

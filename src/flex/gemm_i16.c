@@ -266,8 +266,8 @@ static void fx_panel_norms(const int32_t *ap, int64_t kp, int mr, int32_t *na)
 }
 
 /* Chain length (pairs) the fast kernel may use on a tile, from the segment norms (see
- * gemm_i16.h): c whole segments with c * max_s na[s] nb[s] < 2^31; 0 when even one segment may
- * reach 2^31 (the tile takes the split kernel). */
+ * gemm_i16.h): c whole segments with c * max_s na[s] nb[s] <= FX_GEMM_I16_CHAIN_MAX; 0 when even
+ * one segment may exceed it (the tile takes the split kernel). */
 static int64_t fx_fast_chain(const int32_t *na, const int32_t *nb, int64_t nseg, int64_t kp,
                              int64_t na_max, int64_t nb_max)
 {
@@ -275,7 +275,7 @@ static int64_t fx_fast_chain(const int32_t *na, const int32_t *nb, int64_t nseg,
      * each <= 2^17 + 1, so no overflow): when that already allows one chain, so does the exact
      * maximum below, and such tiles skip its loop (the driver's hottest on an AVX2 flex16_5
      * CNN epoch) */
-    if (na_max * nb_max * nseg <= ((int64_t)1 << 31) - 1) return kp;
+    if (na_max * nb_max * nseg <= FX_GEMM_I16_CHAIN_MAX) return kp;
     /* four independent maxima: one running maximum is a chain of dependent compare-moves */
     int64_t t4[4] = {0, 0, 0, 0};
     int64_t s = 0;
@@ -290,7 +290,7 @@ static int64_t fx_fast_chain(const int32_t *na, const int32_t *nb, int64_t nseg,
     }
     const int64_t t01 = t4[0] > t4[1] ? t4[0] : t4[1], t23 = t4[2] > t4[3] ? t4[2] : t4[3];
     const int64_t t = t01 > t23 ? t01 : t23;
-    const int64_t lim = ((int64_t)1 << 31) - 1;
+    const int64_t lim = FX_GEMM_I16_CHAIN_MAX;
     if (t > lim) return 0;
     if (t * nseg <= lim) return kp; /* one chain (t < 2^31, nseg <= 24: no overflow) */
     return fx_min64(kp, lim / t * FX_GEMM_I16_SEG);

@@ -18,16 +18,25 @@
  *        nB[s] = ceil(sqrt(max over the panel's columns j of sum_{k in s} B[k][j]^2)),
  *    exactly in int64 (ceil of an integer square root, no floating point). By Cauchy-Schwarz, for
  *    every (i, j) of the tile, sum_{k in s} |A[i][k] B[k][j]| <= ||A[i][s]|| ||B[s][j]|| <=
- *    nA[s] nB[s]. With t = max_s nA[s] nB[s], a chain of c = floor((2^31 - 1) / t) whole
- *    segments therefore has |chain sum| <= sum over its segments of nA nB <= c t < 2^31 (every
- *    partial sum too), so it is exact in int32. After each chain the kernel adds the chain value
- *    d into two int32 words per output, Lo += d (mod 2^32) and Hi += d >> 16 (floor division by
- *    2^16). With T the exact sum of all chains so far:
- *        T == Lo (mod 2^32)  and  T - 2^16 Hi = sum of (d mod 2^16) in [0, F 2^16),
- *    F being the number of chains, F <= kp <= FX_GEMM_I16_MAX_KP < 2^16, so T - 2^16 Hi lies in
- *    [0, 2^32) and equals (uint32)(Lo - 2^16 Hi): T = 2^16 Hi + (uint32)(Lo - 2^16 Hi), exactly,
- *    computed in int64 at the end of the K block (|Hi| <= F (2^15 + 1) < 2^23 never wraps). If some
- *    single segment has nA nB >= 2^31 (values too large for even one segment), the tile takes:
+ *    nA[s] nB[s]. With t = max_s nA[s] nB[s], a chain of c = floor(FX_GEMM_I16_CHAIN_MAX / t)
+ *    whole segments (FX_GEMM_I16_CHAIN_MAX = 2^31 - 2^16) therefore has |chain sum| <= sum over
+ *    its segments of nA nB <= c t <= 2^31 - 2^16 (every partial sum too). A kernel keeps the
+ *    exact sum T of the chains so far in two int32 words per output, in one of two ways:
+ *    a. (AVX-512) Lo, the running lane itself (T == Lo mod 2^32), and Hi, to which each chain
+ *       adds d >> 16 (floor division by 2^16) of its value d = Lo_end - Lo_start, exact as the
+ *       wrapped int32 difference because |d| < 2^31. Then T - 2^16 Hi = sum of (d mod 2^16) lies
+ *       in [0, F 2^16), F being the number of chains, F <= kp <= FX_GEMM_I16_MAX_KP < 2^16, so
+ *       it is in [0, 2^32) and equals (uint32)(Lo - 2^16 Hi): T = 2^16 Hi + (uint32)(Lo - 2^16
+ *       Hi), exactly, computed in int64 at the end of the K block (|Hi| <= F (2^15 + 1) < 2^23
+ *       never wraps).
+ *    b. (AVX2) T = 2^16 H + s, s being the running lane: between two chains the kernel folds
+ *       H += s >> 16 and s &= 2^16 - 1, so every chain starts from s in [0, 2^16) and its
+ *       partial sums stay in [-(2^31 - 2^16), 2^31 - 1]: the lane never wraps and holds s
+ *       exactly, and T = 2^16 H + s in int64 at the end. One shift, one add and one and per
+ *       accumulator and chain, and no copy of the lane as in (a). |H| < F 2^15 + 1 < 2^23.
+ *    A tile with a single chain needs neither: its lanes hold the exact sums. If some
+ *    single segment has nA nB > FX_GEMM_I16_CHAIN_MAX (values too large for even one segment), the
+ *    tile takes:
  * 2. The split kernel: every B value is split into two small signed parts,
  *     b = 256 * bh + bl,   bl = ((b + 128) mod 256) - 128 in [-128, 127],   bh in [-128, 128],
  *    and the micro-kernel keeps two int32 accumulators per lane, Sh = sum a*bh and Sl = sum a*bl.
@@ -119,6 +128,10 @@ typedef void (*fx_gemm_i16_ukr)(int64_t kp, const int32_t *ap, const int16_t *bp
 typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *ap,
                                      const int16_t *bp, int64_t *c, int64_t ldc, int m, int n,
                                      int accumulate, uint64_t *amax);
+
+/* Largest proven bound of one fast-kernel chain (see above): 2^16 below 2^31, the room that
+ * fold (b) needs for the chain's starting value. */
+#define FX_GEMM_I16_CHAIN_MAX ((int64_t)2147483648 - 65536)
 
 /* K values per K block of the driver (even, at most 2 * FX_GEMM_I16_MAX_KP). */
 #define FX_GEMM_I16_KC 384
