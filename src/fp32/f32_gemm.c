@@ -67,6 +67,18 @@ static void pack_a_panel16(const fx_f32_gemm_params *p, float *dst, const fx_ope
         hook(dst, base, s0, kb, mr);
         return;
     }
+    const fx_f32_widen16_fn widen = widen16_hook(p, A->fmt);
+    const int64_t wide = (mr + 7) / 8 * 8; /* mr rounded up to whole 8-value vectors */
+    if (s0 == 1 && mrows == mr && widen && kb > 0 && s1 >= wide && wide <= 2 * mr) {
+        /* a transposed A (a convolution's input gradient takes its output gradient so): the mr
+         * values of each k are contiguous, widened as whole vectors. Reading `wide` values from
+         * k's column stays before column k + 1 (s1 >= wide), and the values beyond mr land in
+         * k + 1's slots, which the next call writes; the last k takes exactly mr. Element by
+         * element this took 4-5 % of an fp16 CNN training step on an AVX2 EPYC. */
+        for (int64_t k = 0; k + 1 < kb; k++) widen(base + k * s1, dst + k * mr, wide);
+        widen(base + (kb - 1) * s1, dst + (kb - 1) * mr, mr);
+        return;
+    }
     for (int64_t k = 0; k < kb; k++)
         for (int64_t r = 0; r < mr; r++)
             dst[k * mr + r] = r < mrows ? load16(A->fmt, base, r * s0 + k * s1) : 0.0f;
