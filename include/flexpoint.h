@@ -892,8 +892,11 @@ FX_API const char *flexpoint_kernel_report(void);
 FX_API int flexpoint_instruction_limits(double *fp32_fma, double *i16_pairs, double *bf16_pairs);
 /** @brief The limits of flexpoint_instruction_limits() in one line with the instructions
  *  measured, e.g. "fp32 FMA (vfmadd231ps ymm) 112.0 GFLOP/s, int16 pair products (vpmaddwd
- *  ymm) 224.0 GOP/s, bf16 pair products (none) 0.0 GFLOP/s; one thread" (measuring them at
- *  the first call).
+ *  ymm) 224.0 GOP/s (168.0 with the vpaddd that accumulates each), bf16 pair products (none)
+ *  0.0 GFLOP/s; one thread" (measuring them at the first call). The parenthesis, on AVX2
+ *  without AVX-512, is the rate of vpmaddwd and vpaddd issued together, as the AVX2 GEMM must:
+ *  the ceiling of an int16 GEMM on that CPU, below the multiplies' own limit where the adds
+ *  compete for the same ports.
  *  @return A static string owned by the library. */
 FX_API const char *flexpoint_instruction_limits_report(void);
 
