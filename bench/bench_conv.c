@@ -4,7 +4,9 @@
  * Prints, per layer, format and pass, the best wall time and the best process CPU time of the
  * repetitions. This VM's wall times move by tens of percent between identical runs (other
  * guests); with one thread the CPU time is the steadier measure. Inputs are ReLU-like
- * (non-negative) activations, small weights and small gradients, as in training. */
+ * (non-negative) activations, small weights and small gradients, as in training:
+ * standard-normal values scaled (BENCH_DATA=normal, the default), or uniform ones
+ * (BENCH_DATA=uniform), on which the integer formats take their any-data kernel. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 
@@ -13,6 +15,8 @@
 #include <string.h>
 #include <time.h>
 #include "bench_util.h"
+
+static int g_normal = 1; /* BENCH_DATA */
 
 static tensor_t *random_tensor(fmt_t f, const int64_t *shape, float scale, int relu,
                                unsigned *seed)
@@ -25,11 +29,7 @@ static tensor_t *random_tensor(fmt_t f, const int64_t *shape, float scale, int r
         tensor_free(t);
         return NULL;
     }
-    for (int64_t i = 0; i < n; i++) {
-        *seed = *seed * 1664525u + 1013904223u;
-        const float u = (float)(*seed >> 8) / 16777216.0f * 2.0f - 1.0f;
-        v[i] = scale * (relu && u < 0 ? 0.0f : u);
-    }
+    for (int64_t i = 0; i < n; i++) v[i] = bench_value(seed, scale, relu, g_normal);
     const int rc = tensor_from_f32(t, v);
     free(v);
     if (rc) {
@@ -65,12 +65,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_conv [threads >= 1] [repetitions >= 1] [formats]\n");
         return 2;
     }
+    g_normal = bench_data_normal();
+    if (g_normal < 0) return 2;
     flexpoint_set_num_threads(threads);
     static const layer layers[2] = {{"conv1 1->32 28x28", 1, 28, 32},
                                      {"conv2 32->64 14x14", 32, 14, 64}};
     static const fmt_t fmts[5] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
-    printf("bench_conv: batch 128, 5x5 kernels, padding 2, %d thread(s), best of %d; "
-           "wall ms (CPU ms)\n", threads, reps);
+    printf("bench_conv: batch 128, 5x5 kernels, padding 2, %d thread(s), best of %d, %s "
+           "operands; wall ms (CPU ms)\n", threads, reps, g_normal ? "normal" : "uniform");
     printf("%-20s %-9s %18s %18s %18s %18s\n", "layer", "format", "forward", "grad input",
            "grad weight", "total");
     unsigned seed = 12345;

@@ -27,6 +27,11 @@
  * stride-1 shapes, fewer multiplications at a different rounding, while ours (and PyTorch's
  * oneDNN path) computes the direct sum. BENCH_DNNL_ALG=auto times auto instead.
  *
+ * Operands: ReLU-like activations, small weights and small gradients, standard-normal values
+ * scaled (BENCH_DATA=normal, the default: the shape of training's tensors, on which the integer
+ * formats' exact GEMM takes its fast kernel where training does) or uniform ones
+ * (BENCH_DATA=uniform: mantissas large enough that most tiles take the any-data kernel).
+ *
  * Times are wall clock, or with BENCH_CLOCK=cpu the process's CPU time (all threads), which a
  * shared machine's other jobs do not inflate; at several threads it also counts the OpenMP
  * runtime's spinning at barriers, ours and oneDNN's alike.
@@ -88,16 +93,15 @@ static clockid_t g_clock = CLOCK_MONOTONIC; /* BENCH_CLOCK=cpu: CLOCK_PROCESS_CP
 
 static double now_s(void) { return bench_clock_s(g_clock); }
 
-/* ReLU-like activations (relu != 0), small weights or small gradients, as in training. */
+/* ReLU-like activations (relu != 0), small weights or small gradients, as in training, in
+ * the shape BENCH_DATA asks for (bench_data_normal). */
+static int g_normal = 1;
+
 static float *random_floats(int64_t n, float scale, int relu, unsigned *seed)
 {
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) return NULL;
-    for (int64_t i = 0; i < n; i++) {
-        *seed = *seed * 1664525u + 1013904223u;
-        const float u = (float)(*seed >> 8) / 16777216.0f * 2.0f - 1.0f;
-        v[i] = scale * (relu && u < 0 ? 0.0f : u);
-    }
+    for (int64_t i = 0; i < n; i++) v[i] = bench_value(seed, scale, relu, g_normal);
     return v;
 }
 
@@ -331,14 +335,17 @@ int main(int argc, char **argv)
     }
     if (getenv("BENCH_CLOCK") && strcmp(getenv("BENCH_CLOCK"), "cpu") == 0)
         g_clock = CLOCK_PROCESS_CPUTIME_ID;
+    g_normal = bench_data_normal();
+    if (g_normal < 0) return 2;
     /* the OpenMP runtime's setting, for oneDNN; looked up so that a build without OpenMP runs */
     void (*omp_threads)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
 
     printf("bench_conv_peer: batch %d, median of %d after one warm-up; flexpoint %s, backend %s, "
            "CPU %s\n", BATCH, reps, flexpoint_version(), flexpoint_backend(),
            flexpoint_cpu_model());
-    printf("times: %s\n", g_clock == CLOCK_MONOTONIC ? "wall clock"
-                                                     : "process CPU time (BENCH_CLOCK=cpu)");
+    printf("times: %s; operands: %s (BENCH_DATA)\n",
+           g_clock == CLOCK_MONOTONIC ? "wall clock" : "process CPU time (BENCH_CLOCK=cpu)",
+           g_normal ? "normal" : "uniform");
 #ifdef FX_BENCH_DNNL
     const dnnl_version_t *ver = dnnl_version();
     dnnl_engine_t eng;

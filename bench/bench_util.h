@@ -1,10 +1,13 @@
-/* Helpers every benchmark program shares: a clock reading in seconds and the median of a
- * sample. Header-only (each bench/bench_*.c is its own program); include it after <time.h>'s
+/* Helpers every benchmark program shares: a clock reading in seconds, the median of a
+ * sample and the convolution benchmarks' operand values. Header-only (each bench/bench_*.c is its own program); include it after <time.h>'s
  * feature macros are set (_POSIX_C_SOURCE or _GNU_SOURCE at the top of the program). */
 #ifndef FX_BENCH_UTIL_H
 #define FX_BENCH_UTIL_H
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* Seconds on clock id: CLOCK_MONOTONIC (wall) or CLOCK_PROCESS_CPUTIME_ID (all threads' CPU
@@ -28,6 +31,35 @@ static inline double bench_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The operands' shape for the convolution benchmarks, from BENCH_DATA: 1 for "normal" (the
+ * default: standard-normal values, the shape of training's activations, weights and gradients,
+ * on which the integer formats' exact GEMM takes its fast kernel where training does), 0 for
+ * "uniform" (uniform values, whose int16 mantissas are large enough that most tiles take the
+ * any-data kernel), -1 (with a message) for anything else. */
+static inline int bench_data_normal(void)
+{
+    const char *d = getenv("BENCH_DATA");
+    if (!d || strcmp(d, "normal") == 0) return 1;
+    if (strcmp(d, "uniform") == 0) return 0;
+    fprintf(stderr, "BENCH_DATA=%s: expected normal or uniform\n", d);
+    return -1;
+}
+
+/* One operand value: scale times a standard normal (Box-Muller on two draws of a 32-bit LCG)
+ * or a uniform value in [-1, 1); relu != 0 clears negative values (ReLU-like activations). */
+static inline float bench_value(unsigned *seed, float scale, int relu, int normal)
+{
+    *seed = *seed * 1664525u + 1013904223u;
+    const double u1 = ((double)(*seed >> 8) + 0.5) / 16777216.0; /* (0, 1) */
+    double v = u1 * 2.0 - 1.0;
+    if (normal) {
+        *seed = *seed * 1664525u + 1013904223u;
+        const double u2 = (double)(*seed >> 8) / 16777216.0;
+        v = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    }
+    return scale * (float)(relu && v < 0 ? 0.0 : v);
 }
 
 #endif
