@@ -37,10 +37,10 @@
  * fx_gemm_i16_kernel): it is tried only when M >= FX_GEMM_FAST_MIN_M, the B block has >=
  * FX_GEMM_FAST_MIN_N columns and the K block >= FX_GEMM_FAST_MIN_KP pairs. The norms cost a
  * pass over every packed A element (paid back in proportion to N) and B element (in proportion
- * to M); the fast kernel's per-call Lo/Hi work is paid back in proportion to K. Measured on
- * AVX-512 with bench_gemm_i16: fc1 (M = 128), the CNN's N = 64 layers and conv2's K = 64
- * product lost 10-45 % with the norms, 1024^3 and 2048^3 gained. Below the gates no norms are
- * computed and every tile takes the any-data kernel (split or wrap). */
+ * to M); the fast kernel's per-call folding and widening is paid back in proportion to K.
+ * Measured on AVX-512 with bench_gemm_i16: fc1 (M = 128), the CNN's N = 64 layers and conv2's
+ * K = 64 product lost 10-45 % with the norms, 1024^3 and 2048^3 gained. Below the gates no
+ * norms are computed and every tile takes the any-data kernel (split or wrap). */
 /* Besides, in mode AUTO the first K block whose tiles took the norm test is a probe: when not
  * one of its tiles passed (full-range data, as in bench_gemm), the remaining blocks skip the
  * norms, which would only cost time (measured 3-5 % of a 1024^3 product). The probe counts

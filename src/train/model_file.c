@@ -423,8 +423,8 @@ int fx_model_def_parse(const char *text, size_t len, const char *source, fx_mode
             else if (strlen(l->tok[1]) >= sizeof name)
                 rc = fx_parse_fail(&p, l->no, "the model name is longer than %d bytes",
                                    FX_MODEL_LAYER_NAME_MAX - 1);
-            else
-                snprintf(name, sizeof name, "%s", l->tok[1]);
+            else /* fits (checked above); memcpy, as GCC's truncation check cannot see that */
+                memcpy(name, l->tok[1], strlen(l->tok[1]) + 1);
             model_line = l->no;
             continue;
         }
