@@ -1,6 +1,7 @@
 /* Helpers every benchmark program shares: a clock reading in seconds, the median of a
- * sample and the convolution benchmarks' operand values. Header-only (each bench/bench_*.c is its own program); include it after <time.h>'s
- * feature macros are set (_POSIX_C_SOURCE or _GNU_SOURCE at the top of the program). */
+ * sample and the convolution benchmarks' operand values. Header-only (each bench/bench_*.c is
+ * its own program); include it after <time.h>'s feature macros are set (_POSIX_C_SOURCE or
+ * _GNU_SOURCE at the top of the program). */
 #ifndef FX_BENCH_UTIL_H
 #define FX_BENCH_UTIL_H
 
@@ -48,14 +49,16 @@ static inline int bench_data_normal(void)
 }
 
 /* One operand value: scale times a standard normal (Box-Muller on two draws of a 32-bit LCG)
- * or a uniform value in [-1, 1); relu != 0 clears negative values (ReLU-like activations). */
+ * or a uniform value in [-1, 1) (one draw: the values the benchmarks used before BENCH_DATA);
+ * relu != 0 clears negative values (ReLU-like activations). */
 static inline float bench_value(unsigned *seed, float scale, int relu, int normal)
 {
     *seed = *seed * 1664525u + 1013904223u;
-    const double u1 = ((double)(*seed >> 8) + 0.5) / 16777216.0; /* (0, 1) */
-    double v = u1 * 2.0 - 1.0;
+    const unsigned d1 = *seed >> 8;
+    double v = (double)d1 / 16777216.0 * 2.0 - 1.0;
     if (normal) {
         *seed = *seed * 1664525u + 1013904223u;
+        const double u1 = ((double)d1 + 0.5) / 16777216.0; /* (0, 1): log(u1) is finite */
         const double u2 = (double)(*seed >> 8) / 16777216.0;
         v = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
     }

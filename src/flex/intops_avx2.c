@@ -1,7 +1,7 @@
 /* AVX2 integer kernels of the shared-exponent formats: the exact int16 GEMM micro-kernels with
  * vpmaddwd + vpaddd. Exactness: see gemm_i16.h (fast kernel: norm-bounded int32 chains folded
- * into 2^16 H + s, fold (b); split kernel: split B, int32 chains of at most 255 pair steps, widened to
- * int64 at the end of every K block). */
+ * into 2^16 H + s, fold (b); split kernel: split B, int32 chains of at most 255 pair steps,
+ * widened to int64 at the end of every K block). */
 #include "gemm_i16.h"
 
 #include <immintrin.h>
@@ -230,7 +230,7 @@ static void fx_fast_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int
     __m256i s[2 * FX_MR], h[2 * FX_MR];
     fx_prefetch_c(c, ldc, m, n);
     fx_fast_chains_avx2(kp, chain, ap, bp, s, h);
-    const int64_t first = kp < chain ? kp : chain;
+    const int one_chain = kp <= chain; /* no fold ran: h = 0, every lane holds its exact sum */
     const int n0 = fx_half_cols(n, 0), n1 = fx_half_cols(n, 1);
     __m256i k00, k01, k10, k11;
     fx_row_masks(n0, &k00, &k01);
@@ -239,45 +239,8 @@ static void fx_fast_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int
     /* the values written are the int32 sums themselves (one chain, nothing accumulated): their
      * range is taken on the int32 vectors, 6 operations per row instead of 16 on the int64
      * quarters */
-    const int range32 = amax && first == kp && !accumulate;
-    if (first == kp) { /* one chain: every lane holds its exact sum */
-        for (int i = 0; i < m; i++) {
-            const __m256i s0 = s[2 * i], s1 = s[2 * i + 1];
-            fx_store_row(c + i * ldc, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(s0)),
-                         _mm256_cvtepi32_epi64(_mm256_extracti128_si256(s0, 1)), k00, k01, n0,
-                         accumulate, amax && !range32, &range);
-            if (n1)
-                fx_store_row(c + i * ldc + FX_HALF,
-                             _mm256_cvtepi32_epi64(_mm256_castsi256_si128(s1)),
-                             _mm256_cvtepi32_epi64(_mm256_extracti128_si256(s1, 1)), k10, k11,
-                             n1, accumulate, amax && !range32, &range);
-        }
-        if (range32) {
-            /* lanes j >= n count as 0 (cleared by the column masks); rows i >= m are skipped */
-            const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-            const __m256i c0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n0), lane);
-            const __m256i c1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n1), lane);
-            __m256i hi = _mm256_setzero_si256(), lo = hi;
-            for (int i = 0; i < m; i++) {
-                const __m256i s0 = _mm256_and_si256(s[2 * i], c0);
-                const __m256i s1 = _mm256_and_si256(s[2 * i + 1], c1);
-                hi = _mm256_max_epi32(hi, _mm256_max_epi32(s0, s1));
-                lo = _mm256_min_epi32(lo, _mm256_min_epi32(s0, s1));
-            }
-            /* the tile's int32 maximum and minimum in every lane, widened for fx_range64_finish */
-            hi = _mm256_max_epi32(hi, _mm256_shuffle_epi32(hi, 0x4E));
-            lo = _mm256_min_epi32(lo, _mm256_shuffle_epi32(lo, 0x4E));
-            hi = _mm256_max_epi32(hi, _mm256_shuffle_epi32(hi, 0xB1));
-            lo = _mm256_min_epi32(lo, _mm256_shuffle_epi32(lo, 0xB1));
-            range.hi = _mm256_cvtepi32_epi64(_mm_max_epi32(_mm256_castsi256_si128(hi),
-                                                           _mm256_extracti128_si256(hi, 1)));
-            range.lo = _mm256_cvtepi32_epi64(_mm_min_epi32(_mm256_castsi256_si128(lo),
-                                                           _mm256_extracti128_si256(lo, 1)));
-        }
-        if (amax) fx_range64_finish(&range, amax);
-        return;
-    }
-    /* several chains: T = 2^16 h + s */
+    const int range32 = amax && one_chain && !accumulate;
+    /* T = 2^16 h + s (gemm_i16.h, fold (b)); with one chain T = s */
     for (int i = 0; i < m; i++)
         for (int half = 0; half < 2; half++) {
             const int nh = half ? n1 : n0;
@@ -285,14 +248,39 @@ static void fx_fast_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int
             const __m256i hv = h[2 * i + half], sv = s[2 * i + half];
             __m256i t[2];
             for (int q = 0; q < 2; q++) {
-                const __m128i hh = q ? _mm256_extracti128_si256(hv, 1) : _mm256_castsi256_si128(hv);
                 const __m128i ss = q ? _mm256_extracti128_si256(sv, 1) : _mm256_castsi256_si128(sv);
-                t[q] = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(hh), 16),
-                                        _mm256_cvtepi32_epi64(ss));
+                t[q] = _mm256_cvtepi32_epi64(ss);
+                if (!one_chain) {
+                    const __m128i hh =
+                        q ? _mm256_extracti128_si256(hv, 1) : _mm256_castsi256_si128(hv);
+                    t[q] = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(hh), 16), t[q]);
+                }
             }
             fx_store_row(c + i * ldc + FX_HALF * half, t[0], t[1], half ? k10 : k00,
-                         half ? k11 : k01, nh, accumulate, amax != NULL, &range);
+                         half ? k11 : k01, nh, accumulate, amax && !range32, &range);
         }
+    if (range32) {
+        /* lanes j >= n count as 0 (cleared by the column masks); rows i >= m are skipped */
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i c0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n0), lane);
+        const __m256i c1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n1), lane);
+        __m256i hi = _mm256_setzero_si256(), lo = hi;
+        for (int i = 0; i < m; i++) {
+            const __m256i s0 = _mm256_and_si256(s[2 * i], c0);
+            const __m256i s1 = _mm256_and_si256(s[2 * i + 1], c1);
+            hi = _mm256_max_epi32(hi, _mm256_max_epi32(s0, s1));
+            lo = _mm256_min_epi32(lo, _mm256_min_epi32(s0, s1));
+        }
+        /* the tile's int32 maximum and minimum in every lane, widened for fx_range64_finish */
+        hi = _mm256_max_epi32(hi, _mm256_shuffle_epi32(hi, 0x4E));
+        lo = _mm256_min_epi32(lo, _mm256_shuffle_epi32(lo, 0x4E));
+        hi = _mm256_max_epi32(hi, _mm256_shuffle_epi32(hi, 0xB1));
+        lo = _mm256_min_epi32(lo, _mm256_shuffle_epi32(lo, 0xB1));
+        range.hi = _mm256_cvtepi32_epi64(_mm_max_epi32(_mm256_castsi256_si128(hi),
+                                                       _mm256_extracti128_si256(hi, 1)));
+        range.lo = _mm256_cvtepi32_epi64(_mm_min_epi32(_mm256_castsi256_si128(lo),
+                                                       _mm256_extracti128_si256(lo, 1)));
+    }
     if (amax) fx_range64_finish(&range, amax);
 }
 
