@@ -24,6 +24,7 @@
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
+#include "bf16/bf16_gemm.h" /* fx_amx_bf16_usable */
 #include "flex/gemm_i16.h"
 #include "testutil.h"
 
@@ -538,7 +539,17 @@ int main(int argc, char **argv)
         for (int rt = 0; rt < FX_BF16_GEMM_ROUTES; rt++) {
             const char *name = fx_bf16_gemm_route_name(rt);
             const int st = flexpoint_set_kernel("matmul", FMT_BF16, name);
-            if (st == FX_EUNSUPPORTED && !fx_cpu()->avx512bf16) continue; /* dpbf16: not here */
+            /* a route this CPU cannot run is refused, naming what it needs */
+            const int runnable = rt == FX_BF16_GEMM_DPBF16 ? fx_cpu()->avx512bf16
+                                 : rt == FX_BF16_GEMM_AMX  ? fx_amx_bf16_usable(fx_cpu())
+                                                           : 1;
+            if (!runnable) {
+                CHECK_STATUS(st, FX_EUNSUPPORTED);
+                CHECK(strstr(flexpoint_last_error(),
+                             rt == FX_BF16_GEMM_AMX ? "AMX-BF16" : "AVX512_BF16") != NULL,
+                      "'%s'", flexpoint_last_error());
+                continue;
+            }
             CHECK_STATUS(st, FX_OK);
             char want[32];
             snprintf(want, sizeof want, "avx512-%s", name);
