@@ -241,7 +241,7 @@ int main(void)
             }
             CHECK_STATUS(st, FX_OK);
             uint64_t seed = 7000u * (uint64_t)(lvl * 8 + kk);
-            int64_t fast_gauss = 0, fast_edge = 0;
+            int64_t fast_gauss = 0, fast_edge = 0, fast_narrow = 0, fast_wide = 0;
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
                 for (int kind = 0; kind < DATA_KINDS; kind++)
                     for (int pattern = 0;
@@ -259,8 +259,13 @@ int main(void)
                                 if (kk == FX_GEMM_I16_KERNEL_SPLIT || kk == FX_GEMM_I16_KERNEL_WRAP)
                                     CHECK(fast == 0, "%s forced %s: %lld fast tiles", be->name,
                                           kname, (long long)fast);
-                                if (kind == DATA_GAUSS || kind == DATA_GAUSS_LARGE)
+                                if (kind == DATA_GAUSS || kind == DATA_GAUSS_LARGE) {
                                     fast_gauss += fast;
+                                    if (shapes[s][2] <= FX_GEMM_I16_NARROW_N)
+                                        fast_narrow += fast;
+                                    else
+                                        fast_wide += fast;
+                                }
                                 if (kind == DATA_CHAIN_EDGE && pattern == 0) fast_edge += fast;
                                 /* every K block must hold a whole segment: a block of one
                                  * pair (K 385 cut as 384 + 1 where blocks are not equal) has
@@ -274,6 +279,15 @@ int main(void)
                                           (long long)shapes[s][1]);
                             }
                         }
+            /* the size gates let the norm test run on every product of >= 16 pairs per K
+             * block, and Gaussian data pass it: auto takes the fast kernel on both the wide
+             * and the narrow tile (AVX-512's 6 x 16 tile for N <= 16) */
+            if (kk == FX_GEMM_I16_KERNEL_AUTO) {
+                CHECK(fast_narrow > 0, "%s auto: no fast tile on Gaussian data with N <= %d",
+                      be->name, FX_GEMM_I16_NARROW_N);
+                CHECK(fast_wide > 0, "%s auto: no fast tile on Gaussian data with N > %d",
+                      be->name, FX_GEMM_I16_NARROW_N);
+            }
             if (kk == FX_GEMM_I16_KERNEL_FAST) {
                 CHECK(fast_gauss > 0, "%s forced fast: no fast tile on Gaussian data", be->name);
                 CHECK(fast_edge > 0, "%s forced fast: no fast tile just below the chain limit",

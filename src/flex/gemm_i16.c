@@ -37,18 +37,22 @@
  * fx_gemm_i16_kernel): it is tried only when M >= FX_GEMM_FAST_MIN_M, the B block has >=
  * FX_GEMM_FAST_MIN_N columns and the K block >= FX_GEMM_FAST_MIN_KP pairs. The norms cost a
  * pass over every packed A element (paid back in proportion to N) and B element (in proportion
- * to M); the fast kernel's per-call folding and widening is paid back in proportion to K.
- * Measured on AVX-512 with bench_gemm_i16: fc1 (M = 128), the CNN's N = 64 layers and conv2's
- * K = 64 product lost 10-45 % with the norms, 1024^3 and 2048^3 gained. Below the gates no
- * norms are computed and every tile takes the any-data kernel (split or wrap). */
+ * to M); the fast kernel's folds and widening are paid back in proportion to K. With the fast
+ * kernels' K loops in asm (folds in registers) the norms pay on every product of at least 16
+ * pairs per K block. Measured on a Zen 4 (AVX-512 VNNI) with bench_gemm_i16 on Gaussian data,
+ * one thread, against gates of 512 rows, 256 columns and 64 pairs: the CNN's conv2 forward
+ * 85 -> 100-102 GOP/s, its weight gradient 100 -> 129-136, its input gradient (K = 64) 63 ->
+ * 73-81, fc1 (M = 128) 118 -> 139-150, 256^3 119 -> 179-180; on full-range data, where no tile
+ * passes, 0-4 % slower. Below 16 pairs (the CNN's conv1, K = 25) no norms are computed and
+ * every tile takes the any-data kernel (split or wrap). */
 /* Besides, in mode AUTO the first K block whose tiles took the norm test is a probe: when not
  * one of its tiles passed (full-range data, as in bench_gemm), the remaining blocks skip the
  * norms, which would only cost time (measured 3-5 % of a 1024^3 product). The probe counts
  * tiles over all threads, so the choice does not depend on the thread count; either way every
  * result is exact. */
-#define FX_GEMM_FAST_MIN_M 512
-#define FX_GEMM_FAST_MIN_N 256
-#define FX_GEMM_FAST_MIN_KP 64
+#define FX_GEMM_FAST_MIN_M 1
+#define FX_GEMM_FAST_MIN_N 1
+#define FX_GEMM_FAST_MIN_KP 16
 
 /* Below this many multiply-adds one thread does the work (thread start-up would dominate). */
 #define FX_GEMM_PAR_MIN_MACS ((int64_t)1 << 21)

@@ -20,21 +20,17 @@
  *    every (i, j) of the tile, sum_{k in s} |A[i][k] B[k][j]| <= ||A[i][s]|| ||B[s][j]|| <=
  *    nA[s] nB[s]. With t = max_s nA[s] nB[s], a chain of c = floor(FX_GEMM_I16_CHAIN_MAX / t)
  *    whole segments (FX_GEMM_I16_CHAIN_MAX = 2^31 - 2^16) therefore has |chain sum| <= sum over
- *    its segments of nA nB <= c t <= 2^31 - 2^16 (every partial sum too). A kernel keeps the
- *    exact sum T of the chains so far in two int32 words per output, in one of two ways:
- *    a. (AVX-512) Lo, the running lane itself (T == Lo mod 2^32), and Hi, to which each chain
- *       adds d >> 16 (floor division by 2^16) of its value d = Lo_end - Lo_start, exact as the
- *       wrapped int32 difference because |d| < 2^31. Then T - 2^16 Hi = sum of (d mod 2^16) lies
- *       in [0, F 2^16), F being the number of chains, F <= kp <= FX_GEMM_I16_MAX_KP < 2^16, so
- *       it is in [0, 2^32) and equals (uint32)(Lo - 2^16 Hi): T = 2^16 Hi + (uint32)(Lo - 2^16
- *       Hi), exactly, computed in int64 at the end of the K block (|Hi| <= F (2^15 + 1) < 2^23
- *       never wraps).
- *    b. (AVX2) T = 2^16 H + s, s being the running lane: between two chains the kernel folds
- *       H += s >> 16 and s &= 2^16 - 1, so every chain starts from s in [0, 2^16) and its
- *       partial sums stay in [-(2^31 - 2^16), 2^31 - 1]: the lane never wraps and holds s
- *       exactly, and T = 2^16 H + s in int64 at the end. One shift, one add and one and per
- *       accumulator and chain, and no copy of the lane as in (a). |H| < F 2^15 + 1 < 2^23.
- *    A tile with a single chain needs neither: its lanes hold the exact sums. If some
+ *    its segments of nA nB <= c t <= 2^31 - 2^16 (every partial sum too). The kernels (AVX2 and
+ *    AVX-512) keep the exact sum T of the chains so far as T = 2^16 H + s, s being the running
+ *    int32 lane and H a second int32 word: between two chains they fold H += s >> 16
+ *    (arithmetic) and s &= 2^16 - 1, so every chain starts from s in [0, 2^16) and its partial
+ *    sums stay in [-(2^31 - 2^16), 2^31 - 1]: the lane never wraps and holds s exactly, and
+ *    T = 2^16 H + s in int64 at the end of the K block. One shift, one add and one and per
+ *    accumulator and chain. |H| < F 2^15 + 1 < 2^23, F <= kp < 2^16 being the number of chains.
+ *    (This is "fold (b)"; the alternative, fold (a), keeps the lane running and adds each chain's
+ *    wrapped difference d >> 16 to H, which needs a copy of the lane per chain and allows
+ *    chains up to 2^31 - 1; no kernel uses it.)
+ *    A tile with a single chain needs no fold: its lanes hold the exact sums. If some
  *    single segment has nA nB > FX_GEMM_I16_CHAIN_MAX (values too large for even one segment), the
  *    tile takes:
  * 2. The split kernel: every B value is split into two small signed parts,
@@ -122,7 +118,7 @@
 typedef void (*fx_gemm_i16_ukr)(int64_t kp, const int32_t *ap, const int16_t *bp, int64_t *c,
                                 int64_t ldc, int m, int n, int accumulate, uint64_t *amax);
 
-/* Fast micro-kernel: the same contract with a plain B micro-panel; the int32 lanes are flushed
+/* Fast micro-kernel: the same contract with a plain B micro-panel; the int32 lanes are folded
  * (see above) after every `chain` pairs (1 <= chain; the last chain may be shorter). The caller
  * guarantees that every chain's exact sum is below 2^31 in magnitude. */
 typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *ap,

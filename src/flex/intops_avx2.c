@@ -292,8 +292,8 @@ int fx_flex_matmul_avx2(const fx_op_call *c)
      * unlike on AVX-512 where the wrap kernel needs only 1.5. Measured on a Zen 3 EPYC (2
      * vCPUs) with flexpoint-train flex16_5 CNN epochs on 6400 images, two configurations at
      * once on the two cores, four pairs with the cores swapped in turn, mean s/epoch: 12.0
-     * against 12.9 with M >= 256 and N >= 32, and 13.0 against 14.3 with the AVX-512 gates
-     * (FX_GEMM_FAST_MIN_*). Below 16 pairs (conv1's 13-pair forward) the norms cost what the
+     * against 12.9 with M >= 256 and N >= 32, and 13.0 against 14.3 with gates of 512 rows,
+     * 256 columns and 64 pairs. Below 16 pairs (conv1's 13-pair forward) the norms cost what the
      * fast kernel saves: bench_gemm_i16's conv1 forward 0.97-1.01x the split kernel's time,
      * whole epochs 11.5 against 11.6 s (within noise). */
     static const fx_gemm_i16_kernel k = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx2,

@@ -2,7 +2,7 @@
  * Two variants share each body: vpdpwssd (AVX512_VNNI, installed only when the CPU has it) and
  * vpmaddwd + vpaddd (AVX-512BW). With VNNI the wrap kernel (vpdpwssd + vpdpbusd) replaces the
  * split kernel on every tile the fast kernel does not take. Exactness: see gemm_i16.h (fast
- * kernel: norm-bounded int32 chains folded into Lo/Hi words; split kernel: split B, int32
+ * kernel: norm-bounded int32 chains folded into 2^16 h + s, fold (b); split kernel: split B, int32
  * chains of at most 255 pair steps, widened to int64 at the end of every K block; wrap
  * kernel: sums mod 2^32 plus a high-byte estimate folded to floor(S / 2^16) per chunk). */
 #include "gemm_i16.h"
@@ -165,91 +165,255 @@ static FX_ALWAYS_INLINE void fx_ukr16_body(int64_t kp, const int32_t *ap, const 
                   accumulate, amax);
 }
 
-/* Fast kernel: plain B, one multiply per pair; 12 int32 chain accumulators in registers, the
- * Lo/Hi words of the tile in memory (L1), updated once per chain: 3 vector operations per
- * accumulator per chain instead of one extra multiply per pair. The accumulators are named
- * variables (not an array): with an array inside the variable-length chain loop GCC inserts a
- * register copy per accumulator and pair step, which costs as much as the multiplies. */
-#define FX_FAST_ROW(i, S0, S1)                                                                 \
-    do {                                                                                       \
-        const __m512i ai_ = _mm512_set1_epi32(arow[i]);                                        \
-        S0 = fx_dot_pairs(S0, ai_, b0, vnni);                                                  \
-        S1 = fx_dot_pairs(S1, ai_, b1, vnni);                                                  \
-    } while (0)
+/* The fast kernel's K loop, in asm: s[2i + v] (row i, columns 16 v .. 16 v + 15) and h[2i + v]
+ * receive the 6 x 32 tile's sums over kp pairs, T = 2^16 h + s exactly, with a fold (b) of
+ * gemm_i16.h between chains of `chain` pairs (none when kp <= chain: then h = 0). One step of
+ * the loop: 2 B vectors (32 columns, pair p), 6 broadcasts of the rows' pair words and 12
+ * multiply-adds into the accumulators zmm0..zmm11; the h words live in zmm16..zmm27 and the
+ * fold's mask in zmm28, so a fold is 3 register operations per accumulator and nothing touches
+ * memory until the K block ends.
+ * Why asm: compiled from intrinsics (fold (a): Lo/Hi words per chain, 36 vectors that do not
+ * fit the 32 registers), GCC 12 kept Lo/Hi on the stack and copied the accumulators and the
+ * spilled words between stack slots around every chain end (about 60 moves per fold, seen in
+ * the disassembly); training's chains are 8-24 pairs, so those copies were a large share of a
+ * chain's 12 multiply-adds per pair. */
+#define FX_ROW_VNNI(o, r0, r1)                                                                     \
+    "vpbroadcastd " #o "(%[a]), %%zmm14\n\t"                                                       \
+    "vpdpwssd %%zmm12, %%zmm14, %%zmm" #r0 "\n\t"                                                  \
+    "vpdpwssd %%zmm13, %%zmm14, %%zmm" #r1 "\n\t"
+#define FX_ROW_BW(o, r0, r1)                                                                       \
+    "vpbroadcastd " #o "(%[a]), %%zmm14\n\t"                                                       \
+    "vpmaddwd %%zmm12, %%zmm14, %%zmm15\n\t"                                                       \
+    "vpaddd %%zmm15, %%zmm" #r0 ", %%zmm" #r0 "\n\t"                                               \
+    "vpmaddwd %%zmm13, %%zmm14, %%zmm14\n\t"                                                       \
+    "vpaddd %%zmm14, %%zmm" #r1 ", %%zmm" #r1 "\n\t"
+#define FX_ROWS(ROW)                                                                               \
+    ROW(0, 0, 1) ROW(4, 2, 3) ROW(8, 4, 5) ROW(12, 6, 7) ROW(16, 8, 9) ROW(20, 10, 11)
+/* h[r] (zmm r+16) += s[r] >> 16 (arithmetic); s[r] &= 0xFFFF (zmm28 holds the mask) */
+#define FX_FOLD(r, hr)                                                                             \
+    "vpsrad $16, %%zmm" #r ", %%zmm15\n\t"                                                         \
+    "vpaddd %%zmm15, %%zmm" #hr ", %%zmm" #hr "\n\t"                                               \
+    "vpandd %%zmm28, %%zmm" #r ", %%zmm" #r "\n\t"
+#define FX_ZERO(r, hr)                                                                             \
+    "vpxord %%zmm" #r ", %%zmm" #r ", %%zmm" #r "\n\t"                                             \
+    "vpxord %%zmm" #hr ", %%zmm" #hr ", %%zmm" #hr "\n\t"
+#define FX_STORE(r, hr, o)                                                                         \
+    "vmovdqa64 %%zmm" #r ", " #o "(%[s])\n\t"                                                      \
+    "vmovdqa64 %%zmm" #hr ", " #o "(%[h])\n\t"
+#define FX_R12(op)                                                                                 \
+    op(0, 16) op(1, 17) op(2, 18) op(3, 19) op(4, 20) op(5, 21) op(6, 22) op(7, 23) op(8, 24)      \
+        op(9, 25) op(10, 26) op(11, 27)
+#define FX_R12O(op)                                                                                \
+    op(0, 16, 0) op(1, 17, 64) op(2, 18, 128) op(3, 19, 192) op(4, 20, 256) op(5, 21, 320)         \
+        op(6, 22, 384) op(7, 23, 448) op(8, 24, 512) op(9, 25, 576) op(10, 26, 640)                \
+            op(11, 27, 704)
 
-/* Lo += d (mod 2^32), Hi += floor(d / 2^16) for the chain sums d of row i (the first chain
- * stores instead of adding). */
-#define FX_FAST_FLUSH(i, S0, S1)                                                               \
-    do {                                                                                       \
-        __m512i *pl_ = (__m512i *)&lo[i][0], *ph_ = (__m512i *)&hi[i][0];                      \
-        if (p0 == 0) {                                                                         \
-            pl_[0] = S0;                                                                       \
-            pl_[1] = S1;                                                                       \
-            ph_[0] = _mm512_srai_epi32(S0, 16);                                                \
-            ph_[1] = _mm512_srai_epi32(S1, 16);                                                \
-        } else {                                                                               \
-            pl_[0] = _mm512_add_epi32(pl_[0], S0);                                             \
-            pl_[1] = _mm512_add_epi32(pl_[1], S1);                                             \
-            ph_[0] = _mm512_add_epi32(ph_[0], _mm512_srai_epi32(S0, 16));                      \
-            ph_[1] = _mm512_add_epi32(ph_[1], _mm512_srai_epi32(S1, 16));                      \
-        }                                                                                      \
-    } while (0)
+_Static_assert(FX_MR == 6 && FX_NR == 32, "the asm loop is written for the 6 x 32 tile");
 
+/* the loop for one multiply-add row macro (ROW): the same code for both instruction sets */
+#define FX_FAST_CHAINS(ROW)                                                                        \
+    __asm__ volatile(FX_R12(FX_ZERO)                                                               \
+                     "vpternlogd $0xff, %%zmm28, %%zmm28, %%zmm28\n\t"                             \
+                     "vpsrld $16, %%zmm28, %%zmm28\n\t"                                            \
+                     "jmp 2f\n"                                                                    \
+                     "3:\n\t" /* a fold between two chains */                                      \
+                     FX_R12(FX_FOLD)                                                               \
+                     "2:\n\t" /* len = min(chain, left); left -= len */                            \
+                     "mov %[chain], %[len]\n\t"                                                    \
+                     "cmp %[left], %[len]\n\t"                                                     \
+                     "cmovg %[left], %[len]\n\t"                                                   \
+                     "sub %[len], %[left]\n\t"                                                     \
+                     "test %[len], %[len]\n\t" /* kp <= 0 (or chain <= 0): zero sums */            \
+                     "jle 4f\n"                                                                    \
+                     "1:\n\t"                                                                      \
+                     "vmovdqa64 (%[b]), %%zmm12\n\t"                                               \
+                     "vmovdqa64 64(%[b]), %%zmm13\n\t" FX_ROWS(ROW)                                \
+                     "add $24, %[a]\n\t"                                                           \
+                     "add $128, %[b]\n\t"                                                          \
+                     "dec %[len]\n\t"                                                              \
+                     "jnz 1b\n\t"                                                                  \
+                     "test %[left], %[left]\n\t"                                                   \
+                     "jnz 3b\n"                                                                    \
+                     "4:\n\t" FX_R12O(FX_STORE)                                                    \
+                     : [a] "+r"(ap), [b] "+r"(bp), [left] "+r"(left), [len] "=&r"(len)             \
+                     : [chain] "r"(chain), [h] "r"(h), [s] "r"(s)                                  \
+                     : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",     \
+                       "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",        \
+                       "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",     \
+                       "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28")
+
+static void fx_fast_chains_vnni(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
+                                __m512i s[2 * FX_MR], __m512i h[2 * FX_MR])
+{
+    int64_t left = kp, len;
+    FX_FAST_CHAINS(FX_ROW_VNNI);
+}
+
+static void fx_fast_chains_bw(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
+                              __m512i s[2 * FX_MR], __m512i h[2 * FX_MR])
+{
+    int64_t left = kp, len;
+    FX_FAST_CHAINS(FX_ROW_BW);
+}
+
+/* Fast kernel: plain B, one multiply-add per pair (gemm_i16.h, kernel 1, fold (b)). The tile's
+ * output is T = 2^16 h + s in int64, exactly; with one chain h = 0. mx: max |T| written, as in
+ * fx_store_tile. */
 static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32_t *ap,
                                           const int16_t *bp, int64_t *c, int64_t ldc, int m,
                                           int n, int accumulate, uint64_t *amax, const int vnni)
 {
-    _Static_assert(FX_MR == 6 && FX_NR == 32, "the fast kernel is written out for 6 x 32");
-    __m512i lo[FX_MR][2], hi[FX_MR][2]; /* 32 int32 words per row each */
-
+    __m512i s[2 * FX_MR], h[2 * FX_MR];
     fx_prefetch_c(c, ldc, m, accumulate);
-    for (int64_t p0 = 0; p0 < kp; p0 += chain) {
-        const int64_t len = kp - p0 < chain ? kp - p0 : chain;
-        __m512i s00 = _mm512_setzero_si512(), s01 = s00, s10 = s00, s11 = s00, s20 = s00,
-                s21 = s00, s30 = s00, s31 = s00, s40 = s00, s41 = s00, s50 = s00, s51 = s00;
-        /* chain-local pointers indexed by p: with bp itself advanced inside the loop GCC kept
-         * it on the stack, a store-to-load round trip on every pair step */
-        const int16_t *bq = bp + p0 * 2 * FX_NR;
-        const int32_t *aq = ap + p0 * FX_MR;
-        for (int64_t p = 0; p < len; p++) {
-            const __m512i b0 = _mm512_load_si512((const void *)(bq + p * 2 * FX_NR));
-            const __m512i b1 = _mm512_load_si512((const void *)(bq + p * 2 * FX_NR + 32));
-            const int32_t *arow = aq + p * FX_MR; /* FX_FAST_ROW reads arow */
-            FX_FAST_ROW(0, s00, s01);
-            FX_FAST_ROW(1, s10, s11);
-            FX_FAST_ROW(2, s20, s21);
-            FX_FAST_ROW(3, s30, s31);
-            FX_FAST_ROW(4, s40, s41);
-            FX_FAST_ROW(5, s50, s51);
-        }
-        FX_FAST_FLUSH(0, s00, s01);
-        FX_FAST_FLUSH(1, s10, s11);
-        FX_FAST_FLUSH(2, s20, s21);
-        FX_FAST_FLUSH(3, s30, s31);
-        FX_FAST_FLUSH(4, s40, s41);
-        FX_FAST_FLUSH(5, s50, s51);
-    }
-
-    /* T = 2^16 Hi + (uint32)(Lo - 2^16 Hi), exactly (gemm_i16.h); kp >= 1, so lo, hi are set;
-     * mx: max |T| written, as in fx_store_tile */
+    if (vnni)
+        fx_fast_chains_vnni(kp, chain, ap, bp, s, h);
+    else
+        fx_fast_chains_bw(kp, chain, ap, bp, s, h);
+    const int one_chain = kp <= chain;
     __m512i mx = _mm512_setzero_si512();
     for (int i = 0; i < m; i++) {
         int64_t *ci = c + i * ldc;
         for (int v = 0; v < 2 && 16 * v < n; v++) {
-            const __m512i h = hi[i][v];
-            const __m512i r = _mm512_sub_epi32(lo[i][v], _mm512_slli_epi32(h, 16));
+            const __m512i hv = h[2 * i + v], sv = s[2 * i + v];
             for (int half = 0; half < 2; half++) {
                 const int j = 16 * v + 8 * half;
                 if (j >= n) break;
                 const __mmask8 k = n - j >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - j)) - 1);
-                const __m256i h8 = half ? _mm512_extracti64x4_epi64(h, 1) : _mm512_castsi512_si256(h);
-                const __m256i r8 = half ? _mm512_extracti64x4_epi64(r, 1) : _mm512_castsi512_si256(r);
-                __m512i t = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(h8), 16),
-                                             _mm512_cvtepu32_epi64(r8));
+                const __m256i s8 = half ? _mm512_extracti64x4_epi64(sv, 1) : _mm512_castsi512_si256(sv);
+                __m512i t = _mm512_cvtepi32_epi64(s8);
+                if (!one_chain) {
+                    const __m256i h8 =
+                        half ? _mm512_extracti64x4_epi64(hv, 1) : _mm512_castsi512_si256(hv);
+                    t = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(h8), 16), t);
+                }
                 if (accumulate) t = _mm512_add_epi64(t, _mm512_maskz_loadu_epi64(k, ci + j));
                 _mm512_mask_storeu_epi64(ci + j, k, t);
                 if (amax) mx = _mm512_mask_max_epu64(mx, k, mx, _mm512_abs_epi64(t));
             }
+        }
+    }
+    fx_amax_finish(mx, amax);
+}
+
+/* The narrow tile's fast K loop (6 x 16, the 6 x 16 packing's plain B panel: one zmm of 16
+ * columns per pair): as FX_FAST_CHAINS, with two sets of accumulators, zmm0..5 for even pair
+ * steps and zmm6..11 for odd ones, so that 12 multiply-adds are in flight as in the wide tile
+ * (6 chains of 4-cycle latency would leave Zen 5's two VNNI pipes a quarter idle). Each set
+ * holds a partial sum over a subset of the chain's pairs, bounded like the whole chain (the
+ * norm bound covers the sum of |products|), and the even set also carries the chain's starting
+ * remainder, so both stay exact and so does their sum at the fold: s = even + odd, h += s >>
+ * 16, even = s & 0xFFFF, odd = 0. h lives in zmm16..21. */
+#define FX_ROW16_VNNI(o, r, q)                                                                     \
+    "vpbroadcastd " #o "(%[a]), %%zmm14\n\t"                                                       \
+    "vpdpwssd %%zmm" #q ", %%zmm14, %%zmm" #r "\n\t"
+#define FX_ROW16_BW(o, r, q)                                                                       \
+    "vpbroadcastd " #o "(%[a]), %%zmm14\n\t"                                                       \
+    "vpmaddwd %%zmm" #q ", %%zmm14, %%zmm14\n\t"                                                   \
+    "vpaddd %%zmm14, %%zmm" #r ", %%zmm" #r "\n\t"
+/* one pair step into the even (registers 0..5; A at offsets 0..20) or the odd set (6..11;
+ * A at 24..44, the next pair), B in zmm q */
+#define FX_STEP16_EVEN(ROW, q)                                                                     \
+    ROW(0, 0, q) ROW(4, 1, q) ROW(8, 2, q) ROW(12, 3, q) ROW(16, 4, q) ROW(20, 5, q)
+#define FX_STEP16_ODD(ROW, q)                                                                      \
+    ROW(24, 6, q) ROW(28, 7, q) ROW(32, 8, q) ROW(36, 9, q) ROW(40, 10, q) ROW(44, 11, q)
+#define FX_FOLD16(r, ro, hr)                                                                       \
+    "vpaddd %%zmm" #ro ", %%zmm" #r ", %%zmm" #r "\n\t"                                            \
+    "vpxord %%zmm" #ro ", %%zmm" #ro ", %%zmm" #ro "\n\t"                                          \
+    "vpsrad $16, %%zmm" #r ", %%zmm15\n\t"                                                         \
+    "vpaddd %%zmm15, %%zmm" #hr ", %%zmm" #hr "\n\t"                                               \
+    "vpandd %%zmm28, %%zmm" #r ", %%zmm" #r "\n\t"
+#define FX_R6(op) op(0, 6, 16) op(1, 7, 17) op(2, 8, 18) op(3, 9, 19) op(4, 10, 20) op(5, 11, 21)
+#define FX_ZERO16(r, ro, hr)                                                                       \
+    "vpxord %%zmm" #r ", %%zmm" #r ", %%zmm" #r "\n\t"                                             \
+    "vpxord %%zmm" #ro ", %%zmm" #ro ", %%zmm" #ro "\n\t"                                          \
+    "vpxord %%zmm" #hr ", %%zmm" #hr ", %%zmm" #hr "\n\t"
+/* at the end: even += odd; stored */
+#define FX_STORE16(r, ro, hr)                                                                      \
+    "vpaddd %%zmm" #ro ", %%zmm" #r ", %%zmm" #r "\n\t"                                            \
+    "vmovdqa64 %%zmm" #r ", 64*" #r "(%[s])\n\t"                                                   \
+    "vmovdqa64 %%zmm" #hr ", 64*" #r "(%[h])\n\t"
+
+#define FX_FAST16_CHAINS(ROW)                                                                      \
+    __asm__ volatile(FX_R6(FX_ZERO16)                                                              \
+                     "vpternlogd $0xff, %%zmm28, %%zmm28, %%zmm28\n\t"                             \
+                     "vpsrld $16, %%zmm28, %%zmm28\n\t"                                            \
+                     "jmp 2f\n"                                                                    \
+                     "3:\n\t" /* a fold between two chains */                                      \
+                     FX_R6(FX_FOLD16)                                                              \
+                     "2:\n\t" /* len = min(chain, left); left -= len */                            \
+                     "mov %[chain], %[len]\n\t"                                                    \
+                     "cmp %[left], %[len]\n\t"                                                     \
+                     "cmovg %[left], %[len]\n\t"                                                   \
+                     "sub %[len], %[left]\n\t"                                                     \
+                     "test %[len], %[len]\n\t" /* kp <= 0 (or chain <= 0): zero sums */            \
+                     "jle 4f\n\t"                                                                  \
+                     "test $1, %[len]\n\t" /* an odd chain: its first pair alone */                \
+                     "jz 5f\n\t"                                                                   \
+                     "vmovdqa64 (%[b]), %%zmm12\n\t" FX_STEP16_EVEN(ROW, 12)                      \
+                     "add $24, %[a]\n\t"                                                           \
+                     "add $64, %[b]\n\t"                                                           \
+                     "sub $1, %[len]\n\t"                                                          \
+                     "jz 6f\n"                                                                     \
+                     "5:\n\t"                                                                      \
+                     "vmovdqa64 (%[b]), %%zmm12\n\t"                                               \
+                     "vmovdqa64 64(%[b]), %%zmm13\n\t" FX_STEP16_EVEN(ROW, 12)                    \
+                         FX_STEP16_ODD(ROW, 13)                                                 \
+                     "add $48, %[a]\n\t"                                                           \
+                     "add $128, %[b]\n\t"                                                          \
+                     "sub $2, %[len]\n\t"                                                          \
+                     "jnz 5b\n"                                                                    \
+                     "6:\n\t"                                                                      \
+                     "test %[left], %[left]\n\t"                                                   \
+                     "jnz 3b\n"                                                                    \
+                     "4:\n\t" FX_R6(FX_STORE16)                                                    \
+                     : [a] "+r"(ap), [b] "+r"(bp), [left] "+r"(left), [len] "=&r"(len)             \
+                     : [chain] "r"(chain), [h] "r"(h), [s] "r"(s)                                  \
+                     : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",     \
+                       "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",        \
+                       "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm28")
+
+static void fx_fast16_chains_vnni(int64_t kp, int64_t chain, const int32_t *ap,
+                                  const int16_t *bp, __m512i s[FX_MR], __m512i h[FX_MR])
+{
+    int64_t left = kp, len;
+    FX_FAST16_CHAINS(FX_ROW16_VNNI);
+}
+
+static void fx_fast16_chains_bw(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
+                                __m512i s[FX_MR], __m512i h[FX_MR])
+{
+    int64_t left = kp, len;
+    FX_FAST16_CHAINS(FX_ROW16_BW);
+}
+
+/* Fast kernel of the narrow tile (n <= 16): T = 2^16 h + s per output, as fx_fast_body. */
+static FX_ALWAYS_INLINE void fx_fast16_body(int64_t kp, int64_t chain, const int32_t *ap,
+                                            const int16_t *bp, int64_t *c, int64_t ldc, int m,
+                                            int n, int accumulate, uint64_t *amax, const int vnni)
+{
+    __m512i s[FX_MR], h[FX_MR];
+    fx_prefetch_cols(c, ldc, m, FX_NR16, accumulate);
+    if (vnni)
+        fx_fast16_chains_vnni(kp, chain, ap, bp, s, h);
+    else
+        fx_fast16_chains_bw(kp, chain, ap, bp, s, h);
+    const int one_chain = kp <= chain;
+    __m512i mx = _mm512_setzero_si512();
+    for (int i = 0; i < m; i++) {
+        int64_t *ci = c + i * ldc;
+        for (int half = 0; half < 2; half++) {
+            const int j = 8 * half;
+            if (j >= n) break;
+            const __mmask8 k = n - j >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - j)) - 1);
+            const __m256i s8 = half ? _mm512_extracti64x4_epi64(s[i], 1) : _mm512_castsi512_si256(s[i]);
+            __m512i t = _mm512_cvtepi32_epi64(s8);
+            if (!one_chain) {
+                const __m256i h8 = half ? _mm512_extracti64x4_epi64(h[i], 1) : _mm512_castsi512_si256(h[i]);
+                t = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(h8), 16), t);
+            }
+            if (accumulate) t = _mm512_add_epi64(t, _mm512_maskz_loadu_epi64(k, ci + j));
+            _mm512_mask_storeu_epi64(ci + j, k, t);
+            if (amax) mx = _mm512_mask_max_epu64(mx, k, mx, _mm512_abs_epi64(t));
         }
     }
     fx_amax_finish(mx, amax);
@@ -308,7 +472,8 @@ static void fx_wrap_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *ahi
     const int64_t nq = (kp + 1) / 2, nfull = kp / 2; /* quads; the last is half when kp is odd */
     for (int64_t q0 = 0; q0 < nq; q0 += FX_GEMM_I16_WRAP_CHUNK_QUADS) {
         const int64_t q1 = q0 + FX_GEMM_I16_WRAP_CHUNK_QUADS < nq ? q0 + FX_GEMM_I16_WRAP_CHUNK_QUADS : nq;
-        /* chunk-local pointers indexed by q (see fx_fast_body) */
+        /* chunk-local pointers indexed by q: with the pointers advanced inside the loop GCC kept
+         * them on the stack, a store-to-load round trip on every step */
         const int16_t *bq = bw + q0 * 6 * FX_NR + (q0 / FX_GEMM_I16_WRAP_CHUNK_QUADS + 1) * 2 * FX_NR;
         {   /* the chunk's offset correction: G counted (ah + 128) bh */
             const __m512i c0 = _mm512_load_si512((const void *)(bq - 2 * FX_NR));
@@ -352,6 +517,20 @@ static void fx_fast_avx512bw(int64_t kp, int64_t chain, const int32_t *ap, const
                              int64_t *c, int64_t ldc, int m, int n, int accumulate, uint64_t *amax)
 {
     fx_fast_body(kp, chain, ap, bp, c, ldc, m, n, accumulate, amax, 0);
+}
+
+static void fx_fast16_avx512vnni(int64_t kp, int64_t chain, const int32_t *ap,
+                                 const int16_t *bp, int64_t *c, int64_t ldc, int m, int n,
+                                 int accumulate, uint64_t *amax)
+{
+    fx_fast16_body(kp, chain, ap, bp, c, ldc, m, n, accumulate, amax, 1);
+}
+
+static void fx_fast16_avx512bw(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
+                               int64_t *c, int64_t ldc, int m, int n, int accumulate,
+                               uint64_t *amax)
+{
+    fx_fast16_body(kp, chain, ap, bp, c, ldc, m, n, accumulate, amax, 0);
 }
 
 static void fx_ukr_avx512vnni(int64_t kp, const int32_t *ap, const int16_t *bp, int64_t *c,
@@ -402,6 +581,7 @@ int fx_flex_matmul_avx512vnni(const fx_op_call *c)
                                           .pack = &fx_gemm_i16_pack_avx512_6x32,
                                           .wrap = fx_wrap_avx512vnni};
     static const fx_gemm_i16_kernel k16 = {.mr = FX_MR, .nr = FX_NR16, .ukr = fx_ukr16_avx512vnni,
+                                            .fast = fx_fast16_avx512vnni,
                                             .pack = &fx_gemm_i16_pack_avx2_6x16};
     if (fx_small_matmul(c)) return fx_flex_matmul_scalar(c);
     return fx_gemm_i16(c, fx_take_narrow(c) ? &k16 : &k);
@@ -413,6 +593,7 @@ int fx_flex_matmul_avx512bw(const fx_op_call *c)
                                           .fast = fx_fast_avx512bw,
                                           .pack = &fx_gemm_i16_pack_avx512_6x32};
     static const fx_gemm_i16_kernel k16 = {.mr = FX_MR, .nr = FX_NR16, .ukr = fx_ukr16_avx512bw,
+                                            .fast = fx_fast16_avx512bw,
                                             .pack = &fx_gemm_i16_pack_avx2_6x16};
     if (fx_small_matmul(c)) return fx_flex_matmul_scalar(c);
     return fx_gemm_i16(c, fx_take_narrow(c) ? &k16 : &k);
