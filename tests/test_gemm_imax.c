@@ -123,7 +123,9 @@ static int64_t check_product(const fx_backend *be, const char *kname, int64_t M,
         c.a_rows_ctx = &rc;
     }
     if (source == B_PRESPLIT) {
-        const int nr = be->gemm.i16_panel_nr;
+        /* the width the level's convolutions pre-split at, else its tile's: the driver takes
+         * a pre-split B on every level, whether or not its convolutions make one */
+        const int nr = be->gemm.i16_panel_nr ? be->gemm.i16_panel_nr : be->gemm.i16_tile_nr;
         const int layout = fx_gemm_i16_b_layout_for(be->gemm.i16_b_layout, K);
         const int64_t n = fx_gemm_i16_split_b_numel(K, N, nr, layout);
         bsplit = aligned_alloc(64, (size_t)((n * 2 + 63) / 64 * 64));
@@ -249,7 +251,9 @@ int main(void)
                          pattern++)
                         for (int source = 0; source <= B_PRESPLIT; source++) {
                             if (source == A_ROWS && !be->gemm.i16_row_source) continue;
-                            if (source == B_PRESPLIT && !be->gemm.i16_panel_nr) continue;
+                            if (source == B_PRESPLIT && !be->gemm.i16_panel_nr &&
+                                !be->gemm.i16_tile_nr)
+                                continue;
                             for (int threads = 1; threads <= 2; threads++) {
                                 const int64_t fast =
                                     check_product(be, kname, shapes[s][0], shapes[s][1],

@@ -90,14 +90,17 @@ static inline void fx_split_b(int32_t v, int16_t *hi, int16_t *lo)
     *hi = (int16_t)((v - l) / 256); /* exact: v - l is a multiple of 256 */
 }
 
-/* ceil(sqrt(x)) for 0 <= x <= 2^40, exactly: the double square root is within one unit of the
- * true root (x is exact in a double), and the integer fix-ups make it exact. */
+/* ceil(sqrt(x)) for 0 <= x <= 2^40, exactly and without branches (the driver takes one per
+ * segment and panel). x is exact in a double and the square root is correctly rounded; below
+ * 2^40 the root of a non-square x = r^2 + d (0 < d <= 2r) lies at least 1/(2r + 2) >= 2^-21
+ * from both r and r + 1, far more than half an ulp of a double near r <= 2^20 (2^-33), so the
+ * conversion gives floor(sqrt(x)) exactly, and one comparison turns it into the ceiling
+ * (checked against the fix-up loop it replaced for every x < 2^26 and x = r^2 - 2 .. r^2 + 2,
+ * r <= 2^17 + 2). */
 static int64_t fx_ceil_sqrt(int64_t x)
 {
-    int64_t r = (int64_t)sqrt((double)x);
-    while (r > 0 && r * r >= x) r--; /* now r^2 < x, or r = 0 */
-    while (r * r < x) r++;           /* the smallest r with r^2 >= x */
-    return r;
+    const int64_t r = (int64_t)sqrt((double)x);
+    return r + (r * r < x);
 }
 
 /* Pack a kc x n block of B (n <= nr valid columns) into one plain micro-panel of nr columns,
@@ -221,7 +224,8 @@ static void fx_a_high(const fx_gemm_i16_kernel *kd, const int32_t *ap, int64_t k
         }
 }
 
-static void fx_panel_norms(const int32_t *ap, int64_t kp, int mr, int32_t *na);
+static void fx_panel_norms(const fx_gemm_i16_kernel *kd, const int32_t *ap, int64_t kp, int mr,
+                           int32_t *na);
 
 /* Pack an m x kc block of A (m <= mr valid rows) into one micro-panel of mr rows, and write
  * na[s] = ceil(sqrt(max_i sum_{k in segment s} A[i][k]^2)) for its segments. */
@@ -248,12 +252,19 @@ static void fx_pack_a(const fx_gemm_i16_kernel *kd, const int16_t *a, int64_t sa
         }
         for (; i < mr; i++) dst[i] = 0;
     }
-    if (na) fx_panel_norms(ap, kp, mr, na);
+    if (na) fx_panel_norms(kd, ap, kp, mr, na);
 }
 
 /* na[s] = ceil(sqrt(max_i sum_{k in segment s} A[i][k]^2)) of a packed A micro-panel. */
-static void fx_panel_norms(const int32_t *ap, int64_t kp, int mr, int32_t *na)
+static void fx_panel_norms(const fx_gemm_i16_kernel *kd, const int32_t *ap, int64_t kp, int mr,
+                           int32_t *na)
 {
+    if (fx_simd_pack(kd) && kd->pack->norms_a && mr == kd->mr) {
+        int64_t sq[FX_GEMM_I16_MAX_SEGS];
+        kd->pack->norms_a(ap, kp, sq);
+        for (int64_t s = 0; s * FX_GEMM_I16_SEG < kp; s++) na[s] = (int32_t)fx_ceil_sqrt(sq[s]);
+        return;
+    }
     for (int64_t s = 0, p0 = 0; p0 < kp; s++, p0 += FX_GEMM_I16_SEG) {
         const int64_t p1 = fx_min64(kp, p0 + FX_GEMM_I16_SEG);
         int64_t sq[FX_GEMM_I16_MAX_MR] = {0}, mx = 0;
@@ -665,7 +676,7 @@ static void fx_gemm_pack_a_block(const fx_gemm_plan *pl, fx_gemm_thread *th,
             fx_pack_a(pl->kd, pl->a + (i0 + ir) * pl->sam + bk->pc * pl->sak, pl->sam, pl->sak,
                       bk->kcur, m, mr, th->ap + ir * kp, na);
         else if (na)
-            fx_panel_norms(ablk + ir * ald, kp, mr, na);
+            fx_panel_norms(pl->kd, ablk + ir * ald, kp, mr, na);
         if (na) th->anorm_max[ir / mr] = (int32_t)fx_norm_max(na, nseg);
     }
     th->a_block++;

@@ -223,7 +223,12 @@ typedef struct fx_gemm_i16_pack {
     void (*wrap_panel)(const int16_t *bp, int64_t kp, int16_t *bw);
     /* A micro-panel of kp pairs (mr rows) -> its high panel; reads no pair beyond kp */
     void (*a_high)(const int32_t *ap, int64_t kp, int32_t *ahi);
+    /* sq[s] of an already packed A micro-panel of kp pairs (mr rows), every segment */
+    void (*norms_a)(const int32_t *ap, int64_t kp, int64_t *sq);
 } fx_gemm_i16_pack;
+
+/* norms_a of the 6-row panels (AVX2 code, shared by the AVX2 and AVX-512 levels) */
+void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int64_t *sq);
 
 typedef struct fx_gemm_i16_kernel {
     int mr, nr; /* register tile, mr <= FX_GEMM_I16_MAX_MR, nr <= FX_GEMM_I16_MAX_NR */

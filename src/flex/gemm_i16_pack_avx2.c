@@ -186,7 +186,58 @@ static void fx_split_panel_16(const int16_t *bp, int64_t kp, int16_t *bs)
         }
 }
 
+/* sq[s] = max over the 6 rows of the exact sum of squares of segment s of a packed A
+ * micro-panel (kp pairs, one int32 word of two int16 per row and pair: word p * 6 + i). A
+ * convolution's pre-packed panels take their norms here (fx_panel_norms): the portable loop was
+ * a third of an AVX-512 flex16_5 CNN step once the fast kernel ran on those products.
+ * Per whole segment (8 pairs, 48 words, 6 ymm): vpmaddwd of a vector with itself gives
+ * lo^2 + hi^2 per word, exact as uint32 (at most 2^31), widened to uint64 before any sum.
+ * Words w and w + 24 belong to the same row (24 = lcm(6, 8)), so vectors v and v + 3 add lane
+ * by lane; the 24 sums left are rows 0-3 (lanes of A), 4, 5, 0, 1 (B1) and 2-5 (B2), put
+ * together with one cross-lane permute. */
+void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int64_t *sq)
+{
+    int64_t p0 = 0, s = 0;
+    for (; p0 + FX_GEMM_I16_SEG <= kp; p0 += FX_GEMM_I16_SEG, s++) {
+        const __m256i *v = (const __m256i *)(ap + p0 * 6);
+        __m256i q[6]; /* q[k]: uint64 sums of words 4k..4k+3 and 24+4k..24+4k+3 */
+        for (int t = 0; t < 3; t++) {
+            const __m256i x = _mm256_loadu_si256(v + t), y = _mm256_loadu_si256(v + t + 3);
+            const __m256i x2 = _mm256_madd_epi16(x, x), y2 = _mm256_madd_epi16(y, y);
+            q[2 * t] = _mm256_add_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(x2)),
+                                        _mm256_cvtepu32_epi64(_mm256_castsi256_si128(y2)));
+            q[2 * t + 1] =
+                _mm256_add_epi64(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(x2, 1)),
+                                 _mm256_cvtepu32_epi64(_mm256_extracti128_si256(y2, 1)));
+        }
+        /* words 0-3 + 12-15: rows 0-3; 4-7 + 16-19: rows 4, 5, 0, 1; 8-11 + 20-23: rows 2-5 */
+        const __m256i a = _mm256_add_epi64(q[0], q[3]), b1 = _mm256_add_epi64(q[1], q[4]),
+                      b2 = _mm256_add_epi64(q[2], q[5]);
+        const __m256i r03 = _mm256_add_epi64(a, _mm256_permute2x128_si256(b1, b2, 0x21));
+        const __m128i r45 = _mm_add_epi64(_mm256_castsi256_si128(b1), _mm256_extracti128_si256(b2, 1));
+        int64_t r[6];
+        _mm256_storeu_si256((__m256i *)r, r03);
+        _mm_storeu_si128((__m128i *)(r + 4), r45);
+        int64_t mx = r[0];
+        for (int i = 1; i < 6; i++) mx = r[i] > mx ? r[i] : mx;
+        sq[s] = mx;
+    }
+    if (p0 < kp) { /* the last, short segment */
+        int64_t r[6] = {0};
+        for (int64_t p = p0; p < kp; p++)
+            for (int i = 0; i < 6; i++) {
+                const uint32_t w = (uint32_t)ap[p * 6 + i];
+                const int32_t lo = (int16_t)(uint16_t)(w & 0xFFFFu), hi = (int16_t)(uint16_t)(w >> 16);
+                r[i] += (int64_t)((uint32_t)(lo * lo) + (uint32_t)(hi * hi));
+            }
+        int64_t mx = r[0];
+        for (int i = 1; i < 6; i++) mx = r[i] > mx ? r[i] : mx;
+        sq[s] = mx;
+    }
+}
+
 const fx_gemm_i16_pack fx_gemm_i16_pack_avx2_6x16 = {.pack_a = fx_pack_a_6,
                                                      .pack_b = fx_pack_b_16,
                                                      .pack_bt = fx_pack_bt_16,
-                                                     .split_panel = fx_split_panel_16};
+                                                     .split_panel = fx_split_panel_16,
+                                                     .norms_a = fx_gemm_i16_norms_a_6};
