@@ -229,6 +229,8 @@ typedef struct fx_gemm_i16_pack {
 
 /* norms_a of the 6-row panels (AVX2 code, shared by the AVX2 and AVX-512 levels) */
 void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int64_t *sq);
+/* pack_bt of the AVX-512 level's 32-column panels (AVX2 code) */
+void fx_gemm_i16_pack_bt_32(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp, int64_t *sq);
 
 typedef struct fx_gemm_i16_kernel {
     int mr, nr; /* register tile, mr <= FX_GEMM_I16_MAX_MR, nr <= FX_GEMM_I16_MAX_NR */

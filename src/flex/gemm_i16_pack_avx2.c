@@ -47,13 +47,13 @@ static inline int64_t fx_seg_sq_max(const __m256i v[8], int ks)
 /* Pairs of `rows` (<= 8) int16 vectors of kc contiguous values each (vector i at src + i *
  * stride) as int32 words out[p*ostride + i] = (v_i[2p], v_i[2p+1]), ostride = rows or, for
  * rows = 8, any larger stride: A panels (rows = 6) and the halves of B panels of a B whose
- * columns are contiguous (rows = 8 columns, ostride 16), with sq[s] = the largest
- * vector's sum of squares over segment s. Eight pairs (one norm segment) of all vectors at a
- * time through an 8 x 8 register transpose (missing vectors are zeros). A block shorter than
- * 16 values is copied into a zeroed buffer first, so that an odd kc leaves the last pair's
- * high half 0 and nothing beyond a vector is read. With rows = 6 each pair's 8-word store
- * spills two words into the next pair's slots, which that pair's store then overwrites; the
- * last pair stores only its own words. Whole segments (all but possibly the last) take a
+ * columns are contiguous (rows = 8 columns, ostride 16, or 32 for AVX-512), with sq[s] = the
+ * largest vector's sum of squares over segment s. Eight pairs (one norm segment) of all vectors at
+ * a time through an 8 x 8 register transpose (missing vectors are zeros). A block shorter than 16
+ * values is copied into a zeroed buffer first, so that an odd kc leaves the last pair's high half
+ * 0 and nothing beyond a vector is read. With rows = 6 each pair's 8-word store spills two words
+ * into the next pair's slots, which that pair's store then overwrites; the last pair stores only
+ * its own words. Whole segments (all but possibly the last) take a
  * branch-free path: a sixth of an AVX2 flex16_5 CNN step went to this packing. */
 static inline void fx_pack_pairs(const int16_t *src, int64_t stride, int64_t kc, int rows,
                                  int64_t ostride, int32_t *out, int64_t *sq)
@@ -128,6 +128,21 @@ static void fx_pack_bt_16(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp
     fx_pack_pairs(b + FX_PACK_HALF * sbn, sbn, kc, FX_PACK_HALF, FX_PACK_NR, out + FX_PACK_HALF,
                   sq ? sq1 : NULL);
     if (sq) fx_sq_max(sq, sq1, kc);
+}
+
+/* The same for the AVX-512 level's 32-column plain panel (word stride 32, four quarters of 8
+ * columns; AVX2 code, which that level's CPUs run): a convolution's weights reach the GEMM as
+ * such a B, and the portable loop that packed them was a third of the driver's time in an
+ * AVX-512 flex16_5 CNN step once they were no longer pre-split. */
+void fx_gemm_i16_pack_bt_32(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp, int64_t *sq)
+{
+    int32_t *out = (int32_t *)(void *)bp;
+    int64_t sq1[FX_GEMM_I16_KC / 2 / FX_GEMM_I16_SEG + 1];
+    for (int q = 0; q < 4; q++) {
+        fx_pack_pairs(b + q * FX_PACK_HALF * sbn, sbn, kc, FX_PACK_HALF, 4 * FX_PACK_HALF,
+                      out + q * FX_PACK_HALF, sq ? (q ? sq1 : sq) : NULL);
+        if (sq && q) fx_sq_max(sq, sq1, kc);
+    }
 }
 
 /* Rows 2p and 2p+1 of 8 columns interleaved by one word unpack pair: (B[2p][j], B[2p+1][j]). */
@@ -214,7 +229,8 @@ void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int64_t *sq)
         const __m256i a = _mm256_add_epi64(q[0], q[3]), b1 = _mm256_add_epi64(q[1], q[4]),
                       b2 = _mm256_add_epi64(q[2], q[5]);
         const __m256i r03 = _mm256_add_epi64(a, _mm256_permute2x128_si256(b1, b2, 0x21));
-        const __m128i r45 = _mm_add_epi64(_mm256_castsi256_si128(b1), _mm256_extracti128_si256(b2, 1));
+        const __m128i r45 =
+            _mm_add_epi64(_mm256_castsi256_si128(b1), _mm256_extracti128_si256(b2, 1));
         int64_t r[6];
         _mm256_storeu_si256((__m256i *)r, r03);
         _mm_storeu_si128((__m128i *)(r + 4), r45);
