@@ -2,8 +2,8 @@
  * Two variants share each body: vpdpwssd (AVX512_VNNI, installed only when the CPU has it) and
  * vpmaddwd + vpaddd (AVX-512BW). With VNNI the wrap kernel (vpdpwssd + vpdpbusd) replaces the
  * split kernel on every tile the fast kernel does not take. Exactness: see gemm_i16.h (fast
- * kernel: norm-bounded int32 chains folded into 2^16 h + s, fold (b); split kernel: split B, int32
- * chains of at most 255 pair steps, widened to int64 at the end of every K block; wrap
+ * kernel: norm-bounded int32 chains folded into 2^16 h + s, fold (b); split kernel: split B,
+ * int32 chains of at most 255 pair steps, widened to int64 at the end of every K block; wrap
  * kernel: sums mod 2^32 plus a high-byte estimate folded to floor(S / 2^16) per chunk). */
 #include "gemm_i16.h"
 
@@ -256,25 +256,18 @@ static void fx_fast_chains_bw(int64_t kp, int64_t chain, const int32_t *ap, cons
     FX_FAST_CHAINS(FX_ROW_BW);
 }
 
-/* Fast kernel: plain B, one multiply-add per pair (gemm_i16.h, kernel 1, fold (b)). The tile's
- * output is T = 2^16 h + s in int64, exactly; with one chain h = 0. mx: max |T| written, as in
- * fx_store_tile. */
-static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32_t *ap,
-                                          const int16_t *bp, int64_t *c, int64_t ldc, int m,
-                                          int n, int accumulate, uint64_t *amax, const int vnni)
+/* C rows of the fast kernels' tiles (accumulate ? C : 0) + T, T = 2^16 h + s in int64 (h = 0
+ * when one_chain), for vecs vectors of 16 columns per row (s[vecs i + v], h likewise) and the
+ * valid m x n part; mx (amax NULL: none) as in fx_store_tile. */
+static FX_ALWAYS_INLINE void fx_fast_store(const __m512i *s, const __m512i *h, const int vecs,
+                                           int one_chain, int64_t *c, int64_t ldc, int m, int n,
+                                           int accumulate, uint64_t *amax)
 {
-    __m512i s[2 * FX_MR], h[2 * FX_MR];
-    fx_prefetch_c(c, ldc, m, accumulate);
-    if (vnni)
-        fx_fast_chains_vnni(kp, chain, ap, bp, s, h);
-    else
-        fx_fast_chains_bw(kp, chain, ap, bp, s, h);
-    const int one_chain = kp <= chain;
     __m512i mx = _mm512_setzero_si512();
     for (int i = 0; i < m; i++) {
         int64_t *ci = c + i * ldc;
-        for (int v = 0; v < 2 && 16 * v < n; v++) {
-            const __m512i hv = h[2 * i + v], sv = s[2 * i + v];
+        for (int v = 0; v < vecs && 16 * v < n; v++) {
+            const __m512i hv = h[vecs * i + v], sv = s[vecs * i + v];
             for (int half = 0; half < 2; half++) {
                 const int j = 16 * v + 8 * half;
                 if (j >= n) break;
@@ -293,6 +286,20 @@ static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32
         }
     }
     fx_amax_finish(mx, amax);
+}
+
+/* Fast kernel: plain B, one multiply-add per pair (gemm_i16.h, kernel 1, fold (b)). */
+static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32_t *ap,
+                                          const int16_t *bp, int64_t *c, int64_t ldc, int m,
+                                          int n, int accumulate, uint64_t *amax, const int vnni)
+{
+    __m512i s[2 * FX_MR], h[2 * FX_MR];
+    fx_prefetch_c(c, ldc, m, accumulate);
+    if (vnni)
+        fx_fast_chains_vnni(kp, chain, ap, bp, s, h);
+    else
+        fx_fast_chains_bw(kp, chain, ap, bp, s, h);
+    fx_fast_store(s, h, 2, kp <= chain, c, ldc, m, n, accumulate, amax);
 }
 
 /* The narrow tile's fast K loop (6 x 16, the 6 x 16 packing's plain B panel: one zmm of 16
@@ -386,7 +393,7 @@ static void fx_fast16_chains_bw(int64_t kp, int64_t chain, const int32_t *ap, co
     FX_FAST16_CHAINS(FX_ROW16_BW);
 }
 
-/* Fast kernel of the narrow tile (n <= 16): T = 2^16 h + s per output, as fx_fast_body. */
+/* Fast kernel of the narrow tile (n <= 16). */
 static FX_ALWAYS_INLINE void fx_fast16_body(int64_t kp, int64_t chain, const int32_t *ap,
                                             const int16_t *bp, int64_t *c, int64_t ldc, int m,
                                             int n, int accumulate, uint64_t *amax, const int vnni)
@@ -397,26 +404,7 @@ static FX_ALWAYS_INLINE void fx_fast16_body(int64_t kp, int64_t chain, const int
         fx_fast16_chains_vnni(kp, chain, ap, bp, s, h);
     else
         fx_fast16_chains_bw(kp, chain, ap, bp, s, h);
-    const int one_chain = kp <= chain;
-    __m512i mx = _mm512_setzero_si512();
-    for (int i = 0; i < m; i++) {
-        int64_t *ci = c + i * ldc;
-        for (int half = 0; half < 2; half++) {
-            const int j = 8 * half;
-            if (j >= n) break;
-            const __mmask8 k = n - j >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - j)) - 1);
-            const __m256i s8 = half ? _mm512_extracti64x4_epi64(s[i], 1) : _mm512_castsi512_si256(s[i]);
-            __m512i t = _mm512_cvtepi32_epi64(s8);
-            if (!one_chain) {
-                const __m256i h8 = half ? _mm512_extracti64x4_epi64(h[i], 1) : _mm512_castsi512_si256(h[i]);
-                t = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(h8), 16), t);
-            }
-            if (accumulate) t = _mm512_add_epi64(t, _mm512_maskz_loadu_epi64(k, ci + j));
-            _mm512_mask_storeu_epi64(ci + j, k, t);
-            if (amax) mx = _mm512_mask_max_epu64(mx, k, mx, _mm512_abs_epi64(t));
-        }
-    }
-    fx_amax_finish(mx, amax);
+    fx_fast_store(s, h, 1, kp <= chain, c, ldc, m, n, accumulate, amax);
 }
 
 /* acc += the products of 4 unsigned bytes of au by 4 signed bytes of bs per int32 lane (the
