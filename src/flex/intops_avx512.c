@@ -165,6 +165,27 @@ static FX_ALWAYS_INLINE void fx_ukr16_body(int64_t kp, const int32_t *ap, const 
                   accumulate, amax);
 }
 
+/* Pieces shared by the two fast K loops below. The fold's mask, 0xFFFF per lane, in zmm28: */
+#define FX_ASM_MASK                                                                                \
+    "vpternlogd $0xff, %%zmm28, %%zmm28, %%zmm28\n\t"                                             \
+    "vpsrld $16, %%zmm28, %%zmm28\n\t"
+/* the next chain: len = min(chain, left); left -= len; flags of len (len <= 0 when kp <= 0 or
+ * chain <= 0: zero sums) */
+#define FX_ASM_NEXT_CHAIN                                                                          \
+    "mov %[chain], %[len]\n\t"                                                                    \
+    "cmp %[left], %[len]\n\t"                                                                     \
+    "cmovg %[left], %[len]\n\t"                                                                   \
+    "sub %[len], %[left]\n\t"                                                                     \
+    "test %[len], %[len]\n\t"
+/* operands (ap, bp, left, len, chain, h, s by these names) and every register either loop
+ * touches */
+#define FX_ASM_OPERANDS                                                                            \
+    : [a] "+r"(ap), [b] "+r"(bp), [left] "+r"(left), [len] "=&r"(len)                              \
+    : [chain] "r"(chain), [h] "r"(h), [s] "r"(s)                                                   \
+    : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",      \
+      "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",     \
+      "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28"
+
 /* The fast kernel's K loop, in asm: s[2i + v] (row i, columns 16 v .. 16 v + 15) and h[2i + v]
  * receive the 6 x 32 tile's sums over kp pairs, T = 2^16 h + s exactly, with a fold (b) of
  * gemm_i16.h between chains of `chain` pairs (none when kp <= chain: then h = 0). One step of
@@ -213,17 +234,10 @@ _Static_assert(FX_MR == 6 && FX_NR == 32, "the asm loop is written for the 6 x 3
 /* the loop for one multiply-add row macro (ROW): the same code for both instruction sets */
 #define FX_FAST_CHAINS(ROW)                                                                        \
     __asm__ volatile(FX_R12(FX_ZERO)                                                               \
-                     "vpternlogd $0xff, %%zmm28, %%zmm28, %%zmm28\n\t"                             \
-                     "vpsrld $16, %%zmm28, %%zmm28\n\t"                                            \
-                     "jmp 2f\n"                                                                    \
+                     FX_ASM_MASK "jmp 2f\n"                                                       \
                      "3:\n\t" /* a fold between two chains */                                      \
                      FX_R12(FX_FOLD)                                                               \
-                     "2:\n\t" /* len = min(chain, left); left -= len */                            \
-                     "mov %[chain], %[len]\n\t"                                                    \
-                     "cmp %[left], %[len]\n\t"                                                     \
-                     "cmovg %[left], %[len]\n\t"                                                   \
-                     "sub %[len], %[left]\n\t"                                                     \
-                     "test %[len], %[len]\n\t" /* kp <= 0 (or chain <= 0): zero sums */            \
+                     "2:\n\t" FX_ASM_NEXT_CHAIN                                                   \
                      "jle 4f\n"                                                                    \
                      "1:\n\t"                                                                      \
                      "vmovdqa64 (%[b]), %%zmm12\n\t"                                               \
@@ -235,12 +249,7 @@ _Static_assert(FX_MR == 6 && FX_NR == 32, "the asm loop is written for the 6 x 3
                      "test %[left], %[left]\n\t"                                                   \
                      "jnz 3b\n"                                                                    \
                      "4:\n\t" FX_R12O(FX_STORE)                                                    \
-                     : [a] "+r"(ap), [b] "+r"(bp), [left] "+r"(left), [len] "=&r"(len)             \
-                     : [chain] "r"(chain), [h] "r"(h), [s] "r"(s)                                  \
-                     : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",     \
-                       "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",        \
-                       "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",     \
-                       "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28")
+                     FX_ASM_OPERANDS)
 
 static void fx_fast_chains_vnni(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
                                 __m512i s[2 * FX_MR], __m512i h[2 * FX_MR])
@@ -342,17 +351,10 @@ static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32
 
 #define FX_FAST16_CHAINS(ROW)                                                                      \
     __asm__ volatile(FX_R6(FX_ZERO16)                                                              \
-                     "vpternlogd $0xff, %%zmm28, %%zmm28, %%zmm28\n\t"                             \
-                     "vpsrld $16, %%zmm28, %%zmm28\n\t"                                            \
-                     "jmp 2f\n"                                                                    \
+                     FX_ASM_MASK "jmp 2f\n"                                                       \
                      "3:\n\t" /* a fold between two chains */                                      \
                      FX_R6(FX_FOLD16)                                                              \
-                     "2:\n\t" /* len = min(chain, left); left -= len */                            \
-                     "mov %[chain], %[len]\n\t"                                                    \
-                     "cmp %[left], %[len]\n\t"                                                     \
-                     "cmovg %[left], %[len]\n\t"                                                   \
-                     "sub %[len], %[left]\n\t"                                                     \
-                     "test %[len], %[len]\n\t" /* kp <= 0 (or chain <= 0): zero sums */            \
+                     "2:\n\t" FX_ASM_NEXT_CHAIN                                                   \
                      "jle 4f\n\t"                                                                  \
                      "test $1, %[len]\n\t" /* an odd chain: its first pair alone */                \
                      "jz 5f\n\t"                                                                   \
@@ -373,11 +375,7 @@ static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32
                      "test %[left], %[left]\n\t"                                                   \
                      "jnz 3b\n"                                                                    \
                      "4:\n\t" FX_R6(FX_STORE16)                                                    \
-                     : [a] "+r"(ap), [b] "+r"(bp), [left] "+r"(left), [len] "=&r"(len)             \
-                     : [chain] "r"(chain), [h] "r"(h), [s] "r"(s)                                  \
-                     : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",     \
-                       "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",        \
-                       "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm28")
+                     FX_ASM_OPERANDS)
 
 static void fx_fast16_chains_vnni(int64_t kp, int64_t chain, const int32_t *ap,
                                   const int16_t *bp, __m512i s[FX_MR], __m512i h[FX_MR])
