@@ -259,13 +259,15 @@ static void fx_pack_a(const fx_gemm_i16_kernel *kd, const int16_t *a, int64_t sa
 static void fx_panel_norms(const fx_gemm_i16_kernel *kd, const int32_t *ap, int64_t kp, int mr,
                            int32_t *na)
 {
-    if (fx_simd_pack(kd) && kd->pack->norms_a && mr == kd->mr) {
+    int64_t s = 0, p0 = 0;
+    if (fx_simd_pack(kd) && kd->pack->norms_a && mr == kd->mr) { /* whole segments */
         int64_t sq[FX_GEMM_I16_MAX_SEGS];
-        kd->pack->norms_a(ap, kp, sq);
-        for (int64_t s = 0; s * FX_GEMM_I16_SEG < kp; s++) na[s] = (int32_t)fx_ceil_sqrt(sq[s]);
-        return;
+        const int64_t nfull = kp / FX_GEMM_I16_SEG;
+        kd->pack->norms_a(ap, nfull * FX_GEMM_I16_SEG, sq);
+        for (; s < nfull; s++) na[s] = (int32_t)fx_ceil_sqrt(sq[s]);
+        p0 = nfull * FX_GEMM_I16_SEG;
     }
-    for (int64_t s = 0, p0 = 0; p0 < kp; s++, p0 += FX_GEMM_I16_SEG) {
+    for (; p0 < kp; s++, p0 += FX_GEMM_I16_SEG) { /* the rest (all of it without the hook) */
         const int64_t p1 = fx_min64(kp, p0 + FX_GEMM_I16_SEG);
         int64_t sq[FX_GEMM_I16_MAX_MR] = {0}, mx = 0;
         for (int64_t p = p0; p < p1; p++)

@@ -223,7 +223,7 @@ typedef struct fx_gemm_i16_pack {
     void (*wrap_panel)(const int16_t *bp, int64_t kp, int16_t *bw);
     /* A micro-panel of kp pairs (mr rows) -> its high panel; reads no pair beyond kp */
     void (*a_high)(const int32_t *ap, int64_t kp, int32_t *ahi);
-    /* sq[s] of an already packed A micro-panel of kp pairs (mr rows), every segment */
+    /* sq[s] of an already packed A micro-panel of kp pairs (mr rows), whole segments only */
     void (*norms_a)(const int32_t *ap, int64_t kp, int64_t *sq);
 } fx_gemm_i16_pack;
 

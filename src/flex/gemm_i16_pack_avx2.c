@@ -201,8 +201,8 @@ static void fx_split_panel_16(const int16_t *bp, int64_t kp, int16_t *bs)
         }
 }
 
-/* sq[s] = max over the 6 rows of the exact sum of squares of segment s of a packed A
- * micro-panel (kp pairs, one int32 word of two int16 per row and pair: word p * 6 + i). A
+/* sq[s] = max over the 6 rows of the exact sum of squares of whole segment s of a packed A
+ * micro-panel (kp pairs, a short last segment left to the caller; one int32 word of two int16 per row and pair: word p * 6 + i). A
  * convolution's pre-packed panels take their norms here (fx_panel_norms): the portable loop was
  * a third of an AVX-512 flex16_5 CNN step once the fast kernel ran on those products.
  * Per whole segment (8 pairs, 48 words, 6 ymm): vpmaddwd of a vector with itself gives
@@ -212,8 +212,7 @@ static void fx_split_panel_16(const int16_t *bp, int64_t kp, int16_t *bs)
  * together with one cross-lane permute. */
 void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int64_t *sq)
 {
-    int64_t p0 = 0, s = 0;
-    for (; p0 + FX_GEMM_I16_SEG <= kp; p0 += FX_GEMM_I16_SEG, s++) {
+    for (int64_t p0 = 0, s = 0; p0 + FX_GEMM_I16_SEG <= kp; p0 += FX_GEMM_I16_SEG, s++) {
         const __m256i *v = (const __m256i *)(ap + p0 * 6);
         __m256i q[6]; /* q[k]: uint64 sums of words 4k..4k+3 and 24+4k..24+4k+3 */
         for (int t = 0; t < 3; t++) {
@@ -234,18 +233,6 @@ void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int64_t *sq)
         int64_t r[6];
         _mm256_storeu_si256((__m256i *)r, r03);
         _mm_storeu_si128((__m128i *)(r + 4), r45);
-        int64_t mx = r[0];
-        for (int i = 1; i < 6; i++) mx = r[i] > mx ? r[i] : mx;
-        sq[s] = mx;
-    }
-    if (p0 < kp) { /* the last, short segment */
-        int64_t r[6] = {0};
-        for (int64_t p = p0; p < kp; p++)
-            for (int i = 0; i < 6; i++) {
-                const uint32_t w = (uint32_t)ap[p * 6 + i];
-                const int32_t lo = (int16_t)(uint16_t)(w & 0xFFFFu), hi = (int16_t)(uint16_t)(w >> 16);
-                r[i] += (int64_t)((uint32_t)(lo * lo) + (uint32_t)(hi * hi));
-            }
         int64_t mx = r[0];
         for (int i = 1; i < 6; i++) mx = r[i] > mx ? r[i] : mx;
         sq[s] = mx;
