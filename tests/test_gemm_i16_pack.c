@@ -6,7 +6,7 @@
  * The norms decide how long a chain the fast kernel may run before its int32 accumulators could
  * overflow, so a norm below the true sum of squares would let the kernel silently wrap; the
  * matmul tests see that only where the data sit near the bound. Here each norm must equal the
- * exact value. Cases: K from 1 to past two segments' worth at every residue that matters (odd K,
+ * exact value, and so must the norms of an already packed A panel (norms_a). Cases: K from 1 to past two segments' worth at every residue that matters (odd K,
  * a last segment of 1..8 pairs, whole segments only), values at the int16 extremes (-32768
  * pairs give the largest square sum, 2^31 per pair), random full-range and small values, a
  * single hot row or column, and row strides larger than K; a guard after each output buffer
@@ -91,6 +91,18 @@ static void check_pack_a(const char *name, const fx_gemm_i16_pack *pk, int mr, i
     for (int64_t s = 0; s < nseg; s++)
         CHECK(sq[s] == want[s], "%s pack_a kc=%lld kind %d: segment %lld norm %lld, want %lld",
               name, (long long)kc, kind, (long long)s, (long long)sq[s], (long long)want[s]);
+    if (pk->norms_a && !bad) { /* norms of the packed panel, whole segments (gemm_i16.h) */
+        const int64_t nfull = kp / FX_GEMM_I16_SEG;
+        int32_t na[MAX_SEGS + 1];
+        for (int64_t s = 0; s <= nfull; s++) na[s] = -1;
+        pk->norms_a(ap, nfull * FX_GEMM_I16_SEG, na);
+        for (int64_t s = 0; s < nfull; s++)
+            CHECK(na[s] == fx_ceil_sqrt(want[s]),
+                  "%s norms_a kc=%lld kind %d: segment %lld norm %d, want %lld", name,
+                  (long long)kc, kind, (long long)s, na[s], (long long)fx_ceil_sqrt(want[s]));
+        CHECK(na[nfull] == -1, "%s norms_a kc=%lld: a norm past the whole segments written", name,
+              (long long)kc);
+    }
     free(a);
     free(ap);
 }

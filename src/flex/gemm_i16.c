@@ -90,19 +90,6 @@ static inline void fx_split_b(int32_t v, int16_t *hi, int16_t *lo)
     *hi = (int16_t)((v - l) / 256); /* exact: v - l is a multiple of 256 */
 }
 
-/* ceil(sqrt(x)) for 0 <= x <= 2^40, exactly and without branches (the driver takes one per
- * segment and panel). x is exact in a double and the square root is correctly rounded; below
- * 2^40 the root of a non-square x = r^2 + d (0 < d <= 2r) lies at least 1/(2r + 2) >= 2^-21
- * from both r and r + 1, far more than half an ulp of a double near r <= 2^20 (2^-33), so the
- * conversion gives floor(sqrt(x)) exactly, and one comparison turns it into the ceiling
- * (checked against the fix-up loop it replaced for every x < 2^26 and x = r^2 - 2 .. r^2 + 2,
- * r <= 2^17 + 2). */
-static int64_t fx_ceil_sqrt(int64_t x)
-{
-    const int64_t r = (int64_t)sqrt((double)x);
-    return r + (r * r < x);
-}
-
 /* Pack a kc x n block of B (n <= nr valid columns) into one plain micro-panel of nr columns,
  * and write nb[s] = ceil(sqrt(max_j sum_{k in segment s} B[k][j]^2)) for its segments. */
 static void fx_pack_b(const fx_gemm_i16_kernel *kd, const int16_t *b, int64_t sbk, int64_t sbn,
@@ -261,11 +248,9 @@ static void fx_panel_norms(const fx_gemm_i16_kernel *kd, const int32_t *ap, int6
 {
     int64_t s = 0, p0 = 0;
     if (fx_simd_pack(kd) && kd->pack->norms_a && mr == kd->mr) { /* whole segments */
-        int64_t sq[FX_GEMM_I16_MAX_SEGS];
-        const int64_t nfull = kp / FX_GEMM_I16_SEG;
-        kd->pack->norms_a(ap, nfull * FX_GEMM_I16_SEG, sq);
-        for (; s < nfull; s++) na[s] = (int32_t)fx_ceil_sqrt(sq[s]);
-        p0 = nfull * FX_GEMM_I16_SEG;
+        s = kp / FX_GEMM_I16_SEG;
+        p0 = s * FX_GEMM_I16_SEG;
+        kd->pack->norms_a(ap, p0, na);
     }
     for (; p0 < kp; s++, p0 += FX_GEMM_I16_SEG) { /* the rest (all of it without the hook) */
         const int64_t p1 = fx_min64(kp, p0 + FX_GEMM_I16_SEG);

@@ -92,6 +92,8 @@
 
 #include "flex_kernels.h"
 
+#include <math.h>
+
 /* Longest int32 chain of the split kernel, in K pairs, that provably cannot wrap (see above);
  * also the most pairs one micro-kernel call receives. */
 #define FX_GEMM_I16_MAX_KP 255
@@ -223,12 +225,27 @@ typedef struct fx_gemm_i16_pack {
     void (*wrap_panel)(const int16_t *bp, int64_t kp, int16_t *bw);
     /* A micro-panel of kp pairs (mr rows) -> its high panel; reads no pair beyond kp */
     void (*a_high)(const int32_t *ap, int64_t kp, int32_t *ahi);
-    /* sq[s] of an already packed A micro-panel of kp pairs (mr rows), whole segments only */
-    void (*norms_a)(const int32_t *ap, int64_t kp, int64_t *sq);
+    /* The segment norms of an already packed A micro-panel of kp pairs (mr rows), whole
+     * segments only, as the driver uses them: na[s] = ceil(sqrt(sq[s])) */
+    void (*norms_a)(const int32_t *ap, int64_t kp, int32_t *na);
 } fx_gemm_i16_pack;
 
-/* norms_a of the 6-row panels (AVX2 code, shared by the AVX2 and AVX-512 levels) */
-void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int64_t *sq);
+/* norms_a of the 6-row panels, AVX2 code and AVX-512 code (the same exact values) */
+void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int32_t *na);
+void fx_gemm_i16_norms_a_6_avx512(const int32_t *ap, int64_t kp, int32_t *na);
+
+/* ceil(sqrt(x)) for 0 <= x <= 2^40, exactly and without branches (the driver takes one per
+ * segment and panel). x is exact in a double and the square root is correctly rounded; below
+ * 2^40 the root of a non-square x = r^2 + d (0 < d <= 2r) lies at least 1/(2r + 2) >= 2^-21
+ * from both r and r + 1, far more than half an ulp of a double near r <= 2^20 (2^-33), so the
+ * conversion gives floor(sqrt(x)) exactly, and one comparison turns it into the ceiling
+ * (checked against the fix-up loop it replaced for every x < 2^26 and x = r^2 - 2 .. r^2 + 2,
+ * r <= 2^17 + 2). */
+static inline int64_t fx_ceil_sqrt(int64_t x)
+{
+    const int64_t r = (int64_t)sqrt((double)x);
+    return r + (r * r < x);
+}
 /* pack_bt of the AVX-512 level's 32-column panels (AVX2 code) */
 void fx_gemm_i16_pack_bt_32(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp, int64_t *sq);
 

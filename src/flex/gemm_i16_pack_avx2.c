@@ -201,16 +201,16 @@ static void fx_split_panel_16(const int16_t *bp, int64_t kp, int16_t *bs)
         }
 }
 
-/* sq[s] = max over the 6 rows of the exact sum of squares of whole segment s of a packed A
- * micro-panel (kp pairs, a short last segment left to the caller; one int32 word of two int16 per row and pair: word p * 6 + i). A
- * convolution's pre-packed panels take their norms here (fx_panel_norms): the portable loop was
+/* na[s] = the ceiling square root of the largest of the 6 rows' exact sums of squares over
+ * whole segment s of a packed A micro-panel (kp pairs, a short last segment left to the
+ * caller; one int32 word of two int16 per row and pair: word p * 6 + i). A convolution's pre-packed panels take their norms here (fx_panel_norms): the portable loop was
  * a third of an AVX-512 flex16_5 CNN step once the fast kernel ran on those products.
  * Per whole segment (8 pairs, 48 words, 6 ymm): vpmaddwd of a vector with itself gives
  * lo^2 + hi^2 per word, exact as uint32 (at most 2^31), widened to uint64 before any sum.
  * Words w and w + 24 belong to the same row (24 = lcm(6, 8)), so vectors v and v + 3 add lane
  * by lane; the 24 sums left are rows 0-3 (lanes of A), 4, 5, 0, 1 (B1) and 2-5 (B2), put
  * together with one cross-lane permute. */
-void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int64_t *sq)
+void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int32_t *na)
 {
     for (int64_t p0 = 0, s = 0; p0 + FX_GEMM_I16_SEG <= kp; p0 += FX_GEMM_I16_SEG, s++) {
         const __m256i *v = (const __m256i *)(ap + p0 * 6);
@@ -235,7 +235,7 @@ void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int64_t *sq)
         _mm_storeu_si128((__m128i *)(r + 4), r45);
         int64_t mx = r[0];
         for (int i = 1; i < 6; i++) mx = r[i] > mx ? r[i] : mx;
-        sq[s] = mx;
+        na[s] = (int32_t)fx_ceil_sqrt(mx);
     }
 }
 
