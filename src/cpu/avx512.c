@@ -112,8 +112,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
      * tile, and with the fast kernel's folds in registers the norm-tested fast kernel is what
      * pays. Paired CNN steps on a Zen 4, one thread, side by side: flex16_5 0.811 -> 0.776 of
      * fp32's step, dfp16 0.834 -> 0.830 (with the SIMD norms of pre-packed A panels,
-     * fx_gemm_i16_norms_a_6, now fx_gemm_i16_norms_a_6_avx512; without them the norms took a
-     * third of the step). */
+     * fx_gemm_i16_norms_a_6; without them the norms took a third of the step). */
     b->gemm.i16_panel_mr = FX_FLEX_MR_AVX512;
     b->gemm.i16_tile_nr = FX_FLEX_NR_AVX512;
     /* half a tile of 32 pays already: ResNet-20's 16-channel input gradients, 2.5x faster than

@@ -230,9 +230,8 @@ typedef struct fx_gemm_i16_pack {
     void (*norms_a)(const int32_t *ap, int64_t kp, int32_t *na);
 } fx_gemm_i16_pack;
 
-/* norms_a of the 6-row panels, AVX2 code and AVX-512 code (the same exact values) */
+/* norms_a of the 6-row panels (AVX2 code, shared by the AVX2 and AVX-512 levels) */
 void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int32_t *na);
-void fx_gemm_i16_norms_a_6_avx512(const int32_t *ap, int64_t kp, int32_t *na);
 
 /* ceil(sqrt(x)) for 0 <= x <= 2^40, exactly and without branches (the driver takes one per
  * segment and panel). x is exact in a double and the square root is correctly rounded; below

@@ -178,99 +178,10 @@ static void fx_a_high_6(const int32_t *ap, int64_t kp, int32_t *ahi)
     }
 }
 
-/* The exact norm of whole segment s of a packed 6-row A micro-panel, one word at a time (the
- * rare segments whose 32-bit bounds below do not settle it). */
-static int32_t fx_seg_norm_exact_6(const int32_t *seg)
-{
-    int64_t sq[FX_PACK_MR] = {0}, mx = 0;
-    for (int w = 0; w < FX_PACK_MR * FX_GEMM_I16_SEG; w++) {
-        const int32_t lo = (int16_t)(uint16_t)((uint32_t)seg[w] & 0xFFFFu);
-        const int32_t hi = (int16_t)(uint16_t)((uint32_t)seg[w] >> 16);
-        sq[w % FX_PACK_MR] += (int64_t)lo * lo + (int64_t)hi * hi;
-    }
-    for (int i = 0; i < FX_PACK_MR; i++) mx = sq[i] > mx ? sq[i] : mx;
-    return (int32_t)fx_ceil_sqrt(mx);
-}
-
-/* ceil(sqrt(x)) of 8 doubles holding integers below 2^40, as fx_ceil_sqrt (whose argument for
- * the truncated root being the exact floor holds lane by lane). */
-static inline __m256i fx_ceil_sqrt8(__m512d x)
-{
-    const __m256i r = _mm512_cvttpd_epu32(_mm512_sqrt_pd(x));
-    const __m512d rd = _mm512_cvtepu32_pd(r);
-    const __mmask8 below = _mm512_cmp_pd_mask(_mm512_mul_pd(rd, rd), x, _CMP_LT_OQ);
-    return _mm256_mask_add_epi32(r, below, r, _mm256_set1_epi32(1));
-}
-
-/* Exact segment norms of a packed 6-row A micro-panel (norms_a in gemm_i16.h): the norms of a
- * convolution's pre-packed panels, which the N = 32 and 64 output columns of the CNN's
- * products pay back over few products (the AVX2 routine, with a widening to uint64 and a
- * square root per segment, was a sixth of the input gradient's time). Segment s is words
- * 48 s .. 48 s + 47, word 6 p + i holding pair p of row i. vpmaddwd(x, x) gives
- * w = lo^2 + hi^2 <= 2^31 per word; the sums take q = floor(w / 8) <= 2^28, so the 8 words of
- * a row sum to Q <= 2^31 in a 32-bit lane, and the row's exact sum of squares S lies in
- * [8 Q, 8 Q + 56]; so does the largest over rows, between 8 max Q and 8 max Q + 56. Where both
- * ends have the same ceiling square root, that is the exact norm; elsewhere (an integer square
- * in between: rare, and the values at the fast kernel's limit in the tests are such) the
- * segment is summed again exactly.
- * Per segment (three vectors y0..y2 of words 0-15, 16-31, 32-47; word w belongs to row
- * w mod 6): y0 + (words 24-39) puts two words of row l mod 6 in each lane l, and words 16-23
- * and 40-47, moved to lanes 4-11, are rows l mod 6 there too; so lane l holds a sum of row
- * l mod 6, and row r is lanes r, r + 6 and r + 12. Sixteen segments at a time then go through
- * one register transpose, after which those sums, the maximum over rows and the square roots
- * are vertical, one segment per lane. */
-void fx_gemm_i16_norms_a_6_avx512(const int32_t *ap, int64_t kp, int32_t *na)
-{
-    _Static_assert(FX_PACK_MR * FX_GEMM_I16_SEG == 48, "a segment is three vectors");
-    const int64_t nseg = kp / FX_GEMM_I16_SEG;
-    for (int64_t s0 = 0; s0 < nseg; s0 += 16) {
-        const int ns = nseg - s0 < 16 ? (int)(nseg - s0) : 16;
-        __m512 v[16];
-        for (int j = 0; j < 16; j++) {
-            if (j >= ns) { /* a missing segment: zeros, never stored */
-                v[j] = _mm512_setzero_ps();
-                continue;
-            }
-            const int32_t *seg = ap + (s0 + j) * 48;
-            __m512i y[3];
-            for (int t = 0; t < 3; t++) {
-                const __m512i x = _mm512_loadu_si512((const void *)(seg + 16 * t));
-                y[t] = _mm512_srli_epi32(_mm512_madd_epi16(x, x), 3);
-            }
-            __m512i l = _mm512_add_epi32(y[0], _mm512_alignr_epi32(y[2], y[1], 8));
-            l = _mm512_add_epi32(l, _mm512_maskz_alignr_epi32(0x0FF0, y[1], y[1], 12));
-            l = _mm512_add_epi32(l, _mm512_maskz_alignr_epi32(0x0FF0, y[2], y[2], 4));
-            v[j] = _mm512_castsi512_ps(l);
-        }
-        fx_transpose16x16_ps(v); /* v[l]: lane l of every segment, segment j in lane j */
-        __m512i mx = _mm512_setzero_si512();
-        for (int r = 0; r < FX_PACK_MR; r++) {
-            __m512i row = _mm512_add_epi32(_mm512_castps_si512(v[r]), _mm512_castps_si512(v[r + 6]));
-            if (r + 12 < 16) row = _mm512_add_epi32(row, _mm512_castps_si512(v[r + 12]));
-            mx = _mm512_max_epu32(mx, row);
-        }
-        for (int h = 0; h < 2 && 8 * h < ns; h++) {
-            const __m256i m8 = h ? _mm512_extracti64x4_epi64(mx, 1) : _mm512_castsi512_si256(mx);
-            /* 8 Q + 56 < 2^35: exact in a double */
-            const __m512d lo = _mm512_mul_pd(_mm512_cvtepu32_pd(m8), _mm512_set1_pd(8.0));
-            const __m256i rlo = fx_ceil_sqrt8(lo);
-            const __m256i rhi = fx_ceil_sqrt8(_mm512_add_pd(lo, _mm512_set1_pd(56.0)));
-            const int left = ns - 8 * h;
-            const __mmask8 valid = (__mmask8)(left >= 8 ? 0xFF : (1u << left) - 1);
-            _mm256_mask_storeu_epi32(na + s0 + 8 * h, valid, rlo);
-            for (unsigned open = _mm256_mask_cmpneq_epi32_mask(valid, rlo, rhi); open;
-                 open &= open - 1) {
-                const int64_t s = s0 + 8 * h + __builtin_ctz(open);
-                na[s] = fx_seg_norm_exact_6(ap + s * 48);
-            }
-        }
-    }
-}
-
 const fx_gemm_i16_pack fx_gemm_i16_pack_avx512_6x32 = {.pack_a = fx_pack_a_6,
                                                        .pack_b = fx_pack_b_32,
                                                        .pack_bt = fx_gemm_i16_pack_bt_32,
                                                        .split_panel = fx_split_panel_32,
                                                        .wrap_panel = fx_wrap_panel_32,
                                                        .a_high = fx_a_high_6,
-                                                       .norms_a = fx_gemm_i16_norms_a_6_avx512};
+                                                       .norms_a = fx_gemm_i16_norms_a_6};
