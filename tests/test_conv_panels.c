@@ -83,15 +83,9 @@ static fx_operand op2d(const int16_t *data, int64_t rows, int64_t cols, int64_t 
 typedef void (*rows_fn)(const void *, int64_t, int, int64_t, int64_t, int16_t *, int64_t);
 
 /* An integer MATMUL call of a x b into out with the optional A sources (panels, rows on
- * demand) and pre-split B; nthreads 2 with rows on demand (the GEMM's threads call the source
- * at once). */
-/* The width a pre-split B handed to run_gemm_any was made at (the 6 x 32 tile's, or the narrow
- * tile's 16). */
-static int g_bsplit_nr = 32;
-
+ * demand); nthreads 2 with rows on demand (the GEMM's threads call the source at once). */
 static int run_gemm_any(fx_kernel k, fx_operand a, const int32_t *panels, rows_fn rows,
-                        const void *rows_ctx, fx_operand b, const int16_t *bsplit, int blayout,
-                        int64_t *out)
+                        const void *rows_ctx, fx_operand b, int64_t *out)
 {
     fx_op_call c;
     memset(&c, 0, sizeof c);
@@ -111,22 +105,18 @@ static int run_gemm_any(fx_kernel k, fx_operand a, const int32_t *panels, rows_f
     c.a_panels_mr = panels ? 6 : 0;
     c.a_rows = rows;
     c.a_rows_ctx = rows_ctx;
-    c.b_split = bsplit;
-    c.b_split_nr = bsplit ? g_bsplit_nr : 0;
-    c.b_split_layout = blayout;
     return k(&c);
 }
 
-static int run_gemm(fx_kernel k, fx_operand a, const int32_t *panels, fx_operand b,
-                    const int16_t *bsplit, int blayout, int64_t *out)
+static int run_gemm(fx_kernel k, fx_operand a, const int32_t *panels, fx_operand b, int64_t *out)
 {
-    return run_gemm_any(k, a, panels, NULL, NULL, b, bsplit, blayout, out);
+    return run_gemm_any(k, a, panels, NULL, NULL, b, out);
 }
 
 static int run_gemm_rows(fx_kernel k, fx_operand a, rows_fn fn, const void *ctx, fx_operand b,
                          int64_t *out)
 {
-    return run_gemm_any(k, a, NULL, fn, ctx, b, NULL, 0, out);
+    return run_gemm_any(k, a, NULL, fn, ctx, b, out);
 }
 
 /* fx_conv_rows_i16 against the patch matrix for blocks (i0, m, k0, kc) such as the GEMM asks
@@ -435,60 +425,14 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
     for (int ki = 0; ki < nk; ki++)
         for (int mode = 0; mode < 2; mode++) {
             fx_gemm_i16_set_mode(mode ? FX_GEMM_I16_NORM_ALWAYS : FX_GEMM_I16_AUTO);
-            CHECK_STATUS(run_gemm(kers[ki], A, NULL, B, NULL, 0, c0), FX_OK);
-            CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, B, NULL, 0, c1), FX_OK);
+            CHECK_STATUS(run_gemm(kers[ki], A, NULL, B, c0), FX_OK);
+            CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, B, c1), FX_OK);
             CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 8) == 0,
                   "C%lld KW%lld kernel %d mode %d: GEMM from panels differs", (long long)g.C,
                   (long long)g.KW, ki, mode);
-            /* B split once (the convolution's weights), with and without A panels, in the
-             * layout of the kernel's any-data path: split (BW), wrap (VNNI) */
-            const int lay = ki ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
-            const size_t bsn = (size_t)fx_gemm_i16_split_b_numel(K, N, 32, lay);
-            int16_t *bs = aligned_alloc(64, (bsn * 2 + 63) / 64 * 64);
-            CHECK_STATUS(fx_gemm_i16_split_b(w, N, 1, K, N, 32, lay, bs), FX_OK);
-            CHECK_STATUS(run_gemm(kers[ki], A, NULL, B, bs, lay, c1), FX_OK);
-            CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 8) == 0,
-                  "C%lld KW%lld kernel %d: GEMM with pre-split B differs", (long long)g.C,
-                  (long long)g.KW, ki);
-            memset(c1, 0, (size_t)(Pc * N) * 8);
-            CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, B, bs, lay, c1), FX_OK);
-            CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 8) == 0,
-                  "C%lld KW%lld kernel %d: GEMM from panels and pre-split B differs",
-                  (long long)g.C, (long long)g.KW, ki);
-            /* a transposed B (the convolution passes W^T as strides) splits the same way */
-            int16_t *wt = malloc((size_t)(K * N) * 2), *bs2 = aligned_alloc(64, (bsn * 2 + 63) / 64 * 64);
-            for (int64_t k = 0; k < K; k++)
-                for (int64_t j = 0; j < N; j++) wt[j * K + k] = w[k * N + j];
-            CHECK_STATUS(fx_gemm_i16_split_b(wt, 1, K, K, N, 32, lay, bs2), FX_OK);
-            CHECK(fx_gemm_i16_split_b(w, N, 1, K, N, FX_GEMM_I16_MAX_NR + 1, lay, bs2) == FX_EUNSUPPORTED &&
-                      fx_gemm_i16_split_b(w, N, 1, K, N, 0, lay, bs2) == FX_EUNSUPPORTED &&
-                      fx_gemm_i16_split_b(w, N, 1, K, N, 32, 7, bs2) == FX_EUNSUPPORTED,
-                  "pre-splitting refuses a panel width beyond its scratch and an unknown layout");
-            CHECK(memcmp(bs, bs2, bsn * 2) == 0, "split of B and of its transposed storage agree");
-            CHECK(run_gemm(kers[ki], A, NULL, B, bs + 1, lay, c1) == FX_EUNSUPPORTED,
-                  "a misaligned pre-split B is refused");
-            if (!ki)
-                CHECK(run_gemm(kers[ki], A, NULL, B, bs, FX_GEMM_I16_B_WRAP, c1) == FX_EUNSUPPORTED,
-                      "the wrap layout is refused by a level without the wrap kernel");
-            CHECK(run_gemm(kers[ki], A, NULL, B, bs, 7, c1) == FX_EUNSUPPORTED,
-                  "an unknown pre-split layout is refused");
-            if (ki) { /* the VNNI kernel takes the split layout too */
-                int16_t *bsp = aligned_alloc(64, ((size_t)fx_gemm_i16_split_b_numel(K, N, 32, FX_GEMM_I16_B_SPLIT) * 2 + 63) / 64 * 64);
-                CHECK_STATUS(fx_gemm_i16_split_b(w, N, 1, K, N, 32, FX_GEMM_I16_B_SPLIT, bsp), FX_OK);
-                memset(c1, 0, (size_t)(Pc * N) * 8);
-                CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, B, bsp, FX_GEMM_I16_B_SPLIT, c1), FX_OK);
-                CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 8) == 0,
-                      "C%lld KW%lld: VNNI GEMM with split-layout B differs", (long long)g.C,
-                      (long long)g.KW);
-                free(bsp);
-            }
-            free(bs);
-            free(bs2);
-            free(wt);
         }
-    /* outputs of at most 16 columns take the AVX-512 narrow tile (6 x 16): from plain operands,
-     * from A panels with B pre-split at width 16, and with B pre-split at the 6 x 32 tile's
-     * width (which keeps that tile), against the exact sums; forcing wrap keeps the wrap kernel */
+    /* outputs of at most 16 columns take the AVX-512 narrow tile (6 x 16): from plain operands
+     * and from A panels, against the exact sums; forcing wrap keeps the wrap kernel */
     for (int nn = 0; nn < 2 && nk; nn++) {
         const int64_t Nn = nn ? 16 : 9;
         int16_t *wn = malloc((size_t)(K * Nn) * 2);
@@ -504,37 +448,26 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
         CHECK(fx_gemm_i16_narrow(Nn) && !fx_gemm_i16_narrow(Nn + 17) && !fx_gemm_i16_narrow(0),
               "N = %lld takes the narrow tile, N = %lld and 0 do not", (long long)Nn,
               (long long)(Nn + 17));
-        int16_t *b16 = aligned_alloc(64, ((size_t)fx_gemm_i16_split_b_numel(K, Nn, 16, FX_GEMM_I16_B_SPLIT) * 2 + 63) / 64 * 64);
-        int16_t *b32 = aligned_alloc(64, ((size_t)fx_gemm_i16_split_b_numel(K, Nn, 32, FX_GEMM_I16_B_SPLIT) * 2 + 63) / 64 * 64);
-        CHECK_STATUS(fx_gemm_i16_split_b(wn, Nn, 1, K, Nn, 16, FX_GEMM_I16_B_SPLIT, b16), FX_OK);
-        CHECK_STATUS(fx_gemm_i16_split_b(wn, Nn, 1, K, Nn, 32, FX_GEMM_I16_B_SPLIT, b32), FX_OK);
         for (int ki = 0; ki < nk; ki++)
             for (int mode = 0; mode < 2; mode++) {
                 fx_gemm_i16_set_mode(mode ? FX_GEMM_I16_NORM_ALWAYS : FX_GEMM_I16_AUTO);
                 memset(got, 0, (size_t)(Pc * Nn) * 8);
-                CHECK_STATUS(run_gemm(kers[ki], A, NULL, Bn, NULL, 0, got), FX_OK);
+                CHECK_STATUS(run_gemm(kers[ki], A, NULL, Bn, got), FX_OK);
                 CHECK(memcmp(got, want, (size_t)(Pc * Nn) * 8) == 0,
                       "C%lld KW%lld N %lld kernel %d mode %d: narrow GEMM differs from the exact "
                       "sums", (long long)g.C, (long long)g.KW, (long long)Nn, ki, mode);
-                g_bsplit_nr = 16;
                 memset(got, 0, (size_t)(Pc * Nn) * 8);
-                CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, Bn, b16, FX_GEMM_I16_B_SPLIT, got), FX_OK);
+                CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, Bn, got), FX_OK);
                 CHECK(memcmp(got, want, (size_t)(Pc * Nn) * 8) == 0,
-                      "C%lld KW%lld N %lld kernel %d: narrow GEMM from panels and B split at "
-                      "width 16 differs", (long long)g.C, (long long)g.KW, (long long)Nn, ki);
-                g_bsplit_nr = 32;
-                memset(got, 0, (size_t)(Pc * Nn) * 8);
-                CHECK_STATUS(run_gemm(kers[ki], Ashape, ref, Bn, b32, FX_GEMM_I16_B_SPLIT, got), FX_OK);
-                CHECK(memcmp(got, want, (size_t)(Pc * Nn) * 8) == 0,
-                      "C%lld KW%lld N %lld kernel %d: GEMM with B split at width 32 differs",
-                      (long long)g.C, (long long)g.KW, (long long)Nn, ki);
+                      "C%lld KW%lld N %lld kernel %d mode %d: narrow GEMM from panels differs",
+                      (long long)g.C, (long long)g.KW, (long long)Nn, ki, mode);
             }
         fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
         if (nk == 2) { /* forced wrap: the 6 x 32 wrap kernel, not the narrow tile */
             CHECK_STATUS(fx_gemm_i16_force_kernel(FX_GEMM_I16_KERNEL_WRAP), FX_OK);
             CHECK(!fx_gemm_i16_narrow(Nn), "forcing wrap turns the narrow tile off");
             memset(got, 0, (size_t)(Pc * Nn) * 8);
-            CHECK_STATUS(run_gemm(kers[1], A, NULL, Bn, NULL, 0, got), FX_OK);
+            CHECK_STATUS(run_gemm(kers[1], A, NULL, Bn, got), FX_OK);
             CHECK(memcmp(got, want, (size_t)(Pc * Nn) * 8) == 0,
                   "C%lld KW%lld N %lld: forced wrap GEMM differs", (long long)g.C,
                   (long long)g.KW, (long long)Nn);
@@ -543,8 +476,6 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
         free(wn);
         free(want);
         free(got);
-        free(b16);
-        free(b32);
     }
     /* every register-tile kernel from the convolution's rows on demand */
     int64_t *g_off = malloc((size_t)(g.C * g.KH) * sizeof *g_off);
@@ -555,7 +486,7 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
     for (int ki = 0; ki < 3; ki++)
         for (int mode = 0; rk[ki] && mode < 2; mode++) {
             fx_gemm_i16_set_mode(mode ? FX_GEMM_I16_NORM_ALWAYS : FX_GEMM_I16_AUTO);
-            CHECK_STATUS(run_gemm(rk[ki], A, NULL, B, NULL, 0, c0), FX_OK);
+            CHECK_STATUS(run_gemm(rk[ki], A, NULL, B, c0), FX_OK);
             memset(c1, 0, (size_t)(Pc * N) * 8);
             CHECK_STATUS(run_gemm_rows(rk[ki], Ashape, fx_conv_rows_i16, &cr, B, c1), FX_OK);
             CHECK(memcmp(c0, c1, (size_t)(Pc * N) * 8) == 0,
@@ -566,12 +497,12 @@ static void check_case(const geo_case *cs, test_rng *rng, int avx512, int avx2)
     CHECK(run_gemm_rows(fx_flex_matmul_scalar, Ashape, fx_conv_rows_i16, &cr, B, c1) ==
               FX_EUNSUPPORTED, "the scalar kernel refuses rows on demand");
     if (avx2) /* one source of A: panels and rows together are refused */
-        CHECK(run_gemm_any(fx_flex_matmul_avx2, Ashape, ref, fx_conv_rows_i16, &cr, B, NULL, 0,
-                           c1) == FX_EUNSUPPORTED,
+        CHECK(run_gemm_any(fx_flex_matmul_avx2, Ashape, ref, fx_conv_rows_i16, &cr, B, c1) ==
+                  FX_EUNSUPPORTED,
               "panels and rows on demand together are refused");
     if (avx512 && fx_amx_bf16_usable(fx_cpu())) check_bf16_amx_rows(&g, nb, g_off, rng);
     free(g_off);
-    CHECK(run_gemm(fx_flex_matmul_scalar, Ashape, ref, B, NULL, 0, c1) == FX_EUNSUPPORTED,
+    CHECK(run_gemm(fx_flex_matmul_scalar, Ashape, ref, B, c1) == FX_EUNSUPPORTED,
           "the scalar kernel refuses panels");
     free(w);
     free(c0);

@@ -7,8 +7,7 @@
  *  - *out_imax_known is 1 and *out_imax equals a direct scan max |out[i]| of the stage, on
  *    shapes with edge tiles, K below, at and across the K blocking (FX_GEMM_I16_KC = 384, so
  *    K = 385, 800 and 1100 end on a partial K block; K = 1 and odd K leave half pairs), with A
- *    given as a matrix, as a transposed view and as rows on demand (fx_op_call.a_rows), and B
- *    pre-split where the level takes it (fx_op_call.b_split);
+ *    given as a matrix, as a transposed view and as rows on demand (fx_op_call.a_rows);
  *  - data: Gaussian-like mantissas (one-chain fast tiles), large Gaussian ones (fast tiles of
  *    several chains), constant operands at the fast kernel's chain limit (just below it: folds
  *    whose chains reach 2^31 - 32; just above it: no fast tile), full-range uniform ones (the
@@ -83,7 +82,7 @@ static void rows_of(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, 
     for (int r = 0; r < m; r++) memcpy(dst + r * ld, rc->a + (i0 + r) * rc->K + k0, (size_t)kc * 2);
 }
 
-enum { A_MATRIX, A_TRANSPOSED, A_ROWS, B_PRESPLIT };
+enum { A_MATRIX, A_TRANSPOSED, A_ROWS, A_SOURCES };
 
 /* One product through level be's MATMUL kernel; returns the fast tiles it ran (-1: mismatch,
  * reported). */
@@ -98,7 +97,6 @@ static int64_t check_product(const fx_backend *be, const char *kname, int64_t M,
     int16_t *B = malloc(sizeof(int16_t) * (size_t)(K * N));
     int64_t *want = calloc((size_t)(M * N), sizeof(int64_t));
     int64_t *got = malloc(sizeof(int64_t) * (size_t)(M * N));
-    int16_t *bsplit = NULL;
     for (int64_t i = 0; i < M * K; i++) A[i] = value(&r, kind, pattern, 0);
     for (int64_t i = 0; i < K * N; i++) B[i] = value(&r, kind, pattern, 1);
     for (int64_t i = 0; i < M; i++)
@@ -121,18 +119,6 @@ static int64_t check_product(const fx_backend *be, const char *kname, int64_t M,
     if (source == A_ROWS) {
         c.a_rows = rows_of;
         c.a_rows_ctx = &rc;
-    }
-    if (source == B_PRESPLIT) {
-        /* the width the level's convolutions pre-split at, else its tile's: the driver takes
-         * a pre-split B on every level, whether or not its convolutions make one */
-        const int nr = be->gemm.i16_panel_nr ? be->gemm.i16_panel_nr : be->gemm.i16_tile_nr;
-        const int layout = fx_gemm_i16_b_layout_for(be->gemm.i16_b_layout, K);
-        const int64_t n = fx_gemm_i16_split_b_numel(K, N, nr, layout);
-        bsplit = aligned_alloc(64, (size_t)((n * 2 + 63) / 64 * 64));
-        CHECK_STATUS(fx_gemm_i16_split_b(B, N, 1, K, N, nr, layout, bsplit), FX_OK);
-        c.b_split = bsplit;
-        c.b_split_nr = nr;
-        c.b_split_layout = layout;
     }
     c.out_ndim = 2;
     c.out_shape[0] = M;
@@ -157,7 +143,7 @@ static int64_t check_product(const fx_backend *be, const char *kname, int64_t M,
         const uint64_t m = got[i] < 0 ? 0u - (uint64_t)got[i] : (uint64_t)got[i];
         scan = m > scan ? m : scan;
     }
-    static const char *const sources[] = {"A matrix", "A transposed", "A rows", "B pre-split"};
+    static const char *const sources[A_SOURCES] = {"A matrix", "A transposed", "A rows"};
     CHECK(bad < 0 && exp == 2, "%s %s: %lldx%lldx%lld %s/%d, %s, %d threads: exp %d, first bad "
           "[%lld] %lld vs %lld", be->name, kname, (long long)M, (long long)K, (long long)N,
           data_names[kind], pattern, sources[source], threads, exp, (long long)bad,
@@ -180,7 +166,6 @@ static int64_t check_product(const fx_backend *be, const char *kname, int64_t M,
     free(B);
     free(want);
     free(got);
-    free(bsplit);
     return bad < 0 ? fast : -1;
 }
 
@@ -249,11 +234,8 @@ int main(void)
                     for (int pattern = 0;
                          pattern < (kind == DATA_EXTREME ? 3 : kind == DATA_CHAIN_EDGE ? 2 : 1);
                          pattern++)
-                        for (int source = 0; source <= B_PRESPLIT; source++) {
+                        for (int source = 0; source < A_SOURCES; source++) {
                             if (source == A_ROWS && !be->gemm.i16_row_source) continue;
-                            if (source == B_PRESPLIT && !be->gemm.i16_panel_nr &&
-                                !be->gemm.i16_tile_nr)
-                                continue;
                             for (int threads = 1; threads <= 2; threads++) {
                                 const int64_t fast =
                                     check_product(be, kname, shapes[s][0], shapes[s][1],

@@ -89,14 +89,6 @@ typedef struct fx_op_call {
      * convolution's weights, packed once for all its chunks), 64-byte aligned. Used where the
      * kernel streams A's rows; NULL, or any other kernel: in[1] is packed from its values. */
     const int8_t *b_amx_i16;
-    /* Optional, integer MATMUL: in[1] already packed for the split or wrap kernel by
-     * fx_gemm_i16_split_b (src/flex/gemm_i16.h) for b_split_nr columns per panel in layout
-     * b_split_layout; set only when the backend's gemm.i16_panel_nr equals b_split_nr, and
-     * the wrap layout only when its gemm.i16_b_layout is the wrap layout (a kernel refuses
-     * anything else with FX_EUNSUPPORTED). */
-    const int16_t *b_split;
-    int b_split_nr;
-    int b_split_layout;
 
     /* op parameters */
     float scalar_f32;     /* FX_OP_SCALE, float compute */
@@ -221,32 +213,28 @@ struct fx_conv_geom; /* src/nn/im2col.h */
 struct fx_bn_kernels; /* src/nn/bn_kernels.h */
 
 /* The GEMM tuning of a level: what its MATMUL kernels accept besides plain operands, at which
- * register-tile sizes. The convolution and the pre-split B of src/flex/gemm_i16.h read these to
- * pack operands the way the kernel wants them. All 0: plain operands only (the scalar level). */
+ * register-tile sizes. The convolution reads these to pack operands the way the kernel wants
+ * them. All 0: plain operands only (the scalar level). */
 typedef struct fx_gemm_tuning {
     /* The register-tile height of the integer MATMUL kernel when it accepts pre-packed A
      * panels (fx_op_call.a_panels); 0 when it does not. */
     int i16_panel_mr;
-    int i16_panel_nr; /* its register-tile width, for pre-split B (fx_op_call.b_split) */
-    /* nonzero: the width of its narrow tile, which takes products of at most
-     * FX_GEMM_I16_NARROW_N columns (fx_gemm_i16_narrow), so pre-split B of so few columns is
-     * made at this width and in the split layout */
-    int i16_panel_nr_narrow;
-    /* The integer MATMUL kernel's register-tile width in output columns, whether or not it
-     * takes pre-split B. A convolution's input gradient runs as a forward convolution with C
-     * output columns from this many input channels up (src/nn/conv2d.c); 0: 32. */
+    /* The integer MATMUL kernel's register-tile width in output columns. A convolution's input
+     * gradient runs as a forward convolution with C output columns from this many input
+     * channels up (src/nn/conv2d.c); 0: 32. */
     int i16_tile_nr;
     /* The fewest input channels from which a stride-1 integer convolution's input gradient
      * runs as a forward convolution instead of col2im (src/nn/conv2d.c); 0: i16_tile_nr. */
     int i16_bwd_fwd_min_c;
     /* nonzero when the integer MATMUL kernel takes A rows on demand (fx_op_call.a_rows) */
     int i16_row_source;
-    /* FX_GEMM_I16_B_WRAP when it has the wrap kernel and so takes pre-split B in the wrap
-     * layout too (wanted where fx_gemm_i16_wrap_pays); FX_GEMM_I16_B_SPLIT otherwise */
+    /* FX_GEMM_I16_B_WRAP when its integer MATMUL kernel has the wrap kernel (which takes the
+     * split kernel's place where fx_gemm_i16_wrap_pays; fx_gemm_i16_b_layout_for),
+     * FX_GEMM_I16_B_SPLIT otherwise */
     int i16_b_layout;
     /* nonzero when the integer MATMUL kernel is the AMX one (src/flex/gemm_i16_amx.c), which
      * packs plain operands itself: while fx_gemm_i16_amx_on(), a convolution hands it the
-     * patch matrix and the plain weights instead of panels and a pre-split B */
+     * patch matrix and the plain weights instead of A panels */
     int i16_amx;
     int f32_panel_mr; /* the same for the fp32 MATMUL kernels (fp32, fp16, bf16 operands) */
     /* nonzero when the bf16 x bf16 MATMUL kernel runs on bf16 pairs (src/bf16/bf16_gemm.h) and

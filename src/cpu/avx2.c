@@ -66,8 +66,8 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     fx_flex_set_kernel(b, FX_OP_SUM, fx_flex_sum_avx2);
     fx_flex_set_kernel(b, FX_OP_MATMUL, fx_flex_matmul_avx2);
     /* int16 GEMM tuning: a convolution's patch rows on demand (src/nn/conv_panels.h,
-     * fx_conv_rows_i16); no pre-split B (gemm.i16_panel_nr stays 0): a pre-split B takes the
-     * split kernel on every tile, and on AVX2 the norm-tested fast kernel is what pays */
+     * fx_conv_rows_i16); B is packed per product, so that the norm-tested fast kernel, which
+     * is what pays on AVX2, can take its tiles */
     b->gemm.i16_row_source = 1;
     b->gemm.i16_tile_nr = 16; /* FX_NR of intops_avx2.c */
     b->bn = &fx_bn_kernels_avx2; /* batch norm: the portable sums, four lanes and channels at once */

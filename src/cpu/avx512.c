@@ -107,12 +107,10 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
         b->conv.byte_planes_i16 = fx_conv_byte_planes_avx512;
         b->conv.wtiles_i16 = fx_conv_wtiles_i16_avx512;
     }
-    /* int16 GEMM tuning: pre-packed A panels of its 6 x 32 tile; no pre-split B
-     * (gemm.i16_panel_nr stays 0), as on AVX2: a pre-split B takes the wrap kernel on every
-     * tile, and with the fast kernel's folds in registers the norm-tested fast kernel is what
-     * pays. Paired CNN steps on a Zen 4, one thread, side by side: flex16_5 0.811 -> 0.776 of
-     * fp32's step, dfp16 0.834 -> 0.830 (with the SIMD norms of pre-packed A panels,
-     * fx_gemm_i16_norms_a_6; without them the norms took a third of the step). */
+    /* int16 GEMM tuning: pre-packed A panels of its 6 x 32 tile; B is packed per product, as
+     * on AVX2, so that the norm-tested fast kernel (its folds in registers), which is what
+     * pays, can take its tiles. The norms of pre-packed A panels are SIMD too
+     * (fx_gemm_i16_norms_a_6; without them the norms took a third of a CNN step on a Zen 4). */
     b->gemm.i16_panel_mr = FX_FLEX_MR_AVX512;
     b->gemm.i16_tile_nr = FX_FLEX_NR_AVX512;
     /* half a tile of 32 pays already: ResNet-20's 16-channel input gradients, 2.5x faster than

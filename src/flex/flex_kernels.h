@@ -140,7 +140,7 @@ int fx_flex_sum_avx512(const fx_op_call *c);
 int fx_flex_matmul_avx512bw(const fx_op_call *c);   /* vpmaddwd + vpaddd */
 int fx_flex_matmul_avx512vnni(const fx_op_call *c); /* vpdpwssd */
 /* The AMX-INT8 kernel (src/flex/gemm_i16_amx.c): plain operands of at least 16 x 32 x 16 on
- * byte tiles, anything else (pre-packed or on-demand A, pre-split B, small products) handed to
+ * byte tiles, anything else (pre-packed or on-demand A, small products) handed to
  * fx_flex_matmul_avx512vnni; the same exact int64 sums. Whether this process may run it (the
  * CPU's amx_int8 and the kernel's permission, asked once), and the tile products' rate in
  * operations per second of the calling thread's CPU time (only where usable). */
@@ -153,8 +153,8 @@ void fx_gemm_i16_amx_pack_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t 
                             int8_t *bpk);
 int fx_amx_int8_usable(const fx_cpu_features *cpu);
 double fx_amx_int8_rate(long iters, int reps);
-/* The register tile of the AVX-512 integer MATMUL kernels: the A panel height and pre-split B
- * panel width they take (fx_backend.gemm.i16_panel_mr, gemm.i16_panel_nr) */
+/* The register tile of the AVX-512 integer MATMUL kernels: the A panel height they take and
+ * their width in output columns (fx_backend.gemm.i16_panel_mr, gemm.i16_tile_nr) */
 #define FX_FLEX_MR_AVX512 6
 #define FX_FLEX_NR_AVX512 32
 #define FX_FLEX_NR_NARROW_AVX512 16 /* the tile of products of at most 16 columns */

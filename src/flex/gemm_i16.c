@@ -306,55 +306,10 @@ static int64_t fx_norm_max(const int32_t *nrm, int64_t n)
     return m;
 }
 
-/* int16 units of one pre-packed B micro-panel of kp pairs in the given layout */
+/* int16 units of one split or wrap B micro-panel of kp pairs in the given layout */
 static int64_t fx_b_panel_numel(int64_t kp, int nr, int layout)
 {
     return layout == FX_GEMM_I16_B_WRAP ? fx_gemm_i16_wrap_panel_numel(kp, nr) : kp * 4 * nr;
-}
-
-static int fx_b_layout_known(int layout)
-{
-    return layout == FX_GEMM_I16_B_SPLIT || layout == FX_GEMM_I16_B_WRAP;
-}
-
-/* Where panel j of the K block starting at pc (kp pairs) lies in a pre-split B of np panels per
- * block (gemm_i16.h): every block before it is a full one of FX_GEMM_KC values. */
-static int64_t fx_b_pre_offset(int64_t pc, int64_t j, int64_t kp, int64_t np, int nr, int layout)
-{
-    return pc / FX_GEMM_KC * np * fx_b_panel_numel(FX_GEMM_KC / 2, nr, layout) +
-           j * fx_b_panel_numel(kp, nr, layout);
-}
-
-int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr, int layout)
-{
-    const int64_t np = (N + nr - 1) / nr, full = K / FX_GEMM_KC, rest = K % FX_GEMM_KC;
-    return np * (full * fx_b_panel_numel(FX_GEMM_KC / 2, nr, layout) +
-                 (rest ? fx_b_panel_numel((rest + 1) / 2, nr, layout) : 0));
-}
-
-int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,
-                        int layout, int16_t *out)
-{
-    static const fx_gemm_i16_kernel portable = {0}; /* pack NULL: the portable loops */
-    if (nr < 1 || nr > FX_GEMM_I16_MAX_NR || K < 0 || N < 0 || !fx_b_layout_known(layout))
-        return FX_EUNSUPPORTED; /* the builders' scratch holds at most FX_GEMM_I16_MAX_NR */
-    const int64_t np = (N + nr - 1) / nr;
-    int16_t *plain = malloc((size_t)(FX_GEMM_KC * nr) * sizeof *plain); /* one plain panel */
-    if (!plain) return FX_ENOMEM;
-    for (int64_t pc = 0; pc < K; pc += FX_GEMM_KC) {
-        const int64_t kcur = fx_min64(FX_GEMM_KC, K - pc), kp = (kcur + 1) / 2;
-        for (int64_t j = 0; j < np; j++) {
-            int16_t *dst = out + fx_b_pre_offset(pc, j, kp, np, nr, layout);
-            fx_pack_b(&portable, b + pc * sbk + j * nr * sbn, sbk, sbn, kcur,
-                      fx_min64(nr, N - j * nr), nr, plain, NULL);
-            if (layout == FX_GEMM_I16_B_WRAP)
-                fx_wrap_panel(&portable, plain, kp, nr, dst);
-            else
-                fx_split_panel(&portable, plain, kp, nr, dst);
-        }
-    }
-    free(plain);
-    return FX_OK;
 }
 
 static _Atomic int g_mode = FX_GEMM_I16_AUTO;
@@ -442,13 +397,12 @@ typedef struct fx_gemm_plan {
     const int16_t *a, *b;
     int64_t M, K, N, sam, sak, sbk, sbn;
     /* what is pre-packed: A panels over the whole K (kp_all pairs each; a convolution's), A
-     * rows on demand, a pre-split B of np_all panels per K block (each NULL when absent) */
+     * rows on demand (each NULL when absent) */
     const int32_t *apan;
     void (*a_rows)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int16_t *dst,
                    int64_t ld);
     const void *a_rows_ctx;
-    const int16_t *bpre;
-    int64_t np_all, kp_all;
+    int64_t kp_all;
     /* route: the any-data kernel (wrap, in layout blayout, or split), whether the fast kernel
      * is tried (use_fast), whether its size gates apply (gated) and what they are */
     int use_wrap, blayout, use_fast, gated;
@@ -468,11 +422,11 @@ typedef struct fx_gemm_plan {
 
 /* Choose the route, blocking and threads of a product (the call's operands are checked here;
  * FX_EUNSUPPORTED for what the level cannot run). Why each choice:
- *  - the any-data kernel is wrap where the level has it and it pays for this K (or a pre-split
- *    B names it by its layout), else split: both give every tile an exact result;
+ *  - the any-data kernel is wrap where the level has it and it pays for this K, else split:
+ *    both give every tile an exact result;
  *  - the fast kernel is tried (norms computed while packing) unless a kernel is forced that
- *    takes no norms, B is pre-split (its plain panel is gone) or, in mode AUTO, the product has
- *    fewer rows than the level's gate: norms are paid back only by enough fast tiles;
+ *    takes no norms or, in mode AUTO, the product has fewer rows than the level's gate: norms
+ *    are paid back only by enough fast tiles;
  *  - K blocks of at most FX_GEMM_KC values keep every int32 chain exact (gemm_i16.h); row
  *    blocks of FX_GEMM_MC rows and column blocks of FX_GEMM_NC columns keep the packed A block
  *    in L2 and the B block in L3;
@@ -504,15 +458,8 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     if (pl->apan && c->a_rows) return FX_EUNSUPPORTED; /* one source of A */
     pl->a_rows = c->a_rows;
     pl->a_rows_ctx = c->a_rows_ctx;
-    pl->bpre = c->b_split; /* pre-split B (fx_gemm_i16_split_b) */
-    pl->use_wrap = pl->bpre ? c->b_split_layout == FX_GEMM_I16_B_WRAP
-                            : kd->wrap != NULL && g_wrap_enabled && fx_gemm_i16_wrap_pays(K);
+    pl->use_wrap = kd->wrap != NULL && g_wrap_enabled && fx_gemm_i16_wrap_pays(K);
     pl->blayout = pl->use_wrap ? FX_GEMM_I16_B_WRAP : FX_GEMM_I16_B_SPLIT;
-    if (pl->bpre && (c->b_split_nr != nr || ((uintptr_t)pl->bpre & 63) ||
-                     !fx_b_layout_known(c->b_split_layout)))
-        return FX_EUNSUPPORTED;
-    if (pl->use_wrap && !kd->wrap) return FX_EUNSUPPORTED; /* a level without the wrap kernel */
-    pl->np_all = (N + nr - 1) / nr;
     pl->kp_all = (K + 1) / 2;
     /* a forced kernel (fx_gemm_i16_force_kernel) maps onto the test modes: split and wrap take
      * no norms, fast tests them everywhere */
@@ -524,7 +471,7 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     const int64_t min_m = kd->fast_min_m ? kd->fast_min_m : FX_GEMM_FAST_MIN_M;
     pl->min_n = kd->fast_min_n ? kd->fast_min_n : FX_GEMM_FAST_MIN_N;
     pl->min_kp = kd->fast_min_kp ? kd->fast_min_kp : FX_GEMM_FAST_MIN_KP;
-    pl->use_fast = kd->fast != NULL && !pl->bpre && mode != FX_GEMM_I16_SPLIT_ONLY &&
+    pl->use_fast = kd->fast != NULL && mode != FX_GEMM_I16_SPLIT_ONLY &&
                    (mode == FX_GEMM_I16_NORM_ALWAYS || M >= min_m);
     pl->gated = mode != FX_GEMM_I16_NORM_ALWAYS;
     pl->out = c->out_i64;
@@ -532,12 +479,11 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     if (M == 0 || N == 0 || K == 0) return FX_OK; /* no blocks: fx_gemm_i16 writes the zeros */
 
     pl->kc = fx_min64(FX_GEMM_KC, K);
-    if (kd->equal_k_blocks && !pl->bpre && K > FX_GEMM_KC) {
+    if (kd->equal_k_blocks && K > FX_GEMM_KC) {
         /* every block costs one pass over the int64 stage and the packing's per-block work,
          * which a short last block pays for few products (K = 800, the CNN's conv2 forward:
          * 272 + 272 + 256 instead of 384 + 384 + 32; its input gradient's K = 1600: 5 x 320
-         * instead of 4 x 384 + 64). A pre-split B keeps the fixed blocks its layout was made
-         * for (gemm_i16.h). */
+         * instead of 4 x 384 + 64). */
         const int64_t nblocks = (K + FX_GEMM_KC - 1) / FX_GEMM_KC, seg = 2 * FX_GEMM_I16_SEG;
         pl->kc = fx_min64(FX_GEMM_KC, ((K + nblocks - 1) / nblocks + seg - 1) / seg * seg);
     }
@@ -558,7 +504,7 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
      * (wrap kernel; made on demand too, as tiles that all take the fast kernel need none), its
      * segment norms; pre-packed operands need no packing buffers of their own */
     pl->npan_max = pl->nc / nr;
-    pl->bs_elems = pl->bpre ? 0 : (size_t)(pl->npan_max * fx_b_panel_numel(pl->kp_max, nr, pl->blayout));
+    pl->bs_elems = (size_t)(pl->npan_max * fx_b_panel_numel(pl->kp_max, nr, pl->blayout));
     pl->a_elems = pl->apan ? 0 : (size_t)(pl->kp_max * mc);                     /* int32 */
     pl->ah_elems = pl->use_wrap ? (size_t)(pl->kp_max * mc) : 0;                /* int32 */
     pl->na_elems = (size_t)(mc / mr * (pl->nseg_max + 1));                      /* int32 */
@@ -624,12 +570,11 @@ typedef struct fx_gemm_block {
 
 /* Pack the B block (all threads, panels split between them): the plain panels the fast kernel
  * reads and from which the any-data layouts are made on demand, with the segment norms when
- * the block's tiles take the norm test. Nothing to do with a pre-split B. Ends on the implicit
- * barrier of the loop, so that the block is complete before any thread reads it. */
+ * the block's tiles take the norm test. Ends on the implicit barrier of the loop, so that the
+ * block is complete before any thread reads it. */
 static void fx_gemm_pack_b_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
                                  const fx_gemm_block *bk)
 {
-    if (pl->bpre) return;
     const int nr = pl->nr;
     const int16_t *bblk = pl->b + bk->pc * pl->sbk + bk->jc * pl->sbn;
     FX_OMP(omp for schedule(static))
@@ -692,10 +637,6 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
         const int n = (int)fx_min64(nr, bk->ncur - j0);
         const int16_t *bp = sh->bpack + jp * kp * 2 * nr;
         int16_t *bsp = th->bsplit + jp * bk->bpanel;
-        const int16_t *bpre_p =
-            pl->bpre ? pl->bpre + fx_b_pre_offset(bk->pc, bk->jc / nr + jp, kp, pl->np_all, nr,
-                                                  pl->blayout)
-                     : NULL;
         for (int64_t ir = 0; ir < mcur; ir += mr) {
             int64_t *ct = pl->out + (i0 + ir) * N + bk->jc + j0;
             const int m = (int)fx_min64(mr, mcur - ir);
@@ -709,8 +650,7 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
                 block_fast++;
                 continue;
             }
-            const int16_t *bany = bpre_p ? bpre_p : bsp;
-            if (!bpre_p && th->split_tag[jp] != th->block_id) {
+            if (th->split_tag[jp] != th->block_id) {
                 if (pl->use_wrap)
                     fx_wrap_panel(kd, bp, kp, nr, bsp);
                 else
@@ -722,9 +662,9 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
                     fx_a_high(kd, apn, kp, mr, th->ahi + ir * kp);
                     th->ahi_tag[ir / mr] = th->a_block;
                 }
-                kd->wrap(kp, apn, th->ahi + ir * kp, bany, ct, N, m, n, accumulate, amax);
+                kd->wrap(kp, apn, th->ahi + ir * kp, bsp, ct, N, m, n, accumulate, amax);
             } else
-                kd->ukr(kp, apn, bany, ct, N, m, n, accumulate, amax);
+                kd->ukr(kp, apn, bsp, ct, N, m, n, accumulate, amax);
             th->split_tiles++;
         }
     }
@@ -796,7 +736,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     }
 
     fx_gemm_shared sh;
-    sh.bpack = fx_gemm_alloc(pl.bpre ? 0 : (size_t)(pl.kp_max * 2 * pl.nc) * sizeof(int16_t));
+    sh.bpack = fx_gemm_alloc((size_t)(pl.kp_max * 2 * pl.nc) * sizeof(int16_t));
     /* B segment norms, then each panel's largest */
     sh.bnorm = fx_gemm_alloc((size_t)(pl.nc / pl.nr * (pl.nseg_max + 1)) * sizeof(int32_t));
     sh.bnorm_max = sh.bnorm ? sh.bnorm + pl.nc / pl.nr * pl.nseg_max : NULL;

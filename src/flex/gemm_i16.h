@@ -152,8 +152,8 @@ typedef void (*fx_gemm_i16_wrap_ukr)(int64_t kp, const int32_t *ap, const int32_
  * (K = 25, 13 pairs) 0.82x. On the Xeon reporting family 6 model 167, ResNet-20's 16-channel
  * 3x3 convolutions (K = 144, 72 pairs, N = 16) ran their forward pass and input gradient 11 %
  * faster on split than on wrap (one thread, 10.3 against 11.7 ms), so the gate sits above
- * them too: a product whose K block is shorter takes the split kernel (and a convolution
- * pre-splits its weights for it). Longer K blocks (K >= 256) go to AMX where a CPU has it. */
+ * them too: a product whose K block is shorter takes the split kernel. Longer K blocks
+ * (K >= 256) go to AMX where a CPU has it. */
 #define FX_GEMM_I16_WRAP_MIN_KP 128
 
 /* The int16 GEMM's kernel choice, process-wide (FLEXPOINT_KERNEL_I16_GEMM, flexpoint_set_kernel;
@@ -163,10 +163,8 @@ typedef void (*fx_gemm_i16_wrap_ukr)(int64_t kp, const int32_t *ap, const int32_
  * on every tile, no norms. WRAP: the wrap kernel on every tile and K, no norms (only on a level
  * that has it). FAST: the norm test on every tile of every product, no gates and no probe; the
  * tiles it refuses take the any-data kernel AUTO would take, since the fast kernel cannot be
- * forced on data that would wrap its int32 chains. A pre-split B (a convolution's weights)
- * takes the any-data kernel of its layout, which the convolution chooses with
- * fx_gemm_i16_b_layout_for, so it follows the setting too. Every choice gives the same exact
- * int64 sums; only the speed differs. */
+ * forced on data that would wrap its int32 chains. Every choice gives the same exact int64
+ * sums; only the speed differs. */
 enum {
     FX_GEMM_I16_KERNEL_AUTO = 0,
     FX_GEMM_I16_KERNEL_SPLIT = 1,
@@ -254,8 +252,7 @@ typedef struct fx_gemm_i16_kernel {
     fx_gemm_i16_fast_ukr fast; /* plain kernel: tiles whose norms allow it (NULL: never) */
     const fx_gemm_i16_pack *pack; /* packing for this mr x nr (NULL: portable loops) */
     fx_gemm_i16_wrap_ukr wrap; /* when set, takes the split kernel's place on every tile of
-                                * products where fx_gemm_i16_wrap_pays, and with a pre-split B
-                                * in the wrap layout */
+                                * products where fx_gemm_i16_wrap_pays */
     /* Size gates of the norm test in mode AUTO: products with fewer rows, B blocks with fewer
      * columns and K blocks with fewer pairs than these take the any-data kernel without norms.
      * Where the norms pay depends on how much the fast kernel saves against the level's
@@ -263,18 +260,18 @@ typedef struct fx_gemm_i16_kernel {
      * (FX_GEMM_FAST_MIN_* in gemm_i16.c). */
     int fast_min_m, fast_min_n, fast_min_kp;
     /* nonzero: K blocks of equal size (at most FX_GEMM_I16_KC values, a whole number of norm
-     * segments) where B is not pre-split, instead of full blocks and a short rest; set where it
-     * was measured to pay (the AVX2 level: the CNN's K = 1600 input gradient 8 % faster). The
-     * sums are exact either way, so the bits do not change. */
+     * segments) instead of full blocks and a short rest; set where it was measured to pay (the
+     * AVX2 level: the CNN's K = 1600 input gradient 8 % faster). The sums are exact either
+     * way, so the bits do not change. */
     int equal_k_blocks;
 } fx_gemm_i16_kernel;
 
-/* Layouts of a pre-packed B (fx_gemm_i16_split_b; fx_op_call.b_split_layout). */
+/* Layouts of the any-data kernels' B micro-panels (made from the plain ones on demand). */
 enum { FX_GEMM_I16_B_SPLIT = 0, FX_GEMM_I16_B_WRAP = 1 };
 
 /* The B layout a product with inner dimension K takes on a level whose fx_backend
  * gemm.i16_b_layout is level_layout: the wrap layout where the level has the wrap kernel and it
- * pays for this K, else the split layout (what a convolution pre-splits its weights in). */
+ * pays for this K, else the split layout. */
 static inline int fx_gemm_i16_b_layout_for(int level_layout, int64_t K)
 {
     return level_layout == FX_GEMM_I16_B_WRAP && fx_gemm_i16_wrap_pays(K) ? FX_GEMM_I16_B_WRAP
@@ -294,22 +291,6 @@ extern const fx_gemm_i16_pack fx_gemm_i16_pack_avx2_6x16;
  * above (a programming error of the level). */
 int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *k);
 
-/* Pre-split B, for many products with one B (a convolution's chunks, whose GEMMs would each
- * pack and split the same weights again): every K block of FX_GEMM_I16_KC values and every
- * nr-column panel in the split or the wrap layout above (layout: FX_GEMM_I16_B_*); with PS(kp)
- * the size of one panel of kp pairs (4*nr*kp, or fx_gemm_i16_wrap_panel_numel), block pc (a
- * multiple of FX_GEMM_I16_KC) starts at out + (pc / FX_GEMM_I16_KC) * NP * PS(FX_GEMM_I16_KC/2)
- * and its panel j at + j * PS(kp), kp being the block's pairs and NP = ceil(N/nr). out must be
- * 64-byte aligned (the micro-kernels load whole aligned vectors). An FX_OP_MATMUL call with
- * fx_op_call.b_split (b_split_nr = nr, b_split_layout = the level's fx_backend
- * gemm.i16_b_layout, or the split layout) then skips B packing and takes the split or wrap
- * kernel on every tile the fast kernel does not take. */
-int64_t fx_gemm_i16_split_b_numel(int64_t K, int64_t N, int nr, int layout);
-int fx_gemm_i16_split_b(const int16_t *b, int64_t sbk, int64_t sbn, int64_t K, int64_t N, int nr,
-                        int layout, int16_t *out); /* FX_OK, FX_ENOMEM (nothing usable
-                                                      written), or FX_EUNSUPPORTED for nr outside
-                                                      1..FX_GEMM_I16_MAX_NR or an unknown layout */
-
 /* ---- instrumentation for tests and benchmarks --------------------------------------------- */
 
 /* Path selection, process-wide: AUTO (the norm test picks per tile and K block, on products
@@ -323,9 +304,8 @@ void fx_gemm_i16_set_mode(int mode);
  * SIMD packing (the tests check that both give the same products). */
 void fx_gemm_i16_set_portable_packing(int on);
 
-/* Process-wide, default on: when off, products whose B is not pre-split take the split kernel
- * where the wrap kernel would run (a pre-split B still takes the kernel of its layout). For the
- * tests and bench_gemm_i16, which compare the two kernels on one machine. */
+/* Process-wide, default on: when off, products take the split kernel where the wrap kernel
+ * would run. For the tests and bench_gemm_i16, which compare the two kernels on one machine. */
 void fx_gemm_i16_set_wrap(int on);
 
 /* Tile x K-block counts taken by each kernel since the last reset (summed over threads). */

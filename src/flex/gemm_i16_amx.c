@@ -448,13 +448,12 @@ static void amx_i16_block(const amx_i16_job *j, const int8_t *ap, const int8_t *
     }
 }
 
-/* Products this kernel takes: plain operands (pre-packed or on-demand A and pre-split B are
- * the register-tile driver's layouts) with at least one whole block of work. */
+/* Products this kernel takes: plain operands (pre-packed or on-demand A are the register-tile
+ * driver's layouts) with at least one whole block of work. */
 static int amx_i16_takes(const fx_op_call *c)
 {
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
-    return fx_gemm_i16_amx_on() && c->a_panels == NULL && c->b_split == NULL && M >= 16 &&
-           N >= 16 && K >= 32;
+    return fx_gemm_i16_amx_on() && c->a_panels == NULL && M >= 16 && N >= 16 && K >= 32;
 }
 
 /* Column panels of B per group (FX_AMX_I16_B_GROUP_BYTES) for panels of `panel` bytes */

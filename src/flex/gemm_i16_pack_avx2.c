@@ -133,7 +133,7 @@ static void fx_pack_bt_16(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp
 /* The same for the AVX-512 level's 32-column plain panel (word stride 32, four quarters of 8
  * columns; AVX2 code, which that level's CPUs run): a convolution's weights reach the GEMM as
  * such a B, and the portable loop that packed them was a third of the driver's time in an
- * AVX-512 flex16_5 CNN step once they were no longer pre-split. */
+ * AVX-512 flex16_5 CNN step. */
 void fx_gemm_i16_pack_bt_32(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp, int64_t *sq)
 {
     int32_t *out = (int32_t *)(void *)bp;

@@ -302,7 +302,7 @@ int fx_flex_matmul_avx2(const fx_op_call *c)
                                           .fast_min_m = 1, .fast_min_n = 1, .fast_min_kp = 16,
                                           .equal_k_blocks = 1};
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
-    if (!c->a_panels && !c->a_rows && !c->b_split && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS)
+    if (!c->a_panels && !c->a_rows && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS)
         return fx_flex_matmul_scalar(c);
     return fx_gemm_i16(c, &k);
 }

@@ -544,11 +544,11 @@ static void fx_ukr16_avx512bw(int64_t kp, const int32_t *ap, const int16_t *bp, 
 }
 
 /* The 6 x 16 tile for a product of at most 16 columns (fx_gemm_i16_narrow), with the AVX2
- * level's 6 x 16 packing (its B layout is the same); any pre-split B must be in it. */
+ * level's 6 x 16 packing (its B layout is the same). */
 static int fx_take_narrow(const fx_op_call *c)
 {
     const int64_t N = c->in[1].shape[1];
-    return fx_gemm_i16_narrow(N) && (c->b_split == NULL || c->b_split_nr == FX_NR16);
+    return fx_gemm_i16_narrow(N);
 }
 
 static int fx_small_matmul(const fx_op_call *c)
@@ -556,8 +556,7 @@ static int fx_small_matmul(const fx_op_call *c)
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
     /* pre-packed panels and on-demand rows (a convolution's A) exist only for the
      * register-tile kernels */
-    return c->a_panels == NULL && c->a_rows == NULL && c->b_split == NULL &&
-           M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS;
+    return c->a_panels == NULL && c->a_rows == NULL && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS;
 }
 
 int fx_flex_matmul_avx512vnni(const fx_op_call *c)

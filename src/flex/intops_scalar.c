@@ -147,7 +147,7 @@ int fx_flex_sum_scalar(const fx_op_call *c)
  * by one element of a (i-k-j order, unit stride over the output). */
 int fx_flex_matmul_scalar(const fx_op_call *c)
 {
-    if (c->a_panels || c->a_rows || c->b_split) return FX_EUNSUPPORTED; /* only strided matrices */
+    if (c->a_panels || c->a_rows) return FX_EUNSUPPORTED; /* only strided matrices */
     const int16_t *a = fx_in16(c, 0), *b = fx_in16(c, 1);
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
     const int64_t sam = c->in[0].strides[0], sak = c->in[0].strides[1];

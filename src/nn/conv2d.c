@@ -287,12 +287,11 @@ static void *conv_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char
 #define FX_CONV_AMX_MIN_K 256
 
 /* Pre-packed operands of a convolution's chunk GEMMs (backend.h): A panels or A rows on
- * demand, and a pre-split B, each NULL when the GEMM packs that operand itself. */
+ * demand, and B packed once for the AMX kernels, each NULL when the GEMM packs that operand
+ * itself. */
 typedef struct conv_prepacked {
     const void *a_panels;
     int a_mr;
-    const int16_t *b_split;
-    int b_nr, b_layout;
     /* A's rows on demand and, beside them, the AMX kernel's tiles (fx_op_call.a_rows and
      * .a_tiles, conv_panels.h): the forward patch rows (fx_conv_rows_i16, tiles_i16) or the
      * weight gradient's (fx_conv_wrows_i16, wtiles_i16); NULL where the GEMM reads A */
@@ -342,9 +341,6 @@ static int conv_matmul_with(fx_operand a, const conv_prepacked *pp, fx_operand b
     if (pp) {
         c.a_panels = pp->a_panels;
         c.a_panels_mr = pp->a_mr;
-        c.b_split = pp->b_split;
-        c.b_split_nr = pp->b_nr;
-        c.b_split_layout = pp->b_layout;
         c.a_rows = pp->a_rows;
         c.a_rows_ctx = pp->a_rows_ctx;
         if (pp->a_rows) { /* tiles only beside rows, which every other kernel takes */
@@ -743,26 +739,10 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     /* integer path: each chunk's largest |sum|, taken while the chunk is in cache, so that
      * the write needs no pass of its own over the int64 stage for the exponent */
     uint64_t *chunk_max = conv_alloc(&s, plan.nchunks, sizeof(uint64_t), &rc, func);
-    /* integer compute: the weights split once for all chunks (each chunk's GEMM would split
-     * the same B again) */
-    /* O <= 16 output channels: the level's narrow tile, whose split kernel takes no wrap layout */
-    const int b_narrow = ic && !plain_i16 && be->gemm.i16_panel_nr_narrow && fx_gemm_i16_narrow(g.O);
-    const int b_nr = !ic || plain_i16 ? 0
-                     : b_narrow       ? be->gemm.i16_panel_nr_narrow
-                                      : be->gemm.i16_panel_nr;
-    const int b_layout = b_narrow ? FX_GEMM_I16_B_SPLIT
-                                  : fx_gemm_i16_b_layout_for(be->gemm.i16_b_layout, CKK);
-    int16_t *wsplit = b_nr ? conv_alloc(&s,
-                                        fx_gemm_i16_split_b_numel(CKK, g.O, b_nr, b_layout) + 32,
-                                        sizeof(int16_t), &rc, func)
-                           : NULL;
     if (rc) {
         fx_scratch_free(&s);
         return rc;
     }
-    wsplit = conv_align64(wsplit); /* (gemm_i16.h); 32 spare int16 cover the shift */
-    if (wsplit && fx_gemm_i16_split_b(wdata, 1, CKK, CKK, g.O, b_nr, b_layout, wsplit) != FX_OK)
-        wsplit = NULL; /* the chunks' GEMMs split the weights themselves */
     /* bf16 on the AMX route from patch rows: the weights packed in its tiles once for all
      * chunks (each chunk's GEMM would pack the same B again: about 5 % of a bf16 CNN step) */
     uint16_t *bamx = NULL;
@@ -794,8 +774,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         char *myxp = xp + (size_t)(tid * xp_n) * esz;
         /* the chunk's A: panels built from the padded input, rows the GEMM gathers from it,
          * or the patch matrix; the same GEMM call for all */
-        conv_prepacked pp = {.b_split = wsplit, .b_nr = b_nr, .b_layout = b_layout, .b_amx = bamx,
-                             .b_amx_i16 = bamx16};
+        conv_prepacked pp = {.b_amx = bamx, .b_amx_i16 = bamx16};
         char *myxq = xq ? xq + (size_t)(tid * xp_n) * esz : NULL;
         const fx_conv_rows rows = {&g, (const int16_t *)(const void *)(myxq ? myxq : myxp), goff,
                                    myxq != NULL};
