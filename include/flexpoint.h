@@ -900,6 +900,30 @@ FX_API int flexpoint_instruction_limits(double *fp32_fma, double *i16_pairs, dou
  *  @return A static string owned by the library. */
 FX_API const char *flexpoint_instruction_limits_report(void);
 
+/** @brief The exact int16 GEMM's work since the process started (flexpoint_gemm_i16_stats()):
+ *  FLEX16_5 and DFP16 products (matmul, linear, convolution) on the CPU's register-tile
+ *  kernels, summed over threads and calls. Each register tile of each K block takes the fast
+ *  kernel (one multiply per pair of k, int32 chains folded as the tile's segment norms allow)
+ *  or an any-data kernel (split or wrap: 1.5 to 2 multiplies per pair, for data the norms do
+ *  not clear, and products whose K blocks are too short to pay for the norms); the results are
+ *  the same bits either way, so these counts only say where the speed went. Products on the AMX
+ *  kernel, the GPU, or in the portable level are not counted. Compare two readings for one
+ *  piece of work (counts are process-wide: other threads' products count too). */
+typedef struct flexpoint_gemm_i16_stats_t {
+    int64_t fast_tiles;    /**< tile x K-block units on the fast kernel */
+    int64_t anydata_tiles; /**< tile x K-block units on an any-data kernel */
+    int64_t fast_pairs;    /**< pairs of k those fast units ran (one count per unit) */
+    int64_t anydata_pairs; /**< pairs of k the any-data units ran */
+    int64_t fast_chains;   /**< int32 chains the fast units ran: fast_pairs / fast_chains is
+                                the mean number of pairs between two folds */
+} flexpoint_gemm_i16_stats_t;
+
+/** @brief Read the counts of flexpoint_gemm_i16_stats_t (cumulative, never reset).
+ *  @param[out] st Filled.
+ *  @retval FX_OK
+ *  @retval FX_EINVAL a NULL st. */
+FX_API int flexpoint_gemm_i16_stats(flexpoint_gemm_i16_stats_t *st);
+
 /** @brief Set the number of threads used by ops (OpenMP). Results of the integer formats do
  *  not depend on it.
  *  @param[in] n Thread count; n <= 0 restores the default (OMP/all cores).

@@ -378,6 +378,46 @@ static void health_columns(FILE *f, const fx_train_health *h)
     fprintf(f, ",%lld", (long long)h->nonfinite_weights);
 }
 
+/* acc += b - a, field by field (the int16 GEMM's counts over one step) */
+static void gemm_stats_add(flexpoint_gemm_i16_stats_t *acc, const flexpoint_gemm_i16_stats_t *a,
+                           const flexpoint_gemm_i16_stats_t *b)
+{
+    acc->fast_tiles += b->fast_tiles - a->fast_tiles;
+    acc->anydata_tiles += b->anydata_tiles - a->anydata_tiles;
+    acc->fast_pairs += b->fast_pairs - a->fast_pairs;
+    acc->anydata_pairs += b->anydata_pairs - a->anydata_pairs;
+    acc->fast_chains += b->fast_chains - a->fast_chains;
+}
+
+/* --profile of an integer run: where its int16 GEMM work went over the training steps (gs:
+ * their counts, flexpoint_gemm_i16_stats_t): the units on the fast kernel and on the any-data
+ * kernels per step, the any-data share of units and of pairs, and the fast units' pairs per
+ * int32 chain. Printed (unless quiet) and written to path as one CSV row. Nothing for a run
+ * without such products. 0, or -1 after a message. */
+static int write_gemm_profile(const run_spec *rs, const char *path,
+                              const flexpoint_gemm_i16_stats_t *gs, int64_t steps, int quiet)
+{
+    const int64_t units = gs->fast_tiles + gs->anydata_tiles;
+    const int64_t pairs = gs->fast_pairs + gs->anydata_pairs;
+    if (units <= 0 || steps <= 0) return 0;
+    const double any_units = (double)gs->anydata_tiles / (double)units;
+    const double any_pairs = pairs > 0 ? (double)gs->anydata_pairs / (double)pairs : 0;
+    const double chain = gs->fast_chains > 0 ? (double)gs->fast_pairs / (double)gs->fast_chains
+                                             : 0;
+    csv_file c = {NULL, ""};
+    snprintf(c.path, sizeof c.path, "%s", path);
+    if (csv_open_path(&c)) return -1;
+    fprintf(c.f, "run,steps,fast_units_per_step,anydata_units_per_step,anydata_unit_share,"
+                 "anydata_pair_share,fast_pairs_per_chain\n%s,%lld,%.1f,%.1f,%.4f,%.4f,%.2f\n",
+            rs->label, (long long)steps, (double)gs->fast_tiles / (double)steps,
+            (double)gs->anydata_tiles / (double)steps, any_units, any_pairs, chain);
+    if (!quiet)
+        printf("int16 GEMM: %.0f tile x K-block units a step, %.1f%% of them (%.1f%% of their "
+               "pairs) on an any-data kernel; the fast ones ran %.1f pairs between folds\n",
+               (double)units / (double)steps, 100 * any_units, 100 * any_pairs, chain);
+    return csv_close(&c);
+}
+
 /* --profile: the run's phase and per-layer times and their split into conversions, rounding
  * and Autoflex bookkeeping (as shares of the step), printed (unless quiet) and written to path
  * as CSV (one row per layer, then one per phase and one for the whole step). 0, or -1 after a
@@ -629,6 +669,7 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     }
     int status = 0; /* a library failure, reported below with its message */
     double cast_s0 = fx_trainer_cast_seconds(t); /* the casts' time before this epoch */
+    flexpoint_gemm_i16_stats_t gemm_steps = {0, 0, 0, 0, 0}; /* --profile: the steps' share */
     for (int e = fx_trainer_epoch_index(t); e < o->epochs && !rc && !status; e++) {
         /* step by step, for the progress bar and the sampled loss-scale / loss log */
         fx_epoch_metrics mt;
@@ -636,7 +677,13 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
         for (int64_t s = 0; s < total && !status; s++) {
             float loss = 0;
             if (fx_trainer_epoch_index(t) > e) break;
+            flexpoint_gemm_i16_stats_t g0, g1;
+            if (o->profile) flexpoint_gemm_i16_stats(&g0);
             status = fx_trainer_step(t, &loss);
+            if (o->profile) {
+                flexpoint_gemm_i16_stats(&g1);
+                gemm_stats_add(&gemm_steps, &g0, &g1);
+            }
             int64_t g = fx_trainer_global_step(t);
             if (!status && (g % 10 == 0 || s + 1 == total))
                 fprintf(steps_csv->f, "%s,%lld,%d,%.6g,%.6g\n", rs->label, (long long)g, e + 1,
@@ -736,6 +783,12 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     if (o->profile && !status && !*fatal && g_rank == 0) {
         snprintf(file, sizeof file, "profile_%s.csv", safe);
         if (join_path(path, sizeof path, o->out, file) || write_profile(t, rs, path, o->quiet))
+            rc = -1;
+        fx_train_profile pr;
+        snprintf(file, sizeof file, "gemm_i16_%s.csv", safe);
+        if (!rc && fx_trainer_profile(t, &pr) == FX_OK &&
+            (join_path(path, sizeof path, o->out, file) ||
+             write_gemm_profile(rs, path, &gemm_steps, pr.steps, o->quiet)))
             rc = -1;
     }
     if (g_samples && !status && !*fatal && !rc && res->epochs_done > 0) {

@@ -57,6 +57,14 @@ check "--profile" 0 "profile of dfp16" "$BIN" --data synthetic --synthetic-n 200
 [ "$(wc -l < "$T/prof/profile_dfp16.csv")" = "15" ] && grep -q "^conv2,conv," "$T/prof/profile_dfp16.csv" &&
   head -1 "$T/prof/profile_dfp16.csv" | grep -q ",conversion_share,rounding_share,autoflex_share$" ||
   { echo "FAIL: profile_dfp16.csv:"; cat "$T/prof/profile_dfp16.csv"; fail=1; }
+# an integer run's int16 GEMM units per step (the CNN's convolutions and linear layers run some
+# on each level with SIMD kernels; the portable level counts none and writes no file), shares in
+# [0, 1] and the fast units' pairs per chain at least one pair
+if [ -f "$T/prof/gemm_i16_dfp16.csv" ]; then
+  awk -F, 'NR == 2 && $1 == "dfp16" && $3 + $4 > 0 && $5 >= 0 && $5 <= 1 && $6 >= 0 && $6 <= 1 &&
+           ($3 == 0 || $7 >= 1) { ok = 1 } END { exit !ok }' "$T/prof/gemm_i16_dfp16.csv" ||
+    { echo "FAIL: gemm_i16_dfp16.csv:"; cat "$T/prof/gemm_i16_dfp16.csv"; fail=1; }
+fi
 # format policies: applied to each run, recorded in run.json; a rule that matches no layer and
 # O3 with master weights are usage errors found before anything is written
 check "--policy" 0 "format policy 'edges-fp32'" "$BIN" --data synthetic --synthetic-n 200 \

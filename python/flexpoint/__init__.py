@@ -121,6 +121,20 @@ def kernel_info() -> dict:
             "limits_report": limits_report}
 
 
+def gemm_i16_stats() -> dict:
+    """The exact int16 GEMM's work since the process started (flexpoint_gemm_i16_stats): FLEX16_5
+    and DFP16 products on the CPU's register-tile kernels, counted in units of one register tile
+    and one K block. Keys: ``fast_tiles`` and ``anydata_tiles`` (units on the fast kernel and
+    on an any-data kernel, split or wrap), ``fast_pairs`` and ``anydata_pairs`` (pairs of k
+    they ran), ``fast_chains`` (int32 chains of the fast units: fast_pairs / fast_chains pairs
+    between folds). Process-wide and cumulative: take the difference of two readings around
+    the work of interest. The results are the same bits whichever kernel ran."""
+    vals = (ctypes.c_int64 * 5)()
+    check(lib().flexpoint_gemm_i16_stats(vals), "flexpoint_gemm_i16_stats")
+    keys = ("fast_tiles", "anydata_tiles", "fast_pairs", "anydata_pairs", "fast_chains")
+    return {k: int(v) for k, v in zip(keys, vals)}
+
+
 def set_kernel(op: str, fmt, name: str) -> None:
     """Force the kernel of an op and format, e.g. set_kernel("matmul", "bf16", "widen"),
     "dpbf16" or "amx", or the int16 matmul of flex16_5 and dfp16 (one setting for both) with "auto",
@@ -181,7 +195,7 @@ __all__ = [
     "LibraryNotFoundError",
     # library
     "version", "backends", "available_backends", "backend", "set_backend", "cpu_features",
-    "kernel_info", "set_kernel",
+    "kernel_info", "set_kernel", "gemm_i16_stats",
     "set_num_threads", "num_threads", "gpu_device_count", "gpu_synchronize", "gpu_release_cache",
     "gpu_host_waits", "library_path",
 ]

@@ -126,6 +126,8 @@ _PROTOTYPES: Dict[str, tuple] = {
     "flexpoint_instruction_limits": (c_int, [POINTER(c_double), POINTER(c_double),
                                              POINTER(c_double)]),
     "flexpoint_instruction_limits_report": (c_char_p, []),
+    # flexpoint_gemm_i16_stats_t is five int64 fields in order: read as an array of five
+    "flexpoint_gemm_i16_stats": (c_int, [_i64p]),
     "flexpoint_set_num_threads": (c_int, [c_int]),
     "flexpoint_num_threads": (c_int, []),
     "flexpoint_gpu_device_count": (c_int, []),

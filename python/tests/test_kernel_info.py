@@ -158,3 +158,24 @@ def test_i16_kernels_same_bits():
     for k, outs in results.items():
         for got, want in zip(outs, ref):
             assert np.array_equal(got, want), k
+
+
+@pytest.mark.skipif(not has("flexpoint_gemm_i16_stats"), reason="library without GEMM counts")
+def test_gemm_i16_stats_counts_a_product():
+    """A FLEX16_5 matmul of small Gaussian values on a SIMD level adds units, each with its pairs
+    (K = 256: one K block of 128 pairs); the counts never go down."""
+    if fx.backend() == "scalar":
+        pytest.skip("the portable level counts no units")
+    rng = np.random.default_rng(5)
+    a = fx.from_numpy(rng.standard_normal((64, 256)).astype(np.float32), "flex16_5")
+    b = fx.from_numpy(rng.standard_normal((256, 64)).astype(np.float32), "flex16_5")
+    s0 = fx.gemm_i16_stats()
+    fx.matmul(a, b)
+    s1 = fx.gemm_i16_stats()
+    d = {k: s1[k] - s0[k] for k in s0}
+    assert all(v >= 0 for v in d.values())
+    units = d["fast_tiles"] + d["anydata_tiles"]
+    if units == 0:
+        pytest.skip("this product ran on the AMX kernel, which is not counted")
+    assert d["fast_pairs"] + d["anydata_pairs"] == 128 * units
+    assert d["fast_chains"] >= d["fast_tiles"]

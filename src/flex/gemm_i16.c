@@ -16,6 +16,7 @@
  * the last K block, take its maximum for the write path (fx_op_call.out_imax).
  */
 #include "gemm_i16.h"
+#include "../core/internal.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -364,6 +365,9 @@ int fx_gemm_i16_narrow(int64_t N)
 }
 
 static _Atomic int64_t g_fast_tiles, g_split_tiles;
+/* since the process started (flexpoint_gemm_i16_stats): never reset */
+static _Atomic int64_t g_all_fast_tiles, g_all_split_tiles, g_fast_pairs, g_split_pairs,
+    g_fast_chains;
 
 void fx_gemm_i16_set_mode(int mode) { g_mode = mode; }
 
@@ -377,6 +381,17 @@ void fx_gemm_i16_reset_tile_counts(void)
 {
     g_fast_tiles = 0;
     g_split_tiles = 0;
+}
+
+int flexpoint_gemm_i16_stats(flexpoint_gemm_i16_stats_t *st)
+{
+    if (!st) return FX_FAIL(FX_EINVAL, "st is NULL");
+    st->fast_tiles = g_all_fast_tiles;
+    st->anydata_tiles = g_all_split_tiles;
+    st->fast_pairs = g_fast_pairs;
+    st->anydata_pairs = g_split_pairs;
+    st->fast_chains = g_fast_chains;
+    return FX_OK;
 }
 
 static void *fx_gemm_alloc(size_t bytes)
@@ -540,6 +555,7 @@ typedef struct fx_gemm_thread {
     int probed;               /* the probe block is behind us (no probe outside mode AUTO) */
     int norms_off;            /* the probe found no fast tile: no more norms */
     int64_t fast_tiles, split_tiles;
+    int64_t fast_pairs, split_pairs, fast_chains; /* flexpoint_gemm_i16_stats */
     uint64_t imax;            /* max |out| of the tiles this thread finished */
 } fx_gemm_thread;
 
@@ -648,8 +664,11 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
             if (chain > 0) {
                 kd->fast(kp, chain, apn, bp, ct, N, m, n, accumulate, amax);
                 block_fast++;
+                th->fast_pairs += kp;
+                th->fast_chains += (kp + chain - 1) / chain;
                 continue;
             }
+            th->split_pairs += kp;
             if (th->split_tag[jp] != th->block_id) {
                 if (pl->use_wrap)
                     fx_wrap_panel(kd, bp, kp, nr, bsp);
@@ -748,10 +767,11 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         free(sh.tpack);
         return FX_ENOMEM;
     }
-    int64_t fast_tiles = 0, split_tiles = 0;
+    int64_t fast_tiles = 0, split_tiles = 0, fast_pairs = 0, split_pairs = 0, fast_chains = 0;
     uint64_t imax = 0;
     FX_OMP(omp parallel num_threads(pl.nt) if (pl.nt > 1)
-               reduction(+ : fast_tiles, split_tiles) reduction(max : imax))
+               reduction(+ : fast_tiles, split_tiles, fast_pairs, split_pairs, fast_chains)
+                   reduction(max : imax))
     {
         int tid = 0;
 #ifdef _OPENMP
@@ -762,10 +782,18 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         fx_gemm_run(&pl, &sh, &th);
         fast_tiles += th.fast_tiles;
         split_tiles += th.split_tiles;
+        fast_pairs += th.fast_pairs;
+        split_pairs += th.split_pairs;
+        fast_chains += th.fast_chains;
         imax = th.imax > imax ? th.imax : imax;
     }
     g_fast_tiles += fast_tiles;
     g_split_tiles += split_tiles;
+    g_all_fast_tiles += fast_tiles;
+    g_all_split_tiles += split_tiles;
+    g_fast_pairs += fast_pairs;
+    g_split_pairs += split_pairs;
+    g_fast_chains += fast_chains;
     if (pl.want_max) { /* every output was written by a kernel on its last K block */
         *c->out_imax = imax;
         *c->out_imax_known = 1;
