@@ -15,7 +15,6 @@
 #include "testutil.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 enum { M = 64, K = 256, N = 64, PAIRS = K / 2 };
 enum { SMALL, EDGE, FULL, KINDS };
@@ -33,7 +32,7 @@ static int16_t value_of(test_rng *r, int kind)
 static void run_kind(const fx_backend *be, int kind, test_rng *r, flexpoint_gemm_i16_stats_t *d)
 {
     int16_t *A = malloc(sizeof(int16_t) * M * K), *B = malloc(sizeof(int16_t) * K * N);
-    int64_t *got = malloc(sizeof(int64_t) * M * N), *want = calloc(M * N, sizeof(int64_t));
+    int64_t *got = malloc(sizeof(int64_t) * M * N), *want = malloc(sizeof(int64_t) * M * N);
     if (!A || !B || !got || !want) {
         CHECK(0, "allocation");
         free(A), free(B), free(got), free(want);
@@ -41,23 +40,10 @@ static void run_kind(const fx_backend *be, int kind, test_rng *r, flexpoint_gemm
     }
     for (int i = 0; i < M * K; i++) A[i] = value_of(r, kind);
     for (int i = 0; i < K * N; i++) B[i] = value_of(r, kind);
-    for (int i = 0; i < M; i++)
-        for (int k = 0; k < K; k++)
-            for (int j = 0; j < N; j++) want[i * N + j] += (int64_t)A[i * K + k] * B[k * N + j];
+    test_ref_matmul_i16(A, B, M, K, N, want);
     fx_op_call c;
-    memset(&c, 0, sizeof c);
-    c.op = FX_OP_MATMUL;
-    c.nin = 2;
-    c.in[0] = (fx_operand){A, FMT_FLEX16_5, 0, 2, {M, K}, {K, 1}};
-    c.in[1] = (fx_operand){B, FMT_FLEX16_5, 0, 2, {K, N}, {N, 1}};
-    c.out_ndim = 2;
-    c.out_shape[0] = M;
-    c.out_shape[1] = N;
-    c.out_numel = M * N;
-    c.out_i64 = got;
     int exp = 0;
-    c.out_exp = &exp;
-    c.nthreads = 2;
+    test_i16_matmul_call(&c, A, 0, B, 0, M, K, N, got, &exp, 2);
     flexpoint_gemm_i16_stats_t s0, s1;
     CHECK_STATUS(flexpoint_gemm_i16_stats(&s0), FX_OK);
     CHECK_STATUS(be->kernels[FX_OP_MATMUL][FMT_FLEX16_5](&c), FX_OK);

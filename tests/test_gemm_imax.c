@@ -95,15 +95,13 @@ static int64_t check_product(const fx_backend *be, const char *kname, int64_t M,
     int16_t *A = malloc(sizeof(int16_t) * (size_t)(M * K));
     int16_t *At = malloc(sizeof(int16_t) * (size_t)(M * K));
     int16_t *B = malloc(sizeof(int16_t) * (size_t)(K * N));
-    int64_t *want = calloc((size_t)(M * N), sizeof(int64_t));
+    int64_t *want = malloc(sizeof(int64_t) * (size_t)(M * N));
     int64_t *got = malloc(sizeof(int64_t) * (size_t)(M * N));
     for (int64_t i = 0; i < M * K; i++) A[i] = value(&r, kind, pattern, 0);
     for (int64_t i = 0; i < K * N; i++) B[i] = value(&r, kind, pattern, 1);
     for (int64_t i = 0; i < M; i++)
         for (int64_t k = 0; k < K; k++) At[k * M + i] = A[i * K + k];
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t k = 0; k < K; k++)
-            for (int64_t j = 0; j < N; j++) want[i * N + j] += (int64_t)A[i * K + k] * B[k * N + j];
+    test_ref_matmul_i16(A, B, M, K, N, want);
     for (int64_t i = 0; i < M * N; i++) got[i] = 0x5A5A5A5A5A5A5A5ALL; /* stale stage values */
 
     fx_op_call c;

@@ -284,28 +284,13 @@ static int64_t check_i16_product(const fx_backend *be, const char *kname, int64_
     test_rng r;
     test_rng_seed(&r, seed);
     int16_t *A = malloc(sizeof(int16_t) * (size_t)(M * K)), *B = malloc(sizeof(int16_t) * (size_t)(K * N));
-    int64_t *want = calloc((size_t)(M * N), sizeof(int64_t)), *got = malloc(sizeof(int64_t) * (size_t)(M * N));
+    int64_t *want = malloc(sizeof(int64_t) * (size_t)(M * N)), *got = malloc(sizeof(int64_t) * (size_t)(M * N));
     for (int64_t i = 0; i < M * K; i++) A[i] = i16_value(&r, full);
     for (int64_t i = 0; i < K * N; i++) B[i] = i16_value(&r, full);
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t k = 0; k < K; k++)
-            for (int64_t j = 0; j < N; j++) want[i * N + j] += (int64_t)A[i * K + k] * B[k * N + j];
+    test_ref_matmul_i16(A, B, M, K, N, want);
     fx_op_call c;
-    memset(&c, 0, sizeof c);
-    c.op = FX_OP_MATMUL;
-    c.nin = 2;
-    const fx_operand oa = {A, FMT_FLEX16_5, -3, 2, {M, K}, {K, 1}};
-    const fx_operand ob = {B, FMT_FLEX16_5, 5, 2, {K, N}, {N, 1}};
-    c.in[0] = oa;
-    c.in[1] = ob;
-    c.out_ndim = 2;
-    c.out_shape[0] = M;
-    c.out_shape[1] = N;
-    c.out_numel = M * N;
-    c.out_i64 = got;
     int exp = 0;
-    c.out_exp = &exp;
-    c.nthreads = threads;
+    test_i16_matmul_call(&c, A, -3, B, 5, M, K, N, got, &exp, threads);
     int64_t fast = 0, split = 0;
     fx_gemm_i16_reset_tile_counts();
     CHECK_STATUS(be->kernels[FX_OP_MATMUL][FMT_FLEX16_5](&c), FX_OK);

@@ -1,5 +1,6 @@
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include "testutil.h"
+#include "core/backend.h"
 
 #include "flexpoint.h"
 #include "flexpoint_data.h"
@@ -151,4 +152,30 @@ int test_same_writes(tensor_t *x, tensor_t *y, const char *what, int step)
     }
     CHECK(ok, "%s, write %d: the two routes' results differ", what, step);
     return ok;
+}
+
+void test_ref_matmul_i16(const int16_t *A, const int16_t *B, int64_t M, int64_t K, int64_t N,
+                         int64_t *want)
+{
+    memset(want, 0, sizeof *want * (size_t)(M * N));
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < N; j++) want[i * N + j] += (int64_t)A[i * K + k] * B[k * N + j];
+}
+
+void test_i16_matmul_call(struct fx_op_call *c, int16_t *A, int ea, int16_t *B, int eb,
+                          int64_t M, int64_t K, int64_t N, int64_t *out, int *exp, int threads)
+{
+    memset(c, 0, sizeof *c);
+    c->op = FX_OP_MATMUL;
+    c->nin = 2;
+    c->in[0] = (fx_operand){A, FMT_FLEX16_5, ea, 2, {M, K}, {K, 1}};
+    c->in[1] = (fx_operand){B, FMT_FLEX16_5, eb, 2, {K, N}, {N, 1}};
+    c->out_ndim = 2;
+    c->out_shape[0] = M;
+    c->out_shape[1] = N;
+    c->out_numel = M * N;
+    c->out_i64 = out;
+    c->out_exp = exp;
+    c->nthreads = threads;
 }

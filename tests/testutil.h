@@ -56,6 +56,18 @@ void test_train_config(struct fx_train_config *c, const char *model, int fmt, ui
  * n - 1): pclose's status (0: the command exited 0), -1 when it could not be started. */
 int test_run_capture(const char *cmd, char *out, size_t n);
 
+/* The exact int64 product want[M, N] = A[M, K] B[K, N] of row-major int16 matrices (each
+ * |sum| <= K 2^30 fits for the tests' K). */
+void test_ref_matmul_i16(const int16_t *A, const int16_t *B, int64_t M, int64_t K, int64_t N,
+                         int64_t *want);
+
+/* A MATMUL call (src/core/backend.h) of row-major FLEX16_5 mantissas A[M, K] (exponent ea) and
+ * B[K, N] (eb) into the int64 stage out[M, N], its exponent into *exp, on `threads` threads;
+ * everything else zero. */
+struct fx_op_call;
+void test_i16_matmul_call(struct fx_op_call *c, int16_t *A, int ea, int16_t *B, int eb,
+                          int64_t M, int64_t K, int64_t N, int64_t *out, int *exp, int threads);
+
 /* The bits of an fp32 value (for bit-for-bit comparisons). */
 uint32_t test_f32_bits(float x);
 

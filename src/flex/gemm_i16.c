@@ -364,30 +364,30 @@ int fx_gemm_i16_narrow(int64_t N)
            forced != FX_GEMM_I16_KERNEL_FAST;
 }
 
-static _Atomic int64_t g_fast_tiles, g_split_tiles;
-/* since the process started (flexpoint_gemm_i16_stats): never reset */
-static _Atomic int64_t g_all_fast_tiles, g_all_split_tiles, g_fast_pairs, g_split_pairs,
-    g_fast_chains;
+/* since the process started (flexpoint_gemm_i16_stats): never reset; the tests' tile counts
+ * are the tiles since their last reset, which records where the totals stood */
+static _Atomic int64_t g_fast_tiles, g_split_tiles, g_fast_pairs, g_split_pairs, g_fast_chains;
+static _Atomic int64_t g_fast_tiles_reset, g_split_tiles_reset;
 
 void fx_gemm_i16_set_mode(int mode) { g_mode = mode; }
 
 void fx_gemm_i16_tile_counts(int64_t *fast, int64_t *split)
 {
-    *fast = g_fast_tiles;
-    *split = g_split_tiles;
+    *fast = g_fast_tiles - g_fast_tiles_reset;
+    *split = g_split_tiles - g_split_tiles_reset;
 }
 
 void fx_gemm_i16_reset_tile_counts(void)
 {
-    g_fast_tiles = 0;
-    g_split_tiles = 0;
+    g_fast_tiles_reset = g_fast_tiles;
+    g_split_tiles_reset = g_split_tiles;
 }
 
 int flexpoint_gemm_i16_stats(flexpoint_gemm_i16_stats_t *st)
 {
     if (!st) return FX_FAIL(FX_EINVAL, "st is NULL");
-    st->fast_tiles = g_all_fast_tiles;
-    st->anydata_tiles = g_all_split_tiles;
+    st->fast_tiles = g_fast_tiles;
+    st->anydata_tiles = g_split_tiles;
     st->fast_pairs = g_fast_pairs;
     st->anydata_pairs = g_split_pairs;
     st->fast_chains = g_fast_chains;
@@ -665,7 +665,8 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
                 kd->fast(kp, chain, apn, bp, ct, N, m, n, accumulate, amax);
                 block_fast++;
                 th->fast_pairs += kp;
-                th->fast_chains += (kp + chain - 1) / chain;
+                /* both at most FX_GEMM_I16_MAX_KP: a 32-bit division, once per tile */
+                th->fast_chains += (uint32_t)(kp + chain - 1) / (uint32_t)chain;
                 continue;
             }
             th->split_pairs += kp;
@@ -789,8 +790,6 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     }
     g_fast_tiles += fast_tiles;
     g_split_tiles += split_tiles;
-    g_all_fast_tiles += fast_tiles;
-    g_all_split_tiles += split_tiles;
     g_fast_pairs += fast_pairs;
     g_split_pairs += split_pairs;
     g_fast_chains += fast_chains;
