@@ -174,6 +174,60 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
     free(y);
 }
 
+/* The bf16 weight gradient straight from the padded input (fx_bf16_wgrad_direct) against the
+ * GEMM route (patch matrix x dy^T on the pair GEMM): the same pairs in the same order, so every
+ * bit must agree, with vdpbf16ps and with the FMA chain, at 1 and 2 threads, and on data where
+ * vdpbf16ps would flush (the direct route then takes the FMA chain for the chunk). Where the
+ * geometry fits, the direct route must have run. */
+static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
+                        int64_t KW, int pad, int kind, uint64_t seed)
+{
+    const int64_t OH = H + 2 * pad - KH + 1, OW = W + 2 * pad - KW + 1;
+    const int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C, KH, KW}, ys[4] = {N, O, OH, OW};
+    const int64_t nx = N * C * H * W, nw = O * C * KH * KW, ny = N * O * OH * OW;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)nx), *dy = malloc(sizeof(uint16_t) * (size_t)ny);
+    float *want = malloc(sizeof(float) * (size_t)nw), *got = malloc(sizeof(float) * (size_t)nw);
+    for (int64_t i = 0; i < nx; i++) x[i] = draw(&r, kind, i);
+    for (int64_t i = 0; i < ny; i++) dy[i] = draw(&r, kind, i);
+    tensor_t *tx = tensor_new(FMT_BF16, 4, xs), *tdy = tensor_new(FMT_BF16, 4, ys);
+    tensor_t *tdw = tensor_new(FMT_FP32, 4, ws);
+    CHECK_STATUS(tensor_set_raw(tx, x), FX_OK);
+    CHECK_STATUS(tensor_set_raw(tdy, dy), FX_OK);
+    const int fits = OW % 2 == 0;
+    for (int threads = 1; threads <= 2; threads++)
+        for (int dot = 0; dot <= 1; dot++) {
+            flexpoint_set_num_threads(threads);
+            fx_bf16_dot_set_enabled(dot);
+            fx_bf16_wgrad_direct_set_enabled(0);
+            CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, 1, 1, pad, pad, 1, 1), FX_OK);
+            CHECK_STATUS(tensor_to_f32(tdw, want), FX_OK);
+            fx_bf16_wgrad_direct_set_enabled(1);
+            const long long calls = fx_bf16_wgrad_direct_calls();
+            CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, 1, 1, pad, pad, 1, 1), FX_OK);
+            CHECK_STATUS(tensor_to_f32(tdw, got), FX_OK);
+            CHECK((fx_bf16_wgrad_direct_calls() > calls) == fits,
+                  "wgrad N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d: direct route %s",
+                  (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
+                  (long long)KH, (long long)KW, pad, fits ? "not taken" : "taken with odd OW");
+            long bad = 0;
+            for (int64_t i = 0; i < nw; i++) bad += test_f32_bits(want[i]) != test_f32_bits(got[i]);
+            CHECK(bad == 0, "wgrad N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d data %d, %d "
+                  "threads, dot %d: %ld of %lld weights differ from the GEMM route",
+                  (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
+                  (long long)KH, (long long)KW, pad, kind, threads, dot, bad, (long long)nw);
+        }
+    fx_bf16_dot_set_enabled(1);
+    tensor_free(tx);
+    tensor_free(tdy);
+    tensor_free(tdw);
+    free(x);
+    free(dy);
+    free(want);
+    free(got);
+}
+
 /* The driver's exponent test at its boundary: with biased exponents fa + fb = 141 (one below
  * FX_BF16_DOT_MIN_KEYSUM) two products can cancel to 2^-127, a subnormal that vdpbf16ps would
  * flush: 129*129 - 130*128 = 1 in units of 2^-127. At fa + fb = 142 the same data gives 2^-126,
@@ -240,5 +294,18 @@ int main(void)
     check_conv(2, 32, 10, 10, 64, 5, 5, 2, 1, seed++);
     check_conv(2, 16, 9, 9, 24, 3, 3, 1, 2, seed++);
     check_conv(2, 3, 8, 8, 8, 1, 1, 0, 1, seed++);
+    /* weight gradients: the CNN's two layers (conv2 with enough images for several chunks and
+     * groups), ResNet-20's 3x3 shapes, output channels of every tile width (16, 32, 48, 64 and
+     * beyond, with a partial vector), and an odd OW, which the direct route leaves alone */
+    check_wgrad(3, 1, 28, 28, 32, 5, 5, 2, DATA_NORMAL, seed++);
+    check_wgrad(40, 32, 14, 14, 64, 5, 5, 2, DATA_NORMAL, seed++);
+    check_wgrad(4, 16, 16, 16, 16, 3, 3, 1, DATA_NORMAL, seed++);
+    check_wgrad(3, 64, 8, 8, 64, 3, 3, 1, DATA_NORMAL, seed++);
+    check_wgrad(3, 8, 10, 10, 48, 3, 3, 1, DATA_NORMAL, seed++);
+    check_wgrad(2, 6, 12, 12, 20, 3, 3, 0, DATA_NORMAL, seed++);
+    check_wgrad(2, 5, 10, 10, 70, 3, 3, 1, DATA_NORMAL, seed++);
+    check_wgrad(2, 5, 9, 9, 40, 3, 3, 1, DATA_NORMAL, seed++);
+    for (int kind = DATA_TINY; kind <= DATA_MIXED; kind++)
+        check_wgrad(3, 7, 12, 12, 33, 3, 3, 1, kind, seed++);
     return test_finish("test_bf16_gemm");
 }

@@ -31,5 +31,29 @@ double fx_amx_bf16_rate(long iters, int reps);
  * vdpbf16ps (the same bits by construction, which the tests check); 1 (the default) lets the
  * driver pick vdpbf16ps wherever it is exact. */
 void fx_bf16_dot_set_enabled(int on);
+int fx_bf16_dot_enabled(void);
+
+/* fx_bf16_minkey_fn of the AVX512_BF16 file (smallest biased exponent of the nonzero bf16
+ * values of x[0, n), 0x7FFF when all are zero) */
+uint32_t fx_bf16_minkey_avx512(const uint16_t *x, int64_t n);
+
+/* The weight gradient of one convolution chunk on bf16 pairs, without a patch matrix
+ * (src/bf16/bf16_conv_avx512bf16.c): dwt[r * O + o] = the GEMM route's pair-mode chain of
+ * patches x dy^T over the chunk's pixels, the same bits. xp: the chunk's padded input
+ * (fx_conv_pad, nbc images, FX_CONV_PAD_SLACK initialised elements after it); dy: the chunk's
+ * output gradient, nbc NCHW images; scratch: fx_bf16_wgrad_direct_scratch(g, nbc) words.
+ * Only for geometries where fx_bf16_wgrad_direct_fits (stride and dilation 1, OW even: the
+ * GEMM's pixel pairs then never straddle a row). Installed as the AVX-512 level's
+ * conv.bf16_wgrad on the dpbf16 route. */
+struct fx_conv_geom;
+int fx_bf16_wgrad_direct_fits(const struct fx_conv_geom *g);
+int64_t fx_bf16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb);
+void fx_bf16_wgrad_direct(const struct fx_conv_geom *g, const uint16_t *xp, const uint16_t *dy,
+                          int64_t nbc, uint32_t *scratch, float *dwt);
+/* Test and benchmark switch, process-wide: 0 sends the weight gradient back to the GEMM route
+ * (patch matrix and pair GEMM), so that tests can compare the two */
+void fx_bf16_wgrad_direct_set_enabled(int on);
+int fx_bf16_wgrad_direct_enabled(void);
+long long fx_bf16_wgrad_direct_calls(void); /* chunks computed by fx_bf16_wgrad_direct */
 
 #endif

@@ -121,7 +121,7 @@ static void dot_6x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c,
 }
 
 /* fx_bf16_minkey_fn in 32 lanes of 16 bits. */
-static uint32_t minkey_avx512(const uint16_t *x, int64_t n)
+uint32_t fx_bf16_minkey_avx512(const uint16_t *x, int64_t n)
 {
     const __m512i mag_mask = _mm512_set1_epi16(0x7FFF);
     __m512i m = mag_mask;
@@ -159,7 +159,7 @@ static void interleave_avx512(uint16_t *dst, const uint16_t *r0, const uint16_t 
 }
 
 static const fx_bf16_pair_kernels pairs_avx512bf16 = {
-    .dot = dot_6x32, .exact = exact_6x32, .minkey = minkey_avx512, .interleave = interleave_avx512,
+    .dot = dot_6x32, .exact = exact_6x32, .minkey = fx_bf16_minkey_avx512, .interleave = interleave_avx512,
 };
 
 /* kc: the A micro-panel (6 x 512 bf16, 6 KiB) stays in L1 while B micro-panels (32 x 512 bf16,
@@ -173,6 +173,8 @@ static const fx_f32_gemm_params gemm_pairs_exact = PAIR_PARAMS(1);
 static atomic_int dot_enabled = 1;
 
 void fx_bf16_dot_set_enabled(int on) { atomic_store_explicit(&dot_enabled, on != 0, memory_order_relaxed); }
+
+int fx_bf16_dot_enabled(void) { return atomic_load_explicit(&dot_enabled, memory_order_relaxed); }
 
 int fx_bf16_matmul_avx512bf16(const fx_op_call *c)
 {

@@ -273,6 +273,11 @@ typedef struct fx_conv_kernels {
      * padded NCHW chunk (ctx: struct fx_conv_wsrc, src/nn/conv_panels.h). NULL: the weight
      * gradient writes its patch matrix (im2col) and the GEMM packs it. */
     void (*wtiles_i16)(const void *ctx, int64_t i0, int m, int64_t k0, int64_t kc, int8_t *ap);
+    /* bf16 weight gradient of one chunk straight from its padded input, on the pair GEMM's
+     * arithmetic (fx_bf16_wgrad_direct, src/bf16/bf16_gemm.h: the same bits as the GEMM
+     * route). NULL: patch matrix and GEMM. */
+    void (*bf16_wgrad)(const struct fx_conv_geom *g, const uint16_t *xp, const uint16_t *dy,
+                       int64_t nbc, uint32_t *scratch, float *dwt);
 } fx_conv_kernels;
 
 typedef struct fx_backend {

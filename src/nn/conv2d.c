@@ -1181,7 +1181,13 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     const fx_backend *be = fx_backend_active();
     const int wtiles = ic && fx_conv_wsrc_fit(&g) && be->gemm.i16_amx && fx_gemm_i16_amx_on() &&
                        be->conv.wtiles_i16 && be->conv.byte_planes_i16 && CKK >= 16 && g.O >= 16;
-    const int64_t col_n = wtiles ? 0 : CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
+    /* bf16 on the pair GEMM: each chunk's dW^T straight from its padded input
+     * (fx_bf16_wgrad_direct: the same pairs in the same order, so the same bits), no patch
+     * matrix and no packing */
+    const int wdirect = !ic && cc.cf == FMT_BF16 && be->conv.bf16_wgrad &&
+                        fx_bf16_wgrad_direct_enabled() && fx_bf16_wgrad_direct_fits(&g);
+    const int64_t wd_n = wdirect ? fx_bf16_wgrad_direct_scratch(&g, plan.nb) : 0;
+    const int64_t col_n = wtiles || wdirect ? 0 : CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
     const int64_t plane_n = xp_n + 2 * FX_CONV_TILES_SLACK; /* bytes per plane */
     const size_t esz = cc.esz, ssz = cc.ssz;
@@ -1194,7 +1200,8 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     if (xp) memset(xp, 0, (size_t)(xp_n * plan.outer) * esz); /* the slack, read by im2col */
     char *col = col_n ? conv_alloc(&s, col_n * plan.outer, esz, &rc, func) : NULL;
     int8_t *planes = wtiles ? conv_alloc(&s, 2 * plane_n * plan.outer, 1, &rc, func) : NULL;
-    char *dyg = conv_alloc(&s, dyg_n * plan.outer, esz, &rc, func);
+    char *dyg = wdirect ? NULL : conv_alloc(&s, dyg_n * plan.outer, esz, &rc, func);
+    uint32_t *wd = wdirect ? conv_alloc(&s, wd_n * plan.outer, sizeof(uint32_t), &rc, func) : NULL;
     char *part = conv_alloc(&s, nw * plan.outer, ssz, &rc, func);
     char *slots = conv_alloc(&s, nw * groups, ssz, &rc, func); /* one dW^T per group */
     char *dwstage = conv_alloc(&s, nw, ssz, &rc, func);
@@ -1208,7 +1215,7 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     for (int64_t grp = 0; grp < groups; grp++) {
         const int tid = FX_CONV_THREAD_ID();
         char *mycol = col ? col + (size_t)(tid * col_n) * esz : NULL;
-        char *mydy = dyg + (size_t)(tid * dyg_n) * esz;
+        char *mydy = dyg ? dyg + (size_t)(tid * dyg_n) * esz : NULL;
         char *mypart = part + (size_t)(tid * nw) * ssz, *slot = slots + (size_t)(grp * nw) * ssz;
         char *myxp = xp + (size_t)(tid * xp_n) * esz;
         int8_t *myhi = planes ? planes + 2 * plane_n * tid + FX_CONV_TILES_SLACK : NULL;
@@ -1220,6 +1227,15 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
         for (int64_t ch = c0; ch < c1; ch++) {
             const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
             const int64_t Pc = nbc * P;
+            if (wd) {
+                fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+                be->conv.bf16_wgrad(&g, (const uint16_t *)(const void *)myxp,
+                                    (const uint16_t *)dyo.data + n0 * g.O * P, nbc,
+                                    wd + tid * wd_n, (float *)(void *)(ch == c0 ? slot : mypart));
+                status[ch] = FX_OK;
+                if (ch > c0) conv_accumulate(slot, mypart, nw, ic);
+                continue;
+            }
             if (myhi) {
                 fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
                 be->conv.byte_planes_i16((const int16_t *)(const void *)myxp,

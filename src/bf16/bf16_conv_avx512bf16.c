@@ -1,0 +1,198 @@
+/* The weight gradient of a bf16 convolution on bf16 pairs with vdpbf16ps, straight from the
+ * padded input chunk: no patch matrix, no packing (src/nn/conv2d.c calls it per chunk where
+ * bf16_wgrad_direct is set, the dpbf16 route).
+ *
+ * dW^T[r][o] = sum over the chunk's pixels q of x(r, q) dy[o][q], r = (c KH + kh) KW + kw, the
+ * product the GEMM route computes as patches x dy^T on the pair GEMM. Here a register tile of
+ * MR rows r and 16 NV output channels runs the whole chunk's chain in registers: per pair of
+ * pixels (q, q + 1) along a row (OW even), one broadcast per row r of the two input values at
+ * its tap, which sit side by side in the padded chunk (a single unaligned 32-bit load), and NV
+ * vectors of the pair words of dy for 16 channels each, from a pixel-pair-major copy of dy
+ * (dyt). The pairs are the GEMM's pairs (the chunk's pixel order, q = (n - n0) P + oh OW + ow)
+ * and each output is the same chain over them (src/fp32/f32_kernels.h, pair mode), so the bits
+ * are the GEMM route's: vdpbf16ps where conditions (i) and (ii) hold for the chunk's values,
+ * the FMA chain otherwise; the chain starts from zero and never leaves the registers, so
+ * condition (iii) holds by construction.
+ *
+ * Why: on the CNN's conv2 (batch 128, one thread, Zen 4) the GEMM route spent about a third of
+ * the weight gradient outside vdpbf16ps, writing the patch matrix (40 MB a step) and packing
+ * it again into 6-row panels. */
+#include "bf16_gemm.h"
+#include "../core/transpose_avx512.h"
+#include "../fp32/f32_kernels.h"
+#include "../nn/im2col.h"
+
+#include <immintrin.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define FX_WG_MAX_MR 12
+
+/* dyt[n][pp][o] = (dy[o][2pp], dy[o][2pp + 1]) for pp < P / 2 and o < O, zero for
+ * O <= o < opad: the chunk's dy (NCHW, images of O P values) as pixel-pair-major words, one
+ * 16 x 16 word transpose per block. */
+static void wg_pair_transpose(const uint16_t *dy, int64_t nbc, int64_t O, int64_t P, int64_t opad,
+                              uint32_t *dyt)
+{
+    const int64_t pp_n = P / 2;
+    for (int64_t n = 0; n < nbc; n++) {
+        const uint32_t *src = (const uint32_t *)(const void *)(dy + n * O * P);
+        uint32_t *dst = dyt + n * pp_n * opad;
+        for (int64_t o0 = 0; o0 < opad; o0 += 16) {
+            for (int64_t p0 = 0; p0 < pp_n; p0 += 16) {
+                const int np = pp_n - p0 < 16 ? (int)(pp_n - p0) : 16;
+                const __mmask16 pm = (__mmask16)((1u << np) - 1);
+                __m512 v[16];
+                for (int i = 0; i < 16; i++)
+                    v[i] = o0 + i < O ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(
+                                            pm, src + (o0 + i) * (P / 2) + p0))
+                                      : _mm512_setzero_ps();
+                fx_transpose16x16_ps(v); /* v[t]: pixel pair p0 + t, channel o0 + i in lane i */
+                for (int t = 0; t < np; t++)
+                    _mm512_storeu_ps((float *)(void *)(dst + (p0 + t) * opad + o0), v[t]);
+            }
+        }
+    }
+}
+
+/* One tile: MR rows (offsets roff into a padded image), NV vectors of 16 channels from dyt
+ * (already offset to the tile's first channel), the chain over all nbc images' pixel pairs.
+ * dot: vdpbf16ps; else the same chain in FMAs on the widened halves, odd first. */
+static inline __attribute__((always_inline)) void
+wg_tile(const int MR, const int NV, const int dot, const uint16_t *xp, int64_t ximg,
+        const int64_t *roff, const uint32_t *dyt, int64_t dimg, int64_t opad, int64_t OH,
+        int64_t OW, int64_t Wp, int64_t nbc, float *out, int64_t ldo, int rows, __mmask16 last)
+{
+    __m512 acc[FX_WG_MAX_MR][4];
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
+    const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
+    const int64_t npair = OW / 2;
+    for (int64_t n = 0; n < nbc; n++) {
+        for (int64_t oy = 0; oy < OH; oy++) {
+            const uint16_t *xr = xp + n * ximg + oy * Wp;
+            const uint32_t *dr = dyt + n * dimg + oy * npair * opad;
+            for (int64_t j = 0; j < npair; j++) {
+                __m512i b[4];
+                for (int v = 0; v < NV; v++)
+                    b[v] = _mm512_loadu_si512((const void *)(dr + j * opad + 16 * v));
+                for (int r = 0; r < MR; r++) {
+                    uint32_t word;
+                    memcpy(&word, xr + roff[r] + 2 * j, sizeof word);
+                    const __m512i a = _mm512_set1_epi32((int)word);
+                    for (int v = 0; v < NV; v++) {
+                        if (dot) {
+                            acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)a, (__m512bh)b[v]);
+                        } else {
+                            const __m512 ao = _mm512_castsi512_ps(_mm512_and_si512(a, hi_mask));
+                            const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
+                            const __m512 bo = _mm512_castsi512_ps(_mm512_and_si512(b[v], hi_mask));
+                            const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(b[v], 16));
+                            acc[r][v] = _mm512_fmadd_ps(ae, be, _mm512_fmadd_ps(ao, bo, acc[r][v]));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (int r = 0; r < MR && r < rows; r++)
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_ps(out + r * ldo + 16 * v, v + 1 < NV ? (__mmask16)0xFFFF : last,
+                                  acc[r][v]);
+}
+
+/* The tile shapes, as separate functions so that each is compiled with constant MR and NV
+ * (every accumulator in a register): 6 x 64, 8 x 48, 12 x 32 and 12 x 16 channels. */
+#define WG_TILE_FN(MR, NV, DOT)                                                                  \
+    static void wg_tile_##MR##x##NV##_##DOT(const uint16_t *xp, int64_t ximg, const int64_t *roff, \
+                                            const uint32_t *dyt, int64_t dimg, int64_t opad,     \
+                                            int64_t OH, int64_t OW, int64_t Wp, int64_t nbc,      \
+                                            float *out, int64_t ldo, int rows, __mmask16 last)    \
+    {                                                                                            \
+        wg_tile(MR, NV, DOT, xp, ximg, roff, dyt, dimg, opad, OH, OW, Wp, nbc, out, ldo, rows,   \
+                last);                                                                           \
+    }
+WG_TILE_FN(6, 4, 1)
+WG_TILE_FN(8, 3, 1)
+WG_TILE_FN(12, 2, 1)
+WG_TILE_FN(12, 1, 1)
+WG_TILE_FN(6, 4, 0)
+WG_TILE_FN(8, 3, 0)
+WG_TILE_FN(12, 2, 0)
+WG_TILE_FN(12, 1, 0)
+
+typedef void (*wg_tile_fn)(const uint16_t *, int64_t, const int64_t *, const uint32_t *, int64_t,
+                           int64_t, int64_t, int64_t, int64_t, int64_t, float *, int64_t, int,
+                           __mmask16);
+
+static atomic_int direct_enabled = 1;
+static atomic_llong direct_calls; /* test hook: chunks done here */
+
+long long fx_bf16_wgrad_direct_calls(void)
+{
+    return atomic_load_explicit(&direct_calls, memory_order_relaxed);
+}
+
+void fx_bf16_wgrad_direct_set_enabled(int on)
+{
+    atomic_store_explicit(&direct_enabled, on != 0, memory_order_relaxed);
+}
+
+int fx_bf16_wgrad_direct_enabled(void)
+{
+    return atomic_load_explicit(&direct_enabled, memory_order_relaxed);
+}
+
+int fx_bf16_wgrad_direct_fits(const struct fx_conv_geom *g)
+{
+    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->OW % 2 == 0 &&
+           g->OW >= 2 && g->O >= 1;
+}
+
+int64_t fx_bf16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
+{
+    const int64_t opad = (g->O + 15) / 16 * 16;
+    return nb * (g->OH * g->OW / 2) * opad + 16; /* words; 16 spare for the alignment */
+}
+
+void fx_bf16_wgrad_direct(const struct fx_conv_geom *g, const uint16_t *xp, const uint16_t *dy,
+                          int64_t nbc, uint32_t *scratch, float *dwt)
+{
+    const int64_t O = g->O, P = g->OH * g->OW, opad = (O + 15) / 16 * 16;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, ximg = g->C * Hp * Wp;
+    const int64_t CKK = g->C * g->KH * g->KW;
+    atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
+    uint32_t *dyt = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16); /* 64-byte aligned */
+    wg_pair_transpose(dy, nbc, O, P, opad, dyt);
+    /* conditions (i) and (ii) for the whole chunk: the smallest exponent keys of the nonzero
+     * values (the border's zeros do not count) */
+    const uint32_t kx = fx_bf16_minkey_avx512(xp, nbc * ximg);
+    const uint32_t kd = fx_bf16_minkey_avx512(dy, nbc * O * P);
+    const int dot = fx_bf16_dot_enabled() && kx + kd >= FX_BF16_DOT_MIN_KEYSUM;
+    for (int64_t o0 = 0; o0 < O; o0 += 64) {
+        const int64_t ow = O - o0 < 64 ? O - o0 : 64;
+        const int nv = (int)((ow + 15) / 16);
+        const int mr = nv == 4 ? 6 : nv == 3 ? 8 : 12;
+        const wg_tile_fn fn = dot ? (nv == 4   ? wg_tile_6x4_1
+                                     : nv == 3 ? wg_tile_8x3_1
+                                     : nv == 2 ? wg_tile_12x2_1
+                                               : wg_tile_12x1_1)
+                                  : (nv == 4   ? wg_tile_6x4_0
+                                     : nv == 3 ? wg_tile_8x3_0
+                                     : nv == 2 ? wg_tile_12x2_0
+                                               : wg_tile_12x1_0);
+        const int tail = (int)(ow - 16 * (nv - 1));
+        const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
+        for (int64_t r0 = 0; r0 < CKK; r0 += mr) {
+            const int rows = CKK - r0 < mr ? (int)(CKK - r0) : mr;
+            int64_t roff[FX_WG_MAX_MR];
+            for (int i = 0; i < mr; i++) {
+                const int64_t r = r0 + (i < rows ? i : 0); /* spare rows repeat the first */
+                const int64_t kw = r % g->KW, kh = r / g->KW % g->KH, c = r / (g->KW * g->KH);
+                roff[i] = c * Hp * Wp + kh * Wp + kw;
+            }
+            fn(xp, ximg, roff, dyt + o0, (P / 2) * opad, opad, g->OH, g->OW, Wp, nbc,
+               dwt + r0 * O + o0, O, rows, last);
+        }
+    }
+}
