@@ -116,11 +116,45 @@ static void check_matmul(int64_t M, int64_t N, int64_t K, int transA, int transB
     free(c);
 }
 
-/* A bf16 convolution (the implicit-GEMM panel route) against the definition over each output's
- * patch, tap order k = (c*KH + kh)*KW + kw. */
-static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
-                       int64_t KW, int pad, int stride, uint64_t seed)
+/* The direct forward route's definition (fx_bf16_fwd_direct, stride 1): per output a pair chain
+ * over the taps (kh, kw) in order and, within each, the channel pairs (2cp, 2cp + 1), the odd
+ * channel first; an odd C pairs its last channel with zero; taps outside x read 0. */
+static float direct_chain(const uint16_t *x, const uint16_t *w, int64_t C, int64_t H, int64_t W,
+                          int64_t KH, int64_t KW, int pad, int64_t n, int64_t o, int64_t oh,
+                          int64_t ow)
 {
+    float acc = 0.0f;
+    for (int64_t kh = 0; kh < KH; kh++)
+        for (int64_t kw = 0; kw < KW; kw++) {
+            const int64_t ih = oh - pad + kh, iw = ow - pad + kw;
+            const int in = ih >= 0 && ih < H && iw >= 0 && iw < W;
+            for (int64_t c = 0; c < C; c += 2) {
+                float xv[2] = {0.0f, 0.0f}, wv[2] = {0.0f, 0.0f};
+                for (int t = 0; t < 2 && c + t < C; t++) {
+                    xv[t] = in ? fx_bf16_to_f32(x[((n * C + c + t) * H + ih) * W + iw]) : 0.0f;
+                    wv[t] = fx_bf16_to_f32(w[((o * C + c + t) * KH + kh) * KW + kw]);
+                }
+                acc = fmaf(xv[1], wv[1], acc);
+                acc = fmaf(xv[0], wv[0], acc);
+            }
+        }
+    return acc;
+}
+
+/* Whether the direct forward route takes a stride-1 convolution (fx_bf16_fwd_direct_fits) */
+static int direct_fwd(int64_t C, int64_t O, int64_t KH, int64_t KW, int stride)
+{
+    return stride == 1 && C >= 8 && O >= 16 && KH * KW <= 64;
+}
+
+/* A bf16 convolution against its route's definition: the direct kernel's tap-major chain where
+ * it runs (and it must have run there), else the implicit-GEMM panel route's chain over each
+ * output's patch, tap order k = (c*KH + kh)*KW + kw; with vdpbf16ps and with the FMA chain, at
+ * 1 and 2 threads, on data of the given kind (flushing data: the kernels' guards). */
+static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
+                       int64_t KW, int pad, int stride, int kind, uint64_t seed)
+{
+    const int direct = direct_fwd(C, O, KH, KW, stride);
     const int64_t OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
     const int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C, KH, KW}, ys[4] = {N, O, OH, OW};
     const int64_t nx = N * C * H * W, nw = O * C * KH * KW, ny = N * O * OH * OW, K = C * KH * KW;
@@ -129,8 +163,8 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
     uint16_t *x = malloc(sizeof(uint16_t) * (size_t)nx), *w = malloc(sizeof(uint16_t) * (size_t)nw);
     uint16_t *pa = malloc(sizeof(uint16_t) * (size_t)K);
     float *y = malloc(sizeof(float) * (size_t)ny);
-    for (int64_t i = 0; i < nx; i++) x[i] = draw(&r, DATA_NORMAL, 0);
-    for (int64_t i = 0; i < nw; i++) w[i] = draw(&r, DATA_NORMAL, 0);
+    for (int64_t i = 0; i < nx; i++) x[i] = draw(&r, kind, 0);
+    for (int64_t i = 0; i < nw; i++) w[i] = draw(&r, kind, 0);
     tensor_t *tx = tensor_new(FMT_BF16, 4, xs), *tw = tensor_new(FMT_BF16, 4, ws);
     tensor_t *ty = tensor_new(FMT_FP32, 4, ys);
     CHECK_STATUS(tensor_set_raw(tx, x), FX_OK);
@@ -139,8 +173,13 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
         for (int dot = 0; dot <= 1; dot++) {
             flexpoint_set_num_threads(threads);
             fx_bf16_dot_set_enabled(dot);
+            const long long calls = fx_bf16_fwd_direct_calls();
             CHECK_STATUS(tensor_conv2d(ty, tx, tw, stride, stride, pad, pad, 1, 1), FX_OK);
             CHECK_STATUS(tensor_to_f32(ty, y), FX_OK);
+            CHECK((fx_bf16_fwd_direct_calls() > calls) == direct,
+                  "conv C%lld O%lld k%lldx%lld stride %d: the direct route %s", (long long)C,
+                  (long long)O, (long long)KH, (long long)KW, stride,
+                  direct ? "did not run" : "ran outside its geometries");
             long bad = 0;
             for (int64_t n = 0; n < N; n++)
                 for (int64_t oh = 0; oh < OH; oh++)
@@ -154,15 +193,17 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
                                         in ? x[((n * C + c) * H + ih) * W + iw] : 0;
                                 }
                         for (int64_t o = 0; o < O; o++) {
-                            const float want = pair_chain(pa, 1, w + o * K, 1, K);
+                            const float want = direct ? direct_chain(x, w, C, H, W, KH, KW, pad, n, o, oh, ow)
+                                                      : pair_chain(pa, 1, w + o * K, 1, K);
                             const float got = y[((n * O + o) * OH + oh) * OW + ow];
                             bad += test_f32_bits(want) != test_f32_bits(got);
                         }
                     }
-            CHECK(bad == 0, "conv N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %d, %d "
-                  "threads, dot %d: %ld outputs differ from the pair-chain definition",
+            CHECK(bad == 0, "conv N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %d data "
+                  "%d, %d threads, dot %d: %ld outputs differ from the %s definition",
                   (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
-                  (long long)KH, (long long)KW, pad, stride, threads, dot, bad);
+                  (long long)KH, (long long)KW, pad, stride, kind, threads, dot, bad,
+                  direct ? "direct route's" : "pair-chain");
         }
     fx_bf16_dot_set_enabled(1);
     tensor_free(tx);
@@ -228,6 +269,61 @@ static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
     free(got);
 }
 
+/* The bf16 input gradient where the direct forward route takes it: a forward convolution of dy
+ * with the flipped, transposed kernel, so the direct route's definition on that problem (and
+ * the route must have run). */
+static void check_dx(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
+                     int64_t KW, int pad, uint64_t seed)
+{
+    const int64_t OH = H + 2 * pad - KH + 1, OW = W + 2 * pad - KW + 1;
+    const int64_t ws[4] = {O, C, KH, KW}, ys[4] = {N, O, OH, OW}, xs[4] = {N, C, H, W};
+    const int64_t nw = O * C * KH * KW, ny = N * O * OH * OW, nx = N * C * H * W;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    uint16_t *dy = malloc(sizeof(uint16_t) * (size_t)ny), *w = malloc(sizeof(uint16_t) * (size_t)nw);
+    uint16_t *wf = malloc(sizeof(uint16_t) * (size_t)nw);
+    float *dx = malloc(sizeof(float) * (size_t)nx);
+    for (int64_t i = 0; i < ny; i++) dy[i] = draw(&r, DATA_NORMAL, 0);
+    for (int64_t i = 0; i < nw; i++) w[i] = draw(&r, DATA_NORMAL, 0);
+    for (int64_t o = 0; o < O; o++) /* wf[c][o][kh][kw] = w[o][c][KH-1-kh][KW-1-kw] */
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t kh = 0; kh < KH; kh++)
+                for (int64_t kw = 0; kw < KW; kw++)
+                    wf[((c * O + o) * KH + kh) * KW + kw] = w[((o * C + c) * KH + KH - 1 - kh) * KW + KW - 1 - kw];
+    tensor_t *tw = tensor_new(FMT_BF16, 4, ws), *tdy = tensor_new(FMT_BF16, 4, ys);
+    tensor_t *tdx = tensor_new(FMT_FP32, 4, xs);
+    CHECK_STATUS(tensor_set_raw(tw, w), FX_OK);
+    CHECK_STATUS(tensor_set_raw(tdy, dy), FX_OK);
+    for (int threads = 1; threads <= 2; threads++) {
+        flexpoint_set_num_threads(threads);
+        const long long calls = fx_bf16_fwd_direct_calls();
+        CHECK_STATUS(tensor_conv2d_backward_input(tdx, tdy, tw, 1, 1, pad, pad, 1, 1), FX_OK);
+        CHECK(fx_bf16_fwd_direct_calls() > calls, "dx C%lld O%lld: the direct route did not run",
+              (long long)C, (long long)O);
+        CHECK_STATUS(tensor_to_f32(tdx, dx), FX_OK);
+        long bad = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t ih = 0; ih < H; ih++)
+                    for (int64_t iw = 0; iw < W; iw++) {
+                        const float want = direct_chain(dy, wf, O, OH, OW, KH, KW, (int)(KH - 1 - pad),
+                                                        n, c, ih, iw);
+                        bad += test_f32_bits(want) != test_f32_bits(dx[((n * C + c) * H + ih) * W + iw]);
+                    }
+        CHECK(bad == 0, "dx N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d, %d threads: %ld of "
+              "%lld values differ from the direct route's definition", (long long)N, (long long)C,
+              (long long)H, (long long)W, (long long)O, (long long)KH, (long long)KW, pad, threads,
+              bad, (long long)nx);
+    }
+    tensor_free(tw);
+    tensor_free(tdy);
+    tensor_free(tdx);
+    free(dy);
+    free(w);
+    free(wf);
+    free(dx);
+}
+
 /* The driver's exponent test at its boundary: with biased exponents fa + fb = 141 (one below
  * FX_BF16_DOT_MIN_KEYSUM) two products can cancel to 2^-127, a subnormal that vdpbf16ps would
  * flush: 129*129 - 130*128 = 1 in units of 2^-127. At fa + fb = 142 the same data gives 2^-126,
@@ -290,10 +386,22 @@ int main(void)
     }
     check_keysum_boundary();
     /* convolutions: 5x5 (odd K) and 3x3, padding, stride, and the CNN's conv2 shape in small */
-    check_conv(3, 1, 12, 12, 32, 5, 5, 2, 1, seed++);
-    check_conv(2, 32, 10, 10, 64, 5, 5, 2, 1, seed++);
-    check_conv(2, 16, 9, 9, 24, 3, 3, 1, 2, seed++);
-    check_conv(2, 3, 8, 8, 8, 1, 1, 0, 1, seed++);
+    check_conv(3, 1, 12, 12, 32, 5, 5, 2, 1, DATA_NORMAL, seed++);
+    check_conv(2, 32, 10, 10, 64, 5, 5, 2, 1, DATA_NORMAL, seed++);
+    check_conv(2, 16, 9, 9, 24, 3, 3, 1, 2, DATA_NORMAL, seed++);
+    check_conv(2, 3, 8, 8, 8, 1, 1, 0, 1, DATA_NORMAL, seed++);
+    /* the direct forward route: the CNN's conv2 (7-pixel tiles), ResNet-20's 3x3 shapes (16
+     * channels: 16-pixel tiles; 8 x 8 images), odd C and O with partial vectors, a partial
+     * last tile (OW = 10 on 8-pixel tiles), and flushing data */
+    check_conv(2, 32, 14, 14, 64, 5, 5, 2, 1, DATA_NORMAL, seed++);
+    check_conv(2, 16, 32, 32, 16, 3, 3, 1, 1, DATA_NORMAL, seed++);
+    check_conv(3, 64, 8, 8, 64, 3, 3, 1, 1, DATA_NORMAL, seed++);
+    check_conv(2, 9, 10, 10, 40, 3, 3, 1, 1, DATA_NORMAL, seed++);
+    check_conv(2, 12, 7, 11, 20, 3, 5, 0, 1, DATA_NORMAL, seed++);
+    for (int kind = DATA_TINY; kind <= DATA_MIXED; kind++)
+        check_conv(2, 11, 9, 9, 33, 3, 3, 1, 1, kind, seed++);
+    check_dx(2, 32, 14, 14, 64, 5, 5, 2, seed++);
+    check_dx(2, 16, 16, 16, 16, 3, 3, 1, seed++);
     /* weight gradients: the CNN's two layers (conv2 with enough images for several chunks and
      * groups), ResNet-20's 3x3 shapes, output channels of every tile width (16, 32, 48, 64 and
      * beyond, with a partial vector), and an odd OW, which the direct route leaves alone */

@@ -196,3 +196,214 @@ void fx_bf16_wgrad_direct(const struct fx_conv_geom *g, const uint16_t *xp, cons
         }
     }
 }
+
+/* ---- forward ---------------------------------------------------------------------------------
+ * y[n][o][oh][ow] on bf16 pairs of input channels, straight from a channel-pair-last copy of
+ * the padded chunk: per output, one chain over the taps (kh, kw) in order and, within each tap,
+ * the channel pairs (2cp, 2cp + 1) in order, the odd channel first (vdpbf16ps; an odd C pairs
+ * its last channel with a zero). That is this route's own order: the GEMM routes chain over the
+ * patch matrix's k = (c KH + kh) KW + kw instead, so the bits differ from theirs, as the bf16
+ * routes' bits differ from each other (docs/architecture.md). A register tile is MR consecutive
+ * output pixels of one row (MR = 7 or 8, or 14 or 16 for 16 channels) by 16 NV channels; row r
+ * broadcasts the word of its pixel's tap from the copy (rows Cp words apart), so nothing is
+ * gathered or packed per tile. */
+
+#define FX_FWD_MAX_MR 16
+#define FX_FWD_MAX_TAPS 64 /* kernels up to 8 x 8 */
+
+/* xq[n][ih][iw][cp] = (xp[n][2cp][ih][iw], xp[n][2cp + 1][ih][iw]), the second 0 past C: the
+ * padded chunk's channel planes interleaved in pairs, then each image's Cp x (Hp Wp) word matrix
+ * transposed by 16 x 16 blocks. tmp: Cp Hp Wp words. */
+static void fwd_pair_nhwc(const uint16_t *xp, int64_t nbc, int64_t C, int64_t HW, uint32_t *tmp,
+                          uint32_t *xq)
+{
+    const int64_t Cp = (C + 1) / 2;
+    static const uint16_t lo_idx[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i lo = _mm512_loadu_si512(lo_idx);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int64_t n = 0; n < nbc; n++) {
+        const uint16_t *img = xp + n * C * HW;
+        for (int64_t cp = 0; cp < Cp; cp++) {
+            const uint16_t *r0 = img + 2 * cp * HW, *r1 = 2 * cp + 1 < C ? r0 + HW : NULL;
+            uint16_t *dst = (uint16_t *)(void *)(tmp + cp * HW);
+            for (int64_t j = 0; j < HW; j += 32) {
+                const int64_t left = HW - j;
+                const __mmask32 m = left >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << left) - 1);
+                const __m512i x0 = _mm512_maskz_loadu_epi16(m, r0 + j);
+                const __m512i x1 = r1 ? _mm512_maskz_loadu_epi16(m, r1 + j) : _mm512_setzero_si512();
+                const __mmask32 m0 = left >= 16 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (2 * left)) - 1);
+                const __mmask32 m1 = left >= 32   ? (__mmask32)0xFFFFFFFFu
+                                     : left > 16 ? (__mmask32)((1u << (2 * (left - 16))) - 1)
+                                                 : 0;
+                _mm512_mask_storeu_epi16(dst + 2 * j, m0, _mm512_permutex2var_epi16(x0, lo, x1));
+                _mm512_mask_storeu_epi16(dst + 2 * j + 32, m1, _mm512_permutex2var_epi16(x0, hi, x1));
+            }
+        }
+        uint32_t *out = xq + n * HW * Cp;
+        for (int64_t c0 = 0; c0 < Cp; c0 += 16) {
+            const int nc = Cp - c0 < 16 ? (int)(Cp - c0) : 16;
+            const __mmask16 cm = (__mmask16)((1u << nc) - 1);
+            for (int64_t p0 = 0; p0 < HW; p0 += 16) {
+                const int np = HW - p0 < 16 ? (int)(HW - p0) : 16;
+                const __mmask16 pm = (__mmask16)((1u << np) - 1);
+                __m512 v[16];
+                for (int i = 0; i < 16; i++)
+                    v[i] = i < nc ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(pm, tmp + (c0 + i) * HW + p0))
+                                  : _mm512_setzero_ps();
+                fx_transpose16x16_ps(v); /* v[t]: pixel p0 + t, pair c0 + i in lane i */
+                for (int t = 0; t < np; t++)
+                    _mm512_mask_storeu_ps((float *)(void *)(out + (p0 + t) * Cp + c0), cm, v[t]);
+            }
+        }
+    }
+}
+
+int64_t fx_bf16_fwd_direct_weights_numel(const struct fx_conv_geom *g)
+{
+    return g->KH * g->KW * ((g->C + 1) / 2) * ((g->O + 15) / 16 * 16);
+}
+
+void fx_bf16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const uint16_t *w, uint32_t *wq)
+{
+    const int64_t C = g->C, O = g->O, KK = g->KH * g->KW, Cp = (C + 1) / 2;
+    const int64_t opad = (O + 15) / 16 * 16;
+    for (int64_t t = 0; t < KK; t++)
+        for (int64_t cp = 0; cp < Cp; cp++) {
+            uint32_t *dst = wq + (t * Cp + cp) * opad;
+            for (int64_t o = 0; o < opad; o++) {
+                const uint32_t e = o < O ? w[(o * C + 2 * cp) * KK + t] : 0u;
+                const uint32_t d = o < O && 2 * cp + 1 < C ? w[(o * C + 2 * cp + 1) * KK + t] : 0u;
+                dst[o] = e | d << 16;
+            }
+        }
+}
+
+static inline __attribute__((always_inline)) void
+fwd_tile(const int MR, const int NV, const int dot, const uint32_t *xb, int64_t Cp,
+         const int64_t *toff, int64_t ntaps, const uint32_t *wb, int64_t opad, float *out,
+         int64_t ldo, int rows, __mmask16 last)
+{
+    __m512 acc[FX_FWD_MAX_MR][2];
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
+    const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
+    for (int64_t t = 0; t < ntaps; t++) {
+        const uint32_t *xt = xb + toff[t];
+        const uint32_t *wt = wb + t * Cp * opad;
+        for (int64_t cp = 0; cp < Cp; cp++) {
+            __m512i b[2];
+            for (int v = 0; v < NV; v++)
+                b[v] = _mm512_load_si512((const void *)(wt + cp * opad + 16 * v));
+            for (int r = 0; r < MR; r++) {
+                const __m512i a = _mm512_set1_epi32((int)xt[r * Cp + cp]);
+                for (int v = 0; v < NV; v++) {
+                    if (dot) {
+                        acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)a, (__m512bh)b[v]);
+                    } else {
+                        const __m512 ao = _mm512_castsi512_ps(_mm512_and_si512(a, hi_mask));
+                        const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
+                        const __m512 bo = _mm512_castsi512_ps(_mm512_and_si512(b[v], hi_mask));
+                        const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(b[v], 16));
+                        acc[r][v] = _mm512_fmadd_ps(ae, be, _mm512_fmadd_ps(ao, bo, acc[r][v]));
+                    }
+                }
+            }
+        }
+    }
+    for (int r = 0; r < MR && r < rows; r++)
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_ps(out + r * ldo + 16 * v, v + 1 < NV ? (__mmask16)0xFFFF : last,
+                                  acc[r][v]);
+}
+
+#define FWD_TILE_FN(MR, NV, DOT)                                                                 \
+    static void fwd_tile_##MR##x##NV##_##DOT(const uint32_t *xb, int64_t Cp, const int64_t *toff,  \
+                                             int64_t ntaps, const uint32_t *wb, int64_t opad,     \
+                                             float *out, int64_t ldo, int rows, __mmask16 last)   \
+    {                                                                                            \
+        fwd_tile(MR, NV, DOT, xb, Cp, toff, ntaps, wb, opad, out, ldo, rows, last);              \
+    }
+FWD_TILE_FN(7, 2, 1)
+FWD_TILE_FN(8, 2, 1)
+FWD_TILE_FN(14, 1, 1)
+FWD_TILE_FN(16, 1, 1)
+FWD_TILE_FN(7, 2, 0)
+FWD_TILE_FN(8, 2, 0)
+FWD_TILE_FN(14, 1, 0)
+FWD_TILE_FN(16, 1, 0)
+
+typedef void (*fwd_tile_fn)(const uint32_t *, int64_t, const int64_t *, int64_t, const uint32_t *,
+                            int64_t, float *, int64_t, int, __mmask16);
+
+static atomic_int fwd_enabled = 1;
+static atomic_llong fwd_calls;
+
+void fx_bf16_fwd_direct_set_enabled(int on)
+{
+    atomic_store_explicit(&fwd_enabled, on != 0, memory_order_relaxed);
+}
+
+int fx_bf16_fwd_direct_enabled(void) { return atomic_load_explicit(&fwd_enabled, memory_order_relaxed); }
+
+long long fx_bf16_fwd_direct_calls(void) { return atomic_load_explicit(&fwd_calls, memory_order_relaxed); }
+
+int fx_bf16_fwd_direct_fits(const struct fx_conv_geom *g)
+{
+    /* from 8 input channels: below, the pairs' zero halves and the taps' short chains cost
+     * more than the patch panels (the CNN's first layer, C = 1, stays on the GEMM); from 16
+     * output channels, one whole vector (the CNN's first-layer input gradient as a forward
+     * convolution, O = 1, took 14-16 ms here against 2.3 through col2im) */
+    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->C >= 8 && g->O >= 16 &&
+           g->KH * g->KW <= FX_FWD_MAX_TAPS;
+}
+
+int64_t fx_bf16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
+{
+    const int64_t Cp = (g->C + 1) / 2, HW = (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
+    /* the copy, the tiles' overrun past its end (a last tile's spare rows and their taps), the
+     * interleaving buffer, 16 spare words for alignment */
+    return nb * HW * Cp + (FX_FWD_MAX_MR + g->KW) * Cp + Cp * HW + 16;
+}
+
+void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *xp, int64_t nbc,
+                        const uint32_t *wq, uint32_t *scratch, float *y, int nthreads)
+{
+    atomic_fetch_add_explicit(&fwd_calls, 1, memory_order_relaxed);
+    const int64_t C = g->C, O = g->O, Cp = (C + 1) / 2, opad = (O + 15) / 16 * 16;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HW = Hp * Wp;
+    const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW;
+    uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
+    uint32_t *tmp = xq + nbc * HW * Cp + (FX_FWD_MAX_MR + g->KW) * Cp;
+    fwd_pair_nhwc(xp, nbc, C, HW, tmp, xq);
+    memset(xq + nbc * HW * Cp, 0, sizeof(uint32_t) * (size_t)((FX_FWD_MAX_MR + g->KW) * Cp));
+    const uint32_t kx = fx_bf16_minkey_avx512(xp, nbc * C * HW);
+    const uint32_t kw = fx_bf16_minkey_avx512((const uint16_t *)(const void *)wq, 2 * KK * Cp * opad);
+    const int dot = fx_bf16_dot_enabled() && kx + kw >= FX_BF16_DOT_MIN_KEYSUM;
+    int64_t taps[FX_FWD_MAX_TAPS]; /* word offsets of the taps from a pixel's top-left one */
+    for (int64_t t = 0; t < KK; t++) taps[t] = ((t / g->KW) * Wp + t % g->KW) * Cp;
+    for (int64_t o0 = 0; o0 < O; o0 += 32) {
+        const int64_t ow = O - o0 < 32 ? O - o0 : 32;
+        const int nv = ow > 16 ? 2 : 1; /* never past opad */
+        const int mr = nv == 2 ? (OW % 7 == 0 && OW % 8 != 0 ? 7 : 8)
+                               : (OW % 14 == 0 && OW % 16 != 0 ? 14 : 16);
+        const fwd_tile_fn fn = dot ? (nv == 2 ? (mr == 7 ? fwd_tile_7x2_1 : fwd_tile_8x2_1)
+                                               : (mr == 14 ? fwd_tile_14x1_1 : fwd_tile_16x1_1))
+                                   : (nv == 2 ? (mr == 7 ? fwd_tile_7x2_0 : fwd_tile_8x2_0)
+                                               : (mr == 14 ? fwd_tile_14x1_0 : fwd_tile_16x1_0));
+        const int64_t tail = ow - 16 * (nv - 1);
+        const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : tail <= 0 ? 0 : (1u << tail) - 1);
+        /* threads split the output rows (each output is one thread's chain either way) */
+        (void)nthreads;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+#endif
+        for (int64_t row = 0; row < nbc * OH; row++)
+            for (int64_t n = row / OH, oh = row % OH, ow0 = 0; ow0 < OW; ow0 += mr) {
+                    const int rows = OW - ow0 < mr ? (int)(OW - ow0) : mr;
+                    fn(xq + (n * HW + oh * Wp + ow0) * Cp, Cp, taps, KK, wq + o0, opad,
+                       y + (n * P + oh * OW + ow0) * O + o0, O, rows, last);
+                }
+    }
+}

@@ -423,8 +423,14 @@ const char *flexpoint_kernel_report(void)
                          fx_matmul_kernel(be, (fmt_t)f));
     if (used > 0 && (size_t)used < sizeof fx_kernel_report_string)
         snprintf(fx_kernel_report_string + used, sizeof fx_kernel_report_string - (size_t)used,
-                 " (avx512 bf16 route chosen by %s%s%s; int16 kernel: %s, chosen by %s)",
-                 fx_bf16_route_why, fx_i16_amx_why[0] ? "; int16 AMX under auto chosen by " : "",
-                 fx_i16_amx_why, fx_i16_choice(be), fx_i16_kernel_why);
+                 " (avx512 bf16 route chosen by %s%s%s%s; int16 kernel: %s, chosen by %s)",
+                 fx_bf16_route_why,
+                 /* the route's convolutions: their own order of the products (formats.md) */
+                 fx_backends[be].conv.bf16_fwd
+                     ? "; bf16 convolutions on it: direct kernels (taps x channel pairs) where "
+                       "they fit"
+                     : "",
+                 fx_i16_amx_why[0] ? "; int16 AMX under auto chosen by " : "", fx_i16_amx_why,
+                 fx_i16_choice(be), fx_i16_kernel_why);
     return fx_kernel_report_string;
 }

@@ -20,6 +20,7 @@
 void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
 {
     b->conv.bf16_wgrad = NULL;
+    b->conv.bf16_fwd = NULL;
     b->gemm.bf16_plain_min_k = 0;
     b->gemm.bf16_row_source = 0;
     if (route == FX_BF16_GEMM_DPBF16) {
@@ -27,6 +28,7 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
         b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_avx512bf16;
         b->gemm.bf16_pair_panel_mr = FX_BF16_PAIR_MR;
         b->conv.bf16_wgrad = fx_bf16_wgrad_direct; /* the same pairs, no patch matrix */
+        b->conv.bf16_fwd = fx_bf16_fwd_direct;     /* channel pairs per tap */
     } else if (route == FX_BF16_GEMM_AMX) {
         /* AMX tiles; the kernel packs plain bf16 operands itself. From one whole tile of 32 k
          * values: below it every A tile is a packed tail, and the CNN's first layer (K = 25)

@@ -637,12 +637,17 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * exact sums. bf16 x bf16 on a pair GEMM (vdpbf16ps) takes the same int32 pair panels,
      * built from the bf16 bits by the same builder. */
     const fx_backend *be = fx_backend_active();
+    /* bf16 on the pair route: no patch matrix and no GEMM, the level's direct kernel on a
+     * channel-pair-last copy of each padded chunk (fx_bf16_fwd_direct: its own order of the
+     * products, the route's bits) */
+    const int fdirect = !ic && cc.cf == FMT_BF16 && be->conv.bf16_fwd &&
+                        fx_bf16_fwd_direct_enabled() && fx_bf16_fwd_direct_fits(&g);
     /* integer compute on the AMX kernel, which packs plain operands itself (gemm_i16_amx.c):
      * the patch rows on demand (16 at a time, gathered while it packs them: no patch matrix)
      * and the plain weights, from FX_CONV_AMX_MIN_K values per patch (narrower products go
      * to the register-tile GEMM, which wants its panels) */
     const int plain_i16 = ic && be->gemm.i16_amx && fx_gemm_i16_amx_on() && CKK >= FX_CONV_AMX_MIN_K;
-    const int pair_mr = plain_i16           ? 0
+    const int pair_mr = plain_i16 || fdirect ? 0
                         : ic                ? be->gemm.i16_panel_mr
                         : cc.cf == FMT_BF16 ? be->gemm.bf16_pair_panel_mr
                                             : 0;
@@ -651,7 +656,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * format (cc.cf) while they are built */
     const int plain_bf16 = cc.cf == FMT_BF16 && be->gemm.bf16_plain_min_k > 0 &&
                            CKK >= be->gemm.bf16_plain_min_k; /* its GEMM packs */
-    const int fpanel_mr = !ic && !panel_mr && !plain_bf16 &&
+    const int fpanel_mr = !ic && !panel_mr && !plain_bf16 && !fdirect &&
                                   fx_conv_panels_f32_fit(&g, be->gemm.f32_panel_mr)
                               ? be->gemm.f32_panel_mr
                               : 0;
@@ -663,8 +668,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     const int64_t col_n =
         panel_mr    ? 2 * fx_conv_panels_numel(&g, plan.nb, panel_mr)
         : fpanel_mr ? fx_conv_panels_f32_numel(&g, plan.nb, fpanel_mr) * (int64_t)(4 / cc.esz)
-        : row_src   ? 0
-                    : CKK * plan.nb * P;
+        : row_src || fdirect ? 0
+                             : CKK * plan.nb * P;
     const int64_t slack = FX_CONV_PAD_SLACK > FX_CONV_PANEL_SLACK ? FX_CONV_PAD_SLACK
                                                                   : FX_CONV_PANEL_SLACK;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + slack;
@@ -753,6 +758,19 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                                              sizeof(uint16_t)));
         if (bamx) fx_bf16_amx_pack_b(wo.data, wb.strides[0], wb.strides[1], CKK, g.O, bamx);
     }
+    /* the direct bf16 route: its weights once, and a copy of the chunk per thread */
+    uint32_t *fwq = NULL, *fscr = NULL;
+    const int64_t fscr_n = fdirect ? fx_bf16_fwd_direct_scratch(&g, plan.nb) : 0;
+    if (fdirect) {
+        fwq = conv_align64(conv_alloc(&s, fx_bf16_fwd_direct_weights_numel(&g) + 16,
+                                      sizeof(uint32_t), &rc, func));
+        fscr = conv_alloc(&s, fscr_n * plan.outer, sizeof(uint32_t), &rc, func);
+        if (rc) {
+            fx_scratch_free(&s);
+            return rc;
+        }
+        fx_bf16_fwd_direct_pack_weights(&g, (const uint16_t *)wo.data, fwq);
+    }
     /* integer compute on the AMX kernel likewise: the weights in its byte tiles once (each
      * chunk's GEMM would split and pack the same B again: about 5 % of the CNN's input
      * gradient, whose B is 1600 x 32) */
@@ -779,7 +797,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const fx_conv_rows rows = {&g, (const int16_t *)(const void *)(myxq ? myxq : myxp), goff,
                                    myxq != NULL};
         const void *adata = NULL;
-        if (panel_mr || row_src || fpanel_mr) fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+        if (panel_mr || row_src || fpanel_mr || fdirect)
+            fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
         if (myxq)
             fx_conv_nhwc(&g, (const int16_t *)(const void *)myxp, nbc,
                          (int16_t *)(void *)myxq);
@@ -807,15 +826,20 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                 fx_conv_panels_f32(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan);
             pp.a_panels = pan;
             pp.a_mr = fpanel_mr;
-        } else {
+        } else if (!fdirect) {
             conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 1, plan.inner);
             adata = mycol;
         }
         uint64_t kmax = 0;
         int kmax_known = 0;
-        status[ch] = conv_matmul_with(conv_op2d(&cc, adata, xo.exp, Pc, CKK, CKK, 0), &pp,
-                                      conv_op2d(&cc, wdata, wo.exp, g.O, CKK, CKK, 1), ic, myy,
-                                      plan.inner, ic ? &kmax : NULL, &kmax_known);
+        if (fdirect) {
+            be->conv.bf16_fwd(&g, (const uint16_t *)(const void *)myxp, nbc, fwq,
+                              fscr + tid * fscr_n, (float *)(void *)myy, plan.inner);
+            status[ch] = FX_OK;
+        } else
+            status[ch] = conv_matmul_with(conv_op2d(&cc, adata, xo.exp, Pc, CKK, CKK, 0), &pp,
+                                          conv_op2d(&cc, wdata, wo.exp, g.O, CKK, CKK, 1), ic,
+                                          myy, plan.inner, ic ? &kmax : NULL, &kmax_known);
         chunk_max[ch] = 0;
         const int fused = status[ch] == FX_OK && fuse_e != FX_EXP_NONE;
         if (fused) {
@@ -1082,6 +1106,14 @@ int fx_nn_conv2d_backward_input_host(const fx_op_args *a)
      * which suits the tile kernel (the CNN's conv2, batch 128, one thread on the Xeon reporting
      * model 167: 9.5 against 11.7 ms). The same products summed in another order, as the bf16
      * routes differ from each other. */
+    /* bf16 on the pair route likewise, as a forward convolution on its direct kernel (no
+     * patch matrix, no col2im: the CNN's conv2, one thread on the Zen 4, about 13.5 against
+     * 17.8 ms) when that takes the flipped problem: dy's O channels are its input channels */
+    const fx_conv_geom gf = {.N = g.N, .C = g.O, .H = g.OH, .W = g.OW, .O = g.C, .KH = g.KH,
+                             .KW = g.KW, .sh = 1, .sw = 1, .dh = g.dh, .dw = g.dw};
+    if (cc.cf == FMT_BF16 && fwd_geom && fx_backend_active()->conv.bf16_fwd &&
+        fx_bf16_fwd_direct_enabled() && fx_bf16_fwd_direct_fits(&gf))
+        return conv_backward_input_as_forward(dx, dy, w, &g, FMT_BF16, func);
     if (cc.cf == FMT_BF16 && fx_backend_active()->gemm.bf16_plain_min_k > 0 &&
         g.O * g.KH * g.KW >= fx_backend_active()->gemm.bf16_plain_min_k && g.C >= 16 && fwd_geom)
         return conv_backward_input_as_forward(dx, dy, w, &g, FMT_BF16, func);
