@@ -55,6 +55,32 @@ static void wg_pair_transpose(const uint16_t *dy, int64_t nbc, int64_t O, int64_
     }
 }
 
+/* acc += the pair products of a (one broadcast pair word) and b (16 pair words), odd element
+ * first: vdpbf16ps, or the same two FMAs on the widened halves (where the proof failed). */
+static inline __attribute__((always_inline)) __m512 pair_step(__m512 acc, __m512i a, __m512i b,
+                                                              const int dot)
+{
+    if (dot) return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    const __m512 ao = _mm512_castsi512_ps(_mm512_and_si512(a, hi));
+    const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
+    const __m512 bo = _mm512_castsi512_ps(_mm512_and_si512(b, hi));
+    const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
+    return _mm512_fmadd_ps(ae, be, _mm512_fmadd_ps(ao, bo, acc));
+}
+
+/* The first `rows` rows of a tile's accumulators, NV vectors each (the last masked by last). */
+static inline __attribute__((always_inline)) void store_rows(const int MR, const int NV,
+                                                             __m512 acc[][4], float *out,
+                                                             int64_t ldo, int rows,
+                                                             __mmask16 last)
+{
+    for (int r = 0; r < MR && r < rows; r++)
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_ps(out + r * ldo + 16 * v, v + 1 < NV ? (__mmask16)0xFFFF : last,
+                                  acc[r][v]);
+}
+
 /* One tile: MR rows (offsets roff into a padded image), NV vectors of 16 channels from dyt
  * (already offset to the tile's first channel), the chain over all nbc images' pixel pairs.
  * dot: vdpbf16ps; else the same chain in FMAs on the widened halves, odd first. */
@@ -66,7 +92,6 @@ wg_tile(const int MR, const int NV, const int dot, const uint16_t *xp, int64_t x
     __m512 acc[FX_WG_MAX_MR][4];
     for (int r = 0; r < MR; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
-    const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
     const int64_t npair = OW / 2;
     for (int64_t n = 0; n < nbc; n++) {
         for (int64_t oy = 0; oy < OH; oy++) {
@@ -80,25 +105,12 @@ wg_tile(const int MR, const int NV, const int dot, const uint16_t *xp, int64_t x
                     uint32_t word;
                     memcpy(&word, xr + roff[r] + 2 * j, sizeof word);
                     const __m512i a = _mm512_set1_epi32((int)word);
-                    for (int v = 0; v < NV; v++) {
-                        if (dot) {
-                            acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)a, (__m512bh)b[v]);
-                        } else {
-                            const __m512 ao = _mm512_castsi512_ps(_mm512_and_si512(a, hi_mask));
-                            const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
-                            const __m512 bo = _mm512_castsi512_ps(_mm512_and_si512(b[v], hi_mask));
-                            const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(b[v], 16));
-                            acc[r][v] = _mm512_fmadd_ps(ae, be, _mm512_fmadd_ps(ao, bo, acc[r][v]));
-                        }
-                    }
+                    for (int v = 0; v < NV; v++) acc[r][v] = pair_step(acc[r][v], a, b[v], dot);
                 }
             }
         }
     }
-    for (int r = 0; r < MR && r < rows; r++)
-        for (int v = 0; v < NV; v++)
-            _mm512_mask_storeu_ps(out + r * ldo + 16 * v, v + 1 < NV ? (__mmask16)0xFFFF : last,
-                                  acc[r][v]);
+    store_rows(MR, NV, acc, out, ldo, rows, last);
 }
 
 /* The tile shapes, as separate functions so that each is compiled with constant MR and NV
@@ -212,34 +224,19 @@ void fx_bf16_wgrad_direct(const struct fx_conv_geom *g, const uint16_t *xp, cons
 #define FX_FWD_MAX_TAPS 64 /* kernels up to 8 x 8 */
 
 /* xq[n][ih][iw][cp] = (xp[n][2cp][ih][iw], xp[n][2cp + 1][ih][iw]), the second 0 past C: the
- * padded chunk's channel planes interleaved in pairs, then each image's Cp x (Hp Wp) word matrix
- * transposed by 16 x 16 blocks. tmp: Cp Hp Wp words. */
+ * padded chunk's channel planes interleaved in pairs (the pair GEMM's B interleave; zeros: Hp Wp
+ * zero values for an odd C's last pair), then each image's Cp x (Hp Wp) word matrix transposed
+ * by 16 x 16 blocks. tmp: Cp Hp Wp words. */
 static void fwd_pair_nhwc(const uint16_t *xp, int64_t nbc, int64_t C, int64_t HW, uint32_t *tmp,
-                          uint32_t *xq)
+                          const uint16_t *zeros, uint32_t *xq)
 {
     const int64_t Cp = (C + 1) / 2;
-    static const uint16_t lo_idx[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-    const __m512i lo = _mm512_loadu_si512(lo_idx);
-    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     for (int64_t n = 0; n < nbc; n++) {
         const uint16_t *img = xp + n * C * HW;
         for (int64_t cp = 0; cp < Cp; cp++) {
-            const uint16_t *r0 = img + 2 * cp * HW, *r1 = 2 * cp + 1 < C ? r0 + HW : NULL;
-            uint16_t *dst = (uint16_t *)(void *)(tmp + cp * HW);
-            for (int64_t j = 0; j < HW; j += 32) {
-                const int64_t left = HW - j;
-                const __mmask32 m = left >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << left) - 1);
-                const __m512i x0 = _mm512_maskz_loadu_epi16(m, r0 + j);
-                const __m512i x1 = r1 ? _mm512_maskz_loadu_epi16(m, r1 + j) : _mm512_setzero_si512();
-                const __mmask32 m0 = left >= 16 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (2 * left)) - 1);
-                const __mmask32 m1 = left >= 32   ? (__mmask32)0xFFFFFFFFu
-                                     : left > 16 ? (__mmask32)((1u << (2 * (left - 16))) - 1)
-                                                 : 0;
-                _mm512_mask_storeu_epi16(dst + 2 * j, m0, _mm512_permutex2var_epi16(x0, lo, x1));
-                _mm512_mask_storeu_epi16(dst + 2 * j + 32, m1, _mm512_permutex2var_epi16(x0, hi, x1));
-            }
+            const uint16_t *r0 = img + 2 * cp * HW;
+            fx_bf16_interleave_avx512((uint16_t *)(void *)(tmp + cp * HW), r0,
+                                      2 * cp + 1 < C ? r0 + HW : zeros, HW);
         }
         uint32_t *out = xq + n * HW * Cp;
         for (int64_t c0 = 0; c0 < Cp; c0 += 16) {
@@ -285,10 +282,9 @@ fwd_tile(const int MR, const int NV, const int dot, const uint32_t *xb, int64_t 
          const int64_t *toff, int64_t ntaps, const uint32_t *wb, int64_t opad, float *out,
          int64_t ldo, int rows, __mmask16 last)
 {
-    __m512 acc[FX_FWD_MAX_MR][2];
+    __m512 acc[FX_FWD_MAX_MR][4]; /* NV <= 2 used */
     for (int r = 0; r < MR; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
-    const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
     for (int64_t t = 0; t < ntaps; t++) {
         const uint32_t *xt = xb + toff[t];
         const uint32_t *wt = wb + t * Cp * opad;
@@ -298,24 +294,11 @@ fwd_tile(const int MR, const int NV, const int dot, const uint32_t *xb, int64_t 
                 b[v] = _mm512_load_si512((const void *)(wt + cp * opad + 16 * v));
             for (int r = 0; r < MR; r++) {
                 const __m512i a = _mm512_set1_epi32((int)xt[r * Cp + cp]);
-                for (int v = 0; v < NV; v++) {
-                    if (dot) {
-                        acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)a, (__m512bh)b[v]);
-                    } else {
-                        const __m512 ao = _mm512_castsi512_ps(_mm512_and_si512(a, hi_mask));
-                        const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
-                        const __m512 bo = _mm512_castsi512_ps(_mm512_and_si512(b[v], hi_mask));
-                        const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(b[v], 16));
-                        acc[r][v] = _mm512_fmadd_ps(ae, be, _mm512_fmadd_ps(ao, bo, acc[r][v]));
-                    }
-                }
+                for (int v = 0; v < NV; v++) acc[r][v] = pair_step(acc[r][v], a, b[v], dot);
             }
         }
     }
-    for (int r = 0; r < MR && r < rows; r++)
-        for (int v = 0; v < NV; v++)
-            _mm512_mask_storeu_ps(out + r * ldo + 16 * v, v + 1 < NV ? (__mmask16)0xFFFF : last,
-                                  acc[r][v]);
+    store_rows(MR, NV, acc, out, ldo, rows, last);
 }
 
 #define FWD_TILE_FN(MR, NV, DOT)                                                                 \
@@ -363,8 +346,8 @@ int64_t fx_bf16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
 {
     const int64_t Cp = (g->C + 1) / 2, HW = (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
     /* the copy, the tiles' overrun past its end (a last tile's spare rows and their taps), the
-     * interleaving buffer, 16 spare words for alignment */
-    return nb * HW * Cp + (FX_FWD_MAX_MR + g->KW) * Cp + Cp * HW + 16;
+     * interleaving buffer, a zero plane, 16 spare words for alignment */
+    return nb * HW * Cp + (FX_FWD_MAX_MR + g->KW) * Cp + Cp * HW + (HW + 1) / 2 + 16;
 }
 
 void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *xp, int64_t nbc,
@@ -376,7 +359,9 @@ void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *xp, int64_
     const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW;
     uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
     uint32_t *tmp = xq + nbc * HW * Cp + (FX_FWD_MAX_MR + g->KW) * Cp;
-    fwd_pair_nhwc(xp, nbc, C, HW, tmp, xq);
+    uint16_t *zeros = (uint16_t *)(void *)(tmp + Cp * HW);
+    if (C % 2) memset(zeros, 0, sizeof(uint16_t) * (size_t)HW);
+    fwd_pair_nhwc(xp, nbc, C, HW, tmp, zeros, xq);
     memset(xq + nbc * HW * Cp, 0, sizeof(uint32_t) * (size_t)((FX_FWD_MAX_MR + g->KW) * Cp));
     const uint32_t kx = fx_bf16_minkey_avx512(xp, nbc * C * HW);
     const uint32_t kw = fx_bf16_minkey_avx512((const uint16_t *)(const void *)wq, 2 * KK * Cp * opad);
