@@ -262,7 +262,8 @@ int64_t fx_bf16_fwd_direct_weights_numel(const struct fx_conv_geom *g)
     return g->KH * g->KW * ((g->C + 1) / 2) * ((g->O + 15) / 16 * 16);
 }
 
-void fx_bf16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const uint16_t *w, uint32_t *wq)
+uint32_t fx_bf16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const uint16_t *w,
+                                         uint32_t *wq)
 {
     const int64_t C = g->C, O = g->O, KK = g->KH * g->KW, Cp = (C + 1) / 2;
     const int64_t opad = (O + 15) / 16 * 16;
@@ -275,6 +276,8 @@ void fx_bf16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const uint16_
                 dst[o] = e | d << 16;
             }
         }
+    /* the weights' half of conditions (i) and (ii), once for every chunk */
+    return fx_bf16_minkey_avx512((const uint16_t *)(const void *)wq, 2 * KK * Cp * opad);
 }
 
 static inline __attribute__((always_inline)) void
@@ -351,7 +354,8 @@ int64_t fx_bf16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
 }
 
 void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *xp, int64_t nbc,
-                        const uint32_t *wq, uint32_t *scratch, float *y, int nthreads)
+                        const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
+                        int nthreads)
 {
     atomic_fetch_add_explicit(&fwd_calls, 1, memory_order_relaxed);
     const int64_t C = g->C, O = g->O, Cp = (C + 1) / 2, opad = (O + 15) / 16 * 16;
@@ -364,8 +368,7 @@ void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *xp, int64_
     fwd_pair_nhwc(xp, nbc, C, HW, tmp, zeros, xq);
     memset(xq + nbc * HW * Cp, 0, sizeof(uint32_t) * (size_t)((FX_FWD_MAX_MR + g->KW) * Cp));
     const uint32_t kx = fx_bf16_minkey_avx512(xp, nbc * C * HW);
-    const uint32_t kw = fx_bf16_minkey_avx512((const uint16_t *)(const void *)wq, 2 * KK * Cp * opad);
-    const int dot = fx_bf16_dot_enabled() && kx + kw >= FX_BF16_DOT_MIN_KEYSUM;
+    const int dot = fx_bf16_dot_enabled() && kx + wkey >= FX_BF16_DOT_MIN_KEYSUM;
     int64_t taps[FX_FWD_MAX_TAPS]; /* word offsets of the taps from a pixel's top-left one */
     for (int64_t t = 0; t < KK; t++) taps[t] = ((t / g->KW) * Wp + t % g->KW) * Cp;
     for (int64_t o0 = 0; o0 < O; o0 += 32) {

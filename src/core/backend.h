@@ -281,7 +281,8 @@ typedef struct fx_conv_kernels {
     /* bf16 forward of one chunk without a patch matrix, in its own order of the products
      * (fx_bf16_fwd_direct, src/bf16/bf16_gemm.h). NULL: patch panels and GEMM. */
     void (*bf16_fwd)(const struct fx_conv_geom *g, const uint16_t *xp, int64_t nbc,
-                     const uint32_t *wq, uint32_t *scratch, float *y, int nthreads);
+                     const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
+                     int nthreads);
 } fx_conv_kernels;
 
 typedef struct fx_backend {

@@ -759,7 +759,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         if (bamx) fx_bf16_amx_pack_b(wo.data, wb.strides[0], wb.strides[1], CKK, g.O, bamx);
     }
     /* the direct bf16 route: its weights once, and a copy of the chunk per thread */
-    uint32_t *fwq = NULL, *fscr = NULL;
+    uint32_t *fwq = NULL, *fscr = NULL, fwkey = 0;
     const int64_t fscr_n = fdirect ? fx_bf16_fwd_direct_scratch(&g, plan.nb) : 0;
     if (fdirect) {
         fwq = conv_align64(conv_alloc(&s, fx_bf16_fwd_direct_weights_numel(&g) + 16,
@@ -769,7 +769,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             fx_scratch_free(&s);
             return rc;
         }
-        fx_bf16_fwd_direct_pack_weights(&g, (const uint16_t *)wo.data, fwq);
+        fwkey = fx_bf16_fwd_direct_pack_weights(&g, (const uint16_t *)wo.data, fwq);
     }
     /* integer compute on the AMX kernel likewise: the weights in its byte tiles once (each
      * chunk's GEMM would split and pack the same B again: about 5 % of the CNN's input
@@ -833,7 +833,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         uint64_t kmax = 0;
         int kmax_known = 0;
         if (fdirect) {
-            be->conv.bf16_fwd(&g, (const uint16_t *)(const void *)myxp, nbc, fwq,
+            be->conv.bf16_fwd(&g, (const uint16_t *)(const void *)myxp, nbc, fwq, fwkey,
                               fscr + tid * fscr_n, (float *)(void *)myy, plan.inner);
             status[ch] = FX_OK;
         } else
