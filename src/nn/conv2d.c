@@ -1101,12 +1101,7 @@ int fx_nn_conv2d_backward_input_host(const fx_op_args *a)
                          (g.KW - 1) * g.dw >= g.pw;
     if (ic && g.C >= conv_bwd_as_fwd_min_c() && fwd_geom)
         return conv_backward_input_as_forward(dx, dy, w, &g, FMT_DFP16, func);
-    /* bf16 on a GEMM that takes the patch matrix itself (the AMX route): the forward
-     * convolution's product has O KH KW values per patch where the col2im route's has only O,
-     * which suits the tile kernel (the CNN's conv2, batch 128, one thread on the Xeon reporting
-     * model 167: 9.5 against 11.7 ms). The same products summed in another order, as the bf16
-     * routes differ from each other. */
-    /* bf16 on the pair route likewise, as a forward convolution on its direct kernel (no
+    /* bf16 on the pair route as a forward convolution on its direct kernel (no
      * patch matrix, no col2im: the CNN's conv2, one thread on the Zen 4, about 13.5 against
      * 17.8 ms) when that takes the flipped problem: dy's O channels are its input channels */
     const fx_conv_geom gf = {.N = g.N, .C = g.O, .H = g.OH, .W = g.OW, .O = g.C, .KH = g.KH,
@@ -1114,6 +1109,11 @@ int fx_nn_conv2d_backward_input_host(const fx_op_args *a)
     if (cc.cf == FMT_BF16 && fwd_geom && fx_backend_active()->conv.bf16_fwd &&
         fx_bf16_fwd_direct_enabled() && fx_bf16_fwd_direct_fits(&gf))
         return conv_backward_input_as_forward(dx, dy, w, &g, FMT_BF16, func);
+    /* bf16 on a GEMM that takes the patch matrix itself (the AMX route): the forward
+     * convolution's product has O KH KW values per patch where the col2im route's has only O,
+     * which suits the tile kernel (the CNN's conv2, batch 128, one thread on the Xeon reporting
+     * model 167: 9.5 against 11.7 ms). The same products summed in another order, as the bf16
+     * routes differ from each other. */
     if (cc.cf == FMT_BF16 && fx_backend_active()->gemm.bf16_plain_min_k > 0 &&
         g.O * g.KH * g.KW >= fx_backend_active()->gemm.bf16_plain_min_k && g.C >= 16 && fwd_geom)
         return conv_backward_input_as_forward(dx, dy, w, &g, FMT_BF16, func);
