@@ -18,6 +18,7 @@
  * the weight gradient outside vdpbf16ps, writing the patch matrix (40 MB a step) and packing
  * it again into 6-row panels. */
 #include "bf16_gemm.h"
+#include "../core/pair_copy_avx512.h"
 #include "../core/transpose_avx512.h"
 #include "../fp32/f32_kernels.h"
 #include "../nn/im2col.h"
@@ -232,28 +233,8 @@ static void fwd_pair_nhwc(const uint16_t *xp, int64_t nbc, int64_t C, int64_t HW
 {
     const int64_t Cp = (C + 1) / 2;
     for (int64_t n = 0; n < nbc; n++) {
-        const uint16_t *img = xp + n * C * HW;
-        for (int64_t cp = 0; cp < Cp; cp++) {
-            const uint16_t *r0 = img + 2 * cp * HW;
-            fx_bf16_interleave_avx512((uint16_t *)(void *)(tmp + cp * HW), r0,
-                                      2 * cp + 1 < C ? r0 + HW : zeros, HW);
-        }
-        uint32_t *out = xq + n * HW * Cp;
-        for (int64_t c0 = 0; c0 < Cp; c0 += 16) {
-            const int nc = Cp - c0 < 16 ? (int)(Cp - c0) : 16;
-            const __mmask16 cm = (__mmask16)((1u << nc) - 1);
-            for (int64_t p0 = 0; p0 < HW; p0 += 16) {
-                const int np = HW - p0 < 16 ? (int)(HW - p0) : 16;
-                const __mmask16 pm = (__mmask16)((1u << np) - 1);
-                __m512 v[16];
-                for (int i = 0; i < 16; i++)
-                    v[i] = i < nc ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(pm, tmp + (c0 + i) * HW + p0))
-                                  : _mm512_setzero_ps();
-                fx_transpose16x16_ps(v); /* v[t]: pixel p0 + t, pair c0 + i in lane i */
-                for (int t = 0; t < np; t++)
-                    _mm512_mask_storeu_ps((float *)(void *)(out + (p0 + t) * Cp + c0), cm, v[t]);
-            }
-        }
+        fx_pair_planes_avx512(xp + n * C * HW, C, HW, zeros, tmp);
+        fx_pair_planes_transpose_avx512(tmp, Cp, HW, Cp, xq + n * HW * Cp);
     }
 }
 

@@ -16,6 +16,7 @@
  * This file is compiled with -mavx512bf16 and only installed when the CPU reports AVX512_BF16
  * and the "dpbf16" route is chosen (fx_bf16_gemm_route_set, src/core/backend.c). */
 #include "../core/backend.h"
+#include "../core/pair_copy_avx512.h"
 #include "../fp32/f32_kernels.h"
 #include "bf16_gemm.h"
 
@@ -141,21 +142,7 @@ uint32_t fx_bf16_minkey_avx512(const uint16_t *x, int64_t n)
 /* Two B rows into pair words: dst[2j + t] = (t ? r1 : r0)[j]. */
 void fx_bf16_interleave_avx512(uint16_t *dst, const uint16_t *r0, const uint16_t *r1, int64_t n)
 {
-    static const uint16_t lo_idx[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-    const __m512i lo = _mm512_loadu_si512(lo_idx);
-    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-    int64_t j = 0;
-    for (; j + 32 <= n; j += 32) {
-        const __m512i x0 = _mm512_loadu_si512(r0 + j), x1 = _mm512_loadu_si512(r1 + j);
-        _mm512_storeu_si512(dst + 2 * j, _mm512_permutex2var_epi16(x0, lo, x1));
-        _mm512_storeu_si512(dst + 2 * j + 32, _mm512_permutex2var_epi16(x0, hi, x1));
-    }
-    for (; j < n; j++) {
-        dst[2 * j] = r0[j];
-        dst[2 * j + 1] = r1[j];
-    }
+    fx_interleave16_avx512(dst, r0, r1, n);
 }
 
 static const fx_bf16_pair_kernels pairs_avx512bf16 = {

@@ -283,6 +283,12 @@ typedef struct fx_conv_kernels {
     void (*bf16_fwd)(const struct fx_conv_geom *g, const uint16_t *xp, int64_t nbc,
                      const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
                      int nthreads);
+    /* exact int16 forward of one chunk without a patch matrix (fx_i16_fwd_direct,
+     * src/flex/conv_i16.h): the exact sums, so the patch GEMM's bits. Returns 0 for a chunk
+     * whose data it declines, which then takes the GEMM. NULL: patch panels and GEMM. */
+    int (*i16_fwd)(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                   const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
+                   uint64_t *ymax);
 } fx_conv_kernels;
 
 typedef struct fx_backend {

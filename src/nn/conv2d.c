@@ -42,6 +42,7 @@
 #include "conv_panels.h"
 #include "../bf16/bf16_gemm.h"
 #include "../flex/flex_kernels.h" /* fx_gemm_i16_amx_pack_b */
+#include "../flex/conv_i16.h"
 #include "../flex/gemm_i16.h"
 #include "../core/compose.h"
 #include "../core/profile_counters.h"
@@ -647,6 +648,11 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * and the plain weights, from FX_CONV_AMX_MIN_K values per patch (narrower products go
      * to the register-tile GEMM, which wants its panels) */
     const int plain_i16 = ic && be->gemm.i16_amx && fx_gemm_i16_amx_on() && CKK >= FX_CONV_AMX_MIN_K;
+    /* integer compute elsewhere with VNNI: the direct kernel on a channel-pair-last copy of
+     * each padded chunk (fx_i16_fwd_direct: the exact sums, so the same bits); a chunk whose
+     * data it declines takes the patch panels and GEMM below, which stay set up for that */
+    const int idirect = ic && !plain_i16 && be->conv.i16_fwd && fx_i16_fwd_direct_enabled() &&
+                        fx_i16_fwd_direct_fits(&g);
     const int pair_mr = plain_i16 || fdirect ? 0
                         : ic                ? be->gemm.i16_panel_mr
                         : cc.cf == FMT_BF16 ? be->gemm.bf16_pair_panel_mr
@@ -771,6 +777,20 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         }
         fwkey = fx_bf16_fwd_direct_pack_weights(&g, (const uint16_t *)wo.data, fwq);
     }
+    /* the direct integer route: its weights and their segment norms once, a copy of the chunk
+     * per thread */
+    uint32_t *iwq = NULL, *iscr = NULL;
+    const int64_t iscr_n = idirect ? fx_i16_fwd_direct_scratch(&g, plan.nb) : 0;
+    if (idirect) {
+        iwq = conv_align64(conv_alloc(&s, fx_i16_fwd_direct_weights_numel(&g) + 16,
+                                      sizeof(uint32_t), &rc, func));
+        iscr = conv_alloc(&s, iscr_n * plan.outer, sizeof(uint32_t), &rc, func);
+        if (rc) {
+            fx_scratch_free(&s);
+            return rc;
+        }
+        fx_i16_fwd_direct_pack_weights(&g, (const int16_t *)wo.data, iwq);
+    }
     /* integer compute on the AMX kernel likewise: the weights in its byte tiles once (each
      * chunk's GEMM would split and pack the same B again: about 5 % of the CNN's input
      * gradient, whose B is 1600 x 32) */
@@ -797,17 +817,25 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const fx_conv_rows rows = {&g, (const int16_t *)(const void *)(myxq ? myxq : myxp), goff,
                                    myxq != NULL};
         const void *adata = NULL;
-        if (panel_mr || row_src || fpanel_mr || fdirect)
+        if (panel_mr || row_src || fpanel_mr || fdirect || idirect)
             fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
-        if (myxq)
+        uint64_t kmax = 0;
+        int kmax_known = 0;
+        /* the direct integer kernel first; what it declines goes on to the GEMM */
+        const int idone = idirect && be->conv.i16_fwd(&g, (const int16_t *)(const void *)myxp, nbc,
+                                                      iwq, iscr + tid * iscr_n,
+                                                      (int64_t *)(void *)myy, plan.inner, &kmax);
+        kmax_known = idone;
+        if (myxq && !idone)
             fx_conv_nhwc(&g, (const int16_t *)(const void *)myxp, nbc,
                          (int16_t *)(void *)myxq);
         int8_t *myhi = planes ? planes + 2 * plane_n * tid + FX_CONV_TILES_SLACK : NULL;
         const fx_conv_tiles tl = {&g, myhi, myhi ? myhi + plane_n : NULL};
-        if (myhi)
+        if (myhi && !idone)
             be->conv.byte_planes_i16((const int16_t *)(const void *)myxq,
                                      fx_conv_padded_numel(&g, nbc), myhi, myhi + plane_n);
-        if (panel_mr) {
+        if (idone) { /* the direct kernel wrote the chunk's sums */
+        } else if (panel_mr) {
             int32_t *pan = (int32_t *)(void *)mycol;
             if (!be->conv.panels_i16 ||
                 !be->conv.panels_i16(&g, (const int16_t *)myxp, nbc, panel_mr, pan))
@@ -830,9 +858,9 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 1, plan.inner);
             adata = mycol;
         }
-        uint64_t kmax = 0;
-        int kmax_known = 0;
-        if (fdirect) {
+        if (idone) {
+            status[ch] = FX_OK;
+        } else if (fdirect) {
             be->conv.bf16_fwd(&g, (const uint16_t *)(const void *)myxp, nbc, fwq, fwkey,
                               fscr + tid * fscr_n, (float *)(void *)myy, plan.inner);
             status[ch] = FX_OK;

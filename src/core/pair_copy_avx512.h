@@ -1,0 +1,70 @@
+/* Channel-pair copies of 16-bit image data for the direct convolution kernels (bf16 on
+ * vdpbf16ps, int16 on vpdpwssd): both multiply pairs of neighbouring channels, so both want
+ * each pixel's channels as 32-bit pair words, channel pairs last. The copies only move bits, so
+ * one code serves bf16 and int16. Include only from files compiled with the AVX-512 flags. */
+#ifndef FX_CORE_PAIR_COPY_AVX512_H
+#define FX_CORE_PAIR_COPY_AVX512_H
+
+#include "transpose_avx512.h"
+
+#include <immintrin.h>
+#include <stdint.h>
+
+/* dst[2j + t] = (t ? r1 : r0)[j] for j < n: two rows of 16-bit values as pair words */
+static inline void fx_interleave16_avx512(uint16_t *dst, const uint16_t *r0, const uint16_t *r1,
+                                          int64_t n)
+{
+    static const uint16_t lo_idx[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i lo = _mm512_loadu_si512(lo_idx);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        const __m512i x0 = _mm512_loadu_si512(r0 + j), x1 = _mm512_loadu_si512(r1 + j);
+        _mm512_storeu_si512(dst + 2 * j, _mm512_permutex2var_epi16(x0, lo, x1));
+        _mm512_storeu_si512(dst + 2 * j + 32, _mm512_permutex2var_epi16(x0, hi, x1));
+    }
+    for (; j < n; j++) {
+        dst[2 * j] = r0[j];
+        dst[2 * j + 1] = r1[j];
+    }
+}
+
+/* planes[cp][i] = (img[2cp][i], img[2cp + 1][i]) for cp < (C + 1) / 2 and i < HW: one image's
+ * C channel planes of HW values interleaved in pairs, the second half of an odd C's last pair
+ * taken from zeros (HW zero values) */
+static inline void fx_pair_planes_avx512(const uint16_t *img, int64_t C, int64_t HW,
+                                         const uint16_t *zeros, uint32_t *planes)
+{
+    for (int64_t cp = 0; 2 * cp < C; cp++) {
+        const uint16_t *r0 = img + 2 * cp * HW;
+        fx_interleave16_avx512((uint16_t *)(void *)(planes + cp * HW), r0,
+                               2 * cp + 1 < C ? r0 + HW : zeros, HW);
+    }
+}
+
+/* out[i ld + cp] = planes[cp][i] for cp < Cp, i < HW: the Cp x HW word matrix transposed by
+ * 16 x 16 blocks, each pixel's pairs ld words apart (ld >= Cp; words Cp..ld-1 not written) */
+static inline void fx_pair_planes_transpose_avx512(const uint32_t *planes, int64_t Cp, int64_t HW,
+                                                   int64_t ld, uint32_t *out)
+{
+    for (int64_t c0 = 0; c0 < Cp; c0 += 16) {
+        const int nc = Cp - c0 < 16 ? (int)(Cp - c0) : 16;
+        const __mmask16 cm = (__mmask16)((1u << nc) - 1);
+        for (int64_t p0 = 0; p0 < HW; p0 += 16) {
+            const int np = HW - p0 < 16 ? (int)(HW - p0) : 16;
+            const __mmask16 pm = (__mmask16)((1u << np) - 1);
+            __m512 v[16];
+            for (int i = 0; i < 16; i++)
+                v[i] = i < nc ? _mm512_castsi512_ps(
+                                    _mm512_maskz_loadu_epi32(pm, planes + (c0 + i) * HW + p0))
+                              : _mm512_setzero_ps();
+            fx_transpose16x16_ps(v); /* v[t]: pixel p0 + t, pair c0 + i in lane i */
+            for (int t = 0; t < np; t++)
+                _mm512_mask_storeu_ps((float *)(void *)(out + (p0 + t) * ld + c0), cm, v[t]);
+        }
+    }
+}
+
+#endif

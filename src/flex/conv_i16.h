@@ -1,0 +1,43 @@
+/* The exact int16 forward convolution without a patch matrix (src/flex/conv_i16_avx512.c,
+ * AVX512_VNNI): y[p][o] = sum over the taps (kh, kw) and channels c of x(c, p + tap) w[o][c][t],
+ * the same exact int64 sums as the patch GEMM (src/flex/gemm_i16.h), so the same bits; only the
+ * time differs. src/nn/conv2d.c calls it per chunk through fx_backend.conv.i16_fwd, and takes
+ * the patch GEMM for a chunk whose data it declines (a segment too large for an int32 chain). */
+#ifndef FX_FLEX_CONV_I16_H
+#define FX_FLEX_CONV_I16_H
+
+#include <stdint.h>
+
+struct fx_conv_geom;
+
+/* Whether the kernel takes a geometry: stride and dilation 1, at least 8 input and 16 output
+ * channels, at most FX_I16_FWD_MAX_TAPS taps, at most FX_I16_FWD_MAX_SEGS segments (8 channels
+ * at one tap; the fold schedule lives on the stack), and C KH KW <= 2^16 */
+#define FX_I16_FWD_MAX_TAPS 64
+#define FX_I16_FWD_MAX_SEGS 1024
+int fx_i16_fwd_direct_fits(const struct fx_conv_geom *g);
+
+/* The weights (OIHW int16 mantissas) as pair words per tap, then the norm of each segment's
+ * weights per block of 16 output channels: fx_i16_fwd_direct_weights_numel(g) 32-bit words at
+ * wq, 64-byte aligned. Done once per convolution, for all its chunks. */
+int64_t fx_i16_fwd_direct_weights_numel(const struct fx_conv_geom *g);
+void fx_i16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const int16_t *w, uint32_t *wq);
+
+/* One chunk: xp, its padded input (fx_conv_pad, nbc images); wq from the packing above;
+ * scratch: fx_i16_fwd_direct_scratch(g, nbc) words; y: the chunk's [nbc OH OW][O] exact sums;
+ * *ymax: their largest |value|. Up to nthreads OpenMP threads split the output rows. Returns 1
+ * when done; 0 when a segment's bound (Cauchy-Schwarz on its norms) exceeds an int32 chain,
+ * with y partly written: the caller computes the chunk another way. */
+int64_t fx_i16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb);
+int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                      const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
+                      uint64_t *ymax);
+
+/* Test and benchmark hooks, process-wide: 0 sends every chunk to the patch GEMM; counters of
+ * the chunks computed here and of those declined */
+void fx_i16_fwd_direct_set_enabled(int on);
+int fx_i16_fwd_direct_enabled(void);
+long long fx_i16_fwd_direct_calls(void);
+long long fx_i16_fwd_direct_declined(void);
+
+#endif

@@ -1,0 +1,360 @@
+/* The exact int16 forward convolution on vpdpwssd without a patch matrix (AVX512_VNNI).
+ *
+ * Why: the patch GEMM route spends a third to a half of an integer convolution outside
+ * vpdpwssd, building patch panels (each input value copied once per tap) and packing; the CNN's
+ * conv2 ran its forward pass at about 61 % and its input gradient (a forward pass of dy) at 48 %
+ * of the vpdpwssd limit on the Zen 4, against 80 % for the bf16 direct kernel beside it.
+ *
+ * Layout, as the bf16 direct kernel's (src/bf16/bf16_conv_avx512bf16.c): a channel-pair-last
+ * copy of each padded chunk, the weights as pair words per tap, and a register tile of MR
+ * pixels of one output row by 16 NV output channels. Per tap and channel pair, one broadcast
+ * of the pixel's pair word per row and NV vpdpwssd. The pairs of a pixel are padded with zeros
+ * to whole segments, so that a segment is a fixed, unrolled run of SEG_PAIRS pairs.
+ *
+ * Exactness. vpdpwssd adds two int16 products into an int32 lane without saturation, so a
+ * lane is exact while every partial sum stays inside int32. The chain over (tap, channel pair)
+ * is cut into segments of one tap and SEG_CH channels. By Cauchy-Schwarz a segment's partial
+ * sums are bounded by nX nW, nX = ceil(sqrt(sum of x^2 over its channels)) at the tile's pixel
+ * and nW the same over the weights of the tile's output channel. Here nX is bounded per padded
+ * input row (the largest over the row's pixels: a tile's pixels at one tap lie in one padded
+ * row) and nW per block of 16 output channels. Consecutive segments whose bounds sum to at
+ * most 2^31 - 2^16 form a chain; between chains each lane is folded as the GEMM's fast kernel
+ * folds (src/flex/gemm_i16.h): hi += s >> 16, s &= 0xFFFF, so a chain starts from a lane in
+ * [0, 2^16) and ends inside int32, and the sum is 2^16 hi + s at the end, exact in int64. hi
+ * holds at most C KH KW 2^30 / 2^16 < 2^31 for C KH KW <= 2^16. A chunk where one segment
+ * alone may exceed the bound is declined (returns 0) and takes the GEMM, whose split and wrap
+ * kernels handle any data (in a CNN epoch on Fashion-MNIST, 22 of about 36,000 chunks). The
+ * sums are the exact ones, so the bits are those of every other integer route.
+ *
+ * Segments of 8 channels rather than the GEMM's 16: training data near the exact exponent's
+ * full scale has 16-channel bounds beyond 2^31 (those chunks would all go to the GEMM), and
+ * finer segments pack the chains more closely. */
+#include "conv_i16.h"
+#include "gemm_i16.h" /* fx_ceil_sqrt */
+#include "../core/pair_copy_avx512.h"
+#include "../nn/im2col.h"
+
+#include <immintrin.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define MAX_MR 16
+#define SEG_PAIRS 4 /* a segment: 8 channels at one tap */
+#define SEG_CH (2 * SEG_PAIRS)
+#define CHAIN_LIMIT ((int64_t)(((int64_t)1 << 31) - ((int64_t)1 << 16)))
+
+static int64_t groups_of(int64_t C) { return ((C + 1) / 2 + SEG_PAIRS - 1) / SEG_PAIRS; }
+
+int fx_i16_fwd_direct_fits(const struct fx_conv_geom *g)
+{
+    const int64_t KK = g->KH * g->KW;
+    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->C >= 8 && g->O >= 16 &&
+           KK <= FX_I16_FWD_MAX_TAPS && KK * groups_of(g->C) <= FX_I16_FWD_MAX_SEGS &&
+           g->C * KK <= ((int64_t)1 << 16);
+}
+
+/* pairs per pixel in the copy and per tap in the weights: whole segments, zeros past C */
+static int64_t pairs_of(int64_t C) { return groups_of(C) * SEG_PAIRS; }
+
+int64_t fx_i16_fwd_direct_weights_numel(const struct fx_conv_geom *g)
+{
+    const int64_t KK = g->KH * g->KW, opad = (g->O + 15) / 16 * 16;
+    return KK * pairs_of(g->C) * opad + opad / 16 * KK * groups_of(g->C);
+}
+
+void fx_i16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const int16_t *w, uint32_t *wq)
+{
+    const int64_t C = g->C, O = g->O, KK = g->KH * g->KW, Cpp = pairs_of(C), G = groups_of(C);
+    const int64_t opad = (O + 15) / 16 * 16;
+    /* wq[(t Cpp + cp) opad + o] = (w[o][2cp][t], w[o][2cp + 1][t]), zero past C and O */
+    for (int64_t t = 0; t < KK; t++)
+        for (int64_t cp = 0; cp < Cpp; cp++) {
+            uint32_t *dst = wq + (t * Cpp + cp) * opad;
+            for (int64_t o = 0; o < opad; o++) {
+                const uint32_t e =
+                    o < O && 2 * cp < C ? (uint16_t)w[(o * C + 2 * cp) * KK + t] : 0u;
+                const uint32_t d =
+                    o < O && 2 * cp + 1 < C ? (uint16_t)w[(o * C + 2 * cp + 1) * KK + t] : 0u;
+                dst[o] = e | d << 16;
+            }
+        }
+    /* wn[(ob KK + t) G + s]: the largest norm over block ob's output channels of their weights
+     * at tap t and channels [SEG_CH s, SEG_CH (s + 1)) */
+    uint32_t *wn = wq + KK * Cpp * opad;
+    for (int64_t ob = 0; ob < opad / 16; ob++)
+        for (int64_t t = 0; t < KK; t++)
+            for (int64_t s = 0; s < G; s++) {
+                int64_t mx = 0;
+                for (int64_t o = 16 * ob; o < 16 * ob + 16 && o < O; o++) {
+                    int64_t sq = 0;
+                    for (int64_t c = SEG_CH * s; c < SEG_CH * (s + 1) && c < C; c++) {
+                        const int64_t v = w[(o * C + c) * KK + t];
+                        sq += v * v;
+                    }
+                    mx = sq > mx ? sq : mx;
+                }
+                wn[(ob * KK + t) * G + s] = (uint32_t)fx_ceil_sqrt(mx); /* <= 2^17 */
+            }
+}
+
+int64_t fx_i16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
+{
+    const int64_t Cpp = pairs_of(g->C), G = groups_of(g->C);
+    const int64_t Hp = g->H + 2 * g->ph, HW = Hp * (g->W + 2 * g->pw);
+    /* the copy, the tiles' overrun past its end (a last tile's spare rows and their taps), the
+     * interleaving buffer, a zero plane, the row norms, one image's sums of squares (64-bit),
+     * 16 spare words for alignment */
+    return nb * HW * Cpp + (MAX_MR + g->KW) * Cpp + Cpp * HW + (HW + 1) / 2 + nb * Hp * G +
+           2 * HW * G + 18;
+}
+
+/* sq[s][i]: the sum of squares of pixel i's channels [SEG_CH s, SEG_CH (s + 1)) from one image's pair
+ * planes; vpmaddwd gives a pair's x0^2 + x1^2 <= 2^31, exact as an unsigned lane */
+static void pixel_sums_of_squares(const uint32_t *planes, int64_t Cp, int64_t G, int64_t HW,
+                                  uint64_t *sq)
+{
+    for (int64_t s = 0; s < G; s++)
+        for (int64_t p0 = 0; p0 < HW; p0 += 16) {
+            const int np = HW - p0 < 16 ? (int)(HW - p0) : 16;
+            const __mmask16 pm = (__mmask16)((1u << np) - 1);
+            __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+            for (int64_t cp = SEG_PAIRS * s; cp < SEG_PAIRS * (s + 1) && cp < Cp; cp++) {
+                const __m512i v = _mm512_maskz_loadu_epi32(pm, planes + cp * HW + p0);
+                const __m512i q = _mm512_madd_epi16(v, v);
+                lo = _mm512_add_epi64(lo, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(q)));
+                hi = _mm512_add_epi64(hi, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(q, 1)));
+            }
+            _mm512_mask_storeu_epi64(sq + s * HW + p0, (__mmask8)pm, lo);
+            _mm512_mask_storeu_epi64(sq + s * HW + p0 + 8, (__mmask8)(pm >> 8), hi);
+        }
+}
+
+static inline __attribute__((always_inline)) __m512i fold_hi(__m512i hi, __m512i s)
+{
+    return _mm512_add_epi32(hi, _mm512_srai_epi32(s, 16));
+}
+
+/* One tile: MR pixels of an output row (xb: the first one's top-left tap in the copy, ld words
+ * per pixel) by 16 NV output channels (wb: their packed weights), the chain over the nseg
+ * segments (segment i: SEG_PAIRS pairs at xb + xoff[i], weights at wb + i SEG_PAIRS opad), a
+ * fold after segment i where fold[i]; rows of the MR are stored, int64, the last vector's
+ * lanes under mask last. Returns the largest |sum| stored. */
+static inline __attribute__((always_inline)) uint64_t
+itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const uint32_t *xb, int64_t ld_any, const int64_t *xoff,
+      int64_t nseg, const uint32_t *wb, int64_t opad, const uint8_t *fold, int64_t *out,
+      int64_t ldo, int rows, __mmask16 last)
+{
+    /* hi lives in the caller's frame (touched at folds only), so that the chain keeps its
+     * accumulators, the weight vectors and the broadcast in registers: with hi in registers
+     * too, a 7 x 2 tile spilled its weight vectors inside the chain, and with hi a local array
+     * fenced off from the registers, GCC kept the accumulators in memory between segments
+     * (the kernel alone on CNN conv2's forward pass, batch 128, normal data, one thread on the
+     * Zen 4: 14.8 ms that way, 12.8 this way) */
+    __m512i acc[MAX_MR][2];
+    int32_t (*hi)[2][16] = (int32_t (*)[2][16])hib;
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < NV; v++) {
+            acc[r][v] = _mm512_setzero_si512();
+            _mm512_store_si512((void *)hi[r][v], _mm512_setzero_si512());
+        }
+    /* a compile-time pixel stride where there is one (LD > 0): the rows' broadcasts then take
+     * constant offsets instead of a register each */
+    const int64_t ld = LD > 0 ? LD : ld_any;
+    for (int64_t i = 0; i < nseg; i++) {
+        const uint32_t *xs = xb + xoff[i];
+        const uint32_t *ws = wb + i * SEG_PAIRS * opad;
+        for (int j = 0; j < SEG_PAIRS; j++) {
+            __m512i b[2];
+            for (int v = 0; v < NV; v++)
+                b[v] = _mm512_load_si512((const void *)(ws + j * opad + 16 * v));
+            for (int r = 0; r < MR; r++) {
+                const __m512i a = _mm512_set1_epi32((int)xs[r * ld + j]);
+                for (int v = 0; v < NV; v++) acc[r][v] = _mm512_dpwssd_epi32(acc[r][v], a, b[v]);
+            }
+        }
+        if (fold[i]) {
+            const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+            for (int r = 0; r < MR; r++)
+                for (int v = 0; v < NV; v++) {
+                    const __m512i h = _mm512_load_si512((const void *)hi[r][v]);
+                    _mm512_store_si512((void *)hi[r][v], fold_hi(h, acc[r][v]));
+                    acc[r][v] = _mm512_and_si512(acc[r][v], low16);
+                }
+        }
+    }
+    __m512i mx = _mm512_setzero_si512();
+    for (int r = 0; r < MR; r++) {
+        if (r >= rows) break;
+        for (int v = 0; v < NV; v++) {
+            const __mmask16 m = v == NV - 1 ? last : (__mmask16)0xFFFF;
+            for (int h = 0; h < 2; h++) {
+                const __m256i a32 = h ? _mm512_extracti64x4_epi64(acc[r][v], 1)
+                                      : _mm512_castsi512_si256(acc[r][v]);
+                const __m512i hv = _mm512_load_si512((const void *)hi[r][v]);
+                const __m256i h32 = h ? _mm512_extracti64x4_epi64(hv, 1) : _mm512_castsi512_si256(hv);
+                const __m512i sum = _mm512_add_epi64(
+                    _mm512_slli_epi64(_mm512_cvtepi32_epi64(h32), 16), _mm512_cvtepi32_epi64(a32));
+                const __mmask8 mh = (__mmask8)(h ? m >> 8 : m);
+                _mm512_mask_storeu_epi64(out + r * ldo + 16 * v + 8 * h, mh, sum);
+                mx = _mm512_mask_max_epu64(mx, mh, mx, _mm512_abs_epi64(sum));
+            }
+        }
+    }
+    return _mm512_reduce_max_epu64(mx);
+}
+
+#define ITILE_FN(MR, NV, LD)                                                                     \
+    static uint64_t itile_##MR##x##NV##_##LD(const uint32_t *xb, int64_t ld, const int64_t *xoff, \
+                                             int64_t nseg, const uint32_t *wb, int64_t opad,    \
+                                             const uint8_t *fold, int64_t *out, int64_t ldo,    \
+                                             int rows, __mmask16 last)                          \
+    {                                                                                            \
+        int32_t hib[MAX_MR * 2 * 16] __attribute__((aligned(64)));                              \
+        return itile(MR, NV, LD, hib, xb, ld, xoff, nseg, wb, opad, fold, out, ldo, rows, last);      \
+    }
+#define ITILE_FNS(LD) ITILE_FN(7, 2, LD) ITILE_FN(8, 2, LD) ITILE_FN(14, 1, LD) ITILE_FN(16, 1, LD)
+/* the pixel strides of 16, 32 and 64 channels (ResNet-20's and the CNN's layers), and any */
+ITILE_FNS(8)
+ITILE_FNS(16)
+ITILE_FNS(32)
+ITILE_FNS(0)
+
+typedef uint64_t (*itile_fn)(const uint32_t *, int64_t, const int64_t *, int64_t,
+                             const uint32_t *, int64_t, const uint8_t *, int64_t *, int64_t, int,
+                             __mmask16);
+
+/* [LD 8, 16, 32, any][7x2, 8x2, 14x1, 16x1] */
+static const itile_fn tile_fns[4][4] = {
+    {itile_7x2_8, itile_8x2_8, itile_14x1_8, itile_16x1_8},
+    {itile_7x2_16, itile_8x2_16, itile_14x1_16, itile_16x1_16},
+    {itile_7x2_32, itile_8x2_32, itile_14x1_32, itile_16x1_32},
+    {itile_7x2_0, itile_8x2_0, itile_14x1_0, itile_16x1_0}};
+
+static atomic_int direct_enabled = 1;
+static atomic_llong direct_calls, direct_declined;
+
+void fx_i16_fwd_direct_set_enabled(int on)
+{
+    atomic_store_explicit(&direct_enabled, on != 0, memory_order_relaxed);
+}
+
+int fx_i16_fwd_direct_enabled(void)
+{
+    return atomic_load_explicit(&direct_enabled, memory_order_relaxed);
+}
+
+long long fx_i16_fwd_direct_calls(void)
+{
+    return atomic_load_explicit(&direct_calls, memory_order_relaxed);
+}
+
+long long fx_i16_fwd_direct_declined(void)
+{
+    return atomic_load_explicit(&direct_declined, memory_order_relaxed);
+}
+
+/* fold[i] for the segments i = t G + s of one output row's chain: greedy chains of consecutive
+ * segments whose bounds rn[kh][s] wmax[t][s] sum to at most CHAIN_LIMIT (each alone does, the
+ * chunk's check) */
+static void fold_schedule(const uint32_t *rn, const uint32_t *wn0, const uint32_t *wn1, int64_t KK,
+                          int64_t KW, int64_t G, uint8_t *fold)
+{
+    int64_t run = 0;
+    for (int64_t t = 0, i = 0; t < KK; t++)
+        for (int64_t s = 0; s < G; s++, i++) {
+            const uint32_t w = wn1 && wn1[t * G + s] > wn0[t * G + s] ? wn1[t * G + s]
+                                                                     : wn0[t * G + s];
+            const int64_t b = (int64_t)rn[(t / KW) * G + s] * w;
+            fold[i] = 0;
+            if (i > 0 && run + b > CHAIN_LIMIT) {
+                fold[i - 1] = 1;
+                run = 0;
+            }
+            run += b;
+        }
+}
+
+int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                      const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
+                      uint64_t *ymax)
+{
+    const int64_t C = g->C, O = g->O, Cp = (C + 1) / 2, Cpp = pairs_of(C), G = groups_of(C);
+    const int64_t opad = (O + 15) / 16 * 16;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HW = Hp * Wp;
+    const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW, nseg = KK * G;
+    const uint32_t *wn = wq + KK * Cpp * opad;
+    uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
+    uint32_t *tmp = xq + nbc * HW * Cpp + (MAX_MR + g->KW) * Cpp;
+    uint16_t *zeros = (uint16_t *)(void *)(tmp + Cpp * HW);
+    uint32_t *rn = tmp + Cpp * HW + (HW + 1) / 2; /* [n][ih][s] */
+    uint32_t *sqw = rn + nbc * Hp * G;
+    uint64_t *sq = (uint64_t *)(void *)(sqw + ((uintptr_t)sqw / 4) % 2);
+    if (C % 2) memset(zeros, 0, sizeof(uint16_t) * (size_t)HW);
+    /* the pair planes past C stay zero for every image: the last segment's spare pairs */
+    memset(tmp + Cp * HW, 0, sizeof(uint32_t) * (size_t)((Cpp - Cp) * HW));
+    const uint16_t *xb16 = (const uint16_t *)(const void *)xp;
+    /* the copy, and each padded row's segment norms with it, while an image's planes are in
+     * cache */
+    for (int64_t n = 0; n < nbc; n++) {
+        fx_pair_planes_avx512(xb16 + n * C * HW, C, HW, zeros, tmp);
+        pixel_sums_of_squares(tmp, Cp, G, HW, sq);
+        for (int64_t ih = 0; ih < Hp; ih++)
+            for (int64_t s = 0; s < G; s++) {
+                uint64_t m = 0;
+                for (int64_t iw = 0; iw < Wp; iw++)
+                    m = sq[s * HW + ih * Wp + iw] > m ? sq[s * HW + ih * Wp + iw] : m;
+                rn[(n * Hp + ih) * G + s] = (uint32_t)fx_ceil_sqrt((int64_t)m);
+            }
+        fx_pair_planes_transpose_avx512(tmp, Cpp, HW, Cpp, xq + n * HW * Cpp);
+    }
+    /* a segment that alone may leave int32 (data near full scale): the GEMM's any-data
+     * kernels take the chunk */
+    for (int64_t s = 0; s < G; s++) {
+        uint32_t rmax = 0, wmax = 0;
+        for (int64_t i = 0; i < nbc * Hp; i++) rmax = rn[i * G + s] > rmax ? rn[i * G + s] : rmax;
+        for (int64_t i = 0; i < opad / 16 * KK; i++)
+            wmax = wn[i * G + s] > wmax ? wn[i * G + s] : wmax;
+        if ((int64_t)rmax * wmax > CHAIN_LIMIT) {
+            atomic_fetch_add_explicit(&direct_declined, 1, memory_order_relaxed);
+            return 0;
+        }
+    }
+    atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
+    memset(xq + nbc * HW * Cpp, 0, sizeof(uint32_t) * (size_t)((MAX_MR + g->KW) * Cpp));
+    /* word offsets of the segments from a pixel's top-left tap */
+    int64_t xoff[FX_I16_FWD_MAX_SEGS];
+    for (int64_t t = 0; t < KK; t++)
+        for (int64_t s = 0; s < G; s++)
+            xoff[t * G + s] = ((t / g->KW) * Wp + t % g->KW) * Cpp + s * SEG_PAIRS;
+    uint64_t mx = 0;
+    for (int64_t o0 = 0; o0 < O; o0 += 32) {
+        const int64_t ow = O - o0 < 32 ? O - o0 : 32;
+        const int nv = ow > 16 ? 2 : 1; /* never past opad */
+        const int mr = nv == 2 ? (OW % 7 == 0 && OW % 8 != 0 ? 7 : 8)
+                               : (OW % 14 == 0 && OW % 16 != 0 ? 14 : 16);
+        const int ldi = Cpp == 8 ? 0 : Cpp == 16 ? 1 : Cpp == 32 ? 2 : 3;
+        const itile_fn fn = tile_fns[ldi][nv == 2 ? (mr == 7 ? 0 : 1) : (mr == 14 ? 2 : 3)];
+        const int64_t tail = ow - 16 * (nv - 1);
+        const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
+        const uint32_t *wn0 = wn + (o0 / 16) * KK * G;
+        const uint32_t *wn1 = nv == 2 ? wn0 + KK * G : NULL;
+        (void)nthreads;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1) reduction(max : mx)
+#endif
+        for (int64_t row = 0; row < nbc * OH; row++) {
+            const int64_t n = row / OH, oh = row % OH;
+            uint8_t fold[FX_I16_FWD_MAX_SEGS];
+            fold_schedule(rn + (n * Hp + oh) * G, wn0, wn1, KK, g->KW, G, fold);
+            for (int64_t ow0 = 0; ow0 < OW; ow0 += mr) {
+                const int rows = OW - ow0 < mr ? (int)(OW - ow0) : mr;
+                const uint64_t m = fn(xq + (n * HW + oh * Wp + ow0) * Cpp, Cpp, xoff, nseg,
+                                      wq + o0, opad, fold, y + (n * P + oh * OW + ow0) * O + o0,
+                                      O, rows, last);
+                mx = m > mx ? m : mx;
+            }
+        }
+    }
+    *ymax = mx;
+    return 1;
+}

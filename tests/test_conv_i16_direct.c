@@ -1,0 +1,233 @@
+/* The exact int16 forward convolution without a patch matrix (fx_i16_fwd_direct,
+ * src/flex/conv_i16.h; AVX512_VNNI):
+ *   - the kernel alone gives the exact int64 sums of a scalar reference and their largest
+ *     |value|, at 1 and 2 threads, for the CNN's and ResNet-20's shapes, odd C (a partial
+ *     segment and an odd last pair), O with partial vectors, partial last tiles and every tile
+ *     width; on small, normal and mixed data (rows of large values beside small ones, so the
+ *     rows' fold schedules differ and a large row's segments each meet their bound), and on data where every segment's bound is met exactly
+ *     (equal values: Cauchy-Schwarz is tight), near the int32 limit, with both signs, where a
+ *     missing or late fold makes a chain wrap;
+ *   - it declines a chunk where one segment alone may leave int32 (full-scale data), and
+ *     tensor_conv2d then still gives the GEMM's bits;
+ *   - tensor_conv2d (DFP16 and FLEX16_5) and the input gradient give the same mantissas and
+ *     exponents with the route on and off (the GEMM), and the route ran where it fits.
+ * Skips on CPUs without AVX512_VNNI, where convolutions take the patch GEMM. */
+#include "flexpoint.h"
+#include "flexpoint_nn.h"
+#include "core/backend.h"
+#include "flex/conv_i16.h"
+#include "nn/im2col.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { DATA_SMALL, DATA_NORMAL, DATA_MIXED, DATA_TIGHT_POS, DATA_TIGHT_NEG, DATA_FULL };
+
+/* sqrt((2^31 - 2^16) / 16) rounded down: a segment of 8 equal values a times 8 equal values a
+ * sums to 8 a^2, its own bound, so two segments make a chain of 16 a^2 = 2147395600, just
+ * inside 2^31 - 2^16, and a third must start a new one */
+#define TIGHT 11585
+
+static int16_t draw(test_rng *r, int kind, int is_w, int64_t row)
+{
+    switch (kind) {
+    case DATA_SMALL:
+        return (int16_t)test_rng_range(r, -300, 300);
+    case DATA_NORMAL: {
+        double v = test_rng_normal(r) * 4000.0;
+        v = v > 32767 ? 32767 : v < -32767 ? -32767 : v;
+        return (int16_t)v;
+    }
+    case DATA_MIXED: /* every third input row large and of one sign, as the weights: there a
+                        segment's sum is its bound, 9.6e8, so a chain holds two; a schedule
+                        taken from the wrong rows wraps */
+        return (int16_t)(is_w ? 6000 : row % 3 == 0 ? 20000 : test_rng_range(r, -100, 100));
+    case DATA_TIGHT_POS:
+        return TIGHT;
+    case DATA_TIGHT_NEG:
+        return (int16_t)(is_w ? TIGHT : -TIGHT);
+    default:
+        return (int16_t)(test_rng_range(r, 0, 1) ? 32767 : -32767);
+    }
+}
+
+/* the kernel against the exact sums; returns whether it took the chunk */
+static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
+                        int64_t KW, int64_t pad, int kind, uint64_t seed)
+{
+    const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = W, .O = O, .KH = KH, .KW = KW,
+                            .OH = H + 2 * pad - KH + 1, .OW = W + 2 * pad - KW + 1, .sh = 1,
+                            .sw = 1, .ph = pad, .pw = pad, .dh = 1, .dw = 1};
+    CHECK(fx_i16_fwd_direct_fits(&g), "C%lld O%lld %lldx%lld: the geometry should fit",
+          (long long)C, (long long)O, (long long)KH, (long long)KW);
+    const int64_t Hp = H + 2 * pad, Wp = W + 2 * pad, KK = KH * KW, P = g.OH * g.OW;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    int16_t *xp = calloc((size_t)(N * C * Hp * Wp), sizeof(int16_t));
+    int16_t *w = malloc(sizeof(int16_t) * (size_t)(O * C * KK));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t x = 0; x < W; x++)
+                    xp[((n * C + c) * Hp + h + pad) * Wp + x + pad] = draw(&r, kind, 0, h);
+    for (int64_t i = 0; i < O * C * KK; i++) w[i] = draw(&r, kind, 1, 0);
+    int64_t *want = malloc(sizeof(int64_t) * (size_t)(N * P * O));
+    uint64_t want_max = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++)
+                for (int64_t o = 0; o < O; o++) {
+                    int64_t s = 0;
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t kh = 0; kh < KH; kh++)
+                            for (int64_t kw = 0; kw < KW; kw++)
+                                s += (int64_t)xp[((n * C + c) * Hp + oh + kh) * Wp + ow + kw] *
+                                     w[((o * C + c) * KH + kh) * KW + kw];
+                    want[(n * P + oh * g.OW + ow) * O + o] = s;
+                    const uint64_t a = (uint64_t)(s < 0 ? -s : s);
+                    want_max = a > want_max ? a : want_max;
+                }
+    uint32_t *wq_raw = malloc(sizeof(uint32_t) * (size_t)(fx_i16_fwd_direct_weights_numel(&g) + 16));
+    uint32_t *wq = wq_raw + ((16 - ((uintptr_t)wq_raw / 4) % 16) % 16);
+    fx_i16_fwd_direct_pack_weights(&g, w, wq);
+    uint32_t *scratch = malloc(sizeof(uint32_t) * (size_t)fx_i16_fwd_direct_scratch(&g, N));
+    int64_t *got = malloc(sizeof(int64_t) * (size_t)(N * P * O));
+    int took = 0;
+    for (int threads = 1; threads <= 2; threads++) {
+        memset(got, 0x5A, sizeof(int64_t) * (size_t)(N * P * O));
+        uint64_t got_max = 0;
+        took = fx_i16_fwd_direct(&g, xp, N, wq, scratch, got, threads, &got_max);
+        if (!took) break;
+        long bad = 0;
+        for (int64_t i = 0; i < N * P * O; i++) bad += got[i] != want[i];
+        CHECK(bad == 0 && got_max == want_max,
+              "direct int16 conv N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %lld data %d, %d "
+              "threads: %ld of %lld sums differ, max %llu (want %llu)",
+              (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
+              (long long)KH, (long long)KW, (long long)pad, kind, threads, bad,
+              (long long)(N * P * O), (unsigned long long)got_max,
+              (unsigned long long)want_max);
+    }
+    free(xp);
+    free(w);
+    free(want);
+    free(wq_raw);
+    free(scratch);
+    free(got);
+    return took;
+}
+
+static tensor_t *int_tensor(fmt_t f, const int64_t *shape, int kind, int is_w, int e,
+                            test_rng *r)
+{
+    tensor_t *t = tensor_new(f, 4, shape);
+    const int64_t n = tensor_numel(t);
+    int16_t *v = malloc(sizeof(int16_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) v[i] = draw(r, kind, is_w, i / shape[3] % shape[2]);
+    CHECK_STATUS(tensor_set_exp(t, e), FX_OK);
+    CHECK_STATUS(tensor_set_raw(t, v), FX_OK);
+    free(v);
+    return t;
+}
+
+/* tensor_conv2d and the input gradient with the route on and off: the same mantissas and
+ * exponent (the route's sums are the exact ones); the route ran (or declined) as expected */
+static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64_t K,
+                      int64_t pad, int kind, int expect_direct, uint64_t seed)
+{
+    test_rng r;
+    test_rng_seed(&r, seed);
+    const int64_t OHW = H + 2 * pad - K + 1;
+    const int64_t xs[4] = {N, C, H, H}, ws[4] = {O, C, K, K}, ys[4] = {N, O, OHW, OHW};
+    tensor_t *x = int_tensor(f, xs, kind, 0, -14, &r), *w = int_tensor(f, ws, kind, 1, -15, &r);
+    tensor_t *dy = int_tensor(f, ys, kind, 0, -12, &r);
+    const int64_t ny = N * O * OHW * OHW, nx = N * C * H * H;
+    int16_t *y_ref = malloc(sizeof(int16_t) * (size_t)ny), *y_got = malloc(sizeof(int16_t) * (size_t)ny);
+    int16_t *dx_ref = malloc(sizeof(int16_t) * (size_t)nx), *dx_got = malloc(sizeof(int16_t) * (size_t)nx);
+    int ey_ref = 0, edx_ref = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        /* pass 0: the GEMM; 1 and 2: the route at 1 and 2 threads */
+        fx_i16_fwd_direct_set_enabled(pass > 0);
+        flexpoint_set_num_threads(pass == 2 ? 2 : 1);
+        tensor_t *y = tensor_new(FMT_DFP16, 4, ys), *dx = tensor_new(FMT_DFP16, 4, xs);
+        const long long calls = fx_i16_fwd_direct_calls(), declined = fx_i16_fwd_direct_declined();
+        CHECK_STATUS(tensor_conv2d(y, x, w, 1, 1, (int)pad, (int)pad, 1, 1), FX_OK);
+        CHECK_STATUS(tensor_conv2d_backward_input(dx, dy, w, 1, 1, (int)pad, (int)pad, 1, 1), FX_OK);
+        if (pass > 0) {
+            CHECK((fx_i16_fwd_direct_calls() > calls) == expect_direct,
+                  "%s conv C%lld O%lld data %d: the direct route %s", fmt_name(f), (long long)C,
+                  (long long)O, kind, expect_direct ? "did not run" : "ran");
+            if (kind == DATA_FULL)
+                CHECK(fx_i16_fwd_direct_declined() > declined,
+                      "full-scale data: the direct route did not decline");
+        }
+        CHECK_STATUS(tensor_get_raw(y, pass ? y_got : y_ref), FX_OK);
+        CHECK_STATUS(tensor_get_raw(dx, pass ? dx_got : dx_ref), FX_OK);
+        if (pass == 0) {
+            ey_ref = tensor_exp(y);
+            edx_ref = tensor_exp(dx);
+        } else {
+            long bad = 0, badx = 0;
+            for (int64_t i = 0; i < ny; i++) bad += y_got[i] != y_ref[i];
+            for (int64_t i = 0; i < nx; i++) badx += dx_got[i] != dx_ref[i];
+            CHECK(bad == 0 && tensor_exp(y) == ey_ref,
+                  "%s conv N%lld C%lld O%lld k%lld data %d pass %d: %ld outputs differ, exp %d "
+                  "(GEMM %d)", fmt_name(f), (long long)N, (long long)C, (long long)O, (long long)K,
+                  kind, pass, bad, tensor_exp(y), ey_ref);
+            CHECK(badx == 0 && tensor_exp(dx) == edx_ref,
+                  "%s input gradient N%lld C%lld O%lld k%lld data %d pass %d: %ld values differ, "
+                  "exp %d (GEMM %d)", fmt_name(f), (long long)N, (long long)C, (long long)O,
+                  (long long)K, kind, pass, badx, tensor_exp(dx), edx_ref);
+        }
+        tensor_free(y);
+        tensor_free(dx);
+    }
+    fx_i16_fwd_direct_set_enabled(1);
+    flexpoint_set_num_threads(1);
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(dy);
+    free(y_ref);
+    free(y_got);
+    free(dx_ref);
+    free(dx_got);
+}
+
+int main(void)
+{
+    const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
+    if (!be || !be->available || !be->conv.i16_fwd)
+        return test_skip("test_conv_i16_direct", "this CPU has no AVX512_VNNI (integer "
+                                                 "convolutions take the patch GEMM)");
+    CHECK_STATUS(flexpoint_set_backend("avx512"), FX_OK);
+    uint64_t seed = 1;
+    /* shapes: the CNN's conv2 and its input gradient (7-pixel tiles, 2 vectors), ResNet-20's
+     * 3x3 layers (16-pixel tiles of one vector; 8-pixel tiles of 2), odd C (partial segment,
+     * odd last pair), O with a partial vector (20, 33, 40, 70), partial last tiles (OW 10, 11) */
+    static const int64_t shapes[][7] = {
+        /* N, C, H, W, O, K, pad */
+        {2, 32, 14, 14, 64, 5, 2}, {2, 64, 14, 14, 32, 5, 2}, {2, 16, 16, 16, 16, 3, 1},
+        {2, 32, 8, 8, 32, 3, 1},   {2, 64, 8, 8, 64, 3, 1},   {3, 9, 10, 10, 40, 3, 1},
+        {2, 12, 7, 11, 20, 3, 0},  {2, 17, 9, 9, 33, 3, 1},   {2, 40, 6, 6, 70, 1, 0},
+        {1, 8, 12, 12, 16, 5, 2}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int kind = DATA_SMALL; kind <= DATA_TIGHT_NEG; kind++) {
+            const int64_t *c = shapes[s];
+            const int took = check_kernel(c[0], c[1], c[2], c[3], c[4], c[5], c[5], c[6], kind, seed++);
+            CHECK(took, "data %d, shape %zu: the kernel declined data it can take", kind, s);
+        }
+    /* rectangular kernels */
+    CHECK(check_kernel(2, 12, 7, 11, 20, 3, 5, 1, DATA_NORMAL, seed++), "3x5 kernel declined");
+    /* full scale: one segment alone may wrap, so the chunk is declined */
+    CHECK(!check_kernel(2, 32, 8, 8, 32, 3, 3, 1, DATA_FULL, seed++),
+          "full-scale data: the kernel took a chunk that may wrap");
+    static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
+    for (int f = 0; f < 2; f++) {
+        check_ops(fmts[f], 3, 32, 14, 64, 5, 2, DATA_NORMAL, 1, seed++);
+        check_ops(fmts[f], 2, 16, 16, 16, 3, 1, DATA_MIXED, 1, seed++);
+    }
+    check_ops(FMT_DFP16, 2, 17, 9, 33, 3, 1, DATA_SMALL, 1, seed++);
+    check_ops(FMT_DFP16, 2, 32, 8, 32, 3, 1, DATA_FULL, 0, seed++);
+    return test_finish("test_conv_i16_direct");
+}
