@@ -1,5 +1,5 @@
-/* The exact int16 forward convolution without a patch matrix (fx_i16_fwd_direct,
- * src/flex/conv_i16.h; AVX512_VNNI):
+/* The exact int16 convolutions without a patch matrix (src/flex/conv_i16.h; AVX512_VNNI). The
+ * forward pass (fx_i16_fwd_direct):
  *   - the kernel alone gives the exact int64 sums of a scalar reference and their largest
  *     |value|, at 1 and 2 threads, for the CNN's and ResNet-20's shapes, odd C (a partial
  *     segment and an odd last pair), O with partial vectors, partial last tiles and every tile
@@ -11,6 +11,11 @@
  *     tensor_conv2d then still gives the GEMM's bits;
  *   - tensor_conv2d (DFP16 and FLEX16_5) and the input gradient give the same mantissas and
  *     exponents with the route on and off (the GEMM), and the route ran where it fits.
+ * The weight gradient (fx_i16_wgrad_direct) likewise: the kernel against exact sums on every
+ * tile width (6 x 64, 8 x 48, 12 x 32, 12 x 16 channels, partial vectors and partial row tiles),
+ * one input channel, several images, and data whose rows' products come close to their bound
+ * (equal values, both signs), where a missing fold wraps; the decline; and
+ * tensor_conv2d_backward_weight bit for bit with the route on and off.
  * Skips on CPUs without AVX512_VNNI, where convolutions take the patch GEMM. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
@@ -19,6 +24,7 @@
 #include "nn/im2col.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,6 +124,76 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
     return took;
 }
 
+/* the weight gradient kernel against the exact sums; returns whether it took the chunk */
+static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t K,
+                         int64_t pad, int kind, uint64_t seed)
+{
+    const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = W, .O = O, .KH = K, .KW = K,
+                            .OH = H + 2 * pad - K + 1, .OW = W + 2 * pad - K + 1, .sh = 1,
+                            .sw = 1, .ph = pad, .pw = pad, .dh = 1, .dw = 1};
+    CHECK(fx_i16_wgrad_direct_fits(&g), "wgrad C%lld O%lld: the geometry should fit",
+          (long long)C, (long long)O);
+    const int64_t Hp = H + 2 * pad, Wp = W + 2 * pad, KK = K * K, P = g.OH * g.OW, R = C * KK;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    /* equal values a with a row's bound sqrt(Wp OW) a^2 just inside the chain limit (0.999: the
+     * norms are rounded up): a row's products sum to OW a^2, most of the bound, so two rows in
+     * one chain wrap. Mixed: every third input row large, every third row of dy too. */
+    double a = 0.999 * sqrt((double)((1ll << 31) - (1ll << 16)) / sqrt((double)(Wp * g.OW)));
+    const int16_t tight = (int16_t)(a > 32767 ? 32767 : a);
+    int16_t *xp = calloc((size_t)(N * C * Hp * Wp), sizeof(int16_t));
+    int16_t *dy = malloc(sizeof(int16_t) * (size_t)(N * O * P));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t x = 0; x < W; x++)
+                    xp[((n * C + c) * Hp + h + pad) * Wp + x + pad] =
+                        kind == DATA_TIGHT_POS   ? tight
+                        : kind == DATA_TIGHT_NEG ? (int16_t)-tight
+                                                 : draw(&r, kind, 0, h);
+    for (int64_t i = 0; i < N * O * P; i++)
+        /* past 64 channels (a second tile of channels) only the later ones are tight, so a
+         * schedule taken from the first tile's channels wraps */
+        dy[i] = kind == DATA_TIGHT_POS || kind == DATA_TIGHT_NEG
+                    ? (int16_t)(O <= 64 || i / P % O >= 64 ? tight : tight / 64)
+                : kind == DATA_MIXED ? (int16_t)(i / g.OW % 3 == 0 ? 2000 : test_rng_range(&r, -50, 50))
+                                     : draw(&r, kind, 0, 0);
+    int64_t *want = calloc((size_t)(R * O), sizeof(int64_t));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t t = 0; t < KK; t++)
+                for (int64_t o = 0; o < O; o++) {
+                    int64_t s = 0;
+                    for (int64_t oh = 0; oh < g.OH; oh++)
+                        for (int64_t ow = 0; ow < g.OW; ow++)
+                            s += (int64_t)xp[((n * C + c) * Hp + oh + t / K) * Wp + ow + t % K] *
+                                 dy[((n * O + o) * g.OH + oh) * g.OW + ow];
+                    want[(c * KK + t) * O + o] += s;
+                }
+    uint32_t *scratch = malloc(sizeof(uint32_t) * (size_t)fx_i16_wgrad_direct_scratch(&g, N));
+    int64_t *got = malloc(sizeof(int64_t) * (size_t)(R * O));
+    memset(got, 0x5A, sizeof(int64_t) * (size_t)(R * O));
+    const int took = fx_i16_wgrad_direct(&g, xp, dy, N, scratch, got);
+    if (took) {
+        long bad = 0;
+        for (int64_t i = 0; i < R * O; i++) bad += got[i] != want[i];
+        CHECK(bad == 0, "direct int16 weight gradient N%lld C%lld %lldx%lld O%lld k%lld pad %lld "
+              "data %d: %ld of %lld sums differ", (long long)N, (long long)C, (long long)H,
+              (long long)W, (long long)O, (long long)K, (long long)pad, kind, bad,
+              (long long)(R * O));
+    } else {
+        long touched = 0;
+        for (int64_t i = 0; i < R * O; i++) touched += got[i] != 0x5A5A5A5A5A5A5A5All;
+        CHECK(touched == 0, "a declined weight gradient wrote %ld sums", touched);
+    }
+    free(xp);
+    free(dy);
+    free(want);
+    free(scratch);
+    free(got);
+    return took;
+}
+
 static tensor_t *int_tensor(fmt_t f, const int64_t *shape, int kind, int is_w, int e,
                             test_rng *r)
 {
@@ -141,19 +217,36 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
     const int64_t OHW = H + 2 * pad - K + 1;
     const int64_t xs[4] = {N, C, H, H}, ws[4] = {O, C, K, K}, ys[4] = {N, O, OHW, OHW};
     tensor_t *x = int_tensor(f, xs, kind, 0, -14, &r), *w = int_tensor(f, ws, kind, 1, -15, &r);
-    tensor_t *dy = int_tensor(f, ys, kind, 0, -12, &r);
+    tensor_t *dy = int_tensor(f, ys, kind, 1, -12, &r); /* the weights' kind: mixed is 6000 */
     const int64_t ny = N * O * OHW * OHW, nx = N * C * H * H;
     int16_t *y_ref = malloc(sizeof(int16_t) * (size_t)ny), *y_got = malloc(sizeof(int16_t) * (size_t)ny);
     int16_t *dx_ref = malloc(sizeof(int16_t) * (size_t)nx), *dx_got = malloc(sizeof(int16_t) * (size_t)nx);
-    int ey_ref = 0, edx_ref = 0;
+    const int64_t nw = O * C * K * K;
+    int16_t *dw_ref = malloc(sizeof(int16_t) * (size_t)nw), *dw_got = malloc(sizeof(int16_t) * (size_t)nw);
+    int ey_ref = 0, edx_ref = 0, edw_ref = 0;
     for (int pass = 0; pass < 3; pass++) {
         /* pass 0: the GEMM; 1 and 2: the route at 1 and 2 threads */
         fx_i16_fwd_direct_set_enabled(pass > 0);
+        fx_i16_wgrad_direct_set_enabled(pass > 0);
         flexpoint_set_num_threads(pass == 2 ? 2 : 1);
         tensor_t *y = tensor_new(FMT_DFP16, 4, ys), *dx = tensor_new(FMT_DFP16, 4, xs);
+        tensor_t *dw = tensor_new(FMT_DFP16, 4, ws);
         const long long calls = fx_i16_fwd_direct_calls(), declined = fx_i16_fwd_direct_declined();
+        const long long wcalls = fx_i16_wgrad_direct_calls();
+        const long long wdeclined = fx_i16_wgrad_direct_declined();
         CHECK_STATUS(tensor_conv2d(y, x, w, 1, 1, (int)pad, (int)pad, 1, 1), FX_OK);
         CHECK_STATUS(tensor_conv2d_backward_input(dx, dy, w, 1, 1, (int)pad, (int)pad, 1, 1), FX_OK);
+        CHECK_STATUS(tensor_conv2d_backward_weight(dw, x, dy, 1, 1, (int)pad, (int)pad, 1, 1), FX_OK);
+        const int wfits = OHW % 2 == 0;
+        if (pass > 0) {
+            CHECK((fx_i16_wgrad_direct_calls() > wcalls) == (expect_direct && wfits),
+                  "%s weight gradient C%lld O%lld data %d: the direct route %s", fmt_name(f),
+                  (long long)C, (long long)O, kind,
+                  expect_direct && wfits ? "did not run" : "ran");
+            if (kind == DATA_FULL)
+                CHECK(fx_i16_wgrad_direct_declined() > wdeclined,
+                      "full-scale data: the direct weight gradient did not decline");
+        }
         if (pass > 0) {
             CHECK((fx_i16_fwd_direct_calls() > calls) == expect_direct,
                   "%s conv C%lld O%lld data %d: the direct route %s", fmt_name(f), (long long)C,
@@ -164,10 +257,18 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
         }
         CHECK_STATUS(tensor_get_raw(y, pass ? y_got : y_ref), FX_OK);
         CHECK_STATUS(tensor_get_raw(dx, pass ? dx_got : dx_ref), FX_OK);
+        CHECK_STATUS(tensor_get_raw(dw, pass ? dw_got : dw_ref), FX_OK);
         if (pass == 0) {
             ey_ref = tensor_exp(y);
             edx_ref = tensor_exp(dx);
+            edw_ref = tensor_exp(dw);
         } else {
+            long badw = 0;
+            for (int64_t i = 0; i < nw; i++) badw += dw_got[i] != dw_ref[i];
+            CHECK(badw == 0 && tensor_exp(dw) == edw_ref,
+                  "%s weight gradient N%lld C%lld O%lld k%lld data %d pass %d: %ld values "
+                  "differ, exp %d (GEMM %d)", fmt_name(f), (long long)N, (long long)C,
+                  (long long)O, (long long)K, kind, pass, badw, tensor_exp(dw), edw_ref);
             long bad = 0, badx = 0;
             for (int64_t i = 0; i < ny; i++) bad += y_got[i] != y_ref[i];
             for (int64_t i = 0; i < nx; i++) badx += dx_got[i] != dx_ref[i];
@@ -182,8 +283,10 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
         }
         tensor_free(y);
         tensor_free(dx);
+        tensor_free(dw);
     }
     fx_i16_fwd_direct_set_enabled(1);
+    fx_i16_wgrad_direct_set_enabled(1);
     flexpoint_set_num_threads(1);
     tensor_free(x);
     tensor_free(w);
@@ -192,6 +295,8 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
     free(y_got);
     free(dx_ref);
     free(dx_got);
+    free(dw_ref);
+    free(dw_got);
 }
 
 int main(void)
@@ -227,7 +332,23 @@ int main(void)
         check_ops(fmts[f], 3, 32, 14, 64, 5, 2, DATA_NORMAL, 1, seed++);
         check_ops(fmts[f], 2, 16, 16, 16, 3, 1, DATA_MIXED, 1, seed++);
     }
-    check_ops(FMT_DFP16, 2, 17, 9, 33, 3, 1, DATA_SMALL, 1, seed++);
+    check_ops(FMT_DFP16, 2, 17, 9, 33, 3, 1, DATA_SMALL, 1, seed++); /* odd OW: GEMM dW */
+    check_ops(FMT_DFP16, 3, 8, 10, 48, 3, 1, DATA_NORMAL, 1, seed++);
     check_ops(FMT_DFP16, 2, 32, 8, 32, 3, 1, DATA_FULL, 0, seed++);
+    /* weight gradients: the CNN's two layers, ResNet-20's 3x3 shapes, every tile width (O 16,
+     * 20, 32, 33, 48, 64, 70), partial row tiles (C KK not a multiple of the tile's rows) */
+    static const int64_t wshapes[][7] = {
+        /* N, C, H, W, O, K, pad */
+        {3, 1, 28, 28, 32, 5, 2},  {3, 32, 14, 14, 64, 5, 2}, {2, 16, 16, 16, 16, 3, 1},
+        {2, 64, 8, 8, 64, 3, 1},   {2, 8, 10, 10, 48, 3, 1},  {2, 6, 12, 12, 20, 3, 0},
+        {2, 5, 10, 10, 70, 3, 1},  {2, 7, 12, 12, 33, 3, 1},  {2, 3, 9, 9, 16, 2, 0}};
+    for (size_t s = 0; s < sizeof wshapes / sizeof wshapes[0]; s++)
+        for (int kind = DATA_SMALL; kind <= DATA_TIGHT_NEG; kind++) {
+            const int64_t *c = wshapes[s];
+            CHECK(check_wkernel(c[0], c[1], c[2], c[3], c[4], c[5], c[6], kind, seed++),
+                  "weight gradient, data %d, shape %zu: declined data it can take", kind, s);
+        }
+    CHECK(!check_wkernel(2, 8, 8, 8, 16, 3, 1, DATA_FULL, seed++),
+          "full-scale data: the weight gradient took a chunk that may wrap");
     return test_finish("test_conv_i16_direct");
 }

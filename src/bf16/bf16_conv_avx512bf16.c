@@ -29,33 +29,6 @@
 
 #define FX_WG_MAX_MR 12
 
-/* dyt[n][pp][o] = (dy[o][2pp], dy[o][2pp + 1]) for pp < P / 2 and o < O, zero for
- * O <= o < opad: the chunk's dy (NCHW, images of O P values) as pixel-pair-major words, one
- * 16 x 16 word transpose per block. */
-static void wg_pair_transpose(const uint16_t *dy, int64_t nbc, int64_t O, int64_t P, int64_t opad,
-                              uint32_t *dyt)
-{
-    const int64_t pp_n = P / 2;
-    for (int64_t n = 0; n < nbc; n++) {
-        const uint32_t *src = (const uint32_t *)(const void *)(dy + n * O * P);
-        uint32_t *dst = dyt + n * pp_n * opad;
-        for (int64_t o0 = 0; o0 < opad; o0 += 16) {
-            for (int64_t p0 = 0; p0 < pp_n; p0 += 16) {
-                const int np = pp_n - p0 < 16 ? (int)(pp_n - p0) : 16;
-                const __mmask16 pm = (__mmask16)((1u << np) - 1);
-                __m512 v[16];
-                for (int i = 0; i < 16; i++)
-                    v[i] = o0 + i < O ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(
-                                            pm, src + (o0 + i) * (P / 2) + p0))
-                                      : _mm512_setzero_ps();
-                fx_transpose16x16_ps(v); /* v[t]: pixel pair p0 + t, channel o0 + i in lane i */
-                for (int t = 0; t < np; t++)
-                    _mm512_storeu_ps((float *)(void *)(dst + (p0 + t) * opad + o0), v[t]);
-            }
-        }
-    }
-}
-
 /* acc += the pair products of a (one broadcast pair word) and b (16 pair words), odd element
  * first: vdpbf16ps, or the same two FMAs on the widened halves (where the proof failed). */
 static inline __attribute__((always_inline)) __m512 pair_step(__m512 acc, __m512i a, __m512i b,
@@ -176,7 +149,7 @@ void fx_bf16_wgrad_direct(const struct fx_conv_geom *g, const uint16_t *xp, cons
     const int64_t CKK = g->C * g->KH * g->KW;
     atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
     uint32_t *dyt = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16); /* 64-byte aligned */
-    wg_pair_transpose(dy, nbc, O, P, opad, dyt);
+    fx_pair_rows_transpose_avx512(dy, nbc, O, P, opad, dyt);
     /* conditions (i) and (ii) for the whole chunk: the smallest exponent keys of the nonzero
      * values (the border's zeros do not count) */
     const uint32_t kx = fx_bf16_minkey_avx512(xp, nbc * ximg);

@@ -289,6 +289,11 @@ typedef struct fx_conv_kernels {
     int (*i16_fwd)(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                    const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                    uint64_t *ymax);
+    /* exact int16 weight gradient of one chunk without a patch matrix (fx_i16_wgrad_direct,
+     * src/flex/conv_i16.h): the exact sums. Returns 0 for a chunk it declines, which then takes
+     * the GEMM. NULL: patch matrix and GEMM. */
+    int (*i16_wgrad)(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
+                     int64_t nbc, uint32_t *scratch, int64_t *dwt);
 } fx_conv_kernels;
 
 typedef struct fx_backend {

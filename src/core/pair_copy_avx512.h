@@ -67,4 +67,31 @@ static inline void fx_pair_planes_transpose_avx512(const uint32_t *planes, int64
     }
 }
 
+/* dyt[n][pp][o] = (dy[o][2pp], dy[o][2pp + 1]) for pp < P / 2 and o < O, zero for
+ * O <= o < opad: the chunk's dy (NCHW, images of O P values) as pixel-pair-major words, one
+ * 16 x 16 word transpose per block (P even). */
+static inline void fx_pair_rows_transpose_avx512(const uint16_t *dy, int64_t nbc, int64_t O,
+                                                 int64_t P, int64_t opad, uint32_t *dyt)
+{
+    const int64_t pp_n = P / 2;
+    for (int64_t n = 0; n < nbc; n++) {
+        const uint32_t *src = (const uint32_t *)(const void *)(dy + n * O * P);
+        uint32_t *dst = dyt + n * pp_n * opad;
+        for (int64_t o0 = 0; o0 < opad; o0 += 16) {
+            for (int64_t p0 = 0; p0 < pp_n; p0 += 16) {
+                const int np = pp_n - p0 < 16 ? (int)(pp_n - p0) : 16;
+                const __mmask16 pm = (__mmask16)((1u << np) - 1);
+                __m512 v[16];
+                for (int i = 0; i < 16; i++)
+                    v[i] = o0 + i < O ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(
+                                            pm, src + (o0 + i) * (P / 2) + p0))
+                                      : _mm512_setzero_ps();
+                fx_transpose16x16_ps(v); /* v[t]: pixel pair p0 + t, channel o0 + i in lane i */
+                for (int t = 0; t < np; t++)
+                    _mm512_storeu_ps((float *)(void *)(dst + (p0 + t) * opad + o0), v[t]);
+            }
+        }
+    }
+}
+
 #endif

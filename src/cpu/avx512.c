@@ -102,9 +102,11 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     /* the int16 GEMM: vpdpwssd where the CPU has AVX512_VNNI, else vpmaddwd + vpaddd */
     fx_flex_set_kernel(b, FX_OP_MATMUL,
                        cpu->avx512vnni ? fx_flex_matmul_avx512vnni : fx_flex_matmul_avx512bw);
-    /* VNNI: the forward convolution (and the input gradient, a forward pass of dy) without a
-     * patch matrix, its chains cut by norms as the GEMM's fast kernel's (conv_i16_avx512.c) */
+    /* VNNI: the forward convolution (and the input gradient, a forward pass of dy) and the
+     * weight gradient without a patch matrix, their chains cut by norms as the GEMM's fast
+     * kernel's (conv_i16_avx512.c, conv_i16_wgrad_avx512.c) */
     b->conv.i16_fwd = cpu->avx512vnni ? fx_i16_fwd_direct : NULL;
+    b->conv.i16_wgrad = cpu->avx512vnni ? fx_i16_wgrad_direct : NULL; /* likewise, stride 1 */
     /* AMX-INT8 where this process may use it: the AMX kernel, which hands what it does not
      * take (and everything while fx_gemm_i16_amx_on() is off) to the vpdpwssd one */
     if (cpu->avx512vnni && fx_amx_int8_usable(cpu)) {

@@ -1,5 +1,5 @@
-/* The exact int16 forward convolution without a patch matrix (src/flex/conv_i16_avx512.c,
- * AVX512_VNNI): y[p][o] = sum over the taps (kh, kw) and channels c of x(c, p + tap) w[o][c][t],
+/* The exact int16 convolutions without a patch matrix. The forward pass
+ * (src/flex/conv_i16_avx512.c, AVX512_VNNI): y[p][o] = sum over the taps (kh, kw) and channels c of x(c, p + tap) w[o][c][t],
  * the same exact int64 sums as the patch GEMM (src/flex/gemm_i16.h), so the same bits; only the
  * time differs. src/nn/conv2d.c calls it per chunk through fx_backend.conv.i16_fwd, and takes
  * the patch GEMM for a chunk whose data it declines (a segment too large for an int32 chain). */
@@ -39,5 +39,22 @@ void fx_i16_fwd_direct_set_enabled(int on);
 int fx_i16_fwd_direct_enabled(void);
 long long fx_i16_fwd_direct_calls(void);
 long long fx_i16_fwd_direct_declined(void);
+
+/* The exact int16 weight gradient of one chunk without a patch matrix
+ * (src/flex/conv_i16_wgrad_avx512.c, AVX512_VNNI): dwt[r * O + o] = sum over the chunk's
+ * pixels q of x(r, q) dy[o][q], r = (c KH + kh) KW + kw, the exact int64 sums of the GEMM
+ * route's patches x dy^T. xp: the chunk's padded input (fx_conv_pad, nbc images); dy: the
+ * chunk's output gradient (NCHW); scratch: fx_i16_wgrad_direct_scratch(g, nbc) words. For
+ * geometries where fx_i16_wgrad_direct_fits (stride and dilation 1, OW even, padded rows of at
+ * most 1024 values). Returns 1 when done; 0 when the chunk's data may leave an int32 chain (or
+ * it has more than 2^16 pixels), with dwt untouched: the caller computes it another way. */
+int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g);
+int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb);
+int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
+                        int64_t nbc, uint32_t *scratch, int64_t *dwt);
+void fx_i16_wgrad_direct_set_enabled(int on);
+int fx_i16_wgrad_direct_enabled(void);
+long long fx_i16_wgrad_direct_calls(void);
+long long fx_i16_wgrad_direct_declined(void);
 
 #endif

@@ -30,6 +30,7 @@
  * full scale has 16-channel bounds beyond 2^31 (those chunks would all go to the GEMM), and
  * finer segments pack the chains more closely. */
 #include "conv_i16.h"
+#include "conv_i16_avx512.h"
 #include "gemm_i16.h" /* fx_ceil_sqrt */
 #include "../core/pair_copy_avx512.h"
 #include "../nn/im2col.h"
@@ -38,10 +39,10 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define MAX_MR 16
+#define MAX_MR FX_I16_MAX_ROWS
 #define SEG_PAIRS 4 /* a segment: 8 channels at one tap */
 #define SEG_CH (2 * SEG_PAIRS)
-#define CHAIN_LIMIT ((int64_t)(((int64_t)1 << 31) - ((int64_t)1 << 16)))
+#define CHAIN_LIMIT FX_I16_CHAIN_LIMIT
 
 static int64_t groups_of(int64_t C) { return ((C + 1) / 2 + SEG_PAIRS - 1) / SEG_PAIRS; }
 
@@ -129,18 +130,14 @@ static void pixel_sums_of_squares(const uint32_t *planes, int64_t Cp, int64_t G,
         }
 }
 
-static inline __attribute__((always_inline)) __m512i fold_hi(__m512i hi, __m512i s)
-{
-    return _mm512_add_epi32(hi, _mm512_srai_epi32(s, 16));
-}
-
 /* One tile: MR pixels of an output row (xb: the first one's top-left tap in the copy, ld words
  * per pixel) by 16 NV output channels (wb: their packed weights), the chain over the nseg
  * segments (segment i: SEG_PAIRS pairs at xb + xoff[i], weights at wb + i SEG_PAIRS opad), a
  * fold after segment i where fold[i]; rows of the MR are stored, int64, the last vector's
  * lanes under mask last. Returns the largest |sum| stored. */
 static inline __attribute__((always_inline)) uint64_t
-itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const uint32_t *xb, int64_t ld_any, const int64_t *xoff,
+itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
+      int64_t ld_any, const int64_t *xoff,
       int64_t nseg, const uint32_t *wb, int64_t opad, const uint8_t *fold, int64_t *out,
       int64_t ldo, int rows, __mmask16 last)
 {
@@ -150,8 +147,8 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
      * fenced off from the registers, GCC kept the accumulators in memory between segments
      * (the kernel alone on CNN conv2's forward pass, batch 128, normal data, one thread on the
      * Zen 4: 14.8 ms that way, 12.8 this way) */
-    __m512i acc[MAX_MR][2];
-    int32_t (*hi)[2][16] = (int32_t (*)[2][16])hib;
+    __m512i acc[MAX_MR][4]; /* NV <= 2 used */
+    int32_t (*hi)[4][16] = (int32_t (*)[4][16])hib;
     for (int r = 0; r < MR; r++)
         for (int v = 0; v < NV; v++) {
             acc[r][v] = _mm512_setzero_si512();
@@ -172,35 +169,9 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
                 for (int v = 0; v < NV; v++) acc[r][v] = _mm512_dpwssd_epi32(acc[r][v], a, b[v]);
             }
         }
-        if (fold[i]) {
-            const __m512i low16 = _mm512_set1_epi32(0xFFFF);
-            for (int r = 0; r < MR; r++)
-                for (int v = 0; v < NV; v++) {
-                    const __m512i h = _mm512_load_si512((const void *)hi[r][v]);
-                    _mm512_store_si512((void *)hi[r][v], fold_hi(h, acc[r][v]));
-                    acc[r][v] = _mm512_and_si512(acc[r][v], low16);
-                }
-        }
+        if (fold[i]) fx_i16_fold(MR, NV, acc, hi);
     }
-    __m512i mx = _mm512_setzero_si512();
-    for (int r = 0; r < MR; r++) {
-        if (r >= rows) break;
-        for (int v = 0; v < NV; v++) {
-            const __mmask16 m = v == NV - 1 ? last : (__mmask16)0xFFFF;
-            for (int h = 0; h < 2; h++) {
-                const __m256i a32 = h ? _mm512_extracti64x4_epi64(acc[r][v], 1)
-                                      : _mm512_castsi512_si256(acc[r][v]);
-                const __m512i hv = _mm512_load_si512((const void *)hi[r][v]);
-                const __m256i h32 = h ? _mm512_extracti64x4_epi64(hv, 1) : _mm512_castsi512_si256(hv);
-                const __m512i sum = _mm512_add_epi64(
-                    _mm512_slli_epi64(_mm512_cvtepi32_epi64(h32), 16), _mm512_cvtepi32_epi64(a32));
-                const __mmask8 mh = (__mmask8)(h ? m >> 8 : m);
-                _mm512_mask_storeu_epi64(out + r * ldo + 16 * v + 8 * h, mh, sum);
-                mx = _mm512_mask_max_epu64(mx, mh, mx, _mm512_abs_epi64(sum));
-            }
-        }
-    }
-    return _mm512_reduce_max_epu64(mx);
+    return fx_i16_store_rows(MR, NV, acc, hi, out, ldo, rows, last);
 }
 
 #define ITILE_FN(MR, NV, LD)                                                                     \
@@ -209,7 +180,7 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
                                              const uint8_t *fold, int64_t *out, int64_t ldo,    \
                                              int rows, __mmask16 last)                          \
     {                                                                                            \
-        int32_t hib[MAX_MR * 2 * 16] __attribute__((aligned(64)));                              \
+        int32_t hib[MAX_MR * 4 * 16] __attribute__((aligned(64)));                              \
         return itile(MR, NV, LD, hib, xb, ld, xoff, nseg, wb, opad, fold, out, ldo, rows, last);      \
     }
 #define ITILE_FNS(LD) ITILE_FN(7, 2, LD) ITILE_FN(8, 2, LD) ITILE_FN(14, 1, LD) ITILE_FN(16, 1, LD)

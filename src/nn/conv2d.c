@@ -1247,6 +1247,11 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     const int wdirect = !ic && cc.cf == FMT_BF16 && be->conv.bf16_wgrad &&
                         fx_bf16_wgrad_direct_enabled() && fx_bf16_wgrad_direct_fits(&g);
     const int64_t wd_n = wdirect ? fx_bf16_wgrad_direct_scratch(&g, plan.nb) : 0;
+    /* integer compute with VNNI (no AMX) likewise, in exact sums (fx_i16_wgrad_direct); a
+     * chunk whose data it declines takes the patch matrix and GEMM below */
+    const int iwdirect = ic && !wtiles && be->conv.i16_wgrad && fx_i16_wgrad_direct_enabled() &&
+                         fx_i16_wgrad_direct_fits(&g);
+    const int64_t iwd_n = iwdirect ? fx_i16_wgrad_direct_scratch(&g, plan.nb) : 0;
     const int64_t col_n = wtiles || wdirect ? 0 : CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
     const int64_t plane_n = xp_n + 2 * FX_CONV_TILES_SLACK; /* bytes per plane */
@@ -1262,6 +1267,8 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     int8_t *planes = wtiles ? conv_alloc(&s, 2 * plane_n * plan.outer, 1, &rc, func) : NULL;
     char *dyg = wdirect ? NULL : conv_alloc(&s, dyg_n * plan.outer, esz, &rc, func);
     uint32_t *wd = wdirect ? conv_alloc(&s, wd_n * plan.outer, sizeof(uint32_t), &rc, func) : NULL;
+    uint32_t *iwd =
+        iwdirect ? conv_alloc(&s, iwd_n * plan.outer, sizeof(uint32_t), &rc, func) : NULL;
     char *part = conv_alloc(&s, nw * plan.outer, ssz, &rc, func);
     char *slots = conv_alloc(&s, nw * groups, ssz, &rc, func); /* one dW^T per group */
     char *dwstage = conv_alloc(&s, nw, ssz, &rc, func);
@@ -1295,6 +1302,17 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                 status[ch] = FX_OK;
                 if (ch > c0) conv_accumulate(slot, mypart, nw, ic);
                 continue;
+            }
+            if (iwd) {
+                fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+                if (be->conv.i16_wgrad(&g, (const int16_t *)(const void *)myxp,
+                                       (const int16_t *)dyo.data + n0 * g.O * P, nbc,
+                                       iwd + tid * iwd_n,
+                                       (int64_t *)(void *)(ch == c0 ? slot : mypart))) {
+                    status[ch] = FX_OK;
+                    if (ch > c0) conv_accumulate(slot, mypart, nw, ic);
+                    continue;
+                }
             }
             if (myhi) {
                 fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);

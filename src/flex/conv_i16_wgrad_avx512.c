@@ -1,0 +1,255 @@
+/* The exact int16 weight gradient of a stride-1 convolution on vpdpwssd without a patch matrix
+ * (AVX512_VNNI).
+ *
+ * dW^T[r][o] = sum over the chunk's pixels q of x(r, q) dy[o][q], r = (c KH + kh) KW + kw: the
+ * product the GEMM route computes as patches x dy^T. As in the bf16 direct weight gradient
+ * (src/bf16/bf16_conv_avx512bf16.c), a register tile of MR rows r and 16 NV output channels
+ * runs the chain over the chunk's pixel pairs (q, q + 1) along each output row (OW even): per
+ * pair, one broadcast per row r of the two input values at its tap, side by side in the padded
+ * chunk (one unaligned 32-bit load), and NV vectors of the pair words of dy from a
+ * pixel-pair-major copy of it.
+ *
+ * Exactness (conv_i16_avx512.h): the chain's segments are the output rows (n, oh). The
+ * products of row r = (c, kh, kw) in segment (n, oh) pair x[n][c][oh + kh][kw .. kw + OW) with
+ * dy[n][o][oh][0 .. OW); by Cauchy-Schwarz their partial sums are bounded by the norm of the
+ * whole padded input row (n, c, oh + kh) times the norm of dy's row (n, o, oh). A tile takes the
+ * largest of each over its rows and channels, and folds between chains of segments whose
+ * bounds sum to at most FX_I16_CHAIN_LIMIT. hi holds at most nbc OH OW 2^30 / 2^16 < 2^31 for
+ * at most 2^16 pixels per chunk. A chunk where one segment alone may leave int32, or with more
+ * pixels, is declined (returns 0) and takes the GEMM. The sums are exact, so the bits are
+ * those of every other integer route.
+ *
+ * Why: the GEMM route writes the chunk's patch matrix (each input value once per tap) and packs
+ * it again; on the CNN's conv2 (batch 128, one thread, Zen 4) the integer weight gradient ran
+ * at about 55 % of the vpdpwssd limit that way. */
+#include "conv_i16.h"
+#include "conv_i16_avx512.h"
+#include "gemm_i16.h" /* fx_ceil_sqrt */
+#include "../core/pair_copy_avx512.h"
+#include "../nn/im2col.h"
+
+#include <immintrin.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define WG_MAX_MR 12
+
+int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g)
+{
+    /* padded rows of at most 2^10 values: their sums of squares stay below 2^40, where
+     * fx_ceil_sqrt is exact */
+    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->OW % 2 == 0 &&
+           g->OW >= 2 && g->O >= 1 && g->W + 2 * g->pw <= 1024;
+}
+
+int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
+{
+    const int64_t opad = (g->O + 15) / 16 * 16, Hp = g->H + 2 * g->ph;
+    /* dy's pair words, the input rows' norms, dy's rows' norms per block of 16 channels, one
+     * tile's fold schedule (bytes, in words) and 16 spare words, dy's rows' norms, 16 spare
+     * words for the alignment */
+    return nb * (g->OH * g->OW / 2) * opad + nb * g->C * Hp + nb * g->OH * (opad / 16) +
+           (nb * g->OH + 3) / 4 + 16 + nb * g->O * g->OH + 16;
+}
+
+/* out[i] = ceil(sqrt(sum of the squares of row i)), rows of len <= 2^10 values */
+static void row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        const int16_t *row = p + i * len;
+        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        for (int64_t j = 0; j < len; j += 32) {
+            const int nj = len - j < 32 ? (int)(len - j) : 32;
+            const __m512i v = _mm512_maskz_loadu_epi16((__mmask32)(nj == 32 ? ~0u : (1u << nj) - 1),
+                                                       row + j);
+            const __m512i q = _mm512_madd_epi16(v, v); /* <= 2^31 per lane, as unsigned */
+            lo = _mm512_add_epi64(lo, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(q)));
+            hi = _mm512_add_epi64(hi, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(q, 1)));
+        }
+        const uint64_t sq = (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(lo, hi));
+        out[i] = (uint32_t)fx_ceil_sqrt((int64_t)sq); /* sq <= 2^40 */
+    }
+}
+
+/* dn[(n OH + oh) nob + ob]: the largest norm over block ob's channels of dy's row (n, o, oh),
+ * from the rows' norms rn[(n O + o) OH + oh] */
+static void grad_block_norms(const uint32_t *rn, int64_t nbc, int64_t O, int64_t OH, int64_t nob,
+                             uint32_t *dn)
+{
+    for (int64_t n = 0; n < nbc; n++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ob = 0; ob < nob; ob++) {
+                uint32_t mx = 0;
+                for (int64_t o = 16 * ob; o < 16 * ob + 16 && o < O; o++) {
+                    const uint32_t v = rn[(n * O + o) * OH + oh];
+                    mx = v > mx ? v : mx;
+                }
+                dn[(n * OH + oh) * nob + ob] = mx;
+            }
+}
+
+/* One tile: MR rows (offsets roff into a padded image), NV vectors of 16 channels from dyt
+ * (already offset to the tile's first channel), the chain over all nbc images' pixel pairs,
+ * a fold after output row s = n OH + oy where fold[s]. */
+static inline __attribute__((always_inline)) void
+wtile(const int MR, const int NV, int32_t *restrict hib, const int16_t *xp, int64_t ximg,
+      const int64_t *roff, const uint32_t *dyt, int64_t dimg, int64_t opad, int64_t OH,
+      int64_t OW, int64_t Wp, int64_t nbc, const uint8_t *fold, int64_t *out, int64_t ldo,
+      int rows, __mmask16 last)
+{
+    __m512i acc[WG_MAX_MR][4];
+    int32_t (*hi)[4][16] = (int32_t (*)[4][16])hib; /* in the caller's frame: see itile */
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < NV; v++) {
+            acc[r][v] = _mm512_setzero_si512();
+            _mm512_store_si512((void *)hi[r][v], _mm512_setzero_si512());
+        }
+    const int64_t npair = OW / 2;
+    for (int64_t n = 0; n < nbc; n++) {
+        for (int64_t oy = 0; oy < OH; oy++) {
+            const int16_t *xr = xp + n * ximg + oy * Wp;
+            const uint32_t *dr = dyt + n * dimg + oy * npair * opad;
+            for (int64_t j = 0; j < npair; j++) {
+                __m512i b[4];
+                for (int v = 0; v < NV; v++)
+                    b[v] = _mm512_loadu_si512((const void *)(dr + j * opad + 16 * v));
+                for (int r = 0; r < MR; r++) {
+                    uint32_t word;
+                    memcpy(&word, xr + roff[r] + 2 * j, sizeof word);
+                    const __m512i a = _mm512_set1_epi32((int)word);
+                    for (int v = 0; v < NV; v++) acc[r][v] = _mm512_dpwssd_epi32(acc[r][v], a, b[v]);
+                }
+            }
+            if (fold[n * OH + oy]) fx_i16_fold(MR, NV, acc, hi);
+        }
+    }
+    (void)fx_i16_store_rows(MR, NV, acc, hi, out, ldo, rows, last);
+}
+
+/* The tile shapes, each compiled with constant MR and NV: 6 x 64, 8 x 48, 12 x 32 and 12 x 16
+ * channels (24 accumulators or fewer, the weight vectors and the broadcast in registers) */
+#define WTILE_FN(MR, NV)                                                                         \
+    static void wtile_##MR##x##NV(const int16_t *xp, int64_t ximg, const int64_t *roff,         \
+                                  const uint32_t *dyt, int64_t dimg, int64_t opad, int64_t OH,  \
+                                  int64_t OW, int64_t Wp, int64_t nbc, const uint8_t *fold,     \
+                                  int64_t *out, int64_t ldo, int rows, __mmask16 last)          \
+    {                                                                                            \
+        int32_t hib[WG_MAX_MR * 4 * 16] __attribute__((aligned(64)));                           \
+        wtile(MR, NV, hib, xp, ximg, roff, dyt, dimg, opad, OH, OW, Wp, nbc, fold, out, ldo,     \
+              rows, last);                                                                       \
+    }
+WTILE_FN(6, 4)
+WTILE_FN(8, 3)
+WTILE_FN(12, 2)
+WTILE_FN(12, 1)
+
+typedef void (*wtile_fn)(const int16_t *, int64_t, const int64_t *, const uint32_t *, int64_t,
+                         int64_t, int64_t, int64_t, int64_t, int64_t, const uint8_t *, int64_t *,
+                         int64_t, int, __mmask16);
+
+static atomic_int wdirect_enabled = 1;
+static atomic_llong wdirect_calls, wdirect_declined;
+
+void fx_i16_wgrad_direct_set_enabled(int on)
+{
+    atomic_store_explicit(&wdirect_enabled, on != 0, memory_order_relaxed);
+}
+
+int fx_i16_wgrad_direct_enabled(void)
+{
+    return atomic_load_explicit(&wdirect_enabled, memory_order_relaxed);
+}
+
+long long fx_i16_wgrad_direct_calls(void)
+{
+    return atomic_load_explicit(&wdirect_calls, memory_order_relaxed);
+}
+
+long long fx_i16_wgrad_direct_declined(void)
+{
+    return atomic_load_explicit(&wdirect_declined, memory_order_relaxed);
+}
+
+static int decline(void)
+{
+    atomic_fetch_add_explicit(&wdirect_declined, 1, memory_order_relaxed);
+    return 0;
+}
+
+int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
+                        int64_t nbc, uint32_t *scratch, int64_t *dwt)
+{
+    const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
+    const int64_t opad = (O + 15) / 16 * 16, nob = opad / 16;
+    const int64_t KH = g->KH, KW = g->KW, KK = KH * KW, CKK = C * KK;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, ximg = C * Hp * Wp;
+    if (nbc * P > ((int64_t)1 << 16)) return decline(); /* hi's range */
+    uint32_t *dyt = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16); /* 64-byte aligned */
+    uint32_t *xn = dyt + nbc * (P / 2) * opad;
+    uint32_t *dn = xn + nbc * C * Hp;
+    uint8_t *fold = (uint8_t *)(void *)(dn + nbc * OH * nob);
+    row_norms(xp, nbc * C * Hp, Wp, xn);
+    uint32_t *drn = dn + nbc * OH * nob + (nbc * OH + 3) / 4 + 16; /* dy's rows' norms */
+    row_norms(dy, nbc * O * OH, OW, drn);
+    grad_block_norms(drn, nbc, O, OH, nob, dn);
+    /* a segment that alone may leave int32: the GEMM's any-data kernels take the chunk */
+    for (int64_t n = 0; n < nbc; n++)
+        for (int64_t oh = 0; oh < OH; oh++) {
+            uint32_t xm = 0, dm = 0;
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t kh = 0; kh < KH; kh++) {
+                    const uint32_t v = xn[(n * C + c) * Hp + oh + kh];
+                    xm = v > xm ? v : xm;
+                }
+            for (int64_t ob = 0; ob < nob; ob++)
+                dm = dn[(n * OH + oh) * nob + ob] > dm ? dn[(n * OH + oh) * nob + ob] : dm;
+            if ((int64_t)xm * dm > FX_I16_CHAIN_LIMIT) return decline();
+        }
+    atomic_fetch_add_explicit(&wdirect_calls, 1, memory_order_relaxed);
+    fx_pair_rows_transpose_avx512((const uint16_t *)(const void *)dy, nbc, O, P, opad, dyt);
+    for (int64_t o0 = 0; o0 < O; o0 += 64) {
+        const int64_t ow = O - o0 < 64 ? O - o0 : 64;
+        const int nv = (int)((ow + 15) / 16);
+        const int mr = nv == 4 ? 6 : nv == 3 ? 8 : 12;
+        const wtile_fn fn = nv == 4   ? wtile_6x4
+                            : nv == 3 ? wtile_8x3
+                            : nv == 2 ? wtile_12x2
+                                      : wtile_12x1;
+        const int tail = (int)(ow - 16 * (nv - 1));
+        const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
+        for (int64_t r0 = 0; r0 < CKK; r0 += mr) {
+            const int rows = CKK - r0 < mr ? (int)(CKK - r0) : mr;
+            int64_t roff[WG_MAX_MR], xrow[WG_MAX_MR];
+            for (int i = 0; i < mr; i++) {
+                const int64_t r = r0 + (i < rows ? i : 0); /* spare rows repeat the first */
+                const int64_t kw = r % KW, kh = r / KW % KH, c = r / KK;
+                roff[i] = c * Hp * Wp + kh * Wp + kw;
+                xrow[i] = c * Hp + kh; /* the tile row's input row at oh = 0 */
+            }
+            /* the tile's chains: greedy runs of output rows whose bounds fit */
+            int64_t run = 0;
+            for (int64_t n = 0, s = 0; n < nbc; n++)
+                for (int64_t oh = 0; oh < OH; oh++, s++) {
+                    uint32_t xm = 0, dm = 0;
+                    for (int i = 0; i < rows; i++) {
+                        const uint32_t v = xn[n * C * Hp + xrow[i] + oh];
+                        xm = v > xm ? v : xm;
+                    }
+                    for (int v = 0; v < nv; v++) {
+                        const uint32_t d = dn[s * nob + o0 / 16 + v];
+                        dm = d > dm ? d : dm;
+                    }
+                    const int64_t b = (int64_t)xm * dm;
+                    fold[s] = 0;
+                    if (s > 0 && run + b > FX_I16_CHAIN_LIMIT) {
+                        fold[s - 1] = 1;
+                        run = 0;
+                    }
+                    run += b;
+                }
+            fn(xp, ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW, Wp, nbc, fold,
+               dwt + r0 * O + o0, O, rows, last);
+        }
+    }
+    return 1;
+}
