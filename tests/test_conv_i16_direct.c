@@ -5,8 +5,9 @@
  *     segment and an odd last pair), O with partial vectors, partial last tiles and every tile
  *     width; on small, normal and mixed data (rows of large values beside small ones, so the
  *     rows' fold schedules differ and a large row's segments each meet their bound), and on data where every segment's bound is met exactly
- *     (equal values: Cauchy-Schwarz is tight), near the int32 limit, with both signs, where a
- *     missing or late fold makes a chain wrap;
+ *     (equal values: Cauchy-Schwarz is tight), near the int32 limit, with both signs, or only
+ *     in some rows, channels and output channels, where a missing or late fold makes a chain
+ *     wrap;
  *   - it declines a chunk where one segment alone may leave int32 (full-scale data), and
  *     tensor_conv2d then still gives the GEMM's bits;
  *   - tensor_conv2d (DFP16 and FLEX16_5) and the input gradient give the same mantissas and
@@ -14,7 +15,8 @@
  * The weight gradient (fx_i16_wgrad_direct) likewise: the kernel against exact sums on every
  * tile width (6 x 64, 8 x 48, 12 x 32, 12 x 16 channels, partial vectors and partial row tiles),
  * one input channel, several images, and data whose rows' products come close to their bound
- * (equal values, both signs), where a missing fold wraps; the decline; and
+ * (equal values, both signs; or only in the lower half of the odd channels, where a schedule
+ * taken from other rows or channels misses them), where a missing fold wraps; the decline; and
  * tensor_conv2d_backward_weight bit for bit with the route on and off.
  * Skips on CPUs without AVX512_VNNI, where convolutions take the patch GEMM. */
 #include "flexpoint.h"
@@ -28,7 +30,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { DATA_SMALL, DATA_NORMAL, DATA_MIXED, DATA_TIGHT_POS, DATA_TIGHT_NEG, DATA_FULL };
+/* DATA_SKEW: near the bound only in the lower half of some input channels (the odd ones; in
+ * the forward pass the second 8 of every 16) and, in the forward pass, only for the second 16 of
+ * every 32 output channels, so that a schedule taken from other rows, channels or output
+ * channels misses them */
+enum { DATA_SMALL, DATA_NORMAL, DATA_MIXED, DATA_TIGHT_POS, DATA_TIGHT_NEG, DATA_SKEW, DATA_FULL };
 
 /* sqrt((2^31 - 2^16) / 16) rounded down: a segment of 8 equal values a times 8 equal values a
  * sums to 8 a^2, its own bound, so two segments make a chain of 16 a^2 = 2147395600, just
@@ -76,8 +82,11 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
         for (int64_t c = 0; c < C; c++)
             for (int64_t h = 0; h < H; h++)
                 for (int64_t x = 0; x < W; x++)
-                    xp[((n * C + c) * Hp + h + pad) * Wp + x + pad] = draw(&r, kind, 0, h);
-    for (int64_t i = 0; i < O * C * KK; i++) w[i] = draw(&r, kind, 1, 0);
+                    xp[((n * C + c) * Hp + h + pad) * Wp + x + pad] =
+                        kind == DATA_SKEW ? (int16_t)(c / 8 % 2 && h >= H / 2 ? TIGHT : 1)
+                                          : draw(&r, kind, 0, h);
+    for (int64_t i = 0; i < O * C * KK; i++)
+        w[i] = kind == DATA_SKEW ? (int16_t)(i / (C * KK) / 16 % 2 ? TIGHT : 1) : draw(&r, kind, 1, 0);
     int64_t *want = malloc(sizeof(int64_t) * (size_t)(N * P * O));
     uint64_t want_max = 0;
     for (int64_t n = 0; n < N; n++)
@@ -150,11 +159,12 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
                     xp[((n * C + c) * Hp + h + pad) * Wp + x + pad] =
                         kind == DATA_TIGHT_POS   ? tight
                         : kind == DATA_TIGHT_NEG ? (int16_t)-tight
+                        : kind == DATA_SKEW      ? (int16_t)(c % 2 && h >= H / 2 ? tight : 1)
                                                  : draw(&r, kind, 0, h);
     for (int64_t i = 0; i < N * O * P; i++)
         /* past 64 channels (a second tile of channels) only the later ones are tight, so a
          * schedule taken from the first tile's channels wraps */
-        dy[i] = kind == DATA_TIGHT_POS || kind == DATA_TIGHT_NEG
+        dy[i] = kind == DATA_TIGHT_POS || kind == DATA_TIGHT_NEG || kind == DATA_SKEW
                     ? (int16_t)(O <= 64 || i / P % O >= 64 ? tight : tight / 64)
                 : kind == DATA_MIXED ? (int16_t)(i / g.OW % 3 == 0 ? 2000 : test_rng_range(&r, -50, 50))
                                      : draw(&r, kind, 0, 0);
@@ -317,7 +327,7 @@ int main(void)
         {2, 12, 7, 11, 20, 3, 0},  {2, 17, 9, 9, 33, 3, 1},   {2, 40, 6, 6, 70, 1, 0},
         {1, 8, 12, 12, 16, 5, 2}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (int kind = DATA_SMALL; kind <= DATA_TIGHT_NEG; kind++) {
+        for (int kind = DATA_SMALL; kind <= DATA_SKEW; kind++) {
             const int64_t *c = shapes[s];
             const int took = check_kernel(c[0], c[1], c[2], c[3], c[4], c[5], c[5], c[6], kind, seed++);
             CHECK(took, "data %d, shape %zu: the kernel declined data it can take", kind, s);
@@ -343,7 +353,7 @@ int main(void)
         {2, 64, 8, 8, 64, 3, 1},   {2, 8, 10, 10, 48, 3, 1},  {2, 6, 12, 12, 20, 3, 0},
         {2, 5, 10, 10, 70, 3, 1},  {2, 7, 12, 12, 33, 3, 1},  {2, 3, 9, 9, 16, 2, 0}};
     for (size_t s = 0; s < sizeof wshapes / sizeof wshapes[0]; s++)
-        for (int kind = DATA_SMALL; kind <= DATA_TIGHT_NEG; kind++) {
+        for (int kind = DATA_SMALL; kind <= DATA_SKEW; kind++) {
             const int64_t *c = wshapes[s];
             CHECK(check_wkernel(c[0], c[1], c[2], c[3], c[4], c[5], c[6], kind, seed++),
                   "weight gradient, data %d, shape %zu: declined data it can take", kind, s);

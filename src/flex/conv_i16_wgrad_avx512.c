@@ -46,10 +46,13 @@ int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
 {
     const int64_t opad = (g->O + 15) / 16 * 16, Hp = g->H + 2 * g->ph;
     /* dy's pair words, the input rows' norms, dy's rows' norms per block of 16 channels, one
-     * tile's fold schedule (bytes, in words) and 16 spare words, dy's rows' norms, 16 spare
-     * words for the alignment */
+     * tile's fold schedule (bytes, in words) and 16 spare words, dy's rows' norms (later the
+     * input norms per channel and output row, and one block's dy norms per output row), 16
+     * spare words for the alignment */
+    const int64_t later = nb * g->OH * (g->C + 1);
     return nb * (g->OH * g->OW / 2) * opad + nb * g->C * Hp + nb * g->OH * (opad / 16) +
-           (nb * g->OH + 3) / 4 + 16 + nb * g->O * g->OH + 16;
+           (nb * g->OH + 3) / 4 + 16 + (nb * g->O * g->OH > later ? nb * g->O * g->OH : later) +
+           16;
 }
 
 /* out[i] = ceil(sqrt(sum of the squares of row i)), rows of len <= 2^10 values */
@@ -192,15 +195,26 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
     uint32_t *drn = dn + nbc * OH * nob + (nbc * OH + 3) / 4 + 16; /* dy's rows' norms */
     row_norms(dy, nbc * O * OH, OW, drn);
     grad_block_norms(drn, nbc, O, OH, nob, dn);
+    /* xk[(n C + c) OH + oh]: the largest input row norm of channel c at output row oh over the
+     * kernel's rows (what a tile's bound takes per channel: a little looser than per tap, and
+     * one lookup per channel), in the space of dy's rows' norms, which are done with */
+    uint32_t *xk = drn;
+    for (int64_t n = 0; n < nbc; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t oh = 0; oh < OH; oh++) {
+                uint32_t m = 0;
+                for (int64_t kh = 0; kh < KH; kh++) {
+                    const uint32_t v = xn[(n * C + c) * Hp + oh + kh];
+                    m = v > m ? v : m;
+                }
+                xk[(n * C + c) * OH + oh] = m;
+            }
     /* a segment that alone may leave int32: the GEMM's any-data kernels take the chunk */
     for (int64_t n = 0; n < nbc; n++)
         for (int64_t oh = 0; oh < OH; oh++) {
             uint32_t xm = 0, dm = 0;
             for (int64_t c = 0; c < C; c++)
-                for (int64_t kh = 0; kh < KH; kh++) {
-                    const uint32_t v = xn[(n * C + c) * Hp + oh + kh];
-                    xm = v > xm ? v : xm;
-                }
+                xm = xk[(n * C + c) * OH + oh] > xm ? xk[(n * C + c) * OH + oh] : xm;
             for (int64_t ob = 0; ob < nob; ob++)
                 dm = dn[(n * OH + oh) * nob + ob] > dm ? dn[(n * OH + oh) * nob + ob] : dm;
             if ((int64_t)xm * dm > FX_I16_CHAIN_LIMIT) return decline();
@@ -217,29 +231,33 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
                                       : wtile_12x1;
         const int tail = (int)(ow - 16 * (nv - 1));
         const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
+        /* dm[s]: the largest of dy's row norms over this block's channels, per output row */
+        uint32_t *dm = xk + nbc * C * OH;
+        for (int64_t s = 0; s < nbc * OH; s++) {
+            uint32_t m = 0;
+            for (int v = 0; v < nv; v++)
+                m = dn[s * nob + o0 / 16 + v] > m ? dn[s * nob + o0 / 16 + v] : m;
+            dm[s] = m;
+        }
         for (int64_t r0 = 0; r0 < CKK; r0 += mr) {
             const int rows = CKK - r0 < mr ? (int)(CKK - r0) : mr;
-            int64_t roff[WG_MAX_MR], xrow[WG_MAX_MR];
+            int64_t roff[WG_MAX_MR];
             for (int i = 0; i < mr; i++) {
                 const int64_t r = r0 + (i < rows ? i : 0); /* spare rows repeat the first */
                 const int64_t kw = r % KW, kh = r / KW % KH, c = r / KK;
                 roff[i] = c * Hp * Wp + kh * Wp + kw;
-                xrow[i] = c * Hp + kh; /* the tile row's input row at oh = 0 */
             }
             /* the tile's chains: greedy runs of output rows whose bounds fit */
+            const int64_t c_lo = r0 / KK, c_hi = (r0 + rows - 1) / KK;
             int64_t run = 0;
             for (int64_t n = 0, s = 0; n < nbc; n++)
                 for (int64_t oh = 0; oh < OH; oh++, s++) {
-                    uint32_t xm = 0, dm = 0;
-                    for (int i = 0; i < rows; i++) {
-                        const uint32_t v = xn[n * C * Hp + xrow[i] + oh];
+                    uint32_t xm = 0;
+                    for (int64_t c = c_lo; c <= c_hi; c++) {
+                        const uint32_t v = xk[(n * C + c) * OH + oh];
                         xm = v > xm ? v : xm;
                     }
-                    for (int v = 0; v < nv; v++) {
-                        const uint32_t d = dn[s * nob + o0 / 16 + v];
-                        dm = d > dm ? d : dm;
-                    }
-                    const int64_t b = (int64_t)xm * dm;
+                    const int64_t b = (int64_t)xm * dm[s];
                     fold[s] = 0;
                     if (s > 0 && run + b > FX_I16_CHAIN_LIMIT) {
                         fold[s - 1] = 1;
