@@ -12,7 +12,8 @@
  *     tensor_conv2d then still gives the GEMM's bits;
  *   - tensor_conv2d (DFP16 and FLEX16_5) and the input gradient give the same mantissas and
  *     exponents with the route on and off (the GEMM), and the route ran where it fits.
- * The weight gradient (fx_i16_wgrad_direct) likewise: the kernel against exact sums on every
+ * The weight gradient (fx_i16_wgrad_direct) likewise: the kernel against exact sums (stored, and
+ * added to the sums already there) on every
  * tile width (6 x 64, 8 x 48, 12 x 32, 12 x 16 channels, partial vectors and partial row tiles),
  * one input channel, several images, and data whose rows' products come close to their bound
  * (equal values, both signs; or only in the lower half of the odd channels, where a schedule
@@ -183,14 +184,19 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
     uint32_t *scratch = malloc(sizeof(uint32_t) * (size_t)fx_i16_wgrad_direct_scratch(&g, N));
     int64_t *got = malloc(sizeof(int64_t) * (size_t)(R * O));
     memset(got, 0x5A, sizeof(int64_t) * (size_t)(R * O));
-    const int took = fx_i16_wgrad_direct(&g, xp, dy, N, scratch, got);
+    const int took = fx_i16_wgrad_direct(&g, xp, dy, N, scratch, got, 0);
     if (took) {
-        long bad = 0;
-        for (int64_t i = 0; i < R * O; i++) bad += got[i] != want[i];
-        CHECK(bad == 0, "direct int16 weight gradient N%lld C%lld %lldx%lld O%lld k%lld pad %lld "
-              "data %d: %ld of %lld sums differ", (long long)N, (long long)C, (long long)H,
-              (long long)W, (long long)O, (long long)K, (long long)pad, kind, bad,
-              (long long)(R * O));
+        /* then added to what is there: twice the sums */
+        for (int pass = 1; pass <= 2; pass++) {
+            long bad = 0;
+            for (int64_t i = 0; i < R * O; i++) bad += got[i] != pass * want[i];
+            CHECK(bad == 0, "direct int16 weight gradient N%lld C%lld %lldx%lld O%lld k%lld pad "
+                  "%lld data %d, %s: %ld of %lld sums differ", (long long)N, (long long)C,
+                  (long long)H, (long long)W, (long long)O, (long long)K, (long long)pad, kind,
+                  pass == 1 ? "stored" : "added", bad, (long long)(R * O));
+            if (pass == 1)
+                CHECK(fx_i16_wgrad_direct(&g, xp, dy, N, scratch, got, 1), "second call declined");
+        }
     } else {
         long touched = 0;
         for (int64_t i = 0; i < R * O; i++) touched += got[i] != 0x5A5A5A5A5A5A5A5All;
@@ -202,6 +208,49 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
     free(scratch);
     free(got);
     return took;
+}
+
+/* fx_i16_row_norms against the exact ceiling of the root: every row count from 0 to 19 (blocks
+ * of 8 rows and the tail), lengths 1 to 40 and 1024, random values over the whole int16 range,
+ * rows at the extremes (all -32768, all 32767), and rows whose sum of squares is a perfect
+ * square, one above or one below one */
+static void check_row_norms(uint64_t seed)
+{
+    test_rng r;
+    test_rng_seed(&r, seed);
+    static const int64_t lens[] = {1, 2, 3, 7, 14, 18, 31, 32, 33, 40, 1024};
+    int16_t *p = malloc(sizeof(int16_t) * 20 * 1024);
+    uint32_t out[20];
+    long bad = 0, checked = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int64_t rows = 0; rows < 20; rows++) {
+            const int64_t len = lens[li];
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < len; j++) {
+                    const int mode = (int)(i % 5);
+                    p[i * len + j] = mode == 0   ? (int16_t)test_rng_range(&r, -32768, 32767)
+                                     : mode == 1 ? (int16_t)(i % 2 ? -32768 : 32767)
+                                     : mode == 2 ? (int16_t)(j == 0 ? 3 : j == 1 ? 4 : 0)
+                                     : mode == 3 ? (int16_t)(j == 0 ? 24 : j == 1 ? 7 : j == 2 ? 1 : 0)
+                                                 : (int16_t)(j == 0 ? 181 : j == 1 ? 0 : 0);
+                }
+            /* mode 2: 3^2 + 4^2 = 5^2; mode 3: 24^2 + 7^2 + 1 = 25^2 + 1; mode 4: 181^2 = 32761,
+             * and with a length of at least 2 the row below gets the second value 0 */
+            fx_i16_row_norms(p, rows, len, out);
+            for (int64_t i = 0; i < rows; i++) {
+                uint64_t sq = 0;
+                for (int64_t j = 0; j < len; j++)
+                    sq += (uint64_t)((int64_t)p[i * len + j] * p[i * len + j]);
+                uint64_t want = (uint64_t)sqrt((double)sq);
+                while (want * want < sq) want++;
+                while (want > 0 && (want - 1) * (want - 1) >= sq) want--;
+                bad += out[i] != want;
+                checked++;
+            }
+        }
+    CHECK(bad == 0, "fx_i16_row_norms: %ld of %ld row norms differ from the exact ceiling", bad,
+          checked);
+    free(p);
 }
 
 static tensor_t *int_tensor(fmt_t f, const int64_t *shape, int kind, int is_w, int e,
@@ -358,6 +407,7 @@ int main(void)
             CHECK(check_wkernel(c[0], c[1], c[2], c[3], c[4], c[5], c[6], kind, seed++),
                   "weight gradient, data %d, shape %zu: declined data it can take", kind, s);
         }
+    check_row_norms(seed++);
     CHECK(!check_wkernel(2, 8, 8, 8, 16, 3, 1, DATA_FULL, seed++),
           "full-scale data: the weight gradient took a chunk that may wrap");
     return test_finish("test_conv_i16_direct");

@@ -293,7 +293,7 @@ typedef struct fx_conv_kernels {
      * src/flex/conv_i16.h): the exact sums. Returns 0 for a chunk it declines, which then takes
      * the GEMM. NULL: patch matrix and GEMM. */
     int (*i16_wgrad)(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
-                     int64_t nbc, uint32_t *scratch, int64_t *dwt);
+                     int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
 } fx_conv_kernels;
 
 typedef struct fx_backend {

@@ -44,14 +44,18 @@ long long fx_i16_fwd_direct_declined(void);
  * (src/flex/conv_i16_wgrad_avx512.c, AVX512_VNNI): dwt[r * O + o] = sum over the chunk's
  * pixels q of x(r, q) dy[o][q], r = (c KH + kh) KW + kw, the exact int64 sums of the GEMM
  * route's patches x dy^T. xp: the chunk's padded input (fx_conv_pad, nbc images); dy: the
- * chunk's output gradient (NCHW); scratch: fx_i16_wgrad_direct_scratch(g, nbc) words. For
+ * chunk's output gradient (NCHW); scratch: fx_i16_wgrad_direct_scratch(g, nbc) words; add: the
+ * sums are added to dwt's values instead of replacing them (a group's later chunks). For
  * geometries where fx_i16_wgrad_direct_fits (stride and dilation 1, OW even, padded rows of at
  * most 1024 values). Returns 1 when done; 0 when the chunk's data may leave an int32 chain (or
  * it has more than 2^16 pixels), with dwt untouched: the caller computes it another way. */
 int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g);
 int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb);
 int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
-                        int64_t nbc, uint32_t *scratch, int64_t *dwt);
+                        int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
+/* out[i] = ceil(sqrt(sum over j < len of p[i len + j]^2)) for i < rows, len <= 1024: the row
+ * norms the weight gradient's bounds take (exported for the tests) */
+void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out);
 void fx_i16_wgrad_direct_set_enabled(int on);
 int fx_i16_wgrad_direct_enabled(void);
 long long fx_i16_wgrad_direct_calls(void);

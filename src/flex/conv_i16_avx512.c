@@ -171,7 +171,7 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
         }
         if (fold[i]) fx_i16_fold(MR, NV, acc, hi);
     }
-    return fx_i16_store_rows(MR, NV, acc, hi, out, ldo, rows, last);
+    return fx_i16_store_rows(MR, NV, acc, hi, out, ldo, rows, last, 0);
 }
 
 #define ITILE_FN(MR, NV, LD)                                                                     \

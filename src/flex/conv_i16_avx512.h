@@ -31,10 +31,11 @@ static inline __attribute__((always_inline)) void fx_i16_fold(const int MR, cons
 }
 
 /* The first `rows` of MR rows of sums 2^16 hi + acc as int64, NV vectors of 16 per row (the last
- * one's lanes under mask last), row r at out + r ldo; returns the largest |sum| stored. */
+ * one's lanes under mask last), row r at out + r ldo, or added to what is there (add); returns
+ * the largest |sum| of this chain stored. */
 static inline __attribute__((always_inline)) uint64_t
 fx_i16_store_rows(const int MR, const int NV, __m512i acc[][4], int32_t (*hi)[4][16],
-                  int64_t *out, int64_t ldo, int rows, __mmask16 last)
+                  int64_t *out, int64_t ldo, int rows, __mmask16 last, int add)
 {
     __m512i mx = _mm512_setzero_si512();
     for (int r = 0; r < MR && r < rows; r++)
@@ -48,7 +49,9 @@ fx_i16_store_rows(const int MR, const int NV, __m512i acc[][4], int32_t (*hi)[4]
                 const __m512i sum = _mm512_add_epi64(
                     _mm512_slli_epi64(_mm512_cvtepi32_epi64(h32), 16), _mm512_cvtepi32_epi64(a32));
                 const __mmask8 mh = (__mmask8)(h ? m >> 8 : m);
-                _mm512_mask_storeu_epi64(out + r * ldo + 16 * v + 8 * h, mh, sum);
+                int64_t *dst = out + r * ldo + 16 * v + 8 * h;
+                _mm512_mask_storeu_epi64(
+                    dst, mh, add ? _mm512_add_epi64(sum, _mm512_maskz_loadu_epi64(mh, dst)) : sum);
                 mx = _mm512_mask_max_epu64(mx, mh, mx, _mm512_abs_epi64(sum));
             }
         }

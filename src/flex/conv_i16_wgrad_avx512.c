@@ -55,21 +55,65 @@ int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
            16;
 }
 
-/* out[i] = ceil(sqrt(sum of the squares of row i)), rows of len <= 2^10 values */
-static void row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out)
+/* The sums of squares of one row's values in [j, j + 32) under mask m, as 8 uint64 lanes:
+ * vpmaddwd gives x0^2 + x1^2 <= 2^31 per 32-bit lane, exact read unsigned */
+static inline __m512i row_squares(const int16_t *row, __mmask32 m)
 {
-    for (int64_t i = 0; i < rows; i++) {
+    const __m512i v = _mm512_maskz_loadu_epi16(m, row);
+    const __m512i q = _mm512_madd_epi16(v, v);
+    return _mm512_add_epi64(_mm512_and_si512(q, _mm512_set1_epi64(0xFFFFFFFF)),
+                            _mm512_srli_epi64(q, 32));
+}
+
+/* ceil(sqrt(x)) of 8 lanes below 2^40, as fx_ceil_sqrt: the double root's floor is exact there,
+ * and one comparison makes it the ceiling */
+static inline __m256i ceil_sqrt8(__m512i x)
+{
+    const __m512i r = _mm512_cvttpd_epu64(_mm512_sqrt_pd(_mm512_cvtepu64_pd(x)));
+    const __mmask8 up = _mm512_cmplt_epu64_mask(_mm512_mullo_epi64(r, r), x);
+    return _mm512_cvtepi64_epi32(_mm512_mask_add_epi64(r, up, r, _mm512_set1_epi64(1)));
+}
+
+/* out[i] = ceil(sqrt(sum of the squares of row i)), rows of len <= 2^10 values. Eight rows at a
+ * time: their lane sums reduced together by three rounds of pairwise interleaves, and one
+ * vector square root. */
+void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out)
+{
+    int64_t i = 0;
+    for (; i + 8 <= rows; i += 8) {
+        __m512i u[8];
+        for (int k = 0; k < 8; k++) {
+            const int16_t *row = p + (i + k) * len;
+            u[k] = _mm512_setzero_si512();
+            for (int64_t j = 0; j < len; j += 32) {
+                const int nj = len - j < 32 ? (int)(len - j) : 32;
+                u[k] = _mm512_add_epi64(
+                    u[k], row_squares(row + j, (__mmask32)(nj == 32 ? ~0u : (1u << nj) - 1)));
+            }
+        }
+        /* u[k] lane l: a part of row k. Round 1: t[k] holds rows 2k, 2k+1 in alternate lanes */
+        __m512i t[4], w[2];
+        for (int k = 0; k < 4; k++)
+            t[k] = _mm512_add_epi64(_mm512_unpacklo_epi64(u[2 * k], u[2 * k + 1]),
+                                    _mm512_unpackhi_epi64(u[2 * k], u[2 * k + 1]));
+        /* round 2: 128-bit lanes 0, 2 of both against lanes 1, 3, added: w[k]'s 128-bit lanes
+         * hold rows (4k, 4k + 1) twice, then (4k + 2, 4k + 3) twice */
+        for (int k = 0; k < 2; k++)
+            w[k] = _mm512_add_epi64(_mm512_shuffle_i64x2(t[2 * k], t[2 * k + 1], 0x88),
+                                    _mm512_shuffle_i64x2(t[2 * k], t[2 * k + 1], 0xDD));
+        /* round 3 likewise: lane k holds row k */
+        const __m512i sums = _mm512_add_epi64(_mm512_shuffle_i64x2(w[0], w[1], 0x88),
+                                              _mm512_shuffle_i64x2(w[0], w[1], 0xDD));
+        _mm256_storeu_si256((__m256i *)(void *)(out + i), ceil_sqrt8(sums));
+    }
+    for (; i < rows; i++) {
         const int16_t *row = p + i * len;
-        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        __m512i u = _mm512_setzero_si512();
         for (int64_t j = 0; j < len; j += 32) {
             const int nj = len - j < 32 ? (int)(len - j) : 32;
-            const __m512i v = _mm512_maskz_loadu_epi16((__mmask32)(nj == 32 ? ~0u : (1u << nj) - 1),
-                                                       row + j);
-            const __m512i q = _mm512_madd_epi16(v, v); /* <= 2^31 per lane, as unsigned */
-            lo = _mm512_add_epi64(lo, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(q)));
-            hi = _mm512_add_epi64(hi, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(q, 1)));
+            u = _mm512_add_epi64(u, row_squares(row + j, (__mmask32)(nj == 32 ? ~0u : (1u << nj) - 1)));
         }
-        const uint64_t sq = (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(lo, hi));
+        const uint64_t sq = (uint64_t)_mm512_reduce_add_epi64(u);
         out[i] = (uint32_t)fx_ceil_sqrt((int64_t)sq); /* sq <= 2^40 */
     }
 }
@@ -98,7 +142,7 @@ static inline __attribute__((always_inline)) void
 wtile(const int MR, const int NV, int32_t *restrict hib, const int16_t *xp, int64_t ximg,
       const int64_t *roff, const uint32_t *dyt, int64_t dimg, int64_t opad, int64_t OH,
       int64_t OW, int64_t Wp, int64_t nbc, const uint8_t *fold, int64_t *out, int64_t ldo,
-      int rows, __mmask16 last)
+      int rows, __mmask16 last, int add)
 {
     __m512i acc[WG_MAX_MR][4];
     int32_t (*hi)[4][16] = (int32_t (*)[4][16])hib; /* in the caller's frame: see itile */
@@ -126,7 +170,7 @@ wtile(const int MR, const int NV, int32_t *restrict hib, const int16_t *xp, int6
             if (fold[n * OH + oy]) fx_i16_fold(MR, NV, acc, hi);
         }
     }
-    (void)fx_i16_store_rows(MR, NV, acc, hi, out, ldo, rows, last);
+    (void)fx_i16_store_rows(MR, NV, acc, hi, out, ldo, rows, last, add);
 }
 
 /* The tile shapes, each compiled with constant MR and NV: 6 x 64, 8 x 48, 12 x 32 and 12 x 16
@@ -135,11 +179,12 @@ wtile(const int MR, const int NV, int32_t *restrict hib, const int16_t *xp, int6
     static void wtile_##MR##x##NV(const int16_t *xp, int64_t ximg, const int64_t *roff,         \
                                   const uint32_t *dyt, int64_t dimg, int64_t opad, int64_t OH,  \
                                   int64_t OW, int64_t Wp, int64_t nbc, const uint8_t *fold,     \
-                                  int64_t *out, int64_t ldo, int rows, __mmask16 last)          \
+                                  int64_t *out, int64_t ldo, int rows, __mmask16 last,          \
+                                  int add)                                                      \
     {                                                                                            \
         int32_t hib[WG_MAX_MR * 4 * 16] __attribute__((aligned(64)));                           \
         wtile(MR, NV, hib, xp, ximg, roff, dyt, dimg, opad, OH, OW, Wp, nbc, fold, out, ldo,     \
-              rows, last);                                                                       \
+              rows, last, add);                                                                  \
     }
 WTILE_FN(6, 4)
 WTILE_FN(8, 3)
@@ -148,7 +193,7 @@ WTILE_FN(12, 1)
 
 typedef void (*wtile_fn)(const int16_t *, int64_t, const int64_t *, const uint32_t *, int64_t,
                          int64_t, int64_t, int64_t, int64_t, int64_t, const uint8_t *, int64_t *,
-                         int64_t, int, __mmask16);
+                         int64_t, int, __mmask16, int);
 
 static atomic_int wdirect_enabled = 1;
 static atomic_llong wdirect_calls, wdirect_declined;
@@ -173,6 +218,30 @@ long long fx_i16_wgrad_direct_declined(void)
     return atomic_load_explicit(&wdirect_declined, memory_order_relaxed);
 }
 
+/* fold[s] for the output rows s = n OH + oh of a tile over channels [c_lo, c_hi]: greedy
+ * chains of rows whose bounds (the channels' largest input norm times dy's, dm[s]) sum to at
+ * most FX_I16_CHAIN_LIMIT (each alone does, the chunk's check) */
+static void fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t nbc, int64_t C,
+                          int64_t OH, int64_t c_lo, int64_t c_hi, uint8_t *fold)
+{
+    int64_t run = 0;
+    for (int64_t n = 0, s = 0; n < nbc; n++)
+        for (int64_t oh = 0; oh < OH; oh++, s++) {
+            uint32_t xm = 0;
+            for (int64_t c = c_lo; c <= c_hi; c++) {
+                const uint32_t v = xk[(n * C + c) * OH + oh];
+                xm = v > xm ? v : xm;
+            }
+            const int64_t b = (int64_t)xm * dm[s];
+            fold[s] = 0;
+            if (s > 0 && run + b > FX_I16_CHAIN_LIMIT) {
+                fold[s - 1] = 1;
+                run = 0;
+            }
+            run += b;
+        }
+}
+
 static int decline(void)
 {
     atomic_fetch_add_explicit(&wdirect_declined, 1, memory_order_relaxed);
@@ -180,7 +249,7 @@ static int decline(void)
 }
 
 int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
-                        int64_t nbc, uint32_t *scratch, int64_t *dwt)
+                        int64_t nbc, uint32_t *scratch, int64_t *dwt, int add)
 {
     const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
     const int64_t opad = (O + 15) / 16 * 16, nob = opad / 16;
@@ -191,9 +260,9 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
     uint32_t *xn = dyt + nbc * (P / 2) * opad;
     uint32_t *dn = xn + nbc * C * Hp;
     uint8_t *fold = (uint8_t *)(void *)(dn + nbc * OH * nob);
-    row_norms(xp, nbc * C * Hp, Wp, xn);
+    fx_i16_row_norms(xp, nbc * C * Hp, Wp, xn);
     uint32_t *drn = dn + nbc * OH * nob + (nbc * OH + 3) / 4 + 16; /* dy's rows' norms */
-    row_norms(dy, nbc * O * OH, OW, drn);
+    fx_i16_row_norms(dy, nbc * O * OH, OW, drn);
     grad_block_norms(drn, nbc, O, OH, nob, dn);
     /* xk[(n C + c) OH + oh]: the largest input row norm of channel c at output row oh over the
      * kernel's rows (what a tile's bound takes per channel: a little looser than per tap, and
@@ -239,6 +308,7 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
                 m = dn[s * nob + o0 / 16 + v] > m ? dn[s * nob + o0 / 16 + v] : m;
             dm[s] = m;
         }
+        int64_t sched_lo = -1, sched_hi = -1; /* the channels of the schedule in fold */
         for (int64_t r0 = 0; r0 < CKK; r0 += mr) {
             const int rows = CKK - r0 < mr ? (int)(CKK - r0) : mr;
             int64_t roff[WG_MAX_MR];
@@ -247,26 +317,15 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
                 const int64_t kw = r % KW, kh = r / KW % KH, c = r / KK;
                 roff[i] = c * Hp * Wp + kh * Wp + kw;
             }
-            /* the tile's chains: greedy runs of output rows whose bounds fit */
+            /* the tile's chains (the previous tile's when it covered the same channels, as
+             * most do) */
             const int64_t c_lo = r0 / KK, c_hi = (r0 + rows - 1) / KK;
-            int64_t run = 0;
-            for (int64_t n = 0, s = 0; n < nbc; n++)
-                for (int64_t oh = 0; oh < OH; oh++, s++) {
-                    uint32_t xm = 0;
-                    for (int64_t c = c_lo; c <= c_hi; c++) {
-                        const uint32_t v = xk[(n * C + c) * OH + oh];
-                        xm = v > xm ? v : xm;
-                    }
-                    const int64_t b = (int64_t)xm * dm[s];
-                    fold[s] = 0;
-                    if (s > 0 && run + b > FX_I16_CHAIN_LIMIT) {
-                        fold[s - 1] = 1;
-                        run = 0;
-                    }
-                    run += b;
-                }
+            if (c_lo != sched_lo || c_hi != sched_hi)
+                fold_schedule(xk, dm, nbc, C, OH, c_lo, c_hi, fold);
+            sched_lo = c_lo;
+            sched_hi = c_hi;
             fn(xp, ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW, Wp, nbc, fold,
-               dwt + r0 * O + o0, O, rows, last);
+               dwt + r0 * O + o0, O, rows, last, add);
         }
     }
     return 1;

@@ -1305,12 +1305,11 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
             }
             if (iwd) {
                 fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+                /* a group's later chunks add their sums to the group's slot in the kernel */
                 if (be->conv.i16_wgrad(&g, (const int16_t *)(const void *)myxp,
                                        (const int16_t *)dyo.data + n0 * g.O * P, nbc,
-                                       iwd + tid * iwd_n,
-                                       (int64_t *)(void *)(ch == c0 ? slot : mypart))) {
+                                       iwd + tid * iwd_n, (int64_t *)(void *)slot, ch > c0)) {
                     status[ch] = FX_OK;
-                    if (ch > c0) conv_accumulate(slot, mypart, nw, ic);
                     continue;
                 }
             }
