@@ -423,7 +423,7 @@ const char *flexpoint_kernel_report(void)
                          fx_matmul_kernel(be, (fmt_t)f));
     if (used > 0 && (size_t)used < sizeof fx_kernel_report_string)
         snprintf(fx_kernel_report_string + used, sizeof fx_kernel_report_string - (size_t)used,
-                 " (avx512 bf16 route chosen by %s%s%s%s; int16 kernel: %s, chosen by %s%s)",
+                 " (avx512 bf16 route chosen by %s%s%s%s%s; int16 kernel: %s, chosen by %s)",
                  fx_bf16_route_why,
                  /* the route's convolutions: their own order of the products (formats.md) */
                  fx_backends[be].conv.bf16_fwd
@@ -431,12 +431,12 @@ const char *flexpoint_kernel_report(void)
                        "they fit"
                      : "",
                  fx_i16_amx_why[0] ? "; int16 AMX under auto chosen by " : "", fx_i16_amx_why,
-                 fx_i16_choice(be), fx_i16_kernel_why,
                  /* exact sums: the same bits as the GEMM, only the time differs */
                  fx_backends[be].conv.i16_fwd &&
                          !(fx_backends[be].gemm.i16_amx && fx_gemm_i16_amx_on())
                      ? "; int16 stride-1 convolutions: direct kernels with norm-cut chains where "
                        "they fit (exact, the GEMM's bits)"
-                     : "");
+                     : "",
+                 fx_i16_choice(be), fx_i16_kernel_why);
     return fx_kernel_report_string;
 }
