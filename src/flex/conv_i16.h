@@ -1,7 +1,7 @@
 /* The exact int16 convolutions without a patch matrix. The forward pass
- * (src/flex/conv_i16_avx512.c, AVX512_VNNI): y[p][o] = sum over the taps (kh, kw) and channels c of x(c, p + tap) w[o][c][t],
- * the same exact int64 sums as the patch GEMM (src/flex/gemm_i16.h), so the same bits; only the
- * time differs. src/nn/conv2d.c calls it per chunk through fx_backend.conv.i16_fwd, and takes
+ * (src/flex/conv_i16_avx512.c, AVX512_VNNI): y[p][o] = sum over the taps (kh, kw) and channels
+ * c of x(c, p + tap) w[o][c][t], the same exact int64 sums as the patch GEMM
+ * (src/flex/gemm_i16.h), so the same bits; only the time differs. src/nn/conv2d.c calls it per chunk through fx_backend.conv.i16_fwd, and takes
  * the patch GEMM for a chunk whose data it declines (a segment too large for an int32 chain). */
 #ifndef FX_FLEX_CONV_I16_H
 #define FX_FLEX_CONV_I16_H
@@ -27,7 +27,7 @@ void fx_i16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const int16_t 
  * scratch: fx_i16_fwd_direct_scratch(g, nbc) words; y: the chunk's [nbc OH OW][O] exact sums;
  * *ymax: their largest |value|. Up to nthreads OpenMP threads split the output rows. Returns 1
  * when done; 0 when a segment's bound (Cauchy-Schwarz on its norms) exceeds an int32 chain,
- * with y partly written: the caller computes the chunk another way. */
+ * found before y is written: the caller computes the chunk another way. */
 int64_t fx_i16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb);
 int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                       const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
