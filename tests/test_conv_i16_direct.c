@@ -4,21 +4,21 @@
  *     |value|, at 1 and 2 threads, for the CNN's and ResNet-20's shapes, odd C (a partial
  *     segment and an odd last pair), O with partial vectors, partial last tiles and every tile
  *     width; on small, normal and mixed data (rows of large values beside small ones, so the
- *     rows' fold schedules differ and a large row's segments each meet their bound), and on data where every segment's bound is met exactly
- *     (equal values: Cauchy-Schwarz is tight), near the int32 limit, with both signs, or only
- *     in some rows, channels and output channels, where a missing or late fold makes a chain
- *     wrap;
+ *     rows' fold schedules differ and a large row's segments each meet their bound), and on
+ *     data where every segment's bound is met exactly (equal values: Cauchy-Schwarz is tight),
+ *     near the int32 limit, with both signs, or only in some rows, channels and output
+ *     channels, where a missing or late fold makes a chain wrap;
  *   - it declines a chunk where one segment alone may leave int32 (full-scale data), and
  *     tensor_conv2d then still gives the GEMM's bits;
  *   - tensor_conv2d (DFP16 and FLEX16_5) and the input gradient give the same mantissas and
  *     exponents with the route on and off (the GEMM), and the route ran where it fits.
- * The weight gradient (fx_i16_wgrad_direct) likewise: the kernel against exact sums (stored, and
- * added to the sums already there) on every
- * tile width (6 x 64, 8 x 48, 12 x 32, 12 x 16 channels, partial vectors and partial row tiles),
- * one input channel, several images, and data whose rows' products come close to their bound
- * (equal values, both signs; or only in the lower half of the odd channels, where a schedule
- * taken from other rows or channels misses them), where a missing fold wraps; the decline; and
- * tensor_conv2d_backward_weight bit for bit with the route on and off.
+ * The weight gradient (fx_i16_wgrad_direct) likewise: the kernel against exact sums (stored,
+ * and added to the sums already there) on every tile width (6 x 64, 8 x 48, 12 x 32, 12 x 16
+ * channels, partial vectors and partial row tiles), one input channel, several images, and data
+ * whose rows' products come close to their bound (equal values, both signs; or only in the
+ * lower half of the odd channels, where a schedule taken from other rows or channels misses
+ * them), where a missing fold wraps; the decline; and tensor_conv2d_backward_weight bit for bit
+ * with the route on and off.
  * Skips on CPUs without AVX512_VNNI, where convolutions take the patch GEMM. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
@@ -87,7 +87,8 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
                         kind == DATA_SKEW ? (int16_t)(c / 8 % 2 && h >= H / 2 ? TIGHT : 1)
                                           : draw(&r, kind, 0, h);
     for (int64_t i = 0; i < O * C * KK; i++)
-        w[i] = kind == DATA_SKEW ? (int16_t)(i / (C * KK) / 16 % 2 ? TIGHT : 1) : draw(&r, kind, 1, 0);
+        w[i] = kind == DATA_SKEW ? (int16_t)(i / (C * KK) / 16 % 2 ? TIGHT : 1)
+                                 : draw(&r, kind, 1, 0);
     int64_t *want = malloc(sizeof(int64_t) * (size_t)(N * P * O));
     uint64_t want_max = 0;
     for (int64_t n = 0; n < N; n++)
@@ -104,7 +105,8 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
                     const uint64_t a = (uint64_t)(s < 0 ? -s : s);
                     want_max = a > want_max ? a : want_max;
                 }
-    uint32_t *wq_raw = malloc(sizeof(uint32_t) * (size_t)(fx_i16_fwd_direct_weights_numel(&g) + 16));
+    const int64_t nwq = fx_i16_fwd_direct_weights_numel(&g) + 16;
+    uint32_t *wq_raw = malloc(sizeof(uint32_t) * (size_t)nwq);
     uint32_t *wq = wq_raw + ((16 - ((uintptr_t)wq_raw / 4) % 16) % 16);
     fx_i16_fwd_direct_pack_weights(&g, w, wq);
     uint32_t *scratch = malloc(sizeof(uint32_t) * (size_t)fx_i16_fwd_direct_scratch(&g, N));
@@ -172,7 +174,8 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
          * schedule taken from the first tile's channels wraps */
         dy[i] = kind == DATA_TIGHT_POS || kind == DATA_TIGHT_NEG || kind == DATA_SKEW
                     ? (int16_t)(O <= 64 || i / P % O >= 64 ? tight : tight / 64)
-                : kind == DATA_MIXED ? (int16_t)(i / g.OW % 3 == 0 ? 2000 : test_rng_range(&r, -50, 50))
+                : kind == DATA_MIXED
+                    ? (int16_t)(i / g.OW % 3 == 0 ? 2000 : test_rng_range(&r, -50, 50))
                                      : draw(&r, kind, 0, 0);
     int64_t *want = calloc((size_t)(R * O), sizeof(int64_t));
     for (int64_t n = 0; n < N; n++)
@@ -236,7 +239,10 @@ static void check_row_norms(uint64_t seed)
                     p[i * len + j] = mode == 0   ? (int16_t)test_rng_range(&r, -32768, 32767)
                                      : mode == 1 ? (int16_t)(i % 2 ? -32768 : 32767)
                                      : mode == 2 ? (int16_t)(j == 0 ? 3 : j == 1 ? 4 : 0)
-                                     : mode == 3 ? (int16_t)(j == 0 ? 24 : j == 1 ? 7 : j == 2 ? 1 : 0)
+                                     : mode == 3 ? (int16_t)(j == 0   ? 24
+                                                             : j == 1 ? 7
+                                                             : j == 2 ? 1
+                                                                      : 0)
                                                  : (int16_t)(j == 0 ? 181 : j == 1 ? 0 : 0);
                 }
             /* mode 2: 3^2 + 4^2 = 5^2; mode 3: 24^2 + 7^2 + 1 = 25^2 + 1; mode 4: 181^2 = 32761,
@@ -283,10 +289,13 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
     tensor_t *x = int_tensor(f, xs, kind, 0, -14, &r), *w = int_tensor(f, ws, kind, 1, -15, &r);
     tensor_t *dy = int_tensor(f, ys, kind, 1, -12, &r); /* the weights' kind: mixed is 6000 */
     const int64_t ny = N * O * OHW * OHW, nx = N * C * H * H;
-    int16_t *y_ref = malloc(sizeof(int16_t) * (size_t)ny), *y_got = malloc(sizeof(int16_t) * (size_t)ny);
-    int16_t *dx_ref = malloc(sizeof(int16_t) * (size_t)nx), *dx_got = malloc(sizeof(int16_t) * (size_t)nx);
+    int16_t *y_ref = malloc(sizeof(int16_t) * (size_t)ny);
+    int16_t *y_got = malloc(sizeof(int16_t) * (size_t)ny);
+    int16_t *dx_ref = malloc(sizeof(int16_t) * (size_t)nx);
+    int16_t *dx_got = malloc(sizeof(int16_t) * (size_t)nx);
     const int64_t nw = O * C * K * K;
-    int16_t *dw_ref = malloc(sizeof(int16_t) * (size_t)nw), *dw_got = malloc(sizeof(int16_t) * (size_t)nw);
+    int16_t *dw_ref = malloc(sizeof(int16_t) * (size_t)nw);
+    int16_t *dw_got = malloc(sizeof(int16_t) * (size_t)nw);
     int ey_ref = 0, edx_ref = 0, edw_ref = 0;
     for (int pass = 0; pass < 3; pass++) {
         /* pass 0: the GEMM; 1 and 2: the route at 1 and 2 threads */
@@ -299,8 +308,10 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
         const long long wcalls = fx_i16_wgrad_direct_calls();
         const long long wdeclined = fx_i16_wgrad_direct_declined();
         CHECK_STATUS(tensor_conv2d(y, x, w, 1, 1, (int)pad, (int)pad, 1, 1), FX_OK);
-        CHECK_STATUS(tensor_conv2d_backward_input(dx, dy, w, 1, 1, (int)pad, (int)pad, 1, 1), FX_OK);
-        CHECK_STATUS(tensor_conv2d_backward_weight(dw, x, dy, 1, 1, (int)pad, (int)pad, 1, 1), FX_OK);
+        CHECK_STATUS(tensor_conv2d_backward_input(dx, dy, w, 1, 1, (int)pad, (int)pad, 1, 1),
+                     FX_OK);
+        CHECK_STATUS(tensor_conv2d_backward_weight(dw, x, dy, 1, 1, (int)pad, (int)pad, 1, 1),
+                     FX_OK);
         const int wfits = OHW % 2 == 0;
         if (pass > 0) {
             CHECK((fx_i16_wgrad_direct_calls() > wcalls) == (expect_direct && wfits),
@@ -383,7 +394,8 @@ int main(void)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int kind = DATA_SMALL; kind <= DATA_SKEW; kind++) {
             const int64_t *c = shapes[s];
-            const int took = check_kernel(c[0], c[1], c[2], c[3], c[4], c[5], c[5], c[6], kind, seed++);
+            const int took =
+                check_kernel(c[0], c[1], c[2], c[3], c[4], c[5], c[5], c[6], kind, seed++);
             CHECK(took, "data %d, shape %zu: the kernel declined data it can take", kind, s);
         }
     /* rectangular kernels */

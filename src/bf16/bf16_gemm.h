@@ -36,8 +36,6 @@ int fx_bf16_dot_enabled(void);
 /* fx_bf16_minkey_fn of the AVX512_BF16 file (smallest biased exponent of the nonzero bf16
  * values of x[0, n), 0x7FFF when all are zero) */
 uint32_t fx_bf16_minkey_avx512(const uint16_t *x, int64_t n);
-/* ... and its interleave of two bf16 rows into pair words: dst[2j + t] = (t ? r1 : r0)[j] */
-void fx_bf16_interleave_avx512(uint16_t *dst, const uint16_t *r0, const uint16_t *r1, int64_t n);
 
 /* The weight gradient of one convolution chunk on bf16 pairs, without a patch matrix
  * (src/bf16/bf16_conv_avx512bf16.c): dwt[r * O + o] = the GEMM route's pair-mode chain of

@@ -140,13 +140,13 @@ uint32_t fx_bf16_minkey_avx512(const uint16_t *x, int64_t n)
 }
 
 /* Two B rows into pair words: dst[2j + t] = (t ? r1 : r0)[j]. */
-void fx_bf16_interleave_avx512(uint16_t *dst, const uint16_t *r0, const uint16_t *r1, int64_t n)
+static void interleave_avx512(uint16_t *dst, const uint16_t *r0, const uint16_t *r1, int64_t n)
 {
     fx_interleave16_avx512(dst, r0, r1, n);
 }
 
 static const fx_bf16_pair_kernels pairs_avx512bf16 = {
-    .dot = dot_6x32, .exact = exact_6x32, .minkey = fx_bf16_minkey_avx512, .interleave = fx_bf16_interleave_avx512,
+    .dot = dot_6x32, .exact = exact_6x32, .minkey = fx_bf16_minkey_avx512, .interleave = interleave_avx512,
 };
 
 /* kc: the A micro-panel (6 x 512 bf16, 6 KiB) stays in L1 while B micro-panels (32 x 512 bf16,

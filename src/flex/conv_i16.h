@@ -1,8 +1,9 @@
 /* The exact int16 convolutions without a patch matrix. The forward pass
  * (src/flex/conv_i16_avx512.c, AVX512_VNNI): y[p][o] = sum over the taps (kh, kw) and channels
  * c of x(c, p + tap) w[o][c][t], the same exact int64 sums as the patch GEMM
- * (src/flex/gemm_i16.h), so the same bits; only the time differs. src/nn/conv2d.c calls it per chunk through fx_backend.conv.i16_fwd, and takes
- * the patch GEMM for a chunk whose data it declines (a segment too large for an int32 chain). */
+ * (src/flex/gemm_i16.h), so the same bits; only the time differs. src/nn/conv2d.c calls it per
+ * chunk through fx_backend.conv.i16_fwd, and takes the patch GEMM for a chunk whose data it
+ * declines (a segment too large for an int32 chain). */
 #ifndef FX_FLEX_CONV_I16_H
 #define FX_FLEX_CONV_I16_H
 

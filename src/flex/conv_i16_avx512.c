@@ -39,10 +39,8 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define MAX_MR FX_I16_MAX_ROWS
 #define SEG_PAIRS 4 /* a segment: 8 channels at one tap */
 #define SEG_CH (2 * SEG_PAIRS)
-#define CHAIN_LIMIT FX_I16_CHAIN_LIMIT
 
 static int64_t groups_of(int64_t C) { return ((C + 1) / 2 + SEG_PAIRS - 1) / SEG_PAIRS; }
 
@@ -105,12 +103,12 @@ int64_t fx_i16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
     /* the copy, the tiles' overrun past its end (a last tile's spare rows and their taps), the
      * interleaving buffer, a zero plane, the row norms, one image's sums of squares (64-bit),
      * 16 spare words for alignment */
-    return nb * HW * Cpp + (MAX_MR + g->KW) * Cpp + Cpp * HW + (HW + 1) / 2 + nb * Hp * G +
+    return nb * HW * Cpp + (FX_I16_MAX_ROWS + g->KW) * Cpp + Cpp * HW + (HW + 1) / 2 + nb * Hp * G +
            2 * HW * G + 18;
 }
 
-/* sq[s][i]: the sum of squares of pixel i's channels [SEG_CH s, SEG_CH (s + 1)) from one image's pair
- * planes; vpmaddwd gives a pair's x0^2 + x1^2 <= 2^31, exact as an unsigned lane */
+/* sq[s][i]: the sum of squares of pixel i's channels [SEG_CH s, SEG_CH (s + 1)) from one
+ * image's pair planes; vpmaddwd gives a pair's x0^2 + x1^2 <= 2^31, exact as an unsigned lane */
 static void pixel_sums_of_squares(const uint32_t *planes, int64_t Cp, int64_t G, int64_t HW,
                                   uint64_t *sq)
 {
@@ -147,7 +145,7 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
      * fenced off from the registers, GCC kept the accumulators in memory between segments
      * (the kernel alone on CNN conv2's forward pass, batch 128, normal data, one thread on the
      * Zen 4: 14.8 ms that way, 12.8 this way) */
-    __m512i acc[MAX_MR][4]; /* NV <= 2 used */
+    __m512i acc[FX_I16_MAX_ROWS][4]; /* NV <= 2 used */
     int32_t (*hi)[4][16] = (int32_t (*)[4][16])hib;
     for (int r = 0; r < MR; r++)
         for (int v = 0; v < NV; v++) {
@@ -180,8 +178,8 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
                                              const uint8_t *fold, int64_t *out, int64_t ldo,    \
                                              int rows, __mmask16 last)                          \
     {                                                                                            \
-        int32_t hib[MAX_MR * 4 * 16] __attribute__((aligned(64)));                              \
-        return itile(MR, NV, LD, hib, xb, ld, xoff, nseg, wb, opad, fold, out, ldo, rows, last);      \
+        int32_t hib[FX_I16_MAX_ROWS * 4 * 16] __attribute__((aligned(64)));                     \
+        return itile(MR, NV, LD, hib, xb, ld, xoff, nseg, wb, opad, fold, out, ldo, rows, last); \
     }
 #define ITILE_FNS(LD) ITILE_FN(7, 2, LD) ITILE_FN(8, 2, LD) ITILE_FN(14, 1, LD) ITILE_FN(16, 1, LD)
 /* the pixel strides of 16, 32 and 64 channels (ResNet-20's and the CNN's layers), and any */
@@ -225,19 +223,17 @@ long long fx_i16_fwd_direct_declined(void)
 }
 
 /* fold[i] for the segments i = t G + s of one output row's chain: greedy chains of consecutive
- * segments whose bounds rn[kh][s] wmax[t][s] sum to at most CHAIN_LIMIT (each alone does, the
- * chunk's check) */
-static void fold_schedule(const uint32_t *rn, const uint32_t *wn0, const uint32_t *wn1, int64_t KK,
-                          int64_t KW, int64_t G, uint8_t *fold)
+ * segments whose bounds rn[kh][s] wm[i] sum to at most FX_I16_CHAIN_LIMIT (each alone does, the
+ * chunk's check); wm: the weight norms, the largest over the tile's output channels */
+static void fold_schedule(const uint32_t *rn, const uint32_t *wm, int64_t KK, int64_t KW,
+                          int64_t G, uint8_t *fold)
 {
     int64_t run = 0;
     for (int64_t t = 0, i = 0; t < KK; t++)
         for (int64_t s = 0; s < G; s++, i++) {
-            const uint32_t w = wn1 && wn1[t * G + s] > wn0[t * G + s] ? wn1[t * G + s]
-                                                                     : wn0[t * G + s];
-            const int64_t b = (int64_t)rn[(t / KW) * G + s] * w;
+            const int64_t b = (int64_t)rn[(t / KW) * G + s] * wm[i];
             fold[i] = 0;
-            if (i > 0 && run + b > CHAIN_LIMIT) {
+            if (i > 0 && run + b > FX_I16_CHAIN_LIMIT) {
                 fold[i - 1] = 1;
                 run = 0;
             }
@@ -255,7 +251,7 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
     const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW, nseg = KK * G;
     const uint32_t *wn = wq + KK * Cpp * opad;
     uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
-    uint32_t *tmp = xq + nbc * HW * Cpp + (MAX_MR + g->KW) * Cpp;
+    uint32_t *tmp = xq + nbc * HW * Cpp + (FX_I16_MAX_ROWS + g->KW) * Cpp;
     uint16_t *zeros = (uint16_t *)(void *)(tmp + Cpp * HW);
     uint32_t *rn = tmp + Cpp * HW + (HW + 1) / 2; /* [n][ih][s] */
     uint32_t *sqw = rn + nbc * Hp * G;
@@ -285,13 +281,13 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
         for (int64_t i = 0; i < nbc * Hp; i++) rmax = rn[i * G + s] > rmax ? rn[i * G + s] : rmax;
         for (int64_t i = 0; i < opad / 16 * KK; i++)
             wmax = wn[i * G + s] > wmax ? wn[i * G + s] : wmax;
-        if ((int64_t)rmax * wmax > CHAIN_LIMIT) {
+        if ((int64_t)rmax * wmax > FX_I16_CHAIN_LIMIT) {
             atomic_fetch_add_explicit(&direct_declined, 1, memory_order_relaxed);
             return 0;
         }
     }
     atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
-    memset(xq + nbc * HW * Cpp, 0, sizeof(uint32_t) * (size_t)((MAX_MR + g->KW) * Cpp));
+    memset(xq + nbc * HW * Cpp, 0, sizeof(uint32_t) * (size_t)((FX_I16_MAX_ROWS + g->KW) * Cpp));
     /* word offsets of the segments from a pixel's top-left tap */
     int64_t xoff[FX_I16_FWD_MAX_SEGS];
     for (int64_t t = 0; t < KK; t++)
@@ -307,16 +303,20 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
         const itile_fn fn = tile_fns[ldi][nv == 2 ? (mr == 7 ? 0 : 1) : (mr == 14 ? 2 : 3)];
         const int64_t tail = ow - 16 * (nv - 1);
         const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
-        const uint32_t *wn0 = wn + (o0 / 16) * KK * G;
-        const uint32_t *wn1 = nv == 2 ? wn0 + KK * G : NULL;
+        /* the weight norms of this block's channels, the larger of its two vectors' */
+        uint32_t wm[FX_I16_FWD_MAX_SEGS];
+        const uint32_t *wn0 = wn + (o0 / 16) * nseg, *wn1 = wn0 + nseg;
+        for (int64_t i = 0; i < nseg; i++)
+            wm[i] = nv == 2 && wn1[i] > wn0[i] ? wn1[i] : wn0[i];
         (void)nthreads;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1) reduction(max : mx)
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1) \
+    reduction(max : mx)
 #endif
         for (int64_t row = 0; row < nbc * OH; row++) {
             const int64_t n = row / OH, oh = row % OH;
             uint8_t fold[FX_I16_FWD_MAX_SEGS];
-            fold_schedule(rn + (n * Hp + oh) * G, wn0, wn1, KK, g->KW, G, fold);
+            fold_schedule(rn + (n * Hp + oh) * G, wm, KK, g->KW, G, fold);
             for (int64_t ow0 = 0; ow0 < OW; ow0 += mr) {
                 const int rows = OW - ow0 < mr ? (int)(OW - ow0) : mr;
                 const uint64_t m = fn(xq + (n * HW + oh * Wp + ow0) * Cpp, Cpp, xoff, nseg,

@@ -25,7 +25,8 @@ static inline __attribute__((always_inline)) void fx_i16_fold(const int MR, cons
     for (int r = 0; r < MR; r++)
         for (int v = 0; v < NV; v++) {
             const __m512i h = _mm512_load_si512((const void *)hi[r][v]);
-            _mm512_store_si512((void *)hi[r][v], _mm512_add_epi32(h, _mm512_srai_epi32(acc[r][v], 16)));
+            _mm512_store_si512((void *)hi[r][v],
+                               _mm512_add_epi32(h, _mm512_srai_epi32(acc[r][v], 16)));
             acc[r][v] = _mm512_and_si512(acc[r][v], low16);
         }
 }
@@ -45,7 +46,8 @@ fx_i16_store_rows(const int MR, const int NV, __m512i acc[][4], int32_t (*hi)[4]
             for (int h = 0; h < 2; h++) {
                 const __m256i a32 = h ? _mm512_extracti64x4_epi64(acc[r][v], 1)
                                       : _mm512_castsi512_si256(acc[r][v]);
-                const __m256i h32 = h ? _mm512_extracti64x4_epi64(hv, 1) : _mm512_castsi512_si256(hv);
+                const __m256i h32 =
+                    h ? _mm512_extracti64x4_epi64(hv, 1) : _mm512_castsi512_si256(hv);
                 const __m512i sum = _mm512_add_epi64(
                     _mm512_slli_epi64(_mm512_cvtepi32_epi64(h32), 16), _mm512_cvtepi32_epi64(a32));
                 const __mmask8 mh = (__mmask8)(h ? m >> 8 : m);

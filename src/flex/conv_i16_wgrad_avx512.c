@@ -45,14 +45,11 @@ int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g)
 int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
 {
     const int64_t opad = (g->O + 15) / 16 * 16, Hp = g->H + 2 * g->ph;
-    /* dy's pair words, the input rows' norms, dy's rows' norms per block of 16 channels, one
-     * tile's fold schedule (bytes, in words) and 16 spare words, dy's rows' norms (later the
-     * input norms per channel and output row, and one block's dy norms per output row), 16
-     * spare words for the alignment */
-    const int64_t later = nb * g->OH * (g->C + 1);
-    return nb * (g->OH * g->OW / 2) * opad + nb * g->C * Hp + nb * g->OH * (opad / 16) +
-           (nb * g->OH + 3) / 4 + 16 + (nb * g->O * g->OH > later ? nb * g->O * g->OH : later) +
-           16;
+    /* dy's pair words, the input rows' norms, dy's rows' norms and their maxima per block of 16
+     * channels, the input norms per channel and output row, one channel block's dy norms per
+     * output row, one tile's fold schedule (bytes, in words), 16 spare words for the alignment */
+    return nb * (g->OH * g->OW / 2) * opad + nb * g->C * Hp + nb * g->O * g->OH +
+           nb * g->OH * (opad / 16) + nb * g->C * g->OH + nb * g->OH + (nb * g->OH + 3) / 4 + 16;
 }
 
 /* The sums of squares of one row's values in [j, j + 32) under mask m, as 8 uint64 lanes:
@@ -111,7 +108,8 @@ void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out
         __m512i u = _mm512_setzero_si512();
         for (int64_t j = 0; j < len; j += 32) {
             const int nj = len - j < 32 ? (int)(len - j) : 32;
-            u = _mm512_add_epi64(u, row_squares(row + j, (__mmask32)(nj == 32 ? ~0u : (1u << nj) - 1)));
+            const __mmask32 m = (__mmask32)(nj == 32 ? ~0u : (1u << nj) - 1);
+            u = _mm512_add_epi64(u, row_squares(row + j, m));
         }
         const uint64_t sq = (uint64_t)_mm512_reduce_add_epi64(u);
         out[i] = (uint32_t)fx_ceil_sqrt((int64_t)sq); /* sq <= 2^40 */
@@ -164,7 +162,8 @@ wtile(const int MR, const int NV, int32_t *restrict hib, const int16_t *xp, int6
                     uint32_t word;
                     memcpy(&word, xr + roff[r] + 2 * j, sizeof word);
                     const __m512i a = _mm512_set1_epi32((int)word);
-                    for (int v = 0; v < NV; v++) acc[r][v] = _mm512_dpwssd_epi32(acc[r][v], a, b[v]);
+                    for (int v = 0; v < NV; v++)
+                        acc[r][v] = _mm512_dpwssd_epi32(acc[r][v], a, b[v]);
                 }
             }
             if (fold[n * OH + oy]) fx_i16_fold(MR, NV, acc, hi);
@@ -258,16 +257,17 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
     if (nbc * P > ((int64_t)1 << 16)) return decline(); /* hi's range */
     uint32_t *dyt = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16); /* 64-byte aligned */
     uint32_t *xn = dyt + nbc * (P / 2) * opad;
-    uint32_t *dn = xn + nbc * C * Hp;
-    uint8_t *fold = (uint8_t *)(void *)(dn + nbc * OH * nob);
+    uint32_t *drn = xn + nbc * C * Hp; /* dy's rows' norms */
+    uint32_t *dn = drn + nbc * O * OH;
+    uint32_t *xk = dn + nbc * OH * nob;
+    uint32_t *dm = xk + nbc * C * OH;
+    uint8_t *fold = (uint8_t *)(void *)(dm + nbc * OH);
     fx_i16_row_norms(xp, nbc * C * Hp, Wp, xn);
-    uint32_t *drn = dn + nbc * OH * nob + (nbc * OH + 3) / 4 + 16; /* dy's rows' norms */
     fx_i16_row_norms(dy, nbc * O * OH, OW, drn);
     grad_block_norms(drn, nbc, O, OH, nob, dn);
     /* xk[(n C + c) OH + oh]: the largest input row norm of channel c at output row oh over the
      * kernel's rows (what a tile's bound takes per channel: a little looser than per tap, and
-     * one lookup per channel), in the space of dy's rows' norms, which are done with */
-    uint32_t *xk = drn;
+     * one lookup per channel) */
     for (int64_t n = 0; n < nbc; n++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t oh = 0; oh < OH; oh++) {
@@ -281,12 +281,12 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
     /* a segment that alone may leave int32: the GEMM's any-data kernels take the chunk */
     for (int64_t n = 0; n < nbc; n++)
         for (int64_t oh = 0; oh < OH; oh++) {
-            uint32_t xm = 0, dm = 0;
+            uint32_t xmax = 0, dmax = 0;
             for (int64_t c = 0; c < C; c++)
-                xm = xk[(n * C + c) * OH + oh] > xm ? xk[(n * C + c) * OH + oh] : xm;
+                xmax = xk[(n * C + c) * OH + oh] > xmax ? xk[(n * C + c) * OH + oh] : xmax;
             for (int64_t ob = 0; ob < nob; ob++)
-                dm = dn[(n * OH + oh) * nob + ob] > dm ? dn[(n * OH + oh) * nob + ob] : dm;
-            if ((int64_t)xm * dm > FX_I16_CHAIN_LIMIT) return decline();
+                dmax = dn[(n * OH + oh) * nob + ob] > dmax ? dn[(n * OH + oh) * nob + ob] : dmax;
+            if ((int64_t)xmax * dmax > FX_I16_CHAIN_LIMIT) return decline();
         }
     atomic_fetch_add_explicit(&wdirect_calls, 1, memory_order_relaxed);
     fx_pair_rows_transpose_avx512((const uint16_t *)(const void *)dy, nbc, O, P, opad, dyt);
@@ -301,7 +301,6 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
         const int tail = (int)(ow - 16 * (nv - 1));
         const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
         /* dm[s]: the largest of dy's row norms over this block's channels, per output row */
-        uint32_t *dm = xk + nbc * C * OH;
         for (int64_t s = 0; s < nbc * OH; s++) {
             uint32_t m = 0;
             for (int v = 0; v < nv; v++)

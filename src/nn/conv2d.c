@@ -820,12 +820,11 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         if (panel_mr || row_src || fpanel_mr || fdirect || idirect)
             fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
         uint64_t kmax = 0;
-        int kmax_known = 0;
         /* the direct integer kernel first; what it declines goes on to the GEMM */
         const int idone = idirect && be->conv.i16_fwd(&g, (const int16_t *)(const void *)myxp, nbc,
                                                       iwq, iscr + tid * iscr_n,
                                                       (int64_t *)(void *)myy, plan.inner, &kmax);
-        kmax_known = idone;
+        int kmax_known = idone;
         if (myxq && !idone)
             fx_conv_nhwc(&g, (const int16_t *)(const void *)myxp, nbc,
                          (int16_t *)(void *)myxq);
@@ -834,7 +833,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         if (myhi && !idone)
             be->conv.byte_planes_i16((const int16_t *)(const void *)myxq,
                                      fx_conv_padded_numel(&g, nbc), myhi, myhi + plane_n);
-        if (idone) { /* the direct kernel wrote the chunk's sums */
+        if (idone) {
+            status[ch] = FX_OK; /* the direct kernel wrote the chunk's sums and their maximum */
         } else if (panel_mr) {
             int32_t *pan = (int32_t *)(void *)mycol;
             if (!be->conv.panels_i16 ||
@@ -858,13 +858,11 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 1, plan.inner);
             adata = mycol;
         }
-        if (idone) {
-            status[ch] = FX_OK;
-        } else if (fdirect) {
+        if (fdirect) {
             be->conv.bf16_fwd(&g, (const uint16_t *)(const void *)myxp, nbc, fwq, fwkey,
                               fscr + tid * fscr_n, (float *)(void *)myy, plan.inner);
             status[ch] = FX_OK;
-        } else
+        } else if (!idone)
             status[ch] = conv_matmul_with(conv_op2d(&cc, adata, xo.exp, Pc, CKK, CKK, 0), &pp,
                                           conv_op2d(&cc, wdata, wo.exp, g.O, CKK, CKK, 1), ic,
                                           myy, plan.inner, ic ? &kmax : NULL, &kmax_known);
