@@ -411,6 +411,17 @@ int main(void)
     check_ops(FMT_DFP16, 2, 17, 9, 33, 3, 1, DATA_SMALL, 1, seed++); /* odd OW: GEMM dW */
     check_ops(FMT_DFP16, 3, 8, 10, 48, 3, 1, DATA_NORMAL, 1, seed++);
     check_ops(FMT_DFP16, 2, 32, 8, 32, 3, 1, DATA_FULL, 0, seed++);
+    /* fewer than 8 input channels: the forward pass folded (conv_fold.h), the CNN's first
+     * layer (one channel, 5 x 5, into 8 channels with 3 of zeros), ResNet-20's (3 channels,
+     * 3 x 3: 9 channels, a partial segment), no padding (columns dropped at both ends), and
+     * on full-scale data the fold declined into the GEMM */
+    for (int f = 0; f < 2; f++) {
+        check_ops(fmts[f], 3, 1, 28, 32, 5, 2, DATA_NORMAL, 1, seed++);
+        check_ops(fmts[f], 2, 3, 12, 16, 3, 1, DATA_MIXED, 1, seed++);
+    }
+    check_ops(FMT_DFP16, 2, 2, 11, 24, 3, 0, DATA_NORMAL, 1, seed++);
+    check_ops(FMT_FLEX16_5, 2, 1, 9, 16, 2, 1, DATA_TIGHT_POS, 1, seed++);
+    check_ops(FMT_DFP16, 2, 1, 12, 32, 5, 2, DATA_FULL, 0, seed++);
     /* weight gradients: the CNN's two layers, ResNet-20's 3x3 shapes, every tile width (O 16,
      * 20, 32, 33, 48, 64, 70), partial row tiles (C KK not a multiple of the tile's rows) */
     static const int64_t wshapes[][7] = {

@@ -182,7 +182,9 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
         return itile(MR, NV, LD, hib, xb, ld, xoff, nseg, wb, opad, fold, out, ldo, rows, last); \
     }
 #define ITILE_FNS(LD) ITILE_FN(7, 2, LD) ITILE_FN(8, 2, LD) ITILE_FN(14, 1, LD) ITILE_FN(16, 1, LD)
-/* the pixel strides of 16, 32 and 64 channels (ResNet-20's and the CNN's layers), and any */
+/* the pixel strides of 8 (a layer folded into 8 channels, src/nn/conv_fold.h), 16, 32 and 64
+ * channels (ResNet-20's and the CNN's layers), and any */
+ITILE_FNS(4)
 ITILE_FNS(8)
 ITILE_FNS(16)
 ITILE_FNS(32)
@@ -192,8 +194,9 @@ typedef uint64_t (*itile_fn)(const uint32_t *, int64_t, const int64_t *, int64_t
                              const uint32_t *, int64_t, const uint8_t *, int64_t *, int64_t, int,
                              __mmask16);
 
-/* [LD 8, 16, 32, any][7x2, 8x2, 14x1, 16x1] */
-static const itile_fn tile_fns[4][4] = {
+/* [LD 4, 8, 16, 32, any][7x2, 8x2, 14x1, 16x1] */
+static const itile_fn tile_fns[5][4] = {
+    {itile_7x2_4, itile_8x2_4, itile_14x1_4, itile_16x1_4},
     {itile_7x2_8, itile_8x2_8, itile_14x1_8, itile_16x1_8},
     {itile_7x2_16, itile_8x2_16, itile_14x1_16, itile_16x1_16},
     {itile_7x2_32, itile_8x2_32, itile_14x1_32, itile_16x1_32},
@@ -299,7 +302,7 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
         const int nv = ow > 16 ? 2 : 1; /* never past opad */
         const int mr = nv == 2 ? (OW % 7 == 0 && OW % 8 != 0 ? 7 : 8)
                                : (OW % 14 == 0 && OW % 16 != 0 ? 14 : 16);
-        const int ldi = Cpp == 8 ? 0 : Cpp == 16 ? 1 : Cpp == 32 ? 2 : 3;
+        const int ldi = Cpp == 4 ? 0 : Cpp == 8 ? 1 : Cpp == 16 ? 2 : Cpp == 32 ? 3 : 4;
         const itile_fn fn = tile_fns[ldi][nv == 2 ? (mr == 7 ? 0 : 1) : (mr == 14 ? 2 : 3)];
         const int64_t tail = ow - 16 * (nv - 1);
         const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);

@@ -38,6 +38,7 @@
  * and its siblings, installed for every CPU level) or a device backend's (src/gpu/gpu_conv.c:
  * the same scheme with device kernels, the same semantics; integer results bit-identical).
  */
+#include "conv_fold.h"
 #include "im2col.h"
 #include "conv_panels.h"
 #include "../bf16/bf16_gemm.h"
@@ -651,8 +652,14 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     /* integer compute elsewhere with VNNI: the direct kernel on a channel-pair-last copy of
      * each padded chunk (fx_i16_fwd_direct: the exact sums, so the same bits); a chunk whose
      * data it declines takes the patch panels and GEMM below, which stay set up for that */
-    const int idirect = ic && !plain_i16 && be->conv.i16_fwd && fx_i16_fwd_direct_enabled() &&
-                        fx_i16_fwd_direct_fits(&g);
+    const int ikernel = ic && !plain_i16 && be->conv.i16_fwd && fx_i16_fwd_direct_enabled();
+    /* a layer with too few input channels for it (the CNN's first) takes it folded: its
+     * kernel columns as channels (conv_fold.h: the same products, so the same exact sums) */
+    fx_conv_geom gfold;
+    const int ifold = ikernel && !fx_i16_fwd_direct_fits(&g) && fx_conv_fold_geom(&g, &gfold) &&
+                      fx_i16_fwd_direct_fits(&gfold);
+    const int idirect = ikernel && (ifold || fx_i16_fwd_direct_fits(&g));
+    const fx_conv_geom *gd = ifold ? &gfold : &g; /* the direct kernel's geometry */
     const int pair_mr = plain_i16 || fdirect ? 0
                         : ic                ? be->gemm.i16_panel_mr
                         : cc.cf == FMT_BF16 ? be->gemm.bf16_pair_panel_mr
@@ -679,14 +686,18 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     const int64_t slack = FX_CONV_PAD_SLACK > FX_CONV_PANEL_SLACK ? FX_CONV_PAD_SLACK
                                                                   : FX_CONV_PANEL_SLACK;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + slack;
+    /* a folded chunk (ifold) lives in the padded chunk's buffer, which then takes the larger of
+     * the two (the folded one is never smaller: KW (W + 2pw - KW + 1) >= W + 2pw) */
+    const int64_t xf_n = ifold ? fx_conv_padded_numel(gd, plan.nb) + slack : 0;
+    const int64_t xpa_n = xf_n > xp_n ? xf_n : xp_n;
     const size_t esz = cc.esz, ssz = cc.ssz;
 
     fx_scratch s = {.n = 0};
     fx_operand xo, wo;
     rc = conv_operand(x, &cc, &xo, &s, func);
     if (!rc) rc = conv_operand(w, &cc, &wo, &s, func);
-    char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, func);
-    if (xp) memset(xp, 0, (size_t)(xp_n * plan.outer) * esz); /* the slack, read by im2col */
+    char *xp = conv_alloc(&s, xpa_n * plan.outer, esz, &rc, func);
+    if (xp) memset(xp, 0, (size_t)(xpa_n * plan.outer) * esz); /* the slack, read by im2col */
     char *col = col_n ? conv_alloc(&s, col_n * plan.outer, esz, &rc, func) : NULL;
     /* integer rows on demand come from a channel-last copy of the padded chunk, with the
      * weights' taps permuted to match (conv_panels.h: the same exact sums); bf16 rows from the
@@ -780,16 +791,21 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     /* the direct integer route: its weights and their segment norms once, a copy of the chunk
      * per thread */
     uint32_t *iwq = NULL, *iscr = NULL;
-    const int64_t iscr_n = idirect ? fx_i16_fwd_direct_scratch(&g, plan.nb) : 0;
+    const int64_t iscr_n = idirect ? fx_i16_fwd_direct_scratch(gd, plan.nb) : 0;
     if (idirect) {
-        iwq = conv_align64(conv_alloc(&s, fx_i16_fwd_direct_weights_numel(&g) + 16,
-                                      sizeof(uint32_t), &rc, func));
+        /* folded, the folded weights follow the packed ones in the same block (a scratch
+         * region of its own would push a larger buffer out of the scratch cache) */
+        const int64_t iwq_n = fx_i16_fwd_direct_weights_numel(gd);
+        const int64_t wf_words = ifold ? (g.O * gd->C * g.KH + 1) / 2 : 0;
+        iwq = conv_align64(conv_alloc(&s, iwq_n + 16 + wf_words, sizeof(uint32_t), &rc, func));
         iscr = conv_alloc(&s, iscr_n * plan.outer, sizeof(uint32_t), &rc, func);
         if (rc) {
             fx_scratch_free(&s);
             return rc;
         }
-        fx_i16_fwd_direct_pack_weights(&g, (const int16_t *)wo.data, iwq);
+        int16_t *wf = ifold ? (int16_t *)(void *)(iwq + iwq_n) : NULL;
+        if (wf) fx_conv_fold_weights_i16(&g, gd, (const int16_t *)wo.data, wf);
+        fx_i16_fwd_direct_pack_weights(gd, wf ? wf : (const int16_t *)wo.data, iwq);
     }
     /* integer compute on the AMX kernel likewise: the weights in its byte tiles once (each
      * chunk's GEMM would split and pack the same B again: about 5 % of the CNN's input
@@ -809,7 +825,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const int64_t Pc = nbc * P;
         char *mycol = col ? col + (size_t)(tid * col_n) * esz : NULL;
         char *myy = ypix + (size_t)((nostage ? tid * ypix_chunk : n0 * P * g.O)) * ssz;
-        char *myxp = xp + (size_t)(tid * xp_n) * esz;
+        char *myxp = xp + (size_t)(tid * xpa_n) * esz;
         /* the chunk's A: panels built from the padded input, rows the GEMM gathers from it,
          * or the patch matrix; the same GEMM call for all */
         conv_prepacked pp = {.b_amx = bamx, .b_amx_i16 = bamx16};
@@ -817,13 +833,21 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const fx_conv_rows rows = {&g, (const int16_t *)(const void *)(myxq ? myxq : myxp), goff,
                                    myxq != NULL};
         const void *adata = NULL;
-        if (panel_mr || row_src || fpanel_mr || fdirect || idirect)
-            fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+        const int pad_g = panel_mr || row_src || fpanel_mr || fdirect || idirect;
+        if (pad_g && !ifold) fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+        if (ifold)
+            fx_conv_fold_pad_i16(&g, gd, (const int16_t *)xo.data, n0, nbc,
+                                 (int16_t *)(void *)myxp);
         uint64_t kmax = 0;
         /* the direct integer kernel first; what it declines goes on to the GEMM */
-        const int idone = idirect && be->conv.i16_fwd(&g, (const int16_t *)(const void *)myxp, nbc,
-                                                      iwq, iscr + tid * iscr_n,
+        const int idone = idirect && be->conv.i16_fwd(gd, (const int16_t *)(const void *)myxp,
+                                                      nbc, iwq, iscr + tid * iscr_n,
                                                       (int64_t *)(void *)myy, plan.inner, &kmax);
+        if (ifold && !idone) {
+            /* declined: the GEMM's padded chunk in place of the folded one, its slack zeros */
+            fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+            memset(myxp + (size_t)fx_conv_padded_numel(&g, nbc) * esz, 0, (size_t)slack * esz);
+        }
         int kmax_known = idone;
         if (myxq && !idone)
             fx_conv_nhwc(&g, (const int16_t *)(const void *)myxp, nbc,
