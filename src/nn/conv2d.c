@@ -653,12 +653,13 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * each padded chunk (fx_i16_fwd_direct: the exact sums, so the same bits); a chunk whose
      * data it declines takes the patch panels and GEMM below, which stay set up for that */
     const int ikernel = ic && !plain_i16 && be->conv.i16_fwd && fx_i16_fwd_direct_enabled();
+    const int ifits = ikernel && fx_i16_fwd_direct_fits(&g);
     /* a layer with too few input channels for it (the CNN's first) takes it folded: its
      * kernel columns as channels (conv_fold.h: the same products, so the same exact sums) */
     fx_conv_geom gfold;
-    const int ifold = ikernel && !fx_i16_fwd_direct_fits(&g) && fx_conv_fold_geom(&g, &gfold) &&
+    const int ifold = ikernel && !ifits && fx_conv_fold_geom(&g, &gfold) &&
                       fx_i16_fwd_direct_fits(&gfold);
-    const int idirect = ikernel && (ifold || fx_i16_fwd_direct_fits(&g));
+    const int idirect = ifits || ifold;
     const fx_conv_geom *gd = ifold ? &gfold : &g; /* the direct kernel's geometry */
     const int pair_mr = plain_i16 || fdirect ? 0
                         : ic                ? be->gemm.i16_panel_mr
@@ -686,10 +687,9 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     const int64_t slack = FX_CONV_PAD_SLACK > FX_CONV_PANEL_SLACK ? FX_CONV_PAD_SLACK
                                                                   : FX_CONV_PANEL_SLACK;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + slack;
-    /* a folded chunk (ifold) lives in the padded chunk's buffer, which then takes the larger of
-     * the two (the folded one is never smaller: KW (W + 2pw - KW + 1) >= W + 2pw) */
-    const int64_t xf_n = ifold ? fx_conv_padded_numel(gd, plan.nb) + slack : 0;
-    const int64_t xpa_n = xf_n > xp_n ? xf_n : xp_n;
+    /* a folded chunk (ifold) lives in the padded chunk's buffer, which then takes its size (the
+     * folded one is never smaller: KW (W + 2pw - KW + 1) >= W + 2pw) */
+    const int64_t xpa_n = ifold ? fx_conv_padded_numel(gd, plan.nb) + slack : xp_n;
     const size_t esz = cc.esz, ssz = cc.ssz;
 
     fx_scratch s = {.n = 0};
@@ -697,7 +697,12 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     rc = conv_operand(x, &cc, &xo, &s, func);
     if (!rc) rc = conv_operand(w, &cc, &wo, &s, func);
     char *xp = conv_alloc(&s, xpa_n * plan.outer, esz, &rc, func);
-    if (xp) memset(xp, 0, (size_t)(xpa_n * plan.outer) * esz); /* the slack, read by im2col */
+    /* the slack, read by im2col; folded, every chunk's pad writes each thread's buffer up to the
+     * end of the last (shortest) chunk's, so only what lies past that needs setting */
+    const int64_t xp_set =
+        ifold ? fx_conv_padded_numel(gd, g.N - (plan.nchunks - 1) * plan.nb) : 0;
+    for (int t = 0; xp && t < plan.outer; t++)
+        memset(xp + (size_t)(t * xpa_n + xp_set) * esz, 0, (size_t)(xpa_n - xp_set) * esz);
     char *col = col_n ? conv_alloc(&s, col_n * plan.outer, esz, &rc, func) : NULL;
     /* integer rows on demand come from a channel-last copy of the padded chunk, with the
      * weights' taps permuted to match (conv_panels.h: the same exact sums); bf16 rows from the

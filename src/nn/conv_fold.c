@@ -30,19 +30,15 @@ void fx_conv_fold_pad_i16(const fx_conv_geom *g, const fx_conv_geom *f, const in
             }
             /* xf(cf, ih, ow) = x(c, ih, ow + shift) */
             const int64_t c = cf / g->KW, shift = cf % g->KW - g->pw;
-            /* the output columns whose source column lies inside x */
-            const int64_t lo = shift < 0 ? -shift : 0;
-            const int64_t hi = W - shift < OW ? W - shift : OW;
+            /* the output columns [lo, hi) whose source column lies inside x (none: lo = hi) */
+            const int64_t lo = shift >= 0 ? 0 : -shift < OW ? -shift : OW;
+            const int64_t hi = W - shift < lo ? lo : W - shift < OW ? W - shift : OW;
             memset(plane, 0, (size_t)(f->ph * OW) * sizeof *plane);
             for (int64_t ih = 0; ih < f->H; ih++) {
                 int16_t *d = plane + (ih + f->ph) * OW;
                 const int16_t *s = x + (((n0 + n) * g->C + c) * g->H + ih) * W;
-                if (hi <= lo) {
-                    memset(d, 0, (size_t)OW * sizeof *d);
-                    continue;
-                }
                 memset(d, 0, (size_t)lo * sizeof *d);
-                memcpy(d + lo, s + lo + shift, (size_t)(hi - lo) * sizeof *d);
+                if (hi > lo) memcpy(d + lo, s + lo + shift, (size_t)(hi - lo) * sizeof *d);
                 memset(d + hi, 0, (size_t)(OW - hi) * sizeof *d);
             }
             memset(plane + (f->ph + f->H) * OW, 0, (size_t)(f->ph * OW) * sizeof *plane);
