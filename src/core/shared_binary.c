@@ -20,6 +20,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef _OPENMP
@@ -99,6 +100,24 @@ typedef struct fx_sb_relu_out {
     fx_qstats *q;
 } fx_sb_relu_out;
 
+/* Unit u of a pass at `shift` from the plan's exponent: its statistics merged into *q, and with
+ * keep its mantissas into dst (and with relu, their ReLU into relu->dst, its statistics merged
+ * into *qr). */
+static void fx_sb_unit_pass(const fx_sb_plan *p, int64_t u, int shift, int keep,
+                            const fx_sb_relu_out *relu, fx_qstats *q, fx_qstats *qr)
+{
+    int64_t lo, len;
+    const fx_sum2 s = fx_sb_unit(p, u, &lo, &len);
+    fx_qstats part;
+    p->be->cvt.sum2_quant(&s, len, keep ? p->dst + lo : NULL, shift, &part);
+    fx_qstats_merge(q, &part);
+    if (relu) { /* relu(out) = out gated by out > 0 */
+        const fx_sum2 r = {p->dst + lo, &fx_sb_zero, 0, 0, 0, 0, p->dst + lo};
+        p->be->cvt.sum2_quant(&r, len, relu->dst + lo, relu->shift, &part);
+        fx_qstats_merge(qr, &part);
+    }
+}
+
 /* One pass of the backend's sum2_quant over every unit at exponent e: the statistics into *q,
  * and with keep the mantissas into dst (and with relu, also their ReLU into relu->dst).
  * Integer values round by fx_requant alone. The statistics are sums and maxima: merging them
@@ -121,18 +140,8 @@ static void fx_sb_pass(const fx_sb_plan *p, int e, int keep, fx_qstats *q,
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t u = 0; u < p->units; u++) {
-            int64_t lo, len;
-            const fx_sum2 s = fx_sb_unit(p, u, &lo, &len);
-            fx_qstats part;
-            p->be->cvt.sum2_quant(&s, len, keep ? p->dst + lo : NULL, shift, &part);
-            fx_qstats_merge(&mine, &part);
-            if (relu) { /* relu(out) = out gated by out > 0 */
-                const fx_sum2 r = {p->dst + lo, &fx_sb_zero, 0, 0, 0, 0, p->dst + lo};
-                p->be->cvt.sum2_quant(&r, len, relu->dst + lo, relu->shift, &part);
-                fx_qstats_merge(&mine_relu, &part);
-            }
-        }
+        for (int64_t u = 0; u < p->units; u++)
+            fx_sb_unit_pass(p, u, shift, keep, relu, &mine, &mine_relu);
 #ifdef _OPENMP
 #pragma omp critical(fx_shared_binary_merge)
 #endif
@@ -253,13 +262,14 @@ static bool fx_sb_begin(fx_sb_plan *p, tensor_t *out, const tensor_t *a, const t
     return p->n > 0 && p->be->cvt.sum2_maxabs && p->be->cvt.sum2_quant;
 }
 
-/* The plan of out = a op b (add or sub), or false where this file does not take it. */
-static bool fx_sb_plan_binary(fx_sb_plan *pp, fx_op op, tensor_t *out, const tensor_t *a,
-                              const tensor_t *b)
+/* The plan of out = a op b (add or sub) with a's values taken at exponent ea, or false where
+ * this file does not take it. */
+static bool fx_sb_plan_binary_at(fx_sb_plan *pp, fx_op op, tensor_t *out, const tensor_t *a,
+                                 int ea, const tensor_t *b)
 {
     fx_sb_plan p;
     if ((op != FX_OP_ADD && op != FX_OP_SUB) || !fx_sb_begin(&p, out, a, b)) return false;
-    const int ea = a->st->exp, eb = b->st->exp;
+    const int eb = b->st->exp;
     if (ea - eb > FX_SB_MAX_GAP || eb - ea > FX_SB_MAX_GAP) return false;
     const int64_t n = p.n;
     p.b = fx_tensor_base(b);
@@ -290,6 +300,13 @@ static bool fx_sb_plan_binary(fx_sb_plan *pp, fx_op op, tensor_t *out, const ten
     return true;
 }
 
+/* The plan of out = a op b (add or sub), or false where this file does not take it. */
+static bool fx_sb_plan_binary(fx_sb_plan *pp, fx_op op, tensor_t *out, const tensor_t *a,
+                              const tensor_t *b)
+{
+    return fx_sb_plan_binary_at(pp, op, out, a, a->st->exp, b);
+}
+
 int fx_shared_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b)
 {
     fx_sb_plan p;
@@ -316,6 +333,25 @@ int fx_shared_gated(tensor_t *out, const tensor_t *a, const tensor_t *gate, cons
     fx_sb_plan p;
     if (!fx_sb_plan_gated(&p, out, a, gate)) return FX_SHARED_BINARY_NOT_TAKEN;
     return fx_sb_write(out, &p, func);
+}
+
+/* The two writes after an early pass: u's (pu.fused_q holds the statistics of u rounded at eu
+ * into u, py.fused_q those of relu(u) rounded at ey into y), then y's. Where u's write keeps
+ * eu, y's early values are relu(u) and its write reuses them unless it picks another exponent
+ * (then it rounds again from u, as tensor_relu would); where u's write picks another exponent,
+ * u is rounded again and y is written by tensor_relu itself. */
+static int fx_sb_add_relu_decide(tensor_t *u, tensor_t *y, fx_sb_plan *pu, fx_sb_plan *py,
+                                 int eu, int ey)
+{
+    pu->fused_e = eu;
+    int rc = fx_sb_decide(u, pu, (uint32_t)pu->fused_q.max_abs_in, "tensor_add");
+    if (rc) return rc;
+    if (u->st->exp != eu) return tensor_relu(y, u); /* y's early values are not relu(u) */
+    fx_sb_prepare(py); /* (keeps fused_q, the pass's ReLU statistics) */
+    py->ec = eu;       /* the plan's a, u, now holds its values at eu */
+    py->fused_e = ey;
+    __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
+    return fx_sb_decide(y, py, (uint32_t)py->fused_q.max_abs_in, "tensor_relu");
 }
 
 /* Documented in shared_binary.h. One pass over u's work units rounds u = t + bias at u's
@@ -347,13 +383,55 @@ int fx_shared_add_relu(tensor_t *u, tensor_t *y, const tensor_t *t, const tensor
     fx_sb_pass(&pu, eu, 1, &pu.fused_q, &relu);
     fx_prof_end(&sp, FX_PROF_ROUNDING);
     __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
-    pu.fused_e = eu;
-    int rc = fx_sb_decide(u, &pu, (uint32_t)pu.fused_q.max_abs_in, "tensor_add");
-    if (rc) return rc;
-    if (u->st->exp != eu) return tensor_relu(y, u); /* y's early values are not relu(u) */
-    fx_sb_prepare(&py); /* (keeps fused_q, the pass's ReLU statistics) */
-    py.ec = eu;         /* the plan's a, u, now holds its values at eu */
-    py.fused_e = ey;
-    __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
-    return fx_sb_decide(y, &py, (uint32_t)py.fused_q.max_abs_in, "tensor_relu");
+    return fx_sb_add_relu_decide(u, y, &pu, &py, eu, ey);
 }
+
+/* Documented in shared_binary.h: fx_shared_add_relu's pass made unit by unit by the producer of
+ * t, with its decisions at the end. */
+struct fx_add_relu_run {
+    tensor_t *u, *y;
+    fx_sb_plan pu, py;
+    int eu, ey;
+    fx_sb_relu_out relu;
+};
+
+fx_add_relu_run *fx_add_relu_begin(tensor_t *u, tensor_t *y, const tensor_t *t, int et,
+                                   const int16_t *tdata, const tensor_t *bias, int64_t unit)
+{
+    if (!fx_sb_enabled() || !u || !y || !t || !bias || !tdata) return NULL;
+    fx_add_relu_run *r = malloc(sizeof *r);
+    if (!r) return NULL;
+    r->u = u;
+    r->y = y;
+    if (!fx_sb_plan_binary_at(&r->pu, FX_OP_ADD, u, t, et, bias) ||
+        !fx_sb_plan_gated(&r->py, y, u, u) || y->st == t->st || y->st == bias->st ||
+        !r->pu.per_plane || r->pu.inner != unit || u->st->dist || y->st->dist ||
+        !fx_write_shared_guess_exp(u, &r->eu) || !fx_write_shared_guess_exp(y, &r->ey)) {
+        free(r);
+        return NULL;
+    }
+    r->pu.a = tdata; /* t's values at et, which t itself may never hold */
+    fx_sb_prepare(&r->pu);
+    r->relu = (fx_sb_relu_out){r->py.dst, r->ey - r->eu, NULL};
+    return r;
+}
+
+void fx_add_relu_units(const fx_add_relu_run *r, int64_t lo, int64_t n, fx_qstats *qu,
+                       fx_qstats *qy)
+{
+    const int64_t u0 = lo / r->pu.inner, u1 = (lo + n) / r->pu.inner;
+    for (int64_t u = u0; u < u1; u++)
+        fx_sb_unit_pass(&r->pu, u, r->eu - r->pu.ec, 1, &r->relu, qu, qy);
+}
+
+int fx_add_relu_finish(fx_add_relu_run *r, const fx_qstats *qu, const fx_qstats *qy)
+{
+    r->pu.fused_q = *qu;
+    r->py.fused_q = *qy;
+    __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
+    const int rc = fx_sb_add_relu_decide(r->u, r->y, &r->pu, &r->py, r->eu, r->ey);
+    free(r);
+    return rc;
+}
+
+void fx_add_relu_cancel(fx_add_relu_run *r) { free(r); }

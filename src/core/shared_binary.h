@@ -30,6 +30,30 @@ int fx_shared_gated(tensor_t *out, const tensor_t *a, const tensor_t *gate, cons
 FX_INTERNAL int fx_shared_add_relu(tensor_t *u, tensor_t *y, const tensor_t *t,
                                    const tensor_t *bias);
 
+/* fx_shared_add_relu for a producer that makes t in pieces (the trainer's convolutions,
+ * src/nn/conv2d.c fx_conv2d_shared_bias_relu): u = t + bias and y = relu(u) rounded at their
+ * guessed exponents straight into u and y, piece by piece while each piece of t is in cache,
+ * then the two writes. The bits, exponents, statistics and trace records are
+ * fx_shared_add_relu's on t's values at exponent et.
+ *
+ * fx_add_relu_begin: the run, reading t's values (et) from tdata, t's layout; NULL where
+ * fx_shared_add_relu would not take the op, the bias is not one value per plane of `unit`
+ * elements (a conv's [O, 1, 1] bias), or memory is short (nothing written, no state changed).
+ * fx_add_relu_units: elements [lo, lo + n) (whole planes) of t into u and y, their statistics
+ * merged into *qu and *qy; one thread, any order, disjoint ranges from several threads.
+ * fx_add_relu_finish: after every element went through fx_add_relu_units with tdata still
+ * holding t's values, the writes of u and y from the merged statistics (either may round
+ * again from tdata or u); returns their status and frees the run. fx_add_relu_cancel frees
+ * it without writing: u and y then hold whatever the pieces wrote, and must be written again
+ * (fx_shared_add_relu, or tensor_add and tensor_relu) before they are read. */
+typedef struct fx_add_relu_run fx_add_relu_run;
+fx_add_relu_run *fx_add_relu_begin(tensor_t *u, tensor_t *y, const tensor_t *t, int et,
+                                   const int16_t *tdata, const tensor_t *bias, int64_t unit);
+void fx_add_relu_units(const fx_add_relu_run *r, int64_t lo, int64_t n, fx_qstats *qu,
+                       fx_qstats *qy);
+int fx_add_relu_finish(fx_add_relu_run *r, const fx_qstats *qu, const fx_qstats *qy);
+void fx_add_relu_cancel(fx_add_relu_run *r);
+
 /* Test hook: 0 sends every add/sub (and gated write) through the dispatcher (to compare the two routes). */
 void fx_shared_binary_set_enabled(int on);
 /* Test hook: how many ops this file has done since the process started. */

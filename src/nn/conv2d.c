@@ -47,6 +47,7 @@
 #include "../flex/gemm_i16.h"
 #include "../core/compose.h"
 #include "../core/profile_counters.h"
+#include "../core/shared_binary.h" /* fx_add_relu_* */
 #include "nn_ops.h"
 
 #include <math.h>
@@ -417,7 +418,10 @@ typedef struct conv_yquant_ctx {
                          * FX_EXP_NONE); y itself is written only by the write */
     int nt;
     int need_stage;     /* set when the write asked, without a stage, for another exponent */
-    int copy_pending;   /* without a stage: the write kept fused_e, tmp is still to go to y */
+    int copy_pending;   /* the write kept fused_e, tmp is still to go to y (without a stage, or
+                         * with defer_copy) */
+    int defer_copy;     /* with a stage too, the copy of a kept rounding is left to the caller
+                         * (fx_conv2d_shared_bias_relu, which may not need y's values) */
 } conv_yquant_ctx;
 
 /* Round samples [n0, n0 + nb) at exponent e into part[]; keep: also into tmp, and with
@@ -484,7 +488,7 @@ static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
             __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
             /* with a stage, y now; without, once the write has kept e (it may still ask for
              * another exponent, and then the op runs again and y must be as it was) */
-            if (c->pix)
+            if (c->pix && !c->defer_copy)
                 conv_ycopy(c);
             else
                 c->copy_pending = 1;
@@ -499,6 +503,7 @@ static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
         return FX_ESTATE;
     } else {
         c->fused_e = FX_EXP_NONE; /* part[] and tmp now describe exponent e */
+        c->copy_pending = 0;      /* and y, written here */
         conv_yquant_samples(c, c->pix, e, keep, 1, 0, c->N, c->nt);
     }
     fx_qstats_init(q);
@@ -604,6 +609,13 @@ static void conv_epilogue_chunk(const conv_epilogue *ep, const fx_backend *be, f
     if (ep->bias || ep->relu) be->conv.bias_relu_f32(v, rows, O, ep->bias, ep->relu);
 }
 
+/* fx_conv2d_shared_bias_relu's u = y + bias and relu(u) (nn_ops.h): done once both are written */
+typedef struct conv_shared_relu {
+    tensor_t *u, *y;
+    const tensor_t *bias;
+    int done;
+} conv_shared_relu;
+
 /* ---- forward ------------------------------------------------------------------------------- */
 
 static const conv_names conv_fwd_names = {"x", "w", "y"};
@@ -625,8 +637,9 @@ static int conv2d_forward_check(tensor_t *y, const tensor_t *x, const tensor_t *
  * for conv2d_forward_host to run it again guessing redo_guess, with a whole stage where
  * staged. */
 static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
-                              const fx_conv_geom *gp, const conv_epilogue *ep, int redo_guess,
-                              int staged, int *redo_e, const char *func)
+                              const fx_conv_geom *gp, const conv_epilogue *ep,
+                              conv_shared_relu *sr, int redo_guess, int staged, int *redo_e,
+                              const char *func)
 {
     const fx_conv_geom g = *gp;
     const conv_compute cc = conv_compute_for(x, w);
@@ -750,7 +763,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                             func); /* [N*P, O], or a chunk's [nb*P, O] per thread */
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
-                          FX_EXP_NONE, flexpoint_num_threads(), 0, 0};
+                          FX_EXP_NONE, flexpoint_num_threads(), 0, 0, 0};
     if (yshared) {
         yq.pix = nostage ? NULL : (const int64_t *)(const void *)ypix;
         yq.tmp = conv_alloc(&s, g.N * g.O * P, sizeof(int16_t), &rc, func);
@@ -770,6 +783,18 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         fx_scratch_free(&s);
         return rc;
     }
+    /* fx_conv2d_shared_bias_relu: u = y + bias and relu(u) made from each chunk's rounding while
+     * it is in cache (fx_add_relu_units), where that rounding is in y's order and each chunk
+     * runs on one thread; aq: each thread's statistics of u and of relu(u) */
+    fx_add_relu_run *arr = NULL;
+    fx_qstats *aq = NULL;
+    if (sr && yshared && fuse_e != FX_EXP_NONE && be->cvt.quant_i64_t && !ep &&
+        plan.inner == 1) {
+        aq = fx_scratch_alloc(&s, 2 * plan.outer, sizeof(fx_qstats));
+        if (aq) arr = fx_add_relu_begin(sr->u, sr->y, y, fuse_e, yq.tmp, sr->bias, P);
+        for (int t = 0; arr && t < 2 * plan.outer; t++) fx_qstats_init(&aq[t]);
+    }
+    yq.defer_copy = arr != NULL;
     /* bf16 on the AMX route from patch rows: the weights packed in its tiles once for all
      * chunks (each chunk's GEMM would pack the same B again: about 5 % of a bf16 CNN step) */
     uint16_t *bamx = NULL;
@@ -904,6 +929,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             fx_prof_begin(&sp);
             conv_yquant_samples(&yq, (const int64_t *)(const void *)myy, fuse_e, 1, 0, n0, nbc,
                                 plan.inner);
+            if (arr)
+                fx_add_relu_units(arr, n0 * g.O * P, nbc * g.O * P, &aq[2 * tid], &aq[2 * tid + 1]);
             fx_prof_end(&sp, FX_PROF_ROUNDING);
         }
         if (fused && fused_max_exact) { /* the rounding pass found each sample's largest |sum| */
@@ -931,14 +958,34 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         yq.fused_e = fuse_e;
         rc = conv_write_y(y, &g, &cc, ypix, xo.exp + wo.exp, imax, yshared ? &yq : NULL, yhalf,
                           &s, func);
-        if (rc == FX_OK && yq.copy_pending) { /* the write kept the guess: y gets its rounding */
+        /* the early u and relu(u) stand where y kept the guess, and then y's values are needed
+         * by nobody: fx_conv2d_shared_bias_relu leaves them unwritten */
+        const int early_kept = arr && rc == FX_OK && yq.fused_e == fuse_e && y->st->exp == fuse_e;
+        if (rc == FX_OK && yq.copy_pending && !early_kept) {
+            /* the write kept the guess: y gets its rounding */
             fx_prof_span sp;
             fx_prof_begin(&sp);
             conv_ycopy(&yq);
             fx_prof_end(&sp, FX_PROF_ROUNDING);
         }
+        if (early_kept) {
+            fx_qstats qu, qy;
+            fx_qstats_init(&qu);
+            fx_qstats_init(&qy);
+            for (int t = 0; t < plan.outer; t++) {
+                fx_qstats_merge(&qu, &aq[2 * t]);
+                fx_qstats_merge(&qy, &aq[2 * t + 1]);
+            }
+            fx_prof_span sp;
+            fx_prof_begin(&sp);
+            rc = fx_add_relu_finish(arr, &qu, &qy);
+            fx_prof_end(&sp, FX_PROF_ROUNDING);
+            arr = NULL;
+            sr->done = 1;
+        }
         if (rc != FX_OK && yq.need_stage) *redo_e = yq.fused_e;
     }
+    if (arr) fx_add_relu_cancel(arr);
     fx_scratch_free(&s);
     return rc;
 }
@@ -960,24 +1007,25 @@ int64_t fx_conv_redone_staged(void)
  * prediction first), so its second run keeps a stage to round from again; so does a third
  * run, should a DFP16 second run ever miss. */
 static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w,
-                               const fx_conv_geom *gp, const conv_epilogue *ep, const char *func)
+                               const fx_conv_geom *gp, const conv_epilogue *ep,
+                               conv_shared_relu *sr, const char *func)
 {
     int redo_e = FX_EXP_NONE;
-    int rc = conv2d_forward_run(y, x, w, gp, ep, FX_EXP_NONE, 0, &redo_e, func);
+    int rc = conv2d_forward_run(y, x, w, gp, ep, sr, FX_EXP_NONE, 0, &redo_e, func);
     for (int run = 2; redo_e != FX_EXP_NONE && run <= 3; run++) {
         const int staged = run == 3 || y->fmt != FMT_DFP16;
         __atomic_fetch_add(&conv_stage_redone, 1, __ATOMIC_RELAXED);
         if (staged) __atomic_fetch_add(&conv_redone_staged, 1, __ATOMIC_RELAXED);
         const int guess = redo_e;
         redo_e = FX_EXP_NONE;
-        rc = conv2d_forward_run(y, x, w, gp, ep, guess, staged, &redo_e, func);
+        rc = conv2d_forward_run(y, x, w, gp, ep, NULL, guess, staged, &redo_e, func);
     }
     return rc;
 }
 
 int fx_nn_conv2d_host(const fx_op_args *a)
 {
-    return conv2d_forward_host(a->u.conv.out, a->u.conv.a, a->u.conv.b, a->u.conv.g, NULL,
+    return conv2d_forward_host(a->u.conv.out, a->u.conv.a, a->u.conv.b, a->u.conv.g, NULL, NULL,
                                a->func);
 }
 
@@ -989,6 +1037,30 @@ int tensor_conv2d(tensor_t *y, const tensor_t *x, const tensor_t *w, int sh, int
     if (rc) return rc;
     fx_op_args a = conv_args(FX_OP_CONV2D, __func__, &conv_fwd_names, x, w, y, &g, y, x, w);
     return fx_op_run(&a);
+}
+
+int fx_conv2d_shared_bias_relu(tensor_t *t, tensor_t *u, tensor_t *y, const tensor_t *x,
+                               const tensor_t *w, const tensor_t *bias, int sh, int sw, int ph,
+                               int pw, int *done)
+{
+    *done = 0;
+    fx_conv_geom g;
+    int rc = conv2d_forward_check(t, x, w, sh, sw, ph, pw, 1, 1, &g, "tensor_conv2d");
+    if (rc) return rc;
+    fx_op_args a = conv_args(FX_OP_CONV2D, "tensor_conv2d", &conv_fwd_names, x, w, t, &g, t, x, w);
+    int device = -1;
+    rc = fx_op_placement(&a, &device);
+    if (rc) return rc;
+    const fx_backend *be = fx_backend_active();
+    /* the host convolution of the shared-exponent formats, with u and y on the host too */
+    if (device >= 0 || !u || !y || !bias || u->st->on_device || y->st->on_device ||
+        bias->st->on_device || be->run[FX_OP_CONV2D] != fx_nn_conv2d_host ||
+        !be->supports_op(be, FX_OP_CONV2D, x->fmt))
+        return fx_op_run(&a);
+    conv_shared_relu sr = {u, y, bias, 0};
+    rc = conv2d_forward_host(t, x, w, &g, NULL, &sr, "tensor_conv2d");
+    *done = sr.done;
+    return rc;
 }
 
 /* The unfused sequence, the op's fallback on a backend without the fused op and the host's
@@ -1035,7 +1107,7 @@ int fx_nn_conv2d_bias_relu_host(const fx_op_args *a)
         }
     }
     const conv_epilogue ep = {b32, a->u.conv.relu};
-    int rc = conv2d_forward_host(y, x, w, a->u.conv.g, &ep, a->func);
+    int rc = conv2d_forward_host(y, x, w, a->u.conv.g, &ep, NULL, a->func);
     free(b32);
     return rc;
 }

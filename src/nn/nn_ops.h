@@ -8,6 +8,7 @@
 
 #include "../core/backend.h"
 #include "../core/op_table.h"
+#include "../core/internal_export.h"
 
 /* int fx_nn_<op>_host(const fx_op_args *a), one per line of FX_WHOLE_OPS (op_table.h) */
 #define FX_NN_HOST_DECL(id, name, host) int host(const fx_op_args *a);
@@ -17,6 +18,22 @@ FX_WHOLE_OPS(FX_NN_HOST_DECL)
 /* The fallback of FX_OP_CONV2D_BIAS_RELU: tensor_conv2d, tensor_add, tensor_relu in turn,
  * each sent on by the dispatcher (so it runs wherever those run). */
 int fx_nn_conv2d_bias_relu_unfused(const fx_op_args *a);
+
+/* The trainer's convolution followed by its bias add and a ReLU in shared-exponent formats
+ * (src/train/model.c, shared_relu): t = conv(x, w) as tensor_conv2d writes it, and where that
+ * write keeps the exponent guessed before the op (fx_write_shared_guess_exp), also u = t + bias
+ * and y = relu(u) as fx_shared_add_relu writes them, made from each chunk of t's rounding while
+ * it is in cache (fx_add_relu_begin, shared_binary.h); *done says whether u and y were
+ * written. The bits, exponents, statistics and trace records of all three writes are those of
+ * the unfused ops. Where u and y were made, t's values are not stored (its write, exponent
+ * and statistics are): the trainer reads t only to make u, as the float formats' fused layers
+ * never write their convolution's output. On failure u and y may hold partial values of this
+ * call (a training step that fails leaves its activations partial anyway). Returns
+ * tensor_conv2d's status, or the writes' of u and y. */
+FX_INTERNAL int fx_conv2d_shared_bias_relu(tensor_t *t, tensor_t *u, tensor_t *y,
+                                           const tensor_t *x, const tensor_t *w,
+                                           const tensor_t *bias, int sh, int sw, int ph, int pw,
+                                           int *done);
 
 /* Test hook: how many writes of a forward convolution's output found their rounding already
  * done, at the exponent guessed before the op (conv2d.c, fx_write_shared_guess_exp). */

@@ -6,6 +6,7 @@
 #include "placement.h"
 #include "flexpoint_gpu.h"
 #include "../nn/pool_own.h"
+#include "../nn/nn_ops.h" /* fx_conv2d_shared_bias_relu */
 #include "../core/shared_binary.h" /* fx_shared_add_relu */
 #include "../dist/distributed.h"
 
@@ -985,9 +986,15 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
                                            l->b >= 0 ? m->params[l->b].w : NULL, 1, l->stride,
                                            l->stride, l->pad, l->pad, 1, 1);
         tensor_t *dst = l->b >= 0 ? l->tmp[ctx] : l->out[ctx];
-        int rc = tensor_conv2d(dst, x, m->params[l->w].w, l->stride, l->stride, l->pad, l->pad,
+        int done = 0, rc;
+        if (l->shared_relu) /* the bias add and the ReLU made from the rounding of each chunk */
+            rc = fx_conv2d_shared_bias_relu(dst, l->out[ctx], l[1].out[ctx], x, m->params[l->w].w,
+                                            m->params[l->b].w, l->stride, l->stride, l->pad,
+                                            l->pad, &done);
+        else
+            rc = tensor_conv2d(dst, x, m->params[l->w].w, l->stride, l->stride, l->pad, l->pad,
                                1, 1);
-        if (!rc && l->b >= 0) rc = fx_bias_add_out(m, l, dst, ctx);
+        if (!rc && l->b >= 0 && !done) rc = fx_bias_add_out(m, l, dst, ctx);
         return rc;
     }
     case FX_L_LINEAR: return fx_linear_forward(m, l, x, ctx);
