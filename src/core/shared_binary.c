@@ -411,7 +411,6 @@ fx_add_relu_run *fx_add_relu_begin(tensor_t *u, tensor_t *y, const tensor_t *t, 
         return NULL;
     }
     r->pu.a = tdata; /* t's values at et, which t itself may never hold */
-    fx_sb_prepare(&r->pu);
     r->relu = (fx_sb_relu_out){r->py.dst, r->ey - r->eu, NULL};
     return r;
 }
@@ -426,6 +425,7 @@ void fx_add_relu_units(const fx_add_relu_run *r, int64_t lo, int64_t n, fx_qstat
 
 int fx_add_relu_finish(fx_add_relu_run *r, const fx_qstats *qu, const fx_qstats *qy)
 {
+    fx_sb_prepare(&r->pu); /* (the units ran on the plan's fields this leaves as they were) */
     r->pu.fused_q = *qu;
     r->py.fused_q = *qy;
     __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
