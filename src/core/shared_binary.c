@@ -364,17 +364,25 @@ static int fx_sb_add_relu_decide(tensor_t *u, tensor_t *y, fx_sb_plan *pu, fx_sb
  * written by tensor_relu itself. y is written before either write decides: safe for the
  * reason fx_sb_write gives (neither write can fail) and because y is then always written
  * again, or kept, by a write that completes. */
+/* The plans of u = t + bias (t's values at exponent et) and y = relu(u), and the exponents
+ * guessed for u and y; false where the one-pass route does not take the two ops. The plans take
+ * only shapes that fit (u of t's shape, bias of it or per channel / column). */
+static bool fx_sb_add_relu_plans(tensor_t *u, tensor_t *y, const tensor_t *t, int et,
+                                 const tensor_t *bias, fx_sb_plan *pu, fx_sb_plan *py, int *eu,
+                                 int *ey)
+{
+    return fx_sb_enabled() && u && y && t && bias &&
+           fx_sb_plan_binary_at(pu, FX_OP_ADD, u, t, et, bias) &&
+           fx_sb_plan_gated(py, y, u, u) && y->st != t->st && y->st != bias->st &&
+           !u->st->dist && !y->st->dist && fx_write_shared_guess_exp(u, eu) &&
+           fx_write_shared_guess_exp(y, ey);
+}
+
 int fx_shared_add_relu(tensor_t *u, tensor_t *y, const tensor_t *t, const tensor_t *bias)
 {
     fx_sb_plan pu, py;
-    if (!fx_sb_enabled() || !u || !y || !t || !bias) return FX_SHARED_BINARY_NOT_TAKEN;
-    /* the plans take only shapes that fit (u of t's shape, bias of it or per channel / column) */
-    if (!fx_sb_plan_binary(&pu, FX_OP_ADD, u, t, bias) || !fx_sb_plan_gated(&py, y, u, u) ||
-        y->st == t->st || y->st == bias->st)
-        return FX_SHARED_BINARY_NOT_TAKEN;
     int eu, ey;
-    if (u->st->dist || y->st->dist || !fx_write_shared_guess_exp(u, &eu) ||
-        !fx_write_shared_guess_exp(y, &ey))
+    if (!t || !fx_sb_add_relu_plans(u, y, t, t->st->exp, bias, &pu, &py, &eu, &ey))
         return FX_SHARED_BINARY_NOT_TAKEN;
     fx_sb_prepare(&pu);
     fx_prof_span sp;
@@ -392,35 +400,32 @@ struct fx_add_relu_run {
     tensor_t *u, *y;
     fx_sb_plan pu, py;
     int eu, ey;
-    fx_sb_relu_out relu;
 };
 
 fx_add_relu_run *fx_add_relu_begin(tensor_t *u, tensor_t *y, const tensor_t *t, int et,
                                    const int16_t *tdata, const tensor_t *bias, int64_t unit)
 {
-    if (!fx_sb_enabled() || !u || !y || !t || !bias || !tdata) return NULL;
+    if (!tdata) return NULL;
     fx_add_relu_run *r = malloc(sizeof *r);
     if (!r) return NULL;
     r->u = u;
     r->y = y;
-    if (!fx_sb_plan_binary_at(&r->pu, FX_OP_ADD, u, t, et, bias) ||
-        !fx_sb_plan_gated(&r->py, y, u, u) || y->st == t->st || y->st == bias->st ||
-        !r->pu.per_plane || r->pu.inner != unit || u->st->dist || y->st->dist ||
-        !fx_write_shared_guess_exp(u, &r->eu) || !fx_write_shared_guess_exp(y, &r->ey)) {
+    if (!fx_sb_add_relu_plans(u, y, t, et, bias, &r->pu, &r->py, &r->eu, &r->ey) ||
+        !r->pu.per_plane || r->pu.inner != unit) {
         free(r);
         return NULL;
     }
     r->pu.a = tdata; /* t's values at et, which t itself may never hold */
-    r->relu = (fx_sb_relu_out){r->py.dst, r->ey - r->eu, NULL};
     return r;
 }
 
 void fx_add_relu_units(const fx_add_relu_run *r, int64_t lo, int64_t n, fx_qstats *qu,
                        fx_qstats *qy)
 {
+    const fx_sb_relu_out relu = {r->py.dst, r->ey - r->eu, NULL};
     const int64_t u0 = lo / r->pu.inner, u1 = (lo + n) / r->pu.inner;
     for (int64_t u = u0; u < u1; u++)
-        fx_sb_unit_pass(&r->pu, u, r->eu - r->pu.ec, 1, &r->relu, qu, qy);
+        fx_sb_unit_pass(&r->pu, u, r->eu - r->pu.ec, 1, &relu, qu, qy);
 }
 
 int fx_add_relu_finish(fx_add_relu_run *r, const fx_qstats *qu, const fx_qstats *qy)

@@ -958,18 +958,16 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         yq.fused_e = fuse_e;
         rc = conv_write_y(y, &g, &cc, ypix, xo.exp + wo.exp, imax, yshared ? &yq : NULL, yhalf,
                           &s, func);
-        /* the early u and relu(u) stand where y's write kept the rounding at the guess (tmp
-         * holds it, still to be copied), and then y's values are needed by nobody:
-         * fx_conv2d_shared_bias_relu leaves them unwritten */
-        const int early_kept = arr && rc == FX_OK && yq.copy_pending && yq.fused_e == fuse_e;
-        if (rc == FX_OK && yq.copy_pending && !early_kept) {
-            /* the write kept the guess: y gets its rounding */
+        /* the write kept the guess, whose rounding tmp holds: y gets it, unless the early u and
+         * relu(u) stand on it (fx_conv2d_shared_bias_relu), and then y's values are needed by
+         * nobody and stay unwritten */
+        if (rc == FX_OK && yq.copy_pending && !arr) {
             fx_prof_span sp;
             fx_prof_begin(&sp);
             conv_ycopy(&yq);
             fx_prof_end(&sp, FX_PROF_ROUNDING);
         }
-        if (early_kept) {
+        if (rc == FX_OK && yq.copy_pending && arr) {
             fx_qstats qu, qy;
             fx_qstats_init(&qu);
             fx_qstats_init(&qy);
