@@ -584,6 +584,43 @@ typedef struct fx_gemm_block {
     int last; /* the last K block: the values written are final */
 } fx_gemm_block;
 
+/* fx_gemm_pack_b_block for a row-major B packed by the level's SIMD loop: each thread takes a
+ * run of panels and packs them one norm segment (2 SEG rows) at a time across the run, so that
+ * it reads 2 SEG rows sequentially instead of one cache line of every row of the K block per
+ * panel, a pattern the hardware prefetchers do not follow when the rows are pages apart. The
+ * bytes and norms are those of packing each panel whole: a segment's pack writes its pairs at
+ * their place in the panel and its own norm; the last panel, when partial, is packed whole by
+ * the portable loop. Ends on the loop's implicit barrier, as fx_gemm_pack_b_block. */
+static void fx_gemm_pack_b_rows(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
+                                const fx_gemm_block *bk, const int16_t *bblk)
+{
+    const int nr = pl->nr;
+    const int64_t seg_rows = 2 * FX_GEMM_I16_SEG, nfull = bk->ncur / nr;
+    FX_OMP(omp for schedule(static))
+    for (int64_t t = 0; t < pl->nt; t++) {
+        const int64_t jp0 = bk->npan * t / pl->nt, jp1 = bk->npan * (t + 1) / pl->nt;
+        const int64_t jw = jp1 < nfull ? jp1 : nfull; /* full panels of the run */
+        for (int64_t k0 = 0, s = 0; k0 < bk->kcur; k0 += seg_rows, s++) {
+            const int64_t kc = fx_min64(seg_rows, bk->kcur - k0);
+            for (int64_t jp = jp0; jp < jw; jp++) {
+                int64_t sq = 0;
+                pl->kd->pack->pack_b(bblk + k0 * pl->sbk + jp * nr, pl->sbk, kc,
+                                     sh->bpack + jp * bk->kp * 2 * nr + k0 * nr,
+                                     bk->fast_ok ? &sq : NULL);
+                if (bk->fast_ok) sh->bnorm[jp * bk->nseg + s] = (int32_t)fx_ceil_sqrt(sq);
+            }
+        }
+        for (int64_t jp = jp0; jp < jp1; jp++) {
+            if (jp >= jw)
+                fx_pack_b(pl->kd, bblk + jp * nr, pl->sbk, 1, bk->kcur,
+                          fx_min64(nr, bk->ncur - jp * nr), nr, sh->bpack + jp * bk->kp * 2 * nr,
+                          bk->fast_ok ? sh->bnorm + jp * bk->nseg : NULL);
+            if (bk->fast_ok)
+                sh->bnorm_max[jp] = (int32_t)fx_norm_max(sh->bnorm + jp * bk->nseg, bk->nseg);
+        }
+    }
+}
+
 /* Pack the B block (all threads, panels split between them): the plain panels the fast kernel
  * reads and from which the any-data layouts are made on demand, with the segment norms when
  * the block's tiles take the norm test. Ends on the implicit barrier of the loop, so that the
@@ -593,6 +630,10 @@ static void fx_gemm_pack_b_block(const fx_gemm_plan *pl, const fx_gemm_shared *s
 {
     const int nr = pl->nr;
     const int16_t *bblk = pl->b + bk->pc * pl->sbk + bk->jc * pl->sbn;
+    if (fx_simd_pack(pl->kd) && pl->sbn == 1 && pl->kd->pack->pack_b) {
+        fx_gemm_pack_b_rows(pl, sh, bk, bblk);
+        return;
+    }
     FX_OMP(omp for schedule(static))
     for (int64_t jp = 0; jp < bk->npan; jp++) {
         fx_pack_b(pl->kd, bblk + jp * nr * pl->sbn, pl->sbk, pl->sbn, bk->kcur,

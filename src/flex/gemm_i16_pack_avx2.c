@@ -161,7 +161,9 @@ static void fx_pack_b_16(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp,
     for (int64_t p = 0; p < kp; p++) {
         const int16_t *r0 = b + 2 * p * sbk;
         __m128i r1a = _mm_setzero_si128(), r1b = r1a; /* the last row of an odd kc: zeros */
+        fx_gemm_i16_prefetch_row_ahead(r0);
         if (2 * p + 1 < kc) { /* no pointer is formed beyond the block */
+            fx_gemm_i16_prefetch_row_ahead(r0 + sbk);
             r1a = _mm_loadu_si128((const __m128i *)(r0 + sbk));
             r1b = _mm_loadu_si128((const __m128i *)(r0 + sbk + FX_PACK_HALF));
         }

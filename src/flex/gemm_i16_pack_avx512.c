@@ -80,6 +80,8 @@ static void fx_pack_b_32(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp,
     __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                       _mm512_setzero_si512()};
     for (int64_t p = 0; p < kp; p++) {
+        fx_gemm_i16_prefetch_row_ahead(b + 2 * p * sbk);
+        if (2 * p + 1 < kc) fx_gemm_i16_prefetch_row_ahead(b + (2 * p + 1) * sbk);
         const __m512i r0 = _mm512_loadu_si512((const void *)(b + 2 * p * sbk));
         const __m512i r1 = 2 * p + 1 < kc ? _mm512_loadu_si512((const void *)(b + (2 * p + 1) * sbk))
                                           : _mm512_setzero_si512();
