@@ -44,8 +44,12 @@
  * one thread, against gates of 512 rows, 256 columns and 64 pairs: the CNN's conv2 forward
  * 85 -> 100-102 GOP/s, its weight gradient 100 -> 129-136, its input gradient (K = 64) 63 ->
  * 73-81, fc1 (M = 128) 118 -> 139-150, 256^3 119 -> 179-180; on full-range data, where no tile
- * passes, 0-4 % slower. Below 16 pairs (the CNN's conv1, K = 25) no norms are computed and
- * every tile takes the any-data kernel (split or wrap). */
+ * passes, 0-4 % slower. Products with fewer pairs per K block take the norm test too: with the
+ * SIMD packing a gate of 16 pairs only cost time on Gaussian data (tensor_matmul, one thread,
+ * 32 x 100352 x K: K = 12 28.9 -> 34.3 GOP/s, K = 16 33.2 -> 39.6, K = 25 41.2 -> 54.0; the
+ * CNN's conv1 in bench_gemm 37-41 -> 48-50), against 0-10 % on full-range data, where the one
+ * K block leaves the probe below nothing to save (docs/performance.md). The AVX2 level keeps a
+ * gate of 16 pairs (intops_avx2.c): on the AVX2 EPYC its training lost without it. */
 /* Besides, in mode AUTO the first K block whose tiles took the norm test is a probe: when not
  * one of its tiles passed (full-range data, as in bench_gemm), the remaining blocks skip the
  * norms, which would only cost time (measured 3-5 % of a 1024^3 product). The probe counts
@@ -53,7 +57,7 @@
  * result is exact. */
 #define FX_GEMM_FAST_MIN_M 1
 #define FX_GEMM_FAST_MIN_N 1
-#define FX_GEMM_FAST_MIN_KP 16
+#define FX_GEMM_FAST_MIN_KP 1
 
 /* Below this many multiply-adds one thread does the work (thread start-up would dominate). */
 #define FX_GEMM_PAR_MIN_MACS ((int64_t)1 << 21)
