@@ -134,8 +134,8 @@ typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *a
 /* The SIMD packing of a row-major B reads each row of a norm segment one panel (a cache line
  * or half of one) at a time, panel after panel (fx_gemm_pack_b_rows); the loops also prefetch
  * each row this many bytes ahead, the line of the panel two (AVX-512) or four (AVX2) ahead:
- * on the Zen 4 that added 10-15 % on the CNN's and ResNet-20's weight-gradient products as
- * GEMMs (bench_gemm, docs/performance.md). */
+ * on the Zen 4 that added 8-12 % on the CNN's and ResNet-20's weight-gradient products as
+ * GEMMs, beside the reordering (bench_gemm, docs/performance.md). */
 #define FX_GEMM_I16_PACK_PREFETCH_BYTES 128
 
 static inline void fx_gemm_i16_prefetch_row_ahead(const int16_t *row)
