@@ -145,19 +145,22 @@ static inline void fx_gemm_i16_prefetch_row_ahead(const int16_t *row)
     __builtin_prefetch((const void *)((uintptr_t)row + FX_GEMM_I16_PACK_PREFETCH_BYTES));
 }
 
-/* The SIMD packing of an A micro-panel reads its rows a short stretch each (one K block), so
- * on a tall A (many rows, few columns of output: each packed value meets few columns) the
- * hardware prefetchers barely start before the next panel's rows: the packing loops prefetch
- * the rows this many ahead, three micro-panels of 6 (tensor_matmul 25088 x 64 x 800 on the
- * Zen 4, one thread: 113-128 -> 135-140 GOP/s, the AVX2 level 91-95 -> 106-108; 6 and 30 rows
- * ahead measured no better). */
+/* The SIMD packing of an A micro-panel reads its rows a short stretch each (one K block), and
+ * that of a B with contiguous columns its columns likewise, so on a tall A (many rows, few
+ * output columns) or a wide transposed B the hardware prefetchers barely start before the
+ * next panel's lines are wanted: the packing loops prefetch the same stretch of the line
+ * `ahead` lines further, for A three micro-panels of 6 rows (tensor_matmul 25088 x 64 x 800 on
+ * the Zen 4, one thread: 113-128 -> 135-140 GOP/s, the AVX2 level 91-95 -> 106-108; 6 and 30
+ * rows ahead measured no better), for a transposed B one panel of columns (64 x 8192 x 576:
+ * 106-111 -> 118-134; two and three panels no better). */
 #define FX_GEMM_I16_PACK_A_PREFETCH_ROWS 18
 
-static inline void fx_gemm_i16_prefetch_rows_below(const int16_t *p, int64_t row_stride)
+static inline void fx_gemm_i16_prefetch_lines_ahead(const int16_t *p, int64_t line_stride,
+                                                    int64_t ahead)
 {
-    /* as fx_gemm_i16_prefetch_row_ahead: an integer address, never a pointer beyond A */
-    __builtin_prefetch((const void *)((uintptr_t)p + (uintptr_t)(FX_GEMM_I16_PACK_A_PREFETCH_ROWS *
-                                                                 row_stride * 2)));
+    /* as fx_gemm_i16_prefetch_row_ahead: an integer address, never a pointer beyond the
+     * operand */
+    __builtin_prefetch((const void *)((uintptr_t)p + (uintptr_t)(ahead * line_stride * 2)));
 }
 
 /* K values per K block of the driver (even, at most 2 * FX_GEMM_I16_MAX_KP). */

@@ -54,18 +54,19 @@ static inline int64_t fx_seg_sq_max(const __m256i v[8], int ks)
  * 0 and nothing beyond a vector is read. With rows = 6 each pair's 8-word store spills two words
  * into the next pair's slots, which that pair's store then overwrites; the last pair stores only
  * its own words. Whole segments (all but possibly the last) take a
- * branch-free path: a sixth of an AVX2 flex16_5 CNN step went to this packing. prefetch_below:
- * the rows are an A micro-panel's (FX_GEMM_I16_PACK_A_PREFETCH_ROWS). */
+ * branch-free path: a sixth of an AVX2 flex16_5 CNN step went to this packing. ahead: the
+ * vectors this many further are prefetched (fx_gemm_i16_prefetch_lines_ahead): three A
+ * micro-panels, or one B panel of columns. */
 static inline void fx_pack_pairs(const int16_t *src, int64_t stride, int64_t kc, int rows,
-                                 int64_t ostride, int32_t *out, int64_t *sq, int prefetch_below)
+                                 int64_t ostride, int32_t *out, int64_t *sq, int ahead)
 {
     const int64_t kp = (kc + 1) / 2;
     const int64_t kfull = kc / 16 * 8; /* pairs in whole segments of 16 values per vector */
     int64_t k0 = 0;
     for (; k0 < kfull; k0 += FX_GEMM_I16_SEG) {
         __m256i v[8];
-        for (int i = 0; prefetch_below && i < rows; i++)
-            fx_gemm_i16_prefetch_rows_below(src + i * stride + 2 * k0, stride);
+        for (int i = 0; ahead && i < rows; i++)
+            fx_gemm_i16_prefetch_lines_ahead(src + i * stride + 2 * k0, stride, ahead);
         for (int i = 0; i < 8; i++)
             v[i] = i < rows ? _mm256_loadu_si256((const __m256i *)(src + i * stride + 2 * k0))
                             : _mm256_setzero_si256();
@@ -110,7 +111,7 @@ static inline void fx_pack_pairs(const int16_t *src, int64_t stride, int64_t kc,
 /* A: ap[p*6 + i] = (A[i][2p], A[i][2p+1]) as one int32. */
 static void fx_pack_a_6(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, int64_t *sq)
 {
-    fx_pack_pairs(a, sam, kc, FX_PACK_MR, FX_PACK_MR, ap, sq, 1); /* a tall A's rows */
+    fx_pack_pairs(a, sam, kc, FX_PACK_MR, FX_PACK_MR, ap, sq, FX_GEMM_I16_PACK_A_PREFETCH_ROWS);
 }
 
 /* The largest of two halves' segment sums of squares, into sq. */
@@ -127,9 +128,9 @@ static void fx_pack_bt_16(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp
 {
     int32_t *out = (int32_t *)(void *)bp;
     int64_t sq1[FX_GEMM_I16_KC / 2 / FX_GEMM_I16_SEG + 1];
-    fx_pack_pairs(b, sbn, kc, FX_PACK_HALF, FX_PACK_NR, out, sq, 0);
+    fx_pack_pairs(b, sbn, kc, FX_PACK_HALF, FX_PACK_NR, out, sq, FX_PACK_NR);
     fx_pack_pairs(b + FX_PACK_HALF * sbn, sbn, kc, FX_PACK_HALF, FX_PACK_NR, out + FX_PACK_HALF,
-                  sq ? sq1 : NULL, 0);
+                  sq ? sq1 : NULL, FX_PACK_NR);
     if (sq) fx_sq_max(sq, sq1, kc);
 }
 
@@ -143,7 +144,7 @@ void fx_gemm_i16_pack_bt_32(const int16_t *b, int64_t sbn, int64_t kc, int16_t *
     int64_t sq1[FX_GEMM_I16_KC / 2 / FX_GEMM_I16_SEG + 1];
     for (int q = 0; q < 4; q++) {
         fx_pack_pairs(b + q * FX_PACK_HALF * sbn, sbn, kc, FX_PACK_HALF, 4 * FX_PACK_HALF,
-                      out + q * FX_PACK_HALF, sq ? (q ? sq1 : sq) : NULL, 0);
+                      out + q * FX_PACK_HALF, sq ? (q ? sq1 : sq) : NULL, 4 * FX_PACK_HALF);
         if (sq && q) fx_sq_max(sq, sq1, kc);
     }
 }

@@ -41,7 +41,8 @@ static void fx_pack_a_6(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, 
         const int ks = kp - k0 < 16 ? (int)(kp - k0) : 16;
         __m512 v[16];
         for (int i = 0; i < FX_PACK_MR; i++)
-            fx_gemm_i16_prefetch_rows_below(a + i * sam + 2 * k0, sam);
+            fx_gemm_i16_prefetch_lines_ahead(a + i * sam + 2 * k0, sam,
+                                             FX_GEMM_I16_PACK_A_PREFETCH_ROWS);
         for (int i = 0; i < 16; i++)
             v[i] = i < FX_PACK_MR
                        ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, a + i * sam + 2 * k0))
