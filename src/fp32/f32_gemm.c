@@ -275,9 +275,12 @@ static void pack_b_pairs(const fx_f32_gemm_params *p, uint32_t *dst, const fx_op
     const int64_t kp = kb / 2, kq = (kb + 1) / 2, full = nw / nr, npanels = (nw + nr - 1) / nr;
     const fx_bf16_pair_kernels *pk = p->pairs;
     int64_t done = 0; /* full panels packed by a fast route */
-    if (s1 == 1 && pk->interleave) { /* row-major: two rows make one row of pair words */
-        for (int64_t jp = 0; jp < full; jp++)
-            for (int64_t q = 0; q < kp; q++)
+    if (s1 == 1 && pk->interleave) {
+        /* row-major: two rows make one row of pair words; each row pair is read whole, across
+         * the panels (panel by panel down the rows, a wide B's rows pages apart defeated the
+         * hardware prefetchers: bf16 16 x 131072 x 144 spent 4x its kernel's time here) */
+        for (int64_t q = 0; q < kp; q++)
+            for (int64_t jp = 0; jp < full; jp++)
                 pk->interleave((uint16_t *)(void *)(dst + jp * nr * kq + q * nr),
                                base + 2 * q * s0 + jp * nr, base + (2 * q + 1) * s0 + jp * nr, nr);
         done = full;
