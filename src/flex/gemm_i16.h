@@ -152,7 +152,7 @@ static inline void fx_gemm_i16_prefetch_row_ahead(const int16_t *row)
  * `ahead` lines further, for A three micro-panels of 6 rows (tensor_matmul 25088 x 64 x 800 on
  * the Zen 4, one thread: 113-128 -> 135-140 GOP/s, the AVX2 level 91-95 -> 106-108; 6 and 30
  * rows ahead measured no better), for a transposed B one panel of columns (64 x 8192 x 576:
- * 106-111 -> 118-134; two and three panels no better). */
+ * 108-115 -> 134-139; two and three panels no better). */
 #define FX_GEMM_I16_PACK_A_PREFETCH_ROWS 18
 
 static inline void fx_gemm_i16_prefetch_lines_ahead(const int16_t *p, int64_t line_stride,
