@@ -354,16 +354,6 @@ static int fx_sb_add_relu_decide(tensor_t *u, tensor_t *y, fx_sb_plan *pu, fx_sb
     return fx_sb_decide(y, py, (uint32_t)py->fused_q.max_abs_in, "tensor_relu");
 }
 
-/* Documented in shared_binary.h. One pass over u's work units rounds u = t + bias at u's
- * guessed exponent into u and, while the unit is in cache, y = relu(u) at y's guessed exponent
- * into y; then u's write decides, and y's. Each is the write its own op would make: the same
- * plans (fx_sb_plan_binary, fx_sb_plan_gated), the same statistics of the same roundings, the
- * same decision (fx_sb_decide). Where u's write keeps its guess, y's early values are relu(u)
- * and its write reuses them unless it picks another exponent (then it rounds again from u, as
- * tensor_relu would). Where u's write picks another exponent, u is rounded again and y is
- * written by tensor_relu itself. y is written before either write decides: safe for the
- * reason fx_sb_write gives (neither write can fail) and because y is then always written
- * again, or kept, by a write that completes. */
 /* The plans of u = t + bias (t's values at exponent et) and y = relu(u), and the exponents
  * guessed for u and y; false where the one-pass route does not take the two ops. The plans take
  * only shapes that fit (u of t's shape, bias of it or per channel / column). */
@@ -378,6 +368,16 @@ static bool fx_sb_add_relu_plans(tensor_t *u, tensor_t *y, const tensor_t *t, in
            fx_write_shared_guess_exp(y, ey);
 }
 
+/* Documented in shared_binary.h. One pass over u's work units rounds u = t + bias at u's
+ * guessed exponent into u and, while the unit is in cache, y = relu(u) at y's guessed exponent
+ * into y; then u's write decides, and y's. Each is the write its own op would make: the same
+ * plans (fx_sb_plan_binary, fx_sb_plan_gated), the same statistics of the same roundings, the
+ * same decision (fx_sb_decide). Where u's write keeps its guess, y's early values are relu(u)
+ * and its write reuses them unless it picks another exponent (then it rounds again from u, as
+ * tensor_relu would). Where u's write picks another exponent, u is rounded again and y is
+ * written by tensor_relu itself. y is written before either write decides: safe for the
+ * reason fx_sb_write gives (neither write can fail) and because y is then always written
+ * again, or kept, by a write that completes. */
 int fx_shared_add_relu(tensor_t *u, tensor_t *y, const tensor_t *t, const tensor_t *bias)
 {
     fx_sb_plan pu, py;

@@ -96,19 +96,16 @@ static inline void fx_split_b(int32_t v, int16_t *hi, int16_t *lo)
 }
 
 /* Pack a kc x n block of B (n <= nr valid columns) into one plain micro-panel of nr columns,
- * and write nb[s] = ceil(sqrt(max_j sum_{k in segment s} B[k][j]^2)) for its segments. */
+ * and write nb[s] = ceil(sqrt(max_j sum_{k in segment s} B[k][j]^2)) for its segments. A full
+ * panel of a B with contiguous columns takes the level's SIMD loop; a row-major B's full panels
+ * are packed by segments across panels instead (fx_gemm_pack_b_rows). */
 static void fx_pack_b(const fx_gemm_i16_kernel *kd, const int16_t *b, int64_t sbk, int64_t sbn,
                       int64_t kc, int64_t n, int nr, int16_t *bp, int32_t *nb /* NULL: no norms */)
 {
     const int64_t kp = (kc + 1) / 2;
-    const int rowmajor = sbn == 1 && kd->pack && kd->pack->pack_b;
-    const int colmajor = sbk == 1 && kd->pack && kd->pack->pack_bt;
-    if (fx_simd_pack(kd) && n == nr && (rowmajor || colmajor)) {
+    if (fx_simd_pack(kd) && n == nr && sbk == 1 && kd->pack->pack_bt) {
         int64_t sq[FX_GEMM_I16_MAX_SEGS];
-        if (rowmajor)
-            kd->pack->pack_b(b, sbk, kc, bp, nb ? sq : NULL);
-        else
-            kd->pack->pack_bt(b, sbn, kc, bp, nb ? sq : NULL);
+        kd->pack->pack_bt(b, sbn, kc, bp, nb ? sq : NULL);
         for (int64_t s = 0; nb && s * FX_GEMM_I16_SEG < kp; s++)
             nb[s] = (int32_t)fx_ceil_sqrt(sq[s]);
         return;

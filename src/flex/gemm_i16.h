@@ -91,6 +91,7 @@
 #define FX_FLEX_GEMM_I16_H
 
 #include "flex_kernels.h"
+#include "core/prefetch.h"
 
 #include <math.h>
 
@@ -138,30 +139,15 @@ typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *a
  * GEMMs, beside the reordering (bench_gemm, docs/performance.md). */
 #define FX_GEMM_I16_PACK_PREFETCH_BYTES 128
 
-static inline void fx_gemm_i16_prefetch_row_ahead(const int16_t *row)
-{
-    /* the address as an integer: a pointer past the end of B would be undefined, while a
-     * prefetch of any address is harmless */
-    __builtin_prefetch((const void *)((uintptr_t)row + FX_GEMM_I16_PACK_PREFETCH_BYTES));
-}
-
 /* The SIMD packing of an A micro-panel reads its rows a short stretch each (one K block), and
  * that of a B with contiguous columns its columns likewise, so on a tall A (many rows, few
  * output columns) or a wide transposed B the hardware prefetchers barely start before the
  * next panel's lines are wanted: the packing loops prefetch the same stretch of the line
- * `ahead` lines further, for A three micro-panels of 6 rows (tensor_matmul 25088 x 64 x 800 on
+ * that many lines further (fx_prefetch_at), for A three micro-panels of 6 rows (tensor_matmul 25088 x 64 x 800 on
  * the Zen 4, one thread: 113-128 -> 135-140 GOP/s, the AVX2 level 91-95 -> 106-108; 6 and 30
  * rows ahead measured no better), for a transposed B one panel of columns (64 x 8192 x 576:
  * 108-115 -> 134-139; two and three panels no better). */
 #define FX_GEMM_I16_PACK_A_PREFETCH_ROWS 18
-
-static inline void fx_gemm_i16_prefetch_lines_ahead(const int16_t *p, int64_t line_stride,
-                                                    int64_t ahead)
-{
-    /* as fx_gemm_i16_prefetch_row_ahead: an integer address, never a pointer beyond the
-     * operand */
-    __builtin_prefetch((const void *)((uintptr_t)p + (uintptr_t)(ahead * line_stride * 2)));
-}
 
 /* K values per K block of the driver (even, at most 2 * FX_GEMM_I16_MAX_KP). */
 #define FX_GEMM_I16_KC 384

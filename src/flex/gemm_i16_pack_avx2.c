@@ -55,7 +55,7 @@ static inline int64_t fx_seg_sq_max(const __m256i v[8], int ks)
  * into the next pair's slots, which that pair's store then overwrites; the last pair stores only
  * its own words. Whole segments (all but possibly the last) take a
  * branch-free path: a sixth of an AVX2 flex16_5 CNN step went to this packing. ahead: the
- * vectors this many further are prefetched (fx_gemm_i16_prefetch_lines_ahead): three A
+ * vectors this many further are prefetched (fx_prefetch_at): three A
  * micro-panels, or one B panel of columns. */
 static inline void fx_pack_pairs(const int16_t *src, int64_t stride, int64_t kc, int rows,
                                  int64_t ostride, int32_t *out, int64_t *sq, int ahead)
@@ -66,7 +66,7 @@ static inline void fx_pack_pairs(const int16_t *src, int64_t stride, int64_t kc,
     for (; k0 < kfull; k0 += FX_GEMM_I16_SEG) {
         __m256i v[8];
         for (int i = 0; ahead && i < rows; i++)
-            fx_gemm_i16_prefetch_lines_ahead(src + i * stride + 2 * k0, stride, ahead);
+            fx_prefetch_at(src + i * stride + 2 * k0, ahead * stride * 2);
         for (int i = 0; i < 8; i++)
             v[i] = i < rows ? _mm256_loadu_si256((const __m256i *)(src + i * stride + 2 * k0))
                             : _mm256_setzero_si256();
@@ -165,9 +165,9 @@ static void fx_pack_b_16(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp,
     for (int64_t p = 0; p < kp; p++) {
         const int16_t *r0 = b + 2 * p * sbk;
         __m128i r1a = _mm_setzero_si128(), r1b = r1a; /* the last row of an odd kc: zeros */
-        fx_gemm_i16_prefetch_row_ahead(r0);
+        fx_prefetch_at(r0, FX_GEMM_I16_PACK_PREFETCH_BYTES);
         if (2 * p + 1 < kc) { /* no pointer is formed beyond the block */
-            fx_gemm_i16_prefetch_row_ahead(r0 + sbk);
+            fx_prefetch_at(r0 + sbk, FX_GEMM_I16_PACK_PREFETCH_BYTES);
             r1a = _mm_loadu_si128((const __m128i *)(r0 + sbk));
             r1b = _mm_loadu_si128((const __m128i *)(r0 + sbk + FX_PACK_HALF));
         }

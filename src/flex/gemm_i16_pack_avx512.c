@@ -41,8 +41,7 @@ static void fx_pack_a_6(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, 
         const int ks = kp - k0 < 16 ? (int)(kp - k0) : 16;
         __m512 v[16];
         for (int i = 0; i < FX_PACK_MR; i++)
-            fx_gemm_i16_prefetch_lines_ahead(a + i * sam + 2 * k0, sam,
-                                             FX_GEMM_I16_PACK_A_PREFETCH_ROWS);
+            fx_prefetch_at(a + i * sam + 2 * k0, FX_GEMM_I16_PACK_A_PREFETCH_ROWS * sam * 2);
         for (int i = 0; i < 16; i++)
             v[i] = i < FX_PACK_MR
                        ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, a + i * sam + 2 * k0))
@@ -83,8 +82,8 @@ static void fx_pack_b_32(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp,
     __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                       _mm512_setzero_si512()};
     for (int64_t p = 0; p < kp; p++) {
-        fx_gemm_i16_prefetch_row_ahead(b + 2 * p * sbk);
-        if (2 * p + 1 < kc) fx_gemm_i16_prefetch_row_ahead(b + (2 * p + 1) * sbk);
+        fx_prefetch_at(b + 2 * p * sbk, FX_GEMM_I16_PACK_PREFETCH_BYTES);
+        if (2 * p + 1 < kc) fx_prefetch_at(b + (2 * p + 1) * sbk, FX_GEMM_I16_PACK_PREFETCH_BYTES);
         const __m512i r0 = _mm512_loadu_si512((const void *)(b + 2 * p * sbk));
         const __m512i r1 = 2 * p + 1 < kc ? _mm512_loadu_si512((const void *)(b + (2 * p + 1) * sbk))
                                           : _mm512_setzero_si512();

@@ -263,8 +263,8 @@ static inline __attribute__((always_inline)) void pack_rows_any(float *dst, cons
             const int ks = kb - k0 < 8 ? (int)(kb - k0) : 8;
             __m256 v[8];
             for (int i = 0; i < rows; i++)
-                fx_f32_prefetch_rows_below(s + (size_t)((r0 + i) * ld + k0) * esz,
-                                           ld * (int64_t)esz);
+                fx_prefetch_at(s + (size_t)((r0 + i) * ld + k0) * esz,
+                               FX_F32_PACK_PREFETCH_ROWS * ld * (int64_t)esz);
             for (int i = 0; i < 8; i++) {
                 if (i >= rows) { /* no pointer is formed for a missing row */
                     v[i] = _mm256_setzero_ps();

@@ -255,8 +255,8 @@ static inline void pack_rows_any(float *dst, const void *src, size_t esz, int ki
             const __mmask16 k_mask = (__mmask16)((1u << ks) - 1);
             __m512 v[16];
             for (int i = 0; i < rows; i++)
-                fx_f32_prefetch_rows_below(s + (size_t)((r0 + i) * ld + k0) * esz,
-                                           ld * (int64_t)esz);
+                fx_prefetch_at(s + (size_t)((r0 + i) * ld + k0) * esz,
+                               FX_F32_PACK_PREFETCH_ROWS * ld * (int64_t)esz);
             for (int i = 0; i < 16; i++)
                 v[i] = i < rows ? load_row16(s + (size_t)((r0 + i) * ld + k0) * esz, kind, k_mask)
                                 : _mm512_setzero_ps();

@@ -18,6 +18,7 @@
 #define FX_FP32_KERNELS_H
 
 #include "core/backend.h"
+#include "core/prefetch.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -177,15 +178,9 @@ void fx_f32_bias_relu_avx512(float *v, int64_t rows, int64_t cols, const float *
  * K block long, too short a stretch for the hardware prefetchers to start on a tall A (many
  * rows, few output columns), so they prefetch the row this many below (tensor_matmul
  * 25088 x 64 x 800 on the Zen 4, one thread, GFLOP/s: bf16 138-140 -> 150-155, fp32 82-84 ->
- * 83-85; the AVX2 level 77 -> 86-88 and 74-76 -> 85-88; 12 and 36 rows measured alike). An
- * integer address: never a pointer past the operand. */
+ * 83-85; the AVX2 level 77 -> 86-88 and 74-76 -> 85-88; 12 and 36 rows measured alike;
+ * fx_prefetch_at). */
 #define FX_F32_PACK_PREFETCH_ROWS 24
-
-static inline void fx_f32_prefetch_rows_below(const char *row, int64_t row_bytes)
-{
-    __builtin_prefetch((const void *)((uintptr_t)row +
-                                      (uintptr_t)(FX_F32_PACK_PREFETCH_ROWS * row_bytes)));
-}
 
 /* Register-tile heights of the AVX2 (6 x 16) and AVX-512 (12 x 32) fp32 MATMUL kernels: the
  * A panel height a convolution's panel builder must produce (fx_backend.gemm.f32_panel_mr). */

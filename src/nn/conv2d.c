@@ -966,8 +966,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             fx_prof_begin(&sp);
             conv_ycopy(&yq);
             fx_prof_end(&sp, FX_PROF_ROUNDING);
-        }
-        if (rc == FX_OK && yq.copy_pending && arr) {
+        } else if (rc == FX_OK && yq.copy_pending) {
             fx_qstats qu, qy;
             fx_qstats_init(&qu);
             fx_qstats_init(&qy);
