@@ -411,6 +411,9 @@ int main(void)
     check_ops(FMT_DFP16, 2, 17, 9, 33, 3, 1, DATA_SMALL, 1, seed++); /* odd OW: GEMM dW */
     check_ops(FMT_DFP16, 3, 8, 10, 48, 3, 1, DATA_NORMAL, 1, seed++);
     check_ops(FMT_DFP16, 2, 32, 8, 32, 3, 1, DATA_FULL, 0, seed++);
+    /* a batch whose weight gradient the direct route cuts into chunks of several samples (its
+     * own working set sizes them, conv2d.c: 40 samples in chunks of 3 here) */
+    check_ops(FMT_DFP16, 40, 8, 10, 16, 3, 1, DATA_NORMAL, 1, seed++);
     /* fewer than 8 input channels: the forward pass folded (conv_fold.h), the CNN's first
      * layer (one channel, 5 x 5, into 8 channels with 3 of zeros), ResNet-20's (3 channels,
      * 3 x 3: 9 channels, a partial segment), no padding (columns dropped at both ends), and
