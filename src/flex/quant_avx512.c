@@ -8,6 +8,7 @@
  * finite inputs. NaN lanes are zeroed afterwards. Padding lanes of a masked tail load as 0.0,
  * which adds nothing to any statistic. */
 #include "flex_kernels.h"
+#include "../core/prefetch.h"
 
 #include <immintrin.h>
 
@@ -353,6 +354,12 @@ fx_quant_i64_t_body(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols
                                        : fx_q64_round(&k, &acc, v, live);
                 w[i] = _mm512_cvtepi64_epi16(q); /* dead lanes hold 0 */
             }
+            /* the destination's lines two blocks down, read into cache ahead of the stores:
+             * the output is written once per op, so without it every line's first store
+             * waits for memory (conv2's [196, 64] samples into a cold output: 0.56-0.58 ->
+             * 0.41-0.42 ns a value; one block ahead 0.55, three 0.46-0.55) */
+            for (int64_t j = 0; j < nc; j++)
+                fx_prefetch_at(dst + (c0 + j) * rows + r0, 2 * 32 * (int64_t)sizeof *dst);
             fx_store_t32x8(w, dst, rows, r0, c0, nc, rmask32);
         }
     }
