@@ -196,23 +196,10 @@ typedef struct conv_plan {
     int outer, inner;    /* threads over chunks (or groups); threads inside one chunk */
 } conv_plan;
 
-/* Chunking for g; wgrad != 0: threads split the weight gradient's groups, not chunks.
- * out_units: the forward's output stage per pixel and output channel, in patch-element units
- * (FX_CONV_OUT_FACTOR for int64 sums next to int16 patches), so that a chunk's sums also stay
- * in cache; 0 for the passes whose chunk size is the patch matrix alone. */
-static conv_plan conv_plan_sized(const fx_conv_geom *g, int wgrad, int64_t per_sample,
-                                 int64_t max_nb);
-
-static conv_plan conv_plan_make(const fx_conv_geom *g, int wgrad, int out_units)
-{
-    int64_t per_sample = g->C * g->KH * g->KW * g->OH * g->OW; /* < 2^58, validated */
-    const int64_t out_per_sample = out_units * g->O * g->OH * g->OW;
-    if (out_per_sample > per_sample) per_sample = out_per_sample;
-    return conv_plan_sized(g, wgrad, per_sample, g->N);
-}
-
-/* The chunking of conv_plan_make for a pass whose chunk holds per_sample elements per sample
- * (at least 1), at most max_nb samples per chunk. */
+/* Chunking for g where a chunk holds per_sample elements per sample (at least 1): chunks of
+ * about FX_CONV_CHUNK_ELEMS elements, at most max_nb samples, at least FX_CONV_MIN_CHUNKS of
+ * them where the batch allows; wgrad != 0: threads split the weight gradient's groups, not
+ * chunks. */
 static conv_plan conv_plan_sized(const fx_conv_geom *g, int wgrad, int64_t per_sample,
                                  int64_t max_nb)
 {
@@ -233,6 +220,18 @@ static conv_plan conv_plan_sized(const fx_conv_geom *g, int wgrad, int64_t per_s
     if (p.outer < 1) p.outer = 1;
     p.inner = p.outer > 1 ? 1 : nt;
     return p;
+}
+
+/* Chunking for g by one sample's patch matrix. out_units: the forward's output stage per pixel
+ * and output channel, in patch-element units (FX_CONV_OUT_FACTOR for int64 sums next to int16
+ * patches), so that a chunk's sums also stay in cache; 0 for the passes whose chunk size is the
+ * patch matrix alone. */
+static conv_plan conv_plan_make(const fx_conv_geom *g, int wgrad, int out_units)
+{
+    int64_t per_sample = g->C * g->KH * g->KW * g->OH * g->OW; /* < 2^58, validated */
+    const int64_t out_per_sample = out_units * g->O * g->OH * g->OW;
+    if (out_per_sample > per_sample) per_sample = out_per_sample;
+    return conv_plan_sized(g, wgrad, per_sample, g->N);
 }
 
 /* The operand format of an op's GEMMs: int16 mantissas (integer compute), or for float
@@ -1371,9 +1370,9 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                                    ((int64_t)1 << 16) / P)
                  : conv_plan_make(&g, 1, 0);
     /* Float sums are made in fixed groups of chunks, so that their order does not depend on
-     * the thread count; integer sums are exact in any order, so one group per thread: the
-     * groups' int64 slots are then summed once each (16 slots of conv2's 400 KiB, 3.6 % of its
-     * weight gradient at one thread, against one) */
+     * the thread count; integer sums are exact in any order, so one group per thread, and the
+     * last pass adds one int64 slot per thread (summing 16 of conv2's 400 KiB slots took 3.6 %
+     * of its weight gradient at one thread) */
     const int64_t groups = ic                                       ? plan.outer
                            : plan.nchunks < FX_CONV_WGRAD_GROUPS ? plan.nchunks
                                                                    : FX_CONV_WGRAD_GROUPS;
