@@ -1,7 +1,9 @@
-/* A prefetch at an offset from a pointer, for the GEMM packers (src/flex, src/fp32): they
- * prefetch the line a few panels ahead along a row or a few rows below, an address that may
- * lie past the end of the operand. Formed as an integer, it is no C pointer beyond the array
- * (which would be undefined), and a prefetch of any address is harmless. */
+/* A prefetch at an offset from a pointer, for loops that read or write many short streams at
+ * once (the GEMM packers in src/flex and src/fp32, the transposed rounding in src/flex/quant_*):
+ * the line a few panels ahead along a row, a few rows below, or a few lines further down a
+ * destination plane, an address that may lie past the end of the array. Formed as an integer,
+ * it is no C pointer beyond the array (which would be undefined), and a prefetch of any address
+ * is harmless. */
 #ifndef FX_PREFETCH_H
 #define FX_PREFETCH_H
 

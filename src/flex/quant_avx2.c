@@ -422,10 +422,10 @@ fx_quant_i64_t_body(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols
                 u[4 * h + 2] = _mm_unpacklo_epi32(tt[1], tt[3]);
                 u[4 * h + 3] = _mm_unpackhi_epi32(tt[1], tt[3]);
             }
-            /* the destination's lines two lines down (every fourth block of rows starts a
-             * line), read ahead of the stores, as the AVX-512 version does */
-            for (int j = 0; !(r0 & 31) && j < nc; j++)
-                fx_prefetch_at(dst + (c0 + j) * rows + r0, 2 * 64);
+            /* FX_Q_T_STORE_AHEAD, once per line: every fourth block of rows starts one */
+            if (r0 % 32 == 0)
+                for (int j = 0; j < nc; j++)
+                    fx_prefetch_at(dst + (c0 + j) * rows + r0, FX_Q_T_STORE_AHEAD);
             for (int j = 0; j < nc; j++) { /* column j: rows 0-3 of u[j / 2], 4-7 of u[4 + j / 2] */
                 const __m128i col = j % 2 == 0 ? _mm_unpacklo_epi64(u[j / 2], u[4 + j / 2])
                                                : _mm_unpackhi_epi64(u[j / 2], u[4 + j / 2]);

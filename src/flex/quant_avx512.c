@@ -354,12 +354,9 @@ fx_quant_i64_t_body(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols
                                        : fx_q64_round(&k, &acc, v, live);
                 w[i] = _mm512_cvtepi64_epi16(q); /* dead lanes hold 0 */
             }
-            /* the destination's lines two blocks down, read into cache ahead of the stores:
-             * the output is written once per op, so without it every line's first store
-             * waits for memory (conv2's [196, 64] samples into a cold output: 0.56-0.58 ->
-             * 0.41-0.42 ns a value; one block ahead 0.55, three 0.46-0.55) */
+            /* a block of rows is one line of each column's plane (FX_Q_T_STORE_AHEAD) */
             for (int64_t j = 0; j < nc; j++)
-                fx_prefetch_at(dst + (c0 + j) * rows + r0, 2 * 32 * (int64_t)sizeof *dst);
+                fx_prefetch_at(dst + (c0 + j) * rows + r0, FX_Q_T_STORE_AHEAD);
             fx_store_t32x8(w, dst, rows, r0, c0, nc, rmask32);
         }
     }

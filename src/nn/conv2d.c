@@ -1364,9 +1364,8 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
      * summation. Measured in bench_conv (CNN conv2, batch 128, one thread, Zen 4): the weight
      * gradient 15.5-15.8 ms at 3 samples per chunk, 15.0-15.2 at 6, 15.1-15.2 at 12 and 24.
      * At most 2^16 / P samples: the kernel's hi words' range (fx_i16_wgrad_direct). */
-    const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw;
     const conv_plan plan =
-        iwdirect ? conv_plan_sized(&g, 1, g.C * Hp * Wp + P * ((g.O + 15) / 16 * 16),
+        iwdirect ? conv_plan_sized(&g, 1, fx_conv_padded_numel(&g, 1) + P * ((g.O + 15) / 16 * 16),
                                    ((int64_t)1 << 16) / P)
                  : conv_plan_make(&g, 1, 0);
     /* Float sums are made in fixed groups of chunks, so that their order does not depend on
