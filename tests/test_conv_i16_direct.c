@@ -1,4 +1,4 @@
-/* The exact int16 convolutions without a patch matrix (src/flex/conv_i16.h; AVX512_VNNI). The
+/* The exact int16 convolutions without a patch matrix (src/flex/conv_i16.h). The
  * forward pass (fx_i16_fwd_direct):
  *   - the kernel alone gives the exact int64 sums of a scalar reference and their largest
  *     |value|, at 1 and 2 threads, for the CNN's and ResNet-20's shapes, odd C (a partial
@@ -19,7 +19,9 @@
  * lower half of the odd channels, where a schedule taken from other rows or channels misses
  * them), where a missing fold wraps; the decline; and tensor_conv2d_backward_weight bit for bit
  * with the route on and off.
- * Skips on CPUs without AVX512_VNNI, where convolutions take the patch GEMM. */
+ * The forward checks run for each level the CPU runs that has the direct forward kernel
+ * (AVX-512 with VNNI, AVX2), the weight gradient's where the level has that kernel (AVX-512 with
+ * VNNI). Skips on CPUs without AVX2, where convolutions take the patch GEMM. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
@@ -64,6 +66,12 @@ static int16_t draw(test_rng *r, int kind, int is_w, int64_t row)
         return (int16_t)(test_rng_range(r, 0, 1) ? 32767 : -32767);
     }
 }
+
+/* the forward kernel under test: the one of the backend being checked (AVX-512 or AVX2) */
+typedef int (*fwd_kernel)(const fx_conv_geom *, const int16_t *, int64_t, const uint32_t *,
+                          uint32_t *, int64_t *, int, uint64_t *);
+static fwd_kernel g_fwd;
+static const char *g_level = "";
 
 /* the kernel against the exact sums; returns whether it took the chunk */
 static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
@@ -115,7 +123,7 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
     for (int threads = 1; threads <= 2; threads++) {
         memset(got, 0x5A, sizeof(int64_t) * (size_t)(N * P * O));
         uint64_t got_max = 0;
-        took = fx_i16_fwd_direct(&g, xp, N, wq, scratch, got, threads, &got_max);
+        took = g_fwd(&g, xp, N, wq, scratch, got, threads, &got_max);
         if (!took) { /* declined before writing */
             long touched = 0;
             for (int64_t i = 0; i < N * P * O; i++) touched += got[i] != 0x5A5A5A5A5A5A5A5All;
@@ -125,9 +133,9 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
         long bad = 0;
         for (int64_t i = 0; i < N * P * O; i++) bad += got[i] != want[i];
         CHECK(bad == 0 && got_max == want_max,
-              "direct int16 conv N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %lld data %d, %d "
+              "%s direct int16 conv N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %lld data %d, %d "
               "threads: %ld of %lld sums differ, max %llu (want %llu)",
-              (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
+              g_level, (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
               (long long)KH, (long long)KW, (long long)pad, kind, threads, bad,
               (long long)(N * P * O), (unsigned long long)got_max,
               (unsigned long long)want_max);
@@ -312,13 +320,13 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
                      FX_OK);
         CHECK_STATUS(tensor_conv2d_backward_weight(dw, x, dy, 1, 1, (int)pad, (int)pad, 1, 1),
                      FX_OK);
-        const int wfits = OHW % 2 == 0;
+        const int wfits = OHW % 2 == 0 && fx_backend_active()->conv.i16_wgrad != NULL;
         if (pass > 0) {
             CHECK((fx_i16_wgrad_direct_calls() > wcalls) == (expect_direct && wfits),
                   "%s weight gradient C%lld O%lld data %d: the direct route %s", fmt_name(f),
                   (long long)C, (long long)O, kind,
                   expect_direct && wfits ? "did not run" : "ran");
-            if (kind == DATA_FULL)
+            if (kind == DATA_FULL && fx_backend_active()->conv.i16_wgrad)
                 CHECK(fx_i16_wgrad_direct_declined() > wdeclined,
                       "full-scale data: the direct weight gradient did not decline");
         }
@@ -374,14 +382,11 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
     free(dw_got);
 }
 
-int main(void)
+/* The forward kernel of the active backend: the kernel alone, then the ops with the route on
+ * and off. */
+static void check_forward(uint64_t *seedp)
 {
-    const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
-    if (!be || !be->available || !be->conv.i16_fwd)
-        return test_skip("test_conv_i16_direct", "this CPU has no AVX512_VNNI (integer "
-                                                 "convolutions take the patch GEMM)");
-    CHECK_STATUS(flexpoint_set_backend("avx512"), FX_OK);
-    uint64_t seed = 1;
+    uint64_t seed = *seedp;
     /* shapes: the CNN's conv2 and its input gradient (7-pixel tiles, 2 vectors), ResNet-20's
      * 3x3 layers (16-pixel tiles of one vector; 8-pixel tiles of 2), odd C (partial segment,
      * odd last pair), O with a partial vector (20, 33, 40, 70), partial last tiles (OW 10, 11) */
@@ -425,6 +430,13 @@ int main(void)
     check_ops(FMT_DFP16, 2, 2, 11, 24, 3, 0, DATA_NORMAL, 1, seed++);
     check_ops(FMT_FLEX16_5, 2, 1, 9, 16, 2, 1, DATA_TIGHT_POS, 1, seed++);
     check_ops(FMT_DFP16, 2, 1, 12, 32, 5, 2, DATA_FULL, 0, seed++);
+    *seedp = seed;
+}
+
+/* The weight gradient kernel (AVX512_VNNI only) and the row norms it takes. */
+static void check_weight_gradient(uint64_t *seedp)
+{
+    uint64_t seed = *seedp;
     /* weight gradients: the CNN's two layers, ResNet-20's 3x3 shapes, every tile width (O 16,
      * 20, 32, 33, 48, 64, 70), partial row tiles (C KK not a multiple of the tile's rows) */
     static const int64_t wshapes[][7] = {
@@ -441,5 +453,31 @@ int main(void)
     check_row_norms(seed++);
     CHECK(!check_wkernel(2, 8, 8, 8, 16, 3, 1, DATA_FULL, seed++),
           "full-scale data: the weight gradient took a chunk that may wrap");
+    *seedp = seed;
+}
+
+int main(void)
+{
+    /* every level this CPU runs that has the direct forward kernel: AVX-512 with VNNI
+     * (vpdpwssd, and there the weight gradient too) and AVX2 (vpmaddwd + vpaddd) */
+    static const struct {
+        int id;
+        const char *name;
+    } levels[] = {{FX_BACKEND_AVX512, "avx512"}, {FX_BACKEND_AVX2, "avx2"}};
+    uint64_t seed = 1;
+    int ran = 0;
+    for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+        const fx_backend *be = fx_backend_get(levels[l].id);
+        if (!be || !be->available || !be->conv.i16_fwd) continue;
+        CHECK_STATUS(flexpoint_set_backend(levels[l].name), FX_OK);
+        g_fwd = be->conv.i16_fwd;
+        g_level = levels[l].name;
+        check_forward(&seed);
+        if (be->conv.i16_wgrad) check_weight_gradient(&seed);
+        ran++;
+    }
+    if (!ran)
+        return test_skip("test_conv_i16_direct", "this CPU has no AVX2 (integer convolutions "
+                                                 "take the portable patch GEMM)");
     return test_finish("test_conv_i16_direct");
 }

@@ -7,6 +7,7 @@
 #include "core/backend.h"
 #include "core/layout_kernels.h"
 #include "bf16/bf16_kernels.h"
+#include "flex/conv_i16.h"
 #include "flex/flex_kernels.h"
 #include "fp16/fp16_kernels.h"
 #include "fp32/f32_kernels.h"
@@ -70,6 +71,10 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
      * is what pays on AVX2, can take its tiles */
     b->gemm.i16_row_source = 1;
     b->gemm.i16_tile_nr = 16; /* FX_NR of intops_avx2.c */
+    /* the forward convolution (and the input gradient, a forward pass of dy) without a patch
+     * matrix, in the exact sums (conv_i16_fwd_avx2.c); a convolution whose data it
+     * declines, and every other geometry, takes the patch rows above; AVX-512 sets its own */
+    b->conv.i16_fwd = fx_i16_fwd_direct_avx2;
     b->bn = &fx_bn_kernels_avx2; /* batch norm: the portable sums, four lanes and channels at once */
 
     /* layout: 8 x 8 register transposes of 16- and 32-bit elements (64-bit: the portable loop) */

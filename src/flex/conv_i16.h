@@ -33,6 +33,11 @@ int64_t fx_i16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb);
 int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                       const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                       uint64_t *ymax);
+/* The same on AVX2 (src/flex/conv_i16_fwd_avx2.c: vpmaddwd + vpaddd), the same contract and
+ * the same sums. */
+int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                           const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
+                           uint64_t *ymax);
 
 /* Test and benchmark hooks, process-wide: 0 sends every chunk to the patch GEMM; counters of
  * the chunks computed here and of those declined */

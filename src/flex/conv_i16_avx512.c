@@ -36,76 +36,10 @@
 #include "../nn/im2col.h"
 
 #include <immintrin.h>
-#include <stdatomic.h>
 #include <string.h>
 
-#define SEG_PAIRS 4 /* a segment: 8 channels at one tap */
-#define SEG_CH (2 * SEG_PAIRS)
-
-static int64_t groups_of(int64_t C) { return ((C + 1) / 2 + SEG_PAIRS - 1) / SEG_PAIRS; }
-
-int fx_i16_fwd_direct_fits(const struct fx_conv_geom *g)
-{
-    const int64_t KK = g->KH * g->KW;
-    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->C >= 8 && g->O >= 16 &&
-           KK <= FX_I16_FWD_MAX_TAPS && KK * groups_of(g->C) <= FX_I16_FWD_MAX_SEGS &&
-           g->C * KK <= ((int64_t)1 << 16);
-}
-
-/* pairs per pixel in the copy and per tap in the weights: whole segments, zeros past C */
-static int64_t pairs_of(int64_t C) { return groups_of(C) * SEG_PAIRS; }
-
-int64_t fx_i16_fwd_direct_weights_numel(const struct fx_conv_geom *g)
-{
-    const int64_t KK = g->KH * g->KW, opad = (g->O + 15) / 16 * 16;
-    return KK * pairs_of(g->C) * opad + opad / 16 * KK * groups_of(g->C);
-}
-
-void fx_i16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const int16_t *w, uint32_t *wq)
-{
-    const int64_t C = g->C, O = g->O, KK = g->KH * g->KW, Cpp = pairs_of(C), G = groups_of(C);
-    const int64_t opad = (O + 15) / 16 * 16;
-    /* wq[(t Cpp + cp) opad + o] = (w[o][2cp][t], w[o][2cp + 1][t]), zero past C and O */
-    for (int64_t t = 0; t < KK; t++)
-        for (int64_t cp = 0; cp < Cpp; cp++) {
-            uint32_t *dst = wq + (t * Cpp + cp) * opad;
-            for (int64_t o = 0; o < opad; o++) {
-                const uint32_t e =
-                    o < O && 2 * cp < C ? (uint16_t)w[(o * C + 2 * cp) * KK + t] : 0u;
-                const uint32_t d =
-                    o < O && 2 * cp + 1 < C ? (uint16_t)w[(o * C + 2 * cp + 1) * KK + t] : 0u;
-                dst[o] = e | d << 16;
-            }
-        }
-    /* wn[(ob KK + t) G + s]: the largest norm over block ob's output channels of their weights
-     * at tap t and channels [SEG_CH s, SEG_CH (s + 1)) */
-    uint32_t *wn = wq + KK * Cpp * opad;
-    for (int64_t ob = 0; ob < opad / 16; ob++)
-        for (int64_t t = 0; t < KK; t++)
-            for (int64_t s = 0; s < G; s++) {
-                int64_t mx = 0;
-                for (int64_t o = 16 * ob; o < 16 * ob + 16 && o < O; o++) {
-                    int64_t sq = 0;
-                    for (int64_t c = SEG_CH * s; c < SEG_CH * (s + 1) && c < C; c++) {
-                        const int64_t v = w[(o * C + c) * KK + t];
-                        sq += v * v;
-                    }
-                    mx = sq > mx ? sq : mx;
-                }
-                wn[(ob * KK + t) * G + s] = (uint32_t)fx_ceil_sqrt(mx); /* <= 2^17 */
-            }
-}
-
-int64_t fx_i16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
-{
-    const int64_t Cpp = pairs_of(g->C), G = groups_of(g->C);
-    const int64_t Hp = g->H + 2 * g->ph, HW = Hp * (g->W + 2 * g->pw);
-    /* the copy, the tiles' overrun past its end (a last tile's spare rows and their taps), the
-     * interleaving buffer, a zero plane, the row norms, one image's sums of squares (64-bit),
-     * 16 spare words for alignment */
-    return nb * HW * Cpp + (FX_I16_MAX_ROWS + g->KW) * Cpp + Cpp * HW + (HW + 1) / 2 + nb * Hp * G +
-           2 * HW * G + 18;
-}
+#define SEG_PAIRS FX_I16_SEG_PAIRS
+#define SEG_CH FX_I16_SEG_CH
 
 /* sq[s][i]: the sum of squares of pixel i's channels [SEG_CH s, SEG_CH (s + 1)) from one
  * image's pair planes; vpmaddwd gives a pair's x0^2 + x1^2 <= 2^31, exact as an unsigned lane */
@@ -202,56 +136,12 @@ static const itile_fn tile_fns[5][4] = {
     {itile_7x2_32, itile_8x2_32, itile_14x1_32, itile_16x1_32},
     {itile_7x2_0, itile_8x2_0, itile_14x1_0, itile_16x1_0}};
 
-static atomic_int direct_enabled = 1;
-static atomic_llong direct_calls, direct_declined;
-
-void fx_i16_fwd_direct_set_enabled(int on)
-{
-    atomic_store_explicit(&direct_enabled, on != 0, memory_order_relaxed);
-}
-
-int fx_i16_fwd_direct_enabled(void)
-{
-    return atomic_load_explicit(&direct_enabled, memory_order_relaxed);
-}
-
-long long fx_i16_fwd_direct_calls(void)
-{
-    return atomic_load_explicit(&direct_calls, memory_order_relaxed);
-}
-
-long long fx_i16_fwd_direct_declined(void)
-{
-    return atomic_load_explicit(&direct_declined, memory_order_relaxed);
-}
-
-/* fold[i] for the segments i = t G + s of one output row's chain: greedy chains of consecutive
- * segments whose bounds rn[kh][s] wm[i] sum to at most FX_I16_CHAIN_LIMIT (each alone does, the
- * chunk's check); wm: the weight norms, the largest over the tile's output channels */
-static void fold_schedule(const uint32_t *rn, const uint32_t *wm, int64_t KK, int64_t KW,
-                          int64_t G, uint8_t *fold)
-{
-    /* branch-free: where the chains are cut depends on the data (about every fifth segment on
-     * training data); the first segment never cuts (each alone is within the limit) */
-    int64_t run = (int64_t)rn[0] * wm[0];
-    for (int64_t t = 0; t < KK; t++) {
-        const uint32_t *r = rn + (t / KW) * G;
-        for (int64_t s = t ? 0 : 1; s < G; s++) {
-            const int64_t i = t * G + s;
-            const int64_t b = (int64_t)r[s] * wm[i];
-            const int64_t cut = run + b > FX_I16_CHAIN_LIMIT;
-            fold[i - 1] = (uint8_t)cut;
-            run = (cut ? 0 : run) + b;
-        }
-    }
-    fold[KK * G - 1] = 0;
-}
-
 int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                       const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                       uint64_t *ymax)
 {
-    const int64_t C = g->C, O = g->O, Cp = (C + 1) / 2, Cpp = pairs_of(C), G = groups_of(C);
+    const int64_t C = g->C, O = g->O, Cp = (C + 1) / 2;
+    const int64_t Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
     const int64_t opad = (O + 15) / 16 * 16;
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HW = Hp * Wp;
     const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW, nseg = KK * G;
@@ -282,23 +172,10 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
     }
     /* a segment that alone may leave int32 (data near full scale): the GEMM's any-data
      * kernels take the chunk */
-    for (int64_t s = 0; s < G; s++) {
-        uint32_t rmax = 0, wmax = 0;
-        for (int64_t i = 0; i < nbc * Hp; i++) rmax = rn[i * G + s] > rmax ? rn[i * G + s] : rmax;
-        for (int64_t i = 0; i < opad / 16 * KK; i++)
-            wmax = wn[i * G + s] > wmax ? wn[i * G + s] : wmax;
-        if ((int64_t)rmax * wmax > FX_I16_CHAIN_LIMIT) {
-            atomic_fetch_add_explicit(&direct_declined, 1, memory_order_relaxed);
-            return 0;
-        }
-    }
-    atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
+    if (!fx_i16_fwd_admit(rn, nbc * Hp, wn, opad / 16 * KK, G)) return 0;
     memset(xq + nbc * HW * Cpp, 0, sizeof(uint32_t) * (size_t)((FX_I16_MAX_ROWS + g->KW) * Cpp));
-    /* word offsets of the segments from a pixel's top-left tap */
-    int64_t xoff[FX_I16_FWD_MAX_SEGS];
-    for (int64_t t = 0; t < KK; t++)
-        for (int64_t s = 0; s < G; s++)
-            xoff[t * G + s] = ((t / g->KW) * Wp + t % g->KW) * Cpp + s * SEG_PAIRS;
+    int64_t xoff[FX_I16_FWD_MAX_SEGS]; /* word offsets of the segments from a pixel's tap 0 */
+    fx_i16_fwd_offsets(g, xoff);
     uint64_t mx = 0;
     for (int64_t o0 = 0; o0 < O; o0 += 32) {
         const int64_t ow = O - o0 < 32 ? O - o0 : 32;
@@ -322,7 +199,7 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
         for (int64_t row = 0; row < nbc * OH; row++) {
             const int64_t n = row / OH, oh = row % OH;
             uint8_t fold[FX_I16_FWD_MAX_SEGS];
-            fold_schedule(rn + (n * Hp + oh) * G, wm, KK, g->KW, G, fold);
+            fx_i16_fold_schedule(rn + (n * Hp + oh) * G, wm, KK, g->KW, G, fold);
             for (int64_t ow0 = 0; ow0 < OW; ow0 += mr) {
                 const int rows = OW - ow0 < mr ? (int)(OW - ow0) : mr;
                 const uint64_t m = fn(xq + (n * HW + oh * Wp + ow0) * Cpp, Cpp, xoff, nseg,

@@ -10,11 +10,10 @@
 #ifndef FX_FLEX_CONV_I16_AVX512_H
 #define FX_FLEX_CONV_I16_AVX512_H
 
+#include "conv_i16_direct.h" /* FX_I16_CHAIN_LIMIT, FX_I16_MAX_ROWS */
+
 #include <immintrin.h>
 #include <stdint.h>
-
-#define FX_I16_CHAIN_LIMIT ((int64_t)(((int64_t)1 << 31) - ((int64_t)1 << 16)))
-#define FX_I16_MAX_ROWS 16 /* register tile rows */
 
 /* The fold of NV x MR lanes: hi (in memory, 16 int32 per vector) takes the upper bits */
 static inline __attribute__((always_inline)) void fx_i16_fold(const int MR, const int NV,

@@ -1,0 +1,169 @@
+/* The parts of the exact int16 direct forward convolution that do not depend on the vector
+ * level (conv_i16_direct.h): which geometries it takes, the weights' packing and norms, the
+ * scratch size, the fold schedule, the chunk's admission, and the portable copy of an image. */
+#include "conv_i16.h"
+#include "conv_i16_direct.h"
+#include "gemm_i16.h" /* fx_ceil_sqrt */
+#include "../nn/im2col.h"
+
+#include <stdatomic.h>
+
+int fx_i16_fwd_direct_fits(const struct fx_conv_geom *g)
+{
+    const int64_t KK = g->KH * g->KW;
+    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->C >= 8 && g->O >= 16 &&
+           KK <= FX_I16_FWD_MAX_TAPS && KK * fx_i16_groups(g->C) <= FX_I16_FWD_MAX_SEGS &&
+           g->C * KK <= ((int64_t)1 << 16);
+}
+
+int64_t fx_i16_fwd_direct_weights_numel(const struct fx_conv_geom *g)
+{
+    const int64_t KK = g->KH * g->KW, opad = (g->O + 15) / 16 * 16;
+    return KK * fx_i16_pairs(g->C) * opad + opad / 16 * KK * fx_i16_groups(g->C);
+}
+
+void fx_i16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const int16_t *w, uint32_t *wq)
+{
+    const int64_t C = g->C, O = g->O, KK = g->KH * g->KW;
+    const int64_t Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
+    const int64_t opad = (O + 15) / 16 * 16;
+    /* wq[(t Cpp + cp) opad + o] = (w[o][2cp][t], w[o][2cp + 1][t]), zero past C and O */
+    for (int64_t t = 0; t < KK; t++)
+        for (int64_t cp = 0; cp < Cpp; cp++) {
+            uint32_t *dst = wq + (t * Cpp + cp) * opad;
+            for (int64_t o = 0; o < opad; o++) {
+                const uint32_t e =
+                    o < O && 2 * cp < C ? (uint16_t)w[(o * C + 2 * cp) * KK + t] : 0u;
+                const uint32_t d =
+                    o < O && 2 * cp + 1 < C ? (uint16_t)w[(o * C + 2 * cp + 1) * KK + t] : 0u;
+                dst[o] = e | d << 16;
+            }
+        }
+    /* wn[(ob KK + t) G + s]: the largest norm over block ob's output channels of their weights
+     * at tap t and channels [SEG_CH s, SEG_CH (s + 1)) */
+    uint32_t *wn = wq + KK * Cpp * opad;
+    for (int64_t ob = 0; ob < opad / 16; ob++)
+        for (int64_t t = 0; t < KK; t++)
+            for (int64_t s = 0; s < G; s++) {
+                int64_t mx = 0;
+                for (int64_t o = 16 * ob; o < 16 * ob + 16 && o < O; o++) {
+                    int64_t sq = 0;
+                    for (int64_t c = FX_I16_SEG_CH * s; c < FX_I16_SEG_CH * (s + 1) && c < C; c++) {
+                        const int64_t v = w[(o * C + c) * KK + t];
+                        sq += v * v;
+                    }
+                    mx = sq > mx ? sq : mx;
+                }
+                wn[(ob * KK + t) * G + s] = (uint32_t)fx_ceil_sqrt(mx); /* <= 2^17 */
+            }
+}
+
+int64_t fx_i16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
+{
+    const int64_t Cpp = fx_i16_pairs(g->C), G = fx_i16_groups(g->C);
+    const int64_t Hp = g->H + 2 * g->ph, HW = Hp * (g->W + 2 * g->pw);
+    /* the AVX-512 kernel's layout, which holds the AVX2 kernel's (a subset of it): the copy,
+     * the tiles' overrun past its end (a last tile's spare rows and their taps), the
+     * interleaving buffer, a zero plane, the row norms, one image's sums of squares (64-bit),
+     * 16 spare words for alignment */
+    return nb * HW * Cpp + (FX_I16_MAX_ROWS + g->KW) * Cpp + Cpp * HW + (HW + 1) / 2 + nb * Hp * G +
+           2 * HW * G + 18;
+}
+
+static atomic_int direct_enabled = 1;
+static atomic_llong direct_calls, direct_declined;
+
+void fx_i16_fwd_direct_set_enabled(int on)
+{
+    atomic_store_explicit(&direct_enabled, on != 0, memory_order_relaxed);
+}
+
+int fx_i16_fwd_direct_enabled(void)
+{
+    return atomic_load_explicit(&direct_enabled, memory_order_relaxed);
+}
+
+long long fx_i16_fwd_direct_calls(void)
+{
+    return atomic_load_explicit(&direct_calls, memory_order_relaxed);
+}
+
+long long fx_i16_fwd_direct_declined(void)
+{
+    return atomic_load_explicit(&direct_declined, memory_order_relaxed);
+}
+
+void fx_i16_fold_schedule(const uint32_t *rn, const uint32_t *wm, int64_t KK, int64_t KW,
+                          int64_t G, uint8_t *fold)
+{
+    /* branch-free: where the chains are cut depends on the data (about every fifth segment on
+     * training data); the first segment never cuts (each alone is within the limit) */
+    int64_t run = (int64_t)rn[0] * wm[0];
+    for (int64_t t = 0; t < KK; t++) {
+        const uint32_t *r = rn + (t / KW) * G;
+        for (int64_t s = t ? 0 : 1; s < G; s++) {
+            const int64_t i = t * G + s;
+            const int64_t b = (int64_t)r[s] * wm[i];
+            const int64_t cut = run + b > FX_I16_CHAIN_LIMIT;
+            fold[i - 1] = (uint8_t)cut;
+            run = (cut ? 0 : run) + b;
+        }
+    }
+    fold[KK * G - 1] = 0;
+}
+
+int fx_i16_fwd_admit(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
+                     int64_t G)
+{
+    for (int64_t s = 0; s < G; s++) {
+        uint32_t rmax = 0, wmax = 0;
+        for (int64_t i = 0; i < nrows; i++) rmax = rn[i * G + s] > rmax ? rn[i * G + s] : rmax;
+        for (int64_t i = 0; i < nwrows; i++) wmax = wn[i * G + s] > wmax ? wn[i * G + s] : wmax;
+        if ((int64_t)rmax * wmax > FX_I16_CHAIN_LIMIT) {
+            atomic_fetch_add_explicit(&direct_declined, 1, memory_order_relaxed);
+            return 0;
+        }
+    }
+    atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
+    return 1;
+}
+
+void fx_i16_fwd_offsets(const struct fx_conv_geom *g, int64_t *xoff)
+{
+    const int64_t G = fx_i16_groups(g->C), Cpp = fx_i16_pairs(g->C), Wp = g->W + 2 * g->pw;
+    for (int64_t t = 0; t < g->KH * g->KW; t++)
+        for (int64_t s = 0; s < G; s++)
+            xoff[t * G + s] = ((t / g->KW) * Wp + t % g->KW) * Cpp + s * FX_I16_SEG_PAIRS;
+}
+
+void fx_i16_fwd_copy_image(const struct fx_conv_geom *g, const int16_t *img, uint32_t *xq,
+                           uint32_t *rn)
+{
+    const int64_t C = g->C, Cp = (C + 1) / 2, Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HW = Hp * Wp;
+    const uint16_t *x = (const uint16_t *)(const void *)img;
+    /* channel pair by channel pair: each reads two planes in order and writes one word per
+     * pixel, Cpp words apart */
+    for (int64_t cp = 0; cp < Cp; cp++) {
+        const uint16_t *e = x + 2 * cp * HW, *d = 2 * cp + 1 < C ? e + HW : NULL;
+        for (int64_t p = 0; p < HW; p++)
+            xq[p * Cpp + cp] = (uint32_t)e[p] | (d ? (uint32_t)d[p] << 16 : 0u);
+    }
+    for (int64_t cp = Cp; cp < Cpp; cp++)
+        for (int64_t p = 0; p < HW; p++) xq[p * Cpp + cp] = 0;
+    /* a pair word's x0^2 + x1^2 <= 2^31 and a segment's four at most 2^33: int64 sums */
+    for (int64_t ih = 0; ih < Hp; ih++)
+        for (int64_t s = 0; s < G; s++) {
+            int64_t m = 0;
+            for (int64_t iw = 0; iw < Wp; iw++) {
+                const uint32_t *q = xq + (ih * Wp + iw) * Cpp + s * FX_I16_SEG_PAIRS;
+                int64_t sq = 0;
+                for (int j = 0; j < FX_I16_SEG_PAIRS; j++) {
+                    const int64_t lo = (int16_t)(q[j] & 0xFFFF), hi = (int16_t)(q[j] >> 16);
+                    sq += lo * lo + hi * hi;
+                }
+                m = sq > m ? sq : m;
+            }
+            rn[ih * G + s] = (uint32_t)fx_ceil_sqrt(m);
+        }
+}
