@@ -278,12 +278,21 @@ static inline void fx_r4_fast_stats(const fx_r4_fast *f, fx_qstats *st)
     fx_q64_fast_stats_of(st, mx, uf[0] + uf[1] + uf[2] + uf[3], f->s);
 }
 
-/* Two vectors of 4 int64 lanes in [-32767, 32767] -> 8 int32 lanes (their low halves). */
+/* Two vectors of 4 int64 lanes in [-32767, 32767], q0 = (a0..a3) and q1 = (b0..b3) -> 8 int32
+ * lanes (their low halves) in the order a0 a1 b0 b1 | a2 a3 b2 b3, which fx_pack8_i64_order
+ * turns into a0..a3 b0..b3. Why not the plain order: it needs lane-crossing permutes (two vpermd
+ * and a vperm2i128), which Zen 1 splits into 14 uops and runs at one per 3-4 cycles each; these
+ * in-lane shuffles are 2 uops each there, and one shuffle each on later cores. */
 static inline __m256i fx_narrow8(__m256i q0, __m256i q1)
 {
-    const __m256i idx = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    const __m256i p0 = _mm256_permutevar8x32_epi32(q0, idx), p1 = _mm256_permutevar8x32_epi32(q1, idx);
-    return _mm256_permute2x128_si256(p0, p1, 0x20);
+    return _mm256_unpacklo_epi64(_mm256_shuffle_epi32(q0, 0x08), _mm256_shuffle_epi32(q1, 0x08));
+}
+
+/* fx_narrow8's lanes as 8 int16 in the order a0..a3 b0..b3: the saturating pack gives the
+ * int16 pairs (a0 a1)(b0 b1)(a2 a3)(b2 b3), and one dword shuffle puts them in order. */
+static inline __m128i fx_pack8_i64_order(__m256i m)
+{
+    return _mm_shuffle_epi32(fx_pack8_epi32(m), 0xD8);
 }
 
 /* The state of fx_requant4 for one shift. */
@@ -360,10 +369,10 @@ fx_quant_i64_body(const int64_t *src, int16_t *dst, int64_t n, int shift, fx_qst
                                : fx_narrow8(fx_requant4(v0, &s4), fx_requant4(v1, &s4));
         if (!fast) max_out = _mm256_max_epi32(max_out, _mm256_abs_epi32(m));
         if (dst && len == 8) {
-            _mm_storeu_si128((__m128i *)(dst + i), fx_pack8_epi32(m));
+            _mm_storeu_si128((__m128i *)(dst + i), fx_pack8_i64_order(m));
         } else if (dst) {
             int16_t m16[8];
-            _mm_storeu_si128((__m128i *)m16, fx_pack8_epi32(m));
+            _mm_storeu_si128((__m128i *)m16, fx_pack8_i64_order(m));
             memcpy(dst + i, m16, (size_t)len * sizeof *m16);
         }
     }
@@ -409,7 +418,7 @@ fx_quant_i64_t_body(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols
                     fast ? fx_narrow8(fx_requant4_fast(v0, &f), fx_requant4_fast(v1, &f))
                          : fx_narrow8(fx_requant4(v0, &s4), fx_requant4(v1, &s4));
                 if (!fast) max_out = _mm256_max_epi32(max_out, _mm256_abs_epi32(m));
-                w[i] = fx_pack8_epi32(m);
+                w[i] = fx_pack8_i64_order(m);
             }
             for (int i = 0; i < 4; i++) { /* row pairs: columns 0-3, 4-7 */
                 t[2 * i] = _mm_unpacklo_epi16(w[2 * i], w[2 * i + 1]);
