@@ -19,13 +19,13 @@
  * lower half of the odd channels, where a schedule taken from other rows or channels misses
  * them), where a missing fold wraps; the decline; and tensor_conv2d_backward_weight bit for bit
  * with the route on and off.
- * The forward checks run for each level the CPU runs that has the direct forward kernel
- * (AVX-512 with VNNI, AVX2), the weight gradient's where the level has that kernel (AVX-512 with
- * VNNI). Skips on CPUs without AVX2, where convolutions take the patch GEMM. */
+ * Both run for each level the CPU runs that has the kernels (AVX-512 with VNNI: vpdpwssd; AVX2:
+ * vpmaddwd + vpaddd). Skips on CPUs without AVX2, where convolutions take the patch GEMM. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
 #include "flex/conv_i16.h"
+#include "flex/conv_i16_wgrad.h"
 #include "nn/im2col.h"
 #include "testutil.h"
 
@@ -71,6 +71,11 @@ static int16_t draw(test_rng *r, int kind, int is_w, int64_t row)
 typedef int (*fwd_kernel)(const fx_conv_geom *, const int16_t *, int64_t, const uint32_t *,
                           uint32_t *, int64_t *, int, uint64_t *);
 static fwd_kernel g_fwd;
+/* the weight gradient kernel under test, and the row norms its level takes */
+typedef int (*wgrad_kernel)(const fx_conv_geom *, const int16_t *, const int16_t *, int64_t,
+                            uint32_t *, int64_t *, int);
+static wgrad_kernel g_wgrad;
+static void (*g_row_norms)(const int16_t *, int64_t, int64_t, uint32_t *);
 static const char *g_level = "";
 
 /* the kernel against the exact sums; returns whether it took the chunk */
@@ -200,7 +205,7 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
     uint32_t *scratch = malloc(sizeof(uint32_t) * (size_t)fx_i16_wgrad_direct_scratch(&g, N));
     int64_t *got = malloc(sizeof(int64_t) * (size_t)(R * O));
     memset(got, 0x5A, sizeof(int64_t) * (size_t)(R * O));
-    const int took = fx_i16_wgrad_direct(&g, xp, dy, N, scratch, got, 0);
+    const int took = g_wgrad(&g, xp, dy, N, scratch, got, 0);
     if (took) {
         /* then added to what is there: twice the sums */
         for (int pass = 1; pass <= 2; pass++) {
@@ -211,7 +216,7 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
                   (long long)H, (long long)W, (long long)O, (long long)K, (long long)pad, kind,
                   pass == 1 ? "stored" : "added", bad, (long long)(R * O));
             if (pass == 1)
-                CHECK(fx_i16_wgrad_direct(&g, xp, dy, N, scratch, got, 1), "second call declined");
+                CHECK(g_wgrad(&g, xp, dy, N, scratch, got, 1), "second call declined");
         }
     } else {
         long touched = 0;
@@ -255,7 +260,7 @@ static void check_row_norms(uint64_t seed)
                 }
             /* mode 2: 3^2 + 4^2 = 5^2; mode 3: 24^2 + 7^2 + 1 = 25^2 + 1; mode 4: 181^2 = 32761,
              * and with a length of at least 2 the row below gets the second value 0 */
-            fx_i16_row_norms(p, rows, len, out);
+            g_row_norms(p, rows, len, out);
             for (int64_t i = 0; i < rows; i++) {
                 uint64_t sq = 0;
                 for (int64_t j = 0; j < len; j++)
@@ -267,7 +272,7 @@ static void check_row_norms(uint64_t seed)
                 checked++;
             }
         }
-    CHECK(bad == 0, "fx_i16_row_norms: %ld of %ld row norms differ from the exact ceiling", bad,
+    CHECK(bad == 0, "%s row norms: %ld of %ld differ from the exact ceiling", g_level, bad,
           checked);
     free(p);
 }
@@ -433,7 +438,7 @@ static void check_forward(uint64_t *seedp)
     *seedp = seed;
 }
 
-/* The weight gradient kernel (AVX512_VNNI only) and the row norms it takes. */
+/* The weight gradient kernel of the active backend and the row norms it takes. */
 static void check_weight_gradient(uint64_t *seedp)
 {
     uint64_t seed = *seedp;
@@ -471,6 +476,8 @@ int main(void)
         if (!be || !be->available || !be->conv.i16_fwd) continue;
         CHECK_STATUS(flexpoint_set_backend(levels[l].name), FX_OK);
         g_fwd = be->conv.i16_fwd;
+        g_wgrad = be->conv.i16_wgrad;
+        g_row_norms = levels[l].id == FX_BACKEND_AVX512 ? fx_i16_row_norms : fx_i16_row_norms_portable;
         g_level = levels[l].name;
         check_forward(&seed);
         if (be->conv.i16_wgrad) check_weight_gradient(&seed);

@@ -59,6 +59,10 @@ int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g);
 int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb);
 int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                         int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
+/* The same on AVX2 (src/flex/conv_i16_wgrad_avx2.c: vpmaddwd + vpaddd), the same contract and
+ * the same sums. */
+int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
+                             int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
 /* out[i] = ceil(sqrt(sum over j < len of p[i len + j]^2)) for i < rows, len <= 1024: the row
  * norms the weight gradient's bounds take (exported for the tests) */
 void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out);

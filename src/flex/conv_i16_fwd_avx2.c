@@ -14,58 +14,13 @@
  * fast kernel. An output row of OW pixels is cut into ceil(OW / 6) tiles of near-equal widths
  * (the CNN's 14: 5 + 5 + 4), so no lane computes a pixel that is not there. */
 #include "conv_i16.h"
+#include "conv_i16_avx2.h"
 #include "conv_i16_direct.h"
 #include "../nn/im2col.h"
 
 #include <immintrin.h>
-#include <string.h>
 
 #define MR_MAX 6
-
-/* |v| for int64 lanes (two's complement; AVX2 has no vpabsq) and the lane-wise unsigned max
- * of values below 2^63 (a signed compare orders them) */
-static inline __m256i abs_epi64(__m256i v)
-{
-    const __m256i sgn = _mm256_cmpgt_epi64(_mm256_setzero_si256(), v);
-    return _mm256_sub_epi64(_mm256_xor_si256(v, sgn), sgn);
-}
-static inline __m256i max_epi64(__m256i a, __m256i b)
-{
-    return _mm256_blendv_epi8(a, b, _mm256_cmpgt_epi64(b, a));
-}
-
-/* acc0 += pairs(x[off] broadcast) . w0 and acc1 likewise with w1, x[off] being the 32-bit word
- * at byte offset off from x. Why asm: from intrinsics, GCC 12 computed a whole segment's
- * products first and spilled them (200 stack accesses in the 6-pixel tile); as one opaque step
- * per pixel, the 12 accumulators and both weight vectors stay in registers and the broadcast
- * and the product take the two registers left (ymm14, ymm15). */
-#define FX_MADD_ROW(acc0, acc1, w0, w1, x, off)                                                    \
-    __asm__ volatile("vpbroadcastd %c[o](%[xp]), %%ymm15\n\t"                                      \
-                     "vpmaddwd %[b0], %%ymm15, %%ymm14\n\t"                                        \
-                     "vpaddd %%ymm14, %[a0], %[a0]\n\t"                                            \
-                     "vpmaddwd %[b1], %%ymm15, %%ymm15\n\t"                                        \
-                     "vpaddd %%ymm15, %[a1], %[a1]"                                                 \
-                     : [a0] "+x"(acc0), [a1] "+x"(acc1)                                             \
-                     : [b0] "x"(w0), [b1] "x"(w1), [xp] "r"(x), [o] "i"(off)                         \
-                     : "xmm14", "xmm15")
-
-/* The fold of one pixel's two accumulators (conv_i16_direct.h): hi[0..15] += acc >> 16
- * (arithmetic), acc &= 0xFFFF; in asm for the same reason, so that the accumulators never
- * leave their registers between segments. */
-#define FX_FOLD_ROW(acc0, acc1, h)                                                                 \
-    __asm__ volatile("vpcmpeqd %%ymm15, %%ymm15, %%ymm15\n\t"                                      \
-                     "vpsrld $16, %%ymm15, %%ymm15\n\t"                                            \
-                     "vpsrad $16, %[a0], %%ymm14\n\t"                                              \
-                     "vpaddd (%[hp]), %%ymm14, %%ymm14\n\t"                                        \
-                     "vmovdqa %%ymm14, (%[hp])\n\t"                                                \
-                     "vpand %%ymm15, %[a0], %[a0]\n\t"                                             \
-                     "vpsrad $16, %[a1], %%ymm14\n\t"                                              \
-                     "vpaddd 32(%[hp]), %%ymm14, %%ymm14\n\t"                                      \
-                     "vmovdqa %%ymm14, 32(%[hp])\n\t"                                              \
-                     "vpand %%ymm15, %[a1], %[a1]"                                                  \
-                     : [a0] "+x"(acc0), [a1] "+x"(acc1)                                             \
-                     : [hp] "r"(h)                                                                  \
-                     : "xmm14", "xmm15", "memory")
 
 /* One tile: MR pixels of an output row (xb: the first one's top-left tap in the copy, ld words
  * per pixel) by 16 output channels (wb: their packed weights, opad words per pair), the chain
@@ -77,14 +32,9 @@ itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
       const int64_t *xoff, int64_t nseg, const uint32_t *wb, int64_t opad, const uint8_t *fold,
       int64_t *out, int64_t ldo, int ncols)
 {
-    /* hi in the caller's frame, touched at folds only. The accumulators are named variables,
-     * not an array: GCC kept an array of them in memory between segments (a load and a store
-     * of each per segment) */
+    /* hi in the caller's frame, touched at folds only */
     int32_t (*hi)[2][8] = (int32_t (*)[2][8])hib;
-    __m256i c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
-    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_si256();
-#define FX_ROWS(X) X(0, c00, c01) X(1, c10, c11) X(2, c20, c21) X(3, c30, c31) X(4, c40, c41) \
-    X(5, c50, c51)
+    FX_I16_AVX2_TILE_ACCS;
     for (int r = 0; r < MR; r++)
         for (int v = 0; v < 2; v++) _mm256_store_si256((__m256i *)hi[r][v], _mm256_setzero_si256());
     const int64_t ld = LD > 0 ? LD : ld_any; /* constant offsets where LD is known */
@@ -102,52 +52,17 @@ itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
         else                                                                                       \
             FX_MADD_ROW(a0, a1, b0, b1, xs + r * ld, j * 4);                                       \
     }
-            FX_ROWS(FX_STEP)
+            FX_I16_AVX2_ROWS(FX_STEP)
 #undef FX_STEP
         }
-        if (fold[i]) {
-#define FX_FOLD(r, a0, a1)                                                                         \
-    if (MR > r) FX_FOLD_ROW(a0, a1, hi[r][0]);
-            FX_ROWS(FX_FOLD)
-#undef FX_FOLD
-        }
+        if (fold[i]) FX_I16_AVX2_FOLD_ALL(MR, hi);
     }
-    __m256i acc[MR_MAX][2];
-#define FX_KEEP(r, a0, a1)                                                                         \
-    acc[r][0] = a0;                                                                                \
-    acc[r][1] = a1;
-    FX_ROWS(FX_KEEP)
-#undef FX_KEEP
-#undef FX_ROWS
     __m256i mx = _mm256_setzero_si256();
-    for (int r = 0; r < MR; r++) {
-        int64_t row[16] __attribute__((aligned(32)));
-        for (int v = 0; v < 2; v++) {
-            const __m256i hv = _mm256_load_si256((const __m256i *)hi[r][v]);
-            for (int q = 0; q < 2; q++) {
-                const __m128i a32 = q ? _mm256_extracti128_si256(acc[r][v], 1)
-                                      : _mm256_castsi256_si128(acc[r][v]);
-                const __m128i h32 =
-                    q ? _mm256_extracti128_si256(hv, 1) : _mm256_castsi256_si128(hv);
-                const __m256i sum = _mm256_add_epi64(
-                    _mm256_slli_epi64(_mm256_cvtepi32_epi64(h32), 16), _mm256_cvtepi32_epi64(a32));
-                _mm256_store_si256((__m256i *)(row + 8 * v + 4 * q), sum);
-                /* lanes past ncols are sums of zero weights: 0, which adds nothing to the max */
-                mx = max_epi64(mx, abs_epi64(sum));
-            }
-        }
-        if (ncols == 16)
-            for (int q = 0; q < 4; q++)
-                _mm256_storeu_si256((__m256i *)(out + r * ldo + 4 * q),
-                                    _mm256_load_si256((const __m256i *)(row + 4 * q)));
-        else
-            memcpy(out + r * ldo, row, sizeof(int64_t) * (size_t)ncols);
-    }
-    int64_t m[4];
-    _mm256_storeu_si256((__m256i *)m, mx);
-    uint64_t best = 0;
-    for (int q = 0; q < 4; q++) best = (uint64_t)m[q] > best ? (uint64_t)m[q] : best;
-    return best;
+#define FX_STORE(r, a0, a1)                                                                        \
+    if (MR > r) mx = fx_i16_store_row_avx2(a0, a1, hi[r][0], out + r * ldo, ncols, 0, mx);
+    FX_I16_AVX2_ROWS(FX_STORE)
+#undef FX_STORE
+    return fx_i16_hmax_epu64_avx2(mx);
 }
 
 typedef uint64_t (*itile_fn)(const uint32_t *, int64_t, const int64_t *, int64_t,

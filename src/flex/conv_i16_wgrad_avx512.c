@@ -24,33 +24,15 @@
  * at about 55 % of the vpdpwssd limit that way. */
 #include "conv_i16.h"
 #include "conv_i16_avx512.h"
+#include "conv_i16_wgrad.h"
 #include "gemm_i16.h" /* fx_ceil_sqrt */
 #include "../core/pair_copy_avx512.h"
 #include "../nn/im2col.h"
 
 #include <immintrin.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #define WG_MAX_MR 12
-
-int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g)
-{
-    /* padded rows of at most 2^10 values: their sums of squares stay below 2^40, where
-     * fx_ceil_sqrt is exact */
-    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->OW % 2 == 0 &&
-           g->OW >= 2 && g->O >= 1 && g->W + 2 * g->pw <= 1024;
-}
-
-int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
-{
-    const int64_t opad = (g->O + 15) / 16 * 16, Hp = g->H + 2 * g->ph;
-    /* dy's pair words, the input rows' norms, dy's rows' norms and their maxima per block of 16
-     * channels, the input norms per channel and output row, one channel block's dy norms per
-     * output row, one tile's fold schedule (bytes, in words), 16 spare words for the alignment */
-    return nb * (g->OH * g->OW / 2) * opad + nb * g->C * Hp + nb * g->O * g->OH +
-           nb * g->OH * (opad / 16) + nb * g->C * g->OH + nb * g->OH + (nb * g->OH + 3) / 4 + 16;
-}
 
 /* The sums of squares of one row's values in [j, j + 32) under mask m, as 8 uint64 lanes:
  * vpmaddwd gives x0^2 + x1^2 <= 2^31 per 32-bit lane, exact read unsigned */
@@ -116,23 +98,6 @@ void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out
     }
 }
 
-/* dn[(n OH + oh) nob + ob]: the largest norm over block ob's channels of dy's row (n, o, oh),
- * from the rows' norms rn[(n O + o) OH + oh] */
-static void grad_block_norms(const uint32_t *rn, int64_t nbc, int64_t O, int64_t OH, int64_t nob,
-                             uint32_t *dn)
-{
-    for (int64_t n = 0; n < nbc; n++)
-        for (int64_t oh = 0; oh < OH; oh++)
-            for (int64_t ob = 0; ob < nob; ob++) {
-                uint32_t mx = 0;
-                for (int64_t o = 16 * ob; o < 16 * ob + 16 && o < O; o++) {
-                    const uint32_t v = rn[(n * O + o) * OH + oh];
-                    mx = v > mx ? v : mx;
-                }
-                dn[(n * OH + oh) * nob + ob] = mx;
-            }
-}
-
 /* One tile: MR rows (offsets roff into a padded image), NV vectors of 16 channels from dyt
  * (already offset to the tile's first channel), the chain over all nbc images' pixel pairs,
  * a fold after output row s = n OH + oy where fold[s]. */
@@ -194,59 +159,6 @@ typedef void (*wtile_fn)(const int16_t *, int64_t, const int64_t *, const uint32
                          int64_t, int64_t, int64_t, int64_t, int64_t, const uint8_t *, int64_t *,
                          int64_t, int, __mmask16, int);
 
-static atomic_int wdirect_enabled = 1;
-static atomic_llong wdirect_calls, wdirect_declined;
-
-void fx_i16_wgrad_direct_set_enabled(int on)
-{
-    atomic_store_explicit(&wdirect_enabled, on != 0, memory_order_relaxed);
-}
-
-int fx_i16_wgrad_direct_enabled(void)
-{
-    return atomic_load_explicit(&wdirect_enabled, memory_order_relaxed);
-}
-
-long long fx_i16_wgrad_direct_calls(void)
-{
-    return atomic_load_explicit(&wdirect_calls, memory_order_relaxed);
-}
-
-long long fx_i16_wgrad_direct_declined(void)
-{
-    return atomic_load_explicit(&wdirect_declined, memory_order_relaxed);
-}
-
-/* fold[s] for the output rows s = n OH + oh of a tile over channels [c_lo, c_hi]: greedy
- * chains of rows whose bounds (the channels' largest input norm times dy's, dm[s]) sum to at
- * most FX_I16_CHAIN_LIMIT (each alone does, the chunk's check) */
-static void fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t nbc, int64_t C,
-                          int64_t OH, int64_t c_lo, int64_t c_hi, uint8_t *fold)
-{
-    int64_t run = 0;
-    for (int64_t n = 0, s = 0; n < nbc; n++)
-        for (int64_t oh = 0; oh < OH; oh++, s++) {
-            uint32_t xm = 0;
-            for (int64_t c = c_lo; c <= c_hi; c++) {
-                const uint32_t v = xk[(n * C + c) * OH + oh];
-                xm = v > xm ? v : xm;
-            }
-            const int64_t b = (int64_t)xm * dm[s];
-            fold[s] = 0;
-            if (s > 0 && run + b > FX_I16_CHAIN_LIMIT) {
-                fold[s - 1] = 1;
-                run = 0;
-            }
-            run += b;
-        }
-}
-
-static int decline(void)
-{
-    atomic_fetch_add_explicit(&wdirect_declined, 1, memory_order_relaxed);
-    return 0;
-}
-
 int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                         int64_t nbc, uint32_t *scratch, int64_t *dwt, int add)
 {
@@ -254,41 +166,10 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
     const int64_t opad = (O + 15) / 16 * 16, nob = opad / 16;
     const int64_t KH = g->KH, KW = g->KW, KK = KH * KW, CKK = C * KK;
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, ximg = C * Hp * Wp;
-    if (nbc * P > ((int64_t)1 << 16)) return decline(); /* hi's range */
-    uint32_t *dyt = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16); /* 64-byte aligned */
-    uint32_t *xn = dyt + nbc * (P / 2) * opad;
-    uint32_t *drn = xn + nbc * C * Hp; /* dy's rows' norms */
-    uint32_t *dn = drn + nbc * O * OH;
-    uint32_t *xk = dn + nbc * OH * nob;
-    uint32_t *dm = xk + nbc * C * OH;
-    uint8_t *fold = (uint8_t *)(void *)(dm + nbc * OH);
-    fx_i16_row_norms(xp, nbc * C * Hp, Wp, xn);
-    fx_i16_row_norms(dy, nbc * O * OH, OW, drn);
-    grad_block_norms(drn, nbc, O, OH, nob, dn);
-    /* xk[(n C + c) OH + oh]: the largest input row norm of channel c at output row oh over the
-     * kernel's rows (what a tile's bound takes per channel: a little looser than per tap, and
-     * one lookup per channel) */
-    for (int64_t n = 0; n < nbc; n++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t oh = 0; oh < OH; oh++) {
-                uint32_t m = 0;
-                for (int64_t kh = 0; kh < KH; kh++) {
-                    const uint32_t v = xn[(n * C + c) * Hp + oh + kh];
-                    m = v > m ? v : m;
-                }
-                xk[(n * C + c) * OH + oh] = m;
-            }
-    /* a segment that alone may leave int32: the GEMM's any-data kernels take the chunk */
-    for (int64_t n = 0; n < nbc; n++)
-        for (int64_t oh = 0; oh < OH; oh++) {
-            uint32_t xmax = 0, dmax = 0;
-            for (int64_t c = 0; c < C; c++)
-                xmax = xk[(n * C + c) * OH + oh] > xmax ? xk[(n * C + c) * OH + oh] : xmax;
-            for (int64_t ob = 0; ob < nob; ob++)
-                dmax = dn[(n * OH + oh) * nob + ob] > dmax ? dn[(n * OH + oh) * nob + ob] : dmax;
-            if ((int64_t)xmax * dmax > FX_I16_CHAIN_LIMIT) return decline();
-        }
-    atomic_fetch_add_explicit(&wdirect_calls, 1, memory_order_relaxed);
+    fx_i16_wgrad_bufs b;
+    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch, fx_i16_row_norms, &b)) return 0;
+    uint32_t *dyt = b.dyt, *dn = b.dn, *xk = b.xk, *dm = b.dm;
+    uint8_t *fold = b.fold;
     fx_pair_rows_transpose_avx512((const uint16_t *)(const void *)dy, nbc, O, P, opad, dyt);
     for (int64_t o0 = 0; o0 < O; o0 += 64) {
         const int64_t ow = O - o0 < 64 ? O - o0 : 64;
@@ -320,7 +201,7 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
              * most do) */
             const int64_t c_lo = r0 / KK, c_hi = (r0 + rows - 1) / KK;
             if (c_lo != sched_lo || c_hi != sched_hi)
-                fold_schedule(xk, dm, nbc, C, OH, c_lo, c_hi, fold);
+                fx_i16_wgrad_fold_schedule(xk, dm, nbc, C, OH, c_lo, c_hi, fold);
             sched_lo = c_lo;
             sched_hi = c_hi;
             fn(xp, ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW, Wp, nbc, fold,

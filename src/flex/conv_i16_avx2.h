@@ -1,0 +1,114 @@
+/* The pieces of the exact int16 direct convolutions on AVX2 (conv_i16_fwd_avx2.c,
+ * conv_i16_wgrad_avx2.c): the pair step and the fold of one register-tile row in asm, and the
+ * store of a row's exact sums. Include only from files compiled with the AVX2 flags. */
+#ifndef FX_FLEX_CONV_I16_AVX2_H
+#define FX_FLEX_CONV_I16_AVX2_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+/* acc0 += pairs(x[off] broadcast) . w0 and acc1 likewise with w1, x[off] being the 32-bit word
+ * at byte offset off from x. Why asm: from intrinsics, GCC 12 computed a whole segment's
+ * products first and spilled them (200 stack accesses in the 6-pixel tile); as one opaque step
+ * per pixel, the 12 accumulators and both weight vectors stay in registers and the broadcast
+ * and the product take the two registers left (ymm14, ymm15). */
+#define FX_MADD_ROW(acc0, acc1, w0, w1, x, off)                                                    \
+    __asm__ volatile("vpbroadcastd %c[o](%[xp]), %%ymm15\n\t"                                      \
+                     "vpmaddwd %[b0], %%ymm15, %%ymm14\n\t"                                        \
+                     "vpaddd %%ymm14, %[a0], %[a0]\n\t"                                            \
+                     "vpmaddwd %[b1], %%ymm15, %%ymm15\n\t"                                        \
+                     "vpaddd %%ymm15, %[a1], %[a1]"                                                 \
+                     : [a0] "+x"(acc0), [a1] "+x"(acc1)                                             \
+                     : [b0] "x"(w0), [b1] "x"(w1), [xp] "r"(x), [o] "i"(off)                         \
+                     : "xmm14", "xmm15")
+
+/* The fold of one pixel's two accumulators (conv_i16_direct.h): hi[0..15] += acc >> 16
+ * (arithmetic), acc &= 0xFFFF; in asm for the same reason, so that the accumulators never
+ * leave their registers between segments. */
+#define FX_FOLD_ROW(acc0, acc1, h)                                                                 \
+    __asm__ volatile("vpcmpeqd %%ymm15, %%ymm15, %%ymm15\n\t"                                      \
+                     "vpsrld $16, %%ymm15, %%ymm15\n\t"                                            \
+                     "vpsrad $16, %[a0], %%ymm14\n\t"                                              \
+                     "vpaddd (%[hp]), %%ymm14, %%ymm14\n\t"                                        \
+                     "vmovdqa %%ymm14, (%[hp])\n\t"                                                \
+                     "vpand %%ymm15, %[a0], %[a0]\n\t"                                             \
+                     "vpsrad $16, %[a1], %%ymm14\n\t"                                              \
+                     "vpaddd 32(%[hp]), %%ymm14, %%ymm14\n\t"                                      \
+                     "vmovdqa %%ymm14, 32(%[hp])\n\t"                                              \
+                     "vpand %%ymm15, %[a1], %[a1]"                                                  \
+                     : [a0] "+x"(acc0), [a1] "+x"(acc1)                                             \
+                     : [hp] "r"(h)                                                                  \
+                     : "xmm14", "xmm15", "memory")
+
+/* |v| for int64 lanes (two's complement; AVX2 has no vpabsq) and the lane-wise unsigned max
+ * of values below 2^63 (a signed compare orders them) */
+static inline __m256i fx_abs_epi64_avx2(__m256i v)
+{
+    const __m256i sgn = _mm256_cmpgt_epi64(_mm256_setzero_si256(), v);
+    return _mm256_sub_epi64(_mm256_xor_si256(v, sgn), sgn);
+}
+static inline __m256i fx_max_epi64_avx2(__m256i a, __m256i b)
+{
+    return _mm256_blendv_epi8(a, b, _mm256_cmpgt_epi64(b, a));
+}
+
+/* A register tile's accumulators, two per row for rows 0-5, as named variables: GCC kept an
+ * array of them in memory between a chain's segments (a load and a store of each per segment).
+ * FX_I16_AVX2_ROWS(X) expands X(row, acc0, acc1) for each row; a tile of MR rows guards its
+ * uses with MR > row, and the unused ones vanish. */
+#define FX_I16_AVX2_TILE_ACCS                                                                      \
+    __m256i c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;                            \
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_si256()
+#define FX_I16_AVX2_ROWS(X)                                                                        \
+    X(0, c00, c01) X(1, c10, c11) X(2, c20, c21) X(3, c30, c31) X(4, c40, c41) X(5, c50, c51)
+/* the fold of the tile's first MR rows, row r's hi words at hi[r][0] (16 int32) */
+#define FX_I16_AVX2_FOLD_ONE(r, a0, a1)                                                            \
+    if (MR_ > r) FX_FOLD_ROW(a0, a1, hi_[r][0]);
+#define FX_I16_AVX2_FOLD_ALL(MR, hi)                                                               \
+    do {                                                                                           \
+        const int MR_ = (MR);                                                                      \
+        int32_t(*hi_)[2][8] = (hi);                                                                \
+        FX_I16_AVX2_ROWS(FX_I16_AVX2_FOLD_ONE)                                                     \
+    } while (0)
+
+/* One tile row's sums 2^16 hi + acc (hi: 16 int32, acc0 its channels 0-7, acc1 8-15) as int64:
+ * the first ncols written to out, or added to what is there (add); returns mx raised to their
+ * |values| lane by lane (lanes past ncols hold sums of zero weights: 0). */
+static inline __m256i fx_i16_store_row_avx2(__m256i acc0, __m256i acc1, const int32_t *hi,
+                                            int64_t *out, int ncols, int add, __m256i mx)
+{
+    int64_t row[16] __attribute__((aligned(32)));
+    for (int v = 0; v < 2; v++) {
+        const __m256i a = v ? acc1 : acc0;
+        const __m256i hv = _mm256_load_si256((const __m256i *)(hi + 8 * v));
+        for (int q = 0; q < 2; q++) {
+            const __m128i a32 = q ? _mm256_extracti128_si256(a, 1) : _mm256_castsi256_si128(a);
+            const __m128i h32 = q ? _mm256_extracti128_si256(hv, 1) : _mm256_castsi256_si128(hv);
+            const __m256i sum = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(h32), 16),
+                                                 _mm256_cvtepi32_epi64(a32));
+            _mm256_store_si256((__m256i *)(row + 8 * v + 4 * q), sum);
+            mx = fx_max_epi64_avx2(mx, fx_abs_epi64_avx2(sum));
+        }
+    }
+    if (ncols == 16 && !add) {
+        for (int q = 0; q < 4; q++)
+            _mm256_storeu_si256((__m256i *)(out + 4 * q),
+                                _mm256_load_si256((const __m256i *)(row + 4 * q)));
+    } else {
+        for (int k = 0; k < ncols; k++) out[k] = add ? out[k] + row[k] : row[k];
+    }
+    return mx;
+}
+
+/* the largest of four uint64 lanes below 2^63 */
+static inline uint64_t fx_i16_hmax_epu64_avx2(__m256i mx)
+{
+    int64_t m[4];
+    _mm256_storeu_si256((__m256i *)m, mx);
+    uint64_t best = 0;
+    for (int q = 0; q < 4; q++) best = (uint64_t)m[q] > best ? (uint64_t)m[q] : best;
+    return best;
+}
+
+#endif

@@ -1,0 +1,174 @@
+/* The parts of the exact int16 direct weight gradient that do not depend on the vector level
+ * (conv_i16_wgrad.h): which geometries it takes, its scratch, the norms' bookkeeping and fold
+ * schedule, the hooks, and the portable copies the AVX2 kernel takes as they are. */
+#include "conv_i16.h"
+#include "conv_i16_direct.h" /* FX_I16_CHAIN_LIMIT */
+#include "conv_i16_wgrad.h"
+#include "gemm_i16.h"        /* fx_ceil_sqrt */
+#include "../nn/im2col.h"
+
+#include <stdatomic.h>
+
+int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g)
+{
+    /* padded rows of at most 2^10 values: their sums of squares stay below 2^40, where
+     * fx_ceil_sqrt is exact */
+    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->OW % 2 == 0 &&
+           g->OW >= 2 && g->O >= 1 && g->W + 2 * g->pw <= 1024;
+}
+
+int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
+{
+    const int64_t opad = (g->O + 15) / 16 * 16, Hp = g->H + 2 * g->ph;
+    /* dy's pair words, the input rows' norms, dy's rows' norms and their maxima per block of 16
+     * channels, the input norms per channel and output row, one channel block's dy norms per
+     * output row, one tile's fold schedule (bytes, in words), 16 spare words for the alignment */
+    return nb * (g->OH * g->OW / 2) * opad + nb * g->C * Hp + nb * g->O * g->OH +
+           nb * g->OH * (opad / 16) + nb * g->C * g->OH + nb * g->OH + (nb * g->OH + 3) / 4 + 16;
+}
+
+/* dn[(n OH + oh) nob + ob]: the largest norm over block ob's channels of dy's row (n, o, oh),
+ * from the rows' norms rn[(n O + o) OH + oh] */
+void fx_i16_wgrad_block_norms(const uint32_t *rn, int64_t nbc, int64_t O, int64_t OH,
+                              int64_t nob, uint32_t *dn)
+{
+    for (int64_t n = 0; n < nbc; n++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ob = 0; ob < nob; ob++) {
+                uint32_t mx = 0;
+                for (int64_t o = 16 * ob; o < 16 * ob + 16 && o < O; o++) {
+                    const uint32_t v = rn[(n * O + o) * OH + oh];
+                    mx = v > mx ? v : mx;
+                }
+                dn[(n * OH + oh) * nob + ob] = mx;
+            }
+}
+
+static atomic_int wdirect_enabled = 1;
+static atomic_llong wdirect_calls, wdirect_declined;
+
+void fx_i16_wgrad_direct_set_enabled(int on)
+{
+    atomic_store_explicit(&wdirect_enabled, on != 0, memory_order_relaxed);
+}
+
+int fx_i16_wgrad_direct_enabled(void)
+{
+    return atomic_load_explicit(&wdirect_enabled, memory_order_relaxed);
+}
+
+long long fx_i16_wgrad_direct_calls(void)
+{
+    return atomic_load_explicit(&wdirect_calls, memory_order_relaxed);
+}
+
+long long fx_i16_wgrad_direct_declined(void)
+{
+    return atomic_load_explicit(&wdirect_declined, memory_order_relaxed);
+}
+
+/* fold[s] for the output rows s = n OH + oh of a tile over channels [c_lo, c_hi]: greedy
+ * chains of rows whose bounds (the channels' largest input norm times dy's, dm[s]) sum to at
+ * most FX_I16_CHAIN_LIMIT (each alone does, the chunk's check) */
+void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t nbc, int64_t C,
+                                int64_t OH, int64_t c_lo, int64_t c_hi, uint8_t *fold)
+{
+    int64_t run = 0;
+    for (int64_t n = 0, s = 0; n < nbc; n++)
+        for (int64_t oh = 0; oh < OH; oh++, s++) {
+            uint32_t xm = 0;
+            for (int64_t c = c_lo; c <= c_hi; c++) {
+                const uint32_t v = xk[(n * C + c) * OH + oh];
+                xm = v > xm ? v : xm;
+            }
+            const int64_t b = (int64_t)xm * dm[s];
+            fold[s] = 0;
+            if (s > 0 && run + b > FX_I16_CHAIN_LIMIT) {
+                fold[s - 1] = 1;
+                run = 0;
+            }
+            run += b;
+        }
+}
+
+int fx_i16_wgrad_decline(void)
+{
+    atomic_fetch_add_explicit(&wdirect_declined, 1, memory_order_relaxed);
+    return 0;
+}
+
+void fx_i16_wgrad_count_call(void)
+{
+    atomic_fetch_add_explicit(&wdirect_calls, 1, memory_order_relaxed);
+}
+
+int fx_i16_wgrad_channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t nbc, int64_t C,
+                                int64_t Hp, int64_t OH, int64_t KH, int64_t nob, uint32_t *xk)
+{
+    for (int64_t n = 0; n < nbc; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t oh = 0; oh < OH; oh++) {
+                uint32_t m = 0;
+                for (int64_t kh = 0; kh < KH; kh++) {
+                    const uint32_t v = xn[(n * C + c) * Hp + oh + kh];
+                    m = v > m ? v : m;
+                }
+                xk[(n * C + c) * OH + oh] = m;
+            }
+    for (int64_t n = 0; n < nbc; n++)
+        for (int64_t oh = 0; oh < OH; oh++) {
+            uint32_t xmax = 0, dmax = 0;
+            for (int64_t c = 0; c < C; c++)
+                xmax = xk[(n * C + c) * OH + oh] > xmax ? xk[(n * C + c) * OH + oh] : xmax;
+            for (int64_t ob = 0; ob < nob; ob++)
+                dmax = dn[(n * OH + oh) * nob + ob] > dmax ? dn[(n * OH + oh) * nob + ob] : dmax;
+            if ((int64_t)xmax * dmax > FX_I16_CHAIN_LIMIT) return fx_i16_wgrad_decline();
+        }
+    fx_i16_wgrad_count_call();
+    return 1;
+}
+
+void fx_i16_row_norms_portable(const int16_t *p, int64_t rows, int64_t len, uint32_t *out)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t sq = 0; /* at most 2^10 values of at most 2^30 */
+        for (int64_t j = 0; j < len; j++) sq += (int64_t)p[i * len + j] * p[i * len + j];
+        out[i] = (uint32_t)fx_ceil_sqrt(sq);
+    }
+}
+
+void fx_i16_pair_rows(const int16_t *dy, int64_t nbc, int64_t O, int64_t P, int64_t opad,
+                      uint32_t *dyt)
+{
+    const int64_t pp_n = P / 2;
+    for (int64_t n = 0; n < nbc; n++) {
+        const uint32_t *src = (const uint32_t *)(const void *)(dy + n * O * P);
+        uint32_t *dst = dyt + n * pp_n * opad;
+        for (int64_t o = 0; o < opad; o++)
+            for (int64_t pp = 0; pp < pp_n; pp++)
+                dst[pp * opad + o] = o < O ? src[o * pp_n + pp] : 0u;
+    }
+}
+
+int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
+                         int64_t nbc, uint32_t *scratch,
+                         void (*row_norms)(const int16_t *, int64_t, int64_t, uint32_t *),
+                         fx_i16_wgrad_bufs *b)
+{
+    const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
+    const int64_t opad = (O + 15) / 16 * 16, nob = opad / 16;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    if (nbc * P > ((int64_t)1 << 16)) return fx_i16_wgrad_decline(); /* hi's range */
+    b->dyt = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16); /* 64-byte aligned */
+    b->xn = b->dyt + nbc * (P / 2) * opad;
+    b->drn = b->xn + nbc * C * Hp;
+    b->dn = b->drn + nbc * O * OH;
+    b->xk = b->dn + nbc * OH * nob;
+    b->dm = b->xk + nbc * C * OH;
+    b->fold = (uint8_t *)(void *)(b->dm + nbc * OH);
+    row_norms(xp, nbc * C * Hp, Wp, b->xn);
+    row_norms(dy, nbc * O * OH, OW, b->drn);
+    fx_i16_wgrad_block_norms(b->drn, nbc, O, OH, nob, b->dn);
+    /* xk, and a segment that alone may leave int32: the GEMM's any-data kernels take the chunk */
+    return fx_i16_wgrad_channel_norms(b->xn, b->dn, nbc, C, Hp, OH, g->KH, nob, b->xk);
+}
