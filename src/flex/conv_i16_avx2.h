@@ -8,19 +8,25 @@
 #include <stdint.h>
 #include <string.h>
 
-/* acc0 += pairs(x[off] broadcast) . w0 and acc1 likewise with w1, x[off] being the 32-bit word
- * at byte offset off from x. Why asm: from intrinsics, GCC 12 computed a whole segment's
- * products first and spilled them (200 stack accesses in the 6-pixel tile); as one opaque step
- * per pixel, the 12 accumulators and both weight vectors stay in registers and the broadcast
- * and the product take the two registers left (ymm14, ymm15). */
-#define FX_MADD_ROW(acc0, acc1, w0, w1, x, off)                                                    \
-    __asm__ volatile("vpbroadcastd %c[o](%[xp]), %%ymm15\n\t"                                      \
+/* A 32-bit word at any byte address, as an asm memory operand (two int16 of the padded input
+ * for the weight gradient) */
+typedef int32_t fx_i16_word_any __attribute__((aligned(1), may_alias));
+
+/* acc0 += pairs(*p broadcast) . w0 and acc1 likewise with w1, *p being the 32-bit word at p.
+ * Why asm: from intrinsics, GCC 12 computed a whole segment's products first and spilled them
+ * (200 stack accesses in the 6-pixel tile); as one opaque step per pixel, the 12 accumulators
+ * and both weight vectors stay in registers and the broadcast and the product take the two
+ * registers left (ymm14, ymm15). The word is a memory operand, so GCC forms its address (a
+ * constant offset where the pixel stride is known) and knows the asm reads it. */
+#define FX_MADD_ROW(acc0, acc1, w0, w1, p)                                                         \
+    __asm__ volatile("vpbroadcastd %[xv], %%ymm15\n\t"                                             \
                      "vpmaddwd %[b0], %%ymm15, %%ymm14\n\t"                                        \
                      "vpaddd %%ymm14, %[a0], %[a0]\n\t"                                            \
                      "vpmaddwd %[b1], %%ymm15, %%ymm15\n\t"                                        \
                      "vpaddd %%ymm15, %[a1], %[a1]"                                                 \
                      : [a0] "+x"(acc0), [a1] "+x"(acc1)                                             \
-                     : [b0] "x"(w0), [b1] "x"(w1), [xp] "r"(x), [o] "i"(off)                         \
+                     : [b0] "x"(w0), [b1] "x"(w1),                                                  \
+                       [xv] "m"(*(const fx_i16_word_any *)(const void *)(p))                        \
                      : "xmm14", "xmm15")
 
 /* The fold of one pixel's two accumulators (conv_i16_direct.h): hi[0..15] += acc >> 16

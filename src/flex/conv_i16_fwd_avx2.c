@@ -48,9 +48,9 @@ itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
 #define FX_STEP(r, a0, a1)                                                                         \
     if (MR > r) {                                                                                  \
         if (LD > 0)                                                                                \
-            FX_MADD_ROW(a0, a1, b0, b1, xs, (r * LD + j) * 4);                                     \
+            FX_MADD_ROW(a0, a1, b0, b1, xs + r * LD + j);                                          \
         else                                                                                       \
-            FX_MADD_ROW(a0, a1, b0, b1, xs + r * ld, j * 4);                                       \
+            FX_MADD_ROW(a0, a1, b0, b1, xs + r * ld + j);                                          \
     }
             FX_I16_AVX2_ROWS(FX_STEP)
 #undef FX_STEP

@@ -44,7 +44,7 @@ wtile(const int MR, int32_t *restrict hib, const int16_t *xp, int64_t ximg, cons
                 const __m256i b0 = _mm256_load_si256((const __m256i *)(dr + j * opad));
                 const __m256i b1 = _mm256_load_si256((const __m256i *)(dr + j * opad + 8));
 #define FX_STEP(r, a0, a1)                                                                         \
-    if (MR > r) FX_MADD_ROW(a0, a1, b0, b1, xr + roff[r] + 2 * j, 0);
+    if (MR > r) FX_MADD_ROW(a0, a1, b0, b1, xr + roff[r] + 2 * j);
                 FX_I16_AVX2_ROWS(FX_STEP)
 #undef FX_STEP
             }
