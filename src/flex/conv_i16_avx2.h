@@ -5,8 +5,8 @@
 #define FX_FLEX_CONV_I16_AVX2_H
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 /* A 32-bit word at any byte address, as an asm memory operand (two int16 of the padded input
  * for the weight gradient) */
@@ -79,10 +79,10 @@ static inline __m256i fx_max_epi64_avx2(__m256i a, __m256i b)
     } while (0)
 
 /* One tile row's sums 2^16 hi + acc (hi: 16 int32, acc0 its channels 0-7, acc1 8-15) as int64:
- * the first ncols written to out, or added to what is there (add); returns mx raised to their
- * |values| lane by lane (lanes past ncols hold sums of zero weights: 0). */
-static inline __m256i fx_i16_store_row_avx2(__m256i acc0, __m256i acc1, const int32_t *hi,
-                                            int64_t *out, int ncols, int add, __m256i mx)
+ * the first ncols written to out, or added to what is there (add); where mx is not NULL, *mx
+ * raised to their |values| lane by lane (lanes past ncols hold sums of zero weights: 0). */
+static inline void fx_i16_store_row_avx2(__m256i acc0, __m256i acc1, const int32_t *hi,
+                                         int64_t *out, int ncols, int add, __m256i *mx)
 {
     int64_t row[16] __attribute__((aligned(32)));
     for (int v = 0; v < 2; v++) {
@@ -94,7 +94,7 @@ static inline __m256i fx_i16_store_row_avx2(__m256i acc0, __m256i acc1, const in
             const __m256i sum = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(h32), 16),
                                                  _mm256_cvtepi32_epi64(a32));
             _mm256_store_si256((__m256i *)(row + 8 * v + 4 * q), sum);
-            mx = fx_max_epi64_avx2(mx, fx_abs_epi64_avx2(sum));
+            if (mx) *mx = fx_max_epi64_avx2(*mx, fx_abs_epi64_avx2(sum));
         }
     }
     if (ncols == 16 && !add) {
@@ -104,7 +104,6 @@ static inline __m256i fx_i16_store_row_avx2(__m256i acc0, __m256i acc1, const in
     } else {
         for (int k = 0; k < ncols; k++) out[k] = add ? out[k] + row[k] : row[k];
     }
-    return mx;
 }
 
 /* the largest of four uint64 lanes below 2^63 */

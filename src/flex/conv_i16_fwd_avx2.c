@@ -59,7 +59,7 @@ itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
     }
     __m256i mx = _mm256_setzero_si256();
 #define FX_STORE(r, a0, a1)                                                                        \
-    if (MR > r) mx = fx_i16_store_row_avx2(a0, a1, hi[r][0], out + r * ldo, ncols, 0, mx);
+    if (MR > r) fx_i16_store_row_avx2(a0, a1, hi[r][0], out + r * ldo, ncols, 0, &mx);
     FX_I16_AVX2_ROWS(FX_STORE)
 #undef FX_STORE
     return fx_i16_hmax_epu64_avx2(mx);
@@ -99,10 +99,11 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HW = Hp * Wp;
     const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW, nseg = KK * G;
     const uint32_t *wn = wq + KK * Cpp * opad;
-    /* scratch (fx_i16_fwd_direct_scratch): the copy, 32-byte aligned, then the norms (a tile
-     * covers only pixels that are there, so nothing is read past the copy) */
+    /* scratch (fx_i16_fwd_direct_scratch, sized for the AVX-512 layout, which holds this one):
+     * the copy, 32-byte aligned, then the norms (a tile covers only pixels that are there, so
+     * nothing is read past the copy) */
     uint32_t *xq = scratch + ((8 - ((uintptr_t)scratch / 4) % 8) % 8);
-    uint32_t *rn = xq + nbc * HW * Cpp + (FX_I16_MAX_ROWS + g->KW) * Cpp; /* [n][ih][s] */
+    uint32_t *rn = xq + nbc * HW * Cpp; /* [n][ih][s] */
     for (int64_t n = 0; n < nbc; n++)
         fx_i16_fwd_copy_image(g, xp + n * C * HW, xq + n * HW * Cpp, rn + n * Hp * G);
     if (!fx_i16_fwd_admit(rn, nbc * Hp, wn, opad / 16 * KK, G)) return 0;
@@ -112,10 +113,10 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
     /* an output row in ntile tiles of near-equal widths, the wider ones first */
     const int64_t ntile = (OW + MR_MAX - 1) / MR_MAX, wide = OW % ntile, base = OW / ntile;
     uint64_t mx = 0;
+    (void)nthreads; /* without OpenMP */
     for (int64_t o0 = 0; o0 < O; o0 += 16) {
         const int ncols = O - o0 < 16 ? (int)(O - o0) : 16;
         const uint32_t *wm = wn + (o0 / 16) * nseg; /* this block's weight norms */
-        (void)nthreads;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1) \
     reduction(max : mx)

@@ -29,8 +29,8 @@ int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
 
 /* dn[(n OH + oh) nob + ob]: the largest norm over block ob's channels of dy's row (n, o, oh),
  * from the rows' norms rn[(n O + o) OH + oh] */
-void fx_i16_wgrad_block_norms(const uint32_t *rn, int64_t nbc, int64_t O, int64_t OH,
-                              int64_t nob, uint32_t *dn)
+static void block_norms(const uint32_t *rn, int64_t nbc, int64_t O, int64_t OH, int64_t nob,
+                        uint32_t *dn)
 {
     for (int64_t n = 0; n < nbc; n++)
         for (int64_t oh = 0; oh < OH; oh++)
@@ -91,19 +91,24 @@ void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t 
         }
 }
 
-int fx_i16_wgrad_decline(void)
+static int decline(void)
 {
     atomic_fetch_add_explicit(&wdirect_declined, 1, memory_order_relaxed);
     return 0;
 }
 
-void fx_i16_wgrad_count_call(void)
+static void count_call(void)
 {
     atomic_fetch_add_explicit(&wdirect_calls, 1, memory_order_relaxed);
 }
 
-int fx_i16_wgrad_channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t nbc, int64_t C,
-                                int64_t Hp, int64_t OH, int64_t KH, int64_t nob, uint32_t *xk)
+/* xk[(n C + c) OH + oh]: the largest input row norm xn[(n C + c) Hp + oh + kh] of channel c at
+ * output row oh over the kernel's rows kh (what a tile's bound takes per channel: a little
+ * looser than per tap, and one lookup per channel); then whether the chunk can be taken: no
+ * output row's bound (its largest xk times its largest dn) may leave int32 alone. Counts the
+ * call or the decline. */
+static int channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t nbc, int64_t C,
+                         int64_t Hp, int64_t OH, int64_t KH, int64_t nob, uint32_t *xk)
 {
     for (int64_t n = 0; n < nbc; n++)
         for (int64_t c = 0; c < C; c++)
@@ -122,9 +127,9 @@ int fx_i16_wgrad_channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t n
                 xmax = xk[(n * C + c) * OH + oh] > xmax ? xk[(n * C + c) * OH + oh] : xmax;
             for (int64_t ob = 0; ob < nob; ob++)
                 dmax = dn[(n * OH + oh) * nob + ob] > dmax ? dn[(n * OH + oh) * nob + ob] : dmax;
-            if ((int64_t)xmax * dmax > FX_I16_CHAIN_LIMIT) return fx_i16_wgrad_decline();
+            if ((int64_t)xmax * dmax > FX_I16_CHAIN_LIMIT) return decline();
         }
-    fx_i16_wgrad_count_call();
+    count_call();
     return 1;
 }
 
@@ -158,7 +163,7 @@ int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const 
     const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
     const int64_t opad = (O + 15) / 16 * 16, nob = opad / 16;
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
-    if (nbc * P > ((int64_t)1 << 16)) return fx_i16_wgrad_decline(); /* hi's range */
+    if (nbc * P > ((int64_t)1 << 16)) return decline(); /* hi's range */
     b->dyt = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16); /* 64-byte aligned */
     b->xn = b->dyt + nbc * (P / 2) * opad;
     b->drn = b->xn + nbc * C * Hp;
@@ -168,7 +173,7 @@ int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const 
     b->fold = (uint8_t *)(void *)(b->dm + nbc * OH);
     row_norms(xp, nbc * C * Hp, Wp, b->xn);
     row_norms(dy, nbc * O * OH, OW, b->drn);
-    fx_i16_wgrad_block_norms(b->drn, nbc, O, OH, nob, b->dn);
+    block_norms(b->drn, nbc, O, OH, nob, b->dn);
     /* xk, and a segment that alone may leave int32: the GEMM's any-data kernels take the chunk */
-    return fx_i16_wgrad_channel_norms(b->xn, b->dn, nbc, C, Hp, OH, g->KH, nob, b->xk);
+    return channel_norms(b->xn, b->dn, nbc, C, Hp, OH, g->KH, nob, b->xk);
 }

@@ -6,29 +6,11 @@
 
 #include <stdint.h>
 
-/* dn[(n OH + oh) nob + ob]: the largest norm over block ob's 16 channels of dy's row (n, o, oh),
- * from the rows' norms rn[(n O + o) OH + oh] */
-void fx_i16_wgrad_block_norms(const uint32_t *rn, int64_t nbc, int64_t O, int64_t OH,
-                              int64_t nob, uint32_t *dn);
-
 /* fold[s] for the output rows s = n OH + oh of a tile over channels [c_lo, c_hi]: greedy
  * chains of rows whose bounds (the channels' largest input norm times dy's, dm[s]) sum to at
- * most FX_I16_CHAIN_LIMIT (each alone does: fx_i16_wgrad_channel_norms checked) */
+ * most FX_I16_CHAIN_LIMIT (each alone does: fx_i16_wgrad_prepare checked) */
 void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t nbc, int64_t C,
                                 int64_t OH, int64_t c_lo, int64_t c_hi, uint8_t *fold);
-
-/* xk[(n C + c) OH + oh]: the largest input row norm xn[(n C + c) Hp + oh + kh] of channel c at
- * output row oh over the kernel's rows kh (what a tile's bound takes per channel: a little
- * looser than per tap, and one lookup per channel); then whether the chunk can be taken: no
- * output row's bound (its largest xk times its largest dn) may leave int32 alone. Counts the
- * call or the decline. */
-int fx_i16_wgrad_channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t nbc, int64_t C,
-                               int64_t Hp, int64_t OH, int64_t KH, int64_t nob, uint32_t *xk);
-
-/* The hooks' counters: a declined chunk (returns 0, for `return fx_i16_wgrad_decline();`), a
- * chunk taken */
-int fx_i16_wgrad_decline(void);
-void fx_i16_wgrad_count_call(void);
 
 /* Portable definitions the AVX2 kernel takes as they are: fx_i16_row_norms's values, and
  * dyt[n][pp][o] = (dy[o][2pp], dy[o][2pp + 1]) for pp < P / 2, zero for O <= o < opad (the
@@ -40,8 +22,9 @@ void fx_i16_pair_rows(const int16_t *dy, int64_t nbc, int64_t O, int64_t P, int6
 /* A chunk's scratch (fx_i16_wgrad_direct_scratch words) as both kernels lay it out, and the
  * bounds every kernel needs before its tiles: dyt (dy's pair words, 64-byte aligned, for the
  * kernel to fill), xn (the padded input rows' norms), drn (dy's rows' norms), dn (their maxima
- * per block of 16 channels), xk (fx_i16_wgrad_channel_norms), dm (one channel block's dy norms
- * per output row, for the kernel), fold (one tile's schedule). */
+ * per block of 16 channels), xk (each channel's largest input row norm per output row over the
+ * kernel's rows), dm (one channel block's dy norms per output row, for the kernel), fold (one
+ * tile's schedule). */
 typedef struct fx_i16_wgrad_bufs {
     uint32_t *dyt, *xn, *drn, *dn, *xk, *dm;
     uint8_t *fold;

@@ -52,8 +52,7 @@ wtile(const int MR, int32_t *restrict hib, const int16_t *xp, int64_t ximg, cons
         }
     }
 #define FX_STORE(r, a0, a1)                                                                        \
-    if (MR > r) (void)fx_i16_store_row_avx2(a0, a1, hi[r][0], out + r * ldo, ncols, add,          \
-                                            _mm256_setzero_si256());
+    if (MR > r) fx_i16_store_row_avx2(a0, a1, hi[r][0], out + r * ldo, ncols, add, NULL);
     FX_I16_AVX2_ROWS(FX_STORE)
 #undef FX_STORE
 }
