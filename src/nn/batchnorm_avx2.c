@@ -16,6 +16,29 @@
 #pragma STDC FP_CONTRACT OFF /* as -ffp-contract=off, for builds that do not pass the flag */
 #endif
 
+/* A mantissa source whose every value m 2^exp is an fp32 number: exp <= 112 keeps |m| 2^exp
+ * below 2^128, and exp >= -149 (fx_bn_src's least) makes it a multiple of fp32's smallest
+ * step with at most 16 significant bits. There the fp32 multiply of the dequantisation is
+ * exact and the kernels take m 2^exp in double directly: one conversion (int32 -> double) in
+ * place of two (int32 -> fp32 -> double). A kind of this file only; fx_bn_src's callers never
+ * see it. */
+#define FX_BN_I16_EXACT 3
+
+static inline fx_bn_src exact_kind(const fx_bn_src *x)
+{
+    fx_bn_src e = *x;
+    if (x->kind == FX_BN_I16 && x->scale >= 0x1p-149 && x->scale <= 0x1p112)
+        e.kind = FX_BN_I16_EXACT;
+    return e;
+}
+
+/* fx_bn_at for every kind of this file (an exact mantissa's product is its fp32 value) */
+static inline double at(const fx_bn_src *x, int64_t i)
+{
+    if (x->kind == FX_BN_I16_EXACT) return (double)((const int16_t *)x->p)[i] * x->scale;
+    return fx_bn_at(x, i);
+}
+
 /* Elements i..i+3 of a source as fx_bn_at gives them: fp32 widened; a mantissa times 2^exp in
  * fp32 (one correctly rounded multiply, as the dequantisation's rounding of the exact product:
  * the same value whenever 2^exp is an fp32 number, which fx_bn_src promises), widened; bf16
@@ -25,6 +48,11 @@
 static inline __attribute__((always_inline)) __m256d ld4(const fx_bn_src *x, int64_t i,
                                                          const int K)
 {
+    if (K == FX_BN_I16_EXACT) {
+        const int16_t *p = (const int16_t *)x->p + i;
+        const __m128i m = _mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)p));
+        return _mm256_mul_pd(_mm256_cvtepi32_pd(m), _mm256_set1_pd(x->scale));
+    }
     if (K == FX_BN_I16) {
         const int16_t *p = (const int16_t *)x->p + i;
         const __m128i m = _mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)p));
@@ -104,6 +132,30 @@ static inline __m128 to_f32(__m256d d, int odd)
     return _mm_castsi128_ps(u);
 }
 
+/* The round to odd of to_f32 where every result is a normal fp32 number (the caller checks
+ * that with in_range and else rounds again with to_f32): the double's significand cut to
+ * fp32's 24 bits (towards zero), with the lowest kept bit set when a cut bit was set. That
+ * double is an fp32 number, so the conversion is exact: integer operations in place of
+ * to_f32's second conversion and its compares (round to odd took 60 % of the normalisation
+ * of int16 sources). Below 2^-126 fp32 keeps fewer bits, from 2^128 up the cut value is not
+ * finite in fp32: those results, NaN and zero fail in_range. */
+static inline __m128 to_f32_odd_normal(__m256d d)
+{
+    const __m256i bits = _mm256_castpd_si256(d), cut = _mm256_set1_epi64x((1LL << 29) - 1);
+    const __m256i exact = _mm256_cmpeq_epi64(_mm256_and_si256(bits, cut), _mm256_setzero_si256());
+    const __m256i kept = _mm256_andnot_si256(cut, bits);
+    const __m256i sticky = _mm256_andnot_si256(exact, _mm256_set1_epi64x(1LL << 29));
+    return _mm256_cvtpd_ps(_mm256_castsi256_pd(_mm256_or_si256(kept, sticky)));
+}
+
+/* -1 lanes where |r| is a normal fp32 number */
+static inline __m128 in_range(__m128 r)
+{
+    const __m128 a = _mm_and_ps(r, _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)));
+    return _mm_and_ps(_mm_cmp_ps(a, _mm_set1_ps(FLT_MIN), _CMP_GE_OQ),
+                      _mm_cmp_ps(a, _mm_set1_ps(FLT_MAX), _CMP_LE_OQ));
+}
+
 /* The chains of NC channels (a constant after inlining) side by side. */
 static inline __attribute__((always_inline)) void stats_n(const fx_bn_src *x, const fx_bn_dims *d,
                                                           int64_t c0, const int NC, double *mean,
@@ -118,7 +170,7 @@ static inline __attribute__((always_inline)) void stats_n(const fx_bn_src *x, co
         for (; s + 4 <= S; s += 4)
             for (int j = 0; j < NC; j++) acc[j] = _mm256_add_pd(acc[j], ld4(x, o + j * S + s, K));
         for (; s < S; s++)
-            for (int j = 0; j < NC; j++) acc[j] = add_lane0(acc[j], fx_bn_at(x, o + j * S + s));
+            for (int j = 0; j < NC; j++) acc[j] = add_lane0(acc[j], at(x, o + j * S + s));
     }
     for (int j = 0; j < NC; j++) {
         mean[j] = combine(acc[j]) / (double)d->M;
@@ -135,7 +187,7 @@ static inline __attribute__((always_inline)) void stats_n(const fx_bn_src *x, co
             }
         for (; s < S; s++)
             for (int j = 0; j < NC; j++) {
-                const double t = fx_bn_at(x, o + j * S + s) - mean[j];
+                const double t = at(x, o + j * S + s) - mean[j];
                 acc[j] = add_lane0(acc[j], t * t);
             }
     }
@@ -156,7 +208,10 @@ static inline __attribute__((always_inline)) void stats_k(const fx_bn_src *x, co
 void fx_bn_stats_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
                       double *mean, double *var)
 {
+    const fx_bn_src xe = exact_kind(x);
+    x = &xe;
     switch (x->kind) {
+    case FX_BN_I16_EXACT: stats_k(x, d, c0, nc, mean, var, FX_BN_I16_EXACT); break;
     case FX_BN_I16: stats_k(x, d, c0, nc, mean, var, FX_BN_I16); break;
     case FX_BN_BF16: stats_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
     default: stats_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
@@ -190,9 +245,9 @@ static inline __attribute__((always_inline)) void grad_n(const fx_bn_src *x, con
             }
         for (; s < S; s++)
             for (int j = 0; j < NC; j++) {
-                const double g = fx_bn_at(dy, o + j * S + s);
+                const double g = at(dy, o + j * S + s);
                 a[j] = add_lane0(a[j], g);
-                b[j] = add_lane0(b[j], g * ((fx_bn_at(x, o + j * S + s) - mu[j]) * is[j]));
+                b[j] = add_lane0(b[j], g * ((at(x, o + j * S + s) - mu[j]) * is[j]));
             }
     }
     for (int j = 0; j < NC; j++) {
@@ -200,6 +255,18 @@ static inline __attribute__((always_inline)) void grad_n(const fx_bn_src *x, con
         sdyx[j] = combine(b[j]);
     }
 }
+
+/* bn_kernels.h's pairs and those with exact mantissa sources, which every mantissa source of
+ * training is */
+#define FX_BN_AVX2_KIND_PAIRS(X)                                                               \
+    X(FX_BN_I16_EXACT, FX_BN_I16_EXACT)                                                        \
+    X(FX_BN_I16_EXACT, FX_BN_I16)                                                              \
+    X(FX_BN_I16, FX_BN_I16_EXACT)                                                              \
+    X(FX_BN_I16_EXACT, FX_BN_F32)                                                              \
+    X(FX_BN_F32, FX_BN_I16_EXACT)                                                              \
+    X(FX_BN_I16_EXACT, FX_BN_BF16)                                                             \
+    X(FX_BN_BF16, FX_BN_I16_EXACT)                                                             \
+    FX_BN_KIND_PAIRS(X)
 
 static inline __attribute__((always_inline)) void grad_k(const fx_bn_src *x, const fx_bn_src *dy,
                                                          const fx_bn_dims *d, int64_t c0, int nc,
@@ -220,14 +287,46 @@ void fx_bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_d
                           int64_t c0, int nc, const double *mu, const double *is, double *sdy,
                           double *sdyx)
 {
+    const fx_bn_src xe = exact_kind(x), ge = exact_kind(dy);
+    x = &xe;
+    dy = &ge;
 #define FX_BN_GRAD_CASE(KX, KG)                                                                \
     if (x->kind == (KX) && dy->kind == (KG)) {                                                 \
         grad_k(x, dy, d, c0, nc, mu, is, sdy, sdyx, (KX), (KG));                               \
         return;                                                                                \
     }
-    FX_BN_KIND_PAIRS(FX_BN_GRAD_CASE)
+    FX_BN_AVX2_KIND_PAIRS(FX_BN_GRAD_CASE)
 #undef FX_BN_GRAD_CASE
     fx_bn_kernels_portable.grad_sums(x, dy, d, c0, nc, mu, is, sdy, sdyx); /* no other kinds */
+}
+
+/* One row on the fast round to odd (FAST = 1: returns 0, with q and mx to be written again,
+ * where some result was not a normal fp32 number) or on to_f32 (FAST = 0). */
+static inline __attribute__((always_inline)) int normalize_run(const fx_bn_src *x, int64_t off,
+                                                               float *q, int64_t S, double mu,
+                                                               double a, double b, int odd,
+                                                               fx_bn_max *mx, const int K,
+                                                               const int FAST)
+{
+    const __m256d vmu = _mm256_set1_pd(mu), va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
+    __m128 mv = _mm_setzero_ps(), ok = _mm_castsi128_ps(_mm_set1_epi32(-1));
+    __m128i nv = _mm_setzero_si128();
+    int64_t s = 0;
+    for (; s + 4 <= S; s += 4) {
+        const __m256d t =
+            _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s, K), vmu), va), vb);
+        const __m128 r = FAST ? to_f32_odd_normal(t) : to_f32(t, odd);
+        if (FAST) ok = _mm_and_ps(ok, in_range(r));
+        _mm_storeu_ps(q + s, r);
+        if (mx) max4(r, &mv, &nv);
+    }
+    if (FAST && _mm_movemask_ps(ok) != 0xF) return 0;
+    if (mx) max4_finish(mv, nv, mx);
+    for (; s < S; s++) {
+        q[s] = nn_round_f32((at(x, off + s) - mu) * a + b, odd);
+        if (mx) fx_bn_max_add(mx, q[s]);
+    }
+    return 1;
 }
 
 static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x, int64_t off,
@@ -235,32 +334,52 @@ static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x
                                                               double a, double b, int odd,
                                                               fx_bn_max *mx, const int K)
 {
-    const __m256d vmu = _mm256_set1_pd(mu), va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
-    __m128 mv = _mm_setzero_ps();
-    __m128i nv = _mm_setzero_si128();
-    int64_t s = 0;
-    for (; s + 4 <= S; s += 4) {
-        const __m256d t =
-            _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s, K), vmu), va), vb);
-        const __m128 r = to_f32(t, odd);
-        _mm_storeu_ps(q + s, r);
-        if (mx) max4(r, &mv, &nv);
-    }
-    if (mx) max4_finish(mv, nv, mx);
-    for (; s < S; s++) {
-        q[s] = nn_round_f32((fx_bn_at(x, off + s) - mu) * a + b, odd);
-        if (mx) fx_bn_max_add(mx, q[s]);
-    }
+    if (odd && normalize_run(x, off, q, S, mu, a, b, odd, mx, K, 1)) return;
+    normalize_run(x, off, q, S, mu, a, b, odd, mx, K, 0);
 }
 
 static void bn_normalize_avx2(const fx_bn_src *x, int64_t off, float *q, int64_t S, double mu,
                               double a, double b, int odd, fx_bn_max *mx)
 {
+    const fx_bn_src xe = exact_kind(x);
+    x = &xe;
     switch (x->kind) {
+    case FX_BN_I16_EXACT: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_I16_EXACT); break;
     case FX_BN_I16: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_I16); break;
     case FX_BN_BF16: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_BF16); break;
     default: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_F32); break;
     }
+}
+
+/* One row of the backward pass, as normalize_run. */
+static inline __attribute__((always_inline)) int backward_run(
+    const fx_bn_src *x, const fx_bn_src *g, int64_t off, float *q, int64_t S, double mu,
+    double is, double k, double mdy, double mdyx, int odd, fx_bn_max *mx, const int KX,
+    const int KG, const int FAST)
+{
+    const __m256d vmu = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vk = _mm256_set1_pd(k);
+    const __m256d vmdy = _mm256_set1_pd(mdy), vmdyx = _mm256_set1_pd(mdyx);
+    __m128 mv = _mm_setzero_ps(), ok = _mm_castsi128_ps(_mm_set1_epi32(-1));
+    __m128i nv = _mm_setzero_si128();
+    int64_t s = 0;
+    for (; s + 4 <= S; s += 4) {
+        const __m256d xh = _mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s, KX), vmu), vis);
+        const __m256d t =
+            _mm256_sub_pd(_mm256_sub_pd(ld4(g, off + s, KG), vmdy), _mm256_mul_pd(xh, vmdyx));
+        const __m256d v = _mm256_mul_pd(vk, t);
+        const __m128 r = FAST ? to_f32_odd_normal(v) : to_f32(v, odd);
+        if (FAST) ok = _mm_and_ps(ok, in_range(r));
+        _mm_storeu_ps(q + s, r);
+        if (mx) max4(r, &mv, &nv);
+    }
+    if (FAST && _mm_movemask_ps(ok) != 0xF) return 0;
+    if (mx) max4_finish(mv, nv, mx);
+    for (; s < S; s++) {
+        const double xhat = (at(x, off + s) - mu) * is;
+        q[s] = nn_round_f32(k * (at(g, off + s) - mdy - xhat * mdyx), odd);
+        if (mx) fx_bn_max_add(mx, q[s]);
+    }
+    return 1;
 }
 
 static inline __attribute__((always_inline)) void backward_k(
@@ -268,37 +387,23 @@ static inline __attribute__((always_inline)) void backward_k(
     double is, double k, double mdy, double mdyx, int odd, fx_bn_max *mx, const int KX,
     const int KG)
 {
-    const __m256d vmu = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vk = _mm256_set1_pd(k);
-    const __m256d vmdy = _mm256_set1_pd(mdy), vmdyx = _mm256_set1_pd(mdyx);
-    __m128 mv = _mm_setzero_ps();
-    __m128i nv = _mm_setzero_si128();
-    int64_t s = 0;
-    for (; s + 4 <= S; s += 4) {
-        const __m256d xh = _mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s, KX), vmu), vis);
-        const __m256d t =
-            _mm256_sub_pd(_mm256_sub_pd(ld4(g, off + s, KG), vmdy), _mm256_mul_pd(xh, vmdyx));
-        const __m128 r = to_f32(_mm256_mul_pd(vk, t), odd);
-        _mm_storeu_ps(q + s, r);
-        if (mx) max4(r, &mv, &nv);
-    }
-    if (mx) max4_finish(mv, nv, mx);
-    for (; s < S; s++) {
-        const double xhat = (fx_bn_at(x, off + s) - mu) * is;
-        q[s] = nn_round_f32(k * (fx_bn_at(g, off + s) - mdy - xhat * mdyx), odd);
-        if (mx) fx_bn_max_add(mx, q[s]);
-    }
+    if (odd && backward_run(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx, KX, KG, 1)) return;
+    backward_run(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx, KX, KG, 0);
 }
 
 static void bn_backward_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off, float *q,
                              int64_t S, double mu, double is, double k, double mdy, double mdyx,
                              int odd, fx_bn_max *mx)
 {
+    const fx_bn_src xe = exact_kind(x), ge = exact_kind(g);
+    x = &xe;
+    g = &ge;
 #define FX_BN_BWD_CASE(KX, KG)                                                                 \
     if (x->kind == (KX) && g->kind == (KG)) {                                                  \
         backward_k(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx, (KX), (KG));               \
         return;                                                                                \
     }
-    FX_BN_KIND_PAIRS(FX_BN_BWD_CASE)
+    FX_BN_AVX2_KIND_PAIRS(FX_BN_BWD_CASE)
 #undef FX_BN_BWD_CASE
     fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx);
 }
