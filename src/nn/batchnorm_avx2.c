@@ -148,11 +148,14 @@ static inline __m128 to_f32_odd_normal(__m256d d)
     return _mm256_cvtpd_ps(_mm256_castsi256_pd(_mm256_or_si256(kept, sticky)));
 }
 
-/* -1 lanes where |r| is a normal fp32 number */
+/* -1 lanes where to_f32_odd_normal's result r is right: |r| a normal fp32 number above
+ * FLT_MIN. FLT_MIN itself is left out: a double just below 2^-126, cut to 24 bits, lies
+ * half-way between the largest subnormal and FLT_MIN and converts to FLT_MIN, where the round
+ * to odd gives the subnormal. */
 static inline __m128 in_range(__m128 r)
 {
     const __m128 a = _mm_and_ps(r, _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)));
-    return _mm_and_ps(_mm_cmp_ps(a, _mm_set1_ps(FLT_MIN), _CMP_GE_OQ),
+    return _mm_and_ps(_mm_cmp_ps(a, _mm_set1_ps(FLT_MIN), _CMP_GT_OQ),
                       _mm_cmp_ps(a, _mm_set1_ps(FLT_MAX), _CMP_LE_OQ));
 }
 
