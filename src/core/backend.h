@@ -283,6 +283,10 @@ typedef struct fx_conv_kernels {
     void (*bf16_fwd)(const struct fx_conv_geom *g, const uint16_t *xp, int64_t nbc,
                      const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
                      int nthreads);
+    /* fp32 forward of one chunk without patch rows or panels (src/fp32/conv_f32_direct.h):
+     * the GEMM route's chains in its order, so its bits. NULL: panels and GEMM. */
+    void (*f32_fwd)(const struct fx_conv_geom *g, const float *xp, int64_t nbc, const float *wq,
+                    const int64_t *off, float *y, int nthreads);
     /* exact int16 forward of one chunk without a patch matrix (fx_i16_fwd_direct,
      * src/flex/conv_i16.h): the exact sums, so the patch GEMM's bits. Returns 0 for a chunk
      * whose data it declines, which then takes the GEMM. NULL: patch panels and GEMM. */

@@ -65,6 +65,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
      * builder) */
     b->gemm.f32_panel_mr = FX_F32_MR_AVX512;
     b->conv.panels_f32 = fx_conv_panels_f32_avx512;
+    b->conv.f32_fwd = NULL; /* the AVX2 level's direct fp32 kernel: not measured against these panels */
 
     /* fp16 x fp16 MATMUL: the fp32 GEMM, widened while packed */
     b->kernels[FX_OP_MATMUL][FMT_FP16] = fx_f32_matmul_avx512;

@@ -46,6 +46,7 @@
 #include "../flex/flex_kernels.h" /* fx_gemm_i16_amx_pack_b */
 #include "../flex/conv_i16.h"
 #include "../flex/gemm_i16.h"
+#include "../fp32/conv_f32_direct.h"
 #include "../core/compose.h"
 #include "../core/profile_counters.h"
 #include "../core/shared_binary.h" /* fx_add_relu_* */
@@ -277,6 +278,15 @@ static fx_operand conv_op2d(const conv_compute *cc, const void *data, int exp, i
 
 /* p moved up to the next multiple of 64 bytes (NULL stays NULL): the pre-packed operands'
  * alignment, for which their allocations leave 64 spare bytes */
+/* n fp16 or bf16 values (bits) widened exactly to fp32 with the level's conversion */
+static void conv_widen_f32(const fx_backend *be, fmt_t f, const void *src, float *dst, int64_t n)
+{
+    if (f == FMT_FP16)
+        be->cvt.fp16_to_f32((const uint16_t *)src, dst, n);
+    else
+        be->cvt.bf16_to_f32((const uint16_t *)src, dst, n);
+}
+
 static void *conv_align64(void *p)
 {
     return p ? (char *)p + ((64 - ((uintptr_t)p & 63)) & 63) : NULL;
@@ -695,7 +705,13 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * format (cc.cf) while they are built */
     const int plain_bf16 = cc.cf == FMT_BF16 && be->gemm.bf16_plain_min_k > 0 &&
                            CKK >= be->gemm.bf16_plain_min_k; /* its GEMM packs */
-    const int fpanel_mr = !ic && !panel_mr && !plain_bf16 && !fdirect &&
+    /* float compute on the level's direct fp32 kernel, where it has one: the panels' chains in
+     * their order (conv_f32_direct.h: the same bits) with the taps read from the padded input;
+     * fp16 and bf16 chunks are widened to fp32 first, exactly as the panels widen them */
+    const int f32direct = !ic && !fdirect && !plain_bf16 && be->conv.f32_fwd &&
+                          fx_f32_fwd_direct_enabled() &&
+                          (cc.cf == FMT_FP32 || cc.cf == FMT_FP16 || cc.cf == FMT_BF16);
+    const int fpanel_mr = !ic && !panel_mr && !plain_bf16 && !fdirect && !f32direct &&
                                   fx_conv_panels_f32_fit(&g, be->gemm.f32_panel_mr)
                               ? be->gemm.f32_panel_mr
                               : 0;
@@ -707,8 +723,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     const int64_t col_n =
         panel_mr    ? 2 * fx_conv_panels_numel(&g, plan.nb, panel_mr)
         : fpanel_mr ? fx_conv_panels_f32_numel(&g, plan.nb, fpanel_mr) * (int64_t)(4 / cc.esz)
-        : row_src || fdirect ? 0
-                             : CKK * plan.nb * P;
+        : row_src || fdirect || f32direct ? 0
+                                          : CKK * plan.nb * P;
     const int64_t slack = FX_CONV_PAD_SLACK > FX_CONV_PANEL_SLACK ? FX_CONV_PAD_SLACK
                                                                   : FX_CONV_PANEL_SLACK;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + slack;
@@ -830,6 +846,26 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         }
         fwkey = fx_bf16_fwd_direct_pack_weights(&g, (const uint16_t *)wo.data, fwq);
     }
+    /* the direct fp32 route: its weights (widened) and tap offsets once, and for 16-bit inputs
+     * an fp32 copy of the padded chunk per thread */
+    float *f32w = NULL, *f32x = NULL;
+    int64_t *f32off = NULL;
+    const int64_t f32x_n = f32direct && cc.cf != FMT_FP32 ? fx_conv_padded_numel(&g, plan.nb) : 0;
+    if (f32direct) {
+        f32w = conv_align64(conv_alloc(&s, fx_f32_fwd_direct_weights_numel(&g) + 16,
+                                       sizeof(float), &rc, func));
+        f32off = conv_alloc(&s, CKK, sizeof(int64_t), &rc, func);
+        float *wide = cc.cf != FMT_FP32 ? conv_alloc(&s, g.O * CKK, sizeof(float), &rc, func)
+                                        : NULL;
+        f32x = f32x_n ? conv_alloc(&s, f32x_n * plan.outer, sizeof(float), &rc, func) : NULL;
+        if (rc) {
+            fx_scratch_free(&s);
+            return rc;
+        }
+        if (wide) conv_widen_f32(be, cc.cf, wo.data, wide, g.O * CKK);
+        fx_f32_fwd_direct_pack_weights(&g, wide ? wide : (const float *)wo.data, f32w);
+        fx_f32_fwd_direct_offsets(&g, f32off);
+    }
     /* the direct integer route: its weights and their segment norms once, a copy of the chunk
      * per thread */
     uint32_t *iwq = NULL, *iscr = NULL;
@@ -875,7 +911,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const fx_conv_rows rows = {&g, (const int16_t *)(const void *)(myxq ? myxq : myxp), goff,
                                    myxq != NULL};
         const void *adata = NULL;
-        const int pad_g = panel_mr || row_src || fpanel_mr || fdirect || idirect;
+        const int pad_g = panel_mr || row_src || fpanel_mr || fdirect || idirect || f32direct;
         if (pad_g && !ifold) fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
         if (ifold)
             fx_conv_fold_pad_i16(&g, gd, (const int16_t *)xo.data, n0, nbc,
@@ -920,13 +956,22 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                 fx_conv_panels_f32(&g, myxp, (int)cc.cf, nbc, fpanel_mr, pan);
             pp.a_panels = pan;
             pp.a_mr = fpanel_mr;
-        } else if (!fdirect) {
+        } else if (!fdirect && !f32direct) {
             conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 1, plan.inner);
             adata = mycol;
         }
         if (fdirect) {
             be->conv.bf16_fwd(&g, (const uint16_t *)(const void *)myxp, nbc, fwq, fwkey,
                               fscr + tid * fscr_n, (float *)(void *)myy, plan.inner);
+            status[ch] = FX_OK;
+        } else if (f32direct) {
+            const float *xf = (const float *)(const void *)myxp;
+            if (f32x) {
+                float *wx = f32x + tid * f32x_n;
+                conv_widen_f32(be, cc.cf, myxp, wx, fx_conv_padded_numel(&g, nbc));
+                xf = wx;
+            }
+            be->conv.f32_fwd(&g, xf, nbc, f32w, f32off, (float *)(void *)myy, plan.inner);
             status[ch] = FX_OK;
         } else if (!idone)
             status[ch] = conv_matmul_with(conv_op2d(&cc, adata, xo.exp, Pc, CKK, CKK, 0), &pp,
