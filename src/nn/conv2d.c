@@ -276,8 +276,6 @@ static fx_operand conv_op2d(const conv_compute *cc, const void *data, int exp, i
     return o;
 }
 
-/* p moved up to the next multiple of 64 bytes (NULL stays NULL): the pre-packed operands'
- * alignment, for which their allocations leave 64 spare bytes */
 /* n fp16 or bf16 values (bits) widened exactly to fp32 with the level's conversion */
 static void conv_widen_f32(const fx_backend *be, fmt_t f, const void *src, float *dst, int64_t n)
 {
@@ -287,6 +285,8 @@ static void conv_widen_f32(const fx_backend *be, fmt_t f, const void *src, float
         be->cvt.bf16_to_f32((const uint16_t *)src, dst, n);
 }
 
+/* p moved up to the next multiple of 64 bytes (NULL stays NULL): the pre-packed operands'
+ * alignment, for which their allocations leave 64 spare bytes */
 static void *conv_align64(void *p)
 {
     return p ? (char *)p + ((64 - ((uintptr_t)p & 63)) & 63) : NULL;
