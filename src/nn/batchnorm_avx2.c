@@ -21,7 +21,8 @@
  * step with at most 16 significant bits. There the fp32 multiply of the dequantisation is
  * exact and the kernels take m 2^exp in double directly: one conversion (int32 -> double) in
  * place of two (int32 -> fp32 -> double). A kind of this file only; fx_bn_src's callers never
- * see it. */
+ * see it. Other mantissa sources (exp > 112: values up to 2^127, which training never holds)
+ * take the portable kernels, which give the same bits. */
 #define FX_BN_I16_EXACT 3
 
 static inline fx_bn_src exact_kind(const fx_bn_src *x)
@@ -39,12 +40,8 @@ static inline double at(const fx_bn_src *x, int64_t i)
     return fx_bn_at(x, i);
 }
 
-/* Elements i..i+3 of a source as fx_bn_at gives them: fp32 widened; a mantissa times 2^exp in
- * fp32 (one correctly rounded multiply, as the dequantisation's rounding of the exact product:
- * the same value whenever 2^exp is an fp32 number, which fx_bn_src promises), widened; bf16
- * shifted into fp32. For exp -128 and -127 the factor is an fp32 subnormal, which a CPU set to
- * treat subnormal inputs as zero (DAZ) would drop; the library assumes that mode is off
- * (src/fp32/f32_math.h). */
+/* Elements i..i+3 of a source as fx_bn_at gives them: fp32 widened; an exact mantissa times
+ * 2^exp in double; bf16 shifted into fp32. */
 static inline __attribute__((always_inline)) __m256d ld4(const fx_bn_src *x, int64_t i,
                                                          const int K)
 {
@@ -52,11 +49,6 @@ static inline __attribute__((always_inline)) __m256d ld4(const fx_bn_src *x, int
         const int16_t *p = (const int16_t *)x->p + i;
         const __m128i m = _mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)p));
         return _mm256_mul_pd(_mm256_cvtepi32_pd(m), _mm256_set1_pd(x->scale));
-    }
-    if (K == FX_BN_I16) {
-        const int16_t *p = (const int16_t *)x->p + i;
-        const __m128i m = _mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)p));
-        return _mm256_cvtps_pd(_mm_mul_ps(_mm_cvtepi32_ps(m), _mm_set1_ps((float)x->scale)));
     }
     if (K == FX_BN_BF16) {
         const uint16_t *p = (const uint16_t *)x->p + i;
@@ -212,12 +204,11 @@ void fx_bn_stats_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int n
                       double *mean, double *var)
 {
     const fx_bn_src xe = exact_kind(x);
-    x = &xe;
-    switch (x->kind) {
-    case FX_BN_I16_EXACT: stats_k(x, d, c0, nc, mean, var, FX_BN_I16_EXACT); break;
-    case FX_BN_I16: stats_k(x, d, c0, nc, mean, var, FX_BN_I16); break;
+    switch (xe.kind) {
+    case FX_BN_I16_EXACT: stats_k(&xe, d, c0, nc, mean, var, FX_BN_I16_EXACT); break;
     case FX_BN_BF16: stats_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
-    default: stats_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
+    case FX_BN_F32: stats_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
+    default: fx_bn_kernels_portable.stats(x, d, c0, nc, mean, var); break;
     }
 }
 
@@ -259,17 +250,8 @@ static inline __attribute__((always_inline)) void grad_n(const fx_bn_src *x, con
     }
 }
 
-/* bn_kernels.h's pairs and those with exact mantissa sources, which every mantissa source of
- * training is */
-#define FX_BN_AVX2_KIND_PAIRS(X)                                                               \
-    X(FX_BN_I16_EXACT, FX_BN_I16_EXACT)                                                        \
-    X(FX_BN_I16_EXACT, FX_BN_I16)                                                              \
-    X(FX_BN_I16, FX_BN_I16_EXACT)                                                              \
-    X(FX_BN_I16_EXACT, FX_BN_F32)                                                              \
-    X(FX_BN_F32, FX_BN_I16_EXACT)                                                              \
-    X(FX_BN_I16_EXACT, FX_BN_BF16)                                                             \
-    X(FX_BN_BF16, FX_BN_I16_EXACT)                                                             \
-    FX_BN_KIND_PAIRS(X)
+/* bn_kernels.h's pairs with exact mantissa sources (the others take the portable kernels) */
+#define FX_BN_AVX2_KIND_PAIRS(X) FX_BN_KIND_PAIRS_OF(X, FX_BN_I16_EXACT)
 
 static inline __attribute__((always_inline)) void grad_k(const fx_bn_src *x, const fx_bn_src *dy,
                                                          const fx_bn_dims *d, int64_t c0, int nc,
@@ -291,16 +273,14 @@ void fx_bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_d
                           double *sdyx)
 {
     const fx_bn_src xe = exact_kind(x), ge = exact_kind(dy);
-    x = &xe;
-    dy = &ge;
 #define FX_BN_GRAD_CASE(KX, KG)                                                                \
-    if (x->kind == (KX) && dy->kind == (KG)) {                                                 \
-        grad_k(x, dy, d, c0, nc, mu, is, sdy, sdyx, (KX), (KG));                               \
+    if (xe.kind == (KX) && ge.kind == (KG)) {                                                  \
+        grad_k(&xe, &ge, d, c0, nc, mu, is, sdy, sdyx, (KX), (KG));                            \
         return;                                                                                \
     }
     FX_BN_AVX2_KIND_PAIRS(FX_BN_GRAD_CASE)
 #undef FX_BN_GRAD_CASE
-    fx_bn_kernels_portable.grad_sums(x, dy, d, c0, nc, mu, is, sdy, sdyx); /* no other kinds */
+    fx_bn_kernels_portable.grad_sums(x, dy, d, c0, nc, mu, is, sdy, sdyx); /* the other kinds */
 }
 
 /* One row on the fast round to odd (FAST = 1: returns 0, with q and mx to be written again,
@@ -345,12 +325,11 @@ static void bn_normalize_avx2(const fx_bn_src *x, int64_t off, float *q, int64_t
                               double a, double b, int odd, fx_bn_max *mx)
 {
     const fx_bn_src xe = exact_kind(x);
-    x = &xe;
-    switch (x->kind) {
-    case FX_BN_I16_EXACT: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_I16_EXACT); break;
-    case FX_BN_I16: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_I16); break;
+    switch (xe.kind) {
+    case FX_BN_I16_EXACT: normalize_k(&xe, off, q, S, mu, a, b, odd, mx, FX_BN_I16_EXACT); break;
     case FX_BN_BF16: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_BF16); break;
-    default: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_F32); break;
+    case FX_BN_F32: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_F32); break;
+    default: fx_bn_kernels_portable.normalize(x, off, q, S, mu, a, b, odd, mx); break;
     }
 }
 
@@ -399,16 +378,14 @@ static void bn_backward_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off
                              int odd, fx_bn_max *mx)
 {
     const fx_bn_src xe = exact_kind(x), ge = exact_kind(g);
-    x = &xe;
-    g = &ge;
 #define FX_BN_BWD_CASE(KX, KG)                                                                 \
-    if (x->kind == (KX) && g->kind == (KG)) {                                                  \
-        backward_k(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx, (KX), (KG));               \
+    if (xe.kind == (KX) && ge.kind == (KG)) {                                                  \
+        backward_k(&xe, &ge, off, q, S, mu, is, k, mdy, mdyx, odd, mx, (KX), (KG));            \
         return;                                                                                \
     }
     FX_BN_AVX2_KIND_PAIRS(FX_BN_BWD_CASE)
 #undef FX_BN_BWD_CASE
-    fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx);
+    fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx); /* others */
 }
 
 const fx_bn_kernels fx_bn_kernels_avx2 = {fx_bn_stats_avx2, fx_bn_grad_sums_avx2,

@@ -96,17 +96,19 @@ void fx_bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_d
                           double *sdyx);
 
 /* Every pair of source kinds (x, dy) gets its own loop in the SIMD levels' grad_sums and backward: training's
- * pairs have one kind, a mixed pair is x and dy in two formats. */
-#define FX_BN_KIND_PAIRS(X)                                                                    \
+ * pairs have one kind, a mixed pair is x and dy in two formats. FX_BN_KIND_PAIRS_OF takes the
+ * kind that stands for mantissa sources (a level may have a kind of its own for them). */
+#define FX_BN_KIND_PAIRS_OF(X, I16)                                                            \
     X(FX_BN_F32, FX_BN_F32)                                                                    \
-    X(FX_BN_I16, FX_BN_I16)                                                                    \
+    X(I16, I16)                                                                                \
     X(FX_BN_BF16, FX_BN_BF16)                                                                  \
-    X(FX_BN_I16, FX_BN_F32)                                                                    \
-    X(FX_BN_F32, FX_BN_I16)                                                                    \
+    X(I16, FX_BN_F32)                                                                          \
+    X(FX_BN_F32, I16)                                                                          \
     X(FX_BN_BF16, FX_BN_F32)                                                                   \
     X(FX_BN_F32, FX_BN_BF16)                                                                   \
-    X(FX_BN_I16, FX_BN_BF16)                                                                   \
-    X(FX_BN_BF16, FX_BN_I16)
+    X(I16, FX_BN_BF16)                                                                         \
+    X(FX_BN_BF16, I16)
+#define FX_BN_KIND_PAIRS(X) FX_BN_KIND_PAIRS_OF(X, FX_BN_I16)
 
 
 /* Test switch: 0 makes batch norm copy every input to fp32 first (nn_in_f32) and scan its

@@ -276,15 +276,6 @@ static fx_operand conv_op2d(const conv_compute *cc, const void *data, int exp, i
     return o;
 }
 
-/* n fp16 or bf16 values (bits) widened exactly to fp32 with the level's conversion */
-static void conv_widen_f32(const fx_backend *be, fmt_t f, const void *src, float *dst, int64_t n)
-{
-    if (f == FMT_FP16)
-        be->cvt.fp16_to_f32((const uint16_t *)src, dst, n);
-    else
-        be->cvt.bf16_to_f32((const uint16_t *)src, dst, n);
-}
-
 /* p moved up to the next multiple of 64 bytes (NULL stays NULL): the pre-packed operands'
  * alignment, for which their allocations leave 64 spare bytes */
 static void *conv_align64(void *p)
@@ -847,10 +838,13 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         fwkey = fx_bf16_fwd_direct_pack_weights(&g, (const uint16_t *)wo.data, fwq);
     }
     /* the direct fp32 route: its weights (widened) and tap offsets once, and for 16-bit inputs
-     * an fp32 copy of the padded chunk per thread */
+     * a padded chunk per thread in fp32, widened while it is padded */
     float *f32w = NULL, *f32x = NULL;
     int64_t *f32off = NULL;
     const int64_t f32x_n = f32direct && cc.cf != FMT_FP32 ? fx_conv_padded_numel(&g, plan.nb) : 0;
+    const fx_widen_row_fn f32widen = !f32x_n           ? NULL
+                                     : cc.cf == FMT_FP16 ? be->cvt.fp16_to_f32
+                                                         : be->cvt.bf16_to_f32;
     if (f32direct) {
         f32w = conv_align64(conv_alloc(&s, fx_f32_fwd_direct_weights_numel(&g) + 16,
                                        sizeof(float), &rc, func));
@@ -862,7 +856,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             fx_scratch_free(&s);
             return rc;
         }
-        if (wide) conv_widen_f32(be, cc.cf, wo.data, wide, g.O * CKK);
+        if (wide) fx_widen_to_f32(be, cc.cf, 0, wo.data, wide, g.O * CKK);
         fx_f32_fwd_direct_pack_weights(&g, wide ? wide : (const float *)wo.data, f32w);
         fx_f32_fwd_direct_offsets(&g, f32off);
     }
@@ -911,7 +905,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const fx_conv_rows rows = {&g, (const int16_t *)(const void *)(myxq ? myxq : myxp), goff,
                                    myxq != NULL};
         const void *adata = NULL;
-        const int pad_g = panel_mr || row_src || fpanel_mr || fdirect || idirect || f32direct;
+        const int pad_g =
+            panel_mr || row_src || fpanel_mr || fdirect || idirect || (f32direct && !f32x);
         if (pad_g && !ifold) fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
         if (ifold)
             fx_conv_fold_pad_i16(&g, gd, (const int16_t *)xo.data, n0, nbc,
@@ -968,7 +963,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             const float *xf = (const float *)(const void *)myxp;
             if (f32x) {
                 float *wx = f32x + tid * f32x_n;
-                conv_widen_f32(be, cc.cf, myxp, wx, fx_conv_padded_numel(&g, nbc));
+                fx_conv_pad_widen(&g, (const uint16_t *)xo.data, n0, nbc, wx, f32widen);
                 xf = wx;
             }
             be->conv.f32_fwd(&g, xf, nbc, f32w, f32off, (float *)(void *)myy, plan.inner);

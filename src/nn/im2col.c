@@ -68,24 +68,44 @@ int64_t fx_conv_padded_numel(const fx_conv_geom *g, int64_t nb)
     return nb * g->C * (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
 }
 
-void fx_conv_pad(const fx_conv_geom *g, const void *xv, int64_t n0, int64_t nb, void *xpv,
-                 size_t esz)
+/* fx_conv_pad and fx_conv_pad_widen: rows copied (widen NULL: elements of esz bytes both
+ * sides) or widened from 16-bit values into floats (esz 2 in, 4 out) */
+static inline void conv_pad_rows(const fx_conv_geom *g, const void *xv, int64_t n0, int64_t nb,
+                                 void *xpv, size_t esz, fx_widen_row_fn widen)
 {
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    const size_t dsz = widen ? sizeof(float) : esz;
     const char *x = xv;
     char *xp = xpv;
     for (int64_t pl = 0; pl < nb * g->C; pl++) {
-        char *dp = xp + (size_t)(pl * Hp * Wp) * esz;
+        char *dp = xp + (size_t)(pl * Hp * Wp) * dsz;
         const char *sp = x + (size_t)((n0 * g->C + pl) * g->H * g->W) * esz;
-        memset(dp, 0, (size_t)(g->ph * Wp) * esz);
+        memset(dp, 0, (size_t)(g->ph * Wp) * dsz);
         for (int64_t ih = 0; ih < g->H; ih++) {
-            char *d = dp + (size_t)((ih + g->ph) * Wp) * esz;
-            memset(d, 0, (size_t)g->pw * esz);
-            memcpy(d + (size_t)g->pw * esz, sp + (size_t)(ih * g->W) * esz, (size_t)g->W * esz);
-            memset(d + (size_t)(g->pw + g->W) * esz, 0, (size_t)g->pw * esz);
+            char *d = dp + (size_t)((ih + g->ph) * Wp) * dsz;
+            const char *srow = sp + (size_t)(ih * g->W) * esz;
+            memset(d, 0, (size_t)g->pw * dsz);
+            if (widen)
+                widen((const uint16_t *)(const void *)srow,
+                      (float *)(void *)(d + (size_t)g->pw * dsz), g->W);
+            else
+                memcpy(d + (size_t)g->pw * dsz, srow, (size_t)g->W * esz);
+            memset(d + (size_t)(g->pw + g->W) * dsz, 0, (size_t)g->pw * dsz);
         }
-        memset(dp + (size_t)((g->ph + g->H) * Wp) * esz, 0, (size_t)(g->ph * Wp) * esz);
+        memset(dp + (size_t)((g->ph + g->H) * Wp) * dsz, 0, (size_t)(g->ph * Wp) * dsz);
     }
+}
+
+void fx_conv_pad(const fx_conv_geom *g, const void *xv, int64_t n0, int64_t nb, void *xpv,
+                 size_t esz)
+{
+    conv_pad_rows(g, xv, n0, nb, xpv, esz, NULL);
+}
+
+void fx_conv_pad_widen(const fx_conv_geom *g, const uint16_t *x, int64_t n0, int64_t nb,
+                       float *xp, fx_widen_row_fn widen)
+{
+    conv_pad_rows(g, x, n0, nb, xp, sizeof(uint16_t), widen);
 }
 
 void fx_conv_unpad(const fx_conv_geom *g, const void *xpv, int64_t n0, int64_t nb, void *xv,

@@ -37,6 +37,11 @@ void fx_conv_pad(const fx_conv_geom *g, const void *x, int64_t n0, int64_t nb, v
                  size_t esz);
 void fx_conv_unpad(const fx_conv_geom *g, const void *xp, int64_t n0, int64_t nb, void *x,
                    size_t esz);
+/* fx_conv_pad of fp16 or bf16 values (bits) into floats, each row widened by widen (a level's
+ * fp16_to_f32 or bf16_to_f32, exact) as it is copied: no 16-bit padded copy in between. */
+typedef void (*fx_widen_row_fn)(const uint16_t *src, float *dst, int64_t n);
+void fx_conv_pad_widen(const fx_conv_geom *g, const uint16_t *x, int64_t n0, int64_t nb,
+                       float *xp, fx_widen_row_fn widen);
 
 /* dst[j*rows + i] = src[i*cols + j] for 16-bit elements, with the active level's kernel. */
 void fx_transpose_i16(const int16_t *src, int16_t *dst, int64_t rows, int64_t cols);
