@@ -19,12 +19,15 @@
  * lower half of the odd channels, where a schedule taken from other rows or channels misses
  * them), where a missing fold wraps; the decline; and tensor_conv2d_backward_weight bit for bit
  * with the route on and off.
+ * The AVX2 kernel's copy of an image (pair words and row norms, padding added) equals the
+ * portable copy's on every channel count, width and padding shape.
  * Both run for each level the CPU runs that has the kernels (AVX-512 with VNNI: vpdpwssd; AVX2:
  * vpmaddwd + vpaddd). Skips on CPUs without AVX2, where convolutions take the patch GEMM. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
 #include "flex/conv_i16.h"
+#include "flex/conv_i16_direct.h"
 #include "flex/conv_i16_wgrad.h"
 #include "nn/im2col.h"
 #include "testutil.h"
@@ -71,6 +74,7 @@ static int16_t draw(test_rng *r, int kind, int is_w, int64_t row)
 typedef int (*fwd_kernel)(const fx_conv_geom *, const int16_t *, int64_t, const uint32_t *,
                           uint32_t *, int64_t *, int, uint64_t *);
 static fwd_kernel g_fwd;
+static int g_fwd_unpadded; /* the level's kernel takes the chunk unpadded (i16_fwd_unpadded) */
 /* the weight gradient kernel under test, and the row norms its level takes */
 typedef int (*wgrad_kernel)(const fx_conv_geom *, const int16_t *, const int16_t *, int64_t,
                             uint32_t *, int64_t *, int);
@@ -91,14 +95,16 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
     test_rng r;
     test_rng_seed(&r, seed);
     int16_t *xp = calloc((size_t)(N * C * Hp * Wp), sizeof(int16_t));
+    int16_t *xu = malloc(sizeof(int16_t) * (size_t)(N * C * H * W)); /* the same, unpadded */
     int16_t *w = malloc(sizeof(int16_t) * (size_t)(O * C * KK));
     for (int64_t n = 0; n < N; n++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t h = 0; h < H; h++)
                 for (int64_t x = 0; x < W; x++)
-                    xp[((n * C + c) * Hp + h + pad) * Wp + x + pad] =
-                        kind == DATA_SKEW ? (int16_t)(c / 8 % 2 && h >= H / 2 ? TIGHT : 1)
-                                          : draw(&r, kind, 0, h);
+                    xu[((n * C + c) * H + h) * W + x] =
+                        xp[((n * C + c) * Hp + h + pad) * Wp + x + pad] =
+                            kind == DATA_SKEW ? (int16_t)(c / 8 % 2 && h >= H / 2 ? TIGHT : 1)
+                                              : draw(&r, kind, 0, h);
     for (int64_t i = 0; i < O * C * KK; i++)
         w[i] = kind == DATA_SKEW ? (int16_t)(i / (C * KK) / 16 % 2 ? TIGHT : 1)
                                  : draw(&r, kind, 1, 0);
@@ -128,7 +134,7 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
     for (int threads = 1; threads <= 2; threads++) {
         memset(got, 0x5A, sizeof(int64_t) * (size_t)(N * P * O));
         uint64_t got_max = 0;
-        took = g_fwd(&g, xp, N, wq, scratch, got, threads, &got_max);
+        took = g_fwd(&g, g_fwd_unpadded ? xu : xp, N, wq, scratch, got, threads, &got_max);
         if (!took) { /* declined before writing */
             long touched = 0;
             for (int64_t i = 0; i < N * P * O; i++) touched += got[i] != 0x5A5A5A5A5A5A5A5All;
@@ -146,6 +152,7 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
               (unsigned long long)want_max);
     }
     free(xp);
+    free(xu);
     free(w);
     free(want);
     free(wq_raw);
@@ -438,6 +445,79 @@ static void check_forward(uint64_t *seedp)
     *seedp = seed;
 }
 
+/* The AVX2 kernel's copy of an unpadded image (fx_i16_fwd_copy_image_avx2) against the portable
+ * copy of the padded one: the same pair words and row norms, nothing written past either
+ * buffer or the scratch. Channel counts with odd pairs, partial and several segments; widths
+ * below, at and across the vectors' 8 and 16 pixels; paddings on one side only; data at full
+ * scale with -32768 (a pair's squares 2^31, a segment's 2^33) and equal values. */
+static void check_copy(uint64_t seed)
+{
+    static const int64_t cs[] = {1, 2, 3, 7, 8, 9, 16, 17, 31, 32, 33, 64, 70};
+    static const int64_t hw[][2] = {{1, 1}, {3, 5}, {7, 7}, {8, 8}, {14, 14}, {15, 17},
+                                    {16, 16}, {32, 32}, {5, 40}};
+    static const int64_t pads[][2] = {{0, 0}, {1, 1}, {2, 0}, {0, 3}, {2, 2}};
+    enum { GUARD = 64 };
+    const uint32_t canary = 0xA5A5A5A5u;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    long bad_words = 0, bad_norms = 0, overruns = 0, cases = 0;
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (size_t hi = 0; hi < sizeof hw / sizeof hw[0]; hi++)
+            for (size_t pi = 0; pi < sizeof pads / sizeof pads[0]; pi++)
+                for (int kind = 0; kind < 3; kind++) {
+                    const int64_t C = cs[ci], H = hw[hi][0], W = hw[hi][1];
+                    const int64_t ph = pads[pi][0], pw = pads[pi][1];
+                    const fx_conv_geom g = {.N = 1, .C = C, .H = H, .W = W, .O = 16, .KH = 1,
+                                            .KW = 1, .OH = H + 2 * ph, .OW = W + 2 * pw,
+                                            .sh = 1, .sw = 1, .ph = ph, .pw = pw, .dh = 1,
+                                            .dw = 1};
+                    const int64_t Hp = H + 2 * ph, Wp = W + 2 * pw, HW = Hp * Wp;
+                    const int64_t Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
+                    int16_t *xu = malloc(sizeof(int16_t) * (size_t)(C * H * W));
+                    int16_t *xp = calloc((size_t)(C * HW), sizeof(int16_t));
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t h = 0; h < H; h++)
+                            for (int64_t x = 0; x < W; x++)
+                                xu[(c * H + h) * W + x] = xp[(c * Hp + h + ph) * Wp + x + pw] =
+                                    kind == 0   ? (int16_t)test_rng_range(&r, -32768, 32767)
+                                    : kind == 1 ? (int16_t)-32768
+                                                : (int16_t)test_rng_range(&r, -300, 300);
+                    uint32_t *want = malloc(sizeof(uint32_t) * (size_t)(HW * Cpp));
+                    uint32_t *want_rn = malloc(sizeof(uint32_t) * (size_t)(Hp * G));
+                    fx_i16_fwd_copy_image(&g, xp, want, want_rn);
+                    const int64_t nq = HW * Cpp + GUARD, nr = Hp * G + GUARD;
+                    const int64_t npl = Cpp * HW + GUARD, nsq = G * HW + GUARD / 2;
+                    uint32_t *got = malloc(sizeof(uint32_t) * (size_t)nq);
+                    uint32_t *got_rn = malloc(sizeof(uint32_t) * (size_t)nr);
+                    uint32_t *planes = malloc(sizeof(uint32_t) * (size_t)npl);
+                    uint64_t *sq = malloc(sizeof(uint64_t) * (size_t)nsq);
+                    for (int64_t i = 0; i < nq; i++) got[i] = canary;
+                    for (int64_t i = 0; i < nr; i++) got_rn[i] = canary;
+                    for (int64_t i = 0; i < npl; i++) planes[i] = canary;
+                    for (int64_t i = 0; i < nsq; i++) sq[i] = canary;
+                    fx_i16_fwd_copy_image_avx2(&g, xu, got, got_rn, planes, sq);
+                    for (int64_t i = 0; i < HW * Cpp; i++) bad_words += got[i] != want[i];
+                    for (int64_t i = 0; i < Hp * G; i++) bad_norms += got_rn[i] != want_rn[i];
+                    for (int64_t i = HW * Cpp; i < nq; i++) overruns += got[i] != canary;
+                    for (int64_t i = Hp * G; i < nr; i++) overruns += got_rn[i] != canary;
+                    for (int64_t i = Cpp * HW; i < npl; i++) overruns += planes[i] != canary;
+                    for (int64_t i = G * HW; i < nsq; i++) overruns += sq[i] != canary;
+                    cases++;
+                    free(xu);
+                    free(xp);
+                    free(want);
+                    free(want_rn);
+                    free(got);
+                    free(got_rn);
+                    free(planes);
+                    free(sq);
+                }
+    CHECK(bad_words == 0 && bad_norms == 0 && overruns == 0,
+          "AVX2 copy of %ld images: %ld pair words and %ld row norms differ from the portable "
+          "copy, %ld words written past the buffers",
+          cases, bad_words, bad_norms, overruns);
+}
+
 /* The weight gradient kernel of the active backend and the row norms it takes. */
 static void check_weight_gradient(uint64_t *seedp)
 {
@@ -471,11 +551,14 @@ int main(void)
     } levels[] = {{FX_BACKEND_AVX512, "avx512"}, {FX_BACKEND_AVX2, "avx2"}};
     uint64_t seed = 1;
     int ran = 0;
+    const fx_backend *avx2 = fx_backend_get(FX_BACKEND_AVX2);
+    if (avx2 && avx2->available) check_copy(seed++);
     for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
         const fx_backend *be = fx_backend_get(levels[l].id);
         if (!be || !be->available || !be->conv.i16_fwd) continue;
         CHECK_STATUS(flexpoint_set_backend(levels[l].name), FX_OK);
         g_fwd = be->conv.i16_fwd;
+        g_fwd_unpadded = be->conv.i16_fwd_unpadded;
         g_wgrad = be->conv.i16_wgrad;
         g_row_norms = levels[l].id == FX_BACKEND_AVX512 ? fx_i16_row_norms : fx_i16_row_norms_portable;
         g_level = levels[l].name;

@@ -293,6 +293,9 @@ typedef struct fx_conv_kernels {
     int (*i16_fwd)(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                    const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                    uint64_t *ymax);
+    /* 1: i16_fwd takes the chunk unpadded (nbc images of C x H x W) and pads while it copies
+     * (AVX2); 0: the chunk padded by fx_conv_pad (AVX-512) */
+    int i16_fwd_unpadded;
     /* exact int16 weight gradient of one chunk without a patch matrix (fx_i16_wgrad_direct,
      * src/flex/conv_i16.h): the exact sums. Returns 0 for a chunk it declines, which then takes
      * the GEMM. NULL: patch matrix and GEMM. */

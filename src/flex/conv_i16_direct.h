@@ -49,8 +49,13 @@ void fx_i16_fwd_offsets(const struct fx_conv_geom *g, int64_t *xoff);
 /* One padded image (C planes of Hp x Wp int16) as the kernels' copy: xq[p Cpp + cp] =
  * (x[2cp][p], x[2cp + 1][p]), zero past C, for the Hp Wp pixels p; and its rows' segment norms
  * rn[ih G + s] = ceil(sqrt(max over the row's pixels of the sum of squares of channels
- * [8s, 8s + 8))). The portable definition, which the AVX2 kernel takes as it is. */
+ * [8s, 8s + 8))). The portable definition. */
 void fx_i16_fwd_copy_image(const struct fx_conv_geom *g, const int16_t *img, uint32_t *xq,
                            uint32_t *rn);
+/* The same words and norms on AVX2 (conv_i16_copy_avx2.c) from the image unpadded (C planes of
+ * H x W int16; the copy pads), through the image's pair planes: planes, Cpp Hp Wp words, and
+ * sq, G Hp Wp 64-bit values, are the caller's scratch. */
+void fx_i16_fwd_copy_image_avx2(const struct fx_conv_geom *g, const int16_t *img, uint32_t *xq,
+                                uint32_t *rn, uint32_t *planes, uint64_t *sq);
 
 #endif

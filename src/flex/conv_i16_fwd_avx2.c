@@ -100,12 +100,16 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
     const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW, nseg = KK * G;
     const uint32_t *wn = wq + KK * Cpp * opad;
     /* scratch (fx_i16_fwd_direct_scratch, sized for the AVX-512 layout, which holds this one):
-     * the copy, 32-byte aligned, then the norms (a tile covers only pixels that are there, so
-     * nothing is read past the copy) */
+     * the copy, 32-byte aligned (a tile covers only pixels that are there, so nothing is read
+     * past it), one image's pair planes, the norms, one image's sums of squares */
     uint32_t *xq = scratch + ((8 - ((uintptr_t)scratch / 4) % 8) % 8);
-    uint32_t *rn = xq + nbc * HW * Cpp; /* [n][ih][s] */
+    uint32_t *planes = xq + nbc * HW * Cpp;
+    uint32_t *rn = planes + Cpp * HW; /* [n][ih][s] */
+    uint32_t *sqw = rn + nbc * Hp * G;
+    uint64_t *sq = (uint64_t *)(void *)(sqw + ((uintptr_t)sqw / 4) % 2);
     for (int64_t n = 0; n < nbc; n++)
-        fx_i16_fwd_copy_image(g, xp + n * C * HW, xq + n * HW * Cpp, rn + n * Hp * G);
+        fx_i16_fwd_copy_image_avx2(g, xp + n * C * g->H * g->W, xq + n * HW * Cpp,
+                                   rn + n * Hp * G, planes, sq);
     if (!fx_i16_fwd_admit(rn, nbc * Hp, wn, opad / 16 * KK, G)) return 0;
     int64_t xoff[FX_I16_FWD_MAX_SEGS];
     fx_i16_fwd_offsets(g, xoff);

@@ -687,6 +687,15 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                       fx_i16_fwd_direct_fits(&gfold);
     const int idirect = ifits || ifold;
     const fx_conv_geom *gd = ifold ? &gfold : &g; /* the direct kernel's geometry */
+    /* a kernel that pads while it copies takes the chunk as it is, and the folded chunk (padded
+     * in height by the fold) as an unpadded one of height H + 2 ph; the GEMM's padded chunk is
+     * then made only for a chunk the kernel declines */
+    const int kunpad = idirect && be->conv.i16_fwd_unpadded;
+    fx_conv_geom gkernel = *gd;
+    if (kunpad && ifold) {
+        gkernel.H += 2 * gkernel.ph;
+        gkernel.ph = 0;
+    }
     const int pair_mr = plain_i16 || fdirect ? 0
                         : ic                ? be->gemm.i16_panel_mr
                         : cc.cf == FMT_BF16 ? be->gemm.bf16_pair_panel_mr
@@ -907,19 +916,24 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const void *adata = NULL;
         const int pad_g =
             panel_mr || row_src || fpanel_mr || fdirect || idirect || (f32direct && !f32x);
-        if (pad_g && !ifold) fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+        if (pad_g && !ifold && !kunpad) fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
         if (ifold)
             fx_conv_fold_pad_i16(&g, gd, (const int16_t *)xo.data, n0, nbc,
                                  (int16_t *)(void *)myxp);
         uint64_t kmax = 0;
         /* the direct integer kernel first; what it declines goes on to the GEMM */
-        const int idone = idirect && be->conv.i16_fwd(gd, (const int16_t *)(const void *)myxp,
-                                                      nbc, iwq, iscr + tid * iscr_n,
+        const int16_t *ksrc = kunpad && !ifold
+                                  ? (const int16_t *)xo.data + n0 * g.C * g.H * g.W
+                                  : (const int16_t *)(const void *)myxp;
+        const int idone = idirect && be->conv.i16_fwd(&gkernel, ksrc, nbc, iwq,
+                                                      iscr + tid * iscr_n,
                                                       (int64_t *)(void *)myy, plan.inner, &kmax);
         if (ifold && !idone) {
             /* declined: the GEMM's padded chunk in place of the folded one, its slack zeros */
             fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
             memset(myxp + (size_t)fx_conv_padded_numel(&g, nbc) * esz, 0, (size_t)slack * esz);
+        } else if (kunpad && !idone && pad_g) {
+            fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
         }
         int kmax_known = idone;
         if (myxq && !idone)
