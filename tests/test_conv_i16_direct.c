@@ -30,6 +30,7 @@
 #include "flex/conv_i16_direct.h"
 #include "flex/conv_i16_wgrad.h"
 #include "nn/im2col.h"
+#include "nn/conv_dgrad_phases.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -394,6 +395,90 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
     free(dw_got);
 }
 
+/* The strided input gradient by phases against the col2im route (phases off): the same
+ * mantissas and exponent at 1 and 2 threads; the route ran where it fits and the data allows,
+ * and not otherwise (declined on full-scale data, or a phase the kernel cannot take) */
+static void check_strided_dgrad(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
+                                int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph,
+                                int64_t pw, int kind, int expect_route, uint64_t seed)
+{
+    test_rng r;
+    test_rng_seed(&r, seed);
+    const int64_t OH = (H + 2 * ph - KH) / sh + 1, OW = (W + 2 * pw - KW) / sw + 1;
+    const int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C, KH, KW}, ys[4] = {N, O, OH, OW};
+    tensor_t *w = int_tensor(f, ws, kind, 1, -15, &r), *dy = int_tensor(f, ys, kind, 1, -12, &r);
+    const int64_t nx = N * C * H * W;
+    int16_t *ref = malloc(sizeof(int16_t) * (size_t)nx), *got = malloc(sizeof(int16_t) * (size_t)nx);
+    int e_ref = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        /* pass 0: col2im; 1 and 2: the phases at 1 and 2 threads */
+        fx_conv_dgrad_phases_set_enabled(pass > 0);
+        flexpoint_set_num_threads(pass == 2 ? 2 : 1);
+        tensor_t *dx = tensor_new(FMT_DFP16, 4, xs);
+        const int64_t runs = fx_conv_dgrad_phases_runs();
+        CHECK_STATUS(tensor_conv2d_backward_input(dx, dy, w, (int)sh, (int)sw, (int)ph, (int)pw,
+                                                  1, 1),
+                     FX_OK);
+        CHECK_STATUS(tensor_get_raw(dx, pass ? got : ref), FX_OK);
+        if (pass == 0) {
+            e_ref = tensor_exp(dx);
+        } else {
+            long bad = 0;
+            for (int64_t i = 0; i < nx; i++) bad += got[i] != ref[i];
+            CHECK(bad == 0 && tensor_exp(dx) == e_ref,
+                  "%s strided input gradient N%lld C%lld %lldx%lld O%lld k%lldx%lld s%lldx%lld "
+                  "p%lldx%lld data %d, %d threads: %ld of %lld values differ, exp %d (col2im %d)",
+                  fmt_name(f), (long long)N, (long long)C, (long long)H, (long long)W,
+                  (long long)O, (long long)KH, (long long)KW, (long long)sh, (long long)sw,
+                  (long long)ph, (long long)pw, kind, pass, bad, (long long)nx, tensor_exp(dx),
+                  e_ref);
+            CHECK((fx_conv_dgrad_phases_runs() > runs) == expect_route,
+                  "strided input gradient C%lld O%lld k%lldx%lld s%lldx%lld data %d: the phases "
+                  "%s", (long long)C, (long long)O, (long long)KH, (long long)KW, (long long)sh,
+                  (long long)sw, kind, expect_route ? "did not run" : "ran");
+        }
+        tensor_free(dx);
+    }
+    fx_conv_dgrad_phases_set_enabled(1);
+    flexpoint_set_num_threads(1);
+    tensor_free(w);
+    tensor_free(dy);
+    free(ref);
+    free(got);
+}
+
+static void check_strided(uint64_t *seedp)
+{
+    uint64_t seed = *seedp;
+    /* N, C, H, W, O, KH, KW, sh, sw, ph, pw, whether the phases fit: ResNet-20's stride-2
+     * layers and projections (3 x 3 into four phases of 2 x 2 down to 1 x 1; 1 x 1 into one
+     * phase and three of zeros), odd sizes (rows and columns no product reaches), 5 x 5, 2 x 2
+     * and 4 x 4 kernels, stride 3 (a kernel narrower than the stride: phases without taps),
+     * strides in one axis only, padding up to a whole kernel, a batch of several chunks; and
+     * shapes the route leaves to col2im (dy with 4 channels or dx with 8, which a phase cannot
+     * take; dy with 64, where col2im's GEMM is deep enough: ResNet-20's stage-3 openers) */
+    static const int64_t shapes[][12] = {
+        {2, 16, 32, 32, 32, 3, 3, 2, 2, 1, 1, 1}, {2, 16, 32, 32, 32, 1, 1, 2, 2, 0, 0, 1},
+        {2, 32, 16, 16, 48, 3, 3, 2, 2, 1, 1, 1}, {2, 32, 16, 16, 48, 1, 1, 2, 2, 0, 0, 1},
+        {2, 16, 9, 11, 24, 3, 3, 2, 2, 1, 1, 1},  {2, 20, 13, 10, 16, 5, 5, 2, 2, 2, 2, 1},
+        {2, 16, 10, 10, 16, 2, 2, 2, 2, 0, 0, 1}, {2, 16, 12, 12, 16, 4, 4, 2, 2, 1, 1, 1},
+        {2, 17, 14, 14, 9, 3, 3, 3, 3, 1, 1, 1},  {2, 16, 12, 12, 8, 1, 1, 3, 3, 0, 0, 1},
+        {2, 16, 10, 12, 16, 3, 3, 2, 1, 1, 1, 1}, {2, 16, 11, 9, 16, 3, 3, 1, 2, 1, 1, 1},
+        {2, 16, 8, 8, 16, 3, 3, 2, 2, 3, 3, 1},   {20, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, 1},
+        {2, 16, 12, 12, 4, 3, 3, 2, 2, 1, 1, 0},  {2, 8, 12, 12, 32, 3, 3, 2, 2, 1, 1, 0},
+        {2, 32, 16, 16, 64, 3, 3, 2, 2, 1, 1, 0}, {2, 32, 16, 16, 64, 1, 1, 2, 2, 0, 0, 0}};
+    static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int kind = DATA_SMALL; kind <= DATA_MIXED; kind++) {
+            const int64_t *c = shapes[s];
+            check_strided_dgrad(fmts[(s + (size_t)kind) % 2], c[0], c[1], c[2], c[3], c[4], c[5],
+                                c[6], c[7], c[8], c[9], c[10], kind, (int)c[11], seed++);
+        }
+    /* full scale: the kernel declines, col2im takes the op */
+    check_strided_dgrad(FMT_DFP16, 2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, DATA_FULL, 0, seed++);
+    *seedp = seed;
+}
+
 /* The forward kernel of the active backend: the kernel alone, then the ops with the route on
  * and off. */
 static void check_forward(uint64_t *seedp)
@@ -563,6 +648,7 @@ int main(void)
         g_row_norms = levels[l].id == FX_BACKEND_AVX512 ? fx_i16_row_norms : fx_i16_row_norms_portable;
         g_level = levels[l].name;
         check_forward(&seed);
+        check_strided(&seed);
         if (be->conv.i16_wgrad) check_weight_gradient(&seed);
         ran++;
     }

@@ -40,6 +40,7 @@
  * the same scheme with device kernels, the same semantics; integer results bit-identical).
  */
 #include "conv_fold.h"
+#include "conv_dgrad_phases.h"
 #include "im2col.h"
 #include "conv_panels.h"
 #include "../bf16/bf16_gemm.h"
@@ -1265,6 +1266,29 @@ static int conv_backward_input_as_forward(tensor_t *dx, const tensor_t *dy, cons
     return rc;
 }
 
+/* The strided integer input gradient by phases: FX_OK or a status when done, 1 when the kernel
+ * declined the data (nothing written into dx) */
+static int conv_backward_input_phases(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
+                                      const fx_conv_geom *g, const conv_compute *cc,
+                                      const char *func)
+{
+    fx_scratch s = {.n = 0};
+    fx_operand dyo, wo;
+    int rc = conv_operand(dy, cc, &dyo, &s, func);
+    if (!rc) rc = conv_operand(w, cc, &wo, &s, func);
+    int64_t *dxstage = conv_alloc(&s, g->N * g->C * g->H * g->W, sizeof(int64_t), &rc, func);
+    if (!rc) {
+        uint64_t imax = 0;
+        const int r = fx_conv_dgrad_phases_i16(g, fx_backend_active(), (const int16_t *)dyo.data,
+                                               (const int16_t *)wo.data, dxstage, &imax, func);
+        rc = r < 0   ? r
+             : r == 0 ? 1
+                      : fx_write_i64_max(dx, dxstage, dyo.exp + wo.exp, imax, func);
+    }
+    fx_scratch_free(&s);
+    return rc;
+}
+
 int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_t *w, int sh,
                                  int sw, int ph, int pw, int dh, int dw)
 {
@@ -1292,6 +1316,13 @@ int fx_nn_conv2d_backward_input_host(const fx_op_args *a)
                          (g.KW - 1) * g.dw >= g.pw;
     if (ic && g.C >= conv_bwd_as_fwd_min_c() && fwd_geom)
         return conv_backward_input_as_forward(dx, dy, w, &g, FMT_DFP16, func);
+    /* integer compute with stride: one stride-1 convolution per phase on the direct kernel
+     * (conv_dgrad_phases.h: the same exact sums); data it declines takes col2im below */
+    if (ic && fx_conv_dgrad_phases_fit(&g, fx_backend_active())) {
+        rc = conv_backward_input_phases(dx, dy, w, &g, &cc, func);
+        if (rc != 1) return rc;
+        rc = FX_OK;
+    }
     /* bf16 on the pair route as a forward convolution on its direct kernel (no
      * patch matrix, no col2im: the CNN's conv2, one thread on the Zen 4, about 13.5 against
      * 17.8 ms) when that takes the flipped problem: dy's O channels are its input channels */

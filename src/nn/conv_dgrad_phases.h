@@ -1,0 +1,46 @@
+/* The exact int16 input gradient of a strided convolution as stride-1 convolutions, one per
+ * phase, on the level's direct forward kernel (src/flex/conv_i16.h).
+ *
+ * With stride s (dilation 1), an input element at padded row hh = h + ph receives products
+ * only from the kernel rows kh = s j + r, r = hh mod s, and from the output rows oh = hh div s
+ * - j. So the rows of one phase r form the stride-1 "full" correlation
+ *   dx_r[a] = sum over j of dy[a - j] w[s j + r],      a = hh div s,
+ * a convolution of dy padded by J - 1 with the J = ceil((KH - r) / s) kernel rows s j + r in
+ * reverse order; columns likewise, and the channel axes swapped as for a stride-1 input
+ * gradient. Each dx element is then the sum of exactly the products the col2im route adds, and
+ * integer sums are exact, so the bits are the same. For ResNet-20's stride-2 layers the four
+ * phases of a 3 x 3 kernel are 2 x 2, 2 x 1, 1 x 2 and 1 x 1 convolutions; a 1 x 1 kernel has
+ * one phase and leaves the other three zero. The col2im route instead adds a C KH KW x P int64
+ * patch product into dx, beyond the cache (1.4-2.6x oneDNN's time on the AVX2 EPYC). */
+#ifndef FX_NN_CONV_DGRAD_PHASES_H
+#define FX_NN_CONV_DGRAD_PHASES_H
+
+#include "im2col.h"
+
+struct fx_backend;
+
+/* Whether the route takes g's input gradient on backend be: stride above 1 in either axis (at
+ * most 4), dilation 1, a direct forward kernel, fewer than 64 channels in dy (from there the
+ * col2im route's GEMM is deep enough to win), and every phase's convolution within the
+ * kernel's limits (at least 8 of dy's channels, 16 of dx's). */
+int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const struct fx_backend *be);
+
+/* dx[N, C, H, W] (int64, exact sums at the exponent of dy's times w's) of dy[N, O, OH, OW] and
+ * w[O, C, KH, KW] (int16 mantissas), and *imax, their largest |value|; threads as
+ * flexpoint_num_threads. Returns 1 when done, 0
+ * when the kernel declined a chunk's data (one segment alone could leave int32: dx is then
+ * partly written and the caller takes another route), or a negative status with the error set
+ * (allocation). */
+int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const struct fx_backend *be, const int16_t *dy,
+                             const int16_t *w, int64_t *dx, uint64_t *imax, const char *func);
+
+/* dx's row of W pixels from their sums src[w] (C int64 each, NULL: zeros): channel c at
+ * drow[c HW + w]; row: W C int64 of scratch (conv_dgrad_gather_avx2.c) */
+void fx_conv_dgrad_gather_rows_avx2(const int64_t *const *src, int64_t W, int64_t C,
+                                    int64_t *row, int64_t *drow, int64_t HW);
+
+/* Test hooks: 0 turns the route off (the col2im route then runs); runs counted */
+void fx_conv_dgrad_phases_set_enabled(int on);
+int64_t fx_conv_dgrad_phases_runs(void);
+
+#endif
