@@ -435,8 +435,9 @@ const char *flexpoint_kernel_report(void)
                  fx_backends[be].conv.i16_fwd &&
                          !(fx_backends[be].gemm.i16_amx && fx_gemm_i16_amx_on())
                      ? "; int16 stride-1 convolutions: direct kernels with norm-cut chains where "
-                       "they fit, forward passes under 8 input channels folded (exact, the GEMM's "
-                       "bits)"
+                       "they fit, forward passes under 8 input channels folded, strided input "
+                       "gradients of dy under 64 channels as one such convolution per phase "
+                       "(exact, the GEMM's bits)"
                      : "",
                  fx_i16_choice(be), fx_i16_kernel_why);
     return fx_kernel_report_string;
