@@ -12,6 +12,7 @@
  * route must give every bit the route through fp32 copies gives, on every backend (this part
  * runs on every CPU; the kernel comparisons need a level with its own kernels). */
 #include "nn/bn_kernels.h"
+#include "nn/bn_direct.h"
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
@@ -451,6 +452,121 @@ static void ops_in_place(void)
     flexpoint_set_num_threads(0);
 }
 
+/* ---- the forward pass straight into a shared-exponent y (bn_direct.h) ----------------------
+ * Against the stage route (fx_bn_direct_set_enabled(0)): y's mantissas, exponent and every
+ * statistic of the write and of the storage (saturations, overflows, Autoflex's recomputes),
+ * after each of three writes in a row (the third at 60 times the scale: a FLEX16_5 prediction
+ * that overflows and is recomputed), in training and inference, rounding to nearest and
+ * stochastically, with one and two threads; rows longer than the route's buffer (S = 1600),
+ * one value per row ([N, F]); the route counted as run, and not run where y is x (it may read x
+ * again after writing y) or where an output is not finite (a NaN gamma: the stage route counts
+ * it). */
+static const char *const all_stats[] = {"saturated", "true_max", "nonfinite", "underflow",
+                                        "clamped", "overflows", "clamped_total",
+                                        "nonfinite_total", "writes", "exp", "stored_max"};
+enum { N_ALL_STATS = sizeof all_stats / sizeof *all_stats };
+
+typedef struct direct_case {
+    int64_t shape[4];
+    int ndim, training, stochastic, nan_gamma, alias;
+} direct_case;
+
+/* three forward passes; y's mantissas and statistics after each into raw[rep] and st[rep] */
+static void run_direct(fmt_t f, const direct_case *dc, int direct, int threads, int16_t **raw,
+                       double st[3][N_ALL_STATS], int64_t *runs)
+{
+    fx_bn_direct_set_enabled(direct);
+    flexpoint_set_num_threads(threads);
+    const int64_t C = dc->shape[1], cs[1] = {C};
+    tensor_t *x = tensor_new(f, dc->ndim, dc->shape);
+    tensor_t *y = dc->alias ? x : tensor_new(f, dc->ndim, dc->shape);
+    tensor_t *gm = tensor_new(FMT_FP32, 1, cs), *bt = tensor_new(FMT_FP32, 1, cs);
+    const int64_t n = tensor_numel(x);
+    float *v = malloc(sizeof(float) * (size_t)n), *gamma = malloc(sizeof(float) * (size_t)C);
+    float *beta = malloc(sizeof(float) * (size_t)C), *rm = calloc((size_t)C, sizeof(float));
+    float *rv = malloc(sizeof(float) * (size_t)C);
+    test_rng r;
+    test_rng_seed(&r, 4242);
+    for (int64_t c = 0; c < C; c++) {
+        gamma[c] = (float)(0.5 + 0.25 * (double)(c % 5));
+        beta[c] = (float)(0.1 * (double)(c % 3) - 0.1);
+        rm[c] = (float)(0.3 * (double)c);
+        rv[c] = (float)(1.0 + 0.5 * (double)c);
+    }
+    if (dc->nan_gamma) gamma[C - 1] = NAN;
+    CHECK_STATUS(tensor_from_f32(gm, gamma), FX_OK);
+    CHECK_STATUS(tensor_from_f32(bt, beta), FX_OK);
+    if (dc->stochastic) CHECK_STATUS(tensor_set_rounding(y, FX_ROUND_STOCHASTIC, 77), FX_OK);
+    const int64_t before = fx_bn_direct_runs();
+    for (int rep = 0; rep < 3; rep++) {
+        const double scale = rep == 2 ? 60.0 : 1.0 + rep;
+        for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * (test_rng_normal(&r) + 0.2));
+        CHECK_STATUS(tensor_from_f32(x, v), FX_OK);
+        /* inference scales the outputs by the data: its running variance stays put */
+        CHECK_STATUS(tensor_batchnorm(y, x, gm, bt, rm, rv, NULL, NULL, 0.1, 1e-5, dc->training),
+                     FX_OK);
+        CHECK_STATUS(tensor_get_raw(y, raw[rep]), FX_OK);
+        for (int k = 0; k < N_ALL_STATS; k++)
+            CHECK_STATUS(tensor_stat(y, all_stats[k], &st[rep][k]), FX_OK);
+    }
+    *runs = fx_bn_direct_runs() - before;
+    fx_bn_direct_set_enabled(1);
+    flexpoint_set_num_threads(0);
+    if (!dc->alias) tensor_free(y);
+    tensor_free(x);
+    tensor_free(gm);
+    tensor_free(bt);
+    free(v);
+    free(gamma);
+    free(beta);
+    free(rm);
+    free(rv);
+}
+
+static void forward_direct(void)
+{
+    static const direct_case cases[] = {
+        {{4, 3, 40, 40}, 4, 1, 0, 0, 0}, {{6, 8, 5, 7}, 4, 1, 0, 0, 0},
+        {{64, 5, 0, 0}, 2, 1, 0, 0, 0},  {{6, 8, 5, 7}, 4, 0, 0, 0, 0},
+        {{4, 3, 40, 40}, 4, 1, 1, 0, 0}, {{6, 8, 5, 7}, 4, 1, 0, 1, 0},
+        {{6, 8, 5, 7}, 4, 1, 0, 0, 1}};
+    static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int fi = 0; fi < 2; fi++)
+            for (int threads = 1; threads <= 2; threads++) {
+                const direct_case *dc = &cases[ci];
+                int64_t n = 1;
+                for (int d = 0; d < dc->ndim; d++) n *= dc->shape[d];
+                int16_t *raw[2][3];
+                double st[2][3][N_ALL_STATS];
+                int64_t runs[2];
+                for (int k = 0; k < 2; k++)
+                    for (int rep = 0; rep < 3; rep++)
+                        raw[k][rep] = malloc(sizeof(int16_t) * (size_t)n);
+                run_direct(fmts[fi], dc, 1, threads, raw[0], st[0], &runs[0]);
+                run_direct(fmts[fi], dc, 0, threads, raw[1], st[1], &runs[1]);
+                const int expect = !dc->nan_gamma && !dc->alias;
+                CHECK(runs[0] == (expect ? 3 : 0) && runs[1] == 0,
+                      "%s case %zu: the direct route ran %lld times (expected %d)",
+                      fmt_name(fmts[fi]), ci, (long long)runs[0], expect ? 3 : 0);
+                for (int rep = 0; rep < 3; rep++) {
+                    long bad = 0;
+                    for (int64_t i = 0; i < n; i++) bad += raw[0][rep][i] != raw[1][rep][i];
+                    int badstat = -1;
+                    for (int k = 0; k < N_ALL_STATS && badstat < 0; k++)
+                        if (!same_double(st[0][rep][k], st[1][rep][k])) badstat = k;
+                    CHECK(bad == 0 && badstat < 0,
+                          "%s case %zu, %d thread(s), write %d: %ld mantissas differ from the "
+                          "stage route; statistic %s %g against %g", fmt_name(fmts[fi]), ci,
+                          threads, rep, bad, badstat < 0 ? "-" : all_stats[badstat],
+                          badstat < 0 ? 0.0 : st[0][rep][badstat],
+                          badstat < 0 ? 0.0 : st[1][rep][badstat]);
+                }
+                for (int k = 0; k < 2; k++)
+                    for (int rep = 0; rep < 3; rep++) free(raw[k][rep]);
+            }
+}
+
 int main(void)
 {
     static const fx_bn_dims shapes[] = {
@@ -470,6 +586,7 @@ int main(void)
             for (int kind = 0; kind < 3; kind++) compare(be->bn, be->name, &shapes[s], kind, &r);
     }
     ops_in_place(); /* every backend, the portable kernels included */
+    forward_direct();
     if (!levels) printf("test_bn_kernels: no CPU level with its own batch-norm kernels here\n");
     return test_finish("test_bn_kernels");
 }

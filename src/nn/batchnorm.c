@@ -29,6 +29,7 @@
 #include "nn_stage.h"
 #include "nn_ops.h"
 #include "bn_kernels.h"
+#include "bn_direct.h"
 #include "../core/backend.h"
 #include "../gpu/gpu_nn_math.h" /* fx_bn_dims, shared with the device */
 
@@ -348,10 +349,20 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     if ((rc = nn_bn_source(x, &xs, &xcopy, &sc, func))) goto done;
     if ((rc = nn_in_f32(gamma, &gv, &sc, func))) goto done;
     if ((rc = nn_in_f32(beta, &bv, &sc, func))) goto done;
+    /* a shared-exponent y from mantissas: the statistics first, then y rounded straight from
+     * the normalised rows (bn_direct.h), without the fp32 stage; the coefficients per channel */
+    const int direct = fx_bn_direct_ok(y, x, &xs);
+    double *ca = direct ? fx_scratch_alloc(&sc, C, sizeof *ca) : NULL;
+    double *cb = direct ? fx_scratch_alloc(&sc, C, sizeof *cb) : NULL;
+    if (direct && (!ca || !cb)) {
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate coefficients for %lld channels",
+                      (long long)C);
+        goto done;
+    }
     /* y may overwrite a private copy of x: channel c's statistics are taken before its
      * elements are normalised, and each element only reads its own x */
-    float *yv = nn_out_f32(y, ins, 3, xcopy, &sc);
-    if (!yv) {
+    float *yv = direct ? NULL : nn_out_f32(y, ins, 3, xcopy, &sc);
+    if (!direct && !yv) {
         rc = fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
         goto done;
     }
@@ -386,13 +397,39 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
             /* y = (x - mu) * a + b: the subtraction first, so that a large mean cancels
              * exactly in double before scaling */
             const double a = is * (double)gv[c], b = bv[c];
+            if (direct) {
+                ca[c] = a;
+                cb[c] = b;
+                continue;
+            }
             for (int64_t n = 0; n < d.N; n++) {
                 const int64_t o = (n * C + c) * S;
                 k->normalize(&xs, o, yv + o, S, mu, a, b, odd, mx);
             }
         }
     }
-    if ((rc = nn_bn_write(y, yv, gmax, ngroups, func))) goto done;
+    if (direct) {
+        rc = fx_bn_forward_direct(y, &xs, &d, k, mean, ca, cb, func);
+        if (rc == FX_BN_DIRECT_DECLINED) { /* a non-finite output: the stage route counts it */
+            yv = nn_out_f32(y, ins, 3, xcopy, &sc);
+            if (!yv) {
+                rc = fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
+                goto done;
+            }
+            for (int64_t g = 0; g < ngroups; g++) {
+                const int64_t c0 = g * gsz, c1 = c0 + gsz < C ? c0 + gsz : C;
+                for (int64_t c = c0; c < c1; c++)
+                    for (int64_t n = 0; n < d.N; n++) {
+                        const int64_t o = (n * C + c) * S;
+                        k->normalize(&xs, o, yv + o, S, mean[c], ca[c], cb[c], odd,
+                                     gmax ? gmax + g : NULL);
+                    }
+            }
+            rc = nn_bn_write(y, yv, gmax, ngroups, func);
+        }
+        if (rc) goto done;
+    } else if ((rc = nn_bn_write(y, yv, gmax, ngroups, func)))
+        goto done;
     if (training) {
         for (int64_t c = 0; c < C; c++) {
             if (running_mean) {
