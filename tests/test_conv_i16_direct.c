@@ -642,6 +642,10 @@ int main(void)
     int ran = 0;
     const fx_backend *avx2 = fx_backend_get(FX_BACKEND_AVX2);
     if (avx2 && avx2->available) check_copy(seed++);
+    /* the portable row norms, the definition the levels' follow */
+    g_row_norms = fx_i16_row_norms_portable;
+    g_level = "portable";
+    check_row_norms(seed++);
     for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
         const fx_backend *be = fx_backend_get(levels[l].id);
         if (!be || !be->available || !be->conv.i16_fwd) continue;
@@ -649,7 +653,7 @@ int main(void)
         g_fwd = be->conv.i16_fwd;
         g_fwd_unpadded = be->conv.i16_fwd_unpadded;
         g_wgrad = be->conv.i16_wgrad;
-        g_row_norms = levels[l].id == FX_BACKEND_AVX512 ? fx_i16_row_norms : fx_i16_row_norms_portable;
+        g_row_norms = levels[l].id == FX_BACKEND_AVX512 ? fx_i16_row_norms : fx_i16_row_norms_avx2;
         g_level = levels[l].name;
         check_forward(&seed);
         check_strided(&seed);
