@@ -12,6 +12,7 @@
 #include "conv_i16_direct.h"
 #include "gemm_i16.h"
 #include "../nn/im2col.h"
+#include "../core/transpose_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -103,27 +104,6 @@ static void sums_of_squares(const uint32_t *planes, int64_t G, int64_t HW, uint6
     }
 }
 
-/* 8 x 8 transpose of 32-bit words: r[i] holds column i of the input rows on return */
-static inline void transpose8(__m256i r[8])
-{
-    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
-    const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
-    const __m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
-    const __m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
-    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
-    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
-    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
-    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
-    r[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
-    r[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
-    r[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
-    r[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
-    r[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
-    r[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
-    r[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
-    r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
-}
-
 /* xq[p Cpp + cp] = planes[cp][p]: 8 pixels by 8 pairs at a time (Cpp is a multiple of 4: a
  * last group of 4 pairs takes half a transpose, the other half zeros, not stored) */
 static void planes_to_pixels(const uint32_t *planes, int64_t Cpp, int64_t HW, uint32_t *xq)
@@ -136,7 +116,7 @@ static void planes_to_pixels(const uint32_t *planes, int64_t Cpp, int64_t HW, ui
             for (int64_t j = 0; j < 8; j++)
                 r[j] = j < nc ? _mm256_loadu_si256((const __m256i *)(planes + (c0 + j) * HW + p))
                                    : _mm256_setzero_si256();
-            transpose8(r);
+            fx_transpose8x8_epi32(r);
             uint32_t *d = xq + p * Cpp + c0;
             if (nc == 8)
                 for (int i = 0; i < 8; i++) _mm256_storeu_si256((__m256i *)(d + i * Cpp), r[i]);
