@@ -459,8 +459,8 @@ static void ops_in_place(void)
  * that overflows and is recomputed), in training and inference, rounding to nearest and
  * stochastically, with one and two threads; rows longer than the route's buffer (S = 1600),
  * one value per row ([N, F]); the route counted as run, and not run where y is x (it may read x
- * again after writing y) or where an output is not finite (a NaN gamma: the stage route counts
- * it). */
+ * again after writing y), where an output is not finite (a NaN gamma: the stage route counts
+ * it) or where there is no input (an empty batch in inference). */
 static const char *const all_stats[] = {"saturated", "true_max", "nonfinite", "underflow",
                                         "clamped", "overflows", "clamped_total",
                                         "nonfinite_total", "writes", "exp", "stored_max"};
@@ -482,7 +482,7 @@ static void run_direct(fmt_t f, const direct_case *dc, int direct, int threads, 
     tensor_t *y = dc->alias ? x : tensor_new(f, dc->ndim, dc->shape);
     tensor_t *gm = tensor_new(FMT_FP32, 1, cs), *bt = tensor_new(FMT_FP32, 1, cs);
     const int64_t n = tensor_numel(x);
-    float *v = malloc(sizeof(float) * (size_t)n), *gamma = malloc(sizeof(float) * (size_t)C);
+    float *v = malloc(sizeof(float) * (size_t)(n + 1)), *gamma = malloc(sizeof(float) * (size_t)C);
     float *beta = malloc(sizeof(float) * (size_t)C), *rm = calloc((size_t)C, sizeof(float));
     float *rv = malloc(sizeof(float) * (size_t)C);
     test_rng r;
@@ -529,7 +529,7 @@ static void forward_direct(void)
         {{4, 3, 40, 40}, 4, 1, 0, 0, 0}, {{6, 8, 5, 7}, 4, 1, 0, 0, 0},
         {{64, 5, 0, 0}, 2, 1, 0, 0, 0},  {{6, 8, 5, 7}, 4, 0, 0, 0, 0},
         {{4, 3, 40, 40}, 4, 1, 1, 0, 0}, {{6, 8, 5, 7}, 4, 1, 0, 1, 0},
-        {{6, 8, 5, 7}, 4, 1, 0, 0, 1}};
+        {{6, 8, 5, 7}, 4, 1, 0, 0, 1},   {{0, 4, 8, 8}, 4, 0, 0, 0, 0}};
     static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
         for (int fi = 0; fi < 2; fi++)
@@ -542,10 +542,10 @@ static void forward_direct(void)
                 int64_t runs[2];
                 for (int k = 0; k < 2; k++)
                     for (int rep = 0; rep < 3; rep++)
-                        raw[k][rep] = malloc(sizeof(int16_t) * (size_t)n);
+                        raw[k][rep] = malloc(sizeof(int16_t) * (size_t)(n + 1));
                 run_direct(fmts[fi], dc, 1, threads, raw[0], st[0], &runs[0]);
                 run_direct(fmts[fi], dc, 0, threads, raw[1], st[1], &runs[1]);
-                const int expect = !dc->nan_gamma && !dc->alias;
+                const int expect = !dc->nan_gamma && !dc->alias && n > 0;
                 CHECK(runs[0] == (expect ? 3 : 0) && runs[1] == 0,
                       "%s case %zu: the direct route ran %lld times (expected %d)",
                       fmt_name(fmts[fi]), ci, (long long)runs[0], expect ? 3 : 0);

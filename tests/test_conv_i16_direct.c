@@ -42,7 +42,16 @@
  * the forward pass the second 8 of every 16) and, in the forward pass, only for the second 16 of
  * every 32 output channels, so that a schedule taken from other rows, channels or output
  * channels misses them */
-enum { DATA_SMALL, DATA_NORMAL, DATA_MIXED, DATA_TIGHT_POS, DATA_TIGHT_NEG, DATA_SKEW, DATA_FULL };
+enum {
+    DATA_SMALL,
+    DATA_NORMAL,
+    DATA_MIXED,
+    DATA_TIGHT_POS,
+    DATA_TIGHT_NEG,
+    DATA_SKEW,
+    DATA_FULL,
+    DATA_CORNER /* the strided input gradient's own case (check_strided_dgrad) */
+};
 
 /* sqrt((2^31 - 2^16) / 16) rounded down: a segment of 8 equal values a times 8 equal values a
  * sums to 8 a^2, its own bound, so two segments make a chain of 16 a^2 = 2147395600, just
@@ -407,8 +416,26 @@ static void check_strided_dgrad(fmt_t f, int64_t N, int64_t C, int64_t H, int64_
     test_rng_seed(&r, seed);
     const int64_t OH = (H + 2 * ph - KH) / sh + 1, OW = (W + 2 * pw - KW) / sw + 1;
     const int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C, KH, KW}, ys[4] = {N, O, OH, OW};
+    const int corner = kind == DATA_CORNER;
+    if (corner) kind = DATA_SMALL;
     tensor_t *w = int_tensor(f, ws, kind, 1, -15, &r), *dy = int_tensor(f, ys, kind, 1, -12, &r);
     const int64_t nx = N * C * H * W;
+    if (corner) {
+        /* one large dy value at the first pixel and one large weight at tap (0, 0): their
+         * product lands in x's padding (row and column -1), while every dx element takes at
+         * most 1000: the route's maximum must be that of dx, not of its phases' outputs */
+        const int64_t nw = O * C * KH * KW, ny = N * O * OH * OW;
+        int16_t *wv = calloc((size_t)nw, sizeof(int16_t)), *dv = calloc((size_t)ny, sizeof(int16_t));
+        for (int64_t c = 0; c < C; c++) {
+            wv[c * KH * KW] = 1000;
+            wv[c * KH * KW + KW + 1] = 1;
+        }
+        dv[0] = 1000;
+        CHECK_STATUS(tensor_set_raw(w, wv), FX_OK);
+        CHECK_STATUS(tensor_set_raw(dy, dv), FX_OK);
+        free(wv);
+        free(dv);
+    }
     int16_t *ref = malloc(sizeof(int16_t) * (size_t)nx), *got = malloc(sizeof(int16_t) * (size_t)nx);
     int e_ref = 0;
     /* with AMX on, the tile GEMM's col2im route takes every strided input gradient */
@@ -478,6 +505,9 @@ static void check_strided(uint64_t *seedp)
             check_strided_dgrad(fmts[(s + (size_t)kind) % 2], c[0], c[1], c[2], c[3], c[4], c[5],
                                 c[6], c[7], c[8], c[9], c[10], kind, (int)c[11], seed++);
         }
+    /* the largest phase output falls into the padding (FLEX16_5: its write's maximum too) */
+    check_strided_dgrad(FMT_DFP16, 1, 16, 8, 8, 8, 3, 3, 2, 2, 1, 1, DATA_CORNER, 1, seed++);
+    check_strided_dgrad(FMT_FLEX16_5, 1, 16, 8, 8, 8, 3, 3, 2, 2, 1, 1, DATA_CORNER, 1, seed++);
     /* full scale: the kernel declines, col2im takes the op */
     check_strided_dgrad(FMT_DFP16, 2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, DATA_FULL, 0, seed++);
     *seedp = seed;

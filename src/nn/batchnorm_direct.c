@@ -91,6 +91,7 @@ int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
 {
     const int64_t C = d->C, S = d->S;
     const int16_t *m = xs->p;
+    if (d->N * S == 0) return FX_BN_DIRECT_DECLINED; /* no inputs, no extremes: the stage route */
     int nt = nn_threads_for(d->N * C * S);
     if (nt > FX_BN_DIRECT_MAX_THREADS) nt = FX_BN_DIRECT_MAX_THREADS;
     /* the largest |output| from each channel's extreme inputs (the portable kernel on them) */

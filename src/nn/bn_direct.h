@@ -16,7 +16,7 @@ int fx_bn_direct_ok(const tensor_t *y, const tensor_t *x, const fx_bn_src *xs);
 
 /* y's write with channel c's output (xs - mu[c]) * a[c] + b[c] (as the kernels compute it,
  * rounded to odd fp32): FX_OK or the write's status, or FX_BN_DIRECT_DECLINED (nothing written)
- * where an output is not finite, which the stage route counts. */
+ * where an output is not finite, which the stage route counts, or where there are no inputs. */
 int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
                          const fx_bn_kernels *k, const double *mu, const double *a,
                          const double *b, const char *func);

@@ -3,6 +3,7 @@
 #include "conv_dgrad_phases.h"
 #include "flexpoint.h"
 #include "../core/backend.h"
+#include "../core/compose.h" /* fx_maxabs_i64 */
 #include "../core/dispatch.h"
 #include "../flex/conv_i16.h"
 #include "../flex/conv_i16_direct.h"
@@ -202,13 +203,16 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
             }
             uint64_t m = 0;
             took = be->conv.i16_fwd(&p->g, src, nbc, p->wq, scr, out[k], inner, &m);
-            cmax[ch] = m > cmax[ch] ? m : cmax[ch];
         }
         if (!took) {
             atomic_store(&declined, 1);
             continue;
         }
         gather_chunk(g, ph, out, n0, nbc, dx, srcp, rowbuf);
+        /* the largest |sum| of what was gathered, while it is in cache: the kernels' own
+         * maxima also count outputs that fall into x's padding, which no dx element takes */
+        const int64_t chw = g->C * g->H * g->W;
+        cmax[ch] = fx_maxabs_i64(be, dx + n0 * chw, nbc * chw);
     }
     *imax = 0;
     for (int64_t ch = 0; ch < nchunks; ch++) *imax = cmax[ch] > *imax ? cmax[ch] : *imax;
