@@ -172,7 +172,6 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
     }
     memset(cmax, 0, sizeof(uint64_t) * (size_t)nchunks);
     atomic_int declined = 0;
-    (void)outer;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(outer) if (outer > 1)
 #endif
