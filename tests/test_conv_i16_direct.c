@@ -328,10 +328,19 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
     int16_t *dw_ref = malloc(sizeof(int16_t) * (size_t)nw);
     int16_t *dw_got = malloc(sizeof(int16_t) * (size_t)nw);
     int ey_ref = 0, edx_ref = 0, edw_ref = 0;
+    /* pass 0 runs the GEMM the process chose (the AMX kernel where it was measured in or
+     * forced: a cross-kernel comparison on such a CPU); the route's passes run with the AMX
+     * kernel off, which would otherwise take these products ahead of the route */
+    const int forced_prev = fx_gemm_i16_forced_kernel();
+    const int amx_auto_prev = forced_prev == FX_GEMM_I16_KERNEL_AUTO && fx_gemm_i16_amx_on();
     for (int pass = 0; pass < 3; pass++) {
         /* pass 0: the GEMM; 1 and 2: the route at 1 and 2 threads */
         fx_i16_fwd_direct_set_enabled(pass > 0);
         fx_i16_wgrad_direct_set_enabled(pass > 0);
+        if (pass == 1) {
+            fx_gemm_i16_force_kernel(FX_GEMM_I16_KERNEL_AUTO);
+            fx_gemm_i16_set_amx_auto(0);
+        }
         flexpoint_set_num_threads(pass == 2 ? 2 : 1);
         tensor_t *y = tensor_new(FMT_DFP16, 4, ys), *dx = tensor_new(FMT_DFP16, 4, xs);
         tensor_t *dw = tensor_new(FMT_DFP16, 4, ws);
@@ -393,6 +402,8 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
     }
     fx_i16_fwd_direct_set_enabled(1);
     fx_i16_wgrad_direct_set_enabled(1);
+    fx_gemm_i16_force_kernel(forced_prev);
+    fx_gemm_i16_set_amx_auto(amx_auto_prev);
     flexpoint_set_num_threads(1);
     tensor_free(x);
     tensor_free(w);

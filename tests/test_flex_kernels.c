@@ -817,6 +817,7 @@ int main(void)
         g_amx_pass = 1;
         test_matmul_paths();
         g_amx_pass = 0;
+        fx_gemm_i16_set_amx_auto(0); /* the gates below are the register-tile driver's */
     }
     test_matmul_level_gates();
     return test_finish(NAME);
