@@ -449,9 +449,6 @@ static void check_strided_dgrad(fmt_t f, int64_t N, int64_t C, int64_t H, int64_
     }
     int16_t *ref = malloc(sizeof(int16_t) * (size_t)nx), *got = malloc(sizeof(int16_t) * (size_t)nx);
     int e_ref = 0;
-    /* with AMX on, the tile GEMM's col2im route takes every strided input gradient */
-    const fx_backend *be = fx_backend_active();
-    if (be->gemm.i16_amx && fx_gemm_i16_amx_on()) expect_route = 0;
     for (int pass = 0; pass < 3; pass++) {
         /* pass 0: col2im; 1 and 2: the phases at 1 and 2 threads */
         fx_conv_dgrad_phases_set_enabled(pass > 0);

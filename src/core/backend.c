@@ -432,13 +432,17 @@ const char *flexpoint_kernel_report(void)
                      : "",
                  fx_i16_amx_why[0] ? "; int16 AMX under auto chosen by " : "", fx_i16_amx_why,
                  /* exact sums: the same bits as the GEMM, only the time differs */
-                 fx_backends[be].conv.i16_fwd &&
-                         !(fx_backends[be].gemm.i16_amx && fx_gemm_i16_amx_on())
-                     ? "; int16 stride-1 convolutions: direct kernels with norm-cut chains where "
+                 !fx_backends[be].conv.i16_fwd ? ""
+                 : fx_backends[be].gemm.i16_amx && fx_gemm_i16_amx_on()
+                     ? "; int16 convolutions: AMX tiles from 256 values per patch (weight "
+                       "gradients from 16 channels each way), narrower "
+                       "ones on direct kernels with norm-cut chains where they fit, strided "
+                       "input gradients of dy under 64 channels as one such convolution per "
+                       "phase (exact, the GEMM's bits)"
+                     : "; int16 stride-1 convolutions: direct kernels with norm-cut chains where "
                        "they fit, forward passes under 8 input channels folded, strided input "
                        "gradients of dy under 64 channels as one such convolution per phase "
-                       "(exact, the GEMM's bits)"
-                     : "",
+                       "(exact, the GEMM's bits)",
                  fx_i16_choice(be), fx_i16_kernel_why);
     return fx_kernel_report_string;
 }
