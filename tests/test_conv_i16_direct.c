@@ -32,6 +32,8 @@
 #include "nn/im2col.h"
 #include "nn/conv_dgrad_phases.h"
 #include "flex/gemm_i16.h" /* fx_gemm_i16_amx_on */
+#include "nn/nn_ops.h"     /* fx_conv_early_rounding_reused, fx_conv_stage_redone */
+#include "core/dispatch.h" /* fx_write_shared_guess_steady */
 #include "testutil.h"
 
 #include <math.h>
@@ -486,6 +488,85 @@ static void check_strided_dgrad(fmt_t f, int64_t N, int64_t C, int64_t H, int64_
     free(got);
 }
 
+/* Writes into one dx by phases, each against the same write into a twin dx by col2im (phases
+ * off) that has seen the same writes: the same mantissas and exponent every time (a write's
+ * exponent depends only on the sums, and FLEX16_5's Autoflex state only on the writes before).
+ * Five writes at one scale, a jump of 2^6 and back, one more: the phases round each chunk at
+ * the guessed exponent while in cache; once the guesses are steady they keep no stage, and a
+ * DFP16 miss then runs the op again (guessing the exact exponent the write asked for, so again
+ * without a stage); a miss before that rounds again from the stage. FLEX16_5's jump saturates
+ * at the predicted exponent and is recomputed (its write asks twice: a second run with a
+ * stage). */
+static void check_strided_sequence(fmt_t f, uint64_t seed)
+{
+    test_rng r;
+    test_rng_seed(&r, seed);
+    const int64_t ws[4] = {32, 16, 3, 3}, ys[4] = {2, 32, 8, 8}, xs[4] = {2, 16, 16, 16};
+    const int64_t nw = 32 * 16 * 9, ny = 2 * 32 * 64, nx = 2 * 16 * 256;
+    float *wv = malloc(sizeof(float) * (size_t)nw), *yv = malloc(sizeof(float) * (size_t)ny);
+    for (int64_t i = 0; i < nw; i++) wv[i] = (float)test_rng_normal(&r);
+    for (int64_t i = 0; i < ny; i++) yv[i] = (float)test_rng_normal(&r);
+    tensor_t *w = tensor_new(f, 4, ws), *dy = tensor_new(f, 4, ys), *dybig = tensor_new(f, 4, ys);
+    CHECK_STATUS(tensor_from_f32(w, wv), FX_OK);
+    CHECK_STATUS(tensor_from_f32(dy, yv), FX_OK);
+    for (int64_t i = 0; i < ny; i++) yv[i] *= 64.0f;
+    CHECK_STATUS(tensor_from_f32(dybig, yv), FX_OK);
+    enum { NWRITES = 8, JUMP = 5 };
+    const tensor_t *in[NWRITES] = {dy, dy, dy, dy, dy, dybig, dy, dy};
+    tensor_t *dx = tensor_new(f, 4, xs), *twin = tensor_new(f, 4, xs);
+    int16_t *a = malloc(sizeof(int16_t) * (size_t)nx), *b = malloc(sizeof(int16_t) * (size_t)nx);
+    int64_t jump_redone = 0, jump_staged = 0;
+    for (int wi = 0; wi < NWRITES; wi++) {
+        const int steady = fx_write_shared_guess_steady(dx);
+        const int64_t runs0 = fx_conv_dgrad_phases_runs(), reused0 = fx_conv_early_rounding_reused();
+        const int64_t redone0 = fx_conv_stage_redone(), staged0 = fx_conv_redone_staged();
+        fx_conv_dgrad_phases_set_enabled(1);
+        CHECK_STATUS(tensor_conv2d_backward_input(dx, in[wi], w, 2, 2, 1, 1, 1, 1), FX_OK);
+        const int64_t runs = fx_conv_dgrad_phases_runs() - runs0;
+        const int64_t reused = fx_conv_early_rounding_reused() - reused0;
+        const int64_t redone = fx_conv_stage_redone() - redone0;
+        const int64_t staged = fx_conv_redone_staged() - staged0;
+        fx_conv_dgrad_phases_set_enabled(0);
+        CHECK_STATUS(tensor_conv2d_backward_input(twin, in[wi], w, 2, 2, 1, 1, 1, 1), FX_OK);
+        fx_conv_dgrad_phases_set_enabled(1);
+        CHECK_STATUS(tensor_get_raw(dx, a), FX_OK);
+        CHECK_STATUS(tensor_get_raw(twin, b), FX_OK);
+        long bad = 0;
+        for (int64_t i = 0; i < nx; i++) bad += a[i] != b[i];
+        CHECK(bad == 0 && tensor_exp(dx) == tensor_exp(twin),
+              "%s %s strided write %d: %ld values differ from col2im's, exp %d (col2im %d)",
+              g_level, fmt_name(f), wi, bad, tensor_exp(dx), tensor_exp(twin));
+        CHECK(runs == 1 + redone, "%s %s strided write %d: the phases ran %lld times, %lld again",
+              g_level, fmt_name(f), wi, (long long)runs, (long long)redone);
+        if (wi == JUMP) {
+            jump_redone = redone;
+            jump_staged = staged;
+        }
+        if (f != FMT_DFP16) continue;
+        CHECK((wi != 4 && wi != JUMP) || steady, "%s dfp16 strided write %d: guesses not steady",
+              g_level, wi);
+        const int miss = wi == JUMP || wi == JUMP + 1;
+        CHECK(wi == 0 || (reused == (!miss || steady) && redone == (miss && steady) &&
+                          staged == 0),
+              "%s dfp16 strided write %d (steady %d): the early rounding reused %lld times, the "
+              "op run again %lld times, %lld with a stage", g_level, wi, steady,
+              (long long)reused, (long long)redone, (long long)staged);
+    }
+    if (f == FMT_FLEX16_5)
+        CHECK(jump_redone >= 1 && jump_staged == jump_redone,
+              "%s flex16_5 strided jump: run again %lld times, %lld with a stage (want a "
+              "recompute from a stage)", g_level, (long long)jump_redone, (long long)jump_staged);
+    tensor_free(dx);
+    tensor_free(twin);
+    tensor_free(w);
+    tensor_free(dy);
+    tensor_free(dybig);
+    free(a);
+    free(b);
+    free(wv);
+    free(yv);
+}
+
 static void check_strided(uint64_t *seedp)
 {
     uint64_t seed = *seedp;
@@ -518,6 +599,8 @@ static void check_strided(uint64_t *seedp)
     check_strided_dgrad(FMT_FLEX16_5, 1, 16, 8, 8, 8, 3, 3, 2, 2, 1, 1, DATA_CORNER, 1, seed++);
     /* full scale: the kernel declines, col2im takes the op */
     check_strided_dgrad(FMT_DFP16, 2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, DATA_FULL, 0, seed++);
+    check_strided_sequence(FMT_DFP16, seed++);
+    check_strided_sequence(FMT_FLEX16_5, seed++);
     *seedp = seed;
 }
 

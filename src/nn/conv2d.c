@@ -1055,7 +1055,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     return rc;
 }
 
-static int64_t conv_stage_redone;  /* test hook: forward ops run again */
+static int64_t conv_stage_redone;  /* test hook: forward ops (and input gradients by phases) run again */
 static int64_t conv_redone_staged; /* test hook: of those runs, the ones with a whole stage */
 
 int64_t fx_conv_stage_redone(void) { return __atomic_load_n(&conv_stage_redone, __ATOMIC_RELAXED); }
@@ -1266,26 +1266,140 @@ static int conv_backward_input_as_forward(tensor_t *dx, const tensor_t *dy, cons
     return rc;
 }
 
-/* The strided integer input gradient by phases: FX_OK or a status when done, 1 when the kernel
- * declined the data (nothing written into dx) */
-static int conv_backward_input_phases(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
-                                      const fx_conv_geom *g, const conv_compute *cc,
-                                      const char *func)
+/* The strided integer input gradient by phases. Where dx is a whole host shared-exponent
+ * tensor whose exponent can be guessed (fx_write_shared_guess_exp), each chunk of its sums is
+ * rounded at the guess while in cache, into an int16 buffer with its statistics (whose
+ * largest |sum| is exact below 2^53, as every sum of O KH KW < 2^23 products of int16 values
+ * is), as the forward pass does (conv_yquant): the write then finds its rounding done and
+ * copies it, or rounds again from the whole int64 stage. Where the guesses held lately
+ * (fx_write_shared_guess_steady), no whole stage is kept: a write that asks for another
+ * exponent fails before it commits anything, and the op runs again guessing that exponent. */
+typedef struct conv_dxquant_ctx {
+    const fx_backend *be;
+    const int64_t *stage; /* dx's int64 sums at exp, or NULL (none kept) */
+    int exp;
+    int64_t n, chw, nparts;
+    int16_t *tmp;         /* the rounding at fused_e, in dx's order */
+    int16_t *dst;         /* dx's elements */
+    fx_qstats *part;      /* per chunk, in chunk order */
+    int fused_e;
+    int need_stage, copy_pending;
+} conv_dxquant_ctx;
+
+static uint64_t conv_dx_chunk(void *vctx, const int64_t *sums, int64_t n0, int64_t nbc,
+                              int64_t ch)
 {
+    conv_dxquant_ctx *c = vctx;
+    fx_qstats *q = &c->part[ch];
+    c->be->cvt.quant_i64(sums, c->tmp + n0 * c->chw, nbc * c->chw, c->fused_e - c->exp, q);
+    return (uint64_t)q->max_abs_in;
+}
+
+static int conv_dxquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    (void)r; /* int64 stages round to nearest even, whatever the tensor's mode */
+    conv_dxquant_ctx *c = vctx;
+    if (e == c->fused_e) {
+        if (keep) {
+            __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
+            if (c->stage)
+                fx_par_memcpy(c->dst, c->tmp, (size_t)c->n * sizeof(int16_t));
+            else
+                c->copy_pending = 1; /* once the write has kept e */
+        }
+        fx_qstats_init(q);
+        for (int64_t i = 0; i < c->nparts; i++) fx_qstats_merge(q, &c->part[i]);
+        return FX_OK;
+    }
+    if (!c->stage) { /* the op runs again (conv_backward_input_phases) */
+        c->need_stage = 1;
+        if (!c->copy_pending) c->fused_e = e;
+        return FX_ESTATE;
+    }
+    c->fused_e = FX_EXP_NONE;
+    c->copy_pending = 0;
+    fx_par_quant_i64(c->be, c->stage, keep ? c->dst : NULL, c->n, e - c->exp, q);
+    return FX_OK;
+}
+
+/* One run: FX_OK or a status when done, 1 when the kernel declined the data (nothing written
+ * into dx). guess: the exponent to round at (FX_EXP_NONE: dx's own guess); staged: keep the
+ * whole stage; *redo_e: set where the write asked, without a stage, for another exponent. */
+static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
+                                          const fx_conv_geom *g, const conv_compute *cc,
+                                          int guess, int staged, int *redo_e, const char *func)
+{
+    const fx_backend *be = fx_backend_active();
     fx_scratch s = {.n = 0};
     fx_operand dyo, wo;
     int rc = conv_operand(dy, cc, &dyo, &s, func);
     if (!rc) rc = conv_operand(w, cc, &wo, &s, func);
-    int64_t *dxstage = conv_alloc(&s, g->N * g->C * g->H * g->W, sizeof(int64_t), &rc, func);
+    const int64_t n = g->N * g->C * g->H * g->W;
+    const int shared = conv_y_direct_shared(dx, cc);
+    int fuse_e = FX_EXP_NONE;
+    if (shared && fx_write_shared_guess_exp(dx, &fuse_e) == 0) fuse_e = FX_EXP_NONE;
+    if (shared && guess != FX_EXP_NONE) fuse_e = guess;
+    if (g->O * g->KH * g->KW >= ((int64_t)1 << 23)) fuse_e = FX_EXP_NONE;
+    const int fused = fuse_e != FX_EXP_NONE;
+    const int nostage = fused && !staged && fx_write_shared_local(dx) &&
+                        fx_write_shared_guess_steady(dx);
+    int64_t *dxstage = nostage ? NULL : conv_alloc(&s, n, sizeof(int64_t), &rc, func);
+    conv_dxquant_ctx q = {be, dxstage, rc ? 0 : dyo.exp + wo.exp, n, g->C * g->H * g->W, g->N,
+                          NULL, NULL, NULL, fuse_e, 0, 0};
+    if (fused) {
+        q.tmp = conv_alloc(&s, n, sizeof(int16_t), &rc, func);
+        q.part = conv_alloc(&s, g->N, sizeof(fx_qstats), &rc, func);
+        q.dst = (int16_t *)fx_tensor_base(dx);
+        for (int64_t i = 0; !rc && i < g->N; i++) fx_qstats_init(&q.part[i]);
+    }
     if (!rc) {
         uint64_t imax = 0;
-        const int r = fx_conv_dgrad_phases_i16(g, fx_backend_active(), (const int16_t *)dyo.data,
-                                               (const int16_t *)wo.data, dxstage, &imax, func);
-        rc = r < 0   ? r
-             : r == 0 ? 1
-                      : fx_write_i64_max(dx, dxstage, dyo.exp + wo.exp, imax, func);
+        const fx_dgrad_sink sink = {conv_dx_chunk, &q, !nostage};
+        const int r = fx_conv_dgrad_phases_i16(g, be, (const int16_t *)dyo.data,
+                                               (const int16_t *)wo.data, dxstage, &imax,
+                                               fused ? &sink : NULL, func);
+        if (r < 0) {
+            rc = r;
+        } else if (r == 0) {
+            rc = 1;
+        } else if (fused) {
+            fx_shared_src src;
+            memset(&src, 0, sizeof src);
+            src.kind = FX_STAGE_I64;
+            src.exp = q.exp;
+            src.imax = imax;
+            src.true_max = ldexp((double)imax, q.exp);
+            src.ctx = &q;
+            src.quantize = conv_dxquant;
+            rc = fx_write_shared_with(dx, &src, func);
+            if (rc == FX_OK && q.copy_pending)
+                fx_par_memcpy(q.dst, q.tmp, (size_t)n * sizeof(int16_t));
+            if (rc != FX_OK && q.need_stage) *redo_e = q.fused_e;
+        } else {
+            rc = fx_write_i64_max(dx, dxstage, q.exp, imax, func);
+        }
     }
     fx_scratch_free(&s);
+    return rc;
+}
+
+/* As conv2d_forward_host: a run without a stage whose write asked for another exponent runs
+ * again guessing it, without a stage for DFP16 (whose write asks for the exact exponent of the
+ * same sums), with one for a FLEX16_5 recompute and for a third run. */
+static int conv_backward_input_phases(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
+                                      const fx_conv_geom *g, const conv_compute *cc,
+                                      const char *func)
+{
+    int redo_e = FX_EXP_NONE;
+    int rc = conv_backward_input_phases_run(dx, dy, w, g, cc, FX_EXP_NONE, 0, &redo_e, func);
+    for (int run = 2; redo_e != FX_EXP_NONE && run <= 3; run++) {
+        const int staged = run == 3 || dx->fmt != FMT_DFP16;
+        __atomic_fetch_add(&conv_stage_redone, 1, __ATOMIC_RELAXED);
+        if (staged) __atomic_fetch_add(&conv_redone_staged, 1, __ATOMIC_RELAXED);
+        const int guess = redo_e;
+        redo_e = FX_EXP_NONE;
+        rc = conv_backward_input_phases_run(dx, dy, w, g, cc, guess, staged, &redo_e, func);
+    }
     return rc;
 }
 

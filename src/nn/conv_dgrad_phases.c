@@ -85,18 +85,19 @@ static void phase_weights(const fx_conv_geom *g, const fx_conv_geom *p, int64_t 
                 }
 }
 
-/* dx rows of samples [n0, n0 + nbc) from the phases' sums: element (c, h, w) is phase
+/* dx rows of samples [n0, n0 + nbc) from the phases' sums, into dxc (sample n0's first
+ * element): element (c, h, w) is phase
  * ((h + ph) mod sh, (w + pw) mod sw)'s sum at row (h + ph) div sh, column (w + pw) div sw, or 0
  * where that phase has no taps or no such row or column (no product reaches it). src: W
  * pointers and row: W C int64 of scratch. */
 static void gather_chunk(const fx_conv_geom *g, const dgrad_phase *ph, int64_t *const *out,
-                         int64_t n0, int64_t nbc, int64_t *dx, const int64_t **src, int64_t *row)
+                         int64_t nbc, int64_t *dxc, const int64_t **src, int64_t *row)
 {
     const int64_t C = g->C, H = g->H, W = g->W, HW = H * W;
     for (int64_t n = 0; n < nbc; n++)
         for (int64_t h = 0; h < H; h++) {
             const int64_t rh = (h + g->ph) % g->sh, a = (h + g->ph) / g->sh;
-            int64_t *drow = dx + (n0 + n) * C * HW + h * W;
+            int64_t *drow = dxc + n * C * HW + h * W;
             int any = 0;
             for (int64_t w = 0; w < W; w++) {
                 const int64_t rw = (w + g->pw) % g->sw, b = (w + g->pw) / g->sw;
@@ -115,8 +116,12 @@ static void gather_chunk(const fx_conv_geom *g, const dgrad_phase *ph, int64_t *
 }
 
 int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const int16_t *dy,
-                             const int16_t *w, int64_t *dx, uint64_t *imax, const char *func)
+                             const int16_t *w, int64_t *dx, uint64_t *imax,
+                             const fx_dgrad_sink *sink, const char *func)
 {
+    const int64_t chw = g->C * g->H * g->W;
+    /* without a stage each thread gathers its chunk into a buffer of its own */
+    const int chunk_buf = sink && !sink->keep_stage;
     const int64_t nph = g->sh * g->sw;
     dgrad_phase ph[MAX_STRIDE * MAX_STRIDE];
     fx_scratch s = {.n = 0};
@@ -144,6 +149,7 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
         per_sample += fx_i16_fwd_direct_scratch(&p->g, 1) * 4 + p->g.OH * p->g.OW * g->C * 8 +
                       (be->conv.i16_fwd_unpadded ? 0 : fx_conv_padded_numel(&p->g, 1) * 2);
     }
+    if (chunk_buf) per_sample += chw * 8;
     int64_t nb = CHUNK_BYTES / (per_sample > 0 ? per_sample : 1);
     const int64_t most = (g->N + MIN_CHUNKS - 1) / MIN_CHUNKS;
     nb = nb < 1 ? 1 : nb > most ? most : nb;
@@ -162,6 +168,7 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
         per_thread += (p->scr_n + 1) / 2 + p->out_n + p->pad_n + 8;
     }
     per_thread += g->W + g->W * g->C; /* the gather's pointers and pixel-major row */
+    if (chunk_buf) per_thread += nb * chw;
     int64_t *buf = fx_scratch_alloc(&s, per_thread * outer, sizeof(int64_t));
     uint64_t *cmax = fx_scratch_alloc(&s, nchunks, sizeof(uint64_t)); /* each chunk's max |sum| */
     if (!buf || !cmax) {
@@ -185,6 +192,7 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
         int64_t *mine = buf + tid * per_thread;
         const int64_t **srcp = (const int64_t **)(void *)(mine + per_thread - g->W);
         int64_t *rowbuf = mine + per_thread - g->W - g->W * g->C;
+        int64_t *dxc = chunk_buf ? rowbuf - nb * chw : dx + n0 * chw;
         int64_t *out[MAX_STRIDE * MAX_STRIDE] = {NULL};
         int took = 1;
         for (int64_t k = 0; k < nph && took; k++) {
@@ -206,11 +214,11 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
             atomic_store(&declined, 1);
             continue;
         }
-        gather_chunk(g, ph, out, n0, nbc, dx, srcp, rowbuf);
+        gather_chunk(g, ph, out, nbc, dxc, srcp, rowbuf);
         /* the largest |sum| of what was gathered, while it is in cache: the kernels' own
          * maxima also count outputs that fall into x's padding, which no dx element takes */
-        const int64_t chw = g->C * g->H * g->W;
-        cmax[ch] = fx_maxabs_i64(be, dx + n0 * chw, nbc * chw);
+        cmax[ch] = sink ? sink->chunk(sink->ctx, dxc, n0, nbc, ch)
+                        : fx_maxabs_i64(be, dxc, nbc * chw);
     }
     *imax = 0;
     for (int64_t ch = 0; ch < nchunks; ch++) *imax = cmax[ch] > *imax ? cmax[ch] : *imax;

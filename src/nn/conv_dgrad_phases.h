@@ -25,14 +25,25 @@ struct fx_backend;
  * kernel's limits (at least 8 of dy's channels, 16 of dx's). */
 int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const struct fx_backend *be);
 
+/* What a caller does with each chunk of dx's sums while they are in cache: chunk(ctx, sums,
+ * n0, nbc, ch) gets samples [n0, n0 + nbc) (nbc C H W int64, NCHW) of chunk ch (ch < N), on
+ * the thread that made them, and returns their largest |value|. With keep_stage 0 the sums
+ * live only in a per-thread buffer (dx is then NULL and receives nothing). */
+typedef struct fx_dgrad_sink {
+    uint64_t (*chunk)(void *ctx, const int64_t *sums, int64_t n0, int64_t nbc, int64_t ch);
+    void *ctx;
+    int keep_stage;
+} fx_dgrad_sink;
+
 /* dx[N, C, H, W] (int64, exact sums at the exponent of dy's times w's) of dy[N, O, OH, OW] and
  * w[O, C, KH, KW] (int16 mantissas), and *imax, their largest |value|; threads as
- * flexpoint_num_threads. Returns 1 when done, 0
+ * flexpoint_num_threads. sink: NULL, or as above. Returns 1 when done, 0
  * when the kernel declined a chunk's data (one segment alone could leave int32: dx is then
- * partly written and the caller takes another route), or a negative status with the error set
- * (allocation). */
+ * partly written, the sink has seen some chunks, and the caller takes another route), or a
+ * negative status with the error set (allocation). */
 int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const struct fx_backend *be, const int16_t *dy,
-                             const int16_t *w, int64_t *dx, uint64_t *imax, const char *func);
+                             const int16_t *w, int64_t *dx, uint64_t *imax,
+                             const fx_dgrad_sink *sink, const char *func);
 
 /* dx's row of W pixels from their sums src[w] (C int64 each, NULL: zeros): channel c at
  * drow[c HW + w]; row: W C int64 of scratch (conv_dgrad_gather_avx2.c) */

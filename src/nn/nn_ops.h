@@ -35,12 +35,14 @@ FX_INTERNAL int fx_conv2d_shared_bias_relu(tensor_t *t, tensor_t *u, tensor_t *y
                                            const tensor_t *bias, int sh, int sw, int ph, int pw,
                                            int *done);
 
-/* Test hook: how many writes of a forward convolution's output found their rounding already
- * done, at the exponent guessed before the op (conv2d.c, fx_write_shared_guess_exp). */
+/* Test hook: how many writes of a forward convolution's output (or of an input gradient by
+ * phases) found their rounding already done, at the exponent guessed before the op (conv2d.c,
+ * fx_write_shared_guess_exp). */
 int64_t fx_conv_early_rounding_reused(void);
 
-/* Test hooks: how many forward convolutions ran again after a first run that kept only each
- * chunk's sums found the write picking another exponent than its guess, and how many of those
+/* Test hooks: how many forward convolutions (and input gradients by phases) ran again after a
+ * first run that kept only each chunk's sums found the write picking another exponent than its
+ * guess, and how many of those
  * runs kept a whole int64 stage (a FLEX16_5 recompute; a DFP16 write's exact exponent needs
  * none) (conv2d.c). */
 int64_t fx_conv_stage_redone(void);
