@@ -436,9 +436,10 @@ const char *flexpoint_kernel_report(void)
                  : fx_backends[be].gemm.i16_amx && fx_gemm_i16_amx_on()
                      ? "; int16 convolutions: AMX tiles from 256 values per patch (weight "
                        "gradients from 16 channels each way), narrower "
-                       "ones on direct kernels with norm-cut chains where they fit, strided "
-                       "input gradients of dy under 64 channels as one such convolution per "
-                       "phase (exact, the GEMM's bits)"
+                       "ones on direct kernels with norm-cut chains where they fit, forward "
+                       "passes under 8 input channels folded, strided input gradients of dy "
+                       "under 64 channels as one such convolution per phase (exact, the GEMM's "
+                       "bits)"
                      : "; int16 stride-1 convolutions: direct kernels with norm-cut chains where "
                        "they fit, forward passes under 8 input channels folded, strided input "
                        "gradients of dy under 64 channels as one such convolution per phase "

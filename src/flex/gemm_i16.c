@@ -323,6 +323,8 @@ static _Atomic int g_amx_auto; /* fx_gemm_i16_set_amx_auto */
 
 void fx_gemm_i16_set_amx_auto(int on) { g_amx_auto = on != 0; }
 
+int fx_gemm_i16_amx_auto(void) { return g_amx_auto; }
+
 int fx_gemm_i16_amx_on(void)
 {
     const int forced = g_forced;

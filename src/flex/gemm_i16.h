@@ -206,6 +206,7 @@ int fx_gemm_i16_forced_kernel(void);
 /* The measured choice of AUTO between AMX and this driver (process-wide, default off), and
  * whether the AMX kernel is to run now (forced, or AUTO with the measured choice on). */
 void fx_gemm_i16_set_amx_auto(int on);
+int fx_gemm_i16_amx_auto(void);
 int fx_gemm_i16_amx_on(void);
 
 /* 1 when a product with inner dimension K takes the wrap kernel (on a level that has one):

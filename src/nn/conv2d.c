@@ -1291,7 +1291,11 @@ static uint64_t conv_dx_chunk(void *vctx, const int64_t *sums, int64_t n0, int64
 {
     conv_dxquant_ctx *c = vctx;
     fx_qstats *q = &c->part[ch];
+    /* the write's rounding done early: a profile counts it as rounding */
+    fx_prof_span sp;
+    fx_prof_begin(&sp);
     c->be->cvt.quant_i64(sums, c->tmp + n0 * c->chw, nbc * c->chw, c->fused_e - c->exp, q);
+    fx_prof_end(&sp, FX_PROF_ROUNDING);
     return (uint64_t)q->max_abs_in;
 }
 
@@ -1372,8 +1376,12 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
             src.ctx = &q;
             src.quantize = conv_dxquant;
             rc = fx_write_shared_with(dx, &src, func);
-            if (rc == FX_OK && q.copy_pending)
+            if (rc == FX_OK && q.copy_pending) {
+                fx_prof_span sp;
+                fx_prof_begin(&sp);
                 fx_par_memcpy(q.dst, q.tmp, (size_t)n * sizeof(int16_t));
+                fx_prof_end(&sp, FX_PROF_ROUNDING);
+            }
             if (rc != FX_OK && q.need_stage) *redo_e = q.fused_e;
         } else {
             rc = fx_write_i64_max(dx, dxstage, q.exp, imax, func);
