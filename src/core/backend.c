@@ -423,7 +423,7 @@ const char *flexpoint_kernel_report(void)
                          fx_matmul_kernel(be, (fmt_t)f));
     if (used > 0 && (size_t)used < sizeof fx_kernel_report_string)
         snprintf(fx_kernel_report_string + used, sizeof fx_kernel_report_string - (size_t)used,
-                 " (avx512 bf16 route chosen by %s%s%s%s%s; int16 kernel: %s, chosen by %s)",
+                 " (avx512 bf16 route chosen by %s%s%s%s%s%s; int16 kernel: %s, chosen by %s)",
                  fx_bf16_route_why,
                  /* the route's convolutions: their own order of the products (formats.md) */
                  fx_backends[be].conv.bf16_fwd
@@ -435,15 +435,13 @@ const char *flexpoint_kernel_report(void)
                  !fx_backends[be].conv.i16_fwd ? ""
                  : fx_backends[be].gemm.i16_amx && fx_gemm_i16_amx_on()
                      ? "; int16 convolutions: AMX tiles from 256 values per patch (weight "
-                       "gradients from 16 channels each way), narrower "
-                       "ones on direct kernels with norm-cut chains where they fit, forward "
-                       "passes under 8 input channels folded, strided input gradients of dy "
-                       "under 64 channels as one such convolution per phase (exact, the GEMM's "
-                       "bits)"
-                     : "; int16 stride-1 convolutions: direct kernels with norm-cut chains where "
-                       "they fit, forward passes under 8 input channels folded, strided input "
-                       "gradients of dy under 64 channels as one such convolution per phase "
-                       "(exact, the GEMM's bits)",
+                       "gradients from 16 channels each way), narrower ones on "
+                     : "; int16 stride-1 convolutions: ",
+                 fx_backends[be].conv.i16_fwd
+                     ? "direct kernels with norm-cut chains where they fit, forward passes under "
+                       "8 input channels folded, strided input gradients of dy under 64 channels "
+                       "as one such convolution per phase (exact, the GEMM's bits)"
+                     : "",
                  fx_i16_choice(be), fx_i16_kernel_why);
     return fx_kernel_report_string;
 }

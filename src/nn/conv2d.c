@@ -1065,6 +1065,18 @@ int64_t fx_conv_redone_staged(void)
     return __atomic_load_n(&conv_redone_staged, __ATOMIC_RELAXED);
 }
 
+/* Whether run 2 or 3 of an op whose first run kept no stage keeps a whole one, counted for the
+ * tests: a DFP16 write asks for the exact exponent of the sums, which the same sums give again,
+ * so its second run needs none; a FLEX16_5 write that recomputes an overflow asks twice (it
+ * keeps the prediction first), and a third run, should a DFP16 second run ever miss, keeps one. */
+static int conv_redo_staged(int run, fmt_t f)
+{
+    const int staged = run == 3 || f != FMT_DFP16;
+    __atomic_fetch_add(&conv_stage_redone, 1, __ATOMIC_RELAXED);
+    if (staged) __atomic_fetch_add(&conv_redone_staged, 1, __ATOMIC_RELAXED);
+    return staged;
+}
+
 /* A first run without a stage whose write asked for another exponent runs again guessing it.
  * A DFP16 write asks for the exact exponent of the sums, which the same sums give again, so
  * its second run needs no stage either (a stage of the CNN's first layer is 25.7 MB written
@@ -1078,9 +1090,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
     int redo_e = FX_EXP_NONE;
     int rc = conv2d_forward_run(y, x, w, gp, ep, sr, FX_EXP_NONE, 0, &redo_e, func);
     for (int run = 2; redo_e != FX_EXP_NONE && run <= 3; run++) {
-        const int staged = run == 3 || y->fmt != FMT_DFP16;
-        __atomic_fetch_add(&conv_stage_redone, 1, __ATOMIC_RELAXED);
-        if (staged) __atomic_fetch_add(&conv_redone_staged, 1, __ATOMIC_RELAXED);
+        const int staged = conv_redo_staged(run, y->fmt);
         const int guess = redo_e;
         redo_e = FX_EXP_NONE;
         rc = conv2d_forward_run(y, x, w, gp, ep, NULL, guess, staged, &redo_e, func);
@@ -1392,8 +1402,7 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
 }
 
 /* As conv2d_forward_host: a run without a stage whose write asked for another exponent runs
- * again guessing it, without a stage for DFP16 (whose write asks for the exact exponent of the
- * same sums), with one for a FLEX16_5 recompute and for a third run. */
+ * again guessing it (conv_redo_staged). */
 static int conv_backward_input_phases(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
                                       const fx_conv_geom *g, const conv_compute *cc,
                                       const char *func)
@@ -1401,9 +1410,7 @@ static int conv_backward_input_phases(tensor_t *dx, const tensor_t *dy, const te
     int redo_e = FX_EXP_NONE;
     int rc = conv_backward_input_phases_run(dx, dy, w, g, cc, FX_EXP_NONE, 0, &redo_e, func);
     for (int run = 2; redo_e != FX_EXP_NONE && run <= 3; run++) {
-        const int staged = run == 3 || dx->fmt != FMT_DFP16;
-        __atomic_fetch_add(&conv_stage_redone, 1, __ATOMIC_RELAXED);
-        if (staged) __atomic_fetch_add(&conv_redone_staged, 1, __ATOMIC_RELAXED);
+        const int staged = conv_redo_staged(run, dx->fmt);
         const int guess = redo_e;
         redo_e = FX_EXP_NONE;
         rc = conv_backward_input_phases_run(dx, dy, w, g, cc, guess, staged, &redo_e, func);
