@@ -34,7 +34,12 @@
  * bf16 GEMM runs on it there) and the FMA limit otherwise, the integer formats against the
  * int16 pair-product limit. For the integer formats the fraction of (tile, K block) steps the
  * fast kernel took follows, and on uniform operands the share of the any-data kernels' own
- * ceiling (see anydata_ceiling). */
+ * ceiling (see anydata_ceiling). Last, for the integer formats, the traffic bound: the rate at
+ * which a product would run if it took no longer than reading its int16 operands once and
+ * writing its int16 output once, timed in the same run (touch_operands, alternating with the
+ * GEMMs), and each format's share of the lower of that bound and the limit. With few rows or
+ * few values of K per output one thread's memory traffic, not the multiplies, bounds a GEMM:
+ * 16 x 131072 x 144 reads 38 MB of B for 0.6 GOP. */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "core/backend.h"
@@ -175,6 +180,44 @@ static void fill(float *v, int64_t n, int normal, uint64_t seed, int64_t mult)
 static int run_shape(const peer *pp, int threads, int reps, double fma_peak, double int_peak,
                      double bf16_peak, const int64_t *shape, int normal);
 
+/* Folded so that the reads in touch_operands are not optimised away */
+static volatile uint64_t g_touch_sink;
+
+/* The xor of n int16 values read as 64-bit words (a multiple of 4 of them), on threads. */
+static uint64_t xor_words(const int16_t *v, int64_t n, int threads)
+{
+    uint64_t x = 0;
+    (void)threads;
+#ifdef _OPENMP
+#pragma omp parallel for reduction(^ : x) num_threads(threads) schedule(static)
+#endif
+    for (int64_t i = 0; i < n / 4; i++) {
+        uint64_t w;
+        memcpy(&w, v + 4 * i, 8);
+        x ^= w;
+    }
+    return x;
+}
+
+/* Seconds to read a and b (na, nb int16 values) once and write nc int16 values into c, on
+ * `threads` threads: the least traffic of an int16 product, a pass the compiler vectorises
+ * with the build's baseline flags (the GEMMs' stores are plain stores too, so a written line
+ * is read for ownership first, as here). */
+static double touch_operands(const int16_t *a, int64_t na, const int16_t *b, int64_t nb,
+                             int16_t *c, int64_t nc, int threads)
+{
+    const double t0 = now();
+    const uint64_t x = xor_words(a, na, threads) ^ xor_words(b, nb, threads);
+    const int16_t v = (int16_t)(x & 0x7fff);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static)
+#endif
+    for (int64_t i = 0; i < nc; i++) c[i] = (int16_t)(v + (int16_t)(i & 7));
+    const double t = now() - t0;
+    g_touch_sink ^= x;
+    return t;
+}
+
 /* An integer-format tensor holding the uniform values v exactly: mantissas v * 2^15, all of
  * int16's range, at exponent -15. Converting from fp32 would let the format choose its own
  * exponent, whose headroom halves the mantissas: then the fast kernel's norm test passes on
@@ -280,7 +323,13 @@ static int run_shape(const peer *pp, int threads, int reps, double fma_peak, dou
                 return 1;
             }
         }
-        double times[P_COUNT][64];
+        double times[P_COUNT][64], touch[64];
+        int16_t *ctouch = malloc(2 * (size_t)(M * N));
+        if (!ctouch) {
+            fprintf(stderr, "bench_gemm: out of memory\n");
+            return 1;
+        }
+        memset(ctouch, 0, 2 * (size_t)(M * N)); /* its pages exist before the timing */
         int64_t tiles[2][2] = {{0, 0}, {0, 0}}; /* [flex16_5, dfp16][fast, any-data] */
         int avail[P_COUNT] = {1, 1, 1, 1, 1, p.dnnl_sgemm != NULL, p.dnnl_bf16 != NULL,
                               p.cblas_sgemm != NULL};
@@ -323,6 +372,9 @@ static int run_shape(const peer *pp, int threads, int reps, double fma_peak, dou
                 }
                 if (r >= 0) times[k][r] = now() - t0;
             }
+        for (int r = 0; r < reps; r++)
+            touch[r] = touch_operands(tensor_data(ta[FMT_DFP16]), M * K, tensor_data(tb[FMT_DFP16]),
+                                      K * N, ctouch, M * N, threads);
         printf("%-28s", normal ? "  normal" : "  uniform");
         double gf[P_COUNT] = {0};
         for (int k = 0; k < P_COUNT; k++) {
@@ -373,6 +425,25 @@ static int run_shape(const peer *pp, int threads, int reps, double fma_peak, dou
             }
             printf("\n");
         }
+        /* the integer formats' traffic bound and their share of it (or of the limit, where that
+         * is lower) */
+        qsort(touch, (size_t)reps, sizeof(double), bench_cmp_double);
+        const double bound = 2.0 * (double)M * (double)N * (double)K / touch[reps / 2] * 1e-9;
+        printf("%-28s", "    traffic bound");
+        for (int k = 0; k < P_COUNT; k++) {
+            if (k == P_OURS_FLEX || k == P_OURS_DFP) printf(" %14.1f", bound);
+            else printf(" %14s", "-");
+        }
+        printf("\n%-28s", "    share of lower bound");
+        for (int k = 0; k < P_COUNT; k++) {
+            const double lim = int_peak * threads;
+            const double low = lim > 0 && lim < bound ? lim : bound;
+            if ((k == P_OURS_FLEX || k == P_OURS_DFP) && avail[k] && low > 0)
+                printf(" %13.0f%%", 100.0 * gf[k] / low);
+            else printf(" %14s", "-");
+        }
+        printf("\n");
+        free(ctouch);
         for (int f = 0; f < 5; f++) {
             tensor_free(ta[f]);
             tensor_free(tb[f]);

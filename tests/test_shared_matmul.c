@@ -15,12 +15,19 @@
  *    unit in the last place of its exponent (exact sums, one rounding).
  *    tensor_bmm likewise, with items run several at once (each within the block budget) and
  *    in turn in blocks, every transpose combination.
- * 3. Products it must not take (too small an output by default, K of 1024 or more, a transposed
+ * 3. Where the level's AMX kernel rounds in registers (an AVX-512 CPU with AMX-INT8, shapes of
+ *    at least 16 x 32 x 16 and K up to FX_GEMM_I16_AMX_ROUND_MAX_K), the steady writes must
+ *    take that route (its counter must move), ragged edges and the deepest K included; the
+ *    jumps, whose guess would saturate sums there, run in blocks, and every write is still the
+ *    dispatcher's bit for bit.
+ * 4. Products it must not take (too small an output by default, K of 1024 or more, a transposed
  *    output view, a float operand, an output that is an operand) give the dispatcher's
  *    results and leave the counter still. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
+#include "core/backend.h"
 #include "core/shared_matmul.h"
+#include "flex/gemm_i16.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -62,6 +69,12 @@ static void check_reference(tensor_t *out, tensor_t *a, tensor_t *b, const char 
     free(ov);
 }
 
+/* Whether the active level rounds an [M, K] x [K, N] product in registers (AMX). */
+static int rounds_in_registers(int64_t M, int64_t K, int64_t N)
+{
+    return fx_backend_active()->gemm.i16_amx && fx_gemm_i16_amx_rounds(M, K, N);
+}
+
 /* A sequence of products into twin outputs with the same history: the route's and the
  * dispatcher's. */
 static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, int64_t N,
@@ -82,7 +95,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
                             256.0, 256.0, 256.0, 256.0, 1e-3, 1e-3};
     const int steps = (int)(sizeof scale / sizeof scale[0]);
     const int64_t taken0 = fx_shared_matmul_taken(), missed0 = fx_shared_matmul_missed();
-    const int64_t rerun0 = fx_shared_matmul_rerun();
+    const int64_t rerun0 = fx_shared_matmul_rerun(), inreg0 = fx_shared_matmul_in_registers();
     int checked = 0;
     for (int step = 0; step < steps; step++) {
         /* the same values each step but the scale: the maxima stay put between the jumps */
@@ -112,6 +125,12 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     const int64_t rerun = fx_shared_matmul_rerun() - rerun0;
     CHECK(fo == FMT_DFP16 ? rerun >= 1 : rerun == 0, "%s: %lld second runs", what,
           (long long)rerun);
+    const int64_t inreg = fx_shared_matmul_in_registers() - inreg0;
+    if (rounds_in_registers(M, K, N))
+        CHECK(inreg >= 3, "%s: %lld products rounded in registers", what, (long long)inreg);
+    else
+        CHECK(inreg == 0, "%s: %lld products rounded in registers by a level that cannot", what,
+              (long long)inreg);
     tensor_free(a);
     tensor_free(b);
     tensor_free(fast);
@@ -134,6 +153,7 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
              (int)fo, (long long)B, (long long)M, (long long)N, (long long)K, ta, tb);
     const double scale[] = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 300.0, 300.0, 300.0};
     const int64_t taken0 = fx_shared_matmul_taken(), missed0 = fx_shared_matmul_missed();
+    const int64_t inreg0 = fx_shared_matmul_in_registers();
     for (int step = 0; step < (int)(sizeof scale / sizeof scale[0]); step++) {
         test_rng vals;
         test_rng_seed(&vals, 99);
@@ -149,6 +169,9 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
     const int64_t missed = fx_shared_matmul_missed() - missed0;
     CHECK(taken - missed >= 3 && missed >= 1, "%s: %lld taken, %lld missed", what,
           (long long)taken, (long long)missed);
+    const int64_t inreg = fx_shared_matmul_in_registers() - inreg0;
+    CHECK(rounds_in_registers(M, K, N) ? inreg >= 3 : inreg == 0,
+          "%s: %lld products rounded in registers", what, (long long)inreg);
     tensor_free(a);
     tensor_free(b);
     tensor_free(fast);
@@ -215,7 +238,8 @@ int main(void)
     /* M, K, N with small block budgets: column blocks with ragged edges, more rows than a
      * block holds, whole-row blocks, odd K, K = 1 */
     static const int64_t shapes[][3] = {{37, 45, 300}, {300, 19, 70}, {5, 64, 1000},
-                                        {260, 3, 130}, {70, 1, 90}};
+                                        {260, 3, 130}, {70, 1, 90}, {48, 64, 200},
+                                        {16, 1023, 33}, {20, 31, 40}, {33, 130, 16}};
     static const int64_t budgets[] = {256, 4096};
     const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
     for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
@@ -240,6 +264,12 @@ int main(void)
             fx_shared_matmul_set_sizes(64, 32);
             check_bmm_sequence(FMT_DFP16, 3, 70, 13, 9, 1, 1);
             check_bmm_sequence(FMT_FLEX16_5, 3, 7, 2, 90, 0, 0);
+            /* items the AMX kernel rounds in registers: several at once (each within a budget
+             * of 4096), and in turn under a budget of 256 */
+            fx_shared_matmul_set_sizes(64, 4096);
+            check_bmm_sequence(FMT_DFP16, 5, 17, 40, 33, 0, 1);
+            fx_shared_matmul_set_sizes(64, 256);
+            check_bmm_sequence(FMT_FLEX16_5, 3, 40, 64, 30, 1, 0);
         }
         fx_shared_matmul_set_sizes(64, 256);
         flexpoint_set_num_threads(2);

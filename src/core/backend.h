@@ -89,6 +89,19 @@ typedef struct fx_op_call {
      * convolution's weights, packed once for all its chunks), 64-byte aligned. Used where the
      * kernel streams A's rows; NULL, or any other kernel: in[1] is packed from its values. */
     const int8_t *b_amx_i16;
+    /* Optional, integer MATMUL on the AMX kernel, set only where fx_gemm_i16_amx_rounds(M, K,
+     * N) said yes and fx_q64_fast_ok(out_i16_shift) (src/flex/flex_kernels.h), with out_i64
+     * NULL and out_imax set: instead of an int64 stage the kernel rounds each exact sum v to
+     * nearest even at 2^out_i16_shift into out_i16 ([M, N], row stride N) while it is in
+     * registers, adds the nonzero sums that rounded to 0 to *out_i16_underflow, and reports
+     * max |v| exactly. The rounded values are those of cvt.quant_i64 where that maximum is at
+     * most fx_q64_fast_bound(out_i16_shift), that is where nothing saturates; above it they
+     * are not, and the caller computes the product again. Why: with few products per output
+     * (K = 25 to 576, a convolution's shapes as plain products) writing and reading 8 bytes
+     * of stage per output cost more than the tile products (src/core/shared_matmul.c). */
+    int16_t *out_i16;
+    int out_i16_shift;
+    int64_t *out_i16_underflow;
 
     /* op parameters */
     float scalar_f32;     /* FX_OP_SCALE, float compute */

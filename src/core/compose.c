@@ -197,6 +197,21 @@ int fx_matmul_i64_max(const fx_operand *a, const fx_operand *b, int64_t *out_i64
     return rc;
 }
 
+int fx_matmul_i16_rounded(const fx_operand *a, const fx_operand *b, int16_t *out, int shift,
+                          int nthreads, uint64_t *imax, int64_t *nuf, const char *func)
+{
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    int e = 0, known = 0;
+    c.out_exp = &e;
+    c.out_imax = imax;
+    c.out_imax_known = &known;
+    c.out_i16 = out;
+    c.out_i16_shift = shift;
+    c.out_i16_underflow = nuf;
+    return fx_matmul_call(&c, a, b, 1, nthreads, func);
+}
+
 fx_operand fx_operand_2d(const void *data, int int_compute, int exp, int64_t rows, int64_t cols,
                          int64_t ld, int trans)
 {

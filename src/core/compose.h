@@ -66,6 +66,15 @@ int fx_matmul_stage(const fx_operand *a, const fx_operand *b, int int_compute, f
 int fx_matmul_i64_max(const fx_operand *a, const fx_operand *b, int64_t *out_i64, int nthreads,
                       uint64_t *imax, const char *func);
 
+/* The int16 product of fx_matmul_i64_max on the AMX kernel rounded in registers
+ * (fx_op_call.out_i16): only where the active level installed that kernel
+ * (gemm.i16_amx), fx_gemm_i16_amx_rounds(M, K, N) and fx_q64_fast_ok(shift). The sums
+ * rounded to nearest even at 2^shift into out ([M, N], contiguous), their largest |value|
+ * into *imax and their underflows added to *nuf; the values are valid only where *imax <=
+ * fx_q64_fast_bound(shift) (nothing saturated). */
+int fx_matmul_i16_rounded(const fx_operand *a, const fx_operand *b, int16_t *out, int shift,
+                          int nthreads, uint64_t *imax, int64_t *nuf, const char *func);
+
 /* A 2-D operand over a contiguous buffer: rows x cols with row stride ld (elements).
  * trans != 0 describes the transpose of that buffer (cols x rows) without copying. */
 fx_operand fx_operand_2d(const void *data, int int_compute, int exp, int64_t rows, int64_t cols,

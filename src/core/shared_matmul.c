@@ -18,6 +18,12 @@
  * the same exact sums, so the same decision and bits. The route is taken only where the guess
  * held for the output's last FX_GUESS_STEADY_WRITES writes, so that such misses stay rare.
  *
+ * Where the level's AMX kernel takes the product in one K block (fx_gemm_i16_amx_rounds) it
+ * rounds each sum at the guess while the sum is in registers (fx_op_call.out_i16), so there are
+ * no int64 blocks at all and the product runs whole, each item in one call. A guess at which
+ * some sum would saturate (its largest |sum| above fx_q64_fast_bound) is the one case that
+ * rounding does not cover: the product then runs again in int64 blocks, as on other levels.
+ *
  * The sums are exact integers whatever the blocking, and the rounding and statistics are
  * elementwise, counts and maxima, so the result is the dispatcher's bit for bit
  * (tests/test_shared_matmul.c). */
@@ -26,6 +32,7 @@
 #include "dispatch.h"
 #include "profile_counters.h"
 #include "../flex/flex_math.h"
+#include "../flex/gemm_i16.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -53,7 +60,7 @@
 
 static int fx_sm_enabled_flag = 1;
 static int64_t fx_sm_min_out = FX_SM_MIN_OUT_DEFAULT, fx_sm_chunk = FX_SM_CHUNK_DEFAULT;
-static int64_t fx_sm_taken, fx_sm_missed, fx_sm_rerun;
+static int64_t fx_sm_taken, fx_sm_missed, fx_sm_rerun, fx_sm_in_registers;
 
 void fx_shared_matmul_set_enabled(int on)
 {
@@ -70,6 +77,10 @@ void fx_shared_matmul_set_sizes(int64_t min_out, int64_t chunk)
 int64_t fx_shared_matmul_taken(void) { return __atomic_load_n(&fx_sm_taken, __ATOMIC_RELAXED); }
 int64_t fx_shared_matmul_missed(void) { return __atomic_load_n(&fx_sm_missed, __ATOMIC_RELAXED); }
 int64_t fx_shared_matmul_rerun(void) { return __atomic_load_n(&fx_sm_rerun, __ATOMIC_RELAXED); }
+int64_t fx_shared_matmul_in_registers(void)
+{
+    return __atomic_load_n(&fx_sm_in_registers, __ATOMIC_RELAXED);
+}
 
 typedef struct fx_sm_plan {
     const fx_backend *be;
@@ -80,6 +91,7 @@ typedef struct fx_sm_plan {
     int ec;          /* the sums' exponent, a.exp + b.exp */
     int guess;       /* the exponent every block is rounded at */
     int nt_items;    /* > 0: whole items on this many threads at once (fx_sm_run_items) */
+    int amx_rounds;  /* the level's AMX kernel can round this shape in registers */
     int16_t *tmp;    /* [batch, M, N]: the rounding at guess, copied into out once kept */
     int64_t *block;  /* sums of the block being rounded: [mc, nc], or [M, N] per thread */
     fx_qstats q;     /* the rounding's statistics, all blocks merged */
@@ -121,6 +133,32 @@ static int fx_sm_block_sums(const fx_sm_plan *p, int64_t i, int64_t m0, int64_t 
     return fx_matmul_i64_max(&a, &b, sums, nt, imax, "tensor_matmul");
 }
 
+/* Item i's whole product rounded at p->guess - p->ec by the AMX kernel in registers into
+ * tmp, on nt threads: its statistics merged into *q and its largest |sum| into *imax; *fits
+ * cleared where some sum would saturate (the values are then not the rounding's). */
+static int fx_sm_item_in_registers(const fx_sm_plan *p, int64_t i, int nt, fx_qstats *q,
+                                   uint64_t *imax, int *fits)
+{
+    const int shift = p->guess - p->ec;
+    fx_operand a = p->a, b = p->b;
+    a.data = (const int16_t *)p->a.data + i * p->a_step;
+    b.data = (const int16_t *)p->b.data + i * p->b_step;
+    uint64_t mx = 0;
+    int64_t nuf = 0;
+    const int rc = fx_matmul_i16_rounded(&a, &b, p->tmp + i * p->M * p->N, shift, nt, &mx, &nuf,
+                                         "tensor_matmul");
+    if (rc) return rc;
+    *imax = mx > *imax ? mx : *imax;
+    if (mx > fx_q64_fast_bound(shift)) {
+        *fits = 0;
+        return FX_OK;
+    }
+    fx_qstats part;
+    fx_q64_fast_stats_of(&part, mx, nuf, shift);
+    fx_qstats_merge(q, &part);
+    return FX_OK;
+}
+
 /* Item i's block rounded at p->guess into tmp, its statistics merged into p->q. Rows are
  * split among the threads (a block of whole rows as equal runs of its one contiguous range). */
 static void fx_sm_block_round(fx_sm_plan *p, int64_t i, int64_t m0, int64_t mc, int64_t n0,
@@ -159,10 +197,16 @@ static void fx_sm_block_round(fx_sm_plan *p, int64_t i, int64_t m0, int64_t mc, 
 }
 
 /* Every block of every item in turn: its sums (on all threads), then at once their rounding
- * at the guess. */
-static int fx_sm_run_blocks(fx_sm_plan *p)
+ * at the guess; or, in registers (fx_sm_item_in_registers), every item whole, clearing *fits
+ * where that did not cover the guess. */
+static int fx_sm_run_blocks(fx_sm_plan *p, int in_registers, int *fits)
 {
-    for (int64_t i = 0; i < p->batch; i++)
+    for (int64_t i = 0; in_registers && i < p->batch && *fits; i++) {
+        const int rc =
+            fx_sm_item_in_registers(p, i, flexpoint_num_threads(), &p->q, &p->imax, fits);
+        if (rc) return rc;
+    }
+    for (int64_t i = 0; !in_registers && i < p->batch; i++)
         for (int64_t n0 = 0; n0 < p->N; n0 += p->nc) {
             const int64_t nc = p->N - n0 < p->nc ? p->N - n0 : p->nc;
             for (int64_t m0 = 0; m0 < p->M; m0 += p->mc) {
@@ -182,10 +226,11 @@ static int fx_sm_run_blocks(fx_sm_plan *p)
 }
 
 /* Items that each fit a block (attention's [T, T] scores), several at once: each thread runs
- * whole items on one thread of the kernel into its own buffer and rounds each at once, so
- * that small products do not each pay a parallel region. The statistics are sums and maxima:
+ * whole items on one thread of the kernel into its own buffer and rounds each at once, or
+ * rounds them in registers (in_registers, clearing *fits as fx_sm_run_blocks does), so that
+ * small products do not each pay a parallel region. The statistics are sums and maxima:
  * merged in any order, the same. */
-static int fx_sm_run_items(fx_sm_plan *p)
+static int fx_sm_run_items(fx_sm_plan *p, int in_registers, int *fits)
 {
     const int64_t MN = p->M * p->N;
     const int shift = p->guess - p->ec;
@@ -204,12 +249,16 @@ static int fx_sm_run_items(fx_sm_plan *p)
         fx_qstats mine;
         fx_qstats_init(&mine);
         uint64_t mx = 0;
-        int my_rc = FX_OK;
+        int my_rc = FX_OK, my_fits = 1;
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
         for (int64_t i = 0; i < p->batch; i++) {
-            if (my_rc) continue;
+            if (my_rc || !my_fits) continue;
+            if (in_registers) {
+                my_rc = fx_sm_item_in_registers(p, i, 1, &mine, &mx, &my_fits);
+                continue;
+            }
             uint64_t imax = 0;
             my_rc = fx_sm_block_sums(p, i, 0, p->M, 0, p->N, sums, 1, &imax);
             if (my_rc) continue;
@@ -228,6 +277,7 @@ static int fx_sm_run_items(fx_sm_plan *p)
             fx_qstats_merge(&p->q, &mine);
             p->imax = mx > p->imax ? mx : p->imax;
             if (my_rc && !rc) rc = my_rc;
+            if (!my_fits) *fits = 0;
         }
     }
     return rc;
@@ -279,6 +329,7 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
     const int nt = flexpoint_num_threads();
     const int64_t MN = p->M * p->N;
     p->nt_items = MN <= budget && p->batch > 1 ? (p->batch < nt ? (int)p->batch : nt) : 0;
+    p->amx_rounds = p->be->gemm.i16_amx && fx_gemm_i16_amx_rounds(p->M, p->K, p->N);
     if (!p->nt_items) fx_sm_blocks(p, budget);
     fx_scratch s = {.n = 0};
     p->tmp = fx_scratch_alloc(&s, p->batch * MN, sizeof *p->tmp);
@@ -297,7 +348,19 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
         p->imax = 0;
         p->missed = p->copy_pending = 0;
         p->asked = FX_EXP_NONE;
-        rc = p->nt_items ? fx_sm_run_items(p) : fx_sm_run_blocks(p);
+        rc = FX_OK;
+        /* in registers where the kernel covers the guess, else (or where a sum would have
+         * saturated there) in int64 blocks */
+        int fits = p->amx_rounds && fx_q64_fast_ok(p->guess - p->ec);
+        if (fits) {
+            rc = p->nt_items ? fx_sm_run_items(p, 1, &fits) : fx_sm_run_blocks(p, 1, &fits);
+            if (rc == FX_OK && fits) __atomic_fetch_add(&fx_sm_in_registers, 1, __ATOMIC_RELAXED);
+        }
+        if (rc == FX_OK && !fits) {
+            fx_qstats_init(&p->q);
+            p->imax = 0;
+            rc = p->nt_items ? fx_sm_run_items(p, 0, &fits) : fx_sm_run_blocks(p, 0, &fits);
+        }
         if (rc) {
             /* a worker thread's message is its own: name the failure here */
             if (flexpoint_last_error()[0] == '\0') fx_error(rc, func, "kernel failed");

@@ -32,5 +32,8 @@ int64_t fx_shared_matmul_missed(void);
 /* Test hook: of the misses, the DFP16 ones run again here guessing the exponent the write asked
  * for (the rest went to the dispatcher). */
 int64_t fx_shared_matmul_rerun(void);
+/* Test hook: runs whose sums the AMX kernel rounded in registers, with no int64 blocks (a run
+ * whose guess would have saturated a sum there is not counted: it ran in blocks). */
+int64_t fx_shared_matmul_in_registers(void);
 
 #endif

@@ -66,6 +66,8 @@ static inline void fx_bias16_stats(const int16_t *hi, const int16_t *lo, const i
  * 1 <= s <= 47: T, the largest |v| that rounds to at most 32767 at shift s; and the statistics
  * of a call whose every |v| is at most T, from its largest |v| and its underflow count: nothing
  * saturated, and the largest |q| is the largest |v| rounded (rounding is odd and monotone). */
+static inline int fx_q64_fast_ok(int shift) { return shift >= 1 && shift <= 47; }
+
 static inline uint64_t fx_q64_fast_bound(int s)
 {
     return ((uint64_t)FX_MANT_MAX << s) + ((uint64_t)1 << (s - 1)) - 1;

@@ -331,6 +331,12 @@ int fx_gemm_i16_amx_on(void)
     return forced == FX_GEMM_I16_KERNEL_AMX || (forced == FX_GEMM_I16_KERNEL_AUTO && g_amx_auto);
 }
 
+int fx_gemm_i16_amx_rounds(int64_t M, int64_t K, int64_t N)
+{
+    return fx_gemm_i16_amx_on() && M >= 16 && N >= 16 && K >= 32 &&
+           K <= FX_GEMM_I16_AMX_ROUND_MAX_K;
+}
+
 const char *fx_gemm_i16_kernel_name(int kernel)
 {
     return kernel >= 0 && kernel < FX_GEMM_I16_KERNELS ? fx_i16_kernel_names[kernel] : NULL;

@@ -208,6 +208,13 @@ int fx_gemm_i16_forced_kernel(void);
 void fx_gemm_i16_set_amx_auto(int on);
 int fx_gemm_i16_amx_auto(void);
 int fx_gemm_i16_amx_on(void);
+/* Products of this depth or less are one K block of the AMX kernel: each sum is complete
+ * when its block's tiles are, so the kernel can round it in registers (fx_op_call.out_i16). */
+#define FX_GEMM_I16_AMX_ROUND_MAX_K 2048
+/* 1 when the AMX kernel, where the level installed it, takes a plain [M, K] x [K, N] product
+ * now and can round its sums in registers (fx_op_call.out_i16): fx_gemm_i16_amx_on(), at
+ * least 16 x 32 x 16, and K <= FX_GEMM_I16_AMX_ROUND_MAX_K. */
+int fx_gemm_i16_amx_rounds(int64_t M, int64_t K, int64_t N);
 
 /* 1 when a product with inner dimension K takes the wrap kernel (on a level that has one):
  * where it pays (FX_GEMM_I16_WRAP_MIN_KP) under AUTO and FAST, always under WRAP, never under
