@@ -36,8 +36,8 @@
  * fast kernel took follows, and on uniform operands the share of the any-data kernels' own
  * ceiling (see anydata_ceiling). Last, for the integer formats, the traffic bound: the rate at
  * which a product would run if it took no longer than reading its int16 operands once and
- * writing its int16 output once, timed in the same run (touch_operands, alternating with the
- * GEMMs), and each format's share of the lower of that bound and the limit. With few rows or
+ * writing its int16 output once, timed in the same run right after the GEMMs' repetitions
+ * (touch_operands), and each format's share of the lower of that bound and the limit. With few rows or
  * few values of K per output one thread's memory traffic, not the multiplies, bounds a GEMM:
  * 16 x 131072 x 144 reads 38 MB of B for 0.6 GOP. */
 #define _POSIX_C_SOURCE 200809L

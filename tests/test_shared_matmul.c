@@ -15,11 +15,14 @@
  *    unit in the last place of its exponent (exact sums, one rounding).
  *    tensor_bmm likewise, with items run several at once (each within the block budget) and
  *    in turn in blocks, every transpose combination.
- * 3. Where the level's AMX kernel rounds in registers (an AVX-512 CPU with AMX-INT8, shapes of
- *    at least 16 x 32 x 16 and K up to FX_GEMM_I16_AMX_ROUND_MAX_K), the steady writes must
- *    take that route (its counter must move), ragged edges and the deepest K included; the
- *    jumps, whose guess would saturate sums there, run in blocks, and every write is still the
- *    dispatcher's bit for bit.
+ * 3. Where the level's AMX kernel rounds in registers (an AVX-512 CPU with AMX-INT8, forced on
+ *    for these checks; shapes of at least 16 x 32 x 16 and K up to
+ *    FX_GEMM_I16_AMX_ROUND_MAX_K), the steady writes must take that route (its counter must
+ *    move), ragged edges, the deepest K and products large enough for the kernel's two
+ *    threads included; the jumps, whose guess would saturate sums there, run in blocks (that
+ *    counter must move), and every write is still the dispatcher's bit for bit. With a
+ *    FLEX16_5 preset that keeps overflows, the jump's saturated write is kept from those
+ *    blocks, and must still be the dispatcher's, statistics included.
  * 4. Products it must not take (too small an output by default, K of 1024 or more, a transposed
  *    output view, a float operand, an output that is an operand) give the dispatcher's
  *    results and leave the counter still. */
@@ -34,14 +37,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void fill(tensor_t *t, double scale, test_rng *r)
+/* t's values N(0, scale^2), or where tail > 0 only its last tail values at that scale and the
+ * rest N(0, 1) */
+static void fill_tail(tensor_t *t, double scale, int64_t tail, test_rng *r)
 {
     const int64_t n = tensor_numel(t);
     float *v = malloc((size_t)n * sizeof *v);
-    for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * test_rng_normal(r));
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)((tail <= 0 || i >= n - tail ? scale : 1.0) * test_rng_normal(r));
     CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
     free(v);
 }
+
+static void fill(tensor_t *t, double scale, test_rng *r) { fill_tail(t, scale, 0, r); }
 
 /* out = a @ b against fp64: every element within half a unit of out's exponent (or saturated
  * at +-32767 units). */
@@ -96,6 +104,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     const int steps = (int)(sizeof scale / sizeof scale[0]);
     const int64_t taken0 = fx_shared_matmul_taken(), missed0 = fx_shared_matmul_missed();
     const int64_t rerun0 = fx_shared_matmul_rerun(), inreg0 = fx_shared_matmul_in_registers();
+    const int64_t uncovered0 = fx_shared_matmul_not_covered();
     int checked = 0;
     for (int step = 0; step < steps; step++) {
         /* the same values each step but the scale: the maxima stay put between the jumps */
@@ -126,11 +135,58 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     CHECK(fo == FMT_DFP16 ? rerun >= 1 : rerun == 0, "%s: %lld second runs", what,
           (long long)rerun);
     const int64_t inreg = fx_shared_matmul_in_registers() - inreg0;
-    if (rounds_in_registers(M, K, N))
+    const int64_t uncovered = fx_shared_matmul_not_covered() - uncovered0;
+    if (rounds_in_registers(M, K, N)) {
         CHECK(inreg >= 3, "%s: %lld products rounded in registers", what, (long long)inreg);
-    else
+        /* the jump of 2^8 saturates sums at the guess before it */
+        CHECK(uncovered >= 1, "%s: no run in blocks at the jump", what);
+    } else
         CHECK(inreg == 0, "%s: %lld products rounded in registers by a level that cannot", what,
               (long long)inreg);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(fast);
+    tensor_free(ref);
+}
+
+/* A FLEX16_5 output whose preset keeps overflows ("published"): at a jump the guess saturates,
+ * the product runs in blocks and the write keeps that saturated rounding, which must be the
+ * dispatcher's, statistics included. B > 1: tensor_bmm of B items, of which only the last
+ * jumps, so that the items before it have been rounded in registers when the run falls back
+ * to blocks (whose statistics must then not count them twice). */
+static void check_kept_overflow(int64_t B, int64_t M, int64_t K, int64_t N)
+{
+    const int64_t sa[3] = {B, M, K}, sb[3] = {B, K, N}, so[3] = {B, M, N};
+    const int nd = B > 1 ? 3 : 2, o = B > 1 ? 0 : 1;
+    tensor_t *a = tensor_new(FMT_DFP16, nd, sa + o), *b = tensor_new(FMT_DFP16, nd, sb + o);
+    tensor_t *fast = tensor_new(FMT_FLEX16_5, nd, so + o);
+    tensor_t *ref = tensor_new(FMT_FLEX16_5, nd, so + o);
+    CHECK_STATUS(tensor_set_autoflex(fast, "published"), FX_OK);
+    CHECK_STATUS(tensor_set_autoflex(ref, "published"), FX_OK);
+    char what[120];
+    snprintf(what, sizeof what, "kept overflow %lld x [%lld, %lld] @ [%lld, %lld]", (long long)B,
+             (long long)M, (long long)K, (long long)K, (long long)N);
+    const double scale[] = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 256.0, 256.0};
+    const int64_t taken0 = fx_shared_matmul_taken(), uncovered0 = fx_shared_matmul_not_covered();
+    int saturated_kept = 0;
+    for (int step = 0; step < (int)(sizeof scale / sizeof scale[0]); step++) {
+        test_rng vals;
+        test_rng_seed(&vals, 5);
+        fill_tail(a, scale[step], B > 1 ? M * K : 0, &vals);
+        fill(b, 1.0, &vals);
+        CHECK_STATUS(B > 1 ? tensor_bmm(fast, a, b, 0, 0) : tensor_matmul(fast, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(0);
+        CHECK_STATUS(B > 1 ? tensor_bmm(ref, a, b, 0, 0) : tensor_matmul(ref, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(1);
+        if (!test_same_writes(fast, ref, what, step)) break;
+        double sat = 0;
+        CHECK_STATUS(tensor_stat(fast, "saturated", &sat), FX_OK);
+        saturated_kept += sat > 0;
+    }
+    CHECK(saturated_kept >= 1, "%s: no saturated write kept", what);
+    CHECK(fx_shared_matmul_taken() - taken0 >= 3, "%s: route not taken", what);
+    if (rounds_in_registers(M, K, N))
+        CHECK(fx_shared_matmul_not_covered() - uncovered0 >= 1, "%s: no run in blocks", what);
     tensor_free(a);
     tensor_free(b);
     tensor_free(fast);
@@ -239,12 +295,21 @@ int main(void)
      * block holds, whole-row blocks, odd K, K = 1 */
     static const int64_t shapes[][3] = {{37, 45, 300}, {300, 19, 70}, {5, 64, 1000},
                                         {260, 3, 130}, {70, 1, 90}, {48, 64, 200},
-                                        {16, 1023, 33}, {20, 31, 40}, {33, 130, 16}};
+                                        {16, 1023, 33}, {20, 31, 40}, {33, 130, 16},
+                                        /* 2^20 multiply-adds and more: the AMX kernel's
+                                         * threads, rows streamed and columns streamed */
+                                        {300, 64, 100}, {40, 200, 256}, {16, 600, 128}};
     static const int64_t budgets[] = {256, 4096};
     const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
+    const int kernel0 = fx_gemm_i16_forced_kernel();
     for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
         if (!flexpoint_backend_available(bi)) continue;
         CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
+        /* the AMX kernel where the level has it, whatever the measured choice */
+        CHECK_STATUS(fx_gemm_i16_force_kernel(fx_backend_active()->gemm.i16_amx
+                                                  ? FX_GEMM_I16_KERNEL_AMX
+                                                  : kernel0),
+                     FX_OK);
         for (int nt = 1; nt <= 2; nt++) {
             flexpoint_set_num_threads(nt);
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -273,8 +338,15 @@ int main(void)
         }
         fx_shared_matmul_set_sizes(64, 256);
         flexpoint_set_num_threads(2);
+        check_kept_overflow(1, 48, 64, 200);
+        check_kept_overflow(1, 300, 64, 100);
+        check_kept_overflow(3, 40, 64, 50); /* items in turn (budget 256) */
+        fx_shared_matmul_set_sizes(64, 4096);
+        check_kept_overflow(4, 40, 64, 50); /* items at once, each on one thread */
+        fx_shared_matmul_set_sizes(64, 256);
         check_not_taken(&r);
     }
+    CHECK_STATUS(fx_gemm_i16_force_kernel(kernel0), FX_OK);
     fx_shared_matmul_set_sizes(0, 0);
     flexpoint_set_num_threads(0);
     return test_finish("test_shared_matmul");

@@ -60,7 +60,7 @@
 
 static int fx_sm_enabled_flag = 1;
 static int64_t fx_sm_min_out = FX_SM_MIN_OUT_DEFAULT, fx_sm_chunk = FX_SM_CHUNK_DEFAULT;
-static int64_t fx_sm_taken, fx_sm_missed, fx_sm_rerun, fx_sm_in_registers;
+static int64_t fx_sm_taken, fx_sm_missed, fx_sm_rerun, fx_sm_in_registers, fx_sm_not_covered;
 
 void fx_shared_matmul_set_enabled(int on)
 {
@@ -80,6 +80,10 @@ int64_t fx_shared_matmul_rerun(void) { return __atomic_load_n(&fx_sm_rerun, __AT
 int64_t fx_shared_matmul_in_registers(void)
 {
     return __atomic_load_n(&fx_sm_in_registers, __ATOMIC_RELAXED);
+}
+int64_t fx_shared_matmul_not_covered(void)
+{
+    return __atomic_load_n(&fx_sm_not_covered, __ATOMIC_RELAXED);
 }
 
 typedef struct fx_sm_plan {
@@ -357,6 +361,7 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
             if (rc == FX_OK && fits) __atomic_fetch_add(&fx_sm_in_registers, 1, __ATOMIC_RELAXED);
         }
         if (rc == FX_OK && !fits) {
+            if (p->amx_rounds) __atomic_fetch_add(&fx_sm_not_covered, 1, __ATOMIC_RELAXED);
             fx_qstats_init(&p->q);
             p->imax = 0;
             rc = p->nt_items ? fx_sm_run_items(p, 0, &fits) : fx_sm_run_blocks(p, 0, &fits);

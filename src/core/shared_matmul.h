@@ -35,5 +35,8 @@ int64_t fx_shared_matmul_rerun(void);
 /* Test hook: runs whose sums the AMX kernel rounded in registers, with no int64 blocks (a run
  * whose guess would have saturated a sum there is not counted: it ran in blocks). */
 int64_t fx_shared_matmul_in_registers(void);
+/* Test hook: runs of products the AMX kernel takes that ran in blocks instead, because the
+ * guess would have saturated a sum (or its shift is outside the rounding's fast route). */
+int64_t fx_shared_matmul_not_covered(void);
 
 #endif

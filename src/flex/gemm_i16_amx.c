@@ -724,8 +724,10 @@ int fx_flex_matmul_amx(const fx_op_call *c)
     const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
     if (c->out_i16) {
         /* the caller asked fx_gemm_i16_amx_rounds first; anything else is a library bug, which
-         * must not reach the other kernels: they write out_i64, which is NULL here */
-        if (!amx_i16_takes(c) || K > FX_GEMM_I16_AMX_ROUND_MAX_K ||
+         * must not reach the other kernels: they write out_i64, which is NULL here. The shape
+         * alone is checked, not fx_gemm_i16_amx_on(): a kernel forced on another thread since
+         * that question must not fail a product the caller has already committed to */
+        if (c->a_panels || M < 16 || N < 16 || K < 32 || K > FX_GEMM_I16_AMX_ROUND_MAX_K ||
             !fx_q64_fast_ok(c->out_i16_shift) || !c->out_imax || !c->out_i16_underflow)
             return fx_error(FX_EUNSUPPORTED, "matmul", "the AMX kernel cannot round a %lld x %lld x "
                             "%lld product at shift %d in registers", (long long)M, (long long)K,
