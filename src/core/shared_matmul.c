@@ -126,14 +126,23 @@ static void fx_sm_blocks(fx_sm_plan *p, int64_t budget)
 /* The sums of item i's block at rows [m0, m0 + mc) and columns [n0, n0 + nc) into sums
  * ([mc, nc]), by the backend's matmul kernel on views of a and b on nt threads; their largest
  * |sum| into *imax. */
+/* Views of item i's operands: a's rows [m0, m0 + mc) and b's columns [n0, n0 + nc). */
+static void fx_sm_item_views(const fx_sm_plan *p, int64_t i, int64_t m0, int64_t mc, int64_t n0,
+                             int64_t nc, fx_operand *a, fx_operand *b)
+{
+    *a = p->a;
+    *b = p->b;
+    a->shape[0] = mc;
+    a->data = (const int16_t *)p->a.data + i * p->a_step + m0 * p->a.strides[0];
+    b->shape[1] = nc;
+    b->data = (const int16_t *)p->b.data + i * p->b_step + n0 * p->b.strides[1];
+}
+
 static int fx_sm_block_sums(const fx_sm_plan *p, int64_t i, int64_t m0, int64_t mc, int64_t n0,
                             int64_t nc, int64_t *sums, int nt, uint64_t *imax)
 {
-    fx_operand a = p->a, b = p->b;
-    a.shape[0] = mc;
-    a.data = (const int16_t *)p->a.data + i * p->a_step + m0 * p->a.strides[0];
-    b.shape[1] = nc;
-    b.data = (const int16_t *)p->b.data + i * p->b_step + n0 * p->b.strides[1];
+    fx_operand a, b;
+    fx_sm_item_views(p, i, m0, mc, n0, nc, &a, &b);
     return fx_matmul_i64_max(&a, &b, sums, nt, imax, "tensor_matmul");
 }
 
@@ -144,9 +153,8 @@ static int fx_sm_item_in_registers(const fx_sm_plan *p, int64_t i, int nt, fx_qs
                                    uint64_t *imax, int *fits)
 {
     const int shift = p->guess - p->ec;
-    fx_operand a = p->a, b = p->b;
-    a.data = (const int16_t *)p->a.data + i * p->a_step;
-    b.data = (const int16_t *)p->b.data + i * p->b_step;
+    fx_operand a, b;
+    fx_sm_item_views(p, i, 0, p->M, 0, p->N, &a, &b);
     uint64_t mx = 0;
     int64_t nuf = 0;
     const int rc = fx_matmul_i16_rounded(&a, &b, p->tmp + i * p->M * p->N, shift, nt, &mx, &nuf,
@@ -205,12 +213,15 @@ static void fx_sm_block_round(fx_sm_plan *p, int64_t i, int64_t m0, int64_t mc, 
  * where that did not cover the guess. */
 static int fx_sm_run_blocks(fx_sm_plan *p, int in_registers, int *fits)
 {
-    for (int64_t i = 0; in_registers && i < p->batch && *fits; i++) {
-        const int rc =
-            fx_sm_item_in_registers(p, i, flexpoint_num_threads(), &p->q, &p->imax, fits);
-        if (rc) return rc;
+    if (in_registers) {
+        for (int64_t i = 0; i < p->batch && *fits; i++) {
+            const int rc =
+                fx_sm_item_in_registers(p, i, flexpoint_num_threads(), &p->q, &p->imax, fits);
+            if (rc) return rc;
+        }
+        return FX_OK;
     }
-    for (int64_t i = 0; !in_registers && i < p->batch; i++)
+    for (int64_t i = 0; i < p->batch; i++)
         for (int64_t n0 = 0; n0 < p->N; n0 += p->nc) {
             const int64_t nc = p->N - n0 < p->nc ? p->N - n0 : p->nc;
             for (int64_t m0 = 0; m0 < p->M; m0 += p->mc) {

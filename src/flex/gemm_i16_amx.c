@@ -474,9 +474,7 @@ static inline void amx_round_rows(const fx_q64_fast *rq, const int32_t (*acc)[25
     for (int r = 0; r < rows; r++) {
         const __m512i q0 = fx_q64_fast_round(rq, combine8(acc, r * 16), vmax, uf);
         const __m512i q1 = fx_q64_fast_round(rq, combine8(acc, r * 16 + 8), vmax, uf);
-        const __m256i w = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm512_cvtepi64_epi16(q0)), _mm512_cvtepi64_epi16(q1), 1);
-        _mm256_mask_storeu_epi16(dst + r * ld, cm, w);
+        _mm256_mask_storeu_epi16(dst + r * ld, cm, fx_q64_pack16(q0, q1));
     }
 }
 

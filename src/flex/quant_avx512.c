@@ -174,9 +174,7 @@ static inline void fx_q64_stats(fx_qstats *st, const fx_q64_acc *a)
  * store. */
 static inline void fx_store16_q64(int16_t *dst, __m512i q0, __m512i q1)
 {
-    const __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi64_epi16(q0)),
-                                              _mm512_cvtepi64_epi16(q1), 1);
-    _mm256_storeu_si256((__m256i *)dst, w);
+    _mm256_storeu_si256((__m256i *)dst, fx_q64_pack16(q0, q1));
 }
 
 /* The statistics of a fast-route call, or 0 where its maximum is above T (then nothing it

@@ -57,4 +57,11 @@ static inline __m512i fx_q64_fast_round(const fx_q64_fast *k, __m512i v, __m512i
     return _mm512_sra_epi64(_mm512_mask_add_epi64(t, odd, t, k->one), k->cnt);
 }
 
+/* Sixteen rounded lanes (two vectors of 8 in [-32767, 32767]) as int16, in order. */
+static inline __m256i fx_q64_pack16(__m512i q0, __m512i q1)
+{
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi64_epi16(q0)),
+                                   _mm512_cvtepi64_epi16(q1), 1);
+}
+
 #endif
