@@ -16,13 +16,21 @@
  *    tensor_bmm likewise, with items run several at once (each within the block budget) and
  *    in turn in blocks, every transpose combination.
  * 3. Where the level's AMX kernel rounds in registers (an AVX-512 CPU with AMX-INT8, forced on
- *    for these checks; shapes of at least 16 x 32 x 16 and K up to
+ *    for these checks; shapes of at least 16 x 16 x 16 and K up to
  *    FX_GEMM_I16_AMX_ROUND_MAX_K), the steady writes must take that route (its counter must
  *    move), ragged edges, the deepest K and products large enough for the kernel's two
  *    threads included; the jumps, whose guess would saturate sums there, run in blocks (that
  *    counter must move), and every write is still the dispatcher's bit for bit. With a
  *    FLEX16_5 preset that keeps overflows, the jump's saturated write is kept from those
  *    blocks, and must still be the dispatcher's, statistics included.
+ * 3b. The rounding's edges (check_rounding_edges): integer-valued DFP16 products built so that
+ *    the output's exponent is a chosen shift from 1 to 21 and sums sit on ties of both
+ *    parities and signs, one unit either side of them, on the underflow bound and at zero,
+ *    with the largest |sum| on either side, for K = 17, 40, 64, 100 and 128 (one or two k
+ *    tiles: the AMX kernel rounds in int32 lanes) and 200 (int64 lanes): the dispatcher's
+ *    bits, and the in-register route taken where the level has it. And the int32 rounding's
+ *    bound: operands of 32767 and -32513 whose byte products put its accumulators at their
+ *    extremes for K = 128 and 64, and K = 200, where they would wrap int32 (int64 lanes).
  * 4. Products it must not take (too small an output by default, K of 1024 or more, a transposed
  *    output view, a float operand, an output that is an operand) give the dispatcher's
  *    results and leave the counter still. */
@@ -147,6 +155,131 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     tensor_free(b);
     tensor_free(fast);
     tensor_free(ref);
+}
+
+/* Integer-valued DFP16 products whose output exponent, and so the rounding's shift, is the
+ * target s, with sums at and beside the rounding's edges at that shift: ties (2m + 1) 2^(s-1)
+ * of both parities and signs and one unit either side of them, the underflow bound 2^(s-1)
+ * and its neighbours, zero, and the largest |sum| on the positive or the negative side.
+ * Written six times with the same operands (the route is taken once its guess has held), each
+ * write the dispatcher's bit for bit. Where the AMX kernel rounds in registers, the steady
+ * writes must take that route; with K <= 128 it rounds in int32 lanes, whose two branches
+ * (s < 16, s >= 16) and int64 keys for the largest |sum| these shifts cover.
+ *   A's rows 0 and 1 and B's rows 2 .. K - 2 (32767 each) make the largest sums, about
+ *   17000 2^s, of opposite signs; where neg_larger row 0 is the negative one and one unit of
+ *   32767 larger; the other rows
+ *   take a0 in column 0 and a1 in column 1, against B's row 0 (16384) and row 1 (+1 or -1
+ *   by column), so their sums are 16384 a0 +- a1; column K - 1 of A holds 32767 against a
+ *   zero row of B, so that both operands keep exponent 0. */
+static void check_rounding_edges(int64_t K, int s, int neg_larger)
+{
+    const int64_t M = 32, N = 32, sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
+    float *av = calloc((size_t)(M * K), sizeof *av), *bv = calloc((size_t)(K * N), sizeof *bv);
+    for (int64_t j = 0; j < N; j++) {
+        bv[0 * N + j] = 16384.0f;
+        bv[1 * N + j] = j % 3 == 1 ? -1.0f : 1.0f;
+        for (int64_t k = 2; k <= K - 2; k++) bv[k * N + j] = 32767.0f;
+    }
+    /* rows 0 and 1: sums 32767 sum_k A[r][k] of about 17000 2^s, of both signs (s = 1, 2:
+     * 2 and 3 units of 32767, with no room for the extra unit) */
+    const double target = s <= 2 ? (s + 1) * 32767.0 : 17000.0 * ldexp(1.0, s);
+    const float sign = neg_larger ? -1.0f : 1.0f;
+    double left = floor(target / 32767.0 + 0.5);
+    int64_t k = 2;
+    for (; k <= K - 2 && left > 0; k++) {
+        const double take = left < 32767.0 ? left : 32767.0;
+        av[0 * K + k] = sign * (float)take;
+        av[1 * K + k] = -sign * (float)take;
+        left -= take;
+    }
+    CHECK(left == 0 && k <= K - 2, "K %lld cannot reach 2^%d", (long long)K, s);
+    if (neg_larger && s > 2) av[0 * K + k] = -1.0f; /* one unit of 32767 more on that side */
+    av[2 * K + K - 1] = 32767.0f;
+    /* the other rows: 16384 a0 + a1 = the sum wanted, 0 <= a1 < 16384 */
+    const double half = ldexp(1.0, s - 1);
+    double sums[32];
+    int n = 0;
+    for (int m = -3; m <= 3; m++)
+        for (int d = -1; d <= 1; d++)
+            sums[n++] = m == 0 ? (double)d : (2.0 * m + (m > 0 ? -1 : 1)) * half + d;
+    for (int d = -1; d <= 1; d++) { /* +-(2^(s-1) + d): the underflow bound */
+        sums[n++] = half + d;
+        sums[n++] = -(half + d);
+    }
+    CHECK(3 + n <= M, "%d sums in %lld rows", n, (long long)M);
+    for (int r = 0; r < n && 3 + r < M; r++) {
+        const double a0 = floor(sums[r] / 16384.0);
+        av[(3 + r) * K + 0] = (float)a0;
+        av[(3 + r) * K + 1] = (float)(sums[r] - 16384.0 * a0);
+    }
+    tensor_t *a = tensor_new(FMT_DFP16, 2, sa), *b = tensor_new(FMT_DFP16, 2, sb);
+    tensor_t *fast = tensor_new(FMT_DFP16, 2, so), *ref = tensor_new(FMT_DFP16, 2, so);
+    CHECK_STATUS(tensor_from_f32(a, av), FX_OK);
+    CHECK_STATUS(tensor_from_f32(b, bv), FX_OK);
+    float amax = 0;
+    for (int64_t i = 0; i < M * K; i++) amax = fabsf(av[i]) > amax ? fabsf(av[i]) : amax;
+    CHECK(tensor_exp(a) == 0 && tensor_exp(b) == 0, "operand exponents %d, %d (max %g)", tensor_exp(a),
+          tensor_exp(b), amax);
+    char what[96];
+    snprintf(what, sizeof what, "rounding edges, K %lld, shift %d, %s side larger", (long long)K,
+             s, neg_larger ? "negative" : "positive");
+    const int64_t inreg0 = fx_shared_matmul_in_registers();
+    for (int step = 0; step < 6; step++) {
+        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(0);
+        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(1);
+        if (!test_same_writes(fast, ref, what, step)) break;
+    }
+    CHECK(tensor_exp(fast) == s, "%s: the output's exponent is %d", what, tensor_exp(fast));
+    double underflow = -1;
+    CHECK_STATUS(tensor_stat(fast, "underflow", &underflow), FX_OK);
+    CHECK(underflow > 0, "%s: no underflow counted", what);
+    if (rounds_in_registers(M, K, N))
+        CHECK(fx_shared_matmul_in_registers() - inreg0 >= 1, "%s: not rounded in registers",
+              what);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(fast);
+    tensor_free(ref);
+    free(av);
+    free(bv);
+}
+
+/* The int32 rounding's bound on its accumulators (K <= 128): rows and columns of 32767
+ * (whose byte products make HL + LH and LL their largest: X at its top, 2130706560 at K =
+ * 128) and of -32513 (high byte -128, low byte 255: HL + LH at its lowest), and of the two
+ * mixed, so that every sum is near 2^37 in size, each write the dispatcher's bit for bit. */
+static void check_extreme_accumulators(int64_t K)
+{
+    const int64_t M = 32, N = 48, sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
+    float *av = malloc((size_t)(M * K) * sizeof *av), *bv = malloc((size_t)(K * N) * sizeof *bv);
+    for (int64_t i = 0; i < M * K; i++) av[i] = (i / K) % 3 == 0 ? -32513.0f : 32767.0f;
+    for (int64_t i = 0; i < K * N; i++) bv[i] = (i % N) % 2 ? -32513.0f : 32767.0f;
+    tensor_t *a = tensor_new(FMT_DFP16, 2, sa), *b = tensor_new(FMT_DFP16, 2, sb);
+    tensor_t *fast = tensor_new(FMT_DFP16, 2, so), *ref = tensor_new(FMT_DFP16, 2, so);
+    CHECK_STATUS(tensor_from_f32(a, av), FX_OK);
+    CHECK_STATUS(tensor_from_f32(b, bv), FX_OK);
+    char what[64];
+    snprintf(what, sizeof what, "extreme accumulators, K %lld", (long long)K);
+    const int64_t inreg0 = fx_shared_matmul_in_registers();
+    for (int step = 0; step < 6; step++) {
+        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(0);
+        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(1);
+        if (!test_same_writes(fast, ref, what, step)) break;
+    }
+    check_reference(fast, a, b, what);
+    if (rounds_in_registers(M, K, N))
+        CHECK(fx_shared_matmul_in_registers() - inreg0 >= 1, "%s: not rounded in registers",
+              what);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(fast);
+    tensor_free(ref);
+    free(av);
+    free(bv);
 }
 
 /* A FLEX16_5 output whose preset keeps overflows ("published"): at a jump the guess saturates,
@@ -343,6 +476,23 @@ int main(void)
         check_kept_overflow(3, 40, 64, 50); /* items in turn (budget 256) */
         fx_shared_matmul_set_sizes(64, 4096);
         check_kept_overflow(4, 40, 64, 50); /* items at once, each on one thread */
+        fx_shared_matmul_set_sizes(64, 4096);
+        for (int nt = 1; nt <= 2; nt++) {
+            flexpoint_set_num_threads(nt);
+            static const int shifts[] = {1, 2, 7, 14, 15, 16, 17, 18, 21};
+            for (size_t si = 0; si < sizeof shifts / sizeof shifts[0]; si++)
+                for (int neg = 0; neg <= 1; neg++) {
+                    check_rounding_edges(64, shifts[si], neg);
+                    check_rounding_edges(40, shifts[si], neg);
+                    check_rounding_edges(100, shifts[si], neg);
+                    check_rounding_edges(128, shifts[si], neg);
+                    if (shifts[si] <= 18) check_rounding_edges(17, shifts[si], neg);
+                }
+            check_rounding_edges(200, 21, 1); /* several k tiles: the int64 rounding */
+            check_extreme_accumulators(128);
+            check_extreme_accumulators(64);
+            check_extreme_accumulators(200); /* where X would wrap: int64 lanes */
+        }
         fx_shared_matmul_set_sizes(64, 256);
         check_not_taken(&r);
     }

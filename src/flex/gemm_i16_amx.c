@@ -478,6 +478,126 @@ static inline void amx_round_rows(const fx_q64_fast *rq, const int32_t (*acc)[25
     }
 }
 
+/* The rounding of the sums of one or two k tiles (K <= 128) in int32 lanes, 16 at a time.
+ *
+ * Why: with one tile of k per block the int64 rounding above (about 20 vector operations per
+ * 8 sums, against 4 tile products per block) is what bounds the K = 64 products. With K <= 128
+ * every accumulator is small: HL + LH lies in [-65280 K, 64770 K] and 0 <= LL <= 65025 K, so
+ *     X = 256 (HL + LH) + LL   lies in [-2139095040, 2130706560] and fits int32,
+ * and   sum = 65536 HH + X = 65536 H + L
+ * with H = HH + (X >> 16) (arithmetic) and L = X & 0xffff in [0, 65536): the sum split at bit
+ * 16, exactly, in two int32 lanes. Rounding to nearest even at 2^s is floor((sum + 2^(s-1) - 1
+ * + b) / 2^s) with b bit s of the sum (quant_q64_avx512.h), which in this split is
+ *   s >= 16, s' = s - 16:  q = (H + hm + ((L + lc + b) >> 16)) >> s', b = bit s' of H,
+ *                          hm = 2^(s'-1) - 1 and lc = 0xffff (s' >= 1), hm = 0 and lc = 0x7fff
+ *                          (s' = 0);
+ *   s < 16:                q = (H << (16 - s)) + ((L + 2^(s-1) - 1 + b) >> s), b = bit s of L.
+ * A lane whose q wraps in int32 has a sum far above the bound where nothing saturates, so the
+ * caller discards the values (it checks the exact maximum). A sum underflows iff it is nonzero
+ * and rounds to 0. The exact largest |sum| comes from the largest and smallest sum, compared as
+ * int64 keys H 2^32 + L, which order as 65536 H + L does. (K = 129 would let X wrap: the
+ * deeper products keep the int64 lanes.) */
+typedef struct {
+    __m512i hm, lc, one, bit;
+    __m128i sh_h, sh_l;
+    int high; /* s >= 16 */
+} amx_r32;
+
+static inline amx_r32 amx_r32_setup(int s)
+{
+    amx_r32 k;
+    k.one = _mm512_set1_epi32(1);
+    k.high = s >= 16;
+    if (k.high) {
+        const int sp = s - 16; /* 0 .. 31: fx_q64_fast_ok's shifts are at most 47 */
+        k.hm = _mm512_set1_epi32(sp >= 1 ? (int32_t)((1u << (sp - 1)) - 1u) : 0);
+        k.lc = _mm512_set1_epi32(sp >= 1 ? 0xffff : 0x7fff);
+        k.bit = _mm512_set1_epi32((int32_t)(1u << sp));
+        k.sh_h = _mm_cvtsi32_si128(sp);
+        k.sh_l = _mm_cvtsi32_si128(16);
+    } else {
+        k.hm = _mm512_setzero_si512();
+        k.lc = _mm512_set1_epi32((1 << (s - 1)) - 1);
+        k.bit = _mm512_set1_epi32(1 << s);
+        k.sh_h = _mm_cvtsi32_si128(16 - s); /* H's left shift */
+        k.sh_l = _mm_cvtsi32_si128(s);
+    }
+    return k;
+}
+
+/* 16 sums 65536 H + L rounded (see above); high is k->high, constant in each caller's loop */
+static inline __m512i amx_r32_round(const amx_r32 *k, int high, __m512i H, __m512i L)
+{
+    const __mmask16 b = _mm512_test_epi32_mask(high ? H : L, k->bit);
+    __m512i t = _mm512_add_epi32(L, k->lc);
+    t = _mm512_mask_add_epi32(t, b, t, k->one);
+    if (high)
+        return _mm512_sra_epi32(_mm512_add_epi32(_mm512_add_epi32(H, k->hm), _mm512_srli_epi32(t, 16)),
+                                k->sh_h);
+    return _mm512_add_epi32(_mm512_sll_epi32(H, k->sh_h), _mm512_srl_epi32(t, k->sh_l));
+}
+
+/* A key H 2^32 + L back to its sum 65536 H + L */
+static inline int64_t amx_r32_key_sum(int64_t key)
+{
+    const uint64_t u = (uint64_t)key;
+    return (int64_t)(int32_t)(uint32_t)(u >> 32) * 65536 + (int64_t)(u & 0xffff);
+}
+
+/* amx_round_rows for one k tile's sums, in int32 lanes: the largest and smallest sums as keys
+ * into *kmax and *kmin */
+static inline void amx_round_rows32(const amx_r32 *k, int high, const int32_t (*acc)[256],
+                                    int rows, int cols, int16_t *dst, int64_t ld, __m512i *kmax,
+                                    __m512i *kmin, int64_t *uf)
+{
+    const __mmask16 cm = (__mmask16)(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
+    const __m512i low16 = _mm512_set1_epi32(0xffff);
+    for (int r = 0; r < rows; r++) {
+        const int o = r * 16;
+        const __m512i mid = _mm512_add_epi32(_mm512_load_si512((const void *)(acc[1] + o)),
+                                             _mm512_load_si512((const void *)(acc[2] + o)));
+        const __m512i X = _mm512_add_epi32(_mm512_slli_epi32(mid, 8),
+                                           _mm512_load_si512((const void *)(acc[3] + o)));
+        const __m512i H =
+            _mm512_add_epi32(_mm512_load_si512((const void *)(acc[0] + o)), _mm512_srai_epi32(X, 16));
+        const __m512i L = _mm512_and_si512(X, low16);
+        const __m512i q = amx_r32_round(k, high, H, L);
+        const __m512i k0 = _mm512_unpacklo_epi32(L, H), k1 = _mm512_unpackhi_epi32(L, H);
+        *kmax = _mm512_max_epi64(*kmax, _mm512_max_epi64(k0, k1));
+        *kmin = _mm512_min_epi64(*kmin, _mm512_min_epi64(k0, k1));
+        const __m512i nz = _mm512_or_si512(H, L);
+        const __mmask16 zq = _mm512_cmpeq_epi32_mask(q, _mm512_setzero_si512());
+        *uf += __builtin_popcount((unsigned)_mm512_mask_test_epi32_mask(zq, nz, nz));
+        _mm256_mask_storeu_epi16(dst + r * ld, cm, _mm512_cvtepi32_epi16(q));
+    }
+}
+
+/* amx_i16_blocks_rounded's loop for products of nt <= 2 k tiles (K <= 128), rounded in int32
+ * lanes */
+static inline void amx_i16_blocks_rounded32(const amx_i16_job *j, int high, const int8_t *ap,
+                                            const int8_t *bp0, size_t panel, int64_t q,
+                                            int64_t s0, int64_t s1, int64_t nt, uint64_t *imax,
+                                            int64_t *nuf)
+{
+    _Alignas(64) int32_t acc[4][256];
+    const amx_r32 rk = amx_r32_setup(j->rq.s);
+    const int64_t i0 = q * 16, ld = j->ldo;
+    const int rows = j->M - i0 < 16 ? (int)(j->M - i0) : 16;
+    __m512i kmax = _mm512_setzero_si512(), kmin = _mm512_setzero_si512();
+    int64_t uf = 0;
+    for (int64_t s = s0; s < s1; s++) {
+        const int cols = j->N - s * 16 < 16 ? (int)(j->N - s * 16) : 16;
+        amx_i16_tiles(ap, bp0 + (size_t)(s - s0) * panel, nt, acc);
+        amx_round_rows32(&rk, high, (const int32_t(*)[256])acc, rows, cols,
+                         j->out16 + i0 * ld + s * 16, ld, &kmax, &kmin, &uf);
+    }
+    const int64_t hi = amx_r32_key_sum(_mm512_reduce_max_epi64(kmax));
+    const int64_t lo = amx_r32_key_sum(_mm512_reduce_min_epi64(kmin));
+    const uint64_t m = (uint64_t)(hi > -lo ? hi : -lo); /* |sum| <= 2^37 */
+    *imax = m > *imax ? m : *imax;
+    *nuf += uf;
+}
+
 /* The blocks of row panel q and column panels s0 .. s1 - 1 (panel s packed at bp0 + (s - s0)
  * panel) of a job that rounds in registers (out16: one K block, tiles t0 .. t1 - 1), rounded
  * into out16; their largest |sum| raises *imax and their underflows add to *nuf. (Streaming
@@ -488,6 +608,13 @@ static void amx_i16_blocks_rounded(const amx_i16_job *j, const int8_t *ap, const
                                    size_t panel, int64_t q, int64_t s0, int64_t s1, int64_t t0,
                                    int64_t t1, uint64_t *imax, int64_t *nuf)
 {
+    if (j->K <= 2 * KT) { /* one or two k tiles: int32 lanes; two loops, one per branch */
+        if (j->rq.s >= 16)
+            amx_i16_blocks_rounded32(j, 1, ap, bp0, panel, q, s0, s1, t1 - t0, imax, nuf);
+        else
+            amx_i16_blocks_rounded32(j, 0, ap, bp0, panel, q, s0, s1, t1 - t0, imax, nuf);
+        return;
+    }
     _Alignas(64) int32_t acc[4][256];
     const fx_q64_fast rq = j->rq; /* in registers: the stores below may alias j */
     const int64_t i0 = q * 16, nt = t1 - t0, ld = j->ldo;
@@ -725,7 +852,7 @@ int fx_flex_matmul_amx(const fx_op_call *c)
          * must not reach the other kernels: they write out_i64, which is NULL here. The shape
          * alone is checked, not fx_gemm_i16_amx_on(): a kernel forced on another thread since
          * that question must not fail a product the caller has already committed to */
-        if (c->a_panels || M < 16 || N < 16 || K < 32 || K > FX_GEMM_I16_AMX_ROUND_MAX_K ||
+        if (c->a_panels || M < 16 || N < 16 || K < 16 || K > FX_GEMM_I16_AMX_ROUND_MAX_K ||
             !fx_q64_fast_ok(c->out_i16_shift) || !c->out_imax || !c->out_i16_underflow)
             return fx_error(FX_EUNSUPPORTED, "matmul", "the AMX kernel cannot round a %lld x %lld x "
                             "%lld product at shift %d in registers", (long long)M, (long long)K,
