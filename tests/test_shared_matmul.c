@@ -19,8 +19,10 @@
  *    for these checks; shapes of at least 16 x 16 x 16 and K up to
  *    FX_GEMM_I16_AMX_ROUND_MAX_K), the steady writes must take that route (its counter must
  *    move), ragged edges, the deepest K and products large enough for the kernel's two
- *    threads included; the jumps, whose guess would saturate sums there, run in blocks (that
- *    counter must move), and every write is still the dispatcher's bit for bit. With a
+ *    threads included; at the jumps, whose guess would saturate sums there, FLEX16_5 runs in
+ *    blocks and DFP16 asks a dry write for its exponent and runs again in registers, with no
+ *    blocks, also in a bmm whose last item jumps further than its first (those counters
+ *    must move), and every write is still the dispatcher's bit for bit. With a
  *    FLEX16_5 preset that keeps overflows, the jump's saturated write is kept from those
  *    blocks, and must still be the dispatcher's, statistics included.
  * 3b. The rounding's edges (check_rounding_edges): integer-valued DFP16 products built so that
@@ -113,6 +115,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     const int64_t taken0 = fx_shared_matmul_taken(), missed0 = fx_shared_matmul_missed();
     const int64_t rerun0 = fx_shared_matmul_rerun(), inreg0 = fx_shared_matmul_in_registers();
     const int64_t uncovered0 = fx_shared_matmul_not_covered();
+    const int64_t dry0 = fx_shared_matmul_asked_dry();
     int checked = 0;
     for (int step = 0; step < steps; step++) {
         /* the same values each step but the scale: the maxima stay put between the jumps */
@@ -144,10 +147,17 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
           (long long)rerun);
     const int64_t inreg = fx_shared_matmul_in_registers() - inreg0;
     const int64_t uncovered = fx_shared_matmul_not_covered() - uncovered0;
+    const int64_t dry = fx_shared_matmul_asked_dry() - dry0;
     if (rounds_in_registers(M, K, N)) {
         CHECK(inreg >= 3, "%s: %lld products rounded in registers", what, (long long)inreg);
-        /* the jump of 2^8 saturates sums at the guess before it */
-        CHECK(uncovered >= 1, "%s: no run in blocks at the jump", what);
+        /* the jump of 2^8 saturates sums at the guess before it: FLEX16_5 runs the blocks, a
+         * DFP16 write is asked for its exponent and runs again in registers */
+        if (fo == FMT_DFP16)
+            CHECK(dry >= 1 && uncovered == 0, "%s: %lld dry asks, %lld runs in blocks", what,
+                  (long long)dry, (long long)uncovered);
+        else
+            CHECK(uncovered >= 1 && dry == 0, "%s: %lld runs in blocks, %lld dry asks", what,
+                  (long long)uncovered, (long long)dry);
     } else
         CHECK(inreg == 0, "%s: %lld products rounded in registers by a level that cannot", what,
               (long long)inreg);
@@ -326,10 +336,25 @@ static void check_kept_overflow(int64_t B, int64_t M, int64_t K, int64_t N)
     tensor_free(ref);
 }
 
+/* t's B items N(0, 1), but item 0 at scale s0 and the last item at s_last */
+static void fill_items(tensor_t *t, int64_t B, double s0, double s_last, test_rng *r)
+{
+    const int64_t n = tensor_numel(t), per = n / B;
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)((i < per ? s0 : i >= n - per ? s_last : 1.0) * test_rng_normal(r));
+    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
+    free(v);
+}
+
 /* tensor_bmm's sequences likewise: out [B, M, N] = op(a) op(b) per item, items run several
- * at once (each fits a block) or in turn in blocks, against the staged route. */
+ * at once (each fits a block) or in turn in blocks, against the staged route. At the jump
+ * every item scales, or (ramp) item 0 by the jump and the last item by ten times it, so that
+ * the first item to saturate is not the largest: a DFP16 product rounded in registers must
+ * then run every item to ask for the exponent of the exact largest |sum| (its second run in
+ * registers must fit, with no run in blocks). */
 static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_t N, int ta,
-                               int tb)
+                               int tb, int ramp)
 {
     const int64_t sa[3] = {B, ta ? K : M, ta ? M : K}, sb[3] = {B, tb ? N : K, tb ? K : N};
     const int64_t so[3] = {B, M, N};
@@ -343,10 +368,14 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
     const double scale[] = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 300.0, 300.0, 300.0};
     const int64_t taken0 = fx_shared_matmul_taken(), missed0 = fx_shared_matmul_missed();
     const int64_t inreg0 = fx_shared_matmul_in_registers();
+    const int64_t dry0 = fx_shared_matmul_asked_dry(), uncovered0 = fx_shared_matmul_not_covered();
     for (int step = 0; step < (int)(sizeof scale / sizeof scale[0]); step++) {
         test_rng vals;
         test_rng_seed(&vals, 99);
-        fill(a, scale[step], &vals);
+        if (ramp)
+            fill_items(a, B, scale[step], 10.0 * scale[step], &vals);
+        else
+            fill(a, scale[step], &vals);
         fill(b, 1.0, &vals);
         CHECK_STATUS(tensor_bmm(fast, a, b, ta, tb), FX_OK);
         fx_shared_matmul_set_enabled(0);
@@ -361,6 +390,13 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
     const int64_t inreg = fx_shared_matmul_in_registers() - inreg0;
     CHECK(rounds_in_registers(M, K, N) ? inreg >= 3 : inreg == 0,
           "%s: %lld products rounded in registers", what, (long long)inreg);
+    const int64_t dry = fx_shared_matmul_asked_dry() - dry0;
+    const int64_t uncovered = fx_shared_matmul_not_covered() - uncovered0;
+    if (rounds_in_registers(M, K, N) && fo == FMT_DFP16)
+        CHECK(dry >= 1 && uncovered == 0, "%s: %lld dry asks, %lld runs in blocks", what,
+              (long long)dry, (long long)uncovered);
+    else if (rounds_in_registers(M, K, N))
+        CHECK(dry == 0, "%s: %lld dry asks into FLEX16_5", what, (long long)dry);
     tensor_free(a);
     tensor_free(b);
     tensor_free(fast);
@@ -457,17 +493,19 @@ int main(void)
         for (int nt = 1; nt <= 2; nt++) {
             flexpoint_set_num_threads(nt);
             fx_shared_matmul_set_sizes(64, 256);
-            check_bmm_sequence(FMT_FLEX16_5, 5, 7, 13, 9, 0, 1);
-            check_bmm_sequence(FMT_DFP16, 4, 7, 5, 9, 1, 0);
+            check_bmm_sequence(FMT_FLEX16_5, 5, 7, 13, 9, 0, 1, 0);
+            check_bmm_sequence(FMT_DFP16, 4, 7, 5, 9, 1, 0, 0);
             fx_shared_matmul_set_sizes(64, 32);
-            check_bmm_sequence(FMT_DFP16, 3, 70, 13, 9, 1, 1);
-            check_bmm_sequence(FMT_FLEX16_5, 3, 7, 2, 90, 0, 0);
+            check_bmm_sequence(FMT_DFP16, 3, 70, 13, 9, 1, 1, 0);
+            check_bmm_sequence(FMT_FLEX16_5, 3, 7, 2, 90, 0, 0, 0);
             /* items the AMX kernel rounds in registers: several at once (each within a budget
              * of 4096), and in turn under a budget of 256 */
             fx_shared_matmul_set_sizes(64, 4096);
-            check_bmm_sequence(FMT_DFP16, 5, 17, 40, 33, 0, 1);
+            check_bmm_sequence(FMT_DFP16, 5, 17, 40, 33, 0, 1, 0);
+            check_bmm_sequence(FMT_DFP16, 5, 17, 40, 33, 0, 1, 1); /* the last item largest */
             fx_shared_matmul_set_sizes(64, 256);
-            check_bmm_sequence(FMT_FLEX16_5, 3, 40, 64, 30, 1, 0);
+            check_bmm_sequence(FMT_FLEX16_5, 3, 40, 64, 30, 1, 0, 0);
+            check_bmm_sequence(FMT_DFP16, 3, 40, 64, 30, 1, 0, 1);
         }
         fx_shared_matmul_set_sizes(64, 256);
         flexpoint_set_num_threads(2);

@@ -22,7 +22,11 @@
  * rounds each sum at the guess while the sum is in registers (fx_op_call.out_i16), so there are
  * no int64 blocks at all and the product runs whole, each item in one call. A guess at which
  * some sum would saturate (its largest |sum| above fx_q64_fast_bound) is the one case that
- * rounding does not cover: the product then runs again in int64 blocks, as on other levels.
+ * rounding does not cover. For DFP16 that guess is a miss anyway, and the run in registers
+ * measured the exact largest |sum|, from which the write's exponent follows: a dry write asks
+ * for it and the product runs again in registers at once (fx_sm_ask_dry). Otherwise (FLEX16_5,
+ * whose Autoflex may keep or recompute a saturated write) the product runs again in int64
+ * blocks, as on other levels.
  *
  * The sums are exact integers whatever the blocking, and the rounding and statistics are
  * elementwise, counts and maxima, so the result is the dispatcher's bit for bit
@@ -60,7 +64,8 @@
 
 static int fx_sm_enabled_flag = 1;
 static int64_t fx_sm_min_out = FX_SM_MIN_OUT_DEFAULT, fx_sm_chunk = FX_SM_CHUNK_DEFAULT;
-static int64_t fx_sm_taken, fx_sm_missed, fx_sm_rerun, fx_sm_in_registers, fx_sm_not_covered;
+static int64_t fx_sm_taken, fx_sm_missed, fx_sm_rerun, fx_sm_in_registers, fx_sm_not_covered,
+    fx_sm_asked_dry;
 
 void fx_shared_matmul_set_enabled(int on)
 {
@@ -85,6 +90,10 @@ int64_t fx_shared_matmul_not_covered(void)
 {
     return __atomic_load_n(&fx_sm_not_covered, __ATOMIC_RELAXED);
 }
+int64_t fx_shared_matmul_asked_dry(void)
+{
+    return __atomic_load_n(&fx_sm_asked_dry, __ATOMIC_RELAXED);
+}
 
 typedef struct fx_sm_plan {
     const fx_backend *be;
@@ -102,6 +111,8 @@ typedef struct fx_sm_plan {
     uint64_t imax;   /* the largest |sum| */
     int copy_pending, missed;
     int asked;       /* after a miss: the exponent the write asked for first, else FX_EXP_NONE */
+    int whole_max;   /* run every item in registers even after one saturates: imax exact */
+    int dry;         /* a write that only asks for the exponent (fx_sm_quantize) */
 } fx_sm_plan;
 
 /* The blocks: every row where there are at most FX_SM_ROWS, else FX_SM_ROWS of them, and as
@@ -214,7 +225,7 @@ static void fx_sm_block_round(fx_sm_plan *p, int64_t i, int64_t m0, int64_t mc, 
 static int fx_sm_run_blocks(fx_sm_plan *p, int in_registers, int *fits)
 {
     if (in_registers) {
-        for (int64_t i = 0; i < p->batch && *fits; i++) {
+        for (int64_t i = 0; i < p->batch && (*fits || p->whole_max); i++) {
             const int rc =
                 fx_sm_item_in_registers(p, i, flexpoint_num_threads(), &p->q, &p->imax, fits);
             if (rc) return rc;
@@ -269,7 +280,7 @@ static int fx_sm_run_items(fx_sm_plan *p, int in_registers, int *fits)
 #pragma omp for schedule(static)
 #endif
         for (int64_t i = 0; i < p->batch; i++) {
-            if (my_rc || !my_fits) continue;
+            if (my_rc || (!my_fits && !p->whole_max)) continue;
             if (in_registers) {
                 my_rc = fx_sm_item_in_registers(p, i, 1, &mine, &mx, &my_fits);
                 continue;
@@ -310,6 +321,7 @@ static int fx_sm_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_q
         p->missed = 1;
         return FX_ESTATE;
     }
+    if (p->dry) return FX_ESTATE; /* the guess itself, with saturated sums: run the blocks */
     *q = p->q;
     if (keep) p->copy_pending = 1;
     return FX_OK;
@@ -329,6 +341,42 @@ static bool fx_sm_takes_out(const tensor_t *out, int64_t numel, int64_t K, int *
         return false;
     return fx_write_shared_guess_exp(out, guess) && fx_write_shared_guess_steady(out) &&
            fx_write_shared_local(out);
+}
+
+/* The write's view of the plan's sums: exact integers at exponent ec, as the dispatcher's
+ * stage */
+static fx_shared_src fx_sm_src(fx_sm_plan *p)
+{
+    fx_shared_src src;
+    memset(&src, 0, sizeof src);
+    src.kind = FX_STAGE_I64;
+    src.exp = p->ec;
+    src.imax = p->imax;
+    src.true_max = ldexp((double)p->imax, p->ec);
+    src.ctx = p;
+    src.quantize = fx_sm_quantize;
+    return src;
+}
+
+/* A DFP16 guess at which some sum saturates is a miss whatever the sums round to there: the
+ * write's exact exponent follows from the largest |sum| alone, which the run in registers
+ * measured (every item run: whole_max). So the write is asked for it with no values, a dry
+ * write that fails before it commits anything, and the product runs again in registers at
+ * that exponent at once, instead of first rounding int64 blocks at a guess the write will not
+ * keep. 1 with p->guess set to the exponent asked for; 0 where the write would keep the guess
+ * (an exponent at the end of its range), which the blocks then give it. */
+static int fx_sm_ask_dry(tensor_t *out, fx_sm_plan *p, const char *func)
+{
+    const fx_shared_src src = fx_sm_src(p);
+    p->dry = 1;
+    (void)fx_write_shared_with(out, &src, func); /* fails: the quantiser refuses every exponent */
+    p->dry = 0;
+    flexpoint_clear_error();
+    const int asked = p->missed && p->asked != FX_EXP_NONE && p->asked != p->guess;
+    if (asked) p->guess = p->asked;
+    p->missed = 0;
+    p->asked = FX_EXP_NONE;
+    return asked;
 }
 
 /* The product of a plan whose operands, batch, shape and guess are set, written into out:
@@ -368,8 +416,17 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
          * saturated there) in int64 blocks */
         int fits = p->amx_rounds && fx_q64_fast_ok(p->guess - p->ec);
         if (fits) {
+            p->whole_max = out->fmt == FMT_DFP16 && run == 1;
             rc = p->nt_items ? fx_sm_run_items(p, 1, &fits) : fx_sm_run_blocks(p, 1, &fits);
+            p->whole_max = 0;
             if (rc == FX_OK && fits) __atomic_fetch_add(&fx_sm_in_registers, 1, __ATOMIC_RELAXED);
+            if (rc == FX_OK && !fits && out->fmt == FMT_DFP16 && run == 1 &&
+                fx_sm_ask_dry(out, p, func)) {
+                __atomic_fetch_add(&fx_sm_asked_dry, 1, __ATOMIC_RELAXED);
+                __atomic_fetch_add(&fx_sm_missed, 1, __ATOMIC_RELAXED);
+                __atomic_fetch_add(&fx_sm_rerun, 1, __ATOMIC_RELAXED);
+                continue;
+            }
         }
         if (rc == FX_OK && !fits) {
             if (p->amx_rounds) __atomic_fetch_add(&fx_sm_not_covered, 1, __ATOMIC_RELAXED);
@@ -383,14 +440,7 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
             fx_scratch_free(&s);
             return rc;
         }
-        fx_shared_src src;
-        memset(&src, 0, sizeof src);
-        src.kind = FX_STAGE_I64; /* exact integers at exponent ec, as the dispatcher's stage */
-        src.exp = p->ec;
-        src.imax = p->imax;
-        src.true_max = ldexp((double)p->imax, p->ec);
-        src.ctx = p;
-        src.quantize = fx_sm_quantize;
+        const fx_shared_src src = fx_sm_src(p);
         rc = fx_write_shared_with(out, &src, func);
         /* A DFP16 write asks for the exact exponent of the sums, which the same sums give
          * again: a second run guessing it needs no stage either (in a transformer's training

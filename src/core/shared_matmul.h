@@ -38,5 +38,8 @@ int64_t fx_shared_matmul_in_registers(void);
 /* Test hook: runs of products the AMX kernel takes that ran in blocks instead, because the
  * guess would have saturated a sum (or its shift is outside the rounding's fast route). */
 int64_t fx_shared_matmul_not_covered(void);
+/* Test hook: DFP16 runs whose guess would have saturated a sum in registers and that ran
+ * again at once at the exponent a dry write asked for (fx_sm_ask_dry), with no blocks. */
+int64_t fx_shared_matmul_asked_dry(void);
 
 #endif
