@@ -167,6 +167,38 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     tensor_free(ref);
 }
 
+/* DFP16 operands of the integer values av [M, K] and bv [K, N] (both exponent 0), written six
+ * times into twin outputs, the route's and the dispatcher's, each write the same bits; the
+ * last one within half a unit of fp64, and where the level rounds in registers the steady
+ * writes must have taken that route. Returns the route's output (the caller frees it). */
+static tensor_t *integer_steady_writes(const float *av, const float *bv, int64_t M, int64_t K,
+                                       int64_t N, const char *what)
+{
+    const int64_t sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
+    tensor_t *a = tensor_new(FMT_DFP16, 2, sa), *b = tensor_new(FMT_DFP16, 2, sb);
+    tensor_t *fast = tensor_new(FMT_DFP16, 2, so), *ref = tensor_new(FMT_DFP16, 2, so);
+    CHECK_STATUS(tensor_from_f32(a, av), FX_OK);
+    CHECK_STATUS(tensor_from_f32(b, bv), FX_OK);
+    CHECK(tensor_exp(a) == 0 && tensor_exp(b) == 0, "%s: operand exponents %d, %d", what,
+          tensor_exp(a), tensor_exp(b));
+    const int64_t inreg0 = fx_shared_matmul_in_registers();
+    for (int step = 0; step < 6; step++) {
+        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(0);
+        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(1);
+        if (!test_same_writes(fast, ref, what, step)) break;
+    }
+    check_reference(fast, a, b, what);
+    if (rounds_in_registers(M, K, N))
+        CHECK(fx_shared_matmul_in_registers() - inreg0 >= 1, "%s: not rounded in registers",
+              what);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(ref);
+    return fast;
+}
+
 /* Integer-valued DFP16 products whose output exponent, and so the rounding's shift, is the
  * target s, with sums at and beside the rounding's edges at that shift: ties (2m + 1) 2^(s-1)
  * of both parities and signs and one unit either side of them, the underflow bound 2^(s-1)
@@ -183,7 +215,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
  *   zero row of B, so that both operands keep exponent 0. */
 static void check_rounding_edges(int64_t K, int s, int neg_larger)
 {
-    const int64_t M = 32, N = 32, sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
+    const int64_t M = 32, N = 32;
     float *av = calloc((size_t)(M * K), sizeof *av), *bv = calloc((size_t)(K * N), sizeof *bv);
     for (int64_t j = 0; j < N; j++) {
         bv[0 * N + j] = 16384.0f;
@@ -222,36 +254,15 @@ static void check_rounding_edges(int64_t K, int s, int neg_larger)
         av[(3 + r) * K + 0] = (float)a0;
         av[(3 + r) * K + 1] = (float)(sums[r] - 16384.0 * a0);
     }
-    tensor_t *a = tensor_new(FMT_DFP16, 2, sa), *b = tensor_new(FMT_DFP16, 2, sb);
-    tensor_t *fast = tensor_new(FMT_DFP16, 2, so), *ref = tensor_new(FMT_DFP16, 2, so);
-    CHECK_STATUS(tensor_from_f32(a, av), FX_OK);
-    CHECK_STATUS(tensor_from_f32(b, bv), FX_OK);
-    float amax = 0;
-    for (int64_t i = 0; i < M * K; i++) amax = fabsf(av[i]) > amax ? fabsf(av[i]) : amax;
-    CHECK(tensor_exp(a) == 0 && tensor_exp(b) == 0, "operand exponents %d, %d (max %g)", tensor_exp(a),
-          tensor_exp(b), amax);
     char what[96];
     snprintf(what, sizeof what, "rounding edges, K %lld, shift %d, %s side larger", (long long)K,
              s, neg_larger ? "negative" : "positive");
-    const int64_t inreg0 = fx_shared_matmul_in_registers();
-    for (int step = 0; step < 6; step++) {
-        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
-        fx_shared_matmul_set_enabled(0);
-        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
-        fx_shared_matmul_set_enabled(1);
-        if (!test_same_writes(fast, ref, what, step)) break;
-    }
+    tensor_t *fast = integer_steady_writes(av, bv, M, K, N, what);
     CHECK(tensor_exp(fast) == s, "%s: the output's exponent is %d", what, tensor_exp(fast));
     double underflow = -1;
     CHECK_STATUS(tensor_stat(fast, "underflow", &underflow), FX_OK);
     CHECK(underflow > 0, "%s: no underflow counted", what);
-    if (rounds_in_registers(M, K, N))
-        CHECK(fx_shared_matmul_in_registers() - inreg0 >= 1, "%s: not rounded in registers",
-              what);
-    tensor_free(a);
-    tensor_free(b);
     tensor_free(fast);
-    tensor_free(ref);
     free(av);
     free(bv);
 }
@@ -262,32 +273,13 @@ static void check_rounding_edges(int64_t K, int s, int neg_larger)
  * mixed, so that every sum is near 2^37 in size, each write the dispatcher's bit for bit. */
 static void check_extreme_accumulators(int64_t K)
 {
-    const int64_t M = 32, N = 48, sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
+    const int64_t M = 32, N = 48;
     float *av = malloc((size_t)(M * K) * sizeof *av), *bv = malloc((size_t)(K * N) * sizeof *bv);
     for (int64_t i = 0; i < M * K; i++) av[i] = (i / K) % 3 == 0 ? -32513.0f : 32767.0f;
     for (int64_t i = 0; i < K * N; i++) bv[i] = (i % N) % 2 ? -32513.0f : 32767.0f;
-    tensor_t *a = tensor_new(FMT_DFP16, 2, sa), *b = tensor_new(FMT_DFP16, 2, sb);
-    tensor_t *fast = tensor_new(FMT_DFP16, 2, so), *ref = tensor_new(FMT_DFP16, 2, so);
-    CHECK_STATUS(tensor_from_f32(a, av), FX_OK);
-    CHECK_STATUS(tensor_from_f32(b, bv), FX_OK);
     char what[64];
     snprintf(what, sizeof what, "extreme accumulators, K %lld", (long long)K);
-    const int64_t inreg0 = fx_shared_matmul_in_registers();
-    for (int step = 0; step < 6; step++) {
-        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
-        fx_shared_matmul_set_enabled(0);
-        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
-        fx_shared_matmul_set_enabled(1);
-        if (!test_same_writes(fast, ref, what, step)) break;
-    }
-    check_reference(fast, a, b, what);
-    if (rounds_in_registers(M, K, N))
-        CHECK(fx_shared_matmul_in_registers() - inreg0 >= 1, "%s: not rounded in registers",
-              what);
-    tensor_free(a);
-    tensor_free(b);
-    tensor_free(fast);
-    tensor_free(ref);
+    tensor_free(integer_steady_writes(av, bv, M, K, N, what));
     free(av);
     free(bv);
 }
