@@ -47,16 +47,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* t's values N(0, scale^2), or where tail > 0 only its last tail values at that scale and the
- * rest N(0, 1) */
-static void fill_tail(tensor_t *t, double scale, int64_t tail, test_rng *r)
+/* t's values N(0, 1), but its first head values N(0, s_head^2) and its last tail values
+ * N(0, s_tail^2) */
+static void fill_scaled(tensor_t *t, int64_t head, double s_head, int64_t tail, double s_tail,
+                        test_rng *r)
 {
     const int64_t n = tensor_numel(t);
     float *v = malloc((size_t)n * sizeof *v);
     for (int64_t i = 0; i < n; i++)
-        v[i] = (float)((tail <= 0 || i >= n - tail ? scale : 1.0) * test_rng_normal(r));
+        v[i] = (float)((i < head ? s_head : i >= n - tail ? s_tail : 1.0) * test_rng_normal(r));
     CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
     free(v);
+}
+
+/* t's values N(0, scale^2), or where tail > 0 only its last tail values at that scale and the
+ * rest N(0, 1) */
+static void fill_tail(tensor_t *t, double scale, int64_t tail, test_rng *r)
+{
+    fill_scaled(t, 0, 1.0, tail > 0 ? tail : tensor_numel(t), scale, r);
 }
 
 static void fill(tensor_t *t, double scale, test_rng *r) { fill_tail(t, scale, 0, r); }
@@ -328,17 +336,6 @@ static void check_kept_overflow(int64_t B, int64_t M, int64_t K, int64_t N)
     tensor_free(ref);
 }
 
-/* t's B items N(0, 1), but item 0 at scale s0 and the last item at s_last */
-static void fill_items(tensor_t *t, int64_t B, double s0, double s_last, test_rng *r)
-{
-    const int64_t n = tensor_numel(t), per = n / B;
-    float *v = malloc((size_t)n * sizeof *v);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = (float)((i < per ? s0 : i >= n - per ? s_last : 1.0) * test_rng_normal(r));
-    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
-    free(v);
-}
-
 /* tensor_bmm's sequences likewise: out [B, M, N] = op(a) op(b) per item, items run several
  * at once (each fits a block) or in turn in blocks, against the staged route. At the jump
  * every item scales, or (ramp) item 0 by the jump and the last item by ten times it, so that
@@ -365,7 +362,8 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
         test_rng vals;
         test_rng_seed(&vals, 99);
         if (ramp)
-            fill_items(a, B, scale[step], 10.0 * scale[step], &vals);
+            fill_scaled(a, tensor_numel(a) / B, scale[step], tensor_numel(a) / B,
+                        10.0 * scale[step], &vals); /* item 0 and the last item */
         else
             fill(a, scale[step], &vals);
         fill(b, 1.0, &vals);
@@ -506,7 +504,6 @@ int main(void)
         check_kept_overflow(3, 40, 64, 50); /* items in turn (budget 256) */
         fx_shared_matmul_set_sizes(64, 4096);
         check_kept_overflow(4, 40, 64, 50); /* items at once, each on one thread */
-        fx_shared_matmul_set_sizes(64, 4096);
         for (int nt = 1; nt <= 2; nt++) {
             flexpoint_set_num_threads(nt);
             static const int shifts[] = {1, 2, 7, 14, 15, 16, 17, 18, 21};

@@ -134,9 +134,6 @@ static void fx_sm_blocks(fx_sm_plan *p, int64_t budget)
     }
 }
 
-/* The sums of item i's block at rows [m0, m0 + mc) and columns [n0, n0 + nc) into sums
- * ([mc, nc]), by the backend's matmul kernel on views of a and b on nt threads; their largest
- * |sum| into *imax. */
 /* Views of item i's operands: a's rows [m0, m0 + mc) and b's columns [n0, n0 + nc). */
 static void fx_sm_item_views(const fx_sm_plan *p, int64_t i, int64_t m0, int64_t mc, int64_t n0,
                              int64_t nc, fx_operand *a, fx_operand *b)
@@ -149,6 +146,9 @@ static void fx_sm_item_views(const fx_sm_plan *p, int64_t i, int64_t m0, int64_t
     b->data = (const int16_t *)p->b.data + i * p->b_step + n0 * p->b.strides[1];
 }
 
+/* The sums of item i's block at rows [m0, m0 + mc) and columns [n0, n0 + nc) into sums
+ * ([mc, nc]), by the backend's matmul kernel on views of a and b on nt threads; their largest
+ * |sum| into *imax. */
 static int fx_sm_block_sums(const fx_sm_plan *p, int64_t i, int64_t m0, int64_t mc, int64_t n0,
                             int64_t nc, int64_t *sums, int nt, uint64_t *imax)
 {
@@ -416,12 +416,12 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
          * saturated there) in int64 blocks */
         int fits = p->amx_rounds && fx_q64_fast_ok(p->guess - p->ec);
         if (fits) {
-            p->whole_max = out->fmt == FMT_DFP16 && run == 1;
+            const int may_ask_dry = out->fmt == FMT_DFP16 && run == 1;
+            p->whole_max = may_ask_dry;
             rc = p->nt_items ? fx_sm_run_items(p, 1, &fits) : fx_sm_run_blocks(p, 1, &fits);
             p->whole_max = 0;
             if (rc == FX_OK && fits) __atomic_fetch_add(&fx_sm_in_registers, 1, __ATOMIC_RELAXED);
-            if (rc == FX_OK && !fits && out->fmt == FMT_DFP16 && run == 1 &&
-                fx_sm_ask_dry(out, p, func)) {
+            if (rc == FX_OK && !fits && may_ask_dry && fx_sm_ask_dry(out, p, func)) {
                 __atomic_fetch_add(&fx_sm_asked_dry, 1, __ATOMIC_RELAXED);
                 __atomic_fetch_add(&fx_sm_missed, 1, __ATOMIC_RELAXED);
                 __atomic_fetch_add(&fx_sm_rerun, 1, __ATOMIC_RELAXED);

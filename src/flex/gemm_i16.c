@@ -333,7 +333,7 @@ int fx_gemm_i16_amx_on(void)
 
 int fx_gemm_i16_amx_rounds(int64_t M, int64_t K, int64_t N)
 {
-    return fx_gemm_i16_amx_on() && M >= 16 && N >= 16 && K >= 16 &&
+    return fx_gemm_i16_amx_on() && M >= 16 && N >= 16 && K >= FX_GEMM_I16_AMX_ROUND_MIN_K &&
            K <= FX_GEMM_I16_AMX_ROUND_MAX_K;
 }
 

@@ -211,12 +211,14 @@ int fx_gemm_i16_amx_on(void);
 /* Products of this depth or less are one K block of the AMX kernel: each sum is complete
  * when its block's tiles are, so the kernel can round it in registers (fx_op_call.out_i16). */
 #define FX_GEMM_I16_AMX_ROUND_MAX_K 2048
+/* and of this depth or more (see fx_gemm_i16_amx_rounds) */
+#define FX_GEMM_I16_AMX_ROUND_MIN_K 16
 /* 1 when the AMX kernel, where the level installed it, takes a plain [M, K] x [K, N] product
  * now and can round its sums in registers (fx_op_call.out_i16): fx_gemm_i16_amx_on(), at
- * least 16 x 16 x 16, and K <= FX_GEMM_I16_AMX_ROUND_MAX_K. From K = 16, not 32 as where it
- * writes int64 sums: with K <= 128 it rounds in int32 lanes, and on the Xeon reporting model
- * 207 a [32, 25] x [25, 100352] product took 2.7-2.9 ms there against 3.5-5.3 ms on the
- * register tiles (K = 16 and 27 likewise). */
+ * least 16 x FX_GEMM_I16_AMX_ROUND_MIN_K x 16, and K <= FX_GEMM_I16_AMX_ROUND_MAX_K. From
+ * K = 16, not 32 as where it writes int64 sums: with K <= 128 it rounds in int32 lanes, and on
+ * the Xeon reporting model 207 a [32, 25] x [25, 100352] product took 2.7-2.9 ms there against
+ * 3.5-5.3 ms on the register tiles (K = 16 and 27 likewise). */
 int fx_gemm_i16_amx_rounds(int64_t M, int64_t K, int64_t N);
 
 /* 1 when a product with inner dimension K takes the wrap kernel (on a level that has one):

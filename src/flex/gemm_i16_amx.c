@@ -503,15 +503,13 @@ static inline void amx_round_rows(const fx_q64_fast *rq, const int32_t (*acc)[25
 typedef struct {
     __m512i hm, lc, one, bit;
     __m128i sh_h, sh_l;
-    int high; /* s >= 16 */
 } amx_r32;
 
 static inline amx_r32 amx_r32_setup(int s)
 {
     amx_r32 k;
     k.one = _mm512_set1_epi32(1);
-    k.high = s >= 16;
-    if (k.high) {
+    if (s >= 16) {
         const int sp = s - 16; /* 0 .. 31: fx_q64_fast_ok's shifts are at most 47 */
         k.hm = _mm512_set1_epi32(sp >= 1 ? (int32_t)((1u << (sp - 1)) - 1u) : 0);
         k.lc = _mm512_set1_epi32(sp >= 1 ? 0xffff : 0x7fff);
@@ -528,7 +526,7 @@ static inline amx_r32 amx_r32_setup(int s)
     return k;
 }
 
-/* 16 sums 65536 H + L rounded (see above); high is k->high, constant in each caller's loop */
+/* 16 sums 65536 H + L rounded (see above); high is s >= 16, constant in each caller's loop */
 static inline __m512i amx_r32_round(const amx_r32 *k, int high, __m512i H, __m512i L)
 {
     const __mmask16 b = _mm512_test_epi32_mask(high ? H : L, k->bit);
@@ -547,8 +545,8 @@ static inline int64_t amx_r32_key_sum(int64_t key)
     return (int64_t)(int32_t)(uint32_t)(u >> 32) * 65536 + (int64_t)(u & 0xffff);
 }
 
-/* amx_round_rows for one k tile's sums, in int32 lanes: the largest and smallest sums as keys
- * into *kmax and *kmin */
+/* amx_round_rows for the sums of K <= 128, in int32 lanes: the largest and smallest sums as
+ * keys into *kmax and *kmin */
 static inline void amx_round_rows32(const amx_r32 *k, int high, const int32_t (*acc)[256],
                                     int rows, int cols, int16_t *dst, int64_t ld, __m512i *kmax,
                                     __m512i *kmin, int64_t *uf)
@@ -855,7 +853,8 @@ int fx_flex_matmul_amx(const fx_op_call *c)
          * must not reach the other kernels: they write out_i64, which is NULL here. The shape
          * alone is checked, not fx_gemm_i16_amx_on(): a kernel forced on another thread since
          * that question must not fail a product the caller has already committed to */
-        if (c->a_panels || M < 16 || N < 16 || K < 16 || K > FX_GEMM_I16_AMX_ROUND_MAX_K ||
+        if (c->a_panels || M < 16 || N < 16 || K < FX_GEMM_I16_AMX_ROUND_MIN_K ||
+            K > FX_GEMM_I16_AMX_ROUND_MAX_K ||
             !fx_q64_fast_ok(c->out_i16_shift) || !c->out_imax || !c->out_i16_underflow)
             return fx_error(FX_EUNSUPPORTED, "matmul", "the AMX kernel cannot round a %lld x %lld x "
                             "%lld product at shift %d in registers", (long long)M, (long long)K,
