@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Training-step benchmark: seconds per epoch of the Fashion-MNIST CNN for each flexpoint format,
-# next to PyTorch fp32 and bf16 (autocast) measured by the same command on the same subset.
-#   bash bench/train_speed.sh [train_images] [threads]
-# Needs a Release build (build/release) and, for the PyTorch rows, Debian's python3-torch.
+# Training-step benchmark: seconds per epoch of an image model for each flexpoint format, next
+# to PyTorch fp32 and bf16 (autocast) measured by the same command on the same subset.
+#   [MODEL=cnn|resnet20|...] [PAD=N] bash bench/train_speed.sh [train_images] [threads]
+# MODEL is any image model both flexpoint-train and tools/pytorch_baseline.py know (mlp,
+# cnn<C1>-<C2>-<F>, resnet<6n+2>[x<K>]; default cnn), PAD zero pixels per side (default 0;
+# 2 gives ResNet-20 CIFAR's 32 x 32). Needs a Release build (build/release) and, for the
+# PyTorch rows, Debian's python3-torch.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 N="${1:-12800}"
 T="${2:-$(nproc)}"
+MODEL="${MODEL:-cnn}"
+PAD="${PAD:-0}"
 OUT="${OUT:-$ROOT/results/train_speed}"
 mkdir -p "$OUT"
-"$ROOT/build/release/tools/flexpoint-train" --model cnn --epochs 1 --train-subset "$N" \
-  --test-subset 1000 --threads "$T" --out "$OUT" --quiet
+"$ROOT/build/release/tools/flexpoint-train" --model "$MODEL" --pad "$PAD" --epochs 1 \
+  --train-subset "$N" --test-subset 1000 --threads "$T" --out "$OUT" --quiet
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  /usr/bin/python3 "$ROOT/tools/pytorch_baseline.py" --model cnn --epochs 1 --train-subset "$N" \
-    --test-subset 1000 --threads "$T" --out "$OUT" 2>/dev/null
+  /usr/bin/python3 "$ROOT/tools/pytorch_baseline.py" --model "$MODEL" --pad "$PAD" --epochs 1 \
+    --train-subset "$N" --test-subset 1000 --threads "$T" --out "$OUT" 2>/dev/null
 else
   echo "train_speed: PyTorch not installed (apt-get install python3-torch); its rows are skipped"
 fi

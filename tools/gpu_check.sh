@@ -10,8 +10,8 @@
 # DATA (Fashion-MNIST directory; default .devdata when present, else the Debian package's),
 # TRAIN_N (training images of the training runs; default 12800), EPOCHS (default 1),
 # RESNET_N and RESNET_LIMIT (ResNet-20 images, default 2560, and seconds, default 150),
-# BENCH_SIZES (default "256 512 1024 2048 4096"), PYTHON (with PyTorch, for the torch step;
-# default python3), RACECHECK_LIMIT (seconds per racecheck test, default 150), HOSTGEMM_LIMIT
+# BENCH_SIZES (default "256 512 1024 2048 4096"), PYTHON (with PyTorch, for the torch step,
+# which trains the train step's CNN and the resnet step's ResNet-20; default python3), RACECHECK_LIMIT (seconds per racecheck test, default 150), HOSTGEMM_LIMIT
 # (seconds of the hostcpu step's GEMM benchmark, default 150). Steps: build test memcheck
 # racecheck bench train trainhost presets resnet torch hostcpu (default: all but memcheck,
 # racecheck, presets, resnet, torch and hostcpu). presets: flex16_5 on the device under
@@ -124,10 +124,14 @@ fi
 if has torch; then
   step "PyTorch on cuda" 300 "${PYTHON:-python3}" tools/pytorch_baseline.py --model cnn --epochs "$EPOCHS" \
     --train-subset "$TRAIN_N" --test-subset 2000 --data-dir "$DATA" --device cuda --out "$OUT/train_torch"
+  # the resnet step's run in PyTorch: the same model, padding and images
+  step "PyTorch ResNet-20 on cuda" "${RESNET_LIMIT:-150}" "${PYTHON:-python3}" tools/pytorch_baseline.py \
+    --model resnet20 --pad 2 --epochs 1 --train-subset "${RESNET_N:-2560}" --test-subset 1000 \
+    --data-dir "$DATA" --device cuda --out "$OUT/train_torch_resnet"
 fi
 for d in train_cuda train_host train_cuda_published train_cuda_published_nodefer \
     train_cuda_robust train_cuda_robust_nodefer train_cuda_dfp16_nodefer train_host_published \
-    train_resnet train_torch; do
+    train_resnet train_torch train_torch_resnet; do
   for f in "$OUT/$d/epochs.csv" "$OUT/$d/pytorch_epochs.csv"; do
     [ -f "$f" ] && { echo "-- $d/$(basename "$f")"; cat "$f"; } | tee -a "$LOG"
   done

@@ -1,14 +1,18 @@
 #!/usr/bin/python3
 """PyTorch baseline for the flexpoint format comparison.
 
-Trains the same MLP (784-256-256-10) and small CNN as flexpoint-train on Fashion-MNIST with the
-same hyperparameters (batch 128, SGD lr 0.02, momentum 0.9, PyTorch's default initialisation,
-per-channel normalisation from the training set, the last partial batch dropped) in fp32 and
-with bf16 autocast, on the CPU (or with --device cuda on a GPU, next to flexpoint-train
---device cuda), and prints the same summary table. It is an outside reference for
-fp32 accuracy and for speed; run it with Debian's python3-torch:
+Trains the same MLP (784-256-256-10), CNN (cnn<C1>-<C2>-<F>; cnn is cnn32-64-128) and CIFAR
+ResNet (resnet<6n+2>[x<K>]: 3x3 convolutions without bias, batch norm, the downsampling
+shortcut a 1x1 convolution with batch norm, global average pooling, a linear classifier) as
+flexpoint-train on Fashion-MNIST with the same hyperparameters (batch 128, SGD lr 0.02,
+momentum 0.9, PyTorch's default initialisation, --pad N zero pixels per side before the
+per-channel normalisation from the (padded) training set, the last partial batch dropped) in
+fp32 and with bf16 autocast, on the CPU (or with --device cuda on a GPU, next to
+flexpoint-train --device cuda), and prints the same summary table. It is an outside
+reference for fp32 accuracy and for speed; run it with Debian's python3-torch:
 
     /usr/bin/python3 tools/pytorch_baseline.py --model cnn --epochs 5 --threads 2
+    /usr/bin/python3 tools/pytorch_baseline.py --model resnet20 --pad 2 --epochs 1 --threads 2
 
 With --data fortunes (or text:PATH) and a transformer name (gpt<L>x<D>h<H>c<T>, or
 transformer = gpt4x128h4c128) it trains flexpoint's character-level language model instead:
@@ -71,12 +75,18 @@ def find(dirname, stem):
     raise FileNotFoundError(f"{dirname}: no {stem}[.gz]")
 
 
-def load(dirname):
+def load(dirname, pad=0):
+    """[(images [n, 1, 28 + 2 pad, 28 + 2 pad], labels)] for the training and test sets: the
+    pixels in [0, 1], padded with zeros, then normalised by the padded training set's mean and
+    standard deviation, as flexpoint-train --pad does."""
     xs, ys = [], []
     for prefix in ("train", "t10k"):
         x = read_idx(find(dirname, f"{prefix}-images-idx3-ubyte")).astype(np.float32) / 255.0
         y = read_idx(find(dirname, f"{prefix}-labels-idx1-ubyte")).astype(np.int64)
-        xs.append(x.reshape(-1, 1, 28, 28))
+        x = x.reshape(-1, 1, 28, 28)
+        if pad:
+            x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        xs.append(x)
         ys.append(y)
     mean, std = xs[0].mean(), xs[0].std()
     return [(torch.from_numpy((x - mean) / std), torch.from_numpy(y)) for x, y in zip(xs, ys)]
@@ -205,13 +215,66 @@ def run_lm(args, name, bf16, train, test, vocab, shape, writer):
     return vloss, total / args.epochs
 
 
-def make_model(name):
+class BasicBlock(nn.Module):
+    """Two 3x3 convolutions with batch norm; the shortcut is the input, or where the block
+    strides a 1x1 convolution with batch norm (option B), added before the last ReLU."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False),
+                                   nn.BatchNorm2d(cout)) if stride != 1 else None)
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+        return F.relu(y + (self.down(x) if self.down is not None else x))
+
+
+def resnet(blocks, widen, channels=1, classes=10):
+    """flexpoint's resnet<6n+2>x<K>: a 3x3 stem of 16K channels with batch norm and ReLU, three
+    stages of n blocks with 16K, 32K and 64K channels (the first block of stages 2 and 3
+    strides 2), global average pooling and a linear classifier."""
+    ch = [16 * widen, 32 * widen, 64 * widen]
+    layers = [nn.Conv2d(channels, ch[0], 3, 1, 1, bias=False), nn.BatchNorm2d(ch[0]), nn.ReLU()]
+    cin = ch[0]
+    for s in range(3):
+        for b in range(blocks):
+            layers.append(BasicBlock(cin, ch[s], 2 if s > 0 and b == 0 else 1))
+            cin = ch[s]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*layers)
+
+
+def image_model_shape(name):
+    """("mlp", ()), ("cnn", (C1, C2, F)) or ("resnet", (n, K)) for the image models flexpoint
+    names so, else None."""
     if name == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256),
-                             nn.ReLU(), nn.Linear(256, 10))
-    return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                         nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+        return "mlp", ()
+    if name == "cnn":
+        return "cnn", (32, 64, 128)
+    m = re.fullmatch(r"cnn(\d+)-(\d+)-(\d+)", name)
+    if m:
+        return "cnn", tuple(int(g) for g in m.groups())
+    m = re.fullmatch(r"resnet(\d+)(?:x(\d+))?", name)
+    if m and int(m.group(1)) >= 8 and (int(m.group(1)) - 2) % 6 == 0:
+        return "resnet", ((int(m.group(1)) - 2) // 6, int(m.group(2) or 1))
+    return None
+
+
+def make_model(name, side=28):
+    kind, shape = image_model_shape(name)
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(side * side, 256), nn.ReLU(),
+                             nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    if kind == "resnet":
+        return resnet(*shape)
+    c1, c2, width = shape
+    return nn.Sequential(nn.Conv2d(1, c1, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(c1, c2, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(c2 * (side // 4) ** 2, width), nn.ReLU(), nn.Linear(width, 10))
 
 
 def evaluate(model, x, y, bf16):
@@ -228,7 +291,7 @@ def evaluate(model, x, y, bf16):
 
 def run(args, name, bf16, train, test, writer):
     torch.manual_seed(args.seed)
-    model = make_model(args.model).to(args.device)
+    model = make_model(args.model, train[0].shape[-1]).to(args.device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     x, y = train
     dev = torch.device(args.device)
@@ -264,7 +327,8 @@ def run(args, name, bf16, train, test, writer):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="cnn",
-                    help="mlp, cnn, or with text data transformer / gpt<L>x<D>h<H>c<T>")
+                    help="mlp, cnn, cnn<C1>-<C2>-<F>, resnet<6n+2>[x<K>], or with text data "
+                         "transformer / gpt<L>x<D>h<H>c<T>")
     ap.add_argument("--data", default="fashion-mnist",
                     help="fashion-mnist, or fortunes / text:PATH for the language model")
     ap.add_argument("--clip-norm", type=float, default=0.0,
@@ -277,6 +341,8 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu, or cuda[:N] for a GPU")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=os.environ.get("FLEXPOINT_FASHION_MNIST_DIR", DEFAULT_DIR))
+    ap.add_argument("--pad", type=int, default=0,
+                    help="zero-pad the images by N pixels per side (2: 28x28 -> 32x32)")
     ap.add_argument("--train-subset", type=int, default=0)
     ap.add_argument("--test-subset", type=int, default=0)
     ap.add_argument("--modes", default="fp32,bf16", help="comma list of fp32, bf16 (autocast)")
@@ -285,9 +351,12 @@ def main():
     torch.set_num_threads(args.threads)
     if args.data != "fashion-mnist":
         return main_lm(args)
-    if args.model not in ("mlp", "cnn"):
-        sys.exit(f"pytorch_baseline: --model {args.model!r}: mlp or cnn for images")
-    train, test = load(args.data_dir)
+    if image_model_shape(args.model) is None:
+        sys.exit(f"pytorch_baseline: --model {args.model!r}: mlp, cnn, cnn<C1>-<C2>-<F>, "
+                 "resnet<6n+2> or resnet<6n+2>x<K> for images")
+    if not 0 <= args.pad <= 64:
+        sys.exit(f"pytorch_baseline: --pad {args.pad}: 0 to 64")
+    train, test = load(args.data_dir, args.pad)
     if args.train_subset:
         train = (train[0][:args.train_subset], train[1][:args.train_subset])
     if args.test_subset:
