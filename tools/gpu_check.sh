@@ -11,8 +11,9 @@
 # TRAIN_N (training images of the training runs; default 12800), EPOCHS (default 1),
 # RESNET_N and RESNET_LIMIT (ResNet-20 images, default 2560, and seconds, default 150),
 # BENCH_SIZES (default "256 512 1024 2048 4096"), PYTHON (with PyTorch, for the torch step,
-# which trains the train step's CNN and the resnet step's ResNet-20; default python3), RACECHECK_LIMIT (seconds per racecheck test, default 150), HOSTGEMM_LIMIT
-# (seconds of the hostcpu step's GEMM benchmark, default 150). Steps: build test memcheck
+# which trains the train step's CNN and the resnet step's ResNet-20; default python3),
+# RACECHECK_LIMIT (seconds per racecheck test, default 150), HOSTGEMM_LIMIT (seconds of the
+# hostcpu step's GEMM benchmark, default 150). Steps: build test memcheck
 # racecheck bench train trainhost presets resnet torch hostcpu (default: all but memcheck,
 # racecheck, presets, resnet, torch and hostcpu). presets: flex16_5 on the device under
 # the "published" and "robust" presets with launched writes (no wait for a write's own
