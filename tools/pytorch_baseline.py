@@ -384,6 +384,8 @@ def main():
 
 
 def main_lm(args):
+    if args.pad:
+        sys.exit(f"pytorch_baseline: --pad {args.pad}: text data has tokens, not images to pad")
     shape = gpt_shape(args.model)
     if shape is None or not (args.data == "fortunes" or args.data.startswith("text:")):
         sys.exit("pytorch_baseline: text data (fortunes, text:PATH) takes --model transformer "

@@ -69,3 +69,20 @@ def test_names(probed):
     assert got["cnn"] == ["cnn", [32, 64, 128]]
     for bad in ("resnet21", "resnet2", "cnn1-2", "gpt2x64h4c64", "vgg"):
         assert got[bad] is None
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "vgg"], "--model 'vgg'"),
+    (["--model", "resnet21"], "--model 'resnet21'"),
+    (["--model", "resnet20", "--pad", "65"], "--pad 65: 0 to 64"),
+    (["--model", "resnet20", "--pad", "-1"], "--pad -1: 0 to 64"),
+    (["--data", "fortunes", "--model", "transformer", "--pad", "2"], "--pad 2: text data"),
+])
+def test_bad_arguments_are_refused(probed, args, message, tmp_path):
+    """A model or padding the baseline cannot build stops before any data is read, with a
+    status and a message naming the argument."""
+    r = subprocess.run([TORCH_PYTHON, str(ROOT / "tools" / "pytorch_baseline.py"), *args,
+                        "--data-dir", str(tmp_path), "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
