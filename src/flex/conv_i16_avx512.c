@@ -89,19 +89,30 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
     /* a compile-time pixel stride where there is one (LD > 0): the rows' broadcasts then take
      * constant offsets instead of a register each */
     const int64_t ld = LD > 0 ? LD : ld_any;
-    for (int64_t i = 0; i < nseg; i++) {
-        const uint32_t *xs = xb + xoff[i];
-        const uint32_t *ws = wb + i * SEG_PAIRS * opad;
-        for (int j = 0; j < SEG_PAIRS; j++) {
-            __m512i b[2];
-            for (int v = 0; v < NV; v++)
-                b[v] = _mm512_load_si512((const void *)(ws + j * opad + 16 * v));
-            for (int r = 0; r < MR; r++) {
-                const __m512i a = _mm512_set1_epi32((int)xs[r * ld + j]);
-                for (int v = 0; v < NV; v++) acc[r][v] = _mm512_dpwssd_epi32(acc[r][v], a, b[v]);
+    /* the chains as loops of their own, the fold after each but the last: with the fold under
+     * a branch inside one loop over the segments, GCC 12 kept each accumulator in two
+     * registers and moved it between them around every vpdpwssd (two moves per product) */
+    for (int64_t i0 = 0; i0 < nseg;) {
+        int64_t i1 = i0;
+        while (i1 < nseg - 1 && !fold[i1]) i1++; /* the chain: segments i0 .. i1 */
+        for (int64_t i = i0; i <= i1; i++) {
+            const uint32_t *xs = xb + xoff[i];
+            const uint32_t *ws = wb + i * SEG_PAIRS * opad;
+            for (int j = 0; j < SEG_PAIRS; j++) {
+                __m512i b[2];
+                for (int v = 0; v < NV; v++)
+                    b[v] = _mm512_load_si512((const void *)(ws + j * opad + 16 * v));
+                for (int r = 0; r < MR; r++) {
+                    /* the pixel's pair word as the third operand, so that it is taken as an
+                     * embedded broadcast (the pair product is symmetric in its operands) */
+                    const __m512i a = _mm512_set1_epi32((int)xs[r * ld + j]);
+                    for (int v = 0; v < NV; v++)
+                        acc[r][v] = _mm512_dpwssd_epi32(acc[r][v], b[v], a);
+                }
             }
         }
-        if (fold[i]) fx_i16_fold(MR, NV, acc, hi);
+        if (i1 < nseg - 1) fx_i16_fold(MR, NV, acc, hi);
+        i0 = i1 + 1;
     }
     return fx_i16_store_rows(MR, NV, acc, hi, out, ldo, rows, last, 0);
 }
