@@ -307,7 +307,7 @@ typedef struct fx_conv_kernels {
                    const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                    uint64_t *ymax);
     /* 1: i16_fwd takes the chunk unpadded (nbc images of C x H x W) and pads while it copies
-     * (AVX2); 0: the chunk padded by fx_conv_pad (AVX-512) */
+     * (AVX2, AVX-512); 0: the chunk padded by fx_conv_pad */
     int i16_fwd_unpadded;
     /* exact int16 weight gradient of one chunk without a patch matrix (fx_i16_wgrad_direct,
      * src/flex/conv_i16.h): the exact sums. Returns 0 for a chunk it declines, which then takes

@@ -9,6 +9,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 /* dst[2j + t] = (t ? r1 : r0)[j] for j < n: two rows of 16-bit values as pair words */
 static inline void fx_interleave16_avx512(uint16_t *dst, const uint16_t *r0, const uint16_t *r1,
@@ -25,9 +26,15 @@ static inline void fx_interleave16_avx512(uint16_t *dst, const uint16_t *r0, con
         _mm512_storeu_si512(dst + 2 * j, _mm512_permutex2var_epi16(x0, lo, x1));
         _mm512_storeu_si512(dst + 2 * j + 32, _mm512_permutex2var_epi16(x0, hi, x1));
     }
-    for (; j < n; j++) {
-        dst[2 * j] = r0[j];
-        dst[2 * j + 1] = r1[j];
+    if (j < n) { /* the last n - j < 32 values under masks (rows of 16 pixels and the like) */
+        const int64_t rem = n - j;
+        const __mmask32 m = (__mmask32)((1ull << rem) - 1);
+        const __m512i x0 = _mm512_maskz_loadu_epi16(m, r0 + j);
+        const __m512i x1 = _mm512_maskz_loadu_epi16(m, r1 + j);
+        const __mmask32 m0 = (__mmask32)(rem >= 16 ? 0xFFFFFFFFull : (1ull << 2 * rem) - 1);
+        const __mmask32 m1 = (__mmask32)(rem > 16 ? (1ull << (2 * rem - 32)) - 1 : 0);
+        _mm512_mask_storeu_epi16(dst + 2 * j, m0, _mm512_permutex2var_epi16(x0, lo, x1));
+        _mm512_mask_storeu_epi16(dst + 2 * j + 32, m1, _mm512_permutex2var_epi16(x0, hi, x1));
     }
 }
 
@@ -41,6 +48,30 @@ static inline void fx_pair_planes_avx512(const uint16_t *img, int64_t C, int64_t
         const uint16_t *r0 = img + 2 * cp * HW;
         fx_interleave16_avx512((uint16_t *)(void *)(planes + cp * HW), r0,
                                2 * cp + 1 < C ? r0 + HW : zeros, HW);
+    }
+}
+
+/* The same pair planes for the padded image (Hp = H + 2 ph rows of Wp = W + 2 pw pixels) from
+ * the unpadded one (C planes of H x W values): zero words in the padding, so that the kernels
+ * read no padded copy of the chunk, which would be one more pass over it. zeros: at least H W
+ * zero values (an odd C's last pair). */
+static inline void fx_pair_planes_padded_avx512(const uint16_t *img, int64_t C, int64_t H,
+                                                int64_t W, int64_t ph, int64_t pw,
+                                                const uint16_t *zeros, uint32_t *planes)
+{
+    const int64_t Wp = W + 2 * pw, HWp = (H + 2 * ph) * Wp;
+    for (int64_t cp = 0; 2 * cp < C; cp++) {
+        const uint16_t *r0 = img + 2 * cp * H * W;
+        const uint16_t *r1 = 2 * cp + 1 < C ? r0 + H * W : zeros;
+        uint32_t *q = planes + cp * HWp;
+        memset(q, 0, sizeof(uint32_t) * (size_t)(ph * Wp + pw));
+        for (int64_t ih = 0; ih < H; ih++) {
+            uint32_t *row = q + (ph + ih) * Wp + pw;
+            fx_interleave16_avx512((uint16_t *)(void *)row, r0 + ih * W, r1 + ih * W, W);
+            /* this row's right padding and the next one's left, if there is a next */
+            memset(row + W, 0, sizeof(uint32_t) * (size_t)(ih + 1 < H ? 2 * pw : pw));
+        }
+        memset(q + (ph + H) * Wp, 0, sizeof(uint32_t) * (size_t)(ph * Wp));
     }
 }
 

@@ -107,7 +107,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
      * weight gradient without a patch matrix, their chains cut by norms as the GEMM's fast
      * kernel's (conv_i16_avx512.c, conv_i16_wgrad_avx512.c) */
     b->conv.i16_fwd = cpu->avx512vnni ? fx_i16_fwd_direct : NULL;
-    b->conv.i16_fwd_unpadded = 0; /* this kernel takes the chunk padded (not AVX2's contract) */
+    b->conv.i16_fwd_unpadded = 1; /* the kernel pads while it makes its pair copy */
     b->conv.i16_wgrad = cpu->avx512vnni ? fx_i16_wgrad_direct : NULL; /* likewise, stride 1 */
     /* AMX-INT8 where this process may use it: the AMX kernel, which hands what it does not
      * take (and everything while fx_gemm_i16_amx_on() is off) to the vpdpwssd one */

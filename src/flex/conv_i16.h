@@ -24,7 +24,9 @@ int fx_i16_fwd_direct_fits(const struct fx_conv_geom *g);
 int64_t fx_i16_fwd_direct_weights_numel(const struct fx_conv_geom *g);
 void fx_i16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const int16_t *w, uint32_t *wq);
 
-/* One chunk: xp, its padded input (fx_conv_pad, nbc images); wq from the packing above;
+/* One chunk (AVX512_VNNI, src/flex/conv_i16_avx512.c): xp, its input unpadded (nbc images of
+ * C x H x W int16; the kernel's pair copy pads, which spares a pass over the chunk: the separate
+ * fx_conv_pad took 5 % of ResNet-20's 16-channel forward pass); wq from the packing above;
  * scratch: fx_i16_fwd_direct_scratch(g, nbc) words; y: the chunk's [nbc OH OW][O] exact sums;
  * *ymax: their largest |value|. Up to nthreads OpenMP threads split the output rows. Returns 1
  * when done; 0 when a segment's bound (Cauchy-Schwarz on its norms) exceeds an int32 chain,
@@ -34,9 +36,7 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
                       const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                       uint64_t *ymax);
 /* The same on AVX2 (src/flex/conv_i16_fwd_avx2.c: vpmaddwd + vpaddd), the same sums and the
- * same contract except that xp is the chunk unpadded (nbc images of C x H x W int16): the
- * kernel's copy pads (a separate fx_conv_pad pass took 7 % of ResNet-20's 16-channel forward
- * pass on the AVX2 EPYC). */
+ * same contract (there the separate pad took 7 % of that pass on the AVX2 EPYC). */
 int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                            const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                            uint64_t *ymax);

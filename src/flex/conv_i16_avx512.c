@@ -6,7 +6,7 @@
  * of the vpdpwssd limit on the Zen 4, against 80 % for the bf16 direct kernel beside it.
  *
  * Layout, as the bf16 direct kernel's (src/bf16/bf16_conv_avx512bf16.c): a channel-pair-last
- * copy of each padded chunk, the weights as pair words per tap, and a register tile of MR
+ * copy of each chunk, padded while it is made, the weights as pair words per tap, and a register tile of MR
  * pixels of one output row by 16 NV output channels. Per tap and channel pair, one broadcast
  * of the pixel's pair word per row and NV vpdpwssd. The pairs of a pixel are padded with zeros
  * to whole segments, so that a segment is a fixed, unrolled run of SEG_PAIRS pairs.
@@ -170,7 +170,8 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
     /* the copy, and each padded row's segment norms with it, while an image's planes are in
      * cache */
     for (int64_t n = 0; n < nbc; n++) {
-        fx_pair_planes_avx512(xb16 + n * C * HW, C, HW, zeros, tmp);
+        fx_pair_planes_padded_avx512(xb16 + n * C * g->H * g->W, C, g->H, g->W, g->ph, g->pw,
+                                     zeros, tmp);
         pixel_sums_of_squares(tmp, Cp, G, HW, sq);
         for (int64_t ih = 0; ih < Hp; ih++)
             for (int64_t s = 0; s < G; s++) {
