@@ -624,13 +624,15 @@ static void check_forward(uint64_t *seedp)
     uint64_t seed = *seedp;
     /* shapes: the CNN's conv2 and its input gradient (7-pixel tiles, 2 vectors), ResNet-20's
      * 3x3 layers (16-pixel tiles of one vector; 8-pixel tiles of 2), odd C (partial segment,
-     * odd last pair), O with a partial vector (20, 33, 40, 70), partial last tiles (OW 10, 11) */
+     * odd last pair), O with a partial vector (20, 33, 40, 70), partial last tiles (OW 10, 11),
+     * rows of 40 and 35 pixels (the AVX-512 pair copy's 32-value vectors and a masked rest,
+     * padded on both sides or not at all) */
     static const int64_t shapes[][7] = {
         /* N, C, H, W, O, K, pad */
         {2, 32, 14, 14, 64, 5, 2}, {2, 64, 14, 14, 32, 5, 2}, {2, 16, 16, 16, 16, 3, 1},
         {2, 32, 8, 8, 32, 3, 1},   {2, 64, 8, 8, 64, 3, 1},   {3, 9, 10, 10, 40, 3, 1},
         {2, 12, 7, 11, 20, 3, 0},  {2, 17, 9, 9, 33, 3, 1},   {2, 40, 6, 6, 70, 1, 0},
-        {1, 8, 12, 12, 16, 5, 2}};
+        {1, 8, 12, 12, 16, 5, 2},  {1, 16, 5, 40, 16, 3, 1},  {1, 9, 4, 35, 16, 3, 0}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int kind = DATA_SMALL; kind <= DATA_SKEW; kind++) {
             const int64_t *c = shapes[s];
