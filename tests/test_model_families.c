@@ -7,10 +7,14 @@
  *   like "cnn32-64-128", "resnet20" like "resnet20x1" (same tensor names, same parameters and
  *   losses after several steps).
  * - Sizes: the parameter count of several members equals the count computed here from the
- *   architecture, and resnet110 has exactly 18 blocks per stage. */
+ *   architecture, and resnet110 has exactly 18 blocks per stage.
+ * - Fusion: a ResNet whose residual adds make their ReLU in the same pass (flex16_5, dfp16)
+ *   trains to the same bits as one built with FLEXPOINT_NO_FUSION=1, and the fused pass ran. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "flexpoint.h"
 #include "flexpoint_data.h"
 #include "flexpoint_train.h"
+#include "core/shared_binary.h" /* fx_shared_add_relu_made */
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -64,11 +68,15 @@ static fx_trainer *make(const char *model, int fmt, const fx_dataset *tr)
     return t;
 }
 
-/* Two names of one network train to the same bits. */
-static void same_network(const char *a_name, const char *b_name, int fmt, int steps,
-                         const fx_dataset *tr)
+/* Two names of one network train to the same bits (b_unfused: b built with
+ * FLEXPOINT_NO_FUSION=1, its layers' fusions off). */
+static void same_network_as(const char *a_name, const char *b_name, int fmt, int steps,
+                            const fx_dataset *tr, int b_unfused)
 {
-    fx_trainer *a = make(a_name, fmt, tr), *b = make(b_name, fmt, tr);
+    fx_trainer *a = make(a_name, fmt, tr);
+    if (b_unfused) setenv("FLEXPOINT_NO_FUSION", "1", 1);
+    fx_trainer *b = make(b_name, fmt, tr);
+    if (b_unfused) unsetenv("FLEXPOINT_NO_FUSION");
     if (!a || !b) goto done;
     CHECK(fx_trainer_tensor_count(a) == fx_trainer_tensor_count(b), "%s/%s: tensor counts",
           a_name, b_name);
@@ -76,10 +84,15 @@ static void same_network(const char *a_name, const char *b_name, int fmt, int st
         CHECK(strcmp(fx_trainer_tensor_name(a, i), fx_trainer_tensor_name(b, i)) == 0,
               "%s/%s: tensor %d is %s and %s", a_name, b_name, i, fx_trainer_tensor_name(a, i),
               fx_trainer_tensor_name(b, i));
+    int64_t fused_a = 0, fused_b = 0; /* adds made with their ReLU in one pass */
     for (int s = 0; s < steps; s++) {
         float la = -1, lb = -2;
+        int64_t f0 = fx_shared_add_relu_made();
         CHECK_STATUS(fx_trainer_step(a, &la), FX_OK);
+        fused_a += fx_shared_add_relu_made() - f0;
+        f0 = fx_shared_add_relu_made();
         CHECK_STATUS(fx_trainer_step(b, &lb), FX_OK);
+        fused_b += fx_shared_add_relu_made() - f0;
         CHECK(memcmp(&la, &lb, sizeof la) == 0, "%s/%s: step %d loss %.9g and %.9g", a_name,
               b_name, s, (double)la, (double)lb);
     }
@@ -94,9 +107,20 @@ static void same_network(const char *a_name, const char *b_name, int fmt, int st
     }
     free(pa);
     free(pb);
+    if (b_unfused) {
+        CHECK(fused_a > 0, "%s: no add made with its ReLU in one pass", a_name);
+        CHECK(fused_b == 0, "%s with FLEXPOINT_NO_FUSION=1: %lld adds made with their ReLU",
+              b_name, (long long)fused_b);
+    }
 done:
     fx_trainer_free(a);
     fx_trainer_free(b);
+}
+
+static void same_network(const char *a_name, const char *b_name, int fmt, int steps,
+                         const fx_dataset *tr)
+{
+    same_network_as(a_name, b_name, fmt, steps, tr, 0);
 }
 
 /* Parameters of the networks on 12x12x1 images with 10 classes, counted from their layers. */
@@ -162,6 +186,8 @@ int main(void)
         same_network("mlp", "mlp256x2", FMT_FLEX16_5, 4, tr);
         same_network("cnn", "cnn32-64-128", FMT_FLEX16_5, 3, tr);
         same_network("resnet20", "resnet20x1", FMT_BF16, 2, tr);
+        same_network_as("resnet8", "resnet8", FMT_FLEX16_5, 3, tr, 1);
+        same_network_as("resnet8", "resnet8", FMT_DFP16, 3, tr, 1);
         sizes(tr);
     }
     fx_dataset_free(tr);

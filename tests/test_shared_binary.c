@@ -316,7 +316,8 @@ static void check_gated_guess(test_rng *r)
  * statistics and trace records of both writes, over scales that make u's and y's guesses
  * wrong now and then (a jump overflows and recomputes a FLEX16_5 output; a bias that
  * dominates, or a t whose positive part is small, moves relu's exponent below u's), with the
- * per-channel bias of a convolution or the per-column one of a linear layer. */
+ * per-channel bias of a convolution, the per-column one of a linear layer, or a whole second
+ * tensor (a ResNet block's residual add, which the trainer fuses with its ReLU too). */
 static void check_add_relu(fmt_t fu, fmt_t fy, int ndim, const int64_t *shape, int bnd,
                            const int64_t *bshape, test_rng *r)
 {
@@ -500,6 +501,8 @@ int main(void)
             check_add_relu(FMT_DFP16, FMT_DFP16, 4, conv_s, 3, conv_b, &r);
             check_add_relu(FMT_FLEX16_5, FMT_DFP16, 2, lin_s, 1, lin_b, &r);
             check_add_relu(FMT_DFP16, FMT_FLEX16_5, 4, large, 3, large_c, &r);
+            check_add_relu(FMT_FLEX16_5, FMT_FLEX16_5, 4, conv_s, 4, conv_s, &r);
+            check_add_relu(FMT_DFP16, FMT_DFP16, 4, large, 4, large, &r);
         }
         check_add_relu_declined(&r);
     }

@@ -36,6 +36,7 @@ static int fx_sb_enabled_flag = 1;
 static int64_t fx_sb_taken; /* ops done here */
 static int64_t fx_sb_fused; /* of those, rounded first at a guessed exponent */
 static int64_t fx_sb_missed; /* of those, rounded again at another exponent */
+static int64_t fx_sb_add_relu_made; /* adds made with their ReLU in one pass */
 
 void fx_shared_binary_set_enabled(int on)
 {
@@ -44,6 +45,10 @@ void fx_shared_binary_set_enabled(int on)
 int64_t fx_shared_binary_taken(void) { return __atomic_load_n(&fx_sb_taken, __ATOMIC_RELAXED); }
 int64_t fx_shared_binary_fused(void) { return __atomic_load_n(&fx_sb_fused, __ATOMIC_RELAXED); }
 int64_t fx_shared_binary_missed(void) { return __atomic_load_n(&fx_sb_missed, __ATOMIC_RELAXED); }
+int64_t fx_shared_add_relu_made(void)
+{
+    return __atomic_load_n(&fx_sb_add_relu_made, __ATOMIC_RELAXED);
+}
 static int fx_sb_enabled(void) { return __atomic_load_n(&fx_sb_enabled_flag, __ATOMIC_RELAXED); }
 
 /* The op as work units: unit u covers a[lo(u) .. lo(u) + len(u)) and reads b from b_at(u). */
@@ -391,6 +396,7 @@ int fx_shared_add_relu(tensor_t *u, tensor_t *y, const tensor_t *t, const tensor
     fx_sb_pass(&pu, eu, 1, &pu.fused_q, &relu);
     fx_prof_end(&sp, FX_PROF_ROUNDING);
     __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&fx_sb_add_relu_made, 1, __ATOMIC_RELAXED);
     return fx_sb_add_relu_decide(u, y, &pu, &py, eu, ey);
 }
 
@@ -434,6 +440,7 @@ int fx_add_relu_finish(fx_add_relu_run *r, const fx_qstats *qu, const fx_qstats 
     r->pu.fused_q = *qu;
     r->py.fused_q = *qy;
     __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&fx_sb_add_relu_made, 1, __ATOMIC_RELAXED);
     const int rc = fx_sb_add_relu_decide(r->u, r->y, &r->pu, &r->py, r->eu, r->ey);
     free(r);
     return rc;

@@ -64,5 +64,8 @@ int64_t fx_shared_binary_fused(void);
 /* Test hook: how many writes rounded again because the write picked another exponent than
  * the early rounding's guess. */
 int64_t fx_shared_binary_missed(void);
+/* Test hook: how many adds fx_shared_add_relu or fx_add_relu_finish made with their ReLU in
+ * one pass. */
+int64_t fx_shared_add_relu_made(void);
 
 #endif

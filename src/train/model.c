@@ -474,7 +474,8 @@ static int fx_init_params(fx_model *m)
  * shared-exponent formats keep three writes, each with its own Autoflex state (fusing them
  * would change the results), but a convolution's or linear layer's bias add and the ReLU
  * after it make their two writes in one pass (shared_relu: fx_shared_add_relu, the same
- * bits). FLEXPOINT_NO_FUSION=1 turns both off (to compare). */
+ * bits), and so do a residual add and the ReLU after it (a ResNet block's end: one pass over
+ * the block's output fewer). FLEXPOINT_NO_FUSION=1 turns both off (to compare). */
 static void fx_fuse_conv_relu(fx_model *m)
 {
     const char *off = getenv("FLEXPOINT_NO_FUSION");
@@ -486,7 +487,8 @@ static void fx_fuse_conv_relu(fx_model *m)
         if (c->kind == FX_L_CONV && r->kind == FX_L_RELU && r->in[0] == i && c->consumers == 1 &&
             !fmt_is_shared_exponent((fmt_t)c->fa) && c->fa == r->fa && c->fdx == r->fdx)
             c->fused_relu = r->fused_relu = 1;
-        if ((c->kind == FX_L_CONV || c->kind == FX_L_LINEAR) && c->b >= 0 &&
+        if ((((c->kind == FX_L_CONV || c->kind == FX_L_LINEAR) && c->b >= 0) ||
+             c->kind == FX_L_ADD) &&
             r->kind == FX_L_RELU && r->in[0] == i && fmt_is_shared_exponent((fmt_t)c->fa) &&
             fmt_is_shared_exponent((fmt_t)r->fa))
             c->shared_relu = r->shared_relu = 1;
@@ -818,10 +820,10 @@ static tensor_t *fx_flat_view(const tensor_t *t)
     return tensor_view_reshape(t, 2, s);
 }
 
-/* A layer's output u = t + its bias, and with shared_relu the next layer's relu(u) too. */
-static int fx_bias_add_out(fx_model *m, fx_layer *l, const tensor_t *t, int ctx)
+/* A layer's output u = t + b, and with shared_relu the next layer's relu(u) too (b: the
+ * layer's bias, or a residual add's second input). */
+static int fx_add_out(fx_layer *l, const tensor_t *t, const tensor_t *b, int ctx)
 {
-    const tensor_t *b = m->params[l->b].w;
     if (!l->shared_relu) return tensor_add(l->out[ctx], t, b);
     int rc = fx_shared_add_relu(l->out[ctx], l[1].out[ctx], t, b);
     if (rc != FX_SHARED_BINARY_NOT_TAKEN) return rc;
@@ -834,7 +836,7 @@ static int fx_linear_forward(fx_model *m, fx_layer *l, const tensor_t *x, int ct
     tensor_t *xf = fx_flat_view(x);
     tensor_t *wt = tensor_view_transpose(m->params[l->w].w, 0, 1);
     int rc = (!xf || !wt) ? FX_ENOMEM : tensor_matmul(l->tmp[ctx], xf, wt);
-    if (!rc) rc = fx_bias_add_out(m, l, l->tmp[ctx], ctx);
+    if (!rc) rc = fx_add_out(l, l->tmp[ctx], m->params[l->b].w, ctx);
     tensor_free(xf);
     tensor_free(wt);
     return rc;
@@ -994,7 +996,7 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
         else
             rc = tensor_conv2d(dst, x, m->params[l->w].w, l->stride, l->stride, l->pad, l->pad,
                                1, 1);
-        if (!rc && l->b >= 0 && !done) rc = fx_bias_add_out(m, l, dst, ctx);
+        if (!rc && l->b >= 0 && !done) rc = fx_add_out(l, dst, m->params[l->b].w, ctx);
         return rc;
     }
     case FX_L_LINEAR: return fx_linear_forward(m, l, x, ctx);
@@ -1016,7 +1018,7 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
         return tensor_batchnorm(l->out[ctx], x, m->params[l->w].w, m->params[l->b].w,
                                 l->run_mean, l->run_var, training ? l->save_mean : NULL,
                                 training ? l->save_invstd : NULL, 0.1, 1e-5, training);
-    case FX_L_ADD: return tensor_add(l->out[ctx], x, fx_input_of(m, l, 1, ctx));
+    case FX_L_ADD: return fx_add_out(l, x, fx_input_of(m, l, 1, ctx), ctx);
     case FX_L_CAST: return tensor_copy(l->out[ctx], x);
     case FX_L_EMBED: {
         const int64_t n = l->shape[0] * l->shape[1];

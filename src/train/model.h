@@ -85,11 +85,12 @@ typedef struct fx_layer {
      * forward is already done and the backward masks by its own output (x > 0 exactly where
      * relu(x) > 0). The conv layer's own output is then never written. */
     int fused_relu;
-    /* bias add + ReLU in one pass (shared-exponent formats): on a CONV or LINEAR layer with a
-     * bias, its forward writes its output u = conv + b and the next (RELU) layer's output
-     * relu(u) with fx_shared_add_relu, the same two writes tensor_add and tensor_relu make
-     * (each with its own Autoflex state) in one pass over the data; on that RELU layer, the
-     * forward is already done. Both outputs exist and the backward is unchanged. */
+    /* add + ReLU in one pass (shared-exponent formats): on a CONV or LINEAR layer with a
+     * bias, its forward writes its output u = conv + b, and on an ADD layer u = x0 + x1, and
+     * the next (RELU) layer's output relu(u) with fx_shared_add_relu, the same two writes
+     * tensor_add and tensor_relu make (each with its own Autoflex state) in one pass over the
+     * data; on that RELU layer, the forward is already done. Both outputs exist and the
+     * backward is unchanged. */
     int shared_relu;
     /* formats (fx_train_config.policy; the run's format without one): weights, biases, output,
      * gradients w.r.t. the inputs, weight and bias gradients */
