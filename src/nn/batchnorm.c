@@ -381,7 +381,10 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
         const int64_t c0 = g * gsz;
         const int nc = (int)(C - c0 < gsz ? C - c0 : gsz);
         double var[FX_BN_GROUP];
-        fx_bn_max *mx = gmax ? gmax + g : NULL;
+        /* the kernels update the record after every row: a local one, copied out once, keeps
+         * the two threads off each other's cache lines (neighbouring records share one) */
+        fx_bn_max local = {0.0f, 0};
+        fx_bn_max *mx = gmax ? &local : NULL;
         if (training) {
             k->stats(&xs, &d, c0, nc, mean + c0, var);
             for (int j = 0; j < nc; j++) uvar[c0 + j] = var[j] * (double)d.M / (double)(d.M - 1);
@@ -407,6 +410,7 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
                 k->normalize(&xs, o, yv + o, S, mu, a, b, odd, mx);
             }
         }
+        if (gmax) gmax[g] = local;
     }
     if (direct) {
         rc = fx_bn_forward_direct(y, &xs, &d, k, mean, ca, cb, func);
@@ -525,7 +529,8 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
         const int64_t c0 = g * gsz;
         const int nc = (int)(C - c0 < gsz ? C - c0 : gsz);
         double mu[FX_BN_GROUP], is[FX_BN_GROUP], sdy[FX_BN_GROUP], sdyx[FX_BN_GROUP];
-        fx_bn_max *mx = gmax ? gmax + g : NULL;
+        fx_bn_max local = {0.0f, 0}; /* copied out once, as in the forward pass */
+        fx_bn_max *mx = gmax ? &local : NULL;
         for (int j = 0; j < nc; j++) {
             mu[j] = save_mean[c0 + j];
             is[j] = save_invstd[c0 + j];
@@ -541,6 +546,7 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
                 kn->backward(&xs, &gys, o, dxv + o, S, mu[j], is[j], k, mdy, mdyx, odd, mx);
             }
         }
+        if (gmax) gmax[g] = local;
     }
     rc = nn_bn_write(dx, dxv, gmax, ngroups, func);
     if (!rc && dgamma) rc = fx_write_f32(dgamma, dg, func);

