@@ -10,7 +10,9 @@
  * a last segment of 1..8 pairs, whole segments only), values at the int16 extremes (-32768
  * pairs give the largest square sum, 2^31 per pair), random full-range and small values, a
  * single hot row or column, and row strides larger than K; a guard after each output buffer
- * catches a store beyond the panel. Skips (77) on a CPU with neither AVX2 nor AVX-512. */
+ * catches a store beyond the panel. The largest product of two panels' segment norms
+ * (norm_prod_max, the chain test) must equal the one taken product by product. Skips (77) on a
+ * CPU with neither AVX2 nor AVX-512. */
 #include "core/backend.h"
 #include "flex/gemm_i16.h"
 #include "testutil.h"
@@ -160,9 +162,47 @@ static void check_pack_b(const char *name, const fx_gemm_i16_pack *pk, int nr, i
     free(bp);
 }
 
+/* norm_prod_max against the products taken one by one: every length up to past a K block's
+ * segments (the vector loop's tails), norms from 0 to the largest a segment can have (2^17 + 1:
+ * eight pairs of -32768), the largest product at every position. */
+static void check_norm_prod_max(const char *name, const fx_gemm_i16_pack *pk, test_rng *r)
+{
+    enum { MAXN = MAX_SEGS + 5 };
+    const int32_t top = (1 << 17) + 1;
+    int32_t na[MAXN], nb[MAXN];
+    for (int64_t n = 0; n <= MAXN; n++)
+        for (int kind = 0; kind < 4; kind++)
+            for (int64_t hot = 0; hot < (n > 0 ? n : 1); hot++) {
+                for (int64_t s = 0; s < n; s++) {
+                    na[s] = kind == 0 ? (int32_t)test_rng_range(r, 0, top)
+                            : kind == 1 ? top
+                            : kind == 2 ? (int32_t)test_rng_range(r, 0, 1000)
+                                        : 0;
+                    nb[s] = kind == 0 ? (int32_t)test_rng_range(r, 0, top)
+                            : kind == 1 ? top
+                            : kind == 2 ? (int32_t)test_rng_range(r, 0, 1000)
+                                        : 0;
+                }
+                if (kind >= 2 && n > 0) { /* one position far above the rest */
+                    na[hot] = top - (int32_t)hot;
+                    nb[hot] = top;
+                }
+                int64_t want = 0;
+                for (int64_t s = 0; s < n; s++) {
+                    const int64_t x = (int64_t)na[s] * nb[s];
+                    want = x > want ? x : want;
+                }
+                const int64_t got = pk->norm_prod_max(na, nb, n);
+                CHECK(got == want, "%s norm_prod_max n=%lld kind %d hot %lld: %lld, want %lld",
+                      name, (long long)n, kind, (long long)hot, (long long)got, (long long)want);
+                if (kind < 2) break; /* no hot position in these kinds */
+            }
+}
+
 static void check_packing(const char *name, const fx_gemm_i16_pack *pk, int mr, int nr,
                           test_rng *r)
 {
+    if (pk->norm_prod_max) check_norm_prod_max(name, pk, r);
     /* every last-segment length (odd and even K), whole segments only, several blocks */
     static const int64_t kcs[] = {1,  2,  3,  5,  14, 15, 16, 17,  18,  31,  32,  33,
                                   47, 48, 63, 64, 65, 95, 96, 100, 255, 256, 383, 384};

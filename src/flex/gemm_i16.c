@@ -269,31 +269,39 @@ static void fx_panel_norms(const fx_gemm_i16_kernel *kd, const int32_t *ap, int6
     }
 }
 
+/* The largest na[s] nb[s], s < n (the portable norm_prod_max of fx_gemm_i16_pack): four
+ * independent maxima, since one running maximum is a chain of dependent compare-moves */
+static int64_t fx_norm_prod_max(const int32_t *na, const int32_t *nb, int64_t n)
+{
+    int64_t t4[4] = {0, 0, 0, 0};
+    int64_t s = 0;
+    for (; s + 4 <= n; s += 4)
+        for (int u = 0; u < 4; u++) {
+            const int64_t x = (int64_t)na[s + u] * nb[s + u]; /* each norm <= 2^17 + 1: fits */
+            t4[u] = x > t4[u] ? x : t4[u];
+        }
+    for (; s < n; s++) {
+        const int64_t x = (int64_t)na[s] * nb[s];
+        t4[0] = x > t4[0] ? x : t4[0];
+    }
+    const int64_t t01 = t4[0] > t4[1] ? t4[0] : t4[1], t23 = t4[2] > t4[3] ? t4[2] : t4[3];
+    return t01 > t23 ? t01 : t23;
+}
+
 /* Chain length (pairs) the fast kernel may use on a tile, from the segment norms (see
  * gemm_i16.h): c whole segments with c * max_s na[s] nb[s] <= FX_GEMM_I16_CHAIN_MAX; 0 when even
  * one segment may exceed it (the tile takes the split kernel). */
-static int64_t fx_fast_chain(const int32_t *na, const int32_t *nb, int64_t nseg, int64_t kp,
-                             int64_t na_max, int64_t nb_max)
+static int64_t fx_fast_chain(const fx_gemm_i16_kernel *kd, const int32_t *na, const int32_t *nb,
+                             int64_t nseg, int64_t kp, int64_t na_max, int64_t nb_max)
 {
     /* every segment's bound na[s] nb[s] is at most na_max nb_max (the panels' largest norms,
      * each <= 2^17 + 1, so no overflow): when that already allows one chain, so does the exact
      * maximum below, and such tiles skip its loop (the driver's hottest on an AVX2 flex16_5
      * CNN epoch) */
     if (na_max * nb_max * nseg <= FX_GEMM_I16_CHAIN_MAX) return kp;
-    /* four independent maxima: one running maximum is a chain of dependent compare-moves */
-    int64_t t4[4] = {0, 0, 0, 0};
-    int64_t s = 0;
-    for (; s + 4 <= nseg; s += 4)
-        for (int u = 0; u < 4; u++) {
-            const int64_t x = (int64_t)na[s + u] * nb[s + u]; /* each norm <= 2^17: fits */
-            t4[u] = x > t4[u] ? x : t4[u];
-        }
-    for (; s < nseg; s++) {
-        const int64_t x = (int64_t)na[s] * nb[s];
-        t4[0] = x > t4[0] ? x : t4[0];
-    }
-    const int64_t t01 = t4[0] > t4[1] ? t4[0] : t4[1], t23 = t4[2] > t4[3] ? t4[2] : t4[3];
-    const int64_t t = t01 > t23 ? t01 : t23;
+    const int64_t t = fx_simd_pack(kd) && kd->pack->norm_prod_max
+                          ? kd->pack->norm_prod_max(na, nb, nseg)
+                          : fx_norm_prod_max(na, nb, nseg);
     const int64_t lim = FX_GEMM_I16_CHAIN_MAX;
     if (t > lim) return 0;
     if (t * nseg <= lim) return kp; /* one chain (t < 2^31, nseg <= 24: no overflow) */
@@ -708,7 +716,7 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
             const int m = (int)fx_min64(mr, mcur - ir);
             const int32_t *apn = ablk + ir * ald;
             const int64_t chain =
-                bk->fast_ok ? fx_fast_chain(th->anorm + ir / mr * nseg, sh->bnorm + jp * nseg,
+                bk->fast_ok ? fx_fast_chain(kd, th->anorm + ir / mr * nseg, sh->bnorm + jp * nseg,
                                             nseg, kp, th->anorm_max[ir / mr], sh->bnorm_max[jp])
                             : 0;
             if (chain > 0) {

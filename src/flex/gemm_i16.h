@@ -257,10 +257,15 @@ typedef struct fx_gemm_i16_pack {
     /* The segment norms of an already packed A micro-panel of kp pairs (mr rows), whole
      * segments only, as the driver uses them: na[s] = ceil(sqrt(sq[s])) */
     void (*norms_a)(const int32_t *ap, int64_t kp, int32_t *na);
+    /* The largest na[s] nb[s] over s < n, segment norms of an A and a B micro-panel (each at
+     * most 2^17 + 1): the driver's chain test, once per tile and K block */
+    int64_t (*norm_prod_max)(const int32_t *na, const int32_t *nb, int64_t n);
 } fx_gemm_i16_pack;
 
 /* norms_a of the 6-row panels (AVX2 code, shared by the AVX2 and AVX-512 levels) */
 void fx_gemm_i16_norms_a_6(const int32_t *ap, int64_t kp, int32_t *na);
+/* norm_prod_max in AVX2 (shared likewise) */
+int64_t fx_gemm_i16_norm_prod_max(const int32_t *na, const int32_t *nb, int64_t n);
 
 /* ceil(sqrt(x)) for 0 <= x <= 2^40, exactly and without branches (the driver takes one per
  * segment and panel). x is exact in a double and the square root is correctly rounded; below

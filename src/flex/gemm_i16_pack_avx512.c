@@ -188,4 +188,5 @@ const fx_gemm_i16_pack fx_gemm_i16_pack_avx512_6x32 = {.pack_a = fx_pack_a_6,
                                                        .split_panel = fx_split_panel_32,
                                                        .wrap_panel = fx_wrap_panel_32,
                                                        .a_high = fx_a_high_6,
-                                                       .norms_a = fx_gemm_i16_norms_a_6};
+                                                       .norms_a = fx_gemm_i16_norms_a_6,
+                                                       .norm_prod_max = fx_gemm_i16_norm_prod_max};
