@@ -38,23 +38,11 @@ static inline void fx_interleave16_avx512(uint16_t *dst, const uint16_t *r0, con
     }
 }
 
-/* planes[cp][i] = (img[2cp][i], img[2cp + 1][i]) for cp < (C + 1) / 2 and i < HW: one image's
- * C channel planes of HW values interleaved in pairs, the second half of an odd C's last pair
- * taken from zeros (HW zero values) */
-static inline void fx_pair_planes_avx512(const uint16_t *img, int64_t C, int64_t HW,
-                                         const uint16_t *zeros, uint32_t *planes)
-{
-    for (int64_t cp = 0; 2 * cp < C; cp++) {
-        const uint16_t *r0 = img + 2 * cp * HW;
-        fx_interleave16_avx512((uint16_t *)(void *)(planes + cp * HW), r0,
-                               2 * cp + 1 < C ? r0 + HW : zeros, HW);
-    }
-}
-
-/* The same pair planes for the padded image (Hp = H + 2 ph rows of Wp = W + 2 pw pixels) from
- * the unpadded one (C planes of H x W values): zero words in the padding, so that the kernels
- * read no padded copy of the chunk, which would be one more pass over it. zeros: at least H W
- * zero values (an odd C's last pair). */
+/* planes[cp][i] = (img[2cp][i], img[2cp + 1][i]) for cp < (C + 1) / 2 and the pixels i of the
+ * padded image (Hp = H + 2 ph rows of Wp = W + 2 pw pixels) made from the unpadded one (C planes
+ * of H x W values): one image's channel planes interleaved in pairs, zero words in the padding,
+ * so that the kernels read no padded copy of the chunk, which would be one more pass over it.
+ * zeros: at least H W zero values (the second half of an odd C's last pair). */
 static inline void fx_pair_planes_padded_avx512(const uint16_t *img, int64_t C, int64_t H,
                                                 int64_t W, int64_t ph, int64_t pw,
                                                 const uint16_t *zeros, uint32_t *planes)
@@ -73,6 +61,14 @@ static inline void fx_pair_planes_padded_avx512(const uint16_t *img, int64_t C, 
         }
         memset(q + (ph + H) * Wp, 0, sizeof(uint32_t) * (size_t)(ph * Wp));
     }
+}
+
+/* The same without padding: C planes of HW values each (one row of HW pixels), zeros HW zero
+ * values */
+static inline void fx_pair_planes_avx512(const uint16_t *img, int64_t C, int64_t HW,
+                                         const uint16_t *zeros, uint32_t *planes)
+{
+    fx_pair_planes_padded_avx512(img, C, 1, HW, 0, 0, zeros, planes);
 }
 
 /* out[i ld + cp] = planes[cp][i] for cp < Cp, i < HW: the Cp x HW word matrix transposed by

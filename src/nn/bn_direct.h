@@ -6,7 +6,6 @@
 #include "bn_kernels.h"
 #include "flexpoint.h"
 
-#define FX_BN_DIRECT_MAX_THREADS 256
 #define FX_BN_DIRECT_DECLINED 1 /* not taken: the caller runs the stage route */
 
 /* Whether the route may take y = batchnorm(x) where the kernels read x as xs: x's int16
