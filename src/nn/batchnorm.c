@@ -95,6 +95,18 @@ static int nn_bn_threads(const nn_bn_dims *d)
         }                                                                                      \
     } while (0)
 
+/* The biased variance of channel c about its mean mu: the second pass of the two. */
+static double nn_bn_channel_var(const fx_bn_src *x, const nn_bn_dims *d, int64_t c, double mu)
+{
+    double q0 = 0, q1 = 0, q2 = 0, q3 = 0;
+    for (int64_t n = 0; n < d->N; n++) {
+        const int64_t o = (n * d->C + c) * d->S;
+        NN_BN_ROW_SUM(d->S, (fx_bn_at(x, o + s) - mu) * (fx_bn_at(x, o + s) - mu), q0, q1, q2,
+                      q3);
+    }
+    return ((q0 + q1) + (q2 + q3)) / (double)d->M;
+}
+
 /* Two-pass mean and biased variance of channel c. */
 static void nn_bn_channel_stats(const fx_bn_src *x, const nn_bn_dims *d, int64_t c, double *mean,
                                 double *var)
@@ -104,15 +116,8 @@ static void nn_bn_channel_stats(const fx_bn_src *x, const nn_bn_dims *d, int64_t
         const int64_t o = (n * d->C + c) * d->S;
         NN_BN_ROW_SUM(d->S, fx_bn_at(x, o + s), a0, a1, a2, a3);
     }
-    const double mu = ((a0 + a1) + (a2 + a3)) / (double)d->M;
-    double q0 = 0, q1 = 0, q2 = 0, q3 = 0;
-    for (int64_t n = 0; n < d->N; n++) {
-        const int64_t o = (n * d->C + c) * d->S;
-        NN_BN_ROW_SUM(d->S, (fx_bn_at(x, o + s) - mu) * (fx_bn_at(x, o + s) - mu), q0, q1, q2,
-                      q3);
-    }
-    *mean = mu;
-    *var = ((q0 + q1) + (q2 + q3)) / (double)d->M;
+    *mean = ((a0 + a1) + (a2 + a3)) / (double)d->M;
+    *var = nn_bn_channel_var(x, d, c, *mean);
 }
 
 /* sum dy and sum dy * xhat over channel c, xhat = (x - mu) * is. */
@@ -165,8 +170,35 @@ static void nn_bn_backward_portable(const fx_bn_src *x, const fx_bn_src *g, int6
     }
 }
 
-const fx_bn_kernels fx_bn_kernels_portable = {nn_bn_stats_portable, nn_bn_grad_sums_portable,
-                                              nn_bn_normalize_portable, nn_bn_backward_portable};
+static void nn_bn_var_portable(const fx_bn_src *x, const nn_bn_dims *d, int64_t c0, int nc,
+                               const double *mean, double *var)
+{
+    for (int j = 0; j < nc; j++) var[j] = nn_bn_channel_var(x, d, c0 + j, mean[j]);
+}
+
+static void nn_bn_sum_range_i16_portable(const int16_t *m, const nn_bn_dims *d, int64_t c0,
+                                         int nc, int64_t *sum, int16_t *lo, int16_t *hi)
+{
+    for (int j = 0; j < nc; j++) {
+        int64_t t = 0;
+        int16_t l = INT16_MAX, h = INT16_MIN;
+        for (int64_t n = 0; n < d->N; n++) {
+            const int16_t *p = m + (n * d->C + c0 + j) * d->S;
+            for (int64_t s = 0; s < d->S; s++) {
+                t += p[s];
+                l = p[s] < l ? p[s] : l;
+                h = p[s] > h ? p[s] : h;
+            }
+        }
+        sum[j] = t;
+        lo[j] = l;
+        hi[j] = h;
+    }
+}
+
+const fx_bn_kernels fx_bn_kernels_portable = {
+    nn_bn_stats_portable,    nn_bn_grad_sums_portable, nn_bn_normalize_portable,
+    nn_bn_backward_portable, nn_bn_var_portable,       nn_bn_sum_range_i16_portable};
 
 /* Test switch (fx_bn_set_in_place): read by every call, so a relaxed atomic. */
 static int nn_bn_in_place_flag = 1;
@@ -354,7 +386,13 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     const int direct = fx_bn_direct_ok(y, x, &xs);
     double *ca = direct ? fx_scratch_alloc(&sc, C, sizeof *ca) : NULL;
     double *cb = direct ? fx_scratch_alloc(&sc, C, sizeof *cb) : NULL;
-    if (direct && (!ca || !cb)) {
+    /* Mantissas whose mean is their exact integer sum scaled (fx_bn_int_mean_ok): one integer
+     * pass gives the mean's bits and each channel's extreme mantissas, which fix the direct
+     * route's largest output, in place of the first pass of doubles and a scan of its own. */
+    const int int_mean = training && fx_bn_int_mean_ok(&xs, &d);
+    int16_t *lo = direct || int_mean ? fx_scratch_alloc(&sc, C, sizeof *lo) : NULL;
+    int16_t *hi = direct || int_mean ? fx_scratch_alloc(&sc, C, sizeof *hi) : NULL;
+    if ((direct && (!ca || !cb)) || ((direct || int_mean) && (!lo || !hi))) {
         rc = fx_error(FX_ENOMEM, func, "cannot allocate coefficients for %lld channels",
                       (long long)C);
         goto done;
@@ -385,8 +423,15 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
          * the two threads off each other's cache lines (neighbouring records share one) */
         fx_bn_max local = {0.0f, 0};
         fx_bn_max *mx = gmax ? &local : NULL;
+        int64_t sum[FX_BN_GROUP];
+        if (int_mean || direct) k->sum_range_i16(xs.p, &d, c0, nc, sum, lo + c0, hi + c0);
         if (training) {
-            k->stats(&xs, &d, c0, nc, mean + c0, var);
+            if (int_mean) {
+                for (int j = 0; j < nc; j++)
+                    mean[c0 + j] = fx_bn_int_mean(sum[j], xs.scale, &d);
+                k->var(&xs, &d, c0, nc, mean + c0, var);
+            } else
+                k->stats(&xs, &d, c0, nc, mean + c0, var);
             for (int j = 0; j < nc; j++) uvar[c0 + j] = var[j] * (double)d.M / (double)(d.M - 1);
         } else
             for (int j = 0; j < nc; j++) {
@@ -413,7 +458,7 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
         if (gmax) gmax[g] = local;
     }
     if (direct) {
-        rc = fx_bn_forward_direct(y, &xs, &d, k, mean, ca, cb, func);
+        rc = fx_bn_forward_direct(y, &xs, &d, k, mean, ca, cb, lo, hi, func);
         if (rc == FX_BN_DIRECT_DECLINED) { /* a non-finite output: the stage route counts it */
             yv = nn_out_f32(y, ins, 3, xcopy, &sc);
             if (!yv) {
@@ -506,10 +551,27 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
     if ((rc = nn_bn_source(x, &xs, &xcopy, &sc, func))) goto done;
     if ((rc = nn_bn_source(dy, &gys, &gycopy, &sc, func))) goto done;
     if ((rc = nn_in_f32(gamma, &gv, &sc, func))) goto done;
+    /* a shared-exponent dx from in-place sources: the sums first, then dx rounded straight
+     * from the rows at a guessed exponent (bn_direct.h), without the fp32 stage; the
+     * coefficients per channel */
+    const int direct = nn_bn_in_place() && fx_bn_backward_direct_ok(dx, x, dy, &d);
+    double *cmu = NULL, *cis = NULL, *ck = NULL, *cmdy = NULL, *cmdyx = NULL;
+    if (direct) {
+        cmu = fx_scratch_alloc(&sc, C, sizeof *cmu);
+        cis = fx_scratch_alloc(&sc, C, sizeof *cis);
+        ck = fx_scratch_alloc(&sc, C, sizeof *ck);
+        cmdy = fx_scratch_alloc(&sc, C, sizeof *cmdy);
+        cmdyx = fx_scratch_alloc(&sc, C, sizeof *cmdyx);
+        if (!cmu || !cis || !ck || !cmdy || !cmdyx) {
+            rc = fx_error(FX_ENOMEM, func, "cannot allocate coefficients for %lld channels",
+                          (long long)C);
+            goto done;
+        }
+    }
     /* dx may overwrite a private copy of dy: channel c's sums are taken before its dx, and
      * each element only reads its own dy and x */
-    float *dxv = nn_out_f32(dx, ins, 3, gycopy, &sc);
-    if (!dxv) {
+    float *dxv = direct ? NULL : nn_out_f32(dx, ins, 3, gycopy, &sc);
+    if (!direct && !dxv) {
         rc = fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
         goto done;
     }
@@ -541,6 +603,14 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
             dg[c] = nn_stage_f32(sdyx[j], gf);
             db[c] = nn_stage_f32(sdy[j], bf);
             const double k = (double)gv[c] * is[j], mdy = sdy[j] / M, mdyx = sdyx[j] / M;
+            if (direct) {
+                cmu[c] = mu[j];
+                cis[c] = is[j];
+                ck[c] = k;
+                cmdy[c] = mdy;
+                cmdyx[c] = mdyx;
+                continue;
+            }
             for (int64_t n = 0; n < d.N; n++) {
                 const int64_t o = (n * C + c) * S;
                 kn->backward(&xs, &gys, o, dxv + o, S, mu[j], is[j], k, mdy, mdyx, odd, mx);
@@ -548,7 +618,28 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
         }
         if (gmax) gmax[g] = local;
     }
-    rc = nn_bn_write(dx, dxv, gmax, ngroups, func);
+    if (direct) {
+        const fx_bn_coefs cf = {cmu, cis, ck, cmdy, cmdyx};
+        rc = fx_bn_backward_direct(dx, &xs, &gys, &d, kn, &cf, func);
+        if (rc == FX_BN_DIRECT_DECLINED) { /* no guess: the stage route, from the same sums */
+            dxv = nn_out_f32(dx, ins, 3, gycopy, &sc);
+            if (!dxv) {
+                rc = fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
+                goto done;
+            }
+            for (int64_t g = 0; g < ngroups; g++) {
+                const int64_t c0 = g * gsz, c1 = c0 + gsz < C ? c0 + gsz : C;
+                for (int64_t c = c0; c < c1; c++)
+                    for (int64_t n = 0; n < d.N; n++) {
+                        const int64_t o = (n * C + c) * S;
+                        kn->backward(&xs, &gys, o, dxv + o, S, cmu[c], cis[c], ck[c], cmdy[c],
+                                     cmdyx[c], odd, gmax ? gmax + g : NULL);
+                    }
+            }
+            rc = nn_bn_write(dx, dxv, gmax, ngroups, func);
+        }
+    } else
+        rc = nn_bn_write(dx, dxv, gmax, ngroups, func);
     if (!rc && dgamma) rc = fx_write_f32(dgamma, dg, func);
     if (!rc && dbeta) rc = fx_write_f32(dbeta, db, func);
 done:

@@ -151,24 +151,15 @@ static inline __m128 in_range(__m128 r)
                       _mm_cmp_ps(a, _mm_set1_ps(FLT_MAX), _CMP_LE_OQ));
 }
 
-/* The chains of NC channels (a constant after inlining) side by side. */
-static inline __attribute__((always_inline)) void stats_n(const fx_bn_src *x, const fx_bn_dims *d,
-                                                          int64_t c0, const int NC, double *mean,
-                                                          double *var, const int K)
+/* stats' second pass for the chains of NC channels: the mean of (x - mean[j])^2 */
+static inline __attribute__((always_inline)) void var_n(const fx_bn_src *x, const fx_bn_dims *d,
+                                                        int64_t c0, const int NC,
+                                                        const double *mean, double *var,
+                                                        const int K)
 {
     const int64_t S = d->S;
     __m256d acc[FX_BN_GROUP], mu[FX_BN_GROUP];
-    for (int j = 0; j < NC; j++) acc[j] = _mm256_setzero_pd();
-    for (int64_t n = 0; n < d->N; n++) {
-        const int64_t o = (n * d->C + c0) * S;
-        int64_t s = 0;
-        for (; s + 4 <= S; s += 4)
-            for (int j = 0; j < NC; j++) acc[j] = _mm256_add_pd(acc[j], ld4(x, o + j * S + s, K));
-        for (; s < S; s++)
-            for (int j = 0; j < NC; j++) acc[j] = add_lane0(acc[j], at(x, o + j * S + s));
-    }
     for (int j = 0; j < NC; j++) {
-        mean[j] = combine(acc[j]) / (double)d->M;
         mu[j] = _mm256_set1_pd(mean[j]);
         acc[j] = _mm256_setzero_pd();
     }
@@ -189,6 +180,26 @@ static inline __attribute__((always_inline)) void stats_n(const fx_bn_src *x, co
     for (int j = 0; j < NC; j++) var[j] = combine(acc[j]) / (double)d->M;
 }
 
+/* The chains of NC channels (a constant after inlining) side by side. */
+static inline __attribute__((always_inline)) void stats_n(const fx_bn_src *x, const fx_bn_dims *d,
+                                                          int64_t c0, const int NC, double *mean,
+                                                          double *var, const int K)
+{
+    const int64_t S = d->S;
+    __m256d acc[FX_BN_GROUP];
+    for (int j = 0; j < NC; j++) acc[j] = _mm256_setzero_pd();
+    for (int64_t n = 0; n < d->N; n++) {
+        const int64_t o = (n * d->C + c0) * S;
+        int64_t s = 0;
+        for (; s + 4 <= S; s += 4)
+            for (int j = 0; j < NC; j++) acc[j] = _mm256_add_pd(acc[j], ld4(x, o + j * S + s, K));
+        for (; s < S; s++)
+            for (int j = 0; j < NC; j++) acc[j] = add_lane0(acc[j], at(x, o + j * S + s));
+    }
+    for (int j = 0; j < NC; j++) mean[j] = combine(acc[j]) / (double)d->M;
+    var_n(x, d, c0, NC, mean, var, K);
+}
+
 static inline __attribute__((always_inline)) void stats_k(const fx_bn_src *x, const fx_bn_dims *d,
                                                           int64_t c0, int nc, double *mean,
                                                           double *var, const int K)
@@ -200,7 +211,7 @@ static inline __attribute__((always_inline)) void stats_k(const fx_bn_src *x, co
     for (int j = 0; j < nc; j++) stats_n(x, d, c0 + j, 1, mean + j, var + j, K);
 }
 
-void fx_bn_stats_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
+static void bn_stats_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
                       double *mean, double *var)
 {
     const fx_bn_src xe = exact_kind(x);
@@ -209,6 +220,90 @@ void fx_bn_stats_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int n
     case FX_BN_BF16: stats_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
     case FX_BN_F32: stats_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
     default: fx_bn_kernels_portable.stats(x, d, c0, nc, mean, var); break;
+    }
+}
+
+static inline __attribute__((always_inline)) void var_k(const fx_bn_src *x, const fx_bn_dims *d,
+                                                        int64_t c0, int nc, const double *mean,
+                                                        double *var, const int K)
+{
+    if (nc == FX_BN_GROUP) {
+        var_n(x, d, c0, FX_BN_GROUP, mean, var, K);
+        return;
+    }
+    for (int j = 0; j < nc; j++) var_n(x, d, c0 + j, 1, mean + j, var + j, K);
+}
+
+static void bn_var_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
+                    const double *mean, double *var)
+{
+    const fx_bn_src xe = exact_kind(x);
+    switch (xe.kind) {
+    case FX_BN_I16_EXACT: var_k(&xe, d, c0, nc, mean, var, FX_BN_I16_EXACT); break;
+    case FX_BN_BF16: var_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
+    case FX_BN_F32: var_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
+    default: fx_bn_kernels_portable.var(x, d, c0, nc, mean, var); break;
+    }
+}
+
+/* The mantissas' sum, smallest and largest value per channel, sixteen at a time: pairs summed
+ * by vpmaddwd into int32 lanes (|pair| <= 2^16), which are widened into int64 lanes every
+ * FX_BN_SUM32_VECS vectors, before 2^15 pairs could leave int32. */
+#define FX_BN_SUM32_VECS 16384
+
+static inline int64_t hsum_epi64_256(__m256i v)
+{
+    int64_t l[4];
+    _mm256_storeu_si256((__m256i *)l, v);
+    return (l[0] + l[1]) + (l[2] + l[3]);
+}
+
+static inline __m256i widen_add_256(__m256i acc64, __m256i acc32)
+{
+    acc64 = _mm256_add_epi64(acc64, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(acc32)));
+    return _mm256_add_epi64(acc64, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(acc32, 1)));
+}
+
+static void bn_sum_range_i16_avx2(const int16_t *m, const fx_bn_dims *d, int64_t c0, int nc,
+                              int64_t *sum, int16_t *lo, int16_t *hi)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int j = 0; j < nc; j++) {
+        __m256i s32 = _mm256_setzero_si256(), s64 = _mm256_setzero_si256();
+        __m256i vlo = _mm256_set1_epi16(INT16_MAX), vhi = _mm256_set1_epi16(INT16_MIN);
+        int64_t tail = 0, vecs = 0;
+        int16_t l = INT16_MAX, h = INT16_MIN;
+        for (int64_t n = 0; n < d->N; n++) {
+            const int16_t *p = m + (n * d->C + c0 + j) * d->S;
+            int64_t s = 0;
+            for (; s + 16 <= d->S; s += 16) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(p + s));
+                s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(v, ones));
+                vlo = _mm256_min_epi16(vlo, v);
+                vhi = _mm256_max_epi16(vhi, v);
+                if (++vecs == FX_BN_SUM32_VECS) {
+                    s64 = widen_add_256(s64, s32);
+                    s32 = _mm256_setzero_si256();
+                    vecs = 0;
+                }
+            }
+            for (; s < d->S; s++) {
+                tail += p[s];
+                l = p[s] < l ? p[s] : l;
+                h = p[s] > h ? p[s] : h;
+            }
+        }
+        s64 = widen_add_256(s64, s32);
+        int16_t a[16], b[16];
+        _mm256_storeu_si256((__m256i *)a, vlo);
+        _mm256_storeu_si256((__m256i *)b, vhi);
+        for (int i = 0; i < 16; i++) {
+            l = a[i] < l ? a[i] : l;
+            h = b[i] > h ? b[i] : h;
+        }
+        sum[j] = hsum_epi64_256(s64) + tail;
+        lo[j] = l;
+        hi[j] = h;
     }
 }
 
@@ -268,7 +363,7 @@ static inline __attribute__((always_inline)) void grad_k(const fx_bn_src *x, con
 }
 
 
-void fx_bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_dims *d,
+static void bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_dims *d,
                           int64_t c0, int nc, const double *mu, const double *is, double *sdy,
                           double *sdyx)
 {
@@ -388,5 +483,6 @@ static void bn_backward_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off
     fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx); /* others */
 }
 
-const fx_bn_kernels fx_bn_kernels_avx2 = {fx_bn_stats_avx2, fx_bn_grad_sums_avx2,
-                                          bn_normalize_avx2, bn_backward_avx2};
+const fx_bn_kernels fx_bn_kernels_avx2 = {bn_stats_avx2,  bn_grad_sums_avx2,
+                                          bn_normalize_avx2, bn_backward_avx2,
+                                          bn_var_avx2,    bn_sum_range_i16_avx2};

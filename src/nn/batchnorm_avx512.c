@@ -1,7 +1,8 @@
 /* AVX-512 batch-norm kernels: the element-wise passes (normalize, backward) of bn_kernels.h in
  * eight double lanes, with the rounding to odd and the output statistics in mask registers;
- * the channel sums are the AVX2 kernels' (their four lanes are the four partial sums of the
- * portable order, so a wider vector would not change their speed, only their bits).
+ * the channel sums with their widening, differences and products in eight lanes, added to
+ * the four partial sums of the portable order four lanes at a time; the mantissas' integer sums
+ * and extremes thirty-two at a time.
  *
  * The same operations on the same values as the portable loops, element by element, so the
  * same bits; this file is compiled with -ffp-contract=off (CMakeLists.txt), since a fused
@@ -34,6 +35,279 @@ static inline __attribute__((always_inline)) __m512d ld8(const fx_bn_src *x, int
         return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
     }
     return _mm512_cvtps_pd(_mm256_loadu_ps((const float *)x->p + i));
+}
+
+/* ld8 of the first `live` lanes (mask) only, nothing read beyond them */
+static inline __attribute__((always_inline)) __m512d ld8_mask(const fx_bn_src *x, int64_t i,
+                                                              __mmask8 live, const int K)
+{
+    if (K == FX_BN_I16) {
+        const __m128i h = _mm_maskz_loadu_epi16(live, (const int16_t *)x->p + i);
+        const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(h));
+        return _mm512_cvtps_pd(_mm256_mul_ps(m, _mm256_set1_ps((float)x->scale)));
+    }
+    if (K == FX_BN_BF16) {
+        const __m128i h = _mm_maskz_loadu_epi16(live, (const uint16_t *)x->p + i);
+        return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+    }
+    return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(live, (const float *)x->p + i));
+}
+
+/* stats' second pass (bn_kernels.h) for NC channels side by side, eight elements a step: the
+ * differences and squares in eight lanes, then the low four squares and the high four added to
+ * the four partial sums in that order, which is the portable order (element s goes to partial
+ * s mod 4, and s before s + 4): the same bits as the AVX2 loop in about half its operations. */
+static inline __attribute__((always_inline)) void var8_n(const fx_bn_src *x,
+                                                         const fx_bn_dims *d, int64_t c0,
+                                                         const int NC, const double *mean,
+                                                         double *var, const int K)
+{
+    const int64_t S = d->S;
+    __m256d acc[FX_BN_GROUP];
+    __m512d mu[FX_BN_GROUP];
+    for (int j = 0; j < NC; j++) {
+        mu[j] = _mm512_set1_pd(mean[j]);
+        acc[j] = _mm256_setzero_pd();
+    }
+    for (int64_t n = 0; n < d->N; n++) {
+        const int64_t o = (n * d->C + c0) * S;
+        int64_t s = 0;
+        for (; s + 8 <= S; s += 8)
+            for (int j = 0; j < NC; j++) {
+                const __m512d t = _mm512_sub_pd(ld8(x, o + j * S + s, K), mu[j]);
+                const __m512d q = _mm512_mul_pd(t, t);
+                acc[j] = _mm256_add_pd(acc[j], _mm512_castpd512_pd256(q));
+                acc[j] = _mm256_add_pd(acc[j], _mm512_extractf64x4_pd(q, 1));
+            }
+        if (s + 4 <= S) {
+            for (int j = 0; j < NC; j++) {
+                const __m512d t = _mm512_sub_pd(ld8_mask(x, o + j * S + s, 0x0F, K), mu[j]);
+                acc[j] = _mm256_add_pd(acc[j], _mm512_castpd512_pd256(_mm512_mul_pd(t, t)));
+            }
+            s += 4;
+        }
+        for (; s < S; s++) /* a row's tail joins partial sum 0 only (see add_lane0, AVX2) */
+            for (int j = 0; j < NC; j++) {
+                const double t = fx_bn_at(x, o + j * S + s) - mean[j];
+                acc[j] = _mm256_blend_pd(acc[j], _mm256_add_pd(acc[j], _mm256_set1_pd(t * t)), 1);
+            }
+    }
+    for (int j = 0; j < NC; j++) {
+        double l[4];
+        _mm256_storeu_pd(l, acc[j]);
+        var[j] = ((l[0] + l[1]) + (l[2] + l[3])) / (double)d->M;
+    }
+}
+
+/* stats' first pass in the same way: the mean of channel c0 + j for j < NC */
+static inline __attribute__((always_inline)) void mean8_n(const fx_bn_src *x,
+                                                          const fx_bn_dims *d, int64_t c0,
+                                                          const int NC, double *mean,
+                                                          const int K)
+{
+    const int64_t S = d->S;
+    __m256d acc[FX_BN_GROUP];
+    for (int j = 0; j < NC; j++) acc[j] = _mm256_setzero_pd();
+    for (int64_t n = 0; n < d->N; n++) {
+        const int64_t o = (n * d->C + c0) * S;
+        int64_t s = 0;
+        for (; s + 8 <= S; s += 8)
+            for (int j = 0; j < NC; j++) {
+                const __m512d v = ld8(x, o + j * S + s, K);
+                acc[j] = _mm256_add_pd(acc[j], _mm512_castpd512_pd256(v));
+                acc[j] = _mm256_add_pd(acc[j], _mm512_extractf64x4_pd(v, 1));
+            }
+        if (s + 4 <= S) {
+            for (int j = 0; j < NC; j++)
+                acc[j] = _mm256_add_pd(
+                    acc[j], _mm512_castpd512_pd256(ld8_mask(x, o + j * S + s, 0x0F, K)));
+            s += 4;
+        }
+        for (; s < S; s++)
+            for (int j = 0; j < NC; j++)
+                acc[j] = _mm256_blend_pd(
+                    acc[j], _mm256_add_pd(acc[j], _mm256_set1_pd(fx_bn_at(x, o + j * S + s))), 1);
+    }
+    for (int j = 0; j < NC; j++) {
+        double l[4];
+        _mm256_storeu_pd(l, acc[j]);
+        mean[j] = ((l[0] + l[1]) + (l[2] + l[3])) / (double)d->M;
+    }
+}
+
+static inline __attribute__((always_inline)) void stats8_k(const fx_bn_src *x,
+                                                           const fx_bn_dims *d, int64_t c0,
+                                                           int nc, double *mean, double *var,
+                                                           const int K)
+{
+    if (nc == FX_BN_GROUP) {
+        mean8_n(x, d, c0, FX_BN_GROUP, mean, K);
+        var8_n(x, d, c0, FX_BN_GROUP, mean, var, K);
+        return;
+    }
+    for (int j = 0; j < nc; j++) {
+        mean8_n(x, d, c0 + j, 1, mean + j, K);
+        var8_n(x, d, c0 + j, 1, mean + j, var + j, K);
+    }
+}
+
+static void bn_stats_avx512(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
+                            double *mean, double *var)
+{
+    switch (x->kind) {
+    case FX_BN_I16: stats8_k(x, d, c0, nc, mean, var, FX_BN_I16); break;
+    case FX_BN_BF16: stats8_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
+    default: stats8_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
+    }
+}
+
+/* grad_sums (bn_kernels.h) in the same way: sum dy and sum dy * xhat of channel c0 + j */
+static inline __attribute__((always_inline)) void grad8_n(const fx_bn_src *x,
+                                                          const fx_bn_src *dy,
+                                                          const fx_bn_dims *d, int64_t c0,
+                                                          const int NC, const double *mu,
+                                                          const double *is, double *sdy,
+                                                          double *sdyx, const int KX,
+                                                          const int KG)
+{
+    const int64_t S = d->S;
+    __m256d a[FX_BN_GROUP], b[FX_BN_GROUP];
+    __m512d vmu[FX_BN_GROUP], vis[FX_BN_GROUP];
+    for (int j = 0; j < NC; j++) {
+        a[j] = b[j] = _mm256_setzero_pd();
+        vmu[j] = _mm512_set1_pd(mu[j]);
+        vis[j] = _mm512_set1_pd(is[j]);
+    }
+    for (int64_t n = 0; n < d->N; n++) {
+        const int64_t o = (n * d->C + c0) * S;
+        int64_t s = 0;
+        for (; s + 8 <= S; s += 8)
+            for (int j = 0; j < NC; j++) {
+                const __m512d g = ld8(dy, o + j * S + s, KG);
+                const __m512d xh =
+                    _mm512_mul_pd(_mm512_sub_pd(ld8(x, o + j * S + s, KX), vmu[j]), vis[j]);
+                const __m512d p = _mm512_mul_pd(g, xh);
+                a[j] = _mm256_add_pd(a[j], _mm512_castpd512_pd256(g));
+                a[j] = _mm256_add_pd(a[j], _mm512_extractf64x4_pd(g, 1));
+                b[j] = _mm256_add_pd(b[j], _mm512_castpd512_pd256(p));
+                b[j] = _mm256_add_pd(b[j], _mm512_extractf64x4_pd(p, 1));
+            }
+        if (s + 4 <= S) {
+            for (int j = 0; j < NC; j++) {
+                const __m512d g = ld8_mask(dy, o + j * S + s, 0x0F, KG);
+                const __m512d xh = _mm512_mul_pd(
+                    _mm512_sub_pd(ld8_mask(x, o + j * S + s, 0x0F, KX), vmu[j]), vis[j]);
+                a[j] = _mm256_add_pd(a[j], _mm512_castpd512_pd256(g));
+                b[j] = _mm256_add_pd(b[j], _mm512_castpd512_pd256(_mm512_mul_pd(g, xh)));
+            }
+            s += 4;
+        }
+        for (; s < S; s++)
+            for (int j = 0; j < NC; j++) {
+                const double g = fx_bn_at(dy, o + j * S + s);
+                const double p = g * ((fx_bn_at(x, o + j * S + s) - mu[j]) * is[j]);
+                a[j] = _mm256_blend_pd(a[j], _mm256_add_pd(a[j], _mm256_set1_pd(g)), 1);
+                b[j] = _mm256_blend_pd(b[j], _mm256_add_pd(b[j], _mm256_set1_pd(p)), 1);
+            }
+    }
+    for (int j = 0; j < NC; j++) {
+        double l[4], m[4];
+        _mm256_storeu_pd(l, a[j]);
+        _mm256_storeu_pd(m, b[j]);
+        sdy[j] = (l[0] + l[1]) + (l[2] + l[3]);
+        sdyx[j] = (m[0] + m[1]) + (m[2] + m[3]);
+    }
+}
+
+static void bn_grad_sums_avx512(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_dims *d,
+                                int64_t c0, int nc, const double *mu, const double *is,
+                                double *sdy, double *sdyx)
+{
+#define FX_BN_GRAD8_CASE(KX, KG)                                                               \
+    if (x->kind == (KX) && dy->kind == (KG)) {                                                 \
+        if (nc == FX_BN_GROUP)                                                                 \
+            grad8_n(x, dy, d, c0, FX_BN_GROUP, mu, is, sdy, sdyx, (KX), (KG));                 \
+        else                                                                                   \
+            for (int j = 0; j < nc; j++)                                                       \
+                grad8_n(x, dy, d, c0 + j, 1, mu + j, is + j, sdy + j, sdyx + j, (KX), (KG));   \
+        return;                                                                                \
+    }
+    FX_BN_KIND_PAIRS(FX_BN_GRAD8_CASE)
+#undef FX_BN_GRAD8_CASE
+    fx_bn_kernels_portable.grad_sums(x, dy, d, c0, nc, mu, is, sdy, sdyx); /* no other kinds */
+}
+
+static inline __attribute__((always_inline)) void var8_k(const fx_bn_src *x,
+                                                         const fx_bn_dims *d, int64_t c0,
+                                                         int nc, const double *mean,
+                                                         double *var, const int K)
+{
+    if (nc == FX_BN_GROUP) {
+        var8_n(x, d, c0, FX_BN_GROUP, mean, var, K);
+        return;
+    }
+    for (int j = 0; j < nc; j++) var8_n(x, d, c0 + j, 1, mean + j, var + j, K);
+}
+
+static void bn_var_avx512(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
+                          const double *mean, double *var)
+{
+    switch (x->kind) {
+    case FX_BN_I16: var8_k(x, d, c0, nc, mean, var, FX_BN_I16); break;
+    case FX_BN_BF16: var8_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
+    default: var8_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
+    }
+}
+
+/* sum_range_i16 (bn_kernels.h) thirty-two mantissas at a time, as the AVX2 kernel: pairs summed
+ * into int32 lanes, widened into int64 lanes every FX_BN_SUM32_VECS vectors (|pair| <= 2^16,
+ * so 2^14 vectors stay below 2^31). */
+#define FX_BN_SUM32_VECS 16384
+
+static inline __m512i widen_add_512(__m512i acc64, __m512i acc32)
+{
+    acc64 = _mm512_add_epi64(acc64, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc32)));
+    return _mm512_add_epi64(acc64, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc32, 1)));
+}
+
+static void bn_sum_range_i16_avx512(const int16_t *m, const fx_bn_dims *d, int64_t c0, int nc,
+                                    int64_t *sum, int16_t *lo, int16_t *hi)
+{
+    const __m512i ones = _mm512_set1_epi16(1);
+    for (int j = 0; j < nc; j++) {
+        __m512i s32 = _mm512_setzero_si512(), s64 = _mm512_setzero_si512();
+        __m512i vlo = _mm512_set1_epi16(INT16_MAX), vhi = _mm512_set1_epi16(INT16_MIN);
+        int64_t vecs = 0;
+        for (int64_t n = 0; n < d->N; n++) {
+            const int16_t *p = m + (n * d->C + c0 + j) * d->S;
+            for (int64_t s = 0; s < d->S; s += 32) {
+                const int64_t left = d->S - s;
+                const __mmask32 live = left >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << left) - 1u);
+                /* lanes past the row: 0 for the sum, the neutral ends for the extremes */
+                const __m512i v = _mm512_maskz_loadu_epi16(live, p + s);
+                s32 = _mm512_add_epi32(s32, _mm512_madd_epi16(v, ones));
+                vlo = _mm512_mask_min_epi16(vlo, live, vlo, v);
+                vhi = _mm512_mask_max_epi16(vhi, live, vhi, v);
+                if (++vecs == FX_BN_SUM32_VECS) {
+                    s64 = widen_add_512(s64, s32);
+                    s32 = _mm512_setzero_si512();
+                    vecs = 0;
+                }
+            }
+        }
+        s64 = widen_add_512(s64, s32);
+        sum[j] = _mm512_reduce_add_epi64(s64);
+        int16_t a[32], b[32];
+        _mm512_storeu_si512(a, vlo);
+        _mm512_storeu_si512(b, vhi);
+        int16_t l = INT16_MAX, h = INT16_MIN;
+        for (int i = 0; i < 32; i++) {
+            l = a[i] < l ? a[i] : l;
+            h = b[i] > h ? b[i] : h;
+        }
+        lo[j] = l;
+        hi[j] = h;
+    }
 }
 
 /* fp32 of eight doubles, to nearest, or to odd as fx_f64_to_f32_round_odd. Rounding to odd is
@@ -175,5 +449,6 @@ static void bn_backward_avx512(const fx_bn_src *x, const fx_bn_src *g, int64_t o
     fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx); /* no other kinds */
 }
 
-const fx_bn_kernels fx_bn_kernels_avx512 = {fx_bn_stats_avx2, fx_bn_grad_sums_avx2,
-                                            bn_normalize_avx512, bn_backward_avx512};
+const fx_bn_kernels fx_bn_kernels_avx512 = {bn_stats_avx512,     bn_grad_sums_avx512,
+                                            bn_normalize_avx512, bn_backward_avx512,
+                                            bn_var_avx512,       bn_sum_range_i16_avx512};

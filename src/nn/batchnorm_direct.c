@@ -21,6 +21,7 @@
 #include "nn_stage.h"
 #include "../core/backend.h"
 #include "../core/dispatch.h"
+#include "../core/profile_counters.h"
 #include "../flex/flex_math.h"
 
 #include <math.h>
@@ -92,29 +93,17 @@ int fx_bn_direct_ok(const tensor_t *y, const tensor_t *x, const fx_bn_src *xs)
 
 int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
                          const fx_bn_kernels *k, const double *mu, const double *a,
-                         const double *b, const char *func)
+                         const double *b, const int16_t *lo, const int16_t *hi,
+                         const char *func)
 {
     const int64_t C = d->C, S = d->S;
-    const int16_t *m = xs->p;
     if (d->N * S == 0) return FX_BN_DIRECT_DECLINED; /* no inputs, no extremes: the stage route */
     const int nt = nn_threads_for(d->N * C * S);
     /* the largest |output| from each channel's extreme inputs (the portable kernel on them) */
     double true_max = 0.0;
     int nonfinite = 0;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && C > 1) \
-    reduction(max : true_max) reduction(| : nonfinite)
-#endif
     for (int64_t ch = 0; ch < C; ch++) {
-        int16_t lo = INT16_MAX, hi = INT16_MIN;
-        for (int64_t n = 0; n < d->N; n++) {
-            const int16_t *p = m + (n * C + ch) * S;
-            for (int64_t s = 0; s < S; s++) {
-                lo = p[s] < lo ? p[s] : lo;
-                hi = p[s] > hi ? p[s] : hi;
-            }
-        }
-        const int16_t ends[2] = {lo, hi};
+        const int16_t ends[2] = {lo[ch], hi[ch]};
         const fx_bn_src e = {ends, FX_BN_I16, xs->scale};
         float q[2];
         fx_bn_kernels_portable.normalize(&e, 0, q, 2, mu[ch], a[ch], b[ch], 1, NULL);
@@ -130,5 +119,136 @@ int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
                          .quantize = bn_quantize};
     const int rc = fx_write_shared_with(y, &src, func);
     if (rc == FX_OK) atomic_fetch_add(&direct_runs, 1);
+    return rc;
+}
+
+/* ---- the backward pass: dx rounded at a guessed exponent -------------------------------------
+ * dx's largest |value| is not known before its values are: they depend on x and dy together.
+ * The stage route writes every value into an fp32 stage (8 MiB for one of ResNet-20's stage-1
+ * layers at batch 128), which the write reads again to round: on a Zen 5 the stores of that
+ * stage took most of the backward kernel's time. Where dx's exponent can be guessed before the
+ * write (fx_write_shared_guess_exp: FLEX16_5's Autoflex prediction, which is then the write's
+ * choice unless an overflow is recomputed; DFP16's current exponent), each piece of a row is
+ * computed into a small buffer by the level's backward kernel and rounded from there at the
+ * guess into dx, with the statistics of the values (the stage's largest finite |value| and
+ * NaN/Inf count) and of the rounding kept. The write then decides from those statistics as it
+ * would from the stage's; where it asks for the guessed exponent and rounding, the rounding is
+ * already in dx, and anywhere else (a recompute, a DFP16 scale that moved, an Autoflex trial)
+ * the pieces are computed and rounded again from x and dy, which the route leaves intact. The
+ * values are those of the stage and are rounded by the same code with the same element offsets,
+ * so dx, its exponent and every statistic are the stage route's bits (tests/test_bn_kernels.c).
+ * dx is written before its write decides, so the route needs a write that cannot fail
+ * (fx_write_i16_cannot_fail). */
+static atomic_int bwd_direct_enabled = 1;
+static atomic_llong bwd_direct_runs, bwd_direct_missed;
+
+void fx_bn_backward_direct_set_enabled(int on) { atomic_store(&bwd_direct_enabled, on != 0); }
+int64_t fx_bn_backward_direct_runs(void) { return atomic_load(&bwd_direct_runs); }
+int64_t fx_bn_backward_direct_missed(void) { return atomic_load(&bwd_direct_missed); }
+
+typedef struct bn_bwd_ctx {
+    const fx_bn_kernels *k;
+    const fx_backend *be;
+    const fx_bn_src *x, *g;
+    const fx_bn_dims *d;
+    const fx_bn_coefs *cf;
+    int16_t *dst;
+    int nt;
+    int fused_e;       /* dst holds the rounding at this exponent and rounding (or FX_EXP_NONE) */
+    fx_rounding fused_r;
+    fx_qstats fused_q; /* ... and these are its statistics */
+} bn_bwd_ctx;
+
+static int same_rounding(const fx_rounding *a, const fx_rounding *b)
+{
+    return a->mode == b->mode && a->seed == b->seed && a->counter == b->counter;
+}
+
+/* Every value computed and rounded at e (into dst with keep), the rounding's statistics into *q.
+ * Those include the values' largest finite |value| and their NaN/Inf count (max_abs_in and
+ * nonfinite: fx_qstats), which are what the write's scan of a stage finds, so the kernel
+ * keeps no statistics of its own (keeping them, in mask registers, took about a third of its
+ * time on a Zen 5). */
+static void bn_bwd_pass(const bn_bwd_ctx *c, int e, const fx_rounding *r, int keep,
+                        fx_qstats *q)
+{
+    const int64_t C = c->d->C, S = c->d->S, rows = c->d->N * C;
+    const fx_bn_coefs *cf = c->cf;
+    fx_qstats_init(q);
+    const int nt = c->nt;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        fx_qstats mine; /* merged once per thread, as in bn_quantize */
+        fx_qstats_init(&mine);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t row = 0; row < rows; row++) {
+            const int64_t ch = row % C;
+            float buf[PIECE];
+            for (int64_t s0 = 0; s0 < S; s0 += PIECE) {
+                const int64_t o = row * S + s0, len = S - s0 < PIECE ? S - s0 : PIECE;
+                c->k->backward(c->x, c->g, o, buf, len, cf->mu[ch], cf->is[ch], cf->k[ch],
+                               cf->mdy[ch], cf->mdyx[ch], 1, NULL);
+                fx_qstats st;
+                fx_qstats_init(&st);
+                c->be->cvt.quant_f32(buf, keep ? c->dst + o : NULL, len, e, r, o, &st);
+                fx_qstats_merge(&mine, &st);
+            }
+        }
+#ifdef _OPENMP
+#pragma omp critical(fx_bn_backward_merge)
+#endif
+        fx_qstats_merge(q, &mine);
+    }
+}
+
+static int bn_bwd_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    bn_bwd_ctx *c = vctx;
+    if (e == c->fused_e && same_rounding(r, &c->fused_r)) {
+        *q = c->fused_q;
+        return FX_OK;
+    }
+    if (keep) { /* dst is about to hold another rounding */
+        if (c->fused_e != FX_EXP_NONE) atomic_fetch_add(&bwd_direct_missed, 1);
+        c->fused_e = FX_EXP_NONE;
+    }
+    bn_bwd_pass(c, e, r, keep, q);
+    return FX_OK;
+}
+
+int fx_bn_backward_direct_ok(const tensor_t *dx, const tensor_t *x, const tensor_t *dy,
+                             const fx_bn_dims *d)
+{
+    return atomic_load(&bwd_direct_enabled) && d->N * d->S > 0 &&
+           fmt_is_shared_exponent(dx->fmt) && fx_tensor_covers_storage(dx) &&
+           dx->st != x->st && dx->st != dy->st && fx_write_i16_cannot_fail(dx);
+}
+
+int fx_bn_backward_direct(tensor_t *dx, const fx_bn_src *xs, const fx_bn_src *gs,
+                          const fx_bn_dims *d, const fx_bn_kernels *k, const fx_bn_coefs *cf,
+                          const char *func)
+{
+    int e;
+    if (!fx_write_shared_guess_exp(dx, &e)) return FX_BN_DIRECT_DECLINED;
+    const fx_storage *st = dx->st;
+    bn_bwd_ctx c = {k,  fx_backend_active(), xs, gs, d, cf, (int16_t *)fx_tensor_base(dx),
+                    nn_threads_for(d->N * d->C * d->S), FX_EXP_NONE,
+                    {st->rounding, st->seed, st->write_counter} /* the write's (store.c) */,
+                    {0}};
+    fx_prof_span sp;
+    fx_prof_begin(&sp);
+    bn_bwd_pass(&c, e, &c.fused_r, 1, &c.fused_q);
+    fx_prof_end(&sp, FX_PROF_ROUNDING);
+    c.fused_e = e;
+    fx_shared_src src = {.kind = FX_STAGE_F32, .true_max = c.fused_q.max_abs_in,
+                         .nonfinite = c.fused_q.nonfinite, .ctx = &c,
+                         .quantize = bn_bwd_quantize};
+    const int rc = fx_write_shared_with(dx, &src, func);
+    if (rc == FX_OK) atomic_fetch_add(&bwd_direct_runs, 1);
     return rc;
 }

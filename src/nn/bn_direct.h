@@ -14,11 +14,41 @@
 int fx_bn_direct_ok(const tensor_t *y, const tensor_t *x, const fx_bn_src *xs);
 
 /* y's write with channel c's output (xs - mu[c]) * a[c] + b[c] (as the kernels compute it,
- * rounded to odd fp32): FX_OK or the write's status, or FX_BN_DIRECT_DECLINED (nothing written)
- * where an output is not finite, which the stage route counts, or where there are no inputs. */
+ * rounded to odd fp32), where lo[c] and hi[c] are channel c's smallest and largest mantissa
+ * (the kernels' sum_range_i16): FX_OK or the write's status, or FX_BN_DIRECT_DECLINED (nothing
+ * written) where an output is not finite, which the stage route counts, or where there are no
+ * inputs. */
 int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
                          const fx_bn_kernels *k, const double *mu, const double *a,
-                         const double *b, const char *func);
+                         const double *b, const int16_t *lo, const int16_t *hi,
+                         const char *func);
+
+/* The backward pass's coefficients per channel c: dx = k[c] * (dy - mdy[c] - xhat * mdyx[c]),
+ * xhat = (x - mu[c]) * is[c] (bn_kernels.h, backward) */
+typedef struct fx_bn_coefs {
+    const double *mu, *is, *k, *mdy, *mdyx;
+} fx_bn_coefs;
+
+/* Whether the backward route may take dx from x and dy: a whole FLEX16_5/DFP16 dx that shares
+ * no storage with x or dy (the route reads both again after writing dx when the write asks for
+ * another exponent), whose write cannot fail (dx is written before its write decides), and a
+ * batch with elements. */
+int fx_bn_backward_direct_ok(const tensor_t *dx, const tensor_t *x, const tensor_t *dy,
+                             const fx_bn_dims *d);
+
+/* dx's write with its values computed by k's backward kernel from xs and gs with the
+ * coefficients cf, rounded at dx's guessed exponent without an fp32 stage (batchnorm_direct.c):
+ * FX_OK or the write's status, or FX_BN_DIRECT_DECLINED (nothing written) where dx's exponent
+ * cannot be guessed (a first write, a pending one). */
+int fx_bn_backward_direct(tensor_t *dx, const fx_bn_src *xs, const fx_bn_src *gs,
+                          const fx_bn_dims *d, const fx_bn_kernels *k, const fx_bn_coefs *cf,
+                          const char *func);
+
+/* Test hooks: 0 sends every backward pass to the stage route; runs, and writes that asked for
+ * another exponent than the guess (rounded again), counted */
+void fx_bn_backward_direct_set_enabled(int on);
+int64_t fx_bn_backward_direct_runs(void);
+int64_t fx_bn_backward_direct_missed(void);
 
 /* Test hooks: 0 sends every forward pass to the stage route; runs counted */
 void fx_bn_direct_set_enabled(int on);

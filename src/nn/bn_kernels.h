@@ -82,18 +82,38 @@ typedef struct fx_bn_kernels {
     void (*backward)(const fx_bn_src *x, const fx_bn_src *g, int64_t off, float *q, int64_t S,
                      double mu, double is, double k, double mdy, double mdyx, int odd,
                      fx_bn_max *mx);
+    /* stats' second pass alone: var[j] = the mean of (x - mean[j])^2 over channel c0 + j, in
+     * stats' order (the same bits as stats gives, for the same mean) */
+    void (*var)(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc, const double *mean,
+                double *var);
+    /* Integers only: over channel c0 + j of int16 mantissas m (laid out as x), the exact sum
+     * sum[j] and the smallest and largest mantissa lo[j], hi[j] (INT16_MAX and INT16_MIN for a
+     * channel with no elements). d->M must be below 2^47, so that no sum leaves int64. */
+    void (*sum_range_i16)(const int16_t *m, const fx_bn_dims *d, int64_t c0, int nc,
+                          int64_t *sum, int16_t *lo, int16_t *hi);
 } fx_bn_kernels;
+
+/* Whether a source's mean can be taken from the integer sum of its mantissas (sum_range_i16):
+ * mantissas m whose every m 2^exp is an fp32 number (2^exp from 2^-149 to 2^112: |m| 2^exp
+ * below 2^127, a multiple of fp32's smallest step with at most 16 significant bits), so that
+ * fx_bn_at gives m 2^exp itself; then every partial sum of stats' first pass is an integer
+ * multiple of 2^exp below 2^53 2^exp, exact in double, and the mean it gives,
+ * (sum m) 2^exp / M, is fx_bn_int_mean's. M below 2^37 keeps those sums below 2^53 units. */
+static inline int fx_bn_int_mean_ok(const fx_bn_src *x, const fx_bn_dims *d)
+{
+    return x->kind == FX_BN_I16 && x->scale >= 0x1p-149 && x->scale <= 0x1p112 &&
+           d->M < ((int64_t)1 << 37);
+}
+
+/* stats' mean from the exact sum of the mantissas (fx_bn_int_mean_ok sources) */
+static inline double fx_bn_int_mean(int64_t sum, double scale, const fx_bn_dims *d)
+{
+    return (double)sum * scale / (double)d->M;
+}
 
 extern const fx_bn_kernels fx_bn_kernels_portable;
 extern const fx_bn_kernels fx_bn_kernels_avx2;
 extern const fx_bn_kernels fx_bn_kernels_avx512;
-
-/* The AVX2 channel sums, which the AVX-512 level shares (batchnorm_avx512.c) */
-void fx_bn_stats_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc, double *mean,
-                      double *var);
-void fx_bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_bn_dims *d,
-                          int64_t c0, int nc, const double *mu, const double *is, double *sdy,
-                          double *sdyx);
 
 /* Every pair of source kinds (x, dy) gets its own loop in the SIMD levels' grad_sums and backward: training's
  * pairs have one kind, a mixed pair is x and dy in two formats. FX_BN_KIND_PAIRS_OF takes the
