@@ -20,15 +20,37 @@
 #pragma STDC FP_CONTRACT OFF /* as -ffp-contract=off, for builds that do not pass the flag */
 #endif
 
-/* Elements i..i+7 of a source as fx_bn_at gives them (see ld4 in batchnorm_avx2.c: a mantissa
- * times 2^exp is one correctly rounded fp32 multiply, then widened). */
+/* A mantissa source whose every m 2^exp is an fp32 number (2^exp from 2^-149 to 2^112, as in
+ * batchnorm_avx2.c): its values are m 2^exp exactly, widened to double in one conversion and
+ * one exact multiply, where the fp32 route of fx_bn_at takes two conversions (that conversion
+ * took about a tenth of the element-wise passes on a Zen 5). A kind of this file only; other
+ * mantissa sources (exponents above 112, which training never holds) take the portable kernels,
+ * which give the same bits. */
+#define FX_BN_I16_EXACT 3
+
+static inline fx_bn_src exact_kind(const fx_bn_src *x)
+{
+    fx_bn_src e = *x;
+    if (x->kind == FX_BN_I16 && x->scale >= 0x1p-149 && x->scale <= 0x1p112)
+        e.kind = FX_BN_I16_EXACT;
+    return e;
+}
+
+/* fx_bn_at for every kind of this file */
+static inline double at(const fx_bn_src *x, int64_t i)
+{
+    if (x->kind == FX_BN_I16_EXACT) return (double)((const int16_t *)x->p)[i] * x->scale;
+    return fx_bn_at(x, i);
+}
+
+/* Elements i..i+7 of a source as at() gives them. */
 static inline __attribute__((always_inline)) __m512d ld8(const fx_bn_src *x, int64_t i,
                                                          const int K)
 {
-    if (K == FX_BN_I16) {
+    if (K == FX_BN_I16_EXACT) {
         const __m128i h = _mm_loadu_si128((const __m128i *)((const int16_t *)x->p + i));
-        const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(h));
-        return _mm512_cvtps_pd(_mm256_mul_ps(m, _mm256_set1_ps((float)x->scale)));
+        return _mm512_mul_pd(_mm512_cvtepi32_pd(_mm256_cvtepi16_epi32(h)),
+                             _mm512_set1_pd(x->scale));
     }
     if (K == FX_BN_BF16) {
         const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)x->p + i));
@@ -41,10 +63,10 @@ static inline __attribute__((always_inline)) __m512d ld8(const fx_bn_src *x, int
 static inline __attribute__((always_inline)) __m512d ld8_mask(const fx_bn_src *x, int64_t i,
                                                               __mmask8 live, const int K)
 {
-    if (K == FX_BN_I16) {
+    if (K == FX_BN_I16_EXACT) {
         const __m128i h = _mm_maskz_loadu_epi16(live, (const int16_t *)x->p + i);
-        const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(h));
-        return _mm512_cvtps_pd(_mm256_mul_ps(m, _mm256_set1_ps((float)x->scale)));
+        return _mm512_mul_pd(_mm512_cvtepi32_pd(_mm256_cvtepi16_epi32(h)),
+                             _mm512_set1_pd(x->scale));
     }
     if (K == FX_BN_BF16) {
         const __m128i h = _mm_maskz_loadu_epi16(live, (const uint16_t *)x->p + i);
@@ -88,7 +110,7 @@ static inline __attribute__((always_inline)) void var8_n(const fx_bn_src *x,
         }
         for (; s < S; s++) /* a row's tail joins partial sum 0 only (see add_lane0, AVX2) */
             for (int j = 0; j < NC; j++) {
-                const double t = fx_bn_at(x, o + j * S + s) - mean[j];
+                const double t = at(x, o + j * S + s) - mean[j];
                 acc[j] = _mm256_blend_pd(acc[j], _mm256_add_pd(acc[j], _mm256_set1_pd(t * t)), 1);
             }
     }
@@ -126,7 +148,7 @@ static inline __attribute__((always_inline)) void mean8_n(const fx_bn_src *x,
         for (; s < S; s++)
             for (int j = 0; j < NC; j++)
                 acc[j] = _mm256_blend_pd(
-                    acc[j], _mm256_add_pd(acc[j], _mm256_set1_pd(fx_bn_at(x, o + j * S + s))), 1);
+                    acc[j], _mm256_add_pd(acc[j], _mm256_set1_pd(at(x, o + j * S + s))), 1);
     }
     for (int j = 0; j < NC; j++) {
         double l[4];
@@ -154,10 +176,12 @@ static inline __attribute__((always_inline)) void stats8_k(const fx_bn_src *x,
 static void bn_stats_avx512(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
                             double *mean, double *var)
 {
-    switch (x->kind) {
-    case FX_BN_I16: stats8_k(x, d, c0, nc, mean, var, FX_BN_I16); break;
+    const fx_bn_src xe = exact_kind(x);
+    switch (xe.kind) {
+    case FX_BN_I16_EXACT: stats8_k(&xe, d, c0, nc, mean, var, FX_BN_I16_EXACT); break;
     case FX_BN_BF16: stats8_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
-    default: stats8_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
+    case FX_BN_F32: stats8_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
+    default: fx_bn_kernels_portable.stats(x, d, c0, nc, mean, var); break;
     }
 }
 
@@ -204,8 +228,8 @@ static inline __attribute__((always_inline)) void grad8_n(const fx_bn_src *x,
         }
         for (; s < S; s++)
             for (int j = 0; j < NC; j++) {
-                const double g = fx_bn_at(dy, o + j * S + s);
-                const double p = g * ((fx_bn_at(x, o + j * S + s) - mu[j]) * is[j]);
+                const double g = at(dy, o + j * S + s);
+                const double p = g * ((at(x, o + j * S + s) - mu[j]) * is[j]);
                 a[j] = _mm256_blend_pd(a[j], _mm256_add_pd(a[j], _mm256_set1_pd(g)), 1);
                 b[j] = _mm256_blend_pd(b[j], _mm256_add_pd(b[j], _mm256_set1_pd(p)), 1);
             }
@@ -223,16 +247,18 @@ static void bn_grad_sums_avx512(const fx_bn_src *x, const fx_bn_src *dy, const f
                                 int64_t c0, int nc, const double *mu, const double *is,
                                 double *sdy, double *sdyx)
 {
+    const fx_bn_src xe = exact_kind(x), ge = exact_kind(dy);
 #define FX_BN_GRAD8_CASE(KX, KG)                                                               \
-    if (x->kind == (KX) && dy->kind == (KG)) {                                                 \
+    if (xe.kind == (KX) && ge.kind == (KG)) {                                                  \
         if (nc == FX_BN_GROUP)                                                                 \
-            grad8_n(x, dy, d, c0, FX_BN_GROUP, mu, is, sdy, sdyx, (KX), (KG));                 \
+            grad8_n(&xe, &ge, d, c0, FX_BN_GROUP, mu, is, sdy, sdyx, (KX), (KG));              \
         else                                                                                   \
             for (int j = 0; j < nc; j++)                                                       \
-                grad8_n(x, dy, d, c0 + j, 1, mu + j, is + j, sdy + j, sdyx + j, (KX), (KG));   \
+                grad8_n(&xe, &ge, d, c0 + j, 1, mu + j, is + j, sdy + j, sdyx + j, (KX),       \
+                        (KG));                                                                 \
         return;                                                                                \
     }
-    FX_BN_KIND_PAIRS(FX_BN_GRAD8_CASE)
+    FX_BN_KIND_PAIRS_OF(FX_BN_GRAD8_CASE, FX_BN_I16_EXACT)
 #undef FX_BN_GRAD8_CASE
     fx_bn_kernels_portable.grad_sums(x, dy, d, c0, nc, mu, is, sdy, sdyx); /* no other kinds */
 }
@@ -252,10 +278,12 @@ static inline __attribute__((always_inline)) void var8_k(const fx_bn_src *x,
 static void bn_var_avx512(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
                           const double *mean, double *var)
 {
-    switch (x->kind) {
-    case FX_BN_I16: var8_k(x, d, c0, nc, mean, var, FX_BN_I16); break;
+    const fx_bn_src xe = exact_kind(x);
+    switch (xe.kind) {
+    case FX_BN_I16_EXACT: var8_k(&xe, d, c0, nc, mean, var, FX_BN_I16_EXACT); break;
     case FX_BN_BF16: var8_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
-    default: var8_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
+    case FX_BN_F32: var8_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
+    default: fx_bn_kernels_portable.var(x, d, c0, nc, mean, var); break;
     }
 }
 
@@ -376,7 +404,7 @@ static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x
     }
     if (MX) max8_finish(mv, nv, mx);
     for (; s < S; s++) {
-        q[s] = nn_round_f32((fx_bn_at(x, off + s) - mu) * a + b, ODD);
+        q[s] = nn_round_f32((at(x, off + s) - mu) * a + b, ODD);
         if (MX) fx_bn_max_add(mx, q[s]);
     }
 }
@@ -385,10 +413,11 @@ static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x
 static void bn_normalize_avx512(const fx_bn_src *x, int64_t off, float *q, int64_t S, double mu,
                                 double a, double b, int odd, fx_bn_max *mx)
 {
-#define FX_BN_NORM_MODE(O, M) normalize_k(x, off, q, S, mu, a, b, mx, kind_, (O), (M))
-    switch (x->kind) {
-    case FX_BN_I16: {
-        const int kind_ = FX_BN_I16;
+    const fx_bn_src xe = exact_kind(x);
+#define FX_BN_NORM_MODE(O, M) normalize_k(&xe, off, q, S, mu, a, b, mx, kind_, (O), (M))
+    switch (xe.kind) {
+    case FX_BN_I16_EXACT: {
+        const int kind_ = FX_BN_I16_EXACT;
         FX_BN_RUN_MODES(FX_BN_NORM_MODE);
         break;
     }
@@ -397,11 +426,12 @@ static void bn_normalize_avx512(const fx_bn_src *x, int64_t off, float *q, int64
         FX_BN_RUN_MODES(FX_BN_NORM_MODE);
         break;
     }
-    default: {
+    case FX_BN_F32: {
         const int kind_ = FX_BN_F32;
         FX_BN_RUN_MODES(FX_BN_NORM_MODE);
         break;
     }
+    default: fx_bn_kernels_portable.normalize(x, off, q, S, mu, a, b, odd, mx); break;
     }
 #undef FX_BN_NORM_MODE
 }
@@ -426,8 +456,8 @@ static inline __attribute__((always_inline)) void backward_k(
     }
     if (MX) max8_finish(mv, nv, mx);
     for (; s < S; s++) {
-        const double xhat = (fx_bn_at(x, off + s) - mu) * is;
-        q[s] = nn_round_f32(k * (fx_bn_at(g, off + s) - mdy - xhat * mdyx), ODD);
+        const double xhat = (at(x, off + s) - mu) * is;
+        q[s] = nn_round_f32(k * (at(g, off + s) - mdy - xhat * mdyx), ODD);
         if (MX) fx_bn_max_add(mx, q[s]);
     }
 }
@@ -436,14 +466,16 @@ static void bn_backward_avx512(const fx_bn_src *x, const fx_bn_src *g, int64_t o
                                int64_t S, double mu, double is, double k, double mdy,
                                double mdyx, int odd, fx_bn_max *mx)
 {
-#define FX_BN_BWD_MODE(O, M) backward_k(x, g, off, q, S, mu, is, k, mdy, mdyx, mx, kx_, kg_, (O), (M))
+    const fx_bn_src xe = exact_kind(x), ge = exact_kind(g);
+#define FX_BN_BWD_MODE(O, M)                                                                   \
+    backward_k(&xe, &ge, off, q, S, mu, is, k, mdy, mdyx, mx, kx_, kg_, (O), (M))
 #define FX_BN_BWD_CASE(KX, KG)                                                                 \
-    if (x->kind == (KX) && g->kind == (KG)) {                                                  \
+    if (xe.kind == (KX) && ge.kind == (KG)) {                                                  \
         const int kx_ = (KX), kg_ = (KG);                                                      \
         FX_BN_RUN_MODES(FX_BN_BWD_MODE);                                                       \
         return;                                                                                \
     }
-    FX_BN_KIND_PAIRS(FX_BN_BWD_CASE)
+    FX_BN_KIND_PAIRS_OF(FX_BN_BWD_CASE, FX_BN_I16_EXACT)
 #undef FX_BN_BWD_CASE
 #undef FX_BN_BWD_MODE
     fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx); /* no other kinds */
