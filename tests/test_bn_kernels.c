@@ -306,15 +306,23 @@ static void compare_kinds(const fx_bn_kernels *k, const char *level, const fx_bn
                 p->normalize(&xf, o, q0, d->S, m0[0], is[0] * 1.5, 0.25, odd, NULL);
                 CHECK(same_floats(q0, q1, d->S), "%s normalize of %s without statistics", level,
                       nx);
+                k->backward(&X->src, &G->src, o, q1, d->S, m0[0], is[0], 0.7, a0[0] / 3,
+                            b0[0] / 3, odd, NULL);
+                p->backward(&xf, &gf, o, q0, d->S, m0[0], is[0], 0.7, a0[0] / 3, b0[0] / 3, odd,
+                            NULL);
+                CHECK(same_floats(q0, q1, d->S), "%s backward of %s and %s without statistics",
+                      level, nx, ng);
             }
     }
     free(q0);
     free(q1);
 }
 
-/* Exponents of the mantissa sources: ordinary, fp32-subnormal results, overflow to Inf, and
- * the ends of the range fx_bn_src allows. */
-static const int mant_exps[] = {-16, -140, 116, FX_BN_I16_EXP_MIN + 10, FX_BN_I16_EXP_MAX};
+/* Exponents of the mantissa sources: ordinary, fp32-subnormal results, overflow to Inf, the
+ * ends of the range fx_bn_src allows, and both sides of the SIMD levels' exact-source range
+ * (up to 112, where the integer mean and one-conversion widening apply, and 113 beyond it). */
+static const int mant_exps[] = {-16, -140, 116, FX_BN_I16_EXP_MIN + 10, FX_BN_I16_EXP_MAX,
+                                FX_BN_I16_EXP_MIN, 112, 113};
 
 static void compare(const fx_bn_kernels *k, const char *level, const fx_bn_dims *d, int data,
                     test_rng *r)
@@ -528,7 +536,8 @@ static void ops_in_place(void)
  * statistic of the write and of the storage (saturations, overflows, Autoflex's recomputes),
  * after each of three writes in a row (the third at 60 times the scale: a FLEX16_5 prediction
  * that overflows and is recomputed), in training and inference, rounding to nearest and
- * stochastically, with one and two threads; rows longer than the route's buffer (S = 1600),
+ * stochastically, with one and two threads (a second thread takes part only from 2^15 values:
+ * the last case); rows longer than the route's buffer (S = 1600),
  * one value per row ([N, F]); the route counted as run, and not run where y is x (it may read x
  * again after writing y), where an output is not finite (a NaN gamma: the stage route counts
  * it) or where there is no input (an empty batch in inference). */
@@ -600,7 +609,8 @@ static void forward_direct(void)
         {{4, 3, 40, 40}, 4, 1, 0, 0, 0}, {{6, 8, 5, 7}, 4, 1, 0, 0, 0},
         {{64, 5, 0, 0}, 2, 1, 0, 0, 0},  {{6, 8, 5, 7}, 4, 0, 0, 0, 0},
         {{4, 3, 40, 40}, 4, 1, 1, 0, 0}, {{6, 8, 5, 7}, 4, 1, 0, 1, 0},
-        {{6, 8, 5, 7}, 4, 1, 0, 0, 1},   {{0, 4, 8, 8}, 4, 0, 0, 0, 0}};
+        {{6, 8, 5, 7}, 4, 1, 0, 0, 1},   {{0, 4, 8, 8}, 4, 0, 0, 0, 0},
+        {{8, 4, 32, 40}, 4, 1, 1, 0, 0}}; /* 40,960 values: two threads take it */
     static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
         for (int fi = 0; fi < 2; fi++)
@@ -643,7 +653,8 @@ static void forward_direct(void)
  * every statistic of its writes, after each of four backward passes in a row (the third at 60
  * times the scale of dy: a FLEX16_5 prediction that overflows and is recomputed, a DFP16
  * exponent that moves; the fourth back at the old scale), rounding to nearest and
- * stochastically, with one and two threads, rows longer than the route's buffer and one value
+ * stochastically, with one and two threads (the last case is large enough for two to take
+ * part), rows longer than the route's buffer and one value
  * per row; the route counted as run where dx's exponent can be guessed (every write of a DFP16
  * dx, every one but the first of a FLEX16_5 dx) and as rounding again where the guess missed,
  * and not run where dx is dy. dgamma and dbeta are compared too. */
@@ -711,7 +722,9 @@ static void backward_direct(void)
 {
     static const bwd_case cases[] = {{{4, 3, 40, 40}, 4, 0, 0}, {{6, 8, 5, 7}, 4, 0, 0},
                                      {{64, 5, 0, 0}, 2, 0, 0},  {{4, 3, 40, 40}, 4, 1, 0},
-                                     {{6, 8, 5, 7}, 4, 1, 0},   {{6, 8, 5, 7}, 4, 0, 1}};
+                                     {{6, 8, 5, 7}, 4, 1, 0},   {{6, 8, 5, 7}, 4, 0, 1},
+                                     /* 40,960 values: two threads take it */
+                                     {{8, 4, 32, 40}, 4, 1, 0}};
     static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
     /* the deferred suite's host writes are not decided at once, so they may fail later: the
      * route, which writes dx first, stays off there (fx_write_i16_cannot_fail) */
@@ -776,6 +789,7 @@ int main(void)
     static const fx_bn_dims shapes[] = {
         {2, 3, 5, 10},     {4, 8, 9, 36},    {3, 17, 20, 60}, {1, 4, 1, 1},
         {64, 6, 1, 64},    {8, 16, 64, 512}, {5, 7, 33, 165}, {2, 4, 1027, 2054},
+        {3, 5, 6, 18},     {2, 6, 7, 14},    {3, 4, 10, 30},
     };
     int levels = 0;
     for (int b = 0; b < FX_BACKEND_COUNT; b++) {
@@ -792,8 +806,12 @@ int main(void)
     }
     sum_range_long(&fx_bn_kernels_portable, "portable");
     ops_in_place(); /* every backend, the portable kernels included */
-    forward_direct();
-    backward_direct();
+    for (int bi = 0; bi < flexpoint_backend_count(); bi++) { /* the direct routes on each too */
+        if (!flexpoint_backend_available(bi)) continue;
+        CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
+        forward_direct();
+        backward_direct();
+    }
     if (!levels) printf("test_bn_kernels: no CPU level with its own batch-norm kernels here\n");
     return test_finish("test_bn_kernels");
 }

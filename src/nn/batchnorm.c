@@ -627,14 +627,21 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
                 rc = fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
                 goto done;
             }
+            /* (a FLEX16_5 dx's first write, every step where dx is made afresh: on every
+             * thread, as the stage route's own loop) */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
             for (int64_t g = 0; g < ngroups; g++) {
                 const int64_t c0 = g * gsz, c1 = c0 + gsz < C ? c0 + gsz : C;
+                fx_bn_max local = {0.0f, 0};
                 for (int64_t c = c0; c < c1; c++)
                     for (int64_t n = 0; n < d.N; n++) {
                         const int64_t o = (n * C + c) * S;
                         kn->backward(&xs, &gys, o, dxv + o, S, cmu[c], cis[c], ck[c], cmdy[c],
-                                     cmdyx[c], odd, gmax ? gmax + g : NULL);
+                                     cmdyx[c], odd, gmax ? &local : NULL);
                     }
+                if (gmax) gmax[g] = local;
             }
             rc = nn_bn_write(dx, dxv, gmax, ngroups, func);
         }

@@ -30,7 +30,7 @@ typedef struct fx_bn_src {
     const void *p; /* element 0 */
     int kind;      /* FX_BN_F32 (float), FX_BN_I16 (FLEX16_5/DFP16 mantissas), FX_BN_BF16 */
     double scale;  /* FX_BN_I16: 2^exp, the weight of a mantissa, an fp32 number (exp in
-                    * [FX_BN_I16_EXP_MIN, FX_BN_I16_EXP_MAX]: SIMD kernels multiply in fp32) */
+                    * [FX_BN_I16_EXP_MIN, FX_BN_I16_EXP_MAX]) */
 } fx_bn_src;
 
 /* Element i of a source as the double the kernels compute with: (double) of its fp32 value.
