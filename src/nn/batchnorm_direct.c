@@ -1,5 +1,6 @@
-/* Batch norm's forward output straight into a shared-exponent y (batchnorm.c takes this route
- * for FLEX16_5/DFP16 mantissa inputs into a whole FLEX16_5/DFP16 output).
+/* Batch norm's outputs straight into a shared-exponent tensor, without an fp32 stage: the
+ * forward pass's y here, the backward pass's dx further down (batchnorm.c takes the forward
+ * route for FLEX16_5/DFP16 mantissa inputs into a whole FLEX16_5/DFP16 output).
  *
  * The general route normalises every element into an fp32 stage (rounded to odd), and the write
  * then rounds the stage into y at the exponent it chooses from the stage's largest |value|: an
@@ -8,7 +9,8 @@
  * rounded from there while it is in L1:
  *   - the largest |output| is exact without computing the outputs: per channel an output is
  *     y(v) = odd32(((v - mean) * a) + b) in double, a composition of monotone roundings of v, so
- *     its extreme values are those of the channel's smallest and largest input;
+ *     its extreme values are those of the channel's smallest and largest input (which the
+ *     kernels' integer pass, sum_range_i16, finds with the mean's sum);
  *   - the write (fx_write_shared_with) decides the exponent from it as it would from the stage
  *     (DFP16 exactly, FLEX16_5 by Autoflex), and asks for the rounding through bn_quantize: each
  *     piece of a row is normalised by the level's kernel into fp32 (the stage's values) and
