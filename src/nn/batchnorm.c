@@ -551,22 +551,16 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
     if ((rc = nn_bn_source(x, &xs, &xcopy, &sc, func))) goto done;
     if ((rc = nn_bn_source(dy, &gys, &gycopy, &sc, func))) goto done;
     if ((rc = nn_in_f32(gamma, &gv, &sc, func))) goto done;
-    /* a shared-exponent dx from in-place sources: the sums first, then dx rounded straight
-     * from the rows at a guessed exponent (bn_direct.h), without the fp32 stage; the
-     * coefficients per channel */
-    const int direct = nn_bn_in_place() && fx_bn_backward_direct_ok(dx, x, dy, &d);
-    double *cmu = NULL, *cis = NULL, *ck = NULL, *cmdy = NULL, *cmdyx = NULL;
-    if (direct) {
-        cmu = fx_scratch_alloc(&sc, C, sizeof *cmu);
-        cis = fx_scratch_alloc(&sc, C, sizeof *cis);
-        ck = fx_scratch_alloc(&sc, C, sizeof *ck);
-        cmdy = fx_scratch_alloc(&sc, C, sizeof *cmdy);
-        cmdyx = fx_scratch_alloc(&sc, C, sizeof *cmdyx);
-        if (!cmu || !cis || !ck || !cmdy || !cmdyx) {
-            rc = fx_error(FX_ENOMEM, func, "cannot allocate coefficients for %lld channels",
-                          (long long)C);
-            goto done;
-        }
+    /* a shared-exponent dx from in-place sources whose exponent can be guessed (e): the sums
+     * first, then dx rounded straight from the rows at e (bn_direct.h), without the fp32
+     * stage; per channel the coefficients k, mdy and mdyx (mu and is are save_*) */
+    int e = 0;
+    const int direct = nn_bn_in_place() && fx_bn_backward_direct_ok(dx, x, dy, &d, &e);
+    double *coef = direct ? fx_scratch_alloc(&sc, 3 * C, sizeof *coef) : NULL;
+    if (direct && !coef) {
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate coefficients for %lld channels",
+                      (long long)C);
+        goto done;
     }
     /* dx may overwrite a private copy of dy: channel c's sums are taken before its dx, and
      * each element only reads its own dy and x */
@@ -582,8 +576,9 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
     const fmt_t gf = dgamma ? dgamma->fmt : FMT_FP32, bf = dbeta ? dbeta->fmt : FMT_FP32;
     const fx_bn_kernels *kn = nn_bn_kernels();
     const int64_t gsz = nn_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
-    fx_bn_max *gmax; /* a shared-exponent dx: the write's statistics, kept by the kernels */
-    if ((rc = nn_bn_max_records(dx, ngroups, &gmax, &sc, func))) goto done;
+    /* a shared-exponent dx on the stage route: the write's statistics, kept by the kernels */
+    fx_bn_max *gmax = NULL;
+    if (!direct && (rc = nn_bn_max_records(dx, ngroups, &gmax, &sc, func))) goto done;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
@@ -604,11 +599,9 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
             db[c] = nn_stage_f32(sdy[j], bf);
             const double k = (double)gv[c] * is[j], mdy = sdy[j] / M, mdyx = sdyx[j] / M;
             if (direct) {
-                cmu[c] = mu[j];
-                cis[c] = is[j];
-                ck[c] = k;
-                cmdy[c] = mdy;
-                cmdyx[c] = mdyx;
+                coef[c] = k;
+                coef[C + c] = mdy;
+                coef[2 * C + c] = mdyx;
                 continue;
             }
             for (int64_t n = 0; n < d.N; n++) {
@@ -619,32 +612,8 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
         if (gmax) gmax[g] = local;
     }
     if (direct) {
-        const fx_bn_coefs cf = {cmu, cis, ck, cmdy, cmdyx};
-        rc = fx_bn_backward_direct(dx, &xs, &gys, &d, kn, &cf, func);
-        if (rc == FX_BN_DIRECT_DECLINED) { /* no guess: the stage route, from the same sums */
-            dxv = nn_out_f32(dx, ins, 3, gycopy, &sc);
-            if (!dxv) {
-                rc = fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
-                goto done;
-            }
-            /* (a FLEX16_5 dx's first write, every step where dx is made afresh: on every
-             * thread, as the stage route's own loop) */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-            for (int64_t g = 0; g < ngroups; g++) {
-                const int64_t c0 = g * gsz, c1 = c0 + gsz < C ? c0 + gsz : C;
-                fx_bn_max local = {0.0f, 0};
-                for (int64_t c = c0; c < c1; c++)
-                    for (int64_t n = 0; n < d.N; n++) {
-                        const int64_t o = (n * C + c) * S;
-                        kn->backward(&xs, &gys, o, dxv + o, S, cmu[c], cis[c], ck[c], cmdy[c],
-                                     cmdyx[c], odd, gmax ? &local : NULL);
-                    }
-                if (gmax) gmax[g] = local;
-            }
-            rc = nn_bn_write(dx, dxv, gmax, ngroups, func);
-        }
+        const fx_bn_coefs cf = {save_mean, save_invstd, coef, coef + C, coef + 2 * C};
+        rc = fx_bn_backward_direct(dx, e, &xs, &gys, &d, kn, &cf, func);
     } else
         rc = nn_bn_write(dx, dxv, gmax, ngroups, func);
     if (!rc && dgamma) rc = fx_write_f32(dgamma, dg, func);

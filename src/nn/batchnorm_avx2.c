@@ -16,32 +16,9 @@
 #pragma STDC FP_CONTRACT OFF /* as -ffp-contract=off, for builds that do not pass the flag */
 #endif
 
-/* A mantissa source whose every value m 2^exp is an fp32 number: exp <= 112 keeps |m| 2^exp
- * below 2^128, and exp >= -149 (fx_bn_src's least) makes it a multiple of fp32's smallest
- * step with at most 16 significant bits. There the fp32 multiply of the dequantisation is
- * exact and the kernels take m 2^exp in double directly: one conversion (int32 -> double) in
- * place of two (int32 -> fp32 -> double). A kind of this file only; fx_bn_src's callers never
- * see it. Other mantissa sources (exp > 112: values up to 2^127, which training never holds)
- * take the portable kernels, which give the same bits. */
-#define FX_BN_I16_EXACT 3
-
-static inline fx_bn_src exact_kind(const fx_bn_src *x)
-{
-    fx_bn_src e = *x;
-    if (x->kind == FX_BN_I16 && x->scale >= 0x1p-149 && x->scale <= 0x1p112)
-        e.kind = FX_BN_I16_EXACT;
-    return e;
-}
-
-/* fx_bn_at for every kind of this file (an exact mantissa's product is its fp32 value) */
-static inline double at(const fx_bn_src *x, int64_t i)
-{
-    if (x->kind == FX_BN_I16_EXACT) return (double)((const int16_t *)x->p)[i] * x->scale;
-    return fx_bn_at(x, i);
-}
-
-/* Elements i..i+3 of a source as fx_bn_at gives them: fp32 widened; an exact mantissa times
- * 2^exp in double; bf16 shifted into fp32. */
+/* Elements i..i+3 of a source as fx_bn_at_exact gives them: fp32 widened; an exact mantissa
+ * (bn_kernels.h: fx_bn_i16_exact, run as kind FX_BN_I16_EXACT; other mantissa sources take the
+ * portable kernels) times 2^exp in double; bf16 shifted into fp32. */
 static inline __attribute__((always_inline)) __m256d ld4(const fx_bn_src *x, int64_t i,
                                                          const int K)
 {
@@ -173,7 +150,7 @@ static inline __attribute__((always_inline)) void var_n(const fx_bn_src *x, cons
             }
         for (; s < S; s++)
             for (int j = 0; j < NC; j++) {
-                const double t = at(x, o + j * S + s) - mean[j];
+                const double t = fx_bn_at_exact(x, o + j * S + s) - mean[j];
                 acc[j] = add_lane0(acc[j], t * t);
             }
     }
@@ -194,7 +171,8 @@ static inline __attribute__((always_inline)) void stats_n(const fx_bn_src *x, co
         for (; s + 4 <= S; s += 4)
             for (int j = 0; j < NC; j++) acc[j] = _mm256_add_pd(acc[j], ld4(x, o + j * S + s, K));
         for (; s < S; s++)
-            for (int j = 0; j < NC; j++) acc[j] = add_lane0(acc[j], at(x, o + j * S + s));
+            for (int j = 0; j < NC; j++)
+                acc[j] = add_lane0(acc[j], fx_bn_at_exact(x, o + j * S + s));
     }
     for (int j = 0; j < NC; j++) mean[j] = combine(acc[j]) / (double)d->M;
     var_n(x, d, c0, NC, mean, var, K);
@@ -214,7 +192,7 @@ static inline __attribute__((always_inline)) void stats_k(const fx_bn_src *x, co
 static void bn_stats_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
                       double *mean, double *var)
 {
-    const fx_bn_src xe = exact_kind(x);
+    const fx_bn_src xe = fx_bn_exact_kind(x);
     switch (xe.kind) {
     case FX_BN_I16_EXACT: stats_k(&xe, d, c0, nc, mean, var, FX_BN_I16_EXACT); break;
     case FX_BN_BF16: stats_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
@@ -237,7 +215,7 @@ static inline __attribute__((always_inline)) void var_k(const fx_bn_src *x, cons
 static void bn_var_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
                     const double *mean, double *var)
 {
-    const fx_bn_src xe = exact_kind(x);
+    const fx_bn_src xe = fx_bn_exact_kind(x);
     switch (xe.kind) {
     case FX_BN_I16_EXACT: var_k(&xe, d, c0, nc, mean, var, FX_BN_I16_EXACT); break;
     case FX_BN_BF16: var_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
@@ -247,10 +225,8 @@ static void bn_var_avx2(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int
 }
 
 /* The mantissas' sum, smallest and largest value per channel, sixteen at a time: pairs summed
- * by vpmaddwd into int32 lanes (|pair| <= 2^16), which are widened into int64 lanes every
- * FX_BN_SUM32_VECS vectors, before 2^15 pairs could leave int32. */
-#define FX_BN_SUM32_VECS 16384
-
+ * by vpmaddwd into int32 lanes, widened into int64 lanes every FX_BN_SUM32_VECS vectors
+ * (bn_kernels.h). */
 static inline int64_t hsum_epi64_256(__m256i v)
 {
     int64_t l[4];
@@ -334,9 +310,9 @@ static inline __attribute__((always_inline)) void grad_n(const fx_bn_src *x, con
             }
         for (; s < S; s++)
             for (int j = 0; j < NC; j++) {
-                const double g = at(dy, o + j * S + s);
+                const double g = fx_bn_at_exact(dy, o + j * S + s);
                 a[j] = add_lane0(a[j], g);
-                b[j] = add_lane0(b[j], g * ((at(x, o + j * S + s) - mu[j]) * is[j]));
+                b[j] = add_lane0(b[j], g * ((fx_bn_at_exact(x, o + j * S + s) - mu[j]) * is[j]));
             }
     }
     for (int j = 0; j < NC; j++) {
@@ -367,7 +343,7 @@ static void bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_
                           int64_t c0, int nc, const double *mu, const double *is, double *sdy,
                           double *sdyx)
 {
-    const fx_bn_src xe = exact_kind(x), ge = exact_kind(dy);
+    const fx_bn_src xe = fx_bn_exact_kind(x), ge = fx_bn_exact_kind(dy);
 #define FX_BN_GRAD_CASE(KX, KG)                                                                \
     if (xe.kind == (KX) && ge.kind == (KG)) {                                                  \
         grad_k(&xe, &ge, d, c0, nc, mu, is, sdy, sdyx, (KX), (KG));                            \
@@ -401,7 +377,7 @@ static inline __attribute__((always_inline)) int normalize_run(const fx_bn_src *
     if (FAST && _mm_movemask_ps(ok) != 0xF) return 0;
     if (mx) max4_finish(mv, nv, mx);
     for (; s < S; s++) {
-        q[s] = nn_round_f32((at(x, off + s) - mu) * a + b, odd);
+        q[s] = nn_round_f32((fx_bn_at_exact(x, off + s) - mu) * a + b, odd);
         if (mx) fx_bn_max_add(mx, q[s]);
     }
     return 1;
@@ -419,7 +395,7 @@ static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x
 static void bn_normalize_avx2(const fx_bn_src *x, int64_t off, float *q, int64_t S, double mu,
                               double a, double b, int odd, fx_bn_max *mx)
 {
-    const fx_bn_src xe = exact_kind(x);
+    const fx_bn_src xe = fx_bn_exact_kind(x);
     switch (xe.kind) {
     case FX_BN_I16_EXACT: normalize_k(&xe, off, q, S, mu, a, b, odd, mx, FX_BN_I16_EXACT); break;
     case FX_BN_BF16: normalize_k(x, off, q, S, mu, a, b, odd, mx, FX_BN_BF16); break;
@@ -452,8 +428,8 @@ static inline __attribute__((always_inline)) int backward_run(
     if (FAST && _mm_movemask_ps(ok) != 0xF) return 0;
     if (mx) max4_finish(mv, nv, mx);
     for (; s < S; s++) {
-        const double xhat = (at(x, off + s) - mu) * is;
-        q[s] = nn_round_f32(k * (at(g, off + s) - mdy - xhat * mdyx), odd);
+        const double xhat = (fx_bn_at_exact(x, off + s) - mu) * is;
+        q[s] = nn_round_f32(k * (fx_bn_at_exact(g, off + s) - mdy - xhat * mdyx), odd);
         if (mx) fx_bn_max_add(mx, q[s]);
     }
     return 1;
@@ -472,7 +448,7 @@ static void bn_backward_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off
                              int64_t S, double mu, double is, double k, double mdy, double mdyx,
                              int odd, fx_bn_max *mx)
 {
-    const fx_bn_src xe = exact_kind(x), ge = exact_kind(g);
+    const fx_bn_src xe = fx_bn_exact_kind(x), ge = fx_bn_exact_kind(g);
 #define FX_BN_BWD_CASE(KX, KG)                                                                 \
     if (xe.kind == (KX) && ge.kind == (KG)) {                                                  \
         backward_k(&xe, &ge, off, q, S, mu, is, k, mdy, mdyx, odd, mx, (KX), (KG));            \

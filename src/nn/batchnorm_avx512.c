@@ -20,30 +20,10 @@
 #pragma STDC FP_CONTRACT OFF /* as -ffp-contract=off, for builds that do not pass the flag */
 #endif
 
-/* A mantissa source whose every m 2^exp is an fp32 number (2^exp from 2^-149 to 2^112, as in
- * batchnorm_avx2.c): its values are m 2^exp exactly, widened to double in one conversion and
- * one exact multiply, where the fp32 route of fx_bn_at takes two conversions (that conversion
- * took about a tenth of the element-wise passes on a Zen 5). A kind of this file only; other
- * mantissa sources (exponents above 112, which training never holds) take the portable kernels,
- * which give the same bits. */
-#define FX_BN_I16_EXACT 3
-
-static inline fx_bn_src exact_kind(const fx_bn_src *x)
-{
-    fx_bn_src e = *x;
-    if (x->kind == FX_BN_I16 && x->scale >= 0x1p-149 && x->scale <= 0x1p112)
-        e.kind = FX_BN_I16_EXACT;
-    return e;
-}
-
-/* fx_bn_at for every kind of this file */
-static inline double at(const fx_bn_src *x, int64_t i)
-{
-    if (x->kind == FX_BN_I16_EXACT) return (double)((const int16_t *)x->p)[i] * x->scale;
-    return fx_bn_at(x, i);
-}
-
-/* Elements i..i+7 of a source as at() gives them. */
+/* Elements i..i+7 of a source as fx_bn_at_exact gives them. Mantissa sources of the exact
+ * range (bn_kernels.h: fx_bn_i16_exact) run as kind FX_BN_I16_EXACT, widened in one conversion
+ * (the fp32 route's second conversion took about a tenth of the element-wise passes on a
+ * Zen 5); other mantissa sources take the portable kernels. */
 static inline __attribute__((always_inline)) __m512d ld8(const fx_bn_src *x, int64_t i,
                                                          const int K)
 {
@@ -54,7 +34,8 @@ static inline __attribute__((always_inline)) __m512d ld8(const fx_bn_src *x, int
     }
     if (K == FX_BN_BF16) {
         const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)x->p + i));
-        return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+        const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+        return _mm512_cvtps_pd(_mm256_castsi256_ps(w));
     }
     return _mm512_cvtps_pd(_mm256_loadu_ps((const float *)x->p + i));
 }
@@ -70,7 +51,8 @@ static inline __attribute__((always_inline)) __m512d ld8_mask(const fx_bn_src *x
     }
     if (K == FX_BN_BF16) {
         const __m128i h = _mm_maskz_loadu_epi16(live, (const uint16_t *)x->p + i);
-        return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+        const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+        return _mm512_cvtps_pd(_mm256_castsi256_ps(w));
     }
     return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(live, (const float *)x->p + i));
 }
@@ -110,7 +92,7 @@ static inline __attribute__((always_inline)) void var8_n(const fx_bn_src *x,
         }
         for (; s < S; s++) /* a row's tail joins partial sum 0 only (see add_lane0, AVX2) */
             for (int j = 0; j < NC; j++) {
-                const double t = at(x, o + j * S + s) - mean[j];
+                const double t = fx_bn_at_exact(x, o + j * S + s) - mean[j];
                 acc[j] = _mm256_blend_pd(acc[j], _mm256_add_pd(acc[j], _mm256_set1_pd(t * t)), 1);
             }
     }
@@ -146,9 +128,10 @@ static inline __attribute__((always_inline)) void mean8_n(const fx_bn_src *x,
             s += 4;
         }
         for (; s < S; s++)
-            for (int j = 0; j < NC; j++)
-                acc[j] = _mm256_blend_pd(
-                    acc[j], _mm256_add_pd(acc[j], _mm256_set1_pd(at(x, o + j * S + s))), 1);
+            for (int j = 0; j < NC; j++) {
+                const __m256d v = _mm256_set1_pd(fx_bn_at_exact(x, o + j * S + s));
+                acc[j] = _mm256_blend_pd(acc[j], _mm256_add_pd(acc[j], v), 1);
+            }
     }
     for (int j = 0; j < NC; j++) {
         double l[4];
@@ -176,7 +159,7 @@ static inline __attribute__((always_inline)) void stats8_k(const fx_bn_src *x,
 static void bn_stats_avx512(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
                             double *mean, double *var)
 {
-    const fx_bn_src xe = exact_kind(x);
+    const fx_bn_src xe = fx_bn_exact_kind(x);
     switch (xe.kind) {
     case FX_BN_I16_EXACT: stats8_k(&xe, d, c0, nc, mean, var, FX_BN_I16_EXACT); break;
     case FX_BN_BF16: stats8_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
@@ -228,8 +211,8 @@ static inline __attribute__((always_inline)) void grad8_n(const fx_bn_src *x,
         }
         for (; s < S; s++)
             for (int j = 0; j < NC; j++) {
-                const double g = at(dy, o + j * S + s);
-                const double p = g * ((at(x, o + j * S + s) - mu[j]) * is[j]);
+                const double g = fx_bn_at_exact(dy, o + j * S + s);
+                const double p = g * ((fx_bn_at_exact(x, o + j * S + s) - mu[j]) * is[j]);
                 a[j] = _mm256_blend_pd(a[j], _mm256_add_pd(a[j], _mm256_set1_pd(g)), 1);
                 b[j] = _mm256_blend_pd(b[j], _mm256_add_pd(b[j], _mm256_set1_pd(p)), 1);
             }
@@ -247,7 +230,7 @@ static void bn_grad_sums_avx512(const fx_bn_src *x, const fx_bn_src *dy, const f
                                 int64_t c0, int nc, const double *mu, const double *is,
                                 double *sdy, double *sdyx)
 {
-    const fx_bn_src xe = exact_kind(x), ge = exact_kind(dy);
+    const fx_bn_src xe = fx_bn_exact_kind(x), ge = fx_bn_exact_kind(dy);
 #define FX_BN_GRAD8_CASE(KX, KG)                                                               \
     if (xe.kind == (KX) && ge.kind == (KG)) {                                                  \
         if (nc == FX_BN_GROUP)                                                                 \
@@ -278,7 +261,7 @@ static inline __attribute__((always_inline)) void var8_k(const fx_bn_src *x,
 static void bn_var_avx512(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, int nc,
                           const double *mean, double *var)
 {
-    const fx_bn_src xe = exact_kind(x);
+    const fx_bn_src xe = fx_bn_exact_kind(x);
     switch (xe.kind) {
     case FX_BN_I16_EXACT: var8_k(&xe, d, c0, nc, mean, var, FX_BN_I16_EXACT); break;
     case FX_BN_BF16: var8_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
@@ -288,10 +271,7 @@ static void bn_var_avx512(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, i
 }
 
 /* sum_range_i16 (bn_kernels.h) thirty-two mantissas at a time, as the AVX2 kernel: pairs summed
- * into int32 lanes, widened into int64 lanes every FX_BN_SUM32_VECS vectors (|pair| <= 2^16,
- * so 2^14 vectors stay below 2^31). */
-#define FX_BN_SUM32_VECS 16384
-
+ * into int32 lanes, widened into int64 lanes every FX_BN_SUM32_VECS vectors. */
 static inline __m512i widen_add_512(__m512i acc64, __m512i acc32)
 {
     acc64 = _mm512_add_epi64(acc64, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc32)));
@@ -404,7 +384,7 @@ static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x
     }
     if (MX) max8_finish(mv, nv, mx);
     for (; s < S; s++) {
-        q[s] = nn_round_f32((at(x, off + s) - mu) * a + b, ODD);
+        q[s] = nn_round_f32((fx_bn_at_exact(x, off + s) - mu) * a + b, ODD);
         if (MX) fx_bn_max_add(mx, q[s]);
     }
 }
@@ -413,7 +393,7 @@ static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x
 static void bn_normalize_avx512(const fx_bn_src *x, int64_t off, float *q, int64_t S, double mu,
                                 double a, double b, int odd, fx_bn_max *mx)
 {
-    const fx_bn_src xe = exact_kind(x);
+    const fx_bn_src xe = fx_bn_exact_kind(x);
 #define FX_BN_NORM_MODE(O, M) normalize_k(&xe, off, q, S, mu, a, b, mx, kind_, (O), (M))
     switch (xe.kind) {
     case FX_BN_I16_EXACT: {
@@ -456,8 +436,8 @@ static inline __attribute__((always_inline)) void backward_k(
     }
     if (MX) max8_finish(mv, nv, mx);
     for (; s < S; s++) {
-        const double xhat = (at(x, off + s) - mu) * is;
-        q[s] = nn_round_f32(k * (at(g, off + s) - mdy - xhat * mdyx), ODD);
+        const double xhat = (fx_bn_at_exact(x, off + s) - mu) * is;
+        q[s] = nn_round_f32(k * (fx_bn_at_exact(g, off + s) - mdy - xhat * mdyx), ODD);
         if (MX) fx_bn_max_add(mx, q[s]);
     }
 }
@@ -466,7 +446,7 @@ static void bn_backward_avx512(const fx_bn_src *x, const fx_bn_src *g, int64_t o
                                int64_t S, double mu, double is, double k, double mdy,
                                double mdyx, int odd, fx_bn_max *mx)
 {
-    const fx_bn_src xe = exact_kind(x), ge = exact_kind(g);
+    const fx_bn_src xe = fx_bn_exact_kind(x), ge = fx_bn_exact_kind(g);
 #define FX_BN_BWD_MODE(O, M)                                                                   \
     backward_k(&xe, &ge, off, q, S, mu, is, k, mdy, mdyx, mx, kx_, kg_, (O), (M))
 #define FX_BN_BWD_CASE(KX, KG)                                                                 \
@@ -478,7 +458,8 @@ static void bn_backward_avx512(const fx_bn_src *x, const fx_bn_src *g, int64_t o
     FX_BN_KIND_PAIRS_OF(FX_BN_BWD_CASE, FX_BN_I16_EXACT)
 #undef FX_BN_BWD_CASE
 #undef FX_BN_BWD_MODE
-    fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx); /* no other kinds */
+    /* no other kinds */
+    fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx);
 }
 
 const fx_bn_kernels fx_bn_kernels_avx512 = {bn_stats_avx512,     bn_grad_sums_avx512,

@@ -37,27 +37,24 @@ static atomic_llong direct_runs;
 void fx_bn_direct_set_enabled(int on) { atomic_store(&direct_enabled, on != 0); }
 int64_t fx_bn_direct_runs(void) { return atomic_load(&direct_runs); }
 
-typedef struct bn_direct_ctx {
-    const fx_bn_kernels *k;
-    const fx_backend *be;
-    const fx_bn_src *x;
-    const fx_bn_dims *d;
-    const double *mu, *a, *b; /* per channel */
-    int16_t *dst;             /* y's mantissas */
-    int nt;
-} bn_direct_ctx;
+/* A pass of either route: every row's pieces made into an L1 buffer by fill (the level's
+ * kernel on the piece's element offset o and channel ch), each rounded there at e by the
+ * level's quant_f32 with that offset (the stage's rounding, stochastic rounding included), into
+ * dst with keep, and the rounding's statistics merged into *q. Each thread merges its pieces'
+ * statistics into a local and into *q once: merged per piece into per-thread entries that share
+ * cache lines, the two cores passed those lines back and forth after every row of a small
+ * layer (ResNet-20's 64-channel batch norm, batch 128, two threads on a Zen 5: 0.61 ms that way,
+ * 0.24 ms this way). The merges are sums and maxima, so their order does not change the result.
+ */
+typedef void (*bn_fill_fn)(const void *ctx, int64_t ch, int64_t o, float *buf, int64_t len);
 
-static int bn_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const void *ctx,
+                          int16_t *dst, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
-    const bn_direct_ctx *c = vctx;
-    const int64_t C = c->d->C, S = c->d->S, rows = c->d->N * C;
+    const fx_backend *be = fx_backend_active();
+    const int64_t C = d->C, S = d->S, rows = d->N * C;
     fx_qstats_init(q);
-    const int nt = c->nt;
-    /* Each thread merges its pieces' statistics into a local and into *q once: merged per
-     * piece into per-thread entries that share cache lines, the two cores passed those lines
-     * back and forth after every row of a small layer (ResNet-20's 64-channel batch norm, batch
-     * 128, two threads on a Zen 5: 0.61 ms that way, 0.24 ms this way). The merges are sums and
-     * maxima, so their order does not change the result. */
+    (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
@@ -68,22 +65,42 @@ static int bn_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
 #pragma omp for schedule(static)
 #endif
         for (int64_t row = 0; row < rows; row++) {
-            const int64_t ch = row % C;
             float buf[PIECE];
             for (int64_t s0 = 0; s0 < S; s0 += PIECE) {
                 const int64_t o = row * S + s0, len = S - s0 < PIECE ? S - s0 : PIECE;
-                c->k->normalize(c->x, o, buf, len, c->mu[ch], c->a[ch], c->b[ch], 1, NULL);
+                fill(ctx, row % C, o, buf, len);
                 fx_qstats st;
                 fx_qstats_init(&st);
-                c->be->cvt.quant_f32(buf, keep ? c->dst + o : NULL, len, e, r, o, &st);
+                be->cvt.quant_f32(buf, keep ? dst + o : NULL, len, e, r, o, &st);
                 fx_qstats_merge(&mine, &st);
             }
         }
 #ifdef _OPENMP
-#pragma omp critical(fx_bn_quantize_merge)
+#pragma omp critical(fx_bn_round_rows_merge)
 #endif
         fx_qstats_merge(q, &mine);
     }
+}
+
+typedef struct bn_direct_ctx {
+    const fx_bn_kernels *k;
+    const fx_bn_src *x;
+    const fx_bn_dims *d;
+    const double *mu, *a, *b; /* per channel */
+    int16_t *dst;             /* y's mantissas */
+    int nt;
+} bn_direct_ctx;
+
+static void bn_normalize_piece(const void *vctx, int64_t ch, int64_t o, float *buf, int64_t len)
+{
+    const bn_direct_ctx *c = vctx;
+    c->k->normalize(c->x, o, buf, len, c->mu[ch], c->a[ch], c->b[ch], 1, NULL);
+}
+
+static int bn_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    const bn_direct_ctx *c = vctx;
+    bn_round_rows(c->d, c->nt, bn_normalize_piece, c, c->dst, e, r, keep, q);
     return FX_OK;
 }
 
@@ -116,7 +133,7 @@ int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
         }
     }
     if (nonfinite) return FX_BN_DIRECT_DECLINED; /* the stage route counts them */
-    bn_direct_ctx c = {k, fx_backend_active(), xs, d, mu, a, b, (int16_t *)fx_tensor_base(y), nt};
+    bn_direct_ctx c = {k, xs, d, mu, a, b, (int16_t *)fx_tensor_base(y), nt};
     fx_shared_src src = {.kind = FX_STAGE_F32, .true_max = true_max, .ctx = &c,
                          .quantize = bn_quantize};
     const int rc = fx_write_shared_with(y, &src, func);
@@ -150,15 +167,14 @@ int64_t fx_bn_backward_direct_missed(void) { return atomic_load(&bwd_direct_miss
 
 typedef struct bn_bwd_ctx {
     const fx_bn_kernels *k;
-    const fx_backend *be;
     const fx_bn_src *x, *g;
-    const fx_bn_dims *d;
     const fx_bn_coefs *cf;
-    int16_t *dst;
-    int nt;
     int fused_e;       /* dst holds the rounding at this exponent and rounding (or FX_EXP_NONE) */
     fx_rounding fused_r;
     fx_qstats fused_q; /* ... and these are its statistics */
+    const fx_bn_dims *d;
+    int16_t *dst;
+    int nt;
 } bn_bwd_ctx;
 
 static int same_rounding(const fx_rounding *a, const fx_rounding *b)
@@ -166,46 +182,16 @@ static int same_rounding(const fx_rounding *a, const fx_rounding *b)
     return a->mode == b->mode && a->seed == b->seed && a->counter == b->counter;
 }
 
-/* Every value computed and rounded at e (into dst with keep), the rounding's statistics into *q.
- * Those include the values' largest finite |value| and their NaN/Inf count (max_abs_in and
- * nonfinite: fx_qstats), which are what the write's scan of a stage finds, so the kernel
- * keeps no statistics of its own (keeping them, in mask registers, took about a third of its
- * time on a Zen 5). */
-static void bn_bwd_pass(const bn_bwd_ctx *c, int e, const fx_rounding *r, int keep,
-                        fx_qstats *q)
+/* The backward kernel on a piece. The rounding's statistics include the values' largest finite
+ * |value| and their NaN/Inf count (max_abs_in and nonfinite: fx_qstats), which are what the
+ * write's scan of a stage finds, so the kernel keeps no statistics of its own (keeping them,
+ * in mask registers, took about a third of its time on a Zen 5). */
+static void bn_backward_piece(const void *vctx, int64_t ch, int64_t o, float *buf, int64_t len)
 {
-    const int64_t C = c->d->C, S = c->d->S, rows = c->d->N * C;
+    const bn_bwd_ctx *c = vctx;
     const fx_bn_coefs *cf = c->cf;
-    fx_qstats_init(q);
-    const int nt = c->nt;
-    (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) if (nt > 1)
-#endif
-    {
-        fx_qstats mine; /* merged once per thread, as in bn_quantize */
-        fx_qstats_init(&mine);
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-        for (int64_t row = 0; row < rows; row++) {
-            const int64_t ch = row % C;
-            float buf[PIECE];
-            for (int64_t s0 = 0; s0 < S; s0 += PIECE) {
-                const int64_t o = row * S + s0, len = S - s0 < PIECE ? S - s0 : PIECE;
-                c->k->backward(c->x, c->g, o, buf, len, cf->mu[ch], cf->is[ch], cf->k[ch],
-                               cf->mdy[ch], cf->mdyx[ch], 1, NULL);
-                fx_qstats st;
-                fx_qstats_init(&st);
-                c->be->cvt.quant_f32(buf, keep ? c->dst + o : NULL, len, e, r, o, &st);
-                fx_qstats_merge(&mine, &st);
-            }
-        }
-#ifdef _OPENMP
-#pragma omp critical(fx_bn_backward_merge)
-#endif
-        fx_qstats_merge(q, &mine);
-    }
+    c->k->backward(c->x, c->g, o, buf, len, cf->mu[ch], cf->is[ch], cf->k[ch], cf->mdy[ch],
+                   cf->mdyx[ch], 1, NULL);
 }
 
 static int bn_bwd_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
@@ -219,32 +205,30 @@ static int bn_bwd_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx
         if (c->fused_e != FX_EXP_NONE) atomic_fetch_add(&bwd_direct_missed, 1);
         c->fused_e = FX_EXP_NONE;
     }
-    bn_bwd_pass(c, e, r, keep, q);
+    bn_round_rows(c->d, c->nt, bn_backward_piece, c, c->dst, e, r, keep, q);
     return FX_OK;
 }
 
 int fx_bn_backward_direct_ok(const tensor_t *dx, const tensor_t *x, const tensor_t *dy,
-                             const fx_bn_dims *d)
+                             const fx_bn_dims *d, int *e)
 {
     return atomic_load(&bwd_direct_enabled) && d->N * d->S > 0 &&
            fmt_is_shared_exponent(dx->fmt) && fx_tensor_covers_storage(dx) &&
-           dx->st != x->st && dx->st != dy->st && fx_write_i16_cannot_fail(dx);
+           dx->st != x->st && dx->st != dy->st && fx_write_i16_cannot_fail(dx) &&
+           fx_write_shared_guess_exp(dx, e);
 }
 
-int fx_bn_backward_direct(tensor_t *dx, const fx_bn_src *xs, const fx_bn_src *gs,
+int fx_bn_backward_direct(tensor_t *dx, int e, const fx_bn_src *xs, const fx_bn_src *gs,
                           const fx_bn_dims *d, const fx_bn_kernels *k, const fx_bn_coefs *cf,
                           const char *func)
 {
-    int e;
-    if (!fx_write_shared_guess_exp(dx, &e)) return FX_BN_DIRECT_DECLINED;
     const fx_storage *st = dx->st;
-    bn_bwd_ctx c = {k,  fx_backend_active(), xs, gs, d, cf, (int16_t *)fx_tensor_base(dx),
-                    nn_threads_for(d->N * d->C * d->S), FX_EXP_NONE,
+    bn_bwd_ctx c = {k,  xs, gs, cf, FX_EXP_NONE,
                     {st->rounding, st->seed, st->write_counter} /* the write's (store.c) */,
-                    {0}};
+                    {0}, d, (int16_t *)fx_tensor_base(dx), nn_threads_for(d->N * d->C * d->S)};
     fx_prof_span sp;
     fx_prof_begin(&sp);
-    bn_bwd_pass(&c, e, &c.fused_r, 1, &c.fused_q);
+    bn_round_rows(d, c.nt, bn_backward_piece, &c, c.dst, e, &c.fused_r, 1, &c.fused_q);
     fx_prof_end(&sp, FX_PROF_ROUNDING);
     c.fused_e = e;
     fx_shared_src src = {.kind = FX_STAGE_F32, .true_max = c.fused_q.max_abs_in,

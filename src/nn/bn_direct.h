@@ -24,23 +24,25 @@ int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
                          const char *func);
 
 /* The backward pass's coefficients per channel c: dx = k[c] * (dy - mdy[c] - xhat * mdyx[c]),
- * xhat = (x - mu[c]) * is[c] (bn_kernels.h, backward) */
+ * xhat = (x - mu[c]) * is[c] (bn_kernels.h, backward; mu and is are the caller's save_mean and
+ * save_invstd) */
 typedef struct fx_bn_coefs {
-    const double *mu, *is, *k, *mdy, *mdyx;
+    const float *mu, *is;
+    const double *k, *mdy, *mdyx;
 } fx_bn_coefs;
 
-/* Whether the backward route may take dx from x and dy: a whole FLEX16_5/DFP16 dx that shares
- * no storage with x or dy (the route reads both again after writing dx when the write asks for
- * another exponent), whose write cannot fail (dx is written before its write decides), and a
- * batch with elements. */
+/* Whether the backward route may take dx from x and dy, with *e the exponent to round at: a
+ * whole FLEX16_5/DFP16 dx that shares no storage with x or dy (the route reads both again after
+ * writing dx when the write asks for another exponent), whose write cannot fail (dx is written
+ * before its write decides) and whose exponent can be guessed (fx_write_shared_guess_exp: not
+ * a managed FLEX16_5 tensor's first write), and a batch with elements. */
 int fx_bn_backward_direct_ok(const tensor_t *dx, const tensor_t *x, const tensor_t *dy,
-                             const fx_bn_dims *d);
+                             const fx_bn_dims *d, int *e);
 
 /* dx's write with its values computed by k's backward kernel from xs and gs with the
- * coefficients cf, rounded at dx's guessed exponent without an fp32 stage (batchnorm_direct.c):
- * FX_OK or the write's status, or FX_BN_DIRECT_DECLINED (nothing written) where dx's exponent
- * cannot be guessed (a first write, a pending one). */
-int fx_bn_backward_direct(tensor_t *dx, const fx_bn_src *xs, const fx_bn_src *gs,
+ * coefficients cf, rounded at exponent e (fx_bn_backward_direct_ok's, dx unchanged since)
+ * without an fp32 stage (batchnorm_direct.c): FX_OK or the write's status. */
+int fx_bn_backward_direct(tensor_t *dx, int e, const fx_bn_src *xs, const fx_bn_src *gs,
                           const fx_bn_dims *d, const fx_bn_kernels *k, const fx_bn_coefs *cf,
                           const char *func);
 

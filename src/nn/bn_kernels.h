@@ -93,16 +93,47 @@ typedef struct fx_bn_kernels {
                           int64_t *sum, int16_t *lo, int16_t *hi);
 } fx_bn_kernels;
 
+/* A mantissa source whose every m 2^exp is an fp32 number: 2^exp from 2^-149 (fx_bn_src's
+ * least: m 2^exp is then a multiple of fp32's smallest step with at most 16 significant bits)
+ * to 2^112 (|m| 2^exp below 2^128). fx_bn_at then gives m 2^exp itself, so the SIMD levels
+ * widen it to double in one conversion and an exact multiply, where the fp32 route takes two
+ * conversions (int32 -> fp32 -> double), and its mean follows from the mantissas' integer sum
+ * (fx_bn_int_mean_ok). Other mantissa sources (exponents above 112: values up to 2^127, which
+ * training never holds) take the portable kernels, which give the same bits. */
+static inline int fx_bn_i16_exact(const fx_bn_src *x)
+{
+    return x->kind == FX_BN_I16 && x->scale >= 0x1p-149 && x->scale <= 0x1p112;
+}
+
+/* The SIMD levels' kind for fx_bn_i16_exact sources (never seen by fx_bn_src's callers), the
+ * source with that kind where it applies, and fx_bn_at for every kind including it. */
+#define FX_BN_I16_EXACT 3
+
+static inline fx_bn_src fx_bn_exact_kind(const fx_bn_src *x)
+{
+    fx_bn_src e = *x;
+    if (fx_bn_i16_exact(x)) e.kind = FX_BN_I16_EXACT;
+    return e;
+}
+
+static inline double fx_bn_at_exact(const fx_bn_src *x, int64_t i)
+{
+    if (x->kind == FX_BN_I16_EXACT) return (double)((const int16_t *)x->p)[i] * x->scale;
+    return fx_bn_at(x, i);
+}
+
+/* The SIMD levels' sum_range_i16 sum pairs of mantissas (|pair| <= 2^16) into int32 lanes and
+ * widen those into int64 lanes every FX_BN_SUM32_VECS vectors, before 2^15 pairs could leave
+ * int32. */
+#define FX_BN_SUM32_VECS 16384
+
 /* Whether a source's mean can be taken from the integer sum of its mantissas (sum_range_i16):
- * mantissas m whose every m 2^exp is an fp32 number (2^exp from 2^-149 to 2^112: |m| 2^exp
- * below 2^127, a multiple of fp32's smallest step with at most 16 significant bits), so that
- * fx_bn_at gives m 2^exp itself; then every partial sum of stats' first pass is an integer
- * multiple of 2^exp below 2^53 2^exp, exact in double, and the mean it gives,
+ * fx_bn_i16_exact sources, whose every partial sum of stats' first pass is then an integer
+ * multiple of 2^exp below 2^53 2^exp, exact in double, so that the mean it gives,
  * (sum m) 2^exp / M, is fx_bn_int_mean's. M below 2^37 keeps those sums below 2^53 units. */
 static inline int fx_bn_int_mean_ok(const fx_bn_src *x, const fx_bn_dims *d)
 {
-    return x->kind == FX_BN_I16 && x->scale >= 0x1p-149 && x->scale <= 0x1p112 &&
-           d->M < ((int64_t)1 << 37);
+    return fx_bn_i16_exact(x) && d->M < ((int64_t)1 << 37);
 }
 
 /* stats' mean from the exact sum of the mantissas (fx_bn_int_mean_ok sources) */
@@ -115,8 +146,8 @@ extern const fx_bn_kernels fx_bn_kernels_portable;
 extern const fx_bn_kernels fx_bn_kernels_avx2;
 extern const fx_bn_kernels fx_bn_kernels_avx512;
 
-/* Every pair of source kinds (x, dy) gets its own loop in the SIMD levels' grad_sums and backward: training's
- * pairs have one kind, a mixed pair is x and dy in two formats. FX_BN_KIND_PAIRS_OF takes the
+/* Every pair of source kinds (x, dy) gets its own loop in the SIMD levels' grad_sums and
+ * backward: training's pairs have one kind, a mixed pair is x and dy in two formats. FX_BN_KIND_PAIRS_OF takes the
  * kind that stands for mantissa sources (a level may have a kind of its own for them). */
 #define FX_BN_KIND_PAIRS_OF(X, I16)                                                            \
     X(FX_BN_F32, FX_BN_F32)                                                                    \
