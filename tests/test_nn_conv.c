@@ -917,13 +917,16 @@ static void flex_repeated_writes(void)
 /* ---- 6. repeated writes of a DFP16 output -----------------------------------------------------
  * The forward convolution rounds each chunk at a guess of the exponent, the output's current
  * one, while its sums are in cache, and the write reuses that rounding when its exact choice
- * is the guess (conv2d.c, fx_write_shared_guess_exp). Writes whose guess is right (the same
- * scale again) and wrong (the first write, a jump of 2^6 and back) must each be the exact sums
- * rounded at the reported exponent, with the exact maximum in the trace, and equal bit for bit
- * to the same write into a fresh tensor (whose guess, its initial exponent, is almost always
- * wrong); the writes that repeat the previous scale must have found their rounding done, and
- * the two whose scale moved must have run again with a whole int64 stage (the first run keeps
- * only each chunk's sums, in cache). */
+ * is the guess (conv2d.c, fx_write_shared_guess_exp); after a recent move it also rounds at
+ * the exponent the output left (fx_write_shared_alt_exp). Writes whose guess is right (the
+ * same scale again) and wrong (the first write, a jump of 2^6, back, and a jump of 2^12) must
+ * each be the exact sums rounded at the reported exponent, with the exact maximum in the
+ * trace, and equal bit for bit to the same write into a fresh tensor (whose guess, its initial
+ * exponent, is almost always wrong). The writes that repeat the previous scale must have found
+ * their rounding done; the jump while steady runs the op again without a stage (a DFP16 write
+ * asks for the exact exponent of the sums, which the second run guesses); the way back finds
+ * its rounding at the second exponent; the jump of 2^12 after it, neither guessed exponent,
+ * runs the op again, without a stage either. */
 static void dfp16_repeated_writes(void)
 {
     const geom g = {.N = 5, .C = 16, .H = 7, .W = 7, .O = 40, .KH = 5, .KW = 5, .ph = 2,
@@ -938,20 +941,27 @@ static void dfp16_repeated_writes(void)
     for (int64_t i = 0; i < nx; i++) xv[i] = (float)test_rng_normal(&r);
     for (int64_t i = 0; i < nw; i++) wv[i] = (float)test_rng_normal(&r);
     tensor_t *x = tensor_new(FMT_DFP16, 4, xs), *w = tensor_new(FMT_DFP16, 4, ws);
-    tensor_t *xbig = tensor_new(FMT_DFP16, 4, xs);
+    tensor_t *xbig = tensor_new(FMT_DFP16, 4, xs), *xhuge = tensor_new(FMT_DFP16, 4, xs);
     CHECK_STATUS(tensor_from_f32(x, xv), FX_OK);
     CHECK_STATUS(tensor_from_f32(w, wv), FX_OK);
     for (int64_t i = 0; i < nx; i++) xv[i] *= 64.0f;
     CHECK_STATUS(tensor_from_f32(xbig, xv), FX_OK);
+    for (int64_t i = 0; i < nx; i++) xv[i] *= 64.0f;
+    CHECK_STATUS(tensor_from_f32(xhuge, xv), FX_OK);
     int16_t *xm = malloc(sizeof(int16_t) * (size_t)nx), *wm = malloc(sizeof(int16_t) * (size_t)nw);
     int16_t *ym = malloc(sizeof(int16_t) * (size_t)ny), *fm = malloc(sizeof(int16_t) * (size_t)ny);
     int64_t *sum = malloc(sizeof(int64_t) * (size_t)ny);
     CHECK_STATUS(tensor_get_raw(w, wm), FX_OK);
     /* write 0 (its guess, the initial exponent, may be wrong), four at one scale (then the
      * guesses are steady), a jump of 2^6 and back (a miss while steady, then one after a
-     * miss), and one more at the first scale */
-    enum { NWRITES = 8, JUMP = 5 };
-    const tensor_t *inputs[NWRITES] = {x, x, x, x, x, xbig, x, x};
+     * miss, at the exponent the output left), one more at the first scale, and a jump of
+     * 2^12 while not steady; per write, whether the early rounding is reused, found at the
+     * second exponent, and the op run again (never with a stage) */
+    enum { NWRITES = 9, JUMP = 5 };
+    const tensor_t *inputs[NWRITES] = {x, x, x, x, x, xbig, x, x, xhuge};
+    const int want_reused[NWRITES] = {-1, 1, 1, 1, 1, 1, 1, 1, 1};
+    const int want_alt[NWRITES] = {-1, 0, 0, 0, 0, 0, 1, 0, 0};
+    const int want_redone[NWRITES] = {-1, 0, 0, 0, 0, 1, 0, 0, 1};
     for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
         if (!flexpoint_backend_available(bi)) continue;
         CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
@@ -967,22 +977,19 @@ static void dfp16_repeated_writes(void)
                   "dfp16 write %d on %s: steady right after a miss", wi,
                   flexpoint_backend_name(bi));
             const int64_t reused0 = fx_conv_early_rounding_reused();
+            const int64_t alt0 = fx_conv_alt_rounding_reused();
             const int64_t redone0 = fx_conv_stage_redone(), staged0 = fx_conv_redone_staged();
             CHECK_STATUS(tensor_conv2d(y, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
             const int64_t reused = fx_conv_early_rounding_reused() - reused0;
             const int64_t redone = fx_conv_stage_redone() - redone0;
             const int64_t staged = fx_conv_redone_staged() - staged0;
-            /* a right guess keeps the chunks' rounding. A wrong one: while steady (only the
-             * chunks' sums kept), the op runs again, guessing the exponent the first run's
-             * write asked for, the exact one of these sums, so again without a stage, and
-             * keeps that run's rounding; else it rounds again from its stage. */
-            const int miss = wi == JUMP || wi == JUMP + 1;
-            CHECK(wi == 0 || (reused == (!miss || steady) && redone == (miss && steady) &&
-                              staged == 0),
-                  "dfp16 write %d on %s (steady %d): the early rounding was reused %lld times, "
-                  "the op run again %lld times, %lld with a stage", wi,
-                  flexpoint_backend_name(bi), steady, (long long)reused, (long long)redone,
-                  (long long)staged);
+            const int64_t alt = fx_conv_alt_rounding_reused() - alt0;
+            CHECK(wi == 0 || (reused == want_reused[wi] && alt == want_alt[wi] &&
+                              redone == want_redone[wi] && staged == 0),
+                  "dfp16 write %d on %s (steady %d): the early rounding was reused %lld times "
+                  "(%lld at the second exponent), the op run again %lld times, %lld with a "
+                  "stage", wi, flexpoint_backend_name(bi), steady, (long long)reused,
+                  (long long)alt, (long long)redone, (long long)staged);
             tensor_t *fresh = tensor_new(FMT_DFP16, 4, ys);
             CHECK_STATUS(tensor_conv2d(fresh, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
             CHECK_STATUS(tensor_get_raw(xi, xm), FX_OK);
@@ -1017,6 +1024,7 @@ static void dfp16_repeated_writes(void)
     tensor_free(x);
     tensor_free(w);
     tensor_free(xbig);
+    tensor_free(xhuge);
     free(xv);
     free(wv);
     free(xm);

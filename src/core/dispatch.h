@@ -86,6 +86,13 @@ int fx_write_shared_guess_exp(const tensor_t *out, int *e);
 #define FX_GUESS_STEADY_WRITES 4
 int fx_write_shared_guess_steady(const tensor_t *out);
 
+/* For a DFP16 tensor, the exponent it left at its last move: where its maximum hovers at a
+ * power of two, the choice a write makes when it is not the guess (fx_write_shared_guess_exp,
+ * the current exponent). An op whose guesses are not steady may round at both and keep the
+ * one the write picks. Returns 1 and sets *e (never the guess), or 0 (not DFP16, no move
+ * since the first write, partial views, a write pending). */
+int fx_write_shared_alt_exp(const tensor_t *out, int *e);
+
 /* Whether a write into out decides alone, with no collective among ranks (every storage but
  * one rank's rows of a distributed batch, FX_DIST_ROWS). Only then may a source's quantiser
  * fail part-way through a write and the op try again: every rank must call the collectives

@@ -145,6 +145,9 @@ typedef struct fx_storage {
     /* bit i: the write i writes ago picked another exponent than the guess before it
      * (fx_write_shared_guess_exp: DFP16's exponent moved, FLEX16_5 recomputed an overflow) */
     uint32_t guess_missed;
+    /* DFP16: the exponent before its last move, where a write after the first has moved it
+     * (moved_from_set); fx_write_shared_alt_exp */
+    int moved_from, moved_from_set;
     /* A write launched before its statistics were known (a device write that does not wait
      * for its own statistics, src/core/dispatch.h): its Autoflex observation, statistics and
      * trace record, and for a write whose exponent the device chose also `exp`, are completed

@@ -219,6 +219,10 @@ static void fx_shared_commit(fx_storage *st, int64_t index, int64_t period,
     /* a first write's guess was the initial exponent, not a prediction: no miss */
     const int missed = index > 0 && (st->fmt == FMT_DFP16 ? o->e != prev_e : o->recomputed);
     st->guess_missed = (st->guess_missed << 1) | (uint32_t)missed;
+    if (st->fmt == FMT_DFP16 && missed) {
+        st->moved_from = prev_e;
+        st->moved_from_set = 1;
+    }
     st->exp = o->e;
     fx_write_shared_account(st, index, period, o->e, o->clamped, o->overflowed, o->recomputed,
                             &o->q, true_max);
@@ -364,6 +368,16 @@ int fx_write_shared_guess_steady(const tensor_t *out)
     /* before the first write the guess is the initial exponent: no prediction to trust */
     return out->st->writes > 0 &&
            (out->st->guess_missed & ((1u << FX_GUESS_STEADY_WRITES) - 1)) == 0;
+}
+
+/* Documented in dispatch.h. */
+int fx_write_shared_alt_exp(const tensor_t *out, int *e)
+{
+    const fx_storage *st = out->st;
+    if (st->fmt != FMT_DFP16 || !st->moved_from_set || st->moved_from == st->exp) return 0;
+    if (!fx_tensor_covers_storage(out) || (st->pending && st->pending->active)) return 0;
+    *e = st->moved_from;
+    return 1;
 }
 
 /* Documented in dispatch.h. */

@@ -436,6 +436,11 @@ typedef struct conv_yquant_ctx {
                          * with defer_copy) */
     int defer_copy;     /* with a stage too, the copy of a kept rounding is left to the caller
                          * (fx_conv2d_shared_bias_relu, which may not need y's values) */
+    int alt_e;          /* tmp2 and part2 hold the rounding at this second exponent (a DFP16 y
+                         * whose exponent moved lately: fx_write_shared_alt_exp), else
+                         * FX_EXP_NONE; swapped in when the write picks it */
+    int16_t *tmp2;
+    fx_qstats *part2;
 } conv_yquant_ctx;
 
 /* Round samples [n0, n0 + nb) at exponent e into part[]; keep: also into tmp, and with
@@ -469,10 +474,16 @@ static void conv_yquant_samples(const conv_yquant_ctx *c, const int64_t *pix, in
  * levels that round pixel-major, the transposes) are left. Never fails: every buffer is
  * allocated before the op computes. */
 static int64_t conv_early_reused; /* test hook: writes that found their rounding done */
+static int64_t conv_alt_reused;   /* test hook: of those, the ones at the second exponent */
 
 int64_t fx_conv_early_rounding_reused(void)
 {
     return __atomic_load_n(&conv_early_reused, __ATOMIC_RELAXED);
+}
+
+int64_t fx_conv_alt_rounding_reused(void)
+{
+    return __atomic_load_n(&conv_alt_reused, __ATOMIC_RELAXED);
 }
 
 /* tmp, the rounding at fused_e, into y: a copy where the level rounds into y's order, else a
@@ -497,6 +508,17 @@ static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
 {
     (void)r; /* int64 stages round to nearest even (fx_requant), whatever the tensor's mode */
     conv_yquant_ctx *c = vctx;
+    if (e != c->fused_e && e == c->alt_e) { /* the second rounding: it becomes the kept one */
+        int16_t *t = c->tmp;
+        fx_qstats *p = c->part;
+        c->tmp = c->tmp2;
+        c->part = c->part2;
+        c->tmp2 = t;
+        c->part2 = p;
+        c->alt_e = c->fused_e;
+        c->fused_e = e;
+        __atomic_fetch_add(&conv_alt_reused, 1, __ATOMIC_RELAXED);
+    }
     if (e == c->fused_e) { /* part[] holds this rounding's statistics */
         if (keep) {
             __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
@@ -785,20 +807,41 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * go to one buffer that stays in cache, instead of N*P*O*8 bytes (25.7 MB for the CNN's
      * first layer) written out and faulted in afresh at every call. (A second run finds y
      * as steady as the first did: the write that missed committed nothing.) */
-    const int nostage = !staged && fuse_e != FX_EXP_NONE && fused_max_exact &&
-                        fx_write_shared_local(y) && fx_write_shared_guess_steady(y);
+    const int nostage_ok = !staged && fuse_e != FX_EXP_NONE && fused_max_exact &&
+                           fx_write_shared_local(y);
+    /* A DFP16 y whose exponent moved lately, on a first run: instead of the stage, each chunk
+     * is rounded a second time, at the exponent y left at its last move
+     * (fx_write_shared_alt_exp), which is where a maximum that hovers at a power of two goes
+     * when the guess misses. That costs a second rounding from cache and an int16 buffer
+     * instead of an int64 stage written out and read back (ResNet-20's DFP16 convolutions
+     * took the stage in about half their writes); a write that picks neither runs the op
+     * again, which a DFP16 write's exact exponent lets do without a stage. Not with the fused
+     * bias and ReLU, whose u and relu(u) stand on the first rounding. */
+    int alt_e = FX_EXP_NONE;
+    if (!(yshared && nostage_ok && redo_guess == FX_EXP_NONE && !sr &&
+          !fx_write_shared_guess_steady(y) && fx_write_shared_alt_exp(y, &alt_e)))
+        alt_e = FX_EXP_NONE;
+    const int nostage = nostage_ok && (alt_e != FX_EXP_NONE || fx_write_shared_guess_steady(y));
     const int64_t ypix_chunk = plan.nb * P * g.O;
     char *ypix = conv_alloc(&s, nostage ? ypix_chunk * plan.outer : g.N * g.O * P, ssz, &rc,
                             func); /* [N*P, O], or a chunk's [nb*P, O] per thread */
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
-                          FX_EXP_NONE, flexpoint_num_threads(), 0, 0, 0};
+                          FX_EXP_NONE, flexpoint_num_threads(), 0, 0, 0, FX_EXP_NONE, NULL, NULL};
     if (yshared) {
         yq.pix = nostage ? NULL : (const int64_t *)(const void *)ypix;
         yq.tmp = conv_alloc(&s, g.N * g.O * P, sizeof(int16_t), &rc, func);
         yq.part = conv_alloc(&s, g.N, sizeof(fx_qstats), &rc, func);
         yq.dst = (int16_t *)fx_tensor_base(y);
+        if (alt_e != FX_EXP_NONE) {
+            yq.tmp2 = conv_alloc(&s, g.N * g.O * P, sizeof(int16_t), &rc, func);
+            yq.part2 = conv_alloc(&s, g.N, sizeof(fx_qstats), &rc, func);
+        }
     }
+    /* the second rounding's context: the same sums into tmp2 and part2 */
+    conv_yquant_ctx yq_alt = yq;
+    yq_alt.tmp = yq.tmp2;
+    yq_alt.part = yq.part2;
     /* A whole fp16/bf16 y: each chunk is converted while its fp32 sums are in cache, into a
      * pixel-major buffer that the write transposes into y (untouched if a chunk fails). */
     uint16_t *yhalf = conv_y_direct_half(y, &cc)
@@ -996,6 +1039,9 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             fx_prof_begin(&sp);
             conv_yquant_samples(&yq, (const int64_t *)(const void *)myy, fuse_e, 1, 0, n0, nbc,
                                 plan.inner);
+            if (alt_e != FX_EXP_NONE)
+                conv_yquant_samples(&yq_alt, (const int64_t *)(const void *)myy, alt_e, 1, 0, n0,
+                                    nbc, plan.inner);
             if (arr)
                 fx_add_relu_units(arr, n0 * g.O * P, nbc * g.O * P, &aq[2 * tid], &aq[2 * tid + 1]);
             fx_prof_end(&sp, FX_PROF_ROUNDING);
@@ -1023,6 +1069,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         for (int64_t ch = 0; ic && ch < plan.nchunks; ch++)
             imax = chunk_max[ch] > imax ? chunk_max[ch] : imax;
         yq.fused_e = fuse_e;
+        yq.alt_e = alt_e;
         rc = conv_write_y(y, &g, &cc, ypix, xo.exp + wo.exp, imax, yshared ? &yq : NULL, yhalf,
                           &s, func);
         /* the write kept the guess, whose rounding tmp holds: y gets it, unless the early u and
@@ -1294,6 +1341,10 @@ typedef struct conv_dxquant_ctx {
     fx_qstats *part;      /* per chunk, in chunk order */
     int fused_e;
     int need_stage, copy_pending;
+    int alt_e;            /* tmp2 and part2: the rounding at a second exponent, as the forward
+                           * pass's (conv_yquant_ctx), else FX_EXP_NONE */
+    int16_t *tmp2;
+    fx_qstats *part2;
 } conv_dxquant_ctx;
 
 static uint64_t conv_dx_chunk(void *vctx, const int64_t *sums, int64_t n0, int64_t nbc,
@@ -1305,6 +1356,9 @@ static uint64_t conv_dx_chunk(void *vctx, const int64_t *sums, int64_t n0, int64
     fx_prof_span sp;
     fx_prof_begin(&sp);
     c->be->cvt.quant_i64(sums, c->tmp + n0 * c->chw, nbc * c->chw, c->fused_e - c->exp, q);
+    if (c->alt_e != FX_EXP_NONE)
+        c->be->cvt.quant_i64(sums, c->tmp2 + n0 * c->chw, nbc * c->chw, c->alt_e - c->exp,
+                             &c->part2[ch]);
     fx_prof_end(&sp, FX_PROF_ROUNDING);
     return (uint64_t)q->max_abs_in;
 }
@@ -1313,6 +1367,17 @@ static int conv_dxquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qs
 {
     (void)r; /* int64 stages round to nearest even, whatever the tensor's mode */
     conv_dxquant_ctx *c = vctx;
+    if (e != c->fused_e && e == c->alt_e) { /* the second rounding becomes the kept one */
+        int16_t *t = c->tmp;
+        fx_qstats *p = c->part;
+        c->tmp = c->tmp2;
+        c->part = c->part2;
+        c->tmp2 = t;
+        c->part2 = p;
+        c->alt_e = c->fused_e;
+        c->fused_e = e;
+        __atomic_fetch_add(&conv_alt_reused, 1, __ATOMIC_RELAXED);
+    }
     if (e == c->fused_e) {
         if (keep) {
             __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
@@ -1355,16 +1420,28 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
     if (shared && guess != FX_EXP_NONE) fuse_e = guess;
     if (g->O * g->KH * g->KW >= ((int64_t)1 << 23)) fuse_e = FX_EXP_NONE;
     const int fused = fuse_e != FX_EXP_NONE;
-    const int nostage = fused && !staged && fx_write_shared_local(dx) &&
-                        fx_write_shared_guess_steady(dx);
+    const int nostage_ok = fused && !staged && fx_write_shared_local(dx);
+    /* a DFP16 dx whose exponent moved lately: a second rounding instead of the stage, as in
+     * the forward pass (conv2d_forward_run) */
+    int alt_e = FX_EXP_NONE;
+    if (!(nostage_ok && guess == FX_EXP_NONE && !fx_write_shared_guess_steady(dx) &&
+          fx_write_shared_alt_exp(dx, &alt_e)))
+        alt_e = FX_EXP_NONE;
+    const int nostage =
+        nostage_ok && (alt_e != FX_EXP_NONE || fx_write_shared_guess_steady(dx));
     int64_t *dxstage = nostage ? NULL : conv_alloc(&s, n, sizeof(int64_t), &rc, func);
     conv_dxquant_ctx q = {be, dxstage, rc ? 0 : dyo.exp + wo.exp, n, g->C * g->H * g->W, g->N,
-                          NULL, NULL, NULL, fuse_e, 0, 0};
+                          NULL, NULL, NULL, fuse_e, 0, 0, alt_e, NULL, NULL};
     if (fused) {
         q.tmp = conv_alloc(&s, n, sizeof(int16_t), &rc, func);
         q.part = conv_alloc(&s, g->N, sizeof(fx_qstats), &rc, func);
         q.dst = (int16_t *)fx_tensor_base(dx);
         for (int64_t i = 0; !rc && i < g->N; i++) fx_qstats_init(&q.part[i]);
+    }
+    if (alt_e != FX_EXP_NONE) {
+        q.tmp2 = conv_alloc(&s, n, sizeof(int16_t), &rc, func);
+        q.part2 = conv_alloc(&s, g->N, sizeof(fx_qstats), &rc, func);
+        for (int64_t i = 0; !rc && i < g->N; i++) fx_qstats_init(&q.part2[i]);
     }
     if (!rc) {
         uint64_t imax = 0;

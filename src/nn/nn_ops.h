@@ -39,6 +39,9 @@ FX_INTERNAL int fx_conv2d_shared_bias_relu(tensor_t *t, tensor_t *u, tensor_t *y
  * phases) found their rounding already done, at the exponent guessed before the op (conv2d.c,
  * fx_write_shared_guess_exp). */
 int64_t fx_conv_early_rounding_reused(void);
+/* Of those, how many found it at the second exponent that a DFP16 output whose exponent moved
+ * lately is also rounded at (conv2d.c, fx_write_shared_alt_exp). */
+int64_t fx_conv_alt_rounding_reused(void);
 
 /* Test hooks: how many forward convolutions (and input gradients by phases) ran again after a
  * first run that kept only each chunk's sums found the write picking another exponent than its
