@@ -12,7 +12,9 @@
  * and u and y are written by the ops), a dominant bias (u's write picks another exponent and
  * rounds again from t's values), a mostly negative t (y's exponent falls below u's). The route
  * must be taken (u and y made from the chunks) on the levels that round into y's order, and
- * its fallbacks must run. */
+ * its fallbacks must run, among them a DFP16 t whose write picks the second rounding made
+ * after a move (the exponent it left: x back from the jump), from which t is copied and u
+ * and y are left to the ops. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
@@ -170,6 +172,7 @@ int main(void)
         CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
         const fx_backend *be = fx_backend_active();
         int made = 0, redone = 0;
+        const int64_t alt0 = fx_conv_alt_rounding_reused();
         for (int nt = 1; nt <= 2; nt++) {
             flexpoint_set_num_threads(nt);
             for (size_t li = 0; li < sizeof layers / sizeof layers[0]; li++)
@@ -188,8 +191,12 @@ int main(void)
             CHECK(made == 0, "backend %s: %d steps made u and y without quant_i64_t",
                   flexpoint_backend_name(bi), made);
         }
+        const int64_t alt = fx_conv_alt_rounding_reused() - alt0;
+        CHECK(alt > 0, "backend %s: no DFP16 write took the second rounding",
+              flexpoint_backend_name(bi));
         printf("backend %s: u and y made from the chunks in %d steps, by the ops after a "
-                  "miss in %d\n", flexpoint_backend_name(bi), made, redone);
+                  "miss in %d; t from the second rounding in %lld\n", flexpoint_backend_name(bi),
+               made, redone, (long long)alt);
     }
     flexpoint_set_num_threads(0);
     check_declined();

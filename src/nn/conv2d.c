@@ -441,6 +441,8 @@ typedef struct conv_yquant_ctx {
                          * FX_EXP_NONE; swapped in when the write picks it */
     int16_t *tmp2;
     fx_qstats *part2;
+    int alt_taken;      /* the write picked the second rounding: early u and relu(u) made from
+                         * the first (fx_conv2d_shared_bias_relu) do not stand */
 } conv_yquant_ctx;
 
 /* Round samples [n0, n0 + nb) at exponent e into part[]; keep: also into tmp, and with
@@ -504,6 +506,20 @@ static void conv_ycopy(const conv_yquant_ctx *c)
     }
 }
 
+/* Whether a DFP16 output of sums of `terms` products takes the second rounding
+ * (conv2d_forward_run) rather than the stage when its exponent moved lately. Per output value,
+ * the stage writes 8 bytes out and reads them back; the second rounding is a pass over sums in
+ * cache, and a write that picks neither guessed exponent runs the whole op again, whose cost
+ * grows with the terms. In a ResNet-20 epoch on Fashion-MNIST (traces of 16 of its
+ * convolution outputs and input gradients, 100 steps) 543 of 1,584 writes were not steady, of
+ * which 189 took the exponent left at the last move and 11 neither; in the CNN's (4 tensors,
+ * 100 steps, early in training, exponents that trend rather than hover) 137, 33 and 15. Timed
+ * on the Zen 5: ResNet-20's DFP16 epochs (at most 576 terms) 4-7 % shorter; the CNN's, whose
+ * conv2 sums 800 (forward) and 1,600 (input gradient) terms, 1.4 % longer over eight pairs
+ * with every layer taking it. */
+#define FX_CONV_ALT_MAX_TERMS 576
+static int conv_alt_pays(int64_t terms) { return terms <= FX_CONV_ALT_MAX_TERMS; }
+
 static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
     (void)r; /* int64 stages round to nearest even (fx_requant), whatever the tensor's mode */
@@ -517,6 +533,7 @@ static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
         c->part2 = p;
         c->alt_e = c->fused_e;
         c->fused_e = e;
+        c->alt_taken = !c->alt_taken;
         __atomic_fetch_add(&conv_alt_reused, 1, __ATOMIC_RELAXED);
     }
     if (e == c->fused_e) { /* part[] holds this rounding's statistics */
@@ -814,11 +831,14 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * (fx_write_shared_alt_exp), which is where a maximum that hovers at a power of two goes
      * when the guess misses. That costs a second rounding from cache and an int16 buffer
      * instead of an int64 stage written out and read back (ResNet-20's DFP16 convolutions
-     * took the stage in about half their writes); a write that picks neither runs the op
-     * again, which a DFP16 write's exact exponent lets do without a stage. Not with the fused
-     * bias and ReLU, whose u and relu(u) stand on the first rounding. */
+     * took the stage in a third of their writes); a write that picks neither runs the op
+     * again, which a DFP16 write's exact exponent lets do without a stage. With the fused
+     * bias and ReLU, u and relu(u) stand on the first rounding: where the write picks the
+     * second, y is copied from it and the caller makes u and relu(u), as after a stage. Only
+     * for sums of at most FX_CONV_ALT_MAX_TERMS products, where the stage costs more than the
+     * second rounding and the runs again (conv_alt_pays). */
     int alt_e = FX_EXP_NONE;
-    if (!(yshared && nostage_ok && redo_guess == FX_EXP_NONE && !sr &&
+    if (!(yshared && nostage_ok && redo_guess == FX_EXP_NONE && conv_alt_pays(CKK) &&
           !fx_write_shared_guess_steady(y) && fx_write_shared_alt_exp(y, &alt_e)))
         alt_e = FX_EXP_NONE;
     const int nostage = nostage_ok && (alt_e != FX_EXP_NONE || fx_write_shared_guess_steady(y));
@@ -827,7 +847,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                             func); /* [N*P, O], or a chunk's [nb*P, O] per thread */
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
-                          FX_EXP_NONE, flexpoint_num_threads(), 0, 0, 0, FX_EXP_NONE, NULL, NULL};
+                          FX_EXP_NONE, flexpoint_num_threads(), 0, 0, 0, FX_EXP_NONE, NULL, NULL,
+                          0};
     if (yshared) {
         yq.pix = nostage ? NULL : (const int64_t *)(const void *)ypix;
         yq.tmp = conv_alloc(&s, g.N * g.O * P, sizeof(int16_t), &rc, func);
@@ -1075,7 +1096,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         /* the write kept the guess, whose rounding tmp holds: y gets it, unless the early u and
          * relu(u) stand on it (fx_conv2d_shared_bias_relu), and then y's values are needed by
          * nobody and stay unwritten */
-        if (rc == FX_OK && yq.copy_pending && !arr) {
+        if (rc == FX_OK && yq.copy_pending && (!arr || yq.alt_taken)) {
             fx_prof_span sp;
             fx_prof_begin(&sp);
             conv_ycopy(&yq);
@@ -1424,7 +1445,8 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
     /* a DFP16 dx whose exponent moved lately: a second rounding instead of the stage, as in
      * the forward pass (conv2d_forward_run) */
     int alt_e = FX_EXP_NONE;
-    if (!(nostage_ok && guess == FX_EXP_NONE && !fx_write_shared_guess_steady(dx) &&
+    if (!(nostage_ok && guess == FX_EXP_NONE && conv_alt_pays(g->O * g->KH * g->KW) &&
+          !fx_write_shared_guess_steady(dx) &&
           fx_write_shared_alt_exp(dx, &alt_e)))
         alt_e = FX_EXP_NONE;
     const int nostage =
