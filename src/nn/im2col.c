@@ -68,11 +68,48 @@ int64_t fx_conv_padded_numel(const fx_conv_geom *g, int64_t nb)
     return nb * g->C * (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
 }
 
+/* The padded planes of 16- or 32-bit elements, copied and zeroed element by element: the
+ * compiler makes vector moves of the rows and stores of the few padding elements, where a
+ * memset, memcpy and memset per row (2, 64 and 2 bytes for ResNet-20's 16-channel layers at
+ * int16) spent more in the three library calls than in the copy: they took about a seventh of
+ * that layer's integer weight gradient in a profile (one thread, a Zen 5), whose best of 100
+ * calls went from 2.53 to 2.37 ms with this copy. */
+#define FX_PAD_PLANES(T)                                                                       \
+    static void conv_pad_planes_##T(const fx_conv_geom *g, const T *x, int64_t n0, int64_t nb, \
+                                    T *xp)                                                     \
+    {                                                                                          \
+        const int64_t H = g->H, W = g->W, ph = g->ph, pw = g->pw;                              \
+        const int64_t Hp = H + 2 * ph, Wp = W + 2 * pw;                                        \
+        for (int64_t pl = 0; pl < nb * g->C; pl++) {                                           \
+            T *restrict dp = xp + pl * Hp * Wp;                                                \
+            const T *restrict sp = x + (n0 * g->C + pl) * H * W;                               \
+            for (int64_t i = 0; i < ph * Wp; i++) dp[i] = 0;                                   \
+            for (int64_t ih = 0; ih < H; ih++) {                                               \
+                T *restrict d = dp + (ih + ph) * Wp;                                           \
+                const T *restrict srow = sp + ih * W;                                          \
+                for (int64_t k = 0; k < pw; k++) d[k] = 0;                                     \
+                for (int64_t w = 0; w < W; w++) d[pw + w] = srow[w];                           \
+                for (int64_t k = 0; k < pw; k++) d[pw + W + k] = 0;                            \
+            }                                                                                  \
+            for (int64_t i = (ph + H) * Wp; i < Hp * Wp; i++) dp[i] = 0;                       \
+        }                                                                                      \
+    }
+FX_PAD_PLANES(uint16_t)
+FX_PAD_PLANES(uint32_t)
+
 /* fx_conv_pad and fx_conv_pad_widen: rows copied (widen NULL: elements of esz bytes both
  * sides) or widened from 16-bit values into floats (esz 2 in, 4 out) */
 static inline void conv_pad_rows(const fx_conv_geom *g, const void *xv, int64_t n0, int64_t nb,
                                  void *xpv, size_t esz, fx_widen_row_fn widen)
 {
+    if (!widen && esz == sizeof(uint16_t)) { /* bits of int16 mantissas, fp16, bf16 */
+        conv_pad_planes_uint16_t(g, xv, n0, nb, xpv);
+        return;
+    }
+    if (!widen && esz == sizeof(uint32_t)) { /* fp32's bits */
+        conv_pad_planes_uint32_t(g, xv, n0, nb, xpv);
+        return;
+    }
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
     const size_t dsz = widen ? sizeof(float) : esz;
     const char *x = xv;
