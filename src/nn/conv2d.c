@@ -520,22 +520,31 @@ static void conv_ycopy(const conv_yquant_ctx *c)
 #define FX_CONV_ALT_MAX_TERMS 576
 static int conv_alt_pays(int64_t terms) { return terms <= FX_CONV_ALT_MAX_TERMS; }
 
+/* Where a write picks e, the second rounding's exponent (*alt_e) rather than the first's
+ * (*fused_e): the two roundings (mantissas and statistics) trade places, so that the first is
+ * the one kept, and the write takes it as it would a right guess. Returns whether they did. */
+static int conv_take_second(int e, int16_t **tmp, int16_t **tmp2, fx_qstats **part,
+                            fx_qstats **part2, int *fused_e, int *alt_e)
+{
+    if (e == *fused_e || e != *alt_e) return 0;
+    int16_t *t = *tmp;
+    fx_qstats *p = *part;
+    *tmp = *tmp2;
+    *part = *part2;
+    *tmp2 = t;
+    *part2 = p;
+    *alt_e = *fused_e;
+    *fused_e = e;
+    __atomic_fetch_add(&conv_alt_reused, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
 static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
     (void)r; /* int64 stages round to nearest even (fx_requant), whatever the tensor's mode */
     conv_yquant_ctx *c = vctx;
-    if (e != c->fused_e && e == c->alt_e) { /* the second rounding: it becomes the kept one */
-        int16_t *t = c->tmp;
-        fx_qstats *p = c->part;
-        c->tmp = c->tmp2;
-        c->part = c->part2;
-        c->tmp2 = t;
-        c->part2 = p;
-        c->alt_e = c->fused_e;
-        c->fused_e = e;
+    if (conv_take_second(e, &c->tmp, &c->tmp2, &c->part, &c->part2, &c->fused_e, &c->alt_e))
         c->alt_taken = !c->alt_taken;
-        __atomic_fetch_add(&conv_alt_reused, 1, __ATOMIC_RELAXED);
-    }
     if (e == c->fused_e) { /* part[] holds this rounding's statistics */
         if (keep) {
             __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
@@ -1388,17 +1397,7 @@ static int conv_dxquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qs
 {
     (void)r; /* int64 stages round to nearest even, whatever the tensor's mode */
     conv_dxquant_ctx *c = vctx;
-    if (e != c->fused_e && e == c->alt_e) { /* the second rounding becomes the kept one */
-        int16_t *t = c->tmp;
-        fx_qstats *p = c->part;
-        c->tmp = c->tmp2;
-        c->part = c->part2;
-        c->tmp2 = t;
-        c->part2 = p;
-        c->alt_e = c->fused_e;
-        c->fused_e = e;
-        __atomic_fetch_add(&conv_alt_reused, 1, __ATOMIC_RELAXED);
-    }
+    conv_take_second(e, &c->tmp, &c->tmp2, &c->part, &c->part2, &c->fused_e, &c->alt_e);
     if (e == c->fused_e) {
         if (keep) {
             __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
