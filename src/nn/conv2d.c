@@ -506,8 +506,8 @@ static void conv_ycopy(const conv_yquant_ctx *c)
     }
 }
 
-/* Whether a DFP16 output of sums of `terms` products takes the second rounding
- * (conv2d_forward_run) rather than the stage when its exponent moved lately. Per output value,
+/* The most products per sum for which a DFP16 output whose exponent moved lately takes the
+ * second rounding (conv_skip_stage) rather than the stage. Per output value,
  * the stage writes 8 bytes out and reads them back; the second rounding is a pass over sums in
  * cache, and a write that picks neither guessed exponent runs the whole op again, whose cost
  * grows with the terms. In a ResNet-20 epoch on Fashion-MNIST (traces of 16 of its
@@ -518,7 +518,22 @@ static void conv_ycopy(const conv_yquant_ctx *c)
  * conv2 sums 800 (forward) and 1,600 (input gradient) terms, 1.4 % longer over eight pairs
  * with every layer taking it. */
 #define FX_CONV_ALT_MAX_TERMS 576
-static int conv_alt_pays(int64_t terms) { return terms <= FX_CONV_ALT_MAX_TERMS; }
+
+/* Whether an op that rounds its whole shared-exponent output `out` early, at a guess, keeps no
+ * whole int64 stage, and with *alt_e the second exponent it then also rounds at (FX_EXP_NONE:
+ * none). nostage_ok: the op may go without a stage at all; first_run: no run before it
+ * imposed the guess; terms: products per sum. Without a stage where the guesses held lately
+ * (fx_write_shared_guess_steady); else, on a first run of sums of at most
+ * FX_CONV_ALT_MAX_TERMS products, where the output is DFP16 and moved lately, with the second
+ * rounding at the exponent it left (fx_write_shared_alt_exp). */
+static int conv_skip_stage(const tensor_t *out, int nostage_ok, int first_run, int64_t terms,
+                           int *alt_e)
+{
+    *alt_e = FX_EXP_NONE;
+    if (!nostage_ok) return 0;
+    if (fx_write_shared_guess_steady(out)) return 1;
+    return first_run && terms <= FX_CONV_ALT_MAX_TERMS && fx_write_shared_alt_exp(out, alt_e);
+}
 
 /* Where a write picks e, the second rounding's exponent (*alt_e) rather than the first's
  * (*fused_e): the two roundings (mantissas and statistics) trade places, so that the first is
@@ -845,12 +860,9 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * bias and ReLU, u and relu(u) stand on the first rounding: where the write picks the
      * second, y is copied from it and the caller makes u and relu(u), as after a stage. Only
      * for sums of at most FX_CONV_ALT_MAX_TERMS products, where the stage costs more than the
-     * second rounding and the runs again (conv_alt_pays). */
-    int alt_e = FX_EXP_NONE;
-    if (!(yshared && nostage_ok && redo_guess == FX_EXP_NONE && conv_alt_pays(CKK) &&
-          !fx_write_shared_guess_steady(y) && fx_write_shared_alt_exp(y, &alt_e)))
-        alt_e = FX_EXP_NONE;
-    const int nostage = nostage_ok && (alt_e != FX_EXP_NONE || fx_write_shared_guess_steady(y));
+     * second rounding and the runs again. */
+    int alt_e;
+    const int nostage = conv_skip_stage(y, nostage_ok, redo_guess == FX_EXP_NONE, CKK, &alt_e);
     const int64_t ypix_chunk = plan.nb * P * g.O;
     char *ypix = conv_alloc(&s, nostage ? ypix_chunk * plan.outer : g.N * g.O * P, ssz, &rc,
                             func); /* [N*P, O], or a chunk's [nb*P, O] per thread */
@@ -1443,13 +1455,9 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
     const int nostage_ok = fused && !staged && fx_write_shared_local(dx);
     /* a DFP16 dx whose exponent moved lately: a second rounding instead of the stage, as in
      * the forward pass (conv2d_forward_run) */
-    int alt_e = FX_EXP_NONE;
-    if (!(nostage_ok && guess == FX_EXP_NONE && conv_alt_pays(g->O * g->KH * g->KW) &&
-          !fx_write_shared_guess_steady(dx) &&
-          fx_write_shared_alt_exp(dx, &alt_e)))
-        alt_e = FX_EXP_NONE;
+    int alt_e;
     const int nostage =
-        nostage_ok && (alt_e != FX_EXP_NONE || fx_write_shared_guess_steady(dx));
+        conv_skip_stage(dx, nostage_ok, guess == FX_EXP_NONE, g->O * g->KH * g->KW, &alt_e);
     int64_t *dxstage = nostage ? NULL : conv_alloc(&s, n, sizeof(int64_t), &rc, func);
     conv_dxquant_ctx q = {be, dxstage, rc ? 0 : dyo.exp + wo.exp, n, g->C * g->H * g->W, g->N,
                           NULL, NULL, NULL, fuse_e, 0, 0, alt_e, NULL, NULL};

@@ -68,87 +68,61 @@ int64_t fx_conv_padded_numel(const fx_conv_geom *g, int64_t nb)
     return nb * g->C * (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
 }
 
-/* The padded planes of 16- or 32-bit elements, copied and zeroed element by element: the
- * compiler makes vector moves of the rows and stores of the few padding elements, where a
- * memset, memcpy and memset per row (2, 64 and 2 bytes for ResNet-20's 16-channel layers at
- * int16) spent more in the three library calls than in the copy: they took about a seventh of
- * that layer's integer weight gradient in a profile (one thread, a Zen 5), whose best of 100
- * calls went from 2.53 to 2.37 ms with this copy, and to 2.30 with explicit stores for a
- * padding of one element (GCC turns the padding loops into memset calls). */
-#define FX_PAD_PLANES(T)                                                                       \
-    static void conv_pad_planes_##T(const fx_conv_geom *g, const T *x, int64_t n0, int64_t nb, \
-                                    T *xp)                                                     \
-    {                                                                                          \
-        const int64_t H = g->H, W = g->W, ph = g->ph, pw = g->pw;                              \
-        const int64_t Hp = H + 2 * ph, Wp = W + 2 * pw;                                        \
-        for (int64_t pl = 0; pl < nb * g->C; pl++) {                                           \
-            T *restrict dp = xp + pl * Hp * Wp;                                                \
-            const T *restrict sp = x + (n0 * g->C + pl) * H * W;                               \
-            for (int64_t i = 0; i < ph * Wp; i++) dp[i] = 0;                                   \
-            for (int64_t ih = 0; ih < H; ih++) {                                               \
-                T *restrict d = dp + (ih + ph) * Wp;                                           \
-                const T *restrict srow = sp + ih * W;                                          \
-                if (pw == 1) { /* stores, not the memset calls GCC makes of the loops */      \
-                    d[0] = 0;                                                                  \
-                    d[W + 1] = 0;                                                              \
-                } else {                                                                       \
-                    for (int64_t k = 0; k < pw; k++) d[k] = 0;                                 \
-                    for (int64_t k = 0; k < pw; k++) d[pw + W + k] = 0;                        \
-                }                                                                              \
-                for (int64_t w = 0; w < W; w++) d[pw + w] = srow[w];                           \
-            }                                                                                  \
-            for (int64_t i = (ph + H) * Wp; i < Hp * Wp; i++) dp[i] = 0;                       \
-        }                                                                                      \
+/* The padded planes, written element by element: the compiler makes vector moves of the rows
+ * and stores of the few padding elements, where a memset, memcpy and memset per row (2, 64 and
+ * 2 bytes for ResNet-20's 16-channel layers at int16) spent more in the three library calls
+ * than in the copy: they took about a seventh of that layer's integer weight gradient in a
+ * profile (one thread, a Zen 5), whose best of 100 calls went from 2.53 to 2.37 ms with this
+ * copy, and to 2.30 with explicit stores for a padding of one element: GCC turns the padding
+ * loops into memset calls, and FX_SHORT_RUNS, which stops that, made this pass slower
+ * (2.40-2.44 ms). TS: source elements, TD: padded ones; ROW(srow, d, W)
+ * fills a row's W values (a copy, or the level's widening of fp16/bf16 bits into floats). */
+#define FX_PAD_PLANES(NAME, TS, TD, ROW)                                                      \
+    static void NAME(const fx_conv_geom *g, const TS *x, int64_t n0, int64_t nb, TD *xp,     \
+                     fx_widen_row_fn widen)                                                   \
+    {                                                                                         \
+        const int64_t H = g->H, W = g->W, ph = g->ph, pw = g->pw;                             \
+        const int64_t Hp = H + 2 * ph, Wp = W + 2 * pw;                                       \
+        (void)widen;                                                                          \
+        for (int64_t pl = 0; pl < nb * g->C; pl++) {                                          \
+            TD *restrict dp = xp + pl * Hp * Wp;                                              \
+            const TS *restrict sp = x + (n0 * g->C + pl) * H * W;                             \
+            for (int64_t i = 0; i < ph * Wp; i++) dp[i] = 0;                                  \
+            for (int64_t ih = 0; ih < H; ih++) {                                              \
+                TD *restrict d = dp + (ih + ph) * Wp;                                         \
+                const TS *restrict srow = sp + ih * W;                                        \
+                if (pw == 1) { /* stores, not the memset calls GCC makes of the loops */     \
+                    d[0] = 0;                                                                 \
+                    d[W + 1] = 0;                                                             \
+                } else {                                                                      \
+                    for (int64_t k = 0; k < pw; k++) d[k] = 0;                                \
+                    for (int64_t k = 0; k < pw; k++) d[pw + W + k] = 0;                       \
+                }                                                                             \
+                ROW(srow, d + pw, W);                                                         \
+            }                                                                                 \
+            for (int64_t i = (ph + H) * Wp; i < Hp * Wp; i++) dp[i] = 0;                      \
+        }                                                                                     \
     }
-FX_PAD_PLANES(uint16_t)
-FX_PAD_PLANES(uint32_t)
-
-/* fx_conv_pad and fx_conv_pad_widen: rows copied (widen NULL: elements of esz bytes both
- * sides) or widened from 16-bit values into floats (esz 2 in, 4 out) */
-static inline void conv_pad_rows(const fx_conv_geom *g, const void *xv, int64_t n0, int64_t nb,
-                                 void *xpv, size_t esz, fx_widen_row_fn widen)
-{
-    if (!widen && esz == sizeof(uint16_t)) { /* bits of int16 mantissas, fp16, bf16 */
-        conv_pad_planes_uint16_t(g, xv, n0, nb, xpv);
-        return;
-    }
-    if (!widen && esz == sizeof(uint32_t)) { /* fp32's bits */
-        conv_pad_planes_uint32_t(g, xv, n0, nb, xpv);
-        return;
-    }
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
-    const size_t dsz = widen ? sizeof(float) : esz;
-    const char *x = xv;
-    char *xp = xpv;
-    for (int64_t pl = 0; pl < nb * g->C; pl++) {
-        char *dp = xp + (size_t)(pl * Hp * Wp) * dsz;
-        const char *sp = x + (size_t)((n0 * g->C + pl) * g->H * g->W) * esz;
-        memset(dp, 0, (size_t)(g->ph * Wp) * dsz);
-        for (int64_t ih = 0; ih < g->H; ih++) {
-            char *d = dp + (size_t)((ih + g->ph) * Wp) * dsz;
-            const char *srow = sp + (size_t)(ih * g->W) * esz;
-            memset(d, 0, (size_t)g->pw * dsz);
-            if (widen)
-                widen((const uint16_t *)(const void *)srow,
-                      (float *)(void *)(d + (size_t)g->pw * dsz), g->W);
-            else
-                memcpy(d + (size_t)g->pw * dsz, srow, (size_t)g->W * esz);
-            memset(d + (size_t)(g->pw + g->W) * dsz, 0, (size_t)g->pw * dsz);
-        }
-        memset(dp + (size_t)((g->ph + g->H) * Wp) * dsz, 0, (size_t)(g->ph * Wp) * dsz);
-    }
-}
+#define FX_PAD_COPY_ROW(s, d, n)                                                              \
+    for (int64_t w = 0; w < (n); w++) (d)[w] = (s)[w]
+#define FX_PAD_WIDEN_ROW(s, d, n) widen((s), (d), (n))
+FX_PAD_PLANES(conv_pad_planes_16, uint16_t, uint16_t, FX_PAD_COPY_ROW)
+FX_PAD_PLANES(conv_pad_planes_32, uint32_t, uint32_t, FX_PAD_COPY_ROW)
+FX_PAD_PLANES(conv_pad_planes_widen, uint16_t, float, FX_PAD_WIDEN_ROW)
 
 void fx_conv_pad(const fx_conv_geom *g, const void *xv, int64_t n0, int64_t nb, void *xpv,
                  size_t esz)
 {
-    conv_pad_rows(g, xv, n0, nb, xpv, esz, NULL);
+    if (esz == sizeof(uint16_t)) /* bits of int16 mantissas, fp16, bf16 */
+        conv_pad_planes_16(g, xv, n0, nb, xpv, NULL);
+    else /* fp32's bits */
+        conv_pad_planes_32(g, xv, n0, nb, xpv, NULL);
 }
 
 void fx_conv_pad_widen(const fx_conv_geom *g, const uint16_t *x, int64_t n0, int64_t nb,
                        float *xp, fx_widen_row_fn widen)
 {
-    conv_pad_rows(g, x, n0, nb, xp, sizeof(uint16_t), widen);
+    conv_pad_planes_widen(g, x, n0, nb, xp, widen);
 }
 
 void fx_conv_unpad(const fx_conv_geom *g, const void *xpv, int64_t n0, int64_t nb, void *xv,

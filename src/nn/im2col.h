@@ -26,8 +26,8 @@ typedef struct fx_conv_geom {
 } fx_conv_geom;
 
 /* Zero-padded copy of the chunk's input: xp[n][c][ih + ph][iw + pw] = x[n0 + n][c][ih][iw],
- * of shape [nb][C][H + 2ph][W + 2pw], zeros in the border; elements of esz bytes. Every tap
- * of every output pixel then lies inside xp, so the transforms below copy and add without
+ * of shape [nb][C][H + 2ph][W + 2pw], zeros in the border; elements of esz bytes (2 or 4).
+ * Every tap of every output pixel then lies inside xp, so the transforms below copy and add without
  * bounds checks. fx_conv_unpad is the reverse (the border is dropped).
  * The im2col buffers xp must hold FX_CONV_PAD_SLACK elements beyond fx_conv_padded_numel
  * (initialised): runs are copied in whole blocks and may read that far past the last one. */
