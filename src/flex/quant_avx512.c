@@ -20,6 +20,55 @@ static inline __mmask16 fx_tail16(int64_t left)
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
 }
 
+/* The statistics' counters of quant_f32 as int32 lanes, flushed into int64 every
+ * FX_QF32_FLUSH elements so that no lane can overflow. */
+#define FX_QF32_FLUSH ((int64_t)1 << 28)
+
+typedef struct fx_qf32_k {
+    __m512 neg_e, inf, lim, nlim, zero;
+    __m512i mmax, mmin, minus1;
+} fx_qf32_k;
+
+typedef struct fx_qf32_acc {
+    __m512 max_in;
+    __m512i max_out, nsat, nnf, nuf;
+} fx_qf32_acc;
+
+/* One vector of 16 values (dead lanes load as 0.0 and count nowhere): their mantissas as int32
+ * lanes, the statistics into acc. Counts go into vector lanes (a masked subtract of -1): with a
+ * popcount per mask, three mask moves, popcounts and adds per vector on the scalar ports bound
+ * the loop (batch norm's rounding from L1 on the Zen 5: 0.16 ns an element that way, 0.13 this
+ * way, with the paired store below). */
+static inline __attribute__((always_inline)) __m512i
+fx_qf32_step(const fx_qf32_k *k, fx_qf32_acc *acc, __m512 x, __mmask16 live)
+{
+    const __m512 ax = _mm512_abs_ps(x);
+    const __mmask16 fin = _mm512_cmp_ps_mask(ax, k->inf, _CMP_LT_OQ); /* false for NaN, Inf */
+    const __mmask16 num = _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q);       /* false for NaN */
+    acc->max_in = _mm512_mask_max_ps(acc->max_in, fin, acc->max_in, ax);
+    acc->nnf = _mm512_mask_sub_epi32(acc->nnf, (__mmask16)(live & ~fin), acc->nnf, k->minus1);
+    __m512 q = _mm512_scalef_round_ps(x, k->neg_e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm512_min_ps(_mm512_max_ps(q, k->nlim), k->lim);
+    const __m512i rq = _mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    acc->nsat = _mm512_mask_sub_epi32(
+        acc->nsat, _mm512_mask_cmpgt_epi32_mask(fin, _mm512_abs_epi32(rq), k->mmax), acc->nsat,
+        k->minus1);
+    const __m512i m =
+        _mm512_maskz_mov_epi32(num, _mm512_max_epi32(_mm512_min_epi32(rq, k->mmax), k->mmin));
+    const __mmask16 nonzero_x = _mm512_mask_cmp_ps_mask(fin, x, k->zero, _CMP_NEQ_OQ);
+    acc->nuf = _mm512_mask_sub_epi32(
+        acc->nuf, _mm512_mask_cmpeq_epi32_mask(nonzero_x, m, _mm512_setzero_si512()), acc->nuf,
+        k->minus1);
+    acc->max_out = _mm512_max_epi32(acc->max_out, _mm512_abs_epi32(m));
+    return m;
+}
+
+static inline int64_t fx_qf32_lanes(__m512i v)
+{
+    return _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(v))) +
+           _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1)));
+}
+
 void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
                               const fx_rounding *r, int64_t index0, fx_qstats *st)
 {
@@ -27,41 +76,50 @@ void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
         fx_flex_quant_f32_scalar(src, dst, n, e, r, index0, st);
         return;
     }
-    const __m512 neg_e = _mm512_set1_ps((float)-e);
-    const __m512 inf = _mm512_set1_ps(__builtin_inff());
-    const __m512 lim = _mm512_set1_ps(32768.0f), nlim = _mm512_set1_ps(-32768.0f);
-    const __m512 zero = _mm512_setzero_ps();
-    const __m512i mmax = _mm512_set1_epi32(FX_MANT_MAX), mmin = _mm512_set1_epi32(-FX_MANT_MAX);
-    __m512 max_in = zero;
-    __m512i max_out = _mm512_setzero_si512();
+    fx_qf32_k k;
+    k.neg_e = _mm512_set1_ps((float)-e);
+    k.inf = _mm512_set1_ps(__builtin_inff());
+    k.lim = _mm512_set1_ps(32768.0f);
+    k.nlim = _mm512_set1_ps(-32768.0f);
+    k.zero = _mm512_setzero_ps();
+    k.mmax = _mm512_set1_epi32(FX_MANT_MAX);
+    k.mmin = _mm512_set1_epi32(-FX_MANT_MAX);
+    k.minus1 = _mm512_set1_epi32(-1);
+    const __m512i izero = _mm512_setzero_si512();
+    /* 64-bit lanes 0, 2, 4, 6, 1, 3, 5, 7: vpackssdw interleaves its two sources per 128-bit
+     * lane (values are in [-32767, 32767] already, so it does not saturate) */
+    const __m512i order = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+    fx_qf32_acc acc = {k.zero, izero, izero, izero, izero};
     int64_t saturated = 0, nonfinite = 0, underflow = 0;
-
-    for (int64_t i = 0; i < n; i += 16) {
-        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0);
-        const __mmask16 live = fx_tail16(n - i);
-        const __m512 x = _mm512_maskz_loadu_ps(live, src + i);
-        const __m512 ax = _mm512_abs_ps(x);
-        const __mmask16 fin = _mm512_cmp_ps_mask(ax, inf, _CMP_LT_OQ); /* false for NaN, Inf */
-        const __mmask16 num = _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q);    /* false for NaN */
-        max_in = _mm512_mask_max_ps(max_in, fin, max_in, ax);
-        nonfinite += fx_popcnt16((__mmask16)(live & ~fin));
-
-        __m512 q = _mm512_scalef_round_ps(x, neg_e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        q = _mm512_min_ps(_mm512_max_ps(q, nlim), lim);
-        const __m512i rq = _mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        saturated += fx_popcnt16(_mm512_mask_cmpgt_epi32_mask(fin, _mm512_abs_epi32(rq), mmax));
-        const __m512i m = _mm512_maskz_mov_epi32(num, _mm512_max_epi32(_mm512_min_epi32(rq, mmax), mmin));
-
-        const __mmask16 nonzero_x = _mm512_mask_cmp_ps_mask(fin, x, zero, _CMP_NEQ_OQ);
-        underflow += fx_popcnt16(_mm512_mask_cmpeq_epi32_mask(nonzero_x, m, _mm512_setzero_si512()));
-        max_out = _mm512_max_epi32(max_out, _mm512_abs_epi32(m));
-        if (dst) _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, m);
+    for (int64_t b0 = 0; b0 < n; b0 += FX_QF32_FLUSH) {
+        const int64_t b1 = n - b0 < FX_QF32_FLUSH ? n : b0 + FX_QF32_FLUSH;
+        int64_t i = b0;
+        /* two vectors a step, their mantissas packed into one store (a masked vpmovdw to
+         * memory a vector ran slower) */
+        for (; i + 32 <= b1; i += 32) {
+            _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH + 16), _MM_HINT_T0);
+            const __m512i m0 = fx_qf32_step(&k, &acc, _mm512_loadu_ps(src + i), 0xFFFF);
+            const __m512i m1 = fx_qf32_step(&k, &acc, _mm512_loadu_ps(src + i + 16), 0xFFFF);
+            if (dst)
+                _mm512_storeu_si512((void *)(dst + i),
+                                    _mm512_permutexvar_epi64(order, _mm512_packs_epi32(m0, m1)));
+        }
+        for (; i < b1; i += 16) {
+            const __mmask16 live = fx_tail16(b1 - i);
+            const __m512i m = fx_qf32_step(&k, &acc, _mm512_maskz_loadu_ps(live, src + i), live);
+            if (dst) _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, m);
+        }
+        saturated += fx_qf32_lanes(acc.nsat);
+        nonfinite += fx_qf32_lanes(acc.nnf);
+        underflow += fx_qf32_lanes(acc.nuf);
+        acc.nsat = acc.nnf = acc.nuf = izero;
     }
     st->saturated = saturated;
     st->nonfinite = nonfinite;
     st->underflow = underflow;
-    st->max_abs_in = (double)_mm512_reduce_max_ps(max_in);
-    st->max_abs_out = _mm512_reduce_max_epi32(max_out);
+    st->max_abs_in = (double)_mm512_reduce_max_ps(acc.max_in);
+    st->max_abs_out = _mm512_reduce_max_epi32(acc.max_out);
 }
 
 /* m * 2^e: the int16 -> fp32 conversion is exact and scalef rounds once, so the result is the
