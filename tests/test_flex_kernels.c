@@ -187,7 +187,7 @@ static int16_t gen_value(test_rng *r, int kind, int is_b)
     case DATA_EDGE_FAST_NEG: return is_b ? -11585 : 11585;
     case DATA_EDGE_SPLIT: return 11586; /* 16 * 11586^2 > 2^31 - 1: every tile must split */
     case DATA_BURSTS: return gauss_like(r, 3000); /* + the full-range stretches of gen_at */
-    case DATA_FULL_FIRST: return gauss_like(r, 3000); /* after gen_at's first K block */
+    case DATA_FULL_FIRST: return gauss_like(r, 3000); /* after gen_at's first K group */
     /* the wrap kernel's extreme high-byte errors (gemm_i16.h): a = b = 32767 (DATA_MAX) gives
      * the largest positive one, a = b = -32513 the largest negative one; a whole chunk of them
      * lands within 0.8 % of the int32 range */
@@ -258,7 +258,8 @@ static void ref_matmul(const int16_t *A, const int16_t *B, int64_t M, int64_t K,
  * fast kernel wrap. */
 static int16_t gen_at(test_rng *r, int kind, int is_b, int64_t k, int64_t line)
 {
-    if ((kind == DATA_BURSTS && k >= 384 && k < 768) || (kind == DATA_FULL_FIRST && k < 384))
+    if ((kind == DATA_BURSTS && k >= 384 && k < 768) ||
+        (kind == DATA_FULL_FIRST && k < FX_GEMM_I16_KG * FX_GEMM_I16_KC))
         return (int16_t)test_rng_range(r, -32767, 32767);
     if (kind == DATA_HOT_LINES)
         return line % (is_b ? 16 : 6) == (is_b ? 13 : 4) ? 32767 : gauss_like(r, 3000);
@@ -405,13 +406,15 @@ static void test_matmul_paths(void)
     check_matmul_expect(13, 4099, 128, DATA_MAX, LAYOUT_TRANSPOSED, 0, EXPECT_SPLIT, &r);
     check_matmul_expect(300, 517, 70, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
     fx_gemm_i16_set_wrap(1);
-    /* mode AUTO probes the first norm-tested K block: when no tile there passes, the later
-     * blocks skip the norms (so Gaussian blocks after a full-range one take the any-data
-     * kernel), exactly as before; NORM_ALWAYS tests every block */
-    check_matmul_expect(520, 1152, 260, DATA_FULL_FIRST, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
+    /* mode AUTO probes the first norm-tested group of K blocks (FX_GEMM_I16_KG blocks of
+     * FX_GEMM_I16_KC values): when no tile there passes, the later groups skip the norms (so
+     * Gaussian blocks after a full-range group take the any-data kernel); NORM_ALWAYS tests
+     * every block. K = 2688: seven blocks of 384 on both SIMD levels, the first four
+     * full-range. */
+    check_matmul_expect(520, 2688, 260, DATA_FULL_FIRST, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
     for (int ki = 0; ki < g_nk[FX_OP_MATMUL] && !g_amx_pass; ki++) {
         if (!is_simd_gemm(&g_k[FX_OP_MATMUL][ki])) continue;
-        const int64_t M = 520, K = 1152, N = 260;
+        const int64_t M = 520, K = 2688, N = 260;
         int16_t *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
         for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(&r, DATA_FULL_FIRST, 0, i % K, i / K);
         for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(&r, DATA_FULL_FIRST, 1, i / N, i % N);
@@ -426,7 +429,7 @@ static void test_matmul_paths(void)
         }
         fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
         CHECK(counts[0][0] == 0 && counts[0][1] > 0 && counts[1][0] > 0,
-              "%s: full-range first K block: auto took %lld fast tiles (want 0), norm-always %lld "
+              "%s: full-range first K group: auto took %lld fast tiles (want 0), norm-always %lld "
               "(want some)", g_k[FX_OP_MATMUL][ki].name, (long long)counts[0][0],
               (long long)counts[1][0]);
         free(A);

@@ -1,9 +1,20 @@
 /* Portable driver of the exact int16 GEMM (see gemm_i16.h for the exactness argument and the
  * packed layouts). BLIS-style loops:
- *   jc: column blocks of NC        (packed B block: KC x NC, shared by the threads)
- *    pc: K blocks of at most KC    (at most FX_GEMM_I16_MAX_KP pairs: the int32 chains flush)
- *     ic: row blocks of MC         (packed A block: MC x KC, one per thread; threads split ic)
+ *   jc: column blocks of NC        (packed B blocks: KC x NC each, shared by the threads)
+ *    pg: groups of up to KG K blocks of at most KC values each (at most FX_GEMM_I16_MAX_KP
+ *        pairs: the int32 chains flush), all packed before their tiles run
+ *     ic: row blocks of MC         (packed A blocks: MC x KC each, one set per thread; threads
+ *                                   split ic)
  *      jr, ir: micro-kernel tiles  (each B micro-panel is reused across the ir loop)
+ *       pc: the group's K blocks, one kernel call each, into the tile while it is in L1
+ * Why the group: with the K blocks outermost, as BLIS runs them, every K block after the first
+ * reads and writes the whole int64 stage again (8 bytes per output, three times on a 1024^3
+ * product); with the group's blocks innermost, a tile's partial sums stay in L1 between them.
+ * On the Zen 5 (tensor_matmul, 1024^3 FLEX16_5, one thread, standard-normal operands) a product
+ * that followed an fp32 one ran at 305-332 GOP/s with K blocks outermost, where the stage had
+ * left the caches, and 370-400 when it followed itself; in groups 376-379 and 391-396. In
+ * bench_gemm's alternation with the other formats and the peers, 2048^3 went from 285-290 to
+ * 361-371 GOP/s (53-55 % to 69-71 % of the vpdpwssd limit).
  * Packing also computes the segment norms of every A micro-panel and B micro-panel; from them
  * each (tile, K block) takes the fast kernel with the longest chain the norms prove safe, or the
  * split kernel (its split B panel is made from the plain one by the thread that needs it, at
@@ -33,6 +44,7 @@
 #define FX_GEMM_KC FX_GEMM_I16_KC /* K elements per block: even, <= 2 * FX_GEMM_I16_MAX_KP */
 #define FX_GEMM_MC 144  /* rows per packed A block (rounded down to a multiple of mr) */
 #define FX_GEMM_NC 2048 /* columns per packed B block (rounded down to a multiple of nr) */
+#define FX_GEMM_KG FX_GEMM_I16_KG /* K blocks per group (their A blocks fit L2 together) */
 
 /* Default size gates of the fast kernel (mode AUTO; a level may set its own in
  * fx_gemm_i16_kernel): it is tried only when M >= FX_GEMM_FAST_MIN_M, the B block has >=
@@ -442,10 +454,15 @@ typedef struct fx_gemm_plan {
     /* blocking and threads: K blocks of kc values (kp_max pairs, nseg_max norm segments), row
      * blocks of mc (nmb of them, split over nt threads), column blocks of nc (npan_max panels) */
     int64_t kc, kp_max, nseg_max, mc, nc, nmb, npan_max;
+    int kg; /* K blocks per group (the last group may hold fewer) */
     int nt;
-    /* one thread's scratch, t_stride bytes (fx_gemm_thread_init): split or wrap B block,
-     * panel tags, A block, A high panels, A norms, A rows */
-    size_t bs_elems, a_elems, ah_elems, na_elems, tag_elems, rows_elems, bs_bytes, t_stride;
+    /* one thread's scratch, t_stride bytes (fx_gemm_thread_init): per K block of a group
+     * (slot_stride bytes each) split or wrap B block, panel tags, A block, A high panels, A
+     * norms; then the A rows */
+    size_t bs_elems, a_elems, ah_elems, na_elems, tag_elems, rows_elems, bs_bytes, slot_stride,
+        t_stride;
+    /* the shared B blocks of a group: kg of each, these many elements apart */
+    size_t bpack_elems, bnorm_elems;
     int64_t rows_ld;
     /* the stage: out [M,N] row-major; want_max: report max |out| (fx_op_call.out_imax) */
     int64_t *out;
@@ -521,6 +538,7 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     }
     pl->kp_max = (pl->kc + 1) / 2;
     pl->nseg_max = (pl->kp_max + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
+    pl->kg = (int)fx_min64(FX_GEMM_KG, (K + pl->kc - 1) / pl->kc);
     int nt = c->nthreads;
     if (nt < 1 || M * N * K < FX_GEMM_PAR_MIN_MACS) nt = 1;
     int64_t mc = fx_min64(FX_GEMM_MC / mr * mr, (M + mr - 1) / mr * mr);
@@ -545,30 +563,39 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     pl->rows_ld = pl->a_rows ? (2 * pl->kp_max + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
     pl->rows_elems = (size_t)(mr * pl->rows_ld);                                /* int16 */
     pl->bs_bytes = (pl->bs_elems * 2 + 63) / 64 * 64;
-    pl->t_stride = (pl->bs_bytes + pl->tag_elems * 8 +
-                    (pl->a_elems + pl->ah_elems + pl->na_elems) * 4 + pl->rows_elems * 2 + 63) /
-                   64 * 64;
+    pl->slot_stride =
+        (pl->bs_bytes + pl->tag_elems * 8 + (pl->a_elems + pl->ah_elems + pl->na_elems) * 4 + 63) /
+        64 * 64;
+    pl->t_stride = (pl->slot_stride * (size_t)pl->kg + pl->rows_elems * 2 + 63) / 64 * 64;
+    pl->bpack_elems = (size_t)(pl->kp_max * 2 * pl->nc + 31) / 32 * 32; /* 64-byte multiples */
+    pl->bnorm_elems = (size_t)(pl->nc / nr * (pl->nseg_max + 1));
     return FX_OK;
 }
 
 /* Buffers shared by the threads of one product: the packed plain B block with its segment
  * norms and each panel's largest norm, every thread's scratch, and the probe's count. */
 typedef struct fx_gemm_shared {
-    int16_t *bpack;
-    int32_t *bnorm, *bnorm_max;
+    int16_t *bpack; /* the group's B blocks, pl->bpack_elems apart */
+    int32_t *bnorm; /* their segment norms and panel maxima, pl->bnorm_elems apart */
     unsigned char *tpack;
     _Atomic int64_t probe_fast; /* fast tiles of the first norm-tested K block (all threads) */
 } fx_gemm_shared;
 
-/* One thread's scratch and state (laid out in its t_stride bytes of fx_gemm_shared.tpack). */
-typedef struct fx_gemm_thread {
+/* One thread's buffers for one K block of a group (a slot). */
+typedef struct fx_gemm_slot {
     int16_t *bsplit;          /* split or wrap B block, made panel by panel on demand */
-    int64_t *split_tag;       /* == block_id: panel jp of bsplit holds the current B block */
-    int64_t *ahi_tag;         /* == a_block: the micro-panel's high panel is made */
+    int64_t *split_tag;       /* == the block's id: panel jp of bsplit holds this B block */
+    int64_t *ahi_tag;         /* == a_id: the micro-panel's high panel is made */
     int32_t *ap, *ahi;        /* packed A block, its high panels (wrap kernel) */
     int32_t *anorm, *anorm_max; /* A segment norms, each micro-panel's largest */
+    int64_t a_id;             /* the A block this slot holds (th->a_block when packed) */
+} fx_gemm_slot;
+
+/* One thread's scratch and state (laid out in its t_stride bytes of fx_gemm_shared.tpack). */
+typedef struct fx_gemm_thread {
+    fx_gemm_slot slot[FX_GEMM_KG];
     int16_t *arows;           /* A rows on demand: one micro-panel's rows */
-    int64_t block_id, a_block; /* B blocks and A blocks seen */
+    int64_t block_id, a_block; /* B blocks and A blocks seen (ids count from 1) */
     int probed;               /* the probe block is behind us (no probe outside mode AUTO) */
     int norms_off;            /* the probe found no fast tile: no more norms */
     int64_t fast_tiles, split_tiles;
@@ -581,25 +608,52 @@ static void fx_gemm_thread_init(const fx_gemm_plan *pl, const fx_gemm_shared *sh
 {
     unsigned char *tbase = sh->tpack + (size_t)tid * pl->t_stride;
     memset(th, 0, sizeof *th);
-    th->bsplit = (int16_t *)tbase; /* 64-byte aligned */
-    th->split_tag = (int64_t *)(tbase + pl->bs_bytes);
-    th->ahi_tag = th->split_tag + pl->npan_max;
-    th->ap = (int32_t *)(th->split_tag + pl->tag_elems);
-    th->ahi = th->ap + pl->a_elems;
-    th->anorm = th->ahi + pl->ah_elems;
-    th->anorm_max = th->anorm + pl->mc / pl->mr * pl->nseg_max;
-    th->arows = (int16_t *)(void *)(th->anorm + pl->na_elems) + FX_A_ROWS_SLACK;
+    for (int g = 0; g < pl->kg; g++) {
+        unsigned char *sbase = tbase + (size_t)g * pl->slot_stride;
+        fx_gemm_slot *sl = &th->slot[g];
+        sl->bsplit = (int16_t *)sbase; /* 64-byte aligned */
+        sl->split_tag = (int64_t *)(sbase + pl->bs_bytes);
+        sl->ahi_tag = sl->split_tag + pl->npan_max;
+        sl->ap = (int32_t *)(sl->split_tag + pl->tag_elems);
+        sl->ahi = sl->ap + pl->a_elems;
+        sl->anorm = sl->ahi + pl->ah_elems;
+        sl->anorm_max = sl->anorm + pl->mc / pl->mr * pl->nseg_max;
+        /* tags 0: no panel is made (block and A block ids count from 1) */
+        memset(sl->split_tag, 0, pl->tag_elems * sizeof *sl->split_tag);
+    }
+    th->arows =
+        (int16_t *)(void *)(tbase + (size_t)pl->kg * pl->slot_stride) + FX_A_ROWS_SLACK;
     th->probed = !pl->gated;
-    memset(th->split_tag, 0, pl->tag_elems * sizeof *th->split_tag);
 }
 
 /* One K block of the current B block, as the loops walk them (pc, jc: its origin; kcur, ncur:
  * its size; fast_ok: its tiles take the norm test, so packing computes norms). */
 typedef struct fx_gemm_block {
     int64_t jc, ncur, npan, pc, kcur, kp, nseg, bpanel;
+    int64_t id; /* this B block's number (th->block_id when it was set up) */
+    int slot;   /* its place in the group: the thread's slot and the shared B block */
     int fast_ok;
     int last; /* the last K block: the values written are final */
 } fx_gemm_block;
+
+/* The shared packed B block of a block, its segment norms and each panel's largest norm. */
+static int16_t *fx_gemm_bpack(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
+                              const fx_gemm_block *bk)
+{
+    return sh->bpack + (size_t)bk->slot * pl->bpack_elems;
+}
+
+static int32_t *fx_gemm_bnorm(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
+                              const fx_gemm_block *bk)
+{
+    return sh->bnorm + (size_t)bk->slot * pl->bnorm_elems;
+}
+
+static int32_t *fx_gemm_bnorm_max(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
+                                  const fx_gemm_block *bk)
+{
+    return fx_gemm_bnorm(pl, sh, bk) + pl->nc / pl->nr * pl->nseg_max;
+}
 
 /* fx_gemm_pack_b_block for a row-major B packed by the level's SIMD loop: each thread takes a
  * run of panels and packs them one norm segment (2 SEG rows) at a time across the run, so that
@@ -613,6 +667,8 @@ static void fx_gemm_pack_b_rows(const fx_gemm_plan *pl, const fx_gemm_shared *sh
 {
     const int nr = pl->nr;
     const int64_t seg_rows = 2 * FX_GEMM_I16_SEG, nfull = bk->ncur / nr;
+    int16_t *bpack = fx_gemm_bpack(pl, sh, bk);
+    int32_t *bnorm = fx_gemm_bnorm(pl, sh, bk), *bnorm_max = fx_gemm_bnorm_max(pl, sh, bk);
     FX_OMP(omp for schedule(static))
     for (int64_t t = 0; t < pl->nt; t++) {
         const int64_t jp0 = bk->npan * t / pl->nt, jp1 = bk->npan * (t + 1) / pl->nt;
@@ -622,18 +678,18 @@ static void fx_gemm_pack_b_rows(const fx_gemm_plan *pl, const fx_gemm_shared *sh
             for (int64_t jp = jp0; jp < jw; jp++) {
                 int64_t sq = 0;
                 pl->kd->pack->pack_b(bblk + k0 * pl->sbk + jp * nr, pl->sbk, kc,
-                                     sh->bpack + jp * bk->kp * 2 * nr + k0 * nr,
+                                     bpack + jp * bk->kp * 2 * nr + k0 * nr,
                                      bk->fast_ok ? &sq : NULL);
-                if (bk->fast_ok) sh->bnorm[jp * bk->nseg + s] = (int32_t)fx_ceil_sqrt(sq);
+                if (bk->fast_ok) bnorm[jp * bk->nseg + s] = (int32_t)fx_ceil_sqrt(sq);
             }
         }
         for (int64_t jp = jp0; jp < jp1; jp++) {
             if (jp >= jw)
                 fx_pack_b(pl->kd, bblk + jp * nr, pl->sbk, 1, bk->kcur,
-                          fx_min64(nr, bk->ncur - jp * nr), nr, sh->bpack + jp * bk->kp * 2 * nr,
-                          bk->fast_ok ? sh->bnorm + jp * bk->nseg : NULL);
+                          fx_min64(nr, bk->ncur - jp * nr), nr, bpack + jp * bk->kp * 2 * nr,
+                          bk->fast_ok ? bnorm + jp * bk->nseg : NULL);
             if (bk->fast_ok)
-                sh->bnorm_max[jp] = (int32_t)fx_norm_max(sh->bnorm + jp * bk->nseg, bk->nseg);
+                bnorm_max[jp] = (int32_t)fx_norm_max(bnorm + jp * bk->nseg, bk->nseg);
         }
     }
 }
@@ -651,13 +707,14 @@ static void fx_gemm_pack_b_block(const fx_gemm_plan *pl, const fx_gemm_shared *s
         fx_gemm_pack_b_rows(pl, sh, bk, bblk);
         return;
     }
+    int16_t *bpack = fx_gemm_bpack(pl, sh, bk);
+    int32_t *bnorm = fx_gemm_bnorm(pl, sh, bk), *bnorm_max = fx_gemm_bnorm_max(pl, sh, bk);
     FX_OMP(omp for schedule(static))
     for (int64_t jp = 0; jp < bk->npan; jp++) {
         fx_pack_b(pl->kd, bblk + jp * nr * pl->sbn, pl->sbk, pl->sbn, bk->kcur,
-                  fx_min64(nr, bk->ncur - jp * nr), nr, sh->bpack + jp * bk->kp * 2 * nr,
-                  bk->fast_ok ? sh->bnorm + jp * bk->nseg : NULL);
-        if (bk->fast_ok)
-            sh->bnorm_max[jp] = (int32_t)fx_norm_max(sh->bnorm + jp * bk->nseg, bk->nseg);
+                  fx_min64(nr, bk->ncur - jp * nr), nr, bpack + jp * bk->kp * 2 * nr,
+                  bk->fast_ok ? bnorm + jp * bk->nseg : NULL);
+        if (bk->fast_ok) bnorm_max[jp] = (int32_t)fx_norm_max(bnorm + jp * bk->nseg, bk->nseg);
     }
 }
 
@@ -670,127 +727,152 @@ static void fx_gemm_pack_a_block(const fx_gemm_plan *pl, fx_gemm_thread *th,
 {
     const int mr = pl->mr;
     const int64_t kp = bk->kp, nseg = bk->nseg;
-    const int32_t *ablk = pl->apan ? pl->apan + i0 * pl->kp_all + bk->pc / 2 * mr : th->ap;
+    fx_gemm_slot *sl = &th->slot[bk->slot];
+    const int32_t *ablk = pl->apan ? pl->apan + i0 * pl->kp_all + bk->pc / 2 * mr : sl->ap;
     const int64_t ald = pl->apan ? pl->kp_all : kp; /* pairs between two panels */
     for (int64_t ir = 0; ir < mcur; ir += mr) {
         const int m = (int)fx_min64(mr, mcur - ir);
-        int32_t *na = bk->fast_ok ? th->anorm + ir / mr * nseg : NULL;
+        int32_t *na = bk->fast_ok ? sl->anorm + ir / mr * nseg : NULL;
         if (pl->a_rows) {
             pl->a_rows(pl->a_rows_ctx, i0 + ir, m, bk->pc, bk->kcur, th->arows, pl->rows_ld);
-            fx_pack_a(pl->kd, th->arows, pl->rows_ld, 1, bk->kcur, m, mr, th->ap + ir * kp, na);
+            fx_pack_a(pl->kd, th->arows, pl->rows_ld, 1, bk->kcur, m, mr, sl->ap + ir * kp, na);
         } else if (!pl->apan)
             fx_pack_a(pl->kd, pl->a + (i0 + ir) * pl->sam + bk->pc * pl->sak, pl->sam, pl->sak,
-                      bk->kcur, m, mr, th->ap + ir * kp, na);
+                      bk->kcur, m, mr, sl->ap + ir * kp, na);
         else if (na)
             fx_panel_norms(pl->kd, ablk + ir * ald, kp, mr, na);
-        if (na) th->anorm_max[ir / mr] = (int32_t)fx_norm_max(na, nseg);
+        if (na) sl->anorm_max[ir / mr] = (int32_t)fx_norm_max(na, nseg);
     }
-    th->a_block++;
+    sl->a_id = ++th->a_block;
 }
 
-/* The tiles of one row block and K block (jr over the B panels, ir over the A micro-panels, so
- * each B panel is reused across the ir loop while in L1). Each (tile, K block) takes the fast
- * kernel with the longest chain its norms prove safe, else the any-data kernel, whose B panel
- * (and A high panel, wrap kernel) is made the first time a tile of this thread needs it. On
- * the last K block the kernels write final values, and take their maximum in passing when the
- * product reports it. Returns the tiles that took the fast kernel. */
-static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
-                                 fx_gemm_thread *th, const fx_gemm_block *bk, int64_t i0,
-                                 int64_t mcur)
+/* One (tile, K block): the fast kernel with the longest chain the norms prove safe, else the
+ * any-data kernel, whose B panel (and A high panel, wrap kernel) is made the first time a tile
+ * of this thread needs it for this block. On the last K block the kernels write final values,
+ * and take their maximum in passing when the product reports it. Returns 1 where the fast
+ * kernel ran. */
+static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
+                              fx_gemm_thread *th, const fx_gemm_block *bk, int64_t i0,
+                              int64_t ir, int64_t jp, int64_t *ct, int m, int n)
 {
     const fx_gemm_i16_kernel *kd = pl->kd;
     const int mr = pl->mr, nr = pl->nr;
     const int64_t kp = bk->kp, nseg = bk->nseg, N = pl->N;
-    const int32_t *ablk = pl->apan ? pl->apan + i0 * pl->kp_all + bk->pc / 2 * mr : th->ap;
+    fx_gemm_slot *sl = &th->slot[bk->slot];
+    const int32_t *ablk = pl->apan ? pl->apan + i0 * pl->kp_all + bk->pc / 2 * mr : sl->ap;
     const int64_t ald = pl->apan ? pl->kp_all : kp;
     const int accumulate = bk->pc > 0;
     uint64_t *amax = bk->last && pl->want_max ? &th->imax : NULL;
-    int64_t block_fast = 0;
-    for (int64_t jp = 0; jp < bk->npan; jp++) {
-        const int64_t j0 = jp * nr;
-        const int n = (int)fx_min64(nr, bk->ncur - j0);
-        const int16_t *bp = sh->bpack + jp * kp * 2 * nr;
-        int16_t *bsp = th->bsplit + jp * bk->bpanel;
-        for (int64_t ir = 0; ir < mcur; ir += mr) {
-            int64_t *ct = pl->out + (i0 + ir) * N + bk->jc + j0;
-            const int m = (int)fx_min64(mr, mcur - ir);
-            const int32_t *apn = ablk + ir * ald;
-            const int64_t chain =
-                bk->fast_ok ? fx_fast_chain(kd, th->anorm + ir / mr * nseg, sh->bnorm + jp * nseg,
-                                            nseg, kp, th->anorm_max[ir / mr], sh->bnorm_max[jp])
-                            : 0;
-            if (chain > 0) {
-                kd->fast(kp, chain, apn, bp, ct, N, m, n, accumulate, amax);
-                block_fast++;
-                th->fast_pairs += kp;
-                /* both at most FX_GEMM_I16_MAX_KP: a 32-bit division, once per tile */
-                th->fast_chains += (uint32_t)(kp + chain - 1) / (uint32_t)chain;
-                continue;
-            }
-            th->split_pairs += kp;
-            if (th->split_tag[jp] != th->block_id) {
-                if (pl->use_wrap)
-                    fx_wrap_panel(kd, bp, kp, nr, bsp);
-                else
-                    fx_split_panel(kd, bp, kp, nr, bsp);
-                th->split_tag[jp] = th->block_id;
-            }
-            if (pl->use_wrap) {
-                if (th->ahi_tag[ir / mr] != th->a_block) {
-                    fx_a_high(kd, apn, kp, mr, th->ahi + ir * kp);
-                    th->ahi_tag[ir / mr] = th->a_block;
-                }
-                kd->wrap(kp, apn, th->ahi + ir * kp, bsp, ct, N, m, n, accumulate, amax);
-            } else
-                kd->ukr(kp, apn, bsp, ct, N, m, n, accumulate, amax);
-            th->split_tiles++;
-        }
+    const int16_t *bp = fx_gemm_bpack(pl, sh, bk) + jp * kp * 2 * nr;
+    const int32_t *apn = ablk + ir * ald;
+    const int64_t chain =
+        bk->fast_ok ? fx_fast_chain(kd, sl->anorm + ir / mr * nseg,
+                                    fx_gemm_bnorm(pl, sh, bk) + jp * nseg, nseg, kp,
+                                    sl->anorm_max[ir / mr], fx_gemm_bnorm_max(pl, sh, bk)[jp])
+                    : 0;
+    if (chain > 0) {
+        kd->fast(kp, chain, apn, bp, ct, N, m, n, accumulate, amax);
+        th->fast_pairs += kp;
+        /* both at most FX_GEMM_I16_MAX_KP: a 32-bit division, once per tile */
+        th->fast_chains += (uint32_t)(kp + chain - 1) / (uint32_t)chain;
+        return 1;
     }
-    th->fast_tiles += block_fast;
-    return block_fast;
+    th->split_pairs += kp;
+    int16_t *bsp = sl->bsplit + jp * bk->bpanel;
+    if (sl->split_tag[jp] != bk->id) {
+        if (pl->use_wrap)
+            fx_wrap_panel(kd, bp, kp, nr, bsp);
+        else
+            fx_split_panel(kd, bp, kp, nr, bsp);
+        sl->split_tag[jp] = bk->id;
+    }
+    if (pl->use_wrap) {
+        if (sl->ahi_tag[ir / mr] != sl->a_id) {
+            fx_a_high(kd, apn, kp, mr, sl->ahi + ir * kp);
+            sl->ahi_tag[ir / mr] = sl->a_id;
+        }
+        kd->wrap(kp, apn, sl->ahi + ir * kp, bsp, ct, N, m, n, accumulate, amax);
+    } else
+        kd->ukr(kp, apn, bsp, ct, N, m, n, accumulate, amax);
+    th->split_tiles++;
+    return 0;
+}
+
+/* The tiles of one row block and one group of nb K blocks: jr over the B panels, then the
+ * group's K blocks in order, then ir over the A micro-panels, so that each B panel of a block
+ * is reused across the ir loop while in L1, and the column of tiles it writes (MC x NR int64
+ * sums, 36 KiB on AVX-512) is still in L2 when the next block adds to it. (With the K blocks
+ * innermost, each tile cycling through the blocks' B panels, those came from L2 instead:
+ * 1024^3 FLEX16_5 on the Zen 5, one thread, 386-391 GOP/s against 398-404 with K blocks
+ * outermost.) Returns the (tile, K block) steps that took the fast kernel. */
+static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
+                                 fx_gemm_thread *th, const fx_gemm_block *bk, int nb,
+                                 int64_t i0, int64_t mcur)
+{
+    const int mr = pl->mr, nr = pl->nr;
+    int64_t group_fast = 0;
+    for (int64_t jp = 0; jp < bk[0].npan; jp++) {
+        const int64_t j0 = jp * nr;
+        const int n = (int)fx_min64(nr, bk[0].ncur - j0);
+        for (int g = 0; g < nb; g++)
+            for (int64_t ir = 0; ir < mcur; ir += mr) {
+                int64_t *ct = pl->out + (i0 + ir) * pl->N + bk[0].jc + j0;
+                const int m = (int)fx_min64(mr, mcur - ir);
+                group_fast += fx_gemm_tile_block(pl, sh, th, &bk[g], i0, ir, jp, ct, m, n);
+            }
+    }
+    th->fast_tiles += group_fast;
+    return group_fast;
 }
 
 /* The blocked loops of one thread (called inside the parallel region; the work-sharing loops
- * bind to it): jc column blocks, pc K blocks, ic row blocks shared dynamically. Each output
- * element belongs to one tile and receives its K blocks in order, so the sums do not depend on
- * the thread count. In mode AUTO the first norm-tested K block is a probe: when not one of its
- * tiles passed, the remaining blocks skip the norms (decided by every thread alike, after the
- * barrier, from the count over all threads). */
+ * bind to it): jc column blocks, groups of K blocks, ic row blocks shared dynamically. Each
+ * output element belongs to one tile and receives its K blocks in order, so the sums do not
+ * depend on the thread count (nor on the grouping: they are exact). In mode AUTO the first
+ * norm-tested group is a probe: when not one of its (tile, K block) steps passed, the remaining
+ * groups skip the norms (decided by every thread alike, after the barrier, from the count over
+ * all threads). */
 static void fx_gemm_run(const fx_gemm_plan *pl, fx_gemm_shared *sh, fx_gemm_thread *th)
 {
     const int64_t M = pl->M, N = pl->N, K = pl->K;
     for (int64_t jc = 0; jc < N; jc += pl->nc) {
-        fx_gemm_block bk;
-        bk.jc = jc;
-        bk.ncur = fx_min64(pl->nc, N - jc);
-        bk.npan = (bk.ncur + pl->nr - 1) / pl->nr;
-        for (int64_t pc = 0; pc < K; pc += pl->kc) {
-            bk.pc = pc;
-            bk.kcur = fx_min64(pl->kc, K - pc);
-            bk.kp = (bk.kcur + 1) / 2;
-            bk.bpanel = fx_b_panel_numel(bk.kp, pl->nr, pl->blayout);
-            bk.nseg = (bk.kp + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
-            bk.last = pc + bk.kcur == K;
-            bk.fast_ok = pl->use_fast && !th->norms_off &&
-                         (!pl->gated || (bk.ncur >= pl->min_n && bk.kp >= pl->min_kp));
-            th->block_id++;
-
-            fx_gemm_pack_b_block(pl, sh, &bk); /* ends on a barrier */
+        const int64_t ncur = fx_min64(pl->nc, N - jc);
+        for (int64_t pg = 0; pg < K; pg += pl->kg * pl->kc) {
+            fx_gemm_block bk[FX_GEMM_KG];
+            int nb = 0, group_norms = 0;
+            for (int64_t pc = pg; pc < K && nb < pl->kg; pc += pl->kc, nb++) {
+                fx_gemm_block *b = &bk[nb];
+                b->jc = jc;
+                b->ncur = ncur;
+                b->npan = (ncur + pl->nr - 1) / pl->nr;
+                b->pc = pc;
+                b->kcur = fx_min64(pl->kc, K - pc);
+                b->kp = (b->kcur + 1) / 2;
+                b->bpanel = fx_b_panel_numel(b->kp, pl->nr, pl->blayout);
+                b->nseg = (b->kp + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
+                b->last = pc + b->kcur == K;
+                b->fast_ok = pl->use_fast && !th->norms_off &&
+                             (!pl->gated || (b->ncur >= pl->min_n && b->kp >= pl->min_kp));
+                b->id = ++th->block_id;
+                b->slot = nb;
+                group_norms |= b->fast_ok;
+                fx_gemm_pack_b_block(pl, sh, b); /* ends on a barrier */
+            }
 
             FX_OMP(omp for schedule(dynamic, 1))
             for (int64_t ib = 0; ib < pl->nmb; ib++) {
                 const int64_t i0 = ib * pl->mc, mcur = fx_min64(pl->mc, M - i0);
-                fx_gemm_pack_a_block(pl, th, &bk, i0, mcur);
-                const int64_t block_fast = fx_gemm_run_tiles(pl, sh, th, &bk, i0, mcur);
+                for (int g = 0; g < nb; g++) fx_gemm_pack_a_block(pl, th, &bk[g], i0, mcur);
+                const int64_t group_fast = fx_gemm_run_tiles(pl, sh, th, bk, nb, i0, mcur);
                 /* one atomic add per row block: per tile, the locked add cost 4 % of a CNN
                  * epoch on AVX2, where every one-block product is a probe */
-                if (!th->probed && block_fast) sh->probe_fast += block_fast;
+                if (!th->probed && group_fast) sh->probe_fast += group_fast;
             }
             /* implicit barrier (this loop must never take nowait): nobody still reads the B
-             * block when it is repacked, and every thread's probe count is in, so that all
+             * blocks when they are repacked, and every thread's probe count is in, so that all
              * threads reach the same norms_off, hence the same fast_ok, on which the B norms'
              * being written depends */
-            if (bk.fast_ok && !th->probed) {
+            if (group_norms && !th->probed) {
                 th->probed = 1;
                 th->norms_off = sh->probe_fast == 0;
             }
@@ -814,10 +896,9 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     }
 
     fx_gemm_shared sh;
-    sh.bpack = fx_gemm_alloc((size_t)(pl.kp_max * 2 * pl.nc) * sizeof(int16_t));
-    /* B segment norms, then each panel's largest */
-    sh.bnorm = fx_gemm_alloc((size_t)(pl.nc / pl.nr * (pl.nseg_max + 1)) * sizeof(int32_t));
-    sh.bnorm_max = sh.bnorm ? sh.bnorm + pl.nc / pl.nr * pl.nseg_max : NULL;
+    sh.bpack = fx_gemm_alloc(pl.bpack_elems * (size_t)pl.kg * sizeof(int16_t));
+    /* per K block of a group: B segment norms, then each panel's largest */
+    sh.bnorm = fx_gemm_alloc(pl.bnorm_elems * (size_t)pl.kg * sizeof(int32_t));
     sh.tpack = fx_gemm_alloc(pl.t_stride * (size_t)pl.nt);
     sh.probe_fast = 0;
     if (!sh.bpack || !sh.bnorm || !sh.tpack) {

@@ -152,6 +152,10 @@ typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *a
 /* K values per K block of the driver (even, at most 2 * FX_GEMM_I16_MAX_KP). */
 #define FX_GEMM_I16_KC 384
 
+/* K blocks per group of the driver: a group's blocks are packed together and each tile runs
+ * all of them in turn (gemm_i16.c). */
+#define FX_GEMM_I16_KG 4
+
 /* Quads (4 k values) per chunk of the wrap kernel: 128 products keep every chunk's error below
  * 2^31 (see above). */
 #define FX_GEMM_I16_WRAP_CHUNK_QUADS 32
