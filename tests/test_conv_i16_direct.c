@@ -778,6 +778,55 @@ static void check_weight_gradient(uint64_t *seedp)
     *seedp = seed;
 }
 
+/* The AVX-512 level's fold schedules of eight rows at once against the scalar definition,
+ * on norms whose products sit near the chain limit (cuts every few segments), rows anywhere
+ * in the norm table (repeated ones too, as the last group of a chunk repeats its last row),
+ * with the norms gathered once per kernel row (up to 16 segments a tap) and per segment (20). */
+static void check_fold_schedules8(uint64_t seed)
+{
+    test_rng r;
+    test_rng_seed(&r, seed);
+    static const int64_t shapes[][3] = {{9, 3, 2}, {9, 3, 4}, {9, 3, 8}, {25, 5, 4}, {1, 1, 2},
+                                        {4, 2, 2}, {2, 1, 1}, {49, 7, 3}, {9, 3, 20}};
+    int64_t cuts = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int64_t KK = shapes[k][0], KW = shapes[k][1], G = shapes[k][2], nseg = KK * G;
+        const int64_t KH = KK / KW, nrn = (KH + 40) * G;
+        uint32_t *rn = malloc(sizeof(uint32_t) * (size_t)nrn);
+        uint32_t *wm = malloc(sizeof(uint32_t) * (size_t)nseg);
+        uint8_t *fold = malloc((size_t)(8 * nseg)), *bits = malloc((size_t)nseg);
+        uint8_t *want = malloc((size_t)nseg);
+        for (int trial = 0; trial < 50; trial++) {
+            /* products rn wm of 2^28 .. 2^31 - 2^16 (each alone within the limit, as admitted) */
+            for (int64_t i = 0; i < nrn; i++) rn[i] = (uint32_t)test_rng_range(&r, 16384, 46340);
+            for (int64_t i = 0; i < nseg; i++) wm[i] = (uint32_t)test_rng_range(&r, 16384, 46340);
+            int32_t base[8];
+            for (int j = 0; j < 8; j++)
+                base[j] = (int32_t)(test_rng_range(&r, 0, 40) * G);
+            if (trial % 5 == 0) base[7] = base[6]; /* a repeated last row */
+            fx_i16_fold_schedules8_avx512(rn, base, wm, KK, KW, G, fold, bits);
+            for (int j = 0; j < 8; j++) {
+                fx_i16_fold_schedule(rn + base[j], wm, KK, KW, G, want);
+                int64_t bad = -1;
+                for (int64_t i = 0; i < nseg && bad < 0; i++) {
+                    if (fold[j * nseg + i] != want[i]) bad = i;
+                    cuts += want[i];
+                }
+                CHECK(bad < 0, "fold schedules of 8 rows (KK %lld, KW %lld, G %lld), lane %d: "
+                      "segment %lld is %d, the scalar schedule says %d", (long long)KK,
+                      (long long)KW, (long long)G, j, (long long)bad,
+                      bad < 0 ? 0 : fold[j * nseg + bad], bad < 0 ? 0 : want[bad]);
+            }
+        }
+        free(rn);
+        free(wm);
+        free(fold);
+        free(bits);
+        free(want);
+    }
+    CHECK(cuts > 1000, "the fold-schedule data cut chains %lld times, want many", (long long)cuts);
+}
+
 int main(void)
 {
     /* every level this CPU runs that has the direct forward kernel: AVX-512 with VNNI
@@ -790,6 +839,8 @@ int main(void)
     int ran = 0;
     const fx_backend *avx2 = fx_backend_get(FX_BACKEND_AVX2);
     if (avx2 && avx2->available) check_copy(seed++);
+    const fx_backend *avx512 = fx_backend_get(FX_BACKEND_AVX512);
+    if (avx512 && avx512->available && avx512->conv.i16_fwd) check_fold_schedules8(seed++);
     /* the portable row norms, the definition the levels' follow */
     g_row_norms = fx_i16_row_norms_portable;
     g_level = "portable";

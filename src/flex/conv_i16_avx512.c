@@ -148,6 +148,59 @@ static const itile_fn tile_fns[5][4] = {
     {itile_7x2_32, itile_8x2_32, itile_14x1_32, itile_16x1_32},
     {itile_7x2_0, itile_8x2_0, itile_14x1_0, itile_16x1_0}};
 
+/* fx_i16_fold_schedule for eight output rows at once, one per 64-bit lane: lane j's row has
+ * its first padded row's norms at rn + base[j] (words); fold[j nseg + i] as
+ * fx_i16_fold_schedule writes fold[i] for that row. Why: the greedy cut is a chain of
+ * dependent adds and compares per row (about 1.5 % of a one-thread ResNet-20 step as a scalar
+ * loop); in lanes, eight rows' chains run in the time of one. bits: nseg bytes of scratch. */
+void fx_i16_fold_schedules8_avx512(const uint32_t *rn, const int32_t base[8], const uint32_t *wm,
+                                   int64_t KK, int64_t KW, int64_t G, uint8_t *fold,
+                                   uint8_t *bits)
+{
+    const int64_t nseg = KK * G;
+    const __m256i vbase = _mm256_loadu_si256((const __m256i *)(const void *)base);
+    const __m512i lim = _mm512_set1_epi64(FX_I16_CHAIN_LIMIT);
+    __m512i run = _mm512_setzero_si512();
+    /* the taps of one kernel row share their input row's norms: gathered once per row where
+     * there are at most 16 segments per tap (128 channels), else per segment */
+    __m512i rv[16];
+    for (int64_t t = 0; t < KK; t++)
+        for (int64_t s = 0; s < G; s++) {
+            const int64_t i = t * G + s;
+            __m512i r;
+            if (G > 16 || t % KW == 0) {
+                const __m256i idx =
+                    _mm256_add_epi32(vbase, _mm256_set1_epi32((int)((t / KW) * G + s)));
+                r = _mm512_cvtepu32_epi64(
+                    _mm256_i32gather_epi32((const int *)(const void *)rn, idx, 4));
+                if (G <= 16) rv[s] = r;
+            } else {
+                r = rv[s];
+            }
+            /* both factors below 2^32: vpmuludq's 64-bit product is exact */
+            const __m512i b = _mm512_mul_epu32(r, _mm512_set1_epi64((int64_t)wm[i]));
+            if (i == 0) { /* the first segment never cuts (each alone is within the limit) */
+                run = b;
+                continue;
+            }
+            const __m512i sum = _mm512_add_epi64(run, b);
+            const __mmask8 cut = _mm512_cmpgt_epu64_mask(sum, lim);
+            bits[i - 1] = (uint8_t)cut;
+            run = _mm512_mask_mov_epi64(sum, cut, b);
+        }
+    bits[nseg - 1] = 0;
+    /* bit j of bits[i] -> fold[j nseg + i], 64 segments a step */
+    const __m512i one = _mm512_set1_epi8(1);
+    for (int64_t i0 = 0; i0 < nseg; i0 += 64) {
+        const int64_t left = nseg - i0;
+        const __mmask64 m = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
+        const __m512i v = _mm512_maskz_loadu_epi8(m, bits + i0);
+        for (int j = 0; j < 8; j++)
+            _mm512_mask_storeu_epi8(fold + j * nseg + i0, m,
+                                    _mm512_and_si512(_mm512_srli_epi16(v, (unsigned)j), one));
+    }
+}
+
 int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                       const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                       uint64_t *ymax)
@@ -205,20 +258,29 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
         for (int64_t i = 0; i < nseg; i++)
             wm[i] = nv == 2 && wn1[i] > wn0[i] ? wn1[i] : wn0[i];
         (void)nthreads;
+        const int64_t nrows = nbc * OH;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1) \
     reduction(max : mx)
 #endif
-        for (int64_t row = 0; row < nbc * OH; row++) {
-            const int64_t n = row / OH, oh = row % OH;
-            uint8_t fold[FX_I16_FWD_MAX_SEGS];
-            fx_i16_fold_schedule(rn + (n * Hp + oh) * G, wm, KK, g->KW, G, fold);
-            for (int64_t ow0 = 0; ow0 < OW; ow0 += mr) {
-                const int rows = OW - ow0 < mr ? (int)(OW - ow0) : mr;
-                const uint64_t m = fn(xq + (n * HW + oh * Wp + ow0) * Cpp, Cpp, xoff, nseg,
-                                      wq + o0, opad, fold, y + (n * P + oh * OW + ow0) * O + o0,
-                                      O, rows, last);
-                mx = m > mx ? m : mx;
+        for (int64_t r0 = 0; r0 < nrows; r0 += 8) { /* eight output rows' fold schedules */
+            uint8_t fold[8 * FX_I16_FWD_MAX_SEGS], bits[FX_I16_FWD_MAX_SEGS];
+            int32_t base[8];
+            for (int j = 0; j < 8; j++) { /* lanes past the end repeat the last row */
+                const int64_t row = r0 + j < nrows ? r0 + j : nrows - 1;
+                base[j] = (int32_t)(((row / OH) * Hp + row % OH) * G);
+            }
+            fx_i16_fold_schedules8_avx512(rn, base, wm, KK, g->KW, G, fold, bits);
+            for (int64_t row = r0; row < r0 + 8 && row < nrows; row++) {
+                const int64_t n = row / OH, oh = row % OH;
+                const uint8_t *rfold = fold + (row - r0) * nseg;
+                for (int64_t ow0 = 0; ow0 < OW; ow0 += mr) {
+                    const int rows = OW - ow0 < mr ? (int)(OW - ow0) : mr;
+                    const uint64_t m = fn(xq + (n * HW + oh * Wp + ow0) * Cpp, Cpp, xoff, nseg,
+                                          wq + o0, opad, rfold,
+                                          y + (n * P + oh * OW + ow0) * O + o0, O, rows, last);
+                    mx = m > mx ? m : mx;
+                }
             }
         }
     }

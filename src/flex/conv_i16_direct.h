@@ -36,6 +36,13 @@ static inline int64_t fx_i16_pairs(int64_t C) { return fx_i16_groups(C) * FX_I16
 void fx_i16_fold_schedule(const uint32_t *rn, const uint32_t *wm, int64_t KK, int64_t KW,
                           int64_t G, uint8_t *fold);
 
+/* fx_i16_fold_schedule for eight output rows at once on AVX-512 (conv_i16_avx512.c; call only
+ * where the AVX-512 level runs): lane j's row has its first padded row's norms at rn +
+ * base[j]; fold[j KK G + i] is that row's fold[i]. bits: KK G bytes of scratch. */
+void fx_i16_fold_schedules8_avx512(const uint32_t *rn, const int32_t base[8], const uint32_t *wm,
+                                   int64_t KK, int64_t KW, int64_t G, uint8_t *fold,
+                                   uint8_t *bits);
+
 /* Whether a chunk can be taken: no segment alone may leave int32, i.e. for every segment s
  * the largest row norm rn[i G + s] (i < nrows) times the largest weight norm wn[j G + s]
  * (j < nwrows) stays within FX_I16_CHAIN_LIMIT. Counts the call or the decline (the
