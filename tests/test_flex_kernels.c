@@ -406,11 +406,11 @@ static void test_matmul_paths(void)
     check_matmul_expect(13, 4099, 128, DATA_MAX, LAYOUT_TRANSPOSED, 0, EXPECT_SPLIT, &r);
     check_matmul_expect(300, 517, 70, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
     fx_gemm_i16_set_wrap(1);
-    /* mode AUTO probes the first norm-tested group of K blocks (FX_GEMM_I16_KG blocks of
-     * FX_GEMM_I16_KC values): when no tile there passes, the later groups skip the norms (so
-     * Gaussian blocks after a full-range group take the any-data kernel); NORM_ALWAYS tests
-     * every block. K = 2688: seven blocks of 384 on both SIMD levels, the first four
-     * full-range. */
+    /* mode AUTO probes the first norm-tested group of K blocks (up to FX_GEMM_I16_KG blocks of
+     * FX_GEMM_I16_KC values: four on AVX-512 with VNNI, one elsewhere): when no tile there
+     * passes, the later groups skip the norms (so Gaussian blocks after full-range ones take
+     * the any-data kernel); NORM_ALWAYS tests every block. K = 2688: seven blocks of 384 on
+     * both SIMD levels, the first four full-range. */
     check_matmul_expect(520, 2688, 260, DATA_FULL_FIRST, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
     for (int ki = 0; ki < g_nk[FX_OP_MATMUL] && !g_amx_pass; ki++) {
         if (!is_simd_gemm(&g_k[FX_OP_MATMUL][ki])) continue;

@@ -44,7 +44,7 @@
 #define FX_GEMM_KC FX_GEMM_I16_KC /* K elements per block: even, <= 2 * FX_GEMM_I16_MAX_KP */
 #define FX_GEMM_MC 144  /* rows per packed A block (rounded down to a multiple of mr) */
 #define FX_GEMM_NC 2048 /* columns per packed B block (rounded down to a multiple of nr) */
-#define FX_GEMM_KG FX_GEMM_I16_KG /* K blocks per group (their A blocks fit L2 together) */
+#define FX_GEMM_KG FX_GEMM_I16_KG /* K blocks per group, at most (fx_gemm_i16_kernel.k_group) */
 
 /* Default size gates of the fast kernel (mode AUTO; a level may set its own in
  * fx_gemm_i16_kernel): it is tried only when M >= FX_GEMM_FAST_MIN_M, the B block has >=
@@ -538,15 +538,23 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     }
     pl->kp_max = (pl->kc + 1) / 2;
     pl->nseg_max = (pl->kp_max + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
-    pl->kg = (int)fx_min64(FX_GEMM_KG, (K + pl->kc - 1) / pl->kc);
+    const int kg_level = kd->k_group < 1 ? 1 : kd->k_group > FX_GEMM_KG ? FX_GEMM_KG : kd->k_group;
+    pl->kg = (int)fx_min64(kg_level, (K + pl->kc - 1) / pl->kc);
     int nt = c->nthreads;
     if (nt < 1 || M * N * K < FX_GEMM_PAR_MIN_MACS) nt = 1;
     int64_t mc = fx_min64(FX_GEMM_MC / mr * mr, (M + mr - 1) / mr * mr);
     if (nt > 1 && (M + mc - 1) / mc < nt) mc = ((M + nt - 1) / nt + mr - 1) / mr * mr;
     pl->mc = mc;
-    pl->nc = fx_min64(FX_GEMM_NC / nr * nr, (N + nr - 1) / nr * nr);
     pl->nmb = (M + mc - 1) / mc;
     if (nt > pl->nmb) nt = (int)pl->nmb; /* threads split the row blocks */
+    /* Where each thread runs several row blocks over one B group, the group's blocks together
+     * take the columns one block did, so that the group stays in cache from one row block to
+     * the next: 1024^3 and 2048^3 on full-range data 6-9 % faster than with 2048 columns
+     * (AVX-512, Zen 5). A product of one row block per thread (the weight gradients' 64 x 800
+     * x 25088, 64 x 576 x 8192) reads its B group once, and lost 7-8 % to the extra column
+     * blocks. */
+    const int64_t ncol = pl->nmb >= 2 * (int64_t)nt ? FX_GEMM_NC / pl->kg : FX_GEMM_NC;
+    pl->nc = fx_min64(ncol / nr * nr, (N + nr - 1) / nr * nr);
     pl->nt = nt;
 
     /* per thread: split (or wrap) B block (panels made on demand, each at most once per B

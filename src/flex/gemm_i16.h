@@ -152,8 +152,8 @@ typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *a
 /* K values per K block of the driver (even, at most 2 * FX_GEMM_I16_MAX_KP). */
 #define FX_GEMM_I16_KC 384
 
-/* K blocks per group of the driver: a group's blocks are packed together and each tile runs
- * all of them in turn (gemm_i16.c). */
+/* Most K blocks per group of the driver (fx_gemm_i16_kernel.k_group): a group's blocks are
+ * packed together and each column of tiles runs all of them in turn (gemm_i16.c). */
 #define FX_GEMM_I16_KG 4
 
 /* Quads (4 k values) per chunk of the wrap kernel: 128 products keep every chunk's error below
@@ -304,6 +304,12 @@ typedef struct fx_gemm_i16_kernel {
      * AVX2 level: the CNN's K = 1600 input gradient 8 % faster). The sums are exact either
      * way, so the bits do not change. */
     int equal_k_blocks;
+    /* K blocks per group (gemm_i16.c), at most FX_GEMM_I16_KG; 0 or 1: one block at a time,
+     * as BLIS runs them. Set where it was measured to pay (AVX-512 on the Zen 5: 2048^3 53-55 %
+     * -> 69-71 % of the vpdpwssd limit); the AVX2 level's code ran 1-4 % slower in groups on
+     * the same CPU (bench_gemm, FLEXPOINT_CPU=avx2, three alternating runs: 1024^3 170-178
+     * GOP/s against 175-183). The sums are exact either way, so the bits do not change. */
+    int k_group;
 } fx_gemm_i16_kernel;
 
 /* Layouts of the any-data kernels' B micro-panels (made from the plain ones on demand). */

@@ -561,13 +561,17 @@ static int fx_small_matmul(const fx_op_call *c)
 
 int fx_flex_matmul_avx512vnni(const fx_op_call *c)
 {
+    /* K blocks in groups (gemm_i16.c): measured on the Zen 5; the avx512bw kernels below, which
+     * spend two instructions per pair, keep one block at a time, as the AVX2 level, whose code
+     * ran 1-4 % slower in groups there (gemm_i16.h) */
     static const fx_gemm_i16_kernel k = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx512vnni,
                                           .fast = fx_fast_avx512vnni,
                                           .pack = &fx_gemm_i16_pack_avx512_6x32,
-                                          .wrap = fx_wrap_avx512vnni};
+                                          .wrap = fx_wrap_avx512vnni, .k_group = FX_GEMM_I16_KG};
     static const fx_gemm_i16_kernel k16 = {.mr = FX_MR, .nr = FX_NR16, .ukr = fx_ukr16_avx512vnni,
                                             .fast = fx_fast16_avx512vnni,
-                                            .pack = &fx_gemm_i16_pack_avx2_6x16};
+                                            .pack = &fx_gemm_i16_pack_avx2_6x16,
+                                            .k_group = FX_GEMM_I16_KG};
     if (fx_small_matmul(c)) return fx_flex_matmul_scalar(c);
     return fx_gemm_i16(c, fx_take_narrow(c) ? &k16 : &k);
 }
