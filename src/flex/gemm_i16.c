@@ -5,11 +5,14 @@
  *        pairs: the int32 chains flush), all packed before their tiles run
  *     ic: row blocks of MC         (packed A blocks: MC x KC each, one set per thread; threads
  *                                   split ic)
- *      jr, ir: micro-kernel tiles  (each B micro-panel is reused across the ir loop)
- *       pc: the group's K blocks, one kernel call each, into the tile while it is in L1
+ *      jr: B micro-panels
+ *       pc: the group's K blocks in turn (a column of tiles' partial sums, MC x NR int64, is
+ *           still in L2 when the next block adds to them)
+ *        ir: micro-kernel tiles    (each B micro-panel is reused across the ir loop)
+ * The group size is the level's (fx_gemm_i16_kernel.k_group; one block: BLIS's own loops).
  * Why the group: with the K blocks outermost, as BLIS runs them, every K block after the first
  * reads and writes the whole int64 stage again (8 bytes per output, three times on a 1024^3
- * product); with the group's blocks innermost, a tile's partial sums stay in L1 between them.
+ * product).
  * On the Zen 5 (tensor_matmul, 1024^3 FLEX16_5, one thread, standard-normal operands) a product
  * that followed an fp32 one ran at 305-332 GOP/s with K blocks outermost, where the stage had
  * left the caches, and 370-400 when it followed itself; in groups 376-379 and 391-396. In
