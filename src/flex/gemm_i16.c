@@ -65,11 +65,11 @@
  * CNN's conv1 in bench_gemm 37-41 -> 48-50), against 0-10 % on full-range data, where the one
  * K block leaves the probe below nothing to save (docs/performance.md). The AVX2 level keeps a
  * gate of 16 pairs (intops_avx2.c): on the AVX2 EPYC its training lost without it. */
-/* Besides, in mode AUTO the first K block whose tiles took the norm test is a probe: when not
- * one of its tiles passed (full-range data, as in bench_gemm), the remaining blocks skip the
- * norms, which would only cost time (measured 3-5 % of a 1024^3 product). The probe counts
- * tiles over all threads, so the choice does not depend on the thread count; either way every
- * result is exact. */
+/* Besides, in mode AUTO the first group of K blocks whose tiles took the norm test (one block
+ * on levels without groups) is a probe: when not one of its (tile, K block) steps passed
+ * (full-range data, as in bench_gemm), the remaining groups skip the norms, which would only
+ * cost time (measured 3-5 % of a 1024^3 product). The probe counts steps over all threads, so
+ * the choice does not depend on the thread count; either way every result is exact. */
 #define FX_GEMM_FAST_MIN_M 1
 #define FX_GEMM_FAST_MIN_N 1
 #define FX_GEMM_FAST_MIN_KP 1
@@ -589,7 +589,7 @@ typedef struct fx_gemm_shared {
     int16_t *bpack; /* the group's B blocks, pl->bpack_elems apart */
     int32_t *bnorm; /* their segment norms and panel maxima, pl->bnorm_elems apart */
     unsigned char *tpack;
-    _Atomic int64_t probe_fast; /* fast tiles of the first norm-tested K block (all threads) */
+    _Atomic int64_t probe_fast; /* fast steps of the first norm-tested group (all threads) */
 } fx_gemm_shared;
 
 /* One thread's buffers for one K block of a group (a slot). */
@@ -607,7 +607,7 @@ typedef struct fx_gemm_thread {
     fx_gemm_slot slot[FX_GEMM_KG];
     int16_t *arows;           /* A rows on demand: one micro-panel's rows */
     int64_t block_id, a_block; /* B blocks and A blocks seen (ids count from 1) */
-    int probed;               /* the probe block is behind us (no probe outside mode AUTO) */
+    int probed;               /* the probe group is behind us (no probe outside mode AUTO) */
     int norms_off;            /* the probe found no fast tile: no more norms */
     int64_t fast_tiles, split_tiles;
     int64_t fast_pairs, split_pairs, fast_chains; /* flexpoint_gemm_i16_stats */
