@@ -152,12 +152,12 @@ static const itile_fn tile_fns[5][4] = {
  * its first padded row's norms at rn + base[j] (words); fold[j nseg + i] as
  * fx_i16_fold_schedule writes fold[i] for that row. Why: the greedy cut is a chain of
  * dependent adds and compares per row (about 1.5 % of a one-thread ResNet-20 step as a scalar
- * loop); in lanes, eight rows' chains run in the time of one. bits: nseg bytes of scratch. */
+ * loop); in lanes, eight rows' chains run in the time of one. */
 void fx_i16_fold_schedules8_avx512(const uint32_t *rn, const int32_t base[8], const uint32_t *wm,
-                                   int64_t KK, int64_t KW, int64_t G, uint8_t *fold,
-                                   uint8_t *bits)
+                                   int64_t KK, int64_t KW, int64_t G, uint8_t *fold)
 {
     const int64_t nseg = KK * G;
+    uint8_t bits[FX_I16_FWD_MAX_SEGS]; /* bit j of bits[i]: row j's fold[i] */
     const __m256i vbase = _mm256_loadu_si256((const __m256i *)(const void *)base);
     const __m512i lim = _mm512_set1_epi64(FX_I16_CHAIN_LIMIT);
     __m512i run = _mm512_setzero_si512();
@@ -264,13 +264,13 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
     reduction(max : mx)
 #endif
         for (int64_t r0 = 0; r0 < nrows; r0 += 8) { /* eight output rows' fold schedules */
-            uint8_t fold[8 * FX_I16_FWD_MAX_SEGS], bits[FX_I16_FWD_MAX_SEGS];
+            uint8_t fold[8 * FX_I16_FWD_MAX_SEGS];
             int32_t base[8];
             for (int j = 0; j < 8; j++) { /* lanes past the end repeat the last row */
                 const int64_t row = r0 + j < nrows ? r0 + j : nrows - 1;
                 base[j] = (int32_t)(((row / OH) * Hp + row % OH) * G);
             }
-            fx_i16_fold_schedules8_avx512(rn, base, wm, KK, g->KW, G, fold, bits);
+            fx_i16_fold_schedules8_avx512(rn, base, wm, KK, g->KW, G, fold);
             for (int64_t row = r0; row < r0 + 8 && row < nrows; row++) {
                 const int64_t n = row / OH, oh = row % OH;
                 const uint8_t *rfold = fold + (row - r0) * nseg;

@@ -38,10 +38,9 @@ void fx_i16_fold_schedule(const uint32_t *rn, const uint32_t *wm, int64_t KK, in
 
 /* fx_i16_fold_schedule for eight output rows at once on AVX-512 (conv_i16_avx512.c; call only
  * where the AVX-512 level runs): lane j's row has its first padded row's norms at rn +
- * base[j]; fold[j KK G + i] is that row's fold[i]. bits: KK G bytes of scratch. */
+ * base[j]; fold[j KK G + i] is that row's fold[i]. KK G <= FX_I16_FWD_MAX_SEGS. */
 void fx_i16_fold_schedules8_avx512(const uint32_t *rn, const int32_t base[8], const uint32_t *wm,
-                                   int64_t KK, int64_t KW, int64_t G, uint8_t *fold,
-                                   uint8_t *bits);
+                                   int64_t KK, int64_t KW, int64_t G, uint8_t *fold);
 
 /* Whether a chunk can be taken: no segment alone may leave int32, i.e. for every segment s
  * the largest row norm rn[i G + s] (i < nrows) times the largest weight norm wn[j G + s]

@@ -63,7 +63,8 @@ fx_qf32_step(const fx_qf32_k *k, fx_qf32_acc *acc, __m512 x, __mmask16 live)
     return m;
 }
 
-static inline int64_t fx_qf32_lanes(__m512i v)
+/* The sum of 16 int32 lanes, widened (the counts of quant_f32 and sum2_quant). */
+static inline int64_t fx_sum_lanes32(__m512i v)
 {
     return _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(v))) +
            _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1)));
@@ -110,9 +111,9 @@ void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
             const __m512i m = fx_qf32_step(&k, &acc, _mm512_maskz_loadu_ps(live, src + i), live);
             if (dst) _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, m);
         }
-        saturated += fx_qf32_lanes(acc.nsat);
-        nonfinite += fx_qf32_lanes(acc.nnf);
-        underflow += fx_qf32_lanes(acc.nuf);
+        saturated += fx_sum_lanes32(acc.nsat);
+        nonfinite += fx_sum_lanes32(acc.nnf);
+        underflow += fx_sum_lanes32(acc.nuf);
         acc.nsat = acc.nnf = acc.nuf = izero;
     }
     st->saturated = saturated;
@@ -616,12 +617,6 @@ static inline void fx_s2q_step(const fx_sum2 *p, const fx_s2_consts *k, const fx
     acc->max_in = _mm512_mask_max_epu32(acc->max_in, live, acc->max_in, av);
     acc->max_out = _mm512_mask_max_epi32(acc->max_out, live, acc->max_out, _mm512_abs_epi32(q));
     if (dst) _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, q);
-}
-
-static inline int64_t fx_sum_lanes32(__m512i v)
-{
-    return _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(v))) +
-           _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1)));
 }
 
 void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
