@@ -167,6 +167,8 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
     for (int64_t i = 0; i < nw; i++) w[i] = draw(&r, kind, 0);
     tensor_t *tx = tensor_new(FMT_BF16, 4, xs), *tw = tensor_new(FMT_BF16, 4, ws);
     tensor_t *ty = tensor_new(FMT_FP32, 4, ys);
+    tensor_t *tyb = tensor_new(FMT_BF16, 4, ys), *tref = tensor_new(FMT_BF16, 4, ys);
+    uint16_t *yb = malloc(sizeof(uint16_t) * (size_t)ny), *yr = malloc(sizeof(uint16_t) * (size_t)ny);
     CHECK_STATUS(tensor_set_raw(tx, x), FX_OK);
     CHECK_STATUS(tensor_set_raw(tw, w), FX_OK);
     for (int threads = 1; threads <= 2; threads++)
@@ -204,15 +206,71 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
                   (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
                   (long long)KH, (long long)KW, pad, stride, kind, threads, dot, bad,
                   direct ? "direct route's" : "pair-chain");
+            /* a bf16 y (which the direct route writes chunk by chunk) holds the same sums
+             * rounded to bf16 as any bf16 write of them */
+            CHECK_STATUS(tensor_conv2d(tyb, tx, tw, stride, stride, pad, pad, 1, 1), FX_OK);
+            CHECK_STATUS(tensor_from_f32(tref, y), FX_OK);
+            CHECK_STATUS(tensor_get_raw(tyb, yb), FX_OK);
+            CHECK_STATUS(tensor_get_raw(tref, yr), FX_OK);
+            bad = 0;
+            for (int64_t i = 0; i < ny; i++) bad += yb[i] != yr[i];
+            CHECK(bad == 0, "conv N%lld C%lld O%lld k%lldx%lld stride %d data %d, %d threads, "
+                  "dot %d: %ld bf16 outputs differ from the fp32 outputs rounded",
+                  (long long)N, (long long)C, (long long)O, (long long)KH, (long long)KW, stride,
+                  kind, threads, dot, bad);
         }
     fx_bf16_dot_set_enabled(1);
     tensor_free(tx);
     tensor_free(tw);
     tensor_free(ty);
+    tensor_free(tyb);
+    tensor_free(tref);
     free(x);
     free(w);
     free(pa);
     free(y);
+    free(yb);
+    free(yr);
+}
+
+/* A bf16 convolution in place (y the very tensor x, C = O, the output as large as the input)
+ * on the direct route gives the bits of the same convolution into another tensor, over several
+ * chunks and at 1 and 2 threads: no chunk may read an input another has overwritten. */
+static void check_conv_in_place(int64_t N, int64_t C, int64_t H, int64_t K, uint64_t seed)
+{
+    const int64_t xs[4] = {N, C, H, H}, ws[4] = {C, C, K, K}, nx = N * C * H * H;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)nx), *want = malloc(sizeof(uint16_t) * (size_t)nx);
+    uint16_t *got = malloc(sizeof(uint16_t) * (size_t)nx), *w = malloc(sizeof(uint16_t) * (size_t)(C * C * K * K));
+    for (int64_t i = 0; i < nx; i++) x[i] = draw(&r, DATA_NORMAL, 0);
+    for (int64_t i = 0; i < C * C * K * K; i++) w[i] = draw(&r, DATA_NORMAL, 0);
+    tensor_t *tx = tensor_new(FMT_BF16, 4, xs), *tw = tensor_new(FMT_BF16, 4, ws);
+    tensor_t *ty = tensor_new(FMT_BF16, 4, xs);
+    CHECK_STATUS(tensor_set_raw(tw, w), FX_OK);
+    for (int threads = 1; threads <= 2; threads++) {
+        flexpoint_set_num_threads(threads);
+        CHECK_STATUS(tensor_set_raw(tx, x), FX_OK);
+        const long long calls = fx_bf16_fwd_direct_calls();
+        CHECK_STATUS(tensor_conv2d(ty, tx, tw, 1, 1, K / 2, K / 2, 1, 1), FX_OK);
+        CHECK_STATUS(tensor_conv2d(tx, tx, tw, 1, 1, K / 2, K / 2, 1, 1), FX_OK);
+        CHECK(fx_bf16_fwd_direct_calls() > calls, "in-place conv C%lld k%lld: the direct route "
+              "did not run", (long long)C, (long long)K);
+        CHECK_STATUS(tensor_get_raw(ty, want), FX_OK);
+        CHECK_STATUS(tensor_get_raw(tx, got), FX_OK);
+        long bad = 0;
+        for (int64_t i = 0; i < nx; i++) bad += want[i] != got[i];
+        CHECK(bad == 0, "in-place conv N%lld C%lld %lldx%lld k%lld, %d threads: %ld of %lld "
+              "outputs differ from the same convolution into another tensor", (long long)N,
+              (long long)C, (long long)H, (long long)H, (long long)K, threads, bad, (long long)nx);
+    }
+    tensor_free(tx);
+    tensor_free(tw);
+    tensor_free(ty);
+    free(x);
+    free(w);
+    free(want);
+    free(got);
 }
 
 /* The bf16 weight gradient straight from the padded input (fx_bf16_wgrad_direct) against the
@@ -400,6 +458,8 @@ int main(void)
     check_conv(2, 12, 7, 11, 20, 3, 5, 0, 1, DATA_NORMAL, seed++);
     for (int kind = DATA_TINY; kind <= DATA_MIXED; kind++)
         check_conv(2, 11, 9, 9, 33, 3, 3, 1, 1, kind, seed++);
+    check_conv_in_place(9, 16, 12, 1, seed++);
+    check_conv_in_place(9, 16, 12, 3, seed++);
     check_dx(2, 32, 14, 14, 64, 5, 5, 2, seed++);
     check_dx(2, 16, 16, 16, 16, 3, 3, 1, seed++);
     /* weight gradients: the CNN's two layers (conv2 with enough images for several chunks and

@@ -292,8 +292,9 @@ typedef struct fx_conv_kernels {
     void (*bf16_wgrad)(const struct fx_conv_geom *g, const uint16_t *xp, const uint16_t *dy,
                        int64_t nbc, uint32_t *scratch, float *dwt);
     /* bf16 forward of one chunk without a patch matrix, in its own order of the products
-     * (fx_bf16_fwd_direct, src/bf16/bf16_gemm.h). NULL: patch panels and GEMM. */
-    void (*bf16_fwd)(const struct fx_conv_geom *g, const uint16_t *xp, int64_t nbc,
+     * (fx_bf16_fwd_direct, src/bf16/bf16_gemm.h), from the unpadded chunk x. NULL: patch
+     * panels and GEMM. */
+    void (*bf16_fwd)(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
                      const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
                      int nthreads);
     /* fp32 forward of one chunk without patch rows or panels (src/fp32/conv_f32_direct.h):

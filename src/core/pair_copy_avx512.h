@@ -63,14 +63,6 @@ static inline void fx_pair_planes_padded_avx512(const uint16_t *img, int64_t C, 
     }
 }
 
-/* The same without padding: C planes of HW values each (one row of HW pixels), zeros HW zero
- * values */
-static inline void fx_pair_planes_avx512(const uint16_t *img, int64_t C, int64_t HW,
-                                         const uint16_t *zeros, uint32_t *planes)
-{
-    fx_pair_planes_padded_avx512(img, C, 1, HW, 0, 0, zeros, planes);
-}
-
 /* out[i ld + cp] = planes[cp][i] for cp < Cp, i < HW: the Cp x HW word matrix transposed by
  * 16 x 16 blocks, each pixel's pairs ld words apart (ld >= Cp; words Cp..ld-1 not written) */
 static inline void fx_pair_planes_transpose_avx512(const uint32_t *planes, int64_t Cp, int64_t HW,
