@@ -18,6 +18,7 @@
  * the weight gradient outside vdpbf16ps, writing the patch matrix (40 MB a step) and packing
  * it again into 6-row panels. */
 #include "bf16_gemm.h"
+#include "bf16_kernels.h"
 #include "../core/pair_copy_avx512.h"
 #include "../core/transpose_avx512.h"
 #include "../fp32/f32_kernels.h"
@@ -237,10 +238,56 @@ uint32_t fx_bf16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const uin
     return fx_bf16_minkey_avx512((const uint16_t *)(const void *)wq, 2 * KK * Cp * opad);
 }
 
+/* A forward tile's sums straight into a bf16 y: the tile's rows of 16 channels go through one
+ * 16 x 16 transpose (NV = 2: the 8 pixel rows of the first 16 channels, then of the next 16),
+ * so that each register then holds one channel's pixels (NV = 2: two channels' 8 each), which
+ * are contiguous in y's NCHW layout; each is rounded to bf16 and stored under the pixel mask.
+ * The rounding is the definition's (bf16_avx512bf16.c): vcvtneps2bf16 unless the tile holds a
+ * NaN or a nonzero subnormal, which the integer path rounds instead. This spares the pass that
+ * converts and transposes a pixel-major fp32 stage of the chunk (about an eighth of a bf16
+ * ResNet-20 step went to it). out: channel 0's first pixel; ldo: the channels' stride (OH OW);
+ * nout: the channels this tile holds. */
+static inline __attribute__((always_inline)) void store_rows_bf16(const int MR, const int NV,
+                                                                  __m512 acc[][4], uint16_t *out,
+                                                                  int64_t ldo, int rows, int nout)
+{
+    __m512 t[16];
+    __mmask16 special = 0;
+    for (int i = 0; i < 16; i++) {
+        const int r = NV == 1 ? i : i % 8, v = NV == 1 ? 0 : i / 8;
+        t[i] = r < MR ? acc[r][v] : _mm512_setzero_ps();
+        special |= _mm512_fpclass_ps_mask(t[i], 0xA1); /* QNaN | subnormal | SNaN */
+    }
+    fx_transpose16x16_ps(t);
+    const __mmask16 rmask = (__mmask16)((1u << rows) - 1u);
+    for (int j = 0; j < 16; j++) {
+        __m256i h;
+        if (!special) {
+            h = (__m256i)_mm512_cvtneps_pbh(t[j]);
+        } else {
+            float f[16];
+            uint16_t b[16];
+            _mm512_storeu_ps(f, t[j]);
+            fx_cvt_f32_to_bf16_avx512(f, b, 16);
+            h = _mm256_loadu_si256((const __m256i *)(const void *)b);
+        }
+        if (NV == 1) {
+            if (j < nout) _mm256_mask_storeu_epi16(out + j * ldo, rmask, h);
+        } else {
+            _mm_mask_storeu_epi16(out + j * ldo, (__mmask8)rmask, _mm256_castsi256_si128(h));
+            if (16 + j < nout)
+                _mm_mask_storeu_epi16(out + (16 + j) * ldo, (__mmask8)rmask,
+                                      _mm256_extracti128_si256(h, 1));
+        }
+    }
+}
+
+/* One forward tile; BF: its sums go to a bf16 y (store_rows_bf16: ob, ldb, nout), else to the
+ * pixel-major fp32 stage (out, ldo, last) */
 static inline __attribute__((always_inline)) void
-fwd_tile(const int MR, const int NV, const int dot, const uint32_t *xb, int64_t Cp,
+fwd_tile(const int MR, const int NV, const int dot, const int BF, const uint32_t *xb, int64_t Cp,
          const int64_t *toff, int64_t ntaps, const uint32_t *wb, int64_t opad, float *out,
-         int64_t ldo, int rows, __mmask16 last)
+         int64_t ldo, int rows, __mmask16 last, uint16_t *ob, int64_t ldb, int nout)
 {
     __m512 acc[FX_FWD_MAX_MR][4]; /* NV <= 2 used */
     for (int r = 0; r < MR; r++)
@@ -258,27 +305,42 @@ fwd_tile(const int MR, const int NV, const int dot, const uint32_t *xb, int64_t 
             }
         }
     }
-    store_rows(MR, NV, acc, out, ldo, rows, last);
+    if (BF)
+        store_rows_bf16(MR, NV, acc, ob, ldb, rows, nout);
+    else
+        store_rows(MR, NV, acc, out, ldo, rows, last);
 }
 
-#define FWD_TILE_FN(MR, NV, DOT)                                                                 \
-    static void fwd_tile_##MR##x##NV##_##DOT(const uint32_t *xb, int64_t Cp, const int64_t *toff,  \
-                                             int64_t ntaps, const uint32_t *wb, int64_t opad,     \
-                                             float *out, int64_t ldo, int rows, __mmask16 last)   \
+#define FWD_TILE_FN(MR, NV, DOT, BF)                                                             \
+    static void fwd_tile_##MR##x##NV##_##DOT##_##BF(                                             \
+        const uint32_t *xb, int64_t Cp, const int64_t *toff, int64_t ntaps, const uint32_t *wb,  \
+        int64_t opad, float *out, int64_t ldo, int rows, __mmask16 last, uint16_t *ob,          \
+        int64_t ldb, int nout)                                                                   \
     {                                                                                            \
-        fwd_tile(MR, NV, DOT, xb, Cp, toff, ntaps, wb, opad, out, ldo, rows, last);              \
+        fwd_tile(MR, NV, DOT, BF, xb, Cp, toff, ntaps, wb, opad, out, ldo, rows, last, ob, ldb,  \
+                 nout);                                                                          \
     }
-FWD_TILE_FN(7, 2, 1)
-FWD_TILE_FN(8, 2, 1)
-FWD_TILE_FN(14, 1, 1)
-FWD_TILE_FN(16, 1, 1)
-FWD_TILE_FN(7, 2, 0)
-FWD_TILE_FN(8, 2, 0)
-FWD_TILE_FN(14, 1, 0)
-FWD_TILE_FN(16, 1, 0)
+#define FWD_TILE_FNS(BF)                                                                         \
+    FWD_TILE_FN(7, 2, 1, BF)                                                                     \
+    FWD_TILE_FN(8, 2, 1, BF)                                                                     \
+    FWD_TILE_FN(14, 1, 1, BF)                                                                    \
+    FWD_TILE_FN(16, 1, 1, BF)                                                                    \
+    FWD_TILE_FN(7, 2, 0, BF)                                                                     \
+    FWD_TILE_FN(8, 2, 0, BF)                                                                     \
+    FWD_TILE_FN(14, 1, 0, BF)                                                                    \
+    FWD_TILE_FN(16, 1, 0, BF)
+FWD_TILE_FNS(0)
+FWD_TILE_FNS(1)
 
 typedef void (*fwd_tile_fn)(const uint32_t *, int64_t, const int64_t *, int64_t, const uint32_t *,
-                            int64_t, float *, int64_t, int, __mmask16);
+                            int64_t, float *, int64_t, int, __mmask16, uint16_t *, int64_t, int);
+
+/* [bf16 y][vdpbf16ps][shape: 7 x 2, 8 x 2, 14 x 1, 16 x 1] */
+static const fwd_tile_fn fwd_tiles[2][2][4] = {
+    {{fwd_tile_7x2_0_0, fwd_tile_8x2_0_0, fwd_tile_14x1_0_0, fwd_tile_16x1_0_0},
+     {fwd_tile_7x2_1_0, fwd_tile_8x2_1_0, fwd_tile_14x1_1_0, fwd_tile_16x1_1_0}},
+    {{fwd_tile_7x2_0_1, fwd_tile_8x2_0_1, fwd_tile_14x1_0_1, fwd_tile_16x1_0_1},
+     {fwd_tile_7x2_1_1, fwd_tile_8x2_1_1, fwd_tile_14x1_1_1, fwd_tile_16x1_1_1}}};
 
 static atomic_int fwd_enabled = 1;
 static atomic_llong fwd_calls;
@@ -312,7 +374,7 @@ int64_t fx_bf16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
 
 void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
                         const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
-                        int nthreads)
+                        uint16_t *ybf, int nthreads)
 {
     atomic_fetch_add_explicit(&fwd_calls, 1, memory_order_relaxed);
     const int64_t C = g->C, O = g->O, Cp = (C + 1) / 2, opad = (O + 15) / 16 * 16;
@@ -334,10 +396,8 @@ void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t
         const int nv = ow > 16 ? 2 : 1; /* never past opad */
         const int mr = nv == 2 ? (OW % 7 == 0 && OW % 8 != 0 ? 7 : 8)
                                : (OW % 14 == 0 && OW % 16 != 0 ? 14 : 16);
-        const fwd_tile_fn fn = dot ? (nv == 2 ? (mr == 7 ? fwd_tile_7x2_1 : fwd_tile_8x2_1)
-                                               : (mr == 14 ? fwd_tile_14x1_1 : fwd_tile_16x1_1))
-                                   : (nv == 2 ? (mr == 7 ? fwd_tile_7x2_0 : fwd_tile_8x2_0)
-                                               : (mr == 14 ? fwd_tile_14x1_0 : fwd_tile_16x1_0));
+        const int shape = nv == 2 ? (mr == 7 ? 0 : 1) : (mr == 14 ? 2 : 3);
+        const fwd_tile_fn fn = fwd_tiles[ybf != NULL][dot][shape];
         const int64_t tail = ow - 16 * (nv - 1);
         const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : tail <= 0 ? 0 : (1u << tail) - 1);
         /* threads split the output rows (each output is one thread's chain either way) */
@@ -349,7 +409,8 @@ void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t
             for (int64_t n = row / OH, oh = row % OH, ow0 = 0; ow0 < OW; ow0 += mr) {
                     const int rows = OW - ow0 < mr ? (int)(OW - ow0) : mr;
                     fn(xq + (n * HW + oh * Wp + ow0) * Cp, Cp, taps, KK, wq + o0, opad,
-                       y + (n * P + oh * OW + ow0) * O + o0, O, rows, last);
+                       ybf ? NULL : y + (n * P + oh * OW + ow0) * O + o0, O, rows, last,
+                       ybf ? ybf + (n * O + o0) * P + oh * OW + ow0 : NULL, P, (int)ow);
                 }
     }
 }

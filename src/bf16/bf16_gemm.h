@@ -61,8 +61,11 @@ long long fx_bf16_wgrad_direct_calls(void); /* chunks computed by fx_bf16_wgrad_
  * taps (kh, kw) and, within each, the channel pairs (2cp, 2cp + 1), odd channel first (an odd
  * C pairs its last channel with zero); vdpbf16ps where conditions (i) and (ii) of
  * src/fp32/f32_kernels.h hold for the chunk and the weights, the FMA chain otherwise (the same
- * bits). y[(n P + oh OW + ow) O + o]: the pixel-major stage of the GEMM routes. x: the
- * chunk's input, unpadded (nbc images of C x H x W; the kernel pads while it copies); wq: the weights from fx_bf16_fwd_direct_pack_weights
+ * bits). y[(n P + oh OW + ow) O + o]: the pixel-major stage of the GEMM routes; or, where
+ * ybf is not NULL, the sums rounded to bf16 (the definition's rounding) straight into ybf, the
+ * chunk's first image of a bf16 y in NCHW (y is then not written). x: the chunk's input,
+ * unpadded (nbc images of C x H x W; the kernel pads while it copies); wq: the weights from
+ * fx_bf16_fwd_direct_pack_weights
  * (fx_bf16_fwd_direct_weights_numel words, 64-byte aligned) and wkey, the key it returned; scratch:
  * fx_bf16_fwd_direct_scratch(g, nbc) words; up to nthreads OpenMP threads split the output
  * rows. For geometries where fx_bf16_fwd_direct_fits
@@ -75,7 +78,7 @@ uint32_t fx_bf16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const uin
                                          uint32_t *wq); /* returns the weights' minkey */
 void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
                         const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
-                        int nthreads);
+                        uint16_t *ybf, int nthreads);
 /* Test switch and counter as for the weight gradient (0: the GEMM routes' panels) */
 void fx_bf16_fwd_direct_set_enabled(int on);
 int fx_bf16_fwd_direct_enabled(void);

@@ -296,7 +296,7 @@ typedef struct fx_conv_kernels {
      * panels and GEMM. */
     void (*bf16_fwd)(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
                      const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
-                     int nthreads);
+                     uint16_t *ybf, int nthreads);
     /* fp32 forward of one chunk without patch rows or panels (src/fp32/conv_f32_direct.h):
      * the GEMM route's chains in its order, so its bits. NULL: panels and GEMM. */
     void (*f32_fwd)(const struct fx_conv_geom *g, const float *xp, int64_t nbc, const float *wq,

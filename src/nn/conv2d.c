@@ -871,9 +871,15 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * reads only its own images of x before it writes the same images of y, and the weights
      * are packed before the first chunk, so y may also be x itself (in place). */
     const int ychunks = fdirect && conv_y_direct_half(y, &cc) && !ep;
+    /* a bf16 y the kernel writes itself, rounding each tile's sums in registers */
+    uint16_t *ybf16 = ychunks && y->fmt == FMT_BF16 ? fx_tensor_base(y) : NULL;
     const int64_t ypix_chunk = plan.nb * P * g.O;
-    char *ypix = conv_alloc(&s, nostage || ychunks ? ypix_chunk * plan.outer : g.N * g.O * P,
-                            ssz, &rc, func); /* [N*P, O], or a chunk's [nb*P, O] per thread */
+    /* [N*P, O], or a chunk's [nb*P, O] per thread (none for the kernel's own bf16 y) */
+    char *ypix = conv_alloc(&s,
+                            ybf16                ? 0
+                            : nostage || ychunks ? ypix_chunk * plan.outer
+                                                 : g.N * g.O * P,
+                            ssz, &rc, func);
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
                           FX_EXP_NONE, flexpoint_num_threads(), 0, 0, 0, FX_EXP_NONE, NULL, NULL,
@@ -896,7 +902,10 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * pixel-major buffer that the write transposes into y (untouched if a chunk fails). */
     uint16_t *yhalf =
         conv_y_direct_half(y, &cc)
-            ? conv_alloc(&s, ychunks ? ypix_chunk * plan.outer : g.N * g.O * P,
+            ? conv_alloc(&s,
+                         ybf16     ? 0
+                         : ychunks ? ypix_chunk * plan.outer
+                                   : g.N * g.O * P,
                          sizeof(uint16_t), &rc, func)
             : NULL;
     void (*half_cvt)(const float *, uint16_t *, int64_t) = yhalf ? conv_half_cvt(y->fmt) : NULL;
@@ -1067,7 +1076,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         }
         if (fdirect) {
             be->conv.bf16_fwd(&g, (const uint16_t *)xo.data + n0 * g.C * g.H * g.W, nbc, fwq,
-                              fwkey, fscr + tid * fscr_n, (float *)(void *)myy, plan.inner);
+                              fwkey, fscr + tid * fscr_n, (float *)(void *)myy,
+                              ybf16 ? ybf16 + n0 * g.O * P : NULL, plan.inner);
             status[ch] = FX_OK;
         } else if (f32direct) {
             const float *xf = (const float *)(const void *)myxp;
@@ -1112,11 +1122,11 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         if (status[ch] == FX_OK && ep)
             conv_epilogue_chunk(ep, be, y->fmt, (float *)(void *)myy, Pc, g.O,
                                 yhalf ? yhalf + n0 * P * g.O : NULL);
-        if (status[ch] == FX_OK && ychunks) {
+        if (status[ch] == FX_OK && ychunks && !ybf16) {
             uint16_t *h = yhalf + tid * ypix_chunk;
             half_cvt((const float *)(const void *)myy, h, Pc * g.O);
             fx_chunk_scatter_t(h, n0, nbc, g.O, P, fx_tensor_base(y), sizeof(uint16_t));
-        } else if (status[ch] == FX_OK && yhalf) {
+        } else if (status[ch] == FX_OK && yhalf && !ychunks) {
             half_cvt((const float *)(const void *)myy, yhalf + n0 * P * g.O, Pc * g.O);
         }
     }
