@@ -116,17 +116,17 @@ static void check_matmul(int64_t M, int64_t N, int64_t K, int transA, int transB
     free(c);
 }
 
-/* The direct forward route's definition (fx_bf16_fwd_direct, stride 1): per output a pair chain
- * over the taps (kh, kw) in order and, within each, the channel pairs (2cp, 2cp + 1), the odd
- * channel first; an odd C pairs its last channel with zero; taps outside x read 0. */
+/* The direct forward route's definition (fx_bf16_fwd_direct, any stride): per output a pair
+ * chain over the taps (kh, kw) in order and, within each, the channel pairs (2cp, 2cp + 1), the
+ * odd channel first; an odd C pairs its last channel with zero; taps outside x read 0. */
 static float direct_chain(const uint16_t *x, const uint16_t *w, int64_t C, int64_t H, int64_t W,
-                          int64_t KH, int64_t KW, int pad, int64_t n, int64_t o, int64_t oh,
-                          int64_t ow)
+                          int64_t KH, int64_t KW, int pad, int stride, int64_t n, int64_t o,
+                          int64_t oh, int64_t ow)
 {
     float acc = 0.0f;
     for (int64_t kh = 0; kh < KH; kh++)
         for (int64_t kw = 0; kw < KW; kw++) {
-            const int64_t ih = oh - pad + kh, iw = ow - pad + kw;
+            const int64_t ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
             const int in = ih >= 0 && ih < H && iw >= 0 && iw < W;
             for (int64_t c = 0; c < C; c += 2) {
                 float xv[2] = {0.0f, 0.0f}, wv[2] = {0.0f, 0.0f};
@@ -141,10 +141,10 @@ static float direct_chain(const uint16_t *x, const uint16_t *w, int64_t C, int64
     return acc;
 }
 
-/* Whether the direct forward route takes a stride-1 convolution (fx_bf16_fwd_direct_fits) */
-static int direct_fwd(int64_t C, int64_t O, int64_t KH, int64_t KW, int stride)
+/* Whether the direct forward route takes a convolution (fx_bf16_fwd_direct_fits) */
+static int direct_fwd(int64_t C, int64_t O, int64_t KH, int64_t KW)
 {
-    return stride == 1 && C >= 8 && O >= 16 && KH * KW <= 64;
+    return C >= 8 && O >= 16 && KH * KW <= 64;
 }
 
 /* A bf16 convolution against its route's definition: the direct kernel's tap-major chain where
@@ -154,7 +154,7 @@ static int direct_fwd(int64_t C, int64_t O, int64_t KH, int64_t KW, int stride)
 static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
                        int64_t KW, int pad, int stride, int kind, uint64_t seed)
 {
-    const int direct = direct_fwd(C, O, KH, KW, stride);
+    const int direct = direct_fwd(C, O, KH, KW);
     const int64_t OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
     const int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C, KH, KW}, ys[4] = {N, O, OH, OW};
     const int64_t nx = N * C * H * W, nw = O * C * KH * KW, ny = N * O * OH * OW, K = C * KH * KW;
@@ -195,7 +195,7 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
                                         in ? x[((n * C + c) * H + ih) * W + iw] : 0;
                                 }
                         for (int64_t o = 0; o < O; o++) {
-                            const float want = direct ? direct_chain(x, w, C, H, W, KH, KW, pad, n, o, oh, ow)
+                            const float want = direct ? direct_chain(x, w, C, H, W, KH, KW, pad, stride, n, o, oh, ow)
                                                       : pair_chain(pa, 1, w + o * K, 1, K);
                             const float got = y[((n * O + o) * OH + oh) * OW + ow];
                             bad += test_f32_bits(want) != test_f32_bits(got);
@@ -365,7 +365,7 @@ static void check_dx(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int6
                 for (int64_t ih = 0; ih < H; ih++)
                     for (int64_t iw = 0; iw < W; iw++) {
                         const float want = direct_chain(dy, wf, O, OH, OW, KH, KW, (int)(KH - 1 - pad),
-                                                        n, c, ih, iw);
+                                                        1, n, c, ih, iw);
                         bad += test_f32_bits(want) != test_f32_bits(dx[((n * C + c) * H + ih) * W + iw]);
                     }
         CHECK(bad == 0, "dx N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d, %d threads: %ld of "
@@ -447,6 +447,12 @@ int main(void)
     check_conv(3, 1, 12, 12, 32, 5, 5, 2, 1, DATA_NORMAL, seed++);
     check_conv(2, 32, 10, 10, 64, 5, 5, 2, 1, DATA_NORMAL, seed++);
     check_conv(2, 16, 9, 9, 24, 3, 3, 1, 2, DATA_NORMAL, seed++);
+    /* strided, on the direct route: ResNet-20's 16 -> 32 stride-2 3x3 layer and its 1x1
+     * projection in small, 16- and 8-pixel tiles with spare rows, stride 3 */
+    check_conv(2, 16, 16, 16, 32, 3, 3, 1, 2, DATA_NORMAL, seed++);
+    check_conv(3, 16, 16, 16, 32, 1, 1, 0, 2, DATA_NORMAL, seed++);
+    check_conv(2, 32, 20, 20, 16, 3, 3, 1, 2, DATA_NORMAL, seed++);
+    check_conv(2, 12, 17, 17, 20, 5, 5, 2, 3, DATA_NORMAL, seed++);
     check_conv(2, 3, 8, 8, 8, 1, 1, 0, 1, DATA_NORMAL, seed++);
     /* the direct forward route: the CNN's conv2 (7-pixel tiles), ResNet-20's 3x3 shapes (16
      * channels: 16-pixel tiles; 8 x 8 images), odd C and O with partial vectors, a partial

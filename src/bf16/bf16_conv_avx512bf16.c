@@ -192,8 +192,8 @@ void fx_bf16_wgrad_direct(const struct fx_conv_geom *g, const uint16_t *xp, cons
  * patch matrix's k = (c KH + kh) KW + kw instead, so the bits differ from theirs, as the bf16
  * routes' bits differ from each other (docs/architecture.md). A register tile is MR consecutive
  * output pixels of one row (MR = 7 or 8, or 14 or 16 for 16 channels) by 16 NV channels; row r
- * broadcasts the word of its pixel's tap from the copy (rows Cp words apart), so nothing is
- * gathered or packed per tile. */
+ * broadcasts the word of its pixel's tap from the copy (rows sw Cp words apart: any stride
+ * takes the same tiles), so nothing is gathered or packed per tile. */
 
 #define FX_FWD_MAX_MR 16
 #define FX_FWD_MAX_TAPS 64 /* kernels up to 8 x 8 */
@@ -286,8 +286,8 @@ static inline __attribute__((always_inline)) void store_rows_bf16(const int MR, 
  * pixel-major fp32 stage (out, ldo, last) */
 static inline __attribute__((always_inline)) void
 fwd_tile(const int MR, const int NV, const int dot, const int BF, const uint32_t *xb, int64_t Cp,
-         const int64_t *toff, int64_t ntaps, const uint32_t *wb, int64_t opad, float *out,
-         int64_t ldo, int rows, __mmask16 last, uint16_t *ob, int64_t ldb, int nout)
+         int64_t rs, const int64_t *toff, int64_t ntaps, const uint32_t *wb, int64_t opad,
+         float *out, int64_t ldo, int rows, __mmask16 last, uint16_t *ob, int64_t ldb, int nout)
 {
     __m512 acc[FX_FWD_MAX_MR][4]; /* NV <= 2 used */
     for (int r = 0; r < MR; r++)
@@ -300,7 +300,7 @@ fwd_tile(const int MR, const int NV, const int dot, const int BF, const uint32_t
             for (int v = 0; v < NV; v++)
                 b[v] = _mm512_load_si512((const void *)(wt + cp * opad + 16 * v));
             for (int r = 0; r < MR; r++) {
-                const __m512i a = _mm512_set1_epi32((int)xt[r * Cp + cp]);
+                const __m512i a = _mm512_set1_epi32((int)xt[r * rs + cp]);
                 for (int v = 0; v < NV; v++) acc[r][v] = pair_step(acc[r][v], a, b[v], dot);
             }
         }
@@ -313,12 +313,12 @@ fwd_tile(const int MR, const int NV, const int dot, const int BF, const uint32_t
 
 #define FWD_TILE_FN(MR, NV, DOT, BF)                                                             \
     static void fwd_tile_##MR##x##NV##_##DOT##_##BF(                                             \
-        const uint32_t *xb, int64_t Cp, const int64_t *toff, int64_t ntaps, const uint32_t *wb,  \
-        int64_t opad, float *out, int64_t ldo, int rows, __mmask16 last, uint16_t *ob,          \
-        int64_t ldb, int nout)                                                                   \
+        const uint32_t *xb, int64_t Cp, int64_t rs, const int64_t *toff, int64_t ntaps,         \
+        const uint32_t *wb, int64_t opad, float *out, int64_t ldo, int rows, __mmask16 last,     \
+        uint16_t *ob, int64_t ldb, int nout)                                                     \
     {                                                                                            \
-        fwd_tile(MR, NV, DOT, BF, xb, Cp, toff, ntaps, wb, opad, out, ldo, rows, last, ob, ldb,  \
-                 nout);                                                                          \
+        fwd_tile(MR, NV, DOT, BF, xb, Cp, rs, toff, ntaps, wb, opad, out, ldo, rows, last, ob,   \
+                 ldb, nout);                                                                     \
     }
 #define FWD_TILE_FNS(BF)                                                                         \
     FWD_TILE_FN(7, 2, 1, BF)                                                                     \
@@ -332,8 +332,9 @@ fwd_tile(const int MR, const int NV, const int dot, const int BF, const uint32_t
 FWD_TILE_FNS(0)
 FWD_TILE_FNS(1)
 
-typedef void (*fwd_tile_fn)(const uint32_t *, int64_t, const int64_t *, int64_t, const uint32_t *,
-                            int64_t, float *, int64_t, int, __mmask16, uint16_t *, int64_t, int);
+typedef void (*fwd_tile_fn)(const uint32_t *, int64_t, int64_t, const int64_t *, int64_t,
+                            const uint32_t *, int64_t, float *, int64_t, int, __mmask16, uint16_t *,
+                            int64_t, int);
 
 /* [bf16 y][vdpbf16ps][shape: 7 x 2, 8 x 2, 14 x 1, 16 x 1] */
 static const fwd_tile_fn fwd_tiles[2][2][4] = {
@@ -359,8 +360,10 @@ int fx_bf16_fwd_direct_fits(const struct fx_conv_geom *g)
     /* from 8 input channels: below, the pairs' zero halves and the taps' short chains cost
      * more than the patch panels (the CNN's first layer, C = 1, stays on the GEMM); from 16
      * output channels, one whole vector (the CNN's first-layer input gradient as a forward
-     * convolution, O = 1, took 14-16 ms here against 2.3 through col2im) */
-    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->C >= 8 && g->O >= 16 &&
+     * convolution, O = 1, took 14-16 ms here against 2.3 through col2im); any stride (the
+     * patch panels ran ResNet-20's 16 -> 32 stride-2 3x3 layer at about a third of the
+     * stride-1 layers' rate per product) */
+    return g->sh >= 1 && g->sw >= 1 && g->dh == 1 && g->dw == 1 && g->C >= 8 && g->O >= 16 &&
            g->KH * g->KW <= FX_FWD_MAX_TAPS;
 }
 
@@ -369,7 +372,8 @@ int64_t fx_bf16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
     const int64_t Cp = (g->C + 1) / 2, HW = (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
     /* the copy, the tiles' overrun past its end (a last tile's spare rows and their taps), the
      * interleaving buffer, a zero plane (H W values), 16 spare words for alignment */
-    return nb * HW * Cp + (FX_FWD_MAX_MR + g->KW) * Cp + Cp * HW + (g->H * g->W + 1) / 2 + 16;
+    return nb * HW * Cp + (FX_FWD_MAX_MR * g->sw + g->KW) * Cp + Cp * HW + (g->H * g->W + 1) / 2 +
+           16;
 }
 
 void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
@@ -381,11 +385,12 @@ void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HW = Hp * Wp;
     const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW;
     uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
-    uint32_t *tmp = xq + nbc * HW * Cp + (FX_FWD_MAX_MR + g->KW) * Cp;
+    const int64_t sh = g->sh, sw = g->sw, slack = (FX_FWD_MAX_MR * sw + g->KW) * Cp;
+    uint32_t *tmp = xq + nbc * HW * Cp + slack;
     uint16_t *zeros = (uint16_t *)(void *)(tmp + Cp * HW);
     if (C % 2) memset(zeros, 0, sizeof(uint16_t) * (size_t)(g->H * g->W));
     fwd_pair_nhwc(g, x, nbc, tmp, zeros, xq);
-    memset(xq + nbc * HW * Cp, 0, sizeof(uint32_t) * (size_t)((FX_FWD_MAX_MR + g->KW) * Cp));
+    memset(xq + nbc * HW * Cp, 0, sizeof(uint32_t) * (size_t)slack);
     /* the padding's zeros would not count for conditions (i) and (ii) either */
     const uint32_t kx = fx_bf16_minkey_avx512(x, nbc * C * g->H * g->W);
     const int dot = fx_bf16_dot_enabled() && kx + wkey >= FX_BF16_DOT_MIN_KEYSUM;
@@ -408,7 +413,7 @@ void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t
         for (int64_t row = 0; row < nbc * OH; row++)
             for (int64_t n = row / OH, oh = row % OH, ow0 = 0; ow0 < OW; ow0 += mr) {
                     const int rows = OW - ow0 < mr ? (int)(OW - ow0) : mr;
-                    fn(xq + (n * HW + oh * Wp + ow0) * Cp, Cp, taps, KK, wq + o0, opad,
+                    fn(xq + (n * HW + oh * sh * Wp + ow0 * sw) * Cp, Cp, sw * Cp, taps, KK, wq + o0, opad,
                        ybf ? NULL : y + (n * P + oh * OW + ow0) * O + o0, O, rows, last,
                        ybf ? ybf + (n * O + o0) * P + oh * OW + ow0 : NULL, P, (int)ow);
                 }
