@@ -95,13 +95,14 @@ static wgrad_kernel g_wgrad;
 static void (*g_row_norms)(const int16_t *, int64_t, int64_t, uint32_t *);
 static const char *g_level = "";
 
-/* the kernel against the exact sums; returns whether it took the chunk */
-static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
-                        int64_t KW, int64_t pad, int kind, uint64_t seed)
+/* the kernel against the exact sums at stride st; returns whether it took the chunk */
+static int check_kernel_strided(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
+                                int64_t KH, int64_t KW, int64_t pad, int64_t st, int kind,
+                                uint64_t seed)
 {
     const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = W, .O = O, .KH = KH, .KW = KW,
-                            .OH = H + 2 * pad - KH + 1, .OW = W + 2 * pad - KW + 1, .sh = 1,
-                            .sw = 1, .ph = pad, .pw = pad, .dh = 1, .dw = 1};
+                            .OH = (H + 2 * pad - KH) / st + 1, .OW = (W + 2 * pad - KW) / st + 1,
+                            .sh = st, .sw = st, .ph = pad, .pw = pad, .dh = 1, .dw = 1};
     CHECK(fx_i16_fwd_direct_fits(&g), "C%lld O%lld %lldx%lld: the geometry should fit",
           (long long)C, (long long)O, (long long)KH, (long long)KW);
     const int64_t Hp = H + 2 * pad, Wp = W + 2 * pad, KK = KH * KW, P = g.OH * g.OW;
@@ -131,7 +132,8 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
                     for (int64_t c = 0; c < C; c++)
                         for (int64_t kh = 0; kh < KH; kh++)
                             for (int64_t kw = 0; kw < KW; kw++)
-                                s += (int64_t)xp[((n * C + c) * Hp + oh + kh) * Wp + ow + kw] *
+                                s += (int64_t)xp[((n * C + c) * Hp + oh * st + kh) * Wp +
+                                                 ow * st + kw] *
                                      w[((o * C + c) * KH + kh) * KW + kw];
                     want[(n * P + oh * g.OW + ow) * O + o] = s;
                     const uint64_t a = (uint64_t)(s < 0 ? -s : s);
@@ -157,10 +159,10 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
         long bad = 0;
         for (int64_t i = 0; i < N * P * O; i++) bad += got[i] != want[i];
         CHECK(bad == 0 && got_max == want_max,
-              "%s direct int16 conv N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %lld data %d, %d "
-              "threads: %ld of %lld sums differ, max %llu (want %llu)",
+              "%s direct int16 conv N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %lld stride %lld "
+              "data %d, %d threads: %ld of %lld sums differ, max %llu (want %llu)",
               g_level, (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
-              (long long)KH, (long long)KW, (long long)pad, kind, threads, bad,
+              (long long)KH, (long long)KW, (long long)pad, (long long)st, kind, threads, bad,
               (long long)(N * P * O), (unsigned long long)got_max,
               (unsigned long long)want_max);
     }
@@ -172,6 +174,12 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
     free(scratch);
     free(got);
     return took;
+}
+
+static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
+                        int64_t KW, int64_t pad, int kind, uint64_t seed)
+{
+    return check_kernel_strided(N, C, H, W, O, KH, KW, pad, 1, kind, seed);
 }
 
 /* the weight gradient kernel against the exact sums; returns whether it took the chunk */
@@ -654,6 +662,20 @@ static void check_forward(uint64_t *seedp)
         }
     /* rectangular kernels */
     CHECK(check_kernel(2, 12, 7, 11, 20, 3, 5, 1, DATA_NORMAL, seed++), "3x5 kernel declined");
+    /* strided: ResNet-20's stride-2 3x3 layers (16 -> 32 channels: a pixel stride of 16 words;
+     * 32 -> 64: 32 words) and 1x1 projections, 64 channels at stride 2 (the any-stride tiles),
+     * stride 3 with a 5x5 kernel, tiles with spare rows, near-limit data */
+    static const int64_t strided[][8] = {
+        /* N, C, H, W, O, K, pad, stride */
+        {2, 16, 16, 16, 32, 3, 1, 2}, {2, 32, 8, 8, 64, 3, 1, 2}, {3, 16, 16, 16, 32, 1, 0, 2},
+        {2, 64, 10, 10, 64, 3, 1, 2}, {2, 12, 17, 17, 20, 5, 2, 3}, {2, 9, 11, 13, 40, 3, 1, 2}};
+    for (size_t s = 0; s < sizeof strided / sizeof strided[0]; s++)
+        for (int kind = DATA_SMALL; kind <= DATA_SKEW; kind++) {
+            const int64_t *c = strided[s];
+            CHECK(check_kernel_strided(c[0], c[1], c[2], c[3], c[4], c[5], c[5], c[6], c[7], kind,
+                                       seed++),
+                  "data %d, strided shape %zu: the kernel declined data it can take", kind, s);
+        }
     /* full scale: one segment alone may wrap, so the chunk is declined */
     CHECK(!check_kernel(2, 32, 8, 8, 32, 3, 3, 1, DATA_FULL, seed++),
           "full-scale data: the kernel took a chunk that may wrap");

@@ -129,7 +129,8 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
     }
 #define ITILE_FNS(LD) ITILE_FN(7, 2, LD) ITILE_FN(8, 2, LD) ITILE_FN(14, 1, LD) ITILE_FN(16, 1, LD)
 /* the pixel strides of 8 (a layer folded into 8 channels, src/nn/conv_fold.h), 16, 32 and 64
- * channels (ResNet-20's and the CNN's layers), and any */
+ * channels (ResNet-20's and the CNN's layers, and their stride-2 layers' 16 and 32 channels at
+ * every other pixel), and any */
 ITILE_FNS(4)
 ITILE_FNS(8)
 ITILE_FNS(16)
@@ -212,7 +213,8 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
     const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW, nseg = KK * G;
     const uint32_t *wn = wq + KK * Cpp * opad;
     uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
-    uint32_t *tmp = xq + nbc * HW * Cpp + (FX_I16_MAX_ROWS + g->KW) * Cpp;
+    const int64_t sh = g->sh, sw = g->sw, slack = (FX_I16_MAX_ROWS * sw + g->KW) * Cpp;
+    uint32_t *tmp = xq + nbc * HW * Cpp + slack;
     uint16_t *zeros = (uint16_t *)(void *)(tmp + Cpp * HW);
     uint32_t *rn = tmp + Cpp * HW + (HW + 1) / 2; /* [n][ih][s] */
     uint32_t *sqw = rn + nbc * Hp * G;
@@ -239,7 +241,7 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
     /* a segment that alone may leave int32 (data near full scale): the GEMM's any-data
      * kernels take the chunk */
     if (!fx_i16_fwd_admit(rn, nbc * Hp, wn, opad / 16 * KK, G)) return 0;
-    memset(xq + nbc * HW * Cpp, 0, sizeof(uint32_t) * (size_t)((FX_I16_MAX_ROWS + g->KW) * Cpp));
+    memset(xq + nbc * HW * Cpp, 0, sizeof(uint32_t) * (size_t)slack);
     int64_t xoff[FX_I16_FWD_MAX_SEGS]; /* word offsets of the segments from a pixel's tap 0 */
     fx_i16_fwd_offsets(g, xoff);
     uint64_t mx = 0;
@@ -248,7 +250,8 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
         const int nv = ow > 16 ? 2 : 1; /* never past opad */
         const int mr = nv == 2 ? (OW % 7 == 0 && OW % 8 != 0 ? 7 : 8)
                                : (OW % 14 == 0 && OW % 16 != 0 ? 14 : 16);
-        const int ldi = Cpp == 4 ? 0 : Cpp == 8 ? 1 : Cpp == 16 ? 2 : Cpp == 32 ? 3 : 4;
+        const int64_t ld = sw * Cpp; /* words from one of a tile's pixels to the next */
+        const int ldi = ld == 4 ? 0 : ld == 8 ? 1 : ld == 16 ? 2 : ld == 32 ? 3 : 4;
         const itile_fn fn = tile_fns[ldi][nv == 2 ? (mr == 7 ? 0 : 1) : (mr == 14 ? 2 : 3)];
         const int64_t tail = ow - 16 * (nv - 1);
         const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
@@ -268,7 +271,7 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
             int32_t base[8];
             for (int j = 0; j < 8; j++) { /* lanes past the end repeat the last row */
                 const int64_t row = r0 + j < nrows ? r0 + j : nrows - 1;
-                base[j] = (int32_t)(((row / OH) * Hp + row % OH) * G);
+                base[j] = (int32_t)(((row / OH) * Hp + row % OH * sh) * G);
             }
             fx_i16_fold_schedules8_avx512(rn, base, wm, KK, g->KW, G, fold);
             for (int64_t row = r0; row < r0 + 8 && row < nrows; row++) {
@@ -276,8 +279,8 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
                 const uint8_t *rfold = fold + (row - r0) * nseg;
                 for (int64_t ow0 = 0; ow0 < OW; ow0 += mr) {
                     const int rows = OW - ow0 < mr ? (int)(OW - ow0) : mr;
-                    const uint64_t m = fn(xq + (n * HW + oh * Wp + ow0) * Cpp, Cpp, xoff, nseg,
-                                          wq + o0, opad, rfold,
+                    const uint64_t m = fn(xq + (n * HW + oh * sh * Wp + ow0 * sw) * Cpp, ld,
+                                          xoff, nseg, wq + o0, opad, rfold,
                                           y + (n * P + oh * OW + ow0) * O + o0, O, rows, last);
                     mx = m > mx ? m : mx;
                 }

@@ -11,7 +11,9 @@
 int fx_i16_fwd_direct_fits(const struct fx_conv_geom *g)
 {
     const int64_t KK = g->KH * g->KW;
-    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->C >= 8 && g->O >= 16 &&
+    /* any stride: a tile's pixels step sw pixels through the copy, and its taps still lie in
+     * one padded row each (the norms' unit) */
+    return g->sh >= 1 && g->sw >= 1 && g->dh == 1 && g->dw == 1 && g->C >= 8 && g->O >= 16 &&
            KK <= FX_I16_FWD_MAX_TAPS && KK * fx_i16_groups(g->C) <= FX_I16_FWD_MAX_SEGS &&
            g->C * KK <= ((int64_t)1 << 16);
 }
@@ -66,8 +68,8 @@ int64_t fx_i16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
      * the tiles' overrun past its end (a last tile's spare rows and their taps), the
      * interleaving buffer, a zero plane, the row norms, one image's sums of squares (64-bit),
      * 16 spare words for alignment */
-    return nb * HW * Cpp + (FX_I16_MAX_ROWS + g->KW) * Cpp + Cpp * HW + (HW + 1) / 2 + nb * Hp * G +
-           2 * HW * G + 18;
+    return nb * HW * Cpp + (FX_I16_MAX_ROWS * g->sw + g->KW) * Cpp + Cpp * HW + (HW + 1) / 2 +
+           nb * Hp * G + 2 * HW * G + 18;
 }
 
 static atomic_int direct_enabled = 1;

@@ -113,7 +113,8 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
     if (!fx_i16_fwd_admit(rn, nbc * Hp, wn, opad / 16 * KK, G)) return 0;
     int64_t xoff[FX_I16_FWD_MAX_SEGS];
     fx_i16_fwd_offsets(g, xoff);
-    const int ldi = Cpp == 4 ? 0 : Cpp == 8 ? 1 : Cpp == 16 ? 2 : Cpp == 32 ? 3 : 4;
+    const int64_t sh = g->sh, sw = g->sw, ld = sw * Cpp; /* words between a tile's pixels */
+    const int ldi = ld == 4 ? 0 : ld == 8 ? 1 : ld == 16 ? 2 : ld == 32 ? 3 : 4;
     /* an output row in ntile tiles of near-equal widths, the wider ones first */
     const int64_t ntile = (OW + MR_MAX - 1) / MR_MAX, wide = OW % ntile, base = OW / ntile;
     uint64_t mx = 0;
@@ -128,12 +129,12 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
         for (int64_t row = 0; row < nbc * OH; row++) {
             const int64_t n = row / OH, oh = row % OH;
             uint8_t fold[FX_I16_FWD_MAX_SEGS];
-            fx_i16_fold_schedule(rn + (n * Hp + oh) * G, wm, KK, g->KW, G, fold);
+            fx_i16_fold_schedule(rn + (n * Hp + oh * sh) * G, wm, KK, g->KW, G, fold);
             int64_t ow0 = 0;
             for (int64_t t = 0; t < ntile; t++) {
                 const int w = (int)(base + (t < wide));
                 const uint64_t m = tile_fns[ldi][w - 1](
-                    xq + (n * HW + oh * Wp + ow0) * Cpp, Cpp, xoff, nseg, wq + o0, opad, fold,
+                    xq + (n * HW + oh * sh * Wp + ow0 * sw) * Cpp, ld, xoff, nseg, wq + o0, opad, fold,
                     y + (n * P + oh * OW + ow0) * O + o0, O, ncols);
                 mx = m > mx ? m : mx;
                 ow0 += w;
