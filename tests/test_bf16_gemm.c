@@ -168,6 +168,7 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
     tensor_t *tx = tensor_new(FMT_BF16, 4, xs), *tw = tensor_new(FMT_BF16, 4, ws);
     tensor_t *ty = tensor_new(FMT_FP32, 4, ys);
     tensor_t *tyb = tensor_new(FMT_BF16, 4, ys), *tref = tensor_new(FMT_BF16, 4, ys);
+    tensor_t *tyh = tensor_new(FMT_FP16, 4, ys), *trefh = tensor_new(FMT_FP16, 4, ys);
     uint16_t *yb = malloc(sizeof(uint16_t) * (size_t)ny), *yr = malloc(sizeof(uint16_t) * (size_t)ny);
     CHECK_STATUS(tensor_set_raw(tx, x), FX_OK);
     CHECK_STATUS(tensor_set_raw(tw, w), FX_OK);
@@ -206,18 +207,21 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
                   (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
                   (long long)KH, (long long)KW, pad, stride, kind, threads, dot, bad,
                   direct ? "direct route's" : "pair-chain");
-            /* a bf16 y (which the direct route writes chunk by chunk) holds the same sums
-             * rounded to bf16 as any bf16 write of them */
-            CHECK_STATUS(tensor_conv2d(tyb, tx, tw, stride, stride, pad, pad, 1, 1), FX_OK);
-            CHECK_STATUS(tensor_from_f32(tref, y), FX_OK);
-            CHECK_STATUS(tensor_get_raw(tyb, yb), FX_OK);
-            CHECK_STATUS(tensor_get_raw(tref, yr), FX_OK);
-            bad = 0;
-            for (int64_t i = 0; i < ny; i++) bad += yb[i] != yr[i];
-            CHECK(bad == 0, "conv N%lld C%lld O%lld k%lldx%lld stride %d data %d, %d threads, "
-                  "dot %d: %ld bf16 outputs differ from the fp32 outputs rounded",
-                  (long long)N, (long long)C, (long long)O, (long long)KH, (long long)KW, stride,
-                  kind, threads, dot, bad);
+            /* a bf16 or fp16 y (which the direct route writes chunk by chunk, bf16 from the
+             * tiles' registers) holds the same sums rounded as any write of them */
+            for (int h = 0; h < 2; h++) {
+                tensor_t *th = h ? tyh : tyb, *tr = h ? trefh : tref;
+                CHECK_STATUS(tensor_conv2d(th, tx, tw, stride, stride, pad, pad, 1, 1), FX_OK);
+                CHECK_STATUS(tensor_from_f32(tr, y), FX_OK);
+                CHECK_STATUS(tensor_get_raw(th, yb), FX_OK);
+                CHECK_STATUS(tensor_get_raw(tr, yr), FX_OK);
+                bad = 0;
+                for (int64_t i = 0; i < ny; i++) bad += yb[i] != yr[i];
+                CHECK(bad == 0, "conv N%lld C%lld O%lld k%lldx%lld stride %d data %d, %d threads, "
+                      "dot %d: %ld %s outputs differ from the fp32 outputs rounded",
+                      (long long)N, (long long)C, (long long)O, (long long)KH, (long long)KW,
+                      stride, kind, threads, dot, bad, h ? "fp16" : "bf16");
+            }
         }
     fx_bf16_dot_set_enabled(1);
     tensor_free(tx);
@@ -225,6 +229,8 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
     tensor_free(ty);
     tensor_free(tyb);
     tensor_free(tref);
+    tensor_free(tyh);
+    tensor_free(trefh);
     free(x);
     free(w);
     free(pa);

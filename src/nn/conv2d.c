@@ -1010,8 +1010,10 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
         const int64_t Pc = nbc * P;
         char *mycol = col ? col + (size_t)(tid * col_n) * esz : NULL;
-        char *myy =
-            ypix + (size_t)((nostage || ychunks ? tid * ypix_chunk : n0 * P * g.O)) * ssz;
+        char *myy = ybf16 ? NULL
+                          : ypix + (size_t)((nostage || ychunks ? tid * ypix_chunk
+                                                                : n0 * P * g.O)) *
+                                       ssz;
         char *myxp = xp ? xp + (size_t)(tid * xpa_n) * esz : NULL;
         /* the chunk's A: panels built from the padded input, rows the GEMM gathers from it,
          * or the patch matrix; the same GEMM call for all */
