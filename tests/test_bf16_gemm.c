@@ -142,9 +142,9 @@ static float direct_chain(const uint16_t *x, const uint16_t *w, int64_t C, int64
 }
 
 /* Whether the direct forward route takes a convolution (fx_bf16_fwd_direct_fits) */
-static int direct_fwd(int64_t C, int64_t O, int64_t KH, int64_t KW)
+static int direct_fwd(int64_t C, int64_t O, int64_t KH, int64_t KW, int stride)
 {
-    return C >= 8 && O >= 16 && KH * KW <= 64;
+    return C >= 8 && O >= 16 && KH * KW <= 64 && KH >= stride && KW >= stride;
 }
 
 /* A bf16 convolution against its route's definition: the direct kernel's tap-major chain where
@@ -154,7 +154,7 @@ static int direct_fwd(int64_t C, int64_t O, int64_t KH, int64_t KW)
 static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
                        int64_t KW, int pad, int stride, int kind, uint64_t seed)
 {
-    const int direct = direct_fwd(C, O, KH, KW);
+    const int direct = direct_fwd(C, O, KH, KW, stride);
     const int64_t OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
     const int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C, KH, KW}, ys[4] = {N, O, OH, OW};
     const int64_t nx = N * C * H * W, nw = O * C * KH * KW, ny = N * O * OH * OW, K = C * KH * KW;
@@ -453,10 +453,12 @@ int main(void)
     check_conv(3, 1, 12, 12, 32, 5, 5, 2, 1, DATA_NORMAL, seed++);
     check_conv(2, 32, 10, 10, 64, 5, 5, 2, 1, DATA_NORMAL, seed++);
     check_conv(2, 16, 9, 9, 24, 3, 3, 1, 2, DATA_NORMAL, seed++);
-    /* strided, on the direct route: ResNet-20's 16 -> 32 stride-2 3x3 layer and its 1x1
-     * projection in small, 16- and 8-pixel tiles with spare rows, stride 3 */
+    /* strided, on the direct route: ResNet-20's 16 -> 32 stride-2 3x3 layer in small, a 2x2
+     * kernel at stride 2, 16- and 8-pixel tiles with spare rows, stride 3; and its 1x1
+     * projection at stride 2, which stays on the panels */
     check_conv(2, 16, 16, 16, 32, 3, 3, 1, 2, DATA_NORMAL, seed++);
     check_conv(3, 16, 16, 16, 32, 1, 1, 0, 2, DATA_NORMAL, seed++);
+    check_conv(2, 16, 12, 12, 16, 2, 2, 0, 2, DATA_NORMAL, seed++);
     check_conv(2, 32, 20, 20, 16, 3, 3, 1, 2, DATA_NORMAL, seed++);
     check_conv(2, 12, 17, 17, 20, 5, 5, 2, 3, DATA_NORMAL, seed++);
     check_conv(2, 3, 8, 8, 8, 1, 1, 0, 1, DATA_NORMAL, seed++);

@@ -69,7 +69,8 @@ long long fx_bf16_wgrad_direct_calls(void); /* chunks computed by fx_bf16_wgrad_
  * (fx_bf16_fwd_direct_weights_numel words, 64-byte aligned) and wkey, the key it returned; scratch:
  * fx_bf16_fwd_direct_scratch(g, nbc) words; up to nthreads OpenMP threads split the output
  * rows. For geometries where fx_bf16_fwd_direct_fits
- * (any stride, dilation 1, at least 8 input and 16 output channels, at most 64 taps). Installed as the
+ * (any stride the taps cover, KH >= sh and KW >= sw; dilation 1; at least 8 input and 16
+ * output channels; at most 64 taps). Installed as the
  * AVX-512 level's conv.bf16_fwd on the dpbf16 route. */
 int fx_bf16_fwd_direct_fits(const struct fx_conv_geom *g);
 int64_t fx_bf16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb);

@@ -11,9 +11,13 @@
 int fx_i16_fwd_direct_fits(const struct fx_conv_geom *g)
 {
     const int64_t KK = g->KH * g->KW;
-    /* any stride: a tile's pixels step sw pixels through the copy, and its taps still lie in
-     * one padded row each (the norms' unit) */
-    return g->sh >= 1 && g->sw >= 1 && g->dh == 1 && g->dw == 1 && g->C >= 8 && g->O >= 16 &&
+    /* any stride whose taps reach every input pixel (KH >= sh, KW >= sw): a tile's pixels
+     * step sw pixels through the copy, and its taps still lie in one padded row each (the
+     * norms' unit); a 1x1 projection at stride 2 stays on the patch panels, which hold a
+     * quarter of the input where the copy holds all of it (as for bf16,
+     * src/bf16/bf16_conv_avx512bf16.c) */
+    return g->sh >= 1 && g->sw >= 1 && g->KH >= g->sh && g->KW >= g->sw && g->dh == 1 &&
+           g->dw == 1 && g->C >= 8 && g->O >= 16 &&
            KK <= FX_I16_FWD_MAX_TAPS && KK * fx_i16_groups(g->C) <= FX_I16_FWD_MAX_SEGS &&
            g->C * KK <= ((int64_t)1 << 16);
 }
