@@ -244,7 +244,7 @@ uint32_t fx_bf16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const uin
  * are contiguous in y's NCHW layout; each is rounded to bf16 and stored under the pixel mask.
  * The rounding is the definition's (bf16_avx512bf16.c): vcvtneps2bf16 unless the tile holds a
  * NaN or a nonzero subnormal, which the integer path rounds instead. This spares the pass that
- * converts and transposes a pixel-major fp32 stage of the chunk (about an eighth of a bf16
+ * converts and transposes a pixel-major fp32 stage of the chunk (about a twelfth of a bf16
  * ResNet-20 step went to it). out: channel 0's first pixel; ldo: the channels' stride (OH OW);
  * nout: the channels this tile holds. */
 static inline __attribute__((always_inline)) void store_rows_bf16(const int MR, const int NV,
