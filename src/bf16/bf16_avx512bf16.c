@@ -17,31 +17,15 @@
  * AVX512_BF16 (bf16_avx512.c). */
 #include "../core/backend.h"
 #include "bf16_kernels.h"
+#include "bf16_round_avx512bf16.h"
 
 #include <immintrin.h>
-
-/* Lanes where vcvtneps2bf16 and the definition can differ: NaN or nonzero subnormal. */
-static inline __mmask16 fx_bf16_special_lanes(__m512i u)
-{
-    __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
-    __mmask16 is_nan = _mm512_cmpgt_epi32_mask(mag, _mm512_set1_epi32(0x7F800000));
-    /* mag in [1, 0x007FFFFF] <=> mag - 1 < 0x007FFFFF unsigned (mag = 0 wraps around). */
-    __mmask16 is_sub = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(mag, _mm512_set1_epi32(1)),
-                                               _mm512_set1_epi32(0x007FFFFF));
-    return is_nan | is_sub;
-}
 
 /* 16 fp32 from src -> 16 bf16 with the definition's bits. */
 static inline __m256i fx_bf16_block16(const float *src)
 {
-    __m512i u = _mm512_loadu_si512(src);
-    if (fx_bf16_special_lanes(u)) {
-        /* Rare: redo the block with the integer path, through a small stack buffer. */
-        uint16_t tmp[16];
-        fx_cvt_f32_to_bf16_avx512(src, tmp, 16);
-        return _mm256_loadu_si256((const __m256i *)tmp);
-    }
-    return (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(u));
+    const __m512 v = _mm512_loadu_ps(src);
+    return fx_bf16_round16(v, fx_bf16_special_lanes(v) != 0);
 }
 
 /* Whole blocks, then a masked tail. */
@@ -52,12 +36,11 @@ static void fx_f32_to_bf16_cached(const float *src, uint16_t *dst, int64_t n)
         _mm256_storeu_si256((__m256i *)(dst + i), fx_bf16_block16(src + i));
     if (i < n) {
         __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
-        __m512i u = _mm512_maskz_loadu_epi32(k, src + i); /* masked-off lanes read as +0 */
-        if (fx_bf16_special_lanes(u))
+        const __m512 v = _mm512_maskz_loadu_ps(k, src + i); /* masked-off lanes read as +0 */
+        if (fx_bf16_special_lanes(v))
             fx_cvt_f32_to_bf16_avx512(src + i, dst + i, n - i);
         else
-            _mm256_mask_storeu_epi16(dst + i, k,
-                                     (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(u)));
+            _mm256_mask_storeu_epi16(dst + i, k, fx_bf16_round16(v, 0));
     }
 }
 

@@ -18,7 +18,7 @@
  * the weight gradient outside vdpbf16ps, writing the patch matrix (40 MB a step) and packing
  * it again into 6-row panels. */
 #include "bf16_gemm.h"
-#include "bf16_kernels.h"
+#include "bf16_round_avx512bf16.h"
 #include "../core/pair_copy_avx512.h"
 #include "../core/transpose_avx512.h"
 #include "../fp32/f32_kernels.h"
@@ -242,7 +242,7 @@ uint32_t fx_bf16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const uin
  * 16 x 16 transpose (NV = 2: the 8 pixel rows of the first 16 channels, then of the next 16),
  * so that each register then holds one channel's pixels (NV = 2: two channels' 8 each), which
  * are contiguous in y's NCHW layout; each is rounded to bf16 and stored under the pixel mask.
- * The rounding is the definition's (bf16_avx512bf16.c): vcvtneps2bf16 unless the tile holds a
+ * The rounding is the definition's (fx_bf16_round16): vcvtneps2bf16 unless the tile holds a
  * NaN or a nonzero subnormal, which the integer path rounds instead. This spares the pass that
  * converts and transposes a pixel-major fp32 stage of the chunk (about a twelfth of a bf16
  * ResNet-20 step went to it). out: channel 0's first pixel; ldo: the channels' stride (OH OW);
@@ -256,21 +256,12 @@ static inline __attribute__((always_inline)) void store_rows_bf16(const int MR, 
     for (int i = 0; i < 16; i++) {
         const int r = NV == 1 ? i : i % 8, v = NV == 1 ? 0 : i / 8;
         t[i] = r < MR ? acc[r][v] : _mm512_setzero_ps();
-        special |= _mm512_fpclass_ps_mask(t[i], 0xA1); /* QNaN | subnormal | SNaN */
+        special |= fx_bf16_special_lanes(t[i]);
     }
     fx_transpose16x16_ps(t);
     const __mmask16 rmask = (__mmask16)((1u << rows) - 1u);
     for (int j = 0; j < 16; j++) {
-        __m256i h;
-        if (!special) {
-            h = (__m256i)_mm512_cvtneps_pbh(t[j]);
-        } else {
-            float f[16];
-            uint16_t b[16];
-            _mm512_storeu_ps(f, t[j]);
-            fx_cvt_f32_to_bf16_avx512(f, b, 16);
-            h = _mm256_loadu_si256((const __m256i *)(const void *)b);
-        }
+        const __m256i h = fx_bf16_round16(t[j], special != 0);
         if (NV == 1) {
             if (j < nout) _mm256_mask_storeu_epi16(out + j * ldo, rmask, h);
         } else {

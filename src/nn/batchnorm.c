@@ -295,6 +295,21 @@ static nn_bn_half_fn nn_bn_half_out(const tensor_t *out)
     return out->fmt == FMT_FP16 ? be->cvt.f32_to_fp16 : be->cvt.f32_to_bf16;
 }
 
+/* Where the route that is not `direct` writes out: *half (nn_bn_half_out) with *hbuf, S floats
+ * per channel group, or else the fp32 stage *v (nn_out_f32: out itself, own, or scratch).
+ * FX_ENOMEM when a buffer cannot be had. */
+static int nn_bn_out_stage(tensor_t *out, int direct, const tensor_t *const *ins, float *own,
+                           int64_t ngroups, int64_t S, nn_bn_half_fn *half, float **hbuf,
+                           float **v, fx_scratch *sc, const char *func)
+{
+    *half = direct ? NULL : nn_bn_half_out(out);
+    *hbuf = *half ? fx_scratch_alloc(sc, ngroups * S, sizeof(float)) : NULL;
+    *v = direct || *half ? NULL : nn_out_f32(out, ins, 3, own, sc);
+    if ((*half && !*hbuf) || (!direct && !*half && !*v))
+        return fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
+    return FX_OK;
+}
+
 /* Channels per kernel call: FX_BN_GROUP while there are groups for every thread, else one (a
  * few channels over many threads); the bits do not depend on it. */
 static int64_t nn_bn_group_size(int64_t C, int nt)
@@ -422,13 +437,10 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     const int64_t gsz = nn_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
     /* y may overwrite a private copy of x: channel c's statistics are taken before its
      * elements are normalised, and each element only reads its own x */
-    const nn_bn_half_fn half = direct ? NULL : nn_bn_half_out(y);
-    float *hbuf = half ? fx_scratch_alloc(&sc, ngroups * S, sizeof(float)) : NULL;
-    float *yv = direct || half ? NULL : nn_out_f32(y, ins, 3, xcopy, &sc);
-    if ((!direct && !half && !yv) || (half && !hbuf)) {
-        rc = fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
+    nn_bn_half_fn half;
+    float *hbuf, *yv;
+    if ((rc = nn_bn_out_stage(y, direct, ins, xcopy, ngroups, S, &half, &hbuf, &yv, &sc, func)))
         goto done;
-    }
     fx_bn_max *gmax; /* a shared-exponent y: the write's statistics, kept by the kernels */
     if ((rc = nn_bn_max_records(y, ngroups, &gmax, &sc, func))) goto done;
 #ifdef _OPENMP
@@ -471,11 +483,9 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
             }
             for (int64_t n = 0; n < d.N; n++) {
                 const int64_t o = (n * C + c) * S;
-                if (half) {
-                    k->normalize(&xs, o, hbuf + g * S, S, mu, a, b, odd, mx);
-                    half(hbuf + g * S, (uint16_t *)fx_tensor_base(y) + o, S);
-                } else
-                    k->normalize(&xs, o, yv + o, S, mu, a, b, odd, mx);
+                float *q = half ? hbuf + g * S : yv + o;
+                k->normalize(&xs, o, q, S, mu, a, b, odd, mx);
+                if (half) half(q, (uint16_t *)fx_tensor_base(y) + o, S);
             }
         }
         if (gmax) gmax[g] = local;
@@ -593,13 +603,11 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
     const int64_t gsz = nn_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
     /* dx may overwrite a private copy of dy: channel c's sums are taken before its dx, and
      * each element only reads its own dy and x */
-    const nn_bn_half_fn half = direct ? NULL : nn_bn_half_out(dx);
-    float *hbuf = half ? fx_scratch_alloc(&sc, ngroups * S, sizeof(float)) : NULL;
-    float *dxv = direct || half ? NULL : nn_out_f32(dx, ins, 3, gycopy, &sc);
-    if ((!direct && !half && !dxv) || (half && !hbuf)) {
-        rc = fx_error(FX_ENOMEM, func, "cannot allocate the output stage");
+    nn_bn_half_fn half;
+    float *hbuf, *dxv;
+    if ((rc = nn_bn_out_stage(dx, direct, ins, gycopy, ngroups, S, &half, &hbuf, &dxv, &sc,
+                              func)))
         goto done;
-    }
     /* a shared-exponent dx on the stage route: the write's statistics, kept by the kernels */
     fx_bn_max *gmax = NULL;
     if (!direct && (rc = nn_bn_max_records(dx, ngroups, &gmax, &sc, func))) goto done;
@@ -630,12 +638,9 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
             }
             for (int64_t n = 0; n < d.N; n++) {
                 const int64_t o = (n * C + c) * S;
-                if (half) {
-                    kn->backward(&xs, &gys, o, hbuf + g * S, S, mu[j], is[j], k, mdy, mdyx, odd,
-                                 mx);
-                    half(hbuf + g * S, (uint16_t *)fx_tensor_base(dx) + o, S);
-                } else
-                    kn->backward(&xs, &gys, o, dxv + o, S, mu[j], is[j], k, mdy, mdyx, odd, mx);
+                float *q = half ? hbuf + g * S : dxv + o;
+                kn->backward(&xs, &gys, o, q, S, mu[j], is[j], k, mdy, mdyx, odd, mx);
+                if (half) half(q, (uint16_t *)fx_tensor_base(dx) + o, S);
             }
         }
         if (gmax) gmax[g] = local;

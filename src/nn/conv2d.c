@@ -875,11 +875,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     uint16_t *ybf16 = ychunks && y->fmt == FMT_BF16 ? fx_tensor_base(y) : NULL;
     const int64_t ypix_chunk = plan.nb * P * g.O;
     /* [N*P, O], or a chunk's [nb*P, O] per thread (none for the kernel's own bf16 y) */
-    char *ypix = conv_alloc(&s,
-                            ybf16                ? 0
-                            : nostage || ychunks ? ypix_chunk * plan.outer
-                                                 : g.N * g.O * P,
-                            ssz, &rc, func);
+    const int64_t ypix_n = nostage || ychunks ? ypix_chunk * plan.outer : g.N * g.O * P;
+    char *ypix = ybf16 ? NULL : conv_alloc(&s, ypix_n, ssz, &rc, func);
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
                           FX_EXP_NONE, flexpoint_num_threads(), 0, 0, 0, FX_EXP_NONE, NULL, NULL,
@@ -899,15 +896,11 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     yq_alt.tmp = yq.tmp2;
     yq_alt.part = yq.part2;
     /* A whole fp16/bf16 y: each chunk is converted while its fp32 sums are in cache, into a
-     * pixel-major buffer that the write transposes into y (untouched if a chunk fails). */
-    uint16_t *yhalf =
-        conv_y_direct_half(y, &cc)
-            ? conv_alloc(&s,
-                         ybf16     ? 0
-                         : ychunks ? ypix_chunk * plan.outer
-                                   : g.N * g.O * P,
-                         sizeof(uint16_t), &rc, func)
-            : NULL;
+     * pixel-major buffer that the write transposes into y (untouched if a chunk fails), or
+     * with ychunks into one chunk's buffer per thread that goes into y at once */
+    uint16_t *yhalf = conv_y_direct_half(y, &cc) && !ybf16
+                          ? conv_alloc(&s, ypix_n, sizeof(uint16_t), &rc, func)
+                          : NULL;
     void (*half_cvt)(const float *, uint16_t *, int64_t) = yhalf ? conv_half_cvt(y->fmt) : NULL;
     /* integer path: each chunk's largest |sum|, taken while the chunk is in cache, so that
      * the write needs no pass of its own over the int64 stage for the exponent */
@@ -1010,10 +1003,10 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
         const int64_t Pc = nbc * P;
         char *mycol = col ? col + (size_t)(tid * col_n) * esz : NULL;
-        char *myy = ybf16 ? NULL
-                          : ypix + (size_t)((nostage || ychunks ? tid * ypix_chunk
-                                                                : n0 * P * g.O)) *
-                                       ssz;
+        char *myy = ypix ? ypix + (size_t)((nostage || ychunks ? tid * ypix_chunk
+                                                               : n0 * P * g.O)) *
+                                      ssz
+                         : NULL;
         char *myxp = xp ? xp + (size_t)(tid * xpa_n) * esz : NULL;
         /* the chunk's A: panels built from the padded input, rows the GEMM gathers from it,
          * or the patch matrix; the same GEMM call for all */
@@ -1124,11 +1117,11 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         if (status[ch] == FX_OK && ep)
             conv_epilogue_chunk(ep, be, y->fmt, (float *)(void *)myy, Pc, g.O,
                                 yhalf ? yhalf + n0 * P * g.O : NULL);
-        if (status[ch] == FX_OK && ychunks && !ybf16) {
+        if (status[ch] == FX_OK && yhalf && ychunks) {
             uint16_t *h = yhalf + tid * ypix_chunk;
             half_cvt((const float *)(const void *)myy, h, Pc * g.O);
             fx_chunk_scatter_t(h, n0, nbc, g.O, P, fx_tensor_base(y), sizeof(uint16_t));
-        } else if (status[ch] == FX_OK && yhalf && !ychunks) {
+        } else if (status[ch] == FX_OK && yhalf) {
             half_cvt((const float *)(const void *)myy, yhalf + n0 * P * g.O, Pc * g.O);
         }
     }
