@@ -7,6 +7,7 @@
  */
 #include "flexpoint_nn.h"
 #include "nn_misc_util.h"
+#include "nn/nn_ops.h" /* fx_nn_relu_backward_set_one_pass */
 
 /* fp64 references, written independently of the library */
 static double ref_relu(double x) { return x > 0 ? x : 0; }
@@ -176,8 +177,61 @@ static void bad_input(void)
     tensor_free(x);
 }
 
+/* The one-pass fp16/bf16 route against the mask route (the same tensors, both on the active
+ * backend) bit for bit, over every 16-bit pattern of dy, each against three x patterns (all
+ * 2^16 patterns in three rotations: zeros of both signs, subnormals, Inf, NaN, and both signs
+ * of every value meet every dy), at 1 and 2 threads. */
+static void one_pass_bits(void)
+{
+    const int64_t n = 3 * 65536, sh[1] = {n};
+    uint16_t *gx = malloc(sizeof(uint16_t) * (size_t)n), *gy = malloc(sizeof(uint16_t) * (size_t)n);
+    uint16_t *a = malloc(sizeof(uint16_t) * (size_t)n), *b = malloc(sizeof(uint16_t) * (size_t)n);
+    static const int64_t rot[3] = {0, 1, 32768 + 7};
+    for (int64_t i = 0; i < n; i++) {
+        gy[i] = (uint16_t)(i & 0xFFFF);
+        gx[i] = (uint16_t)((i + rot[i / 65536]) & 0xFFFF);
+    }
+    static const fmt_t fmts[2] = {FMT_BF16, FMT_FP16};
+    for (int f = 0; f < 2; f++)
+        for (int threads = 1; threads <= 2; threads++) {
+            const int prev = flexpoint_set_num_threads(threads);
+            tensor_t *x = tensor_new(fmts[f], 1, sh), *dy = tensor_new(fmts[f], 1, sh);
+            tensor_t *d1 = tensor_new(fmts[f], 1, sh), *d0 = tensor_new(fmts[f], 1, sh);
+            CHECK_STATUS(tensor_set_raw(x, gx), FX_OK);
+            CHECK_STATUS(tensor_set_raw(dy, gy), FX_OK);
+            fx_nn_relu_backward_set_one_pass(1);
+            CHECK_STATUS(tensor_relu_backward(d1, dy, x), FX_OK);
+            fx_nn_relu_backward_set_one_pass(0);
+            CHECK_STATUS(tensor_relu_backward(d0, dy, x), FX_OK);
+            fx_nn_relu_backward_set_one_pass(1);
+            CHECK_STATUS(tensor_get_raw(d1, a), FX_OK);
+            CHECK_STATUS(tensor_get_raw(d0, b), FX_OK);
+            int64_t bad = 0, kept = 0;
+            for (int64_t i = 0; i < n; i++) {
+                bad += a[i] != b[i];
+                kept += a[i] != 0;
+            }
+            CHECK(bad == 0, "relu_backward %s one pass, %d threads: %lld of %lld patterns "
+                  "differ from the mask route", fmt_name(fmts[f]), threads, (long long)bad,
+                  (long long)n);
+            /* about half the x patterns are positive, and most dy patterns are nonzero */
+            CHECK(kept > n / 3 && kept < 2 * n / 3, "relu_backward %s: %lld of %lld kept",
+                  fmt_name(fmts[f]), (long long)kept, (long long)n);
+            flexpoint_set_num_threads(prev);
+            tensor_free(x);
+            tensor_free(dy);
+            tensor_free(d1);
+            tensor_free(d0);
+        }
+    free(gx);
+    free(gy);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
+    one_pass_bits();
     fd_check();
     const char *bk[8];
     int nbk = nn_backends(bk, 8);

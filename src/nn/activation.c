@@ -34,6 +34,17 @@ static void nn_mask_half(const uint16_t *restrict h, uint16_t inf, uint8_t *rest
 
 #define NN_MASK_BLOCK ((int64_t)1 << 14)
 
+/* test hook: 0 sends fp16/bf16 gradients through the mask route (the reference) */
+static int nn_relu_bwd_1pass_flag = 1;
+void fx_nn_relu_backward_set_one_pass(int on)
+{
+    __atomic_store_n(&nn_relu_bwd_1pass_flag, on != 0, __ATOMIC_RELAXED);
+}
+static int nn_relu_bwd_1pass_enabled(void)
+{
+    return __atomic_load_n(&nn_relu_bwd_1pass_flag, __ATOMIC_RELAXED);
+}
+
 /* keep[i] = 1 where x[i] > 0, read from x's own values without widening: int16 mantissas,
  * fp32 values, or fp16/bf16 bit patterns (positive: sign clear, nonzero, at most +Inf, which
  * excludes NaN). */
@@ -94,6 +105,53 @@ static void fx_masked_copy_f32(float *restrict v, const float *restrict g,
     }
 }
 
+/* dx = dy where x > 0, else +0, on the bit patterns of one fp16/bf16 format, in one pass over
+ * x and dy (the general route's mask is a pass of its own and a byte per element written and
+ * read back: about a fifth of a bf16 ResNet-20 step's ReLU backward time on the Zen 5). The same
+ * bits: dy's canonical pattern where x's pattern is positive (sign clear, nonzero, at most
+ * +Inf), else 0. A plain function with restrict pointers, so that the loop vectorises. */
+static void nn_relu_backward_half_1pass(uint16_t *restrict v, const uint16_t *restrict g,
+                                        const uint16_t *restrict h, int64_t lo, int64_t hi,
+                                        uint16_t inf, uint16_t qnan)
+{
+    for (int64_t i = lo; i < hi; i++) {
+        const uint16_t keep = (uint16_t)-(uint16_t)(h[i] != 0 && h[i] <= inf);
+        v[i] = (uint16_t)(fx_half_canonical_c(g[i], inf, qnan) & keep);
+    }
+}
+
+static int nn_relu_backward_half(tensor_t *dx, const tensor_t *dy, const tensor_t *x, int64_t n,
+                                 int nt, const char *func)
+{
+    fx_scratch s = {.n = 0};
+    fx_operand og, ox;
+    int rc = fx_operand_make(dy, 0, dy->fmt, 0, 0, NULL, &og, &s, func);
+    if (!rc) rc = fx_operand_make(x, 0, x->fmt, 0, 0, NULL, &ox, &s, func);
+    const tensor_t *ins[2] = {dy, x};
+    uint16_t *v = rc ? NULL : fx_half_direct(dx, ins, 2);
+    if (!rc && !v) v = fx_scratch_alloc(&s, n, sizeof *v);
+    if (!rc && !v)
+        rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld 16-bit values", (long long)n);
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    const uint16_t inf = fx_half_inf(dy->fmt), qnan = fx_half_qnan(dy->fmt);
+    const uint16_t *g = og.data, *h = ox.data;
+    const int64_t nblocks = (n + NN_MASK_BLOCK - 1) / NN_MASK_BLOCK;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t b = 0; b < nblocks; b++) {
+        const int64_t lo = b * NN_MASK_BLOCK, hi = lo + NN_MASK_BLOCK < n ? lo + NN_MASK_BLOCK : n;
+        nn_relu_backward_half_1pass(v, g, h, lo, hi, inf, qnan);
+    }
+    rc = fx_write_half_bits(dx, v, func);
+    fx_scratch_free(&s);
+    return rc;
+}
+
 int tensor_relu_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *x)
 {
     if (!dx || !dy || !x)
@@ -123,6 +181,9 @@ int fx_nn_relu_backward_host(const fx_op_args *r)
     const int64_t n = fx_numel_of(dy->ndim, dy->shape);
     const int nt = nn_threads_for(n);
     (void)nt;
+    if ((dy->fmt == FMT_FP16 || dy->fmt == FMT_BF16) && dx->fmt == dy->fmt && x->fmt == dy->fmt &&
+        nn_relu_bwd_1pass_enabled())
+        return nn_relu_backward_half(dx, dy, x, n, nt, func);
     fx_scratch s = {.n = 0};
     uint8_t *keep = fx_scratch_alloc(&s, n, sizeof *keep);
     if (!keep) {

@@ -35,6 +35,11 @@ FX_INTERNAL int fx_conv2d_shared_bias_relu(tensor_t *t, tensor_t *u, tensor_t *y
                                            const tensor_t *bias, int sh, int sw, int ph, int pw,
                                            int *done);
 
+/* Test hook: 0 sends an fp16/bf16 ReLU gradient whose three tensors share one format through
+ * the general route (a mask pass, then the masked copy) instead of its one pass (activation.c);
+ * the bits are the same. */
+void fx_nn_relu_backward_set_one_pass(int on);
+
 /* Test hook: how many writes of a forward convolution's output (or of an input gradient by
  * phases) found their rounding already done, at the exponent guessed before the op (conv2d.c,
  * fx_write_shared_guess_exp). */
