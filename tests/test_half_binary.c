@@ -4,9 +4,14 @@
  * signs included), for same-shape operands, per-channel operands of shape [C], [C,1,1] and
  * [1,C,1,1] against [N,C,H,W], in place (out = a), and sizes around the 2048-element chunk.
  * Shapes the fast path does not take (a strided view, a broadcast along another axis) must give
- * the same values through the dispatcher. */
+ * the same values through the dispatcher. The fused forms (fx_half_add_relu: tensor_add then
+ * tensor_relu; fx_half_gated_add: tensor_add then tensor_relu_backward with the gate as x)
+ * against the two ops they replace, bit for bit on the same random patterns, per channel too
+ * for the first, at 1 and 2 threads, and the shapes they decline (nothing written). */
 #include "flexpoint.h"
+#include "flexpoint_nn.h"
 #include "core/backend.h"
+#include "core/half_binary.h"
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -112,9 +117,73 @@ static void check_nan_pairs(void)
             }
 }
 
+static int64_t count_diff(tensor_t *x, tensor_t *y)
+{
+    const uint16_t *a = tensor_data(x), *b = tensor_data(y);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < tensor_numel(x); i++) bad += a[i] != b[i];
+    return bad;
+}
+
+static void check_fused(fmt_t f, const int64_t *shape, int per_channel, int threads, test_rng *r)
+{
+    const int prev = flexpoint_set_num_threads(threads);
+    const int64_t cb[4] = {1, shape[1], 1, 1};
+    tensor_t *a = tensor_new(f, 4, shape), *b = tensor_new(f, 4, per_channel ? cb : shape);
+    tensor_t *g = tensor_new(f, 4, shape), *u = tensor_new(f, 4, shape);
+    tensor_t *want = tensor_new(f, 4, shape), *got = tensor_new(f, 4, shape);
+    fill(a, r);
+    fill(b, r);
+    fill(g, r);
+    CHECK_STATUS(tensor_add(u, a, b), FX_OK);
+    CHECK_STATUS(tensor_relu(want, u), FX_OK);
+    const int64_t made = fx_half_fused_made();
+    CHECK_STATUS(fx_half_add_relu(got, a, b), FX_OK);
+    CHECK(count_diff(got, want) == 0, "fmt %d add+relu %lldx%lldx%lldx%lld%s, %d threads: %lld "
+          "values differ from tensor_add then tensor_relu", (int)f, (long long)shape[0],
+          (long long)shape[1], (long long)shape[2], (long long)shape[3],
+          per_channel ? " per channel" : "", threads, (long long)count_diff(got, want));
+    if (!per_channel) {
+        CHECK_STATUS(tensor_relu_backward(want, u, g), FX_OK);
+        CHECK_STATUS(fx_half_gated_add(got, a, b, g), FX_OK);
+        CHECK(count_diff(got, want) == 0, "fmt %d gated add %lld values, %d threads: %lld "
+              "differ from tensor_add then tensor_relu_backward", (int)f,
+              (long long)tensor_numel(a), threads, (long long)count_diff(got, want));
+    }
+    CHECK(fx_half_fused_made() - made == (per_channel ? 1 : 2), "fmt %d: %lld fused calls counted",
+          (int)f, (long long)(fx_half_fused_made() - made));
+    /* declined, nothing written: out is a's storage, the gate is out, a gate of another format */
+    memcpy(tensor_data(u), tensor_data(got), (size_t)tensor_numel(got) * 2);
+    CHECK(fx_half_add_relu(a, a, b) == FX_HALF_BINARY_NOT_TAKEN, "add+relu in place taken");
+    CHECK(fx_half_gated_add(got, a, b, got) == FX_HALF_BINARY_NOT_TAKEN, "gate = out taken");
+    tensor_t *g32 = tensor_new(FMT_FP32, 4, shape);
+    CHECK(fx_half_gated_add(got, a, b, g32) == FX_HALF_BINARY_NOT_TAKEN, "fp32 gate taken");
+    CHECK(count_diff(got, u) == 0, "a declined call wrote its output");
+    flexpoint_set_num_threads(prev);
+    tensor_free(g32);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(g);
+    tensor_free(u);
+    tensor_free(want);
+    tensor_free(got);
+}
+
 int main(void)
 {
     check_nan_pairs();
+    {
+        test_rng rf;
+        test_rng_seed(&rf, 78);
+        const int64_t fs[3][4] = {{2, 3, 5, 7}, {4, 16, 32, 32}, {1, 1, 1, 2049}};
+        for (int fi = 0; fi < 2; fi++)
+            for (int si = 0; si < 3; si++)
+                for (int t = 1; t <= 2; t++) {
+                    const fmt_t f = fi ? FMT_BF16 : FMT_FP16;
+                    check_fused(f, fs[si], 0, t, &rf);
+                    if (fs[si][1] > 1 && fs[si][2] * fs[si][3] >= 16) check_fused(f, fs[si], 1, t, &rf);
+                }
+    }
     test_rng r;
     test_rng_seed(&r, 77);
     const fmt_t fmts[2] = {FMT_FP16, FMT_BF16};

@@ -8,13 +8,16 @@
  *   losses after several steps).
  * - Sizes: the parameter count of several members equals the count computed here from the
  *   architecture, and resnet110 has exactly 18 blocks per stage.
- * - Fusion: a ResNet whose residual adds make their ReLU in the same pass (flex16_5, dfp16)
- *   trains to the same bits as one built with FLEXPOINT_NO_FUSION=1, and the fused pass ran. */
+ * - Fusion: a ResNet whose residual adds make their ReLU in the same pass (flex16_5, dfp16,
+ *   fp16, bf16; in fp16 and bf16 also the blocks' ReLU gradients from the sum of their two
+ *   output gradients) trains to the same bits as one built with FLEXPOINT_NO_FUSION=1, and the
+ *   fused passes ran. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "flexpoint.h"
 #include "flexpoint_data.h"
 #include "flexpoint_train.h"
 #include "core/shared_binary.h" /* fx_shared_add_relu_made */
+#include "core/half_binary.h"   /* fx_half_fused_made */
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -84,15 +87,15 @@ static void same_network_as(const char *a_name, const char *b_name, int fmt, int
         CHECK(strcmp(fx_trainer_tensor_name(a, i), fx_trainer_tensor_name(b, i)) == 0,
               "%s/%s: tensor %d is %s and %s", a_name, b_name, i, fx_trainer_tensor_name(a, i),
               fx_trainer_tensor_name(b, i));
-    int64_t fused_a = 0, fused_b = 0; /* adds made with their ReLU in one pass */
+    int64_t fused_a = 0, fused_b = 0; /* adds (or sums) made with their ReLU in one pass */
     for (int s = 0; s < steps; s++) {
         float la = -1, lb = -2;
-        int64_t f0 = fx_shared_add_relu_made();
+        int64_t f0 = fx_shared_add_relu_made() + fx_half_fused_made();
         CHECK_STATUS(fx_trainer_step(a, &la), FX_OK);
-        fused_a += fx_shared_add_relu_made() - f0;
-        f0 = fx_shared_add_relu_made();
+        fused_a += fx_shared_add_relu_made() + fx_half_fused_made() - f0;
+        f0 = fx_shared_add_relu_made() + fx_half_fused_made();
         CHECK_STATUS(fx_trainer_step(b, &lb), FX_OK);
-        fused_b += fx_shared_add_relu_made() - f0;
+        fused_b += fx_shared_add_relu_made() + fx_half_fused_made() - f0;
         CHECK(memcmp(&la, &lb, sizeof la) == 0, "%s/%s: step %d loss %.9g and %.9g", a_name,
               b_name, s, (double)la, (double)lb);
     }
@@ -188,6 +191,8 @@ int main(void)
         same_network("resnet20", "resnet20x1", FMT_BF16, 2, tr);
         same_network_as("resnet8", "resnet8", FMT_FLEX16_5, 3, tr, 1);
         same_network_as("resnet8", "resnet8", FMT_DFP16, 3, tr, 1);
+        same_network_as("resnet8", "resnet8", FMT_BF16, 3, tr, 1);
+        same_network_as("resnet8", "resnet8", FMT_FP16, 3, tr, 1);
         sizes(tr);
     }
     fx_dataset_free(tr);

@@ -9,6 +9,7 @@
  * FX_HALF_BINARY_NOT_TAKEN and goes through the dispatcher. */
 #include "half_binary.h"
 #include "backend.h"
+#include "half_bits.h"
 #include "../fp32/f32_kernels.h" /* fx_f32_nan_first: the fp32 ops' NaN rule */
 
 #ifdef _OPENMP
@@ -41,7 +42,89 @@ static inline void fx_hb_apply_scalar(fx_op op, float *restrict x, float y, int6
         for (int64_t i = 0; i < n; i++) x[i] = fx_f32_nan_first(x[i], x[i] * y);
 }
 
+/* What is done with each chunk's narrowed result before it goes to out: nothing; the ReLU of
+ * tensor_relu on fp16/bf16 bits (fx_relu_half: kept where positive or NaN, canonical, else +0);
+ * or the ReLU gradient's selection of tensor_relu_backward (kept, canonical, where the gate's
+ * pattern is positive, else +0), the gate advancing with out. */
+typedef enum { FX_HB_PLAIN, FX_HB_RELU, FX_HB_GATE } fx_hb_kind;
+
+typedef struct fx_hb_epilogue {
+    fx_hb_kind kind;
+    const uint16_t *gate;
+    uint16_t inf, qnan;
+} fx_hb_epilogue;
+
+static void fx_hb_finish(const fx_hb_epilogue *ep, const uint16_t *restrict h,
+                         uint16_t *restrict out, int64_t at, int64_t n)
+{
+    const uint16_t inf = ep->inf, qnan = ep->qnan;
+    if (ep->kind == FX_HB_RELU) {
+        for (int64_t i = 0; i < n; i++) {
+            const uint16_t mag = (uint16_t)(h[i] & 0x7FFFu);
+            const uint16_t keep = (uint16_t)-(uint16_t)((h[i] != 0 && h[i] <= inf) | (mag > inf));
+            out[i] = (uint16_t)(fx_half_canonical_c(h[i], inf, qnan) & keep);
+        }
+        return;
+    }
+    const uint16_t *restrict g = ep->gate + at;
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t keep = (uint16_t)-(uint16_t)(g[i] != 0 && g[i] <= inf);
+        out[i] = (uint16_t)(fx_half_canonical_c(h[i], inf, qnan) & keep);
+    }
+}
+
+/* narrow x into out[at, at + n), through the epilogue (ep NULL or plain: straight) */
+static inline void fx_hb_store(fx_narrow_fn narrow, const float *x, uint16_t *out, int64_t at,
+                               int64_t n, const fx_hb_epilogue *ep)
+{
+    if (ep->kind == FX_HB_PLAIN) {
+        narrow(x, out + at, n);
+        return;
+    }
+    uint16_t h[FX_HB_CHUNK];
+    narrow(x, h, n);
+    fx_hb_finish(ep, h, out + at, at, n);
+}
+
+static int fx_half_binary_with(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b,
+                               fx_hb_epilogue *ep);
+
 int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b)
+{
+    fx_hb_epilogue ep = {FX_HB_PLAIN, NULL, 0, 0};
+    return fx_half_binary_with(op, out, a, b, &ep);
+}
+
+static int64_t fx_hb_fused; /* test hook: ops made with their ReLU or gate in the pass */
+
+int64_t fx_half_fused_made(void) { return __atomic_load_n(&fx_hb_fused, __ATOMIC_RELAXED); }
+
+static int fx_hb_count(int rc)
+{
+    if (rc == FX_OK) __atomic_fetch_add(&fx_hb_fused, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
+int fx_half_add_relu(tensor_t *out, const tensor_t *a, const tensor_t *b)
+{
+    if (!out || !a || !b || out->st == a->st) return FX_HALF_BINARY_NOT_TAKEN;
+    fx_hb_epilogue ep = {FX_HB_RELU, NULL, fx_half_inf(out->fmt), fx_half_qnan(out->fmt)};
+    return fx_hb_count(fx_half_binary_with(FX_OP_ADD, out, a, b, &ep));
+}
+
+int fx_half_gated_add(tensor_t *out, const tensor_t *a, const tensor_t *b, const tensor_t *gate)
+{
+    if (!out || !a || !b || !gate || gate->fmt != out->fmt || gate->st->on_device ||
+        gate->st == out->st || out->st == a->st || !fx_tensor_is_contiguous(gate) ||
+        !fx_shape_is(gate, out->ndim, out->shape) || !fx_shape_is(b, out->ndim, out->shape))
+        return FX_HALF_BINARY_NOT_TAKEN;
+    fx_hb_epilogue ep = {FX_HB_GATE, fx_tensor_base(gate), fx_half_inf(out->fmt),
+                         fx_half_qnan(out->fmt)};
+    return fx_hb_count(fx_half_binary_with(FX_OP_ADD, out, a, b, &ep));
+}
+
+static int fx_half_binary_with(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b,
+                               fx_hb_epilogue *ep)
 {
     if (op != FX_OP_ADD && op != FX_OP_SUB && op != FX_OP_MUL) return FX_HALF_BINARY_NOT_TAKEN;
     const fmt_t f = out->fmt;
@@ -97,7 +180,7 @@ int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b
                     widen(ap + r * C + i, x, len);
                     if (!b_once) widen(bp + i, y, len);
                     fx_hb_apply(op, x, y, len);
-                    narrow(x, op16 + r * C + i, len);
+                    fx_hb_store(narrow, x, op16, r * C + i, len, ep);
                 }
         }
         return FX_OK;
@@ -119,7 +202,7 @@ int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b
             } else {
                 fx_hb_apply_scalar(op, x, bval, len);
             }
-            narrow(x, op16 + i, len);
+            fx_hb_store(narrow, x, op16, i, len, ep);
         }
     }
     return FX_OK;

@@ -4,11 +4,27 @@
 #define FX_CORE_HALF_BINARY_H
 
 #include "backend.h"
+#include "internal_export.h"
 
 #define FX_HALF_BINARY_NOT_TAKEN (-1)
 
 /* FX_OK when done (shapes already validated by the caller), FX_HALF_BINARY_NOT_TAKEN when the
  * operands are not of a form handled here (nothing written). */
 int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b);
+
+/* out = relu(a + b) in the same pass (tensor_add then tensor_relu on out's format: the same
+ * bits, without a + b written and read back), out neither a's nor b's storage: a residual add
+ * and the ReLU after it. FX_OK, or FX_HALF_BINARY_NOT_TAKEN (nothing written). */
+FX_INTERNAL int fx_half_add_relu(tensor_t *out, const tensor_t *a, const tensor_t *b);
+
+/* out = (a + b) where gate > 0, else +0, in the same pass (tensor_add into a tensor of out's
+ * format, then tensor_relu_backward with gate as the ReLU's input: the same bits), for
+ * same-shape a, b and gate of out's format, gate contiguous and out none of a, b or gate: the
+ * gradient of a ReLU whose output feeds two layers. FX_OK, or FX_HALF_BINARY_NOT_TAKEN. */
+FX_INTERNAL int fx_half_gated_add(tensor_t *out, const tensor_t *a, const tensor_t *b,
+                                  const tensor_t *gate);
+
+/* Test hook: the calls of the two above that were made here */
+FX_INTERNAL int64_t fx_half_fused_made(void);
 
 #endif

@@ -8,6 +8,7 @@
 #include "../nn/pool_own.h"
 #include "../nn/nn_ops.h" /* fx_conv2d_shared_bias_relu */
 #include "../core/shared_binary.h" /* fx_shared_add_relu */
+#include "../core/half_binary.h"   /* fx_half_add_relu, fx_half_gated_add */
 #include "../dist/distributed.h"
 
 #include <math.h>
@@ -476,10 +477,16 @@ static int fx_init_params(fx_model *m)
  * after it make their two writes in one pass (shared_relu: fx_shared_add_relu, the same
  * bits), and so do a residual add and the ReLU after it (a ResNet block's end: one pass over
  * the block's output fewer). FLEXPOINT_NO_FUSION=1 turns both off (to compare). */
-static void fx_fuse_conv_relu(fx_model *m)
+/* FLEXPOINT_NO_FUSION=1: every fusion off (to compare) */
+static int fx_fusion_off(void)
 {
     const char *off = getenv("FLEXPOINT_NO_FUSION");
-    if (off && off[0] == '1') return;
+    return off && off[0] == '1';
+}
+
+static void fx_fuse_conv_relu(fx_model *m)
+{
+    if (fx_fusion_off()) return;
     for (int i = 0; i + 1 < m->nlayers; i++) {
         fx_layer *c = &m->layers[i], *r = &m->layers[i + 1];
         /* the fused op writes the ReLU's output from the convolution's operands: both outputs
@@ -487,6 +494,14 @@ static void fx_fuse_conv_relu(fx_model *m)
         if (c->kind == FX_L_CONV && r->kind == FX_L_RELU && r->in[0] == i && c->consumers == 1 &&
             !fmt_is_shared_exponent((fmt_t)c->fa) && c->fa == r->fa && c->fdx == r->fdx)
             c->fused_relu = r->fused_relu = 1;
+        /* an fp16/bf16 residual add and its ReLU likewise (fx_half_add_relu); the add keeps its
+         * own output for the route that does not take the pair */
+        if (c->kind == FX_L_ADD && r->kind == FX_L_RELU && r->in[0] == i && c->consumers == 1 &&
+            (c->fa == FMT_FP16 || c->fa == FMT_BF16) && c->fa == r->fa)
+            c->fused_relu = r->fused_relu = 1;
+        if (c->kind == FX_L_RELU && (c->fa == FMT_FP16 || c->fa == FMT_BF16) &&
+            c->consumers == 2)
+            c->sum_gated = 1;
         if ((((c->kind == FX_L_CONV || c->kind == FX_L_LINEAR) && c->b >= 0) ||
              c->kind == FX_L_ADD) &&
             r->kind == FX_L_RELU && r->in[0] == i && fmt_is_shared_exponent((fmt_t)c->fa) &&
@@ -1018,7 +1033,14 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
         return tensor_batchnorm(l->out[ctx], x, m->params[l->w].w, m->params[l->b].w,
                                 l->run_mean, l->run_var, training ? l->save_mean : NULL,
                                 training ? l->save_invstd : NULL, 0.1, 1e-5, training);
-    case FX_L_ADD: return fx_add_out(l, x, fx_input_of(m, l, 1, ctx), ctx);
+    case FX_L_ADD: {
+        const tensor_t *b = fx_input_of(m, l, 1, ctx);
+        if (!l->fused_relu) return fx_add_out(l, x, b, ctx);
+        int rc = fx_half_add_relu(l[1].out[ctx], x, b);
+        if (rc != FX_HALF_BINARY_NOT_TAKEN) return rc;
+        rc = tensor_add(l->out[ctx], x, b);
+        return rc ? rc : tensor_relu(l[1].out[ctx], l->out[ctx]);
+    }
     case FX_L_CAST: return tensor_copy(l->out[ctx], x);
     case FX_L_EMBED: {
         const int64_t n = l->shape[0] * l->shape[1];
@@ -1240,6 +1262,26 @@ static int fx_output_grad(fx_model *m, int i, const tensor_t *dlogits, const ten
     return rc;
 }
 
+/* A ReLU layer whose output feeds two layers, in fp16/bf16: its input gradient made from the
+ * two output gradients in one pass (fx_half_gated_add: the sum into dy_sum and the ReLU's
+ * backward give these bits), gated by the ReLU's input, or its output where the layer before
+ * wrote it (x > 0 exactly where relu(x) > 0). Returns FX_HALF_BINARY_NOT_TAKEN where the pair
+ * is not of that form, with nothing written. */
+static int fx_relu_backward_of_sum(fx_model *m, int i)
+{
+    fx_layer *l = &m->layers[i];
+    if (!l->sum_gated || !l->dx[0] || i == m->nlayers - 1) return FX_HALF_BINARY_NOT_TAKEN;
+    const tensor_t *found[2] = {NULL, NULL};
+    int nf = 0;
+    for (int k = i + 1; k < m->nlayers && nf < 2; k++)
+        for (int j = 0; j < m->layers[k].nin; j++)
+            if (m->layers[k].in[j] == i && nf < 2) found[nf++] = m->layers[k].dx[j];
+    if (nf != 2 || !found[0] || !found[1]) return FX_HALF_BINARY_NOT_TAKEN;
+    const tensor_t *gate = l->fused_relu ? l->out[FX_CTX_TRAIN]
+                                         : fx_input_of(m, l, 0, FX_CTX_TRAIN);
+    return fx_half_gated_add(l->dx[0], found[0], found[1], gate);
+}
+
 int fx_model_backward(fx_model *m, const tensor_t *dlogits)
 {
     const int prof = m->prof_bwd != NULL;
@@ -1247,9 +1289,12 @@ int fx_model_backward(fx_model *m, const tensor_t *dlogits)
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const int cast = prof ? m->layers[i].kind == FX_L_CAST : fx_time_cast(m, &m->layers[i]);
         const tensor_t *dy = NULL;
-        int rc = fx_output_grad(m, i, dlogits, &dy);
-        if (cast && !prof) t0 = fx_model_clock(m);
-        if (!rc) rc = fx_layer_backward(m, &m->layers[i], dy);
+        int rc = fx_relu_backward_of_sum(m, i);
+        if (rc == FX_HALF_BINARY_NOT_TAKEN) {
+            rc = fx_output_grad(m, i, dlogits, &dy);
+            if (cast && !prof) t0 = fx_model_clock(m);
+            if (!rc) rc = fx_layer_backward(m, &m->layers[i], dy);
+        }
         if (rc) return rc;
         if (prof || cast) {
             double t1 = fx_model_clock(m);
