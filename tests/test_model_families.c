@@ -10,14 +10,21 @@
  *   architecture, and resnet110 has exactly 18 blocks per stage.
  * - Fusion: a ResNet whose residual adds make their ReLU in the same pass (flex16_5, dfp16,
  *   fp16, bf16; in fp16 and bf16 also the blocks' ReLU gradients from the sum of their two
- *   output gradients) trains to the same bits as one built with FLEXPOINT_NO_FUSION=1, and the
- *   fused passes ran. */
+ *   output gradients), and whose float batch norms write their ReLU (fp32, fp16, bf16), trains
+ *   to the same bits as one built with FLEXPOINT_NO_FUSION=1, and the fused passes ran. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "flexpoint.h"
 #include "flexpoint_data.h"
 #include "flexpoint_train.h"
 #include "core/shared_binary.h" /* fx_shared_add_relu_made */
 #include "core/half_binary.h"   /* fx_half_fused_made */
+#include "nn/nn_ops.h"          /* fx_bn_relu_made */
+
+/* passes made with their ReLU (or a ReLU's gate) fused in, of every kind */
+static int64_t fused_made(void)
+{
+    return fx_shared_add_relu_made() + fx_half_fused_made() + fx_bn_relu_made();
+}
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -90,12 +97,12 @@ static void same_network_as(const char *a_name, const char *b_name, int fmt, int
     int64_t fused_a = 0, fused_b = 0; /* adds (or sums) made with their ReLU in one pass */
     for (int s = 0; s < steps; s++) {
         float la = -1, lb = -2;
-        int64_t f0 = fx_shared_add_relu_made() + fx_half_fused_made();
+        int64_t f0 = fused_made();
         CHECK_STATUS(fx_trainer_step(a, &la), FX_OK);
-        fused_a += fx_shared_add_relu_made() + fx_half_fused_made() - f0;
-        f0 = fx_shared_add_relu_made() + fx_half_fused_made();
+        fused_a += fused_made() - f0;
+        f0 = fused_made();
         CHECK_STATUS(fx_trainer_step(b, &lb), FX_OK);
-        fused_b += fx_shared_add_relu_made() + fx_half_fused_made() - f0;
+        fused_b += fused_made() - f0;
         CHECK(memcmp(&la, &lb, sizeof la) == 0, "%s/%s: step %d loss %.9g and %.9g", a_name,
               b_name, s, (double)la, (double)lb);
     }
@@ -193,6 +200,7 @@ int main(void)
         same_network_as("resnet8", "resnet8", FMT_DFP16, 3, tr, 1);
         same_network_as("resnet8", "resnet8", FMT_BF16, 3, tr, 1);
         same_network_as("resnet8", "resnet8", FMT_FP16, 3, tr, 1);
+        same_network_as("resnet8", "resnet8", FMT_FP32, 3, tr, 1);
         sizes(tr);
     }
     fx_dataset_free(tr);

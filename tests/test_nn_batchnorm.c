@@ -11,9 +11,12 @@
  * reference carry only double rounding errors, bounded by 2 (M + 16) u64 times the magnitudes
  * each result is built from (listed at each check); then the output rounding of nn_bound, or
  * the fp32 rounding u32 |r| of the float[C] statistics.
+ * fx_batchnorm_relu (a batch norm writing the ReLU after it) against tensor_batchnorm then
+ * tensor_relu, bit for bit, with the same running and saved statistics.
  */
 #include "flexpoint_nn.h"
 #include "nn/nn_stage.h" /* the ops' inline round-to-odd, checked against the core's */
+#include "nn/nn_ops.h"   /* fx_batchnorm_relu */
 #include "nn_misc_util.h"
 
 #define MAXC 32 /* largest channel count of the cases */
@@ -522,9 +525,104 @@ static void stage_rounding(void)
     CHECK(bad == 0, "%d round-to-odd mismatches", bad);
 }
 
+/* fx_batchnorm_relu against tensor_batchnorm then tensor_relu into y's format: the same bits
+ * and statistics, for fp32, fp16 and bf16 outputs from inputs of the same format or another,
+ * training and inference, inputs with NaN, Inf and huge values in some channels, a whole output
+ * and a view (the stage route), at 1 and 2 threads; declined (nothing written) for a
+ * shared-exponent output and with the switch off. */
+static void bn_relu(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 4242);
+    const int64_t shape[4] = {6, 5, 9, 11}, C = 5, n = 6 * 5 * 9 * 11;
+    static const fmt_t outs[3] = {FMT_FP32, FMT_FP16, FMT_BF16};
+    double *xv = nn_doubles(n), gv[5], bv[5];
+    for (int64_t i = 0; i < n; i++) xv[i] = 3.0 * test_rng_normal(&r) + 0.5;
+    xv[7] = NAN;                       /* channel 0 */
+    xv[2 * 99 + 5] = INFINITY;         /* channel 2 */
+    for (int64_t i = 0; i < 99; i++) xv[3 * 99 + i] *= 1e30; /* channel 3 of image 0: huge */
+    for (int c = 0; c < 5; c++) {
+        gv[c] = c == 4 ? -1.5 : 0.5 + 0.25 * c; /* a negative gamma flips signs */
+        bv[c] = 0.1 * (c - 2);
+    }
+    const int64_t cs[1] = {C};
+    int checked = 0;
+    for (int oi = 0; oi < 3; oi++)
+        for (int xi = 0; xi < 2; xi++)
+            for (int training = 0; training <= 1; training++)
+                for (int view = 0; view <= 1; view++)
+                    for (int threads = 1; threads <= 2; threads++) {
+                        const fmt_t fy = outs[oi], fx = xi ? FMT_FP32 : fy;
+                        const int prev = flexpoint_set_num_threads(threads);
+                        tensor_t *x = nn_tensor(fx, 4, shape, xv);
+                        tensor_t *g = nn_tensor(FMT_FP32, 1, cs, gv), *b = nn_tensor(FMT_FP32, 1, cs, bv);
+                        const int64_t wide[4] = {6, 5, 9, 22};
+                        tensor_t *base = view ? nn_zeros(fy, 4, wide) : NULL;
+                        tensor_t *y = view ? tensor_view_slice(base, 3, 0, 22, 2) : nn_zeros(fy, 4, shape);
+                        tensor_t *u = nn_zeros(fy, 4, shape), *want = nn_zeros(fy, 4, shape);
+                        float rm[2][5], rv[2][5], sm[2][5], si[2][5];
+                        for (int k = 0; k < 2; k++)
+                            for (int c = 0; c < 5; c++) {
+                                rm[k][c] = 0.1f * (float)c;
+                                rv[k][c] = 1.0f + 0.5f * (float)c;
+                            }
+                        CHECK_STATUS(tensor_batchnorm(u, x, g, b, rm[0], rv[0], sm[0], si[0], 0.1,
+                                                      1e-5, training), FX_OK);
+                        CHECK_STATUS(tensor_relu(want, u), FX_OK);
+                        CHECK_STATUS(fx_batchnorm_relu(y, x, g, b, rm[1], rv[1], sm[1], si[1],
+                                                       0.1, 1e-5, training), FX_OK);
+                        tensor_t *yc = nn_zeros(fy, 4, shape);
+                        CHECK_STATUS(tensor_copy(yc, y), FX_OK);
+                        CHECK(nn_same_bits(yc, want), "bn+relu %s from %s training %d view %d, %d "
+                              "threads: bits differ from batchnorm then relu", fmt_name(fy),
+                              fmt_name(fx), training, view, threads);
+                        CHECK(memcmp(rm[0], rm[1], sizeof rm[0]) == 0 &&
+                                  memcmp(rv[0], rv[1], sizeof rv[0]) == 0 &&
+                                  (!training || (memcmp(sm[0], sm[1], sizeof sm[0]) == 0 &&
+                                                 memcmp(si[0], si[1], sizeof si[0]) == 0)),
+                              "bn+relu %s training %d: statistics differ", fmt_name(fy), training);
+                        checked++;
+                        flexpoint_set_num_threads(prev);
+                        tensor_free(yc);
+                        tensor_free(y);
+                        tensor_free(base);
+                        tensor_free(u);
+                        tensor_free(want);
+                        tensor_free(x);
+                        tensor_free(g);
+                        tensor_free(b);
+                    }
+    CHECK(checked == 48, "%d bn+relu combinations checked", checked);
+    /* declined, nothing written */
+    tensor_t *x = nn_tensor(FMT_FP32, 4, shape, xv), *g = nn_tensor(FMT_FP32, 1, cs, gv);
+    tensor_t *b = nn_tensor(FMT_FP32, 1, cs, bv);
+    tensor_t *ys = nn_zeros(FMT_DFP16, 4, shape), *yf = nn_zeros(FMT_BF16, 4, shape);
+    float rm[5] = {0}, rv[5] = {1, 1, 1, 1, 1};
+    CHECK(fx_batchnorm_relu(ys, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1) == FX_BN_RELU_NOT_TAKEN,
+          "bn+relu took a DFP16 output");
+    fx_bn_relu_set_enabled(0);
+    CHECK(fx_batchnorm_relu(yf, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1) == FX_BN_RELU_NOT_TAKEN,
+          "bn+relu ran with its switch off");
+    fx_bn_relu_set_enabled(1);
+    double got[6 * 5 * 9 * 11];
+    nn_read(yf, got);
+    int64_t nz = 0;
+    for (int64_t i = 0; i < n; i++) nz += got[i] != 0.0;
+    CHECK(nz == 0 && rm[0] == 0.0f, "a declined bn+relu wrote its output or statistics");
+    /* bad input gets tensor_batchnorm's status */
+    CHECK_STATUS(fx_batchnorm_relu(yf, x, g, b, rm, rv, NULL, NULL, 2.0, 1e-5, 1), FX_EINVAL);
+    tensor_free(x);
+    tensor_free(g);
+    tensor_free(b);
+    tensor_free(ys);
+    tensor_free(yf);
+    free(xv);
+}
+
 int main(void)
 {
     stage_rounding();
+    bn_relu();
     fd_check();
     const char *bk[8];
     int nbk = nn_backends(bk, 8);

@@ -188,6 +188,7 @@ typedef struct fx_op_args {
             double momentum, eps;
             int training;
             const struct fx_bn_dims *d;
+            int relu; /* host, float y only (fx_batchnorm_relu): y = relu(the output) */
         } bn;
         struct { /* BATCHNORM_BACKWARD */
             struct tensor *dx, *dgamma, *dbeta;

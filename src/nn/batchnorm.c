@@ -201,6 +201,12 @@ const fx_bn_kernels fx_bn_kernels_portable = {
     nn_bn_backward_portable, nn_bn_var_portable,       nn_bn_sum_range_i16_portable};
 
 /* Test switch (fx_bn_set_in_place): read by every call, so a relaxed atomic. */
+static int nn_bn_relu_flag = 1;
+static int64_t nn_bn_relu_made;
+int64_t fx_bn_relu_made(void) { return __atomic_load_n(&nn_bn_relu_made, __ATOMIC_RELAXED); }
+void fx_bn_relu_set_enabled(int on) { __atomic_store_n(&nn_bn_relu_flag, on != 0, __ATOMIC_RELAXED); }
+static int nn_bn_relu_enabled(void) { return __atomic_load_n(&nn_bn_relu_flag, __ATOMIC_RELAXED); }
+
 static int nn_bn_in_place_flag = 1;
 void fx_bn_set_in_place(int on)
 {
@@ -384,6 +390,47 @@ int tensor_batchnorm(tensor_t *y, const tensor_t *x, const tensor_t *gamma,
     return fx_op_run(&a);
 }
 
+/* relu of fp32 values in place, tensor_relu's rule (x > 0 or NaN kept, else +0). On the
+ * values before their rounding to fp16/bf16 it gives the bits of tensor_relu after it: the
+ * rounding keeps the sign, NaN and zero (a positive value that rounds to +0 is +0 either way). */
+static void nn_relu_f32_inplace(float *restrict q, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) q[i] = q[i] > 0.0f || q[i] != q[i] ? q[i] : 0.0f;
+}
+
+int fx_batchnorm_relu(tensor_t *y, const tensor_t *x, const tensor_t *gamma, const tensor_t *beta,
+                      float *running_mean, float *running_var, float *save_mean,
+                      float *save_invstd, double momentum, double eps, int training)
+{
+    if (!y || !x || !gamma || !beta || fmt_is_shared_exponent(y->fmt) || y->st->on_device ||
+        x->st->on_device || gamma->st->on_device || beta->st->on_device || y->st->dist ||
+        !nn_bn_relu_enabled())
+        return FX_BN_RELU_NOT_TAKEN;
+    nn_bn_dims d;
+    int rc = nn_bn_validate(y, x, gamma, beta, running_mean, running_var, momentum, eps,
+                            training, &d, "tensor_batchnorm");
+    if (rc) return rc;
+    fx_op_args a = {.op = FX_OP_BATCHNORM, .func = "tensor_batchnorm", .nt = 4,
+                    .t = {y, x, gamma, beta}, .tn = {"y", "x", "gamma", "beta"}};
+    a.u.bn.y = y;
+    a.u.bn.x = x;
+    a.u.bn.gamma = gamma;
+    a.u.bn.beta = beta;
+    a.u.bn.running_mean = running_mean;
+    a.u.bn.running_var = running_var;
+    a.u.bn.save_mean = save_mean;
+    a.u.bn.save_invstd = save_invstd;
+    a.u.bn.momentum = momentum;
+    a.u.bn.eps = eps;
+    a.u.bn.training = training;
+    a.u.bn.d = &d;
+    a.u.bn.relu = 1;
+    flexpoint_clear_error();
+    rc = fx_nn_batchnorm_host(&a);
+    if (rc == FX_OK) __atomic_fetch_add(&nn_bn_relu_made, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
 int fx_nn_batchnorm_host(const fx_op_args *r)
 {
     tensor_t *y = r->u.bn.y;
@@ -392,6 +439,7 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     float *save_mean = r->u.bn.save_mean, *save_invstd = r->u.bn.save_invstd;
     const double momentum = r->u.bn.momentum, eps = r->u.bn.eps;
     const int training = r->u.bn.training;
+    const int relu = r->u.bn.relu; /* a float y only (fx_batchnorm_relu) */
     const nn_bn_dims d = *r->u.bn.d;
     const char *func = r->func;
     int rc = FX_OK;
@@ -485,6 +533,7 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
                 const int64_t o = (n * C + c) * S;
                 float *q = half ? hbuf + g * S : yv + o;
                 k->normalize(&xs, o, q, S, mu, a, b, odd, mx);
+                if (relu) nn_relu_f32_inplace(q, S);
                 if (half) half(q, (uint16_t *)fx_tensor_base(y) + o, S);
             }
         }

@@ -35,6 +35,20 @@ FX_INTERNAL int fx_conv2d_shared_bias_relu(tensor_t *t, tensor_t *u, tensor_t *y
                                            const tensor_t *bias, int sh, int sw, int ph, int pw,
                                            int *done);
 
+/* relu(tensor_batchnorm(...)) into y in one pass, for a float y (fp32, fp16, bf16) on the host:
+ * the values tensor_batchnorm then tensor_relu on y's format give, bit for bit, without the
+ * normalised tensor written and read back (a batch norm and the ReLU after it, in training).
+ * The arguments, checks and status codes of tensor_batchnorm; FX_BN_RELU_NOT_TAKEN, with
+ * nothing written, for a shared-exponent y, tensors on a device, a distributed y, or with
+ * fx_bn_relu_set_enabled(0) (the test switch). */
+#define FX_BN_RELU_NOT_TAKEN (-1)
+FX_INTERNAL int fx_batchnorm_relu(tensor_t *y, const tensor_t *x, const tensor_t *gamma,
+                                  const tensor_t *beta, float *running_mean, float *running_var,
+                                  float *save_mean, float *save_invstd, double momentum,
+                                  double eps, int training);
+FX_INTERNAL void fx_bn_relu_set_enabled(int on);
+FX_INTERNAL int64_t fx_bn_relu_made(void); /* test hook: the calls made */
+
 /* Test hook: 0 sends an fp16/bf16 ReLU gradient whose three tensors share one format through
  * the general route (a mask pass, then the masked copy) instead of its one pass (activation.c);
  * the bits are the same. */

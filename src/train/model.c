@@ -502,6 +502,11 @@ static void fx_fuse_conv_relu(fx_model *m)
         if (c->kind == FX_L_RELU && (c->fa == FMT_FP16 || c->fa == FMT_BF16) &&
             c->consumers == 2)
             c->sum_gated = 1;
+        /* a float batch norm writes the ReLU after it (fx_batchnorm_relu, the same bits); its
+         * own output, never written then, stays for the route that does not take the pair */
+        if (c->kind == FX_L_BN && r->kind == FX_L_RELU && r->in[0] == i && c->consumers == 1 &&
+            !fmt_is_shared_exponent((fmt_t)c->fa) && c->fa == r->fa)
+            c->fused_relu = r->fused_relu = 1;
         if ((((c->kind == FX_L_CONV || c->kind == FX_L_LINEAR) && c->b >= 0) ||
              c->kind == FX_L_ADD) &&
             r->kind == FX_L_RELU && r->in[0] == i && fmt_is_shared_exponent((fmt_t)c->fa) &&
@@ -1029,10 +1034,20 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
         return training ? tensor_dropout(l->out[ctx], x, l->p, fx_dropout_seed(m, l), m->step)
                         : tensor_copy(l->out[ctx], x);
     case FX_L_GAP: return tensor_global_avgpool(l->out[ctx], x);
-    case FX_L_BN:
-        return tensor_batchnorm(l->out[ctx], x, m->params[l->w].w, m->params[l->b].w,
-                                l->run_mean, l->run_var, training ? l->save_mean : NULL,
-                                training ? l->save_invstd : NULL, 0.1, 1e-5, training);
+    case FX_L_BN: {
+        if (l->fused_relu) {
+            const int rc = fx_batchnorm_relu(l[1].out[ctx], x, m->params[l->w].w,
+                                             m->params[l->b].w, l->run_mean, l->run_var,
+                                             training ? l->save_mean : NULL,
+                                             training ? l->save_invstd : NULL, 0.1, 1e-5, training);
+            if (rc != FX_BN_RELU_NOT_TAKEN) return rc;
+        }
+        int rc = tensor_batchnorm(l->out[ctx], x, m->params[l->w].w, m->params[l->b].w,
+                                  l->run_mean, l->run_var, training ? l->save_mean : NULL,
+                                  training ? l->save_invstd : NULL, 0.1, 1e-5, training);
+        if (!rc && l->fused_relu) rc = tensor_relu(l[1].out[ctx], l->out[ctx]);
+        return rc;
+    }
     case FX_L_ADD: {
         const tensor_t *b = fx_input_of(m, l, 1, ctx);
         if (!l->fused_relu) return fx_add_out(l, x, b, ctx);
