@@ -23,7 +23,8 @@
 /* passes made with their ReLU (or a ReLU's gate) fused in, of every kind */
 static int64_t fused_made(void)
 {
-    return fx_shared_add_relu_made() + fx_half_fused_made() + fx_bn_relu_made();
+    return fx_shared_add_relu_made() + fx_shared_add_gated_made() + fx_half_fused_made() +
+           fx_bn_relu_made();
 }
 #include "testutil.h"
 
@@ -95,11 +96,14 @@ static void same_network_as(const char *a_name, const char *b_name, int fmt, int
               "%s/%s: tensor %d is %s and %s", a_name, b_name, i, fx_trainer_tensor_name(a, i),
               fx_trainer_tensor_name(b, i));
     int64_t fused_a = 0, fused_b = 0; /* adds (or sums) made with their ReLU in one pass */
+    int64_t gated_a = 0;              /* ReLU gradients made from the sum of two, in one pass */
     for (int s = 0; s < steps; s++) {
         float la = -1, lb = -2;
         int64_t f0 = fused_made();
+        const int64_t g0 = fx_shared_add_gated_made() + fx_half_fused_made();
         CHECK_STATUS(fx_trainer_step(a, &la), FX_OK);
         fused_a += fused_made() - f0;
+        gated_a += fx_shared_add_gated_made() + fx_half_fused_made() - g0;
         f0 = fused_made();
         CHECK_STATUS(fx_trainer_step(b, &lb), FX_OK);
         fused_b += fused_made() - f0;
@@ -119,6 +123,8 @@ static void same_network_as(const char *a_name, const char *b_name, int fmt, int
     free(pb);
     if (b_unfused) {
         CHECK(fused_a > 0, "%s: no add made with its ReLU in one pass", a_name);
+        CHECK(fmt == FMT_FP32 || gated_a > 0, "%s in fmt %d: no ReLU gradient made from its two "
+              "output gradients in one pass", a_name, fmt);
         CHECK(fused_b == 0, "%s with FLEXPOINT_NO_FUSION=1: %lld adds made with their ReLU",
               b_name, (long long)fused_b);
     }

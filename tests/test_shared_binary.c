@@ -374,6 +374,75 @@ static void check_add_relu(fmt_t fu, fmt_t fy, int ndim, const int64_t *shape, i
     for (int i = 0; i < 4; i++) tensor_free(all[i]);
 }
 
+/* u = a + b and y = u gated by g's signs in one pass (fx_shared_add_gated: the gradient of a
+ * ReLU whose output feeds two layers) against tensor_add and then tensor_relu_backward into
+ * twin outputs with the same history: the same mantissas, exponents, statistics and trace
+ * records of both writes, over scales that make the guesses miss now and then (a jump
+ * overflows a FLEX16_5 output; a gate that drops the largest values moves y's exponent below
+ * u's). Declined (nothing written) where the gate is y or u. */
+static void check_add_gated(fmt_t fu, fmt_t fy, fmt_t fg, const int64_t *shape, test_rng *r)
+{
+    tensor_t *a = tensor_new(FMT_FLEX16_5, 4, shape), *b = tensor_new(FMT_DFP16, 4, shape);
+    tensor_t *g = tensor_new(fg, 4, shape);
+    tensor_t *u1 = tensor_new(fu, 4, shape), *u2 = tensor_new(fu, 4, shape);
+    tensor_t *y1 = tensor_new(fy, 4, shape), *y2 = tensor_new(fy, 4, shape);
+    tensor_t *all[4] = {u1, u2, y1, y2};
+    for (int i = 0; i < 4; i++) tensor_trace_enable(all[i], 1);
+    const double sa[] = {1.0, 1.0, 1.0, 300.0, 1.0, 1.0, 1e-3, 1.0, 1.0};
+    const double sb[] = {0.5, 0.5, 0.5, 0.5, 2.0, 1e-4, 1.0, 0.5, 0.5};
+    int reused = 0, taken = 0;
+    for (int step = 0; step < 9; step++) {
+        fill(a, sa[step], r);
+        fill(b, sb[step], r);
+        fill(g, 1.0, r);
+        if (step == 7) { /* the gate drops every value of u above a small bound */
+            float *uv = malloc((size_t)tensor_numel(a) * sizeof *uv);
+            float *gv = malloc((size_t)tensor_numel(a) * sizeof *gv);
+            CHECK_STATUS(tensor_to_f32(a, uv), FX_OK);
+            for (int64_t i = 0; i < tensor_numel(a); i++) gv[i] = fabsf(uv[i]) > 0.3f ? -1.0f : 1.0f;
+            CHECK_STATUS(tensor_from_f32(g, gv), FX_OK);
+            free(uv);
+            free(gv);
+        }
+        const int64_t fused0 = fx_shared_binary_fused(), made0 = fx_shared_add_gated_made();
+        int rc = fx_shared_add_gated(u1, y1, a, b, g);
+        const int gap = abs(tensor_exp(a) - tensor_exp(b));
+        const int may_decline = gap > 15 || (step == 0 && (fu == FMT_FLEX16_5 || fy == FMT_FLEX16_5));
+        CHECK(rc == FX_OK || (may_decline && rc == FX_SHARED_BINARY_NOT_TAKEN),
+              "add+gate step %d (gap %d): status %d", step, gap, rc);
+        if (rc == FX_SHARED_BINARY_NOT_TAKEN) {
+            CHECK_STATUS(tensor_add(u1, a, b), FX_OK);
+            CHECK_STATUS(tensor_relu_backward(y1, u1, g), FX_OK);
+        } else if (rc != FX_OK) {
+            break;
+        } else {
+            taken++;
+            CHECK(fx_shared_add_gated_made() - made0 == 1, "add+gate step %d: not counted", step);
+        }
+        reused += fx_shared_binary_fused() - fused0 == 2;
+        CHECK_STATUS(tensor_add(u2, a, b), FX_OK);
+        CHECK_STATUS(tensor_relu_backward(y2, u2, g), FX_OK);
+        if (!test_same_writes(u1, u2, "add+gate: u", step) ||
+            !test_same_writes(y1, y2, "add+gate: y", step))
+            break;
+    }
+    CHECK(taken >= 7 && reused > 0, "add+gate into fmt %d/%d: %d steps taken, %d reused both "
+          "early roundings", (int)fu, (int)fy, taken, reused);
+    /* declined where the gate is y or u, nothing written */
+    const int16_t *yd = tensor_data(y1);
+    const int16_t y0 = yd[0];
+    const int e0 = tensor_exp(y1);
+    const int64_t len0 = tensor_trace_len(y1);
+    CHECK(fx_shared_add_gated(u1, y1, a, b, y1) == FX_SHARED_BINARY_NOT_TAKEN, "gate = y taken");
+    CHECK(fx_shared_add_gated(u1, y1, a, b, u1) == FX_SHARED_BINARY_NOT_TAKEN, "gate = u taken");
+    CHECK(yd[0] == y0 && tensor_exp(y1) == e0 && tensor_trace_len(y1) == len0,
+          "a declined add+gate touched y");
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(g);
+    for (int i = 0; i < 4; i++) tensor_free(all[i]);
+}
+
 /* fx_shared_add_relu declines (nothing written, no state changed) where one of the two ops
  * would not be taken here; then the two ops run as usual. */
 static void check_add_relu_declined(test_rng *r)
@@ -503,6 +572,9 @@ int main(void)
             check_add_relu(FMT_DFP16, FMT_FLEX16_5, 4, large, 3, large_c, &r);
             check_add_relu(FMT_FLEX16_5, FMT_FLEX16_5, 4, conv_s, 4, conv_s, &r);
             check_add_relu(FMT_DFP16, FMT_DFP16, 4, large, 4, large, &r);
+            check_add_gated(FMT_FLEX16_5, FMT_FLEX16_5, FMT_FLEX16_5, conv_s, &r);
+            check_add_gated(FMT_DFP16, FMT_DFP16, FMT_FLEX16_5, large, &r);
+            check_add_gated(FMT_FLEX16_5, FMT_DFP16, FMT_DFP16, conv_s, &r);
         }
         check_add_relu_declined(&r);
     }

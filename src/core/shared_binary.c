@@ -37,6 +37,7 @@ static int64_t fx_sb_taken; /* ops done here */
 static int64_t fx_sb_fused; /* of those, rounded first at a guessed exponent */
 static int64_t fx_sb_missed; /* of those, rounded again at another exponent */
 static int64_t fx_sb_add_relu_made; /* adds made with their ReLU in one pass */
+static int64_t fx_sb_add_gated_made; /* sums made with a ReLU's gate in one pass */
 
 void fx_shared_binary_set_enabled(int on)
 {
@@ -48,6 +49,10 @@ int64_t fx_shared_binary_missed(void) { return __atomic_load_n(&fx_sb_missed, __
 int64_t fx_shared_add_relu_made(void)
 {
     return __atomic_load_n(&fx_sb_add_relu_made, __ATOMIC_RELAXED);
+}
+int64_t fx_shared_add_gated_made(void)
+{
+    return __atomic_load_n(&fx_sb_add_gated_made, __ATOMIC_RELAXED);
 }
 static int fx_sb_enabled(void) { return __atomic_load_n(&fx_sb_enabled_flag, __ATOMIC_RELAXED); }
 
@@ -103,6 +108,8 @@ typedef struct fx_sb_relu_out {
     int16_t *dst;
     int shift;
     fx_qstats *q;
+    const int16_t *gate; /* NULL: relu(out), out gated by its own signs; else a ReLU's gradient:
+                          * out gated by these mantissas' signs (advancing with out) */
 } fx_sb_relu_out;
 
 /* Unit u of a pass at `shift` from the plan's exponent: its statistics merged into *q, and with
@@ -116,8 +123,9 @@ static void fx_sb_unit_pass(const fx_sb_plan *p, int64_t u, int shift, int keep,
     fx_qstats part;
     p->be->cvt.sum2_quant(&s, len, keep ? p->dst + lo : NULL, shift, &part);
     fx_qstats_merge(q, &part);
-    if (relu) { /* relu(out) = out gated by out > 0 */
-        const fx_sum2 r = {p->dst + lo, &fx_sb_zero, 0, 0, 0, 0, p->dst + lo};
+    if (relu) { /* relu(out) = out gated by out > 0, or out gated by another tensor's signs */
+        const fx_sum2 r = {p->dst + lo, &fx_sb_zero, 0, 0, 0, 0,
+                           relu->gate ? relu->gate + lo : p->dst + lo};
         p->be->cvt.sum2_quant(&r, len, relu->dst + lo, relu->shift, &part);
         fx_qstats_merge(qr, &part);
     }
@@ -346,17 +354,19 @@ int fx_shared_gated(tensor_t *out, const tensor_t *a, const tensor_t *gate, cons
  * (then it rounds again from u, as tensor_relu would); where u's write picks another exponent,
  * u is rounded again and y is written by tensor_relu itself. */
 static int fx_sb_add_relu_decide(tensor_t *u, tensor_t *y, fx_sb_plan *pu, fx_sb_plan *py,
-                                 int eu, int ey)
+                                 int eu, int ey, const tensor_t *gate)
 {
     pu->fused_e = eu;
     int rc = fx_sb_decide(u, pu, (uint32_t)pu->fused_q.max_abs_in, "tensor_add");
     if (rc) return rc;
-    if (u->st->exp != eu) return tensor_relu(y, u); /* y's early values are not relu(u) */
+    if (u->st->exp != eu) /* y's early values are not relu(u) (or u gated) */
+        return gate ? tensor_relu_backward(y, u, gate) : tensor_relu(y, u);
     fx_sb_prepare(py); /* (keeps fused_q, the pass's ReLU statistics) */
     py->ec = eu;       /* the plan's a, u, now holds its values at eu */
     py->fused_e = ey;
     __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
-    return fx_sb_decide(y, py, (uint32_t)py->fused_q.max_abs_in, "tensor_relu");
+    return fx_sb_decide(y, py, (uint32_t)py->fused_q.max_abs_in,
+                        gate ? "tensor_relu_backward" : "tensor_relu");
 }
 
 /* The plans of u = t + bias (t's values at exponent et) and y = relu(u), and the exponents
@@ -364,13 +374,17 @@ static int fx_sb_add_relu_decide(tensor_t *u, tensor_t *y, fx_sb_plan *pu, fx_sb
  * only shapes that fit (u of t's shape, bias of it or per channel / column). */
 static bool fx_sb_add_relu_plans(tensor_t *u, tensor_t *y, const tensor_t *t, int et,
                                  const tensor_t *bias, fx_sb_plan *pu, fx_sb_plan *py, int *eu,
-                                 int *ey)
+                                 int *ey, const tensor_t *gate)
 {
-    return fx_sb_enabled() && u && y && t && bias &&
-           fx_sb_plan_binary_at(pu, FX_OP_ADD, u, t, et, bias) &&
-           fx_sb_plan_gated(py, y, u, u) && y->st != t->st && y->st != bias->st &&
-           !u->st->dist && !y->st->dist && fx_write_shared_guess_exp(u, eu) &&
-           fx_write_shared_guess_exp(y, ey);
+    const bool ok = fx_sb_enabled() && u && y && t && bias &&
+                    fx_sb_plan_binary_at(pu, FX_OP_ADD, u, t, et, bias) &&
+                    fx_sb_plan_gated(py, y, u, gate ? gate : u) && y->st != t->st &&
+                    y->st != bias->st && !u->st->dist && !y->st->dist &&
+                    fx_write_shared_guess_exp(u, eu) && fx_write_shared_guess_exp(y, ey);
+    /* a DFP16 gradient gated by another tensor's signs: the exponent of what it gates, as
+     * fx_sb_write guesses it */
+    if (ok && gate && y->fmt == FMT_DFP16) *ey = *eu;
+    return ok;
 }
 
 /* Documented in shared_binary.h. One pass over u's work units rounds u = t + bias at u's
@@ -387,17 +401,37 @@ int fx_shared_add_relu(tensor_t *u, tensor_t *y, const tensor_t *t, const tensor
 {
     fx_sb_plan pu, py;
     int eu, ey;
-    if (!t || !fx_sb_add_relu_plans(u, y, t, t->st->exp, bias, &pu, &py, &eu, &ey))
+    if (!t || !fx_sb_add_relu_plans(u, y, t, t->st->exp, bias, &pu, &py, &eu, &ey, NULL))
         return FX_SHARED_BINARY_NOT_TAKEN;
     fx_sb_prepare(&pu);
     fx_prof_span sp;
     fx_prof_begin(&sp);
-    const fx_sb_relu_out relu = {py.dst, ey - eu, &py.fused_q};
+    const fx_sb_relu_out relu = {py.dst, ey - eu, &py.fused_q, NULL};
     fx_sb_pass(&pu, eu, 1, &pu.fused_q, &relu);
     fx_prof_end(&sp, FX_PROF_ROUNDING);
     __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&fx_sb_add_relu_made, 1, __ATOMIC_RELAXED);
-    return fx_sb_add_relu_decide(u, y, &pu, &py, eu, ey);
+    return fx_sb_add_relu_decide(u, y, &pu, &py, eu, ey, NULL);
+}
+
+/* Documented in shared_binary.h: fx_shared_add_relu's pass with y gated by gate's signs. */
+int fx_shared_add_gated(tensor_t *u, tensor_t *y, const tensor_t *a, const tensor_t *b,
+                        const tensor_t *gate)
+{
+    fx_sb_plan pu, py;
+    int eu, ey;
+    if (!a || !gate || gate->st == u->st ||
+        !fx_sb_add_relu_plans(u, y, a, a->st->exp, b, &pu, &py, &eu, &ey, gate))
+        return FX_SHARED_BINARY_NOT_TAKEN;
+    fx_sb_prepare(&pu);
+    fx_prof_span sp;
+    fx_prof_begin(&sp);
+    const fx_sb_relu_out relu = {py.dst, ey - eu, &py.fused_q, py.gate};
+    fx_sb_pass(&pu, eu, 1, &pu.fused_q, &relu);
+    fx_prof_end(&sp, FX_PROF_ROUNDING);
+    __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&fx_sb_add_gated_made, 1, __ATOMIC_RELAXED);
+    return fx_sb_add_relu_decide(u, y, &pu, &py, eu, ey, gate);
 }
 
 /* Documented in shared_binary.h: fx_shared_add_relu's pass made unit by unit by the producer of
@@ -416,7 +450,7 @@ fx_add_relu_run *fx_add_relu_begin(tensor_t *u, tensor_t *y, const tensor_t *t, 
     if (!r) return NULL;
     r->u = u;
     r->y = y;
-    if (!fx_sb_add_relu_plans(u, y, t, et, bias, &r->pu, &r->py, &r->eu, &r->ey) ||
+    if (!fx_sb_add_relu_plans(u, y, t, et, bias, &r->pu, &r->py, &r->eu, &r->ey, NULL) ||
         !r->pu.per_plane || r->pu.inner != unit) {
         free(r);
         return NULL;
@@ -428,7 +462,7 @@ fx_add_relu_run *fx_add_relu_begin(tensor_t *u, tensor_t *y, const tensor_t *t, 
 void fx_add_relu_units(const fx_add_relu_run *r, int64_t lo, int64_t n, fx_qstats *qu,
                        fx_qstats *qy)
 {
-    const fx_sb_relu_out relu = {r->py.dst, r->ey - r->eu, NULL};
+    const fx_sb_relu_out relu = {r->py.dst, r->ey - r->eu, NULL, NULL};
     const int64_t u0 = lo / r->pu.inner, u1 = (lo + n) / r->pu.inner;
     for (int64_t u = u0; u < u1; u++)
         fx_sb_unit_pass(&r->pu, u, r->eu - r->pu.ec, 1, &relu, qu, qy);
@@ -441,7 +475,7 @@ int fx_add_relu_finish(fx_add_relu_run *r, const fx_qstats *qu, const fx_qstats 
     r->py.fused_q = *qy;
     __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&fx_sb_add_relu_made, 1, __ATOMIC_RELAXED);
-    const int rc = fx_sb_add_relu_decide(r->u, r->y, &r->pu, &r->py, r->eu, r->ey);
+    const int rc = fx_sb_add_relu_decide(r->u, r->y, &r->pu, &r->py, r->eu, r->ey, NULL);
     free(r);
     return rc;
 }

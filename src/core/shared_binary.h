@@ -30,6 +30,15 @@ int fx_shared_gated(tensor_t *out, const tensor_t *a, const tensor_t *gate, cons
 FX_INTERNAL int fx_shared_add_relu(tensor_t *u, tensor_t *y, const tensor_t *t,
                                    const tensor_t *bias);
 
+/* u = a + b, then y = u where gate > 0, else 0, as tensor_add and then tensor_relu_backward
+ * (dy u, x gate) write them (the same bits, exponents, statistics and trace records), in one
+ * pass over the data: the gradient of a ReLU whose output feeds two layers (u, the sum of
+ * their gradients; gate, the ReLU's input). The conditions of fx_shared_add_relu, with a and b
+ * of u's shape and gate a FLEX16_5/DFP16 host tensor of u's shape, distinct from u and y. The
+ * status of the writes, or FX_SHARED_BINARY_NOT_TAKEN as fx_shared_add_relu's. */
+FX_INTERNAL int fx_shared_add_gated(tensor_t *u, tensor_t *y, const tensor_t *a, const tensor_t *b,
+                                    const tensor_t *gate);
+
 /* fx_shared_add_relu for a producer that makes t in pieces (the trainer's convolutions,
  * src/nn/conv2d.c fx_conv2d_shared_bias_relu): u = t + bias and y = relu(u) rounded at their
  * guessed exponents straight into u and y, piece by piece while each piece of t is in cache,
@@ -67,5 +76,7 @@ int64_t fx_shared_binary_missed(void);
 /* Test hook: how many adds fx_shared_add_relu or fx_add_relu_finish made with their ReLU in
  * one pass. */
 int64_t fx_shared_add_relu_made(void);
+/* Test hook: how many sums fx_shared_add_gated made with the gate in the same pass. */
+FX_INTERNAL int64_t fx_shared_add_gated_made(void);
 
 #endif

@@ -499,8 +499,8 @@ static void fx_fuse_conv_relu(fx_model *m)
         if (c->kind == FX_L_ADD && r->kind == FX_L_RELU && r->in[0] == i && c->consumers == 1 &&
             (c->fa == FMT_FP16 || c->fa == FMT_BF16) && c->fa == r->fa)
             c->fused_relu = r->fused_relu = 1;
-        if (c->kind == FX_L_RELU && (c->fa == FMT_FP16 || c->fa == FMT_BF16) &&
-            c->consumers == 2)
+        if (c->kind == FX_L_RELU && c->consumers == 2 &&
+            (c->fa == FMT_FP16 || c->fa == FMT_BF16 || fmt_is_shared_exponent((fmt_t)c->fa)))
             c->sum_gated = 1;
         /* a float batch norm writes the ReLU after it (fx_batchnorm_relu, the same bits); its
          * own output, never written then, stays for the route that does not take the pair */
@@ -1277,11 +1277,12 @@ static int fx_output_grad(fx_model *m, int i, const tensor_t *dlogits, const ten
     return rc;
 }
 
-/* A ReLU layer whose output feeds two layers, in fp16/bf16: its input gradient made from the
- * two output gradients in one pass (fx_half_gated_add: the sum into dy_sum and the ReLU's
- * backward give these bits), gated by the ReLU's input, or its output where the layer before
- * wrote it (x > 0 exactly where relu(x) > 0). Returns FX_HALF_BINARY_NOT_TAKEN where the pair
- * is not of that form, with nothing written. */
+/* A ReLU layer whose output feeds two layers: its input gradient made from the two output
+ * gradients in one pass, gated by the ReLU's input, or its output where the layer before wrote
+ * it (x > 0 exactly where relu(x) > 0). fp16/bf16: without the sum (fx_half_gated_add: the sum
+ * into dy_sum and the ReLU's backward give these bits); FLEX16_5/DFP16: the sum's write into
+ * dy_sum and the gradient's, both kept (fx_shared_add_gated). Returns FX_HALF_BINARY_NOT_TAKEN
+ * where the pair is not of that form, with nothing written. */
 static int fx_relu_backward_of_sum(fx_model *m, int i)
 {
     fx_layer *l = &m->layers[i];
@@ -1294,6 +1295,12 @@ static int fx_relu_backward_of_sum(fx_model *m, int i)
     if (nf != 2 || !found[0] || !found[1]) return FX_HALF_BINARY_NOT_TAKEN;
     const tensor_t *gate = l->fused_relu ? l->out[FX_CTX_TRAIN]
                                          : fx_input_of(m, l, 0, FX_CTX_TRAIN);
+    /* shared-exponent formats: the sum's write and the gradient's, each with its own Autoflex
+     * state, in one pass (fx_shared_add_gated) */
+    if (fmt_is_shared_exponent((fmt_t)l->fa)) {
+        const int rc = fx_shared_add_gated(l->dy_sum, l->dx[0], found[0], found[1], gate);
+        return rc == FX_SHARED_BINARY_NOT_TAKEN ? FX_HALF_BINARY_NOT_TAKEN : rc;
+    }
     return fx_half_gated_add(l->dx[0], found[0], found[1], gate);
 }
 

@@ -92,8 +92,9 @@ typedef struct fx_layer {
      * data; on that RELU layer, the forward is already done. Both outputs exist and the
      * backward is unchanged. */
     int shared_relu;
-    /* on a RELU layer in fp16/bf16 whose output feeds two layers: its input gradient is made
-     * from their two gradients in one pass (fx_half_gated_add), without dy_sum */
+    /* on a RELU layer whose output feeds two layers: its input gradient is made from their
+     * two gradients in one pass (fp16/bf16: fx_half_gated_add, without dy_sum;
+     * FLEX16_5/DFP16: fx_shared_add_gated, which also writes dy_sum) */
     int sum_gated;
     /* formats (fx_train_config.policy; the run's format without one): weights, biases, output,
      * gradients w.r.t. the inputs, weight and bias gradients */
