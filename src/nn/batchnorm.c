@@ -363,31 +363,44 @@ static int nn_bn_validate(const tensor_t *y, const tensor_t *x, const tensor_t *
     return FX_OK;
 }
 
+/* The op's arguments, validated (tensor_batchnorm's checks and messages), into *a with *d */
+static int nn_bn_args(tensor_t *y, const tensor_t *x, const tensor_t *gamma, const tensor_t *beta,
+                      float *running_mean, float *running_var, float *save_mean,
+                      float *save_invstd, double momentum, double eps, int training,
+                      nn_bn_dims *d, fx_op_args *a)
+{
+    static const char func[] = "tensor_batchnorm";
+    int rc = nn_bn_validate(y, x, gamma, beta, running_mean, running_var, momentum, eps,
+                            training, d, func);
+    if (rc) return rc;
+    /* the per-channel float arrays are host memory wherever the tensors live */
+    *a = (fx_op_args){.op = FX_OP_BATCHNORM, .func = func, .nt = 4, .t = {y, x, gamma, beta},
+                      .tn = {"y", "x", "gamma", "beta"}};
+    a->u.bn.y = y;
+    a->u.bn.x = x;
+    a->u.bn.gamma = gamma;
+    a->u.bn.beta = beta;
+    a->u.bn.running_mean = running_mean;
+    a->u.bn.running_var = running_var;
+    a->u.bn.save_mean = save_mean;
+    a->u.bn.save_invstd = save_invstd;
+    a->u.bn.momentum = momentum;
+    a->u.bn.eps = eps;
+    a->u.bn.training = training;
+    a->u.bn.d = d;
+    return FX_OK;
+}
+
 int tensor_batchnorm(tensor_t *y, const tensor_t *x, const tensor_t *gamma,
                      const tensor_t *beta, float *running_mean, float *running_var,
                      float *save_mean, float *save_invstd, double momentum, double eps,
                      int training)
 {
     nn_bn_dims d;
-    int rc = nn_bn_validate(y, x, gamma, beta, running_mean, running_var, momentum, eps,
-                            training, &d, __func__);
-    if (rc) return rc;
-    /* the per-channel float arrays are host memory wherever the tensors live */
-    fx_op_args a = {.op = FX_OP_BATCHNORM, .func = __func__, .nt = 4, .t = {y, x, gamma, beta},
-                    .tn = {"y", "x", "gamma", "beta"}};
-    a.u.bn.y = y;
-    a.u.bn.x = x;
-    a.u.bn.gamma = gamma;
-    a.u.bn.beta = beta;
-    a.u.bn.running_mean = running_mean;
-    a.u.bn.running_var = running_var;
-    a.u.bn.save_mean = save_mean;
-    a.u.bn.save_invstd = save_invstd;
-    a.u.bn.momentum = momentum;
-    a.u.bn.eps = eps;
-    a.u.bn.training = training;
-    a.u.bn.d = &d;
-    return fx_op_run(&a);
+    fx_op_args a;
+    const int rc = nn_bn_args(y, x, gamma, beta, running_mean, running_var, save_mean,
+                              save_invstd, momentum, eps, training, &d, &a);
+    return rc ? rc : fx_op_run(&a);
 }
 
 /* relu of fp32 values in place, tensor_relu's rule (x > 0 or NaN kept, else +0). On the
@@ -407,23 +420,10 @@ int fx_batchnorm_relu(tensor_t *y, const tensor_t *x, const tensor_t *gamma, con
         !nn_bn_relu_enabled())
         return FX_BN_RELU_NOT_TAKEN;
     nn_bn_dims d;
-    int rc = nn_bn_validate(y, x, gamma, beta, running_mean, running_var, momentum, eps,
-                            training, &d, "tensor_batchnorm");
+    fx_op_args a;
+    int rc = nn_bn_args(y, x, gamma, beta, running_mean, running_var, save_mean, save_invstd,
+                        momentum, eps, training, &d, &a);
     if (rc) return rc;
-    fx_op_args a = {.op = FX_OP_BATCHNORM, .func = "tensor_batchnorm", .nt = 4,
-                    .t = {y, x, gamma, beta}, .tn = {"y", "x", "gamma", "beta"}};
-    a.u.bn.y = y;
-    a.u.bn.x = x;
-    a.u.bn.gamma = gamma;
-    a.u.bn.beta = beta;
-    a.u.bn.running_mean = running_mean;
-    a.u.bn.running_var = running_var;
-    a.u.bn.save_mean = save_mean;
-    a.u.bn.save_invstd = save_invstd;
-    a.u.bn.momentum = momentum;
-    a.u.bn.eps = eps;
-    a.u.bn.training = training;
-    a.u.bn.d = &d;
     a.u.bn.relu = 1;
     flexpoint_clear_error();
     rc = fx_nn_batchnorm_host(&a);
