@@ -100,10 +100,10 @@ static void same_network_as(const char *a_name, const char *b_name, int fmt, int
     for (int s = 0; s < steps; s++) {
         float la = -1, lb = -2;
         int64_t f0 = fused_made();
-        const int64_t g0 = fx_shared_add_gated_made() + fx_half_fused_made();
+        const int64_t g0 = fx_shared_add_gated_made() + fx_half_gated_made();
         CHECK_STATUS(fx_trainer_step(a, &la), FX_OK);
         fused_a += fused_made() - f0;
-        gated_a += fx_shared_add_gated_made() + fx_half_fused_made() - g0;
+        gated_a += fx_shared_add_gated_made() + fx_half_gated_made() - g0;
         f0 = fused_made();
         CHECK_STATUS(fx_trainer_step(b, &lb), FX_OK);
         fused_b += fused_made() - f0;

@@ -73,7 +73,7 @@ static void fx_hb_finish(const fx_hb_epilogue *ep, const uint16_t *restrict h,
     }
 }
 
-/* narrow x into out[at, at + n), through the epilogue (ep NULL or plain: straight) */
+/* narrow x into out[at, at + n), through the epilogue (plain: straight) */
 static inline void fx_hb_store(fx_narrow_fn narrow, const float *x, uint16_t *out, int64_t at,
                                int64_t n, const fx_hb_epilogue *ep)
 {
@@ -95,13 +95,16 @@ int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b
     return fx_half_binary_with(op, out, a, b, &ep);
 }
 
-static int64_t fx_hb_fused; /* test hook: ops made with their ReLU or gate in the pass */
+/* test hooks: ops made with their ReLU or gate in the pass, and of those the gated sums */
+static int64_t fx_hb_fused, fx_hb_gated;
 
 int64_t fx_half_fused_made(void) { return __atomic_load_n(&fx_hb_fused, __ATOMIC_RELAXED); }
+int64_t fx_half_gated_made(void) { return __atomic_load_n(&fx_hb_gated, __ATOMIC_RELAXED); }
 
-static int fx_hb_count(int rc)
+static int fx_hb_count(int rc, int gated)
 {
     if (rc == FX_OK) __atomic_fetch_add(&fx_hb_fused, 1, __ATOMIC_RELAXED);
+    if (rc == FX_OK && gated) __atomic_fetch_add(&fx_hb_gated, 1, __ATOMIC_RELAXED);
     return rc;
 }
 
@@ -109,7 +112,7 @@ int fx_half_add_relu(tensor_t *out, const tensor_t *a, const tensor_t *b)
 {
     if (!out || !a || !b || out->st == a->st) return FX_HALF_BINARY_NOT_TAKEN;
     fx_hb_epilogue ep = {FX_HB_RELU, NULL, fx_half_inf(out->fmt), fx_half_qnan(out->fmt)};
-    return fx_hb_count(fx_half_binary_with(FX_OP_ADD, out, a, b, &ep));
+    return fx_hb_count(fx_half_binary_with(FX_OP_ADD, out, a, b, &ep), 0);
 }
 
 int fx_half_gated_add(tensor_t *out, const tensor_t *a, const tensor_t *b, const tensor_t *gate)
@@ -120,7 +123,7 @@ int fx_half_gated_add(tensor_t *out, const tensor_t *a, const tensor_t *b, const
         return FX_HALF_BINARY_NOT_TAKEN;
     fx_hb_epilogue ep = {FX_HB_GATE, fx_tensor_base(gate), fx_half_inf(out->fmt),
                          fx_half_qnan(out->fmt)};
-    return fx_hb_count(fx_half_binary_with(FX_OP_ADD, out, a, b, &ep));
+    return fx_hb_count(fx_half_binary_with(FX_OP_ADD, out, a, b, &ep), 1);
 }
 
 static int fx_half_binary_with(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b,

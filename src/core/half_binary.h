@@ -6,7 +6,8 @@
 #include "backend.h"
 #include "internal_export.h"
 
-#define FX_HALF_BINARY_NOT_TAKEN (-1)
+/* positive, so that no status (FX_OK or a negative error) is mistaken for it */
+#define FX_HALF_BINARY_NOT_TAKEN 1
 
 /* FX_OK when done (shapes already validated by the caller), FX_HALF_BINARY_NOT_TAKEN when the
  * operands are not of a form handled here (nothing written). */
@@ -24,7 +25,8 @@ FX_INTERNAL int fx_half_add_relu(tensor_t *out, const tensor_t *a, const tensor_
 FX_INTERNAL int fx_half_gated_add(tensor_t *out, const tensor_t *a, const tensor_t *b,
                                   const tensor_t *gate);
 
-/* Test hook: the calls of the two above that were made here */
+/* Test hooks: the calls of the two above that were made here, and of fx_half_gated_add's */
 FX_INTERNAL int64_t fx_half_fused_made(void);
+FX_INTERNAL int64_t fx_half_gated_made(void);
 
 #endif

@@ -6,7 +6,8 @@
 
 #include "backend.h"
 
-#define FX_SHARED_BINARY_NOT_TAKEN (-1)
+/* positive, so that no status (FX_OK or a negative error) is mistaken for it */
+#define FX_SHARED_BINARY_NOT_TAKEN 1
 
 /* The write's status when done (shapes already validated by the caller, out is not NULL),
  * FX_SHARED_BINARY_NOT_TAKEN when the operands are not of a form handled here (nothing
@@ -34,8 +35,9 @@ FX_INTERNAL int fx_shared_add_relu(tensor_t *u, tensor_t *y, const tensor_t *t,
  * (dy u, x gate) write them (the same bits, exponents, statistics and trace records), in one
  * pass over the data: the gradient of a ReLU whose output feeds two layers (u, the sum of
  * their gradients; gate, the ReLU's input). The conditions of fx_shared_add_relu, with a and b
- * of u's shape and gate a FLEX16_5/DFP16 host tensor of u's shape, distinct from u and y. The
- * status of the writes, or FX_SHARED_BINARY_NOT_TAKEN as fx_shared_add_relu's. */
+ * of u's shape (b also per channel, as fx_shared_add_relu takes it) and gate a FLEX16_5/DFP16
+ * host tensor of u's shape, distinct from u and y. The status of the writes, or
+ * FX_SHARED_BINARY_NOT_TAKEN as fx_shared_add_relu's. */
 FX_INTERNAL int fx_shared_add_gated(tensor_t *u, tensor_t *y, const tensor_t *a, const tensor_t *b,
                                     const tensor_t *gate);
 

@@ -200,7 +200,8 @@ const fx_bn_kernels fx_bn_kernels_portable = {
     nn_bn_stats_portable,    nn_bn_grad_sums_portable, nn_bn_normalize_portable,
     nn_bn_backward_portable, nn_bn_var_portable,       nn_bn_sum_range_i16_portable};
 
-/* Test switch (fx_bn_set_in_place): read by every call, so a relaxed atomic. */
+/* Test switches (fx_bn_relu_set_enabled, fx_bn_set_in_place) and the fused calls' count: read
+ * by every call, so relaxed atomics. */
 static int nn_bn_relu_flag = 1;
 static int64_t nn_bn_relu_made;
 int64_t fx_bn_relu_made(void) { return __atomic_load_n(&nn_bn_relu_made, __ATOMIC_RELAXED); }

@@ -41,7 +41,7 @@ FX_INTERNAL int fx_conv2d_shared_bias_relu(tensor_t *t, tensor_t *u, tensor_t *y
  * The arguments, checks and status codes of tensor_batchnorm; FX_BN_RELU_NOT_TAKEN, with
  * nothing written, for a shared-exponent y, tensors on a device, a distributed y, or with
  * fx_bn_relu_set_enabled(0) (the test switch). */
-#define FX_BN_RELU_NOT_TAKEN (-1)
+#define FX_BN_RELU_NOT_TAKEN 1 /* positive: no status is mistaken for it */
 FX_INTERNAL int fx_batchnorm_relu(tensor_t *y, const tensor_t *x, const tensor_t *gamma,
                                   const tensor_t *beta, float *running_mean, float *running_var,
                                   float *save_mean, float *save_invstd, double momentum,

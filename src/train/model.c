@@ -470,20 +470,22 @@ static int fx_init_params(fx_model *m)
     return FX_OK;
 }
 
-/* Fuse each convolution whose only consumer is the ReLU right after it, for the float
- * formats: the same bits (tensor_conv2d_bias_relu), two passes over the activation fewer. The
- * shared-exponent formats keep three writes, each with its own Autoflex state (fusing them
- * would change the results), but a convolution's or linear layer's bias add and the ReLU
- * after it make their two writes in one pass (shared_relu: fx_shared_add_relu, the same
- * bits), and so do a residual add and the ReLU after it (a ResNet block's end: one pass over
- * the block's output fewer). FLEXPOINT_NO_FUSION=1 turns both off (to compare). */
-/* FLEXPOINT_NO_FUSION=1: every fusion off (to compare) */
+/* FLEXPOINT_NO_FUSION=1: every fusion below off (to compare) */
 static int fx_fusion_off(void)
 {
     const char *off = getenv("FLEXPOINT_NO_FUSION");
     return off && off[0] == '1';
 }
 
+/* Fuse each convolution whose only consumer is the ReLU right after it, for the float
+ * formats: the same bits (tensor_conv2d_bias_relu), two passes over the activation fewer. The
+ * shared-exponent formats keep three writes, each with its own Autoflex state (fusing them
+ * would change the results), but a convolution's or linear layer's bias add and the ReLU
+ * after it make their two writes in one pass (shared_relu: fx_shared_add_relu, the same
+ * bits), and so do a residual add and the ReLU after it (a ResNet block's end: one pass over
+ * the block's output fewer). The float formats' batch norms and fp16/bf16 residual adds write
+ * their ReLU too, and a ReLU with two consumers makes its gradient from theirs in one pass
+ * (sum_gated), all with the separate ops' bits. */
 static void fx_fuse_conv_relu(fx_model *m)
 {
     if (fx_fusion_off()) return;
@@ -1192,7 +1194,8 @@ static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
         tensor_free(dxf);
         return rc;
     }
-    case FX_L_RELU: /* fused: x (the conv's output) was never written; relu(x) > 0 iff x > 0 */
+    case FX_L_RELU: /* fused: x (the conv's, batch norm's or add's output) was not written;
+                     * relu(x) > 0 iff x > 0 */
         return dx ? tensor_relu_backward(dx, dy, l->fused_relu ? l->out[ctx] : x) : FX_OK;
     case FX_L_MAXPOOL: /* its argmax is written by the forward pass above and nothing else */
         return dx ? fx_maxpool2d_backward_own(dx, dy, l->argmax) : FX_OK;

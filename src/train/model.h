@@ -80,17 +80,20 @@ typedef struct fx_layer {
     int dx_owned[2];
     tensor_t *dy_sum;
     int consumers;
-    /* conv + ReLU fused (float formats): on the CONV layer, its forward writes relu(conv + b)
-     * into the next (RELU) layer's output with tensor_conv2d_bias_relu; on that RELU layer, the
-     * forward is already done and the backward masks by its own output (x > 0 exactly where
-     * relu(x) > 0). The conv layer's own output is then never written. */
+    /* a layer and the ReLU after it fused (float formats): on the CONV layer, its forward writes
+     * relu(conv + b) into the next (RELU) layer's output with tensor_conv2d_bias_relu; a BN
+     * layer likewise with fx_batchnorm_relu, and an fp16/bf16 ADD layer with
+     * fx_half_add_relu; on that RELU layer, the forward is already done and the backward masks
+     * by its own output (x > 0 exactly where relu(x) > 0). The conv layer has no output of its
+     * own; the BN's and ADD's exist for the route that does not take the pair, and are not
+     * written otherwise. */
     int fused_relu;
     /* add + ReLU in one pass (shared-exponent formats): on a CONV or LINEAR layer with a
      * bias, its forward writes its output u = conv + b, and on an ADD layer u = x0 + x1, and
      * the next (RELU) layer's output relu(u) with fx_shared_add_relu, the same two writes
      * tensor_add and tensor_relu make (each with its own Autoflex state) in one pass over the
-     * data; on that RELU layer, the forward is already done. Both outputs exist and the
-     * backward is unchanged. */
+     * data; on that RELU layer, the forward is already done. Both outputs exist and are
+     * written (the ReLU's gradient may still be made with its sum, sum_gated). */
     int shared_relu;
     /* on a RELU layer whose output feeds two layers: its input gradient is made from their
      * two gradients in one pass (fp16/bf16: fx_half_gated_add, without dy_sum;
