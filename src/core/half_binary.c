@@ -59,18 +59,11 @@ static void fx_hb_finish(const fx_hb_epilogue *ep, const uint16_t *restrict h,
 {
     const uint16_t inf = ep->inf, qnan = ep->qnan;
     if (ep->kind == FX_HB_RELU) {
-        for (int64_t i = 0; i < n; i++) {
-            const uint16_t mag = (uint16_t)(h[i] & 0x7FFFu);
-            const uint16_t keep = (uint16_t)-(uint16_t)((h[i] != 0 && h[i] <= inf) | (mag > inf));
-            out[i] = (uint16_t)(fx_half_canonical_c(h[i], inf, qnan) & keep);
-        }
+        for (int64_t i = 0; i < n; i++) out[i] = fx_half_relu_c(h[i], inf, qnan);
         return;
     }
     const uint16_t *restrict g = ep->gate + at;
-    for (int64_t i = 0; i < n; i++) {
-        const uint16_t keep = (uint16_t)-(uint16_t)(g[i] != 0 && g[i] <= inf);
-        out[i] = (uint16_t)(fx_half_canonical_c(h[i], inf, qnan) & keep);
-    }
+    for (int64_t i = 0; i < n; i++) out[i] = fx_half_gated_c(h[i], g[i], inf, qnan);
 }
 
 /* narrow x into out[at, at + n), through the epilogue (plain: straight) */

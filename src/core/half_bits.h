@@ -35,5 +35,22 @@ static inline int fx_half_positive(fmt_t f, uint16_t h) { return h != 0 && h <= 
 
 static inline int fx_half_isnan(fmt_t f, uint16_t h) { return (uint16_t)(h & 0x7FFFu) > fx_half_inf(f); }
 
+/* relu(h), tensor_relu's rule on the bits (the fp32 route's x > 0 ? x : +0 with NaN kept):
+ * h canonical where it is positive or NaN, else +0. Masks, for loops that vectorise. */
+static inline uint16_t fx_half_relu_c(uint16_t h, uint16_t inf, uint16_t qnan)
+{
+    const uint16_t mag = (uint16_t)(h & 0x7FFFu);
+    const uint16_t keep = (uint16_t)-(uint16_t)((h != 0 && h <= inf) | (mag > inf));
+    return (uint16_t)(fx_half_canonical_c(h, inf, qnan) & keep);
+}
+
+/* The ReLU gradient's selection, tensor_relu_backward's rule on the bits: g canonical where the
+ * ReLU's input x is positive (sign clear, nonzero, not NaN), else +0. */
+static inline uint16_t fx_half_gated_c(uint16_t g, uint16_t x, uint16_t inf, uint16_t qnan)
+{
+    const uint16_t keep = (uint16_t)-(uint16_t)(x != 0 && x <= inf);
+    return (uint16_t)(fx_half_canonical_c(g, inf, qnan) & keep);
+}
+
 
 #endif

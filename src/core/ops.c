@@ -197,11 +197,7 @@ static int fx_relu_half(tensor_t *out, const tensor_t *a, const char *func)
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
-    for (int64_t i = 0; i < n; i++) { /* kept: x > 0 or NaN (sign clear and nonzero, or NaN) */
-        const uint16_t mag = (uint16_t)(h[i] & 0x7FFFu);
-        const uint16_t keep = (uint16_t)-(uint16_t)((h[i] != 0 && h[i] <= inf) | (mag > inf));
-        v[i] = (uint16_t)(fx_half_canonical_c(h[i], inf, qnan) & keep);
-    }
+    for (int64_t i = 0; i < n; i++) v[i] = fx_half_relu_c(h[i], inf, qnan);
     rc = fx_write_half_bits(out, v, func);
     fx_scratch_free(&s);
     return rc;

@@ -114,10 +114,7 @@ static void nn_relu_backward_half_1pass(uint16_t *restrict v, const uint16_t *re
                                         const uint16_t *restrict h, int64_t lo, int64_t hi,
                                         uint16_t inf, uint16_t qnan)
 {
-    for (int64_t i = lo; i < hi; i++) {
-        const uint16_t keep = (uint16_t)-(uint16_t)(h[i] != 0 && h[i] <= inf);
-        v[i] = (uint16_t)(fx_half_canonical_c(g[i], inf, qnan) & keep);
-    }
+    for (int64_t i = lo; i < hi; i++) v[i] = fx_half_gated_c(g[i], h[i], inf, qnan);
 }
 
 static int nn_relu_backward_half(tensor_t *dx, const tensor_t *dy, const tensor_t *x, int64_t n,

@@ -1166,6 +1166,14 @@ static int fx_bias_grad_nchw(const fx_model *m, const tensor_t *dy, tensor_t *db
     return rc;
 }
 
+/* What a ReLU layer's gradient is gated by: its input, or where the layer before it was fused
+ * with it and did not write that input (the conv's, batch norm's or add's output), its own
+ * output (relu(x) > 0 exactly where x > 0). */
+static const tensor_t *fx_relu_gate(fx_model *m, const fx_layer *l, int ctx)
+{
+    return l->fused_relu ? l->out[ctx] : fx_input_of(m, l, 0, ctx);
+}
+
 static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
 {
     int ctx = FX_CTX_TRAIN;
@@ -1194,9 +1202,7 @@ static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
         tensor_free(dxf);
         return rc;
     }
-    case FX_L_RELU: /* fused: x (the conv's, batch norm's or add's output) was not written;
-                     * relu(x) > 0 iff x > 0 */
-        return dx ? tensor_relu_backward(dx, dy, l->fused_relu ? l->out[ctx] : x) : FX_OK;
+    case FX_L_RELU: return dx ? tensor_relu_backward(dx, dy, fx_relu_gate(m, l, ctx)) : FX_OK;
     case FX_L_MAXPOOL: /* its argmax is written by the forward pass above and nothing else */
         return dx ? fx_maxpool2d_backward_own(dx, dy, l->argmax) : FX_OK;
     case FX_L_GAP: return dx ? tensor_global_avgpool_backward(dx, dy) : FX_OK;
@@ -1256,6 +1262,18 @@ static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
     return FX_FAIL(FX_EINVAL, "unknown layer kind %d", (int)l->kind);
 }
 
+/* The gradients w.r.t. layer i's output that its consumers wrote (at most two, in layer
+ * order, the order their sum takes): their count, into found[]. */
+static int fx_consumer_grads(const fx_model *m, int i, const tensor_t *found[2])
+{
+    int nf = 0;
+    found[0] = found[1] = NULL;
+    for (int k = i + 1; k < m->nlayers && nf < 2; k++)
+        for (int j = 0; j < m->layers[k].nin; j++)
+            if (m->layers[k].in[j] == i && nf < 2) found[nf++] = m->layers[k].dx[j];
+    return nf;
+}
+
 /* Gradient of layer i's output: from its single consumer, or the sum over two consumers. */
 static int fx_output_grad(fx_model *m, int i, const tensor_t *dlogits, const tensor_t **dy)
 {
@@ -1263,11 +1281,8 @@ static int fx_output_grad(fx_model *m, int i, const tensor_t *dlogits, const ten
         *dy = dlogits;
         return FX_OK;
     }
-    const tensor_t *found[2] = {NULL, NULL};
-    int nf = 0;
-    for (int k = i + 1; k < m->nlayers && nf < 2; k++)
-        for (int j = 0; j < m->layers[k].nin; j++)
-            if (m->layers[k].in[j] == i && nf < 2) found[nf++] = m->layers[k].dx[j];
+    const tensor_t *found[2];
+    const int nf = fx_consumer_grads(m, i, found);
     if (nf == 1) {
         *dy = found[0];
         return FX_OK;
@@ -1281,23 +1296,19 @@ static int fx_output_grad(fx_model *m, int i, const tensor_t *dlogits, const ten
 }
 
 /* A ReLU layer whose output feeds two layers: its input gradient made from the two output
- * gradients in one pass, gated by the ReLU's input, or its output where the layer before wrote
- * it (x > 0 exactly where relu(x) > 0). fp16/bf16: without the sum (fx_half_gated_add: the sum
- * into dy_sum and the ReLU's backward give these bits); FLEX16_5/DFP16: the sum's write into
- * dy_sum and the gradient's, both kept (fx_shared_add_gated). Returns FX_HALF_BINARY_NOT_TAKEN
- * where the pair is not of that form, with nothing written. */
+ * gradients in one pass, gated as fx_layer_backward gates it (fx_relu_gate). fp16/bf16:
+ * without the sum (fx_half_gated_add: the sum into dy_sum and the ReLU's backward give these
+ * bits); FLEX16_5/DFP16: the sum's write into dy_sum and the gradient's, both kept
+ * (fx_shared_add_gated). Returns FX_HALF_BINARY_NOT_TAKEN where the pair is not of that form,
+ * with nothing written. */
 static int fx_relu_backward_of_sum(fx_model *m, int i)
 {
     fx_layer *l = &m->layers[i];
     if (!l->sum_gated || !l->dx[0] || i == m->nlayers - 1) return FX_HALF_BINARY_NOT_TAKEN;
-    const tensor_t *found[2] = {NULL, NULL};
-    int nf = 0;
-    for (int k = i + 1; k < m->nlayers && nf < 2; k++)
-        for (int j = 0; j < m->layers[k].nin; j++)
-            if (m->layers[k].in[j] == i && nf < 2) found[nf++] = m->layers[k].dx[j];
-    if (nf != 2 || !found[0] || !found[1]) return FX_HALF_BINARY_NOT_TAKEN;
-    const tensor_t *gate = l->fused_relu ? l->out[FX_CTX_TRAIN]
-                                         : fx_input_of(m, l, 0, FX_CTX_TRAIN);
+    const tensor_t *found[2];
+    if (fx_consumer_grads(m, i, found) != 2 || !found[0] || !found[1])
+        return FX_HALF_BINARY_NOT_TAKEN;
+    const tensor_t *gate = fx_relu_gate(m, l, FX_CTX_TRAIN);
     /* shared-exponent formats: the sum's write and the gradient's, each with its own Autoflex
      * state, in one pass (fx_shared_add_gated) */
     if (fmt_is_shared_exponent((fmt_t)l->fa)) {
