@@ -57,6 +57,59 @@ static int same_max(fx_bn_max a, fx_bn_max b)
     return memcmp(&a.max, &b.max, sizeof a.max) == 0 && a.nonfinite == b.nonfinite;
 }
 
+/* What a level's normalize_half or backward_half must write for the fp32 row q (normalize's
+ * or backward's, rounded to odd): the ReLU (relu set: x > 0 or NaN kept, else +0) and then the
+ * half format's scalar definition. */
+static void half_ref(const float *q, int64_t n, int half, int relu, uint16_t *out)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float v = relu && !(q[i] > 0.0f || q[i] != q[i]) ? 0.0f : q[i];
+        out[i] = half == FX_BN_OUT_BF16 ? fx_f32_to_bf16(v) : fx_f32_to_fp16(v);
+    }
+}
+
+/* A level's half-output kernels (where it has them) against half_ref of the portable fp32
+ * rows, for both half formats and, forward, with and without the ReLU: the same bits, and
+ * nothing written past the row (a guard element after it). nx and ng are the sources as the
+ * level reads them, xf and gf the portable kernels' (fp32 copies, or the same sources). */
+static void check_half(const fx_bn_kernels *k, const char *what, const fx_bn_src *nx,
+                       const fx_bn_src *ng, const fx_bn_src *xf, const fx_bn_src *gf,
+                       int64_t o, int64_t S, double mu, double a, double b, double is,
+                       double kk, double mdy, double mdyx)
+{
+    if (!k->normalize_half || !k->backward_half) return;
+    float *q = malloc(sizeof(float) * (size_t)(S + 1));
+    uint16_t *want = malloc(sizeof(uint16_t) * (size_t)(S + 1));
+    uint16_t *got = malloc(sizeof(uint16_t) * (size_t)(S + 1));
+    if (!q || !want || !got) {
+        CHECK(0, "out of memory");
+        goto done;
+    }
+    for (int half = FX_BN_OUT_FP16; half <= FX_BN_OUT_BF16; half++) {
+        const char *hn = half == FX_BN_OUT_BF16 ? "bf16" : "fp16";
+        fx_bn_kernels_portable.normalize(xf, o, q, S, mu, a, b, 1, NULL);
+        for (int relu = 0; relu < 2; relu++) {
+            half_ref(q, S, half, relu, want);
+            got[S] = 0xA5A5;
+            k->normalize_half(nx, o, got, S, mu, a, b, half, relu);
+            CHECK(memcmp(want, got, sizeof(uint16_t) * (size_t)S) == 0 && got[S] == 0xA5A5,
+                  "%s: normalize_half to %s, relu %d, S=%lld: bits differ from the fp32 row's",
+                  what, hn, relu, (long long)S);
+        }
+        fx_bn_kernels_portable.backward(xf, gf, o, q, S, mu, is, kk, mdy, mdyx, 1, NULL);
+        half_ref(q, S, half, 0, want);
+        got[S] = 0xA5A5;
+        k->backward_half(nx, ng, o, got, S, mu, is, kk, mdy, mdyx, half);
+        CHECK(memcmp(want, got, sizeof(uint16_t) * (size_t)S) == 0 && got[S] == 0xA5A5,
+              "%s: backward_half to %s, S=%lld: bits differ from the fp32 row's", what, hn,
+              (long long)S);
+    }
+done:
+    free(q);
+    free(want);
+    free(got);
+}
+
 /* a value of a data kind: 0 normal, 1 normal around a large mean, 2 specials sprinkled in
  * (Inf and NaN only where nonfinite is set: in one channel, so that the others stay finite) */
 static float value(test_rng *r, int kind, int nonfinite)
@@ -118,6 +171,13 @@ static void rounding_edges(const fx_bn_kernels *k, const char *level)
                     CHECK(same_max(m0, m1) && same_max(m0, scan(q0, len - 1)),
                           "%s backward edges a=%g b=%g odd %d len %lld: statistics", level, a, b,
                           odd, (long long)len);
+                    if (odd) {
+                        char what[96];
+                        snprintf(what, sizeof what, "%s edges a=%g b=%g len %lld", level, a, b,
+                                 (long long)len);
+                        check_half(k, what, &x0, &x1, &x0, &x1, 0, len - 1, 0.5, a, b, a,
+                                   b + 1.0, 0.125, a);
+                    }
                 }
     /* Each value alone, in rows of five copies (four through the vector loop, one tail): a row
      * above holds zeros and NaN, so a level that takes a fast route only where every result of
@@ -143,6 +203,13 @@ static void rounding_edges(const fx_bn_kernels *k, const char *level)
                     CHECK(same_floats(r0, r1, 5) && same_max(m0, m1),
                           "%s backward of %a alone, k=%a odd %d: %a against %a", level,
                           (double)xs[i], a, odd, (double)r1[0], (double)r0[0]);
+                    if (odd) {
+                        char what[96];
+                        snprintf(what, sizeof what, "%s %a alone, a=%a b=%g", level,
+                                 (double)xs[i], a, b);
+                        check_half(k, what, &x0, &x0, &x0, &x0, 0, 5, 0.0, a, b, 1.0, a, 0.0,
+                                   0.0);
+                    }
                 }
     }
 }
@@ -312,6 +379,13 @@ static void compare_kinds(const fx_bn_kernels *k, const char *level, const fx_bn
                             NULL);
                 CHECK(same_floats(q0, q1, d->S), "%s backward of %s and %s without statistics",
                       level, nx, ng);
+                if (odd) {
+                    char what[128];
+                    snprintf(what, sizeof what, "%s %s and %s, N=%lld C=%lld data %d row %lld",
+                             level, nx, ng, (long long)d->N, (long long)d->C, data, (long long)nn);
+                    check_half(k, what, &X->src, &G->src, &xf, &gf, o, d->S, m0[0],
+                               is[0] * 1.5, 0.25, is[0], 0.7, a0[0] / 3, b0[0] / 3);
+                }
             }
     }
     free(q0);

@@ -15,37 +15,24 @@
  * for fp32 -> bf16 instead (src/cpu/avx512.c). */
 #include "../core/backend.h"
 #include "bf16_kernels.h"
+#include "bf16_round_avx512.h"
 
 #include <immintrin.h>
 
 static inline __mmask16 fx_tail_mask16(int64_t r) { return (__mmask16)((1u << r) - 1u); }
 
-static inline __m256i fx_bf16_round16(__m512i u)
-{
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
-    __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
-    __mmask16 is_nan = _mm512_cmpgt_epi32_mask(mag, _mm512_set1_epi32(0x7F800000));
-    __m512i canon = _mm512_or_si512(
-        _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)),
-        _mm512_set1_epi32(0x7FC0));
-    r = _mm512_mask_mov_epi32(r, is_nan, canon);
-    return _mm512_cvtepi32_epi16(r);
-}
-
 static void fx_f32_to_bf16_cached(const float *src, uint16_t *dst, int64_t n)
 {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        __m256i h0 = fx_bf16_round16(_mm512_loadu_si512(src + i));
-        __m256i h1 = fx_bf16_round16(_mm512_loadu_si512(src + i + 16));
+        __m256i h0 = fx_bf16_round16_bits(_mm512_loadu_si512(src + i));
+        __m256i h1 = fx_bf16_round16_bits(_mm512_loadu_si512(src + i + 16));
         _mm256_storeu_si256((__m256i *)(dst + i), h0);
         _mm256_storeu_si256((__m256i *)(dst + i + 16), h1);
     }
     for (; i < n; i += 16) {
         __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : fx_tail_mask16(n - i);
-        __m256i h = fx_bf16_round16(_mm512_maskz_loadu_epi32(k, src + i));
+        __m256i h = fx_bf16_round16_bits(_mm512_maskz_loadu_epi32(k, src + i));
         _mm256_mask_storeu_epi16(dst + i, k, h);
     }
 }
@@ -53,8 +40,8 @@ static void fx_f32_to_bf16_cached(const float *src, uint16_t *dst, int64_t n)
 /* one streaming step: 32 elements, one 64-byte store */
 static inline void fx_f32_to_bf16_stream32(const float *src, uint16_t *dst)
 {
-    __m256i h0 = fx_bf16_round16(_mm512_loadu_si512(src));
-    __m256i h1 = fx_bf16_round16(_mm512_loadu_si512(src + 16));
+    __m256i h0 = fx_bf16_round16_bits(_mm512_loadu_si512(src));
+    __m256i h1 = fx_bf16_round16_bits(_mm512_loadu_si512(src + 16));
     _mm512_stream_si512((void *)dst, _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
 }
 

@@ -12,21 +12,11 @@
  * masked move on every block and a tail is one masked step. */
 #include "../core/backend.h"
 #include "fp16_kernels.h"
+#include "fp16_round_avx512.h"
 
 #include <immintrin.h>
 
 static inline __mmask16 fx_tail_mask16(int64_t r) { return (__mmask16)((1u << r) - 1u); }
-
-/* vcvtps2ph on 16 lanes, NaN lanes rewritten to sign | 0x7E00. */
-static inline __m256i fx_f32_to_fp16_16(__m512 x)
-{
-    __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF));
-    __mmask16 is_nan = _mm256_cmpgt_epi16_mask(mag, _mm256_set1_epi16(0x7C00));
-    __m256i canon = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16((short)0x8000)),
-                                    _mm256_set1_epi16(0x7E00));
-    return _mm256_mask_mov_epi16(h, is_nan, canon);
-}
 
 static void fx_f32_to_fp16_cached(const float *src, uint16_t *dst, int64_t n)
 {

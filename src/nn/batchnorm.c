@@ -198,7 +198,9 @@ static void nn_bn_sum_range_i16_portable(const int16_t *m, const nn_bn_dims *d, 
 
 const fx_bn_kernels fx_bn_kernels_portable = {
     nn_bn_stats_portable,    nn_bn_grad_sums_portable, nn_bn_normalize_portable,
-    nn_bn_backward_portable, nn_bn_var_portable,       nn_bn_sum_range_i16_portable};
+    nn_bn_backward_portable, nn_bn_var_portable,       nn_bn_sum_range_i16_portable,
+    NULL, /* fp16/bf16 outputs go through an fp32 row: the definition's route */
+    NULL};
 
 /* Test switches (fx_bn_relu_set_enabled, fx_bn_set_in_place) and the fused calls' count: read
  * by every call, so relaxed atomics. */
@@ -300,6 +302,12 @@ static nn_bn_half_fn nn_bn_half_out(const tensor_t *out)
     if (out->st->dist && out->st->dist_mode == FX_DIST_SUM) return NULL;
     const fx_backend *be = fx_backend_active();
     return out->fmt == FMT_FP16 ? be->cvt.f32_to_fp16 : be->cvt.f32_to_bf16;
+}
+
+/* the kernels' name for an fp16/bf16 output's format (normalize_half, backward_half) */
+static int nn_bn_half_kind(const tensor_t *out)
+{
+    return out->fmt == FMT_BF16 ? FX_BN_OUT_BF16 : FX_BN_OUT_FP16;
 }
 
 /* Where the route that is not `direct` writes out: *half (nn_bn_half_out) with *hbuf, S floats
@@ -532,6 +540,11 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
             }
             for (int64_t n = 0; n < d.N; n++) {
                 const int64_t o = (n * C + c) * S;
+                if (half && k->normalize_half) { /* the same bits, rounded in registers */
+                    k->normalize_half(&xs, o, (uint16_t *)fx_tensor_base(y) + o, S, mu, a, b,
+                                      nn_bn_half_kind(y), relu);
+                    continue;
+                }
                 float *q = half ? hbuf + g * S : yv + o;
                 k->normalize(&xs, o, q, S, mu, a, b, odd, mx);
                 if (relu) nn_relu_f32_inplace(q, S);
@@ -688,6 +701,11 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
             }
             for (int64_t n = 0; n < d.N; n++) {
                 const int64_t o = (n * C + c) * S;
+                if (half && kn->backward_half) { /* the same bits, rounded in registers */
+                    kn->backward_half(&xs, &gys, o, (uint16_t *)fx_tensor_base(dx) + o, S, mu[j],
+                                      is[j], k, mdy, mdyx, nn_bn_half_kind(dx));
+                    continue;
+                }
                 float *q = half ? hbuf + g * S : dxv + o;
                 kn->backward(&xs, &gys, o, q, S, mu[j], is[j], k, mdy, mdyx, odd, mx);
                 if (half) half(q, (uint16_t *)fx_tensor_base(dx) + o, S);

@@ -461,4 +461,6 @@ static void bn_backward_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off
 
 const fx_bn_kernels fx_bn_kernels_avx2 = {bn_stats_avx2,  bn_grad_sums_avx2,
                                           bn_normalize_avx2, bn_backward_avx2,
-                                          bn_var_avx2,    bn_sum_range_i16_avx2};
+                                          bn_var_avx2,    bn_sum_range_i16_avx2,
+                                          NULL, /* fp16/bf16 outputs through an fp32 row */
+                                          NULL};

@@ -10,6 +10,8 @@
  * (to nearest or to odd) and whether statistics are kept, so that none of them is a branch in
  * the loop: with the rounding and the statistics tested per vector the loop ran at a third of
  * the speed of its fp32 instance. */
+#include "../bf16/bf16_round_avx512.h"
+#include "../fp16/fp16_round_avx512.h"
 #include "bn_kernels.h"
 #include "nn_stage.h"
 
@@ -462,6 +464,154 @@ static void bn_backward_avx512(const fx_bn_src *x, const fx_bn_src *g, int64_t o
     fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx);
 }
 
-const fx_bn_kernels fx_bn_kernels_avx512 = {bn_stats_avx512,     bn_grad_sums_avx512,
-                                            bn_normalize_avx512, bn_backward_avx512,
-                                            bn_var_avx512,       bn_sum_range_i16_avx512};
+/* The fp16/bf16 outputs in registers (bn_kernels.h: normalize_half, backward_half): sixteen
+ * elements a step as two halves of eight doubles, each rounded to odd into fp32 as normalize
+ * rounds them, then the ReLU (relu: x > 0 or NaN kept, else +0, tensor_relu's rule) and the
+ * half format's rounding by its definition. The last step loads and stores under masks, so
+ * nothing outside the row is touched; its lanes compute the same operations as the scalar
+ * tails of normalize and backward, hence the same bits. */
+static inline __attribute__((always_inline)) void half_masks(int64_t left, __mmask8 *lo,
+                                                             __mmask8 *hi, __mmask16 *all)
+{
+    *lo = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1u);
+    *hi = left >= 16 ? (__mmask8)0xFF : left > 8 ? (__mmask8)((1u << (left - 8)) - 1u) : 0;
+    *all = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+static inline __attribute__((always_inline)) __m256i half_of(__m256 lo, __m256 hi, const int H,
+                                                             const int RELU)
+{
+    __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+    if (RELU) /* not (v <= 0): v > 0 or NaN */
+        v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NLE_UQ), v);
+    if (H == FX_BN_OUT_BF16) return fx_bf16_round16_bits(_mm512_castps_si512(v));
+    return fx_f32_to_fp16_16(v);
+}
+
+static inline __attribute__((always_inline)) void normalize_half_k(
+    const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S, double mu, double a, double b,
+    const int K, const int H, const int RELU)
+{
+    const __m512d vmu = _mm512_set1_pd(mu), va = _mm512_set1_pd(a), vb = _mm512_set1_pd(b);
+    for (int64_t s = 0; s < S; s += 16) {
+        __m512d t0, t1;
+        __mmask8 m0, m1;
+        __mmask16 m;
+        half_masks(S - s, &m0, &m1, &m);
+        if (m == 0xFFFF) {
+            t0 = ld8(x, off + s, K);
+            t1 = ld8(x, off + s + 8, K);
+        } else {
+            t0 = ld8_mask(x, off + s, m0, K);
+            t1 = ld8_mask(x, off + s + 8, m1, K);
+        }
+        t0 = _mm512_add_pd(_mm512_mul_pd(_mm512_sub_pd(t0, vmu), va), vb);
+        t1 = _mm512_add_pd(_mm512_mul_pd(_mm512_sub_pd(t1, vmu), va), vb);
+        const __m256i h = half_of(to_f32(t0, 1), to_f32(t1, 1), H, RELU);
+        if (m == 0xFFFF)
+            _mm256_storeu_si256((__m256i *)(out + s), h);
+        else
+            _mm256_mask_storeu_epi16(out + s, m, h);
+    }
+}
+
+static void bn_normalize_half_avx512(const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S,
+                                     double mu, double a, double b, int half, int relu)
+{
+    const fx_bn_src xe = fx_bn_exact_kind(x);
+#define FX_BN_NH(K, H, R) normalize_half_k(&xe, off, out, S, mu, a, b, (K), (H), (R))
+#define FX_BN_NH_KIND(K)                                                                       \
+    if (half == FX_BN_OUT_BF16) {                                                              \
+        if (relu) FX_BN_NH(K, FX_BN_OUT_BF16, 1);                                              \
+        else FX_BN_NH(K, FX_BN_OUT_BF16, 0);                                                   \
+    } else {                                                                                   \
+        if (relu) FX_BN_NH(K, FX_BN_OUT_FP16, 1);                                              \
+        else FX_BN_NH(K, FX_BN_OUT_FP16, 0);                                                   \
+    }
+    switch (xe.kind) {
+    case FX_BN_I16_EXACT: FX_BN_NH_KIND(FX_BN_I16_EXACT); break;
+    case FX_BN_BF16: FX_BN_NH_KIND(FX_BN_BF16); break;
+    case FX_BN_F32: FX_BN_NH_KIND(FX_BN_F32); break;
+    default: { /* other mantissa sources: the portable kernel through a row of 16 */
+        float q[16];
+        const fx_backend *be = fx_backend_active();
+        for (int64_t s = 0; s < S; s += 16) {
+            const int64_t w = S - s < 16 ? S - s : 16;
+            fx_bn_kernels_portable.normalize(x, off + s, q, w, mu, a, b, 1, NULL);
+            if (relu)
+                for (int64_t i = 0; i < w; i++) q[i] = q[i] > 0.0f || q[i] != q[i] ? q[i] : 0.0f;
+            (half == FX_BN_OUT_BF16 ? be->cvt.f32_to_bf16 : be->cvt.f32_to_fp16)(q, out + s, w);
+        }
+        break;
+    }
+    }
+#undef FX_BN_NH_KIND
+#undef FX_BN_NH
+}
+
+static inline __attribute__((always_inline)) void backward_half_k(
+    const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, double mu,
+    double is, double k, double mdy, double mdyx, const int KX, const int KG, const int H)
+{
+    const __m512d vmu = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is), vk = _mm512_set1_pd(k);
+    const __m512d vmdy = _mm512_set1_pd(mdy), vmdyx = _mm512_set1_pd(mdyx);
+    for (int64_t s = 0; s < S; s += 16) {
+        __m512d x0, x1, g0, g1;
+        __mmask8 m0, m1;
+        __mmask16 m;
+        half_masks(S - s, &m0, &m1, &m);
+        if (m == 0xFFFF) {
+            x0 = ld8(x, off + s, KX);
+            x1 = ld8(x, off + s + 8, KX);
+            g0 = ld8(g, off + s, KG);
+            g1 = ld8(g, off + s + 8, KG);
+        } else {
+            x0 = ld8_mask(x, off + s, m0, KX);
+            x1 = ld8_mask(x, off + s + 8, m1, KX);
+            g0 = ld8_mask(g, off + s, m0, KG);
+            g1 = ld8_mask(g, off + s + 8, m1, KG);
+        }
+        const __m512d h0 = _mm512_mul_pd(_mm512_sub_pd(x0, vmu), vis);
+        const __m512d h1 = _mm512_mul_pd(_mm512_sub_pd(x1, vmu), vis);
+        const __m512d t0 = _mm512_sub_pd(_mm512_sub_pd(g0, vmdy), _mm512_mul_pd(h0, vmdyx));
+        const __m512d t1 = _mm512_sub_pd(_mm512_sub_pd(g1, vmdy), _mm512_mul_pd(h1, vmdyx));
+        const __m256i h = half_of(to_f32(_mm512_mul_pd(vk, t0), 1),
+                                  to_f32(_mm512_mul_pd(vk, t1), 1), H, 0);
+        if (m == 0xFFFF)
+            _mm256_storeu_si256((__m256i *)(out + s), h);
+        else
+            _mm256_mask_storeu_epi16(out + s, m, h);
+    }
+}
+
+static void bn_backward_half_avx512(const fx_bn_src *x, const fx_bn_src *g, int64_t off,
+                                    uint16_t *out, int64_t S, double mu, double is, double k,
+                                    double mdy, double mdyx, int half)
+{
+    const fx_bn_src xe = fx_bn_exact_kind(x), ge = fx_bn_exact_kind(g);
+#define FX_BN_BH_CASE(KX, KG)                                                                  \
+    if (xe.kind == (KX) && ge.kind == (KG)) {                                                  \
+        if (half == FX_BN_OUT_BF16)                                                            \
+            backward_half_k(&xe, &ge, off, out, S, mu, is, k, mdy, mdyx, (KX), (KG),           \
+                            FX_BN_OUT_BF16);                                                   \
+        else                                                                                   \
+            backward_half_k(&xe, &ge, off, out, S, mu, is, k, mdy, mdyx, (KX), (KG),           \
+                            FX_BN_OUT_FP16);                                                   \
+        return;                                                                                \
+    }
+    FX_BN_KIND_PAIRS_OF(FX_BN_BH_CASE, FX_BN_I16_EXACT)
+#undef FX_BN_BH_CASE
+    /* other mantissa sources: the portable kernel through a row of 16 */
+    float q[16];
+    const fx_backend *be = fx_backend_active();
+    for (int64_t s = 0; s < S; s += 16) {
+        const int64_t w = S - s < 16 ? S - s : 16;
+        fx_bn_kernels_portable.backward(x, g, off + s, q, w, mu, is, k, mdy, mdyx, 1, NULL);
+        (half == FX_BN_OUT_BF16 ? be->cvt.f32_to_bf16 : be->cvt.f32_to_fp16)(q, out + s, w);
+    }
+}
+
+const fx_bn_kernels fx_bn_kernels_avx512 = {
+    bn_stats_avx512,         bn_grad_sums_avx512, bn_normalize_avx512,
+    bn_backward_avx512,      bn_var_avx512,       bn_sum_range_i16_avx512,
+    bn_normalize_half_avx512, bn_backward_half_avx512};
