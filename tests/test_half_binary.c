@@ -7,7 +7,9 @@
  * the same values through the dispatcher. The fused forms (fx_half_add_relu: tensor_add then
  * tensor_relu; fx_half_gated_add: tensor_add then tensor_relu_backward with the gate as x)
  * against the two ops they replace, bit for bit on the same random patterns, per channel too
- * for the first, at 1 and 2 threads, and the shapes they decline (nothing written). */
+ * for the first, at 1 and 2 threads, and the shapes they decline (nothing written). All of it
+ * on every backend the CPU runs: the chunk route, and where a level has one, its one-pass add
+ * (fx_backend.half_add). */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
@@ -169,7 +171,8 @@ static void check_fused(fmt_t f, const int64_t *shape, int per_channel, int thre
     tensor_free(got);
 }
 
-int main(void)
+/* everything below on one backend */
+static void check_backend(void)
 {
     check_nan_pairs();
     {
@@ -262,5 +265,19 @@ int main(void)
         tensor_free(o);
         tensor_free(bc);
     }
+}
+
+/* on every backend: the portable chunk route, and the levels' one-pass adds where they have
+ * them (AVX-512: fx_half_add_avx512) */
+int main(void)
+{
+    int levels = 0;
+    for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
+        if (!flexpoint_backend_available(bi)) continue;
+        CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
+        check_backend();
+        levels++;
+    }
+    CHECK(levels >= 1, "no backend ran");
     return test_finish("test_half_binary");
 }

@@ -317,6 +317,12 @@ typedef struct fx_conv_kernels {
                      int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
 } fx_conv_kernels;
 
+/* out[i] = a[i] + b[i] for i < n, fp16 or bf16 (f), with the epilogue kind (FX_HALF_ADD_*,
+ * half_binary.h): the bits of half_binary.c's chunk route (widen, fp32 add, narrow, epilogue) in
+ * one pass. gate: the ReLU inputs for FX_HALF_ADD_GATE, else unused. */
+typedef void (*fx_half_add_fn)(fmt_t f, int kind, const uint16_t *a, const uint16_t *b,
+                               const uint16_t *gate, uint16_t *out, int64_t n);
+
 typedef struct fx_backend {
     const char *name;
     int available;
@@ -332,6 +338,7 @@ typedef struct fx_backend {
     fx_gemm_tuning gemm; /* what the GEMM kernels take pre-packed, and their tile sizes */
     fx_conv_kernels conv; /* the convolution's panel builders and fused epilogue */
     const struct fx_bn_kernels *bn; /* batch norm's kernels; NULL: the portable ones */
+    fx_half_add_fn half_add;        /* NULL: half_binary.c's chunk route */
 } fx_backend;
 
 enum { FX_BACKEND_SCALAR = 0, FX_BACKEND_AVX2 = 1, FX_BACKEND_AVX512 = 2, FX_BACKEND_COUNT = 3 };

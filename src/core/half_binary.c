@@ -46,7 +46,11 @@ static inline void fx_hb_apply_scalar(fx_op op, float *restrict x, float y, int6
  * tensor_relu on fp16/bf16 bits (fx_relu_half: kept where positive or NaN, canonical, else +0);
  * or the ReLU gradient's selection of tensor_relu_backward (kept, canonical, where the gate's
  * pattern is positive, else +0), the gate advancing with out. */
-typedef enum { FX_HB_PLAIN, FX_HB_RELU, FX_HB_GATE } fx_hb_kind;
+typedef enum {
+    FX_HB_PLAIN = FX_HALF_ADD_PLAIN,
+    FX_HB_RELU = FX_HALF_ADD_RELU,
+    FX_HB_GATE = FX_HALF_ADD_GATE
+} fx_hb_kind;
 
 typedef struct fx_hb_epilogue {
     fx_hb_kind kind;
@@ -178,6 +182,17 @@ static int fx_half_binary_with(fx_op op, tensor_t *out, const tensor_t *a, const
                     fx_hb_apply(op, x, y, len);
                     fx_hb_store(narrow, x, op16, r * C + i, len, ep);
                 }
+        }
+        return FX_OK;
+    }
+    if (same && op == FX_OP_ADD && be->half_add) { /* the level's one-pass add, the same bits */
+        const uint16_t *gp = ep->kind == FX_HB_GATE ? ep->gate : NULL;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+        for (int64_t u = 0; u < units; u++) {
+            const int64_t lo = u * inner, len = n - lo < inner ? n - lo : inner;
+            be->half_add(f, (int)ep->kind, ap + lo, bp + lo, gp ? gp + lo : NULL, op16 + lo, len);
         }
         return FX_OK;
     }

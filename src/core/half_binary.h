@@ -9,6 +9,14 @@
 /* positive, so that no status (FX_OK or a negative error) is mistaken for it */
 #define FX_HALF_BINARY_NOT_TAKEN 1
 
+/* what a same-shape add does with each rounded sum before it is stored (fx_half_add_fn): nothing,
+ * tensor_relu's rule, or tensor_relu_backward's selection by a gate (the ReLU's input) */
+enum { FX_HALF_ADD_PLAIN = 0, FX_HALF_ADD_RELU = 1, FX_HALF_ADD_GATE = 2 };
+
+/* the AVX-512 level's fx_half_add_fn (half_binary_avx512.c) */
+void fx_half_add_avx512(fmt_t f, int kind, const uint16_t *a, const uint16_t *b,
+                        const uint16_t *gate, uint16_t *out, int64_t n);
+
 /* FX_OK when done (shapes already validated by the caller), FX_HALF_BINARY_NOT_TAKEN when the
  * operands are not of a form handled here (nothing written). */
 int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b);

@@ -4,6 +4,7 @@
  * features (src/core/backend.c); the conditions below test the optional ones (AVX512_VNNI,
  * AVX512_BF16). This file assigns function pointers only and is compiled without ISA flags. */
 #include "core/backend.h"
+#include "core/half_binary.h"
 #include "core/layout_kernels.h"
 #include "bf16/bf16_gemm.h"
 #include "bf16/bf16_kernels.h"
@@ -130,6 +131,8 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->gemm.i16_bwd_fwd_min_c = FX_FLEX_NR_AVX512 / 2;
     /* batch norm: eight-lane element-wise passes, the AVX2 channel sums (the portable bits) */
     b->bn = &fx_bn_kernels_avx512;
+    /* fp16/bf16 same-shape adds (residual adds, gradient sums) in registers */
+    b->half_add = fx_half_add_avx512;
     b->conv.panels_i16 = fx_conv_panels_i16_avx512;
     /* the AVX2 level's rows on demand are not taken over: geometries its panel builder
      * declines keep im2row here, as measured (the driver would take rows on this level too,
