@@ -49,26 +49,43 @@ static inline __attribute__((always_inline)) __mmask16 positive(__m256i h, const
     return _mm256_test_epi16_mask(h, h) & _mm256_cmple_epu16_mask(h, inf);
 }
 
+/* one vector of 16 (m: the live lanes; whole vectors take plain loads and stores) */
+static inline __attribute__((always_inline)) void add16(const uint16_t *a, const uint16_t *b,
+                                                       const uint16_t *gate, uint16_t *out,
+                                                       __mmask16 m, const int FULL, const int BF,
+                                                       const int KIND)
+{
+    const __m256i inf = _mm256_set1_epi16(BF ? 0x7F80 : 0x7C00);
+    const __m256i ha = FULL ? _mm256_loadu_si256((const __m256i *)a) : _mm256_maskz_loadu_epi16(m, a);
+    const __m256i hb = FULL ? _mm256_loadu_si256((const __m256i *)b) : _mm256_maskz_loadu_epi16(m, b);
+    const __m512 r = add_nan_first(widen16(ha, BF), widen16(hb, BF));
+    __m256i h = BF ? fx_bf16_round16_bits(_mm512_castps_si512(r)) : fx_f32_to_fp16_16(r);
+    if (KIND == FX_HALF_ADD_RELU) {
+        const __mmask16 nan =
+            _mm256_cmpgt_epu16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)), inf);
+        h = keep_canonical(h, positive(h, BF) | nan, BF);
+    } else if (KIND == FX_HALF_ADD_GATE) {
+        const __m256i g =
+            FULL ? _mm256_loadu_si256((const __m256i *)gate) : _mm256_maskz_loadu_epi16(m, gate);
+        h = keep_canonical(h, positive(g, BF), BF);
+    }
+    if (FULL)
+        _mm256_storeu_si256((__m256i *)out, h);
+    else
+        _mm256_mask_storeu_epi16(out, m, h);
+}
+
 static inline __attribute__((always_inline)) void add_rows(const uint16_t *a, const uint16_t *b,
                                                           const uint16_t *gate, uint16_t *out,
                                                           int64_t n, const int BF, const int KIND)
 {
-    const __m256i inf = _mm256_set1_epi16(BF ? 0x7F80 : 0x7C00);
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-        const __m256i ha = _mm256_maskz_loadu_epi16(m, a + i);
-        const __m256i hb = _mm256_maskz_loadu_epi16(m, b + i);
-        const __m512 r = add_nan_first(widen16(ha, BF), widen16(hb, BF));
-        __m256i h = BF ? fx_bf16_round16_bits(_mm512_castps_si512(r)) : fx_f32_to_fp16_16(r);
-        if (KIND == FX_HALF_ADD_RELU) {
-            const __mmask16 nan =
-                _mm256_cmpgt_epu16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)), inf);
-            h = keep_canonical(h, positive(h, BF) | nan, BF);
-        } else if (KIND == FX_HALF_ADD_GATE) {
-            h = keep_canonical(h, positive(_mm256_maskz_loadu_epi16(m, gate + i), BF), BF);
-        }
-        _mm256_mask_storeu_epi16(out + i, m, h);
-    }
+    const int G = KIND == FX_HALF_ADD_GATE;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        add16(a + i, b + i, G ? gate + i : NULL, out + i, 0xFFFF, 1, BF, KIND);
+    if (i < n)
+        add16(a + i, b + i, G ? gate + i : NULL, out + i, (__mmask16)((1u << (n - i)) - 1u), 0,
+              BF, KIND);
 }
 
 void fx_half_add_avx512(fmt_t f, int kind, const uint16_t *a, const uint16_t *b,
