@@ -26,7 +26,20 @@ static inline void fx_interleave16_avx512(uint16_t *dst, const uint16_t *r0, con
         _mm512_storeu_si512(dst + 2 * j, _mm512_permutex2var_epi16(x0, lo, x1));
         _mm512_storeu_si512(dst + 2 * j + 32, _mm512_permutex2var_epi16(x0, hi, x1));
     }
-    if (j < n) { /* the last n - j < 32 values under masks (rows of 16 pixels and the like) */
+    if (n - j == 16) { /* rows of 16 pixels: half vectors, no masks */
+        const __m512i x0 = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(r0 + j)));
+        const __m512i x1 = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(r1 + j)));
+        _mm512_storeu_si512(dst + 2 * j, _mm512_permutex2var_epi16(x0, lo, x1));
+        return;
+    }
+    if (n - j == 8) { /* and of 8 */
+        const __m512i x0 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r0 + j)));
+        const __m512i x1 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r1 + j)));
+        _mm256_storeu_si256((__m256i *)(dst + 2 * j),
+                            _mm512_castsi512_si256(_mm512_permutex2var_epi16(x0, lo, x1)));
+        return;
+    }
+    if (j < n) { /* the last n - j < 32 values under masks */
         const int64_t rem = n - j;
         const __mmask32 m = (__mmask32)((1ull << rem) - 1);
         const __m512i x0 = _mm512_maskz_loadu_epi16(m, r0 + j);
@@ -75,13 +88,22 @@ static inline void fx_pair_planes_transpose_avx512(const uint32_t *planes, int64
             const int np = HW - p0 < 16 ? (int)(HW - p0) : 16;
             const __mmask16 pm = (__mmask16)((1u << np) - 1);
             __m512 v[16];
-            for (int i = 0; i < 16; i++)
-                v[i] = i < nc ? _mm512_castsi512_ps(
-                                    _mm512_maskz_loadu_epi32(pm, planes + (c0 + i) * HW + p0))
-                              : _mm512_setzero_ps();
+            /* plain loads and stores where a block is whole, or half wide (8 pairs: 16
+             * channels); masked ones on every block cost time on the Zen 5 */
+            for (int i = 0; i < 16; i++) {
+                const uint32_t *src = planes + (c0 + i) * HW + p0;
+                v[i] = i >= nc   ? _mm512_setzero_ps()
+                       : np == 16 ? _mm512_loadu_ps((const float *)(const void *)src)
+                                  : _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(pm, src));
+            }
             fx_transpose16x16_ps(v); /* v[t]: pixel p0 + t, pair c0 + i in lane i */
-            for (int t = 0; t < np; t++)
-                _mm512_mask_storeu_ps((float *)(void *)(out + (p0 + t) * ld + c0), cm, v[t]);
+            float *o = (float *)(void *)(out + p0 * ld + c0);
+            if (nc == 16)
+                for (int t = 0; t < np; t++) _mm512_storeu_ps(o + t * ld, v[t]);
+            else if (nc == 8)
+                for (int t = 0; t < np; t++) _mm256_storeu_ps(o + t * ld, _mm512_castps512_ps256(v[t]));
+            else
+                for (int t = 0; t < np; t++) _mm512_mask_storeu_ps(o + t * ld, cm, v[t]);
         }
     }
 }
@@ -101,10 +123,12 @@ static inline void fx_pair_rows_transpose_avx512(const uint16_t *dy, int64_t nbc
                 const int np = pp_n - p0 < 16 ? (int)(pp_n - p0) : 16;
                 const __mmask16 pm = (__mmask16)((1u << np) - 1);
                 __m512 v[16];
-                for (int i = 0; i < 16; i++)
-                    v[i] = o0 + i < O ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(
-                                            pm, src + (o0 + i) * (P / 2) + p0))
-                                      : _mm512_setzero_ps();
+                for (int i = 0; i < 16; i++) {
+                    const uint32_t *s_ = src + (o0 + i) * (P / 2) + p0;
+                    v[i] = o0 + i >= O ? _mm512_setzero_ps()
+                           : np == 16  ? _mm512_loadu_ps((const float *)(const void *)s_)
+                                       : _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(pm, s_));
+                }
                 fx_transpose16x16_ps(v); /* v[t]: pixel pair p0 + t, channel o0 + i in lane i */
                 for (int t = 0; t < np; t++)
                     _mm512_storeu_ps((float *)(void *)(dst + (p0 + t) * opad + o0), v[t]);

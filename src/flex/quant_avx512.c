@@ -298,19 +298,16 @@ void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int s
     fx_q64_stats(st, &acc);
 }
 
-/* The 32 rows x 8 columns of w[] (row i's eight int16 results in w[i]) stored transposed:
- * rows i, i + 8, i + 16, i + 24 go to one vector's four 128-bit lanes, and three rounds of
- * in-lane unpacks (16-, 32-, 64-bit) turn them into eight vectors of one column's 32
- * consecutive rows each, one 64-byte store apiece. */
-static inline void fx_store_t32x8(const __m128i w[32], int16_t *dst, int64_t rows, int64_t r0,
-                                  int64_t c0, int64_t nc, __mmask32 rmask32)
+/* 32 rows x 8 columns of int16 results stored transposed: z[i] holds rows i, i + 8, i + 16
+ * and i + 24 in its four 128-bit lanes (eight results each), and three rounds of in-lane
+ * unpacks (16-, 32-, 64-bit) turn them into eight vectors of one column's 32 consecutive rows
+ * each, one 64-byte store apiece. */
+static inline __attribute__((always_inline)) void fx_store_t32x8(const __m512i z[8],
+                                                                 int16_t *dst, int64_t rows,
+                                                                 int64_t r0, int64_t c0,
+                                                                 int64_t nc, __mmask32 rmask32)
 {
-    __m512i z[8], t[8], u[8];
-    for (int i = 0; i < 8; i++) /* rows i, i + 8, i + 16, i + 24 */
-        z[i] = _mm512_inserti32x4(
-            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(w[i]), w[i + 8], 1),
-                               w[i + 16], 2),
-            w[i + 24], 3);
+    __m512i t[8], u[8];
     for (int i = 0; i < 4; i++) { /* row pairs, columns 0-3 and 4-7 */
         t[2 * i] = _mm512_unpacklo_epi16(z[2 * i], z[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_epi16(z[2 * i], z[2 * i + 1]);
@@ -357,22 +354,32 @@ fx_quant_i64_t_body(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols
         for (int64_t c0 = 0; c0 < cols; c0 += 8) {
             const int64_t nc = cols - c0 < 8 ? cols - c0 : 8;
             const __mmask8 cm = (__mmask8)((1u << nc) - 1u);
-            __m128i w[32];
-            for (int i = 0; i < 32; i++) {
-                const __mmask8 live = i < nr ? cm : 0;
-                /* rows past the block's end load nothing, from a pointer that stays in src */
-                const int64_t *row = i < nr ? src + (r0 + i) * cols + c0 : src;
-                /* plain loads for whole blocks (masked ones on every row cost time on Zen 5) */
-                const __m512i v = live == 0xFF ? _mm512_loadu_si512((const void *)row)
-                                               : _mm512_maskz_loadu_epi64(live, row);
-                const __m512i q = fast ? fx_q64_fast_round(&f, v, &max_in, &nuf)
-                                       : fx_q64_round(&k, &acc, v, live);
-                w[i] = _mm512_cvtepi64_epi16(q); /* dead lanes hold 0 */
+            /* z[i]: rows i, i + 8, i + 16, i + 24, narrowed in registers (an array of 32
+             * narrowed rows was written to the stack by vpmovqw, a store per row) */
+            __m512i z[8];
+            for (int i = 0; i < 8; i++) {
+                __m128i w4[4];
+                for (int l = 0; l < 4; l++) {
+                    const int ri = i + 8 * l;
+                    const __mmask8 live = ri < nr ? cm : 0;
+                    /* rows past the block's end load nothing, from a pointer in src */
+                    const int64_t *row = ri < nr ? src + (r0 + ri) * cols + c0 : src;
+                    /* plain loads for whole rows (masked ones on every row cost time on Zen 5) */
+                    const __m512i v = live == 0xFF ? _mm512_loadu_si512((const void *)row)
+                                                   : _mm512_maskz_loadu_epi64(live, row);
+                    const __m512i q = fast ? fx_q64_fast_round(&f, v, &max_in, &nuf)
+                                           : fx_q64_round(&k, &acc, v, live);
+                    w4[l] = _mm512_cvtepi64_epi16(q); /* dead lanes hold 0 */
+                }
+                z[i] = _mm512_inserti32x4(
+                    _mm512_inserti32x4(
+                        _mm512_inserti32x4(_mm512_castsi128_si512(w4[0]), w4[1], 1), w4[2], 2),
+                    w4[3], 3);
             }
             /* a block of rows is one line of each column's plane (FX_Q_T_STORE_AHEAD) */
             for (int64_t j = 0; j < nc; j++)
                 fx_prefetch_at(dst + (c0 + j) * rows + r0, FX_Q_T_STORE_AHEAD);
-            fx_store_t32x8(w, dst, rows, r0, c0, nc, rmask32);
+            fx_store_t32x8(z, dst, rows, r0, c0, nc, rmask32);
         }
     }
     if (fast) return fx_q64_fast_stats(st, &f, max_in, nuf);
