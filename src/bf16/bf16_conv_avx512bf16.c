@@ -262,7 +262,13 @@ static inline __attribute__((always_inline)) void store_rows_bf16(const int MR, 
     const __mmask16 rmask = (__mmask16)((1u << rows) - 1u);
     for (int j = 0; j < 16; j++) {
         const __m256i h = fx_bf16_round16(t[j], special != 0);
-        if (NV == 1) {
+        if (rows == 16 && NV == 1) { /* whole rows: plain stores */
+            if (j < nout) _mm256_storeu_si256((__m256i *)(out + j * ldo), h);
+        } else if (rows == 8 && NV == 2) {
+            _mm_storeu_si128((__m128i *)(out + j * ldo), _mm256_castsi256_si128(h));
+            if (16 + j < nout)
+                _mm_storeu_si128((__m128i *)(out + (16 + j) * ldo), _mm256_extracti128_si256(h, 1));
+        } else if (NV == 1) {
             if (j < nout) _mm256_mask_storeu_epi16(out + j * ldo, rmask, h);
         } else {
             _mm_mask_storeu_epi16(out + j * ldo, (__mmask8)rmask, _mm256_castsi256_si128(h));

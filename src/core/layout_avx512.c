@@ -35,7 +35,8 @@ static inline void fx_transpose8x8_epi64(__m512i r[8])
 }
 
 /* dst[j*rows + i] = src[i*cols + j], 64-bit elements, in 8 x 8 register tiles (masked at the
- * edges: nothing outside the two matrices is read or written). */
+ * edges only: nothing outside the two matrices is read or written, and whole tiles take plain
+ * loads and stores, which on the Zen 5 cost less than masked ones on every row). */
 void fx_transpose64_avx512(const void *srcv, void *dstv, int64_t rows, int64_t cols)
 {
     const int64_t *src = srcv;
@@ -47,12 +48,20 @@ void fx_transpose64_avx512(const void *srcv, void *dstv, int64_t rows, int64_t c
             const int nc = cols - j0 < 8 ? (int)(cols - j0) : 8;
             const __mmask8 cmask = (__mmask8)((1u << nc) - 1);
             __m512i r[8];
-            for (int i = 0; i < 8; i++)
-                r[i] = i < nr ? _mm512_maskz_loadu_epi64(cmask, src + (i0 + i) * cols + j0)
-                              : _mm512_setzero_si512();
+            for (int i = 0; i < 8; i++) {
+                const int64_t *p = src + (i0 + i) * cols + j0;
+                r[i] = i >= nr  ? _mm512_setzero_si512()
+                       : nc == 8 ? _mm512_loadu_si512((const void *)p)
+                                 : _mm512_maskz_loadu_epi64(cmask, p);
+            }
             fx_transpose8x8_epi64(r);
-            for (int j = 0; j < nc; j++)
-                _mm512_mask_storeu_epi64(dst + (j0 + j) * rows + i0, rmask, r[j]);
+            for (int j = 0; j < nc; j++) {
+                int64_t *q = dst + (j0 + j) * rows + i0;
+                if (nr == 8)
+                    _mm512_storeu_si512((void *)q, r[j]);
+                else
+                    _mm512_mask_storeu_epi64(q, rmask, r[j]);
+            }
         }
     }
 }
@@ -69,12 +78,20 @@ void fx_transpose32_avx512(const void *srcv, void *dstv, int64_t rows, int64_t c
             const int nc = cols - j0 < 16 ? (int)(cols - j0) : 16;
             const __mmask16 cmask = (__mmask16)((1u << nc) - 1);
             __m512 r[16];
-            for (int i = 0; i < 16; i++)
-                r[i] = i < nr ? _mm512_maskz_loadu_ps(cmask, src + (i0 + i) * cols + j0)
-                              : _mm512_setzero_ps();
+            for (int i = 0; i < 16; i++) {
+                const float *p = src + (i0 + i) * cols + j0;
+                r[i] = i >= nr   ? _mm512_setzero_ps()
+                       : nc == 16 ? _mm512_loadu_ps(p)
+                                  : _mm512_maskz_loadu_ps(cmask, p);
+            }
             fx_transpose16x16_ps(r);
-            for (int j = 0; j < nc; j++)
-                _mm512_mask_storeu_ps(dst + (j0 + j) * rows + i0, rmask, r[j]);
+            for (int j = 0; j < nc; j++) {
+                float *q = dst + (j0 + j) * rows + i0;
+                if (nr == 16)
+                    _mm512_storeu_ps(q, r[j]);
+                else
+                    _mm512_mask_storeu_ps(q, rmask, r[j]);
+            }
         }
     }
 }
@@ -93,9 +110,12 @@ void fx_transpose16_avx512(const void *srcv, void *dstv, int64_t rows, int64_t c
             const int nc = cols - j0 < 32 ? (int)(cols - j0) : 32;
             const __mmask32 cmask = nc == 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << nc) - 1);
             __m512i r[8], a[8], b[8], c[8];
-            for (int i = 0; i < 8; i++)
-                r[i] = i < nr ? _mm512_maskz_loadu_epi16(cmask, src + (i0 + i) * cols + j0)
-                              : _mm512_setzero_si512();
+            for (int i = 0; i < 8; i++) {
+                const int16_t *p = src + (i0 + i) * cols + j0;
+                r[i] = i >= nr   ? _mm512_setzero_si512()
+                       : nc == 32 ? _mm512_loadu_si512((const void *)p)
+                                  : _mm512_maskz_loadu_epi16(cmask, p);
+            }
             for (int i = 0; i < 4; i++) { /* row pairs: (r2i[c], r2i+1[c]) */
                 a[2 * i] = _mm512_unpacklo_epi16(r[2 * i], r[2 * i + 1]);     /* cols 0-3 */
                 a[2 * i + 1] = _mm512_unpackhi_epi16(r[2 * i], r[2 * i + 1]); /* cols 4-7 */
@@ -116,6 +136,13 @@ void fx_transpose16_avx512(const void *srcv, void *dstv, int64_t rows, int64_t c
                 const __m128i l1 = _mm512_extracti32x4_epi32(c[j], 1);
                 const __m128i l2 = _mm512_extracti32x4_epi32(c[j], 2);
                 const __m128i l3 = _mm512_extracti32x4_epi32(c[j], 3);
+                if (nr == 8 && nc == 32) { /* a whole tile: plain stores */
+                    _mm_storeu_si128((__m128i *)(dst + (j0 + j) * rows + i0), l0);
+                    _mm_storeu_si128((__m128i *)(dst + (j0 + 8 + j) * rows + i0), l1);
+                    _mm_storeu_si128((__m128i *)(dst + (j0 + 16 + j) * rows + i0), l2);
+                    _mm_storeu_si128((__m128i *)(dst + (j0 + 24 + j) * rows + i0), l3);
+                    continue;
+                }
                 if (j < nc) _mm_mask_storeu_epi16(dst + (j0 + j) * rows + i0, rmask, l0);
                 if (8 + j < nc) _mm_mask_storeu_epi16(dst + (j0 + 8 + j) * rows + i0, rmask, l1);
                 if (16 + j < nc) _mm_mask_storeu_epi16(dst + (j0 + 16 + j) * rows + i0, rmask, l2);

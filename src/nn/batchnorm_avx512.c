@@ -294,7 +294,8 @@ static void bn_sum_range_i16_avx512(const int16_t *m, const fx_bn_dims *d, int64
                 const int64_t left = d->S - s;
                 const __mmask32 live = left >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << left) - 1u);
                 /* lanes past the row: 0 for the sum, the neutral ends for the extremes */
-                const __m512i v = _mm512_maskz_loadu_epi16(live, p + s);
+                const __m512i v = left >= 32 ? _mm512_loadu_si512((const void *)(p + s))
+                                             : _mm512_maskz_loadu_epi16(live, p + s);
                 s32 = _mm512_add_epi32(s32, _mm512_madd_epi16(v, ones));
                 vlo = _mm512_mask_min_epi16(vlo, live, vlo, v);
                 vhi = _mm512_mask_max_epi16(vhi, live, vhi, v);
