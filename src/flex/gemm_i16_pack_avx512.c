@@ -42,13 +42,21 @@ static void fx_pack_a_6(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, 
         __m512 v[16];
         for (int i = 0; i < FX_PACK_MR; i++)
             fx_prefetch_at(a + i * sam + 2 * k0, FX_GEMM_I16_PACK_A_PREFETCH_ROWS * sam * 2);
-        for (int i = 0; i < 16; i++)
-            v[i] = i < FX_PACK_MR
-                       ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, a + i * sam + 2 * k0))
-                       : _mm512_setzero_ps();
+        for (int i = 0; i < 16; i++) {
+            const int16_t *src = a + i * sam + 2 * k0;
+            v[i] = i >= FX_PACK_MR    ? _mm512_setzero_ps()
+                   : m == 0xFFFFFFFFu ? _mm512_loadu_ps((const float *)(const void *)src)
+                                      : _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, src));
+        }
         fx_transpose16x16_ps(v); /* v[t]: pair k0 + t of every row, row i in lane i */
-        for (int t = 0; t < ks; t++)
-            _mm512_mask_storeu_epi32(ap + (k0 + t) * FX_PACK_MR, rows, _mm512_castps_si512(v[t]));
+        /* whole-vector stores overlap: lanes 6..15 of store t land where stores t + 1 and
+         * t + 2 write next; the last two are masked, so nothing past the block's end is
+         * touched (masked stores on every vector cost time on the Zen 5) */
+        int ts = 0;
+        for (; ts + 2 < ks; ts++)
+            _mm512_storeu_si512((void *)(ap + (k0 + ts) * FX_PACK_MR), _mm512_castps_si512(v[ts]));
+        for (; ts < ks; ts++)
+            _mm512_mask_storeu_epi32(ap + (k0 + ts) * FX_PACK_MR, rows, _mm512_castps_si512(v[ts]));
         if (!sq) continue;
         for (int t0 = 0; t0 < ks; t0 += FX_GEMM_I16_SEG) {
             __m512i acc = _mm512_setzero_si512(); /* lane i: row i's sum of squares */
@@ -176,6 +184,12 @@ static void fx_a_high_6(const int32_t *ap, int64_t kp, int32_t *ahi)
         const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
         const __mmask16 m1 = left1 >= 16 ? (__mmask16)0xFFFF
                                          : left1 <= 0 ? 0 : (__mmask16)((1u << left1) - 1);
+        if (m1 == 0xFFFF) { /* whole vectors: plain loads and store (m is whole too) */
+            const __m512i x = _mm512_loadu_si512((const void *)(ap + d));
+            const __m512i y = _mm512_loadu_si512((const void *)(ap + d + FX_PACK_MR));
+            _mm512_storeu_si512((void *)(ahi + d), _mm512_xor_si512(fx_high_bytes_of_pairs(x, y), flip));
+            continue;
+        }
         const __m512i x = _mm512_maskz_loadu_epi32(m, ap + d);
         const __m512i y = _mm512_maskz_loadu_epi32(m1, ap + d + FX_PACK_MR);
         _mm512_mask_storeu_epi32(ahi + d, m, _mm512_xor_si512(fx_high_bytes_of_pairs(x, y), flip));
