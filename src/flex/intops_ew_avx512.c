@@ -35,18 +35,24 @@ static int fx_ew_threads(const fx_op_call *c, int64_t n)
 }
 
 /* 16 int16 -> two vectors of 8 int64 (masked: only the first `left` of 16 exist). */
-static inline void fx_load16_i64(const int16_t *p, int64_t left, __m512i *lo, __m512i *hi)
+static inline __attribute__((always_inline)) void fx_load16_i64(const int16_t *p, int64_t left, __m512i *lo, __m512i *hi)
 {
-    const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-    const __m256i v = _mm256_maskz_loadu_epi16(m, p);
+    /* plain loads and stores on whole vectors: masked ones cost time on the Zen 5 */
+    const __m256i v = left >= 16 ? _mm256_loadu_si256((const __m256i *)(const void *)p)
+                                 : _mm256_maskz_loadu_epi16((__mmask16)((1u << left) - 1), p);
     *lo = _mm512_cvtepi16_epi64(_mm256_castsi256_si128(v));
     *hi = _mm512_cvtepi16_epi64(_mm256_extracti128_si256(v, 1));
 }
 
-static inline void fx_store16_i64(int64_t *p, int64_t left, __m512i lo, __m512i hi)
+static inline __attribute__((always_inline)) void fx_store16_i64(int64_t *p, int64_t left, __m512i lo, __m512i hi)
 {
+    if (left >= 16) {
+        _mm512_storeu_si512((void *)p, lo);
+        _mm512_storeu_si512((void *)(p + 8), hi);
+        return;
+    }
     const __mmask8 m0 = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
-    const __mmask8 m1 = left >= 16 ? (__mmask8)0xFF : left > 8 ? (__mmask8)((1u << (left - 8)) - 1) : 0;
+    const __mmask8 m1 = left > 8 ? (__mmask8)((1u << (left - 8)) - 1) : 0;
     _mm512_mask_storeu_epi64(p, m0, lo);
     _mm512_mask_storeu_epi64(p + 8, m1, hi);
 }

@@ -229,10 +229,14 @@ _Static_assert(MR == 12 && NR == 32, "the tile of ukernel_12x32");
 /* 16 source values of a row (only the first `ks` exist) as 16 floats, per source kind. */
 enum { SRC_F32, SRC_FP16, SRC_BF16 };
 
-static inline __m512 load_row16(const void *src, int kind, __mmask16 k_mask)
+static inline __attribute__((always_inline)) __m512 load_row16(const void *src, int kind,
+                                                               __mmask16 k_mask)
 {
-    if (kind == SRC_F32) return _mm512_maskz_loadu_ps(k_mask, src);
-    const __m256i h = _mm256_maskz_loadu_epi16(k_mask, src);
+    /* plain loads for whole rows: masked ones on every row cost time on the Zen 5 */
+    const int whole = k_mask == 0xFFFF;
+    if (kind == SRC_F32) return whole ? _mm512_loadu_ps(src) : _mm512_maskz_loadu_ps(k_mask, src);
+    const __m256i h = whole ? _mm256_loadu_si256((const __m256i *)src)
+                            : _mm256_maskz_loadu_epi16(k_mask, src);
     if (kind == SRC_BF16) /* bf16 is the upper half of the fp32 bits */
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     /* vcvtph2ps is exact except that it quiets signalling NaNs (the definition keeps them
@@ -261,7 +265,11 @@ static inline void pack_rows_any(float *dst, const void *src, size_t esz, int ki
                 v[i] = i < rows ? load_row16(s + (size_t)((r0 + i) * ld + k0) * esz, kind, k_mask)
                                 : _mm512_setzero_ps();
             fx_transpose16x16_ps(v);
-            for (int t = 0; t < ks; t++) _mm512_mask_storeu_ps(dst + (k0 + t) * R + r0, row_mask, v[t]);
+            if (rows == 16)
+                for (int t = 0; t < ks; t++) _mm512_storeu_ps(dst + (k0 + t) * R + r0, v[t]);
+            else
+                for (int t = 0; t < ks; t++)
+                    _mm512_mask_storeu_ps(dst + (k0 + t) * R + r0, row_mask, v[t]);
         }
     }
 }
@@ -301,8 +309,15 @@ void fx_f32_bias_relu_avx512(float *v, int64_t rows, int64_t cols, const float *
     const __m512 zero = _mm512_setzero_ps();
     for (int64_t r = 0; r < rows; r++) {
         float *row = v + r * cols;
-        for (int64_t j = 0; j < cols; j += 16) {
-            const __mmask16 m = tail_mask(cols - j < 16 ? cols - j : 16);
+        int64_t j = 0;
+        for (; j + 16 <= cols; j += 16) { /* whole vectors: plain loads and stores */
+            __m512 x = _mm512_loadu_ps(row + j);
+            if (bias) x = add_nf(x, _mm512_loadu_ps(bias + j));
+            if (relu) x = relu_vec(x, zero);
+            _mm512_storeu_ps(row + j, x);
+        }
+        if (j < cols) {
+            const __mmask16 m = tail_mask(cols - j);
             __m512 x = _mm512_maskz_loadu_ps(m, row + j);
             if (bias) x = add_nf(x, _mm512_maskz_loadu_ps(m, bias + j));
             if (relu) x = relu_vec(x, zero);
