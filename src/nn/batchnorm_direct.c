@@ -37,8 +37,8 @@ static atomic_llong direct_runs;
 void fx_bn_direct_set_enabled(int on) { atomic_store(&direct_enabled, on != 0); }
 int64_t fx_bn_direct_runs(void) { return atomic_load(&direct_runs); }
 
-/* A pass of either route: every row's pieces made into an L1 buffer by fill (the level's
- * kernel on the piece's element offset o and channel ch), each rounded there at e by the
+/* A pass of either route: every row's pieces (or several short rows) made into an L1 buffer
+ * by fill (the level's kernel on the piece's element offset o and channel ch), each rounded there at e by the
  * level's quant_f32 with that offset (the stage's rounding, stochastic rounding included), into
  * dst with keep, and the rounding's statistics merged into *q. Each thread merges its pieces'
  * statistics into a local and into *q once: merged per piece into per-thread entries that share
@@ -53,6 +53,12 @@ static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const vo
 {
     const fx_backend *be = fx_backend_active();
     const int64_t C = d->C, S = d->S, rows = d->N * C;
+    /* rows shorter than a piece go to the buffer several at a time, consecutive rows being
+     * consecutive elements, and are rounded in one call: ResNet-20's 8 x 8 planes made a
+     * kernel call and a rounding call per 64 values (the same bits: the rounding is element
+     * by element at each element's offset) */
+    const int64_t per = S > 0 && S < PIECE ? PIECE / S : 1;
+    const int64_t groups = (rows + per - 1) / per;
     fx_qstats_init(q);
     (void)nt;
 #ifdef _OPENMP
@@ -64,11 +70,22 @@ static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const vo
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t row = 0; row < rows; row++) {
+        for (int64_t g = 0; g < groups; g++) {
             float buf[PIECE];
+            const int64_t r0 = g * per, r1 = r0 + per < rows ? r0 + per : rows;
+            if (per > 1) {
+                for (int64_t row = r0; row < r1; row++)
+                    fill(ctx, row % C, row * S, buf + (row - r0) * S, S);
+                fx_qstats st;
+                fx_qstats_init(&st);
+                be->cvt.quant_f32(buf, keep ? dst + r0 * S : NULL, (r1 - r0) * S, e, r, r0 * S,
+                                  &st);
+                fx_qstats_merge(&mine, &st);
+                continue;
+            }
             for (int64_t s0 = 0; s0 < S; s0 += PIECE) {
-                const int64_t o = row * S + s0, len = S - s0 < PIECE ? S - s0 : PIECE;
-                fill(ctx, row % C, o, buf, len);
+                const int64_t o = r0 * S + s0, len = S - s0 < PIECE ? S - s0 : PIECE;
+                fill(ctx, r0 % C, o, buf, len);
                 fx_qstats st;
                 fx_qstats_init(&st);
                 be->cvt.quant_f32(buf, keep ? dst + o : NULL, len, e, r, o, &st);
