@@ -479,6 +479,21 @@ static inline __attribute__((always_inline)) void half_masks(int64_t left, __mma
     *all = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
 }
 
+/* elements off .. off + 15 of a source as two vectors of eight doubles, under the masks of
+ * half_masks (plain loads where all sixteen are live) */
+static inline __attribute__((always_inline)) void ld16(const fx_bn_src *x, int64_t off,
+                                                      __mmask16 m, __mmask8 m0, __mmask8 m1,
+                                                      const int K, __m512d *lo, __m512d *hi)
+{
+    if (m == 0xFFFF) {
+        *lo = ld8(x, off, K);
+        *hi = ld8(x, off + 8, K);
+    } else {
+        *lo = ld8_mask(x, off, m0, K);
+        *hi = ld8_mask(x, off + 8, m1, K);
+    }
+}
+
 static inline __attribute__((always_inline)) __m256i half_of(__m256 lo, __m256 hi, const int H,
                                                              const int RELU)
 {
@@ -499,13 +514,7 @@ static inline __attribute__((always_inline)) void normalize_half_k(
         __mmask8 m0, m1;
         __mmask16 m;
         half_masks(S - s, &m0, &m1, &m);
-        if (m == 0xFFFF) {
-            t0 = ld8(x, off + s, K);
-            t1 = ld8(x, off + s + 8, K);
-        } else {
-            t0 = ld8_mask(x, off + s, m0, K);
-            t1 = ld8_mask(x, off + s + 8, m1, K);
-        }
+        ld16(x, off + s, m, m0, m1, K, &t0, &t1);
         t0 = _mm512_add_pd(_mm512_mul_pd(_mm512_sub_pd(t0, vmu), va), vb);
         t1 = _mm512_add_pd(_mm512_mul_pd(_mm512_sub_pd(t1, vmu), va), vb);
         const __m256i h = half_of(to_f32(t0, 1), to_f32(t1, 1), H, RELU);
@@ -561,17 +570,8 @@ static inline __attribute__((always_inline)) void backward_half_k(
         __mmask8 m0, m1;
         __mmask16 m;
         half_masks(S - s, &m0, &m1, &m);
-        if (m == 0xFFFF) {
-            x0 = ld8(x, off + s, KX);
-            x1 = ld8(x, off + s + 8, KX);
-            g0 = ld8(g, off + s, KG);
-            g1 = ld8(g, off + s + 8, KG);
-        } else {
-            x0 = ld8_mask(x, off + s, m0, KX);
-            x1 = ld8_mask(x, off + s + 8, m1, KX);
-            g0 = ld8_mask(g, off + s, m0, KG);
-            g1 = ld8_mask(g, off + s + 8, m1, KG);
-        }
+        ld16(x, off + s, m, m0, m1, KX, &x0, &x1);
+        ld16(g, off + s, m, m0, m1, KG, &g0, &g1);
         const __m512d h0 = _mm512_mul_pd(_mm512_sub_pd(x0, vmu), vis);
         const __m512d h1 = _mm512_mul_pd(_mm512_sub_pd(x1, vmu), vis);
         const __m512d t0 = _mm512_sub_pd(_mm512_sub_pd(g0, vmdy), _mm512_mul_pd(h0, vmdyx));
