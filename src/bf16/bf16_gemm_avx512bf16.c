@@ -16,6 +16,7 @@
  * This file is compiled with -mavx512bf16 and only installed when the CPU reports AVX512_BF16
  * and the "dpbf16" route is chosen (fx_bf16_gemm_route_set, src/core/backend.c). */
 #include "../core/backend.h"
+#include "../core/lanes_avx512.h"
 #include "../core/pair_copy_avx512.h"
 #include "../fp32/f32_kernels.h"
 #include "bf16_gemm.h"
@@ -128,9 +129,7 @@ uint32_t fx_bf16_minkey_avx512(const uint16_t *x, int64_t n)
     __m512i m = mag_mask;
     for (int64_t i = 0; i < n; i += 32) {
         const __mmask32 k = n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1u);
-        const __m512i v = k == 0xFFFFFFFFu ? _mm512_loadu_si512((const void *)(x + i))
-                                           : _mm512_maskz_loadu_epi16(k, x + i);
-        const __m512i mag = _mm512_and_si512(v, mag_mask);
+        const __m512i mag = _mm512_and_si512(fx_load_w32(x + i, k), mag_mask);
         /* zeros (and masked-off lanes) keep 0x7FFF; others give their exponent field */
         const __m512i key = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(mag, mag), mag_mask,
                                                     _mm512_srli_epi16(mag, 7));

@@ -10,6 +10,7 @@
 #include "../bf16/bf16_round_avx512.h"
 #include "../fp16/fp16_round_avx512.h"
 #include "half_binary.h"
+#include "lanes_avx512.h"
 
 #include <immintrin.h>
 
@@ -29,17 +30,20 @@ static inline __attribute__((always_inline)) __m512 add_nan_first(__m512 x, __m5
     return _mm512_mask_mov_ps(_mm512_add_ps(x, y), x_nan, q);
 }
 
+/* NaN patterns: magnitude above +Inf */
+static inline __attribute__((always_inline)) __mmask16 nan16(__m256i h, const int BF)
+{
+    return _mm256_cmpgt_epu16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
+                                   _mm256_set1_epi16(BF ? 0x7F80 : 0x7C00));
+}
+
 /* h with NaN patterns made canonical (sign | qnan), kept where keep, else +0 */
 static inline __attribute__((always_inline)) __m256i keep_canonical(__m256i h, __mmask16 keep,
                                                                     const int BF)
 {
-    const __m256i inf = _mm256_set1_epi16(BF ? 0x7F80 : 0x7C00);
-    const __m256i qnan = _mm256_set1_epi16(BF ? 0x7FC0 : 0x7E00);
-    const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF));
-    const __mmask16 nan = _mm256_cmpgt_epu16_mask(mag, inf);
-    const __m256i canon =
-        _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16((short)0x8000)), qnan);
-    return _mm256_maskz_mov_epi16(keep, _mm256_mask_mov_epi16(h, nan, canon));
+    const __m256i canon = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16((short)0x8000)),
+                                          _mm256_set1_epi16(BF ? 0x7FC0 : 0x7E00));
+    return _mm256_maskz_mov_epi16(keep, _mm256_mask_mov_epi16(h, nan16(h, BF), canon));
 }
 
 /* positive patterns: nonzero and at most +Inf, unsigned (a set sign bit is above +Inf) */
@@ -49,30 +53,18 @@ static inline __attribute__((always_inline)) __mmask16 positive(__m256i h, const
     return _mm256_test_epi16_mask(h, h) & _mm256_cmple_epu16_mask(h, inf);
 }
 
-/* one vector of 16 (m: the live lanes; whole vectors take plain loads and stores) */
+/* one vector of 16 under m (the live lanes: whole vectors take plain loads and stores) */
 static inline __attribute__((always_inline)) void add16(const uint16_t *a, const uint16_t *b,
                                                        const uint16_t *gate, uint16_t *out,
-                                                       __mmask16 m, const int FULL, const int BF,
-                                                       const int KIND)
+                                                       __mmask16 m, const int BF, const int KIND)
 {
-    const __m256i inf = _mm256_set1_epi16(BF ? 0x7F80 : 0x7C00);
-    const __m256i ha = FULL ? _mm256_loadu_si256((const __m256i *)a) : _mm256_maskz_loadu_epi16(m, a);
-    const __m256i hb = FULL ? _mm256_loadu_si256((const __m256i *)b) : _mm256_maskz_loadu_epi16(m, b);
-    const __m512 r = add_nan_first(widen16(ha, BF), widen16(hb, BF));
+    const __m512 r = add_nan_first(widen16(fx_load_w16(a, m), BF), widen16(fx_load_w16(b, m), BF));
     __m256i h = BF ? fx_bf16_round16_bits(_mm512_castps_si512(r)) : fx_f32_to_fp16_16(r);
-    if (KIND == FX_HALF_ADD_RELU) {
-        const __mmask16 nan =
-            _mm256_cmpgt_epu16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)), inf);
-        h = keep_canonical(h, positive(h, BF) | nan, BF);
-    } else if (KIND == FX_HALF_ADD_GATE) {
-        const __m256i g =
-            FULL ? _mm256_loadu_si256((const __m256i *)gate) : _mm256_maskz_loadu_epi16(m, gate);
-        h = keep_canonical(h, positive(g, BF), BF);
-    }
-    if (FULL)
-        _mm256_storeu_si256((__m256i *)out, h);
-    else
-        _mm256_mask_storeu_epi16(out, m, h);
+    if (KIND == FX_HALF_ADD_RELU)
+        h = keep_canonical(h, positive(h, BF) | nan16(h, BF), BF);
+    else if (KIND == FX_HALF_ADD_GATE)
+        h = keep_canonical(h, positive(fx_load_w16(gate, m), BF), BF);
+    fx_store_w16(out, m, h);
 }
 
 static inline __attribute__((always_inline)) void add_rows(const uint16_t *a, const uint16_t *b,
@@ -81,11 +73,10 @@ static inline __attribute__((always_inline)) void add_rows(const uint16_t *a, co
 {
     const int G = KIND == FX_HALF_ADD_GATE;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        add16(a + i, b + i, G ? gate + i : NULL, out + i, 0xFFFF, 1, BF, KIND);
+    for (; i + 16 <= n; i += 16) add16(a + i, b + i, G ? gate + i : NULL, out + i, 0xFFFF, BF, KIND);
     if (i < n)
-        add16(a + i, b + i, G ? gate + i : NULL, out + i, (__mmask16)((1u << (n - i)) - 1u), 0,
-              BF, KIND);
+        add16(a + i, b + i, G ? gate + i : NULL, out + i, (__mmask16)((1u << (n - i)) - 1u), BF,
+              KIND);
 }
 
 void fx_half_add_avx512(fmt_t f, int kind, const uint16_t *a, const uint16_t *b,

@@ -11,6 +11,7 @@
 #define FX_FLEX_CONV_I16_AVX512_H
 
 #include "conv_i16_direct.h" /* FX_I16_CHAIN_LIMIT, FX_I16_MAX_ROWS */
+#include "../core/lanes_avx512.h"
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -51,14 +52,7 @@ fx_i16_store_rows(const int MR, const int NV, __m512i acc[][4], int32_t (*hi)[4]
                     _mm512_slli_epi64(_mm512_cvtepi32_epi64(h32), 16), _mm512_cvtepi32_epi64(a32));
                 const __mmask8 mh = (__mmask8)(h ? m >> 8 : m);
                 int64_t *dst = out + r * ldo + 16 * v + 8 * h;
-                if (mh == 0xFF) /* plain loads and stores: masked ones cost time on the Zen 5 */
-                    _mm512_storeu_si512((void *)dst,
-                                        add ? _mm512_add_epi64(sum, _mm512_loadu_si512((const void *)dst))
-                                            : sum);
-                else
-                    _mm512_mask_storeu_epi64(
-                        dst, mh,
-                        add ? _mm512_add_epi64(sum, _mm512_maskz_loadu_epi64(mh, dst)) : sum);
+                fx_store_add_q8(dst, mh, sum, add);
                 mx = _mm512_mask_max_epu64(mx, mh, mx, _mm512_abs_epi64(sum));
             }
         }

@@ -26,6 +26,7 @@
 #include "conv_i16_avx512.h"
 #include "conv_i16_wgrad.h"
 #include "gemm_i16.h" /* fx_ceil_sqrt */
+#include "../core/lanes_avx512.h"
 #include "../core/pair_copy_avx512.h"
 #include "../nn/im2col.h"
 
@@ -38,9 +39,7 @@
  * vpmaddwd gives x0^2 + x1^2 <= 2^31 per 32-bit lane, exact read unsigned */
 static inline __attribute__((always_inline)) __m512i row_squares(const int16_t *row, __mmask32 m)
 {
-    /* a plain load for whole vectors: masked ones on every vector cost time on the Zen 5 */
-    const __m512i v = m == 0xFFFFFFFFu ? _mm512_loadu_si512((const void *)row)
-                                       : _mm512_maskz_loadu_epi16(m, row);
+    const __m512i v = fx_load_w32(row, m);
     const __m512i q = _mm512_madd_epi16(v, v);
     return _mm512_add_epi64(_mm512_and_si512(q, _mm512_set1_epi64(0xFFFFFFFF)),
                             _mm512_srli_epi64(q, 32));

@@ -6,6 +6,7 @@
  * int32 chains of at most 255 pair steps, widened to int64 at the end of every K block; wrap
  * kernel: sums mod 2^32 plus a high-byte estimate folded to floor(S / 2^16) per chunk). */
 #include "gemm_i16.h"
+#include "../core/lanes_avx512.h"
 
 #include <immintrin.h>
 
@@ -75,13 +76,7 @@ static FX_ALWAYS_INLINE void fx_store_tile(const int32_t hs[FX_MR][FX_NR],
             __m512i s = wrap ? _mm512_or_si512(_mm512_slli_epi64(h, 16),
                                                _mm512_and_si512(_mm512_cvtepu32_epi64(l8), low16))
                              : _mm512_add_epi64(_mm512_slli_epi64(h, 8), _mm512_cvtepi32_epi64(l8));
-            if (k == 0xFF) { /* plain loads and stores: masked ones cost time on the Zen 5 */
-                if (accumulate) s = _mm512_add_epi64(s, _mm512_loadu_si512((const void *)(ci + j)));
-                _mm512_storeu_si512((void *)(ci + j), s);
-            } else {
-                if (accumulate) s = _mm512_add_epi64(s, _mm512_maskz_loadu_epi64(k, ci + j));
-                _mm512_mask_storeu_epi64(ci + j, k, s);
-            }
+            s = fx_store_add_q8(ci + j, k, s, accumulate);
             if (amax) mx = _mm512_mask_max_epu64(mx, k, mx, _mm512_abs_epi64(s));
         }
     }
@@ -293,13 +288,7 @@ static FX_ALWAYS_INLINE void fx_fast_store(const __m512i *s, const __m512i *h, c
                         half ? _mm512_extracti64x4_epi64(hv, 1) : _mm512_castsi512_si256(hv);
                     t = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(h8), 16), t);
                 }
-                if (k == 0xFF) { /* plain loads and stores, as in fx_store_tile */
-                    if (accumulate) t = _mm512_add_epi64(t, _mm512_loadu_si512((const void *)(ci + j)));
-                    _mm512_storeu_si512((void *)(ci + j), t);
-                } else {
-                    if (accumulate) t = _mm512_add_epi64(t, _mm512_maskz_loadu_epi64(k, ci + j));
-                    _mm512_mask_storeu_epi64(ci + j, k, t);
-                }
+                t = fx_store_add_q8(ci + j, k, t, accumulate);
                 if (amax) mx = _mm512_mask_max_epu64(mx, k, mx, _mm512_abs_epi64(t));
             }
         }

@@ -5,6 +5,7 @@
  * shape (add/sub whose exponents are more than FX_ALIGN_SPAN apart, which need the jammed
  * alignment) call the definitions themselves. */
 #include "flex_kernels.h"
+#include "../core/lanes_avx512.h"
 
 #include <immintrin.h>
 
@@ -37,9 +38,7 @@ static int fx_ew_threads(const fx_op_call *c, int64_t n)
 /* 16 int16 -> two vectors of 8 int64 (masked: only the first `left` of 16 exist). */
 static inline __attribute__((always_inline)) void fx_load16_i64(const int16_t *p, int64_t left, __m512i *lo, __m512i *hi)
 {
-    /* plain loads and stores on whole vectors: masked ones cost time on the Zen 5 */
-    const __m256i v = left >= 16 ? _mm256_loadu_si256((const __m256i *)(const void *)p)
-                                 : _mm256_maskz_loadu_epi16((__mmask16)((1u << left) - 1), p);
+    const __m256i v = fx_load_w16(p, left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1));
     *lo = _mm512_cvtepi16_epi64(_mm256_castsi256_si128(v));
     *hi = _mm512_cvtepi16_epi64(_mm256_extracti128_si256(v, 1));
 }

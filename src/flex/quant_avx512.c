@@ -9,6 +9,7 @@
  * which adds nothing to any statistic. */
 #include "flex_kernels.h"
 #include "quant_q64_avx512.h"
+#include "../core/lanes_avx512.h"
 #include "../core/prefetch.h"
 
 #include <immintrin.h>
@@ -445,26 +446,17 @@ static inline fx_s2_consts fx_s2_setup(const fx_sum2 *p)
     return k;
 }
 
-/* 16 int16 values from p (live lanes; 0xFFFF takes a plain load: on the Zen 5 masked loads on
- * every vector of a pass cost several percent of a training step) */
-static inline __attribute__((always_inline)) __m256i fx_s2_load16(const int16_t *p,
-                                                                 __mmask16 live)
-{
-    return live == 0xFFFF ? _mm256_loadu_si256((const __m256i *)(const void *)p)
-                          : _mm256_maskz_loadu_epi16(live, p);
-}
-
 static inline __attribute__((always_inline)) __m512i fx_s2_values(const fx_sum2 *p,
                                                                   const fx_s2_consts *k,
                                                                   int64_t i, __mmask16 live)
 {
-    const __m512i va = _mm512_sll_epi32(_mm512_cvtepi16_epi32(fx_s2_load16(p->a + i, live)), k->ca);
+    const __m512i va = _mm512_sll_epi32(_mm512_cvtepi16_epi32(fx_load_w16(p->a + i, live)), k->ca);
     const __m512i vb =
-        p->b_inc ? _mm512_sll_epi32(_mm512_cvtepi16_epi32(fx_s2_load16(p->b + i, live)), k->cb)
+        p->b_inc ? _mm512_sll_epi32(_mm512_cvtepi16_epi32(fx_load_w16(p->b + i, live)), k->cb)
                  : k->bconst;
     const __m512i v = p->negate_b ? _mm512_sub_epi32(va, vb) : _mm512_add_epi32(va, vb);
     if (!p->gate) return v;
-    const __m512i g = _mm512_cvtepi16_epi32(fx_s2_load16(p->gate + i, live));
+    const __m512i g = _mm512_cvtepi16_epi32(fx_load_w16(p->gate + i, live));
     return _mm512_maskz_mov_epi32(_mm512_cmpgt_epi32_mask(g, _mm512_setzero_si512()), v);
 }
 
@@ -481,22 +473,6 @@ uint32_t fx_flex_sum2_maxabs_avx512(const fx_sum2 *p, int64_t n)
         mx = _mm512_mask_max_epu32(mx, live, mx, _mm512_abs_epi32(fx_s2_values(p, &k, i, live)));
     }
     return _mm512_reduce_max_epu32(mx);
-}
-
-/* 32 int16 lanes of p under live, a plain load or store where every lane is live */
-static inline __attribute__((always_inline)) __m512i fx_load32(const int16_t *p, __mmask32 live)
-{
-    return live == 0xFFFFFFFFu ? _mm512_loadu_si512((const void *)p)
-                               : _mm512_maskz_loadu_epi16(live, p);
-}
-
-static inline __attribute__((always_inline)) void fx_store32(int16_t *p, __mmask32 live,
-                                                             __m512i v)
-{
-    if (live == 0xFFFFFFFFu)
-        _mm512_storeu_si512((void *)p, v);
-    else
-        _mm512_mask_storeu_epi16(p, live, v);
 }
 
 /* Plain int16 values (sa = 0 and b = 0: an int16 stage), in 32 int16 lanes: a right shift of
@@ -518,9 +494,9 @@ static void fx_sum2_quant_plain(const int16_t *src, const int16_t *gate, int64_t
     for (int64_t i = 0; i < n; i += 32) {
         const __mmask32 live =
             n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1);
-        __m512i v = fx_load32(src + i, live); /* dead lanes: 0 */
+        __m512i v = fx_load_w32(src + i, live); /* dead lanes: 0 */
         if (gate)
-            v = _mm512_maskz_mov_epi16(_mm512_cmpgt_epi16_mask(fx_load32(gate + i, live), zero), v);
+            v = _mm512_maskz_mov_epi16(_mm512_cmpgt_epi16_mask(fx_load_w32(gate + i, live), zero), v);
         __m512i q;
         if (s < 0) {
             const __mmask32 sat = _mm512_cmpgt_epu16_mask(_mm512_abs_epi16(v), thr);
@@ -547,7 +523,7 @@ static void fx_sum2_quant_plain(const int16_t *src, const int16_t *gate, int64_t
         }
         max_in = _mm512_max_epu16(max_in, _mm512_abs_epi16(v)); /* |-32768| = 0x8000 unsigned */
         max_out = _mm512_max_epu16(max_out, _mm512_abs_epi16(q));
-        if (dst) fx_store32(dst + i, live, q);
+        if (dst) fx_store_w32(dst + i, live, q);
     }
     const __m512i in32 = _mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(max_in)),
                                           _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(max_in, 1)));
@@ -584,7 +560,7 @@ static void fx_sum2_quant_bias16(const int16_t *a, int32_t b, int s, int64_t n, 
     for (int64_t i = 0; i < n; i += 32) {
         const __mmask32 live =
             n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1);
-        const __m512i va = fx_load32(a + i, live);
+        const __m512i va = fx_load_w32(a + i, live);
         const __m512i c =
             tie ? _mm512_add_epi16(c0, _mm512_and_si512(_mm512_add_epi16(va, bfv), one)) : c0;
         /* a + c leaves the range where a > 32767 - c or a < -32767 - c (the bounds saturate
@@ -598,7 +574,7 @@ static void fx_sum2_quant_bias16(const int16_t *a, int32_t b, int s, int64_t n, 
         amax = _mm512_mask_max_epi16(amax, live, amax, va);
         amin = _mm512_mask_min_epi16(amin, live, amin, va);
         qmax = _mm512_mask_max_epi16(qmax, live, qmax, _mm512_abs_epi16(q));
-        if (dst) fx_store32(dst + i, live, q);
+        if (dst) fx_store_w32(dst + i, live, q);
     }
     fx_qstats_init(st);
     if (n <= 0) return;

@@ -11,6 +11,7 @@
  * the loop: with the rounding and the statistics tested per vector the loop ran at a third of
  * the speed of its fp32 instance. */
 #include "../bf16/bf16_round_avx512.h"
+#include "../core/lanes_avx512.h"
 #include "../fp16/fp16_round_avx512.h"
 #include "bn_kernels.h"
 #include "nn_stage.h"
@@ -294,8 +295,7 @@ static void bn_sum_range_i16_avx512(const int16_t *m, const fx_bn_dims *d, int64
                 const int64_t left = d->S - s;
                 const __mmask32 live = left >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << left) - 1u);
                 /* lanes past the row: 0 for the sum, the neutral ends for the extremes */
-                const __m512i v = left >= 32 ? _mm512_loadu_si512((const void *)(p + s))
-                                             : _mm512_maskz_loadu_epi16(live, p + s);
+                const __m512i v = fx_load_w32(p + s, live);
                 s32 = _mm512_add_epi32(s32, _mm512_madd_epi16(v, ones));
                 vlo = _mm512_mask_min_epi16(vlo, live, vlo, v);
                 vhi = _mm512_mask_max_epi16(vhi, live, vhi, v);
@@ -465,7 +465,8 @@ static void bn_backward_avx512(const fx_bn_src *x, const fx_bn_src *g, int64_t o
     fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx);
 }
 
-/* The fp16/bf16 outputs in registers (bn_kernels.h: normalize_half, backward_half): sixteen
+/* The fp16/bf16 outputs in registers (bn_kernels.h: normalize_half, backward_half) for the
+ * source kinds of the SIMD loops (others are declined, nothing written): sixteen
  * elements a step as two halves of eight doubles, each rounded to odd into fp32 as normalize
  * rounds them, then the ReLU (relu: x > 0 or NaN kept, else +0, tensor_relu's rule) and the
  * half format's rounding by its definition. The last step loads and stores under masks, so
@@ -517,16 +518,12 @@ static inline __attribute__((always_inline)) void normalize_half_k(
         ld16(x, off + s, m, m0, m1, K, &t0, &t1);
         t0 = _mm512_add_pd(_mm512_mul_pd(_mm512_sub_pd(t0, vmu), va), vb);
         t1 = _mm512_add_pd(_mm512_mul_pd(_mm512_sub_pd(t1, vmu), va), vb);
-        const __m256i h = half_of(to_f32(t0, 1), to_f32(t1, 1), H, RELU);
-        if (m == 0xFFFF)
-            _mm256_storeu_si256((__m256i *)(out + s), h);
-        else
-            _mm256_mask_storeu_epi16(out + s, m, h);
+        fx_store_w16(out + s, m, half_of(to_f32(t0, 1), to_f32(t1, 1), H, RELU));
     }
 }
 
-static void bn_normalize_half_avx512(const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S,
-                                     double mu, double a, double b, int half, int relu)
+static int bn_normalize_half_avx512(const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S,
+                                    double mu, double a, double b, int half, int relu)
 {
     const fx_bn_src xe = fx_bn_exact_kind(x);
 #define FX_BN_NH(K, H, R) normalize_half_k(&xe, off, out, S, mu, a, b, (K), (H), (R))
@@ -542,21 +539,11 @@ static void bn_normalize_half_avx512(const fx_bn_src *x, int64_t off, uint16_t *
     case FX_BN_I16_EXACT: FX_BN_NH_KIND(FX_BN_I16_EXACT); break;
     case FX_BN_BF16: FX_BN_NH_KIND(FX_BN_BF16); break;
     case FX_BN_F32: FX_BN_NH_KIND(FX_BN_F32); break;
-    default: { /* other mantissa sources: the portable kernel through a row of 16 */
-        float q[16];
-        const fx_backend *be = fx_backend_active();
-        for (int64_t s = 0; s < S; s += 16) {
-            const int64_t w = S - s < 16 ? S - s : 16;
-            fx_bn_kernels_portable.normalize(x, off + s, q, w, mu, a, b, 1, NULL);
-            if (relu)
-                for (int64_t i = 0; i < w; i++) q[i] = q[i] > 0.0f || q[i] != q[i] ? q[i] : 0.0f;
-            (half == FX_BN_OUT_BF16 ? be->cvt.f32_to_bf16 : be->cvt.f32_to_fp16)(q, out + s, w);
-        }
-        break;
-    }
+    default: return 0; /* other mantissa sources: the caller's fp32 row */
     }
 #undef FX_BN_NH_KIND
 #undef FX_BN_NH
+    return 1;
 }
 
 static inline __attribute__((always_inline)) void backward_half_k(
@@ -576,18 +563,15 @@ static inline __attribute__((always_inline)) void backward_half_k(
         const __m512d h1 = _mm512_mul_pd(_mm512_sub_pd(x1, vmu), vis);
         const __m512d t0 = _mm512_sub_pd(_mm512_sub_pd(g0, vmdy), _mm512_mul_pd(h0, vmdyx));
         const __m512d t1 = _mm512_sub_pd(_mm512_sub_pd(g1, vmdy), _mm512_mul_pd(h1, vmdyx));
-        const __m256i h = half_of(to_f32(_mm512_mul_pd(vk, t0), 1),
-                                  to_f32(_mm512_mul_pd(vk, t1), 1), H, 0);
-        if (m == 0xFFFF)
-            _mm256_storeu_si256((__m256i *)(out + s), h);
-        else
-            _mm256_mask_storeu_epi16(out + s, m, h);
+        fx_store_w16(out + s, m,
+                     half_of(to_f32(_mm512_mul_pd(vk, t0), 1), to_f32(_mm512_mul_pd(vk, t1), 1), H,
+                             0));
     }
 }
 
-static void bn_backward_half_avx512(const fx_bn_src *x, const fx_bn_src *g, int64_t off,
-                                    uint16_t *out, int64_t S, double mu, double is, double k,
-                                    double mdy, double mdyx, int half)
+static int bn_backward_half_avx512(const fx_bn_src *x, const fx_bn_src *g, int64_t off,
+                                   uint16_t *out, int64_t S, double mu, double is, double k,
+                                   double mdy, double mdyx, int half)
 {
     const fx_bn_src xe = fx_bn_exact_kind(x), ge = fx_bn_exact_kind(g);
 #define FX_BN_BH_CASE(KX, KG)                                                                  \
@@ -598,18 +582,11 @@ static void bn_backward_half_avx512(const fx_bn_src *x, const fx_bn_src *g, int6
         else                                                                                   \
             backward_half_k(&xe, &ge, off, out, S, mu, is, k, mdy, mdyx, (KX), (KG),           \
                             FX_BN_OUT_FP16);                                                   \
-        return;                                                                                \
+        return 1;                                                                              \
     }
     FX_BN_KIND_PAIRS_OF(FX_BN_BH_CASE, FX_BN_I16_EXACT)
 #undef FX_BN_BH_CASE
-    /* other mantissa sources: the portable kernel through a row of 16 */
-    float q[16];
-    const fx_backend *be = fx_backend_active();
-    for (int64_t s = 0; s < S; s += 16) {
-        const int64_t w = S - s < 16 ? S - s : 16;
-        fx_bn_kernels_portable.backward(x, g, off + s, q, w, mu, is, k, mdy, mdyx, 1, NULL);
-        (half == FX_BN_OUT_BF16 ? be->cvt.f32_to_bf16 : be->cvt.f32_to_fp16)(q, out + s, w);
-    }
+    return 0; /* other mantissa sources: the caller's fp32 row */
 }
 
 const fx_bn_kernels fx_bn_kernels_avx512 = {

@@ -95,13 +95,14 @@ typedef struct fx_bn_kernels {
      * (relu set) tensor_relu's rule, then rounded to the half format (FX_BN_OUT_FP16 or
      * FX_BN_OUT_BF16) by its definition; the bits of normalize into an fp32 row, the ReLU on
      * it and the bulk conversion, without the row's store and reload (on a Zen 5 that
-     * conversion alone was 6 % of a bf16 ResNet-20 step). NULL where a level has none. */
-    void (*normalize_half)(const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S, double mu,
-                           double a, double b, int half, int relu);
+     * conversion alone was 6 % of a bf16 ResNet-20 step). Returns 1, or 0 for a source it
+     * declines (nothing written: the caller takes the fp32 row). NULL where a level has none. */
+    int (*normalize_half)(const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S, double mu,
+                          double a, double b, int half, int relu);
     /* the same for backward's q (rounded to odd, no ReLU) */
-    void (*backward_half)(const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out,
-                          int64_t S, double mu, double is, double k, double mdy, double mdyx,
-                          int half);
+    int (*backward_half)(const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out,
+                         int64_t S, double mu, double is, double k, double mdy, double mdyx,
+                         int half);
 } fx_bn_kernels;
 
 enum { FX_BN_OUT_FP16 = 1, FX_BN_OUT_BF16 = 2 }; /* normalize_half's and backward_half's half */
