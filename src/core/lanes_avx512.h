@@ -40,17 +40,40 @@ FX_LANES_INLINE void fx_store_w32(void *p, __mmask32 m, __m512i v)
         _mm512_mask_storeu_epi16(p, m, v);
 }
 
-/* 8 int64 lanes: p's lanes under m become v, or v plus what they held (add); returns what was
- * stored (the accumulate-and-store of the integer tiles' int64 outputs) */
+/* 16 32-bit lanes, as floats (any 32-bit elements: the bits move unchanged) */
+FX_LANES_INLINE __m512 fx_load_d16(const void *p, __mmask16 m)
+{
+    return m == 0xFFFF ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+
+FX_LANES_INLINE void fx_store_d16(void *p, __mmask16 m, __m512 v)
+{
+    if (m == 0xFFFF)
+        _mm512_storeu_ps(p, v);
+    else
+        _mm512_mask_storeu_ps(p, m, v);
+}
+
+/* 8 64-bit lanes */
+FX_LANES_INLINE __m512i fx_load_q8(const void *p, __mmask8 m)
+{
+    return m == 0xFF ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi64(m, p);
+}
+
+FX_LANES_INLINE void fx_store_q8(void *p, __mmask8 m, __m512i v)
+{
+    if (m == 0xFF)
+        _mm512_storeu_si512(p, v);
+    else
+        _mm512_mask_storeu_epi64(p, m, v);
+}
+
+/* p's int64 lanes under m become v, or v plus what they held (add); returns what was stored
+ * (the accumulate-and-store of the integer tiles' int64 outputs) */
 FX_LANES_INLINE __m512i fx_store_add_q8(int64_t *p, __mmask8 m, __m512i v, int add)
 {
-    if (m == 0xFF) {
-        if (add) v = _mm512_add_epi64(v, _mm512_loadu_si512((const void *)p));
-        _mm512_storeu_si512((void *)p, v);
-    } else {
-        if (add) v = _mm512_add_epi64(v, _mm512_maskz_loadu_epi64(m, p));
-        _mm512_mask_storeu_epi64(p, m, v);
-    }
+    if (add) v = _mm512_add_epi64(v, fx_load_q8(p, m));
+    fx_store_q8(p, m, v);
     return v;
 }
 

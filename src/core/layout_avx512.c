@@ -3,6 +3,7 @@
  * unchanged, so the results equal the portable loops' for any data; only the speed differs
  * (the portable loops move one element per load/store pair). */
 #include "backend.h"
+#include "lanes_avx512.h"
 #include "layout_kernels.h"
 #include "transpose_avx512.h"
 
@@ -48,20 +49,11 @@ void fx_transpose64_avx512(const void *srcv, void *dstv, int64_t rows, int64_t c
             const int nc = cols - j0 < 8 ? (int)(cols - j0) : 8;
             const __mmask8 cmask = (__mmask8)((1u << nc) - 1);
             __m512i r[8];
-            for (int i = 0; i < 8; i++) {
-                const int64_t *p = src + (i0 + i) * cols + j0;
-                r[i] = i >= nr  ? _mm512_setzero_si512()
-                       : nc == 8 ? _mm512_loadu_si512((const void *)p)
-                                 : _mm512_maskz_loadu_epi64(cmask, p);
-            }
+            for (int i = 0; i < 8; i++)
+                r[i] = i < nr ? fx_load_q8(src + (i0 + i) * cols + j0, cmask)
+                              : _mm512_setzero_si512();
             fx_transpose8x8_epi64(r);
-            for (int j = 0; j < nc; j++) {
-                int64_t *q = dst + (j0 + j) * rows + i0;
-                if (nr == 8)
-                    _mm512_storeu_si512((void *)q, r[j]);
-                else
-                    _mm512_mask_storeu_epi64(q, rmask, r[j]);
-            }
+            for (int j = 0; j < nc; j++) fx_store_q8(dst + (j0 + j) * rows + i0, rmask, r[j]);
         }
     }
 }
@@ -78,20 +70,10 @@ void fx_transpose32_avx512(const void *srcv, void *dstv, int64_t rows, int64_t c
             const int nc = cols - j0 < 16 ? (int)(cols - j0) : 16;
             const __mmask16 cmask = (__mmask16)((1u << nc) - 1);
             __m512 r[16];
-            for (int i = 0; i < 16; i++) {
-                const float *p = src + (i0 + i) * cols + j0;
-                r[i] = i >= nr   ? _mm512_setzero_ps()
-                       : nc == 16 ? _mm512_loadu_ps(p)
-                                  : _mm512_maskz_loadu_ps(cmask, p);
-            }
+            for (int i = 0; i < 16; i++)
+                r[i] = i < nr ? fx_load_d16(src + (i0 + i) * cols + j0, cmask) : _mm512_setzero_ps();
             fx_transpose16x16_ps(r);
-            for (int j = 0; j < nc; j++) {
-                float *q = dst + (j0 + j) * rows + i0;
-                if (nr == 16)
-                    _mm512_storeu_ps(q, r[j]);
-                else
-                    _mm512_mask_storeu_ps(q, rmask, r[j]);
-            }
+            for (int j = 0; j < nc; j++) fx_store_d16(dst + (j0 + j) * rows + i0, rmask, r[j]);
         }
     }
 }
@@ -110,12 +92,9 @@ void fx_transpose16_avx512(const void *srcv, void *dstv, int64_t rows, int64_t c
             const int nc = cols - j0 < 32 ? (int)(cols - j0) : 32;
             const __mmask32 cmask = nc == 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << nc) - 1);
             __m512i r[8], a[8], b[8], c[8];
-            for (int i = 0; i < 8; i++) {
-                const int16_t *p = src + (i0 + i) * cols + j0;
-                r[i] = i >= nr   ? _mm512_setzero_si512()
-                       : nc == 32 ? _mm512_loadu_si512((const void *)p)
-                                  : _mm512_maskz_loadu_epi16(cmask, p);
-            }
+            for (int i = 0; i < 8; i++)
+                r[i] = i < nr ? fx_load_w32(src + (i0 + i) * cols + j0, cmask)
+                              : _mm512_setzero_si512();
             for (int i = 0; i < 4; i++) { /* row pairs: (r2i[c], r2i+1[c]) */
                 a[2 * i] = _mm512_unpacklo_epi16(r[2 * i], r[2 * i + 1]);     /* cols 0-3 */
                 a[2 * i + 1] = _mm512_unpackhi_epi16(r[2 * i], r[2 * i + 1]); /* cols 4-7 */

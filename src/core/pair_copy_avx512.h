@@ -5,6 +5,7 @@
 #ifndef FX_CORE_PAIR_COPY_AVX512_H
 #define FX_CORE_PAIR_COPY_AVX512_H
 
+#include "lanes_avx512.h"
 #include "transpose_avx512.h"
 
 #include <immintrin.h>
@@ -90,20 +91,14 @@ static inline void fx_pair_planes_transpose_avx512(const uint32_t *planes, int64
             __m512 v[16];
             /* plain loads and stores where a block is whole, or half wide (8 pairs: 16
              * channels); masked ones on every block cost time on the Zen 5 */
-            for (int i = 0; i < 16; i++) {
-                const uint32_t *src = planes + (c0 + i) * HW + p0;
-                v[i] = i >= nc   ? _mm512_setzero_ps()
-                       : np == 16 ? _mm512_loadu_ps((const float *)(const void *)src)
-                                  : _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(pm, src));
-            }
+            for (int i = 0; i < 16; i++)
+                v[i] = i < nc ? fx_load_d16(planes + (c0 + i) * HW + p0, pm) : _mm512_setzero_ps();
             fx_transpose16x16_ps(v); /* v[t]: pixel p0 + t, pair c0 + i in lane i */
             float *o = (float *)(void *)(out + p0 * ld + c0);
-            if (nc == 16)
-                for (int t = 0; t < np; t++) _mm512_storeu_ps(o + t * ld, v[t]);
-            else if (nc == 8)
+            if (nc == 8) /* half wide: one plain 256-bit store */
                 for (int t = 0; t < np; t++) _mm256_storeu_ps(o + t * ld, _mm512_castps512_ps256(v[t]));
             else
-                for (int t = 0; t < np; t++) _mm512_mask_storeu_ps(o + t * ld, cm, v[t]);
+                for (int t = 0; t < np; t++) fx_store_d16(o + t * ld, cm, v[t]);
         }
     }
 }
@@ -123,12 +118,9 @@ static inline void fx_pair_rows_transpose_avx512(const uint16_t *dy, int64_t nbc
                 const int np = pp_n - p0 < 16 ? (int)(pp_n - p0) : 16;
                 const __mmask16 pm = (__mmask16)((1u << np) - 1);
                 __m512 v[16];
-                for (int i = 0; i < 16; i++) {
-                    const uint32_t *s_ = src + (o0 + i) * (P / 2) + p0;
-                    v[i] = o0 + i >= O ? _mm512_setzero_ps()
-                           : np == 16  ? _mm512_loadu_ps((const float *)(const void *)s_)
-                                       : _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(pm, s_));
-                }
+                for (int i = 0; i < 16; i++)
+                    v[i] = o0 + i < O ? fx_load_d16(src + (o0 + i) * (P / 2) + p0, pm)
+                                      : _mm512_setzero_ps();
                 fx_transpose16x16_ps(v); /* v[t]: pixel pair p0 + t, channel o0 + i in lane i */
                 for (int t = 0; t < np; t++)
                     _mm512_storeu_ps((float *)(void *)(dst + (p0 + t) * opad + o0), v[t]);

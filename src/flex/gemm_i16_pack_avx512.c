@@ -4,6 +4,7 @@
  * vector instructions: packing with norms used to cost more than the fast kernel saved on the
  * CNN's narrow products (N = 64), which therefore always took the two-multiply split kernel. */
 #include "gemm_i16.h"
+#include "core/lanes_avx512.h"
 #include "core/transpose_avx512.h"
 
 #include <immintrin.h>
@@ -42,12 +43,9 @@ static void fx_pack_a_6(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, 
         __m512 v[16];
         for (int i = 0; i < FX_PACK_MR; i++)
             fx_prefetch_at(a + i * sam + 2 * k0, FX_GEMM_I16_PACK_A_PREFETCH_ROWS * sam * 2);
-        for (int i = 0; i < 16; i++) {
-            const int16_t *src = a + i * sam + 2 * k0;
-            v[i] = i >= FX_PACK_MR    ? _mm512_setzero_ps()
-                   : m == 0xFFFFFFFFu ? _mm512_loadu_ps((const float *)(const void *)src)
-                                      : _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, src));
-        }
+        for (int i = 0; i < 16; i++)
+            v[i] = i < FX_PACK_MR ? _mm512_castsi512_ps(fx_load_w32(a + i * sam + 2 * k0, m))
+                                  : _mm512_setzero_ps();
         fx_transpose16x16_ps(v); /* v[t]: pair k0 + t of every row, row i in lane i */
         /* whole-vector stores overlap: lanes 6..15 of store t land where stores t + 1 and
          * t + 2 write next; the last two are masked, so nothing past the block's end is

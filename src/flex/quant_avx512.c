@@ -365,9 +365,7 @@ fx_quant_i64_t_body(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols
                     const __mmask8 live = ri < nr ? cm : 0;
                     /* rows past the block's end load nothing, from a pointer in src */
                     const int64_t *row = ri < nr ? src + (r0 + ri) * cols + c0 : src;
-                    /* plain loads for whole rows (masked ones on every row cost time on Zen 5) */
-                    const __m512i v = live == 0xFF ? _mm512_loadu_si512((const void *)row)
-                                                   : _mm512_maskz_loadu_epi64(live, row);
+                    const __m512i v = fx_load_q8(row, live);
                     const __m512i q = fast ? fx_q64_fast_round(&f, v, &max_in, &nuf)
                                            : fx_q64_round(&k, &acc, v, live);
                     w4[l] = _mm512_cvtepi64_epi16(q); /* dead lanes hold 0 */

@@ -17,6 +17,7 @@
  */
 #include "f32_kernels.h"
 #include "f32_math.h"
+#include "core/lanes_avx512.h"
 #include "core/transpose_avx512.h"
 #include "bf16/bf16_kernels.h"
 #include "fp16/fp16_kernels.h"
@@ -232,11 +233,8 @@ enum { SRC_F32, SRC_FP16, SRC_BF16 };
 static inline __attribute__((always_inline)) __m512 load_row16(const void *src, int kind,
                                                                __mmask16 k_mask)
 {
-    /* plain loads for whole rows: masked ones on every row cost time on the Zen 5 */
-    const int whole = k_mask == 0xFFFF;
-    if (kind == SRC_F32) return whole ? _mm512_loadu_ps(src) : _mm512_maskz_loadu_ps(k_mask, src);
-    const __m256i h = whole ? _mm256_loadu_si256((const __m256i *)src)
-                            : _mm256_maskz_loadu_epi16(k_mask, src);
+    if (kind == SRC_F32) return fx_load_d16(src, k_mask);
+    const __m256i h = fx_load_w16(src, k_mask);
     if (kind == SRC_BF16) /* bf16 is the upper half of the fp32 bits */
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     /* vcvtph2ps is exact except that it quiets signalling NaNs (the definition keeps them
@@ -265,11 +263,7 @@ static inline void pack_rows_any(float *dst, const void *src, size_t esz, int ki
                 v[i] = i < rows ? load_row16(s + (size_t)((r0 + i) * ld + k0) * esz, kind, k_mask)
                                 : _mm512_setzero_ps();
             fx_transpose16x16_ps(v);
-            if (rows == 16)
-                for (int t = 0; t < ks; t++) _mm512_storeu_ps(dst + (k0 + t) * R + r0, v[t]);
-            else
-                for (int t = 0; t < ks; t++)
-                    _mm512_mask_storeu_ps(dst + (k0 + t) * R + r0, row_mask, v[t]);
+            for (int t = 0; t < ks; t++) fx_store_d16(dst + (k0 + t) * R + r0, row_mask, v[t]);
         }
     }
 }
