@@ -37,15 +37,6 @@ static inline __attribute__((always_inline)) __mmask16 nan16(__m256i h, const in
                                    _mm256_set1_epi16(BF ? 0x7F80 : 0x7C00));
 }
 
-/* h with NaN patterns made canonical (sign | qnan), kept where keep, else +0 */
-static inline __attribute__((always_inline)) __m256i keep_canonical(__m256i h, __mmask16 keep,
-                                                                    const int BF)
-{
-    const __m256i canon = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16((short)0x8000)),
-                                          _mm256_set1_epi16(BF ? 0x7FC0 : 0x7E00));
-    return _mm256_maskz_mov_epi16(keep, _mm256_mask_mov_epi16(h, nan16(h, BF), canon));
-}
-
 /* positive patterns: nonzero and at most +Inf, unsigned (a set sign bit is above +Inf) */
 static inline __attribute__((always_inline)) __mmask16 positive(__m256i h, const int BF)
 {
@@ -60,10 +51,12 @@ static inline __attribute__((always_inline)) void add16(const uint16_t *a, const
 {
     const __m512 r = add_nan_first(widen16(fx_load_w16(a, m), BF), widen16(fx_load_w16(b, m), BF));
     __m256i h = BF ? fx_bf16_round16_bits(_mm512_castps_si512(r)) : fx_f32_to_fp16_16(r);
+    /* the roundings above already give NaN lanes the canonical pattern (sign | qnan) that the
+     * epilogue's rules keep */
     if (KIND == FX_HALF_ADD_RELU)
-        h = keep_canonical(h, positive(h, BF) | nan16(h, BF), BF);
+        h = _mm256_maskz_mov_epi16(positive(h, BF) | nan16(h, BF), h);
     else if (KIND == FX_HALF_ADD_GATE)
-        h = keep_canonical(h, positive(fx_load_w16(gate, m), BF), BF);
+        h = _mm256_maskz_mov_epi16(positive(fx_load_w16(gate, m), BF), h);
     fx_store_w16(out, m, h);
 }
 
