@@ -45,15 +45,10 @@ static inline __attribute__((always_inline)) void fx_load16_i64(const int16_t *p
 
 static inline __attribute__((always_inline)) void fx_store16_i64(int64_t *p, int64_t left, __m512i lo, __m512i hi)
 {
-    if (left >= 16) {
-        _mm512_storeu_si512((void *)p, lo);
-        _mm512_storeu_si512((void *)(p + 8), hi);
-        return;
-    }
     const __mmask8 m0 = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
-    const __mmask8 m1 = left > 8 ? (__mmask8)((1u << (left - 8)) - 1) : 0;
-    _mm512_mask_storeu_epi64(p, m0, lo);
-    _mm512_mask_storeu_epi64(p + 8, m1, hi);
+    const __mmask8 m1 = left >= 16 ? (__mmask8)0xFF : left > 8 ? (__mmask8)((1u << (left - 8)) - 1) : 0;
+    fx_store_q8(p, m0, lo);
+    fx_store_q8(p + 8, m1, hi);
 }
 
 int fx_flex_relu_avx512(const fx_op_call *c)
