@@ -27,21 +27,37 @@ int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
            nb * g->OH * (opad / 16) + nb * g->C * g->OH + nb * g->OH + (nb * g->OH + 3) / 4 + 16;
 }
 
-/* dn[(n OH + oh) nob + ob]: the largest norm over block ob's channels of dy's row (n, o, oh),
- * from the rows' norms rn[(n O + o) OH + oh] */
+/* out[i] = max(out[i], in[i]), i < len: the element-wise maximum every bound below is built
+ * from, written as the plain loop the compiler vectorises (the norms are at most 2^20) */
+static inline void max_into(uint32_t *restrict out, const uint32_t *restrict in, int64_t len)
+{
+    for (int64_t i = 0; i < len; i++) out[i] = in[i] > out[i] ? in[i] : out[i];
+}
+
+/* dn[ob S + n OH + oh] (S = nbc OH, the chunk's output rows): the largest norm over block ob's
+ * channels of dy's row (n, o, oh), from the rows' norms rn[(n O + o) OH + oh]. Every bound is
+ * kept block- or channel-major over the chunk's output rows s = n OH + oh, so that the maxima
+ * over blocks and channels below run along whole rows of S values (ResNet-20's last stage has
+ * OH = 8: runs per image would be 8 long). */
 static void block_norms(const uint32_t *rn, int64_t nbc, int64_t O, int64_t OH, int64_t nob,
                         uint32_t *dn)
 {
-    for (int64_t n = 0; n < nbc; n++)
-        for (int64_t oh = 0; oh < OH; oh++)
-            for (int64_t ob = 0; ob < nob; ob++) {
-                uint32_t mx = 0;
-                for (int64_t o = 16 * ob; o < 16 * ob + 16 && o < O; o++) {
-                    const uint32_t v = rn[(n * O + o) * OH + oh];
-                    mx = v > mx ? v : mx;
-                }
-                dn[(n * OH + oh) * nob + ob] = mx;
-            }
+    const int64_t S = nbc * OH;
+    for (int64_t ob = 0; ob < nob; ob++)
+        for (int64_t n = 0; n < nbc; n++) {
+            uint32_t *out = dn + ob * S + n * OH;
+            for (int64_t oh = 0; oh < OH; oh++) out[oh] = 0;
+            for (int64_t o = 16 * ob; o < 16 * ob + 16 && o < O; o++)
+                max_into(out, rn + (n * O + o) * OH, OH);
+        }
+}
+
+void fx_i16_wgrad_dy_bounds(const uint32_t *dn, int64_t nbc, int64_t OH, int64_t ob0, int64_t nv,
+                            uint32_t *dm)
+{
+    const int64_t S = nbc * OH;
+    for (int64_t s = 0; s < S; s++) dm[s] = dn[ob0 * S + s];
+    for (int64_t v = 1; v < nv; v++) max_into(dm, dn + (ob0 + v) * S, S);
 }
 
 static atomic_int wdirect_enabled = 1;
@@ -67,28 +83,35 @@ long long fx_i16_wgrad_direct_declined(void)
     return atomic_load_explicit(&wdirect_declined, memory_order_relaxed);
 }
 
-/* fold[s] for the output rows s = n OH + oh of a tile over channels [c_lo, c_hi]: greedy
- * chains of rows whose bounds (the channels' largest input norm times dy's, dm[s]) sum to at
- * most FX_I16_CHAIN_LIMIT (each alone does, the chunk's check) */
-void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t nbc, int64_t C,
-                                int64_t OH, int64_t c_lo, int64_t c_hi, uint8_t *fold)
+/* fold[s] for the output rows s of a tile over channels [c_lo, c_hi]: greedy chains of rows
+ * whose bounds (the channels' largest input norm times dy's, dm[s]) sum to at most
+ * FX_I16_CHAIN_LIMIT (each alone does, the chunk's check). The bounds of FX_WG_RUN rows at a
+ * time come from element-wise maxima and products the compiler vectorises; the greedy scan over
+ * them is branch-free, as fx_i16_fold_schedule's: where a chain is cut depends on the data, and
+ * a branch there mispredicts. */
+#define FX_WG_RUN 64
+void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t S, int64_t c_lo,
+                                int64_t c_hi, uint8_t *fold)
 {
     int64_t run = 0;
-    for (int64_t n = 0, s = 0; n < nbc; n++)
-        for (int64_t oh = 0; oh < OH; oh++, s++) {
-            uint32_t xm = 0;
-            for (int64_t c = c_lo; c <= c_hi; c++) {
-                const uint32_t v = xk[(n * C + c) * OH + oh];
-                xm = v > xm ? v : xm;
-            }
-            const int64_t b = (int64_t)xm * dm[s];
-            fold[s] = 0;
-            if (s > 0 && run + b > FX_I16_CHAIN_LIMIT) {
-                fold[s - 1] = 1;
-                run = 0;
-            }
-            run += b;
+    for (int64_t s0 = 0; s0 < S; s0 += FX_WG_RUN) {
+        const int64_t len = S - s0 < FX_WG_RUN ? S - s0 : FX_WG_RUN;
+        const uint32_t *x0 = xk + c_lo * S + s0, *d = dm + s0;
+        uint32_t xm[FX_WG_RUN];
+        int64_t b[FX_WG_RUN];
+        for (int64_t i = 0; i < len; i++) xm[i] = x0[i];
+        for (int64_t c = 1; c <= c_hi - c_lo; c++) max_into(xm, x0 + c * S, len);
+        for (int64_t i = 0; i < len; i++) b[i] = (int64_t)xm[i] * d[i];
+        uint8_t *f = fold + s0;
+        for (int64_t i = 0; i < len; i++) {
+            /* the first row never cuts: run is 0 there and each bound alone is in range */
+            const int64_t t = run + b[i];
+            const int cut = t > FX_I16_CHAIN_LIMIT;
+            run = cut ? b[i] : t; /* a conditional move: three cycles a row */
+            f[i] = 0;
+            if (s0 + i > 0) f[i - 1] = (uint8_t)cut;
         }
+    }
 }
 
 static int decline(void)
@@ -102,7 +125,7 @@ static void count_call(void)
     atomic_fetch_add_explicit(&wdirect_calls, 1, memory_order_relaxed);
 }
 
-/* xk[(n C + c) OH + oh]: the largest input row norm xn[(n C + c) Hp + oh + kh] of channel c at
+/* xk[c S + n OH + oh]: the largest input row norm xn[(n C + c) Hp + oh + kh] of channel c at
  * output row oh over the kernel's rows kh (what a tile's bound takes per channel: a little
  * looser than per tap, and one lookup per channel); then whether the chunk can be taken: no
  * output row's bound (its largest xk times its largest dn) may leave int32 alone. Counts the
@@ -110,25 +133,23 @@ static void count_call(void)
 static int channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t nbc, int64_t C,
                          int64_t Hp, int64_t OH, int64_t KH, int64_t nob, uint32_t *xk)
 {
-    for (int64_t n = 0; n < nbc; n++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t oh = 0; oh < OH; oh++) {
-                uint32_t m = 0;
-                for (int64_t kh = 0; kh < KH; kh++) {
-                    const uint32_t v = xn[(n * C + c) * Hp + oh + kh];
-                    m = v > m ? v : m;
-                }
-                xk[(n * C + c) * OH + oh] = m;
-            }
-    for (int64_t n = 0; n < nbc; n++)
-        for (int64_t oh = 0; oh < OH; oh++) {
-            uint32_t xmax = 0, dmax = 0;
-            for (int64_t c = 0; c < C; c++)
-                xmax = xk[(n * C + c) * OH + oh] > xmax ? xk[(n * C + c) * OH + oh] : xmax;
-            for (int64_t ob = 0; ob < nob; ob++)
-                dmax = dn[(n * OH + oh) * nob + ob] > dmax ? dn[(n * OH + oh) * nob + ob] : dmax;
-            if ((int64_t)xmax * dmax > FX_I16_CHAIN_LIMIT) return decline();
+    const int64_t S = nbc * OH;
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t n = 0; n < nbc; n++) {
+            uint32_t *out = xk + c * S + n * OH;
+            const uint32_t *in = xn + (n * C + c) * Hp;
+            for (int64_t oh = 0; oh < OH; oh++) out[oh] = in[oh];
+            for (int64_t kh = 1; kh < KH; kh++) max_into(out, in + kh, OH);
         }
+    for (int64_t s0 = 0; s0 < S; s0 += FX_WG_RUN) {
+        const int64_t len = S - s0 < FX_WG_RUN ? S - s0 : FX_WG_RUN;
+        uint32_t xmax[FX_WG_RUN] = {0}, dmax[FX_WG_RUN] = {0};
+        for (int64_t c = 0; c < C; c++) max_into(xmax, xk + c * S + s0, len);
+        for (int64_t ob = 0; ob < nob; ob++) max_into(dmax, dn + ob * S + s0, len);
+        int64_t over = 0;
+        for (int64_t i = 0; i < len; i++) over |= (int64_t)xmax[i] * dmax[i] > FX_I16_CHAIN_LIMIT;
+        if (over) return decline();
+    }
     count_call();
     return 1;
 }

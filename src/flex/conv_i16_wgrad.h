@@ -6,11 +6,12 @@
 
 #include <stdint.h>
 
-/* fold[s] for the output rows s = n OH + oh of a tile over channels [c_lo, c_hi]: greedy
- * chains of rows whose bounds (the channels' largest input norm times dy's, dm[s]) sum to at
- * most FX_I16_CHAIN_LIMIT (each alone does: fx_i16_wgrad_prepare checked) */
-void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t nbc, int64_t C,
-                                int64_t OH, int64_t c_lo, int64_t c_hi, uint8_t *fold);
+/* fold[s] for the chunk's S = nbc OH output rows s = n OH + oh of a tile over channels
+ * [c_lo, c_hi]: greedy chains of rows whose bounds (the channels' largest input norm xk times
+ * dy's, dm[s]) sum to at most FX_I16_CHAIN_LIMIT (each alone does: fx_i16_wgrad_prepare
+ * checked) */
+void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t S, int64_t c_lo,
+                                int64_t c_hi, uint8_t *fold);
 
 /* Portable definitions the AVX2 kernel takes as they are: fx_i16_row_norms's values, and
  * dyt[n][pp][o] = (dy[o][2pp], dy[o][2pp + 1]) for pp < P / 2, zero for O <= o < opad (the
@@ -22,13 +23,18 @@ void fx_i16_pair_rows(const int16_t *dy, int64_t nbc, int64_t O, int64_t P, int6
 /* A chunk's scratch (fx_i16_wgrad_direct_scratch words) as both kernels lay it out, and the
  * bounds every kernel needs before its tiles: dyt (dy's pair words, 64-byte aligned, for the
  * kernel to fill), xn (the padded input rows' norms), drn (dy's rows' norms), dn (their maxima
- * per block of 16 channels), xk (each channel's largest input row norm per output row over the
- * kernel's rows), dm (one channel block's dy norms per output row, for the kernel), fold (one
- * tile's schedule). */
+ * per block of 16 channels, dn[ob S + s]), xk (each channel's largest input row norm per
+ * output row over the kernel's rows, xk[c S + s]; S = nbc OH output rows s = n OH + oh), dm (one column block's dy norms per output row,
+ * fx_i16_wgrad_dy_bounds, for the kernel), fold (one tile's schedule). */
 typedef struct fx_i16_wgrad_bufs {
     uint32_t *dyt, *xn, *drn, *dn, *xk, *dm;
     uint8_t *fold;
 } fx_i16_wgrad_bufs;
+
+/* dm[n OH + oh] = the largest of dn over the nv blocks of 16 output channels from block ob0
+ * (the bound of dy's rows that a tile over those channels takes) */
+void fx_i16_wgrad_dy_bounds(const uint32_t *dn, int64_t nbc, int64_t OH, int64_t ob0, int64_t nv,
+                            uint32_t *dm);
 
 /* Lays out *b in scratch, takes the norms with the level's row_norms (fx_i16_row_norms or its
  * portable definition) and decides the chunk: 0 (counted as declined) where it has more than

@@ -110,7 +110,7 @@ int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, co
                              int64_t nbc, uint32_t *scratch, int64_t *dwt, int add)
 {
     const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
-    const int64_t opad = (O + 15) / 16 * 16, nob = opad / 16;
+    const int64_t opad = (O + 15) / 16 * 16;
     const int64_t KH = g->KH, KW = g->KW, KK = KH * KW, CKK = C * KK;
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, ximg = C * Hp * Wp;
     fx_i16_wgrad_bufs b;
@@ -124,7 +124,7 @@ int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, co
     for (int64_t o0 = 0; o0 < O; o0 += 16) {
         const int ncols = O - o0 < 16 ? (int)(O - o0) : 16;
         /* dm[s]: dy's row norms' largest over this block's channels, per output row */
-        for (int64_t s = 0; s < nbc * OH; s++) dm[s] = dn[s * nob + o0 / 16];
+        fx_i16_wgrad_dy_bounds(dn, nbc, OH, o0 / 16, 1, dm);
         int64_t sched_lo = -1, sched_hi = -1; /* the channels of the schedule in fold */
         int64_t r0 = 0;
         for (int64_t t = 0; t < ntile; t++) {
@@ -137,7 +137,7 @@ int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, co
             /* the tile's chains (the previous tile's when it covered the same channels) */
             const int64_t c_lo = r0 / KK, c_hi = (r0 + rows - 1) / KK;
             if (c_lo != sched_lo || c_hi != sched_hi)
-                fx_i16_wgrad_fold_schedule(xk, dm, nbc, C, OH, c_lo, c_hi, fold);
+                fx_i16_wgrad_fold_schedule(xk, dm, nbc * OH, c_lo, c_hi, fold);
             sched_lo = c_lo;
             sched_hi = c_hi;
             wtile_fns[rows - 1](xp, ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW, Wp, nbc,

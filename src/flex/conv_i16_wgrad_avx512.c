@@ -168,7 +168,7 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
                         int64_t nbc, uint32_t *scratch, int64_t *dwt, int add)
 {
     const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
-    const int64_t opad = (O + 15) / 16 * 16, nob = opad / 16;
+    const int64_t opad = (O + 15) / 16 * 16;
     const int64_t KH = g->KH, KW = g->KW, KK = KH * KW, CKK = C * KK;
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, ximg = C * Hp * Wp;
     fx_i16_wgrad_bufs b;
@@ -187,12 +187,7 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
         const int tail = (int)(ow - 16 * (nv - 1));
         const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
         /* dm[s]: the largest of dy's row norms over this block's channels, per output row */
-        for (int64_t s = 0; s < nbc * OH; s++) {
-            uint32_t m = 0;
-            for (int v = 0; v < nv; v++)
-                m = dn[s * nob + o0 / 16 + v] > m ? dn[s * nob + o0 / 16 + v] : m;
-            dm[s] = m;
-        }
+        fx_i16_wgrad_dy_bounds(dn, nbc, OH, o0 / 16, nv, dm);
         int64_t sched_lo = -1, sched_hi = -1; /* the channels of the schedule in fold */
         for (int64_t r0 = 0; r0 < CKK; r0 += mr) {
             const int rows = CKK - r0 < mr ? (int)(CKK - r0) : mr;
@@ -206,7 +201,7 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
              * most do) */
             const int64_t c_lo = r0 / KK, c_hi = (r0 + rows - 1) / KK;
             if (c_lo != sched_lo || c_hi != sched_hi)
-                fx_i16_wgrad_fold_schedule(xk, dm, nbc, C, OH, c_lo, c_hi, fold);
+                fx_i16_wgrad_fold_schedule(xk, dm, nbc * OH, c_lo, c_hi, fold);
             sched_lo = c_lo;
             sched_hi = c_hi;
             fn(xp, ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW, Wp, nbc, fold,
