@@ -314,6 +314,9 @@ static int64_t fx_fast_chain(const fx_gemm_i16_kernel *kd, const int32_t *na, co
      * maximum below, and such tiles skip its loop (the driver's hottest on an AVX2 flex16_5
      * CNN epoch) */
     if (na_max * nb_max * nseg <= FX_GEMM_I16_CHAIN_MAX) return kp;
+    /* and one segment whose bound alone leaves int32 rules the fast kernel out: on full-range
+     * data the first does, and the whole scan below is skipped */
+    if ((int64_t)na[0] * nb[0] > FX_GEMM_I16_CHAIN_MAX) return 0;
     const int64_t t = fx_simd_pack(kd) && kd->pack->norm_prod_max
                           ? kd->pack->norm_prod_max(na, nb, nseg)
                           : fx_norm_prod_max(na, nb, nseg);
@@ -757,31 +760,70 @@ static void fx_gemm_pack_a_block(const fx_gemm_plan *pl, fx_gemm_thread *th,
     sl->a_id = ++th->a_block;
 }
 
-/* One (tile, K block): the fast kernel with the longest chain the norms prove safe, else the
- * any-data kernel, whose B panel (and A high panel, wrap kernel) is made the first time a tile
- * of this thread needs it for this block. On the last K block the kernels write final values,
- * and take their maximum in passing when the product reports it. Returns 1 where the fast
- * kernel ran. */
-static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
-                              fx_gemm_thread *th, const fx_gemm_block *bk, int64_t i0,
-                              int64_t ir, int64_t jp, int64_t *ct, int m, int n)
+/* The fast kernel's chain for one (tile, K block): the longest the norms prove safe, 0 where
+ * they allow none or the block takes no norm test (the any-data kernel then). */
+static int64_t fx_gemm_chain(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
+                             fx_gemm_thread *th, const fx_gemm_block *bk, int64_t ir, int64_t jp)
+{
+    if (!bk->fast_ok) return 0;
+    const fx_gemm_slot *sl = &th->slot[bk->slot];
+    const int mr = pl->mr;
+    const int64_t nseg = bk->nseg;
+    return fx_fast_chain(pl->kd, sl->anorm + ir / mr * nseg, fx_gemm_bnorm(pl, sh, bk) + jp * nseg,
+                         nseg, bk->kp, sl->anorm_max[ir / mr], fx_gemm_bnorm_max(pl, sh, bk)[jp]);
+}
+
+/* The any-data layouts one (tile, K block) needs, each made the first time a tile of this
+ * thread needs it for this block: the block's split or wrap B panel jp, and (wrap kernel) the A
+ * micro-panel's high panel. Returns the B panel. */
+static int16_t *fx_gemm_anydata_panels(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
+                                       fx_gemm_thread *th, const fx_gemm_block *bk,
+                                       const int32_t *apn, int64_t ir, int64_t jp)
 {
     const fx_gemm_i16_kernel *kd = pl->kd;
     const int mr = pl->mr, nr = pl->nr;
-    const int64_t kp = bk->kp, nseg = bk->nseg, N = pl->N;
+    const int64_t kp = bk->kp;
     fx_gemm_slot *sl = &th->slot[bk->slot];
-    const int32_t *ablk = pl->apan ? pl->apan + i0 * pl->kp_all + bk->pc / 2 * mr : sl->ap;
-    const int64_t ald = pl->apan ? pl->kp_all : kp;
+    int16_t *bsp = sl->bsplit + jp * bk->bpanel;
+    if (sl->split_tag[jp] != bk->id) {
+        const int16_t *bp = fx_gemm_bpack(pl, sh, bk) + jp * kp * 2 * nr;
+        if (pl->use_wrap)
+            fx_wrap_panel(kd, bp, kp, nr, bsp);
+        else
+            fx_split_panel(kd, bp, kp, nr, bsp);
+        sl->split_tag[jp] = bk->id;
+    }
+    if (pl->use_wrap && sl->ahi_tag[ir / mr] != sl->a_id) {
+        fx_a_high(kd, apn, kp, mr, sl->ahi + ir * kp);
+        sl->ahi_tag[ir / mr] = sl->a_id;
+    }
+    return bsp;
+}
+
+/* The A micro-panel of row ir of a block (this thread's packed block or the pre-packed
+ * panels). */
+static const int32_t *fx_gemm_apanel(const fx_gemm_plan *pl, fx_gemm_thread *th,
+                                     const fx_gemm_block *bk, int64_t i0, int64_t ir)
+{
+    if (pl->apan) return pl->apan + i0 * pl->kp_all + bk->pc / 2 * pl->mr + ir * pl->kp_all;
+    return th->slot[bk->slot].ap + ir * bk->kp;
+}
+
+/* One (tile, K block) with the fast kernel's chain from fx_gemm_chain: the fast kernel where
+ * it is positive, else the any-data kernel. On the last K block the kernels write final
+ * values, and take their maximum in passing when the product reports it. Returns 1 where the
+ * fast kernel ran. */
+static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
+                              fx_gemm_thread *th, const fx_gemm_block *bk, int64_t i0,
+                              int64_t ir, int64_t jp, int64_t chain, int64_t *ct, int m, int n)
+{
+    const fx_gemm_i16_kernel *kd = pl->kd;
+    const int64_t kp = bk->kp, N = pl->N;
     const int accumulate = bk->pc > 0;
     uint64_t *amax = bk->last && pl->want_max ? &th->imax : NULL;
-    const int16_t *bp = fx_gemm_bpack(pl, sh, bk) + jp * kp * 2 * nr;
-    const int32_t *apn = ablk + ir * ald;
-    const int64_t chain =
-        bk->fast_ok ? fx_fast_chain(kd, sl->anorm + ir / mr * nseg,
-                                    fx_gemm_bnorm(pl, sh, bk) + jp * nseg, nseg, kp,
-                                    sl->anorm_max[ir / mr], fx_gemm_bnorm_max(pl, sh, bk)[jp])
-                    : 0;
+    const int32_t *apn = fx_gemm_apanel(pl, th, bk, i0, ir);
     if (chain > 0) {
+        const int16_t *bp = fx_gemm_bpack(pl, sh, bk) + jp * kp * 2 * pl->nr;
         kd->fast(kp, chain, apn, bp, ct, N, m, n, accumulate, amax);
         th->fast_pairs += kp;
         /* both at most FX_GEMM_I16_MAX_KP: a 32-bit division, once per tile */
@@ -789,24 +831,34 @@ static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
         return 1;
     }
     th->split_pairs += kp;
-    int16_t *bsp = sl->bsplit + jp * bk->bpanel;
-    if (sl->split_tag[jp] != bk->id) {
-        if (pl->use_wrap)
-            fx_wrap_panel(kd, bp, kp, nr, bsp);
-        else
-            fx_split_panel(kd, bp, kp, nr, bsp);
-        sl->split_tag[jp] = bk->id;
-    }
+    const int16_t *bsp = fx_gemm_anydata_panels(pl, sh, th, bk, apn, ir, jp);
     if (pl->use_wrap) {
-        if (sl->ahi_tag[ir / mr] != sl->a_id) {
-            fx_a_high(kd, apn, kp, mr, sl->ahi + ir * kp);
-            sl->ahi_tag[ir / mr] = sl->a_id;
-        }
-        kd->wrap(kp, apn, sl->ahi + ir * kp, bsp, ct, N, m, n, accumulate, amax);
+        const fx_gemm_i16_wrap_block wb = {kp, apn, th->slot[bk->slot].ahi + ir * kp, bsp};
+        kd->wrap(1, &wb, ct, N, m, n, accumulate, amax);
     } else
         kd->ukr(kp, apn, bsp, ct, N, m, n, accumulate, amax);
     th->split_tiles++;
     return 0;
+}
+
+/* A tile that takes the wrap kernel on every K block of the group: one call over all of
+ * them, so that its sums stay in registers from block to block and its int64 outputs are
+ * read and written once per group instead of once per block. */
+static void fx_gemm_tile_wrap_group(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
+                                    fx_gemm_thread *th, const fx_gemm_block *bk, int nb,
+                                    int64_t i0, int64_t ir, int64_t jp, int64_t *ct, int m, int n)
+{
+    fx_gemm_i16_wrap_block wb[FX_GEMM_KG];
+    for (int g = 0; g < nb; g++) {
+        const int32_t *apn = fx_gemm_apanel(pl, th, &bk[g], i0, ir);
+        const int16_t *bsp = fx_gemm_anydata_panels(pl, sh, th, &bk[g], apn, ir, jp);
+        wb[g] = (fx_gemm_i16_wrap_block){bk[g].kp, apn, th->slot[bk[g].slot].ahi + ir * bk[g].kp,
+                                         bsp};
+        th->split_pairs += bk[g].kp;
+    }
+    uint64_t *amax = bk[nb - 1].last && pl->want_max ? &th->imax : NULL;
+    pl->kd->wrap(nb, wb, ct, pl->N, m, n, bk[0].pc > 0, amax);
+    th->split_tiles += nb;
 }
 
 /* The tiles of one row block and one group of nb K blocks: jr over the B panels, then the
@@ -815,22 +867,50 @@ static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
  * sums, 36 KiB on AVX-512) is still in L2 when the next block adds to it. (With the K blocks
  * innermost, each tile cycling through the blocks' B panels, those came from L2 instead:
  * 1024^3 FLEX16_5 on the Zen 5, one thread, 386-391 GOP/s against 398-404 with K blocks
- * outermost.) Returns the (tile, K block) steps that took the fast kernel. */
+ * outermost.) The exception: with the wrap kernel, a tile that takes it on every block of the
+ * group runs them all in one call (fx_gemm_tile_wrap_group), the blocks innermost. There the
+ * int64 outputs' loads and stores between blocks cost more than the B panels' coming from L2:
+ * 1024^3 on full-range data, one thread on the Zen 5, 263-274 GOP/s with a call per block
+ * against 284-292 with the whole K in one block (for timing). Returns the (tile, K block)
+ * steps that took the fast kernel. */
 static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
                                  fx_gemm_thread *th, const fx_gemm_block *bk, int nb,
                                  int64_t i0, int64_t mcur)
 {
     const int mr = pl->mr, nr = pl->nr;
+    const int64_t ntiles = (mcur + mr - 1) / mr;
     int64_t group_fast = 0;
+    int64_t chain[FX_GEMM_KG][FX_GEMM_MC];
+    unsigned char all_wrap[FX_GEMM_MC];
     for (int64_t jp = 0; jp < bk[0].npan; jp++) {
         const int64_t j0 = jp * nr;
         const int n = (int)fx_min64(nr, bk[0].ncur - j0);
+        int any_group = 0;
+        for (int64_t t = 0; t < ntiles; t++) {
+            all_wrap[t] = pl->use_wrap;
+            for (int g = 0; g < nb; g++) {
+                chain[g][t] = fx_gemm_chain(pl, sh, th, &bk[g], t * mr, jp);
+                if (chain[g][t] > 0) all_wrap[t] = 0;
+            }
+            any_group |= all_wrap[t];
+        }
         for (int g = 0; g < nb; g++)
-            for (int64_t ir = 0; ir < mcur; ir += mr) {
+            for (int64_t t = 0; t < ntiles; t++) {
+                if (all_wrap[t]) continue;
+                const int64_t ir = t * mr;
                 int64_t *ct = pl->out + (i0 + ir) * pl->N + bk[0].jc + j0;
                 const int m = (int)fx_min64(mr, mcur - ir);
-                group_fast += fx_gemm_tile_block(pl, sh, th, &bk[g], i0, ir, jp, ct, m, n);
+                group_fast +=
+                    fx_gemm_tile_block(pl, sh, th, &bk[g], i0, ir, jp, chain[g][t], ct, m, n);
             }
+        if (!any_group) continue;
+        for (int64_t t = 0; t < ntiles; t++) {
+            if (!all_wrap[t]) continue;
+            const int64_t ir = t * mr;
+            int64_t *ct = pl->out + (i0 + ir) * pl->N + bk[0].jc + j0;
+            fx_gemm_tile_wrap_group(pl, sh, th, bk, nb, i0, ir, jp, ct,
+                                    (int)fx_min64(mr, mcur - ir), n);
+        }
     }
     th->fast_tiles += group_fast;
     return group_fast;

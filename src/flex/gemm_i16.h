@@ -56,7 +56,9 @@
  *    the floor included), inside [-2^31, 2^31). As L = S_new mod 2^32, r is the int32 value
  *    L - (G << 16) (mod 2^32) read as signed, exactly, and the fold G += r >> 16 (arithmetic)
  *    restores G = floor(S_new / 2^16): five register operations per accumulator and chunk, no
- *    memory. At the end of the K block S = 2^16 G + (L mod 2^16), widened to int64 once. This
+ *    memory. At the end of the call (one K block, or the K blocks of a group where the tile
+ *    takes the wrap kernel on all of them) S = 2^16 G + (L mod 2^16), widened to int64 once.
+ *    |S| <= 2^30 per product, so G stays within int32 for fewer than 2^16 pairs a call. This
  *    needs no norm test and costs 1.5 multiply instructions per pair instead of the split
  *    kernel's 2.
  * Every step of the three kernels is exact, so the int64 result equals the mathematical sum,
@@ -160,11 +162,20 @@ typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *a
  * 2^31 (see above). */
 #define FX_GEMM_I16_WRAP_CHUNK_QUADS 32
 
-/* Wrap micro-kernel: the contract of fx_gemm_i16_ukr with a wrap B micro-panel bw and, besides
- * the A micro-panel ap, its high panel ahi (both layouts above). */
-typedef void (*fx_gemm_i16_wrap_ukr)(int64_t kp, const int32_t *ap, const int32_t *ahi,
-                                     const int16_t *bw, int64_t *c, int64_t ldc, int m, int n,
-                                     int accumulate, uint64_t *amax);
+/* One K block of a wrap micro-kernel call: kp pairs, the A micro-panel ap, its high panel
+ * ahi and the wrap B micro-panel bw (the layouts above). */
+typedef struct fx_gemm_i16_wrap_block {
+    int64_t kp;
+    const int32_t *ap, *ahi;
+    const int16_t *bw;
+} fx_gemm_i16_wrap_block;
+
+/* Wrap micro-kernel: the contract of fx_gemm_i16_ukr for the sum of the tile's products over
+ * nb (1 .. FX_GEMM_I16_KG) consecutive K blocks blk[0 .. nb), whose sums stay in registers
+ * from one block to the next (a block ends on a chunk boundary, where G = floor(S / 2^16)
+ * holds); at most FX_GEMM_I16_KG * FX_GEMM_I16_KC / 2 pairs in all, so that |G| < 2^31. */
+typedef void (*fx_gemm_i16_wrap_ukr)(int nb, const fx_gemm_i16_wrap_block *blk, int64_t *c,
+                                     int64_t ldc, int m, int n, int accumulate, uint64_t *amax);
 
 /* The wrap kernel pays only on K blocks of at least this many pairs (K >= 255): its per-call
  * work (the chunk corrections and folds, the A high panels made per A block) is paid back in

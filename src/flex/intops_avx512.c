@@ -446,42 +446,50 @@ static FX_ALWAYS_INLINE __m512i fx_dot_quads(__m512i acc, __m512i au, __m512i bs
     _mm512_store_si512((void *)&ls[r][0], L##r##0);                                            \
     _mm512_store_si512((void *)&ls[r][16], L##r##1);
 
-static void fx_wrap_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *ahi,
-                               const int16_t *bw, int64_t *c, int64_t ldc, int m, int n,
-                               int accumulate, uint64_t *amax)
+static void fx_wrap_avx512vnni(int nb, const fx_gemm_i16_wrap_block *blk, int64_t *c,
+                               int64_t ldc, int m, int n, int accumulate, uint64_t *amax)
 {
     _Static_assert(FX_MR == 6 && FX_NR == 32, "the wrap kernel is written out for 6 x 32");
     fx_prefetch_c(c, ldc, m, accumulate);
     FX_WRAP_ROWS(FX_WRAP_DECL)
 
-    const int64_t nq = (kp + 1) / 2, nfull = kp / 2; /* quads; the last is half when kp is odd */
-    for (int64_t q0 = 0; q0 < nq; q0 += FX_GEMM_I16_WRAP_CHUNK_QUADS) {
-        const int64_t q1 = q0 + FX_GEMM_I16_WRAP_CHUNK_QUADS < nq ? q0 + FX_GEMM_I16_WRAP_CHUNK_QUADS : nq;
-        /* chunk-local pointers indexed by q: with the pointers advanced inside the loop GCC kept
-         * them on the stack, a store-to-load round trip on every step */
-        const int16_t *bq = bw + q0 * 6 * FX_NR + (q0 / FX_GEMM_I16_WRAP_CHUNK_QUADS + 1) * 2 * FX_NR;
-        {   /* the chunk's offset correction: G counted (ah + 128) bh */
-            const __m512i c0 = _mm512_load_si512((const void *)(bq - 2 * FX_NR));
-            const __m512i c1 = _mm512_load_si512((const void *)(bq - FX_NR));
-            FX_WRAP_ROWS(FX_WRAP_CORR)
+    for (int ib = 0; ib < nb; ib++) {
+        const int64_t kp = blk[ib].kp;
+        const int32_t *ap = blk[ib].ap, *ahi = blk[ib].ahi;
+        const int16_t *bw = blk[ib].bw;
+        /* quads; the last is half when kp is odd */
+        const int64_t nq = (kp + 1) / 2, nfull = kp / 2;
+        for (int64_t q0 = 0; q0 < nq; q0 += FX_GEMM_I16_WRAP_CHUNK_QUADS) {
+            const int64_t q1 = q0 + FX_GEMM_I16_WRAP_CHUNK_QUADS < nq
+                                   ? q0 + FX_GEMM_I16_WRAP_CHUNK_QUADS
+                                   : nq;
+            /* chunk-local pointers indexed by q: with the pointers advanced inside the loop
+             * GCC kept them on the stack, a store-to-load round trip on every step */
+            const int16_t *bq =
+                bw + q0 * 6 * FX_NR + (q0 / FX_GEMM_I16_WRAP_CHUNK_QUADS + 1) * 2 * FX_NR;
+            {   /* the chunk's offset correction: G counted (ah + 128) bh */
+                const __m512i c0 = _mm512_load_si512((const void *)(bq - 2 * FX_NR));
+                const __m512i c1 = _mm512_load_si512((const void *)(bq - FX_NR));
+                FX_WRAP_ROWS(FX_WRAP_CORR)
+            }
+            for (int64_t q = q0; q < q1; q++) {
+                const int16_t *bb = bq + (q - q0) * 6 * FX_NR;
+                __m512i b0 = _mm512_load_si512((const void *)bb);
+                __m512i b1 = _mm512_load_si512((const void *)(bb + 32));
+                const int32_t *aq = ahi + 2 * q * FX_MR; /* the even pair's entries */
+                FX_WRAP_ROWS(FX_WRAP_HIGH)
+                b0 = _mm512_load_si512((const void *)(bb + 64));
+                b1 = _mm512_load_si512((const void *)(bb + 96));
+                aq = ap + 2 * q * FX_MR;
+                FX_WRAP_ROWS(FX_WRAP_PAIR)
+                if (q == nfull) break; /* kp odd: the last quad has one pair (2q + 1 is not in A) */
+                b0 = _mm512_load_si512((const void *)(bb + 128));
+                b1 = _mm512_load_si512((const void *)(bb + 160));
+                aq += FX_MR;
+                FX_WRAP_ROWS(FX_WRAP_PAIR)
+            }
+            FX_WRAP_ROWS(FX_WRAP_FOLD)
         }
-        for (int64_t q = q0; q < q1; q++) {
-            const int16_t *bb = bq + (q - q0) * 6 * FX_NR;
-            __m512i b0 = _mm512_load_si512((const void *)bb);
-            __m512i b1 = _mm512_load_si512((const void *)(bb + 32));
-            const int32_t *aq = ahi + 2 * q * FX_MR; /* the even pair's entries */
-            FX_WRAP_ROWS(FX_WRAP_HIGH)
-            b0 = _mm512_load_si512((const void *)(bb + 64));
-            b1 = _mm512_load_si512((const void *)(bb + 96));
-            aq = ap + 2 * q * FX_MR;
-            FX_WRAP_ROWS(FX_WRAP_PAIR)
-            if (q == nfull) break; /* kp odd: the last quad has one pair (2q + 1 is not in A) */
-            b0 = _mm512_load_si512((const void *)(bb + 128));
-            b1 = _mm512_load_si512((const void *)(bb + 160));
-            aq += FX_MR;
-            FX_WRAP_ROWS(FX_WRAP_PAIR)
-        }
-        FX_WRAP_ROWS(FX_WRAP_FOLD)
     }
 
     /* S = 2^16 G + (L mod 2^16): spill, then widen only the valid part */
