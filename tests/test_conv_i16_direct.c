@@ -788,7 +788,10 @@ static void check_weight_gradient(uint64_t *seedp)
         /* N, C, H, W, O, K, pad */
         {3, 1, 28, 28, 32, 5, 2},  {3, 32, 14, 14, 64, 5, 2}, {2, 16, 16, 16, 16, 3, 1},
         {2, 64, 8, 8, 64, 3, 1},   {2, 8, 10, 10, 48, 3, 1},  {2, 6, 12, 12, 20, 3, 0},
-        {2, 5, 10, 10, 70, 3, 1},  {2, 7, 12, 12, 33, 3, 1},  {2, 3, 9, 9, 16, 2, 0}};
+        {2, 5, 10, 10, 70, 3, 1},  {2, 7, 12, 12, 33, 3, 1},  {2, 3, 9, 9, 16, 2, 0},
+        /* padded rows of 34 values (ResNet-20's first stage) and of 44 (two vectors a row in
+         * the row norms, the second partial) */
+        {1, 4, 32, 32, 16, 3, 1},  {1, 3, 11, 40, 16, 3, 2}};
     for (size_t s = 0; s < sizeof wshapes / sizeof wshapes[0]; s++)
         for (int kind = DATA_SMALL; kind <= DATA_SKEW; kind++) {
             const int64_t *c = wshapes[s];
