@@ -12,61 +12,33 @@
 
 #define FX_LANES_INLINE static inline __attribute__((always_inline))
 
-/* 16 16-bit lanes (256 bits) */
-FX_LANES_INLINE __m256i fx_load_w16(const void *p, __mmask16 m)
-{
-    return m == 0xFFFF ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(m, p);
-}
+/* fx_load_SUF(p, m) and fx_store_SUF(p, m, v) for one vector type: the plain instruction where
+ * m is WHOLE, else the masked one. The four variants differ only in their types and
+ * instructions, so they are made by one macro. */
+#define FX_LANES_PAIR(SUF, VEC, MASK, WHOLE, LOADU, MASKZ_LOAD, STOREU, MASK_STORE)             \
+    FX_LANES_INLINE VEC fx_load_##SUF(const void *p, MASK m)                                    \
+    {                                                                                          \
+        return m == (MASK)(WHOLE) ? LOADU(p) : MASKZ_LOAD(m, p);                               \
+    }                                                                                          \
+    FX_LANES_INLINE void fx_store_##SUF(void *p, MASK m, VEC v)                                 \
+    {                                                                                          \
+        if (m == (MASK)(WHOLE))                                                                \
+            STOREU(p, v);                                                                      \
+        else                                                                                   \
+            MASK_STORE(p, m, v);                                                               \
+    }
 
-FX_LANES_INLINE void fx_store_w16(void *p, __mmask16 m, __m256i v)
-{
-    if (m == 0xFFFF)
-        _mm256_storeu_si256((__m256i *)p, v);
-    else
-        _mm256_mask_storeu_epi16(p, m, v);
-}
-
-/* 32 16-bit lanes (512 bits) */
-FX_LANES_INLINE __m512i fx_load_w32(const void *p, __mmask32 m)
-{
-    return m == 0xFFFFFFFFu ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(m, p);
-}
-
-FX_LANES_INLINE void fx_store_w32(void *p, __mmask32 m, __m512i v)
-{
-    if (m == 0xFFFFFFFFu)
-        _mm512_storeu_si512(p, v);
-    else
-        _mm512_mask_storeu_epi16(p, m, v);
-}
-
-/* 16 32-bit lanes, as floats (any 32-bit elements: the bits move unchanged) */
-FX_LANES_INLINE __m512 fx_load_d16(const void *p, __mmask16 m)
-{
-    return m == 0xFFFF ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
-}
-
-FX_LANES_INLINE void fx_store_d16(void *p, __mmask16 m, __m512 v)
-{
-    if (m == 0xFFFF)
-        _mm512_storeu_ps(p, v);
-    else
-        _mm512_mask_storeu_ps(p, m, v);
-}
-
-/* 8 64-bit lanes */
-FX_LANES_INLINE __m512i fx_load_q8(const void *p, __mmask8 m)
-{
-    return m == 0xFF ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi64(m, p);
-}
-
-FX_LANES_INLINE void fx_store_q8(void *p, __mmask8 m, __m512i v)
-{
-    if (m == 0xFF)
-        _mm512_storeu_si512(p, v);
-    else
-        _mm512_mask_storeu_epi64(p, m, v);
-}
+/* w16: 16 16-bit lanes (256 bits); w32: 32 16-bit lanes; d16: 16 32-bit lanes, as floats (any
+ * 32-bit elements: the bits move unchanged); q8: 8 64-bit lanes */
+FX_LANES_PAIR(w16, __m256i, __mmask16, 0xFFFF, _mm256_loadu_si256, _mm256_maskz_loadu_epi16,
+              _mm256_storeu_si256, _mm256_mask_storeu_epi16)
+FX_LANES_PAIR(w32, __m512i, __mmask32, 0xFFFFFFFFu, _mm512_loadu_si512, _mm512_maskz_loadu_epi16,
+              _mm512_storeu_si512, _mm512_mask_storeu_epi16)
+FX_LANES_PAIR(d16, __m512, __mmask16, 0xFFFF, _mm512_loadu_ps, _mm512_maskz_loadu_ps,
+              _mm512_storeu_ps, _mm512_mask_storeu_ps)
+FX_LANES_PAIR(q8, __m512i, __mmask8, 0xFF, _mm512_loadu_si512, _mm512_maskz_loadu_epi64,
+              _mm512_storeu_si512, _mm512_mask_storeu_epi64)
+#undef FX_LANES_PAIR
 
 /* p's int64 lanes under m become v, or v plus what they held (add); returns what was stored
  * (the accumulate-and-store of the integer tiles' int64 outputs) */

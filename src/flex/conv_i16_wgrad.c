@@ -27,11 +27,17 @@ int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
            nb * g->OH * (opad / 16) + nb * g->C * g->OH + nb * g->OH + (nb * g->OH + 3) / 4 + 16;
 }
 
-/* out[i] = max(out[i], in[i]), i < len: the element-wise maximum every bound below is built
- * from, written as the plain loop the compiler vectorises (the norms are at most 2^20) */
-static inline void max_into(uint32_t *restrict out, const uint32_t *restrict in, int64_t len)
+/* out[i] = the largest of rows[k stride + i] over k < nrows (at least 1), for i < len: the
+ * element-wise maximum every bound below is built from, as plain loops the compiler
+ * vectorises (the norms are at most 2^20) */
+static inline void max_of_rows(uint32_t *restrict out, const uint32_t *restrict rows,
+                               int64_t stride, int64_t nrows, int64_t len)
 {
-    for (int64_t i = 0; i < len; i++) out[i] = in[i] > out[i] ? in[i] : out[i];
+    for (int64_t i = 0; i < len; i++) out[i] = rows[i];
+    for (int64_t k = 1; k < nrows; k++) {
+        const uint32_t *r = rows + k * stride;
+        for (int64_t i = 0; i < len; i++) out[i] = r[i] > out[i] ? r[i] : out[i];
+    }
 }
 
 /* dn[ob S + n OH + oh] (S = nbc OH, the chunk's output rows): the largest norm over block ob's
@@ -44,20 +50,16 @@ static void block_norms(const uint32_t *rn, int64_t nbc, int64_t O, int64_t OH, 
 {
     const int64_t S = nbc * OH;
     for (int64_t ob = 0; ob < nob; ob++)
-        for (int64_t n = 0; n < nbc; n++) {
-            uint32_t *out = dn + ob * S + n * OH;
-            for (int64_t oh = 0; oh < OH; oh++) out[oh] = 0;
-            for (int64_t o = 16 * ob; o < 16 * ob + 16 && o < O; o++)
-                max_into(out, rn + (n * O + o) * OH, OH);
-        }
+        for (int64_t n = 0; n < nbc; n++)
+            max_of_rows(dn + ob * S + n * OH, rn + (n * O + 16 * ob) * OH, OH,
+                        O - 16 * ob < 16 ? O - 16 * ob : 16, OH);
 }
 
 void fx_i16_wgrad_dy_bounds(const uint32_t *dn, int64_t nbc, int64_t OH, int64_t ob0, int64_t nv,
                             uint32_t *dm)
 {
     const int64_t S = nbc * OH;
-    for (int64_t s = 0; s < S; s++) dm[s] = dn[ob0 * S + s];
-    for (int64_t v = 1; v < nv; v++) max_into(dm, dn + (ob0 + v) * S, S);
+    max_of_rows(dm, dn + ob0 * S, S, nv, S);
 }
 
 static atomic_int wdirect_enabled = 1;
@@ -96,11 +98,10 @@ void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t 
     int64_t run = 0;
     for (int64_t s0 = 0; s0 < S; s0 += FX_WG_RUN) {
         const int64_t len = S - s0 < FX_WG_RUN ? S - s0 : FX_WG_RUN;
-        const uint32_t *x0 = xk + c_lo * S + s0, *d = dm + s0;
+        const uint32_t *d = dm + s0;
         uint32_t xm[FX_WG_RUN];
         int64_t b[FX_WG_RUN];
-        for (int64_t i = 0; i < len; i++) xm[i] = x0[i];
-        for (int64_t c = 1; c <= c_hi - c_lo; c++) max_into(xm, x0 + c * S, len);
+        max_of_rows(xm, xk + c_lo * S + s0, S, c_hi - c_lo + 1, len);
         for (int64_t i = 0; i < len; i++) b[i] = (int64_t)xm[i] * d[i];
         uint8_t *f = fold + s0;
         for (int64_t i = 0; i < len; i++) {
@@ -135,17 +136,13 @@ static int channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t nbc, in
 {
     const int64_t S = nbc * OH;
     for (int64_t c = 0; c < C; c++)
-        for (int64_t n = 0; n < nbc; n++) {
-            uint32_t *out = xk + c * S + n * OH;
-            const uint32_t *in = xn + (n * C + c) * Hp;
-            for (int64_t oh = 0; oh < OH; oh++) out[oh] = in[oh];
-            for (int64_t kh = 1; kh < KH; kh++) max_into(out, in + kh, OH);
-        }
+        for (int64_t n = 0; n < nbc; n++)
+            max_of_rows(xk + c * S + n * OH, xn + (n * C + c) * Hp, 1, KH, OH);
     for (int64_t s0 = 0; s0 < S; s0 += FX_WG_RUN) {
         const int64_t len = S - s0 < FX_WG_RUN ? S - s0 : FX_WG_RUN;
-        uint32_t xmax[FX_WG_RUN] = {0}, dmax[FX_WG_RUN] = {0};
-        for (int64_t c = 0; c < C; c++) max_into(xmax, xk + c * S + s0, len);
-        for (int64_t ob = 0; ob < nob; ob++) max_into(dmax, dn + ob * S + s0, len);
+        uint32_t xmax[FX_WG_RUN], dmax[FX_WG_RUN];
+        max_of_rows(xmax, xk + s0, S, C, len);
+        max_of_rows(dmax, dn + s0, S, nob, len);
         int64_t over = 0;
         for (int64_t i = 0; i < len; i++) over |= (int64_t)xmax[i] * dmax[i] > FX_I16_CHAIN_LIMIT;
         if (over) return decline();

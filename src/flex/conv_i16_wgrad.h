@@ -24,8 +24,9 @@ void fx_i16_pair_rows(const int16_t *dy, int64_t nbc, int64_t O, int64_t P, int6
  * bounds every kernel needs before its tiles: dyt (dy's pair words, 64-byte aligned, for the
  * kernel to fill), xn (the padded input rows' norms), drn (dy's rows' norms), dn (their maxima
  * per block of 16 channels, dn[ob S + s]), xk (each channel's largest input row norm per
- * output row over the kernel's rows, xk[c S + s]; S = nbc OH output rows s = n OH + oh), dm (one column block's dy norms per output row,
- * fx_i16_wgrad_dy_bounds, for the kernel), fold (one tile's schedule). */
+ * output row over the kernel's rows, xk[c S + s]; S = nbc OH output rows s = n OH + oh), dm
+ * (one column block's dy norms per output row, fx_i16_wgrad_dy_bounds, for the kernel), fold
+ * (one tile's schedule). */
 typedef struct fx_i16_wgrad_bufs {
     uint32_t *dyt, *xn, *drn, *dn, *xk, *dm;
     uint8_t *fold;

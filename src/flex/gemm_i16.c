@@ -763,7 +763,8 @@ static void fx_gemm_pack_a_block(const fx_gemm_plan *pl, fx_gemm_thread *th,
 /* The fast kernel's chain for one (tile, K block): the longest the norms prove safe, 0 where
  * they allow none or the block takes no norm test (the any-data kernel then). */
 static int64_t fx_gemm_chain(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
-                             fx_gemm_thread *th, const fx_gemm_block *bk, int64_t ir, int64_t jp)
+                             const fx_gemm_thread *th, const fx_gemm_block *bk, int64_t ir,
+                             int64_t jp)
 {
     if (!bk->fast_ok) return 0;
     const fx_gemm_slot *sl = &th->slot[bk->slot];
@@ -871,8 +872,8 @@ static void fx_gemm_tile_wrap_group(const fx_gemm_plan *pl, const fx_gemm_shared
  * group runs them all in one call (fx_gemm_tile_wrap_group), the blocks innermost. There the
  * int64 outputs' loads and stores between blocks cost more than the B panels' coming from L2:
  * 1024^3 on full-range data, one thread on the Zen 5, 263-274 GOP/s with a call per block
- * against 284-292 with the whole K in one block (for timing). Returns the (tile, K block)
- * steps that took the fast kernel. */
+ * against 272-282 with a call per group. Returns the (tile, K block) steps that took the fast
+ * kernel. */
 static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
                                  fx_gemm_thread *th, const fx_gemm_block *bk, int nb,
                                  int64_t i0, int64_t mcur)
