@@ -55,10 +55,8 @@ static void block_norms(const uint32_t *rn, int64_t nbc, int64_t O, int64_t OH, 
                         O - 16 * ob < 16 ? O - 16 * ob : 16, OH);
 }
 
-void fx_i16_wgrad_dy_bounds(const uint32_t *dn, int64_t nbc, int64_t OH, int64_t ob0, int64_t nv,
-                            uint32_t *dm)
+void fx_i16_wgrad_dy_bounds(const uint32_t *dn, int64_t S, int64_t ob0, int64_t nv, uint32_t *dm)
 {
-    const int64_t S = nbc * OH;
     max_of_rows(dm, dn + ob0 * S, S, nv, S);
 }
 

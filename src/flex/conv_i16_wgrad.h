@@ -32,10 +32,9 @@ typedef struct fx_i16_wgrad_bufs {
     uint8_t *fold;
 } fx_i16_wgrad_bufs;
 
-/* dm[n OH + oh] = the largest of dn over the nv blocks of 16 output channels from block ob0
- * (the bound of dy's rows that a tile over those channels takes) */
-void fx_i16_wgrad_dy_bounds(const uint32_t *dn, int64_t nbc, int64_t OH, int64_t ob0, int64_t nv,
-                            uint32_t *dm);
+/* dm[s] for the chunk's S output rows s = the largest of dn over the nv blocks of 16 output
+ * channels from block ob0 (the bound of dy's rows that a tile over those channels takes) */
+void fx_i16_wgrad_dy_bounds(const uint32_t *dn, int64_t S, int64_t ob0, int64_t nv, uint32_t *dm);
 
 /* Lays out *b in scratch, takes the norms with the level's row_norms (fx_i16_row_norms or its
  * portable definition) and decides the chunk: 0 (counted as declined) where it has more than

@@ -124,7 +124,7 @@ int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, co
     for (int64_t o0 = 0; o0 < O; o0 += 16) {
         const int ncols = O - o0 < 16 ? (int)(O - o0) : 16;
         /* dm[s]: dy's row norms' largest over this block's channels, per output row */
-        fx_i16_wgrad_dy_bounds(dn, nbc, OH, o0 / 16, 1, dm);
+        fx_i16_wgrad_dy_bounds(dn, nbc * OH, o0 / 16, 1, dm);
         int64_t sched_lo = -1, sched_hi = -1; /* the channels of the schedule in fold */
         int64_t r0 = 0;
         for (int64_t t = 0; t < ntile; t++) {

@@ -187,7 +187,7 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
         const int tail = (int)(ow - 16 * (nv - 1));
         const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
         /* dm[s]: the largest of dy's row norms over this block's channels, per output row */
-        fx_i16_wgrad_dy_bounds(dn, nbc, OH, o0 / 16, nv, dm);
+        fx_i16_wgrad_dy_bounds(dn, nbc * OH, o0 / 16, nv, dm);
         int64_t sched_lo = -1, sched_hi = -1; /* the channels of the schedule in fold */
         for (int64_t r0 = 0; r0 < CKK; r0 += mr) {
             const int rows = CKK - r0 < mr ? (int)(CKK - r0) : mr;

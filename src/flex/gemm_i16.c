@@ -810,6 +810,18 @@ static const int32_t *fx_gemm_apanel(const fx_gemm_plan *pl, fx_gemm_thread *th,
     return th->slot[bk->slot].ap + ir * bk->kp;
 }
 
+/* One (tile, K block) for the wrap kernel: its A micro-panel, the panel's high panel and the
+ * wrap B panel (made where this thread has not made them yet). */
+static fx_gemm_i16_wrap_block fx_gemm_wrap_block(const fx_gemm_plan *pl,
+                                                 const fx_gemm_shared *sh, fx_gemm_thread *th,
+                                                 const fx_gemm_block *bk, int64_t i0, int64_t ir,
+                                                 int64_t jp)
+{
+    const int32_t *apn = fx_gemm_apanel(pl, th, bk, i0, ir);
+    const int16_t *bsp = fx_gemm_anydata_panels(pl, sh, th, bk, apn, ir, jp);
+    return (fx_gemm_i16_wrap_block){bk->kp, apn, th->slot[bk->slot].ahi + ir * bk->kp, bsp};
+}
+
 /* One (tile, K block) with the fast kernel's chain from fx_gemm_chain: the fast kernel where
  * it is positive, else the any-data kernel. On the last K block the kernels write final
  * values, and take their maximum in passing when the product reports it. Returns 1 where the
@@ -832,12 +844,12 @@ static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
         return 1;
     }
     th->split_pairs += kp;
-    const int16_t *bsp = fx_gemm_anydata_panels(pl, sh, th, bk, apn, ir, jp);
     if (pl->use_wrap) {
-        const fx_gemm_i16_wrap_block wb = {kp, apn, th->slot[bk->slot].ahi + ir * kp, bsp};
+        const fx_gemm_i16_wrap_block wb = fx_gemm_wrap_block(pl, sh, th, bk, i0, ir, jp);
         kd->wrap(1, &wb, ct, N, m, n, accumulate, amax);
     } else
-        kd->ukr(kp, apn, bsp, ct, N, m, n, accumulate, amax);
+        kd->ukr(kp, apn, fx_gemm_anydata_panels(pl, sh, th, bk, apn, ir, jp), ct, N, m, n,
+                accumulate, amax);
     th->split_tiles++;
     return 0;
 }
@@ -851,10 +863,7 @@ static void fx_gemm_tile_wrap_group(const fx_gemm_plan *pl, const fx_gemm_shared
 {
     fx_gemm_i16_wrap_block wb[FX_GEMM_KG];
     for (int g = 0; g < nb; g++) {
-        const int32_t *apn = fx_gemm_apanel(pl, th, &bk[g], i0, ir);
-        const int16_t *bsp = fx_gemm_anydata_panels(pl, sh, th, &bk[g], apn, ir, jp);
-        wb[g] = (fx_gemm_i16_wrap_block){bk[g].kp, apn, th->slot[bk[g].slot].ahi + ir * bk[g].kp,
-                                         bsp};
+        wb[g] = fx_gemm_wrap_block(pl, sh, th, &bk[g], i0, ir, jp);
         th->split_pairs += bk[g].kp;
     }
     uint64_t *amax = bk[nb - 1].last && pl->want_max ? &th->imax : NULL;
