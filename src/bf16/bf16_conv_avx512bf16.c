@@ -19,6 +19,7 @@
  * it again into 6-row panels. */
 #include "bf16_gemm.h"
 #include "bf16_round_avx512bf16.h"
+#include "bf16_store_avx512bf16.h"
 #include "../core/pair_copy_avx512.h"
 #include "../core/transpose_avx512.h"
 #include "../fp32/f32_kernels.h"
@@ -204,8 +205,8 @@ void fx_bf16_wgrad_direct(const struct fx_conv_geom *g, const uint16_t *xp, cons
  * C's last pair), then its Cp x (Hp Wp) word matrix transposed by 16 x 16 blocks. Padding
  * while pairing spares the chunk a padded copy, one more pass over it (about a tenth of
  * ResNet-20's 16-channel forward pass). tmp: Cp Hp Wp words. */
-static void fwd_pair_nhwc(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
-                          uint32_t *tmp, const uint16_t *zeros, uint32_t *xq)
+void fx_bf16_pair_nhwc(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
+                       uint32_t *tmp, const uint16_t *zeros, uint32_t *xq)
 {
     const int64_t C = g->C, Cp = (C + 1) / 2, HWp = (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
     for (int64_t n = 0; n < nbc; n++) {
@@ -238,48 +239,7 @@ uint32_t fx_bf16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const uin
     return fx_bf16_minkey_avx512((const uint16_t *)(const void *)wq, 2 * KK * Cp * opad);
 }
 
-/* A forward tile's sums straight into a bf16 y: the tile's rows of 16 channels go through one
- * 16 x 16 transpose (NV = 2: the 8 pixel rows of the first 16 channels, then of the next 16),
- * so that each register then holds one channel's pixels (NV = 2: two channels' 8 each), which
- * are contiguous in y's NCHW layout; each is rounded to bf16 and stored under the pixel mask.
- * The rounding is the definition's (fx_bf16_round16): vcvtneps2bf16 unless the tile holds a
- * NaN or a nonzero subnormal, which the integer path rounds instead. This spares the pass that
- * converts and transposes a pixel-major fp32 stage of the chunk (about a twelfth of a bf16
- * ResNet-20 step went to it). out: channel 0's first pixel; ldo: the channels' stride (OH OW);
- * nout: the channels this tile holds. */
-static inline __attribute__((always_inline)) void store_rows_bf16(const int MR, const int NV,
-                                                                  __m512 acc[][4], uint16_t *out,
-                                                                  int64_t ldo, int rows, int nout)
-{
-    __m512 t[16];
-    __mmask16 special = 0;
-    for (int i = 0; i < 16; i++) {
-        const int r = NV == 1 ? i : i % 8, v = NV == 1 ? 0 : i / 8;
-        t[i] = r < MR ? acc[r][v] : _mm512_setzero_ps();
-        special |= fx_bf16_special_lanes(t[i]);
-    }
-    fx_transpose16x16_ps(t);
-    const __mmask16 rmask = (__mmask16)((1u << rows) - 1u);
-    for (int j = 0; j < 16; j++) {
-        const __m256i h = fx_bf16_round16(t[j], special != 0);
-        if (rows == 16 && NV == 1) { /* whole rows: plain stores */
-            if (j < nout) _mm256_storeu_si256((__m256i *)(out + j * ldo), h);
-        } else if (rows == 8 && NV == 2) {
-            _mm_storeu_si128((__m128i *)(out + j * ldo), _mm256_castsi256_si128(h));
-            if (16 + j < nout)
-                _mm_storeu_si128((__m128i *)(out + (16 + j) * ldo), _mm256_extracti128_si256(h, 1));
-        } else if (NV == 1) {
-            if (j < nout) _mm256_mask_storeu_epi16(out + j * ldo, rmask, h);
-        } else {
-            _mm_mask_storeu_epi16(out + j * ldo, (__mmask8)rmask, _mm256_castsi256_si128(h));
-            if (16 + j < nout)
-                _mm_mask_storeu_epi16(out + (16 + j) * ldo, (__mmask8)rmask,
-                                      _mm256_extracti128_si256(h, 1));
-        }
-    }
-}
-
-/* One forward tile; BF: its sums go to a bf16 y (store_rows_bf16: ob, ldb, nout), else to the
+/* One forward tile; BF: its sums go to a bf16 y (fx_bf16_store_rows: ob, ldb, nout), else to the
  * pixel-major fp32 stage (out, ldo, last) */
 static inline __attribute__((always_inline)) void
 fwd_tile(const int MR, const int NV, const int dot, const int BF, const uint32_t *xb, int64_t Cp,
@@ -303,7 +263,7 @@ fwd_tile(const int MR, const int NV, const int dot, const int BF, const uint32_t
         }
     }
     if (BF)
-        store_rows_bf16(MR, NV, acc, ob, ldb, rows, nout);
+        fx_bf16_store_rows(MR, NV, acc, ob, ldb, rows, nout);
     else
         store_rows(MR, NV, acc, out, ldo, rows, last);
 }
@@ -389,7 +349,7 @@ void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t
     uint32_t *tmp = xq + nbc * HW * Cp + slack;
     uint16_t *zeros = (uint16_t *)(void *)(tmp + Cp * HW);
     if (C % 2) memset(zeros, 0, sizeof(uint16_t) * (size_t)(g->H * g->W));
-    fwd_pair_nhwc(g, x, nbc, tmp, zeros, xq);
+    fx_bf16_pair_nhwc(g, x, nbc, tmp, zeros, xq);
     memset(xq + nbc * HW * Cp, 0, sizeof(uint32_t) * (size_t)slack);
     /* the padding's zeros would not count for conditions (i) and (ii) either */
     const uint32_t kx = fx_bf16_minkey_avx512(x, nbc * C * g->H * g->W);

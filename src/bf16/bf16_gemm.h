@@ -80,7 +80,26 @@ uint32_t fx_bf16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const uin
 void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
                         const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
                         uint16_t *ybf, int nthreads);
-/* Test switch and counter as for the weight gradient (0: the GEMM routes' panels) */
+/* The dpbf16 kernel's copy of a chunk (the first nbc images of x, unpadded): xq[n][ih][iw][cp]
+ * = (x[n][2cp][ih][iw], x[n][2cp + 1][ih][iw]) over the padded image, zero words in the padding
+ * and a zero second half past C. tmp: Cp Hp Wp words; zeros: H W zero values (an odd C). */
+void fx_bf16_pair_nhwc(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
+                       uint32_t *tmp, const uint16_t *zeros, uint32_t *xq);
+/* The AMX route's direct forward (src/bf16/bf16_conv_amx.c): fx_bf16_fwd_direct's interface,
+ * scratch (fx_bf16_fwd_direct_scratch) and weights (fx_bf16_fwd_direct_pack_weights; wkey is
+ * not used), on tdpbf16ps tiles read in place from the pair copy. Its order: per output over
+ * the taps (kh, kw) and, within each, the channel pairs in blocks of 16, one tile product per
+ * (tap, block) as tdpbf16ps sums (subnormals flushed): the AMX GEMM's bits on a tap-major patch
+ * matrix whose taps each fill whole 32-value tiles. For geometries where fx_bf16_fwd_amx_fits (fx_bf16_fwd_direct_fits's, with at
+ * least 16 input and output channels and C / 2 rounded up at most 16 or a multiple of 16).
+ * Runs only where the AMX route is installed. fx_bf16_fwd_amx_calls counts its calls. */
+int fx_bf16_fwd_amx_fits(const struct fx_conv_geom *g);
+void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
+                     const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
+                     uint16_t *ybf, int nthreads);
+long long fx_bf16_fwd_amx_calls(void);
+/* Test switch and counter as for the weight gradient (0: the GEMM routes' panels); the switch
+ * covers both routes' direct forward kernels */
 void fx_bf16_fwd_direct_set_enabled(int on);
 int fx_bf16_fwd_direct_enabled(void);
 long long fx_bf16_fwd_direct_calls(void);

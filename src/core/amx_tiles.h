@@ -15,6 +15,11 @@ int fx_amx_tile_state_granted(void);
  * bytes. Only where fx_amx_tile_state_granted said yes; _tile_release() ends it. */
 void fx_amx_tiles_configure(void);
 
+/* The same with each tile's own shape: tmm t gets rows[t] rows of colsb[t] bytes (a tile
+ * product's K then need not be a whole 64 bytes: the direct bf16 convolution's channel
+ * blocks, src/bf16/bf16_conv_amx.c). Rows at most 16, colsb at most 64 and a multiple of 4. */
+void fx_amx_tiles_configure_shapes(const unsigned char rows[8], const unsigned short colsb[8]);
+
 /* The rate of one tile product instruction, per second of the calling thread's CPU time, as
  * operations: loop(iters) runs iters iterations of four independent tile products (tmm0-3 +=
  * tmm4 x tmm6) of ops_per_iter operations in all; the best of reps runs, on zero tiles. Only

@@ -52,6 +52,19 @@ void fx_amx_tiles_configure(void)
     _tile_loadconfig(&cfg);
 }
 
+void fx_amx_tiles_configure_shapes(const unsigned char rows[8], const unsigned short colsb[8])
+{
+    amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = colsb[t];
+        cfg.rows[t] = rows[t];
+    }
+    __asm__ volatile("" : : "r"(&cfg) : "memory"); /* as in fx_amx_tiles_configure */
+    _tile_loadconfig(&cfg);
+}
+
 double fx_amx_rate(void (*loop)(long iters), long iters, int reps, double ops_per_iter)
 {
     fx_amx_tiles_configure();

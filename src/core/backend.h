@@ -297,6 +297,9 @@ typedef struct fx_conv_kernels {
     void (*bf16_fwd)(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
                      const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
                      uint16_t *ybf, int nthreads);
+    /* the geometries bf16_fwd takes (fx_bf16_fwd_direct_fits on the dpbf16 route,
+     * fx_bf16_fwd_amx_fits on the AMX route); set with bf16_fwd */
+    int (*bf16_fwd_fits)(const struct fx_conv_geom *g);
     /* fp32 forward of one chunk without patch rows or panels (src/fp32/conv_f32_direct.h):
      * the GEMM route's chains in its order, so its bits. NULL: panels and GEMM. */
     void (*f32_fwd)(const struct fx_conv_geom *g, const float *xp, int64_t nbc, const float *wq,

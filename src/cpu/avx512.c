@@ -23,6 +23,7 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
 {
     b->conv.bf16_wgrad = NULL;
     b->conv.bf16_fwd = NULL;
+    b->conv.bf16_fwd_fits = NULL;
     b->gemm.bf16_plain_min_k = 0;
     b->gemm.bf16_row_source = 0;
     if (route == FX_BF16_GEMM_DPBF16) {
@@ -31,6 +32,7 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
         b->gemm.bf16_pair_panel_mr = FX_BF16_PAIR_MR;
         b->conv.bf16_wgrad = fx_bf16_wgrad_direct; /* the same pairs, no patch matrix */
         b->conv.bf16_fwd = fx_bf16_fwd_direct;     /* channel pairs per tap */
+        b->conv.bf16_fwd_fits = fx_bf16_fwd_direct_fits;
     } else if (route == FX_BF16_GEMM_AMX) {
         /* AMX tiles; the kernel packs plain bf16 operands itself. From one whole tile of 32 k
          * values: below it every A tile is a packed tail, and the CNN's first layer (K = 25)
@@ -40,6 +42,10 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
         b->gemm.bf16_pair_panel_mr = 0;
         b->gemm.bf16_plain_min_k = 32;
         b->gemm.bf16_row_source = 1; /* a convolution's patch rows, without a patch matrix */
+        /* from 16 channels each way, the direct tile kernel on the pair-last copy instead:
+         * nothing gathered per tile (bf16_conv_amx.c) */
+        b->conv.bf16_fwd = fx_bf16_fwd_amx;
+        b->conv.bf16_fwd_fits = fx_bf16_fwd_amx_fits;
     } else {
         /* the fp32 GEMM, bf16 widened exactly while packed */
         b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_f32_matmul_avx512;

@@ -733,7 +733,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * channel-pair-last copy of each padded chunk (fx_bf16_fwd_direct: its own order of the
      * products, the route's bits) */
     const int fdirect = !ic && cc.cf == FMT_BF16 && be->conv.bf16_fwd &&
-                        fx_bf16_fwd_direct_enabled() && fx_bf16_fwd_direct_fits(&g);
+                        fx_bf16_fwd_direct_enabled() && be->conv.bf16_fwd_fits(&g);
     /* integer compute on the AMX kernel, which packs plain operands itself (gemm_i16_amx.c):
      * the patch rows on demand (16 at a time, gathered while it packs them: no patch matrix)
      * and the plain weights, from FX_CONV_AMX_MIN_K values per patch (narrower products go
@@ -767,7 +767,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     const int panel_mr = fx_conv_panels_fit(&g, pair_mr) ? pair_mr : 0;
     /* float compute likewise: fp32 panels for the fp32 GEMM, widened from the input's storage
      * format (cc.cf) while they are built */
-    const int plain_bf16 = cc.cf == FMT_BF16 && be->gemm.bf16_plain_min_k > 0 &&
+    const int plain_bf16 = cc.cf == FMT_BF16 && !fdirect && be->gemm.bf16_plain_min_k > 0 &&
                            CKK >= be->gemm.bf16_plain_min_k; /* its GEMM packs */
     /* float compute on the level's direct fp32 kernel, where it has one: the panels' chains in
      * their order (conv_f32_direct.h: the same bits) with the taps read from the padded input;
@@ -1585,7 +1585,7 @@ int fx_nn_conv2d_backward_input_host(const fx_op_args *a)
     const fx_conv_geom gf = {.N = g.N, .C = g.O, .H = g.OH, .W = g.OW, .O = g.C, .KH = g.KH,
                              .KW = g.KW, .sh = 1, .sw = 1, .dh = g.dh, .dw = g.dw};
     if (cc.cf == FMT_BF16 && fwd_geom && fx_backend_active()->conv.bf16_fwd &&
-        fx_bf16_fwd_direct_enabled() && fx_bf16_fwd_direct_fits(&gf))
+        fx_bf16_fwd_direct_enabled() && fx_backend_active()->conv.bf16_fwd_fits(&gf))
         return conv_backward_input_as_forward(dx, dy, w, &g, FMT_BF16, func);
     /* bf16 on a GEMM that takes the patch matrix itself (the AMX route): the forward
      * convolution's product has O KH KW values per patch where the col2im route's has only O,

@@ -1,0 +1,170 @@
+/* The AMX route's direct bf16 forward convolution (AMX-TILE, AMX-BF16: tdpbf16ps), installed as
+ * the AVX-512 level's conv.bf16_fwd on the "amx" route of the bf16 MATMUL (src/cpu/avx512.c).
+ *
+ * Why: on the AMX route a convolution otherwise hands its GEMM the patch rows on demand, and
+ * gathering them (a short copy per kernel row and pixel) took more of a bf16 ResNet-20 step than
+ * the tile products themselves; the 16-channel layers' passes ran at a fraction of the AMX
+ * rate. Here nothing is gathered: the chunk is copied once into the channel-pair-last layout of
+ * the dpbf16 route's direct kernel (fx_bf16_pair_nhwc, bf16_conv_avx512bf16.c), where the 16
+ * consecutive output pixels of one row at one tap are 16 rows of channel-pair words a fixed
+ * stride apart, which is exactly an A tile that tileloadd reads in place; the weights packed by
+ * fx_bf16_fwd_direct_pack_weights are, per tap and channel pair, rows of 16-channel pair words,
+ * exactly B tiles. A tile product is then 16 pixels x 16 channels x (up to) 32 channels' values.
+ *
+ * Arithmetic, per output: over the taps (kh, kw) in order and, within each, the channel pairs
+ * (2cp, 2cp + 1) in blocks of 16 pairs, one tdpbf16ps tile product per (tap, block) adding to
+ * the fp32 sum as the instruction sums (subnormal inputs read as zero, subnormal results
+ * flushed, rounded to nearest even); an odd C pairs its last channel with zero. Those are the
+ * bits of the AMX GEMM (fx_bf16_matmul_amx) on a tap-major patch matrix in which each tap's
+ * channels fill whole tiles of 32 values (zero channels past C where C < 32; checked by
+ * tests/test_bf16_amx_conv.c: without the zeros a 16-channel layer's bits differ, as the
+ * instruction's sum within a tile depends on the tile's K). That is another order than the
+ * AMX GEMM's over the usual patch matrix (k = (c KH + kh) KW + kw), so a layer that takes this
+ * kernel has these bits, not that GEMM's; the bound is the fp32 chain's. Each output is one
+ * thread's, so the bits do not depend on the thread count.
+ *
+ * Tiles: tmm0-3 accumulate four blocks of 16 pixels (each within one output row; a row's last
+ * block computes past its end and stores only its pixels) by 16 output channels; tmm4-5 take
+ * the blocks' A tiles in turn and tmm6 the tap's B tile, kb = min(Cp, 16) channel pairs each
+ * (a tile's K is kb pairs: a 16-channel layer's tiles are half tiles rather than zero-padded
+ * ones). Channel pairs beyond 16 come in blocks of 16, so Cp must be at most 16 or a multiple
+ * of 16 (fx_bf16_fwd_amx_fits). This file is compiled with the AMX flags (the *_amx.c rule of
+ * CMakeLists.txt) and runs only where the AMX route is installed, which asked the OS for the
+ * tile state. */
+#include "../core/amx_tiles.h"
+#include "bf16_gemm.h"
+#include "bf16_store_avx512bf16.h"
+#include "../nn/im2col.h"
+
+#include <immintrin.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+enum { AMX_BLOCKS = 4, AMX_MAX_TAPS = 64 };
+
+static atomic_llong amx_fwd_calls;
+
+long long fx_bf16_fwd_amx_calls(void)
+{
+    return atomic_load_explicit(&amx_fwd_calls, memory_order_relaxed);
+}
+
+int fx_bf16_fwd_amx_fits(const struct fx_conv_geom *g)
+{
+    const int64_t Cp = (g->C + 1) / 2;
+    /* the dpbf16 kernel's copy and weights (fx_bf16_fwd_direct_fits: strides the taps cover,
+     * dilation 1, at most 64 taps), from 16 channels each way: below, a tile product's K is a
+     * few pairs and the copy's setup outweighs them (the stem, C = 3, stays on the GEMM) */
+    return fx_bf16_fwd_direct_fits(g) && g->C >= 16 && g->O >= 16 &&
+           (Cp <= 16 || Cp % 16 == 0) && g->KH * g->KW <= AMX_MAX_TAPS;
+}
+
+/* One output block: 16 pixels (rows of the tile, `rows` of them real) by 16 channels (`nout`
+ * real) of fp32 sums in buf (row r: pixel r's channels), to a bf16 y (ybf, channel-major) or
+ * the pixel-major fp32 stage (y, row stride O). */
+static void store_block(const float *buf, int rows, int nout, uint16_t *ybf, int64_t P,
+                        float *y, int64_t O)
+{
+    if (ybf) {
+        __m512 acc[16][4];
+        for (int r = 0; r < 16; r++) acc[r][0] = _mm512_load_ps(buf + 16 * r);
+        fx_bf16_store_rows(16, 1, acc, ybf, P, rows, nout);
+        return;
+    }
+    const __mmask16 cm = (__mmask16)(nout >= 16 ? 0xFFFF : (1u << nout) - 1u);
+    for (int r = 0; r < rows; r++)
+        _mm512_mask_storeu_ps(y + r * O, cm, _mm512_load_ps(buf + 16 * r));
+}
+
+void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
+                     const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y, uint16_t *ybf,
+                     int nthreads)
+{
+    (void)wkey; /* tdpbf16ps's flushing is this route's arithmetic: no data test */
+    atomic_fetch_add_explicit(&amx_fwd_calls, 1, memory_order_relaxed);
+    const int64_t C = g->C, O = g->O, Cp = (C + 1) / 2, opad = (O + 15) / 16 * 16;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HW = Hp * Wp;
+    const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW;
+    const int64_t sh = g->sh, sw = g->sw;
+    /* the copy as the dpbf16 kernel lays it out (fx_bf16_fwd_direct_scratch words): the
+     * pair-last chunk, its slack (a last block's spare rows and their taps read it), the
+     * interleaving buffer and the zero plane of an odd C */
+    uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
+    const int64_t slack = (16 * sw + g->KW) * Cp;
+    uint32_t *tmp = xq + nbc * HW * Cp + slack;
+    uint16_t *zeros = (uint16_t *)(void *)(tmp + Cp * HW);
+    if (C % 2) memset(zeros, 0, sizeof(uint16_t) * (size_t)(g->H * g->W));
+    fx_bf16_pair_nhwc(g, x, nbc, tmp, zeros, xq);
+    memset(xq + nbc * HW * Cp, 0, sizeof(uint32_t) * (size_t)slack);
+    int64_t taps[AMX_MAX_TAPS]; /* word offsets of the taps from a pixel's top-left one */
+    for (int64_t t = 0; t < KK; t++) taps[t] = ((t / g->KW) * Wp + t % g->KW) * Cp;
+    const int kb = Cp < 16 ? (int)Cp : 16; /* channel pairs per tile product */
+    const int64_t ncb = (Cp + 15) / 16;
+    const int64_t nblk = (OW + 15) / 16, nblocks = nbc * OH * nblk;
+    const int64_t ngroups = (nblocks + AMX_BLOCKS - 1) / AMX_BLOCKS;
+    const int64_t a_stride = sw * Cp * 4, b_stride = opad * 4; /* bytes between tile rows */
+    const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, (unsigned char)kb, 0};
+    const unsigned short colsb[8] = {64, 64, 64, 64, (unsigned short)(4 * kb),
+                                     (unsigned short)(4 * kb), 64, 0};
+    (void)nthreads;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+#endif
+    {
+        fx_amx_tiles_configure_shapes(rows, colsb);
+        float buf[AMX_BLOCKS][256] __attribute__((aligned(64)));
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t grp = 0; grp < ngroups; grp++) {
+            /* the group's blocks: first pixel's word in the copy, output pixel, real rows (a
+             * group past the last block repeats it and stores nothing) */
+            const uint32_t *base[AMX_BLOCKS];
+            int64_t n_of[AMX_BLOCKS], p_of[AMX_BLOCKS];
+            int nrows[AMX_BLOCKS];
+            for (int i = 0; i < AMX_BLOCKS; i++) {
+                const int64_t b = grp * AMX_BLOCKS + i < nblocks ? grp * AMX_BLOCKS + i : nblocks - 1;
+                const int64_t row = b / nblk, ow0 = (b % nblk) * 16;
+                const int64_t n = row / OH, oh = row % OH;
+                base[i] = xq + (n * HW + oh * sh * Wp + ow0 * sw) * Cp;
+                n_of[i] = n;
+                p_of[i] = oh * OW + ow0;
+                nrows[i] = grp * AMX_BLOCKS + i < nblocks ? (int)(OW - ow0 < 16 ? OW - ow0 : 16) : 0;
+            }
+            for (int64_t o0 = 0; o0 < O; o0 += 16) {
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int64_t t = 0; t < KK; t++)
+                    for (int64_t cb = 0; cb < ncb; cb++) {
+                        const int64_t koff = taps[t] + cb * 16;
+                        _tile_loadd(6, wq + (t * Cp + cb * 16) * opad + o0, b_stride);
+                        _tile_loadd(4, base[0] + koff, a_stride);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_loadd(5, base[1] + koff, a_stride);
+                        _tile_dpbf16ps(1, 5, 6);
+                        _tile_loadd(4, base[2] + koff, a_stride);
+                        _tile_dpbf16ps(2, 4, 6);
+                        _tile_loadd(5, base[3] + koff, a_stride);
+                        _tile_dpbf16ps(3, 5, 6);
+                    }
+                _tile_stored(0, buf[0], 64);
+                _tile_stored(1, buf[1], 64);
+                _tile_stored(2, buf[2], 64);
+                _tile_stored(3, buf[3], 64);
+                const int nout = O - o0 < 16 ? (int)(O - o0) : 16;
+                for (int i = 0; i < AMX_BLOCKS; i++)
+                    if (nrows[i] > 0)
+                        store_block(buf[i], nrows[i], nout,
+                                    ybf ? ybf + (n_of[i] * O + o0) * P + p_of[i] : NULL, P,
+                                    ybf ? NULL : y + (n_of[i] * P + p_of[i]) * O + o0, O);
+            }
+        }
+        _tile_release();
+    }
+}
