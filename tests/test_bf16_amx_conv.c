@@ -10,7 +10,10 @@
  *   - into a bf16 y (rounded from the tiles) as the fp32 outputs rounded;
  *   - in place (y the tensor x), as into another tensor;
  *   - the input gradient of a stride-1 layer (a forward convolution of dy on the kernel) within
- *     the same bound of its fp64 reference.
+ *     the same bound of its fp64 reference;
+ *   - the weight gradient's kernel (src/bf16/bf16_wgrad_amx.c) on a chunk bit for bit against
+ *     the AMX GEMM on the matrices it documents, and through the op within the fp32 chain's
+ *     bound of fp64 and the same at 1 and 2 threads.
  * Shapes: ResNet-20's 16- and 32-channel 3x3 layers, stride 2, 64 channels (two channel
  * blocks), odd C and O, output rows that are not whole 16-pixel blocks (OW 10, 8, 7), 5x5.
  * Skips where the CPU or the OS gives no AMX-BF16 (the route cannot be installed). */
@@ -212,6 +215,113 @@ static void check_dx(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int6
     free(dx);
 }
 
+/* The weight gradient: the kernel on one chunk (nb images) bit for bit against the AMX GEMM on
+ * the matrices it documents (rows (c, t) of x shifted by tap t, each output row's pixels in
+ * blocks of 2 kp filling whole 32-value tiles, zeros after); then through
+ * tensor_conv2d_backward_weight (chunks summed in fixed groups) within the fp32 chain's bound
+ * of fp64, and the same bits at 1 and 2 threads. */
+static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KS, int pad,
+                        uint64_t seed)
+{
+    const int64_t OH = H + 2 * pad - KS + 1, OW = W + 2 * pad - KS + 1, KK = KS * KS, P = OH * OW;
+    const int64_t nx = N * C * H * W, ndy = N * O * P, nw = O * C * KK;
+    const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = W, .O = O, .KH = KS, .KW = KS, .sh = 1,
+                            .sw = 1, .ph = pad, .pw = pad, .dh = 1, .dw = 1, .OH = OH, .OW = OW};
+    CHECK(fx_bf16_wgrad_amx_fits(&g), "wgrad C%lld O%lld OW%lld: expected to fit", (long long)C,
+          (long long)O, (long long)OW);
+    test_rng r;
+    test_rng_seed(&r, seed);
+    uint16_t *x = malloc(2 * (size_t)nx), *dy = malloc(2 * (size_t)ndy);
+    for (int64_t i = 0; i < nx; i++) x[i] = draw(&r);
+    for (int64_t i = 0; i < ndy; i++) dy[i] = draw(&r);
+    /* the kernel on all N images as one chunk */
+    const int64_t xpn = fx_conv_padded_numel(&g, N) + FX_CONV_PAD_SLACK;
+    uint16_t *xp = calloc((size_t)xpn, 2);
+    fx_conv_pad(&g, x, 0, N, xp, sizeof(uint16_t));
+    uint32_t *scr = malloc(4 * (size_t)fx_bf16_wgrad_amx_scratch(&g, N));
+    float *dwt = malloc(4 * (size_t)nw);
+    fx_bf16_wgrad_amx(&g, xp, dy, N, scr, dwt);
+    /* the GEMM: A [C KK, K2], B [K2, O]; pixel slot s of row block b holds pixel 2 kp b + s */
+    const int64_t kp = OW / 2 < 16 ? OW / 2 : 16, blocks = N * OH * (OW / (2 * kp)), K2 = 32 * blocks;
+    uint16_t *a = calloc((size_t)(C * KK * K2), 2), *b = calloc((size_t)(K2 * O), 2);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                const int64_t blk = (n * OH + oh) * (OW / (2 * kp)) + ow / (2 * kp);
+                const int64_t k = 32 * blk + ow % (2 * kp);
+                for (int64_t o = 0; o < O; o++) b[k * O + o] = dy[((n * O + o) * OH + oh) * OW + ow];
+                for (int64_t c = 0; c < C; c++)
+                    for (int64_t t = 0; t < KK; t++)
+                        a[(c * KK + t) * K2 + k] =
+                            xat(x, C, H, W, n, c, oh - pad + t / KS, ow - pad + t % KS);
+            }
+    const int64_t as[2] = {C * KK, K2}, bs[2] = {K2, O}, cs[2] = {C * KK, O};
+    tensor_t *ta = tensor_new(FMT_BF16, 2, as), *tb = tensor_new(FMT_BF16, 2, bs);
+    tensor_t *tc = tensor_new(FMT_FP32, 2, cs);
+    CHECK_STATUS(tensor_set_raw(ta, a), FX_OK);
+    CHECK_STATUS(tensor_set_raw(tb, b), FX_OK);
+    CHECK_STATUS(tensor_matmul(tc, ta, tb), FX_OK);
+    float *c = malloc(4 * (size_t)nw);
+    CHECK_STATUS(tensor_to_f32(tc, c), FX_OK);
+    long bad = 0;
+    for (int64_t i = 0; i < nw; i++) bad += test_f32_bits(c[i]) != test_f32_bits(dwt[i]);
+    CHECK(bad == 0, "wgrad kernel C%lld O%lld %lldx%lld k%lld: %ld weights differ from the AMX "
+          "GEMM on the documented matrices", (long long)C, (long long)O, (long long)H,
+          (long long)W, (long long)KS, bad);
+    /* through the op, against fp64, and at 1 and 2 threads */
+    tensor_t *tx = new4(FMT_BF16, N, C, H, W), *tdy = new4(FMT_BF16, N, O, OH, OW);
+    tensor_t *tdw = new4(FMT_FP32, O, C, KS, KS);
+    CHECK_STATUS(tensor_set_raw(tx, x), FX_OK);
+    CHECK_STATUS(tensor_set_raw(tdy, dy), FX_OK);
+    float *dw1 = malloc(4 * (size_t)nw), *dw2 = malloc(4 * (size_t)nw);
+    for (int threads = 1; threads <= 2; threads++) {
+        flexpoint_set_num_threads(threads);
+        const long long calls = fx_bf16_wgrad_amx_calls();
+        CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, 1, 1, pad, pad, 1, 1), FX_OK);
+        CHECK(fx_bf16_wgrad_amx_calls() > calls, "wgrad C%lld O%lld: the AMX kernel did not run",
+              (long long)C, (long long)O);
+        CHECK_STATUS(tensor_to_f32(tdw, threads == 1 ? dw1 : dw2), FX_OK);
+    }
+    CHECK(memcmp(dw1, dw2, 4 * (size_t)nw) == 0, "wgrad C%lld O%lld: 1 and 2 threads differ",
+          (long long)C, (long long)O);
+    long over = 0;
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t ci = 0; ci < C; ci++)
+            for (int64_t t = 0; t < KK; t++) {
+                double ref = 0, mag = 0;
+                for (int64_t n = 0; n < N; n++)
+                    for (int64_t oh = 0; oh < OH; oh++)
+                        for (int64_t ow = 0; ow < OW; ow++) {
+                            const double pr =
+                                (double)fx_bf16_to_f32(dy[((n * O + o) * OH + oh) * OW + ow]) *
+                                (double)fx_bf16_to_f32(
+                                    xat(x, C, H, W, n, ci, oh - pad + t / KS, ow - pad + t % KS));
+                            ref += pr;
+                            mag += fabs(pr);
+                        }
+                const double got = dw1[(o * C + ci) * KK + t];
+                over += fabs(got - ref) > 1.01 * (double)(N * P + 64) * ldexp(mag, -24);
+            }
+    CHECK(over == 0, "wgrad C%lld O%lld: %ld weights beyond the bound", (long long)C, (long long)O,
+          over);
+    tensor_free(ta);
+    tensor_free(tb);
+    tensor_free(tc);
+    tensor_free(tx);
+    tensor_free(tdy);
+    tensor_free(tdw);
+    free(x);
+    free(dy);
+    free(xp);
+    free(scr);
+    free(dwt);
+    free(a);
+    free(b);
+    free(c);
+    free(dw1);
+    free(dw2);
+}
+
 int main(void)
 {
     const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
@@ -232,6 +342,12 @@ int main(void)
     check_fwd(1, 16, 40, 40, 16, 3, 3, 1, 1, seed++); /* 40-pixel rows: a half block each */
     check_dx(2, 16, 16, 16, 16, 3, 1, seed++);
     check_dx(2, 32, 8, 8, 64, 3, 1, seed++);
+    check_wgrad(2, 16, 32, 32, 16, 3, 1, seed++); /* stage 1: whole 32-pixel rows */
+    check_wgrad(3, 32, 16, 16, 32, 3, 1, seed++); /* stage 2: 16-pixel tiles, two blocks */
+    check_wgrad(2, 64, 8, 8, 48, 3, 1, seed++);   /* 8-pixel tiles, 4 channel blocks, O 48 */
+    check_wgrad(2, 32, 14, 14, 64, 5, 2, seed++); /* the CNN's conv2: 14-pixel tiles */
+    check_wgrad(1, 16, 64, 64, 16, 3, 1, seed++); /* rows of two 32-pixel blocks */
+    check_wgrad(2, 16, 10, 10, 32, 3, 0, seed++); /* no padding, OW 8 */
     /* a geometry outside it stays off the kernel: 8 channels, a strided 1x1 projection */
     const fx_conv_geom narrow = {.N = 1, .C = 8, .H = 8, .W = 8, .O = 16, .KH = 3, .KW = 3,
                                  .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .OH = 8,
@@ -243,6 +359,11 @@ int main(void)
                                .OW = 8};
     CHECK(!fx_bf16_fwd_amx_fits(&narrow), "8 input channels must stay on the GEMM");
     CHECK(!fx_bf16_fwd_amx_fits(&proj), "a strided 1x1 projection must stay on the GEMM");
+    const fx_conv_geom odd = {.N = 1, .C = 16, .H = 9, .W = 9, .O = 16, .KH = 3, .KW = 3,
+                              .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .OH = 9, .OW = 9};
+    CHECK(!fx_bf16_wgrad_amx_fits(&odd), "an odd OW must stay off the AMX weight gradient");
+    CHECK(!fx_bf16_wgrad_amx_fits(&proj), "a strided layer must stay off the AMX weight gradient");
+    CHECK(fx_bf16_wgrad_amx_fits(&wide), "48 channels fit the AMX weight gradient");
     CHECK(!fx_bf16_fwd_amx_fits(&wide), "24 channel pairs (neither <= 16 nor a multiple) must "
                                         "stay on the GEMM");
     return test_finish("test_bf16_amx_conv");

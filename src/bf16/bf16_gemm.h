@@ -98,6 +98,18 @@ void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nb
                      const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
                      uint16_t *ybf, int nthreads);
 long long fx_bf16_fwd_amx_calls(void);
+/* The AMX route's weight gradient of one chunk (src/bf16/bf16_wgrad_amx.c): fx_bf16_wgrad_direct's
+ * interface (xp the padded chunk, dy its output gradient, dwt[r O + o] written), scratch
+ * fx_bf16_wgrad_amx_scratch(g, nbc) words, on tdpbf16ps tiles read in place from xp and from
+ * dy's pixel-pair words. Its order: per weight over the chunk's pixels in order, blocks of up
+ * to 16 pixel pairs within one output row, one tile product each as tdpbf16ps sums (its own
+ * bits). For geometries where fx_bf16_wgrad_amx_fits (stride and dilation 1, C and O multiples
+ * of 16, OW even and at most 32 or a multiple of 32). fx_bf16_wgrad_amx_calls counts chunks. */
+int fx_bf16_wgrad_amx_fits(const struct fx_conv_geom *g);
+int64_t fx_bf16_wgrad_amx_scratch(const struct fx_conv_geom *g, int64_t nb);
+void fx_bf16_wgrad_amx(const struct fx_conv_geom *g, const uint16_t *xp, const uint16_t *dy,
+                       int64_t nbc, uint32_t *scratch, float *dwt);
+long long fx_bf16_wgrad_amx_calls(void);
 /* Test switch and counter as for the weight gradient (0: the GEMM routes' panels); the switch
  * covers both routes' direct forward kernels */
 void fx_bf16_fwd_direct_set_enabled(int on);

@@ -291,6 +291,11 @@ typedef struct fx_conv_kernels {
      * route). NULL: patch matrix and GEMM. */
     void (*bf16_wgrad)(const struct fx_conv_geom *g, const uint16_t *xp, const uint16_t *dy,
                        int64_t nbc, uint32_t *scratch, float *dwt);
+    /* the geometries bf16_wgrad takes and its scratch words for a chunk of nb images
+     * (fx_bf16_wgrad_direct_fits and _scratch on the dpbf16 route, fx_bf16_wgrad_amx_* on the
+     * AMX route, whose bits are its own); set with bf16_wgrad */
+    int (*bf16_wgrad_fits)(const struct fx_conv_geom *g);
+    int64_t (*bf16_wgrad_scratch)(const struct fx_conv_geom *g, int64_t nb);
     /* bf16 forward of one chunk without a patch matrix, in its own order of the products
      * (fx_bf16_fwd_direct, src/bf16/bf16_gemm.h), from the unpadded chunk x. NULL: patch
      * panels and GEMM. */

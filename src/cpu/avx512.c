@@ -22,6 +22,8 @@
 void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
 {
     b->conv.bf16_wgrad = NULL;
+    b->conv.bf16_wgrad_fits = NULL;
+    b->conv.bf16_wgrad_scratch = NULL;
     b->conv.bf16_fwd = NULL;
     b->conv.bf16_fwd_fits = NULL;
     b->gemm.bf16_plain_min_k = 0;
@@ -31,6 +33,8 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
         b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_bf16_matmul_avx512bf16;
         b->gemm.bf16_pair_panel_mr = FX_BF16_PAIR_MR;
         b->conv.bf16_wgrad = fx_bf16_wgrad_direct; /* the same pairs, no patch matrix */
+        b->conv.bf16_wgrad_fits = fx_bf16_wgrad_direct_fits;
+        b->conv.bf16_wgrad_scratch = fx_bf16_wgrad_direct_scratch;
         b->conv.bf16_fwd = fx_bf16_fwd_direct;     /* channel pairs per tap */
         b->conv.bf16_fwd_fits = fx_bf16_fwd_direct_fits;
     } else if (route == FX_BF16_GEMM_AMX) {
@@ -46,6 +50,11 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
          * nothing gathered per tile (bf16_conv_amx.c) */
         b->conv.bf16_fwd = fx_bf16_fwd_amx;
         b->conv.bf16_fwd_fits = fx_bf16_fwd_amx_fits;
+        /* the weight gradient's tiles likewise from the padded chunk and dy's pair words
+         * (bf16_wgrad_amx.c) */
+        b->conv.bf16_wgrad = fx_bf16_wgrad_amx;
+        b->conv.bf16_wgrad_fits = fx_bf16_wgrad_amx_fits;
+        b->conv.bf16_wgrad_scratch = fx_bf16_wgrad_amx_scratch;
     } else {
         /* the fp32 GEMM, bf16 widened exactly while packed */
         b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_f32_matmul_avx512;

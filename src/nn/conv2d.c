@@ -1690,9 +1690,10 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                        be->conv.wtiles_i16 && be->conv.byte_planes_i16 && CKK >= 16 && g.O >= 16;
     /* bf16 on the pair GEMM: each chunk's dW^T straight from its padded input
      * (fx_bf16_wgrad_direct: the same pairs in the same order, so the same bits), no patch
-     * matrix and no packing */
+     * matrix and no packing; on the AMX route its tiles likewise (fx_bf16_wgrad_amx, in its
+     * own order) */
     const int wdirect = !ic && cc.cf == FMT_BF16 && be->conv.bf16_wgrad &&
-                        fx_bf16_wgrad_direct_enabled() && fx_bf16_wgrad_direct_fits(&g);
+                        fx_bf16_wgrad_direct_enabled() && be->conv.bf16_wgrad_fits(&g);
     /* integer compute with VNNI (no AMX) likewise, in exact sums (fx_i16_wgrad_direct); a
      * chunk whose data it declines takes the patch matrix and GEMM below */
     const int iwdirect = ic && !wtiles && be->conv.i16_wgrad && fx_i16_wgrad_direct_enabled() &&
@@ -1716,7 +1717,7 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     const int64_t groups = ic                                       ? plan.outer
                            : plan.nchunks < FX_CONV_WGRAD_GROUPS ? plan.nchunks
                                                                    : FX_CONV_WGRAD_GROUPS;
-    const int64_t wd_n = wdirect ? fx_bf16_wgrad_direct_scratch(&g, plan.nb) : 0;
+    const int64_t wd_n = wdirect ? be->conv.bf16_wgrad_scratch(&g, plan.nb) : 0;
     const int64_t iwd_n = iwdirect ? fx_i16_wgrad_direct_scratch(&g, plan.nb) : 0;
     const int64_t col_n = wtiles || wdirect ? 0 : CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
