@@ -318,6 +318,12 @@ typedef struct fx_conv_kernels {
     /* 1: i16_fwd takes the chunk unpadded (nbc images of C x H x W) and pads while it copies
      * (AVX2, AVX-512); 0: the chunk padded by fx_conv_pad */
     int i16_fwd_unpadded;
+    /* the same on AMX-INT8 tiles from byte planes it makes of the unpadded chunk
+     * (fx_i16_fwd_amx, src/flex/conv_i16.h; never declines), taken before i16_fwd and the AMX GEMM's patch rows
+     * where fx_i16_fwd_amx_fits while fx_gemm_i16_amx_on(). NULL: not installed. */
+    int (*i16_fwd_amx)(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                       const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
+                       uint64_t *ymax);
     /* exact int16 weight gradient of one chunk without a patch matrix (fx_i16_wgrad_direct,
      * src/flex/conv_i16.h): the exact sums. Returns 0 for a chunk it declines, which then takes
      * the GEMM. NULL: patch matrix and GEMM. */

@@ -41,6 +41,24 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
                            const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                            uint64_t *ymax);
 
+/* The same contract on AMX-INT8 tiles (src/flex/conv_i16_amx.c, where the AMX integer GEMM is
+ * installed), xp the chunk unpadded as there, except that it never declines:
+ * tiles read in place from byte planes of a channel-last copy, the exact sums (the same bits).
+ * For geometries where fx_i16_fwd_amx_fits: C and O multiples of 16, dilation 1, any stride,
+ * at most FX_I16_FWD_MAX_TAPS taps and FX_I16_AMX_FWD_MAX_K values per output (its int32
+ * accumulators never wrap). Weights packed once per convolution into its byte tiles
+ * (fx_i16_fwd_amx_weights_numel 32-bit words, 64-byte aligned); scratch:
+ * fx_i16_fwd_amx_scratch(g, nbc) words. fx_i16_fwd_amx_calls counts its chunks. */
+#define FX_I16_AMX_FWD_MAX_K 32768
+int fx_i16_fwd_amx_fits(const struct fx_conv_geom *g);
+int64_t fx_i16_fwd_amx_weights_numel(const struct fx_conv_geom *g);
+void fx_i16_fwd_amx_pack_weights(const struct fx_conv_geom *g, const int16_t *w, uint32_t *wq);
+int64_t fx_i16_fwd_amx_scratch(const struct fx_conv_geom *g, int64_t nb);
+int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                   const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
+                   uint64_t *ymax);
+long long fx_i16_fwd_amx_calls(void);
+
 /* Test and benchmark hooks, process-wide: 0 sends every chunk to the patch GEMM; counters of
  * the chunks computed here and of those declined */
 void fx_i16_fwd_direct_set_enabled(int on);

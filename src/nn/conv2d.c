@@ -300,7 +300,9 @@ static void *conv_alloc(fx_scratch *s, int64_t n, size_t sz, int *rc, const char
  * 16 -> 16 channels at 32x32 15.3 / 12.5, 16 -> 32 at 16x16 4.0 / 3.1; C = 32 (K = 288): 32 -> 32
  * at 16x16 5.0 / 5.5, 32 -> 64 at 8x8 1.9 / 2.5; C = 64: 2.7 / 4.5. Below a few tiles of K the
  * AMX blocks' fixed work (zeroing, storing and combining four accumulators per 16 x 16
- * outputs) outweighs their few tile products. */
+ * outputs) outweighs their few tile products. (Those were the AMX GEMM on gathered patch rows;
+ * a layer with C and O multiples of 16 now takes fx_i16_fwd_amx, tiles read in place, at any
+ * K: ResNet-20's 16-channel forward pass 2.1 -> 1.5 ms a step at two threads.) */
 #define FX_CONV_AMX_MIN_K 256
 
 /* Pre-packed operands of a convolution's chunk GEMMs (backend.h): A panels or A rows on
@@ -738,23 +740,27 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * the patch rows on demand (16 at a time, gathered while it packs them: no patch matrix)
      * and the plain weights, from FX_CONV_AMX_MIN_K values per patch (narrower products go
      * to the register-tile GEMM, which wants its panels) */
-    const int plain_i16 = ic && be->gemm.i16_amx && fx_gemm_i16_amx_on() && CKK >= FX_CONV_AMX_MIN_K;
+    /* integer compute on AMX tiles read in place from byte planes of the padded chunk
+     * (fx_i16_fwd_amx: no patch rows), from 16 channels each way; the same exact sums */
+    const int iamx = ic && be->conv.i16_fwd_amx && fx_gemm_i16_amx_on() && fx_i16_fwd_amx_fits(&g);
+    const int plain_i16 = ic && !iamx && be->gemm.i16_amx && fx_gemm_i16_amx_on() &&
+                          CKK >= FX_CONV_AMX_MIN_K;
     /* integer compute elsewhere with VNNI: the direct kernel on a channel-pair-last copy of
      * each padded chunk (fx_i16_fwd_direct: the exact sums, so the same bits); a chunk whose
      * data it declines takes the patch panels and GEMM below, which stay set up for that */
-    const int ikernel = ic && !plain_i16 && be->conv.i16_fwd && fx_i16_fwd_direct_enabled();
+    const int ikernel = ic && !iamx && !plain_i16 && be->conv.i16_fwd && fx_i16_fwd_direct_enabled();
     const int ifits = ikernel && fx_i16_fwd_direct_fits(&g);
     /* a layer with too few input channels for it (the CNN's first) takes it folded: its
      * kernel columns as channels (conv_fold.h: the same products, so the same exact sums) */
     fx_conv_geom gfold;
     const int ifold = ikernel && !ifits && fx_conv_fold_geom(&g, &gfold) &&
                       fx_i16_fwd_direct_fits(&gfold);
-    const int idirect = ifits || ifold;
+    const int idirect = ifits || ifold || iamx;
     const fx_conv_geom *gd = ifold ? &gfold : &g; /* the direct kernel's geometry */
     /* a kernel that pads while it copies takes the chunk as it is, and the folded chunk (padded
      * in height by the fold) as an unpadded one of height H + 2 ph; the GEMM's padded chunk is
      * then made only for a chunk the kernel declines */
-    const int kunpad = idirect && be->conv.i16_fwd_unpadded;
+    const int kunpad = idirect && (iamx || be->conv.i16_fwd_unpadded);
     fx_conv_geom gkernel = *gd;
     if (kunpad && ifold) {
         gkernel.H += 2 * gkernel.ph;
@@ -970,11 +976,14 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     /* the direct integer route: its weights and their segment norms once, a copy of the chunk
      * per thread */
     uint32_t *iwq = NULL, *iscr = NULL;
-    const int64_t iscr_n = idirect ? fx_i16_fwd_direct_scratch(gd, plan.nb) : 0;
+    const int64_t iscr_n = iamx      ? fx_i16_fwd_amx_scratch(&g, plan.nb)
+                           : idirect ? fx_i16_fwd_direct_scratch(gd, plan.nb)
+                                     : 0;
     if (idirect) {
         /* folded, the folded weights follow the packed ones in the same block (a scratch
          * region of its own would push a larger buffer out of the scratch cache) */
-        const int64_t iwq_n = fx_i16_fwd_direct_weights_numel(gd);
+        const int64_t iwq_n =
+            iamx ? fx_i16_fwd_amx_weights_numel(&g) : fx_i16_fwd_direct_weights_numel(gd);
         const int64_t wf_words = ifold ? (g.O * gd->C * g.KH + 1) / 2 : 0;
         iwq = conv_align64(conv_alloc(&s, iwq_n + 16 + wf_words, sizeof(uint32_t), &rc, func));
         iscr = conv_alloc(&s, iscr_n * plan.outer, sizeof(uint32_t), &rc, func);
@@ -984,7 +993,10 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         }
         int16_t *wf = ifold ? (int16_t *)(void *)(iwq + iwq_n) : NULL;
         if (wf) fx_conv_fold_weights_i16(&g, gd, (const int16_t *)wo.data, wf);
-        fx_i16_fwd_direct_pack_weights(gd, wf ? wf : (const int16_t *)wo.data, iwq);
+        if (iamx)
+            fx_i16_fwd_amx_pack_weights(&g, (const int16_t *)wo.data, iwq);
+        else
+            fx_i16_fwd_direct_pack_weights(gd, wf ? wf : (const int16_t *)wo.data, iwq);
     }
     /* integer compute on the AMX kernel likewise: the weights in its byte tiles once (each
      * chunk's GEMM would split and pack the same B again: about 5 % of the CNN's input
@@ -1025,7 +1037,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const int16_t *ksrc = kunpad && !ifold
                                   ? (const int16_t *)xo.data + n0 * g.C * g.H * g.W
                                   : (const int16_t *)(const void *)myxp;
-        const int idone = idirect && be->conv.i16_fwd(&gkernel, ksrc, nbc, iwq,
+        const int idone = idirect && (iamx ? be->conv.i16_fwd_amx : be->conv.i16_fwd)(&gkernel, ksrc, nbc, iwq,
                                                       iscr + tid * iscr_n,
                                                       (int64_t *)(void *)myy, plan.inner, &kmax);
         if (ifold && !idone) {

@@ -1,0 +1,213 @@
+/* The exact int16 forward convolution on AMX-INT8 tiles without patch rows: conv.i16_fwd_amx of
+ * the AVX-512 level where the AMX integer GEMM is installed (src/cpu/avx512.c), taken by
+ * src/nn/conv2d.c while fx_gemm_i16_amx_on() and fx_i16_fwd_amx_fits.
+ *
+ * The chunk comes unpadded (conv.i16_fwd_unpadded's contract): each image is transposed
+ * channel-last and split into padded byte planes here, with no padded NCHW copy.
+ *
+ * Why: the AMX GEMM route gathers each tile's patch rows from byte planes of the chunk, and
+ * narrower layers (ResNet-20's 16 channels) ran on vpdpwssd; a bf16 convolution whose tiles are
+ * read in place ran several times faster than either (bf16_conv_amx.c). Here, in a
+ * channel-last copy of the padded chunk split into byte planes, one kernel row (kh) of one
+ * output pixel is KW C consecutive bytes per plane, so 16 pixels of one output row give 16
+ * tile rows sw C bytes apart, which tileloadd reads in place; a kernel row longer than 64
+ * bytes is cut into equal pieces of kc bytes (a multiple of 4, at most 64). The weights are
+ * packed once per convolution into B tiles of the same pieces: kc / 4 quads of k by 16 output
+ * channels, per plane.
+ *
+ * Arithmetic (as the AMX GEMM's, src/flex/gemm_i16_amx.c): each value is split into its signed
+ * high byte and unsigned low byte, a = 256 ah + al, and four int32 tiles take HH = sum ah bh
+ * (tdpbssd), HL = sum ah bl (tdpbsud), LH = sum al bh (tdpbusd) and LL = sum al bl (tdpbuud)
+ * over all C KH KW values of an output (at most FX_I16_AMX_FWD_MAX_K, so LL < 2^31 and nothing
+ * wraps); then 65536 HH + 256 (HL + LH) + LL in int64 is the exact sum. Exact sums are the
+ * other integer kernels' sums, so the bits are theirs; only the time differs.
+ *
+ * Tiles: tmm0-3 the four accumulators of one block of 16 pixels (within one output row; a
+ * row's last block computes past its end into rows that are not stored) by 16 output
+ * channels, tmm4-5 the block's A tiles (high, low) and tmm6-7 the B tiles of one piece. Threads
+ * split the blocks; each output is one thread's. */
+#include "../core/amx_tiles.h"
+#include "../nn/conv_panels.h"
+#include "../core/layout_kernels.h"
+#include "../nn/im2col.h"
+#include "conv_i16.h"
+
+#include <immintrin.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+enum { TILE_BYTES = 1024 };
+
+static atomic_llong amx_fwd_calls;
+
+long long fx_i16_fwd_amx_calls(void)
+{
+    return atomic_load_explicit(&amx_fwd_calls, memory_order_relaxed);
+}
+
+/* The piece of a kernel row a tile product takes: the largest multiple of 4 that divides
+ * KW C and is at most 64 (C is a multiple of 16, so 16 always does). */
+static int64_t piece_bytes(const struct fx_conv_geom *g)
+{
+    const int64_t L = g->KW * g->C;
+    for (int64_t kc = 64; kc > 4; kc -= 4)
+        if (L % kc == 0) return kc;
+    return 4;
+}
+
+int fx_i16_fwd_amx_fits(const struct fx_conv_geom *g)
+{
+    return g->C >= 16 && g->C % 16 == 0 && g->O >= 16 && g->O % 16 == 0 && g->dh == 1 &&
+           g->dw == 1 && g->sh >= 1 && g->sw >= 1 && g->KH * g->KW <= FX_I16_FWD_MAX_TAPS &&
+           g->C * g->KH * g->KW <= FX_I16_AMX_FWD_MAX_K;
+}
+
+int64_t fx_i16_fwd_amx_weights_numel(const struct fx_conv_geom *g)
+{
+    const int64_t npc = g->KW * g->C / piece_bytes(g);
+    return g->KH * npc * (g->O / 16) * 2 * TILE_BYTES / 4;
+}
+
+void fx_i16_fwd_amx_pack_weights(const struct fx_conv_geom *g, const int16_t *w, uint32_t *wq32)
+{
+    int8_t *wq = (int8_t *)(void *)wq32;
+    const int64_t C = g->C, KH = g->KH, KW = g->KW, kc = piece_bytes(g), npc = KW * C / kc;
+    const int64_t nob = g->O / 16;
+    memset(wq, 0, 4 * (size_t)fx_i16_fwd_amx_weights_numel(g));
+    for (int64_t kh = 0; kh < KH; kh++)
+        for (int64_t j = 0; j < npc; j++)
+            for (int64_t ob = 0; ob < nob; ob++) {
+                int8_t *th = wq + ((kh * npc + j) * nob + ob) * 2 * TILE_BYTES, *tl = th + TILE_BYTES;
+                for (int64_t u = 0; u < kc / 4; u++)
+                    for (int64_t oo = 0; oo < 16; oo++)
+                        for (int64_t e = 0; e < 4; e++) {
+                            /* byte kk of the kernel row's piece: tap kw = kk / C, channel c */
+                            const int64_t kk = j * kc + 4 * u + e, kw = kk / C, c = kk % C;
+                            const int16_t v = w[(((ob * 16 + oo) * C + c) * KH + kh) * KW + kw];
+                            th[u * 64 + 4 * oo + e] = (int8_t)(v >> 8);
+                            tl[u * 64 + 4 * oo + e] = (int8_t)(uint8_t)(v & 255);
+                        }
+            }
+}
+
+int64_t fx_i16_fwd_amx_scratch(const struct fx_conv_geom *g, int64_t nb)
+{
+    /* 32-bit words: one image channel-last (H W C int16), then the chunk's two padded byte
+     * planes (nb padded images each, with the slack a last block's spare rows read: 16 sw + KW
+     * pixels), and spare words for alignment */
+    const int64_t n = fx_conv_padded_numel(g, nb), slack = (16 * g->sw + g->KW) * g->C;
+    return (2 * g->H * g->W * g->C + 2 * (n + slack) + 256) / 4 + 1;
+}
+
+int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
+                   const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
+                   uint64_t *ymax)
+{
+    atomic_fetch_add_explicit(&amx_fwd_calls, 1, memory_order_relaxed);
+    const int64_t C = g->C, O = g->O, KH = g->KH, KW = g->KW, sh = g->sh, sw = g->sw;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HWp = Hp * Wp;
+    const int64_t OH = g->OH, OW = g->OW, P = OH * OW;
+    const int64_t kc = piece_bytes(g), npc = KW * C / kc, nob = O / 16;
+    const int64_t n = fx_conv_padded_numel(g, nbc), slack = (16 * sw + KW) * C;
+    /* per image: the unpadded image transposed channel-last (H W x C), then each input row's
+     * W C values split into the byte planes' padded row, the padding zeroed (one pass over the
+     * chunk's values each, no padded NCHW copy); the planes 64-byte aligned, their slack zero */
+    const int64_t H = g->H, W = g->W, ph = g->ph, pw = g->pw;
+    int16_t *xq = (int16_t *)(void *)scratch;
+    xq += (32 - ((uintptr_t)xq / 2) % 32) % 32;
+    int8_t *hi = (int8_t *)(void *)(xq + H * W * C);
+    hi += (64 - (uintptr_t)hi % 64) % 64;
+    int8_t *lo = hi + n + slack;
+    for (int64_t i = 0; i < nbc; i++) {
+        fx_transpose16_avx512(x + i * C * H * W, xq, C, H * W);
+        int8_t *ih8 = hi + i * HWp * C, *il8 = lo + i * HWp * C;
+        memset(ih8, 0, (size_t)((ph * Wp + pw) * C));
+        memset(il8, 0, (size_t)((ph * Wp + pw) * C));
+        for (int64_t r = 0; r < H; r++) {
+            const int64_t at = ((ph + r) * Wp + pw) * C;
+            fx_conv_byte_planes_avx512(xq + r * W * C, W * C, ih8 + at, il8 + at);
+            /* this row's right padding and the next row's left (or the bottom rows) */
+            const int64_t gap = r + 1 < H ? 2 * pw * C : (pw + ph * Wp) * C;
+            memset(ih8 + at + W * C, 0, (size_t)gap);
+            memset(il8 + at + W * C, 0, (size_t)gap);
+        }
+    }
+    memset(hi + n, 0, (size_t)slack);
+    memset(lo + n, 0, (size_t)slack);
+    const int64_t nblk = (OW + 15) / 16, nblocks = nbc * OH * nblk;
+    const int64_t a_stride = sw * C;
+    const int8_t *wb = (const int8_t *)(const void *)wq;
+    const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, (unsigned char)(kc / 4),
+                                   (unsigned char)(kc / 4)};
+    const unsigned short colsb[8] = {64, 64, 64, 64, (unsigned short)kc, (unsigned short)kc, 64, 64};
+    uint64_t gmax = 0;
+    (void)nthreads;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+#endif
+    {
+        fx_amx_tiles_configure_shapes(rows, colsb);
+        int32_t acc[4][256] __attribute__((aligned(64)));
+        __m512i vmax = _mm512_setzero_si512();
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nblocks; b++) {
+            const int64_t row = b / nblk, ow0 = (b % nblk) * 16;
+            const int64_t im = row / OH, oh = row % OH;
+            const int nrows = OW - ow0 < 16 ? (int)(OW - ow0) : 16;
+            const int64_t base = ((im * Hp + oh * sh) * Wp + ow0 * sw) * C;
+            for (int64_t ob = 0; ob < nob; ob++) {
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int64_t kh = 0; kh < KH; kh++)
+                    for (int64_t j = 0; j < npc; j++) {
+                        const int64_t off = base + kh * Wp * C + j * kc;
+                        const int8_t *tb = wb + ((kh * npc + j) * nob + ob) * 2 * TILE_BYTES;
+                        _tile_loadd(4, hi + off, a_stride);
+                        _tile_loadd(5, lo + off, a_stride);
+                        _tile_loadd(6, tb, 64);
+                        _tile_loadd(7, tb + TILE_BYTES, 64);
+                        _tile_dpbssd(0, 4, 6);
+                        _tile_dpbsud(1, 4, 7);
+                        _tile_dpbusd(2, 5, 6);
+                        _tile_dpbuud(3, 5, 7);
+                    }
+                _tile_stored(0, acc[0], 64);
+                _tile_stored(1, acc[1], 64);
+                _tile_stored(2, acc[2], 64);
+                _tile_stored(3, acc[3], 64);
+                /* 65536 HH + 256 (HL + LH) + LL per output, in int64 */
+                int64_t *yb = y + (im * P + oh * OW + ow0) * O + ob * 16;
+                for (int r = 0; r < nrows; r++)
+                    for (int h = 0; h < 2; h++) {
+                        const int q = 16 * r + 8 * h;
+                        const __m512i hh = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[0] + q)));
+                        const __m512i hl = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[1] + q)));
+                        const __m512i lh = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[2] + q)));
+                        const __m512i ll = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[3] + q)));
+                        const __m512i s = _mm512_add_epi64(
+                            _mm512_add_epi64(_mm512_slli_epi64(hh, 16),
+                                             _mm512_slli_epi64(_mm512_add_epi64(hl, lh), 8)),
+                            ll);
+                        _mm512_storeu_si512((void *)(yb + r * O + 8 * h), s);
+                        vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(s));
+                    }
+            }
+        }
+        _tile_release();
+        const uint64_t m = _mm512_reduce_max_epu64(vmax);
+#ifdef _OPENMP
+#pragma omp critical(fx_i16_fwd_amx_max)
+#endif
+        if (m > gmax) gmax = m;
+    }
+    *ymax = gmax;
+    return 1;
+}

@@ -1,0 +1,176 @@
+/* The exact int16 forward convolution on AMX-INT8 tiles (src/flex/conv_i16_amx.c):
+ *   - the kernel on a chunk gives the exact int64 sums (written out here in scalar int64) and
+ *     their largest |value|, bit for bit, at 1 and 2 threads, on full-range int16 data (-32768
+ *     and 32767 included, where a byte split or an int32 sum that wrapped would show) and on
+ *     small data;
+ *   - shapes: ResNet-20's 16-, 32- and 64-channel 3x3 layers (kernel rows of 48, 96 and 192
+ *     bytes: pieces of 48, 48 and 64), stride 2, the CNN's 5x5 (160 bytes: pieces of 40), 48
+ *     output channels, rows that are not whole 16-pixel blocks (OW 10, 7);
+ *   - through tensor_conv2d and its input gradient in FLEX16_5 and DFP16, the kernel runs and
+ *     the results are the bits of the same ops with the AMX kernels switched off.
+ * Skips where the CPU or the OS gives no AMX-INT8. */
+#include "flexpoint.h"
+#include "flexpoint_nn.h"
+#include "core/backend.h"
+#include "flex/conv_i16.h"
+#include "flex/gemm_i16.h"
+#include "nn/im2col.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int16_t draw(test_rng *r, int full)
+{
+    if (full) {
+        const uint64_t u = test_rng_u64(r);
+        if (u % 16 == 0) return (int16_t)(u % 32 == 0 ? -32768 : 32767);
+        return (int16_t)(uint16_t)(u >> 16);
+    }
+    return (int16_t)test_rng_range(r, -300, 300);
+}
+
+static void check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
+                         int64_t KW, int pad, int stride, int full, uint64_t seed)
+{
+    const int64_t OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
+    const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = W, .O = O, .KH = KH, .KW = KW,
+                            .sh = stride, .sw = stride, .ph = pad, .pw = pad, .dh = 1, .dw = 1,
+                            .OH = OH, .OW = OW};
+    CHECK(fx_i16_fwd_amx_fits(&g), "C%lld O%lld k%lldx%lld: expected to fit", (long long)C,
+          (long long)O, (long long)KH, (long long)KW);
+    const int64_t nx = N * C * H * W, nw = O * C * KH * KW, ny = N * OH * OW * O;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    int16_t *x = malloc(2 * (size_t)nx), *w = malloc(2 * (size_t)nw);
+    for (int64_t i = 0; i < nx; i++) x[i] = draw(&r, full);
+    for (int64_t i = 0; i < nw; i++) w[i] = draw(&r, full);
+    uint32_t *wq = aligned_alloc(64, ((size_t)fx_i16_fwd_amx_weights_numel(&g) * 4 + 63) / 64 * 64);
+    fx_i16_fwd_amx_pack_weights(&g, w, wq);
+    uint32_t *scr = malloc(4 * (size_t)fx_i16_fwd_amx_scratch(&g, N));
+    int64_t *y = malloc(8 * (size_t)ny), *want = malloc(8 * (size_t)ny);
+    uint64_t wmax = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++)
+                for (int64_t o = 0; o < O; o++) {
+                    int64_t s = 0;
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t kh = 0; kh < KH; kh++)
+                            for (int64_t kw = 0; kw < KW; kw++) {
+                                const int64_t ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                s += (int64_t)x[((n * C + c) * H + ih) * W + iw] *
+                                     w[((o * C + c) * KH + kh) * KW + kw];
+                            }
+                    want[((n * OH + oh) * OW + ow) * O + o] = s;
+                    const uint64_t a = s < 0 ? (uint64_t)0 - (uint64_t)s : (uint64_t)s;
+                    if (a > wmax) wmax = a;
+                }
+    for (int threads = 1; threads <= 2; threads++) {
+        memset(y, 0x5A, 8 * (size_t)ny);
+        uint64_t ymax = 0;
+        CHECK(fx_i16_fwd_amx(&g, x, N, wq, scr, y, threads, &ymax) == 1, "the kernel declined");
+        long bad = 0;
+        for (int64_t i = 0; i < ny; i++) bad += y[i] != want[i];
+        CHECK(bad == 0, "C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %d %s data, %d "
+              "thread(s): %ld sums differ from the exact ones", (long long)C, (long long)H,
+              (long long)W, (long long)O, (long long)KH, (long long)KW, pad, stride,
+              full ? "full-range" : "small", threads, bad);
+        CHECK(ymax == wmax, "C%lld O%lld: largest |sum| %llu, want %llu", (long long)C,
+              (long long)O, (unsigned long long)ymax, (unsigned long long)wmax);
+    }
+    free(x);
+    free(w);
+    free(wq);
+    free(scr);
+    free(y);
+    free(want);
+}
+
+static tensor_t *new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    const int64_t sh[4] = {a, b, c, d};
+    return tensor_new(f, 4, sh);
+}
+
+/* The ops with the kernel (AMX on) against the same ops with every AMX kernel off */
+static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int stride,
+                      uint64_t seed)
+{
+    const int64_t OH = (H + 2 - 3) / stride + 1;
+    tensor_t *x = new4(f, N, C, H, H), *w = new4(f, O, C, 3, 3), *dy = new4(f, N, O, OH, OH);
+    tensor_t *y[2] = {new4(f, N, O, OH, OH), new4(f, N, O, OH, OH)};
+    tensor_t *dx[2] = {new4(f, N, C, H, H), new4(f, N, C, H, H)};
+    test_rng r;
+    test_rng_seed(&r, seed);
+    const int64_t nx = N * C * H * H, nw = O * C * 9, ndy = N * O * OH * OH;
+    float *buf = malloc(4 * (size_t)(nx + nw + ndy));
+    for (int64_t i = 0; i < nx + nw + ndy; i++) buf[i] = (float)test_rng_normal(&r);
+    CHECK_STATUS(tensor_from_f32(x, buf), FX_OK);
+    CHECK_STATUS(tensor_from_f32(w, buf + nx), FX_OK);
+    CHECK_STATUS(tensor_from_f32(dy, buf + nx + nw), FX_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        CHECK_STATUS(fx_gemm_i16_force_kernel(pass ? FX_GEMM_I16_KERNEL_AMX
+                                                   : FX_GEMM_I16_KERNEL_FAST),
+                     FX_OK);
+        const long long calls = fx_i16_fwd_amx_calls();
+        CHECK_STATUS(tensor_conv2d(y[pass], x, w, stride, stride, 1, 1, 1, 1), FX_OK);
+        if (stride == 1)
+            CHECK_STATUS(tensor_conv2d_backward_input(dx[pass], dy, w, 1, 1, 1, 1, 1, 1), FX_OK);
+        CHECK((fx_i16_fwd_amx_calls() > calls) == pass, "%s C%lld: the AMX kernel %s",
+              fmt_name(f), (long long)C, pass ? "did not run" : "ran with AMX off");
+    }
+    CHECK_STATUS(fx_gemm_i16_force_kernel(FX_GEMM_I16_KERNEL_AUTO), FX_OK);
+    const int64_t n[2] = {N * O * OH * OH, nx};
+    for (int k = 0; k < (stride == 1 ? 2 : 1); k++) {
+        tensor_t *const *t = k ? dx : y;
+        int16_t *a = malloc(2 * (size_t)n[k]), *b = malloc(2 * (size_t)n[k]);
+        CHECK_STATUS(tensor_get_raw(t[0], a), FX_OK);
+        CHECK_STATUS(tensor_get_raw(t[1], b), FX_OK);
+        CHECK(memcmp(a, b, 2 * (size_t)n[k]) == 0 &&
+                  tensor_exp(t[0]) == tensor_exp(t[1]),
+              "%s C%lld O%lld stride %d: %s differs with the AMX kernel", fmt_name(f),
+              (long long)C, (long long)O, stride, k ? "dx" : "y");
+        free(a);
+        free(b);
+    }
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(dy);
+    for (int k = 0; k < 2; k++) {
+        tensor_free(y[k]);
+        tensor_free(dx[k]);
+    }
+    free(buf);
+}
+
+int main(void)
+{
+    const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
+    if (!be || !be->available || !be->conv.i16_fwd_amx)
+        return test_skip("test_conv_i16_amx", "no AMX-INT8 this process may use");
+    CHECK_STATUS(flexpoint_set_backend("avx512"), FX_OK);
+    uint64_t seed = 5;
+    for (int full = 0; full <= 1; full++) {
+        check_kernel(2, 16, 32, 32, 16, 3, 3, 1, 1, full, seed++); /* stage 1: pieces of 48 */
+        check_kernel(2, 32, 16, 16, 32, 3, 3, 1, 1, full, seed++); /* stage 2: 2 x 48 */
+        check_kernel(2, 64, 8, 8, 64, 3, 3, 1, 1, full, seed++);   /* stage 3: 3 x 64 */
+        check_kernel(2, 16, 16, 16, 32, 3, 3, 1, 2, full, seed++); /* stride 2 */
+        check_kernel(2, 32, 14, 14, 64, 5, 5, 2, 1, full, seed++); /* 5x5: 4 x 40 */
+        check_kernel(3, 16, 10, 10, 48, 3, 3, 1, 1, full, seed++); /* OW 10, O 48 */
+        check_kernel(2, 48, 9, 9, 16, 3, 3, 0, 1, full, seed++);   /* no padding, OW 7 */
+        check_kernel(1, 16, 12, 12, 16, 1, 1, 0, 2, full, seed++); /* 1x1 at stride 2 */
+    }
+    const fx_conv_geom narrow = {.N = 1, .C = 8, .H = 8, .W = 8, .O = 16, .KH = 3, .KW = 3,
+                                 .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .OH = 8,
+                                 .OW = 8};
+    CHECK(!fx_i16_fwd_amx_fits(&narrow), "8 channels must stay on the other kernels");
+    for (int threads = 1; threads <= 2; threads++) {
+        flexpoint_set_num_threads(threads);
+        check_ops(FMT_FLEX16_5, 4, 16, 16, 16, 1, seed++);
+        check_ops(FMT_DFP16, 4, 32, 8, 32, 1, seed++);
+        check_ops(FMT_FLEX16_5, 4, 16, 16, 32, 2, seed++);
+    }
+    return test_finish("test_conv_i16_amx");
+}
