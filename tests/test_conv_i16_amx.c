@@ -6,8 +6,10 @@
  *   - shapes: ResNet-20's 16-, 32- and 64-channel 3x3 layers (kernel rows of 48, 96 and 192
  *     bytes: pieces of 48, 48 and 64), stride 2, the CNN's 5x5 (160 bytes: pieces of 40), 48
  *     output channels, rows that are not whole 16-pixel blocks (OW 10, 7);
- *   - through tensor_conv2d and its input gradient in FLEX16_5 and DFP16, the kernel runs and
- *     the results are the bits of the same ops with the AMX kernels switched off.
+ *   - the weight gradient's kernel (src/flex/conv_i16_wgrad_amx.c) gives the exact int64 sums,
+ *     written and added, on full-range and small data, over several blocks of images;
+ *   - through tensor_conv2d, its input gradient and its weight gradient in FLEX16_5 and DFP16,
+ *     the kernels run and the results are the bits of the same ops with the AMX kernels off.
  * Skips where the CPU or the OS gives no AMX-INT8. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
@@ -88,6 +90,60 @@ static void check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
     free(want);
 }
 
+/* The weight gradient's kernel on a chunk: dW^T[(c KH + kh) KW + kw][o] the exact int64 sums,
+ * written (add 0) and then added to (add 1: twice the sums) */
+static void check_wgrad_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KS,
+                               int pad, int full, uint64_t seed)
+{
+    const int64_t OH = H + 2 * pad - KS + 1, OW = W + 2 * pad - KS + 1, KK = KS * KS, P = OH * OW;
+    const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = W, .O = O, .KH = KS, .KW = KS, .sh = 1,
+                            .sw = 1, .ph = pad, .pw = pad, .dh = 1, .dw = 1, .OH = OH, .OW = OW};
+    CHECK(fx_i16_wgrad_amx_fits(&g), "wgrad C%lld O%lld: expected to fit", (long long)C,
+          (long long)O);
+    const int64_t nx = N * C * H * W, ndy = N * O * P, nw = C * KK * O;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    int16_t *x = malloc(2 * (size_t)nx), *dy = malloc(2 * (size_t)ndy);
+    for (int64_t i = 0; i < nx; i++) x[i] = draw(&r, full);
+    for (int64_t i = 0; i < ndy; i++) dy[i] = draw(&r, full);
+    int16_t *xp = calloc((size_t)(fx_conv_padded_numel(&g, N) + FX_CONV_PAD_SLACK), 2);
+    fx_conv_pad(&g, x, 0, N, xp, sizeof(int16_t));
+    uint32_t *scr = malloc(4 * (size_t)fx_i16_wgrad_amx_scratch(&g, N));
+    int64_t *dwt = malloc(8 * (size_t)nw), *want = calloc((size_t)nw, 8);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t t = 0; t < KK; t++)
+                for (int64_t o = 0; o < O; o++) {
+                    int64_t s = 0;
+                    for (int64_t oh = 0; oh < OH; oh++)
+                        for (int64_t ow = 0; ow < OW; ow++) {
+                            const int64_t ih = oh - pad + t / KS, iw = ow - pad + t % KS;
+                            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                            s += (int64_t)x[((n * C + c) * H + ih) * W + iw] *
+                                 dy[((n * O + o) * OH + oh) * OW + ow];
+                        }
+                    want[(c * KK + t) * O + o] += s;
+                }
+    memset(dwt, 0x5A, 8 * (size_t)nw);
+    CHECK(fx_i16_wgrad_amx(&g, xp, dy, N, scr, dwt, 0) == 1, "the weight gradient declined");
+    long bad = 0;
+    for (int64_t i = 0; i < nw; i++) bad += dwt[i] != want[i];
+    CHECK(bad == 0, "wgrad C%lld %lldx%lld O%lld k%lld %s data, %lld images: %ld sums differ from "
+          "the exact ones", (long long)C, (long long)H, (long long)W, (long long)O, (long long)KS,
+          full ? "full-range" : "small", (long long)N, bad);
+    CHECK(fx_i16_wgrad_amx(&g, xp, dy, N, scr, dwt, 1) == 1, "the weight gradient declined");
+    bad = 0;
+    for (int64_t i = 0; i < nw; i++) bad += dwt[i] != 2 * want[i];
+    CHECK(bad == 0, "wgrad C%lld O%lld, add: %ld sums are not twice the exact ones", (long long)C,
+          (long long)O, bad);
+    free(x);
+    free(dy);
+    free(xp);
+    free(scr);
+    free(dwt);
+    free(want);
+}
+
 static tensor_t *new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
 {
     const int64_t sh[4] = {a, b, c, d};
@@ -102,6 +158,7 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int s
     tensor_t *x = new4(f, N, C, H, H), *w = new4(f, O, C, 3, 3), *dy = new4(f, N, O, OH, OH);
     tensor_t *y[2] = {new4(f, N, O, OH, OH), new4(f, N, O, OH, OH)};
     tensor_t *dx[2] = {new4(f, N, C, H, H), new4(f, N, C, H, H)};
+    tensor_t *dw[2] = {new4(f, O, C, 3, 3), new4(f, O, C, 3, 3)};
     test_rng r;
     test_rng_seed(&r, seed);
     const int64_t nx = N * C * H * H, nw = O * C * 9, ndy = N * O * OH * OH;
@@ -116,22 +173,27 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int s
                      FX_OK);
         const long long calls = fx_i16_fwd_amx_calls();
         CHECK_STATUS(tensor_conv2d(y[pass], x, w, stride, stride, 1, 1, 1, 1), FX_OK);
-        if (stride == 1)
+        if (stride == 1) {
             CHECK_STATUS(tensor_conv2d_backward_input(dx[pass], dy, w, 1, 1, 1, 1, 1, 1), FX_OK);
+            const long long wcalls = fx_i16_wgrad_amx_calls();
+            CHECK_STATUS(tensor_conv2d_backward_weight(dw[pass], x, dy, 1, 1, 1, 1, 1, 1), FX_OK);
+            CHECK((fx_i16_wgrad_amx_calls() > wcalls) == pass, "%s C%lld: the AMX weight "
+                  "gradient %s", fmt_name(f), (long long)C, pass ? "did not run" : "ran with AMX off");
+        }
         CHECK((fx_i16_fwd_amx_calls() > calls) == pass, "%s C%lld: the AMX kernel %s",
               fmt_name(f), (long long)C, pass ? "did not run" : "ran with AMX off");
     }
     CHECK_STATUS(fx_gemm_i16_force_kernel(FX_GEMM_I16_KERNEL_AUTO), FX_OK);
-    const int64_t n[2] = {N * O * OH * OH, nx};
-    for (int k = 0; k < (stride == 1 ? 2 : 1); k++) {
-        tensor_t *const *t = k ? dx : y;
+    const int64_t n[3] = {N * O * OH * OH, nx, nw};
+    for (int k = 0; k < (stride == 1 ? 3 : 1); k++) {
+        tensor_t *const *t = k == 2 ? dw : k ? dx : y;
         int16_t *a = malloc(2 * (size_t)n[k]), *b = malloc(2 * (size_t)n[k]);
         CHECK_STATUS(tensor_get_raw(t[0], a), FX_OK);
         CHECK_STATUS(tensor_get_raw(t[1], b), FX_OK);
         CHECK(memcmp(a, b, 2 * (size_t)n[k]) == 0 &&
                   tensor_exp(t[0]) == tensor_exp(t[1]),
               "%s C%lld O%lld stride %d: %s differs with the AMX kernel", fmt_name(f),
-              (long long)C, (long long)O, stride, k ? "dx" : "y");
+              (long long)C, (long long)O, stride, k == 2 ? "dw" : k ? "dx" : "y");
         free(a);
         free(b);
     }
@@ -141,6 +203,7 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int s
     for (int k = 0; k < 2; k++) {
         tensor_free(y[k]);
         tensor_free(dx[k]);
+        tensor_free(dw[k]);
     }
     free(buf);
 }
@@ -161,6 +224,15 @@ int main(void)
         check_kernel(3, 16, 10, 10, 48, 3, 3, 1, 1, full, seed++); /* OW 10, O 48 */
         check_kernel(2, 48, 9, 9, 16, 3, 3, 0, 1, full, seed++);   /* no padding, OW 7 */
         check_kernel(1, 16, 12, 12, 16, 1, 1, 0, 2, full, seed++); /* 1x1 at stride 2 */
+    }
+    for (int full = 0; full <= 1; full++) {
+        check_wgrad_kernel(3, 16, 32, 32, 16, 3, 1, full, seed++); /* stage 1 */
+        check_wgrad_kernel(4, 32, 16, 16, 48, 3, 1, full, seed++); /* stage 2, O 48 */
+        check_wgrad_kernel(5, 64, 8, 8, 64, 3, 1, full, seed++);   /* stage 3: P 64 */
+        check_wgrad_kernel(3, 32, 14, 14, 64, 5, 2, full, seed++); /* the CNN's conv2: P 196 */
+        check_wgrad_kernel(2, 16, 9, 11, 16, 3, 0, full, seed++);  /* no padding, 7 x 9 */
+        /* copies of two images a block (about 450 KiB each): three blocks */
+        check_wgrad_kernel(5, 64, 32, 32, 16, 3, 1, full, seed++);
     }
     const fx_conv_geom narrow = {.N = 1, .C = 8, .H = 8, .W = 8, .O = 16, .KH = 3, .KW = 3,
                                  .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .OH = 8,

@@ -1698,7 +1698,11 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
      * 32 values of k; a chunk with fewer pixels goes to the register-tile driver, which takes
      * the same rows on demand (fx_conv_wrows_i16). */
     const fx_backend *be = fx_backend_active();
-    const int wtiles = ic && fx_conv_wsrc_fit(&g) && be->gemm.i16_amx && fx_gemm_i16_amx_on() &&
+    /* integer compute on AMX tiles read in place (fx_i16_wgrad_amx), from 16 channels each
+     * way in multiples of 16: no patch rows; the same exact sums */
+    const int iwamx = ic && be->conv.i16_wgrad_amx && fx_gemm_i16_amx_on() &&
+                      fx_i16_wgrad_amx_fits(&g);
+    const int wtiles = ic && !iwamx && fx_conv_wsrc_fit(&g) && be->gemm.i16_amx && fx_gemm_i16_amx_on() &&
                        be->conv.wtiles_i16 && be->conv.byte_planes_i16 && CKK >= 16 && g.O >= 16;
     /* bf16 on the pair GEMM: each chunk's dW^T straight from its padded input
      * (fx_bf16_wgrad_direct: the same pairs in the same order, so the same bits), no patch
@@ -1708,8 +1712,8 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                         fx_bf16_wgrad_direct_enabled() && be->conv.bf16_wgrad_fits(&g);
     /* integer compute with VNNI (no AMX) likewise, in exact sums (fx_i16_wgrad_direct); a
      * chunk whose data it declines takes the patch matrix and GEMM below */
-    const int iwdirect = ic && !wtiles && be->conv.i16_wgrad && fx_i16_wgrad_direct_enabled() &&
-                         fx_i16_wgrad_direct_fits(&g);
+    const int iwdirect = iwamx || (ic && !wtiles && be->conv.i16_wgrad &&
+                                   fx_i16_wgrad_direct_enabled() && fx_i16_wgrad_direct_fits(&g));
     /* Chunks of the patch-matrix size, except on the direct integer route, which builds no
      * patch matrix: its chunk is the padded input and dy's pair words, and each chunk ends by
      * adding its dW^T into the group's int64 slot (conv2's is 400 KiB), so chunks of three
@@ -1730,7 +1734,9 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                            : plan.nchunks < FX_CONV_WGRAD_GROUPS ? plan.nchunks
                                                                    : FX_CONV_WGRAD_GROUPS;
     const int64_t wd_n = wdirect ? be->conv.bf16_wgrad_scratch(&g, plan.nb) : 0;
-    const int64_t iwd_n = iwdirect ? fx_i16_wgrad_direct_scratch(&g, plan.nb) : 0;
+    const int64_t iwd_n = iwamx      ? fx_i16_wgrad_amx_scratch(&g, plan.nb)
+                          : iwdirect ? fx_i16_wgrad_direct_scratch(&g, plan.nb)
+                                     : 0;
     const int64_t col_n = wtiles || wdirect ? 0 : CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
     const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
     const int64_t plane_n = xp_n + 2 * FX_CONV_TILES_SLACK; /* bytes per plane */
@@ -1790,7 +1796,7 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
             if (iwd) {
                 fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
                 /* a group's later chunks add their sums to the group's slot in the kernel */
-                if (be->conv.i16_wgrad(&g, (const int16_t *)(const void *)myxp,
+                if ((iwamx ? be->conv.i16_wgrad_amx : be->conv.i16_wgrad)(&g, (const int16_t *)(const void *)myxp,
                                        (const int16_t *)dyo.data + n0 * g.O * P, nbc,
                                        iwd + tid * iwd_n, (int64_t *)(void *)slot, ch > c0)) {
                     status[ch] = FX_OK;

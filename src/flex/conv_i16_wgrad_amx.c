@@ -1,0 +1,199 @@
+/* The exact int16 weight gradient of one convolution chunk on AMX-INT8 tiles read in place:
+ * conv.i16_wgrad_amx of the AVX-512 level where the AMX integer GEMM is installed
+ * (src/cpu/avx512.c), taken by src/nn/conv2d.c while fx_gemm_i16_amx_on() and
+ * fx_i16_wgrad_amx_fits.
+ *
+ * Why: the AMX GEMM route makes its A tiles (the transposed patch matrix: a row per weight, a
+ * column per pixel) with a masked load per run of pixels, and its K tiles stop at each output
+ * row's end; ResNet-20's 16-channel layers' weight gradients took as long as their forward
+ * passes on vpdpwssd. Here, per image and per kernel column kw, the padded input's rows are
+ * copied shifted by kw and cut to OW values (the byte planes Xkw[c][ih][ow] = x(c, ih, ow + kw)),
+ * so that for a tap (kh, kw) the values every output pixel meets are one contiguous run per
+ * channel, Xkw[c][kh OW + p] for p < P, across output rows. A tiles are 64 of them for 16
+ * channels, rows a channel's copy apart; dy's values, four consecutive pixels per 32-bit word
+ * of each output channel (dyq[q][o] = plane(dy[o][4q .. 4q + 3]), zeros past P), give the B
+ * tiles. Every tile product then takes a whole 64 values of k.
+ *
+ * Arithmetic (as the AMX GEMM's, src/flex/gemm_i16_amx.c): each value split into its signed
+ * high and unsigned low byte; four int32 tiles take HH, HL, LH and LL over a block of images
+ * (at most FX_I16_AMX_WGRAD_MAX_P pixels with the images' tails, so no sum wraps), then 65536 HH
+ * + 256 (HL + LH) + LL is added in int64 to the chunk's sums. The tile products past P read whatever follows a run
+ * (another channel's copy, or the buffer's slack) against dy's zero words: they add nothing.
+ * Exact sums, so the bits are the other kernels'.
+ *
+ * Tiles: tmm0-3 the accumulators of one output tile (16 channels c of one tap, 16 output
+ * channels), tmm4-5 its A tiles (high, low), tmm6-7 its B tiles. */
+#include "../core/amx_tiles.h"
+#include "../core/pair_copy_avx512.h"
+#include "../nn/im2col.h"
+#include "conv_i16.h"
+
+#include <immintrin.h>
+#include <stdatomic.h>
+#include <string.h>
+
+enum { TILE_BYTES = 1024 };
+
+static atomic_llong amx_wgrad_calls;
+
+long long fx_i16_wgrad_amx_calls(void)
+{
+    return atomic_load_explicit(&amx_wgrad_calls, memory_order_relaxed);
+}
+
+int fx_i16_wgrad_amx_fits(const struct fx_conv_geom *g)
+{
+    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->C >= 16 && g->C % 16 == 0 &&
+           g->O >= 16 && g->O % 16 == 0 && g->OH * g->OW <= FX_I16_AMX_WGRAD_MAX_P &&
+           g->KH * g->KW <= FX_I16_FWD_MAX_TAPS;
+}
+
+/* Pixels of one image rounded up to whole tiles of k */
+static int64_t p64(const struct fx_conv_geom *g) { return (g->OH * g->OW + 63) / 64 * 64; }
+
+/* Bytes of one image's copies: the shifted byte planes of x (KW x 2 planes x C x Hp x OW) and
+ * dy's words (2 planes x P64 x O) */
+static int64_t image_bytes(const struct fx_conv_geom *g)
+{
+    return g->KW * 2 * g->C * (g->H + 2 * g->ph) * g->OW + 2 * p64(g) * g->O;
+}
+
+/* Images whose copies are made before the tiles run over them all: as many as keep the int32
+ * sums from wrapping (FX_I16_AMX_WGRAD_MAX_P pixels) and the copies within about 1 MiB (L2),
+ * at least one. Fewer blocks, fewer combinations of the accumulators into int64 (ResNet-20's
+ * 8 x 8 layers: one tile product per tile and image). */
+static int64_t block_images(const struct fx_conv_geom *g, int64_t nb)
+{
+    int64_t k = FX_I16_AMX_WGRAD_MAX_P / p64(g);
+    const int64_t by = ((int64_t)1 << 20) / image_bytes(g);
+    if (by < k) k = by;
+    if (nb < k) k = nb;
+    return k > 0 ? k : 1;
+}
+
+int64_t fx_i16_wgrad_amx_scratch(const struct fx_conv_geom *g, int64_t nb)
+{
+    /* bytes: a block's copies, 64 bytes of slack after x's, the staging of one image's dy
+     * bytes before their transpose (2 planes x O x P64), alignment */
+    const int64_t bytes = block_images(g, nb) * image_bytes(g) + 64 + 2 * p64(g) * g->O + 192;
+    return bytes / 4 + 1;
+}
+
+int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
+                     int64_t nbc, uint32_t *scratch, int64_t *dwt, int add)
+{
+    atomic_fetch_add_explicit(&amx_wgrad_calls, 1, memory_order_relaxed);
+    const int64_t C = g->C, O = g->O, KH = g->KH, KW = g->KW, KK = KH * KW;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, OH = g->OH, OW = g->OW;
+    const int64_t P = OH * OW, P64 = p64(g);
+    const int64_t nbi = block_images(g, nbc);
+    /* per block: xs[((i KW + kw) 2 + pl) plane + (c Hp + ih) OW + ow] for image i of the
+     * block, then 64 bytes of slack; dq[(i 2 + pl) P64 O + 4 (q O + o)]; tq one image's
+     * staging [pl][O][P64] */
+    const int64_t plane = C * Hp * OW, ximg = KW * 2 * plane, dimg = 2 * P64 * O;
+    int8_t *xs = (int8_t *)(void *)scratch;
+    xs += (64 - (uintptr_t)xs % 64) % 64;
+    int8_t *dq = xs + nbi * ximg + 64;
+    dq += (64 - (uintptr_t)dq % 64) % 64;
+    int8_t *tq = dq + nbi * dimg;
+    memset(xs + nbi * ximg, 0, 64);
+    if (!add) memset(dwt, 0, sizeof(int64_t) * (size_t)(C * KK * O));
+    const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+    const unsigned short colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+    fx_amx_tiles_configure_shapes(rows, colsb);
+    int32_t acc[4][256] __attribute__((aligned(64)));
+    for (int64_t n0 = 0; n0 < nbc; n0 += nbi) {
+        const int64_t ni = nbc - n0 < nbi ? nbc - n0 : nbi;
+        for (int64_t i = 0; i < ni; i++) {
+            /* x's shifted copies */
+            const int16_t *xn = xp + (n0 + i) * C * Hp * Wp;
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t ih = 0; ih < Hp; ih++) {
+                    const int16_t *row = xn + (c * Hp + ih) * Wp;
+                    for (int64_t kw = 0; kw < KW; kw++) {
+                        int8_t *h = xs + i * ximg + (kw * 2) * plane + (c * Hp + ih) * OW;
+                        int8_t *l = h + plane;
+                        int64_t ow = 0;
+                        for (; ow + 32 <= OW; ow += 32) {
+                            const __m512i v = _mm512_loadu_si512((const void *)(row + kw + ow));
+                            _mm256_storeu_si256((void *)(h + ow),
+                                                _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+                            _mm256_storeu_si256((void *)(l + ow), _mm512_cvtepi16_epi8(v));
+                        }
+                        if (ow < OW) {
+                            const __mmask32 m = (__mmask32)((1ull << (OW - ow)) - 1);
+                            const __m512i v = _mm512_maskz_loadu_epi16(m, row + kw + ow);
+                            _mm256_mask_storeu_epi8(h + ow, m,
+                                                    _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+                            _mm256_mask_storeu_epi8(l + ow, m, _mm512_cvtepi16_epi8(v));
+                        }
+                    }
+                }
+            /* dy's words: each output channel's bytes four pixels a word (zeros past P) into
+             * tq, then [O][P64 / 4] -> [P64 / 4][O] per plane */
+            const int16_t *dn = dy + (n0 + i) * O * P;
+            for (int64_t o = 0; o < O; o++) {
+                int8_t *th = tq + o * P64, *tl = tq + (O + o) * P64;
+                for (int64_t p0 = 0; p0 < P64; p0 += 32) {
+                    const int64_t left = P - p0;
+                    const __mmask32 m =
+                        (__mmask32)(left >= 32 ? 0xFFFFFFFFu : left <= 0 ? 0u : (1u << left) - 1u);
+                    const __m512i v = _mm512_maskz_loadu_epi16(m, dn + o * P + p0);
+                    _mm256_store_si256((void *)(th + p0), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+                    _mm256_store_si256((void *)(tl + p0), _mm512_cvtepi16_epi8(v));
+                }
+            }
+            for (int pl = 0; pl < 2; pl++)
+                fx_pair_planes_transpose_avx512((const uint32_t *)(const void *)(tq + pl * O * P64), O,
+                                                P64 / 4, O,
+                                                (uint32_t *)(void *)(dq + i * dimg + pl * P64 * O));
+        }
+        for (int64_t t = 0; t < KK; t++) {
+            const int64_t kh = t / KW, kw = t % KW;
+            for (int64_t cb = 0; cb < C / 16; cb++)
+                for (int64_t ob = 0; ob < O / 16; ob++) {
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_zero(2);
+                    _tile_zero(3);
+                    for (int64_t i = 0; i < ni; i++) {
+                        const int8_t *ah = xs + i * ximg + (kw * 2) * plane + (cb * 16 * Hp + kh) * OW;
+                        const int8_t *bh = dq + i * dimg + 4 * ob * 16;
+                        for (int64_t k0 = 0; k0 < P64; k0 += 64) {
+                            _tile_loadd(4, ah + k0, Hp * OW);
+                            _tile_loadd(5, ah + plane + k0, Hp * OW);
+                            _tile_loadd(6, bh + k0 * O, 4 * O);
+                            _tile_loadd(7, bh + (P64 + k0) * O, 4 * O);
+                            _tile_dpbssd(0, 4, 6);
+                            _tile_dpbsud(1, 4, 7);
+                            _tile_dpbusd(2, 5, 6);
+                            _tile_dpbuud(3, 5, 7);
+                        }
+                    }
+                    _tile_stored(0, acc[0], 64);
+                    _tile_stored(1, acc[1], 64);
+                    _tile_stored(2, acc[2], 64);
+                    _tile_stored(3, acc[3], 64);
+                    /* row c of the tile: dW^T row (cb 16 + c) KK + t */
+                    int64_t *d = dwt + (cb * 16 * KK + t) * O + ob * 16;
+                    for (int r = 0; r < 16; r++)
+                        for (int h = 0; h < 2; h++) {
+                            const int q = 16 * r + 8 * h;
+                            const __m512i hh = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[0] + q)));
+                            const __m512i hl = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[1] + q)));
+                            const __m512i lh = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[2] + q)));
+                            const __m512i ll = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[3] + q)));
+                            const __m512i s = _mm512_add_epi64(
+                                _mm512_add_epi64(_mm512_slli_epi64(hh, 16),
+                                                 _mm512_slli_epi64(_mm512_add_epi64(hl, lh), 8)),
+                                ll);
+                            int64_t *dp = d + r * KK * O + 8 * h;
+                            _mm512_storeu_si512((void *)dp,
+                                                _mm512_add_epi64(_mm512_loadu_si512((const void *)dp), s));
+                        }
+                }
+        }
+    }
+    _tile_release();
+    return 1;
+}
