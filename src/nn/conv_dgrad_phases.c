@@ -7,6 +7,7 @@
 #include "../core/dispatch.h"
 #include "../flex/conv_i16.h"
 #include "../flex/conv_i16_direct.h"
+#include "../flex/gemm_i16.h"
 
 #include <stdatomic.h>
 #include <string.h>
@@ -51,6 +52,25 @@ static void phase_geom(const fx_conv_geom *g, int64_t rh, int64_t rw, fx_conv_ge
                         .ph = Jh - 1, .pw = Jw - 1, .dh = 1, .dw = 1};
 }
 
+/* Whether the phases run on the AMX forward kernel (fx_i16_fwd_amx: tiles read in place from
+ * byte planes of dy): where the level has it, the AMX kernels are on, and every live phase
+ * fits it. The same exact sums as the vpdpwssd kernel's, so the same bits. It never declines,
+ * and it also takes dy with 64 or more channels, where col2im would otherwise run: on the Xeon
+ * reporting model 167 (bench_conv_peer 5 2, flex16_5), ResNet-20's 32 -> 64 stride-2 layers'
+ * input gradients took 1.50 ms against 2.48 through col2im (the 3 x 3) and 0.81 against 1.04
+ * (the 1 x 1 projection); the 16 -> 32 ones, already on phases, 2.94 against 3.01. */
+static int phases_amx(const fx_conv_geom *g, const fx_backend *be)
+{
+    if (!be->conv.i16_fwd_amx || !fx_gemm_i16_amx_on()) return 0;
+    for (int64_t rh = 0; rh < g->sh; rh++)
+        for (int64_t rw = 0; rw < g->sw; rw++) {
+            fx_conv_geom p;
+            phase_geom(g, rh, rw, &p);
+            if (p.KH > 0 && p.KW > 0 && !fx_i16_fwd_amx_fits(&p)) return 0;
+        }
+    return 1;
+}
+
 int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const fx_backend *be)
 {
     if (!atomic_load(&phases_enabled) || !be || !be->conv.i16_fwd || !fx_i16_fwd_direct_enabled())
@@ -59,13 +79,15 @@ int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const fx_backend *be)
      * and the scatter into dx cost more than the phases' register tiles (ResNet-20's 16 -> 32
      * channel stride-2 layers, batch 128, on an Emerald Rapids: 0.79-0.97x col2im's time) */
     if ((g->sh == 1 && g->sw == 1) || g->sh > MAX_STRIDE || g->sw > MAX_STRIDE || g->dh != 1 ||
-        g->dw != 1 || g->O > MAX_DY_CHANNELS)
+        g->dw != 1)
         return 0;
+    const int amx = phases_amx(g, be);
+    if (g->O > MAX_DY_CHANNELS && !amx) return 0;
     for (int64_t rh = 0; rh < g->sh; rh++)
         for (int64_t rw = 0; rw < g->sw; rw++) {
             fx_conv_geom p;
             phase_geom(g, rh, rw, &p);
-            if (p.KH > 0 && p.KW > 0 && !fx_i16_fwd_direct_fits(&p)) return 0;
+            if (p.KH > 0 && p.KW > 0 && !amx && !fx_i16_fwd_direct_fits(&p)) return 0;
         }
     return 1;
 }
@@ -130,6 +152,12 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
         fx_scratch_free(&s);
         return fx_error(FX_ENOMEM, func, "cannot allocate the phases' kernels");
     }
+    /* the phases' kernel (the AMX one takes dy unpadded, as the AVX kernels do) */
+    const int amx = phases_amx(g, be);
+    const int unpadded = amx || be->conv.i16_fwd_unpadded;
+    int (*const kernel)(const struct fx_conv_geom *, const int16_t *, int64_t, const uint32_t *,
+                        uint32_t *, int64_t *, int, uint64_t *) =
+        amx ? be->conv.i16_fwd_amx : be->conv.i16_fwd;
     /* per sample: what each live phase holds */
     int64_t per_sample = 0;
     for (int64_t k = 0; k < nph; k++) {
@@ -138,16 +166,22 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
         p->wq = NULL;
         if (p->g.KH == 0 || p->g.KW == 0) continue;
         phase_weights(g, &p->g, k / g->sw, k % g->sw, w, wtmp);
-        const int64_t wn = fx_i16_fwd_direct_weights_numel(&p->g) + 16;
+        const int64_t wn = (amx ? fx_i16_fwd_amx_weights_numel(&p->g)
+                                : fx_i16_fwd_direct_weights_numel(&p->g)) +
+                           16;
         uint32_t *wraw = fx_scratch_alloc(&s, wn, sizeof(uint32_t));
         if (!wraw) {
             fx_scratch_free(&s);
             return fx_error(FX_ENOMEM, func, "cannot allocate the phases' packed kernels");
         }
         p->wq = wraw + ((16 - ((uintptr_t)wraw / 4) % 16) % 16); /* 64-byte aligned */
-        fx_i16_fwd_direct_pack_weights(&p->g, wtmp, p->wq);
-        per_sample += fx_i16_fwd_direct_scratch(&p->g, 1) * 4 + p->g.OH * p->g.OW * g->C * 8 +
-                      (be->conv.i16_fwd_unpadded ? 0 : fx_conv_padded_numel(&p->g, 1) * 2);
+        if (amx)
+            fx_i16_fwd_amx_pack_weights(&p->g, wtmp, p->wq);
+        else
+            fx_i16_fwd_direct_pack_weights(&p->g, wtmp, p->wq);
+        per_sample += (amx ? fx_i16_fwd_amx_scratch(&p->g, 1) : fx_i16_fwd_direct_scratch(&p->g, 1)) * 4 +
+                      p->g.OH * p->g.OW * g->C * 8 +
+                      (unpadded ? 0 : fx_conv_padded_numel(&p->g, 1) * 2);
     }
     if (chunk_buf) per_sample += chw * 8;
     int64_t nb = CHUNK_BYTES / (per_sample > 0 ? per_sample : 1);
@@ -161,10 +195,10 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
     for (int64_t k = 0; k < nph; k++) {
         dgrad_phase *p = &ph[k];
         if (!p->wq) continue;
-        p->scr_n = fx_i16_fwd_direct_scratch(&p->g, nb);
+        p->scr_n = amx ? fx_i16_fwd_amx_scratch(&p->g, nb) : fx_i16_fwd_direct_scratch(&p->g, nb);
         p->out_n = nb * p->g.OH * p->g.OW * g->C;
         /* the padded copy in int64 units, with a vector of slack */
-        p->pad_n = be->conv.i16_fwd_unpadded ? 0 : (fx_conv_padded_numel(&p->g, nb) + 64) / 4;
+        p->pad_n = unpadded ? 0 : (fx_conv_padded_numel(&p->g, nb) + 64) / 4;
         per_thread += (p->scr_n + 1) / 2 + p->out_n + p->pad_n + 8;
     }
     per_thread += g->W + g->W * g->C; /* the gather's pointers and pixel-major row */
@@ -203,12 +237,12 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
             int16_t *pad = (int16_t *)(void *)(out[k] + p->out_n);
             mine += (p->scr_n + 1) / 2 + p->out_n + p->pad_n + 8;
             const int16_t *src = dy + n0 * g->O * g->OH * g->OW;
-            if (!be->conv.i16_fwd_unpadded) {
+            if (!unpadded) {
                 fx_conv_pad(&p->g, dy, n0, nbc, pad, sizeof(int16_t));
                 src = pad;
             }
             uint64_t m = 0;
-            took = be->conv.i16_fwd(&p->g, src, nbc, p->wq, scr, out[k], inner, &m);
+            took = kernel(&p->g, src, nbc, p->wq, scr, out[k], inner, &m);
         }
         if (!took) {
             atomic_store(&declined, 1);
