@@ -30,6 +30,7 @@
 #include "../nn/conv_panels.h"
 #include "../core/layout_kernels.h"
 #include "../nn/im2col.h"
+#include "amx_i16_sums.h"
 #include "conv_i16.h"
 
 #include <immintrin.h>
@@ -187,15 +188,7 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
                 int64_t *yb = y + (im * P + oh * OW + ow0) * O + ob * 16;
                 for (int r = 0; r < nrows; r++)
                     for (int h = 0; h < 2; h++) {
-                        const int q = 16 * r + 8 * h;
-                        const __m512i hh = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[0] + q)));
-                        const __m512i hl = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[1] + q)));
-                        const __m512i lh = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[2] + q)));
-                        const __m512i ll = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[3] + q)));
-                        const __m512i s = _mm512_add_epi64(
-                            _mm512_add_epi64(_mm512_slli_epi64(hh, 16),
-                                             _mm512_slli_epi64(_mm512_add_epi64(hl, lh), 8)),
-                            ll);
+                        const __m512i s = fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * r + 8 * h);
                         _mm512_storeu_si512((void *)(yb + r * O + 8 * h), s);
                         vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(s));
                     }

@@ -26,6 +26,7 @@
 #include "../core/amx_tiles.h"
 #include "../core/pair_copy_avx512.h"
 #include "../nn/im2col.h"
+#include "amx_i16_sums.h"
 #include "conv_i16.h"
 
 #include <immintrin.h>
@@ -178,15 +179,7 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *xp, const int1
                     int64_t *d = dwt + (cb * 16 * KK + t) * O + ob * 16;
                     for (int r = 0; r < 16; r++)
                         for (int h = 0; h < 2; h++) {
-                            const int q = 16 * r + 8 * h;
-                            const __m512i hh = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[0] + q)));
-                            const __m512i hl = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[1] + q)));
-                            const __m512i lh = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[2] + q)));
-                            const __m512i ll = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[3] + q)));
-                            const __m512i s = _mm512_add_epi64(
-                                _mm512_add_epi64(_mm512_slli_epi64(hh, 16),
-                                                 _mm512_slli_epi64(_mm512_add_epi64(hl, lh), 8)),
-                                ll);
+                            const __m512i s = fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * r + 8 * h);
                             int64_t *dp = d + r * KK * O + 8 * h;
                             _mm512_storeu_si512((void *)dp,
                                                 _mm512_add_epi64(_mm512_loadu_si512((const void *)dp), s));
