@@ -70,6 +70,21 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *xp, const int1
                      int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
 long long fx_i16_wgrad_amx_calls(void);
 
+/* A forward kernel's entry points (the AMX one, or the level's conv.i16_fwd with the
+ * vpdpwssd/vpmaddwd packing), so that a caller chooses once and then packs, sizes and runs
+ * through them: src/nn/conv2d.c's forward pass and the strided input gradient's phases. */
+struct fx_backend;
+typedef struct fx_i16_fwd_kernel {
+    int64_t (*weights_numel)(const struct fx_conv_geom *g);
+    void (*pack_weights)(const struct fx_conv_geom *g, const int16_t *w, uint32_t *wq);
+    int64_t (*scratch)(const struct fx_conv_geom *g, int64_t nb);
+    int (*run)(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc, const uint32_t *wq,
+               uint32_t *scratch, int64_t *y, int nthreads, uint64_t *ymax);
+    int unpadded; /* run takes the chunk unpadded */
+} fx_i16_fwd_kernel;
+/* be's AMX kernel (amx: be->conv.i16_fwd_amx) or its register-tile one (conv.i16_fwd) */
+fx_i16_fwd_kernel fx_i16_fwd_kernel_of(const struct fx_backend *be, int amx);
+
 /* Test and benchmark hooks, process-wide: 0 sends every chunk to the patch GEMM; counters of
  * the chunks computed here and of those declined */
 void fx_i16_fwd_direct_set_enabled(int on);

@@ -171,19 +171,9 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
                     for (int64_t j = 0; j < npc; j++) {
                         const int64_t off = base + kh * Wp * C + j * kc;
                         const int8_t *tb = wb + ((kh * npc + j) * nob + ob) * 2 * TILE_BYTES;
-                        _tile_loadd(4, hi + off, a_stride);
-                        _tile_loadd(5, lo + off, a_stride);
-                        _tile_loadd(6, tb, 64);
-                        _tile_loadd(7, tb + TILE_BYTES, 64);
-                        _tile_dpbssd(0, 4, 6);
-                        _tile_dpbsud(1, 4, 7);
-                        _tile_dpbusd(2, 5, 6);
-                        _tile_dpbuud(3, 5, 7);
+                        fx_amx_i16_step(hi + off, lo + off, a_stride, tb, tb + TILE_BYTES, 64);
                     }
-                _tile_stored(0, acc[0], 64);
-                _tile_stored(1, acc[1], 64);
-                _tile_stored(2, acc[2], 64);
-                _tile_stored(3, acc[3], 64);
+                fx_amx_i16_store(acc);
                 /* 65536 HH + 256 (HL + LH) + LL per output, in int64 */
                 int64_t *yb = y + (im * P + oh * OW + ow0) * O + ob * 16;
                 for (int r = 0; r < nrows; r++)

@@ -4,9 +4,20 @@
 #include "conv_i16.h"
 #include "conv_i16_direct.h"
 #include "gemm_i16.h" /* fx_ceil_sqrt */
+#include "../core/backend.h"
 #include "../nn/im2col.h"
 
 #include <stdatomic.h>
+
+fx_i16_fwd_kernel fx_i16_fwd_kernel_of(const struct fx_backend *be, int amx)
+{
+    if (amx)
+        return (fx_i16_fwd_kernel){fx_i16_fwd_amx_weights_numel, fx_i16_fwd_amx_pack_weights,
+                                   fx_i16_fwd_amx_scratch, be->conv.i16_fwd_amx, 1};
+    return (fx_i16_fwd_kernel){fx_i16_fwd_direct_weights_numel, fx_i16_fwd_direct_pack_weights,
+                               fx_i16_fwd_direct_scratch, be->conv.i16_fwd,
+                               be->conv.i16_fwd_unpadded};
+}
 
 int fx_i16_fwd_direct_fits(const struct fx_conv_geom *g)
 {

@@ -161,20 +161,11 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *xp, const int1
                         const int8_t *ah = xs + i * ximg + (kw * 2) * plane + (cb * 16 * Hp + kh) * OW;
                         const int8_t *bh = dq + i * dimg + 4 * ob * 16;
                         for (int64_t k0 = 0; k0 < P64; k0 += 64) {
-                            _tile_loadd(4, ah + k0, Hp * OW);
-                            _tile_loadd(5, ah + plane + k0, Hp * OW);
-                            _tile_loadd(6, bh + k0 * O, 4 * O);
-                            _tile_loadd(7, bh + (P64 + k0) * O, 4 * O);
-                            _tile_dpbssd(0, 4, 6);
-                            _tile_dpbsud(1, 4, 7);
-                            _tile_dpbusd(2, 5, 6);
-                            _tile_dpbuud(3, 5, 7);
+                            fx_amx_i16_step(ah + k0, ah + plane + k0, Hp * OW, bh + k0 * O,
+                                            bh + (P64 + k0) * O, 4 * O);
                         }
                     }
-                    _tile_stored(0, acc[0], 64);
-                    _tile_stored(1, acc[1], 64);
-                    _tile_stored(2, acc[2], 64);
-                    _tile_stored(3, acc[3], 64);
+                    fx_amx_i16_store(acc);
                     /* row c of the tile: dW^T row (cb 16 + c) KK + t */
                     int64_t *d = dwt + (cb * 16 * KK + t) * O + ob * 16;
                     for (int r = 0; r < 16; r++)

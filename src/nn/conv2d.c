@@ -765,7 +765,9 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     /* a kernel that pads while it copies takes the chunk as it is, and the folded chunk (padded
      * in height by the fold) as an unpadded one of height H + 2 ph; the GEMM's padded chunk is
      * then made only for a chunk the kernel declines */
-    const int kunpad = idirect && (iamx || be->conv.i16_fwd_unpadded);
+    /* the chosen kernel's packing, scratch and entry */
+    const fx_i16_fwd_kernel ik = fx_i16_fwd_kernel_of(be, iamx);
+    const int kunpad = idirect && ik.unpadded;
     fx_conv_geom gkernel = *gd;
     if (kunpad && ifold) {
         gkernel.H += 2 * gkernel.ph;
@@ -981,14 +983,11 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     /* the direct integer route: its weights and their segment norms once, a copy of the chunk
      * per thread */
     uint32_t *iwq = NULL, *iscr = NULL;
-    const int64_t iscr_n = iamx      ? fx_i16_fwd_amx_scratch(&g, plan.nb)
-                           : idirect ? fx_i16_fwd_direct_scratch(gd, plan.nb)
-                                     : 0;
+    const int64_t iscr_n = idirect ? ik.scratch(gd, plan.nb) : 0;
     if (idirect) {
         /* folded, the folded weights follow the packed ones in the same block (a scratch
          * region of its own would push a larger buffer out of the scratch cache) */
-        const int64_t iwq_n =
-            iamx ? fx_i16_fwd_amx_weights_numel(&g) : fx_i16_fwd_direct_weights_numel(gd);
+        const int64_t iwq_n = ik.weights_numel(gd);
         const int64_t wf_words = ifold ? (g.O * gd->C * g.KH + 1) / 2 : 0;
         iwq = conv_align64(conv_alloc(&s, iwq_n + 16 + wf_words, sizeof(uint32_t), &rc, func));
         iscr = conv_alloc(&s, iscr_n * plan.outer, sizeof(uint32_t), &rc, func);
@@ -998,10 +997,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         }
         int16_t *wf = ifold ? (int16_t *)(void *)(iwq + iwq_n) : NULL;
         if (wf) fx_conv_fold_weights_i16(&g, gd, (const int16_t *)wo.data, wf);
-        if (iamx)
-            fx_i16_fwd_amx_pack_weights(&g, (const int16_t *)wo.data, iwq);
-        else
-            fx_i16_fwd_direct_pack_weights(gd, wf ? wf : (const int16_t *)wo.data, iwq);
+        ik.pack_weights(gd, wf ? wf : (const int16_t *)wo.data, iwq);
     }
     /* integer compute on the AMX kernel likewise: the weights in its byte tiles once (each
      * chunk's GEMM would split and pack the same B again: about 5 % of the CNN's input
@@ -1042,7 +1038,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const int16_t *ksrc = kunpad && !ifold
                                   ? (const int16_t *)xo.data + n0 * g.C * g.H * g.W
                                   : (const int16_t *)(const void *)myxp;
-        const int idone = idirect && (iamx ? be->conv.i16_fwd_amx : be->conv.i16_fwd)(&gkernel, ksrc, nbc, iwq,
+        const int idone = idirect && ik.run(&gkernel, ksrc, nbc, iwq,
                                                       iscr + tid * iscr_n,
                                                       (int64_t *)(void *)myy, plan.inner, &kmax);
         if (ifold && !idone) {

@@ -153,11 +153,7 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
         return fx_error(FX_ENOMEM, func, "cannot allocate the phases' kernels");
     }
     /* the phases' kernel (the AMX one takes dy unpadded, as the AVX kernels do) */
-    const int amx = phases_amx(g, be);
-    const int unpadded = amx || be->conv.i16_fwd_unpadded;
-    int (*const kernel)(const struct fx_conv_geom *, const int16_t *, int64_t, const uint32_t *,
-                        uint32_t *, int64_t *, int, uint64_t *) =
-        amx ? be->conv.i16_fwd_amx : be->conv.i16_fwd;
+    const fx_i16_fwd_kernel kern = fx_i16_fwd_kernel_of(be, phases_amx(g, be));
     /* per sample: what each live phase holds */
     int64_t per_sample = 0;
     for (int64_t k = 0; k < nph; k++) {
@@ -166,22 +162,16 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
         p->wq = NULL;
         if (p->g.KH == 0 || p->g.KW == 0) continue;
         phase_weights(g, &p->g, k / g->sw, k % g->sw, w, wtmp);
-        const int64_t wn = (amx ? fx_i16_fwd_amx_weights_numel(&p->g)
-                                : fx_i16_fwd_direct_weights_numel(&p->g)) +
-                           16;
+        const int64_t wn = kern.weights_numel(&p->g) + 16;
         uint32_t *wraw = fx_scratch_alloc(&s, wn, sizeof(uint32_t));
         if (!wraw) {
             fx_scratch_free(&s);
             return fx_error(FX_ENOMEM, func, "cannot allocate the phases' packed kernels");
         }
         p->wq = wraw + ((16 - ((uintptr_t)wraw / 4) % 16) % 16); /* 64-byte aligned */
-        if (amx)
-            fx_i16_fwd_amx_pack_weights(&p->g, wtmp, p->wq);
-        else
-            fx_i16_fwd_direct_pack_weights(&p->g, wtmp, p->wq);
-        per_sample += (amx ? fx_i16_fwd_amx_scratch(&p->g, 1) : fx_i16_fwd_direct_scratch(&p->g, 1)) * 4 +
-                      p->g.OH * p->g.OW * g->C * 8 +
-                      (unpadded ? 0 : fx_conv_padded_numel(&p->g, 1) * 2);
+        kern.pack_weights(&p->g, wtmp, p->wq);
+        per_sample += kern.scratch(&p->g, 1) * 4 + p->g.OH * p->g.OW * g->C * 8 +
+                      (kern.unpadded ? 0 : fx_conv_padded_numel(&p->g, 1) * 2);
     }
     if (chunk_buf) per_sample += chw * 8;
     int64_t nb = CHUNK_BYTES / (per_sample > 0 ? per_sample : 1);
@@ -195,10 +185,10 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
     for (int64_t k = 0; k < nph; k++) {
         dgrad_phase *p = &ph[k];
         if (!p->wq) continue;
-        p->scr_n = amx ? fx_i16_fwd_amx_scratch(&p->g, nb) : fx_i16_fwd_direct_scratch(&p->g, nb);
+        p->scr_n = kern.scratch(&p->g, nb);
         p->out_n = nb * p->g.OH * p->g.OW * g->C;
         /* the padded copy in int64 units, with a vector of slack */
-        p->pad_n = unpadded ? 0 : (fx_conv_padded_numel(&p->g, nb) + 64) / 4;
+        p->pad_n = kern.unpadded ? 0 : (fx_conv_padded_numel(&p->g, nb) + 64) / 4;
         per_thread += (p->scr_n + 1) / 2 + p->out_n + p->pad_n + 8;
     }
     per_thread += g->W + g->W * g->C; /* the gather's pointers and pixel-major row */
@@ -237,12 +227,12 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
             int16_t *pad = (int16_t *)(void *)(out[k] + p->out_n);
             mine += (p->scr_n + 1) / 2 + p->out_n + p->pad_n + 8;
             const int16_t *src = dy + n0 * g->O * g->OH * g->OW;
-            if (!unpadded) {
+            if (!kern.unpadded) {
                 fx_conv_pad(&p->g, dy, n0, nbc, pad, sizeof(int16_t));
                 src = pad;
             }
             uint64_t m = 0;
-            took = kernel(&p->g, src, nbc, p->wq, scr, out[k], inner, &m);
+            took = kern.run(&p->g, src, nbc, p->wq, scr, out[k], inner, &m);
         }
         if (!took) {
             atomic_store(&declined, 1);
