@@ -329,10 +329,10 @@ typedef struct fx_conv_kernels {
      * the GEMM. NULL: patch matrix and GEMM. */
     int (*i16_wgrad)(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                      int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
-    /* the same on AMX-INT8 tiles (fx_i16_wgrad_amx, src/flex/conv_i16.h; never declines),
-     * taken before the AMX GEMM's tiles where fx_i16_wgrad_amx_fits while
-     * fx_gemm_i16_amx_on(). NULL: not installed. */
-    int (*i16_wgrad_amx)(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
+    /* the same on AMX-INT8 tiles from the unpadded chunk x (fx_i16_wgrad_amx,
+     * src/flex/conv_i16.h; never declines), taken before the AMX GEMM's tiles where
+     * fx_i16_wgrad_amx_fits while fx_gemm_i16_amx_on(). NULL: not installed. */
+    int (*i16_wgrad_amx)(const struct fx_conv_geom *g, const int16_t *x, const int16_t *dy,
                          int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
 } fx_conv_kernels;
 

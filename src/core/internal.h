@@ -159,7 +159,16 @@ typedef struct fx_storage {
     /* FX_DIST_*: with dist, this storage's writes combine across ranks (fx_dist_ops) */
     const fx_dist_ops *dist;
     int dist_mode;
+    /* Set by an owner that never needs the values back from a write that fails (the trainer's
+     * activations and activation gradients, fx_tensor_set_disposable): an op may then put its
+     * rounding straight into this storage before the write commits, instead of into a buffer
+     * of its own that it copies in afterwards. A failed write may leave such a storage with
+     * other values (its exponent and state are never changed by a failed write). */
+    bool disposable;
 } fx_storage;
+
+/* Mark t's storage (shared by its views) as fx_storage.disposable. */
+FX_INTERNAL void fx_tensor_set_disposable(tensor_t *t);
 
 /* Tag t's storage (shared by its views) with the collectives of a distributed trainer and how
  * its writes combine (FX_DIST_*); dist NULL untags it. */

@@ -808,6 +808,8 @@ int fx_write(tensor_t *out, const fx_stage *s, const char *func)
     return fx_write_local(out, s, func);
 }
 
+void fx_tensor_set_disposable(tensor_t *t) { t->st->disposable = true; }
+
 void fx_tensor_set_dist(tensor_t *t, const fx_dist_ops *dist, int mode)
 {
     if (!t) return;

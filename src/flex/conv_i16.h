@@ -59,14 +59,15 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                    uint64_t *ymax);
 long long fx_i16_fwd_amx_calls(void);
 /* The weight gradient likewise (src/flex/conv_i16_wgrad_amx.c): fx_i16_wgrad_direct's contract
- * (xp padded, dwt[r O + o] written or, with add, added to), never declining; tiles read in
+ * (dwt[r O + o] written or, with add, added to) except that x is the chunk unpadded, its nbc
+ * images [C, H, W] one after another; never declining; tiles read in
  * place from shifted byte-plane copies of x and dy's four-pixel words, the exact sums. For
  * geometries where fx_i16_wgrad_amx_fits: stride and dilation 1, C and O multiples of 16, at
  * most FX_I16_AMX_WGRAD_MAX_P pixels an image (its int32 sums never wrap). */
 #define FX_I16_AMX_WGRAD_MAX_P 32768
 int fx_i16_wgrad_amx_fits(const struct fx_conv_geom *g);
 int64_t fx_i16_wgrad_amx_scratch(const struct fx_conv_geom *g, int64_t nb);
-int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
+int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16_t *dy,
                      int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
 long long fx_i16_wgrad_amx_calls(void);
 

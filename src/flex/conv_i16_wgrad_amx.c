@@ -6,8 +6,11 @@
  * Why: the AMX GEMM route makes its A tiles (the transposed patch matrix: a row per weight, a
  * column per pixel) with a masked load per run of pixels, and its K tiles stop at each output
  * row's end; ResNet-20's 16-channel layers' weight gradients took as long as their forward
- * passes on vpdpwssd. Here, per image and per kernel column kw, the padded input's rows are
- * copied shifted by kw and cut to OW values (the byte planes Xkw[c][ih][ow] = x(c, ih, ow + kw)),
+ * passes on vpdpwssd. Here, per image and per kernel column kw, the rows of the padded input
+ * are made shifted by kw and cut to OW values (the byte planes Xkw[c][ih][ow] = xpad(c, ih,
+ * ow + kw)), straight from the unpadded chunk: the padding is written as zeros in the same
+ * pass, so no padded copy of the chunk goes out to memory and is read back (that copy took a
+ * third as long as this kernel in ResNet-20's integer weight gradients),
  * so that for a tap (kh, kw) the values every output pixel meets are one contiguous run per
  * channel, Xkw[c][kh OW + p] for p < P, across output rows. A tiles are 64 of them for 16
  * channels, rows a channel's copy apart; dy's values, four consecutive pixels per 32-bit word
@@ -80,12 +83,21 @@ int64_t fx_i16_wgrad_amx_scratch(const struct fx_conv_geom *g, int64_t nb)
     return bytes / 4 + 1;
 }
 
-int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
+/* Lanes [first, end) of 32 (none where end <= first) */
+static inline __mmask32 lane_run(int64_t first, int64_t end)
+{
+    if (end <= first) return 0;
+    const uint64_t upto = end >= 32 ? 0xFFFFFFFFull : (1ull << end) - 1;
+    return (__mmask32)(upto & ~((1ull << first) - 1));
+}
+
+int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16_t *dy,
                      int64_t nbc, uint32_t *scratch, int64_t *dwt, int add)
 {
     atomic_fetch_add_explicit(&amx_wgrad_calls, 1, memory_order_relaxed);
     const int64_t C = g->C, O = g->O, KH = g->KH, KW = g->KW, KK = KH * KW;
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, OH = g->OH, OW = g->OW;
+    const int64_t H = g->H, W = g->W, ph = g->ph, pw = g->pw, Hp = H + 2 * ph, OH = g->OH,
+                  OW = g->OW;
     const int64_t P = OH * OW, P64 = p64(g);
     const int64_t nbi = block_images(g, nbc);
     /* per block: xs[((i KW + kw) 2 + pl) plane + (c Hp + ih) OW + ow] for image i of the
@@ -106,27 +118,38 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *xp, const int1
     for (int64_t n0 = 0; n0 < nbc; n0 += nbi) {
         const int64_t ni = nbc - n0 < nbi ? nbc - n0 : nbi;
         for (int64_t i = 0; i < ni; i++) {
-            /* x's shifted copies */
-            const int16_t *xn = xp + (n0 + i) * C * Hp * Wp;
+            /* x's shifted copies, padded here: Xkw[c][ih][ow] = x(c, ih - ph, ow + kw - pw),
+             * zero outside the image (a masked load reads only the lanes inside it) */
+            const int16_t *xn = x + (n0 + i) * C * H * W;
             for (int64_t c = 0; c < C; c++)
                 for (int64_t ih = 0; ih < Hp; ih++) {
-                    const int16_t *row = xn + (c * Hp + ih) * Wp;
+                    const int64_t r = ih - ph;
                     for (int64_t kw = 0; kw < KW; kw++) {
                         int8_t *h = xs + i * ximg + (kw * 2) * plane + (c * Hp + ih) * OW;
                         int8_t *l = h + plane;
-                        int64_t ow = 0;
-                        for (; ow + 32 <= OW; ow += 32) {
-                            const __m512i v = _mm512_loadu_si512((const void *)(row + kw + ow));
-                            _mm256_storeu_si256((void *)(h + ow),
-                                                _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
-                            _mm256_storeu_si256((void *)(l + ow), _mm512_cvtepi16_epi8(v));
+                        if (r < 0 || r >= H) {
+                            memset(h, 0, (size_t)OW);
+                            memset(l, 0, (size_t)OW);
+                            continue;
                         }
-                        if (ow < OW) {
-                            const __mmask32 m = (__mmask32)((1ull << (OW - ow)) - 1);
-                            const __m512i v = _mm512_maskz_loadu_epi16(m, row + kw + ow);
-                            _mm256_mask_storeu_epi8(h + ow, m,
-                                                    _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
-                            _mm256_mask_storeu_epi8(l + ow, m, _mm512_cvtepi16_epi8(v));
+                        const int16_t *row = xn + (c * H + r) * W;
+                        for (int64_t ow = 0; ow < OW; ow += 32) {
+                            const int64_t col = ow + kw - pw; /* lane j reads column col + j */
+                            const int64_t first = col < 0 ? -col : 0;
+                            int64_t end = W - col < 32 ? W - col : 32;
+                            if (OW - ow < end) end = OW - ow;
+                            const __mmask32 m = lane_run(first, end);
+                            const __m512i v = _mm512_maskz_loadu_epi16(
+                                m, (const void *)((uintptr_t)row + 2 * col));
+                            const __m512i hv = _mm512_srai_epi16(v, 8);
+                            if (ow + 32 <= OW) {
+                                _mm256_storeu_si256((void *)(h + ow), _mm512_cvtepi16_epi8(hv));
+                                _mm256_storeu_si256((void *)(l + ow), _mm512_cvtepi16_epi8(v));
+                            } else {
+                                const __mmask32 st = lane_run(0, OW - ow);
+                                _mm256_mask_storeu_epi8(h + ow, st, _mm512_cvtepi16_epi8(hv));
+                                _mm256_mask_storeu_epi8(l + ow, st, _mm512_cvtepi16_epi8(v));
+                            }
                         }
                     }
                 }

@@ -480,6 +480,13 @@ static void conv_yquant_samples(const conv_yquant_ctx *c, const int64_t *pix, in
 static int64_t conv_early_reused; /* test hook: writes that found their rounding done */
 static int64_t conv_alt_reused;   /* test hook: of those, the ones at the second exponent */
 
+static int64_t conv_in_place_made; /* test hook: outputs the early rounding went into itself */
+
+int64_t fx_conv_in_place_made(void)
+{
+    return __atomic_load_n(&conv_in_place_made, __ATOMIC_RELAXED);
+}
+
 int64_t fx_conv_early_rounding_reused(void)
 {
     return __atomic_load_n(&conv_early_reused, __ATOMIC_RELAXED);
@@ -494,6 +501,7 @@ int64_t fx_conv_alt_rounding_reused(void)
  * transpose per sample. */
 static void conv_ycopy(const conv_yquant_ctx *c)
 {
+    if (c->tmp == c->dst) return; /* the rounding went into y itself */
     const int64_t block = c->P * c->O;
     const int nt = c->nt;
     (void)nt;
@@ -896,7 +904,14 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                           0};
     if (yshared) {
         yq.pix = nostage ? NULL : (const int64_t *)(const void *)ypix;
-        yq.tmp = conv_alloc(&s, g.N * g.O * P, sizeof(int16_t), &rc, func);
+        /* a disposable y (fx_storage.disposable) that is none of the inputs takes the early
+         * rounding itself where the level rounds into y's order: no copy of it into y after
+         * the write (conv_ycopy: a 4 MB copy per ResNet-20 stage-1 convolution) */
+        const int y_in_place = be->cvt.quant_i64_t && y->st->disposable && y->st != x->st &&
+                               y->st != w->st && (!sr || !sr->bias || y->st != sr->bias->st);
+        yq.tmp = y_in_place ? (int16_t *)fx_tensor_base(y)
+                            : conv_alloc(&s, g.N * g.O * P, sizeof(int16_t), &rc, func);
+        if (y_in_place) __atomic_fetch_add(&conv_in_place_made, 1, __ATOMIC_RELAXED);
         yq.part = conv_alloc(&s, g.N, sizeof(fx_qstats), &rc, func);
         yq.dst = (int16_t *)fx_tensor_base(y);
         if (alt_e != FX_EXP_NONE) {
@@ -1447,7 +1462,7 @@ static int conv_dxquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qs
     if (e == c->fused_e) {
         if (keep) {
             __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
-            if (c->stage)
+            if (c->stage && c->tmp != c->dst)
                 fx_par_memcpy(c->dst, c->tmp, (size_t)c->n * sizeof(int16_t));
             else
                 c->copy_pending = 1; /* once the write has kept e */
@@ -1496,9 +1511,13 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
     conv_dxquant_ctx q = {be, dxstage, rc ? 0 : dyo.exp + wo.exp, n, g->C * g->H * g->W, g->N,
                           NULL, NULL, NULL, fuse_e, 0, 0, alt_e, NULL, NULL};
     if (fused) {
-        q.tmp = conv_alloc(&s, n, sizeof(int16_t), &rc, func);
-        q.part = conv_alloc(&s, g->N, sizeof(fx_qstats), &rc, func);
+        /* a disposable dx that is no input takes the early rounding itself (as the forward
+         * pass's y): no copy after the write */
+        const int dx_in_place = dx->st->disposable && dx->st != dy->st && dx->st != w->st;
         q.dst = (int16_t *)fx_tensor_base(dx);
+        q.tmp = dx_in_place ? q.dst : conv_alloc(&s, n, sizeof(int16_t), &rc, func);
+        if (dx_in_place) __atomic_fetch_add(&conv_in_place_made, 1, __ATOMIC_RELAXED);
+        q.part = conv_alloc(&s, g->N, sizeof(fx_qstats), &rc, func);
         for (int64_t i = 0; !rc && i < g->N; i++) fx_qstats_init(&q.part[i]);
     }
     if (alt_e != FX_EXP_NONE) {
@@ -1526,7 +1545,7 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
             src.ctx = &q;
             src.quantize = conv_dxquant;
             rc = fx_write_shared_with(dx, &src, func);
-            if (rc == FX_OK && q.copy_pending) {
+            if (rc == FX_OK && q.copy_pending && q.tmp != q.dst) {
                 fx_prof_span sp;
                 fx_prof_begin(&sp);
                 fx_par_memcpy(q.dst, q.tmp, (size_t)n * sizeof(int16_t));
@@ -1794,10 +1813,18 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                 if (ch > c0) conv_accumulate(slot, mypart, nw, ic);
                 continue;
             }
+            /* a group's later chunks add their sums to the group's slot in the kernel; the
+             * AMX kernel pads the chunk itself as it copies it */
+            if (iwamx) {
+                be->conv.i16_wgrad_amx(&g, (const int16_t *)xo.data + n0 * g.C * g.H * g.W,
+                                       (const int16_t *)dyo.data + n0 * g.O * P, nbc,
+                                       iwd + tid * iwd_n, (int64_t *)(void *)slot, ch > c0);
+                status[ch] = FX_OK;
+                continue;
+            }
             if (iwd) {
                 fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
-                /* a group's later chunks add their sums to the group's slot in the kernel */
-                if ((iwamx ? be->conv.i16_wgrad_amx : be->conv.i16_wgrad)(&g, (const int16_t *)(const void *)myxp,
+                if (be->conv.i16_wgrad(&g, (const int16_t *)(const void *)myxp,
                                        (const int16_t *)dyo.data + n0 * g.O * P, nbc,
                                        iwd + tid * iwd_n, (int64_t *)(void *)slot, ch > c0)) {
                     status[ch] = FX_OK;

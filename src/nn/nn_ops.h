@@ -61,6 +61,10 @@ int64_t fx_conv_early_rounding_reused(void);
 /* Of those, how many found it at the second exponent that a DFP16 output whose exponent moved
  * lately is also rounded at (conv2d.c, fx_write_shared_alt_exp). */
 int64_t fx_conv_alt_rounding_reused(void);
+/* Test hook: how many integer convolutions (forward, or input gradient by phases) put their
+ * early rounding into their output itself, a disposable one (fx_storage.disposable), instead
+ * of a buffer copied in after the write. */
+int64_t fx_conv_in_place_made(void);
 
 /* Test hooks: how many forward convolutions (and input gradients by phases) ran again after a
  * first run that kept only each chunk's sums found the write picking another exponent than its

@@ -687,6 +687,9 @@ static tensor_t *fx_new_act(fx_model *m, int fmt, int ndim, const int64_t *shape
                                   grad ? m->cfg.grad_window_lo : m->cfg.act_window_lo);
     /* every activation and activation gradient holds this rank's rows of the batch */
     if (t && m->dist) fx_tensor_set_dist(t, m->dist, FX_DIST_ROWS);
+    /* and is written whole by the step that needs it: a step that fails is an error of the
+     * training, which then needs none of its old values (ops may round into it in place) */
+    if (t) fx_tensor_set_disposable(t);
     return t;
 }
 
