@@ -155,6 +155,29 @@ static void check_kernels(const fx_backend *be, test_rng *r)
             }
         }
     }
+    /* the largest sums that do not saturate and the smallest that do (T = 32767 2^s +
+     * 2^(s-1) - 1, and T + 1, whose tie rounds to the even 32768), of both signs, at each right
+     * shift with a aligned by s: where the AVX-512 level's fast route hands over to the
+     * general one */
+    for (int sh = 1; sh <= 15; sh++) {
+        const int32_t h = 1 << (sh - 1);
+        int16_t av[8] = {32767, -32767, 32767, -32767, 32767, -32767, 1, -1};
+        int16_t bv[8] = {(int16_t)(h - 1), (int16_t)-(h - 1), (int16_t)h, (int16_t)-h,
+                         (int16_t)(h - 2), (int16_t)(1 - h), (int16_t)(h - 1), (int16_t)-h};
+        for (int li = 1; li <= 8; li++)
+            for (int neg = 0; neg <= 1; neg++) {
+                if (neg)
+                    for (int i = 0; i < 8; i++) bv[i] = (int16_t)-bv[i];
+                const fx_sum2 p = {av, bv, 1, sh, 0, neg, NULL};
+                fx_qstats sw;
+                cases++;
+                if (!quant_matches(be, &p, li, sh, &sw) && bad++ < 5)
+                    fprintf(stderr, "%s saturation bound n %d shift %d neg %d\n", be->name, li,
+                            sh, neg);
+                if (neg)
+                    for (int i = 0; i < 8; i++) bv[i] = (int16_t)-bv[i];
+            }
+    }
     CHECK(bad == 0, "%s: %ld of %ld sum2_quant cases differ from the definition", be->name, bad,
           cases);
     /* the definition itself, on one hand-checked case: (3 << 2) - (-5) = 17 at shift 1 -> 8

@@ -633,6 +633,48 @@ static inline __attribute__((always_inline)) void fx_s2q_step(const fx_sum2 *p, 
         _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, q);
 }
 
+/* The right shifts 1 <= s <= 30 when nothing saturates, as quant_i64's fast route
+ * (quant_q64_avx512.h) in int32 lanes: q = (v + 2^(s-1) - 1 + bit s of v) >> s, an underflow
+ * where 0 < |v| <= 2^(s-1), the largest |q| the largest |v| rounded once at the end, and no
+ * saturation iff the largest |v| is at most T = 32767 2^s + 2^(s-1) - 1. |v| <= 2^30 + 2^15 by
+ * the shifts' contract, so v + 2^(s-1) stays below 2^31. Returns 0 where the maximum is above
+ * T: dst is then written again by the general route. 14 vector operations per 16 values
+ * against 24: in ResNet-20's training these adds (the residual sums and the gradients that
+ * meet at a ReLU) run at shifts 1 and 2 nine times in ten. */
+static int fx_sum2_quant_fast(const fx_sum2 *p, const fx_s2_consts *k, int64_t n, int16_t *dst,
+                              int s, fx_qstats *st)
+{
+    const __m512i half_m1 = _mm512_set1_epi32((1 << (s - 1)) - 1);
+    const __m512i half = _mm512_set1_epi32(1 << (s - 1)), one = _mm512_set1_epi32(1);
+    const __m512i bit_s = _mm512_set1_epi32(1 << s);
+    const __m128i cnt = _mm_cvtsi32_si128(s);
+    __m512i max_in = _mm512_setzero_si512();
+    int64_t nuf = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 live = n - i >= 16 ? (__mmask16)0xFFFF : fx_tail16(n - i);
+        const __m512i v = fx_s2_values(p, k, i, live);
+        const __m512i a = _mm512_abs_epi32(v);
+        max_in = _mm512_mask_max_epu32(max_in, live, max_in, a);
+        nuf += __builtin_popcount(
+            (unsigned)_mm512_mask_cmplt_epu32_mask(live, _mm512_sub_epi32(a, one), half));
+        const __m512i t = _mm512_add_epi32(v, half_m1);
+        const __m512i q = _mm512_sra_epi32(
+            _mm512_mask_add_epi32(t, _mm512_test_epi32_mask(v, bit_s), t, one), cnt);
+        if (dst && live == 0xFFFF)
+            _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm512_cvtepi32_epi16(q));
+        else if (dst)
+            _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, q);
+    }
+    const uint32_t mx = _mm512_reduce_max_epu32(max_in);
+    if ((uint64_t)mx > ((uint64_t)FX_MANT_MAX << s) + ((uint64_t)1 << (s - 1)) - 1) return 0;
+    st->saturated = 0;
+    st->underflow = nuf;
+    st->nonfinite = 0;
+    st->max_abs_in = (double)mx;
+    st->max_abs_out = (int32_t)fx_rshift_rne((int64_t)mx, s);
+    return 1;
+}
+
 void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                fx_qstats *st)
 {
@@ -643,6 +685,10 @@ void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int sh
     if (!p->gate && !p->b_inc && !p->negate_b && p->sb == 0 && shift == p->sa) {
         fx_sum2_quant_bias16(p->a, p->b[0], p->sa, n, dst, st);
         return;
+    }
+    if (shift >= 1 && shift <= 30) {
+        const fx_s2_consts k = fx_s2_setup(p);
+        if (fx_sum2_quant_fast(p, &k, n, dst, shift, st)) return;
     }
     const fx_s2_consts k = fx_s2_setup(p);
     fx_s2q_consts c;
