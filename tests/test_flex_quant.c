@@ -820,6 +820,56 @@ static void test_maxabs_i64(void)
     }
 }
 
+/* ---- (c') calls whose values all round within range but one ------------------------------
+ * The AVX-512 level rounds a call whose values are all finite and below 32767.5 2^e on a
+ * shorter route, and runs it again on the general one when one is not: in-range data with one
+ * value that is (NaN, +-Inf, the saturating tie +-32767.5 2^e and beyond) or that sits right at
+ * a bound without crossing it (just below the tie, an underflowing tie at 2^(e-1), -0, the
+ * smallest subnormal), at positions in the first 32-value step, at its end, in the 16-value
+ * tail; every backend against the scalar definition, mantissas and statistics, with and
+ * without an output. */
+static void test_one_outlier(void)
+{
+    static const int exps[] = {-128, -127, -126, -100, -14, 0, 7, 96, 110, 111, 127};
+    static const int64_t lens[] = {1, 16, 33, 70};
+    static const int pos[] = {0, 15, 31, 32, 47, 69};
+    test_rng r;
+    test_rng_seed(&r, 4242);
+    float x[70];
+    for (size_t k = 0; k < sizeof exps / sizeof exps[0]; k++) {
+        const int e = exps[k];
+        const float tie = ldexpf(32767.5f, e), half = ldexpf(0.5f, e);
+        const float outliers[] = {NAN, INFINITY, -INFINITY, tie, -tie, nextafterf(tie, INFINITY),
+                                  nextafterf(tie, 0.0f), -nextafterf(tie, 0.0f), half,
+                                  nextafterf(half, INFINITY), -0.0f, f_from_bits(1)};
+        for (size_t o = 0; o < sizeof outliers / sizeof outliers[0]; o++)
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+                for (size_t pi = 0; pi < sizeof pos / sizeof pos[0]; pi++) {
+                    const int64_t n = lens[li];
+                    if (pos[pi] >= n) continue;
+                    for (int64_t i = 0; i < n; i++) /* |x| below 30000 units of 2^e */
+                        x[i] = (float)ldexp(test_rng_uniform(&r) * 60000.0 - 30000.0, e);
+                    x[pos[pi]] = outliers[o];
+                    fx_rounding rne = {FX_ROUND_NEAREST_EVEN, 0, 0};
+                    int16_t want[70], got[70];
+                    fx_qstats ws, gs, ts;
+                    fx_flex_quant_f32_scalar(x, want, n, e, &rne, 0, &ws);
+                    for (int b = 1; b < g_nbe; b++) {
+                        memset(got, 0x5A, sizeof got);
+                        stats_garbage(&gs);
+                        stats_garbage(&ts);
+                        g_be[b]->cvt.quant_f32(x, got, n, e, &rne, 0, &gs);
+                        g_be[b]->cvt.quant_f32(x, NULL, n, e, &rne, 0, &ts);
+                        CHECK(memcmp(got, want, (size_t)n * 2) == 0 && stats_equal(&gs, &ws) &&
+                                  stats_equal(&ts, &ws),
+                              "%s quant_f32 e=%d n=%lld outlier %a at %d: " STATS_FMT,
+                              g_be[b]->name, e, (long long)n, (double)outliers[o], pos[pi],
+                              STATS_ARGS(gs));
+                    }
+                }
+    }
+}
+
 int main(void)
 {
     collect_backends();
@@ -831,6 +881,7 @@ int main(void)
     test_reference_all_exponents();
     test_edge_values();
     test_backends_lengths();
+    test_one_outlier();
     test_quant_i64_reference();
     test_quant_i64_transposed();
     test_quant_i64_bounded();

@@ -13,6 +13,7 @@
 #include "../core/prefetch.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 static inline int64_t fx_popcnt16(__mmask16 k) { return __builtin_popcount((unsigned)k); }
 
@@ -71,6 +72,59 @@ static inline int64_t fx_sum_lanes32(__m512i v)
            _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1)));
 }
 
+/* The route of a call whose values are all finite and below the saturation bound L = 32767.5
+ * 2^e (the smallest |x| that rounds past 32767: its tie goes to the even 32768), as quant_i64's
+ * fast route: the same rounding (scalef, then the conversion to nearest even), the underflows
+ * from the mantissas, the largest |m| the largest |x| rounded once at the end (the rounding is
+ * monotone), no saturation and nothing non-finite to count. One compare per vector against L
+ * (false for NaN too) says whether that holds; where it does not, the call returns 0 and runs
+ * again on the general route, which rewrites dst. Exponents in [-126, 110], where L is a normal
+ * fp32 number. 10 vector operations per 16 values against 20: batch norm's direct routes round
+ * every forward and backward output this way (the rounding, not the L1 buffer it reads, bound
+ * them). */
+static int fx_quant_f32_fast(const float *src, int16_t *dst, int64_t n, int e, fx_qstats *st)
+{
+    const __m512 neg_e = _mm512_set1_ps((float)-e), lim = _mm512_set1_ps(ldexpf(32767.5f, e));
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512i izero = _mm512_setzero_si512();
+    const __m512i order = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0); /* as below */
+    __m512 max_in = zero;
+    __mmask16 bad = 0;
+    int64_t nuf = 0;
+#define FX_QF32_FAST_STEP(x, live, m)                                                              do {                                                                                               const __m512 ax_ = _mm512_abs_ps(x);                                                           bad |= _mm512_mask_cmp_ps_mask(live, ax_, lim, _CMP_NLT_UQ);                                   max_in = _mm512_max_ps(max_in, ax_);                                                           m = _mm512_cvt_roundps_epi32(                                                                      _mm512_scalef_round_ps(x, neg_e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);                                            nuf += __builtin_popcount((unsigned)_mm512_mask_cmpeq_epi32_mask(                                  _mm512_cmp_ps_mask(x, zero, _CMP_NEQ_OQ), m, izero));                                  } while (0)
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0);
+        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH + 16), _MM_HINT_T0);
+        const __m512 x0 = _mm512_loadu_ps(src + i), x1 = _mm512_loadu_ps(src + i + 16);
+        __m512i m0, m1;
+        FX_QF32_FAST_STEP(x0, (__mmask16)0xFFFF, m0);
+        FX_QF32_FAST_STEP(x1, (__mmask16)0xFFFF, m1);
+        if (dst)
+            _mm512_storeu_si512((void *)(dst + i),
+                                _mm512_permutexvar_epi64(order, _mm512_packs_epi32(m0, m1)));
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 live = fx_tail16(n - i);
+        const __m512 x = _mm512_maskz_loadu_ps(live, src + i); /* dead lanes 0: count nowhere */
+        __m512i m;
+        FX_QF32_FAST_STEP(x, live, m);
+        if (dst) _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, m);
+    }
+#undef FX_QF32_FAST_STEP
+    if (bad) return 0;
+    const float mx = _mm512_reduce_max_ps(max_in);
+    st->saturated = 0;
+    st->nonfinite = 0;
+    st->underflow = nuf;
+    st->max_abs_in = (double)mx;
+    st->max_abs_out = _mm_cvtsi128_si32(_mm512_castsi512_si128(_mm512_cvt_roundps_epi32(
+        _mm512_scalef_round_ps(_mm512_set1_ps(mx), neg_e,
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    return 1;
+}
+
 void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
                               const fx_rounding *r, int64_t index0, fx_qstats *st)
 {
@@ -78,6 +132,7 @@ void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
         fx_flex_quant_f32_scalar(src, dst, n, e, r, index0, st);
         return;
     }
+    if (e >= -126 && e <= 110 && fx_quant_f32_fast(src, dst, n, e, st)) return;
     fx_qf32_k k;
     k.neg_e = _mm512_set1_ps((float)-e);
     k.inf = _mm512_set1_ps(__builtin_inff());
