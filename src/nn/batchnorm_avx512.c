@@ -23,17 +23,33 @@
 #pragma STDC FP_CONTRACT OFF /* as -ffp-contract=off, for builds that do not pass the flag */
 #endif
 
-/* Elements i..i+7 of a source as fx_bn_at_exact gives them. Mantissa sources of the exact
- * range (bn_kernels.h: fx_bn_i16_exact) run as kind FX_BN_I16_EXACT, widened in one conversion
- * (the fp32 route's second conversion took about a tenth of the element-wise passes on a
- * Zen 5); other mantissa sources take the portable kernels. */
+/* Elements i..i+7 of a source as fx_bn_at_exact gives them, except that mantissas come
+ * unscaled. Mantissa sources of the exact range (bn_kernels.h: fx_bn_i16_exact) run as kind
+ * FX_BN_I16_EXACT, widened in one conversion (the fp32 route's second conversion took about a
+ * tenth of the element-wise passes on a Zen 5), and their weight 2^exp (unit(), 1 for the other
+ * kinds) goes into each kernel's constants and results instead of a multiply per vector: every
+ * product and difference of the definition then holds the same value divided by a power of
+ * two, which rounding to double commutes with (no value comes near double's subnormal or
+ * overflow range: mantissas are integers below 2^15 and 2^exp is an fp32 number), so the bits
+ * are the definition's with a sixth fewer operations in the sums. Other mantissa sources take
+ * the portable kernels. */
+static inline double unit(const fx_bn_src *x, const int K)
+{
+    return K == FX_BN_I16_EXACT ? x->scale : 1.0;
+}
+
+/* element i as ld8 gives it (the scalar tails) */
+static inline double at_u(const fx_bn_src *x, int64_t i, const int K)
+{
+    return K == FX_BN_I16_EXACT ? (double)((const int16_t *)x->p)[i] : fx_bn_at_exact(x, i);
+}
+
 static inline __attribute__((always_inline)) __m512d ld8(const fx_bn_src *x, int64_t i,
                                                          const int K)
 {
     if (K == FX_BN_I16_EXACT) {
         const __m128i h = _mm_loadu_si128((const __m128i *)((const int16_t *)x->p + i));
-        return _mm512_mul_pd(_mm512_cvtepi32_pd(_mm256_cvtepi16_epi32(h)),
-                             _mm512_set1_pd(x->scale));
+        return _mm512_cvtepi32_pd(_mm256_cvtepi16_epi32(h));
     }
     if (K == FX_BN_BF16) {
         const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)x->p + i));
@@ -49,8 +65,7 @@ static inline __attribute__((always_inline)) __m512d ld8_mask(const fx_bn_src *x
 {
     if (K == FX_BN_I16_EXACT) {
         const __m128i h = _mm_maskz_loadu_epi16(live, (const int16_t *)x->p + i);
-        return _mm512_mul_pd(_mm512_cvtepi32_pd(_mm256_cvtepi16_epi32(h)),
-                             _mm512_set1_pd(x->scale));
+        return _mm512_cvtepi32_pd(_mm256_cvtepi16_epi32(h));
     }
     if (K == FX_BN_BF16) {
         const __m128i h = _mm_maskz_loadu_epi16(live, (const uint16_t *)x->p + i);
@@ -70,10 +85,13 @@ static inline __attribute__((always_inline)) void var8_n(const fx_bn_src *x,
                                                          double *var, const int K)
 {
     const int64_t S = d->S;
+    const double u = unit(x, K); /* the differences come divided by u, the squares by u^2 */
     __m256d acc[FX_BN_GROUP];
     __m512d mu[FX_BN_GROUP];
+    double mu_u[FX_BN_GROUP];
     for (int j = 0; j < NC; j++) {
-        mu[j] = _mm512_set1_pd(mean[j]);
+        mu_u[j] = mean[j] / u;
+        mu[j] = _mm512_set1_pd(mu_u[j]);
         acc[j] = _mm256_setzero_pd();
     }
     for (int64_t n = 0; n < d->N; n++) {
@@ -95,14 +113,14 @@ static inline __attribute__((always_inline)) void var8_n(const fx_bn_src *x,
         }
         for (; s < S; s++) /* a row's tail joins partial sum 0 only (see add_lane0, AVX2) */
             for (int j = 0; j < NC; j++) {
-                const double t = fx_bn_at_exact(x, o + j * S + s) - mean[j];
+                const double t = at_u(x, o + j * S + s, K) - mu_u[j];
                 acc[j] = _mm256_blend_pd(acc[j], _mm256_add_pd(acc[j], _mm256_set1_pd(t * t)), 1);
             }
     }
     for (int j = 0; j < NC; j++) {
         double l[4];
         _mm256_storeu_pd(l, acc[j]);
-        var[j] = ((l[0] + l[1]) + (l[2] + l[3])) / (double)d->M;
+        var[j] = ((l[0] + l[1]) + (l[2] + l[3])) / (double)d->M * u * u;
     }
 }
 
@@ -132,14 +150,14 @@ static inline __attribute__((always_inline)) void mean8_n(const fx_bn_src *x,
         }
         for (; s < S; s++)
             for (int j = 0; j < NC; j++) {
-                const __m256d v = _mm256_set1_pd(fx_bn_at_exact(x, o + j * S + s));
+                const __m256d v = _mm256_set1_pd(at_u(x, o + j * S + s, K));
                 acc[j] = _mm256_blend_pd(acc[j], _mm256_add_pd(acc[j], v), 1);
             }
     }
     for (int j = 0; j < NC; j++) {
         double l[4];
         _mm256_storeu_pd(l, acc[j]);
-        mean[j] = ((l[0] + l[1]) + (l[2] + l[3])) / (double)d->M;
+        mean[j] = ((l[0] + l[1]) + (l[2] + l[3])) / (double)d->M * unit(x, K);
     }
 }
 
@@ -181,11 +199,15 @@ static inline __attribute__((always_inline)) void grad8_n(const fx_bn_src *x,
                                                           const int KG)
 {
     const int64_t S = d->S;
+    /* dy comes divided by ug and x - mu by ux, so xhat by ux and the products by ux ug */
+    const double ux = unit(x, KX), ug = unit(dy, KG);
     __m256d a[FX_BN_GROUP], b[FX_BN_GROUP];
     __m512d vmu[FX_BN_GROUP], vis[FX_BN_GROUP];
+    double mu_u[FX_BN_GROUP];
     for (int j = 0; j < NC; j++) {
         a[j] = b[j] = _mm256_setzero_pd();
-        vmu[j] = _mm512_set1_pd(mu[j]);
+        mu_u[j] = mu[j] / ux;
+        vmu[j] = _mm512_set1_pd(mu_u[j]);
         vis[j] = _mm512_set1_pd(is[j]);
     }
     for (int64_t n = 0; n < d->N; n++) {
@@ -214,8 +236,8 @@ static inline __attribute__((always_inline)) void grad8_n(const fx_bn_src *x,
         }
         for (; s < S; s++)
             for (int j = 0; j < NC; j++) {
-                const double g = fx_bn_at_exact(dy, o + j * S + s);
-                const double p = g * ((fx_bn_at_exact(x, o + j * S + s) - mu[j]) * is[j]);
+                const double g = at_u(dy, o + j * S + s, KG);
+                const double p = g * ((at_u(x, o + j * S + s, KX) - mu_u[j]) * is[j]);
                 a[j] = _mm256_blend_pd(a[j], _mm256_add_pd(a[j], _mm256_set1_pd(g)), 1);
                 b[j] = _mm256_blend_pd(b[j], _mm256_add_pd(b[j], _mm256_set1_pd(p)), 1);
             }
@@ -224,8 +246,8 @@ static inline __attribute__((always_inline)) void grad8_n(const fx_bn_src *x,
         double l[4], m[4];
         _mm256_storeu_pd(l, a[j]);
         _mm256_storeu_pd(m, b[j]);
-        sdy[j] = (l[0] + l[1]) + (l[2] + l[3]);
-        sdyx[j] = (m[0] + m[1]) + (m[2] + m[3]);
+        sdy[j] = ((l[0] + l[1]) + (l[2] + l[3])) * ug;
+        sdyx[j] = ((m[0] + m[1]) + (m[2] + m[3])) * ux * ug;
     }
 }
 
@@ -374,7 +396,9 @@ static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x
                                                               const int K, const int ODD,
                                                               const int MX)
 {
-    const __m512d vmu = _mm512_set1_pd(mu), va = _mm512_set1_pd(a), vb = _mm512_set1_pd(b);
+    /* x - mu comes divided by u: a times u makes the same product */
+    const double u = unit(x, K), mu_u = mu / u, a_u = a * u;
+    const __m512d vmu = _mm512_set1_pd(mu_u), va = _mm512_set1_pd(a_u), vb = _mm512_set1_pd(b);
     __m256 mv = _mm256_setzero_ps();
     __m256i nv = _mm256_setzero_si256();
     int64_t s = 0;
@@ -387,7 +411,7 @@ static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x
     }
     if (MX) max8_finish(mv, nv, mx);
     for (; s < S; s++) {
-        q[s] = nn_round_f32((fx_bn_at_exact(x, off + s) - mu) * a + b, ODD);
+        q[s] = nn_round_f32((at_u(x, off + s, K) - mu_u) * a_u + b, ODD);
         if (MX) fx_bn_max_add(mx, q[s]);
     }
 }
@@ -424,6 +448,13 @@ static inline __attribute__((always_inline)) void backward_k(
     double is, double k, double mdy, double mdyx, fx_bn_max *mx, const int KX, const int KG,
     const int ODD, const int MX)
 {
+    /* x - mu comes divided by ux (so xhat), dy by ug: the constants scaled to match, so that
+     * k's product is the definition's */
+    const double ux = unit(x, KX), ug = unit(g, KG);
+    mu /= ux;
+    mdy /= ug;
+    mdyx = mdyx * ux / ug;
+    k *= ug;
     const __m512d vmu = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is), vk = _mm512_set1_pd(k);
     const __m512d vmdy = _mm512_set1_pd(mdy), vmdyx = _mm512_set1_pd(mdyx);
     __m256 mv = _mm256_setzero_ps();
@@ -439,8 +470,8 @@ static inline __attribute__((always_inline)) void backward_k(
     }
     if (MX) max8_finish(mv, nv, mx);
     for (; s < S; s++) {
-        const double xhat = (fx_bn_at_exact(x, off + s) - mu) * is;
-        q[s] = nn_round_f32(k * (fx_bn_at_exact(g, off + s) - mdy - xhat * mdyx), ODD);
+        const double xhat = (at_u(x, off + s, KX) - mu) * is;
+        q[s] = nn_round_f32(k * (at_u(g, off + s, KG) - mdy - xhat * mdyx), ODD);
         if (MX) fx_bn_max_add(mx, q[s]);
     }
 }
@@ -509,7 +540,8 @@ static inline __attribute__((always_inline)) void normalize_half_k(
     const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S, double mu, double a, double b,
     const int K, const int H, const int RELU)
 {
-    const __m512d vmu = _mm512_set1_pd(mu), va = _mm512_set1_pd(a), vb = _mm512_set1_pd(b);
+    const double u = unit(x, K); /* as normalize_k */
+    const __m512d vmu = _mm512_set1_pd(mu / u), va = _mm512_set1_pd(a * u), vb = _mm512_set1_pd(b);
     for (int64_t s = 0; s < S; s += 16) {
         __m512d t0, t1;
         __mmask8 m0, m1;
@@ -550,6 +582,11 @@ static inline __attribute__((always_inline)) void backward_half_k(
     const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, double mu,
     double is, double k, double mdy, double mdyx, const int KX, const int KG, const int H)
 {
+    const double ux = unit(x, KX), ug = unit(g, KG); /* as backward_k */
+    mu /= ux;
+    mdy /= ug;
+    mdyx = mdyx * ux / ug;
+    k *= ug;
     const __m512d vmu = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is), vk = _mm512_set1_pd(k);
     const __m512d vmdy = _mm512_set1_pd(mdy), vmdyx = _mm512_set1_pd(mdyx);
     for (int64_t s = 0; s < S; s += 16) {
