@@ -1742,10 +1742,22 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
      * summation. Measured in bench_conv (CNN conv2, batch 128, one thread, Zen 4): the weight
      * gradient 15.5-15.8 ms at 3 samples per chunk, 15.0-15.2 at 6, 15.1-15.2 at 12 and 24.
      * At most 2^16 / P samples: the kernel's hi words' range (fx_i16_wgrad_direct). */
-    const conv_plan plan =
+    conv_plan plan =
         iwdirect ? conv_plan_sized(&g, 1, fx_conv_padded_numel(&g, 1) + P * ((g.O + 15) / 16 * 16),
                                    ((int64_t)1 << 16) / P)
                  : conv_plan_make(&g, 1, 0);
+    /* The AMX kernel blocks its images itself (as many as keep its int32 sums from wrapping
+     * and its copies within L2) and combines its accumulators into int64 once a block, so each
+     * thread takes one chunk of the batch: with the fixed chunks above (8 images for ResNet-20's
+     * 8 x 8 layers) each chunk's combinations were a fifth of those layers' weight gradient
+     * (1.44 -> 1.20 ms for 64 channels, two threads). Exact sums: the chunking changes no bit. */
+    if (iwamx) {
+        const int64_t nt = flexpoint_num_threads();
+        plan.nb = (g.N + (g.N < nt ? g.N : nt) - 1) / (g.N < nt ? g.N : nt);
+        plan.nchunks = (g.N + plan.nb - 1) / plan.nb;
+        plan.outer = (int)plan.nchunks;
+        plan.inner = 1;
+    }
     /* Float sums are made in fixed groups of chunks, so that their order does not depend on
      * the thread count; integer sums are exact in any order, so one group per thread, and the
      * last pass adds one int64 slot per thread (summing 16 of conv2's 400 KiB slots took 3.6 %
@@ -1757,8 +1769,11 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     const int64_t iwd_n = iwamx      ? fx_i16_wgrad_amx_scratch(&g, plan.nb)
                           : iwdirect ? fx_i16_wgrad_direct_scratch(&g, plan.nb)
                                      : 0;
-    const int64_t col_n = wtiles || wdirect ? 0 : CKK * plan.nb * P, dyg_n = g.O * plan.nb * P;
-    const int64_t xp_n = fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
+    /* the AMX kernel never declines and reads x and dy in place: no patch matrix, padded chunk
+     * or gathered dy */
+    const int64_t col_n = wtiles || wdirect || iwamx ? 0 : CKK * plan.nb * P;
+    const int64_t dyg_n = iwamx ? 0 : g.O * plan.nb * P;
+    const int64_t xp_n = iwamx ? 0 : fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
     const int64_t plane_n = xp_n + 2 * FX_CONV_TILES_SLACK; /* bytes per plane */
     const size_t esz = cc.esz, ssz = cc.ssz;
 
@@ -1766,10 +1781,10 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     fx_operand xo, dyo;
     rc = conv_operand(x, &cc, &xo, &s, func);
     if (!rc) rc = conv_operand(dy, &cc, &dyo, &s, func);
-    char *xp = conv_alloc(&s, xp_n * plan.outer, esz, &rc, func);
+    char *xp = xp_n ? conv_alloc(&s, xp_n * plan.outer, esz, &rc, func) : NULL;
     char *col = col_n ? conv_alloc(&s, col_n * plan.outer, esz, &rc, func) : NULL;
     int8_t *planes = wtiles ? conv_alloc(&s, 2 * plane_n * plan.outer, 1, &rc, func) : NULL;
-    char *dyg = wdirect ? NULL : conv_alloc(&s, dyg_n * plan.outer, esz, &rc, func);
+    char *dyg = wdirect || !dyg_n ? NULL : conv_alloc(&s, dyg_n * plan.outer, esz, &rc, func);
     uint32_t *wd = wdirect ? conv_alloc(&s, wd_n * plan.outer, sizeof(uint32_t), &rc, func) : NULL;
     uint32_t *iwd =
         iwdirect ? conv_alloc(&s, iwd_n * plan.outer, sizeof(uint32_t), &rc, func) : NULL;
@@ -1788,7 +1803,7 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
         char *mycol = col ? col + (size_t)(tid * col_n) * esz : NULL;
         char *mydy = dyg ? dyg + (size_t)(tid * dyg_n) * esz : NULL;
         char *mypart = part + (size_t)(tid * nw) * ssz, *slot = slots + (size_t)(grp * nw) * ssz;
-        char *myxp = xp + (size_t)(tid * xp_n) * esz;
+        char *myxp = xp ? xp + (size_t)(tid * xp_n) * esz : NULL;
         int8_t *myhi = planes ? planes + 2 * plane_n * tid + FX_CONV_TILES_SLACK : NULL;
         const fx_conv_wsrc ws = {&g, (const int16_t *)(const void *)myxp, myhi,
                                  myhi ? myhi + plane_n : NULL};
@@ -1802,8 +1817,9 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
              * drop): zeroed per chunk, since every route pads the chunk over what came before,
              * instead of the whole buffer once per call (ResNet-20's stage-1 integer chunks
              * hold 64 padded images, 2.4 MB a thread) */
-            memset(myxp + (size_t)fx_conv_padded_numel(&g, nbc) * esz, 0,
-                   (size_t)FX_CONV_PAD_SLACK * esz);
+            if (myxp)
+                memset(myxp + (size_t)fx_conv_padded_numel(&g, nbc) * esz, 0,
+                       (size_t)FX_CONV_PAD_SLACK * esz);
             if (wd) {
                 fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
                 be->conv.bf16_wgrad(&g, (const uint16_t *)(const void *)myxp,
