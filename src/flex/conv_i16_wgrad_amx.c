@@ -8,11 +8,10 @@
  * row's end; ResNet-20's 16-channel layers' weight gradients took as long as their forward
  * passes on vpdpwssd. Here, per image and per kernel column kw, the rows of the padded input
  * are made shifted by kw and cut to OW values (the byte planes Xkw[c][ih][ow] = xpad(c, ih,
- * ow + kw)), straight from the unpadded chunk: the padding is written as zeros in the same
- * pass, so no padded copy of the chunk goes out to memory and is read back (that copy took a
- * third as long as this kernel in ResNet-20's integer weight gradients),
- * so that for a tap (kh, kw) the values every output pixel meets are one contiguous run per
- * channel, Xkw[c][kh OW + p] for p < P, across output rows. A tiles are 64 of them for 16
+ * ow + kw)), so that for a tap (kh, kw) the values every output pixel meets are one
+ * contiguous run per channel, Xkw[c][kh OW + p] for p < P, across output rows. The copies are
+ * made straight from the unpadded chunk, the padding written as zeros in the same pass, so no
+ * padded copy of the chunk goes out to memory and is read back. A tiles are 64 of them for 16
  * channels, rows a channel's copy apart; dy's values, four consecutive pixels per 32-bit word
  * of each output channel (dyq[q][o] = plane(dy[o][4q .. 4q + 3]), zeros past P), give the B
  * tiles. Every tile product then takes a whole 64 values of k.

@@ -82,46 +82,59 @@ static inline int64_t fx_sum_lanes32(__m512i v)
  * fp32 number. 10 vector operations per 16 values against 20: batch norm's direct routes round
  * every forward and backward output this way (the rounding, not the L1 buffer it reads, bound
  * them). */
+typedef struct fx_qf32_fast {
+    __m512 neg_e, lim, max_in;
+    __mmask16 bad;
+    int64_t nuf;
+} fx_qf32_fast;
+
+/* One vector of the short route (dead lanes load as 0.0 and count nowhere): its mantissas as
+ * int32 lanes, with |x| into max_in, the lanes at or past the bound (or NaN) into bad and the
+ * underflows into nuf. */
+static inline __attribute__((always_inline)) __m512i fx_qf32_fast_step(fx_qf32_fast *k,
+                                                                        __m512 x, __mmask16 live)
+{
+    const __m512 ax = _mm512_abs_ps(x);
+    k->bad |= _mm512_mask_cmp_ps_mask(live, ax, k->lim, _CMP_NLT_UQ);
+    k->max_in = _mm512_max_ps(k->max_in, ax);
+    const __m512i m = _mm512_cvt_roundps_epi32(
+        _mm512_scalef_round_ps(x, k->neg_e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    k->nuf += __builtin_popcount((unsigned)_mm512_mask_cmpeq_epi32_mask(
+        _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NEQ_OQ), m, _mm512_setzero_si512()));
+    return m;
+}
+
 static int fx_quant_f32_fast(const float *src, int16_t *dst, int64_t n, int e, fx_qstats *st)
 {
-    const __m512 neg_e = _mm512_set1_ps((float)-e), lim = _mm512_set1_ps(ldexpf(32767.5f, e));
-    const __m512 zero = _mm512_setzero_ps();
-    const __m512i izero = _mm512_setzero_si512();
+    fx_qf32_fast k = {_mm512_set1_ps((float)-e), _mm512_set1_ps(ldexpf(32767.5f, e)),
+                      _mm512_setzero_ps(), 0, 0};
     const __m512i order = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0); /* as below */
-    __m512 max_in = zero;
-    __mmask16 bad = 0;
-    int64_t nuf = 0;
-#define FX_QF32_FAST_STEP(x, live, m)                                                              do {                                                                                               const __m512 ax_ = _mm512_abs_ps(x);                                                           bad |= _mm512_mask_cmp_ps_mask(live, ax_, lim, _CMP_NLT_UQ);                                   max_in = _mm512_max_ps(max_in, ax_);                                                           m = _mm512_cvt_roundps_epi32(                                                                      _mm512_scalef_round_ps(x, neg_e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);                                            nuf += __builtin_popcount((unsigned)_mm512_mask_cmpeq_epi32_mask(                                  _mm512_cmp_ps_mask(x, zero, _CMP_NEQ_OQ), m, izero));                                  } while (0)
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
         _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0);
         _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH + 16), _MM_HINT_T0);
-        const __m512 x0 = _mm512_loadu_ps(src + i), x1 = _mm512_loadu_ps(src + i + 16);
-        __m512i m0, m1;
-        FX_QF32_FAST_STEP(x0, (__mmask16)0xFFFF, m0);
-        FX_QF32_FAST_STEP(x1, (__mmask16)0xFFFF, m1);
+        const __m512i m0 = fx_qf32_fast_step(&k, _mm512_loadu_ps(src + i), 0xFFFF);
+        const __m512i m1 = fx_qf32_fast_step(&k, _mm512_loadu_ps(src + i + 16), 0xFFFF);
         if (dst)
             _mm512_storeu_si512((void *)(dst + i),
                                 _mm512_permutexvar_epi64(order, _mm512_packs_epi32(m0, m1)));
     }
     for (; i < n; i += 16) {
         const __mmask16 live = fx_tail16(n - i);
-        const __m512 x = _mm512_maskz_loadu_ps(live, src + i); /* dead lanes 0: count nowhere */
-        __m512i m;
-        FX_QF32_FAST_STEP(x, live, m);
+        const __m512i m = fx_qf32_fast_step(&k, _mm512_maskz_loadu_ps(live, src + i), live);
         if (dst) _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, m);
     }
-#undef FX_QF32_FAST_STEP
-    if (bad) return 0;
-    const float mx = _mm512_reduce_max_ps(max_in);
+    if (k.bad) return 0;
+    /* the largest |m|: the largest |x| rounded by the definition */
+    const float mx = _mm512_reduce_max_ps(k.max_in);
+    fx_qstats one;
+    fx_flex_quant_f32_scalar(&mx, NULL, 1, e, NULL, 0, &one);
     st->saturated = 0;
     st->nonfinite = 0;
-    st->underflow = nuf;
+    st->underflow = k.nuf;
     st->max_abs_in = (double)mx;
-    st->max_abs_out = _mm_cvtsi128_si32(_mm512_castsi512_si128(_mm512_cvt_roundps_epi32(
-        _mm512_scalef_round_ps(_mm512_set1_ps(mx), neg_e,
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    st->max_abs_out = one.max_abs_out;
     return 1;
 }
 
@@ -720,13 +733,9 @@ static int fx_sum2_quant_fast(const fx_sum2 *p, const fx_s2_consts *k, int64_t n
         else if (dst)
             _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, q);
     }
-    const uint32_t mx = _mm512_reduce_max_epu32(max_in);
-    if ((uint64_t)mx > ((uint64_t)FX_MANT_MAX << s) + ((uint64_t)1 << (s - 1)) - 1) return 0;
-    st->saturated = 0;
-    st->underflow = nuf;
-    st->nonfinite = 0;
-    st->max_abs_in = (double)mx;
-    st->max_abs_out = (int32_t)fx_rshift_rne((int64_t)mx, s);
+    const uint64_t mx = _mm512_reduce_max_epu32(max_in);
+    if (mx > fx_q64_fast_bound(s)) return 0; /* quant_i64's bound, the same T */
+    fx_q64_fast_stats_of(st, mx, nuf, s);
     return 1;
 }
 

@@ -44,6 +44,19 @@ static inline double at_u(const fx_bn_src *x, int64_t i, const int K)
     return K == FX_BN_I16_EXACT ? (double)((const int16_t *)x->p)[i] : fx_bn_at_exact(x, i);
 }
 
+/* The backward pass's constants for unscaled sources (see unit()): x - mu comes divided by
+ * ux (so xhat), dy by ug, so mu, mdy and mdyx are scaled to match and k takes ug back; k's
+ * product is then the definition's. */
+static inline void bwd_unscaled(const fx_bn_src *x, const fx_bn_src *g, const int KX,
+                                const int KG, double *mu, double *k, double *mdy, double *mdyx)
+{
+    const double ux = unit(x, KX), ug = unit(g, KG);
+    *mu /= ux;
+    *mdy /= ug;
+    *mdyx = *mdyx * ux / ug;
+    *k *= ug;
+}
+
 static inline __attribute__((always_inline)) __m512d ld8(const fx_bn_src *x, int64_t i,
                                                          const int K)
 {
@@ -448,13 +461,7 @@ static inline __attribute__((always_inline)) void backward_k(
     double is, double k, double mdy, double mdyx, fx_bn_max *mx, const int KX, const int KG,
     const int ODD, const int MX)
 {
-    /* x - mu comes divided by ux (so xhat), dy by ug: the constants scaled to match, so that
-     * k's product is the definition's */
-    const double ux = unit(x, KX), ug = unit(g, KG);
-    mu /= ux;
-    mdy /= ug;
-    mdyx = mdyx * ux / ug;
-    k *= ug;
+    bwd_unscaled(x, g, KX, KG, &mu, &k, &mdy, &mdyx);
     const __m512d vmu = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is), vk = _mm512_set1_pd(k);
     const __m512d vmdy = _mm512_set1_pd(mdy), vmdyx = _mm512_set1_pd(mdyx);
     __m256 mv = _mm256_setzero_ps();
@@ -582,11 +589,7 @@ static inline __attribute__((always_inline)) void backward_half_k(
     const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, double mu,
     double is, double k, double mdy, double mdyx, const int KX, const int KG, const int H)
 {
-    const double ux = unit(x, KX), ug = unit(g, KG); /* as backward_k */
-    mu /= ux;
-    mdy /= ug;
-    mdyx = mdyx * ux / ug;
-    k *= ug;
+    bwd_unscaled(x, g, KX, KG, &mu, &k, &mdy, &mdyx);
     const __m512d vmu = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is), vk = _mm512_set1_pd(k);
     const __m512d vmdy = _mm512_set1_pd(mdy), vmdyx = _mm512_set1_pd(mdyx);
     for (int64_t s = 0; s < S; s += 16) {

@@ -236,6 +236,24 @@ static conv_plan conv_plan_make(const fx_conv_geom *g, int wgrad, int out_units)
     return conv_plan_sized(g, wgrad, per_sample, g->N);
 }
 
+/* One chunk of the batch per thread, each thread over its own chunk: for the AMX integer
+ * weight gradient, which blocks its images itself (as many as keep its int32 sums from wrapping
+ * and its copies within L2) and combines its accumulators into int64 once a block; with the
+ * fixed chunks of conv_plan_sized (8 images for ResNet-20's 8 x 8 layers) each chunk's
+ * combinations were a fifth of those layers' weight gradient (1.44 -> 1.20 ms for 64 channels,
+ * two threads). Only for exact sums, which no chunking changes. */
+static conv_plan conv_plan_per_thread(const fx_conv_geom *g)
+{
+    const int64_t nt = flexpoint_num_threads(), parts = g->N < nt ? g->N : nt;
+    conv_plan p;
+    p.nb = (g->N + parts - 1) / (parts > 0 ? parts : 1);
+    if (p.nb < 1) p.nb = 1;
+    p.nchunks = (g->N + p.nb - 1) / p.nb;
+    p.outer = (int)(p.nchunks > 0 ? p.nchunks : 1);
+    p.inner = 1;
+    return p;
+}
+
 /* The operand format of an op's GEMMs: int16 mantissas (integer compute), or for float
  * compute fp32, or fp16/bf16 as they are stored when both GEMM inputs have that format and the
  * backend's GEMM widens such operands while it packs them (the widening is exact, so the GEMM
@@ -1454,6 +1472,12 @@ static uint64_t conv_dx_chunk(void *vctx, const int64_t *sums, int64_t n0, int64
     return (uint64_t)q->max_abs_in;
 }
 
+/* tmp, the rounding at fused_e, into dx (nothing where the rounding went into dx itself) */
+static void conv_dxcopy(const conv_dxquant_ctx *c)
+{
+    if (c->tmp != c->dst) fx_par_memcpy(c->dst, c->tmp, (size_t)c->n * sizeof(int16_t));
+}
+
 static int conv_dxquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
     (void)r; /* int64 stages round to nearest even, whatever the tensor's mode */
@@ -1462,8 +1486,8 @@ static int conv_dxquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qs
     if (e == c->fused_e) {
         if (keep) {
             __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
-            if (c->stage && c->tmp != c->dst)
-                fx_par_memcpy(c->dst, c->tmp, (size_t)c->n * sizeof(int16_t));
+            if (c->stage)
+                conv_dxcopy(c);
             else
                 c->copy_pending = 1; /* once the write has kept e */
         }
@@ -1545,10 +1569,10 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
             src.ctx = &q;
             src.quantize = conv_dxquant;
             rc = fx_write_shared_with(dx, &src, func);
-            if (rc == FX_OK && q.copy_pending && q.tmp != q.dst) {
+            if (rc == FX_OK && q.copy_pending) {
                 fx_prof_span sp;
                 fx_prof_begin(&sp);
-                fx_par_memcpy(q.dst, q.tmp, (size_t)n * sizeof(int16_t));
+                conv_dxcopy(&q);
                 fx_prof_end(&sp, FX_PROF_ROUNDING);
             }
             if (rc != FX_OK && q.need_stage) *redo_e = q.fused_e;
@@ -1742,22 +1766,11 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
      * summation. Measured in bench_conv (CNN conv2, batch 128, one thread, Zen 4): the weight
      * gradient 15.5-15.8 ms at 3 samples per chunk, 15.0-15.2 at 6, 15.1-15.2 at 12 and 24.
      * At most 2^16 / P samples: the kernel's hi words' range (fx_i16_wgrad_direct). */
-    conv_plan plan =
-        iwdirect ? conv_plan_sized(&g, 1, fx_conv_padded_numel(&g, 1) + P * ((g.O + 15) / 16 * 16),
-                                   ((int64_t)1 << 16) / P)
-                 : conv_plan_make(&g, 1, 0);
-    /* The AMX kernel blocks its images itself (as many as keep its int32 sums from wrapping
-     * and its copies within L2) and combines its accumulators into int64 once a block, so each
-     * thread takes one chunk of the batch: with the fixed chunks above (8 images for ResNet-20's
-     * 8 x 8 layers) each chunk's combinations were a fifth of those layers' weight gradient
-     * (1.44 -> 1.20 ms for 64 channels, two threads). Exact sums: the chunking changes no bit. */
-    if (iwamx) {
-        const int64_t nt = flexpoint_num_threads();
-        plan.nb = (g.N + (g.N < nt ? g.N : nt) - 1) / (g.N < nt ? g.N : nt);
-        plan.nchunks = (g.N + plan.nb - 1) / plan.nb;
-        plan.outer = (int)plan.nchunks;
-        plan.inner = 1;
-    }
+    const conv_plan plan =
+        iwamx      ? conv_plan_per_thread(&g)
+        : iwdirect ? conv_plan_sized(&g, 1, fx_conv_padded_numel(&g, 1) + P * ((g.O + 15) / 16 * 16),
+                                     ((int64_t)1 << 16) / P)
+                   : conv_plan_make(&g, 1, 0);
     /* Float sums are made in fixed groups of chunks, so that their order does not depend on
      * the thread count; integer sums are exact in any order, so one group per thread, and the
      * last pass adds one int64 slot per thread (summing 16 of conv2's 400 KiB slots took 3.6 %
