@@ -189,6 +189,8 @@ typedef struct fx_op_args {
             int training;
             const struct fx_bn_dims *d;
             int relu; /* host, float y only (fx_batchnorm_relu): y = relu(the output) */
+            struct tensor *relu_y; /* host, FLEX16_5/DFP16 (fx_batchnorm_shared_relu): also
+                                    * relu_y = relu(y) (NULL: none) */
         } bn;
         struct { /* BATCHNORM_BACKWARD */
             struct tensor *dx, *dgamma, *dbeta;

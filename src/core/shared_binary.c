@@ -348,6 +348,37 @@ int fx_shared_gated(tensor_t *out, const tensor_t *a, const tensor_t *gate, cons
     return fx_sb_write(out, &p, func);
 }
 
+/* Documented in shared_binary.h. The plan is fx_shared_gated's for tensor_relu(y, u). */
+int fx_relu_early_ok(tensor_t *y, const tensor_t *u, int *ey)
+{
+    fx_sb_plan p;
+    return y && u && fx_sb_plan_gated(&p, y, u, u) && !y->st->dist && !u->st->dist &&
+           fx_write_shared_guess_exp(y, ey);
+}
+
+/* Documented in shared_binary.h: fx_sb_unit_pass's ReLU on one piece. */
+void fx_relu_piece(const int16_t *u, int16_t *y, int64_t n, int shift, fx_qstats *q)
+{
+    const fx_sum2 r = {u, &fx_sb_zero, 0, 0, 0, 0, u};
+    fx_qstats part;
+    fx_backend_active()->cvt.sum2_quant(&r, n, y, shift, &part);
+    fx_qstats_merge(q, &part);
+}
+
+/* Documented in shared_binary.h: the decision fx_shared_gated's fx_sb_write makes after its
+ * early pass, with the pieces' rounding in place of that pass. */
+int fx_relu_early_finish(tensor_t *y, const tensor_t *u, int eu, int ey, const fx_qstats *q)
+{
+    fx_sb_plan p;
+    if (!fx_sb_plan_gated(&p, y, u, u) || u->st->exp != eu) return tensor_relu(y, u);
+    fx_sb_prepare(&p);
+    p.ec = eu;
+    p.fused_e = ey;
+    p.fused_q = *q;
+    __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
+    return fx_sb_decide(y, &p, (uint32_t)q->max_abs_in, "tensor_relu");
+}
+
 /* The two writes after an early pass: u's (pu.fused_q holds the statistics of u rounded at eu
  * into u, py.fused_q those of relu(u) rounded at ey into y), then y's. Where u's write keeps
  * eu, y's early values are relu(u) and its write reuses them unless it picks another exponent

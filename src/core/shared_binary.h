@@ -65,6 +65,25 @@ void fx_add_relu_units(const fx_add_relu_run *r, int64_t lo, int64_t n, fx_qstat
 int fx_add_relu_finish(fx_add_relu_run *r, const fx_qstats *qu, const fx_qstats *qy);
 void fx_add_relu_cancel(fx_add_relu_run *r);
 
+/* tensor_relu(y, u) for a producer that writes u in pieces (batch norm's direct route,
+ * src/nn/batchnorm_direct.c): y = relu(u) rounded at a guessed exponent straight into y, piece
+ * by piece while each piece of u is in cache, then y's write, which reuses that rounding where
+ * it picks the guess. The bits, exponent, statistics and trace records are tensor_relu's.
+ *
+ * fx_relu_early_ok: whether tensor_relu(y, u) takes this file's one-pass route (fx_shared_gated)
+ * and y's exponent can be guessed before u is written (*ey, fx_write_shared_guess_exp); no
+ * state is read but shapes, formats, storage and y's exponent state.
+ * fx_relu_piece: n mantissas of u, at u's exponent, gated by their own signs and rounded
+ * `shift` places into y (the pass fx_shared_gated makes), their statistics merged into *q; one
+ * thread, any order of pieces.
+ * fx_relu_early_finish: after every piece of u went through fx_relu_piece with u at exponent
+ * eu (u's exponent now) and shift ey - eu, y's write from the merged statistics q, rounding
+ * again from u where it picks another exponent than ey; returns its status. */
+FX_INTERNAL int fx_relu_early_ok(tensor_t *y, const tensor_t *u, int *ey);
+FX_INTERNAL void fx_relu_piece(const int16_t *u, int16_t *y, int64_t n, int shift, fx_qstats *q);
+FX_INTERNAL int fx_relu_early_finish(tensor_t *y, const tensor_t *u, int eu, int ey,
+                                     const fx_qstats *q);
+
 /* Test hook: 0 sends every add/sub (and gated write) through the dispatcher (to compare the two routes). */
 void fx_shared_binary_set_enabled(int on);
 /* Test hook: how many ops this file has done since the process started. */

@@ -440,6 +440,30 @@ int fx_batchnorm_relu(tensor_t *y, const tensor_t *x, const tensor_t *gamma, con
     return rc;
 }
 
+int fx_batchnorm_shared_relu(tensor_t *y, tensor_t *relu_y, const tensor_t *x,
+                             const tensor_t *gamma, const tensor_t *beta, float *running_mean,
+                             float *running_var, float *save_mean, float *save_invstd,
+                             double momentum, double eps, int training)
+{
+    if (!y || !relu_y || !x || !gamma || !beta || !fmt_is_shared_exponent(y->fmt) ||
+        !fmt_is_shared_exponent(relu_y->fmt) || y->st->on_device || relu_y->st->on_device ||
+        x->st->on_device || gamma->st->on_device || beta->st->on_device || y->st->dist ||
+        relu_y->st->dist || relu_y->st == y->st || relu_y->st == x->st ||
+        relu_y->st == gamma->st || relu_y->st == beta->st || !nn_bn_relu_enabled())
+        return FX_BN_RELU_NOT_TAKEN;
+    nn_bn_dims d;
+    fx_op_args a;
+    int rc = nn_bn_args(y, x, gamma, beta, running_mean, running_var, save_mean, save_invstd,
+                        momentum, eps, training, &d, &a);
+    if (!rc) rc = nn_same_shape("tensor_relu", "out", relu_y, "a", y);
+    if (rc) return rc;
+    a.u.bn.relu_y = relu_y;
+    flexpoint_clear_error();
+    rc = fx_nn_batchnorm_host(&a);
+    if (rc == FX_OK) __atomic_fetch_add(&nn_bn_relu_made, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
 int fx_nn_batchnorm_host(const fx_op_args *r)
 {
     tensor_t *y = r->u.bn.y;
@@ -449,6 +473,8 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     const double momentum = r->u.bn.momentum, eps = r->u.bn.eps;
     const int training = r->u.bn.training;
     const int relu = r->u.bn.relu; /* a float y only (fx_batchnorm_relu) */
+    tensor_t *relu_y = r->u.bn.relu_y; /* a shared-exponent y only (fx_batchnorm_shared_relu) */
+    int relu_done = 0;
     const nn_bn_dims d = *r->u.bn.d;
     const char *func = r->func;
     int rc = FX_OK;
@@ -553,7 +579,8 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
         if (gmax) gmax[g] = local;
     }
     if (direct) {
-        rc = fx_bn_forward_direct(y, &xs, &d, k, mean, ca, cb, lo, hi, func);
+        rc = fx_bn_forward_direct(y, &xs, &d, k, mean, ca, cb, lo, hi, relu_y, &relu_done,
+                                  func);
         if (rc == FX_BN_DIRECT_DECLINED) { /* a non-finite output: the stage route counts it */
             yv = nn_out_f32(y, ins, 3, xcopy, &sc);
             if (!yv) {
@@ -574,6 +601,7 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
         if (rc) goto done;
     } else if (!half && (rc = nn_bn_write(y, yv, gmax, ngroups, func)))
         goto done;
+    if (relu_y && !relu_done && (rc = tensor_relu(relu_y, y))) goto done;
     if (training) {
         for (int64_t c = 0; c < C; c++) {
             if (running_mean) {

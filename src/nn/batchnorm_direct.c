@@ -24,6 +24,7 @@
 #include "../core/backend.h"
 #include "../core/dispatch.h"
 #include "../core/profile_counters.h"
+#include "../core/shared_binary.h"
 #include "../flex/flex_math.h"
 
 #include <math.h>
@@ -32,7 +33,9 @@
 #define PIECE 1024 /* values normalised into the stack buffer at a time */
 
 static atomic_int direct_enabled = 1;
-static atomic_llong direct_runs;
+static atomic_llong direct_runs, relu_runs;
+
+int64_t fx_bn_direct_relu_runs(void) { return atomic_load(&relu_runs); }
 
 void fx_bn_direct_set_enabled(int on) { atomic_store(&direct_enabled, on != 0); }
 int64_t fx_bn_direct_runs(void) { return atomic_load(&direct_runs); }
@@ -48,8 +51,18 @@ int64_t fx_bn_direct_runs(void) { return atomic_load(&direct_runs); }
  */
 typedef void (*bn_fill_fn)(const void *ctx, int64_t ch, int64_t o, float *buf, int64_t len);
 
+/* The ReLU a forward pass makes of its kept rounding, piece by piece while the piece is in
+ * cache (fx_relu_piece): relu(y) `shift` places from y's exponent into dst, its statistics
+ * merged into *q. */
+typedef struct bn_relu_out {
+    int16_t *dst;
+    int shift;
+    fx_qstats *q;
+} bn_relu_out;
+
 static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const void *ctx,
-                          int16_t *dst, int e, const fx_rounding *r, int keep, fx_qstats *q)
+                          int16_t *dst, int e, const fx_rounding *r, int keep, fx_qstats *q,
+                          const bn_relu_out *relu)
 {
     const fx_backend *be = fx_backend_active();
     const int64_t C = d->C, S = d->S, rows = d->N * C;
@@ -60,13 +73,15 @@ static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const vo
     const int64_t per = S > 0 && S < PIECE ? PIECE / S : 1;
     const int64_t groups = (rows + per - 1) / per;
     fx_qstats_init(q);
+    if (relu) fx_qstats_init(relu->q);
     (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
     {
-        fx_qstats mine;
+        fx_qstats mine, mine_relu;
         fx_qstats_init(&mine);
+        fx_qstats_init(&mine_relu);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
@@ -81,6 +96,9 @@ static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const vo
                 be->cvt.quant_f32(buf, keep ? dst + r0 * S : NULL, (r1 - r0) * S, e, r, r0 * S,
                                   &st);
                 fx_qstats_merge(&mine, &st);
+                if (relu)
+                    fx_relu_piece(dst + r0 * S, relu->dst + r0 * S, (r1 - r0) * S, relu->shift,
+                                  &mine_relu);
                 continue;
             }
             for (int64_t s0 = 0; s0 < S; s0 += PIECE) {
@@ -90,12 +108,16 @@ static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const vo
                 fx_qstats_init(&st);
                 be->cvt.quant_f32(buf, keep ? dst + o : NULL, len, e, r, o, &st);
                 fx_qstats_merge(&mine, &st);
+                if (relu) fx_relu_piece(dst + o, relu->dst + o, len, relu->shift, &mine_relu);
             }
         }
 #ifdef _OPENMP
 #pragma omp critical(fx_bn_round_rows_merge)
 #endif
-        fx_qstats_merge(q, &mine);
+        {
+            fx_qstats_merge(q, &mine);
+            if (relu) fx_qstats_merge(relu->q, &mine_relu);
+        }
     }
 }
 
@@ -106,6 +128,12 @@ typedef struct bn_direct_ctx {
     const double *mu, *a, *b; /* per channel */
     int16_t *dst;             /* y's mantissas */
     int nt;
+    /* the ReLU made with y (fx_bn_forward_direct's relu_y), else NULL */
+    tensor_t *relu_y;
+    int relu_guess;     /* relu_y's guessed exponent (FLEX16_5: its Autoflex prediction) */
+    float top;          /* y's largest value before rounding (0 when none is positive) */
+    int relu_eu, relu_ey; /* the kept pass: relu(y) rounded at relu_ey from y at relu_eu */
+    fx_qstats relu_q;     /* ... and its statistics (relu_eu FX_EXP_NONE: no pass made it) */
 } bn_direct_ctx;
 
 static void bn_normalize_piece(const void *vctx, int64_t ch, int64_t o, float *buf, int64_t len)
@@ -114,10 +142,37 @@ static void bn_normalize_piece(const void *vctx, int64_t ch, int64_t o, float *b
     c->k->normalize(c->x, o, buf, len, c->mu[ch], c->a[ch], c->b[ch], 1, NULL);
 }
 
+/* relu(y)'s exponent to round at, with y at e: for DFP16 the write's own choice, from relu(y)'s
+ * largest mantissa, which is y's largest value rounded at e (rounding is monotone; its offset
+ * matters only to stochastic rounding, where this is a guess like any other); for FLEX16_5 the
+ * Autoflex prediction. A wrong guess costs a pass over y, not a bit. */
+static int bn_relu_exp(const bn_direct_ctx *c, int e, const fx_rounding *r)
+{
+    const fx_storage *st = c->relu_y->st;
+    if (st->fmt != FMT_DFP16) return c->relu_guess;
+    int16_t m = 0;
+    fx_qstats qs;
+    fx_qstats_init(&qs);
+    fx_backend_active()->cvt.quant_f32(&c->top, &m, 1, e, r, 0, &qs);
+    int clamped;
+    const uint64_t imax = m > 0 ? (uint64_t)m : 0;
+    return fx_dfp16_write_exp(0, ldexp((double)imax, e), imax, e, st->exp, st->win_lo, st->win_hi,
+                              &clamped);
+}
+
 static int bn_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
-    const bn_direct_ctx *c = vctx;
-    bn_round_rows(c->d, c->nt, bn_normalize_piece, c, c->dst, e, r, keep, q);
+    bn_direct_ctx *c = vctx;
+    if (!keep || !c->relu_y) {
+        bn_round_rows(c->d, c->nt, bn_normalize_piece, c, c->dst, e, r, keep, q, NULL);
+        return FX_OK;
+    }
+    /* y's kept rounding, and relu(y) from it while each piece is in cache */
+    const int ey = bn_relu_exp(c, e, r);
+    const bn_relu_out relu = {(int16_t *)fx_tensor_base(c->relu_y), ey - e, &c->relu_q};
+    bn_round_rows(c->d, c->nt, bn_normalize_piece, c, c->dst, e, r, keep, q, &relu);
+    c->relu_eu = e;
+    c->relu_ey = ey;
     return FX_OK;
 }
 
@@ -130,13 +185,15 @@ int fx_bn_direct_ok(const tensor_t *y, const tensor_t *x, const fx_bn_src *xs)
 int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
                          const fx_bn_kernels *k, const double *mu, const double *a,
                          const double *b, const int16_t *lo, const int16_t *hi,
-                         const char *func)
+                         tensor_t *relu_y, int *relu_done, const char *func)
 {
+    if (relu_done) *relu_done = 0;
     const int64_t C = d->C, S = d->S;
     if (d->N * S == 0) return FX_BN_DIRECT_DECLINED; /* no inputs, no extremes: the stage route */
     const int nt = nn_threads_for(d->N * C * S);
     /* the largest |output| from each channel's extreme inputs (the portable kernel on them) */
     double true_max = 0.0;
+    float top = 0.0f;
     int nonfinite = 0;
     for (int64_t ch = 0; ch < C; ch++) {
         const int16_t ends[2] = {lo[ch], hi[ch]};
@@ -147,14 +204,31 @@ int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
             const double v = fabs((double)q[i]);
             nonfinite |= !isfinite(v);
             if (isfinite(v)) true_max = v > true_max ? v : true_max;
+            top = q[i] > top ? q[i] : top;
         }
     }
     if (nonfinite) return FX_BN_DIRECT_DECLINED; /* the stage route counts them */
-    bn_direct_ctx c = {k, xs, d, mu, a, b, (int16_t *)fx_tensor_base(y), nt};
+    bn_direct_ctx c = {k, xs, d, mu, a, b, (int16_t *)fx_tensor_base(y), nt, NULL,
+                       FX_EXP_NONE, top, FX_EXP_NONE, FX_EXP_NONE, {0}};
+    /* relu(y) made with y where tensor_relu would take its one-pass route: relu_y is then
+     * written before either write decides, which is safe as fx_shared_add_relu's early pass
+     * is (neither write can fail, and relu_y is always written again or kept by a write that
+     * completes) */
+    if (relu_y && fx_relu_early_ok(relu_y, y, &c.relu_guess))
+        c.relu_y = relu_y;
     fx_shared_src src = {.kind = FX_STAGE_F32, .true_max = true_max, .ctx = &c,
                          .quantize = bn_quantize};
-    const int rc = fx_write_shared_with(y, &src, func);
+    int rc = fx_write_shared_with(y, &src, func);
     if (rc == FX_OK) atomic_fetch_add(&direct_runs, 1);
+    if (rc == FX_OK && relu_y) {
+        /* y's write kept the last rounding it asked for: relu(y) stands on it when that was at
+         * y's exponent now; else tensor_relu rounds it from y */
+        rc = c.relu_y && c.relu_eu != FX_EXP_NONE && y->st->exp == c.relu_eu
+                 ? fx_relu_early_finish(relu_y, y, c.relu_eu, c.relu_ey, &c.relu_q)
+                 : tensor_relu(relu_y, y);
+        if (c.relu_y && c.relu_eu != FX_EXP_NONE) atomic_fetch_add(&relu_runs, 1);
+        if (relu_done) *relu_done = 1;
+    }
     return rc;
 }
 
@@ -222,7 +296,7 @@ static int bn_bwd_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx
         if (c->fused_e != FX_EXP_NONE) atomic_fetch_add(&bwd_direct_missed, 1);
         c->fused_e = FX_EXP_NONE;
     }
-    bn_round_rows(c->d, c->nt, bn_backward_piece, c, c->dst, e, r, keep, q);
+    bn_round_rows(c->d, c->nt, bn_backward_piece, c, c->dst, e, r, keep, q, NULL);
     return FX_OK;
 }
 
@@ -245,7 +319,7 @@ int fx_bn_backward_direct(tensor_t *dx, int e, const fx_bn_src *xs, const fx_bn_
                     {0}, d, (int16_t *)fx_tensor_base(dx), nn_threads_for(d->N * d->C * d->S)};
     fx_prof_span sp;
     fx_prof_begin(&sp);
-    bn_round_rows(d, c.nt, bn_backward_piece, &c, c.dst, e, &c.fused_r, 1, &c.fused_q);
+    bn_round_rows(d, c.nt, bn_backward_piece, &c, c.dst, e, &c.fused_r, 1, &c.fused_q, NULL);
     fx_prof_end(&sp, FX_PROF_ROUNDING);
     c.fused_e = e;
     fx_shared_src src = {.kind = FX_STAGE_F32, .true_max = c.fused_q.max_abs_in,

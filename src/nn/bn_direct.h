@@ -17,11 +17,15 @@ int fx_bn_direct_ok(const tensor_t *y, const tensor_t *x, const fx_bn_src *xs);
  * rounded to odd fp32), where lo[c] and hi[c] are channel c's smallest and largest mantissa
  * (the kernels' sum_range_i16): FX_OK or the write's status, or FX_BN_DIRECT_DECLINED (nothing
  * written) where an output is not finite, which the stage route counts, or where there are no
- * inputs. */
+ * inputs. With relu_y (a tensor of y's shape sharing storage with neither x nor y; NULL: none),
+ * once y's write succeeded also tensor_relu(relu_y, y)'s write, the same bits, made from each
+ * piece of y while it is in cache where tensor_relu would take its one-pass route
+ * (fx_relu_early_ok); *relu_done then says that relu_y's write was made (the status is that
+ * write's), and stays 0 otherwise (relu_y untouched). */
 int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
                          const fx_bn_kernels *k, const double *mu, const double *a,
                          const double *b, const int16_t *lo, const int16_t *hi,
-                         const char *func);
+                         tensor_t *relu_y, int *relu_done, const char *func);
 
 /* The backward pass's coefficients per channel c: dx = k[c] * (dy - mdy[c] - xhat * mdyx[c]),
  * xhat = (x - mu[c]) * is[c] (bn_kernels.h, backward; mu and is are the caller's save_mean and
@@ -52,8 +56,10 @@ void fx_bn_backward_direct_set_enabled(int on);
 int64_t fx_bn_backward_direct_runs(void);
 int64_t fx_bn_backward_direct_missed(void);
 
-/* Test hooks: 0 sends every forward pass to the stage route; runs counted */
+/* Test hooks: 0 sends every forward pass to the stage route; runs counted, and of those the
+ * ReLUs made from the pieces of y */
 void fx_bn_direct_set_enabled(int on);
 int64_t fx_bn_direct_runs(void);
+int64_t fx_bn_direct_relu_runs(void);
 
 #endif

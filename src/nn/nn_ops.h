@@ -46,6 +46,20 @@ FX_INTERNAL int fx_batchnorm_relu(tensor_t *y, const tensor_t *x, const tensor_t
                                   const tensor_t *beta, float *running_mean, float *running_var,
                                   float *save_mean, float *save_invstd, double momentum,
                                   double eps, int training);
+/* y = tensor_batchnorm(...) and relu_y = relu(y) on the host, for FLEX16_5/DFP16 y and relu_y:
+ * the two writes tensor_batchnorm then tensor_relu make (the same bits, exponents, statistics
+ * and trace records), relu_y made from each piece of y while it is in cache where batch norm
+ * takes its direct route (bn_direct.h), instead of a pass of its own over y. The arguments,
+ * checks and status codes of tensor_batchnorm and tensor_relu; FX_BN_RELU_NOT_TAKEN, with
+ * nothing written, for other formats, tensors on a device, a distributed y or relu_y, a relu_y
+ * that shares storage with y, x, gamma or beta, or with fx_bn_relu_set_enabled(0). On failure
+ * y and relu_y may hold partial values (a failed training step leaves its activations partial
+ * anyway). */
+FX_INTERNAL int fx_batchnorm_shared_relu(tensor_t *y, tensor_t *relu_y, const tensor_t *x,
+                                         const tensor_t *gamma, const tensor_t *beta,
+                                         float *running_mean, float *running_var,
+                                         float *save_mean, float *save_invstd, double momentum,
+                                         double eps, int training);
 FX_INTERNAL void fx_bn_relu_set_enabled(int on);
 FX_INTERNAL int64_t fx_bn_relu_made(void); /* test hook: the calls made */
 

@@ -483,9 +483,11 @@ static int fx_fusion_off(void)
  * would change the results), but a convolution's or linear layer's bias add and the ReLU
  * after it make their two writes in one pass (shared_relu: fx_shared_add_relu, the same
  * bits), and so do a residual add and the ReLU after it (a ResNet block's end: one pass over
- * the block's output fewer). The float formats' batch norms and fp16/bf16 residual adds write
- * their ReLU too, and a ReLU with two consumers makes its gradient from theirs in one pass
- * (sum_gated), all with the separate ops' bits. */
+ * the block's output fewer), and a batch norm and the ReLU after it (fx_batchnorm_shared_relu:
+ * the ReLU made from each piece of the normalised rows while it is in cache). The float
+ * formats' batch norms and fp16/bf16 residual adds write their ReLU too, and a ReLU with two
+ * consumers makes its gradient from theirs in one pass (sum_gated), all with the separate
+ * ops' bits. */
 static void fx_fuse_conv_relu(fx_model *m)
 {
     if (fx_fusion_off()) return;
@@ -510,7 +512,7 @@ static void fx_fuse_conv_relu(fx_model *m)
             !fmt_is_shared_exponent((fmt_t)c->fa) && c->fa == r->fa)
             c->fused_relu = r->fused_relu = 1;
         if ((((c->kind == FX_L_CONV || c->kind == FX_L_LINEAR) && c->b >= 0) ||
-             c->kind == FX_L_ADD) &&
+             c->kind == FX_L_ADD || c->kind == FX_L_BN) &&
             r->kind == FX_L_RELU && r->in[0] == i && fmt_is_shared_exponent((fmt_t)c->fa) &&
             fmt_is_shared_exponent((fmt_t)r->fa))
             c->shared_relu = r->shared_relu = 1;
@@ -1047,10 +1049,17 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
                                              training ? l->save_invstd : NULL, 0.1, 1e-5, training);
             if (rc != FX_BN_RELU_NOT_TAKEN) return rc;
         }
+        if (l->shared_relu) {
+            const int rc = fx_batchnorm_shared_relu(
+                l->out[ctx], l[1].out[ctx], x, m->params[l->w].w, m->params[l->b].w, l->run_mean,
+                l->run_var, training ? l->save_mean : NULL, training ? l->save_invstd : NULL, 0.1,
+                1e-5, training);
+            if (rc != FX_BN_RELU_NOT_TAKEN) return rc;
+        }
         int rc = tensor_batchnorm(l->out[ctx], x, m->params[l->w].w, m->params[l->b].w,
                                   l->run_mean, l->run_var, training ? l->save_mean : NULL,
                                   training ? l->save_invstd : NULL, 0.1, 1e-5, training);
-        if (!rc && l->fused_relu) rc = tensor_relu(l[1].out[ctx], l->out[ctx]);
+        if (!rc && (l->fused_relu || l->shared_relu)) rc = tensor_relu(l[1].out[ctx], l->out[ctx]);
         return rc;
     }
     case FX_L_ADD: {

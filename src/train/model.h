@@ -92,7 +92,8 @@ typedef struct fx_layer {
      * bias, its forward writes its output u = conv + b, and on an ADD layer u = x0 + x1, and
      * the next (RELU) layer's output relu(u) with fx_shared_add_relu, the same two writes
      * tensor_add and tensor_relu make (each with its own Autoflex state) in one pass over the
-     * data; on that RELU layer, the forward is already done. Both outputs exist and are
+     * data; a BN layer likewise its u and relu(u) with fx_batchnorm_shared_relu; on that RELU
+     * layer, the forward is already done. Both outputs exist and are
      * written (the ReLU's gradient may still be made with its sum, sum_gated). */
     int shared_relu;
     /* on a RELU layer whose output feeds two layers: its input gradient is made from their
