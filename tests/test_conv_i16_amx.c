@@ -8,13 +8,19 @@
  *     output channels, rows that are not whole 16-pixel blocks (OW 10, 7);
  *   - the weight gradient's kernel (src/flex/conv_i16_wgrad_amx.c) gives the exact int64 sums,
  *     written and added, on full-range and small data, over several blocks of images;
+ *   - the forward kernel with its sums rounded in its epilogue (fx_i16_fwd_amx_round) gives the
+ *     mantissas and per-image statistics of quant_i64_t on the exact sums, at shifts across the
+ *     fast route's range, declining exactly where a sum is above the saturation bound;
  *   - through tensor_conv2d, its input gradient and its weight gradient in FLEX16_5 and DFP16,
- *     the kernels run and the results are the bits of the same ops with the AMX kernels off.
+ *     the kernels run and the results are the bits of the same ops with the AMX kernels off,
+ *     and over a run of calls (steady guesses) the forward pass rounds in the kernel and gives
+ *     the bits it gives with that switched off.
  * Skips where the CPU or the OS gives no AMX-INT8. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
 #include "flex/conv_i16.h"
+#include "flex/flex_kernels.h"
 #include "flex/gemm_i16.h"
 #include "nn/im2col.h"
 #include "testutil.h"
@@ -30,6 +36,59 @@ static int16_t draw(test_rng *r, int full)
         return (int16_t)(uint16_t)(u >> 16);
     }
     return (int16_t)test_rng_range(r, -300, 300);
+}
+
+/* The kernel with its sums rounded in its epilogue (fx_i16_fwd_amx_round) against the exact
+ * sums want ([P, O] per image) rounded per image by the level's quant_i64_t: the same NCHW
+ * mantissas and per-image statistics, at shifts across the fast route's range and on both
+ * sides of an image's saturation bound; declined (returns 0) exactly where a sum of an image
+ * is above that bound and for shifts off the route. */
+static void check_round(const fx_conv_geom *g, const int16_t *x, const uint32_t *wq,
+                        uint32_t *scr, const int64_t *want)
+{
+    const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
+    const int64_t N = g->N, O = g->O, P = g->OH * g->OW;
+    int16_t *got = malloc(2 * (size_t)(N * O * P)), *ref = malloc(2 * (size_t)(N * O * P));
+    fx_qstats *gp = malloc(sizeof *gp * (size_t)N), *rp = malloc(sizeof *rp * (size_t)N);
+    uint64_t imax[8] = {0};
+    for (int64_t n = 0; n < N && n < 8; n++)
+        for (int64_t i = 0; i < P * O; i++) {
+            const int64_t v = want[n * P * O + i];
+            const uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+            imax[n] = a > imax[n] ? a : imax[n];
+        }
+    /* the shift at which the first image's sums just fit, and one below it */
+    int fit = 1;
+    while (fit < 47 && imax[0] > fx_q64_fast_bound(fit)) fit++;
+    const int shifts[10] = {0, 1, 3, 9, 17, 33, 47, 48, fit, fit > 1 ? fit - 1 : 2};
+    for (int k = 0; k < 10; k++) {
+        const int sh = shifts[k];
+        memset(got, 0x5A, 2 * (size_t)(N * O * P));
+        const int done = fx_i16_fwd_amx_round(g, x, N, wq, scr, sh, got, gp);
+        int fits = fx_q64_fast_ok(sh);
+        for (int64_t n = 0; n < N && n < 8 && fits; n++) fits = imax[n] <= fx_q64_fast_bound(sh);
+        CHECK(done == fits, "C%lld O%lld OW%lld shift %d: the rounding kernel %s",
+              (long long)g->C, (long long)O, (long long)g->OW, sh,
+              done ? "took sums above the bound" : "declined sums within it");
+        if (!done || !fits) continue;
+        for (int64_t n = 0; n < N; n++)
+            be->cvt.quant_i64_t(want + n * P * O, ref + n * O * P, P, O, sh, &rp[n]);
+        long bad = 0;
+        for (int64_t i = 0; i < N * O * P; i++) bad += got[i] != ref[i];
+        int stats = 1;
+        for (int64_t n = 0; n < N; n++)
+            stats = stats && gp[n].saturated == rp[n].saturated &&
+                    gp[n].nonfinite == rp[n].nonfinite && gp[n].underflow == rp[n].underflow &&
+                    gp[n].max_abs_in == rp[n].max_abs_in &&
+                    gp[n].max_abs_out == rp[n].max_abs_out;
+        CHECK(bad == 0 && stats, "C%lld O%lld OW%lld stride %lld shift %d: %ld mantissas "
+              "differ from quant_i64_t's, statistics %s", (long long)g->C, (long long)O,
+              (long long)g->OW, (long long)g->sw, sh, bad, stats ? "equal" : "differ");
+    }
+    free(got);
+    free(ref);
+    free(gp);
+    free(rp);
 }
 
 static void check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
@@ -82,6 +141,7 @@ static void check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
         CHECK(ymax == wmax, "C%lld O%lld: largest |sum| %llu, want %llu", (long long)C,
               (long long)O, (unsigned long long)ymax, (unsigned long long)wmax);
     }
+    check_round(&g, x, wq, scr, want);
     free(x);
     free(w);
     free(wq);
@@ -205,6 +265,50 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int s
     free(buf);
 }
 
+/* A run of forward passes into the same output, data changing scale between calls (steady
+ * guesses, a guess that misses, then steady again): with the rounding in the kernel
+ * (fx_i16_fwd_amx_round) and with it switched off, the same mantissas and exponent after every
+ * call, and the kernel's rounding taken. */
+static void check_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int stride,
+                            uint64_t seed)
+{
+    const int64_t OH = (H + 2 - 3) / stride + 1, nx = N * C * H * H, nw = O * C * 9;
+    const int64_t ny = N * O * OH * OH;
+    tensor_t *x = new4(f, N, C, H, H), *w = new4(f, O, C, 3, 3);
+    tensor_t *y[2] = {new4(f, N, O, OH, OH), new4(f, N, O, OH, OH)};
+    test_rng r;
+    test_rng_seed(&r, seed);
+    float *buf = malloc(4 * (size_t)(nx + nw));
+    for (int64_t i = 0; i < nw; i++) buf[i] = (float)(0.1 * test_rng_normal(&r));
+    CHECK_STATUS(tensor_from_f32(w, buf), FX_OK);
+    int16_t *a = malloc(2 * (size_t)ny), *b = malloc(2 * (size_t)ny);
+    static const double scale[8] = {1, 1, 1, 1, 9, 9, 9, 9};
+    const long long before = fx_i16_fwd_amx_round_calls();
+    for (int call = 0; call < 8; call++) {
+        for (int64_t i = 0; i < nx; i++) buf[i] = (float)(scale[call] * test_rng_normal(&r));
+        CHECK_STATUS(tensor_from_f32(x, buf), FX_OK);
+        for (int k = 0; k < 2; k++) {
+            fx_i16_fwd_amx_round_set_enabled(k == 0);
+            CHECK_STATUS(tensor_conv2d(y[k], x, w, stride, stride, 1, 1, 1, 1), FX_OK);
+        }
+        fx_i16_fwd_amx_round_set_enabled(1);
+        CHECK_STATUS(tensor_get_raw(y[0], a), FX_OK);
+        CHECK_STATUS(tensor_get_raw(y[1], b), FX_OK);
+        CHECK(memcmp(a, b, 2 * (size_t)ny) == 0 && tensor_exp(y[0]) == tensor_exp(y[1]),
+              "%s C%lld stride %d call %d: y rounded in the kernel differs", fmt_name(f),
+              (long long)C, stride, call);
+    }
+    CHECK(fx_i16_fwd_amx_round_calls() > before, "%s C%lld stride %d: the kernel never rounded",
+          fmt_name(f), (long long)C, stride);
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(y[0]);
+    tensor_free(y[1]);
+    free(buf);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
@@ -245,6 +349,9 @@ int main(void)
         check_ops(FMT_FLEX16_5, 4, 16, 16, 16, 1, seed++);
         check_ops(FMT_DFP16, 3, 32, 12, 32, 1, seed++);
         check_ops(FMT_FLEX16_5, 4, 16, 32, 32, 2, seed++);
+        check_round_ops(FMT_FLEX16_5, 4, 16, 16, 16, 1, seed++);
+        check_round_ops(FMT_DFP16, 3, 32, 12, 32, 1, seed++);
+        check_round_ops(FMT_DFP16, 4, 16, 32, 32, 2, seed++);
     }
     return test_finish("test_conv_i16_amx");
 }

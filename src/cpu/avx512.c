@@ -136,6 +136,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
         b->conv.wtiles_i16 = fx_conv_wtiles_i16_avx512;
         /* and from 16 channels each way its forward passes on tiles read in place */
         b->conv.i16_fwd_amx = fx_i16_fwd_amx;
+        b->conv.i16_fwd_amx_round = fx_i16_fwd_amx_round;
         b->conv.i16_wgrad_amx = fx_i16_wgrad_amx; /* and its stride-1 weight gradients */
     }
     /* int16 GEMM tuning: pre-packed A panels of its 6 x 32 tile; B is packed per product, as

@@ -58,6 +58,22 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                    const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                    uint64_t *ymax);
 long long fx_i16_fwd_amx_calls(void);
+/* fx_i16_fwd_amx with its sums rounded in its epilogue, while they are in registers, instead of
+ * stored: at `shift` places (fx_q64_fast_ok shifts) on quant_i64's fast route, the chunk's
+ * mantissas go straight into yq in NCHW order (its first image's), and part[i] gets image i's
+ * statistics, those quant_i64_t gives its [P, O] sums (src/flex/quant_avx512.c; the same
+ * bits). One thread. Returns 1 when done; 0 for a shift off that route or an image with a sum
+ * above fx_q64_fast_bound (a saturating write, which the general rounding counts), and then yq
+ * and part hold nothing to keep: the caller computes the chunk's sums and rounds them. The
+ * switch (0: every caller takes the int64 sums; for tests and A/B timings) and the count of
+ * chunks done. */
+struct fx_qstats;
+int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                         const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
+                         struct fx_qstats *part);
+void fx_i16_fwd_amx_round_set_enabled(int on);
+int fx_i16_fwd_amx_round_enabled(void);
+long long fx_i16_fwd_amx_round_calls(void);
 /* The weight gradient likewise (src/flex/conv_i16_wgrad_amx.c): fx_i16_wgrad_direct's contract
  * (dwt[r O + o] written or, with add, added to) except that x is the chunk unpadded, its nbc
  * images [C, H, W] one after another; never declining; tiles read in

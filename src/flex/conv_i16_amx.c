@@ -29,9 +29,12 @@
 #include "../core/amx_tiles.h"
 #include "../nn/conv_panels.h"
 #include "../core/layout_kernels.h"
+#include "../core/prefetch.h"
 #include "../nn/im2col.h"
 #include "amx_i16_sums.h"
 #include "conv_i16.h"
+#include "flex_kernels.h"
+#include "quant_q64_avx512.h"
 
 #include <immintrin.h>
 #include <stdatomic.h>
@@ -104,20 +107,15 @@ int64_t fx_i16_fwd_amx_scratch(const struct fx_conv_geom *g, int64_t nb)
     return (2 * g->H * g->W * g->C + 2 * (n + slack) + 256) / 4 + 1;
 }
 
-int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
-                   const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
-                   uint64_t *ymax)
+/* The chunk's input as the tiles read it: each image transposed channel-last and split into
+ * the byte planes' padded rows, the padding zeroed (one pass over the chunk's values each, no
+ * padded NCHW copy); the planes 64-byte aligned, their slack zero. *hi and *lo: the planes. */
+static void amx_fwd_planes(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
+                           uint32_t *scratch, int8_t **hi_out, int8_t **lo_out)
 {
-    atomic_fetch_add_explicit(&amx_fwd_calls, 1, memory_order_relaxed);
-    const int64_t C = g->C, O = g->O, KH = g->KH, KW = g->KW, sh = g->sh, sw = g->sw;
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HWp = Hp * Wp;
-    const int64_t OH = g->OH, OW = g->OW, P = OH * OW;
-    const int64_t kc = piece_bytes(g), npc = KW * C / kc, nob = O / 16;
-    const int64_t n = fx_conv_padded_numel(g, nbc), slack = (16 * sw + KW) * C;
-    /* per image: the unpadded image transposed channel-last (H W x C), then each input row's
-     * W C values split into the byte planes' padded row, the padding zeroed (one pass over the
-     * chunk's values each, no padded NCHW copy); the planes 64-byte aligned, their slack zero */
-    const int64_t H = g->H, W = g->W, ph = g->ph, pw = g->pw;
+    const int64_t C = g->C, H = g->H, W = g->W, ph = g->ph, pw = g->pw;
+    const int64_t Wp = W + 2 * pw, HWp = (H + 2 * ph) * Wp;
+    const int64_t n = fx_conv_padded_numel(g, nbc), slack = (16 * g->sw + g->KW) * C;
     int16_t *xq = (int16_t *)(void *)scratch;
     xq += (32 - ((uintptr_t)xq / 2) % 32) % 32;
     int8_t *hi = (int8_t *)(void *)(xq + H * W * C);
@@ -139,41 +137,75 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
     }
     memset(hi + n, 0, (size_t)slack);
     memset(lo + n, 0, (size_t)slack);
-    const int64_t nblk = (OW + 15) / 16, nblocks = nbc * OH * nblk;
-    const int64_t a_stride = sw * C;
-    const int8_t *wb = (const int8_t *)(const void *)wq;
+    *hi_out = hi;
+    *lo_out = lo;
+}
+
+/* The tile shapes: tmm0-3 16 x 16 int32, tmm4-5 16 rows of kc bytes, tmm6-7 kc / 4 rows */
+static void amx_fwd_configure(int64_t kc)
+{
     const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, (unsigned char)(kc / 4),
                                    (unsigned char)(kc / 4)};
     const unsigned short colsb[8] = {64, 64, 64, 64, (unsigned short)kc, (unsigned short)kc, 64, 64};
+    fx_amx_tiles_configure_shapes(rows, colsb);
+}
+
+/* tmm0-3 = the sums of block b's 16 pixels (one output row's, from ow0) by output channels
+ * ob * 16 .. + 15, stored into acc; *im, *oh, *ow0 and *nrows (the pixels in the row) set */
+static inline void amx_fwd_block(const struct fx_conv_geom *g, const int8_t *hi, const int8_t *lo,
+                                 const int8_t *wb, int64_t b, int64_t ob, int32_t acc[4][256],
+                                 int64_t *im, int64_t *oh, int64_t *ow0, int *nrows)
+{
+    const int64_t C = g->C, KH = g->KH, Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph;
+    const int64_t OH = g->OH, OW = g->OW, kc = piece_bytes(g), npc = g->KW * C / kc;
+    const int64_t nob = g->O / 16, nblk = (OW + 15) / 16;
+    const int64_t row = b / nblk;
+    *ow0 = (b % nblk) * 16;
+    *im = row / OH;
+    *oh = row % OH;
+    *nrows = OW - *ow0 < 16 ? (int)(OW - *ow0) : 16;
+    const int64_t base = ((*im * Hp + *oh * g->sh) * Wp + *ow0 * g->sw) * C;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t kh = 0; kh < KH; kh++)
+        for (int64_t j = 0; j < npc; j++) {
+            const int64_t off = base + kh * Wp * C + j * kc;
+            const int8_t *tb = wb + ((kh * npc + j) * nob + ob) * 2 * TILE_BYTES;
+            fx_amx_i16_step(hi + off, lo + off, g->sw * C, tb, tb + TILE_BYTES, 64);
+        }
+    fx_amx_i16_store(acc);
+}
+
+int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
+                   const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
+                   uint64_t *ymax)
+{
+    atomic_fetch_add_explicit(&amx_fwd_calls, 1, memory_order_relaxed);
+    const int64_t O = g->O, OW = g->OW, P = g->OH * OW;
+    int8_t *hi, *lo;
+    amx_fwd_planes(g, x, nbc, scratch, &hi, &lo);
+    const int64_t nob = O / 16, nblocks = nbc * g->OH * ((OW + 15) / 16);
+    const int8_t *wb = (const int8_t *)(const void *)wq;
+    const int64_t kc = piece_bytes(g);
     uint64_t gmax = 0;
     (void)nthreads;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
 #endif
     {
-        fx_amx_tiles_configure_shapes(rows, colsb);
+        amx_fwd_configure(kc);
         int32_t acc[4][256] __attribute__((aligned(64)));
         __m512i vmax = _mm512_setzero_si512();
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t b = 0; b < nblocks; b++) {
-            const int64_t row = b / nblk, ow0 = (b % nblk) * 16;
-            const int64_t im = row / OH, oh = row % OH;
-            const int nrows = OW - ow0 < 16 ? (int)(OW - ow0) : 16;
-            const int64_t base = ((im * Hp + oh * sh) * Wp + ow0 * sw) * C;
+        for (int64_t b = 0; b < nblocks; b++)
             for (int64_t ob = 0; ob < nob; ob++) {
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
-                for (int64_t kh = 0; kh < KH; kh++)
-                    for (int64_t j = 0; j < npc; j++) {
-                        const int64_t off = base + kh * Wp * C + j * kc;
-                        const int8_t *tb = wb + ((kh * npc + j) * nob + ob) * 2 * TILE_BYTES;
-                        fx_amx_i16_step(hi + off, lo + off, a_stride, tb, tb + TILE_BYTES, 64);
-                    }
-                fx_amx_i16_store(acc);
+                int64_t im, oh, ow0;
+                int nrows;
+                amx_fwd_block(g, hi, lo, wb, b, ob, acc, &im, &oh, &ow0, &nrows);
                 /* 65536 HH + 256 (HL + LH) + LL per output, in int64 */
                 int64_t *yb = y + (im * P + oh * OW + ow0) * O + ob * 16;
                 for (int r = 0; r < nrows; r++)
@@ -183,7 +215,6 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
                         vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(s));
                     }
             }
-        }
         _tile_release();
         const uint64_t m = _mm512_reduce_max_epu64(vmax);
 #ifdef _OPENMP
@@ -193,4 +224,109 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
     }
     *ymax = gmax;
     return 1;
+}
+
+/* ---- the sums rounded in the epilogue (fx_i16_fwd_amx_round) --------------------------------
+ * Why: fx_i16_fwd_amx stores every output's int64 sum (8 bytes, four times the mantissa) and
+ * the caller's rounding (quant_i64_t) reads them back and stores the mantissas transposed into
+ * NCHW order: in a ResNet-20 flex16_5 step the int64 combination and stores were about half of
+ * this kernel's samples and the rounding pass 8 % of the step's. Here each block's sums are
+ * rounded where they are made, on quant_i64's fast route (quant_q64_avx512.h: the same
+ * rounding and statistics), and its 16 x 16 mantissas are transposed in registers and stored
+ * as 16 pixels of each of 16 channels. */
+static atomic_int amx_round_enabled = 1;
+static atomic_llong amx_round_calls;
+
+void fx_i16_fwd_amx_round_set_enabled(int on) { atomic_store(&amx_round_enabled, on != 0); }
+int fx_i16_fwd_amx_round_enabled(void) { return atomic_load(&amx_round_enabled); }
+long long fx_i16_fwd_amx_round_calls(void) { return atomic_load(&amx_round_calls); }
+
+/* 16 pixels (rows) x 16 channels of int16 mantissas, row i and row i + 8 in r[i]'s two halves,
+ * transposed and stored as 16 pixels of each channel: channel c at dst + c * P, the first
+ * nrows pixels. The three unpack stages are fx_transpose16_avx512's, on an 8 x 32 matrix whose
+ * columns 16-31 are rows 8-15's channels, so that a result holds channel j (pixels 0-7, 8-15)
+ * in its lanes 0 and 2 and channel 8 + j in lanes 1 and 3. */
+static inline void amx_store_t16(const __m512i r[8], int16_t *dst, int64_t P, int nrows)
+{
+    __m512i a[8], b[8];
+    for (int i = 0; i < 4; i++) {
+        a[2 * i] = _mm512_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++) {
+        const __m512i *aa = a + 4 * h;
+        b[4 * h + 0] = _mm512_unpacklo_epi32(aa[0], aa[2]);
+        b[4 * h + 1] = _mm512_unpackhi_epi32(aa[0], aa[2]);
+        b[4 * h + 2] = _mm512_unpacklo_epi32(aa[1], aa[3]);
+        b[4 * h + 3] = _mm512_unpackhi_epi32(aa[1], aa[3]);
+    }
+    const __mmask16 m = nrows == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nrows) - 1u);
+    /* sixteen short runs into an output written once per op, more streams than a hardware
+     * prefetcher follows: each plane's line two lines ahead of the stores, as quant_i64_t
+     * reads it (FX_Q_T_STORE_AHEAD; without it a ResNet-20 stage-1 forward pass in training
+     * took 0.12 ms longer than the int64 route's, whose rounding prefetches so) */
+    for (int c = 0; c < 16; c++) fx_prefetch_at(dst + c * P, FX_Q_T_STORE_AHEAD);
+    for (int k = 0; k < 4; k++)
+        for (int e = 0; e < 2; e++) {
+            const int j = 2 * k + e;
+            const __m512i c = e ? _mm512_unpackhi_epi64(b[k], b[4 + k])
+                                : _mm512_unpacklo_epi64(b[k], b[4 + k]);
+            /* lanes 0, 2, 1, 3: channel j's 16 pixels, then channel 8 + j's */
+            const __m512i t = _mm512_shuffle_i64x2(c, c, _MM_SHUFFLE(3, 1, 2, 0));
+            _mm256_mask_storeu_epi16(dst + j * P, m, _mm512_castsi512_si256(t));
+            _mm256_mask_storeu_epi16(dst + (8 + j) * P, m, _mm512_extracti64x4_epi64(t, 1));
+        }
+}
+
+int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
+                         const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
+                         fx_qstats *part)
+{
+    if (!fx_q64_fast_ok(shift) || nbc <= 0) return 0;
+    atomic_fetch_add_explicit(&amx_fwd_calls, 1, memory_order_relaxed);
+    const int64_t O = g->O, OW = g->OW, P = g->OH * OW;
+    int8_t *hi, *lo;
+    amx_fwd_planes(g, x, nbc, scratch, &hi, &lo);
+    const int64_t nob = O / 16, per_image = g->OH * ((OW + 15) / 16);
+    const int8_t *wb = (const int8_t *)(const void *)wq;
+    const fx_q64_fast f = fx_q64_fast_setup(shift);
+    const uint64_t bound = fx_q64_fast_bound(shift);
+    amx_fwd_configure(piece_bytes(g));
+    int32_t acc[4][256] __attribute__((aligned(64)));
+    int ok = 1;
+    /* one image at a time, so that its statistics are complete when its blocks are */
+    for (int64_t i = 0; i < nbc && ok; i++) {
+        __m512i max_in = _mm512_setzero_si512();
+        int64_t nuf = 0;
+        for (int64_t b = i * per_image; b < (i + 1) * per_image; b++)
+            for (int64_t ob = 0; ob < nob; ob++) {
+                int64_t im, oh, ow0;
+                int nrows;
+                amx_fwd_block(g, hi, lo, wb, b, ob, acc, &im, &oh, &ow0, &nrows);
+                __m512i r[8];
+                for (int p = 0; p < 8; p++) {
+                    __m256i half[2];
+                    for (int u = 0; u < 2; u++) { /* pixel p, then pixel p + 8 */
+                        const int px = p + 8 * u;
+                        __m128i w[2];
+                        for (int h = 0; h < 2; h++) {
+                            /* pixels past the row's end are not outputs: 0 counts nowhere */
+                            const __m512i s =
+                                px < nrows ? fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * px + 8 * h)
+                                           : _mm512_setzero_si512();
+                            w[h] = _mm512_cvtepi64_epi16(fx_q64_fast_round(&f, s, &max_in, &nuf));
+                        }
+                        half[u] = _mm256_inserti128_si256(_mm256_castsi128_si256(w[0]), w[1], 1);
+                    }
+                    r[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
+                }
+                amx_store_t16(r, yq + (im * O + ob * 16) * P + oh * OW + ow0, P, nrows);
+            }
+        const uint64_t mx = _mm512_reduce_max_epu64(max_in);
+        if (mx > bound) ok = 0; /* a saturating sum: the general rounding, from int64 sums */
+        else fx_q64_fast_stats_of(&part[i], mx, nuf, shift);
+    }
+    _tile_release();
+    if (ok) atomic_fetch_add_explicit(&amx_round_calls, 1, memory_order_relaxed);
+    return ok;
 }

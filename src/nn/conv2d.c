@@ -967,6 +967,15 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         for (int t = 0; arr && t < 2 * plan.outer; t++) fx_qstats_init(&aq[t]);
     }
     yq.defer_copy = arr != NULL;
+    /* On the AMX kernel, where each chunk's sums would only be rounded at the guess and then
+     * dropped (no stage, no second rounding, one thread a chunk), the kernel rounds them in its
+     * epilogue instead of storing them (fx_i16_fwd_amx_round: the same mantissas and per-sample
+     * statistics, without the int64 sums written and read back); a chunk it declines (a
+     * saturating sum) takes the int64 route below. */
+    const int kround = iamx && yshared && yq.pix == NULL && fuse_e != FX_EXP_NONE &&
+                       alt_e == FX_EXP_NONE && fused_max_exact && plan.inner == 1 && !ep &&
+                       be->cvt.quant_i64_t && be->conv.i16_fwd_amx_round &&
+                       fx_i16_fwd_amx_round_enabled();
     /* bf16 on the AMX route from patch rows: the weights packed in its tiles once for all
      * chunks (each chunk's GEMM would pack the same B again: about 5 % of a bf16 CNN step) */
     uint16_t *bamx = NULL;
@@ -1071,9 +1080,12 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const int16_t *ksrc = kunpad && !ifold
                                   ? (const int16_t *)xo.data + n0 * g.C * g.H * g.W
                                   : (const int16_t *)(const void *)myxp;
-        const int idone = idirect && ik.run(&gkernel, ksrc, nbc, iwq,
-                                                      iscr + tid * iscr_n,
-                                                      (int64_t *)(void *)myy, plan.inner, &kmax);
+        const int rounded = kround && be->conv.i16_fwd_amx_round(
+                                          &gkernel, ksrc, nbc, iwq, iscr + tid * iscr_n,
+                                          fuse_e - yq.exp, yq.tmp + n0 * g.O * P, yq.part + n0);
+        const int idone = rounded || (idirect && ik.run(&gkernel, ksrc, nbc, iwq,
+                                                        iscr + tid * iscr_n,
+                                                        (int64_t *)(void *)myy, plan.inner, &kmax));
         if (ifold && !idone) {
             /* declined: the GEMM's padded chunk in place of the folded one, its slack zeros */
             fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
@@ -1140,8 +1152,9 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
              * thread's chunks stand for the loop, as in any parallel region) */
             fx_prof_span sp;
             fx_prof_begin(&sp);
-            conv_yquant_samples(&yq, (const int64_t *)(const void *)myy, fuse_e, 1, 0, n0, nbc,
-                                plan.inner);
+            if (!rounded) /* else the kernel rounded the chunk */
+                conv_yquant_samples(&yq, (const int64_t *)(const void *)myy, fuse_e, 1, 0, n0,
+                                    nbc, plan.inner);
             if (alt_e != FX_EXP_NONE)
                 conv_yquant_samples(&yq_alt, (const int64_t *)(const void *)myy, alt_e, 1, 0, n0,
                                     nbc, plan.inner);
