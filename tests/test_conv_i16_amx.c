@@ -30,6 +30,7 @@
 
 static int16_t draw(test_rng *r, int full)
 {
+    if (full == 2) return -32768; /* every product 2^30: the largest sums, 16384 K HH */
     if (full) {
         const uint64_t u = test_rng_u64(r);
         if (u % 16 == 0) return (int16_t)(u % 32 == 0 ? -32768 : 32767);
@@ -137,7 +138,7 @@ static void check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
         CHECK(bad == 0, "C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %d %s data, %d "
               "thread(s): %ld sums differ from the exact ones", (long long)C, (long long)H,
               (long long)W, (long long)O, (long long)KH, (long long)KW, pad, stride,
-              full ? "full-range" : "small", threads, bad);
+              full == 2 ? "extreme" : full ? "full-range" : "small", threads, bad);
         CHECK(ymax == wmax, "C%lld O%lld: largest |sum| %llu, want %llu", (long long)C,
               (long long)O, (unsigned long long)ymax, (unsigned long long)wmax);
     }
@@ -316,7 +317,10 @@ int main(void)
         return test_skip("test_conv_i16_amx", "no AMX-INT8 this process may use");
     CHECK_STATUS(flexpoint_set_backend("avx512"), FX_OK);
     uint64_t seed = 5;
-    for (int full = 0; full <= 1; full++) {
+    /* small, full-range and extreme data (every value -32768: the largest accumulators, where
+     * a rounding epilogue's int32 shortcut, fx_amx_i16_sums16_small, would wrap past its
+     * bound of 504 products: 432 products below it, 576 and 800 above) */
+    for (int full = 0; full <= 2; full++) {
         check_kernel(2, 16, 32, 32, 16, 3, 3, 1, 1, full, seed++); /* stage 1: pieces of 48 */
         check_kernel(2, 32, 16, 16, 32, 3, 3, 1, 1, full, seed++); /* stage 2: 2 x 48 */
         check_kernel(2, 64, 8, 8, 64, 3, 3, 1, 1, full, seed++);   /* stage 3: 3 x 64 */

@@ -45,4 +45,24 @@ static inline __m512i fx_amx_i16_sums8(const int32_t acc[4][256], int q)
         ll);
 }
 
+/* The 16 sums of accumulator row q (q a multiple of 16), as two vectors of 8 (columns q .. q + 7,
+ * then q + 8 .. q + 15), for sums of at most FX_AMX_I16_SUMS32_MAX_K products: 256 HH + HL + LH
+ * then fits int32 (|HH| <= 2^14 K, |HL| and |LH| <= 32640 K: 4259584 K < 2^31), so it is formed
+ * in 16 int32 lanes and only it and LL are widened, three widenings of the four gone. The same
+ * sums as fx_amx_i16_sums8's. */
+#define FX_AMX_I16_SUMS32_MAX_K 504
+static inline void fx_amx_i16_sums16_small(const int32_t acc[4][256], int q, __m512i *s0,
+                                           __m512i *s1)
+{
+    const __m512i hh = _mm512_load_si512((const void *)(acc[0] + q));
+    const __m512i hl = _mm512_load_si512((const void *)(acc[1] + q));
+    const __m512i lh = _mm512_load_si512((const void *)(acc[2] + q));
+    const __m512i a = _mm512_add_epi32(_mm512_slli_epi32(hh, 8), _mm512_add_epi32(hl, lh));
+    const __m512i lo = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[3] + q)));
+    const __m512i hi = _mm512_cvtepi32_epi64(_mm256_load_si256((const void *)(acc[3] + q + 8)));
+    *s0 = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(a)), 8), lo);
+    *s1 = _mm512_add_epi64(
+        _mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(a, 1)), 8), hi);
+}
+
 #endif

@@ -291,6 +291,7 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
     const int8_t *wb = (const int8_t *)(const void *)wq;
     const fx_q64_fast f = fx_q64_fast_setup(shift);
     const uint64_t bound = fx_q64_fast_bound(shift);
+    const int small_k = g->C * g->KH * g->KW <= FX_AMX_I16_SUMS32_MAX_K;
     amx_fwd_configure(piece_bytes(g));
     int32_t acc[4][256] __attribute__((aligned(64)));
     int ok = 1;
@@ -308,14 +309,18 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
                     __m256i half[2];
                     for (int u = 0; u < 2; u++) { /* pixel p, then pixel p + 8 */
                         const int px = p + 8 * u;
-                        __m128i w[2];
-                        for (int h = 0; h < 2; h++) {
-                            /* pixels past the row's end are not outputs: 0 counts nowhere */
-                            const __m512i s =
-                                px < nrows ? fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * px + 8 * h)
-                                           : _mm512_setzero_si512();
-                            w[h] = _mm512_cvtepi64_epi16(fx_q64_fast_round(&f, s, &max_in, &nuf));
+                        __m512i s[2];
+                        if (px >= nrows) { /* past the row's end, no outputs: 0 counts nowhere */
+                            s[0] = s[1] = _mm512_setzero_si512();
+                        } else if (small_k) {
+                            fx_amx_i16_sums16_small((const int32_t(*)[256])acc, 16 * px, &s[0], &s[1]);
+                        } else {
+                            s[0] = fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * px);
+                            s[1] = fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * px + 8);
                         }
+                        __m128i w[2];
+                        for (int h = 0; h < 2; h++)
+                            w[h] = _mm512_cvtepi64_epi16(fx_q64_fast_round(&f, s[h], &max_in, &nuf));
                         half[u] = _mm256_inserti128_si256(_mm256_castsi128_si256(w[0]), w[1], 1);
                     }
                     r[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
