@@ -18,27 +18,6 @@
 
 static int g_normal = 1; /* BENCH_DATA */
 
-static tensor_t *random_tensor(fmt_t f, const int64_t *shape, float scale, int relu,
-                               unsigned *seed)
-{
-    tensor_t *t = tensor_new(f, 4, shape);
-    if (!t) return NULL;
-    const int64_t n = tensor_numel(t);
-    float *v = malloc((size_t)n * sizeof *v);
-    if (!v) {
-        tensor_free(t);
-        return NULL;
-    }
-    for (int64_t i = 0; i < n; i++) v[i] = bench_value(seed, scale, relu, g_normal);
-    const int rc = tensor_from_f32(t, v);
-    free(v);
-    if (rc) {
-        tensor_free(t);
-        return NULL;
-    }
-    return t;
-}
-
 typedef struct layer {
     const char *name;
     int64_t C, HW, O;
@@ -83,9 +62,9 @@ int main(int argc, char **argv)
             if (any && !wanted[f]) continue;
             const int64_t xs[4] = {128, L->C, L->HW, L->HW}, ws[4] = {L->O, L->C, 5, 5};
             const int64_t ys[4] = {128, L->O, L->HW, L->HW};
-            tensor_t *x = random_tensor(f, xs, 1.0f, 1, &seed);
-            tensor_t *w = random_tensor(f, ws, 0.1f, 0, &seed);
-            tensor_t *dy = random_tensor(f, ys, 0.01f, 0, &seed);
+            tensor_t *x = bench_tensor4(f, xs, 1.0f, 1, g_normal, &seed);
+            tensor_t *w = bench_tensor4(f, ws, 0.1f, 0, g_normal, &seed);
+            tensor_t *dy = bench_tensor4(f, ys, 0.01f, 0, g_normal, &seed);
             tensor_t *y = tensor_new(f, 4, ys), *dx = tensor_new(f, 4, xs),
                      *dw = tensor_new(f, 4, ws);
             if (!x || !w || !dy || !y || !dx || !dw) {

@@ -37,26 +37,6 @@ static const shape SHAPES[] = {
     {"cnn conv2 32->64 14x14 5x5", 32, 14, 64, 5, 1, 2},
 };
 
-static tensor_t *filled(fmt_t f, const int64_t *sh, float scale, int relu, unsigned *seed)
-{
-    tensor_t *t = tensor_new(f, 4, sh);
-    if (!t) return NULL;
-    const int64_t n = tensor_numel(t);
-    float *v = malloc((size_t)n * sizeof *v);
-    if (!v) {
-        tensor_free(t);
-        return NULL;
-    }
-    for (int64_t i = 0; i < n; i++) v[i] = bench_value(seed, scale, relu, 1);
-    const int rc = tensor_from_f32(t, v);
-    free(v);
-    if (rc) {
-        tensor_free(t);
-        return NULL;
-    }
-    return t;
-}
-
 int main(int argc, char **argv)
 {
     const int reps = argc > 1 ? atoi(argv[1]) : 60;
@@ -87,7 +67,7 @@ int main(int argc, char **argv)
             const int64_t xs[4] = {128, s->C, s->H, s->H}, ws[4] = {s->O, s->C, s->K, s->K};
             const int64_t ys[4] = {128, s->O, OH, OH};
             unsigned seed = 7 + (unsigned)si;
-            tensor_t *x = filled(f, xs, 1.0f, 1, &seed), *w = filled(f, ws, 0.1f, 0, &seed);
+            tensor_t *x = bench_tensor4(f, xs, 1.0f, 1, 1, &seed), *w = bench_tensor4(f, ws, 0.1f, 0, 1, &seed);
             tensor_t *y[2] = {tensor_new(f, 4, ys), tensor_new(f, 4, ys)};
             if (!x || !w || !y[0] || !y[1]) {
                 fprintf(stderr, "bench_conv_round: %s\n", flexpoint_last_error());

@@ -1,9 +1,11 @@
 /* Helpers every benchmark program shares: a clock reading in seconds, the median of a
- * sample and the convolution benchmarks' operand values. Header-only (each bench/bench_*.c is
+ * sample and the convolution benchmarks' operand values and tensors. Header-only (each bench/bench_*.c is
  * its own program); include it after <time.h>'s feature macros are set (_POSIX_C_SOURCE or
  * _GNU_SOURCE at the top of the program). */
 #ifndef FX_BENCH_UTIL_H
 #define FX_BENCH_UTIL_H
+
+#include "flexpoint.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -63,6 +65,29 @@ static inline float bench_value(unsigned *seed, float scale, int relu, int norma
         v = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
     }
     return scale * (float)(relu && v < 0 ? 0.0 : v);
+}
+
+/* A new 4-d tensor of format f and shape, holding bench_value(seed, scale, relu, normal)
+ * values rounded into f; NULL where it cannot be made (flexpoint_last_error says why). */
+static inline tensor_t *bench_tensor4(fmt_t f, const int64_t *shape, float scale, int relu,
+                                      int normal, unsigned *seed)
+{
+    tensor_t *t = tensor_new(f, 4, shape);
+    if (!t) return NULL;
+    const int64_t n = tensor_numel(t);
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) {
+        tensor_free(t);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) v[i] = bench_value(seed, scale, relu, normal);
+    const int rc = tensor_from_f32(t, v);
+    free(v);
+    if (rc) {
+        tensor_free(t);
+        return NULL;
+    }
+    return t;
 }
 
 #endif
