@@ -220,13 +220,11 @@ int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
                          .quantize = bn_quantize};
     int rc = fx_write_shared_with(y, &src, func);
     if (rc == FX_OK) atomic_fetch_add(&direct_runs, 1);
-    if (rc == FX_OK && relu_y) {
-        /* y's write kept the last rounding it asked for: relu(y) stands on it when that was at
-         * y's exponent now; else tensor_relu rounds it from y */
-        rc = c.relu_y && c.relu_eu != FX_EXP_NONE && y->st->exp == c.relu_eu
-                 ? fx_relu_early_finish(relu_y, y, c.relu_eu, c.relu_ey, &c.relu_q)
-                 : tensor_relu(relu_y, y);
-        if (c.relu_y && c.relu_eu != FX_EXP_NONE) atomic_fetch_add(&relu_runs, 1);
+    if (rc == FX_OK && c.relu_eu != FX_EXP_NONE) {
+        /* y's write kept the last rounding it asked for: relu(y) stands on it where that was at
+         * y's exponent now (else fx_relu_early_finish rounds it again from y) */
+        if (y->st->exp == c.relu_eu) atomic_fetch_add(&relu_runs, 1);
+        rc = fx_relu_early_finish(relu_y, y, c.relu_eu, c.relu_ey, &c.relu_q);
         if (relu_done) *relu_done = 1;
     }
     return rc;

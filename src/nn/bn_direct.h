@@ -18,10 +18,10 @@ int fx_bn_direct_ok(const tensor_t *y, const tensor_t *x, const fx_bn_src *xs);
  * (the kernels' sum_range_i16): FX_OK or the write's status, or FX_BN_DIRECT_DECLINED (nothing
  * written) where an output is not finite, which the stage route counts, or where there are no
  * inputs. With relu_y (a tensor of y's shape sharing storage with neither x nor y; NULL: none),
- * once y's write succeeded also tensor_relu(relu_y, y)'s write, the same bits, made from each
- * piece of y while it is in cache where tensor_relu would take its one-pass route
- * (fx_relu_early_ok); *relu_done then says that relu_y's write was made (the status is that
- * write's), and stays 0 otherwise (relu_y untouched). */
+ * where tensor_relu would take its one-pass route (fx_relu_early_ok), relu(y) is also made from
+ * each piece of y while it is in cache, and once y's write succeeded, relu_y's write follows
+ * (tensor_relu's bits); *relu_done then says that relu_y's write was made (the status is that
+ * write's), and stays 0 otherwise: the caller writes relu_y itself. */
 int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
                          const fx_bn_kernels *k, const double *mu, const double *a,
                          const double *b, const int16_t *lo, const int16_t *hi,
