@@ -8,13 +8,15 @@
  * at least 12 output pixels, 16 channels each way and more): ResNet-20's 16- and 32-channel
  * 3 x 3 layers, its 16 -> 32 stride-2 layer, and the Fashion-MNIST CNN's conv2 (5 x 5 over 32
  * channels: 800 products a sum, past the int32 shortcut's 504). ReLU-like inputs and small
- * weights (standard-normal values scaled, bench_value), FLEX16_5 and DFP16 outputs.
+ * weights (standard-normal values scaled, bench_value), FLEX16_5 and DFP16 outputs, and DFP16
+ * outputs whose exponent hovers ("dfp16 hov": the input alternates between two scales 2.5x
+ * apart, so every write moves and is rounded at two exponents, conv2d.c's second rounding).
  *
  * Each repetition calls tensor_conv2d once with the rounding kernel off and once on, one after
- * the other, into outputs of their own whose exponent guesses are steady after the untimed
- * warm-up calls; cells are the median wall time of the repetitions, and the ratio on / off. The
- * count of chunks the kernel rounded shows that the route ran. Skips where the CPU has no
- * AMX-INT8 this process may use. */
+ * the other, into outputs of their own whose exponent guesses are steady (or hover) after the
+ * untimed warm-up calls; cells are the median wall time of the repetitions, and the ratio
+ * on / off. The count of chunks the kernel rounded (of those, at two exponents) shows that the
+ * route ran. Skips where the CPU has no AMX-INT8 this process may use. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
@@ -54,37 +56,44 @@ int main(int argc, char **argv)
     flexpoint_set_num_threads(threads);
     printf("backend %s, %d threads, batch 128, %d repetitions (median ms a call)\n",
            flexpoint_backend(), threads, reps);
-    printf("%-28s %-9s %10s %10s %7s %8s\n", "shape", "format", "int64", "in kernel", "ratio",
-           "rounded");
-    static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
+    printf("%-28s %-9s %10s %10s %7s %8s %8s\n", "shape", "format", "int64", "in kernel",
+           "ratio", "rounded", "twice");
+    static const fmt_t fmts[3] = {FMT_FLEX16_5, FMT_DFP16, FMT_DFP16};
     double *t[2] = {malloc(sizeof(double) * (size_t)reps), malloc(sizeof(double) * (size_t)reps)};
     if (!t[0] || !t[1]) return 2;
     for (size_t si = 0; si < sizeof SHAPES / sizeof *SHAPES; si++)
-        for (int fi = 0; fi < 2; fi++) {
+        for (int fi = 0; fi < 3; fi++) {
             const shape *s = &SHAPES[si];
             const fmt_t f = fmts[fi];
+            const int hover = fi == 2;
             const int64_t OH = (s->H + 2 * s->pad - s->K) / s->stride + 1;
             const int64_t xs[4] = {128, s->C, s->H, s->H}, ws[4] = {s->O, s->C, s->K, s->K};
             const int64_t ys[4] = {128, s->O, OH, OH};
             unsigned seed = 7 + (unsigned)si;
-            tensor_t *x = bench_tensor4(f, xs, 1.0f, 1, 1, &seed), *w = bench_tensor4(f, ws, 0.1f, 0, 1, &seed);
+            unsigned seed2 = seed;
+            tensor_t *x = bench_tensor4(f, xs, 1.0f, 1, 1, &seed);
+            /* the second input: the same values 2.5x larger (hovering), else x again */
+            tensor_t *x2 = hover ? bench_tensor4(f, xs, 2.5f, 1, 1, &seed2) : x;
+            tensor_t *w = bench_tensor4(f, ws, 0.1f, 0, 1, &seed);
             tensor_t *y[2] = {tensor_new(f, 4, ys), tensor_new(f, 4, ys)};
-            if (!x || !w || !y[0] || !y[1]) {
+            if (!x || !x2 || !w || !y[0] || !y[1]) {
                 fprintf(stderr, "bench_conv_round: %s\n", flexpoint_last_error());
                 return 2;
             }
             for (int warm = 0; warm < 4; warm++)
                 for (int m = 0; m < 2; m++) {
                     fx_i16_fwd_amx_round_set_enabled(m);
-                    tensor_conv2d(y[m], x, w, s->stride, s->stride, s->pad, s->pad, 1, 1);
+                    tensor_conv2d(y[m], warm % 2 ? x2 : x, w, s->stride, s->stride, s->pad,
+                                  s->pad, 1, 1);
                 }
             const long long before = fx_i16_fwd_amx_round_calls();
+            const long long before2 = fx_i16_fwd_amx_round2_calls();
             for (int r = 0; r < reps; r++)
                 for (int m = 0; m < 2; m++) {
                     fx_i16_fwd_amx_round_set_enabled(m);
                     const double t0 = bench_clock_s(CLOCK_MONOTONIC);
-                    const int rc =
-                        tensor_conv2d(y[m], x, w, s->stride, s->stride, s->pad, s->pad, 1, 1);
+                    const int rc = tensor_conv2d(y[m], r % 2 ? x2 : x, w, s->stride, s->stride,
+                                                 s->pad, s->pad, 1, 1);
                     t[m][r] = bench_clock_s(CLOCK_MONOTONIC) - t0;
                     if (rc) {
                         fprintf(stderr, "bench_conv_round: %s\n", flexpoint_last_error());
@@ -93,8 +102,10 @@ int main(int argc, char **argv)
                 }
             fx_i16_fwd_amx_round_set_enabled(1);
             const double off = bench_median(t[0], reps), on = bench_median(t[1], reps);
-            printf("%-28s %-9s %10.3f %10.3f %7.2f %8lld\n", s->name, fmt_name(f), 1e3 * off,
-                   1e3 * on, on / off, fx_i16_fwd_amx_round_calls() - before);
+            printf("%-28s %-9s %10.3f %10.3f %7.2f %8lld %8lld\n", s->name,
+                   hover ? "dfp16 hov" : fmt_name(f), 1e3 * off, 1e3 * on, on / off,
+                   fx_i16_fwd_amx_round_calls() - before, fx_i16_fwd_amx_round2_calls() - before2);
+            if (x2 != x) tensor_free(x2);
             tensor_free(x);
             tensor_free(w);
             tensor_free(y[0]);

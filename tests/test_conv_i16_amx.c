@@ -23,6 +23,7 @@
 #include "flex/flex_kernels.h"
 #include "flex/gemm_i16.h"
 #include "nn/im2col.h"
+#include "nn/nn_ops.h"
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -39,18 +40,50 @@ static int16_t draw(test_rng *r, int full)
     return (int16_t)test_rng_range(r, -300, 300);
 }
 
+/* Whether the rounding kernel should take every image's sums at shift sh: a shift on the fast
+ * route and no image with a sum above its bound. */
+static int round_fits(const uint64_t *imax, int64_t N, int sh)
+{
+    int fits = fx_q64_fast_ok(sh);
+    for (int64_t n = 0; n < N && fits; n++) fits = imax[n] <= fx_q64_fast_bound(sh);
+    return fits;
+}
+
+/* got's mantissas and statistics against quant_i64_t's on the exact sums at shift sh: the
+ * count of differing mantissas, and in *stats whether every image's statistics are equal. */
+static long round_compare(const int64_t *want, const int16_t *got, const fx_qstats *gp,
+                          int64_t N, int64_t P, int64_t O, int sh, int16_t *ref,
+                          fx_qstats *rp, int *stats)
+{
+    const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
+    for (int64_t n = 0; n < N; n++)
+        be->cvt.quant_i64_t(want + n * P * O, ref + n * O * P, P, O, sh, &rp[n]);
+    long bad = 0;
+    for (int64_t i = 0; i < N * O * P; i++) bad += got[i] != ref[i];
+    *stats = 1;
+    for (int64_t n = 0; n < N; n++)
+        *stats = *stats && gp[n].saturated == rp[n].saturated &&
+                 gp[n].nonfinite == rp[n].nonfinite && gp[n].underflow == rp[n].underflow &&
+                 gp[n].max_abs_in == rp[n].max_abs_in && gp[n].max_abs_out == rp[n].max_abs_out;
+    return bad;
+}
+
 /* The kernel with its sums rounded in its epilogue (fx_i16_fwd_amx_round) against the exact
  * sums want ([P, O] per image) rounded per image by the level's quant_i64_t: the same NCHW
  * mantissas and per-image statistics, at shifts across the fast route's range and on both
  * sides of an image's saturation bound; declined (returns 0) exactly where a sum of an image
- * is above that bound and for shifts off the route. */
+ * is above that bound and for shifts off the route. Then rounded at two shifts at once (each
+ * shift paired with another from the list, higher and lower): each rounding reported whole
+ * exactly where that shift alone would be taken, and then those of quant_i64_t; one that is
+ * not whole keeps the largest |sum| and counts a saturation; declined where neither is. */
 static void check_round(const fx_conv_geom *g, const int16_t *x, const uint32_t *wq,
                         uint32_t *scr, const int64_t *want)
 {
-    const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
     const int64_t N = g->N, O = g->O, P = g->OH * g->OW;
-    int16_t *got = malloc(2 * (size_t)(N * O * P)), *ref = malloc(2 * (size_t)(N * O * P));
-    fx_qstats *gp = malloc(sizeof *gp * (size_t)N), *rp = malloc(sizeof *rp * (size_t)N);
+    const size_t ny = (size_t)(N * O * P);
+    int16_t *got = malloc(2 * ny), *got2 = malloc(2 * ny), *ref = malloc(2 * ny);
+    fx_qstats *gp = malloc(sizeof *gp * (size_t)N), *gp2 = malloc(sizeof *gp2 * (size_t)N),
+              *rp = malloc(sizeof *rp * (size_t)N);
     uint64_t imax[8] = {0};
     for (int64_t n = 0; n < N && n < 8; n++)
         for (int64_t i = 0; i < P * O; i++) {
@@ -64,31 +97,64 @@ static void check_round(const fx_conv_geom *g, const int16_t *x, const uint32_t 
     const int shifts[10] = {0, 1, 3, 9, 17, 33, 47, 48, fit, fit > 1 ? fit - 1 : 2};
     for (int k = 0; k < 10; k++) {
         const int sh = shifts[k];
-        memset(got, 0x5A, 2 * (size_t)(N * O * P));
-        const int done = fx_i16_fwd_amx_round(g, x, N, wq, scr, sh, got, gp);
-        int fits = fx_q64_fast_ok(sh);
-        for (int64_t n = 0; n < N && n < 8 && fits; n++) fits = imax[n] <= fx_q64_fast_bound(sh);
+        memset(got, 0x5A, 2 * ny);
+        const int done = fx_i16_fwd_amx_round(g, x, N, wq, scr, sh, got, gp, 0, NULL, NULL);
+        const int fits = round_fits(imax, N, sh) ? FX_AMX_ROUND_FIRST : 0;
         CHECK(done == fits, "C%lld O%lld OW%lld shift %d: the rounding kernel %s",
               (long long)g->C, (long long)O, (long long)g->OW, sh,
               done ? "took sums above the bound" : "declined sums within it");
         if (!done || !fits) continue;
-        for (int64_t n = 0; n < N; n++)
-            be->cvt.quant_i64_t(want + n * P * O, ref + n * O * P, P, O, sh, &rp[n]);
-        long bad = 0;
-        for (int64_t i = 0; i < N * O * P; i++) bad += got[i] != ref[i];
-        int stats = 1;
-        for (int64_t n = 0; n < N; n++)
-            stats = stats && gp[n].saturated == rp[n].saturated &&
-                    gp[n].nonfinite == rp[n].nonfinite && gp[n].underflow == rp[n].underflow &&
-                    gp[n].max_abs_in == rp[n].max_abs_in &&
-                    gp[n].max_abs_out == rp[n].max_abs_out;
+        int stats;
+        const long bad = round_compare(want, got, gp, N, P, O, sh, ref, rp, &stats);
         CHECK(bad == 0 && stats, "C%lld O%lld OW%lld stride %lld shift %d: %ld mantissas "
               "differ from quant_i64_t's, statistics %s", (long long)g->C, (long long)O,
               (long long)g->OW, (long long)g->sw, sh, bad, stats ? "equal" : "differ");
     }
+    for (int k = 0; k < 10; k++)
+        for (int d = 1; d <= 9; d += 8) { /* the next shift in the list and the one before */
+            const int sh = shifts[k], sh2 = shifts[(k + d) % 10];
+            memset(got, 0x5A, 2 * ny);
+            memset(got2, 0xA5, 2 * ny);
+            const int done = fx_i16_fwd_amx_round(g, x, N, wq, scr, sh, got, gp, sh2, got2, gp2);
+            /* both shifts on the route: each rounding whole where its shift fits; else none */
+            const int on_route = fx_q64_fast_ok(sh) && fx_q64_fast_ok(sh2);
+            const int fits = on_route ? (round_fits(imax, N, sh) ? FX_AMX_ROUND_FIRST : 0) |
+                                            (round_fits(imax, N, sh2) ? FX_AMX_ROUND_SECOND : 0)
+                                      : 0;
+            CHECK(done == fits, "C%lld O%lld OW%lld shifts %d and %d: the rounding kernel "
+                  "reported %d whole, want %d", (long long)g->C, (long long)O, (long long)g->OW,
+                  sh, sh2, done, fits);
+            if (done != fits || !done) continue;
+            /* a rounding not whole: every image's largest |sum| (where the write's exponent
+             * comes from), with a saturation counted, so that nobody takes it for whole */
+            for (int k2 = 0; k2 < 2; k2++) {
+                if (done & (k2 ? FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST)) continue;
+                const fx_qstats *q = k2 ? gp2 : gp;
+                int keep_max = 1;
+                for (int64_t n = 0; n < N && n < 8; n++)
+                    keep_max = keep_max && q[n].max_abs_in == (double)imax[n] &&
+                               q[n].saturated > 0;
+                CHECK(keep_max, "C%lld shifts %d and %d: the broken rounding's statistics lost "
+                      "the largest |sum| or its saturation", (long long)g->C, sh, sh2);
+            }
+            int stats = 1, stats2 = 1;
+            const long bad = done & FX_AMX_ROUND_FIRST
+                                 ? round_compare(want, got, gp, N, P, O, sh, ref, rp, &stats)
+                                 : 0;
+            const long bad2 = done & FX_AMX_ROUND_SECOND
+                                  ? round_compare(want, got2, gp2, N, P, O, sh2, ref, rp, &stats2)
+                                  : 0;
+            CHECK(bad == 0 && stats && bad2 == 0 && stats2,
+                  "C%lld O%lld OW%lld stride %lld shifts %d and %d: %ld and %ld mantissas "
+                  "differ from quant_i64_t's, statistics %s and %s", (long long)g->C,
+                  (long long)O, (long long)g->OW, (long long)g->sw, sh, sh2, bad, bad2,
+                  stats ? "equal" : "differ", stats2 ? "equal" : "differ");
+        }
     free(got);
+    free(got2);
     free(ref);
     free(gp);
+    free(gp2);
     free(rp);
 }
 
@@ -267,9 +333,10 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int s
 }
 
 /* A run of forward passes into the same output, data changing scale between calls (steady
- * guesses, a guess that misses, then steady again): with the rounding in the kernel
- * (fx_i16_fwd_amx_round) and with it switched off, the same mantissas and exponent after every
- * call, and the kernel's rounding taken. */
+ * guesses, a guess that misses, steady again, then a scale that hovers between two exponents):
+ * with the rounding in the kernel (fx_i16_fwd_amx_round) and with it switched off, the same
+ * mantissas and exponent after every call, and the kernel's rounding taken; for DFP16 also
+ * its rounding at two exponents, with the write picking the second (the exponent y left). */
 static void check_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int stride,
                             uint64_t seed)
 {
@@ -283,9 +350,11 @@ static void check_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O,
     for (int64_t i = 0; i < nw; i++) buf[i] = (float)(0.1 * test_rng_normal(&r));
     CHECK_STATUS(tensor_from_f32(w, buf), FX_OK);
     int16_t *a = malloc(2 * (size_t)ny), *b = malloc(2 * (size_t)ny);
-    static const double scale[8] = {1, 1, 1, 1, 9, 9, 9, 9};
+    static const double scale[14] = {1, 1, 1, 1, 9, 9, 9, 9, 1, 2.5, 1, 2.5, 1, 2.5};
     const long long before = fx_i16_fwd_amx_round_calls();
-    for (int call = 0; call < 8; call++) {
+    const long long before2 = fx_i16_fwd_amx_round2_calls();
+    const int64_t alt_before = fx_conv_alt_rounding_reused();
+    for (int call = 0; call < 14; call++) {
         for (int64_t i = 0; i < nx; i++) buf[i] = (float)(scale[call] * test_rng_normal(&r));
         CHECK_STATUS(tensor_from_f32(x, buf), FX_OK);
         for (int k = 0; k < 2; k++) {
@@ -298,9 +367,25 @@ static void check_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O,
         CHECK(memcmp(a, b, 2 * (size_t)ny) == 0 && tensor_exp(y[0]) == tensor_exp(y[1]),
               "%s C%lld stride %d call %d: y rounded in the kernel differs", fmt_name(f),
               (long long)C, stride, call);
+        /* and the write's statistics, which come from the kernel's per-image ones */
+        static const char *const stat[4] = {"underflow", "saturated", "true_max", "stored_max"};
+        for (int k = 0; k < 4; k++) {
+            double sa = -1, sb = -2;
+            CHECK_STATUS(tensor_stat(y[0], stat[k], &sa), FX_OK);
+            CHECK_STATUS(tensor_stat(y[1], stat[k], &sb), FX_OK);
+            CHECK(sa == sb, "%s C%lld stride %d call %d: %s %g in the kernel, %g without",
+                  fmt_name(f), (long long)C, stride, call, stat[k], sa, sb);
+        }
     }
     CHECK(fx_i16_fwd_amx_round_calls() > before, "%s C%lld stride %d: the kernel never rounded",
           fmt_name(f), (long long)C, stride);
+    if (f == FMT_DFP16) {
+        CHECK(fx_i16_fwd_amx_round2_calls() > before2,
+              "DFP16 C%lld stride %d: the kernel never rounded at two exponents", (long long)C,
+              stride);
+        CHECK(fx_conv_alt_rounding_reused() > alt_before,
+              "DFP16 C%lld stride %d: no write picked the second rounding", (long long)C, stride);
+    }
     tensor_free(x);
     tensor_free(w);
     tensor_free(y[0]);

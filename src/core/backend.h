@@ -324,11 +324,13 @@ typedef struct fx_conv_kernels {
     int (*i16_fwd_amx)(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                        const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                        uint64_t *ymax);
-    /* the same with its sums rounded in its epilogue into NCHW mantissas (fx_i16_fwd_amx_round,
-     * src/flex/conv_i16.h: 0 where it declines); installed with i16_fwd_amx */
+    /* the same with its sums rounded in its epilogue into NCHW mantissas, at one exponent or
+     * two (fx_i16_fwd_amx_round, src/flex/conv_i16.h: 0 where it declines); installed with
+     * i16_fwd_amx */
     int (*i16_fwd_amx_round)(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                              const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
-                             struct fx_qstats *part);
+                             struct fx_qstats *part, int shift2, int16_t *yq2,
+                             struct fx_qstats *part2);
     /* exact int16 weight gradient of one chunk without a patch matrix (fx_i16_wgrad_direct,
      * src/flex/conv_i16.h): the exact sums. Returns 0 for a chunk it declines, which then takes
      * the GEMM. NULL: patch matrix and GEMM. */

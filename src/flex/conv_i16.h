@@ -62,18 +62,27 @@ long long fx_i16_fwd_amx_calls(void);
  * stored: at `shift` places (fx_q64_fast_ok shifts) on quant_i64's fast route, the chunk's
  * mantissas go straight into yq in NCHW order (its first image's), and part[i] gets image i's
  * statistics, those quant_i64_t gives its [P, O] sums (src/flex/quant_avx512.c; the same
- * bits). One thread. Returns 1 when done; 0 for a shift off that route or an image with a sum
- * above fx_q64_fast_bound (a saturating write, which the general rounding counts), and then yq
- * and part hold nothing to keep: the caller computes the chunk's sums and rounds them. The
- * switch (0: every caller takes the int64 sums; for tests and A/B timings) and the count of
- * chunks done. */
+ * bits). With yq2 (not NULL), the same sums are also rounded at shift2 into yq2 and part2, as
+ * a DFP16 output whose exponent moved lately is (conv2d.c: the write then picks one of the
+ * two). One thread. Returns the roundings done whole: FX_AMX_ROUND_FIRST (yq, part) and
+ * FX_AMX_ROUND_SECOND (yq2, part2). A rounding is not whole where a sum of the chunk is above
+ * its shift's fx_q64_fast_bound (a saturating write, which the general rounding counts): its
+ * mantissas are not to be kept, and its statistics hold only the largest |sum|
+ * (max_abs_in, exact) and saturated > 0. 0: a shift off the fast route, or no rounding whole,
+ * and then the caller computes the chunk's sums and rounds them. The switch (0: every caller
+ * takes the int64 sums; for tests and A/B timings), the count of chunks with a rounding done,
+ * and of those rounded at two exponents. */
+#define FX_AMX_ROUND_FIRST 1
+#define FX_AMX_ROUND_SECOND 2
 struct fx_qstats;
 int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                          const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
-                         struct fx_qstats *part);
+                         struct fx_qstats *part, int shift2, int16_t *yq2,
+                         struct fx_qstats *part2);
 void fx_i16_fwd_amx_round_set_enabled(int on);
 int fx_i16_fwd_amx_round_enabled(void);
 long long fx_i16_fwd_amx_round_calls(void);
+long long fx_i16_fwd_amx_round2_calls(void);
 /* The weight gradient likewise (src/flex/conv_i16_wgrad_amx.c): fx_i16_wgrad_direct's contract
  * (dwt[r O + o] written or, with add, added to) except that x is the chunk unpadded, its nbc
  * images [C, H, W] one after another; never declining; tiles read in

@@ -233,13 +233,18 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
  * this kernel's samples and the rounding pass 8 % of the step's. Here each block's sums are
  * rounded where they are made, on quant_i64's fast route (quant_q64_avx512.h: the same
  * rounding and statistics), and its 16 x 16 mantissas are transposed in registers and stored
- * as 16 pixels of each of 16 channels. */
+ * as 16 pixels of each of 16 channels. A DFP16 output whose exponent moved lately is rounded
+ * at two exponents (conv2d.c, conv_skip_stage) from the same sums; without the second rounding
+ * here, those chunks (a third of a ResNet-20 DFP16 epoch's forward passes) took the int64
+ * route. */
 static atomic_int amx_round_enabled = 1;
 static atomic_llong amx_round_calls;
+static atomic_llong amx_round2_calls;
 
 void fx_i16_fwd_amx_round_set_enabled(int on) { atomic_store(&amx_round_enabled, on != 0); }
 int fx_i16_fwd_amx_round_enabled(void) { return atomic_load(&amx_round_enabled); }
 long long fx_i16_fwd_amx_round_calls(void) { return atomic_load(&amx_round_calls); }
+long long fx_i16_fwd_amx_round2_calls(void) { return atomic_load(&amx_round2_calls); }
 
 /* 16 pixels (rows) x 16 channels of int16 mantissas, row i and row i + 8 in r[i]'s two halves,
  * transposed and stored as 16 pixels of each channel: channel c at dst + c * P, the first
@@ -278,60 +283,103 @@ static inline void amx_store_t16(const __m512i r[8], int16_t *dst, int64_t P, in
         }
 }
 
+/* One image's blocks rounded at one exponent (two: also at the second, from the same sums,
+ * into yq2 with its own underflow count), the mantissas stored; the image's largest |sum| in
+ * *mx. `two` is a constant at each call, so each variant is compiled without the other's
+ * work. */
+static inline void amx_round_image(const struct fx_conv_geom *g, const int8_t *hi,
+                                   const int8_t *lo, const int8_t *wb, int64_t i,
+                                   int32_t acc[4][256], const fx_q64_fast *f, int16_t *yq,
+                                   int64_t *nuf, const int two, const fx_q64_fast *f2,
+                                   int16_t *yq2, int64_t *nuf2, uint64_t *mx)
+{
+    const int64_t O = g->O, OW = g->OW, P = g->OH * OW;
+    const int64_t nob = O / 16, per_image = g->OH * ((OW + 15) / 16);
+    const int small_k = g->C * g->KH * g->KW <= FX_AMX_I16_SUMS32_MAX_K;
+    __m512i max_in = _mm512_setzero_si512(), max_in2 = _mm512_setzero_si512();
+    for (int64_t b = i * per_image; b < (i + 1) * per_image; b++)
+        for (int64_t ob = 0; ob < nob; ob++) {
+            int64_t im, oh, ow0;
+            int nrows;
+            amx_fwd_block(g, hi, lo, wb, b, ob, acc, &im, &oh, &ow0, &nrows);
+            __m512i r[8], r2[8];
+            for (int p = 0; p < 8; p++) {
+                __m256i half[2], half2[2];
+                for (int u = 0; u < 2; u++) { /* pixel p, then pixel p + 8 */
+                    const int px = p + 8 * u;
+                    __m512i s[2];
+                    if (px >= nrows) { /* past the row's end, no outputs: 0 counts nowhere */
+                        s[0] = s[1] = _mm512_setzero_si512();
+                    } else if (small_k) {
+                        fx_amx_i16_sums16_small((const int32_t(*)[256])acc, 16 * px, &s[0],
+                                                &s[1]);
+                    } else {
+                        s[0] = fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * px);
+                        s[1] = fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * px + 8);
+                    }
+                    half[u] = fx_q64_pack16(fx_q64_fast_round(f, s[0], &max_in, nuf),
+                                            fx_q64_fast_round(f, s[1], &max_in, nuf));
+                    if (two)
+                        half2[u] = fx_q64_pack16(fx_q64_fast_round(f2, s[0], &max_in2, nuf2),
+                                                 fx_q64_fast_round(f2, s[1], &max_in2, nuf2));
+                }
+                r[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
+                if (two) r2[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half2[0]), half2[1], 1);
+            }
+            const int64_t at = (im * O + ob * 16) * P + oh * OW + ow0;
+            amx_store_t16(r, yq + at, P, nrows);
+            if (two) amx_store_t16(r2, yq2 + at, P, nrows);
+        }
+    *mx = _mm512_reduce_max_epu64(max_in);
+}
+
+/* The statistics of a rounding that saturated somewhere in the chunk, which the caller never
+ * keeps (conv2d.c runs the op again if the write picks its exponent): the true largest |sum|,
+ * which the write's exponent comes from, and at least one saturated value. */
+static void amx_round_stats_saturated(fx_qstats *st, uint64_t max_in)
+{
+    st->saturated = 1;
+    st->nonfinite = 0;
+    st->underflow = 0;
+    st->max_abs_in = (double)max_in;
+    st->max_abs_out = FX_MANT_MAX;
+}
+
 int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
                          const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
-                         fx_qstats *part)
+                         fx_qstats *part, int shift2, int16_t *yq2, fx_qstats *part2)
 {
-    if (!fx_q64_fast_ok(shift) || nbc <= 0) return 0;
+    const int two = yq2 != NULL;
+    if (!fx_q64_fast_ok(shift) || (two && !fx_q64_fast_ok(shift2)) || nbc <= 0) return 0;
     atomic_fetch_add_explicit(&amx_fwd_calls, 1, memory_order_relaxed);
-    const int64_t O = g->O, OW = g->OW, P = g->OH * OW;
     int8_t *hi, *lo;
     amx_fwd_planes(g, x, nbc, scratch, &hi, &lo);
-    const int64_t nob = O / 16, per_image = g->OH * ((OW + 15) / 16);
     const int8_t *wb = (const int8_t *)(const void *)wq;
-    const fx_q64_fast f = fx_q64_fast_setup(shift);
-    const uint64_t bound = fx_q64_fast_bound(shift);
-    const int small_k = g->C * g->KH * g->KW <= FX_AMX_I16_SUMS32_MAX_K;
+    const fx_q64_fast f = fx_q64_fast_setup(shift), f2 = fx_q64_fast_setup(two ? shift2 : shift);
+    const uint64_t bound = fx_q64_fast_bound(shift), bound2 = fx_q64_fast_bound(f2.s);
     amx_fwd_configure(piece_bytes(g));
     int32_t acc[4][256] __attribute__((aligned(64)));
-    int ok = 1;
+    /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
+     * write, which the general rounding counts), and the chunk is declined once none is left */
+    int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
     /* one image at a time, so that its statistics are complete when its blocks are */
-    for (int64_t i = 0; i < nbc && ok; i++) {
-        __m512i max_in = _mm512_setzero_si512();
-        int64_t nuf = 0;
-        for (int64_t b = i * per_image; b < (i + 1) * per_image; b++)
-            for (int64_t ob = 0; ob < nob; ob++) {
-                int64_t im, oh, ow0;
-                int nrows;
-                amx_fwd_block(g, hi, lo, wb, b, ob, acc, &im, &oh, &ow0, &nrows);
-                __m512i r[8];
-                for (int p = 0; p < 8; p++) {
-                    __m256i half[2];
-                    for (int u = 0; u < 2; u++) { /* pixel p, then pixel p + 8 */
-                        const int px = p + 8 * u;
-                        __m512i s[2];
-                        if (px >= nrows) { /* past the row's end, no outputs: 0 counts nowhere */
-                            s[0] = s[1] = _mm512_setzero_si512();
-                        } else if (small_k) {
-                            fx_amx_i16_sums16_small((const int32_t(*)[256])acc, 16 * px, &s[0], &s[1]);
-                        } else {
-                            s[0] = fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * px);
-                            s[1] = fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * px + 8);
-                        }
-                        __m128i w[2];
-                        for (int h = 0; h < 2; h++)
-                            w[h] = _mm512_cvtepi64_epi16(fx_q64_fast_round(&f, s[h], &max_in, &nuf));
-                        half[u] = _mm256_inserti128_si256(_mm256_castsi128_si256(w[0]), w[1], 1);
-                    }
-                    r[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
-                }
-                amx_store_t16(r, yq + (im * O + ob * 16) * P + oh * OW + ow0, P, nrows);
-            }
-        const uint64_t mx = _mm512_reduce_max_epu64(max_in);
-        if (mx > bound) ok = 0; /* a saturating sum: the general rounding, from int64 sums */
-        else fx_q64_fast_stats_of(&part[i], mx, nuf, shift);
+    for (int64_t i = 0; i < nbc && whole; i++) {
+        int64_t nuf = 0, nuf2 = 0;
+        uint64_t mx;
+        if (two)
+            amx_round_image(g, hi, lo, wb, i, acc, &f, yq, &nuf, 1, &f2, yq2, &nuf2, &mx);
+        else
+            amx_round_image(g, hi, lo, wb, i, acc, &f, yq, &nuf, 0, NULL, NULL, NULL, &mx);
+        if (mx > bound) whole &= ~FX_AMX_ROUND_FIRST;
+        if (two && mx > bound2) whole &= ~FX_AMX_ROUND_SECOND;
+        if (whole & FX_AMX_ROUND_FIRST) fx_q64_fast_stats_of(&part[i], mx, nuf, shift);
+        else amx_round_stats_saturated(&part[i], mx);
+        if (!two) continue;
+        if (whole & FX_AMX_ROUND_SECOND) fx_q64_fast_stats_of(&part2[i], mx, nuf2, shift2);
+        else amx_round_stats_saturated(&part2[i], mx);
     }
     _tile_release();
-    if (ok) atomic_fetch_add_explicit(&amx_round_calls, 1, memory_order_relaxed);
-    return ok;
+    if (whole) atomic_fetch_add_explicit(&amx_round_calls, 1, memory_order_relaxed);
+    if (whole && two) atomic_fetch_add_explicit(&amx_round2_calls, 1, memory_order_relaxed);
+    return whole;
 }

@@ -463,6 +463,8 @@ typedef struct conv_yquant_ctx {
     fx_qstats *part2;
     int alt_taken;      /* the write picked the second rounding: early u and relu(u) made from
                          * the first (fx_conv2d_shared_bias_relu) do not stand */
+    int fused_broken;   /* some chunk's rounding at fused_e (at alt_e) saturated in the AMX */
+    int alt_broken;     /* kernel's epilogue, which then leaves it unmade: not to be kept */
 } conv_yquant_ctx;
 
 /* Round samples [n0, n0 + nb) at exponent e into part[]; keep: also into tmp, and with
@@ -586,8 +588,17 @@ static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
 {
     (void)r; /* int64 stages round to nearest even (fx_requant), whatever the tensor's mode */
     conv_yquant_ctx *c = vctx;
-    if (conv_take_second(e, &c->tmp, &c->tmp2, &c->part, &c->part2, &c->fused_e, &c->alt_e))
+    /* a rounding the AMX epilogue left unmade (a DFP16 write picks an exponent whose rounding
+     * saturates only where it is clamped to its window): no sums to round it from, as below */
+    const int broken = (e == c->fused_e && c->fused_broken) || (e == c->alt_e && c->alt_broken);
+    if (!broken &&
+        conv_take_second(e, &c->tmp, &c->tmp2, &c->part, &c->part2, &c->fused_e, &c->alt_e))
         c->alt_taken = !c->alt_taken;
+    if (broken) {
+        c->need_stage = 1;
+        if (!c->copy_pending) c->fused_e = e;
+        return FX_ESTATE;
+    }
     if (e == c->fused_e) { /* part[] holds this rounding's statistics */
         if (keep) {
             __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
@@ -919,7 +930,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
                           FX_EXP_NONE, flexpoint_num_threads(), 0, 0, 0, FX_EXP_NONE, NULL, NULL,
-                          0};
+                          0, 0, 0};
     if (yshared) {
         yq.pix = nostage ? NULL : (const int64_t *)(const void *)ypix;
         /* a disposable y (fx_storage.disposable) that is none of the inputs takes the early
@@ -967,13 +978,14 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         for (int t = 0; arr && t < 2 * plan.outer; t++) fx_qstats_init(&aq[t]);
     }
     yq.defer_copy = arr != NULL;
-    /* On the AMX kernel, where each chunk's sums would only be rounded at the guess and then
-     * dropped (no stage, no second rounding, one thread a chunk), the kernel rounds them in its
+    /* On the AMX kernel, where each chunk's sums would only be rounded at the guess (and at
+     * alt_e) and then dropped (no stage, one thread a chunk), the kernel rounds them in its
      * epilogue instead of storing them (fx_i16_fwd_amx_round: the same mantissas and per-sample
      * statistics, without the int64 sums written and read back); a chunk it declines (a
      * saturating sum) takes the int64 route below. */
+    int yq_broken[2] = {0, 0}; /* a chunk left the rounding at fuse_e (at alt_e) unmade */
     const int kround = iamx && yshared && yq.pix == NULL && fuse_e != FX_EXP_NONE &&
-                       alt_e == FX_EXP_NONE && fused_max_exact && plan.inner == 1 && !ep &&
+                       fused_max_exact && plan.inner == 1 && !ep &&
                        be->cvt.quant_i64_t && be->conv.i16_fwd_amx_round &&
                        fx_i16_fwd_amx_round_enabled();
     /* bf16 on the AMX route from patch rows: the weights packed in its tiles once for all
@@ -1080,9 +1092,20 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         const int16_t *ksrc = kunpad && !ifold
                                   ? (const int16_t *)xo.data + n0 * g.C * g.H * g.W
                                   : (const int16_t *)(const void *)myxp;
-        const int rounded = kround && be->conv.i16_fwd_amx_round(
-                                          &gkernel, ksrc, nbc, iwq, iscr + tid * iscr_n,
-                                          fuse_e - yq.exp, yq.tmp + n0 * g.O * P, yq.part + n0);
+        const int two = alt_e != FX_EXP_NONE;
+        const int whole =
+            kround ? be->conv.i16_fwd_amx_round(
+                         &gkernel, ksrc, nbc, iwq, iscr + tid * iscr_n, fuse_e - yq.exp,
+                         yq.tmp + n0 * g.O * P, yq.part + n0, two ? alt_e - yq.exp : 0,
+                         two ? yq_alt.tmp + n0 * g.O * P : NULL, two ? yq_alt.part + n0 : NULL)
+                   : 0;
+        const int rounded = whole != 0;
+        /* of two roundings, one that saturated is left unmade (the other, which a DFP16 write
+         * whose scale moved up or down picks, is whole) */
+        if (rounded && !(whole & FX_AMX_ROUND_FIRST))
+            __atomic_store_n(&yq_broken[0], 1, __ATOMIC_RELAXED);
+        if (rounded && two && !(whole & FX_AMX_ROUND_SECOND))
+            __atomic_store_n(&yq_broken[1], 1, __ATOMIC_RELAXED);
         const int idone = rounded || (idirect && ik.run(&gkernel, ksrc, nbc, iwq,
                                                         iscr + tid * iscr_n,
                                                         (int64_t *)(void *)myy, plan.inner, &kmax));
@@ -1155,10 +1178,10 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             if (!rounded) /* else the kernel rounded the chunk */
                 conv_yquant_samples(&yq, (const int64_t *)(const void *)myy, fuse_e, 1, 0, n0,
                                     nbc, plan.inner);
-            if (alt_e != FX_EXP_NONE)
+            if (alt_e != FX_EXP_NONE && !rounded)
                 conv_yquant_samples(&yq_alt, (const int64_t *)(const void *)myy, alt_e, 1, 0, n0,
                                     nbc, plan.inner);
-            if (arr)
+            if (arr && (!rounded || (whole & FX_AMX_ROUND_FIRST)))
                 fx_add_relu_units(arr, n0 * g.O * P, nbc * g.O * P, &aq[2 * tid], &aq[2 * tid + 1]);
             fx_prof_end(&sp, FX_PROF_ROUNDING);
         }
@@ -1191,6 +1214,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             imax = chunk_max[ch] > imax ? chunk_max[ch] : imax;
         yq.fused_e = fuse_e;
         yq.alt_e = alt_e;
+        yq.fused_broken = yq_broken[0];
+        yq.alt_broken = yq_broken[1];
         if (!ychunks) /* else the chunks wrote y */
             rc = conv_write_y(y, &g, &cc, ypix, xo.exp + wo.exp, imax, yshared ? &yq : NULL,
                               yhalf, &s, func);
