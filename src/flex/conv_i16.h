@@ -79,6 +79,31 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *xp, int64_
                          const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
                          struct fx_qstats *part, int shift2, int16_t *yq2,
                          struct fx_qstats *part2);
+/* The input gradient of a stride-2 convolution (src/nn/conv_dgrad_phases.c) on one chunk of
+ * dy, rounded as fx_i16_fwd_amx_round rounds: dy's byte planes made once (planes: dy's
+ * geometry, padded for every phase), phase k = rh * 2 + rw (wq[k] NULL: no taps) computing
+ * the window of its outputs that dx takes (phase[k]: its taps, OH x OW = H/2 x W/2 of dx, from
+ * output (oy0[k], ox0[k]) of its correlation over the planes), and the four windows
+ * interleaved into dx's rows. */
+typedef struct fx_i16_dgrad_s2 {
+    const struct fx_conv_geom *planes;
+    const struct fx_conv_geom *phase[4]; /* NULL with wq[k] */
+    const uint32_t *wq[4];
+    int64_t oy0[4], ox0[4];
+    int64_t dx_C, dx_H, dx_W, dx_ph, dx_pw;
+} fx_i16_dgrad_s2;
+/* Scratch words per thread for chunks of nb images of dy (dx_chw: C H W of dx; two: two
+ * roundings). */
+int64_t fx_i16_dgrad_amx_s2_scratch(const struct fx_conv_geom *planes, int64_t nb,
+                                    int64_t dx_chw, int two);
+/* dx's chunk (nbc images, NCHW) rounded at shift into dx with the chunk's statistics in
+ * *part, and with dx2 not NULL at shift2 into dx2 and *part2: the mantissas and statistics
+ * quant_i64 gives the chunk's exact sums. Returns the roundings done whole, as
+ * fx_i16_fwd_amx_round (one not whole leaves its dx and part unwritten); 0: a shift off the
+ * fast route. One thread; AMX tiles configured and released here. */
+int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
+                              uint32_t *scratch, int shift, int16_t *dx, struct fx_qstats *part,
+                              int shift2, int16_t *dx2, struct fx_qstats *part2);
 void fx_i16_fwd_amx_round_set_enabled(int on);
 int fx_i16_fwd_amx_round_enabled(void);
 long long fx_i16_fwd_amx_round_calls(void);

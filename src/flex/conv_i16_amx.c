@@ -151,10 +151,13 @@ static void amx_fwd_configure(int64_t kc)
 }
 
 /* tmm0-3 = the sums of block b's 16 pixels (one output row's, from ow0) by output channels
- * ob * 16 .. + 15, stored into acc; *im, *oh, *ow0 and *nrows (the pixels in the row) set */
-static inline void amx_fwd_block(const struct fx_conv_geom *g, const int8_t *hi, const int8_t *lo,
-                                 const int8_t *wb, int64_t b, int64_t ob, int32_t acc[4][256],
-                                 int64_t *im, int64_t *oh, int64_t *ow0, int *nrows)
+ * ob * 16 .. + 15, stored into acc; *im, *oh, *ow0 and *nrows (the pixels in the row) set.
+ * Output (oh, ow) is the convolution's output (oy0 + oh, ox0 + ow): g->OH x g->OW is a window
+ * of it (0, 0 for the whole). */
+static inline void amx_fwd_block_at(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
+                                    const int8_t *hi, const int8_t *lo, const int8_t *wb,
+                                    int64_t b, int64_t ob, int32_t acc[4][256], int64_t *im,
+                                    int64_t *oh, int64_t *ow0, int *nrows)
 {
     const int64_t C = g->C, KH = g->KH, Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph;
     const int64_t OH = g->OH, OW = g->OW, kc = piece_bytes(g), npc = g->KW * C / kc;
@@ -164,7 +167,7 @@ static inline void amx_fwd_block(const struct fx_conv_geom *g, const int8_t *hi,
     *im = row / OH;
     *oh = row % OH;
     *nrows = OW - *ow0 < 16 ? (int)(OW - *ow0) : 16;
-    const int64_t base = ((*im * Hp + *oh * g->sh) * Wp + *ow0 * g->sw) * C;
+    const int64_t base = ((*im * Hp + (*oh + oy0) * g->sh) * Wp + (*ow0 + ox0) * g->sw) * C;
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -176,6 +179,13 @@ static inline void amx_fwd_block(const struct fx_conv_geom *g, const int8_t *hi,
             fx_amx_i16_step(hi + off, lo + off, g->sw * C, tb, tb + TILE_BYTES, 64);
         }
     fx_amx_i16_store(acc);
+}
+
+static inline void amx_fwd_block(const struct fx_conv_geom *g, const int8_t *hi, const int8_t *lo,
+                                 const int8_t *wb, int64_t b, int64_t ob, int32_t acc[4][256],
+                                 int64_t *im, int64_t *oh, int64_t *ow0, int *nrows)
+{
+    amx_fwd_block_at(g, 0, 0, hi, lo, wb, b, ob, acc, im, oh, ow0, nrows);
 }
 
 int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
@@ -287,8 +297,8 @@ static inline void amx_store_t16(const __m512i r[8], int16_t *dst, int64_t P, in
  * into yq2 with its own underflow count), the mantissas stored; the image's largest |sum| in
  * *mx. `two` is a constant at each call, so each variant is compiled without the other's
  * work. */
-static inline void amx_round_image(const struct fx_conv_geom *g, const int8_t *hi,
-                                   const int8_t *lo, const int8_t *wb, int64_t i,
+static inline void amx_round_image(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
+                                   const int8_t *hi, const int8_t *lo, const int8_t *wb, int64_t i,
                                    int32_t acc[4][256], const fx_q64_fast *f, int16_t *yq,
                                    int64_t *nuf, const int two, const fx_q64_fast *f2,
                                    int16_t *yq2, int64_t *nuf2, uint64_t *mx)
@@ -301,7 +311,7 @@ static inline void amx_round_image(const struct fx_conv_geom *g, const int8_t *h
         for (int64_t ob = 0; ob < nob; ob++) {
             int64_t im, oh, ow0;
             int nrows;
-            amx_fwd_block(g, hi, lo, wb, b, ob, acc, &im, &oh, &ow0, &nrows);
+            amx_fwd_block_at(g, oy0, ox0, hi, lo, wb, b, ob, acc, &im, &oh, &ow0, &nrows);
             __m512i r[8], r2[8];
             for (int p = 0; p < 8; p++) {
                 __m256i half[2], half2[2];
@@ -367,9 +377,9 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
         int64_t nuf = 0, nuf2 = 0;
         uint64_t mx;
         if (two)
-            amx_round_image(g, hi, lo, wb, i, acc, &f, yq, &nuf, 1, &f2, yq2, &nuf2, &mx);
+            amx_round_image(g, 0, 0, hi, lo, wb, i, acc, &f, yq, &nuf, 1, &f2, yq2, &nuf2, &mx);
         else
-            amx_round_image(g, hi, lo, wb, i, acc, &f, yq, &nuf, 0, NULL, NULL, NULL, &mx);
+            amx_round_image(g, 0, 0, hi, lo, wb, i, acc, &f, yq, &nuf, 0, NULL, NULL, NULL, &mx);
         if (mx > bound) whole &= ~FX_AMX_ROUND_FIRST;
         if (two && mx > bound2) whole &= ~FX_AMX_ROUND_SECOND;
         if (whole & FX_AMX_ROUND_FIRST) fx_q64_fast_stats_of(&part[i], mx, nuf, shift);
@@ -381,5 +391,112 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
     _tile_release();
     if (whole) atomic_fetch_add_explicit(&amx_round_calls, 1, memory_order_relaxed);
     if (whole && two) atomic_fetch_add_explicit(&amx_round2_calls, 1, memory_order_relaxed);
+    return whole;
+}
+
+/* ---- the stride-2 input gradient by phases, rounded in the epilogue ---------------------------
+ * Why: by phases (src/nn/conv_dgrad_phases.c) each phase's convolution of dy stored its int64
+ * sums, which were gathered into dx's order as int64 (zeros included: three quarters of a 1 x 1
+ * projection's dx) and rounded in a pass of their own; each phase also made its own byte planes
+ * of dy, and computed the full correlation's 17-wide rows where dx takes 16 of them. Here the
+ * planes are made once, padded for the widest phase; each phase computes only the window of
+ * its outputs that dx takes, rounded in the epilogue into a quarter-size int16 plane; and the
+ * phases' planes are interleaved into dx's rows. */
+static inline __m512i amx_interleave_idx(void)
+{
+    /* lane 2i: e[i], lane 2i + 1: o[i] (o in the second operand, lanes 32..) */
+    int16_t ix[32];
+    for (int i = 0; i < 16; i++) {
+        ix[2 * i] = (int16_t)i;
+        ix[2 * i + 1] = (int16_t)(32 + i);
+    }
+    return _mm512_loadu_si512((const void *)ix);
+}
+
+/* dx's chunk [nbc, C, H, W] from the phases' windows q[rh * 2 + rw] ([nbc, C, H/2, W/2] each;
+ * NULL: a phase without taps, zeros): row h from the phases of rh = (h + ph) mod 2, window row
+ * h / 2; even columns from the phase of rw = pw mod 2, odd ones from the other. */
+static void amx_dgrad_interleave(const int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
+                                 int64_t W, int64_t ph, int64_t pw, int16_t *dx)
+{
+    const int64_t hw = H / 2, ww = W / 2;
+    const __m512i idx = amx_interleave_idx();
+    for (int64_t n = 0; n < nbc; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++) {
+                const int64_t rh = (h + ph) & 1, win = ((n * C + c) * hw + (h >> 1)) * ww;
+                const int16_t *ev = q[rh * 2 + (pw & 1)], *od = q[rh * 2 + ((pw + 1) & 1)];
+                int16_t *row = dx + ((n * C + c) * H + h) * W;
+                for (int64_t i = 0; i < ww; i += 16) {
+                    const int64_t m = ww - i < 16 ? ww - i : 16;
+                    const __mmask16 k = (__mmask16)((1u << m) - 1u);
+                    const __m256i e = ev ? _mm256_maskz_loadu_epi16(k, ev + win + i)
+                                         : _mm256_setzero_si256();
+                    const __m256i o = od ? _mm256_maskz_loadu_epi16(k, od + win + i)
+                                         : _mm256_setzero_si256();
+                    const __m512i r = _mm512_permutex2var_epi16(_mm512_castsi256_si512(e), idx,
+                                                                _mm512_castsi256_si512(o));
+                    const __mmask32 k2 = m == 16 ? (__mmask32)0xFFFFFFFFu
+                                                 : (__mmask32)((1u << (2 * m)) - 1u);
+                    _mm512_mask_storeu_epi16(row + 2 * i, k2, r);
+                }
+            }
+}
+
+int64_t fx_i16_dgrad_amx_s2_scratch(const struct fx_conv_geom *planes, int64_t nb,
+                                    int64_t dx_chw, int two)
+{
+    /* the planes, then four quarter-size windows (two sets with two roundings) and alignment */
+    return fx_i16_fwd_amx_scratch(planes, nb) + (two ? 2 : 1) * nb * dx_chw / 2 + 64;
+}
+
+int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
+                              uint32_t *scratch, int shift, int16_t *dx, fx_qstats *part,
+                              int shift2, int16_t *dx2, fx_qstats *part2)
+{
+    const int two = dx2 != NULL;
+    if (!fx_q64_fast_ok(shift) || (two && !fx_q64_fast_ok(shift2)) || nbc <= 0) return 0;
+    int8_t *hi, *lo;
+    amx_fwd_planes(d->planes, dy, nbc, scratch, &hi, &lo);
+    const int64_t quarter = nbc * d->dx_C * d->dx_H * d->dx_W / 4;
+    int16_t *win = (int16_t *)(void *)(scratch + fx_i16_fwd_amx_scratch(d->planes, nbc));
+    win += (32 - ((uintptr_t)win / 2) % 32) % 32;
+    const int16_t *q[4] = {NULL, NULL, NULL, NULL}, *q2[4] = {NULL, NULL, NULL, NULL};
+    const fx_q64_fast f = fx_q64_fast_setup(shift), f2 = fx_q64_fast_setup(two ? shift2 : shift);
+    const uint64_t bound = fx_q64_fast_bound(shift), bound2 = fx_q64_fast_bound(f2.s);
+    int32_t acc[4][256] __attribute__((aligned(64)));
+    int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
+    uint64_t mx = 0;
+    int64_t nuf = 0, nuf2 = 0, live = 0;
+    for (int k = 0; k < 4 && whole; k++) {
+        if (!d->wq[k]) continue;
+        int16_t *qk = win + (two ? 2 : 1) * live * quarter, *qk2 = two ? qk + quarter : NULL;
+        live++;
+        q[k] = qk;
+        q2[k] = qk2;
+        amx_fwd_configure(piece_bytes(d->phase[k]));
+        const int8_t *wb = (const int8_t *)(const void *)d->wq[k];
+        for (int64_t i = 0; i < nbc; i++) {
+            uint64_t m;
+            if (two)
+                amx_round_image(d->phase[k], d->oy0[k], d->ox0[k], hi, lo, wb, i, acc, &f, qk,
+                                &nuf, 1, &f2, qk2, &nuf2, &m);
+            else
+                amx_round_image(d->phase[k], d->oy0[k], d->ox0[k], hi, lo, wb, i, acc, &f, qk,
+                                &nuf, 0, NULL, NULL, NULL, &m);
+            mx = m > mx ? m : mx;
+        }
+        if (mx > bound) whole &= ~FX_AMX_ROUND_FIRST;
+        if (two && mx > bound2) whole &= ~FX_AMX_ROUND_SECOND;
+    }
+    _tile_release();
+    if (whole & FX_AMX_ROUND_FIRST) {
+        amx_dgrad_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
+        fx_q64_fast_stats_of(part, mx, nuf, shift);
+    }
+    if (whole & FX_AMX_ROUND_SECOND) {
+        amx_dgrad_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
+        fx_q64_fast_stats_of(part2, mx, nuf2, shift2);
+    }
     return whole;
 }

@@ -1589,7 +1589,12 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
     }
     if (!rc) {
         uint64_t imax = 0;
-        const fx_dgrad_sink sink = {conv_dx_chunk, &q, !nostage};
+        /* what conv_dx_chunk does, for the AMX route to do in its epilogue (shifts off the
+         * fast route it declines) */
+        const int two = alt_e != FX_EXP_NONE;
+        const fx_dgrad_round round = {fuse_e - q.exp, two ? alt_e - q.exp : 0, q.tmp,
+                                      two ? q.tmp2 : NULL, q.part, two ? q.part2 : NULL};
+        const fx_dgrad_sink sink = {conv_dx_chunk, &q, !nostage, fused ? &round : NULL};
         const int r = fx_conv_dgrad_phases_i16(g, be, (const int16_t *)dyo.data,
                                                (const int16_t *)wo.data, dxstage, &imax,
                                                fused ? &sink : NULL, func);

@@ -7,6 +7,7 @@
 #include "../core/dispatch.h"
 #include "../flex/conv_i16.h"
 #include "../flex/conv_i16_direct.h"
+#include "../flex/flex_math.h" /* fx_qstats */
 #include "../flex/gemm_i16.h"
 
 #include <stdatomic.h>
@@ -29,9 +30,11 @@
 
 static atomic_int phases_enabled = 1;
 static atomic_llong phases_runs;
+static atomic_llong phases_rounded;
 
 void fx_conv_dgrad_phases_set_enabled(int on) { atomic_store(&phases_enabled, on != 0); }
 int64_t fx_conv_dgrad_phases_runs(void) { return atomic_load(&phases_runs); }
+int64_t fx_conv_dgrad_phases_rounded(void) { return atomic_load(&phases_rounded); }
 
 typedef struct dgrad_phase {
     fx_conv_geom g; /* the phase's stride-1 convolution of dy; KH or KW 0: no taps */
@@ -137,6 +140,56 @@ static void gather_chunk(const fx_conv_geom *g, const dgrad_phase *ph, int64_t *
         }
 }
 
+/* The stride-2 route rounded in the AMX epilogue (fx_i16_dgrad_amx_s2_round): whether it
+ * takes g (both strides 2, H and W even, and every live phase's window of H/2 x W/2 outputs,
+ * the ones dx takes, inside its correlation over planes padded for the widest phase), and
+ * then its description in *d, pointing at planes and win[]. dx's row h takes the window row
+ * h / 2 of phase rh = (h + ph) mod 2, which is that phase's correlation row
+ * h / 2 + ceil((ph - rh) / 2); columns likewise. */
+static int s2_round_setup(const fx_conv_geom *g, const dgrad_phase *ph, fx_conv_geom *planes,
+                          fx_conv_geom win[4], fx_i16_dgrad_s2 *d)
+{
+    if (g->sh != 2 || g->sw != 2 || g->H % 2 || g->W % 2 || g->H < 2 || g->W < 2) return 0;
+    int64_t Ph = 0, Pw = 0, KH = 1, KW = 1;
+    for (int k = 0; k < 4; k++) {
+        if (!ph[k].wq) continue;
+        Ph = ph[k].g.KH - 1 > Ph ? ph[k].g.KH - 1 : Ph;
+        Pw = ph[k].g.KW - 1 > Pw ? ph[k].g.KW - 1 : Pw;
+        KH = ph[k].g.KH > KH ? ph[k].g.KH : KH;
+        KW = ph[k].g.KW > KW ? ph[k].g.KW : KW;
+    }
+    *planes = (fx_conv_geom){.N = g->N, .C = g->O, .H = g->OH, .W = g->OW, .O = g->C, .KH = KH,
+                             .KW = KW, .sh = 1, .sw = 1, .ph = Ph, .pw = Pw, .dh = 1, .dw = 1,
+                             .OH = g->H / 2, .OW = g->W / 2};
+    memset(d, 0, sizeof *d);
+    d->planes = planes;
+    d->dx_C = g->C;
+    d->dx_H = g->H;
+    d->dx_W = g->W;
+    d->dx_ph = g->ph;
+    d->dx_pw = g->pw;
+    const int64_t Hp = g->OH + 2 * Ph, Wp = g->OW + 2 * Pw;
+    for (int k = 0; k < 4; k++) {
+        if (!ph[k].wq) continue;
+        const int64_t rh = k / 2, rw = k % 2, Jh = ph[k].g.KH, Jw = ph[k].g.KW;
+        win[k] = *planes;
+        win[k].KH = Jh;
+        win[k].KW = Jw;
+        /* the correlation's first row dx takes (ceil((ph - rh) / 2), ph - rh >= -1), moved
+         * by the planes' extra padding */
+        const int64_t oy = (g->ph - rh + 1) / 2 + Ph - (Jh - 1);
+        const int64_t ox = (g->pw - rw + 1) / 2 + Pw - (Jw - 1);
+        if (g->ph - rh < -1 || g->pw - rw < -1 || oy < 0 || ox < 0 ||
+            oy + g->H / 2 - 1 + Jh - 1 > Hp - 1 || ox + g->W / 2 - 1 + Jw - 1 > Wp - 1)
+            return 0;
+        d->phase[k] = &win[k];
+        d->wq[k] = ph[k].wq;
+        d->oy0[k] = oy;
+        d->ox0[k] = ox;
+    }
+    return 1;
+}
+
 int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const int16_t *dy,
                              const int16_t *w, int64_t *dx, uint64_t *imax,
                              const fx_dgrad_sink *sink, const char *func)
@@ -153,7 +206,8 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
         return fx_error(FX_ENOMEM, func, "cannot allocate the phases' kernels");
     }
     /* the phases' kernel (the AMX one takes dy unpadded, as the AVX kernels do) */
-    const fx_i16_fwd_kernel kern = fx_i16_fwd_kernel_of(be, phases_amx(g, be));
+    const int amx = phases_amx(g, be);
+    const fx_i16_fwd_kernel kern = fx_i16_fwd_kernel_of(be, amx);
     /* per sample: what each live phase holds */
     int64_t per_sample = 0;
     for (int64_t k = 0; k < nph; k++) {
@@ -174,6 +228,13 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
                       (kern.unpadded ? 0 : fx_conv_padded_numel(&p->g, 1) * 2);
     }
     if (chunk_buf) per_sample += chw * 8;
+    /* without a stage, on AMX, at stride 2: each chunk rounded in the kernels' epilogue */
+    const fx_dgrad_round *rnd = chunk_buf ? sink->round : NULL;
+    fx_conv_geom s2planes, s2win[4];
+    fx_i16_dgrad_s2 s2;
+    const int s2fast = rnd && amx && fx_i16_fwd_amx_round_enabled() &&
+                       s2_round_setup(g, ph, &s2planes, s2win, &s2);
+    const int s2two = rnd && rnd->out2 != NULL;
     int64_t nb = CHUNK_BYTES / (per_sample > 0 ? per_sample : 1);
     const int64_t most = (g->N + MIN_CHUNKS - 1) / MIN_CHUNKS;
     nb = nb < 1 ? 1 : nb > most ? most : nb;
@@ -193,6 +254,10 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
     }
     per_thread += g->W + g->W * g->C; /* the gather's pointers and pixel-major row */
     if (chunk_buf) per_thread += nb * chw;
+    /* the epilogue route's planes and windows, at the start of the thread's buffer (a chunk
+     * it declines takes the route below, which reuses the buffer) */
+    const int64_t s2words = s2fast ? fx_i16_dgrad_amx_s2_scratch(&s2planes, nb, chw, s2two) : 0;
+    if ((s2words + 1) / 2 > per_thread) per_thread = (s2words + 1) / 2;
     int64_t *buf = fx_scratch_alloc(&s, per_thread * outer, sizeof(int64_t));
     uint64_t *cmax = fx_scratch_alloc(&s, nchunks, sizeof(uint64_t)); /* each chunk's max |sum| */
     if (!buf || !cmax) {
@@ -214,6 +279,19 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
 #endif
         const int64_t n0 = ch * nb, nbc = nb < g->N - n0 ? nb : g->N - n0;
         int64_t *mine = buf + tid * per_thread;
+        if (s2fast) {
+            const int want = s2two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
+            const int got = fx_i16_dgrad_amx_s2_round(
+                &s2, dy + n0 * g->O * g->OH * g->OW, nbc, (uint32_t *)(void *)mine, rnd->shift,
+                rnd->out + n0 * chw, &rnd->part[ch], s2two ? rnd->shift2 : 0,
+                s2two ? rnd->out2 + n0 * chw : NULL, s2two ? &rnd->part2[ch] : NULL);
+            if (got == want) {
+                cmax[ch] = (uint64_t)rnd->part[ch].max_abs_in;
+                atomic_fetch_add_explicit(&phases_rounded, 1, memory_order_relaxed);
+                continue;
+            }
+            /* a saturating sum: the int64 route below, whose chunk() rounds it again */
+        }
         const int64_t **srcp = (const int64_t **)(void *)(mine + per_thread - g->W);
         int64_t *rowbuf = mine + per_thread - g->W - g->W * g->C;
         int64_t *dxc = chunk_buf ? rowbuf - nb * chw : dx + n0 * chw;

@@ -25,14 +25,28 @@ struct fx_backend;
  * kernel's limits (at least 8 of dy's channels, 16 of dx's). */
 int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const struct fx_backend *be);
 
+/* The rounding a caller's chunk() makes (below), for the route to make it itself where it
+ * can: each chunk's sums rounded as quant_i64 rounds them at right shift `shift` into out
+ * (dx's NCHW order from sample 0) with the chunk's statistics in part[ch], and with out2 (not
+ * NULL) at shift2 into out2 and part2[ch]. */
+typedef struct fx_dgrad_round {
+    int shift, shift2;
+    int16_t *out, *out2;
+    struct fx_qstats *part, *part2;
+} fx_dgrad_round;
+
 /* What a caller does with each chunk of dx's sums while they are in cache: chunk(ctx, sums,
  * n0, nbc, ch) gets samples [n0, n0 + nbc) (nbc C H W int64, NCHW) of chunk ch (ch < N), on
  * the thread that made them, and returns their largest |value|. With keep_stage 0 the sums
- * live only in a per-thread buffer (dx is then NULL and receives nothing). */
+ * live only in a per-thread buffer (dx is then NULL and receives nothing). round: NULL, or
+ * what chunk() does when it only rounds; then, without a stage, on AMX, at stride 2, a chunk
+ * may be rounded in the kernels' epilogue instead (fx_i16_dgrad_amx_s2_round: the same
+ * mantissas and statistics) and chunk() is not called for it. */
 typedef struct fx_dgrad_sink {
     uint64_t (*chunk)(void *ctx, const int64_t *sums, int64_t n0, int64_t nbc, int64_t ch);
     void *ctx;
     int keep_stage;
+    const fx_dgrad_round *round;
 } fx_dgrad_sink;
 
 /* dx[N, C, H, W] (int64, exact sums at the exponent of dy's times w's) of dy[N, O, OH, OW] and
@@ -50,8 +64,10 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const struct fx_backend *be,
 void fx_conv_dgrad_gather_rows_avx2(const int64_t *const *src, int64_t W, int64_t C,
                                     int64_t *row, int64_t *drow, int64_t HW);
 
-/* Test hooks: 0 turns the route off (the col2im route then runs); runs counted */
+/* Test hooks: 0 turns the route off (the col2im route then runs); runs counted, and the
+ * chunks rounded in the AMX epilogue (fx_i16_fwd_amx_round_set_enabled turns that off) */
 void fx_conv_dgrad_phases_set_enabled(int on);
 int64_t fx_conv_dgrad_phases_runs(void);
+int64_t fx_conv_dgrad_phases_rounded(void);
 
 #endif
