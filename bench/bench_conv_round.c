@@ -12,6 +12,10 @@
  * outputs whose exponent hovers ("dfp16 hov": the input alternates between two scales 2.5x
  * apart, so every write moves and is rounded at two exponents, conv2d.c's second rounding).
  *
+ * The same for the stride-2 input gradients ("dx" rows), which the switch also governs: by
+ * phases with int64 sums gathered and rounded, or rounded in the kernel's epilogue
+ * (fx_i16_dgrad_amx_s2_round); their "rounded" column counts chunks of that route.
+ *
  * Each repetition calls tensor_conv2d once with the rounding kernel off and once on, one after
  * the other, into outputs of their own whose exponent guesses are steady (or hover) after the
  * untimed warm-up calls; cells are the median wall time of the repetitions, and the ratio
@@ -21,6 +25,7 @@
 #include "flexpoint_nn.h"
 #include "core/backend.h"
 #include "flex/conv_i16.h"
+#include "nn/conv_dgrad_phases.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,14 +35,28 @@
 typedef struct {
     const char *name;
     int64_t C, H, O, K, stride, pad;
+    int dgrad; /* 1: the input gradient (tensor_conv2d_backward_input) instead of the forward */
 } shape;
 
 static const shape SHAPES[] = {
-    {"resnet20 16->16 32x32 3x3", 16, 32, 16, 3, 1, 1},
-    {"resnet20 32->32 16x16 3x3", 32, 16, 32, 3, 1, 1},
-    {"resnet20 16->32 s2 3x3", 16, 32, 32, 3, 2, 1},
-    {"cnn conv2 32->64 14x14 5x5", 32, 14, 64, 5, 1, 2},
+    {"resnet20 16->16 32x32 3x3", 16, 32, 16, 3, 1, 1, 0},
+    {"resnet20 32->32 16x16 3x3", 32, 16, 32, 3, 1, 1, 0},
+    {"resnet20 16->32 s2 3x3", 16, 32, 32, 3, 2, 1, 0},
+    {"cnn conv2 32->64 14x14 5x5", 32, 14, 64, 5, 1, 2, 0},
+    {"dx resnet20 16->32 s2 3x3", 16, 32, 32, 3, 2, 1, 1},
+    {"dx resnet20 16->32 s2 1x1", 16, 32, 32, 1, 2, 0, 1},
+    {"dx resnet20 32->64 s2 3x3", 32, 16, 64, 3, 2, 1, 1},
+    {"dx resnet20 32->64 s2 1x1", 32, 16, 64, 1, 2, 0, 1},
 };
+
+/* One timed call: the forward pass of x into y, or the input gradient of dy (x's role) into
+ * dx (y's) */
+static int run_call(const shape *s, tensor_t *out, const tensor_t *in, const tensor_t *w)
+{
+    const int st = (int)s->stride, pd = (int)s->pad;
+    return s->dgrad ? tensor_conv2d_backward_input(out, in, w, st, st, pd, pd, 1, 1)
+                    : tensor_conv2d(out, in, w, st, st, pd, pd, 1, 1);
+}
 
 int main(int argc, char **argv)
 {
@@ -69,13 +88,17 @@ int main(int argc, char **argv)
             const int64_t OH = (s->H + 2 * s->pad - s->K) / s->stride + 1;
             const int64_t xs[4] = {128, s->C, s->H, s->H}, ws[4] = {s->O, s->C, s->K, s->K};
             const int64_t ys[4] = {128, s->O, OH, OH};
+            /* the input gradient's input is dy (y's shape, small values), its output dx */
+            const int64_t *ins = s->dgrad ? ys : xs, *outs = s->dgrad ? xs : ys;
+            const float scale = s->dgrad ? 0.01f : 1.0f;
+            const int relu = !s->dgrad;
             unsigned seed = 7 + (unsigned)si;
             unsigned seed2 = seed;
-            tensor_t *x = bench_tensor4(f, xs, 1.0f, 1, 1, &seed);
+            tensor_t *x = bench_tensor4(f, ins, scale, relu, 1, &seed);
             /* the second input: the same values 2.5x larger (hovering), else x again */
-            tensor_t *x2 = hover ? bench_tensor4(f, xs, 2.5f, 1, 1, &seed2) : x;
+            tensor_t *x2 = hover ? bench_tensor4(f, ins, 2.5f * scale, relu, 1, &seed2) : x;
             tensor_t *w = bench_tensor4(f, ws, 0.1f, 0, 1, &seed);
-            tensor_t *y[2] = {tensor_new(f, 4, ys), tensor_new(f, 4, ys)};
+            tensor_t *y[2] = {tensor_new(f, 4, outs), tensor_new(f, 4, outs)};
             if (!x || !x2 || !w || !y[0] || !y[1]) {
                 fprintf(stderr, "bench_conv_round: %s\n", flexpoint_last_error());
                 return 2;
@@ -83,17 +106,15 @@ int main(int argc, char **argv)
             for (int warm = 0; warm < 4; warm++)
                 for (int m = 0; m < 2; m++) {
                     fx_i16_fwd_amx_round_set_enabled(m);
-                    tensor_conv2d(y[m], warm % 2 ? x2 : x, w, s->stride, s->stride, s->pad,
-                                  s->pad, 1, 1);
+                    run_call(s, y[m], warm % 2 ? x2 : x, w);
                 }
-            const long long before = fx_i16_fwd_amx_round_calls();
-            const long long before2 = fx_i16_fwd_amx_round2_calls();
+            const long long before = fx_i16_fwd_amx_round_calls() + fx_conv_dgrad_phases_rounded();
+            const long long before2 = fx_i16_fwd_amx_round2_calls() + fx_conv_dgrad_phases_rounded2();
             for (int r = 0; r < reps; r++)
                 for (int m = 0; m < 2; m++) {
                     fx_i16_fwd_amx_round_set_enabled(m);
                     const double t0 = bench_clock_s(CLOCK_MONOTONIC);
-                    const int rc = tensor_conv2d(y[m], r % 2 ? x2 : x, w, s->stride, s->stride,
-                                                 s->pad, s->pad, 1, 1);
+                    const int rc = run_call(s, y[m], r % 2 ? x2 : x, w);
                     t[m][r] = bench_clock_s(CLOCK_MONOTONIC) - t0;
                     if (rc) {
                         fprintf(stderr, "bench_conv_round: %s\n", flexpoint_last_error());
@@ -104,7 +125,8 @@ int main(int argc, char **argv)
             const double off = bench_median(t[0], reps), on = bench_median(t[1], reps);
             printf("%-28s %-9s %10.3f %10.3f %7.2f %8lld %8lld\n", s->name,
                    hover ? "dfp16 hov" : fmt_name(f), 1e3 * off, 1e3 * on, on / off,
-                   fx_i16_fwd_amx_round_calls() - before, fx_i16_fwd_amx_round2_calls() - before2);
+                   fx_i16_fwd_amx_round_calls() + fx_conv_dgrad_phases_rounded() - before,
+                   fx_i16_fwd_amx_round2_calls() + fx_conv_dgrad_phases_rounded2() - before2);
             if (x2 != x) tensor_free(x2);
             tensor_free(x);
             tensor_free(w);

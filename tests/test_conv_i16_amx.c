@@ -337,7 +337,8 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int s
  * guesses, a guess that misses, steady again, then a scale that hovers between two exponents):
  * with the rounding in the kernel (fx_i16_fwd_amx_round) and with it switched off, the same
  * mantissas and exponent after every call, and the kernel's rounding taken; for DFP16 also
- * its rounding at two exponents, with the write picking the second (the exponent y left). */
+ * its rounding at two exponents, with the write picking the second (the exponent y left), and
+ * the op run again exactly as often as without it. */
 static void check_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int stride,
                             uint64_t seed)
 {
@@ -355,12 +356,15 @@ static void check_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O,
     const long long before = fx_i16_fwd_amx_round_calls();
     const long long before2 = fx_i16_fwd_amx_round2_calls();
     const int64_t alt_before = fx_conv_alt_rounding_reused();
+    int64_t redone[2] = {0, 0}; /* ops run again, with the kernel's rounding and without */
     for (int call = 0; call < 14; call++) {
         for (int64_t i = 0; i < nx; i++) buf[i] = (float)(scale[call] * test_rng_normal(&r));
         CHECK_STATUS(tensor_from_f32(x, buf), FX_OK);
         for (int k = 0; k < 2; k++) {
             fx_i16_fwd_amx_round_set_enabled(k == 0);
+            const int64_t redone0 = fx_conv_stage_redone();
             CHECK_STATUS(tensor_conv2d(y[k], x, w, stride, stride, 1, 1, 1, 1), FX_OK);
+            redone[k] += fx_conv_stage_redone() - redone0;
         }
         fx_i16_fwd_amx_round_set_enabled(1);
         CHECK_STATUS(tensor_get_raw(y[0], a), FX_OK);
@@ -380,6 +384,11 @@ static void check_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O,
     }
     CHECK(fx_i16_fwd_amx_round_calls() > before, "%s C%lld stride %d: the kernel never rounded",
           fmt_name(f), (long long)C, stride);
+    /* a rounding left unmade (it saturated) still reports the largest |sum|, so the write's
+     * exponent, and whether the op runs again, are those of the int64 route */
+    CHECK(redone[0] == redone[1], "%s C%lld stride %d: run again %lld times with the kernel's "
+          "rounding, %lld without", fmt_name(f), (long long)C, stride, (long long)redone[0],
+          (long long)redone[1]);
     if (f == FMT_DFP16) {
         CHECK(fx_i16_fwd_amx_round2_calls() > before2,
               "DFP16 C%lld stride %d: the kernel never rounded at two exponents", (long long)C,
@@ -401,7 +410,9 @@ static void check_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O,
  * back, then a scale hovering between two exponents, where DFP16 rounds at both) against the
  * same writes into a twin dx with the epilogue switched off (the int64 phases): the same
  * mantissas, exponent and write statistics after every write; the epilogue taken where the
- * shape allows (both strides 2, even H and W) and not otherwise. */
+ * shape allows (both strides 2, even H and W) and not otherwise; for DFP16 the hovering writes
+ * rounded there at two exponents, a rounding that saturates left out (a scale moving up), and
+ * run again no more often than without the epilogue (only where the write picks neither). */
 static void check_dgrad_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t W,
                                   int64_t O, int64_t K, int64_t pad, int expect, uint64_t seed)
 {
@@ -417,14 +428,18 @@ static void check_dgrad_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int6
     int16_t *a = malloc(2 * (size_t)nx), *b = malloc(2 * (size_t)nx);
     static const double scale[12] = {1, 1, 1, 1, 1, 1, 64, 1, 2.5, 1, 2.5, 1};
     const int64_t before = fx_conv_dgrad_phases_rounded();
+    const int64_t before2 = fx_conv_dgrad_phases_rounded2();
+    int64_t hover_redone[2] = {0, 0};
     for (int call = 0; call < 12; call++) {
         for (int64_t i = 0; i < ny; i++) buf[i] = (float)(scale[call] * test_rng_normal(&r));
         CHECK_STATUS(tensor_from_f32(dy, buf), FX_OK);
         for (int k = 0; k < 2; k++) {
             fx_i16_fwd_amx_round_set_enabled(k == 0);
+            const int64_t redone0 = fx_conv_stage_redone();
             CHECK_STATUS(tensor_conv2d_backward_input(dx[k], dy, w, 2, 2, (int)pad, (int)pad, 1,
                                                       1),
                          FX_OK);
+            if (call >= 8) hover_redone[k] += fx_conv_stage_redone() - redone0;
         }
         fx_i16_fwd_amx_round_set_enabled(1);
         CHECK_STATUS(tensor_get_raw(dx[0], a), FX_OK);
@@ -446,6 +461,12 @@ static void check_dgrad_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int6
         }
     }
     const int64_t taken = fx_conv_dgrad_phases_rounded() - before;
+    if (f == FMT_DFP16 && expect)
+        CHECK(fx_conv_dgrad_phases_rounded2() > before2 && hover_redone[0] == hover_redone[1],
+              "dfp16 dx C%lld k%lld p%lld: rounded at two exponents %lld times, hovering writes "
+              "run again %lld times (%lld without the epilogue)", (long long)C, (long long)K,
+              (long long)pad, (long long)(fx_conv_dgrad_phases_rounded2() - before2),
+              (long long)hover_redone[0], (long long)hover_redone[1]);
     CHECK((taken > 0) == expect, "%s dx C%lld %lldx%lld O%lld k%lld p%lld: the epilogue %s",
           fmt_name(f), (long long)C, (long long)H, (long long)W, (long long)O, (long long)K,
           (long long)pad, expect ? "never ran" : "ran where it must not");

@@ -99,8 +99,9 @@ int64_t fx_i16_dgrad_amx_s2_scratch(const struct fx_conv_geom *planes, int64_t n
 /* dx's chunk (nbc images, NCHW) rounded at shift into dx with the chunk's statistics in
  * *part, and with dx2 not NULL at shift2 into dx2 and *part2: the mantissas and statistics
  * quant_i64 gives the chunk's exact sums. Returns the roundings done whole, as
- * fx_i16_fwd_amx_round (one not whole leaves its dx and part unwritten); 0: a shift off the
- * fast route. One thread; AMX tiles configured and released here. */
+ * fx_i16_fwd_amx_round (one not whole leaves its dx unwritten, and its statistics the largest
+ * |sum| and a saturation); 0: a shift off the fast route, or neither whole. One thread; AMX
+ * tiles configured and released here. */
 int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
                               uint32_t *scratch, int shift, int16_t *dx, struct fx_qstats *part,
                               int shift2, int16_t *dx2, struct fx_qstats *part2);

@@ -493,10 +493,14 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
     if (whole & FX_AMX_ROUND_FIRST) {
         amx_dgrad_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
         fx_q64_fast_stats_of(part, mx, nuf, shift);
+    } else if (whole) {
+        amx_round_stats_saturated(part, mx);
     }
     if (whole & FX_AMX_ROUND_SECOND) {
         amx_dgrad_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
         fx_q64_fast_stats_of(part2, mx, nuf2, shift2);
+    } else if (whole && two) {
+        amx_round_stats_saturated(part2, mx);
     }
     return whole;
 }

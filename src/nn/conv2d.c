@@ -1492,6 +1492,8 @@ typedef struct conv_dxquant_ctx {
                            * pass's (conv_yquant_ctx), else FX_EXP_NONE */
     int16_t *tmp2;
     fx_qstats *part2;
+    int broken[2];        /* a chunk's rounding at fused_e (alt_e) left unmade by the AMX
+                           * epilogue (fx_dgrad_round.broken): not to be kept */
 } conv_dxquant_ctx;
 
 static uint64_t conv_dx_chunk(void *vctx, const int64_t *sums, int64_t n0, int64_t nbc,
@@ -1520,6 +1522,14 @@ static int conv_dxquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qs
 {
     (void)r; /* int64 stages round to nearest even, whatever the tensor's mode */
     conv_dxquant_ctx *c = vctx;
+    /* a rounding the epilogue left unmade (a DFP16 write picks an exponent whose rounding
+     * saturates only where its window clamps it): no sums to round it from, as below */
+    const int broken = (e == c->fused_e && c->broken[0]) || (e == c->alt_e && c->broken[1]);
+    if (broken && !c->stage) {
+        c->need_stage = 1;
+        if (!c->copy_pending) c->fused_e = e;
+        return FX_ESTATE;
+    }
     conv_take_second(e, &c->tmp, &c->tmp2, &c->part, &c->part2, &c->fused_e, &c->alt_e);
     if (e == c->fused_e) {
         if (keep) {
@@ -1571,7 +1581,7 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
         conv_skip_stage(dx, nostage_ok, guess == FX_EXP_NONE, g->O * g->KH * g->KW, &alt_e);
     int64_t *dxstage = nostage ? NULL : conv_alloc(&s, n, sizeof(int64_t), &rc, func);
     conv_dxquant_ctx q = {be, dxstage, rc ? 0 : dyo.exp + wo.exp, n, g->C * g->H * g->W, g->N,
-                          NULL, NULL, NULL, fuse_e, 0, 0, alt_e, NULL, NULL};
+                          NULL, NULL, NULL, fuse_e, 0, 0, alt_e, NULL, NULL, {0, 0}};
     if (fused) {
         /* a disposable dx that is no input takes the early rounding itself (as the forward
          * pass's y): no copy after the write */
@@ -1593,7 +1603,8 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
          * fast route it declines) */
         const int two = alt_e != FX_EXP_NONE;
         const fx_dgrad_round round = {fuse_e - q.exp, two ? alt_e - q.exp : 0, q.tmp,
-                                      two ? q.tmp2 : NULL, q.part, two ? q.part2 : NULL};
+                                      two ? q.tmp2 : NULL, q.part, two ? q.part2 : NULL,
+                                      q.broken};
         const fx_dgrad_sink sink = {conv_dx_chunk, &q, !nostage, fused ? &round : NULL};
         const int r = fx_conv_dgrad_phases_i16(g, be, (const int16_t *)dyo.data,
                                                (const int16_t *)wo.data, dxstage, &imax,

@@ -31,10 +31,12 @@
 static atomic_int phases_enabled = 1;
 static atomic_llong phases_runs;
 static atomic_llong phases_rounded;
+static atomic_llong phases_rounded2;
 
 void fx_conv_dgrad_phases_set_enabled(int on) { atomic_store(&phases_enabled, on != 0); }
 int64_t fx_conv_dgrad_phases_runs(void) { return atomic_load(&phases_runs); }
 int64_t fx_conv_dgrad_phases_rounded(void) { return atomic_load(&phases_rounded); }
+int64_t fx_conv_dgrad_phases_rounded2(void) { return atomic_load(&phases_rounded2); }
 
 typedef struct dgrad_phase {
     fx_conv_geom g; /* the phase's stride-1 convolution of dy; KH or KW 0: no taps */
@@ -285,12 +287,22 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
                 &s2, dy + n0 * g->O * g->OH * g->OW, nbc, (uint32_t *)(void *)mine, rnd->shift,
                 rnd->out + n0 * chw, &rnd->part[ch], s2two ? rnd->shift2 : 0,
                 s2two ? rnd->out2 + n0 * chw : NULL, s2two ? &rnd->part2[ch] : NULL);
-            if (got == want) {
+            /* of two roundings, one that saturated is left unmade (the other, which a DFP16
+             * write whose scale moved up or down picks, is whole): the caller must not keep it */
+            if (got != want && got) {
+                if (!(got & FX_AMX_ROUND_FIRST))
+                    __atomic_store_n(&rnd->broken[0], 1, __ATOMIC_RELAXED);
+                if (!(got & FX_AMX_ROUND_SECOND))
+                    __atomic_store_n(&rnd->broken[1], 1, __ATOMIC_RELAXED);
+            }
+            if (got) {
                 cmax[ch] = (uint64_t)rnd->part[ch].max_abs_in;
                 atomic_fetch_add_explicit(&phases_rounded, 1, memory_order_relaxed);
+                if (s2two) atomic_fetch_add_explicit(&phases_rounded2, 1, memory_order_relaxed);
                 continue;
             }
-            /* a saturating sum: the int64 route below, whose chunk() rounds it again */
+            /* no rounding whole (a saturating sum): the int64 route below, whose chunk()
+             * rounds it again */
         }
         const int64_t **srcp = (const int64_t **)(void *)(mine + per_thread - g->W);
         int64_t *rowbuf = mine + per_thread - g->W - g->W * g->C;

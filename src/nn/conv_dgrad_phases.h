@@ -33,6 +33,10 @@ typedef struct fx_dgrad_round {
     int shift, shift2;
     int16_t *out, *out2;
     struct fx_qstats *part, *part2;
+    /* set (to 1) where a chunk's rounding at shift (broken[0]) or shift2 (broken[1]) saturated
+     * in the epilogue and was left unmade, the other kept: that rounding must not be kept
+     * (its part[ch] holds only the largest |sum|, with a saturation) */
+    int *broken;
 } fx_dgrad_round;
 
 /* What a caller does with each chunk of dx's sums while they are in cache: chunk(ctx, sums,
@@ -64,10 +68,12 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const struct fx_backend *be,
 void fx_conv_dgrad_gather_rows_avx2(const int64_t *const *src, int64_t W, int64_t C,
                                     int64_t *row, int64_t *drow, int64_t HW);
 
-/* Test hooks: 0 turns the route off (the col2im route then runs); runs counted, and the
- * chunks rounded in the AMX epilogue (fx_i16_fwd_amx_round_set_enabled turns that off) */
+/* Test hooks: 0 turns the route off (the col2im route then runs); runs counted, the chunks
+ * rounded in the AMX epilogue (fx_i16_fwd_amx_round_set_enabled turns that off), and of those
+ * the ones rounded at two exponents */
 void fx_conv_dgrad_phases_set_enabled(int on);
 int64_t fx_conv_dgrad_phases_runs(void);
 int64_t fx_conv_dgrad_phases_rounded(void);
+int64_t fx_conv_dgrad_phases_rounded2(void);
 
 #endif
