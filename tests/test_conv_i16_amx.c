@@ -221,11 +221,13 @@ static void check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
 /* The weight gradient's kernel on a chunk: dW^T[(c KH + kh) KW + kw][o] the exact int64 sums,
  * written (add 0) and then added to (add 1: twice the sums) */
 static void check_wgrad_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KS,
-                               int pad, int full, uint64_t seed)
+                               int pad, int stride, int full, uint64_t seed)
 {
-    const int64_t OH = H + 2 * pad - KS + 1, OW = W + 2 * pad - KS + 1, KK = KS * KS, P = OH * OW;
-    const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = W, .O = O, .KH = KS, .KW = KS, .sh = 1,
-                            .sw = 1, .ph = pad, .pw = pad, .dh = 1, .dw = 1, .OH = OH, .OW = OW};
+    const int64_t OH = (H + 2 * pad - KS) / stride + 1, OW = (W + 2 * pad - KS) / stride + 1;
+    const int64_t KK = KS * KS, P = OH * OW;
+    const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = W, .O = O, .KH = KS, .KW = KS,
+                            .sh = stride, .sw = stride, .ph = pad, .pw = pad, .dh = 1, .dw = 1,
+                            .OH = OH, .OW = OW};
     CHECK(fx_i16_wgrad_amx_fits(&g), "wgrad C%lld O%lld: expected to fit", (long long)C,
           (long long)O);
     const int64_t nx = N * C * H * W, ndy = N * O * P, nw = C * KK * O;
@@ -243,7 +245,8 @@ static void check_wgrad_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64
                     int64_t s = 0;
                     for (int64_t oh = 0; oh < OH; oh++)
                         for (int64_t ow = 0; ow < OW; ow++) {
-                            const int64_t ih = oh - pad + t / KS, iw = ow - pad + t % KS;
+                            const int64_t ih = oh * stride - pad + t / KS;
+                            const int64_t iw = ow * stride - pad + t % KS;
                             if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
                             s += (int64_t)x[((n * C + c) * H + ih) * W + iw] *
                                  dy[((n * O + o) * OH + oh) * OW + ow];
@@ -254,9 +257,9 @@ static void check_wgrad_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64
     CHECK(fx_i16_wgrad_amx(&g, x, dy, N, scr, dwt, 0) == 1, "the weight gradient declined");
     long bad = 0;
     for (int64_t i = 0; i < nw; i++) bad += dwt[i] != want[i];
-    CHECK(bad == 0, "wgrad C%lld %lldx%lld O%lld k%lld %s data, %lld images: %ld sums differ from "
-          "the exact ones", (long long)C, (long long)H, (long long)W, (long long)O, (long long)KS,
-          full ? "full-range" : "small", (long long)N, bad);
+    CHECK(bad == 0, "wgrad C%lld %lldx%lld O%lld k%lld stride %d %s data, %lld images: %ld sums "
+          "differ from the exact ones", (long long)C, (long long)H, (long long)W, (long long)O,
+          (long long)KS, stride, full ? "full-range" : "small", (long long)N, bad);
     CHECK(fx_i16_wgrad_amx(&g, x, dy, N, scr, dwt, 1) == 1, "the weight gradient declined");
     bad = 0;
     for (int64_t i = 0; i < nw; i++) bad += dwt[i] != 2 * want[i];
@@ -500,17 +503,29 @@ int main(void)
         check_kernel(1, 16, 12, 12, 16, 1, 1, 0, 2, full, seed++); /* 1x1 at stride 2 */
     }
     for (int full = 0; full <= 1; full++) {
-        check_wgrad_kernel(3, 16, 32, 32, 16, 3, 1, full, seed++); /* stage 1 */
-        check_wgrad_kernel(4, 32, 16, 16, 48, 3, 1, full, seed++); /* stage 2, O 48 */
-        check_wgrad_kernel(5, 64, 8, 8, 64, 3, 1, full, seed++);   /* stage 3: P 64 */
-        check_wgrad_kernel(3, 32, 14, 14, 64, 5, 2, full, seed++); /* the CNN's conv2: P 196 */
-        check_wgrad_kernel(2, 16, 9, 11, 16, 3, 0, full, seed++);  /* no padding, 7 x 9 */
+        check_wgrad_kernel(3, 16, 32, 32, 16, 3, 1, 1, full, seed++); /* stage 1 */
+        check_wgrad_kernel(4, 32, 16, 16, 48, 3, 1, 1, full, seed++); /* stage 2, O 48 */
+        check_wgrad_kernel(5, 64, 8, 8, 64, 3, 1, 1, full, seed++);   /* stage 3: P 64 */
+        check_wgrad_kernel(3, 32, 14, 14, 64, 5, 2, 1, full, seed++); /* the CNN's conv2: P 196 */
+        check_wgrad_kernel(2, 16, 9, 11, 16, 3, 0, 1, full, seed++);  /* no padding, 7 x 9 */
         /* rows of 70 pixels, padded by 2 (the kernel pads them): three runs of 32 lanes a
          * shifted row, the image's edges inside the first and the last */
-        check_wgrad_kernel(2, 16, 6, 70, 16, 5, 2, full, seed++);
-        check_wgrad_kernel(2, 16, 5, 33, 32, 1, 0, full, seed++);  /* 1 x 1: one tap */
+        check_wgrad_kernel(2, 16, 6, 70, 16, 5, 2, 1, full, seed++);
+        check_wgrad_kernel(2, 16, 5, 33, 32, 1, 0, 1, full, seed++);  /* 1 x 1: one tap */
         /* copies of two images a block (about 450 KiB each): three blocks */
-        check_wgrad_kernel(5, 64, 32, 32, 16, 3, 1, full, seed++);
+        check_wgrad_kernel(5, 64, 32, 32, 16, 3, 1, 1, full, seed++);
+        /* stride 2: ResNet-20's openers and projections, odd sizes (a last row phase with
+         * fewer rows, columns past the image), 5 x 5 and 4 x 4 kernels, rows of 70 pixels (two
+         * runs of 32 lanes a row phase, each from 64 columns), padding past the kernel's half */
+        check_wgrad_kernel(3, 16, 32, 32, 32, 3, 1, 2, full, seed++);
+        check_wgrad_kernel(3, 16, 32, 32, 32, 1, 0, 2, full, seed++);
+        check_wgrad_kernel(4, 32, 16, 16, 64, 3, 1, 2, full, seed++);
+        check_wgrad_kernel(4, 32, 16, 16, 64, 1, 0, 2, full, seed++);
+        check_wgrad_kernel(2, 16, 9, 11, 16, 3, 1, 2, full, seed++);
+        check_wgrad_kernel(2, 16, 13, 12, 32, 5, 2, 2, full, seed++);
+        check_wgrad_kernel(2, 16, 12, 12, 16, 4, 1, 2, full, seed++);
+        check_wgrad_kernel(2, 16, 6, 70, 16, 3, 1, 2, full, seed++);
+        check_wgrad_kernel(2, 16, 8, 8, 16, 3, 3, 2, full, seed++);
     }
     const fx_conv_geom narrow = {.N = 1, .C = 8, .H = 8, .W = 8, .O = 16, .KH = 3, .KW = 3,
                                  .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .OH = 8,

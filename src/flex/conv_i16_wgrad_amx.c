@@ -23,6 +23,12 @@
  * (another channel's copy, or the buffer's slack) against dy's zero words: they add nothing.
  * Exact sums, so the bits are the other kernels'.
  *
+ * Stride 2 (both axes) the same way, the stride folded into the copies: per kernel column kw
+ * and row phase rh, Xkw,rh[c][a][ow] = xpad(c, 2 a + rh, 2 ow + kw), so that tap (kh, kw)
+ * meets the run Xkw,(kh mod 2)[c][(kh div 2) OW + p]. Before, a stride-2 weight gradient took
+ * the patch rows and the AMX GEMM (ResNet-20's 16 -> 32 opener: 1.5 ms at two threads, where
+ * the stride-1 32 -> 32 layer, twice its products, took 1.0).
+ *
  * Tiles: tmm0-3 the accumulators of one output tile (16 channels c of one tap, 16 output
  * channels), tmm4-5 its A tiles (high, low), tmm6-7 its B tiles. */
 #include "../core/amx_tiles.h"
@@ -46,7 +52,8 @@ long long fx_i16_wgrad_amx_calls(void)
 
 int fx_i16_wgrad_amx_fits(const struct fx_conv_geom *g)
 {
-    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->C >= 16 && g->C % 16 == 0 &&
+    return ((g->sh == 1 && g->sw == 1) || (g->sh == 2 && g->sw == 2)) && g->dh == 1 &&
+           g->dw == 1 && g->C >= 16 && g->C % 16 == 0 &&
            g->O >= 16 && g->O % 16 == 0 && g->OH * g->OW <= FX_I16_AMX_WGRAD_MAX_P &&
            g->KH * g->KW <= FX_I16_FWD_MAX_TAPS;
 }
@@ -54,11 +61,42 @@ int fx_i16_wgrad_amx_fits(const struct fx_conv_geom *g)
 /* Pixels of one image rounded up to whole tiles of k */
 static int64_t p64(const struct fx_conv_geom *g) { return (g->OH * g->OW + 63) / 64 * 64; }
 
-/* Bytes of one image's copies: the shifted byte planes of x (KW x 2 planes x C x Hp x OW) and
- * dy's words (2 planes x P64 x O) */
+/* Lanes [first, end) of 32 (none where end <= first) */
+static inline __mmask32 lane_run(int64_t first, int64_t end)
+{
+    if (end <= first) return 0;
+    const uint64_t upto = end >= 32 ? 0xFFFFFFFFull : (1ull << end) - 1;
+    return (__mmask32)(upto & ~((1ull << first) - 1));
+}
+
+/* Rows of one copy of x: the padded rows (stride 1), or those of one row phase (stride 2) */
+static int64_t copy_rows(const struct fx_conv_geom *g)
+{
+    return (g->H + 2 * g->ph + g->sh - 1) / g->sh;
+}
+
+/* Bytes of one image's copies: the shifted byte planes of x (KW x sh phases x 2 planes x C x
+ * rows x OW) and dy's words (2 planes x P64 x O) */
 static int64_t image_bytes(const struct fx_conv_geom *g)
 {
-    return g->KW * 2 * g->C * (g->H + 2 * g->ph) * g->OW + 2 * p64(g) * g->O;
+    return g->KW * g->sh * 2 * g->C * copy_rows(g) * g->OW + 2 * p64(g) * g->O;
+}
+
+/* 32 values of an image row at columns col, col + 2, ..., col + 62 (zero outside [0, W)) */
+static inline __m512i load_even32(const int16_t *row, int64_t col, int64_t W)
+{
+    static const int16_t ix[32] = {0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20,
+                                   22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
+                                   44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
+    __m512i v[2];
+    for (int h = 0; h < 2; h++) { /* columns col + 32 h + j, j < 32 */
+        const int64_t c0 = col + 32 * h;
+        const int64_t first = c0 < 0 ? -c0 : 0, end = W - c0 < 32 ? W - c0 : 32;
+        const __mmask32 m = lane_run(first, end);
+        v[h] = m ? _mm512_maskz_loadu_epi16(m, (const void *)((uintptr_t)row + 2 * c0))
+                 : _mm512_setzero_si512();
+    }
+    return _mm512_permutex2var_epi16(v[0], _mm512_loadu_si512((const void *)ix), v[1]);
 }
 
 /* Images whose copies are made before the tiles run over them all: as many as keep the int32
@@ -82,27 +120,19 @@ int64_t fx_i16_wgrad_amx_scratch(const struct fx_conv_geom *g, int64_t nb)
     return bytes / 4 + 1;
 }
 
-/* Lanes [first, end) of 32 (none where end <= first) */
-static inline __mmask32 lane_run(int64_t first, int64_t end)
-{
-    if (end <= first) return 0;
-    const uint64_t upto = end >= 32 ? 0xFFFFFFFFull : (1ull << end) - 1;
-    return (__mmask32)(upto & ~((1ull << first) - 1));
-}
-
 int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16_t *dy,
                      int64_t nbc, uint32_t *scratch, int64_t *dwt, int add)
 {
     atomic_fetch_add_explicit(&amx_wgrad_calls, 1, memory_order_relaxed);
     const int64_t C = g->C, O = g->O, KH = g->KH, KW = g->KW, KK = KH * KW;
-    const int64_t H = g->H, W = g->W, ph = g->ph, pw = g->pw, Hp = H + 2 * ph, OH = g->OH,
-                  OW = g->OW;
+    const int64_t H = g->H, W = g->W, ph = g->ph, pw = g->pw, OH = g->OH, OW = g->OW;
+    const int64_t S = g->sh, Hc = copy_rows(g); /* stride; rows of a copy */
     const int64_t P = OH * OW, P64 = p64(g);
     const int64_t nbi = block_images(g, nbc);
-    /* per block: xs[((i KW + kw) 2 + pl) plane + (c Hp + ih) OW + ow] for image i of the
-     * block, then 64 bytes of slack; dq[(i 2 + pl) P64 O + 4 (q O + o)]; tq one image's
-     * staging [pl][O][P64] */
-    const int64_t plane = C * Hp * OW, ximg = KW * 2 * plane, dimg = 2 * P64 * O;
+    /* per block: xs[(((i KW + kw) S + rh) 2 + pl) plane + (c Hc + a) OW + ow] for image i of
+     * the block (padded row S a + rh), then 64 bytes of slack; dq[(i 2 + pl) P64 O + 4 (q O +
+     * o)]; tq one image's staging [pl][O][P64] */
+    const int64_t plane = C * Hc * OW, ximg = KW * S * 2 * plane, dimg = 2 * P64 * O;
     int8_t *xs = (int8_t *)(void *)scratch;
     xs += (64 - (uintptr_t)xs % 64) % 64;
     int8_t *dq = xs + nbi * ximg + 64;
@@ -117,14 +147,15 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16
     for (int64_t n0 = 0; n0 < nbc; n0 += nbi) {
         const int64_t ni = nbc - n0 < nbi ? nbc - n0 : nbi;
         for (int64_t i = 0; i < ni; i++) {
-            /* x's shifted copies, padded here: Xkw[c][ih][ow] = x(c, ih - ph, ow + kw - pw),
-             * zero outside the image (a masked load reads only the lanes inside it) */
+            /* x's shifted copies, padded here: Xkw,rh[c][a][ow] = x(c, S a + rh - ph,
+             * S ow + kw - pw), zero outside the image (a masked load reads only the lanes
+             * inside it) */
             const int16_t *xn = x + (n0 + i) * C * H * W;
             for (int64_t c = 0; c < C; c++)
-                for (int64_t ih = 0; ih < Hp; ih++) {
-                    const int64_t r = ih - ph;
+                for (int64_t ih = 0; ih < S * Hc; ih++) {
+                    const int64_t r = ih - ph, rh = ih % S, a = ih / S;
                     for (int64_t kw = 0; kw < KW; kw++) {
-                        int8_t *h = xs + i * ximg + (kw * 2) * plane + (c * Hp + ih) * OW;
+                        int8_t *h = xs + i * ximg + ((kw * S + rh) * 2) * plane + (c * Hc + a) * OW;
                         int8_t *l = h + plane;
                         if (r < 0 || r >= H) {
                             memset(h, 0, (size_t)OW);
@@ -133,13 +164,19 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16
                         }
                         const int16_t *row = xn + (c * H + r) * W;
                         for (int64_t ow = 0; ow < OW; ow += 32) {
-                            const int64_t col = ow + kw - pw; /* lane j reads column col + j */
-                            const int64_t first = col < 0 ? -col : 0;
-                            int64_t end = W - col < 32 ? W - col : 32;
-                            if (OW - ow < end) end = OW - ow;
-                            const __mmask32 m = lane_run(first, end);
-                            const __m512i v = _mm512_maskz_loadu_epi16(
-                                m, (const void *)((uintptr_t)row + 2 * col));
+                            /* lane j reads column col + S j */
+                            const int64_t col = S * ow + kw - pw;
+                            __m512i v;
+                            if (S == 2) {
+                                v = load_even32(row, col, W);
+                            } else {
+                                const int64_t first = col < 0 ? -col : 0;
+                                int64_t end = W - col < 32 ? W - col : 32;
+                                if (OW - ow < end) end = OW - ow;
+                                const __mmask32 m = lane_run(first, end);
+                                v = _mm512_maskz_loadu_epi16(
+                                    m, (const void *)((uintptr_t)row + 2 * col));
+                            }
                             const __m512i hv = _mm512_srai_epi16(v, 8);
                             if (ow + 32 <= OW) {
                                 _mm256_storeu_si256((void *)(h + ow), _mm512_cvtepi16_epi8(hv));
@@ -180,10 +217,11 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16
                     _tile_zero(2);
                     _tile_zero(3);
                     for (int64_t i = 0; i < ni; i++) {
-                        const int8_t *ah = xs + i * ximg + (kw * 2) * plane + (cb * 16 * Hp + kh) * OW;
+                        const int8_t *ah = xs + i * ximg + ((kw * S + kh % S) * 2) * plane +
+                                           (cb * 16 * Hc + kh / S) * OW;
                         const int8_t *bh = dq + i * dimg + 4 * ob * 16;
                         for (int64_t k0 = 0; k0 < P64; k0 += 64) {
-                            fx_amx_i16_step(ah + k0, ah + plane + k0, Hp * OW, bh + k0 * O,
+                            fx_amx_i16_step(ah + k0, ah + plane + k0, Hc * OW, bh + k0 * O,
                                             bh + (P64 + k0) * O, 4 * O);
                         }
                     }
