@@ -46,7 +46,7 @@ static int16_t draw(test_rng *r, int full)
 static int round_fits(const uint64_t *imax, int64_t N, int sh)
 {
     int fits = fx_q64_fast_ok(sh);
-    for (int64_t n = 0; n < N && fits; n++) fits = imax[n] <= fx_q64_fast_bound(sh);
+    for (int64_t n = 0; n < N && n < 8 && fits; n++) fits = imax[n] <= fx_q64_fast_bound(sh);
     return fits;
 }
 
@@ -92,11 +92,15 @@ static void check_round(const fx_conv_geom *g, const int16_t *x, const uint32_t 
             const uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
             imax[n] = a > imax[n] ? a : imax[n];
         }
-    /* the shift at which the first image's sums just fit, and one below it */
-    int fit = 1;
+    /* the shift at which the first image's sums just fit, and one below it; the same for
+     * every image's (below it, the image that breaks a rounding may be a later one, whose
+     * earlier images must then report the break too) */
+    int fit = 1, fit_all = 1;
     while (fit < 47 && imax[0] > fx_q64_fast_bound(fit)) fit++;
-    const int shifts[10] = {0, 1, 3, 9, 17, 33, 47, 48, fit, fit > 1 ? fit - 1 : 2};
-    for (int k = 0; k < 10; k++) {
+    while (fit_all < 47 && !round_fits(imax, N, fit_all)) fit_all++;
+    const int shifts[12] = {0,   1,  3,  9,  17, 33, 47, 48, fit, fit > 1 ? fit - 1 : 2,
+                            fit_all, fit_all > 1 ? fit_all - 1 : 2};
+    for (int k = 0; k < 12; k++) {
         const int sh = shifts[k];
         memset(got, 0x5A, 2 * ny);
         const int done = fx_i16_fwd_amx_round(g, x, N, wq, scr, sh, got, gp, 0, NULL, NULL);
@@ -111,9 +115,9 @@ static void check_round(const fx_conv_geom *g, const int16_t *x, const uint32_t 
               "differ from quant_i64_t's, statistics %s", (long long)g->C, (long long)O,
               (long long)g->OW, (long long)g->sw, sh, bad, stats ? "equal" : "differ");
     }
-    for (int k = 0; k < 10; k++)
-        for (int d = 1; d <= 9; d += 8) { /* the next shift in the list and the one before */
-            const int sh = shifts[k], sh2 = shifts[(k + d) % 10];
+    for (int k = 0; k < 12; k++)
+        for (int d = 1; d <= 11; d += 10) { /* the next shift in the list and the one before */
+            const int sh = shifts[k], sh2 = shifts[(k + d) % 12];
             memset(got, 0x5A, 2 * ny);
             memset(got2, 0xA5, 2 * ny);
             const int done = fx_i16_fwd_amx_round(g, x, N, wq, scr, sh, got, gp, sh2, got2, gp2);
@@ -358,16 +362,18 @@ static void check_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O,
     static const double scale[14] = {1, 1, 1, 1, 9, 9, 9, 9, 1, 2.5, 1, 2.5, 1, 2.5};
     const long long before = fx_i16_fwd_amx_round_calls();
     const long long before2 = fx_i16_fwd_amx_round2_calls();
-    const int64_t alt_before = fx_conv_alt_rounding_reused();
+    const long long partial0 = fx_i16_fwd_amx_round_partial_calls();
+    int64_t alt_taken = 0;      /* writes that picked the second rounding, kernel's rounding on */
     int64_t redone[2] = {0, 0}; /* ops run again, with the kernel's rounding and without */
     for (int call = 0; call < 14; call++) {
         for (int64_t i = 0; i < nx; i++) buf[i] = (float)(scale[call] * test_rng_normal(&r));
         CHECK_STATUS(tensor_from_f32(x, buf), FX_OK);
         for (int k = 0; k < 2; k++) {
             fx_i16_fwd_amx_round_set_enabled(k == 0);
-            const int64_t redone0 = fx_conv_stage_redone();
+            const int64_t redone0 = fx_conv_stage_redone(), alt0 = fx_conv_alt_rounding_reused();
             CHECK_STATUS(tensor_conv2d(y[k], x, w, stride, stride, 1, 1, 1, 1), FX_OK);
             redone[k] += fx_conv_stage_redone() - redone0;
+            if (k == 0) alt_taken += fx_conv_alt_rounding_reused() - alt0;
         }
         fx_i16_fwd_amx_round_set_enabled(1);
         CHECK_STATUS(tensor_get_raw(y[0], a), FX_OK);
@@ -393,11 +399,15 @@ static void check_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O,
           "rounding, %lld without", fmt_name(f), (long long)C, stride, (long long)redone[0],
           (long long)redone[1]);
     if (f == FMT_DFP16) {
-        CHECK(fx_i16_fwd_amx_round2_calls() > before2,
-              "DFP16 C%lld stride %d: the kernel never rounded at two exponents", (long long)C,
-              stride);
-        CHECK(fx_conv_alt_rounding_reused() > alt_before,
-              "DFP16 C%lld stride %d: no write picked the second rounding", (long long)C, stride);
+        /* hovering: moving down, both roundings whole; moving up, the guess broken */
+        CHECK(fx_i16_fwd_amx_round2_calls() > before2 &&
+                  fx_i16_fwd_amx_round_partial_calls() > partial0,
+              "DFP16 C%lld stride %d: the kernel rounded at two exponents %lld times, with one "
+              "broken %lld times", (long long)C, stride,
+              fx_i16_fwd_amx_round2_calls() - before2,
+              fx_i16_fwd_amx_round_partial_calls() - partial0);
+        CHECK(alt_taken > 0, "DFP16 C%lld stride %d: no write picked the kernel's second rounding",
+              (long long)C, stride);
     }
     tensor_free(x);
     tensor_free(w);
@@ -432,6 +442,7 @@ static void check_dgrad_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int6
     static const double scale[12] = {1, 1, 1, 1, 1, 1, 64, 1, 2.5, 1, 2.5, 1};
     const int64_t before = fx_conv_dgrad_phases_rounded();
     const int64_t before2 = fx_conv_dgrad_phases_rounded2();
+    const int64_t partial0 = fx_conv_dgrad_phases_rounded_partial();
     int64_t hover_redone[2] = {0, 0};
     for (int call = 0; call < 12; call++) {
         for (int64_t i = 0; i < ny; i++) buf[i] = (float)(scale[call] * test_rng_normal(&r));
@@ -465,10 +476,14 @@ static void check_dgrad_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int6
     }
     const int64_t taken = fx_conv_dgrad_phases_rounded() - before;
     if (f == FMT_DFP16 && expect)
-        CHECK(fx_conv_dgrad_phases_rounded2() > before2 && hover_redone[0] == hover_redone[1],
-              "dfp16 dx C%lld k%lld p%lld: rounded at two exponents %lld times, hovering writes "
-              "run again %lld times (%lld without the epilogue)", (long long)C, (long long)K,
-              (long long)pad, (long long)(fx_conv_dgrad_phases_rounded2() - before2),
+        CHECK(fx_conv_dgrad_phases_rounded2() > before2 &&
+                  fx_conv_dgrad_phases_rounded_partial() > partial0 &&
+                  hover_redone[0] == hover_redone[1],
+              "dfp16 dx C%lld k%lld p%lld: rounded at two exponents %lld times (%lld with one "
+              "broken), hovering writes run again %lld times (%lld without the epilogue)",
+              (long long)C, (long long)K, (long long)pad,
+              (long long)(fx_conv_dgrad_phases_rounded2() - before2),
+              (long long)(fx_conv_dgrad_phases_rounded_partial() - partial0),
               (long long)hover_redone[0], (long long)hover_redone[1]);
     CHECK((taken > 0) == expect, "%s dx C%lld %lldx%lld O%lld k%lld p%lld: the epilogue %s",
           fmt_name(f), (long long)C, (long long)H, (long long)W, (long long)O, (long long)K,

@@ -71,7 +71,7 @@ long long fx_i16_fwd_amx_calls(void);
  * (max_abs_in, exact) and saturated > 0. 0: a shift off the fast route, or no rounding whole,
  * and then the caller computes the chunk's sums and rounds them. The switch (0: every caller
  * takes the int64 sums; for tests and A/B timings), the count of chunks with a rounding done,
- * and of those rounded at two exponents. */
+ * and of those asked for two, the ones with both whole and the ones with one broken. */
 #define FX_AMX_ROUND_FIRST 1
 #define FX_AMX_ROUND_SECOND 2
 struct fx_qstats;
@@ -109,6 +109,7 @@ void fx_i16_fwd_amx_round_set_enabled(int on);
 int fx_i16_fwd_amx_round_enabled(void);
 long long fx_i16_fwd_amx_round_calls(void);
 long long fx_i16_fwd_amx_round2_calls(void);
+long long fx_i16_fwd_amx_round_partial_calls(void);
 /* The weight gradient likewise (src/flex/conv_i16_wgrad_amx.c): fx_i16_wgrad_direct's contract
  * (dwt[r O + o] written or, with add, added to) except that x is the chunk unpadded, its nbc
  * images [C, H, W] one after another; never declining; tiles read in

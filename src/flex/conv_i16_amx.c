@@ -250,11 +250,26 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
 static atomic_int amx_round_enabled = 1;
 static atomic_llong amx_round_calls;
 static atomic_llong amx_round2_calls;
+static atomic_llong amx_round_partial_calls;
+
+/* The counts of chunks rounded: any, both of two whole, one of two broken */
+static void amx_round_count(int whole, int two)
+{
+    if (whole) atomic_fetch_add_explicit(&amx_round_calls, 1, memory_order_relaxed);
+    if (two && whole == (FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND))
+        atomic_fetch_add_explicit(&amx_round2_calls, 1, memory_order_relaxed);
+    else if (two && whole)
+        atomic_fetch_add_explicit(&amx_round_partial_calls, 1, memory_order_relaxed);
+}
 
 void fx_i16_fwd_amx_round_set_enabled(int on) { atomic_store(&amx_round_enabled, on != 0); }
 int fx_i16_fwd_amx_round_enabled(void) { return atomic_load(&amx_round_enabled); }
 long long fx_i16_fwd_amx_round_calls(void) { return atomic_load(&amx_round_calls); }
 long long fx_i16_fwd_amx_round2_calls(void) { return atomic_load(&amx_round2_calls); }
+long long fx_i16_fwd_amx_round_partial_calls(void)
+{
+    return atomic_load(&amx_round_partial_calls);
+}
 
 /* 16 pixels (rows) x 16 channels of int16 mantissas, row i and row i + 8 in r[i]'s two halves,
  * transposed and stored as 16 pixels of each channel: channel c at dst + c * P, the first
@@ -380,8 +395,14 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
             amx_round_image(g, 0, 0, hi, lo, wb, i, acc, &f, yq, &nuf, 1, &f2, yq2, &nuf2, &mx);
         else
             amx_round_image(g, 0, 0, hi, lo, wb, i, acc, &f, yq, &nuf, 0, NULL, NULL, NULL, &mx);
+        const int was = whole;
         if (mx > bound) whole &= ~FX_AMX_ROUND_FIRST;
         if (two && mx > bound2) whole &= ~FX_AMX_ROUND_SECOND;
+        /* a rounding broken here: the images before it say so too */
+        for (int64_t j = 0; j < i && (was & ~whole & FX_AMX_ROUND_FIRST); j++)
+            amx_round_stats_saturated(&part[j], (uint64_t)part[j].max_abs_in);
+        for (int64_t j = 0; j < i && (was & ~whole & FX_AMX_ROUND_SECOND); j++)
+            amx_round_stats_saturated(&part2[j], (uint64_t)part2[j].max_abs_in);
         if (whole & FX_AMX_ROUND_FIRST) fx_q64_fast_stats_of(&part[i], mx, nuf, shift);
         else amx_round_stats_saturated(&part[i], mx);
         if (!two) continue;
@@ -389,8 +410,7 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
         else amx_round_stats_saturated(&part2[i], mx);
     }
     _tile_release();
-    if (whole) atomic_fetch_add_explicit(&amx_round_calls, 1, memory_order_relaxed);
-    if (whole && two) atomic_fetch_add_explicit(&amx_round2_calls, 1, memory_order_relaxed);
+    amx_round_count(whole, two);
     return whole;
 }
 

@@ -463,8 +463,8 @@ typedef struct conv_yquant_ctx {
     fx_qstats *part2;
     int alt_taken;      /* the write picked the second rounding: early u and relu(u) made from
                          * the first (fx_conv2d_shared_bias_relu) do not stand */
-    int fused_broken;   /* some chunk's rounding at fused_e (at alt_e) saturated in the AMX */
-    int alt_broken;     /* kernel's epilogue, which then leaves it unmade: not to be kept */
+    int broken[2];      /* some chunk's rounding at fused_e (at alt_e) saturated in the AMX
+                         * kernel's epilogue, which then leaves it unmade: not to be kept */
 } conv_yquant_ctx;
 
 /* Round samples [n0, n0 + nb) at exponent e into part[]; keep: also into tmp, and with
@@ -566,10 +566,11 @@ static int conv_skip_stage(const tensor_t *out, int nostage_ok, int first_run, i
 }
 
 /* Where a write picks e, the second rounding's exponent (*alt_e) rather than the first's
- * (*fused_e): the two roundings (mantissas and statistics) trade places, so that the first is
- * the one kept, and the write takes it as it would a right guess. Returns whether they did. */
+ * (*fused_e): the two roundings (mantissas, statistics and whether each is broken) trade
+ * places, so that the first is the one kept, and the write takes it as it would a right guess.
+ * Returns whether they did. */
 static int conv_take_second(int e, int16_t **tmp, int16_t **tmp2, fx_qstats **part,
-                            fx_qstats **part2, int *fused_e, int *alt_e)
+                            fx_qstats **part2, int *fused_e, int *alt_e, int broken[2])
 {
     if (e == *fused_e || e != *alt_e) return 0;
     int16_t *t = *tmp;
@@ -580,6 +581,9 @@ static int conv_take_second(int e, int16_t **tmp, int16_t **tmp2, fx_qstats **pa
     *part2 = p;
     *alt_e = *fused_e;
     *fused_e = e;
+    const int b = broken[0];
+    broken[0] = broken[1];
+    broken[1] = b;
     __atomic_fetch_add(&conv_alt_reused, 1, __ATOMIC_RELAXED);
     return 1;
 }
@@ -590,11 +594,11 @@ static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
     conv_yquant_ctx *c = vctx;
     /* a rounding the AMX epilogue left unmade (a DFP16 write picks an exponent whose rounding
      * saturates only where it is clamped to its window): no sums to round it from, as below */
-    const int broken = (e == c->fused_e && c->fused_broken) || (e == c->alt_e && c->alt_broken);
-    if (!broken &&
-        conv_take_second(e, &c->tmp, &c->tmp2, &c->part, &c->part2, &c->fused_e, &c->alt_e))
+    const int broken = (e == c->fused_e && c->broken[0]) || (e == c->alt_e && c->broken[1]);
+    if (!broken && conv_take_second(e, &c->tmp, &c->tmp2, &c->part, &c->part2, &c->fused_e,
+                                    &c->alt_e, c->broken))
         c->alt_taken = !c->alt_taken;
-    if (broken) {
+    if (broken) { /* (only made without a stage: kround) */
         c->need_stage = 1;
         if (!c->copy_pending) c->fused_e = e;
         return FX_ESTATE;
@@ -930,7 +934,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
                           FX_EXP_NONE, flexpoint_num_threads(), 0, 0, 0, FX_EXP_NONE, NULL, NULL,
-                          0, 0, 0};
+                          0, {0, 0}};
     if (yshared) {
         yq.pix = nostage ? NULL : (const int64_t *)(const void *)ypix;
         /* a disposable y (fx_storage.disposable) that is none of the inputs takes the early
@@ -1214,8 +1218,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             imax = chunk_max[ch] > imax ? chunk_max[ch] : imax;
         yq.fused_e = fuse_e;
         yq.alt_e = alt_e;
-        yq.fused_broken = yq_broken[0];
-        yq.alt_broken = yq_broken[1];
+        yq.broken[0] = yq_broken[0];
+        yq.broken[1] = yq_broken[1];
         if (!ychunks) /* else the chunks wrote y */
             rc = conv_write_y(y, &g, &cc, ypix, xo.exp + wo.exp, imax, yshared ? &yq : NULL,
                               yhalf, &s, func);
@@ -1525,12 +1529,13 @@ static int conv_dxquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qs
     /* a rounding the epilogue left unmade (a DFP16 write picks an exponent whose rounding
      * saturates only where its window clamps it): no sums to round it from, as below */
     const int broken = (e == c->fused_e && c->broken[0]) || (e == c->alt_e && c->broken[1]);
-    if (broken && !c->stage) {
+    if (broken) { /* (only made without a stage: fx_dgrad_round) */
         c->need_stage = 1;
         if (!c->copy_pending) c->fused_e = e;
         return FX_ESTATE;
     }
-    conv_take_second(e, &c->tmp, &c->tmp2, &c->part, &c->part2, &c->fused_e, &c->alt_e);
+    conv_take_second(e, &c->tmp, &c->tmp2, &c->part, &c->part2, &c->fused_e, &c->alt_e,
+                     c->broken);
     if (e == c->fused_e) {
         if (keep) {
             __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);

@@ -32,11 +32,13 @@ static atomic_int phases_enabled = 1;
 static atomic_llong phases_runs;
 static atomic_llong phases_rounded;
 static atomic_llong phases_rounded2;
+static atomic_llong phases_rounded_partial;
 
 void fx_conv_dgrad_phases_set_enabled(int on) { atomic_store(&phases_enabled, on != 0); }
 int64_t fx_conv_dgrad_phases_runs(void) { return atomic_load(&phases_runs); }
 int64_t fx_conv_dgrad_phases_rounded(void) { return atomic_load(&phases_rounded); }
 int64_t fx_conv_dgrad_phases_rounded2(void) { return atomic_load(&phases_rounded2); }
+int64_t fx_conv_dgrad_phases_rounded_partial(void) { return atomic_load(&phases_rounded_partial); }
 
 typedef struct dgrad_phase {
     fx_conv_geom g; /* the phase's stride-1 convolution of dy; KH or KW 0: no taps */
@@ -234,8 +236,8 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
     const fx_dgrad_round *rnd = chunk_buf ? sink->round : NULL;
     fx_conv_geom s2planes, s2win[4];
     fx_i16_dgrad_s2 s2;
-    const int s2fast = rnd && amx && fx_i16_fwd_amx_round_enabled() &&
-                       s2_round_setup(g, ph, &s2planes, s2win, &s2);
+    int s2fast = rnd && amx && fx_i16_fwd_amx_round_enabled() &&
+                 s2_round_setup(g, ph, &s2planes, s2win, &s2);
     const int s2two = rnd && rnd->out2 != NULL;
     int64_t nb = CHUNK_BYTES / (per_sample > 0 ? per_sample : 1);
     const int64_t most = (g->N + MIN_CHUNKS - 1) / MIN_CHUNKS;
@@ -243,6 +245,8 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
     const int64_t nchunks = (g->N + nb - 1) / nb;
     const int nt = flexpoint_num_threads();
     const int outer = nchunks < nt ? (int)nchunks : nt, inner = outer > 1 ? 1 : nt;
+    /* the epilogue route runs a chunk on one thread: not where the threads share one chunk */
+    s2fast = s2fast && inner == 1;
     /* each thread's buffers, phase by phase */
     int64_t per_thread = 0;
     for (int64_t k = 0; k < nph; k++) {
@@ -298,7 +302,9 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
             if (got) {
                 cmax[ch] = (uint64_t)rnd->part[ch].max_abs_in;
                 atomic_fetch_add_explicit(&phases_rounded, 1, memory_order_relaxed);
-                if (s2two) atomic_fetch_add_explicit(&phases_rounded2, 1, memory_order_relaxed);
+                if (s2two)
+                    atomic_fetch_add_explicit(got == want ? &phases_rounded2 : &phases_rounded_partial,
+                                              1, memory_order_relaxed);
                 continue;
             }
             /* no rounding whole (a saturating sum): the int64 route below, whose chunk()

@@ -70,10 +70,11 @@ void fx_conv_dgrad_gather_rows_avx2(const int64_t *const *src, int64_t W, int64_
 
 /* Test hooks: 0 turns the route off (the col2im route then runs); runs counted, the chunks
  * rounded in the AMX epilogue (fx_i16_fwd_amx_round_set_enabled turns that off), and of those
- * the ones rounded at two exponents */
+ * asked for two roundings, the ones with both whole and the ones with one broken */
 void fx_conv_dgrad_phases_set_enabled(int on);
 int64_t fx_conv_dgrad_phases_runs(void);
 int64_t fx_conv_dgrad_phases_rounded(void);
 int64_t fx_conv_dgrad_phases_rounded2(void);
+int64_t fx_conv_dgrad_phases_rounded_partial(void);
 
 #endif
