@@ -74,6 +74,16 @@ long long fx_i16_fwd_amx_calls(void);
  * and of those asked for two, the ones with both whole and the ones with one broken. */
 #define FX_AMX_ROUND_FIRST 1
 #define FX_AMX_ROUND_SECOND 2
+/* For a chunk whose roundings came back as `whole` (0: none, and the chunk takes the int64
+ * route), broken[0] and, with two, broken[1] set to 1 where that rounding was left unmade:
+ * of two, one that saturated (the other, which a DFP16 write whose scale moved up or down
+ * picks, is whole). Race-free from several threads. */
+static inline void fx_amx_round_mark_broken(int whole, int two, int broken[2])
+{
+    if (!whole) return;
+    if (!(whole & FX_AMX_ROUND_FIRST)) __atomic_store_n(&broken[0], 1, __ATOMIC_RELAXED);
+    if (two && !(whole & FX_AMX_ROUND_SECOND)) __atomic_store_n(&broken[1], 1, __ATOMIC_RELAXED);
+}
 struct fx_qstats;
 int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                          const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,

@@ -181,13 +181,6 @@ static inline void amx_fwd_block_at(const struct fx_conv_geom *g, int64_t oy0, i
     fx_amx_i16_store(acc);
 }
 
-static inline void amx_fwd_block(const struct fx_conv_geom *g, const int8_t *hi, const int8_t *lo,
-                                 const int8_t *wb, int64_t b, int64_t ob, int32_t acc[4][256],
-                                 int64_t *im, int64_t *oh, int64_t *ow0, int *nrows)
-{
-    amx_fwd_block_at(g, 0, 0, hi, lo, wb, b, ob, acc, im, oh, ow0, nrows);
-}
-
 int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
                    const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                    uint64_t *ymax)
@@ -215,7 +208,7 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
             for (int64_t ob = 0; ob < nob; ob++) {
                 int64_t im, oh, ow0;
                 int nrows;
-                amx_fwd_block(g, hi, lo, wb, b, ob, acc, &im, &oh, &ow0, &nrows);
+                amx_fwd_block_at(g, 0, 0, hi, lo, wb, b, ob, acc, &im, &oh, &ow0, &nrows);
                 /* 65536 HH + 256 (HL + LH) + LL per output, in int64 */
                 int64_t *yb = y + (im * P + oh * OW + ow0) * O + ob * 16;
                 for (int r = 0; r < nrows; r++)
@@ -370,6 +363,38 @@ static void amx_round_stats_saturated(fx_qstats *st, uint64_t max_in)
     st->max_abs_out = FX_MANT_MAX;
 }
 
+/* A rounding's statistics at shift from its largest |sum| and underflow count: quant_i64's
+ * where it is whole, else a broken one's */
+static void amx_round_stats(fx_qstats *st, int whole, uint64_t max_in, int64_t nuf, int shift)
+{
+    if (whole)
+        fx_q64_fast_stats_of(st, max_in, nuf, shift);
+    else
+        amx_round_stats_saturated(st, max_in);
+}
+
+/* whole without the roundings whose bound mx passes (bound2: the second's, with two) */
+static int amx_round_still_whole(int whole, uint64_t mx, uint64_t bound, int two, uint64_t bound2)
+{
+    if (mx > bound) whole &= ~FX_AMX_ROUND_FIRST;
+    if (two && mx > bound2) whole &= ~FX_AMX_ROUND_SECOND;
+    return whole;
+}
+
+/* amx_round_image with the rounding at one or two exponents chosen here, each variant
+ * compiled on its own */
+static void amx_round_image_any(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
+                                const int8_t *hi, const int8_t *lo, const int8_t *wb, int64_t i,
+                                int32_t acc[4][256], const fx_q64_fast *f, int16_t *yq,
+                                int64_t *nuf, int two, const fx_q64_fast *f2, int16_t *yq2,
+                                int64_t *nuf2, uint64_t *mx)
+{
+    if (two)
+        amx_round_image(g, oy0, ox0, hi, lo, wb, i, acc, f, yq, nuf, 1, f2, yq2, nuf2, mx);
+    else
+        amx_round_image(g, oy0, ox0, hi, lo, wb, i, acc, f, yq, nuf, 0, NULL, NULL, NULL, mx);
+}
+
 int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
                          const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
                          fx_qstats *part, int shift2, int16_t *yq2, fx_qstats *part2)
@@ -388,26 +413,22 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
      * write, which the general rounding counts), and the chunk is declined once none is left */
     int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
     /* one image at a time, so that its statistics are complete when its blocks are */
-    for (int64_t i = 0; i < nbc && whole; i++) {
+    int64_t done = 0;
+    for (; done < nbc && whole; done++) {
         int64_t nuf = 0, nuf2 = 0;
         uint64_t mx;
-        if (two)
-            amx_round_image(g, 0, 0, hi, lo, wb, i, acc, &f, yq, &nuf, 1, &f2, yq2, &nuf2, &mx);
-        else
-            amx_round_image(g, 0, 0, hi, lo, wb, i, acc, &f, yq, &nuf, 0, NULL, NULL, NULL, &mx);
-        const int was = whole;
-        if (mx > bound) whole &= ~FX_AMX_ROUND_FIRST;
-        if (two && mx > bound2) whole &= ~FX_AMX_ROUND_SECOND;
-        /* a rounding broken here: the images before it say so too */
-        for (int64_t j = 0; j < i && (was & ~whole & FX_AMX_ROUND_FIRST); j++)
+        amx_round_image_any(g, 0, 0, hi, lo, wb, done, acc, &f, yq, &nuf, two, &f2, yq2, &nuf2,
+                            &mx);
+        whole = amx_round_still_whole(whole, mx, bound, two, bound2);
+        amx_round_stats(&part[done], mx <= bound, mx, nuf, shift);
+        if (two) amx_round_stats(&part2[done], mx <= bound2, mx, nuf2, shift2);
+    }
+    /* a rounding broken at some image: every image's statistics say so */
+    for (int64_t j = 0; j < done; j++) {
+        if (!(whole & FX_AMX_ROUND_FIRST))
             amx_round_stats_saturated(&part[j], (uint64_t)part[j].max_abs_in);
-        for (int64_t j = 0; j < i && (was & ~whole & FX_AMX_ROUND_SECOND); j++)
+        if (two && !(whole & FX_AMX_ROUND_SECOND))
             amx_round_stats_saturated(&part2[j], (uint64_t)part2[j].max_abs_in);
-        if (whole & FX_AMX_ROUND_FIRST) fx_q64_fast_stats_of(&part[i], mx, nuf, shift);
-        else amx_round_stats_saturated(&part[i], mx);
-        if (!two) continue;
-        if (whole & FX_AMX_ROUND_SECOND) fx_q64_fast_stats_of(&part2[i], mx, nuf2, shift2);
-        else amx_round_stats_saturated(&part2[i], mx);
     }
     _tile_release();
     amx_round_count(whole, two);
@@ -498,29 +519,20 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
         const int8_t *wb = (const int8_t *)(const void *)d->wq[k];
         for (int64_t i = 0; i < nbc; i++) {
             uint64_t m;
-            if (two)
-                amx_round_image(d->phase[k], d->oy0[k], d->ox0[k], hi, lo, wb, i, acc, &f, qk,
-                                &nuf, 1, &f2, qk2, &nuf2, &m);
-            else
-                amx_round_image(d->phase[k], d->oy0[k], d->ox0[k], hi, lo, wb, i, acc, &f, qk,
-                                &nuf, 0, NULL, NULL, NULL, &m);
+            amx_round_image_any(d->phase[k], d->oy0[k], d->ox0[k], hi, lo, wb, i, acc, &f, qk,
+                                &nuf, two, &f2, qk2, &nuf2, &m);
             mx = m > mx ? m : mx;
         }
-        if (mx > bound) whole &= ~FX_AMX_ROUND_FIRST;
-        if (two && mx > bound2) whole &= ~FX_AMX_ROUND_SECOND;
+        whole = amx_round_still_whole(whole, mx, bound, two, bound2);
     }
     _tile_release();
-    if (whole & FX_AMX_ROUND_FIRST) {
+    if (!whole) return 0;
+    amx_round_stats(part, whole & FX_AMX_ROUND_FIRST, mx, nuf, shift);
+    if (whole & FX_AMX_ROUND_FIRST)
         amx_dgrad_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
-        fx_q64_fast_stats_of(part, mx, nuf, shift);
-    } else if (whole) {
-        amx_round_stats_saturated(part, mx);
-    }
-    if (whole & FX_AMX_ROUND_SECOND) {
+    if (!two) return whole;
+    amx_round_stats(part2, whole & FX_AMX_ROUND_SECOND, mx, nuf2, shift2);
+    if (whole & FX_AMX_ROUND_SECOND)
         amx_dgrad_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
-        fx_q64_fast_stats_of(part2, mx, nuf2, shift2);
-    } else if (whole && two) {
-        amx_round_stats_saturated(part2, mx);
-    }
     return whole;
 }

@@ -588,22 +588,23 @@ static int conv_take_second(int e, int16_t **tmp, int16_t **tmp2, fx_qstats **pa
     return 1;
 }
 
+/* Whether a write's exponent e is that of a rounding the AMX epilogue left unmade (a DFP16
+ * write picks one only where its window clamps it): there is nothing to keep, and the write
+ * goes on as for an exponent no rounding was made at */
+static int conv_picks_broken(int e, int fused_e, int alt_e, const int broken[2])
+{
+    return (e == fused_e && broken[0]) || (e == alt_e && broken[1]);
+}
+
 static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
     (void)r; /* int64 stages round to nearest even (fx_requant), whatever the tensor's mode */
     conv_yquant_ctx *c = vctx;
-    /* a rounding the AMX epilogue left unmade (a DFP16 write picks an exponent whose rounding
-     * saturates only where it is clamped to its window): no sums to round it from, as below */
-    const int broken = (e == c->fused_e && c->broken[0]) || (e == c->alt_e && c->broken[1]);
+    const int broken = conv_picks_broken(e, c->fused_e, c->alt_e, c->broken);
     if (!broken && conv_take_second(e, &c->tmp, &c->tmp2, &c->part, &c->part2, &c->fused_e,
                                     &c->alt_e, c->broken))
         c->alt_taken = !c->alt_taken;
-    if (broken) { /* (only made without a stage: kround) */
-        c->need_stage = 1;
-        if (!c->copy_pending) c->fused_e = e;
-        return FX_ESTATE;
-    }
-    if (e == c->fused_e) { /* part[] holds this rounding's statistics */
+    if (e == c->fused_e && !broken) { /* part[] holds this rounding's statistics */
         if (keep) {
             __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
             /* with a stage, y now; without, once the write has kept e (it may still ask for
@@ -1104,12 +1105,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                          two ? yq_alt.tmp + n0 * g.O * P : NULL, two ? yq_alt.part + n0 : NULL)
                    : 0;
         const int rounded = whole != 0;
-        /* of two roundings, one that saturated is left unmade (the other, which a DFP16 write
-         * whose scale moved up or down picks, is whole) */
-        if (rounded && !(whole & FX_AMX_ROUND_FIRST))
-            __atomic_store_n(&yq_broken[0], 1, __ATOMIC_RELAXED);
-        if (rounded && two && !(whole & FX_AMX_ROUND_SECOND))
-            __atomic_store_n(&yq_broken[1], 1, __ATOMIC_RELAXED);
+        fx_amx_round_mark_broken(whole, two, yq_broken);
         const int idone = rounded || (idirect && ik.run(&gkernel, ksrc, nbc, iwq,
                                                         iscr + tid * iscr_n,
                                                         (int64_t *)(void *)myy, plan.inner, &kmax));
@@ -1526,17 +1522,11 @@ static int conv_dxquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qs
 {
     (void)r; /* int64 stages round to nearest even, whatever the tensor's mode */
     conv_dxquant_ctx *c = vctx;
-    /* a rounding the epilogue left unmade (a DFP16 write picks an exponent whose rounding
-     * saturates only where its window clamps it): no sums to round it from, as below */
-    const int broken = (e == c->fused_e && c->broken[0]) || (e == c->alt_e && c->broken[1]);
-    if (broken) { /* (only made without a stage: fx_dgrad_round) */
-        c->need_stage = 1;
-        if (!c->copy_pending) c->fused_e = e;
-        return FX_ESTATE;
-    }
-    conv_take_second(e, &c->tmp, &c->tmp2, &c->part, &c->part2, &c->fused_e, &c->alt_e,
-                     c->broken);
-    if (e == c->fused_e) {
+    const int broken = conv_picks_broken(e, c->fused_e, c->alt_e, c->broken);
+    if (!broken)
+        conv_take_second(e, &c->tmp, &c->tmp2, &c->part, &c->part2, &c->fused_e, &c->alt_e,
+                         c->broken);
+    if (e == c->fused_e && !broken) {
         if (keep) {
             __atomic_fetch_add(&conv_early_reused, 1, __ATOMIC_RELAXED);
             if (c->stage)

@@ -291,14 +291,7 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
                 &s2, dy + n0 * g->O * g->OH * g->OW, nbc, (uint32_t *)(void *)mine, rnd->shift,
                 rnd->out + n0 * chw, &rnd->part[ch], s2two ? rnd->shift2 : 0,
                 s2two ? rnd->out2 + n0 * chw : NULL, s2two ? &rnd->part2[ch] : NULL);
-            /* of two roundings, one that saturated is left unmade (the other, which a DFP16
-             * write whose scale moved up or down picks, is whole): the caller must not keep it */
-            if (got != want && got) {
-                if (!(got & FX_AMX_ROUND_FIRST))
-                    __atomic_store_n(&rnd->broken[0], 1, __ATOMIC_RELAXED);
-                if (!(got & FX_AMX_ROUND_SECOND))
-                    __atomic_store_n(&rnd->broken[1], 1, __ATOMIC_RELAXED);
-            }
+            fx_amx_round_mark_broken(got, s2two, rnd->broken);
             if (got) {
                 cmax[ch] = (uint64_t)rnd->part[ch].max_abs_in;
                 atomic_fetch_add_explicit(&phases_rounded, 1, memory_order_relaxed);
