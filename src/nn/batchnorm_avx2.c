@@ -140,11 +140,13 @@ static inline __attribute__((always_inline)) void var_n(const fx_bn_src *x, cons
         mu[j] = _mm256_set1_pd(mean[j]);
         acc[j] = _mm256_setzero_pd();
     }
+    const int64_t eb = fx_bn_src_bytes(K), ahead = fx_bn_rows_ahead(S, eb) * d->C * S;
     for (int64_t n = 0; n < d->N; n++) {
         const int64_t o = (n * d->C + c0) * S;
         int64_t s = 0;
         for (; s + 4 <= S; s += 4)
             for (int j = 0; j < NC; j++) {
+                if (s % (64 / eb) == 0) fx_bn_prefetch(x, o + j * S + s, ahead, eb);
                 const __m256d t = _mm256_sub_pd(ld4(x, o + j * S + s, K), mu[j]);
                 acc[j] = _mm256_add_pd(acc[j], _mm256_mul_pd(t, t));
             }
@@ -165,11 +167,15 @@ static inline __attribute__((always_inline)) void stats_n(const fx_bn_src *x, co
     const int64_t S = d->S;
     __m256d acc[FX_BN_GROUP];
     for (int j = 0; j < NC; j++) acc[j] = _mm256_setzero_pd();
+    const int64_t eb = fx_bn_src_bytes(K), ahead = fx_bn_rows_ahead(S, eb) * d->C * S;
     for (int64_t n = 0; n < d->N; n++) {
         const int64_t o = (n * d->C + c0) * S;
         int64_t s = 0;
         for (; s + 4 <= S; s += 4)
-            for (int j = 0; j < NC; j++) acc[j] = _mm256_add_pd(acc[j], ld4(x, o + j * S + s, K));
+            for (int j = 0; j < NC; j++) {
+                if (s % (64 / eb) == 0) fx_bn_prefetch(x, o + j * S + s, ahead, eb);
+                acc[j] = _mm256_add_pd(acc[j], ld4(x, o + j * S + s, K));
+            }
         for (; s < S; s++)
             for (int j = 0; j < NC; j++)
                 acc[j] = add_lane0(acc[j], fx_bn_at_exact(x, o + j * S + s));
@@ -249,10 +255,12 @@ static void bn_sum_range_i16_avx2(const int16_t *m, const fx_bn_dims *d, int64_t
         __m256i vlo = _mm256_set1_epi16(INT16_MAX), vhi = _mm256_set1_epi16(INT16_MIN);
         int64_t tail = 0, vecs = 0;
         int16_t l = INT16_MAX, h = INT16_MIN;
+        const int64_t ahead = fx_bn_rows_ahead(d->S, 2) * d->C * d->S;
         for (int64_t n = 0; n < d->N; n++) {
             const int16_t *p = m + (n * d->C + c0 + j) * d->S;
             int64_t s = 0;
             for (; s + 16 <= d->S; s += 16) {
+                if (s % 32 == 0) fx_prefetch_at(p + s, 2 * ahead);
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(p + s));
                 s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(v, ones));
                 vlo = _mm256_min_epi16(vlo, v);
@@ -297,11 +305,17 @@ static inline __attribute__((always_inline)) void grad_n(const fx_bn_src *x, con
         vmu[j] = _mm256_set1_pd(mu[j]);
         vis[j] = _mm256_set1_pd(is[j]);
     }
+    const int64_t ebx = fx_bn_src_bytes(KX), ebg = fx_bn_src_bytes(KG);
+    const int64_t wide = ebx > ebg ? ebx : ebg, ahead = fx_bn_rows_ahead(S, wide) * d->C * S;
     for (int64_t n = 0; n < d->N; n++) {
         const int64_t o = (n * d->C + c0) * S;
         int64_t s = 0;
         for (; s + 4 <= S; s += 4)
             for (int j = 0; j < NC; j++) {
+                if (s % (64 / wide) == 0) {
+                    fx_bn_prefetch(dy, o + j * S + s, ahead, ebg);
+                    fx_bn_prefetch(x, o + j * S + s, ahead, ebx);
+                }
                 const __m256d g = ld4(dy, o + j * S + s, KG);
                 const __m256d xh =
                     _mm256_mul_pd(_mm256_sub_pd(ld4(x, o + j * S + s, KX), vmu[j]), vis[j]);
