@@ -112,12 +112,107 @@ static int64_t block_images(const struct fx_conv_geom *g, int64_t nb)
     return k > 0 ? k : 1;
 }
 
+/* Bytes of one padded input row's byte plane as copy_x_s1 makes it: the row with pw zeros
+ * each side, and the slack a 32-byte window read at its last kernel column runs into */
+static int64_t row_bytes(const struct fx_conv_geom *g) { return g->W + 2 * g->pw + 64; }
+
 int64_t fx_i16_wgrad_amx_scratch(const struct fx_conv_geom *g, int64_t nb)
 {
     /* bytes: a block's copies, 64 bytes of slack after x's, the staging of one image's dy
-     * bytes before their transpose (2 planes x O x P64), alignment */
-    const int64_t bytes = block_images(g, nb) * image_bytes(g) + 64 + 2 * p64(g) * g->O + 192;
+     * bytes before their transpose (2 planes x O x P64), one channel's padded rows in two
+     * byte planes (copy_x_s1), alignment */
+    const int64_t bytes = block_images(g, nb) * image_bytes(g) + 64 + 2 * p64(g) * g->O +
+                          2 * g->H * row_bytes(g) + 256;
     return bytes / 4 + 1;
+}
+
+/* The stride-1 copies of one image's x (xi: its block slot), Xkw[c][ih][ow] = xpad(c, ih, ow +
+ * kw): per channel, each input row's two byte planes are made once, with its padding, into
+ * rows (H rows of row_bytes, high planes then low; their padding and slack zeroed by the
+ * caller), and then each kernel column's copy of a row is a window of them kw bytes in. Before,
+ * each of the KW copies loaded and split the row again, with its lane masks worked out per row
+ * and column: in a ResNet-20 DFP16 step that copy was over half of this kernel's samples. The
+ * windows are read after the whole channel's rows are written, not row by row: a window read
+ * straight after the masked stores it overlaps waits for them to reach the cache (no store
+ * forwards to a load it does not contain). */
+static void copy_x_s1(const struct fx_conv_geom *g, const int16_t *xn, int8_t *xi, int64_t plane,
+                      int8_t *rows)
+{
+    const int64_t C = g->C, H = g->H, W = g->W, ph = g->ph, pw = g->pw, OW = g->OW;
+    const int64_t KW = g->KW, Hc = copy_rows(g), rb = row_bytes(g);
+    const __mmask32 tail_w = lane_run(0, W % 32), tail_ow = lane_run(0, OW % 32);
+    int8_t *rowh = rows, *rowl = rows + H * rb;
+    for (int64_t c = 0; c < C; c++) {
+        for (int64_t r = 0; r < H; r++) {
+            const int16_t *row = xn + (c * H + r) * W;
+            for (int64_t w0 = 0; w0 < W; w0 += 32) {
+                const __mmask32 m = W - w0 >= 32 ? (__mmask32)0xFFFFFFFFu : tail_w;
+                const __m512i v = _mm512_maskz_loadu_epi16(m, row + w0);
+                _mm256_mask_storeu_epi8(rowh + r * rb + pw + w0, m,
+                                        _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+                _mm256_mask_storeu_epi8(rowl + r * rb + pw + w0, m, _mm512_cvtepi16_epi8(v));
+            }
+        }
+        for (int64_t ih = 0; ih < Hc; ih++) {
+            const int64_t r = ih - ph;
+            int8_t *h0 = xi + (c * Hc + ih) * OW; /* kw's copy: h0 + 2 kw plane */
+            for (int64_t kw = 0; kw < KW; kw++) {
+                int8_t *h = h0 + 2 * kw * plane, *l = h + plane;
+                if (r < 0 || r >= H) {
+                    memset(h, 0, (size_t)OW);
+                    memset(l, 0, (size_t)OW);
+                    continue;
+                }
+                const int8_t *sh = rowh + r * rb + kw, *sl = rowl + r * rb + kw;
+                for (int64_t ow = 0; ow < OW; ow += 32) {
+                    const __m256i vh = _mm256_loadu_si256((const void *)(sh + ow));
+                    const __m256i vl = _mm256_loadu_si256((const void *)(sl + ow));
+                    if (OW - ow >= 32) {
+                        _mm256_storeu_si256((void *)(h + ow), vh);
+                        _mm256_storeu_si256((void *)(l + ow), vl);
+                    } else {
+                        _mm256_mask_storeu_epi8(h + ow, tail_ow, vh);
+                        _mm256_mask_storeu_epi8(l + ow, tail_ow, vl);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The stride-2 copies of one image's x (xi: its block slot), Xkw,rh[c][a][ow] = xpad(c, 2 a +
+ * rh, 2 ow + kw), padded here (a masked load reads only the lanes inside the image) */
+static void copy_x_s2(const struct fx_conv_geom *g, const int16_t *xn, int8_t *xi, int64_t plane)
+{
+    const int64_t C = g->C, H = g->H, W = g->W, ph = g->ph, pw = g->pw, OW = g->OW;
+    const int64_t KW = g->KW, Hc = copy_rows(g);
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t ih = 0; ih < 2 * Hc; ih++) {
+            const int64_t r = ih - ph, rh = ih % 2, a = ih / 2;
+            for (int64_t kw = 0; kw < KW; kw++) {
+                int8_t *h = xi + ((kw * 2 + rh) * 2) * plane + (c * Hc + a) * OW;
+                int8_t *l = h + plane;
+                if (r < 0 || r >= H) {
+                    memset(h, 0, (size_t)OW);
+                    memset(l, 0, (size_t)OW);
+                    continue;
+                }
+                const int16_t *row = xn + (c * H + r) * W;
+                for (int64_t ow = 0; ow < OW; ow += 32) {
+                    /* lane j reads column 2 (ow + j) + kw - pw */
+                    const __m512i v = load_even32(row, 2 * ow + kw - pw, W);
+                    const __m512i hv = _mm512_srai_epi16(v, 8);
+                    if (ow + 32 <= OW) {
+                        _mm256_storeu_si256((void *)(h + ow), _mm512_cvtepi16_epi8(hv));
+                        _mm256_storeu_si256((void *)(l + ow), _mm512_cvtepi16_epi8(v));
+                    } else {
+                        const __mmask32 st = lane_run(0, OW - ow);
+                        _mm256_mask_storeu_epi8(h + ow, st, _mm512_cvtepi16_epi8(hv));
+                        _mm256_mask_storeu_epi8(l + ow, st, _mm512_cvtepi16_epi8(v));
+                    }
+                }
+            }
+        }
 }
 
 int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16_t *dy,
@@ -125,7 +220,7 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16
 {
     atomic_fetch_add_explicit(&amx_wgrad_calls, 1, memory_order_relaxed);
     const int64_t C = g->C, O = g->O, KH = g->KH, KW = g->KW, KK = KH * KW;
-    const int64_t H = g->H, W = g->W, ph = g->ph, pw = g->pw, OH = g->OH, OW = g->OW;
+    const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW;
     const int64_t S = g->sh, Hc = copy_rows(g); /* stride; rows of a copy */
     const int64_t P = OH * OW, P64 = p64(g);
     const int64_t nbi = block_images(g, nbc);
@@ -138,6 +233,10 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16
     int8_t *dq = xs + nbi * ximg + 64;
     dq += (64 - (uintptr_t)dq % 64) % 64;
     int8_t *tq = dq + nbi * dimg;
+    /* copy_x_s1's padded row planes: their padding and slack zero, each row's bytes written
+     * in place for each channel */
+    int8_t *xrows = tq + 2 * P64 * O;
+    if (S == 1) memset(xrows, 0, 2 * (size_t)(H * row_bytes(g)));
     memset(xs + nbi * ximg, 0, 64);
     if (!add) memset(dwt, 0, sizeof(int64_t) * (size_t)(C * KK * O));
     const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
@@ -147,48 +246,13 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16
     for (int64_t n0 = 0; n0 < nbc; n0 += nbi) {
         const int64_t ni = nbc - n0 < nbi ? nbc - n0 : nbi;
         for (int64_t i = 0; i < ni; i++) {
-            /* x's shifted copies, padded here: Xkw,rh[c][a][ow] = x(c, S a + rh - ph,
-             * S ow + kw - pw), zero outside the image (a masked load reads only the lanes
-             * inside it) */
+            /* x's shifted copies, padded: Xkw,rh[c][a][ow] = x(c, S a + rh - ph, S ow + kw -
+             * pw), zero outside the image */
             const int16_t *xn = x + (n0 + i) * C * H * W;
-            for (int64_t c = 0; c < C; c++)
-                for (int64_t ih = 0; ih < S * Hc; ih++) {
-                    const int64_t r = ih - ph, rh = ih % S, a = ih / S;
-                    for (int64_t kw = 0; kw < KW; kw++) {
-                        int8_t *h = xs + i * ximg + ((kw * S + rh) * 2) * plane + (c * Hc + a) * OW;
-                        int8_t *l = h + plane;
-                        if (r < 0 || r >= H) {
-                            memset(h, 0, (size_t)OW);
-                            memset(l, 0, (size_t)OW);
-                            continue;
-                        }
-                        const int16_t *row = xn + (c * H + r) * W;
-                        for (int64_t ow = 0; ow < OW; ow += 32) {
-                            /* lane j reads column col + S j */
-                            const int64_t col = S * ow + kw - pw;
-                            __m512i v;
-                            if (S == 2) {
-                                v = load_even32(row, col, W);
-                            } else {
-                                const int64_t first = col < 0 ? -col : 0;
-                                int64_t end = W - col < 32 ? W - col : 32;
-                                if (OW - ow < end) end = OW - ow;
-                                const __mmask32 m = lane_run(first, end);
-                                v = _mm512_maskz_loadu_epi16(
-                                    m, (const void *)((uintptr_t)row + 2 * col));
-                            }
-                            const __m512i hv = _mm512_srai_epi16(v, 8);
-                            if (ow + 32 <= OW) {
-                                _mm256_storeu_si256((void *)(h + ow), _mm512_cvtepi16_epi8(hv));
-                                _mm256_storeu_si256((void *)(l + ow), _mm512_cvtepi16_epi8(v));
-                            } else {
-                                const __mmask32 st = lane_run(0, OW - ow);
-                                _mm256_mask_storeu_epi8(h + ow, st, _mm512_cvtepi16_epi8(hv));
-                                _mm256_mask_storeu_epi8(l + ow, st, _mm512_cvtepi16_epi8(v));
-                            }
-                        }
-                    }
-                }
+            if (S == 1)
+                copy_x_s1(g, xn, xs + i * ximg, plane, xrows);
+            else
+                copy_x_s2(g, xn, xs + i * ximg, plane);
             /* dy's words: each output channel's bytes four pixels a word (zeros past P) into
              * tq, then [O][P64 / 4] -> [P64 / 4][O] per plane */
             const int16_t *dn = dy + (n0 + i) * O * P;
