@@ -325,12 +325,6 @@ static int nn_bn_out_stage(tensor_t *out, int direct, const tensor_t *const *ins
     return FX_OK;
 }
 
-/* Channels per kernel call: FX_BN_GROUP while there are groups for every thread, else one (a
- * few channels over many threads); the bits do not depend on it. */
-static int64_t nn_bn_group_size(int64_t C, int nt)
-{
-    return (C + FX_BN_GROUP - 1) / FX_BN_GROUP >= nt ? FX_BN_GROUP : 1;
-}
 
 /* The active level's kernels (the same bits on every level). */
 static const fx_bn_kernels *nn_bn_kernels(void)
@@ -517,7 +511,7 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     (void)nt;
     const int odd = y->fmt != FMT_FP32;
     const fx_bn_kernels *k = nn_bn_kernels();
-    const int64_t gsz = nn_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
+    const int64_t gsz = fx_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
     /* y may overwrite a private copy of x: channel c's statistics are taken before its
      * elements are normalised, and each element only reads its own x */
     nn_bn_half_fn half;
@@ -690,7 +684,7 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
     const int odd = dx->fmt != FMT_FP32;
     const fmt_t gf = dgamma ? dgamma->fmt : FMT_FP32, bf = dbeta ? dbeta->fmt : FMT_FP32;
     const fx_bn_kernels *kn = nn_bn_kernels();
-    const int64_t gsz = nn_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
+    const int64_t gsz = fx_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
     /* dx may overwrite a private copy of dy: channel c's sums are taken before its dx, and
      * each element only reads its own dy and x */
     nn_bn_half_fn half;

@@ -30,6 +30,10 @@
 #include <math.h>
 #include <stdatomic.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #define PIECE 1024 /* values normalised into the stack buffer at a time */
 
 static atomic_int direct_enabled = 1;
@@ -48,7 +52,12 @@ int64_t fx_bn_direct_runs(void) { return atomic_load(&direct_runs); }
  * cache lines, the two cores passed those lines back and forth after every row of a small
  * layer (ResNet-20's 64-channel batch norm, batch 128, two threads on a Zen 5: 0.61 ms that way,
  * 0.24 ms this way). The merges are sums and maxima, so their order does not change the result.
- */
+ *
+ * Each thread walks the channels of the groups (fx_bn_group_size) that the pass before it, the
+ * statistics or the gradient sums, gave it (OpenMP's static split, computed here), last image
+ * first: the rows that pass read last are the likeliest still in this core's L2 (ResNet-20's
+ * 32- and 64-channel layers fit whole). Walked image by image over all channels, each thread
+ * read half its rows from the other core's share. */
 typedef void (*bn_fill_fn)(const void *ctx, int64_t ch, int64_t o, float *buf, int64_t len);
 
 /* The ReLU a forward pass makes of its kept rounding, piece by piece while the piece is in
@@ -60,18 +69,60 @@ typedef struct bn_relu_out {
     fx_qstats *q;
 } bn_relu_out;
 
+/* A pass's settings, and a piece of it: n values at element offset o, made into buf by fill,
+ * rounded from there and (with relu) their ReLU made, the statistics merged into *mine and
+ * *mine_relu */
+typedef struct bn_pass {
+    const fx_bn_dims *d;
+    bn_fill_fn fill;
+    const void *ctx;
+    int16_t *dst;
+    int e, keep;
+    const fx_rounding *r;
+    const bn_relu_out *relu;
+} bn_pass;
+
+static void bn_round_piece(const bn_pass *p, int64_t o, int64_t n, const float *buf,
+                           fx_qstats *mine, fx_qstats *mine_relu)
+{
+    fx_qstats st;
+    fx_qstats_init(&st);
+    fx_backend_active()->cvt.quant_f32(buf, p->keep ? p->dst + o : NULL, n, p->e, p->r, o, &st);
+    fx_qstats_merge(mine, &st);
+    if (p->relu) fx_relu_piece(p->dst + o, p->relu->dst + o, n, p->relu->shift, mine_relu);
+}
+
+/* whole rows [r0, r1), consecutive in memory, as one piece */
+static void bn_rows_piece(const bn_pass *p, int64_t r0, int64_t r1, float *buf, fx_qstats *mine,
+                          fx_qstats *mine_relu)
+{
+    const int64_t C = p->d->C, S = p->d->S;
+    for (int64_t row = r0; row < r1; row++)
+        p->fill(p->ctx, row % C, row * S, buf + (row - r0) * S, S);
+    bn_round_piece(p, r0 * S, (r1 - r0) * S, buf, mine, mine_relu);
+}
+
+/* elements [s0, s0 + len) of one row as one piece */
+static void bn_part_piece(const bn_pass *p, int64_t row, int64_t s0, int64_t len, float *buf,
+                          fx_qstats *mine, fx_qstats *mine_relu)
+{
+    const int64_t o = row * p->d->S + s0;
+    p->fill(p->ctx, row % p->d->C, o, buf, len);
+    bn_round_piece(p, o, len, buf, mine, mine_relu);
+}
+
 static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const void *ctx,
                           int16_t *dst, int e, const fx_rounding *r, int keep, fx_qstats *q,
                           const bn_relu_out *relu)
 {
-    const fx_backend *be = fx_backend_active();
-    const int64_t C = d->C, S = d->S, rows = d->N * C;
+    const int64_t C = d->C, S = d->S;
+    const int64_t gsz = fx_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
     /* rows shorter than a piece go to the buffer several at a time, consecutive rows being
-     * consecutive elements, and are rounded in one call: ResNet-20's 8 x 8 planes made a
-     * kernel call and a rounding call per 64 values (the same bits: the rounding is element
-     * by element at each element's offset) */
+     * consecutive elements (a group's channels of one image), and are rounded in one call:
+     * ResNet-20's 8 x 8 planes made a kernel call and a rounding call per 64 values (the same
+     * bits: the rounding is element by element at each element's offset) */
     const int64_t per = S > 0 && S < PIECE ? PIECE / S : 1;
-    const int64_t groups = (rows + per - 1) / per;
+    const bn_pass p = {d, fill, ctx, dst, e, keep, r, relu};
     fx_qstats_init(q);
     if (relu) fx_qstats_init(relu->q);
     (void)nt;
@@ -83,33 +134,29 @@ static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const vo
         fx_qstats_init(&mine);
         fx_qstats_init(&mine_relu);
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+        const int64_t tid = omp_get_thread_num(), nthr = omp_get_num_threads();
+#else
+        const int64_t tid = 0, nthr = 1;
 #endif
-        for (int64_t g = 0; g < groups; g++) {
-            float buf[PIECE];
-            const int64_t r0 = g * per, r1 = r0 + per < rows ? r0 + per : rows;
+        /* this thread's groups as schedule(static) splits them: the first ngroups mod nthr
+         * threads one more */
+        const int64_t share = ngroups / nthr, extra = ngroups % nthr;
+        const int64_t g0 = tid * share + (tid < extra ? tid : extra);
+        const int64_t g1 = g0 + share + (tid < extra ? 1 : 0);
+        /* its channels, consecutive rows within each image */
+        const int64_t cb = g0 * gsz, ce = g1 * gsz < C ? g1 * gsz : C;
+        float buf[PIECE];
+        for (int64_t n = cb < ce ? d->N - 1 : -1; n >= 0; n--) {
+            const int64_t rb = n * C + cb, re = n * C + ce;
             if (per > 1) {
-                for (int64_t row = r0; row < r1; row++)
-                    fill(ctx, row % C, row * S, buf + (row - r0) * S, S);
-                fx_qstats st;
-                fx_qstats_init(&st);
-                be->cvt.quant_f32(buf, keep ? dst + r0 * S : NULL, (r1 - r0) * S, e, r, r0 * S,
-                                  &st);
-                fx_qstats_merge(&mine, &st);
-                if (relu)
-                    fx_relu_piece(dst + r0 * S, relu->dst + r0 * S, (r1 - r0) * S, relu->shift,
-                                  &mine_relu);
+                for (int64_t r0 = rb; r0 < re; r0 += per)
+                    bn_rows_piece(&p, r0, r0 + per < re ? r0 + per : re, buf, &mine, &mine_relu);
                 continue;
             }
-            for (int64_t s0 = 0; s0 < S; s0 += PIECE) {
-                const int64_t o = r0 * S + s0, len = S - s0 < PIECE ? S - s0 : PIECE;
-                fill(ctx, r0 % C, o, buf, len);
-                fx_qstats st;
-                fx_qstats_init(&st);
-                be->cvt.quant_f32(buf, keep ? dst + o : NULL, len, e, r, o, &st);
-                fx_qstats_merge(&mine, &st);
-                if (relu) fx_relu_piece(dst + o, relu->dst + o, len, relu->shift, &mine_relu);
-            }
+            for (int64_t row = rb; row < re; row++)
+                for (int64_t s0 = 0; s0 < S; s0 += PIECE)
+                    bn_part_piece(&p, row, s0, S - s0 < PIECE ? S - s0 : PIECE, buf, &mine,
+                                  &mine_relu);
         }
 #ifdef _OPENMP
 #pragma omp critical(fx_bn_round_rows_merge)

@@ -177,6 +177,15 @@ static inline double fx_bn_int_mean(int64_t sum, double scale, const fx_bn_dims 
     return (double)sum * scale / (double)d->M;
 }
 
+/* Channels per kernel call of the channel passes: FX_BN_GROUP while there are groups for every
+ * thread, else one (a few channels over many threads); the bits do not depend on it. The
+ * direct routes' element-wise passes (batchnorm_direct.c) walk the same groups on the same
+ * threads, so that each thread reads again what its channel pass read last. */
+static inline int64_t fx_bn_group_size(int64_t C, int nt)
+{
+    return (C + FX_BN_GROUP - 1) / FX_BN_GROUP >= nt ? FX_BN_GROUP : 1;
+}
+
 extern const fx_bn_kernels fx_bn_kernels_portable;
 extern const fx_bn_kernels fx_bn_kernels_avx2;
 extern const fx_bn_kernels fx_bn_kernels_avx512;
