@@ -178,6 +178,15 @@ static void check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
     int16_t *x = malloc(2 * (size_t)nx), *w = malloc(2 * (size_t)nw);
     for (int64_t i = 0; i < nx; i++) x[i] = draw(&r, full);
     for (int64_t i = 0; i < nw; i++) w[i] = draw(&r, full);
+    if (full == 3) { /* ties: every sum is one input, +-(25600 + l) for l < 256 (the high parts
+                      * of the largest and smallest sums tie, their low bytes decide) */
+        for (int64_t i = 0; i < nx; i++) {
+            const int16_t v = (int16_t)(25600 + test_rng_range(&r, 0, 255));
+            x[i] = (i / (C * H * W)) % 2 ? (int16_t)-v : v;
+        }
+        for (int64_t i = 0; i < nw; i++) w[i] = 0;
+        for (int64_t o = 0; o < O; o++) w[((o * C + 0) * KH + KH / 2) * KW + KW / 2] = 1;
+    }
     uint32_t *wq = aligned_alloc(64, ((size_t)fx_i16_fwd_amx_weights_numel(&g) * 4 + 63) / 64 * 64);
     fx_i16_fwd_amx_pack_weights(&g, w, wq);
     uint32_t *scr = malloc(4 * (size_t)fx_i16_fwd_amx_scratch(&g, N));
@@ -209,11 +218,21 @@ static void check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
         CHECK(bad == 0, "C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %d %s data, %d "
               "thread(s): %ld sums differ from the exact ones", (long long)C, (long long)H,
               (long long)W, (long long)O, (long long)KH, (long long)KW, pad, stride,
-              full == 2 ? "extreme" : full ? "full-range" : "small", threads, bad);
+              full == 3 ? "tied" : full == 2 ? "extreme" : full ? "full-range" : "small", threads,
+              bad);
         CHECK(ymax == wmax, "C%lld O%lld: largest |sum| %llu, want %llu", (long long)C,
               (long long)O, (unsigned long long)ymax, (unsigned long long)wmax);
     }
+    /* both epilogues on the same sums: the int32 one where it applies (at most 480 products,
+     * shifts 9-30, which the shifts check_round tries include), then the int64 one */
+    const long long r32 = fx_i16_fwd_amx_round32_images();
     check_round(&g, x, wq, scr, want);
+    if (C * KH * KW <= 480)
+        CHECK(fx_i16_fwd_amx_round32_images() > r32, "C%lld k%lldx%lld: the int32 epilogue "
+              "never ran", (long long)C, (long long)KH, (long long)KW);
+    fx_i16_fwd_amx_round32_set_enabled(0);
+    check_round(&g, x, wq, scr, want);
+    fx_i16_fwd_amx_round32_set_enabled(1);
     free(x);
     free(w);
     free(wq);
@@ -507,6 +526,10 @@ int main(void)
     /* small, full-range and extreme data (every value -32768: the largest accumulators, where
      * a rounding epilogue's int32 shortcut, fx_amx_i16_sums16_small, would wrap past its
      * bound of 504 products: 432 products below it, 576 and 800 above) */
+    /* ... and sums whose largest and smallest values tie in all but their low byte, where
+     * the int32 epilogue's largest |sum| is decided */
+    check_kernel(2, 16, 32, 32, 16, 3, 3, 1, 1, 3, seed++);
+    check_kernel(2, 32, 16, 16, 32, 3, 3, 1, 1, 3, seed++);
     for (int full = 0; full <= 2; full++) {
         check_kernel(2, 16, 32, 32, 16, 3, 3, 1, 1, full, seed++); /* stage 1: pieces of 48 */
         check_kernel(2, 32, 16, 16, 32, 3, 3, 1, 1, full, seed++); /* stage 2: 2 x 48 */

@@ -117,6 +117,10 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
                               int shift2, int16_t *dx2, struct fx_qstats *part2);
 void fx_i16_fwd_amx_round_set_enabled(int on);
 int fx_i16_fwd_amx_round_enabled(void);
+/* Test switch: 0 keeps both epilogues above on their int64 lanes (conv_i16_amx.c: the int32
+ * epilogue, for sums of at most 480 products at shifts 9-30, gives the same bits) */
+void fx_i16_fwd_amx_round32_set_enabled(int on);
+long long fx_i16_fwd_amx_round32_images(void); /* images it rounded (test hook) */
 long long fx_i16_fwd_amx_round_calls(void);
 long long fx_i16_fwd_amx_round2_calls(void);
 long long fx_i16_fwd_amx_round_partial_calls(void);

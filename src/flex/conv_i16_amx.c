@@ -241,6 +241,8 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
  * here, those chunks (a third of a ResNet-20 DFP16 epoch's forward passes) took the int64
  * route. */
 static atomic_int amx_round_enabled = 1;
+static atomic_int amx_round32_enabled = 1; /* test switch: 0 keeps the int64 epilogue */
+static atomic_llong amx_round32_images;    /* test hook: images the int32 epilogue rounded */
 static atomic_llong amx_round_calls;
 static atomic_llong amx_round2_calls;
 static atomic_llong amx_round_partial_calls;
@@ -256,6 +258,8 @@ static void amx_round_count(int whole, int two)
 }
 
 void fx_i16_fwd_amx_round_set_enabled(int on) { atomic_store(&amx_round_enabled, on != 0); }
+void fx_i16_fwd_amx_round32_set_enabled(int on) { atomic_store(&amx_round32_enabled, on != 0); }
+long long fx_i16_fwd_amx_round32_images(void) { return atomic_load(&amx_round32_images); }
 int fx_i16_fwd_amx_round_enabled(void) { return atomic_load(&amx_round_enabled); }
 long long fx_i16_fwd_amx_round_calls(void) { return atomic_load(&amx_round_calls); }
 long long fx_i16_fwd_amx_round2_calls(void) { return atomic_load(&amx_round2_calls); }
@@ -351,6 +355,139 @@ static inline void amx_round_image(const struct fx_conv_geom *g, int64_t oy0, in
     *mx = _mm512_reduce_max_epu64(max_in);
 }
 
+/* ---- the int32 epilogue (amx_round_image32) ----------------------------------------------
+ * Why: the int64 epilogue widens each sum (65536 HH + 256 (HL + LH) + LL) into int64 lanes,
+ * rounds eight at a time and narrows two vectors into sixteen int16; its vector operations,
+ * not the tiles, bound the forward kernel on ResNet-20's 16- and 32-channel layers. For sums of
+ * at most FX_AMX_ROUND32_MAX_K products and shifts 9 <= s <= 30 (every training write's) the
+ * same rounding runs in sixteen int32 lanes. With a = 256 HH + HL + LH (int32,
+ * amx_i16_sums.h) the sum is v = 256 a + LL, LL >= 0, and with ah = a + (LL >> 8) and
+ * l = LL & 255 it is v = 256 ah + l, 0 <= l < 256, so ah = floor(v / 256) and bit s of v is bit
+ * t = s - 8 of ah. quant_i64's fast rounding floor((v + 2^(s-1) - 1 + b) / 2^s) (b bit s of v)
+ * is then (ah + 2^(t-1) - c) >> t with c = 1 where l = 0 and b = 0 (the sum's low byte moves
+ * the floor only when it is -1), exactly; a lane underflows iff it rounds to 0 from a nonzero
+ * v (|v| <= 2^(s-1)); and the largest |v| is the larger of the largest v and minus the
+ * smallest, each kept per lane as the pair (ah, l) in lexicographic order and formed in int64
+ * once an image. |ah| <= 4259838 K and 2^(t-1) <= 2^21 keep every lane within int32 for
+ * K <= 480. The same mantissas and statistics as the int64 epilogue (tests/test_conv_i16_amx.c
+ * runs both on the same sums). */
+#define FX_AMX_ROUND32_MAX_K 480
+
+static int amx_round32_ok(const struct fx_conv_geom *g, int s)
+{
+    return g->C * g->KH * g->KW <= FX_AMX_ROUND32_MAX_K && s >= 9 && s <= 30 &&
+           atomic_load_explicit(&amx_round32_enabled, memory_order_relaxed);
+}
+
+typedef struct amx_r32 {
+    __m512i half, bit; /* 2^(t-1), 2^t */
+    __m128i cnt;       /* t */
+} amx_r32;
+
+static amx_r32 amx_r32_setup(int s)
+{
+    amx_r32 k;
+    k.half = _mm512_set1_epi32(1 << (s - 9));
+    k.bit = _mm512_set1_epi32(1 << (s - 8));
+    k.cnt = _mm_cvtsi32_si128(s - 8);
+    return k;
+}
+
+/* sixteen sums v = 256 ah + l rounded at the shift k was made for, as int16; underflows
+ * (rounded to 0 from nonzero v; nz: the lanes where v is nonzero) added to *nuf */
+static inline __attribute__((always_inline)) __m256i amx_r32_round(const amx_r32 *k,
+                                                                    __m512i ah, __mmask16 lz,
+                                                                    __mmask16 nz, int64_t *nuf)
+{
+    const __mmask16 c = _kandn_mask16(_mm512_test_epi32_mask(ah, k->bit), lz);
+    __m512i x = _mm512_add_epi32(ah, k->half);
+    x = _mm512_mask_sub_epi32(x, c, x, _mm512_set1_epi32(1));
+    const __m512i q = _mm512_sra_epi32(x, k->cnt);
+    *nuf += __builtin_popcount((unsigned)_mm512_mask_testn_epi32_mask(nz, q, q));
+    return _mm512_cvtepi32_epi16(q);
+}
+
+/* The largest |v| of lanes whose largest v is 256 ma + ml and smallest 256 na + nl */
+static uint64_t amx_r32_maxabs(__m512i ma, __m512i ml, __m512i na, __m512i nl)
+{
+    int32_t a[16], b[16], c[16], d[16];
+    _mm512_storeu_si512((void *)a, ma);
+    _mm512_storeu_si512((void *)b, ml);
+    _mm512_storeu_si512((void *)c, na);
+    _mm512_storeu_si512((void *)d, nl);
+    uint64_t mx = 0;
+    for (int i = 0; i < 16; i++) {
+        const int64_t hi = 256 * (int64_t)a[i] + b[i], lo = 256 * (int64_t)c[i] + d[i];
+        const uint64_t m = (uint64_t)(hi > -lo ? hi : -lo);
+        mx = m > mx ? m : mx;
+    }
+    return mx;
+}
+
+/* amx_round_image on the int32 epilogue (amx_round32_ok for every shift it rounds at) */
+static inline void amx_round_image32(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
+                                     const int8_t *hi, const int8_t *lo, const int8_t *wb,
+                                     int64_t i, int32_t acc[4][256], const amx_r32 *f,
+                                     int16_t *yq, int64_t *nuf, const int two,
+                                     const amx_r32 *f2, int16_t *yq2, int64_t *nuf2,
+                                     uint64_t *mx)
+{
+    const int64_t O = g->O, OW = g->OW, P = g->OH * OW;
+    const int64_t nob = O / 16, per_image = g->OH * ((OW + 15) / 16);
+    const __m512i lowbyte = _mm512_set1_epi32(255);
+    /* per lane, the largest v as (ma, ml) and the smallest as (na, nl), lexicographically */
+    __m512i ma = _mm512_set1_epi32(INT32_MIN), ml = _mm512_setzero_si512();
+    __m512i na = _mm512_set1_epi32(INT32_MAX), nl = lowbyte;
+    for (int64_t b = i * per_image; b < (i + 1) * per_image; b++)
+        for (int64_t ob = 0; ob < nob; ob++) {
+            int64_t im, oh, ow0;
+            int nrows;
+            amx_fwd_block_at(g, oy0, ox0, hi, lo, wb, b, ob, acc, &im, &oh, &ow0, &nrows);
+            __m512i r[8], r2[8];
+            for (int p = 0; p < 8; p++) {
+                __m256i half[2], half2[2];
+                for (int u = 0; u < 2; u++) { /* pixel p, then pixel p + 8 */
+                    const int px = p + 8 * u;
+                    if (px >= nrows) { /* past the row's end, no outputs: 0 counts nowhere */
+                        half[u] = half2[u] = _mm256_setzero_si256();
+                        continue;
+                    }
+                    const int q = 16 * px;
+                    const __m512i hh = _mm512_load_si512((const void *)(acc[0] + q));
+                    const __m512i hl = _mm512_load_si512((const void *)(acc[1] + q));
+                    const __m512i lh = _mm512_load_si512((const void *)(acc[2] + q));
+                    const __m512i ll = _mm512_load_si512((const void *)(acc[3] + q));
+                    const __m512i a = _mm512_add_epi32(_mm512_slli_epi32(hh, 8),
+                                                       _mm512_add_epi32(hl, lh));
+                    const __m512i ah = _mm512_add_epi32(a, _mm512_srli_epi32(ll, 8));
+                    const __m512i l = _mm512_and_si512(ll, lowbyte);
+                    const __mmask16 lz = _mm512_testn_epi32_mask(l, l);
+                    const __mmask16 nz = _mm512_test_epi32_mask(_mm512_or_si512(ah, l),
+                                                                _mm512_or_si512(ah, l));
+                    const __mmask16 gt = _mm512_cmpgt_epi32_mask(ah, ma);
+                    const __mmask16 eq = _mm512_cmpeq_epi32_mask(ah, ma);
+                    ml = _mm512_mask_mov_epi32(ml, gt, l);
+                    ml = _mm512_mask_max_epi32(ml, eq, ml, l);
+                    ma = _mm512_max_epi32(ma, ah);
+                    const __mmask16 lt = _mm512_cmplt_epi32_mask(ah, na);
+                    const __mmask16 eq2 = _mm512_cmpeq_epi32_mask(ah, na);
+                    nl = _mm512_mask_mov_epi32(nl, lt, l);
+                    nl = _mm512_mask_min_epi32(nl, eq2, nl, l);
+                    na = _mm512_min_epi32(na, ah);
+                    half[u] = amx_r32_round(f, ah, lz, nz, nuf);
+                    if (two) half2[u] = amx_r32_round(f2, ah, lz, nz, nuf2);
+                }
+                r[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
+                if (two) r2[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half2[0]), half2[1], 1);
+            }
+            const int64_t at = (im * O + ob * 16) * P + oh * OW + ow0;
+            amx_store_t16(r, yq + at, P, nrows);
+            if (two) amx_store_t16(r2, yq2 + at, P, nrows);
+        }
+    /* an image with no outputs leaves the pairs at their neutral ends: no value, largest 0 */
+    *mx = per_image * nob > 0 ? amx_r32_maxabs(ma, ml, na, nl) : 0;
+}
+
 /* The statistics of a rounding that saturated somewhere in the chunk, which the caller never
  * keeps (conv2d.c runs the op again if the write picks its exponent): the true largest |sum|,
  * which the write's exponent comes from, and at least one saturated value. */
@@ -389,6 +526,16 @@ static void amx_round_image_any(const struct fx_conv_geom *g, int64_t oy0, int64
                                 int64_t *nuf, int two, const fx_q64_fast *f2, int16_t *yq2,
                                 int64_t *nuf2, uint64_t *mx)
 {
+    if (amx_round32_ok(g, f->s) && (!two || amx_round32_ok(g, f2->s))) {
+        const amx_r32 k = amx_r32_setup(f->s), k2 = amx_r32_setup(two ? f2->s : f->s);
+        atomic_fetch_add_explicit(&amx_round32_images, 1, memory_order_relaxed);
+        if (two)
+            amx_round_image32(g, oy0, ox0, hi, lo, wb, i, acc, &k, yq, nuf, 1, &k2, yq2, nuf2, mx);
+        else
+            amx_round_image32(g, oy0, ox0, hi, lo, wb, i, acc, &k, yq, nuf, 0, NULL, NULL, NULL,
+                              mx);
+        return;
+    }
     if (two)
         amx_round_image(g, oy0, ox0, hi, lo, wb, i, acc, f, yq, nuf, 1, f2, yq2, nuf2, mx);
     else
