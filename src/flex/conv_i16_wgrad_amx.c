@@ -33,6 +33,7 @@
  * channels), tmm4-5 its A tiles (high, low), tmm6-7 its B tiles. */
 #include "../core/amx_tiles.h"
 #include "../core/pair_copy_avx512.h"
+#include "../core/prefetch.h"
 #include "../nn/im2col.h"
 #include "amx_i16_sums.h"
 #include "conv_i16.h"
@@ -42,6 +43,11 @@
 #include <string.h>
 
 enum { TILE_BYTES = 1024 };
+
+/* The copies read x's and dy's images in order, a line at a time with work between the
+ * loads; each load prefetches the line this many bytes on (into the next image at an image's
+ * end: the chunk's images are consecutive). */
+#define FX_WGRAD_AHEAD 2048
 
 static atomic_llong amx_wgrad_calls;
 
@@ -146,6 +152,7 @@ static void copy_x_s1(const struct fx_conv_geom *g, const int16_t *xn, int8_t *x
         for (int64_t r = 0; r < H; r++) {
             const int16_t *row = xn + (c * H + r) * W;
             for (int64_t w0 = 0; w0 < W; w0 += 32) {
+                fx_prefetch_at(row + w0, FX_WGRAD_AHEAD);
                 const __mmask32 m = W - w0 >= 32 ? (__mmask32)0xFFFFFFFFu : tail_w;
                 const __m512i v = _mm512_maskz_loadu_epi16(m, row + w0);
                 _mm256_mask_storeu_epi8(rowh + r * rb + pw + w0, m,
@@ -259,6 +266,7 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16
             for (int64_t o = 0; o < O; o++) {
                 int8_t *th = tq + o * P64, *tl = tq + (O + o) * P64;
                 for (int64_t p0 = 0; p0 < P64; p0 += 32) {
+                    fx_prefetch_at(dn + o * P + p0, FX_WGRAD_AHEAD);
                     const int64_t left = P - p0;
                     const __mmask32 m =
                         (__mmask32)(left >= 32 ? 0xFFFFFFFFu : left <= 0 ? 0u : (1u << left) - 1u);
