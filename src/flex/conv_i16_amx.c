@@ -121,12 +121,18 @@ static void amx_fwd_planes(const struct fx_conv_geom *g, const int16_t *x, int64
     int8_t *hi = (int8_t *)(void *)(xq + H * W * C);
     hi += (64 - (uintptr_t)hi % 64) % 64;
     int8_t *lo = hi + n + slack;
+    /* the next image's lines, a share per row of this one's planes: its channel planes are
+     * C short streams that the transpose would otherwise wait on line by line */
+    const int64_t image_lines = (C * H * W * 2 + 63) / 64, per_row = (image_lines + H - 1) / H;
     for (int64_t i = 0; i < nbc; i++) {
         fx_transpose16_avx512(x + i * C * H * W, xq, C, H * W);
         int8_t *ih8 = hi + i * HWp * C, *il8 = lo + i * HWp * C;
         memset(ih8, 0, (size_t)((ph * Wp + pw) * C));
         memset(il8, 0, (size_t)((ph * Wp + pw) * C));
         for (int64_t r = 0; r < H; r++) {
+            if (i + 1 < nbc)
+                for (int64_t l = r * per_row; l < (r + 1) * per_row && l < image_lines; l++)
+                    fx_prefetch_at(x + (i + 1) * C * H * W, 64 * l);
             const int64_t at = ((ph + r) * Wp + pw) * C;
             fx_conv_byte_planes_avx512(xq + r * W * C, W * C, ih8 + at, il8 + at);
             /* this row's right padding and the next row's left (or the bottom rows) */
