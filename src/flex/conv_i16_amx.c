@@ -311,57 +311,7 @@ static inline void amx_store_t16(const __m512i r[8], int16_t *dst, int64_t P, in
         }
 }
 
-/* One image's blocks rounded at one exponent (two: also at the second, from the same sums,
- * into yq2 with its own underflow count), the mantissas stored; the image's largest |sum| in
- * *mx. `two` is a constant at each call, so each variant is compiled without the other's
- * work. */
-static inline void amx_round_image(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
-                                   const int8_t *hi, const int8_t *lo, const int8_t *wb, int64_t i,
-                                   int32_t acc[4][256], const fx_q64_fast *f, int16_t *yq,
-                                   int64_t *nuf, const int two, const fx_q64_fast *f2,
-                                   int16_t *yq2, int64_t *nuf2, uint64_t *mx)
-{
-    const int64_t O = g->O, OW = g->OW, P = g->OH * OW;
-    const int64_t nob = O / 16, per_image = g->OH * ((OW + 15) / 16);
-    const int small_k = g->C * g->KH * g->KW <= FX_AMX_I16_SUMS32_MAX_K;
-    __m512i max_in = _mm512_setzero_si512(), max_in2 = _mm512_setzero_si512();
-    for (int64_t b = i * per_image; b < (i + 1) * per_image; b++)
-        for (int64_t ob = 0; ob < nob; ob++) {
-            int64_t im, oh, ow0;
-            int nrows;
-            amx_fwd_block_at(g, oy0, ox0, hi, lo, wb, b, ob, acc, &im, &oh, &ow0, &nrows);
-            __m512i r[8], r2[8];
-            for (int p = 0; p < 8; p++) {
-                __m256i half[2], half2[2];
-                for (int u = 0; u < 2; u++) { /* pixel p, then pixel p + 8 */
-                    const int px = p + 8 * u;
-                    __m512i s[2];
-                    if (px >= nrows) { /* past the row's end, no outputs: 0 counts nowhere */
-                        s[0] = s[1] = _mm512_setzero_si512();
-                    } else if (small_k) {
-                        fx_amx_i16_sums16_small((const int32_t(*)[256])acc, 16 * px, &s[0],
-                                                &s[1]);
-                    } else {
-                        s[0] = fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * px);
-                        s[1] = fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * px + 8);
-                    }
-                    half[u] = fx_q64_pack16(fx_q64_fast_round(f, s[0], &max_in, nuf),
-                                            fx_q64_fast_round(f, s[1], &max_in, nuf));
-                    if (two)
-                        half2[u] = fx_q64_pack16(fx_q64_fast_round(f2, s[0], &max_in2, nuf2),
-                                                 fx_q64_fast_round(f2, s[1], &max_in2, nuf2));
-                }
-                r[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
-                if (two) r2[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half2[0]), half2[1], 1);
-            }
-            const int64_t at = (im * O + ob * 16) * P + oh * OW + ow0;
-            amx_store_t16(r, yq + at, P, nrows);
-            if (two) amx_store_t16(r2, yq2 + at, P, nrows);
-        }
-    *mx = _mm512_reduce_max_epu64(max_in);
-}
-
-/* ---- the int32 epilogue (amx_round_image32) ----------------------------------------------
+/* ---- the int32 epilogue ---------------------------------------------------------------------
  * Why: the int64 epilogue widens each sum (65536 HH + 256 (HL + LH) + LL) into int64 lanes,
  * rounds eight at a time and narrows two vectors into sixteen int16; its vector operations,
  * not the tiles, bound the forward kernel on ResNet-20's 16- and 32-channel layers. For sums of
@@ -390,9 +340,11 @@ typedef struct amx_r32 {
     __m128i cnt;       /* t */
 } amx_r32;
 
+/* (a shift outside 9-30 gives constants that no call reads) */
 static amx_r32 amx_r32_setup(int s)
 {
     amx_r32 k;
+    if (s < 9 || s > 30) s = 9;
     k.half = _mm512_set1_epi32(1 << (s - 9));
     k.bit = _mm512_set1_epi32(1 << (s - 8));
     k.cnt = _mm_cvtsi32_si128(s - 8);
@@ -430,20 +382,93 @@ static uint64_t amx_r32_maxabs(__m512i ma, __m512i ml, __m512i na, __m512i nl)
     return mx;
 }
 
-/* amx_round_image on the int32 epilogue (amx_round32_ok for every shift it rounds at) */
-static inline void amx_round_image32(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
-                                     const int8_t *hi, const int8_t *lo, const int8_t *wb,
-                                     int64_t i, int32_t acc[4][256], const amx_r32 *f,
-                                     int16_t *yq, int64_t *nuf, const int two,
-                                     const amx_r32 *f2, int16_t *yq2, int64_t *nuf2,
-                                     uint64_t *mx)
+/* ---- one image's blocks, either epilogue ---------------------------------------------------- */
+
+/* What an image's epilogue keeps across its pixels: the int64 one the largest |v| per lane
+ * (max_in, and max_in2 beside the second rounding), the int32 one the largest and smallest
+ * (ah, l) per lane */
+typedef struct amx_round_state {
+    __m512i max_in, max_in2;
+    __m512i ma, ml, na, nl;
+} amx_round_state;
+
+/* The roundings an image's epilogue makes: at f's shift (q64 for the int64 lanes, r32 for the
+ * int32 ones) into yq, counting underflows in *nuf, and with two also at the second shift */
+typedef struct amx_round_at {
+    const fx_q64_fast *q64, *q64_2;
+    const amx_r32 *r32, *r32_2;
+    int16_t *yq, *yq2;
+    int64_t *nuf, *nuf2;
+} amx_round_at;
+
+/* pixel q / 16 of the block in acc, its sixteen channels rounded (int64 lanes) */
+static inline __attribute__((always_inline)) void amx_pixel64(const int32_t acc[4][256], int q,
+                                                              int small_k,
+                                                              const amx_round_at *at,
+                                                              amx_round_state *st, const int two,
+                                                              __m256i *half, __m256i *half2)
+{
+    __m512i s[2];
+    if (small_k) {
+        fx_amx_i16_sums16_small(acc, q, &s[0], &s[1]);
+    } else {
+        s[0] = fx_amx_i16_sums8(acc, q);
+        s[1] = fx_amx_i16_sums8(acc, q + 8);
+    }
+    *half = fx_q64_pack16(fx_q64_fast_round(at->q64, s[0], &st->max_in, at->nuf),
+                          fx_q64_fast_round(at->q64, s[1], &st->max_in, at->nuf));
+    if (two)
+        *half2 = fx_q64_pack16(fx_q64_fast_round(at->q64_2, s[0], &st->max_in2, at->nuf2),
+                               fx_q64_fast_round(at->q64_2, s[1], &st->max_in2, at->nuf2));
+}
+
+/* the same on the int32 epilogue */
+static inline __attribute__((always_inline)) void amx_pixel32(const int32_t acc[4][256], int q,
+                                                              const amx_round_at *at,
+                                                              amx_round_state *st, const int two,
+                                                              __m256i *half, __m256i *half2)
+{
+    const __m512i lowbyte = _mm512_set1_epi32(255);
+    const __m512i hh = _mm512_load_si512((const void *)(acc[0] + q));
+    const __m512i hl = _mm512_load_si512((const void *)(acc[1] + q));
+    const __m512i lh = _mm512_load_si512((const void *)(acc[2] + q));
+    const __m512i ll = _mm512_load_si512((const void *)(acc[3] + q));
+    const __m512i a = _mm512_add_epi32(_mm512_slli_epi32(hh, 8), _mm512_add_epi32(hl, lh));
+    const __m512i ah = _mm512_add_epi32(a, _mm512_srli_epi32(ll, 8));
+    const __m512i l = _mm512_and_si512(ll, lowbyte);
+    const __mmask16 lz = _mm512_testn_epi32_mask(l, l);
+    const __m512i ahl = _mm512_or_si512(ah, l);
+    const __mmask16 nz = _mm512_test_epi32_mask(ahl, ahl);
+    const __mmask16 gt = _mm512_cmpgt_epi32_mask(ah, st->ma);
+    const __mmask16 eq = _mm512_cmpeq_epi32_mask(ah, st->ma);
+    st->ml = _mm512_mask_mov_epi32(st->ml, gt, l);
+    st->ml = _mm512_mask_max_epi32(st->ml, eq, st->ml, l);
+    st->ma = _mm512_max_epi32(st->ma, ah);
+    const __mmask16 lt = _mm512_cmplt_epi32_mask(ah, st->na);
+    const __mmask16 eq2 = _mm512_cmpeq_epi32_mask(ah, st->na);
+    st->nl = _mm512_mask_mov_epi32(st->nl, lt, l);
+    st->nl = _mm512_mask_min_epi32(st->nl, eq2, st->nl, l);
+    st->na = _mm512_min_epi32(st->na, ah);
+    *half = amx_r32_round(at->r32, ah, lz, nz, at->nuf);
+    if (two) *half2 = amx_r32_round(at->r32_2, ah, lz, nz, at->nuf2);
+}
+
+/* One image's blocks rounded at one exponent (two: also at the second, from the same sums,
+ * into yq2 with its own underflow count), on int32 lanes (w32, amx_round32_ok for every shift)
+ * or int64 ones, the mantissas stored; the image's largest |sum| in *mx. `two` and `w32` are
+ * constants at each call, so each variant is compiled without the others' work. */
+static inline __attribute__((always_inline)) void amx_round_image(
+    const struct fx_conv_geom *g, int64_t oy0, int64_t ox0, const int8_t *hi, const int8_t *lo,
+    const int8_t *wb, int64_t i, int32_t acc[4][256], const amx_round_at *at, const int two,
+    const int w32, uint64_t *mx)
 {
     const int64_t O = g->O, OW = g->OW, P = g->OH * OW;
     const int64_t nob = O / 16, per_image = g->OH * ((OW + 15) / 16);
-    const __m512i lowbyte = _mm512_set1_epi32(255);
-    /* per lane, the largest v as (ma, ml) and the smallest as (na, nl), lexicographically */
-    __m512i ma = _mm512_set1_epi32(INT32_MIN), ml = _mm512_setzero_si512();
-    __m512i na = _mm512_set1_epi32(INT32_MAX), nl = lowbyte;
+    const int small_k = g->C * g->KH * g->KW <= FX_AMX_I16_SUMS32_MAX_K;
+    const __m512i zero = _mm512_setzero_si512();
+    /* the int32 pairs start at their neutral ends: no value, largest 0 */
+    amx_round_state st = {zero, zero, _mm512_set1_epi32(INT32_MIN), zero,
+                          _mm512_set1_epi32(INT32_MAX), _mm512_set1_epi32(255)};
     for (int64_t b = i * per_image; b < (i + 1) * per_image; b++)
         for (int64_t ob = 0; ob < nob; ob++) {
             int64_t im, oh, ow0;
@@ -454,44 +479,26 @@ static inline void amx_round_image32(const struct fx_conv_geom *g, int64_t oy0, 
                 __m256i half[2], half2[2];
                 for (int u = 0; u < 2; u++) { /* pixel p, then pixel p + 8 */
                     const int px = p + 8 * u;
-                    if (px >= nrows) { /* past the row's end, no outputs: 0 counts nowhere */
+                    if (px >= nrows) /* past the row's end, no outputs: 0 counts nowhere */
                         half[u] = half2[u] = _mm256_setzero_si256();
-                        continue;
-                    }
-                    const int q = 16 * px;
-                    const __m512i hh = _mm512_load_si512((const void *)(acc[0] + q));
-                    const __m512i hl = _mm512_load_si512((const void *)(acc[1] + q));
-                    const __m512i lh = _mm512_load_si512((const void *)(acc[2] + q));
-                    const __m512i ll = _mm512_load_si512((const void *)(acc[3] + q));
-                    const __m512i a = _mm512_add_epi32(_mm512_slli_epi32(hh, 8),
-                                                       _mm512_add_epi32(hl, lh));
-                    const __m512i ah = _mm512_add_epi32(a, _mm512_srli_epi32(ll, 8));
-                    const __m512i l = _mm512_and_si512(ll, lowbyte);
-                    const __mmask16 lz = _mm512_testn_epi32_mask(l, l);
-                    const __mmask16 nz = _mm512_test_epi32_mask(_mm512_or_si512(ah, l),
-                                                                _mm512_or_si512(ah, l));
-                    const __mmask16 gt = _mm512_cmpgt_epi32_mask(ah, ma);
-                    const __mmask16 eq = _mm512_cmpeq_epi32_mask(ah, ma);
-                    ml = _mm512_mask_mov_epi32(ml, gt, l);
-                    ml = _mm512_mask_max_epi32(ml, eq, ml, l);
-                    ma = _mm512_max_epi32(ma, ah);
-                    const __mmask16 lt = _mm512_cmplt_epi32_mask(ah, na);
-                    const __mmask16 eq2 = _mm512_cmpeq_epi32_mask(ah, na);
-                    nl = _mm512_mask_mov_epi32(nl, lt, l);
-                    nl = _mm512_mask_min_epi32(nl, eq2, nl, l);
-                    na = _mm512_min_epi32(na, ah);
-                    half[u] = amx_r32_round(f, ah, lz, nz, nuf);
-                    if (two) half2[u] = amx_r32_round(f2, ah, lz, nz, nuf2);
+                    else if (w32)
+                        amx_pixel32((const int32_t(*)[256])acc, 16 * px, at, &st, two, &half[u],
+                                    &half2[u]);
+                    else
+                        amx_pixel64((const int32_t(*)[256])acc, 16 * px, small_k, at, &st, two,
+                                    &half[u], &half2[u]);
                 }
                 r[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
                 if (two) r2[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half2[0]), half2[1], 1);
             }
-            const int64_t at = (im * O + ob * 16) * P + oh * OW + ow0;
-            amx_store_t16(r, yq + at, P, nrows);
-            if (two) amx_store_t16(r2, yq2 + at, P, nrows);
+            const int64_t pos = (im * O + ob * 16) * P + oh * OW + ow0;
+            amx_store_t16(r, at->yq + pos, P, nrows);
+            if (two) amx_store_t16(r2, at->yq2 + pos, P, nrows);
         }
-    /* an image with no outputs leaves the pairs at their neutral ends: no value, largest 0 */
-    *mx = per_image * nob > 0 ? amx_r32_maxabs(ma, ml, na, nl) : 0;
+    if (!w32)
+        *mx = _mm512_reduce_max_epu64(st.max_in);
+    else /* an image with no outputs leaves the pairs at their neutral ends */
+        *mx = per_image * nob > 0 ? amx_r32_maxabs(st.ma, st.ml, st.na, st.nl) : 0;
 }
 
 /* The statistics of a rounding that saturated somewhere in the chunk, which the caller never
@@ -524,28 +531,27 @@ static int amx_round_still_whole(int whole, uint64_t mx, uint64_t bound, int two
     return whole;
 }
 
-/* amx_round_image with the rounding at one or two exponents chosen here, each variant
- * compiled on its own */
+/* amx_round_image with the rounding at one or two exponents, on int32 or int64 lanes, chosen
+ * here, each variant compiled on its own */
 static void amx_round_image_any(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
                                 const int8_t *hi, const int8_t *lo, const int8_t *wb, int64_t i,
                                 int32_t acc[4][256], const fx_q64_fast *f, int16_t *yq,
                                 int64_t *nuf, int two, const fx_q64_fast *f2, int16_t *yq2,
                                 int64_t *nuf2, uint64_t *mx)
 {
+    const amx_r32 k = amx_r32_setup(f->s), k2 = amx_r32_setup(f2->s);
+    const amx_round_at at = {f, f2, &k, &k2, yq, yq2, nuf, nuf2};
     if (amx_round32_ok(g, f->s) && (!two || amx_round32_ok(g, f2->s))) {
-        const amx_r32 k = amx_r32_setup(f->s), k2 = amx_r32_setup(two ? f2->s : f->s);
         atomic_fetch_add_explicit(&amx_round32_images, 1, memory_order_relaxed);
         if (two)
-            amx_round_image32(g, oy0, ox0, hi, lo, wb, i, acc, &k, yq, nuf, 1, &k2, yq2, nuf2, mx);
+            amx_round_image(g, oy0, ox0, hi, lo, wb, i, acc, &at, 1, 1, mx);
         else
-            amx_round_image32(g, oy0, ox0, hi, lo, wb, i, acc, &k, yq, nuf, 0, NULL, NULL, NULL,
-                              mx);
-        return;
+            amx_round_image(g, oy0, ox0, hi, lo, wb, i, acc, &at, 0, 1, mx);
+    } else if (two) {
+        amx_round_image(g, oy0, ox0, hi, lo, wb, i, acc, &at, 1, 0, mx);
+    } else {
+        amx_round_image(g, oy0, ox0, hi, lo, wb, i, acc, &at, 0, 0, mx);
     }
-    if (two)
-        amx_round_image(g, oy0, ox0, hi, lo, wb, i, acc, f, yq, nuf, 1, f2, yq2, nuf2, mx);
-    else
-        amx_round_image(g, oy0, ox0, hi, lo, wb, i, acc, f, yq, nuf, 0, NULL, NULL, NULL, mx);
 }
 
 int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
