@@ -53,11 +53,13 @@ int64_t fx_bn_direct_runs(void) { return atomic_load(&direct_runs); }
  * layer (ResNet-20's 64-channel batch norm, batch 128, two threads on a Zen 5: 0.61 ms that way,
  * 0.24 ms this way). The merges are sums and maxima, so their order does not change the result.
  *
- * Each thread walks the channels of the groups (fx_bn_group_size) that the pass before it, the
- * statistics or the gradient sums, gave it (OpenMP's static split, computed here), last image
- * first: the rows that pass read last are the likeliest still in this core's L2 (ResNet-20's
- * 32- and 64-channel layers fit whole). Walked image by image over all channels, each thread
- * read half its rows from the other core's share. */
+ * Where the channels split evenly over the threads in the groups (fx_bn_group_size) of the
+ * pass before it, the statistics or the gradient sums, each thread walks the channels that
+ * pass gave it (OpenMP's static split, computed here), last image first: the rows that pass
+ * read last are the likeliest still in this core's L2 (ResNet-20's 32- and 64-channel layers
+ * fit whole). Walked image by image over all channels, each thread read half its rows from
+ * the other core's share. Where they do not (a few channels, or a last group short of
+ * channels), the threads split the rows evenly instead, so that none waits on another. */
 typedef void (*bn_fill_fn)(const void *ctx, int64_t ch, int64_t o, float *buf, int64_t len);
 
 /* The ReLU a forward pass makes of its kept rounding, piece by piece while the piece is in
@@ -111,6 +113,31 @@ static void bn_part_piece(const bn_pass *p, int64_t row, int64_t s0, int64_t len
     bn_round_piece(p, o, len, buf, mine, mine_relu);
 }
 
+/* rows [rb, re), consecutive in memory, in pieces: rows shorter than a piece several at a time
+ * (per of them), longer ones cut into pieces */
+static void bn_walk_rows(const bn_pass *p, int64_t rb, int64_t re, int64_t per, float *buf,
+                         fx_qstats *mine, fx_qstats *mine_relu)
+{
+    const int64_t S = p->d->S;
+    if (per > 1) {
+        for (int64_t r0 = rb; r0 < re; r0 += per)
+            bn_rows_piece(p, r0, r0 + per < re ? r0 + per : re, buf, mine, mine_relu);
+        return;
+    }
+    for (int64_t row = rb; row < re; row++)
+        for (int64_t s0 = 0; s0 < S; s0 += PIECE)
+            bn_part_piece(p, row, s0, S - s0 < PIECE ? S - s0 : PIECE, buf, mine, mine_relu);
+}
+
+/* [*lo, *hi): part `tid` of n items split into `parts` as schedule(static) splits them (the
+ * first n mod parts parts one more) */
+static void bn_static_part(int64_t n, int64_t parts, int64_t tid, int64_t *lo, int64_t *hi)
+{
+    const int64_t share = n / parts, extra = n % parts;
+    *lo = tid * share + (tid < extra ? tid : extra);
+    *hi = *lo + share + (tid < extra ? 1 : 0);
+}
+
 static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const void *ctx,
                           int16_t *dst, int e, const fx_rounding *r, int keep, fx_qstats *q,
                           const bn_relu_out *relu)
@@ -138,25 +165,18 @@ static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const vo
 #else
         const int64_t tid = 0, nthr = 1;
 #endif
-        /* this thread's groups as schedule(static) splits them: the first ngroups mod nthr
-         * threads one more */
-        const int64_t share = ngroups / nthr, extra = ngroups % nthr;
-        const int64_t g0 = tid * share + (tid < extra ? tid : extra);
-        const int64_t g1 = g0 + share + (tid < extra ? 1 : 0);
-        /* its channels, consecutive rows within each image */
-        const int64_t cb = g0 * gsz, ce = g1 * gsz < C ? g1 * gsz : C;
         float buf[PIECE];
-        for (int64_t n = cb < ce ? d->N - 1 : -1; n >= 0; n--) {
-            const int64_t rb = n * C + cb, re = n * C + ce;
-            if (per > 1) {
-                for (int64_t r0 = rb; r0 < re; r0 += per)
-                    bn_rows_piece(&p, r0, r0 + per < re ? r0 + per : re, buf, &mine, &mine_relu);
-                continue;
-            }
-            for (int64_t row = rb; row < re; row++)
-                for (int64_t s0 = 0; s0 < S; s0 += PIECE)
-                    bn_part_piece(&p, row, s0, S - s0 < PIECE ? S - s0 : PIECE, buf, &mine,
-                                  &mine_relu);
+        if (C % gsz == 0 && ngroups % nthr == 0) {
+            /* this thread's groups, and so its channels, as the channel pass had them */
+            int64_t g0, g1;
+            bn_static_part(ngroups, nthr, tid, &g0, &g1);
+            const int64_t cb = g0 * gsz, ce = g1 * gsz;
+            for (int64_t n = cb < ce ? d->N - 1 : -1; n >= 0; n--)
+                bn_walk_rows(&p, n * C + cb, n * C + ce, per, buf, &mine, &mine_relu);
+        } else {
+            int64_t r0, r1;
+            bn_static_part(d->N * C, nthr, tid, &r0, &r1);
+            bn_walk_rows(&p, r0, r1, per, buf, &mine, &mine_relu);
         }
 #ifdef _OPENMP
 #pragma omp critical(fx_bn_round_rows_merge)
