@@ -365,7 +365,8 @@ static inline __attribute__((always_inline)) __m256i amx_r32_round(const amx_r32
     return _mm512_cvtepi32_epi16(q);
 }
 
-/* The largest |v| of lanes whose largest v is 256 ma + ml and smallest 256 na + nl */
+/* The largest |v| of lanes whose largest v is 256 ma + ml and smallest 256 na + nl (each
+ * taken with a v = 0, which leaves the largest |v| as it is) */
 static uint64_t amx_r32_maxabs(__m512i ma, __m512i ml, __m512i na, __m512i nl)
 {
     int32_t a[16], b[16], c[16], d[16];
@@ -384,9 +385,9 @@ static uint64_t amx_r32_maxabs(__m512i ma, __m512i ml, __m512i na, __m512i nl)
 
 /* ---- one image's blocks, either epilogue ---------------------------------------------------- */
 
-/* What an image's epilogue keeps across its pixels: the int64 one the largest |v| per lane
- * (max_in, and max_in2 beside the second rounding), the int32 one the largest and smallest
- * (ah, l) per lane */
+/* What an image's epilogue keeps across its pixels, all zero at the start: the int64 one the
+ * largest |v| per lane (max_in, and max_in2 beside the second rounding), the int32 one the
+ * largest and smallest (ah, l) per lane (starting at v = 0, which changes no largest |v|) */
 typedef struct amx_round_state {
     __m512i max_in, max_in2;
     __m512i ma, ml, na, nl;
@@ -466,9 +467,7 @@ static inline __attribute__((always_inline)) void amx_round_image(
     const int64_t nob = O / 16, per_image = g->OH * ((OW + 15) / 16);
     const int small_k = g->C * g->KH * g->KW <= FX_AMX_I16_SUMS32_MAX_K;
     const __m512i zero = _mm512_setzero_si512();
-    /* the int32 pairs start at their neutral ends: no value, largest 0 */
-    amx_round_state st = {zero, zero, _mm512_set1_epi32(INT32_MIN), zero,
-                          _mm512_set1_epi32(INT32_MAX), _mm512_set1_epi32(255)};
+    amx_round_state st = {zero, zero, zero, zero, zero, zero};
     for (int64_t b = i * per_image; b < (i + 1) * per_image; b++)
         for (int64_t ob = 0; ob < nob; ob++) {
             int64_t im, oh, ow0;
@@ -495,10 +494,7 @@ static inline __attribute__((always_inline)) void amx_round_image(
             amx_store_t16(r, at->yq + pos, P, nrows);
             if (two) amx_store_t16(r2, at->yq2 + pos, P, nrows);
         }
-    if (!w32)
-        *mx = _mm512_reduce_max_epu64(st.max_in);
-    else /* an image with no outputs leaves the pairs at their neutral ends */
-        *mx = per_image * nob > 0 ? amx_r32_maxabs(st.ma, st.ml, st.na, st.nl) : 0;
+    *mx = w32 ? amx_r32_maxabs(st.ma, st.ml, st.na, st.nl) : _mm512_reduce_max_epu64(st.max_in);
 }
 
 /* The statistics of a rounding that saturated somewhere in the chunk, which the caller never

@@ -132,6 +132,18 @@ int64_t fx_i16_wgrad_amx_scratch(const struct fx_conv_geom *g, int64_t nb)
     return bytes / 4 + 1;
 }
 
+/* n > 0 bytes of two planes' vectors vh and vl into h and l: 32 plain, fewer masked */
+static inline void store_planes32(int8_t *h, int8_t *l, int64_t n, __m256i vh, __m256i vl)
+{
+    if (n >= 32) {
+        _mm256_storeu_si256((void *)h, vh);
+        _mm256_storeu_si256((void *)l, vl);
+    } else {
+        _mm256_mask_storeu_epi8(h, lane_run(0, n), vh);
+        _mm256_mask_storeu_epi8(l, lane_run(0, n), vl);
+    }
+}
+
 /* The stride-1 copies of one image's x (xi: its block slot), Xkw[c][ih][ow] = xpad(c, ih, ow +
  * kw): per channel, each input row's two byte planes are made once, with its padding, into
  * rows (H rows of row_bytes, high planes then low; their padding and slack zeroed by the
@@ -146,9 +158,11 @@ static void copy_x_s1(const struct fx_conv_geom *g, const int16_t *xn, int8_t *x
 {
     const int64_t C = g->C, H = g->H, W = g->W, ph = g->ph, pw = g->pw, OW = g->OW;
     const int64_t KW = g->KW, Hc = copy_rows(g), rb = row_bytes(g);
-    const __mmask32 tail_w = lane_run(0, W % 32), tail_ow = lane_run(0, OW % 32);
+    const __mmask32 tail_w = lane_run(0, W % 32);
     int8_t *rowh = rows, *rowl = rows + H * rb;
     for (int64_t c = 0; c < C; c++) {
+        /* inline rather than fx_conv_byte_planes_avx512: a call per row of 8 or 16 values made
+         * the 64-channel 8 x 8 layer's copies 8 % slower */
         for (int64_t r = 0; r < H; r++) {
             const int16_t *row = xn + (c * H + r) * W;
             for (int64_t w0 = 0; w0 < W; w0 += 32) {
@@ -171,17 +185,10 @@ static void copy_x_s1(const struct fx_conv_geom *g, const int16_t *xn, int8_t *x
                     continue;
                 }
                 const int8_t *sh = rowh + r * rb + kw, *sl = rowl + r * rb + kw;
-                for (int64_t ow = 0; ow < OW; ow += 32) {
-                    const __m256i vh = _mm256_loadu_si256((const void *)(sh + ow));
-                    const __m256i vl = _mm256_loadu_si256((const void *)(sl + ow));
-                    if (OW - ow >= 32) {
-                        _mm256_storeu_si256((void *)(h + ow), vh);
-                        _mm256_storeu_si256((void *)(l + ow), vl);
-                    } else {
-                        _mm256_mask_storeu_epi8(h + ow, tail_ow, vh);
-                        _mm256_mask_storeu_epi8(l + ow, tail_ow, vl);
-                    }
-                }
+                for (int64_t ow = 0; ow < OW; ow += 32)
+                    store_planes32(h + ow, l + ow, OW - ow,
+                                   _mm256_loadu_si256((const void *)(sh + ow)),
+                                   _mm256_loadu_si256((const void *)(sl + ow)));
             }
         }
     }
@@ -208,15 +215,9 @@ static void copy_x_s2(const struct fx_conv_geom *g, const int16_t *xn, int8_t *x
                 for (int64_t ow = 0; ow < OW; ow += 32) {
                     /* lane j reads column 2 (ow + j) + kw - pw */
                     const __m512i v = load_even32(row, 2 * ow + kw - pw, W);
-                    const __m512i hv = _mm512_srai_epi16(v, 8);
-                    if (ow + 32 <= OW) {
-                        _mm256_storeu_si256((void *)(h + ow), _mm512_cvtepi16_epi8(hv));
-                        _mm256_storeu_si256((void *)(l + ow), _mm512_cvtepi16_epi8(v));
-                    } else {
-                        const __mmask32 st = lane_run(0, OW - ow);
-                        _mm256_mask_storeu_epi8(h + ow, st, _mm512_cvtepi16_epi8(hv));
-                        _mm256_mask_storeu_epi8(l + ow, st, _mm512_cvtepi16_epi8(v));
-                    }
+                    store_planes32(h + ow, l + ow, OW - ow,
+                                   _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)),
+                                   _mm512_cvtepi16_epi8(v));
                 }
             }
         }

@@ -140,13 +140,13 @@ static inline __attribute__((always_inline)) void var_n(const fx_bn_src *x, cons
         mu[j] = _mm256_set1_pd(mean[j]);
         acc[j] = _mm256_setzero_pd();
     }
-    const int64_t eb = fx_bn_src_bytes(K), ahead = fx_bn_rows_ahead(S, eb) * d->C * S;
+    const int64_t eb = fx_bn_src_bytes(K), ahead = fx_bn_ahead(d, eb);
     for (int64_t n = 0; n < d->N; n++) {
         const int64_t o = (n * d->C + c0) * S;
         int64_t s = 0;
         for (; s + 4 <= S; s += 4)
             for (int j = 0; j < NC; j++) {
-                if (s % (64 / eb) == 0) fx_bn_prefetch(x, o + j * S + s, ahead, eb);
+                fx_bn_prefetch(x, o + j * S + s, s, ahead, eb);
                 const __m256d t = _mm256_sub_pd(ld4(x, o + j * S + s, K), mu[j]);
                 acc[j] = _mm256_add_pd(acc[j], _mm256_mul_pd(t, t));
             }
@@ -167,13 +167,13 @@ static inline __attribute__((always_inline)) void stats_n(const fx_bn_src *x, co
     const int64_t S = d->S;
     __m256d acc[FX_BN_GROUP];
     for (int j = 0; j < NC; j++) acc[j] = _mm256_setzero_pd();
-    const int64_t eb = fx_bn_src_bytes(K), ahead = fx_bn_rows_ahead(S, eb) * d->C * S;
+    const int64_t eb = fx_bn_src_bytes(K), ahead = fx_bn_ahead(d, eb);
     for (int64_t n = 0; n < d->N; n++) {
         const int64_t o = (n * d->C + c0) * S;
         int64_t s = 0;
         for (; s + 4 <= S; s += 4)
             for (int j = 0; j < NC; j++) {
-                if (s % (64 / eb) == 0) fx_bn_prefetch(x, o + j * S + s, ahead, eb);
+                fx_bn_prefetch(x, o + j * S + s, s, ahead, eb);
                 acc[j] = _mm256_add_pd(acc[j], ld4(x, o + j * S + s, K));
             }
         for (; s < S; s++)
@@ -255,7 +255,7 @@ static void bn_sum_range_i16_avx2(const int16_t *m, const fx_bn_dims *d, int64_t
         __m256i vlo = _mm256_set1_epi16(INT16_MAX), vhi = _mm256_set1_epi16(INT16_MIN);
         int64_t tail = 0, vecs = 0;
         int16_t l = INT16_MAX, h = INT16_MIN;
-        const int64_t ahead = fx_bn_rows_ahead(d->S, 2) * d->C * d->S;
+        const int64_t ahead = fx_bn_ahead(d, 2);
         for (int64_t n = 0; n < d->N; n++) {
             const int16_t *p = m + (n * d->C + c0 + j) * d->S;
             int64_t s = 0;
@@ -306,16 +306,14 @@ static inline __attribute__((always_inline)) void grad_n(const fx_bn_src *x, con
         vis[j] = _mm256_set1_pd(is[j]);
     }
     const int64_t ebx = fx_bn_src_bytes(KX), ebg = fx_bn_src_bytes(KG);
-    const int64_t wide = ebx > ebg ? ebx : ebg, ahead = fx_bn_rows_ahead(S, wide) * d->C * S;
+    const int64_t ahead = fx_bn_ahead(d, ebx > ebg ? ebx : ebg);
     for (int64_t n = 0; n < d->N; n++) {
         const int64_t o = (n * d->C + c0) * S;
         int64_t s = 0;
         for (; s + 4 <= S; s += 4)
             for (int j = 0; j < NC; j++) {
-                if (s % (64 / wide) == 0) {
-                    fx_bn_prefetch(dy, o + j * S + s, ahead, ebg);
-                    fx_bn_prefetch(x, o + j * S + s, ahead, ebx);
-                }
+                fx_bn_prefetch(dy, o + j * S + s, s, ahead, ebg);
+                fx_bn_prefetch(x, o + j * S + s, s, ahead, ebx);
                 const __m256d g = ld4(dy, o + j * S + s, KG);
                 const __m256d xh =
                     _mm256_mul_pd(_mm256_sub_pd(ld4(x, o + j * S + s, KX), vmu[j]), vis[j]);

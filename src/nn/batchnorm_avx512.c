@@ -107,13 +107,13 @@ static inline __attribute__((always_inline)) void var8_n(const fx_bn_src *x,
         mu[j] = _mm512_set1_pd(mu_u[j]);
         acc[j] = _mm256_setzero_pd();
     }
-    const int64_t eb = fx_bn_src_bytes(K), ahead = fx_bn_rows_ahead(S, eb) * d->C * S;
+    const int64_t eb = fx_bn_src_bytes(K), ahead = fx_bn_ahead(d, eb);
     for (int64_t n = 0; n < d->N; n++) {
         const int64_t o = (n * d->C + c0) * S;
         int64_t s = 0;
         for (; s + 8 <= S; s += 8)
             for (int j = 0; j < NC; j++) {
-                if (s % (64 / eb) == 0) fx_bn_prefetch(x, o + j * S + s, ahead, eb);
+                fx_bn_prefetch(x, o + j * S + s, s, ahead, eb);
                 const __m512d t = _mm512_sub_pd(ld8(x, o + j * S + s, K), mu[j]);
                 const __m512d q = _mm512_mul_pd(t, t);
                 acc[j] = _mm256_add_pd(acc[j], _mm512_castpd512_pd256(q));
@@ -148,13 +148,13 @@ static inline __attribute__((always_inline)) void mean8_n(const fx_bn_src *x,
     const int64_t S = d->S;
     __m256d acc[FX_BN_GROUP];
     for (int j = 0; j < NC; j++) acc[j] = _mm256_setzero_pd();
-    const int64_t eb = fx_bn_src_bytes(K), ahead = fx_bn_rows_ahead(S, eb) * d->C * S;
+    const int64_t eb = fx_bn_src_bytes(K), ahead = fx_bn_ahead(d, eb);
     for (int64_t n = 0; n < d->N; n++) {
         const int64_t o = (n * d->C + c0) * S;
         int64_t s = 0;
         for (; s + 8 <= S; s += 8)
             for (int j = 0; j < NC; j++) {
-                if (s % (64 / eb) == 0) fx_bn_prefetch(x, o + j * S + s, ahead, eb);
+                fx_bn_prefetch(x, o + j * S + s, s, ahead, eb);
                 const __m512d v = ld8(x, o + j * S + s, K);
                 acc[j] = _mm256_add_pd(acc[j], _mm512_castpd512_pd256(v));
                 acc[j] = _mm256_add_pd(acc[j], _mm512_extractf64x4_pd(v, 1));
@@ -227,18 +227,15 @@ static inline __attribute__((always_inline)) void grad8_n(const fx_bn_src *x,
         vmu[j] = _mm512_set1_pd(mu_u[j]);
         vis[j] = _mm512_set1_pd(is[j]);
     }
-    /* the narrower source's lines pace both prefetches (an fp32 source's line holds half) */
     const int64_t ebx = fx_bn_src_bytes(KX), ebg = fx_bn_src_bytes(KG);
-    const int64_t wide = ebx > ebg ? ebx : ebg, ahead = fx_bn_rows_ahead(S, wide) * d->C * S;
+    const int64_t ahead = fx_bn_ahead(d, ebx > ebg ? ebx : ebg);
     for (int64_t n = 0; n < d->N; n++) {
         const int64_t o = (n * d->C + c0) * S;
         int64_t s = 0;
         for (; s + 8 <= S; s += 8)
             for (int j = 0; j < NC; j++) {
-                if (s % (64 / wide) == 0) {
-                    fx_bn_prefetch(dy, o + j * S + s, ahead, ebg);
-                    fx_bn_prefetch(x, o + j * S + s, ahead, ebx);
-                }
+                fx_bn_prefetch(dy, o + j * S + s, s, ahead, ebg);
+                fx_bn_prefetch(x, o + j * S + s, s, ahead, ebx);
                 const __m512d g = ld8(dy, o + j * S + s, KG);
                 const __m512d xh =
                     _mm512_mul_pd(_mm512_sub_pd(ld8(x, o + j * S + s, KX), vmu[j]), vis[j]);
@@ -335,7 +332,7 @@ static void bn_sum_range_i16_avx512(const int16_t *m, const fx_bn_dims *d, int64
         __m512i s32 = _mm512_setzero_si512(), s64 = _mm512_setzero_si512();
         __m512i vlo = _mm512_set1_epi16(INT16_MAX), vhi = _mm512_set1_epi16(INT16_MIN);
         int64_t vecs = 0;
-        const int64_t ahead = fx_bn_rows_ahead(d->S, 2) * d->C * d->S;
+        const int64_t ahead = fx_bn_ahead(d, 2);
         for (int64_t n = 0; n < d->N; n++) {
             const int16_t *p = m + (n * d->C + c0 + j) * d->S;
             for (int64_t s = 0; s < d->S; s += 32) {

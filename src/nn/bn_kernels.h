@@ -53,20 +53,24 @@ static inline double fx_bn_at(const fx_bn_src *s, int64_t i)
  * rows, S values apiece, one image's channel plane after another: short runs (ResNet-20's
  * stage-3 rows are 128 bytes) a C S-value stride apart, which the hardware prefetchers do not
  * follow across the jumps. As a pass reads a line of a row it prefetches the same line of the
- * row fx_bn_rows_ahead images further on, at least 2 KiB of each stream ahead (the stage-3
- * input gradient's channel sums took a third less time with it, cold, two threads). */
+ * row enough images further on to be at least 2 KiB of each stream ahead (the stage-3 input
+ * gradient's channel sums took a third less time with it, cold, two threads). */
 static inline int64_t fx_bn_src_bytes(int kind) { return kind == FX_BN_F32 ? 4 : 2; }
 
-static inline int64_t fx_bn_rows_ahead(int64_t S, int64_t elem_bytes)
+/* how many elements ahead a pass over sources of elem_bytes elements prefetches */
+static inline int64_t fx_bn_ahead(const fx_bn_dims *d, int64_t elem_bytes)
 {
-    const int64_t row = S * elem_bytes;
-    return row >= 2048 ? 1 : (2048 + row - 1) / row;
+    const int64_t row = d->S * elem_bytes;
+    return (row >= 2048 ? 1 : (2048 + row - 1) / row) * d->C * d->S;
 }
 
-/* the line holding element i + ahead of a source whose elements are elem_bytes wide */
-static inline void fx_bn_prefetch(const fx_bn_src *x, int64_t i, int64_t ahead, int64_t elem_bytes)
+/* At element i, s values into its row: where s starts a line (elements of elem_bytes), the
+ * line `ahead` elements on */
+static inline void fx_bn_prefetch(const fx_bn_src *x, int64_t i, int64_t s, int64_t ahead,
+                                  int64_t elem_bytes)
 {
-    fx_prefetch_at((const char *)x->p + i * elem_bytes, ahead * elem_bytes);
+    if (s % (64 / elem_bytes) == 0)
+        fx_prefetch_at((const char *)x->p + i * elem_bytes, ahead * elem_bytes);
 }
 
 /* The statistics a write needs of the fp32 values an element-wise kernel produced (those of

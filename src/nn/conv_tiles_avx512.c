@@ -26,9 +26,11 @@ void fx_conv_byte_planes_avx512(const int16_t *x, int64_t n, int8_t *hi, int8_t 
         _mm256_storeu_si256((void *)(hi + i), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
         _mm256_storeu_si256((void *)(lo + i), _mm512_cvtepi16_epi8(v));
     }
-    for (; i < n; i++) {
-        hi[i] = (int8_t)(x[i] >> 8);
-        lo[i] = (int8_t)(uint8_t)(x[i] & 255);
+    if (i < n) { /* the last n - i < 32 values, masked: nothing past them read or written */
+        const __mmask32 m = (__mmask32)((1u << (n - i)) - 1u);
+        const __m512i v = _mm512_maskz_loadu_epi16(m, x + i);
+        _mm256_mask_storeu_epi8(hi + i, m, _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+        _mm256_mask_storeu_epi8(lo + i, m, _mm512_cvtepi16_epi8(v));
     }
 }
 
