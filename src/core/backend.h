@@ -365,6 +365,10 @@ typedef struct fx_backend {
     fx_conv_kernels conv; /* the convolution's panel builders and fused epilogue */
     const struct fx_bn_kernels *bn; /* batch norm's kernels; NULL: the portable ones */
     fx_half_add_fn half_add;        /* NULL: half_binary.c's chunk route */
+    /* The element-wise math's fp32 core on plain arrays (fx_f32_math_<level>, f32_math.h):
+     * what fx_unary_stream runs on each block it widens. NULL: that route is not taken. */
+    int (*unary_f32)(int fn, const double *p, const float *x, const float *dy, float *y,
+                     int64_t n);
 } fx_backend;
 
 enum { FX_BACKEND_SCALAR = 0, FX_BACKEND_AVX2 = 1, FX_BACKEND_AVX512 = 2, FX_BACKEND_COUNT = 3 };

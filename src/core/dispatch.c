@@ -133,6 +133,8 @@ int fx_dispatch(const fx_op_request *rq)
     if (on_device) return fx_device_dispatch(rq);
 
     const fx_backend *be = fx_backend_active();
+    const int src = fx_unary_stream(rq, be);
+    if (src != FX_DECLINED) return src;
     tensor_t *out = rq->out;
     int int_compute = fmt_is_shared_exponent(rq->in[0]->fmt);
     fmt_t cf;

@@ -156,6 +156,19 @@ typedef struct fx_scratch {
 void *fx_scratch_alloc(fx_scratch *s, int64_t n, size_t sz); /* NULL on failure or when full */
 void fx_scratch_free(fx_scratch *s);
 
+/* What a specialised route returns when it leaves an op to the general one (never an error
+ * code, which are all negative or FX_OK). */
+#define FX_DECLINED 1
+
+/* FX_OP_UNARY / FX_OP_UNARY_BACKWARD on host tensors in 16-bit formats, block by block
+ * (src/core/unary_stream.c): each input block widened into L1, the backend's fp32 core
+ * (unary_f32), the block narrowed into an fp16/bf16 output or stored into a shared-exponent
+ * output's fp32 stage with its statistics. The same bits as the general route. FX_DECLINED
+ * where it does not apply (fp32 throughout, strided or device tensors, a summed distributed
+ * output, overlapping views, an unknown function); else FX_OK or the error it reported. */
+struct fx_op_request;
+int fx_unary_stream(const struct fx_op_request *rq, const fx_backend *be);
+
 /* Bring tensor x into a compute format as a kernel operand (src/core/dispatch.c), converting
  * where needed (the one documented place for mixed inputs):
  *   int_compute: int16 mantissas + exponent (float inputs quantised at their exact exponent);

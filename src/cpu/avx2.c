@@ -33,6 +33,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     /* element-wise math (f32_math.h): fp32 cores for every input format */
     b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_avx2;
     b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_avx2;
+    b->unary_f32 = fx_f32_math_avx2; /* 16-bit tensors block by block (unary_stream.c) */
     /* the fused convolution epilogue */
     b->conv.bias_relu_f32 = fx_f32_bias_relu_avx2;
     /* fp32 GEMM tuning: its 6 x 16 tile takes a convolution's pre-packed A panels of 6 rows,

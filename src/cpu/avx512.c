@@ -75,6 +75,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     /* element-wise math (f32_math.h): fp32 cores for every input format */
     b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_avx512;
     b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_avx512;
+    b->unary_f32 = fx_f32_math_avx512; /* 16-bit tensors block by block (unary_stream.c) */
     /* the fused convolution epilogue */
     b->conv.bias_relu_f32 = fx_f32_bias_relu_avx512;
     /* fp32 GEMM tuning: its 12 x 32 tile takes pre-packed A panels of 12 rows (AVX-512

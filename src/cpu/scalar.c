@@ -29,6 +29,7 @@ void fx_cpu_install_scalar(fx_backend *b, const fx_cpu_features *cpu)
     /* element-wise math (f32_math.h): fp32 cores for every input format */
     b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_scalar;
     b->kernels[FX_OP_UNARY_BACKWARD][FMT_FP32] = fx_f32_k_unary_scalar;
+    b->unary_f32 = fx_f32_math_scalar; /* 16-bit tensors block by block (unary_stream.c) */
     /* the fused convolution epilogue */
     b->conv.bias_relu_f32 = fx_f32_bias_relu_scalar;
 

@@ -25,8 +25,16 @@
 #ifndef FX_FP32_MATH_IMPL_H
 #define FX_FP32_MATH_IMPL_H
 
+#include "core/prefetch.h"
+
 #include <math.h>
 #include <string.h>
+
+/* How far ahead of the loop FXM_MAP prefetches its inputs, in bytes. The heavier functions
+ * (gelu: about 10 cycles an element) run so few loads that the out-of-order window holds only
+ * a few lines of them, and on the VMs measured the hardware prefetchers did not keep ahead: a
+ * 33 MB gelu ran 2.4x slower than one in L2 until the loop asked for its lines itself. */
+#define FXM_AHEAD 2048
 
 #if defined(__clang__)
 /* one rounding per written operation: no contraction of a*b+c into an fma behind our back */
@@ -604,6 +612,8 @@ static inline VF fxm_dgelu_tanh(VF x)
     do {                                                                                         \
         int64_t i_ = 0;                                                                          \
         for (; i_ + FXM_N <= n; i_ += FXM_N) {                                                   \
+            fx_prefetch_at(x + i_, FXM_AHEAD);                                                   \
+            if (dy) fx_prefetch_at(dy + i_, FXM_AHEAD);                                          \
             const VF v = vf_loadu(x + i_);                                                       \
             (void)v;                                                                             \
             const VF g = dy ? vf_loadu(dy + i_) : vf_set(1.0f);                                  \

@@ -1,0 +1,205 @@
+/* The element-wise math on 16-bit tensors, computed block by block (src/core/unary_stream.c),
+ * against the general route it replaces: the inputs widened to whole fp32 tensors, the fp32
+ * op, and the result written into a fresh tensor of the output's format (tensor_from_f32).
+ * Both must give the same bits: for fp16/bf16 the same 16-bit patterns, for FLEX16_5 and DFP16
+ * the same mantissas, exponent and write statistics (saturated, nonfinite, true maximum).
+ *
+ * Covered: every function by name plus clamp and pow, forward and backward; sizes around the
+ * block of 2,048 and above the threading threshold (32,768) at one and two threads; every
+ * backend; inputs of other formats than the output (fp32, fp16, bf16, DFP16 mixed); an output
+ * that is its input (in place); NaN and Inf among the inputs of a shared-exponent output; a
+ * strided output (the general route keeps it). */
+#include "flexpoint.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name; /* tensor_unary name; NULL: clamp (p0, p1) or pow (p0) by kind */
+    int kind;         /* 0 by name, 1 clamp, 2 pow */
+    double p0, p1;
+} fn_case;
+
+static const fn_case FNS[] = {
+    {"exp", 0, 0, 0},         {"log", 0, 0, 0},  {"sqrt", 0, 0, 0},    {"rsqrt", 0, 0, 0},
+    {"reciprocal", 0, 0, 0},  {"tanh", 0, 0, 0}, {"sigmoid", 0, 0, 0}, {"gelu", 0, 0, 0},
+    {"gelu_tanh", 0, 0, 0},   {"silu", 0, 0, 0}, {"square", 0, 0, 0},  {"abs", 0, 0, 0},
+    {NULL, 1, -0.75, 1.25},   {NULL, 2, 1.5, 0},
+};
+#define NFNS ((int)(sizeof FNS / sizeof FNS[0]))
+
+static tensor_t *new1(fmt_t f, int64_t n)
+{
+    tensor_t *t = tensor_new(f, 1, &n);
+    CHECK(t != NULL, "tensor_new(%s, %lld): %s", fmt_name(f), (long long)n, flexpoint_last_error());
+    return t;
+}
+
+static int fwd(const fn_case *c, tensor_t *o, const tensor_t *a)
+{
+    if (c->kind == 1) return tensor_clamp(o, a, c->p0, c->p1);
+    if (c->kind == 2) return tensor_pow_scalar(o, a, c->p0);
+    return tensor_unary(o, a, c->name);
+}
+
+static int bwd(const fn_case *c, tensor_t *dx, const tensor_t *dy, const tensor_t *x)
+{
+    if (c->kind == 1) return tensor_clamp_backward(dx, dy, x, c->p0, c->p1);
+    if (c->kind == 2) return tensor_pow_scalar_backward(dx, dy, x, c->p0);
+    return tensor_unary_backward(dx, dy, x, c->name);
+}
+
+static const char *label(const fn_case *c)
+{
+    return c->kind == 1 ? "clamp" : c->kind == 2 ? "pow" : c->name;
+}
+
+/* What a reader can see of t: the raw elements and, for the shared-exponent formats, the
+ * exponent and the last write's statistics. 1 when a and b agree. */
+static int same_tensor(const tensor_t *a, const tensor_t *b, int64_t n)
+{
+    const size_t bytes = (size_t)(n > 0 ? n : 1) * (tensor_fmt(a) == FMT_FP32 ? 4 : 2);
+    unsigned char *ra = malloc(bytes), *rb = malloc(bytes);
+    int ok = ra && rb && tensor_get_raw(a, ra) == FX_OK && tensor_get_raw(b, rb) == FX_OK &&
+             memcmp(ra, rb, bytes) == 0;
+    if (ok && fmt_is_shared_exponent(tensor_fmt(a))) {
+        ok = tensor_exp(a) == tensor_exp(b);
+        const char *stats[] = {"saturated", "nonfinite", "true_max", "clamped"};
+        for (int s = 0; s < 4 && ok; s++) {
+            double va = 0, vb = 0;
+            ok = tensor_stat(a, stats[s], &va) == FX_OK && tensor_stat(b, stats[s], &vb) == FX_OK &&
+                 (va == vb || (isnan(va) && isnan(vb)));
+        }
+    }
+    free(ra);
+    free(rb);
+    return ok;
+}
+
+/* x in [-4, 4] (positive for the functions with a domain), with a few specials when asked */
+static void fill(float *v, int64_t n, test_rng *r, int positive, int specials)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double u = 4 * test_rng_normal(r) / 2;
+        v[i] = (float)(positive ? fabs(u) + 0.01 : u);
+    }
+    if (specials && n > 7) {
+        v[1] = NAN;
+        v[n / 2] = INFINITY;
+        v[n - 3] = -INFINITY;
+    }
+}
+
+static int positive_domain(const fn_case *c)
+{
+    return c->kind == 2 || (c->name && (!strcmp(c->name, "log") || !strcmp(c->name, "sqrt") ||
+                                        !strcmp(c->name, "rsqrt") || !strcmp(c->name, "reciprocal")));
+}
+
+/* One comparison: y = f(x) (and dx = dy f'(x)) with x in fx, dy in fg, the output in fo. */
+static void compare(const fn_case *c, fmt_t fx, fmt_t fg, fmt_t fo, int64_t n, int specials,
+                    test_rng *r)
+{
+    float *xv = malloc((size_t)n * sizeof *xv), *gv = malloc((size_t)n * sizeof *gv);
+    float *w = malloc((size_t)n * sizeof *w);
+    fill(xv, n, r, positive_domain(c), specials);
+    fill(gv, n, r, 0, 0);
+    tensor_t *x = new1(fx, n), *g = new1(fg, n), *x32 = new1(FMT_FP32, n), *g32 = new1(FMT_FP32, n);
+    tensor_t *y = new1(fo, n), *y32 = new1(FMT_FP32, n), *yref = new1(fo, n);
+    CHECK_STATUS(tensor_from_f32(x, xv), FX_OK);
+    CHECK_STATUS(tensor_from_f32(g, gv), FX_OK);
+    CHECK_STATUS(tensor_to_f32(x, w), FX_OK);
+    CHECK_STATUS(tensor_from_f32(x32, w), FX_OK);
+    CHECK_STATUS(tensor_to_f32(g, w), FX_OK);
+    CHECK_STATUS(tensor_from_f32(g32, w), FX_OK);
+
+    CHECK_STATUS(fwd(c, y, x), FX_OK);
+    CHECK_STATUS(fwd(c, y32, x32), FX_OK);
+    CHECK_STATUS(tensor_to_f32(y32, w), FX_OK);
+    CHECK_STATUS(tensor_from_f32(yref, w), FX_OK);
+    CHECK(same_tensor(y, yref, n), "%s forward %s -> %s, n=%lld%s: differs from the fp32 route",
+          label(c), fmt_name(fx), fmt_name(fo), (long long)n, specials ? " (NaN/Inf)" : "");
+
+    tensor_t *dx = new1(fo, n), *dx32 = new1(FMT_FP32, n), *dxref = new1(fo, n);
+    CHECK_STATUS(bwd(c, dx, g, x), FX_OK);
+    CHECK_STATUS(bwd(c, dx32, g32, x32), FX_OK);
+    CHECK_STATUS(tensor_to_f32(dx32, w), FX_OK);
+    CHECK_STATUS(tensor_from_f32(dxref, w), FX_OK);
+    CHECK(same_tensor(dx, dxref, n), "%s backward dy %s, x %s -> %s, n=%lld%s: differs", label(c),
+          fmt_name(fg), fmt_name(fx), fmt_name(fo), (long long)n, specials ? " (NaN/Inf)" : "");
+
+    /* in place: the output is the input (same storage, same format) */
+    if (fx == fo && !specials && fo != FMT_FLEX16_5) { /* FLEX16_5: a second write predicts */
+        CHECK_STATUS(fwd(c, x, x), FX_OK);
+        CHECK(same_tensor(x, yref, n), "%s in place in %s, n=%lld: differs", label(c),
+              fmt_name(fo), (long long)n);
+    }
+    tensor_t *all[] = {x, g, x32, g32, y, y32, yref, dx, dx32, dxref};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) tensor_free(all[i]);
+    free(xv);
+    free(gv);
+    free(w);
+}
+
+/* A strided output view takes the general route; its values must still be the op's. */
+static void strided_output(void)
+{
+    int64_t sh[2] = {64, 80};
+    float xv[64 * 40], a[64 * 40], b[64 * 40];
+    for (int i = 0; i < 64 * 40; i++) xv[i] = (float)((i % 97) - 48) * 0.05f;
+    int64_t s2[2] = {64, 40};
+    tensor_t *x = tensor_new(FMT_FP16, 2, s2), *base = tensor_new(FMT_FP16, 2, sh);
+    tensor_t *view = tensor_view_slice(base, 1, 0, 80, 2), *c = tensor_new(FMT_FP16, 2, s2);
+    CHECK(x && base && view && c, "tensors: %s", flexpoint_last_error());
+    CHECK_STATUS(tensor_from_f32(x, xv), FX_OK);
+    CHECK_STATUS(tensor_unary(view, x, "gelu"), FX_OK);
+    CHECK_STATUS(tensor_unary(c, x, "gelu"), FX_OK);
+    CHECK_STATUS(tensor_to_f32(view, a), FX_OK);
+    CHECK_STATUS(tensor_to_f32(c, b), FX_OK);
+    CHECK(memcmp(a, b, sizeof a) == 0, "gelu into a strided fp16 view differs from the contiguous one");
+    tensor_free(view);
+    tensor_free(base);
+    tensor_free(x);
+    tensor_free(c);
+}
+
+int main(void)
+{
+    const int64_t sizes[] = {1, 15, 2047, 2048, 2049, 40001};
+    const fmt_t outs[] = {FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
+    const int prev = flexpoint_set_num_threads(1);
+    const char *prev_backend = flexpoint_backend();
+    char keep[32];
+    snprintf(keep, sizeof keep, "%s", prev_backend);
+    test_rng r;
+    test_rng_seed(&r, 2026);
+    for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
+        if (!flexpoint_backend_available(bi)) continue;
+        CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
+        for (int threads = 1; threads <= 2; threads++) {
+            flexpoint_set_num_threads(threads);
+            for (int f = 0; f < NFNS; f++)
+                for (int o = 0; o < 4; o++)
+                    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+                        /* the big size once per format at two threads, the rest everywhere */
+                        if (sizes[s] > 32768 && threads == 1) continue;
+                        compare(&FNS[f], outs[o], outs[o], outs[o], sizes[s], 0, &r);
+                    }
+            /* mixed inputs, and NaN/Inf into each output format */
+            for (int o = 0; o < 4; o++) {
+                compare(&FNS[7], FMT_BF16, FMT_FP16, outs[o], 40001, 0, &r);
+                compare(&FNS[7], FMT_FP32, FMT_DFP16, outs[o], 4099, 0, &r);
+                compare(&FNS[7], FMT_DFP16, FMT_FP32, outs[o], 4099, 0, &r);
+                compare(&FNS[9], outs[o], outs[o], outs[o], 40001, 1, &r);
+            }
+            compare(&FNS[7], FMT_FP16, FMT_FP16, FMT_FP32, 40001, 0, &r);
+        }
+    }
+    CHECK_STATUS(flexpoint_set_backend(keep), FX_OK);
+    flexpoint_set_num_threads(prev);
+    strided_output();
+    return test_finish("test_unary_stream");
+}
