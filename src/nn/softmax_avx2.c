@@ -11,10 +11,15 @@
 
 #include <immintrin.h>
 
+/* Lanes at or below FX_EXPF_X_MIN compute exp(0) and are set to +0, their value: their
+ * scaling would underflow, which costs a microcode assist per vector on Intel cores (the
+ * AVX-512 twin, softmax_avx512.c, says more). */
 static inline __m256 fx_exp8(__m256 x)
 {
-    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(FX_EXPF_X_MIN)),
-                                    _mm256_set1_ps(FX_EXPF_X_MAX));
+    const __m256 dead = _mm256_cmp_ps(x, _mm256_set1_ps(FX_EXPF_X_MIN), _CMP_LE_OQ);
+    const __m256 xc = _mm256_andnot_ps(
+        dead, _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(FX_EXPF_X_MIN)),
+                            _mm256_set1_ps(FX_EXPF_X_MAX)));
     const __m256 shifter = _mm256_set1_ps(FX_EXPF_SHIFTER);
     const __m256 n =
         _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(FX_EXPF_LOG2E), shifter), shifter);
@@ -32,7 +37,7 @@ static inline __m256 fx_exp8(__m256 x)
     const __m256i bias = _mm256_set1_epi32(127);
     const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
     const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
-    const __m256 res = _mm256_mul_ps(_mm256_mul_ps(e, s1), s2);
+    const __m256 res = _mm256_andnot_ps(dead, _mm256_mul_ps(_mm256_mul_ps(e, s1), s2));
     return _mm256_blendv_ps(res, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
