@@ -393,6 +393,95 @@ static void bad_input(void)
     tensor_free(x0);
 }
 
+/* The library's fp32 layer norm against the definition written out a row at a time (fp32, one
+ * accumulator per sum, index order; dgamma, dbeta in row order), bit for bit: the kernel runs
+ * 16 rows side by side in blocks of 64 columns, so row counts and widths that are not
+ * multiples of those are the cases to get right. */
+static void definition_bits(void)
+{
+    const int64_t shapes[][2] = {{37, 130}, {16, 64}, {5, 1}, {300, 77}, {17, 200}};
+    test_rng rng;
+    test_rng_seed(&rng, 77);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int64_t R = shapes[si][0], D = shapes[si][1], n = R * D;
+        float *x = malloc((size_t)n * sizeof *x), *dy = malloc((size_t)n * sizeof *dy);
+        float *y = malloc((size_t)n * sizeof *y), *dx = malloc((size_t)n * sizeof *dx);
+        float *yr = malloc((size_t)n * sizeof *yr), *dxr = malloc((size_t)n * sizeof *dxr);
+        float *gm = malloc((size_t)D * sizeof *gm), *bt = malloc((size_t)D * sizeof *bt);
+        float *dg = malloc((size_t)D * sizeof *dg), *db = malloc((size_t)D * sizeof *db);
+        float *dgr = calloc((size_t)D, sizeof *dgr), *dbr = calloc((size_t)D, sizeof *dbr);
+        float *mean = malloc((size_t)R * sizeof *mean), *rstd = malloc((size_t)R * sizeof *rstd);
+        float *mr = malloc((size_t)R * sizeof *mr), *rr = malloc((size_t)R * sizeof *rr);
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = (float)(3 * test_rng_normal(&rng) + 1);
+            dy[i] = (float)test_rng_normal(&rng);
+        }
+        for (int64_t k = 0; k < D; k++) {
+            gm[k] = (float)(1 + 0.3 * test_rng_normal(&rng));
+            bt[k] = (float)(0.1 * test_rng_normal(&rng));
+        }
+        const float eps = (float)1e-5;
+        for (int64_t r = 0; r < R; r++) {
+            const float *xr = x + r * D, *gr = dy + r * D;
+            float s = 0.0f, q = 0.0f, a = 0.0f, b = 0.0f;
+            for (int64_t k = 0; k < D; k++) s += xr[k];
+            const float mu = s / (float)D;
+            for (int64_t k = 0; k < D; k++) q += (xr[k] - mu) * (xr[k] - mu);
+            const float is = 1.0f / sqrtf(q / (float)D + eps);
+            mr[r] = mu;
+            rr[r] = is;
+            for (int64_t k = 0; k < D; k++) {
+                float v = (xr[k] - mu) * is;
+                v *= gm[k];
+                v += bt[k];
+                yr[r * D + k] = v;
+            }
+            for (int64_t k = 0; k < D; k++) {
+                const float g = gr[k] * gm[k];
+                a += g;
+                b += g * ((xr[k] - mu) * is);
+            }
+            a /= (float)D;
+            b /= (float)D;
+            for (int64_t k = 0; k < D; k++) {
+                const float xh = (xr[k] - mu) * is;
+                dxr[r * D + k] = is * (gr[k] * gm[k] - a - xh * b);
+                dgr[k] += gr[k] * xh;
+                dbr[k] += gr[k];
+            }
+        }
+        int64_t sh[2] = {R, D};
+        tensor_t *tx = tensor_new(FMT_FP32, 2, sh), *ty = tensor_new(FMT_FP32, 2, sh);
+        tensor_t *tg = tensor_new(FMT_FP32, 2, sh), *tdx = tensor_new(FMT_FP32, 2, sh);
+        CHECK_STATUS(tensor_from_f32(tx, x), FX_OK);
+        CHECK_STATUS(tensor_from_f32(tg, dy), FX_OK);
+        for (int threads = 1; threads <= 2; threads++) {
+            const int prev = flexpoint_set_num_threads(threads);
+            CHECK_STATUS(tensor_layernorm(ty, tx, gm, bt, 1e-5, mean, rstd), FX_OK);
+            CHECK_STATUS(tensor_layernorm_backward(tdx, dg, db, tg, tx, gm, 1e-5), FX_OK);
+            flexpoint_set_num_threads(prev);
+            CHECK_STATUS(tensor_to_f32(ty, y), FX_OK);
+            CHECK_STATUS(tensor_to_f32(tdx, dx), FX_OK);
+            CHECK(memcmp(y, yr, (size_t)n * sizeof *y) == 0 &&
+                      memcmp(mean, mr, (size_t)R * sizeof *mean) == 0 &&
+                      memcmp(rstd, rr, (size_t)R * sizeof *rstd) == 0,
+                  "layer norm [%lld, %lld] at %d threads: y, mean or rstd differs from the "
+                  "definition", (long long)R, (long long)D, threads);
+            CHECK(memcmp(dx, dxr, (size_t)n * sizeof *dx) == 0 &&
+                      memcmp(dg, dgr, (size_t)D * sizeof *dg) == 0 &&
+                      memcmp(db, dbr, (size_t)D * sizeof *db) == 0,
+                  "layer norm backward [%lld, %lld] at %d threads: dx, dgamma or dbeta differs "
+                  "from the definition", (long long)R, (long long)D, threads);
+        }
+        tensor_free(tx);
+        tensor_free(ty);
+        tensor_free(tg);
+        tensor_free(tdx);
+        float *all[] = {x, dy, y, dx, yr, dxr, gm, bt, dg, db, dgr, dbr, mean, rstd, mr, rr};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    }
+}
+
 int main(void)
 {
     fd_reference();
@@ -406,6 +495,7 @@ int main(void)
                      strstr(CASES[ci].name, "threaded") != NULL);
     printf("layernorm: %d cases x %d formats on %d backends\n", ncases, FMT_COUNT, nbk);
     special_values();
+    definition_bits();
     bad_input();
     return test_finish("test_nn_layernorm");
 }
