@@ -484,6 +484,88 @@ static void large_causal_mask(void)
     flexpoint_set_num_threads(0);
 }
 
+/* Float bmm item by item: bf16 through the bf16 MATMUL kernel of every route this CPU runs,
+ * each item the same bits as tensor_matmul of its two matrices (transposes as views); fp32,
+ * fp16 and bf16 with many small items (run side by side on the threads) the same bits at one
+ * and two threads. */
+static void items_as_matmul(void)
+{
+    const int64_t B = 6, M = 24, N = 40, K = 33;
+    const char *routes[] = {"widen", "dpbf16", "amx"};
+    const fmt_t fmts[] = {FMT_FP32, FMT_FP16, FMT_BF16};
+    test_rng rng;
+    test_rng_seed(&rng, 4242);
+    const char *prev_backend = flexpoint_backend();
+    char keep_backend[32];
+    snprintf(keep_backend, sizeof keep_backend, "%s", prev_backend);
+    const char *kn = flexpoint_kernel_name("matmul", FMT_BF16);
+    char keep_route[32];
+    snprintf(keep_route, sizeof keep_route, "%s", kn ? kn : "widen");
+    for (int fi = 0; fi < 3; fi++)
+        for (int ta = 0; ta <= 1; ta++)
+            for (int tb = 0; tb <= 1; tb++) {
+                const fmt_t f = fmts[fi];
+                int64_t sa[3] = {B, ta ? K : M, ta ? M : K}, sb[3] = {B, tb ? N : K, tb ? K : N};
+                int64_t so[3] = {B, M, N};
+                float *av = malloc((size_t)(B * M * K) * sizeof *av);
+                float *bv = malloc((size_t)(B * K * N) * sizeof *bv);
+                float *o1 = malloc((size_t)(B * M * N) * sizeof *o1);
+                float *o2 = malloc((size_t)(B * M * N) * sizeof *o2);
+                float *om = malloc((size_t)(M * N) * sizeof *om);
+                for (int64_t i = 0; i < B * M * K; i++) av[i] = (float)test_rng_normal(&rng);
+                for (int64_t i = 0; i < B * K * N; i++) bv[i] = (float)test_rng_normal(&rng);
+                tensor_t *a = tensor_new(f, 3, sa), *b = tensor_new(f, 3, sb);
+                tensor_t *out = tensor_new(FMT_FP32, 3, so);
+                CHECK_STATUS(tensor_from_f32(a, av), FX_OK);
+                CHECK_STATUS(tensor_from_f32(b, bv), FX_OK);
+                for (int r = -1; r < 3; r++) { /* -1: the kernel in use; then each route */
+                    if (f != FMT_BF16 && r >= 0) break;
+                    if (r >= 0 && flexpoint_set_kernel("matmul", FMT_BF16, routes[r]) != FX_OK)
+                        continue; /* this CPU does not run that route */
+                    const int prev = flexpoint_set_num_threads(1);
+                    CHECK_STATUS(tensor_bmm(out, a, b, ta, tb), FX_OK);
+                    CHECK_STATUS(tensor_to_f32(out, o1), FX_OK);
+                    flexpoint_set_num_threads(2);
+                    CHECK_STATUS(tensor_bmm(out, a, b, ta, tb), FX_OK);
+                    CHECK_STATUS(tensor_to_f32(out, o2), FX_OK);
+                    flexpoint_set_num_threads(prev);
+                    CHECK(memcmp(o1, o2, (size_t)(B * M * N) * sizeof *o1) == 0,
+                          "bmm %s (%d, %d)%s%s: one and two threads differ", fmt_name(f), ta, tb,
+                          r >= 0 ? ", route " : "", r >= 0 ? routes[r] : "");
+                    for (int64_t i = 0; i < B; i++) {
+                        int64_t s2a[2] = {sa[1], sa[2]}, s2b[2] = {sb[1], sb[2]}, s2o[2] = {M, N};
+                        tensor_t *ai = tensor_new(f, 2, s2a), *bi = tensor_new(f, 2, s2b);
+                        tensor_t *oi = tensor_new(FMT_FP32, 2, s2o);
+                        CHECK_STATUS(tensor_from_f32(ai, av + i * M * K), FX_OK);
+                        CHECK_STATUS(tensor_from_f32(bi, bv + i * K * N), FX_OK);
+                        tensor_t *va = ta ? tensor_view_transpose(ai, 0, 1) : ai;
+                        tensor_t *vb = tb ? tensor_view_transpose(bi, 0, 1) : bi;
+                        CHECK_STATUS(tensor_matmul(oi, va, vb), FX_OK);
+                        CHECK_STATUS(tensor_to_f32(oi, om), FX_OK);
+                        CHECK(memcmp(om, o1 + i * M * N, (size_t)(M * N) * sizeof *om) == 0,
+                              "bmm %s (%d, %d) item %lld%s%s: differs from tensor_matmul",
+                              fmt_name(f), ta, tb, (long long)i, r >= 0 ? ", route " : "",
+                              r >= 0 ? routes[r] : "");
+                        if (ta) tensor_free(va);
+                        if (tb) tensor_free(vb);
+                        tensor_free(ai);
+                        tensor_free(bi);
+                        tensor_free(oi);
+                    }
+                }
+                tensor_free(a);
+                tensor_free(b);
+                tensor_free(out);
+                free(av);
+                free(bv);
+                free(o1);
+                free(o2);
+                free(om);
+            }
+    flexpoint_set_kernel("matmul", FMT_BF16, keep_route);
+    CHECK_STATUS(flexpoint_set_backend(keep_backend), FX_OK);
+}
+
 int main(void)
 {
     const char *bk[8];
@@ -503,6 +585,7 @@ int main(void)
     masks(bk, nbk);
     large_causal_mask();
     special_values();
+    items_as_matmul();
     bad_input();
     return test_finish("test_nn_bmm");
 }

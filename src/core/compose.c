@@ -149,13 +149,12 @@ uint64_t fx_maxabs_i64(const fx_backend *be, const int64_t *vals, int64_t n)
     return m;
 }
 
-/* The active backend's matmul kernel on a [M, K] x b [K, N] into the stage buffers of c (set
- * by the caller), on nthreads threads. */
-static int fx_matmul_call(fx_op_call *c, const fx_operand *a, const fx_operand *b, int int_compute,
-                          int nthreads, const char *func)
+/* The active backend's matmul kernel for compute format cf on a [M, K] x b [K, N] into the
+ * stage buffers of c (set by the caller), on nthreads threads. */
+static int fx_matmul_call_fmt(fx_op_call *c, const fx_operand *a, const fx_operand *b, fmt_t cf,
+                              int nthreads, const char *func)
 {
     const fx_backend *be = fx_backend_active();
-    fmt_t cf = int_compute ? FMT_DFP16 : FMT_FP32;
     fx_kernel k = be->kernels[FX_OP_MATMUL][cf];
     if (!k) return fx_error(FX_EUNSUPPORTED, func, "backend %s has no matmul kernel", be->name);
     c->op = FX_OP_MATMUL;
@@ -168,6 +167,21 @@ static int fx_matmul_call(fx_op_call *c, const fx_operand *a, const fx_operand *
     c->out_numel = a->shape[0] * b->shape[1];
     c->nthreads = nthreads;
     return k(c);
+}
+
+static int fx_matmul_call(fx_op_call *c, const fx_operand *a, const fx_operand *b, int int_compute,
+                          int nthreads, const char *func)
+{
+    return fx_matmul_call_fmt(c, a, b, int_compute ? FMT_DFP16 : FMT_FP32, nthreads, func);
+}
+
+int fx_matmul_float(const fx_operand *a, const fx_operand *b, fmt_t fmt, float *out_f32,
+                    int nthreads, const char *func)
+{
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.out_f32 = out_f32;
+    return fx_matmul_call_fmt(&c, a, b, fmt == FMT_BF16 ? FMT_BF16 : FMT_FP32, nthreads, func);
 }
 
 int fx_matmul_stage(const fx_operand *a, const fx_operand *b, int int_compute, float *out_f32,

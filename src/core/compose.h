@@ -60,6 +60,12 @@ uint64_t fx_maxabs_i64(const fx_backend *be, const int64_t *vals, int64_t n);
  * carry their own strides, so transposes are free. */
 int fx_matmul_stage(const fx_operand *a, const fx_operand *b, int int_compute, float *out_f32,
                     int64_t *out_i64, int *out_exp, const char *func);
+/* out_f32[M,N] = a[M,K] x b[K,N] for float operands of format fmt (FMT_FP32, or FMT_BF16 for
+ * the bf16 MATMUL kernel of the route in use, the one tensor_matmul of bf16 tensors runs) on
+ * nthreads threads (1: no parallel region of its own, for callers that run several products
+ * at once). */
+int fx_matmul_float(const fx_operand *a, const fx_operand *b, fmt_t fmt, float *out_f32,
+                    int nthreads, const char *func);
 /* fx_matmul_stage of int16 operands on nthreads threads (1: no parallel region of its own),
  * the exact sums into out_i64 ([M, N], at exponent a.exp + b.exp) and their largest |value|
  * into *imax, reported by the kernel or, where it does not, taken by a pass over out_i64. */

@@ -10,9 +10,12 @@
  *     e_a + e_b, for every batch into one int64 stage, written once (one rounding, one exponent
  *     for the whole output). The sums are exact, so the bits are the same on every backend,
  *     blocking and thread count, and equal tensor_matmul's for one batch.
+ *   - bf16 a and b: the bf16 MATMUL kernel of the route in use (amx, dpbf16 or widen: the
+ *     one tensor_matmul runs) into an fp32 stage, each item the same bits as tensor_matmul of
+ *     its two matrices;
  *   - otherwise: fp32 operands (fp16/bf16 widened exactly, shared-exponent b dequantised), the
  *     fp32 GEMM into an fp32 stage, rounded once into out's format (as tensor_matmul's fp32
- *     route; the bf16 pair-mode GEMM is not used here).
+ *     route). Many small items run side by side on the threads, one thread each.
  * tensor_bmm_backward expresses both gradients as tensor_bmm calls with the transposes swapped.
  *
  * tensor_causal_mask / tensor_masked_fill: y = x, with `fill` where the mask says so. Kept
@@ -123,9 +126,28 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
         }
         rc = fx_write_i64(out, v, e, func);
     } else {
-        float *af, *bf;
-        if ((rc = fx_read_f32(a, &af, &s, func))) goto done;
-        if ((rc = fx_read_f32(b, &bf, &s, func))) goto done;
+        /* bf16 x bf16 through the bf16 MATMUL kernel of the route in use, as tensor_matmul:
+         * each item the same bits as tensor_matmul of its two matrices */
+        const fx_backend *be = fx_backend_active();
+        const fmt_t cf = a->fmt == FMT_BF16 && b->fmt == FMT_BF16 &&
+                                 be->kernels[FX_OP_MATMUL][FMT_BF16]
+                             ? FMT_BF16
+                             : FMT_FP32;
+        const void *av, *bv;
+        const size_t es = cf == FMT_BF16 ? 2 : 4;
+        if (cf == FMT_BF16) {
+            fx_operand oa, ob; /* contiguous bf16: in place, or gathered */
+            if ((rc = fx_operand_make(a, 0, FMT_BF16, 0, 0, NULL, &oa, &s, func))) goto done;
+            if ((rc = fx_operand_make(b, 0, FMT_BF16, 0, 0, NULL, &ob, &s, func))) goto done;
+            av = oa.data;
+            bv = ob.data;
+        } else {
+            float *af, *bf;
+            if ((rc = fx_read_f32(a, &af, &s, func))) goto done;
+            if ((rc = fx_read_f32(b, &bf, &s, func))) goto done;
+            av = af;
+            bv = bf;
+        }
         /* a scratch stage, never out's own storage: a kernel failing at a later batch must
          * leave out untouched */
         float *v = fx_scratch_alloc(&s, n, sizeof *v);
@@ -134,11 +156,42 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
             goto done;
         }
         if (d->K == 0) memset(v, 0, sizeof *v * (size_t)n);
-        for (int64_t i = 0; i < d->B && d->K > 0; i++) {
-            fx_operand oa = fx_operand_2d(af + i * d->ar * d->ac, 0, 0, d->ar, d->ac, d->ac, ta);
-            fx_operand ob = fx_operand_2d(bf + i * d->br * d->bc, 0, 0, d->br, d->bc, d->bc, tb);
-            if ((rc = fx_matmul_stage(&oa, &ob, 0, v + i * d->M * d->N, NULL, NULL, func)))
-                goto done;
+        /* Many small items (attention's heads: 512 products of 128 x 128 x 32) run side by
+         * side, one thread each; the kernels thread only products of 2^20 multiply-adds and
+         * up, so these ran one after another on one thread. Each item's bits do not depend
+         * on the thread that computes it. */
+        const double work = (double)d->M * (double)d->N * (double)d->K;
+        const int nt = flexpoint_num_threads();
+        const int side = nt > 1 && d->B >= nt && work < (double)((int64_t)1 << 24);
+        int failed = FX_OK;
+        (void)side;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (side)
+#endif
+        for (int64_t i = 0; i < d->B; i++) {
+            int bad;
+#ifdef _OPENMP
+#pragma omp atomic read
+#endif
+            bad = failed;
+            if (bad || d->K == 0) continue;
+            fx_operand oa = fx_operand_2d((const char *)av + i * d->ar * d->ac * es, 0, 0, d->ar,
+                                          d->ac, d->ac, ta);
+            fx_operand ob = fx_operand_2d((const char *)bv + i * d->br * d->bc * es, 0, 0, d->br,
+                                          d->bc, d->bc, tb);
+            oa.fmt = ob.fmt = cf;
+            const int r = fx_matmul_float(&oa, &ob, cf, v + i * d->M * d->N, side ? 1 : nt, func);
+            if (r) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+                failed = r;
+            }
+        }
+        if (failed) {
+            rc = fx_error(failed, func, "the matmul kernel failed on a batch item (%s)",
+                          failed == FX_ENOMEM ? "out of memory" : "see its status");
+            goto done;
         }
         rc = fx_write_f32(out, v, func);
     }
