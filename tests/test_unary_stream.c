@@ -8,7 +8,8 @@
  * block of 2,048 and above the threading threshold (32,768) at one and two threads; every
  * backend; inputs of other formats than the output (fp32, fp16, bf16, DFP16 mixed); an output
  * that is its input (in place); NaN and Inf among the inputs of a shared-exponent output; a
- * strided output (the general route keeps it). */
+ * strided output (the general route keeps it); and tensor_scale of fp16/bf16 tensors, which
+ * takes the same route. */
 #include "flexpoint.h"
 #include "testutil.h"
 
@@ -166,6 +167,45 @@ static void strided_output(void)
     tensor_free(c);
 }
 
+/* tensor_scale of fp16/bf16 tensors (the same route): against the fp32 product rounded once */
+static void scale_compare(test_rng *r)
+{
+    const fmt_t ins[] = {FMT_FP16, FMT_BF16};
+    const fmt_t outs[] = {FMT_FP16, FMT_BF16, FMT_FP32, FMT_FLEX16_5, FMT_DFP16};
+    const int64_t sizes[] = {15, 2049, 40001};
+    const double sc = 0.17677669529663687; /* 1/sqrt(32): attention's score gradient */
+    for (int i = 0; i < 2; i++)
+        for (int o = 0; o < 5; o++)
+            for (int z = 0; z < 3; z++) {
+                const int64_t n = sizes[z];
+                float *v = malloc((size_t)n * sizeof *v), *w = malloc((size_t)n * sizeof *w);
+                fill(v, n, r, 0, z == 2);
+                tensor_t *x = new1(ins[i], n), *x32 = new1(FMT_FP32, n), *y = new1(outs[o], n);
+                tensor_t *y32 = new1(FMT_FP32, n), *yref = new1(outs[o], n);
+                CHECK_STATUS(tensor_from_f32(x, v), FX_OK);
+                CHECK_STATUS(tensor_to_f32(x, w), FX_OK);
+                CHECK_STATUS(tensor_from_f32(x32, w), FX_OK);
+                CHECK_STATUS(tensor_scale(y, x, sc), FX_OK);
+                CHECK_STATUS(tensor_scale(y32, x32, sc), FX_OK);
+                CHECK_STATUS(tensor_to_f32(y32, w), FX_OK);
+                CHECK_STATUS(tensor_from_f32(yref, w), FX_OK);
+                CHECK(same_tensor(y, yref, n), "scale %s -> %s, n=%lld: differs from the fp32 route",
+                      fmt_name(ins[i]), fmt_name(outs[o]), (long long)n);
+                if (outs[o] == ins[i]) {
+                    CHECK_STATUS(tensor_scale(x, x, sc), FX_OK);
+                    CHECK(same_tensor(x, yref, n), "scale in place in %s, n=%lld: differs",
+                          fmt_name(ins[i]), (long long)n);
+                }
+                tensor_free(x);
+                tensor_free(x32);
+                tensor_free(y);
+                tensor_free(y32);
+                tensor_free(yref);
+                free(v);
+                free(w);
+            }
+}
+
 int main(void)
 {
     const int64_t sizes[] = {1, 15, 2047, 2048, 2049, 40001};
@@ -196,6 +236,7 @@ int main(void)
                 compare(&FNS[9], outs[o], outs[o], outs[o], 40001, 1, &r);
             }
             compare(&FNS[7], FMT_FP16, FMT_FP16, FMT_FP32, 40001, 0, &r);
+            scale_compare(&r);
         }
     }
     CHECK_STATUS(flexpoint_set_backend(keep), FX_OK);

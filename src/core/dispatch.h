@@ -160,9 +160,9 @@ void fx_scratch_free(fx_scratch *s);
  * code, which are all negative or FX_OK). */
 #define FX_DECLINED 1
 
-/* FX_OP_UNARY / FX_OP_UNARY_BACKWARD on host tensors in 16-bit formats, block by block
- * (src/core/unary_stream.c): each input block widened into L1, the backend's fp32 core
- * (unary_f32), the block narrowed into an fp16/bf16 output or stored into a shared-exponent
+/* FX_OP_UNARY / FX_OP_UNARY_BACKWARD on host tensors in 16-bit formats, and FX_OP_SCALE of
+ * fp16/bf16 ones, block by block (src/core/unary_stream.c): each input block widened into L1,
+ * the backend's fp32 core (unary_f32; for SCALE the product by (float)s), the block narrowed into an fp16/bf16 output or stored into a shared-exponent
  * output's fp32 stage with its statistics. The same bits as the general route. FX_DECLINED
  * where it does not apply (fp32 throughout, strided or device tensors, a summed distributed
  * output, overlapping views, an unknown function); else FX_OK or the error it reported. */

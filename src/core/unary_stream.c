@@ -1,5 +1,5 @@
-/* Element-wise math (FX_OP_UNARY, FX_OP_UNARY_BACKWARD) on 16-bit tensors in one pass: see
- * fx_unary_stream in dispatch.h.
+/* Element-wise math (FX_OP_UNARY, FX_OP_UNARY_BACKWARD) on 16-bit tensors in one pass, and
+ * tensor_scale of fp16/bf16 ones: see fx_unary_stream in dispatch.h.
  *
  * Why: the dispatcher's general route widens every input to a whole fp32 tensor, runs the fp32
  * core over it into a second one, and hands that to the write, which for a shared-exponent
@@ -87,8 +87,13 @@ static int fx_stream_blocks(const fx_stream_job *j, int64_t n, int64_t b0, int64
         const float *x = fx_stream_read(j->be, xt, xbase, lo, len, xb);
         const float *g = bwd ? fx_stream_read(j->be, rq->in[0], j->in_base[0], lo, len, gb) : NULL;
         float *y = j->out_kind == FMT_FP32 ? (float *)j->out_base + lo : yb;
-        const int rc = j->be->unary_f32(rq->unary_fn, rq->unary_p, x, g, y, len);
-        if (rc) return rc;
+        if (rq->op == FX_OP_SCALE) { /* the fp32 SCALE kernels' one rounding: x * (float)s */
+            const float sc = (float)rq->scalar;
+            for (int64_t i = 0; i < len; i++) y[i] = x[i] * sc;
+        } else {
+            const int rc = j->be->unary_f32(rq->unary_fn, rq->unary_p, x, g, y, len);
+            if (rc) return rc;
+        }
         if (j->out_kind == FMT_FP16)
             j->be->cvt.f32_to_fp16(yb, (uint16_t *)j->out_base + lo, len);
         else if (j->out_kind == FMT_BF16)
@@ -115,11 +120,16 @@ static int fx_stream_alias_ok(const tensor_t *in, const tensor_t *out)
 
 int fx_unary_stream(const fx_op_request *rq, const fx_backend *be)
 {
-    if ((rq->op != FX_OP_UNARY && rq->op != FX_OP_UNARY_BACKWARD) || !be->unary_f32)
+    if (rq->op == FX_OP_SCALE) {
+        /* fp16/bf16 inputs only: a shared-exponent one is scaled exactly in integers */
+        if (rq->nin != 1 || (rq->in[0]->fmt != FMT_FP16 && rq->in[0]->fmt != FMT_BF16))
+            return FX_DECLINED;
+    } else if ((rq->op != FX_OP_UNARY && rq->op != FX_OP_UNARY_BACKWARD) || !be->unary_f32) {
         return FX_DECLINED;
-    if (rq->unary_fn < 0 || rq->unary_fn >= FX_UN_COUNT || rq->unary_fn == FX_UN_ERF ||
-        rq->unary_fn == FX_UN_ERFC)
+    } else if (rq->unary_fn < 0 || rq->unary_fn >= FX_UN_COUNT || rq->unary_fn == FX_UN_ERF ||
+               rq->unary_fn == FX_UN_ERFC) {
         return FX_DECLINED; /* the general route reports what is wrong */
+    }
     tensor_t *out = rq->out;
     if (!fx_stream_plain(out) || (out->st->dist && out->st->dist_mode == FX_DIST_SUM))
         return FX_DECLINED;
