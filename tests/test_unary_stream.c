@@ -80,6 +80,14 @@ static int same_tensor(const tensor_t *a, const tensor_t *b, int64_t n)
     return ok;
 }
 
+/* dst (another format) takes src's values through fp32, w being n floats of room: the
+ * widened copy of an input, or a result of the fp32 route rounded into the output's format */
+static void through_f32(tensor_t *dst, const tensor_t *src, float *w)
+{
+    CHECK_STATUS(tensor_to_f32(src, w), FX_OK);
+    CHECK_STATUS(tensor_from_f32(dst, w), FX_OK);
+}
+
 /* x in [-4, 4] (positive for the functions with a domain), with a few specials when asked */
 static void fill(float *v, int64_t n, test_rng *r, int positive, int specials)
 {
@@ -112,23 +120,19 @@ static void compare(const fn_case *c, fmt_t fx, fmt_t fg, fmt_t fo, int64_t n, i
     tensor_t *y = new1(fo, n), *y32 = new1(FMT_FP32, n), *yref = new1(fo, n);
     CHECK_STATUS(tensor_from_f32(x, xv), FX_OK);
     CHECK_STATUS(tensor_from_f32(g, gv), FX_OK);
-    CHECK_STATUS(tensor_to_f32(x, w), FX_OK);
-    CHECK_STATUS(tensor_from_f32(x32, w), FX_OK);
-    CHECK_STATUS(tensor_to_f32(g, w), FX_OK);
-    CHECK_STATUS(tensor_from_f32(g32, w), FX_OK);
+    through_f32(x32, x, w);
+    through_f32(g32, g, w);
 
     CHECK_STATUS(fwd(c, y, x), FX_OK);
     CHECK_STATUS(fwd(c, y32, x32), FX_OK);
-    CHECK_STATUS(tensor_to_f32(y32, w), FX_OK);
-    CHECK_STATUS(tensor_from_f32(yref, w), FX_OK);
+    through_f32(yref, y32, w);
     CHECK(same_tensor(y, yref, n), "%s forward %s -> %s, n=%lld%s: differs from the fp32 route",
           label(c), fmt_name(fx), fmt_name(fo), (long long)n, specials ? " (NaN/Inf)" : "");
 
     tensor_t *dx = new1(fo, n), *dx32 = new1(FMT_FP32, n), *dxref = new1(fo, n);
     CHECK_STATUS(bwd(c, dx, g, x), FX_OK);
     CHECK_STATUS(bwd(c, dx32, g32, x32), FX_OK);
-    CHECK_STATUS(tensor_to_f32(dx32, w), FX_OK);
-    CHECK_STATUS(tensor_from_f32(dxref, w), FX_OK);
+    through_f32(dxref, dx32, w);
     CHECK(same_tensor(dx, dxref, n), "%s backward dy %s, x %s -> %s, n=%lld%s: differs", label(c),
           fmt_name(fg), fmt_name(fx), fmt_name(fo), (long long)n, specials ? " (NaN/Inf)" : "");
 
@@ -183,12 +187,10 @@ static void scale_compare(test_rng *r)
                 tensor_t *x = new1(ins[i], n), *x32 = new1(FMT_FP32, n), *y = new1(outs[o], n);
                 tensor_t *y32 = new1(FMT_FP32, n), *yref = new1(outs[o], n);
                 CHECK_STATUS(tensor_from_f32(x, v), FX_OK);
-                CHECK_STATUS(tensor_to_f32(x, w), FX_OK);
-                CHECK_STATUS(tensor_from_f32(x32, w), FX_OK);
+                through_f32(x32, x, w);
                 CHECK_STATUS(tensor_scale(y, x, sc), FX_OK);
                 CHECK_STATUS(tensor_scale(y32, x32, sc), FX_OK);
-                CHECK_STATUS(tensor_to_f32(y32, w), FX_OK);
-                CHECK_STATUS(tensor_from_f32(yref, w), FX_OK);
+                through_f32(yref, y32, w);
                 CHECK(same_tensor(y, yref, n), "scale %s -> %s, n=%lld: differs from the fp32 route",
                       fmt_name(ins[i]), fmt_name(outs[o]), (long long)n);
                 if (outs[o] == ins[i]) {
