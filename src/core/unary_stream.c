@@ -141,6 +141,7 @@ int fx_unary_stream(const fx_op_request *rq, const fx_backend *be)
     }
     if (all_f32) return FX_DECLINED; /* the fp32 kernel already reads and writes in place */
 
+    flexpoint_clear_error(); /* as the general route does before its kernel */
     const int64_t n = fx_numel_of(out->ndim, out->shape);
     const int shared = fmt_is_shared_exponent(out->fmt) != 0;
     fx_scratch tmp = {.n = 0};

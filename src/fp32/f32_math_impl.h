@@ -612,8 +612,10 @@ static inline VF fxm_dgelu_tanh(VF x)
     do {                                                                                         \
         int64_t i_ = 0;                                                                          \
         for (; i_ + FXM_N <= n; i_ += FXM_N) {                                                   \
-            fx_prefetch_at(x + i_, FXM_AHEAD);                                                   \
-            if (dy) fx_prefetch_at(dy + i_, FXM_AHEAD);                                          \
+            if (FXM_N >= 16 || (i_ & 15) == 0) { /* once a 64-byte line */                     \
+                fx_prefetch_at(x + i_, FXM_AHEAD);                                               \
+                if (dy) fx_prefetch_at(dy + i_, FXM_AHEAD);                                      \
+            }                                                                                    \
             const VF v = vf_loadu(x + i_);                                                       \
             (void)v;                                                                             \
             const VF g = dy ? vf_loadu(dy + i_) : vf_set(1.0f);                                  \

@@ -78,6 +78,29 @@ static int bmm_validate(const char *func, const tensor_t *out, const tensor_t *a
     return FX_OK;
 }
 
+/* The float items of one bmm: item i of the stored operands (elements es bytes wide, in
+ * compute format cf) into its [M, N] block of the fp32 stage v. */
+typedef struct {
+    const bmm_dims *d;
+    fmt_t cf;
+    const void *av, *bv;
+    size_t es;
+    int ta, tb;
+    float *v;
+    const char *func;
+} bmm_float_items;
+
+static int bmm_float_item(const bmm_float_items *it, int64_t i, int nthreads)
+{
+    const bmm_dims *d = it->d;
+    fx_operand oa = fx_operand_2d((const char *)it->av + (size_t)(i * d->ar * d->ac) * it->es, 0,
+                                  0, d->ar, d->ac, d->ac, it->ta);
+    fx_operand ob = fx_operand_2d((const char *)it->bv + (size_t)(i * d->br * d->bc) * it->es, 0,
+                                  0, d->br, d->bc, d->bc, it->tb);
+    oa.fmt = ob.fmt = it->cf;
+    return fx_matmul_float(&oa, &ob, it->cf, it->v + i * d->M * d->N, nthreads, it->func);
+}
+
 static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const tensor_t *b, int ta,
                    int tb, const bmm_dims *d)
 {
@@ -162,35 +185,38 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
          * on the thread that computes it. */
         const double work = (double)d->M * (double)d->N * (double)d->K;
         const int nt = flexpoint_num_threads();
-        const int side = nt > 1 && d->B >= nt && work < (double)((int64_t)1 << 24);
+        const bmm_float_items it = {d, cf, av, bv, es, ta, tb, v, func};
+        flexpoint_clear_error();
         int failed = FX_OK;
-        (void)side;
+        if (d->K > 0 && nt > 1 && d->B >= nt && work < (double)((int64_t)1 << 24)) {
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (side)
+#pragma omp parallel for schedule(static) num_threads(nt)
 #endif
-        for (int64_t i = 0; i < d->B; i++) {
-            int bad;
+            for (int64_t i = 0; i < d->B; i++) {
+                int bad;
 #ifdef _OPENMP
 #pragma omp atomic read
 #endif
-            bad = failed;
-            if (bad || d->K == 0) continue;
-            fx_operand oa = fx_operand_2d((const char *)av + i * d->ar * d->ac * es, 0, 0, d->ar,
-                                          d->ac, d->ac, ta);
-            fx_operand ob = fx_operand_2d((const char *)bv + i * d->br * d->bc * es, 0, 0, d->br,
-                                          d->bc, d->bc, tb);
-            oa.fmt = ob.fmt = cf;
-            const int r = fx_matmul_float(&oa, &ob, cf, v + i * d->M * d->N, side ? 1 : nt, func);
-            if (r) {
+                bad = failed;
+                if (bad) continue;
+                const int r = bmm_float_item(&it, i, 1);
+                if (r) {
 #ifdef _OPENMP
 #pragma omp atomic write
 #endif
-                failed = r;
+                    failed = r;
+                }
             }
+        } else {
+            /* no parallel region around the kernels: one, even of one thread, would make
+             * their own regions nested, which libgomp serves with new threads every call */
+            for (int64_t i = 0; i < d->B && d->K > 0 && !failed; i++)
+                failed = bmm_float_item(&it, i, nt);
         }
-        if (failed) {
-            rc = fx_error(failed, func, "the matmul kernel failed on a batch item (%s)",
-                          failed == FX_ENOMEM ? "out of memory" : "see its status");
+        if (failed) { /* a worker's message stays on its thread: say which status it was */
+            rc = flexpoint_last_error()[0] ? failed
+                                           : fx_error(failed, func, "the matmul kernel failed on "
+                                                      "a batch item (status %d)", failed);
             goto done;
         }
         rc = fx_write_f32(out, v, func);
