@@ -179,6 +179,13 @@ int fx_unary_stream(const struct fx_op_request *rq, const fx_backend *be);
 int fx_operand_make(const tensor_t *x, int int_compute, fmt_t cf, int strided_ok, int bc_ndim,
                     const int64_t *bc_shape, fx_operand *o, fx_scratch *tmp, const char *func);
 
+/* Elements [off, off + n) of a contiguous array of `fmt` elements (shared-exponent ones at
+ * exponent exp) as fp32, on the calling thread: a pointer into the array itself for fp32,
+ * else widened or dequantised (exactly) into buf, which is returned. For loops that convert
+ * a block at a time while it is in cache. */
+const float *fx_f32_block(const fx_backend *be, fmt_t fmt, int exp, const void *base,
+                          int64_t off, int64_t n, float *buf);
+
 /* Convert a contiguous array of `src_fmt` elements to fp32 (exact widening / dequantising). */
 void fx_widen_to_f32(const fx_backend *be, fmt_t src_fmt, int exp, const void *src, float *dst,
                      int64_t n);

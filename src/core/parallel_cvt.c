@@ -143,6 +143,18 @@ void fx_par_maxabs_f32(const fx_backend *be, const float *src, int64_t n, float 
     free(pn);
 }
 
+const float *fx_f32_block(const fx_backend *be, fmt_t fmt, int exp, const void *base,
+                          int64_t off, int64_t n, float *buf)
+{
+    switch (fmt) {
+    case FMT_FP32: return (const float *)base + off;
+    case FMT_FP16: be->cvt.fp16_to_f32((const uint16_t *)base + off, buf, n); break;
+    case FMT_BF16: be->cvt.bf16_to_f32((const uint16_t *)base + off, buf, n); break;
+    default: be->cvt.dequant((const int16_t *)base + off, buf, n, exp); break;
+    }
+    return buf;
+}
+
 /* Widening conversions for float compute. Chunked in parallel for large arrays. Profiled, a
  * conversion (profile_counters.h). */
 void fx_widen_to_f32(const fx_backend *be, fmt_t src_fmt, int exp, const void *src, float *dst,
@@ -158,16 +170,8 @@ void fx_widen_to_f32(const fx_backend *be, fmt_t src_fmt, int exp, const void *s
 #endif
     for (int64_t c = 0; c < nchunks; c++) {
         int64_t lo = c * clen, len = n - lo < clen ? n - lo : clen;
-        switch (src_fmt) {
-        case FMT_FP32:
-            for (int64_t i = 0; i < len; i++) dst[lo + i] = ((const float *)src)[lo + i];
-            break;
-        case FMT_FP16: be->cvt.fp16_to_f32((const uint16_t *)src + lo, dst + lo, len); break;
-        case FMT_BF16: be->cvt.bf16_to_f32((const uint16_t *)src + lo, dst + lo, len); break;
-        case FMT_FLEX16_5:
-        case FMT_DFP16: be->cvt.dequant((const int16_t *)src + lo, dst + lo, len, exp); break;
-        default: break;
-        }
+        const float *v = fx_f32_block(be, src_fmt, exp, src, lo, len, dst + lo);
+        if (v != dst + lo) memcpy(dst + lo, v, (size_t)len * sizeof *dst); /* fp32 */
     }
     fx_prof_end(&sp, FX_PROF_CONVERSION);
 }

@@ -26,22 +26,10 @@
 /* Elements per block: three fp32 blocks (x, dy, y) of 8 KiB stay in L1 together. */
 #define FX_UNARY_BLOCK 2048
 
-/* Whether t can be read (or out written) in place as a flat array this route understands. */
+/* Whether t can be read (or out written) in place as a flat array. */
 static int fx_stream_plain(const tensor_t *t)
 {
-    return !t->st->on_device && fx_tensor_is_contiguous(t) && t->fmt >= 0 && t->fmt < FMT_COUNT;
-}
-
-/* Block [lo, lo + n) of input t as fp32: the tensor's own floats, or widened into buf. */
-static const float *fx_stream_read(const fx_backend *be, const tensor_t *t, const void *base,
-                                   int64_t lo, int64_t n, float *buf)
-{
-    switch (t->fmt) {
-    case FMT_FP32: return (const float *)base + lo;
-    case FMT_FP16: be->cvt.fp16_to_f32((const uint16_t *)base + lo, buf, n); return buf;
-    case FMT_BF16: be->cvt.bf16_to_f32((const uint16_t *)base + lo, buf, n); return buf;
-    default: be->cvt.dequant((const int16_t *)base + lo, buf, n, t->st->exp); return buf;
-    }
+    return !t->st->on_device && fx_tensor_is_contiguous(t);
 }
 
 /* The next block of an input, asked for while this one computes: the converters stream
@@ -84,8 +72,10 @@ static int fx_stream_blocks(const fx_stream_job *j, int64_t n, int64_t b0, int64
                 fx_stream_prefetch(j->in_base[i], fmt_elem_size(rq->in[i]->fmt), lo + len, n, 0);
             fx_stream_prefetch(j->out_base, j->out_kind == FMT_FP32 ? 4 : 2, lo + len, n, 1);
         }
-        const float *x = fx_stream_read(j->be, xt, xbase, lo, len, xb);
-        const float *g = bwd ? fx_stream_read(j->be, rq->in[0], j->in_base[0], lo, len, gb) : NULL;
+        const float *x = fx_f32_block(j->be, xt->fmt, xt->st->exp, xbase, lo, len, xb);
+        const float *g = bwd ? fx_f32_block(j->be, rq->in[0]->fmt, rq->in[0]->st->exp,
+                                            j->in_base[0], lo, len, gb)
+                             : NULL;
         float *y = j->out_kind == FMT_FP32 ? (float *)j->out_base + lo : yb;
         if (rq->op == FX_OP_SCALE) { /* the fp32 SCALE kernels' one rounding: x * (float)s */
             const float sc = (float)rq->scalar;
@@ -157,23 +147,24 @@ int fx_unary_stream(const fx_op_request *rq, const fx_backend *be)
     float mx = 0.0f;
     int64_t nonfinite = 0;
     int rc = FX_OK;
-    if (nt <= 1) {
-        rc = fx_stream_blocks(&j, n, 0, nblocks, &mx, &nonfinite);
-    } else {
+    (void)nt;
 #ifdef _OPENMP
-#pragma omp parallel num_threads(nt) reduction(max : mx) reduction(+ : nonfinite)
-        {
-            const int t = omp_get_thread_num(), T = omp_get_num_threads();
-            const int64_t b0 = nblocks * t / T, b1 = nblocks * (t + 1) / T;
-            const int r = fx_stream_blocks(&j, n, b0, b1, &mx, &nonfinite);
-            if (r) {
-#pragma omp atomic write
-                rc = r;
-            }
-        }
-#else
-        rc = fx_stream_blocks(&j, n, 0, nblocks, &mx, &nonfinite);
+#pragma omp parallel num_threads(nt) if (nt > 1) reduction(max : mx) reduction(+ : nonfinite)
 #endif
+    {
+#ifdef _OPENMP
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+#else
+        const int t = 0, T = 1;
+#endif
+        const int r = fx_stream_blocks(&j, n, nblocks * t / T, nblocks * (t + 1) / T, &mx,
+                                       &nonfinite);
+        if (r) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            rc = r;
+        }
     }
     if (rc == FX_OK && shared) rc = fx_write_f32_max(out, j.out_base, mx, nonfinite, rq->func);
     else if (rc != FX_OK) rc = fx_error(rc, rq->func, "the element-wise kernel failed");

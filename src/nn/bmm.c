@@ -156,21 +156,9 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
                                  be->kernels[FX_OP_MATMUL][FMT_BF16]
                              ? FMT_BF16
                              : FMT_FP32;
-        const void *av, *bv;
-        const size_t es = cf == FMT_BF16 ? 2 : 4;
-        if (cf == FMT_BF16) {
-            fx_operand oa, ob; /* contiguous bf16: in place, or gathered */
-            if ((rc = fx_operand_make(a, 0, FMT_BF16, 0, 0, NULL, &oa, &s, func))) goto done;
-            if ((rc = fx_operand_make(b, 0, FMT_BF16, 0, 0, NULL, &ob, &s, func))) goto done;
-            av = oa.data;
-            bv = ob.data;
-        } else {
-            float *af, *bf;
-            if ((rc = fx_read_f32(a, &af, &s, func))) goto done;
-            if ((rc = fx_read_f32(b, &bf, &s, func))) goto done;
-            av = af;
-            bv = bf;
-        }
+        fx_operand oa, ob; /* contiguous, in cf: in place, gathered, widened or dequantised */
+        if ((rc = fx_operand_make(a, 0, cf, 0, 0, NULL, &oa, &s, func))) goto done;
+        if ((rc = fx_operand_make(b, 0, cf, 0, 0, NULL, &ob, &s, func))) goto done;
         /* a scratch stage, never out's own storage: a kernel failing at a later batch must
          * leave out untouched */
         float *v = fx_scratch_alloc(&s, n, sizeof *v);
@@ -185,7 +173,7 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
          * on the thread that computes it. */
         const double work = (double)d->M * (double)d->N * (double)d->K;
         const int nt = flexpoint_num_threads();
-        const bmm_float_items it = {d, cf, av, bv, es, ta, tb, v, func};
+        const bmm_float_items it = {d, cf, oa.data, ob.data, fmt_elem_size(cf), ta, tb, v, func};
         flexpoint_clear_error();
         int failed = FX_OK;
         if (d->K > 0 && nt > 1 && d->B >= nt && work < (double)((int64_t)1 << 24)) {

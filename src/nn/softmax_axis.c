@@ -90,13 +90,7 @@ static int sm_rows_of(const tensor_t *t, sm_rows *r, const char *func)
 /* Elements [off, off + len) as floats: a pointer into t's storage for fp32, else buf. */
 static const float *sm_rows_get(const sm_rows *r, int64_t off, int64_t len, float *buf)
 {
-    switch (r->fmt) {
-    case FMT_FP32: return (const float *)r->base + off;
-    case FMT_FP16: r->be->cvt.fp16_to_f32((const uint16_t *)r->base + off, buf, len); break;
-    case FMT_BF16: r->be->cvt.bf16_to_f32((const uint16_t *)r->base + off, buf, len); break;
-    default: r->be->cvt.dequant((const int16_t *)r->base + off, buf, len, r->exp); break;
-    }
-    return buf;
+    return fx_f32_block(r->be, r->fmt, r->exp, r->base, off, len, buf);
 }
 
 int fx_nn_softmax_host(const fx_op_args *req)
