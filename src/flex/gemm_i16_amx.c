@@ -129,7 +129,31 @@ typedef struct {
      * (row stride ldo), at the shift of rq; the product is then one K block */
     int16_t *out16;
     fx_q64_fast rq;
+    /* K <= FX_AMX_I16_SHORT_K: the product is half a tile of k (amx_i16_configure) */
+    int short_k;
 } amx_i16_job;
+
+/* Products of at most this many values of k (a 5 x 5 or 3 x 3 x 3 patch, a head of 32) load
+ * half tiles: A's 16 rows of 32 bytes and B's first 8 quads, so that the packing writes, and
+ * the tile loads read, half of B's panel (the rest would be zeros). */
+#define FX_AMX_I16_SHORT_K (KT / 2)
+
+/* The calling thread's tile shapes for job j: all 16 x 64 bytes, or with a short K, the A
+ * planes (tmm4-5) 16 rows of 32 bytes and the B planes (tmm6-7) 8 quads of 64 bytes. The
+ * packed layouts stay those of whole tiles; the half that a short load skips is never read. */
+static void amx_i16_configure(const amx_i16_job *j)
+{
+    if (!j->short_k) {
+        fx_amx_tiles_configure();
+        return;
+    }
+    const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, 8, 8};
+    const unsigned short colsb[8] = {64, 64, 64, 64, 32, 32, 64, 64};
+    fx_amx_tiles_configure_shapes(rows, colsb);
+}
+
+/* quads of k that the tile loads of job j read from each B tile */
+static inline int amx_b_quads(const amx_i16_job *j) { return j->short_k ? 8 : 16; }
 
 
 /* masks of the first n (0..64) of 64 int16 lanes, as two 32-lane halves */
@@ -335,7 +359,8 @@ static void pack_b_tile(const amx_i16_job *j, int64_t s, int64_t t, __m512i idx_
     if (!full_cols || (j->sbn != 1 && j->sbk != 1)) {
         pack_b_tile_any(j, s, t, hi, lo);
     } else if (j->sbn == 1) {
-        for (int u = 0; u < 16; u++) pack_b_quad_rowmajor(j, s, t, u, idx_hi, idx_lo, hi, lo);
+        for (int u = 0; u < amx_b_quads(j); u++)
+            pack_b_quad_rowmajor(j, s, t, u, idx_hi, idx_lo, hi, lo);
     } else { /* sbk == 1 */
         const int64_t n = j->K - k0 < KT ? j->K - k0 : KT;
         __mmask32 m0, m1;
@@ -381,7 +406,7 @@ static void pack_b_group(const amx_i16_job *j, int64_t s0, int64_t s1, int64_t t
     }
     const __m512i idx_hi = quad_plane_idx(1), idx_lo = quad_plane_idx(0);
     for (int64_t t = t0; t < t1; t++)
-        for (int u = 0; u < 16; u++)
+        for (int u = 0; u < amx_b_quads(j); u++)
             for (int64_t s = s0; s < s1; s++) {
                 int8_t *hi = bp + (s - s0) * panel + (t - t0) * PAIR_BYTES;
                 pack_b_quad_rowmajor(j, s, t, u, idx_hi, idx_lo, hi, hi + TILE_BYTES);
@@ -685,7 +710,7 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
 #endif
         int8_t *ap = apk + (size_t)tid * panel;
         int16_t *stage = stages ? stages + (size_t)tid * stage_n : NULL;
-        fx_amx_tiles_configure();
+        amx_i16_configure(j);
         /* K blocks in order (each adds to the one before; the barrier of every loop below keeps
          * them in order), and in each, column panels in chunks whose packed B stays in L2
          * across the row panels; each chunk packs the row panels of A again */
@@ -778,7 +803,7 @@ static int amx_cols_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
         tid = omp_get_thread_num();
 #endif
         int8_t *bp = bpk + (size_t)(tid * G) * panel;
-        fx_amx_tiles_configure();
+        amx_i16_configure(j);
         for (int64_t t0 = 0; t0 < j->nkt; t0 += kbt) {
             const int64_t t1 = j->nkt - t0 < kbt ? j->nkt : t0 + kbt;
             uint64_t *last = t1 == j->nkt ? &imax : NULL;
@@ -879,7 +904,8 @@ int fx_flex_matmul_amx(const fx_op_call *c)
                      .a_rows_ctx = c->a_rows_ctx,
                      .a_tiles = c->a_rows ? c->a_tiles : NULL,
                      .a_tiles_ctx = c->a_tiles_ctx,
-                     .out16 = c->out_i16};
+                     .out16 = c->out_i16,
+                     .short_k = K <= FX_AMX_I16_SHORT_K};
     if (j.out16) j.rq = fx_q64_fast_setup(c->out_i16_shift);
     const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
                        ? c->nthreads
