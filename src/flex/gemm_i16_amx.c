@@ -56,6 +56,7 @@
  * fx_amx_int8_usable said yes (src/core/backend.c installs it). */
 #include "../core/amx_tiles.h"
 #include "../core/backend.h"
+#include "../core/prefetch.h"
 #include "flex_kernels.h"
 #include "gemm_i16.h"
 #include "quant_q64_avx512.h"
@@ -102,6 +103,13 @@ _Static_assert(FX_GEMM_I16_AMX_ROUND_MAX_K <= FX_AMX_I16_KB_TILES * KT,
  * panel by row panel, so that each block row writes the group's width of C in one run rather
  * than 16 values a row down a strip of C */
 #define FX_AMX_I16_B_GROUP_BYTES ((int64_t)256 << 10)
+
+/* A group's rows of a row-major B are short runs (16 panels: 512 bytes) a whole row of B
+ * apart, too short for the hardware prefetchers to follow from memory, so the packing asks for
+ * the rows this many quads of k ahead itself */
+#ifndef FX_AMX_I16_B_PREFETCH_QUADS
+#define FX_AMX_I16_B_PREFETCH_QUADS 4
+#endif
 #define FX_AMX_I16_B_GROUP_MAX 16
 
 int fx_amx_int8_usable(const fx_cpu_features *cpu)
@@ -405,12 +413,26 @@ static void pack_b_group(const amx_i16_job *j, int64_t s0, int64_t s1, int64_t t
         return;
     }
     const __m512i idx_hi = quad_plane_idx(1), idx_lo = quad_plane_idx(0);
+    /* a shallow B (K <= KT): the same rows of the next group, which this thread packs next
+     * in the columns' schedule; else the rows some quads below */
+    const int shallow = j->K <= KT;
+    const int64_t ahead = shallow ? (s1 - s0) * 16 * (int64_t)sizeof(int16_t)
+                                  : FX_AMX_I16_B_PREFETCH_QUADS * 4 * j->sbk * (int64_t)sizeof(int16_t);
     for (int64_t t = t0; t < t1; t++)
-        for (int u = 0; u < amx_b_quads(j); u++)
+        for (int u = 0; u < amx_b_quads(j); u++) {
+            const int64_t k = t * KT + 4 * u;
+            const int pf = shallow ? s1 + (s1 - s0) <= (j->N + 15) / 16
+                                   : k + 4 * FX_AMX_I16_B_PREFETCH_QUADS < j->K;
             for (int64_t s = s0; s < s1; s++) {
                 int8_t *hi = bp + (s - s0) * panel + (t - t0) * PAIR_BYTES;
+                /* each 64-byte line once: the panels' 32-byte runs pair up into lines */
+                if (pf && !((s - s0) & 1)) {
+                    const int16_t *r = j->b + k * j->sbk + s * 16;
+                    for (int e = 0; e < 4; e++) fx_prefetch_at(r + e * j->sbk, ahead);
+                }
                 pack_b_quad_rowmajor(j, s, t, u, idx_hi, idx_lo, hi, hi + TILE_BYTES);
             }
+        }
 }
 
 static inline __m512i widen8(const int32_t *v)
