@@ -37,6 +37,7 @@
  * -mamx-tile -mamx-bf16 and its kernels run only where fx_amx_bf16_usable said yes. */
 #include "../core/amx_tiles.h"
 #include "../core/backend.h"
+#include "../core/prefetch.h"
 #include "../fp32/f32_kernels.h"
 #include "bf16_gemm.h"
 
@@ -97,16 +98,34 @@ static void pack_b_tile_any(uint16_t *d, const uint16_t *b, int64_t sbk, int64_t
         }
 }
 
+/* Rows r0 and r1 of 16 values interleaved into the 16 pair words of pair row pp at d + 32 pp */
+static inline void pack_b_pair_words(uint16_t *d, __m256i r0, __m256i r1, int pp)
+{
+    /* unpack works per 128-bit lane: columns 0-3 | 8-11 and 4-7 | 12-15 */
+    const __m256i lo = _mm256_unpacklo_epi16(r0, r1), hi = _mm256_unpackhi_epi16(r0, r1);
+    _mm256_storeu_si256((void *)(d + pp * 32), _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256((void *)(d + pp * 32 + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
 /* Pair row pp of a whole tile of a row-major B whose column panel starts at r (the tile's row
  * 0): rows 2 pp and 2 pp + 1 interleaved into the 16 pair words at d + 32 pp. */
 static inline void pack_b_pair_row(uint16_t *d, const uint16_t *r, int64_t sbk, int pp)
 {
     const __m256i r0 = _mm256_loadu_si256((const void *)(r + 2 * pp * sbk));
     const __m256i r1 = _mm256_loadu_si256((const void *)(r + (2 * pp + 1) * sbk));
-    /* unpack works per 128-bit lane: columns 0-3 | 8-11 and 4-7 | 12-15 */
-    const __m256i lo = _mm256_unpacklo_epi16(r0, r1), hi = _mm256_unpackhi_epi16(r0, r1);
-    _mm256_storeu_si256((void *)(d + pp * 32), _mm256_permute2x128_si256(lo, hi, 0x20));
-    _mm256_storeu_si256((void *)(d + pp * 32 + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+    pack_b_pair_words(d, r0, r1, pp);
+}
+
+/* pack_b_pair_row in the last tile of k, of which only rows 0 .. rows - 1 lie in B (the
+ * others pack as zeros) */
+static inline void pack_b_pair_row_tail(uint16_t *d, const uint16_t *r, int64_t sbk, int pp,
+                                        int64_t rows)
+{
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i r0 = 2 * pp < rows ? _mm256_loadu_si256((const void *)(r + 2 * pp * sbk)) : z;
+    const __m256i r1 =
+        2 * pp + 1 < rows ? _mm256_loadu_si256((const void *)(r + (2 * pp + 1) * sbk)) : z;
+    pack_b_pair_words(d, r0, r1, pp);
 }
 
 /* Column panel s of B (16 columns), all nkt tiles, in pair words. Whole tiles of a row-major
@@ -140,6 +159,10 @@ int64_t fx_bf16_amx_b_numel(int64_t K, int64_t N)
     return (N + 31) / 32 * 2 * ((K + 31) / 32) * TILE_ELEMS;
 }
 
+#ifndef FX_BF16_AMX_B_PREFETCH_ROWS
+#define FX_BF16_AMX_B_PREFETCH_ROWS 16
+#endif
+
 /* Column panels s0 .. s1 - 1 of B, all nkt tiles each, panel s at dst + (s - s0) nkt tiles.
  * For a row-major B the whole tiles of whole panels are packed along B's rows (each pair row's
  * runs of all the panels in turn), so that a row is read in one sweep the prefetchers follow
@@ -149,20 +172,34 @@ static void pack_b_group(uint16_t *dst, const uint16_t *b, int64_t sbk, int64_t 
 {
     const int64_t sw = sbn == 1 ? (N / 16 < s1 ? N / 16 : s1) : s0; /* whole panels: s0 .. sw */
     const int64_t tw = K / 32;                                       /* whole tiles: 0 .. tw */
-    for (int64_t t = 0; t < tw && sw > s0; t++)
-        for (int pp = 0; pp < 16; pp++)
-            for (int64_t s = s0; s < sw; s++)
-                pack_b_pair_row(dst + ((s - s0) * nkt + t) * TILE_ELEMS, b + t * 32 * sbk + s * 16,
-                                sbk, pp);
-    for (int64_t s = s0; s < s1; s++) {
-        uint16_t *d = dst + (s - s0) * nkt * TILE_ELEMS;
-        if (s < sw) {
-            for (int64_t t = tw; t < nkt; t++) /* the K tail */
-                pack_b_tile_any(d + t * TILE_ELEMS, b, sbk, sbn, K, N, s, t);
-        } else {
-            pack_b_panel(d, b, sbk, sbn, K, N, s, nkt);
+    /* what the hardware prefetchers miss in these runs of 32 bytes a panel, a row of B apart
+     * (the int16 packer's reasoning, src/flex/gemm_i16_amx.c): the rows
+     * FX_BF16_AMX_B_PREFETCH_ROWS below, or where B has one tile of k, the same rows of the
+     * next group, which the thread packs next where B streams */
+    const int shallow = K <= 32;
+    const int64_t ahead = shallow ? (s1 - s0) * 16 * (int64_t)sizeof(uint16_t)
+                                  : FX_BF16_AMX_B_PREFETCH_ROWS * sbk * (int64_t)sizeof(uint16_t);
+    const int64_t ns_all = (N + 15) / 16;
+    for (int64_t t = 0; t < nkt && sw > s0; t++)
+        for (int pp = 0; pp < 16; pp++) {
+            const int64_t k = t * 32 + 2 * pp;
+            const int pf = shallow ? s1 + (s1 - s0) <= ns_all
+                                   : k + 1 + FX_BF16_AMX_B_PREFETCH_ROWS < K;
+            for (int64_t s = s0; s < sw; s++) {
+                uint16_t *d = dst + ((s - s0) * nkt + t) * TILE_ELEMS;
+                const uint16_t *r = b + t * 32 * sbk + s * 16;
+                if (pf && k < K && !((s - s0) & 1)) { /* each 64-byte line once */
+                    fx_prefetch_at(b + k * sbk + s * 16, ahead);
+                    fx_prefetch_at(b + (k + 1) * sbk + s * 16, ahead);
+                }
+                if (t < tw)
+                    pack_b_pair_row(d, r, sbk, pp);
+                else /* the K tail: rows from K on pack as zeros */
+                    pack_b_pair_row_tail(d, r, sbk, pp, K - t * 32);
+            }
         }
-    }
+    for (int64_t s = sw > s0 ? sw : s0; s < s1; s++)
+        pack_b_panel(dst + (s - s0) * nkt * TILE_ELEMS, b, sbk, sbn, K, N, s, nkt);
 }
 
 /* Where B streams (below), a thread packs a group of consecutive column panel pairs of B
