@@ -12,7 +12,9 @@
  *     the register tiles (a kernel against another); the large products rounded in registers
  *     at K = 16-32 are test_shared_matmul's.
  * Shapes: several depths around the tile edges, full and partial 16-column panels, widths of
- * more than one packing group (with the prefetch of the next group), at 1 and 2 threads.
+ * more than one packing group (with the prefetch of the next group), tall products (B packed
+ * whole), at 1 and 2 threads (products of at least 2^20 multiply-adds, which the kernels
+ * split).
  * Skips where the CPU or the OS gives no AMX. */
 #include "flexpoint.h"
 #include "core/backend.h"
@@ -106,9 +108,11 @@ static void check_tail(fmt_t fmt, int64_t M, int64_t N, int64_t K, int64_t Kp, u
                 ref[i * N + j] = s;
                 big = fabs(s) > big ? fabs(s) : big;
             }
-        /* the exponent makes the largest |value| at most 2^15 units: half a unit is at most
-         * big 2^-15 (fp64 sums of fewer than 2^20 products of 16-bit mantissas are exact) */
-        const double bound = ldexp(big, -15) * 1.000001;
+        /* the exact exponent leaves the largest |value| at least 16383.75 units (16384 where
+         * the rounding reached 32768 and the exponent went up one): half a unit is at most
+         * big / 32767.5 (fp64 sums of fewer than 2^20 products of 16-bit mantissas are
+         * exact) */
+        const double bound = big / 32767.5 * (1.0 + 1e-9);
         long bad = 0;
         for (int64_t i = 0; i < M * N; i++) bad += fabs((double)c[i] - ref[i]) > bound;
         CHECK(bad == 0, "dfp16 %lldx%lldx%lld, %d threads: %ld values beyond %g of fp64",
@@ -134,8 +138,9 @@ int main(void)
     CHECK_STATUS(flexpoint_set_backend("avx512"), FX_OK);
     int ran = 0;
     uint64_t seed = 1;
-    /* width 16 x 40 + 5: whole panels, a partial one, and more than one packing group */
-    static const int64_t widths[] = {48, 645};
+    /* width 16 x 40 + 5: whole panels, a partial one, and more than one packing group; the
+     * kernels split a product over threads from 2^20 multiply-adds: 40 rows of the widest */
+    static const int64_t widths[] = {48, 645, 1645};
     if (flexpoint_set_kernel("matmul", FMT_BF16, "amx") == FX_OK) {
         static const int64_t depths[] = {1, 2, 7, 25, 27, 31, 33, 45, 63, 70};
         for (size_t d = 0; d < sizeof depths / sizeof depths[0]; d++)
@@ -144,8 +149,11 @@ int main(void)
                 /* the padded product's depth must be whole tiles; K itself a multiple of 32
                  * would test nothing */
                 if (Kp == K) continue;
-                check_tail(FMT_BF16, 20, widths[w], K, Kp, seed++);
+                check_tail(FMT_BF16, widths[w] > 1000 ? 40 : 20, widths[w], K, Kp, seed++);
             }
+        /* rows streamed: B packed whole (M >= N), over two threads from 2^20 multiply-adds */
+        for (size_t d = 0; d < sizeof depths / sizeof depths[0]; d++)
+            if (depths[d] % 32) check_tail(FMT_BF16, 1300, 40, depths[d], (depths[d] + 31) / 32 * 32, seed++);
         ran = 1;
     }
     if (flexpoint_set_kernel("matmul", FMT_DFP16, "amx") == FX_OK) {
@@ -153,8 +161,8 @@ int main(void)
         static const int64_t depths[] = {16, 17, 25, 27, 31, 32};
         for (size_t d = 0; d < sizeof depths / sizeof depths[0]; d++)
             for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
-                check_tail(FMT_DFP16, 20, widths[w], depths[d], 64, seed++);
-                check_tail(FMT_DFP16, 300, 40, depths[d], 64, seed++); /* rows streamed */
+                check_tail(FMT_DFP16, widths[w] > 1000 ? 40 : 20, widths[w], depths[d], 64, seed++);
+                check_tail(FMT_DFP16, 300 + 1000 * (w == 2), 40, depths[d], 64, seed++); /* rows streamed */
             }
         ran = 1;
     }

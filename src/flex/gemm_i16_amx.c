@@ -414,22 +414,23 @@ static void pack_b_group(const amx_i16_job *j, int64_t s0, int64_t s1, int64_t t
     }
     const __m512i idx_hi = quad_plane_idx(1), idx_lo = quad_plane_idx(0);
     /* a shallow B (K <= KT): the same rows of the next group, which this thread packs next
-     * in the columns' schedule; else the rows some quads below */
+     * in the columns' schedule (the panels past the last are not asked for); else the rows
+     * some quads below. Offsets in bytes from B's start, rows past K left alone. */
     const int shallow = j->K <= KT;
-    const int64_t ahead = shallow ? (s1 - s0) * 16 * (int64_t)sizeof(int16_t)
+    const int64_t ns = (j->N + 15) / 16, g = s1 - s0;
+    const int64_t ahead = shallow ? g * 16 * (int64_t)sizeof(int16_t)
                                   : FX_AMX_I16_B_PREFETCH_QUADS * 4 * j->sbk * (int64_t)sizeof(int16_t);
     for (int64_t t = t0; t < t1; t++)
         for (int u = 0; u < amx_b_quads(j); u++) {
             const int64_t k = t * KT + 4 * u;
-            const int pf = shallow ? s1 + (s1 - s0) <= (j->N + 15) / 16
-                                   : k + 4 * FX_AMX_I16_B_PREFETCH_QUADS < j->K;
+            const int rows_ahead = shallow ? 0 : 4 * FX_AMX_I16_B_PREFETCH_QUADS;
             for (int64_t s = s0; s < s1; s++) {
                 int8_t *hi = bp + (s - s0) * panel + (t - t0) * PAIR_BYTES;
                 /* each 64-byte line once: the panels' 32-byte runs pair up into lines */
-                if (pf && !((s - s0) & 1)) {
-                    const int16_t *r = j->b + k * j->sbk + s * 16;
-                    for (int e = 0; e < 4; e++) fx_prefetch_at(r + e * j->sbk, ahead);
-                }
+                if (!((s - s0) & 1) && (!shallow || s + g < ns))
+                    for (int e = 0; e < 4 && k + e + rows_ahead < j->K; e++)
+                        fx_prefetch_at(j->b, ((k + e) * j->sbk + s * 16) * (int64_t)sizeof(int16_t) +
+                                                 ahead);
                 pack_b_quad_rowmajor(j, s, t, u, idx_hi, idx_lo, hi, hi + TILE_BYTES);
             }
         }
