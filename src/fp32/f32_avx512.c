@@ -227,6 +227,36 @@ int fx_f32_sum_avx512(const fx_op_call *c)
 #include "f32_ukernel_tmpl.h"
 _Static_assert(MR == 12 && NR == 32, "the tile of ukernel_12x32");
 
+/* The first 8 or 4 rows of a 12-row panel (fx_f32_gemm_params.kernel_rows): the remainders of
+ * M = 8, 16, 20, 32, 64, 128 ... rows */
+#define FX_UK_NAME ukernel_8of12x32
+#define FX_UK_MR 8
+#define FX_UK_ASTRIDE 12
+#define FX_UK_LANES 16
+#define FX_UK_VEC __m512
+#define FX_UK_ZERO() _mm512_setzero_ps()
+#define FX_UK_LOAD(p) _mm512_load_ps(p)
+#define FX_UK_LOADU(p) _mm512_loadu_ps(p)
+#define FX_UK_STOREU(p, v) _mm512_storeu_ps(p, v)
+#define FX_UK_BCAST(p) _mm512_set1_ps(*(p))
+#define FX_UK_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#include "f32_ukernel_tmpl.h"
+
+#define FX_UK_NAME ukernel_4of12x32
+#define FX_UK_MR 4
+#define FX_UK_ASTRIDE 12
+#define FX_UK_LANES 16
+#define FX_UK_VEC __m512
+#define FX_UK_ZERO() _mm512_setzero_ps()
+#define FX_UK_LOAD(p) _mm512_load_ps(p)
+#define FX_UK_LOADU(p) _mm512_loadu_ps(p)
+#define FX_UK_STOREU(p, v) _mm512_storeu_ps(p, v)
+#define FX_UK_BCAST(p) _mm512_set1_ps(*(p))
+#define FX_UK_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#include "f32_ukernel_tmpl.h"
+
+static const fx_f32_ukernel kernel_rows_12[MR] = {[4] = ukernel_4of12x32, [8] = ukernel_8of12x32};
+
 /* 16 source values of a row (only the first `ks` exist) as 16 floats, per source kind. */
 enum { SRC_F32, SRC_FP16, SRC_BF16 };
 
@@ -289,7 +319,7 @@ static void pack_rows_bf16_avx512(float *dst, const uint16_t *src, int64_t ld, i
  * (384 x 512 floats, 768 KiB) in the 1 MiB L2 of the development Xeon; mc: A block in L3. */
 static const fx_f32_gemm_params gemm_avx512 = {
     .mr = MR, .nr = NR, .kc = 384, .mc = 1200, .nc = 512, .min_par_work = 1 << 21,
-    .kernel = ukernel_12x32, .pack_rows = fx_f32_pack_rows_avx512,
+    .kernel = ukernel_12x32, .kernel_rows = kernel_rows_12, .pack_rows = fx_f32_pack_rows_avx512,
     .pack_rows_fp16 = pack_rows_fp16_avx512, .pack_rows_bf16 = pack_rows_bf16_avx512,
     .widen_fp16 = fx_cvt_fp16_to_f32_avx512, .widen_bf16 = fx_cvt_bf16_to_f32_avx512,
 };

@@ -122,6 +122,11 @@ typedef struct fx_f32_gemm_params {
     int64_t nc;           /* widest column block of packed B (kc*nc stays in L2) */
     double min_par_work;  /* M*N*K below which one thread is used */
     fx_f32_ukernel kernel;
+    /* optional: kernel_rows[r] (r < mr), where not NULL, computes only the first r rows of a
+     * tile from a packed panel of mr rows and writes just those: the last row panel of a
+     * product whose rows are not whole panels (M = 16 is 12 + 4 rows), which would otherwise
+     * run the whole kernel on a scratch tile. Same chains, same bits. */
+    const fx_f32_ukernel *kernel_rows;
     fx_f32_pack_fn pack_rows; /* optional, see fx_f32_pack_fn */
     /* fp16 and bf16 operands (all optional: NULL takes the scalar definitions per element) */
     fx_f32_pack16_fn pack_rows_fp16, pack_rows_bf16;

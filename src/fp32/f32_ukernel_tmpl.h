@@ -15,12 +15,18 @@
  *   FX_UK_STOREU(p, v) unaligned store (C)
  *   FX_UK_BCAST(p)     *p in every lane
  *   FX_UK_FMA(a, b, c) a * b + c with one rounding
+ *   FX_UK_ASTRIDE      optional: floats of A per k step, when the kernel computes the first
+ *                      FX_UK_MR rows of a wider packed panel (the framework's last row panel
+ *                      of a product whose rows are not whole panels); FX_UK_MR by default
  * Apart from _mm_prefetch (SSE, present on every level) the body uses only these macros; the
  * including file is compiled with its level's flags. */
 
 #define FX_UK_PRAGMA(x) _Pragma(#x)
 #define FX_UK_UNROLL(n) FX_UK_PRAGMA(GCC unroll n)
 #define FX_UK_NR (2 * FX_UK_LANES)
+#ifndef FX_UK_ASTRIDE
+#define FX_UK_ASTRIDE FX_UK_MR
+#endif
 
 static void FX_UK_NAME(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                        int accumulate)
@@ -54,7 +60,7 @@ static void FX_UK_NAME(int64_t kc, const float *a, const float *b, float *c, int
             acc[r][0] = FX_UK_FMA(ar, b0, acc[r][0]);
             acc[r][1] = FX_UK_FMA(ar, b1, acc[r][1]);
         }
-        a += FX_UK_MR;
+        a += FX_UK_ASTRIDE;
         b += FX_UK_NR;
     }
     FX_UK_UNROLL(FX_UK_MR)
@@ -65,6 +71,7 @@ static void FX_UK_NAME(int64_t kc, const float *a, const float *b, float *c, int
 }
 
 #undef FX_UK_NR
+#undef FX_UK_ASTRIDE
 #undef FX_UK_UNROLL
 #undef FX_UK_PRAGMA
 #undef FX_UK_NAME
