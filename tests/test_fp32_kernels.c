@@ -404,6 +404,10 @@ static const mm_case mm_cases[] = {
     /* depth blocks (kc = 256, 384): the k chain continues across blocks */
     {12, 255, 32}, {12, 256, 32}, {12, 257, 32}, {13, 383, 33}, {12, 384, 32}, {25, 385, 65},
     {6, 769, 16},
+    /* a last row panel of 2, 4 or 8 rows (AVX2: 20 = 3 x 6 + 2, 16 = 2 x 6 + 4; AVX-512:
+     * 20 = 12 + 8, 16 = 12 + 4, 32 = 2 x 12 + 8), whole column panels and C written in rows:
+     * the levels' partial panel kernels (fx_f32_gemm_params.kernel_rows) */
+    {20, 37, 64}, {16, 29, 96}, {32, 45, 64}, {4, 33, 64}, {8, 19, 32}, {2, 21, 48},
     /* row blocks (mc = 256, 1200) and column blocks (nc = 512) */
     {257, 3, 9}, {1201, 20, 40}, {7, 20, 513}, {30, 40, 1030},
     /* large enough for two threads: column split, and a tall thin product (row-group split) */

@@ -246,6 +246,36 @@ int fx_f32_sum_avx2(const fx_op_call *c)
 #include "f32_ukernel_tmpl.h"
 _Static_assert(MR == 6 && NR == 16, "the tile of ukernel_6x16");
 
+/* The first 4 or 2 rows of a 6-row panel (fx_f32_gemm_params.kernel_rows): the remainders of
+ * M = 16, 32, 64, 128 ... rows */
+#define FX_UK_NAME ukernel_4of6x16
+#define FX_UK_MR 4
+#define FX_UK_ASTRIDE 6
+#define FX_UK_LANES 8
+#define FX_UK_VEC __m256
+#define FX_UK_ZERO() _mm256_setzero_ps()
+#define FX_UK_LOAD(p) _mm256_load_ps(p)
+#define FX_UK_LOADU(p) _mm256_loadu_ps(p)
+#define FX_UK_STOREU(p, v) _mm256_storeu_ps(p, v)
+#define FX_UK_BCAST(p) _mm256_broadcast_ss(p)
+#define FX_UK_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#include "f32_ukernel_tmpl.h"
+
+#define FX_UK_NAME ukernel_2of6x16
+#define FX_UK_MR 2
+#define FX_UK_ASTRIDE 6
+#define FX_UK_LANES 8
+#define FX_UK_VEC __m256
+#define FX_UK_ZERO() _mm256_setzero_ps()
+#define FX_UK_LOAD(p) _mm256_load_ps(p)
+#define FX_UK_LOADU(p) _mm256_loadu_ps(p)
+#define FX_UK_STOREU(p, v) _mm256_storeu_ps(p, v)
+#define FX_UK_BCAST(p) _mm256_broadcast_ss(p)
+#define FX_UK_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#include "f32_ukernel_tmpl.h"
+
+static const fx_f32_ukernel kernel_rows_6[MR] = {[2] = ukernel_2of6x16, [4] = ukernel_4of6x16};
+
 /* ---- transposing packs (fx_f32_pack_fn, fx_f32_pack16_fn) ----------------------------------
  * Without them the framework's scalar loop packed every A micro-panel one float at a time
  * (11 % of an AVX2 fp32 CNN epoch). 8 x 8 blocks go through registers. */
@@ -347,7 +377,7 @@ void fx_f32_pack_rows_avx2(float *dst, const void *src, int fmt, int64_t ld, int
  * (256 x 512 floats, 512 KiB) in L2; mc: A block in L2/L3. */
 static const fx_f32_gemm_params gemm_avx2 = {
     .mr = MR, .nr = NR, .kc = 256, .mc = 1200, .nc = 512, .min_par_work = 1 << 21,
-    .kernel = ukernel_6x16, .pack_rows = pack_rows_f32,
+    .kernel = ukernel_6x16, .kernel_rows = kernel_rows_6, .pack_rows = pack_rows_f32,
     .pack_rows_fp16 = pack_rows_fp16, .pack_rows_bf16 = pack_rows_bf16,
     .widen_fp16 = fx_cvt_fp16_to_f32_avx2, .widen_bf16 = fx_cvt_bf16_to_f32_avx2,
 };
