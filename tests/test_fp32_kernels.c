@@ -408,6 +408,8 @@ static const mm_case mm_cases[] = {
      * 20 = 12 + 8, 16 = 12 + 4, 32 = 2 x 12 + 8), whole column panels and C written in rows:
      * the levels' partial panel kernels (fx_f32_gemm_params.kernel_rows) */
     {20, 37, 64}, {16, 29, 96}, {32, 45, 64}, {4, 33, 64}, {8, 19, 32}, {2, 21, 48},
+    /* ... over more than one depth block (the later blocks accumulate into C) */
+    {20, 800, 64}, {16, 400, 32},
     /* row blocks (mc = 256, 1200) and column blocks (nc = 512) */
     {257, 3, 9}, {1201, 20, 40}, {7, 20, 513}, {30, 40, 1030},
     /* large enough for two threads: column split, and a tall thin product (row-group split) */

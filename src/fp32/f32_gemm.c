@@ -315,9 +315,10 @@ static void run_kernel(const fx_f32_gemm_params *p, int pm, int dot, int64_t ku,
                                                 ldc, accumulate);
 }
 
-/* A tile that the kernel cannot write in place (partial at the right or bottom edge of C, or C
- * with a non-unit column stride): run the full kernel on a scratch tile, then copy the valid
- * part. The kernel's arithmetic per element is the same as for a full tile. */
+/* A tile that the kernel cannot write in place (partial at the right edge of C, at the bottom
+ * edge where the level has no kernel for those rows (fx_f32_gemm_params.kernel_rows), or C with
+ * a non-unit column stride): run the full kernel on a scratch tile, then copy the valid part.
+ * The kernel's arithmetic per element is the same as for a full tile. */
 static void scratch_tile(const fx_f32_gemm_params *p, int pm, int dot, int64_t ku, const void *ap,
                          const void *bp, float *ct, int64_t rs, int64_t cs, int64_t mrows,
                          int64_t ncols, int accumulate)
@@ -436,8 +437,8 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
                             float *ct = C + i0 * rs + j0 * cs;
                             if (mrows == mr && ncols == nr && cs == 1)
                                 run_kernel(p, pm, dot, ku, ap, bp, ct, rs, accumulate);
-                            else if (!pm && ncols == nr && cs == 1 && p->kernel_rows &&
-                                     p->kernel_rows[mrows])
+                            else if (!pm && mrows < mr && ncols == nr && cs == 1 &&
+                                     p->kernel_rows && p->kernel_rows[mrows])
                                 p->kernel_rows[mrows](ku, (const float *)ap, (const float *)bp, ct,
                                                       rs, accumulate);
                             else

@@ -57,7 +57,9 @@ static inline float fx_f32_nan_first(float a, float r)
  *   b: packed B micro-panel, kc groups of nr floats (b[k*nr + j] = B[k][j]), 64-byte aligned;
  *   c: the tile, any alignment; accumulate = 0 starts from zero, 1 continues from c's values.
  * Packed panels are zero-padded to mr rows and nr columns, so a kernel always does full tiles;
- * the framework runs partial tiles on a scratch tile. */
+ * the framework runs partial tiles on a scratch tile, except a last row panel with whole
+ * columns written in rows where the level has a kernel for its rows
+ * (fx_f32_gemm_params.kernel_rows: the first r rows, its A stride still the panel's mr). */
 typedef void (*fx_f32_ukernel)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                int accumulate);
 

@@ -3,7 +3,7 @@
  * broadcast and 2 * FX_UK_MR independent FMAs issued. Each output is one FMA chain over k
  * (one rounding per step), so every width gives the same bits (f32_kernels.h).
  *
- * An ISA file defines the macros below, includes this header once, and gets
+ * An ISA file defines the macros below, includes this header once per kernel, and gets
  * `static void FX_UK_NAME(...)`, an fx_f32_ukernel (the macros are undefined again):
  *   FX_UK_NAME         the function's name
  *   FX_UK_MR           rows of the tile, an integer literal (it also sets the unroll pragmas)
@@ -27,6 +27,7 @@
 #ifndef FX_UK_ASTRIDE
 #define FX_UK_ASTRIDE FX_UK_MR
 #endif
+_Static_assert(FX_UK_ASTRIDE >= FX_UK_MR, "a kernel reads at most its panel's rows");
 
 static void FX_UK_NAME(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                        int accumulate)
