@@ -177,10 +177,9 @@ static void pack_b_group(uint16_t *dst, const uint16_t *b, int64_t sbk, int64_t 
      * FX_BF16_AMX_B_PREFETCH_ROWS below, or where B has one tile of k, the same rows of the
      * next group, which the thread packs next where B streams */
     const int shallow = K <= 32;
-    const int64_t ahead = shallow ? (s1 - s0) * 16 * (int64_t)sizeof(uint16_t)
-                                  : FX_BF16_AMX_B_PREFETCH_ROWS * sbk * (int64_t)sizeof(uint16_t);
-    const int64_t ns_all = (N + 15) / 16, g = s1 - s0;
+    const int64_t ns_all = (N + 15) / 16, g = s1 - s0, ld = sbk * (int64_t)sizeof(uint16_t);
     const int64_t rows_ahead = shallow ? 0 : FX_BF16_AMX_B_PREFETCH_ROWS;
+    const int64_t ahead = shallow ? g * 16 * (int64_t)sizeof(uint16_t) : rows_ahead * ld;
     for (int64_t t = 0; t < nkt && sw > s0; t++)
         for (int pp = 0; pp < 16; pp++) {
             const int64_t k = t * 32 + 2 * pp;
@@ -190,9 +189,8 @@ static void pack_b_group(uint16_t *dst, const uint16_t *b, int64_t sbk, int64_t 
                 /* each 64-byte line once; offsets in bytes from B's start, rows past K and
                  * panels past the last left alone */
                 if (!((s - s0) & 1) && (!shallow || s + g < ns_all))
-                    for (int e = 0; e < 2 && k + e + rows_ahead < K; e++)
-                        fx_prefetch_at(b, ((k + e) * sbk + s * 16) * (int64_t)sizeof(uint16_t) +
-                                              ahead);
+                    fx_prefetch_rows(b, k, 2, ld, s * 16 * (int64_t)sizeof(uint16_t), ahead,
+                                     rows_ahead, K);
                 if (t < tw)
                     pack_b_pair_row(d, r, sbk, pp);
                 else /* the K tail: rows from K on pack as zeros */

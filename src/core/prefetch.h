@@ -14,4 +14,15 @@ static inline void fx_prefetch_at(const void *p, int64_t bytes)
     __builtin_prefetch((const void *)((uintptr_t)p + (uintptr_t)bytes));
 }
 
+/* Rows row .. row + n - 1 of a matrix at base (rows ld bytes apart), at byte col of each,
+ * `ahead` bytes further on; rows from the first with row + skip >= rows on are left alone
+ * (skip: how many rows below its own a prefetch lands, so that none asks past the matrix's
+ * last row). The AMX packers' B rows (src/flex/gemm_i16_amx.c, src/bf16/bf16_gemm_amx.c). */
+static inline void fx_prefetch_rows(const void *base, int64_t row, int n, int64_t ld, int64_t col,
+                                    int64_t ahead, int64_t skip, int64_t rows)
+{
+    for (int e = 0; e < n && row + e + skip < rows; e++)
+        fx_prefetch_at(base, (row + e) * ld + col + ahead);
+}
+
 #endif

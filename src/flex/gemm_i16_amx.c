@@ -103,6 +103,7 @@ _Static_assert(FX_GEMM_I16_AMX_ROUND_MAX_K <= FX_AMX_I16_KB_TILES * KT,
  * panel by row panel, so that each block row writes the group's width of C in one run rather
  * than 16 values a row down a strip of C */
 #define FX_AMX_I16_B_GROUP_BYTES ((int64_t)256 << 10)
+#define FX_AMX_I16_B_GROUP_MAX 16
 
 /* A group's rows of a row-major B are short runs (16 panels: 512 bytes) a whole row of B
  * apart, too short for the hardware prefetchers to follow from memory, so the packing asks for
@@ -110,7 +111,6 @@ _Static_assert(FX_GEMM_I16_AMX_ROUND_MAX_K <= FX_AMX_I16_KB_TILES * KT,
 #ifndef FX_AMX_I16_B_PREFETCH_QUADS
 #define FX_AMX_I16_B_PREFETCH_QUADS 4
 #endif
-#define FX_AMX_I16_B_GROUP_MAX 16
 
 int fx_amx_int8_usable(const fx_cpu_features *cpu)
 {
@@ -162,7 +162,6 @@ static void amx_i16_configure(const amx_i16_job *j)
 
 /* quads of k that the tile loads of job j read from each B tile */
 static inline int amx_b_quads(const amx_i16_job *j) { return j->short_k ? 8 : 16; }
-
 
 /* masks of the first n (0..64) of 64 int16 lanes, as two 32-lane halves */
 static inline void lane_masks(int64_t n, __mmask32 *m0, __mmask32 *m1)
@@ -417,20 +416,18 @@ static void pack_b_group(const amx_i16_job *j, int64_t s0, int64_t s1, int64_t t
      * in the columns' schedule (the panels past the last are not asked for); else the rows
      * some quads below. Offsets in bytes from B's start, rows past K left alone. */
     const int shallow = j->K <= KT;
-    const int64_t ns = (j->N + 15) / 16, g = s1 - s0;
-    const int64_t ahead = shallow ? g * 16 * (int64_t)sizeof(int16_t)
-                                  : FX_AMX_I16_B_PREFETCH_QUADS * 4 * j->sbk * (int64_t)sizeof(int16_t);
+    const int64_t ns = (j->N + 15) / 16, g = s1 - s0, ld = j->sbk * (int64_t)sizeof(int16_t);
+    const int64_t rows_ahead = shallow ? 0 : 4 * FX_AMX_I16_B_PREFETCH_QUADS;
+    const int64_t ahead = shallow ? g * 16 * (int64_t)sizeof(int16_t) : rows_ahead * ld;
     for (int64_t t = t0; t < t1; t++)
         for (int u = 0; u < amx_b_quads(j); u++) {
             const int64_t k = t * KT + 4 * u;
-            const int rows_ahead = shallow ? 0 : 4 * FX_AMX_I16_B_PREFETCH_QUADS;
             for (int64_t s = s0; s < s1; s++) {
                 int8_t *hi = bp + (s - s0) * panel + (t - t0) * PAIR_BYTES;
                 /* each 64-byte line once: the panels' 32-byte runs pair up into lines */
                 if (!((s - s0) & 1) && (!shallow || s + g < ns))
-                    for (int e = 0; e < 4 && k + e + rows_ahead < j->K; e++)
-                        fx_prefetch_at(j->b, ((k + e) * j->sbk + s * 16) * (int64_t)sizeof(int16_t) +
-                                                 ahead);
+                    fx_prefetch_rows(j->b, k, 4, ld, s * 16 * (int64_t)sizeof(int16_t), ahead,
+                                     rows_ahead, j->K);
                 pack_b_quad_rowmajor(j, s, t, u, idx_hi, idx_lo, hi, hi + TILE_BYTES);
             }
         }

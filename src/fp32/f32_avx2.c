@@ -251,27 +251,11 @@ _Static_assert(MR == 6 && NR == 16, "the tile of ukernel_6x16");
 #define FX_UK_NAME ukernel_4of6x16
 #define FX_UK_MR 4
 #define FX_UK_ASTRIDE 6
-#define FX_UK_LANES 8
-#define FX_UK_VEC __m256
-#define FX_UK_ZERO() _mm256_setzero_ps()
-#define FX_UK_LOAD(p) _mm256_load_ps(p)
-#define FX_UK_LOADU(p) _mm256_loadu_ps(p)
-#define FX_UK_STOREU(p, v) _mm256_storeu_ps(p, v)
-#define FX_UK_BCAST(p) _mm256_broadcast_ss(p)
-#define FX_UK_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #include "f32_ukernel_tmpl.h"
 
 #define FX_UK_NAME ukernel_2of6x16
 #define FX_UK_MR 2
 #define FX_UK_ASTRIDE 6
-#define FX_UK_LANES 8
-#define FX_UK_VEC __m256
-#define FX_UK_ZERO() _mm256_setzero_ps()
-#define FX_UK_LOAD(p) _mm256_load_ps(p)
-#define FX_UK_LOADU(p) _mm256_loadu_ps(p)
-#define FX_UK_STOREU(p, v) _mm256_storeu_ps(p, v)
-#define FX_UK_BCAST(p) _mm256_broadcast_ss(p)
-#define FX_UK_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #include "f32_ukernel_tmpl.h"
 
 static const fx_f32_ukernel kernel_rows_6[MR] = {[2] = ukernel_2of6x16, [4] = ukernel_4of6x16};

@@ -232,27 +232,11 @@ _Static_assert(MR == 12 && NR == 32, "the tile of ukernel_12x32");
 #define FX_UK_NAME ukernel_8of12x32
 #define FX_UK_MR 8
 #define FX_UK_ASTRIDE 12
-#define FX_UK_LANES 16
-#define FX_UK_VEC __m512
-#define FX_UK_ZERO() _mm512_setzero_ps()
-#define FX_UK_LOAD(p) _mm512_load_ps(p)
-#define FX_UK_LOADU(p) _mm512_loadu_ps(p)
-#define FX_UK_STOREU(p, v) _mm512_storeu_ps(p, v)
-#define FX_UK_BCAST(p) _mm512_set1_ps(*(p))
-#define FX_UK_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #include "f32_ukernel_tmpl.h"
 
 #define FX_UK_NAME ukernel_4of12x32
 #define FX_UK_MR 4
 #define FX_UK_ASTRIDE 12
-#define FX_UK_LANES 16
-#define FX_UK_VEC __m512
-#define FX_UK_ZERO() _mm512_setzero_ps()
-#define FX_UK_LOAD(p) _mm512_load_ps(p)
-#define FX_UK_LOADU(p) _mm512_loadu_ps(p)
-#define FX_UK_STOREU(p, v) _mm512_storeu_ps(p, v)
-#define FX_UK_BCAST(p) _mm512_set1_ps(*(p))
-#define FX_UK_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #include "f32_ukernel_tmpl.h"
 
 static const fx_f32_ukernel kernel_rows_12[MR] = {[4] = ukernel_4of12x32, [8] = ukernel_8of12x32};

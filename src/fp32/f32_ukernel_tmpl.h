@@ -4,7 +4,9 @@
  * (one rounding per step), so every width gives the same bits (f32_kernels.h).
  *
  * An ISA file defines the macros below, includes this header once per kernel, and gets
- * `static void FX_UK_NAME(...)`, an fx_f32_ukernel (the macros are undefined again):
+ * `static void FX_UK_NAME(...)`, an fx_f32_ukernel. FX_UK_NAME, FX_UK_MR and FX_UK_ASTRIDE
+ * are undefined again, each kernel's own; the level's vector macros (FX_UK_LANES to FX_UK_FMA)
+ * stay defined for the file's next kernel:
  *   FX_UK_NAME         the function's name
  *   FX_UK_MR           rows of the tile, an integer literal (it also sets the unroll pragmas)
  *   FX_UK_LANES        floats per vector; the tile is 2 * FX_UK_LANES columns
@@ -77,11 +79,3 @@ static void FX_UK_NAME(int64_t kc, const float *a, const float *b, float *c, int
 #undef FX_UK_PRAGMA
 #undef FX_UK_NAME
 #undef FX_UK_MR
-#undef FX_UK_LANES
-#undef FX_UK_VEC
-#undef FX_UK_ZERO
-#undef FX_UK_LOAD
-#undef FX_UK_LOADU
-#undef FX_UK_STOREU
-#undef FX_UK_BCAST
-#undef FX_UK_FMA
