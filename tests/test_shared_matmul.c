@@ -33,6 +33,9 @@
  *    bits, and the in-register route taken where the level has it. And the int32 rounding's
  *    bound: operands of 32767 and -32513 whose byte products put its accumulators at their
  *    extremes for K = 128 and 64, and K = 200, where they would wrap int32 (int64 lanes).
+ * 3c. A DFP16 output whose exponent moves at every write (check_unsteady_dfp16): taken where
+ *    the level rounds in registers, its misses run again there, and left to the dispatcher
+ *    elsewhere; every write the dispatcher's bit for bit.
  * 4. Products it must not take (too small an output by default, K of 1024 or more, a transposed
  *    output view, a float operand, an output that is an operand) give the dispatcher's
  *    results and leave the counter still. */
@@ -169,6 +172,56 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     } else
         CHECK(inreg == 0, "%s: %lld products rounded in registers by a level that cannot", what,
               (long long)inreg);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(fast);
+    tensor_free(ref);
+}
+
+/* A DFP16 output whose exponent moves at every write (scales 1 and 256 in turn), so that its
+ * guess never holds: where the level rounds the product in registers the route still takes it
+ * (from the third write on, every write), each miss runs it again there (no product goes on to
+ * the dispatcher: as many second runs as misses), and every write is the dispatcher's bit for
+ * bit; where it does not, the dispatcher keeps every such product from the third write on (the
+ * second is steady: one write, which held the initial exponent, is a history without a miss). */
+static void check_unsteady_dfp16(int64_t M, int64_t K, int64_t N)
+{
+    const int64_t sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
+    tensor_t *a = tensor_new(FMT_FLEX16_5, 2, sa), *b = tensor_new(FMT_DFP16, 2, sb);
+    tensor_t *fast = tensor_new(FMT_DFP16, 2, so), *ref = tensor_new(FMT_DFP16, 2, so);
+    tensor_trace_enable(fast, 1);
+    tensor_trace_enable(ref, 1);
+    char what[120];
+    snprintf(what, sizeof what, "unsteady DFP16 [%lld, %lld] @ [%lld, %lld]", (long long)M,
+             (long long)K, (long long)K, (long long)N);
+    const int steps = 10;
+    int64_t taken_late = 0;
+    const int64_t missed0 = fx_shared_matmul_missed(), rerun0 = fx_shared_matmul_rerun();
+    for (int step = 0; step < steps; step++) {
+        test_rng vals;
+        test_rng_seed(&vals, 55);
+        fill(a, step % 2 ? 256.0 : 1.0, &vals);
+        fill(b, 1.0, &vals);
+        const int64_t before = fx_shared_matmul_taken();
+        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
+        if (step >= 2) taken_late += fx_shared_matmul_taken() > before;
+        fx_shared_matmul_set_enabled(0);
+        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(1);
+        if (!test_same_writes(fast, ref, what, step)) break;
+        if (step == steps - 1 && taken_late) check_reference(fast, a, b, what);
+    }
+    const int64_t missed = fx_shared_matmul_missed() - missed0;
+    const int64_t rerun = fx_shared_matmul_rerun() - rerun0;
+    if (rounds_in_registers(M, K, N)) {
+        CHECK(taken_late == steps - 2, "%s: %lld of %d writes taken", what,
+              (long long)taken_late, steps - 2);
+        CHECK(missed >= steps - 2 && rerun == missed, "%s: %lld misses, %lld second runs", what,
+              (long long)missed, (long long)rerun);
+    } else {
+        CHECK(taken_late == 0, "%s: taken %lld times without registers", what,
+              (long long)taken_late);
+    }
     tensor_free(a);
     tensor_free(b);
     tensor_free(fast);
@@ -521,6 +574,12 @@ int main(void)
             check_extreme_accumulators(200); /* where X would wrap: int64 lanes */
         }
         fx_shared_matmul_set_sizes(64, 256);
+        for (int nt = 1; nt <= 2; nt++) {
+            flexpoint_set_num_threads(nt);
+            check_unsteady_dfp16(48, 64, 200);
+            check_unsteady_dfp16(300, 64, 100); /* the AMX kernel's two threads */
+            check_unsteady_dfp16(37, 19, 300);
+        }
         check_not_taken(&r);
     }
     CHECK_STATUS(fx_gemm_i16_force_kernel(kernel0), FX_OK);
