@@ -104,16 +104,57 @@ static int rounds_in_registers(int64_t M, int64_t K, int64_t N)
     return fx_backend_active()->gemm.i16_amx && fx_gemm_i16_amx_rounds(M, K, N);
 }
 
+/* The operands a [M, K] and b [K, N] of a sequence of products into twin outputs with the same
+ * history, traced: fast through the route, ref through the dispatcher. */
+typedef struct twin_products {
+    tensor_t *a, *b, *fast, *ref;
+} twin_products;
+
+static twin_products twin_products_new(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K,
+                                       int64_t N)
+{
+    const int64_t sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
+    twin_products t = {tensor_new(fa, 2, sa), tensor_new(fb, 2, sb), tensor_new(fo, 2, so),
+                       tensor_new(fo, 2, so)};
+    tensor_trace_enable(t.fast, 1);
+    tensor_trace_enable(t.ref, 1);
+    return t;
+}
+
+/* One write of the sequence: a's values N(0, scale^2) and b's N(0, 1), drawn from the same
+ * seed at every step (the maxima stay put between changes of scale), multiplied into both
+ * twins. Returns whether the two writes are the same; *taken: whether the route took the
+ * product (its counter moved) and, with kept, also kept its first rounding (no miss). */
+static int twin_products_step(twin_products *t, double scale, uint64_t seed, const char *what,
+                              int step, int kept, int *taken)
+{
+    test_rng vals;
+    test_rng_seed(&vals, seed);
+    fill(t->a, scale, &vals);
+    fill(t->b, 1.0, &vals);
+    const int64_t before = fx_shared_matmul_taken(), missed = fx_shared_matmul_missed();
+    CHECK_STATUS(tensor_matmul(t->fast, t->a, t->b), FX_OK);
+    *taken = fx_shared_matmul_taken() > before && (!kept || fx_shared_matmul_missed() == missed);
+    fx_shared_matmul_set_enabled(0);
+    CHECK_STATUS(tensor_matmul(t->ref, t->a, t->b), FX_OK);
+    fx_shared_matmul_set_enabled(1);
+    return test_same_writes(t->fast, t->ref, what, step);
+}
+
+static void twin_products_free(twin_products *t)
+{
+    tensor_free(t->a);
+    tensor_free(t->b);
+    tensor_free(t->fast);
+    tensor_free(t->ref);
+}
+
 /* A sequence of products into twin outputs with the same history: the route's and the
  * dispatcher's. */
 static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, int64_t N,
                            test_rng *r)
 {
-    const int64_t sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
-    tensor_t *a = tensor_new(fa, 2, sa), *b = tensor_new(fb, 2, sb);
-    tensor_t *fast = tensor_new(fo, 2, so), *ref = tensor_new(fo, 2, so);
-    tensor_trace_enable(fast, 1);
-    tensor_trace_enable(ref, 1);
+    twin_products t = twin_products_new(fo, fa, fb, M, K, N);
     char what[160];
     snprintf(what, sizeof what, "fmt %d = fmt %d [%lld, %lld] @ fmt %d [%lld, %lld]", (int)fo,
              (int)fa, (long long)M, (long long)K, (int)fb, (long long)K, (long long)N);
@@ -129,19 +170,9 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     const int64_t dry0 = fx_shared_matmul_asked_dry();
     int checked = 0;
     for (int step = 0; step < steps; step++) {
-        /* the same values each step but the scale: the maxima stay put between the jumps */
-        test_rng vals;
-        test_rng_seed(&vals, 77);
-        fill(a, scale[step], &vals);
-        fill(b, 1.0, &vals);
-        const int64_t before = fx_shared_matmul_taken(), missed = fx_shared_matmul_missed();
-        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
-        const int taken = fx_shared_matmul_taken() > before && fx_shared_matmul_missed() == missed;
-        fx_shared_matmul_set_enabled(0);
-        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
-        fx_shared_matmul_set_enabled(1);
-        if (!test_same_writes(fast, ref, what, step)) break;
-        if (taken && checked++ < 2) check_reference(fast, a, b, what);
+        int taken;
+        if (!twin_products_step(&t, scale[step], 77, what, step, 1, &taken)) break;
+        if (taken && checked++ < 2) check_reference(t.fast, t.a, t.b, what);
     }
     (void)r;
     const int64_t taken = fx_shared_matmul_taken() - taken0;
@@ -172,10 +203,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     } else
         CHECK(inreg == 0, "%s: %lld products rounded in registers by a level that cannot", what,
               (long long)inreg);
-    tensor_free(a);
-    tensor_free(b);
-    tensor_free(fast);
-    tensor_free(ref);
+    twin_products_free(&t);
 }
 
 /* A DFP16 output whose exponent moves at every write (scales 1 and 256 in turn), so that its
@@ -186,11 +214,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
  * second is steady: one write, which held the initial exponent, is a history without a miss). */
 static void check_unsteady_dfp16(int64_t M, int64_t K, int64_t N)
 {
-    const int64_t sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
-    tensor_t *a = tensor_new(FMT_FLEX16_5, 2, sa), *b = tensor_new(FMT_DFP16, 2, sb);
-    tensor_t *fast = tensor_new(FMT_DFP16, 2, so), *ref = tensor_new(FMT_DFP16, 2, so);
-    tensor_trace_enable(fast, 1);
-    tensor_trace_enable(ref, 1);
+    twin_products t = twin_products_new(FMT_DFP16, FMT_FLEX16_5, FMT_DFP16, M, K, N);
     char what[120];
     snprintf(what, sizeof what, "unsteady DFP16 [%lld, %lld] @ [%lld, %lld]", (long long)M,
              (long long)K, (long long)K, (long long)N);
@@ -198,18 +222,10 @@ static void check_unsteady_dfp16(int64_t M, int64_t K, int64_t N)
     int64_t taken_late = 0;
     const int64_t missed0 = fx_shared_matmul_missed(), rerun0 = fx_shared_matmul_rerun();
     for (int step = 0; step < steps; step++) {
-        test_rng vals;
-        test_rng_seed(&vals, 55);
-        fill(a, step % 2 ? 256.0 : 1.0, &vals);
-        fill(b, 1.0, &vals);
-        const int64_t before = fx_shared_matmul_taken();
-        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
-        if (step >= 2) taken_late += fx_shared_matmul_taken() > before;
-        fx_shared_matmul_set_enabled(0);
-        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
-        fx_shared_matmul_set_enabled(1);
-        if (!test_same_writes(fast, ref, what, step)) break;
-        if (step == steps - 1 && taken_late) check_reference(fast, a, b, what);
+        int taken;
+        if (!twin_products_step(&t, step % 2 ? 256.0 : 1.0, 55, what, step, 0, &taken)) break;
+        if (step >= 2) taken_late += taken;
+        if (step == steps - 1 && taken_late) check_reference(t.fast, t.a, t.b, what);
     }
     const int64_t missed = fx_shared_matmul_missed() - missed0;
     const int64_t rerun = fx_shared_matmul_rerun() - rerun0;
@@ -222,10 +238,7 @@ static void check_unsteady_dfp16(int64_t M, int64_t K, int64_t N)
         CHECK(taken_late == 0, "%s: taken %lld times without registers", what,
               (long long)taken_late);
     }
-    tensor_free(a);
-    tensor_free(b);
-    tensor_free(fast);
-    tensor_free(ref);
+    twin_products_free(&t);
 }
 
 /* DFP16 operands of the integer values av [M, K] and bv [K, N] (both exponent 0), written six
