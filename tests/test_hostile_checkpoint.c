@@ -6,7 +6,9 @@
  * only the field's meaning is wrong, and asserts FX_ECORRUPT, a message naming the file, the
  * field and the value, and a trainer whose complete state (every byte a save would write) is
  * what it was before the load. The fuzzer's checkpoint corpus (tests/fuzz/corpus/checkpoint/)
- * is replayed too: ok-* inputs must load, bad-* must be refused, none may break a property. */
+ * is replayed too: ok-* inputs must load, bad-* must be refused, none may break a property.
+ * The file versions: version 2 loads for a model without attention layers only, the others
+ * but 3 are refused (version_cases). */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "flexpoint_data.h"
@@ -284,6 +286,107 @@ done:
     fx_dataset_free(tr);
 }
 
+/* The file's version word set to v, written to tmpdir/name (the CRC covers only the payload). */
+static void with_version(const char *name, const uint8_t *file, size_t len, uint32_t v,
+                         char *path, size_t cap)
+{
+    uint8_t *b = malloc(len);
+    if (!b) return;
+    memcpy(b, file, len);
+    memcpy(b + FX_CKPT_OFF_VERSION, &v, 4);
+    snprintf(path, cap, "%s/%s", tmpdir, name);
+    write_bytes(path, b, len);
+    free(b);
+}
+
+/* Version 3 added a tensor to every attention layer's checkpoint state; a model without
+ * attention layers saves the same bytes as before, so its version-2 files still load (and give
+ * the saver's exact state), while a sequence model's version-2 file, and any version but 2 and
+ * 3, is refused with the versions in the message and the trainer unchanged. */
+static void version_cases(const fx_dataset *tr)
+{
+    char path[512];
+    fx_trainer *a = make("mlp", FMT_FLEX16_5, 1, 1, 32, tr);
+    fx_trainer *b = make("mlp", FMT_FLEX16_5, 1, 1, 32, tr);
+    if (a && b) {
+        for (int s = 0; s < 2; s++) CHECK_STATUS(fx_trainer_step(a, NULL), FX_OK);
+        snprintf(path, sizeof path, "%s/v.ckpt", tmpdir);
+        CHECK_STATUS(fx_trainer_save(a, path), FX_OK);
+        size_t len;
+        uint8_t *file = file_bytes(path, &len);
+        uint32_t v = 0;
+        if (file) memcpy(&v, file + FX_CKPT_OFF_VERSION, 4);
+        CHECK(file && v == FX_CKPT_VERSION, "a save writes version %u", (unsigned)v);
+        if (file) {
+            with_version("v2.ckpt", file, len, 2, path, sizeof path);
+            CHECK_STATUS(fx_trainer_load(b, path), FX_OK);
+            fx_buf want = state_of(a);
+            CHECK(same_state(b, &want), "a version-2 file of an MLP did not restore its state");
+            fx_buf_free(&want);
+            const uint32_t refused_versions[] = {1, 4, 0xffffffffu};
+            for (int i = 0; i < 3; i++) {
+                uint8_t *bad = malloc(len);
+                if (!bad) break;
+                memcpy(bad, file, len);
+                memcpy(bad + FX_CKPT_OFF_VERSION, &refused_versions[i], 4);
+                char want1[32];
+                snprintf(want1, sizeof want1, "version %u", (unsigned)refused_versions[i]);
+                expect_refused(b, want1, bad, len, want1, "reads version 3");
+                free(bad);
+            }
+        }
+        free(file);
+    }
+    fx_trainer_free(a);
+    fx_trainer_free(b);
+
+    /* a sequence model: version 2 refused, version 3 loads */
+    snprintf(path, sizeof path, "%s/text.txt", tmpdir);
+    FILE *f = fopen(path, "w");
+    for (int i = 0; f && i < 40; i++) fputs("the cat sat on the mat. ", f);
+    if (f) fclose(f);
+    fx_dataset *ttr = NULL, *tva = NULL;
+    CHECK_STATUS(fx_dataset_text(path, 8, 0.1, &ttr, &tva), FX_OK);
+    unlink(path);
+    if (!ttr) return;
+    fx_train_config cfg;
+    fx_train_config_default(&cfg);
+    snprintf(cfg.model, sizeof cfg.model, "gpt1x16h2c8");
+    cfg.fmt = FMT_FLEX16_5;
+    cfg.batch_size = 4;
+    cfg.optimizer = FX_OPT_ADAMW;
+    cfg.lr = 3e-3;
+    fx_trainer *s = fx_trainer_new(&cfg, ttr, NULL), *u = fx_trainer_new(&cfg, ttr, NULL);
+    CHECK(s && u, "trainers of gpt1x16h2c8: %s", flexpoint_last_error());
+    if (s && u) {
+        CHECK_STATUS(fx_trainer_step(s, NULL), FX_OK);
+        snprintf(path, sizeof path, "%s/seq.ckpt", tmpdir);
+        CHECK_STATUS(fx_trainer_save(s, path), FX_OK);
+        size_t len;
+        uint8_t *file = file_bytes(path, &len);
+        if (file) {
+            uint8_t *bad = malloc(len);
+            if (bad) {
+                memcpy(bad, file, len);
+                const uint32_t two = 2;
+                memcpy(bad + FX_CKPT_OFF_VERSION, &two, 4);
+                expect_refused(u, "a sequence model's version 2", bad, len, "version 2",
+                               "attention layers");
+                free(bad);
+            }
+            CHECK_STATUS(fx_trainer_load(u, path), FX_OK);
+            fx_buf want = state_of(s);
+            CHECK(same_state(u, &want), "a sequence model's checkpoint did not restore its state");
+            fx_buf_free(&want);
+        }
+        free(file);
+    }
+    fx_trainer_free(s);
+    fx_trainer_free(u);
+    fx_dataset_free(ttr);
+    fx_dataset_free(tva);
+}
+
 /* Count the entries of tmpdir whose name contains `part`. */
 static int count_named(const char *part)
 {
@@ -526,6 +629,7 @@ int main(void)
         field_cases(tr);
         nonfinite_saves(tr);
         stale_temporaries(tr);
+        version_cases(tr);
     }
     batchnorm_cases();
     corpus_replay();

@@ -11,6 +11,7 @@
 #include "../core/half_binary.h"   /* fx_half_add_relu, fx_half_gated_add */
 #include "../dist/distributed.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -744,15 +745,27 @@ static int fx_attn_alloc(fx_model *m, fx_layer *l, int ctx)
     l->tmp[ctx] = a[FX_AT_S];
     if (ctx != FX_CTX_TRAIN) return FX_OK;
     tensor_t **g = l->gatt;
-    static const int shape_of[FX_AG_N] = {3, 4, 5, 4, 5, 5, 4, 4, 3, 3, 3, 3, 3, 3};
+    /* 3: [B, T, D]; 4: [B, H, T, D/H]; 5: [B, H, T, T] */
+    static const int shape_of[FX_AG_N] = {
+        [FX_AG_DOC] = 3, [FX_AG_DO] = 4,  [FX_AG_DP] = 5,  [FX_AG_DV4] = 4, [FX_AG_DS] = 5,
+        [FX_AG_DSS] = 5, [FX_AG_DQ4] = 4, [FX_AG_DK4] = 4, [FX_AG_DQ] = 3,  [FX_AG_DK] = 3,
+        [FX_AG_DV] = 3,  [FX_AG_XA] = 3,  [FX_AG_XB] = 3,  [FX_AG_XS] = 3,  [FX_AG_XC] = 3};
     for (int j = 0; j < FX_AG_N; j++) {
         const int k = shape_of[j];
+        assert(k >= 3 && k <= 5); /* every entry given */
         g[j] = k == 3 ? fx_new_act(m, l->fdx, 3, btd, 1)
                : k == 4 ? fx_new_act(m, l->fdx, 4, bhtd, 1)
                         : fx_new_act(m, l->fdx, 4, bhtt, 1);
         if (!g[j]) return FX_ENOMEM;
     }
     return FX_OK;
+}
+
+int fx_model_has_attention(const fx_model *m)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].kind == FX_L_ATTN) return 1;
+    return 0;
 }
 
 int fx_model_state_tensors(const fx_model *m, int i, tensor_t **out)
@@ -985,13 +998,17 @@ static int fx_attn_backward(fx_model *m, fx_layer *l, const tensor_t *x, const t
     if (!rc) rc = fx_heads_merge(g[FX_AG_DQ], g[FX_AG_DQ4]);
     if (!rc) rc = fx_heads_merge(g[FX_AG_DK], g[FX_AG_DK4]);
     if (!rc) rc = fx_heads_merge(g[FX_AG_DV], g[FX_AG_DV4]);
-    /* dx = dq Wq + dk Wk + dv Wv: three products, two sums */
+    /* dx = dq Wq + dk Wk + dv Wv: three products, two sums, each into its own tensor. Writing
+     * dv Wv into dq Wq's tensor, as this once did, made that tensor's exponent jump by about
+     * 2^5 between its two writes of every step: FLEX16_5's Autoflex then predicted for the
+     * other product (an overflow recomputed, or mantissas five bits short), and DFP16's
+     * exponent guess missed twice a step. */
     tensor_t *dx = l->dx[0];
     if (!rc) rc = fx_rows_matmul_wt_backward(p[0].g, dx ? g[FX_AG_XA] : NULL, g[FX_AG_DQ], x, p[0].w);
     if (!rc) rc = fx_rows_matmul_wt_backward(p[1].g, dx ? g[FX_AG_XB] : NULL, g[FX_AG_DK], x, p[1].w);
     if (!rc && dx) rc = tensor_add(g[FX_AG_XS], g[FX_AG_XA], g[FX_AG_XB]);
-    if (!rc) rc = fx_rows_matmul_wt_backward(p[2].g, dx ? g[FX_AG_XA] : NULL, g[FX_AG_DV], x, p[2].w);
-    if (!rc && dx) rc = tensor_add(dx, g[FX_AG_XS], g[FX_AG_XA]);
+    if (!rc) rc = fx_rows_matmul_wt_backward(p[2].g, dx ? g[FX_AG_XC] : NULL, g[FX_AG_DV], x, p[2].w);
+    if (!rc && dx) rc = tensor_add(dx, g[FX_AG_XS], g[FX_AG_XC]);
     return rc;
 }
 

@@ -43,10 +43,12 @@ typedef enum {
     FX_L_TLINEAR  /* linear per position of [B, T, F] */
 } fx_layer_kind;
 
-/* Attention tensors per context (fx_layer.att) and of the backward pass (fx_layer.gatt). */
+/* Attention tensors per context (fx_layer.att) and of the backward pass (fx_layer.gatt). Each
+ * is written by one op only: a shared-exponent tensor that two different ops wrote in turn would
+ * see its exponent jump at every write (fx_attn_backward). */
 enum { FX_AT_Q, FX_AT_K, FX_AT_V, FX_AT_S, FX_AT_P, FX_AT_O, FX_AT_OC, FX_AT_N };
 enum { FX_AG_DOC, FX_AG_DO, FX_AG_DP, FX_AG_DV4, FX_AG_DS, FX_AG_DSS, FX_AG_DQ4, FX_AG_DK4,
-       FX_AG_DQ, FX_AG_DK, FX_AG_DV, FX_AG_XA, FX_AG_XB, FX_AG_XS, FX_AG_N };
+       FX_AG_DQ, FX_AG_DK, FX_AG_DV, FX_AG_XA, FX_AG_XB, FX_AG_XS, FX_AG_XC, FX_AG_N };
 
 /* Per-sample rank plus the batch dimension. */
 #define FX_LAYER_MAX_DIMS (FX_MODEL_MAX_RANK + 1)
@@ -193,6 +195,9 @@ void fx_model_free(fx_model *m);
  * tensors to out and returns their count. */
 #define FX_LAYER_MAX_STATE (FX_AT_N + FX_AG_N)
 int fx_model_state_tensors(const fx_model *m, int i, tensor_t **out);
+
+/* Whether m has an attention layer (whose state tensors checkpoint version 3 added to). */
+int fx_model_has_attention(const fx_model *m);
 
 /* Allocate / free the tensors of a context (train: also gradients). */
 int fx_model_alloc_ctx(fx_model *m, int ctx);
