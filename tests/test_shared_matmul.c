@@ -42,6 +42,7 @@
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
+#include "core/dispatch.h" /* FX_GUESS_STEADY_WRITES */
 #include "core/shared_matmul.h"
 #include "flex/gemm_i16.h"
 #include "testutil.h"
@@ -124,9 +125,9 @@ static twin_products twin_products_new(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, 
 /* One write of the sequence: a's values N(0, scale^2) and b's N(0, 1), drawn from the same
  * seed at every step (the maxima stay put between changes of scale), multiplied into both
  * twins. Returns whether the two writes are the same; *taken: whether the route took the
- * product (its counter moved) and, with kept, also kept its first rounding (no miss). */
+ * product (its counter moved); *kept: whether it also kept its first rounding (no miss). */
 static int twin_products_step(twin_products *t, double scale, uint64_t seed, const char *what,
-                              int step, int kept, int *taken)
+                              int step, int *taken, int *kept)
 {
     test_rng vals;
     test_rng_seed(&vals, seed);
@@ -134,7 +135,8 @@ static int twin_products_step(twin_products *t, double scale, uint64_t seed, con
     fill(t->b, 1.0, &vals);
     const int64_t before = fx_shared_matmul_taken(), missed = fx_shared_matmul_missed();
     CHECK_STATUS(tensor_matmul(t->fast, t->a, t->b), FX_OK);
-    *taken = fx_shared_matmul_taken() > before && (!kept || fx_shared_matmul_missed() == missed);
+    *taken = fx_shared_matmul_taken() > before;
+    *kept = *taken && fx_shared_matmul_missed() == missed;
     fx_shared_matmul_set_enabled(0);
     CHECK_STATUS(tensor_matmul(t->ref, t->a, t->b), FX_OK);
     fx_shared_matmul_set_enabled(1);
@@ -168,12 +170,18 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     const int64_t rerun0 = fx_shared_matmul_rerun(), inreg0 = fx_shared_matmul_in_registers();
     const int64_t uncovered0 = fx_shared_matmul_not_covered();
     const int64_t dry0 = fx_shared_matmul_asked_dry();
-    int checked = 0;
+    int checked = 0, taken_unsteady = 0;
     for (int step = 0; step < steps; step++) {
-        int taken;
-        if (!twin_products_step(&t, scale[step], 77, what, step, 1, &taken)) break;
-        if (taken && checked++ < 2) check_reference(t.fast, t.a, t.b, what);
+        int taken, kept;
+        if (!twin_products_step(&t, scale[step], 77, what, step, &taken, &kept)) break;
+        if (kept && checked++ < 2) check_reference(t.fast, t.a, t.b, what);
+        /* the jump's overflow (step 7) was recomputed: FLEX16_5's guess is not steady for the
+         * next FX_GUESS_STEADY_WRITES writes, which the route must then leave alone */
+        if (fo == FMT_FLEX16_5 && step > 7 && step <= 7 + FX_GUESS_STEADY_WRITES)
+            taken_unsteady += taken;
     }
+    CHECK(taken_unsteady == 0, "%s: %d FLEX16_5 writes taken right after a recomputed overflow",
+          what, taken_unsteady);
     (void)r;
     const int64_t taken = fx_shared_matmul_taken() - taken0;
     const int64_t missed = fx_shared_matmul_missed() - missed0;
@@ -221,9 +229,12 @@ static void check_unsteady_dfp16(int64_t M, int64_t K, int64_t N)
     const int steps = 10;
     int64_t taken_late = 0;
     const int64_t missed0 = fx_shared_matmul_missed(), rerun0 = fx_shared_matmul_rerun();
+    const int64_t inreg0 = fx_shared_matmul_in_registers();
+    const int64_t uncovered0 = fx_shared_matmul_not_covered();
     for (int step = 0; step < steps; step++) {
-        int taken;
-        if (!twin_products_step(&t, step % 2 ? 256.0 : 1.0, 55, what, step, 0, &taken)) break;
+        int taken, kept;
+        if (!twin_products_step(&t, step % 2 ? 256.0 : 1.0, 55, what, step, &taken, &kept))
+            break;
         if (step >= 2) taken_late += taken;
         if (step == steps - 1 && taken_late) check_reference(t.fast, t.a, t.b, what);
     }
@@ -234,6 +245,11 @@ static void check_unsteady_dfp16(int64_t M, int64_t K, int64_t N)
               (long long)taken_late, steps - 2);
         CHECK(missed >= steps - 2 && rerun == missed, "%s: %lld misses, %lld second runs", what,
               (long long)missed, (long long)rerun);
+        /* first runs and second runs alike in registers, none in int64 blocks */
+        const int64_t inreg = fx_shared_matmul_in_registers() - inreg0;
+        const int64_t uncovered = fx_shared_matmul_not_covered() - uncovered0;
+        CHECK(inreg >= taken_late && uncovered == 0, "%s: %lld runs in registers, %lld in blocks",
+              what, (long long)inreg, (long long)uncovered);
     } else {
         CHECK(taken_late == 0, "%s: taken %lld times without registers", what,
               (long long)taken_late);

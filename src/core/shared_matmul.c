@@ -18,7 +18,8 @@
  * the same exact sums, so the same decision and bits. The route is taken where the guess
  * held for the output's last FX_GUESS_STEADY_WRITES writes, so that such misses stay rare, and
  * for a DFP16 output whose guess did not hold where the product rounds in registers at it
- * (below), whose misses run it again there.
+ * (below), whose misses run it again, in registers unless the exponent asked for is beyond
+ * what the kernel rounds there.
  *
  * Where the level's AMX kernel takes the product in one K block (fx_gemm_i16_amx_rounds) it
  * rounds each sum at the guess while the sum is in registers (fx_op_call.out_i16), so there are
@@ -400,12 +401,13 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
     const int64_t MN = p->M * p->N;
     p->nt_items = MN <= budget && p->batch > 1 ? (p->batch < nt ? (int)p->batch : nt) : 0;
     p->amx_rounds = p->be->gemm.i16_amx && fx_gemm_i16_amx_rounds(p->M, p->K, p->N);
-    /* A DFP16 guess that did not hold lately (an exponent that trends, or a tensor that
-     * different products write in turn) misses more often than not: in a transformer's
-     * training three in four of them did. A miss then costs one more run of the product, which
-     * in registers is still less than the stage's traffic (dfp16 steps 14 % shorter on the
-     * Xeon reporting model 167 with AMX); in int64 blocks it is not (3 % longer on its AVX2
-     * level), so there the dispatcher keeps such products. */
+    /* A DFP16 guess that did not hold lately (an exponent that trends, a first write) misses
+     * more often than not: in a transformer's training about two in three of them did. A miss
+     * then costs one more run of the product, which in registers is still less than the
+     * stage's traffic (dfp16 steps 14-17 % shorter on the Xeon reporting model 167 with AMX).
+     * Where the runs are in int64 blocks it was 3 % slower on the AVX2 level and 4 % faster on
+     * the AVX-512 level without AMX, within that machine's noise, so the dispatcher keeps them
+     * there. */
     if (!p->steady && !(p->amx_rounds && fx_q64_fast_ok(p->guess - p->ec)))
         return FX_SHARED_MATMUL_NOT_TAKEN;
     if (!p->nt_items) fx_sm_blocks(p, budget);
