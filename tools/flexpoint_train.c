@@ -179,11 +179,11 @@ static int join_path(char *dst, size_t n, const char *dir, const char *name)
 /* Path buffers: a parsed path plus the longest file name appended to it. */
 #define PATH_BUF (FX_CLI_PATH_MAX + 256)
 
-/* The tensors named by --trace exist in the model: checked once, before any output is written,
- * on a host trainer of the first flex16_5/dfp16 run built for one image (tensor names depend
- * on the model and on whether convolutions are fused, which shared-exponent formats never
- * are, not on the data's size or the device). 0, 1 (the check could not be made) or 2 (an
- * unknown name). */
+/* The tensors named by --trace exist in the model and have a shared-exponent format: checked
+ * once, before any output is written, on a host trainer of the first flex16_5/dfp16 run built
+ * for one image (tensor names depend on the model and on whether convolutions are fused, which
+ * shared-exponent formats never are, not on the data's size or the device). 0, 1 (the check
+ * could not be made) or 2 (an unknown name, or a float tensor). */
 static int check_traces(const options *o, const fx_dataset *train)
 {
     fx_train_config cfg;
@@ -222,7 +222,19 @@ static int check_traces(const options *o, const fx_dataset *train)
     }
     int rc = 0;
     for (int k = 0; k < o->ntraces; k++) {
-        if (fx_trainer_tensor_find(t, o->traces[k]) >= 0) continue;
+        const int found = fx_trainer_tensor_find(t, o->traces[k]);
+        if (found >= 0) {
+            /* a float tensor named with --trace (layer norm's parameters, a policy's float
+             * layers) has no shared exponent to trace: a usage error now, rather than a failed
+             * run later; the default list leaves such tensors out (run_one) */
+            const fmt_t f = tensor_fmt(fx_trainer_tensor(t, found));
+            if (fmt_is_shared_exponent(f) || !o->traces_given) continue;
+            fprintf(stderr, "flexpoint-train: --trace: '%s' is %s in a %s run of a %s; traces "
+                            "exist for flex16_5 and dfp16 tensors only\n", o->traces[k],
+                    fmt_name(f), rs->label, o->model);
+            rc = 2;
+            break;
+        }
         fprintf(stderr, "flexpoint-train: --trace: a %s has no tensor named '%s'; its tensors "
                         "are:", o->model, o->traces[k]);
         for (int i = 0; i < fx_trainer_tensor_count(t); i++)
@@ -631,8 +643,8 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
                 !fmt_is_shared_exponent(tensor_fmt(fx_trainer_tensor(t, i))))
                 continue;
             if (i < 0 || tensor_trace_enable(fx_trainer_tensor(t, i), 1) != FX_OK) {
-                fprintf(stderr, "flexpoint-train: %s: --trace: %s\n", rs->label,
-                        flexpoint_last_error());
+                fprintf(stderr, "flexpoint-train: %s: --trace %s: %s\n", rs->label,
+                        o->traces[k], flexpoint_last_error());
                 rc = -1;
             } else {
                 traced[ntraced++] = i;

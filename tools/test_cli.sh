@@ -159,6 +159,12 @@ check "--trace of an unknown tensor" 2 "no tensor named 'conv9.out'" "$BIN" --da
   --synthetic-n 100 --model mlp --epochs 1 --batch 50 --formats fp32,flex16_5 \
   --trace fc1.out,conv9.out --out "$T/rt" --quiet
 [ ! -e "$T/rt" ] || { echo "FAIL: an unknown --trace created its output directory"; fail=1; }
+# a float tensor (layer norm's fp32 parameters) has no trace: the same usage error, naming it
+for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo "the cat sat on the mat. a dog ran." ; done > "$T/text.txt"
+check "--trace of a float tensor" 2 "'b1.ln1.gamma.grad' is fp32 in a flex16_5 run" "$BIN" \
+  --data "text:$T/text.txt" --model gpt1x16h2c8 --epochs 1 --batch 4 --formats flex16_5 \
+  --trace b1.attn.pre,b1.ln1.gamma.grad --out "$T/rf" --quiet
+[ ! -e "$T/rf" ] || { echo "FAIL: a float --trace created its output directory"; fail=1; }
 # output files that cannot be written: exit 1 naming the file (and, under LeakSanitizer, with
 # every data set and trainer freed: a leak changes the exit status)
 : > "$T/afile"
