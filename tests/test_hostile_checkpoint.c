@@ -350,12 +350,7 @@ static void version_cases(const fx_dataset *tr)
     unlink(path);
     if (!ttr) return;
     fx_train_config cfg;
-    fx_train_config_default(&cfg);
-    snprintf(cfg.model, sizeof cfg.model, "gpt1x16h2c8");
-    cfg.fmt = FMT_FLEX16_5;
-    cfg.batch_size = 4;
-    cfg.optimizer = FX_OPT_ADAMW;
-    cfg.lr = 3e-3;
+    test_lm_config(&cfg, "gpt1x16h2c8");
     fx_trainer *s = fx_trainer_new(&cfg, ttr, NULL), *u = fx_trainer_new(&cfg, ttr, NULL);
     CHECK(s && u, "trainers of gpt1x16h2c8: %s", flexpoint_last_error());
     if (s && u) {

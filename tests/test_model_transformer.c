@@ -304,12 +304,7 @@ static void builtin_trains(const char *path)
     CHECK_STATUS(fx_dataset_text(path, 8, 0.1, &tr, &va), FX_OK);
     if (!tr) return;
     fx_train_config cfg;
-    fx_train_config_default(&cfg);
-    snprintf(cfg.model, sizeof cfg.model, "gpt1x16h2c8");
-    cfg.fmt = FMT_FLEX16_5;
-    cfg.batch_size = 4;
-    cfg.optimizer = FX_OPT_ADAMW;
-    cfg.lr = 3e-3;
+    test_lm_config(&cfg, "gpt1x16h2c8");
     fx_model_def *d = NULL;
     CHECK_STATUS(fx_model_def_builtin("gpt1x16h2c8", 1, 1, 8, fx_dataset_classes(tr), &d), FX_OK);
     fx_trainer *a = fx_trainer_new(&cfg, tr, va);

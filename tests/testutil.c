@@ -110,6 +110,16 @@ void test_train_config(fx_train_config *c, const char *model, int fmt, uint64_t 
     c->seed = seed;
 }
 
+void test_lm_config(fx_train_config *c, const char *model)
+{
+    fx_train_config_default(c);
+    snprintf(c->model, sizeof c->model, "%s", model);
+    c->fmt = FMT_FLEX16_5;
+    c->batch_size = 4;
+    c->optimizer = FX_OPT_ADAMW;
+    c->lr = 3e-3;
+}
+
 int test_run_capture(const char *cmd, char *out, size_t n)
 {
     FILE *p = popen(cmd, "r");

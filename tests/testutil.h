@@ -52,6 +52,10 @@ struct fx_dataset *test_patch_dataset(int64_t n, uint64_t seed);
 struct fx_train_config;
 void test_train_config(struct fx_train_config *c, const char *model, int fmt, uint64_t seed);
 
+/* A small language model's configuration: the defaults with `model` (a gpt<L>x<D>h<H>c<T>
+ * name) in FLEX16_5, batches of 4, AdamW at lr 3e-3. */
+void test_lm_config(struct fx_train_config *c, const char *model);
+
 /* Run the shell command cmd (popen), its output into out (n bytes, NUL-terminated, cut at
  * n - 1): pclose's status (0: the command exited 0), -1 when it could not be started. */
 int test_run_capture(const char *cmd, char *out, size_t n);
