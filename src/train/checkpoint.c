@@ -255,10 +255,11 @@ int fx_ckpt_encode(fx_trainer *t, fx_buf *out, fx_ckpt_map *map, const char *nam
 /* ---- Validation -------------------------------------------------------------------------- */
 
 /* Magic, version, reserved field and length of a file of file_len bytes whose first
- * min(file_len, FX_CKPT_HEADER_BYTES) bytes are in hdr. The length field is compared with the
- * file's real size, never used to size anything. */
+ * min(file_len, FX_CKPT_HEADER_BYTES) bytes are in hdr; the version into *version_out where
+ * not NULL. The length field is compared with the file's real size, never used to size
+ * anything. */
 static int fx_check_header(const uint8_t *hdr, uint64_t file_len, const char *name,
-                           const char *func)
+                           const char *func, uint32_t *version_out)
 {
     if (file_len < FX_CKPT_HEADER_BYTES)
         return fx_error(FX_ECORRUPT, func, "%s: truncated header: %llu bytes (not a flexpoint "
@@ -283,6 +284,7 @@ static int fx_check_header(const uint8_t *hdr, uint64_t file_len, const char *na
                          "bytes, file: %llu bytes after the header)", name,
                          have < len ? "shorter" : "longer", (unsigned long long)len,
                          (unsigned long long)have);
+    if (version_out) *version_out = version;
     return FX_OK;
 }
 
@@ -618,10 +620,9 @@ int fx_ckpt_decode(fx_trainer *t, const uint8_t *file, size_t len, const char *n
 {
     if (!t || (!file && len)) return LOAD_FAIL(FX_EINVAL, "%s is NULL", !t ? "trainer" : "file");
     if (!name) name = "checkpoint";
-    int rc = fx_check_header(file, len, name, LOAD_FUNC);
+    uint32_t version = 0;
+    int rc = fx_check_header(file, len, name, LOAD_FUNC, &version);
     if (rc) return rc;
-    uint32_t version;
-    memcpy(&version, file + FX_CKPT_OFF_VERSION, 4);
     if (version != FX_CKPT_VERSION && fx_model_has_attention(&t->m))
         return LOAD_FAIL(FX_ECORRUPT, "%s: version %u, from before the attention layers' third "
                          "input-gradient tensor; this model has attention layers, which need "
@@ -671,7 +672,7 @@ static int fx_ckpt_read_file(const char *path, const char *func, uint8_t **data_
     if (got < 0) rc = fx_error(FX_EIO, func, "%s: read error: %s", path, strerror(errno));
     else if ((size_t)got != want)
         rc = fx_error(FX_EIO, func, "%s: file shrank while being read", path);
-    if (!rc) rc = fx_check_header(hdr, (uint64_t)size, path, func);
+    if (!rc) rc = fx_check_header(hdr, (uint64_t)size, path, func, NULL);
     if (!rc && (uint64_t)size > SIZE_MAX / 2)
         rc = fx_error(FX_ENOMEM, func, "%s: %lld bytes do not fit in memory", path,
                       (long long)size);

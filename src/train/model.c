@@ -998,11 +998,11 @@ static int fx_attn_backward(fx_model *m, fx_layer *l, const tensor_t *x, const t
     if (!rc) rc = fx_heads_merge(g[FX_AG_DQ], g[FX_AG_DQ4]);
     if (!rc) rc = fx_heads_merge(g[FX_AG_DK], g[FX_AG_DK4]);
     if (!rc) rc = fx_heads_merge(g[FX_AG_DV], g[FX_AG_DV4]);
-    /* dx = dq Wq + dk Wk + dv Wv: three products, two sums, each into its own tensor. Writing
-     * dv Wv into dq Wq's tensor, as this once did, made that tensor's exponent jump by about
-     * 2^5 between its two writes of every step: FLEX16_5's Autoflex then predicted for the
-     * other product (an overflow recomputed, or mantissas five bits short), and DFP16's
-     * exponent guess missed twice a step. */
+    /* dx = dq Wq + dk Wk + dv Wv: three products, two sums, each into its own tensor. A tensor
+     * holding dq Wq and dv Wv in turn would see its exponent jump by about 2^5 between its two
+     * writes of every step: FLEX16_5's Autoflex would predict for the other product (an
+     * overflow recomputed, or mantissas five bits short), and DFP16's exponent guess would miss
+     * twice a step. */
     tensor_t *dx = l->dx[0];
     if (!rc) rc = fx_rows_matmul_wt_backward(p[0].g, dx ? g[FX_AG_XA] : NULL, g[FX_AG_DQ], x, p[0].w);
     if (!rc) rc = fx_rows_matmul_wt_backward(p[1].g, dx ? g[FX_AG_XB] : NULL, g[FX_AG_DK], x, p[1].w);
