@@ -11,6 +11,10 @@
  *     so they take the dispatcher's route: K = 32 on the AMX kernel's half tiles, K < 32 on
  *     the register tiles (a kernel against another); the large products rounded in registers
  *     at K = 16-32 are test_shared_matmul's.
+ *   - both: operands given as transposed views (A with contiguous k rows, as a weight
+ *     gradient's dy^T or the attention's P^T; B with contiguous k columns, as x W^T) are packed
+ *     into the same tiles as their contiguous copies, so C must equal the product of those
+ *     copies bit for bit, for whole tiles and tails alike.
  * Shapes: several depths around the tile edges, full and partial 16-column panels, widths of
  * more than one packing group (with the prefetch of the next group), tall products (B packed
  * whole), at 1 and 2 threads (products of at least 2^20 multiply-adds, which the kernels
@@ -130,6 +134,63 @@ static void check_tail(fmt_t fmt, int64_t M, int64_t N, int64_t K, int64_t Kp, u
     free_operands(&o);
 }
 
+/* A [M, K] x B [K, N] with A and B stored as given (transA: A stored [K, M] and viewed
+ * transposed; transB likewise), its stored elements into raw */
+static void product_views(fmt_t fmt, const float *a, const float *b, int64_t M, int64_t N,
+                          int64_t K, int transA, int transB, void *raw)
+{
+    float *as = malloc(sizeof(float) * (size_t)(M * K)), *bs = malloc(sizeof(float) * (size_t)(K * N));
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++) as[transA ? k * M + i : i * K + k] = a[i * K + k];
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t j = 0; j < N; j++) bs[transB ? j * K + k : k * N + j] = b[k * N + j];
+    tensor_t *ta = transA ? new2d(fmt, K, M) : new2d(fmt, M, K);
+    tensor_t *tb = transB ? new2d(fmt, N, K) : new2d(fmt, K, N), *tc = new2d(fmt, M, N);
+    CHECK_STATUS(tensor_from_f32(ta, as), FX_OK);
+    CHECK_STATUS(tensor_from_f32(tb, bs), FX_OK);
+    tensor_t *va = transA ? tensor_view_transpose(ta, 0, 1) : ta;
+    tensor_t *vb = transB ? tensor_view_transpose(tb, 0, 1) : tb;
+    CHECK(va && vb, "cannot view the operands transposed");
+    CHECK_STATUS(tensor_matmul(tc, va, vb), FX_OK);
+    CHECK_STATUS(tensor_get_raw(tc, raw), FX_OK);
+    if (transA) tensor_free(va);
+    if (transB) tensor_free(vb);
+    tensor_free(ta);
+    tensor_free(tb);
+    tensor_free(tc);
+    free(as);
+    free(bs);
+}
+
+/* Every layout of the operands against the contiguous one, bit for bit, at 1 and 2 threads */
+static void check_layouts(fmt_t fmt, int64_t M, int64_t N, int64_t K, uint64_t seed)
+{
+    operands o = draw_operands(M, N, K, K, seed);
+    const size_t bytes = 2 * (size_t)(M * N);
+    unsigned char *want = malloc(bytes), *got = malloc(bytes);
+    for (int threads = 1; threads <= 2; threads++) {
+        (void)flexpoint_set_num_threads(threads);
+        product_views(fmt, o.a, o.b, M, N, K, 0, 0, want);
+        for (int layout = 1; layout < 4; layout++) {
+            product_views(fmt, o.a, o.b, M, N, K, layout & 1, layout >> 1, got);
+            CHECK(memcmp(want, got, bytes) == 0,
+                  "%s %lldx%lldx%lld, transA %d transB %d, %d threads: differs from the product "
+                  "of contiguous operands",
+                  fmt_name(fmt), (long long)M, (long long)N, (long long)K, layout & 1,
+                  layout >> 1, threads);
+        }
+    }
+    free(want);
+    free(got);
+    free_operands(&o);
+}
+
+/* Shapes for check_layouts: whole tiles; an M tail (a partial panel); a K tail; wide (B
+ * streamed in groups) and tall (B packed whole); all from 2^20 multiply-adds, split over
+ * threads */
+static const int64_t layout_shapes[][3] = {
+    {128, 160, 96}, {45, 645, 64}, {128, 160, 70}, {1300, 40, 64}, {1300, 40, 33}, {96, 645, 128}};
+
 int main(void)
 {
     const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
@@ -154,6 +215,9 @@ int main(void)
         /* rows streamed: B packed whole (M >= N), over two threads from 2^20 multiply-adds */
         for (size_t d = 0; d < sizeof depths / sizeof depths[0]; d++)
             if (depths[d] % 32) check_tail(FMT_BF16, 1300, 40, depths[d], (depths[d] + 31) / 32 * 32, seed++);
+        for (size_t i = 0; i < sizeof layout_shapes / sizeof layout_shapes[0]; i++)
+            check_layouts(FMT_BF16, layout_shapes[i][0], layout_shapes[i][1], layout_shapes[i][2],
+                          seed++);
         ran = 1;
     }
     if (flexpoint_set_kernel("matmul", FMT_DFP16, "amx") == FX_OK) {
@@ -164,6 +228,9 @@ int main(void)
                 check_tail(FMT_DFP16, widths[w] > 1000 ? 40 : 20, widths[w], depths[d], 64, seed++);
                 check_tail(FMT_DFP16, 300 + 1000 * (w == 2), 40, depths[d], 64, seed++); /* rows streamed */
             }
+        for (size_t i = 0; i < sizeof layout_shapes / sizeof layout_shapes[0]; i++)
+            check_layouts(FMT_DFP16, layout_shapes[i][0], layout_shapes[i][1], layout_shapes[i][2],
+                          seed++);
         ran = 1;
     }
     if (!ran) return test_skip("test_amx_gemm_tails", "the OS does not let this process use AMX tiles");

@@ -38,6 +38,7 @@
 #include "../core/amx_tiles.h"
 #include "../core/backend.h"
 #include "../core/prefetch.h"
+#include "../core/transpose_avx512.h"
 #include "../fp32/f32_kernels.h"
 #include "bf16_gemm.h"
 
@@ -64,12 +65,45 @@ static int a_tile_direct(int64_t sak, int64_t M, int64_t K, int64_t q, int64_t t
     return sak == 1 && q * 16 + 16 <= M && t * 32 + 32 <= K;
 }
 
+/* 16 bf16 of each of rows r0 and r1 interleaved into 16 pair words, in column order (unpack
+ * works per 128-bit lane: columns 0-3 | 8-11 and 4-7 | 12-15, put back in order) */
+static inline __m512i pair_words16(__m256i r0, __m256i r1)
+{
+    const __m256i lo = _mm256_unpacklo_epi16(r0, r1), hi = _mm256_unpackhi_epi16(r0, r1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
+                              _mm256_permute2x128_si256(lo, hi, 0x31), 1);
+}
+
+/* Tile t of row panel q of an A with contiguous rows of k (sam == 1: a transposed operand, as
+ * the weight gradient's dy^T and the attention's P^T), whole (16 rows inside M, 32 k values
+ * inside K). Why not element by element: each of its 512 values lies a row of A from the
+ * next, and that gather took a tenth of a bf16 transformer step. Here the 16 pairs of k rows
+ * (16 values each, contiguous) interleave into pair words, word j of pair row pp holding row
+ * j's k values 2 pp and 2 pp + 1, and a 16 x 16 transpose of those words gives each row its
+ * 32 k values in order. */
+static void pack_a_tile_colmajor(uint16_t *d, const uint16_t *a, int64_t sak, int64_t q, int64_t t)
+{
+    const uint16_t *base = a + q * 16 + t * 32 * sak;
+    __m512 w[16];
+    for (int pp = 0; pp < 16; pp++) {
+        const __m256i r0 = _mm256_loadu_si256((const void *)(base + 2 * pp * sak));
+        const __m256i r1 = _mm256_loadu_si256((const void *)(base + (2 * pp + 1) * sak));
+        w[pp] = _mm512_castsi512_ps(pair_words16(r0, r1));
+    }
+    fx_transpose16x16_ps(w);
+    for (int r = 0; r < 16; r++) _mm512_storeu_ps((void *)(d + r * 32), w[r]);
+}
+
 /* The packed tiles of row panel q of A (16 rows). */
 static void pack_a_panel(uint16_t *dst, const uint16_t *a, int64_t sam, int64_t sak, int64_t M,
                          int64_t K, int64_t q, int64_t nkt)
 {
     for (int64_t t = 0; t < nkt; t++) {
         if (a_tile_direct(sak, M, K, q, t)) continue;
+        if (sam == 1 && sak != 1 && q * 16 + 16 <= M && t * 32 + 32 <= K) {
+            pack_a_tile_colmajor(dst + t * TILE_ELEMS, a, sak, q, t);
+            continue;
+        }
         for (int r = 0; r < 16; r++) {
             const int64_t i = q * 16 + r;
             uint16_t *d = dst + t * TILE_ELEMS + r * 32;
@@ -101,10 +135,7 @@ static void pack_b_tile_any(uint16_t *d, const uint16_t *b, int64_t sbk, int64_t
 /* Rows r0 and r1 of 16 values interleaved into the 16 pair words of pair row pp at d + 32 pp */
 static inline void pack_b_pair_words(uint16_t *d, __m256i r0, __m256i r1, int pp)
 {
-    /* unpack works per 128-bit lane: columns 0-3 | 8-11 and 4-7 | 12-15 */
-    const __m256i lo = _mm256_unpacklo_epi16(r0, r1), hi = _mm256_unpackhi_epi16(r0, r1);
-    _mm256_storeu_si256((void *)(d + pp * 32), _mm256_permute2x128_si256(lo, hi, 0x20));
-    _mm256_storeu_si256((void *)(d + pp * 32 + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+    _mm512_storeu_si512((void *)(d + pp * 32), pair_words16(r0, r1));
 }
 
 /* Pair row pp of a whole tile of a row-major B whose column panel starts at r (the tile's row
@@ -143,13 +174,10 @@ static void pack_b_panel(uint16_t *dst, const uint16_t *b, int64_t sbk, int64_t 
         } else if (sbn == 1) {
             for (int pp = 0; pp < 16; pp++) pack_b_pair_row(d, b + k0 * sbk + s * 16, sbk, pp);
         } else { /* sbk == 1: column j's pair pp is the 32-bit word pp of b + col * sbn + k0 */
-            uint32_t *w = (uint32_t *)(void *)d;
-            for (int j = 0; j < 16; j++) {
-                const uint16_t *col = b + (s * 16 + j) * sbn + k0;
-                uint32_t words[16];
-                memcpy(words, col, sizeof words);
-                for (int pp = 0; pp < 16; pp++) w[pp * 16 + j] = words[pp];
-            }
+            __m512 w[16];
+            for (int j = 0; j < 16; j++) w[j] = _mm512_loadu_ps((const void *)(b + (s * 16 + j) * sbn + k0));
+            fx_transpose16x16_ps(w);
+            for (int pp = 0; pp < 16; pp++) _mm512_storeu_ps((void *)(d + pp * 32), w[pp]);
         }
     }
 }
