@@ -94,28 +94,39 @@ static void pack_a_tile_colmajor(uint16_t *d, const uint16_t *a, int64_t sak, in
     for (int r = 0; r < 16; r++) _mm512_storeu_ps((void *)(d + r * 32), w[r]);
 }
 
-/* The packed tiles of row panel q of A (16 rows). */
-static void pack_a_panel(uint16_t *dst, const uint16_t *a, int64_t sam, int64_t sak, int64_t M,
-                         int64_t K, int64_t q, int64_t nkt)
+/* Tile t of row panel q of A into d (nothing where the tile is read from A itself). */
+static void pack_a_tile(uint16_t *d, const uint16_t *a, int64_t sam, int64_t sak, int64_t M,
+                        int64_t K, int64_t q, int64_t t)
 {
-    for (int64_t t = 0; t < nkt; t++) {
-        if (a_tile_direct(sak, M, K, q, t)) continue;
-        if (sam == 1 && sak != 1 && q * 16 + 16 <= M && t * 32 + 32 <= K) {
-            pack_a_tile_colmajor(dst + t * TILE_ELEMS, a, sak, q, t);
-            continue;
-        }
-        for (int r = 0; r < 16; r++) {
-            const int64_t i = q * 16 + r;
-            uint16_t *d = dst + t * TILE_ELEMS + r * 32;
-            const int64_t k0 = t * 32, n = i < M ? (K - k0 < 32 ? K - k0 : 32) : 0;
-            if (n > 0 && sak == 1) {
-                memcpy(d, a + i * sam + k0, (size_t)n * sizeof *d);
-            } else {
-                for (int64_t kk = 0; kk < n; kk++) d[kk] = a[i * sam + (k0 + kk) * sak];
-            }
-            for (int64_t kk = n; kk < 32; kk++) d[kk] = 0;
-        }
+    if (a_tile_direct(sak, M, K, q, t)) return;
+    if (sam == 1 && sak != 1 && q * 16 + 16 <= M && t * 32 + 32 <= K) {
+        pack_a_tile_colmajor(d, a, sak, q, t);
+        return;
     }
+    for (int r = 0; r < 16; r++) {
+        const int64_t i = q * 16 + r;
+        uint16_t *dr = d + r * 32;
+        const int64_t k0 = t * 32, n = i < M ? (K - k0 < 32 ? K - k0 : 32) : 0;
+        if (n > 0 && sak == 1) {
+            memcpy(dr, a + i * sam + k0, (size_t)n * sizeof *dr);
+        } else {
+            for (int64_t kk = 0; kk < n; kk++) dr[kk] = a[i * sam + (k0 + kk) * sak];
+        }
+        for (int64_t kk = n; kk < 32; kk++) dr[kk] = 0;
+    }
+}
+
+/* The packed tiles (q, t) of A for every row panel q and k tiles t0 .. t1 - 1, at apk +
+ * (q nkt + t) tiles, t by t across all the panels: in a transposed A each k row is then read
+ * whole, one sweep the prefetchers follow, where a panel at a time reads 32 bytes of every row
+ * over the whole K and comes back for the rest later (the weight gradient's dy^T: a fifth of
+ * a product's time). */
+static void pack_a_ktiles(uint16_t *apk, const uint16_t *a, int64_t sam, int64_t sak, int64_t M,
+                          int64_t K, int64_t mq, int64_t nkt, int64_t t0, int64_t t1)
+{
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t q = 0; q < mq; q++)
+            pack_a_tile(apk + (q * nkt + t) * TILE_ELEMS, a, sam, sak, M, K, q, t);
 }
 
 /* Tile t of column panel s of B, element by element (any strides, any tail). */
@@ -355,7 +366,7 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
 {
     const fx_operand *B = &c->in[1];
     /* B pre-packed by the caller (c->b_amx), or packed here */
-    uint16_t *own = c->b_amx ? NULL : aligned_alloc(64, (size_t)(ns * nkt) * TILE_ELEMS * sizeof(uint16_t));
+    uint16_t *own = c->b_amx ? NULL : fx_scratch_aligned_alloc((size_t)(ns * nkt) * TILE_ELEMS * sizeof(uint16_t));
     if (!c->b_amx && !own) return FX_ENOMEM;
     const uint16_t *bpk = c->b_amx ? c->b_amx : own;
     const uint16_t *b = B->data;
@@ -370,7 +381,7 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
 #endif
     {
         if (own) pack_b_whole(own, b, B->strides[0], B->strides[1], K, N, ns, nkt);
-        uint16_t *rows = aligned_alloc(64, (size_t)(32 * ld) * sizeof(uint16_t));
+        uint16_t *rows = fx_scratch_aligned_alloc((size_t)(32 * ld) * sizeof(uint16_t));
         failed = !rows;
         if (!failed) fx_amx_tiles_configure();
 #ifdef _OPENMP
@@ -384,9 +395,9 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
                 amx_block(&as, bpk + s * nkt * TILE_ELEMS, 2 * qp, s, c->out_f32, N, N);
         }
         if (!failed) _tile_release();
-        free(rows);
+        fx_scratch_aligned_free(rows);
     }
-    free(own);
+    fx_scratch_aligned_free(own);
     return failed ? FX_ENOMEM : FX_OK;
 }
 
@@ -409,11 +420,11 @@ static int amx_matmul_cols(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
     const int nt = c->nthreads > 1 && (double)M * (double)N * (double)K >= (double)(1 << 20)
                        ? c->nthreads
                        : 1;
-    uint16_t *apk = aligned_alloc(64, (size_t)(mq * nkt) * TILE_ELEMS * sizeof(uint16_t));
-    uint16_t *bufs = aligned_alloc(64, (size_t)(nt * gtiles) * TILE_ELEMS * sizeof(uint16_t));
+    uint16_t *apk = fx_scratch_aligned_alloc((size_t)(mq * nkt) * TILE_ELEMS * sizeof(uint16_t));
+    uint16_t *bufs = fx_scratch_aligned_alloc((size_t)(nt * gtiles) * TILE_ELEMS * sizeof(uint16_t));
     if (!apk || !bufs) {
-        free(apk);
-        free(bufs);
+        fx_scratch_aligned_free(apk);
+        fx_scratch_aligned_free(bufs);
         return FX_ENOMEM;
     }
     const uint16_t *a = A->data, *b = B->data;
@@ -427,8 +438,8 @@ static int amx_matmul_cols(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
         tid = omp_get_thread_num();
 #pragma omp for schedule(static)
 #endif
-        for (int64_t q = 0; q < mq; q++)
-            pack_a_panel(apk + q * nkt * TILE_ELEMS, a, A->strides[0], A->strides[1], M, K, q, nkt);
+        for (int64_t t = 0; t < nkt; t++)
+            pack_a_ktiles(apk, a, A->strides[0], A->strides[1], M, K, mq, nkt, t, t + 1);
         uint16_t *buf = bufs + (size_t)(tid * gtiles) * TILE_ELEMS;
         fx_amx_tiles_configure();
 #ifdef _OPENMP
@@ -443,8 +454,8 @@ static int amx_matmul_cols(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
         }
         _tile_release();
     }
-    free(apk);
-    free(bufs);
+    fx_scratch_aligned_free(apk);
+    fx_scratch_aligned_free(bufs);
     return FX_OK;
 }
 
@@ -468,11 +479,11 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
     if (c->a_rows) return amx_matmul_rows(c, M, K, N, nkt, mq, ns);
     if (N > M && amx_b_group_pairs(nkt) >= 1)
         return amx_matmul_cols(c, M, K, N, nkt, mq, ns, amx_b_group_pairs(nkt));
-    uint16_t *apk = aligned_alloc(64, (size_t)(mq * nkt) * TILE_ELEMS * sizeof(uint16_t));
-    uint16_t *bpk = aligned_alloc(64, (size_t)(ns * nkt) * TILE_ELEMS * sizeof(uint16_t));
+    uint16_t *apk = fx_scratch_aligned_alloc((size_t)(mq * nkt) * TILE_ELEMS * sizeof(uint16_t));
+    uint16_t *bpk = fx_scratch_aligned_alloc((size_t)(ns * nkt) * TILE_ELEMS * sizeof(uint16_t));
     if (!apk || !bpk) {
-        free(apk);
-        free(bpk);
+        fx_scratch_aligned_free(apk);
+        fx_scratch_aligned_free(bpk);
         return FX_ENOMEM;
     }
     const uint16_t *a = A->data, *b = B->data;
@@ -489,8 +500,8 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t q = 0; q < mq; q++)
-            pack_a_panel(apk + q * nkt * TILE_ELEMS, a, A->strides[0], A->strides[1], M, K, q, nkt);
+        for (int64_t t = 0; t < nkt; t++)
+            pack_a_ktiles(apk, a, A->strides[0], A->strides[1], M, K, mq, nkt, t, t + 1);
         pack_b_whole(bpk, b, B->strides[0], B->strides[1], K, N, ns, nkt);
         fx_amx_tiles_configure();
         /* blocks row by row: a thread's consecutive blocks share their A panels */
@@ -503,8 +514,8 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
         }
         _tile_release();
     }
-    free(apk);
-    free(bpk);
+    fx_scratch_aligned_free(apk);
+    fx_scratch_aligned_free(bpk);
     return FX_OK;
 }
 
