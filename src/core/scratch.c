@@ -12,6 +12,7 @@
 #include "dispatch.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #define FX_SCRATCH_CACHE_MIN ((size_t)1 << 20)
@@ -111,4 +112,44 @@ void fx_scratch_free(fx_scratch *t)
         else free(t->p[i]);
     }
     t->n = 0;
+}
+
+/* The block fx_scratch_aligned_alloc handed out at p: where it starts and its usable bytes,
+ * kept in the two words before p. */
+typedef struct {
+    void *base;
+    size_t cap;
+} fx_aligned_head;
+
+void *fx_scratch_aligned_alloc(size_t bytes)
+{
+    const size_t extra = 64 + sizeof(fx_aligned_head);
+    if (bytes > SIZE_MAX - extra) return NULL;
+    const size_t need = bytes + extra;
+    size_t cap = need;
+    void *base = need >= FX_SCRATCH_CACHE_MIN ? cache_take(need, &cap) : NULL;
+    if (!base) {
+        base = fx_alloc_array((int64_t)need, 1);
+        cap = need;
+        if (!base && need >= FX_SCRATCH_CACHE_MIN) {
+            cache_release_all();
+            base = fx_alloc_array((int64_t)need, 1);
+        }
+    }
+    if (!base) return NULL;
+    const uintptr_t at = ((uintptr_t)base + sizeof(fx_aligned_head) + 63) & ~(uintptr_t)63;
+    fx_aligned_head *h = (fx_aligned_head *)at - 1;
+    h->base = base;
+    h->cap = cap;
+    return (void *)at;
+}
+
+void fx_scratch_aligned_free(void *p)
+{
+    if (!p) return;
+    const fx_aligned_head *h = (const fx_aligned_head *)p - 1;
+    void *base = h->base;
+    const size_t cap = h->cap;
+    if (cap >= FX_SCRATCH_CACHE_MIN) cache_give(base, cap);
+    else free(base);
 }

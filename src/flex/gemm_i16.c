@@ -429,12 +429,6 @@ int flexpoint_gemm_i16_stats(flexpoint_gemm_i16_stats_t *st)
     return FX_OK;
 }
 
-static void *fx_gemm_alloc(size_t bytes)
-{
-    bytes = (bytes + 63) & ~(size_t)63;
-    return aligned_alloc(64, bytes ? bytes : 64);
-}
-
 /* ---- the driver: plan, pack, run ----------------------------------------------------------- */
 
 /* Everything one product decides before it touches data (fx_gemm_plan): its operands and what
@@ -997,15 +991,15 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     }
 
     fx_gemm_shared sh;
-    sh.bpack = fx_gemm_alloc(pl.bpack_elems * (size_t)pl.kg * sizeof(int16_t));
+    sh.bpack = fx_scratch_aligned_alloc(pl.bpack_elems * (size_t)pl.kg * sizeof(int16_t));
     /* per K block of a group: B segment norms, then each panel's largest */
-    sh.bnorm = fx_gemm_alloc(pl.bnorm_elems * (size_t)pl.kg * sizeof(int32_t));
-    sh.tpack = fx_gemm_alloc(pl.t_stride * (size_t)pl.nt);
+    sh.bnorm = fx_scratch_aligned_alloc(pl.bnorm_elems * (size_t)pl.kg * sizeof(int32_t));
+    sh.tpack = fx_scratch_aligned_alloc(pl.t_stride * (size_t)pl.nt);
     sh.probe_fast = 0;
     if (!sh.bpack || !sh.bnorm || !sh.tpack) {
-        free(sh.bpack);
-        free(sh.bnorm);
-        free(sh.tpack);
+        fx_scratch_aligned_free(sh.bpack);
+        fx_scratch_aligned_free(sh.bnorm);
+        fx_scratch_aligned_free(sh.tpack);
         return FX_ENOMEM;
     }
     int64_t fast_tiles = 0, split_tiles = 0, fast_pairs = 0, split_pairs = 0, fast_chains = 0;
@@ -1037,8 +1031,8 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         *c->out_imax = imax;
         *c->out_imax_known = 1;
     }
-    free(sh.bpack);
-    free(sh.bnorm);
-    free(sh.tpack);
+    fx_scratch_aligned_free(sh.bpack);
+    fx_scratch_aligned_free(sh.bnorm);
+    fx_scratch_aligned_free(sh.tpack);
     return FX_OK;
 }

@@ -701,8 +701,8 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
     const int64_t mq = (j->M + 15) / 16, ns = (j->N + 15) / 16;
     const size_t panel = (size_t)kbt * PAIR_BYTES;
     /* B packed beforehand: every K block's panels, one block after another */
-    int8_t *bpk = j->b_pre ? NULL : aligned_alloc(64, (size_t)ns * panel);
-    int8_t *apk = aligned_alloc(64, (size_t)nt * panel);
+    int8_t *bpk = j->b_pre ? NULL : fx_scratch_aligned_alloc((size_t)ns * panel);
+    int8_t *apk = fx_scratch_aligned_alloc((size_t)nt * panel);
     /* rows on demand (unless their source writes the tiles itself): 16 staging rows per thread
      * with the slack a_rows may write into */
     const int staged = j->a_rows && !j->a_tiles;
@@ -710,8 +710,8 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
     const size_t stage_n = (size_t)(16 * j->rows_ld);
     int16_t *stages = staged ? malloc((size_t)nt * stage_n * sizeof(int16_t)) : NULL;
     if ((!bpk && !j->b_pre) || !apk || (staged && !stages)) {
-        free(bpk);
-        free(apk);
+        fx_scratch_aligned_free(bpk);
+        fx_scratch_aligned_free(apk);
         free(stages);
         return FX_ENOMEM;
     }
@@ -781,8 +781,8 @@ static int amx_rows_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
         }
         _tile_release();
     }
-    free(bpk);
-    free(apk);
+    fx_scratch_aligned_free(bpk);
+    fx_scratch_aligned_free(apk);
     free(stages);
     *imax_out = imax;
     *nuf_out = nuf;
@@ -805,11 +805,11 @@ static int amx_cols_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
     const int64_t G0 = amx_b_group(panel), ng0 = (ns + G0 - 1) / G0;
     const int64_t ng_even = (ng0 + nt - 1) / nt * nt;
     const int64_t G = (ns + ng_even - 1) / ng_even, ng = (ns + G - 1) / G;
-    int8_t *apk = aligned_alloc(64, (size_t)mqc * panel);
-    int8_t *bpk = aligned_alloc(64, (size_t)(nt * G) * panel);
+    int8_t *apk = fx_scratch_aligned_alloc((size_t)mqc * panel);
+    int8_t *bpk = fx_scratch_aligned_alloc((size_t)(nt * G) * panel);
     if (!apk || !bpk) {
-        free(apk);
-        free(bpk);
+        fx_scratch_aligned_free(apk);
+        fx_scratch_aligned_free(bpk);
         return FX_ENOMEM;
     }
     uint64_t imax = 0;
@@ -855,8 +855,8 @@ static int amx_cols_streamed(amx_i16_job *j, int nt, int64_t kbt, uint64_t *imax
         }
         _tile_release();
     }
-    free(apk);
-    free(bpk);
+    fx_scratch_aligned_free(apk);
+    fx_scratch_aligned_free(bpk);
     *imax_out = imax;
     *nuf_out = nuf;
     return FX_OK;

@@ -26,11 +26,12 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* 64-byte aligned scratch (cache lines; full AVX-512 vectors). */
+/* 64-byte aligned scratch (cache lines; full AVX-512 vectors), from the scratch cache: the
+ * packed panels of B are megabytes, faulted in page by page on every call when fresh. */
 static float *alloc_floats(int64_t n)
 {
     size_t bytes = (size_t)round_up(n > 0 ? n : 1, 16) * sizeof(float);
-    return (float *)aligned_alloc(64, bytes);
+    return (float *)fx_scratch_aligned_alloc(bytes);
 }
 
 static inline void pack_rows(float *restrict dst, const float *restrict src, int64_t s0,
@@ -374,8 +375,8 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
     float *bbuf = alloc_floats((int64_t)nt * kcu * ncb);
     uint32_t *akey = choose ? malloc(sizeof(uint32_t) * (size_t)ceil_div(mc, mr)) : NULL;
     if (!abuf || !bbuf || (choose && !akey)) {
-        free(abuf);
-        free(bbuf);
+        fx_scratch_aligned_free(abuf);
+        fx_scratch_aligned_free(bbuf);
         free(akey);
         return FX_ENOMEM;
     }
@@ -452,8 +453,8 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
             }
         }
     }
-    free(abuf);
-    free(bbuf);
+    fx_scratch_aligned_free(abuf);
+    fx_scratch_aligned_free(bbuf);
     free(akey);
     return FX_OK;
 }
