@@ -653,6 +653,11 @@ static void test_sum(void)
     static const int64_t shapes[][3] = {
         {1, 1, 1}, {1, 0, 5}, {3, 0, 1}, {1, 1000, 1}, {7, 13, 1}, {1, 17, 33}, {5, 9, 11},
         {64, 4096, 1}, {2, 70000, 3}, {300, 7, 257}, {1, 100000, 1}, {1000, 300, 1},
+        /* one outer item of many rows, split over the threads: a linear layer's bias gradient,
+         * a partial block of 64 columns, and (index 14: every value 32767) sums of more rows
+         * than int32 lanes could hold without moving them into int64; then outer items of
+         * their own with more rows than one flush */
+        {1, 16384, 128}, {1, 4099, 77}, {1, 70000, 17}, {3, 20000, 40},
     };
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t outer = shapes[si][0], len = shapes[si][1], inner = shapes[si][2];

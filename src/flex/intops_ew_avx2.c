@@ -54,26 +54,35 @@ static void fx_sum_cols8(const int16_t *src, int64_t len, int64_t inner, int64_t
         for (int j = 0; j < w; j++) dst[j] += src[k * inner + j];
 }
 
+/* out[0..inner) = the column sums of rows [0, len) of src (row stride inner), 8 columns at a
+ * time (fx_sum_rows_fn) */
+static void fx_sum_cols_avx2(const int16_t *src, int64_t len, int64_t inner, int64_t *out)
+{
+    for (int64_t i = 0; i < inner; i += 8)
+        fx_sum_cols8(src + i, len, inner, out + i, inner - i >= 8 ? 8 : (int)(inner - i));
+}
+
 int fx_flex_sum_avx2(const fx_op_call *c)
 {
     const int16_t *a = (const int16_t *)c->in[0].data;
     const int64_t outer = c->red_outer, len = c->red_len, inner = c->red_inner;
     int64_t *out = c->out_i64;
-    const int nt = (c->nthreads > 1 && outer > 1 && outer * len * inner >= FX_FLEX_PAR_MIN_ELEMS)
-                       ? c->nthreads : 1;
+    const int par = c->nthreads > 1 && outer * len * inner >= FX_FLEX_PAR_MIN_ELEMS;
+    *c->out_exp = c->in[0].exp;
+    if (inner > 1 && par && outer < c->nthreads) { /* too few items to share: split the rows */
+        fx_flex_sum_split(a, outer, len, inner, out, c->nthreads, fx_sum_cols_avx2);
+        return FX_OK;
+    }
+    const int nt = par && outer > 1 ? c->nthreads : 1;
     (void)nt;
     FX_EW_PARALLEL_FOR
     for (int64_t o = 0; o < outer; o++) {
         const int16_t *src = a + o * len * inner;
         int64_t *dst = out + o * inner;
-        if (inner == 1) {
+        if (inner == 1)
             dst[0] = fx_sum_row_i16(src, len);
-            continue;
-        }
-        /* rows of `inner` values added one after the other, 8 columns at a time */
-        for (int64_t i = 0; i < inner; i += 8)
-            fx_sum_cols8(src + i, len, inner, dst + i, inner - i >= 8 ? 8 : (int)(inner - i));
+        else
+            fx_sum_cols_avx2(src, len, inner, dst);
     }
-    *c->out_exp = c->in[0].exp;
     return FX_OK;
 }

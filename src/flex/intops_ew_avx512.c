@@ -149,32 +149,65 @@ static int64_t fx_sum_row_i16(const int16_t *x, int64_t n)
     return _mm512_reduce_add_epi64(total);
 }
 
+/* out[0..inner) = the column sums of rows [0, len) of src (row stride inner): 64 columns at a
+ * time, each row's 128 contiguous bytes widened into int32 lanes (each row adds at most 2^15
+ * to a lane) and moved into int64 every FX_SUM_FLUSH rows, long before a lane could reach
+ * 2^31. Row by row along each block's 128 bytes, where 8 columns at a time down all the rows
+ * read every line of a wide dy eight times. */
+static void fx_sum_cols_i16(const int16_t *src, int64_t len, int64_t inner, int64_t *out)
+{
+    for (int64_t c0 = 0; c0 < inner; c0 += 64) {
+        __mmask16 m[4];
+        for (int g = 0; g < 4; g++) {
+            const int64_t left = inner - c0 - 16 * g;
+            m[g] = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        }
+        __m512i total[8];
+        for (int v = 0; v < 8; v++) total[v] = _mm512_setzero_si512();
+        for (int64_t k = 0; k < len;) {
+            __m512i acc[4];
+            for (int g = 0; g < 4; g++) acc[g] = _mm512_setzero_si512();
+            for (int64_t steps = 0; steps < FX_SUM_FLUSH && k < len; steps++, k++) {
+                const int16_t *row = src + k * inner + c0;
+                for (int g = 0; g < 4; g++)
+                    acc[g] = _mm512_add_epi32(
+                        acc[g], _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(m[g], row + 16 * g)));
+            }
+            for (int g = 0; g < 4; g++) {
+                total[2 * g] = _mm512_add_epi64(
+                    total[2 * g], _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[g])));
+                total[2 * g + 1] = _mm512_add_epi64(
+                    total[2 * g + 1], _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[g], 1)));
+            }
+        }
+        for (int g = 0; g < 4; g++) {
+            _mm512_mask_storeu_epi64(out + c0 + 16 * g, (__mmask8)m[g], total[2 * g]);
+            _mm512_mask_storeu_epi64(out + c0 + 16 * g + 8, (__mmask8)(m[g] >> 8), total[2 * g + 1]);
+        }
+    }
+}
+
 int fx_flex_sum_avx512(const fx_op_call *c)
 {
     const int16_t *a = (const int16_t *)c->in[0].data;
     const int64_t outer = c->red_outer, len = c->red_len, inner = c->red_inner;
     int64_t *out = c->out_i64;
-    const int nt = fx_ew_threads(c, outer * len * inner) > 1 && outer > 1 ? c->nthreads : 1;
+    const int par = fx_ew_threads(c, outer * len * inner) > 1;
+    *c->out_exp = c->in[0].exp;
+    if (inner > 1 && par && outer < c->nthreads) { /* too few items to share: split the rows */
+        fx_flex_sum_split(a, outer, len, inner, out, c->nthreads, fx_sum_cols_i16);
+        return FX_OK;
+    }
+    const int nt = par && outer > 1 ? c->nthreads : 1;
     (void)nt;
     FX_EW_PARALLEL_FOR
     for (int64_t o = 0; o < outer; o++) {
         const int16_t *src = a + o * len * inner;
         int64_t *dst = out + o * inner;
-        if (inner == 1) {
+        if (inner == 1)
             dst[0] = fx_sum_row_i16(src, len);
-            continue;
-        }
-        /* rows of `inner` values added one after the other, 8 int64 lanes at a time */
-        for (int64_t i = 0; i < inner; i += 8) {
-            const int64_t left = inner - i;
-            const __mmask8 m = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
-            __m512i acc = _mm512_setzero_si512();
-            for (int64_t k = 0; k < len; k++)
-                acc = _mm512_add_epi64(
-                    acc, _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(m, src + k * inner + i)));
-            _mm512_mask_storeu_epi64(dst + i, m, acc);
-        }
+        else
+            fx_sum_cols_i16(src, len, inner, dst);
     }
-    *c->out_exp = c->in[0].exp;
     return FX_OK;
 }
