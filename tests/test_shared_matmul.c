@@ -36,6 +36,11 @@
  * 3c. A DFP16 output whose exponent moves at every write (check_unsteady_dfp16): taken where
  *    the level rounds in registers, its misses run again there, and left to the dispatcher
  *    elsewhere; every write the dispatcher's bit for bit.
+ * 3d. Outputs marked disposable (as the trainer's activations; the plain products at two
+ *    threads, the bmm at one) are rounded into straight, every take (fx_shared_matmul_direct),
+ *    with the same checks; others never. A disposable bmm output that is its own first
+ *    operand is never rounded into before the products are done, and gives the product of a
+ *    copy.
  * 4. Products it must not take (too small an output by default, K of 1024 or more, a transposed
  *    output view, a float operand, an output that is an operand) give the dispatcher's
  *    results and leave the counter still. */
@@ -99,6 +104,11 @@ static void check_reference(tensor_t *out, tensor_t *a, tensor_t *b, const char 
     free(ov);
 }
 
+/* Whether the route's outputs of the sequences are marked disposable (fx_storage.disposable,
+ * as the trainer's activations): the route then rounds straight into them (counted by
+ * fx_shared_matmul_direct) instead of into a buffer copied in afterwards. */
+static int g_disposable;
+
 /* Whether the active level rounds an [M, K] x [K, N] product in registers (AMX). */
 static int rounds_in_registers(int64_t M, int64_t K, int64_t N)
 {
@@ -119,6 +129,7 @@ static twin_products twin_products_new(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, 
                        tensor_new(fo, 2, so)};
     tensor_trace_enable(t.fast, 1);
     tensor_trace_enable(t.ref, 1);
+    if (g_disposable) fx_tensor_set_disposable(t.fast);
     return t;
 }
 
@@ -169,7 +180,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     const int64_t taken0 = fx_shared_matmul_taken(), missed0 = fx_shared_matmul_missed();
     const int64_t rerun0 = fx_shared_matmul_rerun(), inreg0 = fx_shared_matmul_in_registers();
     const int64_t uncovered0 = fx_shared_matmul_not_covered();
-    const int64_t dry0 = fx_shared_matmul_asked_dry();
+    const int64_t dry0 = fx_shared_matmul_asked_dry(), direct0 = fx_shared_matmul_direct();
     int checked = 0, taken_unsteady = 0;
     for (int step = 0; step < steps; step++) {
         int taken, kept;
@@ -189,6 +200,10 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     CHECK(taken - missed >= 3, "%s: %lld products kept their blocked rounding", what,
           (long long)(taken - missed));
     CHECK(checked > 0, "%s: no product taken to check against fp64", what);
+    const int64_t direct = fx_shared_matmul_direct() - direct0;
+    CHECK(direct == (g_disposable ? taken : 0), "%s: %lld of %lld products rounded straight "
+          "into a%s output", what, (long long)direct, (long long)taken,
+          g_disposable ? " disposable" : "n ordinary");
     /* the jump misses: a FLEX16_5 prediction overflows (the dispatcher takes over), a DFP16
      * exponent moves (the blocks run again guessing the exact exponent) */
     CHECK(missed >= 1, "%s: no early rounding missed at the jump", what);
@@ -433,6 +448,7 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
     tensor_t *fast = tensor_new(fo, 3, so), *ref = tensor_new(fo, 3, so);
     tensor_trace_enable(fast, 1);
     tensor_trace_enable(ref, 1);
+    if (g_disposable) fx_tensor_set_disposable(fast);
     char what[160];
     snprintf(what, sizeof what, "bmm into fmt %d, [%lld, %lld, %lld] x K %lld, trans %d %d",
              (int)fo, (long long)B, (long long)M, (long long)N, (long long)K, ta, tb);
@@ -442,6 +458,7 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
     const int64_t taken0 = fx_shared_matmul_taken(), missed0 = fx_shared_matmul_missed();
     const int64_t inreg0 = fx_shared_matmul_in_registers();
     const int64_t dry0 = fx_shared_matmul_asked_dry(), uncovered0 = fx_shared_matmul_not_covered();
+    const int64_t direct0 = fx_shared_matmul_direct();
     for (int step = 0; step < steps; step++) {
         test_rng vals;
         test_rng_seed(&vals, 99);
@@ -463,6 +480,10 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
     const int64_t missed = fx_shared_matmul_missed() - missed0;
     CHECK(taken - missed >= 3 && missed >= 1, "%s: %lld taken, %lld missed", what,
           (long long)taken, (long long)missed);
+    const int64_t direct = fx_shared_matmul_direct() - direct0;
+    CHECK(direct == (g_disposable ? taken : 0), "%s: %lld of %lld products rounded straight "
+          "into the output (disposable: %d)", what, (long long)direct, (long long)taken,
+          g_disposable);
     /* a DFP16 output rounded in registers is taken at every write from the third, the jump's
      * unsteady ones included */
     if (rounds_in_registers(M, K, N) && fo == FMT_DFP16)
@@ -480,6 +501,45 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
     tensor_free(a);
     tensor_free(b);
     tensor_free(fast);
+    tensor_free(ref);
+}
+
+/* A disposable bmm output that is also its first operand (out = x x b, items [40, 40]): the
+ * route must not round into out while the products still read it. Against the dispatcher's
+ * product of a copy of x, at every step, and no write rounded straight into out. */
+static void check_bmm_aliased(void)
+{
+    const int64_t sx[3] = {3, 40, 40};
+    tensor_t *x = tensor_new(FMT_DFP16, 3, sx), *x0 = tensor_new(FMT_DFP16, 3, sx);
+    tensor_t *b = tensor_new(FMT_DFP16, 3, sx), *ref = tensor_new(FMT_DFP16, 3, sx);
+    fx_tensor_set_disposable(x);
+    const int64_t n = tensor_numel(x), direct0 = fx_shared_matmul_direct();
+    float *got = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
+    for (int step = 0; step < 8; step++) {
+        test_rng vals;
+        test_rng_seed(&vals, 5);
+        fill(x, 1.0, &vals);
+        test_rng_seed(&vals, 5);
+        fill(x0, 1.0, &vals);
+        fill(b, 1.0, &vals);
+        CHECK_STATUS(tensor_bmm(x, x, b, 0, 0), FX_OK);
+        fx_shared_matmul_set_enabled(0);
+        CHECK_STATUS(tensor_bmm(ref, x0, b, 0, 0), FX_OK);
+        fx_shared_matmul_set_enabled(1);
+        CHECK_STATUS(tensor_to_f32(x, got), FX_OK);
+        CHECK_STATUS(tensor_to_f32(ref, want), FX_OK);
+        CHECK(tensor_exp(x) == tensor_exp(ref) &&
+                  memcmp(got, want, sizeof(float) * (size_t)n) == 0,
+              "bmm into its own operand, step %d: differs from the product of a copy", step);
+    }
+    CHECK(fx_shared_matmul_direct() == direct0,
+          "bmm into its own operand: %lld products rounded straight into it",
+          (long long)(fx_shared_matmul_direct() - direct0));
+    free(got);
+    free(want);
+    tensor_free(x);
+    tensor_free(x0);
+    tensor_free(b);
     tensor_free(ref);
 }
 
@@ -561,6 +621,7 @@ int main(void)
                      FX_OK);
         for (int nt = 1; nt <= 2; nt++) {
             flexpoint_set_num_threads(nt);
+            g_disposable = nt == 2; /* outputs rounded into: at two threads */
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                 fx_shared_matmul_set_sizes(64, budgets[si % 2]);
                 const int k = (int)(si + nt) % 2, ka = (int)si % 2, kb = (int)(si / 2) % 2;
@@ -572,6 +633,7 @@ int main(void)
          * odd item counts against 2 threads */
         for (int nt = 1; nt <= 2; nt++) {
             flexpoint_set_num_threads(nt);
+            g_disposable = nt == 1; /* the other thread count than the plain products' */
             fx_shared_matmul_set_sizes(64, 256);
             check_bmm_sequence(FMT_FLEX16_5, 5, 7, 13, 9, 0, 1, 0);
             check_bmm_sequence(FMT_DFP16, 4, 7, 5, 9, 1, 0, 0);
@@ -587,6 +649,9 @@ int main(void)
             check_bmm_sequence(FMT_FLEX16_5, 3, 40, 64, 30, 1, 0, 0);
             check_bmm_sequence(FMT_DFP16, 3, 40, 64, 30, 1, 0, 1);
         }
+        g_disposable = 0;
+        fx_shared_matmul_set_sizes(64, 256);
+        check_bmm_aliased();
         fx_shared_matmul_set_sizes(64, 256);
         flexpoint_set_num_threads(2);
         check_kept_overflow(1, 48, 64, 200);

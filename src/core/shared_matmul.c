@@ -68,7 +68,7 @@
 static int fx_sm_enabled_flag = 1;
 static int64_t fx_sm_min_out = FX_SM_MIN_OUT_DEFAULT, fx_sm_chunk = FX_SM_CHUNK_DEFAULT;
 static int64_t fx_sm_taken, fx_sm_missed, fx_sm_rerun, fx_sm_in_registers, fx_sm_not_covered,
-    fx_sm_asked_dry;
+    fx_sm_asked_dry, fx_sm_direct_taken;
 
 void fx_shared_matmul_set_enabled(int on)
 {
@@ -97,6 +97,10 @@ int64_t fx_shared_matmul_asked_dry(void)
 {
     return __atomic_load_n(&fx_sm_asked_dry, __ATOMIC_RELAXED);
 }
+int64_t fx_shared_matmul_direct(void)
+{
+    return __atomic_load_n(&fx_sm_direct_taken, __ATOMIC_RELAXED);
+}
 
 typedef struct fx_sm_plan {
     const fx_backend *be;
@@ -108,7 +112,8 @@ typedef struct fx_sm_plan {
     int guess;       /* the exponent every block is rounded at */
     int nt_items;    /* > 0: whole items on this many threads at once (fx_sm_run_items) */
     int amx_rounds;  /* the level's AMX kernel can round this shape in registers */
-    int16_t *tmp;    /* [batch, M, N]: the rounding at guess, copied into out once kept */
+    int16_t *tmp;    /* [batch, M, N]: the rounding at guess, copied into out once kept (or
+                      * out itself: fx_sm_direct) */
     int64_t *block;  /* sums of the block being rounded: [mc, nc], or [M, N] per thread */
     fx_qstats q;     /* the rounding's statistics, all blocks merged */
     uint64_t imax;   /* the largest |sum| */
@@ -387,6 +392,36 @@ static int fx_sm_ask_dry(tensor_t *out, fx_sm_plan *p, const char *func)
     return asked;
 }
 
+/* Whether item operand o (its items step int16 apart, batch of them) may reach any of the n
+ * int16 at lo: its extent from its first element to its last, with non-negative strides
+ * (anything else counts as reaching). */
+static int fx_sm_operand_reaches(const fx_operand *o, int64_t step, int64_t batch,
+                                 const int16_t *lo, int64_t n)
+{
+    if (step < 0 || o->strides[0] < 0 || o->strides[1] < 0) return 1;
+    const int16_t *first = o->data;
+    const int64_t last = (batch - 1) * step + (o->shape[0] - 1) * o->strides[0] +
+                         (o->shape[1] - 1) * o->strides[1];
+    return !((uintptr_t)(first + last) < (uintptr_t)lo || (uintptr_t)first >= (uintptr_t)(lo + n));
+}
+
+/* out's own storage as the plan's rounding buffer, or NULL: where out is disposable (the
+ * trainer's activations and gradients, fx_storage.disposable: a write that fails may leave
+ * other values there) and no operand reads it, the blocks round straight into out, with no
+ * buffer of the output's size and no copy into out once the write keeps them (a memmove of
+ * 4 % of a two-thread DFP16 transformer step). A miss that hands the product to the
+ * dispatcher, or a failure, then leaves out with other values, its exponent unchanged. */
+static int16_t *fx_sm_direct(tensor_t *out, const fx_sm_plan *p)
+{
+    if (!out->st->disposable) return NULL;
+    int16_t *base = fx_tensor_base(out);
+    const int64_t n = p->batch * p->M * p->N;
+    if (fx_sm_operand_reaches(&p->a, p->a_step, p->batch, base, n) ||
+        fx_sm_operand_reaches(&p->b, p->b_step, p->batch, base, n))
+        return NULL;
+    return base;
+}
+
 /* The product of a plan whose operands, batch, shape and guess are set, written into out:
  * FX_SHARED_MATMUL_NOT_TAKEN where the level lacks the kernels or the rounding missed. */
 static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
@@ -412,7 +447,8 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
         return FX_SHARED_MATMUL_NOT_TAKEN;
     if (!p->nt_items) fx_sm_blocks(p, budget);
     fx_scratch s = {.n = 0};
-    p->tmp = fx_scratch_alloc(&s, p->batch * MN, sizeof *p->tmp);
+    int16_t *direct = fx_sm_direct(out, p);
+    p->tmp = direct ? direct : fx_scratch_alloc(&s, p->batch * MN, sizeof *p->tmp);
     p->block = fx_scratch_alloc(&s, p->nt_items ? p->nt_items * MN : p->mc * p->nc,
                                 sizeof *p->block);
     if (!p->tmp || !p->block) {
@@ -421,6 +457,7 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
                         "output", (long long)p->batch, (long long)p->M, (long long)p->N);
     }
     __atomic_fetch_add(&fx_sm_taken, 1, __ATOMIC_RELAXED);
+    if (direct) __atomic_fetch_add(&fx_sm_direct_taken, 1, __ATOMIC_RELAXED);
     int rc;
     for (int run = 1;; run++) {
         flexpoint_clear_error(); /* as the dispatcher does before its kernel */
@@ -470,7 +507,7 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
         __atomic_fetch_add(&fx_sm_rerun, 1, __ATOMIC_RELAXED);
         p->guess = p->asked;
     }
-    if (rc == FX_OK && p->copy_pending) {
+    if (rc == FX_OK && p->copy_pending && !direct) {
         fx_prof_span sp;
         fx_prof_begin(&sp);
         fx_par_memcpy(fx_tensor_base(out), p->tmp, (size_t)(p->batch * MN) * sizeof *p->tmp);

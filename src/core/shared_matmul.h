@@ -41,5 +41,8 @@ int64_t fx_shared_matmul_not_covered(void);
 /* Test hook: DFP16 runs whose guess would have saturated a sum in registers and that ran
  * again at once at the exponent a dry write asked for (fx_sm_ask_dry), with no blocks. */
 int64_t fx_shared_matmul_asked_dry(void);
+/* Test hook: products taken here that rounded straight into their disposable output
+ * (fx_storage.disposable) instead of into a buffer copied in afterwards. */
+int64_t fx_shared_matmul_direct(void);
 
 #endif
