@@ -38,9 +38,9 @@
  *    elsewhere; every write the dispatcher's bit for bit.
  * 3d. Outputs marked disposable (as the trainer's activations; the plain products at two
  *    threads, the bmm at one) are rounded into straight, every take (fx_shared_matmul_direct),
- *    with the same checks; others never. A disposable bmm output that is its own first
- *    operand is never rounded into before the products are done, and gives the product of a
- *    copy.
+ *    with the same checks; others never. A disposable bmm output that is its own first or
+ *    second operand is taken but never rounded into before the products are done, and gives
+ *    the product of a copy.
  * 4. Products it must not take (too small an output by default, K of 1024 or more, a transposed
  *    output view, a float operand, an output that is an operand) give the dispatcher's
  *    results and leave the counter still. */
@@ -504,16 +504,18 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
     tensor_free(ref);
 }
 
-/* A disposable bmm output that is also its first operand (out = x x b, items [40, 40]): the
- * route must not round into out while the products still read it. Against the dispatcher's
- * product of a copy of x, at every step, and no write rounded straight into out. */
-static void check_bmm_aliased(void)
+/* A disposable bmm output that is also one of its operands (out = x b with out = x, or out =
+ * a x with out = x; items [40, 40]): the route must take the product (its counter must move)
+ * but not round into out while the products still read it. Against the dispatcher's product
+ * of a copy of x, at every step, and no write rounded straight into out. */
+static void check_bmm_aliased(int out_is_b)
 {
     const int64_t sx[3] = {3, 40, 40};
     tensor_t *x = tensor_new(FMT_DFP16, 3, sx), *x0 = tensor_new(FMT_DFP16, 3, sx);
-    tensor_t *b = tensor_new(FMT_DFP16, 3, sx), *ref = tensor_new(FMT_DFP16, 3, sx);
+    tensor_t *o = tensor_new(FMT_DFP16, 3, sx), *ref = tensor_new(FMT_DFP16, 3, sx);
     fx_tensor_set_disposable(x);
     const int64_t n = tensor_numel(x), direct0 = fx_shared_matmul_direct();
+    const int64_t taken0 = fx_shared_matmul_taken();
     float *got = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
     for (int step = 0; step < 8; step++) {
         test_rng vals;
@@ -521,25 +523,29 @@ static void check_bmm_aliased(void)
         fill(x, 1.0, &vals);
         test_rng_seed(&vals, 5);
         fill(x0, 1.0, &vals);
-        fill(b, 1.0, &vals);
-        CHECK_STATUS(tensor_bmm(x, x, b, 0, 0), FX_OK);
+        fill(o, 1.0, &vals);
+        CHECK_STATUS(out_is_b ? tensor_bmm(x, o, x, 0, 0) : tensor_bmm(x, x, o, 0, 0), FX_OK);
         fx_shared_matmul_set_enabled(0);
-        CHECK_STATUS(tensor_bmm(ref, x0, b, 0, 0), FX_OK);
+        CHECK_STATUS(out_is_b ? tensor_bmm(ref, o, x0, 0, 0) : tensor_bmm(ref, x0, o, 0, 0),
+                     FX_OK);
         fx_shared_matmul_set_enabled(1);
         CHECK_STATUS(tensor_to_f32(x, got), FX_OK);
         CHECK_STATUS(tensor_to_f32(ref, want), FX_OK);
         CHECK(tensor_exp(x) == tensor_exp(ref) &&
                   memcmp(got, want, sizeof(float) * (size_t)n) == 0,
-              "bmm into its own operand, step %d: differs from the product of a copy", step);
+              "bmm into its own operand %c, step %d: differs from the product of a copy",
+              out_is_b ? 'b' : 'a', step);
     }
+    CHECK(fx_shared_matmul_taken() > taken0, "bmm into its own operand %c: never taken",
+          out_is_b ? 'b' : 'a');
     CHECK(fx_shared_matmul_direct() == direct0,
-          "bmm into its own operand: %lld products rounded straight into it",
-          (long long)(fx_shared_matmul_direct() - direct0));
+          "bmm into its own operand %c: %lld products rounded straight into it",
+          out_is_b ? 'b' : 'a', (long long)(fx_shared_matmul_direct() - direct0));
     free(got);
     free(want);
     tensor_free(x);
     tensor_free(x0);
-    tensor_free(b);
+    tensor_free(o);
     tensor_free(ref);
 }
 
@@ -651,7 +657,8 @@ int main(void)
         }
         g_disposable = 0;
         fx_shared_matmul_set_sizes(64, 256);
-        check_bmm_aliased();
+        check_bmm_aliased(0);
+        check_bmm_aliased(1);
         fx_shared_matmul_set_sizes(64, 256);
         flexpoint_set_num_threads(2);
         check_kept_overflow(1, 48, 64, 200);

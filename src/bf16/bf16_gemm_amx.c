@@ -116,17 +116,28 @@ static void pack_a_tile(uint16_t *d, const uint16_t *a, int64_t sam, int64_t sak
     }
 }
 
-/* The packed tiles (q, t) of A for every row panel q and k tiles t0 .. t1 - 1, at apk +
- * (q nkt + t) tiles, t by t across all the panels: in a transposed A each k row is then read
- * whole, one sweep the prefetchers follow, where a panel at a time reads 32 bytes of every row
- * over the whole K and comes back for the rest later (the weight gradient's dy^T: a fifth of
- * a product's time). */
-static void pack_a_ktiles(uint16_t *apk, const uint16_t *a, int64_t sam, int64_t sak, int64_t M,
-                          int64_t K, int64_t mq, int64_t nkt, int64_t t0, int64_t t1)
+/* Every packed tile (q, t) of A, at apk + (q nkt + t) tiles, shared among the threads of the
+ * calling team (an orphaned loop; alone outside a parallel region). A transposed A goes k tile
+ * by k tile across all the row panels, so that each k row is read whole, one sweep the
+ * prefetchers follow, where a panel at a time read 32 bytes of every row over the whole K and
+ * came back for the rest later (the weight gradient's dy^T: a fifth of a product's time). Any
+ * other A goes panel by panel, so that the tiles it needs packed (a row-major A's K tail) are
+ * spread over the threads. */
+static void pack_a_all(uint16_t *apk, const uint16_t *a, int64_t sam, int64_t sak, int64_t M,
+                       int64_t K, int64_t mq, int64_t nkt)
 {
-    for (int64_t t = t0; t < t1; t++)
-        for (int64_t q = 0; q < mq; q++)
-            pack_a_tile(apk + (q * nkt + t) * TILE_ELEMS, a, sam, sak, M, K, q, t);
+    const int by_k = sam == 1 && sak != 1;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t i = 0; i < (by_k ? nkt : mq); i++) {
+        if (by_k)
+            for (int64_t q = 0; q < mq; q++)
+                pack_a_tile(apk + (q * nkt + i) * TILE_ELEMS, a, sam, sak, M, K, q, i);
+        else
+            for (int64_t t = 0; t < nkt; t++)
+                pack_a_tile(apk + (i * nkt + t) * TILE_ELEMS, a, sam, sak, M, K, i, t);
+    }
 }
 
 /* Tile t of column panel s of B, element by element (any strides, any tail). */
@@ -436,10 +447,8 @@ static int amx_matmul_cols(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
         int tid = 0;
 #ifdef _OPENMP
         tid = omp_get_thread_num();
-#pragma omp for schedule(static)
 #endif
-        for (int64_t t = 0; t < nkt; t++)
-            pack_a_ktiles(apk, a, A->strides[0], A->strides[1], M, K, mq, nkt, t, t + 1);
+        pack_a_all(apk, a, A->strides[0], A->strides[1], M, K, mq, nkt);
         uint16_t *buf = bufs + (size_t)(tid * gtiles) * TILE_ELEMS;
         fx_amx_tiles_configure();
 #ifdef _OPENMP
@@ -497,11 +506,7 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
     {
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-        for (int64_t t = 0; t < nkt; t++)
-            pack_a_ktiles(apk, a, A->strides[0], A->strides[1], M, K, mq, nkt, t, t + 1);
+        pack_a_all(apk, a, A->strides[0], A->strides[1], M, K, mq, nkt);
         pack_b_whole(bpk, b, B->strides[0], B->strides[1], K, N, ns, nkt);
         fx_amx_tiles_configure();
         /* blocks row by row: a thread's consecutive blocks share their A panels */

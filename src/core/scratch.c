@@ -114,8 +114,9 @@ void fx_scratch_free(fx_scratch *t)
     t->n = 0;
 }
 
-/* The block fx_scratch_aligned_alloc handed out at p: where it starts and its usable bytes,
- * kept in the two words before p. */
+/* The block fx_scratch_aligned_alloc handed out at p: where it starts and its whole size in
+ * bytes from there (a cached block may be larger than was asked for; it goes back to the cache
+ * with that size), kept in the two words before p. */
 typedef struct {
     void *base;
     size_t cap;

@@ -153,11 +153,12 @@ static int64_t fx_sum_row_i16(const int16_t *x, int64_t n)
  * time, each row's 128 contiguous bytes widened into int32 lanes (each row adds at most 2^15
  * to a lane) and moved into int64 every FX_SUM_FLUSH rows, long before a lane could reach
  * 2^31. Row by row along each block's 128 bytes, where 8 columns at a time down all the rows
- * read every line of a wide dy eight times. */
+ * read every 64-byte line of a wide dy four times, 16 bytes at a time. */
 static void fx_sum_cols_i16(const int16_t *src, int64_t len, int64_t inner, int64_t *out)
 {
     for (int64_t c0 = 0; c0 < inner; c0 += 64) {
         __mmask16 m[4];
+        const int ng = inner - c0 >= 64 ? 4 : (int)((inner - c0 + 15) / 16); /* groups in play */
         for (int g = 0; g < 4; g++) {
             const int64_t left = inner - c0 - 16 * g;
             m[g] = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
@@ -169,7 +170,7 @@ static void fx_sum_cols_i16(const int16_t *src, int64_t len, int64_t inner, int6
             for (int g = 0; g < 4; g++) acc[g] = _mm512_setzero_si512();
             for (int64_t steps = 0; steps < FX_SUM_FLUSH && k < len; steps++, k++) {
                 const int16_t *row = src + k * inner + c0;
-                for (int g = 0; g < 4; g++)
+                for (int g = 0; g < ng; g++)
                     acc[g] = _mm512_add_epi32(
                         acc[g], _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(m[g], row + 16 * g)));
             }
