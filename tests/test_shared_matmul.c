@@ -524,6 +524,9 @@ static void check_bmm_aliased(int out_is_b)
         test_rng_seed(&vals, 5);
         fill(x0, 1.0, &vals);
         fill(o, 1.0, &vals);
+        /* reading the exponent settles the fill's deferred write (FLEXPOINT_TEST_DEFER_HOST):
+         * an output pending a write has no guess, and the route would not take it */
+        CHECK(tensor_exp(x) > -200, "exponent %d", tensor_exp(x));
         CHECK_STATUS(out_is_b ? tensor_bmm(x, o, x, 0, 0) : tensor_bmm(x, x, o, 0, 0), FX_OK);
         fx_shared_matmul_set_enabled(0);
         CHECK_STATUS(out_is_b ? tensor_bmm(ref, o, x0, 0, 0) : tensor_bmm(ref, x0, o, 0, 0),
