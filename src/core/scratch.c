@@ -82,22 +82,35 @@ static void cache_release_all(void)
     cache_unlock();
 }
 
+/* A block of `bytes` bytes, from the cache where it is that large, else from the system
+ * (after releasing the cache when the system has none left): NULL on failure; *cap receives
+ * the block's whole size, which goes back with it (block_give). */
+static void *block_take(size_t bytes, size_t *cap)
+{
+    void *p = bytes >= FX_SCRATCH_CACHE_MIN ? cache_take(bytes, cap) : NULL;
+    if (p) return p;
+    *cap = bytes;
+    /* fx_alloc_array's limits (below 2^46 bytes) decide validity */
+    p = fx_alloc_array((int64_t)bytes, 1);
+    if (!p && bytes >= FX_SCRATCH_CACHE_MIN) { /* maybe the cache holds what is missing */
+        cache_release_all();
+        p = fx_alloc_array((int64_t)bytes, 1);
+    }
+    return p;
+}
+
+static void block_give(void *p, size_t cap)
+{
+    if (cap >= FX_SCRATCH_CACHE_MIN) cache_give(p, cap);
+    else free(p);
+}
+
 void *fx_scratch_alloc(fx_scratch *t, int64_t n, size_t sz)
 {
     if (t->n >= FX_SCRATCH_MAX) return NULL;
-    /* fx_alloc_array's limits (n >= 0, no overflow, below 2^46 bytes) decide validity */
     if (n < 0 || sz == 0 || (uint64_t)(n ? n : 1) > (uint64_t)(SIZE_MAX / sz)) return NULL;
-    const size_t bytes = (size_t)(n ? n : 1) * sz;
-    size_t cap = bytes;
-    void *p = bytes >= FX_SCRATCH_CACHE_MIN ? cache_take(bytes, &cap) : NULL;
-    if (!p) {
-        p = fx_alloc_array(n, sz);
-        cap = bytes;
-        if (!p && bytes >= FX_SCRATCH_CACHE_MIN) { /* maybe the cache holds what is missing */
-            cache_release_all();
-            p = fx_alloc_array(n, sz);
-        }
-    }
+    size_t cap;
+    void *p = block_take((size_t)(n ? n : 1) * sz, &cap);
     if (!p) return NULL;
     t->p[t->n] = p;
     t->cap[t->n] = cap;
@@ -107,10 +120,7 @@ void *fx_scratch_alloc(fx_scratch *t, int64_t n, size_t sz)
 
 void fx_scratch_free(fx_scratch *t)
 {
-    for (int i = 0; i < t->n; i++) {
-        if (t->cap[i] >= FX_SCRATCH_CACHE_MIN) cache_give(t->p[i], t->cap[i]);
-        else free(t->p[i]);
-    }
+    for (int i = 0; i < t->n; i++) block_give(t->p[i], t->cap[i]);
     t->n = 0;
 }
 
@@ -126,17 +136,8 @@ void *fx_scratch_aligned_alloc(size_t bytes)
 {
     const size_t extra = 64 + sizeof(fx_aligned_head);
     if (bytes > SIZE_MAX - extra) return NULL;
-    const size_t need = bytes + extra;
-    size_t cap = need;
-    void *base = need >= FX_SCRATCH_CACHE_MIN ? cache_take(need, &cap) : NULL;
-    if (!base) {
-        base = fx_alloc_array((int64_t)need, 1);
-        cap = need;
-        if (!base && need >= FX_SCRATCH_CACHE_MIN) {
-            cache_release_all();
-            base = fx_alloc_array((int64_t)need, 1);
-        }
-    }
+    size_t cap;
+    void *base = block_take(bytes + extra, &cap);
     if (!base) return NULL;
     const uintptr_t at = ((uintptr_t)base + sizeof(fx_aligned_head) + 63) & ~(uintptr_t)63;
     fx_aligned_head *h = (fx_aligned_head *)at - 1;
@@ -149,8 +150,5 @@ void fx_scratch_aligned_free(void *p)
 {
     if (!p) return;
     const fx_aligned_head *h = (const fx_aligned_head *)p - 1;
-    void *base = h->base;
-    const size_t cap = h->cap;
-    if (cap >= FX_SCRATCH_CACHE_MIN) cache_give(base, cap);
-    else free(base);
+    block_give(h->base, h->cap);
 }

@@ -132,15 +132,15 @@ int fx_flex_relu_scalar(const fx_op_call *c);
 int fx_flex_sum_scalar(const fx_op_call *c);
 int fx_flex_matmul_scalar(const fx_op_call *c);
 
-/* out[i] = the sum over k < len of src[k * inner + i] for i < inner (overwritten): the rows
- * of one outer item of FX_OP_SUM, an ISA's column kernel */
+/* A level's kernels of FX_OP_SUM: the sum of n contiguous int16 (inner == 1), and the column
+ * sums out[i] = sum over k < len of src[k * inner + i], i < inner (overwritten) */
+typedef int64_t (*fx_sum_row_fn)(const int16_t *src, int64_t n);
 typedef void (*fx_sum_rows_fn)(const int16_t *src, int64_t len, int64_t inner, int64_t *out);
-/* FX_OP_SUM of a [outer, len, inner] int16 a with inner > 1 into out (int64, [outer, inner]),
- * each outer item's rows split over nthreads threads into exact int64 partial sums added in
- * thread order (src/flex/sum_split.c): for sums whose outer is too small to share out (a bias
- * gradient: outer 1). One thread where the partials cannot be allocated; never fails. */
-void fx_flex_sum_split(const int16_t *a, int64_t outer, int64_t len, int64_t inner, int64_t *out,
-                       int nthreads, fx_sum_rows_fn rows);
+/* FX_OP_SUM of [outer, len, inner] int16 into c->out_i64 ([outer, inner]) with a level's
+ * kernels (src/flex/sum_drive.c): outer items shared among the threads, or, where there are
+ * fewer of them than threads (a bias gradient: outer 1), each item's rows split over the
+ * threads into exact int64 partial sums. Never fails. */
+int fx_flex_sum_drive(const fx_op_call *c, fx_sum_row_fn row, fx_sum_rows_fn cols);
 
 int fx_flex_sum_avx2(const fx_op_call *c); /* intops_ew_avx2.c */
 int fx_flex_matmul_avx2(const fx_op_call *c);

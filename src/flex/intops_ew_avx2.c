@@ -1,16 +1,12 @@
 /* AVX2 reduction kernel of the shared-exponent formats: sum (a training step's bias gradients,
  * the loss's batch sums). It produces exactly the int64 values of the definition in
  * intops_scalar.c: integer additions have no rounding, so only their order differs. Before
- * it, AVX2 machines ran the scalar definition, about 3 % of a flex16_5 CNN epoch. */
+ * it, AVX2 machines ran the scalar definition, about 3 % of a flex16_5 CNN epoch. The threads'
+ * share of the work is src/flex/sum_drive.c's. */
 #include "flex_kernels.h"
 
 #include <immintrin.h>
 
-#ifdef _OPENMP
-#define FX_EW_PARALLEL_FOR _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
-#else
-#define FX_EW_PARALLEL_FOR
-#endif
 
 /* Sum of n contiguous int16: vpmaddwd against ones adds pairs into int32 lanes (each step adds
  * at most 2^16 in magnitude per lane), widened to int64 every FX_SUM_FLUSH steps, long before
@@ -64,25 +60,5 @@ static void fx_sum_cols_avx2(const int16_t *src, int64_t len, int64_t inner, int
 
 int fx_flex_sum_avx2(const fx_op_call *c)
 {
-    const int16_t *a = (const int16_t *)c->in[0].data;
-    const int64_t outer = c->red_outer, len = c->red_len, inner = c->red_inner;
-    int64_t *out = c->out_i64;
-    const int par = c->nthreads > 1 && outer * len * inner >= FX_FLEX_PAR_MIN_ELEMS;
-    *c->out_exp = c->in[0].exp;
-    if (inner > 1 && par && outer < c->nthreads) { /* too few items to share: split the rows */
-        fx_flex_sum_split(a, outer, len, inner, out, c->nthreads, fx_sum_cols_avx2);
-        return FX_OK;
-    }
-    const int nt = par && outer > 1 ? c->nthreads : 1;
-    (void)nt;
-    FX_EW_PARALLEL_FOR
-    for (int64_t o = 0; o < outer; o++) {
-        const int16_t *src = a + o * len * inner;
-        int64_t *dst = out + o * inner;
-        if (inner == 1)
-            dst[0] = fx_sum_row_i16(src, len);
-        else
-            fx_sum_cols_avx2(src, len, inner, dst);
-    }
-    return FX_OK;
+    return fx_flex_sum_drive(c, fx_sum_row_i16, fx_sum_cols_avx2);
 }

@@ -11,11 +11,9 @@
 
 #ifdef _OPENMP
 #define FX_EW_PRAGMA(x) _Pragma(#x)
-#define FX_EW_PARALLEL_FOR _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
 #define FX_EW_PARALLEL_FOR_MAX(v)                                                              \
     FX_EW_PRAGMA(omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(max : v))
 #else
-#define FX_EW_PARALLEL_FOR
 #define FX_EW_PARALLEL_FOR_MAX(v)
 #endif
 
@@ -159,29 +157,29 @@ static void fx_sum_cols_i16(const int16_t *src, int64_t len, int64_t inner, int6
     for (int64_t c0 = 0; c0 < inner; c0 += 64) {
         __mmask16 m[4];
         const int ng = inner - c0 >= 64 ? 4 : (int)((inner - c0 + 15) / 16); /* groups in play */
-        for (int g = 0; g < 4; g++) {
+        for (int g = 0; g < ng; g++) {
             const int64_t left = inner - c0 - 16 * g;
-            m[g] = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            m[g] = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
         }
         __m512i total[8];
-        for (int v = 0; v < 8; v++) total[v] = _mm512_setzero_si512();
+        for (int v = 0; v < 2 * ng; v++) total[v] = _mm512_setzero_si512();
         for (int64_t k = 0; k < len;) {
             __m512i acc[4];
-            for (int g = 0; g < 4; g++) acc[g] = _mm512_setzero_si512();
+            for (int g = 0; g < ng; g++) acc[g] = _mm512_setzero_si512();
             for (int64_t steps = 0; steps < FX_SUM_FLUSH && k < len; steps++, k++) {
                 const int16_t *row = src + k * inner + c0;
                 for (int g = 0; g < ng; g++)
                     acc[g] = _mm512_add_epi32(
                         acc[g], _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(m[g], row + 16 * g)));
             }
-            for (int g = 0; g < 4; g++) {
+            for (int g = 0; g < ng; g++) {
                 total[2 * g] = _mm512_add_epi64(
                     total[2 * g], _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[g])));
                 total[2 * g + 1] = _mm512_add_epi64(
                     total[2 * g + 1], _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[g], 1)));
             }
         }
-        for (int g = 0; g < 4; g++) {
+        for (int g = 0; g < ng; g++) {
             _mm512_mask_storeu_epi64(out + c0 + 16 * g, (__mmask8)m[g], total[2 * g]);
             _mm512_mask_storeu_epi64(out + c0 + 16 * g + 8, (__mmask8)(m[g] >> 8), total[2 * g + 1]);
         }
@@ -190,25 +188,5 @@ static void fx_sum_cols_i16(const int16_t *src, int64_t len, int64_t inner, int6
 
 int fx_flex_sum_avx512(const fx_op_call *c)
 {
-    const int16_t *a = (const int16_t *)c->in[0].data;
-    const int64_t outer = c->red_outer, len = c->red_len, inner = c->red_inner;
-    int64_t *out = c->out_i64;
-    const int par = fx_ew_threads(c, outer * len * inner) > 1;
-    *c->out_exp = c->in[0].exp;
-    if (inner > 1 && par && outer < c->nthreads) { /* too few items to share: split the rows */
-        fx_flex_sum_split(a, outer, len, inner, out, c->nthreads, fx_sum_cols_i16);
-        return FX_OK;
-    }
-    const int nt = par && outer > 1 ? c->nthreads : 1;
-    (void)nt;
-    FX_EW_PARALLEL_FOR
-    for (int64_t o = 0; o < outer; o++) {
-        const int16_t *src = a + o * len * inner;
-        int64_t *dst = out + o * inner;
-        if (inner == 1)
-            dst[0] = fx_sum_row_i16(src, len);
-        else
-            fx_sum_cols_i16(src, len, inner, dst);
-    }
-    return FX_OK;
+    return fx_flex_sum_drive(c, fx_sum_row_i16, fx_sum_cols_i16);
 }
