@@ -268,7 +268,7 @@ static void check_backend(void)
 }
 
 /* on every backend: the portable chunk route, and the levels' one-pass adds where they have
- * them (AVX-512: fx_half_add_avx512) */
+ * them (AVX2: fx_half_add_avx2, AVX-512: fx_half_add_avx512) */
 int main(void)
 {
     int levels = 0;

@@ -9,34 +9,9 @@
  * through the scalar definition (bf16_avx512.c says why its per-vector code differs). */
 #include "../core/backend.h"
 #include "bf16_kernels.h"
+#include "bf16_round_avx2.h"
 
 #include <immintrin.h>
-
-/* 8 fp32 bit patterns -> 8 bf16 patterns rounded to nearest even, each in the low half of its
- * 32-bit lane (NaN lanes not yet canonical). */
-static inline __m256i fx_bf16_round8(__m256i u)
-{
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF));
-    return _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
-}
-
-/* All-ones lanes where u is a NaN. The magnitude fits in 31 bits, so the signed compare is an
- * unsigned one here. */
-static inline __m256i fx_bf16_nan_lanes8(__m256i u)
-{
-    __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
-    return _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7F800000));
-}
-
-/* r with its NaN lanes replaced by sign | 0x7FC0. */
-static inline __m256i fx_bf16_fix_nan8(__m256i r, __m256i u, __m256i is_nan)
-{
-    __m256i canon = _mm256_or_si256(
-        _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000)),
-        _mm256_set1_epi32(0x7FC0));
-    return _mm256_blendv_epi8(r, canon, is_nan);
-}
 
 /* 16 fp32 -> 16 bf16 in order. */
 static inline __m256i fx_f32_to_bf16_16(const float *src)

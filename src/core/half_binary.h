@@ -13,7 +13,9 @@
  * tensor_relu's rule, or tensor_relu_backward's selection by a gate (the ReLU's input) */
 enum { FX_HALF_ADD_PLAIN = 0, FX_HALF_ADD_RELU = 1, FX_HALF_ADD_GATE = 2 };
 
-/* the AVX-512 level's fx_half_add_fn (half_binary_avx512.c) */
+/* the AVX2 and AVX-512 levels' fx_half_add_fn (half_binary_avx2.c, half_binary_avx512.c) */
+void fx_half_add_avx2(fmt_t f, int kind, const uint16_t *a, const uint16_t *b,
+                      const uint16_t *gate, uint16_t *out, int64_t n);
 void fx_half_add_avx512(fmt_t f, int kind, const uint16_t *a, const uint16_t *b,
                         const uint16_t *gate, uint16_t *out, int64_t n);
 

@@ -5,6 +5,7 @@
  * no condition below tests them again. This file assigns function pointers only and is
  * compiled without ISA flags. */
 #include "core/backend.h"
+#include "core/half_binary.h"
 #include "core/layout_kernels.h"
 #include "bf16/bf16_kernels.h"
 #include "flex/conv_i16.h"
@@ -83,6 +84,8 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->conv.i16_fwd_unpadded = 1;
     b->conv.i16_wgrad = fx_i16_wgrad_direct_avx2; /* likewise the weight gradient, stride 1 */
     b->bn = &fx_bn_kernels_avx2; /* batch norm: the portable sums, four lanes and channels at once */
+    /* fp16/bf16 same-shape adds (residual adds, gradient sums) in registers */
+    b->half_add = fx_half_add_avx2;
 
     /* layout: 8 x 8 register transposes of 16- and 32-bit elements (64-bit: the portable loop) */
     b->cvt.transpose16 = fx_transpose16_avx2;

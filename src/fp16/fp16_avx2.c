@@ -17,21 +17,11 @@
  * through the scalar definition (fp16_avx512.c says why its per-vector code differs). */
 #include "../core/backend.h"
 #include "fp16_kernels.h"
+#include "fp16_round_avx2.h"
 
 #include <immintrin.h>
 
 #define FX_RNE _MM_FROUND_TO_NEAREST_INT /* imm8 rounding, MXCSR.RC ignored */
-
-/* NaN lanes of vcvtps2ph results -> sign | 0x7E00. A NaN result is any pattern whose
- * magnitude is above the Inf pattern 0x7C00. */
-static inline __m128i fx_fp16_canonical_nan8(__m128i h)
-{
-    __m128i mag = _mm_and_si128(h, _mm_set1_epi16(0x7FFF));
-    __m128i is_nan = _mm_cmpgt_epi16(mag, _mm_set1_epi16(0x7C00));
-    __m128i canon = _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16((short)0x8000)),
-                                 _mm_set1_epi16(0x7E00));
-    return _mm_blendv_epi8(h, canon, is_nan);
-}
 
 static inline __m256i fx_f32_to_fp16_16(const float *src)
 {

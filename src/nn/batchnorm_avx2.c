@@ -8,6 +8,10 @@
  * is a constant after inlining), so the widening costs no branch per element. */
 #include "bn_kernels.h"
 #include "nn_stage.h"
+#include "../bf16/bf16_round_avx2.h"
+#include "../bf16/bf16_scalar.h"
+#include "../fp16/fp16_round_avx2.h"
+#include "../fp16/fp16_scalar.h"
 
 #include <float.h>
 #include <immintrin.h>
@@ -366,33 +370,41 @@ static void bn_grad_sums_avx2(const fx_bn_src *x, const fx_bn_src *dy, const fx_
     fx_bn_kernels_portable.grad_sums(x, dy, d, c0, nc, mu, is, sdy, sdyx); /* the other kinds */
 }
 
-/* One row on the fast round to odd (FAST = 1: returns 0, with q and mx to be written again,
- * where some result was not a normal fp32 number) or on to_f32 (FAST = 0). */
-static inline __attribute__((always_inline)) int normalize_run(const fx_bn_src *x, int64_t off,
-                                                               float *q, int64_t S, double mu,
-                                                               double a, double b, int odd,
-                                                               fx_bn_max *mx, const int K,
-                                                               const int FAST)
+/* fp32 of four results: to nearest (ODD = 0), or to odd by the fast cut where all four are
+ * normal fp32 numbers and else by to_f32. The choice is made per vector, so that every output
+ * is written once, after its own inputs were read: an output may be the private fp32 copy of
+ * its source (batchnorm.c), which a second pass over the row would read overwritten. */
+static inline __attribute__((always_inline)) __m128 round4(__m256d t, const int ODD)
+{
+    if (!ODD) return to_f32(t, 0);
+    const __m128 r = to_f32_odd_normal(t);
+    if (_mm_movemask_ps(in_range(r)) == 0xF) return r;
+    return to_f32(t, 1);
+}
+
+/* One row, rounded as round4 (ODD a constant after inlining). */
+static inline __attribute__((always_inline)) void normalize_run(const fx_bn_src *x, int64_t off,
+                                                                float *q, int64_t S, double mu,
+                                                                double a, double b, int odd,
+                                                                fx_bn_max *mx, const int K,
+                                                                const int ODD)
 {
     const __m256d vmu = _mm256_set1_pd(mu), va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
-    __m128 mv = _mm_setzero_ps(), ok = _mm_castsi128_ps(_mm_set1_epi32(-1));
+    __m128 mv = _mm_setzero_ps();
     __m128i nv = _mm_setzero_si128();
     int64_t s = 0;
     for (; s + 4 <= S; s += 4) {
         const __m256d t =
             _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s, K), vmu), va), vb);
-        const __m128 r = FAST ? to_f32_odd_normal(t) : to_f32(t, odd);
-        if (FAST) ok = _mm_and_ps(ok, in_range(r));
+        const __m128 r = round4(t, ODD);
         _mm_storeu_ps(q + s, r);
         if (mx) max4(r, &mv, &nv);
     }
-    if (FAST && _mm_movemask_ps(ok) != 0xF) return 0;
     if (mx) max4_finish(mv, nv, mx);
     for (; s < S; s++) {
         q[s] = nn_round_f32((fx_bn_at_exact(x, off + s) - mu) * a + b, odd);
         if (mx) fx_bn_max_add(mx, q[s]);
     }
-    return 1;
 }
 
 static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x, int64_t off,
@@ -400,8 +412,8 @@ static inline __attribute__((always_inline)) void normalize_k(const fx_bn_src *x
                                                               double a, double b, int odd,
                                                               fx_bn_max *mx, const int K)
 {
-    if (odd && normalize_run(x, off, q, S, mu, a, b, odd, mx, K, 1)) return;
-    normalize_run(x, off, q, S, mu, a, b, odd, mx, K, 0);
+    if (odd) normalize_run(x, off, q, S, mu, a, b, odd, mx, K, 1);
+    else normalize_run(x, off, q, S, mu, a, b, odd, mx, K, 0);
 }
 
 static void bn_normalize_avx2(const fx_bn_src *x, int64_t off, float *q, int64_t S, double mu,
@@ -417,34 +429,30 @@ static void bn_normalize_avx2(const fx_bn_src *x, int64_t off, float *q, int64_t
 }
 
 /* One row of the backward pass, as normalize_run. */
-static inline __attribute__((always_inline)) int backward_run(
+static inline __attribute__((always_inline)) void backward_run(
     const fx_bn_src *x, const fx_bn_src *g, int64_t off, float *q, int64_t S, double mu,
     double is, double k, double mdy, double mdyx, int odd, fx_bn_max *mx, const int KX,
-    const int KG, const int FAST)
+    const int KG, const int ODD)
 {
     const __m256d vmu = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vk = _mm256_set1_pd(k);
     const __m256d vmdy = _mm256_set1_pd(mdy), vmdyx = _mm256_set1_pd(mdyx);
-    __m128 mv = _mm_setzero_ps(), ok = _mm_castsi128_ps(_mm_set1_epi32(-1));
+    __m128 mv = _mm_setzero_ps();
     __m128i nv = _mm_setzero_si128();
     int64_t s = 0;
     for (; s + 4 <= S; s += 4) {
         const __m256d xh = _mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s, KX), vmu), vis);
         const __m256d t =
             _mm256_sub_pd(_mm256_sub_pd(ld4(g, off + s, KG), vmdy), _mm256_mul_pd(xh, vmdyx));
-        const __m256d v = _mm256_mul_pd(vk, t);
-        const __m128 r = FAST ? to_f32_odd_normal(v) : to_f32(v, odd);
-        if (FAST) ok = _mm_and_ps(ok, in_range(r));
+        const __m128 r = round4(_mm256_mul_pd(vk, t), ODD);
         _mm_storeu_ps(q + s, r);
         if (mx) max4(r, &mv, &nv);
     }
-    if (FAST && _mm_movemask_ps(ok) != 0xF) return 0;
     if (mx) max4_finish(mv, nv, mx);
     for (; s < S; s++) {
         const double xhat = (fx_bn_at_exact(x, off + s) - mu) * is;
         q[s] = nn_round_f32(k * (fx_bn_at_exact(g, off + s) - mdy - xhat * mdyx), odd);
         if (mx) fx_bn_max_add(mx, q[s]);
     }
-    return 1;
 }
 
 static inline __attribute__((always_inline)) void backward_k(
@@ -452,8 +460,8 @@ static inline __attribute__((always_inline)) void backward_k(
     double is, double k, double mdy, double mdyx, int odd, fx_bn_max *mx, const int KX,
     const int KG)
 {
-    if (odd && backward_run(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx, KX, KG, 1)) return;
-    backward_run(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx, KX, KG, 0);
+    if (odd) backward_run(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx, KX, KG, 1);
+    else backward_run(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx, KX, KG, 0);
 }
 
 static void bn_backward_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off, float *q,
@@ -471,8 +479,136 @@ static void bn_backward_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off
     fx_bn_kernels_portable.backward(x, g, off, q, S, mu, is, k, mdy, mdyx, odd, mx); /* others */
 }
 
+/* The fp16/bf16 outputs in registers (bn_kernels.h: normalize_half, backward_half) for the
+ * source kinds of the vector loops (others are declined, nothing written): eight elements a
+ * step as two vectors of four doubles, rounded to odd into fp32 as normalize and backward round
+ * them, then the ReLU (relu: x > 0 or NaN kept, else +0, tensor_relu's rule) and the half
+ * format's rounding by its definition (bf16_round_avx2.h, fp16_round_avx2.h). The row's last S
+ * mod 8 elements take the scalar operations of normalize's and backward's tails, hence the
+ * same bits. */
+
+/* -1 lanes where to_f32_odd_normal's eight results are right (in_range, eight lanes) */
+static inline __m256 in_range8(__m256 r)
+{
+    const __m256 a = _mm256_and_ps(r, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+    return _mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(FLT_MIN), _CMP_GT_OQ),
+                         _mm256_cmp_ps(a, _mm256_set1_ps(FLT_MAX), _CMP_LE_OQ));
+}
+
+/* Eight results rounded to odd into fp32: the fast cut where all eight are normal fp32
+ * numbers, else to_f32 on the same doubles (per step, as round4). */
+static inline __attribute__((always_inline)) __m256 odd8(__m256d t0, __m256d t1)
+{
+    const __m256 r = _mm256_set_m128(to_f32_odd_normal(t1), to_f32_odd_normal(t0));
+    if (_mm256_movemask_ps(in_range8(r)) == 0xFF) return r;
+    return _mm256_set_m128(to_f32(t1, 1), to_f32(t0, 1));
+}
+
+/* the ReLU (RELU set) and the half format's rounding of eight fp32 values */
+static inline __attribute__((always_inline)) __m128i half8(__m256 v, const int H, const int RELU)
+{
+    if (RELU) /* not (v <= 0): v > 0 or NaN */
+        v = _mm256_and_ps(v, _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NLE_UQ));
+    if (H == FX_BN_OUT_BF16) return fx_bf16_round8_bits(_mm256_castps_si256(v));
+    return fx_f32_to_fp16_8(v);
+}
+
+/* the scalar tail's element: q (rounded to odd), the ReLU, the half format's definition */
+static inline uint16_t half1(float q, const int H, const int RELU)
+{
+    if (RELU && !(q > 0.0f || q != q)) q = 0.0f;
+    uint32_t u;
+    memcpy(&u, &q, sizeof u);
+    return H == FX_BN_OUT_BF16 ? fx_bf16_from_bits(u) : fx_fp16_from_bits(u);
+}
+
+static inline __attribute__((always_inline)) void normalize_half_k(
+    const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S, double mu, double a, double b,
+    const int K, const int H, const int RELU)
+{
+    const __m256d vmu = _mm256_set1_pd(mu), va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
+    int64_t s = 0;
+    for (; s + 8 <= S; s += 8) {
+        const __m256d t0 =
+            _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s, K), vmu), va), vb);
+        const __m256d t1 =
+            _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s + 4, K), vmu), va), vb);
+        _mm_storeu_si128((__m128i *)(out + s), half8(odd8(t0, t1), H, RELU));
+    }
+    for (; s < S; s++)
+        out[s] = half1(nn_round_f32((fx_bn_at_exact(x, off + s) - mu) * a + b, 1), H, RELU);
+}
+
+static int bn_normalize_half_avx2(const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S,
+                                  double mu, double a, double b, int half, int relu)
+{
+    const fx_bn_src xe = fx_bn_exact_kind(x);
+#define FX_BN_NH(K, H, R) normalize_half_k(&xe, off, out, S, mu, a, b, (K), (H), (R))
+#define FX_BN_NH_KIND(K)                                                                       \
+    if (half == FX_BN_OUT_BF16) {                                                              \
+        if (relu) FX_BN_NH(K, FX_BN_OUT_BF16, 1);                                              \
+        else FX_BN_NH(K, FX_BN_OUT_BF16, 0);                                                   \
+    } else {                                                                                   \
+        if (relu) FX_BN_NH(K, FX_BN_OUT_FP16, 1);                                              \
+        else FX_BN_NH(K, FX_BN_OUT_FP16, 0);                                                   \
+    }
+    switch (xe.kind) {
+    case FX_BN_I16_EXACT: FX_BN_NH_KIND(FX_BN_I16_EXACT); break;
+    case FX_BN_BF16: FX_BN_NH_KIND(FX_BN_BF16); break;
+    case FX_BN_F32: FX_BN_NH_KIND(FX_BN_F32); break;
+    default: return 0; /* other mantissa sources: the caller's fp32 row */
+    }
+#undef FX_BN_NH_KIND
+#undef FX_BN_NH
+    return 1;
+}
+
+static inline __attribute__((always_inline)) void backward_half_k(
+    const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, double mu,
+    double is, double k, double mdy, double mdyx, const int KX, const int KG, const int H)
+{
+    const __m256d vmu = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vk = _mm256_set1_pd(k);
+    const __m256d vmdy = _mm256_set1_pd(mdy), vmdyx = _mm256_set1_pd(mdyx);
+    int64_t s = 0;
+    for (; s + 8 <= S; s += 8) {
+        __m256d v[2];
+        for (int h = 0; h < 2; h++) {
+            const __m256d xh =
+                _mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s + 4 * h, KX), vmu), vis);
+            const __m256d t = _mm256_sub_pd(_mm256_sub_pd(ld4(g, off + s + 4 * h, KG), vmdy),
+                                            _mm256_mul_pd(xh, vmdyx));
+            v[h] = _mm256_mul_pd(vk, t);
+        }
+        _mm_storeu_si128((__m128i *)(out + s), half8(odd8(v[0], v[1]), H, 0));
+    }
+    for (; s < S; s++) {
+        const double xhat = (fx_bn_at_exact(x, off + s) - mu) * is;
+        out[s] = half1(nn_round_f32(k * (fx_bn_at_exact(g, off + s) - mdy - xhat * mdyx), 1), H,
+                       0);
+    }
+}
+
+static int bn_backward_half_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off,
+                                 uint16_t *out, int64_t S, double mu, double is, double k,
+                                 double mdy, double mdyx, int half)
+{
+    const fx_bn_src xe = fx_bn_exact_kind(x), ge = fx_bn_exact_kind(g);
+#define FX_BN_BH_CASE(KX, KG)                                                                  \
+    if (xe.kind == (KX) && ge.kind == (KG)) {                                                  \
+        if (half == FX_BN_OUT_BF16)                                                            \
+            backward_half_k(&xe, &ge, off, out, S, mu, is, k, mdy, mdyx, (KX), (KG),           \
+                            FX_BN_OUT_BF16);                                                   \
+        else                                                                                   \
+            backward_half_k(&xe, &ge, off, out, S, mu, is, k, mdy, mdyx, (KX), (KG),           \
+                            FX_BN_OUT_FP16);                                                   \
+        return 1;                                                                              \
+    }
+    FX_BN_AVX2_KIND_PAIRS(FX_BN_BH_CASE)
+#undef FX_BN_BH_CASE
+    return 0; /* other mantissa sources: the caller's fp32 row */
+}
+
 const fx_bn_kernels fx_bn_kernels_avx2 = {bn_stats_avx2,  bn_grad_sums_avx2,
                                           bn_normalize_avx2, bn_backward_avx2,
                                           bn_var_avx2,    bn_sum_range_i16_avx2,
-                                          NULL, /* fp16/bf16 outputs through an fp32 row */
-                                          NULL};
+                                          bn_normalize_half_avx2, bn_backward_half_avx2};
