@@ -153,7 +153,11 @@ static void rounding_edges(const fx_bn_kernels *k, const char *level)
     static const float xs[] = {0.0f,     -0.0f,   1.0f,   -1.0f,    3.0f,      1e-45f,  -1e-45f,
                                1e-38f,   FLT_MAX, -FLT_MAX, INFINITY, -INFINITY, NAN,    0.1f,
                                -0.3f,    65504.f, 1e20f,  -7e-30f, 2.5f,      -2.5f,   1.5e-40f,
-                               FLT_MIN,  -FLT_MIN};
+                               FLT_MIN,  -FLT_MIN,
+                               /* between 2^-127 and 2^-126: bf16 subnormals, whose step is
+                                * twice that of 8 bits at 2^-127 (0x1.fep-127 rounds to
+                                * FLT_MIN in bf16) */
+                               0x1.fep-127f, 0x1.8p-127f, -0x1.02p-127f};
     /* 1 - 2^-30 takes FLT_MIN just below 2^-126, where a cut to 24 bits rounds up to FLT_MIN
      * in the conversion but the round to odd gives the largest subnormal */
     static const double scales[] = {1.0,  1.0 + 0x1p-30, -1.0 - 0x1p-29, 1.0 - 0x1p-30,
@@ -196,35 +200,37 @@ static void rounding_edges(const fx_bn_kernels *k, const char *level)
                                    b + 1.0, 0.125, a);
                     }
                 }
-    /* Each value alone, in rows of five copies (four through the vector loop, one tail): a row
-     * above holds zeros and NaN, so a level that takes a fast route only where every result of
-     * a row is ordinary never reaches it with the values next to its edges. */
+    /* Each value alone, in rows of nine copies (through vector loops of four and of eight
+     * lanes, and one tail): a row above holds zeros and NaN, so a level that takes a fast route
+     * only where every result of a row or vector is ordinary never reaches it with the values
+     * next to its edges. */
     for (int64_t i = 0; i < n; i++) {
-        const float row[5] = {xs[i], xs[i], xs[i], xs[i], xs[i]};
+        float row[9];
+        for (int j = 0; j < 9; j++) row[j] = xs[i];
         for (size_t ai = 0; ai < sizeof scales / sizeof *scales; ai++)
             for (size_t bi = 0; bi < sizeof shifts / sizeof *shifts; bi++)
                 for (int odd = 0; odd < 2; odd++) {
                     const double a = scales[ai], b = shifts[bi];
-                    float r0[5], r1[5];
+                    float r0[9], r1[9];
                     const fx_bn_src x0 = f32_src(row);
                     fx_bn_max m0 = {0.0f, 0}, m1 = {0.0f, 0};
-                    k->normalize(&x0, 0, r1, 5, 0.0, a, b, odd, &m1);
-                    fx_bn_kernels_portable.normalize(&x0, 0, r0, 5, 0.0, a, b, odd, &m0);
-                    CHECK(same_floats(r0, r1, 5) && same_max(m0, m1),
+                    k->normalize(&x0, 0, r1, 9, 0.0, a, b, odd, &m1);
+                    fx_bn_kernels_portable.normalize(&x0, 0, r0, 9, 0.0, a, b, odd, &m0);
+                    CHECK(same_floats(r0, r1, 9) && same_max(m0, m1),
                           "%s normalize of %a alone, a=%a b=%g odd %d: %a against %a", level,
                           (double)xs[i], a, b, odd, (double)r1[0], (double)r0[0]);
                     m0 = m1 = (fx_bn_max){0.0f, 0};
-                    k->backward(&x0, &x0, 0, r1, 5, 0.0, 1.0, a, 0.0, 0.0, odd, &m1);
-                    fx_bn_kernels_portable.backward(&x0, &x0, 0, r0, 5, 0.0, 1.0, a, 0.0, 0.0,
+                    k->backward(&x0, &x0, 0, r1, 9, 0.0, 1.0, a, 0.0, 0.0, odd, &m1);
+                    fx_bn_kernels_portable.backward(&x0, &x0, 0, r0, 9, 0.0, 1.0, a, 0.0, 0.0,
                                                     odd, &m0);
-                    CHECK(same_floats(r0, r1, 5) && same_max(m0, m1),
+                    CHECK(same_floats(r0, r1, 9) && same_max(m0, m1),
                           "%s backward of %a alone, k=%a odd %d: %a against %a", level,
                           (double)xs[i], a, odd, (double)r1[0], (double)r0[0]);
                     if (odd) {
                         char what[96];
                         snprintf(what, sizeof what, "%s %a alone, a=%a b=%g", level,
                                  (double)xs[i], a, b);
-                        check_half(k, what, &x0, &x0, &x0, &x0, 0, 5, 0.0, a, b, 1.0, a, 0.0,
+                        check_half(k, what, &x0, &x0, &x0, &x0, 0, 9, 0.0, a, b, 1.0, a, 0.0,
                                    0.0);
                     }
                 }
