@@ -25,6 +25,7 @@
 #include "flexpoint_nn.h"
 #include "testutil.h"
 #include "nn/pool_own.h" /* fx_pool_unpool_planes */
+#include "core/internal.h" /* fx_tensor_set_disposable */
 
 #include <math.h>
 #include <stdlib.h>
@@ -1126,6 +1127,22 @@ static void unpool_2x2_case(const int64_t xs[4], const int64_t ys[4])
             /* the exact exponent follows the largest |value|, which the kernel reports */
             CHECK(f != FMT_DFP16 || tensor_exp(dx) == tensor_exp(dy), "%s: dx at 2^%d, dy at 2^%d",
                   flexpoint_backend_name(bi), tensor_exp(dx), tensor_exp(dy));
+            if (f != FMT_DFP16) {
+                /* a disposable fp16/bf16 dx is its own stage: the same bits, over old values */
+                tensor_t *ddx = tensor_new(f, 4, xs);
+                uint16_t *junk = malloc(sizeof(uint16_t) * (size_t)nx);
+                for (int64_t i = 0; i < nx; i++) junk[i] = (uint16_t)(0xA5A5u ^ (uint32_t)i);
+                CHECK_STATUS(tensor_set_raw(ddx, junk), FX_OK);
+                fx_tensor_set_disposable(ddx);
+                CHECK_STATUS(tensor_maxpool2d_backward(ddx, dy, am), FX_OK);
+                CHECK_STATUS(tensor_get_raw(ddx, junk), FX_OK);
+                int64_t bad = 0;
+                for (int64_t i = 0; i < nx; i++) bad += junk[i] != got[i];
+                CHECK(bad == 0, "%s %s: %lld gradient bits of a disposable dx differ",
+                      fmt_name(f), be, (long long)bad);
+                free(junk);
+                tensor_free(ddx);
+            }
             if (!want) {
                 want = got; /* the first available backend: scalar */
             } else {

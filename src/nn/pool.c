@@ -539,7 +539,13 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
          * mantissas, or fp16/bf16 patterns as the fp32 route leaves them (-0 + +0 = +0, NaN
          * canonical). A meeting (overlapping windows) is detected, and then the sums are made
          * in int64 or fp32 below. */
-        uint16_t *st16 = pool_alloc(&s, nx, sizeof(uint16_t), &rc, func);
+        /* A whole fp16/bf16 dx that is disposable (fx_storage.disposable: the trainer's
+         * gradients, which a failed step leaves unused) and not dy's storage is the stage
+         * itself: no scratch to fault in and no copy into dx after (a bad index found
+         * part-way leaves dx part written, which such a dx allows) */
+        const tensor_t *dy_in[1] = {dy};
+        uint16_t *st16 = half && dx->st->disposable ? fx_half_direct(dx, dy_in, 1) : NULL;
+        if (!st16) st16 = pool_alloc(&s, nx, sizeof(uint16_t), &rc, func);
         if (rc) {
             fx_scratch_free(&s);
             return rc;
