@@ -157,11 +157,16 @@ static void rounding_edges(const fx_bn_kernels *k, const char *level)
                                /* between 2^-127 and 2^-126: bf16 subnormals, whose step is
                                 * twice that of 8 bits at 2^-127 (0x1.fep-127 rounds to
                                 * FLT_MIN in bf16) */
-                               0x1.fep-127f, 0x1.8p-127f, -0x1.02p-127f};
+                               0x1.fep-127f, 0x1.8p-127f, -0x1.02p-127f,
+                               /* half-way between two bf16 numbers, the lower one even:
+                                * a tie, to it, unless bits far below (scale 1 + 2^-40)
+                                * push it up */
+                               0x1.01p+0f, -0x1.05p+3f};
     /* 1 - 2^-30 takes FLT_MIN just below 2^-126, where a cut to 24 bits rounds up to FLT_MIN
      * in the conversion but the round to odd gives the largest subnormal */
     static const double scales[] = {1.0,  1.0 + 0x1p-30, -1.0 - 0x1p-29, 1.0 - 0x1p-30,
-                                    1e30, -1e30,         1e-30,          0.0};
+                                    1e30, -1e30,         1e-30,          0.0,
+                                    1.0 + 0x1p-40};
     static const double shifts[] = {0.0, -0.0, 0.25, -1e-40, 1e39};
     const int64_t n = (int64_t)(sizeof xs / sizeof *xs);
     float q0[sizeof xs / sizeof *xs], q1[sizeof xs / sizeof *xs];
@@ -962,12 +967,11 @@ static void in_place_rows(const fx_bn_kernels *k, const char *level)
         for (int at = 0; at < S; at += 5)
             for (int odd = 0; odd < 2; odd++) {
                 float x[S], g[S], want[S], got[S];
-                for (int i = 0; i < S; i++) {
-                    x[i] = 0.75f * (float)i - 9.0f;
+                for (int i = 0; i < S; i++) { /* no zero among them: only x[at] is special */
+                    x[i] = 0.75f * (float)i - 9.125f;
                     g[i] = 0.5f - 0.125f * (float)i;
                 }
-                /* a zero result where x equals the mean (mu = 0, b = 0); else the special */
-                x[at] = specials[si] == 0.0f ? 0.0f : specials[si];
+                x[at] = specials[si]; /* 0: a zero result, x being the mean (mu = 0, b = 0) */
                 const fx_bn_src xs = f32_src(x), gs = f32_src(g);
                 fx_bn_kernels_portable.normalize(&xs, 0, want, S, 0.0, 1.25, 0.0, odd, NULL);
                 memcpy(got, x, sizeof x);

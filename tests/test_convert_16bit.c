@@ -544,27 +544,33 @@ static int run_streaming(const path_t *p)
 
 /* NaN and Inf at every place of every short run (1 to 24 elements, so every kernel's vector
  * steps and each tail length), among ordinary values: a tail handled apart from the vector
- * steps must fix its NaNs as they do (the pool's stride above need not put one there). */
+ * steps must fix its NaNs as they do (the pool's stride above need not put one there). The
+ * sources are exactly len elements long, so that a read past them is an error the sanitizer
+ * build reports. */
 static int run_special_tails(const path_t *p)
 {
     static const uint32_t specials[] = {0x7F812345u, 0xFFC00001u, 0x7F800000u, 0xFF800000u,
                                         0x7FFFFFFFu};
+    /* the same kinds in the 16-bit formats: a signalling NaN, a negative quiet NaN with a
+     * payload, +Inf, -Inf, a signalling NaN with another payload */
+    static const uint16_t specials_fp16[] = {0x7C01u, 0xFE05u, 0x7C00u, 0xFC00u, 0x7D23u};
+    static const uint16_t specials_bf16[] = {0x7F81u, 0xFFC5u, 0x7F80u, 0xFF80u, 0x7FA3u};
+    const uint16_t *sp16 = p->kind == K_FP16_TO_F32 ? specials_fp16 : specials_bf16;
     int bad = 0;
     for (size_t si = 0; si < sizeof specials / sizeof *specials; si++)
         for (int64_t len = 1; len <= 24; len++)
             for (int64_t at = 0; at < len; at++) {
-                float src[24];
-                uint16_t src16[24], dst16[24 + 1];
+                float *src = malloc(sizeof(float) * (size_t)len);
+                uint16_t *src16 = malloc(sizeof(uint16_t) * (size_t)len);
+                uint16_t dst16[24 + 1];
                 float dst[24 + 1];
                 for (int64_t i = 0; i < len; i++) {
                     src[i] = 0.75f * (float)(i + 1);
-                    src16[i] = (uint16_t)(0x3C00u + (uint32_t)i); /* fp16 and bf16 normals */
+                    src16[i] = (uint16_t)(0x3C00u + (uint32_t)i); /* normals in both formats */
                 }
                 uint32_t u = specials[si];
                 memcpy(src + at, &u, sizeof u);
-                /* the 16-bit forms: fp16 sNaN / qNaN with payloads, and bf16 alike */
-                src16[at] = (uint16_t)(si == 0 ? 0x7C01u : si == 1 ? 0xFF81u : si == 2 ? 0x7C00u
-                                      : si == 3 ? 0xFF80u : 0x7D23u);
+                src16[at] = sp16[si];
                 if (p->to16) {
                     dst16[len] = GUARD16;
                     p->to16(src, dst16, len);
@@ -587,6 +593,8 @@ static int run_special_tails(const path_t *p)
                                     (long long)at, (long long)i, f2u(dst[i]), want);
                     }
                 }
+                free(src);
+                free(src16);
             }
     return bad;
 }

@@ -514,13 +514,14 @@ static inline __attribute__((always_inline)) __m128i half8(__m256 v, const int H
 }
 
 /* Eight doubles to bf16 patterns straight from their high words, where every result is a
- * normal or infinite bf16 number: to nearest even at bf16's 8 bits, the low word folded into a
- * sticky bit (the round to odd into fp32 and the bf16 rounding after it, normalize's route,
- * give the correct rounding, and so the same bits: fp32 keeps 16 bits more than bf16, below
- * 2^-126 too, and a result of 2^-126 rounded up from below is 2^-126 at the subnormals' coarser
- * step as well). Returns 0 where some result would be zero, subnormal, NaN or beyond Inf
- * (the caller then takes odd8 and half8). Then the ReLU (no NaN here: negative to +0) or the
- * sign. About half the operations of odd8 and half8. */
+ * normal bf16 number or rounds up to Inf from below 2^128: to nearest even at bf16's 8 bits,
+ * the low word folded into a sticky bit (the round to odd into fp32 and the bf16 rounding after
+ * it, normalize's route, give the correct rounding, and so the same bits: fp32 keeps 16 bits
+ * more than bf16, below 2^-126 too, and a result of 2^-126 rounded up from below is 2^-126 at
+ * the subnormals' coarser step as well). Returns 0 where some result would be zero,
+ * subnormal, NaN, Inf itself or beyond 2^128 (the caller then takes odd8 and half8). Then the
+ * ReLU (no NaN here: negative to +0) or the sign. About half the operations of odd8 and
+ * half8. */
 static inline __attribute__((always_inline)) int bf16_direct8(__m256d t0, __m256d t1,
                                                               const int RELU, __m128i *out)
 {

@@ -510,8 +510,9 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
     const int half = !ic && pool_is_half(dy->fmt) && dx->fmt == dy->fmt;
     /* every index inside its own plane (the first one that is not is named) before anything
      * is written to dx: the 16-bit route below checks each index as it scatters into its
-     * scratch stage (a pass over argmax of its own was a third of a pooling gradient); the
-     * others check them all first, in parallel, as that reads all of argmax */
+     * scratch stage (a pass over argmax of its own was a third of a pooling gradient), or into
+     * a disposable dx itself, which may then be left part written; the others check them all
+     * first, in parallel, as that reads all of argmax */
     int64_t first_bad = ny;
     if (!ic && !half) {
         const int ntv = pool_threads(ny, planes);
