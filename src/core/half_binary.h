@@ -19,6 +19,26 @@ void fx_half_add_avx2(fmt_t f, int kind, const uint16_t *a, const uint16_t *b,
 void fx_half_add_avx512(fmt_t f, int kind, const uint16_t *a, const uint16_t *b,
                         const uint16_t *gate, uint16_t *out, int64_t n);
 
+/* A level's fx_half_add_fn from its row loop, which every level names add_rows(a, b, gate, out,
+ * n, BF, KIND) with BF (bf16, else fp16) and KIND constants: one dispatch for every level. */
+#define FX_HALF_ADD_KINDS_(BF)                                                                 \
+    if (kind == FX_HALF_ADD_RELU)                                                              \
+        add_rows(a, b, gate, out, n, (BF), FX_HALF_ADD_RELU);                                  \
+    else if (kind == FX_HALF_ADD_GATE)                                                         \
+        add_rows(a, b, gate, out, n, (BF), FX_HALF_ADD_GATE);                                  \
+    else                                                                                       \
+        add_rows(a, b, gate, out, n, (BF), FX_HALF_ADD_PLAIN);
+#define FX_HALF_ADD_ENTRY(NAME)                                                                \
+    void NAME(fmt_t f, int kind, const uint16_t *a, const uint16_t *b, const uint16_t *gate,  \
+              uint16_t *out, int64_t n)                                                       \
+    {                                                                                          \
+        if (f == FMT_BF16) {                                                                   \
+            FX_HALF_ADD_KINDS_(1)                                                              \
+        } else {                                                                               \
+            FX_HALF_ADD_KINDS_(0)                                                              \
+        }                                                                                      \
+    }
+
 /* FX_OK when done (shapes already validated by the caller), FX_HALF_BINARY_NOT_TAKEN when the
  * operands are not of a form handled here (nothing written). */
 int fx_half_binary(fx_op op, tensor_t *out, const tensor_t *a, const tensor_t *b);

@@ -86,20 +86,4 @@ static inline __attribute__((always_inline)) void add_rows(const uint16_t *a, co
     }
 }
 
-void fx_half_add_avx2(fmt_t f, int kind, const uint16_t *a, const uint16_t *b,
-                      const uint16_t *gate, uint16_t *out, int64_t n)
-{
-#define FX_HA_KINDS(BF)                                                                        \
-    if (kind == FX_HALF_ADD_RELU)                                                              \
-        add_rows(a, b, gate, out, n, (BF), FX_HALF_ADD_RELU);                                  \
-    else if (kind == FX_HALF_ADD_GATE)                                                         \
-        add_rows(a, b, gate, out, n, (BF), FX_HALF_ADD_GATE);                                  \
-    else                                                                                       \
-        add_rows(a, b, gate, out, n, (BF), FX_HALF_ADD_PLAIN);
-    if (f == FMT_BF16) {
-        FX_HA_KINDS(1)
-    } else {
-        FX_HA_KINDS(0)
-    }
-#undef FX_HA_KINDS
-}
+FX_HALF_ADD_ENTRY(fx_half_add_avx2)

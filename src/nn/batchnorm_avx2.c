@@ -587,30 +587,6 @@ static inline __attribute__((always_inline)) void normalize_half_k(
         out[s] = half1(nn_round_f32((fx_bn_at_exact(x, off + s) - mu) * a + b, 1), H, RELU);
 }
 
-static int bn_normalize_half_avx2(const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S,
-                                  double mu, double a, double b, int half, int relu)
-{
-    const fx_bn_src xe = fx_bn_exact_kind(x);
-#define FX_BN_NH(K, H, R) normalize_half_k(&xe, off, out, S, mu, a, b, (K), (H), (R))
-#define FX_BN_NH_KIND(K)                                                                       \
-    if (half == FX_BN_OUT_BF16) {                                                              \
-        if (relu) FX_BN_NH(K, FX_BN_OUT_BF16, 1);                                              \
-        else FX_BN_NH(K, FX_BN_OUT_BF16, 0);                                                   \
-    } else {                                                                                   \
-        if (relu) FX_BN_NH(K, FX_BN_OUT_FP16, 1);                                              \
-        else FX_BN_NH(K, FX_BN_OUT_FP16, 0);                                                   \
-    }
-    switch (xe.kind) {
-    case FX_BN_I16_EXACT: FX_BN_NH_KIND(FX_BN_I16_EXACT); break;
-    case FX_BN_BF16: FX_BN_NH_KIND(FX_BN_BF16); break;
-    case FX_BN_F32: FX_BN_NH_KIND(FX_BN_F32); break;
-    default: return 0; /* other mantissa sources: the caller's fp32 row */
-    }
-#undef FX_BN_NH_KIND
-#undef FX_BN_NH
-    return 1;
-}
-
 static inline __attribute__((always_inline)) void backward_half_k(
     const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, double mu,
     double is, double k, double mdy, double mdyx, const int KX, const int KG, const int H)
@@ -636,25 +612,7 @@ static inline __attribute__((always_inline)) void backward_half_k(
     }
 }
 
-static int bn_backward_half_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off,
-                                 uint16_t *out, int64_t S, double mu, double is, double k,
-                                 double mdy, double mdyx, int half)
-{
-    const fx_bn_src xe = fx_bn_exact_kind(x), ge = fx_bn_exact_kind(g);
-#define FX_BN_BH_CASE(KX, KG)                                                                  \
-    if (xe.kind == (KX) && ge.kind == (KG)) {                                                  \
-        if (half == FX_BN_OUT_BF16)                                                            \
-            backward_half_k(&xe, &ge, off, out, S, mu, is, k, mdy, mdyx, (KX), (KG),           \
-                            FX_BN_OUT_BF16);                                                   \
-        else                                                                                   \
-            backward_half_k(&xe, &ge, off, out, S, mu, is, k, mdy, mdyx, (KX), (KG),           \
-                            FX_BN_OUT_FP16);                                                   \
-        return 1;                                                                              \
-    }
-    FX_BN_AVX2_KIND_PAIRS(FX_BN_BH_CASE)
-#undef FX_BN_BH_CASE
-    return 0; /* other mantissa sources: the caller's fp32 row */
-}
+FX_BN_HALF_ENTRIES(bn_normalize_half_avx2, bn_backward_half_avx2)
 
 const fx_bn_kernels fx_bn_kernels_avx2 = {bn_stats_avx2,  bn_grad_sums_avx2,
                                           bn_normalize_avx2, bn_backward_avx2,

@@ -210,6 +210,52 @@ extern const fx_bn_kernels fx_bn_kernels_avx512;
 #define FX_BN_KIND_PAIRS(X) FX_BN_KIND_PAIRS_OF(X, FX_BN_I16)
 
 
+/* A SIMD level's half-output entry points (fx_bn_kernels.normalize_half, backward_half) from its
+ * instances, which every level names normalize_half_k(x, off, out, S, mu, a, b, K, H, RELU) and
+ * backward_half_k(x, g, off, out, S, mu, is, k, mdy, mdyx, KX, KG, H), with K, KX, KG its
+ * source kinds (mantissa sources as FX_BN_I16_EXACT), H the half format and RELU constants:
+ * one dispatch for every level. Sources outside the instances' kinds are declined (0, nothing
+ * written: the caller takes the fp32 row). */
+#define FX_BN_NH_KIND_(K)                                                                      \
+    if (half == FX_BN_OUT_BF16) {                                                              \
+        if (relu) normalize_half_k(&xe, off, out, S, mu, a, b, (K), FX_BN_OUT_BF16, 1);        \
+        else normalize_half_k(&xe, off, out, S, mu, a, b, (K), FX_BN_OUT_BF16, 0);             \
+    } else {                                                                                   \
+        if (relu) normalize_half_k(&xe, off, out, S, mu, a, b, (K), FX_BN_OUT_FP16, 1);        \
+        else normalize_half_k(&xe, off, out, S, mu, a, b, (K), FX_BN_OUT_FP16, 0);             \
+    }
+#define FX_BN_BH_CASE_(KX, KG)                                                                 \
+    if (xe.kind == (KX) && ge.kind == (KG)) {                                                  \
+        if (half == FX_BN_OUT_BF16)                                                            \
+            backward_half_k(&xe, &ge, off, out, S, mu, is, k, mdy, mdyx, (KX), (KG),           \
+                            FX_BN_OUT_BF16);                                                   \
+        else                                                                                   \
+            backward_half_k(&xe, &ge, off, out, S, mu, is, k, mdy, mdyx, (KX), (KG),           \
+                            FX_BN_OUT_FP16);                                                   \
+        return 1;                                                                              \
+    }
+#define FX_BN_HALF_ENTRIES(NORMALIZE_HALF, BACKWARD_HALF)                                      \
+    static int NORMALIZE_HALF(const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S,      \
+                              double mu, double a, double b, int half, int relu)              \
+    {                                                                                          \
+        const fx_bn_src xe = fx_bn_exact_kind(x);                                              \
+        switch (xe.kind) {                                                                     \
+        case FX_BN_I16_EXACT: FX_BN_NH_KIND_(FX_BN_I16_EXACT); break;                          \
+        case FX_BN_BF16: FX_BN_NH_KIND_(FX_BN_BF16); break;                                    \
+        case FX_BN_F32: FX_BN_NH_KIND_(FX_BN_F32); break;                                      \
+        default: return 0;                                                                     \
+        }                                                                                      \
+        return 1;                                                                              \
+    }                                                                                          \
+    static int BACKWARD_HALF(const fx_bn_src *x, const fx_bn_src *g, int64_t off,             \
+                             uint16_t *out, int64_t S, double mu, double is, double k,        \
+                             double mdy, double mdyx, int half)                               \
+    {                                                                                          \
+        const fx_bn_src xe = fx_bn_exact_kind(x), ge = fx_bn_exact_kind(g);                    \
+        FX_BN_KIND_PAIRS_OF(FX_BN_BH_CASE_, FX_BN_I16_EXACT)                                   \
+        return 0;                                                                              \
+    }
+
 /* Test switch: 0 makes batch norm copy every input to fp32 first (nn_in_f32) and scan its
  * outputs in the write, as before the in-place sources, so tests can compare the two. */
 void fx_bn_set_in_place(int on);
