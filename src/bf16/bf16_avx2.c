@@ -37,10 +37,8 @@ static void fx_f32_to_bf16_cached(const float *src, uint16_t *dst, int64_t n)
     for (; i + 16 <= n; i += 16)
         _mm256_storeu_si256((__m256i *)(dst + i), fx_f32_to_bf16_16(src + i));
     if (i + 8 <= n) {
-        __m256i u = _mm256_loadu_si256((const __m256i *)(src + i));
-        __m256i r = fx_bf16_fix_nan8(fx_bf16_round8(u), u, fx_bf16_nan_lanes8(u));
-        __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-        _mm_storeu_si128((__m128i *)(dst + i), p);
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         fx_bf16_round8_bits(_mm256_loadu_si256((const __m256i *)(src + i))));
         i += 8;
     }
     fx_cvt_f32_to_bf16_scalar(src + i, dst + i, n - i);

@@ -48,8 +48,7 @@ static void fx_f32_to_fp16_cached(const float *src, uint16_t *dst, int64_t n)
     for (; i + 16 <= n; i += 16)
         _mm256_storeu_si256((__m256i *)(dst + i), fx_f32_to_fp16_16(src + i));
     if (i + 8 <= n) {
-        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), FX_RNE);
-        _mm_storeu_si128((__m128i *)(dst + i), fx_fp16_canonical_nan8(h));
+        _mm_storeu_si128((__m128i *)(dst + i), fx_f32_to_fp16_8(_mm256_loadu_ps(src + i)));
         i += 8;
     }
     if (i < n) { /* the tail as one vector through copies (fx_f32_to_fp16_8: the same bits) */
