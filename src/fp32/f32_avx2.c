@@ -296,6 +296,7 @@ static inline __attribute__((always_inline)) void pack_rows_any(float *dst, cons
             for (int i = 0; i < rows; i++)
                 fx_prefetch_at(s + (size_t)((r0 + i) * ld + k0) * esz,
                                FX_F32_PACK_PREFETCH_ROWS * ld * (int64_t)esz);
+#pragma GCC unroll 8
             for (int i = 0; i < 8; i++) {
                 if (i >= rows) { /* no pointer is formed for a missing row */
                     v[i] = _mm256_setzero_ps();
@@ -317,33 +318,43 @@ static inline __attribute__((always_inline)) void pack_rows_any(float *dst, cons
                 for (int t = 0; t < 8; t++) _mm256_storeu_ps(dst + (k0 + t) * R + r0, v[t]);
                 continue;
             }
-            for (int t = 0; t < ks; t++) {
-                float *d = dst + (k0 + t) * R + r0;
-                if (rows == 8 || (spill_ok && k0 + t + 1 < kb)) {
-                    _mm256_storeu_ps(d, v[t]);
-                } else {
-                    float tmp[8];
-                    _mm256_storeu_ps(tmp, v[t]);
-                    memcpy(d, tmp, (size_t)rows * sizeof *d);
-                }
-            }
+            /* a tail block: spill all 8 vectors by constant indices (a variable v[t] would
+             * put v[] on the stack for every block), then copy the rows that exist */
+            float spill[8][8];
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) _mm256_storeu_ps(spill[t], v[t]);
+            for (int t = 0; t < ks; t++)
+                memcpy(dst + (k0 + t) * R + r0, spill[t], (size_t)rows * sizeof(float));
         }
     }
 }
 
+/* The GEMM packs panels of MR (A) or NR (B) rows; with R a compile-time constant there the
+ * block loops unroll and v[] stays in registers (a run-time R made the fp32 weight gradient's
+ * pack cost more than its micro-kernel). Other R take the general instance. */
+#define FX_PACK_ROWS_R(dst, src, esz, kind, ld, kb, R)                       \
+    do {                                                                      \
+        if ((R) == MR)                                                        \
+            pack_rows_any(dst, src, esz, kind, ld, kb, MR);                   \
+        else if ((R) == NR)                                                   \
+            pack_rows_any(dst, src, esz, kind, ld, kb, NR);                   \
+        else                                                                  \
+            pack_rows_any(dst, src, esz, kind, ld, kb, R);                    \
+    } while (0)
+
 static void pack_rows_f32(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R)
 {
-    pack_rows_any(dst, src, sizeof(float), SRC_F32, ld, kb, R);
+    FX_PACK_ROWS_R(dst, src, sizeof(float), SRC_F32, ld, kb, R);
 }
 
 static void pack_rows_fp16(float *dst, const uint16_t *src, int64_t ld, int64_t kb, int64_t R)
 {
-    pack_rows_any(dst, src, sizeof(uint16_t), SRC_FP16, ld, kb, R);
+    FX_PACK_ROWS_R(dst, src, sizeof(uint16_t), SRC_FP16, ld, kb, R);
 }
 
 static void pack_rows_bf16(float *dst, const uint16_t *src, int64_t ld, int64_t kb, int64_t R)
 {
-    pack_rows_any(dst, src, sizeof(uint16_t), SRC_BF16, ld, kb, R);
+    FX_PACK_ROWS_R(dst, src, sizeof(uint16_t), SRC_BF16, ld, kb, R);
 }
 
 void fx_f32_pack_rows_avx2(float *dst, const void *src, int fmt, int64_t ld, int64_t kb,
