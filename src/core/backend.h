@@ -272,6 +272,11 @@ typedef struct fx_conv_kernels {
                       int32_t *ap);
     int (*panels_f32)(const struct fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
                       float *ap);
+    /* The weight gradient's fp32 GEMM A panels straight from the padded chunk
+     * (fx_conv_wpanels_f32_avx2, conv_panels.h), or 0 where it does not handle g or mr. NULL:
+     * the patch matrix, packed by the GEMM. */
+    int (*wpanels_f32)(const struct fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
+                       float *ap);
     /* The fused convolution epilogue (tensor_conv2d_bias_relu) on rows x cols fp32 values,
      * in place: v = v + bias[col] (when bias is not NULL; the ADD kernel's arithmetic and NaN
      * rule, v first), then the RELU kernel's x > 0 ? x : +0 with NaN kept (when relu). */

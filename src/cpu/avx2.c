@@ -41,6 +41,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
      * built by the AVX2 panel builder (src/nn/conv_panels_avx2.c) */
     b->gemm.f32_panel_mr = FX_F32_MR_AVX2;
     b->conv.panels_f32 = fx_conv_panels_f32_avx2;
+    b->conv.wpanels_f32 = fx_conv_wpanels_f32_avx2;
     /* fp32 forward convolutions without the panels: the same chains, the taps broadcast from
      * the padded input (conv_f32_fwd_avx2.c); AVX-512 keeps its 12-row panels */
     b->conv.f32_fwd = fx_f32_fwd_direct_avx2;

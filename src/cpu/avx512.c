@@ -82,6 +82,8 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
      * builder) */
     b->gemm.f32_panel_mr = FX_F32_MR_AVX512;
     b->conv.panels_f32 = fx_conv_panels_f32_avx512;
+    /* the AVX2 weight-gradient panels are 6 rows high, this level's fp32 tile 12 */
+    b->conv.wpanels_f32 = NULL;
     b->conv.f32_fwd = NULL; /* the AVX2 level's direct fp32 kernel: not measured against these panels */
 
     /* fp16 x fp16 MATMUL: the fp32 GEMM, widened while packed */

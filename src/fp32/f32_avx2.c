@@ -368,6 +368,68 @@ void fx_f32_pack_rows_avx2(float *dst, const void *src, int fmt, int64_t ld, int
         pack_rows_f32(dst, src, ld, kb, R);
 }
 
+/* lanes t < split of a, the others of b */
+static inline __m256 first_lanes(__m256 a, __m256 b, int split)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 from_a = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(split), lane));
+    return _mm256_blendv_ps(b, a, from_a);
+}
+
+static inline __attribute__((always_inline)) void pack_blocks_any(float *dst, const char *src,
+                                                                  size_t esz, int kind,
+                                                                  const int64_t *row_off,
+                                                                  int rows,
+                                                                  const fx_f32_block *blk,
+                                                                  int64_t ncols)
+{
+    const int64_t nblk = (ncols + 7) / 8;
+    for (int64_t b = 0; b < nblk; b++) {
+        __m256 v[8];
+        const int64_t off = blk[b].off, off2 = blk[b].off2 - blk[b].split;
+        const int split = blk[b].split;
+        if (split == 8) {
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) /* no pointer is formed for a missing row */
+                v[i] = i < rows ? load_row8(src + (size_t)(row_off[i] + off) * esz, kind)
+                                : _mm256_setzero_ps();
+        } else { /* the block continues on the next output row */
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                v[i] = i < rows
+                           ? first_lanes(load_row8(src + (size_t)(row_off[i] + off) * esz, kind),
+                                         load_row8(src + (size_t)(row_off[i] + off2) * esz, kind),
+                                         split)
+                           : _mm256_setzero_ps();
+        }
+        fx_transpose8x8_ps(v);
+        float *d = dst + b * 8 * MR;
+        if (b + 1 < nblk) {
+            /* whole-vector stores: each spills 2 floats into the next column's slots, which
+             * the next store writes, and the last into the next block's first */
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) _mm256_storeu_ps(d + t * MR, v[t]);
+            continue;
+        }
+        float spill[8][8]; /* the panel's last block: nothing past its columns is written */
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) _mm256_storeu_ps(spill[t], v[t]);
+        const int64_t last = ncols - b * 8;
+        for (int t = 0; t < last; t++) memcpy(d + t * MR, spill[t], MR * sizeof(float));
+    }
+}
+
+void fx_f32_pack_blocks_avx2(float *dst, const void *src, int fmt, const int64_t *row_off, int rows,
+                             const fx_f32_block *blk, int64_t ncols)
+{
+    if (fmt == FMT_FP16)
+        pack_blocks_any(dst, src, sizeof(uint16_t), SRC_FP16, row_off, rows, blk, ncols);
+    else if (fmt == FMT_BF16)
+        pack_blocks_any(dst, src, sizeof(uint16_t), SRC_BF16, row_off, rows, blk, ncols);
+    else
+        pack_blocks_any(dst, src, sizeof(float), SRC_F32, row_off, rows, blk, ncols);
+}
+
 /* kc: the A micro-panel (6 x 256 floats, 6 KiB) stays in L1; nc: the packed B block
  * (256 x 512 floats, 512 KiB) in L2; mc: A block in L2/L3. */
 static const fx_f32_gemm_params gemm_avx2 = {

@@ -1831,9 +1831,20 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     const int64_t iwd_n = iwamx      ? fx_i16_wgrad_amx_scratch(&g, plan.nb)
                           : iwdirect ? fx_i16_wgrad_direct_scratch(&g, plan.nb)
                                      : 0;
+    /* float compute on the fp32 GEMM: its A panels straight from the padded chunk where the
+     * level builds them (conv_panels.h; the same values, so the same bits), in the patch
+     * matrix's buffer, which takes the panels' size (floats, rows rounded up to the tile) */
+    const int wpanel_mr = !ic && !wdirect && be->conv.wpanels_f32 && fx_conv_wpanels_enabled() &&
+                                  fx_conv_wpanels_f32_fit(&g) &&
+                                  (cc.cf == FMT_FP32 || cc.cf == FMT_FP16 || cc.cf == FMT_BF16)
+                              ? be->gemm.f32_panel_mr
+                              : 0;
     /* the AMX kernel never declines and reads x and dy in place: no patch matrix, padded chunk
      * or gathered dy */
-    const int64_t col_n = wtiles || wdirect || iwamx ? 0 : CKK * plan.nb * P;
+    const int64_t col_n = wtiles || wdirect || iwamx ? 0
+                          : wpanel_mr ? fx_conv_wpanels_f32_numel(&g, plan.nb, wpanel_mr) *
+                                            (int64_t)(sizeof(float) / cc.esz)
+                                      : CKK * plan.nb * P;
     const int64_t dyg_n = iwamx ? 0 : g.O * plan.nb * P;
     const int64_t xp_n = iwamx ? 0 : fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
     const int64_t plane_n = xp_n + 2 * FX_CONV_TILES_SLACK; /* bytes per plane */
@@ -1909,16 +1920,27 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                     continue;
                 }
             }
+            conv_prepacked wpp = {.a_panels = NULL};
             if (myhi) {
                 fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
                 be->conv.byte_planes_i16((const int16_t *)(const void *)myxp,
                                          fx_conv_padded_numel(&g, nbc), myhi, myhi + plane_n);
+            } else if (wpanel_mr) {
+                fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
+                if (be->conv.wpanels_f32(&g, myxp, (int)cc.cf, nbc, wpanel_mr,
+                                         (float *)(void *)mycol)) {
+                    wpp.a_panels = mycol;
+                    wpp.a_mr = wpanel_mr;
+                    fx_conv_wpanels_count();
+                } else { /* declined (out of memory): the patch matrix */
+                    conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 0, plan.inner);
+                }
             } else {
                 conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 0, plan.inner);
             }
             fx_chunk_gather(dyo.data, n0, nbc, g.O, P, mydy, esz);
             status[ch] = conv_matmul_with(conv_op2d(&cc, mycol, xo.exp, CKK, Pc, Pc, 0),
-                                          myhi ? &pp : NULL,
+                                          myhi ? &pp : wpp.a_panels ? &wpp : NULL,
                                           conv_op2d(&cc, mydy, dyo.exp, g.O, Pc, Pc, 1), ic,
                                           ch == c0 ? slot : mypart, plan.inner, NULL, NULL);
             if (status[ch] != FX_OK) break;

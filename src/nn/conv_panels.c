@@ -2,6 +2,7 @@
 #include "conv_panels.h"
 #include "../core/backend.h" /* the scalar fp16/bf16 definitions */
 
+#include <stdatomic.h>
 #include <string.h>
 
 int64_t fx_conv_panels_numel(const fx_conv_geom *g, int64_t nb, int mr)
@@ -167,6 +168,35 @@ int64_t fx_conv_panels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr)
 {
     const int64_t Pc = nb * g->OH * g->OW, K = g->C * g->KH * g->KW;
     return (Pc + mr - 1) / mr * mr * K;
+}
+
+int64_t fx_conv_wpanels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr)
+{
+    const int64_t Pc = nb * g->OH * g->OW, K = g->C * g->KH * g->KW;
+    return (K + mr - 1) / mr * mr * Pc;
+}
+
+static atomic_int wpanels_enabled = 1;
+static atomic_llong wpanels_chunks;
+
+void fx_conv_wpanels_set_enabled(int on)
+{
+    atomic_store_explicit(&wpanels_enabled, on != 0, memory_order_relaxed);
+}
+
+int fx_conv_wpanels_enabled(void)
+{
+    return atomic_load_explicit(&wpanels_enabled, memory_order_relaxed);
+}
+
+long long fx_conv_wpanels_chunks(void)
+{
+    return atomic_load_explicit(&wpanels_chunks, memory_order_relaxed);
+}
+
+void fx_conv_wpanels_count(void)
+{
+    atomic_fetch_add_explicit(&wpanels_chunks, 1, memory_order_relaxed);
 }
 
 static float fx_widen_elem(const void *xp, int fmt, int64_t i)

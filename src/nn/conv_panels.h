@@ -231,6 +231,33 @@ int fx_conv_panels_f32_avx512(const fx_conv_geom *g, const void *xp, int fmt, in
 int fx_conv_panels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
                             float *ap);
 
+/* ---- fp32 GEMM panels of the weight gradient (fp32, fp16 and bf16 inputs) ----------------------
+ * The weight gradient's product is dW^T = A B with A = the patch matrix [K, Pc] (row k: tap
+ * k = (c*KH + kh)*KW + kw, column m: pixel m of the chunk, im2col.h) and B = dy^T. Its A
+ * micro-panels over the whole depth Pc, ap[q*Pc*mr + m*mr + i] = A[q*mr + i][m] widened exactly
+ * to fp32, rows past K 0, are the values the GEMM's packing makes of the patch matrix: the same
+ * products in the same order, the same bits. Built straight from the padded chunk, they spare
+ * the patch matrix's write and read and the packing's transposes from it (the fp32 weight
+ * gradient of ResNet-20's stage-1 layers spent a fifth of its time in im2col and a fifth in
+ * that packing on a Zen 3).
+ * With sw = 1, a tap's values for consecutive pixels of one output row are consecutive in the
+ * padded input, and with OW >= 8 a block of 8 pixels spans at most two rows: 8 x 8 blocks then
+ * go through registers, a block that continues on the next row as two loads blended. */
+static inline int fx_conv_wpanels_f32_fit(const fx_conv_geom *g)
+{
+    return g->sw == 1 && g->OW >= 8;
+}
+int64_t fx_conv_wpanels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr);
+/* AVX2 builder for mr = 6 (fx_backend.conv.wpanels_f32): 1, or 0 (nothing written) for another
+ * mr, outside fx_conv_wpanels_f32_fit, another format, or when out of memory. */
+int fx_conv_wpanels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
+                             float *ap);
+/* Test hooks: 0 sends every weight gradient to the patch matrix; chunks built, counted. */
+void fx_conv_wpanels_set_enabled(int on);
+int fx_conv_wpanels_enabled(void);
+long long fx_conv_wpanels_chunks(void);
+void fx_conv_wpanels_count(void);
+
 /* ---- shared by the vector builders ------------------------------------------------------------ */
 
 /* Output pixels in order, as (sample, row, column) counters: the padded-input offsets of the

@@ -60,3 +60,41 @@ int fx_conv_panels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int6
     free(rows);
     return 1;
 }
+
+/* The weight gradient's panels (conv_panels.h): per panel of 6 taps, one 8 x 8 transposing
+ * block per 8 pixels, read straight from the padded chunk. */
+int fx_conv_wpanels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
+                             float *ap)
+{
+    if (mr != FX_PANEL_ROWS || !fx_conv_wpanels_f32_fit(g) ||
+        (fmt != FMT_FP32 && fmt != FMT_FP16 && fmt != FMT_BF16))
+        return 0;
+    const int64_t K = g->C * g->KH * g->KW, KK = g->KH * g->KW, OW = g->OW;
+    const int64_t Wp = g->W + 2 * g->pw, HW = (g->H + 2 * g->ph) * Wp;
+    const int64_t Pc = nb * g->OH * OW, nblk = (Pc + 7) / 8;
+    /* each block's pixels in the padded chunk: a run to the end of its output row, and where
+     * it continues (OW >= 8: on the next row at most), the rest from that row's start */
+    fx_f32_block *blk = malloc(sizeof *blk * (size_t)nblk);
+    if (!blk) return 0;
+    for (int64_t b = 0; b < nblk; b++) {
+        const int64_t m = 8 * b, row = m / OW, ow = m % OW, n = row / g->OH, oh = row % g->OH;
+        blk[b].off = n * g->C * HW + oh * g->sh * Wp + ow;
+        /* the chunk's last block ends with its row: its lanes past the row are not stored */
+        blk[b].split = OW - ow < 8 && m + OW - ow < Pc ? (int)(OW - ow) : 8;
+        const int64_t row2 = row + 1, n2 = row2 / g->OH, oh2 = row2 % g->OH;
+        blk[b].off2 = n2 * g->C * HW + oh2 * g->sh * Wp;
+    }
+    for (int64_t q = 0; q * FX_PANEL_ROWS < K; q++) {
+        int64_t off[FX_PANEL_ROWS];
+        const int rows = K - q * FX_PANEL_ROWS < FX_PANEL_ROWS ? (int)(K - q * FX_PANEL_ROWS)
+                                                               : FX_PANEL_ROWS;
+        for (int r = 0; r < rows; r++) {
+            const int64_t k = q * FX_PANEL_ROWS + r, c = k / KK, kh = k % KK / g->KW,
+                          kw = k % g->KW;
+            off[r] = c * HW + kh * g->dh * Wp + kw * g->dw;
+        }
+        fx_f32_pack_blocks_avx2(ap + q * Pc * FX_PANEL_ROWS, xp, fmt, off, rows, blk, Pc);
+    }
+    free(blk);
+    return 1;
+}
