@@ -1,13 +1,15 @@
 /* The fp32 GEMM's weight-gradient panels built straight from the padded input
  * (src/nn/conv_panels.h, fx_backend.conv.wpanels_f32: AVX2), on each CPU level:
  *   - tensor_conv2d_backward_weight in fp32, fp16 and bf16 gives the same bits with the panels
- *     on and off (the patch matrix, packed by the GEMM), at 1 and 2 threads, on shapes with a
- *     partial last panel of taps (K = 27, 8), vertical stride 2, dilation 2, 1x1 and 5x5
- *     kernels, several chunks of images, output rows of 8, 16 and 24 pixels and rows of 9,
- *     10, 14 and 28 (blocks of 8 pixels that continue on the next row, or in the next image,
- *     and chunks whose pixels are not a multiple of 8);
- *   - the panels were built exactly where the level has them and the shape fits (sw = 1 and
- *     OW >= 8), and never otherwise (OW 7, sw 2);
+ *     on and off (the patch matrix, packed by the GEMM), each at 1 and 2 threads, on shapes
+ *     with last panels of 1 to 5 taps (K = 25, 8, 27, 10, 5), vertical stride 2, dilations and
+ *     paddings that differ between the axes, 1x1, 1x5, 3x1, 3x3 and 5x5 kernels, rows of 8 to
+ *     28 pixels (blocks of 8 pixels that continue on the next row, or in the next image),
+ *     chunks whose pixels are not a multiple of 8, a short last chunk, groups of several chunks
+ *     (conv2d.c sums chunks in fixed groups) and one image, where both threads work inside the
+ *     GEMM;
+ *   - the panels were built exactly where the level has them and the shape fits (sw = 1,
+ *     OW >= 8, O >= 16), and never otherwise (OW 7, sw 2, O 8);
  *   - the fp32 results are within the summation bound of an fp64 reference: with n = N*OH*OW
  *     products per weight, summed by FMAs in chunks whose sums are then added, every value
  *     takes at most 2n roundings of 2^-24, so |dw - dw64| <= 2n 2^-24 sum |x dy|. */
@@ -22,34 +24,42 @@
 #include <string.h>
 
 typedef struct shape {
-    int64_t N, C, H, W, O, K;
-    int sh, sw, pad, dil;
+    int64_t N, C, H, W, O, KH, KW;
+    int sh, sw, ph, pw, dh, dw;
 } shape;
 
 static const shape shapes[] = {
-    {2, 3, 8, 8, 5, 3, 1, 1, 1, 1},     /* K = 27: the last panel has 3 of 6 taps; OW 8 */
-    {20, 16, 16, 16, 16, 3, 1, 1, 1, 1}, /* ResNet-20's stage-1 channels, several chunks */
-    {2, 4, 9, 18, 7, 3, 1, 1, 0, 1},    /* no padding: OW 16 */
-    {2, 5, 12, 16, 6, 3, 2, 1, 1, 1},   /* vertical stride 2 */
-    {2, 4, 16, 16, 9, 3, 1, 1, 2, 2},   /* dilation 2 */
-    {3, 8, 8, 24, 12, 1, 1, 1, 0, 1},   /* 1x1, K = 8; OW 24 */
-    {2, 3, 10, 16, 8, 5, 1, 1, 2, 1},   /* 5x5 */
-    {3, 2, 9, 9, 4, 3, 1, 1, 1, 1},     /* OW 9: blocks across rows and images; Pc 243 */
-    {2, 3, 5, 10, 5, 3, 2, 1, 1, 1},    /* OW 10, vertical stride 2 */
-    {20, 32, 14, 14, 64, 5, 1, 1, 2, 1}, /* the CNN's conv2: OW 14, K = 800, several chunks */
-    {3, 1, 28, 28, 32, 5, 1, 1, 2, 1},  /* the CNN's conv1: OW 28, K = 25 */
-    {2, 4, 7, 7, 6, 3, 1, 1, 1, 1},     /* OW 7: not built */
-    {2, 4, 16, 32, 6, 3, 1, 2, 1, 1},   /* horizontal stride 2: not built */
+    {2, 3, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1},     /* K = 27: a last panel of 3 taps; OW 8 */
+    {21, 16, 16, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1}, /* stage-1 channels: 11 chunks, the last short */
+    {1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1},  /* one image: both threads inside the GEMM */
+    {2, 4, 9, 18, 16, 3, 3, 1, 1, 0, 0, 1, 1},    /* no padding: OW 16 */
+    {2, 5, 12, 16, 17, 3, 3, 2, 1, 1, 1, 1, 1},   /* vertical stride 2; O 17 */
+    {2, 4, 16, 16, 16, 3, 3, 1, 1, 2, 1, 2, 1},   /* dilation and padding 2 down, 1 across */
+    {2, 4, 16, 20, 16, 3, 3, 1, 1, 1, 2, 1, 2},   /* ... and 1 down, 2 across */
+    {3, 8, 8, 24, 16, 1, 1, 1, 1, 0, 0, 1, 1},    /* 1x1, K = 8 (2 taps in the last panel) */
+    {2, 2, 10, 16, 16, 1, 5, 1, 1, 0, 2, 1, 1},   /* 1x5, K = 10: a last panel of 4 taps */
+    {2, 3, 10, 16, 16, 3, 1, 1, 1, 1, 0, 1, 1},   /* 3x1, K = 9: a last panel of 3 taps */
+    {2, 1, 6, 16, 16, 1, 5, 1, 1, 0, 2, 1, 1},    /* 1x5, K = 5: one panel of 5 taps */
+    {2, 3, 10, 16, 16, 5, 5, 1, 1, 2, 2, 1, 1},   /* 5x5, K = 75: a last panel of 3 taps */
+    {1, 2, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1},     /* OW 9: blocks across rows, Pc 81 */
+    {2, 3, 5, 10, 16, 3, 3, 2, 1, 1, 1, 1, 1},    /* OW 10, vertical stride 2 */
+    /* the CNN's conv2 input: OW 14, K = 800, 18 chunks of 3 images (the last of one) in 16
+     * groups, blocks that continue in the next image */
+    {52, 32, 14, 14, 16, 5, 5, 1, 1, 2, 2, 1, 1},
+    {3, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2, 1, 1},   /* the CNN's conv1: OW 28, K = 25 */
+    {2, 4, 7, 7, 16, 3, 3, 1, 1, 1, 1, 1, 1},     /* OW 7: not built */
+    {2, 4, 16, 32, 16, 3, 3, 1, 2, 1, 1, 1, 1},   /* horizontal stride 2: not built */
+    {2, 4, 16, 16, 8, 3, 3, 1, 1, 1, 1, 1, 1},    /* O 8: not built */
 };
 
 static int64_t out_h(const shape *s)
 {
-    return (s->H + 2 * s->pad - s->dil * (s->K - 1) - 1) / s->sh + 1;
+    return (s->H + 2 * s->ph - s->dh * (s->KH - 1) - 1) / s->sh + 1;
 }
 
 static int64_t out_w(const shape *s)
 {
-    return (s->W + 2 * s->pad - s->dil * (s->K - 1) - 1) / s->sw + 1;
+    return (s->W + 2 * s->pw - s->dw * (s->KW - 1) - 1) / s->sw + 1;
 }
 
 static tensor_t *random_tensor(fmt_t f, const int64_t *s, double scale, test_rng *r)
@@ -68,23 +78,23 @@ static tensor_t *random_tensor(fmt_t f, const int64_t *s, double scale, test_rng
 static void *run(const shape *s, fmt_t f, const tensor_t *x, const tensor_t *dy, int route,
                  int threads, int64_t *nw)
 {
-    const int64_t ws[4] = {s->O, s->C, s->K, s->K};
+    const int64_t ws[4] = {s->O, s->C, s->KH, s->KW};
     tensor_t *dw = tensor_new(f, 4, ws);
     fx_conv_wpanels_set_enabled(route);
     flexpoint_set_num_threads(threads);
     const long long before = fx_conv_wpanels_chunks();
-    CHECK_STATUS(tensor_conv2d_backward_weight(dw, x, dy, s->sh, s->sw, s->pad, s->pad, s->dil,
-                                               s->dil),
+    CHECK_STATUS(tensor_conv2d_backward_weight(dw, x, dy, s->sh, s->sw, s->ph, s->pw, s->dh,
+                                               s->dw),
                  FX_OK);
-    const fx_conv_geom g = {s->N, s->C, s->H, s->W, s->O, s->K, s->K, out_h(s), out_w(s),
-                            s->sh, s->sw, s->pad, s->pad, s->dil, s->dil};
+    const fx_conv_geom g = {s->N, s->C, s->H, s->W, s->O, s->KH, s->KW, out_h(s), out_w(s),
+                            s->sh, s->sw, s->ph, s->pw, s->dh, s->dw};
     const int expect = route && fx_backend_active()->conv.wpanels_f32 != NULL &&
                        fx_conv_wpanels_f32_fit(&g);
     CHECK((fx_conv_wpanels_chunks() > before) == expect,
-          "%s %s N%lld C%lld %lldx%lld k%lld sh%d sw%d: the panels %s",
+          "%s %s N%lld C%lld %lldx%lld O%lld k%lldx%lld sh%d sw%d: the panels %s",
           fx_backend_active()->name, fmt_name(f), (long long)s->N, (long long)s->C,
-          (long long)s->H, (long long)s->W, (long long)s->K, s->sh, s->sw,
-          expect ? "were not built" : "were built");
+          (long long)s->H, (long long)s->W, (long long)s->O, (long long)s->KH, (long long)s->KW,
+          s->sh, s->sw, expect ? "were not built" : "were built");
     *nw = tensor_numel(dw);
     const size_t esz = f == FMT_FP32 ? 4 : 2;
     void *raw = malloc(esz * (size_t)*nw);
@@ -101,26 +111,26 @@ static void check_reference(const shape *s, const tensor_t *x, const tensor_t *d
     float *gv = malloc(sizeof(float) * (size_t)tensor_numel(dy));
     CHECK_STATUS(tensor_to_f32(x, xv), FX_OK);
     CHECK_STATUS(tensor_to_f32(dy, gv), FX_OK);
-    const int64_t ws[4] = {s->O, s->C, s->K, s->K};
+    const int64_t ws[4] = {s->O, s->C, s->KH, s->KW};
     tensor_t *dw = tensor_new(FMT_FP32, 4, ws);
     fx_conv_wpanels_set_enabled(1);
     flexpoint_set_num_threads(1);
-    CHECK_STATUS(tensor_conv2d_backward_weight(dw, x, dy, s->sh, s->sw, s->pad, s->pad, s->dil,
-                                               s->dil),
+    CHECK_STATUS(tensor_conv2d_backward_weight(dw, x, dy, s->sh, s->sw, s->ph, s->pw, s->dh,
+                                               s->dw),
                  FX_OK);
     float *wv = malloc(sizeof(float) * (size_t)tensor_numel(dw));
     CHECK_STATUS(tensor_to_f32(dw, wv), FX_OK);
     long bad = 0;
     for (int64_t o = 0; o < s->O; o++)
         for (int64_t c = 0; c < s->C; c++)
-            for (int64_t kh = 0; kh < s->K; kh++)
-                for (int64_t kw = 0; kw < s->K; kw++) {
+            for (int64_t kh = 0; kh < s->KH; kh++)
+                for (int64_t kw = 0; kw < s->KW; kw++) {
                     double ref = 0, mag = 0;
                     for (int64_t n = 0; n < s->N; n++)
                         for (int64_t oh = 0; oh < OH; oh++)
                             for (int64_t ow = 0; ow < OW; ow++) {
-                                const int64_t ih = oh * s->sh - s->pad + kh * s->dil;
-                                const int64_t iw = ow * s->sw - s->pad + kw * s->dil;
+                                const int64_t ih = oh * s->sh - s->ph + kh * s->dh;
+                                const int64_t iw = ow * s->sw - s->pw + kw * s->dw;
                                 if (ih < 0 || ih >= s->H || iw < 0 || iw >= s->W) continue;
                                 const double p =
                                     (double)xv[((n * s->C + c) * s->H + ih) * s->W + iw] *
@@ -128,12 +138,12 @@ static void check_reference(const shape *s, const tensor_t *x, const tensor_t *d
                                 ref += p;
                                 mag += fabs(p);
                             }
-                    const double got = wv[((o * s->C + c) * s->K + kh) * s->K + kw];
+                    const double got = wv[((o * s->C + c) * s->KH + kh) * s->KW + kw];
                     bad += fabs(got - ref) > 2.0 * (double)terms * 0x1p-24 * mag + 1e-30;
                 }
-    CHECK(bad == 0, "%s fp32 N%lld C%lld O%lld k%lld: %ld weights outside 2n 2^-24 sum |x dy|",
+    CHECK(bad == 0, "%s fp32 N%lld C%lld O%lld k%lldx%lld: %ld weights outside 2n 2^-24 sum |x dy|",
           fx_backend_active()->name, (long long)s->N, (long long)s->C, (long long)s->O,
-          (long long)s->K, bad);
+          (long long)s->KH, (long long)s->KW, bad);
     tensor_free(dw);
     free(xv);
     free(gv);
@@ -159,19 +169,23 @@ int main(void)
                 tensor_t *x = random_tensor(f, xs, 1.0, &r);
                 tensor_t *dy = random_tensor(f, ys, 0.1, &r);
                 int64_t nw = 0;
-                void *off = run(s, f, x, dy, 0, 1, &nw);
-                for (int threads = 1; threads <= 2; threads++) {
-                    void *on = run(s, f, x, dy, 1, threads, &nw);
-                    const size_t esz = f == FMT_FP32 ? 4 : 2;
-                    CHECK(memcmp(on, off, esz * (size_t)nw) == 0,
-                          "%s %s N%lld C%lld %lldx%lld O%lld k%lld sh%d sw%d p%d d%d, %d "
-                          "threads: the panels' bits differ from the patch matrix's",
-                          fx_backend_active()->name, fmt_name(f), (long long)s->N,
-                          (long long)s->C, (long long)s->H, (long long)s->W, (long long)s->O,
-                          (long long)s->K, s->sh, s->sw, s->pad, s->dil, threads);
-                    free(on);
-                }
-                free(off);
+                const size_t esz = f == FMT_FP32 ? 4 : 2;
+                void *ref = run(s, f, x, dy, 0, 1, &nw);
+                for (int threads = 1; threads <= 2; threads++)
+                    for (int route = 0; route <= 1; route++) {
+                        if (threads == 1 && route == 0) continue; /* ref itself */
+                        void *got = run(s, f, x, dy, route, threads, &nw);
+                        CHECK(memcmp(got, ref, esz * (size_t)nw) == 0,
+                              "%s %s N%lld C%lld %lldx%lld O%lld k%lldx%lld sh%d sw%d p%d,%d "
+                              "d%d,%d, panels %s, %d threads: the bits differ from the patch "
+                              "matrix's at 1 thread",
+                              fx_backend_active()->name, fmt_name(f), (long long)s->N,
+                              (long long)s->C, (long long)s->H, (long long)s->W,
+                              (long long)s->O, (long long)s->KH, (long long)s->KW, s->sh, s->sw,
+                              s->ph, s->pw, s->dh, s->dw, route ? "on" : "off", threads);
+                        free(got);
+                    }
+                free(ref);
                 if (f == FMT_FP32) check_reference(s, x, dy);
                 tensor_free(x);
                 tensor_free(dy);

@@ -242,10 +242,14 @@ int fx_conv_panels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int6
  * that packing on a Zen 3).
  * With sw = 1, a tap's values for consecutive pixels of one output row are consecutive in the
  * padded input, and with OW >= 8 a block of 8 pixels spans at most two rows: 8 x 8 blocks then
- * go through registers, a block that continues on the next row as two loads blended. */
+ * go through registers, a block that continues on the next row as two loads blended.
+ * From 16 output channels (the AVX2 tile's 16 columns): with fewer, the GEMM would rather
+ * compute the transposed product, which pre-packed A panels rule out, and would run every
+ * tile as a partial one through a scratch tile. */
+#define FX_CONV_WPANELS_MIN_O 16
 static inline int fx_conv_wpanels_f32_fit(const fx_conv_geom *g)
 {
-    return g->sw == 1 && g->OW >= 8;
+    return g->sw == 1 && g->OW >= 8 && g->O >= FX_CONV_WPANELS_MIN_O;
 }
 int64_t fx_conv_wpanels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr);
 /* AVX2 builder for mr = 6 (fx_backend.conv.wpanels_f32): 1, or 0 (nothing written) for another

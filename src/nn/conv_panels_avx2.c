@@ -21,6 +21,7 @@
 #include <string.h>
 
 #define FX_PANEL_ROWS 6
+_Static_assert(FX_PANEL_ROWS == FX_F32_MR_AVX2, "the panels are the AVX2 fp32 GEMM's A panels");
 
 int fx_conv_panels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
                             float *ap)
