@@ -276,6 +276,29 @@ static inline __attribute__((always_inline)) __m256 load_row8(const char *src, i
     return _mm256_cvtph_ps(h);
 }
 
+/* A transposed 8 x 8 block's columns v[t] to d + t*stride as whole vectors: each may write
+ * past its column's slots, which the caller's next store overwrites. Constant indices keep v[]
+ * in registers. */
+static inline __attribute__((always_inline)) void store_cols8(float *d, int64_t stride,
+                                                              const __m256 v[8])
+{
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; t++) _mm256_storeu_ps(d + t * stride, v[t]);
+}
+
+/* The block's first ncols columns, width floats each, and nothing past them: all 8 vectors
+ * spilled by constant indices (a variable v[t] would put v[] on the stack for every block),
+ * then copied. */
+static inline __attribute__((always_inline)) void store_cols_exact(float *d, int64_t stride,
+                                                                   const __m256 v[8], int ncols,
+                                                                   int width)
+{
+    float spill[8][8];
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; t++) _mm256_storeu_ps(spill[t], v[t]);
+    for (int t = 0; t < ncols; t++) memcpy(d + t * stride, spill[t], (size_t)width * sizeof(float));
+}
+
 /* dst[k*R + r] = widen(src[r*ld + k]), r < R, k < kb, in 8 x 8 blocks. A block of fewer rows
  * than 8 (R = 6, the A panels) stores whole vectors too where the next k's store overwrites
  * the spill; a short k tail is read through a zeroed buffer (nothing past a row is read). */
@@ -312,19 +335,10 @@ static inline __attribute__((always_inline)) void pack_rows_any(float *dst, cons
                 }
             }
             fx_transpose8x8_ps(v);
-            if (ks == 8 && (rows == 8 || (spill_ok && k0 + 8 < kb))) {
-                /* the common block: constant indices keep v[] in registers */
-#pragma GCC unroll 8
-                for (int t = 0; t < 8; t++) _mm256_storeu_ps(dst + (k0 + t) * R + r0, v[t]);
-                continue;
-            }
-            /* a tail block: spill all 8 vectors by constant indices (a variable v[t] would
-             * put v[] on the stack for every block), then copy the rows that exist */
-            float spill[8][8];
-#pragma GCC unroll 8
-            for (int t = 0; t < 8; t++) _mm256_storeu_ps(spill[t], v[t]);
-            for (int t = 0; t < ks; t++)
-                memcpy(dst + (k0 + t) * R + r0, spill[t], (size_t)rows * sizeof(float));
+            if (ks == 8 && (rows == 8 || (spill_ok && k0 + 8 < kb)))
+                store_cols8(dst + k0 * R + r0, R, v); /* the common block */
+            else
+                store_cols_exact(dst + k0 * R + r0, R, v, ks, rows); /* a tail block */
         }
     }
 }
@@ -332,29 +346,31 @@ static inline __attribute__((always_inline)) void pack_rows_any(float *dst, cons
 /* The GEMM packs panels of MR (A) or NR (B) rows; with R a compile-time constant there the
  * block loops unroll and v[] stays in registers (a run-time R made the fp32 weight gradient's
  * pack cost more than its micro-kernel). Other R take the general instance. */
-#define FX_PACK_ROWS_R(dst, src, esz, kind, ld, kb, R)                       \
-    do {                                                                      \
-        if ((R) == MR)                                                        \
-            pack_rows_any(dst, src, esz, kind, ld, kb, MR);                   \
-        else if ((R) == NR)                                                   \
-            pack_rows_any(dst, src, esz, kind, ld, kb, NR);                   \
-        else                                                                  \
-            pack_rows_any(dst, src, esz, kind, ld, kb, R);                    \
-    } while (0)
+static inline __attribute__((always_inline)) void pack_rows_r(float *dst, const void *src,
+                                                              size_t esz, int kind, int64_t ld,
+                                                              int64_t kb, int64_t R)
+{
+    if (R == MR)
+        pack_rows_any(dst, src, esz, kind, ld, kb, MR);
+    else if (R == NR)
+        pack_rows_any(dst, src, esz, kind, ld, kb, NR);
+    else
+        pack_rows_any(dst, src, esz, kind, ld, kb, R);
+}
 
 static void pack_rows_f32(float *dst, const float *src, int64_t ld, int64_t kb, int64_t R)
 {
-    FX_PACK_ROWS_R(dst, src, sizeof(float), SRC_F32, ld, kb, R);
+    pack_rows_r(dst, src, sizeof(float), SRC_F32, ld, kb, R);
 }
 
 static void pack_rows_fp16(float *dst, const uint16_t *src, int64_t ld, int64_t kb, int64_t R)
 {
-    FX_PACK_ROWS_R(dst, src, sizeof(uint16_t), SRC_FP16, ld, kb, R);
+    pack_rows_r(dst, src, sizeof(uint16_t), SRC_FP16, ld, kb, R);
 }
 
 static void pack_rows_bf16(float *dst, const uint16_t *src, int64_t ld, int64_t kb, int64_t R)
 {
-    FX_PACK_ROWS_R(dst, src, sizeof(uint16_t), SRC_BF16, ld, kb, R);
+    pack_rows_r(dst, src, sizeof(uint16_t), SRC_BF16, ld, kb, R);
 }
 
 void fx_f32_pack_rows_avx2(float *dst, const void *src, int fmt, int64_t ld, int64_t kb,
@@ -386,7 +402,7 @@ static inline __attribute__((always_inline)) void pack_blocks_any(float *dst, co
     const int64_t nblk = (ncols + 7) / 8;
     for (int64_t b = 0; b < nblk; b++) {
         __m256 v[8];
-        const int64_t off = blk[b].off, off2 = blk[b].off2 - blk[b].split;
+        const int64_t off = blk[b].off, off2 = blk[b].off2;
         const int split = blk[b].split;
         if (split == 8) {
 #pragma GCC unroll 8
@@ -403,19 +419,12 @@ static inline __attribute__((always_inline)) void pack_blocks_any(float *dst, co
                            : _mm256_setzero_ps();
         }
         fx_transpose8x8_ps(v);
-        float *d = dst + b * 8 * MR;
-        if (b + 1 < nblk) {
-            /* whole-vector stores: each spills 2 floats into the next column's slots, which
-             * the next store writes, and the last into the next block's first */
-#pragma GCC unroll 8
-            for (int t = 0; t < 8; t++) _mm256_storeu_ps(d + t * MR, v[t]);
-            continue;
-        }
-        float spill[8][8]; /* the panel's last block: nothing past its columns is written */
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; t++) _mm256_storeu_ps(spill[t], v[t]);
-        const int64_t last = ncols - b * 8;
-        for (int t = 0; t < last; t++) memcpy(d + t * MR, spill[t], MR * sizeof(float));
+        /* whole vectors spill 2 floats into the next column's slots, which the next store
+         * writes; the panel's last block writes nothing past its columns */
+        if (b + 1 < nblk)
+            store_cols8(dst + b * 8 * MR, MR, v);
+        else
+            store_cols_exact(dst + b * 8 * MR, MR, v, (int)(ncols - b * 8), MR);
     }
 }
 

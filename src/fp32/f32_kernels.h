@@ -205,14 +205,14 @@ void fx_f32_pack_rows_avx2(float *dst, const void *src, int fmt, int64_t ld, int
 /* The same transposing pack for sources that are not one strided matrix: an MR-row micro-panel
  * (MR = FX_F32_MR_AVX2) of ncols columns in blocks of 8, dst[(8b + t)*MR + r] = widen(src[
  * row_off[r] + the column's offset]) for r < rows (offsets in elements of fmt), 0 for rows <= r
- * < MR. Block b's columns t < blk[b].split are at blk[b].off + t, the others at blk[b].off2 +
- * (t - split): the weight gradient's A panels (conv_panels_avx2.c), where the 8 pixels of a
- * block are consecutive input values per tap within an output row, and a block may continue
- * on the next row. Loads read 8 values from each of those bases (up to 7 past a block's last
- * column); exactly ncols * MR floats are written. */
+ * < MR. Block b's column t is at blk[b].off + t for t < blk[b].split, else at blk[b].off2 + t:
+ * the weight gradient's A panels (conv_panels_avx2.c), where the 8 pixels of a block are
+ * consecutive input values per tap within an output row, and a block may continue on the next
+ * row. Loads read 8 values from each of those bases (up to 7 past a block's last column);
+ * exactly ncols * MR floats are written. */
 typedef struct fx_f32_block {
-    int64_t off, off2;
-    int split; /* 8: all in the first run */
+    int64_t off, off2; /* off2: the second run's start less split (unused with split 8) */
+    int split;         /* 8: all in the first run */
 } fx_f32_block;
 void fx_f32_pack_blocks_avx2(float *dst, const void *src, int fmt, const int64_t *row_off, int rows,
                              const fx_f32_block *blk, int64_t ncols);

@@ -406,12 +406,11 @@ static int conv_chunk_status(const int *status, int64_t n, const char *func)
     return FX_OK;
 }
 
-/* The chunk's patch matrix, channel-major (col) or pixel-major (colT), via the padded chunk
- * xp (scratch of fx_conv_padded_numel elements). */
-static void conv_patches(const fx_conv_geom *g, const void *x, size_t esz, int64_t n0,
-                         int64_t nb, void *xp, void *col, int pixel_major, int nt)
+/* The chunk's patch matrix, channel-major (col) or pixel-major (colT), from its padded copy
+ * xp (fx_conv_pad). */
+static void conv_im2col(const fx_conv_geom *g, size_t esz, int64_t nb, const void *xp,
+                        void *col, int pixel_major, int nt)
 {
-    fx_conv_pad(g, x, n0, nb, xp, esz);
     /* 16-bit elements (int16 mantissas, fp16/bf16 patterns) are copied as bits */
     if (esz == 2 && pixel_major)
         fx_im2row_i16(g, xp, nb, col, nt);
@@ -421,6 +420,14 @@ static void conv_patches(const fx_conv_geom *g, const void *x, size_t esz, int64
         fx_im2row_f32(g, xp, nb, col, nt);
     else
         fx_im2col_f32(g, xp, nb, col, nt);
+}
+
+/* The same via the padded chunk xp (scratch of fx_conv_padded_numel elements), padded here. */
+static void conv_patches(const fx_conv_geom *g, const void *x, size_t esz, int64_t n0,
+                         int64_t nb, void *xp, void *col, int pixel_major, int nt)
+{
+    fx_conv_pad(g, x, n0, nb, xp, esz);
+    conv_im2col(g, esz, nb, xp, col, pixel_major, nt);
 }
 
 static int conv_write(tensor_t *out, const void *stage, int int_compute, int e, const char *func)
@@ -1835,8 +1842,7 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
      * level builds them (conv_panels.h; the same values, so the same bits), in the patch
      * matrix's buffer, which takes the panels' size (floats, rows rounded up to the tile) */
     const int wpanel_mr = !ic && !wdirect && be->conv.wpanels_f32 && fx_conv_wpanels_enabled() &&
-                                  fx_conv_wpanels_f32_fit(&g) &&
-                                  (cc.cf == FMT_FP32 || cc.cf == FMT_FP16 || cc.cf == FMT_BF16)
+                                  fx_conv_wpanels_f32_fit(&g)
                               ? be->gemm.f32_panel_mr
                               : 0;
     /* the AMX kernel never declines and reads x and dy in place: no patch matrix, padded chunk
@@ -1932,8 +1938,8 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                     wpp.a_panels = mycol;
                     wpp.a_mr = wpanel_mr;
                     fx_conv_wpanels_count();
-                } else { /* declined (out of memory): the patch matrix */
-                    conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 0, plan.inner);
+                } else { /* declined (out of memory): the patch matrix of the padded chunk */
+                    conv_im2col(&g, esz, nbc, myxp, mycol, 0, plan.inner);
                 }
             } else {
                 conv_patches(&g, xo.data, esz, n0, nbc, myxp, mycol, 0, plan.inner);
