@@ -200,6 +200,8 @@ const fx_bn_kernels fx_bn_kernels_portable = {
     nn_bn_stats_portable,    nn_bn_grad_sums_portable, nn_bn_normalize_portable,
     nn_bn_backward_portable, nn_bn_var_portable,       nn_bn_sum_range_i16_portable,
     NULL, /* fp16/bf16 outputs go through an fp32 row: the definition's route */
+    NULL,
+    NULL, /* FLEX16_5/DFP16 outputs likewise: the row, then quant_f32 */
     NULL};
 
 /* Test switches (fx_bn_relu_set_enabled, fx_bn_set_in_place) and the fused calls' count: read

@@ -12,6 +12,7 @@
 #include "../bf16/bf16_scalar.h"
 #include "../fp16/fp16_round_avx2.h"
 #include "../fp16/fp16_scalar.h"
+#include "../flex/flex_math.h"
 
 #include <float.h>
 #include <immintrin.h>
@@ -614,7 +615,156 @@ static inline __attribute__((always_inline)) void backward_half_k(
 
 FX_BN_HALF_ENTRIES(bn_normalize_half_avx2, bn_backward_half_avx2)
 
+/* ---- FLEX16_5/DFP16 outputs rounded in registers ---------------------------------------------
+ * normalize_i16 and backward_i16 (bn_kernels.h). The definition rounds each double t to odd
+ * fp32 (x), and quant_f32 then rounds x 2^-e to the nearest integer, ties to even, saturating
+ * at +-32767 (fx_quant1_f32). Round to odd keeps at least two bits beyond the integer grid at
+ * e (24 significant bits against at most 17 for |x 2^-e| < 2^16; in fp32's subnormals from
+ * e >= FX_BN_Q16_EXP_MIN), so the integer nearest x 2^-e is the one nearest t 2^-e (Boldo and
+ * Melquiond's round-to-odd property): every grid point and midpoint is an fp32 number with an
+ * even last bit, so x and t lie on the same side of each. Here t 2^-e (exact: a power of two)
+ * is rounded in double, clamped to +-2^16 first so that the conversion stays exact (beyond
+ * 2^16 both saturate), and saturated as quant_f32 does. The statistics follow without x:
+ * - x is 0 exactly where t is (round to odd never reaches 0 from a nonzero t), so the
+ *   underflows (m = 0, x != 0) are the zeros of m less the zeros of t;
+ * - round to odd is monotone and odd, so the largest |x| is the largest |t| rounded to odd;
+ * - coefficients finite and at most 2^200 (else declined) keep every t finite in double: no
+ *   NaN/Inf to count; a t beyond FLT_MAX (whose x is FLT_MAX) fails fx_bn_q16_stats, and the
+ *   piece then takes the fp32 row.
+ * The statistics stay per lane in the caller's record (fx_bn_q16) across the rows of a piece.
+ * A row's last S mod 8 elements take the definition itself (nn_round_f32, fx_quant1_f32). */
+typedef struct q16_acc {
+    __m256d max_t;                /* largest |t| per lane */
+    __m256i zero_t;               /* t == 0 per 64-bit lane (compare masks subtracted) */
+    __m256i zero_m, sat, max_out; /* per 32-bit lane: m == 0, saturations, largest |m| */
+} q16_acc;
+
+static inline int q16_coef_ok(double c) { return fabs(c) <= 0x1p200; /* NaN fails */ }
+static inline int q16_exp_ok(int e) { return e >= FX_BN_Q16_EXP_MIN && e <= FX_BN_Q16_EXP_MAX; }
+
+/* eight t (t0: elements 0-3, t1: 4-7) rounded at scale = 2^-e into eight int16 */
+static inline __attribute__((always_inline)) __m128i q16_round8(__m256d t0, __m256d t1,
+                                                               __m256d scale, q16_acc *A)
+{
+    const __m256d sign = _mm256_set1_pd(-0.0), zero = _mm256_setzero_pd();
+    const __m256d top = _mm256_set1_pd(65536.0), bottom = _mm256_set1_pd(-65536.0);
+    const __m256i mmax = _mm256_set1_epi32(FX_MANT_MAX), mmin = _mm256_set1_epi32(-FX_MANT_MAX);
+    A->max_t = _mm256_max_pd(A->max_t, _mm256_max_pd(_mm256_andnot_pd(sign, t0),
+                                                     _mm256_andnot_pd(sign, t1)));
+    const __m256d z0 = _mm256_cmp_pd(t0, zero, _CMP_EQ_OQ), z1 = _mm256_cmp_pd(t1, zero, _CMP_EQ_OQ);
+    A->zero_t = _mm256_sub_epi64(A->zero_t, _mm256_castpd_si256(z0));
+    A->zero_t = _mm256_sub_epi64(A->zero_t, _mm256_castpd_si256(z1));
+    const int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m256d y0 = _mm256_round_pd(
+        _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(t0, scale), bottom), top), nearest);
+    const __m256d y1 = _mm256_round_pd(
+        _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(t1, scale), bottom), top), nearest);
+    /* integers in [-2^16, 2^16]: the conversion is exact */
+    const __m256i rq = _mm256_set_m128i(_mm256_cvtpd_epi32(y1), _mm256_cvtpd_epi32(y0));
+    A->sat = _mm256_sub_epi32(A->sat, _mm256_cmpgt_epi32(_mm256_abs_epi32(rq), mmax));
+    const __m256i m = _mm256_max_epi32(_mm256_min_epi32(rq, mmax), mmin);
+    A->zero_m = _mm256_sub_epi32(A->zero_m, _mm256_cmpeq_epi32(m, _mm256_setzero_si256()));
+    A->max_out = _mm256_max_epi32(A->max_out, _mm256_abs_epi32(m));
+    return _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+}
+
+/* one element by the definition itself (a row's last S mod 8), counted in the record */
+static inline void q16_one(fx_bn_q16 *r, double t, double scale, int16_t *out)
+{
+    const double at = fabs(t);
+    r->tail_max_t = at > r->tail_max_t ? at : r->tail_max_t;
+    int flags = 0;
+    const int32_t m = fx_quant1_f32(nn_round_f32(t, 1), scale, -1.0, &flags);
+    r->tail_sat += (flags & FX_Q_SATURATED) != 0;
+    r->tail_zero_m += m == 0;
+    r->tail_zero_t += t == 0.0;
+    const int32_t am = m < 0 ? -m : m;
+    r->tail_max_out = am > r->tail_max_out ? am : r->tail_max_out;
+    if (out) *out = (int16_t)m;
+}
+
+static inline q16_acc q16_load(const fx_bn_q16 *r)
+{
+    return (q16_acc){_mm256_loadu_pd(r->max_t), _mm256_loadu_si256((const __m256i *)r->zero_t),
+                     _mm256_loadu_si256((const __m256i *)r->zero_m),
+                     _mm256_loadu_si256((const __m256i *)r->sat),
+                     _mm256_loadu_si256((const __m256i *)r->max_out)};
+}
+
+static inline void q16_store(const q16_acc *A, fx_bn_q16 *r)
+{
+    _mm256_storeu_pd(r->max_t, A->max_t);
+    _mm256_storeu_si256((__m256i *)r->zero_t, A->zero_t);
+    _mm256_storeu_si256((__m256i *)r->zero_m, A->zero_m);
+    _mm256_storeu_si256((__m256i *)r->sat, A->sat);
+    _mm256_storeu_si256((__m256i *)r->max_out, A->max_out);
+}
+
+static int bn_normalize_i16_avx2(const fx_bn_src *x, int64_t off, int16_t *out, int64_t S,
+                                 double mu, double a, double b, int e, fx_bn_q16 *acc)
+{
+    const fx_bn_src xe = fx_bn_exact_kind(x);
+    if (xe.kind != FX_BN_I16_EXACT || !q16_exp_ok(e) || !q16_coef_ok(mu) || !q16_coef_ok(a) ||
+        !q16_coef_ok(b))
+        return 0;
+    const double scale = ldexp(1.0, -e);
+    const __m256d vmu = _mm256_set1_pd(mu), va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
+    const __m256d vs = _mm256_set1_pd(scale);
+    q16_acc A = q16_load(acc);
+    int64_t s = 0;
+    for (; s + 8 <= S; s += 8) {
+        /* normalize_run's t, four at a time */
+        const __m256d t0 = _mm256_add_pd(
+            _mm256_mul_pd(_mm256_sub_pd(ld4(&xe, off + s, FX_BN_I16_EXACT), vmu), va), vb);
+        const __m256d t1 = _mm256_add_pd(
+            _mm256_mul_pd(_mm256_sub_pd(ld4(&xe, off + s + 4, FX_BN_I16_EXACT), vmu), va), vb);
+        const __m128i m = q16_round8(t0, t1, vs, &A);
+        if (out) _mm_storeu_si128((__m128i *)(out + s), m);
+    }
+    q16_store(&A, acc);
+    for (; s < S; s++)
+        q16_one(acc, (fx_bn_at_exact(&xe, off + s) - mu) * a + b, scale, out ? out + s : NULL);
+    return 1;
+}
+
+static int bn_backward_i16_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off,
+                                int16_t *out, int64_t S, double mu, double is, double k,
+                                double mdy, double mdyx, int e, fx_bn_q16 *acc)
+{
+    const fx_bn_src xe = fx_bn_exact_kind(x), ge = fx_bn_exact_kind(g);
+    if (xe.kind != FX_BN_I16_EXACT || ge.kind != FX_BN_I16_EXACT || !q16_exp_ok(e) ||
+        !q16_coef_ok(mu) || !q16_coef_ok(is) || !q16_coef_ok(k) || !q16_coef_ok(mdy) ||
+        !q16_coef_ok(mdyx))
+        return 0;
+    const double scale = ldexp(1.0, -e);
+    const __m256d vmu = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vk = _mm256_set1_pd(k);
+    const __m256d vmdy = _mm256_set1_pd(mdy), vmdyx = _mm256_set1_pd(mdyx);
+    const __m256d vs = _mm256_set1_pd(scale);
+    q16_acc A = q16_load(acc);
+    int64_t s = 0;
+    for (; s + 8 <= S; s += 8) {
+        __m256d t[2];
+        for (int h = 0; h < 2; h++) { /* backward_run's t */
+            const __m256d xh = _mm256_mul_pd(
+                _mm256_sub_pd(ld4(&xe, off + s + 4 * h, FX_BN_I16_EXACT), vmu), vis);
+            t[h] = _mm256_mul_pd(
+                vk, _mm256_sub_pd(_mm256_sub_pd(ld4(&ge, off + s + 4 * h, FX_BN_I16_EXACT), vmdy),
+                                  _mm256_mul_pd(xh, vmdyx)));
+        }
+        const __m128i m = q16_round8(t[0], t[1], vs, &A);
+        if (out) _mm_storeu_si128((__m128i *)(out + s), m);
+    }
+    q16_store(&A, acc);
+    for (; s < S; s++) {
+        const double xhat = (fx_bn_at_exact(&xe, off + s) - mu) * is;
+        q16_one(acc, k * (fx_bn_at_exact(&ge, off + s) - mdy - xhat * mdyx), scale,
+                out ? out + s : NULL);
+    }
+    return 1;
+}
+
 const fx_bn_kernels fx_bn_kernels_avx2 = {bn_stats_avx2,  bn_grad_sums_avx2,
                                           bn_normalize_avx2, bn_backward_avx2,
                                           bn_var_avx2,    bn_sum_range_i16_avx2,
-                                          bn_normalize_half_avx2, bn_backward_half_avx2};
+                                          bn_normalize_half_avx2, bn_backward_half_avx2,
+                                          bn_normalize_i16_avx2, bn_backward_i16_avx2};

@@ -600,4 +600,7 @@ FX_BN_HALF_ENTRIES(bn_normalize_half_avx512, bn_backward_half_avx512)
 const fx_bn_kernels fx_bn_kernels_avx512 = {
     bn_stats_avx512,         bn_grad_sums_avx512, bn_normalize_avx512,
     bn_backward_avx512,      bn_var_avx512,       bn_sum_range_i16_avx512,
-    bn_normalize_half_avx512, bn_backward_half_avx512};
+    bn_normalize_half_avx512, bn_backward_half_avx512,
+    NULL, /* FLEX16_5/DFP16 outputs through the fp32 row and quant_f32 (batchnorm_avx2.c's */
+    NULL  /* registers route is not built here) */
+};

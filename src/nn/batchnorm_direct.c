@@ -27,8 +27,10 @@
 #include "../core/shared_binary.h"
 #include "../flex/flex_math.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -62,6 +64,19 @@ int64_t fx_bn_direct_runs(void) { return atomic_load(&direct_runs); }
  * channels), the threads split the rows evenly instead, so that none waits on another. */
 typedef void (*bn_fill_fn)(const void *ctx, int64_t ch, int64_t o, float *buf, int64_t len);
 
+/* The same values rounded at e in registers (the level's normalize_i16 or backward_i16: the
+ * same bits, without the buffer): into dst (NULL: not kept), the rounding's statistics added
+ * to *acc; 0 where the kernel declined, and the piece then takes the buffer. A pass has one only
+ * for nearest-even rounding, on a level that has the kernels, with the route enabled. */
+typedef int (*bn_fill_q_fn)(const void *ctx, int64_t ch, int64_t o, int16_t *dst, int64_t len,
+                            int e, fx_bn_q16 *acc);
+
+static atomic_int q16_enabled = 1;
+static atomic_llong q16_pieces;
+
+void fx_bn_q16_set_enabled(int on) { atomic_store(&q16_enabled, on != 0); }
+int64_t fx_bn_q16_pieces(void) { return atomic_load(&q16_pieces); }
+
 /* The ReLU a forward pass makes of its kept rounding, piece by piece while the piece is in
  * cache (fx_relu_piece): relu(y) `shift` places from y's exponent into dst, its statistics
  * merged into *q. */
@@ -82,7 +97,16 @@ typedef struct bn_pass {
     int e, keep;
     const fx_rounding *r;
     const bn_relu_out *relu;
+    bn_fill_q_fn fill_q; /* NULL: every piece through the buffer */
 } bn_pass;
+
+/* a piece's rounding made (statistics st): merged, and its ReLU made where the pass asks */
+static void bn_piece_done(const bn_pass *p, int64_t o, int64_t n, const fx_qstats *st,
+                          fx_qstats *mine, fx_qstats *mine_relu)
+{
+    fx_qstats_merge(mine, st);
+    if (p->relu) fx_relu_piece(p->dst + o, p->relu->dst + o, n, p->relu->shift, mine_relu);
+}
 
 static void bn_round_piece(const bn_pass *p, int64_t o, int64_t n, const float *buf,
                            fx_qstats *mine, fx_qstats *mine_relu)
@@ -90,43 +114,99 @@ static void bn_round_piece(const bn_pass *p, int64_t o, int64_t n, const float *
     fx_qstats st;
     fx_qstats_init(&st);
     fx_backend_active()->cvt.quant_f32(buf, p->keep ? p->dst + o : NULL, n, p->e, p->r, o, &st);
-    fx_qstats_merge(mine, &st);
-    if (p->relu) fx_relu_piece(p->dst + o, p->relu->dst + o, n, p->relu->shift, mine_relu);
+    bn_piece_done(p, o, n, &st, mine, mine_relu);
 }
 
-/* whole rows [r0, r1), consecutive in memory, as one piece */
-static void bn_rows_piece(const bn_pass *p, int64_t r0, int64_t r1, float *buf, fx_qstats *mine,
+int fx_bn_q16_stats(const fx_bn_q16 *r, fx_qstats *st)
+{
+    double max_t = r->tail_max_t;
+    int64_t nsat = r->tail_sat, nuf = r->tail_zero_m - r->tail_zero_t;
+    int32_t max_out = r->tail_max_out;
+    for (int i = 0; i < 4; i++) {
+        max_t = r->max_t[i] > max_t ? r->max_t[i] : max_t;
+        nuf -= r->zero_t[i];
+    }
+    for (int i = 0; i < 8; i++) {
+        nsat += r->sat[i];
+        nuf += r->zero_m[i];
+        max_out = r->max_out[i] > max_out ? r->max_out[i] : max_out;
+    }
+    if (!(max_t <= FLT_MAX)) return 0;
+    st->saturated = nsat;
+    st->nonfinite = 0;
+    st->underflow = nuf;
+    st->max_abs_in = (double)fabsf(nn_round_f32(max_t, 1));
+    st->max_abs_out = max_out;
+    return 1;
+}
+
+/* elements [o, o + len) of channel ch rounded in registers into *acc: 0 where the kernel
+ * declined (what it stored is then overwritten through the buffer) */
+static int bn_q_segment(const bn_pass *p, int64_t ch, int64_t o, int64_t len, fx_bn_q16 *acc)
+{
+    return p->fill_q(p->ctx, ch, o, p->keep ? p->dst + o : NULL, len, p->e, acc);
+}
+
+/* whole rows [r0, r1), consecutive in memory, as one piece; 1 where it was rounded in
+ * registers */
+static int bn_rows_piece(const bn_pass *p, int64_t r0, int64_t r1, float *buf, fx_qstats *mine,
                           fx_qstats *mine_relu)
 {
     const int64_t C = p->d->C, S = p->d->S;
+    if (p->fill_q) {
+        fx_bn_q16 acc;
+        memset(&acc, 0, sizeof acc);
+        fx_qstats st;
+        int64_t row = r0;
+        while (row < r1 && bn_q_segment(p, row % C, row * S, S, &acc)) row++;
+        if (row == r1 && fx_bn_q16_stats(&acc, &st)) {
+            bn_piece_done(p, r0 * S, (r1 - r0) * S, &st, mine, mine_relu);
+            return 1;
+        }
+    }
     for (int64_t row = r0; row < r1; row++)
         p->fill(p->ctx, row % C, row * S, buf + (row - r0) * S, S);
     bn_round_piece(p, r0 * S, (r1 - r0) * S, buf, mine, mine_relu);
+    return 0;
 }
 
-/* elements [s0, s0 + len) of one row as one piece */
-static void bn_part_piece(const bn_pass *p, int64_t row, int64_t s0, int64_t len, float *buf,
+/* elements [s0, s0 + len) of one row as one piece; 1 where it was rounded in registers */
+static int bn_part_piece(const bn_pass *p, int64_t row, int64_t s0, int64_t len, float *buf,
                           fx_qstats *mine, fx_qstats *mine_relu)
 {
     const int64_t o = row * p->d->S + s0;
+    fx_bn_q16 acc;
+    memset(&acc, 0, sizeof acc);
+    fx_qstats st;
+    if (p->fill_q && bn_q_segment(p, row % p->d->C, o, len, &acc) &&
+        fx_bn_q16_stats(&acc, &st)) {
+        bn_piece_done(p, o, len, &st, mine, mine_relu);
+        return 1;
+    }
     p->fill(p->ctx, row % p->d->C, o, buf, len);
     bn_round_piece(p, o, len, buf, mine, mine_relu);
+    return 0;
 }
 
 /* rows [rb, re), consecutive in memory, in pieces: rows shorter than a piece several at a time
- * (per of them), longer ones cut into pieces */
-static void bn_walk_rows(const bn_pass *p, int64_t rb, int64_t re, int64_t per, float *buf,
-                         fx_qstats *mine, fx_qstats *mine_relu)
+ * (per of them), longer ones cut into pieces; returns the pieces rounded in registers (counted
+ * once per thread: an atomic add per piece would pass its line between the cores) */
+static int64_t bn_walk_rows(const bn_pass *p, int64_t rb, int64_t re, int64_t per, float *buf,
+                            fx_qstats *mine, fx_qstats *mine_relu)
 {
     const int64_t S = p->d->S;
+    int64_t in_registers = 0;
     if (per > 1) {
         for (int64_t r0 = rb; r0 < re; r0 += per)
-            bn_rows_piece(p, r0, r0 + per < re ? r0 + per : re, buf, mine, mine_relu);
-        return;
+            in_registers +=
+                bn_rows_piece(p, r0, r0 + per < re ? r0 + per : re, buf, mine, mine_relu);
+        return in_registers;
     }
     for (int64_t row = rb; row < re; row++)
         for (int64_t s0 = 0; s0 < S; s0 += PIECE)
-            bn_part_piece(p, row, s0, S - s0 < PIECE ? S - s0 : PIECE, buf, mine, mine_relu);
+            in_registers += bn_part_piece(p, row, s0, S - s0 < PIECE ? S - s0 : PIECE, buf, mine,
+                                          mine_relu);
+    return in_registers;
 }
 
 /* [*lo, *hi): part `tid` of n items split into `parts` as schedule(static) splits them (the
@@ -138,9 +218,9 @@ static void bn_static_part(int64_t n, int64_t parts, int64_t tid, int64_t *lo, i
     *hi = *lo + share + (tid < extra ? 1 : 0);
 }
 
-static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const void *ctx,
-                          int16_t *dst, int e, const fx_rounding *r, int keep, fx_qstats *q,
-                          const bn_relu_out *relu)
+static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, bn_fill_q_fn fill_q,
+                          const void *ctx, int16_t *dst, int e, const fx_rounding *r, int keep,
+                          fx_qstats *q, const bn_relu_out *relu)
 {
     const int64_t C = d->C, S = d->S;
     const int64_t gsz = fx_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
@@ -149,7 +229,10 @@ static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const vo
      * ResNet-20's 8 x 8 planes made a kernel call and a rounding call per 64 values (the same
      * bits: the rounding is element by element at each element's offset) */
     const int64_t per = S > 0 && S < PIECE ? PIECE / S : 1;
-    const bn_pass p = {d, fill, ctx, dst, e, keep, r, relu};
+    /* the registers route rounds to nearest only (stochastic rounding draws per element from
+     * the buffer's offsets) */
+    if ((r && r->mode == FX_ROUND_STOCHASTIC) || !atomic_load(&q16_enabled)) fill_q = NULL;
+    const bn_pass p = {d, fill, ctx, dst, e, keep, r, relu, fill_q};
     fx_qstats_init(q);
     if (relu) fx_qstats_init(relu->q);
     (void)nt;
@@ -166,18 +249,22 @@ static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, const vo
         const int64_t tid = 0, nthr = 1;
 #endif
         float buf[PIECE];
+        int64_t in_registers = 0;
         if (C % gsz == 0 && ngroups % nthr == 0) {
             /* this thread's groups, and so its channels, as the channel pass had them */
             int64_t g0, g1;
             bn_static_part(ngroups, nthr, tid, &g0, &g1);
             const int64_t cb = g0 * gsz, ce = g1 * gsz;
             for (int64_t n = cb < ce ? d->N - 1 : -1; n >= 0; n--)
-                bn_walk_rows(&p, n * C + cb, n * C + ce, per, buf, &mine, &mine_relu);
+                in_registers += bn_walk_rows(&p, n * C + cb, n * C + ce, per, buf, &mine,
+                                             &mine_relu);
         } else {
             int64_t r0, r1;
             bn_static_part(d->N * C, nthr, tid, &r0, &r1);
-            bn_walk_rows(&p, r0, r1, per, buf, &mine, &mine_relu);
+            in_registers += bn_walk_rows(&p, r0, r1, per, buf, &mine, &mine_relu);
         }
+        if (in_registers)
+            atomic_fetch_add_explicit(&q16_pieces, in_registers, memory_order_relaxed);
 #ifdef _OPENMP
 #pragma omp critical(fx_bn_round_rows_merge)
 #endif
@@ -209,6 +296,13 @@ static void bn_normalize_piece(const void *vctx, int64_t ch, int64_t o, float *b
     c->k->normalize(c->x, o, buf, len, c->mu[ch], c->a[ch], c->b[ch], 1, NULL);
 }
 
+static int bn_normalize_piece_q(const void *vctx, int64_t ch, int64_t o, int16_t *dst,
+                                int64_t len, int e, fx_bn_q16 *acc)
+{
+    const bn_direct_ctx *c = vctx;
+    return c->k->normalize_i16(c->x, o, dst, len, c->mu[ch], c->a[ch], c->b[ch], e, acc);
+}
+
 /* relu(y)'s exponent to round at, with y at e: for DFP16 the write's own choice, from relu(y)'s
  * largest mantissa, which is y's largest value rounded at e (rounding is monotone; its offset
  * matters only to stochastic rounding, where this is a guess like any other); for FLEX16_5 the
@@ -230,14 +324,15 @@ static int bn_relu_exp(const bn_direct_ctx *c, int e, const fx_rounding *r)
 static int bn_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
     bn_direct_ctx *c = vctx;
+    const bn_fill_q_fn fill_q = c->k->normalize_i16 ? bn_normalize_piece_q : NULL;
     if (!keep || !c->relu_y) {
-        bn_round_rows(c->d, c->nt, bn_normalize_piece, c, c->dst, e, r, keep, q, NULL);
+        bn_round_rows(c->d, c->nt, bn_normalize_piece, fill_q, c, c->dst, e, r, keep, q, NULL);
         return FX_OK;
     }
     /* y's kept rounding, and relu(y) from it while each piece is in cache */
     const int ey = bn_relu_exp(c, e, r);
     const bn_relu_out relu = {(int16_t *)fx_tensor_base(c->relu_y), ey - e, &c->relu_q};
-    bn_round_rows(c->d, c->nt, bn_normalize_piece, c, c->dst, e, r, keep, q, &relu);
+    bn_round_rows(c->d, c->nt, bn_normalize_piece, fill_q, c, c->dst, e, r, keep, q, &relu);
     c->relu_eu = e;
     c->relu_ey = ey;
     return FX_OK;
@@ -350,6 +445,15 @@ static void bn_backward_piece(const void *vctx, int64_t ch, int64_t o, float *bu
                    cf->mdyx[ch], 1, NULL);
 }
 
+static int bn_backward_piece_q(const void *vctx, int64_t ch, int64_t o, int16_t *dst,
+                               int64_t len, int e, fx_bn_q16 *acc)
+{
+    const bn_bwd_ctx *c = vctx;
+    const fx_bn_coefs *cf = c->cf;
+    return c->k->backward_i16(c->x, c->g, o, dst, len, cf->mu[ch], cf->is[ch], cf->k[ch],
+                              cf->mdy[ch], cf->mdyx[ch], e, acc);
+}
+
 static int bn_bwd_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
     bn_bwd_ctx *c = vctx;
@@ -361,7 +465,8 @@ static int bn_bwd_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx
         if (c->fused_e != FX_EXP_NONE) atomic_fetch_add(&bwd_direct_missed, 1);
         c->fused_e = FX_EXP_NONE;
     }
-    bn_round_rows(c->d, c->nt, bn_backward_piece, c, c->dst, e, r, keep, q, NULL);
+    bn_round_rows(c->d, c->nt, bn_backward_piece, c->k->backward_i16 ? bn_backward_piece_q : NULL,
+                  c, c->dst, e, r, keep, q, NULL);
     return FX_OK;
 }
 
@@ -384,7 +489,8 @@ int fx_bn_backward_direct(tensor_t *dx, int e, const fx_bn_src *xs, const fx_bn_
                     {0}, d, (int16_t *)fx_tensor_base(dx), nn_threads_for(d->N * d->C * d->S)};
     fx_prof_span sp;
     fx_prof_begin(&sp);
-    bn_round_rows(d, c.nt, bn_backward_piece, &c, c.dst, e, &c.fused_r, 1, &c.fused_q, NULL);
+    bn_round_rows(d, c.nt, bn_backward_piece, k->backward_i16 ? bn_backward_piece_q : NULL, &c,
+                  c.dst, e, &c.fused_r, 1, &c.fused_q, NULL);
     fx_prof_end(&sp, FX_PROF_ROUNDING);
     c.fused_e = e;
     fx_shared_src src = {.kind = FX_STAGE_F32, .true_max = c.fused_q.max_abs_in,

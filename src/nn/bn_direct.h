@@ -56,6 +56,12 @@ void fx_bn_backward_direct_set_enabled(int on);
 int64_t fx_bn_backward_direct_runs(void);
 int64_t fx_bn_backward_direct_missed(void);
 
+/* Test hooks: 0 makes both routes above round every piece from its fp32 buffer, not in
+ * registers (the level's normalize_i16/backward_i16: the same bits); the pieces rounded in
+ * registers, counted */
+void fx_bn_q16_set_enabled(int on);
+int64_t fx_bn_q16_pieces(void);
+
 /* Test hooks: 0 sends every forward pass to the stage route; runs counted, and of those the
  * ReLUs made from the pieces of y */
 void fx_bn_direct_set_enabled(int on);

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+struct fx_bn_q16;
+
 #define FX_BN_GROUP 4 /* channels a stats or grad_sums call takes at most */
 
 /* Where a kernel reads an input tensor (row-major, element i at index i): fp32 values, or
@@ -128,7 +130,49 @@ typedef struct fx_bn_kernels {
     int (*backward_half)(const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out,
                          int64_t S, double mu, double is, double k, double mdy, double mdyx,
                          int half);
+    /* FLEX16_5/DFP16 outputs rounded in registers, nearest-even only: out[s] (out NULL: none
+     * stored) = normalize's q[s] rounded to odd and then quantised at exponent e as the
+     * level's quant_f32 quantises it, that quantisation's statistics added to *acc
+     * (fx_bn_q16_stats turns a record into them); the bits of the fp32 row and quant_f32 on
+     * it, without the row (on the AVX2 EPYC the row and its separate rounding made FLEX16_5
+     * batch norm 2.3x fp32's). Returns 1, or 0 for what it declines (sources other than exact
+     * mantissas, coefficients that are not finite or above 2^200, e outside
+     * [FX_BN_Q16_EXP_MIN, FX_BN_Q16_EXP_MAX]): out and *acc are then not to be used, and the
+     * caller takes the fp32 row. NULL where a level has none. */
+    int (*normalize_i16)(const fx_bn_src *x, int64_t off, int16_t *out, int64_t S, double mu,
+                         double a, double b, int e, struct fx_bn_q16 *acc);
+    /* the same for backward's q */
+    int (*backward_i16)(const fx_bn_src *x, const fx_bn_src *g, int64_t off, int16_t *out,
+                        int64_t S, double mu, double is, double k, double mdy, double mdyx,
+                        int e, struct fx_bn_q16 *acc);
 } fx_bn_kernels;
+
+/* normalize_i16's and backward_i16's exponents: from e = -140, fp32's finest step (2^-149, in
+ * the subnormals) is at most 2^-9 of the integer grid at e, so the round to odd keeps the two
+ * bits beyond that grid that make rounding the double straight to the grid give the same
+ * integer (Boldo and Melquiond's round-to-odd property); the top is the largest exponent a
+ * write can pick. */
+#define FX_BN_Q16_EXP_MIN (-140)
+#define FX_BN_Q16_EXP_MAX 127
+
+/* normalize_i16's and backward_i16's statistics over the rows of a piece (at most 2^31
+ * elements), kept per lane as the AVX2 kernels keep them, so that a row adds to them without a
+ * horizontal reduction (a 64-value row of ResNet-20's last stage is 8 vectors): t is a value
+ * before any rounding, m its mantissa. fx_bn_q16_stats (batchnorm_direct.c) sums them into a
+ * quant_f32's statistics. */
+typedef struct fx_bn_q16 {
+    double max_t[4];                          /* largest |t| */
+    int64_t zero_t[4];                        /* the zeros of t */
+    int32_t zero_m[8], sat[8], max_out[8];    /* zeros of m, saturations, largest |m| */
+    double tail_max_t;                        /* the same for the elements rounded one by one */
+    int64_t tail_zero_t, tail_zero_m, tail_sat;
+    int32_t tail_max_out;
+} fx_bn_q16;
+
+/* A record's statistics as quant_f32 gives them for the same values (batchnorm_avx2.c says
+ * why): 1, or 0 where some |t| passed FLT_MAX (the piece then takes the fp32 row). */
+struct fx_qstats;
+int fx_bn_q16_stats(const fx_bn_q16 *r, struct fx_qstats *st);
 
 enum { FX_BN_OUT_FP16 = 1, FX_BN_OUT_BF16 = 2 }; /* normalize_half's and backward_half's half */
 
