@@ -28,7 +28,8 @@ void fx_i16_fwd_direct_pack_weights(const struct fx_conv_geom *g, const int16_t 
  * C x H x W int16; the kernel's pair copy pads, which spares a pass over the chunk: the separate
  * fx_conv_pad took 5 % of ResNet-20's 16-channel forward pass); wq from the packing above;
  * scratch: fx_i16_fwd_direct_scratch(g, nbc) words; y: the chunk's [nbc OH OW][O] exact sums;
- * *ymax: their largest |value|. Up to nthreads OpenMP threads split the output rows. Returns 1
+ * *ymax: their largest |value| (ymax NULL: not wanted, and a kernel may skip finding it, as the
+ * AVX2 one does). Up to nthreads OpenMP threads split the output rows. Returns 1
  * when done; 0 when a segment's bound (Cauchy-Schwarz on its norms) exceeds an int32 chain,
  * found before y is written: the caller computes the chunk another way. */
 int64_t fx_i16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb);

@@ -231,7 +231,7 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
 #endif
         if (m > gmax) gmax = m;
     }
-    *ymax = gmax;
+    if (ymax) *ymax = gmax;
     return 1;
 }
 

@@ -287,6 +287,6 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
             }
         }
     }
-    *ymax = mx;
+    if (ymax) *ymax = mx;
     return 1;
 }

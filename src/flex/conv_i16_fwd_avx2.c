@@ -26,11 +26,12 @@
  * per pixel) by 16 output channels (wb: their packed weights, opad words per pair), the chain
  * over the nseg segments (segment i: SEG_PAIRS pairs at xb + xoff[i], weights at wb + i
  * SEG_PAIRS opad), a fold after segment i where fold[i]; the sums 2^16 hi + acc of its first
- * ncols channels stored as int64 at out (row r at out + r ldo). Returns the largest |sum|. */
+ * ncols channels stored as int64 at out (row r at out + r ldo). Returns the largest |sum|
+ * where want_max, else 0. */
 static inline __attribute__((always_inline)) uint64_t
 itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb, int64_t ld_any,
       const int64_t *xoff, int64_t nseg, const uint32_t *wb, int64_t opad, const uint8_t *fold,
-      int64_t *out, int64_t ldo, int ncols)
+      int64_t *out, int64_t ldo, int ncols, int want_max)
 {
     /* hi in the caller's frame, touched at folds only */
     int32_t (*hi)[2][8] = (int32_t (*)[2][8])hib;
@@ -58,23 +59,26 @@ itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
         if (fold[i]) FX_I16_AVX2_FOLD_ALL(MR, hi);
     }
     __m256i mx = _mm256_setzero_si256();
+    __m256i *const mxp = want_max ? &mx : NULL;
 #define FX_STORE(r, a0, a1)                                                                        \
-    if (MR > r) fx_i16_store_row_avx2(a0, a1, hi[r][0], out + r * ldo, ncols, 0, &mx);
+    if (MR > r) fx_i16_store_row_avx2(a0, a1, hi[r][0], out + r * ldo, ncols, 0, mxp);
     FX_I16_AVX2_ROWS(FX_STORE)
 #undef FX_STORE
     return fx_i16_hmax_epu64_avx2(mx);
 }
 
 typedef uint64_t (*itile_fn)(const uint32_t *, int64_t, const int64_t *, int64_t,
-                             const uint32_t *, int64_t, const uint8_t *, int64_t *, int64_t, int);
+                             const uint32_t *, int64_t, const uint8_t *, int64_t *, int64_t, int,
+                             int);
 
 #define ITILE_FN(MR, LD)                                                                          \
     static uint64_t itile_##MR##_##LD(const uint32_t *xb, int64_t ld, const int64_t *xoff,        \
                                       int64_t nseg, const uint32_t *wb, int64_t opad,             \
-                                      const uint8_t *fold, int64_t *out, int64_t ldo, int ncols)  \
+                                      const uint8_t *fold, int64_t *out, int64_t ldo, int ncols,  \
+                                      int want_max)                                               \
     {                                                                                             \
         int32_t hib[MR_MAX * 2 * 8] __attribute__((aligned(32)));                                 \
-        return itile(MR, LD, hib, xb, ld, xoff, nseg, wb, opad, fold, out, ldo, ncols);           \
+        return itile(MR, LD, hib, xb, ld, xoff, nseg, wb, opad, fold, out, ldo, ncols, want_max); \
     }
 #define ITILE_FNS(LD)                                                                             \
     ITILE_FN(1, LD) ITILE_FN(2, LD) ITILE_FN(3, LD) ITILE_FN(4, LD) ITILE_FN(5, LD) ITILE_FN(6, LD)
@@ -135,12 +139,12 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
                 const int w = (int)(base + (t < wide));
                 const uint64_t m = tile_fns[ldi][w - 1](
                     xq + (n * HW + oh * sh * Wp + ow0 * sw) * Cpp, ld, xoff, nseg, wq + o0, opad, fold,
-                    y + (n * P + oh * OW + ow0) * O + o0, O, ncols);
+                    y + (n * P + oh * OW + ow0) * O + o0, O, ncols, ymax != NULL);
                 mx = m > mx ? m : mx;
                 ow0 += w;
             }
         }
     }
-    *ymax = mx;
+    if (ymax) *ymax = mx;
     return 1;
 }

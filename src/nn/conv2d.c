@@ -1113,9 +1113,14 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                    : 0;
         const int rounded = whole != 0;
         fx_amx_round_mark_broken(whole, two, yq_broken);
+        /* a chunk the kernel computes is rounded below, whose statistics give its largest |sum|
+         * where fused_max_exact: the kernel need not find it (the AVX2 kernel then skips an
+         * int64 abs and max per four sums in its stores) */
+        uint64_t *const want_kmax = fuse_e != FX_EXP_NONE && fused_max_exact ? NULL : &kmax;
         const int idone = rounded || (idirect && ik.run(&gkernel, ksrc, nbc, iwq,
                                                         iscr + tid * iscr_n,
-                                                        (int64_t *)(void *)myy, plan.inner, &kmax));
+                                                        (int64_t *)(void *)myy, plan.inner,
+                                                        want_kmax));
         if (ifold && !idone) {
             /* declined: the GEMM's padded chunk in place of the folded one, its slack zeros */
             fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
