@@ -83,6 +83,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
      * declines, and every other geometry, takes the patch rows above; AVX-512 sets its own */
     b->conv.i16_fwd = fx_i16_fwd_direct_avx2;
     b->conv.i16_fwd_unpadded = 1;
+    b->conv.i16_fwd_round = fx_i16_fwd_direct_avx2_round; /* rounded in its epilogue */
     b->conv.i16_wgrad = fx_i16_wgrad_direct_avx2; /* likewise the weight gradient, stride 1 */
     b->bn = &fx_bn_kernels_avx2; /* batch norm: the portable sums, four lanes and channels at once */
     /* fp16/bf16 same-shape adds (residual adds, gradient sums) in registers */

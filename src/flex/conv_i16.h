@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 struct fx_conv_geom;
+struct fx_qstats;
 
 /* Whether the kernel takes a geometry: stride and dilation 1, at least 8 input and 16 output
  * channels, at most FX_I16_FWD_MAX_TAPS taps, at most FX_I16_FWD_MAX_SEGS segments (8 channels
@@ -41,6 +42,29 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
 int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                            const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                            uint64_t *ymax);
+
+/* fx_i16_fwd_amx_round's contract on the AVX2 kernel (conv_i16_fwd_avx2.c), xp unpadded as
+ * for fx_i16_fwd_direct_avx2: the chunk's sums rounded in the tiles' epilogue at `shift` (and
+ * at shift2 into yq2 and part2 where yq2 is not NULL) into NCHW mantissas with each image's
+ * statistics, quant_i64's bits, instead of stored. Also 0 where the kernel declines the
+ * chunk's data, for shifts outside [1, 32] (the AVX2 rounding's fast route), for rows of more
+ * than 256 pixels and for more than FX_I16_ROUND_MAX_K products an output (where it was not
+ * faster than storing the sums). One thread. The switch (0: every caller takes the int64
+ * sums), and the calls and those with a rounding done whole, for tests. */
+#define FX_I16_ROUND_MAX_K 576
+/* The statistics of an epilogue rounding (this one or the AMX kernel's) that saturated somewhere
+ * in the chunk, which the caller never keeps (conv2d.c runs the op again if the write picks its
+ * exponent): the true largest |sum|, which the write's exponent comes from, and at least one
+ * saturated value. */
+void fx_i16_round_stats_broken(struct fx_qstats *st, uint64_t max_in);
+int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                                 const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
+                                 struct fx_qstats *part, int shift2, int16_t *yq2,
+                                 struct fx_qstats *part2);
+void fx_i16_fwd_direct_round_set_enabled(int on);
+int fx_i16_fwd_direct_round_enabled(void);
+long long fx_i16_fwd_direct_round_calls(void);
+long long fx_i16_fwd_direct_round_whole(void);
 
 /* The same contract on AMX-INT8 tiles (src/flex/conv_i16_amx.c, where the AMX integer GEMM is
  * installed), xp the chunk unpadded as there, except that it never declines:

@@ -497,17 +497,6 @@ static inline __attribute__((always_inline)) void amx_round_image(
     *mx = w32 ? amx_r32_maxabs(st.ma, st.ml, st.na, st.nl) : _mm512_reduce_max_epu64(st.max_in);
 }
 
-/* The statistics of a rounding that saturated somewhere in the chunk, which the caller never
- * keeps (conv2d.c runs the op again if the write picks its exponent): the true largest |sum|,
- * which the write's exponent comes from, and at least one saturated value. */
-static void amx_round_stats_saturated(fx_qstats *st, uint64_t max_in)
-{
-    st->saturated = 1;
-    st->nonfinite = 0;
-    st->underflow = 0;
-    st->max_abs_in = (double)max_in;
-    st->max_abs_out = FX_MANT_MAX;
-}
 
 /* A rounding's statistics at shift from its largest |sum| and underflow count: quant_i64's
  * where it is whole, else a broken one's */
@@ -516,7 +505,7 @@ static void amx_round_stats(fx_qstats *st, int whole, uint64_t max_in, int64_t n
     if (whole)
         fx_q64_fast_stats_of(st, max_in, nuf, shift);
     else
-        amx_round_stats_saturated(st, max_in);
+        fx_i16_round_stats_broken(st, max_in);
 }
 
 /* whole without the roundings whose bound mx passes (bound2: the second's, with two) */
@@ -581,9 +570,9 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
     /* a rounding broken at some image: every image's statistics say so */
     for (int64_t j = 0; j < done; j++) {
         if (!(whole & FX_AMX_ROUND_FIRST))
-            amx_round_stats_saturated(&part[j], (uint64_t)part[j].max_abs_in);
+            fx_i16_round_stats_broken(&part[j], (uint64_t)part[j].max_abs_in);
         if (two && !(whole & FX_AMX_ROUND_SECOND))
-            amx_round_stats_saturated(&part2[j], (uint64_t)part2[j].max_abs_in);
+            fx_i16_round_stats_broken(&part2[j], (uint64_t)part2[j].max_abs_in);
     }
     _tile_release();
     amx_round_count(whole, two);

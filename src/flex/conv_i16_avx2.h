@@ -78,6 +78,23 @@ static inline __m256i fx_max_epi64_avx2(__m256i a, __m256i b)
         FX_I16_AVX2_ROWS(FX_I16_AVX2_FOLD_ONE)                                                     \
     } while (0)
 
+/* One tile row's sums 2^16 hi + acc (hi: 16 int32, acc0 its channels 0-7, acc1 8-15) as four
+ * vectors of int64: s[0] channels 0-3, s[1] 4-7, s[2] 8-11, s[3] 12-15 */
+static inline void fx_i16_row_sums_avx2(__m256i acc0, __m256i acc1, const int32_t *hi,
+                                        __m256i s[4])
+{
+    for (int v = 0; v < 2; v++) {
+        const __m256i a = v ? acc1 : acc0;
+        const __m256i hv = _mm256_load_si256((const __m256i *)(hi + 8 * v));
+        for (int q = 0; q < 2; q++) {
+            const __m128i a32 = q ? _mm256_extracti128_si256(a, 1) : _mm256_castsi256_si128(a);
+            const __m128i h32 = q ? _mm256_extracti128_si256(hv, 1) : _mm256_castsi256_si128(hv);
+            s[2 * v + q] = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(h32), 16),
+                                            _mm256_cvtepi32_epi64(a32));
+        }
+    }
+}
+
 /* One tile row's sums 2^16 hi + acc (hi: 16 int32, acc0 its channels 0-7, acc1 8-15) as int64:
  * the first ncols written to out, or added to what is there (add); where mx is not NULL, *mx
  * raised to their |values| lane by lane (lanes past ncols hold sums of zero weights: 0). A
@@ -88,20 +105,14 @@ static inline void fx_i16_store_row_avx2(__m256i acc0, __m256i acc1, const int32
 {
     int64_t row[16] __attribute__((aligned(32)));
     const int direct = ncols == 16 && !add;
-    for (int v = 0; v < 2; v++) {
-        const __m256i a = v ? acc1 : acc0;
-        const __m256i hv = _mm256_load_si256((const __m256i *)(hi + 8 * v));
-        for (int q = 0; q < 2; q++) {
-            const __m128i a32 = q ? _mm256_extracti128_si256(a, 1) : _mm256_castsi256_si128(a);
-            const __m128i h32 = q ? _mm256_extracti128_si256(hv, 1) : _mm256_castsi256_si128(hv);
-            const __m256i sum = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(h32), 16),
-                                                 _mm256_cvtepi32_epi64(a32));
-            if (direct)
-                _mm256_storeu_si256((__m256i *)(out + 8 * v + 4 * q), sum);
-            else
-                _mm256_store_si256((__m256i *)(row + 8 * v + 4 * q), sum);
-            if (mx) *mx = fx_max_epi64_avx2(*mx, fx_abs_epi64_avx2(sum));
-        }
+    __m256i s[4];
+    fx_i16_row_sums_avx2(acc0, acc1, hi, s);
+    for (int k = 0; k < 4; k++) {
+        if (direct)
+            _mm256_storeu_si256((__m256i *)(out + 4 * k), s[k]);
+        else
+            _mm256_store_si256((__m256i *)(row + 4 * k), s[k]);
+        if (mx) *mx = fx_max_epi64_avx2(*mx, fx_abs_epi64_avx2(s[k]));
     }
     if (!direct)
         for (int k = 0; k < ncols; k++) out[k] = add ? out[k] + row[k] : row[k];

@@ -10,6 +10,7 @@
  * inputs. NaN lanes are zeroed afterwards. Tails go through a zero-padded buffer: a 0.0 (or 0)
  * lane adds nothing to any statistic. */
 #include "flex_kernels.h"
+#include "quant_r4_avx2.h"
 #include "../core/prefetch.h"
 
 #include <immintrin.h>
@@ -82,10 +83,6 @@ static inline __m256i fx_quant8(__m256 x, fx_q8_state *q8)
     return m;
 }
 
-static inline __m128i fx_pack8_epi32(__m256i m)
-{
-    return _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
-}
 
 void fx_flex_quant_f32_avx2(const float *src, int16_t *dst, int64_t n, int e,
                             const fx_rounding *r, int64_t index0, fx_qstats *st)
@@ -164,10 +161,6 @@ typedef struct fx_r4_state {
                                    * popcount per vector: a third of the loop's time) */
 } fx_r4_state;
 
-static inline __m256i fx_abs_epi64(__m256i v, __m256i sgn)
-{
-    return _mm256_sub_epi64(_mm256_xor_si256(v, sgn), sgn);
-}
 
 /* unsigned x > y for 64-bit lanes */
 static inline __m256i fx_cmpgt_epu64(__m256i x, __m256i y)
@@ -209,90 +202,6 @@ static inline __m256i fx_requant4(__m256i v, fx_r4_state *s4)
     const __m256i uf = _mm256_andnot_si256(_mm256_cmpeq_epi64(v, zero), _mm256_cmpeq_epi64(q, zero));
     s4->underflow = _mm256_sub_epi64(s4->underflow, uf);
     return q;
-}
-
-/* The right shifts 1 <= s <= 32 (every training write's) on sums that do not saturate, as in
- * the AVX-512 file (fx_q64_fast_round), in half the operations of fx_requant4:
- * - the rounding is floor((v + 2^(s-1) - 1 + b) / 2^s), b the lowest bit of v >> s, which the
- *   logical shift gives as well as the arithmetic one; so does the final shift, in the low 32
- *   bits that are kept (the two differ from bit 64 - s >= 32 up), for any |v| <= T =
- *   32767 2^s + 2^(s-1) - 1 (then v + 2^(s-1) cannot overflow);
- * - a lane underflows iff 0 < |v| <= 2^(s-1); the largest |q| is the largest |v| rounded;
- * - whether some |v| exceeds T (AVX2 has no unsigned compare: |v| - (T + 1) is negative
- *   exactly for |v| <= T, 2^63 included) is gathered by an AND of those differences; then the
- *   call runs again on the general route, whose bits agree wherever this one's are valid. */
-typedef struct fx_r4_fast {
-    __m128i cnt;
-    __m256i half_m1, half_p1, one, t_p1;
-    __m256i max_in;    /* signed: exact while every |v| <= T */
-    __m256i all_below; /* AND of |v| - (T + 1): sign bits all set iff every |v| <= T */
-    __m256i underflow;
-    int s;
-} fx_r4_fast;
-
-static inline int fx_r4_fast_ok(int shift) { return shift >= 1 && shift <= 32; }
-
-static inline fx_r4_fast fx_r4_fast_setup(int s)
-{
-    fx_r4_fast f;
-    const int64_t half = (int64_t)1 << (s - 1);
-    f.cnt = _mm_cvtsi32_si128(s);
-    f.half_m1 = _mm256_set1_epi64x(half - 1);
-    f.half_p1 = _mm256_set1_epi64x(half + 1);
-    f.one = _mm256_set1_epi64x(1);
-    f.t_p1 = _mm256_set1_epi64x((int64_t)fx_q64_fast_bound(s) + 1);
-    f.max_in = _mm256_setzero_si256();
-    f.all_below = _mm256_set1_epi64x(-1);
-    f.underflow = _mm256_setzero_si256();
-    f.s = s;
-    return f;
-}
-
-static inline __m256i fx_requant4_fast(__m256i v, fx_r4_fast *f)
-{
-    const __m256i zero = _mm256_setzero_si256();
-    const __m256i sgn = _mm256_cmpgt_epi64(zero, v);
-    const __m256i av = fx_abs_epi64(v, sgn);
-    f->max_in = _mm256_blendv_epi8(f->max_in, av, _mm256_cmpgt_epi64(av, f->max_in));
-    f->all_below = _mm256_and_si256(f->all_below, _mm256_sub_epi64(av, f->t_p1));
-    f->underflow = _mm256_sub_epi64(
-        f->underflow, _mm256_andnot_si256(_mm256_cmpeq_epi64(av, zero), _mm256_cmpgt_epi64(f->half_p1, av)));
-    const __m256i b = _mm256_and_si256(_mm256_srl_epi64(v, f->cnt), f->one);
-    return _mm256_srl_epi64(_mm256_add_epi64(_mm256_add_epi64(v, f->half_m1), b), f->cnt);
-}
-
-/* Whether every |v| of a fast-route call was at most T (else it must run on the general one). */
-static inline int fx_r4_fast_held(const fx_r4_fast *f)
-{
-    return _mm256_movemask_pd(_mm256_castsi256_pd(f->all_below)) == 0xF;
-}
-
-/* A fast-route call's statistics (every |v| <= T: nothing saturated). */
-static inline void fx_r4_fast_stats(const fx_r4_fast *f, fx_qstats *st)
-{
-    int64_t mi[4], uf[4];
-    _mm256_storeu_si256((__m256i *)mi, f->max_in);
-    _mm256_storeu_si256((__m256i *)uf, f->underflow);
-    uint64_t mx = 0;
-    for (int k = 0; k < 4; k++) mx = (uint64_t)mi[k] > mx ? (uint64_t)mi[k] : mx;
-    fx_q64_fast_stats_of(st, mx, uf[0] + uf[1] + uf[2] + uf[3], f->s);
-}
-
-/* Two vectors of 4 int64 lanes in [-32767, 32767], q0 = (a0..a3) and q1 = (b0..b3) -> 8 int32
- * lanes (their low halves) in the order a0 a1 b0 b1 | a2 a3 b2 b3, which fx_pack8_i64_order
- * turns into a0..a3 b0..b3. Why not the plain order: it needs lane-crossing permutes (two vpermd
- * and a vperm2i128), which Zen 1 splits into 14 uops and runs at one per 3-4 cycles each; these
- * in-lane shuffles are 2 uops each there, and one shuffle each on later cores. */
-static inline __m256i fx_narrow8(__m256i q0, __m256i q1)
-{
-    return _mm256_unpacklo_epi64(_mm256_shuffle_epi32(q0, 0x08), _mm256_shuffle_epi32(q1, 0x08));
-}
-
-/* fx_narrow8's lanes as 8 int16 in the order a0..a3 b0..b3: the saturating pack gives the
- * int16 pairs (a0 a1)(b0 b1)(a2 a3)(b2 b3), and one dword shuffle puts them in order. */
-static inline __m128i fx_pack8_i64_order(__m256i m)
-{
-    return _mm_shuffle_epi32(fx_pack8_epi32(m), 0xD8);
 }
 
 /* The state of fx_requant4 for one shift. */

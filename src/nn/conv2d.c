@@ -996,10 +996,15 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * statistics, without the int64 sums written and read back); a chunk it declines (a
      * saturating sum) takes the int64 route below. */
     int yq_broken[2] = {0, 0}; /* a chunk left the rounding at fuse_e (at alt_e) unmade */
-    const int kround = iamx && yshared && yq.pix == NULL && fuse_e != FX_EXP_NONE &&
-                       fused_max_exact && plan.inner == 1 && !ep &&
-                       be->cvt.quant_i64_t && be->conv.i16_fwd_amx_round &&
-                       fx_i16_fwd_amx_round_enabled();
+    /* the same on a level's register-tile kernel with a rounding epilogue (AVX2:
+     * fx_i16_fwd_direct_avx2_round), for the chunks that kernel takes */
+    int (*const round_fn)(const fx_conv_geom *, const int16_t *, int64_t, const uint32_t *,
+                          uint32_t *, int, int16_t *, fx_qstats *, int, int16_t *, fx_qstats *) =
+        iamx      ? (fx_i16_fwd_amx_round_enabled() ? be->conv.i16_fwd_amx_round : NULL)
+        : kunpad ? (fx_i16_fwd_direct_round_enabled() ? be->conv.i16_fwd_round : NULL)
+                  : NULL;
+    const int kround = round_fn && yshared && yq.pix == NULL && fuse_e != FX_EXP_NONE &&
+                       fused_max_exact && plan.inner == 1 && !ep && be->cvt.quant_i64_t;
     /* bf16 on the AMX route from patch rows: the weights packed in its tiles once for all
      * chunks (each chunk's GEMM would pack the same B again: about 5 % of a bf16 CNN step) */
     uint16_t *bamx = NULL;
@@ -1106,7 +1111,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                                   : (const int16_t *)(const void *)myxp;
         const int two = alt_e != FX_EXP_NONE;
         const int whole =
-            kround ? be->conv.i16_fwd_amx_round(
+            kround ? round_fn(
                          &gkernel, ksrc, nbc, iwq, iscr + tid * iscr_n, fuse_e - yq.exp,
                          yq.tmp + n0 * g.O * P, yq.part + n0, two ? alt_e - yq.exp : 0,
                          two ? yq_alt.tmp + n0 * g.O * P : NULL, two ? yq_alt.part + n0 : NULL)

@@ -1,0 +1,263 @@
+/* The AVX2 direct integer forward convolution with its sums rounded in the tiles' epilogue
+ * (fx_i16_fwd_direct_avx2_round, src/flex/conv_i16.h) against the sums it would store
+ * (fx_i16_fwd_direct_avx2) rounded by the portable fx_flex_quant_i64_scalar image by image in
+ * NCHW order: every mantissa and every per-image statistic, bit for bit, at one shift and at
+ * two (the second into its own mantissas and statistics), on ResNet-20's and the CNN's conv1
+ * shapes, odd channel counts, output channels that fill no whole vector, rows of 7 to 32 pixels
+ * (every tile width, rows with a scalar tail past the 8-pixel transposes), stride 2, and the
+ * folded layer of one input channel; on normal and small data. A shift at which some sum
+ * saturates leaves that rounding unmade (whole without it) and every image's statistics with
+ * the exact largest |sum| and a saturation; with two shifts the other stays whole. Declined (0,
+ * nothing relied on): shifts outside [1, 32], rows above 256 pixels, more than
+ * FX_I16_ROUND_MAX_K products an output, and data the kernel itself declines. At the op,
+ * tensor_conv2d gives the same mantissas and statistics with the route on and off, and the
+ * route ran. Skips without AVX2. */
+#include "flexpoint.h"
+#include "flexpoint_nn.h"
+#include "core/backend.h"
+#include "flex/conv_i16.h"
+#include "flex/conv_i16_direct.h"
+#include "flex/flex_kernels.h"
+#include "nn/im2col.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct shape {
+    int64_t C, O, H, W, K, pad, stride;
+} shape;
+
+static fx_conv_geom geom_of(const shape *s, int64_t N)
+{
+    fx_conv_geom g = {N, s->C, s->H, s->W, s->O, s->K, s->K, 0, 0, s->stride, s->stride,
+                      s->pad, s->pad, 1, 1};
+    g.OH = (s->H + 2 * s->pad - s->K) / s->stride + 1;
+    g.OW = (s->W + 2 * s->pad - s->K) / s->stride + 1;
+    return g;
+}
+
+static int same_stats(const fx_qstats *a, const fx_qstats *b)
+{
+    return a->saturated == b->saturated && a->nonfinite == b->nonfinite &&
+           a->underflow == b->underflow && memcmp(&a->max_abs_in, &b->max_abs_in, 8) == 0 &&
+           a->max_abs_out == b->max_abs_out;
+}
+
+/* the kernel's stored sums of the chunk, rounded per image in NCHW order at shift: the
+ * mantissas and statistics the rounding epilogue must give */
+static void reference(const fx_conv_geom *g, int64_t nb, const int64_t *sums, int shift,
+                      int16_t *want, fx_qstats *st)
+{
+    const int64_t P = g->OH * g->OW, O = g->O;
+    int64_t *t = malloc(sizeof(int64_t) * (size_t)(P * O));
+    for (int64_t n = 0; n < nb; n++) {
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t p = 0; p < P; p++) t[o * P + p] = sums[(n * P + p) * O + o];
+        fx_flex_quant_i64_scalar(t, want + n * O * P, O * P, shift, &st[n]);
+    }
+    free(t);
+}
+
+/* data: 0 normal (about +-3000), 1 small (+-40), 2 full scale (the kernel declines it) */
+static void fill(test_rng *r, int16_t *v, int64_t n, int data)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const double z = test_rng_normal(r);
+        const double a = data == 0 ? 3000.0 * z : data == 1 ? 40.0 * z : 32767.0;
+        const double c = a > 32767.0 ? 32767.0 : a < -32767.0 ? -32767.0 : a;
+        v[i] = (int16_t)(data == 2 ? (i % 2 ? 32767 : -32767) : (int64_t)c);
+    }
+}
+
+/* one shape, data kind and pair of shifts (shift2 0: one rounding); expect_whole the roundings
+ * the call must return (-1: whatever the reference says, checked against it) */
+static void check(const shape *s, int64_t nb, int data, int shift, int shift2, int expect_whole,
+                  test_rng *r)
+{
+    const fx_conv_geom g = geom_of(s, nb);
+    const int64_t P = g.OH * g.OW, KK = s->K * s->K, nx = nb * s->C * s->H * s->W;
+    int16_t *x = malloc(sizeof(int16_t) * (size_t)nx);
+    int16_t *w = malloc(sizeof(int16_t) * (size_t)(s->O * s->C * KK));
+    fill(r, x, nx, data);
+    fill(r, w, s->O * s->C * KK, data == 2 ? 2 : 0);
+    const int64_t wn = fx_i16_fwd_direct_weights_numel(&g), sn = fx_i16_fwd_direct_scratch(&g, nb);
+    uint32_t *wq = aligned_alloc(64, (size_t)((wn * 4 + 63) / 64 * 64));
+    uint32_t *scr = malloc(sizeof(uint32_t) * (size_t)sn);
+    fx_i16_fwd_direct_pack_weights(&g, w, wq);
+    int64_t *sums = malloc(sizeof(int64_t) * (size_t)(nb * P * s->O));
+    uint64_t ymax;
+    const int stored = fx_i16_fwd_direct_avx2(&g, x, nb, wq, scr, sums, 1, &ymax);
+    const int two = shift2 != 0;
+    const int64_t ny = nb * s->O * P;
+    const size_t ybytes = sizeof(int16_t) * (size_t)ny;
+    int16_t *want = malloc(ybytes), *got = malloc(ybytes), *want2 = malloc(ybytes);
+    int16_t *got2 = malloc(ybytes);
+    fx_qstats *sw = calloc((size_t)nb, sizeof *sw), *sg = calloc((size_t)nb, sizeof *sg);
+    fx_qstats *sw2 = calloc((size_t)nb, sizeof *sw2), *sg2 = calloc((size_t)nb, sizeof *sg2);
+    memset(got, 0x33, ybytes);
+    const int whole = fx_i16_fwd_direct_avx2_round(&g, x, nb, wq, scr, shift, got, sg,
+                                                   two ? shift2 : 0, two ? got2 : NULL,
+                                                   two ? sg2 : NULL);
+    char what[160];
+    snprintf(what, sizeof what, "C%lld O%lld %lldx%lld K%lld s%lld nb %lld data %d shifts %d/%d",
+             (long long)s->C, (long long)s->O, (long long)s->H, (long long)s->W, (long long)s->K,
+             (long long)s->stride, (long long)nb, data, shift, shift2);
+    if (!stored) {
+        CHECK(whole == 0, "%s: the kernel declined the data, the rounding returned %d", what,
+              whole);
+        goto out;
+    }
+    reference(&g, nb, sums, shift, want, sw);
+    if (two) reference(&g, nb, sums, shift2, want2, sw2);
+    int ref_whole = 1, ref_whole2 = 1;
+    for (int64_t n = 0; n < nb; n++) {
+        ref_whole &= sw[n].saturated == 0;
+        if (two) ref_whole2 &= sw2[n].saturated == 0;
+    }
+    const int want_whole = expect_whole >= 0 ? expect_whole
+                                             : (ref_whole ? FX_AMX_ROUND_FIRST : 0) |
+                                                   (two && ref_whole2 ? FX_AMX_ROUND_SECOND : 0);
+    CHECK(whole == want_whole, "%s: returned %d, expected %d", what, whole, want_whole);
+    if (whole & FX_AMX_ROUND_FIRST) {
+        int64_t bad = -1;
+        for (int64_t i = 0; i < ny && bad < 0; i++)
+            if (got[i] != want[i]) bad = i;
+        CHECK(bad < 0, "%s: mantissa %lld is %d, the stored sums give %d", what, (long long)bad,
+              bad < 0 ? 0 : got[bad], bad < 0 ? 0 : want[bad]);
+        for (int64_t n = 0; n < nb; n++)
+            CHECK(same_stats(&sg[n], &sw[n]),
+                  "%s: image %lld statistics (sat %lld/%lld uf %lld/%lld max %.17g/%.17g "
+                  "out %d/%d)", what, (long long)n, (long long)sg[n].saturated,
+                  (long long)sw[n].saturated, (long long)sg[n].underflow,
+                  (long long)sw[n].underflow, sg[n].max_abs_in, sw[n].max_abs_in,
+                  sg[n].max_abs_out, sw[n].max_abs_out);
+    } else if (whole) {
+        /* broken: the exact largest |sum| and a saturation, for every image */
+        for (int64_t n = 0; n < nb; n++)
+            CHECK(sg[n].saturated > 0 && sg[n].max_abs_in == sw[n].max_abs_in,
+                  "%s: broken rounding's image %lld statistics", what, (long long)n);
+    }
+    if (two && (whole & FX_AMX_ROUND_SECOND)) {
+        CHECK(memcmp(got2, want2, ybytes) == 0,
+              "%s: second rounding's mantissas differ", what);
+        for (int64_t n = 0; n < nb; n++)
+            CHECK(same_stats(&sg2[n], &sw2[n]), "%s: image %lld second statistics", what,
+                  (long long)n);
+    }
+out:
+    free(x);
+    free(w);
+    free(wq);
+    free(scr);
+    free(sums);
+    free(want);
+    free(got);
+    free(want2);
+    free(got2);
+    free(sw);
+    free(sg);
+    free(sw2);
+    free(sg2);
+}
+
+static void kernel_cases(void)
+{
+    static const shape shapes[] = {
+        {16, 16, 32, 32, 3, 1, 1}, /* ResNet-20 stage 1 */
+        {32, 32, 16, 16, 3, 1, 1}, {64, 64, 8, 8, 3, 1, 1}, {16, 32, 32, 32, 3, 1, 2},
+        {8, 32, 28, 28, 5, 2, 1},  /* the CNN's conv1 as folded: 5 channels padded to 8 */
+        {5, 24, 9, 7, 3, 1, 1},    /* odd C, O not a multiple of 16, rows of 7 */
+        {13, 40, 11, 14, 3, 1, 1}, /* rows of 14: one transpose and a scalar tail of 6 */
+        {24, 17, 6, 20, 3, 0, 1},  {9, 16, 10, 30, 1, 0, 1},
+    };
+    test_rng r;
+    test_rng_seed(&r, 2024);
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        for (int data = 0; data < 2; data++) {
+            const int64_t nb = 1 + (int64_t)(i % 3);
+            /* normal data: sums up to about 2^26 C K^2; small data far below */
+            const int lo = data ? 1 : 8, hi = data ? 9 : 16;
+            check(&shapes[i], nb, data, lo, 0, -1, &r);
+            check(&shapes[i], nb, data, hi, 0, -1, &r);
+            check(&shapes[i], nb, data, hi, hi + 1, -1, &r);
+            check(&shapes[i], nb, data, 31, 32, -1, &r);
+            /* saturating at the first shift (broken), whole at the second */
+            check(&shapes[i], nb, data, 1, 24, data ? -1 : FX_AMX_ROUND_SECOND, &r);
+        }
+    /* declines */
+    const shape rn = {16, 16, 32, 32, 3, 1, 1};
+    check(&rn, 1, 0, 0, 0, 0, &r);
+    check(&rn, 1, 0, 33, 0, 0, &r);
+    check(&rn, 1, 0, 12, 40, 0, &r);
+    const shape wide = {8, 16, 2, 300, 3, 1, 1};
+    check(&wide, 1, 0, 12, 0, 0, &r);
+    const shape deep = {72, 16, 6, 6, 3, 1, 1}; /* 648 products an output */
+    check(&deep, 1, 0, 24, 0, 0, &r); /* a shift at which nothing saturates */
+    const shape at_gate = {64, 16, 6, 6, 3, 1, 1}; /* 576: taken */
+    check(&at_gate, 1, 0, 24, 0, FX_AMX_ROUND_FIRST, &r);
+    check(&rn, 1, 2, 12, 0, 0, &r); /* full scale: the kernel declines */
+}
+
+/* tensor_conv2d with the route on and off: the same mantissas and statistics; the route ran */
+static void op_on_off(void)
+{
+    static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
+    const int64_t xs[4] = {6, 16, 12, 12}, ws[4] = {24, 16, 3, 3}, ys[4] = {6, 24, 12, 12};
+    const int64_t nx = 6 * 16 * 144, nw = 24 * 16 * 9, ny = 6 * 24 * 144;
+    float *xv = malloc(sizeof(float) * (size_t)nx), *wv = malloc(sizeof(float) * (size_t)nw);
+    int16_t *raw[2];
+    raw[0] = malloc(sizeof(int16_t) * (size_t)ny);
+    raw[1] = malloc(sizeof(int16_t) * (size_t)ny);
+    for (int fi = 0; fi < 2; fi++) {
+        double st[2][4];
+        long long calls = 0;
+        for (int on = 1; on >= 0; on--) {
+            test_rng r;
+            test_rng_seed(&r, 77);
+            fx_i16_fwd_direct_round_set_enabled(on);
+            tensor_t *x = tensor_new(fmts[fi], 4, xs), *w = tensor_new(fmts[fi], 4, ws);
+            tensor_t *y = tensor_new(fmts[fi], 4, ys);
+            const long long c0 = fx_i16_fwd_direct_round_whole();
+            for (int rep = 0; rep < 3; rep++) { /* later writes have a guessed exponent */
+                for (int64_t i = 0; i < nx; i++) xv[i] = (float)test_rng_normal(&r);
+                for (int64_t i = 0; i < nw; i++) wv[i] = (float)(0.2 * test_rng_normal(&r));
+                CHECK_STATUS(tensor_from_f32(x, xv), FX_OK);
+                CHECK_STATUS(tensor_from_f32(w, wv), FX_OK);
+                CHECK_STATUS(tensor_conv2d(y, x, w, 1, 1, 1, 1, 1, 1), FX_OK);
+            }
+            if (on) calls = fx_i16_fwd_direct_round_whole() - c0;
+            CHECK_STATUS(tensor_get_raw(y, raw[on]), FX_OK);
+            CHECK_STATUS(tensor_stat(y, "exp", &st[on][0]), FX_OK);
+            CHECK_STATUS(tensor_stat(y, "saturated", &st[on][1]), FX_OK);
+            CHECK_STATUS(tensor_stat(y, "underflow", &st[on][2]), FX_OK);
+            CHECK_STATUS(tensor_stat(y, "true_max", &st[on][3]), FX_OK);
+            tensor_free(x);
+            tensor_free(w);
+            tensor_free(y);
+        }
+        fx_i16_fwd_direct_round_set_enabled(1);
+        CHECK(memcmp(raw[0], raw[1], sizeof(int16_t) * (size_t)ny) == 0 &&
+                  memcmp(st[0], st[1], sizeof st[0]) == 0,
+              "%s: tensor_conv2d differs with the rounding epilogue on and off",
+              fmt_name(fmts[fi]));
+        CHECK(calls > 0, "%s: the rounding epilogue never ran whole", fmt_name(fmts[fi]));
+    }
+    free(xv);
+    free(wv);
+    free(raw[0]);
+    free(raw[1]);
+}
+
+int main(void)
+{
+    const fx_backend *be = fx_backend_get(FX_BACKEND_AVX2);
+    if (!be || !be->available) {
+        printf("test_conv_i16_round: no AVX2 here\n");
+        return 77;
+    }
+    kernel_cases();
+    CHECK_STATUS(flexpoint_set_backend("avx2"), FX_OK);
+    op_on_off();
+    return test_finish("test_conv_i16_round");
+}
