@@ -219,6 +219,16 @@ static void edge_rows(const fx_bn_kernels *k, const char *level)
         const row_coefs bmix = {{1.5 * x.scale, 1.0 / x.scale, unit, 0.0, 0.5 * x.scale}};
         check_rows(k, level, 1, &x, &g, S, 1, &bmix, e, 1, "mixed");
     }
+    /* the top exponent: mantissas m 2^126 with |m| <= 3 stay within FLT_MAX, and 3 2^126 is
+     * 1.5 units of 2^127, a tie (to 2) */
+    static int16_t top[S];
+    for (int i = 0; i < S; i++) top[i] = (int16_t)(i % 7 - 3);
+    const fx_bn_src xtop = {top, FX_BN_I16, 0x1p112};
+    const row_coefs at_top = {{0.0, 0x1p14, 0.0, 0.0, 0.0}};
+    check_rows(k, level, 0, &xtop, NULL, S, 1, &at_top, FX_BN_Q16_EXP_MAX, 1, "top exponent");
+    const fx_bn_src gtop = {top, FX_BN_I16, 0x1p112};
+    const row_coefs bat_top = {{0.0, 1.0, 0x1p14, 0.0, 0.0}};
+    check_rows(k, level, 1, &xtop, &gtop, S, 1, &bat_top, FX_BN_Q16_EXP_MAX, 1, "top exponent");
     /* beyond FLT_MAX (x would be FLT_MAX): the row is taken, its statistics decline */
     const fx_bn_src big = {xm, FX_BN_I16, 0x1p100};
     const row_coefs over = {{0.0, 0x1p60, 0.0, 0.0, 0.0}};

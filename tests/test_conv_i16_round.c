@@ -3,11 +3,14 @@
  * (fx_i16_fwd_direct_avx2) rounded by the portable fx_flex_quant_i64_scalar image by image in
  * NCHW order: every mantissa and every per-image statistic, bit for bit, at one shift and at
  * two (the second into its own mantissas and statistics), on ResNet-20's and the CNN's conv1
- * shapes, odd channel counts, output channels that fill no whole vector, rows of 7 to 32 pixels
- * (every tile width, rows with a scalar tail past the 8-pixel transposes), stride 2, and the
- * folded layer of one input channel; on normal and small data. A shift at which some sum
- * saturates leaves that rounding unmade (whole without it) and every image's statistics with
- * the exact largest |sum| and a saturation; with two shifts the other stays whole. Declined (0,
+ * shapes, odd channel counts, output channels that fill no whole vector, rows of 7 to 256
+ * pixels (every tile width, rows with a scalar tail past the 8-pixel transposes, the row
+ * buffer's full width), stride 2, and a 5 x 5 layer of 8 channels (the CNN's conv1 as the
+ * convolution folds it has 5 x 1 taps; tensor_conv2d takes that path in test_nn_conv); on
+ * normal and small data. A shift at which some sum saturates leaves that rounding unmade
+ * (whole without it) and every image's statistics with the exact largest |sum| and a
+ * saturation, also the images before the one that saturated; with two shifts the other stays
+ * whole, either way round. Declined (0,
  * nothing relied on): shifts outside [1, 32], rows above 256 pixels, more than
  * FX_I16_ROUND_MAX_K products an output, and data the kernel itself declines. At the op,
  * tensor_conv2d gives the same mantissas and statistics with the route on and off, and the
@@ -59,16 +62,22 @@ static void reference(const fx_conv_geom *g, int64_t nb, const int64_t *sums, in
     free(t);
 }
 
-/* data: 0 normal (about +-3000), 1 small (+-40), 2 full scale (the kernel declines it) */
-static void fill(test_rng *r, int16_t *v, int64_t n, int data)
+/* data: 0 normal (about +-3000), 1 small (+-40), 2 full scale (the kernel declines it), 3
+ * small for the first `small` values and normal after them (a later image saturates first) */
+static void fill_from(test_rng *r, int16_t *v, int64_t n, int data, int64_t small)
 {
     for (int64_t i = 0; i < n; i++) {
         const double z = test_rng_normal(r);
-        const double a = data == 0 ? 3000.0 * z : data == 1 ? 40.0 * z : 32767.0;
+        const double a = data == 3 ? (i < small ? 40.0 : 3000.0) * z
+                         : data == 0 ? 3000.0 * z
+                         : data == 1 ? 40.0 * z
+                                     : 32767.0;
         const double c = a > 32767.0 ? 32767.0 : a < -32767.0 ? -32767.0 : a;
         v[i] = (int16_t)(data == 2 ? (i % 2 ? 32767 : -32767) : (int64_t)c);
     }
 }
+
+static void fill(test_rng *r, int16_t *v, int64_t n, int data) { fill_from(r, v, n, data, 0); }
 
 /* one shape, data kind and pair of shifts (shift2 0: one rounding); expect_whole the roundings
  * the call must return (-1: whatever the reference says, checked against it) */
@@ -79,7 +88,7 @@ static void check(const shape *s, int64_t nb, int data, int shift, int shift2, i
     const int64_t P = g.OH * g.OW, KK = s->K * s->K, nx = nb * s->C * s->H * s->W;
     int16_t *x = malloc(sizeof(int16_t) * (size_t)nx);
     int16_t *w = malloc(sizeof(int16_t) * (size_t)(s->O * s->C * KK));
-    fill(r, x, nx, data);
+    fill_from(r, x, nx, data, s->C * s->H * s->W); /* data 3: image 0 small */
     fill(r, w, s->O * s->C * KK, data == 2 ? 2 : 0);
     const int64_t wn = fx_i16_fwd_direct_weights_numel(&g), sn = fx_i16_fwd_direct_scratch(&g, nb);
     uint32_t *wq = aligned_alloc(64, (size_t)((wn * 4 + 63) / 64 * 64));
@@ -144,6 +153,10 @@ static void check(const shape *s, int64_t nb, int data, int shift, int shift2, i
         for (int64_t n = 0; n < nb; n++)
             CHECK(same_stats(&sg2[n], &sw2[n]), "%s: image %lld second statistics", what,
                   (long long)n);
+    } else if (two && whole) {
+        for (int64_t n = 0; n < nb; n++)
+            CHECK(sg2[n].saturated > 0 && sg2[n].max_abs_in == sw2[n].max_abs_in,
+                  "%s: broken second rounding's image %lld statistics", what, (long long)n);
     }
 out:
     free(x);
@@ -185,8 +198,14 @@ static void kernel_cases(void)
             /* saturating at the first shift (broken), whole at the second */
             check(&shapes[i], nb, data, 1, 24, data ? -1 : FX_AMX_ROUND_SECOND, &r);
         }
-    /* declines */
+    /* image 0 whole at shift 8 and a later one saturating: every image's statistics broken,
+     * the second rounding (24) whole; and the first whole with the second broken */
     const shape rn = {16, 16, 32, 32, 3, 1, 1};
+    check(&rn, 3, 3, 8, 24, FX_AMX_ROUND_SECOND, &r);
+    check(&rn, 2, 0, 24, 1, FX_AMX_ROUND_FIRST, &r);
+    const shape row256 = {8, 16, 3, 256, 3, 1, 1}; /* the row buffer's full width */
+    check(&row256, 1, 0, 16, 0, -1, &r);
+    /* declines */
     check(&rn, 1, 0, 0, 0, 0, &r);
     check(&rn, 1, 0, 33, 0, 0, &r);
     check(&rn, 1, 0, 12, 40, 0, &r);

@@ -320,8 +320,8 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
                 fx_conv_pad(&p->g, dy, n0, nbc, pad, sizeof(int16_t));
                 src = pad;
             }
-            uint64_t m = 0;
-            took = kern.run(&p->g, src, nbc, p->wq, scr, out[k], inner, &m);
+            /* no maximum wanted: the gathered chunk's is taken below */
+            took = kern.run(&p->g, src, nbc, p->wq, scr, out[k], inner, NULL);
         }
         if (!took) {
             atomic_store(&declined, 1);
