@@ -654,11 +654,13 @@ static inline __attribute__((always_inline)) __m128i q16_round8(__m256d t0, __m2
     const __m256d z0 = _mm256_cmp_pd(t0, zero, _CMP_EQ_OQ), z1 = _mm256_cmp_pd(t1, zero, _CMP_EQ_OQ);
     A->zero_t = _mm256_sub_epi64(A->zero_t, _mm256_castpd_si256(z0));
     A->zero_t = _mm256_sub_epi64(A->zero_t, _mm256_castpd_si256(z1));
-    const int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    const __m256d y0 = _mm256_round_pd(
-        _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(t0, scale), bottom), top), nearest);
-    const __m256d y1 = _mm256_round_pd(
-        _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(t1, scale), bottom), top), nearest);
+    /* the rounding mode a literal: clang wants an integer constant expression there */
+    const __m256d y0 =
+        _mm256_round_pd(_mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(t0, scale), bottom), top),
+                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256d y1 =
+        _mm256_round_pd(_mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(t1, scale), bottom), top),
+                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     /* integers in [-2^16, 2^16]: the conversion is exact */
     const __m256i rq = _mm256_set_m128i(_mm256_cvtpd_epi32(y1), _mm256_cvtpd_epi32(y0));
     A->sat = _mm256_sub_epi32(A->sat, _mm256_cmpgt_epi32(_mm256_abs_epi32(rq), mmax));
