@@ -634,7 +634,7 @@ FX_BN_HALF_ENTRIES(bn_normalize_half_avx2, bn_backward_half_avx2)
  * The statistics stay per lane in the caller's record (fx_bn_q16) across the rows of a piece.
  * A row's last S mod 8 elements take the definition itself (nn_round_f32, fx_quant1_f32). */
 typedef struct q16_acc {
-    __m256d max_t;                /* largest |t| per lane */
+    __m256d max_t;                /* largest |t| per lane (|t 2^-e| where folded) */
     __m256i zero_t;               /* t == 0 per 64-bit lane (compare masks subtracted) */
     __m256i zero_m, sat, max_out; /* per 32-bit lane: m == 0, saturations, largest |m| */
 } q16_acc;
@@ -642,9 +642,37 @@ typedef struct q16_acc {
 static inline int q16_coef_ok(double c) { return fabs(c) <= 0x1p200; /* NaN fails */ }
 static inline int q16_exp_ok(int e) { return e >= FX_BN_Q16_EXP_MIN && e <= FX_BN_Q16_EXP_MAX; }
 
-/* eight t (t0: elements 0-3, t1: 4-7) rounded at scale = 2^-e into eight int16 */
+/* The folded kernels compute t 2^-e itself: the sources' 2^exp and the output's 2^-e are moved
+ * into the coefficients (mu 2^-exp, a 2^(exp - e), ...), which saves three to four multiplies
+ * per four values (a fifth of normalize_i16's vector operations). Scaling by a power of two
+ * commutes with every rounded subtraction, product and sum as long as no value on either side
+ * leaves the normal range. With every coefficient 0 or in [2^-100, 2^200], mantissa weights
+ * in [2^-149, 2^112] and e in [-140, 127], a nonzero x - mu is at least 2^-152 (both are
+ * multiples of it), and following every operation through, each value and its scaled twin
+ * stays within [2^-640, 2^950]: the folded kernel's t 2^-e and its zeros are those of the
+ * definition's t scaled, and its largest |t 2^-e| scales back exactly. Other coefficients
+ * (0 < |c| < 2^-100: a mean or a gradient sum of some 1e-31) take the unfolded kernel. */
+static inline int q16_fold_ok(double c)
+{
+    const double a = fabs(c);
+    return a == 0.0 || (a >= 0x1p-100 && a <= 0x1p200);
+}
+
+/* 2^k for k in [-1022, 1023], from its bits (ldexp is a library call, once per row of as few
+ * as 64 values) */
+static inline double q16_pow2(int k)
+{
+    const uint64_t bits = (uint64_t)(k + 1023) << 52;
+    double d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
+/* eight t (t0: elements 0-3, t1: 4-7) rounded at scale = 2^-e into eight int16; FOLD: the t
+ * are already t 2^-e (scale unused) */
 static inline __attribute__((always_inline)) __m128i q16_round8(__m256d t0, __m256d t1,
-                                                               __m256d scale, q16_acc *A)
+                                                               __m256d scale, q16_acc *A,
+                                                               const int FOLD)
 {
     const __m256d sign = _mm256_set1_pd(-0.0), zero = _mm256_setzero_pd();
     const __m256d top = _mm256_set1_pd(65536.0), bottom = _mm256_set1_pd(-65536.0);
@@ -654,19 +682,26 @@ static inline __attribute__((always_inline)) __m128i q16_round8(__m256d t0, __m2
     const __m256d z0 = _mm256_cmp_pd(t0, zero, _CMP_EQ_OQ), z1 = _mm256_cmp_pd(t1, zero, _CMP_EQ_OQ);
     A->zero_t = _mm256_sub_epi64(A->zero_t, _mm256_castpd_si256(z0));
     A->zero_t = _mm256_sub_epi64(A->zero_t, _mm256_castpd_si256(z1));
+    const __m256d s0 = FOLD ? t0 : _mm256_mul_pd(t0, scale);
+    const __m256d s1 = FOLD ? t1 : _mm256_mul_pd(t1, scale);
     /* the rounding mode a literal: clang wants an integer constant expression there */
-    const __m256d y0 =
-        _mm256_round_pd(_mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(t0, scale), bottom), top),
-                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256d y1 =
-        _mm256_round_pd(_mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(t1, scale), bottom), top),
-                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    /* integers in [-2^16, 2^16]: the conversion is exact */
-    const __m256i rq = _mm256_set_m128i(_mm256_cvtpd_epi32(y1), _mm256_cvtpd_epi32(y0));
-    A->sat = _mm256_sub_epi32(A->sat, _mm256_cmpgt_epi32(_mm256_abs_epi32(rq), mmax));
-    const __m256i m = _mm256_max_epi32(_mm256_min_epi32(rq, mmax), mmin);
-    A->zero_m = _mm256_sub_epi32(A->zero_m, _mm256_cmpeq_epi32(m, _mm256_setzero_si256()));
-    A->max_out = _mm256_max_epi32(A->max_out, _mm256_abs_epi32(m));
+    const __m256d y0 = _mm256_round_pd(_mm256_min_pd(_mm256_max_pd(s0, bottom), top),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256d y1 = _mm256_round_pd(_mm256_min_pd(_mm256_max_pd(s1, bottom), top),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    /* integers in [-2^16, 2^16]: adding 1.5 2^52 is exact and leaves each in the low 32 bits
+     * of its lane (two's complement), which one shuffle gathers, in order after a permute */
+    const __m256d magic = _mm256_set1_pd(0x1.8p52);
+    const __m256 lo = _mm256_shuffle_ps(_mm256_castpd_ps(_mm256_add_pd(y0, magic)),
+                                        _mm256_castpd_ps(_mm256_add_pd(y1, magic)), 0x88);
+    const __m256i rq = _mm256_permute4x64_epi64(_mm256_castps_si256(lo), 0xD8);
+    /* the clamp to +-32767 creates no zero and keeps the order of |m|: the zeros and the
+     * largest |m| (clamped in q16_store) are taken before it; packs saturates the top */
+    const __m256i arq = _mm256_abs_epi32(rq);
+    A->sat = _mm256_sub_epi32(A->sat, _mm256_cmpgt_epi32(arq, mmax));
+    A->zero_m = _mm256_sub_epi32(A->zero_m, _mm256_cmpeq_epi32(rq, _mm256_setzero_si256()));
+    A->max_out = _mm256_max_epi32(A->max_out, arq);
+    const __m256i m = _mm256_max_epi32(rq, mmin);
     return _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
 }
 
@@ -685,21 +720,53 @@ static inline void q16_one(fx_bn_q16 *r, double t, double scale, int16_t *out)
     if (out) *out = (int16_t)m;
 }
 
+/* the record's counts; the largest |t| starts from 0 (a run's own, in its units) */
 static inline q16_acc q16_load(const fx_bn_q16 *r)
 {
-    return (q16_acc){_mm256_loadu_pd(r->max_t), _mm256_loadu_si256((const __m256i *)r->zero_t),
+    return (q16_acc){_mm256_setzero_pd(), _mm256_loadu_si256((const __m256i *)r->zero_t),
                      _mm256_loadu_si256((const __m256i *)r->zero_m),
                      _mm256_loadu_si256((const __m256i *)r->sat),
                      _mm256_loadu_si256((const __m256i *)r->max_out)};
 }
 
-static inline void q16_store(const q16_acc *A, fx_bn_q16 *r)
+/* back into the record: the run's largest |t| times unit (2^e where folded, else 1: exact, see
+ * q16_fold_ok) joins the record's, the largest |m| clamped to 32767 */
+static inline void q16_store(const q16_acc *A, fx_bn_q16 *r, double unit)
 {
-    _mm256_storeu_pd(r->max_t, A->max_t);
+    _mm256_storeu_pd(r->max_t, _mm256_max_pd(_mm256_loadu_pd(r->max_t),
+                                             _mm256_mul_pd(A->max_t, _mm256_set1_pd(unit))));
     _mm256_storeu_si256((__m256i *)r->zero_t, A->zero_t);
     _mm256_storeu_si256((__m256i *)r->zero_m, A->zero_m);
     _mm256_storeu_si256((__m256i *)r->sat, A->sat);
-    _mm256_storeu_si256((__m256i *)r->max_out, A->max_out);
+    _mm256_storeu_si256((__m256i *)r->max_out,
+                        _mm256_min_epi32(A->max_out, _mm256_set1_epi32(FX_MANT_MAX)));
+}
+
+/* four mantissas from p as doubles, unscaled */
+static inline __m256d ld4_mant(const int16_t *p)
+{
+    return _mm256_cvtepi32_pd(_mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* normalize's whole vectors: t = ((x - mu) a) + b, or FOLD (the mantissas m unscaled, the
+ * coefficients scaled by the caller) ((m - mu') a') + b' = t 2^-e */
+static inline __attribute__((always_inline)) int64_t
+normalize_i16_run(const fx_bn_src *xe, int64_t off, int16_t *out, int64_t S, double mu,
+                  double a, double b, double scale, q16_acc *A, const int FOLD)
+{
+    const __m256d vmu = _mm256_set1_pd(mu), va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
+    const __m256d vs = _mm256_set1_pd(scale);
+    const int16_t *xm = (const int16_t *)xe->p + off;
+    int64_t s = 0;
+    for (; s + 8 <= S; s += 8) {
+        const __m256d x0 = FOLD ? ld4_mant(xm + s) : ld4(xe, off + s, FX_BN_I16_EXACT);
+        const __m256d x1 = FOLD ? ld4_mant(xm + s + 4) : ld4(xe, off + s + 4, FX_BN_I16_EXACT);
+        const __m256d t0 = _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(x0, vmu), va), vb);
+        const __m256d t1 = _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(x1, vmu), va), vb);
+        const __m128i m = q16_round8(t0, t1, vs, A, FOLD);
+        if (out) _mm_storeu_si128((__m128i *)(out + s), m);
+    }
+    return s;
 }
 
 static int bn_normalize_i16_avx2(const fx_bn_src *x, int64_t off, int16_t *out, int64_t S,
@@ -709,24 +776,47 @@ static int bn_normalize_i16_avx2(const fx_bn_src *x, int64_t off, int16_t *out, 
     if (xe.kind != FX_BN_I16_EXACT || !q16_exp_ok(e) || !q16_coef_ok(mu) || !q16_coef_ok(a) ||
         !q16_coef_ok(b))
         return 0;
-    const double scale = ldexp(1.0, -e);
-    const __m256d vmu = _mm256_set1_pd(mu), va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
-    const __m256d vs = _mm256_set1_pd(scale);
+    const double scale = q16_pow2(-e);
+    const int fold = q16_fold_ok(mu) && q16_fold_ok(a) && q16_fold_ok(b);
     q16_acc A = q16_load(acc);
-    int64_t s = 0;
-    for (; s + 8 <= S; s += 8) {
-        /* normalize_run's t, four at a time */
-        const __m256d t0 = _mm256_add_pd(
-            _mm256_mul_pd(_mm256_sub_pd(ld4(&xe, off + s, FX_BN_I16_EXACT), vmu), va), vb);
-        const __m256d t1 = _mm256_add_pd(
-            _mm256_mul_pd(_mm256_sub_pd(ld4(&xe, off + s + 4, FX_BN_I16_EXACT), vmu), va), vb);
-        const __m128i m = q16_round8(t0, t1, vs, &A);
-        if (out) _mm_storeu_si128((__m128i *)(out + s), m);
-    }
-    q16_store(&A, acc);
+    int64_t s;
+    if (fold) /* xe.scale and scale are powers of two: the coefficients' products are exact */
+        s = normalize_i16_run(&xe, off, out, S, mu / xe.scale, a * (xe.scale * scale), b * scale,
+                              1.0, &A, 1);
+    else
+        s = normalize_i16_run(&xe, off, out, S, mu, a, b, scale, &A, 0);
+    q16_store(&A, acc, fold ? 1.0 / scale : 1.0);
     for (; s < S; s++)
         q16_one(acc, (fx_bn_at_exact(&xe, off + s) - mu) * a + b, scale, out ? out + s : NULL);
     return 1;
+}
+
+/* backward's whole vectors: t = k ((g - mdy) - xhat mdyx) with xhat = (x - mu) is, or FOLD
+ * (both sources' mantissas unscaled, the coefficients scaled by the caller) t 2^-e */
+static inline __attribute__((always_inline)) int64_t
+backward_i16_run(const fx_bn_src *xe, const fx_bn_src *ge, int64_t off, int16_t *out, int64_t S,
+                 double mu, double is, double k, double mdy, double mdyx, double scale,
+                 q16_acc *A, const int FOLD)
+{
+    const __m256d vmu = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vk = _mm256_set1_pd(k);
+    const __m256d vmdy = _mm256_set1_pd(mdy), vmdyx = _mm256_set1_pd(mdyx);
+    const __m256d vs = _mm256_set1_pd(scale);
+    const int16_t *xm = (const int16_t *)xe->p + off, *gm = (const int16_t *)ge->p + off;
+    int64_t s = 0;
+    for (; s + 8 <= S; s += 8) {
+        __m256d t[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t i = s + 4 * h;
+            const __m256d xv = FOLD ? ld4_mant(xm + i) : ld4(xe, off + i, FX_BN_I16_EXACT);
+            const __m256d gv = FOLD ? ld4_mant(gm + i) : ld4(ge, off + i, FX_BN_I16_EXACT);
+            const __m256d xh = _mm256_mul_pd(_mm256_sub_pd(xv, vmu), vis);
+            t[h] = _mm256_mul_pd(
+                vk, _mm256_sub_pd(_mm256_sub_pd(gv, vmdy), _mm256_mul_pd(xh, vmdyx)));
+        }
+        const __m128i m = q16_round8(t[0], t[1], vs, A, FOLD);
+        if (out) _mm_storeu_si128((__m128i *)(out + s), m);
+    }
+    return s;
 }
 
 static int bn_backward_i16_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t off,
@@ -738,25 +828,17 @@ static int bn_backward_i16_avx2(const fx_bn_src *x, const fx_bn_src *g, int64_t 
         !q16_coef_ok(mu) || !q16_coef_ok(is) || !q16_coef_ok(k) || !q16_coef_ok(mdy) ||
         !q16_coef_ok(mdyx))
         return 0;
-    const double scale = ldexp(1.0, -e);
-    const __m256d vmu = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vk = _mm256_set1_pd(k);
-    const __m256d vmdy = _mm256_set1_pd(mdy), vmdyx = _mm256_set1_pd(mdyx);
-    const __m256d vs = _mm256_set1_pd(scale);
+    const double scale = q16_pow2(-e);
+    const int fold = q16_fold_ok(mu) && q16_fold_ok(is) && q16_fold_ok(k) && q16_fold_ok(mdy) &&
+                     q16_fold_ok(mdyx);
     q16_acc A = q16_load(acc);
-    int64_t s = 0;
-    for (; s + 8 <= S; s += 8) {
-        __m256d t[2];
-        for (int h = 0; h < 2; h++) { /* backward_run's t */
-            const __m256d xh = _mm256_mul_pd(
-                _mm256_sub_pd(ld4(&xe, off + s + 4 * h, FX_BN_I16_EXACT), vmu), vis);
-            t[h] = _mm256_mul_pd(
-                vk, _mm256_sub_pd(_mm256_sub_pd(ld4(&ge, off + s + 4 * h, FX_BN_I16_EXACT), vmdy),
-                                  _mm256_mul_pd(xh, vmdyx)));
-        }
-        const __m128i m = q16_round8(t[0], t[1], vs, &A);
-        if (out) _mm_storeu_si128((__m128i *)(out + s), m);
-    }
-    q16_store(&A, acc);
+    int64_t s;
+    if (fold) /* x - mu in units of x's weight, g - mdy and xhat mdyx in units of g's, k to 2^-e */
+        s = backward_i16_run(&xe, &ge, off, out, S, mu / xe.scale, is * xe.scale,
+                             k * (ge.scale * scale), mdy / ge.scale, mdyx / ge.scale, 1.0, &A, 1);
+    else
+        s = backward_i16_run(&xe, &ge, off, out, S, mu, is, k, mdy, mdyx, scale, &A, 0);
+    q16_store(&A, acc, fold ? 1.0 / scale : 1.0);
     for (; s < S; s++) {
         const double xhat = (fx_bn_at_exact(&xe, off + s) - mu) * is;
         q16_one(acc, k * (fx_bn_at_exact(&ge, off + s) - mdy - xhat * mdyx), scale,
