@@ -25,7 +25,7 @@
  * transforms use the threads instead. Chunk boundaries depend only on the shapes, never on
  * the thread count, and the float weight gradient sums chunks within FX_CONV_WGRAD_GROUPS
  * fixed groups, then the groups in order, so the fp32 results do not depend on the thread count
- * (integer sums are exact in any order: one group per thread).
+ * (integer sums are exact in any order: each chunk goes to whichever thread is free).
  *
  * Error bounds of the fp32 path (u = 2^-24, gamma_n = n u / (1 - n u)), elementwise, before the
  * output rounding: forward gamma_{C KH KW} sum|terms| (one GEMM chain); grad input
@@ -1838,12 +1838,18 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                                      ((int64_t)1 << 16) / P)
                    : conv_plan_make(&g, 1, 0);
     /* Float sums are made in fixed groups of chunks, so that their order does not depend on
-     * the thread count; integer sums are exact in any order, so one group per thread, and the
-     * last pass adds one int64 slot per thread (summing 16 of conv2's 400 KiB slots took 3.6 %
-     * of its weight gradient at one thread) */
-    const int64_t groups = ic                                       ? plan.outer
+     * the thread count. Integer sums are exact in any order: every chunk is a group of its own,
+     * handed to whichever thread is free, which adds it into its thread's slot, and the last
+     * pass adds one int64 slot per thread (summing 16 of conv2's 400 KiB slots took 3.6 % of
+     * its weight gradient at one thread). With fixed halves of the batch per thread, one
+     * thread's kernel ran longer on the same number of chunks (the AVX2 EPYC, two threads: 339
+     * against 222 perf samples in CNN conv2's kernel; the cause was not found) and the other
+     * waited for it; chunks may also differ (a chunk the direct kernel declines takes the
+     * patch GEMM). */
+    const int64_t groups = ic                                       ? plan.nchunks
                            : plan.nchunks < FX_CONV_WGRAD_GROUPS ? plan.nchunks
                                                                    : FX_CONV_WGRAD_GROUPS;
+    const int64_t nslots = ic ? plan.outer : groups;
     const int64_t wd_n = wdirect ? be->conv.bf16_wgrad_scratch(&g, plan.nb) : 0;
     const int64_t iwd_n = iwamx      ? fx_i16_wgrad_amx_scratch(&g, plan.nb)
                           : iwdirect ? fx_i16_wgrad_direct_scratch(&g, plan.nb)
@@ -1878,7 +1884,9 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     uint32_t *iwd =
         iwdirect ? conv_alloc(&s, iwd_n * plan.outer, sizeof(uint32_t), &rc, func) : NULL;
     char *part = conv_alloc(&s, nw * plan.outer, ssz, &rc, func);
-    char *slots = conv_alloc(&s, nw * groups, ssz, &rc, func); /* one dW^T per group */
+    char *slots = conv_alloc(&s, nw * nslots, ssz, &rc, func); /* one dW^T per slot */
+    /* integer compute: whether a thread's slot holds sums yet */
+    unsigned char *slot_used = conv_alloc(&s, plan.outer, 1, &rc, func);
     char *dwstage = conv_alloc(&s, nw, ssz, &rc, func);
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     if (rc) {
@@ -1886,12 +1894,14 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
         return rc;
     }
     memset(status, 0, sizeof(int) * (size_t)plan.nchunks);
+    memset(slot_used, 0, (size_t)plan.outer);
     FX_CONV_PARALLEL_FOR
     for (int64_t grp = 0; grp < groups; grp++) {
         const int tid = FX_CONV_THREAD_ID();
         char *mycol = col ? col + (size_t)(tid * col_n) * esz : NULL;
         char *mydy = dyg ? dyg + (size_t)(tid * dyg_n) * esz : NULL;
-        char *mypart = part + (size_t)(tid * nw) * ssz, *slot = slots + (size_t)(grp * nw) * ssz;
+        char *mypart = part + (size_t)(tid * nw) * ssz;
+        char *slot = slots + (size_t)((ic ? tid : grp) * nw) * ssz;
         char *myxp = xp ? xp + (size_t)(tid * xp_n) * esz : NULL;
         int8_t *myhi = planes ? planes + 2 * plane_n * tid + FX_CONV_TILES_SLACK : NULL;
         const fx_conv_wsrc ws = {&g, (const int16_t *)(const void *)myxp, myhi,
@@ -1902,6 +1912,9 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
         for (int64_t ch = c0; ch < c1; ch++) {
             const int64_t n0 = ch * plan.nb, nbc = plan.nb < g.N - n0 ? plan.nb : g.N - n0;
             const int64_t Pc = nbc * P;
+            /* the slot's first sums are stored, later ones added */
+            const int first = ic ? !slot_used[tid] : ch == c0;
+            if (ic) slot_used[tid] = 1;
             /* the slack after the chunk's padded input, which im2col's block copies read (and
              * drop): zeroed per chunk, since every route pads the chunk over what came before,
              * instead of the whole buffer once per call (ResNet-20's stage-1 integer chunks
@@ -1913,9 +1926,9 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                 fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
                 be->conv.bf16_wgrad(&g, (const uint16_t *)(const void *)myxp,
                                     (const uint16_t *)dyo.data + n0 * g.O * P, nbc,
-                                    wd + tid * wd_n, (float *)(void *)(ch == c0 ? slot : mypart));
+                                    wd + tid * wd_n, (float *)(void *)(first ? slot : mypart));
                 status[ch] = FX_OK;
-                if (ch > c0) conv_accumulate(slot, mypart, nw, ic);
+                if (!first) conv_accumulate(slot, mypart, nw, ic);
                 continue;
             }
             /* a group's later chunks add their sums to the group's slot in the kernel; the
@@ -1923,7 +1936,7 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
             if (iwamx) {
                 be->conv.i16_wgrad_amx(&g, (const int16_t *)xo.data + n0 * g.C * g.H * g.W,
                                        (const int16_t *)dyo.data + n0 * g.O * P, nbc,
-                                       iwd + tid * iwd_n, (int64_t *)(void *)slot, ch > c0);
+                                       iwd + tid * iwd_n, (int64_t *)(void *)slot, !first);
                 status[ch] = FX_OK;
                 continue;
             }
@@ -1931,7 +1944,7 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                 fx_conv_pad(&g, xo.data, n0, nbc, myxp, esz);
                 if (be->conv.i16_wgrad(&g, (const int16_t *)(const void *)myxp,
                                        (const int16_t *)dyo.data + n0 * g.O * P, nbc,
-                                       iwd + tid * iwd_n, (int64_t *)(void *)slot, ch > c0)) {
+                                       iwd + tid * iwd_n, (int64_t *)(void *)slot, !first)) {
                     status[ch] = FX_OK;
                     continue;
                 }
@@ -1958,25 +1971,28 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
             status[ch] = conv_matmul_with(conv_op2d(&cc, mycol, xo.exp, CKK, Pc, Pc, 0),
                                           myhi ? &pp : wpp.a_panels ? &wpp : NULL,
                                           conv_op2d(&cc, mydy, dyo.exp, g.O, Pc, Pc, 1), ic,
-                                          ch == c0 ? slot : mypart, plan.inner, NULL, NULL);
+                                          first ? slot : mypart, plan.inner, NULL, NULL);
             if (status[ch] != FX_OK) break;
-            if (ch > c0) conv_accumulate(slot, mypart, nw, ic);
+            if (!first) conv_accumulate(slot, mypart, nw, ic);
         }
     }
     rc = conv_chunk_status(status, plan.nchunks, func);
     if (rc == FX_OK) {
-        /* the groups' partial sums added in group order (fixed fp32 sums), blocks of dW^T on
+        /* a thread that got no chunk left its slot empty */
+        for (int t = 0; ic && t < plan.outer; t++)
+            if (!slot_used[t]) memset(slots + (size_t)(t * nw) * ssz, 0, (size_t)nw * ssz);
+        /* the slots' partial sums added in slot order (fixed fp32 sums), blocks of dW^T on
          * the threads: serial, the 16 groups of conv2's 51,200 sums were 1.5 % of a two-thread
          * integer CNN step */
         const int64_t blk = 4096, nblk = (nw + blk - 1) / blk;
-        const int ntb = nw * groups >= ((int64_t)1 << 16) ? flexpoint_num_threads() : 1;
+        const int ntb = nw * nslots >= ((int64_t)1 << 16) ? flexpoint_num_threads() : 1;
         (void)ntb;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(ntb) if (ntb > 1)
 #endif
         for (int64_t b = 0; b < nblk; b++) {
             const int64_t lo = b * blk, len = nw - lo < blk ? nw - lo : blk;
-            for (int64_t grp = 1; grp < groups; grp++)
+            for (int64_t grp = 1; grp < nslots; grp++)
                 conv_accumulate(slots + (size_t)lo * ssz, slots + (size_t)(grp * nw + lo) * ssz,
                                 len, ic);
         }
