@@ -8,7 +8,8 @@
  * - source exponents from fp32's subnormals (2^-149) to 2^20 (the gradient's apart from x's),
  *   and output exponents from FX_BN_Q16_EXP_MIN to FX_BN_Q16_EXP_MAX;
  * - coefficients of every size the route takes, so that both of its kernels run: the folded
- *   one (every coefficient 0 or in [2^-100, 2^200]) and the unfolded one (some below 2^-100);
+ *   one (every coefficient 0 or in [2^-100, 2^200]) and the unfolded one (some below 2^-100),
+ *   rows of both in one record, and folded rows at the ends of the exponent ranges;
  * - values on exact ties (k + 1/2 at the output's exponent), on both sides of the saturation
  *   bound 32767.5, far beyond it, below the underflow bound 1/2, zeros of t (x at the mean,
  *   b = 0), results in fp32's subnormals, and beyond FLT_MAX (the record's statistics then
@@ -240,6 +241,42 @@ static void edge_rows(const fx_bn_kernels *k, const char *level)
     check_rows(k, level, 0, &big, NULL, S, 1, &over, 0, 0, "beyond FLT_MAX");
 }
 
+/* The folded kernels' bounds (batchnorm_avx2.c: q16_fold_ok): one record whose rows straddle
+ * the threshold (a coefficient at 2^-100, folded, and just below it, unfolded), and folded rows
+ * at the ends of the exponent ranges, with x at the mean but for a few units (cancellation) and
+ * coefficients near 2^200. */
+static void fold_bounds(const fx_bn_kernels *k, const char *level, test_rng *r)
+{
+    static int16_t xm[MAXS * MAXROWS], gm[MAXS * MAXROWS];
+    enum { S = 67 };
+    fill_mantissas(r, xm, S * MAXROWS);
+    fill_mantissas(r, gm, S * MAXROWS);
+    /* x up to 2^35; a near 2^-100 puts t near 2^-65: e = -80 spreads it over the grid */
+    const fx_bn_src x = {xm, FX_BN_I16, 0x1p20}, g = {gm, FX_BN_I16, 0x1p20};
+    const double below = nextafter(0x1p-100, 0.0);
+    const row_coefs straddle[MAXROWS] = {{{0.0, 0x1p-100, 0x1p-81, 0.0, 0.0}},
+                                         {{0.0, below, 0x1p-81, 0.0, 0.0}},
+                                         {{0x1p-100, 0x1.8p-100, -0x1p-82, 0.0, 0.0}}};
+    check_rows(k, level, 0, &x, NULL, S, MAXROWS, straddle, -80, 1, "fold threshold");
+    const row_coefs bstraddle[MAXROWS] = {{{0.0, 0x1p-100, 0x1p-100, 0x1p-60, 0x1p-100}},
+                                          {{0.0, 1.0, below, 0x1p-60, 0.0}},
+                                          {{0x1p-100, 0x1p-99, 0x1.8p-100, 0.0, below}}};
+    check_rows(k, level, 1, &x, &g, S, MAXROWS, bstraddle, -80, 1, "fold threshold");
+    /* the smallest mantissa weight at the largest output exponent (everything underflows,
+     * counted) and the largest at the smallest (everything saturates), x near the mean */
+    for (int i = 0; i < S; i++) xm[i] = (int16_t)(3 + i % 5 - 2);
+    const fx_bn_src xs = {xm, FX_BN_I16, 0x1p-149}, gs = {gm, FX_BN_I16, 0x1p-149};
+    const row_coefs small = {{3.0 * 0x1p-149 + 0x1p-152, 0x1p200, 0x1p-100, 0.0, 0.0}};
+    check_rows(k, level, 0, &xs, NULL, S, 1, &small, FX_BN_Q16_EXP_MAX, 1, "2^-149 at e 127");
+    const row_coefs bsmall = {{3.0 * 0x1p-149, 0x1p100, 0x1p200, 0x1p-140, 0x1p-100}};
+    check_rows(k, level, 1, &xs, &gs, S, 1, &bsmall, FX_BN_Q16_EXP_MAX, 1, "2^-149 at e 127");
+    const fx_bn_src xl = {xm, FX_BN_I16, 0x1p112}, gl = {gm, FX_BN_I16, 0x1p100};
+    const row_coefs large = {{3.0 * 0x1p112 + 0x1p80, 0x1p-100, -0x1p-20, 0.0, 0.0}};
+    check_rows(k, level, 0, &xl, NULL, S, 1, &large, FX_BN_Q16_EXP_MIN, -1, "2^112 at e -140");
+    const row_coefs blarge = {{3.0 * 0x1p112, 0x1p-112, 0x1p-100, 0x1p110, 0x1p-100}};
+    check_rows(k, level, 1, &xl, &gl, S, 1, &blarge, FX_BN_Q16_EXP_MIN, -1, "2^112 at e -140");
+}
+
 static void declines(const fx_bn_kernels *k, const char *level)
 {
     int16_t m[16] = {1, 2, 3};
@@ -364,6 +401,7 @@ int main(void)
         test_rng_seed(&r, 31 + (uint64_t)b);
         declines(be->bn, be->name);
         edge_rows(be->bn, be->name);
+        fold_bounds(be->bn, be->name, &r);
         random_rows(be->bn, be->name, &r);
     }
     for (int bi = 0; bi < flexpoint_backend_count(); bi++) { /* the ops on every backend */
