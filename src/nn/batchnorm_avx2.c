@@ -21,17 +21,20 @@
 #pragma STDC FP_CONTRACT OFF /* as -ffp-contract=off, for builds that do not pass the flag */
 #endif
 
+/* four mantissas from p as doubles, unscaled (the folded kernels' loads) */
+static inline __m256d ld4_mant(const int16_t *p)
+{
+    return _mm256_cvtepi32_pd(_mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
 /* Elements i..i+3 of a source as fx_bn_at_exact gives them: fp32 widened; an exact mantissa
  * (bn_kernels.h: fx_bn_i16_exact, run as kind FX_BN_I16_EXACT; other mantissa sources take the
  * portable kernels) times 2^exp in double; bf16 shifted into fp32. */
 static inline __attribute__((always_inline)) __m256d ld4(const fx_bn_src *x, int64_t i,
                                                          const int K)
 {
-    if (K == FX_BN_I16_EXACT) {
-        const int16_t *p = (const int16_t *)x->p + i;
-        const __m128i m = _mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)p));
-        return _mm256_mul_pd(_mm256_cvtepi32_pd(m), _mm256_set1_pd(x->scale));
-    }
+    if (K == FX_BN_I16_EXACT)
+        return _mm256_mul_pd(ld4_mant((const int16_t *)x->p + i), _mm256_set1_pd(x->scale));
     if (K == FX_BN_BF16) {
         const uint16_t *p = (const uint16_t *)x->p + i;
         const __m128i h = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)p));
@@ -643,8 +646,8 @@ static inline int q16_coef_ok(double c) { return fabs(c) <= 0x1p200; /* NaN fail
 static inline int q16_exp_ok(int e) { return e >= FX_BN_Q16_EXP_MIN && e <= FX_BN_Q16_EXP_MAX; }
 
 /* The folded kernels compute t 2^-e itself: the sources' 2^exp and the output's 2^-e are moved
- * into the coefficients (mu 2^-exp, a 2^(exp - e), ...), which saves three to four multiplies
- * per four values (a fifth of normalize_i16's vector operations). Scaling by a power of two
+ * into the coefficients (mu 2^-exp, a 2^(exp - e), ...), which saves two multiplies per four
+ * values in normalize_i16 and three in backward_i16. Scaling by a power of two
  * commutes with every rounded subtraction, product and sum as long as no value on either side
  * leaves the normal range. With every coefficient 0 or in [2^-100, 2^200], mantissa weights
  * in [2^-149, 2^112] and e in [-140, 127], a nonzero x - mu is at least 2^-152 (both are
@@ -740,12 +743,6 @@ static inline void q16_store(const q16_acc *A, fx_bn_q16 *r, double unit)
     _mm256_storeu_si256((__m256i *)r->sat, A->sat);
     _mm256_storeu_si256((__m256i *)r->max_out,
                         _mm256_min_epi32(A->max_out, _mm256_set1_epi32(FX_MANT_MAX)));
-}
-
-/* four mantissas from p as doubles, unscaled */
-static inline __m256d ld4_mant(const int16_t *p)
-{
-    return _mm256_cvtepi32_pd(_mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
 /* normalize's whole vectors: t = ((x - mu) a) + b, or FOLD (the mantissas m unscaled, the

@@ -1931,8 +1931,8 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                 if (!first) conv_accumulate(slot, mypart, nw, ic);
                 continue;
             }
-            /* a group's later chunks add their sums to the group's slot in the kernel; the
-             * AMX kernel pads the chunk itself as it copies it */
+            /* a slot's later chunks add their sums to it in the kernel; the AMX kernel pads
+             * the chunk itself as it copies it */
             if (iwamx) {
                 be->conv.i16_wgrad_amx(&g, (const int16_t *)xo.data + n0 * g.C * g.H * g.W,
                                        (const int16_t *)dyo.data + n0 * g.O * P, nbc,
