@@ -51,6 +51,10 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
      * pass over each operand first) */
     b->kernels[FX_OP_MATMUL][FMT_FP16] = fx_f32_matmul_avx2;
     b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_f32_matmul_avx2;
+    /* fp16 and bf16 SUM: fp32's trees, each vector widened as it is loaded (the same bits as
+     * the fallback's widened copy, which they do not write) */
+    b->kernels[FX_OP_SUM][FMT_FP16] = fx_fp16_sum_avx2;
+    b->kernels[FX_OP_SUM][FMT_BF16] = fx_bf16_sum_avx2;
 
     /* fp16: F16C vcvtps2ph / vcvtph2ps with NaN fix-ups */
     b->cvt.f32_to_fp16 = fx_cvt_f32_to_fp16_avx2;

@@ -71,6 +71,11 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_SCALE][FMT_FP32] = fx_f32_scale_avx512;
     b->kernels[FX_OP_RELU][FMT_FP32] = fx_f32_relu_avx512;
     b->kernels[FX_OP_SUM][FMT_FP32] = fx_f32_sum_avx512;
+    /* the AVX2 level's fp16/bf16 SUM follow its own trees, not this level's: here they are
+     * left to the dispatcher, which widens and runs the sum above, so that at every level a
+     * 16-bit sum has the bits of the fp32 sum of its widened values */
+    b->kernels[FX_OP_SUM][FMT_FP16] = NULL;
+    b->kernels[FX_OP_SUM][FMT_BF16] = NULL;
     b->kernels[FX_OP_MATMUL][FMT_FP32] = fx_f32_matmul_avx512;
     /* element-wise math (f32_math.h): fp32 cores for every input format */
     b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_avx512;

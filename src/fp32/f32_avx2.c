@@ -123,36 +123,6 @@ static float hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* Vector i of the block goes to accumulator i % 4 (so with n <= 128 each lane adds <= 4). */
-static float sum_contig_leaf(const float *x, int64_t n)
-{
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
-    }
-    /* fewer than 32 left: up to four vectors, the last one partial */
-    if (i < n) a0 = _mm256_add_ps(a0, _mm256_maskload_ps(x + i, tail_mask(n - i)));
-    i += 8;
-    if (i < n) a1 = _mm256_add_ps(a1, _mm256_maskload_ps(x + i, tail_mask(n - i)));
-    i += 8;
-    if (i < n) a2 = _mm256_add_ps(a2, _mm256_maskload_ps(x + i, tail_mask(n - i)));
-    i += 8;
-    if (i < n) a3 = _mm256_add_ps(a3, _mm256_maskload_ps(x + i, tail_mask(n - i)));
-    return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-}
-
-static float sum_contig(const float *x, int64_t n)
-{
-    if (n <= SUM_BLOCK) return sum_contig_leaf(x, n);
-    const int64_t blocks = (n + SUM_BLOCK - 1) / SUM_BLOCK;
-    const int64_t left = (blocks + 1) / 2 * SUM_BLOCK;
-    return sum_contig(x, left) + sum_contig(x + left, n - left);
-}
-
 /* a chunk's vector v: whole chunks (full) take plain loads and stores, the last chunk of a row
  * its masks. Why: vmaskmovps costs more than a plain move on the AMD cores (its store form is
  * microcoded on Zen 2 and 3), and the masks only matter on the last chunk. */
@@ -169,63 +139,45 @@ static inline void col_store(float *p, __m256i m, int full, __m256 v)
         _mm256_maskstore_ps(p, m, v);
 }
 
-static void sum_cols(const float *x, int64_t len, int64_t stride, const __m256i m[COL_VECS],
-                     int full, float *out)
+/* fp32 input: the loads as they are (a masked load reads nothing in its masked lanes) */
+#define FX_SUM_NAME fx_f32_sum_avx2
+#define FX_SUM_ID f32
+#define FX_SUM_T float
+#define FX_SUM_LOAD8(p) _mm256_loadu_ps(p)
+#define FX_SUM_LOADN(p, n, m) _mm256_maskload_ps((p), (m))
+#include "f32_sum_avx2_tmpl.h"
+
+/* the first n (< 8) 16-bit elements at p in a zeroed vector: the tails of the 16-bit sums
+ * (zero bits widen to +0.0f, as the fp32 tails' masked lanes read) */
+static inline __m128i half_tail(const uint16_t *p, int64_t n)
 {
-    if (len <= SUM_ROWS) {
-        __m256 acc[COL_VECS];
-        for (int v = 0; v < COL_VECS; v++) acc[v] = _mm256_setzero_ps();
-        for (int64_t k = 0; k < len; k++)
-            for (int v = 0; v < COL_VECS; v++)
-                acc[v] = _mm256_add_ps(acc[v], col_load(x + k * stride + 8 * v, m[v], full));
-        for (int v = 0; v < COL_VECS; v++) col_store(out + 8 * v, m[v], full, acc[v]);
-        return;
-    }
-    const int64_t blocks = (len + SUM_ROWS - 1) / SUM_ROWS;
-    const int64_t left = (blocks + 1) / 2 * SUM_ROWS;
-    _Alignas(32) float right[SUM_COLS];
-    sum_cols(x, left, stride, m, full, out);
-    sum_cols(x + left * stride, len - left, stride, m, full, right);
-    for (int v = 0; v < COL_VECS; v++) {
-        const __m256 s =
-            _mm256_add_ps(col_load(out + 8 * v, m[v], full), col_load(right + 8 * v, m[v], full));
-        col_store(out + 8 * v, m[v], full, s);
-    }
+    uint16_t t[8] = {0};
+    if (n > 0) memcpy(t, p, (size_t)n * sizeof *t);
+    return _mm_loadu_si128((const __m128i *)t);
 }
 
-static void sum_range(const fx_op_call *c, int64_t lo, int64_t hi)
+/* bf16 input: a bf16 is the high half of its fp32 */
+static inline __m256 bf16_widen8(__m128i h)
 {
-    const float *a = in_f32(c, 0);
-    const int64_t len = c->red_len, inner = c->red_inner;
-    if (inner == 1) {
-        for (int64_t o = lo; o < hi; o++) c->out_f32[o] = sum_contig(a + o * len, len);
-        return;
-    }
-    const int64_t chunks = (inner + SUM_COLS - 1) / SUM_COLS;
-    for (int64_t t = lo; t < hi; t++) {
-        const int64_t o = t / chunks, j0 = (t % chunks) * SUM_COLS;
-        __m256i m[COL_VECS];
-        for (int v = 0; v < COL_VECS; v++) m[v] = tail_mask(inner - j0 - 8 * v);
-        sum_cols(a + o * len * inner + j0, len, inner, m, inner - j0 >= SUM_COLS,
-                 c->out_f32 + o * inner + j0);
-    }
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
+#define FX_SUM_NAME fx_bf16_sum_avx2
+#define FX_SUM_ID bf16
+#define FX_SUM_T uint16_t
+#define FX_SUM_LOAD8(p) bf16_widen8(_mm_loadu_si128((const __m128i *)(p)))
+#define FX_SUM_LOADN(p, n, m) ((n) >= 8 ? FX_SUM_LOAD8(p) : bf16_widen8(half_tail((p), (n))))
+#include "f32_sum_avx2_tmpl.h"
 
-int fx_f32_sum_avx2(const fx_op_call *c)
-{
-    const int64_t inner = c->red_inner;
-    if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
-        c->out_f32[0] = fx_f32_sum_tree_parallel(in_f32(c, 0), c->red_len, SUM_BLOCK, sum_contig,
-                                                 c->nthreads);
-        return FX_OK;
-    }
-    const int64_t items = c->red_outer * (inner == 1 ? 1 : (inner + SUM_COLS - 1) / SUM_COLS);
-    const int64_t per_item = c->red_len * (inner == 1 ? 1 : SUM_COLS);
-    int64_t chunk = per_item >= FX_F32_EW_CHUNK ? 1 : FX_F32_EW_CHUNK / (per_item + 1) + 1;
-    const int64_t min_items = FX_F32_EW_MIN_PARALLEL / (per_item + 1) + 1;
-    fx_f32_parallel_ranges(c, items, chunk, min_items, sum_range);
-    return FX_OK;
-}
+/* fp16 input: vcvtph2ps. It quiets a signalling NaN, which the exact widening (fp16_avx2.c)
+ * keeps signalling; every value enters the sums through an addition, which quiets it anyway.
+ * (Which NaN a sum returns where two meet is not fixed by the source in any instance: the
+ * compiler may swap the operands of the commutative vaddps.) */
+#define FX_SUM_NAME fx_fp16_sum_avx2
+#define FX_SUM_ID fp16
+#define FX_SUM_T uint16_t
+#define FX_SUM_LOAD8(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define FX_SUM_LOADN(p, n, m) ((n) >= 8 ? FX_SUM_LOAD8(p) : _mm256_cvtph_ps(half_tail((p), (n))))
+#include "f32_sum_avx2_tmpl.h"
 
 /* ---- matmul --------------------------------------------------------------------------------- */
 

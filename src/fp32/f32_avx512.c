@@ -141,6 +141,9 @@ static float sum_contig(const float *x, int64_t n)
     return sum_contig(x, left) + sum_contig(x + left, n - left);
 }
 
+/* sum_contig for fx_f32_sum_tree_parallel, which passes any element type */
+static float sum_contig_any(const void *x, int64_t n) { return sum_contig(x, n); }
+
 /* masks of the four 16-column vectors of a chunk w columns wide (w <= 64) */
 static void col_masks(int64_t w, __mmask16 m[4])
 {
@@ -195,8 +198,8 @@ int fx_f32_sum_avx512(const fx_op_call *c)
 {
     const int64_t inner = c->red_inner;
     if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
-        c->out_f32[0] = fx_f32_sum_tree_parallel(in_f32(c, 0), c->red_len, SUM_BLOCK, sum_contig,
-                                                 c->nthreads);
+        c->out_f32[0] = fx_f32_sum_tree_parallel(in_f32(c, 0), sizeof(float), c->red_len,
+                                                 SUM_BLOCK, sum_contig_any, c->nthreads);
         return FX_OK;
     }
     const int64_t items = c->red_outer * (inner == 1 ? 1 : (inner + SUM_COLS - 1) / SUM_COLS);

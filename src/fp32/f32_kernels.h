@@ -169,6 +169,11 @@ int fx_f32_mul_avx2(const fx_op_call *c);
 int fx_f32_scale_avx2(const fx_op_call *c);
 int fx_f32_relu_avx2(const fx_op_call *c);
 int fx_f32_sum_avx2(const fx_op_call *c);
+/* SUM of fp16 and bf16 inputs read in their storage: each vector widened (exactly) as it is
+ * loaded, then fx_f32_sum_avx2's tree, so the bits equal that kernel's on the widened values
+ * (the dispatcher's fallback) without a widened copy of the input */
+int fx_fp16_sum_avx2(const fx_op_call *c);
+int fx_bf16_sum_avx2(const fx_op_call *c);
 int fx_f32_matmul_avx2(const fx_op_call *c);
 void fx_f32_bias_relu_avx2(float *v, int64_t rows, int64_t cols, const float *bias, int relu);
 
@@ -229,10 +234,11 @@ void fx_f32_parallel_ranges(const fx_op_call *c, int64_t n, int64_t chunk, int64
 /* Sum of x[0, n) as the balanced tree over blocks that every level's contiguous SUM uses: a
  * range of more than `block` elements splits after ceil(blocks / 2) blocks; `leaf_tree(x, n)`
  * is the level's own (sequential) evaluation of that same tree. The top subtrees run on up to
- * nthreads threads, so the bits equal leaf_tree(x, n) for every thread count. */
-typedef float (*fx_f32_sum_fn)(const float *x, int64_t n);
-float fx_f32_sum_tree_parallel(const float *x, int64_t n, int64_t block, fx_f32_sum_fn leaf_tree,
-                               int nthreads);
+ * nthreads threads, so the bits equal leaf_tree(x, n) for every thread count. x holds elements
+ * of esz bytes (fp32, or the fp16/bf16 that a level's 16-bit SUM widens as it loads them). */
+typedef float (*fx_f32_sum_fn)(const void *x, int64_t n);
+float fx_f32_sum_tree_parallel(const void *x, size_t esz, int64_t n, int64_t block,
+                               fx_f32_sum_fn leaf_tree, int nthreads);
 
 /* Elements per chunk and the size from which elementwise kernels use several threads
  * (below it the fork/join costs more than the memory traffic it could overlap). */

@@ -51,29 +51,29 @@ void fx_f32_parallel_ranges(const fx_op_call *c, int64_t n, int64_t chunk, int64
     }
 }
 
-static float sum_tree_split(const float *x, int64_t n, int64_t block, fx_f32_sum_fn leaf_tree,
-                            int depth)
+static float sum_tree_split(const char *x, size_t esz, int64_t n, int64_t block,
+                            fx_f32_sum_fn leaf_tree, int depth)
 {
     if (depth == 0 || n <= block) return leaf_tree(x, n);
     const int64_t blocks = (n + block - 1) / block;
     const int64_t left = (blocks + 1) / 2 * block;
     float l = 0.0f, r;
     FX_F32_OMP(task shared(l))
-    l = sum_tree_split(x, left, block, leaf_tree, depth - 1);
-    r = sum_tree_split(x + left, n - left, block, leaf_tree, depth - 1);
+    l = sum_tree_split(x, esz, left, block, leaf_tree, depth - 1);
+    r = sum_tree_split(x + (size_t)left * esz, esz, n - left, block, leaf_tree, depth - 1);
     FX_F32_OMP(taskwait)
     return l + r;
 }
 
-float fx_f32_sum_tree_parallel(const float *x, int64_t n, int64_t block, fx_f32_sum_fn leaf_tree,
-                               int nthreads)
+float fx_f32_sum_tree_parallel(const void *x, size_t esz, int64_t n, int64_t block,
+                               fx_f32_sum_fn leaf_tree, int nthreads)
 {
     int depth = 0;
     while ((1 << depth) < nthreads && depth < 16) depth++;
     float s = 0.0f;
     FX_F32_OMP(parallel num_threads(nthreads) if (nthreads > 1))
     FX_F32_OMP(single)
-    s = sum_tree_split(x, n, block, leaf_tree, depth);
+    s = sum_tree_split(x, esz, n, block, leaf_tree, depth);
     return s;
 }
 
@@ -154,6 +154,9 @@ static float sum_contig(const float *x, int64_t n)
     return sum_contig(x, left) + sum_contig(x + left, n - left);
 }
 
+/* sum_contig for fx_f32_sum_tree_parallel, which passes any element type */
+static float sum_contig_any(const void *x, int64_t n) { return sum_contig(x, n); }
+
 /* out[j] = sum_{k < len} x[k*stride + j] for j < w (w <= SUM_COLS). */
 static void sum_cols(const float *x, int64_t len, int64_t stride, int64_t w, float *out)
 {
@@ -192,8 +195,8 @@ int fx_f32_sum_scalar(const fx_op_call *c)
 {
     const int64_t inner = c->red_inner;
     if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
-        c->out_f32[0] = fx_f32_sum_tree_parallel(in_f32(c, 0), c->red_len, SUM_BLOCK, sum_contig,
-                                                 c->nthreads);
+        c->out_f32[0] = fx_f32_sum_tree_parallel(in_f32(c, 0), sizeof(float), c->red_len,
+                                                 SUM_BLOCK, sum_contig_any, c->nthreads);
         return FX_OK;
     }
     const int64_t items = c->red_outer * (inner == 1 ? 1 : (inner + SUM_COLS - 1) / SUM_COLS);
