@@ -992,6 +992,68 @@ static void nan_and_ties_2x2(void)
     tensor_free(y);
 }
 
+/* fp16/bf16 patterns widened exactly (the comparisons' values) */
+static float half_value(fmt_t f, uint16_t h)
+{
+    if (f == FMT_BF16) {
+        const uint32_t u = (uint32_t)h << 16;
+        float x;
+        memcpy(&x, &u, sizeof x);
+        return x;
+    }
+    const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    const double mag = e == 0    ? ldexp(m, -24)
+                       : e == 31 ? (m ? NAN : INFINITY)
+                                 : ldexp(1024 + m, e - 25);
+    return (float)((h & 0x8000) ? -mag : mag);
+}
+
+/* The 2x2 rule on fp16/bf16 planes, whose pooling reads the 16-bit patterns (AVX2's
+ * fx_maxpool2x2_half_avx2) or widens them (the portable route): 8-window steps and row tails
+ * (8 x 38 values, 4 x 19 windows) of patterns with ties, signed zeros, infinities, subnormals
+ * and quiet and signalling NaNs of both signs with payloads. The output is the winning pattern,
+ * and a NaN the format's quiet NaN with its sign (what the fp32 route's narrowing gives). */
+static void half_nan_and_ties_2x2(const char *bn, fmt_t f)
+{
+    enum { H = 8, W = 38, OH = 4, OW = 19 };
+    const uint16_t bf[] = {0x4000, 0x4000, 0x8000, 0x0000, 0x7F80, 0xFF80, 0x0001, 0x8001,
+                           0x7FC1, 0xFF81, 0x7F85, 0x3F80, 0xBF80, 0x4040, 0xC000, 0x0080};
+    const uint16_t hf[] = {0x4000, 0x4000, 0x8000, 0x0000, 0x7C00, 0xFC00, 0x0001, 0x8001,
+                           0x7E01, 0xFC81, 0x7C05, 0x3C00, 0xBC00, 0x4200, 0xC000, 0x0400};
+    const uint16_t *pat = f == FMT_BF16 ? bf : hf;
+    const uint16_t qnan = f == FMT_BF16 ? 0x7FC0 : 0x7E00;
+    uint16_t v[H * W];
+    for (int i = 0; i < H * W; i++) v[i] = pat[(i * 7 + i / W * 3) % 16];
+    int64_t sx[4] = {1, 1, H, W}, sy[4] = {1, 1, OH, OW};
+    tensor_t *x = tensor_new(f, 4, sx), *y = tensor_new(f, 4, sy);
+    CHECK(x && y, "allocation");
+    if (x && y) {
+        CHECK_STATUS(tensor_set_raw(x, v), FX_OK);
+        int32_t am[OH * OW];
+        uint16_t out[OH * OW];
+        CHECK_STATUS(tensor_maxpool2d(y, am, x, 2, 2, 2, 2, 0, 0), FX_OK);
+        CHECK_STATUS(tensor_get_raw(y, out), FX_OK);
+        int bad = 0;
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++) {
+                const int at0 = 2 * oh * W + 2 * ow, cand[4] = {at0, at0 + 1, at0 + W, at0 + W + 1};
+                int best = cand[0];
+                for (int k = 1; k < 4; k++) {
+                    const float c = half_value(f, v[cand[k]]), b = half_value(f, v[best]);
+                    if (c > b || (isnan(c) && !isnan(b))) best = cand[k];
+                }
+                const uint16_t w = isnan(half_value(f, v[best]))
+                                       ? (uint16_t)((v[best] & 0x8000) | qnan)
+                                       : v[best];
+                bad += am[oh * OW + ow] != best || out[oh * OW + ow] != w;
+            }
+        CHECK(bad == 0, "%s %s: %d of %d windows differ from the rule (NaN, ties, signed zeros)",
+              bn, fmt_name(f), bad, OH * OW);
+    }
+    tensor_free(x);
+    tensor_free(y);
+}
+
 /* The same rules on every backend, through the SIMD kernels' whole steps and their row tails: a
  * plane of 6 x 42 values (3 x 21 windows: two full 8-window steps and a tail of 5 per row on
  * AVX2, one 16-window step and a tail on AVX-512) full of ties, signed zeros and NaNs in every
@@ -1067,6 +1129,8 @@ static void nan_and_ties_2x2_every_backend(void)
         CHECK(bad == 0, "%s int16: %d of %d windows differ from the rule", bn, bad, OH * OW);
         tensor_free(xi);
         tensor_free(yi);
+        half_nan_and_ties_2x2(bn, FMT_BF16);
+        half_nan_and_ties_2x2(bn, FMT_FP16);
     }
     CHECK_STATUS(flexpoint_set_backend(before), FX_OK);
 }

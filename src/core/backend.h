@@ -183,6 +183,11 @@ typedef struct fx_cvt_table {
                            int16_t *out, int32_t *idx);
     void (*maxpool2x2_f32)(const float *x, int64_t x_base, int64_t W, int64_t OH, int64_t OW,
                            float *out, int32_t *idx);
+    /* the same of an fp16 (fp16 != 0) or bf16 plane: the values and indices of the fp32 route
+     * on the widened plane, out narrowed back (exact; a NaN as the format's quiet NaN with its
+     * sign); NULL: that route (src/nn/pool.c) */
+    void (*maxpool2x2_half)(const uint16_t *x, int64_t x_base, int64_t W, int64_t OH,
+                            int64_t OW, uint16_t *out, int32_t *idx, int fp16);
     /* the max-pool gradient's scatter of one plane of 16-bit values whose argmax indices each
      * lie in their own 2x2 block (output (r, c) at flat index lo + (2r + i) W + 2c + j, i, j in
      * {0, 1}; H >= 2 OH, W >= 2 OW): dst (the plane, H x W) gets each dy value at its index

@@ -354,8 +354,13 @@ int fx_nn_maxpool2d_host(const fx_op_args *a)
         const int nt = pool_threads(pool_work(ny, 4), planes);
         (void)nt;
         FX_POOL_PARALLEL_FOR
-        for (int64_t pl = 0; pl < planes; pl++)
-            maxpool_2x2_plane_half(xh, &g, pl, yh, argmax, widen, narrow);
+        for (int64_t pl = 0; pl < planes; pl++) {
+            if (be->cvt.maxpool2x2_half)
+                be->cvt.maxpool2x2_half(xh + pl * HW, pl * HW, g.W, g.OH, g.OW, yh + pl * P,
+                                        argmax ? argmax + pl * P : NULL, half_fp16);
+            else
+                maxpool_2x2_plane_half(xh, &g, pl, yh, argmax, widen, narrow);
+        }
         return FX_OK;
     }
     /* (other fp16/bf16 pools take the fp32 route: comparing patterns in the scalar loop below
