@@ -9,7 +9,9 @@
  *     near the int32 limit, with both signs, or only in some rows, channels and output
  *     channels, where a missing or late fold makes a chain wrap;
  *   - it declines a chunk where one segment alone may leave int32 (full-scale data), and
- *     tensor_conv2d then still gives the GEMM's bits;
+ *     tensor_conv2d then still gives the GEMM's bits; the AVX2 kernel instead takes it with a
+ *     fold after each pair of such segments, and gives the exact sums, also where they lie
+ *     between chains that reach the bound (DATA_FULL_MIX) and at stride 2;
  *   - tensor_conv2d (DFP16 and FLEX16_5) and the input gradient give the same mantissas and
  *     exponents with the route on and off (the GEMM), and the route ran where it fits.
  * The weight gradient (fx_i16_wgrad_direct) likewise: the kernel against exact sums (stored,
@@ -52,7 +54,13 @@ enum {
     DATA_TIGHT_NEG,
     DATA_SKEW,
     DATA_FULL,
-    DATA_CORNER /* the strided input gradient's own case (check_strided_dgrad) */
+    DATA_CORNER, /* the strided input gradient's own case (check_strided_dgrad) */
+    DATA_FULL_MIX /* forward kernel only: full scale (+32767) in the lower half of every
+                     third group of 8 input channels and in the second 16 of every 32 output
+                     channels, TIGHT - 1 elsewhere: segments too large for a chain right
+                     after chains of two TIGHT - 1 segments (whose rounded-up norms, 32765,
+                     still let two share a chain; TIGHT's, 32768, do not), all of one sign, so
+                     that a missing fold before, inside or after such a segment wraps */
 };
 
 /* sqrt((2^31 - 2^16) / 16) rounded down: a segment of 8 equal values a times 8 equal values a
@@ -118,10 +126,13 @@ static int check_kernel_strided(int64_t N, int64_t C, int64_t H, int64_t W, int6
                     xu[((n * C + c) * H + h) * W + x] =
                         xp[((n * C + c) * Hp + h + pad) * Wp + x + pad] =
                             kind == DATA_SKEW ? (int16_t)(c / 8 % 2 && h >= H / 2 ? TIGHT : 1)
-                                              : draw(&r, kind, 0, h);
+                            : kind == DATA_FULL_MIX
+                                ? (int16_t)(c / 8 % 3 == 2 && h >= H / 2 ? 32767 : TIGHT - 1)
+                                : draw(&r, kind, 0, h);
     for (int64_t i = 0; i < O * C * KK; i++)
         w[i] = kind == DATA_SKEW ? (int16_t)(i / (C * KK) / 16 % 2 ? TIGHT : 1)
-                                 : draw(&r, kind, 1, 0);
+               : kind == DATA_FULL_MIX ? (int16_t)(i / (C * KK) / 16 % 2 ? 32767 : TIGHT - 1)
+                                       : draw(&r, kind, 1, 0);
     int64_t *want = malloc(sizeof(int64_t) * (size_t)(N * P * O));
     uint64_t want_max = 0;
     for (int64_t n = 0; n < N; n++)
@@ -180,6 +191,13 @@ static int check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
                         int64_t KW, int64_t pad, int kind, uint64_t seed)
 {
     return check_kernel_strided(N, C, H, W, O, KH, KW, pad, 1, kind, seed);
+}
+
+/* Whether the active level's forward kernel takes every chunk (the AVX2 one: a segment too
+ * large for a chain gets a fold per pair) rather than declining full-scale data */
+static int fwd_takes_any(void)
+{
+    return fx_backend_active()->conv.i16_fwd == fx_i16_fwd_direct_avx2;
 }
 
 /* the weight gradient kernel against the exact sums; returns whether it took the chunk */
@@ -355,6 +373,7 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
         tensor_t *y = tensor_new(FMT_DFP16, 4, ys), *dx = tensor_new(FMT_DFP16, 4, xs);
         tensor_t *dw = tensor_new(FMT_DFP16, 4, ws);
         const long long calls = fx_i16_fwd_direct_calls(), declined = fx_i16_fwd_direct_declined();
+        const long long paired = fx_i16_fwd_direct_paired();
         const long long wcalls = fx_i16_wgrad_direct_calls();
         const long long wdeclined = fx_i16_wgrad_direct_declined();
         CHECK_STATUS(tensor_conv2d(y, x, w, 1, 1, (int)pad, (int)pad, 1, 1), FX_OK);
@@ -373,12 +392,18 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
                       "full-scale data: the direct weight gradient did not decline");
         }
         if (pass > 0) {
-            CHECK((fx_i16_fwd_direct_calls() > calls) == expect_direct,
+            /* full-scale data: declined, except by the kernel that takes any data */
+            const int any = kind == DATA_FULL && fwd_takes_any();
+            const int expect_fwd = expect_direct || any;
+            CHECK((fx_i16_fwd_direct_calls() > calls) == expect_fwd,
                   "%s conv C%lld O%lld data %d: the direct route %s", fmt_name(f), (long long)C,
-                  (long long)O, kind, expect_direct ? "did not run" : "ran");
-            if (kind == DATA_FULL)
+                  (long long)O, kind, expect_fwd ? "did not run" : "ran");
+            if (kind == DATA_FULL && !any)
                 CHECK(fx_i16_fwd_direct_declined() > declined,
                       "full-scale data: the direct route did not decline");
+            if (any)
+                CHECK(fx_i16_fwd_direct_paired() > paired && fx_i16_fwd_direct_declined() == declined,
+                      "full-scale data: the AVX2 kernel did not take it with folds per pair");
         }
         CHECK_STATUS(tensor_get_raw(y, pass ? y_got : y_ref), FX_OK);
         CHECK_STATUS(tensor_get_raw(dx, pass ? dx_got : dx_ref), FX_OK);
@@ -633,9 +658,9 @@ static void check_strided(uint64_t *seedp)
     check_strided_dgrad(FMT_DFP16, 1, 16, 8, 8, 8, 3, 3, 2, 2, 1, 1, DATA_CORNER, 1, seed++);
     check_strided_dgrad(FMT_FLEX16_5, 1, 16, 8, 8, 8, 3, 3, 2, 2, 1, 1, DATA_CORNER, 1, seed++);
     /* full scale: the vpdpwssd kernel declines and col2im takes the op; the AMX kernel, where
-     * the phases run on it (any data: it never declines), takes it */
-    check_strided_dgrad(FMT_DFP16, 2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, DATA_FULL, amx_phases,
-                        seed++);
+     * the phases run on it, and the AVX2 kernel (any data: they never decline) take it */
+    check_strided_dgrad(FMT_DFP16, 2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, DATA_FULL,
+                        amx_phases || fwd_takes_any(), seed++);
     /* one thread and one chunk per sample; two threads and a batch of several chunks, whose
      * sums each thread gathers into its own chunk buffer */
     for (int f = 0; f < 2; f++) {
@@ -685,9 +710,25 @@ static void check_forward(uint64_t *seedp)
                                        seed++),
                   "data %d, strided shape %zu: the kernel declined data it can take", kind, s);
         }
-    /* full scale: one segment alone may wrap, so the chunk is declined */
-    CHECK(!check_kernel(2, 32, 8, 8, 32, 3, 3, 1, DATA_FULL, seed++),
-          "full-scale data: the kernel took a chunk that may wrap");
+    /* full scale: one segment alone may wrap, so the chunk is declined; the AVX2 kernel takes
+     * it with a fold after each of such a segment's pairs, and its sums are exact (checked in
+     * check_kernel), also where those segments sit between chains that reach the bound */
+    if (fwd_takes_any()) {
+        const long long paired = fx_i16_fwd_direct_paired();
+        CHECK(check_kernel(2, 32, 8, 8, 32, 3, 3, 1, DATA_FULL, seed++),
+              "full-scale data: the AVX2 kernel declined");
+        CHECK(check_kernel(2, 32, 8, 8, 64, 3, 3, 1, DATA_FULL_MIX, seed++),
+              "full-scale rows and channels: the AVX2 kernel declined");
+        CHECK(check_kernel(2, 17, 9, 9, 33, 3, 3, 1, DATA_FULL_MIX, seed++),
+              "full-scale rows and channels, odd C and O: the AVX2 kernel declined");
+        CHECK(check_kernel_strided(2, 32, 12, 12, 64, 3, 3, 1, 2, DATA_FULL_MIX, seed++),
+              "full-scale rows and channels, stride 2: the AVX2 kernel declined");
+        CHECK(fx_i16_fwd_direct_paired() >= paired + 4,
+              "full-scale data: the chunks were not counted as taken with folds per pair");
+    } else {
+        CHECK(!check_kernel(2, 32, 8, 8, 32, 3, 3, 1, DATA_FULL, seed++),
+              "full-scale data: the kernel took a chunk that may wrap");
+    }
     static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
     for (int f = 0; f < 2; f++) {
         check_ops(fmts[f], 3, 32, 14, 64, 5, 2, DATA_NORMAL, 1, seed++);

@@ -38,7 +38,11 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
                       const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                       uint64_t *ymax);
 /* The same on AVX2 (src/flex/conv_i16_fwd_avx2.c: vpmaddwd + vpaddd), the same sums and the
- * same contract (there the separate pad took 7 % of that pass on the AVX2 EPYC). */
+ * same contract (there the separate pad took 7 % of that pass on the AVX2 EPYC), except that it
+ * never declines: a segment whose bound alone exceeds an int32 chain takes a fold after each
+ * of its pairs (fx_i16_fold_schedule), exact for x and w in [-32767, 32767], which every
+ * FLEX16_5/DFP16 mantissa is (the writes clamp to it, tensor_set_raw and the loaders reject
+ * -32768). */
 int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                            const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                            uint64_t *ymax);
@@ -46,8 +50,8 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
 /* fx_i16_fwd_amx_round's contract on the AVX2 kernel (conv_i16_fwd_avx2.c), xp unpadded as
  * for fx_i16_fwd_direct_avx2: the chunk's sums rounded in the tiles' epilogue at `shift` (and
  * at shift2 into yq2 and part2 where yq2 is not NULL) into NCHW mantissas with each image's
- * statistics, quant_i64's bits, instead of stored. Also 0 where the kernel declines the
- * chunk's data, for shifts outside [1, 32] (the AVX2 rounding's fast route), for rows of more
+ * statistics, quant_i64's bits, instead of stored. Returns 0 (nothing kept) for shifts
+ * outside [1, 32] (the AVX2 rounding's fast route), for rows of more
  * than 256 pixels and for more than FX_I16_ROUND_MAX_K products an output (where it was not
  * faster than storing the sums). One thread. The switch (0: every caller takes the int64
  * sums), and the calls and those with a rounding done whole, for tests. */
@@ -183,6 +187,9 @@ void fx_i16_fwd_direct_set_enabled(int on);
 int fx_i16_fwd_direct_enabled(void);
 long long fx_i16_fwd_direct_calls(void);
 long long fx_i16_fwd_direct_declined(void);
+/* chunks the AVX2 kernel took with a fold after each pair of some segment (fx_i16_fold_schedule),
+ * where the AVX-512 one would decline */
+long long fx_i16_fwd_direct_paired(void);
 
 /* The exact int16 weight gradient of one chunk without a patch matrix
  * (src/flex/conv_i16_wgrad_avx512.c, AVX512_VNNI): dwt[r * O + o] = sum over the chunk's

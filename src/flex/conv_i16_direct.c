@@ -89,7 +89,7 @@ int64_t fx_i16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
 }
 
 static atomic_int direct_enabled = 1;
-static atomic_llong direct_calls, direct_declined;
+static atomic_llong direct_calls, direct_declined, direct_paired;
 
 void fx_i16_fwd_direct_set_enabled(int on)
 {
@@ -111,39 +111,64 @@ long long fx_i16_fwd_direct_declined(void)
     return atomic_load_explicit(&direct_declined, memory_order_relaxed);
 }
 
+long long fx_i16_fwd_direct_paired(void)
+{
+    return atomic_load_explicit(&direct_paired, memory_order_relaxed);
+}
+
 void fx_i16_fold_schedule(const uint32_t *rn, const uint32_t *wm, int64_t KK, int64_t KW,
                           int64_t G, uint8_t *fold)
 {
     /* branch-free: where the chains are cut depends on the data (about every fifth segment on
-     * training data); the first segment never cuts (each alone is within the limit) */
-    int64_t run = (int64_t)rn[0] * wm[0];
+     * training data). A segment whose bound alone exceeds the limit (never in an admitted
+     * chunk) is FX_I16_FOLD_PAIRS, with a fold before it; the chain after it starts afresh. */
+    int64_t run = 0;
+    int prev_pairs = 0;
     for (int64_t t = 0; t < KK; t++) {
         const uint32_t *r = rn + (t / KW) * G;
-        for (int64_t s = t ? 0 : 1; s < G; s++) {
+        for (int64_t s = 0; s < G; s++) {
             const int64_t i = t * G + s;
             const int64_t b = (int64_t)r[s] * wm[i];
-            const int64_t cut = run + b > FX_I16_CHAIN_LIMIT;
-            fold[i - 1] = (uint8_t)cut;
-            run = (cut ? 0 : run) + b;
+            const int pairs = b > FX_I16_CHAIN_LIMIT;
+            const int cut = pairs | (run + b > FX_I16_CHAIN_LIMIT);
+            if (i > 0) fold[i - 1] = (uint8_t)(prev_pairs ? FX_I16_FOLD_PAIRS : cut);
+            run = pairs ? 0 : (cut ? 0 : run) + b;
+            prev_pairs = pairs;
         }
     }
-    fold[KK * G - 1] = 0;
+    fold[KK * G - 1] = (uint8_t)(prev_pairs ? FX_I16_FOLD_PAIRS : 0);
 }
 
-int fx_i16_fwd_admit(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
-                     int64_t G)
+/* whether every segment's bound alone stays within an int32 chain */
+static int fwd_segments_fit(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
+                            int64_t G)
 {
     for (int64_t s = 0; s < G; s++) {
         uint32_t rmax = 0, wmax = 0;
         for (int64_t i = 0; i < nrows; i++) rmax = rn[i * G + s] > rmax ? rn[i * G + s] : rmax;
         for (int64_t i = 0; i < nwrows; i++) wmax = wn[i * G + s] > wmax ? wn[i * G + s] : wmax;
-        if ((int64_t)rmax * wmax > FX_I16_CHAIN_LIMIT) {
-            atomic_fetch_add_explicit(&direct_declined, 1, memory_order_relaxed);
-            return 0;
-        }
+        if ((int64_t)rmax * wmax > FX_I16_CHAIN_LIMIT) return 0;
+    }
+    return 1;
+}
+
+int fx_i16_fwd_admit(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
+                     int64_t G)
+{
+    if (!fwd_segments_fit(rn, nrows, wn, nwrows, G)) {
+        atomic_fetch_add_explicit(&direct_declined, 1, memory_order_relaxed);
+        return 0;
     }
     atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
     return 1;
+}
+
+void fx_i16_fwd_admit_any(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
+                          int64_t G)
+{
+    if (!fwd_segments_fit(rn, nrows, wn, nwrows, G))
+        atomic_fetch_add_explicit(&direct_paired, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
 }
 
 void fx_i16_fwd_offsets(const struct fx_conv_geom *g, int64_t *xoff)

@@ -30,9 +30,15 @@ static inline int64_t fx_i16_groups(int64_t C)
 static inline int64_t fx_i16_pairs(int64_t C) { return fx_i16_groups(C) * FX_I16_SEG_PAIRS; }
 
 /* fold[i] for the segments i = t G + s of one output row's chain: greedy chains of consecutive
- * segments whose bounds rn[kh][s] wm[i] sum to at most FX_I16_CHAIN_LIMIT (each alone does,
- * which fx_i16_fwd_admit checked); wm: the weight norms, the largest over the tile's output
- * channels */
+ * segments whose bounds rn[kh][s] wm[i] sum to at most FX_I16_CHAIN_LIMIT, 1 where a chain
+ * ends after segment i; wm: the weight norms, the largest over the tile's output channels.
+ * A segment whose bound alone exceeds the limit (the AVX2 kernel admits such chunks,
+ * fx_i16_fwd_admit_any; an fx_i16_fwd_admit'ed chunk has none) is FX_I16_FOLD_PAIRS: the
+ * kernel folds after each of its pairs, and the segment before it ends a chain. That is exact
+ * for the formats' mantissas, [-32767, 32767]: a pair's two products sum to at most
+ * 2 * 32767^2 < FX_I16_CHAIN_LIMIT in magnitude (and 2 * 32767 * 32768 = FX_I16_CHAIN_LIMIT with
+ * one -32768 in each pair of an operand; only -32768 in the same place of both could wrap). */
+#define FX_I16_FOLD_PAIRS 2
 void fx_i16_fold_schedule(const uint32_t *rn, const uint32_t *wm, int64_t KK, int64_t KW,
                           int64_t G, uint8_t *fold);
 
@@ -48,6 +54,11 @@ void fx_i16_fold_schedules8_avx512(const uint32_t *rn, const int32_t base[8], co
  * fx_i16_fwd_direct_calls and _declined hooks). */
 int fx_i16_fwd_admit(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
                      int64_t G);
+/* The AVX2 kernel's admission: every chunk, a segment beyond the limit taking a fold per pair
+ * (fx_i16_fold_schedule); counts the call, and the chunks with such a segment
+ * (fx_i16_fwd_direct_paired). */
+void fx_i16_fwd_admit_any(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
+                          int64_t G);
 
 /* xoff[t G + s]: the word offset of segment s of tap t from a pixel's top-left tap in the copy */
 void fx_i16_fwd_offsets(const struct fx_conv_geom *g, int64_t *xoff);

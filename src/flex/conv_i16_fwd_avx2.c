@@ -12,7 +12,13 @@
  * lanes per pixel: 12 accumulators, 2 weight vectors, the broadcast and the product fill the 16
  * ymm registers at MR = 6, and each broadcast feeds two multiplies, as in the GEMM's 6 x 16
  * fast kernel. An output row of OW pixels is cut into ceil(OW / 6) tiles of near-equal widths
- * (the CNN's 14: 5 + 5 + 4), so no lane computes a pixel that is not there. */
+ * (the CNN's 14: 5 + 5 + 4), so no lane computes a pixel that is not there.
+ *
+ * Unlike the AVX-512 kernel it declines no data: where one segment's bound alone exceeds an
+ * int32 chain (DFP16 tensors, whose mantissas fill the int16 range, in about one chunk of 28 of
+ * a ResNet-20 epoch on Fashion-MNIST), the schedule marks it, and the tile folds after each of
+ * its pairs instead of handing the whole chunk to the patch GEMM, which then took the
+ * two-multiply split kernel on most of its tiles as well. */
 #include "conv_i16.h"
 #include "conv_i16_avx2.h"
 #include "conv_i16_direct.h"
@@ -72,13 +78,6 @@ itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
     for (int r = 0; r < MR; r++)
         for (int v = 0; v < 2; v++) _mm256_store_si256((__m256i *)hi[r][v], _mm256_setzero_si256());
     const int64_t ld = LD > 0 ? LD : ld_any; /* constant offsets where LD is known */
-    for (int64_t i = 0; i < nseg; i++) {
-        const uint32_t *xs = xb + xoff[i];
-        const uint32_t *ws = wb + i * FX_I16_SEG_PAIRS * opad;
-#pragma GCC unroll 4
-        for (int j = 0; j < FX_I16_SEG_PAIRS; j++) {
-            const __m256i b0 = _mm256_load_si256((const __m256i *)(ws + j * opad));
-            const __m256i b1 = _mm256_load_si256((const __m256i *)(ws + j * opad + 8));
 #define FX_STEP(r, a0, a1)                                                                         \
     if (MR > r) {                                                                                  \
         if (LD > 0)                                                                                \
@@ -86,11 +85,28 @@ itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
         else                                                                                       \
             FX_MADD_ROW(a0, a1, b0, b1, xs + r * ld + j);                                          \
     }
+    for (int64_t i = 0; i < nseg; i++) {
+        const uint32_t *xs = xb + xoff[i];
+        const uint32_t *ws = wb + i * FX_I16_SEG_PAIRS * opad;
+        if (__builtin_expect(fold[i] == FX_I16_FOLD_PAIRS, 0)) {
+            /* a segment too large for a chain: one pair per chain (fx_i16_fold_schedule) */
+            for (int j = 0; j < FX_I16_SEG_PAIRS; j++) {
+                const __m256i b0 = _mm256_load_si256((const __m256i *)(ws + j * opad));
+                const __m256i b1 = _mm256_load_si256((const __m256i *)(ws + j * opad + 8));
+                FX_I16_AVX2_ROWS(FX_STEP)
+                FX_I16_AVX2_FOLD_ALL(MR, hi);
+            }
+            continue;
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < FX_I16_SEG_PAIRS; j++) {
+            const __m256i b0 = _mm256_load_si256((const __m256i *)(ws + j * opad));
+            const __m256i b1 = _mm256_load_si256((const __m256i *)(ws + j * opad + 8));
             FX_I16_AVX2_ROWS(FX_STEP)
-#undef FX_STEP
         }
         if (fold[i]) FX_I16_AVX2_FOLD_ALL(MR, hi);
     }
+#undef FX_STEP
     if (ROUND) {
         /* local states (the mantissa stores could alias *rd's), merged at the end */
         fx_r4_fast f = fx_r4_fast_fresh(rd->f), f2 = fx_r4_fast_fresh(ROUND == 2 ? rd->f2 : rd->f);
@@ -187,8 +203,9 @@ typedef struct fwd_chunk {
     int64_t xoff[FX_I16_FWD_MAX_SEGS];
 } fwd_chunk;
 
-/* 1, or 0 where the chunk's data is declined */
-static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+/* the chunk's copy and norms, its admission (always: fx_i16_fwd_admit_any), the segments'
+ * offsets and the tiles of an output row */
+static void fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                            const uint32_t *wq, uint32_t *scratch, fwd_chunk *k)
 {
     const int64_t C = g->C;
@@ -213,7 +230,8 @@ static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int6
     for (int64_t n = 0; n < nbc; n++)
         fx_i16_fwd_copy_image_avx2(g, xp + n * C * g->H * g->W, k->xq + n * k->HW * k->Cpp,
                                    k->rn + n * k->Hp * k->G, planes, sq);
-    if (!fx_i16_fwd_admit(k->rn, nbc * k->Hp, k->wn, k->opad / 16 * k->KK, k->G)) return 0;
+    /* every chunk is taken: a segment too large for a chain of its own gets a fold per pair */
+    fx_i16_fwd_admit_any(k->rn, nbc * k->Hp, k->wn, k->opad / 16 * k->KK, k->G);
     fx_i16_fwd_offsets(g, k->xoff);
     k->sh = g->sh;
     k->sw = g->sw;
@@ -222,7 +240,6 @@ static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int6
     k->ntile = (k->OW + MR_MAX - 1) / MR_MAX;
     k->wide = k->OW % k->ntile;
     k->base = k->OW / k->ntile;
-    return 1;
 }
 
 int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
@@ -230,7 +247,7 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
                            uint64_t *ymax)
 {
     fwd_chunk k;
-    if (!fwd_chunk_setup(g, xp, nbc, wq, scratch, &k)) return 0;
+    fwd_chunk_setup(g, xp, nbc, wq, scratch, &k);
     const int64_t O = k.O, OH = k.OH, OW = k.OW, Hp = k.Hp, G = k.G;
     uint64_t mx = 0;
     (void)nthreads; /* without OpenMP */
@@ -330,7 +347,7 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
         g->OW > ROUND_MAX_OW || g->C * g->KH * g->KW > FX_I16_ROUND_MAX_K)
         return 0;
     fwd_chunk k;
-    if (!fwd_chunk_setup(g, xp, nbc, wq, scratch, &k)) return 0;
+    fwd_chunk_setup(g, xp, nbc, wq, scratch, &k);
     const int64_t O = k.O, OH = k.OH, OW = k.OW, P = k.P, Hp = k.Hp, G = k.G;
     int16_t row[ROUND_MAX_OW * 16] __attribute__((aligned(32)));
     int16_t row2[ROUND_MAX_OW * 16] __attribute__((aligned(32)));
