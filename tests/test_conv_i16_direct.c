@@ -19,7 +19,9 @@
  * channels, partial vectors and partial row tiles), one input channel, several images, and data
  * whose rows' products come close to their bound (equal values, both signs; or only in the
  * lower half of the odd channels, where a schedule taken from other rows or channels misses
- * them), where a missing fold wraps; the decline; and tensor_conv2d_backward_weight bit for bit
+ * them), where a missing fold wraps; the decline (the AVX2 kernel instead folds after each
+ * pixel pair of a row too large for a chain, exactly, also beside rows whose chains reach the
+ * bound); and tensor_conv2d_backward_weight bit for bit
  * with the route on and off.
  * The AVX2 kernel's copy of an image (pair words and row norms, padding added) equals the
  * portable copy's on every channel count, width and padding shape.
@@ -200,6 +202,13 @@ static int fwd_takes_any(void)
     return fx_backend_active()->conv.i16_fwd == fx_i16_fwd_direct_avx2;
 }
 
+/* the same of the weight gradient (the AVX2 one: an output row too large for a chain gets a
+ * fold per pixel pair) */
+static int wgrad_takes_any(void)
+{
+    return fx_backend_active()->conv.i16_wgrad == fx_i16_wgrad_direct_avx2;
+}
+
 /* the weight gradient kernel against the exact sums; returns whether it took the chunk */
 static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t K,
                          int64_t pad, int kind, uint64_t seed)
@@ -227,11 +236,13 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
                         kind == DATA_TIGHT_POS   ? tight
                         : kind == DATA_TIGHT_NEG ? (int16_t)-tight
                         : kind == DATA_SKEW      ? (int16_t)(c % 2 && h >= H / 2 ? tight : 1)
+                        : kind == DATA_FULL_MIX  ? (int16_t)(h >= H / 2 ? 32767 : tight)
                                                  : draw(&r, kind, 0, h);
     for (int64_t i = 0; i < N * O * P; i++)
         /* past 64 channels (a second tile of channels) only the later ones are tight, so a
          * schedule taken from the first tile's channels wraps */
-        dy[i] = kind == DATA_TIGHT_POS || kind == DATA_TIGHT_NEG || kind == DATA_SKEW
+        dy[i] = kind == DATA_FULL_MIX ? tight
+                : kind == DATA_TIGHT_POS || kind == DATA_TIGHT_NEG || kind == DATA_SKEW
                     ? (int16_t)(O <= 64 || i / P % O >= 64 ? tight : tight / 64)
                 : kind == DATA_MIXED
                     ? (int16_t)(i / g.OW % 3 == 0 ? 2000 : test_rng_range(&r, -50, 50))
@@ -376,6 +387,7 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
         const long long paired = fx_i16_fwd_direct_paired();
         const long long wcalls = fx_i16_wgrad_direct_calls();
         const long long wdeclined = fx_i16_wgrad_direct_declined();
+        const long long wpaired = fx_i16_wgrad_direct_paired();
         CHECK_STATUS(tensor_conv2d(y, x, w, 1, 1, (int)pad, (int)pad, 1, 1), FX_OK);
         CHECK_STATUS(tensor_conv2d_backward_input(dx, dy, w, 1, 1, (int)pad, (int)pad, 1, 1),
                      FX_OK);
@@ -383,13 +395,19 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
                      FX_OK);
         const int wfits = OHW % 2 == 0 && fx_backend_active()->conv.i16_wgrad != NULL;
         if (pass > 0) {
-            CHECK((fx_i16_wgrad_direct_calls() > wcalls) == (expect_direct && wfits),
+            const int wany = kind == DATA_FULL && wgrad_takes_any() && wfits;
+            const int expect_w = (expect_direct && wfits) || wany;
+            CHECK((fx_i16_wgrad_direct_calls() > wcalls) == expect_w,
                   "%s weight gradient C%lld O%lld data %d: the direct route %s", fmt_name(f),
-                  (long long)C, (long long)O, kind,
-                  expect_direct && wfits ? "did not run" : "ran");
-            if (kind == DATA_FULL && fx_backend_active()->conv.i16_wgrad)
+                  (long long)C, (long long)O, kind, expect_w ? "did not run" : "ran");
+            if (kind == DATA_FULL && fx_backend_active()->conv.i16_wgrad && !wany)
                 CHECK(fx_i16_wgrad_direct_declined() > wdeclined,
                       "full-scale data: the direct weight gradient did not decline");
+            if (wany)
+                CHECK(fx_i16_wgrad_direct_paired() > wpaired &&
+                          fx_i16_wgrad_direct_declined() == wdeclined,
+                      "full-scale data: the AVX2 weight gradient did not take it with folds "
+                      "per pair");
         }
         if (pass > 0) {
             /* full-scale data: declined, except by the kernel that takes any data */
@@ -848,8 +866,24 @@ static void check_weight_gradient(uint64_t *seedp)
                   "weight gradient, data %d, shape %zu: declined data it can take", kind, s);
         }
     check_row_norms(seed++);
-    CHECK(!check_wkernel(2, 8, 8, 8, 16, 3, 1, DATA_FULL, seed++),
-          "full-scale data: the weight gradient took a chunk that may wrap");
+    /* full scale: a row's bound alone may wrap, so the chunk is declined; the AVX2 kernel takes
+     * it with a fold after each pixel pair of such rows, exactly (check_wkernel compares), also
+     * where they follow and precede rows whose chains reach the bound (DATA_FULL_MIX: input
+     * rows of the lower half at full scale, the rest and dy tight, all positive) */
+    if (wgrad_takes_any()) {
+        const long long paired = fx_i16_wgrad_direct_paired();
+        CHECK(check_wkernel(2, 8, 8, 8, 16, 3, 1, DATA_FULL, seed++),
+              "full-scale data: the AVX2 weight gradient declined");
+        CHECK(check_wkernel(2, 8, 8, 8, 16, 3, 1, DATA_FULL_MIX, seed++),
+              "full-scale rows: the AVX2 weight gradient declined");
+        CHECK(check_wkernel(3, 7, 12, 12, 33, 3, 1, DATA_FULL_MIX, seed++),
+              "full-scale rows, odd C and O: the AVX2 weight gradient declined");
+        CHECK(fx_i16_wgrad_direct_paired() >= paired + 3,
+              "full-scale data: the weight gradient's chunks were not counted as paired");
+    } else {
+        CHECK(!check_wkernel(2, 8, 8, 8, 16, 3, 1, DATA_FULL, seed++),
+              "full-scale data: the weight gradient took a chunk that may wrap");
+    }
     *seedp = seed;
 }
 

@@ -205,7 +205,9 @@ int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb);
 int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                         int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
 /* The same on AVX2 (src/flex/conv_i16_wgrad_avx2.c: vpmaddwd + vpaddd), the same contract and
- * the same sums. */
+ * the same sums, except that it declines only chunks of more than 2^16 pixels: an output row
+ * whose bound alone exceeds an int32 chain takes a fold after each pixel pair (exact for
+ * mantissas in [-32767, 32767], as fx_i16_fwd_direct_avx2's segments). */
 int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                              int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
 /* out[i] = ceil(sqrt(sum over j < len of p[i len + j]^2)) for i < rows, len <= 1024: the row
@@ -217,5 +219,8 @@ void fx_i16_wgrad_direct_set_enabled(int on);
 int fx_i16_wgrad_direct_enabled(void);
 long long fx_i16_wgrad_direct_calls(void);
 long long fx_i16_wgrad_direct_declined(void);
+/* chunks the AVX2 weight gradient took with a fold after each pixel pair of some output row
+ * (fx_i16_wgrad_fold_schedule), where the AVX-512 one would decline */
+long long fx_i16_wgrad_direct_paired(void);
 
 #endif

@@ -61,7 +61,7 @@ void fx_i16_wgrad_dy_bounds(const uint32_t *dn, int64_t S, int64_t ob0, int64_t 
 }
 
 static atomic_int wdirect_enabled = 1;
-static atomic_llong wdirect_calls, wdirect_declined;
+static atomic_llong wdirect_calls, wdirect_declined, wdirect_paired;
 
 void fx_i16_wgrad_direct_set_enabled(int on)
 {
@@ -83,6 +83,11 @@ long long fx_i16_wgrad_direct_declined(void)
     return atomic_load_explicit(&wdirect_declined, memory_order_relaxed);
 }
 
+long long fx_i16_wgrad_direct_paired(void)
+{
+    return atomic_load_explicit(&wdirect_paired, memory_order_relaxed);
+}
+
 /* fold[s] for the output rows s of a tile over channels [c_lo, c_hi]: greedy chains of rows
  * whose bounds (the channels' largest input norm times dy's, dm[s]) sum to at most
  * FX_I16_CHAIN_LIMIT (each alone does, the chunk's check). The bounds of FX_WG_RUN rows at a
@@ -93,7 +98,11 @@ long long fx_i16_wgrad_direct_declined(void)
 void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t S, int64_t c_lo,
                                 int64_t c_hi, uint8_t *fold)
 {
+    /* a row whose bound alone exceeds the limit (only in chunks fx_i16_wgrad_prepare admitted
+     * with any_data) is FX_I16_FOLD_PAIRS: a fold before it and after each of its pairs, and
+     * the chain after it starts afresh */
     int64_t run = 0;
+    int prev_pairs = 0;
     for (int64_t s0 = 0; s0 < S; s0 += FX_WG_RUN) {
         const int64_t len = S - s0 < FX_WG_RUN ? S - s0 : FX_WG_RUN;
         const uint32_t *d = dm + s0;
@@ -103,12 +112,13 @@ void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t 
         for (int64_t i = 0; i < len; i++) b[i] = (int64_t)xm[i] * d[i];
         uint8_t *f = fold + s0;
         for (int64_t i = 0; i < len; i++) {
-            /* the first row never cuts: run is 0 there and each bound alone is in range */
-            const int64_t t = run + b[i];
-            const int cut = t > FX_I16_CHAIN_LIMIT;
-            run = cut ? b[i] : t; /* a conditional move: three cycles a row */
-            f[i] = 0;
-            if (s0 + i > 0) f[i - 1] = (uint8_t)cut;
+            /* the first row never cuts: run is 0 there (conditional moves: a few cycles a row) */
+            const int pairs = b[i] > FX_I16_CHAIN_LIMIT;
+            const int cut = pairs | (run + b[i] > FX_I16_CHAIN_LIMIT);
+            run = pairs ? 0 : cut ? b[i] : run + b[i];
+            f[i] = (uint8_t)(pairs ? FX_I16_FOLD_PAIRS : 0);
+            if (s0 + i > 0 && !prev_pairs) f[i - 1] = (uint8_t)cut;
+            prev_pairs = pairs;
         }
     }
 }
@@ -130,7 +140,8 @@ static void count_call(void)
  * output row's bound (its largest xk times its largest dn) may leave int32 alone. Counts the
  * call or the decline. */
 static int channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t nbc, int64_t C,
-                         int64_t Hp, int64_t OH, int64_t KH, int64_t nob, uint32_t *xk)
+                         int64_t Hp, int64_t OH, int64_t KH, int64_t nob, int any_data,
+                         uint32_t *xk)
 {
     const int64_t S = nbc * OH;
     for (int64_t c = 0; c < C; c++)
@@ -143,7 +154,11 @@ static int channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t nbc, in
         max_of_rows(dmax, dn + s0, S, nob, len);
         int64_t over = 0;
         for (int64_t i = 0; i < len; i++) over |= (int64_t)xmax[i] * dmax[i] > FX_I16_CHAIN_LIMIT;
-        if (over) return decline();
+        if (over && !any_data) return decline();
+        if (over) { /* taken with a fold per pair of such rows */
+            atomic_fetch_add_explicit(&wdirect_paired, 1, memory_order_relaxed);
+            break;
+        }
     }
     count_call();
     return 1;
@@ -174,7 +189,7 @@ void fx_i16_pair_rows(const int16_t *dy, int64_t nbc, int64_t O, int64_t P, int6
 int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                          int64_t nbc, uint32_t *scratch,
                          void (*row_norms)(const int16_t *, int64_t, int64_t, uint32_t *),
-                         fx_i16_wgrad_bufs *b)
+                         int any_data, fx_i16_wgrad_bufs *b)
 {
     const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
     const int64_t opad = (O + 15) / 16 * 16, nob = opad / 16;
@@ -191,5 +206,5 @@ int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const 
     row_norms(dy, nbc * O * OH, OW, b->drn);
     block_norms(b->drn, nbc, O, OH, nob, b->dn);
     /* xk, and a segment that alone may leave int32: the GEMM's any-data kernels take the chunk */
-    return channel_norms(b->xn, b->dn, nbc, C, Hp, OH, g->KH, nob, b->xk);
+    return channel_norms(b->xn, b->dn, nbc, C, Hp, OH, g->KH, nob, any_data, b->xk);
 }

@@ -8,8 +8,10 @@
 
 /* fold[s] for the chunk's S = nbc OH output rows s = n OH + oh of a tile over channels
  * [c_lo, c_hi]: greedy chains of rows whose bounds (the channels' largest input norm xk times
- * dy's, dm[s]) sum to at most FX_I16_CHAIN_LIMIT (each alone does: fx_i16_wgrad_prepare
- * checked) */
+ * dy's, dm[s]) sum to at most FX_I16_CHAIN_LIMIT, 1 where a chain ends after row s. A row whose
+ * bound alone exceeds the limit (fx_i16_wgrad_prepare admits such chunks only with any_data)
+ * is FX_I16_FOLD_PAIRS (conv_i16_direct.h): the kernel folds after each of its pixel pairs,
+ * and the row before it ends a chain. */
 void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t S, int64_t c_lo,
                                 int64_t c_hi, uint8_t *fold);
 
@@ -38,12 +40,13 @@ void fx_i16_wgrad_dy_bounds(const uint32_t *dn, int64_t S, int64_t ob0, int64_t 
 
 /* Lays out *b in scratch, takes the norms with the level's row_norms (fx_i16_row_norms or its
  * portable definition) and decides the chunk: 0 (counted as declined) where it has more than
- * 2^16 pixels (hi's range) or one output row's bound alone may leave int32, else 1 (counted as
- * a call). */
+ * 2^16 pixels (hi's range), or where one output row's bound alone may leave int32 and not
+ * any_data (the AVX2 kernel passes 1: it folds after each pair of such rows, which
+ * fx_i16_wgrad_direct_paired counts), else 1 (counted as a call). */
 struct fx_conv_geom;
 int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                          int64_t nbc, uint32_t *scratch,
                          void (*row_norms)(const int16_t *, int64_t, int64_t, uint32_t *),
-                         fx_i16_wgrad_bufs *b);
+                         int any_data, fx_i16_wgrad_bufs *b);
 
 #endif

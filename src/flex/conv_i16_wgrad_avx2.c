@@ -41,15 +41,26 @@ wtile(const int MR, int32_t *restrict hib, const int16_t *xp, int64_t ximg, cons
         for (int64_t oy = 0; oy < OH; oy++) {
             const int16_t *xr = xp + n * ximg + oy * Wp;
             const uint32_t *dr = dyt + n * dimg + oy * npair * opad;
+            const uint8_t fs = fold[n * OH + oy];
+#define FX_STEP(r, a0, a1)                                                                         \
+    if (MR > r) FX_MADD_ROW(a0, a1, b0, b1, xr + roff[r] + 2 * j);
+            if (__builtin_expect(fs == FX_I16_FOLD_PAIRS, 0)) {
+                /* a row too large for a chain: one pixel pair per chain */
+                for (int64_t j = 0; j < npair; j++) {
+                    const __m256i b0 = _mm256_load_si256((const __m256i *)(dr + j * opad));
+                    const __m256i b1 = _mm256_load_si256((const __m256i *)(dr + j * opad + 8));
+                    FX_I16_AVX2_ROWS(FX_STEP)
+                    FX_I16_AVX2_FOLD_ALL(MR, hi);
+                }
+                continue;
+            }
             for (int64_t j = 0; j < npair; j++) {
                 const __m256i b0 = _mm256_load_si256((const __m256i *)(dr + j * opad));
                 const __m256i b1 = _mm256_load_si256((const __m256i *)(dr + j * opad + 8));
-#define FX_STEP(r, a0, a1)                                                                         \
-    if (MR > r) FX_MADD_ROW(a0, a1, b0, b1, xr + roff[r] + 2 * j);
                 FX_I16_AVX2_ROWS(FX_STEP)
-#undef FX_STEP
             }
-            if (fold[n * OH + oy]) FX_I16_AVX2_FOLD_ALL(MR, hi);
+#undef FX_STEP
+            if (fs) FX_I16_AVX2_FOLD_ALL(MR, hi);
         }
     }
 #define FX_STORE(r, a0, a1)                                                                        \
@@ -114,7 +125,8 @@ int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, co
     const int64_t KH = g->KH, KW = g->KW, KK = KH * KW, CKK = C * KK;
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, ximg = C * Hp * Wp;
     fx_i16_wgrad_bufs b;
-    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch, fx_i16_row_norms_avx2, &b)) return 0;
+    /* any data: an output row too large for a chain of its own gets a fold per pair */
+    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch, fx_i16_row_norms_avx2, 1, &b)) return 0;
     uint32_t *dyt = b.dyt, *dn = b.dn, *xk = b.xk, *dm = b.dm;
     uint8_t *fold = b.fold;
     fx_i16_pair_rows(dy, nbc, O, P, opad, dyt);

@@ -172,7 +172,7 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
     const int64_t KH = g->KH, KW = g->KW, KK = KH * KW, CKK = C * KK;
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, ximg = C * Hp * Wp;
     fx_i16_wgrad_bufs b;
-    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch, fx_i16_row_norms, &b)) return 0;
+    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch, fx_i16_row_norms, 0, &b)) return 0;
     uint32_t *dyt = b.dyt, *dn = b.dn, *xk = b.xk, *dm = b.dm;
     uint8_t *fold = b.fold;
     fx_pair_rows_transpose_avx512((const uint16_t *)(const void *)dy, nbc, O, P, opad, dyt);
