@@ -57,12 +57,16 @@ enum {
     DATA_SKEW,
     DATA_FULL,
     DATA_CORNER, /* the strided input gradient's own case (check_strided_dgrad) */
-    DATA_FULL_MIX /* forward kernel only: full scale (+32767) in the lower half of every
-                     third group of 8 input channels and in the second 16 of every 32 output
-                     channels, TIGHT - 1 elsewhere: segments too large for a chain right
-                     after chains of two TIGHT - 1 segments (whose rounded-up norms, 32765,
-                     still let two share a chain; TIGHT's, 32768, do not), all of one sign, so
-                     that a missing fold before, inside or after such a segment wraps */
+    DATA_FULL_MIX, /* the kernels alone: one input row at full scale (+32767; in the
+                      forward pass only every third group of 8 channels of it), the rest and
+                      the weights (dy) near the bound: segments (rows) too large for a chain
+                      right after chains that reach the bound (forward: two segments of
+                      TIGHT - 1, whose rounded-up norms, 32765, still let two share a chain;
+                      TIGHT's, 32768, do not), all of one sign, so that a missing fold before,
+                      inside or after them wraps; few enough to be taken */
+    DATA_FULL_ROW /* the ops: input row 3 at full scale (+-32767), the rest normal (3000), the
+                     weights larger (10000), dy normal (4000, check_ops): a few segments (and
+                     weight-gradient rows) too large for a chain */
 };
 
 /* sqrt((2^31 - 2^16) / 16) rounded down: a segment of 8 equal values a times 8 equal values a
@@ -88,6 +92,12 @@ static int16_t draw(test_rng *r, int kind, int is_w, int64_t row)
         return TIGHT;
     case DATA_TIGHT_NEG:
         return (int16_t)(is_w ? TIGHT : -TIGHT);
+    case DATA_FULL_ROW: {
+        if (!is_w && row == 3) return (int16_t)(test_rng_range(r, 0, 1) ? 32767 : -32767);
+        double v = test_rng_normal(r) * (is_w ? 10000.0 : 3000.0);
+        v = v > 32767 ? 32767 : v < -32767 ? -32767 : v;
+        return (int16_t)v;
+    }
     default:
         return (int16_t)(test_rng_range(r, 0, 1) ? 32767 : -32767);
     }
@@ -129,11 +139,11 @@ static int check_kernel_strided(int64_t N, int64_t C, int64_t H, int64_t W, int6
                         xp[((n * C + c) * Hp + h + pad) * Wp + x + pad] =
                             kind == DATA_SKEW ? (int16_t)(c / 8 % 2 && h >= H / 2 ? TIGHT : 1)
                             : kind == DATA_FULL_MIX
-                                ? (int16_t)(c / 8 % 3 == 2 && h >= H / 2 ? 32767 : TIGHT - 1)
+                                ? (int16_t)(c / 8 % 3 == 2 && h == H / 2 ? 32767 : TIGHT - 1)
                                 : draw(&r, kind, 0, h);
     for (int64_t i = 0; i < O * C * KK; i++)
         w[i] = kind == DATA_SKEW ? (int16_t)(i / (C * KK) / 16 % 2 ? TIGHT : 1)
-               : kind == DATA_FULL_MIX ? (int16_t)(i / (C * KK) / 16 % 2 ? 32767 : TIGHT - 1)
+               : kind == DATA_FULL_MIX ? (int16_t)(TIGHT - 1)
                                        : draw(&r, kind, 1, 0);
     int64_t *want = malloc(sizeof(int64_t) * (size_t)(N * P * O));
     uint64_t want_max = 0;
@@ -236,7 +246,7 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
                         kind == DATA_TIGHT_POS   ? tight
                         : kind == DATA_TIGHT_NEG ? (int16_t)-tight
                         : kind == DATA_SKEW      ? (int16_t)(c % 2 && h >= H / 2 ? tight : 1)
-                        : kind == DATA_FULL_MIX  ? (int16_t)(h >= H / 2 ? 32767 : tight)
+                        : kind == DATA_FULL_MIX  ? (int16_t)(h == H / 2 ? 32767 : tight)
                                                  : draw(&r, kind, 0, h);
     for (int64_t i = 0; i < N * O * P; i++)
         /* past 64 channels (a second tile of channels) only the later ones are tight, so a
@@ -357,7 +367,9 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
     const int64_t OHW = H + 2 * pad - K + 1;
     const int64_t xs[4] = {N, C, H, H}, ws[4] = {O, C, K, K}, ys[4] = {N, O, OHW, OHW};
     tensor_t *x = int_tensor(f, xs, kind, 0, -14, &r), *w = int_tensor(f, ws, kind, 1, -15, &r);
-    tensor_t *dy = int_tensor(f, ys, kind, 1, -12, &r); /* the weights' kind: mixed is 6000 */
+    /* the weights' kind (mixed is 6000); normal beside a full-scale row, whose weight gradient
+     * rows then stay within a chain except those that reach the row */
+    tensor_t *dy = int_tensor(f, ys, kind == DATA_FULL_ROW ? DATA_NORMAL : kind, 1, -12, &r);
     const int64_t ny = N * O * OHW * OHW, nx = N * C * H * H;
     int16_t *y_ref = malloc(sizeof(int16_t) * (size_t)ny);
     int16_t *y_got = malloc(sizeof(int16_t) * (size_t)ny);
@@ -395,33 +407,34 @@ static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int64
                      FX_OK);
         const int wfits = OHW % 2 == 0 && fx_backend_active()->conv.i16_wgrad != NULL;
         if (pass > 0) {
-            const int wany = kind == DATA_FULL && wgrad_takes_any() && wfits;
-            const int expect_w = (expect_direct && wfits) || wany;
+            /* a full-scale row: taken with folds per pair by the AVX2 kernel, declined by the
+             * others */
+            const int row = kind == DATA_FULL_ROW;
+            const int expect_w = expect_direct && wfits && (!row || wgrad_takes_any());
             CHECK((fx_i16_wgrad_direct_calls() > wcalls) == expect_w,
                   "%s weight gradient C%lld O%lld data %d: the direct route %s", fmt_name(f),
                   (long long)C, (long long)O, kind, expect_w ? "did not run" : "ran");
-            if (kind == DATA_FULL && fx_backend_active()->conv.i16_wgrad && !wany)
+            if (kind == DATA_FULL && fx_backend_active()->conv.i16_wgrad)
                 CHECK(fx_i16_wgrad_direct_declined() > wdeclined,
                       "full-scale data: the direct weight gradient did not decline");
-            if (wany)
+            if (row && expect_w)
                 CHECK(fx_i16_wgrad_direct_paired() > wpaired &&
                           fx_i16_wgrad_direct_declined() == wdeclined,
-                      "full-scale data: the AVX2 weight gradient did not take it with folds "
+                      "a full-scale row: the AVX2 weight gradient did not take it with folds "
                       "per pair");
         }
         if (pass > 0) {
-            /* full-scale data: declined, except by the kernel that takes any data */
-            const int any = kind == DATA_FULL && fwd_takes_any();
-            const int expect_fwd = expect_direct || any;
+            const int row = kind == DATA_FULL_ROW;
+            const int expect_fwd = expect_direct && (!row || fwd_takes_any());
             CHECK((fx_i16_fwd_direct_calls() > calls) == expect_fwd,
                   "%s conv C%lld O%lld data %d: the direct route %s", fmt_name(f), (long long)C,
                   (long long)O, kind, expect_fwd ? "did not run" : "ran");
-            if (kind == DATA_FULL && !any)
+            if (kind == DATA_FULL)
                 CHECK(fx_i16_fwd_direct_declined() > declined,
                       "full-scale data: the direct route did not decline");
-            if (any)
-                CHECK(fx_i16_fwd_direct_paired() > paired && fx_i16_fwd_direct_declined() == declined,
-                      "full-scale data: the AVX2 kernel did not take it with folds per pair");
+            if (row && expect_fwd)
+                CHECK(fx_i16_fwd_direct_paired() > paired,
+                      "a full-scale row: the AVX2 kernel did not take it with folds per pair");
         }
         CHECK_STATUS(tensor_get_raw(y, pass ? y_got : y_ref), FX_OK);
         CHECK_STATUS(tensor_get_raw(dx, pass ? dx_got : dx_ref), FX_OK);
@@ -675,10 +688,10 @@ static void check_strided(uint64_t *seedp)
     /* the largest phase output falls into the padding (FLEX16_5: its write's maximum too) */
     check_strided_dgrad(FMT_DFP16, 1, 16, 8, 8, 8, 3, 3, 2, 2, 1, 1, DATA_CORNER, 1, seed++);
     check_strided_dgrad(FMT_FLEX16_5, 1, 16, 8, 8, 8, 3, 3, 2, 2, 1, 1, DATA_CORNER, 1, seed++);
-    /* full scale: the vpdpwssd kernel declines and col2im takes the op; the AMX kernel, where
-     * the phases run on it, and the AVX2 kernel (any data: they never decline) take it */
-    check_strided_dgrad(FMT_DFP16, 2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, DATA_FULL,
-                        amx_phases || fwd_takes_any(), seed++);
+    /* full scale: the vpdpwssd and vpmaddwd kernels decline and col2im takes the op; the AMX
+     * kernel, where the phases run on it (any data: it never declines), takes it */
+    check_strided_dgrad(FMT_DFP16, 2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, DATA_FULL, amx_phases,
+                        seed++);
     /* one thread and one chunk per sample; two threads and a batch of several chunks, whose
      * sums each thread gathers into its own chunk buffer */
     for (int f = 0; f < 2; f++) {
@@ -728,24 +741,25 @@ static void check_forward(uint64_t *seedp)
                                        seed++),
                   "data %d, strided shape %zu: the kernel declined data it can take", kind, s);
         }
-    /* full scale: one segment alone may wrap, so the chunk is declined; the AVX2 kernel takes
-     * it with a fold after each of such a segment's pairs, and its sums are exact (checked in
-     * check_kernel), also where those segments sit between chains that reach the bound */
-    if (fwd_takes_any()) {
+    /* full scale: one segment alone may wrap, so the chunk is declined (the AVX2 kernel too:
+     * every segment would take a fold per pair, more than FX_I16_PAIRED_MAX_SHARE allows) */
+    CHECK(!check_kernel(2, 32, 8, 8, 32, 3, 3, 1, DATA_FULL, seed++),
+          "full-scale data: the kernel took a chunk that may wrap");
+    /* one full-scale row: the AVX2 kernel takes it with a fold after each of its segments'
+     * pairs, and its sums are exact (check_kernel compares), also where those segments sit
+     * right after chains that reach the bound; the others decline it */
+    {
         const long long paired = fx_i16_fwd_direct_paired();
-        CHECK(check_kernel(2, 32, 8, 8, 32, 3, 3, 1, DATA_FULL, seed++),
-              "full-scale data: the AVX2 kernel declined");
-        CHECK(check_kernel(2, 32, 8, 8, 64, 3, 3, 1, DATA_FULL_MIX, seed++),
-              "full-scale rows and channels: the AVX2 kernel declined");
-        CHECK(check_kernel(2, 17, 9, 9, 33, 3, 3, 1, DATA_FULL_MIX, seed++),
-              "full-scale rows and channels, odd C and O: the AVX2 kernel declined");
-        CHECK(check_kernel_strided(2, 32, 12, 12, 64, 3, 3, 1, 2, DATA_FULL_MIX, seed++),
-              "full-scale rows and channels, stride 2: the AVX2 kernel declined");
-        CHECK(fx_i16_fwd_direct_paired() >= paired + 4,
-              "full-scale data: the chunks were not counted as taken with folds per pair");
-    } else {
-        CHECK(!check_kernel(2, 32, 8, 8, 32, 3, 3, 1, DATA_FULL, seed++),
-              "full-scale data: the kernel took a chunk that may wrap");
+        const int any = fwd_takes_any();
+        CHECK(check_kernel(2, 32, 8, 8, 64, 3, 3, 1, DATA_FULL_MIX, seed++) == any,
+              "a full-scale row: the kernel %s", any ? "declined" : "took it");
+        CHECK(check_kernel(2, 23, 9, 9, 33, 3, 3, 1, DATA_FULL_MIX, seed++) == any,
+              "a full-scale row, odd C and O: the kernel %s", any ? "declined" : "took it");
+        CHECK(check_kernel_strided(2, 32, 12, 12, 64, 3, 3, 1, 2, DATA_FULL_MIX, seed++) == any,
+              "a full-scale row, stride 2: the kernel %s", any ? "declined" : "took it");
+        CHECK(any ? fx_i16_fwd_direct_paired() - paired >= 3 : fx_i16_fwd_direct_paired() == paired,
+              "a full-scale row: %lld chunks counted as taken with folds per pair",
+              fx_i16_fwd_direct_paired() - paired);
     }
     static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
     for (int f = 0; f < 2; f++) {
@@ -755,6 +769,8 @@ static void check_forward(uint64_t *seedp)
     check_ops(FMT_DFP16, 2, 17, 9, 33, 3, 1, DATA_SMALL, 1, seed++); /* odd OW: GEMM dW */
     check_ops(FMT_DFP16, 3, 8, 10, 48, 3, 1, DATA_NORMAL, 1, seed++);
     check_ops(FMT_DFP16, 2, 32, 8, 32, 3, 1, DATA_FULL, 0, seed++);
+    /* a full-scale input row among 64 (the AVX2 kernels take it with folds per pair) */
+    for (int f = 0; f < 2; f++) check_ops(fmts[f], 2, 16, 64, 16, 3, 1, DATA_FULL_ROW, 1, seed++);
     /* a batch whose weight gradient the direct route cuts into chunks of several samples (its
      * own working set sizes them, conv2d.c: 40 samples in chunks of 3 here) */
     check_ops(FMT_DFP16, 40, 8, 10, 16, 3, 1, DATA_NORMAL, 1, seed++);
@@ -866,23 +882,26 @@ static void check_weight_gradient(uint64_t *seedp)
                   "weight gradient, data %d, shape %zu: declined data it can take", kind, s);
         }
     check_row_norms(seed++);
-    /* full scale: a row's bound alone may wrap, so the chunk is declined; the AVX2 kernel takes
-     * it with a fold after each pixel pair of such rows, exactly (check_wkernel compares), also
-     * where they follow and precede rows whose chains reach the bound (DATA_FULL_MIX: input
-     * rows of the lower half at full scale, the rest and dy tight, all positive) */
-    if (wgrad_takes_any()) {
+    /* full scale: a row's bound alone may wrap, so the chunk is declined (by the AVX2 kernel
+     * too: every row would take a fold per pixel pair) */
+    CHECK(!check_wkernel(2, 8, 8, 8, 16, 3, 1, DATA_FULL, seed++),
+          "full-scale data: the weight gradient took a chunk that may wrap");
+    /* one full-scale input row (DATA_FULL_MIX): the AVX2 kernel takes it with a fold after each
+     * pixel pair of the output rows it reaches, exactly (check_wkernel compares), also where
+     * they follow and precede rows whose chains reach the bound; the others decline it. 64
+     * rows an image: the 3 rows reached stay within FX_I16_PAIRED_MAX_SHARE. */
+    {
         const long long paired = fx_i16_wgrad_direct_paired();
-        CHECK(check_wkernel(2, 8, 8, 8, 16, 3, 1, DATA_FULL, seed++),
-              "full-scale data: the AVX2 weight gradient declined");
-        CHECK(check_wkernel(2, 8, 8, 8, 16, 3, 1, DATA_FULL_MIX, seed++),
-              "full-scale rows: the AVX2 weight gradient declined");
-        CHECK(check_wkernel(3, 7, 12, 12, 33, 3, 1, DATA_FULL_MIX, seed++),
-              "full-scale rows, odd C and O: the AVX2 weight gradient declined");
-        CHECK(fx_i16_wgrad_direct_paired() >= paired + 3,
-              "full-scale data: the weight gradient's chunks were not counted as paired");
-    } else {
-        CHECK(!check_wkernel(2, 8, 8, 8, 16, 3, 1, DATA_FULL, seed++),
-              "full-scale data: the weight gradient took a chunk that may wrap");
+        const int any = wgrad_takes_any();
+        CHECK(check_wkernel(2, 8, 64, 8, 16, 3, 1, DATA_FULL_MIX, seed++) == any,
+              "a full-scale row: the weight gradient %s", any ? "declined" : "took it");
+        CHECK(check_wkernel(2, 7, 64, 12, 33, 3, 1, DATA_FULL_MIX, seed++) == any,
+              "a full-scale row, odd C and O: the weight gradient %s",
+              any ? "declined" : "took it");
+        CHECK(any ? fx_i16_wgrad_direct_paired() - paired >= 2
+                  : fx_i16_wgrad_direct_paired() == paired,
+              "a full-scale row: %lld weight-gradient chunks counted as taken with folds per "
+              "pair", fx_i16_wgrad_direct_paired() - paired);
     }
     *seedp = seed;
 }

@@ -38,11 +38,11 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
                       const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                       uint64_t *ymax);
 /* The same on AVX2 (src/flex/conv_i16_fwd_avx2.c: vpmaddwd + vpaddd), the same sums and the
- * same contract (there the separate pad took 7 % of that pass on the AVX2 EPYC), except that it
- * never declines: a segment whose bound alone exceeds an int32 chain takes a fold after each
- * of its pairs (fx_i16_fold_schedule), exact for x and w in [-32767, 32767], which every
- * FLEX16_5/DFP16 mantissa is (the writes clamp to it, tensor_set_raw and the loaders reject
- * -32768). */
+ * same contract (there the separate pad took 7 % of that pass on the AVX2 EPYC), except that a
+ * segment whose bound alone exceeds an int32 chain takes a fold after each of its pairs
+ * (fx_i16_fold_schedule), exact for x and w in [-32767, 32767], which every FLEX16_5/DFP16
+ * mantissa is (the writes clamp to it, tensor_set_raw and the loaders reject -32768); it
+ * declines only chunks with many such segments (fx_i16_fwd_admit_any). */
 int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                            const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                            uint64_t *ymax);
@@ -205,9 +205,10 @@ int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb);
 int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                         int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
 /* The same on AVX2 (src/flex/conv_i16_wgrad_avx2.c: vpmaddwd + vpaddd), the same contract and
- * the same sums, except that it declines only chunks of more than 2^16 pixels: an output row
- * whose bound alone exceeds an int32 chain takes a fold after each pixel pair (exact for
- * mantissas in [-32767, 32767], as fx_i16_fwd_direct_avx2's segments). */
+ * the same sums, except that an output row whose bound alone exceeds an int32 chain takes a
+ * fold after each pixel pair (exact for mantissas in [-32767, 32767], as
+ * fx_i16_fwd_direct_avx2's segments); it declines only chunks of more than 2^16 pixels and
+ * chunks with many such rows (fx_i16_wgrad_prepare). */
 int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                              int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
 /* out[i] = ceil(sqrt(sum over j < len of p[i len + j]^2)) for i < rows, len <= 1024: the row

@@ -163,12 +163,28 @@ int fx_i16_fwd_admit(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int6
     return 1;
 }
 
-void fx_i16_fwd_admit_any(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
-                          int64_t G)
+int fx_i16_fwd_admit_any(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
+                         int64_t G)
 {
-    if (!fwd_segments_fit(rn, nrows, wn, nwrows, G))
-        atomic_fetch_add_explicit(&direct_paired, 1, memory_order_relaxed);
+    if (fwd_segments_fit(rn, nrows, wn, nwrows, G)) {
+        atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
+        return 1;
+    }
+    /* the (input row, segment) pairs whose bound with the segment's largest weight norm may
+     * leave a chain: each costs a fold per pair in every tile that reads it */
+    int64_t over = 0;
+    for (int64_t s = 0; s < G; s++) {
+        uint32_t wmax = 0;
+        for (int64_t i = 0; i < nwrows; i++) wmax = wn[i * G + s] > wmax ? wn[i * G + s] : wmax;
+        for (int64_t i = 0; i < nrows; i++) over += (int64_t)rn[i * G + s] * wmax > FX_I16_CHAIN_LIMIT;
+    }
+    if (over * FX_I16_PAIRED_MAX_SHARE > nrows * G) {
+        atomic_fetch_add_explicit(&direct_declined, 1, memory_order_relaxed);
+        return 0;
+    }
+    atomic_fetch_add_explicit(&direct_paired, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
+    return 1;
 }
 
 void fx_i16_fwd_offsets(const struct fx_conv_geom *g, int64_t *xoff)

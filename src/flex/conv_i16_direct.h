@@ -54,11 +54,18 @@ void fx_i16_fold_schedules8_avx512(const uint32_t *rn, const int32_t base[8], co
  * fx_i16_fwd_direct_calls and _declined hooks). */
 int fx_i16_fwd_admit(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
                      int64_t G);
-/* The AVX2 kernel's admission: every chunk, a segment beyond the limit taking a fold per pair
- * (fx_i16_fold_schedule); counts the call, and the chunks with such a segment
+/* The AVX2 kernel's admission: a chunk whose segments each fit a chain, and also one where
+ * some do not, which then take a fold per pair (fx_i16_fold_schedule), unless more than one
+ * (input row, segment) in FX_I16_PAIRED_MAX_SHARE may not (with the segment's largest weight
+ * norm). A segment folded per pair costs about three times a plain one, and the patch GEMM
+ * about 1.0-1.5 times the direct kernel on data without such segments (ResNet-20's layers,
+ * DFP16-like Gaussian data, one thread on the AVX2 EPYC), so past that share the GEMM is
+ * cheaper; in training they are rare (6 in 10^5 of the segments of a DFP16 ResNet-20 epoch).
+ * Counts the call, the decline, and the chunks taken with such segments
  * (fx_i16_fwd_direct_paired). */
-void fx_i16_fwd_admit_any(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
-                          int64_t G);
+#define FX_I16_PAIRED_MAX_SHARE 16
+int fx_i16_fwd_admit_any(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
+                         int64_t G);
 
 /* xoff[t G + s]: the word offset of segment s of tap t from a pixel's top-left tap in the copy */
 void fx_i16_fwd_offsets(const struct fx_conv_geom *g, int64_t *xoff);

@@ -14,11 +14,12 @@
  * fast kernel. An output row of OW pixels is cut into ceil(OW / 6) tiles of near-equal widths
  * (the CNN's 14: 5 + 5 + 4), so no lane computes a pixel that is not there.
  *
- * Unlike the AVX-512 kernel it declines no data: where one segment's bound alone exceeds an
- * int32 chain (DFP16 tensors, whose mantissas fill the int16 range, in about one chunk of 28 of
- * a ResNet-20 epoch on Fashion-MNIST), the schedule marks it, and the tile folds after each of
- * its pairs instead of handing the whole chunk to the patch GEMM, which then took the
- * two-multiply split kernel on most of its tiles as well. */
+ * Unlike the AVX-512 kernel it takes chunks where one segment's bound alone exceeds an int32
+ * chain (DFP16 tensors, whose mantissas fill the int16 range, in about one chunk of 28 of a
+ * ResNet-20 epoch on Fashion-MNIST): the schedule marks the segment, and the tile folds after
+ * each of its pairs, instead of handing the whole chunk to the patch GEMM, which then took the
+ * two-multiply split kernel on most of its tiles as well. Only where such segments are many
+ * (fx_i16_fwd_admit_any) does it still decline. */
 #include "conv_i16.h"
 #include "conv_i16_avx2.h"
 #include "conv_i16_direct.h"
@@ -203,9 +204,9 @@ typedef struct fwd_chunk {
     int64_t xoff[FX_I16_FWD_MAX_SEGS];
 } fwd_chunk;
 
-/* the chunk's copy and norms, its admission (always: fx_i16_fwd_admit_any), the segments'
- * offsets and the tiles of an output row */
-static void fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+/* the chunk's copy and norms, its admission (fx_i16_fwd_admit_any), the segments' offsets and
+ * the tiles of an output row; 1, or 0 where the chunk is declined */
+static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                            const uint32_t *wq, uint32_t *scratch, fwd_chunk *k)
 {
     const int64_t C = g->C;
@@ -230,8 +231,8 @@ static void fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int
     for (int64_t n = 0; n < nbc; n++)
         fx_i16_fwd_copy_image_avx2(g, xp + n * C * g->H * g->W, k->xq + n * k->HW * k->Cpp,
                                    k->rn + n * k->Hp * k->G, planes, sq);
-    /* every chunk is taken: a segment too large for a chain of its own gets a fold per pair */
-    fx_i16_fwd_admit_any(k->rn, nbc * k->Hp, k->wn, k->opad / 16 * k->KK, k->G);
+    /* a segment too large for a chain of its own gets a fold per pair, unless too many are */
+    if (!fx_i16_fwd_admit_any(k->rn, nbc * k->Hp, k->wn, k->opad / 16 * k->KK, k->G)) return 0;
     fx_i16_fwd_offsets(g, k->xoff);
     k->sh = g->sh;
     k->sw = g->sw;
@@ -240,6 +241,7 @@ static void fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int
     k->ntile = (k->OW + MR_MAX - 1) / MR_MAX;
     k->wide = k->OW % k->ntile;
     k->base = k->OW / k->ntile;
+    return 1;
 }
 
 int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
@@ -247,7 +249,7 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
                            uint64_t *ymax)
 {
     fwd_chunk k;
-    fwd_chunk_setup(g, xp, nbc, wq, scratch, &k);
+    if (!fwd_chunk_setup(g, xp, nbc, wq, scratch, &k)) return 0;
     const int64_t O = k.O, OH = k.OH, OW = k.OW, Hp = k.Hp, G = k.G;
     uint64_t mx = 0;
     (void)nthreads; /* without OpenMP */
@@ -347,7 +349,7 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
         g->OW > ROUND_MAX_OW || g->C * g->KH * g->KW > FX_I16_ROUND_MAX_K)
         return 0;
     fwd_chunk k;
-    fwd_chunk_setup(g, xp, nbc, wq, scratch, &k);
+    if (!fwd_chunk_setup(g, xp, nbc, wq, scratch, &k)) return 0;
     const int64_t O = k.O, OH = k.OH, OW = k.OW, P = k.P, Hp = k.Hp, G = k.G;
     int16_t row[ROUND_MAX_OW * 16] __attribute__((aligned(32)));
     int16_t row2[ROUND_MAX_OW * 16] __attribute__((aligned(32)));

@@ -147,19 +147,19 @@ static int channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t nbc, in
     for (int64_t c = 0; c < C; c++)
         for (int64_t n = 0; n < nbc; n++)
             max_of_rows(xk + c * S + n * OH, xn + (n * C + c) * Hp, 1, KH, OH);
+    int64_t over = 0; /* output rows whose bound alone may leave a chain */
     for (int64_t s0 = 0; s0 < S; s0 += FX_WG_RUN) {
         const int64_t len = S - s0 < FX_WG_RUN ? S - s0 : FX_WG_RUN;
         uint32_t xmax[FX_WG_RUN], dmax[FX_WG_RUN];
         max_of_rows(xmax, xk + s0, S, C, len);
         max_of_rows(dmax, dn + s0, S, nob, len);
-        int64_t over = 0;
-        for (int64_t i = 0; i < len; i++) over |= (int64_t)xmax[i] * dmax[i] > FX_I16_CHAIN_LIMIT;
+        for (int64_t i = 0; i < len; i++) over += (int64_t)xmax[i] * dmax[i] > FX_I16_CHAIN_LIMIT;
         if (over && !any_data) return decline();
-        if (over) { /* taken with a fold per pair of such rows */
-            atomic_fetch_add_explicit(&wdirect_paired, 1, memory_order_relaxed);
-            break;
-        }
     }
+    /* taken with a fold per pixel pair of such rows, unless they are many (as the forward
+     * kernel's admission, fx_i16_fwd_admit_any: then the patch GEMM is the cheaper) */
+    if (over * FX_I16_PAIRED_MAX_SHARE > S) return decline();
+    if (over) atomic_fetch_add_explicit(&wdirect_paired, 1, memory_order_relaxed);
     count_call();
     return 1;
 }

@@ -42,7 +42,8 @@ void fx_i16_wgrad_dy_bounds(const uint32_t *dn, int64_t S, int64_t ob0, int64_t 
  * portable definition) and decides the chunk: 0 (counted as declined) where it has more than
  * 2^16 pixels (hi's range), or where one output row's bound alone may leave int32 and not
  * any_data (the AVX2 kernel passes 1: it folds after each pair of such rows, which
- * fx_i16_wgrad_direct_paired counts), else 1 (counted as a call). */
+ * fx_i16_wgrad_direct_paired counts, unless more than one row in FX_I16_PAIRED_MAX_SHARE is
+ * one), else 1 (counted as a call). */
 struct fx_conv_geom;
 int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                          int64_t nbc, uint32_t *scratch,
