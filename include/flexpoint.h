@@ -228,7 +228,9 @@ FX_API int tensor_get_raw(const tensor_t *t, void *dst);
 FX_API int tensor_set_raw(tensor_t *t, const void *src);
 
 /** @brief Pointer to the first element of t's storage (at the view's offset), for zero-copy
- *  access by bindings.
+ *  access by bindings. A FLEX16_5/DFP16 mantissa written through it must lie in
+ *  [-32767, 32767], as every write of the library leaves it (tensor_set_raw() checks; the
+ *  exact integer kernels rely on it: -32768 is not a mantissa).
  *  @param[in] t The tensor (host memory).
  *  @return The pointer, owned by the tensor and valid while any view of the storage lives;
  *          NULL if t is NULL or a device tensor (its memory is not addressable from the

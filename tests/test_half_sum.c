@@ -130,9 +130,9 @@ static void check_half_sum(const fx_backend *b, fmt_t f, int64_t outer, int64_t 
         h[i] = half_of(f, sample(data, rng));
         w[i] = widen(f, h[i]);
     }
-    if (data == 3 && f == FMT_FP16 && n_in > 2) { /* fp16 signalling NaNs */
-        h[n_in / 2] = 0x7d01;
-        h[n_in - 1] = 0xfc80;
+    if (data == 3 && n_in > 2) { /* signalling NaNs (the conversion above makes quiet ones) */
+        h[n_in / 2] = f == FMT_FP16 ? 0x7d01 : 0x7f81;
+        h[n_in - 1] = f == FMT_FP16 ? 0xfc80 : 0xff85;
         w[n_in / 2] = widen(f, h[n_in / 2]);
         w[n_in - 1] = widen(f, h[n_in - 1]);
     }

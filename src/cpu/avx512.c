@@ -76,6 +76,10 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
      * 16-bit sum has the bits of the fp32 sum of its widened values */
     b->kernels[FX_OP_SUM][FMT_FP16] = NULL;
     b->kernels[FX_OP_SUM][FMT_BF16] = NULL;
+    /* likewise the fp16/bf16 max pool: widened planes on this level's fp32 kernel (the AVX2
+     * one reads the 16-bit planes, with the same values and indices, but was not measured
+     * here) */
+    b->cvt.maxpool2x2_half = NULL;
     b->kernels[FX_OP_MATMUL][FMT_FP32] = fx_f32_matmul_avx512;
     /* element-wise math (f32_math.h): fp32 cores for every input format */
     b->kernels[FX_OP_UNARY][FMT_FP32] = fx_f32_k_unary_avx512;

@@ -50,8 +50,9 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
 /* fx_i16_fwd_amx_round's contract on the AVX2 kernel (conv_i16_fwd_avx2.c), xp unpadded as
  * for fx_i16_fwd_direct_avx2: the chunk's sums rounded in the tiles' epilogue at `shift` (and
  * at shift2 into yq2 and part2 where yq2 is not NULL) into NCHW mantissas with each image's
- * statistics, quant_i64's bits, instead of stored. Returns 0 (nothing kept) for shifts
- * outside [1, 32] (the AVX2 rounding's fast route), for rows of more
+ * statistics, quant_i64's bits, instead of stored. Also 0 where the kernel declines the
+ * chunk's data (fx_i16_fwd_admit_any), for shifts outside [1, 32] (the AVX2 rounding's fast
+ * route), for rows of more
  * than 256 pixels and for more than FX_I16_ROUND_MAX_K products an output (where it was not
  * faster than storing the sums). One thread. The switch (0: every caller takes the int64
  * sums), and the calls and those with a rounding done whole, for tests. */

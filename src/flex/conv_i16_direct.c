@@ -120,8 +120,9 @@ void fx_i16_fold_schedule(const uint32_t *rn, const uint32_t *wm, int64_t KK, in
                           int64_t G, uint8_t *fold)
 {
     /* branch-free: where the chains are cut depends on the data (about every fifth segment on
-     * training data). A segment whose bound alone exceeds the limit (never in an admitted
-     * chunk) is FX_I16_FOLD_PAIRS, with a fold before it; the chain after it starts afresh. */
+     * training data). A segment whose bound alone exceeds the limit (never in a chunk that
+     * fx_i16_fwd_admit admitted; fx_i16_fwd_admit_any admits a few) is FX_I16_FOLD_PAIRS, with
+     * a fold before it; the chain after it starts afresh. */
     int64_t run = 0;
     int prev_pairs = 0;
     for (int64_t t = 0; t < KK; t++) {

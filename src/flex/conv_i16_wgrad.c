@@ -90,7 +90,8 @@ long long fx_i16_wgrad_direct_paired(void)
 
 /* fold[s] for the output rows s of a tile over channels [c_lo, c_hi]: greedy chains of rows
  * whose bounds (the channels' largest input norm times dy's, dm[s]) sum to at most
- * FX_I16_CHAIN_LIMIT (each alone does, the chunk's check). The bounds of FX_WG_RUN rows at a
+ * FX_I16_CHAIN_LIMIT (each alone does, the chunk's check, except the few rows that
+ * fx_i16_wgrad_prepare admits with any_data: FX_I16_FOLD_PAIRS). The bounds of FX_WG_RUN rows at a
  * time come from element-wise maxima and products the compiler vectorises; the greedy scan over
  * them is branch-free, as fx_i16_fold_schedule's: where a chain is cut depends on the data, and
  * a branch there mispredicts. */
@@ -137,8 +138,8 @@ static void count_call(void)
 /* xk[c S + n OH + oh]: the largest input row norm xn[(n C + c) Hp + oh + kh] of channel c at
  * output row oh over the kernel's rows kh (what a tile's bound takes per channel: a little
  * looser than per tap, and one lookup per channel); then whether the chunk can be taken: no
- * output row's bound (its largest xk times its largest dn) may leave int32 alone. Counts the
- * call or the decline. */
+ * output row's bound (its largest xk times its largest dn) may leave int32 alone, or with
+ * any_data at most one row in FX_I16_PAIRED_MAX_SHARE. Counts the call or the decline. */
 static int channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t nbc, int64_t C,
                          int64_t Hp, int64_t OH, int64_t KH, int64_t nob, int any_data,
                          uint32_t *xk)
@@ -205,6 +206,7 @@ int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const 
     row_norms(xp, nbc * C * Hp, Wp, b->xn);
     row_norms(dy, nbc * O * OH, OW, b->drn);
     block_norms(b->drn, nbc, O, OH, nob, b->dn);
-    /* xk, and a segment that alone may leave int32: the GEMM's any-data kernels take the chunk */
+    /* xk, and rows that alone may leave int32 (any, or with any_data too many): the GEMM's
+     * any-data kernels take the chunk */
     return channel_norms(b->xn, b->dn, nbc, C, Hp, OH, g->KH, nob, any_data, b->xk);
 }
