@@ -140,52 +140,44 @@ void fx_i16_fold_schedule(const uint32_t *rn, const uint32_t *wm, int64_t KK, in
     fold[KK * G - 1] = (uint8_t)(prev_pairs ? FX_I16_FOLD_PAIRS : 0);
 }
 
-/* whether every segment's bound alone stays within an int32 chain */
-static int fwd_segments_fit(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
-                            int64_t G)
+/* The (input row, segment) pairs whose bound with the segment's largest weight norm alone
+ * leaves an int32 chain: each costs a fold per pair in every tile that reads it (0: every
+ * segment fits a chain of its own). */
+static int64_t fwd_segments_over(const uint32_t *rn, int64_t nrows, const uint32_t *wn,
+                                 int64_t nwrows, int64_t G)
 {
-    for (int64_t s = 0; s < G; s++) {
-        uint32_t rmax = 0, wmax = 0;
-        for (int64_t i = 0; i < nrows; i++) rmax = rn[i * G + s] > rmax ? rn[i * G + s] : rmax;
-        for (int64_t i = 0; i < nwrows; i++) wmax = wn[i * G + s] > wmax ? wn[i * G + s] : wmax;
-        if ((int64_t)rmax * wmax > FX_I16_CHAIN_LIMIT) return 0;
-    }
-    return 1;
-}
-
-int fx_i16_fwd_admit(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
-                     int64_t G)
-{
-    if (!fwd_segments_fit(rn, nrows, wn, nwrows, G)) {
-        atomic_fetch_add_explicit(&direct_declined, 1, memory_order_relaxed);
-        return 0;
-    }
-    atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
-    return 1;
-}
-
-int fx_i16_fwd_admit_any(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
-                         int64_t G)
-{
-    if (fwd_segments_fit(rn, nrows, wn, nwrows, G)) {
-        atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
-        return 1;
-    }
-    /* the (input row, segment) pairs whose bound with the segment's largest weight norm may
-     * leave a chain: each costs a fold per pair in every tile that reads it */
     int64_t over = 0;
     for (int64_t s = 0; s < G; s++) {
         uint32_t wmax = 0;
         for (int64_t i = 0; i < nwrows; i++) wmax = wn[i * G + s] > wmax ? wn[i * G + s] : wmax;
         for (int64_t i = 0; i < nrows; i++) over += (int64_t)rn[i * G + s] * wmax > FX_I16_CHAIN_LIMIT;
     }
-    if (over * FX_I16_PAIRED_MAX_SHARE > nrows * G) {
+    return over;
+}
+
+/* the admission of a chunk with `over` such pairs of nrows * G, at most `allowed` */
+static int fwd_admit_over(int64_t over, int64_t allowed)
+{
+    if (over > allowed) {
         atomic_fetch_add_explicit(&direct_declined, 1, memory_order_relaxed);
         return 0;
     }
-    atomic_fetch_add_explicit(&direct_paired, 1, memory_order_relaxed);
+    if (over) atomic_fetch_add_explicit(&direct_paired, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
     return 1;
+}
+
+int fx_i16_fwd_admit(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
+                     int64_t G)
+{
+    return fwd_admit_over(fwd_segments_over(rn, nrows, wn, nwrows, G), 0);
+}
+
+int fx_i16_fwd_admit_any(const uint32_t *rn, int64_t nrows, const uint32_t *wn, int64_t nwrows,
+                         int64_t G)
+{
+    return fwd_admit_over(fwd_segments_over(rn, nrows, wn, nwrows, G),
+                          nrows * G / FX_I16_PAIRED_MAX_SHARE);
 }
 
 void fx_i16_fwd_offsets(const struct fx_conv_geom *g, int64_t *xoff)

@@ -86,27 +86,29 @@ itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
         else                                                                                       \
             FX_MADD_ROW(a0, a1, b0, b1, xs + r * ld + j);                                          \
     }
+/* pair j of the segment: its weight vectors, then every row's step */
+#define FX_PAIR                                                                                    \
+    const __m256i b0 = _mm256_load_si256((const __m256i *)(ws + j * opad));                       \
+    const __m256i b1 = _mm256_load_si256((const __m256i *)(ws + j * opad + 8));                   \
+    FX_I16_AVX2_ROWS(FX_STEP)
     for (int64_t i = 0; i < nseg; i++) {
         const uint32_t *xs = xb + xoff[i];
         const uint32_t *ws = wb + i * FX_I16_SEG_PAIRS * opad;
         if (__builtin_expect(fold[i] == FX_I16_FOLD_PAIRS, 0)) {
             /* a segment too large for a chain: one pair per chain (fx_i16_fold_schedule) */
             for (int j = 0; j < FX_I16_SEG_PAIRS; j++) {
-                const __m256i b0 = _mm256_load_si256((const __m256i *)(ws + j * opad));
-                const __m256i b1 = _mm256_load_si256((const __m256i *)(ws + j * opad + 8));
-                FX_I16_AVX2_ROWS(FX_STEP)
+                FX_PAIR
                 FX_I16_AVX2_FOLD_ALL(MR, hi);
             }
             continue;
         }
 #pragma GCC unroll 4
         for (int j = 0; j < FX_I16_SEG_PAIRS; j++) {
-            const __m256i b0 = _mm256_load_si256((const __m256i *)(ws + j * opad));
-            const __m256i b1 = _mm256_load_si256((const __m256i *)(ws + j * opad + 8));
-            FX_I16_AVX2_ROWS(FX_STEP)
+            FX_PAIR
         }
         if (fold[i]) FX_I16_AVX2_FOLD_ALL(MR, hi);
     }
+#undef FX_PAIR
 #undef FX_STEP
     if (ROUND) {
         /* local states (the mantissa stores could alias *rd's), merged at the end */

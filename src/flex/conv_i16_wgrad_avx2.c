@@ -44,21 +44,23 @@ wtile(const int MR, int32_t *restrict hib, const int16_t *xp, int64_t ximg, cons
             const uint8_t fs = fold[n * OH + oy];
 #define FX_STEP(r, a0, a1)                                                                         \
     if (MR > r) FX_MADD_ROW(a0, a1, b0, b1, xr + roff[r] + 2 * j);
+/* pixel pair j of the row: dy's two vectors, then every kernel row's step */
+#define FX_PAIR                                                                                    \
+    const __m256i b0 = _mm256_load_si256((const __m256i *)(dr + j * opad));                       \
+    const __m256i b1 = _mm256_load_si256((const __m256i *)(dr + j * opad + 8));                   \
+    FX_I16_AVX2_ROWS(FX_STEP)
             if (__builtin_expect(fs == FX_I16_FOLD_PAIRS, 0)) {
                 /* a row too large for a chain: one pixel pair per chain */
                 for (int64_t j = 0; j < npair; j++) {
-                    const __m256i b0 = _mm256_load_si256((const __m256i *)(dr + j * opad));
-                    const __m256i b1 = _mm256_load_si256((const __m256i *)(dr + j * opad + 8));
-                    FX_I16_AVX2_ROWS(FX_STEP)
+                    FX_PAIR
                     FX_I16_AVX2_FOLD_ALL(MR, hi);
                 }
                 continue;
             }
             for (int64_t j = 0; j < npair; j++) {
-                const __m256i b0 = _mm256_load_si256((const __m256i *)(dr + j * opad));
-                const __m256i b1 = _mm256_load_si256((const __m256i *)(dr + j * opad + 8));
-                FX_I16_AVX2_ROWS(FX_STEP)
+                FX_PAIR
             }
+#undef FX_PAIR
 #undef FX_STEP
             if (fs) FX_I16_AVX2_FOLD_ALL(MR, hi);
         }

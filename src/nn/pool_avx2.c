@@ -52,6 +52,15 @@ static inline void fx_pool_deinterleave(__m256 a, __m256 b, __m256 *even, __m256
         _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
 }
 
+/* The lanes where candidate c takes the window from best: greater, or a NaN where the best so
+ * far is not one (the portable loop's rule) */
+static inline __m256 fx_pool_takes(__m256 c, __m256 best)
+{
+    return _mm256_or_ps(_mm256_cmp_ps(c, best, _CMP_GT_OQ),
+                        _mm256_and_ps(_mm256_cmp_ps(c, c, _CMP_UNORD_Q),
+                                      _mm256_cmp_ps(best, best, _CMP_ORD_Q)));
+}
+
 void fx_maxpool2x2_f32_avx2(const float *x, int64_t x_base, int64_t W, int64_t OH, int64_t OW,
                             float *out, int32_t *idx)
 {
@@ -82,11 +91,7 @@ void fx_maxpool2x2_f32_avx2(const float *x, int64_t x_base, int64_t W, int64_t O
             fx_pool_deinterleave(b0, b1, &c[1], &c[2]);
             __m256i off = _mm256_setzero_si256();
             for (int k = 0; k < 3; k++) {
-                /* greater, or a NaN where the best so far is not one */
-                const __m256 m = _mm256_or_ps(
-                    _mm256_cmp_ps(c[k], best, _CMP_GT_OQ),
-                    _mm256_and_ps(_mm256_cmp_ps(c[k], c[k], _CMP_UNORD_Q),
-                                  _mm256_cmp_ps(best, best, _CMP_ORD_Q)));
+                const __m256 m = fx_pool_takes(c[k], best);
                 best = _mm256_blendv_ps(best, c[k], m);
                 off = _mm256_blendv_epi8(off, offs[k], _mm256_castps_si256(m));
             }
@@ -163,10 +168,7 @@ void fx_maxpool2x2_half_avx2(const uint16_t *x, int64_t x_base, int64_t W, int64
             __m256i bh = h[0], off = _mm256_setzero_si256();
             for (int k = 0; k < 3; k++) { /* fx_maxpool2x2_f32_avx2's comparison */
                 const __m256 c = f[k + 1];
-                const __m256i m = _mm256_castps_si256(_mm256_or_ps(
-                    _mm256_cmp_ps(c, best, _CMP_GT_OQ),
-                    _mm256_and_ps(_mm256_cmp_ps(c, c, _CMP_UNORD_Q),
-                                  _mm256_cmp_ps(best, best, _CMP_ORD_Q))));
+                const __m256i m = _mm256_castps_si256(fx_pool_takes(c, best));
                 best = _mm256_blendv_ps(best, c, _mm256_castsi256_ps(m));
                 bh = _mm256_blendv_epi8(bh, h[k + 1], m);
                 off = _mm256_blendv_epi8(off, offs[k], m);
