@@ -960,6 +960,66 @@ static void check_fold_schedules8(uint64_t seed)
     CHECK(cuts > 1000, "the fold-schedule data cut chains %lld times, want many", (long long)cuts);
 }
 
+/* The AVX2 level's fold schedules of four rows at once against the scalar definition, as
+ * check_fold_schedules8, and with segments whose bound alone leaves a chain (folded per pair,
+ * FX_I16_FOLD_PAIRS), alone, adjacent, first and last, which the AVX2 kernel admits. */
+static void check_fold_schedules4(uint64_t seed)
+{
+    test_rng r;
+    test_rng_seed(&r, seed);
+    static const int64_t shapes[][3] = {{9, 3, 2}, {9, 3, 4}, {9, 3, 8}, {25, 5, 4}, {1, 1, 2},
+                                        {4, 2, 2}, {2, 1, 1}, {49, 7, 3}, {9, 3, 20},
+                                        {5, 1, 1}, {25, 5, 8}};
+    int64_t cuts = 0, paired = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int64_t KK = shapes[k][0], KW = shapes[k][1], G = shapes[k][2], nseg = KK * G;
+        const int64_t KH = KK / KW, nrn = (KH + 40) * G;
+        uint32_t *rn = malloc(sizeof(uint32_t) * (size_t)nrn);
+        uint32_t *wm = malloc(sizeof(uint32_t) * (size_t)nseg);
+        uint8_t *fold = malloc((size_t)(4 * nseg));
+        uint8_t *want = malloc((size_t)nseg);
+        for (int trial = 0; trial < 60; trial++) {
+            /* products rn wm of 2^28 .. 2^31 - 2^16; in two trials of three some norms up to
+             * 92682 (the largest of 8 int16), whose products may leave the limit alone */
+            const int big = trial % 3 != 0;
+            for (int64_t i = 0; i < nrn; i++)
+                rn[i] = (uint32_t)(big && test_rng_range(&r, 0, 8) == 0
+                                       ? test_rng_range(&r, 46341, 92682)
+                                       : test_rng_range(&r, 16384, 46340));
+            for (int64_t i = 0; i < nseg; i++)
+                wm[i] = (uint32_t)(big && test_rng_range(&r, 0, 8) == 0
+                                       ? test_rng_range(&r, 46341, 92682)
+                                       : test_rng_range(&r, 16384, 46340));
+            if (trial % 6 == 1) wm[0] = wm[nseg - 1] = 92682; /* first and last segments */
+            int32_t base[4];
+            for (int j = 0; j < 4; j++)
+                base[j] = (int32_t)(test_rng_range(&r, 0, 40) * G);
+            if (trial % 5 == 0) base[3] = base[2]; /* a repeated last row */
+            fx_i16_fold_schedules4_avx2(rn, base, wm, KK, KW, G, fold);
+            for (int j = 0; j < 4; j++) {
+                fx_i16_fold_schedule(rn + base[j], wm, KK, KW, G, want);
+                int64_t bad = -1;
+                for (int64_t i = 0; i < nseg && bad < 0; i++) {
+                    if (fold[j * nseg + i] != want[i]) bad = i;
+                    cuts += want[i] == 1;
+                    paired += want[i] == FX_I16_FOLD_PAIRS;
+                }
+                CHECK(bad < 0, "fold schedules of 4 rows (KK %lld, KW %lld, G %lld), lane %d: "
+                      "segment %lld is %d, the scalar schedule says %d", (long long)KK,
+                      (long long)KW, (long long)G, j, (long long)bad,
+                      bad < 0 ? 0 : fold[j * nseg + bad], bad < 0 ? 0 : want[bad]);
+            }
+        }
+        free(rn);
+        free(wm);
+        free(fold);
+        free(want);
+    }
+    CHECK(cuts > 1000, "the fold-schedule data cut chains %lld times, want many", (long long)cuts);
+    CHECK(paired > 100, "the fold-schedule data had %lld segments folded per pair, want many",
+          (long long)paired);
+}
+
 int main(void)
 {
     /* every level this CPU runs that has the direct forward kernel: AVX-512 with VNNI
@@ -972,6 +1032,7 @@ int main(void)
     int ran = 0;
     const fx_backend *avx2 = fx_backend_get(FX_BACKEND_AVX2);
     if (avx2 && avx2->available) check_copy(seed++);
+    if (avx2 && avx2->available) check_fold_schedules4(seed++);
     const fx_backend *avx512 = fx_backend_get(FX_BACKEND_AVX512);
     if (avx512 && avx512->available && avx512->conv.i16_fwd) check_fold_schedules8(seed++);
     /* the portable row norms, the definition the levels' follow */

@@ -42,6 +42,13 @@ static inline int64_t fx_i16_pairs(int64_t C) { return fx_i16_groups(C) * FX_I16
 void fx_i16_fold_schedule(const uint32_t *rn, const uint32_t *wm, int64_t KK, int64_t KW,
                           int64_t G, uint8_t *fold);
 
+/* fx_i16_fold_schedule for four output rows at once on AVX2 (conv_i16_fwd_avx2.c; call only
+ * where the AVX2 level runs), FX_I16_FOLD_PAIRS segments included: lane j's row has its first
+ * padded row's norms at rn + base[j]; fold[j KK G + i] is that row's fold[i]. KK G <=
+ * FX_I16_FWD_MAX_SEGS. */
+void fx_i16_fold_schedules4_avx2(const uint32_t *rn, const int32_t base[4], const uint32_t *wm,
+                                 int64_t KK, int64_t KW, int64_t G, uint8_t *fold);
+
 /* fx_i16_fold_schedule for eight output rows at once on AVX-512 (conv_i16_avx512.c; call only
  * where the AVX-512 level runs): lane j's row has its first padded row's norms at rn +
  * base[j]; fold[j KK G + i] is that row's fold[i]. KK G <= FX_I16_FWD_MAX_SEGS. */

@@ -192,6 +192,72 @@ static const iround_fn round_fns[2][5][MR_MAX] = {
     {IROUND_ROW(4, 1), IROUND_ROW(8, 1), IROUND_ROW(16, 1), IROUND_ROW(32, 1), IROUND_ROW(0, 1)},
     {IROUND_ROW(4, 2), IROUND_ROW(8, 2), IROUND_ROW(16, 2), IROUND_ROW(32, 2), IROUND_ROW(0, 2)}};
 
+/* fx_i16_fold_schedule for four output rows at once, one per 64-bit lane: the AVX-512 level's
+ * fx_i16_fold_schedules8_avx512 in four lanes, with FX_I16_FOLD_PAIRS segments. Why: the
+ * scalar greedy cut takes about 15 instructions a segment and a row, about a tenth of the
+ * kernel's own work a segment on the CNN's conv2 (6 % of its forward pass in perf on the AVX2
+ * EPYC); in lanes four rows take about the time of one. A segment too large for a chain of its
+ * own needs no case of its own in the cuts: its bound alone exceeds the limit, so the chain is
+ * cut before it and again after it, as the scalar definition's fresh chain after such a
+ * segment (folded per pair) is. */
+void fx_i16_fold_schedules4_avx2(const uint32_t *rn, const int32_t base[4], const uint32_t *wm,
+                                 int64_t KK, int64_t KW, int64_t G, uint8_t *fold)
+{
+    const int64_t nseg = KK * G;
+    /* bit j of bits[i]: row j's chain is cut after segment i; bit 4 + j: segment i is folded
+     * per pair (then bit j is set too, so their sum is fold[i]) */
+    uint8_t bits[FX_I16_FWD_MAX_SEGS];
+    const __m128i vbase = _mm_loadu_si128((const __m128i *)(const void *)base);
+    const __m256i lim = _mm256_set1_epi64x(FX_I16_CHAIN_LIMIT);
+    __m256i run = _mm256_setzero_si256(), prev_pairs = _mm256_setzero_si256();
+    /* the taps of one kernel row share their input row's norms: gathered once per row where
+     * there are at most 16 segments per tap (128 channels), else per segment */
+    __m256i rv[16];
+    for (int64_t t = 0; t < KK; t++)
+        for (int64_t s = 0; s < G; s++) {
+            const int64_t i = t * G + s;
+            __m256i r;
+            if (G > 16 || t % KW == 0) {
+                const __m128i idx = _mm_add_epi32(vbase, _mm_set1_epi32((int)((t / KW) * G + s)));
+                r = _mm256_cvtepu32_epi64(
+                    _mm_i32gather_epi32((const int *)(const void *)rn, idx, 4));
+                if (G <= 16) rv[s] = r;
+            } else {
+                r = rv[s];
+            }
+            /* norms of 8 int16 are below 2^17: the product is exact and the signed compares
+             * order it */
+            const __m256i b = _mm256_mul_epu32(r, _mm256_set1_epi64x((int64_t)wm[i]));
+            const __m256i pairs = _mm256_cmpgt_epi64(b, lim);
+            if (i > 0) {
+                const __m256i sum = _mm256_add_epi64(run, b);
+                const __m256i cut = _mm256_cmpgt_epi64(sum, lim);
+                bits[i - 1] = (uint8_t)(_mm256_movemask_pd(_mm256_castsi256_pd(cut)) |
+                                        _mm256_movemask_pd(_mm256_castsi256_pd(prev_pairs)) << 4);
+                run = _mm256_blendv_epi8(sum, b, cut);
+            } else {
+                run = b; /* the first segment cuts nothing */
+            }
+            prev_pairs = pairs;
+        }
+    const int last = _mm256_movemask_pd(_mm256_castsi256_pd(prev_pairs));
+    bits[nseg - 1] = (uint8_t)(last | last << 4);
+    /* bits j and 4 + j of bits[i] -> fold[j nseg + i], 32 segments a step */
+    const __m256i one = _mm256_set1_epi8(1);
+    for (int j = 0; j < 4; j++) {
+        uint8_t *f = fold + j * nseg;
+        const __m128i sc = _mm_cvtsi32_si128(j), sp = _mm_cvtsi32_si128(4 + j);
+        int64_t i = 0;
+        for (; i + 32 <= nseg; i += 32) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(bits + i));
+            const __m256i c = _mm256_and_si256(_mm256_srl_epi16(v, sc), one);
+            const __m256i p = _mm256_and_si256(_mm256_srl_epi16(v, sp), one);
+            _mm256_storeu_si256((__m256i *)(void *)(f + i), _mm256_add_epi8(c, p));
+        }
+        for (; i < nseg; i++) f[i] = (uint8_t)(((bits[i] >> j) & 1) + ((bits[i] >> (4 + j)) & 1));
+    }
+}
+
 /* What both entry points set up for a chunk: the padded pair copy of its images and their row
  * norms (in scratch: fx_i16_fwd_direct_scratch, sized for the AVX-512 layout, which holds this
  * one: the copy, 32-byte aligned (a tile covers only pixels that are there, so nothing is read
@@ -201,6 +267,7 @@ typedef struct fwd_chunk {
     int64_t O, Cpp, G, opad, Hp, Wp, HW, OH, OW, P, KK, nseg, sh, sw, ld;
     int ldi;
     int64_t ntile, wide, base; /* an output row in ntile tiles of near-equal widths, wider first */
+    int64_t nrn;               /* words of the row norms rn, [n][ih][s] */
     const uint32_t *wn;        /* the weight norms */
     uint32_t *xq, *rn;
     int64_t xoff[FX_I16_FWD_MAX_SEGS];
@@ -228,6 +295,7 @@ static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int6
     k->xq = scratch + ((8 - ((uintptr_t)scratch / 4) % 8) % 8);
     uint32_t *planes = k->xq + nbc * k->HW * k->Cpp;
     k->rn = planes + k->Cpp * k->HW; /* [n][ih][s] */
+    k->nrn = nbc * k->Hp * k->G;
     uint32_t *sqw = k->rn + nbc * k->Hp * k->G;
     uint64_t *sq = (uint64_t *)(void *)(sqw + ((uintptr_t)sqw / 4) % 2);
     for (int64_t n = 0; n < nbc; n++)
@@ -246,13 +314,32 @@ static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int6
     return 1;
 }
 
+/* The fold schedules of the chunk's output rows r0 .. r0 + 3 ([n][oh] in order) into
+ * fold[j nseg] (rows from `end` on repeat the one before it) */
+static void row_schedules(const fwd_chunk *k, int64_t KW, int64_t r0, int64_t end,
+                          const uint32_t *wm, uint8_t *fold)
+{
+    int64_t at[4];
+    for (int j = 0; j < 4; j++) {
+        const int64_t row = r0 + j < end ? r0 + j : end - 1;
+        at[j] = ((row / k->OH) * k->Hp + row % k->OH * k->sh) * k->G;
+    }
+    if (k->nrn > INT32_MAX) { /* beyond the gather's offsets (no layer of a trainable size) */
+        for (int j = 0; j < 4; j++)
+            fx_i16_fold_schedule(k->rn + at[j], wm, k->KK, KW, k->G, fold + j * k->nseg);
+        return;
+    }
+    const int32_t base[4] = {(int32_t)at[0], (int32_t)at[1], (int32_t)at[2], (int32_t)at[3]};
+    fx_i16_fold_schedules4_avx2(k->rn, base, wm, k->KK, KW, k->G, fold);
+}
+
 int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                            const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                            uint64_t *ymax)
 {
     fwd_chunk k;
     if (!fwd_chunk_setup(g, xp, nbc, wq, scratch, &k)) return 0;
-    const int64_t O = k.O, OH = k.OH, OW = k.OW, Hp = k.Hp, G = k.G;
+    const int64_t O = k.O, OH = k.OH, OW = k.OW, nrows = nbc * OH;
     uint64_t mx = 0;
     (void)nthreads; /* without OpenMP */
     for (int64_t o0 = 0; o0 < O; o0 += 16) {
@@ -262,19 +349,22 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1) \
     reduction(max : mx)
 #endif
-        for (int64_t row = 0; row < nbc * OH; row++) {
-            const int64_t n = row / OH, oh = row % OH;
-            uint8_t fold[FX_I16_FWD_MAX_SEGS];
-            fx_i16_fold_schedule(k.rn + (n * Hp + oh * k.sh) * G, wm, k.KK, g->KW, G, fold);
-            int64_t ow0 = 0;
-            for (int64_t t = 0; t < k.ntile; t++) {
-                const int w = (int)(k.base + (t < k.wide));
-                const uint64_t m = tile_fns[k.ldi][w - 1](
-                    k.xq + (n * k.HW + oh * k.sh * k.Wp + ow0 * k.sw) * k.Cpp, k.ld, k.xoff,
-                    k.nseg, wq + o0, k.opad, fold, y + (n * k.P + oh * OW + ow0) * O + o0, O,
-                    ncols, ymax != NULL);
-                mx = m > mx ? m : mx;
-                ow0 += w;
+        for (int64_t r0 = 0; r0 < nrows; r0 += 4) {
+            uint8_t fold[4 * FX_I16_FWD_MAX_SEGS];
+            row_schedules(&k, g->KW, r0, nrows, wm, fold);
+            for (int64_t row = r0; row < r0 + 4 && row < nrows; row++) {
+                const int64_t n = row / OH, oh = row % OH;
+                const uint8_t *rfold = fold + (row - r0) * k.nseg;
+                int64_t ow0 = 0;
+                for (int64_t t = 0; t < k.ntile; t++) {
+                    const int w = (int)(k.base + (t < k.wide));
+                    const uint64_t m = tile_fns[k.ldi][w - 1](
+                        k.xq + (n * k.HW + oh * k.sh * k.Wp + ow0 * k.sw) * k.Cpp, k.ld,
+                        k.xoff, k.nseg, wq + o0, k.opad, rfold,
+                        y + (n * k.P + oh * OW + ow0) * O + o0, O, ncols, ymax != NULL);
+                    mx = m > mx ? m : mx;
+                    ow0 += w;
+                }
             }
         }
     }
@@ -352,7 +442,7 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
         return 0;
     fwd_chunk k;
     if (!fwd_chunk_setup(g, xp, nbc, wq, scratch, &k)) return 0;
-    const int64_t O = k.O, OH = k.OH, OW = k.OW, P = k.P, Hp = k.Hp, G = k.G;
+    const int64_t O = k.O, OH = k.OH, OW = k.OW, P = k.P;
     int16_t row[ROUND_MAX_OW * 16] __attribute__((aligned(32)));
     int16_t row2[ROUND_MAX_OW * 16] __attribute__((aligned(32)));
     /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
@@ -366,15 +456,16 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
         for (int64_t o0 = 0; o0 < O; o0 += 16) {
             const int ncols = O - o0 < 16 ? (int)(O - o0) : 16;
             const uint32_t *wm = k.wn + (o0 / 16) * k.nseg;
+            uint8_t fold[4 * FX_I16_FWD_MAX_SEGS];
             for (int64_t oh = 0; oh < OH; oh++) {
-                uint8_t fold[FX_I16_FWD_MAX_SEGS];
-                fx_i16_fold_schedule(k.rn + (n * Hp + oh * k.sh) * G, wm, k.KK, g->KW, G, fold);
+                if (oh % 4 == 0) row_schedules(&k, g->KW, n * OH + oh, (n + 1) * OH, wm, fold);
+                const uint8_t *rfold = fold + (oh % 4) * k.nseg;
                 int64_t ow0 = 0;
                 for (int64_t t = 0; t < k.ntile; t++) {
                     const int w = (int)(k.base + (t < k.wide));
                     round_fns[two][k.ldi][w - 1](
                         k.xq + (n * k.HW + oh * k.sh * k.Wp + ow0 * k.sw) * k.Cpp, k.ld, k.xoff,
-                        k.nseg, wq + o0, k.opad, fold, &rd, ow0);
+                        k.nseg, wq + o0, k.opad, rfold, &rd, ow0);
                     ow0 += w;
                 }
                 const int64_t at = (n * O + o0) * P + oh * OW;
