@@ -1020,6 +1020,86 @@ static void check_fold_schedules4(uint64_t seed)
           (long long)paired);
 }
 
+/* The AVX2 weight gradient's schedules in four lanes (fx_i16_wgrad_fold_schedule4_avx2) are
+ * not the scalar scan's bytes: each quarter of the rows starts a chain. Checked for what makes
+ * the sums exact: a row is FX_I16_FOLD_PAIRS exactly where its bound alone leaves a chain, the
+ * row before such a row ends a chain, every other chain's bounds sum to at most
+ * FX_I16_CHAIN_LIMIT; and the last row's byte and the chain count against the scalar scan (at
+ * most three chains more). Below 16 rows the bytes are the scalar scan's. */
+static void check_wgrad_schedules4(uint64_t seed)
+{
+    test_rng r;
+    test_rng_seed(&r, seed);
+    static const int64_t sizes[] = {9, 15, 16, 17, 40, 128, 255, 257, 1000, 4099};
+    int64_t cuts = 0, paired = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const int64_t S = sizes[k], C = 3;
+        uint32_t *xk = malloc(sizeof(uint32_t) * (size_t)(C * S));
+        uint32_t *dm = malloc(sizeof(uint32_t) * (size_t)S);
+        uint8_t *fold = malloc((size_t)S), *want = malloc((size_t)S);
+        int64_t *bound = malloc(sizeof(int64_t) * (size_t)S);
+        for (int trial = 0; trial < 12; trial++) {
+            const int big = trial % 3 != 0; /* rows whose bound alone leaves a chain */
+            for (int64_t i = 0; i < C * S; i++)
+                xk[i] = (uint32_t)(big && test_rng_range(&r, 0, 16) == 0
+                                       ? test_rng_range(&r, 46341, 92682)
+                                       : test_rng_range(&r, 8192, 46340));
+            for (int64_t i = 0; i < S; i++) dm[i] = (uint32_t)test_rng_range(&r, 8192, 46340);
+            if (trial % 4 == 1) { /* the first and last rows, and a quarter's edges */
+                dm[0] = dm[S - 1] = 92682;
+                xk[S / 4] = xk[(S + 3) / 4 - 1] = 92682;
+                dm[S / 4] = dm[(S + 3) / 4 - 1] = 92682;
+            }
+            const int64_t c_lo = trial % C, c_hi = c_lo + (trial / C) % (C - c_lo);
+            memset(fold, 7, (size_t)S);
+            fx_i16_wgrad_fold_schedule4_avx2(xk, dm, S, c_lo, c_hi, fold);
+            fx_i16_wgrad_fold_schedule(xk, dm, S, c_lo, c_hi, want);
+            int64_t run = 0, bad = -1, n_lane = 0, n_want = 0;
+            for (int64_t i = 0; i < S; i++) {
+                uint32_t x = 0;
+                for (int64_t c = c_lo; c <= c_hi; c++) x = xk[c * S + i] > x ? xk[c * S + i] : x;
+                bound[i] = (int64_t)x * dm[i];
+            }
+            for (int64_t i = 0; i < S && bad < 0; i++) {
+                const int pairs = bound[i] > FX_I16_CHAIN_LIMIT;
+                if (fold[i] > FX_I16_FOLD_PAIRS || (fold[i] == FX_I16_FOLD_PAIRS) != pairs ||
+                    (pairs && i > 0 && fold[i - 1] == 0))
+                    bad = i;
+                run = pairs ? 0 : run + bound[i];
+                if (run > FX_I16_CHAIN_LIMIT) bad = i;
+                if (fold[i]) run = 0;
+                n_lane += fold[i] != 0;
+                n_want += want[i] != 0;
+                paired += pairs;
+            }
+            cuts += n_lane;
+            CHECK(bad < 0, "weight-gradient schedule in lanes, %lld rows, channels %lld-%lld: "
+                  "row %lld (fold %d, bound %lld) breaks a chain's limit or its pairs",
+                  (long long)S, (long long)c_lo, (long long)c_hi, (long long)bad,
+                  bad < 0 ? 0 : fold[bad], bad < 0 ? 0LL : (long long)bound[bad]);
+            CHECK(fold[S - 1] == want[S - 1], "weight-gradient schedule in lanes, %lld rows: "
+                  "last row %d, the scalar scan %d", (long long)S, fold[S - 1], want[S - 1]);
+            CHECK(n_lane >= n_want && n_lane <= n_want + 3,
+                  "weight-gradient schedule in lanes, %lld rows: %lld chain ends, the scalar "
+                  "scan %lld (at most 3 more)", (long long)S, (long long)n_lane,
+                  (long long)n_want);
+            if (S < 16)
+                CHECK(memcmp(fold, want, (size_t)S) == 0,
+                      "weight-gradient schedule of %lld rows: not the scalar scan's",
+                      (long long)S);
+        }
+        free(xk);
+        free(dm);
+        free(fold);
+        free(want);
+        free(bound);
+    }
+    CHECK(cuts > 2000, "the weight-gradient schedules ended %lld chains, want many",
+          (long long)cuts);
+    CHECK(paired > 100, "the weight-gradient schedules had %lld rows folded per pair, want many",
+          (long long)paired);
+}
+
 int main(void)
 {
     /* every level this CPU runs that has the direct forward kernel: AVX-512 with VNNI
@@ -1033,6 +1113,7 @@ int main(void)
     const fx_backend *avx2 = fx_backend_get(FX_BACKEND_AVX2);
     if (avx2 && avx2->available) check_copy(seed++);
     if (avx2 && avx2->available) check_fold_schedules4(seed++);
+    if (avx2 && avx2->available) check_wgrad_schedules4(seed++);
     const fx_backend *avx512 = fx_backend_get(FX_BACKEND_AVX512);
     if (avx512 && avx512->available && avx512->conv.i16_fwd) check_fold_schedules8(seed++);
     /* the portable row norms, the definition the levels' follow */

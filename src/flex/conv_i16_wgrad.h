@@ -15,6 +15,15 @@
 void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t S, int64_t c_lo,
                                 int64_t c_hi, uint8_t *fold);
 
+/* A schedule of the same kind on AVX2 (conv_i16_wgrad_avx2.c; call only where the AVX2 level
+ * runs), with the rows in four quarters, each quarter's greedy chains in one 64-bit lane: the
+ * first chain of each quarter starts afresh, so the row before it ends a chain (1, or
+ * FX_I16_FOLD_PAIRS for such a row), and there are at most three chains more than in
+ * fx_i16_wgrad_fold_schedule's, which it returns for S < 16. Every chain's bounds still sum
+ * to at most FX_I16_CHAIN_LIMIT, so the sums are the same. */
+void fx_i16_wgrad_fold_schedule4_avx2(const uint32_t *xk, const uint32_t *dm, int64_t S,
+                                      int64_t c_lo, int64_t c_hi, uint8_t *fold);
+
 /* Portable definitions the AVX2 kernel takes as they are: fx_i16_row_norms's values, and
  * dyt[n][pp][o] = (dy[o][2pp], dy[o][2pp + 1]) for pp < P / 2, zero for O <= o < opad (the
  * chunk's dy, NCHW, as pixel-pair-major words; P even) */
