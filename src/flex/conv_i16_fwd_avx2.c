@@ -389,8 +389,12 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
  * dst + c plane, for c < ncols */
 static void row_to_planes(const int16_t *row, int64_t OW, int ncols, int16_t *dst, int64_t plane)
 {
-    int64_t p = 0;
-    for (; p + 8 <= OW; p += 8) {
+    /* a row of at least 8 pixels ends with a block at OW - 8, over pixels the block before it
+     * stored too (the same values): the CNN's conv1 has OW = 28, whose last 4 pixels went one
+     * value at a time, as many scalar stores as its 24 others took in 8 x 8 transposes */
+    const int64_t end = OW >= 8 ? OW : 0;
+    for (int64_t p0 = 0; p0 < end; p0 += 8) {
+        const int64_t p = p0 + 8 <= OW ? p0 : OW - 8;
         __m256i r[8], t[8], u[8];
         for (int i = 0; i < 8; i++)
             r[i] = _mm256_loadu_si256((const __m256i *)(row + (p + i) * 16));
@@ -420,7 +424,7 @@ static void row_to_planes(const int16_t *row, int64_t OW, int ncols, int16_t *ds
             if (c1 + 8 < ncols) _mm_storeu_si128(d9, _mm256_extracti128_si256(hi, 1));
         }
     }
-    for (; p < OW; p++)
+    for (int64_t p = end; p < OW; p++)
         for (int c = 0; c < ncols; c++) dst[c * plane + p] = row[p * 16 + c];
 }
 
