@@ -1031,13 +1031,14 @@ static void check_wgrad_schedules4(uint64_t seed)
     test_rng r;
     test_rng_seed(&r, seed);
     static const int64_t sizes[] = {9, 15, 16, 17, 40, 128, 255, 257, 1000, 4099};
-    int64_t cuts = 0, paired = 0;
+    int64_t cuts = 0, paired = 0, edges_paired = 0;
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         const int64_t S = sizes[k], C = 3;
-        uint32_t *xk = malloc(sizeof(uint32_t) * (size_t)(C * S));
-        uint32_t *dm = malloc(sizeof(uint32_t) * (size_t)S);
-        uint8_t *fold = malloc((size_t)S), *want = malloc((size_t)S);
-        int64_t *bound = malloc(sizeof(int64_t) * (size_t)S);
+        const size_t nS = (size_t)sizes[k];
+        uint32_t *xk = malloc(sizeof(uint32_t) * nS * (size_t)C);
+        uint32_t *dm = malloc(sizeof(uint32_t) * nS);
+        uint8_t *fold = malloc(nS), *want = malloc(nS);
+        int64_t *bound = malloc(sizeof(int64_t) * nS);
         for (int trial = 0; trial < 12; trial++) {
             const int big = trial % 3 != 0; /* rows whose bound alone leaves a chain */
             for (int64_t i = 0; i < C * S; i++)
@@ -1045,13 +1046,20 @@ static void check_wgrad_schedules4(uint64_t seed)
                                        ? test_rng_range(&r, 46341, 92682)
                                        : test_rng_range(&r, 8192, 46340));
             for (int64_t i = 0; i < S; i++) dm[i] = (uint32_t)test_rng_range(&r, 8192, 46340);
-            if (trial % 4 == 1) { /* the first and last rows, and a quarter's edges */
-                dm[0] = dm[S - 1] = 92682;
-                xk[S / 4] = xk[(S + 3) / 4 - 1] = 92682;
-                dm[S / 4] = dm[(S + 3) / 4 - 1] = 92682;
+            if (trial % 4 == 1) {
+                /* rows folded per pair first and last, on both sides of each quarter's edge
+                 * (q = ceil(S / 4)) and of the 64-step blocks, in every channel */
+                const int64_t q = (S + 3) / 4;
+                const int64_t edge[] = {0, S - 1, q - 1, q, 2 * q - 1, 2 * q, 3 * q - 1, 3 * q,
+                                        63, 64, q + 63, q + 64};
+                for (size_t e = 0; e < sizeof edge / sizeof edge[0]; e++) {
+                    if (edge[e] >= S) continue;
+                    dm[edge[e]] = 92682;
+                    for (int64_t c = 0; c < C; c++) xk[c * S + edge[e]] = 92682;
+                }
             }
             const int64_t c_lo = trial % C, c_hi = c_lo + (trial / C) % (C - c_lo);
-            memset(fold, 7, (size_t)S);
+            for (size_t i = 0; i < nS; i++) fold[i] = 7; /* any byte left unwritten shows */
             fx_i16_wgrad_fold_schedule4_avx2(xk, dm, S, c_lo, c_hi, fold);
             fx_i16_wgrad_fold_schedule(xk, dm, S, c_lo, c_hi, want);
             int64_t run = 0, bad = -1, n_lane = 0, n_want = 0;
@@ -1071,6 +1079,8 @@ static void check_wgrad_schedules4(uint64_t seed)
                 n_lane += fold[i] != 0;
                 n_want += want[i] != 0;
                 paired += pairs;
+                edges_paired += pairs && S >= 16 && (i % ((S + 3) / 4) == 0 ||
+                                                     i % ((S + 3) / 4) == (S + 3) / 4 - 1);
             }
             cuts += n_lane;
             CHECK(bad < 0, "weight-gradient schedule in lanes, %lld rows, channels %lld-%lld: "
@@ -1098,6 +1108,8 @@ static void check_wgrad_schedules4(uint64_t seed)
           (long long)cuts);
     CHECK(paired > 100, "the weight-gradient schedules had %lld rows folded per pair, want many",
           (long long)paired);
+    CHECK(edges_paired > 50, "the weight-gradient schedules had %lld rows folded per pair at a "
+          "quarter's first or last row, want many", (long long)edges_paired);
 }
 
 int main(void)

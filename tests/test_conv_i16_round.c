@@ -4,8 +4,8 @@
  * NCHW order: every mantissa and every per-image statistic, bit for bit, at one shift and at
  * two (the second into its own mantissas and statistics), on ResNet-20's and the CNN's conv1
  * shapes, odd channel counts, output channels that fill no whole vector, rows of 7 to 256
- * pixels (every tile width, rows with a scalar tail past the 8-pixel transposes, the row
- * buffer's full width), stride 2, and a 5 x 5 layer of 8 channels (the CNN's conv1 as the
+ * pixels (every tile width, rows of fewer than 8 pixels (a scalar loop), rows whose last 8-pixel
+ * transpose overlaps the one before it, the row buffer's full width), stride 2, and a 5 x 5 layer of 8 channels (the CNN's conv1 as the
  * convolution folds it has 5 x 1 taps; tensor_conv2d takes that path in test_nn_conv); on
  * normal and small data. A shift at which some sum saturates leaves that rounding unmade
  * (whole without it) and every image's statistics with the exact largest |sum| and a
@@ -181,7 +181,7 @@ static void kernel_cases(void)
         {32, 32, 16, 16, 3, 1, 1}, {64, 64, 8, 8, 3, 1, 1}, {16, 32, 32, 32, 3, 1, 2},
         {8, 32, 28, 28, 5, 2, 1},  /* the CNN's conv1 as folded: 5 channels padded to 8 */
         {5, 24, 9, 7, 3, 1, 1},    /* odd C, O not a multiple of 16, rows of 7 */
-        {13, 40, 11, 14, 3, 1, 1}, /* rows of 14: one transpose and a scalar tail of 6 */
+        {13, 40, 11, 14, 3, 1, 1}, /* rows of 14: two transposes, at pixels 0 and 6 */
         {24, 17, 6, 20, 3, 0, 1},  {9, 16, 10, 30, 1, 0, 1},
     };
     test_rng r;

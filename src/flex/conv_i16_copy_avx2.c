@@ -54,6 +54,14 @@ static void pair_planes(const struct fx_conv_geom *g, const uint16_t *x, int64_t
         memset(q, 0, sizeof(uint32_t) * (size_t)(ph * Wp + pw));
         for (int64_t ih = 0; ih < H; ih++) {
             uint32_t *r = q + (ph + ih) * Wp + pw;
+            /* the same row of the next pair of planes (past the image on the last pair: a
+             * prefetch does not fault). Without it the loads of this row took about half of
+             * the copy's time: one row per plane and pair is too short a stream for the
+             * hardware's prefetcher (dfp16 ResNet-20 training, perf, AVX2 EPYC: the copy's
+             * samples 0.75x those of stage 3's tiles before, 0.50x after) */
+            const uintptr_t next = (uintptr_t)(e + ih * W) + sizeof(uint16_t) * (size_t)(2 * H * W);
+            _mm_prefetch((const char *)next, _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + sizeof(uint16_t) * (size_t)(H * W)), _MM_HINT_T0);
             pair_row(e + ih * W, d ? d + ih * W : NULL, W, r);
             /* this row's right padding and the next one's left, if there is a next */
             memset(r + W, 0, sizeof(uint32_t) * (size_t)(ih + 1 < H ? 2 * pw : pw));

@@ -149,7 +149,7 @@ void fx_i16_wgrad_fold_schedule4_avx2(const uint32_t *xk, const uint32_t *dm, in
         int64_t bl[4][WG_LANE_BLOCK] __attribute__((aligned(32)));
         for (int j = 0; j < 4; j++) {
             const int64_t r0 = j * q + i0, m = len[j] - i0 < n ? len[j] - i0 : n;
-            const uint32_t *x0 = xc + r0;
+            const uint32_t *x0 = m > 0 ? xc + r0 : xc; /* a short lane may have no rows here */
             if (nch == 1) { /* (a copy into xm first became a rep movsq: a sixth of the time) */
                 for (int64_t i = 0; i < m; i++) bl[j][i] = (int64_t)x0[i] * dm[r0 + i];
             } else {
@@ -198,17 +198,17 @@ void fx_i16_wgrad_fold_schedule4_avx2(const uint32_t *xk, const uint32_t *dm, in
         for (int j = 0; j < 4; j++) {
             const int64_t first = i0 == 0 ? 1 : 0;
             const int64_t end = len[j] - i0 + 1 < n ? len[j] - i0 + 1 : n; /* steps < len[j] */
-            uint8_t *f = fold + j * q + i0 - 1;
+            uint8_t *f = fold + j * q + i0 - 1 + first; /* step i0 + i - 1 at f[i - first] */
             const __m128i sc = _mm_cvtsi32_si128(j), sp = _mm_cvtsi32_si128(4 + j);
             int64_t i = first;
             for (; i + 32 <= end; i += 32) {
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(code + i));
                 const __m256i c = _mm256_and_si256(_mm256_srl_epi16(v, sc), one);
                 const __m256i pp = _mm256_and_si256(_mm256_srl_epi16(v, sp), one);
-                _mm256_storeu_si256((__m256i *)(void *)(f + i), _mm256_add_epi8(c, pp));
+                _mm256_storeu_si256((__m256i *)(void *)(f + i - first), _mm256_add_epi8(c, pp));
             }
             for (; i < end; i++)
-                f[i] = (uint8_t)(((code[i] >> j) & 1) + ((code[i] >> (4 + j)) & 1));
+                f[i - first] = (uint8_t)(((code[i] >> j) & 1) + ((code[i] >> (4 + j)) & 1));
         }
     }
     /* each quarter's last row: a chain ends there (the last row of all: as the scalar scan) */
