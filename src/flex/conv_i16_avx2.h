@@ -47,6 +47,41 @@ typedef int32_t fx_i16_word_any __attribute__((aligned(1), may_alias));
                      : [hp] "r"(h)                                                                  \
                      : "xmm14", "xmm15", "memory")
 
+/* The fold schedules' greedy scans (conv_i16_fwd_avx2.c, conv_i16_wgrad_avx2.c), four at a
+ * time in the 64-bit lanes of one vector. One step, b the four scans' next bounds (each below
+ * 2^63): *run, a scan's chain so far (0 before its first step), becomes b where the chain ends
+ * before this step, else grows by b; *over marks the bounds beyond lim alone (folded per
+ * pair; 0 before the first step). Such a bound needs no case of its own: it ends the chain
+ * before it, and the one after it starts afresh. Returns the code of the step before: bit j
+ * where lane j's chain ended there, bit 4 + j where that step was folded per pair (bit j is
+ * then set too, so the two bits sum to its fold byte). */
+static inline uint8_t fx_i16_lanes_cut(__m256i b, __m256i lim, __m256i *run, __m256i *over)
+{
+    const __m256i sum = _mm256_add_epi64(*run, b);
+    const __m256i cut = _mm256_cmpgt_epi64(sum, lim);
+    const int code = _mm256_movemask_pd(_mm256_castsi256_pd(cut)) |
+                     _mm256_movemask_pd(_mm256_castsi256_pd(*over)) << 4;
+    *run = _mm256_blendv_epi8(sum, b, cut);
+    *over = _mm256_cmpgt_epi64(b, lim);
+    return (uint8_t)code;
+}
+
+/* Lane j's fold bytes of n steps from their codes: f[i] = bit j + bit 4 + j of code[i], 32 a
+ * vector step */
+static inline void fx_i16_lane_folds(const uint8_t *code, int64_t n, int j, uint8_t *f)
+{
+    const __m256i one = _mm256_set1_epi8(1);
+    const __m128i sc = _mm_cvtsi32_si128(j), sp = _mm_cvtsi32_si128(4 + j);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(code + i));
+        const __m256i c = _mm256_and_si256(_mm256_srl_epi16(v, sc), one);
+        const __m256i p = _mm256_and_si256(_mm256_srl_epi16(v, sp), one);
+        _mm256_storeu_si256((__m256i *)(void *)(f + i), _mm256_add_epi8(c, p));
+    }
+    for (; i < n; i++) f[i] = (uint8_t)(((code[i] >> j) & 1) + ((code[i] >> (4 + j)) & 1));
+}
+
 /* |v| for int64 lanes (two's complement; AVX2 has no vpabsq) and the lane-wise unsigned max
  * of values below 2^63 (a signed compare orders them) */
 static inline __m256i fx_abs_epi64_avx2(__m256i v)

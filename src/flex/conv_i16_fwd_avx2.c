@@ -196,20 +196,15 @@ static const iround_fn round_fns[2][5][MR_MAX] = {
  * fx_i16_fold_schedules8_avx512 in four lanes, with FX_I16_FOLD_PAIRS segments. Why: the
  * scalar greedy cut takes about 15 instructions a segment and a row, about a tenth of the
  * kernel's own work a segment on the CNN's conv2 (6 % of its forward pass in perf on the AVX2
- * EPYC); in lanes four rows take about the time of one. A segment too large for a chain of its
- * own needs no case of its own in the cuts: its bound alone exceeds the limit, so the chain is
- * cut before it and again after it, as the scalar definition's fresh chain after such a
- * segment (folded per pair) is. */
+ * EPYC); in lanes four rows take about the time of one. */
 void fx_i16_fold_schedules4_avx2(const uint32_t *rn, const int32_t base[4], const uint32_t *wm,
                                  int64_t KK, int64_t KW, int64_t G, uint8_t *fold)
 {
     const int64_t nseg = KK * G;
-    /* bit j of bits[i]: row j's chain is cut after segment i; bit 4 + j: segment i is folded
-     * per pair (then bit j is set too, so their sum is fold[i]) */
-    uint8_t bits[FX_I16_FWD_MAX_SEGS];
+    uint8_t bits[FX_I16_FWD_MAX_SEGS]; /* bits[i]: segment i's code (fx_i16_lanes_cut) */
     const __m128i vbase = _mm_loadu_si128((const __m128i *)(const void *)base);
     const __m256i lim = _mm256_set1_epi64x(FX_I16_CHAIN_LIMIT);
-    __m256i run = _mm256_setzero_si256(), prev_pairs = _mm256_setzero_si256();
+    __m256i run = _mm256_setzero_si256(), over = _mm256_setzero_si256();
     /* the taps of one kernel row share their input row's norms: gathered once per row where
      * there are at most 16 segments per tap (128 channels), else per segment */
     __m256i rv[16];
@@ -228,34 +223,12 @@ void fx_i16_fold_schedules4_avx2(const uint32_t *rn, const int32_t base[4], cons
             /* norms of 8 int16 are below 2^17: the product is exact and the signed compares
              * order it */
             const __m256i b = _mm256_mul_epu32(r, _mm256_set1_epi64x((int64_t)wm[i]));
-            const __m256i pairs = _mm256_cmpgt_epi64(b, lim);
-            if (i > 0) {
-                const __m256i sum = _mm256_add_epi64(run, b);
-                const __m256i cut = _mm256_cmpgt_epi64(sum, lim);
-                bits[i - 1] = (uint8_t)(_mm256_movemask_pd(_mm256_castsi256_pd(cut)) |
-                                        _mm256_movemask_pd(_mm256_castsi256_pd(prev_pairs)) << 4);
-                run = _mm256_blendv_epi8(sum, b, cut);
-            } else {
-                run = b; /* the first segment cuts nothing */
-            }
-            prev_pairs = pairs;
+            const uint8_t code = fx_i16_lanes_cut(b, lim, &run, &over);
+            if (i > 0) bits[i - 1] = code;
         }
-    const int last = _mm256_movemask_pd(_mm256_castsi256_pd(prev_pairs));
+    const int last = _mm256_movemask_pd(_mm256_castsi256_pd(over));
     bits[nseg - 1] = (uint8_t)(last | last << 4);
-    /* bits j and 4 + j of bits[i] -> fold[j nseg + i], 32 segments a step */
-    const __m256i one = _mm256_set1_epi8(1);
-    for (int j = 0; j < 4; j++) {
-        uint8_t *f = fold + j * nseg;
-        const __m128i sc = _mm_cvtsi32_si128(j), sp = _mm_cvtsi32_si128(4 + j);
-        int64_t i = 0;
-        for (; i + 32 <= nseg; i += 32) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(bits + i));
-            const __m256i c = _mm256_and_si256(_mm256_srl_epi16(v, sc), one);
-            const __m256i p = _mm256_and_si256(_mm256_srl_epi16(v, sp), one);
-            _mm256_storeu_si256((__m256i *)(void *)(f + i), _mm256_add_epi8(c, p));
-        }
-        for (; i < nseg; i++) f[i] = (uint8_t)(((bits[i] >> j) & 1) + ((bits[i] >> (4 + j)) & 1));
-    }
+    for (int j = 0; j < 4; j++) fx_i16_lane_folds(bits, nseg, j, fold + j * nseg);
 }
 
 /* What both entry points set up for a chunk: the padded pair copy of its images and their row

@@ -181,7 +181,8 @@ void fx_i16_wgrad_fold_schedule4_avx2(const uint32_t *xk, const uint32_t *dm, in
     for (int j = 0; j < 4; j++) len[j] = S - j * q < q ? S - j * q : q;
     const uint32_t *xc = xk + c_lo * S;
     const __m256i lim = _mm256_set1_epi64x(FX_I16_CHAIN_LIMIT);
-    __m256i run = _mm256_setzero_si256(), prev_pairs = _mm256_setzero_si256();
+    /* a lane's first step, with run and over 0, starts its quarter's first chain */
+    __m256i run = _mm256_setzero_si256(), over = _mm256_setzero_si256();
     for (int64_t i0 = 0; i0 < q; i0 += WG_LANE_BLOCK) {
         const int64_t n = q - i0 < WG_LANE_BLOCK ? q - i0 : WG_LANE_BLOCK, n4 = (n + 3) & ~3;
         /* bl[j][i]: lane j's bound at step i0 + i (contiguous rows: loops the compiler
@@ -202,9 +203,7 @@ void fx_i16_wgrad_fold_schedule4_avx2(const uint32_t *xk, const uint32_t *dm, in
             }
             for (int64_t i = m < 0 ? 0 : m; i < n4; i++) bl[j][i] = 0;
         }
-        /* code[i]: bit j where lane j's chain is cut after its step i0 + i - 1, bit 4 + j where
-         * that step's row is folded per pair (then bit j is set too: the sum is its fold) */
-        uint8_t code[WG_LANE_BLOCK];
+        uint8_t code[WG_LANE_BLOCK]; /* code[i]: step i0 + i - 1's (fx_i16_lanes_cut) */
         for (int64_t i4 = 0; i4 < n4; i4 += 4) {
             /* four steps of the four lanes: a 4 x 4 transpose of 64-bit words */
             const __m256i v0 = _mm256_load_si256((const __m256i *)(const void *)(bl[0] + i4));
@@ -217,38 +216,15 @@ void fx_i16_wgrad_fold_schedule4_avx2(const uint32_t *xk, const uint32_t *dm, in
                                    _mm256_permute2x128_si256(t1, t3, 0x20),
                                    _mm256_permute2x128_si256(t0, t2, 0x31),
                                    _mm256_permute2x128_si256(t1, t3, 0x31)};
-            for (int k = 0; k < 4 && i4 + k < n; k++) {
-                const int64_t i = i4 + k;
-                const __m256i b = st[k];
-                const __m256i pairs = _mm256_cmpgt_epi64(b, lim);
-                if (i0 + i > 0) {
-                    const __m256i sum = _mm256_add_epi64(run, b);
-                    const __m256i cut = _mm256_cmpgt_epi64(sum, lim);
-                    code[i] = (uint8_t)(_mm256_movemask_pd(_mm256_castsi256_pd(cut)) |
-                                        _mm256_movemask_pd(_mm256_castsi256_pd(prev_pairs)) << 4);
-                    run = _mm256_blendv_epi8(sum, b, cut);
-                } else {
-                    run = b; /* the first row of each quarter starts a chain */
-                }
-                prev_pairs = pairs;
-            }
+            for (int k = 0; k < 4 && i4 + k < n; k++)
+                code[i4 + k] = fx_i16_lanes_cut(st[k], lim, &run, &over);
         }
-        /* bits j and 4 + j of code[i] -> lane j's fold of step i0 + i - 1, 32 steps a vector */
-        const __m256i one = _mm256_set1_epi8(1);
+        /* lane j's folds of steps i0 - 1 + first .. (the steps below len[j]) */
+        const int64_t first = i0 == 0 ? 1 : 0;
         for (int j = 0; j < 4; j++) {
-            const int64_t first = i0 == 0 ? 1 : 0;
-            const int64_t end = len[j] - i0 + 1 < n ? len[j] - i0 + 1 : n; /* steps < len[j] */
-            uint8_t *f = fold + j * q + i0 - 1 + first; /* step i0 + i - 1 at f[i - first] */
-            const __m128i sc = _mm_cvtsi32_si128(j), sp = _mm_cvtsi32_si128(4 + j);
-            int64_t i = first;
-            for (; i + 32 <= end; i += 32) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(code + i));
-                const __m256i c = _mm256_and_si256(_mm256_srl_epi16(v, sc), one);
-                const __m256i pp = _mm256_and_si256(_mm256_srl_epi16(v, sp), one);
-                _mm256_storeu_si256((__m256i *)(void *)(f + i - first), _mm256_add_epi8(c, pp));
-            }
-            for (; i < end; i++)
-                f[i - first] = (uint8_t)(((code[i] >> j) & 1) + ((code[i] >> (4 + j)) & 1));
+            const int64_t end = len[j] - i0 + 1 < n ? len[j] - i0 + 1 : n;
+            if (end > first)
+                fx_i16_lane_folds(code + first, end - first, j, fold + j * q + i0 - 1 + first);
         }
     }
     /* each quarter's last row: a chain ends there (the last row of all: as the scalar scan) */
