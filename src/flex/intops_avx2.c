@@ -115,6 +115,10 @@ static void fx_ukr_avx2(int64_t kp, const int32_t *ap0, const int16_t *bp0, int6
 #pragma GCC unroll 6
         for (int i = 0; i < FX_MR; i++) h[i] = l[i] = _mm256_setzero_si256();
 
+        /* four pairs per iteration, for the reason the fast kernel's loop gives below (GCC 12
+         * keeps the accumulators in registers): uniform 1024^3 tensor_matmul products, which
+         * take only this kernel, ran in 0.94-0.96 of the time one pair per iteration took */
+#pragma GCC unroll 4
         for (int64_t p = 0; p < kp; p++) {
             const __m256i bh = _mm256_load_si256((const void *)bp);
             const __m256i bl = _mm256_load_si256((const void *)(bp + 2 * FX_NR));
@@ -156,21 +160,31 @@ static void fx_ukr_avx2(int64_t kp, const int32_t *ap0, const int16_t *bp0, int6
 /* The fast kernel's K loop, in asm: s[2i + half] (row i, columns 8 half .. 8 half + 7) and
  * h[2i + half] receive the 6 x 16 tile's sums over kp pairs, T = 2^16 h + s exactly, with a fold
  * (b) of gemm_i16.h between chains of `chain` pairs (none when kp <= chain: then h = 0).
- * One step of the loop: 2 B vectors (16 columns, pair p), 6 broadcasts of the rows' pair words,
- * 12 vpmaddwd and 12 vpaddd into the 12 accumulators ymm0..ymm11: all 16 ymm registers, and
- * each broadcast feeds two multiplies (a 6 x 8 tile spends one per multiply; the 16-column tile
+ * One step (pair p): 2 B vectors (16 columns), 6 broadcasts of the rows' pair words, 12
+ * vpmaddwd and 12 vpaddd into the 12 accumulators ymm0..ymm11: all 16 ymm registers, and each
+ * broadcast feeds two multiplies (a 6 x 8 tile spends one per multiply; the 16-column tile
  * measured ~20 % faster on a Zen 3, which issues two vpmaddwd per cycle).
+ * A chain runs its len % 4 first steps one at a time, then the rest four steps per loop
+ * iteration: the pointer increments and the branch of every step cost the Zen 3's front end
+ * about a tenth of the loop's rate (the loop alone on L1-resident panels, a throwaway program,
+ * 41 alternations: 3.19-3.22 vpmaddwd per ns one step per iteration, 3.55-3.64 four).
  * Why asm: compiled from intrinsics, GCC 12 kept the accumulators in an array it spilled and
  * reloaded around every chain end (about 100 cycles per fold for 50 operations), so a tile of
  * 40-pair chains (Gaussian data at the exact exponent) ran at 2.7-2.9 vpmaddwd per ns against
  * 4.1 with one chain; this loop keeps them in registers throughout and folds in 50 operations,
  * 4.4-4.5 per ns with 40-pair chains on the same Zen 3 (the limit: 6.4). */
-#define FX_ROW(o, r0, r1)                                                                          \
-    "vpbroadcastd " #o "(%[a]), %%ymm14\n\t"                                                      \
+/* row i of step u of an iteration: its pair word at a + 4 (6u + i), the two B vectors of the
+ * step in ymm12 and ymm13 (the displacements are assembler expressions) */
+#define FX_ROW(u, i, r0, r1)                                                                       \
+    "vpbroadcastd 24*" #u "+4*" #i "(%[a]), %%ymm14\n\t"                                         \
     "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\t"                                                       \
     "vpaddd %%ymm15, %%ymm" #r0 ", %%ymm" #r0 "\n\t"                                               \
     "vpmaddwd %%ymm13, %%ymm14, %%ymm14\n\t"                                                       \
     "vpaddd %%ymm14, %%ymm" #r1 ", %%ymm" #r1 "\n\t"
+#define FX_STEP(u)                                                                                 \
+    "vmovdqa 64*" #u "(%[b]), %%ymm12\n\t"                                                         \
+    "vmovdqa 64*" #u "+32(%[b]), %%ymm13\n\t" FX_ROW(u, 0, 0, 1) FX_ROW(u, 1, 2, 3)               \
+        FX_ROW(u, 2, 4, 5) FX_ROW(u, 3, 6, 7) FX_ROW(u, 4, 8, 9) FX_ROW(u, 5, 10, 11)
 /* h[r] += s[r] >> 16 (arithmetic); s[r] &= 0xFFFF (ymm15 holds the mask) */
 #define FX_FOLD(r, o)                                                                              \
     "vpsrad $16, %%ymm" #r ", %%ymm14\n\t"                                                         \
@@ -190,7 +204,7 @@ _Static_assert(FX_MR == 6 && FX_NR == 16, "the asm loop is written for the 6 x 1
 static void fx_fast_chains_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
                                 __m256i s[2 * FX_MR], __m256i h[2 * FX_MR])
 {
-    int64_t left = kp, len;
+    int64_t left = kp, len, rem;
     __asm__ volatile(FX_R12(FX_ZERO) FX_R12O(FX_CLEAR_H)
                      "jmp 2f\n"
                      "3:\n\t" /* a fold between two chains */
@@ -202,19 +216,30 @@ static void fx_fast_chains_avx2(int64_t kp, int64_t chain, const int32_t *ap, co
                      "cmovg %[left], %[len]\n\t"
                      "sub %[len], %[left]\n\t"
                      "test %[len], %[len]\n\t" /* kp <= 0 (or chain <= 0): zero sums */
-                     "jle 4f\n"
-                     "1:\n\t"
-                     "vmovdqa (%[b]), %%ymm12\n\t"
-                     "vmovdqa 32(%[b]), %%ymm13\n\t" FX_ROW(0, 0, 1) FX_ROW(4, 2, 3)
-                         FX_ROW(8, 4, 5) FX_ROW(12, 6, 7) FX_ROW(16, 8, 9) FX_ROW(20, 10, 11)
+                     "jle 4f\n\t"
+                     "mov %[len], %[rem]\n\t"
+                     "and $3, %[rem]\n\t"
+                     "jz 5f\n"
+                     "6:\n\t" /* the chain's len % 4 first steps, one at a time */
+                     FX_STEP(0)
                      "add $24, %[a]\n\t"
                      "add $64, %[b]\n\t"
+                     "dec %[rem]\n\t"
+                     "jnz 6b\n"
+                     "5:\n\t"
+                     "shr $2, %[len]\n\t"
+                     "jz 7f\n"
+                     "1:\n\t" /* four steps */
+                     FX_STEP(0) FX_STEP(1) FX_STEP(2) FX_STEP(3)
+                     "add $96, %[a]\n\t"
+                     "add $256, %[b]\n\t"
                      "dec %[len]\n\t"
-                     "jnz 1b\n\t"
+                     "jnz 1b\n"
+                     "7:\n\t"
                      "test %[left], %[left]\n\t"
                      "jnz 3b\n"
                      "4:\n\t" FX_R12O(FX_STORE)
-                     : [a] "+r"(ap), [b] "+r"(bp), [left] "+r"(left), [len] "=&r"(len)
+                     : [a] "+r"(ap), [b] "+r"(bp), [left] "+r"(left), [len] "=&r"(len), [rem] "=&r"(rem)
                      : [chain] "r"(chain), [h] "r"(h), [s] "r"(s)
                      : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",
                        "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",
