@@ -63,12 +63,14 @@ static void reference(const fx_conv_geom *g, int64_t nb, const int64_t *sums, in
 }
 
 /* data: 0 normal (about +-3000), 1 small (+-40), 2 full scale (the kernel declines it), 3
- * small for the first `small` values and normal after them (a later image saturates first) */
+ * small for the first `small` values and normal after them (a later image saturates first), 4
+ * large (+-12000: sums beyond int32, so the epilogue's int32 route misses on some pixels) */
 static void fill_from(test_rng *r, int16_t *v, int64_t n, int data, int64_t small)
 {
     for (int64_t i = 0; i < n; i++) {
         const double z = test_rng_normal(r);
         const double a = data == 3 ? (i < small ? 40.0 : 3000.0) * z
+                         : data == 4 ? 12000.0 * z
                          : data == 0 ? 3000.0 * z
                          : data == 1 ? 40.0 * z
                                      : 32767.0;
@@ -220,6 +222,45 @@ static void kernel_cases(void)
     check(&rn, 1, 2, 12, 0, 0, &r);
 }
 
+/* The epilogue's int32 route (pixels whose sums fit int32, at shifts up to 18) against the
+ * stored sums, with the route on and off: at its last shift, 18 (where the bound is clamped to
+ * 2^32 - 1), beside 19 (off the route: one of the two shifts is enough to keep a tile on int64
+ * lanes), and on large data whose sums miss it on some pixels, so that tiles switch routes
+ * part way; the counters show that it rounded pixels and that checks missed. */
+static void round32_cases(void)
+{
+    static const shape shapes[] = {
+        {16, 16, 32, 32, 3, 1, 1}, {32, 32, 16, 16, 3, 1, 1}, {64, 64, 8, 8, 3, 1, 1},
+        {5, 24, 9, 7, 3, 1, 1},    {13, 40, 11, 14, 3, 1, 1},
+    };
+    test_rng r;
+    test_rng_seed(&r, 77);
+    for (int on = 1; on >= 0; on--) {
+        fx_i16_fwd_direct_round32_set_enabled(on);
+        const long long px0 = fx_i16_fwd_direct_round32_pixels();
+        const long long miss0 = fx_i16_fwd_direct_round32_misses();
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+            const int64_t nb = 1 + (int64_t)(i % 2);
+            check(&shapes[i], nb, 0, 18, 0, -1, &r);
+            check(&shapes[i], nb, 0, 17, 18, -1, &r);
+            check(&shapes[i], nb, 0, 18, 19, -1, &r);
+            check(&shapes[i], nb, 4, 17, 0, -1, &r);
+            check(&shapes[i], nb, 4, 18, 17, -1, &r);
+            check(&shapes[i], nb, 4, 19, 0, -1, &r);
+        }
+        const long long px = fx_i16_fwd_direct_round32_pixels() - px0;
+        const long long miss = fx_i16_fwd_direct_round32_misses() - miss0;
+        if (on) {
+            CHECK(px > 0, "the int32 route rounded no pixel");
+            CHECK(miss > 0, "no tile's int32 check missed on large data");
+        } else {
+            CHECK(px == 0 && miss == 0, "switched off, the int32 route still ran (%lld, %lld)",
+                  px, miss);
+        }
+    }
+    fx_i16_fwd_direct_round32_set_enabled(1);
+}
+
 /* tensor_conv2d with the route on and off: the same mantissas and statistics; the route ran */
 static void op_on_off(void)
 {
@@ -278,6 +319,7 @@ int main(void)
         return 77;
     }
     kernel_cases();
+    round32_cases();
     CHECK_STATUS(flexpoint_set_backend("avx2"), FX_OK);
     op_on_off();
     return test_finish("test_conv_i16_round");

@@ -67,6 +67,12 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
                                  struct fx_qstats *part, int shift2, int16_t *yq2,
                                  struct fx_qstats *part2);
 void fx_i16_fwd_direct_round_set_enabled(int on);
+/* Test switch: 0 keeps the epilogue on int64 lanes (conv_i16_fwd_avx2.c: a pixel whose sums fit
+ * int32, at shifts up to 18, is rounded in int32 lanes with the same bits and statistics); the
+ * pixels it took and the tiles whose check missed, counted */
+void fx_i16_fwd_direct_round32_set_enabled(int on);
+long long fx_i16_fwd_direct_round32_pixels(void);
+long long fx_i16_fwd_direct_round32_misses(void);
 int fx_i16_fwd_direct_round_enabled(void);
 long long fx_i16_fwd_direct_round_calls(void);
 long long fx_i16_fwd_direct_round_whole(void);

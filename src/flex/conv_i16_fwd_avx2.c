@@ -39,6 +39,8 @@
 typedef struct itile_round {
     fx_r4_fast *f, *f2;
     int16_t *row, *row2;
+    int max_shift32;         /* the int32 route up to this shift (0: never) */
+    int64_t *n32, *nmiss32;  /* pixels rounded on the int32 route, and checks that missed */
 } itile_round;
 
 /* The epilogue's int32 route. A pixel's sums T = 2^16 hi + acc fit int32 lanes unless a large
@@ -51,8 +53,8 @@ typedef struct itile_round {
  * round to nearest even) and the same statistics as the int64 route of the same sums. */
 typedef struct round32 {
     __m128i cnt;                 /* s, 1 <= s <= 31 */
-    __m256i rmask, half, tmax;   /* 2^s - 1; 2^(s-1); min(T, 2^32 - 1), T of fx_q64_fast_bound */
-    __m256i max_in, below, under; /* max |v| (unsigned); all ones while every |v| <= T; counts */
+    __m256i rmask, half, tmax;   /* 2^s - 1; 2^(s-1); min(B, 2^32 - 1), B = fx_q64_fast_bound(s) */
+    __m256i max_in, below, under; /* max |v| (unsigned); all ones while every |v| <= B; counts */
 } round32;
 
 static inline round32 round32_setup(int s)
@@ -126,14 +128,16 @@ static inline int pixel_sums32(__m256i acc0, __m256i acc1, const int32_t *hi, __
 
 /* One pixel's 16 sums 2^16 hi + acc rounded by f into out16[0..15] (and by f2 into out16_2
  * where f2 is not NULL): in int32 lanes (q, q2: f's and f2's int32 states) where *use32 and the
- * sums fit (a miss clears *use32), else quant_i64's fast route; the same mantissas and
+ * sums fit (a miss clears *use32; *n32 counts the pixels it took), else quant_i64's fast route; the same mantissas and
  * statistics as rounding the stored sums either way */
 static inline __attribute__((always_inline)) void
 round_pixel(__m256i acc0, __m256i acc1, const int32_t *hi, fx_r4_fast *f, round32 *q,
-            int16_t *out16, fx_r4_fast *f2, round32 *q2, int16_t *out16_2, int *use32)
+            int16_t *out16, fx_r4_fast *f2, round32 *q2, int16_t *out16_2, int *use32,
+            int *n32)
 {
     __m256i t0, t1;
     if (*use32 && (*use32 = pixel_sums32(acc0, acc1, hi, &t0, &t1))) {
+        (*n32)++;
         _mm_storeu_si128((__m128i *)out16, fx_pack8_epi32(round32_step(t0, q)));
         _mm_storeu_si128((__m128i *)(out16 + 8), fx_pack8_epi32(round32_step(t1, q)));
         if (f2) {
@@ -211,20 +215,27 @@ itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
         /* the int32 route where it mostly holds. A pixel takes it when its sums fit, which the
          * largest do not at shifts beyond 16 (|T| up to 32767 2^s); in ResNet-20 epochs on
          * Fashion-MNIST (FLEX16_5, DFP16) the shifts were 16 to 19 and the sums fit in 100 %,
-         * 99 %, 78-85 % and 37 % of the pixels, the CNN's at 17 in 93 %. A miss costs the check
-         * besides the int64 route, so a tile goes on without the check after its first miss:
-         * on synthetic products of larger sums, half of them missing, the check alone had cost
-         * up to 9 % of the forward pass. */
-        int use32 = f.s <= FWD_ROUND32_MAX_SHIFT && (ROUND == 1 || f2.s <= FWD_ROUND32_MAX_SHIFT);
+         * 99 %, 78-85 % and 37 % of the pixels, the CNN's at 17 in 93 %: hence the limit of 18,
+         * which leaves out 19. A miss costs the check besides the int64 route, so a tile goes
+         * on without the check after its first miss: on synthetic products of larger sums,
+         * half of them missing, the check alone had cost up to 9 % of the forward pass. */
+        int use32 = f.s <= rd->max_shift32 && (ROUND == 1 || f2.s <= rd->max_shift32), n32 = 0;
+        const int tried32 = use32;
         round32 q = round32_setup(use32 ? f.s : 1), q2 = round32_setup(use32 ? f2.s : 1);
 #define FX_ROUND(r, a0, a1)                                                                        \
     if (MR > r)                                                                                    \
         round_pixel(a0, a1, hi[r][0], &f, &q, rd->row + (px0 + r) * 16, ROUND == 2 ? &f2 : NULL,  \
-                    &q2, ROUND == 2 ? rd->row2 + (px0 + r) * 16 : NULL, &use32);
+                    &q2, ROUND == 2 ? rd->row2 + (px0 + r) * 16 : NULL, &use32, &n32);
         FX_I16_AVX2_ROWS(FX_ROUND)
 #undef FX_ROUND
-        round32_merge(&f, &q);
-        if (ROUND == 2) round32_merge(&f2, &q2);
+        if (tried32) {
+            *rd->n32 += n32;
+            *rd->nmiss32 += !use32;
+            if (n32) {
+                round32_merge(&f, &q);
+                if (ROUND == 2) round32_merge(&f2, &q2);
+            }
+        }
         fx_r4_fast_merge(rd->f, &f);
         if (ROUND == 2) fx_r4_fast_merge(rd->f2, &f2);
         return 0;
@@ -508,6 +519,11 @@ static void row_to_planes(const int16_t *row, int64_t OW, int ncols, int16_t *ds
 }
 
 static atomic_int round_enabled = 1;
+static atomic_int round32_enabled = 1;
+static atomic_llong round32_pixels, round32_misses;
+void fx_i16_fwd_direct_round32_set_enabled(int on) { atomic_store(&round32_enabled, on != 0); }
+long long fx_i16_fwd_direct_round32_pixels(void) { return atomic_load(&round32_pixels); }
+long long fx_i16_fwd_direct_round32_misses(void) { return atomic_load(&round32_misses); }
 static atomic_llong round_calls, round_whole;
 
 void fx_i16_fwd_direct_round_set_enabled(int on) { atomic_store(&round_enabled, on != 0); }
@@ -531,11 +547,12 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
     /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
      * write, which the general rounding counts), and the chunk is given back once none is */
     int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
-    int64_t done = 0;
+    int64_t done = 0, n32 = 0, nmiss32 = 0;
+    const int max_shift32 = atomic_load(&round32_enabled) ? FWD_ROUND32_MAX_SHIFT : 0;
     for (; done < nbc && whole; done++) { /* an image at a time: its statistics complete */
         const int64_t n = done;
         fx_r4_fast f = fx_r4_fast_setup(shift), f2 = fx_r4_fast_setup(two ? shift2 : shift);
-        const itile_round rd = {&f, two ? &f2 : NULL, row, row2};
+        const itile_round rd = {&f, two ? &f2 : NULL, row, row2, max_shift32, &n32, &nmiss32};
         for (int64_t o0 = 0; o0 < O; o0 += 16) {
             const int ncols = O - o0 < 16 ? (int)(O - o0) : 16;
             const uint32_t *wm = k.wn + (o0 / 16) * k.nseg;
@@ -574,5 +591,7 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
     }
     atomic_fetch_add_explicit(&round_calls, 1, memory_order_relaxed);
     if (whole) atomic_fetch_add_explicit(&round_whole, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&round32_pixels, n32, memory_order_relaxed);
+    atomic_fetch_add_explicit(&round32_misses, nmiss32, memory_order_relaxed);
     return whole;
 }

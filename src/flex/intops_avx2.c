@@ -115,9 +115,10 @@ static void fx_ukr_avx2(int64_t kp, const int32_t *ap0, const int16_t *bp0, int6
 #pragma GCC unroll 6
         for (int i = 0; i < FX_MR; i++) h[i] = l[i] = _mm256_setzero_si256();
 
-        /* four pairs per iteration, for the reason the fast kernel's loop gives below (GCC 12
-         * keeps the accumulators in registers): uniform 1024^3 tensor_matmul products, which
-         * take only this kernel, ran in 0.94-0.96 of the time one pair per iteration took */
+        /* four pairs per iteration: each pair's pointer updates and branch cost the front end,
+         * as the fast kernel's loop below says (here plain C does: GCC 12 keeps these
+         * accumulators in registers when it unrolls); uniform 1024^3 tensor_matmul products,
+         * which take only this kernel, ran in 0.94-0.96 of the time of one pair an iteration */
 #pragma GCC unroll 4
         for (int64_t p = 0; p < kp; p++) {
             const __m256i bh = _mm256_load_si256((const void *)bp);
@@ -171,8 +172,9 @@ static void fx_ukr_avx2(int64_t kp, const int32_t *ap0, const int16_t *bp0, int6
  * Why asm: compiled from intrinsics, GCC 12 kept the accumulators in an array it spilled and
  * reloaded around every chain end (about 100 cycles per fold for 50 operations), so a tile of
  * 40-pair chains (Gaussian data at the exact exponent) ran at 2.7-2.9 vpmaddwd per ns against
- * 4.1 with one chain; this loop keeps them in registers throughout and folds in 50 operations,
- * 4.4-4.5 per ns with 40-pair chains on the same Zen 3 (the limit: 6.4). */
+ * 4.1 with one chain; this loop keeps them in registers throughout and folds in 50 operations:
+ * 4.4-4.5 per ns with 40-pair chains on a Zen 3 VM whose vpmaddwd limit measured 6.4 (one pair
+ * per iteration then; the four-pair numbers above are from a slower VM of the same model). */
 /* row i of step u of an iteration: its pair word at a + 4 (6u + i), the two B vectors of the
  * step in ymm12 and ymm13 (the displacements are assembler expressions) */
 #define FX_ROW(u, i, r0, r1)                                                                       \
