@@ -74,7 +74,7 @@ static inline round32 round32_setup(int s)
  * their statistics into c */
 static inline __m256i round32_step(__m256i v, round32 *c)
 {
-    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+    const __m256i zero = _mm256_setzero_si256();
     const __m256i av = _mm256_abs_epi32(v); /* INT32_MIN: 2^31 as unsigned */
     c->max_in = _mm256_max_epu32(c->max_in, av);
     c->below = _mm256_and_si256(c->below, _mm256_cmpeq_epi32(_mm256_max_epu32(av, c->tmax), c->tmax));
@@ -82,13 +82,7 @@ static inline __m256i round32_step(__m256i v, round32 *c)
     c->under = _mm256_sub_epi32(c->under,
                                 _mm256_andnot_si256(_mm256_cmpeq_epi32(av, zero),
                                                     _mm256_cmpeq_epi32(_mm256_min_epu32(av, c->half), av)));
-    const __m256i q = _mm256_sra_epi32(v, c->cnt); /* floor(v / 2^s) */
-    const __m256i rem = _mm256_and_si256(v, c->rmask);
-    const __m256i up = _mm256_or_si256(
-        _mm256_cmpgt_epi32(rem, c->half),
-        _mm256_and_si256(_mm256_cmpeq_epi32(rem, c->half),
-                         _mm256_cmpeq_epi32(_mm256_and_si256(q, one), one)));
-    return _mm256_sub_epi32(q, up); /* up is -1 where the quotient rounds up */
+    return fx_round32_ne_avx2(v, c->cnt, c->rmask, c->half);
 }
 
 /* c's statistics into the int64-lane state f (max_in and the counts widened, and the bound's

@@ -515,22 +515,12 @@ typedef struct fx_s2q_avx2 {
 
 static inline __m256i fx_s2q_step_avx2(__m256i v, fx_s2q_avx2 *c)
 {
-    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+    const __m256i zero = _mm256_setzero_si256();
     const __m256i mmax = _mm256_set1_epi32(FX_MANT_MAX), mmin = _mm256_set1_epi32(-FX_MANT_MAX);
     const __m256i av = _mm256_abs_epi32(v); /* |v| < 2^31: exact */
     __m256i q, sat;
     if (c->right) {
-        if (c->gone) {
-            q = zero;
-        } else {
-            q = _mm256_sra_epi32(v, c->cnt);                      /* floor(v / 2^s) */
-            const __m256i rem = _mm256_and_si256(v, c->rmask);    /* v - 2^s q, < 2^31 */
-            const __m256i odd = _mm256_and_si256(q, one);
-            const __m256i up = _mm256_or_si256(
-                _mm256_cmpgt_epi32(rem, c->half),
-                _mm256_and_si256(_mm256_cmpeq_epi32(rem, c->half), _mm256_cmpeq_epi32(odd, one)));
-            q = _mm256_sub_epi32(q, up); /* up is -1 where the quotient rounds up (to even) */
-        }
+        q = c->gone ? zero : fx_round32_ne_avx2(v, c->cnt, c->rmask, c->half);
         sat = _mm256_cmpgt_epi32(_mm256_abs_epi32(q), mmax);
         q = _mm256_max_epi32(_mm256_min_epi32(q, mmax), mmin);
     } else {

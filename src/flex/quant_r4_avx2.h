@@ -22,6 +22,20 @@ static inline __m128i fx_pack8_epi32(__m256i m)
     return _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
 }
 
+/* v / 2^s rounded to nearest even in int32 lanes, 1 <= s <= 31 (cnt = s, rmask = 2^s - 1,
+ * half = 2^(s-1)): the floor by the arithmetic shift, then up by one where the remainder is
+ * above half, or equal to it with the floor odd; nothing can overflow */
+static inline __m256i fx_round32_ne_avx2(__m256i v, __m128i cnt, __m256i rmask, __m256i half)
+{
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i q = _mm256_sra_epi32(v, cnt);
+    const __m256i rem = _mm256_and_si256(v, rmask); /* v - 2^s q, in [0, 2^s) */
+    const __m256i up = _mm256_or_si256(
+        _mm256_cmpgt_epi32(rem, half),
+        _mm256_and_si256(_mm256_cmpeq_epi32(rem, half), _mm256_cmpeq_epi32(_mm256_and_si256(q, one), one)));
+    return _mm256_sub_epi32(q, up); /* up is -1 where the quotient rounds up */
+}
+
 /* The right shifts 1 <= s <= 32 (every training write's) on sums that do not saturate, as in
  * the AVX-512 file (fx_q64_fast_round), in half the operations of fx_requant4:
  * - the rounding is floor((v + 2^(s-1) - 1 + b) / 2^s), b the lowest bit of v >> s, which the
