@@ -49,6 +49,9 @@ static const conv_case CASES[] = {
     {"3x3 pad 2 dilation 2", 2, 3, 11, 9, 3, 3, 3, 1, 1, 2, 2, 2, 2, 0},
     {"1x1", 3, 16, 5, 7, 8, 1, 1, 1, 1, 0, 0, 1, 1, 0},
     {"1x1 stride 2 (shortcut)", 2, 16, 8, 8, 32, 1, 1, 2, 2, 0, 0, 1, 1, 0},
+    /* integer compute runs a strided 1x1 kernel on the pixels it reads (conv2d.c,
+     * conv_subsample_fits): uneven strides, a dilation that moves nothing, views */
+    {"1x1 stride (3,2) dilation 2, views", 2, 5, 10, 9, 6, 1, 1, 3, 2, 0, 0, 2, 1, 1},
     {"2x5 stride (1,2) pad (1,2) dil (2,1)", 2, 3, 10, 12, 4, 2, 5, 1, 2, 1, 2, 2, 1, 0},
     {"4x3 stride (3,1) no pad", 3, 2, 13, 6, 3, 4, 3, 3, 1, 0, 0, 1, 1, 0},
     {"views 3x2 stride 2 pad 1", 2, 3, 7, 9, 4, 3, 2, 2, 1, 1, 1, 1, 1, 1},

@@ -88,6 +88,12 @@ int64_t fx_conv_in_place_made(void);
 int64_t fx_conv_stage_redone(void);
 int64_t fx_conv_redone_staged(void);
 
+/* Test hooks: 0 keeps a strided 1x1 integer convolution without padding on its own route
+ * instead of the stride-1 convolution of the pixels it reads (conv2d.c; the same bits); the
+ * forward ops run that way, counted. */
+void fx_conv_subsample_set_enabled(int on);
+int64_t fx_conv_subsampled(void);
+
 /* Install every host implementation of FX_WHOLE_OPS in b->run (the scalar level; the vector
  * levels inherit them as copies of it). */
 void fx_nn_install_host_ops(fx_backend *b);

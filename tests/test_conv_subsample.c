@@ -1,0 +1,144 @@
+/* A strided 1x1 integer convolution without padding runs as the stride-1 convolution of the
+ * pixels it reads (conv2d.c, conv_subsample_fits). Checked here:
+ *   - its outputs are the bits of the strided route (the switch fx_conv_subsample_set_enabled
+ *     off), mantissas and exponent, for FLEX16_5 and DFP16 inputs into FLEX16_5, DFP16 and
+ *     FP32 outputs, with integer and fp32 weights;
+ *   - over calls whose data changes scale, so that the shared-exponent writes keep, miss and
+ *     move their guessed exponents (each route's y has its own history, fed the same calls);
+ *   - uneven strides and sizes (the last pixel of a row or column read, or not), a dilation
+ *     (which a 1x1 kernel ignores), a channel-sliced view as x, and the shape of ResNet-20's
+ *     projection, which the direct kernel takes;
+ *   - the route counted (fx_conv_subsampled): each call with it on, none with it off, none for
+ *     a padded or 3x3 kernel, or float compute.
+ * The values themselves against an fp64 reference: test_nn_conv ("1x1 stride ..."). */
+#include "flexpoint.h"
+#include "flexpoint_nn.h"
+#include "nn/nn_ops.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int64_t N, C, H, W, O;
+    int sh, sw, dh, dw, view;
+} sub_case;
+
+static const sub_case CASES[] = {
+    {"stride 2, odd sizes", 3, 5, 9, 7, 6, 2, 2, 1, 1, 0},
+    {"stride (3,2), dilation (2,3)", 2, 8, 10, 11, 16, 3, 2, 2, 3, 0},
+    {"stride (1,2), channel view", 2, 6, 6, 9, 5, 1, 2, 1, 1, 1},
+    {"ResNet-20 projection 16 -> 32", 4, 16, 16, 16, 32, 2, 2, 1, 1, 0},
+};
+
+static tensor_t *new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    const int64_t sh[4] = {a, b, c, d};
+    tensor_t *t = tensor_new(f, 4, sh);
+    CHECK(t != NULL, "tensor_new failed");
+    return t;
+}
+
+static void fill(tensor_t *t, double scale, test_rng *r)
+{
+    const int64_t n = tensor_numel(t);
+    float *v = malloc(4 * (size_t)n);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * test_rng_normal(r));
+    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
+    free(v);
+}
+
+/* the bits of two outputs: raw mantissas and exponents, or fp32 values bit for bit */
+static void check_same(const tensor_t *a, const tensor_t *b, const char *what, int call)
+{
+    const int64_t n = tensor_numel(a);
+    const size_t bytes = (size_t)n * (tensor_fmt(a) == FMT_FP32 ? 4 : 2);
+    void *ma = malloc(bytes), *mb = malloc(bytes);
+    CHECK_STATUS(tensor_get_raw(a, ma), FX_OK);
+    CHECK_STATUS(tensor_get_raw(b, mb), FX_OK);
+    const int same = memcmp(ma, mb, bytes) == 0 &&
+                     (tensor_fmt(a) == FMT_FP32 || tensor_exp(a) == tensor_exp(b));
+    CHECK(same, "%s, call %d: the stride-1 route's output differs from the strided route's",
+          what, call);
+    free(ma);
+    free(mb);
+}
+
+static void check_case(const sub_case *c, fmt_t xf, fmt_t wf, fmt_t yf, test_rng *r)
+{
+    enum { CALLS = 6 };
+    static const double scale[CALLS] = {1, 1, 1.9, 0.9, 8, 1};
+    char what[256];
+    snprintf(what, sizeof what, "%s: x %s, w %s, y %s", c->name, fmt_name(xf), fmt_name(wf),
+             fmt_name(yf));
+    const int64_t OH = (c->H - 1) / c->sh + 1, OW = (c->W - 1) / c->sw + 1;
+    /* with view, x is channels 1 .. C of a tensor of C + 2 (a strided view) */
+    tensor_t *xbase = new4(xf, c->N, c->C + (c->view ? 2 : 0), c->H, c->W);
+    tensor_t *x = c->view ? tensor_view_slice(xbase, 1, 1, c->C + 1, 1) : xbase;
+    CHECK(x != NULL, "%s: tensor_view_slice failed", what);
+    tensor_t *w = new4(wf, c->O, c->C, 1, 1);
+    tensor_t *y[2] = {new4(yf, c->N, c->O, OH, OW), new4(yf, c->N, c->O, OH, OW)};
+    fill(w, 0.3, r);
+    for (int call = 0; call < CALLS; call++) {
+        fill(xbase, scale[call], r);
+        for (int k = 0; k < 2; k++) { /* k = 0: the strided route; 1: the pixels copied */
+            fx_conv_subsample_set_enabled(k);
+            const int64_t before = fx_conv_subsampled();
+            CHECK_STATUS(tensor_conv2d(y[k], x, w, c->sh, c->sw, 0, 0, c->dh, c->dw), FX_OK);
+            CHECK(fx_conv_subsampled() - before == k, "%s, call %d: the route ran %lld times "
+                  "with the switch %s", what, call, (long long)(fx_conv_subsampled() - before),
+                  k ? "on" : "off");
+        }
+        check_same(y[0], y[1], what, call);
+    }
+    fx_conv_subsample_set_enabled(1);
+    if (c->view) tensor_free(x);
+    tensor_free(xbase);
+    tensor_free(w);
+    tensor_free(y[0]);
+    tensor_free(y[1]);
+}
+
+/* kernels the route does not take: padded, 3x3, stride 1, and float compute */
+static void check_not_taken(test_rng *r)
+{
+    tensor_t *xi = new4(FMT_DFP16, 2, 4, 8, 8), *xf = new4(FMT_FP32, 2, 4, 8, 8);
+    tensor_t *w1 = new4(FMT_DFP16, 4, 4, 1, 1), *w3 = new4(FMT_DFP16, 4, 4, 3, 3);
+    tensor_t *w1f = new4(FMT_FP32, 4, 4, 1, 1);
+    tensor_t *y5 = new4(FMT_DFP16, 2, 4, 5, 5), *y4 = new4(FMT_DFP16, 2, 4, 4, 4);
+    tensor_t *y8 = new4(FMT_DFP16, 2, 4, 8, 8), *y4f = new4(FMT_FP32, 2, 4, 4, 4);
+    fill(xi, 1, r);
+    fill(xf, 1, r);
+    fill(w1, 0.3, r);
+    fill(w3, 0.3, r);
+    fill(w1f, 0.3, r);
+    const int64_t before = fx_conv_subsampled();
+    CHECK_STATUS(tensor_conv2d(y5, xi, w1, 2, 2, 1, 1, 1, 1), FX_OK);  /* padded */
+    CHECK_STATUS(tensor_conv2d(y4, xi, w3, 2, 2, 1, 1, 1, 1), FX_OK);  /* 3x3 */
+    CHECK_STATUS(tensor_conv2d(y8, xi, w1, 1, 1, 0, 0, 1, 1), FX_OK);  /* stride 1 */
+    CHECK_STATUS(tensor_conv2d(y4f, xf, w1f, 2, 2, 0, 0, 1, 1), FX_OK); /* float compute */
+    CHECK(fx_conv_subsampled() == before, "the route ran %lld times for kernels it must not take",
+          (long long)(fx_conv_subsampled() - before));
+    /* and taken by the same 1x1 stride-2 kernel without padding on integer x */
+    CHECK_STATUS(tensor_conv2d(y4, xi, w1, 2, 2, 0, 0, 1, 1), FX_OK);
+    CHECK(fx_conv_subsampled() == before + 1, "the route did not run for a 1x1 stride-2 kernel");
+    tensor_t *all[] = {xi, xf, w1, w3, w1f, y5, y4, y8, y4f};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) tensor_free(all[i]);
+}
+
+int main(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 5);
+    static const fmt_t ints[2] = {FMT_FLEX16_5, FMT_DFP16};
+    static const fmt_t outs[3] = {FMT_FLEX16_5, FMT_DFP16, FMT_FP32};
+    for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++)
+        for (int i = 0; i < 2; i++)
+            for (int o = 0; o < 3; o++) {
+                check_case(&CASES[c], ints[i], ints[i], outs[o], &r);
+                check_case(&CASES[c], ints[i], FMT_FP32, outs[o], &r);
+            }
+    check_not_taken(&r);
+    return test_finish("test_conv_subsample");
+}
