@@ -4,7 +4,8 @@
  *
  * Against tensor_conv2d, tensor_add and tensor_relu into twin tensors with the same history,
  * on every backend, on 1 and 2 threads, over the CNN's folded first layer, a direct-kernel
- * layer, a 3 x 3 one and a stride-2 one (the GEMM route): after every step, u and y have the
+ * layer, a 3 x 3 one, a stride-2 one (the GEMM route) and a 1 x 1 projection at stride 2 (on
+ * the pixels it reads, its reference on the strided route): after every step, u and y have the
  * same mantissas, exponents, statistics and last trace record, and t the same exponent,
  * statistics and trace record (its values are not stored where u and y were made: the
  * trainer never reads them). The steps' scales make each guess wrong now and then: x jumping by
@@ -67,6 +68,7 @@ static void check_layer(const layer *L, fmt_t ft, fmt_t fu, fmt_t fy, int *made,
     const double sb[] = {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 30, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1};
     const int neg[] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0};
     const int steps = (int)(sizeof sx / sizeof sx[0]);
+    const int proj = L->K == 1 && L->stride > 1 && L->pad == 0;
     for (int step = 0; step < steps; step++) {
         fill(x, sx[step], 1, r);
         fill(w, neg[step] ? -0.05 : 0.05, 0, r);
@@ -78,7 +80,7 @@ static void check_layer(const layer *L, fmt_t ft, fmt_t fu, fmt_t fy, int *made,
             free(v);
         }
         fill(b, sb[step], 0, r);
-        const int64_t fused0 = fx_shared_binary_fused();
+        const int64_t fused0 = fx_shared_binary_fused(), sub0 = fx_conv_subsampled();
         int done = -1;
         int rc = fx_conv2d_shared_bias_relu(t1, u1, y1, x, w, b, (int)L->stride, (int)L->stride,
                                             (int)L->pad, (int)L->pad, &done);
@@ -86,6 +88,8 @@ static void check_layer(const layer *L, fmt_t ft, fmt_t fu, fmt_t fy, int *made,
               "layer C=%lld K=%lld step %d: status %d, done %d", (long long)L->C,
               (long long)L->K, step, rc, done);
         if (rc != FX_OK) break;
+        CHECK(!proj || fx_conv_subsampled() > sub0,
+              "step %d: the projection did not run on the pixels it reads", step);
         if (done) {
             (*made)++;
             CHECK(fx_shared_binary_fused() > fused0, "step %d: u and y made, no early rounding",
@@ -98,9 +102,12 @@ static void check_layer(const layer *L, fmt_t ft, fmt_t fu, fmt_t fy, int *made,
             }
             CHECK_STATUS(rc, FX_OK);
         }
+        /* a projection's reference on the strided route (conv2d.c, conv_subsample_fits) */
+        fx_conv_subsample_set_enabled(!proj);
         CHECK_STATUS(tensor_conv2d(t2, x, w, (int)L->stride, (int)L->stride, (int)L->pad,
                                    (int)L->pad, 1, 1),
                      FX_OK);
+        fx_conv_subsample_set_enabled(1);
         CHECK_STATUS(tensor_add(u2, t2, b), FX_OK);
         CHECK_STATUS(tensor_relu(y2, u2), FX_OK);
         /* a step after x's jump whose t write was made again by the ops */
@@ -160,10 +167,11 @@ int main(void)
 {
     test_rng r;
     test_rng_seed(&r, 2027);
-    /* the CNN's first layer (folded onto the direct kernel), a direct-kernel layer, a 3 x 3 one
-     * and a stride-2 one (the GEMM route) */
+    /* the CNN's first layer (folded onto the direct kernel), a direct-kernel layer, a 3 x 3 one,
+     * a stride-2 one (the GEMM route) and a 1 x 1 projection at stride 2 (run on the pixels it
+     * reads: conv2d_forward_subsampled) */
     const layer layers[] = {{1, 28, 32, 5, 1, 2}, {8, 14, 16, 5, 1, 2}, {16, 10, 32, 3, 1, 1},
-                            {8, 11, 16, 3, 2, 1}};
+                            {8, 11, 16, 3, 2, 1}, {16, 12, 32, 1, 2, 0}};
     const fmt_t combos[][3] = {{FMT_FLEX16_5, FMT_FLEX16_5, FMT_FLEX16_5},
                                {FMT_DFP16, FMT_DFP16, FMT_DFP16},
                                {FMT_FLEX16_5, FMT_DFP16, FMT_FLEX16_5}};

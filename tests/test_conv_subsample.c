@@ -1,18 +1,22 @@
 /* A strided 1x1 integer convolution without padding runs as the stride-1 convolution of the
- * pixels it reads (conv2d.c, conv_subsample_fits). Checked here:
- *   - its outputs are the bits of the strided route (the switch fx_conv_subsample_set_enabled
- *     off), mantissas and exponent, for FLEX16_5 and DFP16 inputs into FLEX16_5, DFP16 and
- *     FP32 outputs, with integer and fp32 weights;
+ * pixels it reads (conv2d.c, conv_subsample_fits). Checked here, on every backend at one and two
+ * threads:
+ *   - its outputs are the writes of the strided route (the switch fx_conv_subsample_set_enabled
+ *     off): mantissas or fp32 values, exponents, write statistics and trace records, for
+ *     FLEX16_5 and DFP16 inputs into FLEX16_5, DFP16 and FP32 outputs, with integer and fp32
+ *     weights;
  *   - over calls whose data changes scale, so that the shared-exponent writes keep, miss and
  *     move their guessed exponents (each route's y has its own history, fed the same calls);
  *   - uneven strides and sizes (the last pixel of a row or column read, or not), a dilation
- *     (which a 1x1 kernel ignores), a channel-sliced view as x, and the shape of ResNet-20's
- *     projection, which the direct kernel takes;
+ *     (which a 1x1 kernel ignores), a channel-sliced view as x, one sample, and ResNet-20's
+ *     projection at full size (its copy split between threads);
  *   - the route counted (fx_conv_subsampled): each call with it on, none with it off, none for
- *     a padded or 3x3 kernel, or float compute.
- * The values themselves against an fp64 reference: test_nn_conv ("1x1 stride ..."). */
+ *     a padded or 3x3 kernel, a stride of 1, float compute, or a y sharing x's storage.
+ * The values themselves against an fp64 reference: test_nn_conv ("1x1 stride ..."); the fused
+ * bias and ReLU on this route: test_conv_shared_relu. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
+#include "core/backend.h"
 #include "nn/nn_ops.h"
 #include "testutil.h"
 
@@ -29,7 +33,9 @@ static const sub_case CASES[] = {
     {"stride 2, odd sizes", 3, 5, 9, 7, 6, 2, 2, 1, 1, 0},
     {"stride (3,2), dilation (2,3)", 2, 8, 10, 11, 16, 3, 2, 2, 3, 0},
     {"stride (1,2), channel view", 2, 6, 6, 9, 5, 1, 2, 1, 1, 1},
-    {"ResNet-20 projection 16 -> 32", 4, 16, 16, 16, 32, 2, 2, 1, 1, 0},
+    {"one sample, stride 2", 1, 16, 8, 8, 16, 2, 2, 1, 1, 0},
+    /* 16 x 16 x 16 x 16 copied values: the copy's threshold for threads */
+    {"ResNet-20 projection 16 -> 32", 16, 16, 32, 32, 32, 2, 2, 1, 1, 0},
 };
 
 static tensor_t *new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
@@ -49,22 +55,6 @@ static void fill(tensor_t *t, double scale, test_rng *r)
     free(v);
 }
 
-/* the bits of two outputs: raw mantissas and exponents, or fp32 values bit for bit */
-static void check_same(const tensor_t *a, const tensor_t *b, const char *what, int call)
-{
-    const int64_t n = tensor_numel(a);
-    const size_t bytes = (size_t)n * (tensor_fmt(a) == FMT_FP32 ? 4 : 2);
-    void *ma = malloc(bytes), *mb = malloc(bytes);
-    CHECK_STATUS(tensor_get_raw(a, ma), FX_OK);
-    CHECK_STATUS(tensor_get_raw(b, mb), FX_OK);
-    const int same = memcmp(ma, mb, bytes) == 0 &&
-                     (tensor_fmt(a) == FMT_FP32 || tensor_exp(a) == tensor_exp(b));
-    CHECK(same, "%s, call %d: the stride-1 route's output differs from the strided route's",
-          what, call);
-    free(ma);
-    free(mb);
-}
-
 static void check_case(const sub_case *c, fmt_t xf, fmt_t wf, fmt_t yf, test_rng *r)
 {
     enum { CALLS = 6 };
@@ -79,6 +69,8 @@ static void check_case(const sub_case *c, fmt_t xf, fmt_t wf, fmt_t yf, test_rng
     CHECK(x != NULL, "%s: tensor_view_slice failed", what);
     tensor_t *w = new4(wf, c->O, c->C, 1, 1);
     tensor_t *y[2] = {new4(yf, c->N, c->O, OH, OW), new4(yf, c->N, c->O, OH, OW)};
+    if (yf != FMT_FP32)
+        for (int k = 0; k < 2; k++) tensor_trace_enable(y[k], 1);
     fill(w, 0.3, r);
     for (int call = 0; call < CALLS; call++) {
         fill(xbase, scale[call], r);
@@ -90,7 +82,7 @@ static void check_case(const sub_case *c, fmt_t xf, fmt_t wf, fmt_t yf, test_rng
                   "with the switch %s", what, call, (long long)(fx_conv_subsampled() - before),
                   k ? "on" : "off");
         }
-        check_same(y[0], y[1], what, call);
+        if (!test_same_writes(y[0], y[1], what, call)) break;
     }
     fx_conv_subsample_set_enabled(1);
     if (c->view) tensor_free(x);
@@ -118,11 +110,19 @@ static void check_not_taken(test_rng *r)
     CHECK_STATUS(tensor_conv2d(y4, xi, w3, 2, 2, 1, 1, 1, 1), FX_OK);  /* 3x3 */
     CHECK_STATUS(tensor_conv2d(y8, xi, w1, 1, 1, 0, 0, 1, 1), FX_OK);  /* stride 1 */
     CHECK_STATUS(tensor_conv2d(y4f, xf, w1f, 2, 2, 0, 0, 1, 1), FX_OK); /* float compute */
+    /* y a view of x's storage (its first 4 x 4 pixels): the strided route, which keeps x whole
+     * should the op fail */
+    tensor_t *head = tensor_view_slice(xi, 2, 0, 4, 1);
+    tensor_t *ys = head ? tensor_view_slice(head, 3, 0, 4, 1) : NULL;
+    CHECK(ys != NULL, "tensor_view_slice failed");
+    if (ys) CHECK_STATUS(tensor_conv2d(ys, xi, w1, 2, 2, 0, 0, 1, 1), FX_OK);
     CHECK(fx_conv_subsampled() == before, "the route ran %lld times for kernels it must not take",
           (long long)(fx_conv_subsampled() - before));
     /* and taken by the same 1x1 stride-2 kernel without padding on integer x */
     CHECK_STATUS(tensor_conv2d(y4, xi, w1, 2, 2, 0, 0, 1, 1), FX_OK);
     CHECK(fx_conv_subsampled() == before + 1, "the route did not run for a 1x1 stride-2 kernel");
+    tensor_free(ys);
+    tensor_free(head);
     tensor_t *all[] = {xi, xf, w1, w3, w1f, y5, y4, y8, y4f};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) tensor_free(all[i]);
 }
@@ -133,12 +133,19 @@ int main(void)
     test_rng_seed(&r, 5);
     static const fmt_t ints[2] = {FMT_FLEX16_5, FMT_DFP16};
     static const fmt_t outs[3] = {FMT_FLEX16_5, FMT_DFP16, FMT_FP32};
-    for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++)
-        for (int i = 0; i < 2; i++)
-            for (int o = 0; o < 3; o++) {
-                check_case(&CASES[c], ints[i], ints[i], outs[o], &r);
-                check_case(&CASES[c], ints[i], FMT_FP32, outs[o], &r);
-            }
-    check_not_taken(&r);
+    for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
+        if (!flexpoint_backend_available(bi)) continue;
+        CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
+        for (int nt = 1; nt <= 2; nt++) {
+            flexpoint_set_num_threads(nt);
+            for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++)
+                for (int i = 0; i < 2; i++)
+                    for (int o = 0; o < 3; o++) {
+                        check_case(&CASES[c], ints[i], ints[i], outs[o], &r);
+                        check_case(&CASES[c], ints[i], FMT_FP32, outs[o], &r);
+                    }
+            check_not_taken(&r);
+        }
+    }
     return test_finish("test_conv_subsample");
 }

@@ -1269,8 +1269,9 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
 /* A strided 1x1 convolution without padding (ResNet's projection shortcuts) reads one input
  * pixel in sh sw. Under integer compute it runs as the stride-1 convolution of those pixels,
  * copied out first: the same products, so the same exact sums and the same bits, and the
- * stride-1 layer takes the direct kernel with its rounding epilogue, where the strided one
- * took patch panels, the GEMM and an int64 stage (the direct kernel's copy would hold every
+ * stride-1 layer takes the level's direct kernel where it has one (with the AVX2 kernel's
+ * rounding epilogue where the output's exponent is guessed), where the strided one took patch
+ * panels, the GEMM and an int64 stage (the direct kernel's copy would hold every
  * input pixel, four times those a stride of 2 reads). Measured on the AVX2 EPYC (one thread,
  * batch 128, DFP16): ResNet-20's 16 -> 32 projection at 32 x 32 5.8 ms forward, its stride-1
  * twin on the copied pixels 3.4 ms. Float compute keeps its route: its sums' order, and so
@@ -1315,21 +1316,24 @@ static int conv_redo_staged(int run, fmt_t f)
     return staged;
 }
 
+static int conv2d_forward_subsampled(tensor_t *y, const tensor_t *x, const tensor_t *w,
+                                     const fx_conv_geom *g, const conv_epilogue *ep,
+                                     conv_shared_relu *sr, const char *func);
+
 /* A first run without a stage whose write asked for another exponent runs again guessing it.
  * A DFP16 write asks for the exact exponent of the sums, which the same sums give again, so
  * its second run needs no stage either (a stage of the CNN's first layer is 25.7 MB written
  * out and read back). A FLEX16_5 write that recomputes an overflow asks twice (it keeps the
  * prediction first), so its second run keeps a stage to round from again; so does a third
  * run, should a DFP16 second run ever miss. */
-static int conv2d_forward_subsampled(tensor_t *y, const tensor_t *x, const tensor_t *w,
-                                     const fx_conv_geom *g, const conv_epilogue *ep,
-                                     conv_shared_relu *sr, const char *func);
-
 static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w,
                                const fx_conv_geom *gp, const conv_epilogue *ep,
                                conv_shared_relu *sr, const char *func)
 {
-    if (conv_subsample_fits(x, gp)) return conv2d_forward_subsampled(y, x, w, gp, ep, sr, func);
+    /* a y that shares x's storage keeps the strided route, which never rounds into y in place
+     * (a failed op must leave x as it was); the copy would hide the sharing from that check */
+    if (y->st != x->st && conv_subsample_fits(x, gp))
+        return conv2d_forward_subsampled(y, x, w, gp, ep, sr, func);
     int redo_e = FX_EXP_NONE;
     int rc = conv2d_forward_run(y, x, w, gp, ep, sr, FX_EXP_NONE, 0, &redo_e, func);
     for (int run = 2; redo_e != FX_EXP_NONE && run <= 3; run++) {
@@ -1343,8 +1347,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
 
 /* conv_subsample_fits: the pixels a strided 1x1 kernel reads, as mantissas at x's exponent in
  * a DFP16 tensor of [N, C, OH, OW] (a dilation does not move a 1x1 kernel's only tap), then the
- * stride-1 convolution of them into y. x is read before y is written, so y may share x's
- * storage. */
+ * stride-1 convolution of them into y (conv2d_forward_host: y shares no storage with x). */
 static int conv2d_forward_subsampled(tensor_t *y, const tensor_t *x, const tensor_t *w,
                                      const fx_conv_geom *g, const conv_epilogue *ep,
                                      conv_shared_relu *sr, const char *func)
