@@ -26,15 +26,6 @@ static tensor_t *new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
     return tensor_new(f, 4, sh);
 }
 
-static void fill(tensor_t *t, double scale, test_rng *r)
-{
-    const int64_t n = tensor_numel(t);
-    float *v = malloc(4 * (size_t)n);
-    for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * test_rng_normal(r));
-    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
-    free(v);
-}
-
 static void check_same(const tensor_t *a, const tensor_t *b, const char *what, fmt_t f, int call)
 {
     const int64_t n = tensor_numel(a);
@@ -61,14 +52,14 @@ static void check_format(fmt_t f)
     fx_tensor_set_disposable(y[1]);
     fx_tensor_set_disposable(dx1[1]);
     fx_tensor_set_disposable(dx2[1]);
-    fill(w, 0.2, &r);
+    test_fill_normal(w, 0.2, &r);
     /* scales that hold, move by a factor of two and back, and jump */
     static const double scale[CALLS] = {1, 1, 1, 1, 1.9, 1, 2.1, 0.9, 8, 1};
     const int64_t made0 = fx_conv_in_place_made();
     for (int call = 0; call < CALLS; call++) {
-        fill(x, scale[call], &r);
-        fill(dy1, scale[call], &r);
-        fill(dy2, scale[call], &r);
+        test_fill_normal(x, scale[call], &r);
+        test_fill_normal(dy1, scale[call], &r);
+        test_fill_normal(dy2, scale[call], &r);
         for (int k = 0; k < 2; k++) {
             CHECK_STATUS(tensor_conv2d(y[k], x, w, 1, 1, 1, 1, 1, 1), FX_OK);
             CHECK_STATUS(tensor_conv2d_backward_input(dx1[k], dy1, w, 1, 1, 1, 1, 1, 1), FX_OK);
@@ -83,10 +74,10 @@ static void check_format(fmt_t f)
     /* y as its own input: never in place (the rounding would overwrite what the op reads) */
     tensor_t *sq[2] = {new4(f, N, C, H, H), new4(f, N, C, H, H)};
     tensor_t *wsq = new4(f, C, C, 3, 3);
-    fill(wsq, 0.2, &r);
+    test_fill_normal(wsq, 0.2, &r);
     fx_tensor_set_disposable(sq[1]);
     for (int call = 0; call < 4; call++) {
-        fill(sq[0], 1.0, &r);
+        test_fill_normal(sq[0], 1.0, &r);
         CHECK_STATUS(tensor_copy(sq[1], sq[0]), FX_OK);
         for (int k = 0; k < 2; k++)
             CHECK_STATUS(tensor_conv2d(sq[k], sq[k], wsq, 1, 1, 1, 1, 1, 1), FX_OK);

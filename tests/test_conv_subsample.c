@@ -46,15 +46,6 @@ static tensor_t *new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
     return t;
 }
 
-static void fill(tensor_t *t, double scale, test_rng *r)
-{
-    const int64_t n = tensor_numel(t);
-    float *v = malloc(4 * (size_t)n);
-    for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * test_rng_normal(r));
-    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
-    free(v);
-}
-
 static void check_case(const sub_case *c, fmt_t xf, fmt_t wf, fmt_t yf, test_rng *r)
 {
     enum { CALLS = 6 };
@@ -71,9 +62,9 @@ static void check_case(const sub_case *c, fmt_t xf, fmt_t wf, fmt_t yf, test_rng
     tensor_t *y[2] = {new4(yf, c->N, c->O, OH, OW), new4(yf, c->N, c->O, OH, OW)};
     if (yf != FMT_FP32)
         for (int k = 0; k < 2; k++) tensor_trace_enable(y[k], 1);
-    fill(w, 0.3, r);
+    test_fill_normal(w, 0.3, r);
     for (int call = 0; call < CALLS; call++) {
-        fill(xbase, scale[call], r);
+        test_fill_normal(xbase, scale[call], r);
         for (int k = 0; k < 2; k++) { /* k = 0: the strided route; 1: the pixels copied */
             fx_conv_subsample_set_enabled(k);
             const int64_t before = fx_conv_subsampled();
@@ -100,11 +91,11 @@ static void check_not_taken(test_rng *r)
     tensor_t *w1f = new4(FMT_FP32, 4, 4, 1, 1);
     tensor_t *y5 = new4(FMT_DFP16, 2, 4, 5, 5), *y4 = new4(FMT_DFP16, 2, 4, 4, 4);
     tensor_t *y8 = new4(FMT_DFP16, 2, 4, 8, 8), *y4f = new4(FMT_FP32, 2, 4, 4, 4);
-    fill(xi, 1, r);
-    fill(xf, 1, r);
-    fill(w1, 0.3, r);
-    fill(w3, 0.3, r);
-    fill(w1f, 0.3, r);
+    test_fill_normal(xi, 1, r);
+    test_fill_normal(xf, 1, r);
+    test_fill_normal(w1, 0.3, r);
+    test_fill_normal(w3, 0.3, r);
+    test_fill_normal(w1f, 0.3, r);
     const int64_t before = fx_conv_subsampled();
     CHECK_STATUS(tensor_conv2d(y5, xi, w1, 2, 2, 1, 1, 1, 1), FX_OK);  /* padded */
     CHECK_STATUS(tensor_conv2d(y4, xi, w3, 2, 2, 1, 1, 1, 1), FX_OK);  /* 3x3 */

@@ -201,15 +201,6 @@ static void check_kernels(const fx_backend *be, test_rng *r)
           o3[0], o3[1], o3[2]);
 }
 
-static void fill(tensor_t *t, double scale, test_rng *r)
-{
-    const int64_t n = tensor_numel(t);
-    float *v = malloc((size_t)n * sizeof *v);
-    for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * test_rng_normal(r));
-    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
-    free(v);
-}
-
 /* A sequence of writes out = a op b (b of shape bshape), through this file and through the
  * dispatcher, into two outputs with the same history. */
 static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int ndim, const int64_t *shape,
@@ -229,8 +220,8 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int ndim, const int64_t
     const int64_t fused0 = fx_shared_binary_fused();
     int taken_any = 0;
     for (int step = 0; step < 10; step++) {
-        fill(a, sa[step], r);
-        fill(b, sb[step], r);
+        test_fill_normal(a, sa[step], r);
+        test_fill_normal(b, sb[step], r);
         const fx_op op = step % 3 == 2 ? FX_OP_SUB : FX_OP_ADD;
         const int64_t before = fx_shared_binary_taken();
         CHECK_STATUS(op == FX_OP_ADD ? tensor_add(fast, a, b) : tensor_sub(fast, a, b), FX_OK);
@@ -268,8 +259,8 @@ static void check_gated(fmt_t fo, fmt_t fx, const int64_t *shape, test_rng *r)
     const double sx[] = {1.0, 1.2, 300.0, 1.0, 0.01, 1.0};
     const int64_t fused0 = fx_shared_binary_fused();
     for (int step = 0; step < 6; step++) {
-        fill(x, sx[step], r);
-        fill(dy, 1e-3 * sx[5 - step], r);
+        test_fill_normal(x, sx[step], r);
+        test_fill_normal(dy, 1e-3 * sx[5 - step], r);
         const int64_t before = fx_shared_binary_taken();
         CHECK_STATUS(tensor_relu(y1, x), FX_OK);
         CHECK_STATUS(tensor_relu_backward(d1, dy, x), FX_OK);
@@ -353,8 +344,8 @@ static void check_add_relu(fmt_t fu, fmt_t fy, int ndim, const int64_t *shape, i
     const double sb[] = {0.1, 0.1, 0.1, 0.1, 3.0, 1e-4, 1.0, 0.1, 0.1};
     int reused = 0;
     for (int step = 0; step < 9; step++) {
-        fill(t, st[step], r);
-        fill(b, sb[step], r);
+        test_fill_normal(t, st[step], r);
+        test_fill_normal(b, sb[step], r);
         if (step == 4) { /* mostly negative t: relu's maximum falls below u's */
             float *v = malloc((size_t)tensor_numel(t) * sizeof *v);
             CHECK_STATUS(tensor_to_f32(t, v), FX_OK);
@@ -415,9 +406,9 @@ static void check_add_gated(fmt_t fu, fmt_t fy, fmt_t fg, const int64_t *shape, 
     const double sb[] = {0.5, 0.5, 0.5, 0.5, 2.0, 1e-4, 1.0, 0.5, 0.5};
     int reused = 0, taken = 0;
     for (int step = 0; step < 9; step++) {
-        fill(a, sa[step], r);
-        fill(b, sb[step], r);
-        fill(g, 1.0, r);
+        test_fill_normal(a, sa[step], r);
+        test_fill_normal(b, sb[step], r);
+        test_fill_normal(g, 1.0, r);
         if (step == 7) { /* the gate drops every value of u above a small bound */
             float *uv = malloc((size_t)tensor_numel(a) * sizeof *uv);
             float *gv = malloc((size_t)tensor_numel(a) * sizeof *gv);
@@ -474,9 +465,9 @@ static void check_add_relu_declined(test_rng *r)
     tensor_t *t = tensor_new(FMT_FLEX16_5, 4, s), *b = tensor_new(FMT_FLEX16_5, 3, c);
     tensor_t *u = tensor_new(FMT_DFP16, 4, s), *y = tensor_new(FMT_DFP16, 4, s);
     tensor_t *f = tensor_new(FMT_FP32, 4, s);
-    fill(t, 1.0, r);
-    fill(b, 0.1, r);
-    fill(y, 5.0, r);
+    test_fill_normal(t, 1.0, r);
+    test_fill_normal(b, 0.1, r);
+    test_fill_normal(y, 5.0, r);
     const int16_t *yd = tensor_data(y);
     const int16_t y0 = yd[0];
     const int e0 = tensor_exp(y);
@@ -499,8 +490,8 @@ static void check_not_taken(test_rng *r)
     const int64_t s[2] = {40, 70}, st[2] = {70, 40};
     tensor_t *a1 = tensor_new(FMT_FLEX16_5, 2, s), *a2 = tensor_new(FMT_FLEX16_5, 2, s);
     tensor_t *b = tensor_new(FMT_FLEX16_5, 2, s);
-    fill(a1, 1.0, r);
-    fill(b, 0.3, r);
+    test_fill_normal(a1, 1.0, r);
+    test_fill_normal(b, 0.3, r);
     CHECK_STATUS(tensor_copy(a2, a1), FX_OK);
     const int64_t before = fx_shared_binary_taken();
     CHECK_STATUS(tensor_add(a1, a1, b), FX_OK);
@@ -512,7 +503,7 @@ static void check_not_taken(test_rng *r)
     /* a transposed operand */
     tensor_t *t = tensor_new(FMT_DFP16, 2, st), *o1 = tensor_new(FMT_DFP16, 2, s);
     tensor_t *o2 = tensor_new(FMT_DFP16, 2, s);
-    fill(t, 2.0, r);
+    test_fill_normal(t, 2.0, r);
     tensor_t *tv = tensor_view_transpose(t, 0, 1);
     CHECK_STATUS(tensor_sub(o1, tv, b), FX_OK);
     CHECK(fx_shared_binary_taken() == before, "transposed operand was taken");
@@ -523,8 +514,8 @@ static void check_not_taken(test_rng *r)
     /* a partial view of the output keeps the storage's exponent */
     const int64_t half[2] = {20, 70};
     tensor_t *ah = tensor_new(FMT_FLEX16_5, 2, half), *bh = tensor_new(FMT_FLEX16_5, 2, half);
-    fill(ah, 1.0, r);
-    fill(bh, 1.0, r);
+    test_fill_normal(ah, 1.0, r);
+    test_fill_normal(bh, 1.0, r);
     tensor_t *v1 = tensor_view_slice(o1, 0, 0, 20, 1), *v2 = tensor_view_slice(o2, 0, 0, 20, 1);
     if (v1 && v2) {
         CHECK_STATUS(tensor_add(v1, ah, bh), FX_OK);

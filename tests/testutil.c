@@ -133,6 +133,17 @@ int test_run_capture(const char *cmd, char *out, size_t n)
     return status;
 }
 
+void test_fill_normal(tensor_t *t, double scale, test_rng *r)
+{
+    const int64_t n = tensor_numel(t);
+    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    CHECK(v != NULL, "test_fill_normal: cannot allocate %lld values", (long long)n);
+    if (!v) return;
+    for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * test_rng_normal(r));
+    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
+    free(v);
+}
+
 int test_same_writes(tensor_t *x, tensor_t *y, const char *what, int step)
 {
     const int64_t n = tensor_numel(x);

@@ -40,6 +40,10 @@ uint64_t test_rng_u64(test_rng *r);
 double test_rng_uniform(test_rng *r);          /* [0, 1) */
 double test_rng_normal(test_rng *r);           /* standard normal */
 int64_t test_rng_range(test_rng *r, int64_t lo, int64_t hi); /* [lo, hi] */
+/* Every element of t set to scale times a standard normal draw (through tensor_from_f32, so in
+ * t's format), checked. */
+struct tensor;
+void test_fill_normal(struct tensor *t, double scale, test_rng *r);
 
 /* An easy, learnable problem: class c (of 10) lights a 3x3 patch at its own position of a
  * 12x12 one-channel image, plus Gaussian noise (sd 0.3). A working trainer in any format
