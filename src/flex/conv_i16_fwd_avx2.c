@@ -122,8 +122,8 @@ static inline int pixel_sums32(__m256i acc0, __m256i acc1, const int32_t *hi, __
 
 /* One pixel's 16 sums 2^16 hi + acc rounded by f into out16[0..15] (and by f2 into out16_2
  * where f2 is not NULL): in int32 lanes (q, q2: f's and f2's int32 states) where *use32 and the
- * sums fit (a miss clears *use32; *n32 counts the pixels it took), else quant_i64's fast route; the same mantissas and
- * statistics as rounding the stored sums either way */
+ * sums fit (a miss clears *use32; *n32 counts the pixels it took), else quant_i64's fast
+ * route; the same mantissas and statistics as rounding the stored sums either way */
 static inline __attribute__((always_inline)) void
 round_pixel(__m256i acc0, __m256i acc1, const int32_t *hi, fx_r4_fast *f, round32 *q,
             int16_t *out16, fx_r4_fast *f2, round32 *q2, int16_t *out16_2, int *use32,

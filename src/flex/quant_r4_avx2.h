@@ -30,9 +30,9 @@ static inline __m256i fx_round32_ne_avx2(__m256i v, __m128i cnt, __m256i rmask, 
     const __m256i one = _mm256_set1_epi32(1);
     const __m256i q = _mm256_sra_epi32(v, cnt);
     const __m256i rem = _mm256_and_si256(v, rmask); /* v - 2^s q, in [0, 2^s) */
-    const __m256i up = _mm256_or_si256(
-        _mm256_cmpgt_epi32(rem, half),
-        _mm256_and_si256(_mm256_cmpeq_epi32(rem, half), _mm256_cmpeq_epi32(_mm256_and_si256(q, one), one)));
+    const __m256i odd = _mm256_cmpeq_epi32(_mm256_and_si256(q, one), one);
+    const __m256i up = _mm256_or_si256(_mm256_cmpgt_epi32(rem, half),
+                                       _mm256_and_si256(_mm256_cmpeq_epi32(rem, half), odd));
     return _mm256_sub_epi32(q, up); /* up is -1 where the quotient rounds up */
 }
 

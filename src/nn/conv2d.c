@@ -1271,8 +1271,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
  * copied out first: the same products, so the same exact sums and the same bits, and the
  * stride-1 layer takes the level's direct kernel where it has one (with the AVX2 kernel's
  * rounding epilogue where the output's exponent is guessed), where the strided one took patch
- * panels, the GEMM and an int64 stage (the direct kernel's copy would hold every
- * input pixel, four times those a stride of 2 reads). Measured on the AVX2 EPYC (one thread,
+ * panels, the GEMM and an int64 stage (the direct kernel's copy would hold every input pixel,
+ * four times those a stride of 2 reads). Measured on the AVX2 EPYC (one thread,
  * batch 128, DFP16): ResNet-20's 16 -> 32 projection at 32 x 32 5.8 ms forward, its stride-1
  * twin on the copied pixels 3.4 ms. Float compute keeps its route: its sums' order, and so
  * its bits, belong to that route. */
@@ -1288,10 +1288,13 @@ int64_t fx_conv_subsampled(void)
     return __atomic_load_n(&conv_subsampled_runs, __ATOMIC_RELAXED);
 }
 
-static int conv_subsample_fits(const tensor_t *x, const fx_conv_geom *g)
+/* A y that shares x's storage keeps the strided route, which never rounds into y in place (a
+ * failed op must leave x as it was); the copy would hide the sharing from that check. */
+static int conv_subsample_fits(const tensor_t *y, const tensor_t *x, const fx_conv_geom *g)
 {
     return __atomic_load_n(&conv_subsample_on, __ATOMIC_RELAXED) && fx_is_int_compute(x) &&
-           g->KH == 1 && g->KW == 1 && g->ph == 0 && g->pw == 0 && (g->sh > 1 || g->sw > 1);
+           y->st != x->st && g->KH == 1 && g->KW == 1 && g->ph == 0 && g->pw == 0 &&
+           (g->sh > 1 || g->sw > 1);
 }
 
 static int64_t conv_stage_redone;  /* test hook: forward ops (and input gradients by phases) run again */
@@ -1330,9 +1333,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
                                const fx_conv_geom *gp, const conv_epilogue *ep,
                                conv_shared_relu *sr, const char *func)
 {
-    /* a y that shares x's storage keeps the strided route, which never rounds into y in place
-     * (a failed op must leave x as it was); the copy would hide the sharing from that check */
-    if (y->st != x->st && conv_subsample_fits(x, gp))
+    if (conv_subsample_fits(y, x, gp))
         return conv2d_forward_subsampled(y, x, w, gp, ep, sr, func);
     int redo_e = FX_EXP_NONE;
     int rc = conv2d_forward_run(y, x, w, gp, ep, sr, FX_EXP_NONE, 0, &redo_e, func);
@@ -1367,7 +1368,8 @@ static int conv2d_forward_subsampled(tensor_t *y, const tensor_t *x, const tenso
         const int nt = flexpoint_num_threads();
         (void)nt;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && planes * OH * OW >= (1 << 16))
+#pragma omp parallel for schedule(static) num_threads(nt) \
+    if (nt > 1 && planes * OH * OW >= (1 << 16))
 #endif
         for (int64_t p = 0; p < planes; p++)
             for (int64_t i = 0; i < OH; i++) {
