@@ -667,8 +667,9 @@ static void check_strided(uint64_t *seedp)
      * and 4 x 4 kernels, stride 3 (a kernel narrower than the stride: phases without taps),
      * strides in one axis only, padding up to a whole kernel, a batch of several chunks; and
      * shapes the route leaves to col2im (dy with 4 channels or dx with 8, which a phase cannot
-     * take; dy with 64, where col2im's GEMM is deep enough: ResNet-20's stage-3 openers,
-     * except on the AMX kernel) */
+     * take; dy with 64, where col2im's GEMM is deep enough: ResNet-20's stage-3 3 x 3
+     * opener, except on the AMX kernel; its 1 x 1 projection, one tap per phase, takes the
+     * phases) */
     static const int64_t shapes[][12] = {
         {2, 16, 32, 32, 32, 3, 3, 2, 2, 1, 1, 1}, {2, 16, 32, 32, 32, 1, 1, 2, 2, 0, 0, 1},
         {2, 32, 16, 16, 48, 3, 3, 2, 2, 1, 1, 1}, {2, 32, 16, 16, 48, 1, 1, 2, 2, 0, 0, 1},
@@ -678,7 +679,7 @@ static void check_strided(uint64_t *seedp)
         {2, 16, 10, 12, 16, 3, 3, 2, 1, 1, 1, 1}, {2, 16, 11, 9, 16, 3, 3, 1, 2, 1, 1, 1},
         {2, 16, 8, 8, 16, 3, 3, 2, 2, 3, 3, 1},   {20, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, 1},
         {2, 16, 12, 12, 4, 3, 3, 2, 2, 1, 1, 0},  {2, 8, 12, 12, 32, 3, 3, 2, 2, 1, 1, 0},
-        {2, 32, 16, 16, 64, 3, 3, 2, 2, 1, 1, 0}, {2, 32, 16, 16, 64, 1, 1, 2, 2, 0, 0, 0}};
+        {2, 32, 16, 16, 64, 3, 3, 2, 2, 1, 1, 0}, {2, 32, 16, 16, 64, 1, 1, 2, 2, 0, 0, 1}};
     static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
     /* where the phases run on the AMX kernel (src/nn/conv_dgrad_phases.c), they also take dy
      * with 64 channels, which they then compute faster than col2im */
@@ -716,13 +717,15 @@ static void check_forward(uint64_t *seedp)
      * 3x3 layers (16-pixel tiles of one vector; 8-pixel tiles of 2), odd C (partial segment,
      * odd last pair), O with a partial vector (20, 33, 40, 70), partial last tiles (OW 10, 11),
      * rows of 40 and 35 pixels (the AVX-512 pair copy's 32-value vectors and a masked rest,
-     * padded on both sides or not at all) */
+     * padded on both sides or not at all), rows of 17 and 8 (the AVX-512 9-pixel tile: 9 + 8,
+     * and one tile with a spare row) */
     static const int64_t shapes[][7] = {
         /* N, C, H, W, O, K, pad */
         {2, 32, 14, 14, 64, 5, 2}, {2, 64, 14, 14, 32, 5, 2}, {2, 16, 16, 16, 16, 3, 1},
         {2, 32, 8, 8, 32, 3, 1},   {2, 64, 8, 8, 64, 3, 1},   {3, 9, 10, 10, 40, 3, 1},
         {2, 12, 7, 11, 20, 3, 0},  {2, 17, 9, 9, 33, 3, 1},   {2, 40, 6, 6, 70, 1, 0},
-        {1, 8, 12, 12, 16, 5, 2},  {1, 16, 5, 40, 16, 3, 1},  {1, 9, 4, 35, 16, 3, 0}};
+        {1, 8, 12, 12, 16, 5, 2},  {1, 16, 5, 40, 16, 3, 1},  {1, 9, 4, 35, 16, 3, 0},
+        {2, 16, 17, 17, 16, 3, 1}, {2, 16, 8, 8, 16, 3, 1}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int kind = DATA_SMALL; kind <= DATA_SKEW; kind++) {
             const int64_t *c = shapes[s];

@@ -127,7 +127,8 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
         int32_t hib[FX_I16_MAX_ROWS * 4 * 16] __attribute__((aligned(64)));                     \
         return itile(MR, NV, LD, hib, xb, ld, xoff, nseg, wb, opad, fold, out, ldo, rows, last); \
     }
-#define ITILE_FNS(LD) ITILE_FN(7, 2, LD) ITILE_FN(8, 2, LD) ITILE_FN(14, 1, LD) ITILE_FN(16, 1, LD)
+#define ITILE_FNS(LD)                                                                            \
+    ITILE_FN(7, 2, LD) ITILE_FN(8, 2, LD) ITILE_FN(14, 1, LD) ITILE_FN(16, 1, LD) ITILE_FN(9, 1, LD)
 /* the pixel strides of 8 (a layer folded into 8 channels, src/nn/conv_fold.h), 16, 32 and 64
  * channels (ResNet-20's and the CNN's layers, and their stride-2 layers' 16 and 32 channels at
  * every other pixel), and any */
@@ -141,13 +142,29 @@ typedef uint64_t (*itile_fn)(const uint32_t *, int64_t, const int64_t *, int64_t
                              const uint32_t *, int64_t, const uint8_t *, int64_t *, int64_t, int,
                              __mmask16);
 
-/* [LD 4, 8, 16, 32, any][7x2, 8x2, 14x1, 16x1] */
-static const itile_fn tile_fns[5][4] = {
-    {itile_7x2_4, itile_8x2_4, itile_14x1_4, itile_16x1_4},
-    {itile_7x2_8, itile_8x2_8, itile_14x1_8, itile_16x1_8},
-    {itile_7x2_16, itile_8x2_16, itile_14x1_16, itile_16x1_16},
-    {itile_7x2_32, itile_8x2_32, itile_14x1_32, itile_16x1_32},
-    {itile_7x2_0, itile_8x2_0, itile_14x1_0, itile_16x1_0}};
+/* [LD 4, 8, 16, 32, any][7x2, 8x2, 14x1, 16x1, 9x1] */
+static const itile_fn tile_fns[5][5] = {
+    {itile_7x2_4, itile_8x2_4, itile_14x1_4, itile_16x1_4, itile_9x1_4},
+    {itile_7x2_8, itile_8x2_8, itile_14x1_8, itile_16x1_8, itile_9x1_8},
+    {itile_7x2_16, itile_8x2_16, itile_14x1_16, itile_16x1_16, itile_9x1_16},
+    {itile_7x2_32, itile_8x2_32, itile_14x1_32, itile_16x1_32, itile_9x1_32},
+    {itile_7x2_0, itile_8x2_0, itile_14x1_0, itile_16x1_0, itile_9x1_0}};
+
+/* A tile computes all its MR pixels whatever the row has left, so the width is the one of
+ * 16, 14 and 9 pixels (one vector of channels) that computes the fewest: a row of 17 (the
+ * full-padded phases of a stride-2 3 x 3 input gradient, conv_dgrad_phases.c) as 9 + 8
+ * rather than 16 + 1, where the second tile cost as much as the first. */
+static int tile_rows_1(int64_t OW)
+{
+    static const int cand[3] = {16, 14, 9};
+    int best = 16;
+    int64_t best_px = (OW + 15) / 16 * 16;
+    for (int i = 1; i < 3; i++) {
+        const int64_t px = (OW + cand[i] - 1) / cand[i] * cand[i];
+        if (px < best_px) best = cand[i], best_px = px;
+    }
+    return best;
+}
 
 /* fx_i16_fold_schedule for eight output rows at once, one per 64-bit lane: lane j's row has
  * its first padded row's norms at rn + base[j] (words); fold[j nseg + i] as
@@ -248,11 +265,11 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
     for (int64_t o0 = 0; o0 < O; o0 += 32) {
         const int64_t ow = O - o0 < 32 ? O - o0 : 32;
         const int nv = ow > 16 ? 2 : 1; /* never past opad */
-        const int mr = nv == 2 ? (OW % 7 == 0 && OW % 8 != 0 ? 7 : 8)
-                               : (OW % 14 == 0 && OW % 16 != 0 ? 14 : 16);
+        const int mr = nv == 2 ? (OW % 7 == 0 && OW % 8 != 0 ? 7 : 8) : tile_rows_1(OW);
         const int64_t ld = sw * Cpp; /* words from one of a tile's pixels to the next */
         const int ldi = ld == 4 ? 0 : ld == 8 ? 1 : ld == 16 ? 2 : ld == 32 ? 3 : 4;
-        const itile_fn fn = tile_fns[ldi][nv == 2 ? (mr == 7 ? 0 : 1) : (mr == 14 ? 2 : 3)];
+        const itile_fn fn =
+            tile_fns[ldi][nv == 2 ? (mr == 7 ? 0 : 1) : mr == 14 ? 2 : mr == 16 ? 3 : 4];
         const int64_t tail = ow - 16 * (nv - 1);
         const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
         /* the weight norms of this block's channels, the larger of its two vectors' */
