@@ -24,8 +24,8 @@
 /* The col2im route's GEMM has depth O (dy's channels). Below 64 it runs well under its rate
  * and the phases win; from 64 it does not, and the phases' small convolutions (each with its
  * own copy of dy) lose, except where the kernel is no larger than the stride: then one phase
- * is a 1 x 1 convolution of dy and the others are zeros, and col2im's scatter is all it
- * saves. Measured, batch 128, one thread, phases over col2im in one process: ResNet-20's
+ * is a 1 x 1 convolution of dy and the others are zeros, so the phases make the GEMM's
+ * products without col2im's int64 patch product and its scatter into dx. Measured, batch 128, one thread, phases over col2im in one process: ResNet-20's
  * 16 -> 32 stride-2 3 x 3 input gradient 0.74, its 1 x 1 projection 0.69; 32 -> 64 3 x 3
  * 1.13, 1 x 1 0.92 on the AVX2 EPYC (Zen 3); 32 -> 64 3 x 3 1.15-1.21, 1 x 1 0.87-0.91 on the
  * Zen 5 (vpdpwssd). */
