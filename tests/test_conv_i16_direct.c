@@ -21,8 +21,11 @@
  * lower half of the odd channels, where a schedule taken from other rows or channels misses
  * them), where a missing fold wraps; the decline (the AVX2 kernel instead folds after each
  * pixel pair of a row too large for a chain, exactly, also beside rows whose chains reach the
- * bound); and tensor_conv2d_backward_weight bit for bit
- * with the route on and off.
+ * bound); at strides 2 and 3 and in one axis where the level's kernel takes them (AVX-512: a
+ * copy with each padded row's columns in runs of every s-th one; rows of odd length and of two
+ * copy steps); and tensor_conv2d_backward_weight bit for bit with the route on and off, also
+ * at strides 2 and 3 (the route counted where it takes the stride, not for a 1x1 projection or
+ * an odd OW).
  * The AVX2 kernel's copy of an image (pair words and row norms, padding added) equals the
  * portable copy's on every channel count, width and padding shape.
  * Both run for each level the CPU runs that has the kernels (AVX-512 with VNNI: vpdpwssd; AVX2:
@@ -219,15 +222,18 @@ static int wgrad_takes_any(void)
     return fx_backend_active()->conv.i16_wgrad == fx_i16_wgrad_direct_avx2;
 }
 
-/* the weight gradient kernel against the exact sums; returns whether it took the chunk */
-static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t K,
-                         int64_t pad, int kind, uint64_t seed)
+/* the weight gradient kernel against the exact sums, at strides sh, sw; returns whether it
+ * took the chunk */
+static int check_wkernel_strided(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
+                                 int64_t K, int64_t pad, int64_t sh, int64_t sw, int kind,
+                                 uint64_t seed)
 {
     const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = W, .O = O, .KH = K, .KW = K,
-                            .OH = H + 2 * pad - K + 1, .OW = W + 2 * pad - K + 1, .sh = 1,
-                            .sw = 1, .ph = pad, .pw = pad, .dh = 1, .dw = 1};
-    CHECK(fx_i16_wgrad_direct_fits(&g), "wgrad C%lld O%lld: the geometry should fit",
-          (long long)C, (long long)O);
+                            .OH = (H + 2 * pad - K) / sh + 1, .OW = (W + 2 * pad - K) / sw + 1,
+                            .sh = sh, .sw = sw, .ph = pad, .pw = pad, .dh = 1, .dw = 1};
+    CHECK(fx_i16_wgrad_direct_fits(&g, FX_I16_WGRAD_MAX_STRIDE),
+          "wgrad C%lld O%lld stride (%lld, %lld): the geometry should fit", (long long)C,
+          (long long)O, (long long)sh, (long long)sw);
     const int64_t Hp = H + 2 * pad, Wp = W + 2 * pad, KK = K * K, P = g.OH * g.OW, R = C * KK;
     test_rng r;
     test_rng_seed(&r, seed);
@@ -265,7 +271,8 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
                     int64_t s = 0;
                     for (int64_t oh = 0; oh < g.OH; oh++)
                         for (int64_t ow = 0; ow < g.OW; ow++)
-                            s += (int64_t)xp[((n * C + c) * Hp + oh + t / K) * Wp + ow + t % K] *
+                            s += (int64_t)xp[((n * C + c) * Hp + sh * oh + t / K) * Wp + sw * ow +
+                                             t % K] *
                                  dy[((n * O + o) * g.OH + oh) * g.OW + ow];
                     want[(c * KK + t) * O + o] += s;
                 }
@@ -279,8 +286,9 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
             long bad = 0;
             for (int64_t i = 0; i < R * O; i++) bad += got[i] != pass * want[i];
             CHECK(bad == 0, "direct int16 weight gradient N%lld C%lld %lldx%lld O%lld k%lld pad "
-                  "%lld data %d, %s: %ld of %lld sums differ", (long long)N, (long long)C,
-                  (long long)H, (long long)W, (long long)O, (long long)K, (long long)pad, kind,
+                  "%lld stride (%lld, %lld) data %d, %s: %ld of %lld sums differ", (long long)N,
+                  (long long)C, (long long)H, (long long)W, (long long)O, (long long)K,
+                  (long long)pad, (long long)sh, (long long)sw, kind,
                   pass == 1 ? "stored" : "added", bad, (long long)(R * O));
             if (pass == 1)
                 CHECK(g_wgrad(&g, xp, dy, N, scratch, got, 1), "second call declined");
@@ -296,6 +304,12 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
     free(scratch);
     free(got);
     return took;
+}
+
+static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t K,
+                         int64_t pad, int kind, uint64_t seed)
+{
+    return check_wkernel_strided(N, C, H, W, O, K, pad, 1, 1, kind, seed);
 }
 
 /* fx_i16_row_norms against the exact ceiling of the root: every row count from 0 to 19 (blocks
@@ -870,6 +884,72 @@ static void check_copy(uint64_t seed)
           cases, bad_words, bad_norms, overruns);
 }
 
+/* tensor_conv2d_backward_weight at a stride with the direct route on and off (the patch GEMM):
+ * the same mantissas and exponent, at 1 and 2 threads, in FLEX16_5 and DFP16; the route ran
+ * where the level's kernel takes the stride and the taps reach every input pixel (not for a
+ * 1 x 1 projection, nor an odd OW) */
+static void check_wgrad_ops_strided(uint64_t *seedp)
+{
+    /* N, C, H, O, K, pad, stride */
+    static const int64_t shapes[][7] = {{4, 16, 32, 32, 3, 1, 2}, {3, 32, 16, 64, 3, 1, 2},
+                                        {2, 16, 16, 32, 1, 0, 2}, {2, 8, 13, 16, 3, 1, 2},
+                                        {2, 8, 18, 16, 3, 0, 3}};
+    static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
+    const fx_backend *be = fx_backend_active();
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t *c = shapes[i];
+        const int64_t N = c[0], C = c[1], H = c[2], O = c[3], K = c[4], pad = c[5], st = c[6];
+        const int64_t OHW = (H + 2 * pad - K) / st + 1, nw = O * C * K * K;
+        const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = H, .O = O, .KH = K, .KW = K,
+                                .OH = OHW, .OW = OHW, .sh = st, .sw = st, .ph = pad, .pw = pad,
+                                .dh = 1, .dw = 1};
+        /* with AMX on, its tiles take these products first (not counted here) */
+        const int counted = !fx_gemm_i16_amx_on();
+        const int expect =
+            be->conv.i16_wgrad && fx_i16_wgrad_direct_fits(&g, be->conv.i16_wgrad_max_stride);
+        const fmt_t f = fmts[i % 2];
+        test_rng r;
+        test_rng_seed(&r, (*seedp)++);
+        const int64_t xs[4] = {N, C, H, H}, ws[4] = {O, C, K, K}, ys[4] = {N, O, OHW, OHW};
+        tensor_t *x = int_tensor(f, xs, DATA_NORMAL, 0, -14, &r);
+        tensor_t *dy = int_tensor(f, ys, DATA_NORMAL, 1, -12, &r);
+        int16_t *ref = malloc(sizeof(int16_t) * (size_t)nw), *got = malloc(sizeof(int16_t) * (size_t)nw);
+        int eref = 0;
+        for (int pass = 0; pass < 3; pass++) { /* the GEMM, then the route at 1 and 2 threads */
+            fx_i16_wgrad_direct_set_enabled(pass > 0);
+            flexpoint_set_num_threads(pass == 2 ? 2 : 1);
+            tensor_t *dw = tensor_new(FMT_DFP16, 4, ws);
+            const long long calls = fx_i16_wgrad_direct_calls();
+            CHECK_STATUS(tensor_conv2d_backward_weight(dw, x, dy, (int)st, (int)st, (int)pad,
+                                                       (int)pad, 1, 1),
+                         FX_OK);
+            if (pass > 0 && counted)
+                CHECK((fx_i16_wgrad_direct_calls() > calls) == expect,
+                      "%s: strided weight gradient C%lld O%lld k%lld stride %lld: the direct "
+                      "route %s", g_level, (long long)C, (long long)O, (long long)K,
+                      (long long)st, expect ? "did not run" : "ran");
+            CHECK_STATUS(tensor_get_raw(dw, pass ? got : ref), FX_OK);
+            if (pass == 0) {
+                eref = tensor_exp(dw);
+            } else {
+                long bad = 0;
+                for (int64_t k = 0; k < nw; k++) bad += got[k] != ref[k];
+                CHECK(bad == 0 && tensor_exp(dw) == eref,
+                      "%s: %s strided weight gradient C%lld O%lld k%lld stride %lld pass %d: %ld "
+                      "values differ, exp %d (GEMM %d)", g_level, fmt_name(f), (long long)C,
+                      (long long)O, (long long)K, (long long)st, pass, bad, tensor_exp(dw), eref);
+            }
+            tensor_free(dw);
+        }
+        fx_i16_wgrad_direct_set_enabled(1);
+        flexpoint_set_num_threads(1);
+        free(ref);
+        free(got);
+        tensor_free(x);
+        tensor_free(dy);
+    }
+}
+
 /* The weight gradient kernel of the active backend and the row norms it takes. */
 static void check_weight_gradient(uint64_t *seedp)
 {
@@ -891,6 +971,31 @@ static void check_weight_gradient(uint64_t *seedp)
                   "weight gradient, data %d, shape %zu: declined data it can take", kind, s);
         }
     check_row_norms(seed++);
+    /* strided, on a level whose kernel takes strides (AVX-512: a copy with each row's columns
+     * in runs of every s-th one): ResNet-20's stride-2 3 x 3 layers (16 -> 32 at 32 x 32 and
+     * 32 -> 64 at 16 x 16), a 2 x 2 kernel at stride 2, padded rows of odd length (13: the
+     * last run one value short) and of 73 (two steps of the stride-2 copy, the second
+     * partial), stride 3 (scalar copy), 5 x 5 at stride 3, and strides in one axis only */
+    if (fx_backend_active()->conv.i16_wgrad_max_stride >= 3) {
+        static const int64_t sshapes[][9] = {
+            /* N, C, H, W, O, K, pad, sh, sw */
+            {2, 16, 32, 32, 32, 3, 1, 2, 2}, {2, 32, 16, 16, 64, 3, 1, 2, 2},
+            {2, 8, 12, 12, 16, 2, 0, 2, 2},  {2, 5, 9, 11, 20, 3, 1, 2, 2},
+            {1, 4, 6, 71, 16, 3, 1, 2, 2},   {2, 6, 18, 18, 33, 3, 0, 3, 3},
+            {2, 4, 17, 17, 16, 5, 2, 3, 3},  {2, 8, 12, 12, 16, 3, 1, 2, 1},
+            {2, 8, 12, 11, 16, 3, 1, 1, 2}};
+        for (size_t i = 0; i < sizeof sshapes / sizeof sshapes[0]; i++)
+            for (int kind = DATA_SMALL; kind <= DATA_SKEW; kind++) {
+                const int64_t *c = sshapes[i];
+                CHECK(check_wkernel_strided(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8],
+                                            kind, seed++),
+                      "strided weight gradient, data %d, shape %zu: declined data it can take",
+                      kind, i);
+            }
+        CHECK(!check_wkernel_strided(2, 8, 12, 12, 16, 3, 1, 2, 2, DATA_FULL, seed++),
+              "full-scale data at stride 2: the weight gradient took a chunk that may wrap");
+    }
+    check_wgrad_ops_strided(&seed);
     /* full scale: a row's bound alone may wrap, so the chunk is declined (by the AVX2 kernel
      * too: every row would take a fold per pixel pair) */
     CHECK(!check_wkernel(2, 8, 8, 8, 16, 3, 1, DATA_FULL, seed++),

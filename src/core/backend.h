@@ -353,6 +353,9 @@ typedef struct fx_conv_kernels {
      * the GEMM. NULL: patch matrix and GEMM. */
     int (*i16_wgrad)(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                      int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
+    /* the largest stride (either axis) i16_wgrad takes (fx_i16_wgrad_direct_fits); 0 or 1:
+     * stride 1 only */
+    int i16_wgrad_max_stride;
     /* the same on AMX-INT8 tiles from the unpadded chunk x (fx_i16_wgrad_amx,
      * src/flex/conv_i16.h; never declines), taken before the AMX GEMM's tiles where
      * fx_i16_wgrad_amx_fits while fx_gemm_i16_amx_on(). NULL: not installed. */

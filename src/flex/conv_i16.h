@@ -204,16 +204,21 @@ long long fx_i16_fwd_direct_paired(void);
  * route's patches x dy^T. xp: the chunk's padded input (fx_conv_pad, nbc images); dy: the
  * chunk's output gradient (NCHW); scratch: fx_i16_wgrad_direct_scratch(g, nbc) words; add: the
  * sums are added to dwt's values instead of replacing them (a group's later chunks). For
- * geometries where fx_i16_wgrad_direct_fits (stride and dilation 1, OW even, padded rows of at
- * most 1024 values). Returns 1 when done; 0 when the chunk's data may leave an int32 chain (or
- * it has more than 2^16 pixels), with dwt untouched: the caller computes it another way. */
-int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g);
+ * geometries where fx_i16_wgrad_direct_fits(g, FX_I16_WGRAD_MAX_STRIDE) (dilation 1, OW even,
+ * padded rows of at most 1024 values; a horizontal stride s reads a copy of the padded rows
+ * with their columns in s runs of every s-th one, so that a tile's pixel pairs stay adjacent
+ * words). Returns 1 when done; 0 when the chunk's data may leave an int32 chain (or it has
+ * more than 2^16 pixels), with dwt untouched: the caller computes it another way. */
+#define FX_I16_WGRAD_MAX_STRIDE 4
+/* Whether the direct weight gradient takes g, for a kernel that takes strides up to
+ * max_stride (fx_conv_kernels.i16_wgrad_max_stride; 0 or 1: stride 1 only) */
+int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g, int max_stride);
 int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb);
 int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                         int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
 /* The same on AVX2 (src/flex/conv_i16_wgrad_avx2.c: vpmaddwd + vpaddd), the same contract and
- * the same sums, except that an output row whose bound alone exceeds an int32 chain takes a
- * fold after each pixel pair (exact for mantissas in [-32767, 32767], as
+ * the same sums, at stride 1 only, except that an output row whose bound alone exceeds an
+ * int32 chain takes a fold after each pixel pair (exact for mantissas in [-32767, 32767], as
  * fx_i16_fwd_direct_avx2's segments); it declines only chunks of more than 2^16 pixels and
  * chunks with many such rows (fx_i16_wgrad_prepare). */
 int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,

@@ -9,12 +9,25 @@
 
 #include <stdatomic.h>
 
-int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g)
+int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g, int max_stride)
 {
-    /* padded rows of at most 2^10 values: their sums of squares stay below 2^40, where
-     * fx_ceil_sqrt is exact */
-    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->OW % 2 == 0 &&
-           g->OW >= 2 && g->O >= 1 && g->W + 2 * g->pw <= 1024;
+    const int64_t ms = max_stride > 1 ? max_stride : 1;
+    /* a stride only where the taps reach every input pixel (KH >= sh, KW >= sw): the kernel
+     * copies and bounds the whole padded input, four times the pixels a 1 x 1 projection at
+     * stride 2 reads (such a projection took 1.1-1.5x the patch GEMM's time on the Zen 5).
+     * Padded rows of at most 2^10 values: their sums of squares stay below 2^40, where
+     * fx_ceil_sqrt is exact. */
+    return g->sh >= 1 && g->sh <= ms && g->sw >= 1 && g->sw <= ms && g->KH >= g->sh &&
+           g->KW >= g->sw && g->dh == 1 && g->dw == 1 && g->OW % 2 == 0 && g->OW >= 2 &&
+           g->O >= 1 && g->W + 2 * g->pw <= 1024;
+}
+
+int64_t fx_i16_wgrad_cols_words(const struct fx_conv_geom *g, int64_t nb)
+{
+    if (g->sw == 1) return 0;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    const int64_t Wd = (Wp + g->sw - 1) / g->sw * g->sw;
+    return (nb * g->C * Hp * Wd + 1) / 2 + 32; /* int16 values; a vector of slack each side */
 }
 
 int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
@@ -22,9 +35,11 @@ int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
     const int64_t opad = (g->O + 15) / 16 * 16, Hp = g->H + 2 * g->ph;
     /* dy's pair words, the input rows' norms, dy's rows' norms and their maxima per block of 16
      * channels, the input norms per channel and output row, one channel block's dy norms per
-     * output row, one tile's fold schedule (bytes, in words), 16 spare words for the alignment */
-    return nb * (g->OH * g->OW / 2) * opad + nb * g->C * Hp + nb * g->O * g->OH +
-           nb * g->OH * (opad / 16) + nb * g->C * g->OH + nb * g->OH + (nb * g->OH + 3) / 4 + 16;
+     * output row, one tile's fold schedule (bytes, in words), 16 spare words for the alignment;
+     * at a horizontal stride, first the copy of the padded input the tiles read */
+    return fx_i16_wgrad_cols_words(g, nb) + nb * (g->OH * g->OW / 2) * opad + nb * g->C * Hp +
+           nb * g->O * g->OH + nb * g->OH * (opad / 16) + nb * g->C * g->OH + nb * g->OH +
+           (nb * g->OH + 3) / 4 + 16;
 }
 
 /* out[i] = the largest of rows[k stride + i] over k < nrows (at least 1), for i < len: the
@@ -135,19 +150,31 @@ static void count_call(void)
     atomic_fetch_add_explicit(&wdirect_calls, 1, memory_order_relaxed);
 }
 
-/* xk[c S + n OH + oh]: the largest input row norm xn[(n C + c) Hp + oh + kh] of channel c at
- * output row oh over the kernel's rows kh (what a tile's bound takes per channel: a little
+/* xk[c S + n OH + oh]: the largest input row norm xn[(n C + c) Hp + sh oh + kh] of channel c
+ * at output row oh over the kernel's rows kh (what a tile's bound takes per channel: a little
  * looser than per tap, and one lookup per channel); then whether the chunk can be taken: no
  * output row's bound (its largest xk times its largest dn) may leave int32 alone, or with
  * any_data at most one row in FX_I16_PAIRED_MAX_SHARE. Counts the call or the decline. */
 static int channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t nbc, int64_t C,
-                         int64_t Hp, int64_t OH, int64_t KH, int64_t nob, int any_data,
-                         uint32_t *xk)
+                         int64_t Hp, int64_t OH, int64_t KH, int64_t sh, int64_t nob,
+                         int any_data, uint32_t *xk)
 {
     const int64_t S = nbc * OH;
     for (int64_t c = 0; c < C; c++)
-        for (int64_t n = 0; n < nbc; n++)
-            max_of_rows(xk + c * S + n * OH, xn + (n * C + c) * Hp, 1, KH, OH);
+        for (int64_t n = 0; n < nbc; n++) {
+            const uint32_t *rows = xn + (n * C + c) * Hp;
+            uint32_t *out = xk + c * S + n * OH;
+            if (sh == 1) {
+                max_of_rows(out, rows, 1, KH, OH);
+                continue;
+            }
+            for (int64_t oh = 0; oh < OH; oh++) {
+                uint32_t m = 0;
+                for (int64_t kh = 0; kh < KH; kh++)
+                    m = rows[sh * oh + kh] > m ? rows[sh * oh + kh] : m;
+                out[oh] = m;
+            }
+        }
     int64_t over = 0; /* output rows whose bound alone may leave a chain */
     for (int64_t s0 = 0; s0 < S; s0 += FX_WG_RUN) {
         const int64_t len = S - s0 < FX_WG_RUN ? S - s0 : FX_WG_RUN;
@@ -208,5 +235,5 @@ int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const 
     block_norms(b->drn, nbc, O, OH, nob, b->dn);
     /* xk, and rows that alone may leave int32 (any, or with any_data too many): the GEMM's
      * any-data kernels take the chunk */
-    return channel_norms(b->xn, b->dn, nbc, C, Hp, OH, g->KH, nob, any_data, b->xk);
+    return channel_norms(b->xn, b->dn, nbc, C, Hp, OH, g->KH, g->sh, nob, any_data, b->xk);
 }

@@ -24,6 +24,11 @@ void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t 
 void fx_i16_wgrad_fold_schedule4_avx2(const uint32_t *xk, const uint32_t *dm, int64_t S,
                                       int64_t c_lo, int64_t c_hi, uint8_t *fold);
 
+/* Words of a chunk's scratch before what fx_i16_wgrad_prepare lays out: at a horizontal
+ * stride s > 1, the copy of the chunk's padded input whose rows hold their columns in s runs
+ * (columns r, s + r, 2 s + r, ... for r < s), each ceil(Wp / s) long; 0 at stride 1 */
+int64_t fx_i16_wgrad_cols_words(const struct fx_conv_geom *g, int64_t nb);
+
 /* Portable definitions the AVX2 kernel takes as they are: fx_i16_row_norms's values, and
  * dyt[n][pp][o] = (dy[o][2pp], dy[o][2pp + 1]) for pp < P / 2, zero for O <= o < opad (the
  * chunk's dy, NCHW, as pixel-pair-major words; P even) */

@@ -103,13 +103,14 @@ void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out
     }
 }
 
-/* One tile: MR rows (offsets roff into a padded image), NV vectors of 16 channels from dyt
- * (already offset to the tile's first channel), the chain over all nbc images' pixel pairs,
- * a fold after output row s = n OH + oy where fold[s]. */
+/* One tile: MR rows (offsets roff into a padded image of ximg values, whose output row oy
+ * starts oy ystep values in), NV vectors of 16 channels from dyt (already offset to the tile's
+ * first channel), the chain over all nbc images' pixel pairs, a fold after output row
+ * s = n OH + oy where fold[s]. */
 static inline __attribute__((always_inline)) void
 wtile(const int MR, const int NV, int32_t *restrict hib, const int16_t *xp, int64_t ximg,
       const int64_t *roff, const uint32_t *dyt, int64_t dimg, int64_t opad, int64_t OH,
-      int64_t OW, int64_t Wp, int64_t nbc, const uint8_t *fold, int64_t *out, int64_t ldo,
+      int64_t OW, int64_t ystep, int64_t nbc, const uint8_t *fold, int64_t *out, int64_t ldo,
       int rows, __mmask16 last, int add)
 {
     __m512i acc[WG_MAX_MR][4];
@@ -122,7 +123,7 @@ wtile(const int MR, const int NV, int32_t *restrict hib, const int16_t *xp, int6
     const int64_t npair = OW / 2;
     for (int64_t n = 0; n < nbc; n++) {
         for (int64_t oy = 0; oy < OH; oy++) {
-            const int16_t *xr = xp + n * ximg + oy * Wp;
+            const int16_t *xr = xp + n * ximg + oy * ystep;
             const uint32_t *dr = dyt + n * dimg + oy * npair * opad;
             for (int64_t j = 0; j < npair; j++) {
                 __m512i b[4];
@@ -147,12 +148,12 @@ wtile(const int MR, const int NV, int32_t *restrict hib, const int16_t *xp, int6
 #define WTILE_FN(MR, NV)                                                                         \
     static void wtile_##MR##x##NV(const int16_t *xp, int64_t ximg, const int64_t *roff,         \
                                   const uint32_t *dyt, int64_t dimg, int64_t opad, int64_t OH,  \
-                                  int64_t OW, int64_t Wp, int64_t nbc, const uint8_t *fold,     \
+                                  int64_t OW, int64_t ystep, int64_t nbc, const uint8_t *fold,  \
                                   int64_t *out, int64_t ldo, int rows, __mmask16 last,          \
                                   int add)                                                      \
     {                                                                                            \
         int32_t hib[WG_MAX_MR * 4 * 16] __attribute__((aligned(64)));                           \
-        wtile(MR, NV, hib, xp, ximg, roff, dyt, dimg, opad, OH, OW, Wp, nbc, fold, out, ldo,     \
+        wtile(MR, NV, hib, xp, ximg, roff, dyt, dimg, opad, OH, OW, ystep, nbc, fold, out, ldo,  \
               rows, last, add);                                                                  \
     }
 WTILE_FN(6, 4)
@@ -164,15 +165,66 @@ typedef void (*wtile_fn)(const int16_t *, int64_t, const int64_t *, const uint32
                          int64_t, int64_t, int64_t, int64_t, int64_t, const uint8_t *, int64_t *,
                          int64_t, int, __mmask16, int);
 
+/* xd: each of the rows of xp (Wp values) as s runs of Wq = ceil(Wp / s) values, run k holding
+ * the columns k, s + k, 2 s + k, ... (0 past the row's end). Why: at stride s a tile's pixel
+ * pair (2j, 2j + 1) reads the input columns s (2j) + kw and s (2j + 1) + kw, which are then the
+ * adjacent values 2j + kw / s and 2j + 1 + kw / s of run kw mod s: one 32-bit word, as at
+ * stride 1. Stride 2 (ResNet's) by two-source word permutes, 64 values a step; others scalar. */
+static void cols_by_stride(const int16_t *xp, int64_t rows, int64_t Wp, int64_t s, int16_t *xd)
+{
+    const int64_t Wq = (Wp + s - 1) / s, Wd = s * Wq;
+    if (s != 2) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t k = 0; k < s; k++)
+                for (int64_t v = 0; v < Wq; v++) {
+                    const int64_t col = s * v + k;
+                    xd[r * Wd + k * Wq + v] = col < Wp ? xp[r * Wp + col] : 0;
+                }
+        return;
+    }
+    int16_t ie[32], io[32];
+    for (int i = 0; i < 32; i++) {
+        ie[i] = (int16_t)(2 * i);
+        io[i] = (int16_t)(2 * i + 1);
+    }
+    const __m512i even = _mm512_loadu_si512((const void *)ie);
+    const __m512i odd = _mm512_loadu_si512((const void *)io);
+    for (int64_t r = 0; r < rows; r++) {
+        const int16_t *src = xp + r * Wp;
+        int16_t *de = xd + r * Wd, *dodd = de + Wq;
+        for (int64_t j = 0; j < Wp; j += 64) {
+            const int64_t m = Wp - j < 64 ? Wp - j : 64, ne = (m + 1) / 2, no = m / 2;
+            const __mmask32 m0 = m >= 32 ? ~0u : (1u << m) - 1;
+            const __mmask32 m1 = m >= 64 ? ~0u : m > 32 ? (1u << (m - 32)) - 1 : 0;
+            const __m512i a = _mm512_maskz_loadu_epi16(m0, src + j);
+            const __m512i b = _mm512_maskz_loadu_epi16(m1, src + j + 32);
+            _mm512_mask_storeu_epi16(de + j / 2, ne >= 32 ? ~0u : (1u << ne) - 1,
+                                     _mm512_permutex2var_epi16(a, even, b));
+            _mm512_mask_storeu_epi16(dodd + j / 2, no >= 32 ? ~0u : (1u << no) - 1,
+                                     _mm512_permutex2var_epi16(a, odd, b));
+        }
+        if (Wp % 2) dodd[Wq - 1] = 0;
+    }
+}
+
 int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                         int64_t nbc, uint32_t *scratch, int64_t *dwt, int add)
 {
     const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
     const int64_t opad = (O + 15) / 16 * 16;
     const int64_t KH = g->KH, KW = g->KW, KK = KH * KW, CKK = C * KK;
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, ximg = C * Hp * Wp;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    /* the rows the tiles read: xp itself at stride 1, else its columns in sw runs of Wq
+     * (cols_by_stride), Wd values a row; a tile's output row oy starts at input row sh oy */
+    const int64_t sh = g->sh, sw = g->sw, Wq = (Wp + sw - 1) / sw, Wd = sw * Wq;
+    const int64_t ximg = C * Hp * Wd, cw = fx_i16_wgrad_cols_words(g, nbc);
     fx_i16_wgrad_bufs b;
-    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch, fx_i16_row_norms, 0, &b)) return 0;
+    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch + cw, fx_i16_row_norms, 0, &b)) return 0;
+    const int16_t *xt = xp;
+    if (sw > 1) { /* the norms above are the rows' own, whatever the order of their values */
+        cols_by_stride(xp, nbc * C * Hp, Wp, sw, (int16_t *)(void *)scratch);
+        xt = (const int16_t *)(const void *)scratch;
+    }
     uint32_t *dyt = b.dyt, *dn = b.dn, *xk = b.xk, *dm = b.dm;
     uint8_t *fold = b.fold;
     fx_pair_rows_transpose_avx512((const uint16_t *)(const void *)dy, nbc, O, P, opad, dyt);
@@ -195,7 +247,7 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
             for (int i = 0; i < mr; i++) {
                 const int64_t r = r0 + (i < rows ? i : 0); /* spare rows repeat the first */
                 const int64_t kw = r % KW, kh = r / KW % KH, c = r / KK;
-                roff[i] = c * Hp * Wp + kh * Wp + kw;
+                roff[i] = c * Hp * Wd + kh * Wd + kw % sw * Wq + kw / sw;
             }
             /* the tile's chains (the previous tile's when it covered the same channels, as
              * most do) */
@@ -204,7 +256,7 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
                 fx_i16_wgrad_fold_schedule(xk, dm, nbc * OH, c_lo, c_hi, fold);
             sched_lo = c_lo;
             sched_hi = c_hi;
-            fn(xp, ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW, Wp, nbc, fold,
+            fn(xt, ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW, sh * Wd, nbc, fold,
                dwt + r0 * O + o0, O, rows, last, add);
         }
     }

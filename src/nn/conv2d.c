@@ -1905,7 +1905,8 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     /* integer compute with VNNI (no AMX) likewise, in exact sums (fx_i16_wgrad_direct); a
      * chunk whose data it declines takes the patch matrix and GEMM below */
     const int iwdirect = iwamx || (ic && !wtiles && be->conv.i16_wgrad &&
-                                   fx_i16_wgrad_direct_enabled() && fx_i16_wgrad_direct_fits(&g));
+                                   fx_i16_wgrad_direct_enabled() &&
+                                   fx_i16_wgrad_direct_fits(&g, be->conv.i16_wgrad_max_stride));
     /* Chunks of the patch-matrix size, except on the direct integer route, which builds no
      * patch matrix: its chunk is the padded input and dy's pair words, and each chunk ends by
      * adding its dW^T into the group's int64 slot (conv2's is 400 KiB), so chunks of three
