@@ -21,9 +21,9 @@
  * lower half of the odd channels, where a schedule taken from other rows or channels misses
  * them), where a missing fold wraps; the decline (the AVX2 kernel instead folds after each
  * pixel pair of a row too large for a chain, exactly, also beside rows whose chains reach the
- * bound); at strides 2 and 3 and in one axis where the level's kernel takes them (AVX-512: a
- * copy with each padded row's columns in runs of every s-th one; rows of odd length and of two
- * copy steps); and tensor_conv2d_backward_weight bit for bit with the route on and off, also
+ * bound); at strides 2 and 3 and in one axis where the level's kernel takes them (both: a copy
+ * with each padded row's columns in runs of every s-th one; rows of odd length and of two copy
+ * steps); and tensor_conv2d_backward_weight bit for bit with the route on and off, also
  * at strides 2 and 3 (the route counted where it takes the stride, not for a 1x1 projection or
  * an odd OW).
  * The AVX2 kernel's copy of an image (pair words and row norms, padding added) equals the
@@ -971,8 +971,8 @@ static void check_weight_gradient(uint64_t *seedp)
                   "weight gradient, data %d, shape %zu: declined data it can take", kind, s);
         }
     check_row_norms(seed++);
-    /* strided, on a level whose kernel takes strides (AVX-512: a copy with each row's columns
-     * in runs of every s-th one): ResNet-20's stride-2 3 x 3 layers (16 -> 32 at 32 x 32 and
+    /* strided, on a level whose kernel takes strides (both: a copy with each row's columns in
+     * runs of every s-th one): ResNet-20's stride-2 3 x 3 layers (16 -> 32 at 32 x 32 and
      * 32 -> 64 at 16 x 16), a 2 x 2 kernel at stride 2, padded rows of odd length (13: the
      * last run one value short) and of 73 (two steps of the stride-2 copy, the second
      * partial), stride 3 (scalar copy), 5 x 5 at stride 3, and strides in one axis only */

@@ -217,7 +217,7 @@ int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb);
 int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                         int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
 /* The same on AVX2 (src/flex/conv_i16_wgrad_avx2.c: vpmaddwd + vpaddd), the same contract and
- * the same sums, at stride 1 only, except that an output row whose bound alone exceeds an
+ * the same sums and the same strides, except that an output row whose bound alone exceeds an
  * int32 chain takes a fold after each pixel pair (exact for mantissas in [-32767, 32767], as
  * fx_i16_fwd_direct_avx2's segments); it declines only chunks of more than 2^16 pixels and
  * chunks with many such rows (fx_i16_wgrad_prepare). */

@@ -201,6 +201,18 @@ void fx_i16_row_norms_portable(const int16_t *p, int64_t rows, int64_t len, uint
     }
 }
 
+void fx_i16_cols_by_stride_portable(const int16_t *xp, int64_t rows, int64_t Wp, int64_t s,
+                                    int16_t *xd)
+{
+    const int64_t Wq = (Wp + s - 1) / s, Wd = s * Wq;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t k = 0; k < s; k++)
+            for (int64_t v = 0; v < Wq; v++) {
+                const int64_t col = s * v + k;
+                xd[r * Wd + k * Wq + v] = col < Wp ? xp[r * Wp + col] : 0;
+            }
+}
+
 void fx_i16_pair_rows(const int16_t *dy, int64_t nbc, int64_t O, int64_t P, int64_t opad,
                       uint32_t *dyt)
 {

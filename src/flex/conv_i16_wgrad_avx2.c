@@ -23,13 +23,13 @@
 
 #define WG_MR_MAX 6
 
-/* One tile: MR rows (offsets roff into a padded image) by 16 channels of dyt (already offset
- * to the tile's first channel), the chain over all nbc images' pixel pairs, a fold after
+/* One tile: MR rows (offsets roff into a padded image of ximg values, whose output row oy
+ * starts oy ystep values in) by 16 channels of dyt (already offset to the tile's first channel), the chain over all nbc images' pixel pairs, a fold after
  * output row s = n OH + oy where fold[s]; the first ncols sums of each row stored at out (row i
  * at out + i ldo) or added to what is there (add). */
 static inline __attribute__((always_inline)) void
 wtile(const int MR, int32_t *restrict hib, const int16_t *xp, int64_t ximg, const int64_t *roff,
-      const uint32_t *dyt, int64_t dimg, int64_t opad, int64_t OH, int64_t OW, int64_t Wp,
+      const uint32_t *dyt, int64_t dimg, int64_t opad, int64_t OH, int64_t OW, int64_t ystep,
       int64_t nbc, const uint8_t *fold, int64_t *out, int64_t ldo, int ncols, int add)
 {
     int32_t (*hi)[2][8] = (int32_t (*)[2][8])hib; /* in the caller's frame: see itile */
@@ -39,7 +39,7 @@ wtile(const int MR, int32_t *restrict hib, const int16_t *xp, int64_t ximg, cons
     const int64_t npair = OW / 2;
     for (int64_t n = 0; n < nbc; n++) {
         for (int64_t oy = 0; oy < OH; oy++) {
-            const int16_t *xr = xp + n * ximg + oy * Wp;
+            const int16_t *xr = xp + n * ximg + oy * ystep;
             const uint32_t *dr = dyt + n * dimg + oy * npair * opad;
             const uint8_t fs = fold[n * OH + oy];
 #define FX_STEP(r, a0, a1)                                                                         \
@@ -78,11 +78,11 @@ typedef void (*wtile_fn)(const int16_t *, int64_t, const int64_t *, const uint32
 #define WTILE_FN(MR)                                                                              \
     static void wtile_##MR(const int16_t *xp, int64_t ximg, const int64_t *roff,                  \
                            const uint32_t *dyt, int64_t dimg, int64_t opad, int64_t OH,           \
-                           int64_t OW, int64_t Wp, int64_t nbc, const uint8_t *fold,              \
+                           int64_t OW, int64_t ystep, int64_t nbc, const uint8_t *fold,           \
                            int64_t *out, int64_t ldo, int ncols, int add)                         \
     {                                                                                             \
         int32_t hib[WG_MR_MAX * 2 * 8] __attribute__((aligned(32)));                              \
-        wtile(MR, hib, xp, ximg, roff, dyt, dimg, opad, OH, OW, Wp, nbc, fold, out, ldo, ncols,   \
+        wtile(MR, hib, xp, ximg, roff, dyt, dimg, opad, OH, OW, ystep, nbc, fold, out, ldo, ncols, \
               add);                                                                               \
     }
 WTILE_FN(1)
@@ -239,16 +239,56 @@ void fx_i16_wgrad_fold_schedule4_avx2(const uint32_t *xk, const uint32_t *dm, in
 #undef WG_LANE_BLOCK
 #undef WG_LANE_MIN_ROWS
 
+/* fx_i16_cols_by_stride_portable's values; stride 2 (ResNet's) 32 values a step, each 32-bit
+ * lane's low and high words packed apart */
+static void cols_by_stride_avx2(const int16_t *xp, int64_t rows, int64_t Wp, int64_t s,
+                                int16_t *xd)
+{
+    if (s != 2) {
+        fx_i16_cols_by_stride_portable(xp, rows, Wp, s, xd);
+        return;
+    }
+    const int64_t Wq = (Wp + 1) / 2, Wd = 2 * Wq;
+    const __m256i low = _mm256_set1_epi32(0xFFFF);
+    for (int64_t r = 0; r < rows; r++) {
+        const int16_t *src = xp + r * Wp;
+        int16_t *de = xd + r * Wd, *dodd = de + Wq;
+        int64_t j = 0;
+        for (; j + 32 <= Wp; j += 32) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(src + j));
+            const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(src + j + 16));
+            /* words as unsigned values in 32-bit lanes: packus keeps each bit pattern; the pack
+             * interleaves the 128-bit halves, which the permute puts back in order */
+            const __m256i e = _mm256_packus_epi32(_mm256_and_si256(a, low), _mm256_and_si256(b, low));
+            const __m256i o = _mm256_packus_epi32(_mm256_srli_epi32(a, 16), _mm256_srli_epi32(b, 16));
+            _mm256_storeu_si256((__m256i *)(void *)(de + j / 2), _mm256_permute4x64_epi64(e, 0xD8));
+            _mm256_storeu_si256((__m256i *)(void *)(dodd + j / 2),
+                                _mm256_permute4x64_epi64(o, 0xD8));
+        }
+        for (; j < Wp; j++) (j % 2 ? dodd : de)[j / 2] = src[j];
+        if (Wp % 2) dodd[Wq - 1] = 0;
+    }
+}
+
 int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                              int64_t nbc, uint32_t *scratch, int64_t *dwt, int add)
 {
     const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
     const int64_t opad = (O + 15) / 16 * 16;
     const int64_t KH = g->KH, KW = g->KW, KK = KH * KW, CKK = C * KK;
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, ximg = C * Hp * Wp;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    /* the rows the tiles read, as fx_i16_wgrad_direct's */
+    const int64_t sh = g->sh, sw = g->sw, Wq = (Wp + sw - 1) / sw, Wd = sw * Wq;
+    const int64_t ximg = C * Hp * Wd, cw = fx_i16_wgrad_cols_words(g, nbc);
     fx_i16_wgrad_bufs b;
     /* any data: an output row too large for a chain of its own gets a fold per pair */
-    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch, fx_i16_row_norms_avx2, 1, &b)) return 0;
+    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch + cw, fx_i16_row_norms_avx2, 1, &b))
+        return 0;
+    const int16_t *xt = xp;
+    if (sw > 1) {
+        cols_by_stride_avx2(xp, nbc * C * Hp, Wp, sw, (int16_t *)(void *)scratch);
+        xt = (const int16_t *)(const void *)scratch;
+    }
     uint32_t *dyt = b.dyt, *dn = b.dn, *xk = b.xk, *dm = b.dm;
     uint8_t *fold = b.fold;
     fx_i16_pair_rows(dy, nbc, O, P, opad, dyt);
@@ -266,7 +306,7 @@ int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, co
             int64_t roff[WG_MR_MAX];
             for (int i = 0; i < rows; i++) {
                 const int64_t r = r0 + i, kw = r % KW, kh = r / KW % KH, c = r / KK;
-                roff[i] = c * Hp * Wp + kh * Wp + kw;
+                roff[i] = c * Hp * Wd + kh * Wd + kw % sw * Wq + kw / sw;
             }
             /* the tile's chains (the previous tile's when it covered the same channels) */
             const int64_t c_lo = r0 / KK, c_hi = (r0 + rows - 1) / KK;
@@ -274,8 +314,8 @@ int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, co
                 fx_i16_wgrad_fold_schedule4_avx2(xk, dm, nbc * OH, c_lo, c_hi, fold);
             sched_lo = c_lo;
             sched_hi = c_hi;
-            wtile_fns[rows - 1](xp, ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW, Wp, nbc,
-                                fold, dwt + r0 * O + o0, O, ncols, add);
+            wtile_fns[rows - 1](xt, ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW, sh * Wd,
+                                nbc, fold, dwt + r0 * O + o0, O, ncols, add);
             r0 += rows;
         }
     }

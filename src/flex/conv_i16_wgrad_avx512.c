@@ -165,23 +165,15 @@ typedef void (*wtile_fn)(const int16_t *, int64_t, const int64_t *, const uint32
                          int64_t, int64_t, int64_t, int64_t, int64_t, const uint8_t *, int64_t *,
                          int64_t, int, __mmask16, int);
 
-/* xd: each of the rows of xp (Wp values) as s runs of Wq = ceil(Wp / s) values, run k holding
- * the columns k, s + k, 2 s + k, ... (0 past the row's end). Why: at stride s a tile's pixel
- * pair (2j, 2j + 1) reads the input columns s (2j) + kw and s (2j + 1) + kw, which are then the
- * adjacent values 2j + kw / s and 2j + 1 + kw / s of run kw mod s: one 32-bit word, as at
- * stride 1. Stride 2 (ResNet's) by two-source word permutes, 64 values a step; others scalar. */
+/* fx_i16_cols_by_stride_portable's values; stride 2 (ResNet's) by two-source word permutes, 64
+ * values a step */
 static void cols_by_stride(const int16_t *xp, int64_t rows, int64_t Wp, int64_t s, int16_t *xd)
 {
-    const int64_t Wq = (Wp + s - 1) / s, Wd = s * Wq;
     if (s != 2) {
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t k = 0; k < s; k++)
-                for (int64_t v = 0; v < Wq; v++) {
-                    const int64_t col = s * v + k;
-                    xd[r * Wd + k * Wq + v] = col < Wp ? xp[r * Wp + col] : 0;
-                }
+        fx_i16_cols_by_stride_portable(xp, rows, Wp, s, xd);
         return;
     }
+    const int64_t Wq = (Wp + 1) / 2, Wd = 2 * Wq;
     int16_t ie[32], io[32];
     for (int i = 0; i < 32; i++) {
         ie[i] = (int16_t)(2 * i);
