@@ -276,7 +276,11 @@ static int check_wkernel_strided(int64_t N, int64_t C, int64_t H, int64_t W, int
                                  dy[((n * O + o) * g.OH + oh) * g.OW + ow];
                     want[(c * KK + t) * O + o] += s;
                 }
-    uint32_t *scratch = malloc(sizeof(uint32_t) * (size_t)fx_i16_wgrad_direct_scratch(&g, N));
+    /* a canary after the scratch the kernel asked for: nothing may be written past it */
+    enum { CANARY = 64 };
+    const int64_t nscr = fx_i16_wgrad_direct_scratch(&g, N);
+    uint32_t *scratch = malloc(sizeof(uint32_t) * (size_t)(nscr + CANARY));
+    for (int i = 0; i < CANARY; i++) scratch[nscr + i] = 0xC0DEF00Du;
     int64_t *got = malloc(sizeof(int64_t) * (size_t)(R * O));
     memset(got, 0x5A, sizeof(int64_t) * (size_t)(R * O));
     const int took = g_wgrad(&g, xp, dy, N, scratch, got, 0);
@@ -298,6 +302,11 @@ static int check_wkernel_strided(int64_t N, int64_t C, int64_t H, int64_t W, int
         for (int64_t i = 0; i < R * O; i++) touched += got[i] != 0x5A5A5A5A5A5A5A5All;
         CHECK(touched == 0, "a declined weight gradient wrote %ld sums", touched);
     }
+    int past = 0;
+    for (int i = 0; i < CANARY; i++) past += scratch[nscr + i] != 0xC0DEF00Du;
+    CHECK(past == 0, "weight gradient N%lld C%lld O%lld stride (%lld, %lld): %d words written "
+          "past its scratch", (long long)N, (long long)C, (long long)O, (long long)sh,
+          (long long)sw, past);
     free(xp);
     free(dy);
     free(want);
@@ -682,7 +691,7 @@ static void check_strided(uint64_t *seedp)
      * strides in one axis only, padding up to a whole kernel, a batch of several chunks; and
      * shapes the route leaves to col2im (dy with 4 channels or dx with 8, which a phase cannot
      * take; dy with 64, where col2im's GEMM is deep enough: ResNet-20's stage-3 3 x 3
-     * opener, except on the AMX kernel; its 1 x 1 projection, one tap per phase, takes the
+     * opener, except on the AMX kernel; its 1 x 1 projection, one phase with taps, takes the
      * phases) */
     static const int64_t shapes[][12] = {
         {2, 16, 32, 32, 32, 3, 3, 2, 2, 1, 1, 1}, {2, 16, 32, 32, 32, 1, 1, 2, 2, 0, 0, 1},
@@ -903,8 +912,6 @@ static void check_wgrad_ops_strided(uint64_t *seedp)
         const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = H, .O = O, .KH = K, .KW = K,
                                 .OH = OHW, .OW = OHW, .sh = st, .sw = st, .ph = pad, .pw = pad,
                                 .dh = 1, .dw = 1};
-        /* with AMX on, its tiles take these products first (not counted here) */
-        const int counted = !fx_gemm_i16_amx_on();
         const int expect =
             be->conv.i16_wgrad && fx_i16_wgrad_direct_fits(&g, be->conv.i16_wgrad_max_stride);
         const fmt_t f = fmts[i % 2];
@@ -913,17 +920,26 @@ static void check_wgrad_ops_strided(uint64_t *seedp)
         const int64_t xs[4] = {N, C, H, H}, ws[4] = {O, C, K, K}, ys[4] = {N, O, OHW, OHW};
         tensor_t *x = int_tensor(f, xs, DATA_NORMAL, 0, -14, &r);
         tensor_t *dy = int_tensor(f, ys, DATA_NORMAL, 1, -12, &r);
-        int16_t *ref = malloc(sizeof(int16_t) * (size_t)nw), *got = malloc(sizeof(int16_t) * (size_t)nw);
+        int16_t *ref = malloc(sizeof(int16_t) * (size_t)nw);
+        int16_t *got = malloc(sizeof(int16_t) * (size_t)nw);
         int eref = 0;
+        /* pass 0 runs the GEMM the process chose; the route's passes run with the AMX kernel
+         * off, whose tiles would otherwise take these products first (as in check_ops) */
+        const int forced_prev = fx_gemm_i16_forced_kernel();
+        const int amx_auto_prev = fx_gemm_i16_amx_auto();
         for (int pass = 0; pass < 3; pass++) { /* the GEMM, then the route at 1 and 2 threads */
             fx_i16_wgrad_direct_set_enabled(pass > 0);
+            if (pass == 1) {
+                fx_gemm_i16_force_kernel(FX_GEMM_I16_KERNEL_AUTO);
+                fx_gemm_i16_set_amx_auto(0);
+            }
             flexpoint_set_num_threads(pass == 2 ? 2 : 1);
             tensor_t *dw = tensor_new(FMT_DFP16, 4, ws);
             const long long calls = fx_i16_wgrad_direct_calls();
             CHECK_STATUS(tensor_conv2d_backward_weight(dw, x, dy, (int)st, (int)st, (int)pad,
                                                        (int)pad, 1, 1),
                          FX_OK);
-            if (pass > 0 && counted)
+            if (pass > 0)
                 CHECK((fx_i16_wgrad_direct_calls() > calls) == expect,
                       "%s: strided weight gradient C%lld O%lld k%lld stride %lld: the direct "
                       "route %s", g_level, (long long)C, (long long)O, (long long)K,
@@ -942,6 +958,8 @@ static void check_wgrad_ops_strided(uint64_t *seedp)
             tensor_free(dw);
         }
         fx_i16_wgrad_direct_set_enabled(1);
+        fx_gemm_i16_force_kernel(forced_prev);
+        fx_gemm_i16_set_amx_auto(amx_auto_prev);
         flexpoint_set_num_threads(1);
         free(ref);
         free(got);
@@ -974,8 +992,9 @@ static void check_weight_gradient(uint64_t *seedp)
     /* strided, on a level whose kernel takes strides (both: a copy with each row's columns in
      * runs of every s-th one): ResNet-20's stride-2 3 x 3 layers (16 -> 32 at 32 x 32 and
      * 32 -> 64 at 16 x 16), a 2 x 2 kernel at stride 2, padded rows of odd length (13: the
-     * last run one value short) and of 73 (two steps of the stride-2 copy, the second
-     * partial), stride 3 (scalar copy), 5 x 5 at stride 3, and strides in one axis only */
+     * last run one value short), of 73 (two steps of the stride-2 copy, the second partial)
+     * and of 64 (every mask whole), stride 3 (scalar copy), 5 x 5 at stride 3, 4 x 4 at
+     * stride 4 (the largest), strides (2, 3), and strides in one axis only */
     if (fx_backend_active()->conv.i16_wgrad_max_stride >= 3) {
         static const int64_t sshapes[][9] = {
             /* N, C, H, W, O, K, pad, sh, sw */
@@ -983,7 +1002,8 @@ static void check_weight_gradient(uint64_t *seedp)
             {2, 8, 12, 12, 16, 2, 0, 2, 2},  {2, 5, 9, 11, 20, 3, 1, 2, 2},
             {1, 4, 6, 71, 16, 3, 1, 2, 2},   {2, 6, 18, 18, 33, 3, 0, 3, 3},
             {2, 4, 17, 17, 16, 5, 2, 3, 3},  {2, 8, 12, 12, 16, 3, 1, 2, 1},
-            {2, 8, 12, 11, 16, 3, 1, 1, 2}};
+            {2, 8, 12, 11, 16, 3, 1, 1, 2},  {2, 4, 16, 16, 16, 4, 0, 4, 4},
+            {2, 6, 13, 17, 16, 3, 1, 2, 3},  {1, 4, 4, 64, 16, 2, 0, 2, 2}};
         for (size_t i = 0; i < sizeof sshapes / sizeof sshapes[0]; i++)
             for (int kind = DATA_SMALL; kind <= DATA_SKEW; kind++) {
                 const int64_t *c = sshapes[i];

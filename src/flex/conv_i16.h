@@ -198,6 +198,9 @@ long long fx_i16_fwd_direct_declined(void);
  * where the AVX-512 one would decline */
 long long fx_i16_fwd_direct_paired(void);
 
+/* the largest stride the direct weight-gradient kernels take (fx_i16_wgrad_direct_fits) */
+#define FX_I16_WGRAD_MAX_STRIDE 4
+
 /* The exact int16 weight gradient of one chunk without a patch matrix
  * (src/flex/conv_i16_wgrad_avx512.c, AVX512_VNNI): dwt[r * O + o] = sum over the chunk's
  * pixels q of x(r, q) dy[o][q], r = (c KH + kh) KW + kw, the exact int64 sums of the GEMM
@@ -209,7 +212,6 @@ long long fx_i16_fwd_direct_paired(void);
  * with their columns in s runs of every s-th one, so that a tile's pixel pairs stay adjacent
  * words). Returns 1 when done; 0 when the chunk's data may leave an int32 chain (or it has
  * more than 2^16 pixels), with dwt untouched: the caller computes it another way. */
-#define FX_I16_WGRAD_MAX_STRIDE 4
 /* Whether the direct weight gradient takes g, for a kernel that takes strides up to
  * max_stride (fx_conv_kernels.i16_wgrad_max_stride; 0 or 1: stride 1 only) */
 int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g, int max_stride);

@@ -27,7 +27,7 @@ int64_t fx_i16_wgrad_cols_words(const struct fx_conv_geom *g, int64_t nb)
     if (g->sw == 1) return 0;
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
     const int64_t Wd = (Wp + g->sw - 1) / g->sw * g->sw;
-    return (nb * g->C * Hp * Wd + 1) / 2 + 32; /* int16 values; a vector of slack each side */
+    return (nb * g->C * Hp * Wd + 1) / 2; /* int16 values */
 }
 
 int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)

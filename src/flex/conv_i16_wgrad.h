@@ -33,9 +33,9 @@ int64_t fx_i16_wgrad_cols_words(const struct fx_conv_geom *g, int64_t nb);
  * the columns k, s + k, 2 s + k, ... (0 past the row's end): what the kernels read at a
  * horizontal stride s, where a tile's pixel pair (2j, 2j + 1) reads the input columns
  * s (2j) + kw and s (2j + 1) + kw, which are then the adjacent values 2j + kw / s and
- * 2j + 1 + kw / s of run kw mod s: one 32-bit word, as at stride 1. The levels' copies
- * (fx_i16_cols_by_stride and _avx2) give these values; this is their definition and their
- * route for strides other than 2. */
+ * 2j + 1 + kw / s of run kw mod s: one 32-bit word, as at stride 1. The levels' own copies
+ * (conv_i16_wgrad_avx512.c, conv_i16_wgrad_avx2.c) give these values; this is their definition
+ * and their route for strides other than 2. */
 void fx_i16_cols_by_stride_portable(const int16_t *xp, int64_t rows, int64_t Wp, int64_t s,
                                     int16_t *xd);
 

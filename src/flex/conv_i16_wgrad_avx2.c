@@ -1,4 +1,5 @@
-/* The exact int16 weight gradient of a stride-1 convolution without a patch matrix on AVX2:
+/* The exact int16 weight gradient of a convolution without a patch matrix on AVX2 (the strides
+ * conv_i16_wgrad_avx512.c takes, the same way):
  * vpmaddwd + vpaddd in place of AVX512_VNNI's vpdpwssd, otherwise the design of
  * conv_i16_wgrad_avx512.c (its comment says how the chains stay exact; conv_i16_wgrad.h holds
  * what the two share).
@@ -9,7 +10,8 @@
  *
  * Register tile: MR (1..6) rows r = (c, kh, kw) of dW^T by 16 output channels, two ymm of
  * int32 lanes per row: per pixel pair along an output row, one broadcast per row of its two
- * input values (one unaligned 32-bit load from the padded chunk) and two vectors of dy's pair
+ * input values (one unaligned 32-bit load from the padded chunk or its column runs) and two
+ * vectors of dy's pair
  * words. The C KH KW rows are cut into tiles of near-equal heights, so no lane sums a row that
  * is not there. The pair step and the fold are those of the forward kernel (conv_i16_avx2.h). */
 #include "conv_i16.h"
@@ -24,9 +26,10 @@
 #define WG_MR_MAX 6
 
 /* One tile: MR rows (offsets roff into a padded image of ximg values, whose output row oy
- * starts oy ystep values in) by 16 channels of dyt (already offset to the tile's first channel), the chain over all nbc images' pixel pairs, a fold after
- * output row s = n OH + oy where fold[s]; the first ncols sums of each row stored at out (row i
- * at out + i ldo) or added to what is there (add). */
+ * starts oy ystep values in) by 16 channels of dyt (already offset to the tile's first
+ * channel), the chain over all nbc images' pixel pairs, a fold after output row s = n OH + oy
+ * where fold[s]; the first ncols sums of each row stored at out (row i at out + i ldo) or
+ * added to what is there (add). */
 static inline __attribute__((always_inline)) void
 wtile(const int MR, int32_t *restrict hib, const int16_t *xp, int64_t ximg, const int64_t *roff,
       const uint32_t *dyt, int64_t dimg, int64_t opad, int64_t OH, int64_t OW, int64_t ystep,
@@ -259,9 +262,12 @@ static void cols_by_stride_avx2(const int16_t *xp, int64_t rows, int64_t Wp, int
             const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(src + j + 16));
             /* words as unsigned values in 32-bit lanes: packus keeps each bit pattern; the pack
              * interleaves the 128-bit halves, which the permute puts back in order */
-            const __m256i e = _mm256_packus_epi32(_mm256_and_si256(a, low), _mm256_and_si256(b, low));
-            const __m256i o = _mm256_packus_epi32(_mm256_srli_epi32(a, 16), _mm256_srli_epi32(b, 16));
-            _mm256_storeu_si256((__m256i *)(void *)(de + j / 2), _mm256_permute4x64_epi64(e, 0xD8));
+            const __m256i e =
+                _mm256_packus_epi32(_mm256_and_si256(a, low), _mm256_and_si256(b, low));
+            const __m256i o =
+                _mm256_packus_epi32(_mm256_srli_epi32(a, 16), _mm256_srli_epi32(b, 16));
+            _mm256_storeu_si256((__m256i *)(void *)(de + j / 2),
+                                _mm256_permute4x64_epi64(e, 0xD8));
             _mm256_storeu_si256((__m256i *)(void *)(dodd + j / 2),
                                 _mm256_permute4x64_epi64(o, 0xD8));
         }

@@ -1,21 +1,22 @@
-/* The exact int16 weight gradient of a stride-1 convolution on vpdpwssd without a patch matrix
- * (AVX512_VNNI).
+/* The exact int16 weight gradient of a convolution on vpdpwssd without a patch matrix
+ * (AVX512_VNNI), at stride 1 and at strides whose taps reach every input pixel.
  *
  * dW^T[r][o] = sum over the chunk's pixels q of x(r, q) dy[o][q], r = (c KH + kh) KW + kw: the
  * product the GEMM route computes as patches x dy^T. As in the bf16 direct weight gradient
  * (src/bf16/bf16_conv_avx512bf16.c), a register tile of MR rows r and 16 NV output channels
  * runs the chain over the chunk's pixel pairs (q, q + 1) along each output row (OW even): per
  * pair, one broadcast per row r of the two input values at its tap, side by side in the padded
- * chunk (one unaligned 32-bit load), and NV vectors of the pair words of dy from a
- * pixel-pair-major copy of it.
+ * chunk (at a horizontal stride s, in a copy of it whose rows hold their columns in s runs of
+ * every s-th one: fx_i16_cols_by_stride_portable), one unaligned 32-bit load, and NV vectors of
+ * the pair words of dy from a pixel-pair-major copy of it.
  *
  * Exactness (conv_i16_avx512.h): the chain's segments are the output rows (n, oh). The
- * products of row r = (c, kh, kw) in segment (n, oh) pair x[n][c][oh + kh][kw .. kw + OW) with
- * dy[n][o][oh][0 .. OW); by Cauchy-Schwarz their partial sums are bounded by the norm of the
- * whole padded input row (n, c, oh + kh) times the norm of dy's row (n, o, oh). A tile takes the
- * largest of each over its rows and channels, and folds between chains of segments whose
- * bounds sum to at most FX_I16_CHAIN_LIMIT. hi holds at most nbc OH OW 2^30 / 2^16 < 2^31 for
- * at most 2^16 pixels per chunk. A chunk where one segment alone may leave int32, or with more
+ * products of row r = (c, kh, kw) in segment (n, oh) pair x[n][c][sh oh + kh][kw + sw q] for
+ * q < OW with dy[n][o][oh][0 .. OW); by Cauchy-Schwarz their partial sums are bounded by the
+ * norm of the whole padded input row (n, c, sh oh + kh) times the norm of dy's row (n, o, oh).
+ * A tile takes the largest of each over its rows and channels, and folds between chains of
+ * segments whose bounds sum to at most FX_I16_CHAIN_LIMIT. hi holds at most
+ * nbc OH OW 2^30 / 2^16 < 2^31 for at most 2^16 pixels per chunk. A chunk where one segment alone may leave int32, or with more
  * pixels, is declined (returns 0) and takes the GEMM. The sums are exact, so the bits are
  * those of every other integer route.
  *
@@ -189,7 +190,8 @@ static void cols_by_stride(const int16_t *xp, int64_t rows, int64_t Wp, int64_t 
             const __mmask32 m0 = m >= 32 ? ~0u : (1u << m) - 1;
             const __mmask32 m1 = m >= 64 ? ~0u : m > 32 ? (1u << (m - 32)) - 1 : 0;
             const __m512i a = _mm512_maskz_loadu_epi16(m0, src + j);
-            const __m512i b = _mm512_maskz_loadu_epi16(m1, src + j + 32);
+            /* (a second half with nothing to load reads nothing from a pointer in the row) */
+            const __m512i b = _mm512_maskz_loadu_epi16(m1, m > 32 ? src + j + 32 : src + j);
             _mm512_mask_storeu_epi16(de + j / 2, ne >= 32 ? ~0u : (1u << ne) - 1,
                                      _mm512_permutex2var_epi16(a, even, b));
             _mm512_mask_storeu_epi16(dodd + j / 2, no >= 32 ? ~0u : (1u << no) - 1,

@@ -23,12 +23,12 @@
 #define MIN_CHUNKS 16 /* work for up to 16 threads, whatever the thread count */
 /* The col2im route's GEMM has depth O (dy's channels). Below 64 it runs well under its rate
  * and the phases win; from 64 it does not, and the phases' small convolutions (each with its
- * own copy of dy) lose, except where the kernel is no larger than the stride: then one phase
- * is a 1 x 1 convolution of dy and the others are zeros, so the phases make the GEMM's
- * products without col2im's int64 patch product and its scatter into dx. Measured, batch 128, one thread, phases over col2im in one process: ResNet-20's
- * 16 -> 32 stride-2 3 x 3 input gradient 0.74, its 1 x 1 projection 0.69; 32 -> 64 3 x 3
- * 1.13, 1 x 1 0.92 on the AVX2 EPYC (Zen 3); 32 -> 64 3 x 3 1.15-1.21, 1 x 1 0.87-0.91 on the
- * Zen 5 (vpdpwssd). */
+ * own copy of dy) lose, except for a 1 x 1 kernel (a projection): then one phase is a 1 x 1
+ * convolution of dy and the others are zeros, so the phases make the GEMM's products without
+ * col2im's int64 patch product and its scatter into dx. Measured, batch 128, one thread,
+ * phases over col2im in one process: ResNet-20's 16 -> 32 stride-2 3 x 3 input gradient 0.74,
+ * its 1 x 1 projection 0.69; 32 -> 64 3 x 3 1.13, 1 x 1 0.92 on the AVX2 EPYC (Zen 3);
+ * 32 -> 64 3 x 3 1.15-1.21, 1 x 1 0.87-0.91 on the Zen 5 (vpdpwssd). */
 #define MAX_DY_CHANNELS 63
 
 static atomic_int phases_enabled = 1;
@@ -92,8 +92,8 @@ int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const fx_backend *be)
         g->dw != 1)
         return 0;
     const int amx = phases_amx(g, be);
-    const int one_tap = g->KH <= g->sh && g->KW <= g->sw; /* each phase at most one tap */
-    if (g->O > MAX_DY_CHANNELS && !amx && !one_tap) return 0;
+    const int one_phase = g->KH == 1 && g->KW == 1; /* the others without taps */
+    if (g->O > MAX_DY_CHANNELS && !amx && !one_phase) return 0;
     for (int64_t rh = 0; rh < g->sh; rh++)
         for (int64_t rw = 0; rw < g->sw; rw++) {
             fx_conv_geom p;

@@ -21,8 +21,8 @@ struct fx_backend;
 
 /* Whether the route takes g's input gradient on backend be: stride above 1 in either axis (at
  * most 4), dilation 1, a direct forward kernel, fewer than 64 channels in dy (from there the
- * col2im route's GEMM is deep enough to win) unless the kernel is no larger than the stride
- * (one 1 x 1 phase) or the phases run on AMX, and every phase's convolution within the
+ * col2im route's GEMM is deep enough to win) unless the kernel is 1 x 1 (one phase with taps)
+ * or the phases run on AMX, and every phase's convolution within the
  * kernel's limits (at least 8 of dy's channels, 16 of dx's). */
 int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const struct fx_backend *be);
 
