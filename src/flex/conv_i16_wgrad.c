@@ -22,7 +22,9 @@ int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g, int max_stride)
            g->O >= 1 && g->W + 2 * g->pw <= 1024;
 }
 
-int64_t fx_i16_wgrad_cols_words(const struct fx_conv_geom *g, int64_t nb)
+/* Words of a chunk's scratch before the rest fx_i16_wgrad_prepare lays out: at a horizontal
+ * stride, the copy of the padded input in column runs; 0 at stride 1 */
+static int64_t cols_words(const struct fx_conv_geom *g, int64_t nb)
 {
     if (g->sw == 1) return 0;
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
@@ -37,7 +39,7 @@ int64_t fx_i16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
      * channels, the input norms per channel and output row, one channel block's dy norms per
      * output row, one tile's fold schedule (bytes, in words), 16 spare words for the alignment;
      * at a horizontal stride, first the copy of the padded input the tiles read */
-    return fx_i16_wgrad_cols_words(g, nb) + nb * (g->OH * g->OW / 2) * opad + nb * g->C * Hp +
+    return cols_words(g, nb) + nb * (g->OH * g->OW / 2) * opad + nb * g->C * Hp +
            nb * g->O * g->OH + nb * g->OH * (opad / 16) + nb * g->C * g->OH + nb * g->OH +
            (nb * g->OH + 3) / 4 + 16;
 }
@@ -229,12 +231,22 @@ void fx_i16_pair_rows(const int16_t *dy, int64_t nbc, int64_t O, int64_t P, int6
 int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                          int64_t nbc, uint32_t *scratch,
                          void (*row_norms)(const int16_t *, int64_t, int64_t, uint32_t *),
-                         int any_data, fx_i16_wgrad_bufs *b)
+                         fx_i16_cols_by_2_fn cols_by_2, int any_data, fx_i16_wgrad_bufs *b)
 {
     const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
     const int64_t opad = (O + 15) / 16 * 16, nob = opad / 16;
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
+    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, sw = g->sw;
     if (nbc * P > ((int64_t)1 << 16)) return decline(); /* hi's range */
+    /* the rows the tiles read: at a horizontal stride, the copy at the scratch's start */
+    b->sw = sw;
+    b->wq = (Wp + sw - 1) / sw;
+    b->ld = sw * b->wq;
+    b->plane = Hp * b->ld;
+    b->ximg = C * b->plane;
+    b->ystep = g->sh * b->ld;
+    int16_t *copy = sw == 1 ? NULL : (int16_t *)(void *)scratch;
+    b->x = copy ? copy : xp;
+    scratch += cols_words(g, nbc);
     b->dyt = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16); /* 64-byte aligned */
     b->xn = b->dyt + nbc * (P / 2) * opad;
     b->drn = b->xn + nbc * C * Hp;
@@ -247,5 +259,12 @@ int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const 
     block_norms(b->drn, nbc, O, OH, nob, b->dn);
     /* xk, and rows that alone may leave int32 (any, or with any_data too many): the GEMM's
      * any-data kernels take the chunk */
-    return channel_norms(b->xn, b->dn, nbc, C, Hp, OH, g->KH, g->sh, nob, any_data, b->xk);
+    if (!channel_norms(b->xn, b->dn, nbc, C, Hp, OH, g->KH, g->sh, nob, any_data, b->xk))
+        return 0;
+    /* the norms above are the rows' own, whatever the order of their values */
+    if (copy && sw == 2 && cols_by_2)
+        cols_by_2(xp, nbc * C * Hp, Wp, copy);
+    else if (copy)
+        fx_i16_cols_by_stride_portable(xp, nbc * C * Hp, Wp, sw, copy);
+    return 1;
 }

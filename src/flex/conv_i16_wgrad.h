@@ -24,20 +24,16 @@ void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t 
 void fx_i16_wgrad_fold_schedule4_avx2(const uint32_t *xk, const uint32_t *dm, int64_t S,
                                       int64_t c_lo, int64_t c_hi, uint8_t *fold);
 
-/* Words of a chunk's scratch before what fx_i16_wgrad_prepare lays out: at a horizontal
- * stride s > 1, the copy of the chunk's padded input whose rows hold their columns in s runs
- * (columns r, s + r, 2 s + r, ... for r < s), each ceil(Wp / s) long; 0 at stride 1 */
-int64_t fx_i16_wgrad_cols_words(const struct fx_conv_geom *g, int64_t nb);
-
 /* xd: each of rows rows of xp (Wp values) as s runs of Wq = ceil(Wp / s) values, run k holding
  * the columns k, s + k, 2 s + k, ... (0 past the row's end): what the kernels read at a
  * horizontal stride s, where a tile's pixel pair (2j, 2j + 1) reads the input columns
  * s (2j) + kw and s (2j + 1) + kw, which are then the adjacent values 2j + kw / s and
- * 2j + 1 + kw / s of run kw mod s: one 32-bit word, as at stride 1. The levels' own copies
- * (conv_i16_wgrad_avx512.c, conv_i16_wgrad_avx2.c) give these values; this is their definition
- * and their route for strides other than 2. */
+ * 2j + 1 + kw / s of run kw mod s: one 32-bit word, as at stride 1. fx_i16_wgrad_prepare makes
+ * it, at stride 2 with the level's own copy (the same values), else with this definition. */
 void fx_i16_cols_by_stride_portable(const int16_t *xp, int64_t rows, int64_t Wp, int64_t s,
                                     int16_t *xd);
+/* A level's copy of fx_i16_cols_by_stride_portable at s = 2 */
+typedef void (*fx_i16_cols_by_2_fn)(const int16_t *xp, int64_t rows, int64_t Wp, int16_t *xd);
 
 /* Portable definitions the AVX2 kernel takes as they are: fx_i16_row_norms's values, and
  * dyt[n][pp][o] = (dy[o][2pp], dy[o][2pp + 1]) for pp < P / 2, zero for O <= o < opad (the
@@ -52,11 +48,25 @@ void fx_i16_pair_rows(const int16_t *dy, int64_t nbc, int64_t O, int64_t P, int6
  * per block of 16 channels, dn[ob S + s]), xk (each channel's largest input row norm per
  * output row over the kernel's rows, xk[c S + s]; S = nbc OH output rows s = n OH + oh), dm
  * (one column block's dy norms per output row, fx_i16_wgrad_dy_bounds, for the kernel), fold
- * (one tile's schedule). */
+ * (one tile's schedule); and the input rows the tiles read: x, the padded chunk itself at
+ * stride 1, else its copy in column runs (fx_i16_cols_by_stride_portable, at the scratch's
+ * start), ld values a row, plane values a channel, ximg an image, an output row ystep values
+ * below the last (sh rows), and a tap's run length wq and horizontal stride sw
+ * (fx_i16_wgrad_row_offset). */
 typedef struct fx_i16_wgrad_bufs {
     uint32_t *dyt, *xn, *drn, *dn, *xk, *dm;
     uint8_t *fold;
+    const int16_t *x;
+    int64_t ld, plane, ximg, ystep, wq, sw;
 } fx_i16_wgrad_bufs;
+
+/* Offset in b->x of tap (kh, kw) of channel c from an output row's first pixel: the value a
+ * tile's row r = (c, kh, kw) reads first */
+static inline int64_t fx_i16_wgrad_row_offset(const fx_i16_wgrad_bufs *b, int64_t c, int64_t kh,
+                                              int64_t kw)
+{
+    return c * b->plane + kh * b->ld + kw % b->sw * b->wq + kw / b->sw;
+}
 
 /* dm[s] for the chunk's S output rows s = the largest of dn over the nv blocks of 16 output
  * channels from block ob0 (the bound of dy's rows that a tile over those channels takes) */
@@ -67,11 +77,12 @@ void fx_i16_wgrad_dy_bounds(const uint32_t *dn, int64_t S, int64_t ob0, int64_t 
  * 2^16 pixels (hi's range), or where one output row's bound alone may leave int32 and not
  * any_data (the AVX2 kernel passes 1: it folds after each pair of such rows, which
  * fx_i16_wgrad_direct_paired counts, unless more than one row in FX_I16_PAIRED_MAX_SHARE is
- * one), else 1 (counted as a call). */
+ * one), else 1 (counted as a call), with the rows the tiles read made (at a horizontal
+ * stride, the copy in column runs: with cols_by_2 at stride 2). */
 struct fx_conv_geom;
 int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                          int64_t nbc, uint32_t *scratch,
                          void (*row_norms)(const int16_t *, int64_t, int64_t, uint32_t *),
-                         int any_data, fx_i16_wgrad_bufs *b);
+                         fx_i16_cols_by_2_fn cols_by_2, int any_data, fx_i16_wgrad_bufs *b);
 
 #endif

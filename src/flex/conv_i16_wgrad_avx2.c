@@ -242,15 +242,10 @@ void fx_i16_wgrad_fold_schedule4_avx2(const uint32_t *xk, const uint32_t *dm, in
 #undef WG_LANE_BLOCK
 #undef WG_LANE_MIN_ROWS
 
-/* fx_i16_cols_by_stride_portable's values; stride 2 (ResNet's) 32 values a step, each 32-bit
- * lane's low and high words packed apart */
-static void cols_by_stride_avx2(const int16_t *xp, int64_t rows, int64_t Wp, int64_t s,
-                                int16_t *xd)
+/* fx_i16_cols_by_stride_portable's values at stride 2 (ResNet's), 32 values a step, each
+ * 32-bit lane's low and high words packed apart */
+static void cols_by_2_avx2(const int16_t *xp, int64_t rows, int64_t Wp, int16_t *xd)
 {
-    if (s != 2) {
-        fx_i16_cols_by_stride_portable(xp, rows, Wp, s, xd);
-        return;
-    }
     const int64_t Wq = (Wp + 1) / 2, Wd = 2 * Wq;
     const __m256i low = _mm256_set1_epi32(0xFFFF);
     for (int64_t r = 0; r < rows; r++) {
@@ -282,19 +277,11 @@ int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, co
     const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
     const int64_t opad = (O + 15) / 16 * 16;
     const int64_t KH = g->KH, KW = g->KW, KK = KH * KW, CKK = C * KK;
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
-    /* the rows the tiles read, as fx_i16_wgrad_direct's */
-    const int64_t sh = g->sh, sw = g->sw, Wq = (Wp + sw - 1) / sw, Wd = sw * Wq;
-    const int64_t ximg = C * Hp * Wd, cw = fx_i16_wgrad_cols_words(g, nbc);
     fx_i16_wgrad_bufs b;
     /* any data: an output row too large for a chain of its own gets a fold per pair */
-    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch + cw, fx_i16_row_norms_avx2, 1, &b))
+    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch, fx_i16_row_norms_avx2, cols_by_2_avx2, 1,
+                              &b))
         return 0;
-    const int16_t *xt = xp;
-    if (sw > 1) {
-        cols_by_stride_avx2(xp, nbc * C * Hp, Wp, sw, (int16_t *)(void *)scratch);
-        xt = (const int16_t *)(const void *)scratch;
-    }
     uint32_t *dyt = b.dyt, *dn = b.dn, *xk = b.xk, *dm = b.dm;
     uint8_t *fold = b.fold;
     fx_i16_pair_rows(dy, nbc, O, P, opad, dyt);
@@ -312,7 +299,7 @@ int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, co
             int64_t roff[WG_MR_MAX];
             for (int i = 0; i < rows; i++) {
                 const int64_t r = r0 + i, kw = r % KW, kh = r / KW % KH, c = r / KK;
-                roff[i] = c * Hp * Wd + kh * Wd + kw % sw * Wq + kw / sw;
+                roff[i] = fx_i16_wgrad_row_offset(&b, c, kh, kw);
             }
             /* the tile's chains (the previous tile's when it covered the same channels) */
             const int64_t c_lo = r0 / KK, c_hi = (r0 + rows - 1) / KK;
@@ -320,8 +307,8 @@ int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, co
                 fx_i16_wgrad_fold_schedule4_avx2(xk, dm, nbc * OH, c_lo, c_hi, fold);
             sched_lo = c_lo;
             sched_hi = c_hi;
-            wtile_fns[rows - 1](xt, ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW, sh * Wd,
-                                nbc, fold, dwt + r0 * O + o0, O, ncols, add);
+            wtile_fns[rows - 1](b.x, b.ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW,
+                                b.ystep, nbc, fold, dwt + r0 * O + o0, O, ncols, add);
             r0 += rows;
         }
     }

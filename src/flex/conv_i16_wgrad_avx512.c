@@ -166,14 +166,10 @@ typedef void (*wtile_fn)(const int16_t *, int64_t, const int64_t *, const uint32
                          int64_t, int64_t, int64_t, int64_t, int64_t, const uint8_t *, int64_t *,
                          int64_t, int, __mmask16, int);
 
-/* fx_i16_cols_by_stride_portable's values; stride 2 (ResNet's) by two-source word permutes, 64
- * values a step */
-static void cols_by_stride(const int16_t *xp, int64_t rows, int64_t Wp, int64_t s, int16_t *xd)
+/* fx_i16_cols_by_stride_portable's values at stride 2 (ResNet's), by two-source word permutes,
+ * 64 values a step */
+static void cols_by_2(const int16_t *xp, int64_t rows, int64_t Wp, int16_t *xd)
 {
-    if (s != 2) {
-        fx_i16_cols_by_stride_portable(xp, rows, Wp, s, xd);
-        return;
-    }
     const int64_t Wq = (Wp + 1) / 2, Wd = 2 * Wq;
     int16_t ie[32], io[32];
     for (int i = 0; i < 32; i++) {
@@ -207,18 +203,9 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
     const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
     const int64_t opad = (O + 15) / 16 * 16;
     const int64_t KH = g->KH, KW = g->KW, KK = KH * KW, CKK = C * KK;
-    const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;
-    /* the rows the tiles read: xp itself at stride 1, else its columns in sw runs of Wq
-     * (cols_by_stride), Wd values a row; a tile's output row oy starts at input row sh oy */
-    const int64_t sh = g->sh, sw = g->sw, Wq = (Wp + sw - 1) / sw, Wd = sw * Wq;
-    const int64_t ximg = C * Hp * Wd, cw = fx_i16_wgrad_cols_words(g, nbc);
     fx_i16_wgrad_bufs b;
-    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch + cw, fx_i16_row_norms, 0, &b)) return 0;
-    const int16_t *xt = xp;
-    if (sw > 1) { /* the norms above are the rows' own, whatever the order of their values */
-        cols_by_stride(xp, nbc * C * Hp, Wp, sw, (int16_t *)(void *)scratch);
-        xt = (const int16_t *)(const void *)scratch;
-    }
+    if (!fx_i16_wgrad_prepare(g, xp, dy, nbc, scratch, fx_i16_row_norms, cols_by_2, 0, &b))
+        return 0;
     uint32_t *dyt = b.dyt, *dn = b.dn, *xk = b.xk, *dm = b.dm;
     uint8_t *fold = b.fold;
     fx_pair_rows_transpose_avx512((const uint16_t *)(const void *)dy, nbc, O, P, opad, dyt);
@@ -241,7 +228,7 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
             for (int i = 0; i < mr; i++) {
                 const int64_t r = r0 + (i < rows ? i : 0); /* spare rows repeat the first */
                 const int64_t kw = r % KW, kh = r / KW % KH, c = r / KK;
-                roff[i] = c * Hp * Wd + kh * Wd + kw % sw * Wq + kw / sw;
+                roff[i] = fx_i16_wgrad_row_offset(&b, c, kh, kw);
             }
             /* the tile's chains (the previous tile's when it covered the same channels, as
              * most do) */
@@ -250,7 +237,7 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
                 fx_i16_wgrad_fold_schedule(xk, dm, nbc * OH, c_lo, c_hi, fold);
             sched_lo = c_lo;
             sched_hi = c_hi;
-            fn(xt, ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW, sh * Wd, nbc, fold,
+            fn(b.x, b.ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW, b.ystep, nbc, fold,
                dwt + r0 * O + o0, O, rows, last, add);
         }
     }
