@@ -1,26 +1,30 @@
-/* The AVX2 direct integer forward convolution with its sums rounded in the tiles' epilogue
- * (fx_i16_fwd_direct_avx2_round, src/flex/conv_i16.h) against the sums it would store
- * (fx_i16_fwd_direct_avx2) rounded by the portable fx_flex_quant_i64_scalar image by image in
- * NCHW order: every mantissa and every per-image statistic, bit for bit, at one shift and at
- * two (the second into its own mantissas and statistics), on ResNet-20's and the CNN's conv1
+/* The direct integer forward convolutions with their sums rounded in the tiles' epilogue
+ * (fx_i16_fwd_direct_avx2_round on AVX2, fx_i16_fwd_direct_round on AVX512_VNNI;
+ * src/flex/conv_i16.h) against the sums the same kernel would store (fx_i16_fwd_direct_avx2,
+ * fx_i16_fwd_direct) rounded by the portable fx_flex_quant_i64_scalar image by image in NCHW
+ * order: every mantissa and every per-image statistic, bit for bit, at one shift and at two
+ * (the second into its own mantissas and statistics), on ResNet-20's and the CNN's conv1
  * shapes, odd channel counts, output channels that fill no whole vector, rows of 7 to 256
- * pixels (every tile width, rows of fewer than 8 pixels (a scalar loop), rows whose last 8-pixel
- * transpose overlaps the one before it, the row buffer's full width), stride 2, and a 5 x 5 layer of 8 channels (the CNN's conv1 as the
+ * pixels (every tile width of both kernels, rows of fewer than 8 pixels (the AVX2 kernel's
+ * scalar loop), rows whose last 8-pixel transpose overlaps the one before it, the AVX2 row
+ * buffer's full width), stride 2, and a 5 x 5 layer of 8 channels (the CNN's conv1 as the
  * convolution folds it has 5 x 1 taps; tensor_conv2d takes that path in test_nn_conv); on
  * normal and small data. A shift at which some sum saturates leaves that rounding unmade
  * (whole without it) and every image's statistics with the exact largest |sum| and a
  * saturation, also the images before the one that saturated; with two shifts the other stays
- * whole, either way round. Declined (0,
- * nothing relied on): shifts outside [1, 32], rows above 256 pixels, more than
- * FX_I16_ROUND_MAX_K products an output, and data the kernel itself declines. At the op,
- * tensor_conv2d gives the same mantissas and statistics with the route on and off, and the
- * route ran. Skips without AVX2. */
+ * whole, either way round. Declined (0, nothing relied on): shifts off the kernel's fast route
+ * (AVX2: outside [1, 32]; AVX-512: [1, 47]), on AVX2 rows above 256 pixels and more than
+ * FX_I16_ROUND_MAX_K products an output (the AVX-512 kernel takes both), and data the kernel
+ * itself declines. At the op, tensor_conv2d gives the same mantissas and statistics with the
+ * route on and off on each level, and the route ran. Each kernel skips where the CPU lacks
+ * it. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
 #include "flex/conv_i16.h"
 #include "flex/conv_i16_direct.h"
 #include "flex/flex_kernels.h"
+#include "flex/gemm_i16.h" /* fx_gemm_i16_set_amx_auto */
 #include "nn/im2col.h"
 #include "testutil.h"
 
@@ -47,6 +51,22 @@ static int same_stats(const fx_qstats *a, const fx_qstats *b)
            a->max_abs_out == b->max_abs_out;
 }
 
+/* a kernel that stores the exact sums and its rounding twin, with the limits of the twin */
+typedef struct kernel_pair {
+    const char *name;
+    int (*stored)(const fx_conv_geom *, const int16_t *, int64_t, const uint32_t *, uint32_t *,
+                  int64_t *, int, uint64_t *);
+    int (*round)(const fx_conv_geom *, const int16_t *, int64_t, const uint32_t *, uint32_t *,
+                 int, int16_t *, fx_qstats *, int, int16_t *, fx_qstats *);
+    int max_shift;   /* the last shift on its fast route */
+    int avx2_limits; /* 1: rows of at most 256 pixels, at most FX_I16_ROUND_MAX_K products */
+} kernel_pair;
+
+static const kernel_pair avx2_pair = {"avx2", fx_i16_fwd_direct_avx2,
+                                      fx_i16_fwd_direct_avx2_round, 32, 1};
+static const kernel_pair avx512_pair = {"avx512", fx_i16_fwd_direct, fx_i16_fwd_direct_round,
+                                        47, 0};
+
 /* the kernel's stored sums of the chunk, rounded per image in NCHW order at shift: the
  * mantissas and statistics the rounding epilogue must give */
 static void reference(const fx_conv_geom *g, int64_t nb, const int64_t *sums, int shift,
@@ -64,18 +84,27 @@ static void reference(const fx_conv_geom *g, int64_t nb, const int64_t *sums, in
 
 /* data: 0 normal (about +-3000), 1 small (+-40), 2 full scale (the kernel declines it), 3
  * small for the first `small` values and normal after them (a later image saturates first), 4
- * large (+-12000: sums beyond int32, so the epilogue's int32 route misses on some pixels) */
+ * large (+-12000: sums beyond int32, so the AVX2 epilogue's int32 route misses on some pixels),
+ * 5 coarse (normal values that are multiples of 2^8, whose products are multiples of 2^16: at
+ * shift 16 and above every sum's low half is 0, the ties and the carries of the AVX-512
+ * epilogue's int32 route), 6 nearly constant (2000 plus a little noise; with data 6 weights,
+ * 300 plus a little: the sums of a layer's interior pixels share their upper half, so the
+ * image's largest |sum| lies in a later tile than an earlier one's with the same upper half,
+ * which the int32 route's bound must not skip) */
 static void fill_from(test_rng *r, int16_t *v, int64_t n, int data, int64_t small)
 {
     for (int64_t i = 0; i < n; i++) {
         const double z = test_rng_normal(r);
-        const double a = data == 3 ? (i < small ? 40.0 : 3000.0) * z
+        const double a = data == 6   ? (small ? 2000.0 + 2.0 * z : 300.0 + z)
+                         : data == 3 ? (i < small ? 40.0 : 3000.0) * z
                          : data == 4 ? 12000.0 * z
                          : data == 0 ? 3000.0 * z
                          : data == 1 ? 40.0 * z
                                      : 32767.0;
         const double c = a > 32767.0 ? 32767.0 : a < -32767.0 ? -32767.0 : a;
-        v[i] = (int16_t)(data == 2 ? (i % 2 ? 32767 : -32767) : (int64_t)c);
+        v[i] = (int16_t)(data == 2   ? (i % 2 ? 32767 : -32767)
+                         : data == 5 ? 256 * (int64_t)(c / 256)
+                                     : (int64_t)c);
     }
 }
 
@@ -83,22 +112,25 @@ static void fill(test_rng *r, int16_t *v, int64_t n, int data) { fill_from(r, v,
 
 /* one shape, data kind and pair of shifts (shift2 0: one rounding); expect_whole the roundings
  * the call must return (-1: whatever the reference says, checked against it) */
-static void check(const shape *s, int64_t nb, int data, int shift, int shift2, int expect_whole,
-                  test_rng *r)
+static void check(const kernel_pair *kp, const shape *s, int64_t nb, int data, int shift,
+                  int shift2, int expect_whole, test_rng *r)
 {
     const fx_conv_geom g = geom_of(s, nb);
     const int64_t P = g.OH * g.OW, KK = s->K * s->K, nx = nb * s->C * s->H * s->W;
     int16_t *x = malloc(sizeof(int16_t) * (size_t)nx);
     int16_t *w = malloc(sizeof(int16_t) * (size_t)(s->O * s->C * KK));
     fill_from(r, x, nx, data, s->C * s->H * s->W); /* data 3: image 0 small */
-    fill(r, w, s->O * s->C * KK, data == 2 ? 2 : 0);
+    if (data == 6)
+        fill_from(r, w, s->O * s->C * KK, 6, 0); /* the weights' form of data 6 */
+    else
+        fill(r, w, s->O * s->C * KK, data == 2 || data == 5 ? data : 0);
     const int64_t wn = fx_i16_fwd_direct_weights_numel(&g), sn = fx_i16_fwd_direct_scratch(&g, nb);
     uint32_t *wq = aligned_alloc(64, (size_t)((wn * 4 + 63) / 64 * 64));
     uint32_t *scr = malloc(sizeof(uint32_t) * (size_t)sn);
     fx_i16_fwd_direct_pack_weights(&g, w, wq);
     int64_t *sums = malloc(sizeof(int64_t) * (size_t)(nb * P * s->O));
     uint64_t ymax;
-    const int stored = fx_i16_fwd_direct_avx2(&g, x, nb, wq, scr, sums, 1, &ymax);
+    const int stored = kp->stored(&g, x, nb, wq, scr, sums, 1, &ymax);
     const int two = shift2 != 0;
     const int64_t ny = nb * s->O * P;
     const size_t ybytes = sizeof(int16_t) * (size_t)ny;
@@ -107,11 +139,11 @@ static void check(const shape *s, int64_t nb, int data, int shift, int shift2, i
     fx_qstats *sw = calloc((size_t)nb, sizeof *sw), *sg = calloc((size_t)nb, sizeof *sg);
     fx_qstats *sw2 = calloc((size_t)nb, sizeof *sw2), *sg2 = calloc((size_t)nb, sizeof *sg2);
     memset(got, 0x33, ybytes);
-    const int whole = fx_i16_fwd_direct_avx2_round(&g, x, nb, wq, scr, shift, got, sg,
-                                                   two ? shift2 : 0, two ? got2 : NULL,
-                                                   two ? sg2 : NULL);
-    char what[160];
-    snprintf(what, sizeof what, "C%lld O%lld %lldx%lld K%lld s%lld nb %lld data %d shifts %d/%d",
+    const int whole = kp->round(&g, x, nb, wq, scr, shift, got, sg, two ? shift2 : 0,
+                                two ? got2 : NULL, two ? sg2 : NULL);
+    char what[176];
+    snprintf(what, sizeof what,
+             "%s: C%lld O%lld %lldx%lld K%lld s%lld nb %lld data %d shifts %d/%d", kp->name,
              (long long)s->C, (long long)s->O, (long long)s->H, (long long)s->W, (long long)s->K,
              (long long)s->stride, (long long)nb, data, shift, shift2);
     if (!stored) {
@@ -176,7 +208,7 @@ out:
     free(sg2);
 }
 
-static void kernel_cases(void)
+static void kernel_cases(const kernel_pair *kp)
 {
     static const shape shapes[] = {
         {16, 16, 32, 32, 3, 1, 1}, /* ResNet-20 stage 1 */
@@ -185,41 +217,44 @@ static void kernel_cases(void)
         {5, 24, 9, 7, 3, 1, 1},    /* odd C, O not a multiple of 16, rows of 7 */
         {13, 40, 11, 14, 3, 1, 1}, /* rows of 14: two transposes, at pixels 0 and 6 */
         {24, 17, 6, 20, 3, 0, 1},  {9, 16, 10, 30, 1, 0, 1},
+        {16, 16, 17, 17, 3, 1, 1}, /* rows of 17: the AVX-512 kernel's 9-pixel tiles */
     };
     test_rng r;
     test_rng_seed(&r, 2024);
+    const int ms = kp->max_shift;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int data = 0; data < 2; data++) {
             const int64_t nb = 1 + (int64_t)(i % 3);
             /* normal data: sums up to about 2^26 C K^2; small data far below */
             const int lo = data ? 1 : 8, hi = data ? 9 : 16;
-            check(&shapes[i], nb, data, lo, 0, -1, &r);
-            check(&shapes[i], nb, data, hi, 0, -1, &r);
-            check(&shapes[i], nb, data, hi, hi + 1, -1, &r);
-            check(&shapes[i], nb, data, 31, 32, -1, &r);
+            check(kp, &shapes[i], nb, data, lo, 0, -1, &r);
+            check(kp, &shapes[i], nb, data, hi, 0, -1, &r);
+            check(kp, &shapes[i], nb, data, hi, hi + 1, -1, &r);
+            check(kp, &shapes[i], nb, data, ms - 1, ms, -1, &r);
             /* saturating at the first shift (broken), whole at the second */
-            check(&shapes[i], nb, data, 1, 24, data ? -1 : FX_AMX_ROUND_SECOND, &r);
+            check(kp, &shapes[i], nb, data, 1, 24, data ? -1 : FX_AMX_ROUND_SECOND, &r);
         }
     /* image 0 whole at shift 8 and a later one saturating: every image's statistics broken,
      * the second rounding (24) whole; and the first whole with the second broken */
     const shape rn = {16, 16, 32, 32, 3, 1, 1};
-    check(&rn, 3, 3, 8, 24, FX_AMX_ROUND_SECOND, &r);
-    check(&rn, 2, 0, 24, 1, FX_AMX_ROUND_FIRST, &r);
-    const shape row256 = {8, 16, 3, 256, 3, 1, 1}; /* the row buffer's full width */
-    check(&row256, 1, 0, 16, 0, -1, &r);
+    check(kp, &rn, 3, 3, 8, 24, FX_AMX_ROUND_SECOND, &r);
+    check(kp, &rn, 2, 0, 24, 1, FX_AMX_ROUND_FIRST, &r);
+    const shape row256 = {8, 16, 3, 256, 3, 1, 1}; /* the AVX2 row buffer's full width */
+    check(kp, &row256, 1, 0, 16, 0, -1, &r);
     /* declines */
-    check(&rn, 1, 0, 0, 0, 0, &r);
-    check(&rn, 1, 0, 33, 0, 0, &r);
-    check(&rn, 1, 0, 12, 40, 0, &r);
-    const shape wide = {8, 16, 2, 300, 3, 1, 1};
-    check(&wide, 1, 0, 12, 0, 0, &r);
-    const shape deep = {72, 16, 6, 6, 3, 1, 1}; /* 648 products an output */
-    check(&deep, 1, 0, 24, 0, 0, &r); /* a shift at which nothing saturates */
+    check(kp, &rn, 1, 0, 0, 0, 0, &r);
+    check(kp, &rn, 1, 0, ms + 1, 0, 0, &r);
+    check(kp, &rn, 1, 0, 12, ms + 8, 0, &r);
+    /* rows above 256 pixels, and 648 products an output (at a shift at which nothing
+     * saturates): declined on AVX2, taken on AVX-512 */
+    const shape wide = {8, 16, 2, 300, 3, 1, 1}, deep = {72, 16, 6, 6, 3, 1, 1};
+    check(kp, &wide, 1, 0, 12, 0, kp->avx2_limits ? 0 : -1, &r);
+    check(kp, &deep, 1, 0, 24, 0, kp->avx2_limits ? 0 : FX_AMX_ROUND_FIRST, &r);
     const shape at_gate = {64, 16, 6, 6, 3, 1, 1}; /* 576: taken */
-    check(&at_gate, 1, 0, 24, 0, FX_AMX_ROUND_FIRST, &r);
-    /* full scale: every segment too large for a chain, so the kernel declines the chunk (it
-     * takes a few such segments with a fold per pair; test_conv_i16_direct) */
-    check(&rn, 1, 2, 12, 0, 0, &r);
+    check(kp, &at_gate, 1, 0, 24, 0, FX_AMX_ROUND_FIRST, &r);
+    /* full scale: every segment too large for a chain, so the kernel declines the chunk (the
+     * AVX2 one takes a few such segments with a fold per pair; test_conv_i16_direct) */
+    check(kp, &rn, 1, 2, 12, 0, 0, &r);
 }
 
 /* The epilogue's int32 route (pixels whose sums fit int32, at shifts up to 18) against the
@@ -241,12 +276,12 @@ static void round32_cases(void)
         const long long miss0 = fx_i16_fwd_direct_round32_misses();
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
             const int64_t nb = 1 + (int64_t)(i % 2);
-            check(&shapes[i], nb, 0, 18, 0, -1, &r);
-            check(&shapes[i], nb, 0, 17, 18, -1, &r);
-            check(&shapes[i], nb, 0, 18, 19, -1, &r);
-            check(&shapes[i], nb, 4, 17, 0, -1, &r);
-            check(&shapes[i], nb, 4, 18, 17, -1, &r);
-            check(&shapes[i], nb, 4, 19, 0, -1, &r);
+            check(&avx2_pair, &shapes[i], nb, 0, 18, 0, -1, &r);
+            check(&avx2_pair, &shapes[i], nb, 0, 17, 18, -1, &r);
+            check(&avx2_pair, &shapes[i], nb, 0, 18, 19, -1, &r);
+            check(&avx2_pair, &shapes[i], nb, 4, 17, 0, -1, &r);
+            check(&avx2_pair, &shapes[i], nb, 4, 18, 17, -1, &r);
+            check(&avx2_pair, &shapes[i], nb, 4, 19, 0, -1, &r);
         }
         const long long px = fx_i16_fwd_direct_round32_pixels() - px0;
         const long long miss = fx_i16_fwd_direct_round32_misses() - miss0;
@@ -261,9 +296,49 @@ static void round32_cases(void)
     fx_i16_fwd_direct_round32_set_enabled(1);
 }
 
-/* tensor_conv2d with the route on and off: the same mantissas and statistics; the route ran */
-static void op_on_off(void)
+/* The AVX-512 epilogue's int32 route (shifts 16-46) against the stored sums, with the route
+ * on and off: at 16 (its carry form) and 17-19 (the shift form), beside 15 (off the route, so
+ * that a pair of shifts takes the int64 lanes), on normal, large and coarse data (the last with
+ * the low halves all zero: the ties at 16, the borrow at 17 and above); the counter shows that
+ * it ran. */
+static void round16_cases(void)
 {
+    static const shape shapes[] = {
+        {16, 16, 32, 32, 3, 1, 1}, {32, 32, 16, 16, 3, 1, 1}, {64, 64, 8, 8, 3, 1, 1},
+        {5, 24, 9, 7, 3, 1, 1},    {13, 40, 11, 14, 3, 1, 1}, {16, 16, 17, 17, 3, 1, 1},
+    };
+    static const int data[4] = {0, 4, 5, 6};
+    test_rng r;
+    test_rng_seed(&r, 78);
+    for (int on = 1; on >= 0; on--) {
+        fx_i16_fwd_direct_round16_set_enabled(on);
+        const long long c0 = fx_i16_fwd_direct_round16_chunks();
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+            for (int d = 0; d < 4; d++) {
+                const int64_t nb = 1 + (int64_t)(i % 2);
+                check(&avx512_pair, &shapes[i], nb, data[d], 16, 0, -1, &r);
+                check(&avx512_pair, &shapes[i], nb, data[d], 17, 16, -1, &r);
+                check(&avx512_pair, &shapes[i], nb, data[d], 18, 19, -1, &r);
+                check(&avx512_pair, &shapes[i], nb, data[d], 15, 17, -1, &r);
+                check(&avx512_pair, &shapes[i], nb, data[d], 20, 0, -1, &r);
+            }
+        const long long ran = fx_i16_fwd_direct_round16_chunks() - c0;
+        if (on)
+            CHECK(ran > 0, "the int32 route rounded no chunk");
+        else
+            CHECK(ran == 0, "switched off, the int32 route still ran (%lld chunks)", ran);
+    }
+    fx_i16_fwd_direct_round16_set_enabled(1);
+}
+
+/* tensor_conv2d on one level with the route on and off: the same mantissas and statistics;
+ * the route ran */
+static void op_on_off(const char *level)
+{
+    CHECK_STATUS(flexpoint_set_backend(level), FX_OK);
+    /* the register-tile kernel, not the AMX one, where the CPU has AMX */
+    const int amx_auto_prev = fx_gemm_i16_amx_auto();
+    fx_gemm_i16_set_amx_auto(0);
     static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
     const int64_t xs[4] = {6, 16, 12, 12}, ws[4] = {24, 16, 3, 3}, ys[4] = {6, 24, 12, 12};
     const int64_t nx = 6 * 16 * 144, nw = 24 * 16 * 9, ny = 6 * 24 * 144;
@@ -301,10 +376,12 @@ static void op_on_off(void)
         fx_i16_fwd_direct_round_set_enabled(1);
         CHECK(memcmp(raw[0], raw[1], sizeof(int16_t) * (size_t)ny) == 0 &&
                   memcmp(st[0], st[1], sizeof st[0]) == 0,
-              "%s: tensor_conv2d differs with the rounding epilogue on and off",
+              "%s %s: tensor_conv2d differs with the rounding epilogue on and off", level,
               fmt_name(fmts[fi]));
-        CHECK(calls > 0, "%s: the rounding epilogue never ran whole", fmt_name(fmts[fi]));
+        CHECK(calls > 0, "%s %s: the rounding epilogue never ran whole", level,
+              fmt_name(fmts[fi]));
     }
+    fx_gemm_i16_set_amx_auto(amx_auto_prev);
     free(xv);
     free(wv);
     free(raw[0]);
@@ -313,14 +390,25 @@ static void op_on_off(void)
 
 int main(void)
 {
-    const fx_backend *be = fx_backend_get(FX_BACKEND_AVX2);
-    if (!be || !be->available) {
+    const fx_backend *avx2 = fx_backend_get(FX_BACKEND_AVX2);
+    const fx_backend *avx512 = fx_backend_get(FX_BACKEND_AVX512);
+    const int has_avx2 = avx2 && avx2->available;
+    const int has_vnni = avx512 && avx512->available && avx512->conv.i16_fwd_round;
+    if (!has_avx2 && !has_vnni) {
         printf("test_conv_i16_round: no AVX2 here\n");
         return 77;
     }
-    kernel_cases();
-    round32_cases();
-    CHECK_STATUS(flexpoint_set_backend("avx2"), FX_OK);
-    op_on_off();
+    if (has_avx2) {
+        kernel_cases(&avx2_pair);
+        round32_cases();
+        op_on_off("avx2");
+    }
+    if (has_vnni) {
+        kernel_cases(&avx512_pair);
+        round16_cases();
+        op_on_off("avx512");
+    } else {
+        printf("test_conv_i16_round: no AVX512_VNNI here; its kernel not run\n");
+    }
     return test_finish("test_conv_i16_round");
 }

@@ -342,8 +342,8 @@ typedef struct fx_conv_kernels {
                              struct fx_qstats *part, int shift2, int16_t *yq2,
                              struct fx_qstats *part2);
     /* i16_fwd's kernel with the same rounding epilogue (fx_i16_fwd_direct_avx2_round,
-     * src/flex/conv_i16.h: 0 where it declines), for the chunks i16_fwd takes; NULL: their
-     * sums are stored and rounded after */
+     * fx_i16_fwd_direct_round; src/flex/conv_i16.h: 0 where it declines), for the chunks
+     * i16_fwd takes; NULL: their sums are stored and rounded after */
     int (*i16_fwd_round)(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                          const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
                          struct fx_qstats *part, int shift2, int16_t *yq2,

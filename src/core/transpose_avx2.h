@@ -1,6 +1,7 @@
-/* 8 x 8 transpose of 32-bit elements in AVX2 registers. Include only from files compiled with
- * the AVX2 flags (*_avx2.c). Shuffles move bits unchanged, so any 32-bit data (floats, int32,
- * pairs of int16) can go through the float-typed registers. */
+/* 8 x 8 transposes in AVX2 registers: of 32-bit elements, and of int16 in each 128-bit lane.
+ * Include only from files compiled with the AVX2 flags (*_avx2.c) or the AVX-512 ones. Shuffles
+ * move bits unchanged, so any 32-bit data (floats, int32, pairs of int16) can go through the
+ * float-typed registers. */
 #ifndef FX_CORE_TRANSPOSE_AVX2_H
 #define FX_CORE_TRANSPOSE_AVX2_H
 
@@ -36,6 +37,30 @@ static inline void fx_transpose8x8_epi32(__m256i r[8])
     for (int i = 0; i < 8; i++) f[i] = _mm256_castsi256_ps(r[i]);
     fx_transpose8x8_ps(f);
     for (int i = 0; i < 8; i++) r[i] = _mm256_castps_si256(f[i]);
+}
+
+/* 8 pixels of 16 int16 channels, r[i] pixel i (channels 0-7 in its low 128-bit lane, 8-15 in
+ * its high one), as runs of 8 pixels per channel: c[j] holds channel j's in its low lane and
+ * channel j + 8's in its high one. An 8 x 8 transpose of int16 per lane, in three rounds of
+ * unpacks: t holds four channels of two pixels, u two channels of four pixels (u[0]: channels
+ * 0 and 1 of pixels 0-3, u[1]: 2 and 3, ...; u[4..7] the same of pixels 4-7). Used where a
+ * convolution's pixel-major mantissas go into NCHW planes (src/flex/conv_i16_*). */
+static inline void fx_transpose8x16_epi16(const __m256i r[8], __m256i c[8])
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 2; i++) {
+            u[4 * h + 2 * i] = _mm256_unpacklo_epi32(t[4 * h + i], t[4 * h + i + 2]);
+            u[4 * h + 2 * i + 1] = _mm256_unpackhi_epi32(t[4 * h + i], t[4 * h + i + 2]);
+        }
+    for (int j = 0; j < 4; j++) {
+        c[2 * j] = _mm256_unpacklo_epi64(u[j], u[4 + j]);
+        c[2 * j + 1] = _mm256_unpackhi_epi64(u[j], u[4 + j]);
+    }
 }
 
 #endif

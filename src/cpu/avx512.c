@@ -136,7 +136,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
      * kernel's (conv_i16_avx512.c, conv_i16_wgrad_avx512.c) */
     b->conv.i16_fwd = cpu->avx512vnni ? fx_i16_fwd_direct : NULL;
     b->conv.i16_fwd_unpadded = 1; /* the kernel pads while it makes its pair copy */
-    b->conv.i16_fwd_round = NULL; /* the AVX2 kernel's epilogue rounding: not the VNNI kernel */
+    b->conv.i16_fwd_round = cpu->avx512vnni ? fx_i16_fwd_direct_round : NULL;
     b->conv.i16_wgrad = cpu->avx512vnni ? fx_i16_wgrad_direct : NULL; /* likewise */
     b->conv.i16_wgrad_max_stride = FX_I16_WGRAD_MAX_STRIDE; /* a column-deinterleaved copy */
     /* AMX-INT8 where this process may use it: the AMX kernel, which hands what it does not

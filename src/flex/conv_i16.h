@@ -47,15 +47,19 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
                            const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                            uint64_t *ymax);
 
-/* fx_i16_fwd_amx_round's contract on the AVX2 kernel (conv_i16_fwd_avx2.c), xp unpadded as
- * for fx_i16_fwd_direct_avx2: the chunk's sums rounded in the tiles' epilogue at `shift` (and
- * at shift2 into yq2 and part2 where yq2 is not NULL) into NCHW mantissas with each image's
- * statistics, quant_i64's bits, instead of stored. Also 0 where the kernel declines the
- * chunk's data (fx_i16_fwd_admit_any), for shifts outside [1, 32] (the AVX2 rounding's fast
- * route), for rows of more
- * than 256 pixels and for more than FX_I16_ROUND_MAX_K products an output (where it was not
- * faster than storing the sums). One thread. The switch (0: every caller takes the int64
- * sums), and the calls and those with a rounding done whole, for tests. */
+/* fx_i16_fwd_amx_round's contract on the register-tile kernels, xp unpadded as for
+ * fx_i16_fwd_direct: the chunk's sums rounded in the tiles' epilogue at `shift` (and at shift2
+ * into yq2 and part2 where yq2 is not NULL) into NCHW mantissas with each image's statistics,
+ * quant_i64's bits, instead of stored. One thread. 0 where the kernel declines the chunk's
+ * data, and for shifts off the fast route.
+ * - fx_i16_fwd_direct_avx2_round (conv_i16_fwd_avx2.c): declines (fx_i16_fwd_admit_any) as
+ *   fx_i16_fwd_direct_avx2 does; 0 also for shifts outside [1, 32] (the AVX2 rounding's fast
+ *   route), for rows of more than 256 pixels and for more than FX_I16_ROUND_MAX_K products an
+ *   output (where it was not faster than storing the sums).
+ * - fx_i16_fwd_direct_round (conv_i16_avx512.c, AVX512_VNNI): declines as fx_i16_fwd_direct
+ *   does; shifts 1-47 (fx_q64_fast_ok).
+ * The switch (0: every caller takes the int64 sums), and the calls and those with a rounding
+ * done whole (fx_i16_fwd_round_count, either kernel), for tests. */
 #define FX_I16_ROUND_MAX_K 576
 /* The statistics of an epilogue rounding (this one or the AMX kernel's) that saturated somewhere
  * in the chunk, which the caller never keeps (conv2d.c runs the op again if the write picks its
@@ -66,6 +70,15 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
                                  const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
                                  struct fx_qstats *part, int shift2, int16_t *yq2,
                                  struct fx_qstats *part2);
+int fx_i16_fwd_direct_round(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                            const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
+                            struct fx_qstats *part, int shift2, int16_t *yq2,
+                            struct fx_qstats *part2);
+void fx_i16_fwd_round_count(int whole);
+/* Test switch of fx_i16_fwd_direct_round's int32 route for shifts 16-46 (0: every tile on
+ * int64 lanes; conv_i16_avx512.c: the same bits), and the chunks it rounded. */
+void fx_i16_fwd_direct_round16_set_enabled(int on);
+long long fx_i16_fwd_direct_round16_chunks(void);
 void fx_i16_fwd_direct_round_set_enabled(int on);
 /* Test switch: 0 keeps the epilogue on int64 lanes (conv_i16_fwd_avx2.c: a pixel whose sums fit
  * int32, at shifts up to 18, is rounded in int32 lanes with the same bits and statistics); the

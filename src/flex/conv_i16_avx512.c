@@ -32,10 +32,14 @@
 #include "conv_i16.h"
 #include "conv_i16_avx512.h"
 #include "gemm_i16.h" /* fx_ceil_sqrt */
+#include "quant_q64_avx512.h"
 #include "../core/pair_copy_avx512.h"
+#include "../core/prefetch.h"
+#include "../core/transpose_avx2.h"
 #include "../nn/im2col.h"
 
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #define SEG_PAIRS FX_I16_SEG_PAIRS
@@ -62,16 +66,109 @@ static void pixel_sums_of_squares(const uint32_t *planes, int64_t Cp, int64_t G,
         }
 }
 
+/* The epilogue's int32 route, for shifts 16 <= s <= 46 (every training write's: ResNet-20's
+ * and the CNN's convolutions round at 16-19). The int64 route widens each sum
+ * v = 2^16 hi + acc and rounds it in eight int64 lanes; on ResNet-20's 16-channel layers that
+ * took a quarter of the tile's samples. Here v is split as v = 2^16 h + l, h = hi + (acc >> 16)
+ * (floor(v / 2^16), int32 for every sum: |v| < 2^46) and l = acc & 0xFFFF, and quant_i64's
+ * fast rounding floor((v + 2^(s-1) - 1 + b) / 2^s) (b bit s of v, which is bit t = s - 16 of h)
+ * is, in sixteen int32 lanes:
+ * - for t >= 1: (h + 2^(t-1) - c) >> t, c = 1 where l = 0 and b = 0 (the low half moves the
+ *   floor only when it contributes -1);
+ * - for t = 0: h + 1 where l + b > 2^15, else h.
+ * A lane underflows where it rounds to 0 from a nonzero v (h or l nonzero). The largest |v|
+ * must be exact (it is the write's statistic): a tile's sums are below 2^16 max(hmax + 1,
+ * -hmin) in magnitude, so only a tile whose bound passes the image's largest |v| so far
+ * (a few tiles an image) widens its sums to find its own exactly. The same mantissas and
+ * statistics as the int64 route. */
+#define R16_MIN_SHIFT 16
+#define R16_MAX_SHIFT 46
+typedef struct round16 {
+    __m512i half_t, bit_t; /* 2^(t-1) (0 for t = 0), 2^t */
+    __m128i cnt;           /* t */
+    int t0;                /* t = 0 */
+} round16;
+
+static inline round16 round16_setup(int s)
+{
+    round16 k;
+    if (s < R16_MIN_SHIFT || s > R16_MAX_SHIFT) s = R16_MIN_SHIFT; /* constants no call reads */
+    const int t = s - 16;
+    k.half_t = _mm512_set1_epi32(t ? 1 << (t - 1) : 0);
+    k.bit_t = _mm512_set1_epi32(1 << t);
+    k.cnt = _mm_cvtsi32_si128(t);
+    k.t0 = t == 0;
+    return k;
+}
+
+/* sixteen sums 2^16 h + l (nz: the lanes where the sum is nonzero) rounded at k's shift;
+ * underflows counted in the lanes of *uf */
+static inline __attribute__((always_inline)) __m512i round16_lanes(const round16 *k, __m512i h,
+                                                                   __m512i l, __mmask16 nz,
+                                                                   __m512i *uf)
+{
+    const __m512i one = _mm512_set1_epi32(1);
+    __m512i q;
+    if (k->t0) {
+        const __m512i lb = _mm512_add_epi32(l, _mm512_and_si512(h, one));
+        q = _mm512_mask_add_epi32(h, _mm512_cmpgt_epi32_mask(lb, _mm512_set1_epi32(1 << 15)),
+                                  h, one);
+    } else {
+        const __mmask16 c = _kandn_mask16(_mm512_test_epi32_mask(h, k->bit_t),
+                                          _mm512_testn_epi32_mask(l, l));
+        const __m512i x = _mm512_add_epi32(h, k->half_t);
+        q = _mm512_sra_epi32(_mm512_mask_sub_epi32(x, c, x, one), k->cnt);
+    }
+    *uf = _mm512_mask_add_epi32(*uf, _mm512_mask_testn_epi32_mask(nz, q, q), *uf, one);
+    return q;
+}
+
+/* The rounding epilogue's state (fx_i16_fwd_direct_round): the image's fast-route roundings
+ * at one shift (f) or two (f2), and the int32 route's where both shifts allow it (r16; 0:
+ * never), the planes of the block's first output channel in the image's NCHW mantissas (yq,
+ * yq2; P pixels a plane) and the block's channel count; the image's largest |sum| per lane
+ * and underflow counts, which each tile adds its own to. */
+typedef struct itile_rd {
+    fx_q64_fast f, f2;
+    round16 k, k2;
+    int r16; /* both shifts on the int32 route */
+    int16_t *yq, *yq2;
+    int64_t P;
+    int ncols;
+    uint64_t *max_in; /* the image's largest |sum| so far */
+    int64_t *nuf, *nuf2;
+} itile_rd;
+
+/* Up to 8 pixels of 16 channels of mantissas (r[i]: pixel i) into the first ncols channels'
+ * planes at dst (channel c at dst + c P), the first nrows pixels of each. Each plane's line two
+ * lines ahead is fetched first, as quant_i64_t does (FX_Q_T_STORE_AHEAD: sixteen short runs
+ * into an output written once per op, more streams than a hardware prefetcher follows). */
+static inline __attribute__((always_inline)) void store_planes8(const __m256i r[8], int nrows,
+                                                                int ncols, int16_t *dst,
+                                                                int64_t P)
+{
+    __m256i c[8];
+    fx_transpose8x16_epi16(r, c);
+    const __mmask8 m = (__mmask8)((1u << nrows) - 1u);
+    for (int j = 0; j < 16 && j < ncols; j++) fx_prefetch_at(dst + j * P, FX_Q_T_STORE_AHEAD);
+    for (int j = 0; j < 8 && j < ncols; j++) {
+        _mm_mask_storeu_epi16(dst + j * P, m, _mm256_castsi256_si128(c[j]));
+        if (j + 8 < ncols) _mm_mask_storeu_epi16(dst + (j + 8) * P, m, _mm256_extracti128_si256(c[j], 1));
+    }
+}
+
 /* One tile: MR pixels of an output row (xb: the first one's top-left tap in the copy, ld words
  * per pixel) by 16 NV output channels (wb: their packed weights), the chain over the nseg
  * segments (segment i: SEG_PAIRS pairs at xb + xoff[i], weights at wb + i SEG_PAIRS opad), a
  * fold after segment i where fold[i]; rows of the MR are stored, int64, the last vector's
- * lanes under mask last. Returns the largest |sum| stored. */
+ * lanes under mask last. Returns the largest |sum| stored. ROUND (1: one rounding, 2: two)
+ * rounds the first `rows` pixels' sums instead, into rd's planes at pixel px0, and stores
+ * nothing at out. */
 static inline __attribute__((always_inline)) uint64_t
 itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
       int64_t ld_any, const int64_t *xoff,
       int64_t nseg, const uint32_t *wb, int64_t opad, const uint8_t *fold, int64_t *out,
-      int64_t ldo, int rows, __mmask16 last)
+      int64_t ldo, int rows, __mmask16 last, const int ROUND, const itile_rd *rd, int64_t px0)
 {
     /* hi lives in the caller's frame (touched at folds only), so that the chain keeps its
      * accumulators, the weight vectors and the broadcast in registers: with hi in registers
@@ -115,7 +212,65 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
         if (fold[i1]) fx_i16_fold(MR, NV, acc, hi); /* as the single loop folded */
         i0 = i1 + 1;
     }
-    return fx_i16_store_rows(MR, NV, acc, hi, out, ldo, rows, last, 0);
+    if (!ROUND) return fx_i16_store_rows(MR, NV, acc, hi, out, ldo, rows, last, 0);
+    /* local statistics (the mantissa stores could alias *rd's), added at the end */
+    const fx_q64_fast f = rd->f, f2 = rd->f2;
+    const round16 k = rd->k, k2 = rd->k2;
+    const int r16 = rd->r16;
+    __m512i mx = _mm512_setzero_si512(), mx2 = mx; /* mx2: the same sums' maximum, unused */
+    int64_t nuf = 0, nuf2 = 0;
+    /* int32 route: the underflow counts per lane, and the range of h */
+    __m512i uf = _mm512_setzero_si512(), uf2 = uf;
+    __m512i hmax = _mm512_set1_epi32(INT32_MIN), hmin = _mm512_set1_epi32(INT32_MAX);
+    for (int v = 0; v < NV; v++) {
+        /* pixel r's sixteen mantissas in q[r] (q2[r] at the second shift); pixels past the
+         * row's end are no outputs, and are not stored */
+        __m256i q[FX_I16_MAX_ROWS], q2[FX_I16_MAX_ROWS];
+        for (int r = 0; r < MR && r < rows; r++) {
+            if (r16) {
+                const __m512i h = _mm512_add_epi32(_mm512_load_si512((const void *)hi[r][v]),
+                                                   _mm512_srai_epi32(acc[r][v], 16));
+                const __m512i l = _mm512_and_si512(acc[r][v], _mm512_set1_epi32(0xFFFF));
+                const __mmask16 nz = _mm512_test_epi32_mask(_mm512_or_si512(h, l),
+                                                            _mm512_or_si512(h, l));
+                hmax = _mm512_max_epi32(hmax, h);
+                hmin = _mm512_min_epi32(hmin, h);
+                q[r] = _mm512_cvtepi32_epi16(round16_lanes(&k, h, l, nz, &uf));
+                if (ROUND == 2) q2[r] = _mm512_cvtepi32_epi16(round16_lanes(&k2, h, l, nz, &uf2));
+                continue;
+            }
+            __m512i s[2];
+            fx_i16_sums_of(acc[r][v], hi[r][v], s);
+            q[r] = fx_q64_pack16(fx_q64_fast_round(&f, s[0], &mx, &nuf),
+                                 fx_q64_fast_round(&f, s[1], &mx, &nuf));
+            if (ROUND == 2)
+                q2[r] = fx_q64_pack16(fx_q64_fast_round(&f2, s[0], &mx2, &nuf2),
+                                      fx_q64_fast_round(&f2, s[1], &mx2, &nuf2));
+        }
+        for (int r = rows; r < FX_I16_MAX_ROWS && r < (MR + 7) / 8 * 8; r++)
+            q[r] = q2[r] = _mm256_setzero_si256();
+        const int nc = rd->ncols - 16 * v;
+        const int64_t at = 16 * v * rd->P + px0;
+        for (int h = 0; h < MR && h < rows; h += 8) { /* eight pixels at a time */
+            const int nr = rows - h < 8 ? rows - h : 8;
+            store_planes8(q + h, nr, nc, rd->yq + at + h, rd->P);
+            if (ROUND == 2) store_planes8(q2 + h, nr, nc, rd->yq2 + at + h, rd->P);
+        }
+    }
+    uint64_t tmax = _mm512_reduce_max_epu64(mx);
+    if (r16) {
+        nuf = _mm512_reduce_add_epi32(uf);
+        if (ROUND == 2) nuf2 = _mm512_reduce_add_epi32(uf2);
+        /* the exact largest |sum| only where the tile's bound passes the image's so far */
+        const int64_t hx = _mm512_reduce_max_epi32(hmax), hn = _mm512_reduce_min_epi32(hmin);
+        const int64_t ub = 65536 * (hx + 1) - 1 > -65536 * hn ? 65536 * (hx + 1) - 1 : -65536 * hn;
+        if ((uint64_t)ub > *rd->max_in)
+            tmax = fx_i16_store_rows(MR, NV, acc, hi, NULL, 0, rows, 0xFFFF, FX_I16_MAX_ONLY);
+    }
+    if (tmax > *rd->max_in) *rd->max_in = tmax;
+    *rd->nuf += nuf;
+    if (ROUND == 2) *rd->nuf2 += nuf2;
+    return 0;
 }
 
 #define ITILE_FN(MR, NV, LD)                                                                     \
@@ -125,7 +280,8 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
                                              int rows, __mmask16 last)                          \
     {                                                                                            \
         int32_t hib[FX_I16_MAX_ROWS * 4 * 16] __attribute__((aligned(64)));                     \
-        return itile(MR, NV, LD, hib, xb, ld, xoff, nseg, wb, opad, fold, out, ldo, rows, last); \
+        return itile(MR, NV, LD, hib, xb, ld, xoff, nseg, wb, opad, fold, out, ldo, rows, last,  \
+                     0, NULL, 0);                                                                \
     }
 #define ITILE_FNS(LD)                                                                            \
     ITILE_FN(7, 2, LD) ITILE_FN(8, 2, LD) ITILE_FN(14, 1, LD) ITILE_FN(16, 1, LD) ITILE_FN(9, 1, LD)
@@ -149,6 +305,41 @@ static const itile_fn tile_fns[5][5] = {
     {itile_7x2_16, itile_8x2_16, itile_14x1_16, itile_16x1_16, itile_9x1_16},
     {itile_7x2_32, itile_8x2_32, itile_14x1_32, itile_16x1_32, itile_9x1_32},
     {itile_7x2_0, itile_8x2_0, itile_14x1_0, itile_16x1_0, itile_9x1_0}};
+
+/* the rounding tiles, one and two roundings (R), the same shapes and pixel strides */
+typedef void (*iround_fn)(const uint32_t *, int64_t, const int64_t *, int64_t, const uint32_t *,
+                          int64_t, const uint8_t *, int, const itile_rd *, int64_t);
+#define IROUND_FN(MR, NV, LD, R)                                                                  \
+    static void iround_##R##_##MR##x##NV##_##LD(const uint32_t *xb, int64_t ld,                   \
+                                                const int64_t *xoff, int64_t nseg,                \
+                                                const uint32_t *wb, int64_t opad,                 \
+                                                const uint8_t *fold, int rows,                    \
+                                                const itile_rd *rd, int64_t px0)                  \
+    {                                                                                             \
+        int32_t hib[FX_I16_MAX_ROWS * 4 * 16] __attribute__((aligned(64)));                      \
+        itile(MR, NV, LD, hib, xb, ld, xoff, nseg, wb, opad, fold, NULL, 0, rows, 0xFFFF, R, rd,  \
+              px0);                                                                               \
+    }
+#define IROUND_FNS(LD, R)                                                                         \
+    IROUND_FN(7, 2, LD, R) IROUND_FN(8, 2, LD, R) IROUND_FN(14, 1, LD, R)                         \
+    IROUND_FN(16, 1, LD, R) IROUND_FN(9, 1, LD, R)
+IROUND_FNS(4, 1)
+IROUND_FNS(8, 1)
+IROUND_FNS(16, 1)
+IROUND_FNS(32, 1)
+IROUND_FNS(0, 1)
+IROUND_FNS(4, 2)
+IROUND_FNS(8, 2)
+IROUND_FNS(16, 2)
+IROUND_FNS(32, 2)
+IROUND_FNS(0, 2)
+#define IROUND_ROW(LD, R)                                                                         \
+    {iround_##R##_7x2_##LD, iround_##R##_8x2_##LD, iround_##R##_14x1_##LD,                        \
+     iround_##R##_16x1_##LD, iround_##R##_9x1_##LD}
+/* [one or two roundings][LD as tile_fns][shape as tile_fns] */
+static const iround_fn round_fns[2][5][5] = {
+    {IROUND_ROW(4, 1), IROUND_ROW(8, 1), IROUND_ROW(16, 1), IROUND_ROW(32, 1), IROUND_ROW(0, 1)},
+    {IROUND_ROW(4, 2), IROUND_ROW(8, 2), IROUND_ROW(16, 2), IROUND_ROW(32, 2), IROUND_ROW(0, 2)}};
 
 /* A tile computes all its MR pixels whatever the row has left, so the width is the one of
  * 16, 14 and 9 pixels (one vector of channels) that computes the fewest: a row of 17 (the
@@ -219,29 +410,42 @@ void fx_i16_fold_schedules8_avx512(const uint32_t *rn, const int32_t base[8], co
     }
 }
 
-int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
-                      const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
-                      uint64_t *ymax)
+/* A chunk made ready for the tiles (fwd_chunk_setup): its channel-pair-last copy xq, padded,
+ * each padded row's segment norms rn ([n][ih][s]) and the segments' tap offsets */
+typedef struct fwd_chunk {
+    int64_t O, Cpp, G, opad, Hp, Wp, HW, OH, OW, P, KK, KW, nseg, sh, sw, ld;
+    int ldi;                  /* tile_fns' index of the pixel stride ld */
+    const uint32_t *wn;       /* the weights' segment norms per block of 16 output channels */
+    uint32_t *xq, *rn;
+    int64_t xoff[FX_I16_FWD_MAX_SEGS]; /* word offsets of the segments from a pixel's tap 0 */
+} fwd_chunk;
+
+/* The copy and the norms, while an image's planes are in cache; 0 where a segment alone may
+ * leave int32 (data near full scale: the GEMM's any-data kernels take the chunk) */
+static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                           const uint32_t *wq, uint32_t *scratch, fwd_chunk *k)
 {
-    const int64_t C = g->C, O = g->O, Cp = (C + 1) / 2;
-    const int64_t Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
-    const int64_t opad = (O + 15) / 16 * 16;
+    const int64_t C = g->C, Cp = (C + 1) / 2, Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HW = Hp * Wp;
-    const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW, nseg = KK * G;
-    const uint32_t *wn = wq + KK * Cpp * opad;
+    const int64_t KK = g->KH * g->KW;
+    k->O = g->O, k->Cpp = Cpp, k->G = G, k->opad = (g->O + 15) / 16 * 16;
+    k->Hp = Hp, k->Wp = Wp, k->HW = HW, k->OH = g->OH, k->OW = g->OW, k->P = g->OH * g->OW;
+    k->KK = KK, k->KW = g->KW, k->nseg = KK * G, k->sh = g->sh, k->sw = g->sw;
+    k->ld = g->sw * Cpp; /* words from one of a tile's pixels to the next */
+    k->ldi = k->ld == 4 ? 0 : k->ld == 8 ? 1 : k->ld == 16 ? 2 : k->ld == 32 ? 3 : 4;
+    k->wn = wq + KK * Cpp * k->opad;
     uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
-    const int64_t sh = g->sh, sw = g->sw, slack = (FX_I16_MAX_ROWS * sw + g->KW) * Cpp;
+    const int64_t slack = (FX_I16_MAX_ROWS * g->sw + g->KW) * Cpp;
     uint32_t *tmp = xq + nbc * HW * Cpp + slack;
     uint16_t *zeros = (uint16_t *)(void *)(tmp + Cpp * HW);
     uint32_t *rn = tmp + Cpp * HW + (HW + 1) / 2; /* [n][ih][s] */
     uint32_t *sqw = rn + nbc * Hp * G;
     uint64_t *sq = (uint64_t *)(void *)(sqw + ((uintptr_t)sqw / 4) % 2);
+    k->xq = xq, k->rn = rn;
     if (C % 2) memset(zeros, 0, sizeof(uint16_t) * (size_t)HW);
     /* the pair planes past C stay zero for every image: the last segment's spare pairs */
     memset(tmp + Cp * HW, 0, sizeof(uint32_t) * (size_t)((Cpp - Cp) * HW));
     const uint16_t *xb16 = (const uint16_t *)(const void *)xp;
-    /* the copy, and each padded row's segment norms with it, while an image's planes are in
-     * cache */
     for (int64_t n = 0; n < nbc; n++) {
         fx_pair_planes_padded_avx512(xb16 + n * C * g->H * g->W, C, g->H, g->W, g->ph, g->pw,
                                      zeros, tmp);
@@ -255,28 +459,69 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
             }
         fx_pair_planes_transpose_avx512(tmp, Cpp, HW, Cpp, xq + n * HW * Cpp);
     }
-    /* a segment that alone may leave int32 (data near full scale): the GEMM's any-data
-     * kernels take the chunk */
-    if (!fx_i16_fwd_admit(rn, nbc * Hp, wn, opad / 16 * KK, G)) return 0;
+    if (!fx_i16_fwd_admit(rn, nbc * Hp, k->wn, k->opad / 16 * KK, G)) return 0;
     memset(xq + nbc * HW * Cpp, 0, sizeof(uint32_t) * (size_t)slack);
-    int64_t xoff[FX_I16_FWD_MAX_SEGS]; /* word offsets of the segments from a pixel's tap 0 */
-    fx_i16_fwd_offsets(g, xoff);
+    fx_i16_fwd_offsets(g, k->xoff);
+    return 1;
+}
+
+/* A block of up to 32 output channels from o0: its tile (NV vectors of channels by MR pixels,
+ * shape: tile_fns' index), the last vector's lanes, and the weight norms its chains are cut
+ * by, the larger of its two vectors' */
+typedef struct fwd_block {
+    int64_t o0;
+    int ncols, nv, mr, shape;
+    __mmask16 last;
+    uint32_t wm[FX_I16_FWD_MAX_SEGS];
+} fwd_block;
+
+static void fwd_block_setup(const fwd_chunk *k, int64_t o0, fwd_block *b)
+{
+    const int64_t ow = k->O - o0 < 32 ? k->O - o0 : 32;
+    b->o0 = o0;
+    b->ncols = (int)ow;
+    b->nv = ow > 16 ? 2 : 1; /* never past opad */
+    b->mr = b->nv == 2 ? (k->OW % 7 == 0 && k->OW % 8 != 0 ? 7 : 8) : tile_rows_1(k->OW);
+    b->shape = b->nv == 2 ? (b->mr == 7 ? 0 : 1) : b->mr == 14 ? 2 : b->mr == 16 ? 3 : 4;
+    const int64_t tail = ow - 16 * (b->nv - 1);
+    b->last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
+    const uint32_t *wn0 = k->wn + (o0 / 16) * k->nseg, *wn1 = wn0 + k->nseg;
+    for (int64_t i = 0; i < k->nseg; i++)
+        b->wm[i] = b->nv == 2 && wn1[i] > wn0[i] ? wn1[i] : wn0[i];
+}
+
+/* The fold schedules of output rows r0 .. r0 + 7 of the chunk (rows n OH + oh; lanes from
+ * rend on repeat row rend - 1) */
+static void fwd_schedules(const fwd_chunk *k, const fwd_block *b, int64_t r0, int64_t rend,
+                          uint8_t *fold)
+{
+    int32_t base[8];
+    for (int j = 0; j < 8; j++) {
+        const int64_t row = r0 + j < rend ? r0 + j : rend - 1;
+        base[j] = (int32_t)(((row / k->OH) * k->Hp + row % k->OH * k->sh) * k->G);
+    }
+    fx_i16_fold_schedules8_avx512(k->rn, base, b->wm, k->KK, k->KW, k->G, fold);
+}
+
+/* the copy's first tap of pixel (n, oh, ow0) */
+static const uint32_t *fwd_tile_x(const fwd_chunk *k, int64_t n, int64_t oh, int64_t ow0)
+{
+    return k->xq + (n * k->HW + oh * k->sh * k->Wp + ow0 * k->sw) * k->Cpp;
+}
+
+int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                      const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
+                      uint64_t *ymax)
+{
+    fwd_chunk k;
+    if (!fwd_chunk_setup(g, xp, nbc, wq, scratch, &k)) return 0;
+    const int64_t O = k.O, OH = k.OH, OW = k.OW, P = k.P, nseg = k.nseg;
     uint64_t mx = 0;
     for (int64_t o0 = 0; o0 < O; o0 += 32) {
-        const int64_t ow = O - o0 < 32 ? O - o0 : 32;
-        const int nv = ow > 16 ? 2 : 1; /* never past opad */
-        const int mr = nv == 2 ? (OW % 7 == 0 && OW % 8 != 0 ? 7 : 8) : tile_rows_1(OW);
-        const int64_t ld = sw * Cpp; /* words from one of a tile's pixels to the next */
-        const int ldi = ld == 4 ? 0 : ld == 8 ? 1 : ld == 16 ? 2 : ld == 32 ? 3 : 4;
-        const itile_fn fn =
-            tile_fns[ldi][nv == 2 ? (mr == 7 ? 0 : 1) : mr == 14 ? 2 : mr == 16 ? 3 : 4];
-        const int64_t tail = ow - 16 * (nv - 1);
-        const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
-        /* the weight norms of this block's channels, the larger of its two vectors' */
-        uint32_t wm[FX_I16_FWD_MAX_SEGS];
-        const uint32_t *wn0 = wn + (o0 / 16) * nseg, *wn1 = wn0 + nseg;
-        for (int64_t i = 0; i < nseg; i++)
-            wm[i] = nv == 2 && wn1[i] > wn0[i] ? wn1[i] : wn0[i];
+        fwd_block b;
+        fwd_block_setup(&k, o0, &b);
+        const itile_fn fn = tile_fns[k.ldi][b.shape];
+        const int mr = b.mr;
         (void)nthreads;
         const int64_t nrows = nbc * OH;
 #ifdef _OPENMP
@@ -285,20 +530,15 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
 #endif
         for (int64_t r0 = 0; r0 < nrows; r0 += 8) { /* eight output rows' fold schedules */
             uint8_t fold[8 * FX_I16_FWD_MAX_SEGS];
-            int32_t base[8];
-            for (int j = 0; j < 8; j++) { /* lanes past the end repeat the last row */
-                const int64_t row = r0 + j < nrows ? r0 + j : nrows - 1;
-                base[j] = (int32_t)(((row / OH) * Hp + row % OH * sh) * G);
-            }
-            fx_i16_fold_schedules8_avx512(rn, base, wm, KK, g->KW, G, fold);
+            fwd_schedules(&k, &b, r0, nrows, fold);
             for (int64_t row = r0; row < r0 + 8 && row < nrows; row++) {
                 const int64_t n = row / OH, oh = row % OH;
                 const uint8_t *rfold = fold + (row - r0) * nseg;
                 for (int64_t ow0 = 0; ow0 < OW; ow0 += mr) {
                     const int rows = OW - ow0 < mr ? (int)(OW - ow0) : mr;
-                    const uint64_t m = fn(xq + (n * HW + oh * sh * Wp + ow0 * sw) * Cpp, ld,
-                                          xoff, nseg, wq + o0, opad, rfold,
-                                          y + (n * P + oh * OW + ow0) * O + o0, O, rows, last);
+                    const uint64_t m = fn(fwd_tile_x(&k, n, oh, ow0), k.ld, k.xoff, nseg, wq + o0,
+                                          k.opad, rfold, y + (n * P + oh * OW + ow0) * O + o0, O,
+                                          rows, b.last);
                     mx = m > mx ? m : mx;
                 }
             }
@@ -306,4 +546,88 @@ int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t n
     }
     if (ymax) *ymax = mx;
     return 1;
+}
+
+/* ---- the sums rounded in the epilogue (fx_i16_fwd_direct_round) --------------------------
+ * Why: fx_i16_fwd_direct stores every output's int64 sum (four times the mantissa's bytes),
+ * and the caller's rounding (quant_i64_t) reads them back and stores the mantissas transposed
+ * into NCHW order; in a ResNet-20 flex16_5 step on the Zen 5 that pass alone took 5 % of the
+ * samples. Here each tile's sums are rounded while they are in registers, on quant_i64's fast
+ * route (quant_q64_avx512.h: the same mantissas and statistics), and its pixels go into the
+ * channels' planes by 8 x 8 transposes of int16, as the AVX2 and AMX kernels' epilogues do. */
+static atomic_int round16_on = 1;
+static atomic_llong round16_chunks;
+void fx_i16_fwd_direct_round16_set_enabled(int on) { atomic_store(&round16_on, on != 0); }
+long long fx_i16_fwd_direct_round16_chunks(void) { return atomic_load(&round16_chunks); }
+
+int fx_i16_fwd_direct_round(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                            const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
+                            fx_qstats *part, int shift2, int16_t *yq2, fx_qstats *part2)
+{
+    const int two = yq2 != NULL;
+    if (!fx_q64_fast_ok(shift) || (two && !fx_q64_fast_ok(shift2)) || nbc <= 0) return 0;
+    fwd_chunk k;
+    if (!fwd_chunk_setup(g, xp, nbc, wq, scratch, &k)) return 0;
+    const int64_t O = k.O, OH = k.OH, OW = k.OW, P = k.P, nseg = k.nseg;
+    const int r16 = atomic_load_explicit(&round16_on, memory_order_relaxed) &&
+                    shift >= R16_MIN_SHIFT && shift <= R16_MAX_SHIFT &&
+                    (!two || (shift2 >= R16_MIN_SHIFT && shift2 <= R16_MAX_SHIFT));
+    const uint64_t bound = fx_q64_fast_bound(shift), bound2 = two ? fx_q64_fast_bound(shift2) : 0;
+    /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
+     * write, which the general rounding counts), and the chunk is given back once none is */
+    int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
+    int64_t done = 0;
+    for (; done < nbc && whole; done++) { /* an image at a time: its statistics complete */
+        const int64_t n = done;
+        uint64_t max_in = 0;
+        int64_t nuf = 0, nuf2 = 0;
+        itile_rd rd = {fx_q64_fast_setup(shift),
+                       fx_q64_fast_setup(two ? shift2 : shift),
+                       round16_setup(shift),
+                       round16_setup(two ? shift2 : shift),
+                       r16,
+                       NULL,
+                       NULL,
+                       P,
+                       0,
+                       &max_in,
+                       &nuf,
+                       &nuf2};
+        for (int64_t o0 = 0; o0 < O; o0 += 32) {
+            fwd_block b;
+            fwd_block_setup(&k, o0, &b);
+            const iround_fn fn = round_fns[two][k.ldi][b.shape];
+            rd.yq = yq + (n * O + o0) * P;
+            rd.yq2 = two ? yq2 + (n * O + o0) * P : NULL;
+            rd.ncols = b.ncols;
+            for (int64_t oh0 = 0; oh0 < OH; oh0 += 8) {
+                uint8_t fold[8 * FX_I16_FWD_MAX_SEGS];
+                fwd_schedules(&k, &b, n * OH + oh0, (n + 1) * OH, fold);
+                for (int64_t oh = oh0; oh < oh0 + 8 && oh < OH; oh++)
+                    for (int64_t ow0 = 0; ow0 < OW; ow0 += b.mr) {
+                        const int rows = OW - ow0 < b.mr ? (int)(OW - ow0) : b.mr;
+                        fn(fwd_tile_x(&k, n, oh, ow0), k.ld, k.xoff, nseg, wq + o0, k.opad,
+                           fold + (oh - oh0) * nseg, rows, &rd, oh * OW + ow0);
+                    }
+            }
+        }
+        /* every sum is below 2^47 (C KH KW <= 2^16 products of int16): max_in is exact */
+        const uint64_t mx = max_in;
+        if (mx > bound) whole &= ~FX_AMX_ROUND_FIRST;
+        if (two && mx > bound2) whole &= ~FX_AMX_ROUND_SECOND;
+        if (whole & FX_AMX_ROUND_FIRST) fx_q64_fast_stats_of(&part[n], mx, nuf, shift);
+        else fx_i16_round_stats_broken(&part[n], mx);
+        if (two && (whole & FX_AMX_ROUND_SECOND)) fx_q64_fast_stats_of(&part2[n], mx, nuf2, shift2);
+        else if (two) fx_i16_round_stats_broken(&part2[n], mx);
+    }
+    /* a rounding broken at some image: every image's statistics say so */
+    for (int64_t j = 0; j < done; j++) {
+        if (!(whole & FX_AMX_ROUND_FIRST))
+            fx_i16_round_stats_broken(&part[j], (uint64_t)part[j].max_abs_in);
+        if (two && !(whole & FX_AMX_ROUND_SECOND))
+            fx_i16_round_stats_broken(&part2[j], (uint64_t)part2[j].max_abs_in);
+    }
+    fx_i16_fwd_round_count(whole);
+    if (r16) atomic_fetch_add_explicit(&round16_chunks, 1, memory_order_relaxed);
+    return whole;
 }

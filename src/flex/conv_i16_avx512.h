@@ -31,9 +31,24 @@ static inline __attribute__((always_inline)) void fx_i16_fold(const int MR, cons
         }
 }
 
+/* The sixteen sums 2^16 hi + acc of one vector of lanes as int64, lanes 0-7 in s[0] and 8-15
+ * in s[1] */
+static inline __attribute__((always_inline)) void fx_i16_sums_of(__m512i acc, const int32_t *hi,
+                                                                 __m512i s[2])
+{
+    const __m512i hv = _mm512_load_si512((const void *)hi);
+    for (int h = 0; h < 2; h++) {
+        const __m256i a32 = h ? _mm512_extracti64x4_epi64(acc, 1) : _mm512_castsi512_si256(acc);
+        const __m256i h32 = h ? _mm512_extracti64x4_epi64(hv, 1) : _mm512_castsi512_si256(hv);
+        s[h] = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(h32), 16),
+                                _mm512_cvtepi32_epi64(a32));
+    }
+}
+
 /* The first `rows` of MR rows of sums 2^16 hi + acc as int64, NV vectors of 16 per row (the last
- * one's lanes under mask last), row r at out + r ldo, or added to what is there (add); returns
- * the largest |sum| of this chain stored. */
+ * one's lanes under mask last), row r at out + r ldo, or added to what is there (add = 1), or
+ * nowhere (add = FX_I16_MAX_ONLY, out unused); returns the largest |sum| of these rows. */
+#define FX_I16_MAX_ONLY 2
 static inline __attribute__((always_inline)) uint64_t
 fx_i16_store_rows(const int MR, const int NV, __m512i acc[][4], int32_t (*hi)[4][16],
                   int64_t *out, int64_t ldo, int rows, __mmask16 last, int add)
@@ -42,18 +57,13 @@ fx_i16_store_rows(const int MR, const int NV, __m512i acc[][4], int32_t (*hi)[4]
     for (int r = 0; r < MR && r < rows; r++)
         for (int v = 0; v < NV; v++) {
             const __mmask16 m = v == NV - 1 ? last : (__mmask16)0xFFFF;
-            const __m512i hv = _mm512_load_si512((const void *)hi[r][v]);
+            __m512i s[2];
+            fx_i16_sums_of(acc[r][v], hi[r][v], s);
             for (int h = 0; h < 2; h++) {
-                const __m256i a32 = h ? _mm512_extracti64x4_epi64(acc[r][v], 1)
-                                      : _mm512_castsi512_si256(acc[r][v]);
-                const __m256i h32 =
-                    h ? _mm512_extracti64x4_epi64(hv, 1) : _mm512_castsi512_si256(hv);
-                const __m512i sum = _mm512_add_epi64(
-                    _mm512_slli_epi64(_mm512_cvtepi32_epi64(h32), 16), _mm512_cvtepi32_epi64(a32));
                 const __mmask8 mh = (__mmask8)(h ? m >> 8 : m);
-                int64_t *dst = out + r * ldo + 16 * v + 8 * h;
-                fx_store_add_q8(dst, mh, sum, add);
-                mx = _mm512_mask_max_epu64(mx, mh, mx, _mm512_abs_epi64(sum));
+                if (add != FX_I16_MAX_ONLY)
+                    fx_store_add_q8(out + r * ldo + 16 * v + 8 * h, mh, s[h], add);
+                mx = _mm512_mask_max_epu64(mx, mh, mx, _mm512_abs_epi64(s[h]));
             }
         }
     return _mm512_reduce_max_epu64(mx);

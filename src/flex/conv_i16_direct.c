@@ -220,6 +220,20 @@ void fx_i16_fwd_copy_image(const struct fx_conv_geom *g, const int16_t *img, uin
         }
 }
 
+static atomic_int round_enabled = 1;
+static atomic_llong round_calls, round_whole;
+
+void fx_i16_fwd_direct_round_set_enabled(int on) { atomic_store(&round_enabled, on != 0); }
+int fx_i16_fwd_direct_round_enabled(void) { return atomic_load(&round_enabled); }
+long long fx_i16_fwd_direct_round_calls(void) { return atomic_load(&round_calls); }
+long long fx_i16_fwd_direct_round_whole(void) { return atomic_load(&round_whole); }
+
+void fx_i16_fwd_round_count(int whole)
+{
+    atomic_fetch_add_explicit(&round_calls, 1, memory_order_relaxed);
+    if (whole) atomic_fetch_add_explicit(&round_whole, 1, memory_order_relaxed);
+}
+
 void fx_i16_round_stats_broken(fx_qstats *st, uint64_t max_in)
 {
     st->saturated = 1;

@@ -24,6 +24,7 @@
 #include "conv_i16_avx2.h"
 #include "conv_i16_direct.h"
 #include "quant_r4_avx2.h"
+#include "../core/transpose_avx2.h"
 #include "../nn/im2col.h"
 
 #include <immintrin.h>
@@ -479,51 +480,26 @@ static void row_to_planes(const int16_t *row, int64_t OW, int ncols, int16_t *ds
     const int64_t end = OW >= 8 ? OW : 0;
     for (int64_t p0 = 0; p0 < end; p0 += 8) {
         const int64_t p = p0 + 8 <= OW ? p0 : OW - 8;
-        __m256i r[8], t[8], u[8];
+        __m256i r[8], c[8];
         for (int i = 0; i < 8; i++)
             r[i] = _mm256_loadu_si256((const __m256i *)(row + (p + i) * 16));
-        /* per 128-bit lane (channels 0-7, 8-15): an 8 x 8 transpose of int16 */
-        for (int i = 0; i < 4; i++) {
-            t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
-            t[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
-        }
-        for (int h = 0; h < 2; h++) /* pixels 0-3, then 4-7 */
-            for (int i = 0; i < 2; i++) {
-                u[4 * h + 2 * i] = _mm256_unpacklo_epi32(t[4 * h + i], t[4 * h + i + 2]);
-                u[4 * h + 2 * i + 1] = _mm256_unpackhi_epi32(t[4 * h + i], t[4 * h + i + 2]);
-            }
-        /* u[0]: channels 0, 1 of pixels 0-3; u[1]: 2, 3; u[2]: 4, 5; u[3]: 6, 7; u[4..7] the
-         * same of pixels 4-7 */
-        for (int j = 0; j < 4; j++) {
-            const __m256i lo = _mm256_unpacklo_epi64(u[j], u[4 + j]); /* channel 2j */
-            const __m256i hi = _mm256_unpackhi_epi64(u[j], u[4 + j]); /* channel 2j + 1 */
-            const int c0 = 2 * j, c1 = 2 * j + 1;
-            __m128i *const d0 = (__m128i *)(dst + c0 * plane + p);
-            __m128i *const d1 = (__m128i *)(dst + c1 * plane + p);
-            __m128i *const d8 = (__m128i *)(dst + (c0 + 8) * plane + p);
-            __m128i *const d9 = (__m128i *)(dst + (c1 + 8) * plane + p);
-            if (c0 < ncols) _mm_storeu_si128(d0, _mm256_castsi256_si128(lo));
-            if (c1 < ncols) _mm_storeu_si128(d1, _mm256_castsi256_si128(hi));
-            if (c0 + 8 < ncols) _mm_storeu_si128(d8, _mm256_extracti128_si256(lo, 1));
-            if (c1 + 8 < ncols) _mm_storeu_si128(d9, _mm256_extracti128_si256(hi, 1));
+        fx_transpose8x16_epi16(r, c);
+        for (int j = 0; j < 8 && j < ncols; j++) {
+            _mm_storeu_si128((__m128i *)(dst + j * plane + p), _mm256_castsi256_si128(c[j]));
+            if (j + 8 < ncols)
+                _mm_storeu_si128((__m128i *)(dst + (j + 8) * plane + p),
+                                 _mm256_extracti128_si256(c[j], 1));
         }
     }
     for (int64_t p = end; p < OW; p++)
         for (int c = 0; c < ncols; c++) dst[c * plane + p] = row[p * 16 + c];
 }
 
-static atomic_int round_enabled = 1;
 static atomic_int round32_enabled = 1;
 static atomic_llong round32_pixels, round32_misses;
 void fx_i16_fwd_direct_round32_set_enabled(int on) { atomic_store(&round32_enabled, on != 0); }
 long long fx_i16_fwd_direct_round32_pixels(void) { return atomic_load(&round32_pixels); }
 long long fx_i16_fwd_direct_round32_misses(void) { return atomic_load(&round32_misses); }
-static atomic_llong round_calls, round_whole;
-
-void fx_i16_fwd_direct_round_set_enabled(int on) { atomic_store(&round_enabled, on != 0); }
-int fx_i16_fwd_direct_round_enabled(void) { return atomic_load(&round_enabled); }
-long long fx_i16_fwd_direct_round_calls(void) { return atomic_load(&round_calls); }
-long long fx_i16_fwd_direct_round_whole(void) { return atomic_load(&round_whole); }
 
 int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                                  const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
@@ -583,8 +559,7 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
         if (two && !(whole & FX_AMX_ROUND_SECOND))
             fx_i16_round_stats_broken(&part2[j], (uint64_t)part2[j].max_abs_in);
     }
-    atomic_fetch_add_explicit(&round_calls, 1, memory_order_relaxed);
-    if (whole) atomic_fetch_add_explicit(&round_whole, 1, memory_order_relaxed);
+    fx_i16_fwd_round_count(whole);
     atomic_fetch_add_explicit(&round32_pixels, n32, memory_order_relaxed);
     atomic_fetch_add_explicit(&round32_misses, nmiss32, memory_order_relaxed);
     return whole;
