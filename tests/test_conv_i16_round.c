@@ -13,7 +13,7 @@
  * (whole without it) and every image's statistics with the exact largest |sum| and a
  * saturation, also the images before the one that saturated; with two shifts the other stays
  * whole, either way round. Declined (0, nothing relied on): shifts off the kernel's fast route
- * (AVX2: outside [1, 32]; AVX-512: [1, 47]), on AVX2 rows above 256 pixels and more than
+ * (AVX2: outside [1, 32]; AVX-512: outside [1, 47]), on AVX2 rows above 256 pixels and more than
  * FX_I16_ROUND_MAX_K products an output (the AVX-512 kernel takes both), and data the kernel
  * itself declines. At the op, tensor_conv2d gives the same mantissas and statistics with the
  * route on and off on each level, and the route ran. Each kernel skips where the CPU lacks
@@ -85,17 +85,19 @@ static void reference(const fx_conv_geom *g, int64_t nb, const int64_t *sums, in
 /* data: 0 normal (about +-3000), 1 small (+-40), 2 full scale (the kernel declines it), 3
  * small for the first `small` values and normal after them (a later image saturates first), 4
  * large (+-12000: sums beyond int32, so the AVX2 epilogue's int32 route misses on some pixels),
- * 5 coarse (normal values that are multiples of 2^8, whose products are multiples of 2^16: at
- * shift 16 and above every sum's low half is 0, the ties and the carries of the AVX-512
- * epilogue's int32 route), 6 nearly constant (2000 plus a little noise; with data 6 weights,
+ * 5 coarse (normal values that are multiples of 2^8; with data 5 weights, multiples of 2^7: the
+ * products are multiples of 2^15, so every sum's low 16 bits are 0 or 2^15, the ties at shift
+ * 16 and the borrows above it of the AVX-512 epilogue's int32 route), 6 nearly constant (2000 plus a little noise; with data 6 weights,
  * 300 plus a little: the sums of a layer's interior pixels share their upper half, so the
  * image's largest |sum| lies in a later tile than an earlier one's with the same upper half,
- * which the int32 route's bound must not skip) */
+ * which the int32 route's bound must not skip), 7 very large (+-25000, clipped: sums beyond
+ * 2^31, which saturate at shift 16) */
 static void fill_from(test_rng *r, int16_t *v, int64_t n, int data, int64_t small)
 {
     for (int64_t i = 0; i < n; i++) {
         const double z = test_rng_normal(r);
         const double a = data == 6   ? (small ? 2000.0 + 2.0 * z : 300.0 + z)
+                         : data == 7 ? 25000.0 * z
                          : data == 3 ? (i < small ? 40.0 : 3000.0) * z
                          : data == 4 ? 12000.0 * z
                          : data == 0 ? 3000.0 * z
@@ -103,7 +105,7 @@ static void fill_from(test_rng *r, int16_t *v, int64_t n, int data, int64_t smal
                                      : 32767.0;
         const double c = a > 32767.0 ? 32767.0 : a < -32767.0 ? -32767.0 : a;
         v[i] = (int16_t)(data == 2   ? (i % 2 ? 32767 : -32767)
-                         : data == 5 ? 256 * (int64_t)(c / 256)
+                         : data == 5 ? (small ? 256 : 128) * (int64_t)(c / 256)
                                      : (int64_t)c);
     }
 }
@@ -120,10 +122,10 @@ static void check(const kernel_pair *kp, const shape *s, int64_t nb, int data, i
     int16_t *x = malloc(sizeof(int16_t) * (size_t)nx);
     int16_t *w = malloc(sizeof(int16_t) * (size_t)(s->O * s->C * KK));
     fill_from(r, x, nx, data, s->C * s->H * s->W); /* data 3: image 0 small */
-    if (data == 6)
-        fill_from(r, w, s->O * s->C * KK, 6, 0); /* the weights' form of data 6 */
+    if (data == 5 || data == 6)
+        fill_from(r, w, s->O * s->C * KK, data, 0); /* the weights' form of data 5 and 6 */
     else
-        fill(r, w, s->O * s->C * KK, data == 2 || data == 5 ? data : 0);
+        fill(r, w, s->O * s->C * KK, data == 2 ? 2 : 0);
     const int64_t wn = fx_i16_fwd_direct_weights_numel(&g), sn = fx_i16_fwd_direct_scratch(&g, nb);
     uint32_t *wq = aligned_alloc(64, (size_t)((wn * 4 + 63) / 64 * 64));
     uint32_t *scr = malloc(sizeof(uint32_t) * (size_t)sn);
@@ -139,6 +141,7 @@ static void check(const kernel_pair *kp, const shape *s, int64_t nb, int data, i
     fx_qstats *sw = calloc((size_t)nb, sizeof *sw), *sg = calloc((size_t)nb, sizeof *sg);
     fx_qstats *sw2 = calloc((size_t)nb, sizeof *sw2), *sg2 = calloc((size_t)nb, sizeof *sg2);
     memset(got, 0x33, ybytes);
+    memset(got2, 0x33, ybytes);
     const int whole = kp->round(&g, x, nb, wq, scr, shift, got, sg, two ? shift2 : 0,
                                 two ? got2 : NULL, two ? sg2 : NULL);
     char what[176];
@@ -297,10 +300,10 @@ static void round32_cases(void)
 }
 
 /* The AVX-512 epilogue's int32 route (shifts 16-46) against the stored sums, with the route
- * on and off: at 16 (its carry form) and 17-19 (the shift form), beside 15 (off the route, so
- * that a pair of shifts takes the int64 lanes), on normal, large and coarse data (the last with
- * the low halves all zero: the ties at 16, the borrow at 17 and above); the counter shows that
- * it ran. */
+ * on and off: at 16 (its carry form), 17-20 and 40-46 (the shift form), beside 15 (off the
+ * route, so that a pair of shifts takes the int64 lanes), on normal, large, coarse and nearly
+ * constant data (data 5: the ties at 16, the borrows above it; data 6: the exact largest |sum|
+ * in a later tile), and a saturating chunk; the counter shows that it ran. */
 static void round16_cases(void)
 {
     static const shape shapes[] = {
@@ -321,7 +324,12 @@ static void round16_cases(void)
                 check(&avx512_pair, &shapes[i], nb, data[d], 18, 19, -1, &r);
                 check(&avx512_pair, &shapes[i], nb, data[d], 15, 17, -1, &r);
                 check(&avx512_pair, &shapes[i], nb, data[d], 20, 0, -1, &r);
+                check(&avx512_pair, &shapes[i], nb, data[d], 40, 46, -1, &r);
             }
+        /* sums beyond 2^31: saturating at 16 (broken), whole at 24, either way round */
+        const shape rn = {16, 16, 32, 32, 3, 1, 1};
+        check(&avx512_pair, &rn, 2, 7, 16, 24, FX_AMX_ROUND_SECOND, &r);
+        check(&avx512_pair, &rn, 2, 7, 24, 16, FX_AMX_ROUND_FIRST, &r);
         const long long ran = fx_i16_fwd_direct_round16_chunks() - c0;
         if (on)
             CHECK(ran > 0, "the int32 route rounded no chunk");

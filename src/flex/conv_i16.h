@@ -61,11 +61,22 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
  * The switch (0: every caller takes the int64 sums), and the calls and those with a rounding
  * done whole (fx_i16_fwd_round_count, either kernel), for tests. */
 #define FX_I16_ROUND_MAX_K 576
-/* The statistics of an epilogue rounding (this one or the AMX kernel's) that saturated somewhere
- * in the chunk, which the caller never keeps (conv2d.c runs the op again if the write picks its
+/* The statistics of an epilogue rounding (the register-tile kernels' or the AMX kernel's) that
+ * saturated somewhere in the chunk, which the caller never keeps (conv2d.c runs the op again if the write picks its
  * exponent): the true largest |sum|, which the write's exponent comes from, and at least one
  * saturated value. */
 void fx_i16_round_stats_broken(struct fx_qstats *st, uint64_t max_in);
+/* What the epilogue roundings share, image by image: the roundings (FX_AMX_ROUND_*) still
+ * whole after an image whose largest |sum| is max_in (a rounding whose shift's
+ * fx_q64_fast_bound it passes saturates somewhere, and is dropped); a rounding's statistics,
+ * quant_i64's fast-route ones where whole, else a broken one's; and, once a chunk's first
+ * `done` images are rounded, every image's statistics marked broken for a rounding left
+ * unmade. */
+int fx_i16_round_still_whole(int whole, uint64_t max_in, int shift, int two, int shift2);
+void fx_i16_round_stats(struct fx_qstats *st, int whole, uint64_t max_in, int64_t nuf,
+                        int shift);
+void fx_i16_round_mark_broken_images(int whole, int two, int64_t done, struct fx_qstats *part,
+                                     struct fx_qstats *part2);
 int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                                  const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
                                  struct fx_qstats *part, int shift2, int16_t *yq2,

@@ -498,24 +498,6 @@ static inline __attribute__((always_inline)) void amx_round_image(
 }
 
 
-/* A rounding's statistics at shift from its largest |sum| and underflow count: quant_i64's
- * where it is whole, else a broken one's */
-static void amx_round_stats(fx_qstats *st, int whole, uint64_t max_in, int64_t nuf, int shift)
-{
-    if (whole)
-        fx_q64_fast_stats_of(st, max_in, nuf, shift);
-    else
-        fx_i16_round_stats_broken(st, max_in);
-}
-
-/* whole without the roundings whose bound mx passes (bound2: the second's, with two) */
-static int amx_round_still_whole(int whole, uint64_t mx, uint64_t bound, int two, uint64_t bound2)
-{
-    if (mx > bound) whole &= ~FX_AMX_ROUND_FIRST;
-    if (two && mx > bound2) whole &= ~FX_AMX_ROUND_SECOND;
-    return whole;
-}
-
 /* amx_round_image with the rounding at one or two exponents, on int32 or int64 lanes, chosen
  * here, each variant compiled on its own */
 static void amx_round_image_any(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
@@ -563,17 +545,12 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
         uint64_t mx;
         amx_round_image_any(g, 0, 0, hi, lo, wb, done, acc, &f, yq, &nuf, two, &f2, yq2, &nuf2,
                             &mx);
-        whole = amx_round_still_whole(whole, mx, bound, two, bound2);
-        amx_round_stats(&part[done], mx <= bound, mx, nuf, shift);
-        if (two) amx_round_stats(&part2[done], mx <= bound2, mx, nuf2, shift2);
+        whole = fx_i16_round_still_whole(whole, mx, shift, two, shift2);
+        fx_i16_round_stats(&part[done], mx <= bound, mx, nuf, shift);
+        if (two) fx_i16_round_stats(&part2[done], mx <= bound2, mx, nuf2, shift2);
     }
     /* a rounding broken at some image: every image's statistics say so */
-    for (int64_t j = 0; j < done; j++) {
-        if (!(whole & FX_AMX_ROUND_FIRST))
-            fx_i16_round_stats_broken(&part[j], (uint64_t)part[j].max_abs_in);
-        if (two && !(whole & FX_AMX_ROUND_SECOND))
-            fx_i16_round_stats_broken(&part2[j], (uint64_t)part2[j].max_abs_in);
-    }
+    fx_i16_round_mark_broken_images(whole, two, done, part, part2);
     _tile_release();
     amx_round_count(whole, two);
     return whole;
@@ -648,7 +625,6 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
     win += (32 - ((uintptr_t)win / 2) % 32) % 32;
     const int16_t *q[4] = {NULL, NULL, NULL, NULL}, *q2[4] = {NULL, NULL, NULL, NULL};
     const fx_q64_fast f = fx_q64_fast_setup(shift), f2 = fx_q64_fast_setup(two ? shift2 : shift);
-    const uint64_t bound = fx_q64_fast_bound(shift), bound2 = fx_q64_fast_bound(f2.s);
     int32_t acc[4][256] __attribute__((aligned(64)));
     int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
     uint64_t mx = 0;
@@ -667,15 +643,15 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
                                 &nuf, two, &f2, qk2, &nuf2, &m);
             mx = m > mx ? m : mx;
         }
-        whole = amx_round_still_whole(whole, mx, bound, two, bound2);
+        whole = fx_i16_round_still_whole(whole, mx, shift, two, shift2);
     }
     _tile_release();
     if (!whole) return 0;
-    amx_round_stats(part, whole & FX_AMX_ROUND_FIRST, mx, nuf, shift);
+    fx_i16_round_stats(part, whole & FX_AMX_ROUND_FIRST, mx, nuf, shift);
     if (whole & FX_AMX_ROUND_FIRST)
         amx_dgrad_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
     if (!two) return whole;
-    amx_round_stats(part2, whole & FX_AMX_ROUND_SECOND, mx, nuf2, shift2);
+    fx_i16_round_stats(part2, whole & FX_AMX_ROUND_SECOND, mx, nuf2, shift2);
     if (whole & FX_AMX_ROUND_SECOND)
         amx_dgrad_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
     return whole;

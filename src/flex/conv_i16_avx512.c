@@ -153,7 +153,8 @@ static inline __attribute__((always_inline)) void store_planes8(const __m256i r[
     for (int j = 0; j < 16 && j < ncols; j++) fx_prefetch_at(dst + j * P, FX_Q_T_STORE_AHEAD);
     for (int j = 0; j < 8 && j < ncols; j++) {
         _mm_mask_storeu_epi16(dst + j * P, m, _mm256_castsi256_si128(c[j]));
-        if (j + 8 < ncols) _mm_mask_storeu_epi16(dst + (j + 8) * P, m, _mm256_extracti128_si256(c[j], 1));
+        if (j + 8 < ncols)
+            _mm_mask_storeu_epi16(dst + (j + 8) * P, m, _mm256_extracti128_si256(c[j], 1));
     }
 }
 
@@ -163,7 +164,10 @@ static inline __attribute__((always_inline)) void store_planes8(const __m256i r[
  * fold after segment i where fold[i]; rows of the MR are stored, int64, the last vector's
  * lanes under mask last. Returns the largest |sum| stored. ROUND (1: one rounding, 2: two)
  * rounds the first `rows` pixels' sums instead, into rd's planes at pixel px0, and stores
- * nothing at out. */
+ * nothing at out. It rounds every lane: a lane past the layer's last output channel has
+ * packed weights of zero (fx_i16_fwd_direct_pack_weights pads them), so its sum is 0, which
+ * rounds to 0, counts as no underflow and is never the largest |sum|; its mantissas are not
+ * stored (rd->ncols). */
 static inline __attribute__((always_inline)) uint64_t
 itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
       int64_t ld_any, const int64_t *xoff,
@@ -251,10 +255,10 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
             q[r] = q2[r] = _mm256_setzero_si256();
         const int nc = rd->ncols - 16 * v;
         const int64_t at = 16 * v * rd->P + px0;
-        for (int h = 0; h < MR && h < rows; h += 8) { /* eight pixels at a time */
-            const int nr = rows - h < 8 ? rows - h : 8;
-            store_planes8(q + h, nr, nc, rd->yq + at + h, rd->P);
-            if (ROUND == 2) store_planes8(q2 + h, nr, nc, rd->yq2 + at + h, rd->P);
+        for (int p0 = 0; p0 < MR && p0 < rows; p0 += 8) { /* eight pixels at a time */
+            const int nr = rows - p0 < 8 ? rows - p0 : 8;
+            store_planes8(q + p0, nr, nc, rd->yq + at + p0, rd->P);
+            if (ROUND == 2) store_planes8(q2 + p0, nr, nc, rd->yq2 + at + p0, rd->P);
         }
     }
     uint64_t tmax = _mm512_reduce_max_epu64(mx);
@@ -572,7 +576,6 @@ int fx_i16_fwd_direct_round(const struct fx_conv_geom *g, const int16_t *xp, int
     const int r16 = atomic_load_explicit(&round16_on, memory_order_relaxed) &&
                     shift >= R16_MIN_SHIFT && shift <= R16_MAX_SHIFT &&
                     (!two || (shift2 >= R16_MIN_SHIFT && shift2 <= R16_MAX_SHIFT));
-    const uint64_t bound = fx_q64_fast_bound(shift), bound2 = two ? fx_q64_fast_bound(shift2) : 0;
     /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
      * write, which the general rounding counts), and the chunk is given back once none is */
     int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
@@ -581,18 +584,15 @@ int fx_i16_fwd_direct_round(const struct fx_conv_geom *g, const int16_t *xp, int
         const int64_t n = done;
         uint64_t max_in = 0;
         int64_t nuf = 0, nuf2 = 0;
-        itile_rd rd = {fx_q64_fast_setup(shift),
-                       fx_q64_fast_setup(two ? shift2 : shift),
-                       round16_setup(shift),
-                       round16_setup(two ? shift2 : shift),
-                       r16,
-                       NULL,
-                       NULL,
-                       P,
-                       0,
-                       &max_in,
-                       &nuf,
-                       &nuf2};
+        itile_rd rd = {.f = fx_q64_fast_setup(shift),
+                       .f2 = fx_q64_fast_setup(two ? shift2 : shift),
+                       .k = round16_setup(shift),
+                       .k2 = round16_setup(two ? shift2 : shift),
+                       .r16 = r16,
+                       .P = P,
+                       .max_in = &max_in,
+                       .nuf = &nuf,
+                       .nuf2 = &nuf2};
         for (int64_t o0 = 0; o0 < O; o0 += 32) {
             fwd_block b;
             fwd_block_setup(&k, o0, &b);
@@ -612,21 +612,12 @@ int fx_i16_fwd_direct_round(const struct fx_conv_geom *g, const int16_t *xp, int
             }
         }
         /* every sum is below 2^47 (C KH KW <= 2^16 products of int16): max_in is exact */
-        const uint64_t mx = max_in;
-        if (mx > bound) whole &= ~FX_AMX_ROUND_FIRST;
-        if (two && mx > bound2) whole &= ~FX_AMX_ROUND_SECOND;
-        if (whole & FX_AMX_ROUND_FIRST) fx_q64_fast_stats_of(&part[n], mx, nuf, shift);
-        else fx_i16_round_stats_broken(&part[n], mx);
-        if (two && (whole & FX_AMX_ROUND_SECOND)) fx_q64_fast_stats_of(&part2[n], mx, nuf2, shift2);
-        else if (two) fx_i16_round_stats_broken(&part2[n], mx);
+        whole = fx_i16_round_still_whole(whole, max_in, shift, two, shift2);
+        fx_i16_round_stats(&part[n], whole & FX_AMX_ROUND_FIRST, max_in, nuf, shift);
+        if (two) fx_i16_round_stats(&part2[n], whole & FX_AMX_ROUND_SECOND, max_in, nuf2, shift2);
     }
     /* a rounding broken at some image: every image's statistics say so */
-    for (int64_t j = 0; j < done; j++) {
-        if (!(whole & FX_AMX_ROUND_FIRST))
-            fx_i16_round_stats_broken(&part[j], (uint64_t)part[j].max_abs_in);
-        if (two && !(whole & FX_AMX_ROUND_SECOND))
-            fx_i16_round_stats_broken(&part2[j], (uint64_t)part2[j].max_abs_in);
-    }
+    fx_i16_round_mark_broken_images(whole, two, done, part, part2);
     fx_i16_fwd_round_count(whole);
     if (r16) atomic_fetch_add_explicit(&round16_chunks, 1, memory_order_relaxed);
     return whole;

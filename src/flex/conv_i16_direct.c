@@ -4,6 +4,7 @@
 #include "conv_i16.h"
 #include "conv_i16_direct.h"
 #include "gemm_i16.h" /* fx_ceil_sqrt */
+#include "flex_kernels.h" /* fx_q64_fast_* */
 #include "flex_math.h"
 #include "../core/backend.h"
 #include "../nn/im2col.h"
@@ -241,4 +242,30 @@ void fx_i16_round_stats_broken(fx_qstats *st, uint64_t max_in)
     st->underflow = 0;
     st->max_abs_in = (double)max_in;
     st->max_abs_out = FX_MANT_MAX;
+}
+
+int fx_i16_round_still_whole(int whole, uint64_t max_in, int shift, int two, int shift2)
+{
+    if (max_in > fx_q64_fast_bound(shift)) whole &= ~FX_AMX_ROUND_FIRST;
+    if (two && max_in > fx_q64_fast_bound(shift2)) whole &= ~FX_AMX_ROUND_SECOND;
+    return whole;
+}
+
+void fx_i16_round_stats(fx_qstats *st, int whole, uint64_t max_in, int64_t nuf, int shift)
+{
+    if (whole)
+        fx_q64_fast_stats_of(st, max_in, nuf, shift);
+    else
+        fx_i16_round_stats_broken(st, max_in);
+}
+
+void fx_i16_round_mark_broken_images(int whole, int two, int64_t done, fx_qstats *part,
+                                     fx_qstats *part2)
+{
+    for (int64_t j = 0; j < done; j++) {
+        if (!(whole & FX_AMX_ROUND_FIRST))
+            fx_i16_round_stats_broken(&part[j], (uint64_t)part[j].max_abs_in);
+        if (two && !(whole & FX_AMX_ROUND_SECOND))
+            fx_i16_round_stats_broken(&part2[j], (uint64_t)part2[j].max_abs_in);
+    }
 }

@@ -553,12 +553,7 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
         else if (two) fx_i16_round_stats_broken(&part2[n], mx);
     }
     /* a rounding broken at some image: every image's statistics say so */
-    for (int64_t j = 0; j < done; j++) {
-        if (!(whole & FX_AMX_ROUND_FIRST))
-            fx_i16_round_stats_broken(&part[j], (uint64_t)part[j].max_abs_in);
-        if (two && !(whole & FX_AMX_ROUND_SECOND))
-            fx_i16_round_stats_broken(&part2[j], (uint64_t)part2[j].max_abs_in);
-    }
+    fx_i16_round_mark_broken_images(whole, two, done, part, part2);
     fx_i16_fwd_round_count(whole);
     atomic_fetch_add_explicit(&round32_pixels, n32, memory_order_relaxed);
     atomic_fetch_add_explicit(&round32_misses, nmiss32, memory_order_relaxed);

@@ -997,7 +997,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * saturating sum) takes the int64 route below. */
     int yq_broken[2] = {0, 0}; /* a chunk left the rounding at fuse_e (at alt_e) unmade */
     /* the same on a level's register-tile kernel with a rounding epilogue (AVX2:
-     * fx_i16_fwd_direct_avx2_round), for the chunks that kernel takes */
+     * fx_i16_fwd_direct_avx2_round; AVX512_VNNI: fx_i16_fwd_direct_round), for the chunks that
+     * kernel takes */
     int (*const round_fn)(const fx_conv_geom *, const int16_t *, int64_t, const uint32_t *,
                           uint32_t *, int, int16_t *, fx_qstats *, int, int16_t *, fx_qstats *) =
         iamx      ? (fx_i16_fwd_amx_round_enabled() ? be->conv.i16_fwd_amx_round : NULL)
