@@ -21,7 +21,7 @@
  * lower half of the odd channels, where a schedule taken from other rows or channels misses
  * them), where a missing fold wraps; the decline (the AVX2 kernel instead folds after each
  * pixel pair of a row too large for a chain, exactly, also beside rows whose chains reach the
- * bound); at strides 2 and 3 and in one axis where the level's kernel takes them (both: a copy
+ * bound); the tiles' shared fold schedules cover each tile's channels; at strides 2 and 3 and in one axis where the level's kernel takes them (both: a copy
  * with each padded row's columns in runs of every s-th one; rows of odd length and of two copy
  * steps); and tensor_conv2d_backward_weight bit for bit with the route on and off, also
  * at strides 2 and 3 (the route counted where it takes the stride, not for a 1x1 projection or
@@ -1240,6 +1240,38 @@ static void check_wgrad_schedules4(uint64_t seed)
           "quarter's first or last row, want many", (long long)edges_paired);
 }
 
+/* fx_i16_wgrad_sched_span over a weight gradient's tiles: every tile's channels inside the
+ * schedule it takes, each schedule over its first tile's channels and those of the next
+ * `ahead` rows at most, and one schedule per two channels for ResNet-20's 64-channel layer
+ * (tiles of 6 rows of 3 x 3 taps; three, one per tile, before the schedules were shared). */
+static void check_sched_span(void)
+{
+    static const struct {
+        int64_t C, KK, mr;
+    } cases[] = {{64, 9, 6}, {32, 9, 12}, {16, 9, 12}, {5, 25, 12}, {3, 1, 12}, {7, 9, 8}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const int64_t CKK = cases[i].C * cases[i].KK, KK = cases[i].KK, mr = cases[i].mr;
+        int64_t lo = -1, hi = -1, made = 0;
+        for (int64_t r0 = 0; r0 < CKK; r0 += mr) {
+            const int64_t rows = CKK - r0 < mr ? CKK - r0 : mr;
+            if (fx_i16_wgrad_sched_span(r0, rows, mr, CKK, KK, &lo, &hi)) {
+                made++;
+                const int64_t end = r0 + rows + mr < CKK ? r0 + rows + mr : CKK;
+                CHECK(lo == r0 / KK && hi == (end - 1) / KK,
+                      "C%lld KK%lld: the schedule at row %lld covers channels %lld-%lld",
+                      (long long)cases[i].C, (long long)KK, (long long)r0, (long long)lo,
+                      (long long)hi);
+            }
+            CHECK(lo <= r0 / KK && hi >= (r0 + rows - 1) / KK,
+                  "C%lld KK%lld: the tile at row %lld takes the schedule of channels "
+                  "%lld-%lld",
+                  (long long)cases[i].C, (long long)KK, (long long)r0, (long long)lo,
+                  (long long)hi);
+        }
+        if (i == 0) CHECK(made == 32, "64 channels of 3 x 3 taps: %lld schedules", (long long)made);
+    }
+}
+
 int main(void)
 {
     /* every level this CPU runs that has the direct forward kernel: AVX-512 with VNNI
@@ -1256,6 +1288,7 @@ int main(void)
     if (avx2 && avx2->available) check_wgrad_schedules4(seed++);
     const fx_backend *avx512 = fx_backend_get(FX_BACKEND_AVX512);
     if (avx512 && avx512->available && avx512->conv.i16_fwd) check_fold_schedules8(seed++);
+    check_sched_span();
     /* the portable row norms, the definition the levels' follow */
     g_row_norms = fx_i16_row_norms_portable;
     g_level = "portable";

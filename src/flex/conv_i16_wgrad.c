@@ -141,6 +141,17 @@ void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t 
     }
 }
 
+int fx_i16_wgrad_sched_span(int64_t r0, int64_t rows, int64_t ahead, int64_t CKK, int64_t KK,
+                            int64_t *lo, int64_t *hi)
+{
+    const int64_t c_lo = r0 / KK, c_hi = (r0 + rows - 1) / KK;
+    if (*lo >= 0 && c_lo >= *lo && c_hi <= *hi) return 0;
+    const int64_t end = r0 + rows + ahead < CKK ? r0 + rows + ahead : CKK;
+    *lo = c_lo;
+    *hi = (end - 1) / KK;
+    return 1;
+}
+
 static int decline(void)
 {
     atomic_fetch_add_explicit(&wdirect_declined, 1, memory_order_relaxed);

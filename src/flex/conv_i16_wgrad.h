@@ -15,6 +15,16 @@
 void fx_i16_wgrad_fold_schedule(const uint32_t *xk, const uint32_t *dm, int64_t S, int64_t c_lo,
                                 int64_t c_hi, uint8_t *fold);
 
+/* The channels [*lo, *hi] of the schedule a tile over rows [r0, r0 + rows) of the CKK rows
+ * takes (KK taps a channel): the one already made (*lo >= 0) where its channels cover the
+ * tile's (returns 0), else a new one over the tile's channels and those of the next `ahead`
+ * rows (returns 1: the caller makes it). Why: a tile of 6 rows of 3 x 3 taps spans one or two
+ * channels, so consecutive tiles asked for three schedules per two channels (the scalar scan
+ * over every output row of the chunk: 9 % of ResNet-20's 64-channel weight gradient on the
+ * Zen 5). A schedule over more channels bounds each of them (the largest of their norms), so
+ * it is exact for every tile inside; its chains fold a little more often. */
+int fx_i16_wgrad_sched_span(int64_t r0, int64_t rows, int64_t ahead, int64_t CKK, int64_t KK,
+                            int64_t *lo, int64_t *hi);
 /* A schedule of the same kind on AVX2 (conv_i16_wgrad_avx2.c; call only where the AVX2 level
  * runs), with the rows in four quarters, each quarter's greedy chains in one 64-bit lane: the
  * first chain of each quarter starts afresh, so the row before it ends a chain (1, or

@@ -301,12 +301,9 @@ int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, co
                 const int64_t r = r0 + i, kw = r % KW, kh = r / KW % KH, c = r / KK;
                 roff[i] = fx_i16_wgrad_row_offset(&b, c, kh, kw);
             }
-            /* the tile's chains (the previous tile's when it covered the same channels) */
-            const int64_t c_lo = r0 / KK, c_hi = (r0 + rows - 1) / KK;
-            if (c_lo != sched_lo || c_hi != sched_hi)
-                fx_i16_wgrad_fold_schedule4_avx2(xk, dm, nbc * OH, c_lo, c_hi, fold);
-            sched_lo = c_lo;
-            sched_hi = c_hi;
+            /* the tile's chains: a schedule shared with the next tile */
+            if (fx_i16_wgrad_sched_span(r0, rows, base, CKK, KK, &sched_lo, &sched_hi))
+                fx_i16_wgrad_fold_schedule4_avx2(xk, dm, nbc * OH, sched_lo, sched_hi, fold);
             wtile_fns[rows - 1](b.x, b.ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW,
                                 b.ystep, nbc, fold, dwt + r0 * O + o0, O, ncols, add);
             r0 += rows;
