@@ -26,6 +26,7 @@
 #include "nn/nn_ops.h"
 #include "nn/conv_dgrad_phases.h"
 #include "testutil.h"
+#include "dgrad_round_check.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -437,85 +438,6 @@ static void check_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O,
     free(b);
 }
 
-/* The stride-2 input gradient rounded in the AMX epilogue (fx_i16_dgrad_amx_s2_round, taken
- * by phases once dx's guesses are steady): a run of writes into one dx (steady, a jump up and
- * back, then a scale hovering between two exponents, where DFP16 rounds at both) against the
- * same writes into a twin dx with the epilogue switched off (the int64 phases): the same
- * mantissas, exponent and write statistics after every write; the epilogue taken where the
- * shape allows (both strides 2, even H and W) and not otherwise; for DFP16 the hovering writes
- * rounded there at two exponents, a rounding that saturates left out (a scale moving up), and
- * run again no more often than without the epilogue (only where the write picks neither). */
-static void check_dgrad_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t W,
-                                  int64_t O, int64_t K, int64_t pad, int expect, uint64_t seed)
-{
-    const int64_t OH = (H + 2 * pad - K) / 2 + 1, OW = (W + 2 * pad - K) / 2 + 1;
-    const int64_t nx = N * C * H * W, nw = O * C * K * K, ny = N * O * OH * OW;
-    tensor_t *w = new4(f, O, C, K, K), *dy = new4(f, N, O, OH, OW);
-    tensor_t *dx[2] = {new4(f, N, C, H, W), new4(f, N, C, H, W)};
-    test_rng r;
-    test_rng_seed(&r, seed);
-    float *buf = malloc(4 * (size_t)(ny > nw ? ny : nw));
-    for (int64_t i = 0; i < nw; i++) buf[i] = (float)(0.1 * test_rng_normal(&r));
-    CHECK_STATUS(tensor_from_f32(w, buf), FX_OK);
-    int16_t *a = malloc(2 * (size_t)nx), *b = malloc(2 * (size_t)nx);
-    static const double scale[12] = {1, 1, 1, 1, 1, 1, 64, 1, 2.5, 1, 2.5, 1};
-    const int64_t before = fx_conv_dgrad_phases_rounded();
-    const int64_t before2 = fx_conv_dgrad_phases_rounded2();
-    const int64_t partial0 = fx_conv_dgrad_phases_rounded_partial();
-    int64_t hover_redone[2] = {0, 0};
-    for (int call = 0; call < 12; call++) {
-        for (int64_t i = 0; i < ny; i++) buf[i] = (float)(scale[call] * test_rng_normal(&r));
-        CHECK_STATUS(tensor_from_f32(dy, buf), FX_OK);
-        for (int k = 0; k < 2; k++) {
-            fx_i16_fwd_amx_round_set_enabled(k == 0);
-            const int64_t redone0 = fx_conv_stage_redone();
-            CHECK_STATUS(tensor_conv2d_backward_input(dx[k], dy, w, 2, 2, (int)pad, (int)pad, 1,
-                                                      1),
-                         FX_OK);
-            if (call >= 8) hover_redone[k] += fx_conv_stage_redone() - redone0;
-        }
-        fx_i16_fwd_amx_round_set_enabled(1);
-        CHECK_STATUS(tensor_get_raw(dx[0], a), FX_OK);
-        CHECK_STATUS(tensor_get_raw(dx[1], b), FX_OK);
-        long bad = 0;
-        for (int64_t i = 0; i < nx; i++) bad += a[i] != b[i];
-        CHECK(bad == 0 && tensor_exp(dx[0]) == tensor_exp(dx[1]),
-              "%s dx C%lld %lldx%lld O%lld k%lld p%lld write %d: %ld values differ from the "
-              "int64 phases', exp %d (%d)", fmt_name(f), (long long)C, (long long)H,
-              (long long)W, (long long)O, (long long)K, (long long)pad, call, bad,
-              tensor_exp(dx[0]), tensor_exp(dx[1]));
-        static const char *const stat[4] = {"underflow", "saturated", "true_max", "stored_max"};
-        for (int k = 0; k < 4; k++) {
-            double sa = -1, sb = -2;
-            CHECK_STATUS(tensor_stat(dx[0], stat[k], &sa), FX_OK);
-            CHECK_STATUS(tensor_stat(dx[1], stat[k], &sb), FX_OK);
-            CHECK(sa == sb, "%s dx C%lld k%lld write %d: %s %g in the epilogue, %g without",
-                  fmt_name(f), (long long)C, (long long)K, call, stat[k], sa, sb);
-        }
-    }
-    const int64_t taken = fx_conv_dgrad_phases_rounded() - before;
-    if (f == FMT_DFP16 && expect)
-        CHECK(fx_conv_dgrad_phases_rounded2() > before2 &&
-                  fx_conv_dgrad_phases_rounded_partial() > partial0 &&
-                  hover_redone[0] == hover_redone[1],
-              "dfp16 dx C%lld k%lld p%lld: rounded at two exponents %lld times (%lld with one "
-              "broken), hovering writes run again %lld times (%lld without the epilogue)",
-              (long long)C, (long long)K, (long long)pad,
-              (long long)(fx_conv_dgrad_phases_rounded2() - before2),
-              (long long)(fx_conv_dgrad_phases_rounded_partial() - partial0),
-              (long long)hover_redone[0], (long long)hover_redone[1]);
-    CHECK((taken > 0) == expect, "%s dx C%lld %lldx%lld O%lld k%lld p%lld: the epilogue %s",
-          fmt_name(f), (long long)C, (long long)H, (long long)W, (long long)O, (long long)K,
-          (long long)pad, expect ? "never ran" : "ran where it must not");
-    tensor_free(w);
-    tensor_free(dy);
-    tensor_free(dx[0]);
-    tensor_free(dx[1]);
-    free(buf);
-    free(a);
-    free(b);
-}
-
 int main(void)
 {
     const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
@@ -584,17 +506,17 @@ int main(void)
          * phases */
         for (int fi = 0; fi < 2; fi++) {
             const fmt_t f = fi ? FMT_DFP16 : FMT_FLEX16_5;
-            check_dgrad_round_ops(f, 4, 16, 32, 32, 32, 3, 1, 1, seed++);
-            check_dgrad_round_ops(f, 4, 16, 32, 32, 32, 1, 0, 1, seed++);
-            check_dgrad_round_ops(f, 3, 32, 16, 16, 64, 3, 1, 1, seed++);
-            check_dgrad_round_ops(f, 3, 32, 16, 16, 64, 1, 0, 1, seed++);
-            check_dgrad_round_ops(f, 2, 16, 12, 12, 16, 5, 2, 1, seed++);
-            check_dgrad_round_ops(f, 2, 16, 12, 12, 16, 4, 1, 1, seed++);
-            check_dgrad_round_ops(f, 2, 16, 10, 10, 16, 2, 0, 1, seed++);
-            check_dgrad_round_ops(f, 2, 16, 8, 8, 16, 3, 3, 1, seed++);
-            check_dgrad_round_ops(f, 2, 16, 8, 40, 32, 3, 1, 1, seed++);
-            check_dgrad_round_ops(f, 40, 16, 8, 8, 32, 3, 1, 1, seed++);
-            check_dgrad_round_ops(f, 2, 16, 9, 11, 32, 3, 1, 0, seed++);
+            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 4, 16, 32, 32, 32, 3, 1, 1, seed++);
+            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 4, 16, 32, 32, 32, 1, 0, 1, seed++);
+            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 3, 32, 16, 16, 64, 3, 1, 1, seed++);
+            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 3, 32, 16, 16, 64, 1, 0, 1, seed++);
+            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 2, 16, 12, 12, 16, 5, 2, 1, seed++);
+            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 2, 16, 12, 12, 16, 4, 1, 1, seed++);
+            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 2, 16, 10, 10, 16, 2, 0, 1, seed++);
+            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 2, 16, 8, 8, 16, 3, 3, 1, seed++);
+            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 2, 16, 8, 40, 32, 3, 1, 1, seed++);
+            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 40, 16, 8, 8, 32, 3, 1, 1, seed++);
+            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 2, 16, 9, 11, 32, 3, 1, 0, seed++);
         }
     }
     return test_finish("test_conv_i16_amx");

@@ -691,8 +691,8 @@ static void check_strided(uint64_t *seedp)
      * strides in one axis only, padding up to a whole kernel, a batch of several chunks; and
      * shapes the route leaves to col2im (dy with 4 channels or dx with 8, which a phase cannot
      * take; dy with 64, where col2im's GEMM is deep enough: ResNet-20's stage-3 3 x 3
-     * opener, except on the AMX kernel; its 1 x 1 projection, one phase with taps, takes the
-     * phases) */
+     * opener, except on the AMX kernel and where the level rounds stride-2 chunks in its
+     * register tiles' epilogue; its 1 x 1 projection, one phase with taps, takes the phases) */
     static const int64_t shapes[][12] = {
         {2, 16, 32, 32, 32, 3, 3, 2, 2, 1, 1, 1}, {2, 16, 32, 32, 32, 1, 1, 2, 2, 0, 0, 1},
         {2, 32, 16, 16, 48, 3, 3, 2, 2, 1, 1, 1}, {2, 32, 16, 16, 48, 1, 1, 2, 2, 0, 0, 1},
@@ -704,14 +704,17 @@ static void check_strided(uint64_t *seedp)
         {2, 16, 12, 12, 4, 3, 3, 2, 2, 1, 1, 0},  {2, 8, 12, 12, 32, 3, 3, 2, 2, 1, 1, 0},
         {2, 32, 16, 16, 64, 3, 3, 2, 2, 1, 1, 0}, {2, 32, 16, 16, 64, 1, 1, 2, 2, 0, 0, 1}};
     static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
-    /* where the phases run on the AMX kernel (src/nn/conv_dgrad_phases.c), they also take dy
-     * with 64 channels, which they then compute faster than col2im */
+    /* where the phases run on the AMX kernel (src/nn/conv_dgrad_phases.c), or the level has
+     * the stride-2 epilogue route (at stride 2 with even H and W), they also take dy with 64
+     * channels, which they then compute faster than col2im */
     const fx_backend *be = fx_backend_active();
     const int amx_phases = be->conv.i16_fwd_amx && fx_gemm_i16_amx_on();
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int kind = DATA_SMALL; kind <= DATA_MIXED; kind++) {
             const int64_t *c = shapes[s];
-            const int expect = (int)c[11] || (amx_phases && c[4] == 64);
+            const int s2_epilogue = be->conv.i16_dgrad_s2_round && c[7] == 2 && c[8] == 2 &&
+                                    c[2] % 2 == 0 && c[3] % 2 == 0;
+            const int expect = (int)c[11] || ((amx_phases || s2_epilogue) && c[4] == 64);
             check_strided_dgrad(fmts[(s + (size_t)kind) % 2], c[0], c[1], c[2], c[3], c[4], c[5],
                                 c[6], c[7], c[8], c[9], c[10], kind, expect, seed++);
         }

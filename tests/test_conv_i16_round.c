@@ -27,6 +27,7 @@
 #include "flex/gemm_i16.h" /* fx_gemm_i16_set_amx_auto */
 #include "nn/im2col.h"
 #include "testutil.h"
+#include "dgrad_round_check.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -396,6 +397,40 @@ static void op_on_off(const char *level)
     free(raw[1]);
 }
 
+/* The stride-2 input gradient by phases rounded in the AVX-512 register tiles' epilogue
+ * (fx_i16_dgrad_s2_round) against the int64 phases (dgrad_round_check.h), on the AVX-512
+ * level with the AMX kernel off: ResNet-20's stride-2 input gradients (3 x 3 and 1 x 1, 16 ->
+ * 32 and 32 -> 64: dy of 64 channels takes the phases only on this route), 5 x 5, 4 x 4 and
+ * 2 x 2 kernels, padding past the kernel's half, windows of 20 columns, a batch of several
+ * chunks, odd sizes (the int64 phases), at one thread and two */
+static void dgrad_cases(void)
+{
+    CHECK_STATUS(flexpoint_set_backend("avx512"), FX_OK);
+    const int amx_auto_prev = fx_gemm_i16_amx_auto();
+    fx_gemm_i16_set_amx_auto(0);
+    uint64_t seed = 500;
+    for (int threads = 1; threads <= 2; threads++) {
+        flexpoint_set_num_threads(threads);
+        for (int fi = 0; fi < 2; fi++) {
+            const fmt_t f = fi ? FMT_DFP16 : FMT_FLEX16_5;
+            void (*const sw)(int) = fx_i16_fwd_direct_round_set_enabled;
+            check_dgrad_round_ops(sw, f, 4, 16, 32, 32, 32, 3, 1, 1, seed++);
+            check_dgrad_round_ops(sw, f, 4, 16, 32, 32, 32, 1, 0, 1, seed++);
+            check_dgrad_round_ops(sw, f, 3, 32, 16, 16, 64, 3, 1, 1, seed++);
+            check_dgrad_round_ops(sw, f, 3, 32, 16, 16, 64, 1, 0, 1, seed++);
+            check_dgrad_round_ops(sw, f, 2, 16, 12, 12, 16, 5, 2, 1, seed++);
+            check_dgrad_round_ops(sw, f, 2, 16, 12, 12, 16, 4, 1, 1, seed++);
+            check_dgrad_round_ops(sw, f, 2, 16, 10, 10, 16, 2, 0, 1, seed++);
+            check_dgrad_round_ops(sw, f, 2, 16, 8, 8, 16, 3, 3, 1, seed++);
+            check_dgrad_round_ops(sw, f, 2, 16, 8, 40, 32, 3, 1, 1, seed++);
+            check_dgrad_round_ops(sw, f, 40, 16, 8, 8, 32, 3, 1, 1, seed++);
+            check_dgrad_round_ops(sw, f, 2, 16, 9, 11, 32, 3, 1, 0, seed++);
+        }
+    }
+    flexpoint_set_num_threads(1);
+    fx_gemm_i16_set_amx_auto(amx_auto_prev);
+}
+
 int main(void)
 {
     const fx_backend *avx2 = fx_backend_get(FX_BACKEND_AVX2);
@@ -415,6 +450,7 @@ int main(void)
         kernel_cases(&avx512_pair);
         round16_cases();
         op_on_off("avx512");
+        dgrad_cases();
     } else {
         printf("test_conv_i16_round: no AVX512_VNNI here; its kernel not run\n");
     }

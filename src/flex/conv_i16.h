@@ -175,6 +175,17 @@ int64_t fx_i16_dgrad_amx_s2_scratch(const struct fx_conv_geom *planes, int64_t n
 int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
                               uint32_t *scratch, int shift, int16_t *dx, struct fx_qstats *part,
                               int shift2, int16_t *dx2, struct fx_qstats *part2);
+/* The same contract on the AVX512_VNNI register tiles (conv_i16_avx512.c), with d's wq packed
+ * by fx_i16_fwd_direct_pack_weights, except that it declines (0) a chunk whose data
+ * fx_i16_fwd_direct would (a segment too large for an int32 chain). Its scratch per thread,
+ * and the interleave of the phases' windows into dx that both epilogues end with. */
+int64_t fx_i16_dgrad_s2_scratch(const struct fx_conv_geom *planes, int64_t nb, int64_t dx_chw,
+                                int two);
+int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
+                          uint32_t *scratch, int shift, int16_t *dx, struct fx_qstats *part,
+                          int shift2, int16_t *dx2, struct fx_qstats *part2);
+void fx_i16_dgrad_s2_interleave(const int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
+                                int64_t W, int64_t ph, int64_t pw, int16_t *dx);
 void fx_i16_fwd_amx_round_set_enabled(int on);
 int fx_i16_fwd_amx_round_enabled(void);
 /* Test switch: 0 keeps both epilogues above on their int64 lanes (conv_i16_amx.c: the int32

@@ -564,47 +564,6 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
  * planes are made once, padded for the widest phase; each phase computes only the window of
  * its outputs that dx takes, rounded in the epilogue into a quarter-size int16 plane; and the
  * phases' planes are interleaved into dx's rows. */
-static inline __m512i amx_interleave_idx(void)
-{
-    /* lane 2i: e[i], lane 2i + 1: o[i] (o in the second operand, lanes 32..) */
-    int16_t ix[32];
-    for (int i = 0; i < 16; i++) {
-        ix[2 * i] = (int16_t)i;
-        ix[2 * i + 1] = (int16_t)(32 + i);
-    }
-    return _mm512_loadu_si512((const void *)ix);
-}
-
-/* dx's chunk [nbc, C, H, W] from the phases' windows q[rh * 2 + rw] ([nbc, C, H/2, W/2] each;
- * NULL: a phase without taps, zeros): row h from the phases of rh = (h + ph) mod 2, window row
- * h / 2; even columns from the phase of rw = pw mod 2, odd ones from the other. */
-static void amx_dgrad_interleave(const int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
-                                 int64_t W, int64_t ph, int64_t pw, int16_t *dx)
-{
-    const int64_t hw = H / 2, ww = W / 2;
-    const __m512i idx = amx_interleave_idx();
-    for (int64_t n = 0; n < nbc; n++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t h = 0; h < H; h++) {
-                const int64_t rh = (h + ph) & 1, win = ((n * C + c) * hw + (h >> 1)) * ww;
-                const int16_t *ev = q[rh * 2 + (pw & 1)], *od = q[rh * 2 + ((pw + 1) & 1)];
-                int16_t *row = dx + ((n * C + c) * H + h) * W;
-                for (int64_t i = 0; i < ww; i += 16) {
-                    const int64_t m = ww - i < 16 ? ww - i : 16;
-                    const __mmask16 k = (__mmask16)((1u << m) - 1u);
-                    const __m256i e = ev ? _mm256_maskz_loadu_epi16(k, ev + win + i)
-                                         : _mm256_setzero_si256();
-                    const __m256i o = od ? _mm256_maskz_loadu_epi16(k, od + win + i)
-                                         : _mm256_setzero_si256();
-                    const __m512i r = _mm512_permutex2var_epi16(_mm512_castsi256_si512(e), idx,
-                                                                _mm512_castsi256_si512(o));
-                    const __mmask32 k2 = m == 16 ? (__mmask32)0xFFFFFFFFu
-                                                 : (__mmask32)((1u << (2 * m)) - 1u);
-                    _mm512_mask_storeu_epi16(row + 2 * i, k2, r);
-                }
-            }
-}
-
 int64_t fx_i16_dgrad_amx_s2_scratch(const struct fx_conv_geom *planes, int64_t nb,
                                     int64_t dx_chw, int two)
 {
@@ -649,10 +608,10 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
     if (!whole) return 0;
     fx_i16_round_stats(part, whole & FX_AMX_ROUND_FIRST, mx, nuf, shift);
     if (whole & FX_AMX_ROUND_FIRST)
-        amx_dgrad_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
+        fx_i16_dgrad_s2_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
     if (!two) return whole;
     fx_i16_round_stats(part2, whole & FX_AMX_ROUND_SECOND, mx, nuf2, shift2);
     if (whole & FX_AMX_ROUND_SECOND)
-        amx_dgrad_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
+        fx_i16_dgrad_s2_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
     return whole;
 }

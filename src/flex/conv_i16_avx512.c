@@ -414,30 +414,32 @@ void fx_i16_fold_schedules8_avx512(const uint32_t *rn, const int32_t base[8], co
     }
 }
 
-/* A chunk made ready for the tiles (fwd_chunk_setup): its channel-pair-last copy xq, padded,
- * each padded row's segment norms rn ([n][ih][s]) and the segments' tap offsets */
+/* A chunk made ready for the tiles: its channel-pair-last copy xq, padded, and each padded
+ * row's segment norms rn ([n][ih][s]) (fwd_chunk_copy); then a kernel's taps over it: its
+ * packed weights' segment norms, the segments' tap offsets and the outputs computed
+ * (fwd_chunk_weights; fwd_chunk_setup does both for a convolution's own geometry). The
+ * outputs are rows oy0 .. oy0 + OH - 1 and columns ox0 .. ox0 + OW - 1 of the correlation
+ * over the copy (oy0 = ox0 = 0 but for the phases of a strided input gradient, which read one
+ * copy padded for the widest of them: fx_i16_dgrad_s2_round). */
 typedef struct fwd_chunk {
-    int64_t O, Cpp, G, opad, Hp, Wp, HW, OH, OW, P, KK, KW, nseg, sh, sw, ld;
+    int64_t O, Cpp, G, opad, Hp, Wp, HW, OH, OW, P, KK, KW, nseg, sh, sw, ld, oy0, ox0;
     int ldi;                  /* tile_fns' index of the pixel stride ld */
     const uint32_t *wn;       /* the weights' segment norms per block of 16 output channels */
     uint32_t *xq, *rn;
+    int64_t nrn;              /* padded rows with norms: nbc Hp */
     int64_t xoff[FX_I16_FWD_MAX_SEGS]; /* word offsets of the segments from a pixel's tap 0 */
 } fwd_chunk;
 
-/* The copy and the norms, while an image's planes are in cache; 0 where a segment alone may
- * leave int32 (data near full scale: the GEMM's any-data kernels take the chunk) */
-static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
-                           const uint32_t *wq, uint32_t *scratch, fwd_chunk *k)
+/* The copy and the norms, while an image's planes are in cache */
+static void fwd_chunk_copy(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                           uint32_t *scratch, fwd_chunk *k)
 {
     const int64_t C = g->C, Cp = (C + 1) / 2, Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HW = Hp * Wp;
-    const int64_t KK = g->KH * g->KW;
-    k->O = g->O, k->Cpp = Cpp, k->G = G, k->opad = (g->O + 15) / 16 * 16;
-    k->Hp = Hp, k->Wp = Wp, k->HW = HW, k->OH = g->OH, k->OW = g->OW, k->P = g->OH * g->OW;
-    k->KK = KK, k->KW = g->KW, k->nseg = KK * G, k->sh = g->sh, k->sw = g->sw;
+    k->Cpp = Cpp, k->G = G, k->Hp = Hp, k->Wp = Wp, k->HW = HW, k->sh = g->sh, k->sw = g->sw;
     k->ld = g->sw * Cpp; /* words from one of a tile's pixels to the next */
     k->ldi = k->ld == 4 ? 0 : k->ld == 8 ? 1 : k->ld == 16 ? 2 : k->ld == 32 ? 3 : 4;
-    k->wn = wq + KK * Cpp * k->opad;
+    k->nrn = nbc * Hp;
     uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
     const int64_t slack = (FX_I16_MAX_ROWS * g->sw + g->KW) * Cpp;
     uint32_t *tmp = xq + nbc * HW * Cpp + slack;
@@ -463,10 +465,30 @@ static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int6
             }
         fx_pair_planes_transpose_avx512(tmp, Cpp, HW, Cpp, xq + n * HW * Cpp);
     }
-    if (!fx_i16_fwd_admit(rn, nbc * Hp, k->wn, k->opad / 16 * KK, G)) return 0;
     memset(xq + nbc * HW * Cpp, 0, sizeof(uint32_t) * (size_t)slack);
+}
+
+/* The taps of a kernel of geometry g (its input the copy's; wq its packed weights) computing
+ * outputs from (oy0, ox0) on; 0 where a segment alone may leave int32 (data near full scale:
+ * the GEMM's any-data kernels take the chunk) */
+static int fwd_chunk_weights(fwd_chunk *k, const struct fx_conv_geom *g, const uint32_t *wq,
+                             int64_t oy0, int64_t ox0)
+{
+    const int64_t KK = g->KH * g->KW;
+    k->O = g->O, k->opad = (g->O + 15) / 16 * 16;
+    k->OH = g->OH, k->OW = g->OW, k->P = g->OH * g->OW, k->oy0 = oy0, k->ox0 = ox0;
+    k->KK = KK, k->KW = g->KW, k->nseg = KK * k->G;
+    k->wn = wq + KK * k->Cpp * k->opad;
+    if (!fx_i16_fwd_admit(k->rn, k->nrn, k->wn, k->opad / 16 * KK, k->G)) return 0;
     fx_i16_fwd_offsets(g, k->xoff);
     return 1;
+}
+
+static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                           const uint32_t *wq, uint32_t *scratch, fwd_chunk *k)
+{
+    fwd_chunk_copy(g, xp, nbc, scratch, k);
+    return fwd_chunk_weights(k, g, wq, 0, 0);
 }
 
 /* A block of up to 32 output channels from o0: its tile (NV vectors of channels by MR pixels,
@@ -502,7 +524,7 @@ static void fwd_schedules(const fwd_chunk *k, const fwd_block *b, int64_t r0, in
     int32_t base[8];
     for (int j = 0; j < 8; j++) {
         const int64_t row = r0 + j < rend ? r0 + j : rend - 1;
-        base[j] = (int32_t)(((row / k->OH) * k->Hp + row % k->OH * k->sh) * k->G);
+        base[j] = (int32_t)(((row / k->OH) * k->Hp + (row % k->OH + k->oy0) * k->sh) * k->G);
     }
     fx_i16_fold_schedules8_avx512(k->rn, base, b->wm, k->KK, k->KW, k->G, fold);
 }
@@ -510,7 +532,7 @@ static void fwd_schedules(const fwd_chunk *k, const fwd_block *b, int64_t r0, in
 /* the copy's first tap of pixel (n, oh, ow0) */
 static const uint32_t *fwd_tile_x(const fwd_chunk *k, int64_t n, int64_t oh, int64_t ow0)
 {
-    return k->xq + (n * k->HW + oh * k->sh * k->Wp + ow0 * k->sw) * k->Cpp;
+    return k->xq + (n * k->HW + (oh + k->oy0) * k->sh * k->Wp + (ow0 + k->ox0) * k->sw) * k->Cpp;
 }
 
 int fx_i16_fwd_direct(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
@@ -564,6 +586,52 @@ static atomic_llong round16_chunks;
 void fx_i16_fwd_direct_round16_set_enabled(int on) { atomic_store(&round16_on, on != 0); }
 long long fx_i16_fwd_direct_round16_chunks(void) { return atomic_load(&round16_chunks); }
 
+/* A rounding state for shift (and shift2 with two), its statistics into *max_in, *nuf, *nuf2 */
+static itile_rd round_state(int shift, int two, int shift2, uint64_t *max_in, int64_t *nuf,
+                            int64_t *nuf2)
+{
+    const int r16 = atomic_load_explicit(&round16_on, memory_order_relaxed) &&
+                    shift >= R16_MIN_SHIFT && shift <= R16_MAX_SHIFT &&
+                    (!two || (shift2 >= R16_MIN_SHIFT && shift2 <= R16_MAX_SHIFT));
+    const itile_rd rd = {.f = fx_q64_fast_setup(shift),
+                         .f2 = fx_q64_fast_setup(two ? shift2 : shift),
+                         .k = round16_setup(shift),
+                         .k2 = round16_setup(two ? shift2 : shift),
+                         .r16 = r16,
+                         .max_in = max_in,
+                         .nuf = nuf,
+                         .nuf2 = nuf2};
+    if (r16) atomic_fetch_add_explicit(&round16_chunks, 1, memory_order_relaxed);
+    return rd;
+}
+
+/* Image n's outputs of k (its taps' packed weights wq) rounded by rd into yq (and yq2 with
+ * two): the image's NCHW mantissas, k's P pixels a plane */
+static void round_image(const fwd_chunk *k, const uint32_t *wq, int64_t n, int two,
+                        itile_rd *rd, int16_t *yq, int16_t *yq2)
+{
+    const int64_t O = k->O, OH = k->OH, OW = k->OW, P = k->P, nseg = k->nseg;
+    rd->P = P;
+    for (int64_t o0 = 0; o0 < O; o0 += 32) {
+        fwd_block b;
+        fwd_block_setup(k, o0, &b);
+        const iround_fn fn = round_fns[two][k->ldi][b.shape];
+        rd->yq = yq + o0 * P;
+        rd->yq2 = two ? yq2 + o0 * P : NULL;
+        rd->ncols = b.ncols;
+        for (int64_t oh0 = 0; oh0 < OH; oh0 += 8) {
+            uint8_t fold[8 * FX_I16_FWD_MAX_SEGS];
+            fwd_schedules(k, &b, n * OH + oh0, (n + 1) * OH, fold);
+            for (int64_t oh = oh0; oh < oh0 + 8 && oh < OH; oh++)
+                for (int64_t ow0 = 0; ow0 < OW; ow0 += b.mr) {
+                    const int rows = OW - ow0 < b.mr ? (int)(OW - ow0) : b.mr;
+                    fn(fwd_tile_x(k, n, oh, ow0), k->ld, k->xoff, nseg, wq + o0, k->opad,
+                       fold + (oh - oh0) * nseg, rows, rd, oh * OW + ow0);
+                }
+        }
+    }
+}
+
 int fx_i16_fwd_direct_round(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                             const uint32_t *wq, uint32_t *scratch, int shift, int16_t *yq,
                             fx_qstats *part, int shift2, int16_t *yq2, fx_qstats *part2)
@@ -572,45 +640,18 @@ int fx_i16_fwd_direct_round(const struct fx_conv_geom *g, const int16_t *xp, int
     if (!fx_q64_fast_ok(shift) || (two && !fx_q64_fast_ok(shift2)) || nbc <= 0) return 0;
     fwd_chunk k;
     if (!fwd_chunk_setup(g, xp, nbc, wq, scratch, &k)) return 0;
-    const int64_t O = k.O, OH = k.OH, OW = k.OW, P = k.P, nseg = k.nseg;
-    const int r16 = atomic_load_explicit(&round16_on, memory_order_relaxed) &&
-                    shift >= R16_MIN_SHIFT && shift <= R16_MAX_SHIFT &&
-                    (!two || (shift2 >= R16_MIN_SHIFT && shift2 <= R16_MAX_SHIFT));
+    const int64_t OP = k.O * k.P;
+    uint64_t max_in;
+    int64_t nuf, nuf2;
+    itile_rd rd = round_state(shift, two, shift2, &max_in, &nuf, &nuf2);
     /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
      * write, which the general rounding counts), and the chunk is given back once none is */
     int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
     int64_t done = 0;
     for (; done < nbc && whole; done++) { /* an image at a time: its statistics complete */
         const int64_t n = done;
-        uint64_t max_in = 0;
-        int64_t nuf = 0, nuf2 = 0;
-        itile_rd rd = {.f = fx_q64_fast_setup(shift),
-                       .f2 = fx_q64_fast_setup(two ? shift2 : shift),
-                       .k = round16_setup(shift),
-                       .k2 = round16_setup(two ? shift2 : shift),
-                       .r16 = r16,
-                       .P = P,
-                       .max_in = &max_in,
-                       .nuf = &nuf,
-                       .nuf2 = &nuf2};
-        for (int64_t o0 = 0; o0 < O; o0 += 32) {
-            fwd_block b;
-            fwd_block_setup(&k, o0, &b);
-            const iround_fn fn = round_fns[two][k.ldi][b.shape];
-            rd.yq = yq + (n * O + o0) * P;
-            rd.yq2 = two ? yq2 + (n * O + o0) * P : NULL;
-            rd.ncols = b.ncols;
-            for (int64_t oh0 = 0; oh0 < OH; oh0 += 8) {
-                uint8_t fold[8 * FX_I16_FWD_MAX_SEGS];
-                fwd_schedules(&k, &b, n * OH + oh0, (n + 1) * OH, fold);
-                for (int64_t oh = oh0; oh < oh0 + 8 && oh < OH; oh++)
-                    for (int64_t ow0 = 0; ow0 < OW; ow0 += b.mr) {
-                        const int rows = OW - ow0 < b.mr ? (int)(OW - ow0) : b.mr;
-                        fn(fwd_tile_x(&k, n, oh, ow0), k.ld, k.xoff, nseg, wq + o0, k.opad,
-                           fold + (oh - oh0) * nseg, rows, &rd, oh * OW + ow0);
-                    }
-            }
-        }
+        max_in = 0, nuf = 0, nuf2 = 0;
+        round_image(&k, wq, n, two, &rd, yq + n * OP, two ? yq2 + n * OP : NULL);
         /* every sum is below 2^47 (C KH KW <= 2^16 products of int16): max_in is exact */
         whole = fx_i16_round_still_whole(whole, max_in, shift, two, shift2);
         fx_i16_round_stats(&part[n], whole & FX_AMX_ROUND_FIRST, max_in, nuf, shift);
@@ -619,6 +660,101 @@ int fx_i16_fwd_direct_round(const struct fx_conv_geom *g, const int16_t *xp, int
     /* a rounding broken at some image: every image's statistics say so */
     fx_i16_round_mark_broken_images(whole, two, done, part, part2);
     fx_i16_fwd_round_count(whole);
-    if (r16) atomic_fetch_add_explicit(&round16_chunks, 1, memory_order_relaxed);
+    return whole;
+}
+
+/* ---- the stride-2 input gradient by phases, rounded in the epilogue ---------------------------
+ * Why: by phases (src/nn/conv_dgrad_phases.c) each phase's convolution of dy made its own copy
+ * of dy and its norms, stored its int64 sums (the full correlation's rows of 17 where dx takes
+ * 16: a 9-pixel tile beside a 8-pixel one), which were gathered into dx's order as int64 and
+ * rounded in a pass of their own: in ResNet-20's 16 -> 32 stride-2 input gradient the kernel
+ * took about a third of the time. Here, as on AMX (fx_i16_dgrad_amx_s2_round), dy is copied
+ * once, padded for the widest phase; each phase computes only the window of its outputs that
+ * dx takes, rounded in the tiles' epilogue into a quarter-size plane; and the phases' planes are
+ * interleaved into dx's rows. */
+static inline __m512i interleave_idx(void)
+{
+    /* lane 2i: e[i], lane 2i + 1: o[i] (o in the second operand, lanes 32..) */
+    int16_t ix[32];
+    for (int i = 0; i < 16; i++) {
+        ix[2 * i] = (int16_t)i;
+        ix[2 * i + 1] = (int16_t)(32 + i);
+    }
+    return _mm512_loadu_si512((const void *)ix);
+}
+
+/* dx's chunk [nbc, C, H, W] from the phases' windows q[rh * 2 + rw] ([nbc, C, H/2, W/2] each;
+ * NULL: a phase without taps, zeros): row h from the phases of rh = (h + ph) mod 2, window row
+ * h / 2; even columns from the phase of rw = pw mod 2, odd ones from the other. */
+void fx_i16_dgrad_s2_interleave(const int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
+                                 int64_t W, int64_t ph, int64_t pw, int16_t *dx)
+{
+    const int64_t hw = H / 2, ww = W / 2;
+    const __m512i idx = interleave_idx();
+    for (int64_t n = 0; n < nbc; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++) {
+                const int64_t rh = (h + ph) & 1, win = ((n * C + c) * hw + (h >> 1)) * ww;
+                const int16_t *ev = q[rh * 2 + (pw & 1)], *od = q[rh * 2 + ((pw + 1) & 1)];
+                int16_t *row = dx + ((n * C + c) * H + h) * W;
+                for (int64_t i = 0; i < ww; i += 16) {
+                    const int64_t m = ww - i < 16 ? ww - i : 16;
+                    const __mmask16 k = (__mmask16)((1u << m) - 1u);
+                    const __m256i e = ev ? _mm256_maskz_loadu_epi16(k, ev + win + i)
+                                         : _mm256_setzero_si256();
+                    const __m256i o = od ? _mm256_maskz_loadu_epi16(k, od + win + i)
+                                         : _mm256_setzero_si256();
+                    const __m512i r = _mm512_permutex2var_epi16(_mm512_castsi256_si512(e), idx,
+                                                                _mm512_castsi256_si512(o));
+                    const __mmask32 k2 = m == 16 ? (__mmask32)0xFFFFFFFFu
+                                                 : (__mmask32)((1u << (2 * m)) - 1u);
+                    _mm512_mask_storeu_epi16(row + 2 * i, k2, r);
+                }
+            }
+}
+
+int64_t fx_i16_dgrad_s2_scratch(const struct fx_conv_geom *planes, int64_t nb, int64_t dx_chw,
+                                int two)
+{
+    /* the copy, then four quarter-size windows (two sets with two roundings) and alignment */
+    return fx_i16_fwd_direct_scratch(planes, nb) + (two ? 2 : 1) * nb * dx_chw / 2 + 64;
+}
+
+int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
+                          uint32_t *scratch, int shift, int16_t *dx, fx_qstats *part,
+                          int shift2, int16_t *dx2, fx_qstats *part2)
+{
+    const int two = dx2 != NULL;
+    if (!fx_q64_fast_ok(shift) || (two && !fx_q64_fast_ok(shift2)) || nbc <= 0) return 0;
+    fwd_chunk k;
+    fwd_chunk_copy(d->planes, dy, nbc, scratch, &k);
+    const int64_t quarter = nbc * d->dx_C * d->dx_H * d->dx_W / 4;
+    int16_t *win = (int16_t *)(void *)(scratch + fx_i16_fwd_direct_scratch(d->planes, nbc));
+    win += (32 - ((uintptr_t)win / 2) % 32) % 32;
+    const int16_t *q[4] = {NULL, NULL, NULL, NULL}, *q2[4] = {NULL, NULL, NULL, NULL};
+    uint64_t max_in = 0;
+    int64_t nuf = 0, nuf2 = 0, live = 0;
+    itile_rd rd = round_state(shift, two, shift2, &max_in, &nuf, &nuf2);
+    int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
+    for (int k4 = 0; k4 < 4 && whole; k4++) {
+        if (!d->wq[k4]) continue;
+        if (!fwd_chunk_weights(&k, d->phase[k4], d->wq[k4], d->oy0[k4], d->ox0[k4])) return 0;
+        int16_t *qk = win + (two ? 2 : 1) * live * quarter, *qk2 = two ? qk + quarter : NULL;
+        live++;
+        q[k4] = qk;
+        q2[k4] = qk2;
+        const int64_t OP = k.O * k.P;
+        for (int64_t n = 0; n < nbc; n++)
+            round_image(&k, d->wq[k4], n, two, &rd, qk + n * OP, two ? qk2 + n * OP : NULL);
+        whole = fx_i16_round_still_whole(whole, max_in, shift, two, shift2);
+    }
+    if (!whole) return 0;
+    fx_i16_round_stats(part, whole & FX_AMX_ROUND_FIRST, max_in, nuf, shift);
+    if (whole & FX_AMX_ROUND_FIRST)
+        fx_i16_dgrad_s2_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
+    if (!two) return whole;
+    fx_i16_round_stats(part2, whole & FX_AMX_ROUND_SECOND, max_in, nuf2, shift2);
+    if (whole & FX_AMX_ROUND_SECOND)
+        fx_i16_dgrad_s2_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
     return whole;
 }

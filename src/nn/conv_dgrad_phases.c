@@ -93,7 +93,13 @@ int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const fx_backend *be)
         return 0;
     const int amx = phases_amx(g, be);
     const int one_phase = g->KH == 1 && g->KW == 1; /* the others without taps */
-    if (g->O > MAX_DY_CHANNELS && !amx && !one_phase) return 0;
+    /* where the chunks may be rounded in the register tiles' epilogue (stride 2, even H and
+     * W), from 64 channels too: that route copies dy once, computes only dx's windows and
+     * stores no int64 sums (ResNet-20's 32 -> 64 stride-2 3 x 3 input gradient, batch 128,
+     * one thread on the Zen 5: 0.56-0.58x col2im's time) */
+    const int s2_epilogue = be->conv.i16_dgrad_s2_round && g->sh == 2 && g->sw == 2 &&
+                            g->H % 2 == 0 && g->W % 2 == 0;
+    if (g->O > MAX_DY_CHANNELS && !amx && !one_phase && !s2_epilogue) return 0;
     for (int64_t rh = 0; rh < g->sh; rh++)
         for (int64_t rw = 0; rw < g->sw; rw++) {
             fx_conv_geom p;
@@ -148,7 +154,8 @@ static void gather_chunk(const fx_conv_geom *g, const dgrad_phase *ph, int64_t *
         }
 }
 
-/* The stride-2 route rounded in the AMX epilogue (fx_i16_dgrad_amx_s2_round): whether it
+/* The stride-2 route rounded in the epilogue (fx_i16_dgrad_amx_s2_round on AMX,
+ * fx_i16_dgrad_s2_round on the register tiles): whether it
  * takes g (both strides 2, H and W even, and every live phase's window of H/2 x W/2 outputs,
  * the ones dx takes, inside its correlation over planes padded for the widest phase), and
  * then its description in *d, pointing at planes and win[]. dx's row h takes the window row
@@ -198,6 +205,33 @@ static int s2_round_setup(const fx_conv_geom *g, const dgrad_phase *ph, fx_conv_
     return 1;
 }
 
+/* The stride-2 epilogue route's kernel: AMX's where the phases run on it, else the level's
+ * register tiles' (round NULL: none, or switched off) */
+typedef struct s2_kernel {
+    int (*round)(const fx_i16_dgrad_s2 *, const int16_t *, int64_t, uint32_t *, int, int16_t *,
+                 fx_qstats *, int, int16_t *, fx_qstats *);
+    int64_t (*scratch)(const fx_conv_geom *, int64_t, int64_t, int);
+} s2_kernel;
+
+static s2_kernel s2_kernel_of(const fx_backend *be, int amx)
+{
+    if (amx)
+        return fx_i16_fwd_amx_round_enabled()
+                   ? (s2_kernel){fx_i16_dgrad_amx_s2_round, fx_i16_dgrad_amx_s2_scratch}
+                   : (s2_kernel){NULL, NULL};
+    return fx_i16_fwd_direct_round_enabled()
+               ? (s2_kernel){be->conv.i16_dgrad_s2_round, be->conv.i16_dgrad_s2_scratch}
+               : (s2_kernel){NULL, NULL};
+}
+
+/* whether the register-tile kernel takes every live phase's window (fx_i16_fwd_direct_fits) */
+static int s2_windows_fit(const fx_i16_dgrad_s2 *d)
+{
+    for (int k = 0; k < 4; k++)
+        if (d->wq[k] && !fx_i16_fwd_direct_fits(d->phase[k])) return 0;
+    return 1;
+}
+
 int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const int16_t *dy,
                              const int16_t *w, int64_t *dx, uint64_t *imax,
                              const fx_dgrad_sink *sink, const char *func)
@@ -236,12 +270,14 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
                       (kern.unpadded ? 0 : fx_conv_padded_numel(&p->g, 1) * 2);
     }
     if (chunk_buf) per_sample += chw * 8;
-    /* without a stage, on AMX, at stride 2: each chunk rounded in the kernels' epilogue */
+    /* without a stage, at stride 2: each chunk rounded in the kernels' epilogue, on AMX or
+     * on the level's register tiles */
     const fx_dgrad_round *rnd = chunk_buf ? sink->round : NULL;
     fx_conv_geom s2planes, s2win[4];
     fx_i16_dgrad_s2 s2;
-    int s2fast = rnd && amx && fx_i16_fwd_amx_round_enabled() &&
-                 s2_round_setup(g, ph, &s2planes, s2win, &s2);
+    const s2_kernel s2k = s2_kernel_of(be, amx);
+    int s2fast = rnd && s2k.round && s2_round_setup(g, ph, &s2planes, s2win, &s2) &&
+                 (amx || s2_windows_fit(&s2));
     const int s2two = rnd && rnd->out2 != NULL;
     int64_t nb = CHUNK_BYTES / (per_sample > 0 ? per_sample : 1);
     const int64_t most = (g->N + MIN_CHUNKS - 1) / MIN_CHUNKS;
@@ -266,7 +302,7 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
     if (chunk_buf) per_thread += nb * chw;
     /* the epilogue route's planes and windows, at the start of the thread's buffer (a chunk
      * it declines takes the route below, which reuses the buffer) */
-    const int64_t s2words = s2fast ? fx_i16_dgrad_amx_s2_scratch(&s2planes, nb, chw, s2two) : 0;
+    const int64_t s2words = s2fast ? s2k.scratch(&s2planes, nb, chw, s2two) : 0;
     if ((s2words + 1) / 2 > per_thread) per_thread = (s2words + 1) / 2;
     int64_t *buf = fx_scratch_alloc(&s, per_thread * outer, sizeof(int64_t));
     uint64_t *cmax = fx_scratch_alloc(&s, nchunks, sizeof(uint64_t)); /* each chunk's max |sum| */
@@ -291,7 +327,7 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
         int64_t *mine = buf + tid * per_thread;
         if (s2fast) {
             const int want = s2two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
-            const int got = fx_i16_dgrad_amx_s2_round(
+            const int got = s2k.round(
                 &s2, dy + n0 * g->O * g->OH * g->OW, nbc, (uint32_t *)(void *)mine, rnd->shift,
                 rnd->out + n0 * chw, &rnd->part[ch], s2two ? rnd->shift2 : 0,
                 s2two ? rnd->out2 + n0 * chw : NULL, s2two ? &rnd->part2[ch] : NULL);

@@ -21,8 +21,9 @@ struct fx_backend;
 
 /* Whether the route takes g's input gradient on backend be: stride above 1 in either axis (at
  * most 4), dilation 1, a direct forward kernel, fewer than 64 channels in dy (from there the
- * col2im route's GEMM is deep enough to win) unless the kernel is 1 x 1 (one phase with taps)
- * or the phases run on AMX, and every phase's convolution within the
+ * col2im route's GEMM is deep enough to win) unless the kernel is 1 x 1 (one phase with taps),
+ * the phases run on AMX, or the level rounds stride-2 chunks in its register tiles' epilogue
+ * (fx_i16_dgrad_s2_round; stride 2, even H and W), and every phase's convolution within the
  * kernel's limits (at least 8 of dy's channels, 16 of dx's). */
 int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const struct fx_backend *be);
 
@@ -44,9 +45,10 @@ typedef struct fx_dgrad_round {
  * n0, nbc, ch) gets samples [n0, n0 + nbc) (nbc C H W int64, NCHW) of chunk ch (ch < N), on
  * the thread that made them, and returns their largest |value|. With keep_stage 0 the sums
  * live only in a per-thread buffer (dx is then NULL and receives nothing). round: NULL, or
- * what chunk() does when it only rounds; then, without a stage, on AMX, at stride 2, a chunk
- * may be rounded in the kernels' epilogue instead (fx_i16_dgrad_amx_s2_round: the same
- * mantissas and statistics) and chunk() is not called for it. */
+ * what chunk() does when it only rounds; then, without a stage, at stride 2, a chunk may be
+ * rounded in the kernels' epilogue instead (fx_i16_dgrad_amx_s2_round on AMX,
+ * fx_i16_dgrad_s2_round on the AVX512_VNNI register tiles: the same mantissas and statistics)
+ * and chunk() is not called for it. */
 typedef struct fx_dgrad_sink {
     uint64_t (*chunk)(void *ctx, const int64_t *sums, int64_t n0, int64_t nbc, int64_t ch);
     void *ctx;
@@ -70,8 +72,9 @@ void fx_conv_dgrad_gather_rows_avx2(const int64_t *const *src, int64_t W, int64_
                                     int64_t *row, int64_t *drow, int64_t HW);
 
 /* Test hooks: 0 turns the route off (the col2im route then runs); runs counted, the chunks
- * rounded in the AMX epilogue (fx_i16_fwd_amx_round_set_enabled turns that off), and of those
- * asked for two roundings, the ones with both whole and the ones with one broken */
+ * rounded in an epilogue (fx_i16_fwd_amx_round_set_enabled turns AMX's off,
+ * fx_i16_fwd_direct_round_set_enabled the register tiles'), and of those asked for two
+ * roundings, the ones with both whole and the ones with one broken */
 void fx_conv_dgrad_phases_set_enabled(int on);
 int64_t fx_conv_dgrad_phases_runs(void);
 int64_t fx_conv_dgrad_phases_rounded(void);
