@@ -20,15 +20,16 @@ static tensor_t *dgrad_new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
 
 /* The stride-2 input gradient rounded in a kernel's epilogue (fx_i16_dgrad_amx_s2_round on AMX,
  * fx_i16_dgrad_s2_round on the AVX512_VNNI register tiles; set_enabled: the switch of that
- * epilogue), taken by phases once dx's guesses are steady: a run of writes into one dx (steady, a jump up and
- * back, then a scale hovering between two exponents, where DFP16 rounds at both) against the
- * same writes into a twin dx with the epilogue switched off (the int64 phases): the same
- * mantissas, exponent and write statistics after every write; the epilogue taken where the
+ * epilogue), taken by phases once dx's guesses are steady: a run of writes into one dx (steady, a
+ * jump up and back, then a scale hovering between two exponents, where DFP16 rounds at both)
+ * against the same writes into a twin dx with the epilogue switched off (the int64 phases): the
+ * same mantissas, exponent and write statistics after every write; the epilogue taken where the
  * shape allows (both strides 2, even H and W) and not otherwise; for DFP16 the hovering writes
- * rounded there at two exponents, a rounding that saturates left out (a scale moving up), and
- * run again no more often than without the epilogue (only where the write picks neither). */
-static void check_dgrad_round_ops(void (*set_enabled)(int), fmt_t f, int64_t N, int64_t C, int64_t H, int64_t W,
-                                  int64_t O, int64_t K, int64_t pad, int expect, uint64_t seed)
+ * rounded there at two exponents, a rounding that saturates left out (a scale moving up), and run
+ * again no more often than without the epilogue (only where the write picks neither). */
+static void check_dgrad_round_ops(void (*set_enabled)(int), fmt_t f, int64_t N, int64_t C,
+                                  int64_t H, int64_t W, int64_t O, int64_t K, int64_t pad,
+                                  int expect, uint64_t seed)
 {
     const int64_t OH = (H + 2 * pad - K) / 2 + 1, OW = (W + 2 * pad - K) / 2 + 1;
     const int64_t nx = N * C * H * W, nw = O * C * K * K, ny = N * O * OH * OW;

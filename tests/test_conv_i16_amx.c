@@ -105,7 +105,7 @@ static void check_round(const fx_conv_geom *g, const int16_t *x, const uint32_t 
         const int sh = shifts[k];
         memset(got, 0x5A, 2 * ny);
         const int done = fx_i16_fwd_amx_round(g, x, N, wq, scr, sh, got, gp, 0, NULL, NULL);
-        const int fits = round_fits(imax, N, sh) ? FX_AMX_ROUND_FIRST : 0;
+        const int fits = round_fits(imax, N, sh) ? FX_I16_ROUND_FIRST : 0;
         CHECK(done == fits, "C%lld O%lld OW%lld shift %d: the rounding kernel %s",
               (long long)g->C, (long long)O, (long long)g->OW, sh,
               done ? "took sums above the bound" : "declined sums within it");
@@ -124,8 +124,8 @@ static void check_round(const fx_conv_geom *g, const int16_t *x, const uint32_t 
             const int done = fx_i16_fwd_amx_round(g, x, N, wq, scr, sh, got, gp, sh2, got2, gp2);
             /* both shifts on the route: each rounding whole where its shift fits; else none */
             const int on_route = fx_q64_fast_ok(sh) && fx_q64_fast_ok(sh2);
-            const int fits = on_route ? (round_fits(imax, N, sh) ? FX_AMX_ROUND_FIRST : 0) |
-                                            (round_fits(imax, N, sh2) ? FX_AMX_ROUND_SECOND : 0)
+            const int fits = on_route ? (round_fits(imax, N, sh) ? FX_I16_ROUND_FIRST : 0) |
+                                            (round_fits(imax, N, sh2) ? FX_I16_ROUND_SECOND : 0)
                                       : 0;
             CHECK(done == fits, "C%lld O%lld OW%lld shifts %d and %d: the rounding kernel "
                   "reported %d whole, want %d", (long long)g->C, (long long)O, (long long)g->OW,
@@ -134,7 +134,7 @@ static void check_round(const fx_conv_geom *g, const int16_t *x, const uint32_t 
             /* a rounding not whole: every image's largest |sum| (where the write's exponent
              * comes from), with a saturation counted, so that nobody takes it for whole */
             for (int k2 = 0; k2 < 2; k2++) {
-                if (done & (k2 ? FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST)) continue;
+                if (done & (k2 ? FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST)) continue;
                 const fx_qstats *q = k2 ? gp2 : gp;
                 int keep_max = 1;
                 for (int64_t n = 0; n < N && n < 8; n++)
@@ -144,10 +144,10 @@ static void check_round(const fx_conv_geom *g, const int16_t *x, const uint32_t 
                       "the largest |sum| or its saturation", (long long)g->C, sh, sh2);
             }
             int stats = 1, stats2 = 1;
-            const long bad = done & FX_AMX_ROUND_FIRST
+            const long bad = done & FX_I16_ROUND_FIRST
                                  ? round_compare(want, got, gp, N, P, O, sh, ref, rp, &stats)
                                  : 0;
-            const long bad2 = done & FX_AMX_ROUND_SECOND
+            const long bad2 = done & FX_I16_ROUND_SECOND
                                   ? round_compare(want, got2, gp2, N, P, O, sh2, ref, rp, &stats2)
                                   : 0;
             CHECK(bad == 0 && stats && bad2 == 0 && stats2,

@@ -691,8 +691,9 @@ static void check_strided(uint64_t *seedp)
      * strides in one axis only, padding up to a whole kernel, a batch of several chunks; and
      * shapes the route leaves to col2im (dy with 4 channels or dx with 8, which a phase cannot
      * take; dy with 64, where col2im's GEMM is deep enough: ResNet-20's stage-3 3 x 3
-     * opener, except on the AMX kernel and where the level rounds stride-2 chunks in its
-     * register tiles' epilogue; its 1 x 1 projection, one phase with taps, takes the phases) */
+     * opener, except on the AMX kernel, or where the level rounds stride-2 chunks in its
+     * register tiles' epilogue and dx's exponent can be guessed (a DFP16 dx, as here, always
+     * can: its current one); its 1 x 1 projection, one phase with taps, takes the phases) */
     static const int64_t shapes[][12] = {
         {2, 16, 32, 32, 32, 3, 3, 2, 2, 1, 1, 1}, {2, 16, 32, 32, 32, 1, 1, 2, 2, 0, 0, 1},
         {2, 32, 16, 16, 48, 3, 3, 2, 2, 1, 1, 1}, {2, 32, 16, 16, 48, 1, 1, 2, 2, 0, 0, 1},

@@ -83,15 +83,15 @@ static void reference(const fx_conv_geom *g, int64_t nb, const int64_t *sums, in
     free(t);
 }
 
-/* data: 0 normal (about +-3000), 1 small (+-40), 2 full scale (the kernel declines it), 3
- * small for the first `small` values and normal after them (a later image saturates first), 4
- * large (+-12000: sums beyond int32, so the AVX2 epilogue's int32 route misses on some pixels),
- * 5 coarse (normal values that are multiples of 2^8; with data 5 weights, multiples of 2^7: the
- * products are multiples of 2^15, so every sum's low 16 bits are 0 or 2^15, the ties at shift
- * 16 and the borrows above it of the AVX-512 epilogue's int32 route), 6 nearly constant (2000 plus a little noise; with data 6 weights,
- * 300 plus a little: the sums of a layer's interior pixels share their upper half, so the
- * image's largest |sum| lies in a later tile than an earlier one's with the same upper half,
- * which the int32 route's bound must not skip), 7 very large (+-25000, clipped: sums beyond
+/* data: 0 normal (about +-3000), 1 small (+-40), 2 full scale (the kernel declines it), 3 small for
+ * the first `small` values and normal after them (a later image saturates first), 4 large (+-12000:
+ * sums beyond int32, so the AVX2 epilogue's int32 route misses on some pixels), 5 coarse (normal
+ * values that are multiples of 2^8; with data 5 weights, multiples of 2^7: the products are
+ * multiples of 2^15, so every sum's low 16 bits are 0 or 2^15, the ties at shift 16 and the borrows
+ * above it of the AVX-512 epilogue's int32 route), 6 nearly constant (2000 plus a little noise;
+ * with data 6 weights, 300 plus a little: the sums of a layer's interior pixels share their upper
+ * half, so the image's largest |sum| lies in a later tile than an earlier one's with the same upper
+ * half, which the int32 route's bound must not skip), 7 very large (+-25000, clipped: sums beyond
  * 2^31, which saturate at shift 16) */
 static void fill_from(test_rng *r, int16_t *v, int64_t n, int data, int64_t small)
 {
@@ -163,10 +163,10 @@ static void check(const kernel_pair *kp, const shape *s, int64_t nb, int data, i
         if (two) ref_whole2 &= sw2[n].saturated == 0;
     }
     const int want_whole = expect_whole >= 0 ? expect_whole
-                                             : (ref_whole ? FX_AMX_ROUND_FIRST : 0) |
-                                                   (two && ref_whole2 ? FX_AMX_ROUND_SECOND : 0);
+                                             : (ref_whole ? FX_I16_ROUND_FIRST : 0) |
+                                                   (two && ref_whole2 ? FX_I16_ROUND_SECOND : 0);
     CHECK(whole == want_whole, "%s: returned %d, expected %d", what, whole, want_whole);
-    if (whole & FX_AMX_ROUND_FIRST) {
+    if (whole & FX_I16_ROUND_FIRST) {
         int64_t bad = -1;
         for (int64_t i = 0; i < ny && bad < 0; i++)
             if (got[i] != want[i]) bad = i;
@@ -185,7 +185,7 @@ static void check(const kernel_pair *kp, const shape *s, int64_t nb, int data, i
             CHECK(sg[n].saturated > 0 && sg[n].max_abs_in == sw[n].max_abs_in,
                   "%s: broken rounding's image %lld statistics", what, (long long)n);
     }
-    if (two && (whole & FX_AMX_ROUND_SECOND)) {
+    if (two && (whole & FX_I16_ROUND_SECOND)) {
         CHECK(memcmp(got2, want2, ybytes) == 0,
               "%s: second rounding's mantissas differ", what);
         for (int64_t n = 0; n < nb; n++)
@@ -236,13 +236,13 @@ static void kernel_cases(const kernel_pair *kp)
             check(kp, &shapes[i], nb, data, hi, hi + 1, -1, &r);
             check(kp, &shapes[i], nb, data, ms - 1, ms, -1, &r);
             /* saturating at the first shift (broken), whole at the second */
-            check(kp, &shapes[i], nb, data, 1, 24, data ? -1 : FX_AMX_ROUND_SECOND, &r);
+            check(kp, &shapes[i], nb, data, 1, 24, data ? -1 : FX_I16_ROUND_SECOND, &r);
         }
     /* image 0 whole at shift 8 and a later one saturating: every image's statistics broken,
      * the second rounding (24) whole; and the first whole with the second broken */
     const shape rn = {16, 16, 32, 32, 3, 1, 1};
-    check(kp, &rn, 3, 3, 8, 24, FX_AMX_ROUND_SECOND, &r);
-    check(kp, &rn, 2, 0, 24, 1, FX_AMX_ROUND_FIRST, &r);
+    check(kp, &rn, 3, 3, 8, 24, FX_I16_ROUND_SECOND, &r);
+    check(kp, &rn, 2, 0, 24, 1, FX_I16_ROUND_FIRST, &r);
     const shape row256 = {8, 16, 3, 256, 3, 1, 1}; /* the AVX2 row buffer's full width */
     check(kp, &row256, 1, 0, 16, 0, -1, &r);
     /* declines */
@@ -253,9 +253,9 @@ static void kernel_cases(const kernel_pair *kp)
      * saturates): declined on AVX2, taken on AVX-512 */
     const shape wide = {8, 16, 2, 300, 3, 1, 1}, deep = {72, 16, 6, 6, 3, 1, 1};
     check(kp, &wide, 1, 0, 12, 0, kp->avx2_limits ? 0 : -1, &r);
-    check(kp, &deep, 1, 0, 24, 0, kp->avx2_limits ? 0 : FX_AMX_ROUND_FIRST, &r);
+    check(kp, &deep, 1, 0, 24, 0, kp->avx2_limits ? 0 : FX_I16_ROUND_FIRST, &r);
     const shape at_gate = {64, 16, 6, 6, 3, 1, 1}; /* 576: taken */
-    check(kp, &at_gate, 1, 0, 24, 0, FX_AMX_ROUND_FIRST, &r);
+    check(kp, &at_gate, 1, 0, 24, 0, FX_I16_ROUND_FIRST, &r);
     /* full scale: every segment too large for a chain, so the kernel declines the chunk (the
      * AVX2 one takes a few such segments with a fold per pair; test_conv_i16_direct) */
     check(kp, &rn, 1, 2, 12, 0, 0, &r);
@@ -329,8 +329,8 @@ static void round16_cases(void)
             }
         /* sums beyond 2^31: saturating at 16 (broken), whole at 24, either way round */
         const shape rn = {16, 16, 32, 32, 3, 1, 1};
-        check(&avx512_pair, &rn, 2, 7, 16, 24, FX_AMX_ROUND_SECOND, &r);
-        check(&avx512_pair, &rn, 2, 7, 24, 16, FX_AMX_ROUND_FIRST, &r);
+        check(&avx512_pair, &rn, 2, 7, 16, 24, FX_I16_ROUND_SECOND, &r);
+        check(&avx512_pair, &rn, 2, 7, 24, 16, FX_I16_ROUND_FIRST, &r);
         const long long ran = fx_i16_fwd_direct_round16_chunks() - c0;
         if (on)
             CHECK(ran > 0, "the int32 route rounded no chunk");
@@ -402,7 +402,8 @@ static void op_on_off(const char *level)
  * level with the AMX kernel off: ResNet-20's stride-2 input gradients (3 x 3 and 1 x 1, 16 ->
  * 32 and 32 -> 64: dy of 64 channels takes the phases only on this route), 5 x 5, 4 x 4 and
  * 2 x 2 kernels, padding past the kernel's half, windows of 20 columns, a batch of several
- * chunks, odd sizes (the int64 phases), at one thread and two */
+ * chunks, dy of 24 channels (a segment's spare pairs), odd sizes (the int64 phases), at one
+ * thread and two */
 static void dgrad_cases(void)
 {
     CHECK_STATUS(flexpoint_set_backend("avx512"), FX_OK);
@@ -425,8 +426,38 @@ static void dgrad_cases(void)
             check_dgrad_round_ops(sw, f, 2, 16, 8, 40, 32, 3, 1, 1, seed++);
             check_dgrad_round_ops(sw, f, 40, 16, 8, 8, 32, 3, 1, 1, seed++);
             check_dgrad_round_ops(sw, f, 2, 16, 9, 11, 32, 3, 1, 0, seed++);
+            check_dgrad_round_ops(sw, f, 2, 16, 12, 12, 24, 3, 1, 1, seed++); /* spare pairs */
         }
     }
+    /* dy of 64 channels, dx's first FLEX16_5 write (no exponent to guess, so no rounding to
+     * make in the epilogue): col2im, not the phases on int64 sums, which lose to it there */
+    const int64_t dys[4] = {2, 64, 8, 8}, ws[4] = {64, 32, 3, 3}, dxs[4] = {2, 32, 16, 16};
+    tensor_t *dy = tensor_new(FMT_FLEX16_5, 4, dys), *w = tensor_new(FMT_FLEX16_5, 4, ws);
+    tensor_t *dx = tensor_new(FMT_FLEX16_5, 4, dxs);
+    const int nv = 64 * 32 * 9; /* w's values; dy takes the first 2 * 64 * 64 */
+    float *v = malloc(sizeof(float) * nv);
+    test_rng r;
+    test_rng_seed(&r, 9);
+    for (int i = 0; i < nv; i++) v[i] = (float)test_rng_normal(&r);
+    v[0] = 100.0f; /* the others' mantissas small: data the kernels take */
+    CHECK_STATUS(tensor_from_f32(dy, v), FX_OK);
+    CHECK_STATUS(tensor_from_f32(w, v), FX_OK);
+    const int64_t runs = fx_conv_dgrad_phases_runs(), declined = fx_i16_fwd_direct_declined();
+    CHECK_STATUS(tensor_conv2d_backward_input(dx, dy, w, 2, 2, 1, 1, 1, 1), FX_OK);
+    CHECK(fx_conv_dgrad_phases_runs() == runs,
+          "a first write of 64 channels without an exponent to guess ran the int64 phases");
+    /* its later writes have one: the phases, rounded in the epilogue */
+    const int64_t rounded = fx_conv_dgrad_phases_rounded();
+    for (int k = 0; k < 12; k++)
+        CHECK_STATUS(tensor_conv2d_backward_input(dx, dy, w, 2, 2, 1, 1, 1, 1), FX_OK);
+    CHECK(fx_conv_dgrad_phases_rounded() > rounded && fx_i16_fwd_direct_declined() == declined,
+          "later writes of 64 channels: %lld chunks rounded in the epilogue, %lld declined",
+          (long long)(fx_conv_dgrad_phases_rounded() - rounded),
+          (long long)(fx_i16_fwd_direct_declined() - declined));
+    free(v);
+    tensor_free(dy);
+    tensor_free(w);
+    tensor_free(dx);
     flexpoint_set_num_threads(1);
     fx_gemm_i16_set_amx_auto(amx_auto_prev);
 }

@@ -62,11 +62,11 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
  * done whole (fx_i16_fwd_round_count, either kernel), for tests. */
 #define FX_I16_ROUND_MAX_K 576
 /* The statistics of an epilogue rounding (the register-tile kernels' or the AMX kernel's) that
- * saturated somewhere in the chunk, which the caller never keeps (conv2d.c runs the op again if the write picks its
- * exponent): the true largest |sum|, which the write's exponent comes from, and at least one
- * saturated value. */
+ * saturated somewhere in the chunk, which the caller never keeps (conv2d.c runs the op again if the
+ * write picks its exponent): the true largest |sum|, which the write's exponent comes from, and at
+ * least one saturated value. */
 void fx_i16_round_stats_broken(struct fx_qstats *st, uint64_t max_in);
-/* What the epilogue roundings share, image by image: the roundings (FX_AMX_ROUND_*) still
+/* What the epilogue roundings share, image by image: the roundings (FX_I16_ROUND_*) still
  * whole after an image whose largest |sum| is max_in (a rounding whose shift's
  * fx_q64_fast_bound it passes saturates somewhere, and is dropped); a rounding's statistics,
  * quant_i64's fast-route ones where whole, else a broken one's; and, once a chunk's first
@@ -124,25 +124,25 @@ long long fx_i16_fwd_amx_calls(void);
  * statistics, those quant_i64_t gives its [P, O] sums (src/flex/quant_avx512.c; the same
  * bits). With yq2 (not NULL), the same sums are also rounded at shift2 into yq2 and part2, as
  * a DFP16 output whose exponent moved lately is (conv2d.c: the write then picks one of the
- * two). One thread. Returns the roundings done whole: FX_AMX_ROUND_FIRST (yq, part) and
- * FX_AMX_ROUND_SECOND (yq2, part2). A rounding is not whole where a sum of the chunk is above
+ * two). One thread. Returns the roundings done whole: FX_I16_ROUND_FIRST (yq, part) and
+ * FX_I16_ROUND_SECOND (yq2, part2). A rounding is not whole where a sum of the chunk is above
  * its shift's fx_q64_fast_bound (a saturating write, which the general rounding counts): its
  * mantissas are not to be kept, and its statistics hold only the largest |sum|
  * (max_abs_in, exact) and saturated > 0. 0: a shift off the fast route, or no rounding whole,
  * and then the caller computes the chunk's sums and rounds them. The switch (0: every caller
  * takes the int64 sums; for tests and A/B timings), the count of chunks with a rounding done,
  * and of those asked for two, the ones with both whole and the ones with one broken. */
-#define FX_AMX_ROUND_FIRST 1
-#define FX_AMX_ROUND_SECOND 2
+#define FX_I16_ROUND_FIRST 1
+#define FX_I16_ROUND_SECOND 2
 /* For a chunk whose roundings came back as `whole` (0: none, and the chunk takes the int64
  * route), broken[0] and, with two, broken[1] set to 1 where that rounding was left unmade:
  * of two, one that saturated (the other, which a DFP16 write whose scale moved up or down
  * picks, is whole). Race-free from several threads. */
-static inline void fx_amx_round_mark_broken(int whole, int two, int broken[2])
+static inline void fx_i16_round_mark_broken(int whole, int two, int broken[2])
 {
     if (!whole) return;
-    if (!(whole & FX_AMX_ROUND_FIRST)) __atomic_store_n(&broken[0], 1, __ATOMIC_RELAXED);
-    if (two && !(whole & FX_AMX_ROUND_SECOND)) __atomic_store_n(&broken[1], 1, __ATOMIC_RELAXED);
+    if (!(whole & FX_I16_ROUND_FIRST)) __atomic_store_n(&broken[0], 1, __ATOMIC_RELAXED);
+    if (two && !(whole & FX_I16_ROUND_SECOND)) __atomic_store_n(&broken[1], 1, __ATOMIC_RELAXED);
 }
 struct fx_qstats;
 int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
@@ -162,10 +162,11 @@ typedef struct fx_i16_dgrad_s2 {
     int64_t oy0[4], ox0[4];
     int64_t dx_C, dx_H, dx_W, dx_ph, dx_pw;
 } fx_i16_dgrad_s2;
-/* Scratch words per thread for chunks of nb images of dy (dx_chw: C H W of dx; two: two
- * roundings). */
-int64_t fx_i16_dgrad_amx_s2_scratch(const struct fx_conv_geom *planes, int64_t nb,
-                                    int64_t dx_chw, int two);
+/* Scratch words per thread for the epilogue routes below, chunks of nb images of dy: the
+ * kernel's own scratch for the planes' geometry (kernel_scratch: fx_i16_fwd_amx_scratch or
+ * fx_i16_fwd_direct_scratch) and the quarter-size windows (dx_chw: C H W of dx; two: two
+ * roundings), aligned. */
+int64_t fx_i16_dgrad_s2_scratch(int64_t kernel_scratch, int64_t nb, int64_t dx_chw, int two);
 /* dx's chunk (nbc images, NCHW) rounded at shift into dx with the chunk's statistics in
  * *part, and with dx2 not NULL at shift2 into dx2 and *part2: the mantissas and statistics
  * quant_i64 gives the chunk's exact sums. Returns the roundings done whole, as
@@ -177,10 +178,8 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
                               int shift2, int16_t *dx2, struct fx_qstats *part2);
 /* The same contract on the AVX512_VNNI register tiles (conv_i16_avx512.c), with d's wq packed
  * by fx_i16_fwd_direct_pack_weights, except that it declines (0) a chunk whose data
- * fx_i16_fwd_direct would (a segment too large for an int32 chain). Its scratch per thread,
- * and the interleave of the phases' windows into dx that both epilogues end with. */
-int64_t fx_i16_dgrad_s2_scratch(const struct fx_conv_geom *planes, int64_t nb, int64_t dx_chw,
-                                int two);
+ * fx_i16_fwd_direct would (a segment too large for an int32 chain); and the interleave of the
+ * phases' windows into dx that both epilogues end with. */
 int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
                           uint32_t *scratch, int shift, int16_t *dx, struct fx_qstats *part,
                           int shift2, int16_t *dx2, struct fx_qstats *part2);
@@ -188,7 +187,8 @@ void fx_i16_dgrad_s2_interleave(const int16_t *const q[4], int64_t nbc, int64_t 
                                 int64_t W, int64_t ph, int64_t pw, int16_t *dx);
 void fx_i16_fwd_amx_round_set_enabled(int on);
 int fx_i16_fwd_amx_round_enabled(void);
-/* Test switch: 0 keeps both epilogues above on their int64 lanes (conv_i16_amx.c: the int32
+/* Test switch: 0 keeps both AMX epilogues (fx_i16_fwd_amx_round, fx_i16_dgrad_amx_s2_round) on
+ * their int64 lanes (conv_i16_amx.c: the int32
  * epilogue, for sums of at most 480 products at shifts 9-30, gives the same bits) */
 void fx_i16_fwd_amx_round32_set_enabled(int on);
 long long fx_i16_fwd_amx_round32_images(void); /* images it rounded (test hook) */

@@ -257,7 +257,7 @@ static atomic_llong amx_round_partial_calls;
 static void amx_round_count(int whole, int two)
 {
     if (whole) atomic_fetch_add_explicit(&amx_round_calls, 1, memory_order_relaxed);
-    if (two && whole == (FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND))
+    if (two && whole == (FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND))
         atomic_fetch_add_explicit(&amx_round2_calls, 1, memory_order_relaxed);
     else if (two && whole)
         atomic_fetch_add_explicit(&amx_round_partial_calls, 1, memory_order_relaxed);
@@ -537,7 +537,7 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
     int32_t acc[4][256] __attribute__((aligned(64)));
     /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
      * write, which the general rounding counts), and the chunk is declined once none is left */
-    int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
+    int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
     /* one image at a time, so that its statistics are complete when its blocks are */
     int64_t done = 0;
     for (; done < nbc && whole; done++) {
@@ -564,13 +564,6 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
  * planes are made once, padded for the widest phase; each phase computes only the window of
  * its outputs that dx takes, rounded in the epilogue into a quarter-size int16 plane; and the
  * phases' planes are interleaved into dx's rows. */
-int64_t fx_i16_dgrad_amx_s2_scratch(const struct fx_conv_geom *planes, int64_t nb,
-                                    int64_t dx_chw, int two)
-{
-    /* the planes, then four quarter-size windows (two sets with two roundings) and alignment */
-    return fx_i16_fwd_amx_scratch(planes, nb) + (two ? 2 : 1) * nb * dx_chw / 2 + 64;
-}
-
 int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
                               uint32_t *scratch, int shift, int16_t *dx, fx_qstats *part,
                               int shift2, int16_t *dx2, fx_qstats *part2)
@@ -585,7 +578,7 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
     const int16_t *q[4] = {NULL, NULL, NULL, NULL}, *q2[4] = {NULL, NULL, NULL, NULL};
     const fx_q64_fast f = fx_q64_fast_setup(shift), f2 = fx_q64_fast_setup(two ? shift2 : shift);
     int32_t acc[4][256] __attribute__((aligned(64)));
-    int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
+    int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
     uint64_t mx = 0;
     int64_t nuf = 0, nuf2 = 0, live = 0;
     for (int k = 0; k < 4 && whole; k++) {
@@ -606,12 +599,12 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
     }
     _tile_release();
     if (!whole) return 0;
-    fx_i16_round_stats(part, whole & FX_AMX_ROUND_FIRST, mx, nuf, shift);
-    if (whole & FX_AMX_ROUND_FIRST)
+    fx_i16_round_stats(part, whole & FX_I16_ROUND_FIRST, mx, nuf, shift);
+    if (whole & FX_I16_ROUND_FIRST)
         fx_i16_dgrad_s2_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
     if (!two) return whole;
-    fx_i16_round_stats(part2, whole & FX_AMX_ROUND_SECOND, mx, nuf2, shift2);
-    if (whole & FX_AMX_ROUND_SECOND)
+    fx_i16_round_stats(part2, whole & FX_I16_ROUND_SECOND, mx, nuf2, shift2);
+    if (whole & FX_I16_ROUND_SECOND)
         fx_i16_dgrad_s2_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
     return whole;
 }

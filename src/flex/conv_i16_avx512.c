@@ -646,7 +646,7 @@ int fx_i16_fwd_direct_round(const struct fx_conv_geom *g, const int16_t *xp, int
     itile_rd rd = round_state(shift, two, shift2, &max_in, &nuf, &nuf2);
     /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
      * write, which the general rounding counts), and the chunk is given back once none is */
-    int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
+    int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
     int64_t done = 0;
     for (; done < nbc && whole; done++) { /* an image at a time: its statistics complete */
         const int64_t n = done;
@@ -654,8 +654,8 @@ int fx_i16_fwd_direct_round(const struct fx_conv_geom *g, const int16_t *xp, int
         round_image(&k, wq, n, two, &rd, yq + n * OP, two ? yq2 + n * OP : NULL);
         /* every sum is below 2^47 (C KH KW <= 2^16 products of int16): max_in is exact */
         whole = fx_i16_round_still_whole(whole, max_in, shift, two, shift2);
-        fx_i16_round_stats(&part[n], whole & FX_AMX_ROUND_FIRST, max_in, nuf, shift);
-        if (two) fx_i16_round_stats(&part2[n], whole & FX_AMX_ROUND_SECOND, max_in, nuf2, shift2);
+        fx_i16_round_stats(&part[n], whole & FX_I16_ROUND_FIRST, max_in, nuf, shift);
+        if (two) fx_i16_round_stats(&part2[n], whole & FX_I16_ROUND_SECOND, max_in, nuf2, shift2);
     }
     /* a rounding broken at some image: every image's statistics say so */
     fx_i16_round_mark_broken_images(whole, two, done, part, part2);
@@ -713,13 +713,6 @@ void fx_i16_dgrad_s2_interleave(const int16_t *const q[4], int64_t nbc, int64_t 
             }
 }
 
-int64_t fx_i16_dgrad_s2_scratch(const struct fx_conv_geom *planes, int64_t nb, int64_t dx_chw,
-                                int two)
-{
-    /* the copy, then four quarter-size windows (two sets with two roundings) and alignment */
-    return fx_i16_fwd_direct_scratch(planes, nb) + (two ? 2 : 1) * nb * dx_chw / 2 + 64;
-}
-
 int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
                           uint32_t *scratch, int shift, int16_t *dx, fx_qstats *part,
                           int shift2, int16_t *dx2, fx_qstats *part2)
@@ -735,9 +728,11 @@ int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t n
     uint64_t max_in = 0;
     int64_t nuf = 0, nuf2 = 0, live = 0;
     itile_rd rd = round_state(shift, two, shift2, &max_in, &nuf, &nuf2);
-    int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
+    int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
     for (int k4 = 0; k4 < 4 && whole; k4++) {
         if (!d->wq[k4]) continue;
+        /* data the kernel declines (a segment too large for a chain): the caller's int64
+         * phases decline it too, and col2im takes the op */
         if (!fwd_chunk_weights(&k, d->phase[k4], d->wq[k4], d->oy0[k4], d->ox0[k4])) return 0;
         int16_t *qk = win + (two ? 2 : 1) * live * quarter, *qk2 = two ? qk + quarter : NULL;
         live++;
@@ -749,12 +744,12 @@ int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t n
         whole = fx_i16_round_still_whole(whole, max_in, shift, two, shift2);
     }
     if (!whole) return 0;
-    fx_i16_round_stats(part, whole & FX_AMX_ROUND_FIRST, max_in, nuf, shift);
-    if (whole & FX_AMX_ROUND_FIRST)
+    fx_i16_round_stats(part, whole & FX_I16_ROUND_FIRST, max_in, nuf, shift);
+    if (whole & FX_I16_ROUND_FIRST)
         fx_i16_dgrad_s2_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
     if (!two) return whole;
-    fx_i16_round_stats(part2, whole & FX_AMX_ROUND_SECOND, max_in, nuf2, shift2);
-    if (whole & FX_AMX_ROUND_SECOND)
+    fx_i16_round_stats(part2, whole & FX_I16_ROUND_SECOND, max_in, nuf2, shift2);
+    if (whole & FX_I16_ROUND_SECOND)
         fx_i16_dgrad_s2_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
     return whole;
 }

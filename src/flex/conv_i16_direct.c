@@ -246,8 +246,8 @@ void fx_i16_round_stats_broken(fx_qstats *st, uint64_t max_in)
 
 int fx_i16_round_still_whole(int whole, uint64_t max_in, int shift, int two, int shift2)
 {
-    if (max_in > fx_q64_fast_bound(shift)) whole &= ~FX_AMX_ROUND_FIRST;
-    if (two && max_in > fx_q64_fast_bound(shift2)) whole &= ~FX_AMX_ROUND_SECOND;
+    if (max_in > fx_q64_fast_bound(shift)) whole &= ~FX_I16_ROUND_FIRST;
+    if (two && max_in > fx_q64_fast_bound(shift2)) whole &= ~FX_I16_ROUND_SECOND;
     return whole;
 }
 
@@ -263,9 +263,15 @@ void fx_i16_round_mark_broken_images(int whole, int two, int64_t done, fx_qstats
                                      fx_qstats *part2)
 {
     for (int64_t j = 0; j < done; j++) {
-        if (!(whole & FX_AMX_ROUND_FIRST))
+        if (!(whole & FX_I16_ROUND_FIRST))
             fx_i16_round_stats_broken(&part[j], (uint64_t)part[j].max_abs_in);
-        if (two && !(whole & FX_AMX_ROUND_SECOND))
+        if (two && !(whole & FX_I16_ROUND_SECOND))
             fx_i16_round_stats_broken(&part2[j], (uint64_t)part2[j].max_abs_in);
     }
+}
+
+int64_t fx_i16_dgrad_s2_scratch(int64_t kernel_scratch, int64_t nb, int64_t dx_chw, int two)
+{
+    /* four quarter-size windows of int16 (two sets with two roundings), 64 words of alignment */
+    return kernel_scratch + (two ? 2 : 1) * nb * dx_chw / 2 + 64;
 }

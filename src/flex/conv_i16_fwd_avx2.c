@@ -516,7 +516,7 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
     int16_t row2[ROUND_MAX_OW * 16] __attribute__((aligned(32)));
     /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
      * write, which the general rounding counts), and the chunk is given back once none is */
-    int whole = two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
+    int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
     int64_t done = 0, n32 = 0, nmiss32 = 0;
     const int max_shift32 = atomic_load(&round32_enabled) ? FWD_ROUND32_MAX_SHIFT : 0;
     for (; done < nbc && whole; done++) { /* an image at a time: its statistics complete */
@@ -545,11 +545,11 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
         }
         /* every sum is below 2^47 (C KH KW <= 2^16 products of int16): max_in is exact */
         const uint64_t mx = fx_r4_fast_max_in(&f);
-        if (!fx_r4_fast_held(&f)) whole &= ~FX_AMX_ROUND_FIRST;
-        if (two && !fx_r4_fast_held(&f2)) whole &= ~FX_AMX_ROUND_SECOND;
-        if (whole & FX_AMX_ROUND_FIRST) fx_r4_fast_stats(&f, &part[n]);
+        if (!fx_r4_fast_held(&f)) whole &= ~FX_I16_ROUND_FIRST;
+        if (two && !fx_r4_fast_held(&f2)) whole &= ~FX_I16_ROUND_SECOND;
+        if (whole & FX_I16_ROUND_FIRST) fx_r4_fast_stats(&f, &part[n]);
         else fx_i16_round_stats_broken(&part[n], mx);
-        if (two && (whole & FX_AMX_ROUND_SECOND)) fx_r4_fast_stats(&f2, &part2[n]);
+        if (two && (whole & FX_I16_ROUND_SECOND)) fx_r4_fast_stats(&f2, &part2[n]);
         else if (two) fx_i16_round_stats_broken(&part2[n], mx);
     }
     /* a rounding broken at some image: every image's statistics say so */

@@ -302,7 +302,7 @@ int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, co
                 roff[i] = fx_i16_wgrad_row_offset(&b, c, kh, kw);
             }
             /* the tile's chains: a schedule shared with the next tile */
-            if (fx_i16_wgrad_sched_span(r0, rows, base, CKK, KK, &sched_lo, &sched_hi))
+            if (fx_i16_wgrad_sched_span(r0, rows, base + 1, CKK, KK, &sched_lo, &sched_hi))
                 fx_i16_wgrad_fold_schedule4_avx2(xk, dm, nbc * OH, sched_lo, sched_hi, fold);
             wtile_fns[rows - 1](b.x, b.ximg, roff, dyt + o0, (P / 2) * opad, opad, OH, OW,
                                 b.ystep, nbc, fold, dwt + r0 * O + o0, O, ncols, add);

@@ -1118,7 +1118,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                          two ? yq_alt.tmp + n0 * g.O * P : NULL, two ? yq_alt.part + n0 : NULL)
                    : 0;
         const int rounded = whole != 0;
-        fx_amx_round_mark_broken(whole, two, yq_broken);
+        fx_i16_round_mark_broken(whole, two, yq_broken);
         /* a chunk the kernel computes is rounded below, whose statistics give its largest |sum|
          * where fused_max_exact: the kernel need not find it (the AVX2 kernel then skips an
          * int64 abs and max per four sums in its stores) */
@@ -1199,7 +1199,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             if (alt_e != FX_EXP_NONE && !rounded)
                 conv_yquant_samples(&yq_alt, (const int64_t *)(const void *)myy, alt_e, 1, 0, n0,
                                     nbc, plan.inner);
-            if (arr && (!rounded || (whole & FX_AMX_ROUND_FIRST)))
+            if (arr && (!rounded || (whole & FX_I16_ROUND_FIRST)))
                 fx_add_relu_units(arr, n0 * g.O * P, nbc * g.O * P, &aq[2 * tid], &aq[2 * tid + 1]);
             fx_prof_end(&sp, FX_PROF_ROUNDING);
         }
@@ -1694,8 +1694,8 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
     }
     if (!rc) {
         uint64_t imax = 0;
-        /* what conv_dx_chunk does, for the AMX route to do in its epilogue (shifts off the
-         * fast route it declines) */
+        /* what conv_dx_chunk does, for an epilogue route (AMX's, or the AVX-512 register
+         * tiles' at stride 2) to do itself (shifts off the fast route it declines) */
         const int two = alt_e != FX_EXP_NONE;
         const fx_dgrad_round round = {fuse_e - q.exp, two ? alt_e - q.exp : 0, q.tmp,
                                       two ? q.tmp2 : NULL, q.part, two ? q.part2 : NULL,

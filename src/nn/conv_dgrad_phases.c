@@ -22,13 +22,15 @@
 #define CHUNK_BYTES ((int64_t)256 << 10)
 #define MIN_CHUNKS 16 /* work for up to 16 threads, whatever the thread count */
 /* The col2im route's GEMM has depth O (dy's channels). Below 64 it runs well under its rate
- * and the phases win; from 64 it does not, and the phases' small convolutions (each with its
- * own copy of dy) lose, except for a 1 x 1 kernel (a projection): then one phase is a 1 x 1
- * convolution of dy and the others are zeros, so the phases make the GEMM's products without
- * col2im's int64 patch product and its scatter into dx. Measured, batch 128, one thread,
- * phases over col2im in one process: ResNet-20's 16 -> 32 stride-2 3 x 3 input gradient 0.74,
- * its 1 x 1 projection 0.69; 32 -> 64 3 x 3 1.13, 1 x 1 0.92 on the AVX2 EPYC (Zen 3);
- * 32 -> 64 3 x 3 1.15-1.21, 1 x 1 0.87-0.91 on the Zen 5 (vpdpwssd). */
+ * and the phases win; from 64 it does not, and the phases' small convolutions on int64 sums
+ * (each with its own copy of dy) lose, except for a 1 x 1 kernel (a projection): then one
+ * phase is a 1 x 1 convolution of dy and the others are zeros, so the phases make the GEMM's
+ * products without col2im's int64 patch product and its scatter into dx. Measured, batch 128,
+ * one thread, phases over col2im in one process: ResNet-20's 16 -> 32 stride-2 3 x 3 input
+ * gradient 0.74, its 1 x 1 projection 0.69; 32 -> 64 3 x 3 1.13, 1 x 1 0.92 on the AVX2 EPYC
+ * (Zen 3); 32 -> 64 3 x 3 1.15-1.21, 1 x 1 0.87-0.91 on the Zen 5 (vpdpwssd). The epilogue
+ * routes (AMX's, and the AVX-512 register tiles' at stride 2) copy dy once and store no int64
+ * sums, and take dy of 64 channels too (0.56-0.58x col2im's time on the Zen 5). */
 #define MAX_DY_CHANNELS 63
 
 static atomic_int phases_enabled = 1;
@@ -65,7 +67,8 @@ static void phase_geom(const fx_conv_geom *g, int64_t rh, int64_t rw, fx_conv_ge
 /* Whether the phases run on the AMX forward kernel (fx_i16_fwd_amx: tiles read in place from
  * byte planes of dy): where the level has it, the AMX kernels are on, and every live phase
  * fits it. The same exact sums as the vpdpwssd kernel's, so the same bits. It never declines,
- * and it also takes dy with 64 or more channels, where col2im would otherwise run: on the Xeon
+ * and it also takes dy with 64 or more channels (as the AVX-512 register tiles' stride-2
+ * epilogue route does), where col2im would otherwise run: on the Xeon
  * reporting model 167 (bench_conv_peer 5 2, flex16_5), ResNet-20's 32 -> 64 stride-2 layers'
  * input gradients took 1.50 ms against 2.48 through col2im (the 3 x 3) and 0.81 against 1.04
  * (the 1 x 1 projection); the 16 -> 32 ones, already on phases, 2.94 against 3.01. */
@@ -206,22 +209,14 @@ static int s2_round_setup(const fx_conv_geom *g, const dgrad_phase *ph, fx_conv_
 }
 
 /* The stride-2 epilogue route's kernel: AMX's where the phases run on it, else the level's
- * register tiles' (round NULL: none, or switched off) */
-typedef struct s2_kernel {
-    int (*round)(const fx_i16_dgrad_s2 *, const int16_t *, int64_t, uint32_t *, int, int16_t *,
-                 fx_qstats *, int, int16_t *, fx_qstats *);
-    int64_t (*scratch)(const fx_conv_geom *, int64_t, int64_t, int);
-} s2_kernel;
+ * register tiles' (NULL: none, or switched off) */
+typedef int (*s2_round_fn)(const fx_i16_dgrad_s2 *, const int16_t *, int64_t, uint32_t *, int,
+                           int16_t *, fx_qstats *, int, int16_t *, fx_qstats *);
 
-static s2_kernel s2_kernel_of(const fx_backend *be, int amx)
+static s2_round_fn s2_kernel_of(const fx_backend *be, int amx)
 {
-    if (amx)
-        return fx_i16_fwd_amx_round_enabled()
-                   ? (s2_kernel){fx_i16_dgrad_amx_s2_round, fx_i16_dgrad_amx_s2_scratch}
-                   : (s2_kernel){NULL, NULL};
-    return fx_i16_fwd_direct_round_enabled()
-               ? (s2_kernel){be->conv.i16_dgrad_s2_round, be->conv.i16_dgrad_s2_scratch}
-               : (s2_kernel){NULL, NULL};
+    if (amx) return fx_i16_fwd_amx_round_enabled() ? fx_i16_dgrad_amx_s2_round : NULL;
+    return fx_i16_fwd_direct_round_enabled() ? be->conv.i16_dgrad_s2_round : NULL;
 }
 
 /* whether the register-tile kernel takes every live phase's window (fx_i16_fwd_direct_fits) */
@@ -275,8 +270,8 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
     const fx_dgrad_round *rnd = chunk_buf ? sink->round : NULL;
     fx_conv_geom s2planes, s2win[4];
     fx_i16_dgrad_s2 s2;
-    const s2_kernel s2k = s2_kernel_of(be, amx);
-    int s2fast = rnd && s2k.round && s2_round_setup(g, ph, &s2planes, s2win, &s2) &&
+    const s2_round_fn s2round = s2_kernel_of(be, amx);
+    int s2fast = rnd && s2round && s2_round_setup(g, ph, &s2planes, s2win, &s2) &&
                  (amx || s2_windows_fit(&s2));
     const int s2two = rnd && rnd->out2 != NULL;
     int64_t nb = CHUNK_BYTES / (per_sample > 0 ? per_sample : 1);
@@ -287,6 +282,16 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
     const int outer = nchunks < nt ? (int)nchunks : nt, inner = outer > 1 ? 1 : nt;
     /* the epilogue route runs a chunk on one thread: not where the threads share one chunk */
     s2fast = s2fast && inner == 1;
+    /* dy of 64 channels or more takes the phases for the epilogue route (fx_conv_dgrad_phases_
+     * fit); a write with no exponent to guess (dx's first, or not a shared-exponent format)
+     * goes to col2im, which is the faster on int64 sums. A write that has one but cannot take
+     * the route (a stage kept after guesses that missed, a run again) keeps the int64 phases,
+     * as rare as those are: in 50 ResNet-20 steps on the Zen 5, FLEX16_5 rounded all 49 of its
+     * 32 -> 64 input gradients in the epilogue, DFP16 52 of 53. */
+    if (g->O > MAX_DY_CHANNELS && !amx && !(g->KH == 1 && g->KW == 1) && !s2fast && !sink) {
+        fx_scratch_free(&s);
+        return 0;
+    }
     /* each thread's buffers, phase by phase */
     int64_t per_thread = 0;
     for (int64_t k = 0; k < nph; k++) {
@@ -302,7 +307,8 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
     if (chunk_buf) per_thread += nb * chw;
     /* the epilogue route's planes and windows, at the start of the thread's buffer (a chunk
      * it declines takes the route below, which reuses the buffer) */
-    const int64_t s2words = s2fast ? s2k.scratch(&s2planes, nb, chw, s2two) : 0;
+    const int64_t s2words =
+        s2fast ? fx_i16_dgrad_s2_scratch(kern.scratch(&s2planes, nb), nb, chw, s2two) : 0;
     if ((s2words + 1) / 2 > per_thread) per_thread = (s2words + 1) / 2;
     int64_t *buf = fx_scratch_alloc(&s, per_thread * outer, sizeof(int64_t));
     uint64_t *cmax = fx_scratch_alloc(&s, nchunks, sizeof(uint64_t)); /* each chunk's max |sum| */
@@ -326,17 +332,18 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
         const int64_t n0 = ch * nb, nbc = nb < g->N - n0 ? nb : g->N - n0;
         int64_t *mine = buf + tid * per_thread;
         if (s2fast) {
-            const int want = s2two ? FX_AMX_ROUND_FIRST | FX_AMX_ROUND_SECOND : FX_AMX_ROUND_FIRST;
-            const int got = s2k.round(
+            const int want = s2two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
+            const int got = s2round(
                 &s2, dy + n0 * g->O * g->OH * g->OW, nbc, (uint32_t *)(void *)mine, rnd->shift,
                 rnd->out + n0 * chw, &rnd->part[ch], s2two ? rnd->shift2 : 0,
                 s2two ? rnd->out2 + n0 * chw : NULL, s2two ? &rnd->part2[ch] : NULL);
-            fx_amx_round_mark_broken(got, s2two, rnd->broken);
+            fx_i16_round_mark_broken(got, s2two, rnd->broken);
             if (got) {
                 cmax[ch] = (uint64_t)rnd->part[ch].max_abs_in;
                 atomic_fetch_add_explicit(&phases_rounded, 1, memory_order_relaxed);
                 if (s2two)
-                    atomic_fetch_add_explicit(got == want ? &phases_rounded2 : &phases_rounded_partial,
+                    atomic_fetch_add_explicit(got == want ? &phases_rounded2
+                                                          : &phases_rounded_partial,
                                               1, memory_order_relaxed);
                 continue;
             }

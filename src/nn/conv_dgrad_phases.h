@@ -60,8 +60,9 @@ typedef struct fx_dgrad_sink {
  * w[O, C, KH, KW] (int16 mantissas), and *imax, their largest |value|; threads as
  * flexpoint_num_threads. sink: NULL, or as above. Returns 1 when done, 0
  * when the kernel declined a chunk's data (one segment alone could leave int32: dx is then
- * partly written, the sink has seen some chunks, and the caller takes another route), or a
- * negative status with the error set (allocation). */
+ * partly written, the sink has seen some chunks, and the caller takes another route) or, for
+ * dy of 64 channels or more admitted for the epilogue route, without a sink (nothing
+ * written), or a negative status with the error set (allocation). */
 int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const struct fx_backend *be, const int16_t *dy,
                              const int16_t *w, int64_t *dx, uint64_t *imax,
                              const fx_dgrad_sink *sink, const char *func);
