@@ -12,7 +12,7 @@
 
 #include <stdlib.h>
 
-static tensor_t *dgrad_new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
+static tensor_t *test_new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
 {
     const int64_t sh[4] = {a, b, c, d};
     return tensor_new(f, 4, sh);
@@ -33,8 +33,8 @@ static void check_dgrad_round_ops(void (*set_enabled)(int), fmt_t f, int64_t N, 
 {
     const int64_t OH = (H + 2 * pad - K) / 2 + 1, OW = (W + 2 * pad - K) / 2 + 1;
     const int64_t nx = N * C * H * W, nw = O * C * K * K, ny = N * O * OH * OW;
-    tensor_t *w = dgrad_new4(f, O, C, K, K), *dy = dgrad_new4(f, N, O, OH, OW);
-    tensor_t *dx[2] = {dgrad_new4(f, N, C, H, W), dgrad_new4(f, N, C, H, W)};
+    tensor_t *w = test_new4(f, O, C, K, K), *dy = test_new4(f, N, O, OH, OW);
+    tensor_t *dx[2] = {test_new4(f, N, C, H, W), test_new4(f, N, C, H, W)};
     test_rng r;
     test_rng_seed(&r, seed);
     float *buf = malloc(4 * (size_t)(ny > nw ? ny : nw));
@@ -97,6 +97,30 @@ static void check_dgrad_round_ops(void (*set_enabled)(int), fmt_t f, int64_t N, 
     free(buf);
     free(a);
     free(b);
+}
+
+/* ResNet-20's stride-2 input gradients (3 x 3 and 1 x 1, 16 -> 32 and 32 -> 64), 5 x 5, 4 x 4
+ * and 2 x 2 kernels, padding past the kernel's half, windows of 20 columns (a masked second
+ * run), a batch of several chunks a thread, and odd sizes (the int64 phases), for both integer
+ * formats; *seed advances by one a call */
+static void check_dgrad_round_shapes(void (*set_enabled)(int), uint64_t *seed)
+{
+    for (int fi = 0; fi < 2; fi++) {
+        const fmt_t f = fi ? FMT_DFP16 : FMT_FLEX16_5;
+        check_dgrad_round_ops(set_enabled, f, 4, 16, 32, 32, 32, 3, 1, 1, (*seed)++);
+        check_dgrad_round_ops(set_enabled, f, 4, 16, 32, 32, 32, 1, 0, 1, (*seed)++);
+        check_dgrad_round_ops(set_enabled, f, 3, 32, 16, 16, 64, 3, 1, 1, (*seed)++);
+        check_dgrad_round_ops(set_enabled, f, 3, 32, 16, 16, 64, 1, 0, 1, (*seed)++);
+        check_dgrad_round_ops(set_enabled, f, 2, 16, 12, 12, 16, 5, 2, 1, (*seed)++);
+        check_dgrad_round_ops(set_enabled, f, 2, 16, 12, 12, 16, 4, 1, 1, (*seed)++);
+        check_dgrad_round_ops(set_enabled, f, 2, 16, 10, 10, 16, 2, 0, 1, (*seed)++);
+        check_dgrad_round_ops(set_enabled, f, 2, 16, 8, 8, 16, 3, 3, 1, (*seed)++);
+        check_dgrad_round_ops(set_enabled, f, 2, 16, 8, 40, 32, 3, 1, 1, (*seed)++);
+        check_dgrad_round_ops(set_enabled, f, 40, 16, 8, 8, 32, 3, 1, 1, (*seed)++);
+        check_dgrad_round_ops(set_enabled, f, 2, 16, 9, 11, 32, 3, 1, 0, (*seed)++);
+        /* dy of 24 channels: a segment's spare pairs */
+        check_dgrad_round_ops(set_enabled, f, 2, 16, 12, 12, 24, 3, 1, 1, (*seed)++);
+    }
 }
 
 #endif

@@ -296,21 +296,15 @@ static void check_wgrad_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64
     free(want);
 }
 
-static tensor_t *new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    const int64_t sh[4] = {a, b, c, d};
-    return tensor_new(f, 4, sh);
-}
-
 /* The ops with the kernel (AMX on) against the same ops with every AMX kernel off */
 static void check_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O, int stride,
                       uint64_t seed)
 {
     const int64_t OH = (H + 2 - 3) / stride + 1;
-    tensor_t *x = new4(f, N, C, H, H), *w = new4(f, O, C, 3, 3), *dy = new4(f, N, O, OH, OH);
-    tensor_t *y[2] = {new4(f, N, O, OH, OH), new4(f, N, O, OH, OH)};
-    tensor_t *dx[2] = {new4(f, N, C, H, H), new4(f, N, C, H, H)};
-    tensor_t *dw[2] = {new4(f, O, C, 3, 3), new4(f, O, C, 3, 3)};
+    tensor_t *x = test_new4(f, N, C, H, H), *w = test_new4(f, O, C, 3, 3), *dy = test_new4(f, N, O, OH, OH);
+    tensor_t *y[2] = {test_new4(f, N, O, OH, OH), test_new4(f, N, O, OH, OH)};
+    tensor_t *dx[2] = {test_new4(f, N, C, H, H), test_new4(f, N, C, H, H)};
+    tensor_t *dw[2] = {test_new4(f, O, C, 3, 3), test_new4(f, O, C, 3, 3)};
     test_rng r;
     test_rng_seed(&r, seed);
     const int64_t nx = N * C * H * H, nw = O * C * 9, ndy = N * O * OH * OH;
@@ -371,8 +365,8 @@ static void check_round_ops(fmt_t f, int64_t N, int64_t C, int64_t H, int64_t O,
 {
     const int64_t OH = (H + 2 - 3) / stride + 1, nx = N * C * H * H, nw = O * C * 9;
     const int64_t ny = N * O * OH * OH;
-    tensor_t *x = new4(f, N, C, H, H), *w = new4(f, O, C, 3, 3);
-    tensor_t *y[2] = {new4(f, N, O, OH, OH), new4(f, N, O, OH, OH)};
+    tensor_t *x = test_new4(f, N, C, H, H), *w = test_new4(f, O, C, 3, 3);
+    tensor_t *y[2] = {test_new4(f, N, O, OH, OH), test_new4(f, N, O, OH, OH)};
     test_rng r;
     test_rng_seed(&r, seed);
     float *buf = malloc(4 * (size_t)(nx + nw));
@@ -500,24 +494,7 @@ int main(void)
         check_round_ops(FMT_FLEX16_5, 4, 16, 16, 16, 1, seed++);
         check_round_ops(FMT_DFP16, 3, 32, 12, 32, 1, seed++);
         check_round_ops(FMT_DFP16, 4, 16, 32, 32, 2, seed++);
-        /* ResNet-20's stride-2 input gradients (3 x 3 and 1 x 1, 16 -> 32 and 32 -> 64), 5 x 5,
-         * 4 x 4 and 2 x 2 kernels, padding past the kernel's half, windows of 20 columns (a
-         * masked second run), a batch of several chunks a thread; odd sizes stay on the int64
-         * phases */
-        for (int fi = 0; fi < 2; fi++) {
-            const fmt_t f = fi ? FMT_DFP16 : FMT_FLEX16_5;
-            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 4, 16, 32, 32, 32, 3, 1, 1, seed++);
-            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 4, 16, 32, 32, 32, 1, 0, 1, seed++);
-            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 3, 32, 16, 16, 64, 3, 1, 1, seed++);
-            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 3, 32, 16, 16, 64, 1, 0, 1, seed++);
-            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 2, 16, 12, 12, 16, 5, 2, 1, seed++);
-            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 2, 16, 12, 12, 16, 4, 1, 1, seed++);
-            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 2, 16, 10, 10, 16, 2, 0, 1, seed++);
-            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 2, 16, 8, 8, 16, 3, 3, 1, seed++);
-            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 2, 16, 8, 40, 32, 3, 1, 1, seed++);
-            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 40, 16, 8, 8, 32, 3, 1, 1, seed++);
-            check_dgrad_round_ops(fx_i16_fwd_amx_round_set_enabled, f, 2, 16, 9, 11, 32, 3, 1, 0, seed++);
-        }
+        check_dgrad_round_shapes(fx_i16_fwd_amx_round_set_enabled, &seed);
     }
     return test_finish("test_conv_i16_amx");
 }

@@ -86,10 +86,6 @@ int fx_i16_fwd_direct_round(const struct fx_conv_geom *g, const int16_t *xp, int
                             struct fx_qstats *part, int shift2, int16_t *yq2,
                             struct fx_qstats *part2);
 void fx_i16_fwd_round_count(int whole);
-/* Test switch of fx_i16_fwd_direct_round's int32 route for shifts 16-46 (0: every tile on
- * int64 lanes; conv_i16_avx512.c: the same bits), and the chunks it rounded. */
-void fx_i16_fwd_direct_round16_set_enabled(int on);
-long long fx_i16_fwd_direct_round16_chunks(void);
 void fx_i16_fwd_direct_round_set_enabled(int on);
 /* Test switch: 0 keeps the epilogue on int64 lanes (conv_i16_fwd_avx2.c: a pixel whose sums fit
  * int32, at shifts up to 18, is rounded in int32 lanes with the same bits and statistics); the
@@ -100,6 +96,10 @@ long long fx_i16_fwd_direct_round32_misses(void);
 int fx_i16_fwd_direct_round_enabled(void);
 long long fx_i16_fwd_direct_round_calls(void);
 long long fx_i16_fwd_direct_round_whole(void);
+/* Test switch of fx_i16_fwd_direct_round's int32 route for shifts 16-46 (0: every tile on
+ * int64 lanes; conv_i16_avx512.c: the same bits), and the chunks it rounded. */
+void fx_i16_fwd_direct_round16_set_enabled(int on);
+long long fx_i16_fwd_direct_round16_chunks(void);
 
 /* The same contract on AMX-INT8 tiles (src/flex/conv_i16_amx.c, where the AMX integer GEMM is
  * installed), xp the chunk unpadded as there, except that it never declines:
@@ -165,8 +165,11 @@ typedef struct fx_i16_dgrad_s2 {
 /* Scratch words per thread for the epilogue routes below, chunks of nb images of dy: the
  * kernel's own scratch for the planes' geometry (kernel_scratch: fx_i16_fwd_amx_scratch or
  * fx_i16_fwd_direct_scratch) and the quarter-size windows (dx_chw: C H W of dx; two: two
- * roundings), aligned. */
+ * roundings), aligned; and the windows of a chunk of nbc images in it, q[k] (q2[k] with two)
+ * for phase k, NULL for a phase without taps. */
 int64_t fx_i16_dgrad_s2_scratch(int64_t kernel_scratch, int64_t nb, int64_t dx_chw, int two);
+void fx_i16_dgrad_s2_windows(uint32_t *scratch, int64_t kernel_scratch, const fx_i16_dgrad_s2 *d,
+                             int64_t nbc, int two, int16_t *q[4], int16_t *q2[4]);
 /* dx's chunk (nbc images, NCHW) rounded at shift into dx with the chunk's statistics in
  * *part, and with dx2 not NULL at shift2 into dx2 and *part2: the mantissas and statistics
  * quant_i64 gives the chunk's exact sums. Returns the roundings done whole, as
@@ -178,13 +181,23 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
                               int shift2, int16_t *dx2, struct fx_qstats *part2);
 /* The same contract on the AVX512_VNNI register tiles (conv_i16_avx512.c), with d's wq packed
  * by fx_i16_fwd_direct_pack_weights, except that it declines (0) a chunk whose data
- * fx_i16_fwd_direct would (a segment too large for an int32 chain); and the interleave of the
- * phases' windows into dx that both epilogues end with. */
+ * fx_i16_fwd_direct would (a segment too large for an int32 chain). */
 int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
                           uint32_t *scratch, int shift, int16_t *dx, struct fx_qstats *part,
                           int shift2, int16_t *dx2, struct fx_qstats *part2);
-void fx_i16_dgrad_s2_interleave(const int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
-                                int64_t W, int64_t ph, int64_t pw, int16_t *dx);
+/* How both stride-2 epilogue routes end a chunk (conv_i16_avx512.c): with the roundings still
+ * whole (0: none, and 0 is returned), each one's statistics (from the chunk's largest |sum| and
+ * underflow counts in *sums) into part / part2 and its phases' windows q / q2 interleaved into
+ * dx / dx2 (two: the second rounding was asked for). Returns whole. */
+typedef struct fx_i16_round_sums {
+    uint64_t max_in;
+    int64_t nuf, nuf2;
+    int shift, shift2;
+} fx_i16_round_sums;
+int fx_i16_dgrad_s2_finish(const fx_i16_dgrad_s2 *d, int whole, int two,
+                           const fx_i16_round_sums *sums, int16_t *const q[4],
+                           int16_t *const q2[4], int64_t nbc, struct fx_qstats *part,
+                           struct fx_qstats *part2, int16_t *dx, int16_t *dx2);
 void fx_i16_fwd_amx_round_set_enabled(int on);
 int fx_i16_fwd_amx_round_enabled(void);
 /* Test switch: 0 keeps both AMX epilogues (fx_i16_fwd_amx_round, fx_i16_dgrad_amx_s2_round) on

@@ -532,7 +532,6 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
     amx_fwd_planes(g, x, nbc, scratch, &hi, &lo);
     const int8_t *wb = (const int8_t *)(const void *)wq;
     const fx_q64_fast f = fx_q64_fast_setup(shift), f2 = fx_q64_fast_setup(two ? shift2 : shift);
-    const uint64_t bound = fx_q64_fast_bound(shift), bound2 = fx_q64_fast_bound(f2.s);
     amx_fwd_configure(piece_bytes(g));
     int32_t acc[4][256] __attribute__((aligned(64)));
     /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
@@ -546,8 +545,8 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
         amx_round_image_any(g, 0, 0, hi, lo, wb, done, acc, &f, yq, &nuf, two, &f2, yq2, &nuf2,
                             &mx);
         whole = fx_i16_round_still_whole(whole, mx, shift, two, shift2);
-        fx_i16_round_stats(&part[done], mx <= bound, mx, nuf, shift);
-        if (two) fx_i16_round_stats(&part2[done], mx <= bound2, mx, nuf2, shift2);
+        fx_i16_round_stats(&part[done], whole & FX_I16_ROUND_FIRST, mx, nuf, shift);
+        if (two) fx_i16_round_stats(&part2[done], whole & FX_I16_ROUND_SECOND, mx, nuf2, shift2);
     }
     /* a rounding broken at some image: every image's statistics say so */
     fx_i16_round_mark_broken_images(whole, two, done, part, part2);
@@ -572,39 +571,26 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
     if (!fx_q64_fast_ok(shift) || (two && !fx_q64_fast_ok(shift2)) || nbc <= 0) return 0;
     int8_t *hi, *lo;
     amx_fwd_planes(d->planes, dy, nbc, scratch, &hi, &lo);
-    const int64_t quarter = nbc * d->dx_C * d->dx_H * d->dx_W / 4;
-    int16_t *win = (int16_t *)(void *)(scratch + fx_i16_fwd_amx_scratch(d->planes, nbc));
-    win += (32 - ((uintptr_t)win / 2) % 32) % 32;
-    const int16_t *q[4] = {NULL, NULL, NULL, NULL}, *q2[4] = {NULL, NULL, NULL, NULL};
+    int16_t *q[4], *q2[4];
+    fx_i16_dgrad_s2_windows(scratch, fx_i16_fwd_amx_scratch(d->planes, nbc), d, nbc, two, q, q2);
     const fx_q64_fast f = fx_q64_fast_setup(shift), f2 = fx_q64_fast_setup(two ? shift2 : shift);
     int32_t acc[4][256] __attribute__((aligned(64)));
     int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
     uint64_t mx = 0;
-    int64_t nuf = 0, nuf2 = 0, live = 0;
+    int64_t nuf = 0, nuf2 = 0;
     for (int k = 0; k < 4 && whole; k++) {
         if (!d->wq[k]) continue;
-        int16_t *qk = win + (two ? 2 : 1) * live * quarter, *qk2 = two ? qk + quarter : NULL;
-        live++;
-        q[k] = qk;
-        q2[k] = qk2;
         amx_fwd_configure(piece_bytes(d->phase[k]));
         const int8_t *wb = (const int8_t *)(const void *)d->wq[k];
         for (int64_t i = 0; i < nbc; i++) {
             uint64_t m;
-            amx_round_image_any(d->phase[k], d->oy0[k], d->ox0[k], hi, lo, wb, i, acc, &f, qk,
-                                &nuf, two, &f2, qk2, &nuf2, &m);
+            amx_round_image_any(d->phase[k], d->oy0[k], d->ox0[k], hi, lo, wb, i, acc, &f, q[k],
+                                &nuf, two, &f2, q2[k], &nuf2, &m);
             mx = m > mx ? m : mx;
         }
         whole = fx_i16_round_still_whole(whole, mx, shift, two, shift2);
     }
     _tile_release();
-    if (!whole) return 0;
-    fx_i16_round_stats(part, whole & FX_I16_ROUND_FIRST, mx, nuf, shift);
-    if (whole & FX_I16_ROUND_FIRST)
-        fx_i16_dgrad_s2_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
-    if (!two) return whole;
-    fx_i16_round_stats(part2, whole & FX_I16_ROUND_SECOND, mx, nuf2, shift2);
-    if (whole & FX_I16_ROUND_SECOND)
-        fx_i16_dgrad_s2_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
-    return whole;
+    const fx_i16_round_sums sums = {mx, nuf, nuf2, shift, shift2};
+    return fx_i16_dgrad_s2_finish(d, whole, two, &sums, q, q2, nbc, part, part2, dx, dx2);
 }

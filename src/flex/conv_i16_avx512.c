@@ -221,7 +221,7 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
     const fx_q64_fast f = rd->f, f2 = rd->f2;
     const round16 k = rd->k, k2 = rd->k2;
     const int r16 = rd->r16;
-    __m512i mx = _mm512_setzero_si512(), mx2 = mx; /* mx2: the same sums' maximum, unused */
+    __m512i mx = _mm512_setzero_si512(); /* the second rounding takes the same sums' maximum */
     int64_t nuf = 0, nuf2 = 0;
     /* int32 route: the underflow counts per lane, and the range of h */
     __m512i uf = _mm512_setzero_si512(), uf2 = uf;
@@ -248,8 +248,8 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
             q[r] = fx_q64_pack16(fx_q64_fast_round(&f, s[0], &mx, &nuf),
                                  fx_q64_fast_round(&f, s[1], &mx, &nuf));
             if (ROUND == 2)
-                q2[r] = fx_q64_pack16(fx_q64_fast_round(&f2, s[0], &mx2, &nuf2),
-                                      fx_q64_fast_round(&f2, s[1], &mx2, &nuf2));
+                q2[r] = fx_q64_pack16(fx_q64_fast_round(&f2, s[0], &mx, &nuf2),
+                                      fx_q64_fast_round(&f2, s[1], &mx, &nuf2));
         }
         for (int r = rows; r < FX_I16_MAX_ROWS && r < (MR + 7) / 8 * 8; r++)
             q[r] = q2[r] = _mm256_setzero_si256();
@@ -495,7 +495,6 @@ static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int6
  * shape: tile_fns' index), the last vector's lanes, and the weight norms its chains are cut
  * by, the larger of its two vectors' */
 typedef struct fwd_block {
-    int64_t o0;
     int ncols, nv, mr, shape;
     __mmask16 last;
     uint32_t wm[FX_I16_FWD_MAX_SEGS];
@@ -504,7 +503,6 @@ typedef struct fwd_block {
 static void fwd_block_setup(const fwd_chunk *k, int64_t o0, fwd_block *b)
 {
     const int64_t ow = k->O - o0 < 32 ? k->O - o0 : 32;
-    b->o0 = o0;
     b->ncols = (int)ow;
     b->nv = ow > 16 ? 2 : 1; /* never past opad */
     b->mr = b->nv == 2 ? (k->OW % 7 == 0 && k->OW % 8 != 0 ? 7 : 8) : tile_rows_1(k->OW);
@@ -686,7 +684,7 @@ static inline __m512i interleave_idx(void)
 /* dx's chunk [nbc, C, H, W] from the phases' windows q[rh * 2 + rw] ([nbc, C, H/2, W/2] each;
  * NULL: a phase without taps, zeros): row h from the phases of rh = (h + ph) mod 2, window row
  * h / 2; even columns from the phase of rw = pw mod 2, odd ones from the other. */
-void fx_i16_dgrad_s2_interleave(const int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
+static void dgrad_s2_interleave(int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
                                  int64_t W, int64_t ph, int64_t pw, int16_t *dx)
 {
     const int64_t hw = H / 2, ww = W / 2;
@@ -713,6 +711,23 @@ void fx_i16_dgrad_s2_interleave(const int16_t *const q[4], int64_t nbc, int64_t 
             }
 }
 
+int fx_i16_dgrad_s2_finish(const fx_i16_dgrad_s2 *d, int whole, int two,
+                           const fx_i16_round_sums *sums, int16_t *const q[4],
+                           int16_t *const q2[4], int64_t nbc, fx_qstats *part,
+                           fx_qstats *part2, int16_t *dx, int16_t *dx2)
+{
+    if (!whole) return 0;
+    fx_i16_round_stats(part, whole & FX_I16_ROUND_FIRST, sums->max_in, sums->nuf, sums->shift);
+    if (whole & FX_I16_ROUND_FIRST)
+        dgrad_s2_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
+    if (!two) return whole;
+    fx_i16_round_stats(part2, whole & FX_I16_ROUND_SECOND, sums->max_in, sums->nuf2,
+                       sums->shift2);
+    if (whole & FX_I16_ROUND_SECOND)
+        dgrad_s2_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
+    return whole;
+}
+
 int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
                           uint32_t *scratch, int shift, int16_t *dx, fx_qstats *part,
                           int shift2, int16_t *dx2, fx_qstats *part2)
@@ -721,12 +736,11 @@ int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t n
     if (!fx_q64_fast_ok(shift) || (two && !fx_q64_fast_ok(shift2)) || nbc <= 0) return 0;
     fwd_chunk k;
     fwd_chunk_copy(d->planes, dy, nbc, scratch, &k);
-    const int64_t quarter = nbc * d->dx_C * d->dx_H * d->dx_W / 4;
-    int16_t *win = (int16_t *)(void *)(scratch + fx_i16_fwd_direct_scratch(d->planes, nbc));
-    win += (32 - ((uintptr_t)win / 2) % 32) % 32;
-    const int16_t *q[4] = {NULL, NULL, NULL, NULL}, *q2[4] = {NULL, NULL, NULL, NULL};
+    int16_t *q[4], *q2[4];
+    fx_i16_dgrad_s2_windows(scratch, fx_i16_fwd_direct_scratch(d->planes, nbc), d, nbc, two, q,
+                            q2);
     uint64_t max_in = 0;
-    int64_t nuf = 0, nuf2 = 0, live = 0;
+    int64_t nuf = 0, nuf2 = 0;
     itile_rd rd = round_state(shift, two, shift2, &max_in, &nuf, &nuf2);
     int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
     for (int k4 = 0; k4 < 4 && whole; k4++) {
@@ -734,22 +748,11 @@ int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t n
         /* data the kernel declines (a segment too large for a chain): the caller's int64
          * phases decline it too, and col2im takes the op */
         if (!fwd_chunk_weights(&k, d->phase[k4], d->wq[k4], d->oy0[k4], d->ox0[k4])) return 0;
-        int16_t *qk = win + (two ? 2 : 1) * live * quarter, *qk2 = two ? qk + quarter : NULL;
-        live++;
-        q[k4] = qk;
-        q2[k4] = qk2;
         const int64_t OP = k.O * k.P;
         for (int64_t n = 0; n < nbc; n++)
-            round_image(&k, d->wq[k4], n, two, &rd, qk + n * OP, two ? qk2 + n * OP : NULL);
+            round_image(&k, d->wq[k4], n, two, &rd, q[k4] + n * OP, two ? q2[k4] + n * OP : NULL);
         whole = fx_i16_round_still_whole(whole, max_in, shift, two, shift2);
     }
-    if (!whole) return 0;
-    fx_i16_round_stats(part, whole & FX_I16_ROUND_FIRST, max_in, nuf, shift);
-    if (whole & FX_I16_ROUND_FIRST)
-        fx_i16_dgrad_s2_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
-    if (!two) return whole;
-    fx_i16_round_stats(part2, whole & FX_I16_ROUND_SECOND, max_in, nuf2, shift2);
-    if (whole & FX_I16_ROUND_SECOND)
-        fx_i16_dgrad_s2_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
-    return whole;
+    const fx_i16_round_sums sums = {max_in, nuf, nuf2, shift, shift2};
+    return fx_i16_dgrad_s2_finish(d, whole, two, &sums, q, q2, nbc, part, part2, dx, dx2);
 }

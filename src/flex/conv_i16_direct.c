@@ -275,3 +275,19 @@ int64_t fx_i16_dgrad_s2_scratch(int64_t kernel_scratch, int64_t nb, int64_t dx_c
     /* four quarter-size windows of int16 (two sets with two roundings), 64 words of alignment */
     return kernel_scratch + (two ? 2 : 1) * nb * dx_chw / 2 + 64;
 }
+
+void fx_i16_dgrad_s2_windows(uint32_t *scratch, int64_t kernel_scratch, const fx_i16_dgrad_s2 *d,
+                             int64_t nbc, int two, int16_t *q[4], int16_t *q2[4])
+{
+    const int64_t quarter = nbc * d->dx_C * d->dx_H * d->dx_W / 4;
+    int16_t *win = (int16_t *)(void *)(scratch + kernel_scratch);
+    win += (32 - ((uintptr_t)win / 2) % 32) % 32; /* 64-byte aligned */
+    int64_t live = 0;
+    for (int k = 0; k < 4; k++) {
+        q[k] = q2[k] = NULL;
+        if (!d->wq[k]) continue;
+        q[k] = win + (two ? 2 : 1) * live * quarter;
+        if (two) q2[k] = q[k] + quarter;
+        live++;
+    }
+}

@@ -1657,17 +1657,20 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
                                           int guess, int staged, int *redo_e, const char *func)
 {
     const fx_backend *be = fx_backend_active();
-    fx_scratch s = {.n = 0};
-    fx_operand dyo, wo;
-    int rc = conv_operand(dy, cc, &dyo, &s, func);
-    if (!rc) rc = conv_operand(w, cc, &wo, &s, func);
-    const int64_t n = g->N * g->C * g->H * g->W;
     const int shared = conv_y_direct_shared(dx, cc);
     int fuse_e = FX_EXP_NONE;
     if (shared && fx_write_shared_guess_exp(dx, &fuse_e) == 0) fuse_e = FX_EXP_NONE;
     if (shared && guess != FX_EXP_NONE) fuse_e = guess;
     if (g->O * g->KH * g->KW >= ((int64_t)1 << 23)) fuse_e = FX_EXP_NONE;
     const int fused = fuse_e != FX_EXP_NONE;
+    /* nothing to round (no exponent to guess) where the route wants a rounding: col2im, before
+     * any conversion or buffer (the route would decline the same way, later) */
+    if (!fused && fx_conv_dgrad_phases_needs_rounding(g, be)) return 1;
+    fx_scratch s = {.n = 0};
+    fx_operand dyo, wo;
+    int rc = conv_operand(dy, cc, &dyo, &s, func);
+    if (!rc) rc = conv_operand(w, cc, &wo, &s, func);
+    const int64_t n = g->N * g->C * g->H * g->W;
     const int nostage_ok = fused && !staged && fx_write_shared_local(dx);
     /* a DFP16 dx whose exponent moved lately: a second rounding instead of the stage, as in
      * the forward pass (conv2d_forward_run) */

@@ -84,6 +84,18 @@ static int phases_amx(const fx_conv_geom *g, const fx_backend *be)
     return 1;
 }
 
+/* dy of 64 channels or more that a kernel other than 1 x 1 takes by phases off AMX: on int64
+ * sums col2im is the faster there (MAX_DY_CHANNELS), so only the epilogue route takes it */
+static int wide_dy(const fx_conv_geom *g, int amx)
+{
+    return g->O > MAX_DY_CHANNELS && !amx && !(g->KH == 1 && g->KW == 1);
+}
+
+int fx_conv_dgrad_phases_needs_rounding(const fx_conv_geom *g, const fx_backend *be)
+{
+    return wide_dy(g, phases_amx(g, be));
+}
+
 int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const fx_backend *be)
 {
     if (!atomic_load(&phases_enabled) || !be || !be->conv.i16_fwd || !fx_i16_fwd_direct_enabled())
@@ -95,14 +107,13 @@ int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const fx_backend *be)
         g->dw != 1)
         return 0;
     const int amx = phases_amx(g, be);
-    const int one_phase = g->KH == 1 && g->KW == 1; /* the others without taps */
     /* where the chunks may be rounded in the register tiles' epilogue (stride 2, even H and
      * W), from 64 channels too: that route copies dy once, computes only dx's windows and
      * stores no int64 sums (ResNet-20's 32 -> 64 stride-2 3 x 3 input gradient, batch 128,
      * one thread on the Zen 5: 0.56-0.58x col2im's time) */
     const int s2_epilogue = be->conv.i16_dgrad_s2_round && g->sh == 2 && g->sw == 2 &&
                             g->H % 2 == 0 && g->W % 2 == 0;
-    if (g->O > MAX_DY_CHANNELS && !amx && !one_phase && !s2_epilogue) return 0;
+    if (wide_dy(g, amx) && !s2_epilogue) return 0;
     for (int64_t rh = 0; rh < g->sh; rh++)
         for (int64_t rw = 0; rw < g->sw; rw++) {
             fx_conv_geom p;
@@ -219,18 +230,18 @@ static s2_round_fn s2_kernel_of(const fx_backend *be, int amx)
     return fx_i16_fwd_direct_round_enabled() ? be->conv.i16_dgrad_s2_round : NULL;
 }
 
-/* whether the register-tile kernel takes every live phase's window (fx_i16_fwd_direct_fits) */
-static int s2_windows_fit(const fx_i16_dgrad_s2 *d)
-{
-    for (int k = 0; k < 4; k++)
-        if (d->wq[k] && !fx_i16_fwd_direct_fits(d->phase[k])) return 0;
-    return 1;
-}
-
 int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const int16_t *dy,
                              const int16_t *w, int64_t *dx, uint64_t *imax,
                              const fx_dgrad_sink *sink, const char *func)
 {
+    /* dy of 64 channels or more takes the phases for the epilogue route (fx_conv_dgrad_phases_
+     * fit); a write with no exponent to guess (dx's first, or not a shared-exponent format)
+     * goes to col2im, which is the faster on int64 sums (conv2d.c asks before it converts
+     * anything). A write that has one but cannot take the route (a stage kept after guesses
+     * that missed, a run again) keeps the int64 phases, as rare as those are: in 50 ResNet-20
+     * steps on the Zen 5, FLEX16_5 rounded all 49 of its 32 -> 64 input gradients in the
+     * epilogue, DFP16 52 of 53. */
+    if (!sink && fx_conv_dgrad_phases_needs_rounding(g, be)) return 0;
     const int64_t chw = g->C * g->H * g->W;
     /* without a stage each thread gathers its chunk into a buffer of its own */
     const int chunk_buf = sink && !sink->keep_stage;
@@ -271,8 +282,9 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
     fx_conv_geom s2planes, s2win[4];
     fx_i16_dgrad_s2 s2;
     const s2_round_fn s2round = s2_kernel_of(be, amx);
-    int s2fast = rnd && s2round && s2_round_setup(g, ph, &s2planes, s2win, &s2) &&
-                 (amx || s2_windows_fit(&s2));
+    /* (off AMX every phase's window fits the register tiles: fx_conv_dgrad_phases_fit
+     * checked the phases' geometry, whose channels, taps and strides the windows share) */
+    int s2fast = rnd && s2round && s2_round_setup(g, ph, &s2planes, s2win, &s2);
     const int s2two = rnd && rnd->out2 != NULL;
     int64_t nb = CHUNK_BYTES / (per_sample > 0 ? per_sample : 1);
     const int64_t most = (g->N + MIN_CHUNKS - 1) / MIN_CHUNKS;
@@ -282,16 +294,6 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
     const int outer = nchunks < nt ? (int)nchunks : nt, inner = outer > 1 ? 1 : nt;
     /* the epilogue route runs a chunk on one thread: not where the threads share one chunk */
     s2fast = s2fast && inner == 1;
-    /* dy of 64 channels or more takes the phases for the epilogue route (fx_conv_dgrad_phases_
-     * fit); a write with no exponent to guess (dx's first, or not a shared-exponent format)
-     * goes to col2im, which is the faster on int64 sums. A write that has one but cannot take
-     * the route (a stage kept after guesses that missed, a run again) keeps the int64 phases,
-     * as rare as those are: in 50 ResNet-20 steps on the Zen 5, FLEX16_5 rounded all 49 of its
-     * 32 -> 64 input gradients in the epilogue, DFP16 52 of 53. */
-    if (g->O > MAX_DY_CHANNELS && !amx && !(g->KH == 1 && g->KW == 1) && !s2fast && !sink) {
-        fx_scratch_free(&s);
-        return 0;
-    }
     /* each thread's buffers, phase by phase */
     int64_t per_thread = 0;
     for (int64_t k = 0; k < nph; k++) {

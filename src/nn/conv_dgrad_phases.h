@@ -26,6 +26,10 @@ struct fx_backend;
  * (fx_i16_dgrad_s2_round; stride 2, even H and W), and every phase's convolution within the
  * kernel's limits (at least 8 of dy's channels, 16 of dx's). */
 int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const struct fx_backend *be);
+/* Whether the route takes g only for chunks rounded in an epilogue (dy of 64 channels or more,
+ * a kernel other than 1 x 1, off AMX): a call without a sink (no exponent to guess) then
+ * declines before it does any work, and takes col2im. */
+int fx_conv_dgrad_phases_needs_rounding(const fx_conv_geom *g, const struct fx_backend *be);
 
 /* The rounding a caller's chunk() makes (below), for the route to make it itself where it
  * can: each chunk's sums rounded as quant_i64 rounds them at right shift `shift` into out
