@@ -105,22 +105,19 @@ static void check_dgrad_round_ops(void (*set_enabled)(int), fmt_t f, int64_t N, 
  * formats; *seed advances by one a call */
 static void check_dgrad_round_shapes(void (*set_enabled)(int), uint64_t *seed)
 {
-    for (int fi = 0; fi < 2; fi++) {
-        const fmt_t f = fi ? FMT_DFP16 : FMT_FLEX16_5;
-        check_dgrad_round_ops(set_enabled, f, 4, 16, 32, 32, 32, 3, 1, 1, (*seed)++);
-        check_dgrad_round_ops(set_enabled, f, 4, 16, 32, 32, 32, 1, 0, 1, (*seed)++);
-        check_dgrad_round_ops(set_enabled, f, 3, 32, 16, 16, 64, 3, 1, 1, (*seed)++);
-        check_dgrad_round_ops(set_enabled, f, 3, 32, 16, 16, 64, 1, 0, 1, (*seed)++);
-        check_dgrad_round_ops(set_enabled, f, 2, 16, 12, 12, 16, 5, 2, 1, (*seed)++);
-        check_dgrad_round_ops(set_enabled, f, 2, 16, 12, 12, 16, 4, 1, 1, (*seed)++);
-        check_dgrad_round_ops(set_enabled, f, 2, 16, 10, 10, 16, 2, 0, 1, (*seed)++);
-        check_dgrad_round_ops(set_enabled, f, 2, 16, 8, 8, 16, 3, 3, 1, (*seed)++);
-        check_dgrad_round_ops(set_enabled, f, 2, 16, 8, 40, 32, 3, 1, 1, (*seed)++);
-        check_dgrad_round_ops(set_enabled, f, 40, 16, 8, 8, 32, 3, 1, 1, (*seed)++);
-        check_dgrad_round_ops(set_enabled, f, 2, 16, 9, 11, 32, 3, 1, 0, (*seed)++);
-        /* dy of 24 channels: a segment's spare pairs */
-        check_dgrad_round_ops(set_enabled, f, 2, 16, 12, 12, 24, 3, 1, 1, (*seed)++);
-    }
+    /* N, C, H, W, O (dy's channels), K, pad, whether the epilogue takes it; the last: dy of 24
+     * channels, a segment's spare pairs */
+    static const int64_t shapes[][8] = {
+        {4, 16, 32, 32, 32, 3, 1, 1}, {4, 16, 32, 32, 32, 1, 0, 1}, {3, 32, 16, 16, 64, 3, 1, 1},
+        {3, 32, 16, 16, 64, 1, 0, 1}, {2, 16, 12, 12, 16, 5, 2, 1}, {2, 16, 12, 12, 16, 4, 1, 1},
+        {2, 16, 10, 10, 16, 2, 0, 1}, {2, 16, 8, 8, 16, 3, 3, 1},   {2, 16, 8, 40, 32, 3, 1, 1},
+        {40, 16, 8, 8, 32, 3, 1, 1},  {2, 16, 9, 11, 32, 3, 1, 0},  {2, 16, 12, 12, 24, 3, 1, 1}};
+    for (int fi = 0; fi < 2; fi++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const int64_t *c = shapes[i];
+            check_dgrad_round_ops(set_enabled, fi ? FMT_DFP16 : FMT_FLEX16_5, c[0], c[1], c[2],
+                                  c[3], c[4], c[5], c[6], (int)c[7], (*seed)++);
+        }
 }
 
 #endif

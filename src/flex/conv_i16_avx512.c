@@ -126,8 +126,8 @@ static inline __attribute__((always_inline)) __m512i round16_lanes(const round16
 /* The rounding epilogue's state (fx_i16_fwd_direct_round): the image's fast-route roundings
  * at one shift (f) or two (f2), and the int32 route's where both shifts allow it (r16; 0:
  * never), the planes of the block's first output channel in the image's NCHW mantissas (yq,
- * yq2; P pixels a plane) and the block's channel count; the image's largest |sum| per lane
- * and underflow counts, which each tile adds its own to. */
+ * yq2; P pixels a plane) and the block's channel count; the image's largest |sum| so far and
+ * underflow counts, which each tile updates with its own. */
 typedef struct itile_rd {
     fx_q64_fast f, f2;
     round16 k, k2;
@@ -267,8 +267,8 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
         if (ROUND == 2) nuf2 = _mm512_reduce_add_epi32(uf2);
         /* the exact largest |sum| only where the tile's bound passes the image's so far */
         const int64_t hx = _mm512_reduce_max_epi32(hmax), hn = _mm512_reduce_min_epi32(hmin);
-        const int64_t ub = 65536 * (hx + 1) - 1 > -65536 * hn ? 65536 * (hx + 1) - 1 : -65536 * hn;
-        if ((uint64_t)ub > *rd->max_in)
+        const int64_t above = 65536 * (hx + 1) - 1, below = -65536 * hn;
+        if ((uint64_t)(above > below ? above : below) > *rd->max_in)
             tmax = fx_i16_store_rows(MR, NV, acc, hi, NULL, 0, rows, 0xFFFF, FX_I16_MAX_ONLY);
     }
     if (tmax > *rd->max_in) *rd->max_in = tmax;
@@ -647,13 +647,13 @@ int fx_i16_fwd_direct_round(const struct fx_conv_geom *g, const int16_t *xp, int
     int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
     int64_t done = 0;
     for (; done < nbc && whole; done++) { /* an image at a time: its statistics complete */
-        const int64_t n = done;
         max_in = 0, nuf = 0, nuf2 = 0;
-        round_image(&k, wq, n, two, &rd, yq + n * OP, two ? yq2 + n * OP : NULL);
+        round_image(&k, wq, done, two, &rd, yq + done * OP, two ? yq2 + done * OP : NULL);
         /* every sum is below 2^47 (C KH KW <= 2^16 products of int16): max_in is exact */
         whole = fx_i16_round_still_whole(whole, max_in, shift, two, shift2);
-        fx_i16_round_stats(&part[n], whole & FX_I16_ROUND_FIRST, max_in, nuf, shift);
-        if (two) fx_i16_round_stats(&part2[n], whole & FX_I16_ROUND_SECOND, max_in, nuf2, shift2);
+        fx_i16_round_stats(&part[done], whole & FX_I16_ROUND_FIRST, max_in, nuf, shift);
+        if (two)
+            fx_i16_round_stats(&part2[done], whole & FX_I16_ROUND_SECOND, max_in, nuf2, shift2);
     }
     /* a rounding broken at some image: every image's statistics say so */
     fx_i16_round_mark_broken_images(whole, two, done, part, part2);

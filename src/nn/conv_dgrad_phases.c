@@ -234,14 +234,6 @@ int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const fx_backend *be, const 
                              const int16_t *w, int64_t *dx, uint64_t *imax,
                              const fx_dgrad_sink *sink, const char *func)
 {
-    /* dy of 64 channels or more takes the phases for the epilogue route (fx_conv_dgrad_phases_
-     * fit); a write with no exponent to guess (dx's first, or not a shared-exponent format)
-     * goes to col2im, which is the faster on int64 sums (conv2d.c asks before it converts
-     * anything). A write that has one but cannot take the route (a stage kept after guesses
-     * that missed, a run again) keeps the int64 phases, as rare as those are: in 50 ResNet-20
-     * steps on the Zen 5, FLEX16_5 rounded all 49 of its 32 -> 64 input gradients in the
-     * epilogue, DFP16 52 of 53. */
-    if (!sink && fx_conv_dgrad_phases_needs_rounding(g, be)) return 0;
     const int64_t chw = g->C * g->H * g->W;
     /* without a stage each thread gathers its chunk into a buffer of its own */
     const int chunk_buf = sink && !sink->keep_stage;

@@ -27,8 +27,8 @@ struct fx_backend;
  * kernel's limits (at least 8 of dy's channels, 16 of dx's). */
 int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const struct fx_backend *be);
 /* Whether the route takes g only for chunks rounded in an epilogue (dy of 64 channels or more,
- * a kernel other than 1 x 1, off AMX): a call without a sink (no exponent to guess) then
- * declines before it does any work, and takes col2im. */
+ * a kernel other than 1 x 1, off AMX): without a sink (no exponent to guess) the caller takes
+ * col2im instead (src/nn/conv2d.c; the route would run on int64 sums, the slower there). */
 int fx_conv_dgrad_phases_needs_rounding(const fx_conv_geom *g, const struct fx_backend *be);
 
 /* The rounding a caller's chunk() makes (below), for the route to make it itself where it
@@ -64,9 +64,8 @@ typedef struct fx_dgrad_sink {
  * w[O, C, KH, KW] (int16 mantissas), and *imax, their largest |value|; threads as
  * flexpoint_num_threads. sink: NULL, or as above. Returns 1 when done, 0
  * when the kernel declined a chunk's data (one segment alone could leave int32: dx is then
- * partly written, the sink has seen some chunks, and the caller takes another route) or, for
- * dy of 64 channels or more admitted for the epilogue route, without a sink (nothing
- * written), or a negative status with the error set (allocation). */
+ * partly written, the sink has seen some chunks, and the caller takes another route), or a
+ * negative status with the error set (allocation). */
 int fx_conv_dgrad_phases_i16(const fx_conv_geom *g, const struct fx_backend *be, const int16_t *dy,
                              const int16_t *w, int64_t *dx, uint64_t *imax,
                              const fx_dgrad_sink *sink, const char *func);
