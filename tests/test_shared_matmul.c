@@ -109,8 +109,18 @@ static void check_reference(tensor_t *out, tensor_t *a, tensor_t *b, const char 
  * fx_shared_matmul_direct) instead of into a buffer copied in afterwards. */
 static int g_disposable;
 
-/* Whether the active level rounds an [M, K] x [K, N] product in registers (AMX). */
+/* Whether the active level's kernel rounds an [M, K] x [K, N] product itself (AMX in
+ * registers, the register-tile driver from a column of tiles in cache): the route's "in
+ * registers" runs. */
 static int rounds_in_registers(int64_t M, int64_t K, int64_t N)
+{
+    const fx_backend *be = fx_backend_active();
+    return be->gemm.i16_rounds && be->gemm.i16_rounds(M, K, N);
+}
+
+/* Whether it does so on the AMX kernel, which alone takes DFP16 outputs whose guesses did not
+ * hold lately (their misses run the product again). */
+static int rounds_on_amx(int64_t M, int64_t K, int64_t N)
 {
     return fx_backend_active()->gemm.i16_amx && fx_gemm_i16_amx_rounds(M, K, N);
 }
@@ -230,7 +240,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
 }
 
 /* A DFP16 output whose exponent moves at every write (scales 1 and 256 in turn), so that its
- * guess never holds: where the level rounds the product in registers the route still takes it
+ * guess never holds: where the level rounds the product on AMX the route still takes it
  * (from the third write on, every write), each miss runs it again there (no product goes on to
  * the dispatcher: as many second runs as misses), and every write is the dispatcher's bit for
  * bit; where it does not, the dispatcher keeps every such product from the third write on (the
@@ -255,7 +265,7 @@ static void check_unsteady_dfp16(int64_t M, int64_t K, int64_t N)
     }
     const int64_t missed = fx_shared_matmul_missed() - missed0;
     const int64_t rerun = fx_shared_matmul_rerun() - rerun0;
-    if (rounds_in_registers(M, K, N)) {
+    if (rounds_on_amx(M, K, N)) {
         CHECK(taken_late == steps - 2, "%s: %lld of %d writes taken", what,
               (long long)taken_late, steps - 2);
         CHECK(missed >= steps - 2 && rerun == missed, "%s: %lld misses, %lld second runs", what,
@@ -266,8 +276,7 @@ static void check_unsteady_dfp16(int64_t M, int64_t K, int64_t N)
         CHECK(inreg >= taken_late && uncovered == 0, "%s: %lld runs in registers, %lld in blocks",
               what, (long long)inreg, (long long)uncovered);
     } else {
-        CHECK(taken_late == 0, "%s: taken %lld times without registers", what,
-              (long long)taken_late);
+        CHECK(taken_late == 0, "%s: taken %lld times without AMX", what, (long long)taken_late);
     }
     twin_products_free(&t);
 }
@@ -484,9 +493,9 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
     CHECK(direct == (g_disposable ? taken : 0), "%s: %lld of %lld products rounded straight "
           "into the output (disposable: %d)", what, (long long)direct, (long long)taken,
           g_disposable);
-    /* a DFP16 output rounded in registers is taken at every write from the third, the jump's
+    /* a DFP16 output rounded on AMX is taken at every write from the third, the jump's
      * unsteady ones included */
-    if (rounds_in_registers(M, K, N) && fo == FMT_DFP16)
+    if (rounds_on_amx(M, K, N) && fo == FMT_DFP16)
         CHECK(taken_late == steps - 2, "%s: %d of %d writes taken", what, taken_late, steps - 2);
     const int64_t inreg = fx_shared_matmul_in_registers() - inreg0;
     CHECK(rounds_in_registers(M, K, N) ? inreg >= 3 : inreg == 0,
@@ -570,18 +579,28 @@ static void check_not_taken(test_rng *r)
         tensor_free(t);
     }
     CHECK(fx_shared_matmul_taken() == before, "an excluded product was taken");
-    /* by default a [40, 40] output is too small, and K of 1024 too deep */
+    /* by default a [40, 40] output is too small, and K of 1024 too deep for int64 blocks:
+     * taken only where the level's kernel rounds it */
     fx_shared_matmul_set_sizes(0, 0);
     const int64_t sk[2] = {400, 1024}, skb[2] = {1024, 400}, so[2] = {400, 400};
     tensor_t *ak = tensor_new(FMT_DFP16, 2, sk), *bk = tensor_new(FMT_DFP16, 2, skb);
     tensor_t *ok = tensor_new(FMT_DFP16, 2, so);
     fill(ak, 1.0, r);
     fill(bk, 1.0, r);
+    for (int i = 0; i < 6; i++) CHECK_STATUS(tensor_matmul(o, b, b), FX_OK);
+    CHECK(fx_shared_matmul_taken() == before, "a small product was taken by default");
+    const int64_t inreg_deep0 = fx_shared_matmul_in_registers();
     for (int i = 0; i < 6; i++) {
-        CHECK_STATUS(tensor_matmul(o, b, b), FX_OK);
         CHECK_STATUS(tensor_matmul(ok, ak, bk), FX_OK);
+        CHECK(tensor_exp(ok) > -200, "exponent %d", tensor_exp(ok)); /* settles, as below */
     }
-    CHECK(fx_shared_matmul_taken() == before, "a small or deep product was taken by default");
+    const int deep = rounds_in_registers(400, 1024, 400);
+    const int64_t deep_taken = fx_shared_matmul_taken() - before;
+    CHECK(deep ? deep_taken >= 1 && fx_shared_matmul_in_registers() - inreg_deep0 == deep_taken
+               : deep_taken == 0,
+          "a product of K = 1024 taken %lld times by a level that %s round it",
+          (long long)deep_taken, deep ? "does" : "does not");
+    const int64_t before2 = fx_shared_matmul_taken();
     /* and with K = 1023 the same output is */
     const int64_t sk2[2] = {400, 1023}, skb2[2] = {1023, 400};
     tensor_t *ak2 = tensor_new(FMT_DFP16, 2, sk2), *bk2 = tensor_new(FMT_DFP16, 2, skb2);
@@ -593,7 +612,7 @@ static void check_not_taken(test_rng *r)
          * output has no guess while it is pending */
         CHECK(tensor_exp(ok) > -200, "exponent %d", tensor_exp(ok));
     }
-    CHECK(fx_shared_matmul_taken() > before, "a [400, 400] output of K = 1023 was not taken");
+    CHECK(fx_shared_matmul_taken() > before2, "a [400, 400] output of K = 1023 was not taken");
     tensor_free(a);
     tensor_free(b);
     tensor_free(f);

@@ -89,16 +89,19 @@ typedef struct fx_op_call {
      * convolution's weights, packed once for all its chunks), 64-byte aligned. Used where the
      * kernel streams A's rows; NULL, or any other kernel: in[1] is packed from its values. */
     const int8_t *b_amx_i16;
-    /* Optional, integer MATMUL on the AMX kernel, set only where fx_gemm_i16_amx_rounds(M, K,
-     * N) said yes and fx_q64_fast_ok(out_i16_shift) (src/flex/flex_kernels.h), with out_i64
-     * NULL and out_imax set: instead of an int64 stage the kernel rounds each exact sum v to
-     * nearest even at 2^out_i16_shift into out_i16 ([M, N], row stride N) while it is in
-     * registers, adds the nonzero sums that rounded to 0 to *out_i16_underflow, and reports
-     * max |v| exactly. The rounded values are those of cvt.quant_i64 where that maximum is at
-     * most fx_q64_fast_bound(out_i16_shift), that is where nothing saturates; above it they
-     * are not, and the caller computes the product again. Why: with few products per output
-     * (K = 25 to 576, a convolution's shapes as plain products) writing and reading 8 bytes
-     * of stage per output cost more than the tile products (src/core/shared_matmul.c). */
+    /* Optional, integer MATMUL of plain operands, set only where the level's
+     * gemm.i16_rounds(M, K, N) said yes and fx_q64_fast_ok(out_i16_shift)
+     * (src/flex/flex_kernels.h), with out_i64 NULL and out_imax set: instead of an int64 stage
+     * the kernel rounds each exact sum v to nearest even at 2^out_i16_shift into out_i16
+     * ([M, N], row stride N) while it is in registers (AMX) or in a column of tiles that is
+     * still in cache (the register-tile driver, src/flex/gemm_i16.c), adds the nonzero sums
+     * that rounded to 0 to *out_i16_underflow, and reports max |v| exactly. The rounded
+     * values are those of cvt.quant_i64 where that maximum is at most
+     * fx_q64_fast_bound(out_i16_shift), that is where nothing saturates; above it they are
+     * not, and the caller computes the product again. Why: writing and reading 8 bytes of
+     * stage per output cost more than the tile products where each output has few products
+     * (K = 25 to 576, a convolution's shapes as plain products), and a sixth of a 1024^3
+     * product on full-range data (src/core/shared_matmul.c). */
     int16_t *out_i16;
     int out_i16_shift;
     int64_t *out_i16_underflow;
@@ -255,6 +258,9 @@ typedef struct fx_gemm_tuning {
      * packs plain operands itself: while fx_gemm_i16_amx_on(), a convolution hands it the
      * patch matrix and the plain weights instead of A panels */
     int i16_amx;
+    /* Whether the integer MATMUL kernel takes a plain [M, K] x [K, N] product with
+     * fx_op_call.out_i16 (rounding instead of an int64 stage); NULL: never */
+    int (*i16_rounds)(int64_t M, int64_t K, int64_t N);
     int f32_panel_mr; /* the same for the fp32 MATMUL kernels (fp32, fp16, bf16 operands) */
     /* nonzero when the bf16 x bf16 MATMUL kernel runs on bf16 pairs (src/bf16/bf16_gemm.h) and
      * takes pre-packed A panels of this height in the integer GEMM's pair layout instead */

@@ -112,6 +112,8 @@ typedef struct fx_sm_plan {
     int guess;       /* the exponent every block is rounded at */
     int nt_items;    /* > 0: whole items on this many threads at once (fx_sm_run_items) */
     int amx_rounds;  /* the level's AMX kernel can round this shape in registers */
+    int rounds;      /* the level's kernel can round this shape (gemm.i16_rounds), on AMX or
+                      * from a column of register tiles */
     int16_t *tmp;    /* [batch, M, N]: the rounding at guess, copied into out once kept (or
                       * out itself: fx_sm_direct) */
     int64_t *block;  /* sums of the block being rounded: [mc, nc], or [M, N] per thread */
@@ -349,8 +351,8 @@ static bool fx_sm_takes_out(const tensor_t *out, int64_t numel, int64_t K, int *
     if (!fmt_is_shared_exponent(out->fmt) || out->st->on_device || out->st->dist ||
         !fx_tensor_covers_storage(out) || !fx_tensor_is_contiguous(out))
         return false;
-    if (numel < __atomic_load_n(&fx_sm_min_out, __ATOMIC_RELAXED) || K < 1 || K >= FX_SM_MAX_K)
-        return false;
+    /* K: from FX_SM_MAX_K only where the kernel rounds (fx_sm_write) */
+    if (numel < __atomic_load_n(&fx_sm_min_out, __ATOMIC_RELAXED) || K < 1) return false;
     if (!fx_write_shared_guess_exp(out, guess) || !fx_write_shared_local(out)) return false;
     *steady = fx_write_shared_guess_steady(out);
     return *steady || out->fmt == FMT_DFP16;
@@ -436,6 +438,10 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
     const int64_t MN = p->M * p->N;
     p->nt_items = MN <= budget && p->batch > 1 ? (p->batch < nt ? (int)p->batch : nt) : 0;
     p->amx_rounds = p->be->gemm.i16_amx && fx_gemm_i16_amx_rounds(p->M, p->K, p->N);
+    p->rounds = p->be->gemm.i16_rounds && p->be->gemm.i16_rounds(p->M, p->K, p->N);
+    const int blocks_ok = p->K < FX_SM_MAX_K; /* else the int64 blocks lose to the stage */
+    if (!blocks_ok && !(p->rounds && fx_q64_fast_ok(p->guess - p->ec)))
+        return FX_SHARED_MATMUL_NOT_TAKEN;
     /* A DFP16 guess that did not hold lately (an exponent that trends, a first write) misses
      * more often than not: in a transformer's training about two in three of them did. A miss
      * then costs one more run of the product, which in registers is still less than the
@@ -449,9 +455,10 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
     fx_scratch s = {.n = 0};
     int16_t *direct = fx_sm_direct(out, p);
     p->tmp = direct ? direct : fx_scratch_alloc(&s, p->batch * MN, sizeof *p->tmp);
-    p->block = fx_scratch_alloc(&s, p->nt_items ? p->nt_items * MN : p->mc * p->nc,
-                                sizeof *p->block);
-    if (!p->tmp || !p->block) {
+    p->block = !blocks_ok ? NULL
+               : fx_scratch_alloc(&s, p->nt_items ? p->nt_items * MN : p->mc * p->nc,
+                                  sizeof *p->block);
+    if (!p->tmp || (blocks_ok && !p->block)) {
         fx_scratch_free(&s);
         return fx_error(FX_ENOMEM, func, "cannot allocate the buffers of a [%lld, %lld, %lld] "
                         "output", (long long)p->batch, (long long)p->M, (long long)p->N);
@@ -466,9 +473,9 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
         p->missed = p->copy_pending = 0;
         p->asked = FX_EXP_NONE;
         rc = FX_OK;
-        /* in registers where the kernel covers the guess, else (or where a sum would have
+        /* rounded by the kernel where it covers the guess, else (or where a sum would have
          * saturated there) in int64 blocks */
-        int fits = p->amx_rounds && fx_q64_fast_ok(p->guess - p->ec);
+        int fits = p->rounds && fx_q64_fast_ok(p->guess - p->ec);
         if (fits) {
             const int may_ask_dry = out->fmt == FMT_DFP16 && run == 1;
             p->whole_max = may_ask_dry;
@@ -482,8 +489,13 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
                 continue;
             }
         }
+        if (rc == FX_OK && !fits && p->rounds)
+            __atomic_fetch_add(&fx_sm_not_covered, 1, __ATOMIC_RELAXED);
+        if (rc == FX_OK && !fits && !blocks_ok) { /* nothing is committed: the stage's turn */
+            fx_scratch_free(&s);
+            return FX_SHARED_MATMUL_NOT_TAKEN;
+        }
         if (rc == FX_OK && !fits) {
-            if (p->amx_rounds) __atomic_fetch_add(&fx_sm_not_covered, 1, __ATOMIC_RELAXED);
             fx_qstats_init(&p->q);
             p->imax = 0;
             rc = p->nt_items ? fx_sm_run_items(p, 0, &fits) : fx_sm_run_blocks(p, 0, &fits);

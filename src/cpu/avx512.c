@@ -131,6 +131,8 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     /* the int16 GEMM: vpdpwssd where the CPU has AVX512_VNNI, else vpmaddwd + vpaddd */
     fx_flex_set_kernel(b, FX_OP_MATMUL,
                        cpu->avx512vnni ? fx_flex_matmul_avx512vnni : fx_flex_matmul_avx512bw);
+    b->gemm.i16_rounds = cpu->avx512vnni ? fx_flex_matmul_avx512vnni_rounds
+                                         : fx_flex_matmul_avx512bw_rounds;
     /* VNNI: the forward convolution (and the input gradient, a forward pass of dy) and the
      * weight gradient without a patch matrix, their chains cut by norms as the GEMM's fast
      * kernel's (conv_i16_avx512.c, conv_i16_wgrad_avx512.c) */
@@ -145,6 +147,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     if (cpu->avx512vnni && fx_amx_int8_usable(cpu)) {
         fx_flex_set_kernel(b, FX_OP_MATMUL, fx_flex_matmul_amx);
         b->gemm.i16_amx = 1;
+        b->gemm.i16_rounds = fx_flex_matmul_amx_rounds;
         /* a convolution then hands it its A tiles made from byte planes of its input */
         b->conv.tiles_i16 = fx_conv_tiles_i16_avx512;
         b->conv.byte_planes_i16 = fx_conv_byte_planes_avx512;

@@ -151,12 +151,19 @@ int fx_flex_sub_avx512(const fx_op_call *c);
 int fx_flex_sum_avx512(const fx_op_call *c);
 int fx_flex_matmul_avx512bw(const fx_op_call *c);   /* vpmaddwd + vpaddd */
 int fx_flex_matmul_avx512vnni(const fx_op_call *c); /* vpdpwssd */
+/* Whether those kernels take an [M, K] x [K, N] product with fx_op_call.out_i16, rounding its
+ * sums instead of writing an int64 stage (fx_gemm_i16_rounds; fx_gemm_tuning.i16_rounds). */
+int fx_flex_matmul_avx512bw_rounds(int64_t M, int64_t K, int64_t N);
+int fx_flex_matmul_avx512vnni_rounds(int64_t M, int64_t K, int64_t N);
 /* The AMX-INT8 kernel (src/flex/gemm_i16_amx.c): plain operands of at least 16 x 32 x 16 on
  * byte tiles, anything else (pre-packed or on-demand A, small products) handed to
  * fx_flex_matmul_avx512vnni; the same exact int64 sums. Whether this process may run it (the
  * CPU's amx_int8 and the kernel's permission, asked once), and the tile products' rate in
  * operations per second of the calling thread's CPU time (only where usable). */
 int fx_flex_matmul_amx(const fx_op_call *c);
+/* Its out_i16 products: those it rounds itself (fx_gemm_i16_amx_rounds), and those the
+ * vpdpwssd kernel rounds (fx_flex_matmul_avx512vnni_rounds) */
+int fx_flex_matmul_amx_rounds(int64_t M, int64_t K, int64_t N);
 /* B (K x N int16, strides sbk and sbn) packed once in that kernel's byte tiles, for many
  * products with it (fx_op_call.b_amx_i16): fx_gemm_i16_amx_b_bytes(K, N) bytes at bpk,
  * 64-byte aligned. AVX-512 code: call only where the AMX kernel runs. */

@@ -30,6 +30,7 @@
  * the last K block, take its maximum for the write path (fx_op_call.out_imax).
  */
 #include "gemm_i16.h"
+#include "flex_kernels.h" /* fx_q64_fast_ok */
 #include "../core/internal.h"
 
 #include <math.h>
@@ -392,6 +393,14 @@ int fx_gemm_i16_wrap_pays(int64_t K)
     const int64_t kc = K < FX_GEMM_I16_KC ? K : FX_GEMM_I16_KC;
     return (kc + 1) / 2 >= FX_GEMM_I16_WRAP_MIN_KP;
 }
+
+int fx_gemm_i16_rounds(const fx_gemm_i16_kernel *kd, int64_t K)
+{
+    /* the plan's groups: k_group blocks, 1 to FX_GEMM_KG (fx_gemm_plan_make) */
+    const int64_t kg = kd->k_group < 1 ? 1 : kd->k_group > FX_GEMM_KG ? FX_GEMM_KG : kd->k_group;
+    return kd->round != NULL && K >= 1 && K <= kg * FX_GEMM_KC;
+}
+
 int fx_gemm_i16_narrow(int64_t N)
 {
     const int forced = g_forced;
@@ -467,6 +476,11 @@ typedef struct fx_gemm_plan {
     /* the stage: out [M,N] row-major; want_max: report max |out| (fx_op_call.out_imax) */
     int64_t *out;
     int want_max;
+    /* or, with a rounding (fx_gemm_i16_rounds), no stage: out16 [M,N] row-major gets the sums
+     * rounded at 2^shift, each column of tiles from a per-thread buffer of col_elems sums */
+    int16_t *out16;
+    int shift;
+    size_t col_elems;
 } fx_gemm_plan;
 
 /* Choose the route, blocking and threads of a product (the call's operands are checked here;
@@ -525,6 +539,13 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     pl->gated = mode != FX_GEMM_I16_NORM_ALWAYS;
     pl->out = c->out_i64;
     pl->want_max = c->out_imax != NULL && c->out_imax_known != NULL;
+    pl->out16 = c->out_i16;
+    pl->shift = c->out_i16_shift;
+    /* the caller asked fx_gemm_i16_rounds: anything else is a library bug, which must not
+     * reach the kernels (out_i64 is NULL) */
+    if (pl->out16 && (!fx_gemm_i16_rounds(kd, K) || !fx_q64_fast_ok(pl->shift) ||
+                      !pl->want_max || !c->out_i16_underflow))
+        return FX_EUNSUPPORTED;
     if (M == 0 || N == 0 || K == 0) return FX_OK; /* no blocks: fx_gemm_i16 writes the zeros */
 
     pl->kc = fx_min64(FX_GEMM_KC, K);
@@ -574,7 +595,9 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     pl->slot_stride =
         (pl->bs_bytes + pl->tag_elems * 8 + (pl->a_elems + pl->ah_elems + pl->na_elems) * 4 + 63) /
         64 * 64;
-    pl->t_stride = (pl->slot_stride * (size_t)pl->kg + pl->rows_elems * 2 + 63) / 64 * 64;
+    pl->col_elems = pl->out16 ? (size_t)(mc * nr) : 0; /* int64, a multiple of 8 */
+    pl->t_stride = (pl->slot_stride * (size_t)pl->kg + pl->col_elems * 8 + pl->rows_elems * 2 +
+                    63) / 64 * 64;
     pl->bpack_elems = (size_t)(pl->kp_max * 2 * pl->nc + 31) / 32 * 32; /* 64-byte multiples */
     pl->bnorm_elems = (size_t)(pl->nc / nr * (pl->nseg_max + 1));
     return FX_OK;
@@ -602,6 +625,7 @@ typedef struct fx_gemm_slot {
 /* One thread's scratch and state (laid out in its t_stride bytes of fx_gemm_shared.tpack). */
 typedef struct fx_gemm_thread {
     fx_gemm_slot slot[FX_GEMM_KG];
+    int64_t *col;             /* with out16: the sums of the column of tiles being run */
     int16_t *arows;           /* A rows on demand: one micro-panel's rows */
     int64_t block_id, a_block; /* B blocks and A blocks seen (ids count from 1) */
     int probed;               /* the probe group is behind us (no probe outside mode AUTO) */
@@ -609,6 +633,7 @@ typedef struct fx_gemm_thread {
     int64_t fast_tiles, split_tiles;
     int64_t fast_pairs, split_pairs, fast_chains; /* flexpoint_gemm_i16_stats */
     uint64_t imax;            /* max |out| of the tiles this thread finished */
+    int64_t nuf;              /* with out16: the nonzero sums it rounded to 0 */
 } fx_gemm_thread;
 
 static void fx_gemm_thread_init(const fx_gemm_plan *pl, const fx_gemm_shared *sh, int tid,
@@ -629,8 +654,9 @@ static void fx_gemm_thread_init(const fx_gemm_plan *pl, const fx_gemm_shared *sh
         /* tags 0: no panel is made (block and A block ids count from 1) */
         memset(sl->split_tag, 0, pl->tag_elems * sizeof *sl->split_tag);
     }
-    th->arows =
-        (int16_t *)(void *)(tbase + (size_t)pl->kg * pl->slot_stride) + FX_A_ROWS_SLACK;
+    th->col = pl->out16 ? (int64_t *)(void *)(tbase + (size_t)pl->kg * pl->slot_stride) : NULL;
+    th->arows = (int16_t *)(void *)(tbase + (size_t)pl->kg * pl->slot_stride +
+                                    pl->col_elems * 8) + FX_A_ROWS_SLACK;
     th->probed = !pl->gated;
 }
 
@@ -822,16 +848,17 @@ static fx_gemm_i16_wrap_block fx_gemm_wrap_block(const fx_gemm_plan *pl,
  * fast kernel ran. */
 static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
                               fx_gemm_thread *th, const fx_gemm_block *bk, int64_t i0,
-                              int64_t ir, int64_t jp, int64_t chain, int64_t *ct, int m, int n)
+                              int64_t ir, int64_t jp, int64_t chain, int64_t *ct, int64_t ldc,
+                              int m, int n)
 {
     const fx_gemm_i16_kernel *kd = pl->kd;
-    const int64_t kp = bk->kp, N = pl->N;
+    const int64_t kp = bk->kp;
     const int accumulate = bk->pc > 0;
     uint64_t *amax = bk->last && pl->want_max ? &th->imax : NULL;
     const int32_t *apn = fx_gemm_apanel(pl, th, bk, i0, ir);
     if (chain > 0) {
         const int16_t *bp = fx_gemm_bpack(pl, sh, bk) + jp * kp * 2 * pl->nr;
-        kd->fast(kp, chain, apn, bp, ct, N, m, n, accumulate, amax);
+        kd->fast(kp, chain, apn, bp, ct, ldc, m, n, accumulate, amax);
         th->fast_pairs += kp;
         /* both at most FX_GEMM_I16_MAX_KP: a 32-bit division, once per tile */
         th->fast_chains += (uint32_t)(kp + chain - 1) / (uint32_t)chain;
@@ -840,9 +867,9 @@ static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
     th->split_pairs += kp;
     if (pl->use_wrap) {
         const fx_gemm_i16_wrap_block wb = fx_gemm_wrap_block(pl, sh, th, bk, i0, ir, jp);
-        kd->wrap(1, &wb, ct, N, m, n, accumulate, amax);
+        kd->wrap(1, &wb, ct, ldc, m, n, accumulate, amax);
     } else
-        kd->ukr(kp, apn, fx_gemm_anydata_panels(pl, sh, th, bk, apn, ir, jp), ct, N, m, n,
+        kd->ukr(kp, apn, fx_gemm_anydata_panels(pl, sh, th, bk, apn, ir, jp), ct, ldc, m, n,
                 accumulate, amax);
     th->split_tiles++;
     return 0;
@@ -853,7 +880,8 @@ static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
  * read and written once per group instead of once per block. */
 static void fx_gemm_tile_wrap_group(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
                                     fx_gemm_thread *th, const fx_gemm_block *bk, int nb,
-                                    int64_t i0, int64_t ir, int64_t jp, int64_t *ct, int m, int n)
+                                    int64_t i0, int64_t ir, int64_t jp, int64_t *ct, int64_t ldc,
+                                    int m, int n)
 {
     fx_gemm_i16_wrap_block wb[FX_GEMM_KG];
     for (int g = 0; g < nb; g++) {
@@ -861,7 +889,7 @@ static void fx_gemm_tile_wrap_group(const fx_gemm_plan *pl, const fx_gemm_shared
         th->split_pairs += bk[g].kp;
     }
     uint64_t *amax = bk[nb - 1].last && pl->want_max ? &th->imax : NULL;
-    pl->kd->wrap(nb, wb, ct, pl->N, m, n, bk[0].pc > 0, amax);
+    pl->kd->wrap(nb, wb, ct, ldc, m, n, bk[0].pc > 0, amax);
     th->split_tiles += nb;
 }
 
@@ -898,23 +926,27 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
             }
             any_group |= all_wrap[t];
         }
+        /* the tiles' sums: into the stage, or (out16) into this column's buffer */
+        int64_t *const cbase = pl->out16 ? th->col : pl->out + i0 * pl->N + bk[0].jc + j0;
+        const int64_t ldc = pl->out16 ? nr : pl->N;
         for (int g = 0; g < nb; g++)
             for (int64_t t = 0; t < ntiles; t++) {
                 if (all_wrap[t]) continue;
                 const int64_t ir = t * mr;
-                int64_t *ct = pl->out + (i0 + ir) * pl->N + bk[0].jc + j0;
                 const int m = (int)fx_min64(mr, mcur - ir);
-                group_fast +=
-                    fx_gemm_tile_block(pl, sh, th, &bk[g], i0, ir, jp, chain[g][t], ct, m, n);
+                group_fast += fx_gemm_tile_block(pl, sh, th, &bk[g], i0, ir, jp, chain[g][t],
+                                                 cbase + ir * ldc, ldc, m, n);
             }
-        if (!any_group) continue;
-        for (int64_t t = 0; t < ntiles; t++) {
+        for (int64_t t = 0; any_group && t < ntiles; t++) {
             if (!all_wrap[t]) continue;
             const int64_t ir = t * mr;
-            int64_t *ct = pl->out + (i0 + ir) * pl->N + bk[0].jc + j0;
-            fx_gemm_tile_wrap_group(pl, sh, th, bk, nb, i0, ir, jp, ct,
+            fx_gemm_tile_wrap_group(pl, sh, th, bk, nb, i0, ir, jp, cbase + ir * ldc, ldc,
                                     (int)fx_min64(mr, mcur - ir), n);
         }
+        /* one group holds the whole K (fx_gemm_i16_rounds): the column's sums are final */
+        if (pl->out16)
+            pl->kd->round(th->col, nr, pl->out16 + i0 * pl->N + bk[0].jc + j0, pl->N,
+                          (int)mcur, n, pl->shift, &th->nuf);
     }
     th->fast_tiles += group_fast;
     return group_fast;
@@ -982,7 +1014,10 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     if (rc != FX_OK) return rc;
     *c->out_exp = c->in[0].exp + c->in[1].exp;
     if (pl.M == 0 || pl.N == 0 || pl.K == 0) {
-        if (pl.K == 0) memset(pl.out, 0, (size_t)(pl.M * pl.N) * sizeof *pl.out);
+        if (pl.K == 0 && pl.out16)
+            memset(pl.out16, 0, (size_t)(pl.M * pl.N) * sizeof *pl.out16);
+        else if (pl.K == 0)
+            memset(pl.out, 0, (size_t)(pl.M * pl.N) * sizeof *pl.out);
         if (pl.want_max) { /* every value is 0 (or there is none) */
             *c->out_imax = 0;
             *c->out_imax_known = 1;
@@ -1003,9 +1038,10 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         return FX_ENOMEM;
     }
     int64_t fast_tiles = 0, split_tiles = 0, fast_pairs = 0, split_pairs = 0, fast_chains = 0;
+    int64_t nuf = 0;
     uint64_t imax = 0;
     FX_OMP(omp parallel num_threads(pl.nt) if (pl.nt > 1)
-               reduction(+ : fast_tiles, split_tiles, fast_pairs, split_pairs, fast_chains)
+               reduction(+ : fast_tiles, split_tiles, fast_pairs, split_pairs, fast_chains, nuf)
                    reduction(max : imax))
     {
         int tid = 0;
@@ -1020,6 +1056,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         fast_pairs += th.fast_pairs;
         split_pairs += th.split_pairs;
         fast_chains += th.fast_chains;
+        nuf += th.nuf;
         imax = th.imax > imax ? th.imax : imax;
     }
     g_fast_tiles += fast_tiles;
@@ -1031,6 +1068,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         *c->out_imax = imax;
         *c->out_imax_known = 1;
     }
+    if (pl.out16) *c->out_i16_underflow += nuf;
     fx_scratch_aligned_free(sh.bpack);
     fx_scratch_aligned_free(sh.bnorm);
     fx_scratch_aligned_free(sh.tpack);

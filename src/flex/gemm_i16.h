@@ -321,7 +321,26 @@ typedef struct fx_gemm_i16_kernel {
      * the same CPU (bench_gemm, FLEXPOINT_CPU=avx2, three alternating runs: 1024^3 170-178
      * GOP/s against 175-183). The sums are exact either way, so the bits do not change. */
     int k_group;
+    /* Optional: the level's rounding of a block of exact sums into int16 mantissas, with which
+     * the driver takes fx_op_call.out_i16 (fx_gemm_i16_rounds): rows x cols sums (row stride
+     * lds) rounded to nearest even at 2^shift (fx_q64_fast_ok shifts) into dst (row stride
+     * ldd), the nonzero sums that rounded to 0 added to *nuf. The values are cvt.quant_i64's
+     * where every |sum| is at most fx_q64_fast_bound(shift); above it they are not (nothing
+     * may then be kept: the driver's caller knows from the exact maximum). NULL: the driver
+     * writes int64 sums only. */
+    void (*round)(const int64_t *src, int64_t lds, int16_t *dst, int64_t ldd, int rows,
+                  int cols, int shift, int64_t *nuf);
 } fx_gemm_i16_kernel;
+
+/* 1 when the driver can run a product with inner dimension K on kernel kd rounding its sums
+ * into int16 (fx_op_call.out_i16) instead of writing an int64 stage: kd has a rounding and K
+ * is one group of K blocks, so that each column of tiles is complete, in a per-thread buffer
+ * of MC x NR sums that stays in cache, when the driver leaves it (a product of several groups
+ * revisits every output once per group, and its partial sums need the whole stage). Why: at
+ * 1024^3 the stage is 8 MiB written by the tiles and read back by the rounding, and on
+ * full-range data its traffic and that pass took a sixth of the product's time on the Zen 5
+ * (docs/performance.md). */
+int fx_gemm_i16_rounds(const fx_gemm_i16_kernel *kd, int64_t K);
 
 /* Layouts of the any-data kernels' B micro-panels (made from the plain ones on demand). */
 enum { FX_GEMM_I16_B_SPLIT = 0, FX_GEMM_I16_B_WRAP = 1 };

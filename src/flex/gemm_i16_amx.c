@@ -894,13 +894,17 @@ int fx_flex_matmul_amx(const fx_op_call *c)
     const fx_operand *A = &c->in[0], *B = &c->in[1];
     const int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
     if (c->out_i16) {
-        /* the caller asked fx_gemm_i16_amx_rounds first; anything else is a library bug, which
-         * must not reach the other kernels: they write out_i64, which is NULL here. The shape
-         * alone is checked, not fx_gemm_i16_amx_on(): a kernel forced on another thread since
-         * that question must not fail a product the caller has already committed to */
-        if (c->a_panels || M < 16 || N < 16 || K < FX_GEMM_I16_AMX_ROUND_MIN_K ||
-            K > FX_GEMM_I16_AMX_ROUND_MAX_K ||
-            !fx_q64_fast_ok(c->out_i16_shift) || !c->out_imax || !c->out_i16_underflow)
+        /* the caller asked fx_flex_matmul_amx_rounds first. The shape alone is checked where
+         * the vpdpwssd kernel cannot round the product, not fx_gemm_i16_amx_on(): a kernel
+         * forced on another thread since that question must not fail a product the caller has
+         * already committed to; anything else is a library bug, which must not reach the
+         * kernels that write out_i64, NULL here */
+        const int amx_shape = !c->a_panels && M >= 16 && N >= 16 &&
+                              K >= FX_GEMM_I16_AMX_ROUND_MIN_K && K <= FX_GEMM_I16_AMX_ROUND_MAX_K;
+        const int vnni = fx_flex_matmul_avx512vnni_rounds(M, K, N);
+        if (vnni && !(amx_shape && fx_gemm_i16_amx_on())) return fx_flex_matmul_avx512vnni(c);
+        if (!amx_shape || !fx_q64_fast_ok(c->out_i16_shift) || !c->out_imax ||
+            !c->out_i16_underflow)
             return fx_error(FX_EUNSUPPORTED, "matmul", "the AMX kernel cannot round a %lld x %lld x "
                             "%lld product at shift %d in registers", (long long)M, (long long)K,
                             (long long)N, c->out_i16_shift);
@@ -950,6 +954,11 @@ int fx_flex_matmul_amx(const fx_op_call *c)
         *c->out_imax_known = 1;
     }
     return FX_OK;
+}
+
+int fx_flex_matmul_amx_rounds(int64_t M, int64_t K, int64_t N)
+{
+    return fx_gemm_i16_amx_rounds(M, K, N) || fx_flex_matmul_avx512vnni_rounds(M, K, N);
 }
 
 /* iters iterations of four independent tdpbssd (fx_amx_rate's loop) */

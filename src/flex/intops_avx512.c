@@ -6,6 +6,7 @@
  * int32 chains of at most 255 pair steps, widened to int64 at the end of every K block; wrap
  * kernel: sums mod 2^32 plus a high-byte estimate folded to floor(S / 2^16) per chunk). */
 #include "gemm_i16.h"
+#include "quant_q64_avx512.h"
 #include "../core/lanes_avx512.h"
 
 #include <immintrin.h>
@@ -550,12 +551,36 @@ static void fx_ukr16_avx512bw(int64_t kp, const int32_t *ap, const int16_t *bp, 
     fx_ukr16_body(kp, ap, bp, c, ldc, m, n, accumulate, amax, 0);
 }
 
-/* The 6 x 16 tile for a product of at most 16 columns (fx_gemm_i16_narrow), with the AVX2
- * level's 6 x 16 packing (its B layout is the same). */
-static int fx_take_narrow(const fx_op_call *c)
+/* fx_gemm_i16_kernel.round: a column of tiles' sums (at most 32 per row) rounded on
+ * quant_i64's fast route, 16 per store; the maximum is the kernels' (amax), so the one the
+ * route keeps is dropped. */
+static void fx_round_block_avx512(const int64_t *src, int64_t lds, int16_t *dst, int64_t ldd,
+                                  int rows, int cols, int shift, int64_t *nuf)
 {
-    const int64_t N = c->in[1].shape[1];
-    return fx_gemm_i16_narrow(N);
+    const fx_q64_fast f = fx_q64_fast_setup(shift);
+    __m512i max_in = _mm512_setzero_si512();
+    int64_t uf = 0;
+    for (int i = 0; i < rows; i++) {
+        const int64_t *si = src + i * lds;
+        int16_t *di = dst + i * ldd;
+        for (int j = 0; j < cols; j += 16) {
+            const int left = cols - j;
+            const __mmask8 k0 = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
+            const __mmask8 k1 = left >= 16 ? (__mmask8)0xFF
+                                : left > 8 ? (__mmask8)((1u << (left - 8)) - 1)
+                                           : (__mmask8)0;
+            const __m512i q0 =
+                fx_q64_fast_round(&f, _mm512_maskz_loadu_epi64(k0, si + j), &max_in, &uf);
+            const __m512i q1 =
+                fx_q64_fast_round(&f, _mm512_maskz_loadu_epi64(k1, si + j + 8), &max_in, &uf);
+            const __m256i q = fx_q64_pack16(q0, q1);
+            if (left >= 16)
+                _mm256_storeu_si256((__m256i *)(void *)(di + j), q);
+            else
+                _mm256_mask_storeu_epi16(di + j, (__mmask16)((1u << left) - 1), q);
+        }
+    }
+    *nuf += uf;
 }
 
 static int fx_small_matmul(const fx_op_call *c)
@@ -566,31 +591,58 @@ static int fx_small_matmul(const fx_op_call *c)
     return c->a_panels == NULL && c->a_rows == NULL && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS;
 }
 
+/* K blocks in groups (gemm_i16.c): measured on the Zen 5; the avx512bw kernels, which spend
+ * two instructions per pair, keep one block at a time, as the AVX2 level, whose code ran 1-4 %
+ * slower in groups there (gemm_i16.h) */
+static const fx_gemm_i16_kernel fx_k_vnni = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx512vnni,
+                                             .fast = fx_fast_avx512vnni,
+                                             .pack = &fx_gemm_i16_pack_avx512_6x32,
+                                             .wrap = fx_wrap_avx512vnni,
+                                             .k_group = FX_GEMM_I16_KG,
+                                             .round = fx_round_block_avx512};
+static const fx_gemm_i16_kernel fx_k16_vnni = {.mr = FX_MR, .nr = FX_NR16,
+                                               .ukr = fx_ukr16_avx512vnni,
+                                               .fast = fx_fast16_avx512vnni,
+                                               .pack = &fx_gemm_i16_pack_avx2_6x16,
+                                               .k_group = FX_GEMM_I16_KG,
+                                               .round = fx_round_block_avx512};
+static const fx_gemm_i16_kernel fx_k_bw = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx512bw,
+                                           .fast = fx_fast_avx512bw,
+                                           .pack = &fx_gemm_i16_pack_avx512_6x32,
+                                           .round = fx_round_block_avx512};
+static const fx_gemm_i16_kernel fx_k16_bw = {.mr = FX_MR, .nr = FX_NR16,
+                                             .ukr = fx_ukr16_avx512bw,
+                                             .fast = fx_fast16_avx512bw,
+                                             .pack = &fx_gemm_i16_pack_avx2_6x16,
+                                             .round = fx_round_block_avx512};
+
+/* The kernel a product takes on this level: for at most 16 columns (fx_gemm_i16_narrow) the
+ * 6 x 16 tile, with the AVX2 level's 6 x 16 packing (its B layout is the same). */
+static const fx_gemm_i16_kernel *fx_kernel_for(int64_t N, int vnni)
+{
+    if (fx_gemm_i16_narrow(N)) return vnni ? &fx_k16_vnni : &fx_k16_bw;
+    return vnni ? &fx_k_vnni : &fx_k_bw;
+}
+
 int fx_flex_matmul_avx512vnni(const fx_op_call *c)
 {
-    /* K blocks in groups (gemm_i16.c): measured on the Zen 5; the avx512bw kernels below, which
-     * spend two instructions per pair, keep one block at a time, as the AVX2 level, whose code
-     * ran 1-4 % slower in groups there (gemm_i16.h) */
-    static const fx_gemm_i16_kernel k = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx512vnni,
-                                          .fast = fx_fast_avx512vnni,
-                                          .pack = &fx_gemm_i16_pack_avx512_6x32,
-                                          .wrap = fx_wrap_avx512vnni, .k_group = FX_GEMM_I16_KG};
-    static const fx_gemm_i16_kernel k16 = {.mr = FX_MR, .nr = FX_NR16, .ukr = fx_ukr16_avx512vnni,
-                                            .fast = fx_fast16_avx512vnni,
-                                            .pack = &fx_gemm_i16_pack_avx2_6x16,
-                                            .k_group = FX_GEMM_I16_KG};
     if (fx_small_matmul(c)) return fx_flex_matmul_scalar(c);
-    return fx_gemm_i16(c, fx_take_narrow(c) ? &k16 : &k);
+    return fx_gemm_i16(c, fx_kernel_for(c->in[1].shape[1], 1));
 }
 
 int fx_flex_matmul_avx512bw(const fx_op_call *c)
 {
-    static const fx_gemm_i16_kernel k = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx512bw,
-                                          .fast = fx_fast_avx512bw,
-                                          .pack = &fx_gemm_i16_pack_avx512_6x32};
-    static const fx_gemm_i16_kernel k16 = {.mr = FX_MR, .nr = FX_NR16, .ukr = fx_ukr16_avx512bw,
-                                            .fast = fx_fast16_avx512bw,
-                                            .pack = &fx_gemm_i16_pack_avx2_6x16};
     if (fx_small_matmul(c)) return fx_flex_matmul_scalar(c);
-    return fx_gemm_i16(c, fx_take_narrow(c) ? &k16 : &k);
+    return fx_gemm_i16(c, fx_kernel_for(c->in[1].shape[1], 0));
+}
+
+/* Products below FX_FLEX_MATMUL_SIMD_MIN_MACS run the portable kernel, which writes int64. */
+int fx_flex_matmul_avx512vnni_rounds(int64_t M, int64_t K, int64_t N)
+{
+    return M * N * K >= FX_FLEX_MATMUL_SIMD_MIN_MACS && fx_gemm_i16_rounds(fx_kernel_for(N, 1), K);
+}
+
+int fx_flex_matmul_avx512bw_rounds(int64_t M, int64_t K, int64_t N)
+{
+    return M * N * K >= FX_FLEX_MATMUL_SIMD_MIN_MACS && fx_gemm_i16_rounds(fx_kernel_for(N, 0), K);
 }
