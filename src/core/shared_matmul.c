@@ -21,9 +21,12 @@
  * (below), whose misses run it again, in registers unless the exponent asked for is beyond
  * what the kernel rounds there.
  *
- * Where the level's AMX kernel takes the product in one K block (fx_gemm_i16_amx_rounds) it
- * rounds each sum at the guess while the sum is in registers (fx_op_call.out_i16), so there are
- * no int64 blocks at all and the product runs whole, each item in one call. A guess at which
+ * Where the level's kernel rounds the product itself (gemm.i16_rounds: the AMX kernel in one K
+ * block, fx_gemm_i16_amx_rounds, each sum while it is in registers; the register-tile driver
+ * where one group of K blocks holds the whole K, fx_gemm_i16_rounds, each column of tiles from
+ * a buffer in cache) it rounds each sum at the guess (fx_op_call.out_i16), so there are no
+ * int64 blocks at all and the product runs whole, each item in one call; this also takes
+ * products from FX_SM_MAX_K. Below, "in registers" names both. A guess at which
  * some sum would saturate (its largest |sum| above fx_q64_fast_bound) is the one case that
  * rounding does not cover. For DFP16 that guess is a miss anyway, and the run in registers
  * measured the exact largest |sum|, from which the write's exponent follows: a dry write asks
@@ -56,7 +59,7 @@
  * 1 MiB on Zen 4) */
 #define FX_SM_CHUNK_DEFAULT ((int64_t)1 << 17)
 /* From this many products per output (2K operations each) the stage costs less than the
- * repacking of operands that the blocks add: one thread on the Xeon reporting model 167,
+ * repacking of operands that the blocks add (products the kernel rounds itself have no blocks): one thread on the Xeon reporting model 167,
  * flex16_5 1024^3 at 418-426 GOP/s with blocks against 410-453 without, 2048^3 at 418 against
  * 483; 800 x 25088 x 64 at 115 against 64, 64 x 25088 x 800 at 247 against 212. */
 #define FX_SM_MAX_K 1024
@@ -340,10 +343,10 @@ static int fx_sm_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_q
 
 /* Whether a product into out may be taken here (operands aside): the route on, out a whole,
  * contiguous host FLEX16_5/DFP16 tensor, an output large enough for its stage to leave the
- * cache, fewer than FX_SM_MAX_K products per output, and an exponent guess, in a write that
- * decides alone and at once. *steady: the guess held lately; a FLEX16_5 guess must have, a
- * DFP16 one need not, but is then taken only where the product rounds in registers at it
- * (fx_sm_write). */
+ * cache, at least one product per output (fx_sm_write requires fewer than FX_SM_MAX_K where
+ * the kernel does not round), and an exponent guess, in a write that decides alone and at
+ * once. *steady: the guess held lately; a FLEX16_5 guess must have, a DFP16 one need not, but
+ * is then taken only where the product rounds on AMX at it (fx_sm_write). */
 static bool fx_sm_takes_out(const tensor_t *out, int64_t numel, int64_t K, int *guess,
                             int *steady)
 {
