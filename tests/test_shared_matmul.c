@@ -15,9 +15,10 @@
  *    unit in the last place of its exponent (exact sums, one rounding).
  *    tensor_bmm likewise, with items run several at once (each within the block budget) and
  *    in turn in blocks, every transpose combination.
- * 3. Where the level's AMX kernel rounds in registers (an AVX-512 CPU with AMX-INT8, forced on
- *    for these checks; shapes of at least 16 x 16 x 16 and K up to
- *    FX_GEMM_I16_AMX_ROUND_MAX_K), the steady writes must take that route (its counter must
+ * 3. Where the level's kernel rounds itself (gemm.i16_rounds: an AVX-512 CPU with AMX-INT8,
+ *    forced on for these checks, shapes of at least 16 x 16 x 16 and K up to
+ *    FX_GEMM_I16_AMX_ROUND_MAX_K; the AVX-512 register tiles, K up to one group of K blocks),
+ *    the steady writes must take that route (its counter must
  *    move), ragged edges, the deepest K and products large enough for the kernel's two
  *    threads included; at the jumps, whose guess would saturate sums there, FLEX16_5 runs in
  *    blocks and DFP16 asks a dry write for its exponent and runs again in registers, with no
@@ -34,14 +35,18 @@
  *    bound: operands of 32767 and -32513 whose byte products put its accumulators at their
  *    extremes for K = 128 and 64, and K = 200, where they would wrap int32 (int64 lanes).
  * 3c. A DFP16 output whose exponent moves at every write (check_unsteady_dfp16): taken where
- *    the level rounds in registers, its misses run again there, and left to the dispatcher
+ *    the level rounds on AMX, its misses run again there, and left to the dispatcher
  *    elsewhere; every write the dispatcher's bit for bit.
  * 3d. Outputs marked disposable (as the trainer's activations; the plain products at two
  *    threads, the bmm at one) are rounded into straight, every take (fx_shared_matmul_direct),
  *    with the same checks; others never. A disposable bmm output that is its own first or
  *    second operand is taken but never rounded into before the products are done, and gives
  *    the product of a copy.
- * 4. Products it must not take (too small an output by default, K of 1024 or more, a transposed
+ * 3e. The register-tile driver's rounding (check_forced_kernels): every kernel forced in turn
+ *    on full-range, small and mixed integer operands, K up to 1,536, the narrow tile, at 1 and
+ *    2 threads: the dispatcher's bits, and in registers where the level rounds the shape.
+ * 4. Products it must not take (too small an output by default, K of 1024 or more where the
+ *    level's kernel does not round it (and taken in registers where it does), a transposed
  *    output view, a float operand, an output that is an operand) give the dispatcher's
  *    results and leave the counter still. */
 #include "flexpoint.h"
@@ -381,6 +386,52 @@ static void check_rounding_edges(int64_t K, int s, int neg_larger)
     free(bv);
 }
 
+/* The register-tile driver's rounding from columns of tiles (fx_gemm_i16_rounds) on every
+ * kernel it has, forced in turn (auto, split, wrap, fast: the wrap kernel's groups of K blocks
+ * in one call, the fast kernel's blocks accumulated in the column's buffer), on full-range
+ * integer operands (every tile an any-data one unless forced fast, which the norms then refuse
+ * tile by tile), on small ones (every tile fast) and on operands full-range in their first 300
+ * values of K only (tiles that take an any-data kernel on the first K block and the fast one
+ * on the others, a kernel call per block): more rows than a row block (144), ragged
+ * columns and the narrow tile, K of one block, of four (1,536, beyond the int64 blocks'
+ * limit) and odd; each write the dispatcher's bit for bit and within half a unit of fp64, in
+ * registers where the level rounds the shape. */
+static void check_forced_kernels(test_rng *r)
+{
+    static const int kernels[] = {FX_GEMM_I16_KERNEL_AUTO, FX_GEMM_I16_KERNEL_SPLIT,
+                                  FX_GEMM_I16_KERNEL_WRAP, FX_GEMM_I16_KERNEL_FAST};
+    static const int64_t shapes[][3] = {{150, 1536, 70}, {40, 383, 16}, {7, 1001, 33}};
+    const int kernel0 = fx_gemm_i16_forced_kernel();
+    for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int kind = 0; kind <= 2; kind++) { /* full range, small, mixed */
+                const int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+                /* exponent 0 for both: a value of 32767 in each; small: the rest below 64;
+                 * mixed: small from k = 300 */
+                const float top = 32767.0f;
+                float *av = malloc((size_t)(M * K) * sizeof *av);
+                float *bv = malloc((size_t)(K * N) * sizeof *bv);
+                for (int64_t i = 0; i < M * K; i++) {
+                    const int64_t lim = kind == 1 || (kind == 2 && i % K >= 300) ? 63 : 32767;
+                    av[i] = i == 0 ? top : (float)test_rng_range(r, -lim, lim);
+                }
+                for (int64_t i = 0; i < K * N; i++) {
+                    const int64_t lim = kind == 1 || (kind == 2 && i / N >= 300) ? 63 : 32767;
+                    bv[i] = i == 0 ? top : (float)test_rng_range(r, -lim, lim);
+                }
+                CHECK_STATUS(fx_gemm_i16_force_kernel(kernels[ki]), FX_OK);
+                char what[96];
+                snprintf(what, sizeof what, "kernel %s, %s, [%lld, %lld] @ [%lld, %lld]",
+                         fx_gemm_i16_kernel_name(kernels[ki]),
+                         kind == 0 ? "full range" : kind == 1 ? "small" : "mixed",
+                         (long long)M, (long long)K, (long long)K, (long long)N);
+                tensor_free(integer_steady_writes(av, bv, M, K, N, what));
+                CHECK_STATUS(fx_gemm_i16_force_kernel(kernel0), FX_OK);
+                free(av);
+                free(bv);
+            }
+}
+
 /* The int32 rounding's bound on its accumulators (K <= 128): rows and columns of 32767
  * (whose byte products make HL + LH and LL their largest: X at its top, 2130706560 at K =
  * 128) and of -32513 (high byte -128, low byte 255: HL + LH at its lowest), and of the two
@@ -703,6 +754,7 @@ int main(void)
             check_extreme_accumulators(128);
             check_extreme_accumulators(64);
             check_extreme_accumulators(200); /* where X would wrap: int64 lanes */
+            check_forced_kernels(&r);
         }
         fx_shared_matmul_set_sizes(64, 256);
         for (int nt = 1; nt <= 2; nt++) {
