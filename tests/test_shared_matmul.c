@@ -432,6 +432,46 @@ static void check_forced_kernels(test_rng *r)
             }
 }
 
+/* Shifts beyond 32, which the AVX2 rounding takes one by one: FLEX16_5 outputs whose window
+ * starts `shift` above the sums' exponent, so that every write is clamped there and most sums
+ * round to 0 (underflows) or to one unit; written six times into twins, the route's and the
+ * dispatcher's, each write the same bits and statistics, and in registers where the level
+ * rounds the shape. */
+static void check_clamped_shift(int64_t M, int64_t K, int64_t N, int shift, test_rng *r)
+{
+    const int64_t sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
+    tensor_t *a = tensor_new(FMT_FLEX16_5, 2, sa), *b = tensor_new(FMT_FLEX16_5, 2, sb);
+    tensor_t *fast = tensor_new(FMT_FLEX16_5, 2, so), *ref = tensor_new(FMT_FLEX16_5, 2, so);
+    /* sums up to about 2^40 at the operands' exponents: shifts up to 40 leave some nonzero */
+    fill(a, 1e4, r);
+    fill(b, 1e4, r);
+    const int lo = tensor_exp(a) + tensor_exp(b) + shift;
+    CHECK_STATUS(tensor_set_exp_window(fast, lo), FX_OK);
+    CHECK_STATUS(tensor_set_exp_window(ref, lo), FX_OK);
+    char what[96];
+    snprintf(what, sizeof what, "clamped at shift %d, [%lld, %lld] @ [%lld, %lld]", shift,
+             (long long)M, (long long)K, (long long)K, (long long)N);
+    const int64_t inreg0 = fx_shared_matmul_in_registers();
+    for (int step = 0; step < 6; step++) {
+        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(0);
+        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(1);
+        if (!test_same_writes(fast, ref, what, step)) break;
+    }
+    CHECK(tensor_exp(fast) == lo, "%s: exponent %d, window from %d", what, tensor_exp(fast), lo);
+    double uf = 0.0;
+    CHECK_STATUS(tensor_stat(fast, "underflow", &uf), FX_OK);
+    CHECK(uf > 0.0, "%s: no underflow counted", what);
+    if (rounds_in_registers(M, K, N))
+        CHECK(fx_shared_matmul_in_registers() - inreg0 >= 1, "%s: not rounded in registers",
+              what);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(fast);
+    tensor_free(ref);
+}
+
 /* The int32 rounding's bound on its accumulators (K <= 128): rows and columns of 32767
  * (whose byte products make HL + LH and LL their largest: X at its top, 2130706560 at K =
  * 128) and of -32513 (high byte -128, low byte 255: HL + LH at its lowest), and of the two
@@ -755,6 +795,7 @@ int main(void)
             check_extreme_accumulators(64);
             check_extreme_accumulators(200); /* where X would wrap: int64 lanes */
             check_forced_kernels(&r);
+            for (int shift = 30; shift <= 40; shift += 5) check_clamped_shift(70, 200, 50, shift, &r);
         }
         fx_shared_matmul_set_sizes(64, 256);
         for (int nt = 1; nt <= 2; nt++) {

@@ -77,6 +77,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     /* flex16_5 and dfp16: integer kernels (COPY, ADD, SUB, MUL, SCALE, RELU stay scalar) */
     fx_flex_set_kernel(b, FX_OP_SUM, fx_flex_sum_avx2);
     fx_flex_set_kernel(b, FX_OP_MATMUL, fx_flex_matmul_avx2);
+    b->gemm.i16_rounds = fx_flex_matmul_avx2_rounds;
     /* int16 GEMM tuning: a convolution's patch rows on demand (src/nn/conv_panels.h,
      * fx_conv_rows_i16); B is packed per product, so that the norm-tested fast kernel, which
      * is what pays on AVX2, can take its tiles */

@@ -144,6 +144,8 @@ int fx_flex_sum_drive(const fx_op_call *c, fx_sum_row_fn row, fx_sum_rows_fn col
 
 int fx_flex_sum_avx2(const fx_op_call *c); /* intops_ew_avx2.c */
 int fx_flex_matmul_avx2(const fx_op_call *c);
+/* Whether it takes an [M, K] x [K, N] product with fx_op_call.out_i16 (fx_gemm_i16_rounds). */
+int fx_flex_matmul_avx2_rounds(int64_t M, int64_t K, int64_t N);
 
 int fx_flex_relu_avx512(const fx_op_call *c); /* intops_ew_avx512.c */
 int fx_flex_add_avx512(const fx_op_call *c);

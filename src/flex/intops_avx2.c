@@ -3,6 +3,7 @@
  * into 2^16 H + s, fold (b); split kernel: split B, int32 chains of at most 255 pair steps,
  * widened to int64 at the end of every K block). */
 #include "gemm_i16.h"
+#include "quant_r4_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -311,25 +312,74 @@ static void fx_fast_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int
     if (amax) fx_range64_finish(&range, amax);
 }
 
+/* fx_gemm_i16_kernel.round: a column of tiles' sums (16 per row) rounded on the fast route
+ * of quant_r4_avx2.h, eight per 128-bit store, for the shifts it takes (1 to 32), and one by one
+ * by the portable rounding for the others (33 to 47: an exponent far above sums of at most 384
+ * products, at which they round to 0 or nearly); the maximum is the kernels' (amax). */
+static void fx_round_block_avx2(const int64_t *src, int64_t lds, int16_t *dst, int64_t ldd,
+                                int rows, int cols, int shift, int64_t *nuf)
+{
+    const int fast = fx_r4_fast_ok(shift);
+    fx_r4_fast f = fx_r4_fast_setup(fast ? shift : 1);
+    const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    int64_t uf = 0;
+    for (int i = 0; i < rows; i++) {
+        const int64_t *si = src + i * lds;
+        int16_t *di = dst + i * ldd;
+        int j = 0;
+        for (; fast && j + 8 <= cols; j += 8) {
+            /* each lane's low dword holds its value where nothing saturates */
+            const __m256i q0 = _mm256_permutevar8x32_epi32(
+                fx_requant4_fast(_mm256_loadu_si256((const __m256i *)(const void *)(si + j)), &f),
+                low_dwords);
+            const __m256i q1 = _mm256_permutevar8x32_epi32(
+                fx_requant4_fast(_mm256_loadu_si256((const __m256i *)(const void *)(si + j + 4)),
+                                 &f),
+                low_dwords);
+            _mm_storeu_si128((__m128i *)(void *)(di + j),
+                             _mm_packs_epi32(_mm256_castsi256_si128(q0),
+                                             _mm256_castsi256_si128(q1)));
+        }
+        for (; j < cols; j++) {
+            const int64_t q = fx_rshift_rne(si[j], shift);
+            uf += si[j] != 0 && q == 0;
+            di[j] = (int16_t)(q > FX_MANT_MAX ? FX_MANT_MAX : q < -FX_MANT_MAX ? -FX_MANT_MAX : q);
+        }
+    }
+    int64_t lanes[4];
+    _mm256_storeu_si256((__m256i *)(void *)lanes, f.underflow);
+    *nuf += uf + lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+/* Gates: the norm test on every product whose K block has at least 16 pairs. On AVX2 the
+ * alternative is the split kernel (two vpmaddwd per pair), so with the SIMD packing the norms
+ * pay even on the CNN's narrow products (N = 32, 64; M = 128 for the dense layers), unlike on
+ * AVX-512 where the wrap kernel needs only 1.5. Measured on a Zen 3 EPYC (2 vCPUs) with
+ * flexpoint-train flex16_5 CNN epochs on 6400 images, two configurations at once on the two
+ * cores, four pairs with the cores swapped in turn, mean s/epoch: 12.0 against 12.9 with M >=
+ * 256 and N >= 32, and 13.0 against 14.3 with gates of 512 rows, 256 columns and 64 pairs.
+ * Below 16 pairs (conv1's 13-pair forward) the norms cost what the fast kernel saves:
+ * bench_gemm_i16's conv1 forward 0.97-1.01x the split kernel's time, whole epochs 11.5 against
+ * 11.6 s (within noise). */
+static const fx_gemm_i16_kernel fx_k_avx2 = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx2,
+                                             .fast = fx_fast_avx2,
+                                             .pack = &fx_gemm_i16_pack_avx2_6x16,
+                                             .fast_min_m = 1, .fast_min_n = 1,
+                                             .fast_min_kp = 16, .equal_k_blocks = 1,
+                                             .round = fx_round_block_avx2};
+
 int fx_flex_matmul_avx2(const fx_op_call *c)
 {
-    /* Gates: the norm test on every product whose K block has at least 16 pairs. On AVX2 the
-     * alternative is the split kernel (two vpmaddwd per pair), so with the SIMD packing the
-     * norms pay even on the CNN's narrow products (N = 32, 64; M = 128 for the dense layers),
-     * unlike on AVX-512 where the wrap kernel needs only 1.5. Measured on a Zen 3 EPYC (2
-     * vCPUs) with flexpoint-train flex16_5 CNN epochs on 6400 images, two configurations at
-     * once on the two cores, four pairs with the cores swapped in turn, mean s/epoch: 12.0
-     * against 12.9 with M >= 256 and N >= 32, and 13.0 against 14.3 with gates of 512 rows,
-     * 256 columns and 64 pairs. Below 16 pairs (conv1's 13-pair forward) the norms cost what the
-     * fast kernel saves: bench_gemm_i16's conv1 forward 0.97-1.01x the split kernel's time,
-     * whole epochs 11.5 against 11.6 s (within noise). */
-    static const fx_gemm_i16_kernel k = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx2,
-                                          .fast = fx_fast_avx2,
-                                          .pack = &fx_gemm_i16_pack_avx2_6x16,
-                                          .fast_min_m = 1, .fast_min_n = 1, .fast_min_kp = 16,
-                                          .equal_k_blocks = 1};
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
     if (!c->a_panels && !c->a_rows && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS)
         return fx_flex_matmul_scalar(c);
-    return fx_gemm_i16(c, &k);
+    return fx_gemm_i16(c, &fx_k_avx2);
+}
+
+/* One K block at a time (no k_group): products of K <= FX_GEMM_I16_KC round from the
+ * column's buffer (fx_gemm_i16_rounds); below FX_FLEX_MATMUL_SIMD_MIN_MACS the portable
+ * kernel writes int64. */
+int fx_flex_matmul_avx2_rounds(int64_t M, int64_t K, int64_t N)
+{
+    return M * N * K >= FX_FLEX_MATMUL_SIMD_MIN_MACS && fx_gemm_i16_rounds(&fx_k_avx2, K);
 }
