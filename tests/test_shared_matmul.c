@@ -17,7 +17,8 @@
  *    in turn in blocks, every transpose combination.
  * 3. Where the level's kernel rounds itself (gemm.i16_rounds: an AVX-512 CPU with AMX-INT8,
  *    forced on for these checks, shapes of at least 16 x 16 x 16 and K up to
- *    FX_GEMM_I16_AMX_ROUND_MAX_K; the AVX-512 register tiles, K up to one group of K blocks),
+ *    FX_GEMM_I16_AMX_ROUND_MAX_K; the AVX2 and AVX-512 register tiles, K up to one group of
+ *    K blocks),
  *    the steady writes must take that route (its counter must
  *    move), ragged edges, the deepest K and products large enough for the kernel's two
  *    threads included; at the jumps, whose guess would saturate sums there, FLEX16_5 runs in
@@ -54,6 +55,7 @@
 #include "core/backend.h"
 #include "core/dispatch.h" /* FX_GUESS_STEADY_WRITES */
 #include "core/shared_matmul.h"
+#include "flex/flex_kernels.h"
 #include "flex/gemm_i16.h"
 #include "testutil.h"
 
@@ -121,6 +123,24 @@ static int rounds_in_registers(int64_t M, int64_t K, int64_t N)
 {
     const fx_backend *be = fx_backend_active();
     return be->gemm.i16_rounds && be->gemm.i16_rounds(M, K, N);
+}
+
+/* The level's answers at the edges of what it rounds: none on the portable level; K up to one
+ * K block (384) everywhere else, up to a group of four on the VNNI kernels (1,536; AMX takes up
+ * to FX_GEMM_I16_AMX_ROUND_MAX_K), the narrow tile (N <= 16) included, and not beyond. */
+static void check_rounds_limits(void)
+{
+    const fx_backend *be = fx_backend_active();
+    int (*const q)(int64_t, int64_t, int64_t) = be->gemm.i16_rounds;
+    if (!q) {
+        CHECK(strcmp(be->name, "scalar") == 0, "%s: no rounding on a SIMD level", be->name);
+        return;
+    }
+    const int groups = q == fx_flex_matmul_avx512vnni_rounds || q == fx_flex_matmul_amx_rounds;
+    CHECK(q(40, 384, 16) && q(150, 384, 70) && q(150, 1, 70), "%s: K of one block", be->name);
+    CHECK(!groups || (q(150, 1536, 70) && q(150, 1536, 16)), "%s: K of four blocks", be->name);
+    CHECK(groups || (!q(150, 385, 70) && !q(150, 385, 16)), "%s: K past one block", be->name);
+    CHECK(q == fx_flex_matmul_amx_rounds || !q(150, 1537, 70), "%s: K past a group", be->name);
 }
 
 /* Whether it does so on the AMX kernel, which alone takes DFP16 outputs whose guesses did not
@@ -392,7 +412,9 @@ static void check_rounding_edges(int64_t K, int s, int neg_larger)
  * integer operands (every tile an any-data one unless forced fast, which the norms then refuse
  * tile by tile), on small ones (every tile fast) and on operands full-range in their first 300
  * values of K only (tiles that take an any-data kernel on the first K block and the fast one
- * on the others, a kernel call per block): more rows than a row block (144), ragged
+ * on the others, a kernel call per block, where the norms are tested after the first block:
+ * forced FAST, or AUTO where the first group, its probe, holds them all): more rows than a
+ * row block (144), ragged
  * columns and the narrow tile, K of one block, of four (1,536, beyond the int64 blocks'
  * limit) and odd; each write the dispatcher's bit for bit and within half a unit of fp64, in
  * registers where the level rounds the shape. */
@@ -420,6 +442,8 @@ static void check_forced_kernels(test_rng *r)
                     bv[i] = i == 0 ? top : (float)test_rng_range(r, -lim, lim);
                 }
                 CHECK_STATUS(fx_gemm_i16_force_kernel(kernels[ki]), FX_OK);
+                int64_t fast0, split0, fast1, split1;
+                fx_gemm_i16_tile_counts(&fast0, &split0);
                 char what[96];
                 snprintf(what, sizeof what, "kernel %s, %s, [%lld, %lld] @ [%lld, %lld]",
                          fx_gemm_i16_kernel_name(kernels[ki]),
@@ -427,24 +451,50 @@ static void check_forced_kernels(test_rng *r)
                          (long long)M, (long long)K, (long long)K, (long long)N);
                 tensor_free(integer_steady_writes(av, bv, M, K, N, what));
                 CHECK_STATUS(fx_gemm_i16_force_kernel(kernel0), FX_OK);
+                /* the kernels meant to run did (the register tiles count them; AMX and the
+                 * portable level do not) */
+                fx_gemm_i16_tile_counts(&fast1, &split1);
+                const int64_t fast = fast1 - fast0, split = split1 - split0;
+                const fx_backend *be = fx_backend_active();
+                const int counted = be->gemm.i16_rounds && !be->gemm.i16_amx;
+                const int any_only = kernels[ki] == FX_GEMM_I16_KERNEL_SPLIT ||
+                                     kernels[ki] == FX_GEMM_I16_KERNEL_WRAP;
+                if (counted && any_only)
+                    CHECK(fast == 0 && split > 0, "%s: %lld fast, %lld any-data tiles", what,
+                          (long long)fast, (long long)split);
+                else if (counted) /* mixed: the fast kernel after the first K block where
+                                     * norms are tested there (forced FAST: no probe group) */
+                    CHECK((kind != 0 || split > 0) && (kind != 1 || fast > 0) &&
+                              (kind != 2 ||
+                               (split > 0 && (K <= FX_GEMM_I16_KC || fast > 0 ||
+                                              kernels[ki] != FX_GEMM_I16_KERNEL_FAST))),
+                          "%s: %lld fast, %lld any-data tiles", what, (long long)fast,
+                          (long long)split);
                 free(av);
                 free(bv);
             }
 }
 
-/* Shifts beyond 32, which the AVX2 rounding takes one by one: FLEX16_5 outputs whose window
- * starts `shift` above the sums' exponent, so that every write is clamped there and most sums
- * round to 0 (underflows) or to one unit; written six times into twins, the route's and the
- * dispatcher's, each write the same bits and statistics, and in registers where the level
- * rounds the shape. */
+/* Shifts beyond 32, which the AVX2 rounding takes one by one: a FLEX16_5 output whose window
+ * starts `shift` above the sums' exponent, so that every write is clamped there, from DFP16
+ * integer operands (exponent 0) whose first row and column are all 32767 and the rest uniform:
+ * sums from 0 to K 2^30 (2^38.6 at K = 384), which round to 0 (underflows) up to a few hundred
+ * units at shifts 31 to 37. Written six times into twins, the route's and the dispatcher's,
+ * each write the same bits and statistics, and in registers where the level rounds the shape. */
 static void check_clamped_shift(int64_t M, int64_t K, int64_t N, int shift, test_rng *r)
 {
     const int64_t sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
-    tensor_t *a = tensor_new(FMT_FLEX16_5, 2, sa), *b = tensor_new(FMT_FLEX16_5, 2, sb);
+    tensor_t *a = tensor_new(FMT_DFP16, 2, sa), *b = tensor_new(FMT_DFP16, 2, sb);
     tensor_t *fast = tensor_new(FMT_FLEX16_5, 2, so), *ref = tensor_new(FMT_FLEX16_5, 2, so);
-    /* sums up to about 2^40 at the operands' exponents: shifts up to 40 leave some nonzero */
-    fill(a, 1e4, r);
-    fill(b, 1e4, r);
+    float *av = malloc((size_t)(M * K) * sizeof *av), *bv = malloc((size_t)(K * N) * sizeof *bv);
+    for (int64_t i = 0; i < M * K; i++)
+        av[i] = i < K ? 32767.0f : (float)test_rng_range(r, -32767, 32767);
+    for (int64_t i = 0; i < K * N; i++)
+        bv[i] = i % N == 0 ? 32767.0f : (float)test_rng_range(r, -32767, 32767);
+    CHECK_STATUS(tensor_from_f32(a, av), FX_OK);
+    CHECK_STATUS(tensor_from_f32(b, bv), FX_OK);
+    free(av);
+    free(bv);
     const int lo = tensor_exp(a) + tensor_exp(b) + shift;
     CHECK_STATUS(tensor_set_exp_window(fast, lo), FX_OK);
     CHECK_STATUS(tensor_set_exp_window(ref, lo), FX_OK);
@@ -460,9 +510,15 @@ static void check_clamped_shift(int64_t M, int64_t K, int64_t N, int shift, test
         if (!test_same_writes(fast, ref, what, step)) break;
     }
     CHECK(tensor_exp(fast) == lo, "%s: exponent %d, window from %d", what, tensor_exp(fast), lo);
-    double uf = 0.0;
+    double uf = 0.0, mx = 0.0;
     CHECK_STATUS(tensor_stat(fast, "underflow", &uf), FX_OK);
     CHECK(uf > 0.0, "%s: no underflow counted", what);
+    /* the all-32767 row and column's sum K 2^30 keeps a nonzero mantissa up to shift 38 */
+    CHECK_STATUS(tensor_stat(fast, "stored_max", &mx), FX_OK);
+    CHECK(mx >= ldexp(1.0, lo), "%s: every mantissa 0 (stored max %g)", what, mx);
+    double clamped = 0.0;
+    CHECK_STATUS(tensor_stat(fast, "clamped", &clamped), FX_OK);
+    CHECK(clamped == 1.0, "%s: the exponent was not clamped", what);
     if (rounds_in_registers(M, K, N))
         CHECK(fx_shared_matmul_in_registers() - inreg0 >= 1, "%s: not rounded in registers",
               what);
@@ -687,7 +743,8 @@ static void check_not_taken(test_rng *r)
     }
     const int deep = rounds_in_registers(400, 1024, 400);
     const int64_t deep_taken = fx_shared_matmul_taken() - before;
-    CHECK(deep ? deep_taken >= 1 && fx_shared_matmul_in_registers() - inreg_deep0 == deep_taken
+    /* (on AMX a DFP16 first write is taken too, and its miss runs again in registers) */
+    CHECK(deep ? deep_taken >= 1 && fx_shared_matmul_in_registers() - inreg_deep0 >= deep_taken
                : deep_taken == 0,
           "a product of K = 1024 taken %lld times by a level that %s round it",
           (long long)deep_taken, deep ? "does" : "does not");
@@ -795,7 +852,8 @@ int main(void)
             check_extreme_accumulators(64);
             check_extreme_accumulators(200); /* where X would wrap: int64 lanes */
             check_forced_kernels(&r);
-            for (int shift = 30; shift <= 40; shift += 5) check_clamped_shift(70, 200, 50, shift, &r);
+            check_rounds_limits();
+            for (int shift = 31; shift <= 37; shift += 2) check_clamped_shift(70, 384, 50, shift, &r);
         }
         fx_shared_matmul_set_sizes(64, 256);
         for (int nt = 1; nt <= 2; nt++) {

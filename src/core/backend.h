@@ -91,7 +91,8 @@ typedef struct fx_op_call {
     const int8_t *b_amx_i16;
     /* Optional, integer MATMUL of plain operands, set only where the level's
      * gemm.i16_rounds(M, K, N) said yes and fx_q64_fast_ok(out_i16_shift)
-     * (src/flex/flex_kernels.h), with out_i64 NULL and out_imax set: instead of an int64 stage
+     * (src/flex/flex_kernels.h), with out_i64 NULL, and out_imax, out_imax_known and
+     * out_i16_underflow set (the register tiles refuse it otherwise): instead of an int64 stage
      * the kernel rounds each exact sum v to nearest even at 2^out_i16_shift into out_i16
      * ([M, N], row stride N) while it is in registers (AMX) or in a column of tiles that is
      * still in cache (the register-tile driver, src/flex/gemm_i16.c), adds the nonzero sums

@@ -72,9 +72,9 @@ int fx_matmul_float(const fx_operand *a, const fx_operand *b, fmt_t fmt, float *
 int fx_matmul_i64_max(const fx_operand *a, const fx_operand *b, int64_t *out_i64, int nthreads,
                       uint64_t *imax, const char *func);
 
-/* The int16 product of fx_matmul_i64_max on the AMX kernel rounded in registers
- * (fx_op_call.out_i16): only where the active level installed that kernel
- * (gemm.i16_amx), fx_gemm_i16_amx_rounds(M, K, N) and fx_q64_fast_ok(shift). The sums
+/* The int16 product of fx_matmul_i64_max rounded by the level's kernel (fx_op_call.out_i16;
+ * AMX in registers, the register tiles from a column in cache): only where the active level's
+ * gemm.i16_rounds(M, K, N) said yes and fx_q64_fast_ok(shift). The sums
  * rounded to nearest even at 2^shift into out ([M, N], contiguous), their largest |value|
  * into *imax and their underflows added to *nuf; the values are valid only where *imax <=
  * fx_q64_fast_bound(shift) (nothing saturated). */

@@ -17,7 +17,7 @@
  * second miss hands the product to the dispatcher, which computes it again with a whole stage:
  * the same exact sums, so the same decision and bits. The route is taken where the guess
  * held for the output's last FX_GUESS_STEADY_WRITES writes, so that such misses stay rare, and
- * for a DFP16 output whose guess did not hold where the product rounds in registers at it
+ * for a DFP16 output whose guess did not hold where the AMX kernel rounds the product at it
  * (below), whose misses run it again, in registers unless the exponent asked for is beyond
  * what the kernel rounds there.
  *
@@ -59,9 +59,10 @@
  * 1 MiB on Zen 4) */
 #define FX_SM_CHUNK_DEFAULT ((int64_t)1 << 17)
 /* From this many products per output (2K operations each) the stage costs less than the
- * repacking of operands that the blocks add (products the kernel rounds itself have no blocks): one thread on the Xeon reporting model 167,
- * flex16_5 1024^3 at 418-426 GOP/s with blocks against 410-453 without, 2048^3 at 418 against
- * 483; 800 x 25088 x 64 at 115 against 64, 64 x 25088 x 800 at 247 against 212. */
+ * repacking of operands that the blocks add (products the kernel rounds itself have no
+ * blocks): one thread on the Xeon reporting model 167, flex16_5 1024^3 at 418-426 GOP/s with
+ * blocks against 410-453 without, 2048^3 at 418 against 483; 800 x 25088 x 64 at 115 against
+ * 64, 64 x 25088 x 800 at 247 against 212. */
 #define FX_SM_MAX_K 1024
 /* Rows of a block (fx_sm_blocks), and the least number of its columns (the widest register
  * tile has 32). */
@@ -171,8 +172,8 @@ static int fx_sm_block_sums(const fx_sm_plan *p, int64_t i, int64_t m0, int64_t 
     return fx_matmul_i64_max(&a, &b, sums, nt, imax, "tensor_matmul");
 }
 
-/* Item i's whole product rounded at p->guess - p->ec by the AMX kernel in registers into
- * tmp, on nt threads: its statistics merged into *q and its largest |sum| into *imax; *fits
+/* Item i's whole product rounded at p->guess - p->ec by the level's kernel (gemm.i16_rounds:
+ * AMX in registers, or the register tiles from a column in cache) into tmp, on nt threads: its statistics merged into *q and its largest |sum| into *imax; *fits
  * cleared where some sum would saturate (the values are then not the rounding's). */
 static int fx_sm_item_in_registers(const fx_sm_plan *p, int64_t i, int nt, fx_qstats *q,
                                    uint64_t *imax, int *fits)
@@ -285,7 +286,8 @@ static int fx_sm_run_items(fx_sm_plan *p, int in_registers, int *fits)
 #ifdef _OPENMP
         tid = omp_get_thread_num();
 #endif
-        int64_t *sums = p->block + tid * MN;
+        /* (no blocks where the kernel rounds products of FX_SM_MAX_K and more) */
+        int64_t *sums = p->block ? p->block + tid * MN : NULL;
         fx_qstats mine;
         fx_qstats_init(&mine);
         uint64_t mx = 0;
@@ -515,8 +517,10 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
          * again: a second run guessing it needs no stage either (in a transformer's training
          * a tenth of the DFP16 products missed, against 3 % for FLEX16_5, whose misses are
          * recomputed overflows: those go to the dispatcher, whose stage is rounded twice). */
+        /* (and where the exponent asked for can be run: without blocks, rounded) */
         if (!(rc != FX_OK && p->missed && run == 1 && out->fmt == FMT_DFP16 &&
-              p->asked != FX_EXP_NONE))
+              p->asked != FX_EXP_NONE &&
+              (blocks_ok || (p->rounds && fx_q64_fast_ok(p->asked - p->ec)))))
             break;
         __atomic_fetch_add(&fx_sm_missed, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&fx_sm_rerun, 1, __ATOMIC_RELAXED);

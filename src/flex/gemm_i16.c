@@ -26,8 +26,9 @@
  * sums of its K blocks in order, so the result is the exact int64 sum for any thread count.
  * fx_gemm_i16 is three steps (at the end of this file): fx_gemm_plan_make decides the route,
  * blocking and threads; fx_gemm_pack_b_block and fx_gemm_pack_a_block pack the operands with
- * their norms; fx_gemm_run_tiles calls the micro-kernels, which write the int64 stage and, on
- * the last K block, take its maximum for the write path (fx_op_call.out_imax).
+ * their norms; fx_gemm_run_tiles calls the micro-kernels, which write the int64 stage (or, with
+ * a rounding, fx_op_call.out_i16, a buffer of one column of tiles that is rounded as soon as it
+ * is done) and, on the last K block, take its maximum for the write path (fx_op_call.out_imax).
  */
 #include "gemm_i16.h"
 #include "flex_kernels.h" /* fx_q64_fast_ok */
@@ -358,10 +359,15 @@ int fx_gemm_i16_amx_on(void)
     return forced == FX_GEMM_I16_KERNEL_AMX || (forced == FX_GEMM_I16_KERNEL_AUTO && g_amx_auto);
 }
 
+int fx_gemm_i16_amx_round_shape(int64_t M, int64_t K, int64_t N)
+{
+    return M >= 16 && N >= 16 && K >= FX_GEMM_I16_AMX_ROUND_MIN_K &&
+           K <= FX_GEMM_I16_AMX_ROUND_MAX_K;
+}
+
 int fx_gemm_i16_amx_rounds(int64_t M, int64_t K, int64_t N)
 {
-    return fx_gemm_i16_amx_on() && M >= 16 && N >= 16 && K >= FX_GEMM_I16_AMX_ROUND_MIN_K &&
-           K <= FX_GEMM_I16_AMX_ROUND_MAX_K;
+    return fx_gemm_i16_amx_on() && fx_gemm_i16_amx_round_shape(M, K, N);
 }
 
 const char *fx_gemm_i16_kernel_name(int kernel)
@@ -394,11 +400,15 @@ int fx_gemm_i16_wrap_pays(int64_t K)
     return (kc + 1) / 2 >= FX_GEMM_I16_WRAP_MIN_KP;
 }
 
+/* K blocks per group of kernel kd's products: its k_group, 1 to FX_GEMM_KG */
+static int fx_gemm_kg_level(const fx_gemm_i16_kernel *kd)
+{
+    return kd->k_group < 1 ? 1 : kd->k_group > FX_GEMM_KG ? FX_GEMM_KG : kd->k_group;
+}
+
 int fx_gemm_i16_rounds(const fx_gemm_i16_kernel *kd, int64_t K)
 {
-    /* the plan's groups: k_group blocks, 1 to FX_GEMM_KG (fx_gemm_plan_make) */
-    const int64_t kg = kd->k_group < 1 ? 1 : kd->k_group > FX_GEMM_KG ? FX_GEMM_KG : kd->k_group;
-    return kd->round != NULL && K >= 1 && K <= kg * FX_GEMM_KC;
+    return kd->round != NULL && K >= 1 && K <= (int64_t)fx_gemm_kg_level(kd) * FX_GEMM_KC;
 }
 
 int fx_gemm_i16_narrow(int64_t N)
@@ -467,7 +477,7 @@ typedef struct fx_gemm_plan {
     int nt;
     /* one thread's scratch, t_stride bytes (fx_gemm_thread_init): per K block of a group
      * (slot_stride bytes each) split or wrap B block, panel tags, A block, A high panels, A
-     * norms; then the A rows */
+     * norms; then, with a rounding, the column of tiles' sums (col_elems); then the A rows */
     size_t bs_elems, a_elems, ah_elems, na_elems, tag_elems, rows_elems, bs_bytes, slot_stride,
         t_stride;
     /* the shared B blocks of a group: kg of each, these many elements apart */
@@ -545,7 +555,9 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
      * reach the kernels (out_i64 is NULL) */
     if (pl->out16 && (!fx_gemm_i16_rounds(kd, K) || !fx_q64_fast_ok(pl->shift) ||
                       !pl->want_max || !c->out_i16_underflow))
-        return FX_EUNSUPPORTED;
+        return fx_error(FX_EUNSUPPORTED, "matmul", "the register tiles cannot round a %lld x "
+                        "%lld x %lld product at shift %d", (long long)M, (long long)K,
+                        (long long)N, pl->shift);
     if (M == 0 || N == 0 || K == 0) return FX_OK; /* no blocks: fx_gemm_i16 writes the zeros */
 
     pl->kc = fx_min64(FX_GEMM_KC, K);
@@ -559,8 +571,9 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     }
     pl->kp_max = (pl->kc + 1) / 2;
     pl->nseg_max = (pl->kp_max + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
-    const int kg_level = kd->k_group < 1 ? 1 : kd->k_group > FX_GEMM_KG ? FX_GEMM_KG : kd->k_group;
-    pl->kg = (int)fx_min64(kg_level, (K + pl->kc - 1) / pl->kc);
+    pl->kg = (int)fx_min64(fx_gemm_kg_level(kd), (K + pl->kc - 1) / pl->kc);
+    /* a rounding needs the whole K in the one group (fx_gemm_i16_rounds said so) */
+    if (pl->out16 && (int64_t)pl->kg * pl->kc < K) return FX_EUNSUPPORTED;
     int nt = c->nthreads;
     if (nt < 1 || M * N * K < FX_GEMM_PAR_MIN_MACS) nt = 1;
     int64_t mc = fx_min64(FX_GEMM_MC / mr * mr, (M + mr - 1) / mr * mr);
@@ -1014,9 +1027,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     if (rc != FX_OK) return rc;
     *c->out_exp = c->in[0].exp + c->in[1].exp;
     if (pl.M == 0 || pl.N == 0 || pl.K == 0) {
-        if (pl.K == 0 && pl.out16)
-            memset(pl.out16, 0, (size_t)(pl.M * pl.N) * sizeof *pl.out16);
-        else if (pl.K == 0)
+        if (pl.K == 0) /* (a rounding takes K >= 1) */
             memset(pl.out, 0, (size_t)(pl.M * pl.N) * sizeof *pl.out);
         if (pl.want_max) { /* every value is 0 (or there is none) */
             *c->out_imax = 0;

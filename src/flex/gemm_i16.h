@@ -235,6 +235,8 @@ int fx_gemm_i16_amx_on(void);
  * the Xeon reporting model 207 a [32, 25] x [25, 100352] product took 2.7-2.9 ms there against
  * 3.5-5.3 ms on the register tiles (K = 16 and 27 likewise). */
 int fx_gemm_i16_amx_rounds(int64_t M, int64_t K, int64_t N);
+/* The shape part of that test alone (the AMX kernel checks it at the call) */
+int fx_gemm_i16_amx_round_shape(int64_t M, int64_t K, int64_t N);
 
 /* 1 when a product with inner dimension K takes the wrap kernel (on a level that has one):
  * where it pays (FX_GEMM_I16_WRAP_MIN_KP) under AUTO and FAST, always under WRAP, never under

@@ -516,11 +516,9 @@ static inline void amx_round_rows(const fx_q64_fast *rq, const int32_t (*acc)[25
                                   int cols, int16_t *dst, int64_t ld, __m512i *vmax, int64_t *uf)
 {
     const __mmask16 cm = (__mmask16)(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
-    for (int r = 0; r < rows; r++) {
-        const __m512i q0 = fx_q64_fast_round(rq, combine8(acc, r * 16), vmax, uf);
-        const __m512i q1 = fx_q64_fast_round(rq, combine8(acc, r * 16 + 8), vmax, uf);
-        _mm256_mask_storeu_epi16(dst + r * ld, cm, fx_q64_pack16(q0, q1));
-    }
+    for (int r = 0; r < rows; r++)
+        fx_q64_fast_store16(rq, combine8(acc, r * 16), combine8(acc, r * 16 + 8), dst + r * ld,
+                            cm, vmax, uf);
 }
 
 /* The rounding of the sums of one or two k tiles (K <= 128) in int32 lanes, 16 at a time.
@@ -899,8 +897,7 @@ int fx_flex_matmul_amx(const fx_op_call *c)
          * forced on another thread since that question must not fail a product the caller has
          * already committed to; anything else is a library bug, which must not reach the
          * kernels that write out_i64, NULL here */
-        const int amx_shape = !c->a_panels && M >= 16 && N >= 16 &&
-                              K >= FX_GEMM_I16_AMX_ROUND_MIN_K && K <= FX_GEMM_I16_AMX_ROUND_MAX_K;
+        const int amx_shape = !c->a_panels && fx_gemm_i16_amx_round_shape(M, K, N);
         const int vnni = fx_flex_matmul_avx512vnni_rounds(M, K, N);
         if (vnni && !(amx_shape && fx_gemm_i16_amx_on())) return fx_flex_matmul_avx512vnni(c);
         if (!amx_shape || !fx_q64_fast_ok(c->out_i16_shift) || !c->out_imax ||

@@ -321,24 +321,17 @@ static void fx_round_block_avx2(const int64_t *src, int64_t lds, int16_t *dst, i
 {
     const int fast = fx_r4_fast_ok(shift);
     fx_r4_fast f = fx_r4_fast_setup(fast ? shift : 1);
-    const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     int64_t uf = 0;
     for (int i = 0; i < rows; i++) {
         const int64_t *si = src + i * lds;
         int16_t *di = dst + i * ldd;
         int j = 0;
         for (; fast && j + 8 <= cols; j += 8) {
-            /* each lane's low dword holds its value where nothing saturates */
-            const __m256i q0 = _mm256_permutevar8x32_epi32(
-                fx_requant4_fast(_mm256_loadu_si256((const __m256i *)(const void *)(si + j)), &f),
-                low_dwords);
-            const __m256i q1 = _mm256_permutevar8x32_epi32(
-                fx_requant4_fast(_mm256_loadu_si256((const __m256i *)(const void *)(si + j + 4)),
-                                 &f),
-                low_dwords);
+            const __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)(si + j));
+            const __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(si + j + 4));
             _mm_storeu_si128((__m128i *)(void *)(di + j),
-                             _mm_packs_epi32(_mm256_castsi256_si128(q0),
-                                             _mm256_castsi256_si128(q1)));
+                             fx_pack8_i64_order(fx_narrow8(fx_requant4_fast(v0, &f),
+                                                           fx_requant4_fast(v1, &f))));
         }
         for (; j < cols; j++) {
             const int64_t q = fx_rshift_rne(si[j], shift);
@@ -371,15 +364,17 @@ static const fx_gemm_i16_kernel fx_k_avx2 = {.mr = FX_MR, .nr = FX_NR, .ukr = fx
 int fx_flex_matmul_avx2(const fx_op_call *c)
 {
     const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
-    if (!c->a_panels && !c->a_rows && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS)
+    /* a rounding (out_i16) only on the register tiles */
+    if (!c->a_panels && !c->a_rows && !c->out_i16 && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS)
         return fx_flex_matmul_scalar(c);
     return fx_gemm_i16(c, &fx_k_avx2);
 }
 
 /* One K block at a time (no k_group): products of K <= FX_GEMM_I16_KC round from the
- * column's buffer (fx_gemm_i16_rounds); below FX_FLEX_MATMUL_SIMD_MIN_MACS the portable
- * kernel writes int64. */
+ * column's buffer (fx_gemm_i16_rounds), whatever their size. */
 int fx_flex_matmul_avx2_rounds(int64_t M, int64_t K, int64_t N)
 {
-    return M * N * K >= FX_FLEX_MATMUL_SIMD_MIN_MACS && fx_gemm_i16_rounds(&fx_k_avx2, K);
+    (void)M;
+    (void)N;
+    return fx_gemm_i16_rounds(&fx_k_avx2, K);
 }

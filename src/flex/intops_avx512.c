@@ -565,19 +565,10 @@ static void fx_round_block_avx512(const int64_t *src, int64_t lds, int16_t *dst,
         int16_t *di = dst + i * ldd;
         for (int j = 0; j < cols; j += 16) {
             const int left = cols - j;
-            const __mmask8 k0 = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
-            const __mmask8 k1 = left >= 16 ? (__mmask8)0xFF
-                                : left > 8 ? (__mmask8)((1u << (left - 8)) - 1)
-                                           : (__mmask8)0;
-            const __m512i q0 =
-                fx_q64_fast_round(&f, _mm512_maskz_loadu_epi64(k0, si + j), &max_in, &uf);
-            const __m512i q1 =
-                fx_q64_fast_round(&f, _mm512_maskz_loadu_epi64(k1, si + j + 8), &max_in, &uf);
-            const __m256i q = fx_q64_pack16(q0, q1);
-            if (left >= 16)
-                _mm256_storeu_si256((__m256i *)(void *)(di + j), q);
-            else
-                _mm256_mask_storeu_epi16(di + j, (__mmask16)((1u << left) - 1), q);
+            const __mmask16 m = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+            fx_q64_fast_store16(&f, _mm512_maskz_loadu_epi64((__mmask8)m, si + j),
+                                _mm512_maskz_loadu_epi64((__mmask8)(m >> 8), si + j + 8),
+                                di + j, m, &max_in, &uf);
         }
     }
     *nuf += uf;
@@ -585,10 +576,11 @@ static void fx_round_block_avx512(const int64_t *src, int64_t lds, int16_t *dst,
 
 static int fx_small_matmul(const fx_op_call *c)
 {
-    const int64_t M = c->in[0].shape[0], K = c->in[0].shape[1], N = c->in[1].shape[1];
     /* pre-packed panels and on-demand rows (a convolution's A) exist only for the
-     * register-tile kernels */
-    return c->a_panels == NULL && c->a_rows == NULL && M * N * K < FX_FLEX_MATMUL_SIMD_MIN_MACS;
+     * register-tile kernels, and so does a rounding (out_i16) */
+    return c->a_panels == NULL && c->a_rows == NULL && c->out_i16 == NULL &&
+           c->in[0].shape[0] * c->in[0].shape[1] * c->in[1].shape[1] <
+               FX_FLEX_MATMUL_SIMD_MIN_MACS;
 }
 
 /* K blocks in groups (gemm_i16.c): measured on the Zen 5; the avx512bw kernels, which spend
@@ -636,13 +628,15 @@ int fx_flex_matmul_avx512bw(const fx_op_call *c)
     return fx_gemm_i16(c, fx_kernel_for(c->in[1].shape[1], 0));
 }
 
-/* Products below FX_FLEX_MATMUL_SIMD_MIN_MACS run the portable kernel, which writes int64. */
+/* A rounding goes to the register tiles whatever the size (fx_small_matmul) */
 int fx_flex_matmul_avx512vnni_rounds(int64_t M, int64_t K, int64_t N)
 {
-    return M * N * K >= FX_FLEX_MATMUL_SIMD_MIN_MACS && fx_gemm_i16_rounds(fx_kernel_for(N, 1), K);
+    (void)M;
+    return fx_gemm_i16_rounds(fx_kernel_for(N, 1), K);
 }
 
 int fx_flex_matmul_avx512bw_rounds(int64_t M, int64_t K, int64_t N)
 {
-    return M * N * K >= FX_FLEX_MATMUL_SIMD_MIN_MACS && fx_gemm_i16_rounds(fx_kernel_for(N, 0), K);
+    (void)M;
+    return fx_gemm_i16_rounds(fx_kernel_for(N, 0), K);
 }

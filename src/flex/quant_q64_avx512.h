@@ -64,4 +64,13 @@ static inline __m256i fx_q64_pack16(__m512i q0, __m512i q1)
                                    _mm512_cvtepi64_epi16(q1), 1);
 }
 
+/* Sixteen sums (v0, then v1) rounded on the fast route into dst's lanes under m, as
+ * fx_q64_fast_round counts them (lanes outside m must hold 0). */
+static inline void fx_q64_fast_store16(const fx_q64_fast *k, __m512i v0, __m512i v1,
+                                       int16_t *dst, __mmask16 m, __m512i *max_in, int64_t *nuf)
+{
+    const __m512i q0 = fx_q64_fast_round(k, v0, max_in, nuf);
+    _mm256_mask_storeu_epi16(dst, m, fx_q64_pack16(q0, fx_q64_fast_round(k, v1, max_in, nuf)));
+}
+
 #endif
