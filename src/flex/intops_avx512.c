@@ -563,9 +563,13 @@ static void fx_round_block_avx512(const int64_t *src, int64_t lds, int16_t *dst,
     for (int i = 0; i < rows; i++) {
         const int64_t *si = src + i * lds;
         int16_t *di = dst + i * ldd;
-        for (int j = 0; j < cols; j += 16) {
-            const int left = cols - j;
-            const __mmask16 m = (__mmask16)(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+        int j = 0;
+        for (; j + 16 <= cols; j += 16)
+            fx_q64_fast_store16(&f, _mm512_loadu_si512((const void *)(si + j)),
+                                _mm512_loadu_si512((const void *)(si + j + 8)), di + j, 0xFFFF,
+                                &max_in, &uf);
+        if (j < cols) { /* the ragged edge: masked lanes load as 0 */
+            const __mmask16 m = (__mmask16)((1u << (cols - j)) - 1u);
             fx_q64_fast_store16(&f, _mm512_maskz_loadu_epi64((__mmask8)m, si + j),
                                 _mm512_maskz_loadu_epi64((__mmask8)(m >> 8), si + j + 8),
                                 di + j, m, &max_in, &uf);
