@@ -306,6 +306,26 @@ static void check_unsteady_dfp16(int64_t M, int64_t K, int64_t N)
     twin_products_free(&t);
 }
 
+/* Six writes of a @ b into twins, fast through the route and ref through the dispatcher, each
+ * the same bits, statistics and trace; where the level rounds [M, K] x [K, N] itself, some of
+ * them must have been rounded so. */
+static void steady_twin_writes(tensor_t *fast, tensor_t *ref, const tensor_t *a,
+                               const tensor_t *b, int64_t M, int64_t K, int64_t N,
+                               const char *what)
+{
+    const int64_t inreg0 = fx_shared_matmul_in_registers();
+    for (int step = 0; step < 6; step++) {
+        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(0);
+        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
+        fx_shared_matmul_set_enabled(1);
+        if (!test_same_writes(fast, ref, what, step)) break;
+    }
+    if (rounds_in_registers(M, K, N))
+        CHECK(fx_shared_matmul_in_registers() - inreg0 >= 1, "%s: not rounded in registers",
+              what);
+}
+
 /* DFP16 operands of the integer values av [M, K] and bv [K, N] (both exponent 0), written six
  * times into twin outputs, the route's and the dispatcher's, each write the same bits; the
  * last one within half a unit of fp64, and where the level rounds in registers the steady
@@ -320,18 +340,8 @@ static tensor_t *integer_steady_writes(const float *av, const float *bv, int64_t
     CHECK_STATUS(tensor_from_f32(b, bv), FX_OK);
     CHECK(tensor_exp(a) == 0 && tensor_exp(b) == 0, "%s: operand exponents %d, %d", what,
           tensor_exp(a), tensor_exp(b));
-    const int64_t inreg0 = fx_shared_matmul_in_registers();
-    for (int step = 0; step < 6; step++) {
-        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
-        fx_shared_matmul_set_enabled(0);
-        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
-        fx_shared_matmul_set_enabled(1);
-        if (!test_same_writes(fast, ref, what, step)) break;
-    }
+    steady_twin_writes(fast, ref, a, b, M, K, N, what);
     check_reference(fast, a, b, what);
-    if (rounds_in_registers(M, K, N))
-        CHECK(fx_shared_matmul_in_registers() - inreg0 >= 1, "%s: not rounded in registers",
-              what);
     tensor_free(a);
     tensor_free(b);
     tensor_free(ref);
@@ -501,14 +511,7 @@ static void check_clamped_shift(int64_t M, int64_t K, int64_t N, int shift, test
     char what[96];
     snprintf(what, sizeof what, "clamped at shift %d, [%lld, %lld] @ [%lld, %lld]", shift,
              (long long)M, (long long)K, (long long)K, (long long)N);
-    const int64_t inreg0 = fx_shared_matmul_in_registers();
-    for (int step = 0; step < 6; step++) {
-        CHECK_STATUS(tensor_matmul(fast, a, b), FX_OK);
-        fx_shared_matmul_set_enabled(0);
-        CHECK_STATUS(tensor_matmul(ref, a, b), FX_OK);
-        fx_shared_matmul_set_enabled(1);
-        if (!test_same_writes(fast, ref, what, step)) break;
-    }
+    steady_twin_writes(fast, ref, a, b, M, K, N, what);
     CHECK(tensor_exp(fast) == lo, "%s: exponent %d, window from %d", what, tensor_exp(fast), lo);
     double uf = 0.0, mx = 0.0;
     CHECK_STATUS(tensor_stat(fast, "underflow", &uf), FX_OK);
@@ -519,9 +522,6 @@ static void check_clamped_shift(int64_t M, int64_t K, int64_t N, int shift, test
     double clamped = 0.0;
     CHECK_STATUS(tensor_stat(fast, "clamped", &clamped), FX_OK);
     CHECK(clamped == 1.0, "%s: the exponent was not clamped", what);
-    if (rounds_in_registers(M, K, N))
-        CHECK(fx_shared_matmul_in_registers() - inreg0 >= 1, "%s: not rounded in registers",
-              what);
     tensor_free(a);
     tensor_free(b);
     tensor_free(fast);
