@@ -429,6 +429,13 @@ static int16_t *fx_sm_direct(tensor_t *out, const fx_sm_plan *p)
     return base;
 }
 
+/* Whether the level's kernel rounds the plan's product itself at exponent e (gemm.i16_rounds
+ * said so for the shape, amx: AMX's own, and the shift is one it rounds) */
+static int fx_sm_rounds_at(const fx_sm_plan *p, int amx, int e)
+{
+    return (amx ? p->amx_rounds : p->rounds) && fx_q64_fast_ok(e - p->ec);
+}
+
 /* The product of a plan whose operands, batch, shape and guess are set, written into out:
  * FX_SHARED_MATMUL_NOT_TAKEN where the level lacks the kernels or the rounding missed. */
 static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
@@ -445,7 +452,7 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
     p->amx_rounds = p->be->gemm.i16_amx && fx_gemm_i16_amx_rounds(p->M, p->K, p->N);
     p->rounds = p->be->gemm.i16_rounds && p->be->gemm.i16_rounds(p->M, p->K, p->N);
     const int blocks_ok = p->K < FX_SM_MAX_K; /* else the int64 blocks lose to the stage */
-    if (!blocks_ok && !(p->rounds && fx_q64_fast_ok(p->guess - p->ec)))
+    if (!blocks_ok && !fx_sm_rounds_at(p, 0, p->guess))
         return FX_SHARED_MATMUL_NOT_TAKEN;
     /* A DFP16 guess that did not hold lately (an exponent that trends, a first write) misses
      * more often than not: in a transformer's training about two in three of them did. A miss
@@ -454,7 +461,7 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
      * Where the runs are in int64 blocks it was 3 % slower on the AVX2 level and 4 % faster on
      * the AVX-512 level without AMX, within that machine's noise, so the dispatcher keeps them
      * there. */
-    if (!p->steady && !(p->amx_rounds && fx_q64_fast_ok(p->guess - p->ec)))
+    if (!p->steady && !fx_sm_rounds_at(p, 1, p->guess))
         return FX_SHARED_MATMUL_NOT_TAKEN;
     if (!p->nt_items) fx_sm_blocks(p, budget);
     fx_scratch s = {.n = 0};
@@ -480,7 +487,7 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
         rc = FX_OK;
         /* rounded by the kernel where it covers the guess, else (or where a sum would have
          * saturated there) in int64 blocks */
-        int fits = p->rounds && fx_q64_fast_ok(p->guess - p->ec);
+        int fits = fx_sm_rounds_at(p, 0, p->guess);
         if (fits) {
             const int may_ask_dry = out->fmt == FMT_DFP16 && run == 1;
             p->whole_max = may_ask_dry;
@@ -520,7 +527,7 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
         /* (and where the exponent asked for can be run: without blocks, rounded) */
         if (!(rc != FX_OK && p->missed && run == 1 && out->fmt == FMT_DFP16 &&
               p->asked != FX_EXP_NONE &&
-              (blocks_ok || (p->rounds && fx_q64_fast_ok(p->asked - p->ec)))))
+              (blocks_ok || fx_sm_rounds_at(p, 0, p->asked))))
             break;
         __atomic_fetch_add(&fx_sm_missed, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&fx_sm_rerun, 1, __ATOMIC_RELAXED);
