@@ -5,6 +5,7 @@
 #define FX_QUANT_Q64_AVX512_H
 
 #include "flex_kernels.h"
+#include "../core/lanes_avx512.h"
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -66,17 +67,13 @@ static inline __m256i fx_q64_pack16(__m512i q0, __m512i q1)
 
 /* Sixteen sums (v0, then v1) rounded on the fast route into dst's lanes under m, as
  * fx_q64_fast_round counts them (lanes outside m must hold 0). A whole vector takes a plain
- * store: on the Zen 5 the masked one, even under a full mask, made an 800 x 64 x 25088
- * product's rounding from columns of tiles 15 % slower. */
+ * store (fx_store_w16): on the Zen 5 the masked one, even under a full mask, made an
+ * 800 x 64 x 25088 product's rounding from columns of tiles 15 % slower. */
 static inline void fx_q64_fast_store16(const fx_q64_fast *k, __m512i v0, __m512i v1,
                                        int16_t *dst, __mmask16 m, __m512i *max_in, int64_t *nuf)
 {
     const __m512i q0 = fx_q64_fast_round(k, v0, max_in, nuf);
-    const __m256i q = fx_q64_pack16(q0, fx_q64_fast_round(k, v1, max_in, nuf));
-    if (m == 0xFFFF)
-        _mm256_storeu_si256((__m256i *)(void *)dst, q);
-    else
-        _mm256_mask_storeu_epi16(dst, m, q);
+    fx_store_w16(dst, m, fx_q64_pack16(q0, fx_q64_fast_round(k, v1, max_in, nuf)));
 }
 
 #endif
