@@ -282,12 +282,14 @@ static void check_conv_in_place(int64_t N, int64_t C, int64_t H, int64_t K, uint
 /* The bf16 weight gradient straight from the padded input (fx_bf16_wgrad_direct) against the
  * GEMM route (patch matrix x dy^T on the pair GEMM): the same pairs in the same order, so every
  * bit must agree, with vdpbf16ps and with the FMA chain, at 1 and 2 threads, and on data where
- * vdpbf16ps would flush (the direct route then takes the FMA chain for the chunk). Where the
- * geometry fits, the direct route must have run. */
-static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
-                        int64_t KW, int pad, int kind, uint64_t seed)
+ * vdpbf16ps would flush (the direct route then takes the FMA chain for the chunk), at stride 1
+ * and at stride 2 (read from the copy in column runs). Where the geometry fits, the direct
+ * route must have run. */
+static void check_wgrad_strided(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
+                                int64_t KH, int64_t KW, int pad, int stride, int kind,
+                                uint64_t seed)
 {
-    const int64_t OH = H + 2 * pad - KH + 1, OW = W + 2 * pad - KW + 1;
+    const int64_t OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
     const int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C, KH, KW}, ys[4] = {N, O, OH, OW};
     const int64_t nx = N * C * H * W, nw = O * C * KH * KW, ny = N * O * OH * OW;
     test_rng r;
@@ -300,28 +302,34 @@ static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
     tensor_t *tdw = tensor_new(FMT_FP32, 4, ws);
     CHECK_STATUS(tensor_set_raw(tx, x), FX_OK);
     CHECK_STATUS(tensor_set_raw(tdy, dy), FX_OK);
-    const int fits = OW % 2 == 0;
+    const int fits = OW % 2 == 0 && KH >= stride && KW >= stride;
     for (int threads = 1; threads <= 2; threads++)
         for (int dot = 0; dot <= 1; dot++) {
             flexpoint_set_num_threads(threads);
             fx_bf16_dot_set_enabled(dot);
             fx_bf16_wgrad_direct_set_enabled(0);
-            CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, 1, 1, pad, pad, 1, 1), FX_OK);
+            CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, stride, stride, pad, pad, 1,
+                                                       1),
+                         FX_OK);
             CHECK_STATUS(tensor_to_f32(tdw, want), FX_OK);
             fx_bf16_wgrad_direct_set_enabled(1);
             const long long calls = fx_bf16_wgrad_direct_calls();
-            CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, 1, 1, pad, pad, 1, 1), FX_OK);
+            CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, stride, stride, pad, pad, 1,
+                                                       1),
+                         FX_OK);
             CHECK_STATUS(tensor_to_f32(tdw, got), FX_OK);
             CHECK((fx_bf16_wgrad_direct_calls() > calls) == fits,
-                  "wgrad N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d: direct route %s",
-                  (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
-                  (long long)KH, (long long)KW, pad, fits ? "not taken" : "taken with odd OW");
+                  "wgrad N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %d: direct route "
+                  "%s", (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
+                  (long long)KH, (long long)KW, pad, stride,
+                  fits ? "not taken" : "taken where it does not fit");
             long bad = 0;
             for (int64_t i = 0; i < nw; i++) bad += test_f32_bits(want[i]) != test_f32_bits(got[i]);
-            CHECK(bad == 0, "wgrad N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d data %d, %d "
-                  "threads, dot %d: %ld of %lld weights differ from the GEMM route",
+            CHECK(bad == 0, "wgrad N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %d data "
+                  "%d, %d threads, dot %d: %ld of %lld weights differ from the GEMM route",
                   (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
-                  (long long)KH, (long long)KW, pad, kind, threads, dot, bad, (long long)nw);
+                  (long long)KH, (long long)KW, pad, stride, kind, threads, dot, bad,
+                  (long long)nw);
         }
     fx_bf16_dot_set_enabled(1);
     tensor_free(tx);
@@ -331,6 +339,12 @@ static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
     free(dy);
     free(want);
     free(got);
+}
+
+static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
+                        int64_t KW, int pad, int kind, uint64_t seed)
+{
+    check_wgrad_strided(N, C, H, W, O, KH, KW, pad, 1, kind, seed);
 }
 
 /* The bf16 input gradient where the direct forward route takes it: a forward convolution of dy
@@ -489,5 +503,15 @@ int main(void)
     check_wgrad(2, 5, 9, 9, 40, 3, 3, 1, DATA_NORMAL, seed++);
     for (int kind = DATA_TINY; kind <= DATA_MIXED; kind++)
         check_wgrad(3, 7, 12, 12, 33, 3, 3, 1, kind, seed++);
+    /* at stride 2: ResNet-20's downsampling 3x3 layers, an odd padded width (the copy's last
+     * odd column is a zero), an odd OW and a 1x1 projection, which the direct route leaves to
+     * the GEMM, and data where vdpbf16ps would flush */
+    check_wgrad_strided(3, 16, 32, 32, 32, 3, 3, 1, 2, DATA_NORMAL, seed++);
+    check_wgrad_strided(2, 32, 16, 16, 64, 3, 3, 1, 2, DATA_NORMAL, seed++);
+    check_wgrad_strided(2, 5, 11, 11, 20, 3, 3, 1, 2, DATA_NORMAL, seed++);
+    check_wgrad_strided(2, 5, 10, 10, 20, 3, 3, 1, 2, DATA_NORMAL, seed++);
+    check_wgrad_strided(2, 16, 16, 16, 32, 1, 1, 0, 2, DATA_NORMAL, seed++);
+    for (int kind = DATA_TINY; kind <= DATA_MIXED; kind++)
+        check_wgrad_strided(3, 7, 12, 12, 33, 3, 3, 1, 2, kind, seed++);
     return test_finish("test_bf16_gemm");
 }

@@ -14,6 +14,11 @@
  * the FMA chain otherwise; the chain starts from zero and never leaves the registers, so
  * condition (iii) holds by construction.
  *
+ * At a stride of 2 (ResNet's downsampling 3 x 3 layers) the pair (q, q + 1) of a row reads input
+ * columns two apart; the kernel reads them from a copy of the padded chunk whose rows hold
+ * their even columns, then their odd ones (fx_cols_by_2_avx512), where they sit side by side
+ * again. The pairs and their order stay the GEMM route's, so do the bits.
+ *
  * Why: on the CNN's conv2 (batch 128, one thread, Zen 4) the GEMM route spent about a third of
  * the weight gradient outside vdpbf16ps, writing the patch matrix (40 MB a step) and packing
  * it again into 6-row panels. */
@@ -57,13 +62,15 @@ static inline __attribute__((always_inline)) void store_rows(const int MR, const
                                   acc[r][v]);
 }
 
-/* One tile: MR rows (offsets roff into a padded image), NV vectors of 16 channels from dyt
- * (already offset to the tile's first channel), the chain over all nbc images' pixel pairs.
- * dot: vdpbf16ps; else the same chain in FMAs on the widened halves, odd first. */
+/* One tile: MR rows (offsets roff into a padded image, or its copy in column runs), NV vectors
+ * of 16 channels from dyt (already offset to the tile's first channel), the chain over all nbc
+ * images' pixel pairs; output row oy starts oy ystep values into the image. dot: vdpbf16ps;
+ * else the same chain in FMAs on the widened halves, odd first. */
 static inline __attribute__((always_inline)) void
 wg_tile(const int MR, const int NV, const int dot, const uint16_t *xp, int64_t ximg,
         const int64_t *roff, const uint32_t *dyt, int64_t dimg, int64_t opad, int64_t OH,
-        int64_t OW, int64_t Wp, int64_t nbc, float *out, int64_t ldo, int rows, __mmask16 last)
+        int64_t OW, int64_t ystep, int64_t nbc, float *out, int64_t ldo, int rows,
+        __mmask16 last)
 {
     __m512 acc[FX_WG_MAX_MR][4];
     for (int r = 0; r < MR; r++)
@@ -71,7 +78,7 @@ wg_tile(const int MR, const int NV, const int dot, const uint16_t *xp, int64_t x
     const int64_t npair = OW / 2;
     for (int64_t n = 0; n < nbc; n++) {
         for (int64_t oy = 0; oy < OH; oy++) {
-            const uint16_t *xr = xp + n * ximg + oy * Wp;
+            const uint16_t *xr = xp + n * ximg + oy * ystep;
             const uint32_t *dr = dyt + n * dimg + oy * npair * opad;
             for (int64_t j = 0; j < npair; j++) {
                 __m512i b[4];
@@ -94,11 +101,11 @@ wg_tile(const int MR, const int NV, const int dot, const uint16_t *xp, int64_t x
 #define WG_TILE_FN(MR, NV, DOT)                                                                  \
     static void wg_tile_##MR##x##NV##_##DOT(const uint16_t *xp, int64_t ximg, const int64_t *roff, \
                                             const uint32_t *dyt, int64_t dimg, int64_t opad,     \
-                                            int64_t OH, int64_t OW, int64_t Wp, int64_t nbc,      \
+                                            int64_t OH, int64_t OW, int64_t ystep, int64_t nbc,   \
                                             float *out, int64_t ldo, int rows, __mmask16 last)    \
     {                                                                                            \
-        wg_tile(MR, NV, DOT, xp, ximg, roff, dyt, dimg, opad, OH, OW, Wp, nbc, out, ldo, rows,   \
-                last);                                                                           \
+        wg_tile(MR, NV, DOT, xp, ximg, roff, dyt, dimg, opad, OH, OW, ystep, nbc, out, ldo,      \
+                rows, last);                                                                     \
     }
 WG_TILE_FN(6, 4, 1)
 WG_TILE_FN(8, 3, 1)
@@ -131,16 +138,29 @@ int fx_bf16_wgrad_direct_enabled(void)
     return atomic_load_explicit(&direct_enabled, memory_order_relaxed);
 }
 
+/* A stride of 2 only where the taps reach every input pixel (KH >= sh, KW >= sw), as the integer
+ * kernel's (conv_i16_wgrad.c): a 1 x 1 projection at stride 2 reads a quarter of the pixels
+ * that the copy would move. */
 int fx_bf16_wgrad_direct_fits(const struct fx_conv_geom *g)
 {
-    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->OW % 2 == 0 &&
-           g->OW >= 2 && g->O >= 1;
+    return g->sh >= 1 && g->sh <= 2 && g->sw >= 1 && g->sw <= 2 && g->KH >= g->sh &&
+           g->KW >= g->sw && g->dh == 1 && g->dw == 1 && g->OW % 2 == 0 && g->OW >= 2 &&
+           g->O >= 1;
+}
+
+/* Words of the padded chunk's copy in column runs (stride 2 across; 0 at stride 1) */
+static int64_t wg_copy_words(const struct fx_conv_geom *g, int64_t nb)
+{
+    if (g->sw == 1) return 0;
+    const int64_t Hp = g->H + 2 * g->ph, Wd = (g->W + 2 * g->pw + 1) / 2 * 2;
+    return (nb * g->C * Hp * Wd + 1) / 2;
 }
 
 int64_t fx_bf16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
 {
     const int64_t opad = (g->O + 15) / 16 * 16;
-    return nb * (g->OH * g->OW / 2) * opad + 16; /* words; 16 spare for the alignment */
+    /* words: dy's pair words, 16 spare for their alignment, the copy */
+    return nb * (g->OH * g->OW / 2) * opad + 16 + wg_copy_words(g, nb);
 }
 
 void fx_bf16_wgrad_direct(const struct fx_conv_geom *g, const uint16_t *xp, const uint16_t *dy,
@@ -148,12 +168,21 @@ void fx_bf16_wgrad_direct(const struct fx_conv_geom *g, const uint16_t *xp, cons
 {
     const int64_t O = g->O, P = g->OH * g->OW, opad = (O + 15) / 16 * 16;
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, ximg = g->C * Hp * Wp;
-    const int64_t CKK = g->C * g->KH * g->KW;
+    const int64_t CKK = g->C * g->KH * g->KW, sw = g->sw;
+    /* the rows the tiles read: at stride 1 the padded chunk, at stride 2 across its copy in
+     * column runs, wq values each (ld a row, plane a channel, cimg an image) */
+    const int64_t wq = (Wp + sw - 1) / sw, ld = sw * wq, plane = Hp * ld, cimg = g->C * plane;
     atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
     uint32_t *dyt = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16); /* 64-byte aligned */
     fx_pair_rows_transpose_avx512(dy, nbc, O, P, opad, dyt);
+    const uint16_t *xs = xp;
+    if (sw == 2) {
+        uint16_t *copy = (uint16_t *)(void *)(dyt + nbc * (P / 2) * opad);
+        fx_cols_by_2_avx512(xp, nbc * g->C * Hp, Wp, copy);
+        xs = copy;
+    }
     /* conditions (i) and (ii) for the whole chunk: the smallest exponent keys of the nonzero
-     * values (the border's zeros do not count) */
+     * values (the border's zeros do not count; every other value is read, KH >= sh, KW >= sw) */
     const uint32_t kx = fx_bf16_minkey_avx512(xp, nbc * ximg);
     const uint32_t kd = fx_bf16_minkey_avx512(dy, nbc * O * P);
     const int dot = fx_bf16_dot_enabled() && kx + kd >= FX_BF16_DOT_MIN_KEYSUM;
@@ -177,9 +206,9 @@ void fx_bf16_wgrad_direct(const struct fx_conv_geom *g, const uint16_t *xp, cons
             for (int i = 0; i < mr; i++) {
                 const int64_t r = r0 + (i < rows ? i : 0); /* spare rows repeat the first */
                 const int64_t kw = r % g->KW, kh = r / g->KW % g->KH, c = r / (g->KW * g->KH);
-                roff[i] = c * Hp * Wp + kh * Wp + kw;
+                roff[i] = c * plane + kh * ld + kw % sw * wq + kw / sw;
             }
-            fn(xp, ximg, roff, dyt + o0, (P / 2) * opad, opad, g->OH, g->OW, Wp, nbc,
+            fn(xs, cimg, roff, dyt + o0, (P / 2) * opad, opad, g->OH, g->OW, g->sh * ld, nbc,
                dwt + r0 * O + o0, O, rows, last);
         }
     }

@@ -166,35 +166,11 @@ typedef void (*wtile_fn)(const int16_t *, int64_t, const int64_t *, const uint32
                          int64_t, int64_t, int64_t, int64_t, int64_t, const uint8_t *, int64_t *,
                          int64_t, int, __mmask16, int);
 
-/* fx_i16_cols_by_stride_portable's values at stride 2 (ResNet's), by two-source word permutes,
- * 64 values a step */
+/* fx_i16_cols_by_stride_portable's values at stride 2 (ResNet's): the copy that bf16's direct
+ * weight gradient shares (pair_copy_avx512.h) */
 static void cols_by_2(const int16_t *xp, int64_t rows, int64_t Wp, int16_t *xd)
 {
-    const int64_t Wq = (Wp + 1) / 2, Wd = 2 * Wq;
-    int16_t ie[32], io[32];
-    for (int i = 0; i < 32; i++) {
-        ie[i] = (int16_t)(2 * i);
-        io[i] = (int16_t)(2 * i + 1);
-    }
-    const __m512i even = _mm512_loadu_si512((const void *)ie);
-    const __m512i odd = _mm512_loadu_si512((const void *)io);
-    for (int64_t r = 0; r < rows; r++) {
-        const int16_t *src = xp + r * Wp;
-        int16_t *de = xd + r * Wd, *dodd = de + Wq;
-        for (int64_t j = 0; j < Wp; j += 64) {
-            const int64_t m = Wp - j < 64 ? Wp - j : 64, ne = (m + 1) / 2, no = m / 2;
-            const __mmask32 m0 = m >= 32 ? ~0u : (1u << m) - 1;
-            const __mmask32 m1 = m >= 64 ? ~0u : m > 32 ? (1u << (m - 32)) - 1 : 0;
-            const __m512i a = _mm512_maskz_loadu_epi16(m0, src + j);
-            /* (a second half with nothing to load reads nothing from a pointer in the row) */
-            const __m512i b = _mm512_maskz_loadu_epi16(m1, m > 32 ? src + j + 32 : src + j);
-            _mm512_mask_storeu_epi16(de + j / 2, ne >= 32 ? ~0u : (1u << ne) - 1,
-                                     _mm512_permutex2var_epi16(a, even, b));
-            _mm512_mask_storeu_epi16(dodd + j / 2, no >= 32 ? ~0u : (1u << no) - 1,
-                                     _mm512_permutex2var_epi16(a, odd, b));
-        }
-        if (Wp % 2) dodd[Wq - 1] = 0;
-    }
+    fx_cols_by_2_avx512((const uint16_t *)(const void *)xp, rows, Wp, (uint16_t *)(void *)xd);
 }
 
 int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
