@@ -55,6 +55,39 @@ static inline __m256i ceil_sqrt8(__m512i x)
     return _mm512_cvtepi64_epi32(_mm512_mask_add_epi64(r, up, r, _mm512_set1_epi64(1)));
 }
 
+/* Row k's sum of squares as lane parts u[k], k < 8, for rows of len values from p. */
+static inline __attribute__((always_inline)) void rows8_squares(const int16_t *p, int64_t len,
+                                                                __m512i u[8])
+{
+    if (len <= 32) { /* one load a row, its mask made once (ResNet-20's dy rows, 8 to 32 values) */
+        const __mmask32 m = (__mmask32)(len == 32 ? ~0u : (1u << len) - 1);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) u[k] = row_squares(p + k * len, m);
+        return;
+    }
+    if (len <= 64) { /* two loads a row (ResNet-20's padded 32-pixel rows: 34 values) */
+        const __mmask32 m = (__mmask32)(len == 64 ? ~0u : (1u << (len - 32)) - 1);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++)
+            u[k] = _mm512_add_epi64(row_squares(p + k * len, ~(__mmask32)0),
+                                    row_squares(p + k * len + 32, m));
+        return;
+    }
+    /* unrolled, so that u stays in registers: as a loop, GCC kept u in memory and every row's
+     * sum waited on a store and a load of it (a fifth of ResNet-20's 16-channel weight gradient
+     * on the Zen 5 went to this function, a tenth unrolled) */
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const int16_t *row = p + k * len;
+        u[k] = _mm512_setzero_si512();
+        for (int64_t j = 0; j < len; j += 32) {
+            const int nj = len - j < 32 ? (int)(len - j) : 32;
+            u[k] = _mm512_add_epi64(
+                u[k], row_squares(row + j, (__mmask32)(nj == 32 ? ~0u : (1u << nj) - 1)));
+        }
+    }
+}
+
 /* out[i] = ceil(sqrt(sum of the squares of row i)), rows of len <= 2^10 values. Eight rows at a
  * time: their lane sums reduced together by three rounds of pairwise interleaves, and one
  * vector square root. */
@@ -62,20 +95,8 @@ void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out
 {
     int64_t i = 0;
     for (; i + 8 <= rows; i += 8) {
-        /* unrolled, so that u stays in registers: as a loop, GCC kept u in memory and every
-         * row's sum waited on a store and a load of it (a fifth of ResNet-20's 16-channel
-         * weight gradient on the Zen 5 went to this function, a tenth unrolled) */
         __m512i u[8];
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            const int16_t *row = p + (i + k) * len;
-            u[k] = _mm512_setzero_si512();
-            for (int64_t j = 0; j < len; j += 32) {
-                const int nj = len - j < 32 ? (int)(len - j) : 32;
-                u[k] = _mm512_add_epi64(
-                    u[k], row_squares(row + j, (__mmask32)(nj == 32 ? ~0u : (1u << nj) - 1)));
-            }
-        }
+        rows8_squares(p + i * len, len, u);
         /* u[k] lane l: a part of row k. Round 1: t[k] holds rows 2k, 2k+1 in alternate lanes */
         __m512i t[4], w[2];
         for (int k = 0; k < 4; k++)
