@@ -12,6 +12,7 @@
 #include "flexpoint_nn.h"
 #include "bf16/bf16_gemm.h"
 #include "core/backend.h"
+#include "nn/nn_ops.h" /* fx_conv_subsample_set_enabled */
 #include "testutil.h"
 
 #include <math.h>
@@ -172,6 +173,9 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
     uint16_t *yb = malloc(sizeof(uint16_t) * (size_t)ny), *yr = malloc(sizeof(uint16_t) * (size_t)ny);
     CHECK_STATUS(tensor_set_raw(tx, x), FX_OK);
     CHECK_STATUS(tensor_set_raw(tw, w), FX_OK);
+    /* the strided route itself: a strided 1x1 kernel would run as the stride-1 convolution of
+     * its copied pixels (test_conv_subsample) */
+    fx_conv_subsample_set_enabled(0);
     for (int threads = 1; threads <= 2; threads++)
         for (int dot = 0; dot <= 1; dot++) {
             flexpoint_set_num_threads(threads);
@@ -224,6 +228,7 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
             }
         }
     fx_bf16_dot_set_enabled(1);
+    fx_conv_subsample_set_enabled(1);
     tensor_free(tx);
     tensor_free(tw);
     tensor_free(ty);
@@ -303,6 +308,8 @@ static void check_wgrad_strided(int64_t N, int64_t C, int64_t H, int64_t W, int6
     CHECK_STATUS(tensor_set_raw(tx, x), FX_OK);
     CHECK_STATUS(tensor_set_raw(tdy, dy), FX_OK);
     const int fits = OW % 2 == 0 && KH >= stride && KW >= stride;
+    /* the strided route itself, as in check_conv */
+    fx_conv_subsample_set_enabled(0);
     for (int threads = 1; threads <= 2; threads++)
         for (int dot = 0; dot <= 1; dot++) {
             flexpoint_set_num_threads(threads);
@@ -332,6 +339,7 @@ static void check_wgrad_strided(int64_t N, int64_t C, int64_t H, int64_t W, int6
                   (long long)nw);
         }
     fx_bf16_dot_set_enabled(1);
+    fx_conv_subsample_set_enabled(1);
     tensor_free(tx);
     tensor_free(tdy);
     tensor_free(tdw);

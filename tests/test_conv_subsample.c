@@ -1,17 +1,19 @@
-/* A strided 1x1 integer convolution without padding runs as the stride-1 convolution of the
- * pixels it reads (conv2d.c, conv_subsample_fits). Checked here, on every backend at one and two
- * threads:
+/* A strided 1x1 convolution without padding under integer or bf16 compute runs its forward pass
+ * and weight gradient as those of the stride-1 convolution of the pixels it reads (conv2d.c,
+ * conv_subsample_fits). Checked here, on every backend at one and two threads:
  *   - its outputs are the writes of the strided route (the switch fx_conv_subsample_set_enabled
- *     off): mantissas or fp32 values, exponents, write statistics and trace records, for
- *     FLEX16_5 and DFP16 inputs into FLEX16_5, DFP16 and FP32 outputs, with integer and fp32
- *     weights;
+ *     off): mantissas or fp32 and bf16 values, exponents, write statistics and trace records,
+ *     for FLEX16_5 and DFP16 inputs into FLEX16_5, DFP16 and FP32 outputs, with integer and fp32
+ *     weights, and for bf16 inputs and weights into BF16 and FP32 outputs; the weight gradients
+ *     likewise, from the same x and a dy of y's shape;
  *   - over calls whose data changes scale, so that the shared-exponent writes keep, miss and
  *     move their guessed exponents (each route's y has its own history, fed the same calls);
  *   - uneven strides and sizes (the last pixel of a row or column read, or not), a dilation
  *     (which a 1x1 kernel ignores), a channel-sliced view as x, one sample, and ResNet-20's
  *     projection at full size (its copy split between threads);
- *   - the route counted (fx_conv_subsampled): each call with it on, none with it off, none for
- *     a padded or 3x3 kernel, a stride of 1, float compute, or a y sharing x's storage.
+ *   - the route counted (fx_conv_subsampled): each call with it on where the level computes in
+ *     integers or in bf16, none with it off, none for a padded or 3x3 kernel, a stride of 1,
+ *     fp32 compute, or a y sharing x's storage.
  * The values themselves against an fp64 reference: test_nn_conv ("1x1 stride ..."); the fused
  * bias and ReLU on this route: test_conv_shared_relu. */
 #include "flexpoint.h"
@@ -46,6 +48,15 @@ static tensor_t *new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
     return t;
 }
 
+/* Whether the route runs for x and the other operand in format f: integer compute, or bf16
+ * compute (x and the operand bf16 on a level with bf16 products, conv2d.c's conv_compute_for) */
+static int route_runs(fmt_t xf, fmt_t of)
+{
+    if (fmt_is_shared_exponent(xf)) return 1;
+    return xf == FMT_BF16 && of == FMT_BF16 &&
+           fx_backend_active()->kernels[FX_OP_MATMUL][FMT_BF16] != NULL;
+}
+
 static void check_case(const sub_case *c, fmt_t xf, fmt_t wf, fmt_t yf, test_rng *r)
 {
     enum { CALLS = 6 };
@@ -60,30 +71,45 @@ static void check_case(const sub_case *c, fmt_t xf, fmt_t wf, fmt_t yf, test_rng
     CHECK(x != NULL, "%s: tensor_view_slice failed", what);
     tensor_t *w = new4(wf, c->O, c->C, 1, 1);
     tensor_t *y[2] = {new4(yf, c->N, c->O, OH, OW), new4(yf, c->N, c->O, OH, OW)};
-    if (yf != FMT_FP32)
-        for (int k = 0; k < 2; k++) tensor_trace_enable(y[k], 1);
+    /* the weight gradient: dy in x's format (dy's and x's formats decide its compute), dw in
+     * y's */
+    tensor_t *dy = new4(xf, c->N, c->O, OH, OW);
+    tensor_t *dw[2] = {new4(yf, c->O, c->C, 1, 1), new4(yf, c->O, c->C, 1, 1)};
+    if (fmt_is_shared_exponent(yf))
+        for (int k = 0; k < 2; k++) {
+            tensor_trace_enable(y[k], 1);
+            tensor_trace_enable(dw[k], 1);
+        }
     test_fill_normal(w, 0.3, r);
+    const int runs_fwd = route_runs(xf, wf), runs_wgrad = route_runs(xf, xf);
     for (int call = 0; call < CALLS; call++) {
         test_fill_normal(xbase, scale[call], r);
+        test_fill_normal(dy, 0.1 * scale[CALLS - 1 - call], r);
         for (int k = 0; k < 2; k++) { /* k = 0: the strided route; 1: the pixels copied */
             fx_conv_subsample_set_enabled(k);
             const int64_t before = fx_conv_subsampled();
             CHECK_STATUS(tensor_conv2d(y[k], x, w, c->sh, c->sw, 0, 0, c->dh, c->dw), FX_OK);
-            CHECK(fx_conv_subsampled() - before == k, "%s, call %d: the route ran %lld times "
-                  "with the switch %s", what, call, (long long)(fx_conv_subsampled() - before),
-                  k ? "on" : "off");
+            CHECK(fx_conv_subsampled() - before == (k && runs_fwd),
+                  "%s, call %d: the forward route ran %lld times with the switch %s", what, call,
+                  (long long)(fx_conv_subsampled() - before), k ? "on" : "off");
+            const int64_t mid = fx_conv_subsampled();
+            CHECK_STATUS(tensor_conv2d_backward_weight(dw[k], x, dy, c->sh, c->sw, 0, 0, c->dh,
+                                                       c->dw),
+                         FX_OK);
+            CHECK(fx_conv_subsampled() - mid == (k && runs_wgrad),
+                  "%s, call %d: the weight gradient's route ran %lld times with the switch %s",
+                  what, call, (long long)(fx_conv_subsampled() - mid), k ? "on" : "off");
         }
         if (!test_same_writes(y[0], y[1], what, call)) break;
+        if (!test_same_writes(dw[0], dw[1], what, call)) break;
     }
     fx_conv_subsample_set_enabled(1);
     if (c->view) tensor_free(x);
-    tensor_free(xbase);
-    tensor_free(w);
-    tensor_free(y[0]);
-    tensor_free(y[1]);
+    tensor_t *all[] = {xbase, w, y[0], y[1], dy, dw[0], dw[1]};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) tensor_free(all[i]);
 }
 
-/* kernels the route does not take: padded, 3x3, stride 1, and float compute */
+/* kernels the route does not take: padded, 3x3, stride 1, and fp32 compute */
 static void check_not_taken(test_rng *r)
 {
     tensor_t *xi = new4(FMT_DFP16, 2, 4, 8, 8), *xf = new4(FMT_FP32, 2, 4, 8, 8);
@@ -100,7 +126,10 @@ static void check_not_taken(test_rng *r)
     CHECK_STATUS(tensor_conv2d(y5, xi, w1, 2, 2, 1, 1, 1, 1), FX_OK);  /* padded */
     CHECK_STATUS(tensor_conv2d(y4, xi, w3, 2, 2, 1, 1, 1, 1), FX_OK);  /* 3x3 */
     CHECK_STATUS(tensor_conv2d(y8, xi, w1, 1, 1, 0, 0, 1, 1), FX_OK);  /* stride 1 */
-    CHECK_STATUS(tensor_conv2d(y4f, xf, w1f, 2, 2, 0, 0, 1, 1), FX_OK); /* float compute */
+    CHECK_STATUS(tensor_conv2d(y4f, xf, w1f, 2, 2, 0, 0, 1, 1), FX_OK); /* fp32 compute */
+    tensor_t *dw1f = new4(FMT_FP32, 4, 4, 1, 1);
+    CHECK_STATUS(tensor_conv2d_backward_weight(dw1f, xf, y4f, 2, 2, 0, 0, 1, 1), FX_OK);
+    tensor_free(dw1f);
     /* y a view of x's storage (its first 4 x 4 pixels): the strided route, which keeps x whole
      * should the op fail */
     tensor_t *head = tensor_view_slice(xi, 2, 0, 4, 1);
@@ -135,6 +164,10 @@ int main(void)
                         check_case(&CASES[c], ints[i], ints[i], outs[o], &r);
                         check_case(&CASES[c], ints[i], FMT_FP32, outs[o], &r);
                     }
+            for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++) {
+                check_case(&CASES[c], FMT_BF16, FMT_BF16, FMT_BF16, &r);
+                check_case(&CASES[c], FMT_BF16, FMT_BF16, FMT_FP32, &r);
+            }
             check_not_taken(&r);
         }
     }
