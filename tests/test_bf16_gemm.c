@@ -410,6 +410,96 @@ static void check_dx(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int6
     free(dx);
 }
 
+/* The bf16 input gradient at stride 2 by phases (fx_bf16_dgrad_s2_direct, the dpbf16 route):
+ * each dx value its phase's chain (fx_bf16_s2_axis: the kernel taps of its row and column
+ * parity in order of rising dy offset, within each tap dy's channel pairs, odd first) rounded
+ * once to bf16, with vdpbf16ps and with the FMA chain, at 1 and 2 threads, on data of the given
+ * kind; the route must have run where it fits and nowhere else, nor with its switch off (the
+ * col2im route's values against fp64: test_nn_conv). */
+static void check_dx_s2(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t K,
+                        int pad, int kind, uint64_t seed)
+{
+    const int64_t OH = (H + 2 * pad - K) / 2 + 1, OW = (W + 2 * pad - K) / 2 + 1;
+    const int64_t ws[4] = {O, C, K, K}, ys[4] = {N, O, OH, OW}, xs[4] = {N, C, H, W};
+    const int64_t nw = O * C * K * K, ny = N * O * OH * OW, nx = N * C * H * W;
+    const int fits = fx_backend_active()->conv.bf16_dgrad_s2 != NULL && H % 2 == 0 &&
+                     W % 2 == 0 && O >= 8 && C >= 16;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    uint16_t *dy = malloc(sizeof(uint16_t) * (size_t)ny), *w = malloc(sizeof(uint16_t) * (size_t)nw);
+    uint16_t *got = malloc(sizeof(uint16_t) * (size_t)nx), *want = malloc(sizeof(uint16_t) * (size_t)nx);
+    float *ref = malloc(sizeof(float) * (size_t)nx);
+    for (int64_t i = 0; i < ny; i++) dy[i] = draw(&r, kind, i);
+    for (int64_t i = 0; i < nw; i++) w[i] = draw(&r, kind, i);
+    tensor_t *tw = tensor_new(FMT_BF16, 4, ws), *tdy = tensor_new(FMT_BF16, 4, ys);
+    tensor_t *tdx = tensor_new(FMT_BF16, 4, xs), *tref = tensor_new(FMT_BF16, 4, xs);
+    CHECK_STATUS(tensor_set_raw(tw, w), FX_OK);
+    CHECK_STATUS(tensor_set_raw(tdy, dy), FX_OK);
+    /* the definition: each phase's chain in fp32, rounded by a write of the fp32 values */
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t x = 0; x < W; x++) {
+                    fx_bf16_s2_axis ah, aw;
+                    fx_bf16_s2_axis_make(h % 2, K, pad, H, &ah);
+                    fx_bf16_s2_axis_make(x % 2, K, pad, W, &aw);
+                    float acc = 0.0f;
+                    for (int64_t i = 0; i < ah.taps; i++)
+                        for (int64_t j = 0; j < aw.taps; j++) {
+                            const int64_t oh = h / 2 + ah.d0 + i, ow = x / 2 + aw.d0 + j;
+                            const int in = oh >= 0 && oh < OH && ow >= 0 && ow < OW;
+                            for (int64_t o = 0; o < O; o += 2) {
+                                float dv[2] = {0.0f, 0.0f}, wv[2] = {0.0f, 0.0f};
+                                for (int t = 0; t < 2 && o + t < O; t++) {
+                                    dv[t] = in ? fx_bf16_to_f32(dy[((n * O + o + t) * OH + oh) * OW + ow])
+                                               : 0.0f;
+                                    wv[t] = fx_bf16_to_f32(w[((o + t) * C + c) * K * K + ah.k[i] * K + aw.k[j]]);
+                                }
+                                acc = fmaf(dv[1], wv[1], acc);
+                                acc = fmaf(dv[0], wv[0], acc);
+                            }
+                        }
+                    ref[((n * C + c) * H + h) * W + x] = acc;
+                }
+    CHECK_STATUS(tensor_from_f32(tref, ref), FX_OK);
+    CHECK_STATUS(tensor_get_raw(tref, want), FX_OK);
+    for (int threads = 1; threads <= 2; threads++)
+        for (int dot = 0; dot <= 1; dot++) {
+            flexpoint_set_num_threads(threads);
+            fx_bf16_dot_set_enabled(dot);
+            const int64_t runs = fx_conv_bf16_phased();
+            CHECK_STATUS(tensor_conv2d_backward_input(tdx, tdy, tw, 2, 2, pad, pad, 1, 1), FX_OK);
+            CHECK((fx_conv_bf16_phased() > runs) == fits,
+                  "dx by phases N%lld C%lld %lldx%lld O%lld k%lld pad %d: the route %s",
+                  (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
+                  (long long)K, pad, fits ? "did not run" : "ran where it does not fit");
+            if (!fits) continue;
+            CHECK_STATUS(tensor_get_raw(tdx, got), FX_OK);
+            long bad = 0;
+            for (int64_t i = 0; i < nx; i++) bad += got[i] != want[i];
+            CHECK(bad == 0, "dx by phases N%lld C%lld %lldx%lld O%lld k%lld pad %d data %d, %d "
+                  "threads, dot %d: %ld of %lld values differ from the phases' definition",
+                  (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
+                  (long long)K, pad, kind, threads, dot, bad, (long long)nx);
+        }
+    fx_bf16_dot_set_enabled(1);
+    /* switched off: the col2im route */
+    fx_conv_bf16_phases_set_enabled(0);
+    const int64_t runs = fx_conv_bf16_phased();
+    CHECK_STATUS(tensor_conv2d_backward_input(tdx, tdy, tw, 2, 2, pad, pad, 1, 1), FX_OK);
+    CHECK(fx_conv_bf16_phased() == runs, "dx by phases ran with its switch off");
+    fx_conv_bf16_phases_set_enabled(1);
+    tensor_free(tw);
+    tensor_free(tdy);
+    tensor_free(tdx);
+    tensor_free(tref);
+    free(dy);
+    free(w);
+    free(got);
+    free(want);
+    free(ref);
+}
+
 /* The driver's exponent test at its boundary: with biased exponents fa + fb = 141 (one below
  * FX_BF16_DOT_MIN_KEYSUM) two products can cancel to 2^-127, a subnormal that vdpbf16ps would
  * flush: 129*129 - 130*128 = 1 in units of 2^-127. At fa + fb = 142 the same data gives 2^-126,
@@ -498,6 +588,23 @@ int main(void)
     check_conv_in_place(9, 16, 12, 3, seed++);
     check_dx(2, 32, 14, 14, 64, 5, 5, 2, seed++);
     check_dx(2, 16, 16, 16, 16, 3, 3, 1, seed++);
+    /* input gradients at stride 2 by phases: ResNet-20's two downsampling layers, the smallest
+     * channel counts the route takes (dy 8, dx 16) with dx's channels not a whole vector, an
+     * odd dy channel count (a zero pair half), kernels of 2, 4 and 5 (phases of one to three
+     * taps), no padding; an odd dx size and too few channels, which it leaves to col2im; and
+     * data where vdpbf16ps would flush (the FMA chain for the chunk) */
+    check_dx_s2(2, 16, 32, 32, 32, 3, 1, DATA_NORMAL, seed++);
+    check_dx_s2(3, 32, 16, 16, 64, 3, 1, DATA_NORMAL, seed++);
+    check_dx_s2(2, 20, 10, 10, 8, 3, 1, DATA_NORMAL, seed++);
+    check_dx_s2(2, 16, 8, 12, 9, 3, 1, DATA_NORMAL, seed++);
+    check_dx_s2(2, 16, 12, 12, 16, 2, 0, DATA_NORMAL, seed++);
+    check_dx_s2(2, 17, 12, 12, 16, 4, 1, DATA_NORMAL, seed++);
+    check_dx_s2(2, 16, 14, 14, 16, 5, 2, DATA_NORMAL, seed++);
+    check_dx_s2(2, 16, 12, 12, 16, 3, 0, DATA_NORMAL, seed++);
+    check_dx_s2(2, 16, 9, 9, 16, 3, 1, DATA_NORMAL, seed++);
+    check_dx_s2(2, 8, 12, 12, 16, 3, 1, DATA_NORMAL, seed++);
+    for (int kind = DATA_TINY; kind <= DATA_MIXED; kind++)
+        check_dx_s2(2, 16, 12, 12, 16, 3, 1, kind, seed++);
     /* weight gradients: the CNN's two layers (conv2 with enough images for several chunks and
      * groups), ResNet-20's 3x3 shapes, output channels of every tile width (16, 32, 48, 64 and
      * beyond, with a partial vector), and an odd OW, which the direct route leaves alone */

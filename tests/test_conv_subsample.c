@@ -1,6 +1,7 @@
-/* A strided 1x1 convolution without padding under integer or bf16 compute runs its forward pass
- * and weight gradient as those of the stride-1 convolution of the pixels it reads (conv2d.c,
- * conv_subsample_fits). Checked here, on every backend at one and two threads:
+/* A strided 1x1 convolution without padding runs its forward pass under integer or bf16 compute,
+ * and its weight gradient under bf16 compute, as those of the stride-1 convolution of the
+ * pixels it reads (conv2d.c, conv_subsample_fits). Checked here, on every backend at one and
+ * two threads:
  *   - its outputs are the writes of the strided route (the switch fx_conv_subsample_set_enabled
  *     off): mantissas or fp32 and bf16 values, exponents, write statistics and trace records,
  *     for FLEX16_5 and DFP16 inputs into FLEX16_5, DFP16 and FP32 outputs, with integer and fp32
@@ -11,9 +12,9 @@
  *   - uneven strides and sizes (the last pixel of a row or column read, or not), a dilation
  *     (which a 1x1 kernel ignores), a channel-sliced view as x, one sample, and ResNet-20's
  *     projection at full size (its copy split between threads);
- *   - the route counted (fx_conv_subsampled): each call with it on where the level computes in
- *     integers or in bf16, none with it off, none for a padded or 3x3 kernel, a stride of 1,
- *     fp32 compute, or a y sharing x's storage.
+ *   - the route counted (fx_conv_subsampled): each call with it on where it applies, none with
+ *     it off, none for an integer weight gradient, a padded or 3x3 kernel, a stride of 1, fp32
+ *     compute, or a y sharing x's storage.
  * The values themselves against an fp64 reference: test_nn_conv ("1x1 stride ..."); the fused
  * bias and ReLU on this route: test_conv_shared_relu. */
 #include "flexpoint.h"
@@ -48,11 +49,12 @@ static tensor_t *new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
     return t;
 }
 
-/* Whether the route runs for x and the other operand in format f: integer compute, or bf16
- * compute (x and the operand bf16 on a level with bf16 products, conv2d.c's conv_compute_for) */
-static int route_runs(fmt_t xf, fmt_t of)
+/* Whether the route runs for x and the other operand in format of: integer compute (forward
+ * passes only), or bf16 compute (x and the operand bf16 on a level with bf16 products,
+ * conv2d.c's conv_compute_for) */
+static int route_runs(fmt_t xf, fmt_t of, int wgrad)
 {
-    if (fmt_is_shared_exponent(xf)) return 1;
+    if (fmt_is_shared_exponent(xf)) return !wgrad;
     return xf == FMT_BF16 && of == FMT_BF16 &&
            fx_backend_active()->kernels[FX_OP_MATMUL][FMT_BF16] != NULL;
 }
@@ -81,7 +83,7 @@ static void check_case(const sub_case *c, fmt_t xf, fmt_t wf, fmt_t yf, test_rng
             tensor_trace_enable(dw[k], 1);
         }
     test_fill_normal(w, 0.3, r);
-    const int runs_fwd = route_runs(xf, wf), runs_wgrad = route_runs(xf, xf);
+    const int runs_fwd = route_runs(xf, wf, 0), runs_wgrad = route_runs(xf, xf, 1);
     for (int call = 0; call < CALLS; call++) {
         test_fill_normal(xbase, scale[call], r);
         test_fill_normal(dy, 0.1 * scale[CALLS - 1 - call], r);

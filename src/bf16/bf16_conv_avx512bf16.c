@@ -408,3 +408,168 @@ void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t
                 }
     }
 }
+
+/* ---- the input gradient at stride 2 by phases ------------------------------------------------
+ * (bf16_gemm.h) The four phases (rh, rw) run the forward tiles above on one pair-last copy of
+ * the chunk's dy, padded on each side by the most any phase reads past it, each phase with its
+ * taps' weights packed as the forward kernel packs them, its outputs rounded into a quarter
+ * plane per channel; the quarter planes are then interleaved into dx's rows. Why: the pair
+ * GEMM's product W^T dy (patches of O values) and col2im's scatter-add took ResNet-20's
+ * stride-2 3x3 input gradients at about a third of the stride-1 layers' rate per product. */
+
+/* the phases' axes (rows r = 0, 1 and columns), and the copy's padding (pad: rows, pad_w) */
+static void s2_axes(const struct fx_conv_geom *g, fx_bf16_s2_axis ah[2], fx_bf16_s2_axis aw[2],
+                    int64_t *pad_h, int64_t *pad_w)
+{
+    *pad_h = *pad_w = 0;
+    for (int r = 0; r < 2; r++) {
+        fx_bf16_s2_axis_make(r, g->KH, g->ph, g->H, &ah[r]);
+        fx_bf16_s2_axis_make(r, g->KW, g->pw, g->W, &aw[r]);
+        /* dy rows a + d for a < n, d in [d0, d0 + taps): those outside [0, OH) are padding */
+        const int64_t lo_h = -ah[r].d0, hi_h = ah[r].n + ah[r].d0 + ah[r].taps - 1 - g->OH;
+        const int64_t lo_w = -aw[r].d0, hi_w = aw[r].n + aw[r].d0 + aw[r].taps - 1 - g->OW;
+        *pad_h = lo_h > *pad_h ? lo_h : *pad_h;
+        *pad_h = hi_h > *pad_h ? hi_h : *pad_h;
+        *pad_w = lo_w > *pad_w ? lo_w : *pad_w;
+        *pad_w = hi_w > *pad_w ? hi_w : *pad_w;
+    }
+}
+
+int fx_bf16_dgrad_s2_fits(const struct fx_conv_geom *g)
+{
+    return g->sh == 2 && g->sw == 2 && g->dh == 1 && g->dw == 1 && g->KH >= 2 && g->KW >= 2 &&
+           g->KH <= 2 * FX_BF16_S2_MAX_TAPS && g->KW <= 2 * FX_BF16_S2_MAX_TAPS &&
+           g->H % 2 == 0 && g->W % 2 == 0 && g->H >= 2 && g->W >= 2 && g->O >= 8 && g->C >= 16;
+}
+
+/* words of phase q's packed weights (taps th x tw, dy's O channels in pairs, dx's C padded to
+ * whole vectors) */
+static int64_t s2_phase_words(const struct fx_conv_geom *g, const fx_bf16_s2_axis *a,
+                              const fx_bf16_s2_axis *b)
+{
+    return a->taps * b->taps * ((g->O + 1) / 2) * ((g->C + 15) / 16 * 16);
+}
+
+int64_t fx_bf16_dgrad_s2_weights_numel(const struct fx_conv_geom *g)
+{
+    fx_bf16_s2_axis ah[2], aw[2];
+    int64_t ph, pw, n = 0;
+    s2_axes(g, ah, aw, &ph, &pw);
+    for (int q = 0; q < 4; q++) n += s2_phase_words(g, &ah[q / 2], &aw[q % 2]);
+    return n;
+}
+
+/* phase q's weights at wq + the words of the phases before it: for tap (i, j) and dy channel
+ * pair cp, the pair words (w[2cp][c][ki][kj], w[2cp + 1][c][ki][kj]) of dx's channels c, as
+ * fx_bf16_fwd_direct_pack_weights packs a forward kernel whose input channels are dy's */
+uint32_t fx_bf16_dgrad_s2_pack_weights(const struct fx_conv_geom *g, const uint16_t *w,
+                                       uint32_t *wq)
+{
+    fx_bf16_s2_axis ah[2], aw[2];
+    int64_t ph, pw;
+    s2_axes(g, ah, aw, &ph, &pw);
+    const int64_t O = g->O, C = g->C, Op = (O + 1) / 2, cpad = (C + 15) / 16 * 16;
+    const int64_t KK = g->KH * g->KW;
+    uint32_t *dst = wq;
+    for (int q = 0; q < 4; q++) {
+        const fx_bf16_s2_axis *a = &ah[q / 2], *b = &aw[q % 2];
+        for (int64_t i = 0; i < a->taps; i++)
+            for (int64_t j = 0; j < b->taps; j++)
+                for (int64_t op = 0; op < Op; op++, dst += cpad)
+                    for (int64_t c = 0; c < cpad; c++) {
+                        const int64_t t = a->k[i] * g->KW + b->k[j];
+                        const uint32_t e = c < C ? w[(2 * op * C + c) * KK + t] : 0u;
+                        const uint32_t d =
+                            c < C && 2 * op + 1 < O ? w[((2 * op + 1) * C + c) * KK + t] : 0u;
+                        dst[c] = e | d << 16;
+                    }
+    }
+    return fx_bf16_minkey_avx512((const uint16_t *)(const void *)wq,
+                                 2 * fx_bf16_dgrad_s2_weights_numel(g));
+}
+
+int64_t fx_bf16_dgrad_s2_scratch(const struct fx_conv_geom *g, int64_t nb)
+{
+    fx_bf16_s2_axis ah[2], aw[2];
+    int64_t ph, pw;
+    s2_axes(g, ah, aw, &ph, &pw);
+    const int64_t Op = (g->O + 1) / 2, HWp = (g->OH + 2 * ph) * (g->OW + 2 * pw);
+    /* the copy, the tiles' overrun past its end, the interleaving buffer, a zero plane (an odd
+     * O), the quarter planes (nb C H W bf16 values in all), 16 spare words for alignment */
+    return nb * HWp * Op + (FX_FWD_MAX_MR + g->KW) * Op + Op * HWp + (g->OH * g->OW + 1) / 2 +
+           (nb * g->C * g->H * g->W + 1) / 2 + 16;
+}
+
+void fx_bf16_dgrad_s2_direct(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
+                             const uint32_t *wq, uint32_t wkey, uint32_t *scratch,
+                             uint16_t *dx)
+{
+    fx_bf16_s2_axis ah[2], aw[2];
+    int64_t ph, pw;
+    s2_axes(g, ah, aw, &ph, &pw);
+    const int64_t O = g->O, C = g->C, H = g->H, W = g->W, Op = (O + 1) / 2;
+    const int64_t cpad = (C + 15) / 16 * 16, Hp = g->OH + 2 * ph, Wp = g->OW + 2 * pw;
+    const int64_t HWp = Hp * Wp, slack = (FX_FWD_MAX_MR + g->KW) * Op;
+    /* dy's copy, as the forward kernel copies an input of O channels padded by (ph, pw) */
+    const struct fx_conv_geom gc = {.N = nbc, .C = O, .H = g->OH, .W = g->OW, .ph = ph, .pw = pw};
+    uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
+    uint32_t *tmp = xq + nbc * HWp * Op + slack;
+    uint16_t *zeros = (uint16_t *)(void *)(tmp + Op * HWp);
+    uint16_t *quarters = zeros + 2 * ((g->OH * g->OW + 1) / 2);
+    if (O % 2) memset(zeros, 0, sizeof(uint16_t) * (size_t)(g->OH * g->OW));
+    fx_bf16_pair_nhwc(&gc, dy, nbc, tmp, zeros, xq);
+    memset(xq + nbc * HWp * Op, 0, sizeof(uint32_t) * (size_t)slack);
+    const uint32_t kd = fx_bf16_minkey_avx512(dy, nbc * O * g->OH * g->OW);
+    const int dot = fx_bf16_dot_enabled() && kd + wkey >= FX_BF16_DOT_MIN_KEYSUM;
+    uint16_t *qp[2][2];
+    const uint32_t *wp = wq;
+    for (int q = 0; q < 4; q++) {
+        const fx_bf16_s2_axis *a = &ah[q / 2], *b = &aw[q % 2];
+        const int64_t nh = a->n, nw = b->n, Pq = nh * nw, ntaps = a->taps * b->taps;
+        uint16_t *out = quarters;
+        quarters += nbc * C * Pq;
+        qp[q / 2][q % 2] = out;
+        int64_t taps[FX_BF16_S2_MAX_TAPS * FX_BF16_S2_MAX_TAPS];
+        for (int64_t i = 0; i < a->taps; i++)
+            for (int64_t j = 0; j < b->taps; j++) taps[i * b->taps + j] = (i * Wp + j) * Op;
+        for (int64_t o0 = 0; o0 < C; o0 += 32) {
+            const int64_t oc = C - o0 < 32 ? C - o0 : 32;
+            const int nv = oc > 16 ? 2 : 1; /* never past cpad */
+            const int mr = nv == 2 ? (nw % 7 == 0 && nw % 8 != 0 ? 7 : 8)
+                                   : (nw % 14 == 0 && nw % 16 != 0 ? 14 : 16);
+            const int shape = nv == 2 ? (mr == 7 ? 0 : 1) : (mr == 14 ? 2 : 3);
+            const fwd_tile_fn fn = fwd_tiles[1][dot][shape];
+            for (int64_t n = 0; n < nbc; n++)
+                for (int64_t r = 0; r < nh; r++) {
+                    /* output (r, b0)'s first tap reads dy (r + d0, b0 + d0) of the copy */
+                    const uint32_t *xr = xq + (n * HWp + (r + a->d0 + ph) * Wp + b->d0 + pw) * Op;
+                    for (int64_t b0 = 0; b0 < nw; b0 += mr) {
+                        const int rows = nw - b0 < mr ? (int)(nw - b0) : mr;
+                        fn(xr + b0 * Op, Op, Op, taps, ntaps, wp + o0, cpad, NULL, 0, rows, 0,
+                           out + (n * C + o0) * Pq + r * nw + b0, Pq, (int)oc);
+                    }
+                }
+        }
+        wp += s2_phase_words(g, a, b);
+    }
+    /* each dx row from its parity's two phases, columns interleaved: a pair word per column
+     * pair (W even, so both phases' rows hold W / 2 values) */
+    const int64_t half = W / 2;
+    for (int64_t pl = 0; pl < nbc * C; pl++)
+        for (int64_t h = 0; h < H; h++) {
+            const int rh = (int)(h % 2);
+            const int64_t row = (pl * ah[rh].n + h / 2) * half;
+            const uint16_t *e = qp[rh][0] + row, *o = qp[rh][1] + row;
+            uint32_t *d = (uint32_t *)(void *)(dx + (pl * H + h) * W);
+            int64_t b = 0;
+            for (; b + 16 <= half; b += 16) {
+                const __m512i v = _mm512_or_si512(
+                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(e + b))),
+                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(
+                                          _mm256_loadu_si256((const __m256i *)(const void *)(o + b))),
+                                      16));
+                _mm512_storeu_si512((void *)(d + b), v);
+            }
+            for (; b < half; b++) d[b] = (uint32_t)e[b] | (uint32_t)o[b] << 16;
+        }
+}

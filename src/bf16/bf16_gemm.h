@@ -85,6 +85,49 @@ void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t
  * and a zero second half past C. tmp: Cp Hp Wp words; zeros: H W zero values (an odd C). */
 void fx_bf16_pair_nhwc(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
                        uint32_t *tmp, const uint16_t *zeros, uint32_t *xq);
+/* The input gradient of a stride-2 convolution by phases (src/bf16/bf16_conv_avx512bf16.c, the
+ * dpbf16 route's kernel conv.bf16_dgrad_s2). dx's rows 2a + r of parity r (a < n) take the
+ * kernel rows k with r + p - k even, at dy row a + d(k), d(k) = (r + p - k) / 2: one axis of a
+ * phase is the stride-1 correlation of dy with those taps in order of rising d (falling k), the
+ * first at dy row a + d0; likewise the columns. */
+#define FX_BF16_S2_MAX_TAPS 8
+typedef struct fx_bf16_s2_axis {
+    int64_t n, taps, d0;                /* dx rows of the phase, its taps, the first tap's d */
+    int64_t k[FX_BF16_S2_MAX_TAPS];     /* kernel row of tap j (d = d0 + j) */
+} fx_bf16_s2_axis;
+
+static inline void fx_bf16_s2_axis_make(int64_t r, int64_t K, int64_t p, int64_t len,
+                                        fx_bf16_s2_axis *ax)
+{
+    ax->n = (len - r + 1) / 2;
+    ax->taps = 0;
+    ax->d0 = 0;
+    for (int64_t k = K - 1; k >= 0; k--) /* falling k: rising d, one apart */
+        if ((r + p - k) % 2 == 0) {
+            if (ax->taps == 0) ax->d0 = (r + p - k) / 2;
+            ax->k[ax->taps++] = k;
+        }
+}
+
+/* Per dx value one chain over its phase's taps (row-major) and, within each, dy's channel pairs
+ * in order, odd channel first (the forward kernel's order on the phase's problem), vdpbf16ps
+ * where conditions (i) and (ii) hold for the chunk and the weights, the FMA chain otherwise
+ * (the same bits), rounded once to bf16 (the definition's rounding). For g (the forward
+ * geometry: x [N, C, H, W], dy [N, O, OH, OW]) where fx_bf16_dgrad_s2_fits: stride 2 both
+ * ways, dilation 1, KH and KW from 2 to 2 FX_BF16_S2_MAX_TAPS (every phase has taps), H and W
+ * even, at least 8 channels in dy and 16 in dx. The weights (w [O, C, KH, KW] bf16) packed by
+ * fx_bf16_dgrad_s2_pack_weights into fx_bf16_dgrad_s2_weights_numel words (64-byte aligned),
+ * which returns their minkey; per chunk of nbc images, dy's first and dx's first (NCHW, dx's
+ * nbc C H W values written), with fx_bf16_dgrad_s2_scratch(g, nbc) words of scratch; one
+ * thread. */
+int fx_bf16_dgrad_s2_fits(const struct fx_conv_geom *g);
+int64_t fx_bf16_dgrad_s2_weights_numel(const struct fx_conv_geom *g);
+uint32_t fx_bf16_dgrad_s2_pack_weights(const struct fx_conv_geom *g, const uint16_t *w,
+                                       uint32_t *wq);
+int64_t fx_bf16_dgrad_s2_scratch(const struct fx_conv_geom *g, int64_t nb);
+void fx_bf16_dgrad_s2_direct(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
+                             const uint32_t *wq, uint32_t wkey, uint32_t *scratch,
+                             uint16_t *dx);
 /* The AMX route's direct forward (src/bf16/bf16_conv_amx.c): fx_bf16_fwd_direct's interface,
  * scratch (fx_bf16_fwd_direct_scratch) and weights (fx_bf16_fwd_direct_pack_weights; wkey is
  * not used), on tdpbf16ps tiles read in place from the pair copy. Its order: per output over

@@ -323,6 +323,11 @@ typedef struct fx_conv_kernels {
     /* the geometries bf16_fwd takes (fx_bf16_fwd_direct_fits on the dpbf16 route,
      * fx_bf16_fwd_amx_fits on the AMX route); set with bf16_fwd */
     int (*bf16_fwd_fits)(const struct fx_conv_geom *g);
+    /* bf16 input gradient of a stride-2 convolution by phases on bf16_fwd's tiles, one chunk
+     * (fx_bf16_dgrad_s2_direct, src/bf16/bf16_gemm.h, with its fits, weights and scratch
+     * functions; the dpbf16 route only). NULL: the pair GEMM and col2im. */
+    void (*bf16_dgrad_s2)(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
+                          const uint32_t *wq, uint32_t wkey, uint32_t *scratch, uint16_t *dx);
     /* fp32 forward of one chunk without patch rows or panels (src/fp32/conv_f32_direct.h):
      * the GEMM route's chains in its order, so its bits. NULL: panels and GEMM. */
     void (*f32_fwd)(const struct fx_conv_geom *g, const float *xp, int64_t nbc, const float *wq,

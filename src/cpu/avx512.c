@@ -26,6 +26,7 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
     b->conv.bf16_wgrad_scratch = NULL;
     b->conv.bf16_fwd = NULL;
     b->conv.bf16_fwd_fits = NULL;
+    b->conv.bf16_dgrad_s2 = NULL;
     b->gemm.bf16_plain_min_k = 0;
     b->gemm.bf16_row_source = 0;
     if (route == FX_BF16_GEMM_DPBF16) {
@@ -37,6 +38,7 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
         b->conv.bf16_wgrad_scratch = fx_bf16_wgrad_direct_scratch;
         b->conv.bf16_fwd = fx_bf16_fwd_direct;     /* channel pairs per tap */
         b->conv.bf16_fwd_fits = fx_bf16_fwd_direct_fits;
+        b->conv.bf16_dgrad_s2 = fx_bf16_dgrad_s2_direct; /* the same tiles, by phases */
     } else if (route == FX_BF16_GEMM_AMX) {
         /* AMX tiles; the kernel packs plain bf16 operands itself. From one whole tile of 32 k
          * values: below it every A tile is a packed tail, and the CNN's first layer (K = 25)

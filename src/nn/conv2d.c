@@ -1268,11 +1268,11 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
 }
 
 /* A strided 1x1 convolution without padding (ResNet's projection shortcuts) reads one input
- * pixel in sh sw. Under integer compute, and under bf16 compute (x and w bf16 on a level with
- * bf16 products), its forward pass and weight gradient run as those of the stride-1
- * convolution of those pixels, copied out first: the same products in the same order (a 1x1
- * kernel's chain runs over the channel pairs alone, in the direct kernels as in the GEMM; the
- * weight gradient's over dy's pixel pairs), so the same sums and the same bits, and the
+ * pixel in sh sw. Under integer compute its forward pass, and under bf16 compute (x and w, or x
+ * and dy, bf16 on a level with bf16 products) its forward pass and weight gradient, run as
+ * those of the stride-1 convolution of those pixels, copied out first: the same products in the
+ * same order (a 1x1 kernel's chain runs over the channel pairs alone, in the direct kernels as
+ * in the GEMM; the weight gradient's over dy's pixel pairs), so the same sums and bits, and the
  * stride-1 layer takes the level's direct kernels where it has them (with the rounding
  * epilogues where the output's exponent is guessed), where the strided one took patch
  * panels, the GEMM and, for integers, an int64 stage (the direct kernel's copy would hold every
@@ -1282,6 +1282,18 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
  * copy) forward 1.16 -> 0.43 ms and weight gradient 0.83 -> 0.32 ms, 32 -> 64 at 16 x 16 0.49
  * -> 0.22 and 0.59 -> 0.24. Other float compute keeps its route: its sums' order, and so its
  * bits, belong to that route. test_conv_subsample checks the bits on every backend. */
+static int conv_bf16_phases_on = 1; /* conv_backward_input_bf16_s2 */
+static int64_t conv_bf16_phased_runs;
+
+void fx_conv_bf16_phases_set_enabled(int on)
+{
+    __atomic_store_n(&conv_bf16_phases_on, on != 0, __ATOMIC_RELAXED);
+}
+int64_t fx_conv_bf16_phased(void)
+{
+    return __atomic_load_n(&conv_bf16_phased_runs, __ATOMIC_RELAXED);
+}
+
 static int conv_subsample_on = 1;
 static int64_t conv_subsampled_runs; /* test hook: ops run on the copied pixels */
 
@@ -1294,18 +1306,20 @@ int64_t fx_conv_subsampled(void)
     return __atomic_load_n(&conv_subsampled_runs, __ATOMIC_RELAXED);
 }
 
-/* Whether an op on x and the other operand b (the weights, or dy) with output out takes the
- * copied pixels. An out that shares x's storage keeps the strided route, which never rounds
- * into it in place (a failed op must leave x as it was); the copy would hide the sharing from
- * that check. */
+/* Whether an op on x and the other operand b (the weights, or dy for a weight gradient, wgrad)
+ * with output out takes the copied pixels. An out that shares x's storage keeps the strided
+ * route, which never rounds into it in place (a failed op must leave x as it was); the copy
+ * would hide the sharing from that check. The integer weight gradient keeps its route: on the
+ * Zen 5 (one and two threads, FLEX16_5 and DFP16) the copied pixels took ResNet-20's 16 -> 32
+ * projection's weight gradient to 0.73-0.97x its time but the 32 -> 64 one to 0.97-1.12x. */
 static int conv_subsample_fits(const tensor_t *out, const tensor_t *x, const tensor_t *b,
-                               const fx_conv_geom *g)
+                               const fx_conv_geom *g, int wgrad)
 {
     if (!__atomic_load_n(&conv_subsample_on, __ATOMIC_RELAXED) || out->st == x->st ||
         g->KH != 1 || g->KW != 1 || g->ph != 0 || g->pw != 0 || (g->sh == 1 && g->sw == 1))
         return 0;
     const conv_compute cc = conv_compute_for(x, b);
-    return cc.ic || cc.cf == FMT_BF16;
+    return (cc.ic && !wgrad) || cc.cf == FMT_BF16;
 }
 
 /* The pixels a strided 1x1 kernel reads (conv_subsample_fits), [N, C, OH, OW]: under integer
@@ -1388,7 +1402,7 @@ static int conv2d_forward_host(tensor_t *y, const tensor_t *x, const tensor_t *w
                                const fx_conv_geom *gp, const conv_epilogue *ep,
                                conv_shared_relu *sr, const char *func)
 {
-    if (conv_subsample_fits(y, x, w, gp))
+    if (conv_subsample_fits(y, x, w, gp, 0))
         return conv2d_forward_subsampled(y, x, w, gp, ep, sr, func);
     int redo_e = FX_EXP_NONE;
     int rc = conv2d_forward_run(y, x, w, gp, ep, sr, FX_EXP_NONE, 0, &redo_e, func);
@@ -1589,6 +1603,54 @@ static int conv_backward_input_as_forward(tensor_t *dx, const tensor_t *dy, cons
     rc = tensor_conv2d(dx, dy, wt, 1, 1, (int)((KH - 1) * g->dh - g->ph),
                        (int)((KW - 1) * g->dw - g->pw), (int)g->dh, (int)g->dw);
     tensor_free(wt);
+    fx_scratch_free(&s);
+    return rc;
+}
+
+/* The bf16 input gradient at stride 2 by phases on the dpbf16 route (fx_bf16_dgrad_s2_direct,
+ * src/bf16/bf16_gemm.h): each dx value one chain over its phase's taps and dy's channel pairs,
+ * rounded once, where the col2im route adds the taps' fp32 products of the pair GEMM; its own
+ * order of the sums, so its own bits, as every bf16 route has (docs/formats.md). Chunks of
+ * images on the threads, dx written in place where it covers its storage and shares none with
+ * dy or w (else through a buffer, written whole at the end). Why: ResNet-20's stride-2 3x3
+ * input gradients on the pair GEMM and col2im (docs/performance.md). Returns 1 where it does
+ * not fit. */
+static int conv_backward_input_bf16_s2(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
+                                       const fx_conv_geom *g, const char *func)
+{
+    const fx_backend *be = fx_backend_active();
+    if (!be->conv.bf16_dgrad_s2 || !__atomic_load_n(&conv_bf16_phases_on, __ATOMIC_RELAXED) ||
+        dx->fmt != FMT_BF16 || !fx_bf16_fwd_direct_enabled() || !fx_bf16_dgrad_s2_fits(g))
+        return 1;
+    const conv_compute cc = {0, FMT_BF16, sizeof(uint16_t), sizeof(float)};
+    const int64_t N = g->N, chw = g->C * g->H * g->W, ohw = g->O * g->OH * g->OW;
+    const conv_plan plan = conv_plan_sized(g, 0, chw + g->O * (g->OH + 2) * (g->OW + 2), N);
+    const int64_t scr_n = fx_bf16_dgrad_s2_scratch(g, plan.nb);
+    fx_scratch s = {.n = 0};
+    fx_operand dyo, wo;
+    int rc = conv_operand(dy, &cc, &dyo, &s, func);
+    if (!rc) rc = conv_operand(w, &cc, &wo, &s, func);
+    uint32_t *wq = conv_align64(
+        conv_alloc(&s, fx_bf16_dgrad_s2_weights_numel(g) + 16, sizeof(uint32_t), &rc, func));
+    uint32_t *scr = conv_alloc(&s, scr_n * plan.outer, sizeof(uint32_t), &rc, func);
+    const int in_place = fx_tensor_covers_storage(dx) && dx->st != dy->st && dx->st != w->st;
+    uint16_t *out = in_place ? fx_tensor_base(dx)
+                             : conv_alloc(&s, N * chw, sizeof(uint16_t), &rc, func);
+    if (rc) {
+        fx_scratch_free(&s);
+        return rc;
+    }
+    const uint32_t wkey = fx_bf16_dgrad_s2_pack_weights(g, wo.data, wq);
+    const uint16_t *dyd = dyo.data;
+    FX_CONV_PARALLEL_FOR
+    for (int64_t ch = 0; ch < plan.nchunks; ch++) {
+        const int tid = FX_CONV_THREAD_ID();
+        const int64_t n0 = ch * plan.nb, nbc = plan.nb < N - n0 ? plan.nb : N - n0;
+        be->conv.bf16_dgrad_s2(g, dyd + n0 * ohw, nbc, wq, wkey, scr + tid * scr_n,
+                               out + n0 * chw);
+    }
+    if (!in_place) rc = tensor_set_raw(dx, out);
+    if (!rc) __atomic_fetch_add(&conv_bf16_phased_runs, 1, __ATOMIC_RELAXED);
     fx_scratch_free(&s);
     return rc;
 }
@@ -1815,6 +1877,12 @@ int fx_nn_conv2d_backward_input_host(const fx_op_args *a)
         if (rc != 1) return rc;
         rc = FX_OK;
     }
+    /* bf16 at stride 2 by phases on the direct forward tiles (no patch matrix, no col2im) */
+    if (cc.cf == FMT_BF16) {
+        rc = conv_backward_input_bf16_s2(dx, dy, w, &g, func);
+        if (rc != 1) return rc;
+        rc = FX_OK;
+    }
     /* bf16 on the pair route as a forward convolution on its direct kernel (no
      * patch matrix, no col2im: the CNN's conv2, one thread on the Zen 4, about 13.5 against
      * 17.8 ms) when that takes the flipped problem: dy's O channels are its input channels */
@@ -1912,7 +1980,7 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     const tensor_t *x = a->u.conv.a, *dy = a->u.conv.b;
     const fx_conv_geom g = *a->u.conv.g;
     const char *func = a->func;
-    if (conv_subsample_fits(dw_out, x, dy, &g)) { /* the stride-1 weight gradient of x's pixels */
+    if (conv_subsample_fits(dw_out, x, dy, &g, 1)) { /* the stride-1 weight gradient of x's pixels */
         fx_conv_geom g1;
         int rc;
         tensor_t *xs = conv_subsampled_input(x, dy, &g, &g1, &rc, func);
