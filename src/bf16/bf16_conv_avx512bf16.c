@@ -329,6 +329,23 @@ static const fwd_tile_fn fwd_tiles[2][2][4] = {
     {{fwd_tile_7x2_0_1, fwd_tile_8x2_0_1, fwd_tile_14x1_0_1, fwd_tile_16x1_0_1},
      {fwd_tile_7x2_1_1, fwd_tile_8x2_1_1, fwd_tile_14x1_1_1, fwd_tile_16x1_1_1}}};
 
+/* The tile of a block of nchan <= 32 output channels over rows of OW pixels: nv vectors of 16
+ * channels by mr pixels (7 or 8 by two vectors, 14 or 16 by one: the width that leaves no
+ * partial last tile where one does), and its index in fwd_tiles' last dimension */
+typedef struct fwd_shape {
+    int nv, mr, shape;
+} fwd_shape;
+
+static fwd_shape fwd_shape_for(int64_t nchan, int64_t OW)
+{
+    fwd_shape f;
+    f.nv = nchan > 16 ? 2 : 1;
+    f.mr = f.nv == 2 ? (OW % 7 == 0 && OW % 8 != 0 ? 7 : 8)
+                     : (OW % 14 == 0 && OW % 16 != 0 ? 14 : 16);
+    f.shape = f.nv == 2 ? (f.mr == 7 ? 0 : 1) : (f.mr == 14 ? 2 : 3);
+    return f;
+}
+
 static atomic_int fwd_enabled = 1;
 static atomic_llong fwd_calls;
 
@@ -387,11 +404,9 @@ void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t
     for (int64_t t = 0; t < KK; t++) taps[t] = ((t / g->KW) * Wp + t % g->KW) * Cp;
     for (int64_t o0 = 0; o0 < O; o0 += 32) {
         const int64_t ow = O - o0 < 32 ? O - o0 : 32;
-        const int nv = ow > 16 ? 2 : 1; /* never past opad */
-        const int mr = nv == 2 ? (OW % 7 == 0 && OW % 8 != 0 ? 7 : 8)
-                               : (OW % 14 == 0 && OW % 16 != 0 ? 14 : 16);
-        const int shape = nv == 2 ? (mr == 7 ? 0 : 1) : (mr == 14 ? 2 : 3);
-        const fwd_tile_fn fn = fwd_tiles[ybf != NULL][dot][shape];
+        const fwd_shape fs = fwd_shape_for(ow, OW); /* never past opad */
+        const int nv = fs.nv, mr = fs.mr;
+        const fwd_tile_fn fn = fwd_tiles[ybf != NULL][dot][fs.shape];
         const int64_t tail = ow - 16 * (nv - 1);
         const __mmask16 last = (__mmask16)(tail >= 16 ? 0xFFFF : tail <= 0 ? 0 : (1u << tail) - 1);
         /* threads split the output rows (each output is one thread's chain either way) */
@@ -534,11 +549,9 @@ void fx_bf16_dgrad_s2_direct(const struct fx_conv_geom *g, const uint16_t *dy, i
             for (int64_t j = 0; j < b->taps; j++) taps[i * b->taps + j] = (i * Wp + j) * Op;
         for (int64_t o0 = 0; o0 < C; o0 += 32) {
             const int64_t oc = C - o0 < 32 ? C - o0 : 32;
-            const int nv = oc > 16 ? 2 : 1; /* never past cpad */
-            const int mr = nv == 2 ? (nw % 7 == 0 && nw % 8 != 0 ? 7 : 8)
-                                   : (nw % 14 == 0 && nw % 16 != 0 ? 14 : 16);
-            const int shape = nv == 2 ? (mr == 7 ? 0 : 1) : (mr == 14 ? 2 : 3);
-            const fwd_tile_fn fn = fwd_tiles[1][dot][shape];
+            const fwd_shape fs = fwd_shape_for(oc, nw); /* never past cpad */
+            const int mr = fs.mr;
+            const fwd_tile_fn fn = fwd_tiles[1][dot][fs.shape];
             for (int64_t n = 0; n < nbc; n++)
                 for (int64_t r = 0; r < nh; r++) {
                     /* output (r, b0)'s first tap reads dy (r + d0, b0 + d0) of the copy */
