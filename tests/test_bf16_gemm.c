@@ -291,10 +291,10 @@ static void check_conv_in_place(int64_t N, int64_t C, int64_t H, int64_t K, uint
  * and at stride 2 (read from the copy in column runs). Where the geometry fits, the direct
  * route must have run. */
 static void check_wgrad_strided(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
-                                int64_t KH, int64_t KW, int pad, int stride, int kind,
+                                int64_t KH, int64_t KW, int pad, int sh, int sw, int kind,
                                 uint64_t seed)
 {
-    const int64_t OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
+    const int64_t OH = (H + 2 * pad - KH) / sh + 1, OW = (W + 2 * pad - KW) / sw + 1;
     const int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C, KH, KW}, ys[4] = {N, O, OH, OW};
     const int64_t nx = N * C * H * W, nw = O * C * KH * KW, ny = N * O * OH * OW;
     test_rng r;
@@ -307,7 +307,7 @@ static void check_wgrad_strided(int64_t N, int64_t C, int64_t H, int64_t W, int6
     tensor_t *tdw = tensor_new(FMT_FP32, 4, ws);
     CHECK_STATUS(tensor_set_raw(tx, x), FX_OK);
     CHECK_STATUS(tensor_set_raw(tdy, dy), FX_OK);
-    const int fits = OW % 2 == 0 && KH >= stride && KW >= stride;
+    const int fits = OW % 2 == 0 && KH >= sh && KW >= sw;
     /* the strided route itself, as in check_conv */
     fx_conv_subsample_set_enabled(0);
     for (int threads = 1; threads <= 2; threads++)
@@ -315,27 +315,27 @@ static void check_wgrad_strided(int64_t N, int64_t C, int64_t H, int64_t W, int6
             flexpoint_set_num_threads(threads);
             fx_bf16_dot_set_enabled(dot);
             fx_bf16_wgrad_direct_set_enabled(0);
-            CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, stride, stride, pad, pad, 1,
+            CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, sh, sw, pad, pad, 1,
                                                        1),
                          FX_OK);
             CHECK_STATUS(tensor_to_f32(tdw, want), FX_OK);
             fx_bf16_wgrad_direct_set_enabled(1);
             const long long calls = fx_bf16_wgrad_direct_calls();
-            CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, stride, stride, pad, pad, 1,
+            CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, sh, sw, pad, pad, 1,
                                                        1),
                          FX_OK);
             CHECK_STATUS(tensor_to_f32(tdw, got), FX_OK);
             CHECK((fx_bf16_wgrad_direct_calls() > calls) == fits,
-                  "wgrad N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %d: direct route "
-                  "%s", (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
-                  (long long)KH, (long long)KW, pad, stride,
+                  "wgrad N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %dx%d: direct "
+                  "route %s", (long long)N, (long long)C, (long long)H, (long long)W,
+                  (long long)O, (long long)KH, (long long)KW, pad, sh, sw,
                   fits ? "not taken" : "taken where it does not fit");
             long bad = 0;
             for (int64_t i = 0; i < nw; i++) bad += test_f32_bits(want[i]) != test_f32_bits(got[i]);
-            CHECK(bad == 0, "wgrad N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %d data "
-                  "%d, %d threads, dot %d: %ld of %lld weights differ from the GEMM route",
+            CHECK(bad == 0, "wgrad N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d stride %dx%d "
+                  "data %d, %d threads, dot %d: %ld of %lld weights differ from the GEMM route",
                   (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
-                  (long long)KH, (long long)KW, pad, stride, kind, threads, dot, bad,
+                  (long long)KH, (long long)KW, pad, sh, sw, kind, threads, dot, bad,
                   (long long)nw);
         }
     fx_bf16_dot_set_enabled(1);
@@ -352,7 +352,7 @@ static void check_wgrad_strided(int64_t N, int64_t C, int64_t H, int64_t W, int6
 static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
                         int64_t KW, int pad, int kind, uint64_t seed)
 {
-    check_wgrad_strided(N, C, H, W, O, KH, KW, pad, 1, kind, seed);
+    check_wgrad_strided(N, C, H, W, O, KH, KW, pad, 1, 1, kind, seed);
 }
 
 /* The bf16 input gradient where the direct forward route takes it: a forward convolution of dy
@@ -416,12 +416,12 @@ static void check_dx(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int6
  * once to bf16, with vdpbf16ps and with the FMA chain, at 1 and 2 threads, on data of the given
  * kind; the route must have run where it fits and nowhere else, nor with its switch off (the
  * col2im route's values against fp64: test_nn_conv). */
-static void check_dx_s2(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t K,
-                        int pad, int kind, uint64_t seed)
+static void check_dx_s2(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
+                        int64_t KW, int pad, int kind, uint64_t seed)
 {
-    const int64_t OH = (H + 2 * pad - K) / 2 + 1, OW = (W + 2 * pad - K) / 2 + 1;
-    const int64_t ws[4] = {O, C, K, K}, ys[4] = {N, O, OH, OW}, xs[4] = {N, C, H, W};
-    const int64_t nw = O * C * K * K, ny = N * O * OH * OW, nx = N * C * H * W;
+    const int64_t OH = (H + 2 * pad - KH) / 2 + 1, OW = (W + 2 * pad - KW) / 2 + 1;
+    const int64_t ws[4] = {O, C, KH, KW}, ys[4] = {N, O, OH, OW}, xs[4] = {N, C, H, W};
+    const int64_t nw = O * C * KH * KW, ny = N * O * OH * OW, nx = N * C * H * W;
     const int fits = fx_backend_active()->conv.bf16_dgrad_s2 != NULL && H % 2 == 0 &&
                      W % 2 == 0 && O >= 8 && C >= 16;
     test_rng r;
@@ -433,6 +433,11 @@ static void check_dx_s2(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
     for (int64_t i = 0; i < nw; i++) w[i] = draw(&r, kind, i);
     tensor_t *tw = tensor_new(FMT_BF16, 4, ws), *tdy = tensor_new(FMT_BF16, 4, ys);
     tensor_t *tdx = tensor_new(FMT_BF16, 4, xs), *tref = tensor_new(FMT_BF16, 4, xs);
+    /* and into a view (channels 1 .. C of C + 2), which the route writes through a buffer */
+    const int64_t vs[4] = {N, C + 2, H, W};
+    tensor_t *tvbase = tensor_new(FMT_BF16, 4, vs);
+    tensor_t *tview = tvbase ? tensor_view_slice(tvbase, 1, 1, C + 1, 1) : NULL;
+    CHECK(tview != NULL, "dx by phases: tensor_view_slice failed");
     CHECK_STATUS(tensor_set_raw(tw, w), FX_OK);
     CHECK_STATUS(tensor_set_raw(tdy, dy), FX_OK);
     /* the definition: each phase's chain in fp32, rounded by a write of the fp32 values */
@@ -441,8 +446,8 @@ static void check_dx_s2(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
             for (int64_t h = 0; h < H; h++)
                 for (int64_t x = 0; x < W; x++) {
                     fx_bf16_s2_axis ah, aw;
-                    fx_bf16_s2_axis_make(h % 2, K, pad, H, &ah);
-                    fx_bf16_s2_axis_make(x % 2, K, pad, W, &aw);
+                    fx_bf16_s2_axis_make(h % 2, KH, pad, H, &ah);
+                    fx_bf16_s2_axis_make(x % 2, KW, pad, W, &aw);
                     float acc = 0.0f;
                     for (int64_t i = 0; i < ah.taps; i++)
                         for (int64_t j = 0; j < aw.taps; j++) {
@@ -453,7 +458,8 @@ static void check_dx_s2(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
                                 for (int t = 0; t < 2 && o + t < O; t++) {
                                     dv[t] = in ? fx_bf16_to_f32(dy[((n * O + o + t) * OH + oh) * OW + ow])
                                                : 0.0f;
-                                    wv[t] = fx_bf16_to_f32(w[((o + t) * C + c) * K * K + ah.k[i] * K + aw.k[j]]);
+                                    wv[t] = fx_bf16_to_f32(
+                                        w[((o + t) * C + c) * KH * KW + ah.k[i] * KW + aw.k[j]]);
                                 }
                                 acc = fmaf(dv[1], wv[1], acc);
                                 acc = fmaf(dv[0], wv[0], acc);
@@ -470,17 +476,23 @@ static void check_dx_s2(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
             const int64_t runs = fx_conv_bf16_phased();
             CHECK_STATUS(tensor_conv2d_backward_input(tdx, tdy, tw, 2, 2, pad, pad, 1, 1), FX_OK);
             CHECK((fx_conv_bf16_phased() > runs) == fits,
-                  "dx by phases N%lld C%lld %lldx%lld O%lld k%lld pad %d: the route %s",
+                  "dx by phases N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d: the route %s",
                   (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
-                  (long long)K, pad, fits ? "did not run" : "ran where it does not fit");
+                  (long long)KH, (long long)KW, pad,
+                  fits ? "did not run" : "ran where it does not fit");
             if (!fits) continue;
-            CHECK_STATUS(tensor_get_raw(tdx, got), FX_OK);
-            long bad = 0;
-            for (int64_t i = 0; i < nx; i++) bad += got[i] != want[i];
-            CHECK(bad == 0, "dx by phases N%lld C%lld %lldx%lld O%lld k%lld pad %d data %d, %d "
-                  "threads, dot %d: %ld of %lld values differ from the phases' definition",
-                  (long long)N, (long long)C, (long long)H, (long long)W, (long long)O,
-                  (long long)K, pad, kind, threads, dot, bad, (long long)nx);
+            for (int v = 0; v < 2 && tview; v++) { /* dx whole, then the view */
+                if (v) CHECK_STATUS(tensor_conv2d_backward_input(tview, tdy, tw, 2, 2, pad, pad, 1, 1),
+                                    FX_OK);
+                CHECK_STATUS(tensor_get_raw(v ? tview : tdx, got), FX_OK);
+                long bad = 0;
+                for (int64_t i = 0; i < nx; i++) bad += got[i] != want[i];
+                CHECK(bad == 0, "dx by phases N%lld C%lld %lldx%lld O%lld k%lldx%lld pad %d data "
+                      "%d, %d threads, dot %d%s: %ld of %lld values differ from the phases' "
+                      "definition", (long long)N, (long long)C, (long long)H, (long long)W,
+                      (long long)O, (long long)KH, (long long)KW, pad, kind, threads, dot,
+                      v ? ", into a view" : "", bad, (long long)nx);
+            }
         }
     fx_bf16_dot_set_enabled(1);
     /* switched off: the col2im route */
@@ -493,6 +505,8 @@ static void check_dx_s2(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
     tensor_free(tdy);
     tensor_free(tdx);
     tensor_free(tref);
+    tensor_free(tview);
+    tensor_free(tvbase);
     free(dy);
     free(w);
     free(got);
@@ -593,18 +607,20 @@ int main(void)
      * odd dy channel count (a zero pair half), kernels of 2, 4 and 5 (phases of one to three
      * taps), no padding; an odd dx size and too few channels, which it leaves to col2im; and
      * data where vdpbf16ps would flush (the FMA chain for the chunk) */
-    check_dx_s2(2, 16, 32, 32, 32, 3, 1, DATA_NORMAL, seed++);
-    check_dx_s2(3, 32, 16, 16, 64, 3, 1, DATA_NORMAL, seed++);
-    check_dx_s2(2, 20, 10, 10, 8, 3, 1, DATA_NORMAL, seed++);
-    check_dx_s2(2, 16, 8, 12, 9, 3, 1, DATA_NORMAL, seed++);
-    check_dx_s2(2, 16, 12, 12, 16, 2, 0, DATA_NORMAL, seed++);
-    check_dx_s2(2, 17, 12, 12, 16, 4, 1, DATA_NORMAL, seed++);
-    check_dx_s2(2, 16, 14, 14, 16, 5, 2, DATA_NORMAL, seed++);
-    check_dx_s2(2, 16, 12, 12, 16, 3, 0, DATA_NORMAL, seed++);
-    check_dx_s2(2, 16, 9, 9, 16, 3, 1, DATA_NORMAL, seed++);
-    check_dx_s2(2, 8, 12, 12, 16, 3, 1, DATA_NORMAL, seed++);
+    check_dx_s2(2, 16, 32, 32, 32, 3, 3, 1, DATA_NORMAL, seed++);
+    check_dx_s2(3, 32, 16, 16, 64, 3, 3, 1, DATA_NORMAL, seed++);
+    check_dx_s2(2, 20, 10, 10, 8, 3, 3, 1, DATA_NORMAL, seed++);
+    check_dx_s2(2, 16, 8, 12, 9, 3, 3, 1, DATA_NORMAL, seed++);
+    check_dx_s2(2, 16, 12, 12, 16, 2, 2, 0, DATA_NORMAL, seed++);
+    check_dx_s2(2, 17, 12, 12, 16, 4, 4, 1, DATA_NORMAL, seed++);
+    check_dx_s2(2, 16, 14, 14, 16, 5, 5, 2, DATA_NORMAL, seed++);
+    check_dx_s2(2, 16, 12, 12, 16, 3, 3, 0, DATA_NORMAL, seed++);
+    check_dx_s2(2, 16, 12, 10, 16, 3, 5, 1, DATA_NORMAL, seed++); /* KH != KW */
+    check_dx_s2(20, 16, 8, 8, 16, 3, 3, 1, DATA_NORMAL, seed++);  /* two images a chunk */
+    check_dx_s2(2, 16, 9, 9, 16, 3, 3, 1, DATA_NORMAL, seed++);
+    check_dx_s2(2, 8, 12, 12, 16, 3, 3, 1, DATA_NORMAL, seed++);
     for (int kind = DATA_TINY; kind <= DATA_MIXED; kind++)
-        check_dx_s2(2, 16, 12, 12, 16, 3, 1, kind, seed++);
+        check_dx_s2(2, 16, 12, 12, 16, 3, 3, 1, kind, seed++);
     /* weight gradients: the CNN's two layers (conv2 with enough images for several chunks and
      * groups), ResNet-20's 3x3 shapes, output channels of every tile width (16, 32, 48, 64 and
      * beyond, with a partial vector), and an odd OW, which the direct route leaves alone */
@@ -621,12 +637,16 @@ int main(void)
     /* at stride 2: ResNet-20's downsampling 3x3 layers, an odd padded width (the copy's last
      * odd column is a zero), an odd OW and a 1x1 projection, which the direct route leaves to
      * the GEMM, and data where vdpbf16ps would flush */
-    check_wgrad_strided(3, 16, 32, 32, 32, 3, 3, 1, 2, DATA_NORMAL, seed++);
-    check_wgrad_strided(2, 32, 16, 16, 64, 3, 3, 1, 2, DATA_NORMAL, seed++);
-    check_wgrad_strided(2, 5, 11, 11, 20, 3, 3, 1, 2, DATA_NORMAL, seed++);
-    check_wgrad_strided(2, 5, 10, 10, 20, 3, 3, 1, 2, DATA_NORMAL, seed++);
-    check_wgrad_strided(2, 16, 16, 16, 32, 1, 1, 0, 2, DATA_NORMAL, seed++);
+    check_wgrad_strided(3, 16, 32, 32, 32, 3, 3, 1, 2, 2, DATA_NORMAL, seed++);
+    check_wgrad_strided(2, 32, 16, 16, 64, 3, 3, 1, 2, 2, DATA_NORMAL, seed++);
+    check_wgrad_strided(2, 5, 11, 11, 20, 3, 3, 1, 2, 2, DATA_NORMAL, seed++);
+    check_wgrad_strided(2, 5, 10, 10, 20, 3, 3, 1, 2, 2, DATA_NORMAL, seed++);
+    check_wgrad_strided(2, 16, 16, 16, 32, 1, 1, 0, 2, 2, DATA_NORMAL, seed++);
+    /* strides (1, 2) and (2, 1): the copy in column runs only across; several images a chunk */
+    check_wgrad_strided(2, 8, 12, 12, 16, 3, 3, 1, 1, 2, DATA_NORMAL, seed++);
+    check_wgrad_strided(2, 8, 12, 12, 16, 3, 3, 1, 2, 1, DATA_NORMAL, seed++);
+    check_wgrad_strided(20, 16, 12, 12, 32, 3, 3, 1, 2, 2, DATA_NORMAL, seed++);
     for (int kind = DATA_TINY; kind <= DATA_MIXED; kind++)
-        check_wgrad_strided(3, 7, 12, 12, 33, 3, 3, 1, 2, kind, seed++);
+        check_wgrad_strided(3, 7, 12, 12, 33, 3, 3, 1, 2, 2, kind, seed++);
     return test_finish("test_bf16_gemm");
 }

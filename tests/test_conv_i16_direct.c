@@ -322,14 +322,15 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
 }
 
 /* fx_i16_row_norms against the exact ceiling of the root: every row count from 0 to 19 (blocks
- * of 8 rows and the tail), lengths 1 to 40 and 1024, random values over the whole int16 range,
+ * of 8 rows and the tail), lengths 1 to 100 (one load a row up to 32, two up to 64, the loop
+ * beyond) and 1024, random values over the whole int16 range,
  * rows at the extremes (all -32768, all 32767), and rows whose sum of squares is a perfect
  * square, one above or one below one */
 static void check_row_norms(uint64_t seed)
 {
     test_rng r;
     test_rng_seed(&r, seed);
-    static const int64_t lens[] = {1, 2, 3, 7, 14, 18, 31, 32, 33, 40, 1024};
+    static const int64_t lens[] = {1, 2, 3, 7, 14, 18, 31, 32, 33, 34, 40, 64, 65, 100, 1024};
     int16_t *p = malloc(sizeof(int16_t) * 20 * 1024);
     uint32_t out[20];
     long bad = 0, checked = 0;

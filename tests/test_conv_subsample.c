@@ -51,12 +51,13 @@ static tensor_t *new4(fmt_t f, int64_t a, int64_t b, int64_t c, int64_t d)
 
 /* Whether the route runs for x and the other operand in format of: integer compute (forward
  * passes only), or bf16 compute (x and the operand bf16 on a level with bf16 products,
- * conv2d.c's conv_compute_for) */
+ * conv2d.c's conv_compute_for, other than the AMX route) */
 static int route_runs(fmt_t xf, fmt_t of, int wgrad)
 {
     if (fmt_is_shared_exponent(xf)) return !wgrad;
     return xf == FMT_BF16 && of == FMT_BF16 &&
-           fx_backend_active()->kernels[FX_OP_MATMUL][FMT_BF16] != NULL;
+           fx_backend_active()->kernels[FX_OP_MATMUL][FMT_BF16] != NULL &&
+           fx_conv_subsample_takes_bf16();
 }
 
 static void check_case(const sub_case *c, fmt_t xf, fmt_t wf, fmt_t yf, test_rng *r)

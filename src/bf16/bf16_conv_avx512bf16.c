@@ -182,7 +182,9 @@ void fx_bf16_wgrad_direct(const struct fx_conv_geom *g, const uint16_t *xp, cons
         xs = copy;
     }
     /* conditions (i) and (ii) for the whole chunk: the smallest exponent keys of the nonzero
-     * values (the border's zeros do not count; every other value is read, KH >= sh, KW >= sw) */
+     * values (the border's zeros do not count; at a stride a padded row or column that no tap
+     * reads may count too, which can only turn vdpbf16ps off, and both chains give the same
+     * bits) */
     const uint32_t kx = fx_bf16_minkey_avx512(xp, nbc * ximg);
     const uint32_t kd = fx_bf16_minkey_avx512(dy, nbc * O * P);
     const int dot = fx_bf16_dot_enabled() && kx + kd >= FX_BF16_DOT_MIN_KEYSUM;

@@ -42,9 +42,10 @@ uint32_t fx_bf16_minkey_avx512(const uint16_t *x, int64_t n);
  * patches x dy^T over the chunk's pixels, the same bits. xp: the chunk's padded input
  * (fx_conv_pad, nbc images, FX_CONV_PAD_SLACK initialised elements after it); dy: the chunk's
  * output gradient, nbc NCHW images; scratch: fx_bf16_wgrad_direct_scratch(g, nbc) words.
- * Only for geometries where fx_bf16_wgrad_direct_fits (stride and dilation 1, OW even: the
- * GEMM's pixel pairs then never straddle a row). Installed as the AVX-512 level's
- * conv.bf16_wgrad on the dpbf16 route. */
+ * Only for geometries where fx_bf16_wgrad_direct_fits (dilation 1, strides 1 and 2 with KH >=
+ * sh and KW >= sw, OW even: the GEMM's pixel pairs then never straddle a row; at a horizontal
+ * stride of 2 the kernel reads a copy of xp in column runs from its scratch). Installed as the
+ * AVX-512 level's conv.bf16_wgrad on the dpbf16 route. */
 struct fx_conv_geom;
 int fx_bf16_wgrad_direct_fits(const struct fx_conv_geom *g);
 int64_t fx_bf16_wgrad_direct_scratch(const struct fx_conv_geom *g, int64_t nb);

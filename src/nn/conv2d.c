@@ -1281,7 +1281,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
  * twin on the copied pixels 3.4 ms; on the Zen 5 in bf16 (one thread, batch 128, without the
  * copy) forward 1.16 -> 0.43 ms and weight gradient 0.83 -> 0.32 ms, 32 -> 64 at 16 x 16 0.49
  * -> 0.22 and 0.59 -> 0.24. Other float compute keeps its route: its sums' order, and so its
- * bits, belong to that route. test_conv_subsample checks the bits on every backend. */
+ * bits, belong to that route, and so does the AMX route's bf16 (fx_conv_subsample_takes_bf16).
+ * test_conv_subsample checks the bits on every backend. */
 static int conv_bf16_phases_on = 1; /* conv_backward_input_bf16_s2 */
 static int64_t conv_bf16_phased_runs;
 
@@ -1306,6 +1307,15 @@ int64_t fx_conv_subsampled(void)
     return __atomic_load_n(&conv_subsampled_runs, __ATOMIC_RELAXED);
 }
 
+/* The AMX route's stride-1 bf16 kernels sum in orders of their own (bf16_conv_amx.c,
+ * bf16_wgrad_amx.c), which were not compared with the AMX GEMM's over the strided patches on a
+ * CPU with AMX: that route keeps the strided one. */
+int fx_conv_subsample_takes_bf16(void)
+{
+    const fx_backend *be = fx_backend_active();
+    return be->conv.bf16_fwd != fx_bf16_fwd_amx && be->conv.bf16_wgrad != fx_bf16_wgrad_amx;
+}
+
 /* Whether an op on x and the other operand b (the weights, or dy for a weight gradient, wgrad)
  * with output out takes the copied pixels. An out that shares x's storage keeps the strided
  * route, which never rounds into it in place (a failed op must leave x as it was); the copy
@@ -1319,7 +1329,7 @@ static int conv_subsample_fits(const tensor_t *out, const tensor_t *x, const ten
         g->KH != 1 || g->KW != 1 || g->ph != 0 || g->pw != 0 || (g->sh == 1 && g->sw == 1))
         return 0;
     const conv_compute cc = conv_compute_for(x, b);
-    return (cc.ic && !wgrad) || cc.cf == FMT_BF16;
+    return (cc.ic && !wgrad) || (cc.cf == FMT_BF16 && fx_conv_subsample_takes_bf16());
 }
 
 /* The pixels a strided 1x1 kernel reads (conv_subsample_fits), [N, C, OH, OW]: under integer

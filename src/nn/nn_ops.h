@@ -88,11 +88,13 @@ int64_t fx_conv_in_place_made(void);
 int64_t fx_conv_stage_redone(void);
 int64_t fx_conv_redone_staged(void);
 
-/* Test hooks: 0 keeps a strided 1x1 convolution without padding under integer or bf16 compute
- * on its own route instead of the stride-1 convolution of the pixels it reads (conv2d.c; the
- * same bits); the forward passes and weight gradients run that way, counted. */
+/* Test hooks: 0 keeps a strided 1x1 convolution without padding on its own route instead of the
+ * stride-1 convolution of the pixels it reads (conv2d.c; the same bits): the forward pass under
+ * integer or bf16 compute and the weight gradient under bf16 compute, counted; whether the
+ * active backend's bf16 compute takes that route (not the AMX route). */
 void fx_conv_subsample_set_enabled(int on);
 int64_t fx_conv_subsampled(void);
+int fx_conv_subsample_takes_bf16(void);
 
 /* Test hooks: 0 keeps a stride-2 bf16 input gradient on the pair GEMM and col2im instead of its
  * phases on the direct forward tiles (conv2d.c, conv_backward_input_bf16_s2; other bits: each
