@@ -423,48 +423,63 @@ static void check_rounding_edges(int64_t K, int s, int neg_larger)
  * tile by tile), on small ones (every tile fast) and on operands full-range in their first 300
  * values of K only (tiles that take an any-data kernel on the first K block and the fast one
  * on the others, a kernel call per block, where the norms are tested after the first block:
- * forced FAST, or AUTO where the first group, its probe, holds them all): more rows than a
- * row block (144), ragged
- * columns and the narrow tile, K of one block, of four (1,536, beyond the int64 blocks'
+ * forced FAST, or AUTO where the first group, its probe, holds them all), and on operands
+ * whose A rows are full-range in every other tile of 6 rows (a column of tiles where fast
+ * tiles, which round their own sums on a product of one K block, alternate with any-data
+ * ones, rounded from the column's buffer): more rows than a row block (144), ragged columns
+ * and the narrow tile, K of one block (383, 200), of four (1,536, beyond the int64 blocks'
  * limit) and odd; each write the dispatcher's bit for bit and within half a unit of fp64, in
- * registers where the level rounds the shape. */
+ * registers where the level rounds the shape. The fast tiles of a product of one K block
+ * must have rounded their own sums (fx_gemm_i16_rounded_tiles) on every register tile but
+ * the AVX-512 levels' narrow one, and no tile elsewhere. */
 static void check_forced_kernels(test_rng *r)
 {
     static const int kernels[] = {FX_GEMM_I16_KERNEL_AUTO, FX_GEMM_I16_KERNEL_SPLIT,
                                   FX_GEMM_I16_KERNEL_WRAP, FX_GEMM_I16_KERNEL_FAST};
-    static const int64_t shapes[][3] = {{150, 1536, 70}, {40, 383, 16}, {7, 1001, 33}};
+    static const int64_t shapes[][3] = {
+        {150, 1536, 70}, {40, 383, 16}, {7, 1001, 33}, {40, 200, 70}};
     const int kernel0 = fx_gemm_i16_forced_kernel();
     for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-            for (int kind = 0; kind <= 2; kind++) { /* full range, small, mixed */
+            for (int kind = 0; kind <= 3; kind++) { /* full range, small, mixed, mixed rows */
                 const int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
                 /* exponent 0 for both: a value of 32767 in each; small: the rest below 64;
-                 * mixed: small from k = 300 */
+                 * mixed: small from k = 300; mixed rows: A full-range in rows 6 .. 11,
+                 * 18 .. 23, ..., B small */
                 const float top = 32767.0f;
                 float *av = malloc((size_t)(M * K) * sizeof *av);
                 float *bv = malloc((size_t)(K * N) * sizeof *bv);
                 for (int64_t i = 0; i < M * K; i++) {
-                    const int64_t lim = kind == 1 || (kind == 2 && i % K >= 300) ? 63 : 32767;
+                    const int small = kind == 1 || (kind == 2 && i % K >= 300) ||
+                                      (kind == 3 && (i / K / 6) % 2 == 0);
+                    const int64_t lim = small ? 63 : 32767;
                     av[i] = i == 0 ? top : (float)test_rng_range(r, -lim, lim);
                 }
                 for (int64_t i = 0; i < K * N; i++) {
-                    const int64_t lim = kind == 1 || (kind == 2 && i / N >= 300) ? 63 : 32767;
+                    const int small = kind == 1 || kind == 3 || (kind == 2 && i / N >= 300);
+                    const int64_t lim = small ? 63 : 32767;
                     bv[i] = i == 0 ? top : (float)test_rng_range(r, -lim, lim);
                 }
                 CHECK_STATUS(fx_gemm_i16_force_kernel(kernels[ki]), FX_OK);
                 int64_t fast0, split0, fast1, split1;
                 fx_gemm_i16_tile_counts(&fast0, &split0);
+                const int64_t rounded0 = fx_gemm_i16_rounded_tiles();
                 char what[96];
                 snprintf(what, sizeof what, "kernel %s, %s, [%lld, %lld] @ [%lld, %lld]",
                          fx_gemm_i16_kernel_name(kernels[ki]),
-                         kind == 0 ? "full range" : kind == 1 ? "small" : "mixed",
+                         kind == 0   ? "full range"
+                         : kind == 1 ? "small"
+                         : kind == 2 ? "mixed"
+                                     : "mixed rows",
                          (long long)M, (long long)K, (long long)K, (long long)N);
                 tensor_free(integer_steady_writes(av, bv, M, K, N, what));
+                const int narrow = fx_gemm_i16_narrow(N); /* under the forced kernel */
                 CHECK_STATUS(fx_gemm_i16_force_kernel(kernel0), FX_OK);
                 /* the kernels meant to run did (the register tiles count them; AMX and the
                  * portable level do not) */
                 fx_gemm_i16_tile_counts(&fast1, &split1);
                 const int64_t fast = fast1 - fast0, split = split1 - split0;
+                const int64_t rounded = fx_gemm_i16_rounded_tiles() - rounded0;
                 const fx_backend *be = fx_backend_active();
                 const int counted = be->gemm.i16_rounds && !be->gemm.i16_amx;
                 const int any_only = kernels[ki] == FX_GEMM_I16_KERNEL_SPLIT ||
@@ -477,12 +492,61 @@ static void check_forced_kernels(test_rng *r)
                     CHECK((kind != 0 || split > 0) && (kind != 1 || fast > 0) &&
                               (kind != 2 ||
                                (split > 0 && (K <= FX_GEMM_I16_KC || fast > 0 ||
-                                              kernels[ki] != FX_GEMM_I16_KERNEL_FAST))),
+                                              kernels[ki] != FX_GEMM_I16_KERNEL_FAST))) &&
+                              (kind != 3 || fast > 0),
                           "%s: %lld fast, %lld any-data tiles", what, (long long)fast,
                           (long long)split);
+                /* every register tile but the AVX-512 levels' narrow one (N <= 16 under
+                 * AUTO), which has no rounding of its own */
+                const int narrow_tile = narrow && strncmp(be->name, "avx512", 6) == 0;
+                const int tiles_round = counted && !narrow_tile && K <= FX_GEMM_I16_KC;
+                if (tiles_round && fast > 0)
+                    CHECK(rounded > 0 && rounded <= fast,
+                          "%s: %lld of %lld fast tiles rounded their sums", what,
+                          (long long)rounded, (long long)fast);
+                else if (counted)
+                    CHECK(rounded == 0, "%s: %lld tiles rounded their sums", what,
+                          (long long)rounded);
                 free(av);
                 free(bv);
             }
+}
+
+/* Sums past 2^31 in tiles of several chains at a small shift: integer DFP16 operands (exponent
+ * 0: a 32767 in each, against a zero row or column) whose first 256 values of k are 4096 in A
+ * and 1 in B for six writes (sums of 2^20, a steady small exponent), then 4096 in B: every sum
+ * is 2^32, which reads 0 in an int32 lane, at the shift guessed from the writes before. The
+ * fast tiles (chains of 7 norm segments) that round their own sums must see the overflow
+ * from the exact maximum; every write the dispatcher's bit for bit, FLEX16_5 and DFP16. */
+static void check_wrapping_sums(fmt_t fo)
+{
+    const int64_t M = 12, K = 384, N = 64;
+    twin_products t = twin_products_new(fo, FMT_DFP16, FMT_DFP16, M, K, N);
+    float *av = calloc((size_t)(M * K), sizeof *av), *bv = calloc((size_t)(K * N), sizeof *bv);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < 256; k++) av[i * K + k] = 4096.0f;
+    av[K - 2] = 32767.0f;             /* row 0, against B's zero row K - 2 */
+    bv[(K - 1) * N] = 32767.0f;       /* column 0, against A's zero column K - 1 */
+    CHECK_STATUS(tensor_from_f32(t.a, av), FX_OK);
+    char what[96];
+    snprintf(what, sizeof what, "sums of 2^32 at a small shift, fmt %d", (int)fo);
+    for (int step = 0; step < 8; step++) {
+        const float bval = step < 6 ? 1.0f : 4096.0f;
+        for (int64_t k = 0; k < 256; k++)
+            for (int64_t j = 0; j < N; j++) bv[k * N + j] = bval;
+        CHECK_STATUS(tensor_from_f32(t.b, bv), FX_OK);
+        CHECK(tensor_exp(t.a) == 0 && tensor_exp(t.b) == 0, "%s: operand exponents %d, %d",
+              what, tensor_exp(t.a), tensor_exp(t.b));
+        CHECK_STATUS(tensor_matmul(t.fast, t.a, t.b), FX_OK);
+        fx_shared_matmul_set_enabled(0);
+        CHECK_STATUS(tensor_matmul(t.ref, t.a, t.b), FX_OK);
+        fx_shared_matmul_set_enabled(1);
+        if (!test_same_writes(t.fast, t.ref, what, step)) break;
+    }
+    check_reference(t.fast, t.a, t.b, what);
+    free(av);
+    free(bv);
+    twin_products_free(&t);
 }
 
 /* Shifts beyond 32, which the AVX2 rounding takes one by one: a FLEX16_5 output whose window
@@ -852,6 +916,8 @@ int main(void)
             check_extreme_accumulators(64);
             check_extreme_accumulators(200); /* where X would wrap: int64 lanes */
             check_forced_kernels(&r);
+            check_wrapping_sums(FMT_DFP16);
+            check_wrapping_sums(FMT_FLEX16_5);
             check_rounds_limits();
             for (int shift = 31; shift <= 37; shift += 2) check_clamped_shift(70, 384, 50, shift, &r);
         }

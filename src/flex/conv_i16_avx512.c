@@ -78,63 +78,6 @@ static void row_segment_norms(const uint32_t *planes, int64_t Cp, int64_t G, int
     }
 }
 
-/* The epilogue's int32 route, for shifts 16 <= s <= 46 (every training write's: ResNet-20's
- * and the CNN's convolutions round at 16-19). The int64 route widens each sum
- * v = 2^16 hi + acc and rounds it in eight int64 lanes; on ResNet-20's 16-channel layers that
- * took a quarter of the tile's samples. Here v is split as v = 2^16 h + l, h = hi + (acc >> 16)
- * (floor(v / 2^16), int32 for every sum: |v| < 2^46) and l = acc & 0xFFFF, and quant_i64's
- * fast rounding floor((v + 2^(s-1) - 1 + b) / 2^s) (b bit s of v, which is bit t = s - 16 of h)
- * is, in sixteen int32 lanes:
- * - for t >= 1: (h + 2^(t-1) - c) >> t, c = 1 where l = 0 and b = 0 (the low half moves the
- *   floor only when it contributes -1);
- * - for t = 0: h + 1 where l + b > 2^15, else h.
- * A lane underflows where it rounds to 0 from a nonzero v (h or l nonzero). The largest |v|
- * must be exact (it is the write's statistic): a tile's sums are below 2^16 max(hmax + 1,
- * -hmin) in magnitude, so only a tile whose bound passes the image's largest |v| so far
- * (a few tiles an image) widens its sums to find its own exactly. The same mantissas and
- * statistics as the int64 route. */
-#define R16_MIN_SHIFT 16
-#define R16_MAX_SHIFT 46
-typedef struct round16 {
-    __m512i half_t, bit_t; /* 2^(t-1) (0 for t = 0), 2^t */
-    __m128i cnt;           /* t */
-    int t0;                /* t = 0 */
-} round16;
-
-static inline round16 round16_setup(int s)
-{
-    round16 k;
-    if (s < R16_MIN_SHIFT || s > R16_MAX_SHIFT) s = R16_MIN_SHIFT; /* constants no call reads */
-    const int t = s - 16;
-    k.half_t = _mm512_set1_epi32(t ? 1 << (t - 1) : 0);
-    k.bit_t = _mm512_set1_epi32(1 << t);
-    k.cnt = _mm_cvtsi32_si128(t);
-    k.t0 = t == 0;
-    return k;
-}
-
-/* sixteen sums 2^16 h + l (nz: the lanes where the sum is nonzero) rounded at k's shift;
- * underflows counted in the lanes of *uf */
-static inline __attribute__((always_inline)) __m512i round16_lanes(const round16 *k, __m512i h,
-                                                                   __m512i l, __mmask16 nz,
-                                                                   __m512i *uf)
-{
-    const __m512i one = _mm512_set1_epi32(1);
-    __m512i q;
-    if (k->t0) {
-        const __m512i lb = _mm512_add_epi32(l, _mm512_and_si512(h, one));
-        q = _mm512_mask_add_epi32(h, _mm512_cmpgt_epi32_mask(lb, _mm512_set1_epi32(1 << 15)),
-                                  h, one);
-    } else {
-        const __mmask16 c = _kandn_mask16(_mm512_test_epi32_mask(h, k->bit_t),
-                                          _mm512_testn_epi32_mask(l, l));
-        const __m512i x = _mm512_add_epi32(h, k->half_t);
-        q = _mm512_sra_epi32(_mm512_mask_sub_epi32(x, c, x, one), k->cnt);
-    }
-    *uf = _mm512_mask_add_epi32(*uf, _mm512_mask_testn_epi32_mask(nz, q, q), *uf, one);
-    return q;
-}
-
 /* The rounding epilogue's state (fx_i16_fwd_direct_round): the image's fast-route roundings
  * at one shift (f) or two (f2), and the int32 route's where both shifts allow it (r16; 0:
  * never), the planes of the block's first output channel in the image's NCHW mantissas (yq,
@@ -142,7 +85,7 @@ static inline __attribute__((always_inline)) __m512i round16_lanes(const round16
  * underflow counts, which each tile updates with its own. */
 typedef struct itile_rd {
     fx_q64_fast f, f2;
-    round16 k, k2;
+    fx_round16 k, k2;
     int r16; /* both shifts on the int32 route */
     int16_t *yq, *yq2;
     int64_t P;
@@ -231,7 +174,7 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
     if (!ROUND) return fx_i16_store_rows(MR, NV, acc, hi, out, ldo, rows, last, 0);
     /* local statistics (the mantissa stores could alias *rd's), added at the end */
     const fx_q64_fast f = rd->f, f2 = rd->f2;
-    const round16 k = rd->k, k2 = rd->k2;
+    const fx_round16 k = rd->k, k2 = rd->k2;
     const int r16 = rd->r16;
     __m512i mx = _mm512_setzero_si512(); /* the second rounding takes the same sums' maximum */
     int64_t nuf = 0, nuf2 = 0;
@@ -251,8 +194,9 @@ itile(const int MR, const int NV, const int64_t LD, int32_t *restrict hib, const
                                                             _mm512_or_si512(h, l));
                 hmax = _mm512_max_epi32(hmax, h);
                 hmin = _mm512_min_epi32(hmin, h);
-                q[r] = _mm512_cvtepi32_epi16(round16_lanes(&k, h, l, nz, &uf));
-                if (ROUND == 2) q2[r] = _mm512_cvtepi32_epi16(round16_lanes(&k2, h, l, nz, &uf2));
+                q[r] = _mm512_cvtepi32_epi16(fx_round16_lanes(&k, h, l, nz, &uf));
+                if (ROUND == 2)
+                    q2[r] = _mm512_cvtepi32_epi16(fx_round16_lanes(&k2, h, l, nz, &uf2));
                 continue;
             }
             __m512i s[2];
@@ -592,12 +536,12 @@ static itile_rd round_state(int shift, int two, int shift2, uint64_t *max_in, in
                             int64_t *nuf2)
 {
     const int r16 = atomic_load_explicit(&round16_on, memory_order_relaxed) &&
-                    shift >= R16_MIN_SHIFT && shift <= R16_MAX_SHIFT &&
-                    (!two || (shift2 >= R16_MIN_SHIFT && shift2 <= R16_MAX_SHIFT));
+                    shift >= FX_R16_MIN_SHIFT && shift <= FX_R16_MAX_SHIFT &&
+                    (!two || (shift2 >= FX_R16_MIN_SHIFT && shift2 <= FX_R16_MAX_SHIFT));
     const itile_rd rd = {.f = fx_q64_fast_setup(shift),
                          .f2 = fx_q64_fast_setup(two ? shift2 : shift),
-                         .k = round16_setup(shift),
-                         .k2 = round16_setup(two ? shift2 : shift),
+                         .k = fx_round16_setup(shift),
+                         .k2 = fx_round16_setup(two ? shift2 : shift),
                          .r16 = r16,
                          .max_in = max_in,
                          .nuf = nuf,

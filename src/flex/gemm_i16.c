@@ -348,6 +348,12 @@ static _Atomic int g_forced = FX_GEMM_I16_KERNEL_AUTO; /* fx_gemm_i16_force_kern
 static const char *const fx_i16_kernel_names[FX_GEMM_I16_KERNELS] = {"auto", "split", "wrap",
                                                                       "fast", "amx"};
 static _Atomic int g_amx_auto; /* fx_gemm_i16_set_amx_auto */
+static int g_tiles_round = 1;  /* fx_gemm_i16_tiles_round_set_enabled */
+
+void fx_gemm_i16_tiles_round_set_enabled(int on)
+{
+    __atomic_store_n(&g_tiles_round, on != 0, __ATOMIC_RELAXED);
+}
 
 void fx_gemm_i16_set_amx_auto(int on) { g_amx_auto = on != 0; }
 
@@ -422,6 +428,9 @@ int fx_gemm_i16_narrow(int64_t N)
  * are the tiles since their last reset, which records where the totals stood */
 static _Atomic int64_t g_fast_tiles, g_split_tiles, g_fast_pairs, g_split_pairs, g_fast_chains;
 static _Atomic int64_t g_fast_tiles_reset, g_split_tiles_reset;
+static _Atomic int64_t g_rounded_tiles; /* tiles that rounded their own sums (fast_round) */
+
+int64_t fx_gemm_i16_rounded_tiles(void) { return g_rounded_tiles; }
 
 void fx_gemm_i16_set_mode(int mode) { g_mode = mode; }
 
@@ -491,6 +500,8 @@ typedef struct fx_gemm_plan {
     int16_t *out16;
     int shift;
     size_t col_elems;
+    /* with out16 and one K block: the fast tiles round their own sums (kd->fast_round) */
+    int tiles_round;
 } fx_gemm_plan;
 
 /* Choose the route, blocking and threads of a product (the call's operands are checked here;
@@ -574,6 +585,9 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     pl->kg = (int)fx_min64(fx_gemm_kg_level(kd), (K + pl->kc - 1) / pl->kc);
     /* a rounding needs the whole K in the one group (fx_gemm_i16_rounds said so) */
     if (pl->out16 && (int64_t)pl->kg * pl->kc < K) return FX_EUNSUPPORTED;
+    pl->tiles_round = pl->out16 && kd->fast_round && K <= pl->kc &&
+                      pl->shift <= FX_GEMM_I16_ROUND_MAX_SHIFT &&
+                      __atomic_load_n(&g_tiles_round, __ATOMIC_RELAXED);
     int nt = c->nthreads;
     if (nt < 1 || M * N * K < FX_GEMM_PAR_MIN_MACS) nt = 1;
     int64_t mc = fx_min64(FX_GEMM_MC / mr * mr, (M + mr - 1) / mr * mr);
@@ -643,7 +657,7 @@ typedef struct fx_gemm_thread {
     int64_t block_id, a_block; /* B blocks and A blocks seen (ids count from 1) */
     int probed;               /* the probe group is behind us (no probe outside mode AUTO) */
     int norms_off;            /* the probe found no fast tile: no more norms */
-    int64_t fast_tiles, split_tiles;
+    int64_t fast_tiles, split_tiles, rounded_tiles;
     int64_t fast_pairs, split_pairs, fast_chains; /* flexpoint_gemm_i16_stats */
     uint64_t imax;            /* max |out| of the tiles this thread finished */
     int64_t nuf;              /* with out16: the nonzero sums it rounded to 0 */
@@ -862,7 +876,7 @@ static fx_gemm_i16_wrap_block fx_gemm_wrap_block(const fx_gemm_plan *pl,
 static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
                               fx_gemm_thread *th, const fx_gemm_block *bk, int64_t i0,
                               int64_t ir, int64_t jp, int64_t chain, int64_t *ct, int64_t ldc,
-                              int m, int n)
+                              int16_t *dst16, int m, int n)
 {
     const fx_gemm_i16_kernel *kd = pl->kd;
     const int64_t kp = bk->kp;
@@ -871,7 +885,10 @@ static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
     const int32_t *apn = fx_gemm_apanel(pl, th, bk, i0, ir);
     if (chain > 0) {
         const int16_t *bp = fx_gemm_bpack(pl, sh, bk) + jp * kp * 2 * pl->nr;
-        kd->fast(kp, chain, apn, bp, ct, ldc, m, n, accumulate, amax);
+        if (dst16)
+            kd->fast_round(kp, chain, apn, bp, dst16, pl->N, m, n, pl->shift, amax, &th->nuf);
+        else
+            kd->fast(kp, chain, apn, bp, ct, ldc, m, n, accumulate, amax);
         th->fast_pairs += kp;
         /* both at most FX_GEMM_I16_MAX_KP: a 32-bit division, once per tile */
         th->fast_chains += (uint32_t)(kp + chain - 1) / (uint32_t)chain;
@@ -926,29 +943,35 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
     const int64_t ntiles = (mcur + mr - 1) / mr;
     int64_t group_fast = 0;
     int64_t chain[FX_GEMM_KG][FX_GEMM_MC];
-    unsigned char all_wrap[FX_GEMM_MC];
+    unsigned char all_wrap[FX_GEMM_MC], rounded[FX_GEMM_MC];
     for (int64_t jp = 0; jp < bk[0].npan; jp++) {
         const int64_t j0 = jp * nr;
         const int n = (int)fx_min64(nr, bk[0].ncur - j0);
         int any_group = 0;
         for (int64_t t = 0; t < ntiles; t++) {
             all_wrap[t] = pl->use_wrap;
+            rounded[t] = 0;
             for (int g = 0; g < nb; g++) {
                 chain[g][t] = fx_gemm_chain(pl, sh, th, &bk[g], t * mr, jp);
                 if (chain[g][t] > 0) all_wrap[t] = 0;
             }
             any_group |= all_wrap[t];
         }
-        /* the tiles' sums: into the stage, or (out16) into this column's buffer */
+        /* the tiles' sums: into the stage, or (out16) into this column's buffer, or rounded
+         * by the fast tiles themselves (tiles_round: one K block) */
         int64_t *const cbase = pl->out16 ? th->col : pl->out + i0 * pl->N + bk[0].jc + j0;
         const int64_t ldc = pl->out16 ? nr : pl->N;
+        int16_t *const dbase = pl->out16 ? pl->out16 + i0 * pl->N + bk[0].jc + j0 : NULL;
         for (int g = 0; g < nb; g++)
             for (int64_t t = 0; t < ntiles; t++) {
                 if (all_wrap[t]) continue;
                 const int64_t ir = t * mr;
                 const int m = (int)fx_min64(mr, mcur - ir);
+                rounded[t] = pl->tiles_round && chain[g][t] > 0;
+                th->rounded_tiles += rounded[t];
                 group_fast += fx_gemm_tile_block(pl, sh, th, &bk[g], i0, ir, jp, chain[g][t],
-                                                 cbase + ir * ldc, ldc, m, n);
+                                                 cbase + ir * ldc, ldc,
+                                                 rounded[t] ? dbase + ir * pl->N : NULL, m, n);
             }
         for (int64_t t = 0; any_group && t < ntiles; t++) {
             if (!all_wrap[t]) continue;
@@ -956,10 +979,20 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
             fx_gemm_tile_wrap_group(pl, sh, th, bk, nb, i0, ir, jp, cbase + ir * ldc, ldc,
                                     (int)fx_min64(mr, mcur - ir), n);
         }
-        /* one group holds the whole K (fx_gemm_i16_rounds): the column's sums are final */
-        if (pl->out16)
-            pl->kd->round(th->col, nr, pl->out16 + i0 * pl->N + bk[0].jc + j0, pl->N,
-                          (int)mcur, n, pl->shift, &th->nuf);
+        /* one group holds the whole K (fx_gemm_i16_rounds): the column's sums are final;
+         * each run of tiles that did not round their own is rounded in one call */
+        for (int64_t t = 0; pl->out16 && t < ntiles;) {
+            if (rounded[t]) {
+                t++;
+                continue;
+            }
+            int64_t t1 = t + 1;
+            while (t1 < ntiles && !rounded[t1]) t1++;
+            const int64_t ir = t * mr, rows = fx_min64(t1 * mr, mcur) - ir;
+            pl->kd->round(th->col + ir * nr, nr, dbase + ir * pl->N, pl->N, (int)rows, n,
+                          pl->shift, &th->nuf);
+            t = t1;
+        }
     }
     th->fast_tiles += group_fast;
     return group_fast;
@@ -1049,10 +1082,11 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         return FX_ENOMEM;
     }
     int64_t fast_tiles = 0, split_tiles = 0, fast_pairs = 0, split_pairs = 0, fast_chains = 0;
-    int64_t nuf = 0;
+    int64_t nuf = 0, rounded_tiles = 0;
     uint64_t imax = 0;
     FX_OMP(omp parallel num_threads(pl.nt) if (pl.nt > 1)
-               reduction(+ : fast_tiles, split_tiles, fast_pairs, split_pairs, fast_chains, nuf)
+               reduction(+ : fast_tiles, split_tiles, fast_pairs, split_pairs, fast_chains, nuf,
+                             rounded_tiles)
                    reduction(max : imax))
     {
         int tid = 0;
@@ -1067,6 +1101,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         fast_pairs += th.fast_pairs;
         split_pairs += th.split_pairs;
         fast_chains += th.fast_chains;
+        rounded_tiles += th.rounded_tiles;
         nuf += th.nuf;
         imax = th.imax > imax ? th.imax : imax;
     }
@@ -1075,6 +1110,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     g_fast_pairs += fast_pairs;
     g_split_pairs += split_pairs;
     g_fast_chains += fast_chains;
+    g_rounded_tiles += rounded_tiles;
     if (pl.want_max) { /* every output was written by a kernel on its last K block */
         *c->out_imax = imax;
         *c->out_imax_known = 1;

@@ -130,6 +130,24 @@ typedef void (*fx_gemm_i16_fast_ukr)(int64_t kp, int64_t chain, const int32_t *a
                                      const int16_t *bp, int64_t *c, int64_t ldc, int m, int n,
                                      int accumulate, uint64_t *amax);
 
+/* Fast micro-kernel of a tile whose whole K is this one call, rounding its sums instead of
+ * writing them: the same chains as fx_gemm_i16_fast_ukr (accumulate 0), then the valid m x n
+ * part rounded to nearest even at 2^shift (1 <= shift <= FX_GEMM_I16_ROUND_MAX_SHIFT) into
+ * int16 dst (row stride ldd) as the level's `round` rounds int64 sums, with the same
+ * contract: values above fx_q64_fast_bound(shift) are not kept, *amax (when not NULL) is
+ * raised to the exact max |sum|, and the nonzero sums that rounded to 0 are added to *nuf.
+ * Why: on short products (K = 64) the int64 sums' stores, the column buffer's reread and its
+ * rounding took as long as the multiply-adds (docs/performance.md). */
+typedef void (*fx_gemm_i16_fast_round_ukr)(int64_t kp, int64_t chain, const int32_t *ap,
+                                           const int16_t *bp, int16_t *dst, int64_t ldd, int m,
+                                           int n, int shift, uint64_t *amax, int64_t *nuf);
+#define FX_GEMM_I16_ROUND_MAX_SHIFT 46
+/* Test and benchmark switch (default on): off, every tile writes the column buffer and the
+ * level's `round` rounds it, the route before fast_round; the same bits either way. */
+void fx_gemm_i16_tiles_round_set_enabled(int on);
+/* Tiles that rounded their own sums since the process started (summed over threads). */
+int64_t fx_gemm_i16_rounded_tiles(void);
+
 /* Largest proven bound of one fast-kernel chain (see above): 2^16 below 2^31, the room that
  * fold (b) needs for the chain's starting value. */
 #define FX_GEMM_I16_CHAIN_MAX ((int64_t)2147483648 - 65536)
@@ -303,6 +321,9 @@ typedef struct fx_gemm_i16_kernel {
     int mr, nr; /* register tile, mr <= FX_GEMM_I16_MAX_MR, nr <= FX_GEMM_I16_MAX_NR */
     fx_gemm_i16_ukr ukr;       /* split kernel: any data */
     fx_gemm_i16_fast_ukr fast; /* plain kernel: tiles whose norms allow it (NULL: never) */
+    /* the plain kernel rounding its tile, for products of one K block with a rounding
+     * (fx_op_call.out_i16; NULL: the tiles write the column buffer, which `round` rounds) */
+    fx_gemm_i16_fast_round_ukr fast_round;
     const fx_gemm_i16_pack *pack; /* packing for this mr x nr (NULL: portable loops) */
     fx_gemm_i16_wrap_ukr wrap; /* when set, takes the split kernel's place on every tile of
                                 * products where fx_gemm_i16_wrap_pays */

@@ -312,6 +312,117 @@ static void fx_fast_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int
     if (amax) fx_range64_finish(&range, amax);
 }
 
+/* Fast kernel rounding its tile (fx_gemm_i16_fast_round_ukr): the chains as fx_fast_avx2's,
+ * then each row's 16 sums T = 2^16 h + s rounded in int32 lanes as quant_i64's fast route
+ * rounds them (floor((T + 2^(sh-1) - 1 + b) / 2^sh), b bit sh of T) and stored as mantissas.
+ * Shifts up to 16 round T itself (fx_round32_ne_avx2), exact where |T| < 2^31, which every sum
+ * that does not saturate at such a shift is: h + (s >> 16) in [-2^15, 2^15) says so per lane,
+ * and a tile with a lane outside takes its maximum from the int64 sums (its values are not
+ * kept). Shifts 17-46 round from h' = h + (s >> 16) and l = s & 0xFFFF:
+ * (h' + 2^(t-1) - c) >> t, t = sh - 16, c = 1 where l = 0 and bit t of h' is 0 (the low half
+ * moves the floor only when it contributes -1), and the exact maximum only where the tile's
+ * bound 2^16 max(max h' + 1, -min h') passes *amax. */
+static void fx_fast_round_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
+                               int16_t *dst, int64_t ldd, int m, int n, int shift,
+                               uint64_t *amax, int64_t *nuf)
+{
+    __m256i s[2 * FX_MR], h[2 * FX_MR];
+    fx_fast_chains_avx2(kp, chain, ap, bp, s, h);
+    const int one_chain = kp <= chain; /* then h = 0 and s = T */
+    const __m256i zero = _mm256_setzero_si256(), ones = _mm256_set1_epi32(-1);
+    const __m256i lo16 = _mm256_set1_epi32(0xFFFF), top = _mm256_set1_epi32(1 << 15);
+    const int r32 = shift <= 16, t = r32 ? 1 : shift - 16;
+    const __m128i cnt = _mm_cvtsi32_si128(r32 ? shift : t);
+    const __m256i rmask = _mm256_set1_epi32(r32 ? (1 << shift) - 1 : 0);
+    const __m256i half = _mm256_set1_epi32(r32 ? 1 << (shift - 1) : 1 << (t - 1));
+    const __m256i bit_t = _mm256_set1_epi32(1 << t);
+    __m256i uf = zero, mx = zero, wide = zero;
+    __m256i hmax = _mm256_set1_epi32(INT32_MIN), hmin = _mm256_set1_epi32(INT32_MAX);
+    for (int i = 0; i < m; i++) {
+        __m256i q[2];
+        for (int v = 0; v < 2; v++) {
+            const __m256i sv = s[2 * i + v];
+            const __m256i hh = one_chain ? _mm256_srai_epi32(sv, 16)
+                                         : _mm256_add_epi32(h[2 * i + v],
+                                                            _mm256_srai_epi32(sv, 16));
+            __m256i nz;
+            if (r32) {
+                __m256i T = sv;
+                if (!one_chain) { /* hh + 2^15 outside [0, 2^16): |T| may pass 2^31 */
+                    wide = _mm256_or_si256(wide,
+                                           _mm256_srli_epi32(_mm256_add_epi32(hh, top), 16));
+                    T = _mm256_add_epi32(_mm256_slli_epi32(h[2 * i + v], 16), sv);
+                }
+                mx = _mm256_max_epu32(mx, _mm256_abs_epi32(T));
+                nz = _mm256_xor_si256(_mm256_cmpeq_epi32(T, zero), ones);
+                q[v] = fx_round32_ne_avx2(T, cnt, rmask, half);
+            } else {
+                const __m256i l = _mm256_and_si256(sv, lo16);
+                hmax = _mm256_max_epi32(hmax, hh);
+                hmin = _mm256_min_epi32(hmin, hh);
+                const __m256i c =
+                    _mm256_and_si256(_mm256_cmpeq_epi32(l, zero),
+                                     _mm256_cmpeq_epi32(_mm256_and_si256(hh, bit_t), zero));
+                q[v] = _mm256_sra_epi32(_mm256_add_epi32(_mm256_add_epi32(hh, half), c), cnt);
+                nz = _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_or_si256(hh, l), zero), ones);
+            }
+            /* underflow: a nonzero sum rounded to 0 (mask lanes are -1) */
+            uf = _mm256_sub_epi32(uf, _mm256_and_si256(nz, _mm256_cmpeq_epi32(q[v], zero)));
+        }
+        /* 16 mantissas in column order (the pack interleaves 128-bit lanes) */
+        const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
+        int16_t *di = dst + i * ldd;
+        if (n == FX_NR) {
+            _mm256_storeu_si256((__m256i *)(void *)di, w);
+        } else {
+            int16_t row[FX_NR] __attribute__((aligned(32)));
+            _mm256_store_si256((__m256i *)(void *)row, w);
+            memcpy(di, row, (size_t)n * sizeof *di);
+        }
+    }
+    /* the lanes beyond m rows and n columns hold zero sums (zero-packed A rows, B columns) */
+    uint64_t tmax;
+    int exact;
+    if (r32) {
+        __m128i m4 = _mm_max_epu32(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+        m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, 0x4E));
+        m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, 0xB1));
+        tmax = (uint32_t)_mm_cvtsi128_si32(m4);
+        exact = !_mm256_testz_si256(wide, wide);
+    } else {
+        int32_t hx[8], hn[8];
+        _mm256_storeu_si256((__m256i *)(void *)hx, hmax);
+        _mm256_storeu_si256((__m256i *)(void *)hn, hmin);
+        int64_t above = INT64_MIN, below = INT64_MIN;
+        for (int k = 0; k < 8; k++) {
+            const int64_t a = 65536 * ((int64_t)hx[k] + 1) - 1, b = -65536 * (int64_t)hn[k];
+            above = a > above ? a : above;
+            below = b > below ? b : below;
+        }
+        const uint64_t bound = (uint64_t)(above > below ? above : below);
+        tmax = 0;
+        exact = amax && bound > *amax;
+    }
+    if (exact) { /* the int64 sums' range */
+        fx_range64 range = {zero, zero};
+        for (int r = 0; r < 2 * m; r++)
+            for (int q = 0; q < 2; q++) {
+                const __m128i ss =
+                    q ? _mm256_extracti128_si256(s[r], 1) : _mm256_castsi256_si128(s[r]);
+                const __m128i hq =
+                    q ? _mm256_extracti128_si256(h[r], 1) : _mm256_castsi256_si128(h[r]);
+                const __m256i wide64 = _mm256_slli_epi64(_mm256_cvtepi32_epi64(hq), 16);
+                fx_range64_add(&range, _mm256_add_epi64(wide64, _mm256_cvtepi32_epi64(ss)));
+            }
+        tmax = 0;
+        fx_range64_finish(&range, &tmax);
+    }
+    if (amax && tmax > *amax) *amax = tmax;
+    int32_t u[8];
+    _mm256_storeu_si256((__m256i *)(void *)u, uf);
+    *nuf += (int64_t)u[0] + u[1] + u[2] + u[3] + u[4] + u[5] + u[6] + u[7];
+}
+
 /* fx_gemm_i16_kernel.round: a column of tiles' sums (16 per row) rounded on the fast route
  * of quant_r4_avx2.h, eight per 128-bit store, for the shifts it takes (1 to 32), and one by one
  * by the portable rounding for the others (33 to 47: an exponent far above sums of at most 384
@@ -356,6 +467,7 @@ static void fx_round_block_avx2(const int64_t *src, int64_t lds, int16_t *dst, i
  * 11.6 s (within noise). */
 static const fx_gemm_i16_kernel fx_k_avx2 = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx2,
                                              .fast = fx_fast_avx2,
+                                             .fast_round = fx_fast_round_avx2,
                                              .pack = &fx_gemm_i16_pack_avx2_6x16,
                                              .fast_min_m = 1, .fast_min_n = 1,
                                              .fast_min_kp = 16, .equal_k_blocks = 1,

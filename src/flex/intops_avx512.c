@@ -513,6 +513,119 @@ static void fx_fast_avx512bw(int64_t kp, int64_t chain, const int32_t *ap, const
     fx_fast_body(kp, chain, ap, bp, c, ldc, m, n, accumulate, amax, 0);
 }
 
+/* The largest |T| of a fast tile's sums, T = 2^16 h + s, exactly in int64 (the rows and
+ * columns beyond the valid part hold zero sums: their A rows and B columns are packed as 0). */
+static uint64_t fx_fast_tile_max(const __m512i *s, const __m512i *h, int m)
+{
+    __m512i mx = _mm512_setzero_si512();
+    for (int r = 0; r < 2 * m; r++)
+        for (int half = 0; half < 2; half++) {
+            const __m256i s8 =
+                half ? _mm512_extracti64x4_epi64(s[r], 1) : _mm512_castsi512_si256(s[r]);
+            const __m256i h8 =
+                half ? _mm512_extracti64x4_epi64(h[r], 1) : _mm512_castsi512_si256(h[r]);
+            const __m512i t = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(h8), 16),
+                                               _mm512_cvtepi32_epi64(s8));
+            mx = _mm512_max_epu64(mx, _mm512_abs_epi64(t));
+        }
+    return _mm512_reduce_max_epu64(mx);
+}
+
+/* A row of the tile's 32 rounded lanes (q0: columns 0-15, q1: 16-31) stored as mantissas,
+ * the columns under cols (a whole row by a plain store: masked stores on the Zen 5 were what
+ * fx_q64_fast_store16 says, and here made products of K = 64 up to a third slower) */
+static FX_ALWAYS_INLINE void fx_store_row32(int16_t *dst, __mmask32 cols, __m512i q0, __m512i q1)
+{
+    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(q0)),
+                                         _mm512_cvtepi32_epi16(q1), 1);
+    fx_store_w32(dst, cols, w);
+}
+
+/* Fast kernel rounding its tile (fx_gemm_i16_fast_round_ukr): the chains as fx_fast_body's,
+ * then each row's 32 sums rounded in int32 lanes and stored as one vector of mantissas.
+ * Shifts up to 16 round T itself (fx_round32_lanes), exact where |T| < 2^31, which every
+ * sum that does not saturate at such a shift is: h + (s >> 16) in [-2^15, 2^15) says so per
+ * lane, and a tile with a lane outside takes its exact maximum from fx_fast_tile_max (its
+ * values are not kept). Shifts 17-46 round T = 2^16 h' + l (fx_round16_lanes) with the
+ * bound on the maximum that the convolution tiles use. */
+static FX_ALWAYS_INLINE void fx_fast_round_body(int64_t kp, int64_t chain, const int32_t *ap,
+                                                const int16_t *bp, int16_t *dst, int64_t ldd,
+                                                int m, int n, int shift, uint64_t *amax,
+                                                int64_t *nuf, const int vnni)
+{
+    __m512i s[2 * FX_MR], h[2 * FX_MR];
+    if (vnni)
+        fx_fast_chains_vnni(kp, chain, ap, bp, s, h);
+    else
+        fx_fast_chains_bw(kp, chain, ap, bp, s, h);
+    const int one_chain = kp <= chain; /* then h = 0 and s = T */
+    const __mmask32 cols = n >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << n) - 1u);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    __m512i uf = _mm512_setzero_si512();
+    uint64_t tmax;
+    if (shift <= FX_R32_MAX_SHIFT) {
+        const fx_round32 k = fx_round32_setup(shift);
+        const __m512i lim = _mm512_set1_epi32(1 << 15);
+        __m512i mx = _mm512_setzero_si512();
+        __mmask16 wide = 0; /* lanes whose |T| may pass 2^31 */
+        for (int i = 0; i < m; i++) {
+            __m512i q[2];
+            for (int v = 0; v < 2; v++) {
+                __m512i t = s[2 * i + v];
+                if (!one_chain) {
+                    const __m512i hh = _mm512_add_epi32(h[2 * i + v], _mm512_srai_epi32(t, 16));
+                    /* hh + 2^15 outside [0, 2^16) */
+                    wide |= _mm512_cmpge_epu32_mask(_mm512_add_epi32(hh, lim),
+                                                    _mm512_add_epi32(lim, lim));
+                    t = _mm512_add_epi32(_mm512_slli_epi32(h[2 * i + v], 16), t);
+                }
+                q[v] = fx_round32_lanes(&k, t, &mx, &uf);
+            }
+            fx_store_row32(dst + i * ldd, cols, q[0], q[1]);
+        }
+        tmax = wide ? fx_fast_tile_max(s, h, m) : _mm512_reduce_max_epu32(mx);
+    } else {
+        const fx_round16 k = fx_round16_setup(shift);
+        __m512i hmax = _mm512_set1_epi32(INT32_MIN), hmin = _mm512_set1_epi32(INT32_MAX);
+        for (int i = 0; i < m; i++) {
+            __m512i q[2];
+            for (int v = 0; v < 2; v++) {
+                const __m512i sv = s[2 * i + v];
+                const __m512i hh = one_chain ? _mm512_srai_epi32(sv, 16)
+                                             : _mm512_add_epi32(h[2 * i + v],
+                                                                _mm512_srai_epi32(sv, 16));
+                const __m512i l = _mm512_and_si512(sv, lo16);
+                const __m512i o = _mm512_or_si512(hh, l);
+                hmax = _mm512_max_epi32(hmax, hh);
+                hmin = _mm512_min_epi32(hmin, hh);
+                q[v] = fx_round16_lanes(&k, hh, l, _mm512_test_epi32_mask(o, o), &uf);
+            }
+            fx_store_row32(dst + i * ldd, cols, q[0], q[1]);
+        }
+        /* |T| < 2^16 max(hmax + 1, -hmin): the exact maximum only where that passes *amax */
+        const int64_t hx = _mm512_reduce_max_epi32(hmax), hn = _mm512_reduce_min_epi32(hmin);
+        const int64_t above = 65536 * (hx + 1) - 1, below = -65536 * hn;
+        const uint64_t bound = (uint64_t)(above > below ? above : below);
+        tmax = amax && bound > *amax ? fx_fast_tile_max(s, h, m) : 0;
+    }
+    if (amax && tmax > *amax) *amax = tmax;
+    *nuf += _mm512_reduce_add_epi32(uf);
+}
+
+static void fx_fast_round_avx512vnni(int64_t kp, int64_t chain, const int32_t *ap,
+                                     const int16_t *bp, int16_t *dst, int64_t ldd, int m, int n,
+                                     int shift, uint64_t *amax, int64_t *nuf)
+{
+    fx_fast_round_body(kp, chain, ap, bp, dst, ldd, m, n, shift, amax, nuf, 1);
+}
+
+static void fx_fast_round_avx512bw(int64_t kp, int64_t chain, const int32_t *ap,
+                                   const int16_t *bp, int16_t *dst, int64_t ldd, int m, int n,
+                                   int shift, uint64_t *amax, int64_t *nuf)
+{
+    fx_fast_round_body(kp, chain, ap, bp, dst, ldd, m, n, shift, amax, nuf, 0);
+}
+
 static void fx_fast16_avx512vnni(int64_t kp, int64_t chain, const int32_t *ap,
                                  const int16_t *bp, int64_t *c, int64_t ldc, int m, int n,
                                  int accumulate, uint64_t *amax)
@@ -592,6 +705,7 @@ static int fx_small_matmul(const fx_op_call *c)
  * slower in groups there (gemm_i16.h) */
 static const fx_gemm_i16_kernel fx_k_vnni = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx512vnni,
                                              .fast = fx_fast_avx512vnni,
+                                             .fast_round = fx_fast_round_avx512vnni,
                                              .pack = &fx_gemm_i16_pack_avx512_6x32,
                                              .wrap = fx_wrap_avx512vnni,
                                              .k_group = FX_GEMM_I16_KG,
@@ -604,6 +718,7 @@ static const fx_gemm_i16_kernel fx_k16_vnni = {.mr = FX_MR, .nr = FX_NR16,
                                                .round = fx_round_block_avx512};
 static const fx_gemm_i16_kernel fx_k_bw = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx512bw,
                                            .fast = fx_fast_avx512bw,
+                                           .fast_round = fx_fast_round_avx512bw,
                                            .pack = &fx_gemm_i16_pack_avx512_6x32,
                                            .round = fx_round_block_avx512};
 static const fx_gemm_i16_kernel fx_k16_bw = {.mr = FX_MR, .nr = FX_NR16,

@@ -1,6 +1,8 @@
 /* The int64 -> int16 rounding's fast route on AVX-512 (see below), shared by quant_avx512.c,
- * which rounds stages, and gemm_i16_amx.c, which rounds a product's sums while they are still
- * in registers (fx_op_call.out_i16). Include only from files compiled with the AVX-512 flags. */
+ * which rounds stages, and the kernels that round a product's sums while they are still in
+ * registers (fx_op_call.out_i16: gemm_i16_amx.c, intops_avx512.c's register tiles,
+ * conv_i16_avx512.c's tiles), with the int32 routes of those epilogues (at the end). Include
+ * only from files compiled with the AVX-512 flags. */
 #ifndef FX_QUANT_Q64_AVX512_H
 #define FX_QUANT_Q64_AVX512_H
 
@@ -74,6 +76,102 @@ static inline void fx_q64_fast_store16(const fx_q64_fast *k, __m512i v0, __m512i
 {
     const __m512i q0 = fx_q64_fast_round(k, v0, max_in, nuf);
     fx_store_w16(dst, m, fx_q64_pack16(q0, fx_q64_fast_round(k, v1, max_in, nuf)));
+}
+
+/* The int32 routes of the integer kernels' epilogues, which round sums still in registers.
+ *
+ * Sums of any size, shifts 16 <= s <= 46 (the convolutions' writes in training: ResNet-20's
+ * and the CNN's round at 16-19). The int64 route widens each sum v = 2^16 hi + acc (acc an
+ * int32 lane, hi its folded high words) and rounds it in eight int64 lanes; on ResNet-20's
+ * 16-channel layers that took a quarter of the convolution tile's samples. Here v is split
+ * as v = 2^16 h + l, h = hi + (acc >> 16) (floor(v / 2^16), int32 for every sum: |v| < 2^46)
+ * and l = acc & 0xFFFF, and quant_i64's fast rounding floor((v + 2^(s-1) - 1 + b) / 2^s)
+ * (b bit s of v, which is bit t = s - 16 of h) is, in sixteen int32 lanes:
+ * - for t >= 1: (h + 2^(t-1) - c) >> t, c = 1 where l = 0 and b = 0 (the low half moves the
+ *   floor only when it contributes -1);
+ * - for t = 0: h + 1 where l + b > 2^15, else h.
+ * A lane underflows where it rounds to 0 from a nonzero v (h or l nonzero). The largest |v|
+ * must be exact (it is the write's statistic): a tile's sums are below 2^16 max(hmax + 1,
+ * -hmin) in magnitude, so only a tile whose bound passes the largest |v| so far (a few tiles
+ * of a product) widens its sums to find its own exactly. The same mantissas and statistics
+ * as the int64 route. */
+#define FX_R16_MIN_SHIFT 16
+#define FX_R16_MAX_SHIFT 46
+typedef struct fx_round16 {
+    __m512i half_t, bit_t; /* 2^(t-1) (0 for t = 0), 2^t */
+    __m128i cnt;           /* t */
+    int t0;                /* t = 0 */
+} fx_round16;
+
+static inline fx_round16 fx_round16_setup(int s)
+{
+    fx_round16 k;
+    if (s < FX_R16_MIN_SHIFT || s > FX_R16_MAX_SHIFT)
+        s = FX_R16_MIN_SHIFT; /* constants no call reads */
+    const int t = s - 16;
+    k.half_t = _mm512_set1_epi32(t ? 1 << (t - 1) : 0);
+    k.bit_t = _mm512_set1_epi32(1 << t);
+    k.cnt = _mm_cvtsi32_si128(t);
+    k.t0 = t == 0;
+    return k;
+}
+
+/* sixteen sums 2^16 h + l (nz: the lanes where the sum is nonzero) rounded at k's shift;
+ * underflows counted in the lanes of *uf */
+static inline __attribute__((always_inline)) __m512i
+fx_round16_lanes(const fx_round16 *k, __m512i h, __m512i l, __mmask16 nz, __m512i *uf)
+{
+    const __m512i one = _mm512_set1_epi32(1);
+    __m512i q;
+    if (k->t0) {
+        const __m512i lb = _mm512_add_epi32(l, _mm512_and_si512(h, one));
+        q = _mm512_mask_add_epi32(h, _mm512_cmpgt_epi32_mask(lb, _mm512_set1_epi32(1 << 15)),
+                                  h, one);
+    } else {
+        const __mmask16 c = _kandn_mask16(_mm512_test_epi32_mask(h, k->bit_t),
+                                          _mm512_testn_epi32_mask(l, l));
+        const __m512i x = _mm512_add_epi32(h, k->half_t);
+        q = _mm512_sra_epi32(_mm512_mask_sub_epi32(x, c, x, one), k->cnt);
+    }
+    *uf = _mm512_mask_add_epi32(*uf, _mm512_mask_testn_epi32_mask(nz, q, q), *uf, one);
+    return q;
+}
+
+/* Sums that fit int32 lanes, shifts 1 <= s <= 16 (products of short K: a GEMM of K = 64 on
+ * standard-normal operands rounds at about 15). quant_i64's fast rounding of v in one int32
+ * lane: floor((v + 2^(s-1) - 1 + b) / 2^s), b bit s of v, as fx_q64_fast_round does in int64.
+ * Every v that does not saturate, |v| <= fx_q64_fast_bound(s) <= 2^31 - 2^15 - 1, leaves
+ * v + 2^(s-1) within int32; a lane above it holds no kept value (its maximum says so). The
+ * largest |v| in *max_in (as uint32: |-2^31| reads 2^31), underflows (0 < |v| <= 2^(s-1)) in
+ * the lanes of *uf. */
+#define FX_R32_MAX_SHIFT 16
+typedef struct fx_round32 {
+    __m512i half, half_m1, bit_s; /* 2^(s-1), 2^(s-1) - 1, 2^s */
+    __m128i cnt;                  /* s */
+} fx_round32;
+
+static inline fx_round32 fx_round32_setup(int s)
+{
+    fx_round32 k;
+    if (s < 1 || s > FX_R32_MAX_SHIFT) s = 1; /* constants no call reads */
+    k.half = _mm512_set1_epi32(1 << (s - 1));
+    k.half_m1 = _mm512_set1_epi32((1 << (s - 1)) - 1);
+    k.bit_s = _mm512_set1_epi32(1 << s);
+    k.cnt = _mm_cvtsi32_si128(s);
+    return k;
+}
+
+static inline __attribute__((always_inline)) __m512i
+fx_round32_lanes(const fx_round32 *k, __m512i v, __m512i *max_in, __m512i *uf)
+{
+    const __m512i one = _mm512_set1_epi32(1);
+    const __m512i a = _mm512_abs_epi32(v);
+    *max_in = _mm512_max_epu32(*max_in, a);
+    const __mmask16 u = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(a, one), k->half);
+    *uf = _mm512_mask_add_epi32(*uf, u, *uf, one);
+    const __mmask16 odd = _mm512_test_epi32_mask(v, k->bit_s);
+    const __m512i t = _mm512_add_epi32(v, k->half_m1);
+    return _mm512_sra_epi32(_mm512_mask_add_epi32(t, odd, t, one), k->cnt);
 }
 
 #endif
