@@ -46,6 +46,12 @@
  * 3e. The register-tile driver's rounding (check_forced_kernels): every kernel forced in turn
  *    on full-range, small and mixed integer operands, K up to 1,536, the narrow tile, at 1 and
  *    2 threads: the dispatcher's bits, and in registers where the level rounds the shape.
+ * 3f. The fast tiles that round their own sums (products of one K block): the rounding edges
+ *    of 3b on operands the norms pass, every shift 1 to 20 those sums reach, one chain and
+ *    several, and with the tiles' rounding switched off; sums of +-2^32 and 3 2^30 that an
+ *    int32 lane reads as 0 or as a value that would fit (check_wrapping_sums); two tiles whose
+ *    largest sums share their high word (check_tile_max_order), so that the bound that spares
+ *    a tile its exact maximum is tested at its edge on both signs.
  * 4. Products it must not take (too small an output by default, K of 1024 or more where the
  *    level's kernel does not round it (and taken in registers where it does), a transposed
  *    output view, a float operand, an output that is an operand) give the dispatcher's
@@ -356,35 +362,42 @@ static tensor_t *integer_steady_writes(const float *av, const float *bv, int64_t
  * write the dispatcher's bit for bit. Where the AMX kernel rounds in registers, the steady
  * writes must take that route; with K <= 128 it rounds in int32 lanes, whose two branches
  * (s < 16, s >= 16) and int64 keys for the largest |sum| these shifts cover.
- *   A's rows 0 and 1 and B's rows 2 .. K - 2 (32767 each) make the largest sums, about
- *   17000 2^s, of opposite signs; where neg_larger row 0 is the negative one and one unit of
- *   32767 larger; the other rows
+ *   A's rows 0 and 1 and B's rows 2 .. K - 2 (`big` each, at most 32767 in A's) make the
+ *   largest sums, about 17000 2^s, of opposite signs; where neg_larger row 0 is the negative
+ *   one and one unit of `big` larger; the other rows
  *   take a0 in column 0 and a1 in column 1, against B's row 0 (16384) and row 1 (+1 or -1
  *   by column), so their sums are 16384 a0 +- a1; column K - 1 of A holds 32767 against a
- *   zero row of B, so that both operands keep exponent 0. */
-static void check_rounding_edges(int64_t K, int s, int neg_larger)
+ *   zero row of B, so that both operands keep exponent 0 (B's largest value is 16384 or
+ *   32767). With big = 32767 the norms refuse the fast kernel on the tile of rows 0 and 1
+ *   (an any-data kernel, rounded from the column's buffer); with big = 8192 every segment's
+ *   bound passes and the fast tiles of a product of one K block round their own sums
+ *   (fx_gemm_i16_rounded_tiles must move where the level has them; tiles_off: the same
+ *   writes with that switched off, which must then not move). */
+static void check_rounding_edges(int64_t K, int s, int neg_larger, int32_t big, int tiles_off)
 {
     const int64_t M = 32, N = 32;
     float *av = calloc((size_t)(M * K), sizeof *av), *bv = calloc((size_t)(K * N), sizeof *bv);
+    const double bigd = big;
     for (int64_t j = 0; j < N; j++) {
         bv[0 * N + j] = 16384.0f;
         bv[1 * N + j] = j % 3 == 1 ? -1.0f : 1.0f;
-        for (int64_t k = 2; k <= K - 2; k++) bv[k * N + j] = 32767.0f;
+        for (int64_t k = 2; k <= K - 2; k++) bv[k * N + j] = (float)big;
     }
-    /* rows 0 and 1: sums 32767 sum_k A[r][k] of about 17000 2^s, of both signs (s = 1, 2:
-     * 2 and 3 units of 32767, with no room for the extra unit) */
-    const double target = s <= 2 ? (s + 1) * 32767.0 : 17000.0 * ldexp(1.0, s);
+    /* rows 0 and 1: sums big sum_k A[r][k] of about 17000 2^s, of both signs (big = 32767,
+     * s = 1, 2: 2 and 3 units of 32767, with no room for the extra unit) */
+    const int units = big == 32767 && s <= 2;
+    const double target = units ? (s + 1) * 32767.0 : 17000.0 * ldexp(1.0, s);
     const float sign = neg_larger ? -1.0f : 1.0f;
-    double left = floor(target / 32767.0 + 0.5);
+    double left = floor(target / bigd + 0.5);
     int64_t k = 2;
     for (; k <= K - 2 && left > 0; k++) {
-        const double take = left < 32767.0 ? left : 32767.0;
+        const double take = left < bigd ? left : bigd;
         av[0 * K + k] = sign * (float)take;
         av[1 * K + k] = -sign * (float)take;
         left -= take;
     }
     CHECK(left == 0 && k <= K - 2, "K %lld cannot reach 2^%d", (long long)K, s);
-    if (neg_larger && s > 2) av[0 * K + k] = -1.0f; /* one unit of 32767 more on that side */
+    if (neg_larger && !units) av[0 * K + k] = -1.0f; /* one unit of big more on that side */
     av[2 * K + K - 1] = 32767.0f;
     /* the other rows: 16384 a0 + a1 = the sum wanted, 0 <= a1 < 16384 */
     const double half = ldexp(1.0, s - 1);
@@ -403,10 +416,19 @@ static void check_rounding_edges(int64_t K, int s, int neg_larger)
         av[(3 + r) * K + 0] = (float)a0;
         av[(3 + r) * K + 1] = (float)(sums[r] - 16384.0 * a0);
     }
-    char what[96];
-    snprintf(what, sizeof what, "rounding edges, K %lld, shift %d, %s side larger", (long long)K,
-             s, neg_larger ? "negative" : "positive");
+    char what[128];
+    snprintf(what, sizeof what, "rounding edges, K %lld, shift %d, %s side larger, values %d%s",
+             (long long)K, s, neg_larger ? "negative" : "positive", (int)big,
+             tiles_off ? ", tiles' rounding off" : "");
+    const int64_t rounded0 = fx_gemm_i16_rounded_tiles();
+    if (tiles_off) fx_gemm_i16_tiles_round_set_enabled(0);
     tensor_t *fast = integer_steady_writes(av, bv, M, K, N, what);
+    fx_gemm_i16_tiles_round_set_enabled(1);
+    const int64_t rounded = fx_gemm_i16_rounded_tiles() - rounded0;
+    const fx_backend *be = fx_backend_active();
+    if (be->gemm.i16_rounds && !be->gemm.i16_amx && K <= FX_GEMM_I16_KC && big != 32767)
+        CHECK(tiles_off ? rounded == 0 : rounded > 0, "%s: %lld tiles rounded their own sums",
+              what, (long long)rounded);
     CHECK(tensor_exp(fast) == s, "%s: the output's exponent is %d", what, tensor_exp(fast));
     double underflow = -1;
     CHECK_STATUS(tensor_stat(fast, "underflow", &underflow), FX_OK);
@@ -426,8 +448,9 @@ static void check_rounding_edges(int64_t K, int s, int neg_larger)
  * forced FAST, or AUTO where the first group, its probe, holds them all), and on operands
  * whose A rows are full-range in every other tile of 6 rows (a column of tiles where fast
  * tiles, which round their own sums on a product of one K block, alternate with any-data
- * ones, rounded from the column's buffer): more rows than a row block (144), ragged columns
- * and the narrow tile, K of one block (383, 200), of four (1,536, beyond the int64 blocks'
+ * ones, rounded from the column's buffer; at K = 300 those take the wrap kernel's call per
+ * group, at 200 the split kernel): more rows than a row block (144), ragged columns and the
+ * narrow tile, K of one block (383, 300, 200), of four (1,536, beyond the int64 blocks'
  * limit) and odd; each write the dispatcher's bit for bit and within half a unit of fp64, in
  * registers where the level rounds the shape. The fast tiles of a product of one K block
  * must have rounded their own sums (fx_gemm_i16_rounded_tiles) on every register tile but
@@ -437,7 +460,7 @@ static void check_forced_kernels(test_rng *r)
     static const int kernels[] = {FX_GEMM_I16_KERNEL_AUTO, FX_GEMM_I16_KERNEL_SPLIT,
                                   FX_GEMM_I16_KERNEL_WRAP, FX_GEMM_I16_KERNEL_FAST};
     static const int64_t shapes[][3] = {
-        {150, 1536, 70}, {40, 383, 16}, {7, 1001, 33}, {40, 200, 70}};
+        {150, 1536, 70}, {40, 383, 16}, {7, 1001, 33}, {40, 200, 70}, {40, 300, 70}};
     const int kernel0 = fx_gemm_i16_forced_kernel();
     for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
@@ -513,40 +536,98 @@ static void check_forced_kernels(test_rng *r)
 }
 
 /* Sums past 2^31 in tiles of several chains at a small shift: integer DFP16 operands (exponent
- * 0: a 32767 in each, against a zero row or column) whose first 256 values of k are 4096 in A
- * and 1 in B for six writes (sums of 2^20, a steady small exponent), then 4096 in B: every sum
- * is 2^32, which reads 0 in an int32 lane, at the shift guessed from the writes before. The
- * fast tiles (chains of 7 norm segments) that round their own sums must see the overflow
- * from the exact maximum; every write the dispatcher's bit for bit, FLEX16_5 and DFP16. */
-static void check_wrapping_sums(fmt_t fo)
+ * 0: a 32767 in each, against a zero row or column) whose first `nk` values of k are 4096 in
+ * A and 1 in B for six writes (sums of nk 2^12, a steady small exponent), then `b` in B, so
+ * that every sum is nk 4096 b: with nk = 256, b = +-4096 the sums are +-2^32, which read 0 in
+ * an int32 lane; with nk = 192, b = 4096, 3 2^30, which reads -2^30, a value that would fit.
+ * The jump's fast tiles (chains of 7 norm segments, of one in the tile and panel that hold
+ * the 32767s; before the jump one chain) round their own sums at the shift guessed from the writes before, must
+ * see the overflow from the exact maximum, and must have rounded (DFP16:
+ * fx_gemm_i16_rounded_tiles moves where the level has them); every write the dispatcher's bit
+ * for bit, FLEX16_5 and DFP16. */
+static void check_wrapping_sums(fmt_t fo, int nk, float b)
 {
     const int64_t M = 12, K = 384, N = 64;
     twin_products t = twin_products_new(fo, FMT_DFP16, FMT_DFP16, M, K, N);
     float *av = calloc((size_t)(M * K), sizeof *av), *bv = calloc((size_t)(K * N), sizeof *bv);
     for (int64_t i = 0; i < M; i++)
-        for (int64_t k = 0; k < 256; k++) av[i * K + k] = 4096.0f;
-    av[K - 2] = 32767.0f;             /* row 0, against B's zero row K - 2 */
-    bv[(K - 1) * N] = 32767.0f;       /* column 0, against A's zero column K - 1 */
+        for (int64_t k = 0; k < nk; k++) av[i * K + k] = 4096.0f;
+    av[K - 2] = 32767.0f;       /* row 0, against B's zero row K - 2 */
+    bv[(K - 1) * N] = 32767.0f; /* column 0, against A's zero column K - 1 */
     CHECK_STATUS(tensor_from_f32(t.a, av), FX_OK);
     char what[96];
-    snprintf(what, sizeof what, "sums of 2^32 at a small shift, fmt %d", (int)fo);
+    snprintf(what, sizeof what, "sums of %d x 4096 x %g at a small shift, fmt %d", nk, (double)b,
+             (int)fo);
+    int64_t rounded = 0;
     for (int step = 0; step < 8; step++) {
-        const float bval = step < 6 ? 1.0f : 4096.0f;
-        for (int64_t k = 0; k < 256; k++)
+        const float bval = step < 6 ? 1.0f : b;
+        for (int64_t k = 0; k < nk; k++)
             for (int64_t j = 0; j < N; j++) bv[k * N + j] = bval;
         CHECK_STATUS(tensor_from_f32(t.b, bv), FX_OK);
         CHECK(tensor_exp(t.a) == 0 && tensor_exp(t.b) == 0, "%s: operand exponents %d, %d",
               what, tensor_exp(t.a), tensor_exp(t.b));
+        const int64_t rounded0 = fx_gemm_i16_rounded_tiles();
         CHECK_STATUS(tensor_matmul(t.fast, t.a, t.b), FX_OK);
+        if (step == 6) rounded = fx_gemm_i16_rounded_tiles() - rounded0;
         fx_shared_matmul_set_enabled(0);
         CHECK_STATUS(tensor_matmul(t.ref, t.a, t.b), FX_OK);
         fx_shared_matmul_set_enabled(1);
         if (!test_same_writes(t.fast, t.ref, what, step)) break;
     }
+    /* (a FLEX16_5 output keeps exponent 0 through this sequence, at which the product has
+     * nothing to round) */
+    const fx_backend *be = fx_backend_active();
+    if (be->gemm.i16_rounds && !be->gemm.i16_amx && fo == FMT_DFP16)
+        CHECK(rounded > 0, "%s: the jump's tiles did not round their own sums", what);
     check_reference(t.fast, t.a, t.b, what);
     free(av);
     free(bv);
     twin_products_free(&t);
+}
+
+/* The bound that spares a fast tile its exact maximum at shifts above 16: two tiles whose
+ * largest sums share their high words, 2^16 45000 + 10 (row 0, the first tile) and
+ * 2^16 45000 + 40000 (row 6, the second), at shift 17 (sums 8192 a against B's 8192, one
+ * norm segment a chain, and a unit row for the low part). The second tile's bound must still
+ * pass the first one's maximum, so that its own is found: the write's largest |sum| is
+ * compared with the dispatcher's. With neg, both sums negative (high words -45001, the
+ * bound's other side). Columns 1 .. N - 1 are zero but for B's 16384 against A's zero column
+ * (exponent 0), as A's 32767 in row 11 against B's zero row. */
+static void check_tile_max_order(int neg)
+{
+    const int64_t M = 12, K = 64, N = 32;
+    float *av = calloc((size_t)(M * K), sizeof *av), *bv = calloc((size_t)(K * N), sizeof *bv);
+    for (int64_t k = 0; k < 48; k++) bv[k * N] = 8192.0f;
+    bv[48 * N] = 1.0f;
+    bv[(K - 2) * N + N - 1] = 16384.0f;
+    av[11 * K + K - 1] = 32767.0f;
+    const int64_t target[2] = {INT64_C(65536) * 45000 + 10, INT64_C(65536) * 45000 + 40000};
+    for (int r = 0; r < 2; r++) {
+        const int64_t row = 6 * r;
+        int64_t q = target[r] / 8192;
+        const float sign = neg ? -1.0f : 1.0f;
+        av[row * K + 48] = sign * (float)(target[r] % 8192);
+        for (int64_t k = 0; k < 48 && q > 0; k++) {
+            const int64_t take = q < 8192 ? q : 8192;
+            av[row * K + k] = sign * (float)take;
+            q -= take;
+        }
+        CHECK(q == 0, "row %lld cannot reach its sum", (long long)row);
+    }
+    const int64_t rounded0 = fx_gemm_i16_rounded_tiles();
+    tensor_t *fast = integer_steady_writes(av, bv, M, K, N, "tiles' maxima in one high word");
+    CHECK(tensor_exp(fast) == 17, "tiles' maxima in one high word: exponent %d", tensor_exp(fast));
+    double mx = 0;
+    CHECK_STATUS(tensor_stat(fast, "true_max", &mx), FX_OK);
+    CHECK(mx == (double)target[1], "tiles' maxima in one high word: largest |sum| %.17g",
+          mx);
+    const fx_backend *be = fx_backend_active();
+    if (be->gemm.i16_rounds && !be->gemm.i16_amx)
+        CHECK(fx_gemm_i16_rounded_tiles() > rounded0,
+              "tiles' maxima in one high word: no tile rounded its own sums");
+    tensor_free(fast);
+    free(av);
+    free(bv);
 }
 
 /* Shifts beyond 32, which the AVX2 rounding takes one by one: a FLEX16_5 output whose window
@@ -905,19 +986,34 @@ int main(void)
             static const int shifts[] = {1, 2, 7, 14, 15, 16, 17, 18, 21};
             for (size_t si = 0; si < sizeof shifts / sizeof shifts[0]; si++)
                 for (int neg = 0; neg <= 1; neg++) {
-                    check_rounding_edges(64, shifts[si], neg);
-                    check_rounding_edges(40, shifts[si], neg);
-                    check_rounding_edges(100, shifts[si], neg);
-                    check_rounding_edges(128, shifts[si], neg);
-                    if (shifts[si] <= 18) check_rounding_edges(17, shifts[si], neg);
+                    check_rounding_edges(64, shifts[si], neg, 32767, 0);
+                    check_rounding_edges(40, shifts[si], neg, 32767, 0);
+                    check_rounding_edges(100, shifts[si], neg, 32767, 0);
+                    check_rounding_edges(128, shifts[si], neg, 32767, 0);
+                    if (shifts[si] <= 18) check_rounding_edges(17, shifts[si], neg, 32767, 0);
                 }
-            check_rounding_edges(200, 21, 1); /* several k tiles: the int64 rounding */
+            check_rounding_edges(200, 21, 1, 32767, 0); /* several k tiles: the int64 rounding */
+            /* the fast tiles' own rounding: every shift their sums reach (one chain at K = 64,
+             * several at 384), and a few with it switched off */
+            for (int s = 1; s <= 20; s++)
+                for (int neg = 0; neg <= 1; neg++) {
+                    check_rounding_edges(384, s, neg, 8192, 0);
+                    if (s <= 17) check_rounding_edges(64, s, neg, 8192, 0);
+                    if (s == 1 || s == 16 || s == 17 || s == 20)
+                        check_rounding_edges(384, s, neg, 8192, 1);
+                }
             check_extreme_accumulators(128);
             check_extreme_accumulators(64);
             check_extreme_accumulators(200); /* where X would wrap: int64 lanes */
             check_forced_kernels(&r);
-            check_wrapping_sums(FMT_DFP16);
-            check_wrapping_sums(FMT_FLEX16_5);
+            check_tile_max_order(0);
+            check_tile_max_order(1);
+            for (int fi = 0; fi < 2; fi++) {
+                const fmt_t fo = fi ? FMT_FLEX16_5 : FMT_DFP16;
+                check_wrapping_sums(fo, 256, 4096.0f);
+                check_wrapping_sums(fo, 256, -4096.0f);
+                check_wrapping_sums(fo, 192, 4096.0f);
+            }
             check_rounds_limits();
             for (int shift = 31; shift <= 37; shift += 2) check_clamped_shift(70, 384, 50, shift, &r);
         }

@@ -348,12 +348,9 @@ static _Atomic int g_forced = FX_GEMM_I16_KERNEL_AUTO; /* fx_gemm_i16_force_kern
 static const char *const fx_i16_kernel_names[FX_GEMM_I16_KERNELS] = {"auto", "split", "wrap",
                                                                       "fast", "amx"};
 static _Atomic int g_amx_auto; /* fx_gemm_i16_set_amx_auto */
-static int g_tiles_round = 1;  /* fx_gemm_i16_tiles_round_set_enabled */
+static _Atomic int g_tiles_round = 1; /* fx_gemm_i16_tiles_round_set_enabled */
 
-void fx_gemm_i16_tiles_round_set_enabled(int on)
-{
-    __atomic_store_n(&g_tiles_round, on != 0, __ATOMIC_RELAXED);
-}
+void fx_gemm_i16_tiles_round_set_enabled(int on) { g_tiles_round = on != 0; }
 
 void fx_gemm_i16_set_amx_auto(int on) { g_amx_auto = on != 0; }
 
@@ -586,8 +583,7 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     /* a rounding needs the whole K in the one group (fx_gemm_i16_rounds said so) */
     if (pl->out16 && (int64_t)pl->kg * pl->kc < K) return FX_EUNSUPPORTED;
     pl->tiles_round = pl->out16 && kd->fast_round && K <= pl->kc &&
-                      pl->shift <= FX_GEMM_I16_ROUND_MAX_SHIFT &&
-                      __atomic_load_n(&g_tiles_round, __ATOMIC_RELAXED);
+                      pl->shift <= FX_GEMM_I16_ROUND_MAX_SHIFT && g_tiles_round;
     int nt = c->nthreads;
     if (nt < 1 || M * N * K < FX_GEMM_PAR_MIN_MACS) nt = 1;
     int64_t mc = fx_min64(FX_GEMM_MC / mr * mr, (M + mr - 1) / mr * mr);
@@ -950,11 +946,13 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
         int any_group = 0;
         for (int64_t t = 0; t < ntiles; t++) {
             all_wrap[t] = pl->use_wrap;
-            rounded[t] = 0;
             for (int g = 0; g < nb; g++) {
                 chain[g][t] = fx_gemm_chain(pl, sh, th, &bk[g], t * mr, jp);
                 if (chain[g][t] > 0) all_wrap[t] = 0;
             }
+            /* tiles_round: the group is the one K block, bk[0] */
+            rounded[t] = pl->tiles_round && chain[0][t] > 0;
+            th->rounded_tiles += rounded[t];
             any_group |= all_wrap[t];
         }
         /* the tiles' sums: into the stage, or (out16) into this column's buffer, or rounded
@@ -967,8 +965,6 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
                 if (all_wrap[t]) continue;
                 const int64_t ir = t * mr;
                 const int m = (int)fx_min64(mr, mcur - ir);
-                rounded[t] = pl->tiles_round && chain[g][t] > 0;
-                th->rounded_tiles += rounded[t];
                 group_fast += fx_gemm_tile_block(pl, sh, th, &bk[g], i0, ir, jp, chain[g][t],
                                                  cbase + ir * ldc, ldc,
                                                  rounded[t] ? dbase + ir * pl->N : NULL, m, n);

@@ -321,7 +321,7 @@ static void fx_fast_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int
  * kept). Shifts 17-46 round from h' = h + (s >> 16) and l = s & 0xFFFF:
  * (h' + 2^(t-1) - c) >> t, t = sh - 16, c = 1 where l = 0 and bit t of h' is 0 (the low half
  * moves the floor only when it contributes -1), and the exact maximum only where the tile's
- * bound 2^16 max(max h' + 1, -min h') passes *amax. */
+ * bound on |T|, max(2^16 (max h' + 1) - 1, -2^16 min h'), passes *amax. */
 static void fx_fast_round_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
                                int16_t *dst, int64_t ldd, int m, int n, int shift,
                                uint64_t *amax, int64_t *nuf)

@@ -602,7 +602,8 @@ static FX_ALWAYS_INLINE void fx_fast_round_body(int64_t kp, int64_t chain, const
             }
             fx_store_row32(dst + i * ldd, cols, q[0], q[1]);
         }
-        /* |T| < 2^16 max(hmax + 1, -hmin): the exact maximum only where that passes *amax */
+        /* |T| <= max(2^16 (hmax + 1) - 1, -2^16 hmin): the exact maximum only where that
+         * passes *amax */
         const int64_t hx = _mm512_reduce_max_epi32(hmax), hn = _mm512_reduce_min_epi32(hmin);
         const int64_t above = 65536 * (hx + 1) - 1, below = -65536 * hn;
         const uint64_t bound = (uint64_t)(above > below ? above : below);
@@ -611,6 +612,9 @@ static FX_ALWAYS_INLINE void fx_fast_round_body(int64_t kp, int64_t chain, const
     if (amax && tmax > *amax) *amax = tmax;
     *nuf += _mm512_reduce_add_epi32(uf);
 }
+
+_Static_assert(FX_GEMM_I16_ROUND_MAX_SHIFT == FX_R16_MAX_SHIFT,
+              "the tiles' rounding takes the int32 route's shifts");
 
 static void fx_fast_round_avx512vnni(int64_t kp, int64_t chain, const int32_t *ap,
                                      const int16_t *bp, int16_t *dst, int64_t ldd, int m, int n,

@@ -91,9 +91,9 @@ static inline void fx_q64_fast_store16(const fx_q64_fast *k, __m512i v0, __m512i
  *   floor only when it contributes -1);
  * - for t = 0: h + 1 where l + b > 2^15, else h.
  * A lane underflows where it rounds to 0 from a nonzero v (h or l nonzero). The largest |v|
- * must be exact (it is the write's statistic): a tile's sums are below 2^16 max(hmax + 1,
- * -hmin) in magnitude, so only a tile whose bound passes the largest |v| so far (a few tiles
- * of a product) widens its sums to find its own exactly. The same mantissas and statistics
+ * must be exact (it is the write's statistic): a tile's sums are at most
+ * max(2^16 (hmax + 1) - 1, -2^16 hmin) in magnitude, so only a tile whose bound passes the
+ * largest |v| so far (a few tiles of a product) widens its sums to find its own exactly. The same mantissas and statistics
  * as the int64 route. */
 #define FX_R16_MIN_SHIFT 16
 #define FX_R16_MAX_SHIFT 46
