@@ -44,51 +44,9 @@ typedef struct itile_round {
     int64_t *n32, *nmiss32;  /* pixels rounded on the int32 route, and checks that missed */
 } itile_round;
 
-/* The epilogue's int32 route. A pixel's sums T = 2^16 hi + acc fit int32 lanes unless a large
- * output or many folds push them beyond, and there the rounding needs none of the int64
- * emulation of fx_requant4_fast (AVX2 has no 64-bit arithmetic shift or compare of magnitudes):
- * 8 sums a vector instead of 4 and about half the operations per pixel (the widening to int64
- * and the four int64 roundings took a fifth of a ResNet-20 stage-1 tile's perf samples, the
- * pair loop two thirds). Its state gathers fx_r4_fast's statistics in int32 lanes and is
- * merged into it at the end of the tile, so the caller sees one state: the same mantissas (both
- * round to nearest even) and the same statistics as the int64 route of the same sums. */
-typedef struct round32 {
-    __m128i cnt;                 /* s, 1 <= s <= 31 */
-    __m256i rmask, half, tmax;   /* 2^s - 1; 2^(s-1); min(B, 2^32 - 1), B = fx_q64_fast_bound(s) */
-    __m256i max_in, below, under; /* max |v| (unsigned); all ones while every |v| <= B; counts */
-} round32;
-
-static inline round32 round32_setup(int s)
-{
-    round32 c;
-    c.cnt = _mm_cvtsi32_si128(s);
-    c.rmask = _mm256_set1_epi32((int32_t)(((uint32_t)1 << s) - 1));
-    c.half = _mm256_set1_epi32((int32_t)((uint32_t)1 << (s - 1)));
-    const uint64_t t = fx_q64_fast_bound(s);
-    c.tmax = _mm256_set1_epi32((int32_t)(uint32_t)(t > UINT32_MAX ? UINT32_MAX : t));
-    c.max_in = c.under = _mm256_setzero_si256();
-    c.below = _mm256_set1_epi32(-1);
-    return c;
-}
-
-/* the 8 int32 sums v rounded to nearest even at 2^-s (no overflow: the remainder decides),
- * their statistics into c */
-static inline __m256i round32_step(__m256i v, round32 *c)
-{
-    const __m256i zero = _mm256_setzero_si256();
-    const __m256i av = _mm256_abs_epi32(v); /* INT32_MIN: 2^31 as unsigned */
-    c->max_in = _mm256_max_epu32(c->max_in, av);
-    c->below = _mm256_and_si256(c->below, _mm256_cmpeq_epi32(_mm256_max_epu32(av, c->tmax), c->tmax));
-    /* 0 < |v| <= 2^(s-1): rounds to 0 */
-    c->under = _mm256_sub_epi32(c->under,
-                                _mm256_andnot_si256(_mm256_cmpeq_epi32(av, zero),
-                                                    _mm256_cmpeq_epi32(_mm256_min_epu32(av, c->half), av)));
-    return fx_round32_ne_avx2(v, c->cnt, c->rmask, c->half);
-}
-
 /* c's statistics into the int64-lane state f (max_in and the counts widened, and the bound's
  * verdict: a lane's all ones keeps f's sign bits, a cleared one clears them) */
-static inline void round32_merge(fx_r4_fast *f, const round32 *c)
+static inline void round32_merge(fx_r4_fast *f, const fx_round32_avx2 *c)
 {
     for (int h = 0; h < 2; h++) {
         const __m128i m = h ? _mm256_extracti128_si256(c->max_in, 1) : _mm256_castsi256_si128(c->max_in);
@@ -126,18 +84,19 @@ static inline int pixel_sums32(__m256i acc0, __m256i acc1, const int32_t *hi, __
  * sums fit (a miss clears *use32; *n32 counts the pixels it took), else quant_i64's fast
  * route; the same mantissas and statistics as rounding the stored sums either way */
 static inline __attribute__((always_inline)) void
-round_pixel(__m256i acc0, __m256i acc1, const int32_t *hi, fx_r4_fast *f, round32 *q,
-            int16_t *out16, fx_r4_fast *f2, round32 *q2, int16_t *out16_2, int *use32,
+round_pixel(__m256i acc0, __m256i acc1, const int32_t *hi, fx_r4_fast *f, fx_round32_avx2 *q,
+            int16_t *out16, fx_r4_fast *f2, fx_round32_avx2 *q2, int16_t *out16_2, int *use32,
             int *n32)
 {
     __m256i t0, t1;
     if (*use32 && (*use32 = pixel_sums32(acc0, acc1, hi, &t0, &t1))) {
         (*n32)++;
-        _mm_storeu_si128((__m128i *)out16, fx_pack8_epi32(round32_step(t0, q)));
-        _mm_storeu_si128((__m128i *)(out16 + 8), fx_pack8_epi32(round32_step(t1, q)));
+        _mm_storeu_si128((__m128i *)out16, fx_pack8_epi32(fx_round32_avx2_step(t0, q)));
+        _mm_storeu_si128((__m128i *)(out16 + 8), fx_pack8_epi32(fx_round32_avx2_step(t1, q)));
         if (f2) {
-            _mm_storeu_si128((__m128i *)out16_2, fx_pack8_epi32(round32_step(t0, q2)));
-            _mm_storeu_si128((__m128i *)(out16_2 + 8), fx_pack8_epi32(round32_step(t1, q2)));
+            _mm_storeu_si128((__m128i *)out16_2, fx_pack8_epi32(fx_round32_avx2_step(t0, q2)));
+            _mm_storeu_si128((__m128i *)(out16_2 + 8),
+                             fx_pack8_epi32(fx_round32_avx2_step(t1, q2)));
         }
         return;
     }
@@ -216,7 +175,8 @@ itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
          * half of them missing, the check alone had cost up to 9 % of the forward pass. */
         int use32 = f.s <= rd->max_shift32 && (ROUND == 1 || f2.s <= rd->max_shift32), n32 = 0;
         const int tried32 = use32;
-        round32 q = round32_setup(use32 ? f.s : 1), q2 = round32_setup(use32 ? f2.s : 1);
+        fx_round32_avx2 q = fx_round32_avx2_setup(use32 ? f.s : 1);
+        fx_round32_avx2 q2 = fx_round32_avx2_setup(use32 ? f2.s : 1);
 #define FX_ROUND(r, a0, a1)                                                                        \
     if (MR > r)                                                                                    \
         round_pixel(a0, a1, hi[r][0], &f, &q, rd->row + (px0 + r) * 16, ROUND == 2 ? &f2 : NULL,  \

@@ -249,6 +249,17 @@ static void fx_fast_chains_avx2(int64_t kp, int64_t chain, const int32_t *ap, co
                        "xmm15");
 }
 
+/* Four of a fast tile's sums T = 2^16 h + s (q 0: lanes 0-3 of sv and hv, 1: lanes 4-7) in
+ * int64 lanes; h = 0 when one_chain */
+static inline __m256i fx_fast_sums4(__m256i sv, __m256i hv, int q, int one_chain)
+{
+    const __m256i t =
+        _mm256_cvtepi32_epi64(q ? _mm256_extracti128_si256(sv, 1) : _mm256_castsi256_si128(sv));
+    if (one_chain) return t;
+    const __m128i hq = q ? _mm256_extracti128_si256(hv, 1) : _mm256_castsi256_si128(hv);
+    return _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(hq), 16), t);
+}
+
 /* Fast kernel: plain B, one vpmaddwd + vpaddd per pair, row and half. Between chains the 12
  * accumulators are folded into the h words (fold (b) of gemm_i16.h). A K block that is one
  * chain needs no fold: its sum is s. */
@@ -275,15 +286,7 @@ static void fx_fast_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int
             if (nh == 0) break;
             const __m256i hv = h[2 * i + half], sv = s[2 * i + half];
             __m256i t[2];
-            for (int q = 0; q < 2; q++) {
-                const __m128i ss = q ? _mm256_extracti128_si256(sv, 1) : _mm256_castsi256_si128(sv);
-                t[q] = _mm256_cvtepi32_epi64(ss);
-                if (!one_chain) {
-                    const __m128i hh =
-                        q ? _mm256_extracti128_si256(hv, 1) : _mm256_castsi256_si128(hv);
-                    t[q] = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(hh), 16), t[q]);
-                }
-            }
+            for (int q = 0; q < 2; q++) t[q] = fx_fast_sums4(sv, hv, q, one_chain);
             fx_store_row(c + i * ldc + FX_HALF * half, t[0], t[1], half ? k10 : k00,
                          half ? k11 : k01, nh, accumulate, amax && !range32, &range);
         }
@@ -315,7 +318,7 @@ static void fx_fast_avx2(int64_t kp, int64_t chain, const int32_t *ap, const int
 /* Fast kernel rounding its tile (fx_gemm_i16_fast_round_ukr): the chains as fx_fast_avx2's,
  * then each row's 16 sums T = 2^16 h + s rounded in int32 lanes as quant_i64's fast route
  * rounds them (floor((T + 2^(sh-1) - 1 + b) / 2^sh), b bit sh of T) and stored as mantissas.
- * Shifts up to 16 round T itself (fx_round32_ne_avx2), exact where |T| < 2^31, which every sum
+ * Shifts up to 16 round T itself (fx_round32_avx2_step), exact where |T| < 2^31, which every sum
  * that does not saturate at such a shift is: h + (s >> 16) in [-2^15, 2^15) says so per lane,
  * and a tile with a lane outside takes its maximum from the int64 sums (its values are not
  * kept). Shifts 17-46 round from h' = h + (s >> 16) and l = s & 0xFFFF:
@@ -332,11 +335,11 @@ static void fx_fast_round_avx2(int64_t kp, int64_t chain, const int32_t *ap, con
     const __m256i zero = _mm256_setzero_si256(), ones = _mm256_set1_epi32(-1);
     const __m256i lo16 = _mm256_set1_epi32(0xFFFF), top = _mm256_set1_epi32(1 << 15);
     const int r32 = shift <= 16, t = r32 ? 1 : shift - 16;
-    const __m128i cnt = _mm_cvtsi32_si128(r32 ? shift : t);
-    const __m256i rmask = _mm256_set1_epi32(r32 ? (1 << shift) - 1 : 0);
-    const __m256i half = _mm256_set1_epi32(r32 ? 1 << (shift - 1) : 1 << (t - 1));
-    const __m256i bit_t = _mm256_set1_epi32(1 << t);
-    __m256i uf = zero, mx = zero, wide = zero;
+    fx_round32_avx2 k32 = fx_round32_avx2_setup(r32 ? shift : 1); /* shifts up to 16 */
+    /* shifts 17-46: (h' + 2^(t-1) - c) >> t */
+    const __m128i cnt = _mm_cvtsi32_si128(t);
+    const __m256i half_t = _mm256_set1_epi32(1 << (t - 1)), bit_t = _mm256_set1_epi32(1 << t);
+    __m256i uf = zero, wide = zero;
     __m256i hmax = _mm256_set1_epi32(INT32_MIN), hmin = _mm256_set1_epi32(INT32_MAX);
     for (int i = 0; i < m; i++) {
         __m256i q[2];
@@ -345,7 +348,6 @@ static void fx_fast_round_avx2(int64_t kp, int64_t chain, const int32_t *ap, con
             const __m256i hh = one_chain ? _mm256_srai_epi32(sv, 16)
                                          : _mm256_add_epi32(h[2 * i + v],
                                                             _mm256_srai_epi32(sv, 16));
-            __m256i nz;
             if (r32) {
                 __m256i T = sv;
                 if (!one_chain) { /* hh + 2^15 outside [0, 2^16): |T| may pass 2^31 */
@@ -353,20 +355,19 @@ static void fx_fast_round_avx2(int64_t kp, int64_t chain, const int32_t *ap, con
                                            _mm256_srli_epi32(_mm256_add_epi32(hh, top), 16));
                     T = _mm256_add_epi32(_mm256_slli_epi32(h[2 * i + v], 16), sv);
                 }
-                mx = _mm256_max_epu32(mx, _mm256_abs_epi32(T));
-                nz = _mm256_xor_si256(_mm256_cmpeq_epi32(T, zero), ones);
-                q[v] = fx_round32_ne_avx2(T, cnt, rmask, half);
-            } else {
-                const __m256i l = _mm256_and_si256(sv, lo16);
-                hmax = _mm256_max_epi32(hmax, hh);
-                hmin = _mm256_min_epi32(hmin, hh);
-                const __m256i c =
-                    _mm256_and_si256(_mm256_cmpeq_epi32(l, zero),
-                                     _mm256_cmpeq_epi32(_mm256_and_si256(hh, bit_t), zero));
-                q[v] = _mm256_sra_epi32(_mm256_add_epi32(_mm256_add_epi32(hh, half), c), cnt);
-                nz = _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_or_si256(hh, l), zero), ones);
+                q[v] = fx_round32_avx2_step(T, &k32);
+                continue;
             }
+            const __m256i l = _mm256_and_si256(sv, lo16);
+            hmax = _mm256_max_epi32(hmax, hh);
+            hmin = _mm256_min_epi32(hmin, hh);
+            const __m256i c =
+                _mm256_and_si256(_mm256_cmpeq_epi32(l, zero),
+                                 _mm256_cmpeq_epi32(_mm256_and_si256(hh, bit_t), zero));
+            q[v] = _mm256_sra_epi32(_mm256_add_epi32(_mm256_add_epi32(hh, half_t), c), cnt);
             /* underflow: a nonzero sum rounded to 0 (mask lanes are -1) */
+            const __m256i nz =
+                _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_or_si256(hh, l), zero), ones);
             uf = _mm256_sub_epi32(uf, _mm256_and_si256(nz, _mm256_cmpeq_epi32(q[v], zero)));
         }
         /* 16 mantissas in column order (the pack interleaves 128-bit lanes) */
@@ -384,21 +385,23 @@ static void fx_fast_round_avx2(int64_t kp, int64_t chain, const int32_t *ap, con
     uint64_t tmax;
     int exact;
     if (r32) {
+        const __m256i mx = k32.max_in;
+        uf = k32.under;
         __m128i m4 = _mm_max_epu32(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
         m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, 0x4E));
         m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, 0xB1));
         tmax = (uint32_t)_mm_cvtsi128_si32(m4);
         exact = !_mm256_testz_si256(wide, wide);
     } else {
-        int32_t hx[8], hn[8];
-        _mm256_storeu_si256((__m256i *)(void *)hx, hmax);
-        _mm256_storeu_si256((__m256i *)(void *)hn, hmin);
-        int64_t above = INT64_MIN, below = INT64_MIN;
-        for (int k = 0; k < 8; k++) {
-            const int64_t a = 65536 * ((int64_t)hx[k] + 1) - 1, b = -65536 * (int64_t)hn[k];
-            above = a > above ? a : above;
-            below = b > below ? b : below;
+        int32_t hxs[8], hns[8];
+        _mm256_storeu_si256((__m256i *)(void *)hxs, hmax);
+        _mm256_storeu_si256((__m256i *)(void *)hns, hmin);
+        int64_t hx = hxs[0], hn = hns[0];
+        for (int k = 1; k < 8; k++) {
+            hx = hxs[k] > hx ? hxs[k] : hx;
+            hn = hns[k] < hn ? hns[k] : hn;
         }
+        const int64_t above = 65536 * (hx + 1) - 1, below = -65536 * hn;
         const uint64_t bound = (uint64_t)(above > below ? above : below);
         tmax = 0;
         exact = amax && bound > *amax;
@@ -406,14 +409,7 @@ static void fx_fast_round_avx2(int64_t kp, int64_t chain, const int32_t *ap, con
     if (exact) { /* the int64 sums' range */
         fx_range64 range = {zero, zero};
         for (int r = 0; r < 2 * m; r++)
-            for (int q = 0; q < 2; q++) {
-                const __m128i ss =
-                    q ? _mm256_extracti128_si256(s[r], 1) : _mm256_castsi256_si128(s[r]);
-                const __m128i hq =
-                    q ? _mm256_extracti128_si256(h[r], 1) : _mm256_castsi256_si128(h[r]);
-                const __m256i wide64 = _mm256_slli_epi64(_mm256_cvtepi32_epi64(hq), 16);
-                fx_range64_add(&range, _mm256_add_epi64(wide64, _mm256_cvtepi32_epi64(ss)));
-            }
+            for (int q = 0; q < 2; q++) fx_range64_add(&range, fx_fast_sums4(s[r], h[r], q, 0));
         tmax = 0;
         fx_range64_finish(&range, &tmax);
     }

@@ -266,6 +266,17 @@ static void fx_fast_chains_bw(int64_t kp, int64_t chain, const int32_t *ap, cons
     FX_FAST_CHAINS(FX_ROW_BW);
 }
 
+/* Eight of a fast tile's sums T = 2^16 h + s (half 0: lanes 0-7 of sv and hv, 1: lanes 8-15)
+ * in int64 lanes; h = 0 when one_chain */
+static FX_ALWAYS_INLINE __m512i fx_fast_sums8(__m512i sv, __m512i hv, int half, int one_chain)
+{
+    const __m512i t = _mm512_cvtepi32_epi64(half ? _mm512_extracti64x4_epi64(sv, 1)
+                                                 : _mm512_castsi512_si256(sv));
+    if (one_chain) return t;
+    const __m256i h8 = half ? _mm512_extracti64x4_epi64(hv, 1) : _mm512_castsi512_si256(hv);
+    return _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(h8), 16), t);
+}
+
 /* C rows of the fast kernels' tiles (accumulate ? C : 0) + T, T = 2^16 h + s in int64 (h = 0
  * when one_chain), for vecs vectors of 16 columns per row (s[vecs i + v], h likewise) and the
  * valid m x n part; mx (amax NULL: none) as in fx_store_tile. */
@@ -282,14 +293,8 @@ static FX_ALWAYS_INLINE void fx_fast_store(const __m512i *s, const __m512i *h, c
                 const int j = 16 * v + 8 * half;
                 if (j >= n) break;
                 const __mmask8 k = n - j >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - j)) - 1);
-                const __m256i s8 = half ? _mm512_extracti64x4_epi64(sv, 1) : _mm512_castsi512_si256(sv);
-                __m512i t = _mm512_cvtepi32_epi64(s8);
-                if (!one_chain) {
-                    const __m256i h8 =
-                        half ? _mm512_extracti64x4_epi64(hv, 1) : _mm512_castsi512_si256(hv);
-                    t = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(h8), 16), t);
-                }
-                t = fx_store_add_q8(ci + j, k, t, accumulate);
+                const __m512i t =
+                    fx_store_add_q8(ci + j, k, fx_fast_sums8(sv, hv, half, one_chain), accumulate);
                 if (amax) mx = _mm512_mask_max_epu64(mx, k, mx, _mm512_abs_epi64(t));
             }
         }
@@ -519,15 +524,8 @@ static uint64_t fx_fast_tile_max(const __m512i *s, const __m512i *h, int m)
 {
     __m512i mx = _mm512_setzero_si512();
     for (int r = 0; r < 2 * m; r++)
-        for (int half = 0; half < 2; half++) {
-            const __m256i s8 =
-                half ? _mm512_extracti64x4_epi64(s[r], 1) : _mm512_castsi512_si256(s[r]);
-            const __m256i h8 =
-                half ? _mm512_extracti64x4_epi64(h[r], 1) : _mm512_castsi512_si256(h[r]);
-            const __m512i t = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(h8), 16),
-                                               _mm512_cvtepi32_epi64(s8));
-            mx = _mm512_max_epu64(mx, _mm512_abs_epi64(t));
-        }
+        for (int half = 0; half < 2; half++)
+            mx = _mm512_max_epu64(mx, _mm512_abs_epi64(fx_fast_sums8(s[r], h[r], half, 0)));
     return _mm512_reduce_max_epu64(mx);
 }
 
@@ -561,9 +559,9 @@ static FX_ALWAYS_INLINE void fx_fast_round_body(int64_t kp, int64_t chain, const
     const int one_chain = kp <= chain; /* then h = 0 and s = T */
     const __mmask32 cols = n >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << n) - 1u);
     const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
-    __m512i uf = _mm512_setzero_si512();
     uint64_t tmax;
-    if (shift <= FX_R32_MAX_SHIFT) {
+    int64_t nuf_t = 0;
+    if (shift <= 16) { /* (every sum that does not saturate there fits int32) */
         const fx_round32 k = fx_round32_setup(shift);
         const __m512i lim = _mm512_set1_epi32(1 << 15);
         __m512i mx = _mm512_setzero_si512();
@@ -579,13 +577,14 @@ static FX_ALWAYS_INLINE void fx_fast_round_body(int64_t kp, int64_t chain, const
                                                     _mm512_add_epi32(lim, lim));
                     t = _mm512_add_epi32(_mm512_slli_epi32(h[2 * i + v], 16), t);
                 }
-                q[v] = fx_round32_lanes(&k, t, &mx, &uf);
+                q[v] = fx_round32_lanes(&k, t, 0xFFFF, &mx, &nuf_t);
             }
             fx_store_row32(dst + i * ldd, cols, q[0], q[1]);
         }
         tmax = wide ? fx_fast_tile_max(s, h, m) : _mm512_reduce_max_epu32(mx);
     } else {
         const fx_round16 k = fx_round16_setup(shift);
+        __m512i uf = _mm512_setzero_si512();
         __m512i hmax = _mm512_set1_epi32(INT32_MIN), hmin = _mm512_set1_epi32(INT32_MAX);
         for (int i = 0; i < m; i++) {
             __m512i q[2];
@@ -608,9 +607,10 @@ static FX_ALWAYS_INLINE void fx_fast_round_body(int64_t kp, int64_t chain, const
         const int64_t above = 65536 * (hx + 1) - 1, below = -65536 * hn;
         const uint64_t bound = (uint64_t)(above > below ? above : below);
         tmax = amax && bound > *amax ? fx_fast_tile_max(s, h, m) : 0;
+        nuf_t = _mm512_reduce_add_epi32(uf);
     }
     if (amax && tmax > *amax) *amax = tmax;
-    *nuf += _mm512_reduce_add_epi32(uf);
+    *nuf += nuf_t;
 }
 
 _Static_assert(FX_GEMM_I16_ROUND_MAX_SHIFT == FX_R16_MAX_SHIFT,

@@ -712,22 +712,12 @@ static inline __attribute__((always_inline)) void fx_s2q_step(const fx_sum2 *p, 
 static int fx_sum2_quant_fast(const fx_sum2 *p, const fx_s2_consts *k, int64_t n, int16_t *dst,
                               int s, fx_qstats *st)
 {
-    const __m512i half_m1 = _mm512_set1_epi32((1 << (s - 1)) - 1);
-    const __m512i half = _mm512_set1_epi32(1 << (s - 1)), one = _mm512_set1_epi32(1);
-    const __m512i bit_s = _mm512_set1_epi32(1 << s);
-    const __m128i cnt = _mm_cvtsi32_si128(s);
+    const fx_round32 r = fx_round32_setup(s);
     __m512i max_in = _mm512_setzero_si512();
     int64_t nuf = 0;
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 live = n - i >= 16 ? (__mmask16)0xFFFF : fx_tail16(n - i);
-        const __m512i v = fx_s2_values(p, k, i, live);
-        const __m512i a = _mm512_abs_epi32(v);
-        max_in = _mm512_mask_max_epu32(max_in, live, max_in, a);
-        nuf += __builtin_popcount(
-            (unsigned)_mm512_mask_cmplt_epu32_mask(live, _mm512_sub_epi32(a, one), half));
-        const __m512i t = _mm512_add_epi32(v, half_m1);
-        const __m512i q = _mm512_sra_epi32(
-            _mm512_mask_add_epi32(t, _mm512_test_epi32_mask(v, bit_s), t, one), cnt);
+        const __m512i q = fx_round32_lanes(&r, fx_s2_values(p, k, i, live), live, &max_in, &nuf);
         if (dst && live == 0xFFFF)
             _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm512_cvtepi32_epi16(q));
         else if (dst)

@@ -137,14 +137,14 @@ fx_round16_lanes(const fx_round16 *k, __m512i h, __m512i l, __mmask16 nz, __m512
     return q;
 }
 
-/* Sums that fit int32 lanes, shifts 1 <= s <= 16 (products of short K: a GEMM of K = 64 on
- * standard-normal operands rounds at about 15). quant_i64's fast rounding of v in one int32
- * lane: floor((v + 2^(s-1) - 1 + b) / 2^s), b bit s of v, as fx_q64_fast_round does in int64.
- * Every v that does not saturate, |v| <= fx_q64_fast_bound(s) <= 2^31 - 2^15 - 1, leaves
- * v + 2^(s-1) within int32; a lane above it holds no kept value (its maximum says so). The
- * largest |v| in *max_in (as uint32: |-2^31| reads 2^31), underflows (0 < |v| <= 2^(s-1)) in
- * the lanes of *uf. */
-#define FX_R32_MAX_SHIFT 16
+/* Sums in int32 lanes, shifts 1 <= s <= 30: quant_i64's fast rounding of v in one int32 lane,
+ * floor((v + 2^(s-1) - 1 + b) / 2^s), b bit s of v, as fx_q64_fast_round does in int64, for
+ * every v with |v| + 2^(s-1) < 2^31 (the aligned sums of fx_flex_sum2_quant, and a GEMM tile's
+ * sums that do not saturate at s <= 16: |v| <= fx_q64_fast_bound(s) <= 2^31 - 2^15 - 1); a
+ * lane beyond holds no kept value (its maximum says so). Lanes under live only: the largest
+ * |v| in *max_in (as uint32: |-2^31| reads 2^31), underflows (0 < |v| <= 2^(s-1)) added to
+ * *nuf by a scalar popcount (the vector ports are what bound these loops). */
+#define FX_R32_MAX_SHIFT 30
 typedef struct fx_round32 {
     __m512i half, half_m1, bit_s; /* 2^(s-1), 2^(s-1) - 1, 2^s */
     __m128i cnt;                  /* s */
@@ -162,16 +162,16 @@ static inline fx_round32 fx_round32_setup(int s)
 }
 
 static inline __attribute__((always_inline)) __m512i
-fx_round32_lanes(const fx_round32 *k, __m512i v, __m512i *max_in, __m512i *uf)
+fx_round32_lanes(const fx_round32 *k, __m512i v, __mmask16 live, __m512i *max_in, int64_t *nuf)
 {
     const __m512i one = _mm512_set1_epi32(1);
     const __m512i a = _mm512_abs_epi32(v);
-    *max_in = _mm512_max_epu32(*max_in, a);
-    const __mmask16 u = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(a, one), k->half);
-    *uf = _mm512_mask_add_epi32(*uf, u, *uf, one);
-    const __mmask16 odd = _mm512_test_epi32_mask(v, k->bit_s);
+    *max_in = _mm512_mask_max_epu32(*max_in, live, *max_in, a);
+    *nuf += __builtin_popcount(
+        (unsigned)_mm512_mask_cmplt_epu32_mask(live, _mm512_sub_epi32(a, one), k->half));
     const __m512i t = _mm512_add_epi32(v, k->half_m1);
-    return _mm512_sra_epi32(_mm512_mask_add_epi32(t, odd, t, one), k->cnt);
+    return _mm512_sra_epi32(_mm512_mask_add_epi32(t, _mm512_test_epi32_mask(v, k->bit_s), t, one),
+                            k->cnt);
 }
 
 #endif

@@ -156,4 +156,48 @@ static inline __m128i fx_pack8_i64_order(__m256i m)
     return _mm_shuffle_epi32(fx_pack8_epi32(m), 0xD8);
 }
 
+/* The int32 route of the integer kernels' epilogues (conv_i16_fwd_avx2.c's tiles,
+ * intops_avx2.c's GEMM tiles), for sums that fit int32 lanes, as a convolution pixel's
+ * T = 2^16 hi + acc does unless a large output or many folds push it beyond: there the
+ * rounding needs none of the int64 emulation of fx_requant4_fast (AVX2 has no 64-bit
+ * arithmetic shift or compare of magnitudes): 8 sums a vector instead of 4 and about half the
+ * operations per pixel (the widening to int64 and the four int64 roundings took a fifth of a
+ * ResNet-20 stage-1 tile's perf samples, the pair loop two thirds). Its state gathers
+ * fx_r4_fast's statistics in int32 lanes (the convolution merges it into one at the end of the
+ * tile): the same mantissas (both round to nearest even) and the same statistics as the int64
+ * route of the same sums. */
+typedef struct fx_round32_avx2 {
+    __m128i cnt;                 /* s, 1 <= s <= 31 */
+    __m256i rmask, half, tmax;   /* 2^s - 1; 2^(s-1); min(B, 2^32 - 1), B = fx_q64_fast_bound(s) */
+    __m256i max_in, below, under; /* max |v| (unsigned); all ones while every |v| <= B; counts */
+} fx_round32_avx2;
+
+static inline fx_round32_avx2 fx_round32_avx2_setup(int s)
+{
+    fx_round32_avx2 c;
+    c.cnt = _mm_cvtsi32_si128(s);
+    c.rmask = _mm256_set1_epi32((int32_t)(((uint32_t)1 << s) - 1));
+    c.half = _mm256_set1_epi32((int32_t)((uint32_t)1 << (s - 1)));
+    const uint64_t t = fx_q64_fast_bound(s);
+    c.tmax = _mm256_set1_epi32((int32_t)(uint32_t)(t > UINT32_MAX ? UINT32_MAX : t));
+    c.max_in = c.under = _mm256_setzero_si256();
+    c.below = _mm256_set1_epi32(-1);
+    return c;
+}
+
+/* the 8 int32 sums v rounded to nearest even at 2^-s (no overflow: the remainder decides),
+ * their statistics into c */
+static inline __m256i fx_round32_avx2_step(__m256i v, fx_round32_avx2 *c)
+{
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i av = _mm256_abs_epi32(v); /* INT32_MIN: 2^31 as unsigned */
+    c->max_in = _mm256_max_epu32(c->max_in, av);
+    c->below =
+        _mm256_and_si256(c->below, _mm256_cmpeq_epi32(_mm256_max_epu32(av, c->tmax), c->tmax));
+    /* 0 < |v| <= 2^(s-1): rounds to 0 */
+    const __m256i small = _mm256_cmpeq_epi32(_mm256_min_epu32(av, c->half), av);
+    c->under = _mm256_sub_epi32(c->under, _mm256_andnot_si256(_mm256_cmpeq_epi32(av, zero), small));
+    return fx_round32_ne_avx2(v, c->cnt, c->rmask, c->half);
+}
+
 #endif
