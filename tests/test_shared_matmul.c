@@ -40,7 +40,9 @@
  *    elsewhere; every write the dispatcher's bit for bit.
  * 3d. Outputs marked disposable (as the trainer's activations; the plain products at two
  *    threads, the bmm at one) are rounded into straight, every take (fx_shared_matmul_direct),
- *    with the same checks; others never. A disposable bmm output that is its own first or
+ *    with the same checks; others never: their rounding buffer becomes their storage at every
+ *    kept write (fx_shared_matmul_adopted), and views made before the products read each
+ *    product, also once the output itself is freed (check_adopted_views). A disposable bmm output that is its own first or
  *    second operand is taken but never rounded into before the products are done, and gives
  *    the product of a copy.
  * 3e. The register-tile driver's rounding (check_forced_kernels): every kernel forced in turn
@@ -222,6 +224,7 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     const int64_t rerun0 = fx_shared_matmul_rerun(), inreg0 = fx_shared_matmul_in_registers();
     const int64_t uncovered0 = fx_shared_matmul_not_covered();
     const int64_t dry0 = fx_shared_matmul_asked_dry(), direct0 = fx_shared_matmul_direct();
+    const int64_t adopted0 = fx_shared_matmul_adopted();
     int checked = 0, taken_unsteady = 0;
     for (int step = 0; step < steps; step++) {
         int taken, kept;
@@ -245,6 +248,12 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
     CHECK(direct == (g_disposable ? taken : 0), "%s: %lld of %lld products rounded straight "
           "into a%s output", what, (long long)direct, (long long)taken,
           g_disposable ? " disposable" : "n ordinary");
+    /* an ordinary output takes its rounding buffer as its storage at every kept write (all
+     * but the misses that went on to the dispatcher), a disposable one never */
+    const int64_t adopted = fx_shared_matmul_adopted() - adopted0;
+    CHECK(g_disposable ? adopted == 0 : adopted >= taken - missed && adopted <= taken,
+          "%s: %lld of %lld products (%lld missed) adopted their buffer (disposable: %d)", what,
+          (long long)adopted, (long long)taken, (long long)missed, g_disposable);
     /* the jump misses: a FLEX16_5 prediction overflows (the dispatcher takes over), a DFP16
      * exponent moves (the blocks run again guessing the exact exponent) */
     CHECK(missed >= 1, "%s: no early rounding missed at the jump", what);
@@ -759,7 +768,7 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
     const int64_t taken0 = fx_shared_matmul_taken(), missed0 = fx_shared_matmul_missed();
     const int64_t inreg0 = fx_shared_matmul_in_registers();
     const int64_t dry0 = fx_shared_matmul_asked_dry(), uncovered0 = fx_shared_matmul_not_covered();
-    const int64_t direct0 = fx_shared_matmul_direct();
+    const int64_t direct0 = fx_shared_matmul_direct(), adopted0 = fx_shared_matmul_adopted();
     for (int step = 0; step < steps; step++) {
         test_rng vals;
         test_rng_seed(&vals, 99);
@@ -785,6 +794,10 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
     CHECK(direct == (g_disposable ? taken : 0), "%s: %lld of %lld products rounded straight "
           "into the output (disposable: %d)", what, (long long)direct, (long long)taken,
           g_disposable);
+    const int64_t adopted = fx_shared_matmul_adopted() - adopted0;
+    CHECK(g_disposable ? adopted == 0 : adopted >= taken - missed && adopted <= taken,
+          "%s: %lld of %lld products (%lld missed) adopted their buffer (disposable: %d)", what,
+          (long long)adopted, (long long)taken, (long long)missed, g_disposable);
     /* a DFP16 output rounded on AMX is taken at every write from the third, the jump's
      * unsteady ones included */
     if (rounds_on_amx(M, K, N) && fo == FMT_DFP16)
@@ -851,6 +864,52 @@ static void check_bmm_aliased(int out_is_b)
     tensor_free(x0);
     tensor_free(o);
     tensor_free(ref);
+}
+
+/* An ordinary output whose rounding buffer becomes its storage (fx_sm_adopt): views made
+ * before the products (a reshape and a row slice) share the storage and must read each new
+ * product, the same values as the dispatcher's twin; the output freed first, the views keep
+ * the storage (read after it, under the sanitizers a use after free); and a product that
+ * misses and goes to the dispatcher leaves the values right too. */
+static void check_adopted_views(void)
+{
+    const int64_t M = 40, K = 64, N = 50, flat[1] = {M * N};
+    twin_products t = twin_products_new(FMT_FLEX16_5, FMT_DFP16, FMT_DFP16, M, K, N);
+    tensor_t *whole = tensor_view_reshape(t.fast, 1, flat);
+    tensor_t *rows = tensor_view_slice(t.fast, 0, 10, 30, 1);
+    CHECK(whole && rows, "views of the output: %s", flexpoint_last_error());
+    float *got = malloc(sizeof(float) * (size_t)(M * N));
+    float *want = malloc(sizeof(float) * (size_t)(M * N));
+    const double scale[] = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 256.0, 256.0};
+    const int64_t adopted0 = fx_shared_matmul_adopted();
+    for (int step = 0; step < (int)(sizeof scale / sizeof scale[0]) && whole && rows; step++) {
+        int taken, kept;
+        if (!twin_products_step(&t, scale[step], 31 + (uint64_t)step, "adopted views", step,
+                                &taken, &kept))
+            break;
+        CHECK_STATUS(tensor_to_f32(t.ref, want), FX_OK);
+        CHECK_STATUS(tensor_to_f32(whole, got), FX_OK);
+        CHECK(memcmp(got, want, sizeof(float) * (size_t)(M * N)) == 0,
+              "step %d: the reshaped view differs from the product", step);
+        CHECK_STATUS(tensor_to_f32(rows, got), FX_OK);
+        CHECK(memcmp(got, want + 10 * N, sizeof(float) * (size_t)(20 * N)) == 0,
+              "step %d: the row slice differs from the product's rows 10-29", step);
+    }
+    CHECK(fx_shared_matmul_adopted() - adopted0 >= 3, "adopted views: %lld products adopted",
+          (long long)(fx_shared_matmul_adopted() - adopted0));
+    CHECK_STATUS(tensor_to_f32(t.ref, want), FX_OK);
+    tensor_free(t.fast); /* the views hold the storage now */
+    t.fast = NULL;
+    if (whole) {
+        CHECK_STATUS(tensor_to_f32(whole, got), FX_OK);
+        CHECK(memcmp(got, want, sizeof(float) * (size_t)(M * N)) == 0,
+              "the view differs from the product once the output is freed");
+    }
+    tensor_free(whole);
+    tensor_free(rows);
+    twin_products_free(&t);
+    free(got);
+    free(want);
 }
 
 /* Products left to the dispatcher: the counter stays still, the results are its own. */
@@ -1024,6 +1083,7 @@ int main(void)
             check_unsteady_dfp16(300, 64, 100); /* the AMX kernel's two threads */
             check_unsteady_dfp16(37, 19, 300);
         }
+        check_adopted_views();
         check_not_taken(&r);
     }
     CHECK_STATUS(fx_gemm_i16_force_kernel(kernel0), FX_OK);

@@ -155,6 +155,11 @@ typedef struct fx_scratch {
 } fx_scratch;
 void *fx_scratch_alloc(fx_scratch *s, int64_t n, size_t sz); /* NULL on failure or when full */
 void fx_scratch_free(fx_scratch *s);
+/* Exchange block p of s (one fx_scratch_alloc returned) for `other`, a block of at least cap
+ * bytes from malloc that s then owns (fx_scratch_free caches or frees it), and hand p to the
+ * caller, who owns it from then on: how a result rounded into scratch becomes a tensor's
+ * storage without a copy. 0 where p is not one of s's blocks (nothing changes). */
+int fx_scratch_exchange(fx_scratch *s, void *p, void *other, size_t cap);
 
 /* What a specialised route returns when it leaves an op to the general one (never an error
  * code, which are all negative or FX_OK). */

@@ -118,6 +118,17 @@ void *fx_scratch_alloc(fx_scratch *t, int64_t n, size_t sz)
     return p;
 }
 
+int fx_scratch_exchange(fx_scratch *t, void *p, void *other, size_t cap)
+{
+    for (int i = 0; i < t->n; i++)
+        if (t->p[i] == p) {
+            t->p[i] = other;
+            t->cap[i] = cap;
+            return 1;
+        }
+    return 0;
+}
+
 void fx_scratch_free(fx_scratch *t)
 {
     for (int i = 0; i < t->n; i++) block_give(t->p[i], t->cap[i]);

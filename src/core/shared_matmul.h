@@ -44,5 +44,8 @@ int64_t fx_shared_matmul_asked_dry(void);
 /* Test hook: products taken here that rounded straight into their disposable output
  * (fx_storage.disposable) instead of into a buffer copied in afterwards. */
 int64_t fx_shared_matmul_direct(void);
+/* Test hook: products whose rounding buffer became the output's storage in place of a copy
+ * (fx_sm_adopt: outputs that are not disposable). */
+int64_t fx_shared_matmul_adopted(void);
 
 #endif
