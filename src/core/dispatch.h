@@ -158,8 +158,12 @@ void fx_scratch_free(fx_scratch *s);
 /* Exchange block p of s (one fx_scratch_alloc returned) for `other`, a block of at least cap
  * bytes from malloc that s then owns (fx_scratch_free caches or frees it), and hand p to the
  * caller, who owns it from then on: how a result rounded into scratch becomes a tensor's
- * storage without a copy. 0 where p is not one of s's blocks (nothing changes). */
-int fx_scratch_exchange(fx_scratch *s, void *p, void *other, size_t cap);
+ * storage without a copy. Only where p's whole block is at most max_cap bytes: the cache
+ * hands out the smallest block that is large enough, which can be a far larger one that
+ * another op reuses (an 80 MB stage serving a 40 MB product); kept by a tensor, it would
+ * leave the cache for good, and that op would map a fresh one at every call. 0 where p is not
+ * one of s's blocks or is larger (nothing changes). */
+int fx_scratch_exchange(fx_scratch *s, void *p, void *other, size_t cap, size_t max_cap);
 
 /* What a specialised route returns when it leaves an op to the general one (never an error
  * code, which are all negative or FX_OK). */

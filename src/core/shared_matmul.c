@@ -441,15 +441,18 @@ static int16_t *fx_sm_direct(tensor_t *out, const fx_sm_plan *p)
  * storage, contiguous and on the host, so the buffer holds every element of the storage in
  * its order, and the views sharing the storage see the new values as after a copy; the
  * storage's blocks come from malloc (tensor.c, fx_alloc_array), as scratch blocks do, and are
- * released with free. 0 (nothing changed: copy) where the buffer is not a scratch block. */
+ * released with free. 0 (nothing changed: copy) where the buffer is not a scratch block or
+ * is a cached block far larger than the output, which stays in the cache for the op it
+ * served (fx_scratch_exchange); the next call then finds the old block, of the output's
+ * size. */
 static int fx_sm_adopt(tensor_t *out, fx_sm_plan *p, fx_scratch *s)
 {
     fx_storage *st = out->st;
     if (st->on_device || !fx_tensor_covers_storage(out) || !fx_tensor_is_contiguous(out) ||
         st->numel != p->batch * p->M * p->N)
         return 0;
-    if (!fx_scratch_exchange(s, p->tmp, st->data, (size_t)st->numel * sizeof(int16_t)))
-        return 0;
+    const size_t bytes = (size_t)st->numel * sizeof(int16_t);
+    if (!fx_scratch_exchange(s, p->tmp, st->data, bytes, bytes + bytes / 4)) return 0;
     st->data = p->tmp;
     __atomic_fetch_add(&fx_sm_adopted, 1, __ATOMIC_RELAXED);
     return 1;
