@@ -164,6 +164,13 @@ void fx_scratch_free(fx_scratch *s);
  * leave the cache for good, and that op would map a fresh one at every call. 0 where p is not
  * one of s's blocks or is larger (nothing changes). */
 int fx_scratch_exchange(fx_scratch *s, void *p, void *other, size_t cap, size_t max_cap);
+/* Test hooks: the cache's blocks, their bytes in all and the largest block's; and every
+ * cached block given back to the system. */
+#define FX_SCRATCH_CACHE_SLOTS 8
+#define FX_SCRATCH_CACHE_MIN ((size_t)1 << 20)
+#define FX_SCRATCH_CACHE_CAP ((size_t)512 << 20)
+void fx_scratch_cache_census(int *blocks, size_t *total, size_t *largest);
+void fx_scratch_cache_release(void);
 
 /* What a specialised route returns when it leaves an op to the general one (never an error
  * code, which are all negative or FX_OK). */

@@ -15,9 +15,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define FX_SCRATCH_CACHE_MIN ((size_t)1 << 20)
-#define FX_SCRATCH_CACHE_SLOTS 8
-#define FX_SCRATCH_CACHE_CAP ((size_t)512 << 20)
 
 static struct {
     atomic_flag lock;
@@ -99,6 +96,24 @@ static void cache_release_all(void)
     g_cache.total = 0;
     cache_unlock();
 }
+
+void fx_scratch_cache_census(int *blocks, size_t *total, size_t *largest)
+{
+    cache_lock();
+    int n = 0;
+    size_t big = 0;
+    for (int i = 0; i < FX_SCRATCH_CACHE_SLOTS; i++)
+        if (g_cache.p[i]) {
+            n++;
+            big = g_cache.cap[i] > big ? g_cache.cap[i] : big;
+        }
+    *blocks = n;
+    *total = g_cache.total;
+    *largest = big;
+    cache_unlock();
+}
+
+void fx_scratch_cache_release(void) { cache_release_all(); }
 
 /* A block of `bytes` bytes, from the cache where it is that large, else from the system
  * (after releasing the cache when the system has none left): NULL on failure; *cap receives
