@@ -17,11 +17,6 @@
 
 enum { MB = 1 << 20 };
 
-static void census(int *n, size_t *total, size_t *largest)
-{
-    fx_scratch_cache_census(n, total, largest);
-}
-
 /* allocate and free `count` blocks of `bytes` in one scratch */
 static void churn(int count, size_t bytes)
 {
@@ -37,21 +32,21 @@ static void check_slots(void)
     size_t total, largest;
     fx_scratch_cache_release();
     churn(FX_SCRATCH_CACHE_SLOTS, MB);
-    census(&n, &total, &largest);
+    fx_scratch_cache_census(&n, &total, &largest);
     CHECK(n == FX_SCRATCH_CACHE_SLOTS && total == (size_t)FX_SCRATCH_CACHE_SLOTS * MB &&
               largest == MB,
           "after %d blocks of 1 MiB: %d cached, %zu bytes, largest %zu", FX_SCRATCH_CACHE_SLOTS,
           n, total, largest);
     /* a larger block displaces one of them */
     churn(1, 4 * (size_t)MB);
-    census(&n, &total, &largest);
+    fx_scratch_cache_census(&n, &total, &largest);
     CHECK(n == FX_SCRATCH_CACHE_SLOTS && largest == 4 * (size_t)MB &&
               total == (size_t)(FX_SCRATCH_CACHE_SLOTS - 1) * MB + 4 * (size_t)MB,
           "a 4 MiB block into full slots: %d cached, %zu bytes, largest %zu", n, total, largest);
     /* and serves the next allocation of its size */
     fx_scratch s = {.n = 0};
     CHECK(fx_scratch_alloc(&s, 3 * MB, 1) != NULL, "alloc of 3 MiB");
-    census(&n, &total, &largest);
+    fx_scratch_cache_census(&n, &total, &largest);
     CHECK(n == FX_SCRATCH_CACHE_SLOTS - 1 && largest == MB,
           "3 MiB taken: %d cached, largest %zu (the 4 MiB block should be out)", n, largest);
     CHECK(s.cap[0] == 4 * (size_t)MB, "the block handed out has %zu bytes", s.cap[0]);
@@ -60,7 +55,7 @@ static void check_slots(void)
     fx_scratch_cache_release();
     churn(FX_SCRATCH_CACHE_SLOTS, 2 * (size_t)MB);
     churn(1, MB);
-    census(&n, &total, &largest);
+    fx_scratch_cache_census(&n, &total, &largest);
     CHECK(n == FX_SCRATCH_CACHE_SLOTS && total == (size_t)FX_SCRATCH_CACHE_SLOTS * 2 * MB,
           "a 1 MiB block into slots of 2 MiB: %d cached, %zu bytes", n, total);
 }
@@ -72,23 +67,23 @@ static void check_byte_cap(void)
     fx_scratch_cache_release();
     const size_t big = FX_SCRATCH_CACHE_CAP / 5; /* five fit, the sixth does not */
     churn(6, big);
-    census(&n, &total, &largest);
+    fx_scratch_cache_census(&n, &total, &largest);
     CHECK(n == 5 && total == 5 * big, "six blocks of a fifth of the cap: %d cached, %zu bytes",
           n, total);
     /* twice as large: displaces two of them (the cap allows three of big and one of 2 big) */
     churn(1, 2 * big);
-    census(&n, &total, &largest);
+    fx_scratch_cache_census(&n, &total, &largest);
     CHECK(n == 4 && total == 5 * big && largest == 2 * big,
           "a block of two fifths: %d cached, %zu bytes, largest %zu", n, total, largest);
     CHECK(total <= FX_SCRATCH_CACHE_CAP, "%zu cached bytes above the cap", total);
     /* larger than the cap: released, nothing displaced */
     churn(1, FX_SCRATCH_CACHE_CAP + MB);
     size_t total2, largest2;
-    census(&n, &total2, &largest2);
+    fx_scratch_cache_census(&n, &total2, &largest2);
     CHECK(n == 4 && total2 == total && largest2 == largest,
           "a block above the cap: %d cached, %zu bytes, largest %zu", n, total2, largest2);
     fx_scratch_cache_release();
-    census(&n, &total, &largest);
+    fx_scratch_cache_census(&n, &total, &largest);
     CHECK(n == 0 && total == 0, "released: %d cached, %zu bytes", n, total);
 }
 
@@ -108,7 +103,7 @@ static void check_exchange(void)
     CHECK(fx_scratch_exchange(&s, p, mine, 5 * (size_t)MB, 4 * (size_t)MB),
           "the 3 MiB block not exchanged under a bound of 4 MiB");
     fx_scratch_free(&s); /* caches mine */
-    census(&n, &total, &largest);
+    fx_scratch_cache_census(&n, &total, &largest);
     CHECK(n == 1 && total == 5 * (size_t)MB && largest == 5 * (size_t)MB,
           "after the exchange: %d cached, %zu bytes, largest %zu", n, total, largest);
     free(p); /* the caller's now */

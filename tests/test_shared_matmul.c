@@ -42,9 +42,9 @@
  *    threads, the bmm at one) are rounded into straight, every take (fx_shared_matmul_direct),
  *    with the same checks; others never: their rounding buffer becomes their storage at every
  *    kept write (fx_shared_matmul_adopted), and views made before the products read each
- *    product, also once the output itself is freed (check_adopted_views). A disposable bmm output that is its own first or
- *    second operand is taken but never rounded into before the products are done, and gives
- *    the product of a copy.
+ *    product, also once the output itself is freed (check_adopted_views). A disposable bmm
+ *    output that is its own first or second operand is taken but never rounded into before
+ *    the products are done, and gives the product of a copy.
  * 3e. The register-tile driver's rounding (check_forced_kernels): every kernel forced in turn
  *    on full-range, small and mixed integer operands, K up to 1,536, the narrow tile, at 1 and
  *    2 threads: the dispatcher's bits, and in registers where the level rounds the shape.

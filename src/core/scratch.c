@@ -15,7 +15,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-
 static struct {
     atomic_flag lock;
     void *p[FX_SCRATCH_CACHE_SLOTS];
@@ -56,6 +55,8 @@ static void *cache_take(size_t bytes, size_t *cap)
  * 2 and 8 MB blocks, a 76 MB stage was mapped anew at every call of an fp16 product. */
 static void cache_give(void *p, size_t cap)
 {
+    void *evicted[FX_SCRATCH_CACHE_SLOTS]; /* released after the lock: an munmap is slow */
+    int nev = 0;
     cache_lock();
     int slot = -1;
     for (;;) {
@@ -72,7 +73,7 @@ static void cache_give(void *p, size_t cap)
             break;
         }
         if (smallest < 0 || cap > FX_SCRATCH_CACHE_CAP) break;
-        free(g_cache.p[smallest]);
+        evicted[nev++] = g_cache.p[smallest];
         g_cache.total -= g_cache.cap[smallest];
         g_cache.p[smallest] = NULL;
     }
@@ -82,6 +83,7 @@ static void cache_give(void *p, size_t cap)
         g_cache.total += cap;
     }
     cache_unlock();
+    for (int i = 0; i < nev; i++) free(evicted[i]);
     if (slot < 0) free(p);
 }
 

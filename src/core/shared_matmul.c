@@ -11,8 +11,8 @@
  * an int16 buffer, with its statistics; the kernels report each block's largest |sum| exactly.
  * The write then decides from those as it would from a stage. It keeps the guess in steady
  * training, and the buffer becomes out's storage (fx_sm_adopt). Where it asks for another
- * exponent, the write fails before anything is committed (its decision touches no state until it succeeds): a
- * DFP16 scale that moved runs the blocks again guessing the exponent asked for (the exact one
+ * exponent, the write fails before anything is committed (its decision touches no state
+ * until it succeeds): a DFP16 scale that moved runs the blocks again guessing the exponent asked for (the exact one
  * of the same sums); a FLEX16_5 overflow that the write recomputes, an Autoflex trial, or a
  * second miss hands the product to the dispatcher, which computes it again with a whole stage:
  * the same exact sums, so the same decision and bits. The route is taken where the guess
@@ -437,8 +437,8 @@ static int16_t *fx_sm_direct(tensor_t *out, const fx_sm_plan *p)
 /* After a write that kept the buffer's values: the buffer becomes out's storage and the
  * storage's old block goes to the scratch cache, where the next such product finds it mapped,
  * instead of a copy of the whole output into out (a fifth of an 800 x 25088 x 64 product's
- * time on the Xeon reporting model 167). The route takes only outputs that cover their
- * storage, contiguous and on the host, so the buffer holds every element of the storage in
+ * time on the Xeon reporting model 167). The route takes only outputs that cover their host
+ * storage contiguously (fx_sm_takes_out), so the buffer holds every element of the storage in
  * its order, and the views sharing the storage see the new values as after a copy; the
  * storage's blocks come from malloc (tensor.c, fx_alloc_array), as scratch blocks do, and are
  * released with free. 0 (nothing changed: copy) where the buffer is not a scratch block or
@@ -448,9 +448,6 @@ static int16_t *fx_sm_direct(tensor_t *out, const fx_sm_plan *p)
 static int fx_sm_adopt(tensor_t *out, fx_sm_plan *p, fx_scratch *s)
 {
     fx_storage *st = out->st;
-    if (st->on_device || !fx_tensor_covers_storage(out) || !fx_tensor_is_contiguous(out) ||
-        st->numel != p->batch * p->M * p->N)
-        return 0;
     const size_t bytes = (size_t)st->numel * sizeof(int16_t);
     if (!fx_scratch_exchange(s, p->tmp, st->data, bytes, bytes + bytes / 4)) return 0;
     st->data = p->tmp;
