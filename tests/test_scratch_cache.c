@@ -9,6 +9,8 @@
  * 4. fx_scratch_exchange hands out a block no larger than its bound, in exchange for the
  *    caller's, which the cache then keeps with the size given; a block beyond the bound, or
  *    one that is not the scratch's, is refused and nothing changes.
+ * 5. fx_scratch_alloc_fit leaves a cached block larger than its bound in the cache (a fresh
+ *    block instead) and takes one within it.
  * The blocks are never written: untouched pages cost no memory. */
 #include "core/dispatch.h"
 #include "testutil.h"
@@ -110,10 +112,32 @@ static void check_exchange(void)
     fx_scratch_cache_release();
 }
 
+static void check_fit(void)
+{
+    int n;
+    size_t total, largest;
+    fx_scratch_cache_release();
+    churn(1, 8 * (size_t)MB); /* one 8 MiB block cached */
+    fx_scratch s = {.n = 0};
+    CHECK(fx_scratch_alloc_fit(&s, 2 * MB, 1, 3 * (size_t)MB) != NULL, "a fitted 2 MiB block");
+    fx_scratch_cache_census(&n, &total, &largest);
+    CHECK(n == 1 && largest == 8 * (size_t)MB,
+          "a 2 MiB block bound to 3 MiB took the cached 8 MiB one: %d cached, largest %zu", n,
+          largest);
+    CHECK(fx_scratch_alloc_fit(&s, 6 * MB, 1, 8 * (size_t)MB) != NULL, "a fitted 6 MiB block");
+    fx_scratch_cache_census(&n, &total, &largest);
+    CHECK(n == 0, "a 6 MiB block bound to 8 MiB left the cached 8 MiB one: %d cached", n);
+    fx_scratch_free(&s);
+    fx_scratch_cache_census(&n, &total, &largest);
+    CHECK(n == 2 && total == 10 * (size_t)MB, "after the free: %d cached, %zu bytes", n, total);
+    fx_scratch_cache_release();
+}
+
 int main(void)
 {
     check_slots();
     check_byte_cap();
     check_exchange();
+    check_fit();
     return test_finish("test_scratch_cache");
 }

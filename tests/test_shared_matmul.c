@@ -42,7 +42,9 @@
  *    threads, the bmm at one) are rounded into straight, every take (fx_shared_matmul_direct),
  *    with the same checks; others never: their rounding buffer becomes their storage at every
  *    kept write (fx_shared_matmul_adopted), and views made before the products read each
- *    product, also once the output itself is freed (check_adopted_views). A disposable bmm
+ *    product, also once the output itself is freed (check_adopted_views), also where a block
+ *    four times the output's size waits in the scratch cache before every product
+ *    (check_adoption_beside_cached_block). A disposable bmm
  *    output that is its own first or second operand is taken but never rounded into before
  *    the products are done, and gives the product of a copy.
  * 3e. The register-tile driver's rounding (check_forced_kernels): every kernel forced in turn
@@ -866,6 +868,36 @@ static void check_bmm_aliased(int out_is_b)
     tensor_free(ref);
 }
 
+/* An output of at least the scratch cache's smallest block, with a block four times its size
+ * cached before every product (as an AMX kernel's packed B is, freed by the product before):
+ * the rounding buffer must still be one the output adopts (a fresh block, then the output's
+ * old one), at every kept write, and each product the dispatcher's bit for bit. Taking the
+ * large block would refuse adoption and copy at every call. */
+static void check_adoption_beside_cached_block(void)
+{
+    const int64_t M = 256, K = 32, N = 2048;
+    const size_t out_bytes = (size_t)(M * N) * sizeof(int16_t);
+    twin_products t = twin_products_new(FMT_DFP16, FMT_DFP16, FMT_DFP16, M, K, N);
+    int kept_writes = 0, taken_writes = 0;
+    const int64_t adopted0 = fx_shared_matmul_adopted();
+    for (int step = 0; step < 8; step++) {
+        fx_scratch big = {.n = 0};
+        CHECK(fx_scratch_alloc(&big, (int64_t)(4 * out_bytes), 1) != NULL, "a %zu-byte block",
+              4 * out_bytes);
+        fx_scratch_free(&big); /* cached */
+        int taken, kept;
+        if (!twin_products_step(&t, 1.0, 5, "beside a cached block", step, &taken, &kept)) break;
+        kept_writes += kept;
+        taken_writes += taken;
+    }
+    /* a first write that missed and ran again also adopts */
+    const int64_t adopted = fx_shared_matmul_adopted() - adopted0;
+    CHECK(kept_writes >= 3 && adopted >= kept_writes && adopted <= taken_writes,
+          "beside a cached block: %lld products adopted their buffer, %d kept their first "
+          "rounding, %d taken", (long long)adopted, kept_writes, taken_writes);
+    twin_products_free(&t);
+}
+
 /* An ordinary output whose rounding buffer becomes its storage (fx_sm_adopt): views made
  * before the products (a reshape and a row slice) share the storage and must read each new
  * product, the same values as the dispatcher's twin; the output freed first, the views keep
@@ -1084,6 +1116,7 @@ int main(void)
             check_unsteady_dfp16(37, 19, 300);
         }
         check_adopted_views();
+        check_adoption_beside_cached_block();
         check_not_taken(&r);
     }
     CHECK_STATUS(fx_gemm_i16_force_kernel(kernel0), FX_OK);

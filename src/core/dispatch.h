@@ -154,6 +154,9 @@ typedef struct fx_scratch {
     int n;
 } fx_scratch;
 void *fx_scratch_alloc(fx_scratch *s, int64_t n, size_t sz); /* NULL on failure or when full */
+/* The same, but a cached block is taken only if it is at most `most` bytes, else a fresh one:
+ * for a buffer that may become a tensor's storage (fx_scratch_exchange refuses larger ones). */
+void *fx_scratch_alloc_fit(fx_scratch *s, int64_t n, size_t sz, size_t most);
 void fx_scratch_free(fx_scratch *s);
 /* Exchange block p of s (one fx_scratch_alloc returned) for `other`, a block of at least cap
  * bytes from malloc that s then owns (fx_scratch_free caches or frees it), and hand p to the

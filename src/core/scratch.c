@@ -30,13 +30,15 @@ static void cache_lock(void)
 
 static void cache_unlock(void) { atomic_flag_clear_explicit(&g_cache.lock, memory_order_release); }
 
-/* The smallest cached block of at least `bytes`, taken out of the cache; NULL if none. */
-static void *cache_take(size_t bytes, size_t *cap)
+/* The smallest cached block of at least `bytes` and at most `most` bytes, taken out of the
+ * cache; NULL if none. */
+static void *cache_take(size_t bytes, size_t most, size_t *cap)
 {
     int best = -1;
     cache_lock();
     for (int i = 0; i < FX_SCRATCH_CACHE_SLOTS; i++)
-        if (g_cache.p[i] && g_cache.cap[i] >= bytes && (best < 0 || g_cache.cap[i] < g_cache.cap[best]))
+        if (g_cache.p[i] && g_cache.cap[i] >= bytes && g_cache.cap[i] <= most &&
+            (best < 0 || g_cache.cap[i] < g_cache.cap[best]))
             best = i;
     void *p = NULL;
     if (best >= 0) {
@@ -117,12 +119,12 @@ void fx_scratch_cache_census(int *blocks, size_t *total, size_t *largest)
 
 void fx_scratch_cache_release(void) { cache_release_all(); }
 
-/* A block of `bytes` bytes, from the cache where it is that large, else from the system
- * (after releasing the cache when the system has none left): NULL on failure; *cap receives
- * the block's whole size, which goes back with it (block_give). */
-static void *block_take(size_t bytes, size_t *cap)
+/* A block of `bytes` bytes, from the cache where it holds one of at most `most` bytes, else
+ * from the system (after releasing the cache when the system has none left): NULL on failure;
+ * *cap receives the block's whole size, which goes back with it (block_give). */
+static void *block_take(size_t bytes, size_t most, size_t *cap)
 {
-    void *p = bytes >= FX_SCRATCH_CACHE_MIN ? cache_take(bytes, cap) : NULL;
+    void *p = bytes >= FX_SCRATCH_CACHE_MIN ? cache_take(bytes, most, cap) : NULL;
     if (p) return p;
     *cap = bytes;
     /* fx_alloc_array's limits (below 2^46 bytes) decide validity */
@@ -142,10 +144,15 @@ static void block_give(void *p, size_t cap)
 
 void *fx_scratch_alloc(fx_scratch *t, int64_t n, size_t sz)
 {
+    return fx_scratch_alloc_fit(t, n, sz, SIZE_MAX);
+}
+
+void *fx_scratch_alloc_fit(fx_scratch *t, int64_t n, size_t sz, size_t most)
+{
     if (t->n >= FX_SCRATCH_MAX) return NULL;
     if (n < 0 || sz == 0 || (uint64_t)(n ? n : 1) > (uint64_t)(SIZE_MAX / sz)) return NULL;
     size_t cap;
-    void *p = block_take((size_t)(n ? n : 1) * sz, &cap);
+    void *p = block_take((size_t)(n ? n : 1) * sz, most, &cap);
     if (!p) return NULL;
     t->p[t->n] = p;
     t->cap[t->n] = cap;
@@ -184,7 +191,7 @@ void *fx_scratch_aligned_alloc(size_t bytes)
     const size_t extra = 64 + sizeof(fx_aligned_head);
     if (bytes > SIZE_MAX - extra) return NULL;
     size_t cap;
-    void *base = block_take(bytes + extra, &cap);
+    void *base = block_take(bytes + extra, SIZE_MAX, &cap);
     if (!base) return NULL;
     const uintptr_t at = ((uintptr_t)base + sizeof(fx_aligned_head) + 63) & ~(uintptr_t)63;
     fx_aligned_head *h = (fx_aligned_head *)at - 1;

@@ -434,6 +434,9 @@ static int16_t *fx_sm_direct(tensor_t *out, const fx_sm_plan *p)
     return base;
 }
 
+/* The largest buffer block an output of `bytes` bytes adopts (below) */
+static size_t fx_sm_adopt_most(size_t bytes) { return bytes + bytes / 4; }
+
 /* After a write that kept the buffer's values: the buffer becomes out's storage and the
  * storage's old block goes to the scratch cache, where the next such product finds it mapped,
  * instead of a copy of the whole output into out (a fifth of an 800 x 25088 x 64 product's
@@ -449,7 +452,7 @@ static int fx_sm_adopt(tensor_t *out, fx_sm_plan *p, fx_scratch *s)
 {
     fx_storage *st = out->st;
     const size_t bytes = (size_t)st->numel * sizeof(int16_t);
-    if (!fx_scratch_exchange(s, p->tmp, st->data, bytes, bytes + bytes / 4)) return 0;
+    if (!fx_scratch_exchange(s, p->tmp, st->data, bytes, fx_sm_adopt_most(bytes))) return 0;
     st->data = p->tmp;
     __atomic_fetch_add(&fx_sm_adopted, 1, __ATOMIC_RELAXED);
     return 1;
@@ -492,7 +495,14 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
     if (!p->nt_items) fx_sm_blocks(p, budget);
     fx_scratch s = {.n = 0};
     int16_t *direct = fx_sm_direct(out, p);
-    p->tmp = direct ? direct : fx_scratch_alloc(&s, p->batch * MN, sizeof *p->tmp);
+    /* A cached block far larger than out would not be adopted (an AMX kernel's 16 MB packed B
+     * served a 4 MB product's buffer, and every call then copied the product into out: a sixth
+     * of a 16 x 131072 x 27 product); a fresh block is, and out's old block of its own size
+     * then goes to the cache for the next call. */
+    const size_t tmp_bytes = (size_t)(p->batch * MN) * sizeof *p->tmp;
+    p->tmp = direct ? direct
+                    : fx_scratch_alloc_fit(&s, p->batch * MN, sizeof *p->tmp,
+                                           fx_sm_adopt_most(tmp_bytes));
     p->block = !blocks_ok ? NULL
                : fx_scratch_alloc(&s, p->nt_items ? p->nt_items * MN : p->mc * p->nc,
                                   sizeof *p->block);
