@@ -311,6 +311,11 @@ FX_API int fx_trainer_step(fx_trainer *t, float *loss);
  *          fx_trainer_evaluate(). */
 FX_API int fx_trainer_epoch(fx_trainer *t, fx_epoch_metrics *m);
 /** @brief Evaluate on a dataset (inference mode).
+ *
+ *  Every call starts from evaluation tensors in their initial state (zeros, fresh Autoflex
+ *  and exponent state), so its result does not depend on earlier calls. On the host, the
+ *  trainer keeps those tensors' memory from one call to the next (the pages stay mapped;
+ *  as much again as one batch's activations) until it is freed; fx_trainer_predict() shares it.
  *  @param[in,out] t        The trainer.
  *  @param[in]     ds       A dataset with the training set's image shape and classes.
  *  @param[out]    accuracy Accuracy in [0, 1]; may be NULL.

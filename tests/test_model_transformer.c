@@ -11,12 +11,16 @@
  * - the built-in family (transformer, gpt<L>x<D>h<H>c<T>): names accepted and refused, the
  *   definition equal to examples/models/transformer.txt, the context checked against the
  *   input, and a trainer of the name trains the bits of one of its definition;
- * - fx_trainer_predict's logits give fx_trainer_evaluate's loss; non-tokens are refused.
+ * - fx_trainer_predict's logits give fx_trainer_evaluate's loss; non-tokens are refused;
+ * - evaluations reuse their tensors' memory (parked between calls) and still start from
+ *   fresh tensors: in fp32, flex16_5 and dfp16, a trainer that evaluated other windows and
+ *   predicted before gives the bits of a twin that evaluates once, after the same steps.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "flexpoint_model.h"
 #include "train/model.h"
+#include "train/trainer.h" /* the model's parked blocks */
 #include "testutil.h"
 
 #include <math.h>
@@ -366,6 +370,87 @@ static void builtin_trains(const char *path)
     fx_dataset_free(va);
 }
 
+/* Evaluations in turn on one trainer, with the memory of their tensors parked between calls:
+ * the last gives the twin's bits (one evaluation after the same steps), so nothing of an
+ * earlier evaluation (values in the reused blocks, Autoflex or exponent state) leaks; the
+ * blocks are parked after the first call and all taken again by the next. */
+static void eval_reuse(const char *path)
+{
+    fx_dataset *tr = NULL, *va = NULL;
+    CHECK_STATUS(fx_dataset_text(path, 8, 0.1, &tr, &va), FX_OK);
+    if (!tr) return;
+    fx_dataset *four = fx_dataset_subset(tr, 4, 4);
+    static const fmt_t fmts[] = {FMT_FP32, FMT_FLEX16_5, FMT_DFP16};
+    for (int fi = 0; fi < 3 && four; fi++) {
+        fx_train_config cfg;
+        test_lm_config(&cfg, "gpt1x16h2c8");
+        cfg.fmt = fmts[fi];
+        fx_trainer *a = fx_trainer_new(&cfg, tr, va), *b = fx_trainer_new(&cfg, tr, va);
+        CHECK(a && b, "trainers: %s", flexpoint_last_error());
+        if (!a || !b) {
+            fx_trainer_free(a);
+            fx_trainer_free(b);
+            continue;
+        }
+        float la, lb;
+        double acc[3], loss[3], acc_b = -1, loss_b = -1;
+        CHECK_STATUS(fx_trainer_step(a, &la), FX_OK);
+        CHECK_STATUS(fx_trainer_evaluate(a, four, &acc[0], &loss[0]), FX_OK);
+        const int parked = a->m.nparked;
+        CHECK(parked > 0, "fmt %d: %d blocks parked after an evaluation", (int)cfg.fmt, parked);
+        /* the context built again takes every parked block, and its tensors read zeros, as
+         * new ones do */
+        CHECK_STATUS(fx_model_alloc_ctx(&a->m, FX_CTX_EVAL), FX_OK);
+        CHECK(a->m.nparked == 0, "fmt %d: %d of %d blocks left parked by a new context",
+              (int)cfg.fmt, a->m.nparked, parked);
+        int nonzero = 0, seen = 0;
+        for (int i = 0; i < a->m.nlayers; i++) {
+            const fx_layer *l = &a->m.layers[i];
+            const tensor_t *ts[2 + FX_AT_N] = {l->out[FX_CTX_EVAL], l->tmp[FX_CTX_EVAL]};
+            for (int j = 0; j < FX_AT_N; j++) ts[2 + j] = l->att[FX_CTX_EVAL][j];
+            for (int j = 0; j < 2 + FX_AT_N; j++) {
+                if (!ts[j]) continue;
+                const int64_t n = tensor_numel(ts[j]);
+                float *v = malloc((size_t)n * sizeof *v);
+                if (v && tensor_to_f32(ts[j], v) == FX_OK) {
+                    seen++;
+                    for (int64_t k = 0; k < n; k++) nonzero += v[k] != 0.0f;
+                }
+                free(v);
+            }
+        }
+        CHECK(seen > 0 && nonzero == 0, "fmt %d: %d nonzero values in %d tensors of a context "
+              "built from parked blocks", (int)cfg.fmt, nonzero, seen);
+        fx_model_park_ctx(&a->m, FX_CTX_EVAL);
+        CHECK(a->m.nparked == parked, "fmt %d: %d blocks parked again, %d before", (int)cfg.fmt,
+              a->m.nparked, parked);
+        float x[4 * 8], *z = malloc(4 * 8 * (size_t)fx_dataset_classes(tr) * sizeof(float));
+        int32_t lab[4];
+        int64_t idx[4] = {8, 9, 10, 11};
+        CHECK_STATUS(fx_dataset_batch(tr, idx, 4, x, lab), FX_OK);
+        if (z) CHECK_STATUS(fx_trainer_predict(a, x, 4, z), FX_OK);
+        free(z);
+        CHECK(a->m.nparked == parked, "fmt %d: %d blocks parked after predict, %d before",
+              (int)cfg.fmt, a->m.nparked, parked);
+        CHECK_STATUS(fx_trainer_step(a, &la), FX_OK);
+        CHECK_STATUS(fx_trainer_evaluate(a, va, &acc[1], &loss[1]), FX_OK);
+        CHECK_STATUS(fx_trainer_evaluate(a, va, &acc[2], &loss[2]), FX_OK);
+        CHECK_STATUS(fx_trainer_step(b, &lb), FX_OK);
+        CHECK_STATUS(fx_trainer_step(b, &lb), FX_OK);
+        CHECK_STATUS(fx_trainer_evaluate(b, va, &acc_b, &loss_b), FX_OK);
+        CHECK(memcmp(&loss[1], &loss_b, sizeof loss_b) == 0 &&
+                  memcmp(&loss[2], &loss_b, sizeof loss_b) == 0 && acc[1] == acc_b &&
+                  acc[2] == acc_b,
+              "fmt %d: evaluations after others give loss %.17g and %.17g, a fresh one %.17g",
+              (int)cfg.fmt, loss[1], loss[2], loss_b);
+        fx_trainer_free(a);
+        fx_trainer_free(b);
+    }
+    fx_dataset_free(four);
+    fx_dataset_free(tr);
+    fx_dataset_free(va);
+}
+
 static void builtin_family(void)
 {
     const char *ok[] = {"transformer", "gpt4x128h4c128", "gpt1x1h1c1", "gpt64x16384h1c1",
@@ -424,6 +509,7 @@ int main(void)
     bit_identity(path);
     builtin_family();
     builtin_trains(path);
+    eval_reuse(path);
     unlink(path);
     return test_finish(NAME);
 }

@@ -288,6 +288,21 @@ tensor_t *fx_tensor_create(fmt_t fmt, int ndim, const int64_t *shape, int device
 /* Overflow-checked allocation of n elements of size sz (NULL on overflow or failure). */
 FX_INTERNAL void *fx_alloc_array(int64_t n, size_t sz);
 
+/* Host storage blocks passed from tensors being freed to tensors just created, so that an
+ * owner that frees and creates the same tensors again (the trainer's evaluation context, at
+ * every evaluation) reuses memory whose pages are mapped instead of faulting in fresh zero
+ * pages (a transformer's evaluation context is half a gigabyte).
+ * fx_tensor_detach_block: t's storage block, taken out of the storage (which then holds
+ * none: the caller frees t next, touching nothing in between), with its size in *bytes; NULL
+ * (nothing changes) where the storage is on a device or shared with another tensor or view.
+ * A host write pending its statistics does not matter: they are never read.
+ * fx_tensor_attach_block: make `block` (of `bytes` bytes, from fx_tensor_detach_block or
+ * malloc, which the caller has zero-filled) the storage of t, a tensor just created and not
+ * yet written or shared, freeing t's own block; 0 (nothing changes, the caller keeps block)
+ * where bytes is not t's storage size or t does not qualify. */
+FX_INTERNAL void *fx_tensor_detach_block(tensor_t *t, size_t *bytes);
+FX_INTERNAL int fx_tensor_attach_block(tensor_t *t, void *block, size_t bytes);
+
 /* A kernel's packing buffer of `bytes` (uninitialised), 64-byte aligned, from the scratch
  * cache of src/core/scratch.c: the packed operands of a large product are megabytes, which
  * fresh mappings would fault in page by page on every call (a fifth of a 128 x 128 x 16384

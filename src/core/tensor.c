@@ -10,13 +10,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* fx_alloc_array's checks: whether n elements of sz bytes may be allocated (n 0 counting as
+ * 1, so that a valid pointer is always handed out) */
+static bool fx_alloc_ok(int64_t n, size_t sz)
+{
+    if (n < 0 || sz == 0) return false;
+    if (n == 0) n = 1;
+    return (uint64_t)n <= (uint64_t)(SIZE_MAX / sz) && (uint64_t)n * sz <= ((uint64_t)1 << 46);
+}
+
 void *fx_alloc_array(int64_t n, size_t sz)
 {
-    if (n < 0 || sz == 0) return NULL;
-    if (n == 0) n = 1; /* always hand out a valid pointer */
-    if ((uint64_t)n > (uint64_t)(SIZE_MAX / sz) || (uint64_t)n * sz > ((uint64_t)1 << 46))
-        return NULL;
-    return malloc((size_t)n * sz);
+    return fx_alloc_ok(n, sz) ? malloc((size_t)(n ? n : 1) * sz) : NULL;
+}
+
+/* The same, zero-filled by calloc: a large block arrives as untouched zero pages, faulted in
+ * when first written, so a tensor whose block fx_tensor_attach_block replaces at once costs
+ * no page faults. */
+static void *fx_alloc_array_zero(int64_t n, size_t sz)
+{
+    return fx_alloc_ok(n, sz) ? calloc((size_t)(n ? n : 1), sz) : NULL;
 }
 
 int64_t fx_numel_of(int ndim, const int64_t *shape)
@@ -105,8 +118,7 @@ tensor_t *fx_tensor_create(fmt_t fmt, int ndim, const int64_t *shape, int device
             return NULL;
         }
     } else if (t && st) {
-        data = fx_alloc_array(numel, fmt_elem_size(fmt));
-        if (data) memset(data, 0, (size_t)(numel ? numel : 1) * fmt_elem_size(fmt));
+        data = fx_alloc_array_zero(numel, fmt_elem_size(fmt));
     }
     if (!t || !st || !data) {
         free(t);
@@ -175,6 +187,31 @@ static void fx_storage_release(fx_storage *st)
 }
 
 void fx_storage_retain(fx_storage *st) { __atomic_add_fetch(&st->refcount, 1, __ATOMIC_RELAXED); }
+
+void *fx_tensor_detach_block(tensor_t *t, size_t *bytes)
+{
+    fx_storage *st = t ? t->st : NULL;
+    /* a host storage's pending write (fx_store_defer_host_writes) has written its values and
+     * waits only for its statistics, which a tensor about to be freed never settles */
+    if (!st || st->on_device || __atomic_load_n(&st->refcount, __ATOMIC_ACQUIRE) != 1)
+        return NULL;
+    void *p = st->data;
+    *bytes = (size_t)(st->numel ? st->numel : 1) * fmt_elem_size(st->fmt);
+    st->data = NULL;
+    return p;
+}
+
+int fx_tensor_attach_block(tensor_t *t, void *block, size_t bytes)
+{
+    fx_storage *st = t ? t->st : NULL;
+    if (!st || !block || st->on_device || st->pending || st->writes ||
+        __atomic_load_n(&st->refcount, __ATOMIC_ACQUIRE) != 1 ||
+        bytes != (size_t)(st->numel ? st->numel : 1) * fmt_elem_size(st->fmt))
+        return 0;
+    free(st->data);
+    st->data = block;
+    return 1;
+}
 
 void tensor_free(tensor_t *t)
 {

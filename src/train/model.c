@@ -621,43 +621,95 @@ int fx_model_build_def(fx_model *m, const fx_train_config *cfg, const fx_model_d
     return fx_init_params(m);
 }
 
-static void fx_free_t(tensor_t **t)
+/* Keep t's host block in m's parked list, if it can be taken and the list can grow */
+static void fx_park_block(fx_model *m, tensor_t *t)
 {
+    if (m->nparked == m->parked_cap) {
+        const int cap = m->parked_cap ? 2 * m->parked_cap : 64;
+        void **p = realloc(m->parked, (size_t)cap * sizeof *p);
+        if (p) m->parked = p;
+        size_t *b = p ? realloc(m->parked_bytes, (size_t)cap * sizeof *b) : NULL;
+        if (b) m->parked_bytes = b;
+        if (!p || !b) return;
+        m->parked_cap = cap;
+    }
+    size_t bytes;
+    void *block = fx_tensor_detach_block(t, &bytes);
+    if (!block) return;
+    m->parked[m->nparked] = block;
+    m->parked_bytes[m->nparked++] = bytes;
+}
+
+static void fx_free_t(fx_model *m, tensor_t **t)
+{
+    if (m->parking && *t) fx_park_block(m, *t);
     tensor_free(*t);
     *t = NULL;
 }
 
+/* A parked block of exactly t's size, zero-filled, as the storage of t (just created) */
+static void fx_unpark_block(fx_model *m, tensor_t *t, int64_t numel, fmt_t fmt)
+{
+    const size_t bytes = (size_t)(numel ? numel : 1) * fmt_elem_size(fmt);
+    for (int i = m->nparked - 1; i >= 0; i--)
+        if (m->parked_bytes[i] == bytes) {
+            memset(m->parked[i], 0, bytes);
+            if (!fx_tensor_attach_block(t, m->parked[i], bytes)) return;
+            m->parked[i] = m->parked[m->nparked - 1];
+            m->parked_bytes[i] = m->parked_bytes[--m->nparked];
+            return;
+        }
+}
+
+static void fx_release_parked(fx_model *m)
+{
+    for (int i = 0; i < m->nparked; i++) free(m->parked[i]);
+    free(m->parked);
+    free(m->parked_bytes);
+    m->parked = NULL;
+    m->parked_bytes = NULL;
+    m->nparked = m->parked_cap = 0;
+}
+
 void fx_model_free_ctx(fx_model *m, int ctx)
 {
-    fx_free_t(&m->input[ctx]);
-    fx_free_t(&m->stage[ctx]);
+    fx_free_t(m, &m->input[ctx]);
+    fx_free_t(m, &m->stage[ctx]);
     free(m->tokens[ctx]);
     m->tokens[ctx] = NULL;
     for (int i = 0; i < m->nlayers; i++) {
         fx_layer *l = &m->layers[i];
-        fx_free_t(&l->out[ctx]);
+        fx_free_t(m, &l->out[ctx]);
         if (l->kind == FX_L_ATTN) l->tmp[ctx] = NULL; /* att[ctx][FX_AT_S], freed below */
-        fx_free_t(&l->tmp[ctx]);
-        for (int j = 0; j < FX_AT_N; j++) fx_free_t(&l->att[ctx][j]);
+        fx_free_t(m, &l->tmp[ctx]);
+        for (int j = 0; j < FX_AT_N; j++) fx_free_t(m, &l->att[ctx][j]);
         if (ctx == FX_CTX_TRAIN)
-            for (int j = 0; j < FX_AG_N; j++) fx_free_t(&l->gatt[j]);
+            for (int j = 0; j < FX_AG_N; j++) fx_free_t(m, &l->gatt[j]);
         if (ctx == FX_CTX_TRAIN) {
             for (int j = 0; j < 2; j++) {
                 if (l->dx_owned[j]) tensor_free(l->dx[j]);
                 l->dx[j] = NULL;
                 l->dx_owned[j] = 0;
             }
-            fx_free_t(&l->dy_sum);
+            fx_free_t(m, &l->dy_sum);
             fx_place_release(m, l->argmax);
             l->argmax = NULL;
         }
     }
 }
 
+void fx_model_park_ctx(fx_model *m, int ctx)
+{
+    m->parking = m->device < 0;
+    fx_model_free_ctx(m, ctx);
+    m->parking = 0;
+}
+
 void fx_model_free(fx_model *m)
 {
     fx_model_free_ctx(m, FX_CTX_TRAIN);
     fx_model_free_ctx(m, FX_CTX_EVAL);
+    fx_release_parked(m);
     for (int i = 0; i < m->nlayers; i++) {
         fx_layer *l = &m->layers[i];
         free(l->run_mean);
@@ -688,6 +740,7 @@ static tensor_t *fx_new_act(fx_model *m, int fmt, int ndim, const int64_t *shape
 {
     tensor_t *t = fx_place_tensor(m, (fmt_t)fmt, ndim, shape,
                                   grad ? m->cfg.grad_window_lo : m->cfg.act_window_lo);
+    if (t && m->nparked && m->device < 0) fx_unpark_block(m, t, tensor_numel(t), (fmt_t)fmt);
     /* every activation and activation gradient holds this rank's rows of the batch */
     if (t && m->dist) fx_tensor_set_dist(t, m->dist, FX_DIST_ROWS);
     /* and is written whole by the step that needs it: a step that fails is an error of the

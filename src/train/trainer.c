@@ -1004,7 +1004,7 @@ int fx_trainer_evaluate(fx_trainer *t, const fx_dataset *ds, double *accuracy, d
         }
     }
     free(idx);
-    fx_model_free_ctx(m, FX_CTX_EVAL);
+    fx_model_park_ctx(m, FX_CTX_EVAL);
     if (!rc && t->comm) rc = fx_comm_sum_i64(t->comm, &correct, 1, FX_TRAFFIC_CONTROL);
     if (rc) return rc;
     if (accuracy) *accuracy = n ? (double)correct / ((double)n * (double)t->rows) : 0.0;
@@ -1045,7 +1045,7 @@ int fx_trainer_predict(fx_trainer *t, const float *inputs, int64_t n, float *log
         if (!rc) rc = fx_place_read_f32(m, out, t->logits_host, t->logits_buf);
         if (!rc) memcpy(logits + s * per, t->logits_buf, sizeof(float) * (size_t)(cnt * per));
     }
-    fx_model_free_ctx(m, FX_CTX_EVAL);
+    fx_model_park_ctx(m, FX_CTX_EVAL);
     return rc;
 }
 
