@@ -683,7 +683,7 @@ static int conv_write_y(tensor_t *y, const fx_conv_geom *g, const conv_compute *
         return fx_write_shared_with(y, &src, func);
     }
     if (direct && !cc->ic && y->fmt == FMT_FP32) { /* the transpose is the write */
-        fx_chunk_scatter_t(ypix, 0, g->N, g->O, P, fx_tensor_base(y), sizeof(float));
+        fx_chunk_scatter_t_par(ypix, g->N, g->O, P, fx_tensor_base(y), sizeof(float), nt);
         return FX_OK;
     }
     if (direct && !cc->ic && (y->fmt == FMT_FP16 || y->fmt == FMT_BF16)) {
@@ -704,7 +704,7 @@ static int conv_write_y(tensor_t *y, const fx_conv_geom *g, const conv_compute *
     }
     char *ystage = conv_alloc(s, ny, cc->ssz, &rc, func);
     if (rc) return rc;
-    fx_chunk_scatter_t(ypix, 0, g->N, g->O, P, ystage, cc->ssz);
+    fx_chunk_scatter_t_par(ypix, g->N, g->O, P, ystage, cc->ssz, nt);
     if (cc->ic) return fx_write_i64_max(y, (const int64_t *)ystage, exp, imax, func);
     return fx_write_f32(y, (const float *)ystage, func);
 }

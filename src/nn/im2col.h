@@ -75,5 +75,8 @@ void fx_chunk_gather(const void *nchw, int64_t n0, int64_t nb, int64_t O, int64_
                      size_t esz);
 void fx_chunk_scatter_t(const void *pix, int64_t n0, int64_t nb, int64_t O, int64_t P,
                         void *nchw, size_t esz);
+/* fx_chunk_scatter_t of a whole batch's stage (n0 = 0) on nthreads threads, one image each */
+void fx_chunk_scatter_t_par(const void *pix, int64_t nb, int64_t O, int64_t P, void *nchw,
+                            size_t esz, int nthreads);
 
 #endif
