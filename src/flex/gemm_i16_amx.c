@@ -101,8 +101,12 @@ _Static_assert(FX_GEMM_I16_AMX_ROUND_MAX_K <= FX_AMX_I16_KB_TILES * KT,
 /* Where the columns stream, a thread packs a group of consecutive column panels of B (at most
  * FX_AMX_I16_B_GROUP_BYTES, and at most FX_AMX_I16_B_GROUP_MAX panels) and computes them row
  * panel by row panel, so that each block row writes the group's width of C in one run rather
- * than 16 values a row down a strip of C */
-#define FX_AMX_I16_B_GROUP_BYTES ((int64_t)256 << 10)
+ * than 16 values a row down a strip of C. The packing reads runs of 32 bytes per panel a whole
+ * row of B apart: with K >= 2048 (64 KiB panels) a 256 KiB group read 128-byte runs, which on a
+ * B that comes from memory left the CNN's conv2 weight-gradient shape (64 x 800 x 25088) at
+ * 226-233 GOP/s against 264-277 with 512 KiB (bench_gemm, one thread, Xeon model 167); half of
+ * the smallest L2 here (Zen 4's 1 MiB), per thread. */
+#define FX_AMX_I16_B_GROUP_BYTES ((int64_t)512 << 10)
 #define FX_AMX_I16_B_GROUP_MAX 16
 
 /* A group's rows of a row-major B are short runs (16 panels: 512 bytes) a whole row of B
