@@ -188,6 +188,12 @@ static void fx_storage_release(fx_storage *st)
 
 void fx_storage_retain(fx_storage *st) { __atomic_add_fetch(&st->refcount, 1, __ATOMIC_RELAXED); }
 
+/* The bytes of a host storage's block (fx_alloc_array's one element for an empty tensor) */
+static size_t fx_storage_bytes(const fx_storage *st)
+{
+    return (size_t)(st->numel ? st->numel : 1) * fmt_elem_size(st->fmt);
+}
+
 void *fx_tensor_detach_block(tensor_t *t, size_t *bytes)
 {
     fx_storage *st = t ? t->st : NULL;
@@ -196,7 +202,7 @@ void *fx_tensor_detach_block(tensor_t *t, size_t *bytes)
     if (!st || st->on_device || __atomic_load_n(&st->refcount, __ATOMIC_ACQUIRE) != 1)
         return NULL;
     void *p = st->data;
-    *bytes = (size_t)(st->numel ? st->numel : 1) * fmt_elem_size(st->fmt);
+    *bytes = fx_storage_bytes(st);
     st->data = NULL;
     return p;
 }
@@ -206,7 +212,7 @@ int fx_tensor_attach_block(tensor_t *t, void *block, size_t bytes)
     fx_storage *st = t ? t->st : NULL;
     if (!st || !block || st->on_device || st->pending || st->writes ||
         __atomic_load_n(&st->refcount, __ATOMIC_ACQUIRE) != 1 ||
-        bytes != (size_t)(st->numel ? st->numel : 1) * fmt_elem_size(st->fmt))
+        bytes != fx_storage_bytes(st))
         return 0;
     free(st->data);
     st->data = block;

@@ -732,24 +732,21 @@ typedef struct conv_epilogue {
 static void conv_epilogue_chunk(const conv_epilogue *ep, const fx_backend *be, fmt_t yfmt,
                                 float *v, int64_t rows, int64_t O, uint16_t *half)
 {
-    if (!half) {
-        if (ep->bias || ep->relu) be->conv.bias_relu_f32(v, rows, O, ep->bias, ep->relu);
-        return;
-    }
-    void (*cvt)(const float *, uint16_t *, int64_t) = conv_half_cvt(yfmt);
+    void (*cvt)(const float *, uint16_t *, int64_t) = half ? conv_half_cvt(yfmt) : NULL;
     void (*widen)(const uint16_t *, float *, int64_t) =
         yfmt == FMT_FP16 ? be->cvt.fp16_to_f32 : be->cvt.bf16_to_f32;
-    const int64_t rb = O >= 1024 ? 1 : 1024 / O; /* rows per block: about 4 KiB of sums */
+    /* rows per block: about 4 KiB of sums (fp32 y: the whole chunk, one pass) */
+    const int64_t rb = !half ? rows : O >= 1024 ? 1 : 1024 / O;
     for (int64_t r0 = 0; r0 < rows; r0 += rb) {
         const int64_t nr = rows - r0 < rb ? rows - r0 : rb, n = nr * O;
         float *vb = v + r0 * O;
-        uint16_t *hb = half + r0 * O;
-        if (ep->bias) {
+        uint16_t *hb = half ? half + r0 * O : NULL;
+        if (half && ep->bias) {
             cvt(vb, hb, n);
             widen(hb, vb, n);
         }
         if (ep->bias || ep->relu) be->conv.bias_relu_f32(vb, nr, O, ep->bias, ep->relu);
-        cvt(vb, hb, n);
+        if (half) cvt(vb, hb, n);
     }
 }
 
