@@ -43,7 +43,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->conv.panels_f32 = fx_conv_panels_f32_avx2;
     b->conv.wpanels_f32 = fx_conv_wpanels_f32_avx2;
     /* fp32 forward convolutions without the panels: the same chains, the taps broadcast from
-     * the padded input (conv_f32_fwd_avx2.c); AVX-512 keeps its 12-row panels */
+     * the padded input (conv_f32_fwd_avx2.c); AVX-512 has its own (conv_f32_fwd_avx512.c) */
     b->conv.f32_fwd = fx_f32_fwd_direct_avx2;
 
     /* fp16 and bf16 x same-format MATMUL: the fp32 GEMM, the operands widened exactly while

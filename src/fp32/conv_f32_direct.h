@@ -1,4 +1,5 @@
-/* The fp32 forward convolution without patch rows or panels (src/fp32/conv_f32_fwd_avx2.c).
+/* The fp32 forward convolution without patch rows or panels (src/fp32/conv_f32_fwd_avx2.c,
+ * src/fp32/conv_f32_fwd_avx512.c).
  *
  * The fp32 GEMM route of a convolution (src/nn/conv2d.c) multiplies the im2row matrix A, tap k =
  * (c KH + kh) KW + kw of each output pixel, by the weights as [K x O], each output one FMA chain
@@ -28,9 +29,13 @@ void fx_f32_fwd_direct_offsets(const struct fx_conv_geom *g, int64_t *off);
 
 /* One chunk: xp, its padded fp32 input (fx_conv_pad, nbc images); wq and off from the two
  * functions above; y: the chunk's [nbc OH OW][O] sums, the GEMM route's bits. Up to nthreads
- * OpenMP threads split the output rows. Any stride, padding and dilation. */
+ * OpenMP threads split the output rows. Any stride, padding and dilation. The AVX2 and AVX-512
+ * kernels; the same bits. */
 void fx_f32_fwd_direct_avx2(const struct fx_conv_geom *g, const float *xp, int64_t nbc,
                             const float *wq, const int64_t *off, float *y, int nthreads);
+
+void fx_f32_fwd_direct_avx512(const struct fx_conv_geom *g, const float *xp, int64_t nbc,
+                              const float *wq, const int64_t *off, float *y, int nthreads);
 
 /* Test switch and counter: with 0 the convolutions take the GEMM route where the level has
  * the direct kernel (to compare the two bit for bit); the count of chunks the kernel did. */
