@@ -244,6 +244,14 @@ _Static_assert(MR == 12 && NR == 32, "the tile of ukernel_12x32");
 
 static const fx_f32_ukernel kernel_rows_12[MR] = {[4] = ukernel_4of12x32, [8] = ukernel_8of12x32};
 
+/* The first 16 columns of a 32-column panel (fx_f32_gemm_params.kernel_half): the last
+ * column panel of N = 16, 48 ... (a weight gradient into 16 output channels), which would
+ * otherwise run the whole 12 x 32 kernel on a scratch tile, half its FMAs on zeros */
+#define FX_UK_NAME ukernel_12x16of32
+#define FX_UK_MR 12
+#define FX_UK_NV 1
+#include "f32_ukernel_tmpl.h"
+
 /* 16 source values of a row (only the first `ks` exist) as 16 floats, per source kind. */
 enum { SRC_F32, SRC_FP16, SRC_BF16 };
 
@@ -306,7 +314,8 @@ static void pack_rows_bf16_avx512(float *dst, const uint16_t *src, int64_t ld, i
  * (384 x 512 floats, 768 KiB) in the 1 MiB L2 of the development Xeon; mc: A block in L3. */
 static const fx_f32_gemm_params gemm_avx512 = {
     .mr = MR, .nr = NR, .kc = 384, .mc = 1200, .nc = 512, .min_par_work = 1 << 21,
-    .kernel = ukernel_12x32, .kernel_rows = kernel_rows_12, .pack_rows = fx_f32_pack_rows_avx512,
+    .kernel = ukernel_12x32, .kernel_rows = kernel_rows_12, .kernel_half = ukernel_12x16of32,
+    .pack_rows = fx_f32_pack_rows_avx512,
     .pack_rows_fp16 = pack_rows_fp16_avx512, .pack_rows_bf16 = pack_rows_bf16_avx512,
     .widen_fp16 = fx_cvt_fp16_to_f32_avx512, .widen_bf16 = fx_cvt_bf16_to_f32_avx512,
 };

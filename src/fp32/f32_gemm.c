@@ -442,6 +442,10 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
                                      p->kernel_rows && p->kernel_rows[mrows])
                                 p->kernel_rows[mrows](ku, (const float *)ap, (const float *)bp, ct,
                                                       rs, accumulate);
+                            else if (!pm && mrows == mr && 2 * ncols == nr && cs == 1 &&
+                                     p->kernel_half)
+                                p->kernel_half(ku, (const float *)ap, (const float *)bp, ct, rs,
+                                               accumulate);
                             else
                                 scratch_tile(p, pm, dot, ku, ap, bp, ct, rs, cs, mrows, ncols,
                                              accumulate);

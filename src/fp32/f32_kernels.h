@@ -129,6 +129,10 @@ typedef struct fx_f32_gemm_params {
      * product whose rows are not whole panels (M = 16 is 12 + 4 rows), which would otherwise
      * run the whole kernel on a scratch tile. Same chains, same bits. */
     const fx_f32_ukernel *kernel_rows;
+    /* optional: the first nr / 2 columns of a whole-row tile from a packed panel of nr columns
+     * (the last column panel of N = 16, 48 ... on a 32-column tile), written in place instead
+     * of through a scratch tile. Same chains, same bits. */
+    fx_f32_ukernel kernel_half;
     fx_f32_pack_fn pack_rows; /* optional, see fx_f32_pack_fn */
     /* fp16 and bf16 operands (all optional: NULL takes the scalar definitions per element) */
     fx_f32_pack16_fn pack_rows_fp16, pack_rows_bf16;

@@ -20,12 +20,19 @@
  *   FX_UK_ASTRIDE      optional: floats of A per k step, when the kernel computes the first
  *                      FX_UK_MR rows of a wider packed panel (the framework's last row panel
  *                      of a product whose rows are not whole panels); FX_UK_MR by default
+ *   FX_UK_NV           optional: vectors of C per row, 2 by default; 1 computes the first
+ *                      FX_UK_LANES columns of the packed B panel (2 FX_UK_LANES wide) only,
+ *                      the last column panel of a product with N = 16, 48, ... at 16 lanes
  * Apart from _mm_prefetch (SSE, present on every level) the body uses only these macros; the
  * including file is compiled with its level's flags. */
 
 #define FX_UK_PRAGMA(x) _Pragma(#x)
 #define FX_UK_UNROLL(n) FX_UK_PRAGMA(GCC unroll n)
 #define FX_UK_NR (2 * FX_UK_LANES)
+#ifndef FX_UK_NV
+#define FX_UK_NV 2
+#endif
+_Static_assert(FX_UK_NV == 1 || FX_UK_NV == 2, "one or two vectors of C per row");
 #ifndef FX_UK_ASTRIDE
 #define FX_UK_ASTRIDE FX_UK_MR
 #endif
@@ -39,7 +46,7 @@ static void FX_UK_NAME(int64_t kc, const float *a, const float *b, float *c, int
         FX_UK_UNROLL(FX_UK_MR)
         for (int r = 0; r < FX_UK_MR; r++) {
             acc[r][0] = FX_UK_LOADU(c + r * ldc);
-            acc[r][1] = FX_UK_LOADU(c + r * ldc + FX_UK_LANES);
+            acc[r][1] = FX_UK_NV > 1 ? FX_UK_LOADU(c + r * ldc + FX_UK_LANES) : acc[r][0];
         }
     } else {
         FX_UK_UNROLL(FX_UK_MR)
@@ -51,17 +58,17 @@ static void FX_UK_NAME(int64_t kc, const float *a, const float *b, float *c, int
      * prefetches never fault. */
     FX_UK_UNROLL(FX_UK_MR)
     for (int r = 0; r < FX_UK_MR; r++) {
-        const uintptr_t next = (uintptr_t)(c + r * ldc) + FX_UK_NR * sizeof(float);
-        for (size_t line = 0; line < FX_UK_NR * sizeof(float); line += 64)
+        const uintptr_t next = (uintptr_t)(c + r * ldc) + FX_UK_NV * FX_UK_LANES * sizeof(float);
+        for (size_t line = 0; line < FX_UK_NV * FX_UK_LANES * sizeof(float); line += 64)
             _mm_prefetch((const char *)(next + line), _MM_HINT_T0);
     }
     for (int64_t k = 0; k < kc; k++) {
-        const FX_UK_VEC b0 = FX_UK_LOAD(b), b1 = FX_UK_LOAD(b + FX_UK_LANES);
+        const FX_UK_VEC b0 = FX_UK_LOAD(b), b1 = FX_UK_NV > 1 ? FX_UK_LOAD(b + FX_UK_LANES) : b0;
         FX_UK_UNROLL(FX_UK_MR)
         for (int r = 0; r < FX_UK_MR; r++) {
             const FX_UK_VEC ar = FX_UK_BCAST(a + r);
             acc[r][0] = FX_UK_FMA(ar, b0, acc[r][0]);
-            acc[r][1] = FX_UK_FMA(ar, b1, acc[r][1]);
+            if (FX_UK_NV > 1) acc[r][1] = FX_UK_FMA(ar, b1, acc[r][1]);
         }
         a += FX_UK_ASTRIDE;
         b += FX_UK_NR;
@@ -69,11 +76,12 @@ static void FX_UK_NAME(int64_t kc, const float *a, const float *b, float *c, int
     FX_UK_UNROLL(FX_UK_MR)
     for (int r = 0; r < FX_UK_MR; r++) {
         FX_UK_STOREU(c + r * ldc, acc[r][0]);
-        FX_UK_STOREU(c + r * ldc + FX_UK_LANES, acc[r][1]);
+        if (FX_UK_NV > 1) FX_UK_STOREU(c + r * ldc + FX_UK_LANES, acc[r][1]);
     }
 }
 
 #undef FX_UK_NR
+#undef FX_UK_NV
 #undef FX_UK_ASTRIDE
 #undef FX_UK_UNROLL
 #undef FX_UK_PRAGMA
