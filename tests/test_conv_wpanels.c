@@ -1,9 +1,10 @@
 /* The fp32 GEMM's weight-gradient panels built straight from the padded input
- * (src/nn/conv_panels.h, fx_backend.conv.wpanels_f32: AVX2), on each CPU level:
+ * (src/nn/conv_panels.h, fx_backend.conv.wpanels_f32: AVX2's 6-row and AVX-512's 12-row
+ * panels), on each CPU level:
  *   - tensor_conv2d_backward_weight in fp32, fp16 and bf16 gives the same bits with the panels
  *     on and off (the patch matrix, packed by the GEMM), each at 1 and 2 threads, on shapes
- *     with last panels of 1 to 5 taps (K = 25, 8, 27, 10, 5), vertical stride 2, dilations and
- *     paddings that differ between the axes, 1x1, 1x5, 3x1, 3x3 and 5x5 kernels, rows of 8 to
+ *     with last panels of 1 to 5 taps (AVX2) and 1 to 11 (AVX-512; K = 25, 8, 27, 10, 5, 7,
+ *     11, 14, 16, 45, 18 ...), vertical stride 2, dilations and paddings that differ between the axes, 1x1, 1x5, 3x1, 3x3 and 5x5 kernels, rows of 8 to
  *     28 pixels (blocks of 8 pixels that continue on the next row, or in the next image),
  *     chunks whose pixels are not a multiple of 8, a short last chunk, groups of several chunks
  *     (conv2d.c sums chunks in fixed groups) and one image, where both threads work inside the
@@ -47,6 +48,10 @@ static const shape shapes[] = {
      * groups, blocks that continue in the next image */
     {52, 32, 14, 14, 16, 5, 5, 1, 1, 2, 2, 1, 1},
     {3, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2, 1, 1},   /* the CNN's conv1: OW 28, K = 25 */
+    {2, 7, 6, 16, 16, 1, 1, 1, 1, 0, 0, 1, 1},    /* 1x1, K = 7 (AVX-512: 7 taps) */
+    {2, 11, 6, 16, 32, 1, 1, 1, 1, 0, 0, 1, 1},   /* 1x1, K = 11 (AVX-512: 11 taps) */
+    {2, 2, 6, 16, 16, 1, 7, 1, 1, 0, 3, 1, 1},    /* 1x7, K = 14 (AVX-512: 2 taps) */
+    {2, 16, 6, 12, 48, 1, 1, 1, 1, 0, 0, 1, 1},   /* 1x1, K = 16 (AVX-512: 4 taps), O 48 */
     {2, 4, 7, 7, 16, 3, 3, 1, 1, 1, 1, 1, 1},     /* OW 7: not built */
     {2, 4, 16, 32, 16, 3, 3, 1, 2, 1, 1, 1, 1},   /* horizontal stride 2: not built */
     {2, 4, 16, 16, 8, 3, 3, 1, 1, 1, 1, 1, 1},    /* O 8: not built */
@@ -84,7 +89,12 @@ static void *run(const shape *s, fmt_t f, const tensor_t *x, const tensor_t *dy,
                  FX_OK);
     const fx_conv_geom g = {s->N, s->C, s->H, s->W, s->O, s->KH, s->KW, out_h(s), out_w(s),
                             s->sh, s->sw, s->ph, s->pw, s->dh, s->dw};
-    const int expect = route && fx_backend_active()->conv.wpanels_f32 != NULL &&
+    /* bf16 takes them only where its GEMM is the fp32 one, widened (not on the AVX512_BF16
+     * pair or AMX routes, whose sums have orders of their own) */
+    const fx_backend *be = fx_backend_active();
+    const int fmt_ok = f != FMT_BF16 ||
+                       be->kernels[FX_OP_MATMUL][FMT_BF16] == be->kernels[FX_OP_MATMUL][FMT_FP32];
+    const int expect = route && be->conv.wpanels_f32 != NULL && fmt_ok &&
                        fx_conv_wpanels_f32_fit(&g);
     CHECK((fx_conv_wpanels_chunks() > before) == expect,
           "%s %s N%lld C%lld %lldx%lld O%lld k%lldx%lld sh%d sw%d: the panels %s",

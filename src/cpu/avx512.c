@@ -94,8 +94,9 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
      * builder) */
     b->gemm.f32_panel_mr = FX_F32_MR_AVX512;
     b->conv.panels_f32 = fx_conv_panels_f32_avx512;
-    /* the AVX2 weight-gradient panels are 6 rows high, this level's fp32 tile 12 */
-    b->conv.wpanels_f32 = NULL;
+    /* the weight gradient's 12-row A panels straight from the padded chunk
+     * (conv_wpanels_avx512.c) */
+    b->conv.wpanels_f32 = fx_conv_wpanels_f32_avx512;
     /* the direct fp32 forward convolution (conv_f32_fwd_avx512.c): on the Xeon reporting model
      * 167, one thread, batch 128, it took ResNet-20's 16-channel layer from 10.7 to 4.9 ms and
      * the CNN's conv2 from 17.4 to 14.4 against the 12-row panels (docs/performance.md) */

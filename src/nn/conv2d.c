@@ -2078,8 +2078,13 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     /* float compute on the fp32 GEMM: its A panels straight from the padded chunk where the
      * level builds them (conv_panels.h; the same values, so the same bits), in the patch
      * matrix's buffer, which takes the panels' size (floats, rows rounded up to the tile) */
-    const int wpanel_mr = !ic && !wdirect && be->conv.wpanels_f32 && fx_conv_wpanels_enabled() &&
-                                  fx_conv_wpanels_f32_fit(&g)
+    /* (bf16 only where its GEMM is the fp32 one, widened: a bf16 pair or AMX GEMM sums in
+     * orders of its own) */
+    const int wpanel_fmt =
+        cc.cf != FMT_BF16 ||
+        be->kernels[FX_OP_MATMUL][FMT_BF16] == be->kernels[FX_OP_MATMUL][FMT_FP32];
+    const int wpanel_mr = !ic && !wdirect && wpanel_fmt && be->conv.wpanels_f32 &&
+                                  fx_conv_wpanels_enabled() && fx_conv_wpanels_f32_fit(&g)
                               ? be->gemm.f32_panel_mr
                               : 0;
     /* the AMX kernel never declines and reads x and dy in place: no patch matrix, padded chunk

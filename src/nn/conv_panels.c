@@ -1,8 +1,10 @@
 /* Portable definition of the implicit-GEMM A panels (conv_panels.h). */
 #include "conv_panels.h"
 #include "../core/backend.h" /* the scalar fp16/bf16 definitions */
+#include "../fp32/f32_kernels.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 int64_t fx_conv_panels_numel(const fx_conv_geom *g, int64_t nb, int mr)
@@ -168,6 +170,46 @@ int64_t fx_conv_panels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr)
 {
     const int64_t Pc = nb * g->OH * g->OW, K = g->C * g->KH * g->KW;
     return (Pc + mr - 1) / mr * mr * K;
+}
+
+fx_f32_block *fx_conv_wpanel_blocks(const fx_conv_geom *g, int64_t nb, int64_t **goff)
+{
+    const int64_t Pc = nb * g->OH * g->OW, nblk = (Pc + 7) / 8;
+    fx_f32_block *blk = malloc(sizeof *blk * (size_t)nblk);
+    *goff = fx_group_offsets(g);
+    if (!blk || !*goff) {
+        free(blk);
+        free(*goff);
+        *goff = NULL;
+        return NULL;
+    }
+    /* each block's pixels: a run from its first pixel's base and, where the block continues on
+     * the next output row (OW >= 8: that row at most), the rest of the run from there; the
+     * chunk's last block ends with its row */
+    fx_pixel_cursor cur = fx_cursor_start(g);
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t base[8];
+        const int valid = Pc - 8 * b < 8 ? (int)(Pc - 8 * b) : 8;
+        fx_cursor_next(&cur, valid, base);
+        int split = 1;
+        while (split < valid && base[split] == base[0] + split) split++;
+        blk[b].off = base[0];
+        blk[b].split = split < valid ? split : 8;
+        blk[b].off2 = split < valid ? base[split] - split : 0;
+    }
+    return blk;
+}
+
+int fx_conv_wpanel_taps(const fx_conv_geom *g, const int64_t *goff, int64_t q, int mr,
+                        int64_t *off)
+{
+    const int64_t K = g->C * g->KH * g->KW;
+    const int rows = K - q * mr < mr ? (int)(K - q * mr) : mr;
+    for (int r = 0; r < rows; r++) { /* tap k: kernel row k / KW, column k % KW */
+        const int64_t k = q * mr + r;
+        off[r] = goff[k / g->KW] + k % g->KW * g->dw;
+    }
+    return rows;
 }
 
 int64_t fx_conv_wpanels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr)

@@ -252,10 +252,20 @@ static inline int fx_conv_wpanels_f32_fit(const fx_conv_geom *g)
     return g->sw == 1 && g->OW >= 8 && g->O >= FX_CONV_WPANELS_MIN_O;
 }
 int64_t fx_conv_wpanels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr);
-/* AVX2 builder for mr = 6 (fx_backend.conv.wpanels_f32): 1, or 0 (nothing written) for another
- * mr, outside fx_conv_wpanels_f32_fit, another format, or when out of memory. */
+/* AVX2 builder for mr = 6 and AVX-512 builder for mr = 12 (fx_backend.conv.wpanels_f32): 1,
+ * or 0 (nothing written) for another mr, outside fx_conv_wpanels_f32_fit, another format, or
+ * when out of memory. */
 int fx_conv_wpanels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
                              float *ap);
+int fx_conv_wpanels_f32_avx512(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb,
+                               int mr, float *ap);
+/* Shared by the builders: the chunk's 8-pixel blocks (malloc'd, ceil(Pc / 8) of them; NULL
+ * when out of memory) and in *goff the group offsets (fx_group_offsets; the caller frees
+ * both); and the padded-input offsets of the taps q mr .. q mr + mr - 1 of panel q into off,
+ * returning how many of them there are (the last panel's rows past K have none). */
+struct fx_f32_block *fx_conv_wpanel_blocks(const fx_conv_geom *g, int64_t nb, int64_t **goff);
+int fx_conv_wpanel_taps(const fx_conv_geom *g, const int64_t *goff, int64_t q, int mr,
+                        int64_t *off);
 /* Test hooks: 0 sends every weight gradient to the patch matrix; chunks built, counted. */
 void fx_conv_wpanels_set_enabled(int on);
 int fx_conv_wpanels_enabled(void);

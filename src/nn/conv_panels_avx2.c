@@ -70,36 +70,13 @@ int fx_conv_wpanels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int
     if (mr != FX_PANEL_ROWS || !fx_conv_wpanels_f32_fit(g) ||
         (fmt != FMT_FP32 && fmt != FMT_FP16 && fmt != FMT_BF16))
         return 0;
-    const int64_t K = g->C * g->KH * g->KW, Pc = nb * g->OH * g->OW, nblk = (Pc + 7) / 8;
-    fx_f32_block *blk = malloc(sizeof *blk * (size_t)nblk);
-    int64_t *goff = fx_group_offsets(g);
-    if (!blk || !goff) {
-        free(blk);
-        free(goff);
-        return 0;
-    }
-    /* each block's pixels: a run from its first pixel's base and, where the block continues on
-     * the next output row (OW >= 8: that row at most), the rest of the run from there; the
-     * chunk's last block ends with its row */
-    fx_pixel_cursor cur = fx_cursor_start(g);
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t base[8];
-        const int valid = Pc - 8 * b < 8 ? (int)(Pc - 8 * b) : 8;
-        fx_cursor_next(&cur, valid, base);
-        int split = 1;
-        while (split < valid && base[split] == base[0] + split) split++;
-        blk[b].off = base[0];
-        blk[b].split = split < valid ? split : 8;
-        blk[b].off2 = split < valid ? base[split] - split : 0;
-    }
+    const int64_t K = g->C * g->KH * g->KW, Pc = nb * g->OH * g->OW;
+    int64_t *goff = NULL;
+    fx_f32_block *blk = fx_conv_wpanel_blocks(g, nb, &goff);
+    if (!blk) return 0;
     for (int64_t q = 0; q * FX_PANEL_ROWS < K; q++) {
         int64_t off[FX_PANEL_ROWS];
-        const int rows = K - q * FX_PANEL_ROWS < FX_PANEL_ROWS ? (int)(K - q * FX_PANEL_ROWS)
-                                                               : FX_PANEL_ROWS;
-        for (int r = 0; r < rows; r++) { /* tap k: kernel row k / KW, column k % KW */
-            const int64_t k = q * FX_PANEL_ROWS + r;
-            off[r] = goff[k / g->KW] + k % g->KW * g->dw;
-        }
+        const int rows = fx_conv_wpanel_taps(g, goff, q, FX_PANEL_ROWS, off);
         fx_f32_pack_blocks_avx2(ap + q * Pc * FX_PANEL_ROWS, xp, fmt, off, rows, blk, Pc);
     }
     free(blk);
