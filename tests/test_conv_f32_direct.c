@@ -47,6 +47,9 @@ static const shape shapes[] = {
     {1, 2, 3, 7, 64, 3, 1, 1, 1},    /* OW 7 at 2 blocks of 32 */
     {1, 2, 3, 10, 32, 3, 1, 1, 1},   /* OW 8 .. 10 at 32 channels */
     {1, 2, 3, 8, 32, 3, 1, 1, 1},
+    /* dilation 16 of a 3-wide kernel: past the fp32 panels' reach, so bf16 on the pair and
+     * AMX routes keeps its own GEMM while fp32 and fp16 take the route */
+    {1, 2, 34, 34, 16, 3, 1, 1, 16},
 };
 
 static tensor_t *random_tensor(fmt_t f, const int64_t *s, double scale, int relu, test_rng *r)

@@ -846,12 +846,16 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                            CKK >= be->gemm.bf16_plain_min_k; /* its GEMM packs */
     /* float compute on the level's direct fp32 kernel, where it has one: the panels' chains in
      * their order (conv_f32_direct.h: the same bits) with the taps read from the padded input;
-     * fp16 and bf16 chunks are widened to fp32 first, exactly as the panels widen them; not
-     * bf16 where the level has the pair route (f32_kernels.h), whose chains are its own */
+     * fp16 and bf16 chunks are widened to fp32 first, exactly as the panels widen them; bf16
+     * only where it would have taken those panels or its GEMM is the widened fp32 one (the
+     * pair and AMX GEMMs sum in orders of their own) */
+    const int f32direct_fmt =
+        cc.cf == FMT_FP32 || cc.cf == FMT_FP16 ||
+        (cc.cf == FMT_BF16 &&
+         (be->kernels[FX_OP_MATMUL][FMT_BF16] == be->kernels[FX_OP_MATMUL][FMT_FP32] ||
+          (!panel_mr && fx_conv_panels_f32_fit(&g, be->gemm.f32_panel_mr))));
     const int f32direct = !ic && !fdirect && !plain_bf16 && be->conv.f32_fwd &&
-                          fx_f32_fwd_direct_enabled() &&
-                          (cc.cf == FMT_FP32 || cc.cf == FMT_FP16 ||
-                           (cc.cf == FMT_BF16 && !be->gemm.bf16_pair_panel_mr));
+                          fx_f32_fwd_direct_enabled() && f32direct_fmt;
     const int fpanel_mr = !ic && !panel_mr && !plain_bf16 && !fdirect && !f32direct &&
                                   fx_conv_panels_f32_fit(&g, be->gemm.f32_panel_mr)
                               ? be->gemm.f32_panel_mr
