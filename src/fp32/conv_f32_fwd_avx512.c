@@ -17,7 +17,8 @@
 #define MR_MAX_2 12 /* pixels per tile at 32 channels */
 #define MR_MAX_1 16 /* pixels per tile at 16 channels */
 
-#define FX_UNROLL(n) _Pragma("GCC unroll 16")
+#define FX_PRAGMA(x) _Pragma(#x)
+#define FX_UNROLL(n) FX_PRAGMA(GCC unroll n)
 
 /* One tile: MR pixels (x0: the first one's top-left tap, ps floats between pixels) by NV x 16
  * output channels (w0, w1: the blocks' packed weights, 16 per tap), the chains over the K taps

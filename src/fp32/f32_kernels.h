@@ -223,6 +223,9 @@ typedef struct fx_f32_block {
     int64_t off, off2; /* off2: the second run's start less split (unused with split 8) */
     int split;         /* 8: all in the first run */
 } fx_f32_block;
+typedef void (*fx_f32_pack_blocks_fn)(float *dst, const void *src, int fmt,
+                                      const int64_t *row_off, int rows, const fx_f32_block *blk,
+                                      int64_t ncols);
 void fx_f32_pack_blocks_avx2(float *dst, const void *src, int fmt, const int64_t *row_off, int rows,
                              const fx_f32_block *blk, int64_t ncols);
 

@@ -46,7 +46,7 @@ static void FX_UK_NAME(int64_t kc, const float *a, const float *b, float *c, int
         FX_UK_UNROLL(FX_UK_MR)
         for (int r = 0; r < FX_UK_MR; r++) {
             acc[r][0] = FX_UK_LOADU(c + r * ldc);
-            acc[r][1] = FX_UK_NV > 1 ? FX_UK_LOADU(c + r * ldc + FX_UK_LANES) : acc[r][0];
+            if (FX_UK_NV > 1) acc[r][1] = FX_UK_LOADU(c + r * ldc + FX_UK_LANES);
         }
     } else {
         FX_UK_UNROLL(FX_UK_MR)

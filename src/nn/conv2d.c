@@ -771,6 +771,14 @@ static int conv2d_forward_check(tensor_t *y, const tensor_t *x, const tensor_t *
     return conv_int_limit(func, conv_compute_for(x, w).ic, g->C * g->KH * g->KW, "each output");
 }
 
+/* Whether the level's bf16 GEMM is the fp32 one on widened values, whose chains the fp32
+ * convolution kernels and panels reproduce; the AVX512_BF16 pair and AMX GEMMs sum in orders
+ * of their own, so a bf16 convolution takes those fp32 routes only where they are its own. */
+static int bf16_gemm_widens(const fx_backend *be)
+{
+    return be->kernels[FX_OP_MATMUL][FMT_BF16] == be->kernels[FX_OP_MATMUL][FMT_FP32];
+}
+
 /* The forward. A whole shared-exponent y is rounded at a guessed exponent chunk by chunk
  * (below); on a first run (redo_guess FX_EXP_NONE), where nothing else needs them, the chunks'
  * int64 sums then live only in a per-thread buffer, and if the write picks another exponent
@@ -851,9 +859,8 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * pair and AMX GEMMs sum in orders of their own) */
     const int f32direct_fmt =
         cc.cf == FMT_FP32 || cc.cf == FMT_FP16 ||
-        (cc.cf == FMT_BF16 &&
-         (be->kernels[FX_OP_MATMUL][FMT_BF16] == be->kernels[FX_OP_MATMUL][FMT_FP32] ||
-          (!panel_mr && fx_conv_panels_f32_fit(&g, be->gemm.f32_panel_mr))));
+        (cc.cf == FMT_BF16 && (bf16_gemm_widens(be) ||
+                               (!panel_mr && fx_conv_panels_f32_fit(&g, be->gemm.f32_panel_mr))));
     const int f32direct = !ic && !fdirect && !plain_bf16 && be->conv.f32_fwd &&
                           fx_f32_fwd_direct_enabled() && f32direct_fmt;
     const int fpanel_mr = !ic && !panel_mr && !plain_bf16 && !fdirect && !f32direct &&
@@ -2082,12 +2089,8 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     /* float compute on the fp32 GEMM: its A panels straight from the padded chunk where the
      * level builds them (conv_panels.h; the same values, so the same bits), in the patch
      * matrix's buffer, which takes the panels' size (floats, rows rounded up to the tile) */
-    /* (bf16 only where its GEMM is the fp32 one, widened: a bf16 pair or AMX GEMM sums in
-     * orders of its own) */
-    const int wpanel_fmt =
-        cc.cf != FMT_BF16 ||
-        be->kernels[FX_OP_MATMUL][FMT_BF16] == be->kernels[FX_OP_MATMUL][FMT_FP32];
-    const int wpanel_mr = !ic && !wdirect && wpanel_fmt && be->conv.wpanels_f32 &&
+    const int wpanel_mr = !ic && !wdirect && (cc.cf != FMT_BF16 || bf16_gemm_widens(be)) &&
+                                  be->conv.wpanels_f32 &&
                                   fx_conv_wpanels_enabled() && fx_conv_wpanels_f32_fit(&g)
                               ? be->gemm.f32_panel_mr
                               : 0;

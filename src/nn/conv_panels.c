@@ -172,16 +172,20 @@ int64_t fx_conv_panels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr)
     return (Pc + mr - 1) / mr * mr * K;
 }
 
-fx_f32_block *fx_conv_wpanel_blocks(const fx_conv_geom *g, int64_t nb, int64_t **goff)
+int fx_conv_wpanels_f32_build(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
+                              fx_f32_pack_blocks_fn pack, float *ap)
 {
-    const int64_t Pc = nb * g->OH * g->OW, nblk = (Pc + 7) / 8;
+    if (!fx_conv_wpanels_f32_fit(g) || (fmt != FMT_FP32 && fmt != FMT_FP16 && fmt != FMT_BF16))
+        return 0;
+    const int64_t K = g->C * g->KH * g->KW, Pc = nb * g->OH * g->OW, nblk = (Pc + 7) / 8;
     fx_f32_block *blk = malloc(sizeof *blk * (size_t)nblk);
-    *goff = fx_group_offsets(g);
-    if (!blk || !*goff) {
+    int64_t *goff = fx_group_offsets(g);
+    int64_t *off = malloc(sizeof *off * (size_t)mr);
+    if (!blk || !goff || !off) {
         free(blk);
-        free(*goff);
-        *goff = NULL;
-        return NULL;
+        free(goff);
+        free(off);
+        return 0;
     }
     /* each block's pixels: a run from its first pixel's base and, where the block continues on
      * the next output row (OW >= 8: that row at most), the rest of the run from there; the
@@ -197,19 +201,18 @@ fx_f32_block *fx_conv_wpanel_blocks(const fx_conv_geom *g, int64_t nb, int64_t *
         blk[b].split = split < valid ? split : 8;
         blk[b].off2 = split < valid ? base[split] - split : 0;
     }
-    return blk;
-}
-
-int fx_conv_wpanel_taps(const fx_conv_geom *g, const int64_t *goff, int64_t q, int mr,
-                        int64_t *off)
-{
-    const int64_t K = g->C * g->KH * g->KW;
-    const int rows = K - q * mr < mr ? (int)(K - q * mr) : mr;
-    for (int r = 0; r < rows; r++) { /* tap k: kernel row k / KW, column k % KW */
-        const int64_t k = q * mr + r;
-        off[r] = goff[k / g->KW] + k % g->KW * g->dw;
+    for (int64_t q = 0; q * mr < K; q++) {
+        const int rows = K - q * mr < mr ? (int)(K - q * mr) : mr;
+        for (int r = 0; r < rows; r++) { /* tap k: kernel row k / KW, column k % KW */
+            const int64_t k = q * mr + r;
+            off[r] = goff[k / g->KW] + k % g->KW * g->dw;
+        }
+        pack(ap + q * Pc * mr, xp, fmt, off, rows, blk, Pc);
     }
-    return rows;
+    free(blk);
+    free(goff);
+    free(off);
+    return 1;
 }
 
 int64_t fx_conv_wpanels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr)

@@ -259,13 +259,15 @@ int fx_conv_wpanels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int
                              float *ap);
 int fx_conv_wpanels_f32_avx512(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb,
                                int mr, float *ap);
-/* Shared by the builders: the chunk's 8-pixel blocks (malloc'd, ceil(Pc / 8) of them; NULL
- * when out of memory) and in *goff the group offsets (fx_group_offsets; the caller frees
- * both); and the padded-input offsets of the taps q mr .. q mr + mr - 1 of panel q into off,
- * returning how many of them there are (the last panel's rows past K have none). */
-struct fx_f32_block *fx_conv_wpanel_blocks(const fx_conv_geom *g, int64_t nb, int64_t **goff);
-int fx_conv_wpanel_taps(const fx_conv_geom *g, const int64_t *goff, int64_t q, int mr,
-                        int64_t *off);
+/* What both builders share: the chunk's 8-pixel blocks and each panel's tap offsets, handed
+ * panel by panel to the level's block packer `pack` (mr rows; fx_f32_pack_blocks_fn); 1, or 0
+ * (nothing written) outside fx_conv_wpanels_f32_fit, another format, or when out of memory. */
+struct fx_f32_block;
+int fx_conv_wpanels_f32_build(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
+                              void (*pack)(float *dst, const void *src, int fmt,
+                                           const int64_t *row_off, int rows,
+                                           const struct fx_f32_block *blk, int64_t ncols),
+                              float *ap);
 /* Test hooks: 0 sends every weight gradient to the patch matrix; chunks built, counted. */
 void fx_conv_wpanels_set_enabled(int on);
 int fx_conv_wpanels_enabled(void);

@@ -67,19 +67,6 @@ int fx_conv_panels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int6
 int fx_conv_wpanels_f32_avx2(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
                              float *ap)
 {
-    if (mr != FX_PANEL_ROWS || !fx_conv_wpanels_f32_fit(g) ||
-        (fmt != FMT_FP32 && fmt != FMT_FP16 && fmt != FMT_BF16))
-        return 0;
-    const int64_t K = g->C * g->KH * g->KW, Pc = nb * g->OH * g->OW;
-    int64_t *goff = NULL;
-    fx_f32_block *blk = fx_conv_wpanel_blocks(g, nb, &goff);
-    if (!blk) return 0;
-    for (int64_t q = 0; q * FX_PANEL_ROWS < K; q++) {
-        int64_t off[FX_PANEL_ROWS];
-        const int rows = fx_conv_wpanel_taps(g, goff, q, FX_PANEL_ROWS, off);
-        fx_f32_pack_blocks_avx2(ap + q * Pc * FX_PANEL_ROWS, xp, fmt, off, rows, blk, Pc);
-    }
-    free(blk);
-    free(goff);
-    return 1;
+    return mr == FX_PANEL_ROWS &&
+           fx_conv_wpanels_f32_build(g, xp, fmt, nb, mr, fx_f32_pack_blocks_avx2, ap);
 }

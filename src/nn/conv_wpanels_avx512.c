@@ -12,7 +12,6 @@
 #include "../fp32/f32_kernels.h"
 
 #include <immintrin.h>
-#include <stdlib.h>
 
 #define FX_WPANEL_ROWS 12
 _Static_assert(FX_WPANEL_ROWS == FX_F32_MR_AVX512, "the panels are the AVX-512 fp32 GEMM's A panels");
@@ -66,29 +65,21 @@ pack_blocks12(float *dst, const char *x, size_t esz, int fmt, const int64_t *off
     }
 }
 
+/* fx_f32_pack_blocks_fn for 12 rows, per source format */
+static void pack_blocks12_any(float *dst, const void *src, int fmt, const int64_t *off, int rows,
+                              const fx_f32_block *blk, int64_t ncols)
+{
+    if (fmt == FMT_FP32)
+        pack_blocks12(dst, src, sizeof(float), FMT_FP32, off, rows, blk, ncols);
+    else if (fmt == FMT_FP16)
+        pack_blocks12(dst, src, sizeof(uint16_t), FMT_FP16, off, rows, blk, ncols);
+    else
+        pack_blocks12(dst, src, sizeof(uint16_t), FMT_BF16, off, rows, blk, ncols);
+}
+
 int fx_conv_wpanels_f32_avx512(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb,
                                int mr, float *ap)
 {
-    if (mr != FX_WPANEL_ROWS || !fx_conv_wpanels_f32_fit(g) ||
-        (fmt != FMT_FP32 && fmt != FMT_FP16 && fmt != FMT_BF16))
-        return 0;
-    const size_t esz = fmt == FMT_FP32 ? sizeof(float) : sizeof(uint16_t);
-    const int64_t K = g->C * g->KH * g->KW, Pc = nb * g->OH * g->OW;
-    int64_t *goff = NULL;
-    fx_f32_block *blk = fx_conv_wpanel_blocks(g, nb, &goff);
-    if (!blk) return 0;
-    for (int64_t q = 0; q * FX_WPANEL_ROWS < K; q++) {
-        int64_t off[FX_WPANEL_ROWS];
-        const int rows = fx_conv_wpanel_taps(g, goff, q, FX_WPANEL_ROWS, off);
-        float *dst = ap + q * Pc * FX_WPANEL_ROWS;
-        if (fmt == FMT_FP32)
-            pack_blocks12(dst, xp, esz, FMT_FP32, off, rows, blk, Pc);
-        else if (fmt == FMT_FP16)
-            pack_blocks12(dst, xp, esz, FMT_FP16, off, rows, blk, Pc);
-        else
-            pack_blocks12(dst, xp, esz, FMT_BF16, off, rows, blk, Pc);
-    }
-    free(blk);
-    free(goff);
-    return 1;
+    return mr == FX_WPANEL_ROWS &&
+           fx_conv_wpanels_f32_build(g, xp, fmt, nb, mr, pack_blocks12_any, ap);
 }
