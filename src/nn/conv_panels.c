@@ -175,16 +175,16 @@ int64_t fx_conv_panels_f32_numel(const fx_conv_geom *g, int64_t nb, int mr)
 int fx_conv_wpanels_f32_build(const fx_conv_geom *g, const void *xp, int fmt, int64_t nb, int mr,
                               fx_f32_pack_blocks_fn pack, float *ap)
 {
-    if (!fx_conv_wpanels_f32_fit(g) || (fmt != FMT_FP32 && fmt != FMT_FP16 && fmt != FMT_BF16))
+    if (mr < 1 || mr > FX_F32_MR_AVX512 || !fx_conv_wpanels_f32_fit(g) ||
+        (fmt != FMT_FP32 && fmt != FMT_FP16 && fmt != FMT_BF16))
         return 0;
     const int64_t K = g->C * g->KH * g->KW, Pc = nb * g->OH * g->OW, nblk = (Pc + 7) / 8;
     fx_f32_block *blk = malloc(sizeof *blk * (size_t)nblk);
     int64_t *goff = fx_group_offsets(g);
-    int64_t *off = malloc(sizeof *off * (size_t)mr);
-    if (!blk || !goff || !off) {
+    int64_t off[FX_F32_MR_AVX512]; /* the widest level's panel rows */
+    if (!blk || !goff) {
         free(blk);
         free(goff);
-        free(off);
         return 0;
     }
     /* each block's pixels: a run from its first pixel's base and, where the block continues on
@@ -211,7 +211,6 @@ int fx_conv_wpanels_f32_build(const fx_conv_geom *g, const void *xp, int fmt, in
     }
     free(blk);
     free(goff);
-    free(off);
     return 1;
 }
 
