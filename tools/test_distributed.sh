@@ -9,9 +9,9 @@
 #    killed in the middle of training ends the job, each within a time limit (no hang);
 #  - a killed rank's job ends with mpiexec's message naming the rank and the signal;
 #  - 2 epochs, then 2 more resumed from the checkpoint, equal 4 uninterrupted epochs in every
-#    format (FX_TEST_RESUME_FORMATS, a comma-separated list, narrows it: the sanitizer build
-#    of tools/test.sh resumes two formats, the Release build all five), and run.json records
-#    the rank count.
+#    format (FX_TEST_RESUME_FORMATS, a comma-separated list, narrows it for a quicker local
+#    run; tools/test.sh resumes all five in both builds), and run.json records the rank
+#    count.
 # usage: test_distributed.sh path/to/flexpoint-train path/to/libflexpoint.so MPI(ON|OFF) MPIEXEC
 # Exit 77 (ctest's skip) when the library has no MPI or there is no mpiexec.
 BIN="$1"
