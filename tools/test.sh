@@ -13,11 +13,10 @@ if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 JOBS="${JOBS:-$(nproc)}"
-# ctest -j runs JOBS test processes at once, each with its OpenMP threads on the same cores.
-# libgomp's default waiting spins, so a thread waiting at a barrier holds a core that another
-# process's thread needs: on 2 cores the Release ctest took 369 s that way and 145 s with
-# waiting threads that sleep (docs/performance.md, "Several processes on the same cores").
-# The results do not depend on it; a caller's own setting is kept.
+# ctest -j runs JOBS test processes at once, each with its OpenMP threads on the same cores;
+# libgomp's spinning waiters would hold the cores the other processes need (docs/performance.md,
+# "Several processes on the same cores", has the measurements). The results do not depend on
+# it; a caller's own setting is kept.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 echo "== Release build"
