@@ -19,9 +19,19 @@ JOBS="${JOBS:-$(nproc)}"
 # it; a caller's own setting is kept.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
-# the builds below take about 0.6 GB together (docs/testing.md); a failure for lack of disk
-# shows here first
+# The builds below take about 0.6 GB together (docs/testing.md). A machine with less than
+# FLEXPOINT_TEST_MIN_FREE_KB free (default 4 GB; CI machines have run out of disk in the Release build) removes
+# the sanitizer, no-MPI and fuzzing trees once their stages are done, so that only one of
+# them is on disk at a time beside the Release tree, which the install and the Python tests
+# need to the end.
 echo "== Free disk where the builds go: $(df -Ph . | awk 'NR == 2 {print $4}')"
+free_kb() { df -Pk . | awk 'NR == 2 {print $4}'; }
+drop_tree_if_short() {
+  if [ "$(free_kb)" -lt "${FLEXPOINT_TEST_MIN_FREE_KB:-4000000}" ]; then
+    echo "== Short of disk ($(free_kb) KB free): removing $1, whose stage is done"
+    rm -rf "$1"
+  fi
+}
 echo "== Release build"
 cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/release -j "$JOBS"
@@ -38,6 +48,7 @@ cmake --build build/asan -j "$JOBS"
 # Release build above; under the sanitizers they would take far longer than the CI budget.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan --output-on-failure -j "$JOBS" -LE slow
+drop_tree_if_short build/asan
 
 echo "== Without MPI: the library, the CLI and the tests of training and its distributed API"
 # MPI is optional (FLEXPOINT_MPI=AUTO finds it here): a build without it must compile and pass
@@ -49,9 +60,11 @@ cmake --build build/nompi -j "$JOBS" --target flexpoint flexpoint_train flexpoin
   error_table
 ctest --test-dir build/nompi --output-on-failure -j "$JOBS" \
   -R '^(test_distributed_api|test_distributed|test_train|test_policy|test_eval_formats|test_cli)$'
+drop_tree_if_short build/nompi
 
 echo "== Bounded fuzzing (libFuzzer + ASan + UBSan, FUZZ_SECONDS per harness)"
 FUZZ_REQUIRE=1 bash tools/fuzz_check.sh
+drop_tree_if_short "${FUZZ_BUILD_DIR:-build/fuzz}"
 
 echo "== Install and build the consumers against the installed package"
 rm -rf build/prefix build/consumer
