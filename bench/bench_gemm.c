@@ -112,6 +112,12 @@ int main(int argc, char **argv)
         p.dnnl_sgemm = (dnnl_sgemm_fn)dlsym(hd, "dnnl_sgemm");
         p.dnnl_bf16 = (dnnl_bf16_fn)dlsym(hd, "dnnl_gemm_bf16bf16f32");
     }
+    /* OpenBLAS's worker threads spin after each call (for 2^28 cycles by default), holding the
+     * second core while the next kernel in the rotation, our fp32 GEMM, starts: on the Zen 4,
+     * 2048^3 at two threads right after one thread, fp32 152-197 GFLOP/s in four runs with the
+     * default, 190-208 with a timeout of 2^4 cycles, OpenBLAS's own sgemm 182-191 either way.
+     * Read when OpenBLAS starts, so set before it loads; a caller's own setting is kept. */
+    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
     void *ho = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
     if (ho) {
         p.cblas_sgemm = (cblas_sgemm_fn)dlsym(ho, "cblas_sgemm");
@@ -123,10 +129,12 @@ int main(int argc, char **argv)
     printf("bench_gemm: backend %s, CPU features: %s\n", flexpoint_backend(),
            flexpoint_cpu_features());
     printf("CPU %s, kernels: %s\n", flexpoint_cpu_model(), flexpoint_kernel_report());
-    printf("peers: oneDNN %s, OpenBLAS %s (core %s, OPENBLAS_CORETYPE=%s)\n",
+    printf("peers: oneDNN %s, OpenBLAS %s (core %s, OPENBLAS_CORETYPE=%s, "
+           "OPENBLAS_THREAD_TIMEOUT=%s)\n",
            p.dnnl_sgemm ? "yes" : "not found", p.cblas_sgemm ? "yes" : "not found",
            p.oblas_core ? p.oblas_core() : "-",
-           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
+           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)",
+           getenv("OPENBLAS_THREAD_TIMEOUT"));
     /* the library's measurement (flexpoint_instruction_limits: the same numbers flexpoint-info
      * and fx.kernel_info() give in this process) */
     double fma_peak = 0, int_peak = 0, bf16_peak = 0;
