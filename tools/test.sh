@@ -20,10 +20,10 @@ JOBS="${JOBS:-$(nproc)}"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 # The builds below take about 0.6 GB together (docs/testing.md). A machine with less than
-# FLEXPOINT_TEST_MIN_FREE_KB free (default 4 GB; CI machines have run out of disk in the Release build) removes
-# the sanitizer, no-MPI and fuzzing trees once their stages are done, so that only one of
-# them is on disk at a time beside the Release tree, which the install and the Python tests
-# need to the end.
+# FLEXPOINT_TEST_MIN_FREE_KB free (default 4 GB; CI machines have run out of disk in the
+# Release build) removes the sanitizer, no-MPI and fuzzing trees once their stages are done,
+# so that only one of them is on disk at a time beside the Release tree, which the install
+# and the Python tests need to the end.
 echo "== Free disk where the builds go: $(df -Ph . | awk 'NR == 2 {print $4}')"
 free_kb() { df -Pk . | awk 'NR == 2 {print $4}'; }
 drop_tree_if_short() {
