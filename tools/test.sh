@@ -56,8 +56,8 @@ echo "== Without MPI: the library, the CLI and the tests of training and its dis
 # skipping (exit 77). The Release build above covers everything with MPI.
 cmake -S . -B build/nompi -DCMAKE_BUILD_TYPE=Release -DFLEXPOINT_MPI=OFF -DFLEXPOINT_CUDA=OFF \
   -DFLEXPOINT_BUILD_BENCH=OFF >/dev/null
-cmake --build build/nompi -j "$JOBS" --target flexpoint flexpoint_train flexpoint-train flexpoint_tests \
-  error_table
+cmake --build build/nompi -j "$JOBS" --target flexpoint flexpoint_train flexpoint-train \
+  flexpoint_tests error_table
 ctest --test-dir build/nompi --output-on-failure -j "$JOBS" \
   -R '^(test_distributed_api|test_distributed|test_train|test_policy|test_eval_formats|test_cli)$'
 drop_tree_if_short build/nompi
