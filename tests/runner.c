@@ -10,15 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FX_TEST(name) int fx_test_main_##name(void);
-#define FX_TEST_WITH_ARGS(name) int fx_test_main_##name(int argc, char **argv);
-#include "test_registry.h"
-#undef FX_TEST
-#undef FX_TEST_WITH_ARGS
-
-/* Each test under one signature: the tests declare main either way, and calling a function
- * through a pointer of another type is undefined. */
+/* Each test's renamed main, and a wrapper that calls it under one signature: the tests declare
+ * main either way, and calling a function through a pointer of another type is undefined. */
 #define FX_TEST(name)                                                                          \
+    int fx_test_main_##name(void);                                                             \
     static int run_##name(int argc, char **argv)                                               \
     {                                                                                          \
         (void)argc;                                                                            \
@@ -26,6 +21,7 @@
         return fx_test_main_##name();                                                          \
     }
 #define FX_TEST_WITH_ARGS(name)                                                                \
+    int fx_test_main_##name(int argc, char **argv);                                            \
     static int run_##name(int argc, char **argv) { return fx_test_main_##name(argc, argv); }
 #include "test_registry.h"
 #undef FX_TEST

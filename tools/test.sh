@@ -27,8 +27,10 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 echo "== Free disk where the builds go: $(df -Ph . | awk 'NR == 2 {print $4}')"
 free_kb() { df -Pk . | awk 'NR == 2 {print $4}'; }
 drop_tree_if_short() {
-  if [ "$(free_kb)" -lt "${FLEXPOINT_TEST_MIN_FREE_KB:-4000000}" ]; then
-    echo "== Short of disk ($(free_kb) KB free): removing $1, whose stage is done"
+  local free
+  free=$(free_kb)
+  if [ "$free" -lt "${FLEXPOINT_TEST_MIN_FREE_KB:-4000000}" ]; then
+    echo "== Short of disk ($free KB free): removing $1, whose stage is done"
     rm -rf "$1"
   fi
 }
