@@ -12,6 +12,10 @@
 #    format (FX_TEST_RESUME_FORMATS, a comma-separated list, narrows it for a quicker local
 #    run; tools/test.sh resumes all five in both builds), and run.json records the rank
 #    count.
+# FX_TEST_SHORT=1 (set by CMake in a sanitizer build) runs every check on fewer steps: 90
+# instead of 300 in the first, 10 instead of 20 an epoch in the last. The sanitizers look for
+# memory errors and undefined behaviour, which take the same code paths in a short run; the
+# Release build runs the full counts.
 # usage: test_distributed.sh path/to/flexpoint-train path/to/libflexpoint.so MPI(ON|OFF) MPIEXEC
 # Exit 77 (ctest's skip) when the library has no MPI or there is no mpiexec.
 BIN="$1"
@@ -51,11 +55,13 @@ EOF
 untimed() { cut -d, -f1-7,10- "$1"; }
 
 # 1. integer formats: 300 steps (3 epochs of 100 batches of 16), one process against 2 ranks
-A="$COMMON --synthetic-n 1600 --batch 16 --epochs 3 --formats flex16_5,dfp16 --export-weights"
+STEPS=300
+[ "${FX_TEST_SHORT:-0}" = 1 ] && STEPS=90
+A="$COMMON --synthetic-n $((STEPS * 16 / 3)) --batch 16 --epochs 3 --formats flex16_5,dfp16 --export-weights"
 timeout 600 "$BIN" $A --out "$T/one" >"$T/one.log" 2>&1 || { bad "one-process run"; cat "$T/one.log"; }
 timeout 600 $MPI -np 2 "$BIN" --distributed $A --out "$T/two" >"$T/two.log" 2>&1 ||
   { bad "2-rank run"; cat "$T/two.log"; }
-if [ "$(wc -l <"$T/one/steps.csv")" -lt 60 ]; then
+if [ "$(wc -l <"$T/one/steps.csv")" -lt $((STEPS / 5)) ]; then
   bad "steps.csv of the one-process run is short"
 elif cmp -s "$T/one/steps.csv" "$T/two/steps.csv"; then
   ok "flex16_5 and dfp16: steps.csv of 1 process and 2 ranks are identical"
@@ -69,12 +75,12 @@ else
 fi
 for f in flex16_5 dfp16; do
   if cmp -s "$T/one/weights_$f.fxw" "$T/two/weights_$f.fxw"; then
-    ok "$f: weights after 300 steps identical, bit for bit"
+    ok "$f: weights after $STEPS steps identical, bit for bit"
   else
     bad "$f: weights differ between 1 process and 2 ranks"
   fi
 done
-if [ -f "$T/two/distributed.csv" ] && grep -q "^flex16_5,2,300," "$T/two/distributed.csv"; then
+if [ -f "$T/two/distributed.csv" ] && grep -q "^flex16_5,2,$STEPS," "$T/two/distributed.csv"; then
   ok "distributed.csv reports the bytes per step"
 else
   bad "distributed.csv is missing or incomplete"; cat "$T/two/distributed.csv"
@@ -131,7 +137,9 @@ fi
 
 # 4. resume: 2 epochs, then 2 more from the checkpoint, against 4 epochs at once (2 ranks)
 RF="${FX_TEST_RESUME_FORMATS:-fp32,fp16,bf16,flex16_5,dfp16}"
-R="$COMMON --synthetic-n 320 --batch 16 --formats $RF --export-weights"
+RN=320
+[ "${FX_TEST_SHORT:-0}" = 1 ] && RN=160
+R="$COMMON --synthetic-n $RN --batch 16 --formats $RF --export-weights"
 timeout 300 $MPI -np 2 "$BIN" --distributed $R --epochs 4 --out "$T/r4" >"$T/r4.log" 2>&1 ||
   { bad "uninterrupted run"; cat "$T/r4.log"; }
 timeout 300 $MPI -np 2 "$BIN" --distributed $R --epochs 2 --checkpoint-dir "$T/ck" --out "$T/ra" \
