@@ -26,6 +26,7 @@
 #include "testutil.h"
 #include "core/dispatch.h" /* fx_write_shared_peek_exp: is the in-cache rounding taken? */
 #include "nn/nn_ops.h"     /* fx_conv_early_rounding_reused */
+#include "core/profile_counters.h" /* fx_prof_attach: where a profile counts a run again */
 
 #include <math.h>
 #include <stdlib.h>
@@ -929,7 +930,8 @@ static void flex_repeated_writes(void)
  * their rounding done; the jump while steady runs the op again without a stage (a DFP16 write
  * asks for the exact exponent of the sums, which the second run guesses); the way back finds
  * its rounding at the second exponent; the jump of 2^12 after it, neither guessed exponent,
- * runs the op again, without a stage either. */
+ * runs the op again, without a stage either. A profiled step counts each run again as
+ * exponent bookkeeping (profile_counters.h), a span of that category alone. */
 static void dfp16_repeated_writes(void)
 {
     const geom g = {.N = 5, .C = 16, .H = 7, .W = 7, .O = 40, .KH = 5, .KW = 5, .ph = 2,
@@ -982,7 +984,10 @@ static void dfp16_repeated_writes(void)
             const int64_t reused0 = fx_conv_early_rounding_reused();
             const int64_t alt0 = fx_conv_alt_rounding_reused();
             const int64_t redone0 = fx_conv_stage_redone(), staged0 = fx_conv_redone_staged();
+            fx_prof_sink sink = {.log = 1};
+            fx_prof_sink *prev = fx_prof_attach(&sink);
             CHECK_STATUS(tensor_conv2d(y, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
+            fx_prof_attach(prev);
             const int64_t reused = fx_conv_early_rounding_reused() - reused0;
             const int64_t redone = fx_conv_stage_redone() - redone0;
             const int64_t staged = fx_conv_redone_staged() - staged0;
@@ -993,6 +998,21 @@ static void dfp16_repeated_writes(void)
                   "(%lld at the second exponent), the op run again %lld times, %lld with a "
                   "stage", wi, flexpoint_backend_name(bi), steady, (long long)reused,
                   (long long)alt, (long long)redone, (long long)staged);
+            /* a profiled write counts its run again, whole, as exponent bookkeeping: one span
+             * of that category alone (without deferred host writes, whose settling is another
+             * such span, none in a write that did not run again) */
+            int64_t bookkeeping_only = 0;
+            for (int64_t i = 0; i < sink.nevents; i++)
+                bookkeeping_only += sink.events[i].ns[FX_PROF_AUTOFLEX] > 0 &&
+                                    sink.events[i].ns[FX_PROF_ROUNDING] == 0 &&
+                                    sink.events[i].ns[FX_PROF_CONVERSION] == 0;
+            CHECK(wi == 0 || sink.dropped > 0 ||
+                      (redone ? bookkeeping_only >= 1
+                              : bookkeeping_only == 0 || getenv("FLEXPOINT_TEST_DEFER_HOST")),
+                  "dfp16 write %d on %s: run again %lld times, %lld profile spans of exponent "
+                  "bookkeeping alone", wi, flexpoint_backend_name(bi), (long long)redone,
+                  (long long)bookkeeping_only);
+            fx_prof_sink_free(&sink);
             tensor_t *fresh = tensor_new(FMT_DFP16, 4, ys);
             CHECK_STATUS(tensor_conv2d(fresh, xi, w, 1, 1, 2, 2, 1, 1), FX_OK);
             CHECK_STATUS(tensor_get_raw(xi, xm), FX_OK);
