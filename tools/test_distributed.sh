@@ -54,7 +54,8 @@ EOF
 # epochs.csv without the timing columns (seconds, images_per_second)
 untimed() { cut -d, -f1-7,10- "$1"; }
 
-# 1. integer formats: 300 steps (3 epochs of 100 batches of 16), one process against 2 ranks
+# 1. integer formats: 300 steps (3 epochs of 100 batches of 16; 90 short), one process against
+#    2 ranks
 STEPS=300
 [ "${FX_TEST_SHORT:-0}" = 1 ] && STEPS=90
 A="$COMMON --synthetic-n $((STEPS * 16 / 3)) --batch 16 --epochs 3 --formats flex16_5,dfp16 --export-weights"
