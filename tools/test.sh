@@ -25,10 +25,9 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 # so that only one of them is on disk at a time beside the Release tree, which the install
 # and the Python tests need to the end.
 echo "== Free disk where the builds go: $(df -Ph . | awk 'NR == 2 {print $4}')"
-free_kb() { df -Pk . | awk 'NR == 2 {print $4}'; }
 drop_tree_if_short() {
   local free
-  free=$(free_kb)
+  free=$(df -Pk . | awk 'NR == 2 {print $4}')
   if [ "$free" -lt "${FLEXPOINT_TEST_MIN_FREE_KB:-4000000}" ]; then
     echo "== Short of disk ($free KB free): removing $1, whose stage is done"
     rm -rf "$1"

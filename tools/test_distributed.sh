@@ -54,10 +54,16 @@ EOF
 # epochs.csv without the timing columns (seconds, images_per_second)
 untimed() { cut -d, -f1-7,10- "$1"; }
 
-# 1. integer formats: 300 steps (3 epochs of 100 batches of 16; 90 short), one process against
-#    2 ranks
+# the steps of check 1 and the images of check 4 (FX_TEST_SHORT above)
 STEPS=300
-[ "${FX_TEST_SHORT:-0}" = 1 ] && STEPS=90
+RESUME_IMAGES=320
+if [ "${FX_TEST_SHORT:-0}" = 1 ]; then
+  STEPS=90
+  RESUME_IMAGES=160
+fi
+
+# 1. integer formats: STEPS steps (3 epochs of STEPS / 3 batches of 16), one process against
+#    2 ranks
 A="$COMMON --synthetic-n $((STEPS * 16 / 3)) --batch 16 --epochs 3 --formats flex16_5,dfp16 --export-weights"
 timeout 600 "$BIN" $A --out "$T/one" >"$T/one.log" 2>&1 || { bad "one-process run"; cat "$T/one.log"; }
 timeout 600 $MPI -np 2 "$BIN" --distributed $A --out "$T/two" >"$T/two.log" 2>&1 ||
@@ -138,9 +144,7 @@ fi
 
 # 4. resume: 2 epochs, then 2 more from the checkpoint, against 4 epochs at once (2 ranks)
 RF="${FX_TEST_RESUME_FORMATS:-fp32,fp16,bf16,flex16_5,dfp16}"
-RN=320
-[ "${FX_TEST_SHORT:-0}" = 1 ] && RN=160
-R="$COMMON --synthetic-n $RN --batch 16 --formats $RF --export-weights"
+R="$COMMON --synthetic-n $RESUME_IMAGES --batch 16 --formats $RF --export-weights"
 timeout 300 $MPI -np 2 "$BIN" --distributed $R --epochs 4 --out "$T/r4" >"$T/r4.log" 2>&1 ||
   { bad "uninterrupted run"; cat "$T/r4.log"; }
 timeout 300 $MPI -np 2 "$BIN" --distributed $R --epochs 2 --checkpoint-dir "$T/ck" --out "$T/ra" \
