@@ -7,10 +7,11 @@
  * (non-negative) activations, small weights and small gradients, as in training:
  * standard-normal values scaled (BENCH_DATA=normal, the default), or uniform ones
  * (BENCH_DATA=uniform), on which the integer formats take their any-data kernel.
- * BENCH_LAYER="C,HW,O,K" times one layer of your own instead: C input channels of HW x HW,
- * O output channels, a K x K kernel (stride 1, padding K / 2), batch 128; for example
- * BENCH_LAYER=64,8,64,3 is ResNet-20's 64-channel 3 x 3 convolution, and `perf record` of such
- * a run sees one shape's kernels alone. */
+ * BENCH_LAYER="C,HW,O,K[,S]" times one layer of your own instead: C input channels of HW x HW,
+ * O output channels, a K x K kernel at stride S (default 1), padding K / 2, batch 128; for
+ * example BENCH_LAYER=64,8,64,3 is ResNet-20's 64-channel 3 x 3 convolution and
+ * BENCH_LAYER=32,16,64,3,2 its stride-2 one into the last stage, and `perf record` of such a
+ * run sees one shape's kernels alone. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 
@@ -24,24 +25,33 @@ static int g_normal = 1; /* BENCH_DATA */
 
 typedef struct layer {
     const char *name;
-    int64_t C, HW, O, K;
+    int64_t C, HW, O, K, S;
 } layer;
 
-/* BENCH_LAYER="C,HW,O,K" into *L (name: at least 96 bytes); 0 when unset, -1 (with a
+/* BENCH_LAYER="C,HW,O,K[,S]" into *L (name: at least 96 bytes); 0 when unset, -1 (with a
  * message) when malformed */
 static int layer_from_env(layer *L, char *name)
 {
     const char *e = getenv("BENCH_LAYER");
     if (!e || !*e) return 0;
-    long long c, hw, o, k;
+    long long c, hw, o, k, st = 1;
     char end;
-    if (sscanf(e, "%lld,%lld,%lld,%lld%c", &c, &hw, &o, &k, &end) != 4 || c < 1 || hw < 1 ||
-        o < 1 || k < 1 || c > 4096 || hw > 4096 || o > 4096 || k > hw) {
-        fprintf(stderr, "bench_conv: BENCH_LAYER='%s': want C,HW,O,K (positive, K <= HW)\n", e);
+    const int n = sscanf(e, "%lld,%lld,%lld,%lld%c", &c, &hw, &o, &k, &end);
+    const int n5 = n == 5 && end == ',' ? sscanf(e, "%lld,%lld,%lld,%lld,%lld%c", &c, &hw, &o,
+                                                 &k, &st, &end)
+                                        : 0;
+    if ((n != 4 && n5 != 5) || c < 1 || hw < 1 || o < 1 || k < 1 || st < 1 || c > 4096 ||
+        hw > 4096 || o > 4096 || k > hw || st > k) {
+        fprintf(stderr,
+                "bench_conv: BENCH_LAYER='%s': want C,HW,O,K or C,HW,O,K,S (positive, K <= HW, "
+                "S <= K)\n", e);
         return -1;
     }
-    snprintf(name, 96, "%lld->%lld %lldx%lld k%lld", c, o, hw, hw, k);
-    *L = (layer){name, c, hw, o, k};
+    if (st == 1)
+        snprintf(name, 96, "%lld->%lld %lldx%lld k%lld", c, o, hw, hw, k);
+    else
+        snprintf(name, 96, "%lld->%lld %lldx%lld k%lld s%lld", c, o, hw, hw, k, st);
+    *L = (layer){name, c, hw, o, k, st};
     return 1;
 }
 
@@ -69,13 +79,14 @@ int main(int argc, char **argv)
     g_normal = bench_data_normal();
     if (g_normal < 0) return 2;
     flexpoint_set_num_threads(threads);
-    layer layers[2] = {{"conv1 1->32 28x28", 1, 28, 32, 5}, {"conv2 32->64 14x14", 32, 14, 64, 5}};
+    layer layers[2] = {{"conv1 1->32 28x28", 1, 28, 32, 5, 1},
+                       {"conv2 32->64 14x14", 32, 14, 64, 5, 1}};
     char own_name[96];
     const int own = layer_from_env(&layers[0], own_name);
     if (own < 0) return 2;
     const int nlayers = own ? 1 : 2;
     static const fmt_t fmts[5] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
-    printf("bench_conv: batch 128, stride 1, padding K / 2, %d thread(s), best of %d, %s "
+    printf("bench_conv: batch 128, padding K / 2, %d thread(s), best of %d, %s "
            "operands; wall ms (CPU ms)\n", threads, reps, g_normal ? "normal" : "uniform");
     printf("%-20s %-9s %18s %18s %18s %18s\n", "layer", "format", "forward", "grad input",
            "grad weight", "total");
@@ -86,8 +97,8 @@ int main(int argc, char **argv)
             const fmt_t f = fmts[fi];
             if (any && !wanted[f]) continue;
             const int64_t xs[4] = {128, L->C, L->HW, L->HW}, ws[4] = {L->O, L->C, L->K, L->K};
-            const int pad = (int)(L->K / 2);
-            const int64_t OHW = L->HW + 2 * pad - L->K + 1;
+            const int pad = (int)(L->K / 2), st = (int)L->S;
+            const int64_t OHW = (L->HW + 2 * pad - L->K) / st + 1;
             const int64_t ys[4] = {128, L->O, OHW, OHW};
             tensor_t *x = bench_tensor4(f, xs, 1.0f, 1, g_normal, &seed);
             tensor_t *w = bench_tensor4(f, ws, 0.1f, 0, g_normal, &seed);
@@ -102,10 +113,11 @@ int main(int argc, char **argv)
             for (int r = 0; r < reps; r++)
                 for (int pass = 0; pass < 3; pass++) {
                     const double w0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
-                    int rc = pass == 0 ? tensor_conv2d(y, x, w, 1, 1, pad, pad, 1, 1)
+                    int rc = pass == 0 ? tensor_conv2d(y, x, w, st, st, pad, pad, 1, 1)
                              : pass == 1
-                                 ? tensor_conv2d_backward_input(dx, dy, w, 1, 1, pad, pad, 1, 1)
-                                 : tensor_conv2d_backward_weight(dw, x, dy, 1, 1, pad, pad, 1, 1);
+                                 ? tensor_conv2d_backward_input(dx, dy, w, st, st, pad, pad, 1, 1)
+                                 : tensor_conv2d_backward_weight(dw, x, dy, st, st, pad, pad, 1,
+                                                                 1);
                     const double w1 = bench_clock_s(CLOCK_MONOTONIC), c1 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
                     if (rc) {
                         fprintf(stderr, "bench_conv: %s\n", flexpoint_last_error());
