@@ -601,6 +601,12 @@ const fx_bn_kernels fx_bn_kernels_avx512 = {
     bn_stats_avx512,         bn_grad_sums_avx512, bn_normalize_avx512,
     bn_backward_avx512,      bn_var_avx512,       bn_sum_range_i16_avx512,
     bn_normalize_half_avx512, bn_backward_half_avx512,
-    NULL, /* FLEX16_5/DFP16 outputs through the fp32 row and quant_f32 (batchnorm_avx2.c's */
-    NULL  /* registers route is not built here) */
-};
+    /* FLEX16_5/DFP16 outputs go through the fp32 row and quant_f32. batchnorm_avx2.c's
+     * registers route, ported to eight double lanes, was slower here both times it was
+     * built (docs/performance.md): on the Zen 5 1.16-1.18x the row's time at 64 channels;
+     * on the Zen 4 (a vrangepd clamp, vcvtpd2dq {rn-sae}, the statistics in mask registers)
+     * ResNet-20's 16-channel batch norm (batch 128, one thread) took 1.47 / 1.92 ms forward /
+     * backward against 1.28 / 1.78 through the row, the 64-channel one 0.43 / 0.53 against
+     * 0.35 / 0.45. Its statistics cost eight-lane double and int32 operations per value where
+     * quant_f32 keeps them on sixteen fp32 lanes, and the row it saves stays in L1. */
+    NULL, NULL};
