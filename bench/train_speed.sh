@@ -14,6 +14,13 @@ MODEL="${MODEL:-cnn}"
 PAD="${PAD:-0}"
 OUT="${OUT:-$ROOT/results/train_speed}"
 mkdir -p "$OUT"
+# Both sides run under this process's OpenMP settings. A passive wait policy lengthens
+# PyTorch's epochs more than flexpoint's (docs/performance.md, ResNet-20 on the Zen 4), so a
+# comparison with it set is not like for like: say so rather than change the caller's setting.
+if [ -n "${OMP_WAIT_POLICY:-}" ]; then
+  echo "train_speed: OMP_WAIT_POLICY=$OMP_WAIT_POLICY is set for both flexpoint and PyTorch;" \
+    "unset it for a like-for-like comparison (docs/performance.md)" >&2
+fi
 "$ROOT/build/release/tools/flexpoint-train" --model "$MODEL" --pad "$PAD" --epochs 1 \
   --train-subset "$N" --test-subset 1000 --threads "$T" --out "$OUT" --quiet
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
