@@ -59,19 +59,9 @@ int main(int argc, char **argv)
 {
     const int threads = argc > 1 ? atoi(argv[1]) : 1, reps = argc > 2 ? atoi(argv[2]) : 7;
     /* optional third argument: the formats to run, comma-separated (default: all) */
-    int wanted[FMT_COUNT] = {0}, any = 0;
-    if (argc > 3) {
-        char list[256];
-        snprintf(list, sizeof list, "%s", argv[3]);
-        for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-            const int f = fmt_from_name(tok);
-            if (f < 0) {
-                fprintf(stderr, "bench_conv: unknown format '%s'\n", tok);
-                return 2;
-            }
-            wanted[f] = any = 1;
-        }
-    }
+    int wanted[FMT_COUNT];
+    const int any = bench_formats_wanted(argc > 3 ? argv[3] : NULL, wanted, "bench_conv");
+    if (any < 0) return 2;
     if (threads < 1 || reps < 1) {
         fprintf(stderr, "usage: bench_conv [threads >= 1] [repetitions >= 1] [formats]\n");
         return 2;

@@ -1,5 +1,6 @@
 /* Helpers every benchmark program shares: a clock reading in seconds, the median of a
- * sample and the convolution benchmarks' operand values and tensors. Header-only (each bench/bench_*.c is
+ * sample, the formats a program was asked for, and the convolution benchmarks' operand values
+ * and tensors. Header-only (each bench/bench_*.c is
  * its own program); include it after <time.h>'s feature macros are set (_POSIX_C_SOURCE or
  * _GNU_SOURCE at the top of the program). */
 #ifndef FX_BENCH_UTIL_H
@@ -34,6 +35,27 @@ static inline double bench_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The formats a program was asked for: list (comma-separated names, NULL: none asked) into
+ * wanted[f] = 1. Returns 1 where some format was named, 0 for no list, -1 (with a message naming
+ * prog and the word) for an unknown name. */
+static inline int bench_formats_wanted(const char *list, int wanted[FMT_COUNT], const char *prog)
+{
+    for (int f = 0; f < FMT_COUNT; f++) wanted[f] = 0;
+    if (!list) return 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    int any = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        const int f = fmt_from_name(tok);
+        if (f < 0) {
+            fprintf(stderr, "%s: unknown format '%s'\n", prog, tok);
+            return -1;
+        }
+        wanted[f] = any = 1;
+    }
+    return any;
 }
 
 /* The operands' shape for the convolution benchmarks, from BENCH_DATA: 1 for "normal" (the
