@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Training-step benchmark: seconds per epoch of an image model for each flexpoint format, next
 # to PyTorch fp32 and bf16 (autocast) measured by the same command on the same subset.
-#   [MODEL=cnn|resnet20|...] [PAD=N] bash bench/train_speed.sh [train_images] [threads]
+#   [MODEL=cnn|resnet20|...] [PAD=N] [RUNS=N] bash bench/train_speed.sh [train_images] [threads]
 # MODEL is any image model both flexpoint-train and tools/pytorch_baseline.py know (mlp,
 # cnn<C1>-<C2>-<F>, resnet<6n+2>[x<K>]; default cnn), PAD zero pixels per side (default 0;
-# 2 gives ResNet-20 CIFAR's 32 x 32). Needs a Release build (build/release) and, for the
-# PyTorch rows, Debian's python3-torch.
+# 2 gives ResNet-20 CIFAR's 32 x 32). RUNS (default 1) repeats the pair of runs, flexpoint then
+# PyTorch, into OUT/run1 .. OUT/runN and prints the medians of each run's seconds and of its
+# ratios to PyTorch's bf16 and to fp32 (tools/train_speed_summary.py, also OUT/summary.csv):
+# this VM's speed drifts by 10-40 % within minutes, which one run cannot tell from a
+# difference between the formats. Needs a Release build (build/release) and, for the PyTorch
+# rows, Debian's python3-torch.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 N="${1:-12800}"
@@ -21,11 +25,36 @@ if [ -n "${OMP_WAIT_POLICY:-}" ]; then
   echo "train_speed: OMP_WAIT_POLICY=$OMP_WAIT_POLICY is set for both flexpoint and PyTorch;" \
     "unset it for a like-for-like comparison (docs/performance.md)" >&2
 fi
-"$ROOT/build/release/tools/flexpoint-train" --model "$MODEL" --pad "$PAD" --epochs 1 \
-  --train-subset "$N" --test-subset 1000 --threads "$T" --out "$OUT" --quiet
+RUNS="${RUNS:-1}"
+case "$RUNS" in
+  '' | *[!0-9]* | 0) echo "train_speed: RUNS=$RUNS: want a positive whole number" >&2; exit 2 ;;
+esac
+HAVE_TORCH=0
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  /usr/bin/python3 "$ROOT/tools/pytorch_baseline.py" --model "$MODEL" --pad "$PAD" --epochs 1 \
-    --train-subset "$N" --test-subset 1000 --threads "$T" --out "$OUT" 2>/dev/null
+  HAVE_TORCH=1
 else
   echo "train_speed: PyTorch not installed (apt-get install python3-torch); its rows are skipped"
 fi
+
+# one pair of runs, flexpoint's formats then PyTorch's, into folder $1
+run_pair() {
+  mkdir -p "$1"
+  "$ROOT/build/release/tools/flexpoint-train" --model "$MODEL" --pad "$PAD" --epochs 1 \
+    --train-subset "$N" --test-subset 1000 --threads "$T" --out "$1" --quiet
+  if [ "$HAVE_TORCH" = 1 ]; then
+    /usr/bin/python3 "$ROOT/tools/pytorch_baseline.py" --model "$MODEL" --pad "$PAD" \
+      --epochs 1 --train-subset "$N" --test-subset 1000 --threads "$T" --out "$1" 2>/dev/null
+  fi
+}
+
+if [ "$RUNS" = 1 ]; then
+  run_pair "$OUT"
+  exit 0
+fi
+DIRS=()
+for r in $(seq 1 "$RUNS"); do
+  echo "== train_speed: run $r of $RUNS"
+  run_pair "$OUT/run$r"
+  DIRS+=("$OUT/run$r")
+done
+python3 "$ROOT/tools/train_speed_summary.py" "${DIRS[@]}" --csv "$OUT/summary.csv"
