@@ -17,7 +17,6 @@ T="${2:-$(nproc)}"
 MODEL="${MODEL:-cnn}"
 PAD="${PAD:-0}"
 OUT="${OUT:-$ROOT/results/train_speed}"
-mkdir -p "$OUT"
 # Both sides run under this process's OpenMP settings. A passive wait policy lengthens
 # PyTorch's epochs more than flexpoint's (docs/performance.md, ResNet-20 on the Zen 4), so a
 # comparison with it set is not like for like: say so rather than change the caller's setting.

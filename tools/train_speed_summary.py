@@ -45,25 +45,19 @@ def load_run(folder):
 def summarize(runs):
     """Rows (label, run index or 'median', seconds, ratio to pytorch-bf16, ratio to fp32),
     labels in first-seen order; a ratio is None where its reference did not run."""
-    labels = list(dict.fromkeys(k for r in runs for k in r))
+    def ratio(r, label, ref):
+        return r[label] / r[ref] if ref in r else None
+
+    def median(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
     rows = []
-    for label in labels:
-        secs, to_pt, to_fp32 = [], [], []
-        for i, r in enumerate(runs, 1):
-            if label not in r:
-                continue
-            s = r[label]
-            pt = s / r["pytorch-bf16"] if "pytorch-bf16" in r else None
-            f32 = s / r["fp32"] if "fp32" in r else None
-            rows.append((label, i, s, pt, f32))
-            secs.append(s)
-            if pt is not None:
-                to_pt.append(pt)
-            if f32 is not None:
-                to_fp32.append(f32)
-        rows.append((label, "median", statistics.median(secs),
-                     statistics.median(to_pt) if to_pt else None,
-                     statistics.median(to_fp32) if to_fp32 else None))
+    for label in dict.fromkeys(k for r in runs for k in r):
+        mine = [(i, r[label], ratio(r, label, "pytorch-bf16"), ratio(r, label, "fp32"))
+                for i, r in enumerate(runs, 1) if label in r]
+        rows += [(label, *m) for m in mine]
+        rows.append((label, "median", *(median(col) for col in list(zip(*mine))[1:])))
     return rows
 
 
