@@ -11,9 +11,14 @@
  * O output channels, a K x K kernel at stride S (default 1), padding K / 2, batch 128; for
  * example BENCH_LAYER=64,8,64,3 is ResNet-20's 64-channel 3 x 3 convolution and
  * BENCH_LAYER=32,16,64,3,2 its stride-2 one into the last stage, and `perf record` of such a
- * run sees one shape's kernels alone. */
+ * run sees one shape's kernels alone.
+ * BENCH_OUTPUTS=training marks y and dx as the trainer marks its activations and activation
+ * gradients (fx_tensor_set_disposable: a failed write need not leave their old values), so
+ * the integer formats round straight into them as in training; the default (library) keeps a
+ * caller's tensor intact on failure, which costs those formats a copy of each output. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
+#include "core/internal.h" /* fx_tensor_set_disposable */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +27,16 @@
 #include "bench_util.h"
 
 static int g_normal = 1; /* BENCH_DATA */
+
+/* BENCH_OUTPUTS: 1 for "training", 0 for "library" or unset, -1 (with a message) otherwise */
+static int outputs_as_training(void)
+{
+    const char *e = getenv("BENCH_OUTPUTS");
+    if (!e || !*e || strcmp(e, "library") == 0) return 0;
+    if (strcmp(e, "training") == 0) return 1;
+    fprintf(stderr, "bench_conv: BENCH_OUTPUTS=%s: expected training or library\n", e);
+    return -1;
+}
 
 typedef struct layer {
     const char *name;
@@ -68,6 +83,8 @@ int main(int argc, char **argv)
     }
     g_normal = bench_data_normal();
     if (g_normal < 0) return 2;
+    const int training_outputs = outputs_as_training();
+    if (training_outputs < 0) return 2;
     flexpoint_set_num_threads(threads);
     layer layers[2] = {{"conv1 1->32 28x28", 1, 28, 32, 5, 1},
                        {"conv2 32->64 14x14", 32, 14, 64, 5, 1}};
@@ -77,7 +94,8 @@ int main(int argc, char **argv)
     const int nlayers = own ? 1 : 2;
     static const fmt_t fmts[5] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
     printf("bench_conv: batch 128, padding K / 2, %d thread(s), best of %d, %s "
-           "operands; wall ms (CPU ms)\n", threads, reps, g_normal ? "normal" : "uniform");
+           "operands, %s outputs; wall ms (CPU ms)\n", threads, reps,
+           g_normal ? "normal" : "uniform", training_outputs ? "training" : "library");
     printf("%-20s %-9s %18s %18s %18s %18s\n", "layer", "format", "forward", "grad input",
            "grad weight", "total");
     unsigned seed = 12345;
@@ -98,6 +116,10 @@ int main(int argc, char **argv)
             if (!x || !w || !dy || !y || !dx || !dw) {
                 fprintf(stderr, "bench_conv: out of memory\n");
                 return 1;
+            }
+            if (training_outputs) {
+                fx_tensor_set_disposable(y);
+                fx_tensor_set_disposable(dx);
             }
             double wall[3] = {1e30, 1e30, 1e30}, cpu[3] = {1e30, 1e30, 1e30};
             for (int r = 0; r < reps; r++)
