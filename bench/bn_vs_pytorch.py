@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import torch
 
 import flexpoint as fx
+from pytorch_layers import best_of  # this folder's: best wall ms of n calls
 
 FX_FORMATS = ("fp32", "bf16", "flex16_5", "dfp16")
 SHAPES = ((16, 32), (32, 16), (64, 8))
@@ -49,15 +49,6 @@ def shapes_from_env() -> List[Tuple[int, int]]:
     if c < 1 or hw < 1 or c * hw * hw > 1 << 22:
         refuse(f"BENCH_LAYER='{spec}': want C,HW positive with C*HW*HW <= 2^22")
     return [(c, hw)]
-
-
-def best_ms(reps: int, fn: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
 
 
 def flexpoint_passes(fmt: str, x: np.ndarray, dy: np.ndarray
@@ -127,8 +118,8 @@ def main() -> int:
         best = {name: [float("inf"), float("inf")] for name in configs}
         for _ in range(rounds):
             for name, (fwd, bwd) in configs.items():
-                best[name][0] = min(best[name][0], best_ms(reps, fwd))
-                best[name][1] = min(best[name][1], best_ms(reps, bwd))
+                best[name][0] = min(best[name][0], best_of(reps, fwd))
+                best[name][1] = min(best[name][1], best_of(reps, bwd))
         ref = best["pytorch bf16"]
         for name, (f, b) in best.items():
             shape = f"{c} x {hw}x{hw}"

@@ -5,6 +5,7 @@ bundled copy, or from the installed prefix (see flexpoint/_lib.py)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -34,6 +35,25 @@ def needs(*symbols: str):
     return pytest.mark.skipif(not has(*symbols),
                               reason="library lacks " + ", ".join(s for s in symbols
                                                                  if not fx.lib().has(s)))
+
+
+# Debian's python3-torch runs on the system interpreter, which need not be the one running the
+# tests: the PyTorch comparisons run it in a subprocess.
+TORCH_PYTHON = "/usr/bin/python3"
+
+
+@pytest.fixture(scope="session")
+def torch_python() -> str:
+    """TORCH_PYTHON where it imports torch and numpy; skips the test otherwise (CI installs
+    python3-torch only for FLEXPOINT_BASELINE=1)."""
+    try:
+        r = subprocess.run([TORCH_PYTHON, "-c", "import torch, numpy"], capture_output=True,
+                           timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        pytest.skip(f"{TORCH_PYTHON} cannot run")
+    if r.returncode != 0:
+        pytest.skip(f"no PyTorch for {TORCH_PYTHON} (apt-get install python3-torch)")
+    return TORCH_PYTHON
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import pytest
 import flexpoint as fx
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-TORCH_PYTHON = "/usr/bin/python3"
 MODELS = [("mlp", 28), ("cnn", 28), ("cnn8-16-32", 32), ("resnet20", 28), ("resnet20", 32),
           ("resnet8x2", 32)]
 NAMES = ["resnet56x4", "cnn", "resnet21", "resnet2", "cnn1-2", "gpt2x64h4c64", "vgg"]
@@ -38,15 +37,8 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def probed():
-    try:
-        r = subprocess.run([TORCH_PYTHON, "-c", "import torch"], capture_output=True,
-                           timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        pytest.skip(f"{TORCH_PYTHON} cannot run")
-    if r.returncode != 0:
-        pytest.skip(f"no PyTorch for {TORCH_PYTHON} (apt-get install python3-torch)")
-    r = subprocess.run([TORCH_PYTHON, "-c", PROBE, str(ROOT / "tools"), json.dumps(MODELS),
+def probed(torch_python):
+    r = subprocess.run([torch_python, "-c", PROBE, str(ROOT / "tools"), json.dumps(MODELS),
                         json.dumps(NAMES)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
@@ -78,10 +70,10 @@ def test_names(probed):
     (["--model", "resnet20", "--pad", "-1"], "--pad -1: 0 to 64"),
     (["--data", "fortunes", "--model", "transformer", "--pad", "2"], "--pad 2: text data"),
 ])
-def test_bad_arguments_are_refused(probed, args, message, tmp_path):
+def test_bad_arguments_are_refused(probed, torch_python, args, message, tmp_path):
     """A model or padding the baseline cannot build stops before any data is read, with a
     status and a message naming the argument."""
-    r = subprocess.run([TORCH_PYTHON, str(ROOT / "tools" / "pytorch_baseline.py"), *args,
+    r = subprocess.run([torch_python, str(ROOT / "tools" / "pytorch_baseline.py"), *args,
                         "--data-dir", str(tmp_path), "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0
