@@ -272,6 +272,16 @@ static int make_kind(kind_data *k, int kind, const float *v, int64_t n, int exp,
             const double g = test_rng_normal(r) * 6000.0 + big;
             m[i] = (int16_t)(g > 32767 ? 32767 : g < -32767 ? -32767 : g);
             k->copy[i] = (float)((double)m[i] * k->src.scale);
+        } else if (kind == FX_BN_FP16) {
+            /* the value rounded to fp16 (overflow to Inf, small values to subnormals or 0),
+             * a signalling NaN where it is NaN (one pattern: which of two different NaNs a
+             * sum keeps is the compiler's choice of operand order, in every kind) and fp16
+             * subnormals of both signs sprinkled in; the copy is fx_fp16_to_f32's */
+            uint16_t *h = k->raw;
+            h[i] = isnan(v[i]) ? 0x7C01u
+                   : i % 53 == 7 ? (i % 2 ? 0x0001u : 0x83FFu)
+                                 : fx_f32_to_fp16(v[i]);
+            k->copy[i] = fx_fp16_to_f32(h[i]);
         } else {
             uint16_t *h = k->raw;
             uint32_t bits;
@@ -292,7 +302,10 @@ static void free_kind(kind_data *k)
 
 static const char *kind_name(int kind)
 {
-    return kind == FX_BN_I16 ? "int16" : kind == FX_BN_BF16 ? "bf16" : "fp32";
+    return kind == FX_BN_I16    ? "int16"
+           : kind == FX_BN_BF16 ? "bf16"
+           : kind == FX_BN_FP16 ? "fp16"
+                                : "fp32";
 }
 
 /* Level kernel k on sources of kinds kx and kg against the portable kernels on the fp32
@@ -445,7 +458,10 @@ static void compare(const fx_bn_kernels *k, const char *level, const fx_bn_dims 
                                    {FX_BN_BF16, FX_BN_BF16}, {FX_BN_I16, FX_BN_F32},
                                    {FX_BN_F32, FX_BN_I16},  {FX_BN_BF16, FX_BN_F32},
                                    {FX_BN_F32, FX_BN_BF16}, {FX_BN_I16, FX_BN_BF16},
-                                   {FX_BN_BF16, FX_BN_I16}};
+                                   {FX_BN_BF16, FX_BN_I16}, {FX_BN_FP16, FX_BN_FP16},
+                                   {FX_BN_FP16, FX_BN_F32}, {FX_BN_F32, FX_BN_FP16},
+                                   {FX_BN_FP16, FX_BN_BF16}, {FX_BN_BF16, FX_BN_FP16},
+                                   {FX_BN_I16, FX_BN_FP16},  {FX_BN_FP16, FX_BN_I16}};
     for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
         const int uses_i16 = pairs[pi][0] == FX_BN_I16 || pairs[pi][1] == FX_BN_I16;
         const int nexp = uses_i16 ? (int)(sizeof mant_exps / sizeof *mant_exps) : 1;

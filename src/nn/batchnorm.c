@@ -202,7 +202,8 @@ const fx_bn_kernels fx_bn_kernels_portable = {
     NULL, /* fp16/bf16 outputs go through an fp32 row: the definition's route */
     NULL,
     NULL, /* FLEX16_5/DFP16 outputs likewise: the row, then quant_f32 */
-    NULL};
+    NULL,
+    0}; /* fp16 through the copy: fx_bn_at widens it element by element */
 
 /* Test switches (fx_bn_relu_set_enabled, fx_bn_set_in_place) and the fused calls' count: read
  * by every call, so relaxed atomics. */
@@ -219,14 +220,15 @@ void fx_bn_set_in_place(int on)
 }
 static int nn_bn_in_place(void) { return __atomic_load_n(&nn_bn_in_place_flag, __ATOMIC_RELAXED); }
 
-/* An input as a kernel source: FLEX16_5/DFP16 mantissas and bf16 patterns are read as they
- * are stored (a strided view is first gathered in its own 16-bit format) and widened by the
- * kernels themselves to the fp32 values of a copy; fp32 is read in place when contiguous;
- * anything else (fp16, strided fp32, mantissas whose 2^exp is no fp32 number, which no tensor
- * holds today: exponents stay in [-128, 127]) goes through an exact fp32 copy in sc
+/* An input as a kernel source: FLEX16_5/DFP16 mantissas and bf16 and fp16 patterns are read as
+ * they are stored (a strided view is first gathered in its own 16-bit format) and widened by
+ * the kernels themselves to the fp32 values of a copy; fp32 is read in place when contiguous;
+ * anything else (strided fp32, mantissas whose 2^exp is no fp32 number, which no tensor
+ * holds today: exponents stay in [-128, 127]; fp16 on levels that take it faster from a copy,
+ * fx_bn_kernels.fp16_in_place) goes through an exact fp32 copy in sc
  * (nn_in_f32). *copy is that copy (NULL otherwise), which an output may overwrite. */
-static int nn_bn_source(const tensor_t *t, fx_bn_src *src, float **copy, fx_scratch *sc,
-                        const char *func)
+static int nn_bn_source(const fx_bn_kernels *k, const tensor_t *t, fx_bn_src *src,
+                        float **copy, fx_scratch *sc, const char *func)
 {
     int rc;
     *copy = NULL;
@@ -243,11 +245,11 @@ static int nn_bn_source(const tensor_t *t, fx_bn_src *src, float **copy, fx_scra
             return FX_OK;
         }
     }
-    if (in_place && t->fmt == FMT_BF16) {
-        fx_operand o; /* contiguous bf16 patterns, not converted */
+    if (in_place && (t->fmt == FMT_BF16 || (t->fmt == FMT_FP16 && k->fp16_in_place))) {
+        fx_operand o; /* contiguous bf16 or fp16 patterns, not converted */
         if ((rc = fx_operand_make(t, 0, t->fmt, 0, 0, NULL, &o, sc, func))) return rc;
         src->p = o.data;
-        src->kind = FX_BN_BF16;
+        src->kind = t->fmt == FMT_BF16 ? FX_BN_BF16 : FX_BN_FP16;
         return FX_OK;
     }
     const float *v;
@@ -490,7 +492,7 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
         goto done;
     }
     const tensor_t *ins[3] = {x, gamma, beta};
-    if ((rc = nn_bn_source(x, &xs, &xcopy, &sc, func))) goto done;
+    if ((rc = nn_bn_source(nn_bn_kernels(), x, &xs, &xcopy, &sc, func))) goto done;
     if ((rc = nn_in_f32(gamma, &gv, &sc, func))) goto done;
     if ((rc = nn_in_f32(beta, &bv, &sc, func))) goto done;
     /* a shared-exponent y from mantissas: the statistics first, then y rounded straight from
@@ -667,8 +669,8 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
         goto done;
     }
     const tensor_t *ins[3] = {dy, x, gamma};
-    if ((rc = nn_bn_source(x, &xs, &xcopy, &sc, func))) goto done;
-    if ((rc = nn_bn_source(dy, &gys, &gycopy, &sc, func))) goto done;
+    if ((rc = nn_bn_source(nn_bn_kernels(), x, &xs, &xcopy, &sc, func))) goto done;
+    if ((rc = nn_bn_source(nn_bn_kernels(), dy, &gys, &gycopy, &sc, func))) goto done;
     if ((rc = nn_in_f32(gamma, &gv, &sc, func))) goto done;
     /* a shared-exponent dx from in-place sources whose exponent can be guessed (e): the sums
      * first, then dx rounded straight from the rows at e (bn_direct.h), without the fp32

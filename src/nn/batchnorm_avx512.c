@@ -79,6 +79,9 @@ static inline __attribute__((always_inline)) __m512d ld8(const fx_bn_src *x, int
         const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)x->p + i));
         return _mm512_cvtps_pd(bf16x8_to_f32(h));
     }
+    if (K == FX_BN_FP16) /* exact; a NaN reaches the double fx_bn_at gives it */
+        return _mm512_cvtps_pd(
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)x->p + i))));
     return _mm512_cvtps_pd(_mm256_loadu_ps((const float *)x->p + i));
 }
 
@@ -94,6 +97,9 @@ static inline __attribute__((always_inline)) __m512d ld8_mask(const fx_bn_src *x
         const __m128i h = _mm_maskz_loadu_epi16(live, (const uint16_t *)x->p + i);
         return _mm512_cvtps_pd(bf16x8_to_f32(h));
     }
+    if (K == FX_BN_FP16)
+        return _mm512_cvtps_pd(
+            _mm256_cvtph_ps(_mm_maskz_loadu_epi16(live, (const uint16_t *)x->p + i)));
     return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(live, (const float *)x->p + i));
 }
 
@@ -210,6 +216,7 @@ static void bn_stats_avx512(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0,
     switch (xe.kind) {
     case FX_BN_I16_EXACT: stats8_k(&xe, d, c0, nc, mean, var, FX_BN_I16_EXACT); break;
     case FX_BN_BF16: stats8_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
+    case FX_BN_FP16: stats8_k(x, d, c0, nc, mean, var, FX_BN_FP16); break;
     case FX_BN_F32: stats8_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
     default: fx_bn_kernels_portable.stats(x, d, c0, nc, mean, var); break;
     }
@@ -320,6 +327,7 @@ static void bn_var_avx512(const fx_bn_src *x, const fx_bn_dims *d, int64_t c0, i
     switch (xe.kind) {
     case FX_BN_I16_EXACT: var8_k(&xe, d, c0, nc, mean, var, FX_BN_I16_EXACT); break;
     case FX_BN_BF16: var8_k(x, d, c0, nc, mean, var, FX_BN_BF16); break;
+    case FX_BN_FP16: var8_k(x, d, c0, nc, mean, var, FX_BN_FP16); break;
     case FX_BN_F32: var8_k(x, d, c0, nc, mean, var, FX_BN_F32); break;
     default: fx_bn_kernels_portable.var(x, d, c0, nc, mean, var); break;
     }
@@ -469,6 +477,11 @@ static void bn_normalize_avx512(const fx_bn_src *x, int64_t off, float *q, int64
     }
     case FX_BN_BF16: {
         const int kind_ = FX_BN_BF16;
+        FX_BN_RUN_MODES(FX_BN_NORM_MODE);
+        break;
+    }
+    case FX_BN_FP16: {
+        const int kind_ = FX_BN_FP16;
         FX_BN_RUN_MODES(FX_BN_NORM_MODE);
         break;
     }
@@ -625,4 +638,7 @@ const fx_bn_kernels fx_bn_kernels_avx512 = {
      * backward against 1.28 / 1.78 through the row, the 64-channel one 0.43 / 0.53 against
      * 0.35 / 0.45. Its statistics cost eight-lane double and int32 operations per value where
      * quant_f32 keeps them on sixteen fp32 lanes, and the row it saves stays in L1. */
-    NULL, NULL};
+    NULL, NULL,
+    /* fp16 read in place (one vcvtph2ps per eight values): ResNet-20's batch norms 3-13 %
+     * faster forward and 9-35 % backward than through the fp32 copy (bench_bn, Zen 4) */
+    1};

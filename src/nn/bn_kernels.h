@@ -24,23 +24,47 @@ struct fx_bn_q16;
 
 /* Where a kernel reads an input tensor (row-major, element i at index i): fp32 values, or
  * 16-bit values that the kernel widens itself to exactly the fp32 values that an fp32 copy
- * (nn_in_f32: dequantisation, bf16 widening) would hold, so every sum and output is the same
- * bits as from that copy. Reading 2 bytes in place saves the copy's pass over the tensor. */
-enum { FX_BN_F32 = 0, FX_BN_I16 = 1, FX_BN_BF16 = 2 };
+ * (nn_in_f32: dequantisation, bf16 and fp16 widening) would hold, so every sum and output is
+ * the same bits as from that copy. Reading 2 bytes in place saves the copy's pass over the
+ * tensor. (3 is the SIMD levels' FX_BN_I16_EXACT, below.) */
+enum { FX_BN_F32 = 0, FX_BN_I16 = 1, FX_BN_BF16 = 2, FX_BN_FP16 = 4 };
 #define FX_BN_I16_EXP_MIN (-149) /* 2^exp from the smallest fp32 subnormal ... */
 #define FX_BN_I16_EXP_MAX 127    /* ... to the largest power of two in fp32 */
 typedef struct fx_bn_src {
     const void *p; /* element 0 */
-    int kind;      /* FX_BN_F32 (float), FX_BN_I16 (FLEX16_5/DFP16 mantissas), FX_BN_BF16 */
+    int kind;      /* FX_BN_F32 (float), FX_BN_I16 (FLEX16_5/DFP16 mantissas), FX_BN_BF16,
+                    * FX_BN_FP16 */
     double scale;  /* FX_BN_I16: 2^exp, the weight of a mantissa, an fp32 number (exp in
                     * [FX_BN_I16_EXP_MIN, FX_BN_I16_EXP_MAX]) */
 } fx_bn_src;
 
+/* An fp16 pattern's fp32 value, as fx_fp16_to_f32 widens it (exact; a NaN keeps its payload
+ * and its quiet bit, which the widening to double then sets in either case) */
+static inline float fx_bn_fp16_value(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    uint32_t bits;
+    if (e == 0) { /* zero or subnormal: m 2^-24, exact in fp32 */
+        const float f = (float)m * 0x1p-24f;
+        memcpy(&bits, &f, sizeof bits);
+        bits |= sign;
+    } else if (e == 31) {
+        bits = sign | 0x7F800000u | (m << 13);
+    } else {
+        bits = sign | ((e + 112u) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 /* Element i of a source as the double the kernels compute with: (double) of its fp32 value.
  * A mantissa's fp32 value is the dequantisation's (float)(m * 2^exp) (fx_flex_dequant_scalar),
- * which is m * 2^exp itself unless it leaves fp32's range; bf16 widens by a shift. */
+ * which is m * 2^exp itself unless it leaves fp32's range; bf16 widens by a shift, fp16 as
+ * fx_bn_fp16_value. */
 static inline double fx_bn_at(const fx_bn_src *s, int64_t i)
 {
+    if (s->kind == FX_BN_FP16) return (double)fx_bn_fp16_value(((const uint16_t *)s->p)[i]);
     if (s->kind == FX_BN_I16) return (double)(float)((double)((const int16_t *)s->p)[i] * s->scale);
     if (s->kind == FX_BN_BF16) {
         const uint32_t bits = (uint32_t)((const uint16_t *)s->p)[i] << 16;
@@ -145,6 +169,11 @@ typedef struct fx_bn_kernels {
     int (*backward_i16)(const fx_bn_src *x, const fx_bn_src *g, int64_t off, int16_t *out,
                         int64_t S, double mu, double is, double k, double mdy, double mdyx,
                         int e, struct fx_bn_q16 *acc);
+    /* Nonzero where the op should hand this level fp16 tensors as FX_BN_FP16 sources (read in
+     * place) rather than through an fp32 copy: every level's kernels take both with the same
+     * bits, and which is faster is measured per level (the passes widen a source each time
+     * they read it, the copy once). */
+    int fp16_in_place;
 } fx_bn_kernels;
 
 /* normalize_i16's and backward_i16's exponents: from e = -140, fp32's finest step (2^-149, in
@@ -250,7 +279,14 @@ extern const fx_bn_kernels fx_bn_kernels_avx512;
     X(FX_BN_BF16, FX_BN_F32)                                                                   \
     X(FX_BN_F32, FX_BN_BF16)                                                                   \
     X(I16, FX_BN_BF16)                                                                         \
-    X(FX_BN_BF16, I16)
+    X(FX_BN_BF16, I16)                                                                         \
+    X(FX_BN_FP16, FX_BN_FP16)                                                                  \
+    X(FX_BN_FP16, FX_BN_F32)                                                                   \
+    X(FX_BN_F32, FX_BN_FP16)                                                                   \
+    X(FX_BN_FP16, FX_BN_BF16)                                                                  \
+    X(FX_BN_BF16, FX_BN_FP16)                                                                  \
+    X(I16, FX_BN_FP16)                                                                         \
+    X(FX_BN_FP16, I16)
 #define FX_BN_KIND_PAIRS(X) FX_BN_KIND_PAIRS_OF(X, FX_BN_I16)
 
 
@@ -286,6 +322,7 @@ extern const fx_bn_kernels fx_bn_kernels_avx512;
         switch (xe.kind) {                                                                     \
         case FX_BN_I16_EXACT: FX_BN_NH_KIND_(FX_BN_I16_EXACT); break;                          \
         case FX_BN_BF16: FX_BN_NH_KIND_(FX_BN_BF16); break;                                    \
+        case FX_BN_FP16: FX_BN_NH_KIND_(FX_BN_FP16); break;                                    \
         case FX_BN_F32: FX_BN_NH_KIND_(FX_BN_F32); break;                                      \
         default: return 0;                                                                     \
         }                                                                                      \
