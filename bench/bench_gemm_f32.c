@@ -104,12 +104,17 @@ int main(int argc, char **argv)
 {
     const char *defaults[3] = {"256", "1024", "2048"};
     const int nshapes = argc > 1 ? argc - 1 : 3;
+    int64_t(*mnk)[3] = malloc(sizeof *mnk * (size_t)nshapes);
+    if (!mnk) {
+        fprintf(stderr, "bench_gemm_f32: out of memory\n");
+        return 1;
+    }
     for (int s = 0; s < nshapes; s++) { /* every shape checked before any is timed */
         const char *arg = argc > 1 ? argv[s + 1] : defaults[s];
-        int64_t M, N, K;
-        if (!parse_shape(arg, &M, &N, &K)) {
+        if (!parse_shape(arg, &mnk[s][0], &mnk[s][1], &mnk[s][2])) {
             fprintf(stderr, "bench_gemm_f32: shape '%s': want n or MxNxK (positive, each "
                     "operand at most 2^31 values)\n", arg);
+            free(mnk);
             return 2;
         }
     }
@@ -127,9 +132,7 @@ int main(int argc, char **argv)
     printf("%-8s %7s %18s %11s %9s %13s\n", "backend", "threads", "M x N x K", "median ms",
                "GFLOP/s", "GFLOP/cpu-s");
     for (int s = 0; s < nshapes; s++) {
-        const char *arg = argc > 1 ? argv[s + 1] : defaults[s];
-        int64_t M = 0, N = 0, K = 0;
-        (void)parse_shape(arg, &M, &N, &K); /* checked above */
+        const int64_t M = mnk[s][0], N = mnk[s][1], K = mnk[s][2];
         char name[64];
         snprintf(name, sizeof name, "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
         float *a = malloc(sizeof(float) * (size_t)(M * K));
@@ -169,5 +172,6 @@ int main(int argc, char **argv)
         free(b);
         free(y);
     }
+    free(mnk);
     return 0;
 }

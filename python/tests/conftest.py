@@ -4,6 +4,7 @@ The library comes from FLEXPOINT_LIBRARY (tools/test.sh points it at build/relea
 bundled copy, or from the installed prefix (see flexpoint/_lib.py)."""
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -42,17 +43,27 @@ def needs(*symbols: str):
 TORCH_PYTHON = "/usr/bin/python3"
 
 
-@pytest.fixture(scope="session")
-def torch_python() -> str:
-    """TORCH_PYTHON where it imports torch and numpy; skips the test otherwise (CI installs
-    python3-torch only for FLEXPOINT_BASELINE=1)."""
+@functools.lru_cache(maxsize=None)
+def _torch_python_missing() -> str:
+    """Why TORCH_PYTHON cannot run the comparisons ("" where it imports torch and numpy),
+    asked once per test run."""
     try:
         r = subprocess.run([TORCH_PYTHON, "-c", "import torch, numpy"], capture_output=True,
                            timeout=120)
     except (OSError, subprocess.TimeoutExpired):
-        pytest.skip(f"{TORCH_PYTHON} cannot run")
+        return f"{TORCH_PYTHON} cannot run"
     if r.returncode != 0:
-        pytest.skip(f"no PyTorch for {TORCH_PYTHON} (apt-get install python3-torch)")
+        return f"no PyTorch for {TORCH_PYTHON} (apt-get install python3-torch)"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def torch_python() -> str:
+    """TORCH_PYTHON where it imports torch and numpy; skips the test otherwise (CI installs
+    python3-torch only for FLEXPOINT_BASELINE=1)."""
+    missing = _torch_python_missing()
+    if missing:
+        pytest.skip(missing)
     return TORCH_PYTHON
 
 

@@ -478,6 +478,7 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     int rc = FX_OK;
 
     const int64_t C = d.C, S = d.S;
+    const fx_bn_kernels *k = nn_bn_kernels();
     fx_scratch sc = {.n = 0};
     const float *gv, *bv;
     fx_bn_src xs;
@@ -492,7 +493,7 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
         goto done;
     }
     const tensor_t *ins[3] = {x, gamma, beta};
-    if ((rc = nn_bn_source(nn_bn_kernels(), x, &xs, &xcopy, &sc, func))) goto done;
+    if ((rc = nn_bn_source(k, x, &xs, &xcopy, &sc, func))) goto done;
     if ((rc = nn_in_f32(gamma, &gv, &sc, func))) goto done;
     if ((rc = nn_in_f32(beta, &bv, &sc, func))) goto done;
     /* a shared-exponent y from mantissas: the statistics first, then y rounded straight from
@@ -514,7 +515,6 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     const int nt = nn_bn_threads(&d);
     (void)nt;
     const int odd = y->fmt != FMT_FP32;
-    const fx_bn_kernels *k = nn_bn_kernels();
     const int64_t gsz = fx_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
     /* y may overwrite a private copy of x: channel c's statistics are taken before its
      * elements are normalised, and each element only reads its own x */
@@ -659,6 +659,7 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
 
     const int64_t C = d.C, S = d.S;
     const double M = (double)d.M;
+    const fx_bn_kernels *kn = nn_bn_kernels();
     fx_scratch sc = {.n = 0};
     const float *gv;
     fx_bn_src xs, gys;
@@ -669,8 +670,8 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
         goto done;
     }
     const tensor_t *ins[3] = {dy, x, gamma};
-    if ((rc = nn_bn_source(nn_bn_kernels(), x, &xs, &xcopy, &sc, func))) goto done;
-    if ((rc = nn_bn_source(nn_bn_kernels(), dy, &gys, &gycopy, &sc, func))) goto done;
+    if ((rc = nn_bn_source(kn, x, &xs, &xcopy, &sc, func))) goto done;
+    if ((rc = nn_bn_source(kn, dy, &gys, &gycopy, &sc, func))) goto done;
     if ((rc = nn_in_f32(gamma, &gv, &sc, func))) goto done;
     /* a shared-exponent dx from in-place sources whose exponent can be guessed (e): the sums
      * first, then dx rounded straight from the rows at e (bn_direct.h), without the fp32
@@ -687,7 +688,6 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
     (void)nt;
     const int odd = dx->fmt != FMT_FP32;
     const fmt_t gf = dgamma ? dgamma->fmt : FMT_FP32, bf = dbeta ? dbeta->fmt : FMT_FP32;
-    const fx_bn_kernels *kn = nn_bn_kernels();
     const int64_t gsz = fx_bn_group_size(C, nt), ngroups = (C + gsz - 1) / gsz;
     /* dx may overwrite a private copy of dy: channel c's sums are taken before its dx, and
      * each element only reads its own dy and x */

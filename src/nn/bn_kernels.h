@@ -11,6 +11,7 @@
 #ifndef FX_BN_KERNELS_H
 #define FX_BN_KERNELS_H
 
+#include "../core/backend.h" /* fx_fp16_to_f32 */
 #include "../core/prefetch.h"
 #include "../gpu/gpu_nn_math.h" /* fx_bn_dims */
 
@@ -38,33 +39,14 @@ typedef struct fx_bn_src {
                     * [FX_BN_I16_EXP_MIN, FX_BN_I16_EXP_MAX]) */
 } fx_bn_src;
 
-/* An fp16 pattern's fp32 value, as fx_fp16_to_f32 widens it (exact; a NaN keeps its payload
- * and its quiet bit, which the widening to double then sets in either case) */
-static inline float fx_bn_fp16_value(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-    uint32_t bits;
-    if (e == 0) { /* zero or subnormal: m 2^-24, exact in fp32 */
-        const float f = (float)m * 0x1p-24f;
-        memcpy(&bits, &f, sizeof bits);
-        bits |= sign;
-    } else if (e == 31) {
-        bits = sign | 0x7F800000u | (m << 13);
-    } else {
-        bits = sign | ((e + 112u) << 23) | (m << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 /* Element i of a source as the double the kernels compute with: (double) of its fp32 value.
  * A mantissa's fp32 value is the dequantisation's (float)(m * 2^exp) (fx_flex_dequant_scalar),
- * which is m * 2^exp itself unless it leaves fp32's range; bf16 widens by a shift, fp16 as
- * fx_bn_fp16_value. */
+ * which is m * 2^exp itself unless it leaves fp32's range; bf16 widens by a shift, fp16 by its
+ * definition (fx_fp16_to_f32: exact; a signalling NaN stays one in fp32, and the widening to
+ * double quiets it as the SIMD levels' conversion does). */
 static inline double fx_bn_at(const fx_bn_src *s, int64_t i)
 {
-    if (s->kind == FX_BN_FP16) return (double)fx_bn_fp16_value(((const uint16_t *)s->p)[i]);
+    if (s->kind == FX_BN_FP16) return (double)fx_fp16_to_f32(((const uint16_t *)s->p)[i]);
     if (s->kind == FX_BN_I16) return (double)(float)((double)((const int16_t *)s->p)[i] * s->scale);
     if (s->kind == FX_BN_BF16) {
         const uint32_t bits = (uint32_t)((const uint16_t *)s->p)[i] << 16;
