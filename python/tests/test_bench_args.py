@@ -1,0 +1,47 @@
+"""The C benchmarks refuse malformed settings before they time anything: status 2, a message
+naming the setting, nothing on stdout past the header. They are found beside the library the
+tests load (FLEXPOINT_LIBRARY's build folder, bench/); the tests skip where that build has
+none."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import REPO
+
+
+def bench_dir() -> str:
+    lib = os.environ.get("FLEXPOINT_LIBRARY", "")
+    build = os.path.dirname(lib) if lib.endswith(".so") else lib
+    return os.path.join(build or os.path.join(REPO, "build", "release"), "bench")
+
+
+def run_bench(name: str, args, env_extra) -> subprocess.CompletedProcess:
+    path = os.path.join(bench_dir(), name)
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"{path} not built")
+    return subprocess.run([path, *args], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, **env_extra))
+
+
+@pytest.mark.parametrize("shape", ["12x0x3", "abc", "12x", "4x4x4x4", "99999999999x9x9",
+                                   "70000x70000x1"])
+def test_gemm_f32_bad_shape(shape):
+    r = run_bench("bench_gemm_f32", ["64", shape], {"BENCH_BACKENDS": "none"})
+    assert r.returncode == 2, (shape, r.stdout, r.stderr)
+    assert f"shape '{shape}'" in r.stderr
+    assert "GFLOP" not in r.stdout  # refused before the table starts
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"BENCH_OUTPUTS": "disposable"}, "BENCH_OUTPUTS=disposable"),
+    ({"BENCH_LAYER": "16,8,16"}, "BENCH_LAYER='16,8,16'"),
+    ({"BENCH_LAYER": "16,8,16,3,4"}, "BENCH_LAYER='16,8,16,3,4'"),
+])
+def test_conv_bad_setting(env, message):
+    r = run_bench("bench_conv", ["1", "1", "fp32"], env)
+    assert r.returncode == 2, (env, r.stdout, r.stderr)
+    assert message in r.stderr
+    assert r.stdout == ""
