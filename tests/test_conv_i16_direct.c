@@ -898,6 +898,68 @@ static void check_copy(uint64_t seed)
           cases, bad_words, bad_norms, overruns);
 }
 
+/* The AVX512_VNNI row norms (fx_i16_row_segment_norms_avx512, from an image's pair planes)
+ * against the portable copy's: every channel count with partial and several segments, rows
+ * across the blocks of eight and widths across the vectors' 16 pixels, on full-range data, on
+ * -32768 everywhere (a segment's squares 2^33), on values whose segment sums straddle the
+ * saturating lanes' 2^31 - 1 (the exact re-sum), and on small values; nothing written past
+ * Hp G norms. */
+static void check_row_segment_norms_avx512(uint64_t seed)
+{
+    static const int64_t cs[] = {1, 2, 7, 8, 9, 16, 17, 32, 33, 64};
+    static const int64_t hw[][2] = {{1, 1}, {3, 17}, {8, 16}, {9, 15}, {17, 33}, {34, 34}};
+    enum { GUARD = 16 };
+    const uint32_t canary = 0xA5A5A5A5u;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    long bad = 0, overruns = 0, cases = 0, saturating = 0;
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (size_t hi = 0; hi < sizeof hw / sizeof hw[0]; hi++)
+            for (int kind = 0; kind < 4; kind++) {
+                const int64_t C = cs[ci], Hp = hw[hi][0], Wp = hw[hi][1], HW = Hp * Wp;
+                const int64_t Cp = (C + 1) / 2, Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
+                const fx_conv_geom g = {.N = 1, .C = C, .H = Hp, .W = Wp, .O = 16, .KH = 1,
+                                        .KW = 1, .OH = Hp, .OW = Wp, .sh = 1, .sw = 1,
+                                        .ph = 0, .pw = 0, .dh = 1, .dw = 1};
+                int16_t *x = malloc(sizeof(int16_t) * (size_t)(C * HW));
+                for (int64_t i = 0; i < C * HW; i++)
+                    x[i] = kind == 0   ? (int16_t)test_rng_range(&r, -32768, 32767)
+                           : kind == 1 ? (int16_t)-32768
+                           : kind == 2 ? (int16_t)((test_rng_range(&r, 0, 1) ? 1 : -1) *
+                                                   test_rng_range(&r, 16000, 16800))
+                                       : (int16_t)test_rng_range(&r, -300, 300);
+                uint32_t *planes = malloc(sizeof(uint32_t) * (size_t)(Cp * HW));
+                for (int64_t cp = 0; cp < Cp; cp++)
+                    for (int64_t q = 0; q < HW; q++)
+                        planes[cp * HW + q] =
+                            (uint16_t)x[2 * cp * HW + q] |
+                            (2 * cp + 1 < C ? (uint32_t)(uint16_t)x[(2 * cp + 1) * HW + q] << 16
+                                            : 0u);
+                uint32_t *xq = malloc(sizeof(uint32_t) * (size_t)(HW * Cpp));
+                uint32_t *want = malloc(sizeof(uint32_t) * (size_t)(Hp * G));
+                uint32_t *got = malloc(sizeof(uint32_t) * (size_t)(Hp * G + GUARD));
+                fx_i16_fwd_copy_image(&g, x, xq, want);
+                for (int64_t i = 0; i < Hp * G + GUARD; i++) got[i] = canary;
+                fx_i16_row_segment_norms_avx512(planes, Cp, G, Hp, Wp, got);
+                for (int64_t i = 0; i < Hp * G; i++) {
+                    bad += got[i] != want[i];
+                    saturating += (int64_t)want[i] * want[i] >= ((int64_t)1 << 31);
+                }
+                for (int64_t i = Hp * G; i < Hp * G + GUARD; i++) overruns += got[i] != canary;
+                cases++;
+                free(x);
+                free(planes);
+                free(xq);
+                free(want);
+                free(got);
+            }
+    CHECK(bad == 0 && overruns == 0,
+          "AVX-512 row norms of %ld images: %ld differ from the portable copy's, %ld written "
+          "past the norms",
+          cases, bad, overruns);
+    CHECK(saturating > 0, "no row norm reached the saturating lanes' range (the data should)");
+}
+
 /* tensor_conv2d_backward_weight at a stride with the direct route on and off (the patch GEMM):
  * the same mantissas and exponent, at 1 and 2 threads, in FLEX16_5 and DFP16; the route ran
  * where the level's kernel takes the stride and the taps reach every input pixel (not for a
@@ -1295,7 +1357,10 @@ int main(void)
     if (avx2 && avx2->available) check_fold_schedules4(seed++);
     if (avx2 && avx2->available) check_wgrad_schedules4(seed++);
     const fx_backend *avx512 = fx_backend_get(FX_BACKEND_AVX512);
-    if (avx512 && avx512->available && avx512->conv.i16_fwd) check_fold_schedules8(seed++);
+    if (avx512 && avx512->available && avx512->conv.i16_fwd) {
+        check_fold_schedules8(seed++);
+        check_row_segment_norms_avx512(seed++);
+    }
     check_sched_span();
     /* the portable row norms, the definition the levels' follow */
     g_row_norms = fx_i16_row_norms_portable;

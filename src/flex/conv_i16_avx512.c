@@ -45,35 +45,83 @@
 #define SEG_PAIRS FX_I16_SEG_PAIRS
 #define SEG_CH FX_I16_SEG_CH
 
+/* The exact largest sum of squares of a pixel's pairs [cp0, cp1) over padded row ih of one
+ * image's pair planes: vpmaddwd gives a pair's x0^2 + x1^2 <= 2^31, exact as an unsigned lane,
+ * widened to 64 bits before the pairs are added (a segment's four reach 2^33); masked-off
+ * pixels load as zeros, which raise no maximum. */
+static uint64_t row_squares_max_exact(const uint32_t *planes, int64_t HW, int64_t Wp, int64_t ih,
+                                      int64_t cp0, int64_t cp1)
+{
+    __m512i mx = _mm512_setzero_si512();
+    for (int64_t iw = 0; iw < Wp; iw += 16) {
+        const int np = Wp - iw < 16 ? (int)(Wp - iw) : 16;
+        const __mmask16 pm = (__mmask16)((1u << np) - 1);
+        const uint32_t *px = planes + ih * Wp + iw;
+        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        for (int64_t cp = cp0; cp < cp1; cp++) {
+            const __m512i v = _mm512_maskz_loadu_epi32(pm, px + cp * HW);
+            const __m512i q = _mm512_madd_epi16(v, v);
+            lo = _mm512_add_epi64(lo, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(q)));
+            hi = _mm512_add_epi64(hi, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(q, 1)));
+        }
+        mx = _mm512_max_epu64(mx, _mm512_max_epu64(lo, hi));
+    }
+    return _mm512_reduce_max_epu64(mx);
+}
+
+/* fx_ceil_sqrt of eight sums of squares (each below 2^34) in double lanes, the same steps:
+ * the correctly rounded root truncated, plus one where its square is below the sum (r < 2^17,
+ * so r^2 and the sums are exact doubles). As a scalar loop, the root's latency chain per
+ * (row, segment) was about a fifth of the chunk copy (ResNet-20's 32-channel layer, Zen 4). */
+static inline __m256i ceil_sqrt8(__m512i sq)
+{
+    const __m512d x = _mm512_cvtepu64_pd(sq);
+    const __m512i r = _mm512_cvttpd_epi64(_mm512_sqrt_pd(x));
+    const __m512d rd = _mm512_cvtepi64_pd(r);
+    const __mmask8 up = _mm512_cmp_pd_mask(_mm512_mul_pd(rd, rd), x, _CMP_LT_OQ);
+    return _mm512_cvtepi64_epi32(_mm512_mask_add_epi64(r, up, r, _mm512_set1_epi64(1)));
+}
+
 /* rn[ih G + s] = ceil(sqrt(the largest sum of squares of a pixel's channels [SEG_CH s,
- * SEG_CH (s + 1)) in padded row ih)) from one image's pair planes (Hp rows of Wp pixels);
- * vpmaddwd gives a pair's x0^2 + x1^2 <= 2^31, exact as an unsigned lane, and masked-off
- * pixels load as zeros, which raise no maximum. Row by row with the maximum in a register:
- * storing every pixel's sum and scanning each row for its maximum in scalar code took about
- * 40 % of the chunk's copy (ResNet-20's 16-channel forward pass, one thread, Zen 5). */
-static void row_segment_norms(const uint32_t *planes, int64_t Cp, int64_t G, int64_t Hp,
-                              int64_t Wp, uint32_t *rn)
+ * SEG_CH (s + 1)) in padded row ih)) from one image's pair planes (Hp rows of Wp pixels): the
+ * norms of fx_i16_fwd_copy_image. A segment's pairs are summed by the saturating vpdpwssds in
+ * one int32 lane per pixel (two operations a pair, where widening each pair's squares to 64
+ * bits took six); a row whose maximum saturates (a pixel's eight channels with squares of
+ * 2^31 - 1 or more: near full scale) is summed again exactly. Row by row with the maximum in
+ * a register: storing every pixel's sum and scanning each row for its maximum in scalar code
+ * took about 40 % of the chunk's copy (ResNet-20's 16-channel forward pass, one thread, Zen
+ * 5). */
+void fx_i16_row_segment_norms_avx512(const uint32_t *planes, int64_t Cp, int64_t G, int64_t Hp,
+                                     int64_t Wp, uint32_t *rn)
 {
     const int64_t HW = Hp * Wp;
     for (int64_t s = 0; s < G; s++) {
-        const int64_t cp1 = SEG_PAIRS * (s + 1) < Cp ? SEG_PAIRS * (s + 1) : Cp;
-        for (int64_t ih = 0; ih < Hp; ih++) {
-            __m512i mx = _mm512_setzero_si512();
-            for (int64_t iw = 0; iw < Wp; iw += 16) {
-                const int np = Wp - iw < 16 ? (int)(Wp - iw) : 16;
-                const __mmask16 pm = (__mmask16)((1u << np) - 1);
-                const uint32_t *px = planes + ih * Wp + iw;
-                __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-                for (int64_t cp = SEG_PAIRS * s; cp < cp1; cp++) {
-                    const __m512i v = _mm512_maskz_loadu_epi32(pm, px + cp * HW);
-                    const __m512i q = _mm512_madd_epi16(v, v);
-                    lo = _mm512_add_epi64(lo, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(q)));
-                    hi = _mm512_add_epi64(hi,
-                                          _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(q, 1)));
+        const int64_t cp0 = SEG_PAIRS * s, cp1 = SEG_PAIRS * (s + 1) < Cp ? SEG_PAIRS * (s + 1) : Cp;
+        for (int64_t ih0 = 0; ih0 < Hp; ih0 += 8) {
+            uint64_t sq[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            const int nr = Hp - ih0 < 8 ? (int)(Hp - ih0) : 8;
+            for (int r = 0; r < nr; r++) {
+                const int64_t ih = ih0 + r;
+                __m512i mx = _mm512_setzero_si512();
+                for (int64_t iw = 0; iw < Wp; iw += 16) {
+                    const int np = Wp - iw < 16 ? (int)(Wp - iw) : 16;
+                    const __mmask16 pm = (__mmask16)((1u << np) - 1);
+                    const uint32_t *px = planes + ih * Wp + iw;
+                    __m512i acc = _mm512_setzero_si512();
+                    for (int64_t cp = cp0; cp < cp1; cp++) {
+                        const __m512i v = _mm512_maskz_loadu_epi32(pm, px + cp * HW);
+                        acc = _mm512_dpwssds_epi32(acc, v, v);
+                    }
+                    mx = _mm512_max_epi32(mx, acc);
                 }
-                mx = _mm512_max_epu64(mx, _mm512_max_epu64(lo, hi));
+                const int32_t m = _mm512_reduce_max_epi32(mx);
+                sq[r] = m == INT32_MAX ? row_squares_max_exact(planes, HW, Wp, ih, cp0, cp1)
+                                       : (uint64_t)m;
             }
-            rn[ih * G + s] = (uint32_t)fx_ceil_sqrt((int64_t)_mm512_reduce_max_epu64(mx));
+            uint32_t out[8];
+            _mm256_storeu_si256((__m256i *)(void *)out,
+                                ceil_sqrt8(_mm512_loadu_si512((const void *)sq)));
+            for (int r = 0; r < nr; r++) rn[(ih0 + r) * G + s] = out[r];
         }
     }
 }
@@ -409,7 +457,7 @@ static void fwd_chunk_copy(const struct fx_conv_geom *g, const int16_t *xp, int6
     for (int64_t n = 0; n < nbc; n++) {
         fx_pair_planes_padded_avx512(xb16 + n * C * g->H * g->W, C, g->H, g->W, g->ph, g->pw,
                                      zeros, tmp);
-        row_segment_norms(tmp, Cp, G, Hp, Wp, rn + n * Hp * G);
+        fx_i16_row_segment_norms_avx512(tmp, Cp, G, Hp, Wp, rn + n * Hp * G);
         fx_pair_planes_transpose_avx512(tmp, Cpp, HW, Cpp, xq + n * HW * Cpp);
     }
     memset(xq + nbc * HW * Cpp, 0, sizeof(uint32_t) * (size_t)slack);

@@ -55,6 +55,12 @@ void fx_i16_fold_schedules4_avx2(const uint32_t *rn, const int32_t base[4], cons
 void fx_i16_fold_schedules8_avx512(const uint32_t *rn, const int32_t base[8], const uint32_t *wm,
                                    int64_t KK, int64_t KW, int64_t G, uint8_t *fold);
 
+/* The row norms of fx_i16_fwd_copy_image (rn[ih G + s], the same values) on AVX512_VNNI from
+ * one image's pair planes: Cp planes of Hp x Wp words, (x[2cp], x[2cp + 1]) per pixel, zeros in
+ * the padding (conv_i16_avx512.c; call only where that level runs). */
+void fx_i16_row_segment_norms_avx512(const uint32_t *planes, int64_t Cp, int64_t G, int64_t Hp,
+                                     int64_t Wp, uint32_t *rn);
+
 /* Whether a chunk can be taken: no segment alone may leave int32, i.e. for every segment s
  * the largest row norm rn[i G + s] (i < nrows) times the largest weight norm wn[j G + s]
  * (j < nwrows) stays within FX_I16_CHAIN_LIMIT. Counts the call or the decline (the
