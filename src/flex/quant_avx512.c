@@ -126,15 +126,18 @@ static int fx_quant_f32_fast(const float *src, int16_t *dst, int64_t n, int e, f
         if (dst) _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, m);
     }
     if (k.bad) return 0;
-    /* the largest |m|: the largest |x| rounded by the definition */
+    /* the largest |m|: the largest |x| rounded by the vector steps' own scalef and conversion
+     * in one lane (the bits of the definition, which the vectors reproduce; a call of the
+     * scalar definition here was about 0.6 % of a flex16_5 ResNet-20 step, batch norm calling
+     * this once per row) */
     const float mx = _mm512_reduce_max_ps(k.max_in);
-    fx_qstats one;
-    fx_flex_quant_f32_scalar(&mx, NULL, 1, e, NULL, 0, &one);
+    const __m128 mq = _mm_scalef_round_ss(_mm_set_ss(mx), _mm_set_ss((float)-e),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     st->saturated = 0;
     st->nonfinite = 0;
     st->underflow = k.nuf;
     st->max_abs_in = (double)mx;
-    st->max_abs_out = one.max_abs_out;
+    st->max_abs_out = _mm_cvt_roundss_si32(mq, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     return 1;
 }
 
