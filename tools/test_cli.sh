@@ -51,8 +51,12 @@ grep -q '"optimizer": "adamw", "adam_betas": \[0.80000000000000004, 0.9899999999
   "$T/adamw/run.json" || { echo "FAIL: run.json lacks the recipe:"; cat "$T/adamw/run.json"; fail=1; }
 awk -F, '$1 == "fp16" && $10 != 1024 { bad = 1 } END { exit bad }' "$T/adamw/epochs.csv" ||
   { echo "FAIL: the static scale moved:"; cat "$T/adamw/epochs.csv"; fail=1; }
-check "--profile" 0 "profile of dfp16" "$BIN" --data synthetic --synthetic-n 200 --model cnn \
-  --epochs 1 --batch 50 --formats dfp16 --profile --out "$T/prof"
+# four steps: the first one (every buffer's first touch) is left out of the profile
+check "--profile" 0 "profile of dfp16: 3 steps after a first one left out" "$BIN" --data synthetic \
+  --synthetic-n 200 --model cnn --epochs 1 --batch 50 --formats dfp16 --profile --out "$T/prof"
+# a run of one step keeps it
+check "--profile of one step" 0 "profile of dfp16: 1 steps, " "$BIN" --data synthetic \
+  --synthetic-n 50 --model cnn --epochs 1 --batch 50 --formats dfp16 --profile --out "$T/prof1"
 # one row per layer of the CNN (9), then the four phases
 [ "$(wc -l < "$T/prof/profile_dfp16.csv")" = "15" ] && grep -q "^conv2,conv," "$T/prof/profile_dfp16.csv" &&
   head -1 "$T/prof/profile_dfp16.csv" | grep -q ",conversion_share,rounding_share,autoflex_share$" ||
