@@ -167,6 +167,12 @@ typedef struct fx_storage {
     bool disposable;
 } fx_storage;
 
+/* tensor_set_exp_window for a tensor whose storage holds only zeros, as tensor_new leaves it
+ * (the caller vouches for that): the same window, exponent and state, without reading the
+ * mantissas (no rescale is needed, as zero is zero at any exponent). The trainer places its
+ * new tensors this way. */
+FX_INTERNAL int fx_tensor_set_window_fresh(tensor_t *t, int lo);
+
 /* Mark t's storage (shared by its views) as fx_storage.disposable. */
 FX_INTERNAL void fx_tensor_set_disposable(tensor_t *t);
 

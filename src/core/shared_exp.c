@@ -80,29 +80,46 @@ int tensor_set_exp(tensor_t *t, int e)
     return FX_OK;
 }
 
-int tensor_set_exp_window(tensor_t *t, int lo)
+/* tensor_set_exp_window, with the mantissas rescaled (rescale) or, for a storage that holds only
+ * zeros, left as they are: zero at any exponent, nothing saturates, the same state. */
+static int fx_set_exp_window(tensor_t *t, int lo, int rescale, const char *func)
 {
     if (!t) return FX_FAIL(FX_EINVAL, "tensor is NULL");
     if (t->fmt != FMT_FLEX16_5)
-        return FX_FAIL(FX_EFORMAT, "only flex16_5 tensors have a settable window (got %s)",
-                       fmt_name(t->fmt));
+        return fx_error(FX_EFORMAT, func, "only flex16_5 tensors have a settable window (got %s)",
+                        fmt_name(t->fmt));
     if (lo < FX_DFP_EXP_MIN || lo + FX_FLEX_WINDOW - 1 > FX_DFP_EXP_MAX)
-        return FX_FAIL(FX_ERANGE, "window start %d is outside [%d, %d]", lo, FX_DFP_EXP_MIN,
-                       FX_DFP_EXP_MAX - FX_FLEX_WINDOW + 1);
+        return fx_error(FX_ERANGE, func, "window start %d is outside [%d, %d]", lo,
+                        FX_DFP_EXP_MIN, FX_DFP_EXP_MAX - FX_FLEX_WINDOW + 1);
     fx_storage *st = t->st;
-    int rc = fx_storage_settle(st, __func__);
+    int rc = fx_storage_settle(st, func);
     if (rc) return rc;
     /* rescale first: a failure (on a device) leaves the window and the exponent as they were */
     const int e = fx_clamp_exp(st->exp, lo, lo + FX_FLEX_WINDOW - 1, NULL);
     if (e != st->exp) {
         int64_t sat = 0;
-        if ((rc = fx_rescale(st, st->exp, e, &sat, __func__))) return rc;
+        if (rescale && (rc = fx_rescale(st, st->exp, e, &sat, func))) return rc;
         st->last.saturated = sat;
         st->exp = e;
     }
     st->win_lo = lo;
     st->win_hi = lo + FX_FLEX_WINDOW - 1;
     return FX_OK;
+}
+
+int tensor_set_exp_window(tensor_t *t, int lo)
+{
+    return fx_set_exp_window(t, lo, 1, __func__);
+}
+
+/* Documented in internal.h. Why: the rescale's scan reads every page of a new tensor, which
+ * maps each one to the kernel's shared zero page, and the first write then faults on every
+ * page again to copy it, with a TLB shootdown of the other threads' cores: in the first
+ * training step of a flex16_5 ResNet-20 (every activation and gradient fresh) that doubled
+ * the step's page faults. */
+int fx_tensor_set_window_fresh(tensor_t *t, int lo)
+{
+    return fx_set_exp_window(t, lo, 0, "tensor_set_exp_window");
 }
 
 int tensor_exp_window(const tensor_t *t, int *lo, int *hi)

@@ -415,7 +415,8 @@ static int fx_build_def_layers(fx_model *m, const fx_model_def *d)
 int fx_model_flex_setup(const fx_train_config *cfg, tensor_t *t, int window_lo)
 {
     if (tensor_fmt(t) != FMT_FLEX16_5) return FX_OK;
-    int rc = tensor_set_exp_window(t, window_lo);
+    /* t is new (fx_place_host_tensor): zeros, placed without reading them */
+    int rc = fx_tensor_set_window_fresh(t, window_lo);
     if (!rc) rc = tensor_set_autoflex(t, cfg->autoflex);
     return rc;
 }

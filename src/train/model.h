@@ -235,7 +235,8 @@ int fx_model_uses(const fx_model *m, int f);
  * device's asynchronous work is charged to the layer that launched it). */
 double fx_model_clock(const fx_model *m);
 
-/* Set a FLEX16_5 tensor's window and preset per the config (no-op for other formats). */
+/* Set a new FLEX16_5 tensor's window and preset per the config (no-op for other formats); t
+ * must hold only zeros, as tensor_new leaves it (fx_tensor_set_window_fresh). */
 int fx_model_flex_setup(const fx_train_config *cfg, tensor_t *t, int window_lo);
 
 #endif
