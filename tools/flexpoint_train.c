@@ -806,7 +806,8 @@ static int run_one(const options *o, const run_spec *rs, const fx_dataset *train
     }
     if (o->profile && !status && !*fatal && g_rank == 0) {
         snprintf(file, sizeof file, "profile_%s.csv", safe);
-        if (join_path(path, sizeof path, o->out, file) || write_profile(t, rs, path, o->quiet, warmed))
+        if (join_path(path, sizeof path, o->out, file) ||
+            write_profile(t, rs, path, o->quiet, warmed))
             rc = -1;
         fx_train_profile pr;
         snprintf(file, sizeof file, "gemm_i16_%s.csv", safe);

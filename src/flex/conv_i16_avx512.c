@@ -69,19 +69,6 @@ static uint64_t row_squares_max_exact(const uint32_t *planes, int64_t HW, int64_
     return _mm512_reduce_max_epu64(mx);
 }
 
-/* fx_ceil_sqrt of eight sums of squares (each below 2^34) in double lanes, the same steps:
- * the correctly rounded root truncated, plus one where its square is below the sum (r < 2^17,
- * so r^2 and the sums are exact doubles). As a scalar loop, the root's latency chain per
- * (row, segment) was about a fifth of the chunk copy (ResNet-20's 32-channel layer, Zen 4). */
-static inline __m256i ceil_sqrt8(__m512i sq)
-{
-    const __m512d x = _mm512_cvtepu64_pd(sq);
-    const __m512i r = _mm512_cvttpd_epi64(_mm512_sqrt_pd(x));
-    const __m512d rd = _mm512_cvtepi64_pd(r);
-    const __mmask8 up = _mm512_cmp_pd_mask(_mm512_mul_pd(rd, rd), x, _CMP_LT_OQ);
-    return _mm512_cvtepi64_epi32(_mm512_mask_add_epi64(r, up, r, _mm512_set1_epi64(1)));
-}
-
 /* rn[ih G + s] = ceil(sqrt(the largest sum of squares of a pixel's channels [SEG_CH s,
  * SEG_CH (s + 1)) in padded row ih)) from one image's pair planes (Hp rows of Wp pixels): the
  * norms of fx_i16_fwd_copy_image. A segment's pairs are summed by the saturating vpdpwssds in
@@ -96,7 +83,8 @@ void fx_i16_row_segment_norms_avx512(const uint32_t *planes, int64_t Cp, int64_t
 {
     const int64_t HW = Hp * Wp;
     for (int64_t s = 0; s < G; s++) {
-        const int64_t cp0 = SEG_PAIRS * s, cp1 = SEG_PAIRS * (s + 1) < Cp ? SEG_PAIRS * (s + 1) : Cp;
+        const int64_t cp0 = SEG_PAIRS * s;
+        const int64_t cp1 = SEG_PAIRS * (s + 1) < Cp ? SEG_PAIRS * (s + 1) : Cp;
         for (int64_t ih0 = 0; ih0 < Hp; ih0 += 8) {
             uint64_t sq[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             const int nr = Hp - ih0 < 8 ? (int)(Hp - ih0) : 8;
@@ -119,8 +107,10 @@ void fx_i16_row_segment_norms_avx512(const uint32_t *planes, int64_t Cp, int64_t
                                        : (uint64_t)m;
             }
             uint32_t out[8];
+            /* the roots in eight lanes: as a scalar loop, the root's latency chain per (row,
+             * segment) was about a fifth of the chunk copy (ResNet-20's 32-channel layer) */
             _mm256_storeu_si256((__m256i *)(void *)out,
-                                ceil_sqrt8(_mm512_loadu_si512((const void *)sq)));
+                                fx_i16_ceil_sqrt8(_mm512_loadu_si512((const void *)sq)));
             for (int r = 0; r < nr; r++) rn[(ih0 + r) * G + s] = out[r];
         }
     }

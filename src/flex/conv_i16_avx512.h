@@ -16,6 +16,15 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+/* fx_ceil_sqrt (gemm_i16.h) of eight lanes below 2^40: the correctly rounded double root,
+ * truncated, is exact there, and one comparison of its square makes it the ceiling */
+static inline __m256i fx_i16_ceil_sqrt8(__m512i x)
+{
+    const __m512i r = _mm512_cvttpd_epu64(_mm512_sqrt_pd(_mm512_cvtepu64_pd(x)));
+    const __mmask8 up = _mm512_cmplt_epu64_mask(_mm512_mullo_epi64(r, r), x);
+    return _mm512_cvtepi64_epi32(_mm512_mask_add_epi64(r, up, r, _mm512_set1_epi64(1)));
+}
+
 /* The fold of NV x MR lanes: hi (in memory, 16 int32 per vector) takes the upper bits */
 static inline __attribute__((always_inline)) void fx_i16_fold(const int MR, const int NV,
                                                               __m512i acc[][4],

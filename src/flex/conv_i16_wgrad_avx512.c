@@ -46,15 +46,6 @@ static inline __attribute__((always_inline)) __m512i row_squares(const int16_t *
                             _mm512_srli_epi64(q, 32));
 }
 
-/* ceil(sqrt(x)) of 8 lanes below 2^40, as fx_ceil_sqrt: the double root's floor is exact there,
- * and one comparison makes it the ceiling */
-static inline __m256i ceil_sqrt8(__m512i x)
-{
-    const __m512i r = _mm512_cvttpd_epu64(_mm512_sqrt_pd(_mm512_cvtepu64_pd(x)));
-    const __mmask8 up = _mm512_cmplt_epu64_mask(_mm512_mullo_epi64(r, r), x);
-    return _mm512_cvtepi64_epi32(_mm512_mask_add_epi64(r, up, r, _mm512_set1_epi64(1)));
-}
-
 /* Row k's sum of squares as lane parts u[k], k < 8, for rows of len values from p. */
 static inline __attribute__((always_inline)) void rows8_squares(const int16_t *p, int64_t len,
                                                                 __m512i u[8])
@@ -110,7 +101,7 @@ void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out
         /* round 3 likewise: lane k holds row k */
         const __m512i sums = _mm512_add_epi64(_mm512_shuffle_i64x2(w[0], w[1], 0x88),
                                               _mm512_shuffle_i64x2(w[0], w[1], 0xDD));
-        _mm256_storeu_si256((__m256i *)(void *)(out + i), ceil_sqrt8(sums));
+        _mm256_storeu_si256((__m256i *)(void *)(out + i), fx_i16_ceil_sqrt8(sums));
     }
     for (; i < rows; i++) {
         const int16_t *row = p + i * len;
