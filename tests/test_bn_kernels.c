@@ -110,14 +110,14 @@ static void check_half(const fx_bn_kernels *k, const char *what, const fx_bn_src
         for (int relu = 0; relu < 2; relu++) {
             half_ref(q, S, half, relu, want);
             for (int64_t i = 0; i <= S; i++) got[i] = 0xA5A5;
-            const int taken = k->normalize_half(nx, o, got, S, mu, a, b, half, relu);
+            const int taken = k->normalize_half(nx, o, got, S, 1, S, mu, a, b, half, relu);
             check_half_call(taken, half_takes(nx), want, got, S, what, "normalize_half", hn,
                             relu);
         }
         fx_bn_kernels_portable.backward(xf, gf, o, q, S, mu, is, kk, mdy, mdyx, 1, NULL);
         half_ref(q, S, half, 0, want);
         for (int64_t i = 0; i <= S; i++) got[i] = 0xA5A5;
-        const int taken = k->backward_half(nx, ng, o, got, S, mu, is, kk, mdy, mdyx, half);
+        const int taken = k->backward_half(nx, ng, o, got, S, 1, S, mu, is, kk, mdy, mdyx, half);
         check_half_call(taken, half_takes(nx) && half_takes(ng), want, got, S, what,
                         "backward_half", hn, 0);
     }

@@ -562,12 +562,12 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
                 cb[c] = b;
                 continue;
             }
+            if (half && k->normalize_half && /* the same bits, rounded in registers */
+                k->normalize_half(&xs, c * S, (uint16_t *)fx_tensor_base(y) + c * S, S, d.N,
+                                  C * S, mu, a, b, nn_bn_half_kind(y), relu))
+                continue;
             for (int64_t n = 0; n < d.N; n++) {
                 const int64_t o = (n * C + c) * S;
-                if (half && k->normalize_half && /* the same bits, rounded in registers */
-                    k->normalize_half(&xs, o, (uint16_t *)fx_tensor_base(y) + o, S, mu, a, b,
-                                      nn_bn_half_kind(y), relu))
-                    continue;
                 float *q = half ? hbuf + g * S : yv + o;
                 k->normalize(&xs, o, q, S, mu, a, b, odd, mx);
                 if (relu) nn_relu_f32_inplace(q, S);
@@ -724,12 +724,12 @@ int fx_nn_batchnorm_backward_host(const fx_op_args *r)
                 coef[2 * C + c] = mdyx;
                 continue;
             }
+            if (half && kn->backward_half && /* the same bits, rounded in registers */
+                kn->backward_half(&xs, &gys, c * S, (uint16_t *)fx_tensor_base(dx) + c * S, S,
+                                  d.N, C * S, mu[j], is[j], k, mdy, mdyx, nn_bn_half_kind(dx)))
+                continue;
             for (int64_t n = 0; n < d.N; n++) {
                 const int64_t o = (n * C + c) * S;
-                if (half && kn->backward_half && /* the same bits, rounded in registers */
-                    kn->backward_half(&xs, &gys, o, (uint16_t *)fx_tensor_base(dx) + o, S, mu[j],
-                                      is[j], k, mdy, mdyx, nn_bn_half_kind(dx)))
-                    continue;
                 float *q = half ? hbuf + g * S : dxv + o;
                 kn->backward(&xs, &gys, o, q, S, mu[j], is[j], k, mdy, mdyx, odd, mx);
                 if (half) half(q, (uint16_t *)fx_tensor_base(dx) + o, S);

@@ -583,7 +583,7 @@ static inline uint16_t half1(float q, const int H, const int RELU)
     return H == FX_BN_OUT_BF16 ? fx_bf16_from_bits(u) : fx_fp16_from_bits(u);
 }
 
-static inline __attribute__((always_inline)) void normalize_half_k(
+static inline __attribute__((always_inline)) void normalize_half_row(
     const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S, double mu, double a, double b,
     const int K, const int H, const int RELU)
 {
@@ -600,7 +600,15 @@ static inline __attribute__((always_inline)) void normalize_half_k(
         out[s] = half1(nn_round_f32((fx_bn_at_exact(x, off + s) - mu) * a + b, 1), H, RELU);
 }
 
-static inline __attribute__((always_inline)) void backward_half_k(
+static inline __attribute__((always_inline)) void normalize_half_k(
+    const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S, int64_t rows, int64_t stride,
+    double mu, double a, double b, const int K, const int H, const int RELU)
+{
+    for (int64_t r = 0; r < rows; r++)
+        normalize_half_row(x, off + r * stride, out + r * stride, S, mu, a, b, K, H, RELU);
+}
+
+static inline __attribute__((always_inline)) void backward_half_row(
     const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, double mu,
     double is, double k, double mdy, double mdyx, const int KX, const int KG, const int H)
 {
@@ -623,6 +631,16 @@ static inline __attribute__((always_inline)) void backward_half_k(
         out[s] = half1(nn_round_f32(k * (fx_bn_at_exact(g, off + s) - mdy - xhat * mdyx), 1), H,
                        0);
     }
+}
+
+static inline __attribute__((always_inline)) void backward_half_k(
+    const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, int64_t rows,
+    int64_t stride, double mu, double is, double k, double mdy, double mdyx, const int KX,
+    const int KG, const int H)
+{
+    for (int64_t r = 0; r < rows; r++)
+        backward_half_row(x, g, off + r * stride, out + r * stride, S, mu, is, k, mdy, mdyx, KX,
+                          KG, H);
 }
 
 FX_BN_HALF_ENTRIES(bn_normalize_half_avx2, bn_backward_half_avx2)

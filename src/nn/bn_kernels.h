@@ -124,18 +124,21 @@ typedef struct fx_bn_kernels {
      * channel with no elements). d->M must be below 2^47, so that no sum leaves int64. */
     void (*sum_range_i16)(const int16_t *m, const fx_bn_dims *d, int64_t c0, int nc,
                           int64_t *sum, int16_t *lo, int16_t *hi);
-    /* fp16/bf16 outputs written in registers: out[s] = normalize's q[s] rounded to odd, then
-     * (relu set) tensor_relu's rule, then rounded to the half format (FX_BN_OUT_FP16 or
-     * FX_BN_OUT_BF16) by its definition; the bits of normalize into an fp32 row, the ReLU on
-     * it and the bulk conversion, without the row's store and reload (on a Zen 5 that
-     * conversion alone was 6 % of a bf16 ResNet-20 step). Returns 1, or 0 for a source it
-     * declines (nothing written: the caller takes the fp32 row). NULL where a level has none. */
-    int (*normalize_half)(const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S, double mu,
-                          double a, double b, int half, int relu);
-    /* the same for backward's q (rounded to odd, no ReLU) */
+    /* fp16/bf16 outputs written in registers, for `rows` rows of S values with the same
+     * constants (one channel's rows), row r at element off + r * stride of x and at out +
+     * r * stride: out[s] = normalize's q[s] rounded to odd, then (relu set) tensor_relu's rule,
+     * then rounded to the half format (FX_BN_OUT_FP16 or FX_BN_OUT_BF16) by its definition;
+     * the bits of normalize into an fp32 row, the ReLU on it and the bulk conversion, without
+     * the row's store and reload (on a Zen 5 that conversion alone was 6 % of a bf16 ResNet-20
+     * step). out may be x itself (in place). Returns 1, or 0 for a source it declines (nothing
+     * written: the caller takes the fp32 rows). NULL where a level has none. */
+    int (*normalize_half)(const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S,
+                          int64_t rows, int64_t stride, double mu, double a, double b, int half,
+                          int relu);
+    /* the same for backward's q (rounded to odd, no ReLU); out may be x or g itself */
     int (*backward_half)(const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out,
-                         int64_t S, double mu, double is, double k, double mdy, double mdyx,
-                         int half);
+                         int64_t S, int64_t rows, int64_t stride, double mu, double is,
+                         double k, double mdy, double mdyx, int half);
     /* FLEX16_5/DFP16 outputs rounded in registers, nearest-even only: out[s] (out NULL: none
      * stored) = normalize's q[s] rounded to odd and then quantised at exponent e as the
      * level's quant_f32 quantises it, that quantisation's statistics added to *acc
@@ -273,32 +276,37 @@ extern const fx_bn_kernels fx_bn_kernels_avx512;
 
 
 /* A SIMD level's half-output entry points (fx_bn_kernels.normalize_half, backward_half) from its
- * instances, which every level names normalize_half_k(x, off, out, S, mu, a, b, K, H, RELU) and
- * backward_half_k(x, g, off, out, S, mu, is, k, mdy, mdyx, KX, KG, H), with K, KX, KG its
- * source kinds (mantissa sources as FX_BN_I16_EXACT), H the half format and RELU constants:
- * one dispatch for every level. Sources outside the instances' kinds are declined (0, nothing
- * written: the caller takes the fp32 row). */
+ * instances, which every level names normalize_half_k(x, off, out, S, rows, stride, mu, a, b,
+ * K, H, RELU) and backward_half_k(x, g, off, out, S, rows, stride, mu, is, k, mdy, mdyx, KX,
+ * KG, H), with K, KX, KG its source kinds (mantissa sources as FX_BN_I16_EXACT), H the half
+ * format and RELU constants: one dispatch for every level. Sources outside the instances'
+ * kinds are declined (0, nothing written: the caller takes the fp32 rows). */
 #define FX_BN_NH_KIND_(K)                                                                      \
     if (half == FX_BN_OUT_BF16) {                                                              \
-        if (relu) normalize_half_k(&xe, off, out, S, mu, a, b, (K), FX_BN_OUT_BF16, 1);        \
-        else normalize_half_k(&xe, off, out, S, mu, a, b, (K), FX_BN_OUT_BF16, 0);             \
+        if (relu)                                                                              \
+            normalize_half_k(&xe, off, out, S, rows, stride, mu, a, b, (K), FX_BN_OUT_BF16, 1); \
+        else                                                                                   \
+            normalize_half_k(&xe, off, out, S, rows, stride, mu, a, b, (K), FX_BN_OUT_BF16, 0); \
     } else {                                                                                   \
-        if (relu) normalize_half_k(&xe, off, out, S, mu, a, b, (K), FX_BN_OUT_FP16, 1);        \
-        else normalize_half_k(&xe, off, out, S, mu, a, b, (K), FX_BN_OUT_FP16, 0);             \
+        if (relu)                                                                              \
+            normalize_half_k(&xe, off, out, S, rows, stride, mu, a, b, (K), FX_BN_OUT_FP16, 1); \
+        else                                                                                   \
+            normalize_half_k(&xe, off, out, S, rows, stride, mu, a, b, (K), FX_BN_OUT_FP16, 0); \
     }
 #define FX_BN_BH_CASE_(KX, KG)                                                                 \
     if (xe.kind == (KX) && ge.kind == (KG)) {                                                  \
         if (half == FX_BN_OUT_BF16)                                                            \
-            backward_half_k(&xe, &ge, off, out, S, mu, is, k, mdy, mdyx, (KX), (KG),           \
-                            FX_BN_OUT_BF16);                                                   \
+            backward_half_k(&xe, &ge, off, out, S, rows, stride, mu, is, k, mdy, mdyx, (KX),  \
+                            (KG), FX_BN_OUT_BF16);                                             \
         else                                                                                   \
-            backward_half_k(&xe, &ge, off, out, S, mu, is, k, mdy, mdyx, (KX), (KG),           \
-                            FX_BN_OUT_FP16);                                                   \
+            backward_half_k(&xe, &ge, off, out, S, rows, stride, mu, is, k, mdy, mdyx, (KX),  \
+                            (KG), FX_BN_OUT_FP16);                                             \
         return 1;                                                                              \
     }
 #define FX_BN_HALF_ENTRIES(NORMALIZE_HALF, BACKWARD_HALF)                                      \
     static int NORMALIZE_HALF(const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S,      \
-                              double mu, double a, double b, int half, int relu)              \
+                              int64_t rows, int64_t stride, double mu, double a, double b,    \
+                              int half, int relu)                                             \
     {                                                                                          \
         const fx_bn_src xe = fx_bn_exact_kind(x);                                              \
         switch (xe.kind) {                                                                     \
@@ -311,8 +319,9 @@ extern const fx_bn_kernels fx_bn_kernels_avx512;
         return 1;                                                                              \
     }                                                                                          \
     static int BACKWARD_HALF(const fx_bn_src *x, const fx_bn_src *g, int64_t off,             \
-                             uint16_t *out, int64_t S, double mu, double is, double k,        \
-                             double mdy, double mdyx, int half)                               \
+                             uint16_t *out, int64_t S, int64_t rows, int64_t stride,          \
+                             double mu, double is, double k, double mdy, double mdyx,         \
+                             int half)                                                        \
     {                                                                                          \
         const fx_bn_src xe = fx_bn_exact_kind(x), ge = fx_bn_exact_kind(g);                    \
         FX_BN_KIND_PAIRS_OF(FX_BN_BH_CASE_, FX_BN_I16_EXACT)                                   \
