@@ -1,14 +1,15 @@
-/* Batch norm's fp32 route to fp16/bf16 outputs (src/nn/bn_f32_bound_avx512.h) on AVX-512: every
- * lane it accepts must hold the definition's bits, the portable kernels' fp32 row rounded to
- * odd and then to the half format (tests/test_bn_kernels.c's half_ref). The data is built to
+/* Batch norm's fp32 route to fp16/bf16 outputs (src/nn/bn_f32_bound.h) on AVX-512 and AVX2:
+ * every lane it accepts must hold the definition's bits, the portable kernels' fp32 row rounded
+ * to odd and then to the half format (tests/test_bn_kernels.c's half_ref). The data is built to
  * put the definition's double at or near a rounding midpoint of the half format, at distances
  * from 0 to 2^-10 of the value, on both sides, with sources of fp32, bf16 and fp16 values, the
  * ReLU on and off, and specials (NaN, Inf, subnormals, values near fp32's limits) and
- * constants at the edges of the route's range. The vector step is called directly, so that a
+ * constants at the edges of the route's range. The vector steps are called directly, so that a
  * wrong acceptance cannot hide behind the double route; the kernels (normalize_half,
- * backward_half) are then compared whole, on rows with tails. The route must also accept
- * nearly every lane of ordinary data, or it would be no route: at least 99 %. Needs AVX-512
- * (F, BW, VL, DQ) with FMA and F16C; skipped elsewhere. */
+ * backward_half) are then compared whole, on strided rows with tails and in place. The route
+ * must also accept nearly every lane of ordinary data, or it would be no route: at least 99 %
+ * (AVX2 accepts eight lanes or none). Needs AVX2 with FMA and F16C (skipped elsewhere); the
+ * AVX-512 part needs AVX-512 F/BW/VL/DQ. */
 #include "nn/bn_kernels.h"
 #include "core/backend.h"
 #include "testutil.h"
@@ -70,6 +71,70 @@ static int bwd_step(const float *x, const float *g, double mu, double is, double
 #elif defined(__GNUC__)
 #pragma GCC pop_options
 #endif
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+#include "nn/bn_f32_bound_avx2.h"
+
+/* the AVX2 steps, eight lanes at a time, as norm_step and bwd_step give them for sixteen */
+static int norm_step8(const float *x, double mu, double a, double b, int half, int relu,
+                      uint16_t *out)
+{
+    fx_bn_f32_norm8 c;
+    if (!fx_bn_f32_norm8_init(&c, mu, a, b, half)) return -1;
+    int ok = 0;
+    for (int v = 0; v < 2; v++) {
+        const __m256 xv = _mm256_loadu_ps(x + 8 * v);
+        __m128i h;
+        int all;
+        if (half == FX_BN_OUT_BF16)
+            all = relu ? fx_bn_f32_normalize8(&c, xv, FX_BN_OUT_BF16, 1, &h)
+                       : fx_bn_f32_normalize8(&c, xv, FX_BN_OUT_BF16, 0, &h);
+        else
+            all = relu ? fx_bn_f32_normalize8(&c, xv, FX_BN_OUT_FP16, 1, &h)
+                       : fx_bn_f32_normalize8(&c, xv, FX_BN_OUT_FP16, 0, &h);
+        _mm_storeu_si128((__m128i *)(out + 8 * v), h);
+        ok |= all ? 0xFF << (8 * v) : 0;
+    }
+    return ok;
+}
+
+static int bwd_step8(const float *x, const float *g, double mu, double is, double k, double mdy,
+                     double mdyx, int half, uint16_t *out)
+{
+    fx_bn_f32_bwd8 c;
+    if (!fx_bn_f32_bwd8_init(&c, mu, is, k, mdy, mdyx, half)) return -1;
+    int ok = 0;
+    for (int v = 0; v < 2; v++) {
+        const __m256 xv = _mm256_loadu_ps(x + 8 * v), gv = _mm256_loadu_ps(g + 8 * v);
+        __m128i h;
+        const int all = half == FX_BN_OUT_BF16
+                            ? fx_bn_f32_backward8(&c, xv, gv, FX_BN_OUT_BF16, &h)
+                            : fx_bn_f32_backward8(&c, xv, gv, FX_BN_OUT_FP16, &h);
+        _mm_storeu_si128((__m128i *)(out + 8 * v), h);
+        ok |= all ? 0xFF << (8 * v) : 0;
+    }
+    return ok;
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif
+
+/* one level's steps (AVX-512: sixteen lanes, each accepted alone; AVX2: two vectors of eight,
+ * each accepted whole) */
+typedef struct level_steps {
+    const char *name;
+    int (*norm)(const float *, double, double, double, int, int, uint16_t *);
+    int (*bwd)(const float *, const float *, double, double, double, double, double, int,
+               uint16_t *);
+} level_steps;
 
 static const char *half_name(int half) { return half == FX_BN_OUT_BF16 ? "bf16" : "fp16"; }
 
@@ -150,7 +215,8 @@ static void check_step(int ok, const uint16_t *got, const uint16_t *want, unsign
 }
 
 /* ordinary and targeted rows through the normalize step */
-static void normalize_steps(test_rng *r, int kind, tally *typical, tally *targeted)
+static void normalize_steps(const level_steps *L, test_rng *r, int kind, tally *typical,
+                            tally *targeted)
 {
     for (int row = 0; row < 6000; row++) {
         const int half = row & 1 ? FX_BN_OUT_BF16 : FX_BN_OUT_FP16, relu = (row >> 1) & 1;
@@ -178,13 +244,14 @@ static void normalize_steps(test_rng *r, int kind, tally *typical, tally *target
         fx_bn_kernels_portable.normalize(&s, 0, q, 16, mu, a, b, 1, NULL);
         uint16_t want[16], got[16];
         half_ref(q, 16, half, relu, want);
-        const int ok = norm_step(x, mu, a, b, half, relu, got);
+        const int ok = L->norm(x, mu, a, b, half, relu, got);
         check_step(ok, got, want, near, "normalize", half, relu, target ? targeted : typical);
     }
 }
 
 /* the same for the backward step, targeted through mdy */
-static void backward_steps(test_rng *r, int kind, tally *typical, tally *targeted)
+static void backward_steps(const level_steps *L, test_rng *r, int kind, tally *typical,
+                           tally *targeted)
 {
     for (int row = 0; row < 6000; row++) {
         const int half = row & 1 ? FX_BN_OUT_BF16 : FX_BN_OUT_FP16;
@@ -216,13 +283,13 @@ static void backward_steps(test_rng *r, int kind, tally *typical, tally *targete
         fx_bn_kernels_portable.backward(&xs, &gs, 0, q, 16, mu, is, k, mdy, mdyx, 1, NULL);
         uint16_t want[16], got[16];
         half_ref(q, 16, half, 0, want);
-        const int ok = bwd_step(x, g, mu, is, k, mdy, mdyx, half, got);
+        const int ok = L->bwd(x, g, mu, is, k, mdy, mdyx, half, got);
         check_step(ok, got, want, near, "backward", half, 0, target ? targeted : typical);
     }
 }
 
 /* specials among ordinary values, and constants at and past the edges of the route's range */
-static void special_steps(test_rng *r)
+static void special_steps(const level_steps *L, test_rng *r)
 {
     const float specials[] = {NAN, -NAN, INFINITY, -INFINITY, FLT_MAX, -FLT_MAX, 0x1p127f,
                               0x1p-149f, -0x1p-149f, 0x1p-126f, 0.0f, -0.0f, 65504.0f, 65520.0f,
@@ -248,12 +315,12 @@ static void special_steps(test_rng *r)
         uint16_t want[16], got[16];
         fx_bn_kernels_portable.normalize(&xs, 0, q, 16, c[0], c[1], c[2], 1, NULL);
         half_ref(q, 16, half, relu, want);
-        check_step(norm_step(x, c[0], c[1], c[2], half, relu, got), got, want, 0,
+        check_step(L->norm(x, c[0], c[1], c[2], half, relu, got), got, want, 0,
                    "normalize (specials)", half, relu, &t);
         fx_bn_kernels_portable.backward(&xs, &gs, 0, q, 16, c[0], c[1], c[2], c[3], c[4], 1,
                                         NULL);
         half_ref(q, 16, half, 0, want);
-        check_step(bwd_step(x, g, c[0], c[1], c[2], c[3], c[4], half, got), got, want, 0,
+        check_step(L->bwd(x, g, c[0], c[1], c[2], c[3], c[4], half, got), got, want, 0,
                    "backward (specials)", half, 0, &t);
     }
     CHECK(t.accepted > 0 && t.declined_rows > 0, "specials: %ld lanes accepted, %ld rows "
@@ -344,31 +411,41 @@ static void kernels_whole(test_rng *r, const fx_bn_kernels *k)
     }
 }
 
-int main(void)
+/* every check of one level */
+static void run_level(const level_steps *L, const fx_bn_kernels *k, test_rng *r)
 {
-    const fx_cpu_features *c = fx_cpu();
-    if (!(c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->fma && c->f16c))
-        return test_skip("test_bn_f32_bound", "the CPU has no AVX-512 F/BW/VL/DQ with FMA, F16C");
-    test_rng r;
-    test_rng_seed(&r, 20261205);
     for (int kind_i = 0; kind_i < 3; kind_i++) {
         const int kind = kind_i == 0 ? FX_BN_F32 : kind_i == 1 ? FX_BN_BF16 : FX_BN_FP16;
         tally typical = {0}, targeted = {0};
-        normalize_steps(&r, kind, &typical, &targeted);
-        backward_steps(&r, kind, &typical, &targeted);
+        normalize_steps(L, r, kind, &typical, &targeted);
+        backward_steps(L, r, kind, &typical, &targeted);
         CHECK(typical.declined_rows == 0 && targeted.declined_rows == 0,
-              "source kind %d: ordinary constants declined (%ld, %ld rows)", kind,
+              "%s, source kind %d: ordinary constants declined (%ld, %ld rows)", L->name, kind,
               typical.declined_rows, targeted.declined_rows);
         CHECK(typical.accepted >= 0.99 * (double)typical.lanes,
-              "source kind %d: the route accepted %ld of %ld ordinary lanes (want >= 99 %%)",
-              kind, typical.accepted, typical.lanes);
-        CHECK(targeted.accepted < targeted.lanes, "source kind %d: no targeted lane refused",
-              kind);
-        printf("source kind %d: %ld of %ld ordinary lanes accepted, %ld of %ld with one lane "
+              "%s, source kind %d: the route accepted %ld of %ld ordinary lanes (want >= 99 %%)",
+              L->name, kind, typical.accepted, typical.lanes);
+        CHECK(targeted.accepted < targeted.lanes, "%s, source kind %d: no targeted lane refused",
+              L->name, kind);
+        printf("%s, source kind %d: %ld of %ld ordinary lanes accepted, %ld of %ld with one lane "
                "placed near a midpoint\n",
-               kind, typical.accepted, typical.lanes, targeted.accepted, targeted.lanes);
+               L->name, kind, typical.accepted, typical.lanes, targeted.accepted, targeted.lanes);
     }
-    special_steps(&r);
-    kernels_whole(&r, &fx_bn_kernels_avx512);
+    special_steps(L, r);
+    kernels_whole(r, k);
+}
+
+int main(void)
+{
+    const fx_cpu_features *c = fx_cpu();
+    const int avx2 = c->avx2 && c->fma && c->f16c;
+    const int avx512 = avx2 && c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq;
+    if (!avx2) return test_skip("test_bn_f32_bound", "the CPU has no AVX2 with FMA and F16C");
+    test_rng r;
+    test_rng_seed(&r, 20261205);
+    const level_steps l2 = {"avx2", norm_step8, bwd_step8}, l512 = {"avx512", norm_step, bwd_step};
+    run_level(&l2, &fx_bn_kernels_avx2, &r);
+    if (avx512) run_level(&l512, &fx_bn_kernels_avx512, &r);
+    else printf("test_bn_f32_bound: no AVX-512 here; the AVX2 steps only\n");
     return test_finish("test_bn_f32_bound");
 }

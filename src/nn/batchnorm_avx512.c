@@ -597,17 +597,6 @@ static inline __mmask16 lanes16(int64_t left)
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
 }
 
-/* Whether the outputs of rows rows (row r at out + r * stride, S values) share memory with a
- * source's elements at the same places (off + r * stride): the kernels then run in place */
-static inline int half_overlaps(const uint16_t *out, const fx_bn_src *x, int64_t off, int64_t S,
-                                int64_t rows, int64_t stride)
-{
-    const int64_t n = (rows - 1) * stride + S, eb = fx_bn_src_bytes(x->kind);
-    const uintptr_t o0 = (uintptr_t)out, o1 = o0 + (uintptr_t)(2 * n);
-    const uintptr_t x0 = (uintptr_t)((const char *)x->p + off * eb), x1 = x0 + (uintptr_t)(n * eb);
-    return o0 < x1 && x0 < o1;
-}
-
 /* Sources in fp32 lanes (bf16, fp16, fp32) take the fp32 route with its error bound
  * (bn_f32_bound_avx512.h) over up to 64 vectors at a time, noting the vectors it does not
  * accept, which the double route then writes again; mantissa sources and constants outside
@@ -628,7 +617,7 @@ static inline __attribute__((always_inline)) void normalize_half_k(
     const __m512d vmu = _mm512_set1_pd(mu / u), va = _mm512_set1_pd(a * u), vb = _mm512_set1_pd(b);
     fx_bn_f32_norm c;
     const int f32 = K != FX_BN_I16_EXACT && fx_bn_f32_norm_init(&c, mu, a, b, H);
-    const int in_place = f32 && half_overlaps(out, x, off, S, rows, stride);
+    const int in_place = f32 && fx_bn_half_overlaps(out, x, off, S, rows, stride);
     for (int64_t r = 0; r < rows; r++, off += stride, out += stride) {
         if (!f32) {
             for (int64_t s = 0; s < S; s += 16) {
@@ -684,8 +673,8 @@ static inline __attribute__((always_inline)) void backward_half_k(
     fx_bn_f32_bwd c;
     const int f32 = KX != FX_BN_I16_EXACT && KG != FX_BN_I16_EXACT &&
                     fx_bn_f32_bwd_init(&c, mu, is, k, mdy, mdyx, H);
-    const int in_place = f32 && (half_overlaps(out, x, off, S, rows, stride) ||
-                                 half_overlaps(out, g, off, S, rows, stride));
+    const int in_place = f32 && (fx_bn_half_overlaps(out, x, off, S, rows, stride) ||
+                                 fx_bn_half_overlaps(out, g, off, S, rows, stride));
     bwd_unscaled(x, g, KX, KG, &mu, &k, &mdy, &mdyx);
     const __m512d vmu = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is), vk = _mm512_set1_pd(k);
     const __m512d vmdy = _mm512_set1_pd(mdy), vmdyx = _mm512_set1_pd(mdyx);
