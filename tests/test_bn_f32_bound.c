@@ -38,15 +38,8 @@ static int norm_step(const float *x, double mu, double a, double b, int half, in
 {
     fx_bn_f32_norm c;
     if (!fx_bn_f32_norm_init(&c, mu, a, b, half)) return -1;
-    const __m512 v = _mm512_loadu_ps(x);
     __m256i h;
-    __mmask16 ok;
-    if (half == FX_BN_OUT_BF16)
-        ok = relu ? fx_bn_f32_normalize16(&c, v, FX_BN_OUT_BF16, 1, &h)
-                  : fx_bn_f32_normalize16(&c, v, FX_BN_OUT_BF16, 0, &h);
-    else
-        ok = relu ? fx_bn_f32_normalize16(&c, v, FX_BN_OUT_FP16, 1, &h)
-                  : fx_bn_f32_normalize16(&c, v, FX_BN_OUT_FP16, 0, &h);
+    const __mmask16 ok = fx_bn_f32_normalize16(&c, _mm512_loadu_ps(x), half, relu, &h);
     _mm256_storeu_si256((__m256i *)out, h);
     return (int)ok;
 }
@@ -59,9 +52,7 @@ static int bwd_step(const float *x, const float *g, double mu, double is, double
     if (!fx_bn_f32_bwd_init(&c, mu, is, k, mdy, mdyx, half)) return -1;
     __m256i h;
     const __m512 xv = _mm512_loadu_ps(x), gv = _mm512_loadu_ps(g);
-    const __mmask16 ok = half == FX_BN_OUT_BF16
-                             ? fx_bn_f32_backward16(&c, xv, gv, FX_BN_OUT_BF16, &h)
-                             : fx_bn_f32_backward16(&c, xv, gv, FX_BN_OUT_FP16, &h);
+    const __mmask16 ok = fx_bn_f32_backward16(&c, xv, gv, half, &h);
     _mm256_storeu_si256((__m256i *)out, h);
     return (int)ok;
 }
@@ -88,15 +79,8 @@ static int norm_step8(const float *x, double mu, double a, double b, int half, i
     if (!fx_bn_f32_norm8_init(&c, mu, a, b, half)) return -1;
     int ok = 0;
     for (int v = 0; v < 2; v++) {
-        const __m256 xv = _mm256_loadu_ps(x + 8 * v);
         __m128i h;
-        int all;
-        if (half == FX_BN_OUT_BF16)
-            all = relu ? fx_bn_f32_normalize8(&c, xv, FX_BN_OUT_BF16, 1, &h)
-                       : fx_bn_f32_normalize8(&c, xv, FX_BN_OUT_BF16, 0, &h);
-        else
-            all = relu ? fx_bn_f32_normalize8(&c, xv, FX_BN_OUT_FP16, 1, &h)
-                       : fx_bn_f32_normalize8(&c, xv, FX_BN_OUT_FP16, 0, &h);
+        const int all = fx_bn_f32_normalize8(&c, _mm256_loadu_ps(x + 8 * v), half, relu, &h);
         _mm_storeu_si128((__m128i *)(out + 8 * v), h);
         ok |= all ? 0xFF << (8 * v) : 0;
     }
@@ -112,9 +96,7 @@ static int bwd_step8(const float *x, const float *g, double mu, double is, doubl
     for (int v = 0; v < 2; v++) {
         const __m256 xv = _mm256_loadu_ps(x + 8 * v), gv = _mm256_loadu_ps(g + 8 * v);
         __m128i h;
-        const int all = half == FX_BN_OUT_BF16
-                            ? fx_bn_f32_backward8(&c, xv, gv, FX_BN_OUT_BF16, &h)
-                            : fx_bn_f32_backward8(&c, xv, gv, FX_BN_OUT_FP16, &h);
+        const int all = fx_bn_f32_backward8(&c, xv, gv, half, &h);
         _mm_storeu_si128((__m128i *)(out + 8 * v), h);
         ok |= all ? 0xFF << (8 * v) : 0;
     }

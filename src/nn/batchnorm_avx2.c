@@ -584,38 +584,117 @@ static inline uint16_t half1(float q, const int H, const int RELU)
     return H == FX_BN_OUT_BF16 ? fx_bf16_from_bits(u) : fx_fp16_from_bits(u);
 }
 
-static inline __attribute__((always_inline)) void normalize_half_row(
-    const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S, double mu, double a, double b,
-    const int K, const int H, const int RELU)
+/* The constants of a half-output pass: normalize's mu, a, b (c1 = a, c2 = b), or backward's
+ * mu, is, k, mdy, mdyx (c1 = is, c2 = k), in double and in vectors of four */
+typedef struct half_consts {
+    double mu, c1, c2, mdy, mdyx;
+    __m256d vmu, vc1, vc2, vmdy, vmdyx;
+} half_consts;
+
+static inline half_consts half_consts_of(double mu, double c1, double c2, double mdy,
+                                         double mdyx)
 {
-    const __m256d vmu = _mm256_set1_pd(mu), va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
-    int64_t s = 0;
-    for (; s + 8 <= S; s += 8) {
-        const __m256d t0 =
-            _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s, K), vmu), va), vb);
-        const __m256d t1 =
-            _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s + 4, K), vmu), va), vb);
-        _mm_storeu_si128((__m128i *)(out + s), half_of8(t0, t1, H, RELU));
-    }
-    for (; s < S; s++)
-        out[s] = half1(nn_round_f32((fx_bn_at_exact(x, off + s) - mu) * a + b, 1), H, RELU);
+    return (half_consts){mu,
+                         c1,
+                         c2,
+                         mdy,
+                         mdyx,
+                         _mm256_set1_pd(mu),
+                         _mm256_set1_pd(c1),
+                         _mm256_set1_pd(c2),
+                         _mm256_set1_pd(mdy),
+                         _mm256_set1_pd(mdyx)};
 }
 
-/* Sources in fp32 lanes (bf16, fp16, fp32) take the fp32 route with its error bound
- * (bn_f32_bound.h, bn_f32_bound_avx2.h) over up to 64 vectors at a time, each vector it does
- * not accept written again by the double route after the pass (or at once in place), as on
- * AVX-512 (batchnorm_avx512.c says why); mantissa sources, constants outside the bound's range
- * and a row's last S mod 8 values take the double route. */
+/* eight outputs at element i by the double route (BWD: backward_half's, else normalize_half's) */
+static inline __attribute__((always_inline)) __m128i half8_double(
+    const fx_bn_src *x, const fx_bn_src *g, int64_t i, const half_consts *d, const int BWD,
+    const int KX, const int KG, const int H, const int RELU)
+{
+    __m256d v[2];
+    for (int h = 0; h < 2; h++) {
+        const __m256d xd = _mm256_sub_pd(ld4(x, i + 4 * h, KX), d->vmu);
+        if (BWD) {
+            const __m256d xh = _mm256_mul_pd(xd, d->vc1);
+            const __m256d t = _mm256_sub_pd(_mm256_sub_pd(ld4(g, i + 4 * h, KG), d->vmdy),
+                                            _mm256_mul_pd(xh, d->vmdyx));
+            v[h] = _mm256_mul_pd(d->vc2, t);
+        } else {
+            v[h] = _mm256_add_pd(_mm256_mul_pd(xd, d->vc1), d->vc2);
+        }
+    }
+    return half_of8(v[0], v[1], H, BWD ? 0 : RELU);
+}
+
+/* one output (a row's last S mod 8) by the scalar operations of normalize's and backward's
+ * tails, hence the same bits */
+static inline __attribute__((always_inline)) uint16_t half1_double(
+    const fx_bn_src *x, const fx_bn_src *g, int64_t i, const half_consts *d, const int BWD,
+    const int H, const int RELU)
+{
+    if (BWD) {
+        const double xhat = (fx_bn_at_exact(x, i) - d->mu) * d->c1;
+        return half1(nn_round_f32(d->c2 * (fx_bn_at_exact(g, i) - d->mdy - xhat * d->mdyx), 1),
+                     H, 0);
+    }
+    return half1(nn_round_f32((fx_bn_at_exact(x, i) - d->mu) * d->c1 + d->c2, 1), H, RELU);
+}
+
+/* the same by the fp32 route into *h (c: its constants, fx_bn_f32_bwd8 or fx_bn_f32_norm8);
+ * 1 where it accepts all eight */
+static inline __attribute__((always_inline)) int half8_f32(const fx_bn_src *x,
+                                                           const fx_bn_src *g, int64_t i,
+                                                           const void *c, __m128i *h,
+                                                           const int BWD, const int KX,
+                                                           const int KG, const int H,
+                                                           const int RELU)
+{
+    if (BWD)
+        return fx_bn_f32_backward8((const fx_bn_f32_bwd8 *)c, fx_bn_ld8_f32(x, i, KX),
+                                   fx_bn_ld8_f32(g, i, KG), H, h);
+    return fx_bn_f32_normalize8((const fx_bn_f32_norm8 *)c, fx_bn_ld8_f32(x, i, KX), H, RELU, h);
+}
+
+/* A half-output pass over `rows` rows (bn_kernels.h). With fp32 constants c (NULL: the double
+ * route alone; mantissa sources, and constants outside the bound's range, take that), sources
+ * in fp32 lanes (bf16, fp16, fp32) take the fp32 route with its error bound (bn_f32_bound.h,
+ * bn_f32_bound_avx2.h) over up to 64 vectors at a time, each vector it does not accept written
+ * again by the double route after the pass (or at once in place), as on AVX-512
+ * (batchnorm_avx512.c says why); a row's last S mod 8 values take the scalar operations. */
 #define FX_BN_F32_SPAN8 512 /* values per pass of the fp32 route: 64 vectors, one bit each */
 
-static inline __attribute__((always_inline)) __m128i normalize_half8(
-    const fx_bn_src *x, int64_t i, __m256d vmu, __m256d va, __m256d vb, const int K, const int H,
-    const int RELU)
+static inline __attribute__((always_inline)) void half_rows(
+    const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, int64_t rows,
+    int64_t stride, const half_consts *d, const void *c, const int BWD, const int KX,
+    const int KG, const int H, const int RELU)
 {
-    const __m256d t0 = _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(x, i, K), vmu), va), vb);
-    const __m256d t1 =
-        _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(ld4(x, i + 4, K), vmu), va), vb);
-    return half_of8(t0, t1, H, RELU);
+    const int in_place = c && (fx_bn_half_overlaps(out, x, off, S, rows, stride) ||
+                               (BWD && fx_bn_half_overlaps(out, g, off, S, rows, stride)));
+    const int64_t S8 = S - S % 8;
+    for (int64_t r = 0; r < rows; r++, off += stride, out += stride) {
+        if (!c) {
+            for (int64_t s = 0; s < S8; s += 8)
+                _mm_storeu_si128((__m128i *)(out + s),
+                                 half8_double(x, g, off + s, d, BWD, KX, KG, H, RELU));
+        }
+        for (int64_t s0 = 0; c && s0 < S8; s0 += FX_BN_F32_SPAN8) {
+            const int64_t s1 = S8 - s0 < FX_BN_F32_SPAN8 ? S8 : s0 + FX_BN_F32_SPAN8;
+            uint64_t redo = 0;
+            for (int64_t s = s0; s < s1; s += 8) {
+                __m128i h;
+                const int again = !half8_f32(x, g, off + s, c, &h, BWD, KX, KG, H, RELU);
+                if (in_place && again) h = half8_double(x, g, off + s, d, BWD, KX, KG, H, RELU);
+                _mm_storeu_si128((__m128i *)(out + s), h);
+                redo |= (uint64_t)(again && !in_place) << ((s - s0) / 8);
+            }
+            for (; redo; redo &= redo - 1) {
+                const int64_t s = s0 + 8 * __builtin_ctzll(redo);
+                _mm_storeu_si128((__m128i *)(out + s),
+                                 half8_double(x, g, off + s, d, BWD, KX, KG, H, RELU));
+            }
+        }
+        for (int64_t s = S8; s < S; s++) out[s] = half1_double(x, g, off + s, d, BWD, H, RELU);
+    }
 }
 
 static inline __attribute__((always_inline)) void normalize_half_k(
@@ -624,76 +703,10 @@ static inline __attribute__((always_inline)) void normalize_half_k(
 {
     fx_bn_f32_norm8 c;
     const int f32 = K != FX_BN_I16_EXACT && fx_bn_f32_norm8_init(&c, mu, a, b, H);
-    const int in_place = f32 && fx_bn_half_overlaps(out, x, off, S, rows, stride);
-    const __m256d vmu = _mm256_set1_pd(mu), va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
-    const int64_t S8 = S - S % 8;
-    for (int64_t r = 0; r < rows; r++, off += stride, out += stride) {
-        if (!f32) {
-            normalize_half_row(x, off, out, S, mu, a, b, K, H, RELU);
-            continue;
-        }
-        for (int64_t s0 = 0; s0 < S8; s0 += FX_BN_F32_SPAN8) {
-            const int64_t s1 = S8 - s0 < FX_BN_F32_SPAN8 ? S8 : s0 + FX_BN_F32_SPAN8;
-            uint64_t redo = 0;
-            for (int64_t s = s0; s < s1; s += 8) {
-                __m128i h;
-                const int again =
-                    !fx_bn_f32_normalize8(&c, fx_bn_ld8_f32(x, off + s, K), H, RELU, &h);
-                if (in_place && again) h = normalize_half8(x, off + s, vmu, va, vb, K, H, RELU);
-                _mm_storeu_si128((__m128i *)(out + s), h);
-                redo |= (uint64_t)(again && !in_place) << ((s - s0) / 8);
-            }
-            for (; redo; redo &= redo - 1) {
-                const int64_t s = s0 + 8 * __builtin_ctzll(redo);
-                _mm_storeu_si128((__m128i *)(out + s),
-                                 normalize_half8(x, off + s, vmu, va, vb, K, H, RELU));
-            }
-        }
-        for (int64_t s = S8; s < S; s++)
-            out[s] = half1(nn_round_f32((fx_bn_at_exact(x, off + s) - mu) * a + b, 1), H, RELU);
-    }
+    const half_consts d = half_consts_of(mu, a, b, 0.0, 0.0);
+    half_rows(x, x, off, out, S, rows, stride, &d, f32 ? &c : NULL, 0, K, K, H, RELU);
 }
 
-static inline __attribute__((always_inline)) void backward_half_row(
-    const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, double mu,
-    double is, double k, double mdy, double mdyx, const int KX, const int KG, const int H)
-{
-    const __m256d vmu = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vk = _mm256_set1_pd(k);
-    const __m256d vmdy = _mm256_set1_pd(mdy), vmdyx = _mm256_set1_pd(mdyx);
-    int64_t s = 0;
-    for (; s + 8 <= S; s += 8) {
-        __m256d v[2];
-        for (int h = 0; h < 2; h++) {
-            const __m256d xh =
-                _mm256_mul_pd(_mm256_sub_pd(ld4(x, off + s + 4 * h, KX), vmu), vis);
-            const __m256d t = _mm256_sub_pd(_mm256_sub_pd(ld4(g, off + s + 4 * h, KG), vmdy),
-                                            _mm256_mul_pd(xh, vmdyx));
-            v[h] = _mm256_mul_pd(vk, t);
-        }
-        _mm_storeu_si128((__m128i *)(out + s), half_of8(v[0], v[1], H, 0));
-    }
-    for (; s < S; s++) {
-        const double xhat = (fx_bn_at_exact(x, off + s) - mu) * is;
-        out[s] = half1(nn_round_f32(k * (fx_bn_at_exact(g, off + s) - mdy - xhat * mdyx), 1), H,
-                       0);
-    }
-}
-
-static inline __attribute__((always_inline)) __m128i backward_half8(
-    const fx_bn_src *x, const fx_bn_src *g, int64_t i, __m256d vmu, __m256d vis, __m256d vk,
-    __m256d vmdy, __m256d vmdyx, const int KX, const int KG, const int H)
-{
-    __m256d v[2];
-    for (int h = 0; h < 2; h++) {
-        const __m256d xh = _mm256_mul_pd(_mm256_sub_pd(ld4(x, i + 4 * h, KX), vmu), vis);
-        const __m256d t = _mm256_sub_pd(_mm256_sub_pd(ld4(g, i + 4 * h, KG), vmdy),
-                                        _mm256_mul_pd(xh, vmdyx));
-        v[h] = _mm256_mul_pd(vk, t);
-    }
-    return half_of8(v[0], v[1], H, 0);
-}
-
-/* the same routes as normalize_half_k */
 static inline __attribute__((always_inline)) void backward_half_k(
     const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, int64_t rows,
     int64_t stride, double mu, double is, double k, double mdy, double mdyx, const int KX,
@@ -702,40 +715,8 @@ static inline __attribute__((always_inline)) void backward_half_k(
     fx_bn_f32_bwd8 c;
     const int f32 = KX != FX_BN_I16_EXACT && KG != FX_BN_I16_EXACT &&
                     fx_bn_f32_bwd8_init(&c, mu, is, k, mdy, mdyx, H);
-    const int in_place = f32 && (fx_bn_half_overlaps(out, x, off, S, rows, stride) ||
-                                 fx_bn_half_overlaps(out, g, off, S, rows, stride));
-    const __m256d vmu = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vk = _mm256_set1_pd(k);
-    const __m256d vmdy = _mm256_set1_pd(mdy), vmdyx = _mm256_set1_pd(mdyx);
-    const int64_t S8 = S - S % 8;
-    for (int64_t r = 0; r < rows; r++, off += stride, out += stride) {
-        if (!f32) {
-            backward_half_row(x, g, off, out, S, mu, is, k, mdy, mdyx, KX, KG, H);
-            continue;
-        }
-        for (int64_t s0 = 0; s0 < S8; s0 += FX_BN_F32_SPAN8) {
-            const int64_t s1 = S8 - s0 < FX_BN_F32_SPAN8 ? S8 : s0 + FX_BN_F32_SPAN8;
-            uint64_t redo = 0;
-            for (int64_t s = s0; s < s1; s += 8) {
-                __m128i h;
-                const int again = !fx_bn_f32_backward8(&c, fx_bn_ld8_f32(x, off + s, KX),
-                                                       fx_bn_ld8_f32(g, off + s, KG), H, &h);
-                if (in_place && again)
-                    h = backward_half8(x, g, off + s, vmu, vis, vk, vmdy, vmdyx, KX, KG, H);
-                _mm_storeu_si128((__m128i *)(out + s), h);
-                redo |= (uint64_t)(again && !in_place) << ((s - s0) / 8);
-            }
-            for (; redo; redo &= redo - 1) {
-                const int64_t s = s0 + 8 * __builtin_ctzll(redo);
-                _mm_storeu_si128((__m128i *)(out + s), backward_half8(x, g, off + s, vmu, vis, vk,
-                                                                      vmdy, vmdyx, KX, KG, H));
-            }
-        }
-        for (int64_t s = S8; s < S; s++) {
-            const double xhat = (fx_bn_at_exact(x, off + s) - mu) * is;
-            out[s] = half1(
-                nn_round_f32(k * (fx_bn_at_exact(g, off + s) - mdy - xhat * mdyx), 1), H, 0);
-        }
-    }
+    const half_consts d = half_consts_of(mu, is, k, mdy, mdyx);
+    half_rows(x, g, off, out, S, rows, stride, &d, f32 ? &c : NULL, 1, KX, KG, H, 0);
 }
 
 FX_BN_HALF_ENTRIES(bn_normalize_half_avx2, bn_backward_half_avx2)

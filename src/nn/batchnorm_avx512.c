@@ -591,63 +591,6 @@ static inline __attribute__((always_inline)) __m256i normalize_half16(
     return half_of(to_f32(t0, 1), to_f32(t1, 1), H, RELU);
 }
 
-/* The mask of a row's first `left` lanes (at most sixteen) */
-static inline __mmask16 lanes16(int64_t left)
-{
-    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
-}
-
-/* Sources in fp32 lanes (bf16, fp16, fp32) take the fp32 route with its error bound
- * (bn_f32_bound_avx512.h) over up to 64 vectors at a time, noting the vectors it does not
- * accept, which the double route then writes again; mantissa sources and constants outside
- * the bound's range take the double route. A branch on each vector's verdict made the loop
- * wait for it: ResNet-20's 64-value rows with fp16 outputs ran slower than by the double
- * route alone. In place (out over a source) a vector not accepted is written again at once,
- * before the next store can overwrite its inputs. The constants are set once for all the
- * channel's rows: per row, they cost as much as a 64-value row's vectors. On the Zen 4
- * (bench_bn, one thread, alternated with the double route alone) ResNet-20's bf16 batch norms
- * took 24-31 % less time, the fp16 ones 9-20 %. */
-#define FX_BN_F32_SPAN 1024 /* values per pass of the fp32 route: 64 vectors, one bit each */
-
-static inline __attribute__((always_inline)) void normalize_half_k(
-    const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S, int64_t rows, int64_t stride,
-    double mu, double a, double b, const int K, const int H, const int RELU)
-{
-    const double u = unit(x, K); /* as normalize_k */
-    const __m512d vmu = _mm512_set1_pd(mu / u), va = _mm512_set1_pd(a * u), vb = _mm512_set1_pd(b);
-    fx_bn_f32_norm c;
-    const int f32 = K != FX_BN_I16_EXACT && fx_bn_f32_norm_init(&c, mu, a, b, H);
-    const int in_place = f32 && fx_bn_half_overlaps(out, x, off, S, rows, stride);
-    for (int64_t r = 0; r < rows; r++, off += stride, out += stride) {
-        if (!f32) {
-            for (int64_t s = 0; s < S; s += 16) {
-                const __mmask16 m = lanes16(S - s);
-                fx_store_w16(out + s, m, normalize_half16(x, off + s, m, vmu, va, vb, K, H, RELU));
-            }
-            continue;
-        }
-        for (int64_t s0 = 0; s0 < S; s0 += FX_BN_F32_SPAN) {
-            const int64_t s1 = S - s0 < FX_BN_F32_SPAN ? S : s0 + FX_BN_F32_SPAN;
-            uint64_t redo = 0;
-            for (int64_t s = s0; s < s1; s += 16) {
-                const __mmask16 m = lanes16(s1 - s);
-                __m256i h;
-                const __mmask16 ok =
-                    fx_bn_f32_normalize16(&c, fx_bn_ld16_f32(x, off + s, m, K), H, RELU, &h);
-                const int again = (__mmask16)(ok | (__mmask16)~m) != (__mmask16)0xFFFF;
-                if (in_place && again) h = normalize_half16(x, off + s, m, vmu, va, vb, K, H, RELU);
-                fx_store_w16(out + s, m, h);
-                redo |= (uint64_t)(again && !in_place) << ((s - s0) / 16);
-            }
-            for (; redo; redo &= redo - 1) {
-                const int64_t s = s0 + 16 * __builtin_ctzll(redo);
-                const __mmask16 m = lanes16(s1 - s);
-                fx_store_w16(out + s, m, normalize_half16(x, off + s, m, vmu, va, vb, K, H, RELU));
-            }
-        }
-    }
-}
-
 /* backward_half's sixteen outputs at off + s by the definition's double route */
 static inline __attribute__((always_inline)) __m256i backward_half16(
     const fx_bn_src *x, const fx_bn_src *g, int64_t i, __mmask16 m, __m512d vmu, __m512d vis,
@@ -664,26 +607,65 @@ static inline __attribute__((always_inline)) __m256i backward_half16(
     return half_of(to_f32(_mm512_mul_pd(vk, t0), 1), to_f32(_mm512_mul_pd(vk, t1), 1), H, 0);
 }
 
-/* the same routes as normalize_half_k */
-static inline __attribute__((always_inline)) void backward_half_k(
-    const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, int64_t rows,
-    int64_t stride, double mu, double is, double k, double mdy, double mdyx, const int KX,
-    const int KG, const int H)
+/* The mask of a row's first `left` lanes (at most sixteen) */
+static inline __mmask16 lanes16(int64_t left)
 {
-    fx_bn_f32_bwd c;
-    const int f32 = KX != FX_BN_I16_EXACT && KG != FX_BN_I16_EXACT &&
-                    fx_bn_f32_bwd_init(&c, mu, is, k, mdy, mdyx, H);
-    const int in_place = f32 && (fx_bn_half_overlaps(out, x, off, S, rows, stride) ||
-                                 fx_bn_half_overlaps(out, g, off, S, rows, stride));
-    bwd_unscaled(x, g, KX, KG, &mu, &k, &mdy, &mdyx);
-    const __m512d vmu = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is), vk = _mm512_set1_pd(k);
-    const __m512d vmdy = _mm512_set1_pd(mdy), vmdyx = _mm512_set1_pd(mdyx);
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+/* The double route's constants of a half-output pass: normalize's mu, a, b (c1 = a, c2 = b), or
+ * backward's mu, is, k, mdy, mdyx (c1 = is, c2 = k), as unscaled sources want them */
+typedef struct half_dbl {
+    __m512d mu, c1, c2, mdy, mdyx;
+} half_dbl;
+
+/* sixteen outputs at element i by the double route (BWD: backward_half's, else normalize_half's) */
+static inline __attribute__((always_inline)) __m256i half16_double(
+    const fx_bn_src *x, const fx_bn_src *g, int64_t i, __mmask16 m, const half_dbl *d,
+    const int BWD, const int KX, const int KG, const int H, const int RELU)
+{
+    if (BWD) return backward_half16(x, g, i, m, d->mu, d->c1, d->c2, d->mdy, d->mdyx, KX, KG, H);
+    return normalize_half16(x, i, m, d->mu, d->c1, d->c2, KX, H, RELU);
+}
+
+/* the same by the fp32 route into *h (c: its constants, fx_bn_f32_bwd or fx_bn_f32_norm);
+ * returns the lanes it accepts */
+static inline __attribute__((always_inline)) __mmask16 half16_f32(
+    const fx_bn_src *x, const fx_bn_src *g, int64_t i, __mmask16 m, const void *c, __m256i *h,
+    const int BWD, const int KX, const int KG, const int H, const int RELU)
+{
+    if (BWD)
+        return fx_bn_f32_backward16((const fx_bn_f32_bwd *)c, fx_bn_ld16_f32(x, i, m, KX),
+                                    fx_bn_ld16_f32(g, i, m, KG), H, h);
+    return fx_bn_f32_normalize16((const fx_bn_f32_norm *)c, fx_bn_ld16_f32(x, i, m, KX), H, RELU,
+                                 h);
+}
+
+/* A half-output pass over `rows` rows (bn_kernels.h). With fp32 constants c (NULL: the double
+ * route alone; mantissa sources, and constants outside the bound's range, take that), sources
+ * in fp32 lanes (bf16, fp16, fp32) take the fp32 route with its error bound
+ * (bn_f32_bound_avx512.h) over up to 64 vectors at a time, noting the vectors it does not
+ * accept, which the double route then writes again. A branch on each vector's verdict made the
+ * loop wait for it: ResNet-20's 64-value rows with fp16 outputs ran slower than by the double
+ * route alone. In place (out over a source) a vector not accepted is written again at once,
+ * before the next store can overwrite its inputs. The callers set the constants once for all
+ * the channel's rows: per row, they cost as much as a 64-value row's vectors. On the Zen 4
+ * (bench_bn, one thread, alternated with the double route alone) ResNet-20's bf16 batch norms
+ * took 24-31 % less time, the fp16 ones 9-20 %. */
+#define FX_BN_F32_SPAN 1024 /* values per pass of the fp32 route: 64 vectors, one bit each */
+
+static inline __attribute__((always_inline)) void half_rows(
+    const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, int64_t rows,
+    int64_t stride, const half_dbl *d, const void *c, const int BWD, const int KX, const int KG,
+    const int H, const int RELU)
+{
+    const int in_place = c && (fx_bn_half_overlaps(out, x, off, S, rows, stride) ||
+                               (BWD && fx_bn_half_overlaps(out, g, off, S, rows, stride)));
     for (int64_t r = 0; r < rows; r++, off += stride, out += stride) {
-        if (!f32) {
+        if (!c) {
             for (int64_t s = 0; s < S; s += 16) {
                 const __mmask16 m = lanes16(S - s);
-                fx_store_w16(out + s, m, backward_half16(x, g, off + s, m, vmu, vis, vk, vmdy,
-                                                         vmdyx, KX, KG, H));
+                fx_store_w16(out + s, m, half16_double(x, g, off + s, m, d, BWD, KX, KG, H, RELU));
             }
             continue;
         }
@@ -693,23 +675,45 @@ static inline __attribute__((always_inline)) void backward_half_k(
             for (int64_t s = s0; s < s1; s += 16) {
                 const __mmask16 m = lanes16(s1 - s);
                 __m256i h;
-                const __mmask16 ok =
-                    fx_bn_f32_backward16(&c, fx_bn_ld16_f32(x, off + s, m, KX),
-                                         fx_bn_ld16_f32(g, off + s, m, KG), H, &h);
+                const __mmask16 ok = half16_f32(x, g, off + s, m, c, &h, BWD, KX, KG, H, RELU);
                 const int again = (__mmask16)(ok | (__mmask16)~m) != (__mmask16)0xFFFF;
-                if (in_place && again)
-                    h = backward_half16(x, g, off + s, m, vmu, vis, vk, vmdy, vmdyx, KX, KG, H);
+                if (in_place && again) h = half16_double(x, g, off + s, m, d, BWD, KX, KG, H, RELU);
                 fx_store_w16(out + s, m, h);
                 redo |= (uint64_t)(again && !in_place) << ((s - s0) / 16);
             }
             for (; redo; redo &= redo - 1) {
                 const int64_t s = s0 + 16 * __builtin_ctzll(redo);
                 const __mmask16 m = lanes16(s1 - s);
-                fx_store_w16(out + s, m, backward_half16(x, g, off + s, m, vmu, vis, vk, vmdy,
-                                                         vmdyx, KX, KG, H));
+                fx_store_w16(out + s, m, half16_double(x, g, off + s, m, d, BWD, KX, KG, H, RELU));
             }
         }
     }
+}
+
+static inline __attribute__((always_inline)) void normalize_half_k(
+    const fx_bn_src *x, int64_t off, uint16_t *out, int64_t S, int64_t rows, int64_t stride,
+    double mu, double a, double b, const int K, const int H, const int RELU)
+{
+    const double u = unit(x, K); /* as normalize_k */
+    const half_dbl d = {_mm512_set1_pd(mu / u), _mm512_set1_pd(a * u), _mm512_set1_pd(b),
+                        _mm512_setzero_pd(), _mm512_setzero_pd()};
+    fx_bn_f32_norm c;
+    const int f32 = K != FX_BN_I16_EXACT && fx_bn_f32_norm_init(&c, mu, a, b, H);
+    half_rows(x, x, off, out, S, rows, stride, &d, f32 ? &c : NULL, 0, K, K, H, RELU);
+}
+
+static inline __attribute__((always_inline)) void backward_half_k(
+    const fx_bn_src *x, const fx_bn_src *g, int64_t off, uint16_t *out, int64_t S, int64_t rows,
+    int64_t stride, double mu, double is, double k, double mdy, double mdyx, const int KX,
+    const int KG, const int H)
+{
+    fx_bn_f32_bwd c;
+    const int f32 = KX != FX_BN_I16_EXACT && KG != FX_BN_I16_EXACT &&
+                    fx_bn_f32_bwd_init(&c, mu, is, k, mdy, mdyx, H);
+    bwd_unscaled(x, g, KX, KG, &mu, &k, &mdy, &mdyx);
+    const half_dbl d = {_mm512_set1_pd(mu), _mm512_set1_pd(is), _mm512_set1_pd(k),
+                        _mm512_set1_pd(mdy), _mm512_set1_pd(mdyx)};
+    half_rows(x, g, off, out, S, rows, stride, &d, f32 ? &c : NULL, 1, KX, KG, H, 0);
 }
 
 FX_BN_HALF_ENTRIES(bn_normalize_half_avx512, bn_backward_half_avx512)
