@@ -15,7 +15,8 @@
  * BENCH_OUTPUTS=training marks y and dx as the trainer marks its activations and activation
  * gradients (fx_tensor_set_disposable: a failed write need not leave their old values), so
  * the integer formats round straight into them as in training; the default (library) keeps a
- * caller's tensor intact on failure, which costs those formats a copy of each output. */
+ * caller's tensor intact on failure, which costs those formats a copy of each output.
+ * BENCH_PASSES="forward,input,weight" runs only the passes named (a profile of one pass). */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/internal.h" /* fx_tensor_set_disposable */
@@ -36,6 +37,30 @@ static int outputs_as_training(void)
     if (strcmp(e, "training") == 0) return 1;
     fprintf(stderr, "bench_conv: BENCH_OUTPUTS=%s: expected training or library\n", e);
     return -1;
+}
+
+/* BENCH_PASSES: which of the three passes run ("forward", "input", "weight", comma-separated;
+ * default all), so that a profile can take one alone; 0, or -1 (with a message) when malformed */
+static int passes_from_env(int run[3])
+{
+    static const char *const names[3] = {"forward", "input", "weight"};
+    const char *e = getenv("BENCH_PASSES");
+    for (int p = 0; p < 3; p++) run[p] = !e || !*e;
+    if (!e || !*e) return 0;
+    for (const char *s = e; *s;) {
+        const char *end = strchr(s, ',');
+        const size_t len = end ? (size_t)(end - s) : strlen(s);
+        int found = 0;
+        for (int p = 0; p < 3; p++)
+            if (len == strlen(names[p]) && strncmp(s, names[p], len) == 0) run[p] = found = 1;
+        if (!found) {
+            fprintf(stderr, "bench_conv: BENCH_PASSES='%s': want forward, input and weight, "
+                            "comma-separated\n", e);
+            return -1;
+        }
+        s += len + (end != NULL);
+    }
+    return 0;
 }
 
 typedef struct layer {
@@ -85,6 +110,8 @@ int main(int argc, char **argv)
     if (g_normal < 0) return 2;
     const int training_outputs = outputs_as_training();
     if (training_outputs < 0) return 2;
+    int run[3];
+    if (passes_from_env(run) < 0) return 2;
     flexpoint_set_num_threads(threads);
     layer layers[2] = {{"conv1 1->32 28x28", 1, 28, 32, 5, 1},
                        {"conv2 32->64 14x14", 32, 14, 64, 5, 1}};
@@ -124,6 +151,7 @@ int main(int argc, char **argv)
             double wall[3] = {1e30, 1e30, 1e30}, cpu[3] = {1e30, 1e30, 1e30};
             for (int r = 0; r < reps; r++)
                 for (int pass = 0; pass < 3; pass++) {
+                    if (!run[pass]) continue;
                     const double w0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
                     int rc = pass == 0 ? tensor_conv2d(y, x, w, st, st, pad, pad, 1, 1)
                              : pass == 1
@@ -139,10 +167,17 @@ int main(int argc, char **argv)
                     if (c1 - c0 < cpu[pass]) cpu[pass] = c1 - c0;
                 }
             printf("%-20s %-9s", L->name, fmt_name(f));
-            for (int pass = 0; pass < 3; pass++)
+            double wsum = 0.0, csum = 0.0;
+            for (int pass = 0; pass < 3; pass++) {
+                if (!run[pass]) {
+                    printf("  %18s", "-");
+                    continue;
+                }
                 printf("  %7.1f (%7.1f)", 1e3 * wall[pass], 1e3 * cpu[pass]);
-            printf("  %7.1f (%7.1f)\n", 1e3 * (wall[0] + wall[1] + wall[2]),
-                   1e3 * (cpu[0] + cpu[1] + cpu[2]));
+                wsum += wall[pass];
+                csum += cpu[pass];
+            }
+            printf("  %7.1f (%7.1f)\n", 1e3 * wsum, 1e3 * csum);
             tensor_free(x), tensor_free(w), tensor_free(dy), tensor_free(y), tensor_free(dx),
                 tensor_free(dw);
         }
