@@ -152,13 +152,15 @@ int main(int argc, char **argv)
             for (int r = 0; r < reps; r++)
                 for (int pass = 0; pass < 3; pass++) {
                     if (!run[pass]) continue;
-                    const double w0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+                    const double c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+                    const double w0 = bench_clock_s(CLOCK_MONOTONIC);
                     int rc = pass == 0 ? tensor_conv2d(y, x, w, st, st, pad, pad, 1, 1)
                              : pass == 1
                                  ? tensor_conv2d_backward_input(dx, dy, w, st, st, pad, pad, 1, 1)
                                  : tensor_conv2d_backward_weight(dw, x, dy, st, st, pad, pad, 1,
                                                                  1);
-                    const double w1 = bench_clock_s(CLOCK_MONOTONIC), c1 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+                    const double w1 = bench_clock_s(CLOCK_MONOTONIC);
+                    const double c1 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
                     if (rc) {
                         fprintf(stderr, "bench_conv: %s\n", flexpoint_last_error());
                         return 1;
