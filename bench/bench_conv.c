@@ -152,21 +152,20 @@ int main(int argc, char **argv)
             for (int r = 0; r < reps; r++)
                 for (int pass = 0; pass < 3; pass++) {
                     if (!run[pass]) continue;
-                    const double c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
-                    const double w0 = bench_clock_s(CLOCK_MONOTONIC);
+                    const bench_span span = bench_span_begin(CLOCK_PROCESS_CPUTIME_ID);
                     int rc = pass == 0 ? tensor_conv2d(y, x, w, st, st, pad, pad, 1, 1)
                              : pass == 1
                                  ? tensor_conv2d_backward_input(dx, dy, w, st, st, pad, pad, 1, 1)
                                  : tensor_conv2d_backward_weight(dw, x, dy, st, st, pad, pad, 1,
                                                                  1);
-                    const double w1 = bench_clock_s(CLOCK_MONOTONIC);
-                    const double c1 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+                    double span_wall, span_cpu;
+                    bench_span_end(&span, &span_wall, &span_cpu);
                     if (rc) {
                         fprintf(stderr, "bench_conv: %s\n", flexpoint_last_error());
                         return 1;
                     }
-                    if (w1 - w0 < wall[pass]) wall[pass] = w1 - w0;
-                    if (c1 - c0 < cpu[pass]) cpu[pass] = c1 - c0;
+                    if (span_wall < wall[pass]) wall[pass] = span_wall;
+                    if (span_cpu < cpu[pass]) cpu[pass] = span_cpu;
                 }
             printf("%-20s %-9s", L->name, fmt_name(f));
             double wsum = 0.0, csum = 0.0;

@@ -177,14 +177,15 @@ typedef struct { double wall, cpu; } sample;
 static sample time_one(const fx_backend *be, op_t op, buffers *b, int64_t chunk,
                        size_t copy_bytes, int iters)
 {
-    double w0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
+    const bench_span span = bench_span_begin(CLOCK_THREAD_CPUTIME_ID);
     for (int it = 0; it < iters; it++) {
         if (be)
             op_run(be, op, b, chunk);
         else
             memcpy(b->copy_dst, b->copy_src, copy_bytes);
     }
-    sample s = {bench_clock_s(CLOCK_MONOTONIC) - w0, bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - c0};
+    sample s;
+    bench_span_end(&span, &s.wall, &s.cpu);
     return s;
 }
 

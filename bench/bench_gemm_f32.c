@@ -20,9 +20,6 @@
 #include "bench_util.h"
 
 static double now_s(void) { return bench_clock_s(CLOCK_MONOTONIC); }
-/* CPU time of the whole process: on a shared machine, wall time includes the time our
- * threads were descheduled, CPU time does not. */
-static double cpu_s(void) { return bench_clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static int listed(const char *env, const char *word)
 {
@@ -68,11 +65,11 @@ static double time_matmul(fx_kernel k, int64_t M, int64_t N, int64_t K, const fl
     if (reps > 50) reps = 50;
     double t[50], tc[50];
     for (int r = 0; r < reps; r++) {
-        t0 = now_s();
-        const double c0 = cpu_s();
+        /* CPU time of the whole process too: on a shared machine, wall time includes the
+         * time our threads were descheduled, CPU time does not */
+        const bench_span span = bench_span_begin(CLOCK_PROCESS_CPUTIME_ID);
         if (k(&c) != FX_OK) return -1.0;
-        t[r] = now_s() - t0;
-        tc[r] = cpu_s() - c0;
+        bench_span_end(&span, &t[r], &tc[r]);
     }
     qsort(t, (size_t)reps, sizeof t[0], bench_cmp_double);
     qsort(tc, (size_t)reps, sizeof tc[0], bench_cmp_double);

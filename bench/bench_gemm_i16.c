@@ -95,10 +95,9 @@ static int run_once(fx_kernel k, fx_op_call *c, int how, double *wall, double *c
     fx_gemm_i16_set_mode(how == RUN_AUTO ? FX_GEMM_I16_AUTO : FX_GEMM_I16_SPLIT_ONLY);
     fx_gemm_i16_set_wrap(how != RUN_SPLIT);
     const clockid_t cid = c->nthreads > 1 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID;
-    const double w0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(cid);
+    const bench_span span = bench_span_begin(cid);
     const int rc = k(c);
-    *wall = bench_clock_s(CLOCK_MONOTONIC) - w0;
-    *cpu = bench_clock_s(cid) - c0;
+    bench_span_end(&span, wall, cpu);
     return rc;
 }
 

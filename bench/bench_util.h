@@ -66,6 +66,29 @@ static inline double bench_clock_s(clockid_t id)
     return bench_clock_read_s(id);
 }
 
+/* A timed span's wall and CPU time (cpu: CLOCK_PROCESS_CPUTIME_ID or CLOCK_THREAD_CPUTIME_ID),
+ * the CPU clock read outside the wall interval at both ends, so that the process clock's
+ * listing of threads costs the wall time nothing */
+typedef struct bench_span {
+    clockid_t cpu;
+    double c0, w0;
+} bench_span;
+
+static inline bench_span bench_span_begin(clockid_t cpu)
+{
+    bench_span s;
+    s.cpu = cpu;
+    s.c0 = bench_clock_s(cpu);
+    s.w0 = bench_clock_s(CLOCK_MONOTONIC);
+    return s;
+}
+
+static inline void bench_span_end(const bench_span *s, double *wall, double *cpu)
+{
+    *wall = bench_clock_s(CLOCK_MONOTONIC) - s->w0;
+    *cpu = bench_clock_s(s->cpu) - s->c0;
+}
+
 /* qsort order of doubles, ascending */
 static inline int bench_cmp_double(const void *a, const void *b)
 {
