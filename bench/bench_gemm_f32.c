@@ -57,7 +57,7 @@ static double time_matmul(fx_kernel k, int64_t M, int64_t N, int64_t K, const fl
     c.out_f32 = y;
     c.nthreads = nthreads;
 
-    double t0 = now_s();
+    const double t0 = now_s();
     if (k(&c) != FX_OK) return -1.0;
     const double warm = now_s() - t0;
     int reps = warm > 0 ? (int)(budget / warm) : 50;
