@@ -394,12 +394,16 @@ static void bad_input(void)
 }
 
 /* The library's fp32 layer norm against the definition written out a row at a time (fp32, one
- * accumulator per sum, index order; dgamma, dbeta in row order), bit for bit: the kernel runs
- * 16 rows side by side in blocks of 64 columns, so row counts and widths that are not
+ * accumulator per sum, index order; dgamma, dbeta in row order), bit for bit, on every backend
+ * at one and two threads: the AVX-512 kernels run 16 rows side by side (the AVX2 ones 8) and
+ * sum dgamma/dbeta in blocks of 64 columns (32), so row counts and widths that are not
  * multiples of those are the cases to get right. */
 static void definition_bits(void)
 {
-    const int64_t shapes[][2] = {{37, 130}, {16, 64}, {5, 1}, {300, 77}, {17, 200}};
+    const char *bk[8];
+    const int nbk = nn_backends(bk, 8);
+    const int64_t shapes[][2] = {{37, 130}, {16, 64}, {5, 1}, {300, 77}, {17, 200}, {9, 7},
+                                 {40, 128}};
     test_rng rng;
     test_rng_seed(&rng, 77);
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
@@ -455,7 +459,9 @@ static void definition_bits(void)
         tensor_t *tg = tensor_new(FMT_FP32, 2, sh), *tdx = tensor_new(FMT_FP32, 2, sh);
         CHECK_STATUS(tensor_from_f32(tx, x), FX_OK);
         CHECK_STATUS(tensor_from_f32(tg, dy), FX_OK);
-        for (int threads = 1; threads <= 2; threads++) {
+        for (int bi = 0; bi < 2 * nbk; bi++) {
+            const int threads = 1 + bi % 2;
+            CHECK_STATUS(flexpoint_set_backend(bk[bi / 2]), FX_OK);
             const int prev = flexpoint_set_num_threads(threads);
             CHECK_STATUS(tensor_layernorm(ty, tx, gm, bt, 1e-5, mean, rstd), FX_OK);
             CHECK_STATUS(tensor_layernorm_backward(tdx, dg, db, tg, tx, gm, 1e-5), FX_OK);
@@ -465,13 +471,13 @@ static void definition_bits(void)
             CHECK(memcmp(y, yr, (size_t)n * sizeof *y) == 0 &&
                       memcmp(mean, mr, (size_t)R * sizeof *mean) == 0 &&
                       memcmp(rstd, rr, (size_t)R * sizeof *rstd) == 0,
-                  "layer norm [%lld, %lld] at %d threads: y, mean or rstd differs from the "
-                  "definition", (long long)R, (long long)D, threads);
+                  "layer norm [%lld, %lld] on %s at %d threads: y, mean or rstd differs from "
+                  "the definition", (long long)R, (long long)D, bk[bi / 2], threads);
             CHECK(memcmp(dx, dxr, (size_t)n * sizeof *dx) == 0 &&
                       memcmp(dg, dgr, (size_t)D * sizeof *dg) == 0 &&
                       memcmp(db, dbr, (size_t)D * sizeof *db) == 0,
-                  "layer norm backward [%lld, %lld] at %d threads: dx, dgamma or dbeta differs "
-                  "from the definition", (long long)R, (long long)D, threads);
+                  "layer norm backward [%lld, %lld] on %s at %d threads: dx, dgamma or dbeta "
+                  "differs from the definition", (long long)R, (long long)D, bk[bi / 2], threads);
         }
         tensor_free(tx);
         tensor_free(ty);

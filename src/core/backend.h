@@ -234,6 +234,7 @@ typedef struct fx_cpu_features {
 struct fx_conv_geom;    /* src/nn/im2col.h */
 struct fx_i16_dgrad_s2; /* src/flex/conv_i16.h */
 struct fx_bn_kernels; /* src/nn/bn_kernels.h */
+struct fx_ln_kernels; /* src/nn/ln_kernels.h */
 
 /* The GEMM tuning of a level: what its MATMUL kernels accept besides plain operands, at which
  * register-tile sizes. The convolution reads these to pack operands the way the kernel wants
@@ -403,6 +404,7 @@ typedef struct fx_backend {
     fx_gemm_tuning gemm; /* what the GEMM kernels take pre-packed, and their tile sizes */
     fx_conv_kernels conv; /* the convolution's panel builders and fused epilogue */
     const struct fx_bn_kernels *bn; /* batch norm's kernels; NULL: the portable ones */
+    const struct fx_ln_kernels *ln; /* layer norm's row kernels; NULL: the portable ones */
     fx_half_add_fn half_add;        /* NULL: half_binary.c's chunk route */
     /* The element-wise math's fp32 core on plain arrays (fx_f32_math_<level>, f32_math.h):
      * what fx_unary_stream runs on each block it widens. NULL: that route is not taken. */

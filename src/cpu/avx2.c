@@ -15,6 +15,7 @@
 #include "fp32/f32_kernels.h"
 #include "fp32/f32_math.h"
 #include "nn/bn_kernels.h"
+#include "nn/ln_kernels.h"
 #include "nn/conv_panels.h"
 #include "nn/pool_kernels.h"
 #include "nn/softmax_kernels.h"
@@ -92,6 +93,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->conv.i16_wgrad = fx_i16_wgrad_direct_avx2; /* likewise the weight gradient */
     b->conv.i16_wgrad_max_stride = FX_I16_WGRAD_MAX_STRIDE; /* a column-deinterleaved copy */
     b->bn = &fx_bn_kernels_avx2; /* batch norm: the portable sums, four lanes and channels at once */
+    b->ln = &fx_ln_kernels_avx2; /* layer norm: eight rows side by side, one a lane */
     /* fp16/bf16 same-shape adds (residual adds, gradient sums) in registers */
     b->half_add = fx_half_add_avx2;
 

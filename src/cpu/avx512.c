@@ -16,6 +16,7 @@
 #include "fp32/conv_f32_direct.h"
 #include "fp32/f32_math.h"
 #include "nn/bn_kernels.h"
+#include "nn/ln_kernels.h"
 #include "nn/conv_panels.h"
 #include "nn/pool_kernels.h"
 #include "nn/softmax_kernels.h"
@@ -175,6 +176,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->gemm.i16_bwd_fwd_min_c = FX_FLEX_NR_AVX512 / 2;
     /* batch norm: eight-lane element-wise passes, the AVX2 channel sums (the portable bits) */
     b->bn = &fx_bn_kernels_avx512;
+    b->ln = &fx_ln_kernels_avx512; /* layer norm: sixteen rows side by side, one a lane */
     /* fp16/bf16 same-shape adds (residual adds, gradient sums) in registers */
     b->half_add = fx_half_add_avx512;
     b->conv.panels_i16 = fx_conv_panels_i16_avx512;

@@ -19,10 +19,14 @@
  * mean and rstd outputs are fp32 too. The backward pass recomputes the statistics from x with
  * the forward's code, so it needs nothing saved.
  *
- * There is no SIMD path (every backend runs this code) and OpenMP only splits rows: each row is
- * computed whole by one thread in the fixed order above, and dgamma/dbeta sum the rows in fp32
- * in row order on one thread, so the results are bit-identical across thread counts and
- * backends. The file is compiled in ISO C mode without FMA flags, so there is no contraction.
+ * The row kernels below are the definition (the portable level runs them); the AVX2 and AVX-512
+ * levels run the same operations 8 or 16 rows side by side (src/nn/ln_kernels.h). OpenMP only
+ * splits rows: each row is computed whole by one thread in the fixed order above, and
+ * dgamma/dbeta sum the rows in fp32 in row order for each column, so the results are
+ * bit-identical across thread counts and backends. The file is compiled in ISO C mode without
+ * FMA flags, so there is no contraction (the SIMD files are built with -ffp-contract=off).
+ * Each output element is a float already, so its fp32 stage is the value itself (the round to
+ * odd of an fp32 value is that value), and the write rounds it once into the output format.
  * fp32 statistics overflow where fp32 arithmetic does: a row with |x - mean| above ~1.8e19
  * has var = Inf, rstd = 0 and outputs 0 (beta with affine; NaN where x - mean itself
  * overflows), as in an fp32 layer norm elsewhere. Special values are IEEE data: a NaN or Inf
@@ -30,11 +34,17 @@
  * rstd = Inf and NaN outputs (0 * Inf), as PyTorch does.
  */
 #include "tfm_common.h"
+#include "ln_kernels.h"
+#include "../core/backend.h"
 #include "nn_ops.h"
 #include "flexpoint_nn.h"
 
 #include <math.h>
 #include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static int ln_check(const char *func, const tensor_t *x, double eps, int64_t *R, int64_t *D)
 {
@@ -59,6 +69,83 @@ static void ln_row_stats(const float *xr, int64_t D, float eps, float *mean, flo
     for (int64_t k = 0; k < D; k++) q += (xr[k] - mu) * (xr[k] - mu);
     *mean = mu;
     *rstd = 1.0f / sqrtf(q / (float)D + eps);
+}
+
+static void ln_forward_portable(const float *x, float *y, float *st, int64_t r0, int64_t r1,
+                                int64_t D, float eps, const float *gamma, const float *beta)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * D;
+        float mu, is;
+        ln_row_stats(xr, D, eps, &mu, &is);
+        st[2 * r] = mu;
+        st[2 * r + 1] = is;
+        if (!y) continue;
+        float *yr = y + r * D;
+        for (int64_t k = 0; k < D; k++) {
+            float val = (xr[k] - mu) * is;
+            if (gamma) val *= gamma[k];
+            if (beta) val += beta[k];
+            yr[k] = val;
+        }
+    }
+}
+
+static void ln_param_sums_portable(const float *x, const float *dy, const float *st, int64_t R,
+                                   int64_t D, int64_t k0, int64_t k1, float *sg)
+{
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * D, *gr = dy + r * D;
+        const float mu = st[2 * r], is = st[2 * r + 1];
+        for (int64_t k = k0; k < k1; k++) {
+            sg[k] += gr[k] * ((xr[k] - mu) * is);
+            sg[D + k] += gr[k];
+        }
+    }
+}
+
+static void ln_backward_portable(const float *x, const float *dy, const float *st, float *dx,
+                                 int64_t r0, int64_t r1, int64_t D, const float *gamma)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * D, *gr = dy + r * D;
+        float *vr = dx + r * D;
+        const float mu = st[2 * r], is = st[2 * r + 1];
+        float a = 0.0f, b = 0.0f; /* sum g, sum g xhat: fp32, index order */
+        for (int64_t k = 0; k < D; k++) {
+            const float g = gr[k] * (gamma ? gamma[k] : 1.0f);
+            a += g;
+            b += g * ((xr[k] - mu) * is);
+        }
+        a /= (float)D;
+        b /= (float)D;
+        for (int64_t k = 0; k < D; k++) {
+            const float g = gr[k] * (gamma ? gamma[k] : 1.0f);
+            const float xh = (xr[k] - mu) * is;
+            vr[k] = is * (g - a - xh * b);
+        }
+    }
+}
+
+const fx_ln_kernels fx_ln_kernels_portable = {ln_forward_portable, ln_param_sums_portable,
+                                              ln_backward_portable};
+
+/* The active level's kernels (the same bits on every level). */
+static const fx_ln_kernels *ln_kernels(void)
+{
+    const fx_backend *b = fx_backend_active();
+    return b && b->ln ? b->ln : &fx_ln_kernels_portable;
+}
+
+/* Rows [0, R) in groups of FX_LN_ROW_GROUP split among nt threads: group range of thread tid */
+static void ln_group_part(int64_t R, int nt, int tid, int64_t *r0, int64_t *r1)
+{
+    const int64_t groups = (R + FX_LN_ROW_GROUP - 1) / FX_LN_ROW_GROUP;
+    const int64_t share = groups / nt, extra = groups % nt;
+    const int64_t g0 = tid * share + (tid < extra ? tid : extra);
+    const int64_t g1 = g0 + share + (tid < extra ? 1 : 0);
+    *r0 = g0 * FX_LN_ROW_GROUP < R ? g0 * FX_LN_ROW_GROUP : R;
+    *r1 = g1 * FX_LN_ROW_GROUP < R ? g1 * FX_LN_ROW_GROUP : R;
 }
 
 int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma, const float *beta,
@@ -110,25 +197,20 @@ int fx_nn_layernorm_host(const fx_op_args *req)
         rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)(R * D));
         goto done;
     }
-    const fmt_t yf = y->fmt;
-    const int nt = R > 1 ? nn_threads_for(R * D) : 1;
-    (void)nt;
+    const fx_ln_kernels *k = ln_kernels();
+    const int nt = R > FX_LN_ROW_GROUP ? nn_threads_for(R * D) : 1;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = xv + r * D;
-        float *vr = v + r * D;
-        float mu, is;
-        ln_row_stats(xr, D, epsf, &mu, &is);
-        st[2 * r] = mu;
-        st[2 * r + 1] = is;
-        for (int64_t k = 0; k < D; k++) {
-            float val = (xr[k] - mu) * is;
-            if (gamma) val *= gamma[k];
-            if (beta) val += beta[k];
-            vr[k] = nn_stage_f32(val, yf);
-        }
+    {
+#ifdef _OPENMP
+        const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+#else
+        const int tid = 0, nth = 1;
+#endif
+        int64_t r0, r1;
+        ln_group_part(R, nth, tid, &r0, &r1);
+        if (r0 < r1) k->forward(xv, v, st, r0, r1, D, epsf, gamma, beta);
     }
     rc = fx_write_f32(y, v, func);
     if (rc == FX_OK)
@@ -168,8 +250,9 @@ int tensor_layernorm_backward(tensor_t *dx, float *dgamma, float *dbeta, const t
     return fx_op_run(&a);
 }
 
-/* columns of dgamma/dbeta per thread's block in the backward (a multiple of 16 floats) */
-#define LN_COL_BLOCK 32
+/* columns of dgamma/dbeta per thread's block in the backward (a multiple of 16 floats: the
+ * AVX-512 kernel keeps a block's sums in four registers of each) */
+#define LN_COL_BLOCK 64
 
 int fx_nn_layernorm_backward_host(const fx_op_args *req)
 {
@@ -204,59 +287,33 @@ int fx_nn_layernorm_backward_host(const fx_op_args *req)
         /* the rows' statistics, then dgamma, dbeta while dy is still intact: each column's
          * sums in row order, columns split among the threads in blocks of LN_COL_BLOCK (the
          * same order, so the same bits, as one thread going row by row) */
-        const fmt_t df = dx->fmt;
-        const int nt = R > 1 ? nn_threads_for(R * D) : 1;
-        (void)nt;
+        const fx_ln_kernels *kn = ln_kernels();
+        const int nt = R > FX_LN_ROW_GROUP ? nn_threads_for(R * D) : 1;
         const int64_t ncb = (D + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
         {
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+            const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+#else
+            const int tid = 0, nth = 1;
 #endif
-            for (int64_t r = 0; r < R; r++) {
-                float mu, is;
-                ln_row_stats(xv + r * D, D, epsf, &mu, &is);
-                st[2 * r] = mu;
-                st[2 * r + 1] = is;
-            }
+            int64_t r0, r1;
+            ln_group_part(R, nth, tid, &r0, &r1);
+            if (r0 < r1) kn->forward(xv, NULL, st, r0, r1, D, epsf, NULL, NULL);
 #ifdef _OPENMP
+#pragma omp barrier
 #pragma omp for schedule(static)
 #endif
             for (int64_t cb = 0; cb < ncb; cb++) {
                 const int64_t k0 = cb * LN_COL_BLOCK;
                 const int64_t k1 = k0 + LN_COL_BLOCK < D ? k0 + LN_COL_BLOCK : D;
-                for (int64_t r = 0; r < R; r++) {
-                    const float *xr = xv + r * D, *gr = gv + r * D;
-                    const float mu = st[2 * r], is = st[2 * r + 1];
-                    for (int64_t k = k0; k < k1; k++) {
-                        sg[k] += gr[k] * ((xr[k] - mu) * is);
-                        sg[D + k] += gr[k];
-                    }
-                }
+                kn->param_sums(xv, gv, st, R, D, k0, k1, sg);
             }
-        }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-        for (int64_t r = 0; r < R; r++) {
-            const float *xr = xv + r * D, *gr = gv + r * D;
-            float *vr = v + r * D;
-            const float mu = st[2 * r], is = st[2 * r + 1];
-            float a = 0.0f, b = 0.0f; /* sum g, sum g xhat: fp32, index order */
-            for (int64_t k = 0; k < D; k++) {
-                const float g = gr[k] * (gamma ? gamma[k] : 1.0f);
-                a += g;
-                b += g * ((xr[k] - mu) * is);
-            }
-            a /= (float)D;
-            b /= (float)D;
-            for (int64_t k = 0; k < D; k++) {
-                const float g = gr[k] * (gamma ? gamma[k] : 1.0f);
-                const float xh = (xr[k] - mu) * is;
-                vr[k] = nn_stage_f32(is * (g - a - xh * b), df);
-            }
+            /* the loop's barrier: every column's sums read dy before any dx row is written
+             * (dx may be dy's private copy) */
+            if (r0 < r1) kn->backward(xv, gv, st, v, r0, r1, D, gamma);
         }
         rc = fx_write_f32(dx, v, func);
     }
