@@ -3,6 +3,10 @@
  *   layernorm  [16384, 128]           tensor_layernorm / tensor_layernorm_backward
  *   gelu       [16384, 512]           tensor_unary / tensor_unary_backward ("gelu")
  *   softmax    [65536, 128] (rows)    tensor_softmax / tensor_softmax_backward (last axis)
+ *   qk         [128, 4, 128, 32] x [128, 4, 128, 32]^T   tensor_bmm (scores) / its backward
+ *   attn_sm    [128, 4, 128, 128]     tensor_attention_softmax (scale, causal mask) /
+ *                                     tensor_softmax_backward
+ *   pv         [128, 4, 128, 128] x [128, 4, 128, 32]    tensor_bmm / its backward
  *   ./build/release/bench/bench_tfm [threads] [repetitions] [formats]
  * Prints the best wall time (ms) of the repetitions per pass, and fp32's time over each
  * format's in the same process. Inputs are standard-normal activations and gradients of 0.01;
@@ -18,30 +22,48 @@
 #include <time.h>
 #include "bench_util.h"
 
-enum { OP_LAYERNORM, OP_GELU, OP_SOFTMAX, OP_COUNT };
-static const char *const OP_NAMES[OP_COUNT] = {"layernorm", "gelu", "softmax"};
+enum { OP_LAYERNORM, OP_GELU, OP_SOFTMAX, OP_QK, OP_ATTN_SM, OP_PV, OP_COUNT };
+static const char *const OP_NAMES[OP_COUNT] = {"layernorm", "gelu", "softmax", "qk", "attn_sm",
+                                               "pv"};
+/* the shape of x (and y, dy, dx); the products' second operand is [128, 4, 128, 32] */
 static const int64_t OP_SHAPES[OP_COUNT][4] = {{1, 1, 16384, 128}, {1, 1, 16384, 512},
-                                               {128, 4, 128, 128}};
+                                               {128, 4, 128, 128}, {128, 4, 128, 32},
+                                               {128, 4, 128, 128}, {128, 4, 128, 128}};
+static const int64_t HEAD_SHAPE[4] = {128, 4, 128, 32};
+
+/* The operands of one op: x (and for the products their second operand w), dy, y, dx, and
+ * the products' second gradient dw. */
+typedef struct {
+    tensor_t *x, *w, *dy, *y, *dx, *dw;
+} op_tensors;
 
 /* one forward and one backward call of op; FX_OK or the failing call's status */
-static int run_op(int op, tensor_t *y, tensor_t *dx, const tensor_t *x, const tensor_t *dy,
-                  const float *gamma, const float *beta, float *dg, float *db, double t[2])
+static int run_op(int op, const op_tensors *t, const float *gamma, const float *beta, float *dg,
+                  float *db, double tm[2])
 {
     int rc = FX_OK;
     const double t0 = bench_clock_s(CLOCK_MONOTONIC);
     switch (op) {
-    case OP_LAYERNORM: rc = tensor_layernorm(y, x, gamma, beta, 1e-5, NULL, NULL); break;
-    case OP_GELU: rc = tensor_unary(y, x, "gelu"); break;
-    default: rc = tensor_softmax(y, x, -1); break;
+    case OP_LAYERNORM: rc = tensor_layernorm(t->y, t->x, gamma, beta, 1e-5, NULL, NULL); break;
+    case OP_GELU: rc = tensor_unary(t->y, t->x, "gelu"); break;
+    case OP_SOFTMAX: rc = tensor_softmax(t->y, t->x, -1); break;
+    case OP_QK: rc = tensor_bmm(t->y, t->x, t->w, 0, 1); break;
+    case OP_ATTN_SM: rc = tensor_attention_softmax(t->y, t->x, 0.17677669529663687, 1); break;
+    default: rc = tensor_bmm(t->y, t->x, t->w, 0, 0); break;
     }
     const double t1 = bench_clock_s(CLOCK_MONOTONIC);
     if (!rc) switch (op) {
-        case OP_LAYERNORM: rc = tensor_layernorm_backward(dx, dg, db, dy, x, gamma, 1e-5); break;
-        case OP_GELU: rc = tensor_unary_backward(dx, dy, x, "gelu"); break;
-        default: rc = tensor_softmax_backward(dx, dy, y, -1); break;
+        case OP_LAYERNORM:
+            rc = tensor_layernorm_backward(t->dx, dg, db, t->dy, t->x, gamma, 1e-5);
+            break;
+        case OP_GELU: rc = tensor_unary_backward(t->dx, t->dy, t->x, "gelu"); break;
+        case OP_SOFTMAX:
+        case OP_ATTN_SM: rc = tensor_softmax_backward(t->dx, t->dy, t->y, -1); break;
+        case OP_QK: rc = tensor_bmm_backward(t->dx, t->dw, t->dy, t->x, t->w, 0, 1); break;
+        default: rc = tensor_bmm_backward(t->dx, t->dw, t->dy, t->x, t->w, 0, 0); break;
         }
-    t[0] = t1 - t0;
-    t[1] = bench_clock_s(CLOCK_MONOTONIC) - t1;
+    tm[0] = t1 - t0;
+    tm[1] = bench_clock_s(CLOCK_MONOTONIC) - t1;
     return rc;
 }
 
@@ -49,25 +71,35 @@ static int run_op(int op, tensor_t *y, tensor_t *dx, const tensor_t *x, const te
 static int time_op(int op, fmt_t f, int reps, unsigned *seed, double best[2])
 {
     const int64_t *s = OP_SHAPES[op], D = s[3];
-    tensor_t *x = bench_tensor4(f, s, 1.0f, 0, 1, seed);
-    tensor_t *dy = bench_tensor4(f, s, 0.01f, 0, 1, seed);
-    tensor_t *y = tensor_new(f, 4, s), *dx = tensor_new(f, 4, s);
+    const int prod = op == OP_QK || op == OP_PV;
+    /* the scores' shape: qk's output and gradient, pv's and the softmaxes' input */
+    const int64_t *ys = op == OP_QK ? OP_SHAPES[OP_ATTN_SM] : (op == OP_PV ? HEAD_SHAPE : s);
+    op_tensors t = {bench_tensor4(f, s, 1.0f, op == OP_PV, 1, seed),
+                    prod ? bench_tensor4(f, HEAD_SHAPE, 1.0f, 0, 1, seed) : NULL,
+                    bench_tensor4(f, ys, 0.01f, 0, 1, seed), tensor_new(f, 4, ys),
+                    tensor_new(f, 4, s), prod ? tensor_new(f, 4, HEAD_SHAPE) : NULL};
     float *buf = malloc((size_t)(4 * D) * sizeof(float));
-    int rc = !x || !dy || !y || !dx || !buf;
+    int rc = !t.x || !t.dy || !t.y || !t.dx || !buf || (prod && (!t.w || !t.dw));
     if (rc) fprintf(stderr, "bench_tfm: out of memory\n");
     for (int64_t k = 0; !rc && k < D; k++) {
         buf[k] = 1.0f + 0.001f * (float)k; /* gamma */
         buf[D + k] = 0.01f;                /* beta */
     }
+    /* softmax's backward reads its forward's output: one forward call before the timing */
+    if (!rc && (op == OP_SOFTMAX || op == OP_ATTN_SM)) {
+        double tm[2];
+        rc = run_op(op, &t, buf, buf + D, buf + 2 * D, buf + 3 * D, tm);
+    }
     best[0] = best[1] = 1e30;
     for (int r = 0; r < reps && !rc; r++) {
-        double t[2];
-        rc = run_op(op, y, dx, x, dy, buf, buf + D, buf + 2 * D, buf + 3 * D, t);
+        double tm[2];
+        rc = run_op(op, &t, buf, buf + D, buf + 2 * D, buf + 3 * D, tm);
         if (rc) fprintf(stderr, "bench_tfm: %s: %s\n", OP_NAMES[op], flexpoint_last_error());
-        if (t[0] < best[0]) best[0] = t[0];
-        if (t[1] < best[1]) best[1] = t[1];
+        if (tm[0] < best[0]) best[0] = tm[0];
+        if (tm[1] < best[1]) best[1] = tm[1];
     }
-    tensor_free(x), tensor_free(dy), tensor_free(y), tensor_free(dx);
+    tensor_free(t.x), tensor_free(t.w), tensor_free(t.dy), tensor_free(t.y);
+    tensor_free(t.dx), tensor_free(t.dw);
     free(buf);
     return rc != 0;
 }
@@ -85,7 +117,7 @@ static int ops_wanted(int want[OP_COUNT])
         for (int o = 0; o < OP_COUNT; o++)
             if (strcmp(tok, OP_NAMES[o]) == 0) want[o] = found = 1;
         if (!found) {
-            fprintf(stderr, "bench_tfm: BENCH_OPS names '%s' (known: layernorm gelu softmax)\n",
+            fprintf(stderr, "bench_tfm: BENCH_OPS names '%s' (known: layernorm gelu softmax qk attn_sm pv)\n",
                     tok);
             return -1;
         }
