@@ -7,6 +7,8 @@
  *   attn_sm    [128, 4, 128, 128]     tensor_attention_softmax (scale, causal mask) /
  *                                     tensor_softmax_backward
  *   pv         [128, 4, 128, 128] x [128, 4, 128, 32]    tensor_bmm / its backward
+ *   scale      [128, 4, 128, 128]     tensor_scale by 1/sqrt(32), of x / of dy (the attention's
+ *                                     backward scales its score gradient so)
  *   ./build/release/bench/bench_tfm [threads] [repetitions] [formats]
  * Prints the best wall time (ms) of the repetitions per pass, and fp32's time over each
  * format's in the same process. Inputs are standard-normal activations and gradients of 0.01;
@@ -22,13 +24,14 @@
 #include <time.h>
 #include "bench_util.h"
 
-enum { OP_LAYERNORM, OP_GELU, OP_SOFTMAX, OP_QK, OP_ATTN_SM, OP_PV, OP_COUNT };
+enum { OP_LAYERNORM, OP_GELU, OP_SOFTMAX, OP_QK, OP_ATTN_SM, OP_PV, OP_SCALE, OP_COUNT };
 static const char *const OP_NAMES[OP_COUNT] = {"layernorm", "gelu", "softmax", "qk", "attn_sm",
-                                               "pv"};
+                                               "pv", "scale"};
 /* the shape of x (and y, dy, dx); the products' second operand is [128, 4, 128, 32] */
 static const int64_t OP_SHAPES[OP_COUNT][4] = {{1, 1, 16384, 128}, {1, 1, 16384, 512},
                                                {128, 4, 128, 128}, {128, 4, 128, 32},
-                                               {128, 4, 128, 128}, {128, 4, 128, 128}};
+                                               {128, 4, 128, 128}, {128, 4, 128, 128},
+                                               {128, 4, 128, 128}};
 static const int64_t HEAD_SHAPE[4] = {128, 4, 128, 32};
 
 /* The operands of one op: x (and for the products their second operand w), dy, y, dx, and
@@ -49,6 +52,7 @@ static int run_op(int op, const op_tensors *t, const float *gamma, const float *
     case OP_SOFTMAX: rc = tensor_softmax(t->y, t->x, -1); break;
     case OP_QK: rc = tensor_bmm(t->y, t->x, t->w, 0, 1); break;
     case OP_ATTN_SM: rc = tensor_attention_softmax(t->y, t->x, 0.17677669529663687, 1); break;
+    case OP_SCALE: rc = tensor_scale(t->y, t->x, 0.17677669529663687); break;
     default: rc = tensor_bmm(t->y, t->x, t->w, 0, 0); break;
     }
     const double t1 = bench_clock_s(CLOCK_MONOTONIC);
@@ -60,6 +64,7 @@ static int run_op(int op, const op_tensors *t, const float *gamma, const float *
         case OP_SOFTMAX:
         case OP_ATTN_SM: rc = tensor_softmax_backward(t->dx, t->dy, t->y, -1); break;
         case OP_QK: rc = tensor_bmm_backward(t->dx, t->dw, t->dy, t->x, t->w, 0, 1); break;
+        case OP_SCALE: rc = tensor_scale(t->dx, t->dy, 0.17677669529663687); break;
         default: rc = tensor_bmm_backward(t->dx, t->dw, t->dy, t->x, t->w, 0, 0); break;
         }
     tm[0] = t1 - t0;
@@ -117,7 +122,7 @@ static int ops_wanted(int want[OP_COUNT])
         for (int o = 0; o < OP_COUNT; o++)
             if (strcmp(tok, OP_NAMES[o]) == 0) want[o] = found = 1;
         if (!found) {
-            fprintf(stderr, "bench_tfm: BENCH_OPS names '%s' (known: layernorm gelu softmax qk attn_sm pv)\n",
+            fprintf(stderr, "bench_tfm: BENCH_OPS names '%s' (known: layernorm gelu softmax qk attn_sm pv scale)\n",
                     tok);
             return -1;
         }

@@ -96,6 +96,9 @@ static inline fx_shift32 fx_shift32_of(int shift)
 void fx_flex_sum2_quant_scalar(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                fx_qstats *st);
 uint32_t fx_flex_sum2_maxabs_avx512(const fx_sum2 *p, int64_t n);
+void fx_mul_i16_i64_avx512(const int16_t *m, int32_t c, int64_t *v, int64_t n);
+void fx_flex_scale_quant_avx512(const int16_t *m, int32_t c, int64_t n, int16_t *dst, int shift,
+                                fx_qstats *st);
 void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                fx_qstats *st);
 
@@ -109,6 +112,7 @@ void fx_flex_quant_i64_t_avx2(const int64_t *src, int16_t *dst, int64_t rows, in
 void fx_flex_maxabs_f32_avx2(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
 uint64_t fx_flex_maxabs_i64_avx2(const int64_t *src, int64_t n);
 uint32_t fx_flex_sum2_maxabs_avx2(const fx_sum2 *p, int64_t n);
+void fx_mul_i16_i64_avx2(const int16_t *m, int32_t c, int64_t *v, int64_t n);
 void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                              fx_qstats *st);
 

@@ -721,3 +721,16 @@ void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, int shif
         fx_qstats_merge(st, &part);
     }
 }
+
+/* backend.h mul_i16_i64: four products a step (vpmuldq on sign-extended lanes, exact), as the
+ * AVX-512 kernel does eight. */
+void fx_mul_i16_i64_avx2(const int16_t *m, int32_t c, int64_t *v, int64_t n)
+{
+    const __m256i cv = _mm256_set1_epi64x(c);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const __m256i x = _mm256_cvtepi16_epi64(_mm_loadl_epi64((const __m128i *)(const void *)(m + i)));
+        _mm256_storeu_si256((__m256i *)(void *)(v + i), _mm256_mul_epi32(x, cv));
+    }
+    for (; i < n; i++) v[i] = (int64_t)m[i] * c;
+}
