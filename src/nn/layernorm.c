@@ -199,6 +199,7 @@ int fx_nn_layernorm_host(const fx_op_args *req)
     }
     const fx_ln_kernels *k = ln_kernels();
     const int nt = R > FX_LN_ROW_GROUP ? nn_threads_for(R * D) : 1;
+    (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
@@ -289,6 +290,7 @@ int fx_nn_layernorm_backward_host(const fx_op_args *req)
          * same order, so the same bits, as one thread going row by row) */
         const fx_ln_kernels *kn = ln_kernels();
         const int nt = R > FX_LN_ROW_GROUP ? nn_threads_for(R * D) : 1;
+        (void)nt;
         const int64_t ncb = (D + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
