@@ -318,56 +318,92 @@ static int fx_q64_fast_stats(fx_qstats *st, const fx_q64_fast *k, __m512i max_in
     return 1;
 }
 
-/* quant_i64 on the fast route: 0 where it does not hold (dst is then written again). */
-static int fx_quant_i64_fast(const int64_t *src, int16_t *dst, int64_t n, int shift,
-                             fx_qstats *st)
+/* Where quant_i64's values come from: stored int64 values v, or (v NULL) the products m[i] c
+ * of int16 mantissas and a scalar made in registers (scale_quant): eight products a step,
+ * each mantissa sign-extended, then vpmuldq (the low 32 bits of each lane, signed: m and c
+ * both fit), exact. */
+typedef struct fx_q64_src {
+    const int64_t *v;
+    const int16_t *m;
+    __m512i cv; /* c in every 64-bit lane */
+} fx_q64_src;
+
+static inline __attribute__((always_inline)) __m512i fx_q64_src_load(const fx_q64_src *s,
+                                                                     int64_t i, __mmask8 live)
+{
+    if (!s->v)
+        return _mm512_mul_epi32(_mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(live, s->m + i)),
+                                s->cv);
+    if (live == 0xFF) {
+        _mm_prefetch((const char *)(s->v + i + FX_Q_PREFETCH), _MM_HINT_T0);
+        return _mm512_loadu_si512((const void *)(s->v + i));
+    }
+    return _mm512_maskz_loadu_epi64(live, s->v + i);
+}
+
+/* quant_i64 of the source's values on the fast route: 0 where it does not hold (dst is then
+ * written again). */
+static inline __attribute__((always_inline)) int fx_q64_run_fast(const fx_q64_src *s,
+                                                                 int16_t *dst, int64_t n,
+                                                                 int shift, fx_qstats *st)
 {
     const fx_q64_fast f = fx_q64_fast_setup(shift);
     __m512i max_in = _mm512_setzero_si512();
     int64_t nuf = 0;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0);
-        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH + 8), _MM_HINT_T0);
-        const __m512i q0 =
-            fx_q64_fast_round(&f, _mm512_loadu_si512((const void *)(src + i)), &max_in, &nuf);
-        const __m512i q1 =
-            fx_q64_fast_round(&f, _mm512_loadu_si512((const void *)(src + i + 8)), &max_in, &nuf);
+        const __m512i q0 = fx_q64_fast_round(&f, fx_q64_src_load(s, i, 0xFF), &max_in, &nuf);
+        const __m512i q1 = fx_q64_fast_round(&f, fx_q64_src_load(s, i + 8, 0xFF), &max_in, &nuf);
         if (dst) fx_store16_q64(dst + i, q0, q1);
     }
     for (; i < n; i += 8) {
         const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
-        const __m512i q =
-            fx_q64_fast_round(&f, _mm512_maskz_loadu_epi64(live, src + i), &max_in, &nuf);
+        const __m512i q = fx_q64_fast_round(&f, fx_q64_src_load(s, i, live), &max_in, &nuf);
         if (dst) _mm512_mask_cvtepi64_storeu_epi16(dst + i, live, q);
     }
     return fx_q64_fast_stats(st, &f, max_in, nuf);
 }
 
-/* Counts are kept in vector lanes (fx_q64_acc), and full iterations handle 16 values with one
+/* quant_i64 of the source's values: the fast route where it holds, else the general one.
+ * Counts are kept in vector lanes (fx_q64_acc), and full iterations handle 16 values with one
  * 256-bit store: the scalar mask-to-count chain and the masked narrowing stores were what bound
  * this loop. */
-void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int shift,
-                              fx_qstats *st)
+static inline __attribute__((always_inline)) void fx_q64_run(const fx_q64_src *s, int16_t *dst,
+                                                             int64_t n, int shift, fx_qstats *st)
 {
-    if (fx_q64_fast_ok(shift) && fx_quant_i64_fast(src, dst, n, shift, st)) return;
+    if (fx_q64_fast_ok(shift) && fx_q64_run_fast(s, dst, n, shift, st)) return;
     const fx_q64_consts k = fx_q64_setup(shift);
     fx_q64_acc acc = {k.zero, k.zero, k.zero, k.zero};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH), _MM_HINT_T0);
-        _mm_prefetch((const char *)(src + i + FX_Q_PREFETCH + 8), _MM_HINT_T0);
-        const __m512i q0 = fx_q64_round(&k, &acc, _mm512_loadu_si512((const void *)(src + i)), 0xFF);
-        const __m512i q1 =
-            fx_q64_round(&k, &acc, _mm512_loadu_si512((const void *)(src + i + 8)), 0xFF);
+        const __m512i q0 = fx_q64_round(&k, &acc, fx_q64_src_load(s, i, 0xFF), 0xFF);
+        const __m512i q1 = fx_q64_round(&k, &acc, fx_q64_src_load(s, i + 8, 0xFF), 0xFF);
         if (dst) fx_store16_q64(dst + i, q0, q1);
     }
     for (; i < n; i += 8) {
         const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
-        const __m512i q = fx_q64_round(&k, &acc, _mm512_maskz_loadu_epi64(live, src + i), live);
+        const __m512i q = fx_q64_round(&k, &acc, fx_q64_src_load(s, i, live), live);
         if (dst) _mm512_mask_cvtepi64_storeu_epi16(dst + i, live, q);
     }
     fx_q64_stats(st, &acc);
+}
+
+void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int shift,
+                              fx_qstats *st)
+{
+    const fx_q64_src s = {src, NULL, _mm512_setzero_si512()};
+    fx_q64_run(&s, dst, n, shift, st);
+}
+
+/* backend.h scale_quant: quant_i64 of the products m[i] c, each made in its register. The
+ * same rounding and statistics as quant_i64 on the stored products (so the same bits); the
+ * products' store and load between the two took as long as the rounding in a FLEX16_5
+ * tensor_scale of attention's [128, 4, 128, 128] score gradient. */
+void fx_flex_scale_quant_avx512(const int16_t *m, int32_t c, int64_t n, int16_t *dst, int shift,
+                                fx_qstats *st)
+{
+    const fx_q64_src s = {NULL, m, _mm512_set1_epi64(c)};
+    fx_q64_run(&s, dst, n, shift, st);
 }
 
 /* 32 rows x 8 columns of int16 results stored transposed: z[i] holds rows i, i + 8, i + 16
@@ -773,68 +809,12 @@ void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int sh
     st->max_abs_out = _mm512_reduce_max_epi32(acc.max_out);
 }
 
-/* Eight products m c of int16 mantissas (the live lanes of p; the others 0), exact in int64
- * lanes: each mantissa sign-extended, then vpmuldq (the low 32 bits of each lane, signed: m
- * and c both fit). */
-static inline __m512i fx_sq_products8(const int16_t *p, __m512i cv, __mmask8 live)
-{
-    return _mm512_mul_epi32(_mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(live, p)), cv);
-}
-
-/* backend.h mul_i16_i64: eight products a step. */
+/* backend.h mul_i16_i64: eight products a step (fx_q64_src's products, stored). */
 void fx_mul_i16_i64_avx512(const int16_t *m, int32_t c, int64_t *v, int64_t n)
 {
-    const __m512i cv = _mm512_set1_epi64(c);
+    const fx_q64_src s = {NULL, m, _mm512_set1_epi64(c)};
     for (int64_t i = 0; i < n; i += 8) {
         const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_epi64(v + i, live, fx_sq_products8(m + i, cv, live));
+        _mm512_mask_storeu_epi64(v + i, live, fx_q64_src_load(&s, i, live));
     }
-}
-
-/* scale_quant on the fast route (fx_quant_i64_fast's, on the products): 0 where it does not
- * hold (dst is then written again). */
-static int fx_scale_quant_fast(const int16_t *m, __m512i cv, int16_t *dst, int64_t n, int shift,
-                               fx_qstats *st)
-{
-    const fx_q64_fast f = fx_q64_fast_setup(shift);
-    __m512i max_in = _mm512_setzero_si512();
-    int64_t nuf = 0;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512i q0 = fx_q64_fast_round(&f, fx_sq_products8(m + i, cv, 0xFF), &max_in, &nuf);
-        const __m512i q1 =
-            fx_q64_fast_round(&f, fx_sq_products8(m + i + 8, cv, 0xFF), &max_in, &nuf);
-        if (dst) fx_store16_q64(dst + i, q0, q1);
-    }
-    for (; i < n; i += 8) {
-        const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
-        const __m512i q = fx_q64_fast_round(&f, fx_sq_products8(m + i, cv, live), &max_in, &nuf);
-        if (dst) _mm512_mask_cvtepi64_storeu_epi16(dst + i, live, q);
-    }
-    return fx_q64_fast_stats(st, &f, max_in, nuf);
-}
-
-/* backend.h scale_quant: quant_i64 of the products m[i] c, each made in its register. The
- * same rounding and statistics as quant_i64 on the stored products (so the same bits); the
- * products' store and load between the two took as long as the rounding in a FLEX16_5
- * tensor_scale of attention's [128, 4, 128, 128] score gradient. */
-void fx_flex_scale_quant_avx512(const int16_t *m, int32_t c, int64_t n, int16_t *dst, int shift,
-                                fx_qstats *st)
-{
-    const __m512i cv = _mm512_set1_epi64(c);
-    if (fx_q64_fast_ok(shift) && fx_scale_quant_fast(m, cv, dst, n, shift, st)) return;
-    const fx_q64_consts k = fx_q64_setup(shift);
-    fx_q64_acc acc = {k.zero, k.zero, k.zero, k.zero};
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512i q0 = fx_q64_round(&k, &acc, fx_sq_products8(m + i, cv, 0xFF), 0xFF);
-        const __m512i q1 = fx_q64_round(&k, &acc, fx_sq_products8(m + i + 8, cv, 0xFF), 0xFF);
-        if (dst) fx_store16_q64(dst + i, q0, q1);
-    }
-    for (; i < n; i += 8) {
-        const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
-        const __m512i q = fx_q64_round(&k, &acc, fx_sq_products8(m + i, cv, live), live);
-        if (dst) _mm512_mask_cvtepi64_storeu_epi16(dst + i, live, q);
-    }
-    fx_q64_stats(st, &acc);
 }

@@ -137,9 +137,15 @@ static const fx_ln_kernels *ln_kernels(void)
     return b && b->ln ? b->ln : &fx_ln_kernels_portable;
 }
 
-/* Rows [0, R) in groups of FX_LN_ROW_GROUP split among nt threads: group range of thread tid */
-static void ln_group_part(int64_t R, int nt, int tid, int64_t *r0, int64_t *r1)
+/* This thread's rows [*r0, *r1) of [0, R): whole groups of FX_LN_ROW_GROUP, split among the
+ * threads of the enclosing parallel region as OpenMP's static schedule splits items */
+static void ln_my_rows(int64_t R, int64_t *r0, int64_t *r1)
 {
+#ifdef _OPENMP
+    const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+    const int64_t tid = 0, nt = 1;
+#endif
     const int64_t groups = (R + FX_LN_ROW_GROUP - 1) / FX_LN_ROW_GROUP;
     const int64_t share = groups / nt, extra = groups % nt;
     const int64_t g0 = tid * share + (tid < extra ? tid : extra);
@@ -204,13 +210,8 @@ int fx_nn_layernorm_host(const fx_op_args *req)
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
     {
-#ifdef _OPENMP
-        const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-#else
-        const int tid = 0, nth = 1;
-#endif
         int64_t r0, r1;
-        ln_group_part(R, nth, tid, &r0, &r1);
+        ln_my_rows(R, &r0, &r1);
         if (r0 < r1) k->forward(xv, v, st, r0, r1, D, epsf, gamma, beta);
     }
     rc = fx_write_f32(y, v, func);
@@ -296,13 +297,8 @@ int fx_nn_layernorm_backward_host(const fx_op_args *req)
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
         {
-#ifdef _OPENMP
-            const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-#else
-            const int tid = 0, nth = 1;
-#endif
             int64_t r0, r1;
-            ln_group_part(R, nth, tid, &r0, &r1);
+            ln_my_rows(R, &r0, &r1);
             if (r0 < r1) kn->forward(xv, NULL, st, r0, r1, D, epsf, NULL, NULL);
 #ifdef _OPENMP
 #pragma omp barrier

@@ -1,180 +1,31 @@
-/* Layer norm's row kernels on AVX-512 (src/nn/ln_kernels.h): the portable kernels' operations
- * (src/nn/layernorm.c), sixteen rows at a time.
- *
- * A row's sums run in index order with one accumulator, so the rows go side by side: a block
- * of 16 rows x 16 columns is loaded, transposed in registers (column j of the block in one
- * vector, lane i from row i), and the columns are added into the lanes' accumulators one after
- * another; each lane then holds exactly the portable scalar's running sum of its row. The
- * outputs and dgamma/dbeta's column sums are element-wise given the row statistics, so they
- * run along the rows, sixteen columns a vector. Built with -ffp-contract=off: every product
- * and sum is rounded on its own, as in the portable code. */
-#include "ln_kernels.h"
+/* Layer norm's row kernels on AVX-512: sixteen rows side by side (src/nn/layernorm_impl.h). */
 #include "../core/transpose_avx512.h"
 
 #include <immintrin.h>
+#include <stdint.h>
 
 #define LANES 16
+#define LN_VF __m512
+#define LN_VM __mmask16
+#define LN_LOAD(m, p) _mm512_maskz_loadu_ps((m), (p))
+#define LN_STORE(p, m, v) _mm512_mask_storeu_ps((p), (m), (v))
+#define LN_LOADU(p) _mm512_loadu_ps(p)
+#define LN_STOREU(p, v) _mm512_storeu_ps((p), (v))
+#define LN_ZERO() _mm512_setzero_ps()
+#define LN_SET1(x) _mm512_set1_ps(x)
+#define LN_ADD(a, b) _mm512_add_ps((a), (b))
+#define LN_SUB(a, b) _mm512_sub_ps((a), (b))
+#define LN_MUL(a, b) _mm512_mul_ps((a), (b))
+#define LN_DIV(a, b) _mm512_div_ps((a), (b))
+#define LN_SQRT(a) _mm512_sqrt_ps(a)
+#define LN_TRANSPOSE(t) fx_transpose16x16_ps(t)
+#define LN_NAME(f) f##_avx512
 
-static inline __mmask16 ln_mask(int64_t n) /* the first min(n, 16) lanes */
+static inline __mmask16 ln_mask(int64_t n)
 {
-    return n >= LANES ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+    return n >= LANES ? (__mmask16)0xFFFF : (n > 0 ? (__mmask16)((1u << n) - 1u) : 0);
 }
 
-/* The block of nr rows (from p, D apart) by nk columns as columns: t[j] lane i = p[i D + j],
- * lanes past nr and columns past nk zero */
-static inline void ln_block(const float *p, int64_t D, int nr, int nk, __m512 t[LANES])
-{
-    const __mmask16 km = ln_mask(nk);
-    for (int i = 0; i < LANES; i++)
-        t[i] = i < nr ? _mm512_maskz_loadu_ps(km, p + i * D) : _mm512_setzero_ps();
-    fx_transpose16x16_ps(t);
-}
+#include "layernorm_impl.h"
 
-/* Lane i: the mean and rstd of row i (i < nr) of the rows from x, by ln_row_stats's
- * operations: the sum in index order, the mean, the sum of squared deviations in index order,
- * 1 / sqrt(q / D + eps). */
-static void ln_stats16(const float *x, int64_t D, int nr, float eps, __m512 *mu_out,
-                       __m512 *is_out)
-{
-    __m512 s = _mm512_setzero_ps();
-    for (int64_t k0 = 0; k0 < D; k0 += LANES) {
-        const int nk = D - k0 < LANES ? (int)(D - k0) : LANES;
-        __m512 t[LANES];
-        ln_block(x + k0, D, nr, nk, t);
-        for (int j = 0; j < LANES; j++) /* the row's own elements only */
-            if (j < nk) s = _mm512_add_ps(s, t[j]);
-    }
-    const __m512 dv = _mm512_set1_ps((float)D);
-    const __m512 mu = _mm512_div_ps(s, dv);
-    __m512 q = _mm512_setzero_ps();
-    for (int64_t k0 = 0; k0 < D; k0 += LANES) {
-        const int nk = D - k0 < LANES ? (int)(D - k0) : LANES;
-        __m512 t[LANES];
-        ln_block(x + k0, D, nr, nk, t);
-        for (int j = 0; j < LANES; j++)
-            if (j < nk) {
-                const __m512 d = _mm512_sub_ps(t[j], mu);
-                q = _mm512_add_ps(q, _mm512_mul_ps(d, d));
-            }
-    }
-    *mu_out = mu;
-    *is_out = _mm512_div_ps(_mm512_set1_ps(1.0f),
-                            _mm512_sqrt_ps(_mm512_add_ps(_mm512_div_ps(q, dv),
-                                                         _mm512_set1_ps(eps))));
-}
-
-static void ln_forward_avx512(const float *x, float *y, float *st, int64_t r0, int64_t r1,
-                              int64_t D, float eps, const float *gamma, const float *beta)
-{
-    for (int64_t r = r0; r < r1; r += LANES) {
-        const int nr = r1 - r < LANES ? (int)(r1 - r) : LANES;
-        __m512 mu, is;
-        ln_stats16(x + r * D, D, nr, eps, &mu, &is);
-        float m[LANES], v[LANES];
-        _mm512_storeu_ps(m, mu);
-        _mm512_storeu_ps(v, is);
-        for (int i = 0; i < nr; i++) {
-            st[2 * (r + i)] = m[i];
-            st[2 * (r + i) + 1] = v[i];
-        }
-        if (!y) continue;
-        /* every row of the block has its statistics: now its outputs (y may be x) */
-        for (int i = 0; i < nr; i++) {
-            const float *xr = x + (r + i) * D;
-            float *yr = y + (r + i) * D;
-            const __m512 mv = _mm512_set1_ps(m[i]), iv = _mm512_set1_ps(v[i]);
-            for (int64_t k = 0; k < D; k += LANES) {
-                const __mmask16 km = ln_mask(D - k);
-                __m512 val = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(km, xr + k), mv), iv);
-                if (gamma) val = _mm512_mul_ps(val, _mm512_maskz_loadu_ps(km, gamma + k));
-                if (beta) val = _mm512_add_ps(val, _mm512_maskz_loadu_ps(km, beta + k));
-                _mm512_mask_storeu_ps(yr + k, km, val);
-            }
-        }
-    }
-}
-
-/* Columns [c0, c0 + 64) at most, four vectors of each sum in registers over all R rows */
-static void ln_param_sums64(const float *x, const float *dy, const float *st, int64_t R,
-                            int64_t D, int64_t c0, int64_t c1, float *sg)
-{
-    __mmask16 km[4];
-    __m512 a[4], b[4];
-    for (int v = 0; v < 4; v++) {
-        km[v] = c0 + LANES * v < c1 ? ln_mask(c1 - c0 - LANES * v) : 0;
-        a[v] = _mm512_maskz_loadu_ps(km[v], sg + c0 + LANES * v);
-        b[v] = _mm512_maskz_loadu_ps(km[v], sg + D + c0 + LANES * v);
-    }
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = x + r * D + c0, *gr = dy + r * D + c0;
-        const __m512 mu = _mm512_set1_ps(st[2 * r]), is = _mm512_set1_ps(st[2 * r + 1]);
-        for (int v = 0; v < 4; v++) {
-            const __m512 g = _mm512_maskz_loadu_ps(km[v], gr + LANES * v);
-            const __m512 xh =
-                _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(km[v], xr + LANES * v), mu), is);
-            a[v] = _mm512_add_ps(a[v], _mm512_mul_ps(g, xh));
-            b[v] = _mm512_add_ps(b[v], g);
-        }
-    }
-    for (int v = 0; v < 4; v++) {
-        _mm512_mask_storeu_ps(sg + c0 + LANES * v, km[v], a[v]);
-        _mm512_mask_storeu_ps(sg + D + c0 + LANES * v, km[v], b[v]);
-    }
-}
-
-static void ln_param_sums_avx512(const float *x, const float *dy, const float *st, int64_t R,
-                                 int64_t D, int64_t k0, int64_t k1, float *sg)
-{
-    for (int64_t c0 = k0; c0 < k1; c0 += 4 * LANES)
-        ln_param_sums64(x, dy, st, R, D, c0, c0 + 4 * LANES < k1 ? c0 + 4 * LANES : k1, sg);
-}
-
-static void ln_backward_avx512(const float *x, const float *dy, const float *st, float *dx,
-                               int64_t r0, int64_t r1, int64_t D, const float *gamma)
-{
-    for (int64_t r = r0; r < r1; r += LANES) {
-        const int nr = r1 - r < LANES ? (int)(r1 - r) : LANES;
-        float m[LANES] = {0}, v[LANES] = {0};
-        for (int i = 0; i < nr; i++) {
-            m[i] = st[2 * (r + i)];
-            v[i] = st[2 * (r + i) + 1];
-        }
-        const __m512 mu = _mm512_loadu_ps(m), is = _mm512_loadu_ps(v);
-        /* lane i: sum g and sum g xhat of row i in index order, g = dy gamma */
-        __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
-        for (int64_t k0 = 0; k0 < D; k0 += LANES) {
-            const int nk = D - k0 < LANES ? (int)(D - k0) : LANES;
-            __m512 tg[LANES], tx[LANES];
-            ln_block(dy + r * D + k0, D, nr, nk, tg);
-            ln_block(x + r * D + k0, D, nr, nk, tx);
-            for (int j = 0; j < LANES; j++)
-                if (j < nk) {
-                    const __m512 g = _mm512_mul_ps(
-                        tg[j], _mm512_set1_ps(gamma ? gamma[k0 + j] : 1.0f));
-                    a = _mm512_add_ps(a, g);
-                    b = _mm512_add_ps(b, _mm512_mul_ps(g, _mm512_mul_ps(_mm512_sub_ps(tx[j], mu), is)));
-                }
-        }
-        const __m512 dv = _mm512_set1_ps((float)D);
-        float av[LANES], bv[LANES];
-        _mm512_storeu_ps(av, _mm512_div_ps(a, dv));
-        _mm512_storeu_ps(bv, _mm512_div_ps(b, dv));
-        for (int i = 0; i < nr; i++) {
-            const float *xr = x + (r + i) * D, *gr = dy + (r + i) * D;
-            float *vr = dx + (r + i) * D;
-            const __m512 mi = _mm512_set1_ps(m[i]), ii = _mm512_set1_ps(v[i]);
-            const __m512 ai = _mm512_set1_ps(av[i]), bi = _mm512_set1_ps(bv[i]);
-            for (int64_t k = 0; k < D; k += LANES) {
-                const __mmask16 km = ln_mask(D - k);
-                const __m512 gm = gamma ? _mm512_maskz_loadu_ps(km, gamma + k) : _mm512_set1_ps(1.0f);
-                const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(km, gr + k), gm);
-                const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(km, xr + k), mi), ii);
-                const __m512 o = _mm512_mul_ps(ii, _mm512_sub_ps(_mm512_sub_ps(g, ai), _mm512_mul_ps(xh, bi)));
-                _mm512_mask_storeu_ps(vr + k, km, o);
-            }
-        }
-    }
-}
-
-const fx_ln_kernels fx_ln_kernels_avx512 = {ln_forward_avx512, ln_param_sums_avx512,
-                                            ln_backward_avx512};
+const fx_ln_kernels fx_ln_kernels_avx512 = LN_KERNELS_TABLE;

@@ -1,5 +1,5 @@
 /* Layer norm's row kernels (src/nn/layernorm.c holds the definition and the portable kernels;
- * src/nn/layernorm_avx2.c and layernorm_avx512.c the SIMD ones).
+ * src/nn/layernorm_impl.h the SIMD ones, built by layernorm_avx2.c and layernorm_avx512.c).
  *
  * The definition sums each row in index order with one fp32 accumulator (its mean, its
  * variance, and the backward pass's two row sums), so one row is a chain of D dependent
