@@ -130,7 +130,6 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.quant_i64_t = fx_flex_quant_i64_t_avx512;
     b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx512;
     b->cvt.maxabs_i64 = fx_flex_maxabs_i64_avx512;
-    b->cvt.mul_i16_i64 = fx_mul_i16_i64_avx512;
     b->cvt.scale_quant = fx_flex_scale_quant_avx512;
 
     /* flex16_5 and dfp16: integer kernels (COPY, MUL, SCALE stay scalar) */

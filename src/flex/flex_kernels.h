@@ -96,7 +96,6 @@ static inline fx_shift32 fx_shift32_of(int shift)
 void fx_flex_sum2_quant_scalar(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                fx_qstats *st);
 uint32_t fx_flex_sum2_maxabs_avx512(const fx_sum2 *p, int64_t n);
-void fx_mul_i16_i64_avx512(const int16_t *m, int32_t c, int64_t *v, int64_t n);
 void fx_flex_scale_quant_avx512(const int16_t *m, int32_t c, int64_t n, int16_t *dst, int shift,
                                 fx_qstats *st);
 void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,

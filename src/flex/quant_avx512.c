@@ -808,13 +808,3 @@ void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int sh
     st->max_abs_in = (double)_mm512_reduce_max_epu32(acc.max_in);
     st->max_abs_out = _mm512_reduce_max_epi32(acc.max_out);
 }
-
-/* backend.h mul_i16_i64: eight products a step (fx_q64_src's products, stored). */
-void fx_mul_i16_i64_avx512(const int16_t *m, int32_t c, int64_t *v, int64_t n)
-{
-    const fx_q64_src s = {NULL, m, _mm512_set1_epi64(c)};
-    for (int64_t i = 0; i < n; i += 8) {
-        const __mmask8 live = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_epi64(v + i, live, fx_q64_src_load(&s, i, live));
-    }
-}
