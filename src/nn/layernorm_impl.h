@@ -35,8 +35,7 @@ static inline void ln_block(const float *p, int64_t D, int nr, int nk, LN_VF t[L
 /* Lane i: the mean and rstd of row i (i < nr) of the rows from x, by ln_row_stats's
  * operations: the sum in index order, the mean, the sum of squared deviations in index order,
  * 1 / sqrt(q / D + eps). */
-static void ln_stats(const float *x, int64_t D, int nr, float eps, LN_VF *mu_out,
-                       LN_VF *is_out)
+static void ln_stats(const float *x, int64_t D, int nr, float eps, LN_VF *mu_out, LN_VF *is_out)
 {
     LN_VF s = LN_ZERO();
     for (int64_t k0 = 0; k0 < D; k0 += LANES) {
@@ -60,9 +59,7 @@ static void ln_stats(const float *x, int64_t D, int nr, float eps, LN_VF *mu_out
             }
     }
     *mu_out = mu;
-    *is_out = LN_DIV(LN_SET1(1.0f),
-                            LN_SQRT(LN_ADD(LN_DIV(q, dv),
-                                                         LN_SET1(eps))));
+    *is_out = LN_DIV(LN_SET1(1.0f), LN_SQRT(LN_ADD(LN_DIV(q, dv), LN_SET1(eps))));
 }
 
 static void LN_NAME(ln_forward)(const float *x, float *y, float *st, int64_t r0, int64_t r1,
@@ -112,8 +109,7 @@ static void ln_param_sums_block(const float *x, const float *dy, const float *st
         const LN_VF mu = LN_SET1(st[2 * r]), is = LN_SET1(st[2 * r + 1]);
         for (int v = 0; v < 4; v++) {
             const LN_VF g = LN_LOAD(km[v], gr + LANES * v);
-            const LN_VF xh =
-                LN_MUL(LN_SUB(LN_LOAD(km[v], xr + LANES * v), mu), is);
+            const LN_VF xh = LN_MUL(LN_SUB(LN_LOAD(km[v], xr + LANES * v), mu), is);
             a[v] = LN_ADD(a[v], LN_MUL(g, xh));
             b[v] = LN_ADD(b[v], g);
         }
@@ -124,15 +120,15 @@ static void ln_param_sums_block(const float *x, const float *dy, const float *st
     }
 }
 
-static void LN_NAME(ln_param_sums)(const float *x, const float *dy, const float *st,
-                                   int64_t R, int64_t D, int64_t k0, int64_t k1, float *sg)
+static void LN_NAME(ln_param_sums)(const float *x, const float *dy, const float *st, int64_t R,
+                                   int64_t D, int64_t k0, int64_t k1, float *sg)
 {
     for (int64_t c0 = k0; c0 < k1; c0 += 4 * LANES)
         ln_param_sums_block(x, dy, st, R, D, c0, c0 + 4 * LANES < k1 ? c0 + 4 * LANES : k1, sg);
 }
 
 static void LN_NAME(ln_backward)(const float *x, const float *dy, const float *st, float *dx,
-                               int64_t r0, int64_t r1, int64_t D, const float *gamma)
+                                 int64_t r0, int64_t r1, int64_t D, const float *gamma)
 {
     for (int64_t r = r0; r < r1; r += LANES) {
         const int nr = r1 - r < LANES ? (int)(r1 - r) : LANES;
@@ -151,8 +147,7 @@ static void LN_NAME(ln_backward)(const float *x, const float *dy, const float *s
             ln_block(x + r * D + k0, D, nr, nk, tx);
             for (int j = 0; j < LANES; j++)
                 if (j < nk) {
-                    const LN_VF g = LN_MUL(
-                        tg[j], LN_SET1(gamma ? gamma[k0 + j] : 1.0f));
+                    const LN_VF g = LN_MUL(tg[j], LN_SET1(gamma ? gamma[k0 + j] : 1.0f));
                     a = LN_ADD(a, g);
                     b = LN_ADD(b, LN_MUL(g, LN_MUL(LN_SUB(tx[j], mu), is)));
                 }
