@@ -122,7 +122,9 @@ static int ops_wanted(int want[OP_COUNT])
         for (int o = 0; o < OP_COUNT; o++)
             if (strcmp(tok, OP_NAMES[o]) == 0) want[o] = found = 1;
         if (!found) {
-            fprintf(stderr, "bench_tfm: BENCH_OPS names '%s' (known: layernorm gelu softmax qk attn_sm pv scale)\n",
+            fprintf(stderr,
+                    "bench_tfm: BENCH_OPS names '%s' (known: layernorm gelu softmax qk attn_sm "
+                    "pv scale)\n",
                     tok);
             return -1;
         }
