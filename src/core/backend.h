@@ -177,11 +177,9 @@ typedef struct fx_cvt_table {
      * v[i] (the same mantissas and statistics as widening them to int64 first). */
     uint32_t (*sum2_maxabs)(const fx_sum2 *p, int64_t n);
     void (*sum2_quant)(const fx_sum2 *p, int64_t n, int16_t *dst, int shift, fx_qstats *st);
-    /* v[i] = m[i] c, the exact int64 products of int16 mantissas and a scalar |c| <= 2^30 (a
-     * shared-exponent tensor_scale's values, src/core/shared_scale.c); NULL: the portable loop */
-    void (*mul_i16_i64)(const int16_t *m, int32_t c, int64_t *v, int64_t n);
-    /* quant_i64 of those products, made in registers (the same mantissas and statistics);
-     * NULL: mul_i16_i64 (or its loop) into a buffer, then quant_i64 */
+    /* quant_i64 of the exact int64 products m[i] c of int16 mantissas and a scalar |c| <= 2^30
+     * (a shared-exponent tensor_scale's values, src/core/shared_scale.c): the same mantissas
+     * and statistics, without the products stored; NULL: the portable products, then quant_i64 */
     void (*scale_quant)(const int16_t *m, int32_t c, int64_t n, int16_t *dst, int shift,
                         fx_qstats *st);
     /* largest |v| of int64 values, as uint64 (|INT64_MIN| = 2^63 included); NULL: the portable

@@ -8,8 +8,8 @@
  * a FLEX16_5 transformer's training step. Here:
  *   - into a FLEX16_5/DFP16 tensor: the maximum is max|m| * |c|, from one pass over the int16
  *     mantissas, and the write's quantiser recomputes the products chunk by chunk (each chunk's
- *     int64 values in a buffer in cache, or on AVX-512 in registers: the backend's
- *     scale_quant) at whatever exponent the write asks for, straight into the output. It never
+ *     int64 values in a buffer in cache, or the backend's scale_quant: in registers on AVX-512,
+ *     in smaller blocks on AVX2) at whatever exponent the write asks for, straight into the output. It never
  *     fails (no allocation), so the write cannot stop half-way.
  *   - into an fp32 tensor: each value is (float)((m c) 2^e) in double arithmetic, where the
  *     integer m c has at most 47 bits and scaling by a power of two is exact, so the double
@@ -73,18 +73,13 @@ static int fx_ss_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_q
             const int64_t lo = k * FX_SS_CHUNK;
             const int64_t len = p->n - lo < FX_SS_CHUNK ? p->n - lo : FX_SS_CHUNK;
             fx_qstats part;
-            /* |c| <= 2^30 (fx_shared_scale_split): the kernels take it as an int32 */
-            if (p->be->cvt.scale_quant) {
+            if (p->be->cvt.scale_quant) { /* |c| <= 2^30 (fx_shared_scale_split): an int32 */
                 p->be->cvt.scale_quant(p->m + lo, (int32_t)p->c, len, keep ? p->dst + lo : NULL,
                                        shift, &part);
-                fx_qstats_merge(&mine, &part);
-                continue;
-            }
-            if (p->be->cvt.mul_i16_i64)
-                p->be->cvt.mul_i16_i64(p->m + lo, (int32_t)p->c, v, len);
-            else
+            } else {
                 for (int64_t i = 0; i < len; i++) v[i] = (int64_t)p->m[lo + i] * p->c;
-            p->be->cvt.quant_i64(v, keep ? p->dst + lo : NULL, len, shift, &part);
+                p->be->cvt.quant_i64(v, keep ? p->dst + lo : NULL, len, shift, &part);
+            }
             fx_qstats_merge(&mine, &part);
         }
 #ifdef _OPENMP

@@ -71,7 +71,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.quant_i64 = fx_flex_quant_i64_avx2;
     b->cvt.quant_i64_t = fx_flex_quant_i64_t_avx2;
     b->cvt.maxabs_i64 = fx_flex_maxabs_i64_avx2;
-    b->cvt.mul_i16_i64 = fx_mul_i16_i64_avx2;
+    b->cvt.scale_quant = fx_flex_scale_quant_avx2;
     b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx2;
     b->cvt.sum2_quant = fx_flex_sum2_quant_avx2;
     b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_avx2;

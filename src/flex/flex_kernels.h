@@ -111,7 +111,8 @@ void fx_flex_quant_i64_t_avx2(const int64_t *src, int16_t *dst, int64_t rows, in
 void fx_flex_maxabs_f32_avx2(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
 uint64_t fx_flex_maxabs_i64_avx2(const int64_t *src, int64_t n);
 uint32_t fx_flex_sum2_maxabs_avx2(const fx_sum2 *p, int64_t n);
-void fx_mul_i16_i64_avx2(const int16_t *m, int32_t c, int64_t *v, int64_t n);
+void fx_flex_scale_quant_avx2(const int16_t *m, int32_t c, int64_t n, int16_t *dst, int shift,
+                              fx_qstats *st);
 void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                              fx_qstats *st);
 

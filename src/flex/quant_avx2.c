@@ -722,15 +722,29 @@ void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, int shif
     }
 }
 
-/* backend.h mul_i16_i64: four products a step (vpmuldq on sign-extended lanes, exact), as the
- * AVX-512 kernel does eight. */
-void fx_mul_i16_i64_avx2(const int16_t *m, int32_t c, int64_t *v, int64_t n)
+/* backend.h scale_quant: the products m[i] c made four a step (vpmuldq on sign-extended lanes,
+ * exact) into a buffer in L1, a block at a time, and rounded by quant_i64; the statistics of
+ * the blocks merge exactly, so the mantissas and statistics are quant_i64's on all the
+ * products at once. */
+void fx_flex_scale_quant_avx2(const int16_t *m, int32_t c, int64_t n, int16_t *dst, int shift,
+                              fx_qstats *st)
 {
+    enum { BLOCK = 512 };
+    int64_t v[BLOCK];
     const __m256i cv = _mm256_set1_epi64x(c);
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const __m256i x = _mm256_cvtepi16_epi64(_mm_loadl_epi64((const __m128i *)(const void *)(m + i)));
-        _mm256_storeu_si256((__m256i *)(void *)(v + i), _mm256_mul_epi32(x, cv));
+    fx_qstats_init(st);
+    for (int64_t lo = 0; lo < n; lo += BLOCK) {
+        const int64_t len = n - lo < BLOCK ? n - lo : BLOCK;
+        const int16_t *mb = m + lo;
+        int64_t i = 0;
+        for (; i + 4 <= len; i += 4) {
+            const __m128i x4 = _mm_loadl_epi64((const __m128i *)(const void *)(mb + i));
+            _mm256_storeu_si256((__m256i *)(void *)(v + i),
+                                _mm256_mul_epi32(_mm256_cvtepi16_epi64(x4), cv));
+        }
+        for (; i < len; i++) v[i] = (int64_t)mb[i] * c;
+        fx_qstats part;
+        fx_flex_quant_i64_avx2(v, dst ? dst + lo : NULL, len, shift, &part);
+        fx_qstats_merge(st, &part);
     }
-    for (; i < n; i++) v[i] = (int64_t)m[i] * c;
 }
