@@ -9,8 +9,8 @@
  *   - into a FLEX16_5/DFP16 tensor: the maximum is max|m| * |c|, from one pass over the int16
  *     mantissas, and the write's quantiser recomputes the products chunk by chunk (each chunk's
  *     int64 values in a buffer in cache, or the backend's scale_quant: in registers on AVX-512,
- *     in smaller blocks on AVX2) at whatever exponent the write asks for, straight into the output. It never
- *     fails (no allocation), so the write cannot stop half-way.
+ *     in smaller blocks on AVX2) at whatever exponent the write asks for, straight into the
+ *     output. It never fails (no allocation), so the write cannot stop half-way.
  *   - into an fp32 tensor: each value is (float)((m c) 2^e) in double arithmetic, where the
  *     integer m c has at most 47 bits and scaling by a power of two is exact, so the double
  *     holds the exact product, as the stage's conversion does, and the float rounds it once.
