@@ -174,11 +174,11 @@ int main(int argc, char **argv)
                     printf("  %18s", "-");
                     continue;
                 }
-                printf("  %7.1f (%7.1f)", 1e3 * wall[pass], 1e3 * cpu[pass]);
+                printf("  %7.2f (%7.2f)", 1e3 * wall[pass], 1e3 * cpu[pass]);
                 wsum += wall[pass];
                 csum += cpu[pass];
             }
-            printf("  %7.1f (%7.1f)\n", 1e3 * wsum, 1e3 * csum);
+            printf("  %7.2f (%7.2f)\n", 1e3 * wsum, 1e3 * csum);
             tensor_free(x), tensor_free(w), tensor_free(dy), tensor_free(y), tensor_free(dx),
                 tensor_free(dw);
         }

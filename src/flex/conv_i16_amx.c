@@ -156,24 +156,31 @@ static void amx_fwd_configure(int64_t kc)
     fx_amx_tiles_configure_shapes(rows, colsb);
 }
 
-/* tmm0-3 = the sums of block b's 16 pixels (one output row's, from ow0) by output channels
- * ob * 16 .. + 15, stored into acc; *im, *oh, *ow0 and *nrows (the pixels in the row) set.
- * Output (oh, ow) is the convolution's output (oy0 + oh, ox0 + ow): g->OH x g->OW is a window
- * of it (0, 0 for the whole). */
-static inline void amx_fwd_block_at(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
-                                    const int8_t *hi, const int8_t *lo, const int8_t *wb,
-                                    int64_t b, int64_t ob, int32_t acc[4][256], int64_t *im,
-                                    int64_t *oh, int64_t *ow0, int *nrows)
+/* Where block b's 16 pixels lie (one output row's, from ow0): *im, *oh, *ow0 and *nrows (the
+ * pixels in the row) set; returns the offset of its first tap in the byte planes. Output
+ * (oh, ow) is the convolution's output (oy0 + oh, ox0 + ow): g->OH x g->OW is a window of it
+ * (0, 0 for the whole). */
+static inline int64_t amx_fwd_block_where(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
+                                          int64_t b, int64_t *im, int64_t *oh, int64_t *ow0,
+                                          int *nrows)
 {
-    const int64_t C = g->C, KH = g->KH, Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph;
-    const int64_t OH = g->OH, OW = g->OW, kc = piece_bytes(g), npc = g->KW * C / kc;
-    const int64_t nob = g->O / 16, nblk = (OW + 15) / 16;
-    const int64_t row = b / nblk;
+    const int64_t Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph, OH = g->OH, OW = g->OW;
+    const int64_t nblk = (OW + 15) / 16, row = b / nblk;
     *ow0 = (b % nblk) * 16;
     *im = row / OH;
     *oh = row % OH;
     *nrows = OW - *ow0 < 16 ? (int)(OW - *ow0) : 16;
-    const int64_t base = ((*im * Hp + (*oh + oy0) * g->sh) * Wp + (*ow0 + ox0) * g->sw) * C;
+    return ((*im * Hp + (*oh + oy0) * g->sh) * Wp + (*ow0 + ox0) * g->sw) * g->C;
+}
+
+/* tmm0-3 = the sums of the block whose first tap is at `base` by output channels ob * 16 ..
+ * + 15, left in the tiles */
+static inline void amx_fwd_block_tiles(const struct fx_conv_geom *g, const int8_t *hi,
+                                       const int8_t *lo, const int8_t *wb, int64_t base,
+                                       int64_t ob)
+{
+    const int64_t C = g->C, KH = g->KH, Wp = g->W + 2 * g->pw;
+    const int64_t kc = piece_bytes(g), npc = g->KW * C / kc, nob = g->O / 16;
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -184,6 +191,17 @@ static inline void amx_fwd_block_at(const struct fx_conv_geom *g, int64_t oy0, i
             const int8_t *tb = wb + ((kh * npc + j) * nob + ob) * 2 * TILE_BYTES;
             fx_amx_i16_step(hi + off, lo + off, g->sw * C, tb, tb + TILE_BYTES, 64);
         }
+}
+
+/* tmm0-3 = the sums of block b's 16 pixels by output channels ob * 16 .. + 15, stored into acc;
+ * *im, *oh, *ow0 and *nrows set as amx_fwd_block_where sets them */
+static inline void amx_fwd_block_at(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
+                                    const int8_t *hi, const int8_t *lo, const int8_t *wb,
+                                    int64_t b, int64_t ob, int32_t acc[4][256], int64_t *im,
+                                    int64_t *oh, int64_t *ow0, int *nrows)
+{
+    const int64_t base = amx_fwd_block_where(g, oy0, ox0, b, im, oh, ow0, nrows);
+    amx_fwd_block_tiles(g, hi, lo, wb, base, ob);
     fx_amx_i16_store(acc);
 }
 
@@ -460,7 +478,7 @@ static inline __attribute__((always_inline)) void amx_pixel32(const int32_t acc[
  * constants at each call, so each variant is compiled without the others' work. */
 static inline __attribute__((always_inline)) void amx_round_image(
     const struct fx_conv_geom *g, int64_t oy0, int64_t ox0, const int8_t *hi, const int8_t *lo,
-    const int8_t *wb, int64_t i, int32_t acc[4][256], const amx_round_at *at, const int two,
+    const int8_t *wb, int64_t i, int32_t acc[8][256], const amx_round_at *at, const int two,
     const int w32, uint64_t *mx)
 {
     const int64_t O = g->O, OW = g->OW, P = g->OH * OW;
@@ -468,32 +486,53 @@ static inline __attribute__((always_inline)) void amx_round_image(
     const int small_k = g->C * g->KH * g->KW <= FX_AMX_I16_SUMS32_MAX_K;
     const __m512i zero = _mm512_setzero_si512();
     amx_round_state st = {zero, zero, zero, zero, zero, zero};
-    for (int64_t b = i * per_image; b < (i + 1) * per_image; b++)
-        for (int64_t ob = 0; ob < nob; ob++) {
-            int64_t im, oh, ow0;
-            int nrows;
-            amx_fwd_block_at(g, oy0, ox0, hi, lo, wb, b, ob, acc, &im, &oh, &ow0, &nrows);
-            __m512i r[8], r2[8];
-            for (int p = 0; p < 8; p++) {
-                __m256i half[2], half2[2];
-                for (int u = 0; u < 2; u++) { /* pixel p, then pixel p + 8 */
-                    const int px = p + 8 * u;
-                    if (px >= nrows) /* past the row's end, no outputs: 0 counts nowhere */
-                        half[u] = half2[u] = _mm256_setzero_si256();
-                    else if (w32)
-                        amx_pixel32((const int32_t(*)[256])acc, 16 * px, at, &st, two, &half[u],
-                                    &half2[u]);
-                    else
-                        amx_pixel64((const int32_t(*)[256])acc, 16 * px, small_k, at, &st, two,
-                                    &half[u], &half2[u]);
-                }
-                r[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
-                if (two) r2[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half2[0]), half2[1], 1);
-            }
-            const int64_t pos = (im * O + ob * 16) * P + oh * OW + ow0;
-            amx_store_t16(r, at->yq + pos, P, nrows);
-            if (two) amx_store_t16(r2, at->yq2 + pos, P, nrows);
+    /* Software-pipelined: block j + 1's tile products are issued before block j's epilogue,
+     * which reads the sums stored from the other half of acc2, so that the tiles' work
+     * overlaps the vector work instead of waiting on it (the tiles are not renamed: the order
+     * in the program is the order on the tile unit) */
+    int32_t(*acc2)[4][256] = (int32_t(*)[4][256])acc; /* acc: two blocks' sums */
+    const int64_t first = i * per_image * nob, nj = per_image * nob;
+    int64_t im, oh, ow0;
+    int nrows;
+    amx_fwd_block_at(g, oy0, ox0, hi, lo, wb, first / nob, first % nob, acc2[0], &im, &oh, &ow0,
+                     &nrows);
+    for (int64_t j = 0; j < nj; j++) {
+        const int64_t ob = (first + j) % nob;
+        int64_t nim = 0, noh = 0, now0 = 0;
+        int nnrows = 0;
+        if (j + 1 < nj) {
+            const int64_t b1 = (first + j + 1) / nob, ob1 = (first + j + 1) % nob;
+            amx_fwd_block_tiles(g, hi, lo, wb,
+                                amx_fwd_block_where(g, oy0, ox0, b1, &nim, &noh, &now0, &nnrows),
+                                ob1);
         }
+        const int32_t(*cur)[256] = (const int32_t(*)[256])acc2[j & 1];
+        __m512i r[8], r2[8];
+        for (int p = 0; p < 8; p++) {
+            __m256i half[2], half2[2];
+            for (int u = 0; u < 2; u++) { /* pixel p, then pixel p + 8 */
+                const int px = p + 8 * u;
+                if (px >= nrows) /* past the row's end, no outputs: 0 counts nowhere */
+                    half[u] = half2[u] = _mm256_setzero_si256();
+                else if (w32)
+                    amx_pixel32(cur, 16 * px, at, &st, two, &half[u], &half2[u]);
+                else
+                    amx_pixel64(cur, 16 * px, small_k, at, &st, two, &half[u], &half2[u]);
+            }
+            r[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
+            if (two) r2[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half2[0]), half2[1], 1);
+        }
+        const int64_t pos = (im * O + ob * 16) * P + oh * OW + ow0;
+        amx_store_t16(r, at->yq + pos, P, nrows);
+        if (two) amx_store_t16(r2, at->yq2 + pos, P, nrows);
+        if (j + 1 < nj) {
+            fx_amx_i16_store(acc2[(j + 1) & 1]);
+            im = nim;
+            oh = noh;
+            ow0 = now0;
+            nrows = nnrows;
+        }
+    }
     *mx = w32 ? amx_r32_maxabs(st.ma, st.ml, st.na, st.nl) : _mm512_reduce_max_epu64(st.max_in);
 }
 
@@ -502,7 +541,7 @@ static inline __attribute__((always_inline)) void amx_round_image(
  * here, each variant compiled on its own */
 static void amx_round_image_any(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
                                 const int8_t *hi, const int8_t *lo, const int8_t *wb, int64_t i,
-                                int32_t acc[4][256], const fx_q64_fast *f, int16_t *yq,
+                                int32_t acc[8][256], const fx_q64_fast *f, int16_t *yq,
                                 int64_t *nuf, int two, const fx_q64_fast *f2, int16_t *yq2,
                                 int64_t *nuf2, uint64_t *mx)
 {
@@ -533,7 +572,8 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
     const int8_t *wb = (const int8_t *)(const void *)wq;
     const fx_q64_fast f = fx_q64_fast_setup(shift), f2 = fx_q64_fast_setup(two ? shift2 : shift);
     amx_fwd_configure(piece_bytes(g));
-    int32_t acc[4][256] __attribute__((aligned(64)));
+    /* two blocks' sums: amx_round_image computes one while it rounds the other */
+    int32_t acc[8][256] __attribute__((aligned(64)));
     /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
      * write, which the general rounding counts), and the chunk is declined once none is left */
     int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
@@ -574,7 +614,8 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
     int16_t *q[4], *q2[4];
     fx_i16_dgrad_s2_windows(scratch, fx_i16_fwd_amx_scratch(d->planes, nbc), d, nbc, two, q, q2);
     const fx_q64_fast f = fx_q64_fast_setup(shift), f2 = fx_q64_fast_setup(two ? shift2 : shift);
-    int32_t acc[4][256] __attribute__((aligned(64)));
+    /* two blocks' sums: amx_round_image computes one while it rounds the other */
+    int32_t acc[8][256] __attribute__((aligned(64)));
     int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
     uint64_t mx = 0;
     int64_t nuf = 0, nuf2 = 0;
