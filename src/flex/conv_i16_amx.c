@@ -173,14 +173,17 @@ static inline int64_t amx_fwd_block_where(const struct fx_conv_geom *g, int64_t 
     return ((*im * Hp + (*oh + oy0) * g->sh) * Wp + (*ow0 + ox0) * g->sw) * g->C;
 }
 
-/* tmm0-3 = the sums of the block whose first tap is at `base` by output channels ob * 16 ..
- * + 15, left in the tiles */
-static inline void amx_fwd_block_tiles(const struct fx_conv_geom *g, const int8_t *hi,
-                                       const int8_t *lo, const int8_t *wb, int64_t base,
-                                       int64_t ob)
+/* tmm0-3 = the sums of block b's 16 pixels by output channels ob * 16 .. + 15, left in the
+ * tiles */
+static inline void amx_fwd_block_tiles(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
+                                       const int8_t *hi, const int8_t *lo, const int8_t *wb,
+                                       int64_t b, int64_t ob)
 {
     const int64_t C = g->C, KH = g->KH, Wp = g->W + 2 * g->pw;
     const int64_t kc = piece_bytes(g), npc = g->KW * C / kc, nob = g->O / 16;
+    int64_t im, oh, ow0;
+    int nrows;
+    const int64_t base = amx_fwd_block_where(g, oy0, ox0, b, &im, &oh, &ow0, &nrows);
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -200,8 +203,8 @@ static inline void amx_fwd_block_at(const struct fx_conv_geom *g, int64_t oy0, i
                                     int64_t b, int64_t ob, int32_t acc[4][256], int64_t *im,
                                     int64_t *oh, int64_t *ow0, int *nrows)
 {
-    const int64_t base = amx_fwd_block_where(g, oy0, ox0, b, im, oh, ow0, nrows);
-    amx_fwd_block_tiles(g, hi, lo, wb, base, ob);
+    amx_fwd_block_where(g, oy0, ox0, b, im, oh, ow0, nrows);
+    amx_fwd_block_tiles(g, oy0, ox0, hi, lo, wb, b, ob);
     fx_amx_i16_store(acc);
 }
 
@@ -478,7 +481,7 @@ static inline __attribute__((always_inline)) void amx_pixel32(const int32_t acc[
  * constants at each call, so each variant is compiled without the others' work. */
 static inline __attribute__((always_inline)) void amx_round_image(
     const struct fx_conv_geom *g, int64_t oy0, int64_t ox0, const int8_t *hi, const int8_t *lo,
-    const int8_t *wb, int64_t i, int32_t acc[8][256], const amx_round_at *at, const int two,
+    const int8_t *wb, int64_t i, int32_t acc[2][4][256], const amx_round_at *at, const int two,
     const int w32, uint64_t *mx)
 {
     const int64_t O = g->O, OW = g->OW, P = g->OH * OW;
@@ -487,26 +490,21 @@ static inline __attribute__((always_inline)) void amx_round_image(
     const __m512i zero = _mm512_setzero_si512();
     amx_round_state st = {zero, zero, zero, zero, zero, zero};
     /* Software-pipelined: block j + 1's tile products are issued before block j's epilogue,
-     * which reads the sums stored from the other half of acc2, so that the tiles' work
-     * overlaps the vector work instead of waiting on it (the tiles are not renamed: the order
-     * in the program is the order on the tile unit) */
-    int32_t(*acc2)[4][256] = (int32_t(*)[4][256])acc; /* acc: two blocks' sums */
+     * which reads the sums stored in the other half of acc, so that the tiles' work overlaps
+     * the vector work instead of waiting on it (the tiles are not renamed: the order in the
+     * program is the order on the tile unit) */
     const int64_t first = i * per_image * nob, nj = per_image * nob;
-    int64_t im, oh, ow0;
-    int nrows;
-    amx_fwd_block_at(g, oy0, ox0, hi, lo, wb, first / nob, first % nob, acc2[0], &im, &oh, &ow0,
-                     &nrows);
+    amx_fwd_block_tiles(g, oy0, ox0, hi, lo, wb, first / nob, first % nob);
+    fx_amx_i16_store(acc[0]);
     for (int64_t j = 0; j < nj; j++) {
-        const int64_t ob = (first + j) % nob;
-        int64_t nim = 0, noh = 0, now0 = 0;
-        int nnrows = 0;
-        if (j + 1 < nj) {
-            const int64_t b1 = (first + j + 1) / nob, ob1 = (first + j + 1) % nob;
-            amx_fwd_block_tiles(g, hi, lo, wb,
-                                amx_fwd_block_where(g, oy0, ox0, b1, &nim, &noh, &now0, &nnrows),
-                                ob1);
-        }
-        const int32_t(*cur)[256] = (const int32_t(*)[256])acc2[j & 1];
+        const int64_t b = (first + j) / nob, ob = (first + j) % nob;
+        if (j + 1 < nj)
+            amx_fwd_block_tiles(g, oy0, ox0, hi, lo, wb, (first + j + 1) / nob,
+                                (first + j + 1) % nob);
+        int64_t im, oh, ow0;
+        int nrows;
+        amx_fwd_block_where(g, oy0, ox0, b, &im, &oh, &ow0, &nrows);
+        const int32_t(*cur)[256] = (const int32_t(*)[256])acc[j & 1];
         __m512i r[8], r2[8];
         for (int p = 0; p < 8; p++) {
             __m256i half[2], half2[2];
@@ -525,13 +523,7 @@ static inline __attribute__((always_inline)) void amx_round_image(
         const int64_t pos = (im * O + ob * 16) * P + oh * OW + ow0;
         amx_store_t16(r, at->yq + pos, P, nrows);
         if (two) amx_store_t16(r2, at->yq2 + pos, P, nrows);
-        if (j + 1 < nj) {
-            fx_amx_i16_store(acc2[(j + 1) & 1]);
-            im = nim;
-            oh = noh;
-            ow0 = now0;
-            nrows = nnrows;
-        }
+        if (j + 1 < nj) fx_amx_i16_store(acc[(j + 1) & 1]);
     }
     *mx = w32 ? amx_r32_maxabs(st.ma, st.ml, st.na, st.nl) : _mm512_reduce_max_epu64(st.max_in);
 }
@@ -541,7 +533,7 @@ static inline __attribute__((always_inline)) void amx_round_image(
  * here, each variant compiled on its own */
 static void amx_round_image_any(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
                                 const int8_t *hi, const int8_t *lo, const int8_t *wb, int64_t i,
-                                int32_t acc[8][256], const fx_q64_fast *f, int16_t *yq,
+                                int32_t acc[2][4][256], const fx_q64_fast *f, int16_t *yq,
                                 int64_t *nuf, int two, const fx_q64_fast *f2, int16_t *yq2,
                                 int64_t *nuf2, uint64_t *mx)
 {
@@ -573,7 +565,7 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
     const fx_q64_fast f = fx_q64_fast_setup(shift), f2 = fx_q64_fast_setup(two ? shift2 : shift);
     amx_fwd_configure(piece_bytes(g));
     /* two blocks' sums: amx_round_image computes one while it rounds the other */
-    int32_t acc[8][256] __attribute__((aligned(64)));
+    int32_t acc[2][4][256] __attribute__((aligned(64)));
     /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
      * write, which the general rounding counts), and the chunk is declined once none is left */
     int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
@@ -615,7 +607,7 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
     fx_i16_dgrad_s2_windows(scratch, fx_i16_fwd_amx_scratch(d->planes, nbc), d, nbc, two, q, q2);
     const fx_q64_fast f = fx_q64_fast_setup(shift), f2 = fx_q64_fast_setup(two ? shift2 : shift);
     /* two blocks' sums: amx_round_image computes one while it rounds the other */
-    int32_t acc[8][256] __attribute__((aligned(64)));
+    int32_t acc[2][4][256] __attribute__((aligned(64)));
     int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
     uint64_t mx = 0;
     int64_t nuf = 0, nuf2 = 0;
