@@ -707,6 +707,58 @@ static void conversions(void)
            "through fp32 differs\n", differs16, differsbf);
 }
 
+/* gelu and its derivative run as split maps (src/fp32/f32_math_impl.h): each block of 512
+ * values is partitioned by branch, each branch computed over its dense buffer, the results
+ * expanded back. Every level's whole-array call, out of place and in place (y = x forward,
+ * y = dy backward), must give each element the bits of that level's call on the element
+ * alone (the one-vector form, which computes both branches and selects), over lengths that
+ * end inside a vector, on a block boundary and past it, with branches mixed at random and
+ * NaN, Inf, zeros, subnormals and out-of-range values among them. */
+static void split_map_blocks(void)
+{
+    math_entry e[3];
+    const char *ln[3];
+    const int nl = levels(e, ln);
+    static const int64_t lens[] = {1, 7, 15, 16, 17, 33, 511, 512, 513, 1023, 1024, 1031, 2600};
+    enum { NMAX = 2600 };
+    static float x[NMAX], g[NMAX], whole[NMAX], inplace[NMAX], one[NMAX];
+    const float odd[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 0x1p-140f, -0x1p-140f, 30.0f,
+                         -30.0f, 0.70710677f, -0.70710677f, 0.7071068f, -0.7071068f};
+    uint64_t st = 0x9E3779B97F4A7C15ull;
+    int bad = 0, calls = 0;
+    for (int l = 0; l < nl; l++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int64_t n = lens[li];
+            for (int64_t i = 0; i < n; i++) {
+                st = st * 6364136223846793005ull + 1442695040888963407ull;
+                const double u = (double)(st >> 11) * 0x1p-53;
+                x[i] = (st >> 7) % 23 == 0 ? odd[(st >> 20) % (sizeof odd / sizeof odd[0])]
+                                           : (float)((u - 0.5) * 6.0);
+                g[i] = (float)(0.75 - u);
+            }
+            for (int back = 0; back < 2; back++) {
+                const float *dy = back ? g : NULL;
+                e[l](FX_UN_GELU, NULL, x, dy, whole, n);
+                memcpy(inplace, back ? g : x, (size_t)n * sizeof(float));
+                e[l](FX_UN_GELU, NULL, back ? x : inplace, back ? inplace : NULL, inplace, n);
+                for (int64_t i = 0; i < n; i++)
+                    e[l](FX_UN_GELU, NULL, x + i, back ? g + i : NULL, one + i, 1);
+                calls += 2;
+                for (int64_t i = 0; i < n; i++)
+                    if (bits(whole[i]) != bits(one[i]) || bits(inplace[i]) != bits(one[i])) {
+                        if (bad++ < 5)
+                            fprintf(stderr, "%s gelu %s n=%lld [%lld] x=%a: whole %a, in place "
+                                    "%a, alone %a\n", ln[l], back ? "backward" : "forward",
+                                    (long long)n, (long long)i, x[i], whole[i], inplace[i],
+                                    one[i]);
+                    }
+            }
+        }
+    CHECK(bad == 0, "%d gelu split-map elements differ from the one-vector form", bad);
+    printf("gelu split maps: %d whole-array calls over %d levels, each element the bits of the "
+           "one-vector form\n", calls, nl);
+}
+
 int main(void)
 {
     conversions();
@@ -715,6 +767,7 @@ int main(void)
     half_exhaustive(FMT_FP16);
     half_exhaustive(FMT_BF16);
     f32_sweep(FX_SANITIZED ? 65537u : 4099u, 12345u);
+    split_map_blocks();
     shared_formats();
     shared_nonfinite();
     mixed_formats();

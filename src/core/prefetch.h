@@ -14,6 +14,13 @@ static inline void fx_prefetch_at(const void *p, int64_t bytes)
     __builtin_prefetch((const void *)((uintptr_t)p + (uintptr_t)bytes));
 }
 
+/* The same for a line about to be written (a write prefetch: the line is fetched for
+ * ownership ahead of the stores). */
+static inline void fx_prefetch_write_at(const void *p, int64_t bytes)
+{
+    __builtin_prefetch((const void *)((uintptr_t)p + (uintptr_t)bytes), 1);
+}
+
 /* Rows row .. row + n - 1 of a matrix at base (rows ld bytes apart), at byte col of each,
  * `ahead` bytes further on; rows from the first with row + skip >= rows on are left alone
  * (skip: how many rows below its own a prefetch lands, so that none asks past the matrix's

@@ -60,6 +60,15 @@ static inline VI vi_sra(VI a, int s) { return a >> s; }
 static inline VI vf_cvt_vi(VF a) { return (int32_t)a; }
 static inline VF vi_cvt_vf(VI a) { return (float)a; }
 static inline VF vf_lut8(const float *t, VI i) { return t[i]; }
+/* the split maps' lane moves (f32_math_impl.h): one lane, kept or not */
+static inline VM vm_not(VM m) { return !m; }
+static inline int vm_count(VM m) { return m != 0; }
+static inline int vf_compress_store(float *p, VM m, VF v)
+{
+    *p = v;
+    return m != 0;
+}
+static inline VF vf_expand_load(const float *p, VM m) { return m ? *p : 0.0f; }
 
 static inline VD vd_set(double a) { return a; }
 static inline VD vd_add(VD a, VD b) { return a + b; }

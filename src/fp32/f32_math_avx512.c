@@ -52,6 +52,21 @@ static inline VF vf_lut8(const float *t, VI i)
     return _mm512_permutexvar_ps(i, _mm512_broadcast_f32x8(_mm256_loadu_ps(t)));
 }
 
+/* the split maps' lane moves (f32_math_impl.h): compressed and expanded in registers (a
+ * compress straight to memory is many times slower on Zen 4), with FXM_N floats stored or
+ * loaded whatever the count */
+static inline VM vm_not(VM m) { return (VM)~m; }
+static inline int vm_count(VM m) { return __builtin_popcount((unsigned)m); }
+static inline int vf_compress_store(float *p, VM m, VF v)
+{
+    _mm512_storeu_ps(p, _mm512_maskz_compress_ps(m, v));
+    return vm_count(m);
+}
+static inline VF vf_expand_load(const float *p, VM m)
+{
+    return _mm512_maskz_expand_ps(m, _mm512_loadu_ps(p));
+}
+
 static inline VD vd_set(double a)
 {
     VD r = {_mm512_set1_pd(a), _mm512_set1_pd(a)};

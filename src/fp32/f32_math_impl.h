@@ -323,28 +323,49 @@ static inline VF fxm_div_sqrt2(VF x, VF *zl)
     return ph;
 }
 
+/* gelu's argument, shared by both branches of the value and of the derivative: x without NaN
+ * (xs), clamped to [-20, 20] (xc), z = xc / sqrt(2) as a pair (zh, zl) and |z| as a pair (az,
+ * azl), and the sign. */
+typedef struct fxm_gelu_arg {
+    VF xs, xc, zl, az, azl;
+    VM neg;
+} fxm_gelu_arg;
+
+static inline fxm_gelu_arg fxm_gelu_prep(VF x)
+{
+    fxm_gelu_arg a;
+    a.xs = fxm_denan(x);
+    a.xc = fxm_clamp(a.xs, -20.0f, 20.0f);
+    const VF zh = fxm_div_sqrt2(a.xc, &a.zl);
+    a.neg = vf_lt(a.xc, vf_set(0.0f));
+    a.az = fxm_abs(zh);
+    a.azl = vf_sel(a.neg, vf_sub(vf_set(0.0f), a.zl), a.zl);
+    return a;
+}
+
+/* which branch a lane takes, for the value and the derivative alike: |z| < 0.5 */
+static inline VM fxm_gelu_small(const fxm_gelu_arg *a) { return vf_lt(a->az, vf_set(0.5f)); }
+
 /* gelu(x) = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2. |z| < 0.5: x (1 +- erf|z|) / 2 with
  * 1 +- erf as a pair; otherwise x (1 - erfc(z) / 2) for x > 0 and the tail x erfc(|z|) / 2
  * as (x m / 2) 2^k for x < 0 (one rounding, so subnormal results keep their bits). x is
  * clamped to [-20, 20] for Phi (gelu(x) = x beyond 20, and rounds to -0 below -20). */
-static inline VF fxm_gelu(VF x)
+static inline VF fxm_gelu_near(const fxm_gelu_arg *a)
 {
-    const VF xs = fxm_denan(x);
-    const VF xc = fxm_clamp(xs, -20.0f, 20.0f);
-    VF zl;
-    const VF zh = fxm_div_sqrt2(xc, &zl);
-    const VM neg = vf_lt(xc, vf_set(0.0f));
-    const VF az = fxm_abs(zh), azl = vf_sel(neg, vf_sub(vf_set(0.0f), zl), zl);
     VF el;
-    const VF eh = fxm_erf_small(az, &el);
-    const VF small = vf_mul(vf_mul(vf_set(0.5f), xs),
-                            fxm_one_plus(eh, el, vf_sel(neg, vf_set(-1.0f), vf_set(1.0f))));
+    const VF eh = fxm_erf_small(a->az, &el);
+    return vf_mul(vf_mul(vf_set(0.5f), a->xs),
+                  fxm_one_plus(eh, el, vf_sel(a->neg, vf_set(-1.0f), vf_set(1.0f))));
+}
+
+static inline VF fxm_gelu_far(const fxm_gelu_arg *a)
+{
     VF k = vf_set(0.0f);
-    const VF m = fxm_erfc_big(az, azl, &k);
-    const VF tail = fxm_scale(vf_mul(vf_mul(vf_set(0.5f), xc), m), k);
-    const VF upper = vf_mul(xs, vf_sub(vf_set(1.0f), vf_mul(vf_set(0.5f), fxm_scale(m, k))));
-    const VF y = vf_sel(vf_lt(az, vf_set(0.5f)), small, vf_sel(neg, tail, upper));
-    return vf_sel(vf_unord(x, x), fxm_quiet(x), y);
+    const VF m = fxm_erfc_big(a->az, a->azl, &k);
+    const VF tail = fxm_scale(vf_mul(vf_mul(vf_set(0.5f), a->xc), m), k);
+    const VF upper =
+        vf_mul(a->xs, vf_sub(vf_set(1.0f), vf_mul(vf_set(0.5f), fxm_scale(m, k))));
+    return vf_sel(a->neg, tail, upper);
 }
 
 /* ---- sigmoid, silu, gelu_tanh ------------------------------------------------------------ */
@@ -561,27 +582,30 @@ static inline VF fxm_dsilu(VF x)
 
 /* gelu'(x) = Phi(x) + x phi(x), phi(x) = e^(-x^2/2) / sqrt(2 pi) = e^(-z^2) / sqrt(2 pi) with
  * the z of the forward pass. Below z = -0.5 both terms share the factor e^(-z^2) = p 2^k and
- * are scaled once: (erfcx(|z|) / 2 + x / sqrt(2 pi)) p 2^k. */
-static inline VF fxm_dgelu(VF x)
+ * are scaled once: (erfcx(|z|) / 2 + x / sqrt(2 pi)) p 2^k. The branches are those of the
+ * value (fxm_gelu_small); both take e^(-z^2). */
+static inline VF fxm_dgelu_near(const fxm_gelu_arg *a)
 {
-    const VF xc = fxm_clamp(fxm_denan(x), -20.0f, 20.0f);
-    VF zl;
-    const VF zh = fxm_div_sqrt2(xc, &zl);
-    const VM neg = vf_lt(xc, vf_set(0.0f));
-    const VF az = fxm_abs(zh), azl = vf_sel(neg, vf_sub(vf_set(0.0f), zl), zl);
     VF k = vf_set(0.0f);
-    const VF p = fxm_exp_negsq(az, azl, &k);
-    const VF xphi = fxm_scale(vf_mul(vf_mul(xc, vf_set(0x1.988454p-2f)), p), k);
+    const VF p = fxm_exp_negsq(a->az, a->azl, &k);
+    const VF xphi = fxm_scale(vf_mul(vf_mul(a->xc, vf_set(0x1.988454p-2f)), p), k);
     VF el;
-    const VF eh = fxm_erf_small(az, &el);
+    const VF eh = fxm_erf_small(a->az, &el);
     const VF phi_small = vf_mul(vf_set(0.5f),
-                                fxm_one_plus(eh, el, vf_sel(neg, vf_set(-1.0f), vf_set(1.0f))));
-    const VF F = fxm_erfcx(az);
+                                fxm_one_plus(eh, el, vf_sel(a->neg, vf_set(-1.0f), vf_set(1.0f))));
+    return vf_add(phi_small, xphi);
+}
+
+static inline VF fxm_dgelu_far(const fxm_gelu_arg *a)
+{
+    VF k = vf_set(0.0f);
+    const VF p = fxm_exp_negsq(a->az, a->azl, &k);
+    const VF xphi = fxm_scale(vf_mul(vf_mul(a->xc, vf_set(0x1.988454p-2f)), p), k);
+    const VF F = fxm_erfcx(a->az);
     const VF phi_upper = vf_sub(vf_set(1.0f), vf_mul(vf_set(0.5f), fxm_scale(vf_mul(F, p), k)));
     const VF tail = fxm_scale(
-        vf_mul(vf_fma(vf_set(0.5f), F, vf_mul(xc, vf_set(0x1.988454p-2f))), p), k);
-    const VF other = vf_add(vf_sel(vf_lt(az, vf_set(0.5f)), phi_small, phi_upper), xphi);
-    return vf_sel(vm_and(neg, vf_ge(az, vf_set(0.5f))), tail, other);
+        vf_mul(vf_fma(vf_set(0.5f), F, vf_mul(a->xc, vf_set(0x1.988454p-2f))), p), k);
+    return vf_sel(a->neg, tail, vf_add(phi_upper, xphi));
 }
 
 /* gelu_tanh'(x) = S + x 2 S (1 - S) u', S = sigmoid(2u), u' = sqrt(2/pi) (1 + 3A x^2);
@@ -641,6 +665,103 @@ static inline VF fxm_dgelu_tanh(VF x)
 /* NaN x gives NaN in every gradient that uses x's value (abs and clamp decide by compares) */
 static inline VF fxm_nan_of(VF x, VF r) { return vf_sel(vf_unord(x, x), fxm_quiet(x), r); }
 
+/* ---- split maps ------------------------------------------------------------------------------ */
+
+/* gelu and its derivative have two branches, chosen per lane by |z| < 0.5, and the one-vector
+ * forms compute both and select. Over an array each lane needs only its own: a block of up to
+ * FXM_SPLIT values is partitioned by the lanes' branch into two dense buffers (the level's
+ * compress, lanes kept in order), each branch runs over its buffer in whole vectors, and the
+ * results are expanded back into place. Every value goes through the same operations as in
+ * the one-vector form, so the bits are the same on every level; what is saved is the discarded
+ * branch, most of the work where the inputs are mixed (standard-normal ones are about half
+ * and half, so nearly every vector holds both). The partial vector at the end takes the
+ * one-vector form. EPI(v, g, r) makes the stored value from the input v, dy's g (1 in a
+ * forward pass) and the branch's result r. */
+#define FXM_SPLIT 512
+
+/* One line of x, dy (where there is one) and y at byte `ahead` from element `at`, once a line,
+ * and the cursor moved on by a vector: the split maps' prefetches. Issued all at once at the
+ * start of a block, they filled the line-fill buffers and left memory idle through the
+ * arithmetic (gelu's backward over 100 MB, one thread: slower than the one-vector map). */
+#define FXM_SPLIT_AHEAD(x, dy, y, at, ahead)                                                     \
+    do {                                                                                         \
+        if (((ahead) & 63) == 0) {                                                               \
+            fx_prefetch_at((x) + (at), (ahead));                                                 \
+            if (dy) fx_prefetch_at((dy) + (at), (ahead));                                        \
+            fx_prefetch_write_at((y) + (at), (ahead));                                           \
+        }                                                                                        \
+        (ahead) += FXM_N * (int64_t)sizeof(float);                                               \
+    } while (0)
+
+#define FXM_SPLIT_MAP(NAME, NEAR, FAR, EPI)                                                      \
+    static void NAME(const float *x, const float *dy, float *y, int64_t n)                      \
+    {                                                                                            \
+        float near_[FXM_SPLIT + FXM_N], far_[FXM_SPLIT + FXM_N];                                 \
+        VM small_[FXM_SPLIT / FXM_N];                                                            \
+        const int64_t whole = n / FXM_N * FXM_N;                                                 \
+        for (int64_t i0 = 0; i0 < whole; i0 += FXM_SPLIT) {                                      \
+            const int64_t len = whole - i0 < FXM_SPLIT ? whole - i0 : FXM_SPLIT;                 \
+            int64_t nn = 0, nf = 0;                                                              \
+            for (int64_t i = 0; i < len; i += FXM_N) {                                           \
+                const VF v = vf_loadu(x + i0 + i);                                               \
+                const fxm_gelu_arg a = fxm_gelu_prep(v);                                         \
+                const VM m = fxm_gelu_small(&a);                                                 \
+                small_[i / FXM_N] = m;                                                           \
+                nn += vf_compress_store(near_ + nn, m, v);                                       \
+                nf += vf_compress_store(far_ + nf, vm_not(m), v);                                \
+            }                                                                                    \
+            /* the last partial vector of each buffer (and what the expands read past it) */    \
+            memset(near_ + nn, 0, FXM_N * sizeof(float));                                        \
+            memset(far_ + nf, 0, FXM_N * sizeof(float));                                         \
+            /* the next block's lines, one of each stream a vector of either branch (about \
+             * the block's length in all), so that memory stays busy through the arithmetic */  \
+            int64_t ahead = 0;                                                                   \
+            for (int64_t k = 0; k < nn; k += FXM_N) {                                            \
+                FXM_SPLIT_AHEAD(x, dy, y, i0 + len, ahead);                                      \
+                const fxm_gelu_arg a = fxm_gelu_prep(vf_loadu(near_ + k));                       \
+                vf_storeu(near_ + k, NEAR(&a));                                                  \
+            }                                                                                    \
+            for (int64_t k = 0; k < nf; k += FXM_N) {                                            \
+                FXM_SPLIT_AHEAD(x, dy, y, i0 + len, ahead);                                      \
+                const fxm_gelu_arg a = fxm_gelu_prep(vf_loadu(far_ + k));                        \
+                vf_storeu(far_ + k, FAR(&a));                                                    \
+            }                                                                                    \
+            int64_t pn = 0, pf = 0;                                                              \
+            for (int64_t i = 0; i < len; i += FXM_N) {                                           \
+                const VM m = small_[i / FXM_N];                                                  \
+                const VF r = vf_sel(m, vf_expand_load(near_ + pn, m),                            \
+                                    vf_expand_load(far_ + pf, vm_not(m)));                       \
+                pn += vm_count(m);                                                               \
+                pf += FXM_N - vm_count(m);                                                       \
+                const VF v = vf_loadu(x + i0 + i);                                               \
+                const VF g = dy ? vf_loadu(dy + i0 + i) : vf_set(1.0f);                          \
+                (void)g;                                                                         \
+                vf_storeu(y + i0 + i, (EPI));                                                    \
+            }                                                                                    \
+        }                                                                                        \
+        if (whole < n) {                                                                         \
+            float bx[FXM_N], bg[FXM_N], by[FXM_N];                                               \
+            const size_t rest_ = (size_t)(n - whole) * sizeof(float);                            \
+            memset(bx, 0, sizeof bx);                                                            \
+            memset(bg, 0, sizeof bg);                                                            \
+            memcpy(bx, x + whole, rest_);                                                        \
+            if (dy) memcpy(bg, dy + whole, rest_);                                               \
+            const VF v = vf_loadu(bx);                                                           \
+            const fxm_gelu_arg a = fxm_gelu_prep(v);                                             \
+            const VM m = fxm_gelu_small(&a);                                                     \
+            const VF r = vf_sel(m, NEAR(&a), FAR(&a));                                           \
+            const VF g = dy ? vf_loadu(bg) : vf_set(1.0f);                                       \
+            (void)g;                                                                             \
+            vf_storeu(by, (EPI));                                                                \
+            memcpy(y + whole, by, rest_);                                                        \
+        }                                                                                        \
+    }
+
+/* gelu: fxm_gelu's bits; gelu's backward: dy * fxm_dgelu's, NaN where x is NaN */
+FXM_SPLIT_MAP(fxm_gelu_map, fxm_gelu_near, fxm_gelu_far,
+              vf_sel(vf_unord(v, v), fxm_quiet(v), r))
+FXM_SPLIT_MAP(fxm_dgelu_map, fxm_dgelu_near, fxm_dgelu_far, fxm_nan_of(v, vf_mul(g, r)))
+
 static int fxm_forward(int fn, const double *prm, const float *x, float *y, int64_t n)
 {
     const float *dy = NULL;
@@ -652,7 +773,7 @@ static int fxm_forward(int fn, const double *prm, const float *x, float *y, int6
     case FX_UN_RECIPROCAL: FXM_MAP(vf_div(vf_set(1.0f), v)); break;
     case FX_UN_TANH: FXM_MAP(fxm_tanh(v)); break;
     case FX_UN_SIGMOID: FXM_MAP(fxm_sigmoid(v)); break;
-    case FX_UN_GELU: FXM_MAP(fxm_gelu(v)); break;
+    case FX_UN_GELU: fxm_gelu_map(x, NULL, y, n); break;
     case FX_UN_GELU_TANH: FXM_MAP(fxm_gelu_tanh(v)); break;
     case FX_UN_SILU: FXM_MAP(fxm_silu(v)); break;
     case FX_UN_SQUARE: FXM_MAP(vf_mul(v, v)); break;
@@ -698,7 +819,7 @@ static int fxm_backward(int fn, const double *prm, const float *dy, const float 
     }
     case FX_UN_TANH: FXM_MAP(fxm_nan_of(v, vf_mul(g, fxm_dtanh(v)))); break;
     case FX_UN_SIGMOID: FXM_MAP(fxm_nan_of(v, vf_mul(g, fxm_dsigmoid(v)))); break;
-    case FX_UN_GELU: FXM_MAP(fxm_nan_of(v, vf_mul(g, fxm_dgelu(v)))); break;
+    case FX_UN_GELU: fxm_dgelu_map(x, dy, y, n); break;
     case FX_UN_GELU_TANH: FXM_MAP(fxm_nan_of(v, vf_mul(g, fxm_dgelu_tanh(v)))); break;
     case FX_UN_SILU: FXM_MAP(fxm_nan_of(v, vf_mul(g, fxm_dsilu(v)))); break;
     case FX_UN_SQUARE: FXM_MAP(vf_mul(vf_add(v, v), g)); break;
