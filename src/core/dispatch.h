@@ -181,12 +181,22 @@ void fx_scratch_cache_release(void);
 
 /* FX_OP_UNARY / FX_OP_UNARY_BACKWARD on host tensors in 16-bit formats, and FX_OP_SCALE of
  * fp16/bf16 ones, block by block (src/core/unary_stream.c): each input block widened into L1,
- * the backend's fp32 core (unary_f32; for SCALE the product by (float)s), the block narrowed into an fp16/bf16 output or stored into a shared-exponent
- * output's fp32 stage with its statistics. The same bits as the general route. FX_DECLINED
- * where it does not apply (fp32 throughout, strided or device tensors, a summed distributed
- * output, overlapping views, an unknown function); else FX_OK or the error it reported. */
+ * the backend's fp32 core (unary_f32; for SCALE the product by (float)s), the block narrowed
+ * into an fp16/bf16 output, rounded into a shared-exponent output at the exponent its write is
+ * expected to choose (computed again where the write chooses another), or stored into a
+ * shared-exponent output's fp32 stage with its statistics. The same bits as the general route.
+ * FX_DECLINED where it does not apply (fp32 throughout, strided or device tensors, a summed
+ * distributed output, overlapping views, an unknown function); else FX_OK or the error it
+ * reported. */
 struct fx_op_request;
 int fx_unary_stream(const struct fx_op_request *rq, const fx_backend *be);
+
+/* Test hooks: 0 sends shared-exponent outputs through the fp32 stage; the writes rounded
+ * straight from the blocks, and those of them whose write asked for another exponent
+ * (computed and rounded again). */
+void fx_unary_stream_direct_set_enabled(int on);
+int64_t fx_unary_stream_direct_runs(void);
+int64_t fx_unary_stream_direct_missed(void);
 
 /* Bring tensor x into a compute format as a kernel operand (src/core/dispatch.c), converting
  * where needed (the one documented place for mixed inputs):

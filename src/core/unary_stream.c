@@ -17,11 +17,15 @@
 #include "ops_internal.h"
 #include "fp32/f32_math.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+
+static atomic_int direct_enabled = 1;
+void fx_unary_stream_direct_set_enabled(int on) { atomic_store(&direct_enabled, on != 0); }
 
 /* Elements per block: three fp32 blocks (x, dy, y) of 8 KiB stay in L1 together. */
 #define FX_UNARY_BLOCK 2048
@@ -45,18 +49,26 @@ static void fx_stream_prefetch(const void *base, size_t es, int64_t lo, int64_t 
         for (size_t off = 0; off < (size_t)len * es; off += 64) __builtin_prefetch(p + off, 0, 2);
 }
 
+/* out_kind of a shared-exponent output rounded block by block at a known exponent */
+#define FX_STREAM_ROUNDED (-1)
+
 typedef struct fx_stream_job {
     const fx_backend *be;
     const fx_op_request *rq;
     const void *in_base[2];
     void *out_base;  /* the output tensor's elements (float or 16-bit), or the fp32 stage */
-    int out_kind;    /* FMT_FP32 (out_base holds floats), FMT_FP16, FMT_BF16 */
+    int out_kind;    /* FMT_FP32 (out_base holds floats), FMT_FP16, FMT_BF16, or
+                      * FX_STREAM_ROUNDED (out_base: the int16 mantissas, NULL: none kept) */
     int want_max;    /* a shared-exponent output: the stage's statistics are gathered */
+    int e;           /* FX_STREAM_ROUNDED: the exponent and rounding of each block's write */
+    const fx_rounding *r;
 } fx_stream_job;
 
-/* Blocks [b0, b1): the statistics of those blocks in *mx, *nf. FX_OK or the core's status. */
+/* Blocks [b0, b1): the statistics of those blocks in *mx, *nf (an fp32 stage) or merged into
+ * *q (FX_STREAM_ROUNDED: the rounding's, each block rounded at its own element offsets as the
+ * write's rounding of the whole stage would). FX_OK or the core's status. */
 static int fx_stream_blocks(const fx_stream_job *j, int64_t n, int64_t b0, int64_t b1,
-                            float *mx, int64_t *nf)
+                            float *mx, int64_t *nf, fx_qstats *q)
 {
     float xb[FX_UNARY_BLOCK], gb[FX_UNARY_BLOCK], yb[FX_UNARY_BLOCK];
     const fx_op_request *rq = j->rq;
@@ -70,7 +82,8 @@ static int fx_stream_blocks(const fx_stream_job *j, int64_t n, int64_t b0, int64
         if (b + 1 < b1) {
             for (int i = 0; i < rq->nin; i++)
                 fx_stream_prefetch(j->in_base[i], fmt_elem_size(rq->in[i]->fmt), lo + len, n, 0);
-            fx_stream_prefetch(j->out_base, j->out_kind == FMT_FP32 ? 4 : 2, lo + len, n, 1);
+            if (j->out_base)
+                fx_stream_prefetch(j->out_base, j->out_kind == FMT_FP32 ? 4 : 2, lo + len, n, 1);
         }
         const float *x = fx_f32_block(j->be, xt->fmt, xt->st->exp, xbase, lo, len, xb);
         const float *g = bwd ? fx_f32_block(j->be, rq->in[0]->fmt, rq->in[0]->st->exp,
@@ -84,7 +97,12 @@ static int fx_stream_blocks(const fx_stream_job *j, int64_t n, int64_t b0, int64
             const int rc = j->be->unary_f32(rq->unary_fn, rq->unary_p, x, g, y, len);
             if (rc) return rc;
         }
-        if (j->out_kind == FMT_FP16)
+        if (j->out_kind == FX_STREAM_ROUNDED) {
+            fx_qstats bq;
+            j->be->cvt.quant_f32(yb, j->out_base ? (int16_t *)j->out_base + lo : NULL, len, j->e,
+                                 j->r, lo, &bq);
+            fx_qstats_merge(q, &bq);
+        } else if (j->out_kind == FMT_FP16)
             j->be->cvt.f32_to_fp16(yb, (uint16_t *)j->out_base + lo, len);
         else if (j->out_kind == FMT_BF16)
             j->be->cvt.f32_to_bf16(yb, (uint16_t *)j->out_base + lo, len);
@@ -106,6 +124,130 @@ static int fx_stream_alias_ok(const tensor_t *in, const tensor_t *out)
 {
     if (in->st != out->st || fmt_is_shared_exponent(out->fmt)) return 1; /* via the stage */
     return fx_tensor_base(in) == fx_tensor_base(out) && in->fmt == out->fmt;
+}
+
+/* Every block of j over the threads: the fp32 stage's statistics in *mx, *nf, or the rounding's
+ * in *q (FX_STREAM_ROUNDED). FX_OK or the core's status. */
+static int fx_stream_run(const fx_stream_job *j, int64_t n, float *mx_out, int64_t *nf_out,
+                         fx_qstats *q_out)
+{
+    const int64_t nblocks = (n + FX_UNARY_BLOCK - 1) / FX_UNARY_BLOCK;
+    const int nt = n >= FX_F32_MATH_MIN_PARALLEL && nblocks > 1 ? flexpoint_num_threads() : 1;
+    float mx = 0.0f;
+    int64_t nonfinite = 0;
+    int rc = FX_OK;
+    fx_qstats_init(q_out);
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1) reduction(max : mx) reduction(+ : nonfinite)
+#endif
+    {
+#ifdef _OPENMP
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+#else
+        const int t = 0, T = 1;
+#endif
+        fx_qstats mine;
+        fx_qstats_init(&mine);
+        const int r = fx_stream_blocks(j, n, nblocks * t / T, nblocks * (t + 1) / T, &mx,
+                                       &nonfinite, &mine);
+#ifdef _OPENMP
+#pragma omp critical(fx_stream_run_merge)
+#endif
+        {
+            fx_qstats_merge(q_out, &mine);
+            if (r) rc = r;
+        }
+    }
+    *mx_out = mx;
+    *nf_out = nonfinite;
+    return rc;
+}
+
+/* A shared-exponent output rounded straight from each block while it is in L1, without the
+ * fp32 stage (a 4-byte array written and read again: on the transformer's GELU, [16384, 512],
+ * about a quarter of a FLEX16_5 call's time): the blocks are rounded at the exponent the write
+ * is expected to choose (fx_write_shared_guess_exp), with the rounding the write will use, and
+ * the rounding's statistics (the largest finite |value| and the NaN/Inf count among them: what
+ * the write's scan of a stage finds) go to the write. Where the write asks for another
+ * exponent, or for a statistics-only trial, the blocks are computed again and rounded there: the
+ * same values rounded by the same kernel at the same element offsets, so the mantissas, the
+ * exponent and the statistics are the stage route's bits. */
+typedef struct fx_stream_direct {
+    fx_stream_job job;
+    int64_t n;
+    int fused_e; /* the mantissas hold the rounding at this exponent and rounding, or FX_EXP_NONE */
+    fx_rounding fused_r;
+    fx_qstats fused_q;
+} fx_stream_direct;
+
+static atomic_llong direct_runs, direct_missed;
+int64_t fx_unary_stream_direct_runs(void) { return atomic_load(&direct_runs); }
+int64_t fx_unary_stream_direct_missed(void) { return atomic_load(&direct_missed); }
+
+static int fx_stream_direct_quantize(void *ctx, int e, const fx_rounding *r, int keep,
+                                     fx_qstats *q)
+{
+    fx_stream_direct *d = ctx;
+    if (e == d->fused_e && r->mode == d->fused_r.mode && r->seed == d->fused_r.seed &&
+        r->counter == d->fused_r.counter) {
+        *q = d->fused_q;
+        return FX_OK;
+    }
+    fx_stream_job j = d->job;
+    j.e = e;
+    j.r = r;
+    if (keep) { /* the mantissas are about to hold another rounding */
+        if (d->fused_e != FX_EXP_NONE) atomic_fetch_add(&direct_missed, 1);
+        d->fused_e = FX_EXP_NONE;
+    } else {
+        j.out_base = NULL;
+    }
+    float mx;
+    int64_t nf;
+    const int rc = fx_stream_run(&j, d->n, &mx, &nf, q);
+    return rc ? fx_error(rc, j.rq->func, "the element-wise kernel failed") : FX_OK;
+}
+
+/* Whether out takes the direct route, with *e the exponent to round at: a whole host
+ * FLEX16_5/DFP16 tensor sharing storage with no input (the blocks are read again after out's
+ * mantissas are written when the write asks for another exponent), whose write cannot fail
+ * (the mantissas are overwritten before the write decides) and whose exponent can be guessed;
+ * a DFP16 output only while its guesses have held (a gradient whose maximum hovers at a power
+ * of two would be computed twice every other write: the stage is cheaper there). */
+static int fx_stream_direct_ok(const fx_op_request *rq, int *e)
+{
+    const tensor_t *out = rq->out;
+    if (!atomic_load(&direct_enabled) || !fmt_is_shared_exponent(out->fmt) ||
+        !fx_tensor_covers_storage(out) || !fx_write_i16_cannot_fail(out))
+        return 0;
+    for (int i = 0; i < rq->nin; i++)
+        if (rq->in[i]->st == out->st) return 0;
+    if (!fx_write_shared_guess_exp(out, e)) return 0;
+    return out->fmt == FMT_FLEX16_5 || fx_write_shared_guess_steady(out);
+}
+
+static int fx_stream_direct_write(const fx_stream_job *j0, int64_t n, int e)
+{
+    tensor_t *out = j0->rq->out;
+    const fx_storage *st = out->st;
+    fx_stream_direct d = {.job = *j0, .n = n, .fused_e = e,
+                          .fused_r = {st->rounding, st->seed, st->write_counter}}; /* store.c's */
+    d.job.out_kind = FX_STREAM_ROUNDED;
+    d.job.want_max = 0;
+    d.job.out_base = fx_tensor_base(out);
+    d.job.e = e;
+    d.job.r = &d.fused_r;
+    float mx;
+    int64_t nf;
+    int rc = fx_stream_run(&d.job, n, &mx, &nf, &d.fused_q);
+    if (rc) return fx_error(rc, j0->rq->func, "the element-wise kernel failed");
+    fx_shared_src src = {.kind = FX_STAGE_F32, .true_max = d.fused_q.max_abs_in,
+                         .nonfinite = d.fused_q.nonfinite, .ctx = &d,
+                         .quantize = fx_stream_direct_quantize};
+    rc = fx_write_shared_with(out, &src, j0->rq->func);
+    if (rc == FX_OK) atomic_fetch_add(&direct_runs, 1);
+    return rc;
 }
 
 int fx_unary_stream(const fx_op_request *rq, const fx_backend *be)
@@ -138,34 +280,16 @@ int fx_unary_stream(const fx_op_request *rq, const fx_backend *be)
     fx_stream_job j = {.be = be, .rq = rq, .out_kind = shared ? FMT_FP32 : out->fmt,
                        .want_max = shared};
     for (int i = 0; i < rq->nin; i++) j.in_base[i] = fx_tensor_base(rq->in[i]);
+    int e;
+    if (shared && n > 0 && fx_stream_direct_ok(rq, &e)) return fx_stream_direct_write(&j, n, e);
     j.out_base = shared ? fx_scratch_alloc(&tmp, n > 0 ? n : 1, sizeof(float))
                         : fx_tensor_base(out);
     if (!j.out_base) return fx_error(FX_ENOMEM, rq->func, "cannot allocate the fp32 stage");
 
-    const int64_t nblocks = (n + FX_UNARY_BLOCK - 1) / FX_UNARY_BLOCK;
-    const int nt = n >= FX_F32_MATH_MIN_PARALLEL && nblocks > 1 ? flexpoint_num_threads() : 1;
-    float mx = 0.0f;
-    int64_t nonfinite = 0;
-    int rc = FX_OK;
-    (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) if (nt > 1) reduction(max : mx) reduction(+ : nonfinite)
-#endif
-    {
-#ifdef _OPENMP
-        const int t = omp_get_thread_num(), T = omp_get_num_threads();
-#else
-        const int t = 0, T = 1;
-#endif
-        const int r = fx_stream_blocks(&j, n, nblocks * t / T, nblocks * (t + 1) / T, &mx,
-                                       &nonfinite);
-        if (r) {
-#ifdef _OPENMP
-#pragma omp atomic write
-#endif
-            rc = r;
-        }
-    }
+    float mx;
+    int64_t nonfinite;
+    fx_qstats unused;
+    int rc = fx_stream_run(&j, n, &mx, &nonfinite, &unused);
     if (rc == FX_OK && shared) rc = fx_write_f32_max(out, j.out_base, mx, nonfinite, rq->func);
     else if (rc != FX_OK) rc = fx_error(rc, rq->func, "the element-wise kernel failed");
     fx_scratch_free(&tmp);
