@@ -329,9 +329,27 @@ static void gather_a_rows_pair(uint16_t *rows, const fx_op_call *c, int64_t ld, 
 /* out[32 x 32 block of row panels q, q+1 and column panels s, s+1] = their products (the valid
  * part only: rows < M, columns < N); b0: the packed tiles of panel s, panel s + 1's after
  * them. */
-static void amx_block(const amx_a_src *as, const uint16_t *b0, int64_t q, int64_t s, float *out,
-                      int64_t ldo, int64_t N)
+/* Where a block's results go: fp32 rows of out, ldo apart, or (h16 set: fx_op_call.out_h16)
+ * the same rows of h16, converted by cvt. */
+typedef struct amx_out {
+    float *f32;
+    uint16_t *h16;
+    void (*cvt)(const float *src, uint16_t *dst, int64_t n);
+    int64_t ldo;
+} amx_out;
+
+static amx_out amx_out_of(const fx_op_call *c, int64_t N)
 {
+    amx_out o = {c->out_f32, c->out_h16, c->out_h16_cvt, N};
+    if (!o.h16 || !o.cvt || !c->out_h16_done) o.h16 = NULL;
+    return o;
+}
+
+static void amx_block(const amx_a_src *as, const uint16_t *b0, int64_t q, int64_t s,
+                      const amx_out *ot, int64_t N)
+{
+    float *out = ot->f32;
+    const int64_t ldo = ot->ldo;
     const int64_t nkt = as->nkt, M = as->M;
     const uint16_t *b1 = b0 + nkt * TILE_ELEMS;
     _tile_zero(0);
@@ -351,6 +369,19 @@ static void amx_block(const amx_a_src *as, const uint16_t *b0, int64_t q, int64_
         _tile_dpbf16ps(3, 5, 7);
     }
     const int64_t i0 = q * 16, j0 = s * 16;
+    if (ot->h16) { /* the write's conversion of the 32 x 32 sums, in L1 */
+        float buf[32 * 32];
+        uint16_t h[32 * 32];
+        _tile_stored(0, buf, 128);
+        _tile_stored(1, buf + 16, 128);
+        _tile_stored(2, buf + 16 * 32, 128);
+        _tile_stored(3, buf + 16 * 32 + 16, 128);
+        const int64_t mr = M - i0 < 32 ? M - i0 : 32, nc = N - j0 < 32 ? N - j0 : 32;
+        ot->cvt(buf, h, mr * 32);
+        for (int64_t r = 0; r < mr; r++)
+            memcpy(ot->h16 + (i0 + r) * ldo + j0, h + r * 32, (size_t)nc * sizeof(uint16_t));
+        return;
+    }
     if (i0 + 32 <= M && j0 + 32 <= N) {
         float *o = out + i0 * ldo + j0;
         const long st = (long)(ldo * (int64_t)sizeof(float));
@@ -386,6 +417,8 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
                        : 1;
     (void)nt; /* used by the OpenMP pragmas only */
     const int64_t ld = (nkt * 32 + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32; /* bf16 per gathered row */
+    /* fp32 results only: a thread's buffer may be missing after another thread has written */
+    const amx_out ot = {c->out_f32, NULL, NULL, N};
     int failed = 0;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : failed)
@@ -403,7 +436,7 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
             gather_a_rows_pair(rows, c, ld, M, K, 2 * qp, nkt);
             const amx_a_src as = {NULL, NULL, rows, 0, 0, M, K, nkt, 2 * qp, ld};
             for (int64_t s = 0; s < ns; s += 2)
-                amx_block(&as, bpk + s * nkt * TILE_ELEMS, 2 * qp, s, c->out_f32, N, N);
+                amx_block(&as, bpk + s * nkt * TILE_ELEMS, 2 * qp, s, &ot, N);
         }
         if (!failed) _tile_release();
         fx_scratch_aligned_free(rows);
@@ -440,6 +473,8 @@ static int amx_matmul_cols(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
     }
     const uint16_t *a = A->data, *b = B->data;
     const amx_a_src as = {a, apk, NULL, A->strides[0], A->strides[1], M, K, nkt, 0, 0};
+    const amx_out ot = amx_out_of(c, N); /* nothing below can fail */
+    if (ot.h16) *c->out_h16_done = 1;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
@@ -459,7 +494,7 @@ static int amx_matmul_cols(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
             pack_b_group(buf, b, B->strides[0], B->strides[1], K, N, s0, s1, nkt);
             for (int64_t q = 0; q < mq; q += 2)
                 for (int64_t s = s0; s < s1; s += 2)
-                    amx_block(&as, buf + (s - s0) * nkt * TILE_ELEMS, q, s, c->out_f32, N, N);
+                    amx_block(&as, buf + (s - s0) * nkt * TILE_ELEMS, q, s, &ot, N);
         }
         _tile_release();
     }
@@ -502,6 +537,8 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
     (void)nt; /* used by the OpenMP pragmas only */
     const int64_t nblocks = (mq / 2) * (ns / 2);
     const amx_a_src as = {a, apk, NULL, A->strides[0], A->strides[1], M, K, nkt, 0, 0};
+    const amx_out ot = amx_out_of(c, N); /* nothing below can fail */
+    if (ot.h16) *c->out_h16_done = 1;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
@@ -515,7 +552,7 @@ int fx_bf16_matmul_amx(const fx_op_call *c)
 #endif
         for (int64_t blk = 0; blk < nblocks; blk++) {
             const int64_t s = 2 * (blk % (ns / 2));
-            amx_block(&as, bpk + s * nkt * TILE_ELEMS, 2 * (blk / (ns / 2)), s, out, N, N);
+            amx_block(&as, bpk + s * nkt * TILE_ELEMS, 2 * (blk / (ns / 2)), s, &ot, N);
         }
         _tile_release();
     }

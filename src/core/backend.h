@@ -106,6 +106,18 @@ typedef struct fx_op_call {
     int16_t *out_i16;
     int out_i16_shift;
     int64_t *out_i16_underflow;
+    /* Optional, float MATMUL into an fp16/bf16 output: its elements ([M, N], row stride N) and
+     * the write's conversion (cvt.f32_to_fp16 or cvt.f32_to_bf16). A kernel that takes them
+     * converts each block of fp32 results into out_h16 while the block is in cache, stores no
+     * fp32 stage (out_f32 is still given: it may use it as scratch) and sets *out_h16_done;
+     * the values are those the write would make of the stage. It takes them only where
+     * nothing can fail once it has written into out_h16. Kernels that do not know them leave
+     * *out_h16_done alone and write out_f32. Why: the transformer's bf16 products wrote an
+     * fp32 stage twice the output's size and read it back, which cost about a fifth of the
+     * products' time (src/core/dispatch.c). */
+    uint16_t *out_h16;
+    void (*out_h16_cvt)(const float *src, uint16_t *dst, int64_t n);
+    int *out_h16_done;
 
     /* op parameters */
     float scalar_f32;     /* FX_OP_SCALE, float compute */

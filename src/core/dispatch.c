@@ -14,6 +14,7 @@
 #include "dispatch.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,12 @@ static int fx_device_dispatch(const fx_op_request *rq)
     return d->dispatch(rq);
 }
 
+static atomic_int gemm_h16_enabled = 1;
+static atomic_llong gemm_h16_runs;
+void fx_gemm_h16_set_enabled(int on) { atomic_store(&gemm_h16_enabled, on != 0); }
+int fx_gemm_h16_enabled(void) { return atomic_load(&gemm_h16_enabled); }
+int64_t fx_gemm_h16_runs(void) { return atomic_load(&gemm_h16_runs); }
+
 int fx_dispatch(const fx_op_request *rq)
 {
     int on_device = 0;
@@ -190,7 +197,7 @@ int fx_dispatch(const fx_op_request *rq)
     c.nthreads = flexpoint_num_threads();
 
     fx_stage s = {.kind = int_compute ? FX_STAGE_I64 : FX_STAGE_F32, .n = c.out_numel};
-    int out_exp = 0, imax_known = 0;
+    int out_exp = 0, imax_known = 0, h16_done = 0;
     uint64_t imax = 0;
     c.out_imax = &imax;
     c.out_imax_known = &imax_known;
@@ -200,16 +207,27 @@ int fx_dispatch(const fx_op_request *rq)
         if (!c.out_i64) rc = fx_error(FX_ENOMEM, rq->func, "cannot allocate the int64 stage");
     } else {
         bool direct = out->fmt == FMT_FP32 && fx_tensor_is_contiguous(out);
+        bool half_out = (out->fmt == FMT_FP16 || out->fmt == FMT_BF16) &&
+                        fx_tensor_is_contiguous(out) && !out->st->dist;
         for (int i = 0; i < rq->nin; i++)
-            if (rq->in[i]->st == out->st) direct = false;
+            if (rq->in[i]->st == out->st) direct = half_out = false;
         c.out_f32 = direct ? fx_tensor_base(out) : fx_scratch_alloc(&tmp, c.out_numel, sizeof(float));
         if (!c.out_f32) rc = fx_error(FX_ENOMEM, rq->func, "cannot allocate the fp32 stage");
+        /* a product into a whole fp16/bf16 tensor: a kernel may convert its results into it
+         * in cache (fx_op_call.out_h16), the write's conversion without the stage's pass */
+        if (rq->op == FX_OP_MATMUL && half_out && fx_gemm_h16_enabled()) {
+            c.out_h16 = (uint16_t *)fx_tensor_base(out);
+            c.out_h16_cvt = out->fmt == FMT_FP16 ? be->cvt.f32_to_fp16 : be->cvt.f32_to_bf16;
+            c.out_h16_done = &h16_done;
+        }
     }
     if (rc == FX_OK) {
         flexpoint_clear_error();
         rc = k(&c);
     }
-    if (rc == FX_OK) {
+    if (rc == FX_OK && h16_done) {
+        atomic_fetch_add(&gemm_h16_runs, 1);
+    } else if (rc == FX_OK) {
         s.f32 = c.out_f32;
         s.i64 = c.out_i64;
         s.exp = out_exp;

@@ -191,6 +191,13 @@ void fx_scratch_cache_release(void);
 struct fx_op_request;
 int fx_unary_stream(const struct fx_op_request *rq, const fx_backend *be);
 
+/* Test hooks: 0 keeps every float product's fp32 stage (fx_op_call.out_h16 never offered);
+ * the products whose kernel converted into an fp16/bf16 output itself. fx_gemm_h16_enabled:
+ * whether the dispatcher offers it. */
+void fx_gemm_h16_set_enabled(int on);
+int fx_gemm_h16_enabled(void);
+int64_t fx_gemm_h16_runs(void);
+
 /* Test hooks: 0 sends shared-exponent outputs through the fp32 stage; the writes rounded
  * straight from the blocks, and those of them whose write asked for another exponent
  * (computed and rounded again). */

@@ -338,9 +338,31 @@ static void scratch_tile(const fx_f32_gemm_params *p, int pm, int dot, int64_t k
 /* C[i*rs + j*cs] = sum_k A[i][k] B[k][j] for an M x N x K product (K >= 1). pm: pair mode
  * (f32_kernels.h); packed buffers are then counted in pair words, which take the place of
  * floats one for one (ku = ceil(kb / 2) words per row instead of kb floats). */
+/* An fp16/bf16 output taken from the tiles (fx_op_call.out_h16): rows of h16 N apart, cvt the
+ * write's conversion. */
+typedef struct gemm_h16 {
+    uint16_t *h16;
+    void (*cvt)(const float *src, uint16_t *dst, int64_t n);
+} gemm_h16;
+
+/* The tile's mrows x ncols results (rows ldt apart in t) converted into h16 at (i0, j0): one
+ * conversion call for the tile where its rows are contiguous, a copy per row after it. */
+static void tile_to_h16(const gemm_h16 *h, const float *t, int64_t ldt, int64_t mrows,
+                        int64_t ncols, int64_t i0, int64_t j0, int64_t N)
+{
+    uint16_t buf[FX_F32_TILE_MAX];
+    if (ldt * mrows <= FX_F32_TILE_MAX) {
+        h->cvt(t, buf, ldt * mrows);
+        for (int64_t r = 0; r < mrows; r++)
+            memcpy(h->h16 + (i0 + r) * N + j0, buf + r * ldt, (size_t)ncols * sizeof(uint16_t));
+        return;
+    }
+    for (int64_t r = 0; r < mrows; r++) h->cvt(t + r * ldt, h->h16 + (i0 + r) * N + j0, ncols);
+}
+
 static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, const void *apan,
                     const fx_operand *B, int64_t M, int64_t N, int64_t K, float *C, int64_t rs,
-                    int64_t cs, int nthreads)
+                    int64_t cs, int nthreads, const gemm_h16 *h)
 {
     const int64_t mr = p->mr, nr = p->nr;
     const int64_t kc = min64(p->kc, K);
@@ -388,6 +410,7 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
         tid = omp_get_thread_num();
 #endif
         float *my_b = bbuf + (int64_t)tid * kcu * ncb;
+        float tile[FX_F32_TILE_MAX]; /* an fp16/bf16 output's tile of a one-block depth */
         for (int64_t m0 = 0; m0 < M; m0 += mc) {
             const int64_t mb = min64(mc, M - m0);
             const int64_t npm = ceil_div(mb, mr);
@@ -435,20 +458,26 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
                         for (int64_t jp = 0; jp < npn; jp++) {
                             const float *bp = my_b + jp * nr * ku;
                             const int64_t j0 = n0 + jp * nr, ncols = min64(nr, N - j0);
-                            float *ct = C + i0 * rs + j0 * cs;
+                            /* an fp16/bf16 output: a one-block depth computes the tile in
+                             * L1 (nothing of C is written), a longer one converts C's tile
+                             * after its last block */
+                            const int to_h16 = h && k0 + kb == K;
+                            float *ct = to_h16 && !accumulate ? tile : C + i0 * rs + j0 * cs;
+                            const int64_t trs = to_h16 && !accumulate ? nr : rs;
                             if (mrows == mr && ncols == nr && cs == 1)
-                                run_kernel(p, pm, dot, ku, ap, bp, ct, rs, accumulate);
+                                run_kernel(p, pm, dot, ku, ap, bp, ct, trs, accumulate);
                             else if (!pm && mrows < mr && ncols == nr && cs == 1 &&
                                      p->kernel_rows && p->kernel_rows[mrows])
                                 p->kernel_rows[mrows](ku, (const float *)ap, (const float *)bp, ct,
-                                                      rs, accumulate);
+                                                      trs, accumulate);
                             else if (!pm && mrows == mr && 2 * ncols == nr && cs == 1 &&
                                      p->kernel_half)
-                                p->kernel_half(ku, (const float *)ap, (const float *)bp, ct, rs,
+                                p->kernel_half(ku, (const float *)ap, (const float *)bp, ct, trs,
                                                accumulate);
                             else
-                                scratch_tile(p, pm, dot, ku, ap, bp, ct, rs, cs, mrows, ncols,
+                                scratch_tile(p, pm, dot, ku, ap, bp, ct, trs, cs, mrows, ncols,
                                              accumulate);
+                            if (to_h16) tile_to_h16(h, ct, trs, mrows, ncols, i0, j0, N);
                         }
                     }
                 }
@@ -490,7 +519,15 @@ int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c)
         fx_operand At = *B, Bt = *A; /* At = B^T [N,K], Bt = A^T [K,M] */
         At.shape[0] = N, At.shape[1] = K, At.strides[0] = B->strides[1], At.strides[1] = B->strides[0];
         Bt.shape[0] = K, Bt.shape[1] = M, Bt.strides[0] = A->strides[1], Bt.strides[1] = A->strides[0];
-        return gemm_run(p, pm, &At, NULL, &Bt, N, M, K, C, 1, N, c->nthreads);
+        return gemm_run(p, pm, &At, NULL, &Bt, N, M, K, C, 1, N, c->nthreads, NULL);
     }
-    return gemm_run(p, pm, A, apan, B, M, N, K, C, N, 1, c->nthreads);
+    /* an fp16/bf16 output converted from the tiles (fx_op_call.out_h16): nothing fails once
+     * gemm_run has its buffers, and it writes no output before it has them */
+    const gemm_h16 h = {c->out_h16, c->out_h16_cvt};
+    const int take_h16 = c->out_h16 && c->out_h16_cvt && c->out_h16_done &&
+                         p->mr * p->nr <= FX_F32_TILE_MAX;
+    const int rc = gemm_run(p, pm, A, apan, B, M, N, K, C, N, 1, c->nthreads,
+                            take_h16 ? &h : NULL);
+    if (rc == FX_OK && take_h16) *c->out_h16_done = 1;
+    return rc;
 }

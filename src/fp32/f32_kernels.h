@@ -198,6 +198,10 @@ void fx_f32_bias_relu_avx512(float *v, int64_t rows, int64_t cols, const float *
  * fx_prefetch_at). */
 #define FX_F32_PACK_PREFETCH_ROWS 24
 
+/* The largest micro-tile (mr x nr) of any level's fp32 GEMM (AVX-512: 12 x 32): the buffer
+ * of a tile converted to fp16/bf16 in the GEMM (fx_op_call.out_h16). */
+#define FX_F32_TILE_MAX 384
+
 /* Register-tile heights of the AVX2 (6 x 16) and AVX-512 (12 x 32) fp32 MATMUL kernels: the
  * A panel height a convolution's panel builder must produce (fx_backend.gemm.f32_panel_mr). */
 #define FX_F32_MR_AVX2 6
