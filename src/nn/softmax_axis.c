@@ -34,6 +34,7 @@
 #include "flexpoint_nn.h"
 #include "nn_ops.h"
 #include "softmax_def.h"
+#include "nn_rows_write.h"
 #include "core/shared_scale.h"
 
 #include <math.h>
@@ -93,6 +94,23 @@ static const float *sm_rows_get(const sm_rows *r, int64_t off, int64_t len, floa
     return fx_f32_block(r->be, r->fmt, r->exp, r->base, off, len, buf);
 }
 
+/* A softmax row of x read row by row (the forward's by_rows route), for nn_write_rows */
+typedef struct sm_fwd_rows {
+    const sm_rows *xr;
+    int64_t len;
+    int logsm;
+    void (*kernel)(const float *, float *, int64_t, int, float *, int64_t *);
+} sm_fwd_rows;
+
+static void sm_fwd_row(const void *vc, int64_t r, float *row, float *rmax, int64_t *rbad)
+{
+    const sm_fwd_rows *c = vc;
+    float buf[SM_GATHER_MAX], m = 0.0f;
+    int64_t b = 0;
+    c->kernel(sm_rows_get(c->xr, r * c->len, c->len, buf), row, c->len, c->logsm,
+              rmax ? rmax : &m, rbad ? rbad : &b);
+}
+
 int fx_nn_softmax_host(const fx_op_args *req)
 {
     tensor_t *y = req->u.tfm.out;
@@ -113,6 +131,11 @@ int fx_nn_softmax_host(const fx_op_args *req)
     sm_rows xr;
     const int by_rows =
         inner == 1 && len <= SM_GATHER_MAX && fw_kernel && sm_rows_of(x, &xr, func);
+    if (by_rows) { /* each row rounded into y as it is made (nn_rows_write.h) */
+        const sm_fwd_rows c = {&xr, len, logsm, fw_kernel};
+        return nn_write_rows(y, outer, len, sm_fwd_row, &c, 1, x->st == y->st,
+                             outer > 1 ? nn_threads_for(n) : 1, func);
+    }
     const float *xv = NULL;
     if (!by_rows && (rc = nn_in_f32(x, &xv, &s, func))) goto done;
     /* each row reads all its elements before writing any, and rows are disjoint: y may
@@ -180,6 +203,24 @@ static int sm_backward(const char *func, tensor_t *dx, const tensor_t *dy, const
     return fx_op_run(&a);
 }
 
+/* A softmax gradient row from dy and y read row by row (the backward's by_rows route) */
+typedef struct sm_bwd_rows {
+    const sm_rows *gr, *yr;
+    int64_t len;
+    int logsm;
+    void (*kernel)(const float *, const float *, float *, int64_t, int);
+} sm_bwd_rows;
+
+static void sm_bwd_row(const void *vc, int64_t r, float *row, float *rmax, int64_t *rbad)
+{
+    const sm_bwd_rows *c = vc;
+    (void)rmax;
+    (void)rbad;
+    float gbuf[SM_GATHER_MAX], ybuf[SM_GATHER_MAX];
+    c->kernel(sm_rows_get(c->gr, r * c->len, c->len, gbuf),
+              sm_rows_get(c->yr, r * c->len, c->len, ybuf), row, c->len, c->logsm);
+}
+
 int fx_nn_softmax_backward_host(const fx_op_args *req)
 {
     tensor_t *dx = req->u.tfm.out;
@@ -201,6 +242,12 @@ int fx_nn_softmax_backward_host(const fx_op_args *req)
     sm_rows gr, yr;
     const int by_rows = inner == 1 && len <= SM_GATHER_MAX && bw_kernel &&
                         sm_rows_of(dy, &gr, func) && sm_rows_of(y, &yr, func);
+    if (by_rows) { /* each row rounded into dx as it is made (nn_rows_write.h) */
+        const sm_bwd_rows c = {&gr, &yr, len, logsm, bw_kernel};
+        return nn_write_rows(dx, outer, len, sm_bwd_row, &c, 0,
+                             dy->st == dx->st || y->st == dx->st,
+                             outer > 1 ? nn_threads_for(n) : 1, func);
+    }
     const float *gv = NULL, *yv = NULL;
     if (!by_rows && (rc = nn_in_f32(dy, &gv, &s, func))) goto done;
     if (!by_rows && (rc = nn_in_f32(y, &yv, &s, func))) goto done;
@@ -274,57 +321,53 @@ int tensor_log_softmax_backward(tensor_t *dx, const tensor_t *dy, const tensor_t
  * the fp32 stage of y's one write; the scaled scores never go to memory (the transformer's
  * attention made three passes over [B, H, T, T] fp32 scores for these three ops). Other
  * inputs run the three ops on an fp32 temporary. */
+/* One row of the attention's probabilities (attn_sm_fused), for nn_write_rows */
+typedef struct attn_sm_rows {
+    const sm_rows *xr;
+    int64_t Sk, Sq;
+    int causal, shared;
+    int64_t c;
+    double p2;
+    float sf;
+    void (*kernel)(const float *, float *, int64_t, int, float *, int64_t *);
+} attn_sm_rows;
+
+static void attn_sm_row(const void *vc, int64_t r, float *out, float *rmax, int64_t *rbad)
+{
+    const attn_sm_rows *a = vc;
+    const int64_t Sk = a->Sk;
+    float row[SM_GATHER_MAX], m = 0.0f;
+    int64_t b = 0;
+    const int64_t keep = a->causal ? r % a->Sq + 1 : Sk; /* row i keeps columns j <= i */
+    if (a->shared) {
+        const int16_t *mr = (const int16_t *)a->xr->base + r * Sk;
+        for (int64_t j = 0; j < keep; j++) row[j] = fx_shared_scale_f32(mr[j], a->c, a->p2);
+    } else { /* fp16/bf16 exactly widened first, as the dispatcher's stage */
+        const float *f = sm_rows_get(a->xr, r * Sk, keep, row);
+        for (int64_t j = 0; j < keep; j++) row[j] = f[j] * a->sf;
+    }
+    for (int64_t j = keep; j < Sk; j++) row[j] = -INFINITY;
+    if (a->kernel)
+        a->kernel(row, out, Sk, 0, rmax ? rmax : &m, rbad ? rbad : &b);
+    else
+        fx_softmax_row_def(row, out, 1, Sk, 0, rmax ? rmax : &m, rbad ? rbad : &b);
+}
+
 static int attn_sm_fused(tensor_t *y, const sm_rows *xr, const tensor_t *x, double scale,
                          int causal, const char *func)
 {
     const int64_t Sk = x->shape[x->ndim - 1], Sq = x->shape[x->ndim - 2];
     const int64_t n = fx_numel_of(x->ndim, x->shape), rows = n / Sk;
-    fx_scratch s = {.n = 0};
-    const tensor_t *ins[1] = {x};
-    float *v = nn_out_f32(y, ins, 1, NULL, &s);
-    if (!v) {
-        fx_scratch_free(&s);
-        return fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)n);
-    }
-    int64_t c = 0;
+    attn_sm_rows a = {.xr = xr, .Sk = Sk, .Sq = Sq, .causal = causal,
+                      .shared = fmt_is_shared_exponent(x->fmt) != 0,
+                      .sf = (float)scale, /* the float formats' scale: the fp32 product by (float)s */
+                      .kernel = xr->be->cvt.softmax_row_f32};
     int k = 0;
-    const int shared = fmt_is_shared_exponent(x->fmt);
-    if (shared) fx_shared_scale_split(scale, &c, &k);
-    const double p2 = shared ? ldexp(1.0, xr->exp + k) : 0.0;
-    const float sf = (float)scale; /* the float formats' scale: the fp32 product by (float)s */
-    void (*row_kernel)(const float *, float *, int64_t, int, float *, int64_t *) =
-        xr->be->cvt.softmax_row_f32;
-    const int nt = rows > 1 ? nn_threads_for(n) : 1;
-    (void)nt;
-    float vmax = 0.0f;
-    int64_t nonfinite = 0;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) \
-    reduction(max : vmax) reduction(+ : nonfinite)
-#endif
-    for (int64_t r = 0; r < rows; r++) {
-        float row[SM_GATHER_MAX];
-        const int64_t keep = causal ? r % Sq + 1 : Sk; /* row i keeps columns j <= i */
-        if (shared) {
-            const int16_t *mr = (const int16_t *)xr->base + r * Sk;
-            for (int64_t j = 0; j < keep; j++) row[j] = fx_shared_scale_f32(mr[j], c, p2);
-        } else { /* fp16/bf16 exactly widened first, as the dispatcher's stage */
-            const float *f = sm_rows_get(xr, r * Sk, keep, row);
-            for (int64_t j = 0; j < keep; j++) row[j] = f[j] * sf;
-        }
-        for (int64_t j = keep; j < Sk; j++) row[j] = -INFINITY;
-        float rmax = 0.0f;
-        int64_t rbad = 0;
-        if (row_kernel)
-            row_kernel(row, v + r * Sk, Sk, 0, &rmax, &rbad);
-        else
-            fx_softmax_row_def(row, v + r * Sk, 1, Sk, 0, &rmax, &rbad);
-        vmax = rmax > vmax ? rmax : vmax;
-        nonfinite += rbad;
-    }
-    const int rc = fx_write_f32_max(y, v, vmax, nonfinite, func);
-    fx_scratch_free(&s);
-    return rc;
+    if (a.shared) fx_shared_scale_split(scale, &a.c, &k);
+    a.p2 = a.shared ? ldexp(1.0, xr->exp + k) : 0.0;
+    /* x is in another storage than y (tensor_attention_softmax's condition) */
+    return nn_write_rows(y, rows, Sk, attn_sm_row, &a, 1, 0, rows > 1 ? nn_threads_for(n) : 1,
+                         func);
 }
 
 int tensor_attention_softmax(tensor_t *y, const tensor_t *x, double scale, int causal)

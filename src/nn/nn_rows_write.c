@@ -1,0 +1,186 @@
+/* An output made row by row, written without a whole fp32 stage (nn_rows_write.h).
+ *
+ * Why: the transformer's softmax over attention scores ([128, 4, 128, 128], 8.4 million values)
+ * and its gradient computed every row into an fp32 stage of 33.5 MB, which the write then read
+ * back to round it into the 16-bit output: 50 MB of memory traffic around a row computation
+ * that runs in L1. Here each row is rounded into the output as soon as it is made:
+ *   - fp16/bf16: by the write's own conversion (cvt.f32_to_fp16 / f32_to_bf16), element by
+ *     element, so the values are the write's;
+ *   - FLEX16_5/DFP16: the write's exponent is guessed first (fx_write_shared_guess_exp, as the
+ *     element-wise functions do in src/core/unary_stream.c), each row is rounded there by the
+ *     level's quant_f32 with the write's rounding at the row's element offset (stochastic
+ *     rounding included) and the rounding's statistics, merged over the rows (sums and maxima,
+ *     so in any order), go to fx_write_shared_with; the statistics include the values' largest
+ *     finite |value| and their NaN/Inf count, which is what the write's scan of a stage finds.
+ *     Where the write chooses another exponent, or runs a statistics-only trial, every row is
+ *     computed again and rounded there. The attention's probabilities, whose largest value is
+ *     the first row's 1, keep their exponent from step to step.
+ * Rows are computed whole by one thread each and the conversions are element by element, so
+ * the results do not depend on the thread count. */
+#include "nn_rows_write.h"
+#include "nn_stage.h"
+#include "../core/backend.h"
+#include "../core/dispatch.h"
+#include "../flex/flex_math.h"
+
+#include <stdatomic.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static atomic_int direct_on = 1;
+static atomic_llong direct_runs, direct_missed;
+
+void nn_rows_write_set_direct(int on) { atomic_store(&direct_on, on != 0); }
+int64_t nn_rows_write_direct_runs(void) { return atomic_load(&direct_runs); }
+int64_t nn_rows_write_direct_missed(void) { return atomic_load(&direct_missed); }
+
+typedef struct rows_job {
+    nn_row_fn fn;
+    const void *ctx;
+    int64_t rows, len;
+    int nt;
+} rows_job;
+
+/* Every row into its place of v, with the stage's statistics where fn gives them. */
+static void rows_to_stage(const rows_job *j, float *v, int stats, float *vmax_out,
+                          int64_t *nonfinite_out)
+{
+    float vmax = 0.0f;
+    int64_t nonfinite = 0;
+    (void)j->nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(j->nt) if (j->nt > 1) \
+    reduction(max : vmax) reduction(+ : nonfinite)
+#endif
+    for (int64_t r = 0; r < j->rows; r++) {
+        float rmax = 0.0f;
+        int64_t rbad = 0;
+        j->fn(j->ctx, r, v + r * j->len, stats ? &rmax : NULL, stats ? &rbad : NULL);
+        vmax = rmax > vmax ? rmax : vmax;
+        nonfinite += rbad;
+    }
+    *vmax_out = vmax;
+    *nonfinite_out = nonfinite;
+}
+
+/* Every row converted into dst by cvt. */
+static void rows_to_h16(const rows_job *j, uint16_t *dst,
+                        void (*cvt)(const float *src, uint16_t *dst, int64_t n))
+{
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(j->nt) if (j->nt > 1)
+#endif
+    for (int64_t r = 0; r < j->rows; r++) {
+        float row[NN_ROW_MAX];
+        j->fn(j->ctx, r, row, NULL, NULL);
+        cvt(row, dst + r * j->len, j->len);
+    }
+}
+
+/* Every row rounded at e with rounding rd into dst (NULL: statistics only), the rounding's
+ * statistics merged into *q. */
+static void rows_to_shared(const rows_job *j, const fx_backend *be, int16_t *dst, int e,
+                           const fx_rounding *rd, fx_qstats *q)
+{
+    fx_qstats_init(q);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(j->nt) if (j->nt > 1)
+#endif
+    {
+        fx_qstats mine;
+        fx_qstats_init(&mine);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t r = 0; r < j->rows; r++) {
+            float row[NN_ROW_MAX];
+            fx_qstats rq;
+            j->fn(j->ctx, r, row, NULL, NULL);
+            be->cvt.quant_f32(row, dst ? dst + r * j->len : NULL, j->len, e, rd, r * j->len, &rq);
+            fx_qstats_merge(&mine, &rq);
+        }
+#ifdef _OPENMP
+#pragma omp critical(nn_rows_to_shared_merge)
+#endif
+        fx_qstats_merge(q, &mine);
+    }
+}
+
+typedef struct rows_direct {
+    rows_job job;
+    const fx_backend *be;
+    int16_t *dst;
+    int fused_e; /* dst holds the rounding at this exponent and rounding, or FX_EXP_NONE */
+    fx_rounding fused_r;
+    fx_qstats fused_q;
+} rows_direct;
+
+static int rows_direct_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+{
+    rows_direct *d = ctx;
+    if (e == d->fused_e && r->mode == d->fused_r.mode && r->seed == d->fused_r.seed &&
+        r->counter == d->fused_r.counter) {
+        *q = d->fused_q;
+        return FX_OK;
+    }
+    if (keep) { /* dst is about to hold another rounding */
+        if (d->fused_e != FX_EXP_NONE) atomic_fetch_add(&direct_missed, 1);
+        d->fused_e = FX_EXP_NONE;
+    }
+    rows_to_shared(&d->job, d->be, keep ? d->dst : NULL, e, r, q);
+    return FX_OK;
+}
+
+/* The FLEX16_5/DFP16 row route's conditions (src/core/unary_stream.c has the same): a whole
+ * host tensor that no input shares, whose write cannot fail (its mantissas are overwritten
+ * before the write decides) and whose exponent can be guessed; DFP16 only while its guesses
+ * have held (a gradient whose maximum hovers at a power of two would be computed twice every
+ * other write). */
+static int rows_shared_ok(const tensor_t *y, int *e)
+{
+    if (!fmt_is_shared_exponent(y->fmt) || !fx_tensor_covers_storage(y) ||
+        !fx_write_i16_cannot_fail(y) || !fx_write_shared_guess_exp(y, e))
+        return 0;
+    return y->fmt == FMT_FLEX16_5 || fx_write_shared_guess_steady(y);
+}
+
+int nn_write_rows(tensor_t *y, int64_t rows, int64_t len, nn_row_fn fn, const void *ctx,
+                  int has_stats, int shares_input, int nt, const char *func)
+{
+    const rows_job j = {fn, ctx, rows, len, nt};
+    const int direct = atomic_load(&direct_on) && !shares_input && len <= NN_ROW_MAX &&
+                       !y->st->on_device && fx_tensor_is_contiguous(y);
+    if (direct && (y->fmt == FMT_FP16 || y->fmt == FMT_BF16) && !y->st->dist) {
+        const fx_backend *be = fx_backend_active();
+        rows_to_h16(&j, (uint16_t *)fx_tensor_base(y),
+                    y->fmt == FMT_FP16 ? be->cvt.f32_to_fp16 : be->cvt.f32_to_bf16);
+        atomic_fetch_add(&direct_runs, 1);
+        return FX_OK;
+    }
+    int e;
+    if (direct && rows > 0 && rows_shared_ok(y, &e)) {
+        const fx_storage *st = y->st;
+        rows_direct d = {.job = j, .be = fx_backend_active(),
+                         .dst = (int16_t *)fx_tensor_base(y), .fused_e = e,
+                         .fused_r = {st->rounding, st->seed, st->write_counter}}; /* store.c's */
+        rows_to_shared(&j, d.be, d.dst, e, &d.fused_r, &d.fused_q);
+        fx_shared_src src = {.kind = FX_STAGE_F32, .true_max = d.fused_q.max_abs_in,
+                             .nonfinite = d.fused_q.nonfinite, .ctx = &d,
+                             .quantize = rows_direct_quantize};
+        const int rc = fx_write_shared_with(y, &src, func);
+        if (rc == FX_OK) atomic_fetch_add(&direct_runs, 1);
+        return rc;
+    }
+    fx_scratch s = {.n = 0};
+    const int in_place = y->fmt == FMT_FP32 && !shares_input && fx_tensor_is_contiguous(y);
+    float *v = in_place ? (float *)fx_tensor_base(y) : fx_scratch_alloc(&s, rows * len, sizeof(float));
+    if (!v) return fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)(rows * len));
+    float vmax;
+    int64_t nonfinite;
+    rows_to_stage(&j, v, has_stats, &vmax, &nonfinite);
+    const int rc = has_stats ? fx_write_f32_max(y, v, vmax, nonfinite, func) : fx_write_f32(y, v, func);
+    fx_scratch_free(&s);
+    return rc;
+}
