@@ -7,8 +7,15 @@
  * (a FLEX16_5 overflow that the write recomputes, a DFP16 exponent that moves, an Autoflex
  * state's history): after every write the same mantissas (or fp32 bits), exponent, statistics
  * and trace record, and the route must be taken (its counter moves). Inputs it must not take
- * (in place, a strided view, an fp16 output) still give the dispatcher's results. */
+ * (in place, a strided view, an fp16 output) still give the dispatcher's results.
+ *
+ * The levels' scaled widening (fx_cvt_table.scaled_i16_f32, which the attention's softmax rows
+ * use) on every int16 mantissa at multipliers positive, negative, zero and of 30 bits, and
+ * exponents that make results subnormal, zero or infinite: the bits of fx_shared_scale_f32
+ * (its +0 for a zero mantissa times a negative multiplier included), at lengths that end
+ * inside a vector. */
 #include "flexpoint.h"
+#include "core/backend.h"
 #include "core/shared_scale.h"
 #include "testutil.h"
 
@@ -85,8 +92,39 @@ static void check_not_taken(void)
     tensor_free(o2);
 }
 
+static void scaled_widening(void)
+{
+    enum { N = 65536 + 13 };
+    static int16_t m[N];
+    static float got[N];
+    for (int i = 0; i < N; i++) m[i] = (int16_t)(i % 65536 - 32768 + (i % 65536 == 0));
+    static const int64_t cs[] = {1, -1, 0, 759250125, -759250125, (1 << 30) - 1, -(1 << 30), 3};
+    static const int ks[] = {0, -30, -60, -150, -170, 90, 100, -140};
+    int bad = 0, checked = 0;
+    for (int bi = 0; bi < FX_BACKEND_COUNT; bi++) {
+        const fx_backend *be = fx_backend_get(bi);
+        if (!be || !be->available || !be->cvt.scaled_i16_f32) continue;
+        for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+            for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                const double p2 = ldexp(1.0, ks[ki]);
+                const int64_t n = N - (int64_t)(ci + ki) % 13;
+                be->cvt.scaled_i16_f32(m, got, n, cs[ci], p2);
+                for (int64_t i = 0; i < n; i++) {
+                    const float want = fx_shared_scale_f32(m[i], cs[ci], p2);
+                    if (memcmp(&want, &got[i], sizeof want) != 0 && bad++ < 5)
+                        fprintf(stderr, "%s: m=%d c=%lld 2^%d: %a, want %a\n", be->name, m[i],
+                                (long long)cs[ci], ks[ki], got[i], want);
+                }
+                checked++;
+            }
+    }
+    CHECK(bad == 0, "%d scaled widenings differ from fx_shared_scale_f32", bad);
+    printf("scaled widening: %d sweeps of every mantissa, fx_shared_scale_f32's bits\n", checked);
+}
+
 int main(void)
 {
+    scaled_widening();
     static const double scalars[] = {0.5, 0.17677669529663687, -3.7, 1e-30, 7e22, 0.0, 1.0,
                                      -0.0009765625};
     static const int64_t sizes[] = {0, 1, 4097, 70000};

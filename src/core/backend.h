@@ -173,6 +173,11 @@ typedef struct fx_cvt_table {
                       int64_t index0, fx_qstats *st);
     /* int16 mantissas at exponent e -> fp32 (exact unless beyond the fp32 range). */
     void (*dequant)(const int16_t *src, float *dst, int64_t n, int e);
+    /* int16 mantissas times c 2^k at exponent e -> fp32, one rounding of the exact product:
+     * dst[i] = (float)((double)(src[i] * c) * p2) with p2 = 2^(e + k), |c| < 2^31
+     * (fx_shared_scale_f32, src/core/shared_scale.h; the attention's scaled scores,
+     * src/nn/softmax_axis.c). */
+    void (*scaled_i16_f32)(const int16_t *src, float *dst, int64_t n, int64_t c, double p2);
     /* int64 values -> int16 by fx_requant(v, shift) (shift = e_out - e_acc); dst may be NULL.
      * *st is overwritten; max_abs_in is the largest |v| as a double. */
     void (*quant_i64)(const int64_t *src, int16_t *dst, int64_t n, int shift, fx_qstats *st);

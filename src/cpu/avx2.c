@@ -68,6 +68,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     /* flex16_5 and dfp16: quantisation, statistics and aligned sums */
     b->cvt.quant_f32 = fx_flex_quant_f32_avx2;
     b->cvt.dequant = fx_flex_dequant_avx2;
+    b->cvt.scaled_i16_f32 = fx_flex_scaled_f32_avx2;
     b->cvt.quant_i64 = fx_flex_quant_i64_avx2;
     b->cvt.quant_i64_t = fx_flex_quant_i64_t_avx2;
     b->cvt.maxabs_i64 = fx_flex_maxabs_i64_avx2;

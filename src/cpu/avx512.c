@@ -126,6 +126,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.sum2_quant = fx_flex_sum2_quant_avx512;
     b->cvt.quant_f32 = fx_flex_quant_f32_avx512;
     b->cvt.dequant = fx_flex_dequant_avx512;
+    b->cvt.scaled_i16_f32 = fx_flex_scaled_f32_avx512;
     b->cvt.quant_i64 = fx_flex_quant_i64_avx512;
     b->cvt.quant_i64_t = fx_flex_quant_i64_t_avx512;
     b->cvt.maxabs_f32 = fx_flex_maxabs_f32_avx512;

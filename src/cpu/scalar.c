@@ -44,6 +44,7 @@ void fx_cpu_install_scalar(fx_backend *b, const fx_cpu_features *cpu)
     /* flex16_5 and dfp16: quantisation, statistics and aligned sums (docs/formats.md) */
     b->cvt.quant_f32 = fx_flex_quant_f32_scalar;
     b->cvt.dequant = fx_flex_dequant_scalar;
+    b->cvt.scaled_i16_f32 = fx_flex_scaled_f32_scalar;
     b->cvt.quant_i64 = fx_flex_quant_i64_scalar;
     b->cvt.maxabs_f32 = fx_flex_maxabs_f32_scalar;
     b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_scalar;

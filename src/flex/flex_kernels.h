@@ -18,6 +18,7 @@
 void fx_flex_quant_f32_scalar(const float *src, int16_t *dst, int64_t n, int e,
                               const fx_rounding *r, int64_t index0, fx_qstats *st);
 void fx_flex_dequant_scalar(const int16_t *src, float *dst, int64_t n, int e);
+void fx_flex_scaled_f32_scalar(const int16_t *src, float *dst, int64_t n, int64_t c, double p2);
 void fx_flex_quant_i64_scalar(const int64_t *src, int16_t *dst, int64_t n, int shift,
                               fx_qstats *st);
 void fx_flex_maxabs_f32_scalar(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
@@ -104,6 +105,7 @@ void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int sh
 void fx_flex_quant_f32_avx2(const float *src, int16_t *dst, int64_t n, int e,
                             const fx_rounding *r, int64_t index0, fx_qstats *st);
 void fx_flex_dequant_avx2(const int16_t *src, float *dst, int64_t n, int e);
+void fx_flex_scaled_f32_avx2(const int16_t *src, float *dst, int64_t n, int64_t c, double p2);
 void fx_flex_quant_i64_avx2(const int64_t *src, int16_t *dst, int64_t n, int shift,
                             fx_qstats *st);
 void fx_flex_quant_i64_t_avx2(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols,
@@ -119,6 +121,7 @@ void fx_flex_sum2_quant_avx2(const fx_sum2 *p, int64_t n, int16_t *dst, int shif
 void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
                               const fx_rounding *r, int64_t index0, fx_qstats *st);
 void fx_flex_dequant_avx512(const int16_t *src, float *dst, int64_t n, int e);
+void fx_flex_scaled_f32_avx512(const int16_t *src, float *dst, int64_t n, int64_t c, double p2);
 void fx_flex_quant_i64_avx512(const int64_t *src, int16_t *dst, int64_t n, int shift,
                               fx_qstats *st);
 void fx_flex_quant_i64_t_avx512(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols,

@@ -128,6 +128,29 @@ static inline __m256 fx_dequant8(__m128i m16, __m256 s1, __m256 s2)
     return _mm256_mul_ps(_mm256_mul_ps(f, s1), s2);
 }
 
+/* fx_flex_scaled_f32_scalar on 8 lanes: (double)m * (double)c is the exact product m c (both
+ * exact, the product below 2^46), as the definition's int64 product converted, then the same
+ * multiplication by p2 and the same rounding to fp32. A negative c is taken as (-m)(-c), so
+ * that m = 0 gives +0 as the integer product does (0 * c in double would be -0). */
+void fx_flex_scaled_f32_avx2(const int16_t *src, float *dst, int64_t n, int64_t c, double p2)
+{
+    if (c == 0) { /* every integer product is 0: +0 (a negative m times 0.0 would be -0) */
+        memset(dst, 0, (size_t)(n > 0 ? n : 0) * sizeof *dst);
+        return;
+    }
+    const __m256d cd = _mm256_set1_pd((double)(c < 0 ? -c : c)), pd = _mm256_set1_pd(p2);
+    const __m256i sign = _mm256_set1_epi32(c < 0 ? -1 : 1);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i m = _mm256_sign_epi32(
+            _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(src + i))), sign);
+        const __m256d lo = _mm256_mul_pd(_mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(m)), cd), pd);
+        const __m256d hi = _mm256_mul_pd(_mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(m, 1)), cd), pd);
+        _mm256_storeu_ps(dst + i, _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)));
+    }
+    fx_flex_scaled_f32_scalar(src + i, dst + i, n - i, c, p2);
+}
+
 void fx_flex_dequant_avx2(const int16_t *src, float *dst, int64_t n, int e)
 {
     if (e < FX_DFP_EXP_MIN || e > FX_DFP_EXP_MAX) {

@@ -14,6 +14,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 static inline int64_t fx_popcnt16(__mmask16 k) { return __builtin_popcount((unsigned)k); }
 
@@ -197,6 +198,27 @@ void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
 
 /* m * 2^e: the int16 -> fp32 conversion is exact and scalef rounds once, so the result is the
  * exactly representable value, or +-Inf above the fp32 range (see fx_flex_dequant_scalar). */
+/* fx_flex_scaled_f32_scalar on 16 lanes, as the AVX2 version computes it (a negative c as
+ * (-m)(-c), so that m = 0 gives +0). */
+void fx_flex_scaled_f32_avx512(const int16_t *src, float *dst, int64_t n, int64_t c, double p2)
+{
+    if (c == 0) { /* every integer product is 0: +0 (a negative m times 0.0 would be -0) */
+        memset(dst, 0, (size_t)(n > 0 ? n : 0) * sizeof *dst);
+        return;
+    }
+    const __m512d cd = _mm512_set1_pd((double)(c < 0 ? -c : c)), pd = _mm512_set1_pd(p2);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i m = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+        if (c < 0) m = _mm512_sub_epi32(_mm512_setzero_si512(), m);
+        const __m512d lo = _mm512_mul_pd(_mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(m)), cd), pd);
+        const __m512d hi = _mm512_mul_pd(_mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(m, 1)), cd), pd);
+        _mm512_storeu_ps(dst + i, _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)),
+                                                     _mm512_cvtpd_ps(hi), 1));
+    }
+    fx_flex_scaled_f32_scalar(src + i, dst + i, n - i, c, p2);
+}
+
 void fx_flex_dequant_avx512(const int16_t *src, float *dst, int64_t n, int e)
 {
     if (e < FX_DFP_EXP_MIN || e > FX_DFP_EXP_MAX) {

@@ -58,6 +58,13 @@ void fx_flex_dequant_scalar(const int16_t *src, float *dst, int64_t n, int e)
     for (int64_t i = 0; i < n; i++) dst[i] = (float)((double)src[i] * scale);
 }
 
+/* The definition (fx_shared_scale_f32): the exact product m c (below 2^46) in double, scaled
+ * by the power of two p2, rounded once to fp32. */
+void fx_flex_scaled_f32_scalar(const int16_t *src, float *dst, int64_t n, int64_t c, double p2)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = (float)((double)((int64_t)src[i] * c) * p2);
+}
+
 void fx_flex_quant_i64_scalar(const int64_t *src, int16_t *dst, int64_t n, int shift,
                               fx_qstats *st)
 {

@@ -341,7 +341,7 @@ static void attn_sm_row(const void *vc, int64_t r, float *out, float *rmax, int6
     const int64_t keep = a->causal ? r % a->Sq + 1 : Sk; /* row i keeps columns j <= i */
     if (a->shared) {
         const int16_t *mr = (const int16_t *)a->xr->base + r * Sk;
-        for (int64_t j = 0; j < keep; j++) row[j] = fx_shared_scale_f32(mr[j], a->c, a->p2);
+        a->xr->be->cvt.scaled_i16_f32(mr, row, keep, a->c, a->p2); /* fx_shared_scale_f32 */
     } else { /* fp16/bf16 exactly widened first, as the dispatcher's stage */
         const float *f = sm_rows_get(a->xr, r * Sk, keep, row);
         for (int64_t j = 0; j < keep; j++) row[j] = f[j] * a->sf;
