@@ -7,7 +7,14 @@
  * whole tensors and into a reshaped view, sizes from 0 to above the parallel threshold, with
  * jumps of the input's scale (a FLEX16_5 overflow the write recomputes, a DFP16 exponent that
  * moves): after every write the same stored bits, exponent, statistics and trace record, and
- * every copy counted as taken. A copy in place (out = a) gives the dispatcher's result too. */
+ * every copy counted as taken. A copy in place (out = a) gives the dispatcher's result too.
+ *
+ * tensor_copy of fp16 and bf16 tensors into their own format on bit patterns (ops.c,
+ * fx_half_select, switched off by the same hook): every one of the 65,536 patterns (NaN
+ * payloads, signaling NaNs, -0, subnormals, Inf) as a [4, 16, 32, 32] tensor read whole, through
+ * its transposed head view, and into a reshaped view of the output, on every backend at one and
+ * two threads: the dispatcher's bits (its fp32 round trip turns every NaN into the canonical
+ * quiet NaN of its sign). */
 #include "flexpoint.h"
 #include "core/ops_internal.h"
 #include "testutil.h"
@@ -110,6 +117,47 @@ static void check_in_place(void)
     tensor_free(y);
 }
 
+static void check_half_copies(fmt_t f)
+{
+    const int64_t s4[4] = {4, 16, 32, 32}; /* 65,536 elements: every pattern once */
+    tensor_t *a = tensor_new(f, 4, s4);
+    uint16_t *pat = malloc(sizeof(uint16_t) * 65536), *x = malloc(sizeof(uint16_t) * 65536);
+    uint16_t *y = malloc(sizeof(uint16_t) * 65536);
+    for (int i = 0; i < 65536; i++) pat[i] = (uint16_t)(i * 40503u); /* odd: a permutation */
+    CHECK_STATUS(tensor_set_raw(a, pat), FX_OK);
+    for (int heads = 0; heads <= 1; heads++)
+        for (int into_view = 0; into_view <= 1; into_view++) {
+            tensor_t *src = heads ? tensor_view_transpose(a, 1, 2) : a;
+            const int64_t *ss = tensor_shape(src);
+            const int64_t o4[4] = {ss[0], ss[1], ss[2], ss[3]}, o3[3] = {ss[0], ss[1], ss[2] * ss[3]};
+            tensor_t *fast = into_view ? tensor_new(f, 3, o3) : tensor_new(f, 4, o4);
+            tensor_t *ref = into_view ? tensor_new(f, 3, o3) : tensor_new(f, 4, o4);
+            tensor_t *fv = into_view ? tensor_view_reshape(fast, 4, o4) : fast;
+            tensor_t *rv = into_view ? tensor_view_reshape(ref, 4, o4) : ref;
+            CHECK_STATUS(tensor_copy(fv, src), FX_OK);
+            fx_int16_unary_set_enabled(0);
+            CHECK_STATUS(tensor_copy(rv, src), FX_OK);
+            fx_int16_unary_set_enabled(1);
+            CHECK_STATUS(tensor_get_raw(fast, x), FX_OK);
+            CHECK_STATUS(tensor_get_raw(ref, y), FX_OK);
+            int bad = 0;
+            for (int i = 0; i < 65536; i++) bad += x[i] != y[i];
+            CHECK(bad == 0, "copy %s%s%s: %d of 65536 patterns differ from the fp32 route",
+                  fmt_name(f), heads ? " heads" : "", into_view ? " into a view" : "", bad);
+            if (into_view) {
+                tensor_free(fv);
+                tensor_free(rv);
+            }
+            if (heads) tensor_free(src);
+            tensor_free(fast);
+            tensor_free(ref);
+        }
+    tensor_free(a);
+    free(pat);
+    free(x);
+    free(y);
+}
+
 int main(void)
 {
     const int64_t small[4] = {2, 3, 2, 4}, big[4] = {4, 64, 4, 32}, empty[4] = {0, 3, 2, 4};
@@ -128,6 +176,8 @@ int main(void)
                         check_sequence(outs[o], ins[i], big, 0, relu, 0);
                     }
             check_sequence(FMT_FLEX16_5, FMT_DFP16, empty, 1, 0, 0);
+            check_half_copies(FMT_FP16);
+            check_half_copies(FMT_BF16);
         }
     }
     flexpoint_set_num_threads(0);

@@ -174,9 +174,12 @@ static int fx_int16_unary(tensor_t *out, const tensor_t *a, int relu, const char
     return rc;
 }
 
-/* relu of an fp16/bf16 tensor into one of the same format, on bit patterns (half_bits.h):
- * the fp32 route (widen, x > 0 ? x : +0 with NaN kept, round back) gives these same bits. */
-static int fx_relu_half(tensor_t *out, const tensor_t *a, const char *func)
+/* relu (relu 1) or a copy (relu 0) of an fp16/bf16 tensor into one of the same format, on bit
+ * patterns (half_bits.h): the fp32 route (widen, x > 0 ? x : +0 with NaN kept or x itself,
+ * round back) gives these same bits. The copies are the attention's heads split and merged
+ * ([B, T, H, D/H] and [B, H, T, D/H] in turn), which the fp32 route widened into a stage and
+ * rounded back. */
+static int fx_half_select(tensor_t *out, const tensor_t *a, int relu, const char *func)
 {
     fx_scratch s = {.n = 0};
     fx_operand o;
@@ -197,7 +200,8 @@ static int fx_relu_half(tensor_t *out, const tensor_t *a, const char *func)
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
-    for (int64_t i = 0; i < n; i++) v[i] = fx_half_relu_c(h[i], inf, qnan);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = relu ? fx_half_relu_c(h[i], inf, qnan) : fx_half_canonical_c(h[i], inf, qnan);
     rc = fx_write_half_bits(out, v, func);
     fx_scratch_free(&s);
     return rc;
@@ -210,16 +214,21 @@ int tensor_relu(tensor_t *out, const tensor_t *a)
         if (fmt_is_shared_exponent(a->fmt) && fx_int16_unary_enabled())
             return fx_int16_unary(out, a, 1, __func__);
         if ((a->fmt == FMT_FP16 || a->fmt == FMT_BF16) && out->fmt == a->fmt)
-            return fx_relu_half(out, a, __func__);
+            return fx_half_select(out, a, 1, __func__);
     }
     return fx_unary(FX_OP_RELU, __func__, out, a, 0);
 }
 
 int tensor_copy(tensor_t *out, const tensor_t *a)
 {
-    if (out && a && !a->st->on_device && !out->st->on_device && fmt_is_shared_exponent(a->fmt) &&
-        fx_int16_unary_enabled() && fx_same_shape_check(__func__, out, a) == FX_OK)
-        return fx_int16_unary(out, a, 0, __func__);
+    if (out && a && !a->st->on_device && !out->st->on_device &&
+        fx_same_shape_check(__func__, out, a) == FX_OK) {
+        if (fmt_is_shared_exponent(a->fmt) && fx_int16_unary_enabled())
+            return fx_int16_unary(out, a, 0, __func__);
+        if ((a->fmt == FMT_FP16 || a->fmt == FMT_BF16) && out->fmt == a->fmt &&
+            fx_int16_unary_enabled())
+            return fx_half_select(out, a, 0, __func__);
+    }
     return fx_unary(FX_OP_COPY, __func__, out, a, 0);
 }
 
