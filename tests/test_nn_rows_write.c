@@ -1,6 +1,7 @@
 /* Outputs made row by row and rounded into their 16-bit format as each row is made
  * (src/nn/nn_rows_write.c): the softmax along the last axis, the attention's fused scale, mask
- * and softmax, and the softmax gradient. Against the fp32 stage and the one write
+ * and softmax, the softmax gradient, and layer norm forward and backward (rows of 24, taken
+ * 80 at a time). Against the fp32 stage and the one write
  * (nn_rows_write_set_direct(0)): the raw elements, the exponent and every statistic of the
  * write and of the storage, after each of 11 writes into one output whose inputs change
  * scale (by 1.9 once, where a gradient's exponent moves, and by 40 once, where FLEX16_5's
@@ -23,8 +24,9 @@ static const char *const write_stats[] = {"saturated", "true_max", "nonfinite", 
                                           "nonfinite_total", "writes", "exp", "stored_max"};
 enum { N_STATS = sizeof write_stats / sizeof *write_stats, N_WRITES = 11 };
 
-enum { OP_SOFTMAX, OP_ATTENTION, OP_BACKWARD, N_OPS };
-static const char *const op_names[N_OPS] = {"softmax", "attention softmax", "softmax backward"};
+enum { OP_SOFTMAX, OP_ATTENTION, OP_BACKWARD, OP_LAYERNORM, OP_LN_BACKWARD, N_OPS };
+static const char *const op_names[N_OPS] = {"softmax", "attention softmax", "softmax backward",
+                                            "layer norm", "layer norm backward"};
 
 typedef struct run_case {
     int op;
@@ -57,6 +59,11 @@ static void run(const run_case *rc, int direct, uint16_t *raw, double st[][N_STA
     test_rng r;
     test_rng_seed(&r, 1234);
     const int64_t n = tensor_numel(y);
+    float gamma[24], beta[24];
+    for (int k = 0; k < 24; k++) {
+        gamma[k] = (float)(0.5 + 0.125 * k);
+        beta[k] = (float)(0.25 * (k % 5) - 0.5);
+    }
     for (int w = 0; w < N_WRITES; w++) {
         const double scale = w == 5 ? 1.9 : w == 9 ? 40.0 : 1.0;
         fill(x, &r, 2.0 * scale, rc->nan_input && w == 3);
@@ -64,10 +71,16 @@ static void run(const run_case *rc, int direct, uint16_t *raw, double st[][N_STA
             CHECK_STATUS(tensor_softmax(y, x, -1), FX_OK);
         } else if (rc->op == OP_ATTENTION) {
             CHECK_STATUS(tensor_attention_softmax(y, x, 0.35, 1), FX_OK);
-        } else {
+        } else if (rc->op == OP_BACKWARD) {
             fill(g, &r, scale, 0);
             CHECK_STATUS(tensor_softmax(p, x, -1), FX_OK);
             CHECK_STATUS(tensor_softmax_backward(y, g, p, -1), FX_OK);
+        } else if (rc->op == OP_LAYERNORM) {
+            CHECK_STATUS(tensor_layernorm(y, x, gamma, beta, 1e-5, NULL, NULL), FX_OK);
+        } else {
+            float dg[24], db[24];
+            fill(g, &r, scale, 0);
+            CHECK_STATUS(tensor_layernorm_backward(y, dg, db, g, x, gamma, 1e-5), FX_OK);
         }
         CHECK_STATUS(tensor_get_raw(y, raw + (size_t)w * (size_t)n), FX_OK);
         for (int k = 0; k < N_STATS; k++) {

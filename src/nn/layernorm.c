@@ -35,6 +35,8 @@
  */
 #include "tfm_common.h"
 #include "ln_kernels.h"
+#include "nn_rows_write.h"
+#include "../core/dispatch.h"
 #include "../core/backend.h"
 #include "nn_ops.h"
 #include "flexpoint_nn.h"
@@ -176,6 +178,56 @@ int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma, const f
     return fx_op_run(&a);
 }
 
+/* Rows of the forward pass for nn_write_rows: x's rows read in place (fp32) or widened into a
+ * stack buffer, the statistics into st (each row's own entries, the same values whenever a row
+ * is computed again), the outputs into out. */
+typedef struct ln_fwd_rows {
+    const fx_backend *be;
+    const fx_ln_kernels *k;
+    fmt_t fmt;
+    int exp;
+    const void *xbase;
+    int64_t D;
+    float *st, eps;
+    const float *gamma, *beta;
+} ln_fwd_rows;
+
+static void ln_fwd_row(const void *vc, int64_t r0, int64_t nr, float *out, float *rmax,
+                       int64_t *rbad)
+{
+    (void)rmax; /* the write scans a stage itself */
+    (void)rbad;
+    const ln_fwd_rows *c = vc;
+    float buf[NN_ROW_MAX];
+    const float *xr = fx_f32_block(c->be, c->fmt, c->exp, c->xbase, r0 * c->D, nr * c->D, buf);
+    c->k->forward(xr, out, c->st + 2 * r0, 0, nr, c->D, c->eps, c->gamma, c->beta);
+}
+
+/* Rows of dx for nn_write_rows, from the widened x and dy and the statistics */
+typedef struct ln_bwd_rows {
+    const fx_ln_kernels *k;
+    const float *xv, *gv, *st, *gamma;
+    int64_t D;
+} ln_bwd_rows;
+
+static void ln_bwd_row(const void *vc, int64_t r0, int64_t nr, float *out, float *rmax,
+                       int64_t *rbad)
+{
+    (void)rmax;
+    (void)rbad;
+    const ln_bwd_rows *c = vc;
+    c->k->backward(c->xv + r0 * c->D, c->gv + r0 * c->D, c->st + 2 * r0, out, 0, nr, c->D,
+                   c->gamma);
+}
+
+/* Rows a call of the row functions takes: whole groups of FX_LN_ROW_GROUP within the row
+ * buffer where a row is short enough, so that the SIMD levels keep their rows side by side */
+static int64_t ln_rows_per_call(int64_t D)
+{
+    const int64_t g = NN_ROW_MAX / (D > 0 ? D : 1);
+    return g >= FX_LN_ROW_GROUP ? g / FX_LN_ROW_GROUP * FX_LN_ROW_GROUP : (g > 0 ? g : 1);
+}
+
 int fx_nn_layernorm_host(const fx_op_args *req)
 {
     tensor_t *y = req->u.tfm.out;
@@ -193,6 +245,23 @@ int fx_nn_layernorm_host(const fx_op_args *req)
     const float epsf = (float)eps;
     if (!st) {
         rc = fx_error(FX_ENOMEM, func, "cannot allocate statistics for %lld rows", (long long)R);
+        goto done;
+    }
+    /* a contiguous host x: its rows read (widened) a group at a time and each group of y's
+     * rows written as it is made (nn_write_rows), without a whole fp32 copy of x or an fp32
+     * stage of y where y's format allows; the same operations on the same values */
+    if (!x->st->on_device && fx_tensor_is_contiguous(x) && D <= NN_ROW_MAX &&
+        (!fmt_is_shared_exponent(x->fmt) || fx_storage_settle(x->st, func) == FX_OK)) {
+        const ln_fwd_rows c = {fx_backend_active(), ln_kernels(), x->fmt,
+                               fmt_is_shared_exponent(x->fmt) ? x->st->exp : 0, fx_tensor_base(x),
+                               D, st, epsf, gamma, beta};
+        rc = nn_write_rows(y, R, D, ln_rows_per_call(D), ln_fwd_row, &c, 0, x->st == y->st,
+                           R > FX_LN_ROW_GROUP ? nn_threads_for(R * D) : 1, func);
+        if (rc == FX_OK)
+            for (int64_t r = 0; r < R; r++) {
+                if (mean) mean[r] = st[2 * r];
+                if (rstd) rstd[r] = st[2 * r + 1];
+            }
         goto done;
     }
     if ((rc = nn_in_f32(x, &xv, &s, func))) goto done;
@@ -280,9 +349,12 @@ int fx_nn_layernorm_backward_host(const fx_op_args *req)
         if ((rc = nn_in_f32(x, &xv, &s, func))) goto done;
         if ((rc = nn_in_f32(dy, &gv, &s, func))) goto done;
         const tensor_t *ins[2] = {dy, x};
-        /* row r reads its dy and x before writing its elements */
-        float *v = nn_out_f32(dx, ins, 2, nn_private_f32(dy, gv), &s);
-        if (!v) {
+        /* dx's rows written as they are made (nn_write_rows) where its storage is its own and
+         * its rows are short enough; else row r reads its dy and x before writing its
+         * elements into a stage (dy's private copy where there is one) */
+        const int by_rows = dx->st != dy->st && dx->st != x->st && D <= NN_ROW_MAX;
+        float *v = by_rows ? NULL : nn_out_f32(dx, ins, 2, nn_private_f32(dy, gv), &s);
+        if (!by_rows && !v) {
             rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)(R * D));
             goto done;
         }
@@ -311,9 +383,14 @@ int fx_nn_layernorm_backward_host(const fx_op_args *req)
             }
             /* the loop's barrier: every column's sums read dy before any dx row is written
              * (dx may be dy's private copy) */
-            if (r0 < r1) kn->backward(xv, gv, st, v, r0, r1, D, gamma);
+            if (v && r0 < r1) kn->backward(xv, gv, st, v, r0, r1, D, gamma);
         }
-        rc = fx_write_f32(dx, v, func);
+        if (by_rows) {
+            const ln_bwd_rows c = {kn, xv, gv, st, gamma, D};
+            rc = nn_write_rows(dx, R, D, ln_rows_per_call(D), ln_bwd_row, &c, 0, 0, nt, func);
+        } else {
+            rc = fx_write_f32(dx, v, func);
+        }
     }
     if (rc == FX_OK)
         for (int64_t k = 0; k < D; k++) {

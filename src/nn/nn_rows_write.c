@@ -39,9 +39,17 @@ int64_t nn_rows_write_direct_missed(void) { return atomic_load(&direct_missed); 
 typedef struct rows_job {
     nn_row_fn fn;
     const void *ctx;
-    int64_t rows, len;
+    int64_t rows, len, group;
     int nt;
 } rows_job;
+
+/* group g's first row and row count */
+static int64_t rows_of(const rows_job *j, int64_t g, int64_t *nr)
+{
+    const int64_t r0 = g * j->group;
+    *nr = j->rows - r0 < j->group ? j->rows - r0 : j->group;
+    return r0;
+}
 
 /* Every row into its place of v, with the stage's statistics where fn gives them. */
 static void rows_to_stage(const rows_job *j, float *v, int stats, float *vmax_out,
@@ -54,10 +62,11 @@ static void rows_to_stage(const rows_job *j, float *v, int stats, float *vmax_ou
 #pragma omp parallel for schedule(static) num_threads(j->nt) if (j->nt > 1) \
     reduction(max : vmax) reduction(+ : nonfinite)
 #endif
-    for (int64_t r = 0; r < j->rows; r++) {
+    for (int64_t g = 0; g < (j->rows + j->group - 1) / j->group; g++) {
         float rmax = 0.0f;
-        int64_t rbad = 0;
-        j->fn(j->ctx, r, v + r * j->len, stats ? &rmax : NULL, stats ? &rbad : NULL);
+        int64_t rbad = 0, nr;
+        const int64_t r0 = rows_of(j, g, &nr);
+        j->fn(j->ctx, r0, nr, v + r0 * j->len, stats ? &rmax : NULL, stats ? &rbad : NULL);
         vmax = rmax > vmax ? rmax : vmax;
         nonfinite += rbad;
     }
@@ -72,10 +81,12 @@ static void rows_to_h16(const rows_job *j, uint16_t *dst,
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(j->nt) if (j->nt > 1)
 #endif
-    for (int64_t r = 0; r < j->rows; r++) {
-        float row[NN_ROW_MAX];
-        j->fn(j->ctx, r, row, NULL, NULL);
-        cvt(row, dst + r * j->len, j->len);
+    for (int64_t g = 0; g < (j->rows + j->group - 1) / j->group; g++) {
+        float buf[NN_ROW_MAX];
+        int64_t nr;
+        const int64_t r0 = rows_of(j, g, &nr);
+        j->fn(j->ctx, r0, nr, buf, NULL, NULL);
+        cvt(buf, dst + r0 * j->len, nr * j->len);
     }
 }
 
@@ -94,11 +105,14 @@ static void rows_to_shared(const rows_job *j, const fx_backend *be, int16_t *dst
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t r = 0; r < j->rows; r++) {
-            float row[NN_ROW_MAX];
+        for (int64_t g = 0; g < (j->rows + j->group - 1) / j->group; g++) {
+            float buf[NN_ROW_MAX];
             fx_qstats rq;
-            j->fn(j->ctx, r, row, NULL, NULL);
-            be->cvt.quant_f32(row, dst ? dst + r * j->len : NULL, j->len, e, rd, r * j->len, &rq);
+            int64_t nr;
+            const int64_t r0 = rows_of(j, g, &nr);
+            j->fn(j->ctx, r0, nr, buf, NULL, NULL);
+            be->cvt.quant_f32(buf, dst ? dst + r0 * j->len : NULL, nr * j->len, e, rd,
+                              r0 * j->len, &rq);
             fx_qstats_merge(&mine, &rq);
         }
 #ifdef _OPENMP
@@ -146,11 +160,11 @@ static int rows_shared_ok(const tensor_t *y, int *e)
     return y->fmt == FMT_FLEX16_5 || fx_write_shared_guess_steady(y);
 }
 
-int nn_write_rows(tensor_t *y, int64_t rows, int64_t len, nn_row_fn fn, const void *ctx,
-                  int has_stats, int shares_input, int nt, const char *func)
+int nn_write_rows(tensor_t *y, int64_t rows, int64_t len, int64_t group, nn_row_fn fn,
+                  const void *ctx, int has_stats, int shares_input, int nt, const char *func)
 {
-    const rows_job j = {fn, ctx, rows, len, nt};
-    const int direct = atomic_load(&direct_on) && !shares_input && len <= NN_ROW_MAX &&
+    const rows_job j = {fn, ctx, rows, len, group > 0 ? group : 1, nt};
+    const int direct = atomic_load(&direct_on) && !shares_input && j.group * len <= NN_ROW_MAX &&
                        !y->st->on_device && fx_tensor_is_contiguous(y);
     if (direct && (y->fmt == FMT_FP16 || y->fmt == FMT_BF16) && !y->st->dist) {
         const fx_backend *be = fx_backend_active();

@@ -102,8 +102,10 @@ typedef struct sm_fwd_rows {
     void (*kernel)(const float *, float *, int64_t, int, float *, int64_t *);
 } sm_fwd_rows;
 
-static void sm_fwd_row(const void *vc, int64_t r, float *row, float *rmax, int64_t *rbad)
+static void sm_fwd_row(const void *vc, int64_t r, int64_t nr, float *row, float *rmax,
+                       int64_t *rbad)
 {
+    (void)nr; /* one row a call */
     const sm_fwd_rows *c = vc;
     float buf[SM_GATHER_MAX], m = 0.0f;
     int64_t b = 0;
@@ -133,7 +135,7 @@ int fx_nn_softmax_host(const fx_op_args *req)
         inner == 1 && len <= SM_GATHER_MAX && fw_kernel && sm_rows_of(x, &xr, func);
     if (by_rows) { /* each row rounded into y as it is made (nn_rows_write.h) */
         const sm_fwd_rows c = {&xr, len, logsm, fw_kernel};
-        return nn_write_rows(y, outer, len, sm_fwd_row, &c, 1, x->st == y->st,
+        return nn_write_rows(y, outer, len, 1, sm_fwd_row, &c, 1, x->st == y->st,
                              outer > 1 ? nn_threads_for(n) : 1, func);
     }
     const float *xv = NULL;
@@ -211,8 +213,10 @@ typedef struct sm_bwd_rows {
     void (*kernel)(const float *, const float *, float *, int64_t, int);
 } sm_bwd_rows;
 
-static void sm_bwd_row(const void *vc, int64_t r, float *row, float *rmax, int64_t *rbad)
+static void sm_bwd_row(const void *vc, int64_t r, int64_t nr, float *row, float *rmax,
+                       int64_t *rbad)
 {
+    (void)nr; /* one row a call */
     const sm_bwd_rows *c = vc;
     (void)rmax;
     (void)rbad;
@@ -244,7 +248,7 @@ int fx_nn_softmax_backward_host(const fx_op_args *req)
                         sm_rows_of(dy, &gr, func) && sm_rows_of(y, &yr, func);
     if (by_rows) { /* each row rounded into dx as it is made (nn_rows_write.h) */
         const sm_bwd_rows c = {&gr, &yr, len, logsm, bw_kernel};
-        return nn_write_rows(dx, outer, len, sm_bwd_row, &c, 0,
+        return nn_write_rows(dx, outer, len, 1, sm_bwd_row, &c, 0,
                              dy->st == dx->st || y->st == dx->st,
                              outer > 1 ? nn_threads_for(n) : 1, func);
     }
@@ -332,8 +336,10 @@ typedef struct attn_sm_rows {
     void (*kernel)(const float *, float *, int64_t, int, float *, int64_t *);
 } attn_sm_rows;
 
-static void attn_sm_row(const void *vc, int64_t r, float *out, float *rmax, int64_t *rbad)
+static void attn_sm_row(const void *vc, int64_t r, int64_t nr, float *out, float *rmax,
+                        int64_t *rbad)
 {
+    (void)nr; /* one row a call */
     const attn_sm_rows *a = vc;
     const int64_t Sk = a->Sk;
     float row[SM_GATHER_MAX], m = 0.0f;
@@ -366,7 +372,7 @@ static int attn_sm_fused(tensor_t *y, const sm_rows *xr, const tensor_t *x, doub
     if (a.shared) fx_shared_scale_split(scale, &a.c, &k);
     a.p2 = a.shared ? ldexp(1.0, xr->exp + k) : 0.0;
     /* x is in another storage than y (tensor_attention_softmax's condition) */
-    return nn_write_rows(y, rows, Sk, attn_sm_row, &a, 1, 0, rows > 1 ? nn_threads_for(n) : 1,
+    return nn_write_rows(y, rows, Sk, 1, attn_sm_row, &a, 1, 0, rows > 1 ? nn_threads_for(n) : 1,
                          func);
 }
 
