@@ -369,20 +369,7 @@ static void amx_block(const amx_a_src *as, const uint16_t *b0, int64_t q, int64_
         _tile_dpbf16ps(3, 5, 7);
     }
     const int64_t i0 = q * 16, j0 = s * 16;
-    if (ot->h16) { /* the write's conversion of the 32 x 32 sums, in L1 */
-        float buf[32 * 32];
-        uint16_t h[32 * 32];
-        _tile_stored(0, buf, 128);
-        _tile_stored(1, buf + 16, 128);
-        _tile_stored(2, buf + 16 * 32, 128);
-        _tile_stored(3, buf + 16 * 32 + 16, 128);
-        const int64_t mr = M - i0 < 32 ? M - i0 : 32, nc = N - j0 < 32 ? N - j0 : 32;
-        ot->cvt(buf, h, mr * 32);
-        for (int64_t r = 0; r < mr; r++)
-            memcpy(ot->h16 + (i0 + r) * ldo + j0, h + r * 32, (size_t)nc * sizeof(uint16_t));
-        return;
-    }
-    if (i0 + 32 <= M && j0 + 32 <= N) {
+    if (!ot->h16 && i0 + 32 <= M && j0 + 32 <= N) {
         float *o = out + i0 * ldo + j0;
         const long st = (long)(ldo * (int64_t)sizeof(float));
         _tile_stored(0, o, st);
@@ -397,6 +384,13 @@ static void amx_block(const amx_a_src *as, const uint16_t *b0, int64_t q, int64_
     _tile_stored(2, buf + 16 * 32, 128);
     _tile_stored(3, buf + 16 * 32 + 16, 128);
     const int64_t mr = M - i0 < 32 ? M - i0 : 32, nc = N - j0 < 32 ? N - j0 : 32;
+    if (ot->h16) { /* the write's conversion of the sums, in L1 */
+        uint16_t h[32 * 32];
+        ot->cvt(buf, h, mr * 32);
+        for (int64_t r = 0; r < mr; r++)
+            memcpy(ot->h16 + (i0 + r) * ldo + j0, h + r * 32, (size_t)nc * sizeof(uint16_t));
+        return;
+    }
     for (int64_t r = 0; r < mr; r++)
         memcpy(out + (i0 + r) * ldo + j0, buf + r * 32, (size_t)nc * sizeof(float));
 }

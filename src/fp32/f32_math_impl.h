@@ -630,8 +630,27 @@ static inline VF fxm_dgelu_tanh(VF x)
 
 /* ---- loops ----------------------------------------------------------------------------------- */
 
-/* y[i] = EXPR(v) over n elements, v = the vector of x (and g of dy when dy is used). The last
- * partial vector goes through zero-padded buffers, so no level reads or writes beyond n. */
+/* The last partial vector of a map from element `from` on: x (and dy) through zero-padded
+ * buffers, so that no level reads or writes beyond n; PRE (statements) may use v and g before
+ * y takes EXPR. */
+#define FXM_TAIL(from, PRE, EXPR)                                                                \
+    do {                                                                                         \
+        float bx[FXM_N], bg[FXM_N], by[FXM_N];                                                   \
+        const size_t rest_ = (size_t)(n - (from)) * sizeof(float);                               \
+        memset(bx, 0, sizeof bx);                                                                \
+        memset(bg, 0, sizeof bg);                                                                \
+        memcpy(bx, x + (from), rest_);                                                           \
+        if (dy) memcpy(bg, dy + (from), rest_);                                                  \
+        const VF v = vf_loadu(bx);                                                               \
+        (void)v;                                                                                 \
+        const VF g = dy ? vf_loadu(bg) : vf_set(1.0f);                                           \
+        (void)g;                                                                                 \
+        PRE                                                                                      \
+        vf_storeu(by, (EXPR));                                                                   \
+        memcpy(y + (from), by, rest_);                                                           \
+    } while (0)
+
+/* y[i] = EXPR(v) over n elements, v = the vector of x (and g of dy when dy is used). */
 #define FXM_MAP(EXPR)                                                                            \
     do {                                                                                         \
         int64_t i_ = 0;                                                                          \
@@ -646,20 +665,7 @@ static inline VF fxm_dgelu_tanh(VF x)
             (void)g;                                                                             \
             vf_storeu(y + i_, (EXPR));                                                           \
         }                                                                                        \
-        if (i_ < n) {                                                                            \
-            float bx[FXM_N], bg[FXM_N], by[FXM_N];                                               \
-            const size_t rest_ = (size_t)(n - i_) * sizeof(float);                               \
-            memset(bx, 0, sizeof bx);                                                            \
-            memset(bg, 0, sizeof bg);                                                            \
-            memcpy(bx, x + i_, rest_);                                                           \
-            if (dy) memcpy(bg, dy + i_, rest_);                                                  \
-            const VF v = vf_loadu(bx);                                                           \
-            (void)v;                                                                             \
-            const VF g = dy ? vf_loadu(bg) : vf_set(1.0f);                                       \
-            (void)g;                                                                             \
-            vf_storeu(by, (EXPR));                                                               \
-            memcpy(y + i_, by, rest_);                                                           \
-        }                                                                                        \
+        if (i_ < n) FXM_TAIL(i_, , EXPR);                                                        \
     } while (0)
 
 /* NaN x gives NaN in every gradient that uses x's value (abs and clamp decide by compares) */
@@ -739,22 +745,10 @@ static inline VF fxm_nan_of(VF x, VF r) { return vf_sel(vf_unord(x, x), fxm_quie
                 vf_storeu(y + i0 + i, (EPI));                                                    \
             }                                                                                    \
         }                                                                                        \
-        if (whole < n) {                                                                         \
-            float bx[FXM_N], bg[FXM_N], by[FXM_N];                                               \
-            const size_t rest_ = (size_t)(n - whole) * sizeof(float);                            \
-            memset(bx, 0, sizeof bx);                                                            \
-            memset(bg, 0, sizeof bg);                                                            \
-            memcpy(bx, x + whole, rest_);                                                        \
-            if (dy) memcpy(bg, dy + whole, rest_);                                               \
-            const VF v = vf_loadu(bx);                                                           \
-            const fxm_gelu_arg a = fxm_gelu_prep(v);                                             \
-            const VM m = fxm_gelu_small(&a);                                                     \
-            const VF r = vf_sel(m, NEAR(&a), FAR(&a));                                           \
-            const VF g = dy ? vf_loadu(bg) : vf_set(1.0f);                                       \
-            (void)g;                                                                             \
-            vf_storeu(by, (EPI));                                                                \
-            memcpy(y + whole, by, rest_);                                                        \
-        }                                                                                        \
+        if (whole < n)                                                                           \
+            FXM_TAIL(whole,                                                                      \
+                     const fxm_gelu_arg a = fxm_gelu_prep(v);                                    \
+                     const VF r = vf_sel(fxm_gelu_small(&a), NEAR(&a), FAR(&a));, EPI);          \
     }
 
 /* gelu: fxm_gelu's bits; gelu's backward: dy * fxm_dgelu's, NaN where x is NaN */
