@@ -111,9 +111,11 @@ static void strided_output_keeps_stage(void)
 
 static void all_shapes(const char *where)
 {
+    /* {13, 300, 800}: a depth of three blocks whose last row panel ends C (a conversion that
+     * read a whole tile width of C's rows ran past C's end there) */
     static const int64_t shapes[][3] = {{1, 1, 1},     {37, 45, 5},   {130, 70, 400},
                                         {20, 645, 33}, {300, 40, 64}, {64, 6, 128},
-                                        {129, 257, 129}};
+                                        {129, 257, 129}, {13, 300, 800}};
     for (int threads = 1; threads <= 2; threads++) {
         flexpoint_set_num_threads(threads);
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {

@@ -1,7 +1,8 @@
 /* Outputs made row by row and rounded into their 16-bit format as each row is made
  * (src/nn/nn_rows_write.c): the softmax along the last axis, the attention's fused scale, mask
  * and softmax, the softmax gradient, and layer norm forward and backward (rows of 24, taken
- * 80 at a time). Against the fp32 stage and the one write
+ * 80 at a time, and of 700, two at a time); and the fused softmax's causal mask with more
+ * queries than keys. Against the fp32 stage and the one write
  * (nn_rows_write_set_direct(0)): the raw elements, the exponent and every statistic of the
  * write and of the storage, after each of 11 writes into one output whose inputs change
  * scale (by 1.9 once, where a gradient's exponent moves, and by 40 once, where FLEX16_5's
@@ -34,6 +35,7 @@ typedef struct run_case {
     const char *preset;
     int stochastic, nan_input;
     int64_t batch;
+    int long_rows;
 } run_case;
 
 static void fill(tensor_t *t, test_rng *g, double scale, int nan_input)
@@ -50,7 +52,8 @@ static void fill(tensor_t *t, test_rng *g, double scale, int nan_input)
 static void run(const run_case *rc, int direct, uint16_t *raw, double st[][N_STATS])
 {
     nn_rows_write_set_direct(direct);
-    const int64_t shape[4] = {rc->batch, 2, 24, 24};
+    /* rows of 24 (80 layer-norm rows a call), or of 700 (two a call) */
+    const int64_t shape[4] = {rc->batch, 2, rc->long_rows ? 3 : 24, rc->long_rows ? 700 : 24};
     tensor_t *x = tensor_new(rc->fin, 4, shape), *g = tensor_new(rc->fin, 4, shape);
     tensor_t *p = tensor_new(rc->fin, 4, shape), *y = tensor_new(rc->fout, 4, shape);
     if (rc->preset) CHECK_STATUS(tensor_set_autoflex(y, rc->preset), FX_OK);
@@ -59,8 +62,8 @@ static void run(const run_case *rc, int direct, uint16_t *raw, double st[][N_STA
     test_rng r;
     test_rng_seed(&r, 1234);
     const int64_t n = tensor_numel(y);
-    float gamma[24], beta[24];
-    for (int k = 0; k < 24; k++) {
+    float gamma[700], beta[700];
+    for (int k = 0; k < 700; k++) {
         gamma[k] = (float)(0.5 + 0.125 * k);
         beta[k] = (float)(0.25 * (k % 5) - 0.5);
     }
@@ -78,7 +81,7 @@ static void run(const run_case *rc, int direct, uint16_t *raw, double st[][N_STA
         } else if (rc->op == OP_LAYERNORM) {
             CHECK_STATUS(tensor_layernorm(y, x, gamma, beta, 1e-5, NULL, NULL), FX_OK);
         } else {
-            float dg[24], db[24];
+            float dg[700], db[700];
             fill(g, &r, scale, 0);
             CHECK_STATUS(tensor_layernorm_backward(y, dg, db, g, x, gamma, 1e-5), FX_OK);
         }
@@ -96,8 +99,38 @@ static void run(const run_case *rc, int direct, uint16_t *raw, double st[][N_STA
     tensor_free(y);
 }
 
+/* The causal mask with more queries than keys (Sq = 40 > Sk = 24): query i keeps keys j <= i,
+ * so from query 24 on every key; the fused op must read no further than its own row (it read
+ * past it before) and give those rows no zero, and rows below 24 zeros past the diagonal. */
+static void causal_taller_than_wide(void)
+{
+    const int64_t shape[3] = {2, 40, 24};
+    tensor_t *x = tensor_new(FMT_FP32, 3, shape), *y = tensor_new(FMT_BF16, 3, shape);
+    test_rng r;
+    test_rng_seed(&r, 8);
+    fill(x, &r, 1.0, 0);
+    CHECK_STATUS(tensor_attention_softmax(y, x, 0.5, 1), FX_OK);
+    float v[2 * 40 * 24];
+    CHECK_STATUS(tensor_to_f32(y, v), FX_OK);
+    int bad = 0;
+    for (int64_t row = 0; row < 80; row++) {
+        const int64_t q = row % 40;
+        double sum = 0;
+        for (int64_t j = 0; j < 24; j++) {
+            const float p = v[row * 24 + j];
+            sum += p;
+            bad += j <= q ? !(p > 0.0f) : p != 0.0f;
+        }
+        bad += fabs(sum - 1.0) > 0.02;
+    }
+    CHECK(bad == 0, "causal attention softmax with 40 queries and 24 keys: %d wrong values", bad);
+    tensor_free(x);
+    tensor_free(y);
+}
+
 int main(void)
 {
+    causal_taller_than_wide();
     const struct {
         fmt_t f;
         const char *preset;
@@ -108,23 +141,25 @@ int main(void)
     for (int threads = 1; threads <= 2; threads++) {
         flexpoint_set_num_threads(threads);
         const int64_t batch = threads == 1 ? 3 : 40; /* 3,456 or 46,080 values */
-        const int64_t n = batch * 2 * 24 * 24;
+        const int64_t n = batch * 2 * 3 * 700; /* the larger of the two shapes */
         uint16_t *ra = malloc(sizeof(uint16_t) * (size_t)(N_WRITES * n));
         uint16_t *rb = malloc(sizeof(uint16_t) * (size_t)(N_WRITES * n));
         double sa[N_WRITES][N_STATS], sb[N_WRITES][N_STATS];
         for (int op = 0; op < N_OPS; op++)
             for (size_t o = 0; o < sizeof outs / sizeof *outs; o++)
-                for (int variant = 0; variant < 3; variant++) {
+                for (int variant = 0; variant < 4; variant++) {
                     /* 0: inputs in the output's format; 1: bf16 inputs, stochastic rounding;
-                     * 2: a NaN among the inputs */
+                     * 2: a NaN among the inputs; 3: rows of 700 */
                     const run_case rc = {op, variant == 1 ? FMT_BF16 : outs[o].f, outs[o].f,
-                                         outs[o].preset, variant == 1, variant == 2, batch};
+                                         outs[o].preset, variant == 1, variant == 2, batch,
+                                         variant == 3};
                     run(&rc, 1, ra, sa);
                     run(&rc, 0, rb, sb);
                     cases++;
+                    const int64_t nv = batch * 2 * (rc.long_rows ? 3 * 700 : 24 * 24);
                     for (int w = 0; w < N_WRITES; w++) {
-                        const size_t at = (size_t)w * (size_t)n;
-                        CHECK(memcmp(ra + at, rb + at, sizeof(uint16_t) * (size_t)n) == 0 &&
+                        const size_t at = (size_t)w * (size_t)nv;
+                        CHECK(memcmp(ra + at, rb + at, sizeof(uint16_t) * (size_t)nv) == 0 &&
                                   memcmp(sa[w], sb[w], sizeof sa[w]) == 0,
                               "%s into %s%s (variant %d), %d thread(s), write %d: the row route "
                               "differs from the stage (exponent %g/%g)", op_names[op],

@@ -134,10 +134,15 @@ static void check_half_copies(fmt_t f)
             tensor_t *ref = into_view ? tensor_new(f, 3, o3) : tensor_new(f, 4, o4);
             tensor_t *fv = into_view ? tensor_view_reshape(fast, 4, o4) : fast;
             tensor_t *rv = into_view ? tensor_view_reshape(ref, 4, o4) : ref;
+            const int64_t before = fx_half_copy_taken();
             CHECK_STATUS(tensor_copy(fv, src), FX_OK);
+            CHECK(fx_half_copy_taken() == before + 1, "copy %s: the bit-pattern route was not "
+                  "taken", fmt_name(f));
             fx_int16_unary_set_enabled(0);
             CHECK_STATUS(tensor_copy(rv, src), FX_OK);
             fx_int16_unary_set_enabled(1);
+            CHECK(fx_half_copy_taken() == before + 1, "copy %s: the bit-pattern route was taken "
+                  "while switched off", fmt_name(f));
             CHECK_STATUS(tensor_get_raw(fast, x), FX_OK);
             CHECK_STATUS(tensor_get_raw(ref, y), FX_OK);
             int bad = 0;

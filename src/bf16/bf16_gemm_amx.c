@@ -326,9 +326,6 @@ static void gather_a_rows_pair(uint16_t *rows, const fx_op_call *c, int64_t ld, 
     }
 }
 
-/* out[32 x 32 block of row panels q, q+1 and column panels s, s+1] = their products (the valid
- * part only: rows < M, columns < N); b0: the packed tiles of panel s, panel s + 1's after
- * them. */
 /* Where a block's results go: fp32 rows of out, ldo apart, or (h16 set: fx_op_call.out_h16)
  * the same rows of h16, converted by cvt. */
 typedef struct amx_out {
@@ -345,6 +342,9 @@ static amx_out amx_out_of(const fx_op_call *c, int64_t N)
     return o;
 }
 
+/* The 32 x 32 block of row panels q, q+1 and column panels s, s+1 = their products, into ot
+ * (the valid part only: rows < M, columns < N); b0: the packed tiles of panel s, panel s + 1's
+ * after them. */
 static void amx_block(const amx_a_src *as, const uint16_t *b0, int64_t q, int64_t s,
                       const amx_out *ot, int64_t N)
 {

@@ -174,11 +174,14 @@ static int fx_int16_unary(tensor_t *out, const tensor_t *a, int relu, const char
     return rc;
 }
 
+static int64_t fx_half_copies;
+int64_t fx_half_copy_taken(void) { return __atomic_load_n(&fx_half_copies, __ATOMIC_RELAXED); }
+
 /* relu (relu 1) or a copy (relu 0) of an fp16/bf16 tensor into one of the same format, on bit
  * patterns (half_bits.h): the fp32 route (widen, x > 0 ? x : +0 with NaN kept or x itself,
  * round back) gives these same bits. The copies are the attention's heads split and merged
  * ([B, T, H, D/H] and [B, H, T, D/H] in turn), which the fp32 route widened into a stage and
- * rounded back. */
+ * rounded back. Not into a summed distributed output: its write sums the ranks (fx_write). */
 static int fx_half_select(tensor_t *out, const tensor_t *a, int relu, const char *func)
 {
     fx_scratch s = {.n = 0};
@@ -213,7 +216,7 @@ int tensor_relu(tensor_t *out, const tensor_t *a)
         fx_same_shape_check(__func__, out, a) == FX_OK) {
         if (fmt_is_shared_exponent(a->fmt) && fx_int16_unary_enabled())
             return fx_int16_unary(out, a, 1, __func__);
-        if ((a->fmt == FMT_FP16 || a->fmt == FMT_BF16) && out->fmt == a->fmt)
+        if ((a->fmt == FMT_FP16 || a->fmt == FMT_BF16) && out->fmt == a->fmt && !out->st->dist)
             return fx_half_select(out, a, 1, __func__);
     }
     return fx_unary(FX_OP_RELU, __func__, out, a, 0);
@@ -226,8 +229,10 @@ int tensor_copy(tensor_t *out, const tensor_t *a)
         if (fmt_is_shared_exponent(a->fmt) && fx_int16_unary_enabled())
             return fx_int16_unary(out, a, 0, __func__);
         if ((a->fmt == FMT_FP16 || a->fmt == FMT_BF16) && out->fmt == a->fmt &&
-            fx_int16_unary_enabled())
+            !out->st->dist && fx_int16_unary_enabled()) {
+            __atomic_fetch_add(&fx_half_copies, 1, __ATOMIC_RELAXED);
             return fx_half_select(out, a, 0, __func__);
+        }
     }
     return fx_unary(FX_OP_COPY, __func__, out, a, 0);
 }

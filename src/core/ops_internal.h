@@ -31,5 +31,8 @@ int fx_reduce_geometry(const tensor_t *out, const tensor_t *a, int axis, int64_t
  * route existed), and count the copies it took. */
 void fx_int16_unary_set_enabled(int on);
 int64_t fx_int16_copy_taken(void);
+/* the copies between fp16 (or bf16) tensors made on bit patterns (the same hook switches them
+ * off) */
+int64_t fx_half_copy_taken(void);
 
 #endif

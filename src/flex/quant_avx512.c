@@ -196,8 +196,6 @@ void fx_flex_quant_f32_avx512(const float *src, int16_t *dst, int64_t n, int e,
     st->max_abs_out = _mm512_reduce_max_epi32(acc.max_out);
 }
 
-/* m * 2^e: the int16 -> fp32 conversion is exact and scalef rounds once, so the result is the
- * exactly representable value, or +-Inf above the fp32 range (see fx_flex_dequant_scalar). */
 /* fx_flex_scaled_f32_scalar on 16 lanes, as the AVX2 version computes it (a negative c as
  * (-m)(-c), so that m = 0 gives +0). */
 void fx_flex_scaled_f32_avx512(const int16_t *src, float *dst, int64_t n, int64_t c, double p2)
@@ -219,6 +217,8 @@ void fx_flex_scaled_f32_avx512(const int16_t *src, float *dst, int64_t n, int64_
     fx_flex_scaled_f32_scalar(src + i, dst + i, n - i, c, p2);
 }
 
+/* m * 2^e: the int16 -> fp32 conversion is exact and scalef rounds once, so the result is the
+ * exactly representable value, or +-Inf above the fp32 range (see fx_flex_dequant_scalar). */
 void fx_flex_dequant_avx512(const int16_t *src, float *dst, int64_t n, int e)
 {
     if (e < FX_DFP_EXP_MIN || e > FX_DFP_EXP_MAX) {

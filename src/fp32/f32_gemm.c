@@ -335,9 +335,6 @@ static void scratch_tile(const fx_f32_gemm_params *p, int pm, int dot, int64_t k
         for (int64_t j = 0; j < ncols; j++) ct[r * rs + j * cs] = tile[r * nr + j];
 }
 
-/* C[i*rs + j*cs] = sum_k A[i][k] B[k][j] for an M x N x K product (K >= 1). pm: pair mode
- * (f32_kernels.h); packed buffers are then counted in pair words, which take the place of
- * floats one for one (ku = ceil(kb / 2) words per row instead of kb floats). */
 /* An fp16/bf16 output taken from the tiles (fx_op_call.out_h16): rows of h16 N apart, cvt the
  * write's conversion. */
 typedef struct gemm_h16 {
@@ -346,12 +343,14 @@ typedef struct gemm_h16 {
 } gemm_h16;
 
 /* The tile's mrows x ncols results (rows ldt apart in t) converted into h16 at (i0, j0): one
- * conversion call for the tile where its rows are contiguous, a copy per row after it. */
+ * conversion call for the tile where its rows are whole (ncols == ldt: the tile buffer of a
+ * full-width tile), a copy per row after it; else a call per row, which reads nothing beyond
+ * the tile's own values (C's rows run on into other tiles and past C's end). */
 static void tile_to_h16(const gemm_h16 *h, const float *t, int64_t ldt, int64_t mrows,
                         int64_t ncols, int64_t i0, int64_t j0, int64_t N)
 {
     uint16_t buf[FX_F32_TILE_MAX];
-    if (ldt * mrows <= FX_F32_TILE_MAX) {
+    if (ncols == ldt && ldt * mrows <= FX_F32_TILE_MAX) {
         h->cvt(t, buf, ldt * mrows);
         for (int64_t r = 0; r < mrows; r++)
             memcpy(h->h16 + (i0 + r) * N + j0, buf + r * ldt, (size_t)ncols * sizeof(uint16_t));
@@ -360,6 +359,11 @@ static void tile_to_h16(const gemm_h16 *h, const float *t, int64_t ldt, int64_t 
     for (int64_t r = 0; r < mrows; r++) h->cvt(t + r * ldt, h->h16 + (i0 + r) * N + j0, ncols);
 }
 
+/* C[i*rs + j*cs] = sum_k A[i][k] B[k][j] for an M x N x K product (K >= 1). pm: pair mode
+ * (f32_kernels.h); packed buffers are then counted in pair words, which take the place of
+ * floats one for one (ku = ceil(kb / 2) words per row instead of kb floats). With h (NULL:
+ * none) each tile's final values go to h's fp16/bf16 output instead (tile_to_h16), and C only
+ * accumulates a depth of more than one block. */
 static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, const void *apan,
                     const fx_operand *B, int64_t M, int64_t N, int64_t K, float *C, int64_t rs,
                     int64_t cs, int nthreads, const gemm_h16 *h)

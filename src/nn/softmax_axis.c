@@ -344,7 +344,8 @@ static void attn_sm_row(const void *vc, int64_t r, int64_t nr, float *out, float
     const int64_t Sk = a->Sk;
     float row[SM_GATHER_MAX], m = 0.0f;
     int64_t b = 0;
-    const int64_t keep = a->causal ? r % a->Sq + 1 : Sk; /* row i keeps columns j <= i */
+    /* row i keeps columns j <= i (all of them from i = Sk on, where Sq > Sk) */
+    const int64_t keep = a->causal && r % a->Sq + 1 < Sk ? r % a->Sq + 1 : Sk;
     if (a->shared) {
         const int16_t *mr = (const int16_t *)a->xr->base + r * Sk;
         a->xr->be->cvt.scaled_i16_f32(mr, row, keep, a->c, a->p2); /* fx_shared_scale_f32 */
