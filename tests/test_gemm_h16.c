@@ -9,8 +9,10 @@
  * wider than tall (the AMX kernel's streamed B), a narrow product (computed transposed, which
  * keeps the stage), a transposed operand; one and two threads; NaN and values beyond fp16's
  * range among the results. The conversion must have been taken, and not for a strided output
- * (a transposed view of the output keeps the stage). */
+ * (a transposed view of the output keeps the stage). Batched products (tensor_bmm) into fp16/bf16
+ * outputs, converted in the GEMM into a 16-bit staging, against their fp32 stage too. */
 #include "flexpoint.h"
+#include "flexpoint_nn.h"
 #include "core/dispatch.h"
 #include "testutil.h"
 
@@ -109,6 +111,43 @@ static void strided_output_keeps_stage(void)
     tensor_free(ref);
 }
 
+/* tensor_bmm into an fp16/bf16 output converts each item in the GEMM into a 16-bit staging
+ * that is copied into the output: the bits of the fp32 stage and its write, for batches of
+ * partial tiles, a depth of more than one block, transposed operands and fp32 inputs. */
+static void bmm_compare(fmt_t fin, fmt_t fout, int64_t B, int64_t M, int64_t N, int64_t K,
+                        int tb, const char *where)
+{
+    test_rng g;
+    test_rng_seed(&g, (uint64_t)(B * 7 + M * 11 + N * 13 + K));
+    const int64_t sa[3] = {B, M, K}, sb[3] = {B, tb ? N : K, tb ? K : N}, so[3] = {B, M, N};
+    tensor_t *a = tensor_new(fin, 3, sa), *b = tensor_new(fin, 3, sb);
+    tensor_t *x = tensor_new(fout, 3, so), *y = tensor_new(fout, 3, so);
+    float *v = malloc(sizeof(float) * (size_t)(B * (M > N ? M : N) * K));
+    for (int64_t i = 0; i < B * M * K; i++) v[i] = (float)test_rng_normal(&g);
+    CHECK_STATUS(tensor_from_f32(a, v), FX_OK);
+    for (int64_t i = 0; i < B * N * K; i++) v[i] = (float)test_rng_normal(&g);
+    CHECK_STATUS(tensor_from_f32(b, v), FX_OK);
+    CHECK_STATUS(tensor_bmm(x, a, b, 0, tb), FX_OK);
+    fx_gemm_h16_set_enabled(0);
+    CHECK_STATUS(tensor_bmm(y, a, b, 0, tb), FX_OK);
+    fx_gemm_h16_set_enabled(1);
+    uint16_t *rx = malloc(sizeof(uint16_t) * (size_t)(B * M * N));
+    uint16_t *ry = malloc(sizeof(uint16_t) * (size_t)(B * M * N));
+    CHECK_STATUS(tensor_get_raw(x, rx), FX_OK);
+    CHECK_STATUS(tensor_get_raw(y, ry), FX_OK);
+    CHECK(memcmp(rx, ry, sizeof(uint16_t) * (size_t)(B * M * N)) == 0,
+          "%s: bmm %s -> %s, %lld x [%lld x %lld x %lld]%s: the 16-bit staging differs from "
+          "the fp32 stage", where, fmt_name(fin), fmt_name(fout), (long long)B, (long long)M,
+          (long long)N, (long long)K, tb ? " (b transposed)" : "");
+    free(v);
+    free(rx);
+    free(ry);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(x);
+    tensor_free(y);
+}
+
 static void all_shapes(const char *where)
 {
     /* {13, 300, 800}: a depth of three blocks whose last row panel ends C (a conversion that
@@ -126,6 +165,9 @@ static void all_shapes(const char *where)
         }
         compare(FMT_BF16, FMT_BF16, 70, 90, 48, 1, where);
         compare(FMT_FP16, FMT_FP16, 70, 90, 400, 1, where);
+        bmm_compare(FMT_BF16, FMT_BF16, 8, 37, 45, 32, 1, where);
+        bmm_compare(FMT_FP16, FMT_FP16, 3, 20, 70, 400, 0, where);
+        bmm_compare(FMT_FP32, FMT_BF16, 5, 33, 17, 9, 1, where);
     }
     flexpoint_set_num_threads(0);
 }

@@ -184,6 +184,20 @@ int fx_matmul_float(const fx_operand *a, const fx_operand *b, fmt_t fmt, float *
     return fx_matmul_call_fmt(&c, a, b, fmt == FMT_BF16 ? FMT_BF16 : FMT_FP32, nthreads, func);
 }
 
+int fx_matmul_float_h16(const fx_operand *a, const fx_operand *b, fmt_t fmt, float *out_f32,
+                        uint16_t *out_h16, void (*cvt)(const float *, uint16_t *, int64_t),
+                        int *done, int nthreads, const char *func)
+{
+    fx_op_call c;
+    memset(&c, 0, sizeof c);
+    c.out_f32 = out_f32;
+    c.out_h16 = out_h16;
+    c.out_h16_cvt = cvt;
+    c.out_h16_done = done;
+    *done = 0;
+    return fx_matmul_call_fmt(&c, a, b, fmt == FMT_BF16 ? FMT_BF16 : FMT_FP32, nthreads, func);
+}
+
 int fx_matmul_stage(const fx_operand *a, const fx_operand *b, int int_compute, float *out_f32,
                     int64_t *out_i64, int *out_exp, const char *func)
 {

@@ -66,6 +66,12 @@ int fx_matmul_stage(const fx_operand *a, const fx_operand *b, int int_compute, f
  * at once). */
 int fx_matmul_float(const fx_operand *a, const fx_operand *b, fmt_t fmt, float *out_f32,
                     int nthreads, const char *func);
+/* The same, with an fp16/bf16 destination out_h16 ([M, N], row stride N) that the kernel may
+ * fill itself by cvt (fx_op_call.out_h16), then setting *done; where it does not (*done 0),
+ * the fp32 results are in out_f32 as above. */
+int fx_matmul_float_h16(const fx_operand *a, const fx_operand *b, fmt_t fmt, float *out_f32,
+                        uint16_t *out_h16, void (*cvt)(const float *, uint16_t *, int64_t),
+                        int *done, int nthreads, const char *func);
 /* fx_matmul_stage of int16 operands on nthreads threads (1: no parallel region of its own),
  * the exact sums into out_i64 ([M, N], at exponent a.exp + b.exp) and their largest |value|
  * into *imax, reported by the kernel or, where it does not, taken by a pass over out_i64. */

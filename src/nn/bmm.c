@@ -27,6 +27,7 @@
 #include "tfm_common.h"
 #include "nn_ops.h"
 #include "flexpoint_nn.h"
+#include "../core/dispatch.h"
 #include "../core/shared_matmul.h"
 
 #include <math.h>
@@ -88,6 +89,10 @@ typedef struct {
     int ta, tb;
     float *v;
     const char *func;
+    /* a 16-bit output's staging (NULL: none): item i's values converted by cvt into
+     * h + i M N, in the GEMM where its kernel takes it */
+    uint16_t *h;
+    void (*cvt)(const float *, uint16_t *, int64_t);
 } bmm_float_items;
 
 static int bmm_float_item(const bmm_float_items *it, int64_t i, int nthreads)
@@ -98,7 +103,13 @@ static int bmm_float_item(const bmm_float_items *it, int64_t i, int nthreads)
     fx_operand ob = fx_operand_2d((const char *)it->bv + (size_t)(i * d->br * d->bc) * it->es, 0,
                                   0, d->br, d->bc, d->bc, it->tb);
     oa.fmt = ob.fmt = it->cf;
-    return fx_matmul_float(&oa, &ob, it->cf, it->v + i * d->M * d->N, nthreads, it->func);
+    float *v = it->v + i * d->M * d->N;
+    if (!it->h) return fx_matmul_float(&oa, &ob, it->cf, v, nthreads, it->func);
+    uint16_t *h = it->h + i * d->M * d->N;
+    int done = 0;
+    const int rc = fx_matmul_float_h16(&oa, &ob, it->cf, v, h, it->cvt, &done, nthreads, it->func);
+    if (rc == FX_OK && !done) it->cvt(v, h, d->M * d->N); /* the write's conversion */
+    return rc;
 }
 
 static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const tensor_t *b, int ta,
@@ -167,13 +178,25 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
             goto done;
         }
         if (d->K == 0) memset(v, 0, sizeof *v * (size_t)n);
+        /* an fp16/bf16 output: the items' values converted in the GEMM into a 16-bit staging,
+         * copied into out once every item has succeeded (an item that failed leaves out as it
+         * was), rather than an fp32 stage twice the size that the write converts in a pass of
+         * its own; the same conversion, so the same bits. Not a summed distributed output,
+         * whose write sums the ranks. */
+        const int half_out = (out->fmt == FMT_FP16 || out->fmt == FMT_BF16) && !out->st->dist &&
+                             fx_gemm_h16_enabled();
+        uint16_t *h = half_out ? fx_scratch_alloc(&s, n, sizeof *h) : NULL;
+        if (h && d->K == 0) memset(h, 0, sizeof *h * (size_t)n); /* +0 */
         /* Many small items (attention's heads: 512 products of 128 x 128 x 32) run side by
          * side, one thread each; the kernels thread only products of 2^20 multiply-adds and
          * up, so these ran one after another on one thread. Each item's bits do not depend
          * on the thread that computes it. */
         const double work = (double)d->M * (double)d->N * (double)d->K;
         const int nt = flexpoint_num_threads();
-        const bmm_float_items it = {d, cf, oa.data, ob.data, fmt_elem_size(cf), ta, tb, v, func};
+        const fx_backend *bk = fx_backend_active();
+        const bmm_float_items it = {d, cf, oa.data, ob.data, fmt_elem_size(cf), ta, tb, v, func,
+                                    h, out->fmt == FMT_FP16 ? bk->cvt.f32_to_fp16
+                                                            : bk->cvt.f32_to_bf16};
         flexpoint_clear_error();
         int failed = FX_OK;
         if (d->K > 0 && nt > 1 && d->B >= nt && work < (double)((int64_t)1 << 24)) {
@@ -207,7 +230,7 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
                                                       "a batch item (status %d)", failed);
             goto done;
         }
-        rc = fx_write_f32(out, v, func);
+        rc = h ? fx_write_half_bits(out, h, func) : fx_write_f32(out, v, func);
     }
 done:
     fx_scratch_free(&s);
