@@ -175,15 +175,6 @@ static int fx_matmul_call(fx_op_call *c, const fx_operand *a, const fx_operand *
     return fx_matmul_call_fmt(c, a, b, int_compute ? FMT_DFP16 : FMT_FP32, nthreads, func);
 }
 
-int fx_matmul_float(const fx_operand *a, const fx_operand *b, fmt_t fmt, float *out_f32,
-                    int nthreads, const char *func)
-{
-    fx_op_call c;
-    memset(&c, 0, sizeof c);
-    c.out_f32 = out_f32;
-    return fx_matmul_call_fmt(&c, a, b, fmt == FMT_BF16 ? FMT_BF16 : FMT_FP32, nthreads, func);
-}
-
 int fx_matmul_float_h16(const fx_operand *a, const fx_operand *b, fmt_t fmt, float *out_f32,
                         uint16_t *out_h16, void (*cvt)(const float *, uint16_t *, int64_t),
                         int *done, int nthreads, const char *func)
@@ -196,6 +187,13 @@ int fx_matmul_float_h16(const fx_operand *a, const fx_operand *b, fmt_t fmt, flo
     c.out_h16_done = done;
     *done = 0;
     return fx_matmul_call_fmt(&c, a, b, fmt == FMT_BF16 ? FMT_BF16 : FMT_FP32, nthreads, func);
+}
+
+int fx_matmul_float(const fx_operand *a, const fx_operand *b, fmt_t fmt, float *out_f32,
+                    int nthreads, const char *func)
+{
+    int done;
+    return fx_matmul_float_h16(a, b, fmt, out_f32, NULL, NULL, &done, nthreads, func);
 }
 
 int fx_matmul_stage(const fx_operand *a, const fx_operand *b, int int_compute, float *out_f32,

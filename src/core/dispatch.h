@@ -93,6 +93,32 @@ int fx_write_shared_guess_steady(const tensor_t *out);
  * since the first write, partial views, a write pending). */
 int fx_write_shared_alt_exp(const tensor_t *out, int *e);
 
+/* ---- writes rounded at a guessed exponent (src/core/guessed_write.c) ----------------------
+ * A producer that makes a FLEX16_5/DFP16 output's values while they are in cache can round
+ * them there at the exponent the write is expected to choose, instead of storing an fp32 stage
+ * that the write reads back. round_all(ctx, dst, e, r, q) makes every value again and rounds it
+ * at e with rounding r (each value at its own element offset, for stochastic rounding) into dst
+ * (NULL: a statistics-only trial), the rounding's statistics into *q (overwritten): FX_OK or a
+ * status with the message set. */
+typedef int (*fx_round_all_fn)(void *ctx, int16_t *dst, int e, const fx_rounding *r,
+                               fx_qstats *q);
+
+/* Whether out may be written so, with *e the exponent to round at: a whole host FLEX16_5/DFP16
+ * tensor whose write cannot fail (its mantissas are overwritten before the write decides) and
+ * whose exponent can be guessed (fx_write_shared_guess_exp); DFP16 only while its guesses have
+ * held (a gradient whose maximum hovers at a power of two would be made twice every other
+ * write, where an fp32 stage is cheaper). The caller also checks that no input shares out's
+ * storage: its values may be made again after out's mantissas are written. */
+int fx_guessed_write_ok(const tensor_t *out, int *e);
+
+/* out's write by round_all: every value rounded at e with the write's rounding into out's
+ * mantissas, then fx_write_shared_with, which calls round_all again where it picks another
+ * exponent or runs a trial; each write that rounded again adds 1 to *missed (NULL: not
+ * counted). FX_OK or the write's or round_all's status. The mantissas, the exponent and the
+ * statistics are those of the stage route. */
+int fx_guessed_write(tensor_t *out, int e, fx_round_all_fn round_all, void *ctx, int64_t *missed,
+                     const char *func);
+
 /* Whether a write into out decides alone, with no collective among ranks (every storage but
  * one rank's rows of a distributed batch, FX_DIST_ROWS). Only then may a source's quantiser
  * fail part-way through a write and the op try again: every rank must call the collectives

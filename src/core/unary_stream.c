@@ -164,89 +164,56 @@ static int fx_stream_run(const fx_stream_job *j, int64_t n, float *mx_out, int64
     return rc;
 }
 
-/* A shared-exponent output rounded straight from each block while it is in L1, without the
- * fp32 stage (a 4-byte array written and read again: on the transformer's GELU, [16384, 512],
- * about a quarter of a FLEX16_5 call's time): the blocks are rounded at the exponent the write
- * is expected to choose (fx_write_shared_guess_exp), with the rounding the write will use, and
- * the rounding's statistics (the largest finite |value| and the NaN/Inf count among them: what
- * the write's scan of a stage finds) go to the write. Where the write asks for another
- * exponent, or for a statistics-only trial, the blocks are computed again and rounded there: the
- * same values rounded by the same kernel at the same element offsets, so the mantissas, the
- * exponent and the statistics are the stage route's bits. */
+/* A shared-exponent output rounded straight from each block while it is in L1
+ * (fx_guessed_write), without the fp32 stage (a 4-byte array written and read again: on the
+ * transformer's GELU, [16384, 512], about a quarter of a FLEX16_5 call's time); the same values
+ * rounded by the same kernel at the same element offsets, so the stage route's bits. */
+static int64_t direct_runs, direct_missed;
+int64_t fx_unary_stream_direct_runs(void) { return __atomic_load_n(&direct_runs, __ATOMIC_RELAXED); }
+int64_t fx_unary_stream_direct_missed(void)
+{
+    return __atomic_load_n(&direct_missed, __ATOMIC_RELAXED);
+}
+
 typedef struct fx_stream_direct {
     fx_stream_job job;
     int64_t n;
-    int fused_e; /* the mantissas hold the rounding at this exponent and rounding, or FX_EXP_NONE */
-    fx_rounding fused_r;
-    fx_qstats fused_q;
 } fx_stream_direct;
 
-static atomic_llong direct_runs, direct_missed;
-int64_t fx_unary_stream_direct_runs(void) { return atomic_load(&direct_runs); }
-int64_t fx_unary_stream_direct_missed(void) { return atomic_load(&direct_missed); }
-
-static int fx_stream_direct_quantize(void *ctx, int e, const fx_rounding *r, int keep,
-                                     fx_qstats *q)
+/* fx_round_all_fn: every block made again and rounded at e into dst (NULL: statistics only) */
+static int fx_stream_round_all(void *ctx, int16_t *dst, int e, const fx_rounding *r,
+                               fx_qstats *q)
 {
-    fx_stream_direct *d = ctx;
-    if (e == d->fused_e && r->mode == d->fused_r.mode && r->seed == d->fused_r.seed &&
-        r->counter == d->fused_r.counter) {
-        *q = d->fused_q;
-        return FX_OK;
-    }
+    const fx_stream_direct *d = ctx;
     fx_stream_job j = d->job;
+    j.out_base = dst;
     j.e = e;
     j.r = r;
-    if (keep) { /* the mantissas are about to hold another rounding */
-        if (d->fused_e != FX_EXP_NONE) atomic_fetch_add(&direct_missed, 1);
-        d->fused_e = FX_EXP_NONE;
-    } else {
-        j.out_base = NULL;
-    }
     float mx;
     int64_t nf;
     const int rc = fx_stream_run(&j, d->n, &mx, &nf, q);
     return rc ? fx_error(rc, j.rq->func, "the element-wise kernel failed") : FX_OK;
 }
 
-/* Whether out takes the direct route, with *e the exponent to round at: a whole host
- * FLEX16_5/DFP16 tensor sharing storage with no input (the blocks are read again after out's
- * mantissas are written when the write asks for another exponent), whose write cannot fail
- * (the mantissas are overwritten before the write decides) and whose exponent can be guessed;
- * a DFP16 output only while its guesses have held (a gradient whose maximum hovers at a power
- * of two would be computed twice every other write: the stage is cheaper there). */
+/* Whether out takes the direct route, with *e the exponent to round at: fx_guessed_write_ok's
+ * conditions, and no input sharing out's storage (the blocks are read again after out's
+ * mantissas are written when the write asks for another exponent). */
 static int fx_stream_direct_ok(const fx_op_request *rq, int *e)
 {
-    const tensor_t *out = rq->out;
-    if (!atomic_load(&direct_enabled) || !fmt_is_shared_exponent(out->fmt) ||
-        !fx_tensor_covers_storage(out) || !fx_write_i16_cannot_fail(out))
-        return 0;
+    if (!atomic_load(&direct_enabled)) return 0;
     for (int i = 0; i < rq->nin; i++)
-        if (rq->in[i]->st == out->st) return 0;
-    if (!fx_write_shared_guess_exp(out, e)) return 0;
-    return out->fmt == FMT_FLEX16_5 || fx_write_shared_guess_steady(out);
+        if (rq->in[i]->st == rq->out->st) return 0;
+    return fx_guessed_write_ok(rq->out, e);
 }
 
 static int fx_stream_direct_write(const fx_stream_job *j0, int64_t n, int e)
 {
-    tensor_t *out = j0->rq->out;
-    const fx_storage *st = out->st;
-    fx_stream_direct d = {.job = *j0, .n = n, .fused_e = e,
-                          .fused_r = {st->rounding, st->seed, st->write_counter}}; /* store.c's */
+    fx_stream_direct d = {.job = *j0, .n = n};
     d.job.out_kind = FX_STREAM_ROUNDED;
     d.job.want_max = 0;
-    d.job.out_base = fx_tensor_base(out);
-    d.job.e = e;
-    d.job.r = &d.fused_r;
-    float mx;
-    int64_t nf;
-    int rc = fx_stream_run(&d.job, n, &mx, &nf, &d.fused_q);
-    if (rc) return fx_error(rc, j0->rq->func, "the element-wise kernel failed");
-    fx_shared_src src = {.kind = FX_STAGE_F32, .true_max = d.fused_q.max_abs_in,
-                         .nonfinite = d.fused_q.nonfinite, .ctx = &d,
-                         .quantize = fx_stream_direct_quantize};
-    rc = fx_write_shared_with(out, &src, j0->rq->func);
-    if (rc == FX_OK) atomic_fetch_add(&direct_runs, 1);
+    const int rc = fx_guessed_write(j0->rq->out, e, fx_stream_round_all, &d, &direct_missed,
+                                    j0->rq->func);
+    if (rc == FX_OK) __atomic_fetch_add(&direct_runs, 1, __ATOMIC_RELAXED);
     return rc;
 }
 

@@ -408,30 +408,25 @@ int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
  * values are those of the stage and are rounded by the same code with the same element offsets,
  * so dx, its exponent and every statistic are the stage route's bits (tests/test_bn_kernels.c).
  * dx is written before its write decides, so the route needs a write that cannot fail
- * (fx_write_i16_cannot_fail). */
+ * (fx_write_i16_cannot_fail); the write itself is fx_guessed_write's (src/core/dispatch.h). */
 static atomic_int bwd_direct_enabled = 1;
-static atomic_llong bwd_direct_runs, bwd_direct_missed;
+static atomic_llong bwd_direct_runs;
+static int64_t bwd_direct_missed;
 
 void fx_bn_backward_direct_set_enabled(int on) { atomic_store(&bwd_direct_enabled, on != 0); }
 int64_t fx_bn_backward_direct_runs(void) { return atomic_load(&bwd_direct_runs); }
-int64_t fx_bn_backward_direct_missed(void) { return atomic_load(&bwd_direct_missed); }
+int64_t fx_bn_backward_direct_missed(void)
+{
+    return __atomic_load_n(&bwd_direct_missed, __ATOMIC_RELAXED);
+}
 
 typedef struct bn_bwd_ctx {
     const fx_bn_kernels *k;
     const fx_bn_src *x, *g;
     const fx_bn_coefs *cf;
-    int fused_e;       /* dst holds the rounding at this exponent and rounding (or FX_EXP_NONE) */
-    fx_rounding fused_r;
-    fx_qstats fused_q; /* ... and these are its statistics */
     const fx_bn_dims *d;
-    int16_t *dst;
     int nt;
 } bn_bwd_ctx;
-
-static int same_rounding(const fx_rounding *a, const fx_rounding *b)
-{
-    return a->mode == b->mode && a->seed == b->seed && a->counter == b->counter;
-}
 
 /* The backward kernel on a piece. The rounding's statistics include the values' largest finite
  * |value| and their NaN/Inf count (max_abs_in and nonfinite: fx_qstats), which are what the
@@ -454,19 +449,15 @@ static int bn_backward_piece_q(const void *vctx, int64_t ch, int64_t o, int16_t 
                               cf->mdy[ch], cf->mdyx[ch], e, acc);
 }
 
-static int bn_bwd_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+/* fx_round_all_fn: every piece computed and rounded at e into dst (NULL: statistics only) */
+static int bn_bwd_round_all(void *vctx, int16_t *dst, int e, const fx_rounding *r, fx_qstats *q)
 {
-    bn_bwd_ctx *c = vctx;
-    if (e == c->fused_e && same_rounding(r, &c->fused_r)) {
-        *q = c->fused_q;
-        return FX_OK;
-    }
-    if (keep) { /* dst is about to hold another rounding */
-        if (c->fused_e != FX_EXP_NONE) atomic_fetch_add(&bwd_direct_missed, 1);
-        c->fused_e = FX_EXP_NONE;
-    }
+    const bn_bwd_ctx *c = vctx;
+    fx_prof_span sp;
+    fx_prof_begin(&sp);
     bn_round_rows(c->d, c->nt, bn_backward_piece, c->k->backward_i16 ? bn_backward_piece_q : NULL,
-                  c, c->dst, e, r, keep, q, NULL);
+                  c, dst, e, r, dst != NULL, q, NULL);
+    fx_prof_end(&sp, FX_PROF_ROUNDING);
     return FX_OK;
 }
 
@@ -483,20 +474,8 @@ int fx_bn_backward_direct(tensor_t *dx, int e, const fx_bn_src *xs, const fx_bn_
                           const fx_bn_dims *d, const fx_bn_kernels *k, const fx_bn_coefs *cf,
                           const char *func)
 {
-    const fx_storage *st = dx->st;
-    bn_bwd_ctx c = {k,  xs, gs, cf, FX_EXP_NONE,
-                    {st->rounding, st->seed, st->write_counter} /* the write's (store.c) */,
-                    {0}, d, (int16_t *)fx_tensor_base(dx), nn_threads_for(d->N * d->C * d->S)};
-    fx_prof_span sp;
-    fx_prof_begin(&sp);
-    bn_round_rows(d, c.nt, bn_backward_piece, k->backward_i16 ? bn_backward_piece_q : NULL, &c,
-                  c.dst, e, &c.fused_r, 1, &c.fused_q, NULL);
-    fx_prof_end(&sp, FX_PROF_ROUNDING);
-    c.fused_e = e;
-    fx_shared_src src = {.kind = FX_STAGE_F32, .true_max = c.fused_q.max_abs_in,
-                         .nonfinite = c.fused_q.nonfinite, .ctx = &c,
-                         .quantize = bn_bwd_quantize};
-    const int rc = fx_write_shared_with(dx, &src, func);
+    bn_bwd_ctx c = {k, xs, gs, cf, d, nn_threads_for(d->N * d->C * d->S)};
+    const int rc = fx_guessed_write(dx, e, bn_bwd_round_all, &c, &bwd_direct_missed, func);
     if (rc == FX_OK) atomic_fetch_add(&bwd_direct_runs, 1);
     return rc;
 }

@@ -6,15 +6,12 @@
  * that runs in L1. Here each row is rounded into the output as soon as it is made:
  *   - fp16/bf16: by the write's own conversion (cvt.f32_to_fp16 / f32_to_bf16), element by
  *     element, so the values are the write's;
- *   - FLEX16_5/DFP16: the write's exponent is guessed first (fx_write_shared_guess_exp, as the
- *     element-wise functions do in src/core/unary_stream.c), each row is rounded there by the
- *     level's quant_f32 with the write's rounding at the row's element offset (stochastic
- *     rounding included) and the rounding's statistics, merged over the rows (sums and maxima,
- *     so in any order), go to fx_write_shared_with; the statistics include the values' largest
- *     finite |value| and their NaN/Inf count, which is what the write's scan of a stage finds.
- *     Where the write chooses another exponent, or runs a statistics-only trial, every row is
- *     computed again and rounded there. The attention's probabilities, whose largest value is
- *     the first row's 1, keep their exponent from step to step.
+ *   - FLEX16_5/DFP16: at the write's guessed exponent (fx_guessed_write, as the element-wise
+ *     functions in src/core/unary_stream.c), each row by the level's quant_f32 with the write's
+ *     rounding at the row's element offset (stochastic rounding included), the statistics
+ *     merged over the rows (sums and maxima, so in any order); every row is made again where
+ *     the write chooses another exponent. The attention's probabilities, whose largest value
+ *     is the first row's 1, keep their exponent from step to step.
  * Rows are computed whole by one thread each and the conversions are element by element, so
  * the results do not depend on the thread count. */
 #include "nn_rows_write.h"
@@ -30,11 +27,14 @@
 #endif
 
 static atomic_int direct_on = 1;
-static atomic_llong direct_runs, direct_missed;
+static int64_t direct_runs, direct_missed;
 
 void nn_rows_write_set_direct(int on) { atomic_store(&direct_on, on != 0); }
-int64_t nn_rows_write_direct_runs(void) { return atomic_load(&direct_runs); }
-int64_t nn_rows_write_direct_missed(void) { return atomic_load(&direct_missed); }
+int64_t nn_rows_write_direct_runs(void) { return __atomic_load_n(&direct_runs, __ATOMIC_RELAXED); }
+int64_t nn_rows_write_direct_missed(void)
+{
+    return __atomic_load_n(&direct_missed, __ATOMIC_RELAXED);
+}
 
 typedef struct rows_job {
     nn_row_fn fn;
@@ -122,42 +122,11 @@ static void rows_to_shared(const rows_job *j, const fx_backend *be, int16_t *dst
     }
 }
 
-typedef struct rows_direct {
-    rows_job job;
-    const fx_backend *be;
-    int16_t *dst;
-    int fused_e; /* dst holds the rounding at this exponent and rounding, or FX_EXP_NONE */
-    fx_rounding fused_r;
-    fx_qstats fused_q;
-} rows_direct;
-
-static int rows_direct_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
+/* fx_round_all_fn: every row made again and rounded at e into dst (NULL: statistics only) */
+static int rows_round_all(void *ctx, int16_t *dst, int e, const fx_rounding *r, fx_qstats *q)
 {
-    rows_direct *d = ctx;
-    if (e == d->fused_e && r->mode == d->fused_r.mode && r->seed == d->fused_r.seed &&
-        r->counter == d->fused_r.counter) {
-        *q = d->fused_q;
-        return FX_OK;
-    }
-    if (keep) { /* dst is about to hold another rounding */
-        if (d->fused_e != FX_EXP_NONE) atomic_fetch_add(&direct_missed, 1);
-        d->fused_e = FX_EXP_NONE;
-    }
-    rows_to_shared(&d->job, d->be, keep ? d->dst : NULL, e, r, q);
+    rows_to_shared(ctx, fx_backend_active(), dst, e, r, q);
     return FX_OK;
-}
-
-/* The FLEX16_5/DFP16 row route's conditions (src/core/unary_stream.c has the same): a whole
- * host tensor that no input shares, whose write cannot fail (its mantissas are overwritten
- * before the write decides) and whose exponent can be guessed; DFP16 only while its guesses
- * have held (a gradient whose maximum hovers at a power of two would be computed twice every
- * other write). */
-static int rows_shared_ok(const tensor_t *y, int *e)
-{
-    if (!fmt_is_shared_exponent(y->fmt) || !fx_tensor_covers_storage(y) ||
-        !fx_write_i16_cannot_fail(y) || !fx_write_shared_guess_exp(y, e))
-        return 0;
-    return y->fmt == FMT_FLEX16_5 || fx_write_shared_guess_steady(y);
 }
 
 int nn_write_rows(tensor_t *y, int64_t rows, int64_t len, int64_t group, nn_row_fn fn,
@@ -170,21 +139,14 @@ int nn_write_rows(tensor_t *y, int64_t rows, int64_t len, int64_t group, nn_row_
         const fx_backend *be = fx_backend_active();
         rows_to_h16(&j, (uint16_t *)fx_tensor_base(y),
                     y->fmt == FMT_FP16 ? be->cvt.f32_to_fp16 : be->cvt.f32_to_bf16);
-        atomic_fetch_add(&direct_runs, 1);
+        __atomic_fetch_add(&direct_runs, 1, __ATOMIC_RELAXED);
         return FX_OK;
     }
     int e;
-    if (direct && rows > 0 && rows_shared_ok(y, &e)) {
-        const fx_storage *st = y->st;
-        rows_direct d = {.job = j, .be = fx_backend_active(),
-                         .dst = (int16_t *)fx_tensor_base(y), .fused_e = e,
-                         .fused_r = {st->rounding, st->seed, st->write_counter}}; /* store.c's */
-        rows_to_shared(&j, d.be, d.dst, e, &d.fused_r, &d.fused_q);
-        fx_shared_src src = {.kind = FX_STAGE_F32, .true_max = d.fused_q.max_abs_in,
-                             .nonfinite = d.fused_q.nonfinite, .ctx = &d,
-                             .quantize = rows_direct_quantize};
-        const int rc = fx_write_shared_with(y, &src, func);
-        if (rc == FX_OK) atomic_fetch_add(&direct_runs, 1);
+    if (direct && rows > 0 && fx_guessed_write_ok(y, &e)) {
+        rows_job jr = j;
+        const int rc = fx_guessed_write(y, e, rows_round_all, &jr, &direct_missed, func);
+        if (rc == FX_OK) __atomic_fetch_add(&direct_runs, 1, __ATOMIC_RELAXED);
         return rc;
     }
     fx_scratch s = {.n = 0};

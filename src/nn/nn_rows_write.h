@@ -22,10 +22,9 @@ typedef void (*nn_row_fn)(const void *ctx, int64_t r0, int64_t nr, float *out, f
  *   - an fp32 y whose storage no input shares (shares_input 0): the rows computed in place;
  *   - an fp16/bf16 y, contiguous, on the host, no distributed storage, sharing no storage
  *     with an input: each row converted into y by the write's conversion while in L1;
- *   - a whole FLEX16_5/DFP16 y under the unary route's conditions (fx_write_shared_guess_exp,
- *     a write that cannot fail, no input sharing its storage; DFP16 while its guesses hold):
- *     each row rounded at the guessed exponent with the write's rounding, and computed again
- *     where the write chooses another exponent;
+ *   - a FLEX16_5/DFP16 y that fx_guessed_write_ok accepts and no input shares: each row
+ *     rounded at the guessed exponent with the write's rounding, and computed again where the
+ *     write chooses another exponent (fx_guessed_write);
  *   - anything else: the rows into an fp32 stage, then the one write (fx_write_f32_max with
  *     fn's statistics where it gives them, else fx_write_f32).
  * The values, the exponent and the write's statistics are the stage route's in every case.
