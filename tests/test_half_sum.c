@@ -1,6 +1,6 @@
 /* SUM kernels that read fp16 and bf16 storage (kernels[FX_OP_SUM][FMT_FP16 / FMT_BF16]), called
- * directly through every available backend that has them (the AVX2 level), and through
- * tensor_sum and tensor_mean on the active backend.
+ * directly through every available backend that has them (the AVX2 and AVX-512 levels), and
+ * through tensor_sum and tensor_mean on the active backend.
  *
  * What must hold:
  *   - bit-equal to the same level's fp32 SUM kernel on the widened input (the dispatcher's

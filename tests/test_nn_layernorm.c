@@ -488,6 +488,76 @@ static void definition_bits(void)
     }
 }
 
+/* The backward pass reads a contiguous x and dy in place, a group of rows at a time, and
+ * copies them whole to fp32 otherwise (here: x a column slice of a wider tensor whose other
+ * columns are zero, so that it holds the same stored values): both routes must give the same
+ * bits of dx, dgamma and dbeta, on every backend, at one and two threads. */
+static void in_place_matches_copies(void)
+{
+    const char *bk[8];
+    const int nbk = nn_backends(bk, 8);
+    const int64_t shapes[][2] = {{300, 77}, {40, 128}, {17, 200}, {1000, 64}, {5, 2048}};
+    const fmt_t fmts[] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
+    test_rng rng;
+    test_rng_seed(&rng, 4711);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (size_t fi = 0; fi < sizeof fmts / sizeof *fmts; fi++) {
+            const fmt_t f = fmts[fi];
+            const int64_t R = shapes[si][0], D = shapes[si][1], n = R * D;
+            const int64_t sh[2] = {R, D}, wide[2] = {R, 2 * D};
+            double *x = nn_doubles(n), *g = nn_doubles(n), *xw = nn_doubles(2 * n);
+            float *gm = nn_xmalloc(sizeof(float) * (size_t)D);
+            float *dg[2], *db[2];
+            for (int k = 0; k < 2; k++) {
+                dg[k] = nn_xmalloc(sizeof(float) * (size_t)D);
+                db[k] = nn_xmalloc(sizeof(float) * (size_t)D);
+            }
+            for (int64_t i = 0; i < n; i++) {
+                x[i] = 2 * test_rng_normal(&rng) - 0.5;
+                g[i] = 0.01 * test_rng_normal(&rng);
+            }
+            for (int64_t k = 0; k < D; k++) gm[k] = (float)(1 + 0.2 * test_rng_normal(&rng));
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t k = 0; k < D; k++) {
+                    xw[r * 2 * D + k] = x[r * D + k];
+                    xw[r * 2 * D + D + k] = 0.0;
+                }
+            tensor_t *tx = nn_tensor(f, 2, sh, x), *tg = nn_tensor(f, 2, sh, g);
+            tensor_t *txw = nn_tensor(f, 2, wide, xw);
+            tensor_t *xs = tensor_view_slice(txw, 1, 0, D, 1);
+            CHECK(xs != NULL, "slice: %s", flexpoint_last_error());
+            for (int bi = 0; xs && bi < 2 * nbk; bi++) {
+                const int threads = 1 + bi % 2;
+                CHECK_STATUS(flexpoint_set_backend(bk[bi / 2]), FX_OK);
+                const int prev = flexpoint_set_num_threads(threads);
+                tensor_t *d0 = nn_zeros(f, 2, sh), *d1 = nn_zeros(f, 2, sh);
+                CHECK_STATUS(tensor_layernorm_backward(d0, dg[0], db[0], tg, tx, gm, 1e-5), FX_OK);
+                CHECK_STATUS(tensor_layernorm_backward(d1, dg[1], db[1], tg, xs, gm, 1e-5), FX_OK);
+                flexpoint_set_num_threads(prev);
+                CHECK(nn_same_bits(d0, d1) &&
+                          memcmp(dg[0], dg[1], sizeof(float) * (size_t)D) == 0 &&
+                          memcmp(db[0], db[1], sizeof(float) * (size_t)D) == 0,
+                      "layer norm backward [%lld, %lld] %s on %s at %d threads: x read in "
+                      "place and x copied give different bits", (long long)R, (long long)D,
+                      fmt_name(f), bk[bi / 2], threads);
+                tensor_free(d0);
+                tensor_free(d1);
+            }
+            tensor_free(xs);
+            tensor_free(txw);
+            tensor_free(tx);
+            tensor_free(tg);
+            free(x);
+            free(g);
+            free(xw);
+            free(gm);
+            for (int k = 0; k < 2; k++) {
+                free(dg[k]);
+                free(db[k]);
+            }
+        }
+}
+
 int main(void)
 {
     fd_reference();
@@ -502,6 +572,7 @@ int main(void)
     printf("layernorm: %d cases x %d formats on %d backends\n", ncases, FMT_COUNT, nbk);
     special_values();
     definition_bits();
+    in_place_matches_copies();
     bad_input();
     return test_finish("test_nn_layernorm");
 }

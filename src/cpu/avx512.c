@@ -75,11 +75,11 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->kernels[FX_OP_SCALE][FMT_FP32] = fx_f32_scale_avx512;
     b->kernels[FX_OP_RELU][FMT_FP32] = fx_f32_relu_avx512;
     b->kernels[FX_OP_SUM][FMT_FP32] = fx_f32_sum_avx512;
-    /* the AVX2 level's fp16/bf16 SUM follow its own trees, not this level's: here they are
-     * left to the dispatcher, which widens and runs the sum above, so that at every level a
-     * 16-bit sum has the bits of the fp32 sum of its widened values */
-    b->kernels[FX_OP_SUM][FMT_FP16] = NULL;
-    b->kernels[FX_OP_SUM][FMT_BF16] = NULL;
+    /* fp16/bf16 SUM read in their storage, on this level's own trees (the AVX2 level's
+     * instances follow its trees): at every level a 16-bit sum has the bits of that level's
+     * fp32 sum of its widened values */
+    b->kernels[FX_OP_SUM][FMT_FP16] = fx_fp16_sum_avx512;
+    b->kernels[FX_OP_SUM][FMT_BF16] = fx_bf16_sum_avx512;
     /* likewise the fp16/bf16 max pool: widened planes on this level's fp32 kernel (the AVX2
      * one reads the 16-bit planes, with the same values and indices, but was not measured
      * here) */

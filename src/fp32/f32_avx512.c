@@ -111,39 +111,6 @@ FX_AVX512_EW_KERNEL(fx_f32_relu_avx512, relu_range)
 #define SUM_ROWS 16
 #define SUM_COLS 64
 
-/* Vector i of the block goes to accumulator i % 4 (so with n <= 128 each lane adds <= 2). */
-static float sum_contig_leaf(const float *x, int64_t n)
-{
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
-        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
-        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(x + i + 32));
-        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(x + i + 48));
-    }
-    /* fewer than 64 left: up to four vectors, the last one partial */
-    if (i < n) a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(tail_mask(n - i < 16 ? n - i : 16), x + i));
-    i += 16;
-    if (i < n) a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(tail_mask(n - i < 16 ? n - i : 16), x + i));
-    i += 16;
-    if (i < n) a2 = _mm512_add_ps(a2, _mm512_maskz_loadu_ps(tail_mask(n - i < 16 ? n - i : 16), x + i));
-    i += 16;
-    if (i < n) a3 = _mm512_add_ps(a3, _mm512_maskz_loadu_ps(tail_mask(n - i), x + i));
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
-static float sum_contig(const float *x, int64_t n)
-{
-    if (n <= SUM_BLOCK) return sum_contig_leaf(x, n);
-    const int64_t blocks = (n + SUM_BLOCK - 1) / SUM_BLOCK;
-    const int64_t left = (blocks + 1) / 2 * SUM_BLOCK;
-    return sum_contig(x, left) + sum_contig(x + left, n - left);
-}
-
-/* sum_contig for fx_f32_sum_tree_parallel, which passes any element type */
-static float sum_contig_any(const void *x, int64_t n) { return sum_contig(x, n); }
-
 /* masks of the four 16-column vectors of a chunk w columns wide (w <= 64) */
 static void col_masks(int64_t w, __mmask16 m[4])
 {
@@ -153,62 +120,28 @@ static void col_masks(int64_t w, __mmask16 m[4])
     }
 }
 
-static void sum_cols(const float *x, int64_t len, int64_t stride, const __mmask16 m[4],
-                     float *out)
-{
-    if (len <= SUM_ROWS) {
-        __m512 acc[4];
-        for (int v = 0; v < 4; v++) acc[v] = _mm512_setzero_ps();
-        for (int64_t k = 0; k < len; k++)
-            for (int v = 0; v < 4; v++)
-                acc[v] = _mm512_add_ps(acc[v], _mm512_maskz_loadu_ps(m[v], x + k * stride + 16 * v));
-        for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(out + 16 * v, m[v], acc[v]);
-        return;
-    }
-    const int64_t blocks = (len + SUM_ROWS - 1) / SUM_ROWS;
-    const int64_t left = (blocks + 1) / 2 * SUM_ROWS;
-    _Alignas(64) float right[SUM_COLS];
-    sum_cols(x, left, stride, m, out);
-    sum_cols(x + left * stride, len - left, stride, m, right);
-    for (int v = 0; v < 4; v++) {
-        const __m512 s = _mm512_add_ps(_mm512_maskz_loadu_ps(m[v], out + 16 * v),
-                                       _mm512_maskz_loadu_ps(m[v], right + 16 * v));
-        _mm512_mask_storeu_ps(out + 16 * v, m[v], s);
-    }
-}
+/* fp32 input: the loads as they are (a masked load reads nothing in its masked lanes) */
+#define FX_SUM_NAME fx_f32_sum_avx512
+#define FX_SUM_ID f32
+#define FX_SUM_T float
+#define FX_SUM_LOADM(p, m) _mm512_maskz_loadu_ps((m), (p))
+#include "f32_sum_avx512_tmpl.h"
 
-static void sum_range(const fx_op_call *c, int64_t lo, int64_t hi)
-{
-    const float *a = in_f32(c, 0);
-    const int64_t len = c->red_len, inner = c->red_inner;
-    if (inner == 1) {
-        for (int64_t o = lo; o < hi; o++) c->out_f32[o] = sum_contig(a + o * len, len);
-        return;
-    }
-    const int64_t chunks = (inner + SUM_COLS - 1) / SUM_COLS;
-    for (int64_t t = lo; t < hi; t++) {
-        const int64_t o = t / chunks, j0 = (t % chunks) * SUM_COLS;
-        __mmask16 m[4];
-        col_masks(inner - j0, m);
-        sum_cols(a + o * len * inner + j0, len, inner, m, c->out_f32 + o * inner + j0);
-    }
-}
+/* bf16 input: a bf16 is the high half of its fp32 */
+#define FX_SUM_NAME fx_bf16_sum_avx512
+#define FX_SUM_ID bf16
+#define FX_SUM_T uint16_t
+#define FX_SUM_LOADM(p, m)                                                                     \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16((m), (p))), 16))
+#include "f32_sum_avx512_tmpl.h"
 
-int fx_f32_sum_avx512(const fx_op_call *c)
-{
-    const int64_t inner = c->red_inner;
-    if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
-        c->out_f32[0] = fx_f32_sum_tree_parallel(in_f32(c, 0), sizeof(float), c->red_len,
-                                                 SUM_BLOCK, sum_contig_any, c->nthreads);
-        return FX_OK;
-    }
-    const int64_t items = c->red_outer * (inner == 1 ? 1 : (inner + SUM_COLS - 1) / SUM_COLS);
-    const int64_t per_item = c->red_len * (inner == 1 ? 1 : SUM_COLS);
-    int64_t chunk = per_item >= FX_F32_EW_CHUNK ? 1 : FX_F32_EW_CHUNK / (per_item + 1) + 1;
-    const int64_t min_items = FX_F32_EW_MIN_PARALLEL / (per_item + 1) + 1;
-    fx_f32_parallel_ranges(c, items, chunk, min_items, sum_range);
-    return FX_OK;
-}
+/* fp16 input: vcvtph2ps. It quiets a signalling NaN, which the exact widening keeps
+ * signalling; every value enters the sums through an addition, which quiets it anyway. */
+#define FX_SUM_NAME fx_fp16_sum_avx512
+#define FX_SUM_ID fp16
+#define FX_SUM_T uint16_t
+#define FX_SUM_LOADM(p, m) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((m), (p)))
+#include "f32_sum_avx512_tmpl.h"
 
 /* ---- matmul --------------------------------------------------------------------------------- */
 

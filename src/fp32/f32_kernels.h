@@ -187,6 +187,9 @@ int fx_f32_mul_avx512(const fx_op_call *c);
 int fx_f32_scale_avx512(const fx_op_call *c);
 int fx_f32_relu_avx512(const fx_op_call *c);
 int fx_f32_sum_avx512(const fx_op_call *c);
+/* the same for fx_f32_sum_avx512's trees (f32_sum_avx512_tmpl.h) */
+int fx_fp16_sum_avx512(const fx_op_call *c);
+int fx_bf16_sum_avx512(const fx_op_call *c);
 int fx_f32_matmul_avx512(const fx_op_call *c);
 void fx_f32_bias_relu_avx512(float *v, int64_t rows, int64_t cols, const float *bias, int relu);
 

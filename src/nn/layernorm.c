@@ -203,10 +203,43 @@ static void ln_fwd_row(const void *vc, int64_t r0, int64_t nr, float *out, float
     c->k->forward(xr, out, c->st + 2 * r0, 0, nr, c->D, c->eps, c->gamma, c->beta);
 }
 
-/* Rows of dx for nn_write_rows, from the widened x and dy and the statistics */
+/* Where the backward pass reads a tensor: its own contiguous storage in place, a group of rows
+ * at a time widened or dequantised into a stack buffer (fx_f32_block; fp32 read as it is), or
+ * a whole fp32 copy made before (fmt FMT_FP32, base the copy) */
+typedef struct ln_src {
+    const fx_backend *be;
+    fmt_t fmt;
+    int exp;
+    const void *base;
+} ln_src;
+
+/* rows [r0, r0 + nr) of s as fp32, D values a row (nr * D <= NN_ROW_MAX where buf is used) */
+static const float *ln_rows_f32(const ln_src *s, int64_t r0, int64_t nr, int64_t D, float *buf)
+{
+    return fx_f32_block(s->be, s->fmt, s->exp, s->base, r0 * D, nr * D, buf);
+}
+
+/* Whether t can be read in place a group of rows at a time: host, contiguous, its exponent
+ * settled where it has one */
+static int ln_in_place_ok(const tensor_t *t, const char *func)
+{
+    return !t->st->on_device && fx_tensor_is_contiguous(t) &&
+           (!fmt_is_shared_exponent(t->fmt) || fx_storage_settle(t->st, func) == FX_OK);
+}
+
+static ln_src ln_src_of(const tensor_t *t)
+{
+    const ln_src s = {fx_backend_active(), t->fmt, fmt_is_shared_exponent(t->fmt) ? t->st->exp : 0,
+                      fx_tensor_base(t)};
+    return s;
+}
+
+/* Rows of dx for nn_write_rows, from x, dy (each row group read from its source) and the
+ * statistics */
 typedef struct ln_bwd_rows {
     const fx_ln_kernels *k;
-    const float *xv, *gv, *st, *gamma;
+    ln_src x, g;
+    const float *st, *gamma;
     int64_t D;
 } ln_bwd_rows;
 
@@ -216,8 +249,10 @@ static void ln_bwd_row(const void *vc, int64_t r0, int64_t nr, float *out, float
     (void)rmax;
     (void)rbad;
     const ln_bwd_rows *c = vc;
-    c->k->backward(c->xv + r0 * c->D, c->gv + r0 * c->D, c->st + 2 * r0, out, 0, nr, c->D,
-                   c->gamma);
+    float bx[NN_ROW_MAX], bg[NN_ROW_MAX];
+    const float *xr = ln_rows_f32(&c->x, r0, nr, c->D, bx);
+    const float *gr = ln_rows_f32(&c->g, r0, nr, c->D, bg);
+    c->k->backward(xr, gr, c->st + 2 * r0, out, 0, nr, c->D, c->gamma);
 }
 
 /* Rows a call of the row functions takes: whole groups of FX_LN_ROW_GROUP within the row
@@ -336,7 +371,7 @@ int fx_nn_layernorm_backward_host(const fx_op_args *req)
     const char *func = req->func;
     int rc = FX_OK;
     fx_scratch s = {.n = 0};
-    const float *xv, *gv;
+    const float *xv = NULL, *gv = NULL;
     float *st = fx_scratch_alloc(&s, 2 * R + 1, sizeof *st);
     float *sg = fx_scratch_alloc(&s, 2 * D, sizeof *sg); /* dgamma, dbeta sums, fp32 */
     const float epsf = (float)eps;
@@ -346,32 +381,52 @@ int fx_nn_layernorm_backward_host(const fx_op_args *req)
     }
     memset(sg, 0, sizeof *sg * (size_t)(2 * D));
     if (R > 0) {
-        if ((rc = nn_in_f32(x, &xv, &s, func))) goto done;
-        if ((rc = nn_in_f32(dy, &gv, &s, func))) goto done;
-        const tensor_t *ins[2] = {dy, x};
         /* dx's rows written as they are made (nn_write_rows) where its storage is its own and
          * its rows are short enough; else row r reads its dy and x before writing its
          * elements into a stage (dy's private copy where there is one) */
         const int by_rows = dx->st != dy->st && dx->st != x->st && D <= NN_ROW_MAX;
+        /* with by_rows, x and dy are read in place a group of rows at a time by every pass
+         * (the statistics, dgamma and dbeta, dx), never copied whole: in the transformer's
+         * [16384, 128] bf16 layer norms the two whole fp32 copies and their reads took over
+         * half of the backward's time (docs/performance.md) */
+        const int stream = by_rows && ln_in_place_ok(x, func) && ln_in_place_ok(dy, func);
+        ln_src xs, gs;
+        if (stream) {
+            xs = ln_src_of(x);
+            gs = ln_src_of(dy);
+        } else {
+            if ((rc = nn_in_f32(x, &xv, &s, func))) goto done;
+            if ((rc = nn_in_f32(dy, &gv, &s, func))) goto done;
+            xs = (ln_src){fx_backend_active(), FMT_FP32, 0, xv};
+            gs = (ln_src){fx_backend_active(), FMT_FP32, 0, gv};
+        }
+        const tensor_t *ins[2] = {dy, x};
         float *v = by_rows ? NULL : nn_out_f32(dx, ins, 2, nn_private_f32(dy, gv), &s);
         if (!by_rows && !v) {
             rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld floats", (long long)(R * D));
             goto done;
         }
         /* the rows' statistics, then dgamma, dbeta while dy is still intact: each column's
-         * sums in row order, columns split among the threads in blocks of LN_COL_BLOCK (the
-         * same order, so the same bits, as one thread going row by row) */
+         * sums in row order, columns split among the threads in blocks of LN_COL_BLOCK and
+         * rows taken a group at a time (the same order, so the same bits, as one thread going
+         * row by row) */
         const fx_ln_kernels *kn = ln_kernels();
         const int nt = R > FX_LN_ROW_GROUP ? nn_threads_for(R * D) : 1;
         (void)nt;
         const int64_t ncb = (D + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
+        const int64_t G = ln_rows_per_call(D); /* rows a group: G * D <= NN_ROW_MAX if D is */
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
         {
             int64_t r0, r1;
             ln_my_rows(R, &r0, &r1);
-            if (r0 < r1) kn->forward(xv, NULL, st, r0, r1, D, epsf, NULL, NULL);
+            float bx[NN_ROW_MAX], bg[NN_ROW_MAX];
+            for (int64_t r = r0; r < r1; r += G) {
+                const int64_t nr = r1 - r < G ? r1 - r : G;
+                kn->forward(ln_rows_f32(&xs, r, nr, D, bx), NULL, st + 2 * r, 0, nr, D, epsf,
+                            NULL, NULL);
+            }
 #ifdef _OPENMP
 #pragma omp barrier
 #pragma omp for schedule(static)
@@ -379,14 +434,18 @@ int fx_nn_layernorm_backward_host(const fx_op_args *req)
             for (int64_t cb = 0; cb < ncb; cb++) {
                 const int64_t k0 = cb * LN_COL_BLOCK;
                 const int64_t k1 = k0 + LN_COL_BLOCK < D ? k0 + LN_COL_BLOCK : D;
-                kn->param_sums(xv, gv, st, R, D, k0, k1, sg);
+                for (int64_t r = 0; r < R; r += G) {
+                    const int64_t nr = R - r < G ? R - r : G;
+                    kn->param_sums(ln_rows_f32(&xs, r, nr, D, bx), ln_rows_f32(&gs, r, nr, D, bg),
+                                   st + 2 * r, nr, D, k0, k1, sg);
+                }
             }
             /* the loop's barrier: every column's sums read dy before any dx row is written
              * (dx may be dy's private copy) */
             if (v && r0 < r1) kn->backward(xv, gv, st, v, r0, r1, D, gamma);
         }
         if (by_rows) {
-            const ln_bwd_rows c = {kn, xv, gv, st, gamma, D};
+            const ln_bwd_rows c = {kn, xs, gs, st, gamma, D};
             rc = nn_write_rows(dx, R, D, ln_rows_per_call(D), ln_bwd_row, &c, 0, 0, nt, func);
         } else {
             rc = fx_write_f32(dx, v, func);
