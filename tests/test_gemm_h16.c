@@ -10,7 +10,8 @@
  * keeps the stage), a transposed operand; one and two threads; NaN and values beyond fp16's
  * range among the results. The conversion must have been taken, and not for a strided output
  * (a transposed view of the output keeps the stage). Batched products (tensor_bmm) into fp16/bf16
- * outputs, converted in the GEMM into a 16-bit staging, against their fp32 stage too. */
+ * outputs, converted in the GEMM into a 16-bit staging, against their fp32 stage too. A bias
+ * added in the same conversion (fx_matmul_bias) against tensor_matmul and tensor_add. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/dispatch.h"
@@ -148,6 +149,82 @@ static void bmm_compare(fmt_t fin, fmt_t fout, int64_t B, int64_t M, int64_t N, 
     tensor_free(y);
 }
 
+/* fx_matmul_bias (the bias added where the GEMM converts) against tensor_matmul into a
+ * temporary and tensor_add of the bias: the same bits, the bias holding a NaN, an Inf and values
+ * that push sums past fp16's range; the product's NaN input reaches the output as well. */
+static int bias_cases, bias_taken;
+
+static void bias_compare(fmt_t f, int64_t M, int64_t N, int64_t K, const char *where)
+{
+    test_rng g;
+    test_rng_seed(&g, (uint64_t)(M * 7919 + N * 31 + K));
+    tensor_t *a = filled(f, M, K, &g, 1), *b = filled(f, K, N, &g, 0);
+    const int64_t os[2] = {M, N}, bs[1] = {N};
+    tensor_t *bias = tensor_new(f, 1, bs);
+    float *bv = malloc(sizeof(float) * (size_t)N);
+    for (int64_t j = 0; j < N; j++) bv[j] = (float)(3.0 * test_rng_normal(&g));
+    if (N > 3) {
+        bv[1] = NAN;
+        bv[2] = INFINITY;
+        bv[N - 1] = 65000.0f;
+    }
+    CHECK_STATUS(tensor_from_f32(bias, bv), FX_OK);
+    tensor_t *out = tensor_new(f, 2, os), *tmp = tensor_new(f, 2, os), *ref = tensor_new(f, 2, os);
+    const int64_t before = fx_gemm_h16_bias_runs();
+    CHECK_STATUS(fx_matmul_bias(out, a, b, bias), FX_OK);
+    bias_taken += fx_gemm_h16_bias_runs() > before;
+    bias_cases++;
+    CHECK_STATUS(tensor_matmul(tmp, a, b), FX_OK);
+    CHECK_STATUS(tensor_add(ref, tmp, bias), FX_OK);
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(M * N));
+    uint16_t *y = malloc(sizeof(uint16_t) * (size_t)(M * N));
+    CHECK_STATUS(tensor_get_raw(out, x), FX_OK);
+    CHECK_STATUS(tensor_get_raw(ref, y), FX_OK);
+    CHECK(memcmp(x, y, sizeof(uint16_t) * (size_t)(M * N)) == 0,
+          "%s: %s %lld x %lld x %lld: fx_matmul_bias differs from tensor_matmul + tensor_add",
+          where, fmt_name(f), (long long)M, (long long)N, (long long)K);
+    /* the conversion in the GEMM off: the dispatcher's separate add, the same bits */
+    fx_gemm_h16_set_enabled(0);
+    CHECK_STATUS(fx_matmul_bias(out, a, b, bias), FX_OK);
+    fx_gemm_h16_set_enabled(1);
+    CHECK_STATUS(tensor_get_raw(out, x), FX_OK);
+    CHECK(memcmp(x, y, sizeof(uint16_t) * (size_t)(M * N)) == 0,
+          "%s: %s %lld x %lld x %lld: fx_matmul_bias without the GEMM's conversion differs",
+          where, fmt_name(f), (long long)M, (long long)N, (long long)K);
+    free(x);
+    free(y);
+    free(bv);
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(bias);
+    tensor_free(out);
+    tensor_free(tmp);
+    tensor_free(ref);
+}
+
+/* A bias of the wrong shape: FX_ESHAPE, naming it, and the output untouched. */
+static void bias_bad_shape(void)
+{
+    test_rng g;
+    test_rng_seed(&g, 9);
+    tensor_t *a = filled(FMT_BF16, 8, 4, &g, 0), *b = filled(FMT_BF16, 4, 6, &g, 0);
+    const int64_t os[2] = {8, 6}, bs[1] = {5};
+    tensor_t *out = filled(FMT_BF16, 8, 6, &g, 0), *bias = tensor_new(FMT_BF16, 1, bs);
+    uint16_t x0[48], x1[48];
+    CHECK_STATUS(tensor_get_raw(out, x0), FX_OK);
+    CHECK_STATUS(fx_matmul_bias(out, a, b, bias), FX_ESHAPE);
+    CHECK(strstr(flexpoint_last_error(), "bias") != NULL, "message '%s' does not name the bias",
+          flexpoint_last_error());
+    CHECK_STATUS(fx_matmul_bias(out, a, b, NULL), FX_EINVAL);
+    CHECK_STATUS(tensor_get_raw(out, x1), FX_OK);
+    CHECK(memcmp(x0, x1, sizeof x0) == 0, "a refused fx_matmul_bias wrote into out");
+    (void)os;
+    tensor_free(a);
+    tensor_free(b);
+    tensor_free(out);
+    tensor_free(bias);
+}
+
 static void all_shapes(const char *where)
 {
     /* {13, 300, 800}: a depth of three blocks whose last row panel ends C (a conversion that
@@ -168,6 +245,13 @@ static void all_shapes(const char *where)
         bmm_compare(FMT_BF16, FMT_BF16, 8, 37, 45, 32, 1, where);
         bmm_compare(FMT_FP16, FMT_FP16, 3, 20, 70, 400, 0, where);
         bmm_compare(FMT_FP32, FMT_BF16, 5, 33, 17, 9, 1, where);
+        for (int f = 0; f < 2; f++) {
+            const fmt_t hf = f ? FMT_BF16 : FMT_FP16;
+            bias_compare(hf, 37, 45, 5, where);
+            bias_compare(hf, 130, 70, 400, where);
+            bias_compare(hf, 300, 512, 128, where); /* the transformer's fc, fewer rows */
+            bias_compare(hf, 1, 1, 1, where);
+        }
     }
     flexpoint_set_num_threads(0);
 }
@@ -197,6 +281,9 @@ int main(void)
     }
     CHECK_STATUS(flexpoint_set_backend(keep), FX_OK);
     strided_output_keeps_stage();
+    bias_bad_shape();
+    CHECK(bias_taken > bias_cases / 2, "the bias was added in the GEMM in only %d of %d products",
+          bias_taken, bias_cases);
     CHECK(taken_cases > cases / 2, "the GEMM's conversion was taken in only %d of %d products",
           taken_cases, cases);
     printf("test_gemm_h16: %d products into fp16/bf16, %d of them converted in the GEMM, the "

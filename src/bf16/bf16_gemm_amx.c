@@ -37,6 +37,7 @@
  * -mamx-tile -mamx-bf16 and its kernels run only where fx_amx_bf16_usable said yes. */
 #include "../core/amx_tiles.h"
 #include "../core/backend.h"
+#include "../core/h16_bias.h"
 #include "../core/prefetch.h"
 #include "../core/transpose_avx512.h"
 #include "../fp32/f32_kernels.h"
@@ -333,12 +334,14 @@ typedef struct amx_out {
     uint16_t *h16;
     void (*cvt)(const float *src, uint16_t *dst, int64_t n);
     int64_t ldo;
+    const float *bias; /* fx_op_call.out_h16_bias: NULL, or added per column (h16_bias.h) */
+    void (*widen)(const uint16_t *src, float *dst, int64_t n);
 } amx_out;
 
 static amx_out amx_out_of(const fx_op_call *c, int64_t N)
 {
-    amx_out o = {c->out_f32, c->out_h16, c->out_h16_cvt, N};
-    if (!o.h16 || !o.cvt || !c->out_h16_done) o.h16 = NULL;
+    amx_out o = {c->out_f32, c->out_h16, c->out_h16_cvt, N, c->out_h16_bias, c->out_h16_widen};
+    if (!o.h16 || !o.cvt || !c->out_h16_done || (o.bias && !o.widen)) o.h16 = NULL;
     return o;
 }
 
@@ -387,6 +390,7 @@ static void amx_block(const amx_a_src *as, const uint16_t *b0, int64_t q, int64_
     if (ot->h16) { /* the write's conversion of the sums, in L1 */
         uint16_t h[32 * 32];
         ot->cvt(buf, h, mr * 32);
+        if (ot->bias) fx_h16_add_bias(h, mr, 32, nc, ot->bias + j0, ot->widen, ot->cvt);
         for (int64_t r = 0; r < mr; r++)
             memcpy(ot->h16 + (i0 + r) * ldo + j0, h + r * 32, (size_t)nc * sizeof(uint16_t));
         return;
@@ -412,7 +416,7 @@ static int amx_matmul_rows(const fx_op_call *c, int64_t M, int64_t K, int64_t N,
     (void)nt; /* used by the OpenMP pragmas only */
     const int64_t ld = (nkt * 32 + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32; /* bf16 per gathered row */
     /* fp32 results only: a thread's buffer may be missing after another thread has written */
-    const amx_out ot = {c->out_f32, NULL, NULL, N};
+    const amx_out ot = {c->out_f32, NULL, NULL, N, NULL, NULL};
     int failed = 0;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : failed)

@@ -118,6 +118,12 @@ typedef struct fx_op_call {
     uint16_t *out_h16;
     void (*out_h16_cvt)(const float *src, uint16_t *dst, int64_t n);
     int *out_h16_done;
+    /* Optional, with out_h16: a bias per output column (N floats, the [N] bias tensor's values
+     * widened) that a kernel taking out_h16 adds to each converted value as tensor_add would
+     * (src/core/h16_bias.h, out_h16_widen the format's widening); *out_h16_done then means
+     * the bias is in too. NULL: none. */
+    const float *out_h16_bias;
+    void (*out_h16_widen)(const uint16_t *src, float *dst, int64_t n);
 
     /* op parameters */
     float scalar_f32;     /* FX_OP_SCALE, float compute */

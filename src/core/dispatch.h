@@ -223,6 +223,16 @@ int fx_unary_stream(const struct fx_op_request *rq, const fx_backend *be);
 void fx_gemm_h16_set_enabled(int on);
 int fx_gemm_h16_enabled(void);
 int64_t fx_gemm_h16_runs(void);
+/* Test hook: the products of fx_matmul_bias whose kernel added the bias itself. */
+int64_t fx_gemm_h16_bias_runs(void);
+
+/* out = tensor_add(tensor_matmul(a, b), bias) with the same bits and the same status codes,
+ * bias [N] for out [M, N]. Where out, a, b and bias are all fp16 (or all bf16) host tensors,
+ * the product's kernel adds the bias where it converts its results into out
+ * (fx_op_call.out_h16_bias), without a pass of its own over out; elsewhere it is the two ops.
+ * FX_EINVAL for NULL tensors, FX_ESHAPE for shapes that do not fit, and the ops' own codes. */
+FX_INTERNAL int fx_matmul_bias(tensor_t *out, const tensor_t *a, const tensor_t *b,
+                               const tensor_t *bias);
 
 /* Test hooks: 0 sends shared-exponent outputs through the fp32 stage; the writes rounded
  * straight from the blocks, and those of them whose write asked for another exponent

@@ -290,28 +290,64 @@ int tensor_sum(tensor_t *out, const tensor_t *a, int axis)
     return rc ? rc : fx_dispatch(&rq);
 }
 
+int tensor_matmul_check(const tensor_t *out, const tensor_t *a, const tensor_t *b,
+                        const char *func)
+{
+    char b1[160], b2[160], b3[160];
+    if (a->ndim != 2 || b->ndim != 2 || out->ndim != 2)
+        return fx_error(FX_ESHAPE, func, "matmul needs 2-D tensors, got a.shape=%s b.shape=%s "
+                        "out.shape=%s", fx_shape_str(a, b1, sizeof b1),
+                        fx_shape_str(b, b2, sizeof b2), fx_shape_str(out, b3, sizeof b3));
+    if (a->shape[1] != b->shape[0])
+        return fx_error(FX_ESHAPE, func, "a.shape[1]=%lld != b.shape[0]=%lld",
+                        (long long)a->shape[1], (long long)b->shape[0]);
+    if (out->shape[0] != a->shape[0] || out->shape[1] != b->shape[1])
+        return fx_error(FX_ESHAPE, func, "out.shape=%s but a.shape=%s x b.shape=%s gives "
+                        "[%lld, %lld]", fx_shape_str(out, b1, sizeof b1),
+                        fx_shape_str(a, b2, sizeof b2), fx_shape_str(b, b3, sizeof b3),
+                        (long long)a->shape[0], (long long)b->shape[1]);
+    return FX_OK;
+}
+
 int tensor_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b)
 {
     FX_NEED(out, "out");
     FX_NEED(a, "a");
     FX_NEED(b, "b");
-    char b1[160], b2[160], b3[160];
-    if (a->ndim != 2 || b->ndim != 2 || out->ndim != 2)
-        return FX_FAIL(FX_ESHAPE, "matmul needs 2-D tensors, got a.shape=%s b.shape=%s "
-                       "out.shape=%s", fx_shape_str(a, b1, sizeof b1),
-                       fx_shape_str(b, b2, sizeof b2), fx_shape_str(out, b3, sizeof b3));
-    if (a->shape[1] != b->shape[0])
-        return FX_FAIL(FX_ESHAPE, "a.shape[1]=%lld != b.shape[0]=%lld",
-                       (long long)a->shape[1], (long long)b->shape[0]);
-    if (out->shape[0] != a->shape[0] || out->shape[1] != b->shape[1])
-        return FX_FAIL(FX_ESHAPE, "out.shape=%s but a.shape=%s x b.shape=%s gives [%lld, %lld]",
-                       fx_shape_str(out, b1, sizeof b1), fx_shape_str(a, b2, sizeof b2),
-                       fx_shape_str(b, b3, sizeof b3), (long long)a->shape[0],
-                       (long long)b->shape[1]);
+    const int crc = tensor_matmul_check(out, a, b, __func__);
+    if (crc) return crc;
     /* FLEX16_5/DFP16 products with a large output: blocks rounded in cache, no whole stage */
     const int rc = fx_shared_matmul(out, a, b);
     if (rc != FX_SHARED_MATMUL_NOT_TAKEN) return rc;
     fx_op_request rq = {.op = FX_OP_MATMUL, .func = __func__, .out = out, .nin = 2,
                         .in = {a, b}, .strided_ok = 1};
+    return fx_dispatch(&rq);
+}
+
+int fx_matmul_bias(tensor_t *out, const tensor_t *a, const tensor_t *b, const tensor_t *bias)
+{
+    FX_NEED(out, "out");
+    FX_NEED(a, "a");
+    FX_NEED(b, "b");
+    FX_NEED(bias, "bias");
+    int rc = tensor_matmul_check(out, a, b, __func__);
+    if (rc) return rc;
+    char b1[160], b2[160];
+    if (bias->ndim != 1 || bias->shape[0] != out->shape[1])
+        return FX_FAIL(FX_ESHAPE, "bias.shape=%s does not match out.shape=%s: want [%lld]",
+                       fx_shape_str(bias, b1, sizeof b1), fx_shape_str(out, b2, sizeof b2),
+                       (long long)out->shape[1]);
+    const int fused = (out->fmt == FMT_FP16 || out->fmt == FMT_BF16) && bias->fmt == out->fmt &&
+                      fx_tensor_is_contiguous(bias) && fx_tensor_is_contiguous(out) &&
+                      !out->st->on_device && !a->st->on_device && !b->st->on_device &&
+                      !bias->st->on_device && !out->st->dist && bias->st != out->st;
+    if (!fused) {
+        rc = tensor_matmul(out, a, b);
+        return rc ? rc : tensor_add(out, out, bias);
+    }
+    /* the product with the bias as its epilogue (the dispatcher adds it in a pass of its own
+     * where the kernel does not) */
+    fx_op_request rq = {.op = FX_OP_MATMUL, .func = __func__, .out = out, .nin = 2,
+                        .in = {a, b}, .strided_ok = 1, .epi_bias = bias};
     return fx_dispatch(&rq);
 }

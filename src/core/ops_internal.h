@@ -16,7 +16,14 @@ typedef struct fx_op_request {
     int64_t red_outer, red_len, red_inner;
     int unary_fn;      /* FX_OP_UNARY(_BACKWARD): an fx_unary_fn (backend.h) */
     double unary_p[2]; /*   and its parameters */
+    /* MATMUL into an fp16/bf16 host output (fx_matmul_bias): out = tensor_add(product, bias),
+     * bias [N] of out's format on the host; NULL: none */
+    const tensor_t *epi_bias;
 } fx_op_request;
+
+/* tensor_matmul's shape checks for func: FX_OK or FX_ESHAPE with a message naming the shapes */
+int tensor_matmul_check(const tensor_t *out, const tensor_t *a, const tensor_t *b,
+                        const char *func);
 
 int fx_dispatch(const fx_op_request *rq);
 

@@ -14,6 +14,7 @@
  * A narrow C is computed as C^T = B^T A^T (see fx_f32_gemm), with the same bits.
  */
 #include "f32_kernels.h"
+#include "../core/h16_bias.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -340,6 +341,8 @@ static void scratch_tile(const fx_f32_gemm_params *p, int pm, int dot, int64_t k
 typedef struct gemm_h16 {
     uint16_t *h16;
     void (*cvt)(const float *src, uint16_t *dst, int64_t n);
+    const float *bias; /* fx_op_call.out_h16_bias: NULL, or added per column (h16_bias.h) */
+    void (*widen)(const uint16_t *src, float *dst, int64_t n);
 } gemm_h16;
 
 /* The tile's mrows x ncols results (rows ldt apart in t) converted into h16 at (i0, j0): one
@@ -352,11 +355,16 @@ static void tile_to_h16(const gemm_h16 *h, const float *t, int64_t ldt, int64_t 
     uint16_t buf[FX_F32_TILE_MAX];
     if (ncols == ldt && ldt * mrows <= FX_F32_TILE_MAX) {
         h->cvt(t, buf, ldt * mrows);
+        if (h->bias) fx_h16_add_bias(buf, mrows, ldt, ncols, h->bias + j0, h->widen, h->cvt);
         for (int64_t r = 0; r < mrows; r++)
             memcpy(h->h16 + (i0 + r) * N + j0, buf + r * ldt, (size_t)ncols * sizeof(uint16_t));
         return;
     }
-    for (int64_t r = 0; r < mrows; r++) h->cvt(t + r * ldt, h->h16 + (i0 + r) * N + j0, ncols);
+    for (int64_t r = 0; r < mrows; r++) {
+        uint16_t *dst = h->h16 + (i0 + r) * N + j0;
+        h->cvt(t + r * ldt, dst, ncols);
+        if (h->bias) fx_h16_add_bias(dst, 1, ncols, ncols, h->bias + j0, h->widen, h->cvt);
+    }
 }
 
 /* C[i*rs + j*cs] = sum_k A[i][k] B[k][j] for an M x N x K product (K >= 1). pm: pair mode
@@ -527,9 +535,10 @@ int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c)
     }
     /* an fp16/bf16 output converted from the tiles (fx_op_call.out_h16): nothing fails once
      * gemm_run has its buffers, and it writes no output before it has them */
-    const gemm_h16 h = {c->out_h16, c->out_h16_cvt};
+    const gemm_h16 h = {c->out_h16, c->out_h16_cvt, c->out_h16_bias, c->out_h16_widen};
     const int take_h16 = c->out_h16 && c->out_h16_cvt && c->out_h16_done &&
-                         p->mr * p->nr <= FX_F32_TILE_MAX;
+                         p->mr * p->nr <= FX_F32_TILE_MAX &&
+                         (!c->out_h16_bias || c->out_h16_widen);
     const int rc = gemm_run(p, pm, A, apan, B, M, N, K, C, N, 1, c->nthreads,
                             take_h16 ? &h : NULL);
     if (rc == FX_OK && take_h16) *c->out_h16_done = 1;

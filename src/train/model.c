@@ -9,6 +9,7 @@
 #include "../nn/nn_ops.h" /* fx_conv2d_shared_bias_relu */
 #include "../core/shared_binary.h" /* fx_shared_add_relu */
 #include "../core/half_binary.h"   /* fx_half_add_relu, fx_half_gated_add */
+#include "../core/dispatch.h"      /* fx_matmul_bias */
 #include "../dist/distributed.h"
 
 #include <assert.h>
@@ -989,6 +990,19 @@ static int fx_rows_matmul_wt(tensor_t *y, const tensor_t *x, const tensor_t *w)
     return rc;
 }
 
+/* y2 = x2 W^T + b over rows (fx_matmul_bias: b added where the product is converted) */
+static int fx_rows_matmul_wt_bias(tensor_t *y, const tensor_t *x, const tensor_t *w,
+                                  const tensor_t *b)
+{
+    tensor_t *x2 = fx_rows_view(x, tensor_shape(w)[1]), *y2 = fx_rows_view(y, tensor_shape(w)[0]);
+    tensor_t *wt = tensor_view_transpose(w, 0, 1);
+    int rc = (!x2 || !y2 || !wt) ? FX_ENOMEM : fx_matmul_bias(y2, x2, wt, b);
+    tensor_free(x2);
+    tensor_free(y2);
+    tensor_free(wt);
+    return rc;
+}
+
 /* dW = dy2^T x2 and, when dx, dx2 = dy2 W (the backward of fx_rows_matmul_wt). */
 static int fx_rows_matmul_wt_backward(tensor_t *dw, tensor_t *dx, const tensor_t *dy,
                                       const tensor_t *x, const tensor_t *w)
@@ -1154,6 +1168,11 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
                                 fx_tensor_base(m->params[l->b].w), 1e-5, NULL, NULL);
     case FX_L_ATTN: return fx_attn_forward(m, l, x, ctx);
     case FX_L_TLINEAR: {
+        /* fp16/bf16 outputs: the bias added where the product is converted (the same bits as
+         * the product into tmp and the add; these formats keep no state between writes) */
+        const fmt_t fo = tensor_fmt(l->out[ctx]);
+        if ((fo == FMT_FP16 || fo == FMT_BF16) && tensor_fmt(m->params[l->b].w) == fo)
+            return fx_rows_matmul_wt_bias(l->out[ctx], x, m->params[l->w].w, m->params[l->b].w);
         int rc = fx_rows_matmul_wt(l->tmp[ctx], x, m->params[l->w].w);
         tensor_t *t2 = fx_rows_view(l->tmp[ctx], l->shape[2]);
         tensor_t *o2 = fx_rows_view(l->out[ctx], l->shape[2]);
