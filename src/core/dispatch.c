@@ -223,7 +223,8 @@ int fx_dispatch(const fx_op_request *rq)
             c.out_h16_done = &h16_done;
             /* fx_matmul_bias's bias, added where the kernel converts (h16_bias.h) */
             const tensor_t *bias = rq->epi_bias;
-            if (bias && rc == FX_OK && bias->st != out->st) {
+            if (bias && rc == FX_OK && bias->st != out->st && bias->fmt == out->fmt &&
+                fx_tensor_is_contiguous(bias)) {
                 float *bf = fx_scratch_alloc(&tmp, out->shape[1], sizeof *bf);
                 if (bf) {
                     fx_widen_to_f32(be, bias->fmt, 0, fx_tensor_base(bias), bf, out->shape[1]);

@@ -227,9 +227,10 @@ int64_t fx_gemm_h16_runs(void);
 int64_t fx_gemm_h16_bias_runs(void);
 
 /* out = tensor_add(tensor_matmul(a, b), bias) with the same bits and the same status codes,
- * bias [N] for out [M, N]. Where out, a, b and bias are all fp16 (or all bf16) host tensors,
- * the product's kernel adds the bias where it converts its results into out
- * (fx_op_call.out_h16_bias), without a pass of its own over out; elsewhere it is the two ops.
+ * bias [N] for out [M, N]. Where out and a contiguous bias are fp16 (or both bf16) and every
+ * tensor is on the host, the product's kernel adds the bias where it converts its results into
+ * out (fx_op_call.out_h16_bias), without a pass of its own over out, if the dispatcher offers
+ * it that conversion; elsewhere it is the two ops.
  * FX_EINVAL for NULL tensors, FX_ESHAPE for shapes that do not fit, and the ops' own codes. */
 FX_INTERNAL int fx_matmul_bias(tensor_t *out, const tensor_t *a, const tensor_t *b,
                                const tensor_t *bias);

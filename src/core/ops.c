@@ -337,16 +337,15 @@ int fx_matmul_bias(tensor_t *out, const tensor_t *a, const tensor_t *b, const te
         return FX_FAIL(FX_ESHAPE, "bias.shape=%s does not match out.shape=%s: want [%lld]",
                        fx_shape_str(bias, b1, sizeof b1), fx_shape_str(out, b2, sizeof b2),
                        (long long)out->shape[1]);
-    const int fused = (out->fmt == FMT_FP16 || out->fmt == FMT_BF16) && bias->fmt == out->fmt &&
-                      fx_tensor_is_contiguous(bias) && fx_tensor_is_contiguous(out) &&
-                      !out->st->on_device && !a->st->on_device && !b->st->on_device &&
-                      !bias->st->on_device && !out->st->dist && bias->st != out->st;
-    if (!fused) {
+    const int half_host = (out->fmt == FMT_FP16 || out->fmt == FMT_BF16) &&
+                          !out->st->on_device && !a->st->on_device && !b->st->on_device &&
+                          !bias->st->on_device;
+    if (!half_host) {
         rc = tensor_matmul(out, a, b);
         return rc ? rc : tensor_add(out, out, bias);
     }
-    /* the product with the bias as its epilogue (the dispatcher adds it in a pass of its own
-     * where the kernel does not) */
+    /* the product with the bias as its epilogue where the dispatcher offers it one (else the
+     * dispatcher adds it in a pass of its own after the write) */
     fx_op_request rq = {.op = FX_OP_MATMUL, .func = __func__, .out = out, .nin = 2,
                         .in = {a, b}, .strided_ok = 1, .epi_bias = bias};
     return fx_dispatch(&rq);

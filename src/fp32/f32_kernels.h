@@ -254,6 +254,13 @@ typedef float (*fx_f32_sum_fn)(const void *x, int64_t n);
 float fx_f32_sum_tree_parallel(const void *x, size_t esz, int64_t n, int64_t block,
                                fx_f32_sum_fn leaf_tree, int nthreads);
 
+/* Every level's SUM kernel around its own trees: one whole-array sum on the threaded tree
+ * (fx_f32_sum_tree_parallel over leaf_tree, elements of esz bytes from c->in[0]), else the work
+ * items of range(c, lo, hi), one per output row (inner == 1) or per chunk of `cols` columns of
+ * an output row, several small items per chunk of fx_f32_parallel_ranges. */
+int fx_f32_sum_drive(const fx_op_call *c, size_t esz, int64_t block, int64_t cols,
+                     fx_f32_sum_fn leaf_tree, fx_f32_range_fn range);
+
 /* Elements per chunk and the size from which elementwise kernels use several threads
  * (below it the fork/join costs more than the memory traffic it could overlap). */
 #define FX_F32_EW_CHUNK 16384

@@ -77,6 +77,24 @@ float fx_f32_sum_tree_parallel(const void *x, size_t esz, int64_t n, int64_t blo
     return s;
 }
 
+int fx_f32_sum_drive(const fx_op_call *c, size_t esz, int64_t block, int64_t cols,
+                     fx_f32_sum_fn leaf_tree, fx_f32_range_fn range)
+{
+    const int64_t inner = c->red_inner;
+    if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
+        c->out_f32[0] =
+            fx_f32_sum_tree_parallel(c->in[0].data, esz, c->red_len, block, leaf_tree, c->nthreads);
+        return FX_OK;
+    }
+    const int64_t items = c->red_outer * (inner == 1 ? 1 : (inner + cols - 1) / cols);
+    const int64_t per_item = c->red_len * (inner == 1 ? 1 : cols);
+    /* one item per chunk when items are large; several small items per chunk otherwise */
+    const int64_t chunk = per_item >= FX_F32_EW_CHUNK ? 1 : FX_F32_EW_CHUNK / (per_item + 1) + 1;
+    const int64_t min_items = FX_F32_EW_MIN_PARALLEL / (per_item + 1) + 1;
+    fx_f32_parallel_ranges(c, items, chunk, min_items, range);
+    return FX_OK;
+}
+
 /* ---- elementwise ---------------------------------------------------------------------------- */
 
 static const float *in_f32(const fx_op_call *c, int i) { return (const float *)c->in[i].data; }
@@ -193,19 +211,7 @@ static void sum_range(const fx_op_call *c, int64_t lo, int64_t hi)
 
 int fx_f32_sum_scalar(const fx_op_call *c)
 {
-    const int64_t inner = c->red_inner;
-    if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
-        c->out_f32[0] = fx_f32_sum_tree_parallel(in_f32(c, 0), sizeof(float), c->red_len,
-                                                 SUM_BLOCK, sum_contig_any, c->nthreads);
-        return FX_OK;
-    }
-    const int64_t items = c->red_outer * (inner == 1 ? 1 : (inner + SUM_COLS - 1) / SUM_COLS);
-    const int64_t per_item = c->red_len * (inner == 1 ? 1 : SUM_COLS);
-    /* one item per chunk when items are large; several small items per chunk otherwise */
-    int64_t chunk = per_item >= FX_F32_EW_CHUNK ? 1 : FX_F32_EW_CHUNK / (per_item + 1) + 1;
-    const int64_t min_items = FX_F32_EW_MIN_PARALLEL / (per_item + 1) + 1;
-    fx_f32_parallel_ranges(c, items, chunk, min_items, sum_range);
-    return FX_OK;
+    return fx_f32_sum_drive(c, sizeof(float), SUM_BLOCK, SUM_COLS, sum_contig_any, sum_range);
 }
 
 /* ---- matmul --------------------------------------------------------------------------------- */

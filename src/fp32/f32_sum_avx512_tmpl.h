@@ -104,19 +104,8 @@ static void FX_SUM_FN(sum_range)(const fx_op_call *c, int64_t lo, int64_t hi)
 
 int FX_SUM_NAME(const fx_op_call *c)
 {
-    const int64_t inner = c->red_inner;
-    if (c->red_outer == 1 && inner == 1 && c->nthreads > 1 && c->red_len >= FX_F32_EW_MIN_PARALLEL) {
-        c->out_f32[0] = fx_f32_sum_tree_parallel(c->in[0].data, sizeof(FX_SUM_T), c->red_len,
-                                                 SUM_BLOCK, FX_SUM_FN(sum_contig_any),
-                                                 c->nthreads);
-        return FX_OK;
-    }
-    const int64_t items = c->red_outer * (inner == 1 ? 1 : (inner + SUM_COLS - 1) / SUM_COLS);
-    const int64_t per_item = c->red_len * (inner == 1 ? 1 : SUM_COLS);
-    int64_t chunk = per_item >= FX_F32_EW_CHUNK ? 1 : FX_F32_EW_CHUNK / (per_item + 1) + 1;
-    const int64_t min_items = FX_F32_EW_MIN_PARALLEL / (per_item + 1) + 1;
-    fx_f32_parallel_ranges(c, items, chunk, min_items, FX_SUM_FN(sum_range));
-    return FX_OK;
+    return fx_f32_sum_drive(c, sizeof(FX_SUM_T), SUM_BLOCK, SUM_COLS, FX_SUM_FN(sum_contig_any),
+                            FX_SUM_FN(sum_range));
 }
 
 #undef FX_SUM_LOAD16

@@ -178,32 +178,7 @@ int tensor_layernorm(tensor_t *y, const tensor_t *x, const float *gamma, const f
     return fx_op_run(&a);
 }
 
-/* Rows of the forward pass for nn_write_rows: x's rows read in place (fp32) or widened into a
- * stack buffer, the statistics into st (each row's own entries, the same values whenever a row
- * is computed again), the outputs into out. */
-typedef struct ln_fwd_rows {
-    const fx_backend *be;
-    const fx_ln_kernels *k;
-    fmt_t fmt;
-    int exp;
-    const void *xbase;
-    int64_t D;
-    float *st, eps;
-    const float *gamma, *beta;
-} ln_fwd_rows;
-
-static void ln_fwd_row(const void *vc, int64_t r0, int64_t nr, float *out, float *rmax,
-                       int64_t *rbad)
-{
-    (void)rmax; /* the write scans a stage itself */
-    (void)rbad;
-    const ln_fwd_rows *c = vc;
-    float buf[NN_ROW_MAX];
-    const float *xr = fx_f32_block(c->be, c->fmt, c->exp, c->xbase, r0 * c->D, nr * c->D, buf);
-    c->k->forward(xr, out, c->st + 2 * r0, 0, nr, c->D, c->eps, c->gamma, c->beta);
-}
-
-/* Where the backward pass reads a tensor: its own contiguous storage in place, a group of rows
+/* Where a pass reads a tensor: its own contiguous storage in place, a group of rows
  * at a time widened or dequantised into a stack buffer (fx_f32_block; fp32 read as it is), or
  * a whole fp32 copy made before (fmt FMT_FP32, base the copy) */
 typedef struct ln_src {
@@ -232,6 +207,28 @@ static ln_src ln_src_of(const tensor_t *t)
     const ln_src s = {fx_backend_active(), t->fmt, fmt_is_shared_exponent(t->fmt) ? t->st->exp : 0,
                       fx_tensor_base(t)};
     return s;
+}
+
+/* Rows of the forward pass for nn_write_rows: x's rows read in place (fp32) or widened into a
+ * stack buffer, the statistics into st (each row's own entries, the same values whenever a row
+ * is computed again), the outputs into out. */
+typedef struct ln_fwd_rows {
+    const fx_ln_kernels *k;
+    ln_src x;
+    int64_t D;
+    float *st, eps;
+    const float *gamma, *beta;
+} ln_fwd_rows;
+
+static void ln_fwd_row(const void *vc, int64_t r0, int64_t nr, float *out, float *rmax,
+                       int64_t *rbad)
+{
+    (void)rmax; /* the write scans a stage itself */
+    (void)rbad;
+    const ln_fwd_rows *c = vc;
+    float buf[NN_ROW_MAX];
+    const float *xr = ln_rows_f32(&c->x, r0, nr, c->D, buf);
+    c->k->forward(xr, out, c->st + 2 * r0, 0, nr, c->D, c->eps, c->gamma, c->beta);
 }
 
 /* Rows of dx for nn_write_rows, from x, dy (each row group read from its source) and the
@@ -285,11 +282,8 @@ int fx_nn_layernorm_host(const fx_op_args *req)
     /* a contiguous host x: its rows read (widened) a group at a time and each group of y's
      * rows written as it is made (nn_write_rows), without a whole fp32 copy of x or an fp32
      * stage of y where y's format allows; the same operations on the same values */
-    if (!x->st->on_device && fx_tensor_is_contiguous(x) && D <= NN_ROW_MAX &&
-        (!fmt_is_shared_exponent(x->fmt) || fx_storage_settle(x->st, func) == FX_OK)) {
-        const ln_fwd_rows c = {fx_backend_active(), ln_kernels(), x->fmt,
-                               fmt_is_shared_exponent(x->fmt) ? x->st->exp : 0, fx_tensor_base(x),
-                               D, st, epsf, gamma, beta};
+    if (D <= NN_ROW_MAX && ln_in_place_ok(x, func)) {
+        const ln_fwd_rows c = {ln_kernels(), ln_src_of(x), D, st, epsf, gamma, beta};
         rc = nn_write_rows(y, R, D, ln_rows_per_call(D), ln_fwd_row, &c, 0, x->st == y->st,
                            R > FX_LN_ROW_GROUP ? nn_threads_for(R * D) : 1, func);
         if (rc == FX_OK)

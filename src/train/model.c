@@ -1171,7 +1171,7 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
         /* fp16/bf16 outputs: the bias added where the product is converted (the same bits as
          * the product into tmp and the add; these formats keep no state between writes) */
         const fmt_t fo = tensor_fmt(l->out[ctx]);
-        if ((fo == FMT_FP16 || fo == FMT_BF16) && tensor_fmt(m->params[l->b].w) == fo)
+        if (fo == FMT_FP16 || fo == FMT_BF16)
             return fx_rows_matmul_wt_bias(l->out[ctx], x, m->params[l->w].w, m->params[l->b].w);
         int rc = fx_rows_matmul_wt(l->tmp[ctx], x, m->params[l->w].w);
         tensor_t *t2 = fx_rows_view(l->tmp[ctx], l->shape[2]);
