@@ -95,8 +95,9 @@ typedef struct {
     void (*cvt)(const float *, uint16_t *, int64_t);
 } bmm_float_items;
 
-static int bmm_float_item(const bmm_float_items *it, int64_t i, int nthreads)
+static int bmm_float_item(const void *ctx, int64_t i, int nthreads)
 {
+    const bmm_float_items *it = ctx;
     const bmm_dims *d = it->d;
     fx_operand oa = fx_operand_2d((const char *)it->av + (size_t)(i * d->ar * d->ac) * it->es, 0,
                                   0, d->ar, d->ac, d->ac, it->ta);
@@ -110,6 +111,72 @@ static int bmm_float_item(const bmm_float_items *it, int64_t i, int nthreads)
     const int rc = fx_matmul_float_h16(&oa, &ob, it->cf, v, h, it->cvt, &done, nthreads, it->func);
     if (rc == FX_OK && !done) it->cvt(v, h, d->M * d->N); /* the write's conversion */
     return rc;
+}
+
+/* The integer items of one bmm: item i's exact sums (mantissas of a and b at exponents ea, eb,
+ * so the sums are at ea + eb) into its [M, N] block of the int64 stage v, and its largest
+ * |sum| into imax[i]. */
+typedef struct {
+    const bmm_dims *d;
+    const int16_t *am, *bm;
+    int ea, eb, ta, tb;
+    int64_t *v;
+    uint64_t *imax;
+    const char *func;
+} bmm_int_items;
+
+static int bmm_int_item(const void *ctx, int64_t i, int nthreads)
+{
+    const bmm_int_items *it = ctx;
+    const bmm_dims *d = it->d;
+    const fx_operand oa = fx_operand_2d(it->am + i * d->ar * d->ac, 1, it->ea, d->ar, d->ac, d->ac,
+                                        it->ta);
+    const fx_operand ob = fx_operand_2d(it->bm + i * d->br * d->bc, 1, it->eb, d->br, d->bc, d->bc,
+                                        it->tb);
+    return fx_matmul_i64_max(&oa, &ob, it->v + i * d->M * d->N, nthreads, &it->imax[i], it->func);
+}
+
+/* Every item of a bmm through item(ctx, i, nthreads). Many small items (attention's heads:
+ * 512 products of 128 x 128 x 32) run side by side, one thread each: the kernels thread only
+ * products of 2^20 multiply-adds and up, so these ran one after another on one thread. Larger
+ * items run one after another, each on every thread. Each item's result does not depend on
+ * the thread that computes it. FX_OK, or the status of an item that failed (with a message
+ * naming it where the worker's own stayed on its thread). */
+static int bmm_items_run(const bmm_dims *d, int (*item)(const void *, int64_t, int),
+                         const void *ctx, const char *func)
+{
+    const double work = (double)d->M * (double)d->N * (double)d->K;
+    const int nt = flexpoint_num_threads();
+    flexpoint_clear_error();
+    int failed = FX_OK;
+    if (nt > 1 && d->B >= nt && work < (double)((int64_t)1 << 24)) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+        for (int64_t i = 0; i < d->B; i++) {
+            int bad;
+#ifdef _OPENMP
+#pragma omp atomic read
+#endif
+            bad = failed;
+            if (bad) continue;
+            const int r = item(ctx, i, 1);
+            if (r) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+                failed = r;
+            }
+        }
+    } else {
+        /* no parallel region around the kernels: one, even of one thread, would make their
+         * own regions nested, which libgomp serves with new threads every call */
+        for (int64_t i = 0; i < d->B && !failed; i++) failed = item(ctx, i, nt);
+    }
+    if (!failed) return FX_OK;
+    return flexpoint_last_error()[0] ? failed
+                                     : fx_error(failed, func, "the matmul kernel failed on a "
+                                                "batch item (status %d)", failed);
 }
 
 static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const tensor_t *b, int ta,
@@ -141,24 +208,19 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
             if (rc != FX_SHARED_MATMUL_NOT_TAKEN) goto done;
         }
         int64_t *v = fx_scratch_alloc(&s, n, sizeof *v);
-        if (!v) {
+        uint64_t *imax = fx_scratch_alloc(&s, d->B, sizeof *imax); /* each item's max |sum| */
+        if (!v || !imax) {
             rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld int64 values", (long long)n);
             goto done;
         }
+        uint64_t whole_max = 0;
         if (d->K == 0) memset(v, 0, sizeof *v * (size_t)n);
-        for (int64_t i = 0; i < d->B && d->K > 0; i++) {
-            fx_operand oa = fx_operand_2d(am + i * d->ar * d->ac, 1, ea, d->ar, d->ac, d->ac, ta);
-            fx_operand ob = fx_operand_2d(bm + i * d->br * d->bc, 1, eb, d->br, d->bc, d->bc, tb);
-            int ei = e;
-            if ((rc = fx_matmul_stage(&oa, &ob, 1, NULL, v + i * d->M * d->N, &ei, func)))
-                goto done;
-            if (ei != e) {
-                rc = fx_error(FX_EUNSUPPORTED, func, "internal: batch %lld came at exponent %d, "
-                              "not %d", (long long)i, ei, e);
-                goto done;
-            }
+        else {
+            const bmm_int_items it = {d, am, bm, ea, eb, ta, tb, v, imax, func};
+            if ((rc = bmm_items_run(d, bmm_int_item, &it, func))) goto done;
+            for (int64_t i = 0; i < d->B; i++) whole_max = imax[i] > whole_max ? imax[i] : whole_max;
         }
-        rc = fx_write_i64(out, v, e, func);
+        rc = fx_write_i64_max(out, v, e, whole_max, func);
     } else {
         /* bf16 x bf16 through the bf16 MATMUL kernel of the route in use, as tensor_matmul:
          * each item the same bits as tensor_matmul of its two matrices */
@@ -187,49 +249,10 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
                              fx_gemm_h16_enabled();
         uint16_t *h = half_out ? fx_scratch_alloc(&s, n, sizeof *h) : NULL;
         if (h && d->K == 0) memset(h, 0, sizeof *h * (size_t)n); /* +0 */
-        /* Many small items (attention's heads: 512 products of 128 x 128 x 32) run side by
-         * side, one thread each; the kernels thread only products of 2^20 multiply-adds and
-         * up, so these ran one after another on one thread. Each item's bits do not depend
-         * on the thread that computes it. */
-        const double work = (double)d->M * (double)d->N * (double)d->K;
-        const int nt = flexpoint_num_threads();
-        const fx_backend *bk = fx_backend_active();
         const bmm_float_items it = {d, cf, oa.data, ob.data, fmt_elem_size(cf), ta, tb, v, func,
-                                    h, out->fmt == FMT_FP16 ? bk->cvt.f32_to_fp16
-                                                            : bk->cvt.f32_to_bf16};
-        flexpoint_clear_error();
-        int failed = FX_OK;
-        if (d->K > 0 && nt > 1 && d->B >= nt && work < (double)((int64_t)1 << 24)) {
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
-#endif
-            for (int64_t i = 0; i < d->B; i++) {
-                int bad;
-#ifdef _OPENMP
-#pragma omp atomic read
-#endif
-                bad = failed;
-                if (bad) continue;
-                const int r = bmm_float_item(&it, i, 1);
-                if (r) {
-#ifdef _OPENMP
-#pragma omp atomic write
-#endif
-                    failed = r;
-                }
-            }
-        } else {
-            /* no parallel region around the kernels: one, even of one thread, would make
-             * their own regions nested, which libgomp serves with new threads every call */
-            for (int64_t i = 0; i < d->B && d->K > 0 && !failed; i++)
-                failed = bmm_float_item(&it, i, nt);
-        }
-        if (failed) { /* a worker's message stays on its thread: say which status it was */
-            rc = flexpoint_last_error()[0] ? failed
-                                           : fx_error(failed, func, "the matmul kernel failed on "
-                                                      "a batch item (status %d)", failed);
-            goto done;
-        }
+                                    h, out->fmt == FMT_FP16 ? be->cvt.f32_to_fp16
+                                                            : be->cvt.f32_to_bf16};
+        if (d->K > 0 && (rc = bmm_items_run(d, bmm_float_item, &it, func))) goto done;
         rc = h ? fx_write_half_bits(out, h, func) : fx_write_f32(out, v, func);
     }
 done:
