@@ -5,10 +5,9 @@
  *   softmax    [65536, 128] (rows)    tensor_softmax / tensor_softmax_backward (last axis)
  *   qk         [128, 4, 128, 32] x [128, 4, 128, 32]^T   tensor_bmm (scores) / its backward
  *   attn_sm    [128, 4, 128, 128]     tensor_attention_softmax (scale, causal mask) /
- *                                     tensor_softmax_backward
+ *                                     tensor_attention_softmax_backward
  *   pv         [128, 4, 128, 128] x [128, 4, 128, 32]    tensor_bmm / its backward
- *   scale      [128, 4, 128, 128]     tensor_scale by 1/sqrt(32), of x / of dy (the attention's
- *                                     backward scales its score gradient so)
+ *   scale      [128, 4, 128, 128]     tensor_scale by 1/sqrt(32), of x / of dy
  *   ./build/release/bench/bench_tfm [threads] [repetitions] [formats]
  * Prints the best wall time (ms) of the repetitions per pass, and fp32's time over each
  * format's in the same process. Inputs are standard-normal activations and gradients of 0.01;
@@ -62,8 +61,10 @@ static int run_op(int op, const op_tensors *t, const float *gamma, const float *
             rc = tensor_layernorm_backward(t->dx, dg, db, t->dy, t->x, gamma, 1e-5);
             break;
         case OP_GELU: rc = tensor_unary_backward(t->dx, t->dy, t->x, "gelu"); break;
-        case OP_SOFTMAX:
-        case OP_ATTN_SM: rc = tensor_softmax_backward(t->dx, t->dy, t->y, -1); break;
+        case OP_SOFTMAX: rc = tensor_softmax_backward(t->dx, t->dy, t->y, -1); break;
+        case OP_ATTN_SM:
+            rc = tensor_attention_softmax_backward(t->dx, t->dy, t->y, SCORE_SCALE);
+            break;
         case OP_QK: rc = tensor_bmm_backward(t->dx, t->dw, t->dy, t->x, t->w, 0, 1); break;
         case OP_SCALE: rc = tensor_scale(t->dx, t->dy, SCORE_SCALE); break;
         default: rc = tensor_bmm_backward(t->dx, t->dw, t->dy, t->x, t->w, 0, 0); break;

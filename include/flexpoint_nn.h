@@ -530,8 +530,8 @@ FX_API int tensor_causal_mask(tensor_t *y, const tensor_t *x, double fill);
  *  For a contiguous x (not sharing y's storage) it makes each row in cache and never writes
  *  the scaled scores out (three passes over [B, H, T, T] fp32 scores fewer in a transformer's
  *  attention); other inputs run those three ops on an fp32 temporary. The
- *  gradient: tensor_softmax_backward() from y, then tensor_scale() by the same scale (masked
- *  elements have probability 0 and get gradient 0).
+ *  gradient with respect to x: tensor_attention_softmax_backward() (masked elements have
+ *  probability 0 and get gradient 0).
  *  @param[out] y      Output with x's shape, any format (may be x itself: then the
  *                     temporary route).
  *  @param[in]  x      Scores [..., Sq, Sk], any format.
@@ -541,6 +541,24 @@ FX_API int tensor_causal_mask(tensor_t *y, const tensor_t *x, double fill);
  *  @return FX_OK; FX_EINVAL (NULL tensor, scale not finite, causal not 0 or 1); FX_ESHAPE (x
  *          not at least 2-D, y's shape differs); FX_EUNSUPPORTED (device tensors); FX_ENOMEM. */
 FX_API int tensor_attention_softmax(tensor_t *y, const tensor_t *x, double scale, int causal);
+/** @brief The gradient of tensor_attention_softmax() with respect to its scores x:
+ *  dx = scale * y * (dy - sum(dy * y)) along the last axis, from the forward's output y.
+ *
+ *  By definition the same bits and the same write as tensor_softmax_backward() along the last
+ *  axis into an fp32 tensor, then tensor_scale() by scale into dx: one rounding into dx's
+ *  format (the two ops into a 16-bit or shared-exponent temporary round twice). For
+ *  contiguous dy and y it makes each row in cache and never writes the unscaled gradient out;
+ *  other inputs run the two ops on an fp32 temporary. The masked elements of a causal forward
+ *  have y = 0 and get 0 (NaN where dy is NaN or infinite there, as in the two ops).
+ *  @param[out] dx    Output with y's shape, any format (may be dy or y: then it is written
+ *                    after every row is read).
+ *  @param[in]  dy    Gradient of y, y's shape, any format.
+ *  @param[in]  y     The forward's probabilities [..., Sq, Sk], any format.
+ *  @param[in]  scale The forward's factor, finite.
+ *  @return FX_OK; FX_EINVAL (NULL tensor, scale not finite); FX_ESHAPE (y not at least 2-D, dy
+ *          or dx of another shape); FX_EUNSUPPORTED (device tensors); FX_ENOMEM. */
+FX_API int tensor_attention_softmax_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *y,
+                                             double scale);
 /** @brief Masked fill: y = x, with fill where mask is nonzero (NaN counts as nonzero).
  *
  *  mask broadcasts to x's shape by NumPy's rules (axes aligned from the end, each equal or 1),

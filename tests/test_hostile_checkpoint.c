@@ -7,8 +7,8 @@
  * field and the value, and a trainer whose complete state (every byte a save would write) is
  * what it was before the load. The fuzzer's checkpoint corpus (tests/fuzz/corpus/checkpoint/)
  * is replayed too: ok-* inputs must load, bad-* must be refused, none may break a property.
- * The file versions: version 2 loads for a model without attention layers only, the others
- * but 3 are refused (version_cases). */
+ * The file versions: versions 2 and 3 load for a model without attention layers only, the
+ * others but 4 are refused (version_cases). */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "flexpoint_data.h"
@@ -289,10 +289,11 @@ done:
 /* A checkpoint's version word set to v (the CRC covers only the payload). */
 static void set_version(uint8_t *file, uint32_t v) { memcpy(file + FX_CKPT_OFF_VERSION, &v, 4); }
 
-/* Version 3 added a tensor to every attention layer's checkpoint state; a model without
- * attention layers saves the same bytes as before, so its version-2 files still load (and give
- * the saver's exact state), while a sequence model's version-2 file, and any version but 2 and
- * 3, is refused with the versions in the message and the trainer unchanged. */
+/* Versions 3 and 4 changed the tensors of every attention layer's checkpoint state; a model
+ * without attention layers saves the same bytes as before, so its version-2 and version-3
+ * files still load (and give the saver's exact state), while a sequence model's version-2 or
+ * version-3 file, and any version but 2 to 4, is refused with the versions in the message and
+ * the trainer unchanged. */
 static void version_cases(const fx_dataset *tr)
 {
     char path[512];
@@ -307,20 +308,23 @@ static void version_cases(const fx_dataset *tr)
         uint32_t v = 0;
         if (file) memcpy(&v, file + FX_CKPT_OFF_VERSION, 4);
         CHECK(file && v == FX_CKPT_VERSION, "a save writes version %u", (unsigned)v);
-        if (file) {
-            set_version(file, 2);
-            snprintf(path, sizeof path, "%s/v2.ckpt", tmpdir);
+        for (uint32_t old = 2; file && old <= 3; old++) {
+            set_version(file, old);
+            snprintf(path, sizeof path, "%s/v%u.ckpt", tmpdir, (unsigned)old);
             write_bytes(path, file, len);
             CHECK_STATUS(fx_trainer_load(b, path), FX_OK);
             fx_buf want = state_of(a);
-            CHECK(same_state(b, &want), "a version-2 file of an MLP did not restore its state");
+            CHECK(same_state(b, &want), "a version-%u file of an MLP did not restore its state",
+                  (unsigned)old);
             fx_buf_free(&want);
-            const uint32_t refused_versions[] = {1, 4, 0xffffffffu};
+        }
+        if (file) {
+            const uint32_t refused_versions[] = {1, 5, 0xffffffffu};
             for (int i = 0; i < 3; i++) {
                 set_version(file, refused_versions[i]);
                 char want1[32];
                 snprintf(want1, sizeof want1, "version %u", (unsigned)refused_versions[i]);
-                expect_refused(b, want1, file, len, want1, "reads version 3");
+                expect_refused(b, want1, file, len, want1, "reads version 4");
             }
         }
         free(file);
@@ -328,7 +332,7 @@ static void version_cases(const fx_dataset *tr)
     fx_trainer_free(a);
     fx_trainer_free(b);
 
-    /* a sequence model: version 2 refused, version 3 loads */
+    /* a sequence model: versions 2 and 3 refused, version 4 loads */
     snprintf(path, sizeof path, "%s/text.txt", tmpdir);
     FILE *f = fopen(path, "w");
     for (int i = 0; f && i < 40; i++) fputs("the cat sat on the mat. ", f);
@@ -348,10 +352,14 @@ static void version_cases(const fx_dataset *tr)
         size_t len;
         uint8_t *file = file_bytes(path, &len);
         if (file) {
-            set_version(file, 2);
-            expect_refused(u, "a sequence model's version 2", file, len, "version 2",
-                           "attention layers");
-            CHECK_STATUS(fx_trainer_load(u, path), FX_OK); /* the saved file, version 3 */
+            for (uint32_t old = 2; old <= 3; old++) {
+                set_version(file, old);
+                char what[64], want1[32];
+                snprintf(what, sizeof what, "a sequence model's version %u", (unsigned)old);
+                snprintf(want1, sizeof want1, "version %u", (unsigned)old);
+                expect_refused(u, what, file, len, want1, "attention layers");
+            }
+            CHECK_STATUS(fx_trainer_load(u, path), FX_OK); /* the saved file, version 4 */
             fx_buf want = state_of(s);
             CHECK(same_state(u, &want), "a sequence model's checkpoint did not restore its state");
             fx_buf_free(&want);

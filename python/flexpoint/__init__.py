@@ -41,7 +41,8 @@ from .ops import clamp, clamp_backward, unary, unary_backward, unary_names
 from .ops import pow, pow_backward  # noqa: A004 - mirrors tensor_pow_scalar; only as fx.pow
 from .optim import SGD, Adam, LossScaler, adam_step, sgd_step
 from . import convert, transformer
-from .transformer import (adamw_step, attention_softmax, bmm, bmm_backward, causal_mask,
+from .transformer import (adamw_step, attention_softmax, attention_softmax_backward, bmm,
+                          bmm_backward, causal_mask,
                           clip_grad_norm, embedding,
                           embedding_backward, layernorm, layernorm_backward, log_softmax,
                           log_softmax_backward, masked_fill, softmax, softmax_backward)
@@ -183,7 +184,7 @@ __all__ = [
     # transformer ops
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layernorm",
     "layernorm_backward", "bmm", "bmm_backward", "causal_mask", "attention_softmax",
-    "masked_fill", "embedding",
+    "attention_softmax_backward", "masked_fill", "embedding",
     "embedding_backward", "adamw_step", "clip_grad_norm", "transformer", "convert",
     # data and training
     "Dataset", "TrainConfig", "EpochMetrics", "Trainer", "checkpoint_config", "data", "device",

@@ -188,6 +188,7 @@ _PROTOTYPES: Dict[str, tuple] = {
     "tensor_bmm_backward": (c_int, [_p, _p, _p, _p, _p, c_int, c_int]),
     "tensor_causal_mask": (c_int, [_p, _p, c_double]),
     "tensor_attention_softmax": (c_int, [_p, _p, c_double, c_int]),
+    "tensor_attention_softmax_backward": (c_int, [_p, _p, _p, c_double]),
     "tensor_masked_fill": (c_int, [_p, _p, _p, c_double]),
     "tensor_embedding": (c_int, [_p, _p, _i32p, c_int64]),
     "tensor_embedding_backward": (c_int, [_p, _p, _i32p, c_int64]),

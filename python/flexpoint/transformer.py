@@ -27,7 +27,7 @@ from .tensor import Tensor
 __all__ = [
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layernorm",
     "layernorm_backward", "bmm", "bmm_backward", "causal_mask", "attention_softmax",
-    "masked_fill", "embedding",
+    "attention_softmax_backward", "masked_fill", "embedding",
     "embedding_backward", "adamw_step", "clip_grad_norm",
 ]
 
@@ -195,6 +195,22 @@ def attention_softmax(x: Tensor, scale: float, causal: bool = True,
     o = _out(out, x.shape, fmt, x)
     check(lib().tensor_attention_softmax(o._h, x._h, s, c_bool(causal, "causal")),
           "tensor_attention_softmax")
+    return o
+
+
+def attention_softmax_backward(dy: Tensor, y: Tensor, scale: float,
+                               out: Optional[Tensor] = None,
+                               fmt: Optional[FormatLike] = None) -> Tensor:
+    """The gradient of :func:`attention_softmax` with respect to its scores:
+    ``scale * y * (dy - sum(dy * y))`` along the last axis, from the forward's output y. The
+    same bits as :func:`softmax_backward` into fp32, then ``scale(..., scale)``: one rounding
+    into the output's format. InvalidArgumentError for a scale that is not finite, ShapeError
+    for y below 2-D or dy of another shape."""
+    dy, y = _tensor(dy, "dy"), _tensor(y, "y")
+    s = c_double(scale, "scale")
+    o = _out(out, y.shape, fmt, dy)
+    check(lib().tensor_attention_softmax_backward(o._h, dy._h, y._h, s),
+          "tensor_attention_softmax_backward")
     return o
 
 

@@ -71,6 +71,25 @@ def test_attention_softmax_is_scale_mask_softmax(fmt, causal, rng):
         fx.attention_softmax(x, float("nan"))
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_attention_softmax_backward_is_softmax_backward_then_scale(fmt, rng):
+    x = fx.from_numpy((rng.standard_normal((2, 3, 6, 6)) * 3).astype(np.float32), fmt)
+    s = 1 / np.sqrt(32)
+    y = fx.attention_softmax(x, s, True, fmt=fmt)
+    dy = fx.from_numpy(rng.standard_normal((2, 3, 6, 6)).astype(np.float32), fmt)
+    want = fx.scale(fx.softmax_backward(dy, y, -1, fmt="fp32"), s, fmt=fmt)
+    got = fx.attention_softmax_backward(dy, y, s, fmt=fmt)
+    assert np.array_equal(got.numpy(), want.numpy())
+    ys, g = y.numpy().astype(np.float64), dy.numpy().astype(np.float64)
+    ref = s * ys * (g - (g * ys).sum(axis=-1, keepdims=True))
+    close(got.numpy(), ref, fmt, 4.0)
+    assert np.all(np.triu(got.numpy()[0, 0], 1) == 0)  # masked positions get 0
+    with pytest.raises(fx.InvalidArgumentError, match="scale"):
+        fx.attention_softmax_backward(dy, y, float("inf"))
+    with pytest.raises(fx.ShapeError):
+        fx.attention_softmax_backward(fx.from_numpy(np.ones((2, 3), np.float32), fmt), y, s)
+
+
 def test_softmax_bad_axis_writes_nothing():
     x = fx.from_numpy(np.ones((2, 3), np.float32), "fp32")
     out = fx.from_numpy(np.full((2, 3), 7, np.float32), "fp32")

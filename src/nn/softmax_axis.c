@@ -409,3 +409,74 @@ int tensor_attention_softmax(tensor_t *y, const tensor_t *x, double scale, int c
     return rc;
 }
 
+
+/* ---- attention's score gradient in one pass ------------------------------------------------
+ * tensor_attention_softmax_backward(dx, dy, y, s) is, by definition, tensor_softmax_backward
+ * along the last axis into an fp32 tensor, then tensor_scale by s into dx: the same bits in
+ * dx, the same write. Where dy and y are contiguous on the host and dx has a storage of its
+ * own, each gradient row is made by the level's row kernel (the definition's arithmetic, the
+ * same bits on every level) in a stack buffer, multiplied by (float)s there (the fp32 SCALE
+ * kernels' one rounding) and goes into dx's one write (nn_write_rows: in place, converted or
+ * rounded row by row where dx allows, else an fp32 stage): the unscaled gradient never goes
+ * to memory (the transformer's attention wrote and read back a [B, H, T, T] tensor for it, and
+ * for FLEX16_5/DFP16 rounded twice). Other inputs (views, rows longer than SM_GATHER_MAX) run
+ * the two ops on an fp32 temporary. */
+typedef struct attn_sm_bwd_rows {
+    const sm_rows *gr, *yr;
+    int64_t len;
+    float sf;
+    void (*kernel)(const float *, const float *, float *, int64_t, int);
+} attn_sm_bwd_rows;
+
+static void attn_sm_bwd_row(const void *vc, int64_t r, int64_t nr, float *row, float *rmax,
+                            int64_t *rbad)
+{
+    (void)nr; /* one row a call */
+    (void)rmax;
+    (void)rbad;
+    const attn_sm_bwd_rows *c = vc;
+    float gbuf[SM_GATHER_MAX], ybuf[SM_GATHER_MAX];
+    const float *g = sm_rows_get(c->gr, r * c->len, c->len, gbuf);
+    const float *y = sm_rows_get(c->yr, r * c->len, c->len, ybuf);
+    if (c->kernel) c->kernel(g, y, row, c->len, 0);
+    else fx_softmax_backward_row_def(g, y, row, 1, c->len, 0);
+    for (int64_t k = 0; k < c->len; k++) row[k] *= c->sf;
+}
+
+int tensor_attention_softmax_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *y,
+                                      double scale)
+{
+    static const char func[] = "tensor_attention_softmax_backward";
+    if (!dx || !dy || !y)
+        return fx_error(FX_EINVAL, func, "%s is NULL", !dx ? "dx" : (!dy ? "dy" : "y"));
+    if (!isfinite(scale)) return fx_error(FX_EINVAL, func, "scale %g is not finite", scale);
+    int rc = nn_same_shape(func, "dy", dy, "y", y);
+    if (!rc) rc = nn_same_shape(func, "dx", dx, "y", y);
+    if (rc) return rc;
+    if (y->ndim < 2) {
+        char b1[160];
+        return fx_error(FX_ESHAPE, func, "y must be [..., Sq, Sk], got y.shape=%s",
+                        fx_shape_str(y, b1, sizeof b1));
+    }
+    if (dx->st->on_device || dy->st->on_device || y->st->on_device)
+        return fx_error(FX_EUNSUPPORTED, func, "%s is a device tensor: no device kernel yet",
+                        dx->st->on_device ? "dx" : (dy->st->on_device ? "dy" : "y"));
+    const int64_t n = fx_numel_of(y->ndim, y->shape);
+    if (n == 0) return FX_OK;
+    const int64_t len = y->shape[y->ndim - 1];
+    sm_rows gr, yr;
+    if (len <= SM_GATHER_MAX && sm_rows_of(dy, &gr, func) && sm_rows_of(y, &yr, func)) {
+        const attn_sm_bwd_rows c = {&gr, &yr, len, (float)scale,
+                                    gr.be->cvt.softmax_backward_row_f32};
+        return nn_write_rows(dx, n / len, len, 1, attn_sm_bwd_row, &c, 0,
+                             dy->st == dx->st || y->st == dx->st,
+                             n > len ? nn_threads_for(n) : 1, func);
+    }
+    tensor_t *t = tensor_new(FMT_FP32, y->ndim, y->shape);
+    if (!t) return fx_error(FX_ENOMEM, func, "cannot allocate the fp32 gradient (%lld values)",
+                            (long long)n);
+    rc = tensor_softmax_backward(t, dy, y, -1);
+    if (!rc) rc = tensor_scale(dx, t, scale);
+    tensor_free(t);
+    return rc;
+}

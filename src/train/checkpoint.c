@@ -271,10 +271,10 @@ static int fx_check_header(const uint8_t *hdr, uint64_t file_len, const char *na
     memcpy(&version, hdr + FX_CKPT_OFF_VERSION, 4);
     memcpy(&reserved, hdr + FX_CKPT_OFF_RESERVED, 4);
     memcpy(&len, hdr + FX_CKPT_OFF_LENGTH, 8);
-    if (version != FX_CKPT_VERSION && version != FX_CKPT_VERSION_NO_ATTN)
+    if (version < FX_CKPT_VERSION_NO_ATTN || version > FX_CKPT_VERSION)
         return fx_error(FX_ECORRUPT, func, "%s: version %u, this library reads version %u (and "
-                         "%u for a model without attention layers)", name, version,
-                         FX_CKPT_VERSION, FX_CKPT_VERSION_NO_ATTN);
+                         "%u to %u for a model without attention layers)", name, version,
+                         FX_CKPT_VERSION, FX_CKPT_VERSION_NO_ATTN, FX_CKPT_VERSION - 1);
     if (reserved != 0)
         return fx_error(FX_ECORRUPT, func, "%s: reserved header field is %u, must be 0", name,
                          reserved);
@@ -624,8 +624,8 @@ int fx_ckpt_decode(fx_trainer *t, const uint8_t *file, size_t len, const char *n
     int rc = fx_check_header(file, len, name, LOAD_FUNC, &version);
     if (rc) return rc;
     if (version != FX_CKPT_VERSION && fx_model_has_attention(&t->m))
-        return LOAD_FAIL(FX_ECORRUPT, "%s: version %u, from before the attention layers' third "
-                         "input-gradient tensor; this model has attention layers, which need "
+        return LOAD_FAIL(FX_ECORRUPT, "%s: version %u, whose attention layers keep another "
+                         "set of backward tensors; this model has attention layers, which need "
                          "version %u", name, version, FX_CKPT_VERSION);
     const uint8_t *payload = file + FX_CKPT_HEADER_BYTES;
     size_t plen = len - FX_CKPT_HEADER_BYTES;

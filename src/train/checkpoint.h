@@ -20,9 +20,11 @@
 /* 2: fx_train_config grew the optimiser and loss-scaler fields, and each parameter a
  * second-moment buffer (Adam, AdamW); 3: an attention layer's backward keeps one more
  * shared-exponent tensor (fx_layer.gatt[FX_AG_XC]), whose state a sequence model's checkpoint
- * holds. Saves write FX_CKPT_VERSION; loads also read version 2 for a model without attention
- * layers, whose checkpoints the change left byte for byte the same. */
-#define FX_CKPT_VERSION 3u
+ * holds; 4: it keeps one fewer (the unscaled score gradient, now never stored:
+ * tensor_attention_softmax_backward). Saves write FX_CKPT_VERSION; loads also read versions
+ * FX_CKPT_VERSION_NO_ATTN up for a model without attention layers, whose checkpoints these
+ * changes left byte for byte the same. */
+#define FX_CKPT_VERSION 4u
 #define FX_CKPT_VERSION_NO_ATTN 2u
 
 /* Byte offsets of the header fields. */

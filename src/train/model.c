@@ -802,9 +802,9 @@ static int fx_attn_alloc(fx_model *m, fx_layer *l, int ctx)
     tensor_t **g = l->gatt;
     /* 3: [B, T, D]; 4: [B, H, T, D/H]; 5: [B, H, T, T] */
     static const int shape_of[FX_AG_N] = {
-        [FX_AG_DOC] = 3, [FX_AG_DO] = 4,  [FX_AG_DP] = 5,  [FX_AG_DV4] = 4, [FX_AG_DS] = 5,
-        [FX_AG_DSS] = 5, [FX_AG_DQ4] = 4, [FX_AG_DK4] = 4, [FX_AG_DQ] = 3,  [FX_AG_DK] = 3,
-        [FX_AG_DV] = 3,  [FX_AG_XA] = 3,  [FX_AG_XB] = 3,  [FX_AG_XS] = 3,  [FX_AG_XC] = 3};
+        [FX_AG_DOC] = 3, [FX_AG_DO] = 4, [FX_AG_DP] = 5, [FX_AG_DV4] = 4, [FX_AG_DSS] = 5,
+        [FX_AG_DQ4] = 4, [FX_AG_DK4] = 4, [FX_AG_DQ] = 3, [FX_AG_DK] = 3,  [FX_AG_DV] = 3,
+        [FX_AG_XA] = 3,  [FX_AG_XB] = 3, [FX_AG_XS] = 3, [FX_AG_XC] = 3};
     for (int j = 0; j < FX_AG_N; j++) {
         const int k = shape_of[j];
         assert(k >= 3 && k <= 5); /* every entry given */
@@ -1056,9 +1056,11 @@ static int fx_attn_backward(fx_model *m, fx_layer *l, const tensor_t *x, const t
     tensor_t *vh = fx_heads_view(a[FX_AT_V], H);
     if (!rc && (!qh || !kh || !vh)) rc = FX_ENOMEM;
     if (!rc) rc = tensor_bmm_backward(g[FX_AG_DP], g[FX_AG_DV4], g[FX_AG_DO], a[FX_AT_P], vh, 0, 0);
-    /* masked positions have probability 0, so their score gradient is 0 already */
-    if (!rc) rc = tensor_softmax_backward(g[FX_AG_DS], g[FX_AG_DP], a[FX_AT_P], -1);
-    if (!rc) rc = tensor_scale(g[FX_AG_DSS], g[FX_AG_DS], 1.0 / sqrt((double)dh));
+    /* the gradient of the unscaled scores q k^T, rounded once (masked positions have
+     * probability 0, so their gradient is 0 already) */
+    if (!rc)
+        rc = tensor_attention_softmax_backward(g[FX_AG_DSS], g[FX_AG_DP], a[FX_AT_P],
+                                               1.0 / sqrt((double)dh));
     if (!rc) rc = tensor_bmm_backward(g[FX_AG_DQ4], g[FX_AG_DK4], g[FX_AG_DSS], qh, kh, 0, 1);
     tensor_free(qh);
     tensor_free(kh);

@@ -47,8 +47,10 @@ typedef enum {
  * is written by one op only: a shared-exponent tensor that two different ops wrote in turn would
  * see its exponent jump at every write (fx_attn_backward). */
 enum { FX_AT_Q, FX_AT_K, FX_AT_V, FX_AT_S, FX_AT_P, FX_AT_O, FX_AT_OC, FX_AT_N };
-enum { FX_AG_DOC, FX_AG_DO, FX_AG_DP, FX_AG_DV4, FX_AG_DS, FX_AG_DSS, FX_AG_DQ4, FX_AG_DK4,
-       FX_AG_DQ, FX_AG_DK, FX_AG_DV, FX_AG_XA, FX_AG_XB, FX_AG_XS, FX_AG_XC, FX_AG_N };
+/* FX_AG_DSS: the gradient of the scores before their scale, the softmax gradient times the
+ * scale (tensor_attention_softmax_backward) */
+enum { FX_AG_DOC, FX_AG_DO, FX_AG_DP, FX_AG_DV4, FX_AG_DSS, FX_AG_DQ4, FX_AG_DK4, FX_AG_DQ,
+       FX_AG_DK, FX_AG_DV, FX_AG_XA, FX_AG_XB, FX_AG_XS, FX_AG_XC, FX_AG_N };
 
 /* Per-sample rank plus the batch dimension. */
 #define FX_LAYER_MAX_DIMS (FX_MODEL_MAX_RANK + 1)
