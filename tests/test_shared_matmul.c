@@ -233,12 +233,16 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
         if (!twin_products_step(&t, scale[step], 77, what, step, &taken, &kept)) break;
         if (kept && checked++ < 2) check_reference(t.fast, t.a, t.b, what);
         /* the jump's overflow (step 7) was recomputed: FLEX16_5's guess is not steady for the
-         * next FX_GUESS_STEADY_WRITES writes, which the route must then leave alone */
+         * next FX_GUESS_STEADY_WRITES writes, which the route takes only where the AMX kernel
+         * rounds the product in registers (a miss there costs less than the stage saves) */
         if (fo == FMT_FLEX16_5 && step > 7 && step <= 7 + FX_GUESS_STEADY_WRITES)
             taken_unsteady += taken;
     }
-    CHECK(taken_unsteady == 0, "%s: %d FLEX16_5 writes taken right after a recomputed overflow",
-          what, taken_unsteady);
+    if (fo == FMT_FLEX16_5) {
+        const int want = rounds_on_amx(M, K, N) ? FX_GUESS_STEADY_WRITES : 0;
+        CHECK(taken_unsteady == want, "%s: %d FLEX16_5 writes taken right after a recomputed "
+              "overflow, not %d", what, taken_unsteady, want);
+    }
     (void)r;
     const int64_t taken = fx_shared_matmul_taken() - taken0;
     const int64_t missed = fx_shared_matmul_missed() - missed0;

@@ -17,9 +17,9 @@
  * second miss hands the product to the dispatcher, which computes it again with a whole stage:
  * the same exact sums, so the same decision and bits. The route is taken where the guess
  * held for the output's last FX_GUESS_STEADY_WRITES writes, so that such misses stay rare, and
- * for a DFP16 output whose guess did not hold where the AMX kernel rounds the product at it
- * (below), whose misses run it again, in registers unless the exponent asked for is beyond
- * what the kernel rounds there.
+ * for an output whose guess did not hold where the AMX kernel rounds the product at it
+ * (below): a DFP16 miss runs it again, in registers unless the exponent asked for is beyond
+ * what the kernel rounds there; a FLEX16_5 one goes to the dispatcher as above.
  *
  * Where the level's kernel rounds the product itself (gemm.i16_rounds: the AMX kernel in one K
  * block, fx_gemm_i16_amx_rounds, each sum while it is in registers; the register-tile driver
@@ -365,7 +365,7 @@ static bool fx_sm_takes_out(const tensor_t *out, int64_t numel, int64_t K, int *
     if (numel < __atomic_load_n(&fx_sm_min_out, __ATOMIC_RELAXED) || K < 1) return false;
     if (!fx_write_shared_guess_exp(out, guess) || !fx_write_shared_local(out)) return false;
     *steady = fx_write_shared_guess_steady(out);
-    return *steady || out->fmt == FMT_DFP16;
+    return true; /* an unsteady guess only where the kernel rounds in registers (fx_sm_write) */
 }
 
 /* The write's view of the plan's sums: exact integers at exponent ec, as the dispatcher's
@@ -487,6 +487,10 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
      * more often than not: in a transformer's training about two in three of them did. A miss
      * then costs one more run of the product, which in registers is still less than the
      * stage's traffic (dfp16 steps 14-17 % shorter on the Xeon reporting model 167 with AMX).
+     * A FLEX16_5 guess that did not hold lately is Autoflex's prediction after a recomputed
+     * overflow, and holds again almost always (of the transformer attention's 112 gradient
+     * products taken here in an epoch, steady or not, 5 missed); its miss costs the run in
+     * registers on top of the dispatcher's stage, and those products took 8-10 % less time.
      * Where the runs are in int64 blocks it was 3 % slower on the AVX2 level and 4 % faster on
      * the AVX-512 level without AMX, within that machine's noise, so the dispatcher keeps them
      * there. */
