@@ -11,6 +11,8 @@
  */
 #include "flexpoint_nn.h"
 #include "nn_misc_util.h"
+#include "core/internal.h" /* fx_tensor_set_disposable */
+#include "nn/nn_ops.h"     /* fx_nn_bmm_h16_direct_runs */
 
 typedef struct {
     const char *name;
@@ -566,6 +568,81 @@ static void items_as_matmul(void)
     CHECK_STATUS(flexpoint_set_backend(keep_backend), FX_OK);
 }
 
+/* An fp16/bf16 output the trainer marks disposable is the products' own staging (no copy):
+ * the same bits as an ordinary output on every backend, bf16 route, thread count and
+ * transpose, taken only where out is contiguous and in another storage than a and b; an
+ * ordinary output keeps the staging. */
+static void disposable_outputs(const char **bk, int nbk)
+{
+    const int64_t sa[3] = {6, 24, 33}, sb[3] = {6, 40, 33}, so[3] = {6, 24, 40};
+    const char *routes[] = {"widen", "dpbf16", "amx"};
+    const char *kn = flexpoint_kernel_name("matmul", FMT_BF16);
+    char keep_route[32], keep_backend[32];
+    snprintf(keep_route, sizeof keep_route, "%s", kn ? kn : "widen");
+    snprintf(keep_backend, sizeof keep_backend, "%s", flexpoint_backend());
+    test_rng rng;
+    test_rng_seed(&rng, 515);
+    for (int fi = 0; fi < 2; fi++) {
+        const fmt_t f = fi ? FMT_BF16 : FMT_FP16;
+        double *av = nn_doubles(6 * 24 * 33), *bv = nn_doubles(6 * 40 * 33);
+        for (int64_t i = 0; i < 6 * 24 * 33; i++) av[i] = test_rng_normal(&rng);
+        for (int64_t i = 0; i < 6 * 40 * 33; i++) bv[i] = test_rng_normal(&rng);
+        tensor_t *a = nn_tensor(f, 3, sa, av), *b = nn_tensor(f, 3, sb, bv);
+        for (int k = 0; k < nbk; k++)
+            for (int r = -1; r < 3; r++) {
+                CHECK_STATUS(flexpoint_set_backend(bk[k]), FX_OK);
+                if (r >= 0 && (f != FMT_BF16 ||
+                               flexpoint_set_kernel("matmul", FMT_BF16, routes[r]) != FX_OK))
+                    continue;
+                for (int nt = 1; nt <= 2; nt++) {
+                    flexpoint_set_num_threads(nt);
+                    tensor_t *plain = nn_zeros(f, 3, so), *disp = nn_zeros(f, 3, so);
+                    fx_tensor_set_disposable(disp);
+                    const int64_t d0 = fx_nn_bmm_h16_direct_runs();
+                    CHECK_STATUS(tensor_bmm(plain, a, b, 0, 1), FX_OK);
+                    const int64_t d1 = fx_nn_bmm_h16_direct_runs();
+                    CHECK_STATUS(tensor_bmm(disp, a, b, 0, 1), FX_OK);
+                    const int64_t d2 = fx_nn_bmm_h16_direct_runs();
+                    CHECK(d1 == d0 && d2 == d0 + 1, "bmm %s %s%s%s, %d threads: %lld ordinary "
+                          "and %lld disposable outputs written without a staging", fmt_name(f),
+                          bk[k], r >= 0 ? ", route " : "", r >= 0 ? routes[r] : "", nt,
+                          (long long)(d1 - d0), (long long)(d2 - d1));
+                    CHECK(nn_same_bits(plain, disp), "bmm %s %s%s%s, %d threads: a disposable "
+                          "output differs", fmt_name(f), bk[k], r >= 0 ? ", route " : "",
+                          r >= 0 ? routes[r] : "", nt);
+                    /* a view of another shape's storage: not contiguous, the staging again */
+                    const int64_t wide[3] = {6, 24, 41};
+                    tensor_t *w = nn_zeros(f, 3, wide);
+                    fx_tensor_set_disposable(w);
+                    tensor_t *v = tensor_view_slice(w, -1, 0, 40, 1);
+                    CHECK_STATUS(tensor_bmm(v, a, b, 0, 1), FX_OK);
+                    CHECK(fx_nn_bmm_h16_direct_runs() == d2, "a strided view was written "
+                          "without a staging");
+                    CHECK(nn_same_bits(plain, v), "bmm %s into a view differs", fmt_name(f));
+                    tensor_free(v);
+                    tensor_free(w);
+                    tensor_free(plain);
+                    tensor_free(disp);
+                }
+            }
+        /* out sharing a's storage: the staging */
+        tensor_t *sq = nn_tensor(f, 3, (const int64_t[3]){6, 24, 24}, av);
+        fx_tensor_set_disposable(sq);
+        const int64_t d0 = fx_nn_bmm_h16_direct_runs();
+        CHECK_STATUS(tensor_bmm(sq, sq, sq, 0, 1), FX_OK);
+        CHECK(fx_nn_bmm_h16_direct_runs() == d0, "an output in its operand's storage was "
+              "written without a staging");
+        tensor_free(sq);
+        tensor_free(a);
+        tensor_free(b);
+        free(av);
+        free(bv);
+    }
+    flexpoint_set_num_threads(0);
+    flexpoint_set_kernel("matmul", FMT_BF16, keep_route);
+    CHECK_STATUS(flexpoint_set_backend(keep_backend), FX_OK);
+}
+
 int main(void)
 {
     const char *bk[8];
@@ -586,6 +663,7 @@ int main(void)
     large_causal_mask();
     special_values();
     items_as_matmul();
+    disposable_outputs(bk, nbk);
     bad_input();
     return test_finish("test_nn_bmm");
 }

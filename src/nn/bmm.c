@@ -179,6 +179,13 @@ static int bmm_items_run(const bmm_dims *d, int (*item)(const void *, int64_t, i
                                                 "batch item (status %d)", failed);
 }
 
+static int64_t bmm_h16_direct_runs;
+
+int64_t fx_nn_bmm_h16_direct_runs(void)
+{
+    return __atomic_load_n(&bmm_h16_direct_runs, __ATOMIC_RELAXED);
+}
+
 static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const tensor_t *b, int ta,
                    int tb, const bmm_dims *d)
 {
@@ -244,10 +251,18 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
          * copied into out once every item has succeeded (an item that failed leaves out as it
          * was), rather than an fp32 stage twice the size that the write converts in a pass of
          * its own; the same conversion, so the same bits. Not a summed distributed output,
-         * whose write sums the ranks. */
+         * whose write sums the ranks. A disposable output (the trainer's activations and
+         * gradients, fx_storage.disposable: a failed op may leave other values there) that is
+         * contiguous and in another storage than a and b is its own staging, with no copy
+         * (the attention's [B, H, T, T] scores and their gradient: 16 MB copied a call). */
         const int half_out = (out->fmt == FMT_FP16 || out->fmt == FMT_BF16) && !out->st->dist &&
                              fx_gemm_h16_enabled();
-        uint16_t *h = half_out ? fx_scratch_alloc(&s, n, sizeof *h) : NULL;
+        const int direct = half_out && out->st->disposable && !out->st->on_device &&
+                           fx_tensor_is_contiguous(out) && out->st != a->st && out->st != b->st;
+        if (direct) __atomic_fetch_add(&bmm_h16_direct_runs, 1, __ATOMIC_RELAXED);
+        uint16_t *h = direct ? (uint16_t *)fx_tensor_base(out)
+                      : half_out ? fx_scratch_alloc(&s, n, sizeof *h)
+                                 : NULL;
         if (h && d->K == 0) memset(h, 0, sizeof *h * (size_t)n); /* +0 */
         const bmm_float_items it = {d, cf, oa.data, ob.data, fmt_elem_size(cf), ta, tb, v, func,
                                     h, out->fmt == FMT_FP16 ? be->cvt.f32_to_fp16

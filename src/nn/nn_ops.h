@@ -63,6 +63,10 @@ FX_INTERNAL int fx_batchnorm_shared_relu(tensor_t *y, tensor_t *relu_y, const te
 FX_INTERNAL void fx_bn_relu_set_enabled(int on);
 FX_INTERNAL int64_t fx_bn_relu_made(void); /* test hook: the calls made */
 
+/* Test hook: the fp16/bf16 batched products (bmm.c) whose items were converted straight into
+ * a disposable output, with no 16-bit staging of their own. */
+int64_t fx_nn_bmm_h16_direct_runs(void);
+
 /* Test hook: 0 sends an fp16/bf16 ReLU gradient whose three tensors share one format through
  * the general route (a mask pass, then the masked copy) instead of its one pass (activation.c);
  * the bits are the same. */
