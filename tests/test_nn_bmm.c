@@ -643,6 +643,79 @@ static void disposable_outputs(const char **bk, int nbk)
     CHECK_STATUS(flexpoint_set_backend(keep_backend), FX_OK);
 }
 
+/* Operands that are views, as the attention's heads ([B, T, H, d] viewed as [B, H, T, d]: rows
+ * H d apart; the float formats read them where they lie) and a transposed one: the same bits as
+ * the product of their contiguous copies, every format, backend, bf16 route, thread count and
+ * transpose. */
+static void view_operands(const char **bk, int nbk)
+{
+    const int64_t B = 2, T = 24, H = 3, dh = 16;
+    const int64_t s4[4] = {B, T, H, dh}, h4[4] = {B, H, T, dh};
+    const char *routes[] = {"widen", "dpbf16", "amx"};
+    const char *kn = flexpoint_kernel_name("matmul", FMT_BF16);
+    char keep_route[32], keep_backend[32];
+    snprintf(keep_route, sizeof keep_route, "%s", kn ? kn : "widen");
+    snprintf(keep_backend, sizeof keep_backend, "%s", flexpoint_backend());
+    test_rng rng;
+    test_rng_seed(&rng, 616);
+    double *qv = nn_doubles(B * T * H * dh), *kv = nn_doubles(B * T * H * dh);
+    for (int64_t i = 0; i < B * T * H * dh; i++) {
+        qv[i] = test_rng_normal(&rng);
+        kv[i] = test_rng_normal(&rng);
+    }
+    for (int fi = 0; fi < FMT_COUNT; fi++) {
+        const fmt_t f = NN_FORMATS[fi];
+        tensor_t *q = nn_tensor(f, 4, s4, qv), *k = nn_tensor(f, 4, s4, kv);
+        tensor_t *qr = tensor_view_transpose(q, 1, 2), *kr = tensor_view_transpose(k, 1, 2);
+        tensor_t *qc = nn_zeros(f, 4, h4), *kc = nn_zeros(f, 4, h4);
+        CHECK_STATUS(tensor_copy(qc, qr), FX_OK);
+        CHECK_STATUS(tensor_copy(kc, kr), FX_OK);
+        /* k's head view transposed over its last two axes: [B, H, d, T], columns H d apart */
+        tensor_t *kt = tensor_view_transpose(kr, 2, 3), *ktc = nn_zeros(f, 4,
+                                                                        (const int64_t[4]){B, H, dh, T});
+        CHECK_STATUS(tensor_copy(ktc, kt), FX_OK);
+        for (int kb = 0; kb < nbk; kb++)
+            for (int r = -1; r < 3; r++) {
+                CHECK_STATUS(flexpoint_set_backend(bk[kb]), FX_OK);
+                if (r >= 0 && (f != FMT_BF16 ||
+                               flexpoint_set_kernel("matmul", FMT_BF16, routes[r]) != FX_OK))
+                    continue;
+                for (int nt = 1; nt <= 2; nt++) {
+                    flexpoint_set_num_threads(nt);
+                    for (int t = 0; t < 3; t++) {
+                        /* q k^T (scores), q^T k, and q (k^T)^T through k's transposed view */
+                        const int ta = t == 1, tb = t != 1;
+                        const tensor_t *va = qr, *vb = t == 2 ? kt : kr;
+                        const tensor_t *ca = qc, *cb = t == 2 ? ktc : kc;
+                        const int tb2 = t == 2 ? 0 : tb;
+                        const int64_t so[4] = {B, H, ta ? dh : T, tb2 || t == 2 ? T : dh};
+                        tensor_t *o1 = nn_zeros(f, 4, so), *o2 = nn_zeros(f, 4, so);
+                        CHECK_STATUS(tensor_bmm(o1, va, vb, ta, tb2), FX_OK);
+                        CHECK_STATUS(tensor_bmm(o2, ca, cb, ta, tb2), FX_OK);
+                        CHECK(nn_same_bits(o1, o2), "bmm %s %s%s%s, %d threads, case %d: views "
+                              "and their copies differ", fmt_name(f), bk[kb],
+                              r >= 0 ? ", route " : "", r >= 0 ? routes[r] : "", nt, t);
+                        tensor_free(o1);
+                        tensor_free(o2);
+                    }
+                }
+            }
+        tensor_free(kt);
+        tensor_free(ktc);
+        tensor_free(qr);
+        tensor_free(kr);
+        tensor_free(qc);
+        tensor_free(kc);
+        tensor_free(q);
+        tensor_free(k);
+    }
+    free(qv);
+    free(kv);
+    flexpoint_set_num_threads(0);
+    flexpoint_set_kernel("matmul", FMT_BF16, keep_route);
+    CHECK_STATUS(flexpoint_set_backend(keep_backend), FX_OK);
+}
+
 int main(void)
 {
     const char *bk[8];
@@ -664,6 +737,7 @@ int main(void)
     special_values();
     items_as_matmul();
     disposable_outputs(bk, nbk);
+    view_operands(bk, nbk);
     bad_input();
     return test_finish("test_nn_bmm");
 }

@@ -79,12 +79,61 @@ static int bmm_validate(const char *func, const tensor_t *out, const tensor_t *a
     return FX_OK;
 }
 
-/* The float items of one bmm: item i of the stored operands (elements es bytes wide, in
- * compute format cf) into its [M, N] block of the fp32 stage v. */
+/* Where an operand's items lie: item i (row-major over the batch axes) starts at element
+ * sum_d idx_d(i) * bstride[d] of base, its rows ld elements apart, its columns adjacent. */
+typedef struct {
+    const void *base;
+    int nb;
+    int64_t bshape[FX_MAX_DIMS], bstride[FX_MAX_DIMS];
+    int64_t ld;
+} bmm_items_at;
+
+/* A contiguous operand: items of rows x cols one after another. */
+static bmm_items_at bmm_items_packed(const void *base, int64_t B, int64_t rows, int64_t cols)
+{
+    bmm_items_at w = {.base = base, .nb = 1, .ld = cols};
+    w.bshape[0] = B;
+    w.bstride[0] = rows * cols;
+    return w;
+}
+
+/* t read where it lies (a host tensor already in the compute format whose last axis is
+ * contiguous: the attention's heads, [B, T, H, D/H] viewed as [B, H, T, D/H], whose rows are
+ * D apart), so that no copy of it is gathered first; 0 where t does not qualify. */
+static int bmm_items_in_place(const tensor_t *t, fmt_t cf, bmm_items_at *w)
+{
+    const int nd = t->ndim;
+    if (t->fmt != cf || t->st->on_device || t->strides[nd - 1] != 1 ||
+        t->strides[nd - 2] < t->shape[nd - 1])
+        return 0;
+    for (int d = 0; d < nd; d++)
+        if (t->strides[d] < 0) return 0;
+    w->base = fx_tensor_base(t);
+    w->nb = nd - 2;
+    for (int d = 0; d < nd - 2; d++) {
+        w->bshape[d] = t->shape[d];
+        w->bstride[d] = t->strides[d];
+    }
+    w->ld = t->strides[nd - 2];
+    return 1;
+}
+
+static int64_t bmm_item_offset(const bmm_items_at *w, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = w->nb - 1; d >= 0; d--) {
+        off += (i % w->bshape[d]) * w->bstride[d];
+        i /= w->bshape[d];
+    }
+    return off;
+}
+
+/* The float items of one bmm: item i of the operands (elements es bytes wide, in compute
+ * format cf) into its [M, N] block of the fp32 stage v. */
 typedef struct {
     const bmm_dims *d;
     fmt_t cf;
-    const void *av, *bv;
+    bmm_items_at aw, bw;
     size_t es;
     int ta, tb;
     float *v;
@@ -99,10 +148,12 @@ static int bmm_float_item(const void *ctx, int64_t i, int nthreads)
 {
     const bmm_float_items *it = ctx;
     const bmm_dims *d = it->d;
-    fx_operand oa = fx_operand_2d((const char *)it->av + (size_t)(i * d->ar * d->ac) * it->es, 0,
-                                  0, d->ar, d->ac, d->ac, it->ta);
-    fx_operand ob = fx_operand_2d((const char *)it->bv + (size_t)(i * d->br * d->bc) * it->es, 0,
-                                  0, d->br, d->bc, d->bc, it->tb);
+    fx_operand oa = fx_operand_2d((const char *)it->aw.base +
+                                      (size_t)bmm_item_offset(&it->aw, i) * it->es,
+                                  0, 0, d->ar, d->ac, it->aw.ld, it->ta);
+    fx_operand ob = fx_operand_2d((const char *)it->bw.base +
+                                      (size_t)bmm_item_offset(&it->bw, i) * it->es,
+                                  0, 0, d->br, d->bc, it->bw.ld, it->tb);
     oa.fmt = ob.fmt = it->cf;
     float *v = it->v + i * d->M * d->N;
     if (!it->h) return fx_matmul_float(&oa, &ob, it->cf, v, nthreads, it->func);
@@ -236,9 +287,18 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
                                  be->kernels[FX_OP_MATMUL][FMT_BF16]
                              ? FMT_BF16
                              : FMT_FP32;
-        fx_operand oa, ob; /* contiguous, in cf: in place, gathered, widened or dequantised */
-        if ((rc = fx_operand_make(a, 0, cf, 0, 0, NULL, &oa, &s, func))) goto done;
-        if ((rc = fx_operand_make(b, 0, cf, 0, 0, NULL, &ob, &s, func))) goto done;
+        /* in place where a (b) is already in cf with a contiguous last axis, else contiguous
+         * in cf: gathered, widened or dequantised */
+        bmm_items_at aw, bw;
+        fx_operand oa, ob;
+        if (!bmm_items_in_place(a, cf, &aw)) {
+            if ((rc = fx_operand_make(a, 0, cf, 0, 0, NULL, &oa, &s, func))) goto done;
+            aw = bmm_items_packed(oa.data, d->B, d->ar, d->ac);
+        }
+        if (!bmm_items_in_place(b, cf, &bw)) {
+            if ((rc = fx_operand_make(b, 0, cf, 0, 0, NULL, &ob, &s, func))) goto done;
+            bw = bmm_items_packed(ob.data, d->B, d->br, d->bc);
+        }
         /* a scratch stage, never out's own storage: a kernel failing at a later batch must
          * leave out untouched */
         float *v = fx_scratch_alloc(&s, n, sizeof *v);
@@ -264,7 +324,7 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
                       : half_out ? fx_scratch_alloc(&s, n, sizeof *h)
                                  : NULL;
         if (h && d->K == 0) memset(h, 0, sizeof *h * (size_t)n); /* +0 */
-        const bmm_float_items it = {d, cf, oa.data, ob.data, fmt_elem_size(cf), ta, tb, v, func,
+        const bmm_float_items it = {d, cf, aw, bw, fmt_elem_size(cf), ta, tb, v, func,
                                     h, out->fmt == FMT_FP16 ? be->cvt.f32_to_fp16
                                                             : be->cvt.f32_to_bf16};
         if (d->K > 0 && (rc = bmm_items_run(d, bmm_float_item, &it, func))) goto done;
