@@ -11,7 +11,9 @@
  */
 #include "flexpoint_nn.h"
 #include "nn_misc_util.h"
+#include "core/backend.h"
 #include "core/internal.h" /* fx_tensor_set_disposable */
+#include "core/shared_matmul.h"
 #include "nn/nn_ops.h"     /* fx_nn_bmm_h16_direct_runs */
 
 typedef struct {
@@ -690,11 +692,30 @@ static void view_operands(const char **bk, int nbk)
                         const int tb2 = t == 2 ? 0 : tb;
                         const int64_t so[4] = {B, H, ta ? dh : T, tb2 || t == 2 ? T : dh};
                         tensor_t *o1 = nn_zeros(f, 4, so), *o2 = nn_zeros(f, 4, so);
-                        CHECK_STATUS(tensor_bmm(o1, va, vb, ta, tb2), FX_OK);
-                        CHECK_STATUS(tensor_bmm(o2, ca, cb, ta, tb2), FX_OK);
-                        CHECK(nn_same_bits(o1, o2), "bmm %s %s%s%s, %d threads, case %d: views "
-                              "and their copies differ", fmt_name(f), bk[kb],
-                              r >= 0 ? ", route " : "", r >= 0 ? routes[r] : "", nt, t);
+                        /* the integer formats write the same outputs again, so that their
+                         * guesses settle and the blocked route (its sizes lowered to take
+                         * these) runs on the views' two-level items */
+                        const int writes = fmt_is_shared_exponent(f) ? 7 : 1;
+                        if (writes > 1) fx_shared_matmul_set_sizes(1, 0);
+                        const int64_t taken0 = fx_shared_matmul_taken();
+                        for (int w = 0; w < writes; w++) {
+                            CHECK_STATUS(tensor_bmm(o1, va, vb, ta, tb2), FX_OK);
+                            CHECK_STATUS(tensor_bmm(o2, ca, cb, ta, tb2), FX_OK);
+                            CHECK(nn_same_bits(o1, o2), "bmm %s %s%s%s, %d threads, case %d, "
+                                  "write %d: views and their copies differ", fmt_name(f),
+                                  bk[kb], r >= 0 ? ", route " : "", r >= 0 ? routes[r] : "", nt,
+                                  t, w);
+                        }
+                        if (writes > 1) {
+                            fx_shared_matmul_set_sizes(0, 0);
+                            /* the route needs the level's integer kernel and rounding */
+                            const fx_backend *be = fx_backend_active();
+                            if (be->kernels[FX_OP_MATMUL][FMT_DFP16] && be->cvt.quant_i64)
+                                CHECK(fx_shared_matmul_taken() - taken0 >= 4, "bmm %s %s, case "
+                                      "%d: the blocked route took %lld of the products",
+                                      fmt_name(f), bk[kb], t,
+                                      (long long)(fx_shared_matmul_taken() - taken0));
+                        }
                         tensor_free(o1);
                         tensor_free(o2);
                     }

@@ -114,7 +114,7 @@ int64_t fx_shared_matmul_direct(void)
 typedef struct fx_sm_plan {
     const fx_backend *be;
     fx_operand a, b;        /* item 0's a: [M, K] and b: [K, N], any strides */
-    int64_t a_step, b_step; /* int16 elements from one item's operand to the next */
+    fx_sm_items ai, bi;     /* where each item's operands begin (a single item: zero steps) */
     int64_t batch;          /* items: out holds [batch, M, N] */
     int64_t M, N, K, mc, nc;
     int ec;          /* the sums' exponent, a.exp + b.exp */
@@ -154,6 +154,11 @@ static void fx_sm_blocks(fx_sm_plan *p, int64_t budget)
     }
 }
 
+static int64_t fx_sm_item_at(const fx_sm_items *w, int64_t i)
+{
+    return (i / w->inner) * w->step + (i % w->inner) * w->inner_step;
+}
+
 /* Views of item i's operands: a's rows [m0, m0 + mc) and b's columns [n0, n0 + nc). */
 static void fx_sm_item_views(const fx_sm_plan *p, int64_t i, int64_t m0, int64_t mc, int64_t n0,
                              int64_t nc, fx_operand *a, fx_operand *b)
@@ -161,9 +166,9 @@ static void fx_sm_item_views(const fx_sm_plan *p, int64_t i, int64_t m0, int64_t
     *a = p->a;
     *b = p->b;
     a->shape[0] = mc;
-    a->data = (const int16_t *)p->a.data + i * p->a_step + m0 * p->a.strides[0];
+    a->data = (const int16_t *)p->a.data + fx_sm_item_at(&p->ai, i) + m0 * p->a.strides[0];
     b->shape[1] = nc;
-    b->data = (const int16_t *)p->b.data + i * p->b_step + n0 * p->b.strides[1];
+    b->data = (const int16_t *)p->b.data + fx_sm_item_at(&p->bi, i) + n0 * p->b.strides[1];
 }
 
 /* The sums of item i's block at rows [m0, m0 + mc) and columns [n0, n0 + nc) into sums
@@ -404,16 +409,17 @@ static int fx_sm_ask_dry(tensor_t *out, fx_sm_plan *p, const char *func)
     return asked;
 }
 
-/* Whether item operand o (its items step int16 apart, batch of them) may reach any of the n
- * int16 at lo: its extent from its first element to its last, with non-negative strides
- * (anything else counts as reaching). */
-static int fx_sm_operand_reaches(const fx_operand *o, int64_t step, int64_t batch,
+/* Whether item operand o (its items where w says, batch of them) may reach any of the n int16
+ * at lo: its extent from its first element to its last, with non-negative strides (anything
+ * else counts as reaching). */
+static int fx_sm_operand_reaches(const fx_operand *o, const fx_sm_items *w, int64_t batch,
                                  const int16_t *lo, int64_t n)
 {
-    if (step < 0 || o->strides[0] < 0 || o->strides[1] < 0) return 1;
+    if (w->step < 0 || w->inner_step < 0 || o->strides[0] < 0 || o->strides[1] < 0) return 1;
     const int16_t *first = o->data;
-    const int64_t last = (batch - 1) * step + (o->shape[0] - 1) * o->strides[0] +
-                         (o->shape[1] - 1) * o->strides[1];
+    const int64_t inner_last = (batch < w->inner ? batch : w->inner) - 1;
+    const int64_t last = ((batch - 1) / w->inner) * w->step + inner_last * w->inner_step +
+                         (o->shape[0] - 1) * o->strides[0] + (o->shape[1] - 1) * o->strides[1];
     return !((uintptr_t)(first + last) < (uintptr_t)lo || (uintptr_t)first >= (uintptr_t)(lo + n));
 }
 
@@ -428,8 +434,8 @@ static int16_t *fx_sm_direct(tensor_t *out, const fx_sm_plan *p)
     if (!out->st->disposable) return NULL;
     int16_t *base = fx_tensor_base(out);
     const int64_t n = p->batch * p->M * p->N;
-    if (fx_sm_operand_reaches(&p->a, p->a_step, p->batch, base, n) ||
-        fx_sm_operand_reaches(&p->b, p->b_step, p->batch, base, n))
+    if (fx_sm_operand_reaches(&p->a, &p->ai, p->batch, base, n) ||
+        fx_sm_operand_reaches(&p->b, &p->bi, p->batch, base, n))
         return NULL;
     return base;
 }
@@ -602,6 +608,7 @@ int fx_shared_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b)
     p.K = a->shape[1];
     p.N = b->shape[1];
     p.batch = 1;
+    p.ai.inner = p.bi.inner = 1; /* one item */
     if (!fx_sm_takes_out(out, p.M * p.N, p.K, &p.guess, &p.steady))
         return FX_SHARED_MATMUL_NOT_TAKEN;
     fx_scratch s = {.n = 0};
@@ -613,15 +620,16 @@ int fx_shared_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b)
     return rc;
 }
 
-int fx_shared_bmm(tensor_t *out, const fx_operand *a, const fx_operand *b, int64_t a_step,
-                  int64_t b_step, int64_t batch, const char *func)
+int fx_shared_bmm(tensor_t *out, const fx_operand *a, const fx_operand *b,
+                  const fx_sm_items *ai, const fx_sm_items *bi, int64_t batch, const char *func)
 {
     fx_sm_plan p;
     memset(&p, 0, sizeof p);
     p.a = *a;
     p.b = *b;
-    p.a_step = a_step;
-    p.b_step = b_step;
+    if (ai->inner < 1 || bi->inner < 1) return FX_SHARED_MATMUL_NOT_TAKEN;
+    p.ai = *ai;
+    p.bi = *bi;
     p.batch = batch;
     p.M = a->shape[0];
     p.K = a->shape[1];

@@ -14,11 +14,18 @@
  * decision on the same sums. */
 int fx_shared_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b);
 
+/* Where the items of a batched operand begin, in int16 elements from item 0's: item i at
+ * (i / inner) * step + (i % inner) * inner_step (inner >= 1; with inner 1, i * step). Two
+ * levels cover a [B, H] batch of views such as the attention's heads. */
+typedef struct fx_sm_items {
+    int64_t step, inner, inner_step;
+} fx_sm_items;
+
 /* out ([batch, M, N], contiguous) = a_i @ b_i for i < batch, where a ([M, K]) and b ([K, N])
- * are item 0's int16 operands (any strides, exponents in their exp) and item i's begin a_step
- * and b_step elements further on (tensor_bmm). The same contract as fx_shared_matmul. */
-int fx_shared_bmm(tensor_t *out, const fx_operand *a, const fx_operand *b, int64_t a_step,
-                  int64_t b_step, int64_t batch, const char *func);
+ * are item 0's int16 operands (any strides, exponents in their exp) and item i's begin where
+ * ai and bi say (tensor_bmm). The same contract as fx_shared_matmul. */
+int fx_shared_bmm(tensor_t *out, const fx_operand *a, const fx_operand *b,
+                  const fx_sm_items *ai, const fx_sm_items *bi, int64_t batch, const char *func);
 
 /* Test hook: 0 sends every matmul and bmm through the dispatcher's route (to compare). */
 void fx_shared_matmul_set_enabled(int on);

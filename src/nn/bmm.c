@@ -128,6 +128,47 @@ static int64_t bmm_item_offset(const bmm_items_at *w, int64_t i)
     return off;
 }
 
+/* The item layout w as fx_shared_bmm's two levels (unit batch axes dropped, axes that step
+ * through memory as one merged); 0 where more than two levels remain. */
+static int bmm_items_two_level(const bmm_items_at *w, fx_sm_items *o)
+{
+    int64_t sh[2], st[2];
+    int n = 0;
+    for (int d = 0; d < w->nb; d++) {
+        if (w->bshape[d] == 1) continue;
+        if (n > 0 && st[n - 1] == w->bshape[d] * w->bstride[d]) {
+            sh[n - 1] *= w->bshape[d];
+            st[n - 1] = w->bstride[d];
+        } else {
+            if (n == 2) return 0;
+            sh[n] = w->bshape[d];
+            st[n] = w->bstride[d];
+            n++;
+        }
+    }
+    if (n == 2) *o = (fx_sm_items){.step = st[0], .inner = sh[1], .inner_step = st[1]};
+    else *o = (fx_sm_items){.step = n ? st[0] : 0, .inner = 1, .inner_step = 0};
+    return 1;
+}
+
+/* An integer bmm's operand t as int16 mantissas and its exponent: a FLEX16_5/DFP16 tensor
+ * where it lies (bmm_items_in_place: the attention's heads are read without a gathered copy),
+ * anything else made contiguous (gathered; a float tensor quantised at its exact exponent). */
+static int bmm_int_operand(const tensor_t *t, int64_t B, int64_t rows, int64_t cols,
+                           bmm_items_at *w, int *exp, fx_scratch *s, const char *func)
+{
+    if (fmt_is_shared_exponent(t->fmt) && bmm_items_in_place(t, t->fmt, w)) {
+        fx_operand o; /* the exponent, and the host check, as for any operand */
+        const int rc = fx_operand_make(t, 1, t->fmt, 1, 0, NULL, &o, s, func);
+        *exp = o.exp;
+        return rc;
+    }
+    const int16_t *m;
+    const int rc = fx_read_i16(t, &m, exp, s, func);
+    if (!rc) *w = bmm_items_packed(m, B, rows, cols);
+    return rc;
+}
+
 /* The float items of one bmm: item i of the operands (elements es bytes wide, in compute
  * format cf) into its [M, N] block of the fp32 stage v. */
 typedef struct {
@@ -169,7 +210,7 @@ static int bmm_float_item(const void *ctx, int64_t i, int nthreads)
  * |sum| into imax[i]. */
 typedef struct {
     const bmm_dims *d;
-    const int16_t *am, *bm;
+    bmm_items_at aw, bw; /* int16 mantissas */
     int ea, eb, ta, tb;
     int64_t *v;
     uint64_t *imax;
@@ -180,10 +221,10 @@ static int bmm_int_item(const void *ctx, int64_t i, int nthreads)
 {
     const bmm_int_items *it = ctx;
     const bmm_dims *d = it->d;
-    const fx_operand oa = fx_operand_2d(it->am + i * d->ar * d->ac, 1, it->ea, d->ar, d->ac, d->ac,
-                                        it->ta);
-    const fx_operand ob = fx_operand_2d(it->bm + i * d->br * d->bc, 1, it->eb, d->br, d->bc, d->bc,
-                                        it->tb);
+    const fx_operand oa = fx_operand_2d((const int16_t *)it->aw.base + bmm_item_offset(&it->aw, i),
+                                        1, it->ea, d->ar, d->ac, it->aw.ld, it->ta);
+    const fx_operand ob = fx_operand_2d((const int16_t *)it->bw.base + bmm_item_offset(&it->bw, i),
+                                        1, it->eb, d->br, d->bc, it->bw.ld, it->tb);
     return fx_matmul_i64_max(&oa, &ob, it->v + i * d->M * d->N, nthreads, &it->imax[i], it->func);
 }
 
@@ -246,7 +287,9 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
     int rc;
     const int ic = fx_is_int_compute(a);
     if (ic) {
-        const int16_t *am, *bm; /* read-only: out is written only after the products */
+        /* read-only: out is written only after the products (or, rounded straight into out,
+         * where no operand reaches it: fx_shared_bmm) */
+        bmm_items_at aw, bw;
         int ea, eb, e = 0;
         if (d->K > ((int64_t)1 << 32)) { /* each product is below 2^30: 2^32 of them fit int64 */
             rc = fx_error(FX_EUNSUPPORTED, func, "integer compute with K=%lld: sums of more "
@@ -254,15 +297,16 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
                           (long long)d->K);
             goto done;
         }
-        if ((rc = fx_read_i16(a, &am, &ea, &s, func))) goto done;
-        if ((rc = fx_read_i16(b, &bm, &eb, &s, func))) goto done;
+        if ((rc = bmm_int_operand(a, d->B, d->ar, d->ac, &aw, &ea, &s, func))) goto done;
+        if ((rc = bmm_int_operand(b, d->B, d->br, d->bc, &bw, &eb, &s, func))) goto done;
         e = ea + eb;
-        if (d->K > 0) {
+        fx_sm_items ai, bi;
+        if (d->K > 0 && bmm_items_two_level(&aw, &ai) && bmm_items_two_level(&bw, &bi)) {
             /* a large FLEX16_5/DFP16 output of short products (attention's scores): blocks
              * rounded in cache, no whole int64 stage (src/core/shared_matmul.c) */
-            const fx_operand oa = fx_operand_2d(am, 1, ea, d->ar, d->ac, d->ac, ta);
-            const fx_operand ob = fx_operand_2d(bm, 1, eb, d->br, d->bc, d->bc, tb);
-            rc = fx_shared_bmm(out, &oa, &ob, d->ar * d->ac, d->br * d->bc, d->B, func);
+            const fx_operand oa = fx_operand_2d(aw.base, 1, ea, d->ar, d->ac, aw.ld, ta);
+            const fx_operand ob = fx_operand_2d(bw.base, 1, eb, d->br, d->bc, bw.ld, tb);
+            rc = fx_shared_bmm(out, &oa, &ob, &ai, &bi, d->B, func);
             if (rc != FX_SHARED_MATMUL_NOT_TAKEN) goto done;
         }
         int64_t *v = fx_scratch_alloc(&s, n, sizeof *v);
@@ -274,7 +318,7 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
         uint64_t whole_max = 0;
         if (d->K == 0) memset(v, 0, sizeof *v * (size_t)n);
         else {
-            const bmm_int_items it = {d, am, bm, ea, eb, ta, tb, v, imax, func};
+            const bmm_int_items it = {d, aw, bw, ea, eb, ta, tb, v, imax, func};
             if ((rc = bmm_items_run(d, bmm_int_item, &it, func))) goto done;
             for (int64_t i = 0; i < d->B; i++) whole_max = imax[i] > whole_max ? imax[i] : whole_max;
         }
