@@ -14,7 +14,8 @@
  * payloads, signaling NaNs, -0, subnormals, Inf) as a [4, 16, 32, 32] tensor read whole, through
  * its transposed head view, and into a reshaped view of the output, on every backend at one and
  * two threads: the dispatcher's bits (its fp32 round trip turns every NaN into the canonical
- * quiet NaN of its sign). */
+ * quiet NaN of its sign); a head view goes in one pass straight into the output (counted), and
+ * its ReLU equals the ReLU of its contiguous copy. */
 #include "flexpoint.h"
 #include "core/ops_internal.h"
 #include "testutil.h"
@@ -135,9 +136,15 @@ static void check_half_copies(fmt_t f)
             tensor_t *fv = into_view ? tensor_view_reshape(fast, 4, o4) : fast;
             tensor_t *rv = into_view ? tensor_view_reshape(ref, 4, o4) : ref;
             const int64_t before = fx_half_copy_taken();
+            const int64_t gathered = fx_half_select_gathered_runs();
             CHECK_STATUS(tensor_copy(fv, src), FX_OK);
             CHECK(fx_half_copy_taken() == before + 1, "copy %s: the bit-pattern route was not "
                   "taken", fmt_name(f));
+            /* a view is read run by run straight into a contiguous output */
+            CHECK(fx_half_select_gathered_runs() == gathered + (heads ? 1 : 0),
+                  "copy %s%s%s: %lld one-pass gathers", fmt_name(f), heads ? " heads" : "",
+                  into_view ? " into a view" : "",
+                  (long long)(fx_half_select_gathered_runs() - gathered));
             fx_int16_unary_set_enabled(0);
             CHECK_STATUS(tensor_copy(rv, src), FX_OK);
             fx_int16_unary_set_enabled(1);
@@ -149,6 +156,22 @@ static void check_half_copies(fmt_t f)
             for (int i = 0; i < 65536; i++) bad += x[i] != y[i];
             CHECK(bad == 0, "copy %s%s%s: %d of 65536 patterns differ from the fp32 route",
                   fmt_name(f), heads ? " heads" : "", into_view ? " into a view" : "", bad);
+            if (heads) { /* ReLU of the view: as ReLU of its contiguous copy (two passes) */
+                tensor_t *copy = tensor_new(f, 4, o4), *r1 = tensor_new(f, 4, o4);
+                tensor_t *r2 = tensor_new(f, 4, o4);
+                CHECK_STATUS(tensor_copy(copy, src), FX_OK);
+                CHECK_STATUS(tensor_relu(r1, src), FX_OK);
+                CHECK_STATUS(tensor_relu(r2, copy), FX_OK);
+                CHECK_STATUS(tensor_get_raw(r1, x), FX_OK);
+                CHECK_STATUS(tensor_get_raw(r2, y), FX_OK);
+                bad = 0;
+                for (int i = 0; i < 65536; i++) bad += x[i] != y[i];
+                CHECK(bad == 0, "relu %s heads: %d of 65536 patterns differ from the relu of a "
+                      "contiguous copy", fmt_name(f), bad);
+                tensor_free(copy);
+                tensor_free(r1);
+                tensor_free(r2);
+            }
             if (into_view) {
                 tensor_free(fv);
                 tensor_free(rv);

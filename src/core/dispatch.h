@@ -286,6 +286,13 @@ void fx_par_memcpy(void *dst, const void *src, size_t bytes);
 
 /* Strided copy between a view and a contiguous buffer (row-major), elem size of t's format. */
 void fx_strided_copy(const tensor_t *t, void *buf, int to_view);
+/* The gather of fx_strided_copy (view to buf) with each run of n elements (stride apart in
+ * the view, in elements) handed to fn instead of copied, into its place in buf: a map made
+ * while the view is read (fp16/bf16 copies canonicalise their NaN patterns so). fn may run on
+ * several threads at once, each on runs of its own. */
+typedef void (*fx_gather_run_fn)(const void *ctx, const void *src, int64_t stride, void *dst,
+                                 int64_t n);
+void fx_strided_gather_with(const tensor_t *t, void *buf, fx_gather_run_fn fn, const void *ctx);
 
 /* fx_f64_to_f32_round_odd: src/core/fx_hd.h (shared with the CUDA kernels). */
 

@@ -174,21 +174,52 @@ static int fx_int16_unary(tensor_t *out, const tensor_t *a, int relu, const char
     return rc;
 }
 
-static int64_t fx_half_copies;
+static int64_t fx_half_copies, fx_half_gathered;
 int64_t fx_half_copy_taken(void) { return __atomic_load_n(&fx_half_copies, __ATOMIC_RELAXED); }
+int64_t fx_half_select_gathered_runs(void)
+{
+    return __atomic_load_n(&fx_half_gathered, __ATOMIC_RELAXED);
+}
 
 /* relu (relu 1) or a copy (relu 0) of an fp16/bf16 tensor into one of the same format, on bit
  * patterns (half_bits.h): the fp32 route (widen, x > 0 ? x : +0 with NaN kept or x itself,
  * round back) gives these same bits. The copies are the attention's heads split and merged
  * ([B, T, H, D/H] and [B, H, T, D/H] in turn), which the fp32 route widened into a stage and
  * rounded back. Not into a summed distributed output: its write sums the ranks (fx_write). */
+typedef struct {
+    int relu;
+    uint16_t inf, qnan;
+} fx_half_select_run;
+
+static void fx_half_select_gathered(const void *ctx, const void *src, int64_t stride, void *dst,
+                                    int64_t n)
+{
+    const fx_half_select_run *c = ctx;
+    const uint16_t *h = src;
+    uint16_t *v = dst;
+    for (int64_t i = 0; i < n; i++)
+        v[i] = c->relu ? fx_half_relu_c(h[i * stride], c->inf, c->qnan)
+                       : fx_half_canonical_c(h[i * stride], c->inf, c->qnan);
+}
+
 static int fx_half_select(tensor_t *out, const tensor_t *a, int relu, const char *func)
 {
+    const tensor_t *ins[1] = {a};
+    const int64_t n = fx_numel_of(a->ndim, a->shape);
+    if (!fx_tensor_is_contiguous(a)) {
+        /* a view (the heads' split and merge) read run by run straight into out's storage:
+         * one pass, where a gathered copy and then the select made two */
+        uint16_t *direct = fx_half_direct(out, ins, 1);
+        if (direct) {
+            const fx_half_select_run c = {relu, fx_half_inf(a->fmt), fx_half_qnan(a->fmt)};
+            fx_strided_gather_with(a, direct, fx_half_select_gathered, &c);
+            __atomic_fetch_add(&fx_half_gathered, 1, __ATOMIC_RELAXED);
+            return fx_write_half_bits(out, direct, func);
+        }
+    }
     fx_scratch s = {.n = 0};
     fx_operand o;
     int rc = fx_operand_make(a, 0, a->fmt, 0, 0, NULL, &o, &s, func);
-    const int64_t n = fx_numel_of(a->ndim, a->shape);
-    const tensor_t *ins[1] = {a};
     uint16_t *v = rc ? NULL : fx_half_direct(out, ins, 1);
     if (!rc && !v) v = fx_scratch_alloc(&s, n, sizeof *v);
     if (!rc && !v) rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld 16-bit values", (long long)n);

@@ -41,5 +41,8 @@ int64_t fx_int16_copy_taken(void);
 /* the copies between fp16 (or bf16) tensors made on bit patterns (the same hook switches them
  * off) */
 int64_t fx_half_copy_taken(void);
+/* the fp16/bf16 copies and ReLUs of a view read run by run straight into the output (one pass,
+ * fx_strided_gather_with) */
+int64_t fx_half_select_gathered_runs(void);
 
 #endif

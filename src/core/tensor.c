@@ -346,13 +346,28 @@ static int fx_copy_threads(int64_t n)
  * every batched product): a contiguous one in equal slices when the two ranges do not
  * overlap, a strided gather (to_view 0) run by run; a scatter into a view stays on one
  * thread, as a view with stride-0 dimensions would have threads write one element. */
+static void fx_strided_walk(const tensor_t *t, void *buf, int to_view, fx_gather_run_fn fn,
+                            const void *ctx);
+
 void fx_strided_copy(const tensor_t *t, void *buf, int to_view)
+{
+    fx_strided_walk(t, buf, to_view, NULL, NULL);
+}
+
+void fx_strided_gather_with(const tensor_t *t, void *buf, fx_gather_run_fn fn, const void *ctx)
+{
+    fx_strided_walk(t, buf, 0, fn, ctx);
+}
+
+/* fx_strided_copy, or with fn (a gather only) each run mapped by fn instead of copied. */
+static void fx_strided_walk(const tensor_t *t, void *buf, int to_view, fx_gather_run_fn fn,
+                            const void *ctx)
 {
     size_t es = fmt_elem_size(t->fmt);
     int64_t n = fx_numel_of(t->ndim, t->shape);
     if (n == 0) return;
     char *base = fx_tensor_base(t);
-    if (fx_tensor_is_contiguous(t)) {
+    if (fx_tensor_is_contiguous(t) && !fn) {
         char *dst = to_view ? base : (char *)buf;
         const char *src = to_view ? (const char *)buf : base;
         const size_t bytes = (size_t)n * es;
@@ -395,8 +410,11 @@ void fx_strided_copy(const tensor_t *t, void *buf, int to_view)
                 off += (rest % shape[d]) * strides[d];
                 rest /= shape[d];
             }
-            fx_copy_run(base + (size_t)off * es, b + (size_t)(r * inner) * es, inner,
-                        inner_stride, es, 0);
+            if (fn)
+                fn(ctx, base + (size_t)off * es, inner_stride, b + (size_t)(r * inner) * es, inner);
+            else
+                fx_copy_run(base + (size_t)off * es, b + (size_t)(r * inner) * es, inner,
+                            inner_stride, es, 0);
         }
         return;
     }
@@ -405,7 +423,8 @@ void fx_strided_copy(const tensor_t *t, void *buf, int to_view)
     for (int64_t done = 0; done < n; done += inner) {
         int64_t off = 0;
         for (int d = 0; d < nd - 1; d++) off += idx[d] * strides[d];
-        fx_copy_run(base + (size_t)off * es, b, inner, inner_stride, es, to_view);
+        if (fn) fn(ctx, base + (size_t)off * es, inner_stride, b, inner);
+        else fx_copy_run(base + (size_t)off * es, b, inner, inner_stride, es, to_view);
         b += (size_t)inner * es;
         for (int d = nd - 2; d >= 0; d--) {
             if (++idx[d] < shape[d]) break;
