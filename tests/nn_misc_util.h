@@ -86,6 +86,24 @@ static inline tensor_t *nn_tensor(fmt_t f, int ndim, const int64_t *shape, doubl
     return t;
 }
 
+/* t filled with N(0, scale^2) values from seed's stream; with specials (and more than 7
+ * elements) +Inf, -Inf and NaN at elements 1, n/2 and n-3. */
+static inline void nn_fill_normal(tensor_t *t, double scale, uint64_t seed, int specials)
+{
+    test_rng r;
+    test_rng_seed(&r, seed);
+    const int64_t n = tensor_numel(t);
+    float *v = nn_xmalloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * test_rng_normal(&r));
+    if (specials && n > 7) {
+        v[1] = INFINITY;
+        v[n / 2] = -INFINITY;
+        v[n - 3] = NAN;
+    }
+    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
+    free(v);
+}
+
 static inline tensor_t *nn_zeros(fmt_t f, int ndim, const int64_t *shape)
 {
     tensor_t *t = tensor_new(f, ndim, shape);

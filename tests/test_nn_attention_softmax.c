@@ -22,23 +22,6 @@
 
 static const fmt_t FMTS[5] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
 
-static void fill(tensor_t *t, double scale, uint64_t seed, int specials)
-{
-    test_rng r;
-    test_rng_seed(&r, seed);
-    const int64_t n = tensor_numel(t);
-    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-    if (!v) exit(2);
-    for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * test_rng_normal(&r));
-    if (specials && n > 7) {
-        v[1] = INFINITY;
-        v[n / 2] = -INFINITY;
-        v[n - 3] = NAN;
-    }
-    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
-    free(v);
-}
-
 /* the fp64 reference of the op on x's stored values, and each element's bound before the
  * output's rounding */
 static void reference(const tensor_t *x, double s, int causal, double *ref, double *acc)
@@ -92,7 +75,8 @@ static void check_case(fmt_t fx, fmt_t fy, int ndim, const int64_t *shape, doubl
              (long long)shape[ndim - 1], s, causal, specials ? ", specials" : "");
     static const double scales[] = {1.0, 1.0, 40.0, 40.0, 1e-3, 1.0};
     for (int step = 0; step < (int)(sizeof scales / sizeof scales[0]); step++) {
-        fill(x, scales[step], 77u + (uint64_t)step, specials && !fmt_is_shared_exponent(fx));
+        nn_fill_normal(x, scales[step], 77u + (uint64_t)step,
+                       specials && !fmt_is_shared_exponent(fx));
         CHECK_STATUS(tensor_attention_softmax(y, x, s, causal), FX_OK);
         CHECK_STATUS(composed(ref, tmp, x, s, causal), FX_OK);
         if (!test_same_writes(y, ref, what, step)) break;
@@ -118,8 +102,8 @@ static void check_in_place(void)
     for (int k = 0; k < 5; k++) {
         tensor_t *x = tensor_new(FMTS[k], 3, shape), *r = tensor_new(FMTS[k], 3, shape);
         tensor_t *tmp = tensor_new(FMT_FP32, 3, shape);
-        fill(x, 2.0, 5, 0);
-        fill(r, 2.0, 5, 0); /* the same first write, so that both histories match */
+        nn_fill_normal(x, 2.0, 5, 0);
+        nn_fill_normal(r, 2.0, 5, 0); /* the same first write, so that both histories match */
         CHECK_STATUS(composed(r, tmp, x, 0.5, 1), FX_OK);
         CHECK_STATUS(tensor_attention_softmax(x, x, 0.5, 1), FX_OK);
         test_same_writes(x, r, "in place", 0);
@@ -135,7 +119,7 @@ static void bad_input(void)
     tensor_t *x = tensor_new(FMT_FLEX16_5, 2, s2), *y = tensor_new(FMT_FP32, 2, s2);
     tensor_t *y45 = tensor_new(FMT_FP32, 2, s3), *x1 = tensor_new(FMT_FP32, 1, s1);
     tensor_t *y1 = tensor_new(FMT_FP32, 1, s1);
-    fill(x, 1.0, 3, 0);
+    nn_fill_normal(x, 1.0, 3, 0);
     const float before[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     CHECK_STATUS(tensor_from_f32(y, before), FX_OK);
     CHECK_STATUS(tensor_attention_softmax(NULL, x, 1.0, 1), FX_EINVAL);

@@ -22,29 +22,12 @@
 
 static const fmt_t FMTS[5] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
 
-static void fill(tensor_t *t, double scale, uint64_t seed, int specials)
-{
-    test_rng r;
-    test_rng_seed(&r, seed);
-    const int64_t n = tensor_numel(t);
-    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-    if (!v) exit(2);
-    for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * test_rng_normal(&r));
-    if (specials && n > 7) {
-        v[1] = INFINITY;
-        v[n / 2] = -INFINITY;
-        v[n - 3] = NAN;
-    }
-    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
-    free(v);
-}
-
 /* probabilities of the forward: attention softmax of random scores into y */
 static void probabilities(tensor_t *y, int causal, uint64_t seed)
 {
     tensor_t *x = tensor_new(FMT_FP32, tensor_ndim(y), tensor_shape(y));
     CHECK(x != NULL, "scores");
-    fill(x, 2.0, seed, 0);
+    nn_fill_normal(x, 2.0, seed, 0);
     CHECK_STATUS(tensor_attention_softmax(y, x, 0.5, causal), FX_OK);
     tensor_free(x);
 }
@@ -99,7 +82,8 @@ static void check_case(fmt_t fg, fmt_t fy, fmt_t fo, int ndim, const int64_t *sh
     probabilities(y, causal, 11u + (uint64_t)fy);
     static const double scales[] = {1.0, 1.0, 3.0, 1.5, 40.0, 1e-3, 1.0};
     for (int step = 0; step < (int)(sizeof scales / sizeof scales[0]); step++) {
-        fill(dy, scales[step], 91u + (uint64_t)step, specials && !fmt_is_shared_exponent(fg));
+        nn_fill_normal(dy, scales[step], 91u + (uint64_t)step,
+                       specials && !fmt_is_shared_exponent(fg));
         CHECK_STATUS(tensor_attention_softmax_backward(dx, dy, y, s), FX_OK);
         CHECK_STATUS(composed(ref, tmp, dy, y, s), FX_OK);
         if (!test_same_writes(dx, ref, what, step)) break;
@@ -128,7 +112,7 @@ static void check_in_place(void)
             tensor_t *dy = tensor_new(FMTS[k], 3, shape), *y = tensor_new(FMTS[k], 3, shape);
             tensor_t *r = tensor_new(FMTS[k], 3, shape), *tmp = tensor_new(FMT_FP32, 3, shape);
             probabilities(y, 1, 3);
-            fill(dy, 2.0, 5, 0);
+            nn_fill_normal(dy, 2.0, 5, 0);
             /* r: the same first write as the tensor overwritten, so that both histories match */
             CHECK_STATUS(tensor_copy(r, on_y ? y : dy), FX_OK);
             CHECK_STATUS(composed(r, tmp, dy, y, -0.5), FX_OK);
@@ -150,7 +134,7 @@ static void check_views(void)
         tensor_t *gw = tensor_new(FMTS[k], 3, wide), *yv = tensor_new(FMTS[k], 3, part);
         tensor_t *dx = tensor_new(FMTS[k], 3, part), *ref = tensor_new(FMTS[k], 3, part);
         tensor_t *tmp = tensor_new(FMT_FP32, 3, part);
-        fill(gw, 1.0, 8, 0);
+        nn_fill_normal(gw, 1.0, 8, 0);
         probabilities(yv, 1, 9);
         tensor_t *g = tensor_view_slice(gw, -1, 4, 9, 1);
         CHECK(g != NULL, "slice: %s", flexpoint_last_error());
@@ -175,7 +159,7 @@ static void bad_input(void)
     tensor_t *dx = tensor_new(FMT_DFP16, 2, s2), *dx45 = tensor_new(FMT_FP32, 2, s3);
     tensor_t *g1 = tensor_new(FMT_FP32, 1, s1), *y1 = tensor_new(FMT_FP32, 1, s1);
     tensor_t *dx1 = tensor_new(FMT_FP32, 1, s1);
-    fill(g, 1.0, 3, 0);
+    nn_fill_normal(g, 1.0, 3, 0);
     probabilities(y, 1, 4);
     const float before[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     CHECK_STATUS(tensor_from_f32(dx, before), FX_OK);

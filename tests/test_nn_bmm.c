@@ -570,6 +570,22 @@ static void items_as_matmul(void)
     CHECK_STATUS(flexpoint_set_backend(keep_backend), FX_OK);
 }
 
+/* Setting c of the backend x bf16 route x thread count grid (c < nbk * 8): backend c / 8, the
+ * route in use (c % 8 < 2) or one of the three forced (bf16 only, where this CPU runs it), one
+ * or two threads; its name into label. 0 where the setting does not apply. */
+static const char *const ROUTES[3] = {"widen", "dpbf16", "amx"};
+static int enter_setting(int c, fmt_t f, const char **bk, char *label, size_t cap)
+{
+    const int r = (c % 8) / 2 - 1, nt = c % 2 + 1;
+    CHECK_STATUS(flexpoint_set_backend(bk[c / 8]), FX_OK);
+    if (r >= 0 && (f != FMT_BF16 || flexpoint_set_kernel("matmul", FMT_BF16, ROUTES[r]) != FX_OK))
+        return 0;
+    flexpoint_set_num_threads(nt);
+    snprintf(label, cap, "%s %s%s%s, %d threads", fmt_name(f), bk[c / 8], r >= 0 ? ", route " : "",
+             r >= 0 ? ROUTES[r] : "", nt);
+    return 1;
+}
+
 /* An fp16/bf16 output the trainer marks disposable is the products' own staging (no copy):
  * the same bits as an ordinary output on every backend, bf16 route, thread count and
  * transpose, taken only where out is contiguous and in another storage than a and b; an
@@ -577,7 +593,6 @@ static void items_as_matmul(void)
 static void disposable_outputs(const char **bk, int nbk)
 {
     const int64_t sa[3] = {6, 24, 33}, sb[3] = {6, 40, 33}, so[3] = {6, 24, 40};
-    const char *routes[] = {"widen", "dpbf16", "amx"};
     const char *kn = flexpoint_kernel_name("matmul", FMT_BF16);
     char keep_route[32], keep_backend[32];
     snprintf(keep_route, sizeof keep_route, "%s", kn ? kn : "widen");
@@ -590,43 +605,33 @@ static void disposable_outputs(const char **bk, int nbk)
         for (int64_t i = 0; i < 6 * 24 * 33; i++) av[i] = test_rng_normal(&rng);
         for (int64_t i = 0; i < 6 * 40 * 33; i++) bv[i] = test_rng_normal(&rng);
         tensor_t *a = nn_tensor(f, 3, sa, av), *b = nn_tensor(f, 3, sb, bv);
-        for (int k = 0; k < nbk; k++)
-            for (int r = -1; r < 3; r++) {
-                CHECK_STATUS(flexpoint_set_backend(bk[k]), FX_OK);
-                if (r >= 0 && (f != FMT_BF16 ||
-                               flexpoint_set_kernel("matmul", FMT_BF16, routes[r]) != FX_OK))
-                    continue;
-                for (int nt = 1; nt <= 2; nt++) {
-                    flexpoint_set_num_threads(nt);
-                    tensor_t *plain = nn_zeros(f, 3, so), *disp = nn_zeros(f, 3, so);
-                    fx_tensor_set_disposable(disp);
-                    const int64_t d0 = fx_nn_bmm_h16_direct_runs();
-                    CHECK_STATUS(tensor_bmm(plain, a, b, 0, 1), FX_OK);
-                    const int64_t d1 = fx_nn_bmm_h16_direct_runs();
-                    CHECK_STATUS(tensor_bmm(disp, a, b, 0, 1), FX_OK);
-                    const int64_t d2 = fx_nn_bmm_h16_direct_runs();
-                    CHECK(d1 == d0 && d2 == d0 + 1, "bmm %s %s%s%s, %d threads: %lld ordinary "
-                          "and %lld disposable outputs written without a staging", fmt_name(f),
-                          bk[k], r >= 0 ? ", route " : "", r >= 0 ? routes[r] : "", nt,
-                          (long long)(d1 - d0), (long long)(d2 - d1));
-                    CHECK(nn_same_bits(plain, disp), "bmm %s %s%s%s, %d threads: a disposable "
-                          "output differs", fmt_name(f), bk[k], r >= 0 ? ", route " : "",
-                          r >= 0 ? routes[r] : "", nt);
-                    /* a view of another shape's storage: not contiguous, the staging again */
-                    const int64_t wide[3] = {6, 24, 41};
-                    tensor_t *w = nn_zeros(f, 3, wide);
-                    fx_tensor_set_disposable(w);
-                    tensor_t *v = tensor_view_slice(w, -1, 0, 40, 1);
-                    CHECK_STATUS(tensor_bmm(v, a, b, 0, 1), FX_OK);
-                    CHECK(fx_nn_bmm_h16_direct_runs() == d2, "a strided view was written "
-                          "without a staging");
-                    CHECK(nn_same_bits(plain, v), "bmm %s into a view differs", fmt_name(f));
-                    tensor_free(v);
-                    tensor_free(w);
-                    tensor_free(plain);
-                    tensor_free(disp);
-                }
-            }
+        char what[160];
+        for (int c = 0; c < nbk * 8; c++) {
+            if (!enter_setting(c, f, bk, what, sizeof what)) continue;
+            tensor_t *plain = nn_zeros(f, 3, so), *disp = nn_zeros(f, 3, so);
+            fx_tensor_set_disposable(disp);
+            const int64_t d0 = fx_nn_bmm_h16_direct_runs();
+            CHECK_STATUS(tensor_bmm(plain, a, b, 0, 1), FX_OK);
+            const int64_t d1 = fx_nn_bmm_h16_direct_runs();
+            CHECK_STATUS(tensor_bmm(disp, a, b, 0, 1), FX_OK);
+            const int64_t d2 = fx_nn_bmm_h16_direct_runs();
+            CHECK(d1 == d0 && d2 == d0 + 1, "bmm %s: %lld ordinary and %lld disposable outputs "
+                  "written without a staging", what, (long long)(d1 - d0), (long long)(d2 - d1));
+            CHECK(nn_same_bits(plain, disp), "bmm %s: a disposable output differs", what);
+            /* a view of another shape's storage: not contiguous, the staging again */
+            const int64_t wide[3] = {6, 24, 41};
+            tensor_t *w = nn_zeros(f, 3, wide);
+            fx_tensor_set_disposable(w);
+            tensor_t *v = tensor_view_slice(w, -1, 0, 40, 1);
+            CHECK_STATUS(tensor_bmm(v, a, b, 0, 1), FX_OK);
+            CHECK(fx_nn_bmm_h16_direct_runs() == d2, "a strided view was written without a "
+                  "staging");
+            CHECK(nn_same_bits(plain, v), "bmm %s into a view differs", what);
+            tensor_free(v);
+            tensor_free(w);
+            tensor_free(plain);
+            tensor_free(disp);
+        }
         /* out sharing a's storage: the staging */
         tensor_t *sq = nn_tensor(f, 3, (const int64_t[3]){6, 24, 24}, av);
         fx_tensor_set_disposable(sq);
@@ -653,7 +658,6 @@ static void view_operands(const char **bk, int nbk)
 {
     const int64_t B = 2, T = 24, H = 3, dh = 16;
     const int64_t s4[4] = {B, T, H, dh}, h4[4] = {B, H, T, dh};
-    const char *routes[] = {"widen", "dpbf16", "amx"};
     const char *kn = flexpoint_kernel_name("matmul", FMT_BF16);
     char keep_route[32], keep_backend[32];
     snprintf(keep_route, sizeof keep_route, "%s", kn ? kn : "widen");
@@ -673,54 +677,44 @@ static void view_operands(const char **bk, int nbk)
         CHECK_STATUS(tensor_copy(qc, qr), FX_OK);
         CHECK_STATUS(tensor_copy(kc, kr), FX_OK);
         /* k's head view transposed over its last two axes: [B, H, d, T], columns H d apart */
-        tensor_t *kt = tensor_view_transpose(kr, 2, 3), *ktc = nn_zeros(f, 4,
-                                                                        (const int64_t[4]){B, H, dh, T});
+        const int64_t t4[4] = {B, H, dh, T};
+        tensor_t *kt = tensor_view_transpose(kr, 2, 3), *ktc = nn_zeros(f, 4, t4);
         CHECK_STATUS(tensor_copy(ktc, kt), FX_OK);
-        for (int kb = 0; kb < nbk; kb++)
-            for (int r = -1; r < 3; r++) {
-                CHECK_STATUS(flexpoint_set_backend(bk[kb]), FX_OK);
-                if (r >= 0 && (f != FMT_BF16 ||
-                               flexpoint_set_kernel("matmul", FMT_BF16, routes[r]) != FX_OK))
-                    continue;
-                for (int nt = 1; nt <= 2; nt++) {
-                    flexpoint_set_num_threads(nt);
-                    for (int t = 0; t < 3; t++) {
-                        /* q k^T (scores), q^T k, and q (k^T)^T through k's transposed view */
-                        const int ta = t == 1, tb = t != 1;
-                        const tensor_t *va = qr, *vb = t == 2 ? kt : kr;
-                        const tensor_t *ca = qc, *cb = t == 2 ? ktc : kc;
-                        const int tb2 = t == 2 ? 0 : tb;
-                        const int64_t so[4] = {B, H, ta ? dh : T, tb2 || t == 2 ? T : dh};
-                        tensor_t *o1 = nn_zeros(f, 4, so), *o2 = nn_zeros(f, 4, so);
-                        /* the integer formats write the same outputs again, so that their
-                         * guesses settle and the blocked route (its sizes lowered to take
-                         * these) runs on the views' two-level items */
-                        const int writes = fmt_is_shared_exponent(f) ? 7 : 1;
-                        if (writes > 1) fx_shared_matmul_set_sizes(1, 0);
-                        const int64_t taken0 = fx_shared_matmul_taken();
-                        for (int w = 0; w < writes; w++) {
-                            CHECK_STATUS(tensor_bmm(o1, va, vb, ta, tb2), FX_OK);
-                            CHECK_STATUS(tensor_bmm(o2, ca, cb, ta, tb2), FX_OK);
-                            CHECK(nn_same_bits(o1, o2), "bmm %s %s%s%s, %d threads, case %d, "
-                                  "write %d: views and their copies differ", fmt_name(f),
-                                  bk[kb], r >= 0 ? ", route " : "", r >= 0 ? routes[r] : "", nt,
-                                  t, w);
-                        }
-                        if (writes > 1) {
-                            fx_shared_matmul_set_sizes(0, 0);
-                            /* the route needs the level's integer kernel and rounding */
-                            const fx_backend *be = fx_backend_active();
-                            if (be->kernels[FX_OP_MATMUL][FMT_DFP16] && be->cvt.quant_i64)
-                                CHECK(fx_shared_matmul_taken() - taken0 >= 4, "bmm %s %s, case "
-                                      "%d: the blocked route took %lld of the products",
-                                      fmt_name(f), bk[kb], t,
-                                      (long long)(fx_shared_matmul_taken() - taken0));
-                        }
-                        tensor_free(o1);
-                        tensor_free(o2);
-                    }
+        char what[160];
+        for (int c = 0; c < nbk * 8; c++) {
+            if (!enter_setting(c, f, bk, what, sizeof what)) continue;
+            for (int t = 0; t < 3; t++) {
+                /* q k^T (scores), q^T k, and q (k^T)^T through k's transposed view */
+                const int ta = t == 1, tb = t == 0;
+                const tensor_t *va = qr, *vb = t == 2 ? kt : kr;
+                const tensor_t *ca = qc, *cb = t == 2 ? ktc : kc;
+                const int64_t so[4] = {B, H, ta ? dh : T, t == 1 ? dh : T};
+                tensor_t *o1 = nn_zeros(f, 4, so), *o2 = nn_zeros(f, 4, so);
+                /* the integer formats write the same outputs again, so that their guesses
+                 * settle and the blocked route (its sizes lowered to take these) runs on the
+                 * views' two-level items */
+                const int writes = fmt_is_shared_exponent(f) ? 7 : 1;
+                if (writes > 1) fx_shared_matmul_set_sizes(1, 0);
+                const int64_t taken0 = fx_shared_matmul_taken();
+                for (int w = 0; w < writes; w++) {
+                    CHECK_STATUS(tensor_bmm(o1, va, vb, ta, tb), FX_OK);
+                    CHECK_STATUS(tensor_bmm(o2, ca, cb, ta, tb), FX_OK);
+                    CHECK(nn_same_bits(o1, o2), "bmm %s, case %d, write %d: views and their "
+                          "copies differ", what, t, w);
                 }
+                if (writes > 1) {
+                    fx_shared_matmul_set_sizes(0, 0);
+                    /* the route needs the level's integer kernel and rounding */
+                    const fx_backend *be = fx_backend_active();
+                    const int64_t taken = fx_shared_matmul_taken() - taken0;
+                    if (be->kernels[FX_OP_MATMUL][FMT_DFP16] && be->cvt.quant_i64)
+                        CHECK(taken >= 4, "bmm %s, case %d: the blocked route took %lld of the "
+                              "products", what, t, (long long)taken);
+                }
+                tensor_free(o1);
+                tensor_free(o2);
             }
+        }
         tensor_free(kt);
         tensor_free(ktc);
         tensor_free(qr);

@@ -320,7 +320,8 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
         else {
             const bmm_int_items it = {d, aw, bw, ea, eb, ta, tb, v, imax, func};
             if ((rc = bmm_items_run(d, bmm_int_item, &it, func))) goto done;
-            for (int64_t i = 0; i < d->B; i++) whole_max = imax[i] > whole_max ? imax[i] : whole_max;
+            for (int64_t i = 0; i < d->B; i++)
+                whole_max = imax[i] > whole_max ? imax[i] : whole_max;
         }
         rc = fx_write_i64_max(out, v, e, whole_max, func);
     } else {
