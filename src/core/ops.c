@@ -181,18 +181,14 @@ int64_t fx_half_select_gathered_runs(void)
     return __atomic_load_n(&fx_half_gathered, __ATOMIC_RELAXED);
 }
 
-/* relu (relu 1) or a copy (relu 0) of an fp16/bf16 tensor into one of the same format, on bit
- * patterns (half_bits.h): the fp32 route (widen, x > 0 ? x : +0 with NaN kept or x itself,
- * round back) gives these same bits. The copies are the attention's heads split and merged
- * ([B, T, H, D/H] and [B, H, T, D/H] in turn), which the fp32 route widened into a stage and
- * rounded back. Not into a summed distributed output: its write sums the ranks (fx_write). */
+/* fx_half_select's selection of n patterns (src stride apart) into dst: an fx_gather_run_fn */
 typedef struct {
     int relu;
     uint16_t inf, qnan;
 } fx_half_select_run;
 
-static void fx_half_select_gathered(const void *ctx, const void *src, int64_t stride, void *dst,
-                                    int64_t n)
+static void fx_half_select_span(const void *ctx, const void *src, int64_t stride, void *dst,
+                                int64_t n)
 {
     const fx_half_select_run *c = ctx;
     const uint16_t *h = src;
@@ -202,41 +198,39 @@ static void fx_half_select_gathered(const void *ctx, const void *src, int64_t st
                        : fx_half_canonical_c(h[i * stride], c->inf, c->qnan);
 }
 
+/* relu (relu 1) or a copy (relu 0) of an fp16/bf16 tensor into one of the same format, on bit
+ * patterns (half_bits.h): the fp32 route (widen, x > 0 ? x : +0 with NaN kept or x itself,
+ * round back) gives these same bits. The copies are the attention's heads split and merged
+ * ([B, T, H, D/H] and [B, H, T, D/H] in turn), which the fp32 route widened into a stage and
+ * rounded back. Not into a summed distributed output: its write sums the ranks (fx_write). */
 static int fx_half_select(tensor_t *out, const tensor_t *a, int relu, const char *func)
 {
     const tensor_t *ins[1] = {a};
     const int64_t n = fx_numel_of(a->ndim, a->shape);
-    if (!fx_tensor_is_contiguous(a)) {
-        /* a view (the heads' split and merge) read run by run straight into out's storage:
-         * one pass, where a gathered copy and then the select made two */
-        uint16_t *direct = fx_half_direct(out, ins, 1);
-        if (direct) {
-            const fx_half_select_run c = {relu, fx_half_inf(a->fmt), fx_half_qnan(a->fmt)};
-            fx_strided_gather_with(a, direct, fx_half_select_gathered, &c);
-            __atomic_fetch_add(&fx_half_gathered, 1, __ATOMIC_RELAXED);
-            return fx_write_half_bits(out, direct, func);
-        }
-    }
     fx_scratch s = {.n = 0};
-    fx_operand o;
-    int rc = fx_operand_make(a, 0, a->fmt, 0, 0, NULL, &o, &s, func);
-    uint16_t *v = rc ? NULL : fx_half_direct(out, ins, 1);
-    if (!rc && !v) v = fx_scratch_alloc(&s, n, sizeof *v);
-    if (!rc && !v) rc = fx_error(FX_ENOMEM, func, "cannot allocate %lld 16-bit values", (long long)n);
-    if (rc) {
-        fx_scratch_free(&s);
-        return rc;
-    }
-    const uint16_t *h = o.data;
-    const uint16_t inf = fx_half_inf(a->fmt), qnan = fx_half_qnan(a->fmt);
-    const int nt = n >= ((int64_t)1 << 16) ? flexpoint_num_threads() : 1;
-    (void)nt;
+    uint16_t *v = fx_half_direct(out, ins, 1);
+    if (!v) v = fx_scratch_alloc(&s, n, sizeof *v);
+    if (!v) return fx_error(FX_ENOMEM, func, "cannot allocate %lld 16-bit values", (long long)n);
+    const fx_half_select_run c = {relu, fx_half_inf(a->fmt), fx_half_qnan(a->fmt)};
+    if (!fx_tensor_is_contiguous(a)) {
+        /* a view (the heads' split and merge) read run by run straight into v: one pass,
+         * where a gathered copy and then the select made two */
+        fx_strided_gather_with(a, v, fx_half_select_span, &c);
+        __atomic_fetch_add(&fx_half_gathered, 1, __ATOMIC_RELAXED);
+    } else { /* in pieces of 2^14 on the threads, from 2^16 values */
+        const uint16_t *h = fx_tensor_base(a);
+        const int64_t piece = (int64_t)1 << 14, pieces = (n + piece - 1) / piece;
+        const int nt = n >= ((int64_t)1 << 16) ? flexpoint_num_threads() : 1;
+        (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
-    for (int64_t i = 0; i < n; i++)
-        v[i] = relu ? fx_half_relu_c(h[i], inf, qnan) : fx_half_canonical_c(h[i], inf, qnan);
-    rc = fx_write_half_bits(out, v, func);
+        for (int64_t p = 0; p < pieces; p++) {
+            const int64_t i0 = p * piece;
+            fx_half_select_span(&c, h + i0, 1, v + i0, n - i0 < piece ? n - i0 : piece);
+        }
+    }
+    const int rc = fx_write_half_bits(out, v, func);
     fx_scratch_free(&s);
     return rc;
 }
@@ -321,7 +315,7 @@ int tensor_sum(tensor_t *out, const tensor_t *a, int axis)
     return rc ? rc : fx_dispatch(&rq);
 }
 
-int tensor_matmul_check(const tensor_t *out, const tensor_t *a, const tensor_t *b,
+int fx_matmul_shape_check(const tensor_t *out, const tensor_t *a, const tensor_t *b,
                         const char *func)
 {
     char b1[160], b2[160], b3[160];
@@ -345,7 +339,7 @@ int tensor_matmul(tensor_t *out, const tensor_t *a, const tensor_t *b)
     FX_NEED(out, "out");
     FX_NEED(a, "a");
     FX_NEED(b, "b");
-    const int crc = tensor_matmul_check(out, a, b, __func__);
+    const int crc = fx_matmul_shape_check(out, a, b, __func__);
     if (crc) return crc;
     /* FLEX16_5/DFP16 products with a large output: blocks rounded in cache, no whole stage */
     const int rc = fx_shared_matmul(out, a, b);
@@ -361,7 +355,7 @@ int fx_matmul_bias(tensor_t *out, const tensor_t *a, const tensor_t *b, const te
     FX_NEED(a, "a");
     FX_NEED(b, "b");
     FX_NEED(bias, "bias");
-    int rc = tensor_matmul_check(out, a, b, __func__);
+    int rc = fx_matmul_shape_check(out, a, b, __func__);
     if (rc) return rc;
     char b1[160], b2[160];
     if (bias->ndim != 1 || bias->shape[0] != out->shape[1])

@@ -22,7 +22,7 @@ typedef struct fx_op_request {
 } fx_op_request;
 
 /* tensor_matmul's shape checks for func: FX_OK or FX_ESHAPE with a message naming the shapes */
-int tensor_matmul_check(const tensor_t *out, const tensor_t *a, const tensor_t *b,
+int fx_matmul_shape_check(const tensor_t *out, const tensor_t *a, const tensor_t *b,
                         const char *func);
 
 int fx_dispatch(const fx_op_request *rq);
@@ -41,8 +41,8 @@ int64_t fx_int16_copy_taken(void);
 /* the copies between fp16 (or bf16) tensors made on bit patterns (the same hook switches them
  * off) */
 int64_t fx_half_copy_taken(void);
-/* the fp16/bf16 copies and ReLUs of a view read run by run straight into the output (one pass,
- * fx_strided_gather_with) */
+/* the fp16/bf16 copies and ReLUs of a view read run by run straight into the output or its
+ * staging (one pass, fx_strided_gather_with) */
 int64_t fx_half_select_gathered_runs(void);
 
 #endif

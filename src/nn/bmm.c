@@ -158,10 +158,8 @@ static int bmm_int_operand(const tensor_t *t, int64_t B, int64_t rows, int64_t c
                            bmm_items_at *w, int *exp, fx_scratch *s, const char *func)
 {
     if (fmt_is_shared_exponent(t->fmt) && bmm_items_in_place(t, t->fmt, w)) {
-        fx_operand o; /* the exponent, and the host check, as for any operand */
-        const int rc = fx_operand_make(t, 1, t->fmt, 1, 0, NULL, &o, s, func);
-        *exp = o.exp;
-        return rc;
+        *exp = t->st->exp; /* as fx_read_i16 reads it */
+        return FX_OK;
     }
     const int16_t *m;
     const int rc = fx_read_i16(t, &m, exp, s, func);

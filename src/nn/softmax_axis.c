@@ -205,12 +205,15 @@ static int sm_backward(const char *func, tensor_t *dx, const tensor_t *dy, const
     return fx_op_run(&a);
 }
 
-/* A softmax gradient row from dy and y read row by row (the backward's by_rows route) */
+/* A softmax gradient row from dy and y read row by row (the backward's by_rows route, and
+ * the attention's score gradient, which multiplies it by sf) */
 typedef struct sm_bwd_rows {
     const sm_rows *gr, *yr;
     int64_t len;
     int logsm;
-    void (*kernel)(const float *, const float *, float *, int64_t, int);
+    void (*kernel)(const float *, const float *, float *, int64_t, int); /* NULL: the definition */
+    int scaled;
+    float sf;
 } sm_bwd_rows;
 
 static void sm_bwd_row(const void *vc, int64_t r, int64_t nr, float *row, float *rmax,
@@ -221,8 +224,12 @@ static void sm_bwd_row(const void *vc, int64_t r, int64_t nr, float *row, float 
     (void)rmax;
     (void)rbad;
     float gbuf[SM_GATHER_MAX], ybuf[SM_GATHER_MAX];
-    c->kernel(sm_rows_get(c->gr, r * c->len, c->len, gbuf),
-              sm_rows_get(c->yr, r * c->len, c->len, ybuf), row, c->len, c->logsm);
+    const float *g = sm_rows_get(c->gr, r * c->len, c->len, gbuf);
+    const float *y = sm_rows_get(c->yr, r * c->len, c->len, ybuf);
+    if (c->kernel) c->kernel(g, y, row, c->len, c->logsm);
+    else fx_softmax_backward_row_def(g, y, row, 1, c->len, c->logsm);
+    if (c->scaled) /* the fp32 SCALE kernels' one rounding */
+        for (int64_t k = 0; k < c->len; k++) row[k] *= c->sf;
 }
 
 int fx_nn_softmax_backward_host(const fx_op_args *req)
@@ -247,7 +254,7 @@ int fx_nn_softmax_backward_host(const fx_op_args *req)
     const int by_rows = inner == 1 && len <= SM_GATHER_MAX && bw_kernel &&
                         sm_rows_of(dy, &gr, func) && sm_rows_of(y, &yr, func);
     if (by_rows) { /* each row rounded into dx as it is made (nn_rows_write.h) */
-        const sm_bwd_rows c = {&gr, &yr, len, logsm, bw_kernel};
+        const sm_bwd_rows c = {&gr, &yr, len, logsm, bw_kernel, 0, 1.0f};
         return nn_write_rows(dx, outer, len, 1, sm_bwd_row, &c, 0,
                              dy->st == dx->st || y->st == dx->st,
                              outer > 1 ? nn_threads_for(n) : 1, func);
@@ -409,7 +416,6 @@ int tensor_attention_softmax(tensor_t *y, const tensor_t *x, double scale, int c
     return rc;
 }
 
-
 /* ---- attention's score gradient in one pass ------------------------------------------------
  * tensor_attention_softmax_backward(dx, dy, y, s) is, by definition, tensor_softmax_backward
  * along the last axis into an fp32 tensor, then tensor_scale by s into dx: the same bits in
@@ -421,27 +427,6 @@ int tensor_attention_softmax(tensor_t *y, const tensor_t *x, double scale, int c
  * to memory (the transformer's attention wrote and read back a [B, H, T, T] tensor for it, and
  * for FLEX16_5/DFP16 rounded twice). Other inputs (views, rows longer than SM_GATHER_MAX) run
  * the two ops on an fp32 temporary. */
-typedef struct attn_sm_bwd_rows {
-    const sm_rows *gr, *yr;
-    int64_t len;
-    float sf;
-    void (*kernel)(const float *, const float *, float *, int64_t, int);
-} attn_sm_bwd_rows;
-
-static void attn_sm_bwd_row(const void *vc, int64_t r, int64_t nr, float *row, float *rmax,
-                            int64_t *rbad)
-{
-    (void)nr; /* one row a call */
-    (void)rmax;
-    (void)rbad;
-    const attn_sm_bwd_rows *c = vc;
-    float gbuf[SM_GATHER_MAX], ybuf[SM_GATHER_MAX];
-    const float *g = sm_rows_get(c->gr, r * c->len, c->len, gbuf);
-    const float *y = sm_rows_get(c->yr, r * c->len, c->len, ybuf);
-    if (c->kernel) c->kernel(g, y, row, c->len, 0);
-    else fx_softmax_backward_row_def(g, y, row, 1, c->len, 0);
-    for (int64_t k = 0; k < c->len; k++) row[k] *= c->sf;
-}
 
 int tensor_attention_softmax_backward(tensor_t *dx, const tensor_t *dy, const tensor_t *y,
                                       double scale)
@@ -466,9 +451,9 @@ int tensor_attention_softmax_backward(tensor_t *dx, const tensor_t *dy, const te
     const int64_t len = y->shape[y->ndim - 1];
     sm_rows gr, yr;
     if (len <= SM_GATHER_MAX && sm_rows_of(dy, &gr, func) && sm_rows_of(y, &yr, func)) {
-        const attn_sm_bwd_rows c = {&gr, &yr, len, (float)scale,
-                                    gr.be->cvt.softmax_backward_row_f32};
-        return nn_write_rows(dx, n / len, len, 1, attn_sm_bwd_row, &c, 0,
+        const sm_bwd_rows c = {&gr, &yr, len, 0, gr.be->cvt.softmax_backward_row_f32, 1,
+                               (float)scale};
+        return nn_write_rows(dx, n / len, len, 1, sm_bwd_row, &c, 0,
                              dy->st == dx->st || y->st == dx->st,
                              n > len ? nn_threads_for(n) : 1, func);
     }

@@ -978,25 +978,15 @@ static int fx_heads_split(tensor_t *dst, const tensor_t *src)
     return rc;
 }
 
-/* y2 = x2 W^T over rows (x: [..., F] contiguous, y: [..., out]). */
-static int fx_rows_matmul_wt(tensor_t *y, const tensor_t *x, const tensor_t *w)
+/* y2 = x2 W^T over rows (x: [..., F] contiguous, y: [..., out]), + b where b is given
+ * (fx_matmul_bias: b added where the product is converted) */
+static int fx_rows_matmul_wt(tensor_t *y, const tensor_t *x, const tensor_t *w, const tensor_t *b)
 {
     tensor_t *x2 = fx_rows_view(x, tensor_shape(w)[1]), *y2 = fx_rows_view(y, tensor_shape(w)[0]);
     tensor_t *wt = tensor_view_transpose(w, 0, 1);
-    int rc = (!x2 || !y2 || !wt) ? FX_ENOMEM : tensor_matmul(y2, x2, wt);
-    tensor_free(x2);
-    tensor_free(y2);
-    tensor_free(wt);
-    return rc;
-}
-
-/* y2 = x2 W^T + b over rows (fx_matmul_bias: b added where the product is converted) */
-static int fx_rows_matmul_wt_bias(tensor_t *y, const tensor_t *x, const tensor_t *w,
-                                  const tensor_t *b)
-{
-    tensor_t *x2 = fx_rows_view(x, tensor_shape(w)[1]), *y2 = fx_rows_view(y, tensor_shape(w)[0]);
-    tensor_t *wt = tensor_view_transpose(w, 0, 1);
-    int rc = (!x2 || !y2 || !wt) ? FX_ENOMEM : fx_matmul_bias(y2, x2, wt, b);
+    int rc = (!x2 || !y2 || !wt) ? FX_ENOMEM
+             : b                 ? fx_matmul_bias(y2, x2, wt, b)
+                                 : tensor_matmul(y2, x2, wt);
     tensor_free(x2);
     tensor_free(y2);
     tensor_free(wt);
@@ -1027,7 +1017,7 @@ static int fx_attn_forward(fx_model *m, fx_layer *l, const tensor_t *x, int ctx)
     const fx_param *p = &m->params[l->w];
     const int64_t H = l->heads, dh = l->shape[2] / H;
     int rc = FX_OK;
-    for (int j = 0; j < 3 && !rc; j++) rc = fx_rows_matmul_wt(a[FX_AT_Q + j], x, p[j].w);
+    for (int j = 0; j < 3 && !rc; j++) rc = fx_rows_matmul_wt(a[FX_AT_Q + j], x, p[j].w, NULL);
     tensor_t *qh = fx_heads_view(a[FX_AT_Q], H), *kh = fx_heads_view(a[FX_AT_K], H);
     tensor_t *vh = fx_heads_view(a[FX_AT_V], H);
     if (!rc && (!qh || !kh || !vh)) rc = FX_ENOMEM;
@@ -1037,7 +1027,7 @@ static int fx_attn_forward(fx_model *m, fx_layer *l, const tensor_t *x, int ctx)
     if (!rc) rc = tensor_attention_softmax(a[FX_AT_P], a[FX_AT_S], 1.0 / sqrt((double)dh), 1);
     if (!rc) rc = tensor_bmm(a[FX_AT_O], a[FX_AT_P], vh, 0, 0);
     if (!rc) rc = fx_heads_merge(a[FX_AT_OC], a[FX_AT_O]);
-    if (!rc) rc = fx_rows_matmul_wt(l->out[ctx], a[FX_AT_OC], p[3].w);
+    if (!rc) rc = fx_rows_matmul_wt(l->out[ctx], a[FX_AT_OC], p[3].w, NULL);
     tensor_free(qh);
     tensor_free(kh);
     tensor_free(vh);
@@ -1174,8 +1164,8 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
          * the product into tmp and the add; these formats keep no state between writes) */
         const fmt_t fo = tensor_fmt(l->out[ctx]);
         if (fo == FMT_FP16 || fo == FMT_BF16)
-            return fx_rows_matmul_wt_bias(l->out[ctx], x, m->params[l->w].w, m->params[l->b].w);
-        int rc = fx_rows_matmul_wt(l->tmp[ctx], x, m->params[l->w].w);
+            return fx_rows_matmul_wt(l->out[ctx], x, m->params[l->w].w, m->params[l->b].w);
+        int rc = fx_rows_matmul_wt(l->tmp[ctx], x, m->params[l->w].w, NULL);
         tensor_t *t2 = fx_rows_view(l->tmp[ctx], l->shape[2]);
         tensor_t *o2 = fx_rows_view(l->out[ctx], l->shape[2]);
         if (!rc) rc = (!t2 || !o2) ? FX_ENOMEM : tensor_add(o2, t2, m->params[l->b].w);
