@@ -9,8 +9,9 @@
  * also checked against an fp64 reference on the values as stored, dx = s y (dy - sum dy y),
  * within the softmax gradient's bound (test_nn_softmax_axis.c: (2L + 16) u32 |y| (|dy| +
  * sum |dy y|), L the row length) times |s|, widened by 2 u32 for the fp32 product by (float)
- * s, then the output's one rounding (nn_bound). Bad input gets its status and leaves dx as it
- * was. */
+ * s, then the output's one rounding (nn_bound). FLEX16_5/DFP16 outputs are also compared
+ * bit for bit across backends and thread counts directly. Bad input gets its status and leaves
+ * dx as it was. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "nn_misc_util.h"
@@ -194,6 +195,44 @@ static void bad_input(void)
     tensor_free(dx1);
 }
 
+/* FLEX16_5/DFP16 outputs bit for bit across backends and 1 and 2 threads (each backend's own
+ * ops were compared above; this compares the backends' results with one another), from
+ * FLEX16_5, DFP16 and bf16 gradients, with the rows above the threads' gate. */
+static void integer_outputs_across_backends(void)
+{
+    const int64_t big[4] = {2, 4, 128, 128};
+    const fmt_t grads[3] = {FMT_FLEX16_5, FMT_DFP16, FMT_BF16};
+    for (int gi = 0; gi < 3; gi++)
+        for (int o = 3; o < 5; o++) {
+            tensor_t *first = NULL;
+            for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
+                if (!flexpoint_backend_available(bi)) continue;
+                CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
+                for (int nt = 1; nt <= 2; nt++) {
+                    flexpoint_set_num_threads(nt);
+                    tensor_t *dy = tensor_new(grads[gi], 4, big), *y = tensor_new(FMT_BF16, 4, big);
+                    tensor_t *dx = tensor_new(FMTS[o], 4, big);
+                    probabilities(y, 1, 21);
+                    nn_fill_normal(dy, 0.01, 22, 0);
+                    CHECK_STATUS(tensor_attention_softmax_backward(dx, dy, y, 0.1767766952966369),
+                                 FX_OK);
+                    if (!first) first = dx;
+                    else {
+                        CHECK(nn_same_bits(first, dx) && tensor_exp(first) == tensor_exp(dx),
+                              "%s <- dy %s: backend %s at %d threads differs from the first",
+                              fmt_name(FMTS[o]), fmt_name(grads[gi]), flexpoint_backend_name(bi),
+                              nt);
+                        tensor_free(dx);
+                    }
+                    tensor_free(dy);
+                    tensor_free(y);
+                }
+            }
+            tensor_free(first);
+        }
+    flexpoint_set_num_threads(0);
+}
+
 int main(void)
 {
     const int64_t sq[4] = {2, 3, 17, 17}, rect[3] = {2, 5, 9}, one[2] = {1, 1};
@@ -220,6 +259,7 @@ int main(void)
         }
     }
     flexpoint_set_num_threads(0);
+    integer_outputs_across_backends();
     check_in_place();
     check_views();
     bad_input();
