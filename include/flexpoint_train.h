@@ -395,8 +395,15 @@ FX_API const fx_loss_scaler *fx_trainer_loss_scaler(const fx_trainer *t);
  *  "<layer>.out", pre-bias outputs "<layer>.pre", input gradients "<layer>.dx"), for
  *  statistics and traces. The tensors stay owned by the trainer. In fp32/fp16/bf16 runs a
  *  convolution followed by its ReLU is one fused op (tensor_conv2d_bias_relu) writing the
- *  ReLU's output, so that convolution has no "<layer>.out" / ".pre" of its own (set
- *  FLEXPOINT_NO_FUSION=1 to keep them).
+ *  ReLU's output, so that convolution has no "<layer>.out" / ".pre" of its own; likewise a
+ *  batch norm or an fp16/bf16 residual add followed by its ReLU writes only the ReLU's output,
+ *  and an fp16/bf16 ReLU whose output feeds two layers makes its input gradient without
+ *  storing the sum of theirs: those "<layer>.out" and "<relu>.dy" stay listed (a
+ *  checkpoint's layout does not depend on the format) but fx_trainer_tensor() refuses them
+ *  with FX_ESTATE after a step that left them unwritten (set FLEXPOINT_NO_FUSION=1 to keep
+ *  them all). In FLEX16_5/DFP16 runs a convolution with a bias and a ReLU writes its
+ *  "<layer>.pre" (exponent, statistics, trace) without storing its values where the bias add
+ *  and ReLU come from its chunks (docs/training.md).
  *  @param[in] t The trainer.
  *  @return The count; FX_EINVAL for a NULL t. */
 FX_API int fx_trainer_tensor_count(const fx_trainer *t);
@@ -409,7 +416,8 @@ FX_API const char *fx_trainer_tensor_name(const fx_trainer *t, int i);
  *  @param[in] t The trainer.
  *  @param[in] i Tensor index, 0 <= i < fx_trainer_tensor_count().
  *  @return The tensor, owned by the trainer (do not free it); NULL (FX_EINVAL set) for a NULL
- *          t or a bad i. */
+ *          t or a bad i; NULL (FX_ESTATE set, naming the tensor) for a tensor that the last
+ *          training step's fused ops left unwritten (see fx_trainer_tensor_count()). */
 FX_API tensor_t *fx_trainer_tensor(fx_trainer *t, int i);
 /** @brief Index of a tensor by name.
  *  @param[in] t    The trainer.

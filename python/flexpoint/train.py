@@ -497,7 +497,9 @@ class Trainer:
         It stays owned by the trainer and keeps the trainer alive. UnknownNameError for an
         unknown name, RangeError for an index out of range (ArgumentRangeError beyond the C int
         range), InvalidArgumentError for a name containing NUL, ArgumentTypeError for a key
-        that is neither a str nor an integer."""
+        that is neither a str nor an integer, StateError for a tensor that the last step's
+        fused ops left unwritten (an fp32/fp16/bf16 batch norm's or residual add's output
+        before its ReLU, a ReLU's summed output gradient; FLEXPOINT_NO_FUSION=1 keeps them)."""
         L = lib()
         h = self._h
         if isinstance(name, str):
@@ -506,15 +508,23 @@ class Trainer:
             i = c_int(name, "index")
         L.flexpoint_clear_error()
         p = L.fx_trainer_tensor(h, i)
-        if not p:
-            raise_last(-6, "fx_trainer_tensor")
+        if not p:  # FX_ESTATE: a tensor left unwritten; anything else, an index out of range
+            state = L.flexpoint_last_status() == -11
+            raise_last(-11 if state else -6, "fx_trainer_tensor")
         t = Tensor._wrap(p, self, owned=False)
         self._borrowed.add(t)
         return t
 
     def tensors(self) -> Dict[str, Tensor]:
-        """All the trainer's tensors by name."""
-        return {n: self.tensor(i) for i, n in enumerate(self.tensor_names())}
+        """All the trainer's tensors by name, but those that the last step's fused ops left
+        unwritten (see tensor())."""
+        out: Dict[str, Tensor] = {}
+        for i, n in enumerate(self.tensor_names()):
+            try:
+                out[n] = self.tensor(i)
+            except StateError:
+                continue
+        return out
 
     @property
     def param_count(self) -> int:

@@ -1124,7 +1124,10 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
                                              m->params[l->b].w, l->run_mean, l->run_var,
                                              training ? l->save_mean : NULL,
                                              training ? l->save_invstd : NULL, 0.1, 1e-5, training);
-            if (rc != FX_BN_RELU_NOT_TAKEN) return rc;
+            if (rc != FX_BN_RELU_NOT_TAKEN) {
+                if (training) l->out_stale = 1;
+                return rc;
+            }
         }
         if (l->shared_relu) {
             const int rc = fx_batchnorm_shared_relu(
@@ -1143,7 +1146,10 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
         const tensor_t *b = fx_input_of(m, l, 1, ctx);
         if (!l->fused_relu) return fx_add_out(l, x, b, ctx);
         int rc = fx_half_add_relu(l[1].out[ctx], x, b);
-        if (rc != FX_HALF_BINARY_NOT_TAKEN) return rc;
+        if (rc != FX_HALF_BINARY_NOT_TAKEN) {
+            if (training) l->out_stale = 1;
+            return rc;
+        }
         rc = tensor_add(l->out[ctx], x, b);
         return rc ? rc : tensor_relu(l[1].out[ctx], l->out[ctx]);
     }
@@ -1215,6 +1221,7 @@ int fx_model_forward(fx_model *m, int ctx, tensor_t **logits)
         const int cast = ctx == FX_CTX_TRAIN && (prof ? m->layers[i].kind == FX_L_CAST
                                                       : fx_time_cast(m, &m->layers[i]));
         if (cast && !prof) t0 = fx_model_clock(m);
+        if (ctx == FX_CTX_TRAIN) m->layers[i].out_stale = 0; /* set again by a fused route */
         int rc = fx_layer_forward(m, &m->layers[i], ctx);
         if (rc) return rc;
         if (prof || cast) {
@@ -1409,7 +1416,9 @@ static int fx_relu_backward_of_sum(fx_model *m, int i)
         const int rc = fx_shared_add_gated(l->dy_sum, l->dx[0], found[0], found[1], gate);
         return rc == FX_SHARED_BINARY_NOT_TAKEN ? FX_HALF_BINARY_NOT_TAKEN : rc;
     }
-    return fx_half_gated_add(l->dx[0], found[0], found[1], gate);
+    const int rc = fx_half_gated_add(l->dx[0], found[0], found[1], gate);
+    if (rc != FX_HALF_BINARY_NOT_TAKEN) l->dy_sum_stale = 1; /* the sum is never stored */
+    return rc;
 }
 
 int fx_model_backward(fx_model *m, const tensor_t *dlogits)
@@ -1419,6 +1428,7 @@ int fx_model_backward(fx_model *m, const tensor_t *dlogits)
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const int cast = prof ? m->layers[i].kind == FX_L_CAST : fx_time_cast(m, &m->layers[i]);
         const tensor_t *dy = NULL;
+        m->layers[i].dy_sum_stale = 0; /* set again where the fused route leaves it */
         int rc = fx_relu_backward_of_sum(m, i);
         if (rc == FX_HALF_BINARY_NOT_TAKEN) {
             rc = fx_output_grad(m, i, dlogits, &dy);

@@ -104,6 +104,11 @@ typedef struct fx_layer {
      * two gradients in one pass (fp16/bf16: fx_half_gated_add, without dy_sum;
      * FLEX16_5/DFP16: fx_shared_add_gated, which also writes dy_sum) */
     int sum_gated;
+    /* set where the last training step's fused route left out[FX_CTX_TRAIN] (fused_relu on a
+     * BN or ADD layer) or dy_sum (sum_gated in fp16/bf16) unwritten: no values, statistics or
+     * trace of the step, so that fx_trainer_tensor refuses them rather than hand out what they
+     * were allocated with; cleared by a step that writes them */
+    int out_stale, dy_sum_stale;
     /* formats (fx_train_config.policy; the run's format without one): weights, biases, output,
      * gradients w.r.t. the inputs, weight and bias gradients */
     int fw, fb, fa, fdx, fdw;

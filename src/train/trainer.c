@@ -208,11 +208,16 @@ static int fx_build_registry(fx_trainer *t)
     for (int i = 0; i < m->nlayers && !rc; i++) {
         fx_layer *l = &m->layers[i];
         /* a flatten layer's output is a view of its input's, which is registered already */
-        if (l->kind != FX_L_FLATTEN)
+        if (l->kind != FX_L_FLATTEN) {
             rc = fx_reg_add(t, l->name, ".out", l->out[FX_CTX_TRAIN], A, &cap);
+            if (!rc && l->out[FX_CTX_TRAIN]) t->reg[t->nreg - 1].stale = &l->out_stale;
+        }
         if (!rc) rc = fx_reg_add(t, l->name, ".pre", l->tmp[FX_CTX_TRAIN], A, &cap);
         if (!rc && l->dx_owned[0]) rc = fx_reg_add(t, l->name, ".dx", l->dx[0], G, &cap);
-        if (!rc && l->dy_sum) rc = fx_reg_add(t, l->name, ".dy", l->dy_sum, G, &cap);
+        if (!rc && l->dy_sum) {
+            rc = fx_reg_add(t, l->name, ".dy", l->dy_sum, G, &cap);
+            if (!rc) t->reg[t->nreg - 1].stale = &l->dy_sum_stale;
+        }
     }
     if (!rc) rc = fx_reg_add(t, "loss", ".dlogits", t->dlogits, G, &cap);
     return rc;
@@ -1115,7 +1120,14 @@ tensor_t *fx_trainer_tensor(fx_trainer *t, int i)
         else FX_FAIL(FX_EINVAL, "tensor index %d is outside [0, %d)", i, t->nreg);
         return NULL;
     }
-    return t->reg[i].t;
+    const fx_named_tensor *r = &t->reg[i];
+    if (r->stale && *r->stale) {
+        FX_FAIL(FX_ESTATE, "tensor '%s' holds nothing of the last training step: a fused op "
+                "made the next layer's values without writing it; set FLEXPOINT_NO_FUSION=1 "
+                "to keep it", r->name);
+        return NULL;
+    }
+    return r->t;
 }
 
 int fx_trainer_tensor_find(const fx_trainer *t, const char *name)

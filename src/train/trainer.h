@@ -9,6 +9,7 @@ typedef struct fx_named_tensor {
     char name[64];
     tensor_t *t;
     int cls;            /* FX_TENSOR_WEIGHTS, _ACTIVATIONS or _GRADIENTS */
+    const int *stale;   /* NULL, or the layer's flag set while a fused route leaves t unwritten */
     /* this epoch's writes, elements written, saturated and underflowed, and writes that
      * stored only zeros from nonzero inputs (fx_trainer_health fills them from the storage's
      * write tally: per step, its last write) */
