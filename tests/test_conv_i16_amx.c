@@ -5,7 +5,9 @@
  *     small data;
  *   - shapes: ResNet-20's 16-, 32- and 64-channel 3x3 layers (kernel rows of 48, 96 and 192
  *     bytes: pieces of 48, 48 and 64), stride 2, the CNN's 5x5 (160 bytes: pieces of 40), 48
- *     output channels, rows that are not whole 16-pixel blocks (OW 10, 7);
+ *     output channels, rows that are not whole 16-pixel blocks (OW 10, 7), and the span blocks
+ *     (16 consecutive positions of the padded grid across output rows) taken exactly where
+ *     they save blocks: 8 x 8, OW 10 and 7, but not 14 x 14 or 32 x 32;
  *   - the weight gradient's kernel (src/flex/conv_i16_wgrad_amx.c) gives the exact int64 sums,
  *     written and added, on full-range and small data, over several blocks of images;
  *   - the forward kernel with its sums rounded in its epilogue (fx_i16_fwd_amx_round) gives the
@@ -210,6 +212,12 @@ static void check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
                     const uint64_t a = s < 0 ? (uint64_t)0 - (uint64_t)s : (uint64_t)s;
                     if (a > wmax) wmax = a;
                 }
+    /* span blocks (16 consecutive positions of the padded grid, across output rows) where
+     * they make fewer blocks than whole rows do: stride 1, rows under 16 pixels or not whole
+     * blocks */
+    const int64_t Wp = W + 2 * pad;
+    const int span = stride == 1 && (OH - 1) * Wp + OW + 15 < 16 * OH * ((OW + 15) / 16);
+    const long long spans = fx_i16_fwd_amx_span_calls();
     for (int threads = 1; threads <= 2; threads++) {
         memset(y, 0x5A, 8 * (size_t)ny);
         uint64_t ymax = 0;
@@ -224,6 +232,9 @@ static void check_kernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
         CHECK(ymax == wmax, "C%lld O%lld: largest |sum| %llu, want %llu", (long long)C,
               (long long)O, (unsigned long long)ymax, (unsigned long long)wmax);
     }
+    CHECK((fx_i16_fwd_amx_span_calls() > spans) == span, "C%lld %lldx%lld k%lld stride %d: "
+          "span blocks %s", (long long)C, (long long)H, (long long)W, (long long)KH, stride,
+          span ? "not taken" : "taken");
     /* both epilogues on the same sums: the int32 one where it applies (at most 480 products,
      * shifts 9-30, which the shifts check_round tries include), then the int64 one */
     const long long r32 = fx_i16_fwd_amx_round32_images();

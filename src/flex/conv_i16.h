@@ -118,6 +118,13 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                    const uint32_t *wq, uint32_t *scratch, int64_t *y, int nthreads,
                    uint64_t *ymax);
 long long fx_i16_fwd_amx_calls(void);
+/* chunks of either forward kernel (plain or rounding) computed in span blocks: 16 consecutive
+ * positions of the padded grid a tile, across output rows (conv_i16_amx.c says when) */
+long long fx_i16_fwd_amx_span_calls(void);
+/* Whether at least three quarters of the tile rows the kernel computes for g are outputs it
+ * stores (rows of 12 pixels or more in row blocks; ResNet-20's 8 x 8 layers in span blocks,
+ * 64 of 80); narrower layers are faster on the AMX GEMM's gathered patch rows. */
+int fx_i16_fwd_amx_tiles_full(const struct fx_conv_geom *g);
 /* fx_i16_fwd_amx with its sums rounded in its epilogue, while they are in registers, instead of
  * stored: at `shift` places (fx_q64_fast_ok shifts) on quant_i64's fast route, the chunk's
  * mantissas go straight into yq in NCHW order (its first image's), and part[i] gets image i's

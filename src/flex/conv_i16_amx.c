@@ -156,34 +156,116 @@ static void amx_fwd_configure(int64_t kc)
     fx_amx_tiles_configure_shapes(rows, colsb);
 }
 
-/* Where block b's 16 pixels lie (one output row's, from ow0): *im, *oh, *ow0 and *nrows (the
- * pixels in the row) set; returns the offset of its first tap in the byte planes. Output
- * (oh, ow) is the convolution's output (oy0 + oh, ox0 + ow): g->OH x g->OW is a window of it
- * (0, 0 for the whole). */
-static inline int64_t amx_fwd_block_where(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
-                                          int64_t b, int64_t *im, int64_t *oh, int64_t *ow0,
-                                          int *nrows)
+/* Blocks of 16 pixels, the M rows of a tile. A row block holds 16 pixels of one output row
+ * (a row's last block computes past its end into pixels that are not stored). A span block
+ * holds 16 consecutive positions of the padded input's grid, v = oh Wp + ow with ow < Wp: at
+ * stride 1 the input a tap meets at position v is (v + kh Wp + kw) C bytes into the image's
+ * planes, so the tile rows stay C bytes apart across output rows, and the positions whose ow
+ * is OW or more (the KW - 1 columns past each row's end) are computed and dropped. Why: on
+ * ResNet-20's 8 x 8 layers a row block stored 8 of its 16 pixels, so half of every tile
+ * product was thrown away; span blocks keep 64 of every 80 (an image takes 5 blocks, not 8).
+ * Taken where they make fewer blocks than rows do, for a whole stride-1 output (not a window
+ * of one: the strided input gradient's phases keep row blocks). The last span block of the
+ * chunk reads at most 15 positions past the last image's planes, within their slack. */
+static atomic_llong amx_span_calls;
+
+long long fx_i16_fwd_amx_span_calls(void)
+{
+    return atomic_load_explicit(&amx_span_calls, memory_order_relaxed);
+}
+
+static int amx_span_blocks(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0)
+{
+    const int64_t Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph;
+    if (g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1 || oy0 != 0 || ox0 != 0 ||
+        g->OW != Wp - g->KW + 1 || g->OH != Hp - g->KH + 1)
+        return 0;
+    const int64_t spans = ((g->OH - 1) * Wp + g->OW + 15) / 16;
+    return spans < g->OH * ((g->OW + 15) / 16);
+}
+
+/* blocks per image */
+static int64_t amx_blocks_per_image(const struct fx_conv_geom *g, int span)
+{
+    const int64_t Wp = g->W + 2 * g->pw;
+    return span ? ((g->OH - 1) * Wp + g->OW + 15) / 16 : g->OH * ((g->OW + 15) / 16);
+}
+
+int fx_i16_fwd_amx_tiles_full(const struct fx_conv_geom *g)
+{
+    const int64_t computed = 16 * amx_blocks_per_image(g, amx_span_blocks(g, 0, 0));
+    return 4 * g->OH * g->OW >= 3 * computed;
+}
+
+/* Where a block's outputs go: its image, the first output pixel (oh OW + ow) it stores, the
+ * pixels it stores (bit p: tile row p), their count, and for a span block the lanes that
+ * gather them (lane t: the t-th stored row), in which order they are consecutive pixels of
+ * the output (a row's end is followed by the next row's start) */
+typedef struct amx_block {
+    int64_t im, q0, base; /* base: the offset of its first tap in the byte planes */
+    uint32_t rows;
+    int n, span;
+    __m256i gather;
+} amx_block;
+
+/* the offset of block b's first tap in the byte planes (amx_fwd_block_where's k->base) */
+static inline int64_t amx_fwd_block_base(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
+                                         int span, int64_t b)
 {
     const int64_t Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph, OH = g->OH, OW = g->OW;
-    const int64_t nblk = (OW + 15) / 16, row = b / nblk;
-    *ow0 = (b % nblk) * 16;
-    *im = row / OH;
-    *oh = row % OH;
-    *nrows = OW - *ow0 < 16 ? (int)(OW - *ow0) : 16;
-    return ((*im * Hp + (*oh + oy0) * g->sh) * Wp + (*ow0 + ox0) * g->sw) * g->C;
+    if (span) {
+        const int64_t per = amx_blocks_per_image(g, 1);
+        return ((b / per) * Hp * Wp + (b % per) * 16) * g->C;
+    }
+    const int64_t nblk = (OW + 15) / 16, row = b / nblk, ow0 = (b % nblk) * 16;
+    return (((row / OH) * Hp + (row % OH + oy0) * g->sh) * Wp + (ow0 + ox0) * g->sw) * g->C;
+}
+
+static inline void amx_fwd_block_where(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
+                                       int span, int64_t b, amx_block *k)
+{
+    const int64_t Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph, OH = g->OH, OW = g->OW;
+    k->span = span;
+    if (span) {
+        const int64_t per = amx_blocks_per_image(g, 1), v0 = (b % per) * 16;
+        k->im = b / per;
+        k->base = (k->im * Hp * Wp + v0) * g->C;
+        int16_t lanes[16] = {0};
+        int64_t oh = v0 / Wp, ow = v0 % Wp;
+        k->rows = 0;
+        k->n = 0;
+        k->q0 = -1;
+        for (int p = 0; p < 16; p++) {
+            if (ow < OW && oh < OH) {
+                if (k->q0 < 0) k->q0 = oh * OW + ow;
+                k->rows |= 1u << p;
+                lanes[k->n++] = (int16_t)p;
+            }
+            if (++ow == Wp) ow = 0, oh++;
+        }
+        k->gather = _mm256_loadu_si256((const void *)lanes);
+        if (k->q0 < 0) k->q0 = 0;
+        return;
+    }
+    const int64_t nblk = (OW + 15) / 16, row = b / nblk, ow0 = (b % nblk) * 16;
+    k->im = row / OH;
+    const int64_t oh = row % OH;
+    k->n = OW - ow0 < 16 ? (int)(OW - ow0) : 16;
+    k->rows = k->n == 16 ? 0xFFFFu : (1u << k->n) - 1u;
+    k->q0 = oh * OW + ow0;
+    k->base = ((k->im * Hp + (oh + oy0) * g->sh) * Wp + (ow0 + ox0) * g->sw) * g->C;
+    k->gather = _mm256_setzero_si256();
 }
 
 /* tmm0-3 = the sums of block b's 16 pixels by output channels ob * 16 .. + 15, left in the
  * tiles */
 static inline void amx_fwd_block_tiles(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
-                                       const int8_t *hi, const int8_t *lo, const int8_t *wb,
-                                       int64_t b, int64_t ob)
+                                       int span, const int8_t *hi, const int8_t *lo,
+                                       const int8_t *wb, int64_t b, int64_t ob)
 {
     const int64_t C = g->C, KH = g->KH, Wp = g->W + 2 * g->pw;
     const int64_t kc = piece_bytes(g), npc = g->KW * C / kc, nob = g->O / 16;
-    int64_t im, oh, ow0;
-    int nrows;
-    const int64_t base = amx_fwd_block_where(g, oy0, ox0, b, &im, &oh, &ow0, &nrows);
+    const int64_t base = amx_fwd_block_base(g, oy0, ox0, span, b);
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -197,14 +279,13 @@ static inline void amx_fwd_block_tiles(const struct fx_conv_geom *g, int64_t oy0
 }
 
 /* tmm0-3 = the sums of block b's 16 pixels by output channels ob * 16 .. + 15, stored into acc;
- * *im, *oh, *ow0 and *nrows set as amx_fwd_block_where sets them */
-static inline void amx_fwd_block_at(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
-                                    const int8_t *hi, const int8_t *lo, const int8_t *wb,
-                                    int64_t b, int64_t ob, int32_t acc[4][256], int64_t *im,
-                                    int64_t *oh, int64_t *ow0, int *nrows)
+ * *k set as amx_fwd_block_where sets it */
+static inline void amx_fwd_block_at(const struct fx_conv_geom *g, int span, const int8_t *hi,
+                                    const int8_t *lo, const int8_t *wb, int64_t b, int64_t ob,
+                                    int32_t acc[4][256], amx_block *k)
 {
-    amx_fwd_block_where(g, oy0, ox0, b, im, oh, ow0, nrows);
-    amx_fwd_block_tiles(g, oy0, ox0, hi, lo, wb, b, ob);
+    amx_fwd_block_where(g, 0, 0, span, b, k);
+    amx_fwd_block_tiles(g, 0, 0, span, hi, lo, wb, b, ob);
     fx_amx_i16_store(acc);
 }
 
@@ -216,7 +297,9 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
     const int64_t O = g->O, OW = g->OW, P = g->OH * OW;
     int8_t *hi, *lo;
     amx_fwd_planes(g, x, nbc, scratch, &hi, &lo);
-    const int64_t nob = O / 16, nblocks = nbc * g->OH * ((OW + 15) / 16);
+    const int span = amx_span_blocks(g, 0, 0);
+    if (span) atomic_fetch_add_explicit(&amx_span_calls, 1, memory_order_relaxed);
+    const int64_t nob = O / 16, nblocks = nbc * amx_blocks_per_image(g, span);
     const int8_t *wb = (const int8_t *)(const void *)wq;
     const int64_t kc = piece_bytes(g);
     uint64_t gmax = 0;
@@ -233,17 +316,20 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
 #endif
         for (int64_t b = 0; b < nblocks; b++)
             for (int64_t ob = 0; ob < nob; ob++) {
-                int64_t im, oh, ow0;
-                int nrows;
-                amx_fwd_block_at(g, 0, 0, hi, lo, wb, b, ob, acc, &im, &oh, &ow0, &nrows);
-                /* 65536 HH + 256 (HL + LH) + LL per output, in int64 */
-                int64_t *yb = y + (im * P + oh * OW + ow0) * O + ob * 16;
-                for (int r = 0; r < nrows; r++)
+                amx_block k;
+                amx_fwd_block_at(g, span, hi, lo, wb, b, ob, acc, &k);
+                /* 65536 HH + 256 (HL + LH) + LL per output, in int64; the t-th stored row is
+                 * output pixel q0 + t */
+                int64_t *yb = y + (k.im * P + k.q0) * O + ob * 16;
+                for (int r = 0, t = 0; r < 16; r++) {
+                    if (!(k.rows >> r & 1)) continue;
                     for (int h = 0; h < 2; h++) {
                         const __m512i s = fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * r + 8 * h);
-                        _mm512_storeu_si512((void *)(yb + r * O + 8 * h), s);
+                        _mm512_storeu_si512((void *)(yb + t * O + 8 * h), s);
                         vmax = _mm512_max_epu64(vmax, _mm512_abs_epi64(s));
                     }
+                    t++;
+                }
             }
         _tile_release();
         const uint64_t m = _mm512_reduce_max_epu64(vmax);
@@ -296,12 +382,14 @@ long long fx_i16_fwd_amx_round_partial_calls(void)
 }
 
 /* 16 pixels (rows) x 16 channels of int16 mantissas, row i and row i + 8 in r[i]'s two halves,
- * transposed and stored as 16 pixels of each channel: channel c at dst + c * P, the first
- * nrows pixels. The three unpack stages are fx_transpose16_avx512's, on an 8 x 32 matrix whose
+ * transposed and stored as 16 pixels of each channel: channel c at dst + c * P, the block's
+ * blk->n stored pixels (a span block's gathered by blk->gather first). The three unpack stages are fx_transpose16_avx512's, on an 8 x 32 matrix whose
  * columns 16-31 are rows 8-15's channels, so that a result holds channel j (pixels 0-7, 8-15)
  * in its lanes 0 and 2 and channel 8 + j in lanes 1 and 3. */
-static inline void amx_store_t16(const __m512i r[8], int16_t *dst, int64_t P, int nrows)
+static inline void amx_store_t16(const __m512i r[8], int16_t *dst, int64_t P,
+                                 const amx_block *blk)
 {
+    const int nrows = blk->n;
     __m512i a[8], b[8];
     for (int i = 0; i < 4; i++) {
         a[2 * i] = _mm512_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
@@ -327,8 +415,13 @@ static inline void amx_store_t16(const __m512i r[8], int16_t *dst, int64_t P, in
                                 : _mm512_unpacklo_epi64(b[k], b[4 + k]);
             /* lanes 0, 2, 1, 3: channel j's 16 pixels, then channel 8 + j's */
             const __m512i t = _mm512_shuffle_i64x2(c, c, _MM_SHUFFLE(3, 1, 2, 0));
-            _mm256_mask_storeu_epi16(dst + j * P, m, _mm512_castsi512_si256(t));
-            _mm256_mask_storeu_epi16(dst + (8 + j) * P, m, _mm512_extracti64x4_epi64(t, 1));
+            __m256i lo = _mm512_castsi512_si256(t), hi = _mm512_extracti64x4_epi64(t, 1);
+            if (blk->span) {
+                lo = _mm256_permutexvar_epi16(blk->gather, lo);
+                hi = _mm256_permutexvar_epi16(blk->gather, hi);
+            }
+            _mm256_mask_storeu_epi16(dst + j * P, m, lo);
+            _mm256_mask_storeu_epi16(dst + (8 + j) * P, m, hi);
         }
 }
 
@@ -485,7 +578,8 @@ static inline __attribute__((always_inline)) void amx_round_image(
     const int w32, uint64_t *mx)
 {
     const int64_t O = g->O, OW = g->OW, P = g->OH * OW;
-    const int64_t nob = O / 16, per_image = g->OH * ((OW + 15) / 16);
+    const int span = amx_span_blocks(g, oy0, ox0);
+    const int64_t nob = O / 16, per_image = amx_blocks_per_image(g, span);
     const int small_k = g->C * g->KH * g->KW <= FX_AMX_I16_SUMS32_MAX_K;
     const __m512i zero = _mm512_setzero_si512();
     amx_round_state st = {zero, zero, zero, zero, zero, zero};
@@ -494,23 +588,27 @@ static inline __attribute__((always_inline)) void amx_round_image(
      * the vector work instead of waiting on it (the tiles are not renamed: the order in the
      * program is the order on the tile unit) */
     const int64_t first = i * per_image * nob, nj = per_image * nob;
-    amx_fwd_block_tiles(g, oy0, ox0, hi, lo, wb, first / nob, first % nob);
+    amx_fwd_block_tiles(g, oy0, ox0, span, hi, lo, wb, first / nob, first % nob);
     fx_amx_i16_store(acc[0]);
+    amx_block k; /* block kb's layout, made once for its nob channel blocks */
+    int64_t kb = first / nob;
+    amx_fwd_block_where(g, oy0, ox0, span, kb, &k);
     for (int64_t j = 0; j < nj; j++) {
         const int64_t b = (first + j) / nob, ob = (first + j) % nob;
         if (j + 1 < nj)
-            amx_fwd_block_tiles(g, oy0, ox0, hi, lo, wb, (first + j + 1) / nob,
+            amx_fwd_block_tiles(g, oy0, ox0, span, hi, lo, wb, (first + j + 1) / nob,
                                 (first + j + 1) % nob);
-        int64_t im, oh, ow0;
-        int nrows;
-        amx_fwd_block_where(g, oy0, ox0, b, &im, &oh, &ow0, &nrows);
+        if (b != kb) {
+            amx_fwd_block_where(g, oy0, ox0, span, b, &k);
+            kb = b;
+        }
         const int32_t(*cur)[256] = (const int32_t(*)[256])acc[j & 1];
         __m512i r[8], r2[8];
         for (int p = 0; p < 8; p++) {
             __m256i half[2], half2[2];
             for (int u = 0; u < 2; u++) { /* pixel p, then pixel p + 8 */
                 const int px = p + 8 * u;
-                if (px >= nrows) /* past the row's end, no outputs: 0 counts nowhere */
+                if (!(k.rows >> px & 1)) /* not stored (past a row's end): 0 counts nowhere */
                     half[u] = half2[u] = _mm256_setzero_si256();
                 else if (w32)
                     amx_pixel32(cur, 16 * px, at, &st, two, &half[u], &half2[u]);
@@ -520,9 +618,9 @@ static inline __attribute__((always_inline)) void amx_round_image(
             r[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
             if (two) r2[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half2[0]), half2[1], 1);
         }
-        const int64_t pos = (im * O + ob * 16) * P + oh * OW + ow0;
-        amx_store_t16(r, at->yq + pos, P, nrows);
-        if (two) amx_store_t16(r2, at->yq2 + pos, P, nrows);
+        const int64_t pos = (k.im * O + ob * 16) * P + k.q0;
+        amx_store_t16(r, at->yq + pos, P, &k);
+        if (two) amx_store_t16(r2, at->yq2 + pos, P, &k);
         if (j + 1 < nj) fx_amx_i16_store(acc[(j + 1) & 1]);
     }
     *mx = w32 ? amx_r32_maxabs(st.ma, st.ml, st.na, st.nl) : _mm512_reduce_max_epu64(st.max_in);
@@ -559,6 +657,7 @@ int fx_i16_fwd_amx_round(const struct fx_conv_geom *g, const int16_t *x, int64_t
     const int two = yq2 != NULL;
     if (!fx_q64_fast_ok(shift) || (two && !fx_q64_fast_ok(shift2)) || nbc <= 0) return 0;
     atomic_fetch_add_explicit(&amx_fwd_calls, 1, memory_order_relaxed);
+    if (amx_span_blocks(g, 0, 0)) atomic_fetch_add_explicit(&amx_span_calls, 1, memory_order_relaxed);
     int8_t *hi, *lo;
     amx_fwd_planes(g, x, nbc, scratch, &hi, &lo);
     const int8_t *wb = (const int8_t *)(const void *)wq;

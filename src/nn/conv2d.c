@@ -812,12 +812,13 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * to the register-tile GEMM, which wants its panels) */
     /* integer compute on AMX tiles read in place from byte planes of the chunk (fx_i16_fwd_amx:
      * no patch rows), from 16 channels each way; the same exact sums. Its tiles are 16 pixels
-     * of one output row: from rows of 12 pixels, where at least three quarters of each tile
-     * count (ResNet-20's 8 x 8 layers, half tiles, took 1.77 ms forward and 2.01 ms for the
-     * input gradient at one thread against 1.67 and 1.70 on the GEMM's gathered rows; the
-     * CNN's 14 x 14 conv2 gains) */
-    const int iamx = ic && be->conv.i16_fwd_amx && fx_gemm_i16_amx_on() && g.OW >= 12 &&
-                     fx_i16_fwd_amx_fits(&g);
+     * of one output row, or 16 positions across rows (span blocks), taken where at least three
+     * quarters of each tile count (fx_i16_fwd_amx_tiles_full): ResNet-20's 8 x 8 layers in
+     * row blocks, half tiles, took 1.77 ms forward and 2.01 ms for the input gradient at one
+     * thread against 1.67 and 1.70 on the GEMM's gathered rows; the CNN's 14 x 14 conv2
+     * gains */
+    const int iamx = ic && be->conv.i16_fwd_amx && fx_gemm_i16_amx_on() &&
+                     fx_i16_fwd_amx_fits(&g) && fx_i16_fwd_amx_tiles_full(&g);
     const int plain_i16 = ic && !iamx && be->gemm.i16_amx && fx_gemm_i16_amx_on() &&
                           CKK >= FX_CONV_AMX_MIN_K;
     /* integer compute elsewhere with VNNI: the direct kernel on a channel-pair-last copy of
