@@ -15,7 +15,8 @@
  *     the AMX GEMM on the matrices it documents, and through the op within the fp32 chain's
  *     bound of fp64 and the same at 1 and 2 threads.
  * Shapes: ResNet-20's 16- and 32-channel 3x3 layers, stride 2, 64 channels (two channel
- * blocks), odd C and O, output rows that are not whole 16-pixel blocks (OW 10, 8, 7), 5x5.
+ * blocks), odd C and O, output rows that are not whole 16-pixel blocks (OW 10, 8, 7: span
+ * blocks across rows, conv_tile_blocks.h, taken exactly where they save blocks), 5x5.
  * Skips where the CPU or the OS gives no AMX-BF16 (the route cannot be installed). */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
@@ -88,12 +89,17 @@ static void check_fwd(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int
                             .OH = OH, .OW = OW};
     CHECK(fx_bf16_fwd_amx_fits(&g), "C%lld O%lld k%lldx%lld stride %d: expected to fit the AMX "
           "kernel", (long long)C, (long long)O, (long long)KH, (long long)KW, stride);
+    /* span blocks (16 positions of the padded grid across output rows) exactly where they make
+     * fewer blocks than whole rows: stride 1, rows under 16 pixels or not whole blocks */
+    const int span = stride == 1 && (OH - 1) * (W + 2 * pad) + OW + 15 < 16 * OH * ((OW + 15) / 16);
     for (int threads = 1; threads <= 2; threads++) {
         flexpoint_set_num_threads(threads);
-        const long long calls = fx_bf16_fwd_amx_calls();
+        const long long calls = fx_bf16_fwd_amx_calls(), spans = fx_bf16_fwd_amx_span_calls();
         CHECK_STATUS(tensor_conv2d(ty, tx, tw, stride, stride, pad, pad, 1, 1), FX_OK);
         CHECK(fx_bf16_fwd_amx_calls() > calls, "C%lld O%lld: the AMX direct kernel did not run",
               (long long)C, (long long)O);
+        CHECK((fx_bf16_fwd_amx_span_calls() > spans) == span, "C%lld %lldx%lld: span blocks %s",
+              (long long)C, (long long)H, (long long)W, span ? "not taken" : "taken");
         CHECK_STATUS(tensor_to_f32(ty, y), FX_OK);
         CHECK_STATUS(tensor_matmul(tc, ta, tb), FX_OK);
         CHECK_STATUS(tensor_to_f32(tc, c), FX_OK);

@@ -23,8 +23,10 @@
  * kernel has these bits, not that GEMM's; the bound is the fp32 chain's. Each output is one
  * thread's, so the bits do not depend on the thread count.
  *
- * Tiles: tmm0-3 accumulate four blocks of 16 pixels (each within one output row; a row's last
- * block computes past its end and stores only its pixels) by 16 output channels; tmm4-5 take
+ * Tiles: tmm0-3 accumulate four blocks of 16 pixels (each within one output row, a row's last
+ * block computing past its end and storing only its pixels; or, for a whole stride-1 output
+ * with rows under 16 pixels, span blocks of 16 consecutive positions across rows,
+ * conv_tile_blocks.h) by 16 output channels; tmm4-5 take
  * the blocks' A tiles in turn and tmm6 the tap's B tile, kb = min(Cp, 16) channel pairs each
  * (a tile's K is kb pairs: a 16-channel layer's tiles are half tiles rather than zero-padded
  * ones). Channel pairs beyond 16 come in blocks of 16, so Cp must be at most 16 or a multiple
@@ -34,6 +36,7 @@
 #include "../core/amx_tiles.h"
 #include "bf16_gemm.h"
 #include "bf16_store_avx512bf16.h"
+#include "../nn/conv_tile_blocks.h"
 #include "../nn/im2col.h"
 
 #include <immintrin.h>
@@ -48,9 +51,16 @@ enum { AMX_BLOCKS = 4, AMX_MAX_TAPS = 64 };
 
 static atomic_llong amx_fwd_calls;
 
+static atomic_llong amx_span_calls;
+
 long long fx_bf16_fwd_amx_calls(void)
 {
     return atomic_load_explicit(&amx_fwd_calls, memory_order_relaxed);
+}
+
+long long fx_bf16_fwd_amx_span_calls(void)
+{
+    return atomic_load_explicit(&amx_span_calls, memory_order_relaxed);
 }
 
 int fx_bf16_fwd_amx_fits(const struct fx_conv_geom *g)
@@ -63,21 +73,23 @@ int fx_bf16_fwd_amx_fits(const struct fx_conv_geom *g)
            (Cp <= 16 || Cp % 16 == 0) && g->KH * g->KW <= AMX_MAX_TAPS;
 }
 
-/* One output block: 16 pixels (rows of the tile, `rows` of them real) by 16 channels (`nout`
- * real) of fp32 sums in buf (row r: pixel r's channels), to a bf16 y (ybf, channel-major) or
- * the pixel-major fp32 stage (y, row stride O). */
-static void store_block(const float *buf, int rows, int nout, uint16_t *ybf, int64_t P,
-                        float *y, int64_t O)
+/* One output block: 16 pixels (rows of the tile) by 16 channels (`nout` real) of fp32 sums in
+ * buf (row r: pixel r's channels), `rows` of them stored as consecutive output pixels: the
+ * first rows tile rows, or with `at` (a span block) tile rows at[0 .. rows - 1]; to a bf16 y
+ * (ybf, channel-major) or the pixel-major fp32 stage (y, row stride O). */
+static void store_block(const float *buf, int rows, const int16_t *at, int nout, uint16_t *ybf,
+                        int64_t P, float *y, int64_t O)
 {
     if (ybf) {
         __m512 acc[16][4];
-        for (int r = 0; r < 16; r++) acc[r][0] = _mm512_load_ps(buf + 16 * r);
+        for (int r = 0; r < 16; r++)
+            acc[r][0] = r < rows ? _mm512_load_ps(buf + 16 * (at ? at[r] : r)) : _mm512_setzero_ps();
         fx_bf16_store_rows(16, 1, acc, ybf, P, rows, nout);
         return;
     }
     const __mmask16 cm = (__mmask16)(nout >= 16 ? 0xFFFF : (1u << nout) - 1u);
     for (int r = 0; r < rows; r++)
-        _mm512_mask_storeu_ps(y + r * O, cm, _mm512_load_ps(buf + 16 * r));
+        _mm512_mask_storeu_ps(y + r * O, cm, _mm512_load_ps(buf + 16 * (at ? at[r] : r)));
 }
 
 void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
@@ -104,7 +116,10 @@ void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nb
     for (int64_t t = 0; t < KK; t++) taps[t] = ((t / g->KW) * Wp + t % g->KW) * Cp;
     const int kb = Cp < 16 ? (int)Cp : 16; /* channel pairs per tile product */
     const int64_t ncb = (Cp + 15) / 16;
-    const int64_t nblk = (OW + 15) / 16, nblocks = nbc * OH * nblk;
+    const int span = fx_tile_span_blocks(g);
+    if (span) atomic_fetch_add_explicit(&amx_span_calls, 1, memory_order_relaxed);
+    const int64_t nblk = (OW + 15) / 16, per_image = fx_tile_blocks_per_image(g, span);
+    const int64_t nblocks = nbc * per_image;
     const int64_t ngroups = (nblocks + AMX_BLOCKS - 1) / AMX_BLOCKS;
     const int64_t a_stride = sw * Cp * 4, b_stride = opad * 4; /* bytes between tile rows */
     const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, (unsigned char)kb, 0};
@@ -126,14 +141,25 @@ void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nb
             const uint32_t *base[AMX_BLOCKS];
             int64_t n_of[AMX_BLOCKS], p_of[AMX_BLOCKS];
             int nrows[AMX_BLOCKS];
+            fx_tile_span spans[AMX_BLOCKS];
             for (int i = 0; i < AMX_BLOCKS; i++) {
-                const int64_t b = grp * AMX_BLOCKS + i < nblocks ? grp * AMX_BLOCKS + i : nblocks - 1;
+                const int real = grp * AMX_BLOCKS + i < nblocks;
+                const int64_t b = real ? grp * AMX_BLOCKS + i : nblocks - 1;
+                if (span) { /* 16 positions of the padded grid from 16 (b mod per_image) */
+                    const int64_t n = b / per_image, k = b % per_image;
+                    fx_tile_span_of(g, k, &spans[i]);
+                    base[i] = xq + (n * HW + 16 * k) * Cp;
+                    n_of[i] = n;
+                    p_of[i] = spans[i].q0;
+                    nrows[i] = real ? spans[i].n : 0;
+                    continue;
+                }
                 const int64_t row = b / nblk, ow0 = (b % nblk) * 16;
                 const int64_t n = row / OH, oh = row % OH;
                 base[i] = xq + (n * HW + oh * sh * Wp + ow0 * sw) * Cp;
                 n_of[i] = n;
                 p_of[i] = oh * OW + ow0;
-                nrows[i] = grp * AMX_BLOCKS + i < nblocks ? (int)(OW - ow0 < 16 ? OW - ow0 : 16) : 0;
+                nrows[i] = real ? (int)(OW - ow0 < 16 ? OW - ow0 : 16) : 0;
             }
             for (int64_t o0 = 0; o0 < O; o0 += 16) {
                 _tile_zero(0);
@@ -160,7 +186,7 @@ void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nb
                 const int nout = O - o0 < 16 ? (int)(O - o0) : 16;
                 for (int i = 0; i < AMX_BLOCKS; i++)
                     if (nrows[i] > 0)
-                        store_block(buf[i], nrows[i], nout,
+                        store_block(buf[i], nrows[i], span ? spans[i].rows : NULL, nout,
                                     ybf ? ybf + (n_of[i] * O + o0) * P + p_of[i] : NULL, P,
                                     ybf ? NULL : y + (n_of[i] * P + p_of[i]) * O + o0, O);
             }

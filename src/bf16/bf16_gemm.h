@@ -142,6 +142,7 @@ void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nb
                      const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y,
                      uint16_t *ybf, int nthreads);
 long long fx_bf16_fwd_amx_calls(void);
+long long fx_bf16_fwd_amx_span_calls(void); /* the calls in span blocks (conv_tile_blocks.h) */
 /* The AMX route's weight gradient of one chunk (src/bf16/bf16_wgrad_amx.c): fx_bf16_wgrad_direct's
  * interface (xp the padded chunk, dy its output gradient, dwt[r O + o] written), scratch
  * fx_bf16_wgrad_amx_scratch(g, nbc) words, on tdpbf16ps tiles read in place from xp and from

@@ -28,6 +28,7 @@
  * split the blocks; each output is one thread's. */
 #include "../core/amx_tiles.h"
 #include "../nn/conv_panels.h"
+#include "../nn/conv_tile_blocks.h"
 #include "../core/layout_kernels.h"
 #include "../core/prefetch.h"
 #include "../nn/im2col.h"
@@ -156,17 +157,9 @@ static void amx_fwd_configure(int64_t kc)
     fx_amx_tiles_configure_shapes(rows, colsb);
 }
 
-/* Blocks of 16 pixels, the M rows of a tile. A row block holds 16 pixels of one output row
- * (a row's last block computes past its end into pixels that are not stored). A span block
- * holds 16 consecutive positions of the padded input's grid, v = oh Wp + ow with ow < Wp: at
- * stride 1 the input a tap meets at position v is (v + kh Wp + kw) C bytes into the image's
- * planes, so the tile rows stay C bytes apart across output rows, and the positions whose ow
- * is OW or more (the KW - 1 columns past each row's end) are computed and dropped. Why: on
- * ResNet-20's 8 x 8 layers a row block stored 8 of its 16 pixels, so half of every tile
- * product was thrown away; span blocks keep 64 of every 80 (an image takes 5 blocks, not 8).
- * Taken where they make fewer blocks than rows do, for a whole stride-1 output (not a window
- * of one: the strided input gradient's phases keep row blocks). The last span block of the
- * chunk reads at most 15 positions past the last image's planes, within their slack. */
+/* Row blocks or span blocks (conv_tile_blocks.h): span blocks for a whole stride-1 output
+ * where they make fewer blocks (ResNet-20's 8 x 8 layers), never for a window of one (the
+ * strided input gradient's phases) */
 static atomic_llong amx_span_calls;
 
 long long fx_i16_fwd_amx_span_calls(void)
@@ -176,84 +169,55 @@ long long fx_i16_fwd_amx_span_calls(void)
 
 static int amx_span_blocks(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0)
 {
-    const int64_t Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph;
-    if (g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1 || oy0 != 0 || ox0 != 0 ||
-        g->OW != Wp - g->KW + 1 || g->OH != Hp - g->KH + 1)
-        return 0;
-    const int64_t spans = ((g->OH - 1) * Wp + g->OW + 15) / 16;
-    return spans < g->OH * ((g->OW + 15) / 16);
+    return oy0 == 0 && ox0 == 0 && fx_tile_span_blocks(g);
 }
 
-/* blocks per image */
-static int64_t amx_blocks_per_image(const struct fx_conv_geom *g, int span)
-{
-    const int64_t Wp = g->W + 2 * g->pw;
-    return span ? ((g->OH - 1) * Wp + g->OW + 15) / 16 : g->OH * ((g->OW + 15) / 16);
-}
-
-int fx_i16_fwd_amx_tiles_full(const struct fx_conv_geom *g)
-{
-    const int64_t computed = 16 * amx_blocks_per_image(g, amx_span_blocks(g, 0, 0));
-    return 4 * g->OH * g->OW >= 3 * computed;
-}
+int fx_i16_fwd_amx_tiles_full(const struct fx_conv_geom *g) { return fx_tile_blocks_full(g); }
 
 /* Where a block's outputs go: its image, the first output pixel (oh OW + ow) it stores, the
  * pixels it stores (bit p: tile row p), their count, and for a span block the lanes that
- * gather them (lane t: the t-th stored row), in which order they are consecutive pixels of
- * the output (a row's end is followed by the next row's start) */
+ * gather them (lane t: the t-th stored row), consecutive pixels of the output */
 typedef struct amx_block {
-    int64_t im, q0, base; /* base: the offset of its first tap in the byte planes */
+    int64_t im, q0;
     uint32_t rows;
     int n, span;
     __m256i gather;
 } amx_block;
 
-/* the offset of block b's first tap in the byte planes (amx_fwd_block_where's k->base) */
+/* the offset of block b's first tap in the byte planes */
 static inline int64_t amx_fwd_block_base(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
                                          int span, int64_t b)
 {
     const int64_t Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph, OH = g->OH, OW = g->OW;
     if (span) {
-        const int64_t per = amx_blocks_per_image(g, 1);
+        const int64_t per = fx_tile_blocks_per_image(g, 1);
         return ((b / per) * Hp * Wp + (b % per) * 16) * g->C;
     }
     const int64_t nblk = (OW + 15) / 16, row = b / nblk, ow0 = (b % nblk) * 16;
     return (((row / OH) * Hp + (row % OH + oy0) * g->sh) * Wp + (ow0 + ox0) * g->sw) * g->C;
 }
 
-static inline void amx_fwd_block_where(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
-                                       int span, int64_t b, amx_block *k)
+static inline void amx_fwd_block_where(const struct fx_conv_geom *g, int span, int64_t b,
+                                       amx_block *k)
 {
-    const int64_t Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph, OH = g->OH, OW = g->OW;
+    const int64_t OW = g->OW;
     k->span = span;
     if (span) {
-        const int64_t per = amx_blocks_per_image(g, 1), v0 = (b % per) * 16;
+        const int64_t per = fx_tile_blocks_per_image(g, 1);
+        fx_tile_span sp;
+        fx_tile_span_of(g, b % per, &sp);
         k->im = b / per;
-        k->base = (k->im * Hp * Wp + v0) * g->C;
-        int16_t lanes[16] = {0};
-        int64_t oh = v0 / Wp, ow = v0 % Wp;
-        k->rows = 0;
-        k->n = 0;
-        k->q0 = -1;
-        for (int p = 0; p < 16; p++) {
-            if (ow < OW && oh < OH) {
-                if (k->q0 < 0) k->q0 = oh * OW + ow;
-                k->rows |= 1u << p;
-                lanes[k->n++] = (int16_t)p;
-            }
-            if (++ow == Wp) ow = 0, oh++;
-        }
-        k->gather = _mm256_loadu_si256((const void *)lanes);
-        if (k->q0 < 0) k->q0 = 0;
+        k->rows = sp.stored;
+        k->n = sp.n;
+        k->q0 = sp.q0;
+        k->gather = _mm256_loadu_si256((const void *)sp.rows);
         return;
     }
     const int64_t nblk = (OW + 15) / 16, row = b / nblk, ow0 = (b % nblk) * 16;
-    k->im = row / OH;
-    const int64_t oh = row % OH;
+    k->im = row / g->OH;
     k->n = OW - ow0 < 16 ? (int)(OW - ow0) : 16;
     k->rows = k->n == 16 ? 0xFFFFu : (1u << k->n) - 1u;
-    k->q0 = oh * OW + ow0;
-    k->base = ((k->im * Hp + (oh + oy0) * g->sh) * Wp + (ow0 + ox0) * g->sw) * g->C;
+    k->q0 = (row % g->OH) * OW + ow0;
     k->gather = _mm256_setzero_si256();
 }
 
@@ -284,7 +248,7 @@ static inline void amx_fwd_block_at(const struct fx_conv_geom *g, int span, cons
                                     const int8_t *lo, const int8_t *wb, int64_t b, int64_t ob,
                                     int32_t acc[4][256], amx_block *k)
 {
-    amx_fwd_block_where(g, 0, 0, span, b, k);
+    amx_fwd_block_where(g, span, b, k);
     amx_fwd_block_tiles(g, 0, 0, span, hi, lo, wb, b, ob);
     fx_amx_i16_store(acc);
 }
@@ -299,7 +263,7 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
     amx_fwd_planes(g, x, nbc, scratch, &hi, &lo);
     const int span = amx_span_blocks(g, 0, 0);
     if (span) atomic_fetch_add_explicit(&amx_span_calls, 1, memory_order_relaxed);
-    const int64_t nob = O / 16, nblocks = nbc * amx_blocks_per_image(g, span);
+    const int64_t nob = O / 16, nblocks = nbc * fx_tile_blocks_per_image(g, span);
     const int8_t *wb = (const int8_t *)(const void *)wq;
     const int64_t kc = piece_bytes(g);
     uint64_t gmax = 0;
@@ -579,7 +543,7 @@ static inline __attribute__((always_inline)) void amx_round_image(
 {
     const int64_t O = g->O, OW = g->OW, P = g->OH * OW;
     const int span = amx_span_blocks(g, oy0, ox0);
-    const int64_t nob = O / 16, per_image = amx_blocks_per_image(g, span);
+    const int64_t nob = O / 16, per_image = fx_tile_blocks_per_image(g, span);
     const int small_k = g->C * g->KH * g->KW <= FX_AMX_I16_SUMS32_MAX_K;
     const __m512i zero = _mm512_setzero_si512();
     amx_round_state st = {zero, zero, zero, zero, zero, zero};
@@ -592,14 +556,14 @@ static inline __attribute__((always_inline)) void amx_round_image(
     fx_amx_i16_store(acc[0]);
     amx_block k; /* block kb's layout, made once for its nob channel blocks */
     int64_t kb = first / nob;
-    amx_fwd_block_where(g, oy0, ox0, span, kb, &k);
+    amx_fwd_block_where(g, span, kb, &k);
     for (int64_t j = 0; j < nj; j++) {
         const int64_t b = (first + j) / nob, ob = (first + j) % nob;
         if (j + 1 < nj)
             amx_fwd_block_tiles(g, oy0, ox0, span, hi, lo, wb, (first + j + 1) / nob,
                                 (first + j + 1) % nob);
         if (b != kb) {
-            amx_fwd_block_where(g, oy0, ox0, span, b, &k);
+            amx_fwd_block_where(g, span, b, &k);
             kb = b;
         }
         const int32_t(*cur)[256] = (const int32_t(*)[256])acc[j & 1];

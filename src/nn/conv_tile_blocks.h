@@ -1,0 +1,81 @@
+/* The output blocks of the AMX convolutions that read their A tiles in place (the int16
+ * forward kernel, src/flex/conv_i16_amx.c, and the bf16 one, src/bf16/bf16_conv_amx.c): 16
+ * output pixels a block, the M rows of a tile.
+ *
+ * A row block holds 16 pixels of one output row (a row's last block computes past its end into
+ * pixels that are not stored). A span block holds 16 consecutive positions of the padded
+ * input's grid, v = oh Wp + ow with ow < Wp (Wp the padded width): at stride 1 the input a tap
+ * (kh, kw) meets at position v is v + kh Wp + kw pixels into the image's padded plane, so the
+ * tile rows stay one pixel apart across output rows, and the positions whose ow is OW or more
+ * (the KW - 1 columns past each row's end) are computed and dropped. The stored positions of a
+ * span block are consecutive pixels of the output (a row's end is followed by the next row's
+ * start).
+ *
+ * Why: on ResNet-20's 8 x 8 layers a row block stored 8 of its 16 pixels, so half of every
+ * tile product was thrown away; span blocks keep 64 of every 80 (an image takes 5 blocks, not
+ * 8). They are taken where they make fewer blocks than rows do, for a whole stride-1 output
+ * (not a window of one: the strided input gradient's phases keep row blocks). The last span
+ * block of a chunk reads at most 15 positions past the last image's padded plane (its last
+ * stored position, (OH - 1) Wp + OW - 1, is within 15 of the block's end), which the kernels'
+ * slack of 16 + KW pixels covers. */
+#ifndef FX_NN_CONV_TILE_BLOCKS_H
+#define FX_NN_CONV_TILE_BLOCKS_H
+
+#include "im2col.h" /* fx_conv_geom */
+
+#include <stdint.h>
+
+/* Whether g's whole output takes span blocks */
+static inline int fx_tile_span_blocks(const fx_conv_geom *g)
+{
+    const int64_t Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph;
+    if (g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1 || g->OW != Wp - g->KW + 1 ||
+        g->OH != Hp - g->KH + 1)
+        return 0;
+    const int64_t spans = ((g->OH - 1) * Wp + g->OW + 15) / 16;
+    return spans < g->OH * ((g->OW + 15) / 16);
+}
+
+/* Blocks of one image, in span blocks or row blocks */
+static inline int64_t fx_tile_blocks_per_image(const fx_conv_geom *g, int span)
+{
+    const int64_t Wp = g->W + 2 * g->pw;
+    return span ? ((g->OH - 1) * Wp + g->OW + 15) / 16 : g->OH * ((g->OW + 15) / 16);
+}
+
+/* Whether at least three quarters of the tile rows g's blocks compute are stored outputs */
+static inline int fx_tile_blocks_full(const fx_conv_geom *g)
+{
+    return 4 * g->OH * g->OW >= 3 * 16 * fx_tile_blocks_per_image(g, fx_tile_span_blocks(g));
+}
+
+/* Span block k of an image (its positions 16 k .. 16 k + 15): the tile rows that are stored
+ * outputs (bit p: row p), their count, the first one's output pixel (oh OW + ow; 0 when none)
+ * and in rows[t] the tile row of the t-th stored one (the rest of rows[] zero) */
+typedef struct fx_tile_span {
+    uint32_t stored;
+    int n;
+    int64_t q0;
+    int16_t rows[16];
+} fx_tile_span;
+
+static inline void fx_tile_span_of(const fx_conv_geom *g, int64_t k, fx_tile_span *s)
+{
+    const int64_t Wp = g->W + 2 * g->pw, v0 = 16 * k;
+    int64_t oh = v0 / Wp, ow = v0 % Wp;
+    s->stored = 0;
+    s->n = 0;
+    s->q0 = -1;
+    for (int p = 0; p < 16; p++) {
+        s->rows[p] = 0;
+        if (ow < g->OW && oh < g->OH) {
+            if (s->q0 < 0) s->q0 = oh * g->OW + ow;
+            s->stored |= 1u << p;
+            s->rows[s->n++] = (int16_t)p;
+        }
+        if (++ow == Wp) ow = 0, oh++;
+    }
+    if (s->q0 < 0) s->q0 = 0;
+}
+
+#endif
