@@ -67,6 +67,42 @@ int fx_i16_wgrad_amx_fits(const struct fx_conv_geom *g)
 /* Pixels of one image rounded up to whole tiles of k */
 static int64_t p64(const struct fx_conv_geom *g) { return (g->OH * g->OW + 63) / 64 * 64; }
 
+/* Grid copies (stride 1): k runs over the positions v = oh Wp + ow of the padded grid (Wp the
+ * padded width, ow < Wp) rather than over the output pixels, dy being zero at the KW - 1
+ * positions past each row's end. The input a tap (kh, kw) meets at position v is then
+ * xpad(c, v + kh Wp + kw) for every tap, so one padded copy of each channel serves all KW
+ * kernel columns, where the shifted copies write KW of them; the price is the positions past
+ * the rows' ends, which the tile products take too. Why: on ResNet-20's 16-channel layers the
+ * shifted copies took more of this kernel's time than its tile products. Taken where the
+ * positions, in whole tiles of 64, are at most an eighth more than the pixels (32 x 32: 1,088
+ * against 1,024; the CNN's 14 x 14 conv2: 256 against 256); narrower rows (16 x 16: 320
+ * against 256) keep the shifted copies. */
+static int64_t grid_q64(const struct fx_conv_geom *g)
+{
+    const int64_t Wp = g->W + 2 * g->pw;
+    return ((g->OH - 1) * Wp + g->OW + 63) / 64 * 64;
+}
+
+static int grid_mode(const struct fx_conv_geom *g)
+{
+    const int64_t Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph;
+    return g->sh == 1 && g->sw == 1 && g->OW == Wp - g->KW + 1 && g->OH == Hp - g->KH + 1 &&
+           8 * grid_q64(g) <= 9 * p64(g);
+}
+
+/* k values of one image: grid positions or pixels, in whole tiles of 64 */
+static int64_t k_per_image(const struct fx_conv_geom *g)
+{
+    return grid_mode(g) ? grid_q64(g) : p64(g);
+}
+
+/* Bytes of one channel's grid copy in one plane: the padded image, and the slack a last tile
+ * of k reads past it (at most 63 positions) */
+static int64_t grid_plane(const struct fx_conv_geom *g)
+{
+    return (g->H + 2 * g->ph) * (g->W + 2 * g->pw) + 64;
+}
+
 /* Lanes [first, end) of 32 (none where end <= first) */
 static inline __mmask32 lane_run(int64_t first, int64_t end)
 {
@@ -85,6 +121,7 @@ static int64_t copy_rows(const struct fx_conv_geom *g)
  * rows x OW) and dy's words (2 planes x P64 x O) */
 static int64_t image_bytes(const struct fx_conv_geom *g)
 {
+    if (grid_mode(g)) return 2 * g->C * grid_plane(g) + 2 * grid_q64(g) * g->O;
     return g->KW * g->sh * 2 * g->C * copy_rows(g) * g->OW + 2 * p64(g) * g->O;
 }
 
@@ -111,7 +148,7 @@ static inline __m512i load_even32(const int16_t *row, int64_t col, int64_t W)
  * 8 x 8 layers: one tile product per tile and image). */
 static int64_t block_images(const struct fx_conv_geom *g, int64_t nb)
 {
-    int64_t k = FX_I16_AMX_WGRAD_MAX_P / p64(g);
+    int64_t k = FX_I16_AMX_WGRAD_MAX_P / k_per_image(g);
     const int64_t by = ((int64_t)1 << 20) / image_bytes(g);
     if (by < k) k = by;
     if (nb < k) k = nb;
@@ -127,7 +164,7 @@ int64_t fx_i16_wgrad_amx_scratch(const struct fx_conv_geom *g, int64_t nb)
     /* bytes: a block's copies, 64 bytes of slack after x's, the staging of one image's dy
      * bytes before their transpose (2 planes x O x P64), one channel's padded rows in two
      * byte planes (copy_x_s1), alignment */
-    const int64_t bytes = block_images(g, nb) * image_bytes(g) + 64 + 2 * p64(g) * g->O +
+    const int64_t bytes = block_images(g, nb) * image_bytes(g) + 64 + 2 * k_per_image(g) * g->O +
                           2 * g->H * row_bytes(g) + 256;
     return bytes / 4 + 1;
 }
@@ -223,6 +260,69 @@ static void copy_x_s2(const struct fx_conv_geom *g, const int16_t *xn, int8_t *x
         }
 }
 
+/* The grid copy of one image's x (xi: its block slot): per plane and channel, the padded
+ * image's Hp x Wp bytes (zeros outside the image) and the 64 bytes of slack after them, zero
+ * (grid_plane bytes a channel, the low plane cplane bytes after the high one) */
+static void copy_x_grid(const struct fx_conv_geom *g, const int16_t *xn, int8_t *xi,
+                        int64_t cplane)
+{
+    const int64_t C = g->C, H = g->H, W = g->W, ph = g->ph, pw = g->pw, Wp = W + 2 * pw;
+    const int64_t gp = grid_plane(g);
+    memset(xi, 0, 2 * (size_t)cplane);
+    const __mmask32 tail_w = lane_run(0, W % 32);
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t r = 0; r < H; r++) {
+            const int16_t *row = xn + (c * H + r) * W;
+            int8_t *h = xi + c * gp + (r + ph) * Wp + pw, *l = h + cplane;
+            for (int64_t w0 = 0; w0 < W; w0 += 32) {
+                fx_prefetch_at(row + w0, FX_WGRAD_AHEAD);
+                const __mmask32 m = W - w0 >= 32 ? (__mmask32)0xFFFFFFFFu : tail_w;
+                const __m512i v = _mm512_maskz_loadu_epi16(m, row + w0);
+                _mm256_mask_storeu_epi8(h + w0, m, _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+                _mm256_mask_storeu_epi8(l + w0, m, _mm512_cvtepi16_epi8(v));
+            }
+        }
+}
+
+/* One image's dy as the staging tq [pl][O][K] of its bytes at the k positions (pixels, or grid
+ * positions with zeros past each row's end), zeros up to K */
+static void stage_dy(const struct fx_conv_geom *g, const int16_t *dn, int8_t *tq, int64_t K,
+                     int grid)
+{
+    const int64_t O = g->O, OW = g->OW, P = g->OH * OW, Wp = g->W + 2 * g->pw;
+    if (grid) {
+        memset(tq, 0, 2 * (size_t)(O * K));
+        const __mmask32 tail = lane_run(0, OW % 32);
+        for (int64_t o = 0; o < O; o++) {
+            int8_t *th = tq + o * K, *tl = tq + (O + o) * K;
+            for (int64_t oh = 0; oh < g->OH; oh++) {
+                const int16_t *row = dn + o * P + oh * OW;
+                for (int64_t w0 = 0; w0 < OW; w0 += 32) {
+                    fx_prefetch_at(row + w0, FX_WGRAD_AHEAD);
+                    const __mmask32 m = OW - w0 >= 32 ? (__mmask32)0xFFFFFFFFu : tail;
+                    const __m512i v = _mm512_maskz_loadu_epi16(m, row + w0);
+                    _mm256_mask_storeu_epi8(th + oh * Wp + w0, m,
+                                            _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+                    _mm256_mask_storeu_epi8(tl + oh * Wp + w0, m, _mm512_cvtepi16_epi8(v));
+                }
+            }
+        }
+        return;
+    }
+    for (int64_t o = 0; o < O; o++) {
+        int8_t *th = tq + o * K, *tl = tq + (O + o) * K;
+        for (int64_t p0 = 0; p0 < K; p0 += 32) {
+            fx_prefetch_at(dn + o * P + p0, FX_WGRAD_AHEAD);
+            const int64_t left = P - p0;
+            const __mmask32 m =
+                (__mmask32)(left >= 32 ? 0xFFFFFFFFu : left <= 0 ? 0u : (1u << left) - 1u);
+            const __m512i v = _mm512_maskz_loadu_epi16(m, dn + o * P + p0);
+            _mm256_store_si256((void *)(th + p0), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+            _mm256_store_si256((void *)(tl + p0), _mm512_cvtepi16_epi8(v));
+        }
+    }
+}
+
 int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16_t *dy,
                      int64_t nbc, uint32_t *scratch, int64_t *dwt, int add)
 {
@@ -230,12 +330,15 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16
     const int64_t C = g->C, O = g->O, KH = g->KH, KW = g->KW, KK = KH * KW;
     const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW;
     const int64_t S = g->sh, Hc = copy_rows(g); /* stride; rows of a copy */
-    const int64_t P = OH * OW, P64 = p64(g);
+    const int64_t P = OH * OW, grid = grid_mode(g), P64 = k_per_image(g);
     const int64_t nbi = block_images(g, nbc);
     /* per block: xs[(((i KW + kw) S + rh) 2 + pl) plane + (c Hc + a) OW + ow] for image i of
-     * the block (padded row S a + rh), then 64 bytes of slack; dq[(i 2 + pl) P64 O + 4 (q O +
-     * o)]; tq one image's staging [pl][O][P64] */
-    const int64_t plane = C * Hc * OW, ximg = KW * S * 2 * plane, dimg = 2 * P64 * O;
+     * the block (padded row S a + rh; with grid copies xs[(i 2 + pl) plane + c gp + ih Wp +
+     * iw]), then 64 bytes of slack; dq[(i 2 + pl) P64 O + 4 (q O + o)] (P64: the k values of an
+     * image); tq one image's staging [pl][O][P64] */
+    const int64_t Wp = W + 2 * g->pw, gp = grid_plane(g);
+    const int64_t plane = grid ? C * gp : C * Hc * OW;
+    const int64_t ximg = grid ? 2 * plane : KW * S * 2 * plane, dimg = 2 * P64 * O;
     int8_t *xs = (int8_t *)(void *)scratch;
     xs += (64 - (uintptr_t)xs % 64) % 64;
     int8_t *dq = xs + nbi * ximg + 64;
@@ -244,7 +347,7 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16
     /* copy_x_s1's padded row planes: their padding and slack zero, each row's bytes written
      * in place for each channel */
     int8_t *xrows = tq + 2 * P64 * O;
-    if (S == 1) memset(xrows, 0, 2 * (size_t)(H * row_bytes(g)));
+    if (S == 1 && !grid) memset(xrows, 0, 2 * (size_t)(H * row_bytes(g)));
     memset(xs + nbi * ximg, 0, 64);
     if (!add) memset(dwt, 0, sizeof(int64_t) * (size_t)(C * KK * O));
     const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
@@ -257,25 +360,16 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16
             /* x's shifted copies, padded: Xkw,rh[c][a][ow] = x(c, S a + rh - ph, S ow + kw -
              * pw), zero outside the image */
             const int16_t *xn = x + (n0 + i) * C * H * W;
-            if (S == 1)
+            if (grid)
+                copy_x_grid(g, xn, xs + i * ximg, plane);
+            else if (S == 1)
                 copy_x_s1(g, xn, xs + i * ximg, plane, xrows);
             else
                 copy_x_s2(g, xn, xs + i * ximg, plane);
-            /* dy's words: each output channel's bytes four pixels a word (zeros past P) into
-             * tq, then [O][P64 / 4] -> [P64 / 4][O] per plane */
-            const int16_t *dn = dy + (n0 + i) * O * P;
-            for (int64_t o = 0; o < O; o++) {
-                int8_t *th = tq + o * P64, *tl = tq + (O + o) * P64;
-                for (int64_t p0 = 0; p0 < P64; p0 += 32) {
-                    fx_prefetch_at(dn + o * P + p0, FX_WGRAD_AHEAD);
-                    const int64_t left = P - p0;
-                    const __mmask32 m =
-                        (__mmask32)(left >= 32 ? 0xFFFFFFFFu : left <= 0 ? 0u : (1u << left) - 1u);
-                    const __m512i v = _mm512_maskz_loadu_epi16(m, dn + o * P + p0);
-                    _mm256_store_si256((void *)(th + p0), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
-                    _mm256_store_si256((void *)(tl + p0), _mm512_cvtepi16_epi8(v));
-                }
-            }
+            /* dy's words: each output channel's bytes at the k positions, four a word (zeros
+             * past P, and with grid copies past each row's end) into tq, then [O][P64 / 4] ->
+             * [P64 / 4][O] per plane */
+            stage_dy(g, dy + (n0 + i) * O * P, tq, P64, (int)grid);
             for (int pl = 0; pl < 2; pl++)
                 fx_pair_planes_transpose_avx512((const uint32_t *)(const void *)(tq + pl * O * P64), O,
                                                 P64 / 4, O,
@@ -289,12 +383,16 @@ int fx_i16_wgrad_amx(const struct fx_conv_geom *g, const int16_t *x, const int16
                     _tile_zero(1);
                     _tile_zero(2);
                     _tile_zero(3);
+                    /* A's rows: 16 channels, a channel's copy apart */
+                    const int64_t a_off = grid ? cb * 16 * gp + kh * Wp + kw
+                                               : ((kw * S + kh % S) * 2) * plane +
+                                                     (cb * 16 * Hc + kh / S) * OW;
+                    const int64_t a_stride = grid ? gp : Hc * OW;
                     for (int64_t i = 0; i < ni; i++) {
-                        const int8_t *ah = xs + i * ximg + ((kw * S + kh % S) * 2) * plane +
-                                           (cb * 16 * Hc + kh / S) * OW;
+                        const int8_t *ah = xs + i * ximg + a_off;
                         const int8_t *bh = dq + i * dimg + 4 * ob * 16;
                         for (int64_t k0 = 0; k0 < P64; k0 += 64) {
-                            fx_amx_i16_step(ah + k0, ah + plane + k0, Hc * OW, bh + k0 * O,
+                            fx_amx_i16_step(ah + k0, ah + plane + k0, a_stride, bh + k0 * O,
                                             bh + (P64 + k0) * O, 4 * O);
                         }
                     }
