@@ -74,22 +74,21 @@ int fx_bf16_fwd_amx_fits(const struct fx_conv_geom *g)
 }
 
 /* One output block: 16 pixels (rows of the tile) by 16 channels (`nout` real) of fp32 sums in
- * buf (row r: pixel r's channels), `rows` of them stored as consecutive output pixels: the
- * first rows tile rows, or with `at` (a span block) tile rows at[0 .. rows - 1]; to a bf16 y
- * (ybf, channel-major) or the pixel-major fp32 stage (y, row stride O). */
-static void store_block(const float *buf, int rows, const int16_t *at, int nout, uint16_t *ybf,
+ * buf (row r: pixel r's channels), its k->n stored rows k->rows[] as consecutive output pixels,
+ * to a bf16 y (ybf, channel-major) or the pixel-major fp32 stage (y, row stride O). */
+static void store_block(const float *buf, const fx_tile_rows *k, int nout, uint16_t *ybf,
                         int64_t P, float *y, int64_t O)
 {
     if (ybf) {
         __m512 acc[16][4];
         for (int r = 0; r < 16; r++)
-            acc[r][0] = r < rows ? _mm512_load_ps(buf + 16 * (at ? at[r] : r)) : _mm512_setzero_ps();
-        fx_bf16_store_rows(16, 1, acc, ybf, P, rows, nout);
+            acc[r][0] = r < k->n ? _mm512_load_ps(buf + 16 * k->rows[r]) : _mm512_setzero_ps();
+        fx_bf16_store_rows(16, 1, acc, ybf, P, k->n, nout);
         return;
     }
     const __mmask16 cm = (__mmask16)(nout >= 16 ? 0xFFFF : (1u << nout) - 1u);
-    for (int r = 0; r < rows; r++)
-        _mm512_mask_storeu_ps(y + r * O, cm, _mm512_load_ps(buf + 16 * (at ? at[r] : r)));
+    for (int r = 0; r < k->n; r++)
+        _mm512_mask_storeu_ps(y + r * O, cm, _mm512_load_ps(buf + 16 * k->rows[r]));
 }
 
 void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
@@ -100,8 +99,7 @@ void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nb
     atomic_fetch_add_explicit(&amx_fwd_calls, 1, memory_order_relaxed);
     const int64_t C = g->C, O = g->O, Cp = (C + 1) / 2, opad = (O + 15) / 16 * 16;
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HW = Hp * Wp;
-    const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW;
-    const int64_t sh = g->sh, sw = g->sw;
+    const int64_t P = g->OH * g->OW, KK = g->KH * g->KW, sw = g->sw;
     /* the copy as the dpbf16 kernel lays it out (fx_bf16_fwd_direct_scratch words): the
      * pair-last chunk, its slack (a last block's spare rows and their taps read it), the
      * interleaving buffer and the zero plane of an odd C */
@@ -118,8 +116,7 @@ void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nb
     const int64_t ncb = (Cp + 15) / 16;
     const int span = fx_tile_span_blocks(g);
     if (span) atomic_fetch_add_explicit(&amx_span_calls, 1, memory_order_relaxed);
-    const int64_t nblk = (OW + 15) / 16, per_image = fx_tile_blocks_per_image(g, span);
-    const int64_t nblocks = nbc * per_image;
+    const int64_t nblocks = nbc * fx_tile_blocks_per_image(g, span);
     const int64_t ngroups = (nblocks + AMX_BLOCKS - 1) / AMX_BLOCKS;
     const int64_t a_stride = sw * Cp * 4, b_stride = opad * 4; /* bytes between tile rows */
     const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, (unsigned char)kb, 0};
@@ -136,30 +133,18 @@ void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nb
 #pragma omp for schedule(static)
 #endif
         for (int64_t grp = 0; grp < ngroups; grp++) {
-            /* the group's blocks: first pixel's word in the copy, output pixel, real rows (a
-             * group past the last block repeats it and stores nothing) */
+            /* the group's blocks: first pixel's word in the copy and stored outputs (a group
+             * past the last block repeats it and stores nothing) */
             const uint32_t *base[AMX_BLOCKS];
-            int64_t n_of[AMX_BLOCKS], p_of[AMX_BLOCKS];
-            int nrows[AMX_BLOCKS];
-            fx_tile_span spans[AMX_BLOCKS];
+            fx_tile_rows out[AMX_BLOCKS];
             for (int i = 0; i < AMX_BLOCKS; i++) {
                 const int real = grp * AMX_BLOCKS + i < nblocks;
                 const int64_t b = real ? grp * AMX_BLOCKS + i : nblocks - 1;
-                if (span) { /* 16 positions of the padded grid from 16 (b mod per_image) */
-                    const int64_t n = b / per_image, k = b % per_image;
-                    fx_tile_span_of(g, k, &spans[i]);
-                    base[i] = xq + (n * HW + 16 * k) * Cp;
-                    n_of[i] = n;
-                    p_of[i] = spans[i].q0;
-                    nrows[i] = real ? spans[i].n : 0;
-                    continue;
-                }
-                const int64_t row = b / nblk, ow0 = (b % nblk) * 16;
-                const int64_t n = row / OH, oh = row % OH;
-                base[i] = xq + (n * HW + oh * sh * Wp + ow0 * sw) * Cp;
-                n_of[i] = n;
-                p_of[i] = oh * OW + ow0;
-                nrows[i] = real ? (int)(OW - ow0 < 16 ? OW - ow0 : 16) : 0;
+                int64_t n;
+                const int64_t v = fx_tile_block_origin(g, 0, 0, span, b, &n);
+                base[i] = xq + (n * HW + v) * Cp;
+                fx_tile_block_rows(g, span, b, &out[i]);
+                if (!real) out[i].n = 0;
             }
             for (int64_t o0 = 0; o0 < O; o0 += 16) {
                 _tile_zero(0);
@@ -184,11 +169,12 @@ void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nb
                 _tile_stored(2, buf[2], 64);
                 _tile_stored(3, buf[3], 64);
                 const int nout = O - o0 < 16 ? (int)(O - o0) : 16;
-                for (int i = 0; i < AMX_BLOCKS; i++)
-                    if (nrows[i] > 0)
-                        store_block(buf[i], nrows[i], span ? spans[i].rows : NULL, nout,
-                                    ybf ? ybf + (n_of[i] * O + o0) * P + p_of[i] : NULL, P,
-                                    ybf ? NULL : y + (n_of[i] * P + p_of[i]) * O + o0, O);
+                for (int i = 0; i < AMX_BLOCKS; i++) {
+                    const fx_tile_rows *r = &out[i];
+                    if (r->n > 0)
+                        store_block(buf[i], r, nout, ybf ? ybf + (r->im * O + o0) * P + r->q0 : NULL,
+                                    P, ybf ? NULL : y + (r->im * P + r->q0) * O + o0, O);
+                }
             }
         }
         _tile_release();

@@ -338,6 +338,9 @@ static int fx_copy_threads(int64_t n)
     return n >= ((int64_t)1 << 17) ? flexpoint_num_threads() : 1;
 }
 
+static void fx_strided_walk(const tensor_t *t, void *buf, int to_view, fx_gather_run_fn fn,
+                            const void *ctx);
+
 /* Visit every element of a view in row-major order, copying elem_size bytes between the view
  * and a contiguous buffer. to_view selects the direction. Adjacent dimensions that step
  * through memory as one (stride[d] == shape[d+1] * stride[d+1], e.g. the trailing stride-0
@@ -346,9 +349,6 @@ static int fx_copy_threads(int64_t n)
  * every batched product): a contiguous one in equal slices when the two ranges do not
  * overlap, a strided gather (to_view 0) run by run; a scatter into a view stays on one
  * thread, as a view with stride-0 dimensions would have threads write one element. */
-static void fx_strided_walk(const tensor_t *t, void *buf, int to_view, fx_gather_run_fn fn,
-                            const void *ctx);
-
 void fx_strided_copy(const tensor_t *t, void *buf, int to_view)
 {
     fx_strided_walk(t, buf, to_view, NULL, NULL);

@@ -174,13 +174,11 @@ static int amx_span_blocks(const struct fx_conv_geom *g, int64_t oy0, int64_t ox
 
 int fx_i16_fwd_amx_tiles_full(const struct fx_conv_geom *g) { return fx_tile_blocks_full(g); }
 
-/* Where a block's outputs go: its image, the first output pixel (oh OW + ow) it stores, the
- * pixels it stores (bit p: tile row p), their count, and for a span block the lanes that
- * gather them (lane t: the t-th stored row), consecutive pixels of the output */
+/* Where a block's outputs go (fx_tile_block_rows), and for a span block the lanes that gather
+ * its stored rows into consecutive pixels of the output */
 typedef struct amx_block {
-    int64_t im, q0;
-    uint32_t rows;
-    int n, span;
+    fx_tile_rows r;
+    int span;
     __m256i gather;
 } amx_block;
 
@@ -188,37 +186,17 @@ typedef struct amx_block {
 static inline int64_t amx_fwd_block_base(const struct fx_conv_geom *g, int64_t oy0, int64_t ox0,
                                          int span, int64_t b)
 {
-    const int64_t Wp = g->W + 2 * g->pw, Hp = g->H + 2 * g->ph, OH = g->OH, OW = g->OW;
-    if (span) {
-        const int64_t per = fx_tile_blocks_per_image(g, 1);
-        return ((b / per) * Hp * Wp + (b % per) * 16) * g->C;
-    }
-    const int64_t nblk = (OW + 15) / 16, row = b / nblk, ow0 = (b % nblk) * 16;
-    return (((row / OH) * Hp + (row % OH + oy0) * g->sh) * Wp + (ow0 + ox0) * g->sw) * g->C;
+    int64_t im;
+    const int64_t v = fx_tile_block_origin(g, oy0, ox0, span, b, &im);
+    return (im * (g->H + 2 * g->ph) * (g->W + 2 * g->pw) + v) * g->C;
 }
 
 static inline void amx_fwd_block_where(const struct fx_conv_geom *g, int span, int64_t b,
                                        amx_block *k)
 {
-    const int64_t OW = g->OW;
+    fx_tile_block_rows(g, span, b, &k->r);
     k->span = span;
-    if (span) {
-        const int64_t per = fx_tile_blocks_per_image(g, 1);
-        fx_tile_span sp;
-        fx_tile_span_of(g, b % per, &sp);
-        k->im = b / per;
-        k->rows = sp.stored;
-        k->n = sp.n;
-        k->q0 = sp.q0;
-        k->gather = _mm256_loadu_si256((const void *)sp.rows);
-        return;
-    }
-    const int64_t nblk = (OW + 15) / 16, row = b / nblk, ow0 = (b % nblk) * 16;
-    k->im = row / g->OH;
-    k->n = OW - ow0 < 16 ? (int)(OW - ow0) : 16;
-    k->rows = k->n == 16 ? 0xFFFFu : (1u << k->n) - 1u;
-    k->q0 = (row % g->OH) * OW + ow0;
-    k->gather = _mm256_setzero_si256();
+    k->gather = _mm256_loadu_si256((const void *)k->r.rows);
 }
 
 /* tmm0-3 = the sums of block b's 16 pixels by output channels ob * 16 .. + 15, left in the
@@ -284,9 +262,9 @@ int fx_i16_fwd_amx(const struct fx_conv_geom *g, const int16_t *x, int64_t nbc,
                 amx_fwd_block_at(g, span, hi, lo, wb, b, ob, acc, &k);
                 /* 65536 HH + 256 (HL + LH) + LL per output, in int64; the t-th stored row is
                  * output pixel q0 + t */
-                int64_t *yb = y + (k.im * P + k.q0) * O + ob * 16;
+                int64_t *yb = y + (k.r.im * P + k.r.q0) * O + ob * 16;
                 for (int r = 0, t = 0; r < 16; r++) {
-                    if (!(k.rows >> r & 1)) continue;
+                    if (!(k.r.stored >> r & 1)) continue;
                     for (int h = 0; h < 2; h++) {
                         const __m512i s = fx_amx_i16_sums8((const int32_t(*)[256])acc, 16 * r + 8 * h);
                         _mm512_storeu_si512((void *)(yb + t * O + 8 * h), s);
@@ -347,13 +325,13 @@ long long fx_i16_fwd_amx_round_partial_calls(void)
 
 /* 16 pixels (rows) x 16 channels of int16 mantissas, row i and row i + 8 in r[i]'s two halves,
  * transposed and stored as 16 pixels of each channel: channel c at dst + c * P, the block's
- * blk->n stored pixels (a span block's gathered by blk->gather first). The three unpack stages are fx_transpose16_avx512's, on an 8 x 32 matrix whose
+ * blk->r.n stored pixels (a span block's gathered by blk->gather first). The three unpack stages are fx_transpose16_avx512's, on an 8 x 32 matrix whose
  * columns 16-31 are rows 8-15's channels, so that a result holds channel j (pixels 0-7, 8-15)
  * in its lanes 0 and 2 and channel 8 + j in lanes 1 and 3. */
 static inline void amx_store_t16(const __m512i r[8], int16_t *dst, int64_t P,
                                  const amx_block *blk)
 {
-    const int nrows = blk->n;
+    const int nrows = blk->r.n;
     __m512i a[8], b[8];
     for (int i = 0; i < 4; i++) {
         a[2 * i] = _mm512_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
@@ -572,7 +550,7 @@ static inline __attribute__((always_inline)) void amx_round_image(
             __m256i half[2], half2[2];
             for (int u = 0; u < 2; u++) { /* pixel p, then pixel p + 8 */
                 const int px = p + 8 * u;
-                if (!(k.rows >> px & 1)) /* not stored (past a row's end): 0 counts nowhere */
+                if (!(k.r.stored >> px & 1)) /* not stored (past a row's end): 0 counts nowhere */
                     half[u] = half2[u] = _mm256_setzero_si256();
                 else if (w32)
                     amx_pixel32(cur, 16 * px, at, &st, two, &half[u], &half2[u]);
@@ -582,7 +560,7 @@ static inline __attribute__((always_inline)) void amx_round_image(
             r[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
             if (two) r2[p] = _mm512_inserti64x4(_mm512_castsi256_si512(half2[0]), half2[1], 1);
         }
-        const int64_t pos = (k.im * O + ob * 16) * P + k.q0;
+        const int64_t pos = (k.r.im * O + ob * 16) * P + k.r.q0;
         amx_store_t16(r, at->yq + pos, P, &k);
         if (two) amx_store_t16(r2, at->yq2 + pos, P, &k);
         if (j + 1 < nj) fx_amx_i16_store(acc[(j + 1) & 1]);

@@ -167,6 +167,18 @@ static int bmm_int_operand(const tensor_t *t, int64_t B, int64_t rows, int64_t c
     return rc;
 }
 
+/* A float bmm's operand t in compute format cf: where it lies (bmm_items_in_place), else made
+ * contiguous in cf (gathered, widened or dequantised). */
+static int bmm_float_operand(const tensor_t *t, fmt_t cf, int64_t B, int64_t rows, int64_t cols,
+                             bmm_items_at *w, fx_scratch *s, const char *func)
+{
+    if (bmm_items_in_place(t, cf, w)) return FX_OK;
+    fx_operand o;
+    const int rc = fx_operand_make(t, 0, cf, 0, 0, NULL, &o, s, func);
+    if (!rc) *w = bmm_items_packed(o.data, B, rows, cols);
+    return rc;
+}
+
 /* The float items of one bmm: item i of the operands (elements es bytes wide, in compute
  * format cf) into its [M, N] block of the fp32 stage v. */
 typedef struct {
@@ -330,18 +342,9 @@ static int bmm_run(const char *func, tensor_t *out, const tensor_t *a, const ten
                                  be->kernels[FX_OP_MATMUL][FMT_BF16]
                              ? FMT_BF16
                              : FMT_FP32;
-        /* in place where a (b) is already in cf with a contiguous last axis, else contiguous
-         * in cf: gathered, widened or dequantised */
         bmm_items_at aw, bw;
-        fx_operand oa, ob;
-        if (!bmm_items_in_place(a, cf, &aw)) {
-            if ((rc = fx_operand_make(a, 0, cf, 0, 0, NULL, &oa, &s, func))) goto done;
-            aw = bmm_items_packed(oa.data, d->B, d->ar, d->ac);
-        }
-        if (!bmm_items_in_place(b, cf, &bw)) {
-            if ((rc = fx_operand_make(b, 0, cf, 0, 0, NULL, &ob, &s, func))) goto done;
-            bw = bmm_items_packed(ob.data, d->B, d->br, d->bc);
-        }
+        if ((rc = bmm_float_operand(a, cf, d->B, d->ar, d->ac, &aw, &s, func))) goto done;
+        if ((rc = bmm_float_operand(b, cf, d->B, d->br, d->bc, &bw, &s, func))) goto done;
         /* a scratch stage, never out's own storage: a kernel failing at a later batch must
          * leave out untouched */
         float *v = fx_scratch_alloc(&s, n, sizeof *v);

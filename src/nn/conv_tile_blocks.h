@@ -49,20 +49,51 @@ static inline int fx_tile_blocks_full(const fx_conv_geom *g)
     return 4 * g->OH * g->OW >= 3 * 16 * fx_tile_blocks_per_image(g, fx_tile_span_blocks(g));
 }
 
-/* Span block k of an image (its positions 16 k .. 16 k + 15): the tile rows that are stored
- * outputs (bit p: row p), their count, the first one's output pixel (oh OW + ow; 0 when none)
- * and in rows[t] the tile row of the t-th stored one (the rest of rows[] zero) */
-typedef struct fx_tile_span {
+/* Block b of a chunk (row blocks or span blocks): its image, and the position in that image's
+ * padded plane, in pixels, of its first row's first tap (for row blocks of a window of the
+ * output, (oy0, ox0) its first output: the strided input gradient's phases) */
+static inline int64_t fx_tile_block_origin(const fx_conv_geom *g, int64_t oy0, int64_t ox0,
+                                           int span, int64_t b, int64_t *im)
+{
+    const int64_t Wp = g->W + 2 * g->pw;
+    if (span) {
+        const int64_t per = fx_tile_blocks_per_image(g, 1);
+        *im = b / per;
+        return (b % per) * 16;
+    }
+    const int64_t nblk = (g->OW + 15) / 16, row = b / nblk, ow0 = (b % nblk) * 16;
+    *im = row / g->OH;
+    return (row % g->OH + oy0) * g->sh * Wp + (ow0 + ox0) * g->sw;
+}
+
+/* Block b's stored outputs: its image, the tile rows that are outputs (bit p: row p), their
+ * count, the first one's output pixel (oh OW + ow; 0 when none), and in rows[t] the tile row of
+ * the t-th (the rest zero), whose pixels are consecutive in the output */
+typedef struct fx_tile_rows {
+    int64_t im, q0;
     uint32_t stored;
     int n;
-    int64_t q0;
     int16_t rows[16];
-} fx_tile_span;
+} fx_tile_rows;
 
-static inline void fx_tile_span_of(const fx_conv_geom *g, int64_t k, fx_tile_span *s)
+static inline void fx_tile_block_rows(const fx_conv_geom *g, int span, int64_t b,
+                                      fx_tile_rows *s)
 {
-    const int64_t Wp = g->W + 2 * g->pw, v0 = 16 * k;
-    int64_t oh = v0 / Wp, ow = v0 % Wp;
+    const int64_t Wp = g->W + 2 * g->pw;
+    int64_t oh, ow, width; /* the first row's output position; positions a row */
+    if (span) {
+        const int64_t per = fx_tile_blocks_per_image(g, 1), v0 = 16 * (b % per);
+        s->im = b / per;
+        oh = v0 / Wp;
+        ow = v0 % Wp;
+        width = Wp;
+    } else {
+        const int64_t nblk = (g->OW + 15) / 16, row = b / nblk;
+        s->im = row / g->OH;
+        oh = row % g->OH;
+        ow = (b % nblk) * 16;
+        width = ow + 16; /* one output row's 16 pixels from ow */
+    }
     s->stored = 0;
     s->n = 0;
     s->q0 = -1;
@@ -73,7 +104,7 @@ static inline void fx_tile_span_of(const fx_conv_geom *g, int64_t k, fx_tile_spa
             s->stored |= 1u << p;
             s->rows[s->n++] = (int16_t)p;
         }
-        if (++ow == Wp) ow = 0, oh++;
+        if (++ow == width) ow = 0, oh++;
     }
     if (s->q0 < 0) s->q0 = 0;
 }
