@@ -24,6 +24,7 @@
 #include "im2col.h" /* fx_conv_geom */
 
 #include <stdint.h>
+#include <string.h>
 
 /* Whether g's whole output takes span blocks */
 static inline int fx_tile_span_blocks(const fx_conv_geom *g)
@@ -68,7 +69,7 @@ static inline int64_t fx_tile_block_origin(const fx_conv_geom *g, int64_t oy0, i
 
 /* Block b's stored outputs: its image, the tile rows that are outputs (bit p: row p), their
  * count, the first one's output pixel (oh OW + ow; 0 when none), and in rows[t] the tile row of
- * the t-th (the rest zero), whose pixels are consecutive in the output */
+ * the t-th, whose pixels are consecutive in the output (row blocks: rows in order) */
 typedef struct fx_tile_rows {
     int64_t im, q0;
     uint32_t stored;
@@ -79,21 +80,20 @@ typedef struct fx_tile_rows {
 static inline void fx_tile_block_rows(const fx_conv_geom *g, int span, int64_t b,
                                       fx_tile_rows *s)
 {
-    const int64_t Wp = g->W + 2 * g->pw;
-    int64_t oh, ow, width; /* the first row's output position; positions a row */
-    if (span) {
-        const int64_t per = fx_tile_blocks_per_image(g, 1), v0 = 16 * (b % per);
-        s->im = b / per;
-        oh = v0 / Wp;
-        ow = v0 % Wp;
-        width = Wp;
-    } else {
-        const int64_t nblk = (g->OW + 15) / 16, row = b / nblk;
+    static const int16_t in_order[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    if (!span) { /* the first min(16, OW - ow0) rows, in order: no walk (kernels ask per block) */
+        const int64_t nblk = (g->OW + 15) / 16, row = b / nblk, ow0 = (b % nblk) * 16;
         s->im = row / g->OH;
-        oh = row % g->OH;
-        ow = (b % nblk) * 16;
-        width = ow + 16; /* one output row's 16 pixels from ow */
+        s->n = g->OW - ow0 < 16 ? (int)(g->OW - ow0) : 16;
+        s->stored = s->n == 16 ? 0xFFFFu : (1u << s->n) - 1u;
+        s->q0 = (row % g->OH) * g->OW + ow0;
+        memcpy(s->rows, in_order, sizeof in_order);
+        return;
     }
+    const int64_t Wp = g->W + 2 * g->pw, per = fx_tile_blocks_per_image(g, 1);
+    const int64_t v0 = 16 * (b % per);
+    int64_t oh = v0 / Wp, ow = v0 % Wp;
+    s->im = b / per;
     s->stored = 0;
     s->n = 0;
     s->q0 = -1;
@@ -104,7 +104,7 @@ static inline void fx_tile_block_rows(const fx_conv_geom *g, int span, int64_t b
             s->stored |= 1u << p;
             s->rows[s->n++] = (int16_t)p;
         }
-        if (++ow == width) ow = 0, oh++;
+        if (++ow == Wp) ow = 0, oh++;
     }
     if (s->q0 < 0) s->q0 = 0;
 }
