@@ -46,6 +46,8 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     /* fp32 forward convolutions without the panels: the same chains, the taps broadcast from
      * the padded input (conv_f32_fwd_avx2.c); AVX-512 has its own (conv_f32_fwd_avx512.c) */
     b->conv.f32_fwd = fx_f32_fwd_direct_avx2;
+    b->conv.f32_dgrad = fx_f32_dgrad_direct_avx2;
+    b->conv.f32_dgrad_min_c = 8;
 
     /* fp16 and bf16 x same-format MATMUL: the fp32 GEMM, the operands widened exactly while
      * packed (the same products as the fp32 GEMM of the widened operands, without a widening

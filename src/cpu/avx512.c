@@ -102,6 +102,8 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
      * 167, one thread, batch 128, it took ResNet-20's 16-channel layer from 10.7 to 4.9 ms and
      * the CNN's conv2 from 17.4 to 14.4 against the 12-row panels (docs/performance.md) */
     b->conv.f32_fwd = fx_f32_fwd_direct_avx512;
+    b->conv.f32_dgrad = fx_f32_dgrad_direct_avx512;
+    b->conv.f32_dgrad_min_c = 16;
 
     /* fp16 x fp16 MATMUL: the fp32 GEMM, widened while packed */
     b->kernels[FX_OP_MATMUL][FMT_FP16] = fx_f32_matmul_avx512;
