@@ -1,15 +1,16 @@
-/* The fp32 input gradient at stride 1 without a patch matrix or col2im
+/* The fp32 input gradient without a patch matrix or col2im
  * (src/fp32/conv_f32_direct.h, fx_backend.conv.f32_dgrad), on each CPU level that has it:
  *   - tensor_conv2d_backward_input in fp32, fp16 and bf16 gives the same bits with the route on
  *     and off (the GEMM and col2im), at 1 and 2 threads, on shapes with partial blocks of 16
  *     input channels, every tile width (1..6 pixels at 32 channels, 1..12 at 16 or fewer),
- *     padding from 0 to (K-1) d, dilation 2, 1x1, 2x2, 3x3 and 5x5 kernels, one output
- *     channel, and several images;
+ *     strides 1 to 3 (ResNet-20's openers and projections among them), padding from 0 to
+ *     beyond the kernel, dilation 2, 1x1, 2x2, 3x3 and 5x5 kernels, one output channel, and
+ *     several images;
  *   - the same with Inf and NaN in dy (the taps that read dy's padding must not turn them into
  *     anything col2im would not), and with an Inf weight, which the route declines;
  *   - the route ran where the level has it (fp32 and fp16; bf16 only where its GEMM is the
  *     widened fp32 one; from the level's vector width of input channels), and not where it
- *     declines: stride 2, an Inf weight, fewer input channels, the switch off;
+ *     declines: an Inf weight, fewer input channels, the switch off;
  *   - its fp32 results are within the bound of the GEMM chain and col2im's additions against an
  *     fp64 reference: |dx - dx64| <= (O + KH KW) 2^-24 sum |dy w|. */
 #include "flexpoint.h"
@@ -43,7 +44,16 @@ static const shape shapes[] = {
     {1, 1, 28, 28, 32, 5, 1, 2, 1},  /* the CNN's conv1 (one input channel: declined) */
     {1, 8, 5, 9, 12, 3, 1, 1, 1},    /* 8 input channels: AVX2's one vector, declined on AVX-512 */
     {2, 32, 14, 14, 64, 5, 1, 2, 1}, /* the CNN's conv2 */
-    {2, 16, 9, 9, 8, 3, 2, 1, 1},    /* stride 2: declined */
+    {2, 16, 9, 9, 8, 3, 2, 1, 1},    /* stride 2, odd H and W */
+    {2, 16, 32, 32, 32, 3, 2, 1, 1}, /* ResNet-20's 16 -> 32 opener */
+    {2, 32, 16, 16, 64, 3, 2, 1, 1}, /* its 32 -> 64 opener */
+    {2, 16, 32, 32, 32, 1, 2, 0, 1}, /* its projections: only even pixels get taps */
+    {1, 32, 16, 16, 64, 1, 2, 0, 1},
+    {1, 17, 11, 14, 5, 3, 3, 1, 1},  /* stride 3 */
+    {1, 16, 12, 13, 6, 3, 2, 2, 2},  /* stride 2, dilation 2 */
+    {1, 24, 7, 9, 4, 5, 2, 0, 1},    /* stride 2 without padding: the last rows get no taps */
+    {1, 16, 6, 7, 5, 1, 1, 1, 1},    /* padding beyond the kernel (dx smaller than dy) */
+    {1, 16, 9, 10, 7, 2, 2, 1, 1},   /* 2x2 stride 2 */
 };
 
 static tensor_t *random_tensor(fmt_t f, const int64_t *s, double scale, test_rng *r)
@@ -85,13 +95,15 @@ static void *run(const shape *sh, fmt_t f, const tensor_t *dy, const tensor_t *w
 }
 
 /* where the route should run: the level has it, the format computes in fp32 lanes of the
- * route's GEMM (bf16 only where that GEMM widens), stride 1, finite weights */
+ * route's GEMM (bf16 only where that GEMM widens), on the level's shapes, finite weights */
 static int expected(const shape *sh, fmt_t f, int finite_w)
 {
     const fx_backend *be = fx_backend_active();
     const int bf16_widens = be->kernels[FX_OP_MATMUL][FMT_BF16] == be->kernels[FX_OP_MATMUL][FMT_FP32];
-    return be->conv.f32_dgrad && sh->stride == 1 && finite_w && sh->C >= be->conv.f32_dgrad_min_c &&
-           (f != FMT_BF16 || bf16_widens);
+    const int shape_ok = sh->C >= be->conv.f32_dgrad_min_c &&
+                         (!be->conv.f32_dgrad_max_o || sh->O <= be->conv.f32_dgrad_max_o) &&
+                         sh->K * sh->K >= be->conv.f32_dgrad_min_taps;
+    return be->conv.f32_dgrad && finite_w && shape_ok && (f != FMT_BF16 || bf16_widens);
 }
 
 static void compare_routes(const shape *sh, fmt_t f, const tensor_t *dy, const tensor_t *w,

@@ -361,15 +361,17 @@ typedef struct fx_conv_kernels {
      * the GEMM route's chains in its order, so its bits. NULL: panels and GEMM. */
     void (*f32_fwd)(const struct fx_conv_geom *g, const float *xp, int64_t nbc, const float *wq,
                     const int64_t *off, float *y, int nthreads);
-    /* fp32 input gradient of one chunk at stride 1 without a patch matrix or col2im
-     * (fx_f32_dgrad_direct, src/fp32/conv_f32_direct.h): the GEMM's chains and col2im's
-     * additions in their order, so their bits. NULL: the GEMM and col2im. */
+    /* fp32 input gradient of one chunk without a patch matrix or col2im (fx_f32_dgrad_direct,
+     * src/fp32/conv_f32_direct.h): the GEMM's chains and col2im's additions in their order, so
+     * their bits. NULL: the GEMM and col2im. */
     void (*f32_dgrad)(const struct fx_conv_geom *g, const float *dyp, int64_t nbc,
-                      const float *wq, const int64_t *toff, float *dx, int nthreads);
-    /* f32_dgrad from this many input channels (its vector width: narrower inputs leave lanes
-     * empty, and the GEMM over the patch matrix wins there; C = 1, the CNN's first layer, took
-     * 4.5 times the GEMM route's time on AVX-512) */
-    int64_t f32_dgrad_min_c;
+                      const float *wq, float *dx, int nthreads);
+    /* where f32_dgrad runs: from min_c input channels (its vector width: narrower inputs
+     * leave lanes empty, and the GEMM over the patch matrix wins there; C = 1, the CNN's first
+     * layer, took 4.5 times the GEMM route's time on AVX-512), up to max_o output channels (0:
+     * any; the depth of its chains, where AVX2's small tile lost to the GEMM) and from
+     * min_taps taps (AVX2's 1 x 1 projections lost too). Measured per level: src/cpu/. */
+    int64_t f32_dgrad_min_c, f32_dgrad_max_o, f32_dgrad_min_taps;
     /* exact int16 forward of one chunk without a patch matrix (fx_i16_fwd_direct,
      * src/flex/conv_i16.h): the exact sums, so the patch GEMM's bits. Returns 0 for a chunk
      * whose data it declines, which then takes the GEMM. NULL: patch panels and GEMM. */

@@ -47,7 +47,14 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
      * the padded input (conv_f32_fwd_avx2.c); AVX-512 has its own (conv_f32_fwd_avx512.c) */
     b->conv.f32_fwd = fx_f32_fwd_direct_avx2;
     b->conv.f32_dgrad = fx_f32_dgrad_direct_avx2;
+    /* the direct input gradient against the GEMM and col2im at this level on the Xeon reporting
+     * model 167 (FLEXPOINT_CPU=avx2, batch 128, one thread): 1.13x and 1.20x faster on
+     * ResNet-20's 16- and 32-channel 3 x 3 layers, 1.08x and 1.02x on its stride-2 openers,
+     * but 0.99x at 64 channels, 0.94x on the CNN's 5 x 5 conv2 (O = 64) and 0.81-0.84x on the
+     * 1 x 1 projections: its 3-pixel by 16-channel tile is narrow for deep chains */
     b->conv.f32_dgrad_min_c = 8;
+    b->conv.f32_dgrad_max_o = 32;
+    b->conv.f32_dgrad_min_taps = 2;
 
     /* fp16 and bf16 x same-format MATMUL: the fp32 GEMM, the operands widened exactly while
      * packed (the same products as the fp32 GEMM of the widened operands, without a widening

@@ -1,13 +1,14 @@
-/* The fp32 input gradient of a stride-1 convolution on AVX-512 without a patch matrix or col2im
- * (conv_f32_direct.h says why its bits are the GEMM and col2im route's).
+/* The fp32 input gradient of a convolution on AVX-512 without a patch matrix or col2im
+ * (conv_f32_direct.h says why its bits are the GEMM and col2im route's, and walks the tiles).
  *
- * Register tile: MR pixels of one dx row by NV vectors of 16 input channels. Per tap t, in
+ * Register tile: MR pixels of one dx row (of one column phase at stride > 1) by NV vectors of
+ * 16 input channels. Per tap t, in
  * col2im's (kh, kw) order, one FMA chain per tile value over dy's O channels from +0 (the GEMM's
  * chain for that patch-matrix entry), each step the NV weight vectors of (o, t) and, for each
  * pixel, dy at the tap's position broadcast from the padded chunk; then the chains are added to
  * the tile's sums (col2im's addition). NV = 2 takes up to 6 pixels (12 sums and 12 chains in
  * registers), NV = 1 (the last 16 or fewer channels: ResNet-20's 16-channel stage) up to 12.
- * A dx row is cut into tiles of near-equal widths, as the forward kernel's output rows. */
+ */
 #include "conv_f32_direct.h"
 #include "../nn/im2col.h"
 
@@ -19,13 +20,12 @@
 #define FX_PRAGMA(x) _Pragma(#x)
 #define FX_UNROLL(n) FX_PRAGMA(GCC unroll n)
 
-/* One tile: MR pixels (d0: the first one's position in the padded dy of channel 0, plane
- * floats between channels) by NV x 16 input channels (w0, w1: the blocks' packed weights, O x
- * 16 per tap); live[t] == 0 skips tap t (its dy row is padding for the whole dx row, so its
- * chains are zeros: skipping them adds nothing). Channel j of pixel r is stored at out + r ldo
- * + j where the masks m0 (first 16) and m1 (next 16) have bit j. */
+/* One tile: MR pixels (d: the image's padded dy, plane floats between channels; tap t of
+ * pixel r at d + off[t] + r) by NV x 16 input channels (w0, w1: the blocks' packed weights, O
+ * x 16 per tap); taps with live[t] == 0 add nothing (conv_f32_direct.h). Channel j of pixel r
+ * is stored at out + r ldo + j where the masks m0 (first 16) and m1 (next 16) have bit j. */
 static inline __attribute__((always_inline)) void
-dtile(const int MR, const int NV, const float *d0, int64_t plane, const int64_t *toff,
+dtile(const int MR, const int NV, const float *d, int64_t plane, const int64_t *off,
       const unsigned char *live, int64_t KK, int64_t O, const float *w0, const float *w1,
       float *out, int64_t ldo, __mmask16 m0, __mmask16 m1)
 {
@@ -37,7 +37,7 @@ dtile(const int MR, const int NV, const float *d0, int64_t plane, const int64_t 
         __m512 ch[DMR_MAX_1][2];
         FX_UNROLL(12)
         for (int r = 0; r < MR; r++) ch[r][0] = ch[r][1] = _mm512_setzero_ps();
-        const float *dt = d0 + toff[t];
+        const float *dt = d + off[t];
         const float *wa = w0 + t * O * 16, *wb = w1 + t * O * 16;
         for (int64_t o = 0; o < O; o++, dt += plane) {
             const __m512 b0 = _mm512_load_ps(wa + 16 * o);
@@ -62,61 +62,30 @@ dtile(const int MR, const int NV, const float *d0, int64_t plane, const int64_t 
     }
 }
 
-typedef void (*dtile_fn)(const float *, int64_t, const int64_t *, const unsigned char *, int64_t,
-                         int64_t, const float *, const float *, float *, int64_t, __mmask16,
-                         __mmask16);
+static __mmask16 lanes(int n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+
 #define DTILE_FN(NV, MR)                                                                          \
-    static void dtile_##NV##_##MR(const float *d0, int64_t plane, const int64_t *toff,           \
+    static void dtile_##NV##_##MR(const float *d, int64_t plane, const int64_t *off,             \
                                   const unsigned char *live, int64_t KK, int64_t O,               \
                                   const float *w0, const float *w1, float *out, int64_t ldo,      \
-                                  __mmask16 m0, __mmask16 m1)                                     \
+                                  int n0, int n1)                                                 \
     {                                                                                             \
-        dtile(MR, NV, d0, plane, toff, live, KK, O, w0, w1, out, ldo, m0, m1);                    \
+        dtile(MR, NV, d, plane, off, live, KK, O, w0, w1, out, ldo, lanes(n0), lanes(n1));        \
     }
 DTILE_FN(2, 1) DTILE_FN(2, 2) DTILE_FN(2, 3) DTILE_FN(2, 4) DTILE_FN(2, 5) DTILE_FN(2, 6)
 DTILE_FN(1, 1) DTILE_FN(1, 2) DTILE_FN(1, 3) DTILE_FN(1, 4) DTILE_FN(1, 5) DTILE_FN(1, 6)
 DTILE_FN(1, 7) DTILE_FN(1, 8) DTILE_FN(1, 9) DTILE_FN(1, 10) DTILE_FN(1, 11) DTILE_FN(1, 12)
 
-static const dtile_fn dtiles_2[DMR_MAX_2] = {dtile_2_1, dtile_2_2, dtile_2_3,
-                                             dtile_2_4, dtile_2_5, dtile_2_6};
-static const dtile_fn dtiles_1[DMR_MAX_1] = {dtile_1_1, dtile_1_2, dtile_1_3,  dtile_1_4,
-                                             dtile_1_5, dtile_1_6, dtile_1_7,  dtile_1_8,
-                                             dtile_1_9, dtile_1_10, dtile_1_11, dtile_1_12};
+static const fx_f32_dgrad_tile_fn dtiles_2[DMR_MAX_2] = {dtile_2_1, dtile_2_2, dtile_2_3,
+                                                         dtile_2_4, dtile_2_5, dtile_2_6};
+static const fx_f32_dgrad_tile_fn dtiles_1[DMR_MAX_1] = {
+    dtile_1_1, dtile_1_2, dtile_1_3, dtile_1_4,  dtile_1_5,  dtile_1_6,
+    dtile_1_7, dtile_1_8, dtile_1_9, dtile_1_10, dtile_1_11, dtile_1_12};
 
-static __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+static const fx_f32_dgrad_level level = {16, {DMR_MAX_1, DMR_MAX_2}, {dtiles_1, dtiles_2}};
 
 void fx_f32_dgrad_direct_avx512(const struct fx_conv_geom *g, const float *dyp, int64_t nbc,
-                                const float *wq, const int64_t *toff, float *dx, int nthreads)
+                                const float *wq, float *dx, int nthreads)
 {
-    const int64_t C = g->C, O = g->O, KH = g->KH, KW = g->KW, KK = KH * KW;
-    const int64_t H = g->H, W = g->W, P = H * W;
-    const int64_t Wq = fx_f32_dgrad_direct_padded_w(g);
-    const int64_t plane = fx_f32_dgrad_direct_padded_h(g) * Wq;
-    (void)nthreads; /* without OpenMP */
-    for (int64_t c0 = 0; c0 < C; c0 += 32) {
-        const int NV = C - c0 > 16 ? 2 : 1;
-        const __mmask16 m0 = lanes(C - c0), m1 = NV > 1 ? lanes(C - c0 - 16) : 0;
-        const float *w0 = wq + (c0 / 16) * KK * O * 16, *w1 = NV > 1 ? w0 + KK * O * 16 : w0;
-        const dtile_fn *fns = NV > 1 ? dtiles_2 : dtiles_1;
-        const int64_t mr_max = NV > 1 ? DMR_MAX_2 : DMR_MAX_1;
-        /* a dx row in ntile tiles of near-equal widths, the wider ones first */
-        const int64_t ntile = (W + mr_max - 1) / mr_max, wide = W % ntile, base = W / ntile;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-#endif
-        for (int64_t row = 0; row < nbc * H; row++) {
-            const int64_t n = row / H, ih = row % H;
-            unsigned char live[FX_F32_DGRAD_MAX_TAPS];
-            fx_f32_dgrad_direct_live_taps(g, ih, live);
-            const float *drow = dyp + n * O * plane + ih * Wq;
-            int64_t iw0 = 0;
-            for (int64_t t = 0; t < ntile; t++) {
-                const int w = (int)(base + (t < wide));
-                fns[w - 1](drow + iw0, plane, toff, live, KK, O, w0, w1,
-                           dx + (n * P + ih * W + iw0) * C + c0, C, m0, m1);
-                iw0 += w;
-            }
-        }
-    }
-    fx_f32_dgrad_direct_count();
+    fx_f32_dgrad_direct_run(&level, g, dyp, nbc, wq, dx, nthreads);
 }

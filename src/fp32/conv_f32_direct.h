@@ -44,31 +44,31 @@ int fx_f32_fwd_direct_enabled(void);
 long long fx_f32_fwd_direct_calls(void);
 void fx_f32_fwd_direct_count(void);
 
-/* ---- the input gradient at stride 1 ---------------------------------------------------------
+/* ---- the input gradient ------------------------------------------------------------------------
  * The float GEMM route of an input gradient (src/nn/conv2d.c) makes the patch matrix col =
  * W^T[C KH KW x O] dy[O x pixels], each entry one FMA chain over o = 0 .. O-1 from +0, and
- * col2im adds each dx value's taps into a zeroed accumulator in increasing (kh, kw) order. The
- * direct kernel computes those chains from a zero-padded copy of dy (padding (KH-1) dh - ph
- * rows and (KW-1) dw - pw columns, so that every tap of every dx pixel lies inside it) and adds
- * them to each dx value in the same order, with no patch matrix written and read back and no
- * col2im pass. A tap that col2im leaves out (its dy pixel lies outside dy) reads padding: its
- * chain is a sum of zero products, +0 or -0, and adding a zero changes no sum that starts at
- * +0 (such a sum is never -0), so the bits are the route's, provided every weight is finite
- * (Inf x 0 is NaN): the caller checks that and keeps the GEMM route otherwise. fp16 and
- * widened bf16 operands are widened exactly into the padded copy and the fp32 weights, as the
- * GEMM's packing widens them. */
+ * col2im adds each dx value's taps into a zeroed accumulator in increasing (kh, kw) order, a
+ * tap counting where its dy pixel exists (ih + ph - kh dh = oh sh with 0 <= oh < OH, and alike
+ * along the row). The direct kernel computes those chains from a zero-padded copy of dy and
+ * adds them to each dx value in the same order, with no patch matrix written and read back and
+ * no col2im pass. A tile is a run of pixels of one dx row, all of one column phase (iw mod sw),
+ * whose consecutive pixels read consecutive dy pixels: per tap, its row and its phase decide
+ * whether it counts for the whole tile (live), and a live tap of a pixel near the row's ends
+ * may still read the padding, as col2im leaves it out there. Its chain is then a sum of zero
+ * products, +0 or -0, and adding a zero changes no sum that starts at +0 (such a sum is never
+ * -0), so the bits are the route's, provided every weight is finite (Inf x 0 is NaN): the
+ * caller checks that and keeps the GEMM route otherwise. fp16 and widened bf16 operands are
+ * widened exactly into the padded copy and the fp32 weights, as the GEMM's packing widens
+ * them. */
 
 #define FX_F32_DGRAD_MAX_TAPS 64
 
-/* stride 1, padding at most (K-1) d on each axis (dx has the taps of every dy pixel), at most
- * FX_F32_DGRAD_MAX_TAPS taps */
+/* at most FX_F32_DGRAD_MAX_TAPS taps (any stride, padding and dilation) */
 int fx_f32_dgrad_direct_fits(const struct fx_conv_geom *g);
 
-/* The padded dy planes: [nb][O][padded_h][padded_w]; pad_geom gives the geometry whose
- * fx_conv_pad / fx_conv_pad_widen (src/nn/im2col.h) builds them from dy (C = O, H = OH, W = OW,
- * the padding above). */
-int64_t fx_f32_dgrad_direct_padded_h(const struct fx_conv_geom *g);
-int64_t fx_f32_dgrad_direct_padded_w(const struct fx_conv_geom *g);
+/* The padded dy planes: [nb][O][H'][W'], the geometry whose fx_conv_pad / fx_conv_pad_widen
+ * (src/nn/im2col.h) builds them from dy (C = O, H = OH, W = OW, a padding that holds every tap
+ * of every dx pixel). */
 void fx_f32_dgrad_direct_pad_geom(const struct fx_conv_geom *g, struct fx_conv_geom *gd);
 
 /* The weights (OIHW fp32) in blocks of 16 input channels, tap-major, then o:
@@ -77,20 +77,32 @@ void fx_f32_dgrad_direct_pad_geom(const struct fx_conv_geom *g, struct fx_conv_g
 int64_t fx_f32_dgrad_direct_weights_numel(const struct fx_conv_geom *g);
 void fx_f32_dgrad_direct_pack_weights(const struct fx_conv_geom *g, const float *w, float *wq);
 
-/* toff[t]: tap t's dy position relative to a dx pixel's position in the padded planes,
- * ((KH-1-kh) dh) padded_w + (KW-1-kw) dw, in col2im's (kh, kw) order */
-void fx_f32_dgrad_direct_offsets(const struct fx_conv_geom *g, int64_t *toff);
+/* A level's register tile of MR pixels by NV vectors of input channels: d, the image's padded
+ * dy (plane floats between channels); tap t of pixel r at d + off[t] + r, counted where
+ * live[t]; w0 and w1, the two vectors' packed weights at tap 0 and o = 0 (O x 16 floats a
+ * tap); channel j of pixel r stored at out + r ldo + j for the first n0 channels of the first
+ * vector and n1 of the second. */
+typedef void (*fx_f32_dgrad_tile_fn)(const float *d, int64_t plane, const int64_t *off,
+                                     const unsigned char *live, int64_t KK, int64_t O,
+                                     const float *w0, const float *w1, float *out, int64_t ldo,
+                                     int n0, int n1);
+typedef struct fx_f32_dgrad_level {
+    int vec;                             /* lanes per vector: 16 or 8 */
+    int mr_max[2];                       /* the widest tile at NV = 1 and 2 */
+    const fx_f32_dgrad_tile_fn *tiles[2]; /* tiles[NV - 1][MR - 1] */
+} fx_f32_dgrad_level;
 
-/* live[t] = 1 where tap t's dy row exists for dx row ih (0 <= ih + ph - kh dh < OH) */
-void fx_f32_dgrad_direct_live_taps(const struct fx_conv_geom *g, int64_t ih, unsigned char *live);
-
-/* One chunk: dyp, its padded dy (nbc images); wq and toff from the functions above; dx: the
- * chunk's [nbc H W][C] sums, the GEMM and col2im route's bits. Up to nthreads OpenMP threads
- * split the dx rows. The AVX2 and AVX-512 kernels; the same bits. */
+/* One chunk on a level's tiles: dyp, its padded dy (nbc images); wq from the functions above;
+ * dx: the chunk's [nbc H W][C] sums, the GEMM and col2im route's bits. Up to nthreads OpenMP
+ * threads split the dx rows. */
+void fx_f32_dgrad_direct_run(const fx_f32_dgrad_level *lv, const struct fx_conv_geom *g,
+                             const float *dyp, int64_t nbc, const float *wq, float *dx,
+                             int nthreads);
+/* the AVX2 and AVX-512 levels (fx_backend.conv.f32_dgrad); the same bits */
 void fx_f32_dgrad_direct_avx2(const struct fx_conv_geom *g, const float *dyp, int64_t nbc,
-                              const float *wq, const int64_t *toff, float *dx, int nthreads);
+                              const float *wq, float *dx, int nthreads);
 void fx_f32_dgrad_direct_avx512(const struct fx_conv_geom *g, const float *dyp, int64_t nbc,
-                                const float *wq, const int64_t *toff, float *dx, int nthreads);
+                                const float *wq, float *dx, int nthreads);
 
 /* Test switch and counter, as for the forward kernel: with 0 the input gradients take the
  * GEMM and col2im; the count of chunks the kernel did. */

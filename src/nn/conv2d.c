@@ -1906,14 +1906,15 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
     return fx_op_run(&a);
 }
 
-/* The float input gradient at stride 1 on the level's direct kernel (fx_f32_dgrad_direct,
+/* The float input gradient on the level's direct kernel (fx_f32_dgrad_direct,
  * src/fp32/conv_f32_direct.h): the GEMM's chains over o and col2im's additions over the taps in
  * their order, so the bits of the route below, without its patch matrix (C KH KW values per
  * pixel, written by the GEMM and read back by col2im) and the col2im and unpadding passes.
- * fp32 and fp16 compute, and bf16 where its GEMM is the widened fp32 one, from the level's
- * vector width of input channels; weights with an Inf or NaN keep the route below (a tap that reads dy's padding would multiply them by zero).
- * ResNet-20's 16-channel 3 x 3 input gradient on the Xeon reporting model 167, one thread,
- * batch 128: docs/performance.md. Returns 1 where it does not apply. */
+ * fp32 and fp16 compute, and bf16 where its GEMM is the widened fp32 one, on the shapes where
+ * the level measured it faster (fx_backend.conv.f32_dgrad_min_c and its siblings); weights
+ * with an Inf or NaN keep the route below (a tap that
+ * reads dy's padding would multiply them by zero). ResNet-20's input gradients on the Xeon
+ * reporting model 167: docs/performance.md. Returns 1 where it does not apply. */
 static int conv_backward_input_f32_direct(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
                                           const fx_conv_geom *g, const conv_compute *cc,
                                           const char *func)
@@ -1922,7 +1923,9 @@ static int conv_backward_input_f32_direct(tensor_t *dx, const tensor_t *dy, cons
     const int fmt_ok = cc->cf == FMT_FP32 || cc->cf == FMT_FP16 ||
                        (cc->cf == FMT_BF16 && bf16_gemm_widens(be));
     if (cc->ic || !fmt_ok || !be->conv.f32_dgrad || !fx_f32_dgrad_direct_enabled() ||
-        g->C < be->conv.f32_dgrad_min_c || !fx_f32_dgrad_direct_fits(g))
+        g->C < be->conv.f32_dgrad_min_c ||
+        (be->conv.f32_dgrad_max_o && g->O > be->conv.f32_dgrad_max_o) ||
+        g->KH * g->KW < be->conv.f32_dgrad_min_taps || !fx_f32_dgrad_direct_fits(g))
         return 1;
     fx_conv_geom gd;
     fx_f32_dgrad_direct_pad_geom(g, &gd);
@@ -1938,7 +1941,6 @@ static int conv_backward_input_f32_direct(tensor_t *dx, const tensor_t *dy, cons
                       : NULL;
     float *wq = conv_align64(
         conv_alloc(&s, fx_f32_dgrad_direct_weights_numel(g) + 16, sizeof(float), &rc, func));
-    int64_t *toff = conv_alloc(&s, KK, sizeof(int64_t), &rc, func);
     float *dyp = conv_alloc(&s, (dyp_n * plan.nb + FX_CONV_PAD_SLACK) * plan.outer,
                             sizeof(float), &rc, func);
     float *ypix = conv_alloc(&s, CHW * plan.nb * plan.outer, sizeof(float), &rc, func);
@@ -1955,7 +1957,6 @@ static int conv_backward_input_f32_direct(tensor_t *dx, const tensor_t *dy, cons
             return 1;
         }
     fx_f32_dgrad_direct_pack_weights(g, wf, wq);
-    fx_f32_dgrad_direct_offsets(g, toff);
     const fx_widen_row_fn widen = cc->cf == FMT_FP32   ? NULL
                                   : cc->cf == FMT_FP16 ? be->cvt.fp16_to_f32
                                                        : be->cvt.bf16_to_f32;
@@ -1969,7 +1970,7 @@ static int conv_backward_input_f32_direct(tensor_t *dx, const tensor_t *dy, cons
             fx_conv_pad_widen(&gd, (const uint16_t *)dyo.data, n0, nbc, mydyp, widen);
         else
             fx_conv_pad(&gd, dyo.data, n0, nbc, mydyp, sizeof(float));
-        be->conv.f32_dgrad(g, mydyp, nbc, wq, toff, myy, plan.inner);
+        be->conv.f32_dgrad(g, mydyp, nbc, wq, myy, plan.inner);
         fx_chunk_scatter_t(myy, n0, nbc, g->C, HW, stage, sizeof(float));
     }
     rc = conv_write(dx, stage, 0, dyo.exp + wo.exp, func);
@@ -2019,7 +2020,7 @@ int fx_nn_conv2d_backward_input_host(const fx_op_args *a)
     if (cc.cf == FMT_BF16 && fx_backend_active()->gemm.bf16_plain_min_k > 0 &&
         g.O * g.KH * g.KW >= fx_backend_active()->gemm.bf16_plain_min_k && g.C >= 16 && fwd_geom)
         return conv_backward_input_as_forward(dx, dy, w, &g, FMT_BF16, func);
-    /* float compute at stride 1 on the level's direct kernel (the same bits as below) */
+    /* float compute on the level's direct kernel (the same bits as below) */
     rc = conv_backward_input_f32_direct(dx, dy, w, &g, &cc, func);
     if (rc != 1) return rc;
     rc = FX_OK;
