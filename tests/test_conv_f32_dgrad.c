@@ -1,15 +1,17 @@
 /* The fp32 input gradient without a patch matrix or col2im
  * (src/fp32/conv_f32_direct.h, fx_backend.conv.f32_dgrad), on each CPU level that has it:
  *   - tensor_conv2d_backward_input in fp32, fp16 and bf16 gives the same bits with the route on
- *     and off (the GEMM and col2im), at 1 and 2 threads, on shapes with partial blocks of 16
+ *     and off (the GEMM and col2im; for bf16 on the AMX route, which the kernel serves at
+ *     strides above 1, the widening route's: the fp32 GEMM and col2im of the widened values,
+ *     rounded once), at 1 and 2 threads, on shapes with partial blocks of 16
  *     input channels, every tile width (1..6 pixels at 32 channels, 1..12 at 16 or fewer),
  *     strides 1 to 3 (ResNet-20's openers and projections among them), padding from 0 to
  *     beyond the kernel, dilation 2, 1x1, 2x2, 3x3 and 5x5 kernels, one output channel, and
  *     several images;
  *   - the same with Inf and NaN in dy (the taps that read dy's padding must not turn them into
  *     anything col2im would not), and with an Inf weight, which the route declines;
- *   - the route ran where the level has it (fp32 and fp16; bf16 only where its GEMM is the
- *     widened fp32 one; from the level's vector width of input channels), and not where it
+ *   - the route ran where the level has it (fp32 and fp16; bf16 where its GEMM is the widened
+ *     fp32 one, or on the AMX route at a stride; on the level's shapes), and not where it
  *     declines: an Inf weight, fewer input channels, the switch off;
  *   - its fp32 results are within the bound of the GEMM chain and col2im's additions against an
  *     fp64 reference: |dx - dx64| <= (O + KH KW) 2^-24 sum |dy w|. */
@@ -103,7 +105,44 @@ static int expected(const shape *sh, fmt_t f, int finite_w)
     const int shape_ok = sh->C >= be->conv.f32_dgrad_min_c &&
                          (!be->conv.f32_dgrad_max_o || sh->O <= be->conv.f32_dgrad_max_o) &&
                          sh->K * sh->K >= be->conv.f32_dgrad_min_taps;
-    return be->conv.f32_dgrad && finite_w && shape_ok && (f != FMT_BF16 || bf16_widens);
+    const int amx_strided = be->gemm.bf16_plain_min_k > 0 && sh->stride > 1;
+    return be->conv.f32_dgrad && finite_w && shape_ok &&
+           (f != FMT_BF16 || bf16_widens || amx_strided);
+}
+
+/* bf16 where the level's own route is not the widened one (AMX): the route's bits are the
+ * widening route's, the fp32 GEMM and col2im on the widened values rounded once to bf16 */
+static void *widened_bf16(const shape *sh, const tensor_t *dy, const tensor_t *w, int64_t *nx)
+{
+    const int64_t xs[4] = {sh->N, sh->C, sh->H, sh->W};
+    const int64_t dys[4] = {sh->N, sh->O, out_size(sh->H, sh), out_size(sh->W, sh)};
+    const int64_t ws[4] = {sh->O, sh->C, sh->K, sh->K};
+    tensor_t *dy32 = tensor_new(FMT_FP32, 4, dys), *w32 = tensor_new(FMT_FP32, 4, ws);
+    tensor_t *dx32 = tensor_new(FMT_FP32, 4, xs), *dx = tensor_new(FMT_BF16, 4, xs);
+    float *v = malloc(sizeof(float) * (size_t)tensor_numel(dy));
+    CHECK_STATUS(tensor_to_f32(dy, v), FX_OK);
+    CHECK_STATUS(tensor_from_f32(dy32, v), FX_OK);
+    free(v);
+    v = malloc(sizeof(float) * (size_t)tensor_numel(w));
+    CHECK_STATUS(tensor_to_f32(w, v), FX_OK);
+    CHECK_STATUS(tensor_from_f32(w32, v), FX_OK);
+    free(v);
+    fx_f32_dgrad_direct_set_enabled(0);
+    CHECK_STATUS(tensor_conv2d_backward_input(dx32, dy32, w32, sh->stride, sh->stride, sh->pad,
+                                              sh->pad, sh->dil, sh->dil),
+                 FX_OK);
+    *nx = tensor_numel(dx);
+    v = malloc(sizeof(float) * (size_t)*nx);
+    CHECK_STATUS(tensor_to_f32(dx32, v), FX_OK);
+    CHECK_STATUS(tensor_from_f32(dx, v), FX_OK);
+    free(v);
+    void *raw = malloc(2 * (size_t)*nx);
+    CHECK_STATUS(tensor_get_raw(dx, raw), FX_OK);
+    tensor_free(dy32);
+    tensor_free(w32);
+    tensor_free(dx32);
+    tensor_free(dx);
+    return raw;
 }
 
 static void compare_routes(const shape *sh, fmt_t f, const tensor_t *dy, const tensor_t *w,
@@ -113,6 +152,12 @@ static void compare_routes(const shape *sh, fmt_t f, const tensor_t *dy, const t
     int ran = 0;
     void *off = run(sh, f, dy, w, 0, 1, &ran, &nx);
     CHECK(!ran, "%s: the route ran while switched off", what);
+    const fx_backend *be = fx_backend_active();
+    if (f == FMT_BF16 && expected(sh, f, finite_w) &&
+        be->kernels[FX_OP_MATMUL][FMT_BF16] != be->kernels[FX_OP_MATMUL][FMT_FP32]) {
+        free(off);
+        off = widened_bf16(sh, dy, w, &nx);
+    }
     for (int threads = 1; threads <= 2; threads++) {
         void *on = run(sh, f, dy, w, 1, threads, &ran, &nx);
         const size_t esz = f == FMT_FP32 ? 4 : 2;

@@ -1920,8 +1920,14 @@ static int conv_backward_input_f32_direct(tensor_t *dx, const tensor_t *dy, cons
                                           const char *func)
 {
     const fx_backend *be = fx_backend_active();
+    /* bf16 on the AMX route too where its tile kernels do not take the input gradient (at a
+     * stride: there its GEMM had a depth of O and col2im added fp32 products, 2.2 times the
+     * integer formats' time on ResNet-20's 16 -> 32 opener); the widened values' chains are
+     * then the widening route's bits (docs/formats.md) */
+    const int bf16_amx_strided =
+        cc->cf == FMT_BF16 && be->gemm.bf16_plain_min_k > 0 && (g->sh > 1 || g->sw > 1);
     const int fmt_ok = cc->cf == FMT_FP32 || cc->cf == FMT_FP16 ||
-                       (cc->cf == FMT_BF16 && bf16_gemm_widens(be));
+                       (cc->cf == FMT_BF16 && bf16_gemm_widens(be)) || bf16_amx_strided;
     if (cc->ic || !fmt_ok || !be->conv.f32_dgrad || !fx_f32_dgrad_direct_enabled() ||
         g->C < be->conv.f32_dgrad_min_c ||
         (be->conv.f32_dgrad_max_o && g->O > be->conv.f32_dgrad_max_o) ||
