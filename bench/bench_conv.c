@@ -16,7 +16,10 @@
  * gradients (fx_tensor_set_disposable: a failed write need not leave their old values), so
  * the integer formats round straight into them as in training; the default (library) keeps a
  * caller's tensor intact on failure, which costs those formats a copy of each output.
- * BENCH_PASSES="forward,input,weight" runs only the passes named (a profile of one pass). */
+ * BENCH_PASSES="forward,input,weight" runs only the passes named (a profile of one pass).
+ * BENCH_F32_DGRAD=off sends the float input gradients back to the GEMM and col2im (the route
+ * the direct kernel of src/fp32/conv_f32_direct.h replaces, with the same bits except bf16's
+ * strided ones on the AMX route), so that alternated runs compare the two. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/internal.h" /* fx_tensor_set_disposable */
@@ -26,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 #include "bench_util.h"
+#include "fp32/conv_f32_direct.h"
 
 static int g_normal = 1; /* BENCH_DATA */
 
@@ -113,6 +117,12 @@ int main(int argc, char **argv)
     int run[3];
     if (passes_from_env(run) < 0) return 2;
     flexpoint_set_num_threads(threads);
+    const char *dgrad_env = getenv("BENCH_F32_DGRAD");
+    if (dgrad_env && *dgrad_env && strcmp(dgrad_env, "off") && strcmp(dgrad_env, "on")) {
+        fprintf(stderr, "bench_conv: BENCH_F32_DGRAD=%s: expected on or off\n", dgrad_env);
+        return 2;
+    }
+    fx_f32_dgrad_direct_set_enabled(!(dgrad_env && strcmp(dgrad_env, "off") == 0));
     layer layers[2] = {{"conv1 1->32 28x28", 1, 28, 32, 5, 1},
                        {"conv2 32->64 14x14", 32, 14, 64, 5, 1}};
     char own_name[96];
