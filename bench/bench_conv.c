@@ -19,7 +19,8 @@
  * BENCH_PASSES="forward,input,weight" runs only the passes named (a profile of one pass).
  * BENCH_F32_DGRAD=off sends the float input gradients back to the GEMM and col2im (the route
  * the direct kernel of src/fp32/conv_f32_direct.h replaces, with the same bits except bf16's
- * strided ones on the AMX route), so that alternated runs compare the two. */
+ * strided ones on the AMX route), and BENCH_F32_WGRAD=off the float weight gradients back to
+ * the panels and the GEMM (the same bits), so that alternated runs compare the two. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/internal.h" /* fx_tensor_set_disposable */
@@ -65,6 +66,16 @@ static int passes_from_env(int run[3])
         s += len + (end != NULL);
     }
     return 0;
+}
+
+/* a route switch: 1 for on or unset, 0 for off, -1 (with a message) otherwise */
+static int route_from_env(const char *name)
+{
+    const char *e = getenv(name);
+    if (!e || !*e || strcmp(e, "on") == 0) return 1;
+    if (strcmp(e, "off") == 0) return 0;
+    fprintf(stderr, "bench_conv: %s=%s: expected on or off\n", name, e);
+    return -1;
 }
 
 typedef struct layer {
@@ -117,12 +128,10 @@ int main(int argc, char **argv)
     int run[3];
     if (passes_from_env(run) < 0) return 2;
     flexpoint_set_num_threads(threads);
-    const char *dgrad_env = getenv("BENCH_F32_DGRAD");
-    if (dgrad_env && *dgrad_env && strcmp(dgrad_env, "off") && strcmp(dgrad_env, "on")) {
-        fprintf(stderr, "bench_conv: BENCH_F32_DGRAD=%s: expected on or off\n", dgrad_env);
-        return 2;
-    }
-    fx_f32_dgrad_direct_set_enabled(!(dgrad_env && strcmp(dgrad_env, "off") == 0));
+    const int dgrad_on = route_from_env("BENCH_F32_DGRAD"), wgrad_on = route_from_env("BENCH_F32_WGRAD");
+    if (dgrad_on < 0 || wgrad_on < 0) return 2;
+    fx_f32_dgrad_direct_set_enabled(dgrad_on);
+    fx_f32_wgrad_direct_set_enabled(wgrad_on);
     layer layers[2] = {{"conv1 1->32 28x28", 1, 28, 32, 5, 1},
                        {"conv2 32->64 14x14", 32, 14, 64, 5, 1}};
     char own_name[96];

@@ -372,6 +372,13 @@ typedef struct fx_conv_kernels {
      * any; the depth of its chains, where AVX2's small tile lost to the GEMM) and from
      * min_taps taps (AVX2's 1 x 1 projections lost too). Measured per level: src/cpu/. */
     int64_t f32_dgrad_min_c, f32_dgrad_max_o, f32_dgrad_min_taps;
+    /* fp32 weight gradient of one chunk without panels or packing (fx_f32_wgrad_direct,
+     * src/fp32/conv_f32_direct.h): the GEMM's chains in their order, so its bits. NULL: the
+     * panels and the GEMM. From f32_wgrad_min_o output channels (its vector width) up to
+     * f32_wgrad_max_o (0: any), where the level measured it faster. */
+    void (*f32_wgrad)(const struct fx_conv_geom *g, const float *xp, int64_t nbc,
+                      const float *dyt, float *dwt, int nthreads);
+    int64_t f32_wgrad_min_o, f32_wgrad_max_o;
     /* exact int16 forward of one chunk without a patch matrix (fx_i16_fwd_direct,
      * src/flex/conv_i16.h): the exact sums, so the patch GEMM's bits. Returns 0 for a chunk
      * whose data it declines, which then takes the GEMM. NULL: patch panels and GEMM. */

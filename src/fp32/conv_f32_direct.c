@@ -198,3 +198,35 @@ void fx_f32_dgrad_direct_count(void)
 {
     atomic_fetch_add_explicit(&dgrad_calls, 1, memory_order_relaxed);
 }
+
+/* ---- the weight gradient ---------------------------------------------------------------------- */
+
+int64_t fx_f32_tap_offset(const struct fx_conv_geom *g, int64_t k)
+{
+    const int64_t Wp = g->W + 2 * g->pw, HWp = (g->H + 2 * g->ph) * Wp;
+    const int64_t kw = k % g->KW, kh = (k / g->KW) % g->KH, c = k / (g->KW * g->KH);
+    return c * HWp + kh * g->dh * Wp + kw * g->dw;
+}
+
+static atomic_int wgrad_enabled = 1;
+static atomic_llong wgrad_calls;
+
+void fx_f32_wgrad_direct_set_enabled(int on)
+{
+    atomic_store_explicit(&wgrad_enabled, on != 0, memory_order_relaxed);
+}
+
+int fx_f32_wgrad_direct_enabled(void)
+{
+    return atomic_load_explicit(&wgrad_enabled, memory_order_relaxed);
+}
+
+long long fx_f32_wgrad_direct_calls(void)
+{
+    return atomic_load_explicit(&wgrad_calls, memory_order_relaxed);
+}
+
+void fx_f32_wgrad_direct_count(void)
+{
+    atomic_fetch_add_explicit(&wgrad_calls, 1, memory_order_relaxed);
+}

@@ -111,4 +111,29 @@ int fx_f32_dgrad_direct_enabled(void);
 long long fx_f32_dgrad_direct_calls(void);
 void fx_f32_dgrad_direct_count(void);
 
+/* ---- the weight gradient -------------------------------------------------------------------
+ * The float GEMM route of a weight gradient (src/nn/conv2d.c) makes each chunk's dW^T =
+ * col[C KH KW x pixels] dy^T[pixels x O], each entry one FMA chain over the chunk's pixels in
+ * order (image, output row, output column) from +0, the patch matrix's rows as panels built
+ * from the padded chunk; the chunks are then added in fixed groups. The direct kernel runs the
+ * same chains with each tap broadcast straight from the padded chunk and dy read from its
+ * transposed chunk, so its bits are the route's without the panels and the packing of dy.
+ * fp16 and widened bf16 operands are widened exactly first, as the GEMM's packing widens them. */
+
+/* tap k = (c KH + kh) KW + kw's offset in the padded chunk: c Hp Wp + kh dh Wp + kw dw */
+int64_t fx_f32_tap_offset(const struct fx_conv_geom *g, int64_t k);
+
+/* One chunk: xp, its padded input (fx_conv_pad, nbc images, fp32); dyt, its dy transposed to
+ * [nbc OH OW][O] (fx_chunk_gather_t); dwt: the chunk's [C KH KW][O] sums, the GEMM route's
+ * bits. Up to nthreads OpenMP threads split the tiles. AVX-512. */
+void fx_f32_wgrad_direct_avx512(const struct fx_conv_geom *g, const float *xp, int64_t nbc,
+                                const float *dyt, float *dwt, int nthreads);
+
+/* Test switch and counter: with 0 the weight gradients take the GEMM; the count of chunks the
+ * kernel did. */
+void fx_f32_wgrad_direct_set_enabled(int on);
+int fx_f32_wgrad_direct_enabled(void);
+long long fx_f32_wgrad_direct_calls(void);
+void fx_f32_wgrad_direct_count(void);
+
 #endif

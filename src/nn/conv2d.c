@@ -2189,14 +2189,25 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                                   fx_conv_wpanels_enabled() && fx_conv_wpanels_f32_fit(&g)
                               ? be->gemm.f32_panel_mr
                               : 0;
+    /* float compute on the level's direct fp32 kernel (conv_f32_direct.h: the GEMM's chains
+     * in its order, so its bits) on the output widths where the level measured it faster: the
+     * padded chunk in fp32 and dy^T per chunk, no panels, no patch matrix and no packing */
+    const int f32w = !ic && !wdirect &&
+                     (cc.cf == FMT_FP32 || cc.cf == FMT_FP16 ||
+                      (cc.cf == FMT_BF16 && bf16_gemm_widens(be))) &&
+                     be->conv.f32_wgrad && fx_f32_wgrad_direct_enabled() &&
+                     g.O >= be->conv.f32_wgrad_min_o &&
+                     (!be->conv.f32_wgrad_max_o || g.O <= be->conv.f32_wgrad_max_o);
+    const int64_t f32x_n = f32w ? fx_conv_padded_numel(&g, plan.nb) : 0;
+    const int64_t f32dy_n = f32w ? g.O * plan.nb * P : 0;
     /* the AMX kernel never declines and reads x and dy in place: no patch matrix, padded chunk
      * or gathered dy */
-    const int64_t col_n = wtiles || wdirect || iwamx ? 0
+    const int64_t col_n = wtiles || wdirect || iwamx || f32w ? 0
                           : wpanel_mr ? fx_conv_wpanels_f32_numel(&g, plan.nb, wpanel_mr) *
                                             (int64_t)(sizeof(float) / cc.esz)
                                       : CKK * plan.nb * P;
-    const int64_t dyg_n = iwamx ? 0 : g.O * plan.nb * P;
-    const int64_t xp_n = iwamx ? 0 : fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
+    const int64_t dyg_n = iwamx || (f32w && cc.cf == FMT_FP32) ? 0 : g.O * plan.nb * P;
+    const int64_t xp_n = iwamx || f32w ? 0 : fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
     const int64_t plane_n = xp_n + 2 * FX_CONV_TILES_SLACK; /* bytes per plane */
     const size_t esz = cc.esz, ssz = cc.ssz;
 
@@ -2211,6 +2222,8 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
     uint32_t *wd = wdirect ? conv_alloc(&s, wd_n * plan.outer, sizeof(uint32_t), &rc, func) : NULL;
     uint32_t *iwd =
         iwdirect ? conv_alloc(&s, iwd_n * plan.outer, sizeof(uint32_t), &rc, func) : NULL;
+    float *f32x = f32w ? conv_alloc(&s, f32x_n * plan.outer, sizeof(float), &rc, func) : NULL;
+    float *f32dy = f32w ? conv_alloc(&s, f32dy_n * plan.outer, sizeof(float), &rc, func) : NULL;
     char *part = conv_alloc(&s, nw * plan.outer, ssz, &rc, func);
     char *slots = conv_alloc(&s, nw * nslots, ssz, &rc, func); /* one dW^T per slot */
     /* integer compute: whether a thread's slot holds sums yet */
@@ -2255,6 +2268,25 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                 be->conv.bf16_wgrad(&g, (const uint16_t *)(const void *)myxp,
                                     (const uint16_t *)dyo.data + n0 * g.O * P, nbc,
                                     wd + tid * wd_n, (float *)(void *)(first ? slot : mypart));
+                status[ch] = FX_OK;
+                if (!first) conv_accumulate(slot, mypart, nw, ic);
+                continue;
+            }
+            if (f32w) {
+                float *mx = f32x + tid * f32x_n, *mdy = f32dy + tid * f32dy_n;
+                const int64_t ndy = nbc * P * g.O;
+                if (cc.cf == FMT_FP32) {
+                    fx_conv_pad(&g, xo.data, n0, nbc, mx, sizeof(float));
+                    fx_chunk_gather_t(dyo.data, n0, nbc, g.O, P, mdy, sizeof(float));
+                } else { /* widened exactly, as the GEMM's packing widens them */
+                    const fx_widen_row_fn widen =
+                        cc.cf == FMT_FP16 ? be->cvt.fp16_to_f32 : be->cvt.bf16_to_f32;
+                    fx_conv_pad_widen(&g, (const uint16_t *)xo.data, n0, nbc, mx, widen);
+                    fx_chunk_gather_t(dyo.data, n0, nbc, g.O, P, mydy, esz);
+                    widen((const uint16_t *)(const void *)mydy, mdy, ndy);
+                }
+                be->conv.f32_wgrad(&g, mx, nbc, mdy, (float *)(void *)(first ? slot : mypart),
+                                   plan.inner);
                 status[ch] = FX_OK;
                 if (!first) conv_accumulate(slot, mypart, nw, ic);
                 continue;

@@ -355,6 +355,16 @@ void fx_chunk_scatter_t(const void *pix, int64_t n0, int64_t nb, int64_t O, int6
                      O, esz);
 }
 
+void fx_chunk_gather_t(const void *nchw, int64_t n0, int64_t nb, int64_t O, int64_t P, void *pix,
+                       size_t esz)
+{
+    const char *src = nchw;
+    char *dst = pix;
+    for (int64_t n = 0; n < nb; n++)
+        fx_transpose(dst + (size_t)(n * P * O) * esz, src + (size_t)((n0 + n) * O * P) * esz, O,
+                     P, esz);
+}
+
 /* The transposes are bound by memory; one thread leaves half of it unused (the fp32 stage of
  * the CNN's first layer, 12.8 MB, took 6 % of a two-thread step on one thread). */
 void fx_chunk_scatter_t_par(const void *pix, int64_t nb, int64_t O, int64_t P, void *nchw,

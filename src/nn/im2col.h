@@ -75,6 +75,9 @@ void fx_chunk_gather(const void *nchw, int64_t n0, int64_t nb, int64_t O, int64_
                      size_t esz);
 void fx_chunk_scatter_t(const void *pix, int64_t n0, int64_t nb, int64_t O, int64_t P,
                         void *nchw, size_t esz);
+/* the reverse of fx_chunk_scatter_t: pix[(n P + p) O + o] = nchw[((n0 + n) O + o) P + p] */
+void fx_chunk_gather_t(const void *nchw, int64_t n0, int64_t nb, int64_t O, int64_t P, void *pix,
+                       size_t esz);
 /* fx_chunk_scatter_t of a whole batch's stage (n0 = 0) on nthreads threads, one image each */
 void fx_chunk_scatter_t_par(const void *pix, int64_t nb, int64_t O, int64_t P, void *nchw,
                             size_t esz, int nthreads);
