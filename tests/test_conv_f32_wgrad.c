@@ -46,12 +46,7 @@ static const shape shapes[] = {
 static tensor_t *random_tensor(fmt_t f, const int64_t *s, double scale, test_rng *r)
 {
     tensor_t *t = tensor_new(f, 4, s);
-    if (!t) return NULL;
-    const int64_t n = tensor_numel(t);
-    float *v = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) v[i] = (float)(scale * test_rng_normal(r));
-    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
-    free(v);
+    if (t) test_fill_normal(t, scale, r);
     return t;
 }
 
