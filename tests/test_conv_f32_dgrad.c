@@ -96,7 +96,8 @@ static void *run(const shape *sh, fmt_t f, const tensor_t *dy, const tensor_t *w
 static int expected(const shape *sh, fmt_t f, int finite_w)
 {
     const fx_backend *be = fx_backend_active();
-    const int bf16_widens = be->kernels[FX_OP_MATMUL][FMT_BF16] == be->kernels[FX_OP_MATMUL][FMT_FP32];
+    const int bf16_widens =
+        be->kernels[FX_OP_MATMUL][FMT_BF16] == be->kernels[FX_OP_MATMUL][FMT_FP32];
     const int shape_ok = sh->C >= be->conv.f32_dgrad_min_c &&
                          (!be->conv.f32_dgrad_max_o || sh->O <= be->conv.f32_dgrad_max_o) &&
                          sh->K * sh->K >= be->conv.f32_dgrad_min_taps;

@@ -79,7 +79,8 @@ static void *run(const shape *sh, fmt_t f, const tensor_t *x, const tensor_t *dy
 static int expected(const shape *sh, fmt_t f)
 {
     const fx_backend *be = fx_backend_active();
-    const int bf16_widens = be->kernels[FX_OP_MATMUL][FMT_BF16] == be->kernels[FX_OP_MATMUL][FMT_FP32];
+    const int bf16_widens =
+        be->kernels[FX_OP_MATMUL][FMT_BF16] == be->kernels[FX_OP_MATMUL][FMT_FP32];
     /* bf16 on a pair or AMX route keeps its own kernels */
     return be->conv.f32_wgrad && sh->O >= be->conv.f32_wgrad_min_o &&
            (!be->conv.f32_wgrad_max_o || sh->O <= be->conv.f32_wgrad_max_o) &&

@@ -24,11 +24,7 @@ void fx_f32_fwd_direct_pack_weights(const struct fx_conv_geom *g, const float *w
 
 void fx_f32_fwd_direct_offsets(const struct fx_conv_geom *g, int64_t *off)
 {
-    const int64_t Wp = g->W + 2 * g->pw, HW = (g->H + 2 * g->ph) * Wp;
-    for (int64_t c = 0; c < g->C; c++)
-        for (int64_t kh = 0; kh < g->KH; kh++)
-            for (int64_t kw = 0; kw < g->KW; kw++)
-                off[(c * g->KH + kh) * g->KW + kw] = c * HW + kh * g->dh * Wp + kw * g->dw;
+    for (int64_t k = 0; k < g->C * g->KH * g->KW; k++) off[k] = fx_f32_tap_offset(g, k);
 }
 
 static atomic_int direct_enabled = 1;
@@ -54,7 +50,7 @@ void fx_f32_fwd_direct_count(void)
     atomic_fetch_add_explicit(&direct_calls, 1, memory_order_relaxed);
 }
 
-/* ---- the input gradient ---------------------------------------------------------------------- */
+/* ---- the input gradient ------------------------------------------------------------------- */
 
 int fx_f32_dgrad_direct_fits(const struct fx_conv_geom *g)
 {
@@ -199,7 +195,7 @@ void fx_f32_dgrad_direct_count(void)
     atomic_fetch_add_explicit(&dgrad_calls, 1, memory_order_relaxed);
 }
 
-/* ---- the weight gradient ---------------------------------------------------------------------- */
+/* ---- the weight gradient ------------------------------------------------------------------ */
 
 int64_t fx_f32_tap_offset(const struct fx_conv_geom *g, int64_t k)
 {

@@ -27,9 +27,9 @@ static __mmask16 lanes(int64_t n)
  * chunk's nbc images of OH x OW pixels, dy^T rows of ldy floats from dq (at the tile's first
  * output channel), the first m0 / m1 lanes of each vector; sums stored at out + r ldo. */
 static inline __attribute__((always_inline)) void
-wtile(const int MR, const int NV, const float *xp, const int64_t *roff, const struct fx_conv_geom *g,
-      int64_t nbc, int64_t img, int64_t Wp, const float *dq, int64_t ldy, __mmask16 m0,
-      __mmask16 m1, float *out, int64_t ldo)
+wtile(const int MR, const int NV, const float *xp, const int64_t *roff,
+      const struct fx_conv_geom *g, int64_t nbc, int64_t img, int64_t Wp, const float *dq,
+      int64_t ldy, __mmask16 m0, __mmask16 m1, float *out, int64_t ldo)
 {
     __m512 acc[WMR_MAX][2];
     FX_UNROLL(12)

@@ -1912,9 +1912,9 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
  * pixel, written by the GEMM and read back by col2im) and the col2im and unpadding passes.
  * fp32 and fp16 compute, and bf16 where its GEMM is the widened fp32 one, on the shapes where
  * the level measured it faster (fx_backend.conv.f32_dgrad_min_c and its siblings); weights
- * with an Inf or NaN keep the route below (a tap that
- * reads dy's padding would multiply them by zero). ResNet-20's input gradients on the Xeon
- * reporting model 167: docs/performance.md. Returns 1 where it does not apply. */
+ * with an Inf or NaN keep the route below (a tap that reads dy's padding would multiply them
+ * by zero). ResNet-20's input gradients on the Xeon reporting model 167: docs/performance.md.
+ * Returns 1 where it does not apply. */
 static int conv_backward_input_f32_direct(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
                                           const fx_conv_geom *g, const conv_compute *cc,
                                           const char *func)
@@ -2207,7 +2207,8 @@ int fx_nn_conv2d_backward_weight_host(const fx_op_args *a)
                                             (int64_t)(sizeof(float) / cc.esz)
                                       : CKK * plan.nb * P;
     const int64_t dyg_n = iwamx || (f32w && cc.cf == FMT_FP32) ? 0 : g.O * plan.nb * P;
-    const int64_t xp_n = iwamx || f32w ? 0 : fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
+    const int64_t xp_n =
+        iwamx || f32w ? 0 : fx_conv_padded_numel(&g, plan.nb) + FX_CONV_PAD_SLACK;
     const int64_t plane_n = xp_n + 2 * FX_CONV_TILES_SLACK; /* bytes per plane */
     const size_t esz = cc.esz, ssz = cc.ssz;
 
