@@ -20,17 +20,13 @@
 #include "core/backend.h"
 #include "fp32/conv_f32_direct.h"
 #include "testutil.h"
+#include "conv_case_util.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct shape {
-    int64_t N, C, H, W, O, K;
-    int stride, pad, dil;
-} shape;
-
-static const shape shapes[] = {
+static const conv_case shapes[] = {
     {2, 16, 12, 12, 16, 3, 1, 1, 1}, /* ResNet-20's stage-1 channels; W 12: one tile of 12 */
     {2, 32, 9, 9, 32, 3, 1, 1, 1},   /* two blocks of 16 in one tile pair; W 9: tiles 5 + 4 */
     {2, 64, 8, 8, 64, 3, 1, 1, 1},   /* ResNet-20's stage 3: two channel blocks of 32 */
@@ -58,20 +54,8 @@ static const shape shapes[] = {
     {1, 16, 9, 10, 7, 2, 2, 1, 1},   /* 2x2 stride 2 */
 };
 
-static tensor_t *random_tensor(fmt_t f, const int64_t *s, double scale, test_rng *r)
-{
-    tensor_t *t = tensor_new(f, 4, s);
-    if (t) test_fill_normal(t, scale, r);
-    return t;
-}
-
-static int64_t out_size(int64_t in, const shape *sh)
-{
-    return (in + 2 * sh->pad - sh->dil * (sh->K - 1) - 1) / sh->stride + 1;
-}
-
 /* dx with the route on or off, as raw storage; *ran: the route did a chunk */
-static void *run(const shape *sh, fmt_t f, const tensor_t *dy, const tensor_t *w, int route,
+static void *run(const conv_case *sh, fmt_t f, const tensor_t *dy, const tensor_t *w, int route,
                  int threads, int *ran, int64_t *nx)
 {
     const int64_t xs[4] = {sh->N, sh->C, sh->H, sh->W};
@@ -93,7 +77,7 @@ static void *run(const shape *sh, fmt_t f, const tensor_t *dy, const tensor_t *w
 
 /* where the route should run: the level has it, the format computes in fp32 lanes of the
  * route's GEMM (bf16 only where that GEMM widens), on the level's shapes, finite weights */
-static int expected(const shape *sh, fmt_t f, int finite_w)
+static int expected(const conv_case *sh, fmt_t f, int finite_w)
 {
     const fx_backend *be = fx_backend_active();
     const int bf16_widens =
@@ -108,10 +92,10 @@ static int expected(const shape *sh, fmt_t f, int finite_w)
 
 /* bf16 where the level's own route is not the widened one (AMX): the route's bits are the
  * widening route's, the fp32 GEMM and col2im on the widened values rounded once to bf16 */
-static void *widened_bf16(const shape *sh, const tensor_t *dy, const tensor_t *w, int64_t *nx)
+static void *widened_bf16(const conv_case *sh, const tensor_t *dy, const tensor_t *w, int64_t *nx)
 {
     const int64_t xs[4] = {sh->N, sh->C, sh->H, sh->W};
-    const int64_t dys[4] = {sh->N, sh->O, out_size(sh->H, sh), out_size(sh->W, sh)};
+    const int64_t dys[4] = {sh->N, sh->O, conv_case_out(sh->H, sh), conv_case_out(sh->W, sh)};
     const int64_t ws[4] = {sh->O, sh->C, sh->K, sh->K};
     tensor_t *dy32 = tensor_new(FMT_FP32, 4, dys), *w32 = tensor_new(FMT_FP32, 4, ws);
     tensor_t *dx32 = tensor_new(FMT_FP32, 4, xs), *dx = tensor_new(FMT_BF16, 4, xs);
@@ -141,7 +125,7 @@ static void *widened_bf16(const shape *sh, const tensor_t *dy, const tensor_t *w
     return raw;
 }
 
-static void compare_routes(const shape *sh, fmt_t f, const tensor_t *dy, const tensor_t *w,
+static void compare_routes(const conv_case *sh, fmt_t f, const tensor_t *dy, const tensor_t *w,
                            int finite_w, const char *what, long *runs)
 {
     int64_t nx = 0;
@@ -174,9 +158,9 @@ static void compare_routes(const shape *sh, fmt_t f, const tensor_t *dy, const t
 
 /* fp32 results against an fp64 reference and the bound of one chain of O FMAs and at most
  * KH KW additions */
-static void check_reference(const shape *sh, const tensor_t *dy, const tensor_t *w)
+static void check_reference(const conv_case *sh, const tensor_t *dy, const tensor_t *w)
 {
-    const int64_t OH = out_size(sh->H, sh), OW = out_size(sh->W, sh);
+    const int64_t OH = conv_case_out(sh->H, sh), OW = conv_case_out(sh->W, sh);
     const int64_t xs[4] = {sh->N, sh->C, sh->H, sh->W};
     float *dyv = malloc(sizeof(float) * (size_t)tensor_numel(dy));
     float *wv = malloc(sizeof(float) * (size_t)tensor_numel(w));
@@ -222,20 +206,6 @@ static void check_reference(const shape *sh, const tensor_t *dy, const tensor_t 
     free(dxv);
 }
 
-/* dy with Inf, -Inf and NaN near the borders and inside */
-static void poison(tensor_t *dy)
-{
-    const int64_t n = tensor_numel(dy);
-    float *v = malloc(sizeof(float) * (size_t)n);
-    CHECK_STATUS(tensor_to_f32(dy, v), FX_OK);
-    v[0] = INFINITY;
-    v[n / 2] = NAN;
-    v[n - 1] = -INFINITY;
-    v[n / 3] = 0.0f;
-    CHECK_STATUS(tensor_from_f32(dy, v), FX_OK);
-    free(v);
-}
-
 int main(void)
 {
     static const fmt_t fmts[3] = {FMT_FP32, FMT_FP16, FMT_BF16};
@@ -248,17 +218,18 @@ int main(void)
         CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
         levels_with += fx_backend_active()->conv.f32_dgrad != NULL;
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-            const shape *sh = &shapes[si];
-            const int64_t dys[4] = {sh->N, sh->O, out_size(sh->H, sh), out_size(sh->W, sh)};
+            const conv_case *sh = &shapes[si];
+            const int64_t dys[4] = {sh->N, sh->O, conv_case_out(sh->H, sh),
+                                    conv_case_out(sh->W, sh)};
             const int64_t ws[4] = {sh->O, sh->C, sh->K, sh->K};
             for (int fi = 0; fi < 3; fi++) {
                 const fmt_t f = fmts[fi];
-                tensor_t *dy = random_tensor(f, dys, 1.0, &r);
-                tensor_t *w = random_tensor(f, ws, 0.3, &r);
+                tensor_t *dy = conv_case_tensor(f, dys, 1.0, &r);
+                tensor_t *w = conv_case_tensor(f, ws, 0.3, &r);
                 compare_routes(sh, f, dy, w, 1, "normal", &runs);
                 if (f == FMT_FP32) check_reference(sh, dy, w);
                 if (si % 3 == 0) {
-                    poison(dy);
+                    conv_case_poison(dy, 1);
                     compare_routes(sh, f, dy, w, 1, "Inf/NaN in dy", &runs);
                     /* an Inf weight: declined, so the GEMM's NaNs where it meets padding do
                      * not appear */

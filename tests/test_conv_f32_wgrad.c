@@ -16,17 +16,13 @@
 #include "core/backend.h"
 #include "fp32/conv_f32_direct.h"
 #include "testutil.h"
+#include "conv_case_util.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct shape {
-    int64_t N, C, H, W, O, K;
-    int stride, pad, dil;
-} shape;
-
-static const shape shapes[] = {
+static const conv_case shapes[] = {
     {4, 16, 12, 12, 16, 3, 1, 1, 1},  /* ResNet-20's stage-1 channels: 144 rows, 12 tiles */
     {2, 32, 9, 9, 32, 3, 1, 1, 1},    /* 288 rows, one block of 32 */
     {2, 64, 8, 8, 64, 3, 1, 1, 1},    /* 64 output channels: declined on AVX-512 */
@@ -43,20 +39,8 @@ static const shape shapes[] = {
     {64, 16, 32, 32, 16, 3, 1, 1, 1}, /* many chunks, summed in groups */
 };
 
-static tensor_t *random_tensor(fmt_t f, const int64_t *s, double scale, test_rng *r)
-{
-    tensor_t *t = tensor_new(f, 4, s);
-    if (t) test_fill_normal(t, scale, r);
-    return t;
-}
-
-static int64_t out_size(int64_t in, const shape *sh)
-{
-    return (in + 2 * sh->pad - sh->dil * (sh->K - 1) - 1) / sh->stride + 1;
-}
-
 /* dw with the route on or off, as raw storage; *ran: the route did a chunk */
-static void *run(const shape *sh, fmt_t f, const tensor_t *x, const tensor_t *dy, int route,
+static void *run(const conv_case *sh, fmt_t f, const tensor_t *x, const tensor_t *dy, int route,
                  int threads, int *ran, int64_t *nw)
 {
     const int64_t ws[4] = {sh->O, sh->C, sh->K, sh->K};
@@ -76,7 +60,7 @@ static void *run(const shape *sh, fmt_t f, const tensor_t *x, const tensor_t *dy
     return raw;
 }
 
-static int expected(const shape *sh, fmt_t f)
+static int expected(const conv_case *sh, fmt_t f)
 {
     const fx_backend *be = fx_backend_active();
     const int bf16_widens =
@@ -87,7 +71,7 @@ static int expected(const shape *sh, fmt_t f)
            (f != FMT_BF16 || bf16_widens);
 }
 
-static void compare_routes(const shape *sh, fmt_t f, const tensor_t *x, const tensor_t *dy,
+static void compare_routes(const conv_case *sh, fmt_t f, const tensor_t *x, const tensor_t *dy,
                            const char *what, long *runs)
 {
     int64_t nw = 0;
@@ -115,9 +99,9 @@ static void compare_routes(const shape *sh, fmt_t f, const tensor_t *x, const te
     free(off);
 }
 
-static void check_reference(const shape *sh, const tensor_t *x, const tensor_t *dy)
+static void check_reference(const conv_case *sh, const tensor_t *x, const tensor_t *dy)
 {
-    const int64_t OH = out_size(sh->H, sh), OW = out_size(sh->W, sh);
+    const int64_t OH = conv_case_out(sh->H, sh), OW = conv_case_out(sh->W, sh);
     const int64_t ws[4] = {sh->O, sh->C, sh->K, sh->K};
     float *xv = malloc(sizeof(float) * (size_t)tensor_numel(x));
     float *dyv = malloc(sizeof(float) * (size_t)tensor_numel(dy));
@@ -160,19 +144,6 @@ static void check_reference(const shape *sh, const tensor_t *x, const tensor_t *
     free(dwv);
 }
 
-/* Inf, -Inf and NaN at the borders and inside */
-static void poison(tensor_t *t)
-{
-    const int64_t n = tensor_numel(t);
-    float *v = malloc(sizeof(float) * (size_t)n);
-    CHECK_STATUS(tensor_to_f32(t, v), FX_OK);
-    v[0] = INFINITY;
-    v[n / 2] = NAN;
-    v[n - 1] = -INFINITY;
-    CHECK_STATUS(tensor_from_f32(t, v), FX_OK);
-    free(v);
-}
-
 int main(void)
 {
     static const fmt_t fmts[3] = {FMT_FP32, FMT_FP16, FMT_BF16};
@@ -185,19 +156,20 @@ int main(void)
         CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
         levels_with += fx_backend_active()->conv.f32_wgrad != NULL;
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-            const shape *sh = &shapes[si];
+            const conv_case *sh = &shapes[si];
             const int64_t xs[4] = {sh->N, sh->C, sh->H, sh->W};
-            const int64_t dys[4] = {sh->N, sh->O, out_size(sh->H, sh), out_size(sh->W, sh)};
+            const int64_t dys[4] = {sh->N, sh->O, conv_case_out(sh->H, sh),
+                                    conv_case_out(sh->W, sh)};
             for (int fi = 0; fi < 3; fi++) {
                 const fmt_t f = fmts[fi];
-                tensor_t *x = random_tensor(f, xs, 1.0, &r);
-                tensor_t *dy = random_tensor(f, dys, 0.1, &r);
+                tensor_t *x = conv_case_tensor(f, xs, 1.0, &r);
+                tensor_t *dy = conv_case_tensor(f, dys, 0.1, &r);
                 compare_routes(sh, f, x, dy, "normal", &runs);
                 if (f == FMT_FP32 && sh->N * sh->C * sh->H * sh->W < 20000)
                     check_reference(sh, x, dy);
                 if (si % 4 == 0) {
-                    poison(x);
-                    poison(dy);
+                    conv_case_poison(x, 0);
+                    conv_case_poison(dy, 0);
                     compare_routes(sh, f, x, dy, "Inf/NaN in x and dy", &runs);
                 }
                 tensor_free(x);

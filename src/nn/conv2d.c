@@ -1947,8 +1947,8 @@ static int conv_backward_input_f32_direct(tensor_t *dx, const tensor_t *dy, cons
                       : NULL;
     float *wq = conv_align64(
         conv_alloc(&s, fx_f32_dgrad_direct_weights_numel(g) + 16, sizeof(float), &rc, func));
-    float *dyp = conv_alloc(&s, (dyp_n * plan.nb + FX_CONV_PAD_SLACK) * plan.outer,
-                            sizeof(float), &rc, func);
+    const int64_t stride_dyp = dyp_n * plan.nb + FX_CONV_PAD_SLACK; /* a thread's padded dy */
+    float *dyp = conv_alloc(&s, stride_dyp * plan.outer, sizeof(float), &rc, func);
     float *ypix = conv_alloc(&s, CHW * plan.nb * plan.outer, sizeof(float), &rc, func);
     float *stage = conv_alloc(&s, g->N * CHW, sizeof(float), &rc, func);
     if (rc) {
@@ -1966,7 +1966,6 @@ static int conv_backward_input_f32_direct(tensor_t *dx, const tensor_t *dy, cons
     const fx_widen_row_fn widen = cc->cf == FMT_FP32   ? NULL
                                   : cc->cf == FMT_FP16 ? be->cvt.fp16_to_f32
                                                        : be->cvt.bf16_to_f32;
-    const int64_t stride_dyp = dyp_n * plan.nb + FX_CONV_PAD_SLACK;
     FX_CONV_PARALLEL_FOR
     for (int64_t ch = 0; ch < plan.nchunks; ch++) {
         const int tid = FX_CONV_THREAD_ID();
