@@ -10,7 +10,8 @@
  * BENCH_LAYER="C,HW,O,K[,S]" times one layer of your own instead: C input channels of HW x HW,
  * O output channels, a K x K kernel at stride S (default 1), padding K / 2, batch 128; for
  * example BENCH_LAYER=64,8,64,3 is ResNet-20's 64-channel 3 x 3 convolution and
- * BENCH_LAYER=32,16,64,3,2 its stride-2 one into the last stage, and `perf record` of such a
+ * BENCH_LAYER=32,16,64,3,2 its stride-2 one into the last stage (BENCH_LAYER=32,16,64,1,2 the
+ * 1 x 1 projection beside it), and `perf record` of such a
  * run sees one shape's kernels alone.
  * BENCH_OUTPUTS=training marks y and dx as the trainer marks its activations and activation
  * gradients (fx_tensor_set_disposable: a failed write need not leave their old values), so
@@ -20,7 +21,10 @@
  * BENCH_F32_DGRAD=off sends the float input gradients back to the GEMM and col2im (the route
  * the direct kernel of src/fp32/conv_f32_direct.h replaces, with the same bits except bf16's
  * strided ones on the AMX route), and BENCH_F32_WGRAD=off the float weight gradients back to
- * the panels and the GEMM (the same bits), so that alternated runs compare the two. */
+ * the panels and the GEMM (the same bits), so that alternated runs compare the two.
+ * BENCH_I16_EPILOGUE=off keeps the integer register tiles' sums in int64 and rounds them after
+ * (fx_i16_fwd_direct_round_set_enabled: forward passes and stride-2 input gradients alike, the
+ * same bits), for the same comparison of their rounding epilogues. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/internal.h" /* fx_tensor_set_disposable */
@@ -30,6 +34,7 @@
 #include <string.h>
 #include <time.h>
 #include "bench_util.h"
+#include "flex/conv_i16.h" /* fx_i16_fwd_direct_round_set_enabled */
 #include "fp32/conv_f32_direct.h"
 
 static int g_normal = 1; /* BENCH_DATA */
@@ -96,10 +101,10 @@ static int layer_from_env(layer *L, char *name)
                                                  &k, &st, &end)
                                         : 0;
     if ((n != 4 && n5 != 5) || c < 1 || hw < 1 || o < 1 || k < 1 || st < 1 || c > 4096 ||
-        hw > 4096 || o > 4096 || k > hw || st > k) {
+        hw > 4096 || o > 4096 || k > hw || st > hw) {
         fprintf(stderr,
                 "bench_conv: BENCH_LAYER='%s': want C,HW,O,K or C,HW,O,K,S (positive, K <= HW, "
-                "S <= K)\n", e);
+                "S <= HW)\n", e);
         return -1;
     }
     if (st == 1)
@@ -132,6 +137,9 @@ int main(int argc, char **argv)
     if (dgrad_on < 0 || wgrad_on < 0) return 2;
     fx_f32_dgrad_direct_set_enabled(dgrad_on);
     fx_f32_wgrad_direct_set_enabled(wgrad_on);
+    const int epilogue_on = route_from_env("BENCH_I16_EPILOGUE");
+    if (epilogue_on < 0) return 2;
+    fx_i16_fwd_direct_round_set_enabled(epilogue_on);
     layer layers[2] = {{"conv1 1->32 28x28", 1, 28, 32, 5, 1},
                        {"conv2 32->64 14x14", 32, 14, 64, 5, 1}};
     char own_name[96];

@@ -397,13 +397,13 @@ static void op_on_off(const char *level)
     free(raw[1]);
 }
 
-/* The stride-2 input gradient by phases rounded in the AVX-512 register tiles' epilogue
- * (fx_i16_dgrad_s2_round) against the int64 phases (dgrad_round_check.h's shapes; dy of 64
- * channels takes the phases only on this route), on the AVX-512 level with the AMX kernel off,
- * at one thread and two */
-static void dgrad_cases(void)
+/* The stride-2 input gradient by phases rounded in the register tiles' epilogue
+ * (fx_i16_dgrad_s2_round on AVX512_VNNI, fx_i16_dgrad_s2_round_avx2 on AVX2) against the int64
+ * phases (dgrad_round_check.h's shapes; dy of 64 channels takes the phases only on this route),
+ * on the level with the AMX kernel off, at one thread and two */
+static void dgrad_cases(const char *level)
 {
-    CHECK_STATUS(flexpoint_set_backend("avx512"), FX_OK);
+    CHECK_STATUS(flexpoint_set_backend(level), FX_OK);
     const int amx_auto_prev = fx_gemm_i16_amx_auto();
     fx_gemm_i16_set_amx_auto(0);
     uint64_t seed = 500;
@@ -427,14 +427,15 @@ static void dgrad_cases(void)
     const int64_t runs = fx_conv_dgrad_phases_runs(), declined = fx_i16_fwd_direct_declined();
     CHECK_STATUS(tensor_conv2d_backward_input(dx, dy, w, 2, 2, 1, 1, 1, 1), FX_OK);
     CHECK(fx_conv_dgrad_phases_runs() == runs,
-          "a first write of 64 channels without an exponent to guess ran the int64 phases");
+          "%s: a first write of 64 channels without an exponent to guess ran the int64 phases",
+          level);
     /* its later writes have one: the phases, rounded in the epilogue */
     const int64_t rounded = fx_conv_dgrad_phases_rounded();
     for (int k = 0; k < 12; k++)
         CHECK_STATUS(tensor_conv2d_backward_input(dx, dy, w, 2, 2, 1, 1, 1, 1), FX_OK);
     CHECK(fx_conv_dgrad_phases_rounded() > rounded && fx_i16_fwd_direct_declined() == declined,
-          "later writes of 64 channels: %lld chunks rounded in the epilogue, %lld declined",
-          (long long)(fx_conv_dgrad_phases_rounded() - rounded),
+          "%s: later writes of 64 channels: %lld chunks rounded in the epilogue, %lld declined",
+          level, (long long)(fx_conv_dgrad_phases_rounded() - rounded),
           (long long)(fx_i16_fwd_direct_declined() - declined));
     free(v);
     tensor_free(dy);
@@ -458,12 +459,13 @@ int main(void)
         kernel_cases(&avx2_pair);
         round32_cases();
         op_on_off("avx2");
+        dgrad_cases("avx2");
     }
     if (has_vnni) {
         kernel_cases(&avx512_pair);
         round16_cases();
         op_on_off("avx512");
-        dgrad_cases();
+        dgrad_cases("avx512");
     } else {
         printf("test_conv_i16_round: no AVX512_VNNI here; its kernel not run\n");
     }

@@ -37,7 +37,7 @@ static inline __m256i fx_bf16_fix_nan8(__m256i r, __m256i u, __m256i is_nan)
 
 /* 8 fp32 bit patterns -> their 8 bf16 patterns in order, NaN canonical (fixed only where a
  * lane is NaN: never, in ordinary data). */
-static inline __m128i fx_bf16_round8_bits(__m256i u)
+static inline __attribute__((always_inline)) __m128i fx_bf16_round8_bits(__m256i u)
 {
     __m256i r = fx_bf16_round8(u);
     const __m256i n = fx_bf16_nan_lanes8(u);

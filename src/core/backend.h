@@ -409,8 +409,8 @@ typedef struct fx_conv_kernels {
                          struct fx_qstats *part, int shift2, int16_t *yq2,
                          struct fx_qstats *part2);
     /* the stride-2 input gradient by phases of dy with the same rounding epilogue on i16_fwd's
-     * register tiles (fx_i16_dgrad_s2_round, src/flex/conv_i16.h); NULL: the phases' int64
-     * sums are gathered and rounded after */
+     * register tiles (fx_i16_dgrad_s2_round, fx_i16_dgrad_s2_round_avx2: src/flex/conv_i16.h);
+     * NULL: the phases' int64 sums are gathered and rounded after */
     int (*i16_dgrad_s2_round)(const struct fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
                               uint32_t *scratch, int shift, int16_t *dx, struct fx_qstats *part,
                               int shift2, int16_t *dx2, struct fx_qstats *part2);

@@ -101,6 +101,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->conv.i16_fwd = fx_i16_fwd_direct_avx2;
     b->conv.i16_fwd_unpadded = 1;
     b->conv.i16_fwd_round = fx_i16_fwd_direct_avx2_round; /* rounded in its epilogue */
+    b->conv.i16_dgrad_s2_round = fx_i16_dgrad_s2_round_avx2; /* the stride-2 phases too */
     b->conv.i16_wgrad = fx_i16_wgrad_direct_avx2; /* likewise the weight gradient */
     b->conv.i16_wgrad_max_stride = FX_I16_WGRAD_MAX_STRIDE; /* a column-deinterleaved copy */
     b->bn = &fx_bn_kernels_avx2; /* batch norm: the portable sums, four lanes and channels at once */

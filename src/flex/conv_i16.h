@@ -192,6 +192,14 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
 int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
                           uint32_t *scratch, int shift, int16_t *dx, struct fx_qstats *part,
                           int shift2, int16_t *dx2, struct fx_qstats *part2);
+/* The same contract on the AVX2 register tiles (conv_i16_fwd_avx2.c), with d's wq packed by
+ * fx_i16_fwd_direct_pack_weights: it declines (0) a chunk whose data fx_i16_fwd_direct_avx2
+ * would (fx_i16_fwd_admit_any), shifts outside [1, 32], windows of more than 256 pixels a row
+ * and phases of more than FX_I16_ROUND_MAX_K products a sum. */
+int fx_i16_dgrad_s2_round_avx2(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
+                               uint32_t *scratch, int shift, int16_t *dx,
+                               struct fx_qstats *part, int shift2, int16_t *dx2,
+                               struct fx_qstats *part2);
 /* How both stride-2 epilogue routes end a chunk (conv_i16_avx512.c): with the roundings still
  * whole (0: none, and 0 is returned), each one's statistics (from the chunk's largest |sum| and
  * underflow counts in *sums) into part / part2 and its phases' windows q / q2 interleaved into

@@ -61,8 +61,9 @@ static inline void round32_merge(fx_r4_fast *f, const fx_round32_avx2 *c)
 
 /* A pixel's sums 2^16 hi + acc in int32 lanes (t0: channels 0-7, t1: 8-15), and whether all 16
  * are exact there: hi within int16 (2^16 hi in int32) and no wrap in the add */
-static inline int pixel_sums32(__m256i acc0, __m256i acc1, const int32_t *hi, __m256i *t0,
-                               __m256i *t1)
+static inline __attribute__((always_inline)) int pixel_sums32(__m256i acc0, __m256i acc1,
+                                                             const int32_t *hi, __m256i *t0,
+                                                             __m256i *t1)
 {
     const __m256i h0 = _mm256_load_si256((const __m256i *)hi);
     const __m256i h1 = _mm256_load_si256((const __m256i *)(hi + 8));
@@ -309,7 +310,8 @@ void fx_i16_fold_schedules4_avx2(const uint32_t *rn, const int32_t base[4], cons
  * past it), one image's pair planes, the norms, one image's sums of squares), the chunk's
  * admission, the segments' offsets and the tiles of an output row. */
 typedef struct fwd_chunk {
-    int64_t O, Cpp, G, opad, Hp, Wp, HW, OH, OW, P, KK, nseg, sh, sw, ld;
+    int64_t O, Cpp, G, opad, Hp, Wp, HW, OH, OW, P, KK, KW, nseg, sh, sw, ld;
+    int64_t oy0, ox0; /* the first output computed: (0, 0) but in a strided dgrad's phase */
     int ldi;
     int64_t ntile, wide, base; /* an output row in ntile tiles of near-equal widths, wider first */
     int64_t nrn;               /* words of the row norms rn, [n][ih][s] */
@@ -318,25 +320,17 @@ typedef struct fwd_chunk {
     int64_t xoff[FX_I16_FWD_MAX_SEGS];
 } fwd_chunk;
 
-/* the chunk's copy and norms, its admission (fx_i16_fwd_admit_any), the segments' offsets and
- * the tiles of an output row; 1, or 0 where the chunk is declined */
-static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
-                           const uint32_t *wq, uint32_t *scratch, fwd_chunk *k)
+/* The chunk's copy and its rows' norms, for a geometry g (its input's: C, H, W, the padding,
+ * the strides) */
+static void fwd_chunk_copy(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                           uint32_t *scratch, fwd_chunk *k)
 {
     const int64_t C = g->C;
-    k->O = g->O;
     k->Cpp = fx_i16_pairs(C);
     k->G = fx_i16_groups(C);
-    k->opad = (k->O + 15) / 16 * 16;
     k->Hp = g->H + 2 * g->ph;
     k->Wp = g->W + 2 * g->pw;
     k->HW = k->Hp * k->Wp;
-    k->OH = g->OH;
-    k->OW = g->OW;
-    k->P = k->OH * k->OW;
-    k->KK = g->KH * g->KW;
-    k->nseg = k->KK * k->G;
-    k->wn = wq + k->KK * k->Cpp * k->opad;
     k->xq = scratch + ((8 - ((uintptr_t)scratch / 4) % 8) % 8);
     uint32_t *planes = k->xq + nbc * k->HW * k->Cpp;
     k->rn = planes + k->Cpp * k->HW; /* [n][ih][s] */
@@ -346,36 +340,69 @@ static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int6
     for (int64_t n = 0; n < nbc; n++)
         fx_i16_fwd_copy_image_avx2(g, xp + n * C * g->H * g->W, k->xq + n * k->HW * k->Cpp,
                                    k->rn + n * k->Hp * k->G, planes, sq);
-    /* a segment too large for a chain of its own gets a fold per pair, unless too many are */
-    if (!fx_i16_fwd_admit_any(k->rn, nbc * k->Hp, k->wn, k->opad / 16 * k->KK, k->G)) return 0;
-    fx_i16_fwd_offsets(g, k->xoff);
     k->sh = g->sh;
     k->sw = g->sw;
     k->ld = k->sw * k->Cpp; /* words between a tile's pixels */
     k->ldi = k->ld == 4 ? 0 : k->ld == 8 ? 1 : k->ld == 16 ? 2 : k->ld == 32 ? 3 : 4;
+}
+
+/* The taps of a kernel of geometry g over the copy (wq: its packed weights), computing the
+ * OH x OW outputs from (oy0, ox0) on: the chunk's admission (fx_i16_fwd_admit_any), the
+ * segments' offsets and the tiles of an output row; 1, or 0 where the chunk is declined */
+static int fwd_chunk_taps(fwd_chunk *k, const struct fx_conv_geom *g, const uint32_t *wq,
+                          int64_t oy0, int64_t ox0)
+{
+    k->O = g->O;
+    k->opad = (k->O + 15) / 16 * 16;
+    k->OH = g->OH;
+    k->OW = g->OW;
+    k->P = k->OH * k->OW;
+    k->oy0 = oy0;
+    k->ox0 = ox0;
+    k->KK = g->KH * g->KW;
+    k->KW = g->KW;
+    k->nseg = k->KK * k->G;
+    k->wn = wq + k->KK * k->Cpp * k->opad;
+    /* a segment too large for a chain of its own gets a fold per pair, unless too many are */
+    if (!fx_i16_fwd_admit_any(k->rn, k->nrn / k->G, k->wn, k->opad / 16 * k->KK, k->G)) return 0;
+    fx_i16_fwd_offsets(g, k->xoff);
     k->ntile = (k->OW + MR_MAX - 1) / MR_MAX;
     k->wide = k->OW % k->ntile;
     k->base = k->OW / k->ntile;
     return 1;
 }
 
+/* the chunk's copy and taps for a convolution's own geometry; 1, or 0 where declined */
+static int fwd_chunk_setup(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
+                           const uint32_t *wq, uint32_t *scratch, fwd_chunk *k)
+{
+    fwd_chunk_copy(g, xp, nbc, scratch, k);
+    return fwd_chunk_taps(k, g, wq, 0, 0);
+}
+
+/* the copy's words at output (oh, ow) of image n: its top-left tap */
+static inline const uint32_t *fwd_chunk_at(const fwd_chunk *k, int64_t n, int64_t oh, int64_t ow)
+{
+    return k->xq + (n * k->HW + (oh + k->oy0) * k->sh * k->Wp + (ow + k->ox0) * k->sw) * k->Cpp;
+}
+
 /* The fold schedules of the chunk's output rows r0 .. r0 + 3 ([n][oh] in order) into
  * fold[j nseg] (rows from `end` on repeat the one before it) */
-static void row_schedules(const fwd_chunk *k, int64_t KW, int64_t r0, int64_t end,
-                          const uint32_t *wm, uint8_t *fold)
+static void row_schedules(const fwd_chunk *k, int64_t r0, int64_t end, const uint32_t *wm,
+                          uint8_t *fold)
 {
     int64_t at[4];
     for (int j = 0; j < 4; j++) {
         const int64_t row = r0 + j < end ? r0 + j : end - 1;
-        at[j] = ((row / k->OH) * k->Hp + row % k->OH * k->sh) * k->G;
+        at[j] = ((row / k->OH) * k->Hp + (row % k->OH + k->oy0) * k->sh) * k->G;
     }
     if (k->nrn > INT32_MAX) { /* beyond the gather's offsets (no layer of a trainable size) */
         for (int j = 0; j < 4; j++)
-            fx_i16_fold_schedule(k->rn + at[j], wm, k->KK, KW, k->G, fold + j * k->nseg);
+            fx_i16_fold_schedule(k->rn + at[j], wm, k->KK, k->KW, k->G, fold + j * k->nseg);
         return;
     }
     const int32_t base[4] = {(int32_t)at[0], (int32_t)at[1], (int32_t)at[2], (int32_t)at[3]};
-    fx_i16_fold_schedules4_avx2(k->rn, base, wm, k->KK, KW, k->G, fold);
+    fx_i16_fold_schedules4_avx2(k->rn, base, wm, k->KK, k->KW, k->G, fold);
 }
 
 int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
@@ -396,7 +423,7 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
 #endif
         for (int64_t r0 = 0; r0 < nrows; r0 += 4) {
             uint8_t fold[4 * FX_I16_FWD_MAX_SEGS];
-            row_schedules(&k, g->KW, r0, nrows, wm, fold);
+            row_schedules(&k, r0, nrows, wm, fold);
             for (int64_t row = r0; row < r0 + 4 && row < nrows; row++) {
                 const int64_t n = row / OH, oh = row % OH;
                 const uint8_t *rfold = fold + (row - r0) * k.nseg;
@@ -404,8 +431,7 @@ int fx_i16_fwd_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, int6
                 for (int64_t t = 0; t < k.ntile; t++) {
                     const int w = (int)(k.base + (t < k.wide));
                     const uint64_t m = tile_fns[k.ldi][w - 1](
-                        k.xq + (n * k.HW + oh * k.sh * k.Wp + ow0 * k.sw) * k.Cpp, k.ld,
-                        k.xoff, k.nseg, wq + o0, k.opad, rfold,
+                        fwd_chunk_at(&k, n, oh, ow0), k.ld, k.xoff, k.nseg, wq + o0, k.opad, rfold,
                         y + (n * k.P + oh * OW + ow0) * O + o0, O, ncols, ymax != NULL);
                     mx = m > mx ? m : mx;
                     ow0 += w;
@@ -455,6 +481,39 @@ static void row_to_planes(const int16_t *row, int64_t OW, int ncols, int16_t *ds
         for (int c = 0; c < ncols; c++) dst[c * plane + p] = row[p * 16 + c];
 }
 
+/* Image n's outputs (the chunk's taps: O channels of OH x OW from (oy0, ox0) on) rounded in
+ * the tiles by rd's states into the planes y ([O][OH OW]), and with rd->f2 into y2 */
+static void round_image(const fwd_chunk *k, const uint32_t *wq, int64_t n, const itile_round *rd0,
+                        int16_t *y, int16_t *y2)
+{
+    const int64_t O = k->O, OH = k->OH, OW = k->OW, P = k->P;
+    const int two = y2 != NULL;
+    int16_t row[ROUND_MAX_OW * 16] __attribute__((aligned(32)));
+    int16_t row2[ROUND_MAX_OW * 16] __attribute__((aligned(32)));
+    itile_round rd = *rd0;
+    rd.row = row;
+    rd.row2 = row2;
+    for (int64_t o0 = 0; o0 < O; o0 += 16) {
+        const int ncols = O - o0 < 16 ? (int)(O - o0) : 16;
+        const uint32_t *wm = k->wn + (o0 / 16) * k->nseg;
+        uint8_t fold[4 * FX_I16_FWD_MAX_SEGS];
+        for (int64_t oh = 0; oh < OH; oh++) {
+            if (oh % 4 == 0) row_schedules(k, n * OH + oh, (n + 1) * OH, wm, fold);
+            const uint8_t *rfold = fold + (oh % 4) * k->nseg;
+            int64_t ow0 = 0;
+            for (int64_t t = 0; t < k->ntile; t++) {
+                const int w = (int)(k->base + (t < k->wide));
+                round_fns[two][k->ldi][w - 1](fwd_chunk_at(k, n, oh, ow0), k->ld, k->xoff,
+                                              k->nseg, wq + o0, k->opad, rfold, &rd, ow0);
+                ow0 += w;
+            }
+            const int64_t at = o0 * P + oh * OW;
+            row_to_planes(row, OW, ncols, y + at, P);
+            if (two) row_to_planes(row2, OW, ncols, y2 + at, P);
+        }
+    }
+}
+
 static atomic_int round32_enabled = 1;
 static atomic_llong round32_pixels, round32_misses;
 void fx_i16_fwd_direct_round32_set_enabled(int on) { atomic_store(&round32_enabled, on != 0); }
@@ -471,9 +530,7 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
         return 0;
     fwd_chunk k;
     if (!fwd_chunk_setup(g, xp, nbc, wq, scratch, &k)) return 0;
-    const int64_t O = k.O, OH = k.OH, OW = k.OW, P = k.P;
-    int16_t row[ROUND_MAX_OW * 16] __attribute__((aligned(32)));
-    int16_t row2[ROUND_MAX_OW * 16] __attribute__((aligned(32)));
+    const int64_t OP = k.O * k.P;
     /* the roundings still whole: a sum above a rounding's bound drops that one (a saturating
      * write, which the general rounding counts), and the chunk is given back once none is */
     int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
@@ -482,27 +539,8 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
     for (; done < nbc && whole; done++) { /* an image at a time: its statistics complete */
         const int64_t n = done;
         fx_r4_fast f = fx_r4_fast_setup(shift), f2 = fx_r4_fast_setup(two ? shift2 : shift);
-        const itile_round rd = {&f, two ? &f2 : NULL, row, row2, max_shift32, &n32, &nmiss32};
-        for (int64_t o0 = 0; o0 < O; o0 += 16) {
-            const int ncols = O - o0 < 16 ? (int)(O - o0) : 16;
-            const uint32_t *wm = k.wn + (o0 / 16) * k.nseg;
-            uint8_t fold[4 * FX_I16_FWD_MAX_SEGS];
-            for (int64_t oh = 0; oh < OH; oh++) {
-                if (oh % 4 == 0) row_schedules(&k, g->KW, n * OH + oh, (n + 1) * OH, wm, fold);
-                const uint8_t *rfold = fold + (oh % 4) * k.nseg;
-                int64_t ow0 = 0;
-                for (int64_t t = 0; t < k.ntile; t++) {
-                    const int w = (int)(k.base + (t < k.wide));
-                    round_fns[two][k.ldi][w - 1](
-                        k.xq + (n * k.HW + oh * k.sh * k.Wp + ow0 * k.sw) * k.Cpp, k.ld, k.xoff,
-                        k.nseg, wq + o0, k.opad, rfold, &rd, ow0);
-                    ow0 += w;
-                }
-                const int64_t at = (n * O + o0) * P + oh * OW;
-                row_to_planes(row, OW, ncols, yq + at, P);
-                if (two) row_to_planes(row2, OW, ncols, yq2 + at, P);
-            }
-        }
+        const itile_round rd = {&f, two ? &f2 : NULL, NULL, NULL, max_shift32, &n32, &nmiss32};
+        round_image(&k, wq, n, &rd, yq + n * OP, two ? yq2 + n * OP : NULL);
         /* every sum is below 2^47 (C KH KW <= 2^16 products of int16): max_in is exact */
         const uint64_t mx = fx_r4_fast_max_in(&f);
         if (!fx_r4_fast_held(&f)) whole &= ~FX_I16_ROUND_FIRST;
@@ -517,5 +555,97 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
     fx_i16_fwd_round_count(whole);
     atomic_fetch_add_explicit(&round32_pixels, n32, memory_order_relaxed);
     atomic_fetch_add_explicit(&round32_misses, nmiss32, memory_order_relaxed);
+    return whole;
+}
+
+/* ---- the stride-2 input gradient rounded in the epilogue ---------------------------------------
+ * fx_i16_dgrad_s2_round's design on these tiles (conv_i16_avx512.c; src/nn/conv_dgrad_phases.c
+ * drives it): one copy of the chunk's dy padded for the widest phase, each phase computing only
+ * the H/2 x W/2 window of its correlation that dx takes, rounded in the tiles into a
+ * quarter-size plane, and dx's rows interleaved from the two phases of their parity. The int64
+ * phases it replaces stored every phase's whole correlation as int64 sums, gathered them into
+ * dx's order and rounded them in a pass of their own. */
+
+/* dx's chunk [nbc, C, H, W] from the phases' windows q[rh * 2 + rw] ([nbc, C, H/2, W/2] each;
+ * NULL: a phase without taps, zeros): row h from the phases of rh = (h + ph) mod 2, window row
+ * h / 2; even columns from the phase of rw = pw mod 2, odd ones from the other */
+static void dgrad_s2_interleave(int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
+                                int64_t W, int64_t ph, int64_t pw, int16_t *dx)
+{
+    const int64_t hw = H / 2, ww = W / 2;
+    for (int64_t n = 0; n < nbc; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++) {
+                const int64_t rh = (h + ph) & 1, win = ((n * C + c) * hw + (h >> 1)) * ww;
+                const int16_t *ev = q[rh * 2 + (pw & 1)], *od = q[rh * 2 + ((pw + 1) & 1)];
+                int16_t *row = dx + ((n * C + c) * H + h) * W;
+                int64_t i = 0;
+                for (; i + 8 <= ww; i += 8) {
+                    const __m128i e = ev ? _mm_loadu_si128((const __m128i *)(ev + win + i))
+                                         : _mm_setzero_si128();
+                    const __m128i o = od ? _mm_loadu_si128((const __m128i *)(od + win + i))
+                                         : _mm_setzero_si128();
+                    _mm_storeu_si128((__m128i *)(row + 2 * i), _mm_unpacklo_epi16(e, o));
+                    _mm_storeu_si128((__m128i *)(row + 2 * i + 8), _mm_unpackhi_epi16(e, o));
+                }
+                for (; i < ww; i++) {
+                    row[2 * i] = ev ? ev[win + i] : 0;
+                    row[2 * i + 1] = od ? od[win + i] : 0;
+                }
+            }
+}
+
+int fx_i16_dgrad_s2_round_avx2(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
+                               uint32_t *scratch, int shift, int16_t *dx, fx_qstats *part,
+                               int shift2, int16_t *dx2, fx_qstats *part2)
+{
+    const int two = dx2 != NULL;
+    if (!fx_r4_fast_ok(shift) || (two && !fx_r4_fast_ok(shift2)) || nbc <= 0 ||
+        d->planes->OW > ROUND_MAX_OW)
+        return 0;
+    for (int k4 = 0; k4 < 4; k4++)
+        if (d->wq[k4] &&
+            d->phase[k4]->C * d->phase[k4]->KH * d->phase[k4]->KW > FX_I16_ROUND_MAX_K)
+            return 0;
+    fwd_chunk k;
+    fwd_chunk_copy(d->planes, dy, nbc, scratch, &k);
+    int16_t *q[4], *q2[4];
+    fx_i16_dgrad_s2_windows(scratch, fx_i16_fwd_direct_scratch(d->planes, nbc), d, nbc, two, q,
+                            q2);
+    /* one state per rounding for the whole chunk: the route's statistics are the chunk's */
+    fx_r4_fast f = fx_r4_fast_setup(shift), f2 = fx_r4_fast_setup(two ? shift2 : shift);
+    int64_t n32 = 0, nmiss32 = 0;
+    const int max_shift32 = atomic_load(&round32_enabled) ? FWD_ROUND32_MAX_SHIFT : 0;
+    const itile_round rd = {&f, two ? &f2 : NULL, NULL, NULL, max_shift32, &n32, &nmiss32};
+    int whole = two ? FX_I16_ROUND_FIRST | FX_I16_ROUND_SECOND : FX_I16_ROUND_FIRST;
+    for (int k4 = 0; k4 < 4 && whole; k4++) {
+        if (!d->wq[k4]) continue;
+        /* data the kernel declines (too many segments too large for a chain): the caller's
+         * int64 phases decline it too, and col2im takes the op */
+        if (!fwd_chunk_taps(&k, d->phase[k4], d->wq[k4], d->oy0[k4], d->ox0[k4])) return 0;
+        const int64_t OP = k.O * k.P;
+        for (int64_t n = 0; n < nbc; n++)
+            round_image(&k, d->wq[k4], n, &rd, q[k4] + n * OP, two ? q2[k4] + n * OP : NULL);
+        if (!fx_r4_fast_held(&f)) whole &= ~FX_I16_ROUND_FIRST;
+        if (two && !fx_r4_fast_held(&f2)) whole &= ~FX_I16_ROUND_SECOND;
+    }
+    atomic_fetch_add_explicit(&round32_pixels, n32, memory_order_relaxed);
+    atomic_fetch_add_explicit(&round32_misses, nmiss32, memory_order_relaxed);
+    if (!whole) return 0;
+    /* every phase ran: max_in is the chunk's largest |sum| (below 2^47: exact) */
+    const uint64_t mx = fx_r4_fast_max_in(&f);
+    if (whole & FX_I16_ROUND_FIRST) {
+        fx_r4_fast_stats(&f, part);
+        dgrad_s2_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
+    } else {
+        fx_i16_round_stats_broken(part, mx);
+    }
+    if (!two) return whole;
+    if (whole & FX_I16_ROUND_SECOND) {
+        fx_r4_fast_stats(&f2, part2);
+        dgrad_s2_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
+    } else {
+        fx_i16_round_stats_broken(part2, mx);
+    }
     return whole;
 }

@@ -21,7 +21,7 @@ static inline __m128i fx_fp16_canonical_nan8(__m128i h)
 }
 
 /* 8 fp32 values -> their 8 fp16 patterns in order (NaN lanes fixed only where present) */
-static inline __m128i fx_f32_to_fp16_8(__m256 x)
+static inline __attribute__((always_inline)) __m128i fx_f32_to_fp16_8(__m256 x)
 {
     const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
     const __m128i mag = _mm_and_si128(h, _mm_set1_epi16(0x7FFF));

@@ -123,7 +123,7 @@ static inline __m128 to_f32(__m256d d, int odd)
  * to_f32's second conversion and its compares (round to odd took 60 % of the normalisation
  * of int16 sources). Below 2^-126 fp32 keeps fewer bits, from 2^128 up the cut value is not
  * finite in fp32: those results, NaN and zero fail in_range. */
-static inline __m128 to_f32_odd_normal(__m256d d)
+static inline __attribute__((always_inline)) __m128 to_f32_odd_normal(__m256d d)
 {
     const __m256i bits = _mm256_castpd_si256(d), cut = _mm256_set1_epi64x((1LL << 29) - 1);
     const __m256i exact = _mm256_cmpeq_epi64(_mm256_and_si256(bits, cut), _mm256_setzero_si256());

@@ -169,7 +169,7 @@ static void gather_chunk(const fx_conv_geom *g, const dgrad_phase *ph, int64_t *
 }
 
 /* The stride-2 route rounded in the epilogue (fx_i16_dgrad_amx_s2_round on AMX,
- * fx_i16_dgrad_s2_round on the register tiles): whether it
+ * fx_i16_dgrad_s2_round and fx_i16_dgrad_s2_round_avx2 on the register tiles): whether it
  * takes g (both strides 2, H and W even, and every live phase's window of H/2 x W/2 outputs,
  * the ones dx takes, inside its correlation over planes padded for the widest phase), and
  * then its description in *d, pointing at planes and win[]. dx's row h takes the window row

@@ -23,8 +23,8 @@ struct fx_backend;
  * most 4), dilation 1, a direct forward kernel, fewer than 64 channels in dy (from there the
  * col2im route's GEMM is deep enough to win) unless the kernel is 1 x 1 (one phase with taps),
  * the phases run on AMX, or the level rounds stride-2 chunks in its register tiles' epilogue
- * (fx_i16_dgrad_s2_round; stride 2, even H and W), and every phase's convolution within the
- * kernel's limits (at least 8 of dy's channels, 16 of dx's). */
+ * (fx_i16_dgrad_s2_round, fx_i16_dgrad_s2_round_avx2; stride 2, even H and W), and every
+ * phase's convolution within the kernel's limits (at least 8 of dy's channels, 16 of dx's). */
 int fx_conv_dgrad_phases_fit(const fx_conv_geom *g, const struct fx_backend *be);
 /* Whether the route takes g only for chunks rounded in an epilogue (dy of 64 channels or more,
  * a kernel other than 1 x 1, off AMX): without a sink (no exponent to guess) the caller takes
@@ -51,8 +51,8 @@ typedef struct fx_dgrad_round {
  * live only in a per-thread buffer (dx is then NULL and receives nothing). round: NULL, or
  * what chunk() does when it only rounds; then, without a stage, at stride 2, a chunk may be
  * rounded in the kernels' epilogue instead (fx_i16_dgrad_amx_s2_round on AMX,
- * fx_i16_dgrad_s2_round on the AVX512_VNNI register tiles: the same mantissas and statistics)
- * and chunk() is not called for it. */
+ * fx_i16_dgrad_s2_round and fx_i16_dgrad_s2_round_avx2 on the register tiles: the same
+ * mantissas and statistics) and chunk() is not called for it. */
 typedef struct fx_dgrad_sink {
     uint64_t (*chunk)(void *ctx, const int64_t *sums, int64_t n0, int64_t nbc, int64_t ch);
     void *ctx;
