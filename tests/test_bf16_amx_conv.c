@@ -11,6 +11,9 @@
  *   - in place (y the tensor x), as into another tensor;
  *   - the input gradient of a stride-1 layer (a forward convolution of dy on the kernel) within
  *     the same bound of its fp64 reference;
+ *   - the input gradient of a stride-2 layer by phases (fx_bf16_dgrad_s2_amx), each phase bit
+ *     for bit the AMX GEMM on its tap-major patch matrix of dy, rounded to bf16, at 1 and 2
+ *     threads, and within the fp32 chain's bound of fp64;
  *   - the weight gradient's kernel (src/bf16/bf16_wgrad_amx.c) on a chunk bit for bit against
  *     the AMX GEMM on the matrices it documents, and through the op within the fp32 chain's
  *     bound of fp64 and the same at 1 and 2 threads.
@@ -221,6 +224,128 @@ static void check_dx(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int6
     free(dx);
 }
 
+/* The input gradient of a stride-2 layer by phases on AMX tiles (fx_bf16_dgrad_s2_amx) into a
+ * bf16 dx: for each phase (rh, rw), bit for bit the AMX GEMM on the phase's tap-major patch
+ * matrix of dy (the phase's taps, fx_bf16_s2_axis, row-major, each filling whole 32-value tiles
+ * of dy's channels, zeros past O) with the kernel's taps, rounded to bf16; that GEMM within the
+ * fp32 chain's bound of its fp64 reference; the same bits at 1 and 2 threads; the kernel run
+ * (or not, where fx_bf16_dgrad_s2_amx_fits says no). */
+static void check_dx_s2(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KS,
+                        int pad, uint64_t seed)
+{
+    const int64_t OH = (H + 2 * pad - KS) / 2 + 1, OW = (W + 2 * pad - KS) / 2 + 1;
+    const int64_t KK = KS * KS, nw = O * C * KK, ndy = N * O * OH * OW, ndx = N * C * H * W;
+    const int64_t O2 = ((O + 1) / 2 * 2 + 31) / 32 * 32;
+    test_rng r;
+    test_rng_seed(&r, seed);
+    uint16_t *w = malloc(2 * (size_t)nw), *dy = malloc(2 * (size_t)ndy);
+    for (int64_t i = 0; i < nw; i++) w[i] = draw(&r);
+    for (int64_t i = 0; i < ndy; i++) dy[i] = draw(&r);
+    tensor_t *tw = new4(FMT_BF16, O, C, KS, KS), *tdy = new4(FMT_BF16, N, O, OH, OW);
+    tensor_t *tdx = new4(FMT_BF16, N, C, H, W);
+    CHECK_STATUS(tensor_set_raw(tw, w), FX_OK);
+    CHECK_STATUS(tensor_set_raw(tdy, dy), FX_OK);
+    const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = W, .O = O, .KH = KS, .KW = KS, .sh = 2,
+                            .sw = 2, .ph = pad, .pw = pad, .dh = 1, .dw = 1, .OH = OH, .OW = OW};
+    const int fits = fx_bf16_dgrad_s2_amx_fits(&g);
+    uint16_t *got[2] = {malloc(2 * (size_t)ndx), malloc(2 * (size_t)ndx)};
+    for (int threads = 1; threads <= 2; threads++) {
+        flexpoint_set_num_threads(threads);
+        const long long calls = fx_bf16_dgrad_s2_amx_calls();
+        CHECK_STATUS(tensor_conv2d_backward_input(tdx, tdy, tw, 2, 2, pad, pad, 1, 1), FX_OK);
+        CHECK((fx_bf16_dgrad_s2_amx_calls() > calls) == fits,
+              "dx s2 C%lld O%lld %lldx%lld k%lld: the AMX phases %s", (long long)C, (long long)O,
+              (long long)H, (long long)W, (long long)KS, fits ? "did not run" : "ran");
+        CHECK_STATUS(tensor_get_raw(tdx, got[threads - 1]), FX_OK);
+    }
+    long bad = 0;
+    for (int64_t i = 0; i < ndx; i++) bad += got[0][i] != got[1][i];
+    CHECK(bad == 0, "dx s2 C%lld O%lld: %ld values differ between 1 and 2 threads", (long long)C,
+          (long long)O, bad);
+    flexpoint_set_num_threads(1);
+    for (int q = 0; fits && q < 4; q++) {
+        fx_bf16_s2_axis ah, aw;
+        fx_bf16_s2_axis_make(q / 2, KS, pad, H, &ah);
+        fx_bf16_s2_axis_make(q % 2, KS, pad, W, &aw);
+        const int64_t T = ah.taps * aw.taps, K = T * O2, M = N * ah.n * aw.n;
+        if (T == 0) { /* a phase no tap reaches (a 1 x 1 kernel's): zeros */
+            long nonzero = 0;
+            for (int64_t m = 0; m < M; m++) {
+                const int64_t n = m / (ah.n * aw.n), h = 2 * (m / aw.n % ah.n) + q / 2;
+                const int64_t x = 2 * (m % aw.n) + q % 2;
+                for (int64_t c = 0; c < C; c++) nonzero += got[0][((n * C + c) * H + h) * W + x] != 0;
+            }
+            CHECK(nonzero == 0, "dx s2 k%lld phase %d without taps: %ld values not zero",
+                  (long long)KS, q, nonzero);
+            continue;
+        }
+        uint16_t *a = calloc((size_t)(M * K), 2), *b = calloc((size_t)(K * C), 2);
+        for (int64_t m = 0; m < M; m++) {
+            const int64_t n = m / (ah.n * aw.n), y = m / aw.n % ah.n, x = m % aw.n;
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t o = 0; o < O; o++) {
+                    const int64_t oh = y + ah.d0 + t / aw.taps, ow = x + aw.d0 + t % aw.taps;
+                    if (oh >= 0 && oh < OH && ow >= 0 && ow < OW)
+                        a[m * K + t * O2 + o] = dy[((n * O + o) * OH + oh) * OW + ow];
+                }
+        }
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t o = 0; o < O; o++)
+                for (int64_t c = 0; c < C; c++)
+                    b[(t * O2 + o) * C + c] =
+                        w[((o * C + c) * KS + ah.k[t / aw.taps]) * KS + aw.k[t % aw.taps]];
+        const int64_t as[2] = {M, K}, bs[2] = {K, C}, cs[2] = {M, C};
+        tensor_t *ta = tensor_new(FMT_BF16, 2, as), *tb = tensor_new(FMT_BF16, 2, bs);
+        tensor_t *tc = tensor_new(FMT_FP32, 2, cs), *tcb = tensor_new(FMT_BF16, 2, cs);
+        CHECK_STATUS(tensor_set_raw(ta, a), FX_OK);
+        CHECK_STATUS(tensor_set_raw(tb, b), FX_OK);
+        CHECK_STATUS(tensor_matmul(tc, ta, tb), FX_OK);
+        float *c32 = malloc(4 * (size_t)(M * C));
+        uint16_t *cb = malloc(2 * (size_t)(M * C));
+        CHECK_STATUS(tensor_to_f32(tc, c32), FX_OK);
+        CHECK_STATUS(tensor_from_f32(tcb, c32), FX_OK);
+        CHECK_STATUS(tensor_get_raw(tcb, cb), FX_OK);
+        long diff = 0, over = 0;
+        for (int64_t m = 0; m < M; m++) {
+            const int64_t n = m / (ah.n * aw.n), h = 2 * (m / aw.n % ah.n) + q / 2;
+            const int64_t x = 2 * (m % aw.n) + q % 2;
+            for (int64_t c = 0; c < C; c++) {
+                diff += got[0][((n * C + c) * H + h) * W + x] != cb[m * C + c];
+                double ref = 0, mag = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    const double pr = (double)fx_bf16_to_f32(a[m * K + k]) *
+                                      (double)fx_bf16_to_f32(b[k * C + c]);
+                    ref += pr;
+                    mag += fabs(pr);
+                }
+                over += fabs((double)c32[m * C + c] - ref) >
+                        1.01 * (double)(T * O) * ldexp(mag, -24);
+            }
+        }
+        CHECK(diff == 0, "dx s2 N%lld C%lld %lldx%lld O%lld k%lld pad %d, phase %d: %ld values "
+              "differ from the AMX GEMM on the phase's tap-major patch matrix, rounded",
+              (long long)N, (long long)C, (long long)H, (long long)W, (long long)O, (long long)KS,
+              pad, q, diff);
+        CHECK(over == 0, "dx s2 C%lld O%lld phase %d: %ld sums beyond the fp32 chain's bound",
+              (long long)C, (long long)O, q, over);
+        tensor_free(ta);
+        tensor_free(tb);
+        tensor_free(tc);
+        tensor_free(tcb);
+        free(a);
+        free(b);
+        free(c32);
+        free(cb);
+    }
+    tensor_free(tw);
+    tensor_free(tdy);
+    tensor_free(tdx);
+    free(w);
+    free(dy);
+    free(got[0]);
+    free(got[1]);
+}
+
 /* The weight gradient: the kernel on one chunk (nb images) bit for bit against the AMX GEMM on
  * the matrices it documents (rows (c, t) of x shifted by tap t, each output row's pixels in
  * blocks of 2 kp filling whole 32-value tiles, zeros after); then through
@@ -348,6 +473,17 @@ int main(void)
     check_fwd(1, 16, 40, 40, 16, 3, 3, 1, 1, seed++); /* 40-pixel rows: a half block each */
     check_dx(2, 16, 16, 16, 16, 3, 1, seed++);
     check_dx(2, 32, 8, 8, 64, 3, 1, seed++);
+    check_dx_s2(2, 16, 32, 32, 32, 3, 1, seed++); /* ResNet-20's 16 -> 32: 16-pixel windows */
+    check_dx_s2(3, 32, 16, 16, 64, 3, 1, seed++); /* 32 -> 64: 8-pixel tiles, two pair blocks */
+    check_dx_s2(2, 20, 12, 12, 17, 3, 1, seed++); /* odd O, dx's channels past one block */
+    check_dx_s2(2, 16, 12, 12, 16, 2, 0, seed++); /* 2 x 2, no padding */
+    check_dx_s2(2, 16, 12, 12, 16, 4, 1, seed++); /* 4 x 4 */
+    check_dx_s2(2, 16, 14, 14, 16, 5, 2, seed++); /* 5 x 5, 7-pixel windows */
+    check_dx_s2(2, 16, 8, 64, 16, 3, 1, seed++);  /* 32-pixel windows: two tiles a row */
+    check_dx_s2(2, 16, 8, 40, 16, 3, 1, seed++);  /* 20-pixel windows: not taken */
+    check_dx_s2(2, 16, 12, 12, 8, 3, 1, seed++);  /* 8 channels in dy: not taken */
+    check_dx_s2(2, 16, 32, 32, 32, 1, 0, seed++); /* ResNet-20's projections: one phase */
+    check_dx_s2(3, 32, 16, 16, 64, 1, 0, seed++);
     check_wgrad(2, 16, 32, 32, 16, 3, 1, seed++); /* stage 1: whole 32-pixel rows */
     check_wgrad(3, 32, 16, 16, 32, 3, 1, seed++); /* stage 2: 16-pixel tiles, two blocks */
     check_wgrad(2, 64, 8, 8, 48, 3, 1, seed++);   /* 8-pixel tiles, 4 channel blocks, O 48 */

@@ -180,3 +180,119 @@ void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nb
         _tile_release();
     }
 }
+
+/* ---- the input gradient at stride 2 by phases ------------------------------------------------
+ * (bf16_gemm.h) The dpbf16 route's phases (fx_bf16_dgrad_s2_direct: one pair-last copy of dy
+ * padded for the widest phase, each phase a stride-1 correlation of it computing only the
+ * window dx takes, rounded into quarter planes that are then interleaved into dx's rows) on the
+ * forward kernel's tiles: an A tile is R consecutive window pixels of one row (R = the window's
+ * width up to 16: ResNet-20's 16 x 16 windows whole, its 8 x 8 ones in 8-row tiles, none reading
+ * past its row), a B tile one tap's block of dy's channel pairs for 16 of dx's channels. Why:
+ * the AMX route had taken these gradients on the fp32 direct kernel on widened values, 2.2-2.5
+ * times the integer formats' AMX time on ResNet-20's stride-2 layers. */
+
+static atomic_llong amx_s2_calls;
+
+long long fx_bf16_dgrad_s2_amx_calls(void)
+{
+    return atomic_load_explicit(&amx_s2_calls, memory_order_relaxed);
+}
+
+int fx_bf16_dgrad_s2_amx_fits(const struct fx_conv_geom *g)
+{
+    /* fx_bf16_dgrad_s2_fits's geometry, 1 x 1 kernels too (ResNet-20's projections: one
+     * phase with taps, the others' planes zero) */
+    const int64_t Op = (g->O + 1) / 2, nw = g->W / 2;
+    return g->sh == 2 && g->sw == 2 && g->dh == 1 && g->dw == 1 &&
+           g->KH <= 2 * FX_BF16_S2_MAX_TAPS && g->KW <= 2 * FX_BF16_S2_MAX_TAPS &&
+           g->H % 2 == 0 && g->W % 2 == 0 && g->H >= 2 && g->W >= 2 && g->C >= 16 &&
+           g->O >= 16 && (Op <= 16 || Op % 16 == 0) && (nw <= 16 || nw % 16 == 0);
+}
+
+void fx_bf16_dgrad_s2_amx(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
+                          const uint32_t *wq, uint32_t wkey, uint32_t *scratch, uint16_t *dx)
+{
+    (void)wkey; /* tdpbf16ps's flushing is this route's arithmetic: no data test */
+    atomic_fetch_add_explicit(&amx_s2_calls, 1, memory_order_relaxed);
+    fx_bf16_s2_chunk k;
+    fx_bf16_dgrad_s2_copy(g, dy, nbc, scratch, &k);
+    const int64_t C = g->C, Op = k.Op, cpad = k.cpad, Wp = k.Wp, HWp = k.HWp;
+    const int kb = Op < 16 ? (int)Op : 16; /* dy's channel pairs per tile product */
+    const int64_t ncb = (Op + 15) / 16;
+    /* every phase's window is W / 2 wide: R pixels a tile, whole tiles a row */
+    const int64_t nw = g->W / 2, R = nw < 16 ? nw : 16, per_row = nw / R;
+    const unsigned char rows[8] = {(unsigned char)R, (unsigned char)R, (unsigned char)R,
+                                   (unsigned char)R, (unsigned char)R, (unsigned char)R,
+                                   (unsigned char)kb, 0};
+    const unsigned short colsb[8] = {64, 64, 64, 64, (unsigned short)(4 * kb),
+                                     (unsigned short)(4 * kb), 64, 0};
+    const int64_t a_stride = Op * 4, b_stride = cpad * 4; /* bytes between tile rows */
+    fx_amx_tiles_configure_shapes(rows, colsb);
+    float buf[AMX_BLOCKS][256] __attribute__((aligned(64)));
+    const uint32_t *wp = wq;
+    for (int q = 0; q < 4; q++) {
+        const fx_bf16_s2_axis *a = &k.ah[q / 2], *b = &k.aw[q % 2];
+        const int64_t nh = a->n, Pq = nh * nw, ntaps = a->taps * b->taps;
+        uint16_t *out = k.q[q / 2][q % 2];
+        if (ntaps == 0) { /* no kernel tap reaches these dx values (a 1 x 1 kernel's phases) */
+            memset(out, 0, sizeof(uint16_t) * (size_t)(nbc * C * Pq));
+            continue;
+        }
+        int64_t taps[FX_BF16_S2_MAX_TAPS * FX_BF16_S2_MAX_TAPS];
+        for (int64_t i = 0; i < a->taps; i++)
+            for (int64_t j = 0; j < b->taps; j++) taps[i * b->taps + j] = (i * Wp + j) * Op;
+        /* blocks (n, r, c0): window row r of image n from column c0 R; output (r, c)'s first
+         * tap reads dy (r + d0, c + d0) of the copy */
+        const int64_t nblocks = nbc * nh * per_row;
+        for (int64_t b0 = 0; b0 < nblocks; b0 += AMX_BLOCKS) {
+            const uint32_t *base[AMX_BLOCKS];
+            int64_t at[AMX_BLOCKS]; /* the block's first output in the quarter plane's image */
+            int64_t img[AMX_BLOCKS];
+            int live[AMX_BLOCKS];
+            for (int i = 0; i < AMX_BLOCKS; i++) {
+                live[i] = b0 + i < nblocks;
+                const int64_t blk = live[i] ? b0 + i : nblocks - 1;
+                const int64_t n = blk / (nh * per_row), r = blk / per_row % nh;
+                const int64_t c0 = blk % per_row * R;
+                img[i] = n;
+                at[i] = r * nw + c0;
+                base[i] = k.xq + (n * HWp + (r + a->d0 + k.ph) * Wp + c0 + b->d0 + k.pw) * Op;
+            }
+            for (int64_t o0 = 0; o0 < C; o0 += 16) {
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int64_t t = 0; t < ntaps; t++)
+                    for (int64_t cb = 0; cb < ncb; cb++) {
+                        const int64_t koff = taps[t] + cb * 16;
+                        _tile_loadd(6, wp + (t * Op + cb * 16) * cpad + o0, b_stride);
+                        _tile_loadd(4, base[0] + koff, a_stride);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_loadd(5, base[1] + koff, a_stride);
+                        _tile_dpbf16ps(1, 5, 6);
+                        _tile_loadd(4, base[2] + koff, a_stride);
+                        _tile_dpbf16ps(2, 4, 6);
+                        _tile_loadd(5, base[3] + koff, a_stride);
+                        _tile_dpbf16ps(3, 5, 6);
+                    }
+                _tile_stored(0, buf[0], 64);
+                _tile_stored(1, buf[1], 64);
+                _tile_stored(2, buf[2], 64);
+                _tile_stored(3, buf[3], 64);
+                const int nout = C - o0 < 16 ? (int)(C - o0) : 16;
+                for (int i = 0; i < AMX_BLOCKS; i++) {
+                    if (!live[i]) continue;
+                    __m512 acc[16][4];
+                    for (int r = 0; r < 16; r++)
+                        acc[r][0] = r < R ? _mm512_load_ps(buf[i] + 16 * r) : _mm512_setzero_ps();
+                    fx_bf16_store_rows(16, 1, acc, out + (img[i] * C + o0) * Pq + at[i], Pq,
+                                       (int)R, nout);
+                }
+            }
+        }
+        wp += ntaps * Op * cpad; /* the phase's packed words (fx_bf16_dgrad_s2_pack_weights) */
+    }
+    _tile_release();
+    fx_bf16_dgrad_s2_interleave(g, &k, nbc, dx);
+}

@@ -517,18 +517,19 @@ int64_t fx_bf16_dgrad_s2_scratch(const struct fx_conv_geom *g, int64_t nb)
            (nb * g->C * g->H * g->W + 1) / 2 + 16;
 }
 
-void fx_bf16_dgrad_s2_direct(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
-                             const uint32_t *wq, uint32_t wkey, uint32_t *scratch,
-                             uint16_t *dx)
+void fx_bf16_dgrad_s2_copy(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
+                           uint32_t *scratch, fx_bf16_s2_chunk *k)
 {
-    fx_bf16_s2_axis ah[2], aw[2];
-    int64_t ph, pw;
-    s2_axes(g, ah, aw, &ph, &pw);
-    const int64_t O = g->O, C = g->C, H = g->H, W = g->W, Op = (O + 1) / 2;
-    const int64_t cpad = (C + 15) / 16 * 16, Hp = g->OH + 2 * ph, Wp = g->OW + 2 * pw;
-    const int64_t HWp = Hp * Wp, slack = (FX_FWD_MAX_MR + g->KW) * Op;
+    s2_axes(g, k->ah, k->aw, &k->ph, &k->pw);
+    const int64_t O = g->O, C = g->C, Op = (O + 1) / 2;
+    k->Op = Op;
+    k->cpad = (C + 15) / 16 * 16;
+    k->Wp = g->OW + 2 * k->pw;
+    k->HWp = (g->OH + 2 * k->ph) * k->Wp;
+    const int64_t HWp = k->HWp, slack = (FX_FWD_MAX_MR + g->KW) * Op;
     /* dy's copy, as the forward kernel copies an input of O channels padded by (ph, pw) */
-    const struct fx_conv_geom gc = {.N = nbc, .C = O, .H = g->OH, .W = g->OW, .ph = ph, .pw = pw};
+    const struct fx_conv_geom gc = {.N = nbc, .C = O, .H = g->OH, .W = g->OW, .ph = k->ph,
+                                    .pw = k->pw};
     uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
     uint32_t *tmp = xq + nbc * HWp * Op + slack;
     uint16_t *zeros = (uint16_t *)(void *)(tmp + Op * HWp);
@@ -536,45 +537,24 @@ void fx_bf16_dgrad_s2_direct(const struct fx_conv_geom *g, const uint16_t *dy, i
     if (O % 2) memset(zeros, 0, sizeof(uint16_t) * (size_t)(g->OH * g->OW));
     fx_bf16_pair_nhwc(&gc, dy, nbc, tmp, zeros, xq);
     memset(xq + nbc * HWp * Op, 0, sizeof(uint32_t) * (size_t)slack);
-    const uint32_t kd = fx_bf16_minkey_avx512(dy, nbc * O * g->OH * g->OW);
-    const int dot = fx_bf16_dot_enabled() && kd + wkey >= FX_BF16_DOT_MIN_KEYSUM;
-    uint16_t *qp[2][2];
-    const uint32_t *wp = wq;
+    k->xq = xq;
     for (int q = 0; q < 4; q++) {
-        const fx_bf16_s2_axis *a = &ah[q / 2], *b = &aw[q % 2];
-        const int64_t nh = a->n, nw = b->n, Pq = nh * nw, ntaps = a->taps * b->taps;
-        uint16_t *out = quarters;
-        quarters += nbc * C * Pq;
-        qp[q / 2][q % 2] = out;
-        int64_t taps[FX_BF16_S2_MAX_TAPS * FX_BF16_S2_MAX_TAPS];
-        for (int64_t i = 0; i < a->taps; i++)
-            for (int64_t j = 0; j < b->taps; j++) taps[i * b->taps + j] = (i * Wp + j) * Op;
-        for (int64_t o0 = 0; o0 < C; o0 += 32) {
-            const int64_t oc = C - o0 < 32 ? C - o0 : 32;
-            const fwd_shape fs = fwd_shape_for(oc, nw); /* never past cpad */
-            const int mr = fs.mr;
-            const fwd_tile_fn fn = fwd_tiles[1][dot][fs.shape];
-            for (int64_t n = 0; n < nbc; n++)
-                for (int64_t r = 0; r < nh; r++) {
-                    /* output (r, b0)'s first tap reads dy (r + d0, b0 + d0) of the copy */
-                    const uint32_t *xr = xq + (n * HWp + (r + a->d0 + ph) * Wp + b->d0 + pw) * Op;
-                    for (int64_t b0 = 0; b0 < nw; b0 += mr) {
-                        const int rows = nw - b0 < mr ? (int)(nw - b0) : mr;
-                        fn(xr + b0 * Op, Op, Op, taps, ntaps, wp + o0, cpad, NULL, 0, rows, 0,
-                           out + (n * C + o0) * Pq + r * nw + b0, Pq, (int)oc);
-                    }
-                }
-        }
-        wp += s2_phase_words(g, a, b);
+        k->q[q / 2][q % 2] = quarters;
+        quarters += nbc * C * k->ah[q / 2].n * k->aw[q % 2].n;
     }
+}
+
+void fx_bf16_dgrad_s2_interleave(const struct fx_conv_geom *g, const fx_bf16_s2_chunk *k,
+                                 int64_t nbc, uint16_t *dx)
+{
     /* each dx row from its parity's two phases, columns interleaved: a pair word per column
      * pair (W even, so both phases' rows hold W / 2 values) */
-    const int64_t half = W / 2;
+    const int64_t C = g->C, H = g->H, W = g->W, half = W / 2;
     for (int64_t pl = 0; pl < nbc * C; pl++)
         for (int64_t h = 0; h < H; h++) {
             const int rh = (int)(h % 2);
-            const int64_t row = (pl * ah[rh].n + h / 2) * half;
-            const uint16_t *e = qp[rh][0] + row, *o = qp[rh][1] + row;
+            const int64_t row = (pl * k->ah[rh].n + h / 2) * half;
+            const uint16_t *e = k->q[rh][0] + row, *o = k->q[rh][1] + row;
             uint32_t *d = (uint32_t *)(void *)(dx + (pl * H + h) * W);
             int64_t b = 0;
             for (; b + 16 <= half; b += 16) {
@@ -587,4 +567,44 @@ void fx_bf16_dgrad_s2_direct(const struct fx_conv_geom *g, const uint16_t *dy, i
             }
             for (; b < half; b++) d[b] = (uint32_t)e[b] | (uint32_t)o[b] << 16;
         }
+}
+
+void fx_bf16_dgrad_s2_direct(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
+                             const uint32_t *wq, uint32_t wkey, uint32_t *scratch,
+                             uint16_t *dx)
+{
+    fx_bf16_s2_chunk k;
+    fx_bf16_dgrad_s2_copy(g, dy, nbc, scratch, &k);
+    const int64_t C = g->C, Op = k.Op, cpad = k.cpad, Wp = k.Wp, HWp = k.HWp;
+    const uint32_t *xq = k.xq;
+    const uint32_t kd = fx_bf16_minkey_avx512(dy, nbc * g->O * g->OH * g->OW);
+    const int dot = fx_bf16_dot_enabled() && kd + wkey >= FX_BF16_DOT_MIN_KEYSUM;
+    const uint32_t *wp = wq;
+    for (int q = 0; q < 4; q++) {
+        const fx_bf16_s2_axis *a = &k.ah[q / 2], *b = &k.aw[q % 2];
+        const int64_t nh = a->n, nw = b->n, Pq = nh * nw, ntaps = a->taps * b->taps;
+        uint16_t *out = k.q[q / 2][q % 2];
+        int64_t taps[FX_BF16_S2_MAX_TAPS * FX_BF16_S2_MAX_TAPS];
+        for (int64_t i = 0; i < a->taps; i++)
+            for (int64_t j = 0; j < b->taps; j++) taps[i * b->taps + j] = (i * Wp + j) * Op;
+        for (int64_t o0 = 0; o0 < C; o0 += 32) {
+            const int64_t oc = C - o0 < 32 ? C - o0 : 32;
+            const fwd_shape fs = fwd_shape_for(oc, nw); /* never past cpad */
+            const int mr = fs.mr;
+            const fwd_tile_fn fn = fwd_tiles[1][dot][fs.shape];
+            for (int64_t n = 0; n < nbc; n++)
+                for (int64_t r = 0; r < nh; r++) {
+                    /* output (r, b0)'s first tap reads dy (r + d0, b0 + d0) of the copy */
+                    const uint32_t *xr =
+                        xq + (n * HWp + (r + a->d0 + k.ph) * Wp + b->d0 + k.pw) * Op;
+                    for (int64_t b0 = 0; b0 < nw; b0 += mr) {
+                        const int rows = nw - b0 < mr ? (int)(nw - b0) : mr;
+                        fn(xr + b0 * Op, Op, Op, taps, ntaps, wp + o0, cpad, NULL, 0, rows, 0,
+                           out + (n * C + o0) * Pq + r * nw + b0, Pq, (int)oc);
+                    }
+                }
+        }
+        wp += s2_phase_words(g, a, b);
+    }
+    fx_bf16_dgrad_s2_interleave(g, &k, nbc, dx);
 }

@@ -129,6 +129,37 @@ int64_t fx_bf16_dgrad_s2_scratch(const struct fx_conv_geom *g, int64_t nb);
 void fx_bf16_dgrad_s2_direct(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
                              const uint32_t *wq, uint32_t wkey, uint32_t *scratch,
                              uint16_t *dx);
+/* What both stride-2 routes share (fx_bf16_dgrad_s2_direct, fx_bf16_dgrad_s2_amx): the chunk's
+ * phases (ah, aw: rows r = 0, 1 and columns), dy's pair-last copy xq padded by (ph, pw) on each
+ * side (Op channel pairs per pixel, Wp pixels a row, HWp an image), dx's channels padded to
+ * whole vectors (cpad), and each phase's quarter planes q[rh][rw] ([nbc][C][ah[rh].n][aw[rw].n]
+ * bf16), all in the caller's scratch (fx_bf16_dgrad_s2_scratch). fx_bf16_dgrad_s2_copy makes
+ * the copy and lays out the planes; fx_bf16_dgrad_s2_interleave makes dx's rows from the
+ * quarter planes of their parity, columns alternating between the two phases. */
+typedef struct fx_bf16_s2_chunk {
+    fx_bf16_s2_axis ah[2], aw[2];
+    int64_t ph, pw, Op, cpad, Wp, HWp;
+    const uint32_t *xq;
+    uint16_t *q[2][2];
+} fx_bf16_s2_chunk;
+void fx_bf16_dgrad_s2_copy(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
+                           uint32_t *scratch, fx_bf16_s2_chunk *k);
+void fx_bf16_dgrad_s2_interleave(const struct fx_conv_geom *g, const fx_bf16_s2_chunk *k,
+                                 int64_t nbc, uint16_t *dx);
+/* The AMX route's input gradient at stride 2 by phases (src/bf16/bf16_conv_amx.c): the dpbf16
+ * route's interface, copy, weights (fx_bf16_dgrad_s2_pack_weights; wkey is not used) and
+ * scratch, each phase on tdpbf16ps tiles as fx_bf16_fwd_amx computes a forward pass: per dx
+ * value over its phase's taps (row-major) and, within each, dy's channel pairs in blocks of 16,
+ * one tile product per (tap, block) as tdpbf16ps sums, rounded once to bf16; the AMX GEMM's
+ * bits on the phase's tap-major patch matrix whose taps each fill whole 32-value tiles; a
+ * phase without taps (a 1 x 1 kernel's) zero. For geometries where fx_bf16_dgrad_s2_amx_fits
+ * (fx_bf16_dgrad_s2_fits's, 1 x 1 kernels too, with at least 16 channels in dy, dy's channel
+ * pairs at most 16 or a multiple of 16, and W / 2 at most 16 or a multiple of 16). Runs only where the AMX route is installed; fx_bf16_dgrad_s2_amx_calls
+ * counts its calls. */
+int fx_bf16_dgrad_s2_amx_fits(const struct fx_conv_geom *g);
+void fx_bf16_dgrad_s2_amx(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
+                          const uint32_t *wq, uint32_t wkey, uint32_t *scratch, uint16_t *dx);
+long long fx_bf16_dgrad_s2_amx_calls(void);
 /* The AMX route's direct forward (src/bf16/bf16_conv_amx.c): fx_bf16_fwd_direct's interface,
  * scratch (fx_bf16_fwd_direct_scratch) and weights (fx_bf16_fwd_direct_pack_weights; wkey is
  * not used), on tdpbf16ps tiles read in place from the pair copy. Its order: per output over

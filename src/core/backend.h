@@ -353,10 +353,13 @@ typedef struct fx_conv_kernels {
      * fx_bf16_fwd_amx_fits on the AMX route); set with bf16_fwd */
     int (*bf16_fwd_fits)(const struct fx_conv_geom *g);
     /* bf16 input gradient of a stride-2 convolution by phases on bf16_fwd's tiles, one chunk
-     * (fx_bf16_dgrad_s2_direct, src/bf16/bf16_gemm.h, with its fits, weights and scratch
-     * functions; the dpbf16 route only). NULL: the pair GEMM and col2im. */
+     * (fx_bf16_dgrad_s2_direct on the dpbf16 route, fx_bf16_dgrad_s2_amx on the AMX route,
+     * src/bf16/bf16_gemm.h, with the weights and scratch functions they share), and the
+     * geometries it takes (fx_bf16_dgrad_s2_fits, fx_bf16_dgrad_s2_amx_fits). NULL: the
+     * route's other input gradients (the pair GEMM and col2im; the fp32 direct kernel). */
     void (*bf16_dgrad_s2)(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
                           const uint32_t *wq, uint32_t wkey, uint32_t *scratch, uint16_t *dx);
+    int (*bf16_dgrad_s2_fits)(const struct fx_conv_geom *g);
     /* fp32 forward of one chunk without patch rows or panels (src/fp32/conv_f32_direct.h):
      * the GEMM route's chains in its order, so its bits. NULL: panels and GEMM. */
     void (*f32_fwd)(const struct fx_conv_geom *g, const float *xp, int64_t nbc, const float *wq,

@@ -29,6 +29,7 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
     b->conv.bf16_fwd = NULL;
     b->conv.bf16_fwd_fits = NULL;
     b->conv.bf16_dgrad_s2 = NULL;
+    b->conv.bf16_dgrad_s2_fits = NULL;
     b->gemm.bf16_plain_min_k = 0;
     b->gemm.bf16_row_source = 0;
     if (route == FX_BF16_GEMM_DPBF16) {
@@ -41,6 +42,7 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
         b->conv.bf16_fwd = fx_bf16_fwd_direct;     /* channel pairs per tap */
         b->conv.bf16_fwd_fits = fx_bf16_fwd_direct_fits;
         b->conv.bf16_dgrad_s2 = fx_bf16_dgrad_s2_direct; /* the same tiles, by phases */
+        b->conv.bf16_dgrad_s2_fits = fx_bf16_dgrad_s2_fits;
     } else if (route == FX_BF16_GEMM_AMX) {
         /* AMX tiles; the kernel packs plain bf16 operands itself. From one whole tile of 32 k
          * values: below it every A tile is a packed tail, and the CNN's first layer (K = 25)
@@ -59,6 +61,9 @@ void fx_cpu_avx512_bf16_gemm_route(fx_backend *b, int route)
         b->conv.bf16_wgrad = fx_bf16_wgrad_amx;
         b->conv.bf16_wgrad_fits = fx_bf16_wgrad_amx_fits;
         b->conv.bf16_wgrad_scratch = fx_bf16_wgrad_amx_scratch;
+        /* stride-2 input gradients by phases on the forward kernel's tiles */
+        b->conv.bf16_dgrad_s2 = fx_bf16_dgrad_s2_amx;
+        b->conv.bf16_dgrad_s2_fits = fx_bf16_dgrad_s2_amx_fits;
     } else {
         /* the fp32 GEMM, bf16 widened exactly while packed */
         b->kernels[FX_OP_MATMUL][FMT_BF16] = fx_f32_matmul_avx512;

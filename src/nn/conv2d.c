@@ -1665,7 +1665,7 @@ static int conv_backward_input_bf16_s2(tensor_t *dx, const tensor_t *dy, const t
 {
     const fx_backend *be = fx_backend_active();
     if (!be->conv.bf16_dgrad_s2 || !__atomic_load_n(&conv_bf16_phases_on, __ATOMIC_RELAXED) ||
-        dx->fmt != FMT_BF16 || !fx_bf16_fwd_direct_enabled() || !fx_bf16_dgrad_s2_fits(g))
+        dx->fmt != FMT_BF16 || !fx_bf16_fwd_direct_enabled() || !be->conv.bf16_dgrad_s2_fits(g))
         return 1;
     const conv_compute cc = {0, FMT_BF16, sizeof(uint16_t), sizeof(float)};
     const int64_t N = g->N, chw = g->C * g->H * g->W, ohw = g->O * g->OH * g->OW;
