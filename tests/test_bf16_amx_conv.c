@@ -16,7 +16,8 @@
  *     threads, and within the fp32 chain's bound of fp64;
  *   - the weight gradient's kernel (src/bf16/bf16_wgrad_amx.c) on a chunk bit for bit against
  *     the AMX GEMM on the matrices it documents, and through the op within the fp32 chain's
- *     bound of fp64 and the same at 1 and 2 threads.
+ *     bound of fp64 and the same at 1 and 2 threads, at stride 1 and at strides 2 and 3 (rows
+ *     regrouped by column phase).
  * Shapes: ResNet-20's 16- and 32-channel 3x3 layers, stride 2, 64 channels (two channel
  * blocks), odd C and O, output rows that are not whole 16-pixel blocks (OW 10, 8, 7: span
  * blocks across rows, conv_tile_blocks.h, taken exactly where they save blocks), 5x5.
@@ -352,12 +353,14 @@ static void check_dx_s2(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
  * tensor_conv2d_backward_weight (chunks summed in fixed groups) within the fp32 chain's bound
  * of fp64, and the same bits at 1 and 2 threads. */
 static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KS, int pad,
-                        uint64_t seed)
+                        int stride, uint64_t seed)
 {
-    const int64_t OH = H + 2 * pad - KS + 1, OW = W + 2 * pad - KS + 1, KK = KS * KS, P = OH * OW;
+    const int64_t OH = (H + 2 * pad - KS) / stride + 1, OW = (W + 2 * pad - KS) / stride + 1;
+    const int64_t KK = KS * KS, P = OH * OW;
     const int64_t nx = N * C * H * W, ndy = N * O * P, nw = O * C * KK;
-    const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = W, .O = O, .KH = KS, .KW = KS, .sh = 1,
-                            .sw = 1, .ph = pad, .pw = pad, .dh = 1, .dw = 1, .OH = OH, .OW = OW};
+    const fx_conv_geom g = {.N = N, .C = C, .H = H, .W = W, .O = O, .KH = KS, .KW = KS,
+                            .sh = stride, .sw = stride, .ph = pad, .pw = pad, .dh = 1, .dw = 1,
+                            .OH = OH, .OW = OW};
     CHECK(fx_bf16_wgrad_amx_fits(&g), "wgrad C%lld O%lld OW%lld: expected to fit", (long long)C,
           (long long)O, (long long)OW);
     test_rng r;
@@ -384,7 +387,8 @@ static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
                 for (int64_t c = 0; c < C; c++)
                     for (int64_t t = 0; t < KK; t++)
                         a[(c * KK + t) * K2 + k] =
-                            xat(x, C, H, W, n, c, oh - pad + t / KS, ow - pad + t % KS);
+                            xat(x, C, H, W, n, c, oh * stride - pad + t / KS,
+                                ow * stride - pad + t % KS);
             }
     const int64_t as[2] = {C * KK, K2}, bs[2] = {K2, O}, cs[2] = {C * KK, O};
     tensor_t *ta = tensor_new(FMT_BF16, 2, as), *tb = tensor_new(FMT_BF16, 2, bs);
@@ -396,9 +400,9 @@ static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
     CHECK_STATUS(tensor_to_f32(tc, c), FX_OK);
     long bad = 0;
     for (int64_t i = 0; i < nw; i++) bad += test_f32_bits(c[i]) != test_f32_bits(dwt[i]);
-    CHECK(bad == 0, "wgrad kernel C%lld O%lld %lldx%lld k%lld: %ld weights differ from the AMX "
-          "GEMM on the documented matrices", (long long)C, (long long)O, (long long)H,
-          (long long)W, (long long)KS, bad);
+    CHECK(bad == 0, "wgrad kernel C%lld O%lld %lldx%lld k%lld stride %d: %ld weights differ from "
+          "the AMX GEMM on the documented matrices", (long long)C, (long long)O, (long long)H,
+          (long long)W, (long long)KS, stride, bad);
     /* through the op, against fp64, and at 1 and 2 threads */
     tensor_t *tx = new4(FMT_BF16, N, C, H, W), *tdy = new4(FMT_BF16, N, O, OH, OW);
     tensor_t *tdw = new4(FMT_FP32, O, C, KS, KS);
@@ -408,7 +412,8 @@ static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
     for (int threads = 1; threads <= 2; threads++) {
         flexpoint_set_num_threads(threads);
         const long long calls = fx_bf16_wgrad_amx_calls();
-        CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, 1, 1, pad, pad, 1, 1), FX_OK);
+        CHECK_STATUS(tensor_conv2d_backward_weight(tdw, tx, tdy, stride, stride, pad, pad, 1, 1),
+                     FX_OK);
         CHECK(fx_bf16_wgrad_amx_calls() > calls, "wgrad C%lld O%lld: the AMX kernel did not run",
               (long long)C, (long long)O);
         CHECK_STATUS(tensor_to_f32(tdw, threads == 1 ? dw1 : dw2), FX_OK);
@@ -425,8 +430,9 @@ static void check_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, i
                         for (int64_t ow = 0; ow < OW; ow++) {
                             const double pr =
                                 (double)fx_bf16_to_f32(dy[((n * O + o) * OH + oh) * OW + ow]) *
-                                (double)fx_bf16_to_f32(
-                                    xat(x, C, H, W, n, ci, oh - pad + t / KS, ow - pad + t % KS));
+                                (double)fx_bf16_to_f32(xat(x, C, H, W, n, ci,
+                                                           oh * stride - pad + t / KS,
+                                                           ow * stride - pad + t % KS));
                             ref += pr;
                             mag += fabs(pr);
                         }
@@ -484,12 +490,18 @@ int main(void)
     check_dx_s2(2, 16, 12, 12, 8, 3, 1, seed++);  /* 8 channels in dy: not taken */
     check_dx_s2(2, 16, 32, 32, 32, 1, 0, seed++); /* ResNet-20's projections: one phase */
     check_dx_s2(3, 32, 16, 16, 64, 1, 0, seed++);
-    check_wgrad(2, 16, 32, 32, 16, 3, 1, seed++); /* stage 1: whole 32-pixel rows */
-    check_wgrad(3, 32, 16, 16, 32, 3, 1, seed++); /* stage 2: 16-pixel tiles, two blocks */
-    check_wgrad(2, 64, 8, 8, 48, 3, 1, seed++);   /* 8-pixel tiles, 4 channel blocks, O 48 */
-    check_wgrad(2, 32, 14, 14, 64, 5, 2, seed++); /* the CNN's conv2: 14-pixel tiles */
-    check_wgrad(1, 16, 64, 64, 16, 3, 1, seed++); /* rows of two 32-pixel blocks */
-    check_wgrad(2, 16, 10, 10, 32, 3, 0, seed++); /* no padding, OW 8 */
+    check_wgrad(2, 16, 32, 32, 16, 3, 1, 1, seed++); /* stage 1: whole 32-pixel rows */
+    check_wgrad(3, 32, 16, 16, 32, 3, 1, 1, seed++); /* stage 2: 16-pixel tiles, two blocks */
+    check_wgrad(2, 64, 8, 8, 48, 3, 1, 1, seed++);   /* 8-pixel tiles, 4 channel blocks, O 48 */
+    check_wgrad(2, 32, 14, 14, 64, 5, 2, 1, seed++); /* the CNN's conv2: 14-pixel tiles */
+    check_wgrad(1, 16, 64, 64, 16, 3, 1, 1, seed++); /* rows of two 32-pixel blocks */
+    check_wgrad(2, 16, 10, 10, 32, 3, 0, 1, seed++); /* no padding, OW 8 */
+    /* at stride 2, on rows regrouped by column phase: ResNet-20's 16 -> 32 and 32 -> 64 layers,
+     * an odd padded width (a shorter last run), stride 3 */
+    check_wgrad(2, 16, 32, 32, 32, 3, 1, 2, seed++);
+    check_wgrad(3, 32, 16, 16, 64, 3, 1, 2, seed++);
+    check_wgrad(2, 16, 15, 15, 16, 3, 1, 2, seed++);
+    check_wgrad(2, 16, 23, 23, 16, 5, 2, 3, seed++);
     /* a geometry outside it stays off the kernel: 8 channels, a strided 1x1 projection */
     const fx_conv_geom narrow = {.N = 1, .C = 8, .H = 8, .W = 8, .O = 16, .KH = 3, .KW = 3,
                                  .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .OH = 8,
@@ -504,7 +516,11 @@ int main(void)
     const fx_conv_geom odd = {.N = 1, .C = 16, .H = 9, .W = 9, .O = 16, .KH = 3, .KW = 3,
                               .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .OH = 9, .OW = 9};
     CHECK(!fx_bf16_wgrad_amx_fits(&odd), "an odd OW must stay off the AMX weight gradient");
-    CHECK(!fx_bf16_wgrad_amx_fits(&proj), "a strided layer must stay off the AMX weight gradient");
+    const fx_conv_geom dil = {.N = 1, .C = 16, .H = 8, .W = 8, .O = 16, .KH = 3, .KW = 3,
+                              .sh = 1, .sw = 1, .ph = 2, .pw = 2, .dh = 2, .dw = 2, .OH = 8, .OW = 8};
+    CHECK(!fx_bf16_wgrad_amx_fits(&dil), "a dilated layer must stay off the AMX weight gradient");
+    CHECK(!fx_bf16_wgrad_amx_fits(&proj), "a strided 1x1 projection must stay off the AMX "
+                                         "weight gradient");
     CHECK(fx_bf16_wgrad_amx_fits(&wide), "48 channels fit the AMX weight gradient");
     CHECK(!fx_bf16_fwd_amx_fits(&wide), "24 channel pairs (neither <= 16 nor a multiple) must "
                                         "stay on the GEMM");

@@ -179,8 +179,10 @@ long long fx_bf16_fwd_amx_span_calls(void); /* the calls in span blocks (conv_ti
  * fx_bf16_wgrad_amx_scratch(g, nbc) words, on tdpbf16ps tiles read in place from xp and from
  * dy's pixel-pair words. Its order: per weight over the chunk's pixels in order, blocks of up
  * to 16 pixel pairs within one output row, one tile product each as tdpbf16ps sums (its own
- * bits). For geometries where fx_bf16_wgrad_amx_fits (stride and dilation 1, C and O multiples
- * of 16, OW even and at most 32 or a multiple of 32). fx_bf16_wgrad_amx_calls counts chunks. */
+ * bits; at a stride the same, on rows regrouped by column phase). For geometries where
+ * fx_bf16_wgrad_amx_fits (dilation 1, strides up to 4 but not for a 1 x 1 kernel, C and O
+ * multiples of 16, OW even and at most 32 or a multiple of 32). fx_bf16_wgrad_amx_calls counts
+ * chunks. */
 int fx_bf16_wgrad_amx_fits(const struct fx_conv_geom *g);
 int64_t fx_bf16_wgrad_amx_scratch(const struct fx_conv_geom *g, int64_t nb);
 void fx_bf16_wgrad_amx(const struct fx_conv_geom *g, const uint16_t *xp, const uint16_t *dy,
