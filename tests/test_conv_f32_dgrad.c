@@ -11,14 +11,16 @@
  *   - the same with Inf and NaN in dy (the taps that read dy's padding must not turn them into
  *     anything col2im would not), and with an Inf weight, which the route declines;
  *   - the route ran where the level has it (fp32 and fp16; bf16 where its GEMM is the widened
- *     fp32 one, or on the AMX route at a stride; on the level's shapes), and not where it
- *     declines: an Inf weight, fewer input channels, the switch off;
+ *     fp32 one, or on the AMX route at a stride other than the stride-2 shapes its phases take;
+ *     on the level's shapes), and not where it declines: an Inf weight, fewer input channels,
+ *     the switch off;
  *   - its fp32 results are within the bound of the GEMM chain and col2im's additions against an
  *     fp64 reference: |dx - dx64| <= (O + KH KW) 2^-24 sum |dy w|. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
 #include "fp32/conv_f32_direct.h"
+#include "nn/im2col.h" /* fx_conv_geom */
 #include "testutil.h"
 #include "conv_case_util.h"
 
@@ -86,7 +88,13 @@ static int expected(const conv_case *sh, fmt_t f, int finite_w)
                          (!be->conv.f32_dgrad_max_o || sh->O <= be->conv.f32_dgrad_max_o) &&
                          sh->K * sh->K >= be->conv.f32_dgrad_min_taps;
     const int amx_strided = be->gemm.bf16_plain_min_k > 0 && sh->stride > 1;
-    return be->conv.f32_dgrad && finite_w && shape_ok &&
+    /* a bf16 dx the level's stride-2 phases take (conv.bf16_dgrad_s2) does not come here */
+    const fx_conv_geom g = {.N = sh->N, .C = sh->C, .H = sh->H, .W = sh->W, .O = sh->O,
+                            .KH = sh->K, .KW = sh->K, .sh = sh->stride, .sw = sh->stride,
+                            .ph = sh->pad, .pw = sh->pad, .dh = sh->dil, .dw = sh->dil,
+                            .OH = conv_case_out(sh->H, sh), .OW = conv_case_out(sh->W, sh)};
+    const int phased = f == FMT_BF16 && be->conv.bf16_dgrad_s2 && be->conv.bf16_dgrad_s2_fits(&g);
+    return be->conv.f32_dgrad && finite_w && shape_ok && !phased &&
            (f != FMT_BF16 || bf16_widens || amx_strided);
 }
 
