@@ -91,6 +91,40 @@ static void store_block(const float *buf, const fx_tile_rows *k, int nout, uint1
         _mm512_mask_storeu_ps(y + r * O, cm, _mm512_load_ps(buf + 16 * k->rows[r]));
 }
 
+/* One group's sums: four blocks (A tiles at base[i], rows a_stride bytes apart) against one
+ * block of 16 output channels (B tiles from wq, rows b_stride bytes apart: tap t's channel pairs
+ * at wq + (t Cp + pair) opad), over the ntaps taps (word offsets taps[t] from a block's first
+ * pixel) and, within each, ncb blocks of 16 channel pairs, one tdpbf16ps per (tap, block) and
+ * block of pixels; the four 16 x 16 fp32 tiles stored into buf. The tile shapes are the
+ * caller's configuration. */
+static inline void group_products(const uint32_t *const base[AMX_BLOCKS], const int64_t *taps,
+                                  int64_t ntaps, int64_t Cp, int64_t ncb, const uint32_t *wq,
+                                  int64_t opad, int64_t a_stride, int64_t b_stride,
+                                  float buf[AMX_BLOCKS][256])
+{
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t t = 0; t < ntaps; t++)
+        for (int64_t cb = 0; cb < ncb; cb++) {
+            const int64_t koff = taps[t] + cb * 16;
+            _tile_loadd(6, wq + (t * Cp + cb * 16) * opad, b_stride);
+            _tile_loadd(4, base[0] + koff, a_stride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(5, base[1] + koff, a_stride);
+            _tile_dpbf16ps(1, 5, 6);
+            _tile_loadd(4, base[2] + koff, a_stride);
+            _tile_dpbf16ps(2, 4, 6);
+            _tile_loadd(5, base[3] + koff, a_stride);
+            _tile_dpbf16ps(3, 5, 6);
+        }
+    _tile_stored(0, buf[0], 64);
+    _tile_stored(1, buf[1], 64);
+    _tile_stored(2, buf[2], 64);
+    _tile_stored(3, buf[3], 64);
+}
+
 void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
                      const uint32_t *wq, uint32_t wkey, uint32_t *scratch, float *y, uint16_t *ybf,
                      int nthreads)
@@ -147,27 +181,7 @@ void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nb
                 if (!real) out[i].n = 0;
             }
             for (int64_t o0 = 0; o0 < O; o0 += 16) {
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
-                for (int64_t t = 0; t < KK; t++)
-                    for (int64_t cb = 0; cb < ncb; cb++) {
-                        const int64_t koff = taps[t] + cb * 16;
-                        _tile_loadd(6, wq + (t * Cp + cb * 16) * opad + o0, b_stride);
-                        _tile_loadd(4, base[0] + koff, a_stride);
-                        _tile_dpbf16ps(0, 4, 6);
-                        _tile_loadd(5, base[1] + koff, a_stride);
-                        _tile_dpbf16ps(1, 5, 6);
-                        _tile_loadd(4, base[2] + koff, a_stride);
-                        _tile_dpbf16ps(2, 4, 6);
-                        _tile_loadd(5, base[3] + koff, a_stride);
-                        _tile_dpbf16ps(3, 5, 6);
-                    }
-                _tile_stored(0, buf[0], 64);
-                _tile_stored(1, buf[1], 64);
-                _tile_stored(2, buf[2], 64);
-                _tile_stored(3, buf[3], 64);
+                group_products(base, taps, KK, Cp, ncb, wq + o0, opad, a_stride, b_stride, buf);
                 const int nout = O - o0 < 16 ? (int)(O - o0) : 16;
                 for (int i = 0; i < AMX_BLOCKS; i++) {
                     const fx_tile_rows *r = &out[i];
@@ -259,27 +273,7 @@ void fx_bf16_dgrad_s2_amx(const struct fx_conv_geom *g, const uint16_t *dy, int6
                 base[i] = k.xq + (n * HWp + (r + a->d0 + k.ph) * Wp + c0 + b->d0 + k.pw) * Op;
             }
             for (int64_t o0 = 0; o0 < C; o0 += 16) {
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
-                for (int64_t t = 0; t < ntaps; t++)
-                    for (int64_t cb = 0; cb < ncb; cb++) {
-                        const int64_t koff = taps[t] + cb * 16;
-                        _tile_loadd(6, wp + (t * Op + cb * 16) * cpad + o0, b_stride);
-                        _tile_loadd(4, base[0] + koff, a_stride);
-                        _tile_dpbf16ps(0, 4, 6);
-                        _tile_loadd(5, base[1] + koff, a_stride);
-                        _tile_dpbf16ps(1, 5, 6);
-                        _tile_loadd(4, base[2] + koff, a_stride);
-                        _tile_dpbf16ps(2, 4, 6);
-                        _tile_loadd(5, base[3] + koff, a_stride);
-                        _tile_dpbf16ps(3, 5, 6);
-                    }
-                _tile_stored(0, buf[0], 64);
-                _tile_stored(1, buf[1], 64);
-                _tile_stored(2, buf[2], 64);
-                _tile_stored(3, buf[3], 64);
+                group_products(base, taps, ntaps, Op, ncb, wp + o0, cpad, a_stride, b_stride, buf);
                 const int nout = C - o0 < 16 ? (int)(C - o0) : 16;
                 for (int i = 0; i < AMX_BLOCKS; i++) {
                     if (!live[i]) continue;
