@@ -558,11 +558,10 @@ void fx_bf16_dgrad_s2_interleave(const struct fx_conv_geom *g, const fx_bf16_s2_
             uint32_t *d = (uint32_t *)(void *)(dx + (pl * H + h) * W);
             int64_t b = 0;
             for (; b + 16 <= half; b += 16) {
+                const __m256i ev = _mm256_loadu_si256((const __m256i *)(const void *)(e + b));
+                const __m256i ov = _mm256_loadu_si256((const __m256i *)(const void *)(o + b));
                 const __m512i v = _mm512_or_si512(
-                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(e + b))),
-                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(
-                                          _mm256_loadu_si256((const __m256i *)(const void *)(o + b))),
-                                      16));
+                    _mm512_cvtepu16_epi32(ev), _mm512_slli_epi32(_mm512_cvtepu16_epi32(ov), 16));
                 _mm512_storeu_si512((void *)(d + b), v);
             }
             for (; b < half; b++) d[b] = (uint32_t)e[b] | (uint32_t)o[b] << 16;

@@ -154,8 +154,8 @@ void fx_bf16_dgrad_s2_interleave(const struct fx_conv_geom *g, const fx_bf16_s2_
  * bits on the phase's tap-major patch matrix whose taps each fill whole 32-value tiles; a
  * phase without taps (a 1 x 1 kernel's) zero. For geometries where fx_bf16_dgrad_s2_amx_fits
  * (fx_bf16_dgrad_s2_fits's, 1 x 1 kernels too, with at least 16 channels in dy, dy's channel
- * pairs at most 16 or a multiple of 16, and W / 2 at most 16 or a multiple of 16). Runs only where the AMX route is installed; fx_bf16_dgrad_s2_amx_calls
- * counts its calls. */
+ * pairs at most 16 or a multiple of 16, and W / 2 at most 16 or a multiple of 16). Runs only
+ * where the AMX route is installed; fx_bf16_dgrad_s2_amx_calls counts its calls. */
 int fx_bf16_dgrad_s2_amx_fits(const struct fx_conv_geom *g);
 void fx_bf16_dgrad_s2_amx(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
                           const uint32_t *wq, uint32_t wkey, uint32_t *scratch, uint16_t *dx);

@@ -26,9 +26,9 @@
  * tmm6 the block's B tile (kp pixel pairs x 16 output channels). For geometries where
  * fx_bf16_wgrad_amx_fits: dilation 1, strides up to 4 (a strided chunk's padded rows first
  * regrouped by column phase, so that a tile row is still consecutive values; not 1 x 1 kernels
- * at a stride), C and O multiples
- * of 16, OW even and at most 32 or a multiple of 32 (the tiles' K then divides each row). Compiled with the AMX flags (the
- * *_amx.c rule of CMakeLists.txt); runs only where the AMX route is installed. */
+ * at a stride), C and O multiples of 16, OW even and at most 32 or a multiple of 32 (the
+ * tiles' K then divides each row). Compiled with the AMX flags (the *_amx.c rule of
+ * CMakeLists.txt); runs only where the AMX route is installed. */
 #include "../core/amx_tiles.h"
 #include "../core/pair_copy_avx512.h"
 #include "bf16_gemm.h"
