@@ -38,7 +38,8 @@ def test_gemm_f32_bad_shape(shape):
 @pytest.mark.parametrize("env,message", [
     ({"BENCH_OUTPUTS": "disposable"}, "BENCH_OUTPUTS=disposable"),
     ({"BENCH_LAYER": "16,8,16"}, "BENCH_LAYER='16,8,16'"),
-    ({"BENCH_LAYER": "16,8,16,3,4"}, "BENCH_LAYER='16,8,16,3,4'"),
+    ({"BENCH_LAYER": "16,8,16,3,9"}, "BENCH_LAYER='16,8,16,3,9'"),  # a stride past the input
+    ({"BENCH_I16_EPILOGUE": "maybe"}, "BENCH_I16_EPILOGUE=maybe"),
 ])
 def test_conv_bad_setting(env, message):
     r = run_bench("bench_conv", ["1", "1", "fp32"], env)
