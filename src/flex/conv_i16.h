@@ -200,19 +200,28 @@ int fx_i16_dgrad_s2_round_avx2(const fx_i16_dgrad_s2 *d, const int16_t *dy, int6
                                uint32_t *scratch, int shift, int16_t *dx,
                                struct fx_qstats *part, int shift2, int16_t *dx2,
                                struct fx_qstats *part2);
-/* How both stride-2 epilogue routes end a chunk (conv_i16_avx512.c): with the roundings still
+/* How every stride-2 epilogue route ends a chunk (conv_i16_direct.c): with the roundings still
  * whole (0: none, and 0 is returned), each one's statistics (from the chunk's largest |sum| and
  * underflow counts in *sums) into part / part2 and its phases' windows q / q2 interleaved into
- * dx / dx2 (two: the second rounding was asked for). Returns whole. */
+ * dx / dx2 by the level's interleave (two: the second rounding was asked for). Returns whole.
+ * An interleave makes dx's chunk [nbc, C, H, W] from the windows q[rh * 2 + rw] ([nbc, C,
+ * H/2, W/2] each; NULL: a phase without taps, zeros): row h from the phases of rh = (h + ph)
+ * mod 2, window row h / 2; even columns from the phase of rw = pw mod 2, odd ones from the
+ * other (fx_i16_dgrad_s2_interleave_avx512, and conv_i16_fwd_avx2.c's own). */
 typedef struct fx_i16_round_sums {
     uint64_t max_in;
     int64_t nuf, nuf2;
     int shift, shift2;
 } fx_i16_round_sums;
+typedef void (*fx_i16_s2_interleave_fn)(int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
+                                        int64_t W, int64_t ph, int64_t pw, int16_t *dx);
+void fx_i16_dgrad_s2_interleave_avx512(int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
+                                       int64_t W, int64_t ph, int64_t pw, int16_t *dx);
 int fx_i16_dgrad_s2_finish(const fx_i16_dgrad_s2 *d, int whole, int two,
                            const fx_i16_round_sums *sums, int16_t *const q[4],
                            int16_t *const q2[4], int64_t nbc, struct fx_qstats *part,
-                           struct fx_qstats *part2, int16_t *dx, int16_t *dx2);
+                           struct fx_qstats *part2, int16_t *dx, int16_t *dx2,
+                           fx_i16_s2_interleave_fn interleave);
 void fx_i16_fwd_amx_round_set_enabled(int on);
 int fx_i16_fwd_amx_round_enabled(void);
 /* Test switch: 0 keeps both AMX epilogues (fx_i16_fwd_amx_round, fx_i16_dgrad_amx_s2_round) on

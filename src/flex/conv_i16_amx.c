@@ -666,5 +666,6 @@ int fx_i16_dgrad_amx_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64
     }
     _tile_release();
     const fx_i16_round_sums sums = {mx, nuf, nuf2, shift, shift2};
-    return fx_i16_dgrad_s2_finish(d, whole, two, &sums, q, q2, nbc, part, part2, dx, dx2);
+    return fx_i16_dgrad_s2_finish(d, whole, two, &sums, q, q2, nbc, part, part2, dx, dx2,
+                                  fx_i16_dgrad_s2_interleave_avx512);
 }

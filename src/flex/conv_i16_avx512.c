@@ -666,11 +666,9 @@ static inline __m512i interleave_idx(void)
     return _mm512_loadu_si512((const void *)ix);
 }
 
-/* dx's chunk [nbc, C, H, W] from the phases' windows q[rh * 2 + rw] ([nbc, C, H/2, W/2] each;
- * NULL: a phase without taps, zeros): row h from the phases of rh = (h + ph) mod 2, window row
- * h / 2; even columns from the phase of rw = pw mod 2, odd ones from the other. */
-static void dgrad_s2_interleave(int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
-                                 int64_t W, int64_t ph, int64_t pw, int16_t *dx)
+/* an fx_i16_s2_interleave_fn (conv_i16.h): one vpermt2w per 32 values of a dx row */
+void fx_i16_dgrad_s2_interleave_avx512(int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
+                                       int64_t W, int64_t ph, int64_t pw, int16_t *dx)
 {
     const int64_t hw = H / 2, ww = W / 2;
     const __m512i idx = interleave_idx();
@@ -694,23 +692,6 @@ static void dgrad_s2_interleave(int16_t *const q[4], int64_t nbc, int64_t C, int
                     _mm512_mask_storeu_epi16(row + 2 * i, k2, r);
                 }
             }
-}
-
-int fx_i16_dgrad_s2_finish(const fx_i16_dgrad_s2 *d, int whole, int two,
-                           const fx_i16_round_sums *sums, int16_t *const q[4],
-                           int16_t *const q2[4], int64_t nbc, fx_qstats *part,
-                           fx_qstats *part2, int16_t *dx, int16_t *dx2)
-{
-    if (!whole) return 0;
-    fx_i16_round_stats(part, whole & FX_I16_ROUND_FIRST, sums->max_in, sums->nuf, sums->shift);
-    if (whole & FX_I16_ROUND_FIRST)
-        dgrad_s2_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
-    if (!two) return whole;
-    fx_i16_round_stats(part2, whole & FX_I16_ROUND_SECOND, sums->max_in, sums->nuf2,
-                       sums->shift2);
-    if (whole & FX_I16_ROUND_SECOND)
-        dgrad_s2_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
-    return whole;
 }
 
 int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
@@ -739,5 +720,6 @@ int fx_i16_dgrad_s2_round(const fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t n
         whole = fx_i16_round_still_whole(whole, max_in, shift, two, shift2);
     }
     const fx_i16_round_sums sums = {max_in, nuf, nuf2, shift, shift2};
-    return fx_i16_dgrad_s2_finish(d, whole, two, &sums, q, q2, nbc, part, part2, dx, dx2);
+    return fx_i16_dgrad_s2_finish(d, whole, two, &sums, q, q2, nbc, part, part2, dx, dx2,
+                                  fx_i16_dgrad_s2_interleave_avx512);
 }

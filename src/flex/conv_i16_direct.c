@@ -270,6 +270,24 @@ void fx_i16_round_mark_broken_images(int whole, int two, int64_t done, fx_qstats
     }
 }
 
+int fx_i16_dgrad_s2_finish(const fx_i16_dgrad_s2 *d, int whole, int two,
+                           const fx_i16_round_sums *sums, int16_t *const q[4],
+                           int16_t *const q2[4], int64_t nbc, fx_qstats *part,
+                           fx_qstats *part2, int16_t *dx, int16_t *dx2,
+                           fx_i16_s2_interleave_fn interleave)
+{
+    if (!whole) return 0;
+    fx_i16_round_stats(part, whole & FX_I16_ROUND_FIRST, sums->max_in, sums->nuf, sums->shift);
+    if (whole & FX_I16_ROUND_FIRST)
+        interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
+    if (!two) return whole;
+    fx_i16_round_stats(part2, whole & FX_I16_ROUND_SECOND, sums->max_in, sums->nuf2,
+                       sums->shift2);
+    if (whole & FX_I16_ROUND_SECOND)
+        interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
+    return whole;
+}
+
 int64_t fx_i16_dgrad_s2_scratch(int64_t kernel_scratch, int64_t nb, int64_t dx_chw, int two)
 {
     /* four quarter-size windows of int16 (two sets with two roundings), 64 words of alignment */

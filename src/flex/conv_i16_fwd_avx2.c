@@ -566,9 +566,7 @@ int fx_i16_fwd_direct_avx2_round(const struct fx_conv_geom *g, const int16_t *xp
  * phases it replaces stored every phase's whole correlation as int64 sums, gathered them into
  * dx's order and rounded them in a pass of their own. */
 
-/* dx's chunk [nbc, C, H, W] from the phases' windows q[rh * 2 + rw] ([nbc, C, H/2, W/2] each;
- * NULL: a phase without taps, zeros): row h from the phases of rh = (h + ph) mod 2, window row
- * h / 2; even columns from the phase of rw = pw mod 2, odd ones from the other */
+/* an fx_i16_s2_interleave_fn (conv_i16.h): an unpack pair per 16 values of a dx row */
 static void dgrad_s2_interleave(int16_t *const q[4], int64_t nbc, int64_t C, int64_t H,
                                 int64_t W, int64_t ph, int64_t pw, int16_t *dx)
 {
@@ -631,21 +629,9 @@ int fx_i16_dgrad_s2_round_avx2(const fx_i16_dgrad_s2 *d, const int16_t *dy, int6
     }
     atomic_fetch_add_explicit(&round32_pixels, n32, memory_order_relaxed);
     atomic_fetch_add_explicit(&round32_misses, nmiss32, memory_order_relaxed);
-    if (!whole) return 0;
-    /* every phase ran: max_in is the chunk's largest |sum| (below 2^47: exact) */
-    const uint64_t mx = fx_r4_fast_max_in(&f);
-    if (whole & FX_I16_ROUND_FIRST) {
-        fx_r4_fast_stats(&f, part);
-        dgrad_s2_interleave(q, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx);
-    } else {
-        fx_i16_round_stats_broken(part, mx);
-    }
-    if (!two) return whole;
-    if (whole & FX_I16_ROUND_SECOND) {
-        fx_r4_fast_stats(&f2, part2);
-        dgrad_s2_interleave(q2, nbc, d->dx_C, d->dx_H, d->dx_W, d->dx_ph, d->dx_pw, dx2);
-    } else {
-        fx_i16_round_stats_broken(part2, mx);
-    }
-    return whole;
+    /* every phase ran where whole: max_in is the chunk's largest |sum| (below 2^47: exact) */
+    const fx_i16_round_sums sums = {fx_r4_fast_max_in(&f), fx_r4_fast_underflow(&f),
+                                    fx_r4_fast_underflow(&f2), shift, shift2};
+    return fx_i16_dgrad_s2_finish(d, whole, two, &sums, q, q2, nbc, part, part2, dx, dx2,
+                                  dgrad_s2_interleave);
 }

@@ -129,14 +129,17 @@ static inline uint64_t fx_r4_fast_max_in(const fx_r4_fast *f)
 }
 
 /* A fast-route call's statistics (every |v| <= T: nothing saturated). */
+/* the values a fast-route state has rounded to zero from nonzero */
+static inline int64_t fx_r4_fast_underflow(const fx_r4_fast *f)
+{
+    int64_t uf[4];
+    _mm256_storeu_si256((__m256i *)uf, f->underflow);
+    return uf[0] + uf[1] + uf[2] + uf[3];
+}
+
 static inline void fx_r4_fast_stats(const fx_r4_fast *f, fx_qstats *st)
 {
-    int64_t mi[4], uf[4];
-    _mm256_storeu_si256((__m256i *)mi, f->max_in);
-    _mm256_storeu_si256((__m256i *)uf, f->underflow);
-    uint64_t mx = 0;
-    for (int k = 0; k < 4; k++) mx = (uint64_t)mi[k] > mx ? (uint64_t)mi[k] : mx;
-    fx_q64_fast_stats_of(st, mx, uf[0] + uf[1] + uf[2] + uf[3], f->s);
+    fx_q64_fast_stats_of(st, fx_r4_fast_max_in(f), fx_r4_fast_underflow(f), f->s);
 }
 
 /* Two vectors of 4 int64 lanes in [-32767, 32767], q0 = (a0..a3) and q1 = (b0..b3) -> 8 int32
