@@ -7,11 +7,15 @@
  *     one input channel and several images;
  *   - the route ran where the level has it, and not on a level without it;
  *   - its fp32 results are within the fp32 dot-product bound of an fp64 reference:
- *     |y - y64| <= K 2^-24 sum |x w| (each of the K FMAs of a chain rounds once). */
+ *     |y - y64| <= K 2^-24 sum |x w| (each of the K FMAs of a chain rounds once);
+ *   - the output written chunk by chunk (fx_conv_y_chunks_made), with and without the bias and
+ *     ReLU, gives the same bits in place (y the tensor x, over several chunks) as into a
+ *     tensor of its own. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
 #include "core/backend.h"
 #include "fp32/conv_f32_direct.h"
+#include "nn/nn_ops.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -149,6 +153,49 @@ static void check_reference(const shape *sh, const tensor_t *x, const tensor_t *
     free(yv);
 }
 
+/* y = conv(x, w) (+ bias, ReLU) into the tensor x itself against a tensor of its own, bit for
+ * bit: each chunk reads its own images of x before it writes them */
+static void check_in_place(fmt_t f, int threads, test_rng *r)
+{
+    const int64_t xs[4] = {6, 8, 10, 9}, ws[4] = {8, 8, 3, 3}, bs[3] = {8, 1, 1};
+    tensor_t *w = random_tensor(f, ws, 0.3, 0, r), *b = tensor_new(f, 3, bs);
+    float bv[8];
+    for (int o = 0; o < 8; o++) bv[o] = (float)(0.1 * test_rng_normal(r));
+    CHECK_STATUS(tensor_from_f32(b, bv), FX_OK);
+    fx_f32_fwd_direct_set_enabled(1);
+    flexpoint_set_num_threads(threads);
+    const size_t esz = f == FMT_FP32 ? 4 : 2;
+    for (int fused = 0; fused < 2; fused++) {
+        tensor_t *x = random_tensor(f, xs, 1.0, 0, r), *y = tensor_new(f, 4, xs);
+        const int64_t n = tensor_numel(x);
+        const int64_t before = fx_conv_y_chunks_made();
+        if (fused) {
+            CHECK_STATUS(tensor_conv2d_bias_relu(y, x, w, b, 1, 1, 1, 1, 1, 1, 1), FX_OK);
+            CHECK_STATUS(tensor_conv2d_bias_relu(x, x, w, b, 1, 1, 1, 1, 1, 1, 1), FX_OK);
+        } else {
+            CHECK_STATUS(tensor_conv2d(y, x, w, 1, 1, 1, 1, 1, 1), FX_OK);
+            CHECK_STATUS(tensor_conv2d(x, x, w, 1, 1, 1, 1, 1, 1), FX_OK);
+        }
+        /* bf16 may take its own kernels or GEMM (the route's own order), fp32 and fp16 the
+         * direct route wherever the level has it */
+        CHECK(f == FMT_BF16 || fx_conv_y_chunks_made() == before + 2, "%s %s%s, %d thread(s): %lld of 2 calls "
+              "wrote y chunk by chunk", fx_backend_active()->name, fmt_name(f),
+              fused ? " bias+relu" : "", threads, (long long)(fx_conv_y_chunks_made() - before));
+        void *a = malloc(esz * (size_t)n), *c = malloc(esz * (size_t)n);
+        CHECK_STATUS(tensor_get_raw(x, a), FX_OK);
+        CHECK_STATUS(tensor_get_raw(y, c), FX_OK);
+        CHECK(memcmp(a, c, esz * (size_t)n) == 0,
+              "%s %s%s, %d thread(s): the convolution in place differs from one into y",
+              fx_backend_active()->name, fmt_name(f), fused ? " bias+relu" : "", threads);
+        free(a);
+        free(c);
+        tensor_free(x);
+        tensor_free(y);
+    }
+    tensor_free(w);
+    tensor_free(b);
+}
+
 int main(void)
 {
     static const fmt_t fmts[3] = {FMT_FP32, FMT_FP16, FMT_BF16};
@@ -159,6 +206,10 @@ int main(void)
         if (!flexpoint_backend_available(bi)) continue;
         CHECK_STATUS(flexpoint_set_backend(flexpoint_backend_name(bi)), FX_OK);
         levels_with += fx_backend_active()->conv.f32_fwd != NULL;
+        if (fx_backend_active()->conv.f32_fwd)
+            for (int fi = 0; fi < 3; fi++)
+                for (int threads = 1; threads <= 2; threads++)
+                    check_in_place(fmts[fi], threads, &r);
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
             const shape *sh = &shapes[si];
             for (int fi = 0; fi < 3; fi++) {

@@ -514,6 +514,13 @@ int64_t fx_conv_in_place_made(void)
     return __atomic_load_n(&conv_in_place_made, __ATOMIC_RELAXED);
 }
 
+static int64_t conv_y_chunks_made; /* test hook: float outputs written chunk by chunk */
+
+int64_t fx_conv_y_chunks_made(void)
+{
+    return __atomic_load_n(&conv_y_chunks_made, __ATOMIC_RELAXED);
+}
+
 int64_t fx_conv_early_rounding_reused(void)
 {
     return __atomic_load_n(&conv_early_reused, __ATOMIC_RELAXED);
@@ -953,15 +960,25 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * second rounding and the runs again. */
     int alt_e;
     const int nostage = conv_skip_stage(y, nostage_ok, redo_guess == FX_EXP_NONE, CKK, &alt_e);
-    /* bf16 on its direct kernel into a whole bf16 y (no epilogue): each chunk's sums are
-     * converted and transposed into y while they are in cache, instead of an fp32 stage and a
-     * 16-bit copy of y that go out to memory and come back (a fifth of ResNet-20's 16-channel
-     * forward pass). The kernel cannot fail, so no failed op leaves y partly written; a chunk
-     * reads only its own images of x before it writes the same images of y, and the weights
-     * are packed before the first chunk, so y may also be x itself (in place). */
-    const int ychunks = fdirect && conv_y_direct_half(y, &cc) && !ep;
-    /* a bf16 y the kernel writes itself, rounding each tile's sums in registers */
-    uint16_t *ybf16 = ychunks && y->fmt == FMT_BF16 ? fx_tensor_base(y) : NULL;
+    /* A float y (fp32, fp16, bf16, whole) from a direct kernel (bf16's or fp32's): each
+     * chunk's sums get their epilogue (bias, ReLU), conversion and transpose into y while they
+     * are in cache, instead of an fp32 stage of the whole batch and a 16-bit copy of y that go
+     * out to memory and come back for the transposing pass (a fifth of ResNet-20's 16-channel
+     * forward pass in bf16; with the CNN's bias and ReLU, which had kept the stage, conv1's and
+     * conv2's forward passes in bf16 took about 2 ms more each than without). The same
+     * functions in the same order on the same values, so the same bits. The kernels cannot
+     * fail, so no failed op leaves y partly written; a chunk reads only its own images of x
+     * (or a padded copy of them) before it writes the same images of y, and the weights are
+     * packed before the first chunk, so y may also be x itself (in place). A bias that is y's
+     * own storage has O elements, so y holds one image: one chunk, whose epilogue reads the
+     * bias before the chunk is written. */
+    const int yfloat = conv_y_direct_half(y, &cc) ||
+                       (!ic && y->fmt == FMT_FP32 && fx_tensor_covers_storage(y));
+    const int ychunks = (fdirect || f32direct) && yfloat;
+    /* a bf16 y the bf16 kernel writes itself, rounding each tile's sums in registers (no
+     * epilogue) */
+    uint16_t *ybf16 = ychunks && fdirect && !ep && y->fmt == FMT_BF16 ? fx_tensor_base(y) : NULL;
+    if (ychunks) __atomic_fetch_add(&conv_y_chunks_made, 1, __ATOMIC_RELAXED);
     const int64_t ypix_chunk = plan.nb * P * g.O;
     /* [N*P, O], or a chunk's [nb*P, O] per thread (none for the kernel's own bf16 y) */
     const int64_t ypix_n = nostage || ychunks ? ypix_chunk * plan.outer : g.N * g.O * P;
@@ -1241,13 +1258,17 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
                                        : fx_maxabs_i64(fx_backend_active(),
                                                        (const int64_t *)myy, Pc * g.O);
         }
+        /* the chunk's 16-bit values: its own place in a whole pixel-major yhalf, or with
+         * ychunks this thread's chunk buffer */
+        uint16_t *const h = !yhalf ? NULL : ychunks ? yhalf + tid * ypix_chunk : yhalf + n0 * P * g.O;
         if (status[ch] == FX_OK && ep) /* with yhalf, the chunk's conversion too */
-            conv_epilogue_chunk(ep, be, y->fmt, (float *)(void *)myy, Pc, g.O,
-                                yhalf ? yhalf + n0 * P * g.O : NULL);
-        if (status[ch] == FX_OK && yhalf && ychunks) {
-            uint16_t *h = yhalf + tid * ypix_chunk;
-            half_cvt((const float *)(const void *)myy, h, Pc * g.O);
-            fx_chunk_scatter_t(h, n0, nbc, g.O, P, fx_tensor_base(y), sizeof(uint16_t));
+            conv_epilogue_chunk(ep, be, y->fmt, (float *)(void *)myy, Pc, g.O, h);
+        if (status[ch] == FX_OK && ychunks && !ybf16) {
+            if (h && !ep) half_cvt((const float *)(const void *)myy, h, Pc * g.O);
+            if (h)
+                fx_chunk_scatter_t(h, n0, nbc, g.O, P, fx_tensor_base(y), sizeof(uint16_t));
+            else /* an fp32 y */
+                fx_chunk_scatter_t(myy, n0, nbc, g.O, P, fx_tensor_base(y), sizeof(float));
         } else if (status[ch] == FX_OK && yhalf && !ep) {
             half_cvt((const float *)(const void *)myy, yhalf + n0 * P * g.O, Pc * g.O);
         }

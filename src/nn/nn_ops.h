@@ -83,6 +83,10 @@ int64_t fx_conv_alt_rounding_reused(void);
  * early rounding into their output itself, a disposable one (fx_storage.disposable), instead
  * of a buffer copied in after the write. */
 int64_t fx_conv_in_place_made(void);
+/* Test hook: how many forward convolutions into a whole float output (fp32, fp16, bf16) from a
+ * direct kernel wrote it chunk by chunk, each chunk's epilogue, conversion and transpose done
+ * while its sums were in cache, instead of through a stage of the whole batch. */
+int64_t fx_conv_y_chunks_made(void);
 
 /* Test hooks: how many forward convolutions (and input gradients by phases) ran again after a
  * first run that kept only each chunk's sums found the write picking another exponent than its
