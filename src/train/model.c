@@ -522,6 +522,28 @@ static void fx_fuse_conv_relu(fx_model *m)
     }
 }
 
+/* A ReLU whose only consumer is a max pool with non-overlapping windows right after it, in
+ * float formats (fx_layer.relu_first): the pool's backward applies the ReLU's gate on the
+ * pooled values and scatters into the ReLU's input gradient. Both layers' gradients in one
+ * format, the same as the ReLU's output, so that no conversion enters between the gate and
+ * the scatter. */
+static int64_t relu_pool_made; /* test hook: pool backwards that gated first */
+
+int64_t fx_model_relu_pool_made(void) { return __atomic_load_n(&relu_pool_made, __ATOMIC_RELAXED); }
+
+static void fx_fuse_relu_pool(fx_model *m)
+{
+    if (fx_fusion_off()) return;
+    for (int i = 0; i + 1 < m->nlayers; i++) {
+        fx_layer *r = &m->layers[i], *p = &m->layers[i + 1];
+        if (r->kind == FX_L_RELU && p->kind == FX_L_MAXPOOL && p->in[0] == i && r->in[0] >= 0 &&
+            r->consumers == 1 && !r->sum_gated && !r->shared_relu && p->k == p->stride &&
+            p->pad == 0 && r->fa == p->fa && r->fdx == p->fdx && r->fa == r->fdx &&
+            !fmt_is_shared_exponent((fmt_t)r->fa))
+            p->relu_first = r->pool_gated = 1;
+    }
+}
+
 /* The configuration's policy in m->policy, refused as fx_trainer_new's when it cannot apply. */
 static int fx_model_policy(fx_model *m, const fx_train_config *cfg)
 {
@@ -620,6 +642,7 @@ int fx_model_build_def(fx_model *m, const fx_train_config *cfg, const fx_model_d
         for (int j = 0; j < m->layers[i].nin; j++)
             if (m->layers[i].in[j] >= 0) m->layers[m->layers[i].in[j]].consumers++;
     fx_fuse_conv_relu(m);
+    fx_fuse_relu_pool(m);
     return fx_init_params(m);
 }
 
@@ -694,6 +717,7 @@ void fx_model_free_ctx(fx_model *m, int ctx)
                 l->dx_owned[j] = 0;
             }
             fx_free_t(m, &l->dy_sum);
+            fx_free_t(m, &l->gated);
             fx_place_release(m, l->argmax);
             l->argmax = NULL;
         }
@@ -881,6 +905,10 @@ int fx_model_alloc_ctx(fx_model *m, int ctx)
             int rc = fx_place_zeros(m, (void **)&l->argmax, tensor_numel(l->out[ctx]),
                                     sizeof(int32_t));
             if (rc) return rc;
+        }
+        if (l->relu_first) {
+            l->gated = fx_new_act(m, l->fdx, l->ndim, l->shape, 1);
+            if (!l->gated) return FX_ENOMEM;
         }
         for (int j = 0; j < l->nin; j++) {
             if (l->in[j] < 0) continue; /* no gradient w.r.t. the images */
@@ -1303,8 +1331,20 @@ static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
         tensor_free(dxf);
         return rc;
     }
-    case FX_L_RELU: return dx ? tensor_relu_backward(dx, dy, fx_relu_gate(m, l, ctx)) : FX_OK;
+    case FX_L_RELU: /* with pool_gated, the pool after it made dx */
+        return dx && !l->pool_gated ? tensor_relu_backward(dx, dy, fx_relu_gate(m, l, ctx))
+                                    : FX_OK;
     case FX_L_MAXPOOL: /* its argmax is written by the forward pass above and nothing else */
+        if (dx && l->relu_first) { /* the ReLU's gate on the pooled values, then the scatter */
+            fx_layer *r = &m->layers[l->in[0]];
+            int rc = tensor_relu_backward(l->gated, dy, l->out[ctx]);
+            if (!rc) rc = fx_maxpool2d_backward_own(r->dx[0], l->gated, l->argmax);
+            if (!rc) {
+                l->dx_stale = 1;
+                __atomic_fetch_add(&relu_pool_made, 1, __ATOMIC_RELAXED);
+            }
+            return rc;
+        }
         return dx ? fx_maxpool2d_backward_own(dx, dy, l->argmax) : FX_OK;
     case FX_L_GAP: return dx ? tensor_global_avgpool_backward(dx, dy) : FX_OK;
     case FX_L_AVGPOOL:
@@ -1429,6 +1469,7 @@ int fx_model_backward(fx_model *m, const tensor_t *dlogits)
         const int cast = prof ? m->layers[i].kind == FX_L_CAST : fx_time_cast(m, &m->layers[i]);
         const tensor_t *dy = NULL;
         m->layers[i].dy_sum_stale = 0; /* set again where the fused route leaves it */
+        m->layers[i].dx_stale = 0;
         int rc = fx_relu_backward_of_sum(m, i);
         if (rc == FX_HALF_BINARY_NOT_TAKEN) {
             rc = fx_output_grad(m, i, dlogits, &dy);

@@ -109,6 +109,18 @@ typedef struct fx_layer {
      * trace of the step, so that fx_trainer_tensor refuses them rather than hand out what they
      * were allocated with; cleared by a step that writes them */
     int out_stale, dy_sum_stale;
+    /* a ReLU and the max pool right after it (float formats, non-overlapping windows, the
+     * ReLU's only consumer): on the MAXPOOL layer (relu_first), the backward gates its output
+     * gradient by its own output (the pooled ReLU outputs) into gated, a tensor of the pooled
+     * shape, and scatters that straight into the ReLU layer's dx; on the RELU layer
+     * (pool_gated), the backward is then done. Each window's gradient goes to its argmax only,
+     * whose ReLU output is the window's pooled value, so the gate there is the same and the
+     * other positions get the +0 the unpooling wrote: the same bits, with the ReLU's mask
+     * applied to a quarter of the values and one pass over the full-size gradient fewer.
+     * dx_stale: set where that left the pool's own dx unwritten (fx_trainer_tensor refuses it
+     * then, as out_stale) */
+    int relu_first, pool_gated, dx_stale;
+    tensor_t *gated;
     /* formats (fx_train_config.policy; the run's format without one): weights, biases, output,
      * gradients w.r.t. the inputs, weight and bias gradients */
     int fw, fb, fa, fdx, fdw;
@@ -245,5 +257,9 @@ double fx_model_clock(const fx_model *m);
 /* Set a new FLEX16_5 tensor's window and preset per the config (no-op for other formats); t
  * must hold only zeros, as tensor_new leaves it (fx_tensor_set_window_fresh). */
 int fx_model_flex_setup(const fx_train_config *cfg, tensor_t *t, int window_lo);
+
+/* Test hook: how many max-pool backwards applied the ReLU before them on the pooled values
+ * (fx_layer.relu_first) since the process started. */
+int64_t fx_model_relu_pool_made(void);
 
 #endif

@@ -213,7 +213,10 @@ static int fx_build_registry(fx_trainer *t)
             if (!rc && l->out[FX_CTX_TRAIN]) t->reg[t->nreg - 1].stale = &l->out_stale;
         }
         if (!rc) rc = fx_reg_add(t, l->name, ".pre", l->tmp[FX_CTX_TRAIN], A, &cap);
-        if (!rc && l->dx_owned[0]) rc = fx_reg_add(t, l->name, ".dx", l->dx[0], G, &cap);
+        if (!rc && l->dx_owned[0]) {
+            rc = fx_reg_add(t, l->name, ".dx", l->dx[0], G, &cap);
+            if (!rc) t->reg[t->nreg - 1].stale = &l->dx_stale;
+        }
         if (!rc && l->dy_sum) {
             rc = fx_reg_add(t, l->name, ".dy", l->dy_sum, G, &cap);
             if (!rc) t->reg[t->nreg - 1].stale = &l->dy_sum_stale;
