@@ -398,10 +398,11 @@ FX_API const fx_loss_scaler *fx_trainer_loss_scaler(const fx_trainer *t);
  *  ReLU's output, so that convolution has no "<layer>.out" / ".pre" of its own; likewise a
  *  batch norm or an fp16/bf16 residual add followed by its ReLU writes only the ReLU's output,
  *  and an fp16/bf16 ReLU whose output feeds two layers makes its input gradient without
- *  storing the sum of theirs; a max pool (non-overlapping windows) right after a ReLU applies
- *  the ReLU's gate to its own output gradient and scatters it into the ReLU's "<relu>.dx",
- *  leaving its own "<pool>.dx" unwritten: those "<layer>.out", "<relu>.dy" and "<pool>.dx"
- *  stay listed (a
+ *  storing the sum of theirs; in every format a max pool (non-overlapping windows; 2 x 2 in
+ *  FLEX16_5/DFP16) right after a ReLU applies the ReLU's gate to its own output gradient and
+ *  scatters it into the ReLU's "<relu>.dx", leaving the values of its own "<pool>.dx"
+ *  unwritten (in FLEX16_5/DFP16 its write, exponent, statistics and trace are made): those
+ *  "<layer>.out", "<relu>.dy" and "<pool>.dx" stay listed (a
  *  checkpoint's layout does not depend on the format) but fx_trainer_tensor() refuses them
  *  with FX_ESTATE after a step that left them unwritten (set FLEXPOINT_NO_FUSION=1 to keep
  *  them all). In FLEX16_5/DFP16 runs a convolution with a bias and a ReLU writes its

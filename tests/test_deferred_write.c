@@ -225,8 +225,9 @@ static fx_trainer *trainer(const char *model, fmt_t fmt, const char *preset,
 static int log_trainer(obs_log *l, fx_trainer *t)
 {
     int pending = 0;
+    /* (a tensor the last step's fused ops left unwritten is refused: NULL, in both modes) */
     for (int i = 0; i < fx_trainer_tensor_count(t); i++)
-        pending += pending_active(fx_trainer_tensor(t, i));
+        if (fx_trainer_tensor(t, i)) pending += pending_active(fx_trainer_tensor(t, i));
     int64_t n = fx_trainer_param_count(t);
     float *p = malloc((size_t)n * sizeof *p);
     CHECK_STATUS(fx_trainer_get_params(t, p), FX_OK);
@@ -234,7 +235,9 @@ static int log_trainer(obs_log *l, fx_trainer *t)
     free(p);
     for (int i = 0; i < fx_trainer_tensor_count(t); i++) {
         tensor_t *x = fx_trainer_tensor(t, i);
-        if (fmt_is_shared_exponent(tensor_fmt(x))) log_tensor(l, x);
+        const int refused = x == NULL; /* which tensors were refused is observed too */
+        log_put(l, &refused, sizeof refused);
+        if (x && fmt_is_shared_exponent(tensor_fmt(x))) log_tensor(l, x);
     }
     return pending;
 }

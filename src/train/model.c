@@ -522,11 +522,13 @@ static void fx_fuse_conv_relu(fx_model *m)
     }
 }
 
-/* A ReLU whose only consumer is a max pool with non-overlapping windows right after it, in
- * float formats (fx_layer.relu_first): the pool's backward applies the ReLU's gate on the
- * pooled values and scatters into the ReLU's input gradient. Both layers' gradients in one
- * format, the same as the ReLU's output, so that no conversion enters between the gate and
- * the scatter. */
+/* A ReLU whose only consumer is a max pool with non-overlapping windows right after it, on the
+ * host (fx_layer.relu_first; a device keeps the two ops, which no GPU here has run otherwise):
+ * the pool's backward applies the ReLU's gate on the pooled values and
+ * scatters into the ReLU's input gradient; in FLEX16_5/DFP16 (2x2 windows, one process) both
+ * writes made from the pooled values (fx_pool_relu_backward_shared). Both layers' gradients
+ * in one format, the same as the ReLU's output, so that no conversion enters between the gate
+ * and the scatter. */
 static int64_t relu_pool_made; /* test hook: pool backwards that gated first */
 
 int64_t fx_model_relu_pool_made(void) { return __atomic_load_n(&relu_pool_made, __ATOMIC_RELAXED); }
@@ -536,10 +538,11 @@ static void fx_fuse_relu_pool(fx_model *m)
     if (fx_fusion_off()) return;
     for (int i = 0; i + 1 < m->nlayers; i++) {
         fx_layer *r = &m->layers[i], *p = &m->layers[i + 1];
+        const int shared = fmt_is_shared_exponent((fmt_t)r->fa);
         if (r->kind == FX_L_RELU && p->kind == FX_L_MAXPOOL && p->in[0] == i && r->in[0] >= 0 &&
-            r->consumers == 1 && !r->sum_gated && !r->shared_relu && p->k == p->stride &&
-            p->pad == 0 && r->fa == p->fa && r->fdx == p->fdx && r->fa == r->fdx &&
-            !fmt_is_shared_exponent((fmt_t)r->fa))
+            r->consumers == 1 && !r->sum_gated && p->k == p->stride && p->pad == 0 &&
+            r->fa == p->fa && r->fdx == p->fdx && r->fa == r->fdx && m->device < 0 &&
+            (!shared || (p->k == 2 && !m->comm)))
             p->relu_first = r->pool_gated = 1;
     }
 }
@@ -906,7 +909,7 @@ int fx_model_alloc_ctx(fx_model *m, int ctx)
                                     sizeof(int32_t));
             if (rc) return rc;
         }
-        if (l->relu_first) {
+        if (l->relu_first && !fmt_is_shared_exponent((fmt_t)l->fdx)) {
             l->gated = fx_new_act(m, l->fdx, l->ndim, l->shape, 1);
             if (!l->gated) return FX_ENOMEM;
         }
@@ -1337,8 +1340,19 @@ static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
     case FX_L_MAXPOOL: /* its argmax is written by the forward pass above and nothing else */
         if (dx && l->relu_first) { /* the ReLU's gate on the pooled values, then the scatter */
             fx_layer *r = &m->layers[l->in[0]];
-            int rc = tensor_relu_backward(l->gated, dy, l->out[ctx]);
-            if (!rc) rc = fx_maxpool2d_backward_own(r->dx[0], l->gated, l->argmax);
+            int rc;
+            if (l->gated) {
+                rc = tensor_relu_backward(l->gated, dy, l->out[ctx]);
+                if (!rc) rc = fx_maxpool2d_backward_own(r->dx[0], l->gated, l->argmax);
+            } else {
+                rc = fx_pool_relu_backward_shared(r->dx[0], dx, dy, l->argmax,
+                                                  fx_relu_gate(m, r, ctx), "tensor_relu_backward");
+                if (rc == FX_POOL_RELU_NOT_TAKEN) { /* the two ops, which the ReLU skips */
+                    rc = fx_maxpool2d_backward_own(dx, dy, l->argmax);
+                    if (!rc) rc = tensor_relu_backward(r->dx[0], dx, fx_relu_gate(m, r, ctx));
+                    return rc;
+                }
+            }
             if (!rc) {
                 l->dx_stale = 1;
                 __atomic_fetch_add(&relu_pool_made, 1, __ATOMIC_RELAXED);
