@@ -22,9 +22,6 @@
 #include "../flex/flex_math.h"
 
 #include <math.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +35,7 @@ typedef struct pr_plan {
     int16_t *gs;          /* the gate's mantissas at the argmax positions, [planes][P] */
     int16_t *as;          /* a's mantissas at the argmax positions (at a's exponent) */
     int16_t *dst;         /* dx's mantissas, [planes][HW] */
-    int16_t *tmp;         /* P values per thread */
+    int16_t *rs;          /* dx's mantissas at the argmax positions, before the scatter */
     int64_t planes, P, HW;
     int ey, ea;           /* dy's and a's exponents */
     int fused_e;          /* dst holds dx's rounding at this exponent, or FX_EXP_NONE */
@@ -46,14 +43,16 @@ typedef struct pr_plan {
     int nt;
 } pr_plan;
 
-/* Statistics (and with out, the mantissas) of the pooled values of one write over all planes:
- * gated by gs where gate, each rounded at shift; with scatter, out is dx, and each plane's
- * rounded values go to their argmax positions with zeros around them (through the thread's
- * P values of tmp). */
-static void pr_pass(const pr_plan *p, const int16_t *vals, int gate, int shift, int scatter,
-                    int16_t *out, fx_qstats *q)
+/* Statistics (and with out, the mantissas) of one write's pooled values, gated by gs where
+ * gate, each rounded at shift: in contiguous pieces of PR_PIECE values, whatever the planes
+ * (a call per plane of the CNN's second pool, 49 values, cost more than the passes it saved
+ * at two threads). */
+enum { PR_PIECE = 16384 };
+static void pr_quant(const pr_plan *p, const int16_t *vals, int gate, int shift, int16_t *out,
+                     fx_qstats *q)
 {
     fx_qstats_init(q);
+    const int64_t n = p->planes * p->P, pieces = (n + PR_PIECE - 1) / PR_PIECE;
     const int nt = p->nt;
     (void)nt;
 #ifdef _OPENMP
@@ -63,22 +62,13 @@ static void pr_pass(const pr_plan *p, const int16_t *vals, int gate, int shift, 
         fx_qstats mine, part;
         fx_qstats_init(&mine);
 #ifdef _OPENMP
-        int16_t *tmp = p->tmp + (int64_t)omp_get_thread_num() * p->P;
-#else
-        int16_t *tmp = p->tmp;
-#endif
-#ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t pl = 0; pl < p->planes; pl++) {
-            const int64_t lo = pl * p->P;
+        for (int64_t k = 0; k < pieces; k++) {
+            const int64_t lo = k * PR_PIECE, len = n - lo < PR_PIECE ? n - lo : PR_PIECE;
             const fx_sum2 s = {vals + lo, &pr_zero, 0, 0, 0, 0, gate ? p->gs + lo : NULL};
-            p->be->cvt.sum2_quant(&s, p->P, scatter ? tmp : out ? out + lo : NULL, shift, &part);
+            p->be->cvt.sum2_quant(&s, len, out ? out + lo : NULL, shift, &part);
             fx_qstats_merge(&mine, &part);
-            if (scatter) { /* (the levels' 2x2 vector scatter measured slower here) */
-                memset(out + pl * p->HW, 0, (size_t)p->HW * sizeof *out);
-                for (int64_t j = 0; j < p->P; j++) out[p->at[lo + j]] = tmp[j];
-            }
         }
 #ifdef _OPENMP
 #pragma omp critical(fx_pool_relu_merge)
@@ -87,13 +77,35 @@ static void pr_pass(const pr_plan *p, const int16_t *vals, int gate, int shift, 
     }
 }
 
+/* dx from the rounded pooled values rs: each plane zeroed, then each value at its argmax
+ * (the levels' 2 x 2 vector scatter measured slower here than a store per value) */
+static void pr_scatter(const pr_plan *p)
+{
+    const int nt = p->nt;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t pl = 0; pl < p->planes; pl++) {
+        memset(p->dst + pl * p->HW, 0, (size_t)p->HW * sizeof *p->dst);
+        for (int64_t j = pl * p->P; j < (pl + 1) * p->P; j++) p->dst[p->at[j]] = p->rs[j];
+    }
+}
+
+/* dx's rounding at shift from a's values: the statistics, and with keep, dx's mantissas */
+static void pr_dx_pass(const pr_plan *p, int shift, int keep, fx_qstats *q)
+{
+    pr_quant(p, p->as, 1, shift, keep ? p->rs : NULL, q);
+    if (keep) pr_scatter(p);
+}
+
 /* the pool's gradient: its quantiser, its mantissas kept at the argmax positions only (as:
  * the last rounding kept is the one at the exponent the write chose) */
 static int pr_quantize_a(void *ctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
     (void)r;
     const pr_plan *p = ctx;
-    pr_pass(p, p->dy, 0, e - p->ey, 0, keep ? p->as : NULL, q);
+    pr_quant(p, p->dy, 0, e - p->ey, keep ? p->as : NULL, q);
     return FX_OK;
 }
 
@@ -107,7 +119,7 @@ static int pr_quantize_dx(void *ctx, int e, const fx_rounding *r, int keep, fx_q
         return FX_OK;
     }
     if (keep) p->fused_e = FX_EXP_NONE; /* dst now holds the rounding at e */
-    pr_pass(p, p->as, 1, e - p->ea, keep, keep ? p->dst : NULL, q);
+    pr_dx_pass(p, e - p->ea, keep, q);
     return FX_OK;
 }
 
@@ -186,11 +198,13 @@ int fx_pool_relu_backward_shared(tensor_t *dx, tensor_t *a, const tensor_t *dy,
     p.ey = dy->st->exp;
     p.nt = ny >= ((int64_t)1 << 15) ? flexpoint_num_threads() : 1;
     p.fused_e = FX_EXP_NONE;
-    int16_t *buf = malloc((2 * (size_t)ny + (size_t)(p.nt * p.P)) * sizeof *buf);
+    /* from the scratch cache, whose pages stay mapped from one step to the next */
+    fx_scratch sc = {.n = 0};
+    int16_t *buf = fx_scratch_alloc(&sc, 3 * ny, sizeof *buf);
     if (!buf) return FX_POOL_RELU_NOT_TAKEN; /* the two ops, which report what fails */
     p.gs = buf;
     p.as = buf + ny;
-    p.tmp = buf + 2 * ny;
+    p.rs = buf + 2 * ny;
     /* the gate at each argmax, and every index in its own plane (else the two ops, whose
      * pool gradient reports the index) */
     const int16_t *g = fx_tensor_base(gate);
@@ -213,7 +227,7 @@ int fx_pool_relu_backward_shared(tensor_t *dx, tensor_t *a, const tensor_t *dy,
         }
     }
     if (bad) {
-        free(buf);
+        fx_scratch_free(&sc);
         return FX_POOL_RELU_NOT_TAKEN;
     }
     /* a's write: dy's values at dy's exponent, as fx_write_i16_max would stage them */
@@ -228,7 +242,7 @@ int fx_pool_relu_backward_shared(tensor_t *dx, tensor_t *a, const tensor_t *dy,
             if (dx->fmt == FMT_DFP16) e = p.ea;
             fx_prof_span sp;
             fx_prof_begin(&sp);
-            pr_pass(&p, p.as, 1, e - p.ea, 1, p.dst, &p.fused_q);
+            pr_dx_pass(&p, e - p.ea, 1, &p.fused_q);
             fx_prof_end(&sp, FX_PROF_ROUNDING);
             p.fused_e = e;
             imax = (uint32_t)p.fused_q.max_abs_in;
@@ -237,6 +251,6 @@ int fx_pool_relu_backward_shared(tensor_t *dx, tensor_t *a, const tensor_t *dy,
         }
         rc = pr_write(dx, p.ea, imax, &p, pr_quantize_dx, func);
     }
-    free(buf);
+    fx_scratch_free(&sc);
     return rc;
 }
