@@ -277,6 +277,11 @@ void fx_par_quant_i64(const fx_backend *be, const int64_t *src, int16_t *dst, in
  * when shift is 0, else blocks widened in L1 through the backend's quant_i64. */
 void fx_par_quant_i16(const fx_backend *be, const int16_t *src, int16_t *dst, int64_t n,
                       int shift, fx_qstats *st);
+/* The same with src[i] kept where gate[i] > 0 and 0 elsewhere (a ReLU's gradient gated by
+ * its input's mantissas): the backend's sum2_quant with that gate, as fx_shared_gated's pass
+ * rounds it. */
+void fx_par_quant_i16_gated(const fx_backend *be, const int16_t *src, const int16_t *gate,
+                            int16_t *dst, int64_t n, int shift, fx_qstats *st);
 void fx_par_maxabs_f32(const fx_backend *be, const float *src, int64_t n, float *maxabs,
                        int64_t *nonfinite);
 

@@ -36,14 +36,14 @@ static void fx_par_chunks(int64_t n, int nt, int64_t *nchunks, int64_t *len)
     *nchunks = (n + l - 1) / l; /* 0 for n = 0, as before */
 }
 
-/* fx_par_quant_i16 on one range. */
-static void fx_quant_i16_chunk(const fx_backend *be, const int16_t *src, int16_t *dst, int64_t n,
-                               int shift, fx_qstats *st)
+/* fx_par_quant_i16(_gated) on one range. */
+static void fx_quant_i16_chunk(const fx_backend *be, const int16_t *src, const int16_t *gate,
+                               int16_t *dst, int64_t n, int shift, fx_qstats *st)
 {
     /* src[i] + 0 as an aligned sum (fx_sum2): by its contract, quant_i64 of the widened values
      * (AVX-512: in int16 lanes; other levels widen to int64 in L1 blocks, or copy at shift 0) */
     static const int16_t zero = 0;
-    const fx_sum2 p = {src, &zero, 0, 0, 0, 0, NULL};
+    const fx_sum2 p = {src, &zero, 0, 0, 0, 0, gate};
     be->cvt.sum2_quant(&p, n, dst, shift, st);
 }
 
@@ -56,6 +56,7 @@ typedef struct fx_quant_job {
     int16_t *dst;            /* NULL: statistics only */
     int e;                   /* f32: the exponent; integer sources: the shift */
     const fx_rounding *r;    /* f32 only */
+    const int16_t *gate;     /* int16 sources: NULL, or src kept where gate > 0 */
 } fx_quant_job;
 
 static void fx_quant_range(const fx_quant_job *j, int64_t lo, int64_t len, fx_qstats *st)
@@ -66,7 +67,8 @@ static void fx_quant_range(const fx_quant_job *j, int64_t lo, int64_t len, fx_qs
     else if (j->kind == FX_QSRC_I64)
         j->be->cvt.quant_i64((const int64_t *)j->src + lo, d, len, j->e, st);
     else
-        fx_quant_i16_chunk(j->be, (const int16_t *)j->src + lo, d, len, j->e, st);
+        fx_quant_i16_chunk(j->be, (const int16_t *)j->src + lo, j->gate ? j->gate + lo : NULL, d,
+                           len, j->e, st);
 }
 
 static void fx_par_quant(const fx_quant_job *j, int64_t n, fx_qstats *st)
@@ -94,21 +96,27 @@ static void fx_par_quant(const fx_quant_job *j, int64_t n, fx_qstats *st)
 void fx_par_quant_f32(const fx_backend *be, const float *src, int16_t *dst, int64_t n, int e,
                       const fx_rounding *r, fx_qstats *st)
 {
-    const fx_quant_job j = {be, FX_QSRC_F32, src, dst, e, r};
+    const fx_quant_job j = {be, FX_QSRC_F32, src, dst, e, r, NULL};
     fx_par_quant(&j, n, st);
 }
 
 void fx_par_quant_i64(const fx_backend *be, const int64_t *src, int16_t *dst, int64_t n,
                       int shift, fx_qstats *st)
 {
-    const fx_quant_job j = {be, FX_QSRC_I64, src, dst, shift, NULL};
+    const fx_quant_job j = {be, FX_QSRC_I64, src, dst, shift, NULL, NULL};
     fx_par_quant(&j, n, st);
 }
 
 void fx_par_quant_i16(const fx_backend *be, const int16_t *src, int16_t *dst, int64_t n,
                       int shift, fx_qstats *st)
 {
-    const fx_quant_job j = {be, FX_QSRC_I16, src, dst, shift, NULL};
+    fx_par_quant_i16_gated(be, src, NULL, dst, n, shift, st);
+}
+
+void fx_par_quant_i16_gated(const fx_backend *be, const int16_t *src, const int16_t *gate,
+                            int16_t *dst, int64_t n, int shift, fx_qstats *st)
+{
+    const fx_quant_job j = {be, FX_QSRC_I16, src, dst, shift, NULL, gate};
     fx_par_quant(&j, n, st);
 }
 

@@ -8,8 +8,8 @@
  * nothing to a write's statistics (fx_qstats: saturations, NaN/Inf, underflows of nonzero
  * values, maxima), so both writes decide from the nonzero positions alone, which are the
  * pooled ones: here each write's exponent choice, Autoflex state, statistics and trace come
- * from a quantiser over the pooled values through the same kernels (the backend's sum2_quant
- * and sum2_maxabs), each value rounded where it would be. a's mantissas are not stored (the
+ * from a quantiser over the pooled values through the same kernel (the backend's sum2_quant,
+ * in fx_par_quant_i16's chunks), each value rounded where it would be. a's mantissas are not stored (the
  * trainer reads a only to make dx, and marks it unwritten); dx gets its rounded values
  * scattered back to their argmax positions and zeros elsewhere. So dx, a's and dx's exponents
  * and every statistic are the two ops' bits, with two full-size stages and two full-size passes
@@ -25,8 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const int16_t pr_zero = 0;
-
 /* the pooled values and where they go: planes of P pooled values over planes of HW inputs */
 typedef struct pr_plan {
     const fx_backend *be;
@@ -40,42 +38,8 @@ typedef struct pr_plan {
     int ey, ea;           /* dy's and a's exponents */
     int fused_e;          /* dst holds dx's rounding at this exponent, or FX_EXP_NONE */
     fx_qstats fused_q;
-    int nt;
+    int nt;               /* threads of the gather and the scatter */
 } pr_plan;
-
-/* Statistics (and with out, the mantissas) of one write's pooled values, gated by gs where
- * gate, each rounded at shift: in contiguous pieces of PR_PIECE values, whatever the planes
- * (a call per plane of the CNN's second pool, 49 values, cost more than the passes it saved
- * at two threads). */
-enum { PR_PIECE = 16384 };
-static void pr_quant(const pr_plan *p, const int16_t *vals, int gate, int shift, int16_t *out,
-                     fx_qstats *q)
-{
-    fx_qstats_init(q);
-    const int64_t n = p->planes * p->P, pieces = (n + PR_PIECE - 1) / PR_PIECE;
-    const int nt = p->nt;
-    (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) if (nt > 1)
-#endif
-    {
-        fx_qstats mine, part;
-        fx_qstats_init(&mine);
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-        for (int64_t k = 0; k < pieces; k++) {
-            const int64_t lo = k * PR_PIECE, len = n - lo < PR_PIECE ? n - lo : PR_PIECE;
-            const fx_sum2 s = {vals + lo, &pr_zero, 0, 0, 0, 0, gate ? p->gs + lo : NULL};
-            p->be->cvt.sum2_quant(&s, len, out ? out + lo : NULL, shift, &part);
-            fx_qstats_merge(&mine, &part);
-        }
-#ifdef _OPENMP
-#pragma omp critical(fx_pool_relu_merge)
-#endif
-        fx_qstats_merge(q, &mine);
-    }
-}
 
 /* dx from the rounded pooled values rs: each plane zeroed, then each value at its argmax
  * (the levels' 2 x 2 vector scatter measured slower here than a store per value) */
@@ -95,7 +59,7 @@ static void pr_scatter(const pr_plan *p)
 /* dx's rounding at shift from a's values: the statistics, and with keep, dx's mantissas */
 static void pr_dx_pass(const pr_plan *p, int shift, int keep, fx_qstats *q)
 {
-    pr_quant(p, p->as, 1, shift, keep ? p->rs : NULL, q);
+    fx_par_quant_i16_gated(p->be, p->as, p->gs, keep ? p->rs : NULL, p->planes * p->P, shift, q);
     if (keep) pr_scatter(p);
 }
 
@@ -105,7 +69,7 @@ static int pr_quantize_a(void *ctx, int e, const fx_rounding *r, int keep, fx_qs
 {
     (void)r;
     const pr_plan *p = ctx;
-    pr_quant(p, p->dy, 0, e - p->ey, keep ? p->as : NULL, q);
+    fx_par_quant_i16(p->be, p->dy, keep ? p->as : NULL, p->planes * p->P, e - p->ey, q);
     return FX_OK;
 }
 
@@ -121,24 +85,6 @@ static int pr_quantize_dx(void *ctx, int e, const fx_rounding *r, int keep, fx_q
     if (keep) p->fused_e = FX_EXP_NONE; /* dst now holds the rounding at e */
     pr_dx_pass(p, e - p->ea, keep, q);
     return FX_OK;
-}
-
-static uint32_t pr_maxabs(const pr_plan *p, const int16_t *vals, int gate, int64_t n)
-{
-    uint32_t mx = 0;
-    const int nt = p->nt;
-    (void)nt;
-    const int64_t step = 1 << 14, chunks = (n + step - 1) / step;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(max : mx)
-#endif
-    for (int64_t c = 0; c < chunks; c++) {
-        const int64_t lo = c * step, len = n - lo < step ? n - lo : step;
-        const fx_sum2 s = {vals + lo, &pr_zero, 0, 0, 0, 0, gate ? p->gs + lo : NULL};
-        const uint32_t m = p->be->cvt.sum2_maxabs(&s, len);
-        mx = m > mx ? m : mx;
-    }
-    return mx;
 }
 
 static int pr_write(tensor_t *out, int exp, uint32_t imax, void *ctx,
@@ -177,10 +123,10 @@ int fx_pool_relu_backward_shared(tensor_t *dx, tensor_t *a, const tensor_t *dy,
     if (!dx || !a || !dy || !argmax || !gate || dx->ndim != 4 || dy->ndim != 4 ||
         !pr_plain(dx) || !pr_plain(a) || !fmt_is_shared_exponent(dy->fmt) ||
         !fmt_is_shared_exponent(gate->fmt) || dy->st->on_device || gate->st->on_device ||
-        !fx_tensor_is_contiguous(dy) || !fx_tensor_is_contiguous(gate) ||
+        !fx_tensor_is_contiguous(dy) || !fx_tensor_is_contiguous(gate) || !be->cvt.sum2_quant ||
         !fx_shape_is(a, dx->ndim, dx->shape) || !fx_shape_is(gate, dx->ndim, dx->shape) ||
         dx->st == a->st || dx->st == dy->st || dx->st == gate->st || a->st == dy->st ||
-        a->st == gate->st || !be->cvt.sum2_quant || !be->cvt.sum2_maxabs ||
+        a->st == gate->st ||
         dy->shape[0] != dx->shape[0] || dy->shape[1] != dx->shape[1] ||
         2 * dy->shape[2] > dx->shape[2] || 2 * dy->shape[3] > dx->shape[3])
         return FX_POOL_RELU_NOT_TAKEN;
@@ -205,18 +151,23 @@ int fx_pool_relu_backward_shared(tensor_t *dx, tensor_t *a, const tensor_t *dy,
     p.gs = buf;
     p.as = buf + ny;
     p.rs = buf + 2 * ny;
-    /* the gate at each argmax, and every index in its own plane (else the two ops, whose
-     * pool gradient reports the index) */
+    /* the gate at each argmax, every index in its own plane (else the two ops, whose pool
+     * gradient reports the index), and dy's largest |mantissa| (a's write's maximum, as the
+     * pool gradient's scatter finds it) */
     const int16_t *g = fx_tensor_base(gate);
     int64_t bad = 0;
+    int32_t dymax = 0;
     const int nt = p.nt;
     (void)nt;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(+ : bad)
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(+ : bad) \
+    reduction(max : dymax)
 #endif
     for (int64_t pl = 0; pl < p.planes; pl++) {
         const int64_t lo = pl * p.HW;
         for (int64_t j = pl * p.P; j < (pl + 1) * p.P; j++) {
+            const int32_t v = p.dy[j], av = v < 0 ? -v : v;
+            dymax = av > dymax ? av : dymax;
             const int32_t at = argmax[j];
             if (at < lo || at >= lo + p.HW) {
                 bad++;
@@ -231,7 +182,7 @@ int fx_pool_relu_backward_shared(tensor_t *dx, tensor_t *a, const tensor_t *dy,
         return FX_POOL_RELU_NOT_TAKEN;
     }
     /* a's write: dy's values at dy's exponent, as fx_write_i16_max would stage them */
-    int rc = pr_write(a, p.ey, pr_maxabs(&p, p.dy, 0, ny), &p, pr_quantize_a, func);
+    int rc = pr_write(a, p.ey, (uint32_t)dymax, &p, pr_quantize_a, func);
     if (rc == FX_OK) {
         p.ea = a->st->exp; /* as holds a's mantissas at the argmax positions at ea */
         /* dx's write as fx_shared_gated makes it: rounded first at a guessed exponent where
@@ -246,8 +197,10 @@ int fx_pool_relu_backward_shared(tensor_t *dx, tensor_t *a, const tensor_t *dy,
             fx_prof_end(&sp, FX_PROF_ROUNDING);
             p.fused_e = e;
             imax = (uint32_t)p.fused_q.max_abs_in;
-        } else {
-            imax = pr_maxabs(&p, p.as, 1, ny);
+        } else { /* the gated values' maximum from a statistics-only pass */
+            fx_qstats q;
+            fx_par_quant_i16_gated(be, p.as, p.gs, NULL, ny, 0, &q);
+            imax = (uint32_t)q.max_abs_in;
         }
         rc = pr_write(dx, p.ea, imax, &p, pr_quantize_dx, func);
     }

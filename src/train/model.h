@@ -109,10 +109,11 @@ typedef struct fx_layer {
      * trace of the step, so that fx_trainer_tensor refuses them rather than hand out what they
      * were allocated with; cleared by a step that writes them */
     int out_stale, dy_sum_stale;
-    /* a ReLU and the max pool right after it (float formats, non-overlapping windows, the
-     * ReLU's only consumer): on the MAXPOOL layer (relu_first), the backward gates its output
+    /* a ReLU and the max pool right after it (non-overlapping windows, the ReLU's only
+     * consumer, the host): on the MAXPOOL layer (relu_first), the backward gates its output
      * gradient by its own output (the pooled ReLU outputs) into gated, a tensor of the pooled
-     * shape, and scatters that straight into the ReLU layer's dx; on the RELU layer
+     * shape, and scatters that straight into the ReLU layer's dx (FLEX16_5/DFP16, no gated:
+     * fx_pool_relu_backward_shared, the two writes from the pooled values); on the RELU layer
      * (pool_gated), the backward is then done. Each window's gradient goes to its argmax only,
      * whose ReLU output is the window's pooled value, so the gate there is the same and the
      * other positions get the +0 the unpooling wrote: the same bits, with the ReLU's mask
