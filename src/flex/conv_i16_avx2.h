@@ -132,25 +132,38 @@ static inline void fx_i16_row_sums_avx2(__m256i acc0, __m256i acc1, const int32_
 
 /* One tile row's sums 2^16 hi + acc (hi: 16 int32, acc0 its channels 0-7, acc1 8-15) as int64:
  * the first ncols written to out, or added to what is there (add); where mx is not NULL, *mx
- * raised to their |values| lane by lane (lanes past ncols hold sums of zero weights: 0). A
- * whole row that replaces goes straight from the registers to out: through the staging row,
- * GCC copied it with a call to memmove (1.3 % of ResNet-20's stage-1 forward pass). */
+ * raised to their |values| lane by lane (lanes past ncols hold sums of zero weights: 0). Each
+ * vector goes from its register to out, a partial one by a masked store: wherever the sums
+ * passed through an array on the stack, GCC copied them out with a call to memmove (a whole
+ * row staged: 1.3 % of ResNet-20's stage-1 forward pass; the four stores of a whole row
+ * merged into one 128-byte memmove where mx was NULL: 1.3-2.6 % of an AVX2 CNN epoch in
+ * flex16_5 and dfp16, whose conv2 keeps its int64 sums). */
 static inline void fx_i16_store_row_avx2(__m256i acc0, __m256i acc1, const int32_t *hi,
                                          int64_t *out, int ncols, int add, __m256i *mx)
 {
-    int64_t row[16] __attribute__((aligned(32)));
-    const int direct = ncols == 16 && !add;
-    __m256i s[4];
-    fx_i16_row_sums_avx2(acc0, acc1, hi, s);
-    for (int k = 0; k < 4; k++) {
-        if (direct)
-            _mm256_storeu_si256((__m256i *)(out + 4 * k), s[k]);
-        else
-            _mm256_store_si256((__m256i *)(row + 4 * k), s[k]);
-        if (mx) *mx = fx_max_epi64_avx2(*mx, fx_abs_epi64_avx2(s[k]));
+    for (int v = 0; v < 2; v++) {
+        const __m256i a = v ? acc1 : acc0;
+        const __m256i hv = _mm256_load_si256((const __m256i *)(hi + 8 * v));
+        for (int q = 0; q < 2; q++) {
+            const __m128i a32 = q ? _mm256_extracti128_si256(a, 1) : _mm256_castsi256_si128(a);
+            const __m128i h32 = q ? _mm256_extracti128_si256(hv, 1) : _mm256_castsi256_si128(hv);
+            const __m256i s = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(h32), 16),
+                                               _mm256_cvtepi32_epi64(a32));
+            if (mx) *mx = fx_max_epi64_avx2(*mx, fx_abs_epi64_avx2(s));
+            const int first = 8 * v + 4 * q, left = ncols - first;
+            long long *p = (long long *)(out + first);
+            if (left >= 4) {
+                const __m256i o = add ? _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)p), s)
+                                      : s;
+                _mm256_storeu_si256((__m256i *)p, o);
+            } else if (left > 0) {
+                const __m256i m = _mm256_cmpgt_epi64(_mm256_set1_epi64x(left),
+                                                     _mm256_setr_epi64x(0, 1, 2, 3));
+                const __m256i o = add ? _mm256_add_epi64(_mm256_maskload_epi64(p, m), s) : s;
+                _mm256_maskstore_epi64(p, m, o);
+            }
+        }
     }
-    if (!direct)
-        for (int k = 0; k < ncols; k++) out[k] = add ? out[k] + row[k] : row[k];
 }
 
 /* the largest of four uint64 lanes below 2^63 */
