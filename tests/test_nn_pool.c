@@ -1008,29 +1008,32 @@ static float half_value(fmt_t f, uint16_t h)
     return (float)((h & 0x8000) ? -mag : mag);
 }
 
+enum { NAN_TIES_MAX_OW = 21 }; /* the widest rows of the 2x2 rule's tests below */
+
 /* The 2x2 rule on fp16/bf16 planes, whose pooling reads the 16-bit patterns (AVX2's
  * fx_maxpool2x2_half_avx2) or widens them (the portable route): 8-window steps and row tails
- * (8 x 38 values, 4 x 19 windows) of patterns with ties, signed zeros, infinities, subnormals
+ * (8 rows of 2 OW values, and one more where OW is odd: 4 x OW windows) of patterns with ties, signed zeros, infinities, subnormals
  * and quiet and signalling NaNs of both signs with payloads. The output is the winning pattern,
  * and a NaN the format's quiet NaN with its sign (what the fp32 route's narrowing gives). */
-static void half_nan_and_ties_2x2(const char *bn, fmt_t f)
+static void half_nan_and_ties_2x2(const char *bn, fmt_t f, int OW)
 {
-    enum { H = 8, W = 38, OH = 4, OW = 19 };
+    enum { H = 8, OH = 4, MAXW = 2 * NAN_TIES_MAX_OW + 1 };
+    const int W = 2 * OW + (OW & 1); /* an odd width leaves its last column out */
     const uint16_t bf[] = {0x4000, 0x4000, 0x8000, 0x0000, 0x7F80, 0xFF80, 0x0001, 0x8001,
                            0x7FC1, 0xFF81, 0x7F85, 0x3F80, 0xBF80, 0x4040, 0xC000, 0x0080};
     const uint16_t hf[] = {0x4000, 0x4000, 0x8000, 0x0000, 0x7C00, 0xFC00, 0x0001, 0x8001,
                            0x7E01, 0xFC81, 0x7C05, 0x3C00, 0xBC00, 0x4200, 0xC000, 0x0400};
     const uint16_t *pat = f == FMT_BF16 ? bf : hf;
     const uint16_t qnan = f == FMT_BF16 ? 0x7FC0 : 0x7E00;
-    uint16_t v[H * W];
+    uint16_t v[H * MAXW];
     for (int i = 0; i < H * W; i++) v[i] = pat[(i * 7 + i / W * 3) % 16];
     int64_t sx[4] = {1, 1, H, W}, sy[4] = {1, 1, OH, OW};
     tensor_t *x = tensor_new(f, 4, sx), *y = tensor_new(f, 4, sy);
     CHECK(x && y, "allocation");
     if (x && y) {
         CHECK_STATUS(tensor_set_raw(x, v), FX_OK);
-        int32_t am[OH * OW];
-        uint16_t out[OH * OW];
+        int32_t am[OH * NAN_TIES_MAX_OW];
+        uint16_t out[OH * NAN_TIES_MAX_OW];
         CHECK_STATUS(tensor_maxpool2d(y, am, x, 2, 2, 2, 2, 0, 0), FX_OK);
         CHECK_STATUS(tensor_get_raw(y, out), FX_OK);
         int bad = 0;
@@ -1047,29 +1050,31 @@ static void half_nan_and_ties_2x2(const char *bn, fmt_t f)
                                        : v[best];
                 bad += am[oh * OW + ow] != best || out[oh * OW + ow] != w;
             }
-        CHECK(bad == 0, "%s %s: %d of %d windows differ from the rule (NaN, ties, signed zeros)",
-              bn, fmt_name(f), bad, OH * OW);
+        CHECK(bad == 0, "%s %s, %d windows a row: %d of %d differ from the rule (NaN, ties, "
+              "signed zeros)", bn, fmt_name(f), OW, bad, OH * OW);
     }
     tensor_free(x);
     tensor_free(y);
 }
 
 /* The same rules on every backend, through the SIMD kernels' whole steps and their row tails: a
- * plane of 6 x 42 values (3 x 21 windows: two full 8-window steps and a tail of 5 per row on
- * AVX2, one 16-window step and a tail on AVX-512) full of ties, signed zeros and NaNs in every
+ * plane of 6 rows of 2 OW values, and one more where OW is odd (3 x OW windows; at OW = 21 two
+ * full 8-window steps and a tail of 5 per row on AVX2, one 16-window step and a tail on
+ * AVX-512) full of ties, signed zeros and NaNs in every
  * candidate position, against the portable rule computed here. Int16 formats: the same plane
  * with its NaNs replaced, bit for bit against the same rule on the mantissas. */
-static void nan_and_ties_2x2_every_backend(void)
+static void nan_and_ties_2x2_every_backend(int OW)
 {
-    enum { H = 6, W = 42, OH = 3, OW = 21 };
-    float v[H * W];
+    enum { H = 6, OH = 3, MAXW = 2 * NAN_TIES_MAX_OW + 1 };
+    const int W = 2 * OW + (OW & 1); /* an odd width leaves its last column out */
+    float v[H * MAXW];
     for (int i = 0; i < H * W; i++) {
         const int r = (i * 7 + i / W) % 11;
         v[i] = r < 3 ? 2.0f : r == 3 ? -0.0f : r == 4 ? 0.0f : r == 5 ? NAN : (float)(r % 4) - 1.5f;
     }
     /* the rule: candidates in scan order; one wins when greater, or NaN over a non-NaN */
-    float want[OH * OW];
-    int32_t want_at[OH * OW];
+    float want[OH * NAN_TIES_MAX_OW];
+    int32_t want_at[OH * NAN_TIES_MAX_OW];
     for (int oh = 0; oh < OH; oh++)
         for (int ow = 0; ow < OW; ow++) {
             const int at0 = 2 * oh * W + 2 * ow, cand[4] = {at0, at0 + 1, at0 + W, at0 + W + 1};
@@ -1092,8 +1097,8 @@ static void nan_and_ties_2x2_every_backend(void)
         CHECK(x && y, "allocation");
         if (!x || !y) break;
         CHECK_STATUS(tensor_from_f32(x, v), FX_OK);
-        int32_t am[OH * OW];
-        float out[OH * OW];
+        int32_t am[OH * NAN_TIES_MAX_OW];
+        float out[OH * NAN_TIES_MAX_OW];
         CHECK_STATUS(tensor_maxpool2d(y, am, x, 2, 2, 2, 2, 0, 0), FX_OK);
         CHECK_STATUS(tensor_to_f32(y, out), FX_OK);
         int bad = 0;
@@ -1101,21 +1106,21 @@ static void nan_and_ties_2x2_every_backend(void)
             bad += am[o] != want_at[o] ||
                    (isnan(want[o]) ? !isnan(out[o])
                                    : memcmp(&out[o], &want[o], sizeof out[o]) != 0);
-        CHECK(bad == 0, "%s fp32: %d of %d windows differ from the rule (NaN, ties, signed "
-              "zeros)", bn, bad, OH * OW);
+        CHECK(bad == 0, "%s fp32, %d windows a row: %d of %d differ from the rule (NaN, ties, "
+              "signed zeros)", bn, OW, bad, OH * OW);
         tensor_free(x);
         tensor_free(y);
 
         /* int16 mantissas: 2v (ties stay ties), NaN -> 3 (a tie with 1.5 * 2), -0 and 0 one
          * value */
-        int16_t m[H * W];
+        int16_t m[H * MAXW];
         for (int i = 0; i < H * W; i++) m[i] = isnan(v[i]) ? 3 : (int16_t)(2.0f * v[i]);
         tensor_t *xi = fixed_flex(4, sx, 0), *yi = fixed_flex(4, sy, 0);
         CHECK(xi && yi, "allocation");
         if (!xi || !yi) break;
         CHECK_STATUS(tensor_set_raw(xi, m), FX_OK);
         CHECK_STATUS(tensor_maxpool2d(yi, am, xi, 2, 2, 2, 2, 0, 0), FX_OK);
-        int16_t mo[OH * OW];
+        int16_t mo[OH * NAN_TIES_MAX_OW];
         CHECK_STATUS(tensor_get_raw(yi, mo), FX_OK);
         bad = 0;
         for (int oh = 0; oh < OH; oh++)
@@ -1126,11 +1131,12 @@ static void nan_and_ties_2x2_every_backend(void)
                     if (m[cand[k]] > m[best]) best = cand[k];
                 bad += am[oh * OW + ow] != best || mo[oh * OW + ow] != m[best];
             }
-        CHECK(bad == 0, "%s int16: %d of %d windows differ from the rule", bn, bad, OH * OW);
+        CHECK(bad == 0, "%s int16, %d windows a row: %d of %d differ from the rule", bn, OW, bad,
+              OH * OW);
         tensor_free(xi);
         tensor_free(yi);
-        half_nan_and_ties_2x2(bn, FMT_BF16);
-        half_nan_and_ties_2x2(bn, FMT_FP16);
+        half_nan_and_ties_2x2(bn, FMT_BF16, OW);
+        half_nan_and_ties_2x2(bn, FMT_FP16, OW);
     }
     CHECK_STATUS(flexpoint_set_backend(before), FX_OK);
 }
@@ -1236,6 +1242,12 @@ static void unpool_2x2_every_backend(void)
     const int64_t xs2[4] = {2, 3, 17, 35}, ys2[4] = {2, 3, 8, 17};
     unpool_2x2_case(xs1, ys1);
     unpool_2x2_case(xs2, ys2);
+    /* every tail of the 8-block step: rows of 2 to 9 blocks (the CNN's 7 among them), an odd
+     * last row */
+    for (int64_t w = 2; w <= 9; w++) {
+        const int64_t xs[4] = {1, 3, 5, 2 * w}, ys[4] = {1, 3, 2, w};
+        unpool_2x2_case(xs, ys);
+    }
 }
 
 int main(void)
@@ -1256,7 +1268,11 @@ int main(void)
     for (size_t ci = 0; ci < sizeof GCASES / sizeof *GCASES; ci++)
         for (int f = 0; f < FMT_COUNT; f++) run_global(&GCASES[ci], (fmt_t)f, &last_backend);
     nan_and_ties_2x2();
-    nan_and_ties_2x2_every_backend();
+    /* rows of 1 to 17 windows (every tail of the 8- and 16-window steps), the CNN's 14, and
+     * 19 and 21 (whole steps with tails of 3 and 5) */
+    for (int ow = 1; ow <= 17; ow++) nan_and_ties_2x2_every_backend(ow);
+    nan_and_ties_2x2_every_backend(19);
+    nan_and_ties_2x2_every_backend(21);
     unpool_2x2_every_backend();
     exact_rounding();
     format_pairs();

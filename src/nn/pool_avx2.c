@@ -17,8 +17,11 @@
  * and needs no widened plane, pooled plane and narrowing (on the CNN's pool1, one thread on the
  * AVX2 EPYC, the bf16 pooling had taken 1.25x fp32's time that way).
  *
- * A row's last windows (OW not a multiple of 8) go through small zeroed buffers instead of
- * masked moves, which AMD microcodes. */
+ * A row's last windows (OW not a multiple of 8: the CNN's rows of 14 and 7 windows) are read
+ * by masked loads, whose masked-off lanes read as 0, and written in pieces of 4, 2 and 1
+ * values, not by masked stores, which AMD microcodes. Through small buffers copied with
+ * memcpy, these tails had been a library call per row and array, 2 % of a bf16 CNN epoch at
+ * this level (`perf`, an Intel model 167 with FLEXPOINT_CPU=avx2). */
 #include "../core/backend.h"
 #include "pool_kernels.h"
 
@@ -26,6 +29,47 @@
 #include <string.h>
 
 enum { FX_POOL_STEP = 8 }; /* windows per step */
+
+/* the lanes below n of 8 32-bit lanes, as a mask */
+static inline __m256i fx_lanes_below(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* v's first n (< 8) 32-bit lanes to p (floats or int32: the bits as they are), in pieces */
+static inline void fx_store_f32_tail(void *p, __m256 v, int n)
+{
+    char *d = p;
+    __m128 h = _mm256_castps256_ps128(v);
+    if (n & 4) {
+        _mm_storeu_ps((float *)(void *)d, h);
+        d += 16;
+        h = _mm256_extractf128_ps(v, 1);
+    }
+    if (n & 2) {
+        _mm_storel_pi((__m64 *)(void *)d, h);
+        d += 8;
+        h = _mm_movehl_ps(h, h);
+    }
+    if (n & 1) memcpy(d, &h, 4); /* a fixed size: one move */
+}
+
+/* v's first n (< 8) 16-bit lanes to p, in pieces */
+static inline void fx_store_u16_tail(uint16_t *p, __m128i v, int n)
+{
+    if (n & 4) {
+        _mm_storel_epi64((__m128i *)p, v);
+        p += 4;
+        v = _mm_srli_si128(v, 8);
+    }
+    if (n & 2) {
+        const int32_t w = _mm_cvtsi128_si32(v);
+        memcpy(p, &w, 4);
+        p += 2;
+        v = _mm_srli_si128(v, 4);
+    }
+    if (n & 1) *p = (uint16_t)_mm_cvtsi128_si32(v);
+}
 
 /* idx[k] = r0 + 2k + off[k] for the step's n windows (n = 8 stores the whole vector). */
 static inline void fx_pool_idx_avx2(int32_t *idx, int32_t r0, __m256i off, int n)
@@ -36,9 +80,7 @@ static inline void fx_pool_idx_avx2(int32_t *idx, int32_t r0, __m256i off, int n
         _mm256_storeu_si256((__m256i *)idx, v);
         return;
     }
-    int32_t tmp[FX_POOL_STEP];
-    _mm256_storeu_si256((__m256i *)tmp, v);
-    memcpy(idx, tmp, (size_t)n * sizeof *idx);
+    fx_store_f32_tail(idx, _mm256_castsi256_ps(v), n);
 }
 
 /* Even and odd elements of 16 consecutive floats (a: the first 8, b: the next 8), in order. */
@@ -78,13 +120,11 @@ void fx_maxpool2x2_f32_avx2(const float *x, int64_t x_base, int64_t W, int64_t O
                 b0 = _mm256_loadu_ps(x1 + 2 * ow);
                 b1 = _mm256_loadu_ps(x1 + 2 * ow + 8);
             } else {
-                float t0[2 * FX_POOL_STEP] = {0}, t1[2 * FX_POOL_STEP] = {0};
-                memcpy(t0, x0 + 2 * ow, (size_t)(2 * n) * sizeof *t0);
-                memcpy(t1, x1 + 2 * ow, (size_t)(2 * n) * sizeof *t1);
-                a0 = _mm256_loadu_ps(t0);
-                a1 = _mm256_loadu_ps(t0 + 8);
-                b0 = _mm256_loadu_ps(t1);
-                b1 = _mm256_loadu_ps(t1 + 8);
+                const __m256i m0 = fx_lanes_below(2 * n), m1 = fx_lanes_below(2 * n - 8);
+                a0 = _mm256_maskload_ps(x0 + 2 * ow, m0);
+                a1 = _mm256_maskload_ps(x0 + 2 * ow + 8, m1);
+                b0 = _mm256_maskload_ps(x1 + 2 * ow, m0);
+                b1 = _mm256_maskload_ps(x1 + 2 * ow + 8, m1);
             }
             __m256 best, c[3];
             fx_pool_deinterleave(a0, a1, &best, &c[0]);
@@ -98,9 +138,7 @@ void fx_maxpool2x2_f32_avx2(const float *x, int64_t x_base, int64_t W, int64_t O
             if (n == FX_POOL_STEP) {
                 _mm256_storeu_ps(o + ow, best);
             } else {
-                float tmp[FX_POOL_STEP];
-                _mm256_storeu_ps(tmp, best);
-                memcpy(o + ow, tmp, (size_t)n * sizeof *tmp);
+                fx_store_f32_tail(o + ow, best, n);
             }
             if (idx)
                 fx_pool_idx_avx2(idx + oh * OW + ow, (int32_t)(x_base + 2 * oh * W + 2 * ow), off,
@@ -155,11 +193,10 @@ void fx_maxpool2x2_half_avx2(const uint16_t *x, int64_t x_base, int64_t W, int64
                 r0 = _mm256_loadu_si256((const __m256i *)(x0 + 2 * ow));
                 r1 = _mm256_loadu_si256((const __m256i *)(x1 + 2 * ow));
             } else {
-                uint16_t t0[2 * FX_POOL_STEP] = {0}, t1[2 * FX_POOL_STEP] = {0};
-                memcpy(t0, x0 + 2 * ow, (size_t)(2 * n) * sizeof *t0);
-                memcpy(t1, x1 + 2 * ow, (size_t)(2 * n) * sizeof *t1);
-                r0 = _mm256_loadu_si256((const __m256i *)t0);
-                r1 = _mm256_loadu_si256((const __m256i *)t1);
+                /* a window's two values are one 32-bit lane */
+                const __m256i m = fx_lanes_below(n);
+                r0 = _mm256_maskload_epi32((const int *)(const void *)(x0 + 2 * ow), m);
+                r1 = _mm256_maskload_epi32((const int *)(const void *)(x1 + 2 * ow), m);
             }
             __m256 f[4];
             __m256i h[4];
@@ -180,9 +217,7 @@ void fx_maxpool2x2_half_avx2(const uint16_t *x, int64_t x_base, int64_t W, int64
             if (n == FX_POOL_STEP) {
                 _mm_storeu_si128((__m128i *)(o + ow), y8);
             } else {
-                uint16_t tmp[FX_POOL_STEP];
-                _mm_storeu_si128((__m128i *)tmp, y8);
-                memcpy(o + ow, tmp, (size_t)n * sizeof *tmp);
+                fx_store_u16_tail(o + ow, y8, n);
             }
             if (idx)
                 fx_pool_idx_avx2(idx + oh * OW + ow, (int32_t)(x_base + 2 * oh * W + 2 * ow), off,
@@ -253,20 +288,24 @@ int fx_maxunpool2x2_u16_avx2(const uint16_t *dy, const int32_t *idx, int64_t lo,
         if (ow < OW) {
             const int left = (int)(OW - ow);
             const int64_t base = lo + 2 * oh * W + 2 * ow;
-            uint16_t dpad[8] = {0};
-            int32_t ipad[8];
-            memcpy(dpad, dy + oh * OW + ow, (size_t)left * sizeof *dpad);
-            memcpy(ipad, idx + oh * OW + ow, (size_t)left * sizeof *ipad);
-            for (int l = left; l < 8; l++) ipad[l] = (int32_t)(base + 2 * l);
-            if (!fx_unpool8(_mm_loadu_si128((const __m128i *)dpad),
-                            _mm256_loadu_si256((const __m256i *)ipad), base, (int32_t)W, half,
-                            vinf, vqnan, &vmx, &top, &bot))
+            const __m256i lanes = fx_lanes_below(left);
+            const int16_t *dl = (const int16_t *)(dy + oh * OW + ow);
+            /* the first left values by pairs, an odd last one blended into its lane */
+            __m128i d = _mm_maskload_epi32((const int *)(const void *)dl,
+                                           _mm256_castsi256_si128(fx_lanes_below(left / 2)));
+            if (left & 1)
+                d = _mm_blendv_epi8(d, _mm_set1_epi16(dl[left - 1]),
+                                    _mm_cmpeq_epi16(_mm_set1_epi16((short)(left - 1)),
+                                                    _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7)));
+            const __m256i pad = _mm256_add_epi32(_mm256_set1_epi32((int32_t)base),
+                                                 _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+            const __m256i index = _mm256_blendv_epi8(
+                pad, _mm256_maskload_epi32(idx + oh * OW + ow, lanes), lanes);
+            if (!fx_unpool8(d, index, base, (int32_t)W, half, vinf, vqnan, &vmx, &top, &bot))
                 return 0;
-            uint16_t t0[16], t1[16];
-            _mm256_storeu_si256((__m256i *)t0, top);
-            _mm256_storeu_si256((__m256i *)t1, bot);
-            memcpy(r0 + 2 * ow, t0, (size_t)(2 * left) * sizeof *t0);
-            memcpy(r1 + 2 * ow, t1, (size_t)(2 * left) * sizeof *t1);
+            /* a block's two values of a row are one 32-bit lane */
+            fx_store_f32_tail(r0 + 2 * ow, _mm256_castsi256_ps(top), left);
+            fx_store_f32_tail(r1 + 2 * ow, _mm256_castsi256_ps(bot), left);
         }
         for (int64_t w = 2 * OW; w < W; w++) r0[w] = r1[w] = 0; /* an odd last column */
     }
