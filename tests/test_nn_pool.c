@@ -26,6 +26,7 @@
 #include "testutil.h"
 #include "nn/pool_own.h" /* fx_pool_unpool_planes */
 #include "core/internal.h" /* fx_tensor_set_disposable */
+#include "core/backend.h"  /* fx_backend_active */
 
 #include <math.h>
 #include <stdlib.h>
@@ -1235,6 +1236,105 @@ static void unpool_2x2_case(const int64_t xs[4], const int64_t ys[4])
     CHECK_STATUS(flexpoint_set_backend(before), FX_OK);
 }
 
+/* The fp32 max-pool gradient's 2x2 vector scatter (fx_cvt_table.maxunpool2x2_f32) against
+ * what the portable scatter's add into a zeroed plane stores (0 + dy: -0 as +0, a signalling
+ * NaN quieted with its payload; +0 elsewhere), bit for bit, on every backend: odd heights and
+ * widths, dy with NaNs, infinities, signed zeros and subnormals, and a plane one of whose
+ * indices leaves its block (that plane takes the portable scatter). A disposable dx, which the
+ * scatter checks as it goes instead of a pass over argmax first, gives the same bits over old
+ * values, and an index outside its plane fails there with FX_ERANGE as it does for a caller's
+ * dx, which it leaves as it was. */
+static void unpool_2x2_f32_case(const int64_t xs[4], const int64_t ys[4])
+{
+    const int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], ny = ys[0] * ys[1] * ys[2] * ys[3];
+    const int64_t nplanes = xs[0] * xs[1], P = ys[2] * ys[3], HW = xs[2] * xs[3];
+    char before[64];
+    snprintf(before, sizeof before, "%s", flexpoint_backend());
+    test_rng r;
+    test_rng_seed(&r, 777);
+    float *xv = malloc(sizeof(float) * (size_t)nx), *dyv = malloc(sizeof(float) * (size_t)ny);
+    uint32_t *want = calloc((size_t)nx, sizeof(uint32_t)), *got = malloc(sizeof(uint32_t) * (size_t)nx);
+    for (int64_t i = 0; i < nx; i++) xv[i] = (float)test_rng_normal(&r);
+    const uint32_t specials[8] = {0x80000000u, 0x7F800001u, 0xFFC00123u, 0x7F800000u,
+                                  0xFF800000u, 0x00000001u, 0x80000003u, 0x3F800000u};
+    for (int64_t i = 0; i < ny; i++) {
+        const uint32_t u = (uint32_t)test_rng_u64(&r);
+        if (i % 3 == 0)
+            memcpy(&dyv[i], &specials[u % 8], sizeof(float));
+        else
+            dyv[i] = (float)test_rng_normal(&r);
+    }
+    for (int bi = 0; bi < flexpoint_backend_count(); bi++) {
+        if (!flexpoint_backend_available(bi)) continue;
+        const char *be = flexpoint_backend_name(bi);
+        CHECK_STATUS(flexpoint_set_backend(be), FX_OK);
+        tensor_t *x = tensor_new(FMT_FP32, 4, xs), *y = tensor_new(FMT_FP32, 4, ys);
+        tensor_t *dy = tensor_new(FMT_FP32, 4, ys), *dx = tensor_new(FMT_FP32, 4, xs);
+        tensor_t *ddx = tensor_new(FMT_FP32, 4, xs);
+        int32_t *am = malloc(sizeof(int32_t) * (size_t)ny);
+        CHECK_STATUS(tensor_from_f32(x, xv), FX_OK);
+        CHECK_STATUS(tensor_maxpool2d(y, am, x, 2, 2, 2, 2, 0, 0), FX_OK);
+        CHECK_STATUS(tensor_set_raw(dy, dyv), FX_OK);
+        /* plane 2's output 3 (its last where it has fewer): its plane's last cell, off its
+         * block */
+        am[2 * P + (P >= 4 ? 3 : P - 1)] = (int32_t)(2 * HW + HW - 1);
+        if (bi == 0) { /* the rule, once: 0 + dy at each index into a zeroed plane */
+            float *w = (float *)(void *)want;
+            for (int64_t i = 0; i < ny; i++) w[am[i]] = 0.0f + dyv[i];
+        }
+        const int64_t planes0 = fx_pool_unpool_planes();
+        CHECK_STATUS(tensor_maxpool2d_backward(dx, dy, am), FX_OK);
+        const int64_t planes = fx_pool_unpool_planes() - planes0;
+        const int vector = fx_backend_active()->cvt.maxunpool2x2_f32 != NULL;
+        CHECK(vector ? planes == nplanes - 1 : planes == 0,
+              "fp32 %s: %lld planes by the vector scatter (%lld can be)", be, (long long)planes,
+              (long long)(vector ? nplanes - 1 : 0));
+        CHECK_STATUS(tensor_get_raw(dx, got), FX_OK);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < nx; i++) bad += got[i] != want[i];
+        CHECK(bad == 0, "fp32 %s: %lld of %lld gradient bits differ from 0 + dy", be,
+              (long long)bad, (long long)nx);
+        /* a disposable dx: the same bits over old values */
+        float *junk = malloc(sizeof(float) * (size_t)nx);
+        for (int64_t i = 0; i < nx; i++) junk[i] = (float)(i % 7) - 3.5f;
+        CHECK_STATUS(tensor_from_f32(ddx, junk), FX_OK);
+        fx_tensor_set_disposable(ddx);
+        CHECK_STATUS(tensor_maxpool2d_backward(ddx, dy, am), FX_OK);
+        CHECK_STATUS(tensor_get_raw(ddx, got), FX_OK);
+        bad = 0;
+        for (int64_t i = 0; i < nx; i++) bad += got[i] != want[i];
+        CHECK(bad == 0, "fp32 %s: %lld gradient bits of a disposable dx differ", be,
+              (long long)bad);
+        /* an index outside its plane, in the last plane (after planes the scatter wrote):
+         * FX_ERANGE for both; the caller's dx keeps its values */
+        am[(nplanes - 1) * P + P - 1] = 0;
+        uint32_t *kept = malloc(sizeof(uint32_t) * (size_t)nx);
+        CHECK_STATUS(tensor_get_raw(dx, kept), FX_OK);
+        CHECK_STATUS(tensor_maxpool2d_backward(ddx, dy, am), FX_ERANGE);
+        CHECK_STATUS(tensor_maxpool2d_backward(dx, dy, am), FX_ERANGE);
+        CHECK(strstr(flexpoint_last_error(), "outside the (n, c) plane") != NULL,
+              "fp32 %s: the error names the bad index: %s", be, flexpoint_last_error());
+        CHECK_STATUS(tensor_get_raw(dx, got), FX_OK);
+        bad = 0;
+        for (int64_t i = 0; i < nx; i++) bad += got[i] != kept[i];
+        CHECK(bad == 0, "fp32 %s: a failed gradient changed %lld values of dx", be,
+              (long long)bad);
+        free(kept);
+        free(junk);
+        free(am);
+        tensor_free(x);
+        tensor_free(y);
+        tensor_free(dy);
+        tensor_free(dx);
+        tensor_free(ddx);
+    }
+    free(xv);
+    free(dyv);
+    free(want);
+    free(got);
+    CHECK_STATUS(flexpoint_set_backend(before), FX_OK);
+}
+
 static void unpool_2x2_every_backend(void)
 {
     /* 5 and 17 blocks a row: inside one 8- or 16-block step, and steps with a tail */
@@ -1247,6 +1347,14 @@ static void unpool_2x2_every_backend(void)
     for (int64_t w = 2; w <= 9; w++) {
         const int64_t xs[4] = {1, 3, 5, 2 * w}, ys[4] = {1, 3, 2, w};
         unpool_2x2_case(xs, ys);
+    }
+    /* fp32: the same shapes, and rows of 1 to 17 blocks (every tail of the 8- and 16-block
+     * steps) with an odd last column */
+    unpool_2x2_f32_case(xs1, ys1);
+    unpool_2x2_f32_case(xs2, ys2);
+    for (int64_t w = 1; w <= 17; w++) {
+        const int64_t xs[4] = {1, 3, 4, 2 * w + 1}, ys[4] = {1, 3, 2, w};
+        unpool_2x2_f32_case(xs, ys);
     }
 }
 

@@ -166,6 +166,9 @@ typedef struct fx_sum2 {
 typedef int (*fx_maxunpool2x2_fn)(const uint16_t *dy, const int32_t *idx, int64_t lo, int64_t H,
                                   int64_t W, int64_t OH, int64_t OW, int half, uint16_t inf,
                                   uint16_t qnan, uint16_t *dst, int32_t *mx);
+/* The fp32 max-pool gradient's 2x2 scatter of one plane (fx_cvt_table.maxunpool2x2_f32). */
+typedef int (*fx_maxunpool2x2_f32_fn)(const float *dy, const int32_t *idx, int64_t lo,
+                                      int64_t H, int64_t W, int64_t OH, int64_t OW, float *dst);
 
 typedef struct fx_cvt_table {
     void (*f32_to_fp16)(const float *src, uint16_t *dst, int64_t n);
@@ -229,6 +232,11 @@ typedef struct fx_cvt_table {
      * or 0 at the first index outside its block (dst then holds anything; the caller scatters
      * that plane its own way); NULL: the portable scatter */
     fx_maxunpool2x2_fn maxunpool2x2_u16;
+    /* the same scatter of fp32 gradients: dst gets 0 + each dy value at its index (what the
+     * portable scatter's add into a zeroed plane stores: -0 as +0, a signalling NaN quieted)
+     * and +0 elsewhere; returns 1, or 0 at the first index outside its block (dst then holds
+     * anything); NULL: the portable scatter */
+    fx_maxunpool2x2_f32_fn maxunpool2x2_f32;
     /* dst[j*rows + i] = src[i*cols + j] for 16-, 32- and 64-bit elements (bits moved unchanged;
      * the buffers do not overlap); NULL: the portable tiled loop (src/nn/im2col.c) */
     void (*transpose16)(const void *src, void *dst, int64_t rows, int64_t cols);

@@ -118,6 +118,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.maxpool2x2_f32 = fx_maxpool2x2_f32_avx2;
     b->cvt.maxpool2x2_half = fx_maxpool2x2_half_avx2; /* fp16/bf16 read as they are */
     b->cvt.maxunpool2x2_u16 = fx_maxunpool2x2_u16_avx2;
+    b->cvt.maxunpool2x2_f32 = fx_maxunpool2x2_f32_avx2;
     b->cvt.exp_f32 = fx_exp_f32_avx2;
     b->cvt.softmax_row_f32 = fx_softmax_row_f32_avx2;
     b->cvt.softmax_backward_row_f32 = fx_softmax_backward_row_f32_avx2;

@@ -219,6 +219,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.maxpool2x2_i16 = fx_maxpool2x2_i16_avx512;
     b->cvt.maxpool2x2_f32 = fx_maxpool2x2_f32_avx512;
     b->cvt.maxunpool2x2_u16 = fx_maxunpool2x2_u16_avx512;
+    b->cvt.maxunpool2x2_f32 = fx_maxunpool2x2_f32_avx512;
     b->cvt.exp_f32 = fx_exp_f32_avx512;
     b->cvt.softmax_row_f32 = fx_softmax_row_f32_avx512;
     b->cvt.softmax_backward_row_f32 = fx_softmax_backward_row_f32_avx512;

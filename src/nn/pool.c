@@ -519,7 +519,17 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
      * a disposable dx itself, which may then be left part written; the others check them all
      * first, in parallel, as that reads all of argmax */
     int64_t first_bad = ny;
-    if (!ic && !half) {
+    const int64_t H = dx->shape[2], W = dx->shape[3], OH = dy->shape[2], OW = dy->shape[3];
+    /* fp32 sums (not met) by the level's 2x2 vector scatter, plane by plane, where it has one
+     * and the blocks fit the plane; it checks each index as it goes, so that a disposable fp32
+     * dx written in place needs no pass of its own over argmax first (a bad index found
+     * part-way leaves it part written, which such a dx allows) */
+    const fx_maxunpool2x2_f32_fn unpool_f32 =
+        !ic && !half && 2 * OH <= H && 2 * OW <= W ? fx_backend_active()->cvt.maxunpool2x2_f32
+                                                   : NULL;
+    const int f32_checked_in_scatter =
+        unpool_f32 && pool_f32_direct(dx, dy) && dx->st->disposable;
+    if (!ic && !half && !f32_checked_in_scatter) {
         const int ntv = pool_threads(ny, planes);
         (void)ntv;
 #ifdef _OPENMP
@@ -567,7 +577,6 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
         const int nt16 = pool_threads(nx + ny, planes);
         /* planes whose indices each lie in their own 2x2 block (a 2x2 / stride-2 pooling's, which
          * cannot meet): the level's vector scatter, else the loop below */
-        const int64_t H = dx->shape[2], W = dx->shape[3], OH = dy->shape[2], OW = dy->shape[3];
         const fx_maxunpool2x2_fn unpool =
             2 * OH <= H && 2 * OW <= W ? fx_backend_active()->cvt.maxunpool2x2_u16 : NULL;
         (void)nt16;
@@ -616,8 +625,9 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
     }
     const size_t ssz = ic ? sizeof(int64_t) : sizeof(float);
     /* fp32 sums into a plain fp32 dx are made in dx itself (the write then finds them in
-     * place): no stage to fill and copy. Nothing can fail from here on, so dx is never left
-     * half written. */
+     * place): no stage to fill and copy. Nothing can fail from here on but an index that a
+     * disposable dx's scatter checks as it goes (f32_checked_in_scatter), so any other dx is
+     * never left half written. */
     void *stage = !ic && pool_f32_direct(dx, dy) ? fx_tensor_base(dx)
                                                  : pool_alloc(&s, nx, ssz, &rc, func);
     if (rc) {
@@ -625,11 +635,22 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
         return rc;
     }
     const int nt = pool_threads(nx + ny, planes);
+    int64_t unpooled = 0;
     (void)nt;
-    FX_POOL_PARALLEL_FOR
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) \
+    reduction(min : first_bad) reduction(+ : unpooled)
+#endif
     for (int64_t pl = 0; pl < planes; pl++) {
-        /* each plane's indices stay in its plane (checked above): clear it here, in cache */
-        memset((char *)stage + (size_t)(pl * HW) * ssz, 0, (size_t)HW * ssz);
+        const int64_t lo = pl * HW;
+        if (unpool_f32 && unpool_f32((const float *)dyo.data + pl * P, argmax + pl * P, lo, H, W,
+                                     OH, OW, (float *)stage + lo)) {
+            unpooled++;
+            continue;
+        }
+        /* each plane's indices stay in its plane (checked above, or here as it goes): clear
+         * it here, in cache */
+        memset((char *)stage + (size_t)lo * ssz, 0, (size_t)HW * ssz);
         if (ic) {
             const int16_t *d = (const int16_t *)dyo.data;
             int64_t *st = stage;
@@ -637,8 +658,19 @@ int fx_nn_maxpool2d_backward_host(const fx_op_args *a)
         } else {
             const float *d = (const float *)dyo.data;
             float *st = stage;
-            for (int64_t i = pl * P; i < (pl + 1) * P; i++) st[argmax[i]] += d[i];
+            for (int64_t i = pl * P; i < (pl + 1) * P; i++) {
+                if (f32_checked_in_scatter && (argmax[i] < lo || argmax[i] >= lo + HW)) {
+                    first_bad = i < first_bad ? i : first_bad;
+                    break;
+                }
+                st[argmax[i]] += d[i];
+            }
         }
+    }
+    __atomic_fetch_add(&pool_unpool_planes, unpooled, __ATOMIC_RELAXED);
+    if (first_bad < ny) {
+        fx_scratch_free(&s);
+        return pool_bad_index(dx, argmax, first_bad, P, HW, func);
     }
     rc = pool_write(dx, stage, ic, dyo.exp, func);
     fx_scratch_free(&s);

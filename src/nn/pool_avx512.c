@@ -154,3 +154,49 @@ int fx_maxunpool2x2_u16_avx512(const uint16_t *dy, const int32_t *idx, int64_t l
     }
     return 1;
 }
+
+/* The fp32 max-pool gradient's scatter in 2x2 blocks (backend.h maxunpool2x2_f32), 16 blocks
+ * per step, as fx_maxunpool2x2_f32_avx2 (pool_avx2.c): the chosen cell of each block gets
+ * 0 + dy, the others +0, and each input row's 32 cells are two interleaves of the (left,
+ * right) cells. */
+int fx_maxunpool2x2_f32_avx512(const float *dy, const int32_t *idx, int64_t lo, int64_t H,
+                               int64_t W, int64_t OH, int64_t OW, float *dst)
+{
+    const __m512i lane2 = _mm512_loadu_si512((const void *)fx_pool_lane2);
+    const __m512i one = _mm512_set1_epi32(1), cw = _mm512_set1_epi32((int32_t)W),
+                  cw1 = _mm512_set1_epi32((int32_t)W + 1);
+    /* output cell j of a row's first (second) 16: block j / 2's (8 + j / 2's) left cell
+     * where j is even, its right one where odd (the right cells are lanes 16 on) */
+    const __m512i lo_cells = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22,
+                                               7, 23);
+    const __m512i hi_cells = _mm512_add_epi32(lo_cells, _mm512_set1_epi32(8));
+    for (int64_t oh = 0; oh < OH; oh++) {
+        float *r0 = dst + 2 * oh * W, *r1 = r0 + W;
+        for (int64_t ow = 0; ow < OW; ow += 16) {
+            const int64_t left = OW - ow < 16 ? OW - ow : 16;
+            const __mmask16 live = (__mmask16)((1u << left) - 1);
+            const uint32_t live2 = (uint32_t)(((uint64_t)1 << (2 * left)) - 1);
+            const __m512 d = _mm512_maskz_loadu_ps(live, dy + oh * OW + ow);
+            const __m512i code = _mm512_sub_epi32(
+                _mm512_maskz_loadu_epi32(live, idx + oh * OW + ow),
+                _mm512_add_epi32(_mm512_set1_epi32((int32_t)(lo + 2 * oh * W + 2 * ow)), lane2));
+            const __mmask16 m0 = _mm512_cmpeq_epi32_mask(code, _mm512_setzero_si512());
+            const __mmask16 m1 = _mm512_cmpeq_epi32_mask(code, one);
+            const __mmask16 m2 = _mm512_cmpeq_epi32_mask(code, cw);
+            const __mmask16 m3 = _mm512_cmpeq_epi32_mask(code, cw1);
+            if ((__mmask16)((m0 | m1 | m2 | m3) & live) != live) return 0;
+            const __m512 v = _mm512_add_ps(_mm512_setzero_ps(), d);
+            for (int r = 0; r < 2; r++) {
+                const __m512 e = _mm512_maskz_mov_ps(r ? m2 : m0, v);
+                const __m512 o = _mm512_maskz_mov_ps(r ? m3 : m1, v);
+                float *row = (r ? r1 : r0) + 2 * ow;
+                _mm512_mask_storeu_ps(row, (__mmask16)live2, _mm512_permutex2var_ps(e, lo_cells, o));
+                _mm512_mask_storeu_ps(row + 16, (__mmask16)(live2 >> 16),
+                                      _mm512_permutex2var_ps(e, hi_cells, o));
+            }
+        }
+        for (int64_t w = 2 * OW; w < W; w++) r0[w] = r1[w] = 0.0f; /* an odd last column */
+    }
+    for (int64_t w = 2 * OH * W; w < H * W; w++) dst[w] = 0.0f; /* an odd last row */
+    return 1;
+}

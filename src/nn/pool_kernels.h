@@ -26,4 +26,10 @@ int fx_maxunpool2x2_u16_avx2(const uint16_t *dy, const int32_t *idx, int64_t lo,
                              int64_t W, int64_t OH, int64_t OW, int half, uint16_t inf,
                              uint16_t qnan, uint16_t *dst, int32_t *mx);
 
+/* the fp32 max-pool gradient's 2x2 scatter of one plane (fx_cvt_table.maxunpool2x2_f32) */
+int fx_maxunpool2x2_f32_avx512(const float *dy, const int32_t *idx, int64_t lo, int64_t H,
+                               int64_t W, int64_t OH, int64_t OW, float *dst);
+int fx_maxunpool2x2_f32_avx2(const float *dy, const int32_t *idx, int64_t lo, int64_t H,
+                             int64_t W, int64_t OH, int64_t OW, float *dst);
+
 #endif
