@@ -115,6 +115,7 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
 
     /* pooling: 2x2 / stride-2 max pooling of fp32 planes, 8 windows per step (int16: the
      * portable loop, which measured as fast on the CNN's planes) */
+    b->cvt.maxpool2x2_i16 = fx_maxpool2x2_i16_avx2;
     b->cvt.maxpool2x2_f32 = fx_maxpool2x2_f32_avx2;
     b->cvt.maxpool2x2_half = fx_maxpool2x2_half_avx2; /* fp16/bf16 read as they are */
     b->cvt.maxunpool2x2_u16 = fx_maxunpool2x2_u16_avx2;

@@ -15,6 +15,8 @@ void fx_maxpool2x2_half_avx2(const uint16_t *x, int64_t x_base, int64_t W, int64
                              int64_t OW, uint16_t *out, int32_t *idx, int fp16);
 void fx_maxpool2x2_i16_avx512(const int16_t *x, int64_t x_base, int64_t W, int64_t OH,
                               int64_t OW, int16_t *out, int32_t *idx);
+void fx_maxpool2x2_i16_avx2(const int16_t *x, int64_t x_base, int64_t W, int64_t OH, int64_t OW,
+                            int16_t *out, int32_t *idx);
 void fx_maxpool2x2_f32_avx512(const float *x, int64_t x_base, int64_t W, int64_t OH,
                               int64_t OW, float *out, int32_t *idx);
 
