@@ -66,14 +66,14 @@ static inline void fx_pair_planes_padded_avx512(const uint16_t *img, int64_t C, 
         const uint16_t *r0 = img + 2 * cp * H * W;
         const uint16_t *r1 = 2 * cp + 1 < C ? r0 + H * W : zeros;
         uint32_t *q = planes + cp * HWp;
-        memset(q, 0, sizeof(uint32_t) * (size_t)(ph * Wp + pw));
+        fx_zero_bytes(q, 4 * (ph * Wp + pw));
         for (int64_t ih = 0; ih < H; ih++) {
             uint32_t *row = q + (ph + ih) * Wp + pw;
             fx_interleave16_avx512((uint16_t *)(void *)row, r0 + ih * W, r1 + ih * W, W);
             /* this row's right padding and the next one's left, if there is a next */
-            memset(row + W, 0, sizeof(uint32_t) * (size_t)(ih + 1 < H ? 2 * pw : pw));
+            fx_zero_bytes(row + W, 4 * (ih + 1 < H ? 2 * pw : pw));
         }
-        memset(q + (ph + H) * Wp, 0, sizeof(uint32_t) * (size_t)(ph * Wp));
+        fx_zero_bytes(q + (ph + H) * Wp, 4 * ph * Wp);
     }
 }
 

@@ -29,6 +29,7 @@
 #include "../core/amx_tiles.h"
 #include "../nn/conv_panels.h"
 #include "../nn/conv_tile_blocks.h"
+#include "../core/lanes_avx512.h"
 #include "../core/layout_kernels.h"
 #include "../core/prefetch.h"
 #include "../nn/im2col.h"
@@ -128,8 +129,8 @@ static void amx_fwd_planes(const struct fx_conv_geom *g, const int16_t *x, int64
     for (int64_t i = 0; i < nbc; i++) {
         fx_transpose16_avx512(x + i * C * H * W, xq, C, H * W);
         int8_t *ih8 = hi + i * HWp * C, *il8 = lo + i * HWp * C;
-        memset(ih8, 0, (size_t)((ph * Wp + pw) * C));
-        memset(il8, 0, (size_t)((ph * Wp + pw) * C));
+        fx_zero_bytes(ih8, (ph * Wp + pw) * C);
+        fx_zero_bytes(il8, (ph * Wp + pw) * C);
         for (int64_t r = 0; r < H; r++) {
             if (i + 1 < nbc)
                 for (int64_t l = r * per_row; l < (r + 1) * per_row && l < image_lines; l++)
@@ -138,8 +139,8 @@ static void amx_fwd_planes(const struct fx_conv_geom *g, const int16_t *x, int64
             fx_conv_byte_planes_avx512(xq + r * W * C, W * C, ih8 + at, il8 + at);
             /* this row's right padding and the next row's left (or the bottom rows) */
             const int64_t gap = r + 1 < H ? 2 * pw * C : (pw + ph * Wp) * C;
-            memset(ih8 + at + W * C, 0, (size_t)gap);
-            memset(il8 + at + W * C, 0, (size_t)gap);
+            fx_zero_bytes(ih8 + at + W * C, gap);
+            fx_zero_bytes(il8 + at + W * C, gap);
         }
     }
     memset(hi + n, 0, (size_t)slack);
