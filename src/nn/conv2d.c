@@ -2083,7 +2083,15 @@ int fx_nn_conv2d_backward_input_host(const fx_op_args *a)
     char *dyg = conv_alloc(&s, dyg_n * plan.outer, esz, &rc, func);
     char *col = conv_alloc(&s, col_n * plan.outer, ssz, &rc, func);
     char *dxp = conv_alloc(&s, dxp_n * plan.outer, ssz, &rc, func);
-    char *dxstage = conv_alloc(&s, g.N * CHW, ssz, &rc, func);
+    /* float sums into a whole fp32 dx of its own go to dx itself, which the write then finds
+     * in place (no copy of a stage). Only a chunk's GEMM can fail, after other chunks wrote
+     * theirs: so for one chunk, or a disposable dx (fx_storage.disposable: the trainer's
+     * gradients, which a failed step leaves unused) */
+    const int dx_direct = !ic && (plan.nchunks == 1 || dx->st->disposable) &&
+                          dx->fmt == FMT_FP32 && fx_tensor_covers_storage(dx) &&
+                          !dx->st->on_device && !dx->st->dist && dx->st != dy->st &&
+                          dx->st != w->st;
+    char *dxstage = dx_direct ? fx_tensor_base(dx) : conv_alloc(&s, g.N * CHW, ssz, &rc, func);
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     if (rc) {
         fx_scratch_free(&s);
