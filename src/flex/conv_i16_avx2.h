@@ -113,21 +113,22 @@ static inline __m256i fx_max_epi64_avx2(__m256i a, __m256i b)
         FX_I16_AVX2_ROWS(FX_I16_AVX2_FOLD_ONE)                                                     \
     } while (0)
 
-/* One tile row's sums 2^16 hi + acc (hi: 16 int32, acc0 its channels 0-7, acc1 8-15) as four
- * vectors of int64: s[0] channels 0-3, s[1] 4-7, s[2] 8-11, s[3] 12-15 */
+/* Channels 4k .. 4k + 3 of one tile row's sums 2^16 hi + acc (hi: 16 int32, 32-byte aligned;
+ * acc0 its channels 0-7, acc1 8-15) as int64 */
+static inline __m256i fx_i16_row_sum4_avx2(__m256i acc0, __m256i acc1, const int32_t *hi, int k)
+{
+    const __m256i a = k < 2 ? acc0 : acc1;
+    const __m128i a32 = k & 1 ? _mm256_extracti128_si256(a, 1) : _mm256_castsi256_si128(a);
+    const __m128i h32 = _mm_load_si128((const __m128i *)(hi + 4 * k));
+    return _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(h32), 16),
+                            _mm256_cvtepi32_epi64(a32));
+}
+
+/* The whole row as four vectors of int64: s[0] channels 0-3, s[1] 4-7, s[2] 8-11, s[3] 12-15 */
 static inline void fx_i16_row_sums_avx2(__m256i acc0, __m256i acc1, const int32_t *hi,
                                         __m256i s[4])
 {
-    for (int v = 0; v < 2; v++) {
-        const __m256i a = v ? acc1 : acc0;
-        const __m256i hv = _mm256_load_si256((const __m256i *)(hi + 8 * v));
-        for (int q = 0; q < 2; q++) {
-            const __m128i a32 = q ? _mm256_extracti128_si256(a, 1) : _mm256_castsi256_si128(a);
-            const __m128i h32 = q ? _mm256_extracti128_si256(hv, 1) : _mm256_castsi256_si128(hv);
-            s[2 * v + q] = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(h32), 16),
-                                            _mm256_cvtepi32_epi64(a32));
-        }
-    }
+    for (int k = 0; k < 4; k++) s[k] = fx_i16_row_sum4_avx2(acc0, acc1, hi, k);
 }
 
 /* One tile row's sums 2^16 hi + acc (hi: 16 int32, acc0 its channels 0-7, acc1 8-15) as int64:
@@ -141,27 +142,19 @@ static inline void fx_i16_row_sums_avx2(__m256i acc0, __m256i acc1, const int32_
 static inline void fx_i16_store_row_avx2(__m256i acc0, __m256i acc1, const int32_t *hi,
                                          int64_t *out, int ncols, int add, __m256i *mx)
 {
-    for (int v = 0; v < 2; v++) {
-        const __m256i a = v ? acc1 : acc0;
-        const __m256i hv = _mm256_load_si256((const __m256i *)(hi + 8 * v));
-        for (int q = 0; q < 2; q++) {
-            const __m128i a32 = q ? _mm256_extracti128_si256(a, 1) : _mm256_castsi256_si128(a);
-            const __m128i h32 = q ? _mm256_extracti128_si256(hv, 1) : _mm256_castsi256_si128(hv);
-            const __m256i s = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(h32), 16),
-                                               _mm256_cvtepi32_epi64(a32));
-            if (mx) *mx = fx_max_epi64_avx2(*mx, fx_abs_epi64_avx2(s));
-            const int first = 8 * v + 4 * q, left = ncols - first;
-            long long *p = (long long *)(out + first);
-            if (left >= 4) {
-                const __m256i o = add ? _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)p), s)
-                                      : s;
-                _mm256_storeu_si256((__m256i *)p, o);
-            } else if (left > 0) {
-                const __m256i m = _mm256_cmpgt_epi64(_mm256_set1_epi64x(left),
-                                                     _mm256_setr_epi64x(0, 1, 2, 3));
-                const __m256i o = add ? _mm256_add_epi64(_mm256_maskload_epi64(p, m), s) : s;
-                _mm256_maskstore_epi64(p, m, o);
-            }
+    for (int k = 0; k < 4; k++) {
+        const __m256i s = fx_i16_row_sum4_avx2(acc0, acc1, hi, k);
+        if (mx) *mx = fx_max_epi64_avx2(*mx, fx_abs_epi64_avx2(s));
+        const int left = ncols - 4 * k;
+        long long *p = (long long *)(out + 4 * k);
+        if (left >= 4) {
+            const __m256i o = add ? _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)p), s) : s;
+            _mm256_storeu_si256((__m256i *)p, o);
+        } else if (left > 0) {
+            const __m256i m =
+                _mm256_cmpgt_epi64(_mm256_set1_epi64x(left), _mm256_setr_epi64x(0, 1, 2, 3));
+            const __m256i o = add ? _mm256_add_epi64(_mm256_maskload_epi64(p, m), s) : s;
+            _mm256_maskstore_epi64(p, m, o);
         }
     }
 }

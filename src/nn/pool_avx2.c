@@ -146,6 +146,20 @@ void fx_maxpool2x2_f32_avx2(const float *x, int64_t x_base, int64_t W, int64_t O
     }
 }
 
+/* The top (x0) and bottom (x1) rows of n <= 8 windows of 16-bit values, a window's two values
+ * one 32-bit lane: whole vectors, or masked loads whose lanes past n read 0 */
+static inline void fx_pool_rows16(const void *x0, const void *x1, int n, __m256i *r0, __m256i *r1)
+{
+    if (n == FX_POOL_STEP) {
+        *r0 = _mm256_loadu_si256((const __m256i *)x0);
+        *r1 = _mm256_loadu_si256((const __m256i *)x1);
+    } else {
+        const __m256i m = fx_lanes_below(n);
+        *r0 = _mm256_maskload_epi32((const int *)x0, m);
+        *r1 = _mm256_maskload_epi32((const int *)x1, m);
+    }
+}
+
 /* The four candidates of 8 windows from two rows of 16 fp16/bf16 values each (r0: the top row,
  * r1: the bottom one; 32-bit lane k holds window k's two columns): as fp32 for the comparisons,
  * f[0..3] (top left, top right, bottom left, bottom right), and their 16-bit patterns in 32-bit
@@ -188,15 +202,7 @@ void fx_maxpool2x2_half_avx2(const uint16_t *x, int64_t x_base, int64_t W, int64
         for (int64_t ow = 0; ow < OW; ow += FX_POOL_STEP) {
             const int n = OW - ow < FX_POOL_STEP ? (int)(OW - ow) : FX_POOL_STEP;
             __m256i r0, r1;
-            if (n == FX_POOL_STEP) {
-                r0 = _mm256_loadu_si256((const __m256i *)(x0 + 2 * ow));
-                r1 = _mm256_loadu_si256((const __m256i *)(x1 + 2 * ow));
-            } else {
-                /* a window's two values are one 32-bit lane */
-                const __m256i m = fx_lanes_below(n);
-                r0 = _mm256_maskload_epi32((const int *)(const void *)(x0 + 2 * ow), m);
-                r1 = _mm256_maskload_epi32((const int *)(const void *)(x1 + 2 * ow), m);
-            }
+            fx_pool_rows16(x0 + 2 * ow, x1 + 2 * ow, n, &r0, &r1);
             __m256 f[4];
             __m256i h[4];
             fx_pool_half_candidates(r0, r1, fp16, f, h);
@@ -242,14 +248,7 @@ void fx_maxpool2x2_i16_avx2(const int16_t *x, int64_t x_base, int64_t W, int64_t
         for (int64_t ow = 0; ow < OW; ow += FX_POOL_STEP) {
             const int n = OW - ow < FX_POOL_STEP ? (int)(OW - ow) : FX_POOL_STEP;
             __m256i r0, r1;
-            if (n == FX_POOL_STEP) {
-                r0 = _mm256_loadu_si256((const __m256i *)(x0 + 2 * ow));
-                r1 = _mm256_loadu_si256((const __m256i *)(x1 + 2 * ow));
-            } else {
-                const __m256i m = fx_lanes_below(n);
-                r0 = _mm256_maskload_epi32((const int *)(const void *)(x0 + 2 * ow), m);
-                r1 = _mm256_maskload_epi32((const int *)(const void *)(x1 + 2 * ow), m);
-            }
+            fx_pool_rows16(x0 + 2 * ow, x1 + 2 * ow, n, &r0, &r1);
             const __m256i c[3] = {_mm256_srai_epi32(r0, 16),
                                   _mm256_srai_epi32(_mm256_slli_epi32(r1, 16), 16),
                                   _mm256_srai_epi32(r1, 16)};

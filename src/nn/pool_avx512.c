@@ -98,6 +98,22 @@ void fx_maxpool2x2_f32_avx512(const float *x, int64_t x_base, int64_t W, int64_t
     }
 }
 
+/* Which cell of its 2x2 block each of a step's live indices names (m0 top left, m1 top right,
+ * m2 bottom left, m3 bottom right), from its offset to the block's first cell, first + 2k for
+ * block k (0, 1, W or W + 1). Returns 0 where a live index names none of them. */
+static inline int fx_unpool_cells(const int32_t *idx, __mmask16 live, int64_t first, int64_t W,
+                                  __mmask16 *m0, __mmask16 *m1, __mmask16 *m2, __mmask16 *m3)
+{
+    const __m512i lane2 = _mm512_loadu_si512((const void *)fx_pool_lane2);
+    const __m512i code = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(live, idx),
+                                          _mm512_add_epi32(_mm512_set1_epi32((int32_t)first), lane2));
+    *m0 = _mm512_cmpeq_epi32_mask(code, _mm512_setzero_si512());
+    *m1 = _mm512_cmpeq_epi32_mask(code, _mm512_set1_epi32(1));
+    *m2 = _mm512_cmpeq_epi32_mask(code, _mm512_set1_epi32((int32_t)W));
+    *m3 = _mm512_cmpeq_epi32_mask(code, _mm512_set1_epi32((int32_t)W + 1));
+    return (__mmask16)((*m0 | *m1 | *m2 | *m3) & live) == live;
+}
+
 /* The max-pool gradient's scatter in 2x2 blocks (backend.h maxunpool2x2_u16), 16 blocks per
  * step: each index's offset from its block's first cell (0, 1, W or W + 1) picks which of the
  * block's four cells gets the value; a row pair of 32 cells is then two 32-bit interleaves of
@@ -107,9 +123,6 @@ int fx_maxunpool2x2_u16_avx512(const uint16_t *dy, const int32_t *idx, int64_t l
                                int64_t W, int64_t OH, int64_t OW, int half, uint16_t inf,
                                uint16_t qnan, uint16_t *dst, int32_t *mx)
 {
-    const __m512i lane2 = _mm512_loadu_si512((const void *)fx_pool_lane2);
-    const __m512i one = _mm512_set1_epi32(1), cw = _mm512_set1_epi32((int32_t)W),
-                  cw1 = _mm512_set1_epi32((int32_t)W + 1);
     const __m256i mag_mask = _mm256_set1_epi16(0x7FFF), sign = _mm256_set1_epi16((short)0x8000);
     const __m256i vinf = _mm256_set1_epi16((short)inf), vqnan = _mm256_set1_epi16((short)qnan);
     __m256i vmx = _mm256_setzero_si256();
@@ -120,14 +133,10 @@ int fx_maxunpool2x2_u16_avx512(const uint16_t *dy, const int32_t *idx, int64_t l
             const __mmask16 live = (__mmask16)((1u << left) - 1);
             const __mmask32 live2 = (__mmask32)(((uint64_t)1 << (2 * left)) - 1);
             __m256i d = _mm256_maskz_loadu_epi16(live, dy + oh * OW + ow);
-            const __m512i code = _mm512_sub_epi32(
-                _mm512_maskz_loadu_epi32(live, idx + oh * OW + ow),
-                _mm512_add_epi32(_mm512_set1_epi32((int32_t)(lo + 2 * oh * W + 2 * ow)), lane2));
-            const __mmask16 m0 = _mm512_cmpeq_epi32_mask(code, _mm512_setzero_si512());
-            const __mmask16 m1 = _mm512_cmpeq_epi32_mask(code, one);
-            const __mmask16 m2 = _mm512_cmpeq_epi32_mask(code, cw);
-            const __mmask16 m3 = _mm512_cmpeq_epi32_mask(code, cw1);
-            if ((__mmask16)((m0 | m1 | m2 | m3) & live) != live) return 0;
+            __mmask16 m0, m1, m2, m3;
+            if (!fx_unpool_cells(idx + oh * OW + ow, live, lo + 2 * oh * W + 2 * ow, W, &m0, &m1,
+                                 &m2, &m3))
+                return 0;
             if (half) { /* -0 as +0, NaN as the format's quiet NaN with its sign */
                 const __m256i mag = _mm256_and_si256(d, mag_mask);
                 const __mmask16 nan = _mm256_cmpgt_epu16_mask(mag, vinf);
@@ -162,9 +171,6 @@ int fx_maxunpool2x2_u16_avx512(const uint16_t *dy, const int32_t *idx, int64_t l
 int fx_maxunpool2x2_f32_avx512(const float *dy, const int32_t *idx, int64_t lo, int64_t H,
                                int64_t W, int64_t OH, int64_t OW, float *dst)
 {
-    const __m512i lane2 = _mm512_loadu_si512((const void *)fx_pool_lane2);
-    const __m512i one = _mm512_set1_epi32(1), cw = _mm512_set1_epi32((int32_t)W),
-                  cw1 = _mm512_set1_epi32((int32_t)W + 1);
     /* output cell j of a row's first (second) 16: block j / 2's (8 + j / 2's) left cell
      * where j is even, its right one where odd (the right cells are lanes 16 on) */
     const __m512i lo_cells = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22,
@@ -177,14 +183,10 @@ int fx_maxunpool2x2_f32_avx512(const float *dy, const int32_t *idx, int64_t lo, 
             const __mmask16 live = (__mmask16)((1u << left) - 1);
             const uint32_t live2 = (uint32_t)(((uint64_t)1 << (2 * left)) - 1);
             const __m512 d = _mm512_maskz_loadu_ps(live, dy + oh * OW + ow);
-            const __m512i code = _mm512_sub_epi32(
-                _mm512_maskz_loadu_epi32(live, idx + oh * OW + ow),
-                _mm512_add_epi32(_mm512_set1_epi32((int32_t)(lo + 2 * oh * W + 2 * ow)), lane2));
-            const __mmask16 m0 = _mm512_cmpeq_epi32_mask(code, _mm512_setzero_si512());
-            const __mmask16 m1 = _mm512_cmpeq_epi32_mask(code, one);
-            const __mmask16 m2 = _mm512_cmpeq_epi32_mask(code, cw);
-            const __mmask16 m3 = _mm512_cmpeq_epi32_mask(code, cw1);
-            if ((__mmask16)((m0 | m1 | m2 | m3) & live) != live) return 0;
+            __mmask16 m0, m1, m2, m3;
+            if (!fx_unpool_cells(idx + oh * OW + ow, live, lo + 2 * oh * W + 2 * ow, W, &m0, &m1,
+                                 &m2, &m3))
+                return 0;
             const __m512 v = _mm512_add_ps(_mm512_setzero_ps(), d);
             for (int r = 0; r < 2; r++) {
                 const __m512 e = _mm512_maskz_mov_ps(r ? m2 : m0, v);
