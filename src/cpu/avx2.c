@@ -113,8 +113,8 @@ void fx_cpu_install_avx2(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.transpose16 = fx_transpose16_avx2;
     b->cvt.transpose32 = fx_transpose32_avx2;
 
-    /* pooling: 2x2 / stride-2 max pooling of fp32 planes, 8 windows per step (int16: the
-     * portable loop, which measured as fast on the CNN's planes) */
+    /* pooling: 2x2 / stride-2 max pooling of int16, fp32 and fp16/bf16 planes, 8 windows per
+     * step, and the gradients' 2x2 scatters */
     b->cvt.maxpool2x2_i16 = fx_maxpool2x2_i16_avx2;
     b->cvt.maxpool2x2_f32 = fx_maxpool2x2_f32_avx2;
     b->cvt.maxpool2x2_half = fx_maxpool2x2_half_avx2; /* fp16/bf16 read as they are */

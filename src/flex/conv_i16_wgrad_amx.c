@@ -32,6 +32,7 @@
  * Tiles: tmm0-3 the accumulators of one output tile (16 channels c of one tap, 16 output
  * channels), tmm4-5 its A tiles (high, low), tmm6-7 its B tiles. */
 #include "../core/amx_tiles.h"
+#include "../core/lanes_avx512.h" /* fx_zero_bytes */
 #include "../core/pair_copy_avx512.h"
 #include "../core/prefetch.h"
 #include "../nn/im2col.h"
@@ -181,15 +182,6 @@ static inline void store_planes32(int8_t *h, int8_t *l, int64_t n, __m256i vh, _
     }
 }
 
-/* n zero bytes at h and at l: a padding row of both planes. By stores, not memset: these rows
- * are a few dozen bytes (the CNN's conv2: 14), and their two library calls a row had been
- * about 1.4 % of a DFP16 CNN step on AMX. */
-static inline void zero_planes(int8_t *h, int8_t *l, int64_t n)
-{
-    const __m256i z = _mm256_setzero_si256();
-    for (int64_t o = 0; o < n; o += 32) store_planes32(h + o, l + o, n - o, z, z);
-}
-
 /* The stride-1 copies of one image's x (xi: its block slot), Xkw[c][ih][ow] = xpad(c, ih, ow +
  * kw): per channel, each input row's two byte planes are made once, with its padding, into
  * rows (H rows of row_bytes, high planes then low; their padding and slack zeroed by the
@@ -226,7 +218,8 @@ static void copy_x_s1(const struct fx_conv_geom *g, const int16_t *xn, int8_t *x
             for (int64_t kw = 0; kw < KW; kw++) {
                 int8_t *h = h0 + 2 * kw * plane, *l = h + plane;
                 if (r < 0 || r >= H) {
-                    zero_planes(h, l, OW);
+                    fx_zero_bytes(h, OW);
+                    fx_zero_bytes(l, OW);
                     continue;
                 }
                 const int8_t *sh = rowh + r * rb + kw, *sl = rowl + r * rb + kw;
@@ -252,7 +245,8 @@ static void copy_x_s2(const struct fx_conv_geom *g, const int16_t *xn, int8_t *x
                 int8_t *h = xi + ((kw * 2 + rh) * 2) * plane + (c * Hc + a) * OW;
                 int8_t *l = h + plane;
                 if (r < 0 || r >= H) {
-                    zero_planes(h, l, OW);
+                    fx_zero_bytes(h, OW);
+                    fx_zero_bytes(l, OW);
                     continue;
                 }
                 const int16_t *row = xn + (c * H + r) * W;

@@ -1936,6 +1936,14 @@ int tensor_conv2d_backward_input(tensor_t *dx, const tensor_t *dy, const tensor_
  * with an Inf or NaN keep the route below (a tap that reads dy's padding would multiply them
  * by zero). ResNet-20's input gradients on the Xeon reporting model 167: docs/performance.md.
  * Returns 1 where it does not apply. */
+/* Whether an input gradient may write dx's storage as it goes: a whole host tensor, not
+ * distributed, and none of the op's inputs */
+static int conv_dx_own(const tensor_t *dx, const tensor_t *dy, const tensor_t *w)
+{
+    return fx_tensor_covers_storage(dx) && !dx->st->on_device && !dx->st->dist &&
+           dx->st != dy->st && dx->st != w->st;
+}
+
 static int conv_backward_input_f32_direct(tensor_t *dx, const tensor_t *dy, const tensor_t *w,
                                           const fx_conv_geom *g, const conv_compute *cc,
                                           const char *func)
@@ -1977,10 +1985,8 @@ static int conv_backward_input_f32_direct(tensor_t *dx, const tensor_t *dy, cons
      * model 167) or converted. The same conversion of the same values, so the same bits; the
      * kernels cannot fail, and every check that can send the op elsewhere comes before the
      * first chunk, so dx is written only by an op that succeeds. */
-    const int dx_fp32 = dx->fmt == FMT_FP32, dx_half = dx->fmt == FMT_FP16 || dx->fmt == FMT_BF16;
-    const int dx_direct = (dx_fp32 || dx_half) && fx_tensor_covers_storage(dx) &&
-                          !dx->st->on_device && !dx->st->dist && dx->st != dy->st &&
-                          dx->st != w->st;
+    const int dx_half = dx->fmt == FMT_FP16 || dx->fmt == FMT_BF16;
+    const int dx_direct = (dx->fmt == FMT_FP32 || dx_half) && conv_dx_own(dx, dy, w);
     float *stage = dx_direct ? NULL : conv_alloc(&s, g->N * CHW, sizeof(float), &rc, func);
     uint16_t *hpix = dx_direct && dx_half
                          ? conv_alloc(&s, CHW * plan.nb * plan.outer, sizeof(uint16_t), &rc, func)
@@ -2088,9 +2094,7 @@ int fx_nn_conv2d_backward_input_host(const fx_op_args *a)
      * theirs: so for one chunk, or a disposable dx (fx_storage.disposable: the trainer's
      * gradients, which a failed step leaves unused) */
     const int dx_direct = !ic && (plan.nchunks == 1 || dx->st->disposable) &&
-                          dx->fmt == FMT_FP32 && fx_tensor_covers_storage(dx) &&
-                          !dx->st->on_device && !dx->st->dist && dx->st != dy->st &&
-                          dx->st != w->st;
+                          dx->fmt == FMT_FP32 && conv_dx_own(dx, dy, w);
     char *dxstage = dx_direct ? fx_tensor_base(dx) : conv_alloc(&s, g.N * CHW, ssz, &rc, func);
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
     if (rc) {

@@ -272,6 +272,33 @@ void fx_maxpool2x2_i16_avx2(const int16_t *x, int64_t x_base, int64_t W, int64_t
     }
 }
 
+/* Which cell of its 2x2 block each of 8 indices names (m[0] top left, m[1] top right, m[2]
+ * bottom left, m[3] bottom right, as all-ones lanes), from its offset to its block's first
+ * cell, base + 2k for block k (0, 1, W or W + 1). Returns 0 where an index names none. */
+static inline int fx_unpool_cells8(__m256i index, int64_t base, int32_t W, __m256i m[4])
+{
+    const __m256i lane2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m256i code =
+        _mm256_sub_epi32(index, _mm256_add_epi32(_mm256_set1_epi32((int32_t)base), lane2));
+    m[0] = _mm256_cmpeq_epi32(code, _mm256_setzero_si256());
+    m[1] = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(1));
+    m[2] = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(W));
+    m[3] = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(W + 1));
+    const __m256i any = _mm256_or_si256(_mm256_or_si256(m[0], m[1]), _mm256_or_si256(m[2], m[3]));
+    return _mm256_movemask_ps(_mm256_castsi256_ps(any)) == 0xFF;
+}
+
+/* The indices of a step's left (1..8) blocks, those past them named as their own blocks' first
+ * cells (base + 2k), which every check passes */
+static inline __m256i fx_unpool_index8(const int32_t *idx, int left, int64_t base)
+{
+    if (left == 8) return _mm256_loadu_si256((const __m256i *)idx);
+    const __m256i lanes = fx_lanes_below(left);
+    const __m256i pad = _mm256_add_epi32(_mm256_set1_epi32((int32_t)base),
+                                         _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    return _mm256_blendv_epi8(pad, _mm256_maskload_epi32(idx, lanes), lanes);
+}
+
 /* Eight 2x2 blocks of fx_maxunpool2x2_u16_avx2: dy values d, their indices, and the blocks'
  * first positions base + 2 * lane. Makes the blocks' top and bottom rows (each pair of
  * values one 32-bit lane) and returns 0 when an index lies outside its block. */
@@ -279,15 +306,9 @@ static inline int fx_unpool8(__m128i d, __m256i index, int64_t base, int32_t W, 
                              __m128i vinf, __m128i vqnan, __m128i *vmx, __m256i *top,
                              __m256i *bot)
 {
-    const __m256i lane2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-    const __m256i code =
-        _mm256_sub_epi32(index, _mm256_add_epi32(_mm256_set1_epi32((int32_t)base), lane2));
-    const __m256i m0 = _mm256_cmpeq_epi32(code, _mm256_setzero_si256());
-    const __m256i m1 = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(1));
-    const __m256i m2 = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(W));
-    const __m256i m3 = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(W + 1));
-    const __m256i any = _mm256_or_si256(_mm256_or_si256(m0, m1), _mm256_or_si256(m2, m3));
-    if (_mm256_movemask_ps(_mm256_castsi256_ps(any)) != 0xFF) return 0;
+    __m256i m[4];
+    if (!fx_unpool_cells8(index, base, W, m)) return 0;
+    const __m256i m0 = m[0], m1 = m[1], m2 = m[2], m3 = m[3];
     if (half) { /* -0 as +0, NaN as the format's quiet NaN with its sign */
         const __m128i mag = _mm_and_si128(d, _mm_set1_epi16(0x7FFF)); /* signed compares */
         const __m128i nan = _mm_cmpgt_epi16(mag, vinf);
@@ -324,9 +345,9 @@ int fx_maxunpool2x2_u16_avx2(const uint16_t *dy, const int32_t *idx, int64_t lo,
         int64_t ow = 0;
         for (; ow + 8 <= OW; ow += 8) {
             const __m128i d = _mm_loadu_si128((const __m128i *)(dy + oh * OW + ow));
-            const __m256i index = _mm256_loadu_si256((const __m256i *)(idx + oh * OW + ow));
-            if (!fx_unpool8(d, index, lo + 2 * oh * W + 2 * ow, (int32_t)W, half, vinf, vqnan,
-                            &vmx, &top, &bot))
+            const int64_t base = lo + 2 * oh * W + 2 * ow;
+            if (!fx_unpool8(d, fx_unpool_index8(idx + oh * OW + ow, 8, base), base, (int32_t)W,
+                            half, vinf, vqnan, &vmx, &top, &bot))
                 return 0;
             _mm256_storeu_si256((__m256i *)(r0 + 2 * ow), top);
             _mm256_storeu_si256((__m256i *)(r1 + 2 * ow), bot);
@@ -334,7 +355,6 @@ int fx_maxunpool2x2_u16_avx2(const uint16_t *dy, const int32_t *idx, int64_t lo,
         if (ow < OW) {
             const int left = (int)(OW - ow);
             const int64_t base = lo + 2 * oh * W + 2 * ow;
-            const __m256i lanes = fx_lanes_below(left);
             const int16_t *dl = (const int16_t *)(dy + oh * OW + ow);
             /* the first left values by pairs, an odd last one blended into its lane */
             __m128i d = _mm_maskload_epi32((const int *)(const void *)dl,
@@ -343,11 +363,8 @@ int fx_maxunpool2x2_u16_avx2(const uint16_t *dy, const int32_t *idx, int64_t lo,
                 d = _mm_blendv_epi8(d, _mm_set1_epi16(dl[left - 1]),
                                     _mm_cmpeq_epi16(_mm_set1_epi16((short)(left - 1)),
                                                     _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7)));
-            const __m256i pad = _mm256_add_epi32(_mm256_set1_epi32((int32_t)base),
-                                                 _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
-            const __m256i index = _mm256_blendv_epi8(
-                pad, _mm256_maskload_epi32(idx + oh * OW + ow, lanes), lanes);
-            if (!fx_unpool8(d, index, base, (int32_t)W, half, vinf, vqnan, &vmx, &top, &bot))
+            if (!fx_unpool8(d, fx_unpool_index8(idx + oh * OW + ow, left, base), base,
+                            (int32_t)W, half, vinf, vqnan, &vmx, &top, &bot))
                 return 0;
             /* a block's two values of a row are one 32-bit lane */
             fx_store_f32_tail(r0 + 2 * ow, _mm256_castsi256_ps(top), left);
@@ -380,38 +397,22 @@ int fx_maxunpool2x2_u16_avx2(const uint16_t *dy, const int32_t *idx, int64_t lo,
 int fx_maxunpool2x2_f32_avx2(const float *dy, const int32_t *idx, int64_t lo, int64_t H,
                              int64_t W, int64_t OH, int64_t OW, float *dst)
 {
-    const __m256i lane2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-    const __m256i one = _mm256_set1_epi32(1), cw = _mm256_set1_epi32((int32_t)W),
-                  cw1 = _mm256_set1_epi32((int32_t)W + 1);
     for (int64_t oh = 0; oh < OH; oh++) {
         float *r0 = dst + 2 * oh * W, *r1 = r0 + W;
         for (int64_t ow = 0; ow < OW; ow += 8) {
             const int left = OW - ow < 8 ? (int)(OW - ow) : 8;
             const int64_t base = lo + 2 * oh * W + 2 * ow;
-            const __m256i first = _mm256_add_epi32(_mm256_set1_epi32((int32_t)base), lane2);
-            __m256 d;
-            __m256i index;
-            if (left == 8) {
-                d = _mm256_loadu_ps(dy + oh * OW + ow);
-                index = _mm256_loadu_si256((const __m256i *)(idx + oh * OW + ow));
-            } else {
-                const __m256i lanes = fx_lanes_below(left);
-                d = _mm256_maskload_ps(dy + oh * OW + ow, lanes);
-                index = _mm256_blendv_epi8(first, _mm256_maskload_epi32(idx + oh * OW + ow, lanes),
-                                           lanes);
-            }
-            const __m256i code = _mm256_sub_epi32(index, first);
-            const __m256i m0 = _mm256_cmpeq_epi32(code, _mm256_setzero_si256());
-            const __m256i m1 = _mm256_cmpeq_epi32(code, one);
-            const __m256i m2 = _mm256_cmpeq_epi32(code, cw);
-            const __m256i m3 = _mm256_cmpeq_epi32(code, cw1);
-            const __m256i any = _mm256_or_si256(_mm256_or_si256(m0, m1), _mm256_or_si256(m2, m3));
-            if (_mm256_movemask_ps(_mm256_castsi256_ps(any)) != 0xFF) return 0;
+            const __m256 d = left == 8 ? _mm256_loadu_ps(dy + oh * OW + ow)
+                                       : _mm256_maskload_ps(dy + oh * OW + ow, fx_lanes_below(left));
+            __m256i m[4];
+            if (!fx_unpool_cells8(fx_unpool_index8(idx + oh * OW + ow, left, base), base,
+                                  (int32_t)W, m))
+                return 0;
             const __m256 v = _mm256_add_ps(_mm256_setzero_ps(), d);
             __m256 rows[2][2];
             for (int r = 0; r < 2; r++) {
-                const __m256 e = _mm256_and_ps(_mm256_castsi256_ps(r ? m2 : m0), v);
-                const __m256 o = _mm256_and_ps(_mm256_castsi256_ps(r ? m3 : m1), v);
+                const __m256 e = _mm256_and_ps(_mm256_castsi256_ps(m[2 * r]), v);
+                const __m256 o = _mm256_and_ps(_mm256_castsi256_ps(m[2 * r + 1]), v);
                 const __m256 lo4 = _mm256_unpacklo_ps(e, o), hi4 = _mm256_unpackhi_ps(e, o);
                 rows[r][0] = _mm256_permute2f128_ps(lo4, hi4, 0x20); /* blocks 0-3 */
                 rows[r][1] = _mm256_permute2f128_ps(lo4, hi4, 0x31); /* blocks 4-7 */
