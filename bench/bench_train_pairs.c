@@ -15,7 +15,12 @@
  *   - vs fp32: the median over the rounds of (this step / fp32's step at the same thread
  *     count in the same round): a paired ratio, which the machine's drifts cancel out of;
  *   - speedup: the median over the rounds of (the step at the first thread count / the step
- *     at this one), the same format in the same round.
+ *     at this one), the same format in the same round;
+ *   - mean ms and sum / fp32: the mean step, and the sum of this configuration's steps over
+ *     the sum of fp32's at the same thread count in the same rounds. An epoch's time is such a
+ *     sum, so this ratio counts what the medians leave out: the occasional step that runs an
+ *     op again (a DFP16 convolution whose exponent moved past its guesses) or pays for a
+ *     slow moment of the machine.
  * BENCH_CSV=FILE also writes every timed step (round, format, threads, ms) to FILE.
  * An epoch of 60,000 images is 469 such steps plus the test pass, which is not timed here. */
 #define _POSIX_C_SOURCE 200809L
@@ -120,7 +125,8 @@ int main(int argc, char **argv)
                 }
                 if (r >= 0) MS(f, k, r) = 1e3 * (bench_clock_s(CLOCK_MONOTONIC) - t0);
             }
-    printf("%-9s %7s %10s %8s %9s\n", "format", "threads", "ms a step", "vs fp32", "speedup");
+    printf("%-9s %7s %10s %8s %9s %8s %11s\n", "format", "threads", "ms a step", "vs fp32",
+           "speedup", "mean ms", "sum / fp32");
     for (int k = 0; k < nt; k++)
         for (int f = 0; f < nf; f++) {
             for (int r = 0; r < rounds; r++) tmp[r] = MS(f, k, r);
@@ -134,8 +140,15 @@ int main(int argc, char **argv)
                 for (int r = 0; r < rounds; r++) tmp[r] = MS(f, 0, r) / MS(f, k, r);
                 snprintf(up, sizeof up, "%.2fx", bench_median(tmp, rounds));
             }
-            printf("%-9s %7d %10.1f %8s %9s\n", fmt_name((fmt_t)fmts[f]), threads[k], med, vs,
-                   up);
+            double sum = 0.0, sum32 = 0.0;
+            for (int r = 0; r < rounds; r++) {
+                sum += MS(f, k, r);
+                if (fp32_index >= 0) sum32 += MS(fp32_index, k, r);
+            }
+            char of_sum[16] = "-";
+            if (fp32_index >= 0 && sum32 > 0.0) snprintf(of_sum, sizeof of_sum, "%.3f", sum / sum32);
+            printf("%-9s %7d %10.1f %8s %9s %8.1f %11s\n", fmt_name((fmt_t)fmts[f]), threads[k],
+                   med, vs, up, sum / rounds, of_sum);
         }
     const char *csv = getenv("BENCH_CSV");
     FILE *fc = csv ? fopen(csv, "w") : NULL;
