@@ -196,6 +196,10 @@ typedef struct fx_cvt_table {
      * takes quant_i64). NULL: those two passes. */
     void (*quant_i64_t)(const int64_t *src, int16_t *dst, int64_t rows, int64_t cols, int shift,
                         fx_qstats *st);
+    /* int64 values rounded to odd at 2^k (1 <= k <= 62) into int32: dst[i] = floor(src[i] /
+     * 2^k) with its last bit set where that division was inexact (src/flex/round_odd.c, the
+     * definition). Returns 0 where some result left int32 (dst is then not to be used). */
+    int (*round_odd_i64)(const int64_t *src, int32_t *dst, int64_t n, int k);
     /* largest finite |x| (0 if none) and the number of NaN/Inf values */
     void (*maxabs_f32)(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);
     /* The values v[i] = (a[i] << sa) +- (b[i * b_inc] << sb) (gated) of an aligned add/sub of
@@ -425,6 +429,12 @@ typedef struct fx_conv_kernels {
     int (*i16_dgrad_s2_round)(const struct fx_i16_dgrad_s2 *d, const int16_t *dy, int64_t nbc,
                               uint32_t *scratch, int shift, int16_t *dx, struct fx_qstats *part,
                               int shift2, int16_t *dx2, struct fx_qstats *part2);
+    /* 1: a DFP16 convolution output of sums of more than FX_CONV_ALT_MAX_TERMS products that
+     * this level stores chunk by chunk keeps them rounded to odd (cvt.round_odd_i64) beside
+     * its rounding at the guess, in place of an int64 stage and of running again where the
+     * write picks another exponent (src/nn/conv2d.c); 0: the stage and the runs again. Set
+     * where the level measured it faster. */
+    int i16_round_odd_keep;
     /* exact int16 weight gradient of one chunk without a patch matrix (fx_i16_wgrad_direct,
      * src/flex/conv_i16.h): the exact sums. Returns 0 for a chunk it declines, which then takes
      * the GEMM. NULL: patch matrix and GEMM. */

@@ -170,6 +170,8 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->conv.i16_fwd_unpadded = 1; /* the kernel pads while it makes its pair copy */
     b->conv.i16_fwd_round = cpu->avx512vnni ? fx_i16_fwd_direct_round : NULL;
     b->conv.i16_dgrad_s2_round = cpu->avx512vnni ? fx_i16_dgrad_s2_round : NULL;
+    /* not measured at this level (its AMX kernels round their chunks in the epilogue) */
+    b->conv.i16_round_odd_keep = 0;
     b->conv.i16_wgrad = cpu->avx512vnni ? fx_i16_wgrad_direct : NULL; /* likewise */
     b->conv.i16_wgrad_max_stride = FX_I16_WGRAD_MAX_STRIDE; /* a column-deinterleaved copy */
     /* AMX-INT8 where this process may use it: the AMX kernel, which hands what it does not

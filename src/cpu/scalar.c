@@ -46,6 +46,7 @@ void fx_cpu_install_scalar(fx_backend *b, const fx_cpu_features *cpu)
     b->cvt.dequant = fx_flex_dequant_scalar;
     b->cvt.scaled_i16_f32 = fx_flex_scaled_f32_scalar;
     b->cvt.quant_i64 = fx_flex_quant_i64_scalar;
+    b->cvt.round_odd_i64 = fx_flex_round_odd_i64_scalar;
     b->cvt.maxabs_f32 = fx_flex_maxabs_f32_scalar;
     b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_scalar;
     b->cvt.sum2_quant = fx_flex_sum2_quant_scalar;

@@ -19,6 +19,9 @@ void fx_flex_quant_f32_scalar(const float *src, int16_t *dst, int64_t n, int e,
                               const fx_rounding *r, int64_t index0, fx_qstats *st);
 void fx_flex_dequant_scalar(const int16_t *src, float *dst, int64_t n, int e);
 void fx_flex_scaled_f32_scalar(const int16_t *src, float *dst, int64_t n, int64_t c, double p2);
+/* cvt.round_odd_i64 (round_odd.c, round_odd_avx2.c) */
+int fx_flex_round_odd_i64_scalar(const int64_t *src, int32_t *dst, int64_t n, int k);
+int fx_flex_round_odd_i64_avx2(const int64_t *src, int32_t *dst, int64_t n, int k);
 void fx_flex_quant_i64_scalar(const int64_t *src, int16_t *dst, int64_t n, int shift,
                               fx_qstats *st);
 void fx_flex_maxabs_f32_scalar(const float *src, int64_t n, float *maxabs, int64_t *nonfinite);

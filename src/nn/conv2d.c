@@ -472,6 +472,12 @@ typedef struct conv_yquant_ctx {
                          * the first (fx_conv2d_shared_bias_relu) do not stand */
     int broken[2];      /* some chunk's rounding at fused_e (at alt_e) saturated in the AMX
                          * kernel's epilogue, which then leaves it unmade: not to be kept */
+    int32_t *odd;       /* [N*P, O]: the sums rounded to odd at odd_e (conv_round_odd_fits),
+                         * else NULL; odd_made: the samples it holds; odd_lost: a value left
+                         * int32 */
+    int odd_e, odd_lost;
+    int64_t odd_made;
+    uint64_t imax;      /* the largest |sum|, at exp */
 } conv_yquant_ctx;
 
 /* Round samples [n0, n0 + nb) at exponent e into part[]; keep: also into tmp, and with
@@ -610,6 +616,48 @@ static int conv_picks_broken(int e, int fused_e, int alt_e, const int broken[2])
     return (e == fused_e && broken[0]) || (e == alt_e && broken[1]);
 }
 
+/* The sums of a DFP16 output of more than FX_CONV_ALT_MAX_TERMS products kept rounded to odd
+ * (fx_backend.conv.i16_round_odd_keep), FX_ROUND_ODD_BELOW binary places below the guessed
+ * exponent, in int32 beside the rounding at the guess. A write that picks another exponent e
+ * at least two places above them rounds these instead of running the op again: by the
+ * round-to-odd property (src/flex/round_odd.c) the nearest-even rounding of q at 2^j, j >= 2,
+ * is that of the exact sum, so the mantissas, and the statistics but the largest |sum|
+ * (zeros, saturations and the largest mantissa follow from the rounding alone; the largest
+ * |sum| is the chunks' exact one), are those of the int64 stage, for any e from the guess
+ * less one up to where a value would leave int32. Why: at the AVX2 level the CNN's conv2 (800
+ * and 1,600 products a sum), whose exponents move at one write in three early in training,
+ * either kept a whole int64 stage or, when its guesses had held, ran again (about 22 ms) at
+ * each miss; the buffer costs 4 bytes a value and a pass in cache (0.3 ns a value). */
+#define FX_ROUND_ODD_BELOW 3
+static int64_t conv_round_odd_taken; /* test hook: writes rounded from the buffer */
+
+int64_t fx_conv_round_odd_taken(void)
+{
+    return __atomic_load_n(&conv_round_odd_taken, __ATOMIC_RELAXED);
+}
+
+static int conv_round_odd_enabled_flag = 1;
+
+void fx_conv_round_odd_set_enabled(int on)
+{
+    __atomic_store_n(&conv_round_odd_enabled_flag, on != 0, __ATOMIC_RELAXED);
+}
+
+/* Whether a first run of a DFP16 output y of `terms` products a sum, guessed at fuse_e from
+ * sums at exponent exp, keeps its sums rounded to odd: the level's choice, a buffer exponent
+ * whose shift the kernel takes (1 to 62 places), nostage_ok (no stage is needed otherwise),
+ * and a guess that is y's exponent from a write (before its first, the initial exponent says
+ * nothing about the sums: the stage) */
+static int conv_round_odd_fits(const fx_backend *be, const tensor_t *y, int nostage_ok,
+                               int first_run, int64_t terms, int fuse_e, int exp)
+{
+    const int k = fuse_e - FX_ROUND_ODD_BELOW - exp;
+    return be->conv.i16_round_odd_keep && be->cvt.round_odd_i64 &&
+           __atomic_load_n(&conv_round_odd_enabled_flag, __ATOMIC_RELAXED) && nostage_ok &&
+           first_run && y->fmt == FMT_DFP16 && y->st->writes > 0 &&
+           terms > FX_CONV_ALT_MAX_TERMS && k >= 1 && k <= 62;
+}
+
 static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
     (void)r; /* int64 stages round to nearest even (fx_requant), whatever the tensor's mode */
@@ -628,6 +676,28 @@ static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
             else
                 c->copy_pending = 1;
         }
+    } else if (!c->pix && c->odd && !c->odd_lost && c->odd_made == c->N && e - c->odd_e >= 2) {
+        /* the sums rounded to odd two or more places below e, rounded at e sample by sample
+         * (widened back to int64 for the level's rounding), into y as from a stage */
+        c->fused_e = FX_EXP_NONE;
+        c->copy_pending = 0;
+        const int64_t block = c->P * c->O;
+        int64_t *wide = malloc((size_t)block * sizeof(int64_t));
+        if (!wide) return fx_error(FX_ENOMEM, "tensor_conv2d", "cannot allocate %lld sums",
+                                   (long long)block);
+        conv_yquant_ctx from_odd = *c;
+        from_odd.exp = c->odd_e;
+        for (int64_t n = 0; n < c->N; n++) {
+            const int32_t *odd_row = c->odd + n * block;
+            for (int64_t i = 0; i < block; i++) wide[i] = odd_row[i];
+            conv_yquant_samples(&from_odd, wide, e, keep, 1, n, 1, 1);
+        }
+        free(wide);
+        fx_qstats_init(q);
+        for (int64_t n = 0; n < c->N; n++) fx_qstats_merge(q, &c->part[n]);
+        q->max_abs_in = (double)c->imax; /* the exact sums', in units of 2^exp */
+        if (keep) __atomic_fetch_add(&conv_round_odd_taken, 1, __ATOMIC_RELAXED);
+        return FX_OK;
     } else if (!c->pix) {
         /* no sums to round again: conv2d_forward_host runs the op again, guessing the exponent
          * the write asks for first: this one (a DFP16 scale that moved: without a stage
@@ -959,7 +1029,15 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * for sums of at most FX_CONV_ALT_MAX_TERMS products, where the stage costs more than the
      * second rounding and the runs again. */
     int alt_e;
-    const int nostage = conv_skip_stage(y, nostage_ok, redo_guess == FX_EXP_NONE, CKK, &alt_e);
+    int nostage = conv_skip_stage(y, nostage_ok, redo_guess == FX_EXP_NONE, CKK, &alt_e);
+    /* a DFP16 y of long sums keeps them rounded to odd instead of a stage (where its kernel
+     * leaves them stored: AMX rounds its chunks in the epilogue) */
+    const int keep_odd = !iamx && conv_round_odd_fits(be, y, nostage_ok, redo_guess == FX_EXP_NONE,
+                                                      CKK, fuse_e, xo.exp + wo.exp);
+    if (keep_odd) {
+        nostage = 1;
+        alt_e = FX_EXP_NONE;
+    }
     /* A float y (fp32, fp16, bf16, whole) from a direct kernel (bf16's or fp32's): each
      * chunk's sums get their epilogue (bias, ReLU), conversion and transpose into y while they
      * are in cache, instead of an fp32 stage of the whole batch and a 16-bit copy of y that go
@@ -984,9 +1062,14 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
     const int64_t ypix_n = nostage || ychunks ? ypix_chunk * plan.outer : g.N * g.O * P;
     char *ypix = ybf16 ? NULL : conv_alloc(&s, ypix_n, ssz, &rc, func);
     int *status = conv_alloc(&s, plan.nchunks, sizeof(int), &rc, func);
-    conv_yquant_ctx yq = {be, NULL, rc ? 0 : xo.exp + wo.exp, g.N, g.O, P, NULL, NULL, NULL,
-                          FX_EXP_NONE, flexpoint_num_threads(), 0, 0, 0, FX_EXP_NONE, NULL, NULL,
-                          0, {0, 0}};
+    conv_yquant_ctx yq = {.be = be,
+                          .exp = rc ? 0 : xo.exp + wo.exp,
+                          .N = g.N,
+                          .O = g.O,
+                          .P = P,
+                          .fused_e = FX_EXP_NONE,
+                          .nt = flexpoint_num_threads(),
+                          .alt_e = FX_EXP_NONE};
     if (yshared) {
         yq.pix = nostage ? NULL : (const int64_t *)(const void *)ypix;
         /* a disposable y (fx_storage.disposable) that is none of the inputs takes the early
@@ -1002,6 +1085,10 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         if (alt_e != FX_EXP_NONE) {
             yq.tmp2 = conv_alloc(&s, g.N * g.O * P, sizeof(int16_t), &rc, func);
             yq.part2 = conv_alloc(&s, g.N, sizeof(fx_qstats), &rc, func);
+        }
+        if (keep_odd) {
+            yq.odd = conv_alloc(&s, g.N * g.O * P, sizeof(int32_t), &rc, func);
+            yq.odd_e = fuse_e - FX_ROUND_ODD_BELOW;
         }
     }
     /* the second rounding's context: the same sums into tmp2 and part2 */
@@ -1243,6 +1330,13 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             if (alt_e != FX_EXP_NONE && !rounded)
                 conv_yquant_samples(&yq_alt, (const int64_t *)(const void *)myy, alt_e, 1, 0, n0,
                                     nbc, plan.inner);
+            if (yq.odd && !rounded) {
+                if (!be->cvt.round_odd_i64((const int64_t *)(const void *)myy,
+                                           yq.odd + n0 * g.O * P, nbc * g.O * P,
+                                           yq.odd_e - yq.exp))
+                    __atomic_store_n(&yq.odd_lost, 1, __ATOMIC_RELAXED);
+                __atomic_fetch_add(&yq.odd_made, nbc, __ATOMIC_RELAXED);
+            }
             if (arr && (!rounded || (whole & FX_I16_ROUND_FIRST)))
                 fx_add_relu_units(arr, n0 * g.O * P, nbc * g.O * P, &aq[2 * tid], &aq[2 * tid + 1]);
             fx_prof_end(&sp, FX_PROF_ROUNDING);
@@ -1280,6 +1374,7 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
             imax = chunk_max[ch] > imax ? chunk_max[ch] : imax;
         yq.fused_e = fuse_e;
         yq.alt_e = alt_e;
+        yq.imax = imax;
         yq.broken[0] = yq_broken[0];
         yq.broken[1] = yq_broken[1];
         if (!ychunks) /* else the chunks wrote y */

@@ -79,6 +79,12 @@ int64_t fx_conv_early_rounding_reused(void);
 /* Of those, how many found it at the second exponent that a DFP16 output whose exponent moved
  * lately is also rounded at (conv2d.c, fx_write_shared_alt_exp). */
 int64_t fx_conv_alt_rounding_reused(void);
+/* Test hooks: how many writes of a DFP16 convolution output of long sums took their rounding
+ * from its sums kept rounded to odd (conv2d.c, fx_backend.conv.i16_round_odd_keep) instead of
+ * running the op again; and a switch (on by default) that turns that route off, so that tests
+ * compare it with the stage and the runs again. */
+int64_t fx_conv_round_odd_taken(void);
+void fx_conv_round_odd_set_enabled(int on);
 /* Test hook: how many integer convolutions (forward, or input gradient by phases) put their
  * early rounding into their output itself, a disposable one (fx_storage.disposable), instead
  * of a buffer copied in after the write. */
