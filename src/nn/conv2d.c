@@ -625,9 +625,10 @@ static int conv_picks_broken(int e, int fused_e, int alt_e, const int broken[2])
  * (zeros, saturations and the largest mantissa follow from the rounding alone; the largest
  * |sum| is the chunks' exact one), are those of the int64 stage, for any e from the guess
  * less one up to where a value would leave int32. Why: at the AVX2 level the CNN's conv2 (800
- * and 1,600 products a sum), whose exponents move at one write in three early in training,
- * either kept a whole int64 stage or, when its guesses had held, ran again (about 22 ms) at
- * each miss; the buffer costs 4 bytes a value and a pass in cache (0.3 ns a value). */
+ * and 1,600 products a sum; its input gradient's exponent moved at 44 of its first 100 writes,
+ * always by one) either kept a whole int64 stage or, when its guesses had held, ran again
+ * (about 22 ms) at each miss; the buffer costs 4 bytes a value and a pass over sums in cache
+ * (0.3 ns a value in a loop of its own). */
 #define FX_ROUND_ODD_BELOW 3
 static int64_t conv_round_odd_taken; /* test hook: writes rounded from the buffer */
 
