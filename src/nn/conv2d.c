@@ -472,7 +472,7 @@ typedef struct conv_yquant_ctx {
                          * the first (fx_conv2d_shared_bias_relu) do not stand */
     int broken[2];      /* some chunk's rounding at fused_e (at alt_e) saturated in the AMX
                          * kernel's epilogue, which then leaves it unmade: not to be kept */
-    int32_t *odd;       /* [N*P, O]: the sums rounded to odd at odd_e (conv_round_odd_fits),
+    int32_t *odd;       /* [N*P, O]: the sums rounded to odd at odd_e (conv_skip_stage),
                          * else NULL; odd_made: the samples it holds; odd_lost: a value left
                          * int32 */
     int odd_e, odd_lost;
@@ -570,17 +570,27 @@ static void conv_ycopy(const conv_yquant_ctx *c)
 #define FX_CONV_ALT_MAX_TERMS 576
 
 /* Whether an op that rounds its whole shared-exponent output `out` early, at a guess, keeps no
- * whole int64 stage, and with *alt_e the second exponent it then also rounds at (FX_EXP_NONE:
- * none). nostage_ok: the op may go without a stage at all; first_run: no run before it
- * imposed the guess; terms: products per sum. Without a stage where the guesses held lately
- * (fx_write_shared_guess_steady); else, on a first run of sums of at most
- * FX_CONV_ALT_MAX_TERMS products, where the output is DFP16 and moved lately, with the second
- * rounding at the exponent it left (fx_write_shared_alt_exp). */
+ * whole int64 stage, with *alt_e the second exponent it then also rounds at (FX_EXP_NONE:
+ * none) and *keep_odd whether it keeps its sums rounded to odd instead (below). nostage_ok:
+ * the op may go without a stage at all; first_run: no run before it imposed the guess; terms:
+ * products per sum; odd_ok: the op can keep its sums so (conv_round_odd_ok, and a kernel that
+ * stores them). On a first run of a DFP16 output past its first write (before it, the guess is
+ * the initial exponent, which says nothing about the sums) with more than FX_CONV_ALT_MAX_TERMS
+ * products, steady or not, the sums rounded to odd where odd_ok; else without a stage where
+ * the guesses held lately (fx_write_shared_guess_steady); else, on a first run of sums of at
+ * most FX_CONV_ALT_MAX_TERMS products, where the output is DFP16 and moved lately, with the
+ * second rounding at the exponent it left (fx_write_shared_alt_exp). */
 static int conv_skip_stage(const tensor_t *out, int nostage_ok, int first_run, int64_t terms,
-                           int *alt_e)
+                           int odd_ok, int *alt_e, int *keep_odd)
 {
     *alt_e = FX_EXP_NONE;
+    *keep_odd = 0;
     if (!nostage_ok) return 0;
+    if (odd_ok && first_run && out->fmt == FMT_DFP16 && out->st->writes > 0 &&
+        terms > FX_CONV_ALT_MAX_TERMS) {
+        *keep_odd = 1;
+        return 1;
+    }
     if (fx_write_shared_guess_steady(out)) return 1;
     return first_run && terms <= FX_CONV_ALT_MAX_TERMS && fx_write_shared_alt_exp(out, alt_e);
 }
@@ -644,19 +654,14 @@ void fx_conv_round_odd_set_enabled(int on)
     __atomic_store_n(&conv_round_odd_enabled_flag, on != 0, __ATOMIC_RELAXED);
 }
 
-/* Whether a first run of a DFP16 output y of `terms` products a sum, guessed at fuse_e from
- * sums at exponent exp, keeps its sums rounded to odd: the level's choice, a buffer exponent
- * whose shift the kernel takes (1 to 62 places), nostage_ok (no stage is needed otherwise),
- * and a guess that is y's exponent from a write (before its first, the initial exponent says
- * nothing about the sums: the stage) */
-static int conv_round_odd_fits(const fx_backend *be, const tensor_t *y, int nostage_ok,
-                               int first_run, int64_t terms, int fuse_e, int exp)
+/* Whether this level keeps sums at exponent exp rounded to odd for an output guessed at fuse_e
+ * (conv_skip_stage): its choice, its kernel, the route's switch and a shift the kernel takes
+ * (1 to 62 places) */
+static int conv_round_odd_ok(const fx_backend *be, int fuse_e, int exp)
 {
     const int k = fuse_e - FX_ROUND_ODD_BELOW - exp;
     return be->conv.i16_round_odd_keep && be->cvt.round_odd_i64 &&
-           __atomic_load_n(&conv_round_odd_enabled_flag, __ATOMIC_RELAXED) && nostage_ok &&
-           first_run && y->fmt == FMT_DFP16 && y->st->writes > 0 &&
-           terms > FX_CONV_ALT_MAX_TERMS && k >= 1 && k <= 62;
+           __atomic_load_n(&conv_round_odd_enabled_flag, __ATOMIC_RELAXED) && k >= 1 && k <= 62;
 }
 
 static int conv_yquant(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
@@ -1029,16 +1034,12 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
      * second, y is copied from it and the caller makes u and relu(u), as after a stage. Only
      * for sums of at most FX_CONV_ALT_MAX_TERMS products, where the stage costs more than the
      * second rounding and the runs again. */
-    int alt_e;
-    int nostage = conv_skip_stage(y, nostage_ok, redo_guess == FX_EXP_NONE, CKK, &alt_e);
-    /* a DFP16 y of long sums keeps them rounded to odd instead of a stage (where its kernel
-     * leaves them stored: AMX rounds its chunks in the epilogue) */
-    const int keep_odd = !iamx && conv_round_odd_fits(be, y, nostage_ok, redo_guess == FX_EXP_NONE,
-                                                      CKK, fuse_e, xo.exp + wo.exp);
-    if (keep_odd) {
-        nostage = 1;
-        alt_e = FX_EXP_NONE;
-    }
+    int alt_e, keep_odd;
+    /* (the sums kept rounded to odd where the kernel stores them: AMX rounds its chunks in its
+     * epilogue) */
+    const int nostage = conv_skip_stage(
+        y, nostage_ok, redo_guess == FX_EXP_NONE, CKK,
+        !iamx && conv_round_odd_ok(be, fuse_e, xo.exp + wo.exp), &alt_e, &keep_odd);
     /* A float y (fp32, fp16, bf16, whole) from a direct kernel (bf16's or fp32's): each
      * chunk's sums get their epilogue (bias, ReLU), conversion and transpose into y while they
      * are in cache, instead of an fp32 stage of the whole batch and a 16-bit copy of y that go
@@ -1926,9 +1927,9 @@ static int conv_backward_input_phases_run(tensor_t *dx, const tensor_t *dy, cons
     const int nostage_ok = fused && !staged && fx_write_shared_local(dx);
     /* a DFP16 dx whose exponent moved lately: a second rounding instead of the stage, as in
      * the forward pass (conv2d_forward_run) */
-    int alt_e;
-    const int nostage =
-        conv_skip_stage(dx, nostage_ok, guess == FX_EXP_NONE, g->O * g->KH * g->KW, &alt_e);
+    int alt_e, keep_odd; /* (the phases keep no sums rounded to odd) */
+    const int nostage = conv_skip_stage(dx, nostage_ok, guess == FX_EXP_NONE,
+                                        g->O * g->KH * g->KW, 0, &alt_e, &keep_odd);
     int64_t *dxstage = nostage ? NULL : conv_alloc(&s, n, sizeof(int64_t), &rc, func);
     conv_dxquant_ctx q = {be, dxstage, rc ? 0 : dyo.exp + wo.exp, n, g->C * g->H * g->W, g->N,
                           NULL, NULL, NULL, fuse_e, 0, 0, alt_e, NULL, NULL, {0, 0}};
