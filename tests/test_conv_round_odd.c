@@ -5,7 +5,8 @@
  *     int32 limits), with its report of a value that leaves int32;
  *   - the property the route stands on: the nearest-even rounding of the kept value at 2^j,
  *     j >= 2, is that of the exact sum at 2^(k + j) (fx_requant, with its saturations);
- *   - at the AVX2 level, a DFP16 convolution of 800 products a sum written again and again with
+ *   - at each level that keeps them (AVX2; AVX-512 where its AMX kernels are off), a DFP16
+ *     convolution of 800 products a sum written again and again with
  *     inputs scaled to move its exponent by one and by more, against the same writes with the
  *     route turned off (the int64 stage and the runs again): the same mantissas, exponent,
  *     statistics and trace at every write (test_same_writes), the rounding taken from the kept
@@ -17,10 +18,12 @@
 #include "core/internal.h"
 #include "flex/flex_kernels.h"
 #include "flex/flex_math.h"
+#include "flex/gemm_i16.h"
 #include "nn/nn_ops.h"
 #include "testutil.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static void check_kernel(const char *level, int (*fn)(const int64_t *, int32_t *, int64_t, int),
@@ -83,7 +86,10 @@ static void scaled(tensor_t *dst, const float *x, int64_t n, float s)
     free(t);
 }
 
-static void check_route(test_rng *r, int disposable)
+/* The route at the active level (named `level`); amx: the level's AMX kernels take the op, which
+ * rounds its chunks in their epilogue and keeps no sums (then the writes must still agree, and
+ * the route is never taken) */
+static void check_route(test_rng *r, const char *level, int disposable, int amx)
 {
     enum { NB = 4, C = 32, HW = 8, O = 16, K = 5 }; /* 800 products a sum */
     const int64_t xs[4] = {NB, C, HW, HW}, ws[4] = {O, C, K, K}, ys[4] = {NB, O, HW, HW};
@@ -115,16 +121,22 @@ static void check_route(test_rng *r, int disposable)
         CHECK_STATUS(tensor_conv2d(twin, x, w, 1, 1, K / 2, K / 2, 1, 1), FX_OK);
         redone_off += fx_conv_stage_redone() - r1;
         fx_conv_round_odd_set_enabled(1);
-        test_same_writes(y, twin, disposable ? "avx2 dfp16 long sums, disposable"
-                                             : "avx2 dfp16 long sums", wi);
+        char what[96];
+        snprintf(what, sizeof what, "%s dfp16 long sums%s", level,
+                 disposable ? ", disposable" : "");
+        test_same_writes(y, twin, what, wi);
     }
     /* the moves by one and the rise by ten took the kept sums where the route off ran the op
      * again; the fall by four, below the kept sums, ran again with it on too (the first write,
      * with no exponent to guess, takes the stage either way) */
-    CHECK(taken == 3 && redone_on == 1 && redone_off == 4,
-          "avx2 dfp16 long sums (disposable %d): %lld writes rounded from the kept sums, the "
-          "op run again %lld times (%lld without them)", disposable, (long long)taken,
-          (long long)redone_on, (long long)redone_off);
+    if (amx)
+        CHECK(taken == 0, "%s dfp16 long sums on AMX (disposable %d): %lld writes rounded from "
+              "kept sums the AMX kernels do not keep", level, disposable, (long long)taken);
+    else
+        CHECK(taken == 3 && redone_on == 1 && redone_off == 4,
+              "%s dfp16 long sums (disposable %d): %lld writes rounded from the kept sums, the "
+              "op run again %lld times (%lld without them)", level, disposable,
+              (long long)taken, (long long)redone_on, (long long)redone_off);
     tensor_free(w);
     tensor_free(x);
     tensor_free(y);
@@ -144,11 +156,21 @@ int main(void)
             check_kernel(be->name, be->cvt.round_odd_i64, &r);
     }
     check_property(&r);
-    const fx_backend *avx2 = fx_backend_get(FX_BACKEND_AVX2);
-    if (!avx2 || !avx2->available || !avx2->conv.i16_round_odd_keep)
-        return test_skip("test_conv_round_odd", "this CPU has no AVX2 level (the route's level)");
-    CHECK_STATUS(flexpoint_set_backend("avx2"), FX_OK);
-    check_route(&r, 0);
-    check_route(&r, 1);
+    int levels = 0;
+    static const struct {
+        int id;
+        const char *name;
+    } route_levels[] = {{FX_BACKEND_AVX2, "avx2"}, {FX_BACKEND_AVX512, "avx512"}};
+    for (size_t l = 0; l < sizeof route_levels / sizeof *route_levels; l++) {
+        const fx_backend *be = fx_backend_get(route_levels[l].id);
+        if (!be || !be->available || !be->conv.i16_round_odd_keep) continue;
+        CHECK_STATUS(flexpoint_set_backend(route_levels[l].name), FX_OK);
+        const int amx = be->conv.i16_fwd_amx != NULL && fx_gemm_i16_amx_on();
+        check_route(&r, route_levels[l].name, 0, amx);
+        check_route(&r, route_levels[l].name, 1, amx);
+        levels++;
+    }
+    if (!levels)
+        return test_skip("test_conv_round_odd", "this CPU has no level that keeps the sums");
     return test_finish("test_conv_round_odd");
 }

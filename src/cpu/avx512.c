@@ -170,8 +170,10 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     b->conv.i16_fwd_unpadded = 1; /* the kernel pads while it makes its pair copy */
     b->conv.i16_fwd_round = cpu->avx512vnni ? fx_i16_fwd_direct_round : NULL;
     b->conv.i16_dgrad_s2_round = cpu->avx512vnni ? fx_i16_dgrad_s2_round : NULL;
-    /* not measured at this level (its AMX kernels round their chunks in the epilogue) */
-    b->conv.i16_round_odd_keep = 0;
+    /* the CNN's conv2 in DFP16 on the Zen 4: its summed steps 2-3 % shorter, its median steps
+     * unchanged (docs/performance.md); the AMX kernels round their chunks in their epilogue
+     * and keep no sums, so there it does not apply */
+    b->conv.i16_round_odd_keep = 1;
     b->conv.i16_wgrad = cpu->avx512vnni ? fx_i16_wgrad_direct : NULL; /* likewise */
     b->conv.i16_wgrad_max_stride = FX_I16_WGRAD_MAX_STRIDE; /* a column-deinterleaved copy */
     /* AMX-INT8 where this process may use it: the AMX kernel, which hands what it does not

@@ -1137,8 +1137,11 @@ static int conv2d_forward_run(tensor_t *y, const tensor_t *x, const tensor_t *w,
         iamx      ? (fx_i16_fwd_amx_round_enabled() ? be->conv.i16_fwd_amx_round : NULL)
         : kunpad ? (fx_i16_fwd_direct_round_enabled() ? be->conv.i16_fwd_round : NULL)
                   : NULL;
+    /* (not where the sums are kept rounded to odd: that needs them stored, and the stored
+     * sums' rounding and the kept ones cost about what the rounding epilogue does alone) */
     const int kround = round_fn && yshared && yq.pix == NULL && fuse_e != FX_EXP_NONE &&
-                       fused_max_exact && plan.inner == 1 && !ep && be->cvt.quant_i64_t;
+                       fused_max_exact && plan.inner == 1 && !ep && be->cvt.quant_i64_t &&
+                       !keep_odd;
     /* bf16 on the AMX route from patch rows: the weights packed in its tiles once for all
      * chunks (each chunk's GEMM would pack the same B again: about 5 % of a bf16 CNN step) */
     uint16_t *bamx = NULL;
