@@ -260,7 +260,11 @@ static int run_table(const peer *pp, int threads, int reps, double fma_peak, dou
      * 16x16, 8x8):
      *   stem fwd 16 x 131072 x 27; stage-1 fwd 16 x 131072 x 144; stage-2 fwd
      *   32 x 32768 x 288; stage-3 fwd 64 x 8192 x 576; stage-3 weight grad 64 x 576 x 8192;
-     *   stage-3 input grad 576 x 8192 x 64. */
+     *   stage-3 input grad 576 x 8192 x 64.
+     * The transformer (`--model transformer`: batch 128, context 128, width 128, MLP 512), its
+     * token-linear products over 16384 tokens: the MLP's fc 16384 x 512 x 128 and proj
+     * 16384 x 128 x 512, fc's weight gradient 128 x 512 x 16384, an attention projection
+     * 16384 x 128 x 128. */
     static const struct {
         const char *name;
         int64_t mnk[3];
@@ -270,7 +274,9 @@ static int run_table(const peer *pp, int threads, int reps, double fma_peak, dou
                   {"cnn conv2 dX", {800, 25088, 64}},   {"cnn fc1 fwd", {128, 128, 3136}},
                   {"r20 stem fwd", {16, 131072, 27}},   {"r20 s1 fwd", {16, 131072, 144}},
                   {"r20 s2 fwd", {32, 32768, 288}},     {"r20 s3 fwd", {64, 8192, 576}},
-                  {"r20 s3 dW", {64, 576, 8192}},       {"r20 s3 dX", {576, 8192, 64}}};
+                  {"r20 s3 dW", {64, 576, 8192}},       {"r20 s3 dX", {576, 8192, 64}},
+                  {"tfm fc fwd", {16384, 512, 128}},    {"tfm proj fwd", {16384, 128, 512}},
+                  {"tfm fc dW", {128, 512, 16384}},     {"tfm attn proj fwd", {16384, 128, 128}}};
     int nshapes = sizeof shapes / sizeof *shapes;
     if (getenv("BENCH_QUICK")) nshapes = 3;
     const char *only = getenv("BENCH_SHAPES"); /* e.g. "1024x1024x1024 r20": substrings */
@@ -280,22 +286,46 @@ static int run_table(const peer *pp, int threads, int reps, double fma_peak, dou
     printf("\n%-28s", "M x N x K  operands");
     for (int k = 0; k < P_COUNT; k++) printf(" %14s", NAMES[k]);
     printf("   (GFLOP/s)\n");
+    /* BENCH_SHAPES's words: each keeps the listed shapes whose label contains it; a word that
+     * keeps none and reads MxNxK is run as a shape of its own, any other is reported (a
+     * misspelt word used to leave the table silently empty) */
+    char words[256] = "";
+    if (only) snprintf(words, sizeof words, "%s", only);
+    char *word[32];
+    int nwords = 0, used[32] = {0};
+    for (char *w = strtok(words, " ,"); w && nwords < 32; w = strtok(NULL, " ,")) word[nwords++] = w;
     for (int si = 0; si < nshapes; si++) {
         char label[64];
         snprintf(label, sizeof label, "%lldx%lldx%lld %s", (long long)shapes[si].mnk[0],
                  (long long)shapes[si].mnk[1], (long long)shapes[si].mnk[2], shapes[si].name);
-        if (only && *only) { /* keep the shapes whose label contains one of the words */
+        if (nwords) { /* keep the shapes whose label contains one of the words */
             int keep = 0;
-            char words[256];
-            snprintf(words, sizeof words, "%s", only);
-            for (char *w = strtok(words, " ,"); w && !keep; w = strtok(NULL, " ,"))
-                keep = strstr(label, w) != NULL;
+            for (int i = 0; i < nwords; i++)
+                if (strstr(label, word[i])) keep = used[i] = 1;
             if (!keep) continue;
         }
         printf("%s\n", label);
         for (int normal = 0; normal < 2; normal++)
             if (want[normal] &&
                 run_shape(&p, threads, reps, fma_peak, int_peak, bf16_peak, shapes[si].mnk, normal))
+                return 1;
+    }
+    for (int i = 0; i < nwords; i++) {
+        if (used[i]) continue;
+        long long m = 0, n = 0, k = 0;
+        char tail = 0;
+        if (sscanf(word[i], "%lldx%lldx%lld%c", &m, &n, &k, &tail) != 3 || m < 1 || n < 1 ||
+            k < 1 || m * n > ((int64_t)1 << 28) || m * k > ((int64_t)1 << 28) ||
+            k * n > ((int64_t)1 << 28)) {
+            fprintf(stderr, "bench_gemm: BENCH_SHAPES word '%s' names no listed shape and is not "
+                            "MxNxK (each side at least 1, each operand at most 2^28 values)\n",
+                    word[i]);
+            continue;
+        }
+        const int64_t mnk[3] = {m, n, k};
+        printf("%lldx%lldx%lld given\n", m, n, k);
+        for (int normal = 0; normal < 2; normal++)
+            if (want[normal] && run_shape(&p, threads, reps, fma_peak, int_peak, bf16_peak, mnk, normal))
                 return 1;
     }
     return 0;
