@@ -156,16 +156,12 @@ int main(void)
     CHECK_STATUS(fx_gemm_i16_force_kernel(FX_GEMM_I16_KERNEL_AUTO), FX_OK);
     fx_gemm_i16_set_amx_auto(0);
     int levels = 0;
-    static const struct {
-        int id;
-        const char *name;
-    } route_levels[] = {{FX_BACKEND_AVX2, "avx2"}, {FX_BACKEND_AVX512, "avx512"}};
-    for (size_t l = 0; l < sizeof route_levels / sizeof *route_levels; l++) {
-        const fx_backend *be = fx_backend_get(route_levels[l].id);
+    for (int id = 0; id < FX_BACKEND_COUNT; id++) {
+        const fx_backend *be = fx_backend_get(id);
         if (!be || !be->available || !be->conv.i16_round_odd_keep) continue;
-        CHECK_STATUS(flexpoint_set_backend(route_levels[l].name), FX_OK);
-        check_route(&r, route_levels[l].name, 0);
-        check_route(&r, route_levels[l].name, 1);
+        CHECK_STATUS(flexpoint_set_backend(be->name), FX_OK);
+        check_route(&r, be->name, 0);
+        check_route(&r, be->name, 1);
         levels++;
     }
     fx_gemm_i16_set_amx_auto(amx_auto);
