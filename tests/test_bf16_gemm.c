@@ -573,6 +573,7 @@ int main(void)
     for (int kind = DATA_TINY; kind <= DATA_MIXED; kind++) {
         check_matmul(37, 95, 129, 0, 0, kind, seed++);
         check_matmul(64, 64, 1300, 0, 1, kind, seed++);
+        check_matmul(40, 70, 96, 1, 0, kind, seed++); /* a transposed A (pack_a_cols) */
     }
     check_keysum_boundary();
     /* convolutions: 5x5 (odd K) and 3x3, padding, stride, and the CNN's conv2 shape in small */

@@ -20,9 +20,11 @@
 #include "../core/pair_copy_avx512.h"
 #include "../fp32/f32_kernels.h"
 #include "bf16_gemm.h"
+#include "bf16_round_avx512bf16.h"
 
 #include <immintrin.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #define MR FX_BF16_PAIR_MR
 #define NR 32
@@ -122,6 +124,75 @@ static void dot_6x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c,
     store_tile(acc, c, ldc);
 }
 
+/* The chains of dot_6x32 from zero sums with A where it lies: each row's pair a 32-bit
+ * broadcast from its row (rows 0-2 and 3-5 off two pointers) */
+static inline __attribute__((always_inline)) void dot_rows_chains(__m512 acc[MR][2], int64_t kp,
+                                                                 const uint16_t *a, int64_t lda,
+                                                                 const uint32_t *b)
+{
+    const uint16_t *a0 = a, *a3 = a + 3 * lda;
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kp; p++) {
+        const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            int32_t w;
+            memcpy(&w, (r < 3 ? a0 + r * lda : a3 + (r - 3) * lda) + 2 * p, sizeof w);
+            const __m512bh ar = (__m512bh)_mm512_set1_epi32(w);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
+        }
+        b += NR;
+    }
+}
+
+/* fx_bf16_pair_kernels.dot_rows */
+static void dot_rows_6x32(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b,
+                          float *c, int64_t ldc)
+{
+    __m512 acc[MR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        const uintptr_t next = (uintptr_t)(c + r * ldc) + NR * sizeof(float);
+        _mm_prefetch((const char *)next, _MM_HINT_T0);
+        _mm_prefetch((const char *)(next + 64), _MM_HINT_T0);
+    }
+    dot_rows_chains(acc, kp, a, lda, b);
+    store_tile(acc, c, ldc);
+}
+
+/* fx_bf16_pair_kernels.dot_rows_bf16: the sums rounded by fx_bf16_round16, the rounding of
+ * fx_cvt_f32_to_bf16_avx512bf16 (bf16_cvt) */
+static void dot_rows_bf16_6x32(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b,
+                               uint16_t *dst, int64_t ldd)
+{
+    __m512 acc[MR][2];
+    dot_rows_chains(acc, kp, a, lda, b);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        const __m256i h0 = fx_bf16_round16(acc[r][0], fx_bf16_special_lanes(acc[r][0]) != 0);
+        const __m256i h1 = fx_bf16_round16(acc[r][1], fx_bf16_special_lanes(acc[r][1]) != 0);
+        _mm512_storeu_si512((void *)(dst + r * ldd),
+                            _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
+    }
+}
+
+/* fx_bf16_pair_kernels.pack_a_cols: per pair, the panel's values of two columns (masked to
+ * its mr rows) interleaved into mr words */
+static void pack_a_cols_avx512(uint32_t *dst, const uint16_t *a, int64_t ld, int64_t kp, int mr)
+{
+    const __mmask8 m = (__mmask8)((1u << mr) - 1u);
+    for (int64_t q = 0; q < kp; q++) {
+        const __m128i c0 = _mm_maskz_loadu_epi16(m, a + 2 * q * ld);
+        const __m128i c1 = _mm_maskz_loadu_epi16(m, a + (2 * q + 1) * ld);
+        const __m256i w =
+            _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(c0, c1)),
+                                    _mm_unpackhi_epi16(c0, c1), 1);
+        _mm256_mask_storeu_epi32(dst + q * mr, m, w);
+    }
+}
+
 /* fx_bf16_minkey_fn in 32 lanes of 16 bits. */
 uint32_t fx_bf16_minkey_avx512(const uint16_t *x, int64_t n)
 {
@@ -148,6 +219,8 @@ static void interleave_avx512(uint16_t *dst, const uint16_t *r0, const uint16_t 
 
 static const fx_bf16_pair_kernels pairs_avx512bf16 = {
     .dot = dot_6x32, .exact = exact_6x32, .minkey = fx_bf16_minkey_avx512, .interleave = interleave_avx512,
+    .dot_rows = dot_rows_6x32, .dot_rows_bf16 = dot_rows_bf16_6x32,
+    .bf16_cvt = fx_cvt_f32_to_bf16_avx512bf16, .pack_a_cols = pack_a_cols_avx512,
 };
 
 /* kc: the A micro-panel (6 x 512 bf16, 6 KiB) stays in L1 while B micro-panels (32 x 512 bf16,

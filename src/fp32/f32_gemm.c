@@ -16,6 +16,7 @@
 #include "f32_kernels.h"
 #include "../core/h16_bias.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -254,6 +255,8 @@ static void pack_a_pairs(const fx_f32_gemm_params *p, uint32_t *dst, const fx_op
         kp > 0) {
         /* each row's pairs are whole aligned words: a 32-bit transpose */
         p->pack_rows((float *)(void *)dst, (const float *)(const void *)base, s0 / 2, kp, mr);
+    } else if (s0 == 1 && mrows == mr && mr <= 8 && p->pairs->pack_a_cols && kp > 0) {
+        p->pairs->pack_a_cols(dst, base, s1, kp, (int)mr);
     } else {
         for (int64_t q = 0; q < kp; q++)
             for (int64_t r = 0; r < mr; r++)
@@ -367,6 +370,41 @@ static void tile_to_h16(const gemm_h16 *h, const float *t, int64_t ldt, int64_t 
     }
 }
 
+static _Atomic int g_a_in_place = 1;
+static _Atomic int64_t g_a_in_place_tiles;
+
+void fx_f32_gemm_a_in_place_set_enabled(int on) { g_a_in_place = on != 0; }
+int64_t fx_f32_gemm_a_in_place_tiles(void) { return g_a_in_place_tiles; }
+
+/* Pair mode's A read in place (fx_bf16_pair_kernels.dot_rows): the level has it, the tiles
+ * choose between dot and exact (force_exact packs), A is row-major with an even depth in one
+ * block (so that every word is a whole pair of its row and no chain continues), and the switch
+ * is on. Why: on attention's products, 512 items of 128 x 128 x 32, the 16 x 16 transposes
+ * that packed A's six-row panels took about a fifth of the time (perf, Zen 4, one thread). */
+static int a_in_place_ok(const fx_f32_gemm_params *p, int pm, const void *apan,
+                         const fx_operand *A, int64_t K)
+{
+    return pm && !apan && p->pairs->dot_rows && !p->force_exact && K <= p->kc && K % 2 == 0 &&
+           A->strides[1] == 1 && p->mr * (p->kc / 2) <= FX_F32_GEMM_MAX_MR * 192 && g_a_in_place;
+}
+
+/* The smallest key of rows [i0, i0 + mr) of a row-major A over depth [k0, k0 + kb): the key
+ * of their packed panel (the same values, and the panel's padding is zeros, which no key
+ * counts). */
+static uint32_t rows_minkey(const fx_bf16_pair_kernels *pk, const fx_operand *A, int64_t i0,
+                            int64_t mr, int64_t k0, int64_t kb)
+{
+    if (A->strides[0] == kb) /* the rows follow one another: one call over all of them */
+        return pair_minkey(pk, (const uint16_t *)A->data + i0 * kb + k0, mr * kb);
+    uint32_t m = 0x7FFFu;
+    for (int64_t r = 0; r < mr; r++) {
+        const uint32_t k =
+            pair_minkey(pk, (const uint16_t *)A->data + (i0 + r) * A->strides[0] + k0, kb);
+        m = k < m ? k : m;
+    }
+    return m;
+}
+
 /* C[i*rs + j*cs] = sum_k A[i][k] B[k][j] for an M x N x K product (K >= 1). pm: pair mode
  * (f32_kernels.h); packed buffers are then counted in pair words, which take the place of
  * floats one for one (ku = ceil(kb / 2) words per row instead of kb floats). With h (NULL:
@@ -381,6 +419,10 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
     const int64_t mc = min64(p->mc, round_up(M, mr));
     const int64_t kcu = pm ? (kc + 1) / 2 : kc, Ku = pm ? (K + 1) / 2 : K;
     const int choose = pm && !p->force_exact; /* pick dot or exact per tile, from the keys */
+    const int a_rows = a_in_place_ok(p, pm, apan, A, K); /* full panels read in place */
+    /* and their tiles rounded to bf16 by the kernel, where that is the output's conversion */
+    const int direct_bf16 = a_rows && h && !h->bias && p->pairs->dot_rows_bf16 &&
+                            h->cvt == p->pairs->bf16_cvt;
 
     /* Threads split the N dimension into column blocks when there are enough columns, else
      * every column block into groups of A micro-panels (so that tall, thin products still use
@@ -423,6 +465,9 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
 #endif
         float *my_b = bbuf + (int64_t)tid * kcu * ncb;
         float tile[FX_F32_TILE_MAX]; /* an fp16/bf16 output's tile of a one-block depth */
+        /* a_rows: a full panel packed on demand, for the tiles that cannot read it in place */
+        _Alignas(64) uint32_t apk[FX_F32_GEMM_MAX_MR * 192];
+        int64_t apk_row = -1, in_place = 0;
         for (int64_t m0 = 0; m0 < M; m0 += mc) {
             const int64_t mb = min64(mc, M - m0);
             const int64_t npm = ceil_div(mb, mr);
@@ -437,6 +482,10 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
                 const int64_t astep = apan ? mr * Ku : mr * ku; /* units between panels */
                 FX_F32_OMP(for schedule(static))
                 for (int64_t ip = 0; ip < npm; ip++) {
+                    if (a_rows && min64(mr, mb - ip * mr) == mr) {
+                        akey[ip] = rows_minkey(p->pairs, A, m0 + ip * mr, mr, k0, kb);
+                        continue;
+                    }
                     if (!apan && pm)
                         pack_a_pairs(p, (uint32_t *)(void *)(abuf + ip * mr * ku), A,
                                      m0 + ip * mr, min64(mr, mb - ip * mr), k0, kb, mr);
@@ -467,6 +516,18 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
                         const float *ap = ablk + ip * astep;
                         const int64_t i0 = m0 + ip * mr, mrows = min64(mr, M - i0);
                         const int dot = choose && pair_dot_exact(akey[ip], bkey);
+                        /* a full panel read in place: packed here for the tiles that need
+                         * the panel (exact, or a partial tile on scratch) */
+                        const uint16_t *arow = NULL;
+                        if (a_rows && mrows == mr) {
+                            arow = (const uint16_t *)A->data + i0 * A->strides[0] + k0;
+                            if (!dot || N % nr || cs != 1) {
+                                if (apk_row != i0)
+                                    pack_a_pairs(p, apk, A, i0, mr, k0, kb, mr);
+                                apk_row = i0;
+                                ap = (const float *)(const void *)apk;
+                            }
+                        }
                         for (int64_t jp = 0; jp < npn; jp++) {
                             const float *bp = my_b + jp * nr * ku;
                             const int64_t j0 = n0 + jp * nr, ncols = min64(nr, N - j0);
@@ -476,7 +537,19 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
                             const int to_h16 = h && k0 + kb == K;
                             float *ct = to_h16 && !accumulate ? tile : C + i0 * rs + j0 * cs;
                             const int64_t trs = to_h16 && !accumulate ? nr : rs;
-                            if (mrows == mr && ncols == nr && cs == 1)
+                            if (arow && dot && ncols == nr && cs == 1 && to_h16 &&
+                                direct_bf16) {
+                                p->pairs->dot_rows_bf16(ku, arow, A->strides[0],
+                                                        (const uint32_t *)(const void *)bp,
+                                                        h->h16 + i0 * N + j0, N);
+                                in_place++;
+                                continue;
+                            }
+                            if (arow && dot && ncols == nr && cs == 1) {
+                                p->pairs->dot_rows(ku, arow, A->strides[0],
+                                                   (const uint32_t *)(const void *)bp, ct, trs);
+                                in_place++;
+                            } else if (mrows == mr && ncols == nr && cs == 1)
                                 run_kernel(p, pm, dot, ku, ap, bp, ct, trs, accumulate);
                             else if (!pm && mrows < mr && ncols == nr && cs == 1 &&
                                      p->kernel_rows && p->kernel_rows[mrows])
@@ -497,6 +570,7 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
                  * overwriting panels (and keys) that another thread is still using */
             }
         }
+        if (in_place) g_a_in_place_tiles += in_place;
     }
     fx_scratch_aligned_free(abuf);
     fx_scratch_aligned_free(bbuf);

@@ -115,6 +115,24 @@ typedef struct fx_bf16_pair_kernels {
     fx_bf16_minkey_fn minkey;   /* optional (NULL: a portable loop) */
     /* optional: dst[2j + t] = (t ? r1 : r0)[j] for j < n (two B rows into pair words) */
     void (*interleave)(uint16_t *dst, const uint16_t *r0, const uint16_t *r1, int64_t n);
+    /* optional: `dot` on a full tile with A read where it lies, row r's pair p the 32-bit word
+     * at a + r * lda + 2p (bf16 elements), instead of from a packed panel, starting from zero
+     * sums (one depth block): the same words in the same chains, so the same bits. The driver
+     * takes it for a row-major A of even depth within one block (fx_f32_gemm_a_in_place). */
+    void (*dot_rows)(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, float *c,
+                     int64_t ldc);
+    /* optional: dot_rows with the tile's sums rounded to bf16 as bf16_cvt rounds them, into
+     * rows of dst ldd apart, where the output is bf16 through that conversion and has no bias:
+     * the conversion's bits without the fp32 tile, its conversion call and the rows' copies
+     * (a third of a 128 x 128 x 32 product's time on the Zen 4) */
+    void (*dot_rows_bf16)(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b,
+                          uint16_t *dst, int64_t ldd);
+    void (*bf16_cvt)(const float *src, uint16_t *dst, int64_t n);
+    /* optional: a whole A micro-panel of mr <= 8 rows from an A whose columns are contiguous
+     * (a transposed operand: element (i, k) at a[i + k * ld]), dst[p*mr + r] = a[r + 2p ld] |
+     * a[r + (2p+1) ld] << 16 for p < kp: two columns interleaved per pair, in place of a loop
+     * per word (the attention's and the linear layers' weight gradients take A so) */
+    void (*pack_a_cols)(uint32_t *dst, const uint16_t *a, int64_t ld, int64_t kp, int mr);
 } fx_bf16_pair_kernels;
 
 typedef struct fx_f32_gemm_params {
@@ -151,6 +169,12 @@ typedef struct fx_f32_gemm_params {
  * pass over the operands). Uses up to c->nthreads OpenMP threads. Returns FX_OK or FX_ENOMEM
  * (scratch). */
 int fx_f32_gemm(const fx_f32_gemm_params *p, const fx_op_call *c);
+
+/* Process-wide switch of the pair mode's A read in place (fx_bf16_pair_kernels.dot_rows),
+ * default on; off, every A panel is packed, the route before it (the same bits either way:
+ * tests compare them), and the count of tiles that read A in place since start-up. */
+void fx_f32_gemm_a_in_place_set_enabled(int on);
+int64_t fx_f32_gemm_a_in_place_tiles(void);
 
 /* ---- the kernels each level installs (src/cpu/<level>.c) -----------------------------------
  * One set per ISA level: *_scalar runs anywhere, *_avx2 needs AVX2+FMA+F16C, *_avx512 needs
