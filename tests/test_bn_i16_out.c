@@ -277,6 +277,67 @@ static void fold_bounds(const fx_bn_kernels *k, const char *level, test_rng *r)
     check_rows(k, level, 1, &xl, &gl, S, 1, &blarge, FX_BN_Q16_EXP_MIN, -1, "2^112 at e -140");
 }
 
+/* Training's regime, which random_rows (outputs spread to +-2^17 units, most of them saturated
+ * or tiny) seldom reaches: normal mantissas, outputs over about +-2^14.5 units of 2^e as a DFP16
+ * write's exponent puts them, in records of three long rows; then rows in which every other
+ * value lies on a tie, with the largest |t| on a tie or one unit from the second largest. */
+static void training_rows(const fx_bn_kernels *k, const char *level, test_rng *r)
+{
+    static int16_t xm[MAXS * MAXROWS], gm[MAXS * MAXROWS];
+    enum { S = 1027 };
+    for (int rep = 0; rep < 40; rep++) {
+        const int ex = -20 + rep % 7, eg = ex - 12, e = ex + (rep % 3) - 1;
+        const double sx = 2000.0 + 500.0 * (rep % 5);
+        for (int64_t i = 0; i < S * MAXROWS; i++) {
+            const double vx = sx * test_rng_normal(r), vg = 3000.0 * test_rng_normal(r);
+            xm[i] = (int16_t)(fabs(vx) < 32767.0 ? vx : 0.0);
+            gm[i] = (int16_t)(fabs(vg) < 32767.0 ? vg : 0.0);
+        }
+        const fx_bn_src x = {xm, FX_BN_I16, ldexp(1.0, ex)};
+        const fx_bn_src g = {gm, FX_BN_I16, ldexp(1.0, eg)};
+        row_coefs rc[MAXROWS];
+        for (int j = 0; j < MAXROWS; j++) {
+            /* xhat of about +-4 standard deviations, gamma about 1, beta small */
+            const double mu = ldexp(sx * (test_rng_uniform(r) - 0.5) * 0.2, ex);
+            const double is = 1.0 / ldexp(sx, ex);
+            const double gamma = 0.5 + test_rng_uniform(r);
+            const double a = gamma * is * ldexp(1.0, 12 + rep % 2);
+            const double b = ldexp(test_rng_uniform(r) - 0.5, e + 10);
+            rc[j] = (row_coefs){{mu, a, b, 0.0, 0.0}};
+        }
+        check_rows(k, level, 0, &x, NULL, S, MAXROWS, rc, e, 1, "training");
+        for (int j = 0; j < MAXROWS; j++) {
+            const double is = 1.0 / ldexp(sx, ex);
+            const double kk = ldexp(0.5 + test_rng_uniform(r), e + 2 - eg);
+            rc[j] = (row_coefs){{ldexp(sx * 0.01 * (test_rng_uniform(r) - 0.5), ex), is, kk,
+                                 ldexp(300.0 * (test_rng_uniform(r) - 0.5), eg),
+                                 ldexp(900.0 * (test_rng_uniform(r) - 0.5), eg)}};
+        }
+        check_rows(k, level, 1, &x, &g, S, MAXROWS, rc, e, 1, "training");
+    }
+    /* ties: with a = unit and mu = b = 0, t 2^-e = m / 2, a tie at every odd m; the largest
+     * |m| placed on an odd value (its vector goes to double) or on an even one beside an odd
+     * one a unit smaller (the two vectors' bounds overlap) */
+    for (int rep = 0; rep < 8; rep++) {
+        const int e = -10 + rep, ex = e - 1;
+        for (int64_t i = 0; i < S; i++) {
+            const int64_t v = test_rng_range(r, -20000, 20000);
+            xm[i] = (int16_t)(i % 2 ? v | 1 : v & ~(int64_t)1);
+            gm[i] = xm[i];
+        }
+        const int64_t at = test_rng_range(r, 0, S - 1), at2 = test_rng_range(r, 0, S - 1);
+        xm[at] = (int16_t)(rep % 2 ? 30001 : -30000);
+        xm[at2] = (int16_t)(rep % 2 ? -29999 : 29999);
+        for (int64_t i = 0; i < S; i++) gm[i] = xm[i];
+        const fx_bn_src x = {xm, FX_BN_I16, ldexp(1.0, ex)}, g = {gm, FX_BN_I16, ldexp(1.0, ex)};
+        const row_coefs ties = {{0.0, 1.0, 0.0, 0.0, 0.0}};
+        check_rows(k, level, 0, &x, NULL, S, 1, &ties, e, 1, "training ties");
+        /* backward with k = 1, mdy = mdyx = 0: t = g, the same ties */
+        const row_coefs bties = {{0.0, 1.0, 1.0, 0.0, 0.0}};
+        check_rows(k, level, 1, &x, &g, S, 1, &bties, e, 1, "training ties");
+    }
+}
+
 static void declines(const fx_bn_kernels *k, const char *level)
 {
     int16_t m[16] = {1, 2, 3};
@@ -403,6 +464,7 @@ int main(void)
         edge_rows(be->bn, be->name);
         fold_bounds(be->bn, be->name, &r);
         random_rows(be->bn, be->name, &r);
+        training_rows(be->bn, be->name, &r);
     }
     for (int bi = 0; bi < flexpoint_backend_count(); bi++) { /* the ops on every backend */
         if (!flexpoint_backend_available(bi)) continue;
