@@ -162,17 +162,32 @@ static void dot_rows_6x32(int64_t kp, const uint16_t *a, int64_t lda, const uint
     store_tile(acc, c, ldc);
 }
 
-/* fx_bf16_pair_kernels.dot_rows_bf16: the sums rounded by fx_bf16_round16, the rounding of
- * fx_cvt_f32_to_bf16_avx512bf16 (bf16_cvt) */
+/* 16 sums rounded to bf16 by fx_bf16_round16, the rounding of fx_cvt_f32_to_bf16_avx512bf16;
+ * with bias (16 values, or NULL), h16_bias.h's pass on them: widened back, the bias added
+ * (a NaN sum stays itself, quieted, fx_f32_nan_first), rounded again */
+static inline __attribute__((always_inline)) __m256i round_bias16(__m512 v, const float *bias)
+{
+    __m256i h = fx_bf16_round16(v, fx_bf16_special_lanes(v) != 0);
+    if (!bias) return h;
+    const __m512 t = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    const __mmask16 nan = _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q);
+    __m512 r = _mm512_add_ps(t, _mm512_loadu_ps(bias));
+    r = _mm512_mask_mov_ps(r, nan,
+                           _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t),
+                                                               _mm512_set1_epi32(0x00400000))));
+    return fx_bf16_round16(r, fx_bf16_special_lanes(r) != 0);
+}
+
+/* fx_bf16_pair_kernels.dot_rows_bf16 */
 static void dot_rows_bf16_6x32(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b,
-                               uint16_t *dst, int64_t ldd)
+                               uint16_t *dst, int64_t ldd, const float *bias)
 {
     __m512 acc[MR][2];
     dot_rows_chains(acc, kp, a, lda, b);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; r++) {
-        const __m256i h0 = fx_bf16_round16(acc[r][0], fx_bf16_special_lanes(acc[r][0]) != 0);
-        const __m256i h1 = fx_bf16_round16(acc[r][1], fx_bf16_special_lanes(acc[r][1]) != 0);
+        const __m256i h0 = round_bias16(acc[r][0], bias);
+        const __m256i h1 = round_bias16(acc[r][1], bias ? bias + 16 : NULL);
         _mm512_storeu_si512((void *)(dst + r * ldd),
                             _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
     }

@@ -421,7 +421,7 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
     const int choose = pm && !p->force_exact; /* pick dot or exact per tile, from the keys */
     const int a_rows = a_in_place_ok(p, pm, apan, A, K); /* full panels read in place */
     /* and their tiles rounded to bf16 by the kernel, where that is the output's conversion */
-    const int direct_bf16 = a_rows && h && !h->bias && p->pairs->dot_rows_bf16 &&
+    const int direct_bf16 = a_rows && h && p->pairs->dot_rows_bf16 &&
                             h->cvt == p->pairs->bf16_cvt;
 
     /* Threads split the N dimension into column blocks when there are enough columns, else
@@ -541,7 +541,8 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
                                 direct_bf16) {
                                 p->pairs->dot_rows_bf16(ku, arow, A->strides[0],
                                                         (const uint32_t *)(const void *)bp,
-                                                        h->h16 + i0 * N + j0, N);
+                                                        h->h16 + i0 * N + j0, N,
+                                                        h->bias ? h->bias + j0 : NULL);
                                 in_place++;
                                 continue;
                             }

@@ -122,11 +122,13 @@ typedef struct fx_bf16_pair_kernels {
     void (*dot_rows)(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, float *c,
                      int64_t ldc);
     /* optional: dot_rows with the tile's sums rounded to bf16 as bf16_cvt rounds them, into
-     * rows of dst ldd apart, where the output is bf16 through that conversion and has no bias:
-     * the conversion's bits without the fp32 tile, its conversion call and the rows' copies
-     * (a third of a 128 x 128 x 32 product's time on the Zen 4) */
+     * rows of dst ldd apart, where the output is bf16 through that conversion; with bias (NULL:
+     * none) the tile's 32 columns of it added as the separate pass adds them (h16_bias.h:
+     * the rounded sum widened, the bias added under the ADD NaN rule, rounded again). The
+     * conversion's and the pass's bits without the fp32 tile, its conversion call and the
+     * rows' copies (a third of a 128 x 128 x 32 product's time on the Zen 4) */
     void (*dot_rows_bf16)(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b,
-                          uint16_t *dst, int64_t ldd);
+                          uint16_t *dst, int64_t ldd, const float *bias);
     void (*bf16_cvt)(const float *src, uint16_t *dst, int64_t n);
     /* optional: a whole A micro-panel of mr <= 8 rows from an A whose columns are contiguous
      * (a transposed operand: element (i, k) at a[i + k * ld]), dst[p*mr + r] = a[r + 2p ld] |
