@@ -6,7 +6,8 @@
  * for odd K, K beyond one depth block, edge tiles and transposed views. Data where vdpbf16ps
  * would flush (subnormal inputs, products below 2^-126, a chain continuing from a subnormal
  * partial sum) must still give the definition's bits: that checks the driver's and kernel's
- * guards. Skips on CPUs without AVX512_BF16, where bf16 products take the widening route
+ * guards; the exponent keys behind that choice against their definition. Skips on CPUs
+ * without AVX512_BF16, where bf16 products take the widening route
  * (checked against fp64 by test_ops). */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
@@ -550,6 +551,37 @@ static void check_keysum_boundary(void)
     }
 }
 
+/* The exponent keys (fx_bf16_minkey: the smallest biased exponent field of the nonzero values,
+ * 0x7FFF when none) against their definition, over every length up to 100 (whole and partial
+ * vectors) and values of every class: zeros of both signs, subnormals, normals, Inf, NaN. */
+static void check_minkey(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 4242);
+    uint16_t x[100];
+    for (int trial = 0; trial < 400; trial++) {
+        const int64_t n = trial % 101;
+        const int zeros_only = trial % 7 == 0;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t pick = test_rng_range(&r, 0, 9);
+            const uint16_t sign = test_rng_range(&r, 0, 1) ? 0x8000u : 0u;
+            x[i] = zeros_only || pick == 0 ? sign
+                   : pick == 1            ? (uint16_t)(sign | test_rng_range(&r, 1, 0x7F))
+                   : pick == 2            ? (uint16_t)(sign | 0x7F80u)
+                   : pick == 3            ? (uint16_t)(sign | test_rng_range(&r, 0x7F81, 0x7FFF))
+                                          : (uint16_t)(sign | test_rng_range(&r, 0x80, 0x7F7F));
+        }
+        uint32_t want = 0x7FFF;
+        for (int64_t i = 0; i < n; i++) {
+            const uint32_t mag = x[i] & 0x7FFFu;
+            if (mag && (mag >> 7) < want) want = mag >> 7;
+        }
+        const uint32_t got = fx_bf16_minkey_avx512(x, n);
+        CHECK(got == want, "minkey of %lld values (trial %d): %u, the definition %u", (long long)n,
+              trial, got, want);
+    }
+}
+
 int main(void)
 {
     const fx_backend *be = fx_backend_get(FX_BACKEND_AVX512);
@@ -576,6 +608,7 @@ int main(void)
         check_matmul(40, 70, 96, 1, 0, kind, seed++); /* a transposed A (pack_a_cols) */
     }
     check_keysum_boundary();
+    check_minkey();
     /* convolutions: 5x5 (odd K) and 3x3, padding, stride, and the CNN's conv2 shape in small */
     check_conv(3, 1, 12, 12, 32, 5, 5, 2, 1, DATA_NORMAL, seed++);
     check_conv(2, 32, 10, 10, 64, 5, 5, 2, 1, DATA_NORMAL, seed++);

@@ -208,22 +208,23 @@ static void pack_a_cols_avx512(uint32_t *dst, const uint16_t *a, int64_t ld, int
     }
 }
 
-/* fx_bf16_minkey_fn in 32 lanes of 16 bits. */
+/* fx_bf16_minkey_fn in 32 lanes of 16 bits: the smallest magnitude less one, unsigned, so
+ * that a zero (and a masked-off lane, loaded as 0) wraps to 0xFFFF and never wins; the key is
+ * that magnitude's exponent field (the shift is monotone, so the smallest field is the
+ * smallest magnitude's) */
 uint32_t fx_bf16_minkey_avx512(const uint16_t *x, int64_t n)
 {
-    const __m512i mag_mask = _mm512_set1_epi16(0x7FFF);
-    __m512i m = mag_mask;
+    const __m512i mag_mask = _mm512_set1_epi16(0x7FFF), one = _mm512_set1_epi16(1);
+    __m512i m = _mm512_set1_epi16(-1);
     for (int64_t i = 0; i < n; i += 32) {
         const __mmask32 k = n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1u);
         const __m512i mag = _mm512_and_si512(fx_load_w32(x + i, k), mag_mask);
-        /* zeros (and masked-off lanes) keep 0x7FFF; others give their exponent field */
-        const __m512i key = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(mag, mag), mag_mask,
-                                                    _mm512_srli_epi16(mag, 7));
-        m = _mm512_min_epu16(m, key);
+        m = _mm512_min_epu16(m, _mm512_sub_epi16(mag, one));
     }
     __m256i h = _mm256_min_epu16(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
     __m128i q = _mm_min_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-    return (uint32_t)_mm_extract_epi16(_mm_minpos_epu16(q), 0);
+    const uint32_t least = (uint32_t)_mm_extract_epi16(_mm_minpos_epu16(q), 0);
+    return least == 0xFFFFu ? 0x7FFFu : (least + 1u) >> 7;
 }
 
 /* Two B rows into pair words: dst[2j + t] = (t ? r1 : r0)[j]. */
