@@ -119,7 +119,7 @@ static void all_cases(int can, const char *where)
             for (int sp = 0; sp < 2; sp++) {
                 compare(fout, 0, 1, 37, 45, 32, 0, 0, sp, can, where);   /* partial panels */
                 compare(fout, 0, 1, 60, 64, 128, 0, 0, sp, can, where);  /* whole tiles */
-                compare(fout, 0, 1, 130, 70, 384, 0, 0, sp, can, where); /* one full block */
+                compare(fout, 0, 1, 130, 70, 512, 0, 0, sp, can, where); /* a whole block */
                 compare(fout, 0, 1, 13, 300, 2, 0, 0, sp, can, where);   /* depth 2 */
                 /* attention: scores q k^T (K = 32) and p v (K = 128, N = 32) */
                 compare(fout, 1, 8, 128, 128, 32, 0, 1, sp, can, where);
@@ -128,6 +128,7 @@ static void all_cases(int can, const char *where)
                 /* left alone: odd depth, two depth blocks, a transposed A */
                 compare(fout, 0, 1, 37, 45, 33, 0, 0, sp, 0, where);
                 compare(fout, 0, 1, 30, 64, 800, 0, 0, sp, 0, where);
+                compare(fout, 0, 1, 30, 64, 514, 0, 0, sp, 0, where); /* one pair past */
                 compare(fout, 0, 1, 70, 90, 48, 1, 0, sp, 0, where);
             }
         }
