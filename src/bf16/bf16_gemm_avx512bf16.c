@@ -19,6 +19,7 @@
 #include "../core/lanes_avx512.h"
 #include "../core/pair_copy_avx512.h"
 #include "../fp32/f32_kernels.h"
+#include "../fp32/f32_nan_avx512.h"
 #include "bf16_gemm.h"
 #include "bf16_round_avx512bf16.h"
 
@@ -85,6 +86,41 @@ static void exact_6x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *
     store_tile(acc, c, ldc);
 }
 
+/* The next tile to the right is usually next: fetch its C rows early (as the fp32 kernel). */
+static inline __attribute__((always_inline)) void prefetch_next_tile(const float *c, int64_t ldc)
+{
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        const uintptr_t next = (uintptr_t)(c + r * ldc) + NR * sizeof(float);
+        _mm_prefetch((const char *)next, _MM_HINT_T0);
+        _mm_prefetch((const char *)(next + 64), _MM_HINT_T0);
+    }
+}
+
+/* The vdpbf16ps chains over kp pairs, added to acc: row r's pair p is the 32-bit word at
+ * a + r * row_step + p * pair_step (16-bit units): a packed panel (2, 2 MR) or A's rows where
+ * they lie (lda, 2; rows 0-2 and 3-5 off two pointers, so that each load is one address). */
+static inline __attribute__((always_inline)) void dot_chains(__m512 acc[MR][2], int64_t kp,
+                                                            const uint16_t *a, int64_t row_step,
+                                                            int64_t pair_step, const uint32_t *b)
+{
+    const uint16_t *a3 = a + 3 * row_step;
+    for (int64_t p = 0; p < kp; p++) {
+        const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            int32_t w;
+            memcpy(&w, r < 3 ? a + r * row_step : a3 + (r - 3) * row_step, sizeof w);
+            const __m512bh ar = (__m512bh)_mm512_set1_epi32(w);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
+        }
+        a += pair_step;
+        a3 += pair_step;
+        b += NR;
+    }
+}
+
 /* vdpbf16ps: one instruction per row, 16 columns and one pair. The driver calls it only where
  * conditions (i) and (ii) hold; a tile it continues from must meet (iii), else the exact kernel
  * runs (checked on the loaded accumulators, a few instructions per tile and depth block). */
@@ -103,48 +139,9 @@ static void dot_6x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c,
             return;
         }
     }
-    /* the next tile to the right is usually next: fetch its C rows early (as the fp32 kernel) */
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) {
-        const uintptr_t next = (uintptr_t)(c + r * ldc) + NR * sizeof(float);
-        _mm_prefetch((const char *)next, _MM_HINT_T0);
-        _mm_prefetch((const char *)(next + 64), _MM_HINT_T0);
-    }
-    for (int64_t p = 0; p < kp; p++) {
-        const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
-#pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) {
-            const __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r]);
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
-        }
-        a += MR;
-        b += NR;
-    }
+    prefetch_next_tile(c, ldc);
+    dot_chains(acc, kp, (const uint16_t *)(const void *)a, 2, 2 * MR, b);
     store_tile(acc, c, ldc);
-}
-
-/* The chains of dot_6x32 from zero sums with A where it lies: each row's pair a 32-bit
- * broadcast from its row (rows 0-2 and 3-5 off two pointers) */
-static inline __attribute__((always_inline)) void dot_rows_chains(__m512 acc[MR][2], int64_t kp,
-                                                                 const uint16_t *a, int64_t lda,
-                                                                 const uint32_t *b)
-{
-    const uint16_t *a0 = a, *a3 = a + 3 * lda;
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < kp; p++) {
-        const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
-#pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) {
-            int32_t w;
-            memcpy(&w, (r < 3 ? a0 + r * lda : a3 + (r - 3) * lda) + 2 * p, sizeof w);
-            const __m512bh ar = (__m512bh)_mm512_set1_epi32(w);
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
-        }
-        b += NR;
-    }
 }
 
 /* fx_bf16_pair_kernels.dot_rows */
@@ -152,29 +149,21 @@ static void dot_rows_6x32(int64_t kp, const uint16_t *a, int64_t lda, const uint
                           float *c, int64_t ldc)
 {
     __m512 acc[MR][2];
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) {
-        const uintptr_t next = (uintptr_t)(c + r * ldc) + NR * sizeof(float);
-        _mm_prefetch((const char *)next, _MM_HINT_T0);
-        _mm_prefetch((const char *)(next + 64), _MM_HINT_T0);
-    }
-    dot_rows_chains(acc, kp, a, lda, b);
+    load_tile(acc, c, ldc, 0);
+    prefetch_next_tile(c, ldc);
+    dot_chains(acc, kp, a, lda, 2, b);
     store_tile(acc, c, ldc);
 }
 
 /* 16 sums rounded to bf16 by fx_bf16_round16, the rounding of fx_cvt_f32_to_bf16_avx512bf16;
  * with bias (16 values, or NULL), h16_bias.h's pass on them: widened back, the bias added
- * (a NaN sum stays itself, quieted, fx_f32_nan_first), rounded again */
+ * under the ADD NaN rule, rounded again */
 static inline __attribute__((always_inline)) __m256i round_bias16(__m512 v, const float *bias)
 {
     __m256i h = fx_bf16_round16(v, fx_bf16_special_lanes(v) != 0);
     if (!bias) return h;
     const __m512 t = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    const __mmask16 nan = _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q);
-    __m512 r = _mm512_add_ps(t, _mm512_loadu_ps(bias));
-    r = _mm512_mask_mov_ps(r, nan,
-                           _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t),
-                                                               _mm512_set1_epi32(0x00400000))));
+    const __m512 r = fx_f32_add_nf16(t, _mm512_loadu_ps(bias));
     return fx_bf16_round16(r, fx_bf16_special_lanes(r) != 0);
 }
 
@@ -183,7 +172,8 @@ static void dot_rows_bf16_6x32(int64_t kp, const uint16_t *a, int64_t lda, const
                                uint16_t *dst, int64_t ldd, const float *bias)
 {
     __m512 acc[MR][2];
-    dot_rows_chains(acc, kp, a, lda, b);
+    load_tile(acc, NULL, 0, 0);
+    dot_chains(acc, kp, a, lda, 2, b);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; r++) {
         const __m256i h0 = round_bias16(acc[r][0], bias);

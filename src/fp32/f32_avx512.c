@@ -17,6 +17,7 @@
  */
 #include "f32_kernels.h"
 #include "f32_math.h"
+#include "f32_nan_avx512.h"
 #include "core/lanes_avx512.h"
 #include "core/transpose_avx512.h"
 #include "bf16/bf16_kernels.h"
@@ -50,18 +51,16 @@ static __mmask16 tail_mask(int64_t n) { return (__mmask16)((1u << n) - 1u); }
             _mm512_mask_storeu_ps(y + i, m, r);                                                  \
         }                                                                                        \
     }
-/* a op b with the first-NaN rule of f32_scalar.c: lanes where a is NaN take a, quieted (the
- * compiler may emit the instruction with its operands swapped, and then b's NaN would win) */
-static inline __m512 nan_first(__m512 a, __m512 r)
+/* a op b with the first-NaN rule of f32_scalar.c (f32_nan_avx512.h) */
+static inline __m512 add_nf(__m512 a, __m512 b) { return fx_f32_add_nf16(a, b); }
+static inline __m512 sub_nf(__m512 a, __m512 b)
 {
-    const __mmask16 an = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
-    const __m512 qa = _mm512_castsi512_ps(
-        _mm512_or_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x00400000)));
-    return _mm512_mask_mov_ps(r, an, qa);
+    return fx_f32_nan_first16(a, _mm512_sub_ps(a, b));
 }
-static inline __m512 add_nf(__m512 a, __m512 b) { return nan_first(a, _mm512_add_ps(a, b)); }
-static inline __m512 sub_nf(__m512 a, __m512 b) { return nan_first(a, _mm512_sub_ps(a, b)); }
-static inline __m512 mul_nf(__m512 a, __m512 b) { return nan_first(a, _mm512_mul_ps(a, b)); }
+static inline __m512 mul_nf(__m512 a, __m512 b)
+{
+    return fx_f32_nan_first16(a, _mm512_mul_ps(a, b));
+}
 FX_AVX512_BINARY_RANGE(add_range, add_nf)
 FX_AVX512_BINARY_RANGE(sub_range, sub_nf)
 FX_AVX512_BINARY_RANGE(mul_range, mul_nf)

@@ -370,6 +370,9 @@ static void tile_to_h16(const gemm_h16 *h, const float *t, int64_t ldt, int64_t 
     }
 }
 
+/* the words of one A panel packed on demand where A is read in place (a_in_place_ok) */
+#define FX_PAIR_PANEL_WORDS (FX_F32_GEMM_MAX_MR * 256)
+
 static _Atomic int g_a_in_place = 1;
 static _Atomic int64_t g_a_in_place_tiles;
 
@@ -385,7 +388,7 @@ static int a_in_place_ok(const fx_f32_gemm_params *p, int pm, const void *apan,
                          const fx_operand *A, int64_t K)
 {
     return pm && !apan && p->pairs->dot_rows && !p->force_exact && K <= p->kc && K % 2 == 0 &&
-           A->strides[1] == 1 && p->mr * (p->kc / 2) <= FX_F32_GEMM_MAX_MR * 192 && g_a_in_place;
+           A->strides[1] == 1 && p->mr * (p->kc / 2) <= FX_PAIR_PANEL_WORDS && g_a_in_place;
 }
 
 /* The smallest key of rows [i0, i0 + mr) of a row-major A over depth [k0, k0 + kb): the key
@@ -466,7 +469,7 @@ static int gemm_run(const fx_f32_gemm_params *p, int pm, const fx_operand *A, co
         float *my_b = bbuf + (int64_t)tid * kcu * ncb;
         float tile[FX_F32_TILE_MAX]; /* an fp16/bf16 output's tile of a one-block depth */
         /* a_rows: a full panel packed on demand, for the tiles that cannot read it in place */
-        _Alignas(64) uint32_t apk[FX_F32_GEMM_MAX_MR * 192];
+        _Alignas(64) uint32_t apk[FX_PAIR_PANEL_WORDS];
         int64_t apk_row = -1, in_place = 0;
         for (int64_t m0 = 0; m0 < M; m0 += mc) {
             const int64_t mb = min64(mc, M - m0);
