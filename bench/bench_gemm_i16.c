@@ -6,10 +6,14 @@
  * norm test choose (on products above the level's size gates, fx_gemm_i16_kernel; below
  * them auto is the wrap or split kernel, as in training, and the fast-tile fraction prints 0);
  * the ratios split/wrap and split/auto of the median CPU times are printed, with the fraction
- * of (tile, K block) steps that took the fast kernel.
+ * of (tile, K block) steps that took the fast kernel. A fourth run, "packed", is auto with
+ * every A micro-panel packed (the route before the fast kernels read a row-major A in place,
+ * which they do on AVX-512 for products of at most 128 columns); its ratio to auto is printed
+ * last (above 1: reading A in place was faster).
  *
- * usage: bench_gemm_i16 [size ...]        square sizes (default 256 1024 2048) and then the
- *                                         small CNN's GEMM shapes at batch 128
+ * usage: bench_gemm_i16 [size ...]        square sizes (default 256 1024 2048), or shapes
+ *                                         MxNxK (M x K times K x N), and then the small
+ *                                         CNN's GEMM shapes at batch 128
  * env:   BENCH_BACKENDS="avx2 avx512"     only these backends (default: all available)
  *        BENCH_THREADS="1 2"              thread counts (default: 1 2)
  *        BENCH_DATA="gauss gauss-hi full" data kinds (default: all three)
@@ -88,12 +92,14 @@ typedef struct timing {
 /* The three ways of running one product, alternated: the split kernel on every tile, the wrap
  * kernel on every tile (where the level has one and K qualifies; else the split kernel again),
  * and the norm test's choice (fast kernel where it passes, the any-data kernel elsewhere). */
-enum { RUN_SPLIT, RUN_WRAP, RUN_AUTO, RUN_KINDS };
+enum { RUN_SPLIT, RUN_WRAP, RUN_AUTO, RUN_PACKED, RUN_KINDS };
 
 static int run_once(fx_kernel k, fx_op_call *c, int how, double *wall, double *cpu)
 {
-    fx_gemm_i16_set_mode(how == RUN_AUTO ? FX_GEMM_I16_AUTO : FX_GEMM_I16_SPLIT_ONLY);
+    const int autos = how == RUN_AUTO || how == RUN_PACKED;
+    fx_gemm_i16_set_mode(autos ? FX_GEMM_I16_AUTO : FX_GEMM_I16_SPLIT_ONLY);
     fx_gemm_i16_set_wrap(how != RUN_SPLIT);
+    fx_gemm_i16_a_in_place_set_enabled(how != RUN_PACKED);
     const clockid_t cid = c->nthreads > 1 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID;
     const bench_span span = bench_span_begin(cid);
     const int rc = k(c);
@@ -122,6 +128,7 @@ static int time_runs(fx_kernel k, fx_op_call *c, double budget, timing t[RUN_KIN
         }
     fx_gemm_i16_set_mode(FX_GEMM_I16_AUTO);
     fx_gemm_i16_set_wrap(1);
+    fx_gemm_i16_a_in_place_set_enabled(1);
     for (int h = 0; h < RUN_KINDS; h++) {
         qsort(ws[h], (size_t)reps, sizeof ws[h][0], bench_cmp_double);
         qsort(cs[h], (size_t)reps, sizeof cs[h][0], bench_cmp_double);
@@ -190,9 +197,10 @@ static void bench_shape(const char *label, int64_t M, int64_t K, int64_t N, int 
                 printf("  %7.1f %7.1f", gop / t[RUN_WRAP].wall, gop / t[RUN_WRAP].cpu);
             else
                 printf("  %7s %7s", "-", "-");
-            printf("  %7.1f %7.1f   %5.2f %5.2f  %5.3f\n", gop / t[RUN_AUTO].wall,
+            printf("  %7.1f %7.1f   %5.2f %5.2f  %5.3f   %7.1f  %5.2f\n", gop / t[RUN_AUTO].wall,
                    gop / t[RUN_AUTO].cpu, has_wrap ? t[RUN_SPLIT].cpu / t[RUN_WRAP].cpu : 1.0,
-                   t[RUN_SPLIT].cpu / t[RUN_AUTO].cpu, t[RUN_AUTO].fast_frac);
+                   t[RUN_SPLIT].cpu / t[RUN_AUTO].cpu, t[RUN_AUTO].fast_frac,
+                   gop / t[RUN_PACKED].cpu, t[RUN_PACKED].cpu / t[RUN_AUTO].cpu);
             fflush(stdout);
         }
     }
@@ -203,11 +211,26 @@ static void bench_shape(const char *label, int64_t M, int64_t K, int64_t N, int 
 
 int main(int argc, char **argv)
 {
-    int64_t sizes[16] = {256, 1024, 2048};
+    /* M, N, K of each shape asked for (a square size n: n, n, n) */
+    int64_t sizes[16][3] = {{256, 256, 256}, {1024, 1024, 1024}, {2048, 2048, 2048}};
     int nsizes = 3;
     if (argc > 1) {
         nsizes = 0;
-        for (int i = 1; i < argc && nsizes < 16; i++) sizes[nsizes++] = strtoll(argv[i], NULL, 10);
+        for (int i = 1; i < argc && nsizes < 16; i++) {
+            long long m = 0, n = 0, k = 0;
+            const int got = sscanf(argv[i], "%lldx%lldx%lld", &m, &n, &k);
+            if (got == 1) n = k = m;
+            if ((got != 1 && got != 3) || m < 1 || n < 1 || k < 1 || m * k > ((int64_t)1 << 28) ||
+                k * n > ((int64_t)1 << 28) || m * n > ((int64_t)1 << 28)) {
+                fprintf(stderr, "bench_gemm_i16: '%s' is neither a size nor MxNxK (each side at "
+                                "least 1, each operand at most 2^28 values)\n", argv[i]);
+                return 2;
+            }
+            sizes[nsizes][0] = m;
+            sizes[nsizes][1] = n;
+            sizes[nsizes][2] = k;
+            nsizes++;
+        }
     }
     const char *bs = getenv("BENCH_SECONDS");
     const double budget = bs ? atof(bs) : 0.6;
@@ -227,25 +250,28 @@ int main(int argc, char **argv)
     };
     const char *nocnn = getenv("BENCH_NO_CNN");
 
-    printf("exact int16 GEMM; split / wrap = that kernel on every tile (wrap: AVX512_VNNI, K >= 127;"
+    printf("exact int16 GEMM; split / wrap = that kernel on every tile (wrap: AVX512_VNNI, K >= 63;"
            " '-' where it does not run),\nauto = norm test per tile (fast kernel where it passes,"
-           " else wrap or split as in training)\n"
-           "GOP/s = 2MNK / median wall; cpu = 2MNK / median CPU time; ratios of CPU times\n");
+           " else wrap or split as in training), packed = auto with every A panel packed\n"
+           "shapes M x N x K; GOP/s = 2MNK / median wall; cpu = 2MNK / median CPU time; ratios of CPU "
+           "times\n");
     printf("backend  data      shape                  th    split     cpu     wrap     cpu     auto"
-           "     cpu  s/wrap s/auto  fast tiles\n");
+           "     cpu  s/wrap s/auto  fast tiles  packed cpu pk/auto\n");
     for (int kind = 0; kind < 3; kind++) {
         if (!listed("BENCH_DATA", kinds[kind])) continue;
         for (int s = 0; s < nsizes; s++) {
-            if (sizes[s] <= 0) continue;
+            const int64_t m = sizes[s][0], n = sizes[s][1], k = sizes[s][2];
             char label[48];
-            snprintf(label, sizeof label, "%lld^3", (long long)sizes[s]);
-            bench_shape(label, sizes[s], sizes[s], sizes[s], kind, budget, threads, nthr);
+            if (m == n && n == k) snprintf(label, sizeof label, "%lld^3", (long long)m);
+            else snprintf(label, sizeof label, "%lldx%lldx%lld", (long long)m, (long long)n,
+                          (long long)k);
+            bench_shape(label, m, k, n, kind, budget, threads, nthr);
         }
         if (nocnn && *nocnn == '1') continue;
         for (size_t i = 0; i < sizeof cnn / sizeof cnn[0]; i++) {
             char label[48];
             snprintf(label, sizeof label, "%s %lldx%lldx%lld", cnn[i].name, (long long)cnn[i].M,
-                     (long long)cnn[i].K, (long long)cnn[i].N);
+                     (long long)cnn[i].N, (long long)cnn[i].K);
             bench_shape(label, cnn[i].M, cnn[i].K, cnn[i].N, kind, budget, threads, nthr);
         }
     }

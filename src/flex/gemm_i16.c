@@ -426,6 +426,12 @@ int fx_gemm_i16_narrow(int64_t N)
 static _Atomic int64_t g_fast_tiles, g_split_tiles, g_fast_pairs, g_split_pairs, g_fast_chains;
 static _Atomic int64_t g_fast_tiles_reset, g_split_tiles_reset;
 static _Atomic int64_t g_rounded_tiles; /* tiles that rounded their own sums (fast_round) */
+static _Atomic int g_a_in_place = 1;        /* fx_gemm_i16_a_in_place_set_enabled */
+static _Atomic int64_t g_a_in_place_tiles;  /* fast steps that read A in place */
+
+void fx_gemm_i16_a_in_place_set_enabled(int on) { g_a_in_place = on != 0; }
+
+int64_t fx_gemm_i16_a_in_place_tiles(void) { return g_a_in_place_tiles; }
 
 int64_t fx_gemm_i16_rounded_tiles(void) { return g_rounded_tiles; }
 
@@ -499,6 +505,10 @@ typedef struct fx_gemm_plan {
     size_t col_elems;
     /* with out16 and one K block: the fast tiles round their own sums (kd->fast_round) */
     int tiles_round;
+    /* A's full micro-panels are read in place by the fast tiles on K blocks that take the
+     * norm test (a unit-stride A of even K, kd->fast_rows): their norms come from the rows,
+     * and a panel is packed only when one of its tiles takes the any-data kernel */
+    int a_in_place;
 } fx_gemm_plan;
 
 /* Choose the route, blocking and threads of a product (the call's operands are checked here;
@@ -584,6 +594,13 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     if (pl->out16 && (int64_t)pl->kg * pl->kc < K) return FX_EUNSUPPORTED;
     pl->tiles_round = pl->out16 && kd->fast_round && K <= pl->kc &&
                       pl->shift <= FX_GEMM_I16_ROUND_MAX_SHIFT && g_tiles_round;
+    /* even K: every K block (kc is even) then holds whole pairs, so no row is read past its
+     * end (an odd K's last pair is packed with a zero high half); few output columns: there
+     * the packing is spread over few tiles (FX_GEMM_I16_A_IN_PLACE_MAX_N) */
+    pl->a_in_place = g_a_in_place && pl->use_fast && !pl->apan && !pl->a_rows && pl->sak == 1 &&
+                     K % 2 == 0 && N <= FX_GEMM_I16_A_IN_PLACE_MAX_N && kd->fast_rows &&
+                     (!pl->tiles_round || kd->fast_round_rows) && fx_simd_pack(kd) &&
+                     kd->pack->norms_rows;
     int nt = c->nthreads;
     if (nt < 1 || M * N * K < FX_GEMM_PAR_MIN_MACS) nt = 1;
     int64_t mc = fx_min64(FX_GEMM_MC / mr * mr, (M + mr - 1) / mr * mr);
@@ -610,7 +627,7 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     pl->a_elems = pl->apan ? 0 : (size_t)(pl->kp_max * mc);                     /* int32 */
     pl->ah_elems = pl->use_wrap ? (size_t)(pl->kp_max * mc) : 0;                /* int32 */
     pl->na_elems = (size_t)(mc / mr * (pl->nseg_max + 1));                      /* int32 */
-    pl->tag_elems = (size_t)(pl->npan_max + mc / mr);                           /* int64 */
+    pl->tag_elems = (size_t)(pl->npan_max + 2 * (mc / mr));                     /* int64 */
     /* A rows on demand: one micro-panel's rows with the source's slack */
     pl->rows_ld = pl->a_rows ? (2 * pl->kp_max + 2 * FX_A_ROWS_SLACK + 31) / 32 * 32 : 0;
     pl->rows_elems = (size_t)(mr * pl->rows_ld);                                /* int16 */
@@ -640,6 +657,7 @@ typedef struct fx_gemm_slot {
     int16_t *bsplit;          /* split or wrap B block, made panel by panel on demand */
     int64_t *split_tag;       /* == the block's id: panel jp of bsplit holds this B block */
     int64_t *ahi_tag;         /* == a_id: the micro-panel's high panel is made */
+    int64_t *ap_tag;          /* == a_id: the micro-panel is packed (pl->a_in_place) */
     int32_t *ap, *ahi;        /* packed A block, its high panels (wrap kernel) */
     int32_t *anorm, *anorm_max; /* A segment norms, each micro-panel's largest */
     int64_t a_id;             /* the A block this slot holds (th->a_block when packed) */
@@ -653,7 +671,7 @@ typedef struct fx_gemm_thread {
     int64_t block_id, a_block; /* B blocks and A blocks seen (ids count from 1) */
     int probed;               /* the probe group is behind us (no probe outside mode AUTO) */
     int norms_off;            /* the probe found no fast tile: no more norms */
-    int64_t fast_tiles, split_tiles, rounded_tiles;
+    int64_t fast_tiles, split_tiles, rounded_tiles, in_place_tiles;
     int64_t fast_pairs, split_pairs, fast_chains; /* flexpoint_gemm_i16_stats */
     uint64_t imax;            /* max |out| of the tiles this thread finished */
     int64_t nuf;              /* with out16: the nonzero sums it rounded to 0 */
@@ -670,6 +688,7 @@ static void fx_gemm_thread_init(const fx_gemm_plan *pl, const fx_gemm_shared *sh
         sl->bsplit = (int16_t *)sbase; /* 64-byte aligned */
         sl->split_tag = (int64_t *)(sbase + pl->bs_bytes);
         sl->ahi_tag = sl->split_tag + pl->npan_max;
+        sl->ap_tag = sl->ahi_tag + pl->mc / pl->mr;
         sl->ap = (int32_t *)(sl->split_tag + pl->tag_elems);
         sl->ahi = sl->ap + pl->a_elems;
         sl->anorm = sl->ahi + pl->ah_elems;
@@ -775,6 +794,19 @@ static void fx_gemm_pack_b_block(const fx_gemm_plan *pl, const fx_gemm_shared *s
     }
 }
 
+/* The segment norms of row ir's micro-panel of slot sl's A block, a full one read in place:
+ * from the rows (norms_rows also prefetches the rows three micro-panels on). */
+static void fx_gemm_rows_norms(const fx_gemm_plan *pl, fx_gemm_slot *sl, const fx_gemm_block *bk,
+                               int64_t i0, int64_t ir)
+{
+    const int64_t nseg = bk->nseg;
+    int32_t *na = sl->anorm + ir / pl->mr * nseg;
+    int64_t sq[FX_GEMM_I16_MAX_SEGS];
+    pl->kd->pack->norms_rows(pl->a + (i0 + ir) * pl->sam + bk->pc, pl->sam, bk->kcur, sq);
+    for (int64_t s = 0; s < nseg; s++) na[s] = (int32_t)fx_ceil_sqrt(sq[s]);
+    sl->anorm_max[ir / pl->mr] = (int32_t)fx_norm_max(na, nseg);
+}
+
 /* Pack this thread's A block (rows i0 .. i0 + mcur of the K block), micro-panel by micro-panel,
  * from the matrix or from rows gathered on demand (into L1 first, then packed as a strided A),
  * with the segment norms when the block's tiles take the norm test; pre-packed panels need
@@ -787,9 +819,17 @@ static void fx_gemm_pack_a_block(const fx_gemm_plan *pl, fx_gemm_thread *th,
     fx_gemm_slot *sl = &th->slot[bk->slot];
     const int32_t *ablk = pl->apan ? pl->apan + i0 * pl->kp_all + bk->pc / 2 * mr : sl->ap;
     const int64_t ald = pl->apan ? pl->kp_all : kp; /* pairs between two panels */
+    const int64_t a_id = th->a_block + 1;
+    const int in_place = pl->a_in_place && bk->fast_ok;
     for (int64_t ir = 0; ir < mcur; ir += mr) {
         const int m = (int)fx_min64(mr, mcur - ir);
         int32_t *na = bk->fast_ok ? sl->anorm + ir / mr * nseg : NULL;
+        sl->ap_tag[ir / mr] = a_id; /* packed below, unless read in place */
+        if (in_place && m == mr) { /* the norms alone; packed where a tile needs it */
+            sl->ap_tag[ir / mr] = 0;
+            fx_gemm_rows_norms(pl, sl, bk, i0, ir);
+            continue;
+        }
         if (pl->a_rows) {
             pl->a_rows(pl->a_rows_ctx, i0 + ir, m, bk->pc, bk->kcur, th->arows, pl->rows_ld);
             fx_pack_a(pl->kd, th->arows, pl->rows_ld, 1, bk->kcur, m, mr, sl->ap + ir * kp, na);
@@ -801,6 +841,19 @@ static void fx_gemm_pack_a_block(const fx_gemm_plan *pl, fx_gemm_thread *th,
         if (na) sl->anorm_max[ir / mr] = (int32_t)fx_norm_max(na, nseg);
     }
     sl->a_id = ++th->a_block;
+}
+
+/* Row ir's micro-panel of this thread's A block packed, where it was left to be read in place
+ * and a tile now needs it packed (the any-data kernels, a partial tile's), with no norms: they
+ * came from the rows. */
+static void fx_gemm_a_packed(const fx_gemm_plan *pl, fx_gemm_thread *th, const fx_gemm_block *bk,
+                             int64_t i0, int64_t ir)
+{
+    fx_gemm_slot *sl = &th->slot[bk->slot];
+    if (pl->apan || sl->ap_tag[ir / pl->mr] == sl->a_id) return;
+    fx_pack_a(pl->kd, pl->a + (i0 + ir) * pl->sam + bk->pc, pl->sam, 1, bk->kcur, pl->mr, pl->mr,
+              sl->ap + ir * bk->kp, NULL);
+    sl->ap_tag[ir / pl->mr] = sl->a_id;
 }
 
 /* The fast kernel's chain for one (tile, K block): the longest the norms prove safe, 0 where
@@ -850,6 +903,7 @@ static const int32_t *fx_gemm_apanel(const fx_gemm_plan *pl, fx_gemm_thread *th,
                                      const fx_gemm_block *bk, int64_t i0, int64_t ir)
 {
     if (pl->apan) return pl->apan + i0 * pl->kp_all + bk->pc / 2 * pl->mr + ir * pl->kp_all;
+    if (pl->a_in_place) fx_gemm_a_packed(pl, th, bk, i0, ir);
     return th->slot[bk->slot].ap + ir * bk->kp;
 }
 
@@ -878,6 +932,20 @@ static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
     const int64_t kp = bk->kp;
     const int accumulate = bk->pc > 0;
     uint64_t *amax = bk->last && pl->want_max ? &th->imax : NULL;
+    if (chain > 0 && pl->a_in_place && th->slot[bk->slot].ap_tag[ir / pl->mr] == 0) {
+        /* a full micro-panel read in place (fx_gemm_pack_a_block left it unpacked) */
+        const int16_t *bp = fx_gemm_bpack(pl, sh, bk) + jp * kp * 2 * pl->nr;
+        const int16_t *arow = pl->a + (i0 + ir) * pl->sam + bk->pc;
+        if (dst16)
+            kd->fast_round_rows(kp, chain, arow, pl->sam, bp, dst16, pl->N, n, pl->shift, amax,
+                                &th->nuf);
+        else
+            kd->fast_rows(kp, chain, arow, pl->sam, bp, ct, ldc, n, accumulate, amax);
+        th->fast_pairs += kp;
+        th->fast_chains += (uint32_t)(kp + chain - 1) / (uint32_t)chain;
+        th->in_place_tiles++;
+        return 1;
+    }
     const int32_t *apn = fx_gemm_apanel(pl, th, bk, i0, ir);
     if (chain > 0) {
         const int16_t *bp = fx_gemm_bpack(pl, sh, bk) + jp * kp * 2 * pl->nr;
@@ -1078,11 +1146,11 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         return FX_ENOMEM;
     }
     int64_t fast_tiles = 0, split_tiles = 0, fast_pairs = 0, split_pairs = 0, fast_chains = 0;
-    int64_t nuf = 0, rounded_tiles = 0;
+    int64_t nuf = 0, rounded_tiles = 0, in_place_tiles = 0;
     uint64_t imax = 0;
     FX_OMP(omp parallel num_threads(pl.nt) if (pl.nt > 1)
                reduction(+ : fast_tiles, split_tiles, fast_pairs, split_pairs, fast_chains, nuf,
-                             rounded_tiles)
+                             rounded_tiles, in_place_tiles)
                    reduction(max : imax))
     {
         int tid = 0;
@@ -1098,6 +1166,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
         split_pairs += th.split_pairs;
         fast_chains += th.fast_chains;
         rounded_tiles += th.rounded_tiles;
+        in_place_tiles += th.in_place_tiles;
         nuf += th.nuf;
         imax = th.imax > imax ? th.imax : imax;
     }
@@ -1107,6 +1176,7 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     g_split_pairs += split_pairs;
     g_fast_chains += fast_chains;
     g_rounded_tiles += rounded_tiles;
+    g_a_in_place_tiles += in_place_tiles;
     if (pl.want_max) { /* every output was written by a kernel on its last K block */
         *c->out_imax = imax;
         *c->out_imax_known = 1;

@@ -142,6 +142,29 @@ typedef void (*fx_gemm_i16_fast_round_ukr)(int64_t kp, int64_t chain, const int3
                                            const int16_t *bp, int16_t *dst, int64_t ldd, int m,
                                            int n, int shift, uint64_t *amax, int64_t *nuf);
 #define FX_GEMM_I16_ROUND_MAX_SHIFT 46
+
+/* The two fast kernels with A read in place instead of from a packed micro-panel: the tile's
+ * mr rows (all valid: m = mr) of a row-major A, row i's pair p the int32 word at a + i lda + 2p
+ * (lda int16 units between rows; each row holds 2 kp values), the rest of the contracts as
+ * above. Where a tall A meets few output columns (the transformer's token products: 16384 rows
+ * of K = 128 against 128-512 columns), packing A cost a tenth of the product. */
+typedef void (*fx_gemm_i16_fast_rows_ukr)(int64_t kp, int64_t chain, const int16_t *a,
+                                          int64_t lda, const int16_t *bp, int64_t *c, int64_t ldc,
+                                          int n, int accumulate, uint64_t *amax);
+typedef void (*fx_gemm_i16_fast_round_rows_ukr)(int64_t kp, int64_t chain, const int16_t *a,
+                                                int64_t lda, const int16_t *bp, int16_t *dst,
+                                                int64_t ldd, int n, int shift, uint64_t *amax,
+                                                int64_t *nuf);
+/* A is read in place only by products of at most this many output columns, whose tiles share
+ * each packed micro-panel among few column panels. One thread on the Zen 4, the two routes
+ * alternated in one process (best of 40 or 2000): 16384 x 128 x 128 3-4 % faster, the
+ * attention's 128 x 32 x 128 items 13-16 %, but 16384 x 512 x 128 2-13 % slower in place. */
+#define FX_GEMM_I16_A_IN_PLACE_MAX_N 128
+/* Test and benchmark switch (default on): off, every A micro-panel is packed, the route before
+ * A was read in place; the same bits either way. */
+void fx_gemm_i16_a_in_place_set_enabled(int on);
+/* (tile, K block) steps whose fast kernel read A in place since the process started */
+int64_t fx_gemm_i16_a_in_place_tiles(void);
 /* Test and benchmark switch (default on): off, every tile writes the column buffer and the
  * level's `round` rounds it, the route before fast_round; the same bits either way. */
 void fx_gemm_i16_tiles_round_set_enabled(int on);
@@ -195,17 +218,19 @@ typedef struct fx_gemm_i16_wrap_block {
 typedef void (*fx_gemm_i16_wrap_ukr)(int nb, const fx_gemm_i16_wrap_block *blk, int64_t *c,
                                      int64_t ldc, int m, int n, int accumulate, uint64_t *amax);
 
-/* The wrap kernel pays only on K blocks of at least this many pairs (K >= 255): its per-call
+/* The wrap kernel pays only on K blocks of at least this many pairs (K >= 63): its per-call
  * work (the chunk corrections and folds, the A high panels made per A block) is paid back in
- * proportion to K. Measured with bench_gemm_i16 (best of 8 alternating runs, full-range data,
- * one thread), wrap against split on every product: 1024^3 1.25x, conv2 forward (K = 800,
- * N = 64) 1.03x, conv2 dX as a product (K = 64, 32 pairs) 1.03x, within noise, conv1 forward
- * (K = 25, 13 pairs) 0.82x. On the Xeon reporting family 6 model 167, ResNet-20's 16-channel
- * 3x3 convolutions (K = 144, 72 pairs, N = 16) ran their forward pass and input gradient 11 %
- * faster on split than on wrap (one thread, 10.3 against 11.7 ms), so the gate sits above
- * them too: a product whose K block is shorter takes the split kernel. Longer K blocks
- * (K >= 256) go to AMX where a CPU has it. */
-#define FX_GEMM_I16_WRAP_MIN_KP 128
+ * proportion to K. Forced wrap against forced split, the two alternated in one process, one
+ * thread on the Zen 4 (docs/performance.md): 16384 x 128 x K 4 % faster at K = 32, 14 % at
+ * K = 64, 96 and 128, 17 % at 192, 21 % at 256; the CNN's conv2 input gradient as a product
+ * (800 x 25088 x 64) 15 %; the attention's 128 x 32 x 128 items 9 %. Shorter blocks lost: the
+ * CNN's conv1 forward (K = 25, 13 pairs) ran 0.82x as fast on wrap (0a8151f). The gate once sat
+ * at 128 pairs after ResNet-20's 16-channel convolutions (K = 144, N = 16) ran 11 % faster on
+ * split on the Xeon reporting family 6 model 167; products of at most 16 columns now take the
+ * narrow 6 x 16 tile, which has no wrap kernel, so that measurement no longer bears on the
+ * gate. Longer K blocks (K >= 256) go to AMX where a CPU has it and the measured choice took
+ * it. */
+#define FX_GEMM_I16_WRAP_MIN_KP 32
 
 /* The int16 GEMM's kernel choice, process-wide (FLEXPOINT_KERNEL_I16_GEMM, flexpoint_set_kernel;
  * src/core/backend.c installs it). AUTO: the fast kernel on the tiles whose norms allow it
@@ -292,6 +317,9 @@ typedef struct fx_gemm_i16_pack {
     /* The segment norms of an already packed A micro-panel of kp pairs (mr rows), whole
      * segments only, as the driver uses them: na[s] = ceil(sqrt(sq[s])) */
     void (*norms_a)(const int32_t *ap, int64_t kp, int32_t *na);
+    /* The sq[s] of pack_a for mr rows of a unit-stride A read in place, without packing
+     * them (the fast kernels' fast_rows read them so) */
+    void (*norms_rows)(const int16_t *a, int64_t sam, int64_t kc, int64_t *sq);
     /* The largest na[s] nb[s] over s < n, segment norms of an A and a B micro-panel (each at
      * most 2^17 + 1): the driver's chain test, once per tile and K block */
     int64_t (*norm_prod_max)(const int32_t *na, const int32_t *nb, int64_t n);
@@ -324,6 +352,11 @@ typedef struct fx_gemm_i16_kernel {
     /* the plain kernel rounding its tile, for products of one K block with a rounding
      * (fx_op_call.out_i16; NULL: the tiles write the column buffer, which `round` rounds) */
     fx_gemm_i16_fast_round_ukr fast_round;
+    /* optional (with pack->norms_rows): the same two reading A's rows in place, which the
+     * driver takes for the full micro-panels of a unit-stride A of even K on K blocks that
+     * take the norm test */
+    fx_gemm_i16_fast_rows_ukr fast_rows;
+    fx_gemm_i16_fast_round_rows_ukr fast_round_rows;
     const fx_gemm_i16_pack *pack; /* packing for this mr x nr (NULL: portable loops) */
     fx_gemm_i16_wrap_ukr wrap; /* when set, takes the split kernel's place on every tile of
                                 * products where fx_gemm_i16_wrap_pays */

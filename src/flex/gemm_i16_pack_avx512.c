@@ -66,6 +66,51 @@ static void fx_pack_a_6(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, 
     }
 }
 
+/* Lane i of the result: the sum of v[i]'s eight uint64 lanes (each sum below 2^64). Three
+ * levels of pairwise adds, each on lanes brought together by one shuffle per operand: unpacks
+ * of 64-bit lanes, then 128-bit blocks of two registers. */
+static inline __m512i fx_sum_lanes8x8(const __m512i v[8])
+{
+    __m512i u[4], w[2];
+    for (int i = 0; i < 4; i++) /* block b: [v2i lanes 2b + 2b+1, v2i+1 likewise] */
+        u[i] = _mm512_add_epi64(_mm512_unpacklo_epi64(v[2 * i], v[2 * i + 1]),
+                                _mm512_unpackhi_epi64(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 2; i++) /* blocks: [v4i, v4i+1] lanes 0-3, the same 4-7, [v4i+2, +3] .. */
+        w[i] = _mm512_add_epi64(_mm512_shuffle_i64x2(u[2 * i], u[2 * i + 1], 0x88),
+                                _mm512_shuffle_i64x2(u[2 * i], u[2 * i + 1], 0xDD));
+    return _mm512_add_epi64(_mm512_shuffle_i64x2(w[0], w[1], 0x88),
+                            _mm512_shuffle_i64x2(w[0], w[1], 0xDD));
+}
+
+/* fx_pack_a_6's sums of squares of six rows read in place, without packing them: per 16 pairs
+ * (one vector of each row), each row's two segments summed across lanes, then the largest
+ * row. The same exact sums: lanes past kc are loaded as 0, as that packing's transpose holds
+ * them. */
+static void fx_norms_rows_6(const int16_t *a, int64_t sam, int64_t kc, int64_t *sq)
+{
+    const int64_t kp = (kc + 1) / 2;
+    const __mmask8 rows = (__mmask8)((1u << FX_PACK_MR) - 1);
+    for (int64_t k0 = 0; k0 < kp; k0 += 16) {
+        const int64_t left = kc - 2 * k0;
+        const __mmask32 m = left >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << left) - 1);
+        __m512i lo[8], hi[8]; /* row i's pairs 0-7 and 8-15, widened */
+        for (int i = 0; i < 8; i++) {
+            if (i >= FX_PACK_MR) {
+                lo[i] = hi[i] = _mm512_setzero_si512();
+                continue;
+            }
+            fx_prefetch_at(a + i * sam + 2 * k0, FX_GEMM_I16_PACK_A_PREFETCH_ROWS * sam * 2);
+            const __m512i x = fx_load_w32(a + i * sam + 2 * k0, m);
+            lo[i] = fx_sq_pairs_lo8(x);
+            hi[i] = fx_sq_pairs_hi8(x);
+        }
+        sq[k0 / FX_GEMM_I16_SEG] = (int64_t)_mm512_mask_reduce_max_epu64(rows, fx_sum_lanes8x8(lo));
+        if (kp - k0 > FX_GEMM_I16_SEG)
+            sq[k0 / FX_GEMM_I16_SEG + 1] =
+                (int64_t)_mm512_mask_reduce_max_epu64(rows, fx_sum_lanes8x8(hi));
+    }
+}
+
 /* B: bp[p*64 + 2j + t] = B[2p + t][j] for the 32 columns j: two rows interleaved by one
  * two-source word permute per 32 outputs. An odd kc pairs the last row with zeros. */
 static void fx_pack_b_32(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq)
@@ -201,4 +246,5 @@ const fx_gemm_i16_pack fx_gemm_i16_pack_avx512_6x32 = {.pack_a = fx_pack_a_6,
                                                        .wrap_panel = fx_wrap_panel_32,
                                                        .a_high = fx_a_high_6,
                                                        .norms_a = fx_gemm_i16_norms_a_6,
+                                                       .norms_rows = fx_norms_rows_6,
                                                        .norm_prod_max = fx_gemm_i16_norm_prod_max};

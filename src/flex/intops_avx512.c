@@ -180,12 +180,19 @@ static FX_ALWAYS_INLINE void fx_ukr16_body(int64_t kp, const int32_t *ap, const 
     "test %[len], %[len]\n\t"
 /* operands (ap, bp, left, len, chain, h, s by these names) and every register either loop
  * touches */
+#define FX_ASM_CLOBBERS                                                                            \
+    "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",      \
+      "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",     \
+      "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28"
 #define FX_ASM_OPERANDS                                                                            \
     : [a] "+r"(ap), [b] "+r"(bp), [left] "+r"(left), [len] "=&r"(len)                              \
     : [chain] "r"(chain), [h] "r"(h), [s] "r"(s)                                                   \
-    : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",      \
-      "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",     \
-      "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28"
+    : FX_ASM_CLOBBERS
+/* the same with A's rows read in place: rows 0-2 from a, rows 3-5 from a3 = a + 3 rs */
+#define FX_ASM_OPERANDS_ROWS                                                                       \
+    : [a] "+r"(a), [a3] "+r"(a3), [b] "+r"(bp), [left] "+r"(left), [len] "=&r"(len)                \
+    : [chain] "r"(chain), [h] "r"(h), [s] "r"(s), [rs] "r"(rs)                                     \
+    : FX_ASM_CLOBBERS
 
 /* The fast kernel's K loop, in asm: s[2i + v] (row i, columns 16 v .. 16 v + 15) and h[2i + v]
  * receive the 6 x 32 tile's sums over kp pairs, T = 2^16 h + s exactly, with a fold (b) of
@@ -199,18 +206,24 @@ static FX_ALWAYS_INLINE void fx_ukr16_body(int64_t kp, const int32_t *ap, const 
  * spilled words between stack slots around every chain end (about 60 moves per fold, seen in
  * the disassembly); training's chains are 8-24 pairs, so those copies were a large share of a
  * chain's 12 multiply-adds per pair. */
-#define FX_ROW_VNNI(o, r0, r1)                                                                     \
-    "vpbroadcastd " #o "(%[a]), %%zmm14\n\t"                                                       \
+#define FX_ROW_VNNI(at, r0, r1)                                                                    \
+    "vpbroadcastd " at ", %%zmm14\n\t"                                                       \
     "vpdpwssd %%zmm12, %%zmm14, %%zmm" #r0 "\n\t"                                                  \
     "vpdpwssd %%zmm13, %%zmm14, %%zmm" #r1 "\n\t"
-#define FX_ROW_BW(o, r0, r1)                                                                       \
-    "vpbroadcastd " #o "(%[a]), %%zmm14\n\t"                                                       \
+#define FX_ROW_BW(at, r0, r1)                                                                      \
+    "vpbroadcastd " at ", %%zmm14\n\t"                                                       \
     "vpmaddwd %%zmm12, %%zmm14, %%zmm15\n\t"                                                       \
     "vpaddd %%zmm15, %%zmm" #r0 ", %%zmm" #r0 "\n\t"                                               \
     "vpmaddwd %%zmm13, %%zmm14, %%zmm14\n\t"                                                       \
     "vpaddd %%zmm14, %%zmm" #r1 ", %%zmm" #r1 "\n\t"
+/* the six rows' pair words of one step: packed (ap, 6 words a pair), or read in place (each
+ * row's word at a + i rs, a3 + (i - 3) rs) */
 #define FX_ROWS(ROW)                                                                               \
-    ROW(0, 0, 1) ROW(4, 2, 3) ROW(8, 4, 5) ROW(12, 6, 7) ROW(16, 8, 9) ROW(20, 10, 11)
+    ROW("(%[a])", 0, 1) ROW("4(%[a])", 2, 3) ROW("8(%[a])", 4, 5) ROW("12(%[a])", 6, 7)            \
+        ROW("16(%[a])", 8, 9) ROW("20(%[a])", 10, 11)
+#define FX_ROWS_AT(ROW)                                                                            \
+    ROW("(%[a])", 0, 1) ROW("(%[a],%[rs],1)", 2, 3) ROW("(%[a],%[rs],2)", 4, 5)                    \
+        ROW("(%[a3])", 6, 7) ROW("(%[a3],%[rs],1)", 8, 9) ROW("(%[a3],%[rs],2)", 10, 11)
 /* h[r] (zmm r+16) += s[r] >> 16 (arithmetic); s[r] &= 0xFFFF (zmm28 holds the mask) */
 #define FX_FOLD(r, hr)                                                                             \
     "vpsrad $16, %%zmm" #r ", %%zmm15\n\t"                                                         \
@@ -232,25 +245,30 @@ static FX_ALWAYS_INLINE void fx_ukr16_body(int64_t kp, const int32_t *ap, const 
 
 _Static_assert(FX_MR == 6 && FX_NR == 32, "the asm loop is written for the 6 x 32 tile");
 
-/* the loop for one multiply-add row macro (ROW): the same code for both instruction sets */
+/* the loop's text for one step's rows (STEP_ROWS: FX_ROWS or FX_ROWS_AT of a multiply-add row
+ * macro) and the A pointers' advance per pair: the same code for both instruction sets */
+#define FX_FAST_CHAINS_TEXT(STEP_ROWS, ADVANCE_A)                                                  \
+    FX_R12(FX_ZERO)                                                                                \
+    FX_ASM_MASK "jmp 2f\n"                                                                        \
+    "3:\n\t" /* a fold between two chains */                                                      \
+    FX_R12(FX_FOLD)                                                                                \
+    "2:\n\t" FX_ASM_NEXT_CHAIN                                                                    \
+    "jle 4f\n"                                                                                     \
+    "1:\n\t"                                                                                       \
+    "vmovdqa64 (%[b]), %%zmm12\n\t"                                                                \
+    "vmovdqa64 64(%[b]), %%zmm13\n\t" STEP_ROWS ADVANCE_A                                          \
+    "add $128, %[b]\n\t"                                                                           \
+    "dec %[len]\n\t"                                                                               \
+    "jnz 1b\n\t"                                                                                   \
+    "test %[left], %[left]\n\t"                                                                    \
+    "jnz 3b\n"                                                                                     \
+    "4:\n\t" FX_R12O(FX_STORE)
 #define FX_FAST_CHAINS(ROW)                                                                        \
-    __asm__ volatile(FX_R12(FX_ZERO)                                                               \
-                     FX_ASM_MASK "jmp 2f\n"                                                       \
-                     "3:\n\t" /* a fold between two chains */                                      \
-                     FX_R12(FX_FOLD)                                                               \
-                     "2:\n\t" FX_ASM_NEXT_CHAIN                                                   \
-                     "jle 4f\n"                                                                    \
-                     "1:\n\t"                                                                      \
-                     "vmovdqa64 (%[b]), %%zmm12\n\t"                                               \
-                     "vmovdqa64 64(%[b]), %%zmm13\n\t" FX_ROWS(ROW)                                \
-                     "add $24, %[a]\n\t"                                                           \
-                     "add $128, %[b]\n\t"                                                          \
-                     "dec %[len]\n\t"                                                              \
-                     "jnz 1b\n\t"                                                                  \
-                     "test %[left], %[left]\n\t"                                                   \
-                     "jnz 3b\n"                                                                    \
-                     "4:\n\t" FX_R12O(FX_STORE)                                                    \
-                     FX_ASM_OPERANDS)
+    __asm__ volatile(FX_FAST_CHAINS_TEXT(FX_ROWS(ROW), "add $24, %[a]\n\t") FX_ASM_OPERANDS)
+/* A's six rows read in place (row stride rs bytes): each advances one pair word a step */
+#define FX_FAST_CHAINS_ROWS(ROW)                                                                   \
+    __asm__ volatile(FX_FAST_CHAINS_TEXT(FX_ROWS_AT(ROW), "add $4, %[a]\n\tadd $4, %[a3]\n\t")   \
+                         FX_ASM_OPERANDS_ROWS)
 
 static void fx_fast_chains_vnni(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
                                 __m512i s[2 * FX_MR], __m512i h[2 * FX_MR])
@@ -264,6 +282,43 @@ static void fx_fast_chains_bw(int64_t kp, int64_t chain, const int32_t *ap, cons
 {
     int64_t left = kp, len;
     FX_FAST_CHAINS(FX_ROW_BW);
+}
+
+/* The same chains with A's six rows read in place: row i's pair p is the int32 word at
+ * a + i lda + 2 p (lda int16 units between rows; the rows hold 2 kp values each). */
+static void fx_fast_chains_rows_vnni(int64_t kp, int64_t chain, const int16_t *a, int64_t lda,
+                                     const int16_t *bp, __m512i s[2 * FX_MR],
+                                     __m512i h[2 * FX_MR])
+{
+    int64_t left = kp, len;
+    const int64_t rs = 2 * lda;
+    const int16_t *a3 = a + 3 * lda;
+    FX_FAST_CHAINS_ROWS(FX_ROW_VNNI);
+}
+
+static void fx_fast_chains_rows_bw(int64_t kp, int64_t chain, const int16_t *a, int64_t lda,
+                                   const int16_t *bp, __m512i s[2 * FX_MR], __m512i h[2 * FX_MR])
+{
+    int64_t left = kp, len;
+    const int64_t rs = 2 * lda;
+    const int16_t *a3 = a + 3 * lda;
+    FX_FAST_CHAINS_ROWS(FX_ROW_BW);
+}
+
+/* The fast chains of one tile from a packed A micro-panel (arows NULL) or from rows read in
+ * place (arows, lda); vnni picks the instruction set. */
+static FX_ALWAYS_INLINE void fx_fast_chains(int64_t kp, int64_t chain, const int32_t *ap,
+                                            const int16_t *arows, int64_t lda, const int16_t *bp,
+                                            __m512i *s, __m512i *h, const int vnni)
+{
+    if (arows && vnni)
+        fx_fast_chains_rows_vnni(kp, chain, arows, lda, bp, s, h);
+    else if (arows)
+        fx_fast_chains_rows_bw(kp, chain, arows, lda, bp, s, h);
+    else if (vnni)
+        fx_fast_chains_vnni(kp, chain, ap, bp, s, h);
+    else
+        fx_fast_chains_bw(kp, chain, ap, bp, s, h);
 }
 
 /* Eight of a fast tile's sums T = 2^16 h + s (half 0: lanes 0-7 of sv and hv, 1: lanes 8-15)
@@ -304,15 +359,13 @@ static FX_ALWAYS_INLINE void fx_fast_store(const __m512i *s, const __m512i *h, c
 
 /* Fast kernel: plain B, one multiply-add per pair (gemm_i16.h, kernel 1, fold (b)). */
 static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32_t *ap,
-                                          const int16_t *bp, int64_t *c, int64_t ldc, int m,
-                                          int n, int accumulate, uint64_t *amax, const int vnni)
+                                          const int16_t *arows, int64_t lda, const int16_t *bp,
+                                          int64_t *c, int64_t ldc, int m, int n, int accumulate,
+                                          uint64_t *amax, const int vnni)
 {
     __m512i s[2 * FX_MR], h[2 * FX_MR];
     fx_prefetch_c(c, ldc, m, accumulate);
-    if (vnni)
-        fx_fast_chains_vnni(kp, chain, ap, bp, s, h);
-    else
-        fx_fast_chains_bw(kp, chain, ap, bp, s, h);
+    fx_fast_chains(kp, chain, ap, arows, lda, bp, s, h, vnni);
     fx_fast_store(s, h, 2, kp <= chain, c, ldc, m, n, accumulate, amax);
 }
 
@@ -509,13 +562,28 @@ static void fx_wrap_avx512vnni(int nb, const fx_gemm_i16_wrap_block *blk, int64_
 static void fx_fast_avx512vnni(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
                                int64_t *c, int64_t ldc, int m, int n, int accumulate, uint64_t *amax)
 {
-    fx_fast_body(kp, chain, ap, bp, c, ldc, m, n, accumulate, amax, 1);
+    fx_fast_body(kp, chain, ap, NULL, 0, bp, c, ldc, m, n, accumulate, amax, 1);
 }
 
 static void fx_fast_avx512bw(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
                              int64_t *c, int64_t ldc, int m, int n, int accumulate, uint64_t *amax)
 {
-    fx_fast_body(kp, chain, ap, bp, c, ldc, m, n, accumulate, amax, 0);
+    fx_fast_body(kp, chain, ap, NULL, 0, bp, c, ldc, m, n, accumulate, amax, 0);
+}
+
+/* fx_gemm_i16_fast_rows_ukr: the fast kernels with A's six rows read in place */
+static void fx_fast_rows_avx512vnni(int64_t kp, int64_t chain, const int16_t *a, int64_t lda,
+                                    const int16_t *bp, int64_t *c, int64_t ldc, int n,
+                                    int accumulate, uint64_t *amax)
+{
+    fx_fast_body(kp, chain, NULL, a, lda, bp, c, ldc, FX_MR, n, accumulate, amax, 1);
+}
+
+static void fx_fast_rows_avx512bw(int64_t kp, int64_t chain, const int16_t *a, int64_t lda,
+                                  const int16_t *bp, int64_t *c, int64_t ldc, int n,
+                                  int accumulate, uint64_t *amax)
+{
+    fx_fast_body(kp, chain, NULL, a, lda, bp, c, ldc, FX_MR, n, accumulate, amax, 0);
 }
 
 /* The largest |T| of a fast tile's sums, T = 2^16 h + s, exactly in int64 (the rows and
@@ -547,15 +615,13 @@ static FX_ALWAYS_INLINE void fx_store_row32(int16_t *dst, __mmask32 cols, __m512
  * values are not kept). Shifts 17-46 round T = 2^16 h' + l (fx_round16_lanes) with the
  * bound on the maximum that the convolution tiles use. */
 static FX_ALWAYS_INLINE void fx_fast_round_body(int64_t kp, int64_t chain, const int32_t *ap,
+                                                const int16_t *arows, int64_t lda,
                                                 const int16_t *bp, int16_t *dst, int64_t ldd,
                                                 int m, int n, int shift, uint64_t *amax,
                                                 int64_t *nuf, const int vnni)
 {
     __m512i s[2 * FX_MR], h[2 * FX_MR];
-    if (vnni)
-        fx_fast_chains_vnni(kp, chain, ap, bp, s, h);
-    else
-        fx_fast_chains_bw(kp, chain, ap, bp, s, h);
+    fx_fast_chains(kp, chain, ap, arows, lda, bp, s, h, vnni);
     const int one_chain = kp <= chain; /* then h = 0 and s = T */
     const __mmask32 cols = n >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << n) - 1u);
     const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
@@ -620,14 +686,31 @@ static void fx_fast_round_avx512vnni(int64_t kp, int64_t chain, const int32_t *a
                                      const int16_t *bp, int16_t *dst, int64_t ldd, int m, int n,
                                      int shift, uint64_t *amax, int64_t *nuf)
 {
-    fx_fast_round_body(kp, chain, ap, bp, dst, ldd, m, n, shift, amax, nuf, 1);
+    fx_fast_round_body(kp, chain, ap, NULL, 0, bp, dst, ldd, m, n, shift, amax, nuf, 1);
 }
 
 static void fx_fast_round_avx512bw(int64_t kp, int64_t chain, const int32_t *ap,
                                    const int16_t *bp, int16_t *dst, int64_t ldd, int m, int n,
                                    int shift, uint64_t *amax, int64_t *nuf)
 {
-    fx_fast_round_body(kp, chain, ap, bp, dst, ldd, m, n, shift, amax, nuf, 0);
+    fx_fast_round_body(kp, chain, ap, NULL, 0, bp, dst, ldd, m, n, shift, amax, nuf, 0);
+}
+
+/* fx_gemm_i16_fast_round_rows_ukr: the rounding fast kernels with A's rows read in place */
+static void fx_fast_round_rows_avx512vnni(int64_t kp, int64_t chain, const int16_t *a,
+                                          int64_t lda, const int16_t *bp, int16_t *dst,
+                                          int64_t ldd, int n, int shift, uint64_t *amax,
+                                          int64_t *nuf)
+{
+    fx_fast_round_body(kp, chain, NULL, a, lda, bp, dst, ldd, FX_MR, n, shift, amax, nuf, 1);
+}
+
+static void fx_fast_round_rows_avx512bw(int64_t kp, int64_t chain, const int16_t *a,
+                                        int64_t lda, const int16_t *bp, int16_t *dst,
+                                        int64_t ldd, int n, int shift, uint64_t *amax,
+                                        int64_t *nuf)
+{
+    fx_fast_round_body(kp, chain, NULL, a, lda, bp, dst, ldd, FX_MR, n, shift, amax, nuf, 0);
 }
 
 static void fx_fast16_avx512vnni(int64_t kp, int64_t chain, const int32_t *ap,
@@ -710,6 +793,8 @@ static int fx_small_matmul(const fx_op_call *c)
 static const fx_gemm_i16_kernel fx_k_vnni = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx512vnni,
                                              .fast = fx_fast_avx512vnni,
                                              .fast_round = fx_fast_round_avx512vnni,
+                                             .fast_rows = fx_fast_rows_avx512vnni,
+                                             .fast_round_rows = fx_fast_round_rows_avx512vnni,
                                              .pack = &fx_gemm_i16_pack_avx512_6x32,
                                              .wrap = fx_wrap_avx512vnni,
                                              .k_group = FX_GEMM_I16_KG,
@@ -723,6 +808,8 @@ static const fx_gemm_i16_kernel fx_k16_vnni = {.mr = FX_MR, .nr = FX_NR16,
 static const fx_gemm_i16_kernel fx_k_bw = {.mr = FX_MR, .nr = FX_NR, .ukr = fx_ukr_avx512bw,
                                            .fast = fx_fast_avx512bw,
                                            .fast_round = fx_fast_round_avx512bw,
+                                           .fast_rows = fx_fast_rows_avx512bw,
+                                           .fast_round_rows = fx_fast_round_rows_avx512bw,
                                            .pack = &fx_gemm_i16_pack_avx512_6x32,
                                            .round = fx_round_block_avx512};
 static const fx_gemm_i16_kernel fx_k16_bw = {.mr = FX_MR, .nr = FX_NR16,
