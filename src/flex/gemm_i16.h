@@ -155,11 +155,15 @@ typedef void (*fx_gemm_i16_fast_round_rows_ukr)(int64_t kp, int64_t chain, const
                                                 int64_t lda, const int16_t *bp, int16_t *dst,
                                                 int64_t ldd, int n, int shift, uint64_t *amax,
                                                 int64_t *nuf);
-/* A is read in place only by products of at most this many output columns, whose tiles share
- * each packed micro-panel among few column panels. One thread on the Zen 4, the two routes
- * alternated in one process (best of 40 or 2000): 16384 x 128 x 128 3-4 % faster, the
- * attention's 128 x 32 x 128 items 13-16 %, but 16384 x 512 x 128 2-13 % slower in place. */
-#define FX_GEMM_I16_A_IN_PLACE_MAX_N 128
+/* A is read in place only by products of few output columns, whose tiles share each packed
+ * micro-panel among few column panels: at most FX_GEMM_I16_A_IN_PLACE_MAX_N, or at most
+ * FX_GEMM_I16_A_IN_PLACE_ROUND_MAX_N where the tiles round their own sums. On the Zen 4, the
+ * two routes alternated in one process (docs/performance.md): the attention's 128 x 32 x 128
+ * items 13-19 % faster in place, into int64 sums (bench_gemm_i16) or rounded (tensor_matmul);
+ * 16384 x 128 x 128 rounded 3-5 % faster, but into int64 sums 0-5 % slower (K = 64-192); and
+ * 16384 x 512 x 128 rounded 0-13 % slower. */
+#define FX_GEMM_I16_A_IN_PLACE_MAX_N 64
+#define FX_GEMM_I16_A_IN_PLACE_ROUND_MAX_N 128
 /* Test and benchmark switch (default on): off, every A micro-panel is packed, the route before
  * A was read in place; the same bits either way. */
 void fx_gemm_i16_a_in_place_set_enabled(int on);
