@@ -39,7 +39,9 @@
  * writing its int16 output once, timed in the same run right after the GEMMs' repetitions
  * (touch_operands), and each format's share of the lower of that bound and the limit. With few rows or
  * few values of K per output one thread's memory traffic, not the multiplies, bounds a GEMM:
- * 16 x 131072 x 144 reads 38 MB of B for 0.6 GOP. */
+ * 16 x 131072 x 144 reads 38 MB of B for 0.6 GOP.
+ * BENCH_I16_A_PACKED=1 packs every A micro-panel of the integer GEMM (the route before its fast
+ * kernels read a row-major A in place), to compare the two in alternating runs. */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "core/backend.h"
@@ -90,6 +92,8 @@ static int run_table(const peer *p, int threads, int reps, double fma_peak, doub
 int main(int argc, char **argv)
 {
     int reps = getenv("BENCH_REPS") ? atoi(getenv("BENCH_REPS")) : 5;
+    if (getenv("BENCH_I16_A_PACKED") && atoi(getenv("BENCH_I16_A_PACKED")))
+        fx_gemm_i16_a_in_place_set_enabled(0);
     int tlist[8] = {1, 2}, nt = 2;
     if (argc > 1) {
         nt = 0;

@@ -19,6 +19,11 @@
  *        BENCH_DATA="gauss gauss-hi full" data kinds (default: all three)
  *        BENCH_SECONDS=0.6                time budget per measurement (at least 3 reps)
  *        BENCH_NO_CNN=1                   skip the CNN shapes
+ *        BENCH_I16_ROUND=1                time tensor_matmul of FLEX16_5 tensors holding the
+ *                                         same mantissas instead of the kernel's int64 sums:
+ *                                         the rounded route training takes, whose tiles round
+ *                                         their own sums (the output's exponent guess steady
+ *                                         after the warm-up)
  * Data: "gauss" = N(0,1) quantised at its exact exponent (the maximum lands near 2^14.2),
  *       "gauss-hi" = N(0,1.6^2) likewise (maximum near 2^14.9: the hardest typical case),
  *       "full" = uniform in [-32767, 32767] (always the split kernel: the norms are too large).
@@ -29,6 +34,7 @@
  */
 #define _POSIX_C_SOURCE 200112L /* clock_gettime */
 
+#include "flexpoint.h"
 #include "core/backend.h"
 #include "flex/gemm_i16.h"
 
@@ -94,6 +100,11 @@ typedef struct timing {
  * and the norm test's choice (fast kernel where it passes, the any-data kernel elsewhere). */
 enum { RUN_SPLIT, RUN_WRAP, RUN_AUTO, RUN_PACKED, RUN_KINDS };
 
+/* BENCH_I16_ROUND: the tensors whose product is timed instead of the kernel call */
+static struct {
+    tensor_t *a, *b, *out;
+} g_round;
+
 static int run_once(fx_kernel k, fx_op_call *c, int how, double *wall, double *cpu)
 {
     const int autos = how == RUN_AUTO || how == RUN_PACKED;
@@ -102,7 +113,7 @@ static int run_once(fx_kernel k, fx_op_call *c, int how, double *wall, double *c
     fx_gemm_i16_a_in_place_set_enabled(how != RUN_PACKED);
     const clockid_t cid = c->nthreads > 1 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID;
     const bench_span span = bench_span_begin(cid);
-    const int rc = k(c);
+    const int rc = g_round.out ? tensor_matmul(g_round.out, g_round.a, g_round.b) : k(c);
     bench_span_end(&span, wall, cpu);
     return rc;
 }
@@ -176,16 +187,32 @@ static void bench_shape(const char *label, int64_t M, int64_t K, int64_t N, int 
     c.out_exp = &exp;
     static const char *const kinds[] = {"gauss", "gauss-hi", "full"};
     const double gop = 2.0 * (double)M * (double)N * (double)K * 1e-9;
+    if (getenv("BENCH_I16_ROUND") && atoi(getenv("BENCH_I16_ROUND"))) {
+        const int64_t sa[2] = {M, K}, sb[2] = {K, N}, so[2] = {M, N};
+        g_round.a = tensor_new(FMT_FLEX16_5, 2, sa);
+        g_round.b = tensor_new(FMT_FLEX16_5, 2, sb);
+        g_round.out = tensor_new(FMT_FLEX16_5, 2, so);
+        /* the mantissas at exponent -15 (FLEX16_5's window moved to hold it) */
+        if (!g_round.a || !g_round.b || !g_round.out || tensor_set_exp_window(g_round.a, -20) ||
+            tensor_set_exp_window(g_round.b, -20) || tensor_set_exp(g_round.a, -15) ||
+            tensor_set_exp(g_round.b, -15) || tensor_set_raw(g_round.a, a) ||
+            tensor_set_raw(g_round.b, b)) {
+            fprintf(stderr, "cannot make the tensors of %s: %s\n", label, flexpoint_last_error());
+            exit(1);
+        }
+    }
 
     for (int bi = 0; bi < FX_BACKEND_COUNT; bi++) {
         const fx_backend *be = fx_backend_get(bi);
         if (!be || !be->available || !listed("BENCH_BACKENDS", be->name)) continue;
         const fx_kernel k = be->kernels[FX_OP_MATMUL][FMT_DFP16];
         if (!k) continue;
+        if (g_round.out && flexpoint_set_backend(be->name) != FX_OK) continue;
         const int has_wrap =
             fx_gemm_i16_b_layout_for(be->gemm.i16_b_layout, K) == FX_GEMM_I16_B_WRAP;
         for (int ti = 0; ti < nthr; ti++) {
             c.nthreads = threads[ti];
+            if (g_round.out) flexpoint_set_num_threads(threads[ti]);
             timing t[RUN_KINDS];
             if (time_runs(k, &c, budget, t) < 0) {
                 printf("%-8s %-20s kernel error\n", be->name, label);
@@ -204,6 +231,10 @@ static void bench_shape(const char *label, int64_t M, int64_t K, int64_t N, int 
             fflush(stdout);
         }
     }
+    tensor_free(g_round.a);
+    tensor_free(g_round.b);
+    tensor_free(g_round.out);
+    g_round.a = g_round.b = g_round.out = NULL;
     free(a);
     free(b);
     free(y);

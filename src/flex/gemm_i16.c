@@ -595,13 +595,10 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     pl->tiles_round = pl->out16 && kd->fast_round && K <= pl->kc &&
                       pl->shift <= FX_GEMM_I16_ROUND_MAX_SHIFT && g_tiles_round;
     /* even K: every K block (kc is even) then holds whole pairs, so no row is read past its
-     * end (an odd K's last pair is packed with a zero high half); few output columns: there
-     * the packing is spread over few tiles (FX_GEMM_I16_A_IN_PLACE_*) */
+     * end (an odd K's last pair is packed with a zero high half); one column of tiles: each
+     * packed micro-panel would serve one tile only (FX_GEMM_I16_A_IN_PLACE_MAX_N) */
     pl->a_in_place = g_a_in_place && pl->use_fast && !pl->apan && !pl->a_rows && pl->sak == 1 &&
-                     K % 2 == 0 &&
-                     (N <= FX_GEMM_I16_A_IN_PLACE_MAX_N ||
-                      (pl->tiles_round && N <= FX_GEMM_I16_A_IN_PLACE_ROUND_MAX_N)) &&
-                     kd->fast_rows &&
+                     K % 2 == 0 && N <= FX_GEMM_I16_A_IN_PLACE_MAX_N && kd->fast_rows &&
                      (!pl->tiles_round || kd->fast_round_rows) && fx_simd_pack(kd) &&
                      kd->pack->norms_rows;
     int nt = c->nthreads;

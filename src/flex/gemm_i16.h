@@ -146,8 +146,8 @@ typedef void (*fx_gemm_i16_fast_round_ukr)(int64_t kp, int64_t chain, const int3
 /* The two fast kernels with A read in place instead of from a packed micro-panel: the tile's
  * mr rows (all valid: m = mr) of a row-major A, row i's pair p the int32 word at a + i lda + 2p
  * (lda int16 units between rows; each row holds 2 kp values), the rest of the contracts as
- * above. Where a tall A meets few output columns (the transformer's token products: 16384 rows
- * of K = 128 against 128-512 columns), packing A cost a tenth of the product. */
+ * above. Where a product has one column of tiles (the attention's p v items, 128 x 32 x 128),
+ * each packed micro-panel serves one tile, and the packing is pure overhead. */
 typedef void (*fx_gemm_i16_fast_rows_ukr)(int64_t kp, int64_t chain, const int16_t *a,
                                           int64_t lda, const int16_t *bp, int64_t *c, int64_t ldc,
                                           int n, int accumulate, uint64_t *amax);
@@ -155,15 +155,13 @@ typedef void (*fx_gemm_i16_fast_round_rows_ukr)(int64_t kp, int64_t chain, const
                                                 int64_t lda, const int16_t *bp, int16_t *dst,
                                                 int64_t ldd, int n, int shift, uint64_t *amax,
                                                 int64_t *nuf);
-/* A is read in place only by products of few output columns, whose tiles share each packed
- * micro-panel among few column panels: at most FX_GEMM_I16_A_IN_PLACE_MAX_N, or at most
- * FX_GEMM_I16_A_IN_PLACE_ROUND_MAX_N where the tiles round their own sums. On the Zen 4, the
- * two routes alternated in one process (docs/performance.md): the attention's 128 x 32 x 128
- * items 13-19 % faster in place, into int64 sums (bench_gemm_i16) or rounded (tensor_matmul);
- * 16384 x 128 x 128 rounded 3-5 % faster, but into int64 sums 0-5 % slower (K = 64-192); and
- * 16384 x 512 x 128 rounded 0-13 % slower. */
-#define FX_GEMM_I16_A_IN_PLACE_MAX_N 64
-#define FX_GEMM_I16_A_IN_PLACE_ROUND_MAX_N 128
+/* A is read in place only by products of at most this many output columns: one column of the
+ * 6 x 32 tiles, so that each packed micro-panel would serve one tile. On the Zen 4, auto
+ * alternated with auto on packed panels in one process (bench_gemm_i16, docs/performance.md):
+ * the attention's 128 x 32 x 128 items ran 9-19 % faster in place, rounded or into int64 sums;
+ * with four column panels (16384 x 128 x K) in place ran 1-6 % slower (K = 64-192, into int64
+ * sums) and -17 to +2 % rounded, and with every tile on an any-data kernel 4-7 % slower. */
+#define FX_GEMM_I16_A_IN_PLACE_MAX_N 32
 /* Test and benchmark switch (default on): off, every A micro-panel is packed, the route before
  * A was read in place; the same bits either way. */
 void fx_gemm_i16_a_in_place_set_enabled(int on);
