@@ -864,7 +864,7 @@ FX_API int flexpoint_set_kernel(const char *op, fmt_t fmt, const char *name);
  *  AVX-512 level's bf16 route and how the int16 matmul picks its kernel per tile and what
  *  chose that, e.g. "backend=avx512 matmul/fp32=avx512-fma ... matmul/bf16=avx512-widen
  *  (avx512 bf16 route chosen by table: ...; int16 kernel: auto: fast where the norms allow,
- *  else wrap (K >= 127) or split, chosen by default)", with "; int16 AMX under auto chosen by
+ *  else wrap (K >= 63) or split, chosen by default)", with "; int16 AMX under auto chosen by
  *  measurement ..." after the bf16 chooser where the AMX int16 kernel exists; the bf16 chooser is the per-CPU table,
  *  a measurement made now or read from the cache (with the measured rates and the cache
  *  file's path), FLEXPOINT_KERNEL_BF16_GEMM, flexpoint_set_kernel, or the CPU itself where only

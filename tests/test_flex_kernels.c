@@ -377,6 +377,12 @@ static void test_matmul_paths(void)
      * 384 + 133 and 384 + 5 values */
     check_matmul_expect(17, 517, 45, DATA_MAX, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
     check_matmul_expect(9, 389, 70, DATA_RANDOM, LAYOUT_STRIDED, 1, EXPECT_ANY, &r);
+    /* the wrap kernel's shortest products (K >= 63: one K block of less than one chunk of
+     * 128 products, both error extremes, an odd pair count and an odd K) */
+    check_matmul_expect(19, 64, 70, DATA_MAX, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
+    check_matmul_expect(13, 63, 45, DATA_MIN16, LAYOUT_STRIDED, 0, EXPECT_SPLIT, &r);
+    check_matmul_expect(8, 126, 33, DATA_WRAP_LOW, LAYOUT_ROWMAJOR, 0, EXPECT_SPLIT, &r);
+    check_matmul_expect(25, 98, 64, DATA_RANDOM, LAYOUT_TRANSPOSED, 1, EXPECT_ANY, &r);
     /* two row blocks (M > 144), so that two threads share the wrap kernel's tiles */
     check_matmul_expect(300, 517, 70, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
     /* wider than tall (N > M): the AMX kernel streams B's column panels in groups (six groups
@@ -401,7 +407,7 @@ static void test_matmul_paths(void)
     check_matmul_expect(29, 901, 97, DATA_RANDOM, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
     fx_gemm_i16_set_portable_packing(0);
     /* the split kernel where the wrap kernel would run (VNNI machines reach it otherwise only
-     * below the wrap gate, K < 127) */
+     * below the wrap gate, K < 63) */
     fx_gemm_i16_set_wrap(0);
     check_matmul_expect(13, 4099, 128, DATA_MAX, LAYOUT_TRANSPOSED, 0, EXPECT_SPLIT, &r);
     check_matmul_expect(300, 517, 70, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);

@@ -398,16 +398,16 @@ static const char *fx_i16_choice(int backend)
     if (backend == FX_BACKEND_AVX512 && fx_backends[backend].gemm.i16_amx && fx_gemm_i16_amx_on())
         return "AMX-INT8 tiles on plain products from 16 x 32 x 16 (from 16 x 16 x 16 where "
                "the sums are rounded in registers), else auto: fast where the norms allow, else "
-               "wrap (K >= 127) or split";
+               "wrap (K >= 63) or split";
     switch (fx_gemm_i16_forced_kernel()) {
     case FX_GEMM_I16_KERNEL_SPLIT: return "split on every tile";
     case FX_GEMM_I16_KERNEL_WRAP:
         return wrap ? "wrap on every tile" : "split on every tile (no wrap kernel on this level)";
     case FX_GEMM_I16_KERNEL_FAST:
-        return wrap ? "fast where the norms allow on every product, else wrap (K >= 127) or split"
+        return wrap ? "fast where the norms allow on every product, else wrap (K >= 63) or split"
                     : "fast where the norms allow on every product, else split";
     default:
-        return wrap ? "auto: fast where the norms allow, else wrap (K >= 127) or split"
+        return wrap ? "auto: fast where the norms allow, else wrap (K >= 63) or split"
                     : "auto: fast where the norms allow, else split";
     }
 }
