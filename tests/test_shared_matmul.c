@@ -36,8 +36,9 @@
  *    bound: operands of 32767 and -32513 whose byte products put its accumulators at their
  *    extremes for K = 128 and 64, and K = 200, where they would wrap int32 (int64 lanes).
  * 3c. A DFP16 output whose exponent moves at every write (check_unsteady_dfp16): taken where
- *    the level rounds on AMX, its misses run again there, and left to the dispatcher
- *    elsewhere; every write the dispatcher's bit for bit.
+ *    the level's kernel rounds the product (AMX, and AVX-512's register tiles), its misses
+ *    run again there, and left to the dispatcher elsewhere (the AVX2 level); every write the
+ *    dispatcher's bit for bit.
  * 3d. Outputs marked disposable (as the trainer's activations; the plain products at two
  *    threads, the bmm at one) are rounded into straight, every take (fx_shared_matmul_direct),
  *    with the same checks; others never: their rounding buffer becomes their storage at every
@@ -135,6 +136,16 @@ static int rounds_in_registers(int64_t M, int64_t K, int64_t N)
     return be->gemm.i16_rounds && be->gemm.i16_rounds(M, K, N);
 }
 
+/* Whether the route takes a product whose exponent guess did not hold lately: where the
+ * level's kernel rounds it on AMX, or on register tiles that the level lets take them
+ * (gemm.i16_unsteady_rounds). */
+static int rounds_unsteady(int64_t M, int64_t K, int64_t N)
+{
+    const fx_backend *be = fx_backend_active();
+    return (be->gemm.i16_amx && fx_gemm_i16_amx_rounds(M, K, N)) ||
+           (be->gemm.i16_unsteady_rounds && rounds_in_registers(M, K, N));
+}
+
 /* The level's answers at the edges of what it rounds: none on the portable level; K up to one
  * K block (384) everywhere else, up to a group of four on the VNNI kernels (1,536; AMX takes up
  * to FX_GEMM_I16_AMX_ROUND_MAX_K), the narrow tile (N <= 16) included, and not beyond. */
@@ -151,13 +162,6 @@ static void check_rounds_limits(void)
     CHECK(!groups || (q(150, 1536, 70) && q(150, 1536, 16)), "%s: K of four blocks", be->name);
     CHECK(groups || (!q(150, 385, 70) && !q(150, 385, 16)), "%s: K past one block", be->name);
     CHECK(q == fx_flex_matmul_amx_rounds || !q(150, 1537, 70), "%s: K past a group", be->name);
-}
-
-/* Whether it does so on the AMX kernel, which alone takes DFP16 outputs whose guesses did not
- * hold lately (their misses run the product again). */
-static int rounds_on_amx(int64_t M, int64_t K, int64_t N)
-{
-    return fx_backend_active()->gemm.i16_amx && fx_gemm_i16_amx_rounds(M, K, N);
 }
 
 /* The operands a [M, K] and b [K, N] of a sequence of products into twin outputs with the same
@@ -233,13 +237,13 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
         if (!twin_products_step(&t, scale[step], 77, what, step, &taken, &kept)) break;
         if (kept && checked++ < 2) check_reference(t.fast, t.a, t.b, what);
         /* the jump's overflow (step 7) was recomputed: FLEX16_5's guess is not steady for the
-         * next FX_GUESS_STEADY_WRITES writes, which the route takes only where the AMX kernel
-         * rounds the product in registers (a miss there costs less than the stage saves) */
+         * next FX_GUESS_STEADY_WRITES writes, which the route takes only where the level's
+         * kernel rounds the product itself (a miss there costs less than the stage saves) */
         if (fo == FMT_FLEX16_5 && step > 7 && step <= 7 + FX_GUESS_STEADY_WRITES)
             taken_unsteady += taken;
     }
     if (fo == FMT_FLEX16_5) {
-        const int want = rounds_on_amx(M, K, N) ? FX_GUESS_STEADY_WRITES : 0;
+        const int want = rounds_unsteady(M, K, N) ? FX_GUESS_STEADY_WRITES : 0;
         CHECK(taken_unsteady == want, "%s: %d FLEX16_5 writes taken right after a recomputed "
               "overflow, not %d", what, taken_unsteady, want);
     }
@@ -286,7 +290,8 @@ static void check_sequence(fmt_t fo, fmt_t fa, fmt_t fb, int64_t M, int64_t K, i
 }
 
 /* A DFP16 output whose exponent moves at every write (scales 1 and 256 in turn), so that its
- * guess never holds: where the level rounds the product on AMX the route still takes it
+ * guess never holds: where the level rounds the product and takes such guesses
+ * (rounds_unsteady) the route still takes it
  * (from the third write on, every write), each miss runs it again there (no product goes on to
  * the dispatcher: as many second runs as misses), and every write is the dispatcher's bit for
  * bit; where it does not, the dispatcher keeps every such product from the third write on (the
@@ -311,7 +316,7 @@ static void check_unsteady_dfp16(int64_t M, int64_t K, int64_t N)
     }
     const int64_t missed = fx_shared_matmul_missed() - missed0;
     const int64_t rerun = fx_shared_matmul_rerun() - rerun0;
-    if (rounds_on_amx(M, K, N)) {
+    if (rounds_unsteady(M, K, N)) {
         CHECK(taken_late == steps - 2, "%s: %lld of %d writes taken", what,
               (long long)taken_late, steps - 2);
         CHECK(missed >= steps - 2 && rerun == missed, "%s: %lld misses, %lld second runs", what,
@@ -322,7 +327,8 @@ static void check_unsteady_dfp16(int64_t M, int64_t K, int64_t N)
         CHECK(inreg >= taken_late && uncovered == 0, "%s: %lld runs in registers, %lld in blocks",
               what, (long long)inreg, (long long)uncovered);
     } else {
-        CHECK(taken_late == 0, "%s: taken %lld times without AMX", what, (long long)taken_late);
+        CHECK(taken_late == 0, "%s: taken %lld times where the level does not round it", what,
+              (long long)taken_late);
     }
     twin_products_free(&t);
 }
@@ -804,9 +810,9 @@ static void check_bmm_sequence(fmt_t fo, int64_t B, int64_t M, int64_t K, int64_
     CHECK(g_disposable ? adopted == 0 : adopted >= taken - missed && adopted <= taken,
           "%s: %lld of %lld products (%lld missed) adopted their buffer (disposable: %d)", what,
           (long long)adopted, (long long)taken, (long long)missed, g_disposable);
-    /* a DFP16 output rounded on AMX is taken at every write from the third, the jump's
+    /* a DFP16 output the level rounds is taken at every write from the third, the jump's
      * unsteady ones included */
-    if (rounds_on_amx(M, K, N) && fo == FMT_DFP16)
+    if (rounds_unsteady(M, K, N) && fo == FMT_DFP16)
         CHECK(taken_late == steps - 2, "%s: %d of %d writes taken", what, taken_late, steps - 2);
     const int64_t inreg = fx_shared_matmul_in_registers() - inreg0;
     CHECK(rounds_in_registers(M, K, N) ? inreg >= 3 : inreg == 0,
@@ -983,7 +989,8 @@ static void check_not_taken(test_rng *r)
     }
     const int deep = rounds_in_registers(400, 1024, 400);
     const int64_t deep_taken = fx_shared_matmul_taken() - before;
-    /* (on AMX a DFP16 first write is taken too, and its miss runs again in registers) */
+    /* (where the level takes unsteady guesses, a DFP16 first write is taken too, and its miss
+     * runs again in registers) */
     CHECK(deep ? deep_taken >= 1 && fx_shared_matmul_in_registers() - inreg_deep0 >= deep_taken
                : deep_taken == 0,
           "a product of K = 1024 taken %lld times by a level that %s round it",

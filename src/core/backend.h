@@ -303,6 +303,11 @@ typedef struct fx_gemm_tuning {
     /* Whether the integer MATMUL kernel takes a plain [M, K] x [K, N] product with
      * fx_op_call.out_i16 (rounding instead of an int64 stage); NULL: never */
     int (*i16_rounds)(int64_t M, int64_t K, int64_t N);
+    /* nonzero when a FLEX16_5/DFP16 product whose exponent guess did not hold lately is still
+     * rounded by that kernel (src/core/shared_matmul.c), a miss running it again, instead of
+     * going to the dispatcher's int64 stage: set where it was measured to pay (AVX-512's
+     * register tiles); AMX's rounding takes such products on every level */
+    int i16_unsteady_rounds;
     int f32_panel_mr; /* the same for the fp32 MATMUL kernels (fp32, fp16, bf16 operands) */
     /* nonzero when the bf16 x bf16 MATMUL kernel runs on bf16 pairs (src/bf16/bf16_gemm.h) and
      * takes pre-packed A panels of this height in the integer GEMM's pair layout instead */

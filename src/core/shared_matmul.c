@@ -491,16 +491,21 @@ static int fx_sm_write(tensor_t *out, fx_sm_plan *p, const char *func)
         return FX_SHARED_MATMUL_NOT_TAKEN;
     /* A DFP16 guess that did not hold lately (an exponent that trends, a first write) misses
      * more often than not: in a transformer's training about two in three of them did. A miss
-     * then costs one more run of the product, which in registers is still less than the
-     * stage's traffic (dfp16 steps 14-17 % shorter on the Xeon reporting model 167 with AMX).
-     * A FLEX16_5 guess that did not hold lately is Autoflex's prediction after a recomputed
-     * overflow, and holds again almost always (of the transformer attention's 112 gradient
-     * products taken here in an epoch, steady or not, 5 missed); its miss costs the run in
-     * registers on top of the dispatcher's stage, and those products took 8-10 % less time.
-     * Where the runs are in int64 blocks it was 3 % slower on the AVX2 level and 4 % faster on
-     * the AVX-512 level without AMX, within that machine's noise, so the dispatcher keeps them
-     * there. */
-    if (!p->steady && !fx_sm_rounds_at(p, 1, p->guess))
+     * then costs one more run of the product, which where the kernel rounds in registers is
+     * still less than the stage's traffic: dfp16 steps 14-17 % shorter on the Xeon reporting
+     * model 167 with AMX, and on the Zen 4's register tiles the transformer's dfp16 steps
+     * 0.743-0.790 of fp32's (medians; summed 0.729-0.782) against 0.760-0.802 (0.785-0.793)
+     * with such products left to the dispatcher
+     * (four alternations of bench_train_pairs, docs/performance.md; the level says where it
+     * takes them: gemm.i16_unsteady_rounds). A FLEX16_5 guess that did not hold lately is
+     * Autoflex's prediction after a recomputed overflow, and holds again almost always (of
+     * the transformer attention's 112 gradient products taken here in an epoch, steady or
+     * not, 5 missed); its miss costs the run in registers on top of the dispatcher's stage,
+     * and those products took 8-10 % less time on AMX. Where the runs are in int64 blocks (no
+     * rounding by the kernel) it was 3 % slower on the AVX2 level and 4 % faster on the
+     * AVX-512 level, within that machine's noise, so the dispatcher keeps them there. */
+    if (!p->steady && !fx_sm_rounds_at(p, 1, p->guess) &&
+        !(p->be->gemm.i16_unsteady_rounds && fx_sm_rounds_at(p, 0, p->guess)))
         return FX_SHARED_MATMUL_NOT_TAKEN;
     if (!p->nt_items) fx_sm_blocks(p, budget);
     fx_scratch s = {.n = 0};
