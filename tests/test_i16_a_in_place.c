@@ -20,6 +20,7 @@
 #include "flexpoint.h"
 #include "core/backend.h"
 #include "core/shared_matmul.h"
+#include "flex/flex_kernels.h"
 #include "flex/gemm_i16.h"
 #include "testutil.h"
 
@@ -61,7 +62,7 @@ typedef struct {
 
 /* one product of the driver, A transposed (read through strides) or not, the route on or off:
  * the sums checked against want, the counts' increase into *d */
-static void run_driver(const fx_backend *be, int16_t *A, int ta, int16_t *B, int64_t M,
+static void run_driver(fx_kernel k, int16_t *A, int ta, int16_t *B, int64_t M,
                        int64_t K, int64_t N, const int64_t *want, int threads, int on,
                        run_counts *d, const char *what)
 {
@@ -77,7 +78,7 @@ static void run_driver(const fx_backend *be, int16_t *A, int ta, int16_t *B, int
     flexpoint_gemm_i16_stats_t s0, s1;
     CHECK_STATUS(flexpoint_gemm_i16_stats(&s0), FX_OK);
     const int64_t t0 = fx_gemm_i16_a_in_place_tiles();
-    CHECK_STATUS(be->kernels[FX_OP_MATMUL][FMT_FLEX16_5](&c), FX_OK);
+    CHECK_STATUS(k(&c), FX_OK);
     d->in_place = fx_gemm_i16_a_in_place_tiles() - t0;
     CHECK_STATUS(flexpoint_gemm_i16_stats(&s1), FX_OK);
     fx_gemm_i16_a_in_place_set_enabled(1);
@@ -92,8 +93,8 @@ static void run_driver(const fx_backend *be, int16_t *A, int ta, int16_t *B, int
     free(got);
 }
 
-static void driver_case(const fx_backend *be, int64_t M, int64_t N, int64_t K, int ta, int kind,
-                        int threads, int expect, test_rng *r)
+static void driver_case(const char *name, fx_kernel k, int64_t M, int64_t N, int64_t K, int ta,
+                        int kind, int threads, int expect, test_rng *r)
 {
     int16_t *A = malloc(sizeof(int16_t) * (size_t)(M * K));
     int16_t *At = malloc(sizeof(int16_t) * (size_t)(M * K));
@@ -102,15 +103,15 @@ static void driver_case(const fx_backend *be, int64_t M, int64_t N, int64_t K, i
     fill(A, M, K, K, kind, 7, 0, r);
     fill(B, K, N, N, kind, 0, 13, r);
     for (int64_t i = 0; i < M; i++)
-        for (int64_t k = 0; k < K; k++) At[k * M + i] = A[i * K + k];
+        for (int64_t p = 0; p < K; p++) At[p * M + i] = A[i * K + p];
     test_ref_matmul_i16(A, B, M, K, N, want);
     char what[160];
-    snprintf(what, sizeof what, "%s: %lld x %lld x %lld%s, %s, %d thread(s)", be->name,
+    snprintf(what, sizeof what, "%s: %lld x %lld x %lld%s, %s, %d thread(s)", name,
              (long long)M, (long long)N, (long long)K, ta ? ", A transposed" : "",
              KIND_NAMES[kind], threads);
     run_counts on, off;
-    run_driver(be, ta ? At : A, ta, B, M, K, N, want, threads, 1, &on, what);
-    run_driver(be, ta ? At : A, ta, B, M, K, N, want, threads, 0, &off, what);
+    run_driver(k, ta ? At : A, ta, B, M, K, N, want, threads, 1, &on, what);
+    run_driver(k, ta ? At : A, ta, B, M, K, N, want, threads, 0, &off, what);
     CHECK(on.s.fast_tiles == off.s.fast_tiles && on.s.anydata_tiles == off.s.anydata_tiles &&
               on.s.fast_chains == off.s.fast_chains,
           "%s: A in place took %lld fast units (%lld chains) and %lld any-data ones, packed "
@@ -132,19 +133,19 @@ static void driver_case(const fx_backend *be, int64_t M, int64_t N, int64_t K, i
     free(A), free(At), free(B), free(want);
 }
 
-static void driver_cases(const fx_backend *be, int can, test_rng *r)
+static void driver_cases(const char *name, fx_kernel k, int can, test_rng *r)
 {
     for (int threads = 1; threads <= 2; threads++)
         for (int kind = 0; kind < KINDS; kind++) {
-            driver_case(be, 37, 29, 32, 0, kind, threads, can, r);   /* partial panels */
-            driver_case(be, 60, 32, 128, 0, kind, threads, can, r);  /* whole tiles */
-            driver_case(be, 130, 17, 384, 0, kind, threads, can, r); /* one whole block */
-            driver_case(be, 96, 32, 1000, 0, kind, threads, can, r); /* three blocks */
-            driver_case(be, 31, 30, 2, 0, kind, threads, can, r);    /* one pair */
+            driver_case(name, k, 37, 29, 32, 0, kind, threads, can, r);   /* partial panels */
+            driver_case(name, k, 60, 32, 128, 0, kind, threads, can, r);  /* whole tiles */
+            driver_case(name, k, 130, 17, 384, 0, kind, threads, can, r); /* one whole block */
+            driver_case(name, k, 96, 32, 1000, 0, kind, threads, can, r); /* three blocks */
+            driver_case(name, k, 31, 30, 2, 0, kind, threads, can, r);    /* one pair */
             /* left alone: odd depth, more than 32 columns, a transposed A */
-            driver_case(be, 37, 29, 33, 0, kind, threads, 0, r);
-            driver_case(be, 60, 33, 128, 0, kind, threads, 0, r);
-            driver_case(be, 70, 30, 48, 1, kind, threads, 0, r);
+            driver_case(name, k, 37, 29, 33, 0, kind, threads, 0, r);
+            driver_case(name, k, 60, 33, 128, 0, kind, threads, 0, r);
+            driver_case(name, k, 70, 30, 48, 1, kind, threads, 0, r);
         }
 }
 
@@ -223,7 +224,11 @@ int main(void)
         /* the AVX-512 level has the kernels (its 6 x 32 tile); AVX2 must never take the route */
         const int can = lvl == FX_BACKEND_AVX512;
         CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_FLEX16_5, "fast"), FX_OK);
-        driver_cases(be, can, &r);
+        driver_cases(be->name, be->kernels[FX_OP_MATMUL][FMT_FLEX16_5], can, &r);
+        /* the AVX-512 level's kernels without VNNI (vpmaddwd + vpaddd), on a CPU that has it */
+        if (lvl == FX_BACKEND_AVX512 && be->kernels[FX_OP_MATMUL][FMT_FLEX16_5] !=
+                                            fx_flex_matmul_avx512bw)
+            driver_cases("avx512bw", fx_flex_matmul_avx512bw, 1, &r);
         CHECK_STATUS(flexpoint_set_kernel("matmul", FMT_FLEX16_5, "auto"), FX_OK);
         /* the tensors' route: outputs rounded in cache even when small */
         fx_shared_matmul_set_sizes(1, 0);
