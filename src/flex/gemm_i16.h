@@ -159,8 +159,9 @@ typedef void (*fx_gemm_i16_fast_round_rows_ukr)(int64_t kp, int64_t chain, const
  * 6 x 32 tiles, so that each packed micro-panel would serve one tile. On the Zen 4, auto
  * alternated with auto on packed panels in one process (bench_gemm_i16, docs/performance.md):
  * the attention's 128 x 32 x 128 items ran 9-19 % faster in place, rounded or into int64 sums;
- * with four column panels (16384 x 128 x K) in place ran 1-6 % slower (K = 64-192, into int64
- * sums) and -17 to +2 % rounded, and with every tile on an any-data kernel 4-7 % slower. */
+ * with four column panels (16384 x 128 x K, K = 64-192) in place ran from 5 % slower to 1 %
+ * faster into int64 sums and from 17 % slower to 2 % faster rounded; with every tile on an
+ * any-data kernel (full-range data) 2-11 % slower. */
 #define FX_GEMM_I16_A_IN_PLACE_MAX_N 32
 /* Test and benchmark switch (default on): off, every A micro-panel is packed, the route before
  * A was read in place; the same bits either way. */
