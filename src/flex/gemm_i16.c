@@ -112,6 +112,13 @@ static inline void fx_split_b(int32_t v, int16_t *hi, int16_t *lo)
     *hi = (int16_t)((v - l) / 256); /* exact: v - l is a multiple of 256 */
 }
 
+/* n[s] = ceil(sqrt(sq[s])) for the segments of kp pairs: the norms from a SIMD hook's exact
+ * sums of squares */
+static void fx_segment_norms(const int64_t *sq, int64_t kp, int32_t *n)
+{
+    for (int64_t s = 0; s * FX_GEMM_I16_SEG < kp; s++) n[s] = (int32_t)fx_ceil_sqrt(sq[s]);
+}
+
 /* Pack a kc x n block of B (n <= nr valid columns) into one plain micro-panel of nr columns,
  * and write nb[s] = ceil(sqrt(max_j sum_{k in segment s} B[k][j]^2)) for its segments. A full
  * panel of a B with contiguous columns takes the level's SIMD loop; a row-major B's full panels
@@ -123,8 +130,7 @@ static void fx_pack_b(const fx_gemm_i16_kernel *kd, const int16_t *b, int64_t sb
     if (fx_simd_pack(kd) && n == nr && sbk == 1 && kd->pack->pack_bt) {
         int64_t sq[FX_GEMM_I16_MAX_SEGS];
         kd->pack->pack_bt(b, sbn, kc, bp, nb ? sq : NULL);
-        for (int64_t s = 0; nb && s * FX_GEMM_I16_SEG < kp; s++)
-            nb[s] = (int32_t)fx_ceil_sqrt(sq[s]);
+        if (nb) fx_segment_norms(sq, kp, nb);
         return;
     }
     for (int64_t p = 0; p < kp; p++) {
@@ -242,8 +248,7 @@ static void fx_pack_a(const fx_gemm_i16_kernel *kd, const int16_t *a, int64_t sa
     if (fx_simd_pack(kd) && kd->pack->pack_a && m == mr && sak == 1) {
         int64_t sq[FX_GEMM_I16_MAX_SEGS];
         kd->pack->pack_a(a, sam, kc, ap, na ? sq : NULL);
-        for (int64_t s = 0; na && s * FX_GEMM_I16_SEG < kp; s++)
-            na[s] = (int32_t)fx_ceil_sqrt(sq[s]);
+        if (na) fx_segment_norms(sq, kp, na);
         return;
     }
     for (int64_t p = 0; p < kp; p++) {
@@ -794,19 +799,6 @@ static void fx_gemm_pack_b_block(const fx_gemm_plan *pl, const fx_gemm_shared *s
     }
 }
 
-/* The segment norms of row ir's micro-panel of slot sl's A block, a full one read in place:
- * from the rows (norms_rows also prefetches the rows three micro-panels on). */
-static void fx_gemm_rows_norms(const fx_gemm_plan *pl, fx_gemm_slot *sl, const fx_gemm_block *bk,
-                               int64_t i0, int64_t ir)
-{
-    const int64_t nseg = bk->nseg;
-    int32_t *na = sl->anorm + ir / pl->mr * nseg;
-    int64_t sq[FX_GEMM_I16_MAX_SEGS];
-    pl->kd->pack->norms_rows(pl->a + (i0 + ir) * pl->sam + bk->pc, pl->sam, bk->kcur, sq);
-    for (int64_t s = 0; s < nseg; s++) na[s] = (int32_t)fx_ceil_sqrt(sq[s]);
-    sl->anorm_max[ir / pl->mr] = (int32_t)fx_norm_max(na, nseg);
-}
-
 /* Pack this thread's A block (rows i0 .. i0 + mcur of the K block), micro-panel by micro-panel,
  * from the matrix or from rows gathered on demand (into L1 first, then packed as a strided A),
  * with the segment norms when the block's tiles take the norm test; pre-packed panels need
@@ -819,18 +811,20 @@ static void fx_gemm_pack_a_block(const fx_gemm_plan *pl, fx_gemm_thread *th,
     fx_gemm_slot *sl = &th->slot[bk->slot];
     const int32_t *ablk = pl->apan ? pl->apan + i0 * pl->kp_all + bk->pc / 2 * mr : sl->ap;
     const int64_t ald = pl->apan ? pl->kp_all : kp; /* pairs between two panels */
-    const int64_t a_id = th->a_block + 1;
     const int in_place = pl->a_in_place && bk->fast_ok;
     for (int64_t ir = 0; ir < mcur; ir += mr) {
         const int m = (int)fx_min64(mr, mcur - ir);
         int32_t *na = bk->fast_ok ? sl->anorm + ir / mr * nseg : NULL;
-        sl->ap_tag[ir / mr] = a_id; /* packed below, unless read in place */
-        if (in_place && m == mr) { /* the norms alone; packed where a tile needs it */
-            sl->ap_tag[ir / mr] = 0;
-            fx_gemm_rows_norms(pl, sl, bk, i0, ir);
-            continue;
-        }
-        if (pl->a_rows) {
+        /* a full micro-panel read in place: its norms from the rows (norms_rows also
+         * prefetches the rows three micro-panels on), packed where a tile needs it (tag 0);
+         * every other one packed now (tag: this A block's id) */
+        sl->ap_tag[ir / mr] = in_place && m == mr ? 0 : th->a_block + 1;
+        if (sl->ap_tag[ir / mr] == 0) {
+            int64_t sq[FX_GEMM_I16_MAX_SEGS];
+            pl->kd->pack->norms_rows(pl->a + (i0 + ir) * pl->sam + bk->pc, pl->sam, bk->kcur,
+                                     sq);
+            fx_segment_norms(sq, kp, na);
+        } else if (pl->a_rows) {
             pl->a_rows(pl->a_rows_ctx, i0 + ir, m, bk->pc, bk->kcur, th->arows, pl->rows_ld);
             fx_pack_a(pl->kd, th->arows, pl->rows_ld, 1, bk->kcur, m, mr, sl->ap + ir * kp, na);
         } else if (!pl->apan)
@@ -850,7 +844,7 @@ static void fx_gemm_a_packed(const fx_gemm_plan *pl, fx_gemm_thread *th, const f
                              int64_t i0, int64_t ir)
 {
     fx_gemm_slot *sl = &th->slot[bk->slot];
-    if (pl->apan || sl->ap_tag[ir / pl->mr] == sl->a_id) return;
+    if (sl->ap_tag[ir / pl->mr] == sl->a_id) return;
     fx_pack_a(pl->kd, pl->a + (i0 + ir) * pl->sam + bk->pc, pl->sam, 1, bk->kcur, pl->mr, pl->mr,
               sl->ap + ir * bk->kp, NULL);
     sl->ap_tag[ir / pl->mr] = sl->a_id;
