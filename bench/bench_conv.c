@@ -13,6 +13,14 @@
  * BENCH_LAYER=32,16,64,3,2 its stride-2 one into the last stage (BENCH_LAYER=32,16,64,1,2 the
  * 1 x 1 projection beside it), and `perf record` of such a
  * run sees one shape's kernels alone.
+ * BENCH_LAYER=r20 times ResNet-20's 3 x 3 convolutions (the stem, the three stages' layers and
+ * the two stride-2 layers between them) at Fashion-MNIST padded to 32 x 32.
+ * Under each format's times, "share of limit": each pass's multiply-adds (2 N O C K^2 OH OW
+ * operations) over its best CPU time, as a share of the instruction limit per thread the library
+ * measures (flexpoint_instruction_limits), taken as bench_gemm takes it: fp32 and fp16 against
+ * the FMA's, bf16 against vdpbf16ps's where the CPU has it (else the FMA's), the integer formats
+ * against the int16 pair products'. In CPU time, so that it reads the same at any thread count
+ * (a rate per busy core); above 100 % where a level runs the pass on AMX tiles.
  * BENCH_OUTPUTS=training marks y and dx as the trainer marks its activations and activation
  * gradients (fx_tensor_set_disposable: a failed write need not leave their old values), so
  * the integer formats round straight into them as in training; the default (library) keeps a
@@ -88,12 +96,22 @@ typedef struct layer {
     int64_t C, HW, O, K, S;
 } layer;
 
-/* BENCH_LAYER="C,HW,O,K[,S]" into *L (name: at least 96 bytes); 0 when unset, -1 (with a
- * message) when malformed */
+/* ResNet-20's 3 x 3 convolutions on 32 x 32 inputs (--pad 2), each shape once */
+static const layer r20_layers[] = {{"r20 stem 3->16 32x32", 3, 32, 16, 3, 1},
+                                   {"r20 16->16 32x32", 16, 32, 16, 3, 1},
+                                   {"r20 16->32 32x32 s2", 16, 32, 32, 3, 2},
+                                   {"r20 32->32 16x16", 32, 16, 32, 3, 1},
+                                   {"r20 32->64 16x16 s2", 32, 16, 64, 3, 2},
+                                   {"r20 64->64 8x8", 64, 8, 64, 3, 1}};
+#define R20_LAYERS ((int)(sizeof r20_layers / sizeof r20_layers[0]))
+
+/* BENCH_LAYER="C,HW,O,K[,S]" into *L (name: at least 96 bytes); 0 when unset, 2 for "r20"
+ * (r20_layers), -1 (with a message) when malformed */
 static int layer_from_env(layer *L, char *name)
 {
     const char *e = getenv("BENCH_LAYER");
     if (!e || !*e) return 0;
+    if (!strcmp(e, "r20")) return 2;
     long long c, hw, o, k, st = 1;
     char end;
     const int n = sscanf(e, "%lld,%lld,%lld,%lld%c", &c, &hw, &o, &k, &end);
@@ -103,8 +121,8 @@ static int layer_from_env(layer *L, char *name)
     if ((n != 4 && n5 != 5) || c < 1 || hw < 1 || o < 1 || k < 1 || st < 1 || c > 4096 ||
         hw > 4096 || o > 4096 || k > hw || st > hw) {
         fprintf(stderr,
-                "bench_conv: BENCH_LAYER='%s': want C,HW,O,K or C,HW,O,K,S (positive, K <= HW, "
-                "S <= HW)\n", e);
+                "bench_conv: BENCH_LAYER='%s': want r20, C,HW,O,K or C,HW,O,K,S (positive, "
+                "K <= HW, S <= HW)\n", e);
         return -1;
     }
     if (st == 1)
@@ -140,17 +158,24 @@ int main(int argc, char **argv)
     const int epilogue_on = route_from_env("BENCH_I16_EPILOGUE");
     if (epilogue_on < 0) return 2;
     fx_i16_fwd_direct_round_set_enabled(epilogue_on);
-    layer layers[2] = {{"conv1 1->32 28x28", 1, 28, 32, 5, 1},
-                       {"conv2 32->64 14x14", 32, 14, 64, 5, 1}};
+    static const layer cnn_layers[2] = {{"conv1 1->32 28x28", 1, 28, 32, 5, 1},
+                                        {"conv2 32->64 14x14", 32, 14, 64, 5, 1}};
+    layer own_layer;
     char own_name[96];
-    const int own = layer_from_env(&layers[0], own_name);
+    const int own = layer_from_env(&own_layer, own_name);
     if (own < 0) return 2;
-    const int nlayers = own ? 1 : 2;
+    const layer *layers = own == 1 ? &own_layer : own == 2 ? r20_layers : cnn_layers;
+    const int nlayers = own == 1 ? 1 : own == 2 ? R20_LAYERS : 2;
+    double fma_limit = 0, i16_limit = 0, bf16_limit = 0;
+    flexpoint_instruction_limits(&fma_limit, &i16_limit, &bf16_limit);
+    if (bf16_limit <= 0) bf16_limit = fma_limit;
     static const fmt_t fmts[5] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
     printf("bench_conv: batch 128, padding K / 2, %d thread(s), best of %d, %s "
            "operands, %s outputs; wall ms (CPU ms)\n", threads, reps,
            g_normal ? "normal" : "uniform", training_outputs ? "training" : "library");
-    printf("%-20s %-9s %18s %18s %18s %18s\n", "layer", "format", "forward", "grad input",
+    printf("instruction limits per thread (measured): %s\n",
+           flexpoint_instruction_limits_report());
+    printf("%-22s %-9s %18s %18s %18s %18s\n", "layer", "format", "forward", "grad input",
            "grad weight", "total");
     unsigned seed = 12345;
     for (int li = 0; li < nlayers; li++)
@@ -194,7 +219,7 @@ int main(int argc, char **argv)
                     if (span_wall < wall[pass]) wall[pass] = span_wall;
                     if (span_cpu < cpu[pass]) cpu[pass] = span_cpu;
                 }
-            printf("%-20s %-9s", L->name, fmt_name(f));
+            printf("%-22s %-9s", L->name, fmt_name(f));
             double wsum = 0.0, csum = 0.0;
             for (int pass = 0; pass < 3; pass++) {
                 if (!run[pass]) {
@@ -206,6 +231,23 @@ int main(int argc, char **argv)
                 csum += cpu[pass];
             }
             printf("  %7.2f (%7.2f)\n", 1e3 * wsum, 1e3 * csum);
+            /* every pass makes the same multiply-adds: N O C K^2 OH OW */
+            const double ops = 2.0 * 128 * (double)(L->O * L->C * L->K * L->K * OHW * OHW);
+            const double limit = f == FMT_FLEX16_5 || f == FMT_DFP16 ? i16_limit
+                                 : f == FMT_BF16                      ? bf16_limit
+                                                                      : fma_limit;
+            printf("%-22s %-9s", "", "  of limit");
+            for (int pass = 0; pass < 3; pass++) {
+                if (run[pass] && limit > 0) printf("  %17.0f%%", 100.0 * ops / cpu[pass] * 1e-9 / limit);
+                else printf("  %18s", "-");
+            }
+            if (limit > 0 && csum > 0) {
+                int npass = 0;
+                for (int pass = 0; pass < 3; pass++) npass += run[pass];
+                printf("  %17.0f%%\n", 100.0 * npass * ops / csum * 1e-9 / limit);
+            } else {
+                printf("  %18s\n", "-");
+            }
             tensor_free(x), tensor_free(w), tensor_free(dy), tensor_free(y), tensor_free(dx),
                 tensor_free(dw);
         }

@@ -39,6 +39,7 @@ def test_gemm_f32_bad_shape(shape):
     ({"BENCH_OUTPUTS": "disposable"}, "BENCH_OUTPUTS=disposable"),
     ({"BENCH_LAYER": "16,8,16"}, "BENCH_LAYER='16,8,16'"),
     ({"BENCH_LAYER": "16,8,16,3,9"}, "BENCH_LAYER='16,8,16,3,9'"),  # a stride past the input
+    ({"BENCH_LAYER": "r21"}, "BENCH_LAYER='r21'"),  # not the ResNet-20 preset
     ({"BENCH_I16_EPILOGUE": "maybe"}, "BENCH_I16_EPILOGUE=maybe"),
 ])
 def test_conv_bad_setting(env, message):
@@ -46,3 +47,24 @@ def test_conv_bad_setting(env, message):
     assert r.returncode == 2, (env, r.stdout, r.stderr)
     assert message in r.stderr
     assert r.stdout == ""
+
+
+def test_conv_r20_layers_and_limit_shares():
+    """BENCH_LAYER=r20 times ResNet-20's six 3 x 3 shapes, and each format's row is followed by
+    its passes' shares of the measured instruction limit: a percentage per pass run, '-' for a
+    pass left out."""
+    r = run_bench("bench_conv", ["1", "1", "fp32"],
+                  {"BENCH_LAYER": "r20", "BENCH_PASSES": "forward,weight"})
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    lines = r.stdout.splitlines()
+    rows = [i for i, line in enumerate(lines) if line.startswith("r20 ")]
+    assert [lines[i].split()[1] for i in rows] == [
+        "stem", "16->16", "16->32", "32->32", "32->64", "64->64"]
+    assert "instruction limits per thread (measured)" in r.stdout
+    for i in rows:
+        shares = lines[i + 1].split()
+        assert shares[:2] == ["of", "limit"], lines[i + 1]
+        forward, grad_input, grad_weight, total = shares[2:]
+        assert grad_input == "-"
+        for cell in (forward, grad_weight, total):
+            assert cell.endswith("%") and 0 < float(cell[:-1]) < 1000, lines[i + 1]
