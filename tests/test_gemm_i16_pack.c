@@ -1,7 +1,8 @@
 /* The SIMD packing of the exact int16 GEMM (src/flex/gemm_i16_pack_avx2.c and the AVX-512
  * one) against the layouts and segment norms that gemm_i16.h defines, computed here element by
  * element: every packed word and every segment's largest sum of squares, for A micro-panels
- * (mr = 6 rows), row-major B panels and B panels with contiguous columns (nr columns).
+ * (mr = 6 rows) from row-major A and from A with contiguous columns (pack_at: the layout
+ * alone), row-major B panels and B panels with contiguous columns (nr columns).
  *
  * The norms decide how long a chain the fast kernel may run before its int32 accumulators could
  * overflow, so a norm below the true sum of squares would let the kernel silently wrap; the
@@ -105,6 +106,45 @@ static void check_pack_a(const char *name, const fx_gemm_i16_pack *pk, int mr, i
         CHECK(na[nfull] == -1, "%s norms_a kc=%lld: a norm past the whole segments written", name,
               (long long)kc);
     }
+    free(a);
+    free(ap);
+}
+
+/* A of mr rows with contiguous columns (column stride sak >= mr, the rows' values side by side
+ * at each k), kc values a row: ap[p * mr + i] = (A[i][2p], A[i][2p+1]). The source ends at the
+ * last row's last value (no slack to read into), and the words past the panel must stay. */
+static void check_pack_at(const char *name, const fx_gemm_i16_pack *pk, int mr, int64_t kc,
+                          int64_t sak, int kind, test_rng *r)
+{
+    const int64_t kp = (kc + 1) / 2, n_elems = (kc - 1) * sak + mr;
+    int16_t *a = malloc((size_t)n_elems * sizeof *a);
+    int32_t *ap = malloc((size_t)(kp * mr + 8) * sizeof *ap);
+    if (!a || !ap) {
+        CHECK(0, "allocation");
+        free(a);
+        free(ap);
+        return;
+    }
+    const int hot = (int)test_rng_range(r, 0, mr - 1);
+    for (int64_t e = 0; e < n_elems; e++) a[e] = value_of(r, kind, (int)(e % sak), hot);
+    for (int64_t e = 0; e < kp * mr + 8; e++) ap[e] = (int32_t)GUARD;
+    pk->pack_at(a, sak, kc, ap);
+    int bad = 0;
+    for (int64_t p = 0; p < kp && !bad; p++)
+        for (int i = 0; i < mr && !bad; i++) {
+            const uint32_t lo = (uint16_t)a[2 * p * sak + i];
+            const uint32_t hi = 2 * p + 1 < kc ? (uint16_t)a[(2 * p + 1) * sak + i] : 0u;
+            const uint32_t w = (uint32_t)ap[p * mr + i];
+            if (w != (lo | hi << 16)) {
+                CHECK(0, "%s pack_at kc=%lld sak=%lld kind %d: pair %lld row %d is %08x, want %08x",
+                      name, (long long)kc, (long long)sak, kind, (long long)p, i, w,
+                      lo | hi << 16);
+                bad = 1;
+            }
+        }
+    for (int64_t e = kp * mr; e < kp * mr + 8; e++)
+        CHECK(ap[e] == (int32_t)GUARD, "%s pack_at kc=%lld: word %lld past the panel written", name,
+              (long long)kc, (long long)(e - kp * mr));
     free(a);
     free(ap);
 }
@@ -214,6 +254,7 @@ static void check_packing(const char *name, const fx_gemm_i16_pack *pk, int mr, 
             if (pk->pack_a) check_pack_a(name, pk, mr, kc, kc + pad, kind, r);
             if (pk->pack_b) check_pack_b(name, pk, nr, kc, nr + pad, 0, kind, r);
             if (pk->pack_bt) check_pack_b(name, pk, nr, kc, kc + pad, 1, kind, r);
+            if (pk->pack_at) check_pack_at(name, pk, mr, kc, mr + pad, kind, r);
         }
     }
 }

@@ -251,6 +251,11 @@ static void fx_pack_a(const fx_gemm_i16_kernel *kd, const int16_t *a, int64_t sa
         if (na) fx_segment_norms(sq, kp, na);
         return;
     }
+    if (fx_simd_pack(kd) && kd->pack->pack_at && m == mr && sam == 1) {
+        kd->pack->pack_at(a, sak, kc, ap);
+        if (na) fx_panel_norms(kd, ap, kp, mr, na);
+        return;
+    }
     for (int64_t p = 0; p < kp; p++) {
         int32_t *dst = ap + p * mr;
         const int64_t k0 = 2 * p;

@@ -311,6 +311,10 @@ typedef struct fx_gemm_i16_pack {
     /* nr columns of a B with contiguous columns (column stride sbn: a transposed operand,
      * as a convolution's weights and output gradients), kc rows */
     void (*pack_bt)(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp, int64_t *sq);
+    /* mr rows of an A with contiguous columns (column stride sak: a transposed operand, as the
+     * output gradients dy^T of a token linear's or an attention product's weight gradient), kc
+     * values each; the layout only (the driver takes the norms from the panel, norms_a) */
+    void (*pack_at)(const int16_t *a, int64_t sak, int64_t kc, int32_t *ap);
     /* plain B micro-panel of kp pairs -> split layout */
     void (*split_panel)(const int16_t *bp, int64_t kp, int16_t *bs);
     /* plain B micro-panel of kp pairs -> wrap layout */
@@ -347,6 +351,8 @@ static inline int64_t fx_ceil_sqrt(int64_t x)
 }
 /* pack_bt of the AVX-512 level's 32-column panels (AVX2 code) */
 void fx_gemm_i16_pack_bt_32(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp, int64_t *sq);
+/* pack_at of the 6-row panels (AVX2 code, shared by the AVX2 and AVX-512 levels) */
+void fx_gemm_i16_pack_at_6(const int16_t *a, int64_t sak, int64_t kc, int32_t *ap);
 
 typedef struct fx_gemm_i16_kernel {
     int mr, nr; /* register tile, mr <= FX_GEMM_I16_MAX_MR, nr <= FX_GEMM_I16_MAX_NR */

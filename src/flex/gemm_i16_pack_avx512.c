@@ -242,6 +242,7 @@ static void fx_a_high_6(const int32_t *ap, int64_t kp, int32_t *ahi)
 const fx_gemm_i16_pack fx_gemm_i16_pack_avx512_6x32 = {.pack_a = fx_pack_a_6,
                                                        .pack_b = fx_pack_b_32,
                                                        .pack_bt = fx_gemm_i16_pack_bt_32,
+                                                       .pack_at = fx_gemm_i16_pack_at_6,
                                                        .split_panel = fx_split_panel_32,
                                                        .wrap_panel = fx_wrap_panel_32,
                                                        .a_high = fx_a_high_6,
