@@ -231,15 +231,19 @@ int main(int argc, char **argv)
                 csum += cpu[pass];
             }
             printf("  %7.2f (%7.2f)\n", 1e3 * wsum, 1e3 * csum);
-            /* every pass makes the same multiply-adds: N O C K^2 OH OW */
-            const double ops = 2.0 * 128 * (double)(L->O * L->C * L->K * L->K * OHW * OHW);
+            /* every pass makes the same multiply-adds: N O C K^2 OH OW (in double: the product
+             * of the largest settings passes int64) */
+            const double ops = 2.0 * 128 * (double)L->O * (double)L->C * (double)(L->K * L->K) *
+                               (double)(OHW * OHW);
             const double limit = f == FMT_FLEX16_5 || f == FMT_DFP16 ? i16_limit
                                  : f == FMT_BF16                      ? bf16_limit
                                                                       : fma_limit;
             printf("%-22s %-9s", "", "  of limit");
             for (int pass = 0; pass < 3; pass++) {
-                if (run[pass] && limit > 0) printf("  %17.0f%%", 100.0 * ops / cpu[pass] * 1e-9 / limit);
-                else printf("  %18s", "-");
+                if (run[pass] && limit > 0)
+                    printf("  %17.0f%%", 100.0 * ops / cpu[pass] * 1e-9 / limit);
+                else
+                    printf("  %18s", "-");
             }
             if (limit > 0 && csum > 0) {
                 int npass = 0;
