@@ -166,15 +166,12 @@ int main(int argc, char **argv)
     if (own < 0) return 2;
     const layer *layers = own == 1 ? &own_layer : own == 2 ? r20_layers : cnn_layers;
     const int nlayers = own == 1 ? 1 : own == 2 ? R20_LAYERS : 2;
-    double fma_limit = 0, i16_limit = 0, bf16_limit = 0;
-    flexpoint_instruction_limits(&fma_limit, &i16_limit, &bf16_limit);
-    if (bf16_limit <= 0) bf16_limit = fma_limit;
     static const fmt_t fmts[5] = {FMT_FP32, FMT_FP16, FMT_BF16, FMT_FLEX16_5, FMT_DFP16};
     printf("bench_conv: batch 128, padding K / 2, %d thread(s), best of %d, %s "
            "operands, %s outputs; wall ms (CPU ms)\n", threads, reps,
            g_normal ? "normal" : "uniform", training_outputs ? "training" : "library");
-    printf("instruction limits per thread (measured): %s\n",
-           flexpoint_instruction_limits_report());
+    double fma_limit, i16_limit, bf16_limit;
+    bench_instruction_limits(&fma_limit, &i16_limit, &bf16_limit);
     printf("%-22s %-9s %18s %18s %18s %18s\n", "layer", "format", "forward", "grad input",
            "grad weight", "total");
     unsigned seed = 12345;

@@ -139,13 +139,9 @@ int main(int argc, char **argv)
            p.oblas_core ? p.oblas_core() : "-",
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)",
            getenv("OPENBLAS_THREAD_TIMEOUT"));
-    /* the library's measurement (flexpoint_instruction_limits: the same numbers flexpoint-info
-     * and fx.kernel_info() give in this process) */
-    double fma_peak = 0, int_peak = 0, bf16_peak = 0;
-    flexpoint_instruction_limits(&fma_peak, &int_peak, &bf16_peak);
-    printf("instruction limit per thread (measured): %s\n", flexpoint_instruction_limits_report());
+    double fma_peak, int_peak, bf16_peak;
+    bench_instruction_limits(&fma_peak, &int_peak, &bf16_peak);
     printf("times: %s\n", g_clock == CLOCK_MONOTONIC ? "wall clock" : "process CPU time (BENCH_CLOCK=cpu)");
-    if (bf16_peak <= 0) bf16_peak = fma_peak;
     for (int i = 0; i < nt; i++)
         if (run_table(&p, tlist[i], reps, fma_peak, int_peak, bf16_peak)) return 1;
     return 0;

@@ -1,5 +1,5 @@
 /* Helpers every benchmark program shares: a clock reading in seconds, the median of a
- * sample, the formats a program was asked for, and the convolution benchmarks' operand values
+ * sample, the formats a program was asked for, the instruction limits, and the convolution benchmarks' operand values
  * and tensors. Header-only (each bench/bench_*.c is
  * its own program); include it after <time.h>'s feature macros are set (_POSIX_C_SOURCE or
  * _GNU_SOURCE at the top of the program). */
@@ -122,6 +122,18 @@ static inline int bench_formats_wanted(const char *list, int wanted[FMT_COUNT], 
         wanted[f] = any = 1;
     }
     return any;
+}
+
+/* The library's instruction limits per thread (flexpoint_instruction_limits: the numbers
+ * flexpoint-info and fx.kernel_info() give in this process), printed in one line; bf16's is
+ * vdpbf16ps's where the CPU has it, else the FMA's (bf16 then widens to fp32). */
+static inline void bench_instruction_limits(double *fma, double *i16, double *bf16)
+{
+    *fma = *i16 = *bf16 = 0;
+    flexpoint_instruction_limits(fma, i16, bf16);
+    printf("instruction limits per thread (measured): %s\n",
+           flexpoint_instruction_limits_report());
+    if (*bf16 <= 0) *bf16 = *fma;
 }
 
 /* The operands' shape for the convolution benchmarks, from BENCH_DATA: 1 for "normal" (the

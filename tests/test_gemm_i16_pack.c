@@ -57,6 +57,32 @@ static void ref_norms(const int16_t *src, int64_t line_step, int64_t k_step, int
     }
 }
 
+/* An A micro-panel of mr rows against the layout: ap[p * mr + i] = (A[i][2p], A[i][2p+1]) with
+ * A[i][k] = a[i row_step + k k_step] (0 past kc), and the 8 guard words after it untouched.
+ * Returns 1 where a word was wrong (reported once). */
+static int check_a_words(const char *name, const char *hook, const int16_t *a, int64_t row_step,
+                         int64_t k_step, int mr, int64_t kc, int kind, const int32_t *ap)
+{
+    const int64_t kp = (kc + 1) / 2;
+    int bad = 0;
+    for (int64_t p = 0; p < kp && !bad; p++)
+        for (int i = 0; i < mr && !bad; i++) {
+            const uint32_t lo = (uint16_t)a[i * row_step + 2 * p * k_step];
+            const uint32_t hi =
+                2 * p + 1 < kc ? (uint16_t)a[i * row_step + (2 * p + 1) * k_step] : 0u;
+            const uint32_t w = (uint32_t)ap[p * mr + i];
+            if (w != (lo | hi << 16)) {
+                CHECK(0, "%s %s kc=%lld kind %d: pair %lld row %d is %08x, want %08x", name, hook,
+                      (long long)kc, kind, (long long)p, i, w, lo | hi << 16);
+                bad = 1;
+            }
+        }
+    for (int64_t e = kp * mr; e < kp * mr + 8; e++)
+        CHECK(ap[e] == (int32_t)GUARD, "%s %s kc=%lld: word %lld past the panel written", name,
+              hook, (long long)kc, (long long)(e - kp * mr));
+    return bad;
+}
+
 static void check_pack_a(const char *name, const fx_gemm_i16_pack *pk, int mr, int64_t kc,
                          int64_t sam, int kind, test_rng *r)
 {
@@ -75,21 +101,7 @@ static void check_pack_a(const char *name, const fx_gemm_i16_pack *pk, int mr, i
     for (int64_t i = 0; i < kp * mr + 8; i++) ap[i] = (int32_t)GUARD;
     for (int64_t s = 0; s < nseg; s++) sq[s] = -1;
     pk->pack_a(a, sam, kc, ap, sq);
-    int bad = 0;
-    for (int64_t p = 0; p < kp && !bad; p++)
-        for (int i = 0; i < mr && !bad; i++) {
-            const uint32_t lo = (uint16_t)a[i * sam + 2 * p];
-            const uint32_t hi = 2 * p + 1 < kc ? (uint16_t)a[i * sam + 2 * p + 1] : 0u;
-            const uint32_t w = (uint32_t)ap[p * mr + i];
-            if (w != (lo | hi << 16)) {
-                CHECK(0, "%s pack_a kc=%lld kind %d: pair %lld row %d is %08x, want %08x", name,
-                      (long long)kc, kind, (long long)p, i, w, lo | hi << 16);
-                bad = 1;
-            }
-        }
-    for (int64_t i = kp * mr; i < kp * mr + 8; i++)
-        CHECK(ap[i] == (int32_t)GUARD, "%s pack_a kc=%lld: word %lld past the panel written", name,
-              (long long)kc, (long long)(i - kp * mr));
+    const int bad = check_a_words(name, "pack_a", a, sam, 1, mr, kc, kind, ap);
     ref_norms(a, sam, 1, mr, kc, want);
     for (int64_t s = 0; s < nseg; s++)
         CHECK(sq[s] == want[s], "%s pack_a kc=%lld kind %d: segment %lld norm %lld, want %lld",
@@ -129,22 +141,7 @@ static void check_pack_at(const char *name, const fx_gemm_i16_pack *pk, int mr, 
     for (int64_t e = 0; e < n_elems; e++) a[e] = value_of(r, kind, (int)(e % sak), hot);
     for (int64_t e = 0; e < kp * mr + 8; e++) ap[e] = (int32_t)GUARD;
     pk->pack_at(a, sak, kc, ap);
-    int bad = 0;
-    for (int64_t p = 0; p < kp && !bad; p++)
-        for (int i = 0; i < mr && !bad; i++) {
-            const uint32_t lo = (uint16_t)a[2 * p * sak + i];
-            const uint32_t hi = 2 * p + 1 < kc ? (uint16_t)a[(2 * p + 1) * sak + i] : 0u;
-            const uint32_t w = (uint32_t)ap[p * mr + i];
-            if (w != (lo | hi << 16)) {
-                CHECK(0, "%s pack_at kc=%lld sak=%lld kind %d: pair %lld row %d is %08x, want %08x",
-                      name, (long long)kc, (long long)sak, kind, (long long)p, i, w,
-                      lo | hi << 16);
-                bad = 1;
-            }
-        }
-    for (int64_t e = kp * mr; e < kp * mr + 8; e++)
-        CHECK(ap[e] == (int32_t)GUARD, "%s pack_at kc=%lld: word %lld past the panel written", name,
-              (long long)kc, (long long)(e - kp * mr));
+    (void)check_a_words(name, "pack_at", a, 1, sak, mr, kc, kind, ap);
     free(a);
     free(ap);
 }

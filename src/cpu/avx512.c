@@ -163,9 +163,9 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
                        cpu->avx512vnni ? fx_flex_matmul_avx512vnni : fx_flex_matmul_avx512bw);
     b->gemm.i16_rounds = cpu->avx512vnni ? fx_flex_matmul_avx512vnni_rounds
                                          : fx_flex_matmul_avx512bw_rounds;
-    /* unsteady guesses rounded by the register tiles too: the transformer's dfp16 steps
-     * 0.743-0.790 of fp32's against 0.760-0.802 on the Zen 4 (shared_matmul.c); the AVX2
-     * level's alternations there were within the VM's noise, so it keeps the dispatcher */
+    /* unsteady guesses rounded by the register tiles too, where it was measured to pay
+     * (shared_matmul.c: the transformer's dfp16 steps on the Zen 4); the AVX2 level's
+     * alternations were within the VM's noise, so it keeps the dispatcher */
     b->gemm.i16_unsteady_rounds = 1;
     /* VNNI: the forward convolution (and the input gradient, a forward pass of dy) and the
      * weight gradient without a patch matrix, their chains cut by norms as the GEMM's fast

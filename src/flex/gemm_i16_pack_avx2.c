@@ -138,38 +138,6 @@ static void fx_pack_bt_16(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp
  * columns; AVX2 code, which that level's CPUs run): a convolution's weights reach the GEMM as
  * such a B, and the portable loop that packed them was a third of the driver's time in an
  * AVX-512 flex16_5 CNN step. */
-/* Six contiguous int16 (12 bytes, nothing read past them) in the low six words */
-static inline __m128i fx_load6_epi16(const int16_t *p)
-{
-    int32_t last;
-    memcpy(&last, p + 4, sizeof last);
-    return _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p), last, 2);
-}
-
-/* A with contiguous columns: ap[p*6 + i] = (A[i][2p], A[i][2p+1]) with A[i][k] = a[i + k sak],
- * the six values of source rows 2p and 2p + 1 interleaved by one word unpack per half. Each
- * pair's 8-word store spills two words into the next pair's slots, which that pair then
- * overwrites; the last pair stores only its own six. Why: the portable loop took a quarter of
- * the transformer's MLP weight gradient (128 x 512 x 16384 with A = dy^T) and half as much time
- * as the kernel in its attention products' backward passes (Zen 4, flex16_5). */
-void fx_gemm_i16_pack_at_6(const int16_t *a, int64_t sak, int64_t kc, int32_t *ap)
-{
-    const int64_t kp = (kc + 1) / 2;
-    for (int64_t p = 0; p < kp; p++) {
-        const int16_t *r0 = a + 2 * p * sak;
-        const __m128i x0 = fx_load6_epi16(r0);
-        const __m128i x1 = 2 * p + 1 < kc ? fx_load6_epi16(r0 + sak) : _mm_setzero_si128();
-        const __m128i lo = _mm_unpacklo_epi16(x0, x1), hi = _mm_unpackhi_epi16(x0, x1);
-        int32_t *dst = ap + p * FX_PACK_MR;
-        if (p + 1 < kp) {
-            _mm256_storeu_si256((__m256i *)(void *)dst, _mm256_set_m128i(hi, lo));
-        } else {
-            _mm_storeu_si128((__m128i *)(void *)dst, lo);
-            _mm_storel_epi64((__m128i *)(void *)(dst + 4), hi);
-        }
-    }
-}
-
 void fx_gemm_i16_pack_bt_32(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp, int64_t *sq)
 {
     int32_t *out = (int32_t *)(void *)bp;
@@ -185,6 +153,38 @@ void fx_gemm_i16_pack_bt_32(const int16_t *b, int64_t sbn, int64_t kc, int16_t *
 static inline __m256i fx_pair_rows(__m128i r0, __m128i r1)
 {
     return _mm256_set_m128i(_mm_unpackhi_epi16(r0, r1), _mm_unpacklo_epi16(r0, r1));
+}
+
+/* Six contiguous int16 (12 bytes, nothing read past them) in the low six words */
+static inline __m128i fx_load6_epi16(const int16_t *p)
+{
+    int32_t last;
+    memcpy(&last, p + 4, sizeof last);
+    return _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p), last, 2);
+}
+
+/* A with contiguous columns: ap[p*6 + i] = (A[i][2p], A[i][2p+1]) with A[i][k] = a[i + k sak],
+ * the six values of source rows 2p and 2p + 1 interleaved as B's rows are (fx_pair_rows). Each
+ * pair's 8-word store spills two words into the next pair's slots, which that pair then
+ * overwrites; the last pair stores only its own six. Why: the portable loop took a quarter of
+ * the transformer's MLP weight gradient (128 x 512 x 16384 with A = dy^T) and half as much time
+ * as the kernel in its attention products' backward passes (Zen 4, flex16_5). */
+void fx_gemm_i16_pack_at_6(const int16_t *a, int64_t sak, int64_t kc, int32_t *ap)
+{
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t p = 0; p < kp; p++) {
+        const int16_t *r0 = a + 2 * p * sak;
+        const __m128i x0 = fx_load6_epi16(r0);
+        const __m128i x1 = 2 * p + 1 < kc ? fx_load6_epi16(r0 + sak) : _mm_setzero_si128();
+        const __m256i w = fx_pair_rows(x0, x1);
+        int32_t *dst = ap + p * FX_PACK_MR;
+        if (p + 1 < kp) {
+            _mm256_storeu_si256((__m256i *)(void *)dst, w);
+        } else {
+            _mm_storeu_si128((__m128i *)(void *)dst, _mm256_castsi256_si128(w));
+            _mm_storel_epi64((__m128i *)(void *)(dst + 4), _mm256_extracti128_si256(w, 1));
+        }
+    }
 }
 
 /* B: bp[p*32 + 2j + t] = B[2p + t][j] for the 16 columns j. An odd kc pairs the last row with
