@@ -1,5 +1,6 @@
 /* Elementwise training ops of the small CNN, per format: the conv bias add (per-channel), ReLU,
- * 2x2 max pooling and the gradients of both, at the CNN's two activation shapes (batch 128).
+ * 2x2 max pooling and the gradients of both, at the CNN's two activation shapes (batch 128);
+ * then ResNet-20's block ends (bench_residual) at its three stages' shapes.
  *   ./build/release/bench/bench_ew [threads] [repetitions] [formats]
  * Prints the best wall time (ms) of the repetitions per op. For FLEX16_5 and DFP16 it also
  * times the dispatcher's int64/int16-stage route (the one-pass add/sub/ReLU of
@@ -8,6 +9,7 @@
  * depend on the values beyond the exponent choices. */
 #include "flexpoint.h"
 #include "flexpoint_nn.h"
+#include "core/half_binary.h"
 #include "core/shared_binary.h"
 
 #include <math.h>
@@ -110,6 +112,99 @@ static int bench_layer(fmt_t f, const char *fname, int64_t C, int64_t HW, int re
     return 0;
 }
 
+/* A ResNet block's end as the trainer runs it: the residual add and its ReLU (y = relu(t + s)),
+ * and backward the ReLU's gradient from the sum of its two consumers' gradients (dx = (d1 +
+ * d2) where y > 0). fp16/bf16 make each in one pass without the sum (fx_half_add_relu,
+ * fx_half_gated_add); FLEX16_5/DFP16 write the sum too, each with its own exponent
+ * (fx_shared_add_relu, fx_shared_add_gated), and the "two passes" column makes the second
+ * output of each work unit by a pass of its own instead of the level's one-pass kernel
+ * (sum2_quant_gated), alternating in this process; fp32 runs the ops one by one. */
+enum { RES_ADD_RELU, RES_GRAD_SUM, NRES };
+static const char *const res_names[NRES] = {"residual add+relu", "relu grad of a sum"};
+
+typedef struct res_bufs {
+    tensor_t *t, *s, *u, *y, *d1, *d2, *dsum, *dx;
+} res_bufs;
+
+static int run_res(int op, res_bufs *b, fmt_t f)
+{
+    const int shared = fmt_is_shared_exponent(f);
+    int rc;
+    if (op == RES_ADD_RELU) {
+        rc = shared ? fx_shared_add_relu(b->u, b->y, b->t, b->s)
+                    : fx_half_add_relu(b->y, b->t, b->s);
+        if (rc == FX_SHARED_BINARY_NOT_TAKEN) { /* (the two "not taken" codes are both 1) */
+            rc = tensor_add(b->u, b->t, b->s);
+            if (!rc) rc = tensor_relu(b->y, b->u);
+        }
+        return rc;
+    }
+    rc = shared ? fx_shared_add_gated(b->dsum, b->dx, b->d1, b->d2, b->y)
+                : fx_half_gated_add(b->dx, b->d1, b->d2, b->y);
+    if (rc == FX_SHARED_BINARY_NOT_TAKEN) {
+        rc = tensor_add(b->dsum, b->d1, b->d2);
+        if (!rc) rc = tensor_relu_backward(b->dx, b->dsum, b->y);
+    }
+    return rc;
+}
+
+/* BENCH_COLD=1: every timed op starts with its operands out of the caches, as in training,
+ * where each activation was written a layer or more before (a 64 MB buffer written between) */
+static int cold;
+static void bench_evict_caches(void)
+{
+    static char *junk;
+    enum { JUNK = 64 << 20 };
+    if (!junk) junk = malloc(JUNK);
+    if (junk) memset(junk, cold++ & 0xFF, JUNK);
+}
+
+static int bench_residual(fmt_t f, const char *fname, int64_t C, int64_t HW, int reps)
+{
+    const int64_t s[4] = {128, C, HW, HW};
+    res_bufs b;
+    tensor_t **all = (tensor_t **)&b;
+    int rc = FX_OK;
+    for (int i = 0; i < 8; i++)
+        if (!(all[i] = tensor_new(f, 4, s))) rc = FX_ENOMEM;
+    unsigned seed = 777u;
+    if (!rc) rc = fill_gauss(b.t, 1.0, &seed);
+    if (!rc) rc = fill_gauss(b.s, 0.7, &seed);
+    if (!rc) rc = fill_gauss(b.d1, 1e-3, &seed);
+    if (!rc) rc = fill_gauss(b.d2, 2e-3, &seed);
+    const int shared = fmt_is_shared_exponent(f);
+    double best[2][NRES];
+    for (int k = 0; k < 2; k++)
+        for (int op = 0; op < NRES; op++) best[k][op] = INFINITY;
+    /* two untimed rounds first: a FLEX16_5 output's exponent is guessed from its second write */
+    for (int it = 0; it < 2 * reps + 2 && !rc; it++) {
+        const int two = shared && (it & 1);
+        fx_shared_binary_set_gated_kernel(!two);
+        for (int op = 0; op < NRES && !rc; op++) {
+            if (cold) bench_evict_caches();
+            const double t0 = now_s();
+            rc = run_res(op, &b, f);
+            const double dt = now_s() - t0;
+            if (it >= 2 && dt < best[two][op]) best[two][op] = dt;
+        }
+    }
+    fx_shared_binary_set_gated_kernel(1);
+    if (rc) fprintf(stderr, "bench_ew: %s residual: %s\n", fname, flexpoint_last_error());
+    else {
+        printf("%-9s [128,%lld,%lld,%lld]", fname, (long long)C, (long long)HW, (long long)HW);
+        for (int op = 0; op < NRES; op++) {
+            if (shared)
+                printf("  %s %.2f (two passes %.2f)", res_names[op], best[0][op] * 1e3,
+                       best[1][op] * 1e3);
+            else
+                printf("  %s %.2f", res_names[op], best[0][op] * 1e3);
+        }
+        printf("\n");
+    }
+    for (int i = 0; i < 8; i++) tensor_free(all[i]);
+    return rc ? 1 : 0;
+}
+
 /* 1 if the comma-separated list holds name as a whole item */
 static int has_item(const char *list, const char *name)
 {
@@ -129,6 +224,8 @@ int main(int argc, char **argv)
         return 2;
     }
     flexpoint_set_num_threads(threads);
+    const char *cold_env = getenv("BENCH_COLD");
+    cold = cold_env && cold_env[0] == '1';
     printf("bench_ew: batch 128, %d thread(s), best of %d, wall ms; \"staged\": the dispatcher's "
            "stage route, alternating in this process\n", threads, reps);
     static const struct { const char *name; fmt_t f; } all[] = {
@@ -139,6 +236,13 @@ int main(int argc, char **argv)
         if (!has_item(formats, all[i].name)) continue;
         rc |= bench_layer(all[i].f, all[i].name, 32, 28, reps);
         rc |= bench_layer(all[i].f, all[i].name, 64, 14, reps);
+    }
+    printf("ResNet-20's block ends (see bench_residual)\n");
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (!has_item(formats, all[i].name)) continue;
+        rc |= bench_residual(all[i].f, all[i].name, 16, 32, reps);
+        rc |= bench_residual(all[i].f, all[i].name, 32, 16, reps);
+        rc |= bench_residual(all[i].f, all[i].name, 64, 8, reps);
     }
     return rc;
 }

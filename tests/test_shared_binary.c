@@ -7,7 +7,9 @@
  *    with and without a gate,
  *    lengths around the 16-lane vectors, and the extreme mantissas +-32767 and -32768; and a
  *    bias plane at a's exponent (the AVX-512 level's int16 route) through every remainder
- *    of b around its tie, with a at the extremes and where the sum is 0.
+ *    of b around its tie, with a at the extremes and where the sum is 0. A level's
+ *    sum2_quant_gated (both outputs of an add and its ReLU, or of a gradient sum and its gate,
+ *    in one pass) on the same cases against sum2_quant followed by the gated rounding.
  * 2. The op: on every backend, sequences of tensor_add / tensor_sub into FLEX16_5 (Autoflex,
  *    with a jump that overflows and recomputes) and DFP16 outputs, same-shape, per-channel and
  *    per-column operands, exponent gaps 0 to 15, compared with the dispatcher's int64-stage
@@ -65,9 +67,31 @@ static int quant_matches(const fx_backend *be, const fx_sum2 *p, int64_t n, int 
     return memcmp(got, want, sizeof got) == 0 && same_stats(&sg, want_st);
 }
 
+/* be's sum2_quant_gated (where it has one) against its definition, sum2_quant's and then the
+ * plain gated rounding at shift 0 of those mantissas (by gate, or by their own signs): both
+ * outputs (nothing written past n) and both statistics. 1 where the level has none. */
+static int gated_matches(const fx_backend *be, const fx_sum2 *p, int64_t n, int shift,
+                         const int16_t *gate)
+{
+    if (!be->cvt.sum2_quant_gated) return 1;
+    static const int16_t zero = 0;
+    int16_t got[NMAX], want[NMAX], ggot[NMAX], gwant[NMAX];
+    fx_qstats sg, sw, gg, gw;
+    memset(got, 0x55, sizeof got);
+    memset(want, 0x55, sizeof want);
+    memset(ggot, 0x55, sizeof ggot);
+    memset(gwant, 0x55, sizeof gwant);
+    be->cvt.sum2_quant_gated(p, n, got, shift, &sg, gate, ggot, &gg);
+    fx_flex_sum2_quant_scalar(p, n, want, shift, &sw);
+    const fx_sum2 q = {want, &zero, 0, 0, 0, 0, gate ? gate : want};
+    fx_flex_sum2_quant_scalar(&q, n, gwant, 0, &gw);
+    return memcmp(got, want, sizeof got) == 0 && same_stats(&sg, &sw) &&
+           memcmp(ggot, gwant, sizeof ggot) == 0 && same_stats(&gg, &gw);
+}
+
 static void check_kernels(const fx_backend *be, test_rng *r)
 {
-    int16_t a[NMAX], b[NMAX], g[NMAX];
+    int16_t a[NMAX], b[NMAX], g[NMAX], g2[NMAX];
     const int64_t lens[] = {0, 1, 15, 16, 17, 31, 33, 64, 1000, 1100};
     long bad = 0, cases = 0;
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
@@ -76,6 +100,7 @@ static void check_kernels(const fx_backend *be, test_rng *r)
             a[i] = rand_mant(r);
             b[i] = rand_mant(r);
             g[i] = rand_mant(r);
+            g2[i] = rand_mant(r);
         }
         for (int gap = 0; gap <= 15; gap += (gap < 3 ? 1 : 4)) {
             for (int side = 0; side < 4; side++) /* 2, 3: gated by g */
@@ -91,6 +116,14 @@ static void check_kernels(const fx_backend *be, test_rng *r)
                             if (!quant_matches(be, &p, n, shift, &sw) && bad++ < 5)
                                 fprintf(stderr, "%s n %lld gap %d side %d b_inc %d neg %d shift %d\n",
                                         be->name, (long long)n, gap, side, b_inc, neg, shift);
+                            for (int gk = 0; gk < 2; gk++)
+                                if (!gated_matches(be, &p, n, shift, gk ? g2 : NULL) &&
+                                    bad++ < 5)
+                                    fprintf(stderr,
+                                            "%s gated %d n %lld gap %d side %d b_inc %d neg %d "
+                                            "shift %d\n",
+                                            be->name, gk, (long long)n, gap, side, b_inc, neg,
+                                            shift);
                             /* a statistics-only trial gives the same statistics */
                             be->cvt.sum2_quant(&p, n, NULL, shift, &st);
                             CHECK(same_stats(&st, &sw), "%s trial statistics, shift %d", be->name,
@@ -149,6 +182,10 @@ static void check_kernels(const fx_backend *be, test_rng *r)
                 if (!quant_matches(be, &p, lens2[li], sh, &sw) && bad++ < 5)
                     fprintf(stderr, "%s bias plane n %lld shift %d b %d\n", be->name,
                             (long long)lens2[li], sh, bv);
+                for (int gk = 0; gk < 2; gk++)
+                    if (!gated_matches(be, &p, lens2[li], sh, gk ? g2 : NULL) && bad++ < 5)
+                        fprintf(stderr, "%s gated %d bias plane n %lld shift %d b %d\n",
+                                be->name, gk, (long long)lens2[li], sh, bv);
                 be->cvt.sum2_quant(&p, lens2[li], NULL, sh, &st);
                 CHECK(same_stats(&st, &sw), "%s bias plane trial statistics, shift %d b %d",
                       be->name, sh, bv);
@@ -174,10 +211,30 @@ static void check_kernels(const fx_backend *be, test_rng *r)
                 if (!quant_matches(be, &p, li, sh, &sw) && bad++ < 5)
                     fprintf(stderr, "%s saturation bound n %d shift %d neg %d\n", be->name, li,
                             sh, neg);
+                for (int gk = 0; gk < 2; gk++)
+                    if (!gated_matches(be, &p, li, sh, gk ? g2 : NULL) && bad++ < 5)
+                        fprintf(stderr, "%s gated %d saturation bound n %d shift %d neg %d\n",
+                                be->name, gk, li, sh, neg);
                 if (neg)
                     for (int i = 0; i < 8; i++) bv[i] = (int16_t)-bv[i];
             }
     }
+    /* the gated outputs where the largest values are negative (gated away): their maximum is
+     * then not the sum's, on each route (the bias plane, the fast and the general one) */
+    for (int64_t i = 0; i < NMAX; i++) {
+        a[i] = (int16_t)test_rng_range(r, -32767, 200);
+        b[i] = (int16_t)test_rng_range(r, -3000, 20);
+        g2[i] = (int16_t)test_rng_range(r, -1, 1);
+    }
+    const fx_sum2 routes[3] = {{a, b, 0, 3, 0, 0, NULL}, {a, b, 1, 1, 0, 0, NULL},
+                               {a, b, 1, 0, 2, 1, NULL}};
+    const int shifts[3] = {3, 2, 0};
+    for (int k = 0; k < 3; k++)
+        for (int gk = 0; gk < 2; gk++) {
+            cases++;
+            if (!gated_matches(be, &routes[k], 999, shifts[k], gk ? g2 : NULL) && bad++ < 5)
+                fprintf(stderr, "%s gated %d, negative maxima, route %d\n", be->name, gk, k);
+        }
     CHECK(bad == 0, "%s: %ld of %ld sum2_quant cases differ from the definition", be->name, bad,
           cases);
     /* the definition itself, on one hand-checked case: (3 << 2) - (-5) = 17 at shift 1 -> 8
@@ -578,8 +635,12 @@ int main(void)
         check_not_taken(&r);
         const int64_t conv_s[4] = {4, 8, 20, 20}, conv_b[3] = {8, 1, 1};
         const int64_t lin_s[2] = {64, 40}, lin_b[1] = {40};
-        for (int nt = 1; nt <= 2; nt++) {
-            flexpoint_set_num_threads(nt);
+        /* nt 1 and 2 with the level's one-pass kernel for both outputs (sum2_quant_gated,
+         * where it has one: it must then make units), nt 3: two passes a unit */
+        for (int nt = 1; nt <= 3; nt++) {
+            fx_shared_binary_set_gated_kernel(nt < 3);
+            flexpoint_set_num_threads(nt < 3 ? nt : 1);
+            const int64_t units0 = fx_shared_binary_gated_units();
             check_add_relu(FMT_FLEX16_5, FMT_FLEX16_5, 4, conv_s, 3, conv_b, &r);
             check_add_relu(FMT_DFP16, FMT_DFP16, 4, conv_s, 3, conv_b, &r);
             check_add_relu(FMT_FLEX16_5, FMT_DFP16, 2, lin_s, 1, lin_b, &r);
@@ -589,7 +650,13 @@ int main(void)
             check_add_gated(FMT_FLEX16_5, FMT_FLEX16_5, FMT_FLEX16_5, conv_s, &r);
             check_add_gated(FMT_DFP16, FMT_DFP16, FMT_FLEX16_5, large, &r);
             check_add_gated(FMT_FLEX16_5, FMT_DFP16, FMT_DFP16, conv_s, &r);
+            const int64_t units = fx_shared_binary_gated_units() - units0;
+            const int has = fx_backend_active()->cvt.sum2_quant_gated != NULL;
+            CHECK(nt < 3 && has ? units > 0 : units == 0,
+                  "%s, nt %d: sum2_quant_gated made %lld units", flexpoint_backend_name(bi), nt,
+                  (long long)units);
         }
+        fx_shared_binary_set_gated_kernel(1);
         check_add_relu_declined(&r);
     }
     flexpoint_set_num_threads(0);

@@ -207,6 +207,13 @@ typedef struct fx_cvt_table {
      * v[i] (the same mantissas and statistics as widening them to int64 first). */
     uint32_t (*sum2_maxabs)(const fx_sum2 *p, int64_t n);
     void (*sum2_quant)(const fx_sum2 *p, int64_t n, int16_t *dst, int shift, fx_qstats *st);
+    /* sum2_quant into dst (statistics *st) and, in the same pass, those mantissas kept where
+     * gate[i] > 0 (gate NULL: where the mantissa itself is above 0, a ReLU), else 0, into gdst
+     * at the same exponent (statistics *gst): the outputs and statistics of sum2_quant and then
+     * sum2_quant({dst, 0, 0, 0, 0, 0, gate ? gate : dst}, n, gdst, 0, gst). dst and gdst are
+     * not NULL and distinct from every input. NULL: those two calls. */
+    void (*sum2_quant_gated)(const fx_sum2 *p, int64_t n, int16_t *dst, int shift, fx_qstats *st,
+                             const int16_t *gate, int16_t *gdst, fx_qstats *gst);
     /* quant_i64 of the exact int64 products m[i] c of int16 mantissas and a scalar |c| <= 2^30
      * (a shared-exponent tensor_scale's values, src/core/shared_scale.c): the same mantissas
      * and statistics, without the products stored; NULL: the portable products, then quant_i64 */

@@ -99,5 +99,10 @@ int64_t fx_shared_binary_missed(void);
 int64_t fx_shared_add_relu_made(void);
 /* Test hook: how many sums fx_shared_add_gated made with the gate in the same pass. */
 FX_INTERNAL int64_t fx_shared_add_gated_made(void);
+/* Test and benchmark hook: 0 makes an add's ReLU (or a sum's gate) in a second pass over each
+ * work unit even where the level has sum2_quant_gated, which makes both in one (default 1). */
+FX_INTERNAL void fx_shared_binary_set_gated_kernel(int on);
+/* Test hook: how many work units sum2_quant_gated has made since the process started. */
+FX_INTERNAL int64_t fx_shared_binary_gated_units(void);
 
 #endif

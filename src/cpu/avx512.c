@@ -144,6 +144,7 @@ void fx_cpu_install_avx512(fx_backend *b, const fx_cpu_features *cpu)
     /* flex16_5 and dfp16: quantisation, statistics and aligned sums */
     b->cvt.sum2_maxabs = fx_flex_sum2_maxabs_avx512;
     b->cvt.sum2_quant = fx_flex_sum2_quant_avx512;
+    b->cvt.sum2_quant_gated = fx_flex_sum2_quant_gated_avx512;
     b->cvt.quant_f32 = fx_flex_quant_f32_avx512;
     b->cvt.dequant = fx_flex_dequant_avx512;
     b->cvt.scaled_i16_f32 = fx_flex_scaled_f32_avx512;

@@ -104,6 +104,9 @@ void fx_flex_scale_quant_avx512(const int16_t *m, int32_t c, int64_t n, int16_t 
                                 fx_qstats *st);
 void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                fx_qstats *st);
+void fx_flex_sum2_quant_gated_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
+                                     fx_qstats *st, const int16_t *gate, int16_t *gdst,
+                                     fx_qstats *gst);
 
 void fx_flex_quant_f32_avx2(const float *src, int16_t *dst, int64_t n, int e,
                             const fx_rounding *r, int64_t index0, fx_qstats *st);

@@ -663,6 +663,54 @@ static void fx_sum2_quant_plain(const int16_t *src, const int16_t *gate, int64_t
     st->max_abs_out = (int32_t)_mm512_reduce_max_epu32(out32);
 }
 
+/* sum2_quant_gated's second output: each rounded value kept where its gate is above 0 (the
+ * gate's mantissas, or without one the value's own sign: a ReLU), else 0, at the same exponent;
+ * the largest |kept| in max (uint32 lanes on the 16-lane routes, uint16 on the 32-lane one).
+ * The plain route of sum2_quant at shift 0 stores exactly these values (|q| <= 32767, so
+ * nothing saturates or underflows) and reports that largest |kept| as both maxima. */
+typedef struct fx_s2_gated {
+    const int16_t *gate; /* NULL: the values' own signs */
+    int16_t *dst;
+    __m512i max;
+} fx_s2_gated;
+
+static inline __attribute__((always_inline)) void fx_s2_gate16(fx_s2_gated *g, __m512i q,
+                                                                int64_t i, __mmask16 live)
+{
+    const __m512i zero = _mm512_setzero_si512();
+    const __mmask16 keep =
+        g->gate ? _mm512_mask_cmpgt_epi32_mask(
+                      live, _mm512_cvtepi16_epi32(fx_load_w16(g->gate + i, live)), zero)
+                : _mm512_mask_cmpgt_epi32_mask(live, q, zero);
+    const __m512i y = _mm512_maskz_mov_epi32(keep, q);
+    g->max = _mm512_max_epu32(g->max, _mm512_abs_epi32(y));
+    if (live == 0xFFFF)
+        _mm256_storeu_si256((__m256i *)(void *)(g->dst + i), _mm512_cvtepi32_epi16(y));
+    else
+        _mm512_mask_cvtepi32_storeu_epi16(g->dst + i, live, y);
+}
+
+static inline __attribute__((always_inline)) void fx_s2_gate32(fx_s2_gated *g, __m512i q,
+                                                                int64_t i, __mmask32 live)
+{
+    const __m512i zero = _mm512_setzero_si512();
+    const __mmask32 keep = g->gate ? _mm512_mask_cmpgt_epi16_mask(
+                                         live, fx_load_w32(g->gate + i, live), zero)
+                                   : _mm512_mask_cmpgt_epi16_mask(live, q, zero);
+    const __m512i y = _mm512_maskz_mov_epi16(keep, q);
+    g->max = _mm512_max_epu16(g->max, _mm512_abs_epi16(y));
+    fx_store_w32(g->dst + i, live, y);
+}
+
+static void fx_s2_gated_stats(fx_qstats *st, uint32_t max)
+{
+    st->saturated = 0;
+    st->nonfinite = 0;
+    st->underflow = 0;
+    st->max_abs_in = (double)max;
+    st->max_abs_out = (int32_t)max;
+}
+
 /* The bias add's usual case in 32 int16 lanes: one b for the whole call (a conv's bias plane),
  * b at an exponent not above a's (sb = 0), nothing negated or gated, and the output at a's
  * exponent (shift = sa = s, 0..15). Then v = a 2^s + b, and fx_requant(v, s) = a + c with
@@ -672,8 +720,9 @@ static void fx_sum2_quant_plain(const int16_t *src, const int16_t *gate, int64_t
  * leaves [-32767, 32767]; q underflows where it is 0 while v is not, and v = 0 only if r = 0
  * (then q = 0 is v = 0); and |v| is largest at the largest or smallest a (v grows with a). In
  * the CNN's training this is nine in ten bias adds, at a third of the int32 route's time. */
-static void fx_sum2_quant_bias16(const int16_t *a, int32_t b, int s, int64_t n, int16_t *dst,
-                                 fx_qstats *st)
+static inline __attribute__((always_inline)) void
+fx_sum2_quant_bias16(const int16_t *a, int32_t b, int s, int64_t n, int16_t *dst, fx_qstats *st,
+                     fx_s2_gated *g)
 {
     const int32_t bf = b >> s, rem = b - bf * (1 << s), half = s ? 1 << (s - 1) : 0;
     const int tie = s > 0 && rem == half;
@@ -702,6 +751,7 @@ static void fx_sum2_quant_bias16(const int16_t *a, int32_t b, int s, int64_t n, 
         amin = _mm512_mask_min_epi16(amin, live, amin, va);
         qmax = _mm512_mask_max_epi16(qmax, live, qmax, _mm512_abs_epi16(q));
         if (dst) fx_store_w32(dst + i, live, q);
+        if (g) fx_s2_gate32(g, q, i, live);
     }
     fx_qstats_init(st);
     if (n <= 0) return;
@@ -723,8 +773,9 @@ typedef struct fx_s2q_acc {
 } fx_s2q_acc;
 
 /* One vector of fx_flex_sum2_quant_avx512 (lanes outside live count nowhere). */
-static inline __attribute__((always_inline)) void fx_s2q_step(const fx_sum2 *p, const fx_s2_consts *k, const fx_s2q_consts *c,
-                               fx_s2q_acc *acc, int64_t i, __mmask16 live, int16_t *dst)
+static inline __attribute__((always_inline)) void
+fx_s2q_step(const fx_sum2 *p, const fx_s2_consts *k, const fx_s2q_consts *c, fx_s2q_acc *acc,
+            int64_t i, __mmask16 live, int16_t *dst, fx_s2_gated *g)
 {
     const __m512i v = fx_s2_values(p, k, i, live);
     const __m512i av = _mm512_abs_epi32(v);
@@ -760,6 +811,7 @@ static inline __attribute__((always_inline)) void fx_s2q_step(const fx_sum2 *p, 
         _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm512_cvtepi32_epi16(q));
     else if (dst)
         _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, q);
+    if (g) fx_s2_gate16(g, q, i, live);
 }
 
 /* The right shifts 1 <= s <= 30 when nothing saturates, as quant_i64's fast route
@@ -770,8 +822,9 @@ static inline __attribute__((always_inline)) void fx_s2q_step(const fx_sum2 *p, 
  * T: dst is then written again by the general route. 14 vector operations per 16 values
  * against 24: in ResNet-20's training these adds (the residual sums and the gradients that
  * meet at a ReLU) run at shifts 1 and 2 nine times in ten. */
-static int fx_sum2_quant_fast(const fx_sum2 *p, const fx_s2_consts *k, int64_t n, int16_t *dst,
-                              int s, fx_qstats *st)
+static inline __attribute__((always_inline)) int
+fx_sum2_quant_fast(const fx_sum2 *p, const fx_s2_consts *k, int64_t n, int16_t *dst, int s,
+                   fx_qstats *st, fx_s2_gated *g)
 {
     const fx_round32 r = fx_round32_setup(s);
     __m512i max_in = _mm512_setzero_si512();
@@ -783,6 +836,7 @@ static int fx_sum2_quant_fast(const fx_sum2 *p, const fx_s2_consts *k, int64_t n
             _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm512_cvtepi32_epi16(q));
         else if (dst)
             _mm512_mask_cvtepi32_storeu_epi16(dst + i, live, q);
+        if (g) fx_s2_gate16(g, q, i, live); /* (stored again by the general route on a 0) */
     }
     const uint64_t mx = _mm512_reduce_max_epu32(max_in);
     if (mx > fx_q64_fast_bound(s)) return 0; /* quant_i64's bound, the same T */
@@ -790,20 +844,20 @@ static int fx_sum2_quant_fast(const fx_sum2 *p, const fx_s2_consts *k, int64_t n
     return 1;
 }
 
-void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
-                               fx_qstats *st)
+/* sum2_quant's routes other than the plain one, with sum2_quant_gated's second output where g
+ * is not NULL (a constant NULL leaves the plain kernel as it was). */
+static inline __attribute__((always_inline)) void
+fx_sum2_quant_routes(const fx_sum2 *p, int64_t n, int16_t *dst, int shift, fx_qstats *st,
+                     fx_s2_gated *g)
 {
-    if (p->sa == 0 && p->b_inc == 0 && p->b[0] == 0) {
-        fx_sum2_quant_plain(p->a, p->gate, n, dst, shift, st);
-        return;
-    }
     if (!p->gate && !p->b_inc && !p->negate_b && p->sb == 0 && shift == p->sa) {
-        fx_sum2_quant_bias16(p->a, p->b[0], p->sa, n, dst, st);
+        fx_sum2_quant_bias16(p->a, p->b[0], p->sa, n, dst, st, g);
         return;
     }
     if (shift >= 1 && shift <= 30) {
         const fx_s2_consts k = fx_s2_setup(p);
-        if (fx_sum2_quant_fast(p, &k, n, dst, shift, st)) return;
+        if (fx_sum2_quant_fast(p, &k, n, dst, shift, st, g)) return;
+        if (g) g->max = _mm512_setzero_si512(); /* the general route stores it all again */
     }
     const fx_s2_consts k = fx_s2_setup(p);
     fx_s2q_consts c;
@@ -821,12 +875,53 @@ void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int sh
     c.thr = _mm512_set1_epi32(sh.thr);
     fx_s2q_acc acc = {c.zero, c.zero, c.zero, c.zero};
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) fx_s2q_step(p, &k, &c, &acc, i, 0xFFFF, dst);
-    if (i < n) fx_s2q_step(p, &k, &c, &acc, i, fx_tail16(n - i), dst);
+    for (; i + 16 <= n; i += 16) fx_s2q_step(p, &k, &c, &acc, i, 0xFFFF, dst, g);
+    if (i < n) fx_s2q_step(p, &k, &c, &acc, i, fx_tail16(n - i), dst, g);
     /* per-lane counts are < 2^27 for any n below 2^31 elements per call */
     st->saturated = fx_sum_lanes32(acc.nsat);
     st->underflow = fx_sum_lanes32(acc.nuf);
     st->nonfinite = 0;
     st->max_abs_in = (double)_mm512_reduce_max_epu32(acc.max_in);
     st->max_abs_out = _mm512_reduce_max_epi32(acc.max_out);
+}
+
+static int fx_sum2_is_plain16(const fx_sum2 *p)
+{
+    return p->sa == 0 && p->b_inc == 0 && p->b[0] == 0;
+}
+
+void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
+                               fx_qstats *st)
+{
+    if (fx_sum2_is_plain16(p)) {
+        fx_sum2_quant_plain(p->a, p->gate, n, dst, shift, st);
+        return;
+    }
+    fx_sum2_quant_routes(p, n, dst, shift, st, NULL);
+}
+
+/* Why one pass: a residual add and its ReLU (and the gradient sum at a ReLU with two
+ * consumers, gated by the ReLU's input) made their second output by a plain-route pass over
+ * the first, read back from cache; in ResNet-20's training that pass took about as long as
+ * the sum itself (docs/performance.md). */
+void fx_flex_sum2_quant_gated_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
+                                     fx_qstats *st, const int16_t *gate, int16_t *gdst,
+                                     fx_qstats *gst)
+{
+    if (fx_sum2_is_plain16(p)) { /* (no such sum comes here: the two passes) */
+        fx_sum2_quant_plain(p->a, p->gate, n, dst, shift, st);
+        fx_sum2_quant_plain(dst, gate ? gate : dst, n, gdst, 0, gst);
+        return;
+    }
+    fx_s2_gated g = {gate, gdst, _mm512_setzero_si512()};
+    if (!p->gate && !p->b_inc && !p->negate_b && p->sb == 0 && shift == p->sa) {
+        fx_sum2_quant_routes(p, n, dst, shift, st, &g); /* 32 uint16 lanes */
+        const __m512i m32 =
+            _mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(g.max)),
+                             _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(g.max, 1)));
+        fx_s2_gated_stats(gst, _mm512_reduce_max_epu32(m32));
+        return;
+    }
+    fx_sum2_quant_routes(p, n, dst, shift, st, &g);
+    fx_s2_gated_stats(gst, _mm512_reduce_max_epu32(g.max));
 }
