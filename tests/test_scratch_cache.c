@@ -11,6 +11,9 @@
  *    one that is not the scratch's, is refused and nothing changes.
  * 5. fx_scratch_alloc_fit leaves a cached block larger than its bound in the cache (a fresh
  *    block instead) and takes one within it.
+ * 6. a request below FX_SCRATCH_CACHE_LARGE leaves a cached block of more than
+ *    FX_SCRATCH_SMALL_FIT times its size alone, takes one within that, and one below
+ *    FX_SCRATCH_CACHE_MIN never takes a cached block.
  * The blocks are never written: untouched pages cost no memory. */
 #include "core/dispatch.h"
 #include "testutil.h"
@@ -19,12 +22,48 @@
 
 enum { MB = 1 << 20 };
 
-/* allocate and free `count` blocks of `bytes` in one scratch */
+/* allocate `count` blocks of `bytes` (all held at once, in as many scratches as that takes),
+ * then free them */
 static void churn(int count, size_t bytes)
 {
+    enum { NS = (FX_SCRATCH_CACHE_SLOTS + FX_SCRATCH_MAX - 1) / FX_SCRATCH_MAX + 1 };
+    fx_scratch s[NS];
+    for (int k = 0; k < NS; k++) s[k].n = 0;
+    CHECK(count <= NS * FX_SCRATCH_MAX, "churn of %d blocks", count);
+    for (int i = 0; i < count && i < NS * FX_SCRATCH_MAX; i++)
+        CHECK(fx_scratch_alloc(&s[i / FX_SCRATCH_MAX], (int64_t)bytes, 1) != NULL,
+              "alloc %d of %zu bytes", i, bytes);
+    for (int k = 0; k < NS; k++) fx_scratch_free(&s[k]);
+}
+
+/* a request below FX_SCRATCH_CACHE_LARGE takes a cached block of at most FX_SCRATCH_SMALL_FIT
+ * times its size, and leaves a larger one for a request of its own size */
+static void check_small_fit(void)
+{
+    int n;
+    size_t total, largest;
+    fx_scratch_cache_release();
+    churn(1, 8 * (size_t)MB);
     fx_scratch s = {.n = 0};
-    for (int i = 0; i < count; i++)
-        CHECK(fx_scratch_alloc(&s, (int64_t)bytes, 1) != NULL, "alloc %d of %zu bytes", i, bytes);
+    CHECK(fx_scratch_alloc(&s, 100 << 10, 1) != NULL, "alloc of 100 KiB");
+    fx_scratch_cache_census(&n, &total, &largest);
+    CHECK(n == 1 && largest == 8 * (size_t)MB,
+          "100 KiB with an 8 MiB block cached: %d cached, largest %zu (the block should stay)", n,
+          largest);
+    CHECK(s.cap[0] == (size_t)100 << 10, "the 100 KiB request got a block of %zu", s.cap[0]);
+    fx_scratch_free(&s);
+    /* the freed 100 KiB block (at least FX_SCRATCH_CACHE_MIN) is kept, and serves 40 KiB
+     * requests no more than 100 KiB ones: 40 KiB is below the cache's minimum */
+    fx_scratch_cache_census(&n, &total, &largest);
+    CHECK(n == 2 && total == 8 * (size_t)MB + ((size_t)100 << 10),
+          "after freeing 100 KiB: %d cached, %zu bytes", n, total);
+    CHECK(fx_scratch_alloc(&s, 90 << 10, 1) != NULL, "alloc of 90 KiB");
+    CHECK(s.cap[0] == (size_t)100 << 10, "90 KiB took a block of %zu (want the 100 KiB one)",
+          s.cap[0]);
+    fx_scratch_free(&s);
+    CHECK(fx_scratch_alloc(&s, 20 << 10, 1) != NULL, "alloc of 20 KiB");
+    CHECK(s.cap[0] == (size_t)20 << 10, "20 KiB took a block of %zu (below the cache's minimum)",
+          s.cap[0]);
     fx_scratch_free(&s);
 }
 
@@ -139,5 +178,6 @@ int main(void)
     check_byte_cap();
     check_exchange();
     check_fit();
+    check_small_fit();
     return test_finish("test_scratch_cache");
 }

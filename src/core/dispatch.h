@@ -195,9 +195,13 @@ void fx_scratch_free(fx_scratch *s);
 int fx_scratch_exchange(fx_scratch *s, void *p, void *other, size_t cap, size_t max_cap);
 /* Test hooks: the cache's blocks, their bytes in all and the largest block's; and every
  * cached block given back to the system. */
-#define FX_SCRATCH_CACHE_SLOTS 8
-#define FX_SCRATCH_CACHE_MIN ((size_t)1 << 20)
+#define FX_SCRATCH_CACHE_SLOTS 64
+#define FX_SCRATCH_CACHE_MIN ((size_t)64 << 10)
 #define FX_SCRATCH_CACHE_CAP ((size_t)512 << 20)
+/* below this, a request takes no cached block of more than FX_SCRATCH_SMALL_FIT times its size
+ * (a large block lent to a small request would leave its own op to map a fresh one) */
+#define FX_SCRATCH_CACHE_LARGE ((size_t)1 << 20)
+#define FX_SCRATCH_SMALL_FIT 4
 void fx_scratch_cache_census(int *blocks, size_t *total, size_t *largest);
 void fx_scratch_cache_release(void);
 

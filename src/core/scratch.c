@@ -1,12 +1,15 @@
-/* Scratch memory of op calls (dispatch.h), with a small cache of large blocks.
+/* Scratch memory of op calls (dispatch.h), with a cache of large and mid-sized blocks.
  *
  * Why: an op's stage buffer is as large as its output (int64 for the integer formats: 8 bytes
  * per element), and glibc serves blocks above its mmap threshold (at most 32 MiB) with fresh
  * mappings, so every call paid a page fault per 4 KiB touched. Measured with bench_gemm on an
  * 800 x 25088 output, one thread: fp16 27 -> 66 GFLOP/s and DFP16 13 -> 28 GOP/s when those
- * pages are reused. The cache keeps up to FX_SCRATCH_CACHE_SLOTS freed blocks of at least
- * FX_SCRATCH_CACHE_MIN bytes, FX_SCRATCH_CACHE_CAP bytes in all; smaller blocks go straight
- * to malloc/free, whose heap already reuses them. When an allocation fails, the cache is
+ * pages are reused. Blocks of 64 KiB to 1 MiB (the convolutions' per-thread copies, norms and
+ * partial sums: about 300 a ResNet-20 step) fared the same way through glibc's mmap threshold
+ * and heap trimming: about 2,800 page faults a FLEX16_5 step, against 3 for bf16
+ * (docs/performance.md). The cache keeps up to FX_SCRATCH_CACHE_SLOTS freed blocks of at
+ * least FX_SCRATCH_CACHE_MIN bytes, FX_SCRATCH_CACHE_CAP bytes in all; smaller blocks go
+ * straight to malloc/free, whose heap reuses them. When an allocation fails, the cache is
  * released and the allocation tried once more. A spin lock guards the cache: its critical
  * sections are a few comparisons. */
 #include "dispatch.h"
@@ -124,6 +127,8 @@ void fx_scratch_cache_release(void) { cache_release_all(); }
  * *cap receives the block's whole size, which goes back with it (block_give). */
 static void *block_take(size_t bytes, size_t most, size_t *cap)
 {
+    if (bytes < FX_SCRATCH_CACHE_LARGE && most / FX_SCRATCH_SMALL_FIT > bytes)
+        most = bytes * FX_SCRATCH_SMALL_FIT;
     void *p = bytes >= FX_SCRATCH_CACHE_MIN ? cache_take(bytes, most, cap) : NULL;
     if (p) return p;
     *cap = bytes;
