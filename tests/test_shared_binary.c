@@ -148,6 +148,10 @@ static void check_kernels(const fx_backend *be, test_rng *r)
                 cases++;
                 if (!quant_matches(be, &p, n, shift, &sw) && bad++ < 5)
                     fprintf(stderr, "%s plain n %lld shift %d\n", be->name, (long long)n, shift);
+                for (int gk = 0; gk < 2; gk++)
+                    if (!gated_matches(be, &p, n, shift, gk ? g2 : NULL) && bad++ < 5)
+                        fprintf(stderr, "%s gated %d plain n %lld shift %d\n", be->name, gk,
+                                (long long)n, shift);
             }
         }
     }

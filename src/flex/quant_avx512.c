@@ -846,11 +846,16 @@ fx_sum2_quant_fast(const fx_sum2 *p, const fx_s2_consts *k, int64_t n, int16_t *
 
 /* sum2_quant's routes other than the plain one, with sum2_quant_gated's second output where g
  * is not NULL (a constant NULL leaves the plain kernel as it was). */
+static int fx_sum2_takes_bias16(const fx_sum2 *p, int shift)
+{
+    return !p->gate && !p->b_inc && !p->negate_b && p->sb == 0 && shift == p->sa;
+}
+
 static inline __attribute__((always_inline)) void
 fx_sum2_quant_routes(const fx_sum2 *p, int64_t n, int16_t *dst, int shift, fx_qstats *st,
                      fx_s2_gated *g)
 {
-    if (!p->gate && !p->b_inc && !p->negate_b && p->sb == 0 && shift == p->sa) {
+    if (fx_sum2_takes_bias16(p, shift)) {
         fx_sum2_quant_bias16(p->a, p->b[0], p->sa, n, dst, st, g);
         return;
     }
@@ -902,19 +907,19 @@ void fx_flex_sum2_quant_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int sh
 
 /* Why one pass: a residual add and its ReLU (and the gradient sum at a ReLU with two
  * consumers, gated by the ReLU's input) made their second output by a plain-route pass over
- * the first, read back from cache; in ResNet-20's training that pass took about as long as
- * the sum itself (docs/performance.md). */
+ * the first, read back from cache: 10-25 % more time for the op at one thread on ResNet-20's
+ * shapes (bench_ew, docs/performance.md). */
 void fx_flex_sum2_quant_gated_avx512(const fx_sum2 *p, int64_t n, int16_t *dst, int shift,
                                      fx_qstats *st, const int16_t *gate, int16_t *gdst,
                                      fx_qstats *gst)
 {
-    if (fx_sum2_is_plain16(p)) { /* (no such sum comes here: the two passes) */
+    if (fx_sum2_is_plain16(p)) { /* plain values (no add sends them): two passes */
         fx_sum2_quant_plain(p->a, p->gate, n, dst, shift, st);
         fx_sum2_quant_plain(dst, gate ? gate : dst, n, gdst, 0, gst);
         return;
     }
     fx_s2_gated g = {gate, gdst, _mm512_setzero_si512()};
-    if (!p->gate && !p->b_inc && !p->negate_b && p->sb == 0 && shift == p->sa) {
+    if (fx_sum2_takes_bias16(p, shift)) {
         fx_sum2_quant_routes(p, n, dst, shift, st, &g); /* 32 uint16 lanes */
         const __m512i m32 =
             _mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(g.max)),
