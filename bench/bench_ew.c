@@ -48,8 +48,9 @@ typedef struct layer_bufs {
     int32_t *argmax;
 } layer_bufs;
 
-static int run_op(int op, layer_bufs *b)
+static int run_op(int op, void *ctx)
 {
+    layer_bufs *b = ctx;
     switch (op) {
     case OP_ADD: return tensor_add(b->y, b->x, b->bias);
     case OP_RELU: return tensor_relu(b->r, b->y);
@@ -66,6 +67,61 @@ static void free_bufs(layer_bufs *b)
     free(b->argmax);
 }
 
+/* BENCH_COLD=1: every timed op starts with its operands out of the caches, as in training,
+ * where each activation was written a layer or more before (a 64 MB buffer written between) */
+static int cold;
+static void bench_evict_caches(void)
+{
+    static char *junk;
+    static unsigned char fill;
+    enum { JUNK = 64 << 20 };
+    if (!junk) junk = malloc(JUNK);
+    if (junk) memset(junk, fill++, JUNK);
+}
+
+enum { MAX_OPS = 8 };
+
+/* The best time of each of nops ops (run(op, ctx)) over reps rounds, after `warm` untimed ones.
+ * With alternate, the rounds alternate route(1) (best[0]) and route(0) (best[1]) in this
+ * process, so that both see the same machine phase; route(1) is left on. With cold_ops each op
+ * starts with its operands out of the caches. Returns the first failing op's status. */
+static int time_ops(int nops, int (*run)(int, void *), void *ctx, void (*route)(int),
+                    int alternate, int reps, int warm, int cold_ops, double best[2][MAX_OPS])
+{
+    for (int k = 0; k < 2; k++)
+        for (int op = 0; op < nops; op++) best[k][op] = INFINITY;
+    int rc = FX_OK;
+    for (int it = 0; it < 2 * reps + warm && !rc; it++) {
+        const int other = alternate && (it & 1);
+        route(!other);
+        for (int op = 0; op < nops && !rc; op++) {
+            if (cold_ops) bench_evict_caches();
+            const double t0 = now_s();
+            rc = run(op, ctx);
+            const double dt = now_s() - t0;
+            if (it >= warm && dt < best[other][op]) best[other][op] = dt;
+        }
+    }
+    route(1);
+    return rc;
+}
+
+/* One line of best times (ms), each op's time by the other route in parentheses where the
+ * rounds alternated (named other). */
+static void print_times(const char *fname, int64_t C, int64_t HW, int nops,
+                        const char *const *names, int alternate, const char *other,
+                        double best[2][MAX_OPS])
+{
+    printf("%-9s [128,%lld,%lld,%lld]", fname, (long long)C, (long long)HW, (long long)HW);
+    for (int op = 0; op < nops; op++) {
+        if (alternate)
+            printf("  %s %.2f (%s %.2f)", names[op], best[0][op] * 1e3, other, best[1][op] * 1e3);
+        else
+            printf("  %s %.2f", names[op], best[0][op] * 1e3);
+    }
+    printf("\n");
+}
+
 static int bench_layer(fmt_t f, const char *fname, int64_t C, int64_t HW, int reps)
 {
     const int64_t s[4] = {128, C, HW, HW}, sp[4] = {128, C, HW / 2, HW / 2}, sb[3] = {C, 1, 1};
@@ -80,34 +136,16 @@ static int bench_layer(fmt_t f, const char *fname, int64_t C, int64_t HW, int re
     if (!rc) rc = fill_gauss(b.x, 1.0, &seed);
     if (!rc) rc = fill_gauss(b.bias, 0.1, &seed);
     if (!rc) rc = fill_gauss(b.dp, 1e-3, &seed);
+    /* for FLEX16_5 and DFP16, alternating with the dispatcher's stage route */
     const int shared = fmt_is_shared_exponent(f);
-    double best[2][NOPS];
-    for (int k = 0; k < 2; k++)
-        for (int op = 0; op < NOPS; op++) best[k][op] = INFINITY;
-    for (int it = 0; it < 2 * reps && !rc; it++) {
-        const int staged = shared && (it & 1); /* alternate the routes */
-        fx_shared_binary_set_enabled(!staged);
-        for (int op = 0; op < NOPS && !rc; op++) {
-            const double t0 = now_s();
-            rc = run_op(op, &b);
-            const double dt = now_s() - t0;
-            if (dt < best[staged][op]) best[staged][op] = dt;
-        }
-    }
-    fx_shared_binary_set_enabled(1);
+    double best[2][MAX_OPS];
+    if (!rc) rc = time_ops(NOPS, run_op, &b, fx_shared_binary_set_enabled, shared, reps, 0, 0, best);
     if (rc) {
         fprintf(stderr, "bench_ew: %s: %s\n", fname, flexpoint_last_error());
         free_bufs(&b);
         return 1;
     }
-    printf("%-9s [128,%lld,%lld,%lld]", fname, (long long)C, (long long)HW, (long long)HW);
-    for (int op = 0; op < NOPS; op++) {
-        if (shared)
-            printf("  %s %.2f (staged %.2f)", op_names[op], best[0][op] * 1e3, best[1][op] * 1e3);
-        else
-            printf("  %s %.2f", op_names[op], best[0][op] * 1e3);
-    }
-    printf("\n");
+    print_times(fname, C, HW, NOPS, op_names, shared, "staged", best);
     free_bufs(&b);
     return 0;
 }
@@ -124,11 +162,13 @@ static const char *const res_names[NRES] = {"residual add+relu", "relu grad of a
 
 typedef struct res_bufs {
     tensor_t *t, *s, *u, *y, *d1, *d2, *dsum, *dx;
+    fmt_t f;
 } res_bufs;
 
-static int run_res(int op, res_bufs *b, fmt_t f)
+static int run_res(int op, void *ctx)
 {
-    const int shared = fmt_is_shared_exponent(f);
+    res_bufs *b = ctx;
+    const int shared = fmt_is_shared_exponent(b->f);
     int rc;
     if (op == RES_ADD_RELU) {
         rc = shared ? fx_shared_add_relu(b->u, b->y, b->t, b->s)
@@ -148,60 +188,29 @@ static int run_res(int op, res_bufs *b, fmt_t f)
     return rc;
 }
 
-/* BENCH_COLD=1: every timed op starts with its operands out of the caches, as in training,
- * where each activation was written a layer or more before (a 64 MB buffer written between) */
-static int cold;
-static void bench_evict_caches(void)
-{
-    static char *junk;
-    enum { JUNK = 64 << 20 };
-    if (!junk) junk = malloc(JUNK);
-    if (junk) memset(junk, cold++ & 0xFF, JUNK);
-}
-
 static int bench_residual(fmt_t f, const char *fname, int64_t C, int64_t HW, int reps)
 {
     const int64_t s[4] = {128, C, HW, HW};
-    res_bufs b;
-    tensor_t **all = (tensor_t **)&b;
+    res_bufs b = {.f = f};
+    tensor_t **all[8] = {&b.t, &b.s, &b.u, &b.y, &b.d1, &b.d2, &b.dsum, &b.dx};
     int rc = FX_OK;
     for (int i = 0; i < 8; i++)
-        if (!(all[i] = tensor_new(f, 4, s))) rc = FX_ENOMEM;
+        if (!(*all[i] = tensor_new(f, 4, s))) rc = FX_ENOMEM;
     unsigned seed = 777u;
     if (!rc) rc = fill_gauss(b.t, 1.0, &seed);
     if (!rc) rc = fill_gauss(b.s, 0.7, &seed);
     if (!rc) rc = fill_gauss(b.d1, 1e-3, &seed);
     if (!rc) rc = fill_gauss(b.d2, 2e-3, &seed);
+    /* for FLEX16_5 and DFP16, alternating with two passes a unit; two untimed rounds first: a
+     * FLEX16_5 output's exponent is guessed from its second write */
     const int shared = fmt_is_shared_exponent(f);
-    double best[2][NRES];
-    for (int k = 0; k < 2; k++)
-        for (int op = 0; op < NRES; op++) best[k][op] = INFINITY;
-    /* two untimed rounds first: a FLEX16_5 output's exponent is guessed from its second write */
-    for (int it = 0; it < 2 * reps + 2 && !rc; it++) {
-        const int two = shared && (it & 1);
-        fx_shared_binary_set_gated_kernel(!two);
-        for (int op = 0; op < NRES && !rc; op++) {
-            if (cold) bench_evict_caches();
-            const double t0 = now_s();
-            rc = run_res(op, &b, f);
-            const double dt = now_s() - t0;
-            if (it >= 2 && dt < best[two][op]) best[two][op] = dt;
-        }
-    }
-    fx_shared_binary_set_gated_kernel(1);
+    double best[2][MAX_OPS];
+    if (!rc)
+        rc = time_ops(NRES, run_res, &b, fx_shared_binary_set_gated_kernel, shared, reps, 2,
+                      cold, best);
     if (rc) fprintf(stderr, "bench_ew: %s residual: %s\n", fname, flexpoint_last_error());
-    else {
-        printf("%-9s [128,%lld,%lld,%lld]", fname, (long long)C, (long long)HW, (long long)HW);
-        for (int op = 0; op < NRES; op++) {
-            if (shared)
-                printf("  %s %.2f (two passes %.2f)", res_names[op], best[0][op] * 1e3,
-                       best[1][op] * 1e3);
-            else
-                printf("  %s %.2f", res_names[op], best[0][op] * 1e3);
-        }
-        printf("\n");
-    }
-    for (int i = 0; i < 8; i++) tensor_free(all[i]);
+    else print_times(fname, C, HW, NRES, res_names, shared, "two passes", best);
+    for (int i = 0; i < 8; i++) tensor_free(*all[i]);
     return rc ? 1 : 0;
 }
 

@@ -1,7 +1,7 @@
 /* Helpers every benchmark program shares: a clock reading in seconds, the median of a
- * sample, the formats a program was asked for, the instruction limits, and the convolution benchmarks' operand values
- * and tensors. Header-only (each bench/bench_*.c is
- * its own program); include it after <time.h>'s feature macros are set (_POSIX_C_SOURCE or
+ * sample, the formats a program was asked for, the instruction limits, and the convolution
+ * benchmarks' operand values and tensors. Header-only (each bench/bench_*.c is its own
+ * program); include it after <time.h>'s feature macros are set (_POSIX_C_SOURCE or
  * _GNU_SOURCE at the top of the program). */
 #ifndef FX_BENCH_UTIL_H
 #define FX_BENCH_UTIL_H

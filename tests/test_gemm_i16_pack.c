@@ -83,12 +83,21 @@ static int check_a_words(const char *name, const char *hook, const int16_t *a, i
     return bad;
 }
 
+/* An A panel of kp pairs of mr rows, every word GUARD, with 8 guard words after it (NULL if
+ * out of memory): what a packer leaves unwritten reads back as GUARD. */
+static int32_t *guarded_a_panel(int64_t kp, int mr)
+{
+    int32_t *ap = malloc((size_t)(kp * mr + 8) * sizeof *ap);
+    for (int64_t i = 0; ap && i < kp * mr + 8; i++) ap[i] = (int32_t)GUARD;
+    return ap;
+}
+
 static void check_pack_a(const char *name, const fx_gemm_i16_pack *pk, int mr, int64_t kc,
                          int64_t sam, int kind, test_rng *r)
 {
     const int64_t kp = (kc + 1) / 2, nseg = (kp + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG;
     int16_t *a = malloc((size_t)(mr * sam) * sizeof *a);
-    int32_t *ap = malloc((size_t)(kp * mr + 8) * sizeof *ap);
+    int32_t *ap = guarded_a_panel(kp, mr);
     int64_t sq[MAX_SEGS], want[MAX_SEGS];
     if (!a || !ap) {
         CHECK(0, "allocation");
@@ -98,7 +107,6 @@ static void check_pack_a(const char *name, const fx_gemm_i16_pack *pk, int mr, i
     }
     const int hot = (int)test_rng_range(r, 0, mr - 1);
     for (int64_t i = 0; i < mr * sam; i++) a[i] = value_of(r, kind, (int)(i / sam), hot);
-    for (int64_t i = 0; i < kp * mr + 8; i++) ap[i] = (int32_t)GUARD;
     for (int64_t s = 0; s < nseg; s++) sq[s] = -1;
     pk->pack_a(a, sam, kc, ap, sq);
     const int bad = check_a_words(name, "pack_a", a, sam, 1, mr, kc, kind, ap);
@@ -130,7 +138,7 @@ static void check_pack_at(const char *name, const fx_gemm_i16_pack *pk, int mr, 
 {
     const int64_t kp = (kc + 1) / 2, n_elems = (kc - 1) * sak + mr;
     int16_t *a = malloc((size_t)n_elems * sizeof *a);
-    int32_t *ap = malloc((size_t)(kp * mr + 8) * sizeof *ap);
+    int32_t *ap = guarded_a_panel(kp, mr);
     if (!a || !ap) {
         CHECK(0, "allocation");
         free(a);
@@ -139,7 +147,6 @@ static void check_pack_at(const char *name, const fx_gemm_i16_pack *pk, int mr, 
     }
     const int hot = (int)test_rng_range(r, 0, mr - 1);
     for (int64_t e = 0; e < n_elems; e++) a[e] = value_of(r, kind, (int)(e % sak), hot);
-    for (int64_t e = 0; e < kp * mr + 8; e++) ap[e] = (int32_t)GUARD;
     pk->pack_at(a, sak, kc, ap);
     (void)check_a_words(name, "pack_at", a, 1, sak, mr, kc, kind, ap);
     free(a);

@@ -39,7 +39,7 @@ static int64_t fx_sb_missed; /* of those, rounded again at another exponent */
 static int64_t fx_sb_add_relu_made; /* adds made with their ReLU in one pass */
 static int64_t fx_sb_add_gated_made; /* sums made with a ReLU's gate in one pass */
 static int fx_sb_gated_kernel_flag = 1; /* the level's sum2_quant_gated, where it has one */
-static int64_t fx_sb_gated_units;       /* work units that kernel made */
+static int64_t fx_sb_gated_units;       /* work units that kernel made (added once a call) */
 
 void fx_shared_binary_set_enabled(int on)
 {
@@ -124,9 +124,10 @@ typedef struct fx_sb_relu_out {
 
 /* Unit u of a pass at `shift` from the plan's exponent: its statistics merged into *q, and with
  * keep its mantissas into dst (and with relu, their ReLU into relu->dst, its statistics merged
- * into *qr). */
-static void fx_sb_unit_pass(const fx_sb_plan *p, int64_t u, int shift, int keep,
-                            const fx_sb_relu_out *relu, fx_qstats *q, fx_qstats *qr)
+ * into *qr). Returns 1 where the level's sum2_quant_gated made both outputs (the callers count
+ * those units once a pass: an atomic add per unit would pass its line between the cores). */
+static int fx_sb_unit_pass(const fx_sb_plan *p, int64_t u, int shift, int keep,
+                           const fx_sb_relu_out *relu, fx_qstats *q, fx_qstats *qr)
 {
     int64_t lo, len;
     const fx_sum2 s = fx_sb_unit(p, u, &lo, &len);
@@ -138,12 +139,11 @@ static void fx_sb_unit_pass(const fx_sb_plan *p, int64_t u, int shift, int keep,
          * second output takes the sum's exponent in 19 units of 20 in FLEX16_5 and in all of
          * DFP16's: 10-25 % off the op at one thread, bench_ew) */
         fx_qstats rpart;
-        __atomic_fetch_add(&fx_sb_gated_units, 1, __ATOMIC_RELAXED);
         p->be->cvt.sum2_quant_gated(&s, len, p->dst + lo, shift, &part,
                                     relu->gate ? relu->gate + lo : NULL, relu->dst + lo, &rpart);
         fx_qstats_merge(q, &part);
         fx_qstats_merge(qr, &rpart);
-        return;
+        return 1;
     }
     p->be->cvt.sum2_quant(&s, len, keep ? p->dst + lo : NULL, shift, &part);
     fx_qstats_merge(q, &part);
@@ -153,6 +153,7 @@ static void fx_sb_unit_pass(const fx_sb_plan *p, int64_t u, int shift, int keep,
         p->be->cvt.sum2_quant(&r, len, relu->dst + lo, relu->shift, &part);
         fx_qstats_merge(qr, &part);
     }
+    return 0;
 }
 
 /* One pass of the backend's sum2_quant over every unit at exponent e: the statistics into *q,
@@ -174,11 +175,13 @@ static void fx_sb_pass(const fx_sb_plan *p, int e, int keep, fx_qstats *q,
         fx_qstats mine, mine_relu;
         fx_qstats_init(&mine);
         fx_qstats_init(&mine_relu);
+        int64_t gated = 0;
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
         for (int64_t u = 0; u < p->units; u++)
-            fx_sb_unit_pass(p, u, shift, keep, relu, &mine, &mine_relu);
+            gated += fx_sb_unit_pass(p, u, shift, keep, relu, &mine, &mine_relu);
+        if (gated) __atomic_fetch_add(&fx_sb_gated_units, gated, __ATOMIC_RELAXED);
 #ifdef _OPENMP
 #pragma omp critical(fx_shared_binary_merge)
 #endif
@@ -519,8 +522,10 @@ void fx_add_relu_units(const fx_add_relu_run *r, int64_t lo, int64_t n, fx_qstat
 {
     const fx_sb_relu_out relu = {r->py.dst, r->ey - r->eu, NULL, NULL};
     const int64_t u0 = lo / r->pu.inner, u1 = (lo + n) / r->pu.inner;
+    int64_t gated = 0;
     for (int64_t u = u0; u < u1; u++)
-        fx_sb_unit_pass(&r->pu, u, r->eu - r->pu.ec, 1, &relu, qu, qy);
+        gated += fx_sb_unit_pass(&r->pu, u, r->eu - r->pu.ec, 1, &relu, qu, qy);
+    if (gated) __atomic_fetch_add(&fx_sb_gated_units, gated, __ATOMIC_RELAXED);
 }
 
 int fx_add_relu_finish(fx_add_relu_run *r, const fx_qstats *qu, const fx_qstats *qy)
