@@ -94,6 +94,12 @@ int main(int argc, char **argv)
     int reps = getenv("BENCH_REPS") ? atoi(getenv("BENCH_REPS")) : 5;
     if (getenv("BENCH_I16_A_PACKED") && atoi(getenv("BENCH_I16_A_PACKED")))
         fx_gemm_i16_a_in_place_set_enabled(0);
+    /* the integer GEMM's routes before two changes, for runs alternated with the default:
+     * B packed by a call per panel, and two or more threads over row blocks only */
+    if (getenv("BENCH_I16_PACK_RUNS") && !atoi(getenv("BENCH_I16_PACK_RUNS")))
+        fx_gemm_i16_set_pack_runs(0);
+    if (getenv("BENCH_I16_COLUMNS") && !atoi(getenv("BENCH_I16_COLUMNS")))
+        fx_gemm_i16_set_column_threads(0);
     int tlist[8] = {1, 2}, nt = 2;
     if (argc > 1) {
         nt = 0;

@@ -347,6 +347,105 @@ static void check_matmul(int64_t M, int64_t K, int64_t N, int kind, int layout, 
     check_matmul_expect(M, K, N, kind, layout, check_threads, EXPECT_ANY, r);
 }
 
+/* Two threads over slices of the columns (fx_gemm_i16_columns) against one thread and against
+ * two over row blocks, on every SIMD kernel: the int64 stage with its reported largest |sum|,
+ * and the rounding route (out_i16 at a shift, with the largest |sum| and the count of sums
+ * rounded to zero), whose slices round into rows of the whole product's width. Shapes: the
+ * convolutions' few rows over many columns, slices of unequal panel counts and a partial last
+ * panel (N = 1030), several row blocks per slice (M = 150), full-range data (the any-data
+ * kernels). */
+static void test_matmul_column_threads(void)
+{
+    static const int64_t shapes[][3] = {{16, 143, 4146}, {6, 64, 1030}, {150, 100, 1500},
+                                        {33, 200, 2048}};
+    test_rng r;
+    test_rng_seed(&r, 5150);
+    CHECK(!fx_gemm_i16_column_threads(16, 143, 1000, 2) &&
+              fx_gemm_i16_column_threads(16, 143, 1024, 2) &&
+              !fx_gemm_i16_column_threads(16, 143, 4096, 1),
+          "column slices from 512 columns a thread, on more than one thread");
+    int rounded = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+        const int kind = si == 3 ? DATA_RANDOM : DATA_GAUSS;
+        int16_t *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
+        int64_t *want = malloc((size_t)(M * N) * sizeof *want);
+        int16_t *q[3];
+        for (int v = 0; v < 3; v++) q[v] = malloc((size_t)(M * N) * sizeof *q[v]);
+        for (int64_t i = 0; i < M * K; i++) A[i] = gen_at(&r, kind, 0, i % K, i / K);
+        for (int64_t i = 0; i < K * N; i++) B[i] = gen_at(&r, kind, 1, i / N, i % N);
+        ref_matmul(A, B, M, K, N, want);
+        uint64_t want_max = 0;
+        for (int64_t i = 0; i < M * N; i++) {
+            const uint64_t v = (uint64_t)(want[i] < 0 ? -want[i] : want[i]);
+            want_max = v > want_max ? v : want_max;
+        }
+        for (int ki = 0; ki < g_nk[FX_OP_MATMUL]; ki++) {
+            const named_kernel *k = &g_k[FX_OP_MATMUL][ki];
+            if (!is_simd_gemm(k)) continue;
+            /* the stage: one thread, two over columns, two over row blocks */
+            for (int v = 0; v < 3; v++) {
+                fx_op_call c = rowmajor_matmul_call(A, B, M, K, N);
+                uint64_t imax = 0;
+                int known = 0, exp;
+                c.out_imax = &imax;
+                c.out_imax_known = &known;
+                fx_gemm_i16_set_column_threads(v != 2);
+                int64_t *got = run_kernel(k, &c, v == 0 ? 1 : 2, &exp);
+                const int64_t bad = first_mismatch(got, want, M * N);
+                CHECK(bad < 0 && (!known || imax == want_max),
+                      "%s %lld x %lld x %lld, %s: first bad [%lld], max %llu (want %llu)",
+                      k->name, (long long)M, (long long)K, (long long)N,
+                      v == 0 ? "one thread" : v == 1 ? "two over columns" : "two over rows",
+                      (long long)bad, (unsigned long long)imax, (unsigned long long)want_max);
+                free(got);
+            }
+            /* the rounding route, at a shift that leaves the largest sum 14 bits */
+            int shift = 1;
+            while (shift < 40 && (want_max >> shift) >= (1u << 14)) shift++;
+            uint64_t imax[3] = {0, 0, 0};
+            int64_t nuf[3] = {0, 0, 0};
+            int ok = 1;
+            for (int v = 0; v < 3 && ok; v++) {
+                fx_op_call c = rowmajor_matmul_call(A, B, M, K, N);
+                int known = 0, exp = 0;
+                c.out_i16 = q[v];
+                c.out_i16_shift = shift;
+                c.out_imax = &imax[v];
+                c.out_imax_known = &known;
+                c.out_i16_underflow = &nuf[v];
+                c.out_exp = &exp;
+                c.nthreads = v == 0 ? 1 : 2;
+                fx_gemm_i16_set_column_threads(v != 2);
+                ok = k->k(&c) == FX_OK;
+                CHECK(!ok || known, "%s: the rounding route reported no maximum", k->name);
+            }
+            fx_gemm_i16_set_column_threads(1);
+            if (!ok) continue; /* a level that does not round this product */
+            rounded++;
+            for (int v = 1; v < 3; v++) {
+                int64_t bad = -1;
+                for (int64_t i = 0; i < M * N && bad < 0; i++)
+                    if (q[v][i] != q[0][i]) bad = i;
+                CHECK(bad < 0 && imax[v] == imax[0] && nuf[v] == nuf[0] &&
+                          imax[0] == want_max,
+                      "%s %lld x %lld x %lld rounded at %d, two threads over %s: first bad "
+                      "[%lld], max %llu / %llu, zeros %lld / %lld", k->name, (long long)M,
+                      (long long)K, (long long)N, shift, v == 1 ? "columns" : "rows",
+                      (long long)bad, (unsigned long long)imax[v],
+                      (unsigned long long)imax[0], (long long)nuf[v], (long long)nuf[0]);
+            }
+        }
+        free(A);
+        free(B);
+        free(want);
+        for (int v = 0; v < 3; v++) free(q[v]);
+    }
+    const fx_backend *b512 = fx_backend_get(FX_BACKEND_AVX512);
+    CHECK(!(b512->available && fx_cpu()->avx512vnni) || rounded > 0,
+          "no kernel took the rounding route (the AVX-512 VNNI kernel rounds these products)");
+}
+
 /* The norm-bounded fast kernel: both paths must be taken where the data says so, and agree with
  * the reference bit for bit (check_matmul_expect runs every kernel in all three modes; the path
  * expectations are checked in mode NORM_ALWAYS, which applies the norm test to every size). */
@@ -392,6 +491,21 @@ static void test_matmul_paths(void)
     /* ... with two K blocks (2,100 values: 32 + 1 tiles, the second adding to the first) and
      * A's 17 row panels in two chunks */
     check_matmul_expect(272, 2100, 300, DATA_SIGNS, LAYOUT_ROWMAJOR, 1, EXPECT_SPLIT, &r);
+    /* the convolutions' shapes as GEMMs: few rows and a B of several column blocks, each
+     * thread's run of panels packed one norm segment at a time (pack_b_run), the last block
+     * one panel and a partial one; an odd K (the last row paired with zeros) and rows 8 KiB
+     * apart */
+    for (int runs = 1; runs >= 0; runs--) { /* and a call per panel (the same bytes) */
+        fx_gemm_i16_set_pack_runs(runs);
+        check_matmul_expect(16, 143, 4146, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_FAST, &r);
+        check_matmul_expect(40, 288, 4096, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_FAST, &r);
+    }
+    fx_gemm_i16_set_pack_runs(1);
+    /* ... with the threads over row blocks, as before the column slices (check_threads
+     * compares two threads with one) */
+    fx_gemm_i16_set_column_threads(0);
+    check_matmul_expect(16, 143, 4146, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_FAST, &r);
+    fx_gemm_i16_set_column_threads(1);
     /* mixed: full-range stretches of K among small values split some K blocks' tiles only */
     int64_t fast = 0, split = 0;
     check_matmul_expect(100, 1300, 140, DATA_BURSTS, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
@@ -834,5 +948,6 @@ int main(void)
         fx_gemm_i16_set_amx_auto(0); /* the gates below are the register-tile driver's */
     }
     test_matmul_level_gates();
+    test_matmul_column_threads();
     return test_finish(NAME);
 }

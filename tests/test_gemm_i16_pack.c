@@ -12,7 +12,9 @@
  * pairs give the largest square sum, 2^31 per pair), random full-range and small values, a
  * single hot row or column, and row strides larger than K; a guard after each output buffer
  * catches a store beyond the panel. The largest product of two panels' segment norms
- * (norm_prod_max, the chain test) must equal the one taken product by product. Skips (77) on a
+ * (norm_prod_max, the chain test) must equal the one taken product by product. pack_b_run,
+ * which packs one norm segment across a run of panels, must give each panel the bytes and the
+ * norm of packing it alone, touching nothing between panels. Skips (77) on a
  * CPU with neither AVX2 nor AVX-512. */
 #include "core/backend.h"
 #include "flex/gemm_i16.h"
@@ -206,6 +208,60 @@ static void check_pack_b(const char *name, const fx_gemm_i16_pack *pk, int nr, i
     free(bp);
 }
 
+/* pack_b_run: npan panels of one norm segment (kc <= 16 rows) of a row-major B (row stride ld),
+ * panel j from column j nr into bp + j pstride, against pack_b's layout and the segment's norm
+ * per panel; the words between two panels (pstride is larger than a panel) stay guards, and
+ * with_norms 0 passes no sq (layout only). */
+static void check_pack_b_run(const char *name, const fx_gemm_i16_pack *pk, int nr, int64_t kc,
+                             int64_t npan, int64_t ld, int with_norms, int kind, test_rng *r)
+{
+    const int64_t kp = (kc + 1) / 2, panel = kp * 2 * nr, pstride = panel + 16;
+    int16_t *b = malloc((size_t)(kc * ld) * sizeof *b);
+    int16_t *bp = malloc((size_t)(npan * pstride) * sizeof *bp);
+    int64_t sq[FX_GEMM_I16_RUN_PANELS], want;
+    if (!b || !bp) {
+        CHECK(0, "allocation");
+        free(b);
+        free(bp);
+        return;
+    }
+    const int hot = (int)test_rng_range(r, 0, npan * nr - 1);
+    for (int64_t i = 0; i < kc * ld; i++) b[i] = value_of(r, kind, (int)(i % ld), hot);
+    for (int64_t i = 0; i < npan * pstride; i++) bp[i] = (int16_t)GUARD;
+    for (int64_t j = 0; j < npan; j++) sq[j] = -1;
+    pk->pack_b_run(b, ld, kc, npan, bp, pstride, with_norms ? sq : NULL);
+    int bad = 0;
+    for (int64_t j = 0; j < npan && !bad; j++) {
+        const int16_t *pj = bp + j * pstride;
+        for (int64_t p = 0; p < kp && !bad; p++)
+            for (int c = 0; c < nr && !bad; c++)
+                for (int t = 0; t < 2 && !bad; t++) {
+                    const int64_t k = 2 * p + t;
+                    const int16_t want_v = k < kc ? b[k * ld + j * nr + c] : 0;
+                    if (pj[p * 2 * nr + 2 * c + t] != want_v) {
+                        CHECK(0, "%s pack_b_run kc=%lld npan=%lld kind %d: panel %lld pair %lld "
+                              "column %d half %d is %d, want %d", name, (long long)kc,
+                              (long long)npan, kind, (long long)j, (long long)p, c, t,
+                              pj[p * 2 * nr + 2 * c + t], want_v);
+                        bad = 1;
+                    }
+                }
+        for (int64_t i = panel; i < pstride && !bad; i++)
+            if (pj[i] != (int16_t)GUARD) {
+                CHECK(0, "%s pack_b_run kc=%lld: value %lld past panel %lld written", name,
+                      (long long)kc, (long long)(i - panel), (long long)j);
+                bad = 1;
+            }
+        if (!with_norms) continue;
+        ref_norms(b + j * nr, 1, ld, nr, kc, &want);
+        CHECK(sq[j] == want, "%s pack_b_run kc=%lld npan=%lld kind %d: panel %lld norm %lld, "
+              "want %lld", name, (long long)kc, (long long)npan, kind, (long long)j,
+              (long long)sq[j], (long long)want);
+    }
+    free(b);
+    free(bp);
+}
+
 /* norm_prod_max against the products taken one by one: every length up to past a K block's
  * segments (the vector loop's tails), norms from 0 to the largest a segment can have (2^17 + 1:
  * eight pairs of -32768), the largest product at every position. */
@@ -261,6 +317,14 @@ static void check_packing(const char *name, const fx_gemm_i16_pack *pk, int mr, 
             if (pk->pack_at) check_pack_at(name, pk, mr, kc, mr + pad, kind, r);
         }
     }
+    /* pack_b_run: every segment length, single panels to a whole column block's run */
+    static const int64_t runs[] = {1, 2, 3, 17, FX_GEMM_I16_RUN_PANELS};
+    for (int64_t kc = 1; pk->pack_b_run && kc <= 2 * FX_GEMM_I16_SEG; kc++)
+        for (size_t n = 0; n < sizeof runs / sizeof runs[0]; n++)
+            for (int kind = 0; kind < KINDS; kind++) {
+                const int64_t ld = runs[n] * nr + test_rng_range(r, 0, 39);
+                check_pack_b_run(name, pk, nr, kc, runs[n], ld, kind != KIND_SMALL, kind, r);
+            }
 }
 
 int main(void)

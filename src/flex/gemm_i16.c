@@ -78,6 +78,9 @@
 
 /* Below this many multiply-adds one thread does the work (thread start-up would dominate). */
 #define FX_GEMM_PAR_MIN_MACS ((int64_t)1 << 21)
+/* columns per thread from which the threads take slices of the columns rather than row blocks
+ * (fx_gemm_i16_columns) */
+#define FX_GEMM_COLUMNS_MIN_N 512
 
 /* Norm segments of one K block (sizes the hooks' output). */
 #define FX_GEMM_I16_MAX_SEGS ((FX_GEMM_KC / 2 + FX_GEMM_I16_SEG - 1) / FX_GEMM_I16_SEG)
@@ -98,6 +101,12 @@ void fx_gemm_i16_set_portable_packing(int on) { g_portable_packing = on != 0; }
 static _Atomic int g_wrap_enabled = 1;
 
 void fx_gemm_i16_set_wrap(int on) { g_wrap_enabled = on != 0; }
+
+/* Test and benchmark switch (fx_gemm_i16_set_pack_runs): 0 packs a row-major B's panels one
+ * call each, as before pack_b_run; the same bytes either way. */
+static _Atomic int g_pack_runs = 1;
+
+void fx_gemm_i16_set_pack_runs(int on) { g_pack_runs = on != 0; }
 
 static inline int fx_simd_pack(const fx_gemm_i16_kernel *kd)
 {
@@ -505,7 +514,9 @@ typedef struct fx_gemm_plan {
     /* the shared B blocks of a group: kg of each, these many elements apart */
     size_t bpack_elems, bnorm_elems;
     int64_t rows_ld;
-    /* the stage: out [M,N] row-major; want_max: report max |out| (fx_op_call.out_imax) */
+    /* the stage: out [M,N] row-major, rows ldo apart (N, or the whole product's N where this
+     * plan is one thread's columns of it); want_max: report max |out| (fx_op_call.out_imax) */
+    int64_t ldo;
     int64_t *out;
     int want_max;
     /* or, with a rounding (fx_gemm_i16_rounds), no stage: out16 [M,N] row-major gets the sums
@@ -532,8 +543,11 @@ typedef struct fx_gemm_plan {
  *    blocks of FX_GEMM_MC rows and column blocks of FX_GEMM_NC columns keep the packed A block
  *    in L2 and the B block in L3;
  *  - threads split the row blocks, and only on products large enough to pay for starting them;
- *    a product with fewer row blocks than threads gets smaller blocks, one per thread. */
-static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, fx_gemm_plan *pl)
+ *    a product with fewer row blocks than threads gets smaller blocks, one per thread (a
+ *    product of FX_GEMM_COLUMNS_MIN_N columns a thread or more gives each thread a slice of
+ *    the columns instead, as a one-thread product: fx_gemm_i16_columns). */
+static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, int64_t ldo,
+                             fx_gemm_plan *pl)
 {
     memset(pl, 0, sizeof *pl);
     pl->kd = kd;
@@ -547,6 +561,7 @@ static int fx_gemm_plan_make(const fx_op_call *c, const fx_gemm_i16_kernel *kd, 
     pl->M = c->in[0].shape[0];
     pl->K = c->in[0].shape[1];
     pl->N = c->in[1].shape[1];
+    pl->ldo = ldo > 0 ? ldo : pl->N;
     pl->sam = c->in[0].strides[0];
     pl->sak = c->in[0].strides[1];
     pl->sbk = c->in[1].strides[0];
@@ -744,7 +759,9 @@ static int32_t *fx_gemm_bnorm_max(const fx_gemm_plan *pl, const fx_gemm_shared *
 /* fx_gemm_pack_b_block for a row-major B packed by the level's SIMD loop: each thread takes a
  * run of panels and packs them one norm segment (2 SEG rows) at a time across the run, so that
  * it reads 2 SEG rows sequentially instead of one cache line of every row of the K block per
- * panel, a pattern the hardware prefetchers do not follow when the rows are pages apart. The
+ * panel, a pattern the hardware prefetchers do not follow when the rows are pages apart; one
+ * pack_b_run call per segment and run where the level has it (the per-panel calls' own work
+ * was a few percent of the narrow products, gemm_i16_pack_avx512.c). The
  * bytes and norms are those of packing each panel whole: a segment's pack writes its pairs at
  * their place in the panel and its own norm; the last panel, when partial, is packed whole by
  * the portable loop. Ends on the loop's implicit barrier, as fx_gemm_pack_b_block. */
@@ -759,8 +776,22 @@ static void fx_gemm_pack_b_rows(const fx_gemm_plan *pl, const fx_gemm_shared *sh
     for (int64_t t = 0; t < pl->nt; t++) {
         const int64_t jp0 = bk->npan * t / pl->nt, jp1 = bk->npan * (t + 1) / pl->nt;
         const int64_t jw = jp1 < nfull ? jp1 : nfull; /* full panels of the run */
+        void (*const run)(const int16_t *, int64_t, int64_t, int64_t, int16_t *, int64_t,
+                          int64_t *) = g_pack_runs ? pl->kd->pack->pack_b_run : NULL;
         for (int64_t k0 = 0, s = 0; k0 < bk->kcur; k0 += seg_rows, s++) {
             const int64_t kc = fx_min64(seg_rows, bk->kcur - k0);
+            if (run) { /* the full panels in runs of at most FX_GEMM_I16_RUN_PANELS */
+                for (int64_t j0 = jp0; j0 < jw; j0 += FX_GEMM_I16_RUN_PANELS) {
+                    const int64_t n = fx_min64(FX_GEMM_I16_RUN_PANELS, jw - j0);
+                    int64_t sq[FX_GEMM_I16_RUN_PANELS];
+                    run(bblk + k0 * pl->sbk + j0 * nr, pl->sbk, kc, n,
+                        bpack + j0 * bk->kp * 2 * nr + k0 * nr, bk->kp * 2 * nr,
+                        bk->fast_ok ? sq : NULL);
+                    for (int64_t jp = j0; bk->fast_ok && jp < j0 + n; jp++)
+                        bnorm[jp * bk->nseg + s] = (int32_t)fx_ceil_sqrt(sq[jp - j0]);
+                }
+                continue;
+            }
             for (int64_t jp = jp0; jp < jw; jp++) {
                 int64_t sq = 0;
                 pl->kd->pack->pack_b(bblk + k0 * pl->sbk + jp * nr, pl->sbk, kc,
@@ -936,7 +967,7 @@ static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
         const int16_t *bp = fx_gemm_bpack(pl, sh, bk) + jp * kp * 2 * pl->nr;
         const int16_t *arow = pl->a + (i0 + ir) * pl->sam + bk->pc;
         if (dst16)
-            kd->fast_round_rows(kp, chain, arow, pl->sam, bp, dst16, pl->N, n, pl->shift, amax,
+            kd->fast_round_rows(kp, chain, arow, pl->sam, bp, dst16, pl->ldo, n, pl->shift, amax,
                                 &th->nuf);
         else
             kd->fast_rows(kp, chain, arow, pl->sam, bp, ct, ldc, n, accumulate, amax);
@@ -949,7 +980,7 @@ static int fx_gemm_tile_block(const fx_gemm_plan *pl, const fx_gemm_shared *sh,
     if (chain > 0) {
         const int16_t *bp = fx_gemm_bpack(pl, sh, bk) + jp * kp * 2 * pl->nr;
         if (dst16)
-            kd->fast_round(kp, chain, apn, bp, dst16, pl->N, m, n, pl->shift, amax, &th->nuf);
+            kd->fast_round(kp, chain, apn, bp, dst16, pl->ldo, m, n, pl->shift, amax, &th->nuf);
         else
             kd->fast(kp, chain, apn, bp, ct, ldc, m, n, accumulate, amax);
         th->fast_pairs += kp;
@@ -1024,9 +1055,9 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
         }
         /* the tiles' sums: into the stage, or (out16) into this column's buffer, or rounded
          * by the fast tiles themselves (tiles_round: one K block) */
-        int64_t *const cbase = pl->out16 ? th->col : pl->out + i0 * pl->N + bk[0].jc + j0;
-        const int64_t ldc = pl->out16 ? nr : pl->N;
-        int16_t *const dbase = pl->out16 ? pl->out16 + i0 * pl->N + bk[0].jc + j0 : NULL;
+        int64_t *const cbase = pl->out16 ? th->col : pl->out + i0 * pl->ldo + bk[0].jc + j0;
+        const int64_t ldc = pl->out16 ? nr : pl->ldo;
+        int16_t *const dbase = pl->out16 ? pl->out16 + i0 * pl->ldo + bk[0].jc + j0 : NULL;
         for (int g = 0; g < nb; g++)
             for (int64_t t = 0; t < ntiles; t++) {
                 if (all_wrap[t]) continue;
@@ -1034,7 +1065,7 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
                 const int m = (int)fx_min64(mr, mcur - ir);
                 group_fast += fx_gemm_tile_block(pl, sh, th, &bk[g], i0, ir, jp, chain[g][t],
                                                  cbase + ir * ldc, ldc,
-                                                 rounded[t] ? dbase + ir * pl->N : NULL, m, n);
+                                                 rounded[t] ? dbase + ir * pl->ldo : NULL, m, n);
             }
         for (int64_t t = 0; any_group && t < ntiles; t++) {
             if (!all_wrap[t]) continue;
@@ -1052,7 +1083,7 @@ static int64_t fx_gemm_run_tiles(const fx_gemm_plan *pl, const fx_gemm_shared *s
             int64_t t1 = t + 1;
             while (t1 < ntiles && !rounded[t1]) t1++;
             const int64_t ir = t * mr, rows = fx_min64(t1 * mr, mcur) - ir;
-            pl->kd->round(th->col + ir * nr, nr, dbase + ir * pl->N, pl->N, (int)rows, n,
+            pl->kd->round(th->col + ir * nr, nr, dbase + ir * pl->ldo, pl->ldo, (int)rows, n,
                           pl->shift, &th->nuf);
             t = t1;
         }
@@ -1116,10 +1147,10 @@ static void fx_gemm_run(const fx_gemm_plan *pl, fx_gemm_shared *sh, fx_gemm_thre
     }
 }
 
-int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
+static int fx_gemm_i16_run(const fx_op_call *c, const fx_gemm_i16_kernel *kd, int64_t ldo)
 {
     fx_gemm_plan pl;
-    const int rc = fx_gemm_plan_make(c, kd, &pl);
+    const int rc = fx_gemm_plan_make(c, kd, ldo, &pl);
     if (rc != FX_OK) return rc;
     *c->out_exp = c->in[0].exp + c->in[1].exp;
     if (pl.M == 0 || pl.N == 0 || pl.K == 0) {
@@ -1185,4 +1216,90 @@ int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
     fx_scratch_aligned_free(sh.bnorm);
     fx_scratch_aligned_free(sh.tpack);
     return FX_OK;
+}
+
+/* Test and benchmark switch (fx_gemm_i16_set_column_threads): 0 keeps every product on the
+ * threads-over-row-blocks route below; the same sums either way. */
+static _Atomic int g_column_threads = 1;
+
+void fx_gemm_i16_set_column_threads(int on) { g_column_threads = on != 0; }
+
+/* Whether a product takes its threads over columns (fx_gemm_i16_columns) rather than over row
+ * blocks: at least FX_GEMM_COLUMNS_MIN_N columns a thread. */
+int fx_gemm_i16_column_threads(int64_t M, int64_t K, int64_t N, int nt)
+{
+    return g_column_threads && nt > 1 && M > 0 && K > 0 && N >= (int64_t)nt * FX_GEMM_COLUMNS_MIN_N &&
+           M * N * K >= FX_GEMM_PAR_MIN_MACS;
+}
+
+/* The product with each thread on a slice of whole panels of the columns (B's and the
+ * output's), as a one-thread product of its own: its own B blocks, packed and read by that
+ * thread alone, all of A, and no barrier until the end. Why: over row blocks the threads share
+ * each packed B block, with a barrier after its packing and another after its tiles, and a
+ * product of few rows splits its rows unevenly (16 = 12 + 4 at two threads, 145 = 144 + 1):
+ * the convolutions' shapes as GEMMs (16-64 rows) ran slower on two threads than on one (16 x
+ * 131072 x 144: 43-48 GOP/s against 80 on the Zen 4), and 1024^3 gains 12 % this way
+ * (docs/performance.md). Each thread packs all of A once per column block of its slice, as one
+ * thread does once per column block of the whole: with at least FX_GEMM_COLUMNS_MIN_N columns a
+ * thread that is at most four times one thread's packing of A, against a product of at least
+ * 512 M K multiply-adds a thread. The sums are exact, so the bits do not depend on the split. */
+static int fx_gemm_i16_columns(const fx_op_call *c, const fx_gemm_i16_kernel *kd, int nt)
+{
+    /* the call's checks, with their messages, on the calling thread */
+    fx_gemm_plan whole;
+    const int rc0 = fx_gemm_plan_make(c, kd, 0, &whole);
+    if (rc0 != FX_OK) return rc0;
+    const int64_t N = whole.N, nr = kd->nr, npan = (N + nr - 1) / nr;
+    const int want_max = whole.want_max;
+    uint64_t imax = 0;
+    int64_t nuf = 0;
+    int rc = FX_OK, known = 1;
+    FX_OMP(omp parallel num_threads(nt) reduction(max : imax) reduction(+ : nuf)
+               reduction(min : rc, known))
+    {
+        int tid = 0, nthr = 1;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+        nthr = omp_get_num_threads();
+#endif
+        const int64_t j0 = npan * tid / nthr * nr, j1 = fx_min64(npan * (tid + 1) / nthr * nr, N);
+        if (j1 > j0) {
+            fx_op_call sub = *c;
+            int exp = 0, sub_known = 0;
+            uint64_t sub_max = 0;
+            int64_t sub_nuf = 0;
+            sub.nthreads = 1;
+            sub.in[1].data = (const int16_t *)c->in[1].data + j0 * c->in[1].strides[1];
+            sub.in[1].shape[1] = j1 - j0;
+            sub.out_i64 = c->out_i64 ? c->out_i64 + j0 : NULL;
+            sub.out_i16 = c->out_i16 ? c->out_i16 + j0 : NULL;
+            sub.out_exp = &exp;
+            sub.out_imax = want_max ? &sub_max : NULL;
+            sub.out_imax_known = want_max ? &sub_known : NULL;
+            sub.out_i16_underflow = c->out_i16_underflow ? &sub_nuf : NULL;
+            /* a one-thread product: its parallel region has one thread, to which its
+             * work-sharing loops bind */
+            rc = fx_gemm_i16_run(&sub, kd, N);
+            imax = sub_max;
+            nuf = sub_nuf;
+            known = sub_known;
+        }
+    }
+    if (rc != FX_OK) return rc;
+    *c->out_exp = c->in[0].exp + c->in[1].exp;
+    if (want_max && known) {
+        *c->out_imax = imax;
+        *c->out_imax_known = 1;
+    }
+    if (c->out_i16_underflow) *c->out_i16_underflow += nuf;
+    return FX_OK;
+}
+
+int fx_gemm_i16(const fx_op_call *c, const fx_gemm_i16_kernel *kd)
+{
+    if (c->nin >= 2 &&
+        fx_gemm_i16_column_threads(c->in[0].shape[0], c->in[0].shape[1], c->in[1].shape[1],
+                                   c->nthreads))
+        return fx_gemm_i16_columns(c, kd, c->nthreads);
+    return fx_gemm_i16_run(c, kd, 0);
 }

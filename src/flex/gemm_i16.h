@@ -168,6 +168,15 @@ typedef void (*fx_gemm_i16_fast_round_rows_ukr)(int64_t kp, int64_t chain, const
 void fx_gemm_i16_a_in_place_set_enabled(int on);
 /* (tile, K block) steps whose fast kernel read A in place since the process started */
 int64_t fx_gemm_i16_a_in_place_tiles(void);
+/* Whether an M x K x N product on nt threads splits its columns between the threads (each
+ * thread a one-thread product over its slice) rather than its row blocks; and the test and
+ * benchmark switch (default on) that keeps every product on row blocks when off (the same
+ * sums either way). */
+int fx_gemm_i16_column_threads(int64_t M, int64_t K, int64_t N, int nt);
+void fx_gemm_i16_set_column_threads(int on);
+/* Test and benchmark switch (default on): off, the SIMD packing of a row-major B takes one
+ * pack_b call per panel instead of pack_b_run's runs of panels; the same packed bytes. */
+void fx_gemm_i16_set_pack_runs(int on);
 /* Test and benchmark switch (default on): off, every tile writes the column buffer and the
  * level's `round` rounds it, the route before fast_round; the same bits either way. */
 void fx_gemm_i16_tiles_round_set_enabled(int on);
@@ -184,6 +193,9 @@ int64_t fx_gemm_i16_rounded_tiles(void);
  * on the Zen 4 that added 8-12 % on the CNN's and ResNet-20's weight-gradient products as
  * GEMMs, beside the reordering (bench_gemm, docs/performance.md). */
 #define FX_GEMM_I16_PACK_PREFETCH_BYTES 128
+
+/* The most panels of one pack_b_run call: a column block (FX_GEMM_NC) of 32-column panels */
+#define FX_GEMM_I16_RUN_PANELS 64
 
 /* The SIMD packing of an A micro-panel reads its rows a short stretch each (one K block), and
  * that of a B with contiguous columns its columns likewise, so on a tall A (many rows, few
@@ -308,6 +320,11 @@ typedef struct fx_gemm_i16_pack {
     void (*pack_a)(const int16_t *a, int64_t sam, int64_t kc, int32_t *ap, int64_t *sq);
     /* nr columns of a row-major B (row stride sbk), kc rows */
     void (*pack_b)(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq);
+    /* pack_b over npan consecutive panels of one norm segment (kc <= 2 FX_GEMM_I16_SEG rows;
+     * panel j at b + j nr): panel j into bp + j pstride, its sq into sq[j] (sq NULL: no
+     * norms); NULL where a level has none (the driver then calls pack_b per panel) */
+    void (*pack_b_run)(const int16_t *b, int64_t sbk, int64_t kc, int64_t npan, int16_t *bp,
+                       int64_t pstride, int64_t *sq);
     /* nr columns of a B with contiguous columns (column stride sbn: a transposed operand,
      * as a convolution's weights and output gradients), kc rows */
     void (*pack_bt)(const int16_t *b, int64_t sbn, int64_t kc, int16_t *bp, int64_t *sq);

@@ -189,7 +189,8 @@ void fx_gemm_i16_pack_at_6(const int16_t *a, int64_t sak, int64_t kc, int32_t *a
 
 /* B: bp[p*32 + 2j + t] = B[2p + t][j] for the 16 columns j. An odd kc pairs the last row with
  * zeros. */
-static void fx_pack_b_16(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq)
+static inline __attribute__((always_inline)) void
+fx_pack_b_16_panel(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq)
 {
     const int64_t kp = (kc + 1) / 2;
     __m256i seg0[FX_GEMM_I16_SEG], seg1[FX_GEMM_I16_SEG]; /* the segment's pairs, lane j: column
@@ -216,6 +217,18 @@ static void fx_pack_b_16(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp,
             sq[p / FX_GEMM_I16_SEG] = m0 > m1 ? m0 : m1;
         }
     }
+}
+
+static void fx_pack_b_16(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq)
+{
+    fx_pack_b_16_panel(b, sbk, kc, bp, sq);
+}
+
+static void fx_pack_b_16_run(const int16_t *b, int64_t sbk, int64_t kc, int64_t npan, int16_t *bp,
+                             int64_t pstride, int64_t *sq)
+{
+    for (int64_t j = 0; j < npan; j++)
+        fx_pack_b_16_panel(b + j * FX_PACK_NR, sbk, kc, bp + j * pstride, sq ? sq + j : NULL);
 }
 
 /* Split layout: b = 256 bh + bl with bl = ((b + 128) mod 256) - 128 and bh = (b - bl) / 256,
@@ -306,6 +319,7 @@ int64_t fx_gemm_i16_norm_prod_max(const int32_t *na, const int32_t *nb, int64_t 
 
 const fx_gemm_i16_pack fx_gemm_i16_pack_avx2_6x16 = {.pack_a = fx_pack_a_6,
                                                      .pack_b = fx_pack_b_16,
+                                                     .pack_b_run = fx_pack_b_16_run,
                                                      .pack_bt = fx_pack_bt_16,
                                                      .pack_at = fx_gemm_i16_pack_at_6,
                                                      .split_panel = fx_split_panel_16,
