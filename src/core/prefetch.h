@@ -3,7 +3,8 @@
  * the line a few panels ahead along a row, a few rows below, or a few lines further down a
  * destination plane, an address that may lie past the end of the array. Formed as an integer,
  * it is no C pointer beyond the array (which would be undefined), and a prefetch of any address
- * is harmless. */
+ * is harmless. Keep prefetching helpers inline: GCC 12's -fipa-modref takes a function whose
+ * only effect is __builtin_prefetch as pure and drops its calls. */
 #ifndef FX_PREFETCH_H
 #define FX_PREFETCH_H
 
