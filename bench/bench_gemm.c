@@ -41,7 +41,10 @@
  * few values of K per output one thread's memory traffic, not the multiplies, bounds a GEMM:
  * 16 x 131072 x 144 reads 38 MB of B for 0.6 GOP.
  * BENCH_I16_A_PACKED=1 packs every A micro-panel of the integer GEMM (the route before its fast
- * kernels read a row-major A in place), to compare the two in alternating runs. */
+ * kernels read a row-major A in place), BENCH_I16_PACK_RUNS=0 packs its B a call per panel,
+ * BENCH_I16_COLUMNS=0 keeps two or more threads on row blocks and BENCH_I16_FAST4=0 runs its
+ * partial tiles of four rows or fewer on the six-row loop: each an earlier route, to compare
+ * with the default in alternating runs. */
 #define _POSIX_C_SOURCE 200809L
 #include "flexpoint.h"
 #include "core/backend.h"
@@ -94,12 +97,12 @@ int main(int argc, char **argv)
     int reps = getenv("BENCH_REPS") ? atoi(getenv("BENCH_REPS")) : 5;
     if (getenv("BENCH_I16_A_PACKED") && atoi(getenv("BENCH_I16_A_PACKED")))
         fx_gemm_i16_a_in_place_set_enabled(0);
-    /* the integer GEMM's routes before two changes, for runs alternated with the default:
-     * B packed by a call per panel, and two or more threads over row blocks only */
     if (getenv("BENCH_I16_PACK_RUNS") && !atoi(getenv("BENCH_I16_PACK_RUNS")))
         fx_gemm_i16_set_pack_runs(0);
     if (getenv("BENCH_I16_COLUMNS") && !atoi(getenv("BENCH_I16_COLUMNS")))
         fx_gemm_i16_set_column_threads(0);
+    if (getenv("BENCH_I16_FAST4") && !atoi(getenv("BENCH_I16_FAST4")))
+        fx_gemm_i16_set_fast4(0); /* partial tiles of at most four rows on the six-row loop */
     int tlist[8] = {1, 2}, nt = 2;
     if (argc > 1) {
         nt = 0;

@@ -501,6 +501,15 @@ static void test_matmul_paths(void)
         check_matmul_expect(40, 288, 4096, DATA_GAUSS, LAYOUT_ROWMAJOR, 1, EXPECT_FAST, &r);
     }
     fx_gemm_i16_set_pack_runs(1);
+    /* partial tiles of four rows or fewer (M = 16: 6 + 6 + 4; M = 26: 6 x 4 + 2) on the fast
+     * kernel's four-row loop and, switched off, on the six-row one; folds between chains
+     * (DATA_GAUSS_HI) and one chain */
+    for (int four = 1; four >= 0; four--) {
+        fx_gemm_i16_set_fast4(four);
+        check_matmul_expect(16, 1000, 96, DATA_GAUSS_HI, LAYOUT_ROWMAJOR, 1, EXPECT_ANY, &r);
+        check_matmul_expect(26, 64, 70, DATA_GAUSS, LAYOUT_TRANSPOSED, 0, EXPECT_FAST, &r);
+    }
+    fx_gemm_i16_set_fast4(1);
     /* ... with the threads over row blocks, as before the column slices (check_threads
      * compares two threads with one) */
     fx_gemm_i16_set_column_threads(0);

@@ -177,6 +177,9 @@ void fx_gemm_i16_set_column_threads(int on);
 /* Test and benchmark switch (default on): off, the SIMD packing of a row-major B takes one
  * pack_b call per panel instead of pack_b_run's runs of panels; the same packed bytes. */
 void fx_gemm_i16_set_pack_runs(int on);
+/* Test and benchmark switch (default on; AVX-512 level): off, partial tiles of four rows or
+ * fewer run the fast kernel's six-row loop instead of its four-row one; the same sums. */
+void fx_gemm_i16_set_fast4(int on);
 /* Test and benchmark switch (default on): off, every tile writes the column buffer and the
  * level's `round` rounds it, the route before fast_round; the same bits either way. */
 void fx_gemm_i16_tiles_round_set_enabled(int on);

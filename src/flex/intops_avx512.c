@@ -242,16 +242,24 @@ static FX_ALWAYS_INLINE void fx_ukr16_body(int64_t kp, const int32_t *ap, const 
     op(0, 16, 0) op(1, 17, 64) op(2, 18, 128) op(3, 19, 192) op(4, 20, 256) op(5, 21, 320)         \
         op(6, 22, 384) op(7, 23, 448) op(8, 24, 512) op(9, 25, 576) op(10, 26, 640)                \
             op(11, 27, 704)
+/* the first four rows' accumulators only (the 4 x 32 tile: a micro-panel's last rows) */
+#define FX_ROWS4(ROW) ROW("(%[a])", 0, 1) ROW("4(%[a])", 2, 3) ROW("8(%[a])", 4, 5) ROW("12(%[a])", 6, 7)
+#define FX_R8(op) op(0, 16) op(1, 17) op(2, 18) op(3, 19) op(4, 20) op(5, 21) op(6, 22) op(7, 23)
+#define FX_R8O(op)                                                                                 \
+    op(0, 16, 0) op(1, 17, 64) op(2, 18, 128) op(3, 19, 192) op(4, 20, 256) op(5, 21, 320)         \
+        op(6, 22, 384) op(7, 23, 448)
 
 _Static_assert(FX_MR == 6 && FX_NR == 32, "the asm loop is written for the 6 x 32 tile");
 
 /* the loop's text for one step's rows (STEP_ROWS: FX_ROWS or FX_ROWS_AT of a multiply-add row
- * macro) and the A pointers' advance per pair: the same code for both instruction sets */
-#define FX_FAST_CHAINS_TEXT(STEP_ROWS, ADVANCE_A)                                                  \
-    FX_R12(FX_ZERO)                                                                                \
+ * macro, or FX_ROWS4 with R = FX_R8 and RO = FX_R8O) and the A pointers' advance per pair: the
+ * same code for both instruction sets */
+#define FX_FAST_CHAINS_TEXT(STEP_ROWS, ADVANCE_A) FX_FAST_CHAINS_TEXT_R(STEP_ROWS, ADVANCE_A, FX_R12, FX_R12O)
+#define FX_FAST_CHAINS_TEXT_R(STEP_ROWS, ADVANCE_A, R, RO)                                         \
+    R(FX_ZERO)                                                                                     \
     FX_ASM_MASK "jmp 2f\n"                                                                        \
     "3:\n\t" /* a fold between two chains */                                                      \
-    FX_R12(FX_FOLD)                                                                                \
+    R(FX_FOLD)                                                                                     \
     "2:\n\t" FX_ASM_NEXT_CHAIN                                                                    \
     "jle 4f\n"                                                                                     \
     "1:\n\t"                                                                                       \
@@ -262,7 +270,7 @@ _Static_assert(FX_MR == 6 && FX_NR == 32, "the asm loop is written for the 6 x 3
     "jnz 1b\n\t"                                                                                   \
     "test %[left], %[left]\n\t"                                                                    \
     "jnz 3b\n"                                                                                     \
-    "4:\n\t" FX_R12O(FX_STORE)
+    "4:\n\t" RO(FX_STORE)
 #define FX_FAST_CHAINS(ROW)                                                                        \
     __asm__ volatile(FX_FAST_CHAINS_TEXT(FX_ROWS(ROW), "add $24, %[a]\n\t") FX_ASM_OPERANDS)
 /* A's six rows read in place (row stride rs bytes): each advances one pair word a step */
@@ -282,6 +290,33 @@ static void fx_fast_chains_bw(int64_t kp, int64_t chain, const int32_t *ap, cons
 {
     int64_t left = kp, len;
     FX_FAST_CHAINS(FX_ROW_BW);
+}
+
+/* Test and benchmark switch (fx_gemm_i16_set_fast4): 0 runs partial tiles of four rows or fewer
+ * on the six-row loop, as before the 4 x 32 one; the same sums. */
+static _Atomic int g_fast4 = 1;
+
+void fx_gemm_i16_set_fast4(int on) { g_fast4 = on != 0; }
+
+/* The same for a micro-panel's last rows when they are four or fewer (M = 16: 6 + 6 + 4): the
+ * four rows' accumulators only, s and h [0, 8) stored, a third fewer multiply-adds than the
+ * six rows' tile, whose last two rows would multiply the panel's zero padding */
+#define FX_FAST_CHAINS4(ROW)                                                                       \
+    __asm__ volatile(FX_FAST_CHAINS_TEXT_R(FX_ROWS4(ROW), "add $24, %[a]\n\t", FX_R8, FX_R8O)     \
+                         FX_ASM_OPERANDS)
+
+static void fx_fast_chains4_vnni(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
+                                 __m512i s[2 * FX_MR], __m512i h[2 * FX_MR])
+{
+    int64_t left = kp, len;
+    FX_FAST_CHAINS4(FX_ROW_VNNI);
+}
+
+static void fx_fast_chains4_bw(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
+                               __m512i s[2 * FX_MR], __m512i h[2 * FX_MR])
+{
+    int64_t left = kp, len;
+    FX_FAST_CHAINS4(FX_ROW_BW);
 }
 
 /* The same chains with A's six rows read in place: row i's pair p is the int32 word at
@@ -305,16 +340,19 @@ static void fx_fast_chains_rows_bw(int64_t kp, int64_t chain, const int16_t *a, 
     FX_FAST_CHAINS_ROWS(FX_ROW_BW);
 }
 
-/* The fast chains of one tile from a packed A micro-panel (arows NULL) or from rows read in
- * place (arows, lda); vnni picks the instruction set. */
+/* The fast chains of one tile of m valid rows from a packed A micro-panel (arows NULL; four
+ * rows or fewer take the 4 x 32 loop, whose sums are rows [0, 4) of s and h) or from six rows
+ * read in place (arows, lda); vnni picks the instruction set. */
 static FX_ALWAYS_INLINE void fx_fast_chains(int64_t kp, int64_t chain, const int32_t *ap,
                                             const int16_t *arows, int64_t lda, const int16_t *bp,
-                                            __m512i *s, __m512i *h, const int vnni)
+                                            int m, __m512i *s, __m512i *h, const int vnni)
 {
     if (arows && vnni)
         fx_fast_chains_rows_vnni(kp, chain, arows, lda, bp, s, h);
     else if (arows)
         fx_fast_chains_rows_bw(kp, chain, arows, lda, bp, s, h);
+    else if (m <= 4 && g_fast4)
+        (vnni ? fx_fast_chains4_vnni : fx_fast_chains4_bw)(kp, chain, ap, bp, s, h);
     else if (vnni)
         fx_fast_chains_vnni(kp, chain, ap, bp, s, h);
     else
@@ -365,7 +403,7 @@ static FX_ALWAYS_INLINE void fx_fast_body(int64_t kp, int64_t chain, const int32
 {
     __m512i s[2 * FX_MR], h[2 * FX_MR];
     fx_prefetch_c(c, ldc, m, accumulate);
-    fx_fast_chains(kp, chain, ap, arows, lda, bp, s, h, vnni);
+    fx_fast_chains(kp, chain, ap, arows, lda, bp, m, s, h, vnni);
     fx_fast_store(s, h, 2, kp <= chain, c, ldc, m, n, accumulate, amax);
 }
 
@@ -621,7 +659,7 @@ static FX_ALWAYS_INLINE void fx_fast_round_body(int64_t kp, int64_t chain, const
                                                 int64_t *nuf, const int vnni)
 {
     __m512i s[2 * FX_MR], h[2 * FX_MR];
-    fx_fast_chains(kp, chain, ap, arows, lda, bp, s, h, vnni);
+    fx_fast_chains(kp, chain, ap, arows, lda, bp, m, s, h, vnni);
     const int one_chain = kp <= chain; /* then h = 0 and s = T */
     const __mmask32 cols = n >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << n) - 1u);
     const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
