@@ -1228,8 +1228,8 @@ void fx_gemm_i16_set_column_threads(int on) { g_column_threads = on != 0; }
  * blocks: at least FX_GEMM_COLUMNS_MIN_N columns a thread. */
 int fx_gemm_i16_column_threads(int64_t M, int64_t K, int64_t N, int nt)
 {
-    return g_column_threads && nt > 1 && M > 0 && K > 0 && N >= (int64_t)nt * FX_GEMM_COLUMNS_MIN_N &&
-           M * N * K >= FX_GEMM_PAR_MIN_MACS;
+    return g_column_threads && nt > 1 && M > 0 && K > 0 &&
+           N >= (int64_t)nt * FX_GEMM_COLUMNS_MIN_N && M * N * K >= FX_GEMM_PAR_MIN_MACS;
 }
 
 /* The product with each thread on a slice of whole panels of the columns (B's and the
@@ -1238,11 +1238,12 @@ int fx_gemm_i16_column_threads(int64_t M, int64_t K, int64_t N, int nt)
  * each packed B block, with a barrier after its packing and another after its tiles, and a
  * product of few rows splits its rows unevenly (16 = 12 + 4 at two threads, 145 = 144 + 1):
  * the convolutions' shapes as GEMMs (16-64 rows) ran slower on two threads than on one (16 x
- * 131072 x 144: 43-48 GOP/s against 80 on the Zen 4), and 1024^3 gains 12 % this way
- * (docs/performance.md). Each thread packs all of A once per column block of its slice, as one
- * thread does once per column block of the whole: with at least FX_GEMM_COLUMNS_MIN_N columns a
- * thread that is at most four times one thread's packing of A, against a product of at least
- * 512 M K multiply-adds a thread. The sums are exact, so the bits do not depend on the split. */
+ * 131072 x 144: 40-48 GOP/s against 80 on the Zen 4 in two of three phases of its VM), and
+ * 1024^3 gained 2-13 % this way (docs/performance.md). Each thread packs all of A once per
+ * column block of its slice, as one thread does once per column block of the whole: with at
+ * least FX_GEMM_COLUMNS_MIN_N columns a thread that is at most four times one thread's packing
+ * of A, against a product of at least 512 M K multiply-adds a thread. The sums are exact, so
+ * the bits do not depend on the split. */
 static int fx_gemm_i16_columns(const fx_op_call *c, const fx_gemm_i16_kernel *kd, int nt)
 {
     /* the call's checks, with their messages, on the calling thread */

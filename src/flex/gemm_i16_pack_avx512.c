@@ -159,7 +159,7 @@ static void fx_pack_b_32(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp,
 
 /* fx_pack_b_32 over a run of npan panels of one norm segment (kc <= 16 rows) in one call,
  * the rows' addresses and the permutes' indices made once: a call per panel, with its own
- * setup and loop over the pairs, took 3-9 % more of the convolutions' shapes as GEMMs (M =
+ * setup and loop over the pairs, cost up to 8 % of the convolutions' shapes as GEMMs (M =
  * 16-64, where the packing is a large share of a product: each B panel meets few tiles). The
  * same bytes and sums of squares as fx_pack_b_32 on each panel. */
 static void fx_pack_b_32_run(const int16_t *b, int64_t sbk, int64_t kc, int64_t npan, int16_t *bp,

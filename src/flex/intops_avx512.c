@@ -243,7 +243,8 @@ static FX_ALWAYS_INLINE void fx_ukr16_body(int64_t kp, const int32_t *ap, const 
         op(6, 22, 384) op(7, 23, 448) op(8, 24, 512) op(9, 25, 576) op(10, 26, 640)                \
             op(11, 27, 704)
 /* the first four rows' accumulators only (the 4 x 32 tile: a micro-panel's last rows) */
-#define FX_ROWS4(ROW) ROW("(%[a])", 0, 1) ROW("4(%[a])", 2, 3) ROW("8(%[a])", 4, 5) ROW("12(%[a])", 6, 7)
+#define FX_ROWS4(ROW)                                                                              \
+    ROW("(%[a])", 0, 1) ROW("4(%[a])", 2, 3) ROW("8(%[a])", 4, 5) ROW("12(%[a])", 6, 7)
 #define FX_R8(op) op(0, 16) op(1, 17) op(2, 18) op(3, 19) op(4, 20) op(5, 21) op(6, 22) op(7, 23)
 #define FX_R8O(op)                                                                                 \
     op(0, 16, 0) op(1, 17, 64) op(2, 18, 128) op(3, 19, 192) op(4, 20, 256) op(5, 21, 320)         \
@@ -254,7 +255,8 @@ _Static_assert(FX_MR == 6 && FX_NR == 32, "the asm loop is written for the 6 x 3
 /* the loop's text for one step's rows (STEP_ROWS: FX_ROWS or FX_ROWS_AT of a multiply-add row
  * macro, or FX_ROWS4 with R = FX_R8 and RO = FX_R8O) and the A pointers' advance per pair: the
  * same code for both instruction sets */
-#define FX_FAST_CHAINS_TEXT(STEP_ROWS, ADVANCE_A) FX_FAST_CHAINS_TEXT_R(STEP_ROWS, ADVANCE_A, FX_R12, FX_R12O)
+#define FX_FAST_CHAINS_TEXT(STEP_ROWS, ADVANCE_A)                                                  \
+    FX_FAST_CHAINS_TEXT_R(STEP_ROWS, ADVANCE_A, FX_R12, FX_R12O)
 #define FX_FAST_CHAINS_TEXT_R(STEP_ROWS, ADVANCE_A, R, RO)                                         \
     R(FX_ZERO)                                                                                     \
     FX_ASM_MASK "jmp 2f\n"                                                                        \
