@@ -772,12 +772,12 @@ static void fx_gemm_pack_b_rows(const fx_gemm_plan *pl, const fx_gemm_shared *sh
     const int64_t seg_rows = 2 * FX_GEMM_I16_SEG, nfull = bk->ncur / nr;
     int16_t *bpack = fx_gemm_bpack(pl, sh, bk);
     int32_t *bnorm = fx_gemm_bnorm(pl, sh, bk), *bnorm_max = fx_gemm_bnorm_max(pl, sh, bk);
+    void (*const run)(const int16_t *, int64_t, int64_t, int64_t, int16_t *, int64_t,
+                      int64_t *) = g_pack_runs ? pl->kd->pack->pack_b_run : NULL;
     FX_OMP(omp for schedule(static))
     for (int64_t t = 0; t < pl->nt; t++) {
         const int64_t jp0 = bk->npan * t / pl->nt, jp1 = bk->npan * (t + 1) / pl->nt;
         const int64_t jw = jp1 < nfull ? jp1 : nfull; /* full panels of the run */
-        void (*const run)(const int16_t *, int64_t, int64_t, int64_t, int16_t *, int64_t,
-                          int64_t *) = g_pack_runs ? pl->kd->pack->pack_b_run : NULL;
         for (int64_t k0 = 0, s = 0; k0 < bk->kcur; k0 += seg_rows, s++) {
             const int64_t kc = fx_min64(seg_rows, bk->kcur - k0);
             if (run) { /* the full panels in runs of at most FX_GEMM_I16_RUN_PANELS */

@@ -111,25 +111,56 @@ static void fx_norms_rows_6(const int16_t *a, int64_t sam, int64_t kc, int64_t *
     }
 }
 
+/* vpermt2w indices interleaving two rows of 32 values: output word 2j + t takes column j (+16
+ * for the upper half) of row t; indices 0..31 name the first source, 32..63 the second */
+static inline void fx_pair_indices(__m512i *idx_lo, __m512i *idx_hi)
+{
+    short lo[32], hi[32];
+    for (int j = 0; j < 16; j++) {
+        lo[2 * j] = (short)j;
+        lo[2 * j + 1] = (short)(32 + j);
+        hi[2 * j] = (short)(16 + j);
+        hi[2 * j + 1] = (short)(48 + j);
+    }
+    *idx_lo = _mm512_loadu_si512((const void *)lo);
+    *idx_hi = _mm512_loadu_si512((const void *)hi);
+}
+
+/* One pair of rows (r0, r1) of a 32-column panel interleaved into dst (64 words), and with
+ * norms its columns' sums of squares added to acc: lane j of lo/hi is column j / 16 + j, four
+ * uint64 accumulators of 8 columns. (acc is never NULL: a pointer that might be kept the
+ * accumulators in memory, and the run packer 10 % slower.) */
+static inline __attribute__((always_inline)) void
+fx_pack_pair_32(__m512i r0, __m512i r1, __m512i idx_lo, __m512i idx_hi, int16_t *dst,
+                __m512i acc[4], int norms)
+{
+    const __m512i lo = _mm512_permutex2var_epi16(r0, idx_lo, r1);
+    const __m512i hi = _mm512_permutex2var_epi16(r0, idx_hi, r1);
+    _mm512_storeu_si512((void *)dst, lo);
+    _mm512_storeu_si512((void *)(dst + 32), hi);
+    if (!norms) return;
+    acc[0] = _mm512_add_epi64(acc[0], fx_sq_pairs_lo8(lo));
+    acc[1] = _mm512_add_epi64(acc[1], fx_sq_pairs_hi8(lo));
+    acc[2] = _mm512_add_epi64(acc[2], fx_sq_pairs_lo8(hi));
+    acc[3] = _mm512_add_epi64(acc[3], fx_sq_pairs_hi8(hi));
+}
+
+/* a segment's largest column sum of squares, and its accumulators cleared for the next */
+static inline int64_t fx_pack_segment_max(__m512i acc[4])
+{
+    const __m512i mx = _mm512_max_epu64(_mm512_max_epu64(acc[0], acc[1]),
+                                        _mm512_max_epu64(acc[2], acc[3]));
+    acc[0] = acc[1] = acc[2] = acc[3] = _mm512_setzero_si512();
+    return (int64_t)_mm512_reduce_max_epu64(mx);
+}
+
 /* B: bp[p*64 + 2j + t] = B[2p + t][j] for the 32 columns j: two rows interleaved by one
  * two-source word permute per 32 outputs. An odd kc pairs the last row with zeros. */
 static void fx_pack_b_32(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp, int64_t *sq)
 {
     const int64_t kp = (kc + 1) / 2;
-    /* output word 2j + t takes column j (+16 for the upper half) of row t; in vpermt2w
-     * indices 0..31 name the first source, 32..63 the second */
     __m512i idx_lo, idx_hi;
-    {
-        short lo[32], hi[32];
-        for (int j = 0; j < 16; j++) {
-            lo[2 * j] = (short)j;
-            lo[2 * j + 1] = (short)(32 + j);
-            hi[2 * j] = (short)(16 + j);
-            hi[2 * j + 1] = (short)(48 + j);
-        }
-        idx_lo = _mm512_loadu_si512((const void *)lo);
-        idx_hi = _mm512_loadu_si512((const void *)hi);
-    }
+    fx_pair_indices(&idx_lo, &idx_hi);
     __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                       _mm512_setzero_si512()};
     for (int64_t p = 0; p < kp; p++) {
@@ -138,22 +169,9 @@ static void fx_pack_b_32(const int16_t *b, int64_t sbk, int64_t kc, int16_t *bp,
         const __m512i r0 = _mm512_loadu_si512((const void *)(b + 2 * p * sbk));
         const __m512i r1 = 2 * p + 1 < kc ? _mm512_loadu_si512((const void *)(b + (2 * p + 1) * sbk))
                                           : _mm512_setzero_si512();
-        const __m512i lo = _mm512_permutex2var_epi16(r0, idx_lo, r1);
-        const __m512i hi = _mm512_permutex2var_epi16(r0, idx_hi, r1);
-        _mm512_storeu_si512((void *)(bp + p * 2 * FX_PACK_NR), lo);
-        _mm512_storeu_si512((void *)(bp + p * 2 * FX_PACK_NR + 32), hi);
-        if (!sq) continue;
-        /* lane j of lo/hi is column j / 16 + j: four uint64 accumulators of 8 columns */
-        acc[0] = _mm512_add_epi64(acc[0], fx_sq_pairs_lo8(lo));
-        acc[1] = _mm512_add_epi64(acc[1], fx_sq_pairs_hi8(lo));
-        acc[2] = _mm512_add_epi64(acc[2], fx_sq_pairs_lo8(hi));
-        acc[3] = _mm512_add_epi64(acc[3], fx_sq_pairs_hi8(hi));
-        if ((p + 1) % FX_GEMM_I16_SEG == 0 || p + 1 == kp) {
-            const __m512i mx = _mm512_max_epu64(_mm512_max_epu64(acc[0], acc[1]),
-                                                _mm512_max_epu64(acc[2], acc[3]));
-            sq[p / FX_GEMM_I16_SEG] = (int64_t)_mm512_reduce_max_epu64(mx);
-            acc[0] = acc[1] = acc[2] = acc[3] = _mm512_setzero_si512();
-        }
+        fx_pack_pair_32(r0, r1, idx_lo, idx_hi, bp + p * 2 * FX_PACK_NR, acc, sq != NULL);
+        if (sq && ((p + 1) % FX_GEMM_I16_SEG == 0 || p + 1 == kp))
+            sq[p / FX_GEMM_I16_SEG] = fx_pack_segment_max(acc);
     }
 }
 
@@ -167,17 +185,7 @@ static void fx_pack_b_32_run(const int16_t *b, int64_t sbk, int64_t kc, int64_t 
 {
     const int kp = (int)((kc + 1) / 2);
     __m512i idx_lo, idx_hi;
-    {
-        short lo[32], hi[32];
-        for (int j = 0; j < 16; j++) {
-            lo[2 * j] = (short)j;
-            lo[2 * j + 1] = (short)(32 + j);
-            hi[2 * j] = (short)(16 + j);
-            hi[2 * j + 1] = (short)(48 + j);
-        }
-        idx_lo = _mm512_loadu_si512((const void *)lo);
-        idx_hi = _mm512_loadu_si512((const void *)hi);
-    }
+    fx_pair_indices(&idx_lo, &idx_hi);
     const int16_t *rows[2 * FX_GEMM_I16_SEG]; /* NULL: the zero row pairing an odd kc's last */
     for (int r = 0; r < 2 * kp; r++) rows[r] = r < kc ? b + r * sbk : NULL;
     for (int64_t j = 0; j < npan; j++) {
@@ -192,20 +200,10 @@ static void fx_pack_b_32_run(const int16_t *b, int64_t sbk, int64_t kc, int64_t 
                 fx_prefetch_at(q1 + j * FX_PACK_NR, FX_GEMM_I16_PACK_PREFETCH_BYTES);
                 r1 = _mm512_loadu_si512((const void *)(q1 + j * FX_PACK_NR));
             }
-            const __m512i lo = _mm512_permutex2var_epi16(r0, idx_lo, r1);
-            const __m512i hi = _mm512_permutex2var_epi16(r0, idx_hi, r1);
-            int16_t *dst = bp + j * pstride + p * 2 * FX_PACK_NR;
-            _mm512_storeu_si512((void *)dst, lo);
-            _mm512_storeu_si512((void *)(dst + 32), hi);
-            if (!sq) continue;
-            acc[0] = _mm512_add_epi64(acc[0], fx_sq_pairs_lo8(lo));
-            acc[1] = _mm512_add_epi64(acc[1], fx_sq_pairs_hi8(lo));
-            acc[2] = _mm512_add_epi64(acc[2], fx_sq_pairs_lo8(hi));
-            acc[3] = _mm512_add_epi64(acc[3], fx_sq_pairs_hi8(hi));
+            fx_pack_pair_32(r0, r1, idx_lo, idx_hi, bp + j * pstride + p * 2 * FX_PACK_NR, acc,
+                            sq != NULL);
         }
-        if (sq)
-            sq[j] = (int64_t)_mm512_reduce_max_epu64(_mm512_max_epu64(
-                _mm512_max_epu64(acc[0], acc[1]), _mm512_max_epu64(acc[2], acc[3])));
+        if (sq) sq[j] = fx_pack_segment_max(acc);
     }
 }
 
