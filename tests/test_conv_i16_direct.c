@@ -115,7 +115,7 @@ static int g_fwd_unpadded; /* the level's kernel takes the chunk unpadded (i16_f
 typedef int (*wgrad_kernel)(const fx_conv_geom *, const int16_t *, const int16_t *, int64_t,
                             uint32_t *, int64_t *, int);
 static wgrad_kernel g_wgrad;
-static void (*g_row_norms)(const int16_t *, int64_t, int64_t, uint32_t *);
+static void (*g_row_norms)(const int16_t *, int64_t, int64_t, int64_t, uint32_t *);
 static const char *g_level = "";
 
 /* the kernel against the exact sums at stride st; returns whether it took the chunk */
@@ -323,46 +323,52 @@ static int check_wkernel(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, 
 
 /* fx_i16_row_norms against the exact ceiling of the root: every row count from 0 to 19 (blocks
  * of 8 rows and the tail), lengths 1 to 100 (one load a row up to 32, two up to 64, the loop
- * beyond) and 1024, random values over the whole int16 range,
- * rows at the extremes (all -32768, all 32767), and rows whose sum of squares is a perfect
- * square, one above or one below one */
+ * beyond) and 1024, rows side by side and rows further apart (the weight gradient takes an
+ * input row's norm from its values between the padding columns), random values over the whole
+ * int16 range, rows at the extremes (all -32768, all 32767), and rows whose sum of squares is
+ * a perfect square, one above or one below one; the values between the rows are the largest
+ * magnitude, so that a row read past its end or at the wrong stride gives a larger norm */
 static void check_row_norms(uint64_t seed)
 {
     test_rng r;
     test_rng_seed(&r, seed);
     static const int64_t lens[] = {1, 2, 3, 7, 14, 18, 31, 32, 33, 34, 40, 64, 65, 100, 1024};
-    int16_t *p = malloc(sizeof(int16_t) * 20 * 1024);
+    static const int64_t gaps[] = {0, 2, 5};
+    int16_t *p = malloc(sizeof(int16_t) * 20 * 1029);
     uint32_t out[20];
     long bad = 0, checked = 0;
-    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
-        for (int64_t rows = 0; rows < 20; rows++) {
-            const int64_t len = lens[li];
-            for (int64_t i = 0; i < rows; i++)
-                for (int64_t j = 0; j < len; j++) {
-                    const int mode = (int)(i % 5);
-                    p[i * len + j] = mode == 0   ? (int16_t)test_rng_range(&r, -32768, 32767)
-                                     : mode == 1 ? (int16_t)(i % 2 ? -32768 : 32767)
-                                     : mode == 2 ? (int16_t)(j == 0 ? 3 : j == 1 ? 4 : 0)
-                                     : mode == 3 ? (int16_t)(j == 0   ? 24
-                                                             : j == 1 ? 7
-                                                             : j == 2 ? 1
-                                                                      : 0)
-                                                 : (int16_t)(j == 0 ? 181 : j == 1 ? 0 : 0);
+    for (size_t gi = 0; gi < sizeof gaps / sizeof gaps[0]; gi++) {
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+            for (int64_t rows = 0; rows < 20; rows++) {
+                const int64_t len = lens[li], ld = len + gaps[gi];
+                for (int64_t i = 0; i < 20 * ld; i++) p[i] = -32768;
+                for (int64_t i = 0; i < rows; i++)
+                    for (int64_t j = 0; j < len; j++) {
+                        const int mode = (int)(i % 5);
+                        p[i * ld + j] = mode == 0   ? (int16_t)test_rng_range(&r, -32768, 32767)
+                                         : mode == 1 ? (int16_t)(i % 2 ? -32768 : 32767)
+                                         : mode == 2 ? (int16_t)(j == 0 ? 3 : j == 1 ? 4 : 0)
+                                         : mode == 3 ? (int16_t)(j == 0   ? 24
+                                                                 : j == 1 ? 7
+                                                                 : j == 2 ? 1
+                                                                          : 0)
+                                                     : (int16_t)(j == 0 ? 181 : j == 1 ? 0 : 0);
+                    }
+                /* mode 2: 3^2 + 4^2 = 5^2; mode 3: 24^2 + 7^2 + 1 = 25^2 + 1; mode 4: 181^2 = 32761,
+                 * and with a length of at least 2 the row below gets the second value 0 */
+                g_row_norms(p, rows, len, ld, out);
+                for (int64_t i = 0; i < rows; i++) {
+                    uint64_t sq = 0;
+                    for (int64_t j = 0; j < len; j++)
+                        sq += (uint64_t)((int64_t)p[i * ld + j] * p[i * ld + j]);
+                    uint64_t want = (uint64_t)sqrt((double)sq);
+                    while (want * want < sq) want++;
+                    while (want > 0 && (want - 1) * (want - 1) >= sq) want--;
+                    bad += out[i] != want;
+                    checked++;
                 }
-            /* mode 2: 3^2 + 4^2 = 5^2; mode 3: 24^2 + 7^2 + 1 = 25^2 + 1; mode 4: 181^2 = 32761,
-             * and with a length of at least 2 the row below gets the second value 0 */
-            g_row_norms(p, rows, len, out);
-            for (int64_t i = 0; i < rows; i++) {
-                uint64_t sq = 0;
-                for (int64_t j = 0; j < len; j++)
-                    sq += (uint64_t)((int64_t)p[i * len + j] * p[i * len + j]);
-                uint64_t want = (uint64_t)sqrt((double)sq);
-                while (want * want < sq) want++;
-                while (want > 0 && (want - 1) * (want - 1) >= sq) want--;
-                bad += out[i] != want;
-                checked++;
             }
-        }
+    }
     CHECK(bad == 0, "%s row norms: %ld of %ld differ from the exact ceiling", g_level, bad,
           checked);
     free(p);

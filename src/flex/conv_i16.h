@@ -297,11 +297,12 @@ int fx_i16_wgrad_direct(const struct fx_conv_geom *g, const int16_t *xp, const i
  * chunks with many such rows (fx_i16_wgrad_prepare). */
 int fx_i16_wgrad_direct_avx2(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                              int64_t nbc, uint32_t *scratch, int64_t *dwt, int add);
-/* out[i] = ceil(sqrt(sum over j < len of p[i len + j]^2)) for i < rows, len <= 1024: the row
- * norms the weight gradient's bounds take (exported for the tests) */
-void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out);
+/* out[i] = ceil(sqrt(sum over j < len of p[i ld + j]^2)) for i < rows, len <= 1024 and
+ * len <= ld (rows ld values apart): the row norms the weight gradient's bounds take (exported
+ * for the tests) */
+void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, int64_t ld, uint32_t *out);
 /* The same on AVX2 (conv_i16_wgrad_avx2.c) */
-void fx_i16_row_norms_avx2(const int16_t *p, int64_t rows, int64_t len, uint32_t *out);
+void fx_i16_row_norms_avx2(const int16_t *p, int64_t rows, int64_t len, int64_t ld, uint32_t *out);
 void fx_i16_wgrad_direct_set_enabled(int on);
 int fx_i16_wgrad_direct_enabled(void);
 long long fx_i16_wgrad_direct_calls(void);

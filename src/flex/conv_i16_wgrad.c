@@ -8,6 +8,7 @@
 #include "../nn/im2col.h"
 
 #include <stdatomic.h>
+#include <string.h>
 
 int fx_i16_wgrad_direct_fits(const struct fx_conv_geom *g, int max_stride)
 {
@@ -205,11 +206,12 @@ static int channel_norms(const uint32_t *xn, const uint32_t *dn, int64_t nbc, in
     return 1;
 }
 
-void fx_i16_row_norms_portable(const int16_t *p, int64_t rows, int64_t len, uint32_t *out)
+void fx_i16_row_norms_portable(const int16_t *p, int64_t rows, int64_t len, int64_t ld,
+                               uint32_t *out)
 {
     for (int64_t i = 0; i < rows; i++) {
         int64_t sq = 0; /* at most 2^10 values of at most 2^30 */
-        for (int64_t j = 0; j < len; j++) sq += (int64_t)p[i * len + j] * p[i * len + j];
+        for (int64_t j = 0; j < len; j++) sq += (int64_t)p[i * ld + j] * p[i * ld + j];
         out[i] = (uint32_t)fx_ceil_sqrt(sq);
     }
 }
@@ -241,7 +243,7 @@ void fx_i16_pair_rows(const int16_t *dy, int64_t nbc, int64_t O, int64_t P, int6
 
 int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                          int64_t nbc, uint32_t *scratch,
-                         void (*row_norms)(const int16_t *, int64_t, int64_t, uint32_t *),
+                         void (*row_norms)(const int16_t *, int64_t, int64_t, int64_t, uint32_t *),
                          fx_i16_cols_by_2_fn cols_by_2, int any_data, fx_i16_wgrad_bufs *b)
 {
     const int64_t C = g->C, O = g->O, OH = g->OH, OW = g->OW, P = OH * OW;
@@ -265,8 +267,17 @@ int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const 
     b->xk = b->dn + nbc * OH * nob;
     b->dm = b->xk + nbc * C * OH;
     b->fold = (uint8_t *)(void *)(b->dm + nbc * OH);
-    row_norms(xp, nbc * C * Hp, Wp, b->xn);
-    row_norms(dy, nbc * O * OH, OW, b->drn);
+    /* an input row's norm from its W values alone, and 0 for the padding rows: the padding is
+     * zeros, so these are the padded rows' norms, and at 32 x 32 a row is one vector's load
+     * where its 34 padded values took two */
+    const int64_t H = g->H, W = g->W, ph = g->ph, pw = g->pw;
+    for (int64_t pl = 0; pl < nbc * C; pl++) {
+        uint32_t *xn = b->xn + pl * Hp;
+        memset(xn, 0, sizeof(uint32_t) * (size_t)ph);
+        memset(xn + ph + H, 0, sizeof(uint32_t) * (size_t)(Hp - ph - H));
+        row_norms(xp + (pl * Hp + ph) * Wp + pw, H, W, Wp, xn + ph);
+    }
+    row_norms(dy, nbc * O * OH, OW, OW, b->drn);
     block_norms(b->drn, nbc, O, OH, nob, b->dn);
     /* xk, and rows that alone may leave int32 (any, or with any_data too many): the GEMM's
      * any-data kernels take the chunk */

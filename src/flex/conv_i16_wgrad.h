@@ -48,7 +48,8 @@ typedef void (*fx_i16_cols_by_2_fn)(const int16_t *xp, int64_t rows, int64_t Wp,
 /* Portable definitions the AVX2 kernel takes as they are: fx_i16_row_norms's values, and
  * dyt[n][pp][o] = (dy[o][2pp], dy[o][2pp + 1]) for pp < P / 2, zero for O <= o < opad (the
  * chunk's dy, NCHW, as pixel-pair-major words; P even) */
-void fx_i16_row_norms_portable(const int16_t *p, int64_t rows, int64_t len, uint32_t *out);
+void fx_i16_row_norms_portable(const int16_t *p, int64_t rows, int64_t len, int64_t ld,
+                               uint32_t *out);
 void fx_i16_pair_rows(const int16_t *dy, int64_t nbc, int64_t O, int64_t P, int64_t opad,
                       uint32_t *dyt);
 
@@ -92,7 +93,7 @@ void fx_i16_wgrad_dy_bounds(const uint32_t *dn, int64_t S, int64_t ob0, int64_t 
 struct fx_conv_geom;
 int fx_i16_wgrad_prepare(const struct fx_conv_geom *g, const int16_t *xp, const int16_t *dy,
                          int64_t nbc, uint32_t *scratch,
-                         void (*row_norms)(const int16_t *, int64_t, int64_t, uint32_t *),
+                         void (*row_norms)(const int16_t *, int64_t, int64_t, int64_t, uint32_t *),
                          fx_i16_cols_by_2_fn cols_by_2, int any_data, fx_i16_wgrad_bufs *b);
 
 #endif

@@ -97,7 +97,7 @@ WTILE_FN(6)
 static const wtile_fn wtile_fns[WG_MR_MAX] = {wtile_1, wtile_2, wtile_3,
                                               wtile_4, wtile_5, wtile_6};
 
-/* out[i] = ceil(sqrt(sum of the squares of row i)), rows of len <= 2^10 values, as
+/* out[i] = ceil(sqrt(sum of the squares of row i)), rows of len <= 2^10 values ld apart, as
  * fx_i16_row_norms_portable: 16 values a step, each pair's squares (at most 2^31, one unsigned
  * 32-bit lane of vpmaddwd) added into 64-bit lanes. The portable loop was 3 % of a ResNet-20
  * training step in flex16_5 on the Zen 3. Four rows at a time end in one vector square root
@@ -124,25 +124,25 @@ static inline int64_t row_tail_squares(const int16_t *row, int64_t len)
     return sq;
 }
 
-void fx_i16_row_norms_avx2(const int16_t *p, int64_t rows, int64_t len, uint32_t *out)
+void fx_i16_row_norms_avx2(const int16_t *p, int64_t rows, int64_t len, int64_t ld, uint32_t *out)
 {
     int64_t i = 0;
     /* the sums are below len 2^30 <= 2^50: exact as doubles, by the 2^52 offset */
     const __m256i magic = _mm256_set1_epi64x(0x4330000000000000ll);
     const __m256d magic_d = _mm256_set1_pd(4503599627370496.0); /* 2^52 */
     for (; len <= ((int64_t)1 << 20) && i + 4 <= rows; i += 4) {
-        const int16_t *r = p + i * len;
-        const __m256i a0 = row_squares(r, len), a1 = row_squares(r + len, len);
-        const __m256i a2 = row_squares(r + 2 * len, len), a3 = row_squares(r + 3 * len, len);
+        const int16_t *r = p + i * ld;
+        const __m256i a0 = row_squares(r, len), a1 = row_squares(r + ld, len);
+        const __m256i a2 = row_squares(r + 2 * ld, len), a3 = row_squares(r + 3 * ld, len);
         /* the four rows' lane sums side by side: (a0, a1, a2, a3) */
         const __m256i t0 = _mm256_add_epi64(_mm256_unpacklo_epi64(a0, a1), _mm256_unpackhi_epi64(a0, a1));
         const __m256i t1 = _mm256_add_epi64(_mm256_unpacklo_epi64(a2, a3), _mm256_unpackhi_epi64(a2, a3));
         __m256i sq = _mm256_add_epi64(_mm256_permute2x128_si256(t0, t1, 0x20),
                                       _mm256_permute2x128_si256(t0, t1, 0x31));
         if (len % 16)
-            sq = _mm256_add_epi64(sq, _mm256_set_epi64x(row_tail_squares(r + 3 * len, len),
-                                                        row_tail_squares(r + 2 * len, len),
-                                                        row_tail_squares(r + len, len),
+            sq = _mm256_add_epi64(sq, _mm256_set_epi64x(row_tail_squares(r + 3 * ld, len),
+                                                        row_tail_squares(r + 2 * ld, len),
+                                                        row_tail_squares(r + ld, len),
                                                         row_tail_squares(r, len)));
         const __m256d d = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(sq, magic)), magic_d);
         /* fx_ceil_sqrt: the root truncated, plus one where its square is below the sum */
@@ -154,7 +154,7 @@ void fx_i16_row_norms_avx2(const int16_t *p, int64_t rows, int64_t len, uint32_t
         _mm_storeu_si128((__m128i *)(out + i), _mm256_castsi256_si128(w));
     }
     for (; i < rows; i++) {
-        const int16_t *row = p + i * len;
+        const int16_t *row = p + i * ld;
         uint64_t lane[4];
         _mm256_storeu_si256((__m256i *)lane, row_squares(row, len));
         const int64_t sq = (int64_t)(lane[0] + lane[1] + lane[2] + lane[3]) + row_tail_squares(row, len);

@@ -46,22 +46,22 @@ static inline __attribute__((always_inline)) __m512i row_squares(const int16_t *
                             _mm512_srli_epi64(q, 32));
 }
 
-/* Row k's sum of squares as lane parts u[k], k < 8, for rows of len values from p. */
+/* Row k's sum of squares as lane parts u[k], k < 8, for rows of len values from p, ld apart. */
 static inline __attribute__((always_inline)) void rows8_squares(const int16_t *p, int64_t len,
-                                                                __m512i u[8])
+                                                                int64_t ld, __m512i u[8])
 {
     if (len <= 32) { /* one load a row, its mask made once (ResNet-20's dy rows, 8 to 32 values) */
         const __mmask32 m = (__mmask32)(len == 32 ? ~0u : (1u << len) - 1);
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) u[k] = row_squares(p + k * len, m);
+        for (int k = 0; k < 8; k++) u[k] = row_squares(p + k * ld, m);
         return;
     }
     if (len <= 64) { /* two loads a row (ResNet-20's padded 32-pixel rows: 34 values) */
         const __mmask32 m = (__mmask32)(len == 64 ? ~0u : (1u << (len - 32)) - 1);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++)
-            u[k] = _mm512_add_epi64(row_squares(p + k * len, ~(__mmask32)0),
-                                    row_squares(p + k * len + 32, m));
+            u[k] = _mm512_add_epi64(row_squares(p + k * ld, ~(__mmask32)0),
+                                    row_squares(p + k * ld + 32, m));
         return;
     }
     /* unrolled, so that u stays in registers: as a loop, GCC kept u in memory and every row's
@@ -69,7 +69,7 @@ static inline __attribute__((always_inline)) void rows8_squares(const int16_t *p
      * on the Zen 5 went to this function, a tenth unrolled) */
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) {
-        const int16_t *row = p + k * len;
+        const int16_t *row = p + k * ld;
         u[k] = _mm512_setzero_si512();
         for (int64_t j = 0; j < len; j += 32) {
             const int nj = len - j < 32 ? (int)(len - j) : 32;
@@ -79,15 +79,15 @@ static inline __attribute__((always_inline)) void rows8_squares(const int16_t *p
     }
 }
 
-/* out[i] = ceil(sqrt(sum of the squares of row i)), rows of len <= 2^10 values. Eight rows at a
- * time: their lane sums reduced together by three rounds of pairwise interleaves, and one
- * vector square root. */
-void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out)
+/* out[i] = ceil(sqrt(sum of the squares of row i)), rows of len <= 2^10 values ld apart. Eight
+ * rows at a time: their lane sums reduced together by three rounds of pairwise interleaves, and
+ * one vector square root. */
+void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, int64_t ld, uint32_t *out)
 {
     int64_t i = 0;
     for (; i + 8 <= rows; i += 8) {
         __m512i u[8];
-        rows8_squares(p + i * len, len, u);
+        rows8_squares(p + i * ld, len, ld, u);
         /* u[k] lane l: a part of row k. Round 1: t[k] holds rows 2k, 2k+1 in alternate lanes */
         __m512i t[4], w[2];
         for (int k = 0; k < 4; k++)
@@ -104,7 +104,7 @@ void fx_i16_row_norms(const int16_t *p, int64_t rows, int64_t len, uint32_t *out
         _mm256_storeu_si256((__m256i *)(void *)(out + i), fx_i16_ceil_sqrt8(sums));
     }
     for (; i < rows; i++) {
-        const int16_t *row = p + i * len;
+        const int16_t *row = p + i * ld;
         __m512i u = _mm512_setzero_si512();
         for (int64_t j = 0; j < len; j += 32) {
             const int nj = len - j < 32 ? (int)(len - j) : 32;
