@@ -8,7 +8,10 @@
 # PyTorch, into OUT/run1 .. OUT/runN and prints the medians of each run's seconds and of its
 # ratios to PyTorch's bf16 and to fp32 (tools/train_speed_summary.py, also OUT/summary.csv):
 # this VM's speed drifts by 10-40 % within minutes, which one run cannot tell from a
-# difference between the formats. Needs a Release build (build/release) and, for the PyTorch
+# difference between the formats. PAIRED=1 runs PyTorch's bf16 epoch after each format
+# instead of once after all of them (OUT/runN/<format>/, PyTorch's fp32 epoch in
+# OUT/runN/pytorch-fp32/), and takes each format's ratio against its own neighbour: a minute
+# apart rather than up to five. Needs a Release build (build/release) and, for the PyTorch
 # rows, Debian's python3-torch.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,6 +28,12 @@ if [ -n "${OMP_WAIT_POLICY:-}" ]; then
     "unset it for a like-for-like comparison (docs/performance.md)" >&2
 fi
 RUNS="${RUNS:-1}"
+PAIRED="${PAIRED:-0}"
+FORMATS="fp32 fp16 bf16 flex16_5 dfp16"
+case "$PAIRED" in
+  0 | 1) ;;
+  *) echo "train_speed: PAIRED=$PAIRED: want 0 or 1" >&2; exit 2 ;;
+esac
 case "$RUNS" in
   '' | *[!0-9]* | 0) echo "train_speed: RUNS=$RUNS: want a positive whole number" >&2; exit 2 ;;
 esac
@@ -35,18 +44,39 @@ else
   echo "train_speed: PyTorch not installed (apt-get install python3-torch); its rows are skipped"
 fi
 
-# one pair of runs, flexpoint's formats then PyTorch's, into folder $1
-run_pair() {
+# flexpoint's formats $2 (comma-separated; all five where empty), then PyTorch's modes $3
+# (none where empty), into folder $1
+run_one() {
   mkdir -p "$1"
   "$ROOT/build/release/tools/flexpoint-train" --model "$MODEL" --pad "$PAD" --epochs 1 \
-    --train-subset "$N" --test-subset 1000 --threads "$T" --out "$1" --quiet
-  if [ "$HAVE_TORCH" = 1 ]; then
+    --train-subset "$N" --test-subset 1000 --threads "$T" --out "$1" --quiet \
+    ${2:+--formats "$2"}
+  if [ "$HAVE_TORCH" = 1 ] && [ -n "$3" ]; then
     /usr/bin/python3 "$ROOT/tools/pytorch_baseline.py" --model "$MODEL" --pad "$PAD" \
-      --epochs 1 --train-subset "$N" --test-subset 1000 --threads "$T" --out "$1" 2>/dev/null
+      --epochs 1 --train-subset "$N" --test-subset 1000 --threads "$T" --out "$1" \
+      --modes "$3" 2>/dev/null
   fi
 }
 
-if [ "$RUNS" = 1 ]; then
+# one run into folder $1: flexpoint's formats then PyTorch's fp32 and bf16; with PAIRED=1 each
+# format followed by PyTorch's bf16 in a folder of its own, then PyTorch's fp32 alone
+run_pair() {
+  if [ "$PAIRED" = 0 ]; then
+    run_one "$1" "" fp32,bf16
+    return
+  fi
+  for f in $FORMATS; do
+    run_one "$1/$f" "$f" bf16
+  done
+  if [ "$HAVE_TORCH" = 1 ]; then
+    mkdir -p "$1/pytorch-fp32"
+    /usr/bin/python3 "$ROOT/tools/pytorch_baseline.py" --model "$MODEL" --pad "$PAD" \
+      --epochs 1 --train-subset "$N" --test-subset 1000 --threads "$T" \
+      --out "$1/pytorch-fp32" --modes fp32 2>/dev/null
+  fi
+}
+
+if [ "$RUNS" = 1 ] && [ "$PAIRED" = 0 ]; then
   run_pair "$OUT"
   exit 0
 fi

@@ -10,7 +10,14 @@ run, cancels in them:
 
     python3 tools/train_speed_summary.py results/train_speed/run* [--csv summary.csv]
 
-Exit status 2 with a message naming the folder when a folder has no epochs.csv.
+A paired run (train_speed.sh with PAIRED=1) is a folder of sub-folders instead, one per
+flexpoint format with that format's epochs.csv and the PyTorch bf16 epoch run right after it
+(and one with PyTorch's fp32 epoch alone): each format's ratio to PyTorch's bf16 is then taken
+against its own neighbour, minutes closer than one PyTorch epoch after all five formats, and
+the run's pytorch-bf16 seconds are the mean of its neighbours'.
+
+Exit status 2 with a message naming the folder when a folder has neither an epochs.csv nor
+sub-folders with one.
 """
 import argparse
 import csv
@@ -30,15 +37,48 @@ def seconds_by_label(path):
     return out
 
 
+def load_pair(folder):
+    """{label: seconds per epoch} of one folder's epochs.csv and pytorch_epochs.csv (each
+    optional); None where it has neither"""
+    run = {}
+    for name in ("epochs.csv", "pytorch_epochs.csv"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            run.update(seconds_by_label(path))
+    return run if run else None
+
+
+PAIRED = "_paired_bf16"  # a paired run's {label: its neighbouring PyTorch bf16 epoch}
+
+
 def load_run(folder):
-    """{label: seconds per epoch} of one run folder, flexpoint's and PyTorch's rows together"""
-    ep = os.path.join(folder, "epochs.csv")
-    if not os.path.isfile(ep):
+    """{label: seconds per epoch} of one run folder, flexpoint's and PyTorch's rows together;
+    a paired run's (sub-folders, PAIRED=1) also holds PAIRED: each flexpoint label's own
+    PyTorch bf16 epoch"""
+    if os.path.isfile(os.path.join(folder, "epochs.csv")):
+        return load_pair(folder)
+    # in the order they ran (each folder made when its pair began), so the table lists the
+    # formats in train_speed.sh's order
+    subs = [os.path.join(folder, d) for d in os.listdir(folder)] if os.path.isdir(folder) else []
+    subs = sorted((s for s in subs if os.path.isdir(s)), key=lambda s: (os.path.getmtime(s), s))
+    parts = [p for p in (load_pair(s) for s in subs) if p]
+    if not any(any(not k.startswith("pytorch-") for k in p) for p in parts):
         raise ValueError(f"{folder}: no epochs.csv (not a train_speed run folder)")
-    run = seconds_by_label(ep)
-    pt = os.path.join(folder, "pytorch_epochs.csv")
-    if os.path.isfile(pt):
-        run.update(seconds_by_label(pt))
+    run, paired, neighbours = {}, {}, []
+    for p in parts:
+        mine = [k for k in p if not k.startswith("pytorch-")]
+        for k in mine:
+            run[k] = p[k]
+            if "pytorch-bf16" in p:
+                paired[k] = p["pytorch-bf16"]
+        if "pytorch-bf16" in p:
+            neighbours.append(p["pytorch-bf16"])
+        for k in p:
+            if k.startswith("pytorch-") and k != "pytorch-bf16":
+                run[k] = p[k]
+    if neighbours:
+        run["pytorch-bf16"] = sum(neighbours) / len(neighbours)
+    run[PAIRED] = paired
     return run
 
 
@@ -46,6 +86,8 @@ def summarize(runs):
     """Rows (label, run index or 'median', seconds, ratio to pytorch-bf16, ratio to fp32),
     labels in first-seen order; a ratio is None where its reference did not run."""
     def ratio(r, label, ref):
+        if ref == "pytorch-bf16" and label in r.get(PAIRED, {}):
+            return r[label] / r[PAIRED][label]
         return r[label] / r[ref] if ref in r else None
 
     def median(values):
@@ -53,7 +95,7 @@ def summarize(runs):
         return statistics.median(values) if values else None
 
     rows = []
-    for label in dict.fromkeys(k for r in runs for k in r):
+    for label in dict.fromkeys(k for r in runs for k in r if k != PAIRED):
         mine = [(i, r[label], ratio(r, label, "pytorch-bf16"), ratio(r, label, "fp32"))
                 for i, r in enumerate(runs, 1) if label in r]
         rows += [(label, *m) for m in mine]

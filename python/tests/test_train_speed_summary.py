@@ -66,3 +66,32 @@ def test_not_a_run_folder(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert tool.main([str(tmp_path / "empty")]) == 2
     assert "no epochs.csv" in capsys.readouterr().err
+
+
+def test_paired_run_takes_each_formats_neighbour(tmp_path):
+    """PAIRED=1: each format's ratio against the PyTorch bf16 epoch run right after it, not
+    against a mean or a single PyTorch epoch of the run"""
+    tool = load_tool()
+    run = tmp_path / "run1"
+    # the machine slows down between the two pairs: both sides of the second pair twice as long
+    write_run(run / "fp32", {"fp32": [10.0]}, {"pytorch-bf16": [5.0]})
+    write_run(run / "dfp16", {"dfp16": [9.0]}, {"pytorch-bf16": [10.0]})
+    write_run(run / "pytorch-fp32", {}, {"pytorch-fp32": [12.0]})
+    out = tmp_path / "summary.csv"
+    assert tool.main([str(run), "--csv", str(out)]) == 0
+    with open(out, newline="") as f:
+        rows = {(r["run"], r["repeat"]): r for r in csv.DictReader(f)}
+    assert float(rows[("dfp16", "1")]["ratio_to_pytorch_bf16"]) == pytest.approx(0.9)
+    assert float(rows[("fp32", "1")]["ratio_to_pytorch_bf16"]) == pytest.approx(2.0)
+    assert float(rows[("dfp16", "1")]["ratio_to_fp32"]) == pytest.approx(0.9)
+    # the run's PyTorch bf16 epoch: the mean of the neighbours; fp32's from its own folder
+    assert float(rows[("pytorch-bf16", "1")]["seconds"]) == pytest.approx(7.5)
+    assert float(rows[("pytorch-fp32", "1")]["ratio_to_fp32"]) == pytest.approx(1.2)
+    assert ("_paired_bf16", "1") not in rows
+
+
+def test_paired_run_without_a_flexpoint_epoch(tmp_path, capsys):
+    tool = load_tool()
+    write_run(tmp_path / "run1" / "pytorch-fp32", {}, {"pytorch-fp32": [12.0]})
+    assert tool.main([str(tmp_path / "run1")]) == 2
+    assert "no epochs.csv" in capsys.readouterr().err
