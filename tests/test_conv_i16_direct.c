@@ -354,8 +354,8 @@ static void check_row_norms(uint64_t seed)
                                                                           : 0)
                                                      : (int16_t)(j == 0 ? 181 : j == 1 ? 0 : 0);
                     }
-                /* mode 2: 3^2 + 4^2 = 5^2; mode 3: 24^2 + 7^2 + 1 = 25^2 + 1; mode 4: 181^2 = 32761,
-                 * and with a length of at least 2 the row below gets the second value 0 */
+                /* mode 2: 3^2 + 4^2 = 5^2; mode 3: 24^2 + 7^2 + 1 = 25^2 + 1; mode 4: 181^2 =
+                 * 32761, and with a length of at least 2 the row below gets the second value 0 */
                 g_row_norms(p, rows, len, ld, out);
                 for (int64_t i = 0; i < rows; i++) {
                     uint64_t sq = 0;

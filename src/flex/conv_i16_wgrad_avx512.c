@@ -56,7 +56,7 @@ static inline __attribute__((always_inline)) void rows8_squares(const int16_t *p
         for (int k = 0; k < 8; k++) u[k] = row_squares(p + k * ld, m);
         return;
     }
-    if (len <= 64) { /* two loads a row (ResNet-20's padded 32-pixel rows: 34 values) */
+    if (len <= 64) { /* two loads a row (33 to 64 values) */
         const __mmask32 m = (__mmask32)(len == 64 ? ~0u : (1u << (len - 32)) - 1);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++)
