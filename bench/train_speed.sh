@@ -44,18 +44,24 @@ else
   echo "train_speed: PyTorch not installed (apt-get install python3-torch); its rows are skipped"
 fi
 
-# flexpoint's formats $2 (comma-separated; all five where empty), then PyTorch's modes $3
-# (none where empty), into folder $1
+# PyTorch's modes $2 (comma-separated) into folder $1, where PyTorch is installed
+run_torch() {
+  mkdir -p "$1"
+  if [ "$HAVE_TORCH" = 1 ]; then
+    /usr/bin/python3 "$ROOT/tools/pytorch_baseline.py" --model "$MODEL" --pad "$PAD" \
+      --epochs 1 --train-subset "$N" --test-subset 1000 --threads "$T" --out "$1" \
+      --modes "$2" 2>/dev/null
+  fi
+}
+
+# flexpoint's formats $2 (comma-separated; all five where empty), then PyTorch's modes $3,
+# into folder $1
 run_one() {
   mkdir -p "$1"
   "$ROOT/build/release/tools/flexpoint-train" --model "$MODEL" --pad "$PAD" --epochs 1 \
     --train-subset "$N" --test-subset 1000 --threads "$T" --out "$1" --quiet \
     ${2:+--formats "$2"}
-  if [ "$HAVE_TORCH" = 1 ] && [ -n "$3" ]; then
-    /usr/bin/python3 "$ROOT/tools/pytorch_baseline.py" --model "$MODEL" --pad "$PAD" \
-      --epochs 1 --train-subset "$N" --test-subset 1000 --threads "$T" --out "$1" \
-      --modes "$3" 2>/dev/null
-  fi
+  run_torch "$1" "$3"
 }
 
 # one run into folder $1: flexpoint's formats then PyTorch's fp32 and bf16; with PAIRED=1 each
@@ -68,12 +74,7 @@ run_pair() {
   for f in $FORMATS; do
     run_one "$1/$f" "$f" bf16
   done
-  if [ "$HAVE_TORCH" = 1 ]; then
-    mkdir -p "$1/pytorch-fp32"
-    /usr/bin/python3 "$ROOT/tools/pytorch_baseline.py" --model "$MODEL" --pad "$PAD" \
-      --epochs 1 --train-subset "$N" --test-subset 1000 --threads "$T" \
-      --out "$1/pytorch-fp32" --modes fp32 2>/dev/null
-  fi
+  run_torch "$1/pytorch-fp32" fp32
 }
 
 if [ "$RUNS" = 1 ] && [ "$PAIRED" = 0 ]; then

@@ -280,19 +280,16 @@ _Static_assert(FX_MR == 6 && FX_NR == 32, "the asm loop is written for the 6 x 3
     __asm__ volatile(FX_FAST_CHAINS_TEXT(FX_ROWS_AT(ROW), "add $4, %[a]\n\tadd $4, %[a3]\n\t")   \
                          FX_ASM_OPERANDS_ROWS)
 
-static void fx_fast_chains_vnni(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
-                                __m512i s[2 * FX_MR], __m512i h[2 * FX_MR])
-{
-    int64_t left = kp, len;
-    FX_FAST_CHAINS(FX_ROW_VNNI);
-}
-
-static void fx_fast_chains_bw(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
-                              __m512i s[2 * FX_MR], __m512i h[2 * FX_MR])
-{
-    int64_t left = kp, len;
-    FX_FAST_CHAINS(FX_ROW_BW);
-}
+/* A packed micro-panel's chain function: LOOP (six rows or four) with ROW's instruction set */
+#define FX_FAST_CHAINS_FN(NAME, LOOP, ROW)                                                         \
+    static void NAME(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,             \
+                     __m512i s[2 * FX_MR], __m512i h[2 * FX_MR])                                  \
+    {                                                                                              \
+        int64_t left = kp, len;                                                                    \
+        LOOP(ROW);                                                                                 \
+    }
+FX_FAST_CHAINS_FN(fx_fast_chains_vnni, FX_FAST_CHAINS, FX_ROW_VNNI)
+FX_FAST_CHAINS_FN(fx_fast_chains_bw, FX_FAST_CHAINS, FX_ROW_BW)
 
 /* Test and benchmark switch (fx_gemm_i16_set_fast4): 0 runs partial tiles of four rows or fewer
  * on the six-row loop, as before the 4 x 32 one; the same sums. */
@@ -307,19 +304,8 @@ void fx_gemm_i16_set_fast4(int on) { g_fast4 = on != 0; }
     __asm__ volatile(FX_FAST_CHAINS_TEXT_R(FX_ROWS4(ROW), "add $24, %[a]\n\t", FX_R8, FX_R8O)     \
                          FX_ASM_OPERANDS)
 
-static void fx_fast_chains4_vnni(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
-                                 __m512i s[2 * FX_MR], __m512i h[2 * FX_MR])
-{
-    int64_t left = kp, len;
-    FX_FAST_CHAINS4(FX_ROW_VNNI);
-}
-
-static void fx_fast_chains4_bw(int64_t kp, int64_t chain, const int32_t *ap, const int16_t *bp,
-                               __m512i s[2 * FX_MR], __m512i h[2 * FX_MR])
-{
-    int64_t left = kp, len;
-    FX_FAST_CHAINS4(FX_ROW_BW);
-}
+FX_FAST_CHAINS_FN(fx_fast_chains4_vnni, FX_FAST_CHAINS4, FX_ROW_VNNI)
+FX_FAST_CHAINS_FN(fx_fast_chains4_bw, FX_FAST_CHAINS4, FX_ROW_BW)
 
 /* The same chains with A's six rows read in place: row i's pair p is the int32 word at
  * a + i lda + 2 p (lda int16 units between rows; the rows hold 2 kp values each). */
