@@ -39,6 +39,7 @@
 #include "nn/im2col.h"
 #include "nn/conv_dgrad_phases.h"
 #include "flex/gemm_i16.h" /* fx_gemm_i16_amx_on */
+#include "bf16/bf16_gemm.h" /* fx_bf16_pair_nhwc */
 #include "nn/nn_ops.h"     /* fx_conv_early_rounding_reused, fx_conv_stage_redone */
 #include "core/dispatch.h" /* fx_write_shared_guess_steady */
 #include "testutil.h"
@@ -831,14 +832,18 @@ static void check_forward(uint64_t *seedp)
     *seedp = seed;
 }
 
-/* The AVX2 kernel's copy of an unpadded image (fx_i16_fwd_copy_image_avx2) against the portable
- * copy of the padded one: the same pair words and row norms, nothing written past either
- * buffer or the scratch. Channel counts with odd pairs, partial and several segments; widths
- * below, at and across the vectors' 8 and 16 pixels; paddings on one side only; data at full
- * scale with -32768 (a pair's squares 2^31, a segment's 2^33) and equal values. */
-static void check_copy(uint64_t seed)
+/* The levels' copies of an unpadded image (fx_i16_fwd_copy_image_avx2 through its pair planes,
+ * fx_i16_fwd_copy_image_avx512 in one pass) against the portable copy of the padded one: the
+ * same pair words and row norms, nothing written past either buffer or the AVX2 scratch. Where
+ * the CPU has AVX512_BF16, bf16's copy (fx_bf16_pair_nhwc: Cp words a pixel, the same pass without
+ * norms) against the portable copy's first Cp words. Channel counts with odd pairs, partial and
+ * several segments; widths below, at and across the vectors' 8 and 16 pixels; paddings on one
+ * side only; data at full scale, -32768 everywhere (a pair's squares 2^31, a segment's 2^33),
+ * values whose segment sums straddle the AVX-512 sums' saturation at 2^31 - 1 (the exact
+ * re-sum), and small values. */
+static void check_copy(int avx512, uint64_t seed)
 {
-    static const int64_t cs[] = {1, 2, 3, 7, 8, 9, 16, 17, 31, 32, 33, 64, 70};
+    static const int64_t cs[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 70};
     static const int64_t hw[][2] = {{1, 1}, {3, 5}, {7, 7}, {8, 8}, {14, 14}, {15, 17},
                                     {16, 16}, {32, 32}, {5, 40}};
     static const int64_t pads[][2] = {{0, 0}, {1, 1}, {2, 0}, {0, 3}, {2, 2}};
@@ -846,11 +851,11 @@ static void check_copy(uint64_t seed)
     const uint32_t canary = 0xA5A5A5A5u;
     test_rng r;
     test_rng_seed(&r, seed);
-    long bad_words = 0, bad_norms = 0, overruns = 0, cases = 0;
+    long bad_words = 0, bad_norms = 0, bad_bf16 = 0, overruns = 0, cases = 0, saturating = 0;
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
         for (size_t hi = 0; hi < sizeof hw / sizeof hw[0]; hi++)
             for (size_t pi = 0; pi < sizeof pads / sizeof pads[0]; pi++)
-                for (int kind = 0; kind < 3; kind++) {
+                for (int kind = 0; kind < 4; kind++) {
                     const int64_t C = cs[ci], H = hw[hi][0], W = hw[hi][1];
                     const int64_t ph = pads[pi][0], pw = pads[pi][1];
                     const fx_conv_geom g = {.N = 1, .C = C, .H = H, .W = W, .O = 16, .KH = 1,
@@ -858,7 +863,7 @@ static void check_copy(uint64_t seed)
                                             .sh = 1, .sw = 1, .ph = ph, .pw = pw, .dh = 1,
                                             .dw = 1};
                     const int64_t Hp = H + 2 * ph, Wp = W + 2 * pw, HW = Hp * Wp;
-                    const int64_t Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
+                    const int64_t Cp = (C + 1) / 2, Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
                     int16_t *xu = malloc(sizeof(int16_t) * (size_t)(C * H * W));
                     int16_t *xp = calloc((size_t)(C * HW), sizeof(int16_t));
                     for (int64_t c = 0; c < C; c++)
@@ -867,6 +872,8 @@ static void check_copy(uint64_t seed)
                                 xu[(c * H + h) * W + x] = xp[(c * Hp + h + ph) * Wp + x + pw] =
                                     kind == 0   ? (int16_t)test_rng_range(&r, -32768, 32767)
                                     : kind == 1 ? (int16_t)-32768
+                                    : kind == 2 ? (int16_t)((test_rng_range(&r, 0, 1) ? 1 : -1) *
+                                                            test_rng_range(&r, 16000, 16800))
                                                 : (int16_t)test_rng_range(&r, -300, 300);
                     uint32_t *want = malloc(sizeof(uint32_t) * (size_t)(HW * Cpp));
                     uint32_t *want_rn = malloc(sizeof(uint32_t) * (size_t)(Hp * G));
@@ -881,13 +888,27 @@ static void check_copy(uint64_t seed)
                     for (int64_t i = 0; i < nr; i++) got_rn[i] = canary;
                     for (int64_t i = 0; i < npl; i++) planes[i] = canary;
                     for (int64_t i = 0; i < nsq; i++) sq[i] = canary;
-                    fx_i16_fwd_copy_image_avx2(&g, xu, got, got_rn, planes, sq);
+                    if (avx512)
+                        fx_i16_fwd_copy_image_avx512(&g, xu, got, got_rn);
+                    else
+                        fx_i16_fwd_copy_image_avx2(&g, xu, got, got_rn, planes, sq);
                     for (int64_t i = 0; i < HW * Cpp; i++) bad_words += got[i] != want[i];
-                    for (int64_t i = 0; i < Hp * G; i++) bad_norms += got_rn[i] != want_rn[i];
+                    for (int64_t i = 0; i < Hp * G; i++) {
+                        bad_norms += got_rn[i] != want_rn[i];
+                        saturating += (int64_t)want_rn[i] * want_rn[i] >= ((int64_t)1 << 31);
+                    }
                     for (int64_t i = HW * Cpp; i < nq; i++) overruns += got[i] != canary;
                     for (int64_t i = Hp * G; i < nr; i++) overruns += got_rn[i] != canary;
                     for (int64_t i = Cpp * HW; i < npl; i++) overruns += planes[i] != canary;
                     for (int64_t i = G * HW; i < nsq; i++) overruns += sq[i] != canary;
+                    if (avx512 && fx_cpu()->avx512bf16) { /* bf16's layout: Cp words a pixel */
+                        for (int64_t i = 0; i < nq; i++) got[i] = canary;
+                        fx_bf16_pair_nhwc(&g, (const uint16_t *)(const void *)xu, 1, got);
+                        for (int64_t p = 0; p < HW; p++)
+                            for (int64_t cp = 0; cp < Cp; cp++)
+                                bad_bf16 += got[p * Cp + cp] != want[p * Cpp + cp];
+                        for (int64_t i = HW * Cp; i < nq; i++) overruns += got[i] != canary;
+                    }
                     cases++;
                     free(xu);
                     free(xp);
@@ -898,72 +919,11 @@ static void check_copy(uint64_t seed)
                     free(planes);
                     free(sq);
                 }
-    CHECK(bad_words == 0 && bad_norms == 0 && overruns == 0,
-          "AVX2 copy of %ld images: %ld pair words and %ld row norms differ from the portable "
-          "copy, %ld words written past the buffers",
-          cases, bad_words, bad_norms, overruns);
-}
-
-/* The AVX512_VNNI row norms (fx_i16_row_segment_norms_avx512, from an image's pair planes)
- * against the portable copy's: every channel count with partial and several segments, rows
- * across the blocks of eight and widths across the vectors' 16 pixels, on full-range data, on
- * -32768 everywhere (a segment's squares 2^33), on values whose segment sums straddle the
- * saturating lanes' 2^31 - 1 (the exact re-sum), and on small values; nothing written past
- * Hp G norms. */
-static void check_row_segment_norms_avx512(uint64_t seed)
-{
-    static const int64_t cs[] = {1, 2, 7, 8, 9, 16, 17, 32, 33, 64};
-    static const int64_t hw[][2] = {{1, 1}, {3, 17}, {8, 16}, {9, 15}, {17, 33}, {34, 34}};
-    enum { GUARD = 16 };
-    const uint32_t canary = 0xA5A5A5A5u;
-    test_rng r;
-    test_rng_seed(&r, seed);
-    long bad = 0, overruns = 0, cases = 0, saturating = 0;
-    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
-        for (size_t hi = 0; hi < sizeof hw / sizeof hw[0]; hi++)
-            for (int kind = 0; kind < 4; kind++) {
-                const int64_t C = cs[ci], Hp = hw[hi][0], Wp = hw[hi][1], HW = Hp * Wp;
-                const int64_t Cp = (C + 1) / 2, Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
-                const fx_conv_geom g = {.N = 1, .C = C, .H = Hp, .W = Wp, .O = 16, .KH = 1,
-                                        .KW = 1, .OH = Hp, .OW = Wp, .sh = 1, .sw = 1,
-                                        .ph = 0, .pw = 0, .dh = 1, .dw = 1};
-                int16_t *x = malloc(sizeof(int16_t) * (size_t)(C * HW));
-                for (int64_t i = 0; i < C * HW; i++)
-                    x[i] = kind == 0   ? (int16_t)test_rng_range(&r, -32768, 32767)
-                           : kind == 1 ? (int16_t)-32768
-                           : kind == 2 ? (int16_t)((test_rng_range(&r, 0, 1) ? 1 : -1) *
-                                                   test_rng_range(&r, 16000, 16800))
-                                       : (int16_t)test_rng_range(&r, -300, 300);
-                uint32_t *planes = malloc(sizeof(uint32_t) * (size_t)(Cp * HW));
-                for (int64_t cp = 0; cp < Cp; cp++)
-                    for (int64_t q = 0; q < HW; q++)
-                        planes[cp * HW + q] =
-                            (uint16_t)x[2 * cp * HW + q] |
-                            (2 * cp + 1 < C ? (uint32_t)(uint16_t)x[(2 * cp + 1) * HW + q] << 16
-                                            : 0u);
-                uint32_t *xq = malloc(sizeof(uint32_t) * (size_t)(HW * Cpp));
-                uint32_t *want = malloc(sizeof(uint32_t) * (size_t)(Hp * G));
-                uint32_t *got = malloc(sizeof(uint32_t) * (size_t)(Hp * G + GUARD));
-                fx_i16_fwd_copy_image(&g, x, xq, want);
-                for (int64_t i = 0; i < Hp * G + GUARD; i++) got[i] = canary;
-                fx_i16_row_segment_norms_avx512(planes, Cp, G, Hp, Wp, got);
-                for (int64_t i = 0; i < Hp * G; i++) {
-                    bad += got[i] != want[i];
-                    saturating += (int64_t)want[i] * want[i] >= ((int64_t)1 << 31);
-                }
-                for (int64_t i = Hp * G; i < Hp * G + GUARD; i++) overruns += got[i] != canary;
-                cases++;
-                free(x);
-                free(planes);
-                free(xq);
-                free(want);
-                free(got);
-            }
-    CHECK(bad == 0 && overruns == 0,
-          "AVX-512 row norms of %ld images: %ld differ from the portable copy's, %ld written "
-          "past the norms",
-          cases, bad, overruns);
-    CHECK(saturating > 0, "no row norm reached the saturating lanes' range (the data should)");
+    CHECK(bad_words == 0 && bad_norms == 0 && bad_bf16 == 0 && overruns == 0,
+          "%s copy of %ld images: %ld pair words and %ld row norms differ from the portable "
+          "copy, %ld in bf16's words, %ld words written past the buffers",
+          avx512 ? "AVX-512" : "AVX2", cases, bad_words, bad_norms, bad_bf16, overruns);
+    CHECK(saturating > 0, "no row norm reached the saturating sums' range (the data should)");
 }
 
 /* tensor_conv2d_backward_weight at a stride with the direct route on and off (the patch GEMM):
@@ -1359,13 +1319,13 @@ int main(void)
     uint64_t seed = 1;
     int ran = 0;
     const fx_backend *avx2 = fx_backend_get(FX_BACKEND_AVX2);
-    if (avx2 && avx2->available) check_copy(seed++);
+    if (avx2 && avx2->available) check_copy(0, seed++);
     if (avx2 && avx2->available) check_fold_schedules4(seed++);
     if (avx2 && avx2->available) check_wgrad_schedules4(seed++);
     const fx_backend *avx512 = fx_backend_get(FX_BACKEND_AVX512);
     if (avx512 && avx512->available && avx512->conv.i16_fwd) {
         check_fold_schedules8(seed++);
-        check_row_segment_norms_avx512(seed++);
+        check_copy(1, seed++);
     }
     check_sched_span();
     /* the portable row norms, the definition the levels' follow */

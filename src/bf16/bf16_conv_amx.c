@@ -134,15 +134,11 @@ void fx_bf16_fwd_amx(const struct fx_conv_geom *g, const uint16_t *x, int64_t nb
     const int64_t C = g->C, O = g->O, Cp = (C + 1) / 2, opad = (O + 15) / 16 * 16;
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HW = Hp * Wp;
     const int64_t P = g->OH * g->OW, KK = g->KH * g->KW, sw = g->sw;
-    /* the copy as the dpbf16 kernel lays it out (fx_bf16_fwd_direct_scratch words): the
-     * pair-last chunk, its slack (a last block's spare rows and their taps read it), the
-     * interleaving buffer and the zero plane of an odd C */
+    /* the copy as the dpbf16 kernel lays it out (within fx_bf16_fwd_direct_scratch words): the
+     * pair-last chunk and its slack (a last block's spare rows and their taps read it) */
     uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
     const int64_t slack = (16 * sw + g->KW) * Cp;
-    uint32_t *tmp = xq + nbc * HW * Cp + slack;
-    uint16_t *zeros = (uint16_t *)(void *)(tmp + Cp * HW);
-    if (C % 2) memset(zeros, 0, sizeof(uint16_t) * (size_t)(g->H * g->W));
-    fx_bf16_pair_nhwc(g, x, nbc, tmp, zeros, xq);
+    fx_bf16_pair_nhwc(g, x, nbc, xq);
     memset(xq + nbc * HW * Cp, 0, sizeof(uint32_t) * (size_t)slack);
     int64_t taps[AMX_MAX_TAPS]; /* word offsets of the taps from a pixel's top-left one */
     for (int64_t t = 0; t < KK; t++) taps[t] = ((t / g->KW) * Wp + t % g->KW) * Cp;

@@ -231,20 +231,16 @@ void fx_bf16_wgrad_direct(const struct fx_conv_geom *g, const uint16_t *xp, cons
 #define FX_FWD_MAX_TAPS 64 /* kernels up to 8 x 8 */
 
 /* xq[n][ih][iw][cp] = (x[n][2cp][ih][iw], x[n][2cp + 1][ih][iw]) over the padded image (zero
- * words in the padding), the second 0 past C: each image's channel planes interleaved in pairs
- * and padded in the same pass (the pair GEMM's B interleave; zeros: H W zero values for an odd
- * C's last pair), then its Cp x (Hp Wp) word matrix transposed by 16 x 16 blocks. Padding
- * while pairing spares the chunk a padded copy, one more pass over it (about a tenth of
- * ResNet-20's 16-channel forward pass). tmp: Cp Hp Wp words. */
-void fx_bf16_pair_nhwc(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
-                       uint32_t *tmp, const uint16_t *zeros, uint32_t *xq)
+ * words in the padding), the second 0 past C: each image paired, padded and transposed to
+ * pixel-major order in one pass (fx_pair_nhwc_padded_avx512). Padding while pairing spares the
+ * chunk a padded copy, one more pass over it (about a tenth of ResNet-20's 16-channel forward
+ * pass). */
+void fx_bf16_pair_nhwc(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc, uint32_t *xq)
 {
     const int64_t C = g->C, Cp = (C + 1) / 2, HWp = (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
-    for (int64_t n = 0; n < nbc; n++) {
-        fx_pair_planes_padded_avx512(x + n * C * g->H * g->W, C, g->H, g->W, g->ph, g->pw, zeros,
-                                     tmp);
-        fx_pair_planes_transpose_avx512(tmp, Cp, HWp, Cp, xq + n * HWp * Cp);
-    }
+    for (int64_t n = 0; n < nbc; n++)
+        fx_pair_nhwc_padded_avx512(x + n * C * g->H * g->W, C, g->H, g->W, g->ph, g->pw, Cp,
+                                   xq + n * HWp * Cp, NULL);
 }
 
 int64_t fx_bf16_fwd_direct_weights_numel(const struct fx_conv_geom *g)
@@ -378,10 +374,9 @@ int fx_bf16_fwd_direct_fits(const struct fx_conv_geom *g)
 int64_t fx_bf16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
 {
     const int64_t Cp = (g->C + 1) / 2, HW = (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
-    /* the copy, the tiles' overrun past its end (a last tile's spare rows and their taps), the
-     * interleaving buffer, a zero plane (H W values), 16 spare words for alignment */
-    return nb * HW * Cp + (FX_FWD_MAX_MR * g->sw + g->KW) * Cp + Cp * HW + (g->H * g->W + 1) / 2 +
-           16;
+    /* the copy, the tiles' overrun past its end (a last tile's spare rows and their taps), 16
+     * spare words for alignment */
+    return nb * HW * Cp + (FX_FWD_MAX_MR * g->sw + g->KW) * Cp + 16;
 }
 
 void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
@@ -394,10 +389,7 @@ void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t
     const int64_t OH = g->OH, OW = g->OW, P = OH * OW, KK = g->KH * g->KW;
     uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
     const int64_t sh = g->sh, sw = g->sw, slack = (FX_FWD_MAX_MR * sw + g->KW) * Cp;
-    uint32_t *tmp = xq + nbc * HW * Cp + slack;
-    uint16_t *zeros = (uint16_t *)(void *)(tmp + Cp * HW);
-    if (C % 2) memset(zeros, 0, sizeof(uint16_t) * (size_t)(g->H * g->W));
-    fx_bf16_pair_nhwc(g, x, nbc, tmp, zeros, xq);
+    fx_bf16_pair_nhwc(g, x, nbc, xq);
     memset(xq + nbc * HW * Cp, 0, sizeof(uint32_t) * (size_t)slack);
     /* the padding's zeros would not count for conditions (i) and (ii) either */
     const uint32_t kx = fx_bf16_minkey_avx512(x, nbc * C * g->H * g->W);
@@ -511,10 +503,9 @@ int64_t fx_bf16_dgrad_s2_scratch(const struct fx_conv_geom *g, int64_t nb)
     int64_t ph, pw;
     s2_axes(g, ah, aw, &ph, &pw);
     const int64_t Op = (g->O + 1) / 2, HWp = (g->OH + 2 * ph) * (g->OW + 2 * pw);
-    /* the copy, the tiles' overrun past its end, the interleaving buffer, a zero plane (an odd
-     * O), the quarter planes (nb C H W bf16 values in all), 16 spare words for alignment */
-    return nb * HWp * Op + (FX_FWD_MAX_MR + g->KW) * Op + Op * HWp + (g->OH * g->OW + 1) / 2 +
-           (nb * g->C * g->H * g->W + 1) / 2 + 16;
+    /* the copy, the tiles' overrun past its end, the quarter planes (nb C H W bf16 values in
+     * all), 16 spare words for alignment */
+    return nb * HWp * Op + (FX_FWD_MAX_MR + g->KW) * Op + (nb * g->C * g->H * g->W + 1) / 2 + 16;
 }
 
 void fx_bf16_dgrad_s2_copy(const struct fx_conv_geom *g, const uint16_t *dy, int64_t nbc,
@@ -531,11 +522,8 @@ void fx_bf16_dgrad_s2_copy(const struct fx_conv_geom *g, const uint16_t *dy, int
     const struct fx_conv_geom gc = {.N = nbc, .C = O, .H = g->OH, .W = g->OW, .ph = k->ph,
                                     .pw = k->pw};
     uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
-    uint32_t *tmp = xq + nbc * HWp * Op + slack;
-    uint16_t *zeros = (uint16_t *)(void *)(tmp + Op * HWp);
-    uint16_t *quarters = zeros + 2 * ((g->OH * g->OW + 1) / 2);
-    if (O % 2) memset(zeros, 0, sizeof(uint16_t) * (size_t)(g->OH * g->OW));
-    fx_bf16_pair_nhwc(&gc, dy, nbc, tmp, zeros, xq);
+    uint16_t *quarters = (uint16_t *)(void *)(xq + nbc * HWp * Op + slack);
+    fx_bf16_pair_nhwc(&gc, dy, nbc, xq);
     memset(xq + nbc * HWp * Op, 0, sizeof(uint32_t) * (size_t)slack);
     k->xq = xq;
     for (int q = 0; q < 4; q++) {

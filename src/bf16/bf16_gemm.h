@@ -83,9 +83,8 @@ void fx_bf16_fwd_direct(const struct fx_conv_geom *g, const uint16_t *x, int64_t
                         uint16_t *ybf, int nthreads);
 /* The dpbf16 kernel's copy of a chunk (the first nbc images of x, unpadded): xq[n][ih][iw][cp]
  * = (x[n][2cp][ih][iw], x[n][2cp + 1][ih][iw]) over the padded image, zero words in the padding
- * and a zero second half past C. tmp: Cp Hp Wp words; zeros: H W zero values (an odd C). */
-void fx_bf16_pair_nhwc(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc,
-                       uint32_t *tmp, const uint16_t *zeros, uint32_t *xq);
+ * and a zero second half past C. */
+void fx_bf16_pair_nhwc(const struct fx_conv_geom *g, const uint16_t *x, int64_t nbc, uint32_t *xq);
 /* The input gradient of a stride-2 convolution by phases (src/bf16/bf16_conv_avx512bf16.c, the
  * dpbf16 route's kernel conv.bf16_dgrad_s2). dx's rows 2a + r of parity r (a < n) take the
  * kernel rows k with r + p - k even, at dy row a + d(k), d(k) = (r + p - k) / 2: one axis of a

@@ -52,31 +52,6 @@ static inline void fx_interleave16_avx512(uint16_t *dst, const uint16_t *r0, con
     }
 }
 
-/* planes[cp][i] = (img[2cp][i], img[2cp + 1][i]) for cp < (C + 1) / 2 and the pixels i of the
- * padded image (Hp = H + 2 ph rows of Wp = W + 2 pw pixels) made from the unpadded one (C planes
- * of H x W values): one image's channel planes interleaved in pairs, zero words in the padding,
- * so that the kernels read no padded copy of the chunk, which would be one more pass over it.
- * zeros: at least H W zero values (the second half of an odd C's last pair). */
-static inline void fx_pair_planes_padded_avx512(const uint16_t *img, int64_t C, int64_t H,
-                                                int64_t W, int64_t ph, int64_t pw,
-                                                const uint16_t *zeros, uint32_t *planes)
-{
-    const int64_t Wp = W + 2 * pw, HWp = (H + 2 * ph) * Wp;
-    for (int64_t cp = 0; 2 * cp < C; cp++) {
-        const uint16_t *r0 = img + 2 * cp * H * W;
-        const uint16_t *r1 = 2 * cp + 1 < C ? r0 + H * W : zeros;
-        uint32_t *q = planes + cp * HWp;
-        fx_zero_bytes(q, 4 * (ph * Wp + pw));
-        for (int64_t ih = 0; ih < H; ih++) {
-            uint32_t *row = q + (ph + ih) * Wp + pw;
-            fx_interleave16_avx512((uint16_t *)(void *)row, r0 + ih * W, r1 + ih * W, W);
-            /* this row's right padding and the next one's left, if there is a next */
-            fx_zero_bytes(row + W, 4 * (ih + 1 < H ? 2 * pw : pw));
-        }
-        fx_zero_bytes(q + (ph + H) * Wp, 4 * ph * Wp);
-    }
-}
-
 /* out[i ld + cp] = planes[cp][i] for cp < Cp, i < HW: the Cp x HW word matrix transposed by
  * 16 x 16 blocks, each pixel's pairs ld words apart (ld >= Cp; words Cp..ld-1 not written) */
 static inline void fx_pair_planes_transpose_avx512(const uint32_t *planes, int64_t Cp, int64_t HW,
@@ -99,6 +74,99 @@ static inline void fx_pair_planes_transpose_avx512(const uint32_t *planes, int64
                 for (int t = 0; t < np; t++) _mm256_storeu_ps(o + t * ld, _mm512_castps512_ps256(v[t]));
             else
                 for (int t = 0; t < np; t++) fx_store_d16(o + t * ld, cm, v[t]);
+        }
+    }
+}
+
+/* The padded image's pair words pixel by pixel, straight from the unpadded image (C planes of
+ * H x W 16-bit values): xq[(ih Wp + iw) ld + cp] = (img[2cp][ih - ph][iw - pw], img[2cp + 1][...])
+ * for cp < Cp = ceil(C / 2) over the Hp = H + 2 ph rows of Wp = W + 2 pw pixels, zero words in
+ * the padding, zero halves past C and zero words for Cp <= cp < ld. Why one pass: padded pair
+ * planes first and their transpose after (fx_pair_planes_transpose_avx512) wrote and read the
+ * planes once more (37 KB an image at 16 channels of 34 x 34, beyond L1), and the integer
+ * kernels' row norms read them a third time; here 16 pixels of 16 pairs are interleaved,
+ * summed and transposed in registers (a ResNet-20 16-channel chunk's copy in 0.64-0.75x the
+ * two-pass route's time with its input out of cache, Zen 4).
+ *
+ * Where sq is not NULL (ld a multiple of 4), sq[ih G + s], G = ld / 4, is the largest over
+ * padded row ih's pixels of the sum of the squares of the values of pairs 4s .. 4s + 3, summed
+ * with saturation (vpdpwssds: INT32_MAX where the sum may be larger); the integer kernels take
+ * their row norms from it (fx_i16_fwd_copy_image defines them). */
+#ifndef FX_PAIR_NHWC_AHEAD
+#define FX_PAIR_NHWC_AHEAD 2
+#endif
+static inline void fx_pair_nhwc_padded_avx512(const uint16_t *img, int64_t C, int64_t H,
+                                              int64_t W, int64_t ph, int64_t pw, int64_t ld,
+                                              uint32_t *xq, int32_t *sq)
+{
+    static const uint16_t lo_idx[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i lo = _mm512_loadu_si512(lo_idx);
+    const int64_t Cp = (C + 1) / 2, Hp = H + 2 * ph, Wp = W + 2 * pw, G = ld / 4;
+    for (int64_t ihp = 0; ihp < Hp; ihp++) {
+        uint32_t *orow = xq + ihp * Wp * ld;
+        const int64_t ih = ihp - ph;
+        if (ih < 0 || ih >= H) { /* a padding row: zero words, no squares */
+            fx_zero_bytes(orow, 4 * Wp * ld);
+            if (sq)
+                for (int64_t s = 0; s < G; s++) sq[ihp * G + s] = 0;
+            continue;
+        }
+        fx_zero_bytes(orow, 4 * pw * ld);
+        fx_zero_bytes(orow + (pw + W) * ld, 4 * pw * ld);
+        /* each channel's row FX_PAIR_NHWC_AHEAD rows on, where it starts a cache line of its
+         * own (short rows share lines): C rows a step are more streams than the hardware's
+         * prefetchers follow */
+        const int64_t ahead = ih + FX_PAIR_NHWC_AHEAD;
+        if (ahead < H && (ahead * W * 2) / 64 != ((ahead - 1) * W * 2) / 64)
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t b = 0; b < 2 * W; b += 64)
+                    _mm_prefetch((const char *)(img + (c * H + ahead) * W) + b, _MM_HINT_T0);
+        for (int64_t c0 = 0; c0 < ld; c0 += 16) {
+            const int nc = ld - c0 < 16 ? (int)(ld - c0) : 16;
+            const __mmask16 cm = (__mmask16)((1u << nc) - 1);
+            __m512i mx[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(),
+                             _mm512_setzero_si512(), _mm512_setzero_si512()};
+            for (int64_t p0 = 0; p0 < W; p0 += 16) {
+                const int np = W - p0 < 16 ? (int)(W - p0) : 16;
+                const __mmask16 pm = (__mmask16)((1u << np) - 1);
+                __m512 v[16];
+                for (int i = 0; i < 16; i++) {
+                    const int64_t cp = c0 + i;
+                    if (i >= nc || cp >= Cp) {
+                        v[i] = _mm512_setzero_ps();
+                        continue;
+                    }
+                    const uint16_t *e = img + (2 * cp * H + ih) * W + p0;
+                    const __m256i ev = fx_load_w16(e, pm);
+                    const __m256i dv = 2 * cp + 1 < C ? fx_load_w16(e + H * W, pm)
+                                                      : _mm256_setzero_si256();
+                    v[i] = _mm512_castsi512_ps(_mm512_permutex2var_epi16(
+                        _mm512_castsi256_si512(ev), lo, _mm512_castsi256_si512(dv)));
+                }
+                if (sq)
+                    for (int j = 0; j < 4 && 4 * j < nc; j++) {
+                        __m512i acc = _mm512_setzero_si512();
+                        for (int i = 4 * j; i < 4 * j + 4; i++) {
+                            const __m512i w = _mm512_castps_si512(v[i]);
+                            acc = _mm512_dpwssds_epi32(acc, w, w);
+                        }
+                        mx[j] = _mm512_max_epi32(mx[j], acc);
+                    }
+                float *o = (float *)(void *)(orow + (pw + p0) * ld + c0);
+                if (nc == 8) { /* eight pairs (16 channels): half the shuffles of 16 x 16 */
+                    __m256 t8[16];
+                    fx_transpose8x16_ps(v, t8);
+                    for (int t = 0; t < np; t++) _mm256_storeu_ps(o + t * ld, t8[t]);
+                    continue;
+                }
+                fx_transpose16x16_ps(v); /* v[t]: pixel p0 + t, pair c0 + i in lane i */
+                for (int t = 0; t < np; t++) fx_store_d16(o + t * ld, cm, v[t]);
+            }
+            if (sq)
+                for (int j = 0; j < 4 && 4 * j < nc; j++)
+                    sq[ihp * G + c0 / 4 + j] = _mm512_reduce_max_epi32(mx[j]);
         }
     }
 }

@@ -45,77 +45,6 @@
 #define SEG_PAIRS FX_I16_SEG_PAIRS
 #define SEG_CH FX_I16_SEG_CH
 
-/* The exact largest sum of squares of a pixel's pairs [cp0, cp1) over padded row ih of one
- * image's pair planes: vpmaddwd gives a pair's x0^2 + x1^2 <= 2^31, exact as an unsigned lane,
- * widened to 64 bits before the pairs are added (a segment's four reach 2^33); masked-off
- * pixels load as zeros, which raise no maximum. */
-static uint64_t row_squares_max_exact(const uint32_t *planes, int64_t HW, int64_t Wp, int64_t ih,
-                                      int64_t cp0, int64_t cp1)
-{
-    __m512i mx = _mm512_setzero_si512();
-    for (int64_t iw = 0; iw < Wp; iw += 16) {
-        const int np = Wp - iw < 16 ? (int)(Wp - iw) : 16;
-        const __mmask16 pm = (__mmask16)((1u << np) - 1);
-        const uint32_t *px = planes + ih * Wp + iw;
-        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-        for (int64_t cp = cp0; cp < cp1; cp++) {
-            const __m512i v = _mm512_maskz_loadu_epi32(pm, px + cp * HW);
-            const __m512i q = _mm512_madd_epi16(v, v);
-            lo = _mm512_add_epi64(lo, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(q)));
-            hi = _mm512_add_epi64(hi, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(q, 1)));
-        }
-        mx = _mm512_max_epu64(mx, _mm512_max_epu64(lo, hi));
-    }
-    return _mm512_reduce_max_epu64(mx);
-}
-
-/* rn[ih G + s] = ceil(sqrt(the largest sum of squares of a pixel's channels [SEG_CH s,
- * SEG_CH (s + 1)) in padded row ih)) from one image's pair planes (Hp rows of Wp pixels): the
- * norms of fx_i16_fwd_copy_image. A segment's pairs are summed by the saturating vpdpwssds in
- * one int32 lane per pixel (two operations a pair, where widening each pair's squares to 64
- * bits took six); a row whose maximum saturates (a pixel's eight channels with squares of
- * 2^31 - 1 or more: near full scale) is summed again exactly. Row by row with the maximum in
- * a register: storing every pixel's sum and scanning each row for its maximum in scalar code
- * took about 40 % of the chunk's copy (ResNet-20's 16-channel forward pass, one thread, Zen
- * 5). */
-void fx_i16_row_segment_norms_avx512(const uint32_t *planes, int64_t Cp, int64_t G, int64_t Hp,
-                                     int64_t Wp, uint32_t *rn)
-{
-    const int64_t HW = Hp * Wp;
-    for (int64_t s = 0; s < G; s++) {
-        const int64_t cp0 = SEG_PAIRS * s;
-        const int64_t cp1 = SEG_PAIRS * (s + 1) < Cp ? SEG_PAIRS * (s + 1) : Cp;
-        for (int64_t ih0 = 0; ih0 < Hp; ih0 += 8) {
-            uint64_t sq[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            const int nr = Hp - ih0 < 8 ? (int)(Hp - ih0) : 8;
-            for (int r = 0; r < nr; r++) {
-                const int64_t ih = ih0 + r;
-                __m512i mx = _mm512_setzero_si512();
-                for (int64_t iw = 0; iw < Wp; iw += 16) {
-                    const int np = Wp - iw < 16 ? (int)(Wp - iw) : 16;
-                    const __mmask16 pm = (__mmask16)((1u << np) - 1);
-                    const uint32_t *px = planes + ih * Wp + iw;
-                    __m512i acc = _mm512_setzero_si512();
-                    for (int64_t cp = cp0; cp < cp1; cp++) {
-                        const __m512i v = _mm512_maskz_loadu_epi32(pm, px + cp * HW);
-                        acc = _mm512_dpwssds_epi32(acc, v, v);
-                    }
-                    mx = _mm512_max_epi32(mx, acc);
-                }
-                const int32_t m = _mm512_reduce_max_epi32(mx);
-                sq[r] = m == INT32_MAX ? row_squares_max_exact(planes, HW, Wp, ih, cp0, cp1)
-                                       : (uint64_t)m;
-            }
-            uint32_t out[8];
-            /* the roots in eight lanes: as a scalar loop, the root's latency chain per (row,
-             * segment) was about a fifth of the chunk copy (ResNet-20's 32-channel layer) */
-            _mm256_storeu_si256((__m256i *)(void *)out,
-                                fx_i16_ceil_sqrt8(_mm512_loadu_si512((const void *)sq)));
-            for (int r = 0; r < nr; r++) rn[(ih0 + r) * G + s] = out[r];
-        }
-    }
-}
-
 /* The rounding epilogue's state (fx_i16_fwd_direct_round): the image's fast-route roundings
  * at one shift (f) or two (f2), and the int32 route's where both shifts allow it (r16; 0:
  * never), the planes of the block's first output channel in the image's NCHW mantissas (yq,
@@ -408,6 +337,57 @@ void fx_i16_fold_schedules8_avx512(const uint32_t *rn, const int32_t base[8], co
     }
 }
 
+/* The exact largest sum of squares of a pixel's channels [8s, 8s + 8) over row ih of an
+ * unpadded image (C planes of H x W): the rare row whose saturating sum reached INT32_MAX
+ * (a pixel's eight channels near full scale) */
+static uint64_t row_squares_max_image(const uint16_t *img, int64_t C, int64_t H, int64_t W,
+                                      int64_t ih, int64_t s)
+{
+    const int64_t c1 = SEG_CH * (s + 1) < C ? SEG_CH * (s + 1) : C;
+    uint64_t mx = 0;
+    for (int64_t iw = 0; iw < W; iw++) {
+        uint64_t sum = 0;
+        for (int64_t c = SEG_CH * s; c < c1; c++) {
+            const int64_t v = (int16_t)img[(c * H + ih) * W + iw];
+            sum += (uint64_t)(v * v);
+        }
+        mx = sum > mx ? sum : mx;
+    }
+    return mx;
+}
+
+/* rn[ih G + s]: the saturating row maxima of fx_pair_nhwc_padded_avx512 (the unpadded image's
+ * rows from ph on) made the row norms ceil(sqrt(...)), eight at a time; a saturated maximum
+ * summed again exactly */
+static void squares_to_norms(const uint16_t *img, int64_t C, int64_t H, int64_t W, int64_t ph,
+                             int64_t G, uint32_t *rn)
+{
+    const int64_t n = (H + 2 * ph) * G;
+    for (int64_t i0 = 0; i0 < n; i0 += 8) {
+        const int m = n - i0 < 8 ? (int)(n - i0) : 8;
+        uint64_t sq[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int j = 0; j < m; j++) {
+            const int64_t i = i0 + j;
+            sq[j] = rn[i] == (uint32_t)INT32_MAX
+                        ? row_squares_max_image(img, C, H, W, i / G - ph, i % G)
+                        : rn[i];
+        }
+        uint32_t out[8];
+        _mm256_storeu_si256((__m256i *)(void *)out,
+                            fx_i16_ceil_sqrt8(_mm512_loadu_si512((const void *)sq)));
+        for (int j = 0; j < m; j++) rn[i0 + j] = out[j];
+    }
+}
+
+void fx_i16_fwd_copy_image_avx512(const struct fx_conv_geom *g, const int16_t *img, uint32_t *xq,
+                                  uint32_t *rn)
+{
+    const uint16_t *u = (const uint16_t *)(const void *)img;
+    fx_pair_nhwc_padded_avx512(u, g->C, g->H, g->W, g->ph, g->pw, fx_i16_pairs(g->C), xq,
+                               (int32_t *)(void *)rn);
+    squares_to_norms(u, g->C, g->H, g->W, g->ph, fx_i16_groups(g->C), rn);
+}
+
 /* A chunk made ready for the tiles: its channel-pair-last copy xq, padded, and each padded
  * row's segment norms rn ([n][ih][s]) (fwd_chunk_copy); then a kernel's taps over it: its
  * packed weights' segment norms, the segments' tap offsets and the outputs computed
@@ -428,7 +408,7 @@ typedef struct fwd_chunk {
 static void fwd_chunk_copy(const struct fx_conv_geom *g, const int16_t *xp, int64_t nbc,
                            uint32_t *scratch, fwd_chunk *k)
 {
-    const int64_t C = g->C, Cp = (C + 1) / 2, Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
+    const int64_t C = g->C, Cpp = fx_i16_pairs(C), G = fx_i16_groups(C);
     const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, HW = Hp * Wp;
     k->Cpp = Cpp, k->G = G, k->Hp = Hp, k->Wp = Wp, k->HW = HW, k->sh = g->sh, k->sw = g->sw;
     k->ld = g->sw * Cpp; /* words from one of a tile's pixels to the next */
@@ -436,20 +416,11 @@ static void fwd_chunk_copy(const struct fx_conv_geom *g, const int16_t *xp, int6
     k->nrn = nbc * Hp;
     uint32_t *xq = scratch + ((16 - ((uintptr_t)scratch / 4) % 16) % 16);
     const int64_t slack = (FX_I16_MAX_ROWS * g->sw + g->KW) * Cpp;
-    uint32_t *tmp = xq + nbc * HW * Cpp + slack;
-    uint16_t *zeros = (uint16_t *)(void *)(tmp + Cpp * HW);
-    uint32_t *rn = tmp + Cpp * HW + (HW + 1) / 2; /* [n][ih][s] */
+    uint32_t *rn = xq + nbc * HW * Cpp + slack; /* [n][ih][s] */
     k->xq = xq, k->rn = rn;
-    if (C % 2) memset(zeros, 0, sizeof(uint16_t) * (size_t)HW);
-    /* the pair planes past C stay zero for every image: the last segment's spare pairs */
-    memset(tmp + Cp * HW, 0, sizeof(uint32_t) * (size_t)((Cpp - Cp) * HW));
-    const uint16_t *xb16 = (const uint16_t *)(const void *)xp;
-    for (int64_t n = 0; n < nbc; n++) {
-        fx_pair_planes_padded_avx512(xb16 + n * C * g->H * g->W, C, g->H, g->W, g->ph, g->pw,
-                                     zeros, tmp);
-        fx_i16_row_segment_norms_avx512(tmp, Cp, G, Hp, Wp, rn + n * Hp * G);
-        fx_pair_planes_transpose_avx512(tmp, Cpp, HW, Cpp, xq + n * HW * Cpp);
-    }
+    for (int64_t n = 0; n < nbc; n++)
+        fx_i16_fwd_copy_image_avx512(g, xp + n * C * g->H * g->W, xq + n * HW * Cpp,
+                                     rn + n * Hp * G);
     memset(xq + nbc * HW * Cpp, 0, sizeof(uint32_t) * (size_t)slack);
 }
 

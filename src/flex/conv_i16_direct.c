@@ -82,9 +82,9 @@ int64_t fx_i16_fwd_direct_scratch(const struct fx_conv_geom *g, int64_t nb)
     const int64_t Cpp = fx_i16_pairs(g->C), G = fx_i16_groups(g->C);
     const int64_t Hp = g->H + 2 * g->ph, HW = Hp * (g->W + 2 * g->pw);
     /* the kernels' layout: the copy, the tiles' overrun past its end (a last tile's spare rows
-     * and their taps), the interleaving buffer, a zero plane, the row norms, one image's sums
-     * of squares (64-bit; the AVX2 copy's, the AVX-512 copy keeps its maxima in registers), 16
-     * spare words for alignment */
+     * and their taps), then on AVX2 the interleaving buffer, a zero plane, the row norms and
+     * one image's sums of squares (64-bit), on AVX-512 the row norms alone (its copy
+     * interleaves and sums in registers); 16 spare words for alignment */
     return nb * HW * Cpp + (FX_I16_MAX_ROWS * g->sw + g->KW) * Cpp + Cpp * HW + (HW + 1) / 2 +
            nb * Hp * G + 2 * HW * G + 18;
 }

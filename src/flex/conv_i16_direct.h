@@ -55,11 +55,6 @@ void fx_i16_fold_schedules4_avx2(const uint32_t *rn, const int32_t base[4], cons
 void fx_i16_fold_schedules8_avx512(const uint32_t *rn, const int32_t base[8], const uint32_t *wm,
                                    int64_t KK, int64_t KW, int64_t G, uint8_t *fold);
 
-/* The row norms of fx_i16_fwd_copy_image (rn[ih G + s], the same values) on AVX512_VNNI from
- * one image's pair planes: Cp planes of Hp x Wp words, (x[2cp], x[2cp + 1]) per pixel, zeros in
- * the padding (conv_i16_avx512.c; call only where that level runs). */
-void fx_i16_row_segment_norms_avx512(const uint32_t *planes, int64_t Cp, int64_t G, int64_t Hp,
-                                     int64_t Wp, uint32_t *rn);
 
 /* Whether a chunk can be taken: no segment alone may leave int32, i.e. for every segment s
  * the largest row norm rn[i G + s] (i < nrows) times the largest weight norm wn[j G + s]
@@ -94,5 +89,9 @@ void fx_i16_fwd_copy_image(const struct fx_conv_geom *g, const int16_t *img, uin
  * sq, G Hp Wp 64-bit values, are the caller's scratch. */
 void fx_i16_fwd_copy_image_avx2(const struct fx_conv_geom *g, const int16_t *img, uint32_t *xq,
                                 uint32_t *rn, uint32_t *planes, uint64_t *sq);
+/* The same words and norms on AVX512_VNNI (conv_i16_avx512.c; call only where that level runs)
+ * from the image unpadded, in one pass without scratch (fx_pair_nhwc_padded_avx512). */
+void fx_i16_fwd_copy_image_avx512(const struct fx_conv_geom *g, const int16_t *img, uint32_t *xq,
+                                  uint32_t *rn);
 
 #endif
