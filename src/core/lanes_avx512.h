@@ -40,11 +40,11 @@ FX_LANES_PAIR(q8, __m512i, __mmask8, 0xFF, _mm512_loadu_si512, _mm512_maskz_load
               _mm512_storeu_si512, _mm512_mask_storeu_epi64)
 
 /* n zero bytes at p: 64-byte stores, then the rest in pieces of 32, 16, 8, 4, 2 and 1 bytes.
- * For the padding between the rows of a padded copy, a few bytes (two 32-bit words on
- * ResNet-20's 3 x 3 layers in bf16's pair planes), where a memset call a row is mostly call:
- * in `perf` of one-thread bf16 ResNet-20 epochs on the model 167 the pair copy and memset
- * took 352-369 samples of about 6 k with the calls and 339-344 with these stores; 64-byte
- * masked stores of the same bytes left the copy alone at 369. */
+ * For the padding between the rows of a padded copy, a few bytes (a pixel's pair words at each
+ * end of ResNet-20's 3 x 3 rows), where a memset call a row is mostly call: in `perf` of
+ * one-thread bf16 ResNet-20 epochs on the model 167 (bf16's copy then through pair planes) the
+ * pair copy and memset took 352-369 samples of about 6 k with the calls and 339-344 with these
+ * stores; 64-byte masked stores of the same bytes left the copy alone at 369. */
 FX_LANES_INLINE void fx_zero_bytes(void *p, int64_t n)
 {
     char *d = p;
