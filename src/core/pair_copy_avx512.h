@@ -85,7 +85,7 @@ static inline void fx_pair_planes_transpose_avx512(const uint32_t *planes, int64
  * planes first and their transpose after (fx_pair_planes_transpose_avx512) wrote and read the
  * planes once more (37 KB an image at 16 channels of 34 x 34, beyond L1), and the integer
  * kernels' row norms read them a third time; here 16 pixels of 16 pairs are interleaved,
- * summed and transposed in registers (a ResNet-20 16-channel chunk's copy in 0.64-0.75x the
+ * summed and transposed in registers (a ResNet-20 16-channel chunk's copy in 0.62-0.78x the
  * two-pass route's time with its input out of cache, Zen 4).
  *
  * Where sq is not NULL (ld a multiple of 4), sq[ih G + s], G = ld / 4, is the largest over
