@@ -12,14 +12,21 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The vpermt2w index that pairs the first 16 values of two sources: lane 2j takes the first
+ * source's value j, lane 2j + 1 the second's (adding 16 to every lane pairs values 16-31) */
+static inline __m512i fx_pair_words_idx(void)
+{
+    static const uint16_t idx[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                     37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                     11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    return _mm512_loadu_si512(idx);
+}
+
 /* dst[2j + t] = (t ? r1 : r0)[j] for j < n: two rows of 16-bit values as pair words */
 static inline void fx_interleave16_avx512(uint16_t *dst, const uint16_t *r0, const uint16_t *r1,
                                           int64_t n)
 {
-    static const uint16_t lo_idx[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-    const __m512i lo = _mm512_loadu_si512(lo_idx);
+    const __m512i lo = fx_pair_words_idx();
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     int64_t j = 0;
     for (; j + 32 <= n; j += 32) {
@@ -78,31 +85,27 @@ static inline void fx_pair_planes_transpose_avx512(const uint32_t *planes, int64
     }
 }
 
-/* The padded image's pair words pixel by pixel, straight from the unpadded image (C planes of
- * H x W 16-bit values): xq[(ih Wp + iw) ld + cp] = (img[2cp][ih - ph][iw - pw], img[2cp + 1][...])
- * for cp < Cp = ceil(C / 2) over the Hp = H + 2 ph rows of Wp = W + 2 pw pixels, zero words in
- * the padding, zero halves past C and zero words for Cp <= cp < ld. Why one pass: padded pair
- * planes first and their transpose after (fx_pair_planes_transpose_avx512) wrote and read the
- * planes once more (37 KB an image at 16 channels of 34 x 34, beyond L1), and the integer
- * kernels' row norms read them a third time; here 16 pixels of 16 pairs are interleaved,
- * summed and transposed in registers (a ResNet-20 16-channel chunk's copy in 0.62-0.78x the
- * two-pass route's time with its input out of cache, Zen 4).
+/* The padded image's pair words pixel by pixel, straight from the unpadded image (C planes
+ * of H x W 16-bit values): xq[(ih Wp + iw) ld + cp] = (x[2cp], x[2cp + 1]) at image pixel
+ * (ih - ph, iw - pw) for cp < Cp = ceil(C / 2), over the Hp = H + 2 ph rows of Wp = W + 2 pw
+ * pixels, zero words in the padding, zero halves past C and zero words for Cp <= cp < ld.
+ * Why one pass: padded pair planes first and their transpose after
+ * (fx_pair_planes_transpose_avx512) wrote and read the planes once more (37 KB an image at 16
+ * channels of 34 x 34, beyond L1), and the integer kernels' row norms read them a third time;
+ * here 16 pixels of 16 pairs are interleaved, summed and transposed in registers (a ResNet-20
+ * 16-channel chunk's copy in 0.62-0.78x the two-pass route's time with its input out of
+ * cache, Zen 4).
  *
- * Where sq is not NULL (ld a multiple of 4), sq[ih G + s], G = ld / 4, is the largest over
- * padded row ih's pixels of the sum of the squares of the values of pairs 4s .. 4s + 3, summed
- * with saturation (vpdpwssds: INT32_MAX where the sum may be larger); the integer kernels take
- * their row norms from it (fx_i16_fwd_copy_image defines them). */
-#ifndef FX_PAIR_NHWC_AHEAD
+ * Where sq is not NULL (ld a multiple of 4), sq[ih G + s], G = ld / 4, is the largest over padded
+ * row ih's pixels of the sum of the squares of the values of pairs 4s .. 4s + 3, summed with
+ * saturation (vpdpwssds: INT32_MAX where the sum may be larger); the integer kernels take their
+ * row norms from it (fx_i16_fwd_copy_image defines them). */
 #define FX_PAIR_NHWC_AHEAD 2
-#endif
 static inline void fx_pair_nhwc_padded_avx512(const uint16_t *img, int64_t C, int64_t H,
                                               int64_t W, int64_t ph, int64_t pw, int64_t ld,
                                               uint32_t *xq, int32_t *sq)
 {
-    static const uint16_t lo_idx[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-    const __m512i lo = _mm512_loadu_si512(lo_idx);
+    const __m512i lo = fx_pair_words_idx();
     const int64_t Cp = (C + 1) / 2, Hp = H + 2 * ph, Wp = W + 2 * pw, G = ld / 4;
     for (int64_t ihp = 0; ihp < Hp; ihp++) {
         uint32_t *orow = xq + ihp * Wp * ld;

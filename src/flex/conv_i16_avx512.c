@@ -13,7 +13,7 @@
  *
  * Exactness. vpdpwssd adds two int16 products into an int32 lane without saturation, so a
  * lane is exact while every partial sum stays inside int32. The chain over (tap, channel pair)
- * is cut into segments of one tap and SEG_CH channels. By Cauchy-Schwarz a segment's partial
+ * is cut into segments of one tap and 8 channels. By Cauchy-Schwarz a segment's partial
  * sums are bounded by nX nW, nX = ceil(sqrt(sum of x^2 over its channels)) at the tile's pixel
  * and nW the same over the weights of the tile's output channel. Here nX is bounded per padded
  * input row (the largest over the row's pixels: a tile's pixels at one tap lie in one padded
@@ -43,7 +43,6 @@
 #include <string.h>
 
 #define SEG_PAIRS FX_I16_SEG_PAIRS
-#define SEG_CH FX_I16_SEG_CH
 
 /* The rounding epilogue's state (fx_i16_fwd_direct_round): the image's fast-route roundings
  * at one shift (f) or two (f2), and the int32 route's where both shifts allow it (r16; 0:
@@ -337,39 +336,21 @@ void fx_i16_fold_schedules8_avx512(const uint32_t *rn, const int32_t base[8], co
     }
 }
 
-/* The exact largest sum of squares of a pixel's channels [8s, 8s + 8) over row ih of an
- * unpadded image (C planes of H x W): the rare row whose saturating sum reached INT32_MAX
- * (a pixel's eight channels near full scale) */
-static uint64_t row_squares_max_image(const uint16_t *img, int64_t C, int64_t H, int64_t W,
-                                      int64_t ih, int64_t s)
+/* rn[ih G + s]: the saturating row maxima of fx_pair_nhwc_padded_avx512 made the row norms
+ * ceil(sqrt(...)), eight at a time; a saturated maximum (a pixel's eight channels near full
+ * scale, rare) summed again exactly from the copy xq (Hp rows of Wp pixels of Cpp words) */
+static void squares_to_norms(const uint32_t *xq, int64_t Hp, int64_t Wp, int64_t Cpp, int64_t G,
+                             uint32_t *rn)
 {
-    const int64_t c1 = SEG_CH * (s + 1) < C ? SEG_CH * (s + 1) : C;
-    uint64_t mx = 0;
-    for (int64_t iw = 0; iw < W; iw++) {
-        uint64_t sum = 0;
-        for (int64_t c = SEG_CH * s; c < c1; c++) {
-            const int64_t v = (int16_t)img[(c * H + ih) * W + iw];
-            sum += (uint64_t)(v * v);
-        }
-        mx = sum > mx ? sum : mx;
-    }
-    return mx;
-}
-
-/* rn[ih G + s]: the saturating row maxima of fx_pair_nhwc_padded_avx512 (the unpadded image's
- * rows from ph on) made the row norms ceil(sqrt(...)), eight at a time; a saturated maximum
- * summed again exactly */
-static void squares_to_norms(const uint16_t *img, int64_t C, int64_t H, int64_t W, int64_t ph,
-                             int64_t G, uint32_t *rn)
-{
-    const int64_t n = (H + 2 * ph) * G;
+    const int64_t n = Hp * G;
     for (int64_t i0 = 0; i0 < n; i0 += 8) {
         const int m = n - i0 < 8 ? (int)(n - i0) : 8;
         uint64_t sq[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (int j = 0; j < m; j++) {
             const int64_t i = i0 + j;
             sq[j] = rn[i] == (uint32_t)INT32_MAX
-                        ? row_squares_max_image(img, C, H, W, i / G - ph, i % G)
+                        ? (uint64_t)fx_i16_copy_row_squares_max(xq + i / G * Wp * Cpp, Wp, Cpp,
+                                                                i % G)
                         : rn[i];
         }
         uint32_t out[8];
@@ -382,10 +363,10 @@ static void squares_to_norms(const uint16_t *img, int64_t C, int64_t H, int64_t 
 void fx_i16_fwd_copy_image_avx512(const struct fx_conv_geom *g, const int16_t *img, uint32_t *xq,
                                   uint32_t *rn)
 {
-    const uint16_t *u = (const uint16_t *)(const void *)img;
-    fx_pair_nhwc_padded_avx512(u, g->C, g->H, g->W, g->ph, g->pw, fx_i16_pairs(g->C), xq,
-                               (int32_t *)(void *)rn);
-    squares_to_norms(u, g->C, g->H, g->W, g->ph, fx_i16_groups(g->C), rn);
+    const int64_t Cpp = fx_i16_pairs(g->C);
+    fx_pair_nhwc_padded_avx512((const uint16_t *)(const void *)img, g->C, g->H, g->W, g->ph,
+                               g->pw, Cpp, xq, (int32_t *)(void *)rn);
+    squares_to_norms(xq, g->H + 2 * g->ph, g->W + 2 * g->pw, Cpp, fx_i16_groups(g->C), rn);
 }
 
 /* A chunk made ready for the tiles: its channel-pair-last copy xq, padded, and each padded

@@ -204,21 +204,26 @@ void fx_i16_fwd_copy_image(const struct fx_conv_geom *g, const int16_t *img, uin
     }
     for (int64_t cp = Cp; cp < Cpp; cp++)
         for (int64_t p = 0; p < HW; p++) xq[p * Cpp + cp] = 0;
-    /* a pair word's x0^2 + x1^2 <= 2^31 and a segment's four at most 2^33: int64 sums */
     for (int64_t ih = 0; ih < Hp; ih++)
-        for (int64_t s = 0; s < G; s++) {
-            int64_t m = 0;
-            for (int64_t iw = 0; iw < Wp; iw++) {
-                const uint32_t *q = xq + (ih * Wp + iw) * Cpp + s * FX_I16_SEG_PAIRS;
-                int64_t sq = 0;
-                for (int j = 0; j < FX_I16_SEG_PAIRS; j++) {
-                    const int64_t lo = (int16_t)(q[j] & 0xFFFF), hi = (int16_t)(q[j] >> 16);
-                    sq += lo * lo + hi * hi;
-                }
-                m = sq > m ? sq : m;
-            }
-            rn[ih * G + s] = (uint32_t)fx_ceil_sqrt(m);
+        for (int64_t s = 0; s < G; s++)
+            rn[ih * G + s] = (uint32_t)fx_ceil_sqrt(fx_i16_copy_row_squares_max(xq + ih * Wp * Cpp,
+                                                                                Wp, Cpp, s));
+}
+
+int64_t fx_i16_copy_row_squares_max(const uint32_t *row, int64_t Wp, int64_t Cpp, int64_t s)
+{
+    /* a pair word's x0^2 + x1^2 <= 2^31 and a segment's four at most 2^33: int64 sums */
+    int64_t m = 0;
+    for (int64_t iw = 0; iw < Wp; iw++) {
+        const uint32_t *q = row + iw * Cpp + s * FX_I16_SEG_PAIRS;
+        int64_t sq = 0;
+        for (int j = 0; j < FX_I16_SEG_PAIRS; j++) {
+            const int64_t lo = (int16_t)(q[j] & 0xFFFF), hi = (int16_t)(q[j] >> 16);
+            sq += lo * lo + hi * hi;
         }
+        m = sq > m ? sq : m;
+    }
+    return m;
 }
 
 static atomic_int round_enabled = 1;

@@ -84,6 +84,9 @@ void fx_i16_fwd_offsets(const struct fx_conv_geom *g, int64_t *xoff);
  * [8s, 8s + 8))). The portable definition. */
 void fx_i16_fwd_copy_image(const struct fx_conv_geom *g, const int16_t *img, uint32_t *xq,
                            uint32_t *rn);
+/* The largest sum of squares of segment s's pairs over one padded row of such a copy (Wp
+ * pixels of Cpp words), exactly: a row norm before its root. */
+int64_t fx_i16_copy_row_squares_max(const uint32_t *row, int64_t Wp, int64_t Cpp, int64_t s);
 /* The same words and norms on AVX2 (conv_i16_copy_avx2.c) from the image unpadded (C planes of
  * H x W int16; the copy pads), through the image's pair planes: planes, Cpp Hp Wp words, and
  * sq, G Hp Wp 64-bit values, are the caller's scratch. */
