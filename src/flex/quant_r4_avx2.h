@@ -23,17 +23,16 @@ static inline __m128i fx_pack8_epi32(__m256i m)
 }
 
 /* v / 2^s rounded to nearest even in int32 lanes, 1 <= s <= 31 (cnt = s, rmask = 2^s - 1,
- * half = 2^(s-1)): the floor by the arithmetic shift, then up by one where the remainder is
- * above half, or equal to it with the floor odd; nothing can overflow */
+ * half = 2^(s-1)): the floor q by the arithmetic shift, then up by one where the remainder
+ * exceeds half - (q & 1), i.e. is above half, or equal to it with q odd. Six operations
+ * (comparing the remainder with half and with half again for the tie took nine); nothing
+ * can overflow: half - 1 >= 0 and the remainder is below 2^31. */
 static inline __m256i fx_round32_ne_avx2(__m256i v, __m128i cnt, __m256i rmask, __m256i half)
 {
-    const __m256i one = _mm256_set1_epi32(1);
     const __m256i q = _mm256_sra_epi32(v, cnt);
     const __m256i rem = _mm256_and_si256(v, rmask); /* v - 2^s q, in [0, 2^s) */
-    const __m256i odd = _mm256_cmpeq_epi32(_mm256_and_si256(q, one), one);
-    const __m256i up = _mm256_or_si256(_mm256_cmpgt_epi32(rem, half),
-                                       _mm256_and_si256(_mm256_cmpeq_epi32(rem, half), odd));
-    return _mm256_sub_epi32(q, up); /* up is -1 where the quotient rounds up */
+    const __m256i bar = _mm256_sub_epi32(half, _mm256_and_si256(q, _mm256_set1_epi32(1)));
+    return _mm256_sub_epi32(q, _mm256_cmpgt_epi32(rem, bar)); /* -1 where q rounds up */
 }
 
 /* The right shifts 1 <= s <= 32 (every training write's) on sums that do not saturate, as in
@@ -172,7 +171,7 @@ static inline __m128i fx_pack8_i64_order(__m256i m)
 typedef struct fx_round32_avx2 {
     __m128i cnt;                 /* s, 1 <= s <= 31 */
     __m256i rmask, half, tmax;   /* 2^s - 1; 2^(s-1); min(B, 2^32 - 1), B = fx_q64_fast_bound(s) */
-    __m256i max_in, below, under; /* max |v| (unsigned); all ones while every |v| <= B; counts */
+    __m256i max_in, under;       /* max |v| (unsigned); counts (subtracted -1 masks) */
 } fx_round32_avx2;
 
 static inline fx_round32_avx2 fx_round32_avx2_setup(int s)
@@ -184,26 +183,32 @@ static inline fx_round32_avx2 fx_round32_avx2_setup(int s)
     const uint64_t t = fx_q64_fast_bound(s);
     c.tmax = _mm256_set1_epi32((int32_t)(uint32_t)(t > UINT32_MAX ? UINT32_MAX : t));
     c.max_in = c.under = _mm256_setzero_si256();
-    c.below = _mm256_set1_epi32(-1);
     return c;
 }
 
 /* the 8 int32 sums v rounded to nearest even at 2^-s (no overflow: the remainder decides),
- * their statistics into c. Forced inline: GCC kept it out of line in the convolution's
- * epilogue, a call per 8 sums with c's state in memory (the CNN's conv1 forward pass on AVX2,
- * 25 products an output, took 0.90-0.91x the time inlined) */
+ * their statistics into c: the largest |v| per lane, and the underflows, nonzero v rounded to
+ * 0 (0 < |v| <= 2^(s-1)). Whether every |v| stayed within the fast bound B is the per-lane
+ * maximum's to say (fx_round32_avx2_below), not a mask kept step by step. Forced inline: GCC
+ * kept it out of line in the convolution's epilogue, a call per 8 sums with c's state in
+ * memory (the CNN's conv1 forward pass on AVX2, 25 products an output, took 0.90-0.91x the
+ * time inlined) */
 static inline __attribute__((always_inline)) __m256i fx_round32_avx2_step(__m256i v,
                                                                          fx_round32_avx2 *c)
 {
     const __m256i zero = _mm256_setzero_si256();
-    const __m256i av = _mm256_abs_epi32(v); /* INT32_MIN: 2^31 as unsigned */
-    c->max_in = _mm256_max_epu32(c->max_in, av);
-    c->below =
-        _mm256_and_si256(c->below, _mm256_cmpeq_epi32(_mm256_max_epu32(av, c->tmax), c->tmax));
-    /* 0 < |v| <= 2^(s-1): rounds to 0 */
-    const __m256i small = _mm256_cmpeq_epi32(_mm256_min_epu32(av, c->half), av);
-    c->under = _mm256_sub_epi32(c->under, _mm256_andnot_si256(_mm256_cmpeq_epi32(av, zero), small));
-    return fx_round32_ne_avx2(v, c->cnt, c->rmask, c->half);
+    c->max_in = _mm256_max_epu32(c->max_in, _mm256_abs_epi32(v)); /* INT32_MIN: 2^31 */
+    const __m256i q = fx_round32_ne_avx2(v, c->cnt, c->rmask, c->half);
+    c->under = _mm256_sub_epi32(
+        c->under, _mm256_andnot_si256(_mm256_cmpeq_epi32(v, zero), _mm256_cmpeq_epi32(q, zero)));
+    return q;
+}
+
+/* all ones in the lanes whose every |v| so far stayed within the fast bound B (max_in <= tmax,
+ * unsigned), zero in the others */
+static inline __m256i fx_round32_avx2_below(const fx_round32_avx2 *c)
+{
+    return _mm256_cmpeq_epi32(_mm256_max_epu32(c->max_in, c->tmax), c->tmax);
 }
 
 #endif
