@@ -20,6 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The levels' shared scalar helpers (the coefficients' checks and roundings, in double) are
+ * built for the baseline target, outside both pragma regions: included first from inside the
+ * AVX-512 one, their single copy was built for AVX-512, GCC vectorised their double arithmetic
+ * into zmm registers, and the AVX2 steps that call them died of SIGILL on CPUs without
+ * AVX-512 (an AMD EPYC, family 25 model 1). */
+#include "nn/bn_f32_bound.h"
+
 /* Only the functions between the pragmas are built for AVX-512: the rest (main among them)
  * must run on any x86-64 to report the skip. */
 #if defined(__clang__)
