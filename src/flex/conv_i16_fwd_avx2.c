@@ -84,15 +84,16 @@ static inline __attribute__((always_inline)) int pixel_sums32(__m256i acc0, __m2
 /* One pixel's 16 sums 2^16 hi + acc rounded by f into out16[0..15] (and by f2 into out16_2
  * where f2 is not NULL): in int32 lanes (q, q2: f's and f2's int32 states) where *use32 and the
  * sums fit (a miss clears *use32; *n32 counts the pixels it took), else quant_i64's fast
- * route; the same mantissas and statistics as rounding the stored sums either way. in32: hi is
- * zero and acc exact (no fold), so the sums fit without a check. */
+ * route; the same mantissas and statistics as rounding the stored sums either way. hi NULL: no
+ * chain folded, so hi is zero and acc exact, and the sums fit int32 without a check. */
 static inline __attribute__((always_inline)) void
-round_pixel(__m256i acc0, __m256i acc1, const int32_t *hi, int in32, fx_r4_fast *f,
-            fx_round32_avx2 *q, int16_t *out16, fx_r4_fast *f2, fx_round32_avx2 *q2,
-            int16_t *out16_2, int *use32, int *n32)
+round_pixel(__m256i acc0, __m256i acc1, const int32_t *hi, fx_r4_fast *f, fx_round32_avx2 *q,
+            int16_t *out16, fx_r4_fast *f2, fx_round32_avx2 *q2, int16_t *out16_2, int *use32,
+            int *n32)
 {
+    static const int32_t zero_hi[16] __attribute__((aligned(32))) = {0};
     __m256i t0 = acc0, t1 = acc1;
-    if (*use32 && (in32 || (*use32 = pixel_sums32(acc0, acc1, hi, &t0, &t1)))) {
+    if (*use32 && (!hi || (*use32 = pixel_sums32(acc0, acc1, hi, &t0, &t1)))) {
         (*n32)++;
         _mm_storeu_si128((__m128i *)out16, fx_pack8_epi32(fx_round32_avx2_step(t0, q)));
         _mm_storeu_si128((__m128i *)(out16 + 8), fx_pack8_epi32(fx_round32_avx2_step(t1, q)));
@@ -104,7 +105,7 @@ round_pixel(__m256i acc0, __m256i acc1, const int32_t *hi, int in32, fx_r4_fast 
         return;
     }
     __m256i s[4];
-    fx_i16_row_sums_avx2(acc0, acc1, hi, s);
+    fx_i16_row_sums_avx2(acc0, acc1, hi ? hi : zero_hi, s);
     for (int h = 0; h < 2; h++)
         _mm_storeu_si128((__m128i *)(out16 + 8 * h),
                          fx_pack8_i64_order(fx_narrow8(fx_requant4_fast(s[2 * h], f),
@@ -136,7 +137,6 @@ itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
      * int16 mantissas fill their range, 3 % of the CNN's rounding tiles and 11 % of
      * ResNet-20's did not. */
     int32_t (*hi)[2][8] = (int32_t (*)[2][8])hib;
-    static const int32_t no_hi[16] __attribute__((aligned(32))) = {0};
     unsigned folds = 0;
     for (int64_t i = 0; i < nseg; i++) folds |= fold[i];
     FX_I16_AVX2_TILE_ACCS;
@@ -192,7 +192,7 @@ itile(const int MR, const int64_t LD, int32_t *restrict hib, const uint32_t *xb,
         fx_round32_avx2 q2 = fx_round32_avx2_setup(use32 ? f2.s : 1);
 #define FX_ROUND(r, a0, a1)                                                                        \
     if (MR > r)                                                                                    \
-        round_pixel(a0, a1, folds ? hi[r][0] : no_hi, !folds, &f, &q, rd->row + (px0 + r) * 16,  \
+        round_pixel(a0, a1, folds ? hi[r][0] : NULL, &f, &q, rd->row + (px0 + r) * 16,           \
                     ROUND == 2 ? &f2 : NULL, &q2, ROUND == 2 ? rd->row2 + (px0 + r) * 16 : NULL,  \
                     &use32, &n32);
         FX_I16_AVX2_ROWS(FX_ROUND)
