@@ -1,9 +1,11 @@
-/* Where a training step goes, per format: the CNN on Fashion-MNIST trained with profiling on
- * (fx_trainer_profile_enable) in every format, alternating step by step in one process, so
- * that a shared machine's slow phases fall on every format alike.
+/* Where a training step goes, per format: an image model (the CNN by default) on Fashion-MNIST
+ * trained with profiling on (fx_trainer_profile_enable) in every format, alternating step by
+ * step in one process, so that a shared machine's slow phases fall on every format alike.
  *   ./build/release/bench/bench_profile [steps] [threads ...]      (default: 200 1 2)
  * Environment: FLEXPOINT_FASHION_MNIST_DIR (default /usr/share/datasets/fashion-mnist),
- * BENCH_FORMATS (default "fp32 fp16 bf16 flex16_5 dfp16").
+ * BENCH_FORMATS (default "fp32 fp16 bf16 flex16_5 dfp16"), BENCH_MODEL (cnn, the default, or
+ * any image model of the trainer; resnet* models train on the images padded by 2 to 32x32, as
+ * `flexpoint-train --pad 2` and bench_train_pairs).
  *
  * Per thread count and format: the trainer's recipe defaults (batch 128, SGD with momentum,
  * fp16 with dynamic loss scaling), steps on the seeded batch order after 5 untimed ones, then
@@ -59,15 +61,21 @@ int main(int argc, char **argv)
         }
         fmts[nf++] = f;
     }
+    const char *model = getenv("BENCH_MODEL") ? getenv("BENCH_MODEL") : "cnn";
+    if (!model[0] || strlen(model) >= sizeof(((fx_train_config *)0)->model)) {
+        fprintf(stderr, "bench_profile: BENCH_MODEL='%s': want an image model's name\n", model);
+        return 2;
+    }
     const char *dir = getenv("FLEXPOINT_FASHION_MNIST_DIR");
     if (!dir) dir = "/usr/share/datasets/fashion-mnist";
-    fx_dataset *train = fx_dataset_fashion_mnist(dir, 1);
+    fx_dataset *raw = fx_dataset_fashion_mnist(dir, 1), *train = raw;
+    if (raw && !strncmp(model, "resnet", 6)) train = fx_dataset_pad(raw, 2);
     if (!train) {
         fprintf(stderr, "bench_profile: %s\n", flexpoint_last_error());
         return 1;
     }
-    printf("bench_profile: CNN on Fashion-MNIST, batch 128, %d profiled steps after %d; "
-           "flexpoint %s, backend %s, CPU %s\n", steps, WARMUP, flexpoint_version(),
+    printf("bench_profile: %s on Fashion-MNIST, batch 128, %d profiled steps after %d; "
+           "flexpoint %s, backend %s, CPU %s\n", model, steps, WARMUP, flexpoint_version(),
            flexpoint_backend(), flexpoint_cpu_model());
     for (int ti = 0; ti < nthreads; ti++) {
         fx_trainer *t[MAXF] = {NULL};
@@ -75,6 +83,7 @@ int main(int argc, char **argv)
         for (int f = 0; f < nf; f++) {
             fx_train_config c;
             fx_train_config_default(&c);
+            snprintf(c.model, sizeof c.model, "%s", model);
             c.fmt = fmts[f];
             c.threads = threads[ti];
             t[f] = fx_trainer_new(&c, train, NULL);
@@ -155,6 +164,7 @@ int main(int argc, char **argv)
         printf("   (data, loss, update and the rest)\n");
         for (int f = 0; f < nf; f++) fx_trainer_free(t[f]);
     }
-    fx_dataset_free(train);
+    if (train != raw) fx_dataset_free(train);
+    fx_dataset_free(raw);
     return 0;
 }
