@@ -10,6 +10,12 @@
  *   - mantissa inputs (the direct route, which makes the ReLU from the pieces of y; counted by
  *     fx_bn_direct_relu_runs so that a route never taken cannot pass unnoticed) and fp32
  *     inputs (the stage route, then tensor_relu), training and inference, at 1 and 2 threads;
+ *   - with y allowed to go unwritten (the trainer's call where the ReLU is y's only reader):
+ *     relu(y) and y's exponent and trace records as above; y's mantissas those of the
+ *     reference, or, where the call says it left them unwritten, unchanged from before the
+ *     call, with relu(y) > 0 exactly where the reference y > 0 and relu(y)'s exponent no
+ *     coarser than y's; both the unwritten runs and the writes of y made after all (relu(y)'s
+ *     write rounding again from y) counted, so that neither route passes untaken;
  *   - declined, with nothing written, for float outputs, a relu_y that is y or x, and with the
  *     switch off; bad arguments get tensor_batchnorm's status. */
 #include "flexpoint.h"
@@ -57,12 +63,15 @@ static void fill(tensor_t *x, int k, test_rng *r)
     CHECK_STATUS(tensor_from_f32(x, v), FX_OK);
 }
 
-static void check_same(const tensor_t *a, const tensor_t *b, const char *what, const char *tag)
+/* the same exponent and trace records, and with mantissas, the same mantissas */
+static void check_same_write(const tensor_t *a, const tensor_t *b, int mantissas,
+                             const char *what, const char *tag)
 {
     static int16_t ma[MAXN], mb[MAXN];
     CHECK_STATUS(tensor_get_raw(a, ma), FX_OK);
     CHECK_STATUS(tensor_get_raw(b, mb), FX_OK);
-    CHECK(memcmp(ma, mb, (size_t)NUMEL * sizeof *ma) == 0 && tensor_exp(a) == tensor_exp(b),
+    CHECK((!mantissas || memcmp(ma, mb, (size_t)NUMEL * sizeof *ma) == 0) &&
+              tensor_exp(a) == tensor_exp(b),
           "%s %s: mantissas or exponent (%d, %d) differ", tag, what, tensor_exp(a),
           tensor_exp(b));
     const int64_t n = tensor_trace_len(a);
@@ -80,19 +89,48 @@ static void check_same(const tensor_t *a, const tensor_t *b, const char *what, c
     }
 }
 
-/* the run of calls for outputs in format f from inputs in format fx */
-static void run(fmt_t f, fmt_t fx, int training, int threads)
+static void check_same(const tensor_t *a, const tensor_t *b, const char *what, const char *tag)
 {
-    char tag[96];
-    snprintf(tag, sizeof tag, "%s from %s, %lldx%lld planes, training %d, %d threads", fmt_name(f),
-             fmt_name(fx), (long long)H, (long long)W, training, threads);
+    check_same_write(a, b, 1, what, tag);
+}
+
+/* y left unwritten: its mantissas as before the call (was), relu(y)'s signs the reference y's,
+ * relu(y)'s exponent no coarser than y's */
+static void check_unwritten(const tensor_t *u, const int16_t *was, const tensor_t *y,
+                            const tensor_t *uref, int k, const char *tag)
+{
+    static int16_t mu[MAXN], my[MAXN], mr[MAXN];
+    CHECK_STATUS(tensor_get_raw(u, mu), FX_OK);
+    CHECK_STATUS(tensor_get_raw(y, my), FX_OK);
+    CHECK_STATUS(tensor_get_raw(uref, mr), FX_OK);
+    CHECK(memcmp(mu, was, (size_t)NUMEL * sizeof *mu) == 0,
+          "%s call %d: y said unwritten, but its mantissas changed", tag, k);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < NUMEL; i++) differ += (my[i] > 0) != (mr[i] > 0);
+    CHECK(differ == 0 && tensor_exp(y) <= tensor_exp(u),
+          "%s call %d: relu(y)'s signs differ from y's at %lld elements (exponents %d, %d)", tag,
+          k, (long long)differ, tensor_exp(y), tensor_exp(u));
+}
+
+/* the run of calls for outputs in format f from inputs in format fx; with unkept, y may go
+ * unwritten */
+static void run(fmt_t f, fmt_t fx, int training, int threads, int unkept)
+{
+    char tag[112];
+    snprintf(tag, sizeof tag, "%s from %s, %lldx%lld planes, training %d, %d threads%s",
+             fmt_name(f), fmt_name(fx), (long long)H, (long long)W, training, threads,
+             unkept ? ", y may go unwritten" : "");
     const int prev = flexpoint_set_num_threads(threads);
     test_rng r;
     test_rng_seed(&r, 77);
     tensor_t *x = new4(fx);
     tensor_t *u = new4(f), *y = new4(f), *uref = new4(f), *yref = new4(f);
     tensor_t *outs[4] = {u, y, uref, yref};
-    for (int i = 0; i < 4; i++) CHECK_STATUS(tensor_trace_enable(outs[i], 1), FX_OK);
+    /* (a traced y is always written: with unkept its trace is off on both sides, whose
+     * exponents are compared) */
+    for (int i = 0; i < 4; i++)
+        if (!unkept || (outs[i] != u && outs[i] != uref))
+            CHECK_STATUS(tensor_trace_enable(outs[i], 1), FX_OK);
     float rm[2][C], rv[2][C], sm[2][C], si[2][C];
     for (int k = 0; k < 2; k++)
         for (int c = 0; c < C; c++) {
@@ -111,12 +149,18 @@ static void run(fmt_t f, fmt_t fx, int training, int threads)
                                       training),
                      FX_OK);
         CHECK_STATUS(tensor_relu(yref, uref), FX_OK);
+        static int16_t was[MAXN];
+        CHECK_STATUS(tensor_get_raw(u, was), FX_OK);
+        int written = -1;
         CHECK_STATUS(fx_batchnorm_shared_relu(u, y, x, g, b, rm[1], rv[1], sm[1], si[1], 0.1,
-                                              1e-5, training),
+                                              1e-5, training, unkept ? &written : NULL),
                      FX_OK);
+        CHECK(unkept ? written == 0 || written == 1 : written == -1,
+              "%s call %d: y_written %d", tag, k, written);
         char what[32];
         snprintf(what, sizeof what, "call %d y", k);
-        check_same(u, uref, what, tag);
+        check_same_write(u, uref, written != 0, what, tag);
+        if (written == 0) check_unwritten(u, was, y, uref, k, tag);
         snprintf(what, sizeof what, "call %d relu(y)", k);
         check_same(y, yref, what, tag);
         CHECK(memcmp(rm[0], rm[1], sizeof rm[0]) == 0 && memcmp(rv[0], rv[1], sizeof rv[0]) == 0 &&
@@ -137,6 +181,84 @@ static void run(fmt_t f, fmt_t fx, int training, int threads)
     flexpoint_set_num_threads(prev);
 }
 
+/* A FLEX16_5 relu(y) whose Autoflex history (values `scale` times y's, which are about 3) puts
+ * its exponent `above` places above y's: relu(y) then rounds y's smallest positive mantissas to
+ * 0, so its signs are not y's, and y is written although the caller let it go unwritten; every
+ * bit as the two separate ops give */
+static void coarse_relu_exponent(float scale, int above)
+{
+    char tag[64];
+    snprintf(tag, sizeof tag, "flex16_5, relu(y) %d above y", above);
+    test_rng r;
+    test_rng_seed(&r, 9);
+    tensor_t *x = new4(FMT_FLEX16_5);
+    tensor_t *u = new4(FMT_FLEX16_5), *y = new4(FMT_FLEX16_5);
+    tensor_t *uref = new4(FMT_FLEX16_5), *yref = new4(FMT_FLEX16_5);
+    static float v[MAXN];
+    for (int k = 0; k < 6; k++) { /* the same history for both pairs of outputs */
+        for (int64_t i = 0; i < NUMEL; i++) v[i] = (float)(3.0 * test_rng_normal(&r));
+        CHECK_STATUS(tensor_from_f32(u, v), FX_OK);
+        CHECK_STATUS(tensor_from_f32(uref, v), FX_OK);
+        for (int64_t i = 0; i < NUMEL; i++) v[i] *= scale;
+        CHECK_STATUS(tensor_from_f32(y, v), FX_OK);
+        CHECK_STATUS(tensor_from_f32(yref, v), FX_OK);
+    }
+    /* (reading the exponents settles deferred writes: the route guesses from settled ones) */
+    CHECK(tensor_exp(u) == tensor_exp(uref) && tensor_exp(y) == tensor_exp(yref),
+          "%s: the histories differ", tag);
+    fill(x, 0, &r);
+    const float gv[C] = {1.0f, 1.0f, 1.0f}, bv[C] = {0.0f, 0.0f, 0.0f};
+    tensor_t *g = new1(gv), *b = new1(bv);
+    float rm[C] = {0}, rv[C] = {1, 1, 1}, rm2[C] = {0}, rv2[C] = {1, 1, 1};
+    CHECK_STATUS(tensor_batchnorm(uref, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1), FX_OK);
+    CHECK_STATUS(tensor_relu(yref, uref), FX_OK);
+    const int64_t late0 = fx_bn_y_stored_late(), runs0 = fx_bn_direct_relu_runs();
+    int written = -1;
+    CHECK_STATUS(fx_batchnorm_shared_relu(u, y, x, g, b, rm2, rv2, NULL, NULL, 0.1, 1e-5, 1,
+                                          &written),
+                 FX_OK);
+    CHECK(written == 1 && fx_bn_y_stored_late() == late0 + 1 &&
+              fx_bn_direct_relu_runs() == runs0 + 1 && tensor_exp(y) == tensor_exp(u) + above,
+          "%s: y_written %d, %lld late writes of y, exponents %d and %d", tag, written,
+          (long long)(fx_bn_y_stored_late() - late0), tensor_exp(y), tensor_exp(u));
+    check_same(u, uref, "y", tag);
+    check_same(y, yref, "relu(y)", tag);
+    tensor_free(g);
+    tensor_free(b);
+    tensor_free(x);
+    tensor_free(u);
+    tensor_free(y);
+    tensor_free(uref);
+    tensor_free(yref);
+}
+
+/* a y whose trace is on is written although the caller lets it go unwritten, where the same
+ * call untraced leaves it so */
+static void traced_y_written(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 11);
+    tensor_t *x = new4(FMT_DFP16), *u = new4(FMT_DFP16), *y = new4(FMT_DFP16);
+    const float gv[C] = {1.0f, 1.0f, 1.0f}, bv[C] = {0.0f, 0.0f, 0.0f};
+    tensor_t *g = new1(gv), *b = new1(bv);
+    float rm[C] = {0}, rv[C] = {1, 1, 1};
+    int written[2] = {-1, -1};
+    for (int traced = 0; traced <= 1; traced++) {
+        fill(x, 0, &r);
+        CHECK_STATUS(tensor_trace_enable(u, traced), FX_OK);
+        CHECK_STATUS(fx_batchnorm_shared_relu(u, y, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1,
+                                              &written[traced]),
+                     FX_OK);
+    }
+    CHECK(written[0] == 0 && written[1] == 1, "y written %d untraced, %d traced", written[0],
+          written[1]);
+    tensor_free(g);
+    tensor_free(b);
+    tensor_free(x);
+    tensor_free(u);
+    tensor_free(y);
+}
+
 /* declined where it does not apply, with nothing written; bad arguments refused */
 static void declined(void)
 {
@@ -148,17 +270,17 @@ static void declined(void)
     test_rng_seed(&r, 5);
     fill(x, 0, &r);
     float rm[C] = {0}, rv[C] = {1, 1, 1};
-    CHECK(fx_batchnorm_shared_relu(uf, yf, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1) ==
+    CHECK(fx_batchnorm_shared_relu(uf, yf, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1, NULL) ==
               FX_BN_RELU_NOT_TAKEN,
           "took bf16 outputs");
-    CHECK(fx_batchnorm_shared_relu(u, u, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1) ==
+    CHECK(fx_batchnorm_shared_relu(u, u, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1, NULL) ==
               FX_BN_RELU_NOT_TAKEN,
           "took relu_y = y");
-    CHECK(fx_batchnorm_shared_relu(u, x, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1) ==
+    CHECK(fx_batchnorm_shared_relu(u, x, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1, NULL) ==
               FX_BN_RELU_NOT_TAKEN,
           "took relu_y = x");
     fx_bn_relu_set_enabled(0);
-    CHECK(fx_batchnorm_shared_relu(u, y, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1) ==
+    CHECK(fx_batchnorm_shared_relu(u, y, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1, NULL) ==
               FX_BN_RELU_NOT_TAKEN,
           "ran with the switch off");
     fx_bn_relu_set_enabled(1);
@@ -170,11 +292,11 @@ static void declined(void)
     for (int i = 0; i < NUMEL; i++) nz += m[i] != 0;
     CHECK(nz == 0 && rm[0] == 0.0f, "a declined call wrote its outputs or statistics");
     /* bad input gets tensor_batchnorm's and tensor_relu's status */
-    CHECK_STATUS(fx_batchnorm_shared_relu(u, y, x, g, b, rm, rv, NULL, NULL, 2.0, 1e-5, 1),
+    CHECK_STATUS(fx_batchnorm_shared_relu(u, y, x, g, b, rm, rv, NULL, NULL, 2.0, 1e-5, 1, NULL),
                  FX_EINVAL);
     const int64_t other[4] = {N, C, H, W + 1};
     tensor_t *ybad = tensor_new(FMT_DFP16, 4, other);
-    CHECK_STATUS(fx_batchnorm_shared_relu(u, ybad, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1),
+    CHECK_STATUS(fx_batchnorm_shared_relu(u, ybad, x, g, b, rm, rv, NULL, NULL, 0.1, 1e-5, 1, NULL),
                  FX_ESHAPE);
     tensor_free(ybad);
     tensor_free(g);
@@ -198,10 +320,44 @@ int main(void)
         for (int i = 0; i < 2; i++)
             for (int training = 0; training <= 1; training++)
                 for (int threads = 1; threads <= 2; threads++) {
-                    run(fmts[i], fmts[i], training, threads);
-                    run(fmts[i], FMT_FP32, training, threads);
+                    run(fmts[i], fmts[i], training, threads, 0);
+                    run(fmts[i], FMT_FP32, training, threads, 0);
                 }
     }
+    /* y allowed to go unwritten, on every level the CPU runs (AVX2 rounds the pieces in
+     * registers, the others through the buffer): the runs that left it so, and those that
+     * wrote it after all */
+    const int64_t unkept0 = fx_bn_y_unkept_runs(), late0 = fx_bn_y_stored_late();
+    char keep[16];
+    snprintf(keep, sizeof keep, "%s", flexpoint_backend());
+    static const char *const levels[3] = {"scalar", "avx2", "avx512"};
+    for (int lv = 0; lv < 3; lv++) {
+        if (flexpoint_set_backend(levels[lv]) != FX_OK) continue;
+        for (int si = 0; si < 2; si++) {
+            N = shapes[si][0];
+            H = shapes[si][1];
+            W = shapes[si][2];
+            NUMEL = N * C * H * W;
+            for (int i = 0; i < 2; i++)
+                for (int threads = 1; threads <= 2; threads++) {
+                    run(fmts[i], fmts[i], 1, threads, 1);
+                    run(fmts[i], FMT_FP32, 1, threads, 1);
+                }
+        }
+    }
+    CHECK_STATUS(flexpoint_set_backend(keep), FX_OK);
+    const int64_t unkept = fx_bn_y_unkept_runs() - unkept0, late = fx_bn_y_stored_late() - late0;
+    CHECK(unkept > 0 && late > 0, "y left unwritten in %lld runs, written after all in %lld",
+          (long long)unkept, (long long)late);
+    /* the switch off: y written every time */
+    fx_bn_y_unkept_set_enabled(0);
+    const int64_t off0 = fx_bn_y_unkept_runs();
+    run(FMT_DFP16, FMT_DFP16, 1, 1, 1);
+    CHECK(fx_bn_y_unkept_runs() == off0, "y left unwritten with the switch off");
+    fx_bn_y_unkept_set_enabled(1);
+    coarse_relu_exponent(300.0f, 8);
+    coarse_relu_exponent(2.0f, 1);
+    traced_y_written();
     declined();
     return test_finish("test_bn_shared_relu");
 }

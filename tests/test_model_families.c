@@ -82,10 +82,12 @@ static fx_trainer *make(const char *model, int fmt, const fx_dataset *tr)
 }
 
 /* After the same steps, every tensor the fused ResNet a hands out holds the unfused b's
- * values bit for bit; in the float formats it refuses some (FX_ESTATE, naming the tensor):
- * those its fused ops left unwritten, a batch norm's or residual add's output or a ReLU's
- * summed output gradient (fp32 fuses the batch norms, fp16 and bf16 all three), which before
- * read as the zeros they were allocated with. The shared-exponent formats write them all. */
+ * values bit for bit; it refuses some (FX_ESTATE, naming the tensor): those its fused ops left
+ * unwritten, which before read as the zeros they were allocated with. In the float formats a
+ * batch norm's or residual add's output or a ReLU's summed output gradient (fp32 fuses the
+ * batch norms, fp16 and bf16 all three); in the shared-exponent formats only the output of a
+ * batch norm whose one reader is the ReLU after it (bn0 and each block's bn1), where the
+ * ReLU's signs are its own (fx_batchnorm_shared_relu). */
 static void fused_tensors_as_unfused(fx_trainer *a, fx_trainer *b, const char *name, int fmt)
 {
     const int shared = fmt == FMT_FLEX16_5 || fmt == FMT_DFP16;
@@ -100,9 +102,11 @@ static void fused_tensors_as_unfused(fx_trainer *a, fx_trainer *b, const char *n
                   "%s: tensor %s: status %d, message '%s'", name, tn, flexpoint_last_status(),
                   flexpoint_last_error());
             const size_t n = strlen(tn);
-            const int expected = !shared && ((n > 4 && !strcmp(tn + n - 4, ".out") &&
-                                              (strstr(tn, "bn") || strstr(tn, "add"))) ||
-                                             (n > 3 && !strcmp(tn + n - 3, ".dy")));
+            const int expected =
+                shared ? !strcmp(tn, "bn0.out") || (n > 8 && !strcmp(tn + n - 8, ".bn1.out"))
+                       : ((n > 4 && !strcmp(tn + n - 4, ".out") &&
+                           (strstr(tn, "bn") || strstr(tn, "add"))) ||
+                          (n > 3 && !strcmp(tn + n - 3, ".dy")));
             CHECK(expected, "%s: tensor %s refused, which no fused op leaves unwritten", name, tn);
             continue;
         }

@@ -191,6 +191,7 @@ typedef struct fx_op_args {
             int relu; /* host, float y only (fx_batchnorm_relu): y = relu(the output) */
             struct tensor *relu_y; /* host, FLEX16_5/DFP16 (fx_batchnorm_shared_relu): also
                                     * relu_y = relu(y) (NULL: none) */
+            int *y_written; /* with relu_y: NULL, or y may be left unwritten (bn_direct.h) */
         } bn;
         struct { /* BATCHNORM_BACKWARD */
             struct tensor *dx, *dgamma, *dbeta;

@@ -81,6 +81,9 @@ typedef struct fx_sb_plan {
      * (else FX_EXP_NONE) */
     int fused_e;
     fx_qstats fused_q;
+    /* a not yet stored: a_ready(a_ctx) stores it before a pass reads it (then NULL) */
+    void (*a_ready)(void *);
+    void *a_ctx;
 } fx_sb_plan;
 
 static fx_sum2 fx_sb_unit(const fx_sb_plan *p, int64_t u, int64_t *lo, int64_t *len)
@@ -210,6 +213,10 @@ static int fx_sb_quantize(void *ctx, int e, const fx_rounding *r, int keep, fx_q
     if (keep && p->fused_e != FX_EXP_NONE)
         __atomic_fetch_add(&fx_sb_missed, 1, __ATOMIC_RELAXED);
     if (keep) p->fused_e = FX_EXP_NONE; /* dst now holds the rounding at e */
+    if (p->a_ready) {
+        p->a_ready(p->a_ctx);
+        p->a_ready = NULL;
+    }
     fx_sb_quant_pass(p, e, keep, q);
     return FX_OK;
 }
@@ -220,6 +227,8 @@ static void fx_sb_prepare(fx_sb_plan *p)
     p->units = (p->n + p->inner - 1) / p->inner;
     p->nt = p->n >= FX_SB_PAR_MIN ? flexpoint_num_threads() : 1;
     p->fused_e = FX_EXP_NONE;
+    p->a_ready = NULL;
+    p->a_ctx = NULL;
     flexpoint_clear_error(); /* as the dispatcher does before its kernel */
     __atomic_fetch_add(&fx_sb_taken, 1, __ATOMIC_RELAXED);
 }
@@ -396,12 +405,24 @@ void fx_relu_piece(const int16_t *u, int16_t *y, int64_t n, int shift, fx_qstats
  * early pass, with the pieces' rounding in place of that pass. */
 int fx_relu_early_finish(tensor_t *y, const tensor_t *u, int eu, int ey, const fx_qstats *q)
 {
+    return fx_relu_early_finish_src(y, u, eu, ey, q, NULL, NULL);
+}
+
+/* Documented in shared_binary.h. */
+int fx_relu_early_finish_src(tensor_t *y, const tensor_t *u, int eu, int ey,
+                             const fx_qstats *q, void (*u_ready)(void *), void *ctx)
+{
     fx_sb_plan p;
-    if (!fx_sb_plan_gated(&p, y, u, u) || u->st->exp != eu) return tensor_relu(y, u);
+    if (!fx_sb_plan_gated(&p, y, u, u) || u->st->exp != eu) {
+        if (u_ready) u_ready(ctx);
+        return tensor_relu(y, u);
+    }
     fx_sb_prepare(&p);
     p.ec = eu;
     p.fused_e = ey;
     p.fused_q = *q;
+    p.a_ready = u_ready;
+    p.a_ctx = ctx;
     __atomic_fetch_add(&fx_sb_fused, 1, __ATOMIC_RELAXED);
     return fx_sb_decide(y, &p, (uint32_t)q->max_abs_in, "tensor_relu");
 }

@@ -78,11 +78,18 @@ void fx_add_relu_cancel(fx_add_relu_run *r);
  * thread, any order of pieces.
  * fx_relu_early_finish: after every piece of u went through fx_relu_piece with u at exponent
  * eu (u's exponent now) and shift ey - eu, y's write from the merged statistics q, rounding
- * again from u where it picks another exponent than ey; returns its status. */
+ * again from u where it picks another exponent than ey; returns its status.
+ * fx_relu_early_finish_src: the same for a u whose mantissas may not be stored yet: before
+ * anything reads them (a write that picks another exponent than ey, a u whose exponent is no
+ * longer eu, a pair the one-pass route does not take), u_ready(ctx) is called once to store
+ * them. */
 FX_INTERNAL int fx_relu_early_ok(tensor_t *y, const tensor_t *u, int *ey);
 FX_INTERNAL void fx_relu_piece(const int16_t *u, int16_t *y, int64_t n, int shift, fx_qstats *q);
 FX_INTERNAL int fx_relu_early_finish(tensor_t *y, const tensor_t *u, int eu, int ey,
                                      const fx_qstats *q);
+FX_INTERNAL int fx_relu_early_finish_src(tensor_t *y, const tensor_t *u, int eu, int ey,
+                                         const fx_qstats *q, void (*u_ready)(void *),
+                                         void *ctx);
 
 /* Test hook: 0 sends every add/sub (and gated write) through the dispatcher (to compare the two routes). */
 void fx_shared_binary_set_enabled(int on);

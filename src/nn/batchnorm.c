@@ -441,8 +441,9 @@ int fx_batchnorm_relu(tensor_t *y, const tensor_t *x, const tensor_t *gamma, con
 int fx_batchnorm_shared_relu(tensor_t *y, tensor_t *relu_y, const tensor_t *x,
                              const tensor_t *gamma, const tensor_t *beta, float *running_mean,
                              float *running_var, float *save_mean, float *save_invstd,
-                             double momentum, double eps, int training)
+                             double momentum, double eps, int training, int *y_written)
 {
+    if (y_written) *y_written = 1;
     if (!y || !relu_y || !x || !gamma || !beta || !fmt_is_shared_exponent(y->fmt) ||
         !fmt_is_shared_exponent(relu_y->fmt) || y->st->on_device || relu_y->st->on_device ||
         x->st->on_device || gamma->st->on_device || beta->st->on_device || y->st->dist ||
@@ -456,6 +457,8 @@ int fx_batchnorm_shared_relu(tensor_t *y, tensor_t *relu_y, const tensor_t *x,
     if (!rc) rc = nn_same_shape("tensor_relu", "out", relu_y, "a", y);
     if (rc) return rc;
     a.u.bn.relu_y = relu_y;
+    /* a traced y is one its user watches: kept whole */
+    a.u.bn.y_written = y->st->trace.enabled ? NULL : y_written;
     flexpoint_clear_error();
     rc = fx_nn_batchnorm_host(&a);
     if (rc == FX_OK) __atomic_fetch_add(&nn_bn_relu_made, 1, __ATOMIC_RELAXED);
@@ -578,7 +581,7 @@ int fx_nn_batchnorm_host(const fx_op_args *r)
     }
     if (direct) {
         rc = fx_bn_forward_direct(y, &xs, &d, k, mean, ca, cb, lo, hi, relu_y, &relu_done,
-                                  func);
+                                  relu_y ? r->u.bn.y_written : NULL, func);
         if (rc == FX_BN_DIRECT_DECLINED) { /* a non-finite output: the stage route counts it */
             yv = nn_out_f32(y, ins, 3, xcopy, &sc);
             if (!yv) {

@@ -40,8 +40,13 @@
 
 static atomic_int direct_enabled = 1;
 static atomic_llong direct_runs, relu_runs;
+static atomic_int y_unkept_enabled = 1;
+static atomic_llong y_unkept_runs, y_stored_late;
 
 int64_t fx_bn_direct_relu_runs(void) { return atomic_load(&relu_runs); }
+void fx_bn_y_unkept_set_enabled(int on) { atomic_store(&y_unkept_enabled, on != 0); }
+int64_t fx_bn_y_unkept_runs(void) { return atomic_load(&y_unkept_runs); }
+int64_t fx_bn_y_stored_late(void) { return atomic_load(&y_stored_late); }
 
 void fx_bn_direct_set_enabled(int on) { atomic_store(&direct_enabled, on != 0); }
 int64_t fx_bn_direct_runs(void) { return atomic_load(&direct_runs); }
@@ -79,11 +84,13 @@ int64_t fx_bn_q16_pieces(void) { return atomic_load(&q16_pieces); }
 
 /* The ReLU a forward pass makes of its kept rounding, piece by piece while the piece is in
  * cache (fx_relu_piece): relu(y) `shift` places from y's exponent into dst, its statistics
- * merged into *q. */
+ * merged into *q. With y_unkept, y's rounded pieces go to each thread's scratch, from which
+ * the ReLU reads them, and y itself is not written (fx_bn_forward_direct's y_written). */
 typedef struct bn_relu_out {
     int16_t *dst;
     int shift;
     fx_qstats *q;
+    int y_unkept;
 } bn_relu_out;
 
 /* A pass's settings, and a piece of it: n values at element offset o, made into buf by fill,
@@ -100,21 +107,32 @@ typedef struct bn_pass {
     bn_fill_q_fn fill_q; /* NULL: every piece through the buffer */
 } bn_pass;
 
-/* a piece's rounding made (statistics st): merged, and its ReLU made where the pass asks */
-static void bn_piece_done(const bn_pass *p, int64_t o, int64_t n, const fx_qstats *st,
-                          fx_qstats *mine, fx_qstats *mine_relu)
+/* where the rounded piece at element offset o goes: into y (NULL where the pass keeps
+ * nothing), or where the pass keeps only relu(y), into the thread's scratch ybuf (PIECE
+ * elements) */
+static int16_t *bn_piece_y(const bn_pass *p, int64_t o, int16_t *ybuf)
+{
+    if (p->relu && p->relu->y_unkept) return ybuf;
+    return p->keep ? p->dst + o : NULL;
+}
+
+/* a piece's rounding made into y (statistics st): merged, and its ReLU made where the pass
+ * asks */
+static void bn_piece_done(const bn_pass *p, int64_t o, int64_t n, const int16_t *y,
+                          const fx_qstats *st, fx_qstats *mine, fx_qstats *mine_relu)
 {
     fx_qstats_merge(mine, st);
-    if (p->relu) fx_relu_piece(p->dst + o, p->relu->dst + o, n, p->relu->shift, mine_relu);
+    if (p->relu) fx_relu_piece(y, p->relu->dst + o, n, p->relu->shift, mine_relu);
 }
 
 static void bn_round_piece(const bn_pass *p, int64_t o, int64_t n, const float *buf,
-                           fx_qstats *mine, fx_qstats *mine_relu)
+                           int16_t *ybuf, fx_qstats *mine, fx_qstats *mine_relu)
 {
     fx_qstats st;
     fx_qstats_init(&st);
-    fx_backend_active()->cvt.quant_f32(buf, p->keep ? p->dst + o : NULL, n, p->e, p->r, o, &st);
-    bn_piece_done(p, o, n, &st, mine, mine_relu);
+    int16_t *y = bn_piece_y(p, o, ybuf);
+    fx_backend_active()->cvt.quant_f32(buf, y, n, p->e, p->r, o, &st);
+    bn_piece_done(p, o, n, y, &st, mine, mine_relu);
 }
 
 int fx_bn_q16_stats(const fx_bn_q16 *r, fx_qstats *st)
@@ -140,51 +158,56 @@ int fx_bn_q16_stats(const fx_bn_q16 *r, fx_qstats *st)
     return 1;
 }
 
-/* elements [o, o + len) of channel ch rounded in registers into *acc: 0 where the kernel
- * declined (what it stored is then overwritten through the buffer) */
-static int bn_q_segment(const bn_pass *p, int64_t ch, int64_t o, int64_t len, fx_bn_q16 *acc)
+/* elements [o, o + len) of channel ch rounded in registers into y (NULL: not kept) and
+ * *acc: 0 where the kernel declined (what it stored is then overwritten through the buffer) */
+static int bn_q_segment(const bn_pass *p, int64_t ch, int64_t o, int64_t len, int16_t *y,
+                        fx_bn_q16 *acc)
 {
-    return p->fill_q(p->ctx, ch, o, p->keep ? p->dst + o : NULL, len, p->e, acc);
+    return p->fill_q(p->ctx, ch, o, y, len, p->e, acc);
 }
 
-/* whole rows [r0, r1), consecutive in memory, as one piece; 1 where it was rounded in
- * registers */
-static int bn_rows_piece(const bn_pass *p, int64_t r0, int64_t r1, float *buf, fx_qstats *mine,
-                          fx_qstats *mine_relu)
+/* whole rows [r0, r1), consecutive in memory, as one piece (at most PIECE elements); 1 where
+ * it was rounded in registers */
+static int bn_rows_piece(const bn_pass *p, int64_t r0, int64_t r1, float *buf, int16_t *ybuf,
+                         fx_qstats *mine, fx_qstats *mine_relu)
 {
     const int64_t C = p->d->C, S = p->d->S;
     if (p->fill_q) {
         fx_bn_q16 acc;
         memset(&acc, 0, sizeof acc);
         fx_qstats st;
+        int16_t *y = bn_piece_y(p, r0 * S, ybuf);
         int64_t row = r0;
-        while (row < r1 && bn_q_segment(p, row % C, row * S, S, &acc)) row++;
+        while (row < r1 &&
+               bn_q_segment(p, row % C, row * S, S, y ? y + (row - r0) * S : NULL, &acc))
+            row++;
         if (row == r1 && fx_bn_q16_stats(&acc, &st)) {
-            bn_piece_done(p, r0 * S, (r1 - r0) * S, &st, mine, mine_relu);
+            bn_piece_done(p, r0 * S, (r1 - r0) * S, y, &st, mine, mine_relu);
             return 1;
         }
     }
     for (int64_t row = r0; row < r1; row++)
         p->fill(p->ctx, row % C, row * S, buf + (row - r0) * S, S);
-    bn_round_piece(p, r0 * S, (r1 - r0) * S, buf, mine, mine_relu);
+    bn_round_piece(p, r0 * S, (r1 - r0) * S, buf, ybuf, mine, mine_relu);
     return 0;
 }
 
 /* elements [s0, s0 + len) of one row as one piece; 1 where it was rounded in registers */
 static int bn_part_piece(const bn_pass *p, int64_t row, int64_t s0, int64_t len, float *buf,
-                          fx_qstats *mine, fx_qstats *mine_relu)
+                         int16_t *ybuf, fx_qstats *mine, fx_qstats *mine_relu)
 {
     const int64_t o = row * p->d->S + s0;
     fx_bn_q16 acc;
     memset(&acc, 0, sizeof acc);
     fx_qstats st;
-    if (p->fill_q && bn_q_segment(p, row % p->d->C, o, len, &acc) &&
+    int16_t *y = bn_piece_y(p, o, ybuf);
+    if (p->fill_q && bn_q_segment(p, row % p->d->C, o, len, y, &acc) &&
         fx_bn_q16_stats(&acc, &st)) {
-        bn_piece_done(p, o, len, &st, mine, mine_relu);
+        bn_piece_done(p, o, len, y, &st, mine, mine_relu);
         return 1;
     }
     p->fill(p->ctx, row % p->d->C, o, buf, len);
-    bn_round_piece(p, o, len, buf, mine, mine_relu);
+    bn_round_piece(p, o, len, buf, ybuf, mine, mine_relu);
     return 0;
 }
 
@@ -192,20 +215,20 @@ static int bn_part_piece(const bn_pass *p, int64_t row, int64_t s0, int64_t len,
  * (per of them), longer ones cut into pieces; returns the pieces rounded in registers (counted
  * once per thread: an atomic add per piece would pass its line between the cores) */
 static int64_t bn_walk_rows(const bn_pass *p, int64_t rb, int64_t re, int64_t per, float *buf,
-                            fx_qstats *mine, fx_qstats *mine_relu)
+                            int16_t *ybuf, fx_qstats *mine, fx_qstats *mine_relu)
 {
     const int64_t S = p->d->S;
     int64_t in_registers = 0;
     if (per > 1) {
         for (int64_t r0 = rb; r0 < re; r0 += per)
-            in_registers +=
-                bn_rows_piece(p, r0, r0 + per < re ? r0 + per : re, buf, mine, mine_relu);
+            in_registers += bn_rows_piece(p, r0, r0 + per < re ? r0 + per : re, buf, ybuf, mine,
+                                          mine_relu);
         return in_registers;
     }
     for (int64_t row = rb; row < re; row++)
         for (int64_t s0 = 0; s0 < S; s0 += PIECE)
-            in_registers += bn_part_piece(p, row, s0, S - s0 < PIECE ? S - s0 : PIECE, buf, mine,
-                                          mine_relu);
+            in_registers += bn_part_piece(p, row, s0, S - s0 < PIECE ? S - s0 : PIECE, buf, ybuf,
+                                          mine, mine_relu);
     return in_registers;
 }
 
@@ -249,6 +272,7 @@ static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, bn_fill_
         const int64_t tid = 0, nthr = 1;
 #endif
         float buf[PIECE];
+        int16_t ybuf[PIECE]; /* a piece of y where the pass keeps only relu(y) */
         int64_t in_registers = 0;
         if (C % gsz == 0 && ngroups % nthr == 0) {
             /* this thread's groups, and so its channels, as the channel pass had them */
@@ -256,12 +280,12 @@ static void bn_round_rows(const fx_bn_dims *d, int nt, bn_fill_fn fill, bn_fill_
             bn_static_part(ngroups, nthr, tid, &g0, &g1);
             const int64_t cb = g0 * gsz, ce = g1 * gsz;
             for (int64_t n = cb < ce ? d->N - 1 : -1; n >= 0; n--)
-                in_registers += bn_walk_rows(&p, n * C + cb, n * C + ce, per, buf, &mine,
-                                             &mine_relu);
+                in_registers += bn_walk_rows(&p, n * C + cb, n * C + ce, per, buf, ybuf,
+                                             &mine, &mine_relu);
         } else {
             int64_t r0, r1;
             bn_static_part(d->N * C, nthr, tid, &r0, &r1);
-            in_registers += bn_walk_rows(&p, r0, r1, per, buf, &mine, &mine_relu);
+            in_registers += bn_walk_rows(&p, r0, r1, per, buf, ybuf, &mine, &mine_relu);
         }
         if (in_registers)
             atomic_fetch_add_explicit(&q16_pieces, in_registers, memory_order_relaxed);
@@ -288,6 +312,9 @@ typedef struct bn_direct_ctx {
     float top;          /* y's largest value before rounding (0 when none is positive) */
     int relu_eu, relu_ey; /* the kept pass: relu(y) rounded at relu_ey from y at relu_eu */
     fx_qstats relu_q;     /* ... and its statistics (relu_eu FX_EXP_NONE: no pass made it) */
+    int unkept_ok;        /* the caller lets y go unwritten (fx_bn_forward_direct's y_written) */
+    int y_unkept;         /* the kept pass left y unwritten: bn_store_y writes it */
+    fx_rounding relu_r;   /* ... and that pass's rounding */
 } bn_direct_ctx;
 
 static void bn_normalize_piece(const void *vctx, int64_t ch, int64_t o, float *buf, int64_t len)
@@ -329,13 +356,44 @@ static int bn_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx_qst
         bn_round_rows(c->d, c->nt, bn_normalize_piece, fill_q, c, c->dst, e, r, keep, q, NULL);
         return FX_OK;
     }
-    /* y's kept rounding, and relu(y) from it while each piece is in cache */
+    /* y's kept rounding, and relu(y) from it while each piece is in cache; where the caller
+     * allows, relu(y) alone (nearest rounding: bn_store_y makes the same y again if needed) */
     const int ey = bn_relu_exp(c, e, r);
-    const bn_relu_out relu = {(int16_t *)fx_tensor_base(c->relu_y), ey - e, &c->relu_q};
+    const int unkept = c->unkept_ok && (!r || r->mode != FX_ROUND_STOCHASTIC);
+    const bn_relu_out relu = {(int16_t *)fx_tensor_base(c->relu_y), ey - e, &c->relu_q, unkept};
     bn_round_rows(c->d, c->nt, bn_normalize_piece, fill_q, c, c->dst, e, r, keep, q, &relu);
     c->relu_eu = e;
     c->relu_ey = ey;
+    c->y_unkept = unkept;
+    c->relu_r = r ? *r : (fx_rounding){FX_ROUND_NEAREST_EVEN, 0, 0};
     return FX_OK;
+}
+
+/* y's mantissas, where the kept pass left them unwritten: that pass's rounding again into y
+ * (the same values: a pure function of x, the channel constants and the exponent), its
+ * statistics dropped (the write has them). For whatever reads y next: relu_y's write rounding
+ * again from it, or the ReLU's gradient where relu_y's signs are not y's. */
+static void bn_store_y(void *vctx)
+{
+    bn_direct_ctx *c = vctx;
+    if (!c->y_unkept) return;
+    fx_qstats q;
+    const bn_fill_q_fn fill_q = c->k->normalize_i16 ? bn_normalize_piece_q : NULL;
+    bn_round_rows(c->d, c->nt, bn_normalize_piece, fill_q, c, c->dst, c->relu_eu, &c->relu_r, 1,
+                  &q, NULL);
+    c->y_unkept = 0;
+    atomic_fetch_add(&y_stored_late, 1);
+}
+
+/* whether relu_y > 0 exactly where y > 0, with both writes settled: relu_y rounds y's
+ * mantissas from y's exponent; at an exponent no coarser that is a left shift (saturating at
+ * the largest mantissa), which keeps every sign, while a coarser one rounds y's smallest
+ * positive mantissas to 0 */
+static int bn_relu_signs_are_y(const tensor_t *y, const tensor_t *relu_y)
+{
+    const fx_storage *sy = y->st, *sr = relu_y->st;
+    if ((sy->pending && sy->pending->active) || (sr->pending && sr->pending->active)) return 0;
+    return sr->exp <= sy->exp;
 }
 
 int fx_bn_direct_ok(const tensor_t *y, const tensor_t *x, const fx_bn_src *xs)
@@ -347,9 +405,10 @@ int fx_bn_direct_ok(const tensor_t *y, const tensor_t *x, const fx_bn_src *xs)
 int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
                          const fx_bn_kernels *k, const double *mu, const double *a,
                          const double *b, const int16_t *lo, const int16_t *hi,
-                         tensor_t *relu_y, int *relu_done, const char *func)
+                         tensor_t *relu_y, int *relu_done, int *y_written, const char *func)
 {
     if (relu_done) *relu_done = 0;
+    if (y_written) *y_written = 1;
     const int64_t C = d->C, S = d->S;
     if (d->N * S == 0) return FX_BN_DIRECT_DECLINED; /* no inputs, no extremes: the stage route */
     const int nt = nn_threads_for(d->N * C * S);
@@ -371,23 +430,35 @@ int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
     }
     if (nonfinite) return FX_BN_DIRECT_DECLINED; /* the stage route counts them */
     bn_direct_ctx c = {k, xs, d, mu, a, b, (int16_t *)fx_tensor_base(y), nt, NULL,
-                       FX_EXP_NONE, top, FX_EXP_NONE, FX_EXP_NONE, {0}};
+                       FX_EXP_NONE, top, FX_EXP_NONE, FX_EXP_NONE, {0}, 0, 0, {0, 0, 0}};
     /* relu(y) made with y where tensor_relu would take its one-pass route: relu_y is then
      * written before either write decides, which is safe as fx_shared_add_relu's early pass
      * is (neither write can fail, and relu_y is always written again or kept by a write that
      * completes) */
-    if (relu_y && fx_relu_early_ok(relu_y, y, &c.relu_guess))
+    if (relu_y && fx_relu_early_ok(relu_y, y, &c.relu_guess)) {
         c.relu_y = relu_y;
+        c.unkept_ok = y_written && atomic_load(&y_unkept_enabled);
+    }
     fx_shared_src src = {.kind = FX_STAGE_F32, .true_max = true_max, .ctx = &c,
                          .quantize = bn_quantize};
     int rc = fx_write_shared_with(y, &src, func);
     if (rc == FX_OK) atomic_fetch_add(&direct_runs, 1);
     if (rc == FX_OK && c.relu_eu != FX_EXP_NONE) {
         /* y's write kept the last rounding it asked for: relu(y) stands on it where that was at
-         * y's exponent now (else fx_relu_early_finish rounds it again from y) */
+         * y's exponent now (else fx_relu_early_finish rounds it again from y, which bn_store_y
+         * writes first where the pass left it unwritten) */
         if (y->st->exp == c.relu_eu) atomic_fetch_add(&relu_runs, 1);
-        rc = fx_relu_early_finish(relu_y, y, c.relu_eu, c.relu_ey, &c.relu_q);
+        rc = fx_relu_early_finish_src(relu_y, y, c.relu_eu, c.relu_ey, &c.relu_q, bn_store_y,
+                                      &c);
         if (relu_done) *relu_done = 1;
+    }
+    /* y stays unwritten only where relu_y's signs stand for it, the ReLU's gradient then being
+     * gated by relu_y (fx_bn_forward_direct's contract); else, and after a failed write (whose
+     * y the stage route would have left written), y is written now */
+    if (c.y_unkept && (rc != FX_OK || !bn_relu_signs_are_y(y, relu_y))) bn_store_y(&c);
+    if (c.y_unkept) {
+        *y_written = 0;
+        atomic_fetch_add(&y_unkept_runs, 1);
     }
     return rc;
 }

@@ -21,11 +21,23 @@ int fx_bn_direct_ok(const tensor_t *y, const tensor_t *x, const fx_bn_src *xs);
  * where tensor_relu would take its one-pass route (fx_relu_early_ok), relu(y) is also made from
  * each piece of y while it is in cache, and once y's write succeeded, relu_y's write follows
  * (tensor_relu's bits); *relu_done then says that relu_y's write was made (the status is that
- * write's), and stays 0 otherwise: the caller writes relu_y itself. */
+ * write's), and stays 0 otherwise: the caller writes relu_y itself. y_written (NULL: y is always
+ * written) lets the route leave y's mantissas unwritten where relu_y > 0 holds exactly where
+ * y > 0 (relu_y's exponent, both writes settled, no coarser than y's): y's write is still made
+ * (its exponent, statistics and Autoflex state are the same), only its values are not stored;
+ * *y_written is then 0, else 1. A ReLU's gradient gated by relu_y is then the one gated by y,
+ * and y's storage keeps whatever it held. */
 int fx_bn_forward_direct(tensor_t *y, const fx_bn_src *xs, const fx_bn_dims *d,
                          const fx_bn_kernels *k, const double *mu, const double *a,
                          const double *b, const int16_t *lo, const int16_t *hi,
-                         tensor_t *relu_y, int *relu_done, const char *func);
+                         tensor_t *relu_y, int *relu_done, int *y_written, const char *func);
+
+/* Test hooks: 0 makes fx_bn_forward_direct write y even where the caller lets it go unwritten;
+ * the runs that left y unwritten, and the passes that left it so and then wrote it after all
+ * (relu_y's write rounding again from y, or relu_y's exponent coarser than y's) */
+void fx_bn_y_unkept_set_enabled(int on);
+int64_t fx_bn_y_unkept_runs(void);
+int64_t fx_bn_y_stored_late(void);
 
 /* The backward pass's coefficients per channel c: dx = k[c] * (dy - mdy[c] - xhat * mdyx[c]),
  * xhat = (x - mu[c]) * is[c] (bn_kernels.h, backward; mu and is are the caller's save_mean and

@@ -54,12 +54,15 @@ FX_INTERNAL int fx_batchnorm_relu(tensor_t *y, const tensor_t *x, const tensor_t
  * nothing written, for other formats, tensors on a device, a distributed y or relu_y, a relu_y
  * that shares storage with y, x, gamma or beta, or with fx_bn_relu_set_enabled(0). On failure
  * y and relu_y may hold partial values (a failed training step leaves its activations partial
- * anyway). */
+ * anyway). y_written: NULL, or y's values may be left unwritten where relu_y's signs are y's
+ * (bn_direct.h: y's write is made all the same, only its mantissas are not stored; a trainer
+ * whose only reader of y is the ReLU's gradient then gates it by relu_y), *y_written saying
+ * whether they were written; a y whose trace is on (tensor_trace_enable) is always written. */
 FX_INTERNAL int fx_batchnorm_shared_relu(tensor_t *y, tensor_t *relu_y, const tensor_t *x,
                                          const tensor_t *gamma, const tensor_t *beta,
                                          float *running_mean, float *running_var,
                                          float *save_mean, float *save_invstd, double momentum,
-                                         double eps, int training);
+                                         double eps, int training, int *y_written);
 FX_INTERNAL void fx_bn_relu_set_enabled(int on);
 FX_INTERNAL int64_t fx_bn_relu_made(void); /* test hook: the calls made */
 

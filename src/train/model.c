@@ -1161,11 +1161,18 @@ static int fx_layer_forward(fx_model *m, fx_layer *l, int ctx)
             }
         }
         if (l->shared_relu) {
+            /* where the ReLU is the batch norm's only reader, its output need not be stored
+             * when the ReLU's signs are its own (fx_relu_gate then gates by the ReLU's output):
+             * one write of the activation fewer */
+            int y_written = 1;
             const int rc = fx_batchnorm_shared_relu(
                 l->out[ctx], l[1].out[ctx], x, m->params[l->w].w, m->params[l->b].w, l->run_mean,
                 l->run_var, training ? l->save_mean : NULL, training ? l->save_invstd : NULL, 0.1,
-                1e-5, training);
-            if (rc != FX_BN_RELU_NOT_TAKEN) return rc;
+                1e-5, training, training && l->consumers == 1 ? &y_written : NULL);
+            if (rc != FX_BN_RELU_NOT_TAKEN) {
+                if (training && !y_written) l->out_stale = 1;
+                return rc;
+            }
         }
         int rc = tensor_batchnorm(l->out[ctx], x, m->params[l->w].w, m->params[l->b].w,
                                   l->run_mean, l->run_var, training ? l->save_mean : NULL,
@@ -1300,10 +1307,16 @@ static int fx_bias_grad_nchw(const fx_model *m, const tensor_t *dy, tensor_t *db
 
 /* What a ReLU layer's gradient is gated by: its input, or where the layer before it was fused
  * with it and did not write that input (the conv's, batch norm's or add's output), its own
- * output (relu(x) > 0 exactly where x > 0). */
+ * output (relu(x) > 0 exactly where x > 0; for a FLEX16_5/DFP16 batch norm that left its output
+ * unwritten, fx_batchnorm_shared_relu saw to it that relu(x)'s mantissas are above 0 exactly
+ * where x's are). */
 static const tensor_t *fx_relu_gate(fx_model *m, const fx_layer *l, int ctx)
 {
-    return l->fused_relu ? l->out[ctx] : fx_input_of(m, l, 0, ctx);
+    if (l->fused_relu) return l->out[ctx];
+    const fx_layer *p = l->in[0] >= 0 ? &m->layers[l->in[0]] : NULL;
+    if (p && p->shared_relu && p->kind == FX_L_BN && p->out_stale && ctx == FX_CTX_TRAIN)
+        return l->out[ctx];
+    return fx_input_of(m, l, 0, ctx);
 }
 
 static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)

@@ -98,7 +98,9 @@ typedef struct fx_layer {
      * tensor_add and tensor_relu make (each with its own Autoflex state) in one pass over the
      * data; a BN layer likewise its u and relu(u) with fx_batchnorm_shared_relu; on that RELU
      * layer, the forward is already done. Both outputs exist and are
-     * written (the ReLU's gradient may still be made with its sum, sum_gated). */
+     * written (the ReLU's gradient may still be made with its sum, sum_gated), except a BN's u
+     * whose only reader is the ReLU, which that call may leave unwritten where relu(u)'s signs
+     * are u's (out_stale; fx_relu_gate then gates by relu(u)). */
     int shared_relu;
     /* on a RELU layer whose output feeds two layers: its input gradient is made from their
      * two gradients in one pass (fp16/bf16: fx_half_gated_add, without dy_sum;
