@@ -34,6 +34,15 @@ enum { C = 3, CALLS = 9, MAXN = 2 * C * 33 * 33 };
  * rounded at once) and longer ones (a plane in pieces) */
 static int64_t N = 4, H = 7, W = 9, NUMEL = 4 * C * 7 * 9;
 
+/* the run's shape: N images of H x W planes */
+static void set_shape(const int64_t s[3])
+{
+    N = s[0];
+    H = s[1];
+    W = s[2];
+    NUMEL = N * C * H * W;
+}
+
 static tensor_t *new4(fmt_t f)
 {
     const int64_t sh[4] = {N, C, H, W};
@@ -313,10 +322,7 @@ int main(void)
     static const fmt_t fmts[2] = {FMT_FLEX16_5, FMT_DFP16};
     static const int64_t shapes[2][3] = {{4, 7, 9}, {2, 33, 33}};
     for (int si = 0; si < 2; si++) {
-        N = shapes[si][0];
-        H = shapes[si][1];
-        W = shapes[si][2];
-        NUMEL = N * C * H * W;
+        set_shape(shapes[si]);
         for (int i = 0; i < 2; i++)
             for (int training = 0; training <= 1; training++)
                 for (int threads = 1; threads <= 2; threads++) {
@@ -334,10 +340,7 @@ int main(void)
     for (int lv = 0; lv < 3; lv++) {
         if (flexpoint_set_backend(levels[lv]) != FX_OK) continue;
         for (int si = 0; si < 2; si++) {
-            N = shapes[si][0];
-            H = shapes[si][1];
-            W = shapes[si][2];
-            NUMEL = N * C * H * W;
+            set_shape(shapes[si]);
             for (int i = 0; i < 2; i++)
                 for (int threads = 1; threads <= 2; threads++) {
                     run(fmts[i], fmts[i], 1, threads, 1);
