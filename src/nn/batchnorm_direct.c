@@ -348,10 +348,16 @@ static int bn_relu_exp(const bn_direct_ctx *c, int e, const fx_rounding *r)
                               &clamped);
 }
 
+/* the level's in-register rounding of normalised pieces, where it has one */
+static bn_fill_q_fn bn_normalize_q_of(const bn_direct_ctx *c)
+{
+    return c->k->normalize_i16 ? bn_normalize_piece_q : NULL;
+}
+
 static int bn_quantize(void *vctx, int e, const fx_rounding *r, int keep, fx_qstats *q)
 {
     bn_direct_ctx *c = vctx;
-    const bn_fill_q_fn fill_q = c->k->normalize_i16 ? bn_normalize_piece_q : NULL;
+    const bn_fill_q_fn fill_q = bn_normalize_q_of(c);
     if (!keep || !c->relu_y) {
         bn_round_rows(c->d, c->nt, bn_normalize_piece, fill_q, c, c->dst, e, r, keep, q, NULL);
         return FX_OK;
@@ -378,9 +384,8 @@ static void bn_store_y(void *vctx)
     bn_direct_ctx *c = vctx;
     if (!c->y_unkept) return;
     fx_qstats q;
-    const bn_fill_q_fn fill_q = c->k->normalize_i16 ? bn_normalize_piece_q : NULL;
-    bn_round_rows(c->d, c->nt, bn_normalize_piece, fill_q, c, c->dst, c->relu_eu, &c->relu_r, 1,
-                  &q, NULL);
+    bn_round_rows(c->d, c->nt, bn_normalize_piece, bn_normalize_q_of(c), c, c->dst, c->relu_eu,
+                  &c->relu_r, 1, &q, NULL);
     c->y_unkept = 0;
     atomic_fetch_add(&y_stored_late, 1);
 }

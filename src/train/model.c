@@ -1306,17 +1306,14 @@ static int fx_bias_grad_nchw(const fx_model *m, const tensor_t *dy, tensor_t *db
 }
 
 /* What a ReLU layer's gradient is gated by: its input, or where the layer before it was fused
- * with it and did not write that input (the conv's, batch norm's or add's output), its own
- * output (relu(x) > 0 exactly where x > 0; for a FLEX16_5/DFP16 batch norm that left its output
- * unwritten, fx_batchnorm_shared_relu saw to it that relu(x)'s mantissas are above 0 exactly
- * where x's are). */
+ * with it and did not write that input (the conv's, batch norm's or add's output, fused_relu
+ * or this step's out_stale), its own output (relu(x) > 0 exactly where x > 0; for a
+ * FLEX16_5/DFP16 batch norm that left its output unwritten, fx_batchnorm_shared_relu saw to it
+ * that relu(x)'s mantissas are above 0 exactly where x's are). */
 static const tensor_t *fx_relu_gate(fx_model *m, const fx_layer *l, int ctx)
 {
-    if (l->fused_relu) return l->out[ctx];
-    const fx_layer *p = l->in[0] >= 0 ? &m->layers[l->in[0]] : NULL;
-    if (p && p->shared_relu && p->kind == FX_L_BN && p->out_stale && ctx == FX_CTX_TRAIN)
-        return l->out[ctx];
-    return fx_input_of(m, l, 0, ctx);
+    const int unwritten = l->in[0] >= 0 && m->layers[l->in[0]].out_stale && ctx == FX_CTX_TRAIN;
+    return l->fused_relu || unwritten ? l->out[ctx] : fx_input_of(m, l, 0, ctx);
 }
 
 static int fx_layer_backward(fx_model *m, fx_layer *l, const tensor_t *dy)
