@@ -62,8 +62,10 @@ int main(int argc, char **argv)
         fmts[nf++] = f;
     }
     const char *model = getenv("BENCH_MODEL") ? getenv("BENCH_MODEL") : "cnn";
-    if (!model[0] || strlen(model) >= sizeof(((fx_train_config *)0)->model)) {
-        fprintf(stderr, "bench_profile: BENCH_MODEL='%s': want an image model's name\n", model);
+    if (fx_model_check(model) != FX_OK || !strncmp(model, "transformer", 11) ||
+        !strncmp(model, "gpt", 3)) {
+        fprintf(stderr, "bench_profile: BENCH_MODEL='%s': want an image model's name (%s)\n",
+                model, fx_model_check(model) != FX_OK ? flexpoint_last_error() : "a text model");
         return 2;
     }
     const char *dir = getenv("FLEXPOINT_FASHION_MNIST_DIR");

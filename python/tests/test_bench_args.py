@@ -49,6 +49,17 @@ def test_conv_bad_setting(env, message):
     assert r.stdout == ""
 
 
+@pytest.mark.parametrize("model", ["", "vgg", "resnet21", "transformer", "gpt2x64h4c64",
+                                   "resnet20resnet20resnet20"])
+def test_profile_bad_model(model):
+    """BENCH_MODEL names an image model of the trainer, or bench_profile stops before it loads
+    the data, naming the setting"""
+    r = run_bench("bench_profile", ["1", "1"], {"BENCH_MODEL": model, "BENCH_FORMATS": "fp32"})
+    assert r.returncode == 2, (model, r.stdout, r.stderr)
+    assert f"BENCH_MODEL='{model}'" in r.stderr
+    assert r.stdout == ""
+
+
 def test_conv_r20_layers_and_limit_shares():
     """BENCH_LAYER=r20 times ResNet-20's six 3 x 3 shapes, and each format's row is followed by
     its passes' shares of the measured instruction limit: a percentage per pass run, '-' for a
